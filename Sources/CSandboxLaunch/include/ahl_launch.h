@@ -1,0 +1,155 @@
+// CSandboxLaunch: everything that runs between fork and exec.
+//
+// The Swift supervisor is multi-threaded, so between fork() and execve() only
+// async-signal-safe code may run. That code lives here and nowhere else. The supervisor
+// compiles a policy into an `ahl_plan` (all strings, the seccomp BPF and the mount table
+// allocated *before* the fork) and calls `ahl_spawn`. Three processes result:
+//
+//   monitor  (host pid namespace)  unshares the namespaces, waits for the supervisor to
+//            write the id maps and place it in cgroups, forks init, relays control bytes,
+//            and exits with init's status. It never runs untrusted code.
+//   init     (pid 1 of the sandbox) builds the filesystem, forks the payload, forwards
+//            signals to it, reaps orphans, reports the payload's wait status and exits —
+//            which makes the kernel kill everything left in the pid namespace.
+//   payload  (pid 2) drops every capability, installs seccomp last, and execs the command.
+//
+// Every message to the supervisor is one `ahl_msg` on a SOCK_SEQPACKET socket.
+#ifndef AUTOHARNESS_AHL_LAUNCH_H
+#define AUTOHARNESS_AHL_LAUNCH_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum ahl_mount_kind {
+    AHL_MOUNT_BIND = 1,     // source: host path (absolute, canonical)
+    AHL_MOUNT_TMPFS = 2,    // size, mode
+    AHL_MOUNT_HIDE = 3,     // cover an existing file or directory with an empty read-only one
+    AHL_MOUNT_SYMLINK = 4,  // source: the link text
+};
+
+enum {
+    AHL_MOUNT_READONLY = 1u << 0,
+    AHL_MOUNT_SOURCE_DIR = 1u << 1,  // binds: the source is a directory
+};
+
+struct ahl_mount {
+    uint32_t kind;
+    uint32_t flags;
+    const char *source;
+    const char *dest;      // absolute, normalised; parents are listed before children
+    uint64_t dev;          // binds: st_dev/st_ino the source had when the plan was made;
+    uint64_t ino;          //        a swapped source fails the launch instead of being mounted
+    uint64_t size;         // tmpfs: bytes (0: 64 MiB)
+    uint32_t mode;         // tmpfs: permission bits of the root
+};
+
+struct ahl_rlimit {
+    int32_t resource;
+    uint64_t soft;
+    uint64_t hard;
+};
+
+struct ahl_plan {
+    const char *const *argv;      // NULL-terminated; argv[0] is looked up in search_path if it has no '/'
+    const char *const *envp;      // NULL-terminated; the payload's whole environment
+    const char *search_path;      // PATH used to find argv[0] (may be NULL)
+    const char *cwd;              // absolute, inside the sandbox
+    const char *hostname;
+    uint32_t uid, gid;            // ids inside the user namespace (non-zero)
+    const struct ahl_mount *mounts;
+    uint32_t n_mounts;
+    const struct ahl_rlimit *rlimits;
+    uint32_t n_rlimits;
+    const void *bpf;              // struct sock_filter[bpf_len]
+    uint32_t bpf_len;
+    uint32_t seccomp_flags;       // added to SECCOMP_FILTER_FLAG_NEW_LISTENER
+    int32_t loopback_up;          // bring `lo` up in the new network namespace
+    int32_t stdio[3];             // supervisor fds to become 0, 1, 2 (-1: inherit)
+    uint32_t cap_last;            // highest capability number the kernel knows
+    uint64_t root_size;           // bytes for the root tmpfs (holds only mount points)
+    int *scratch_fds;             // n_mounts + AHL_DEVICE_COUNT ints the child may overwrite
+};
+
+/// /dev holds exactly these host nodes: null, zero, full, random, urandom, tty.
+#define AHL_DEVICE_COUNT 6
+
+struct ahl_child {
+    pid_t pid;        // the monitor (a child of the caller; wait for it)
+    int report_fd;    // read ahl_msg records until EOF (CLOEXEC)
+    int control_fd;   // write control bytes; closing it kills the sandbox (CLOEXEC)
+};
+
+/// Forks the monitor. Returns 0, or an errno value if nothing was started.
+/// Afterwards: read AHL_MSG_UNSHARED, write /proc/PID/{setgroups,uid_map,gid_map}, move
+/// PID into the sandbox cgroups, write AHL_CTL_GO to control_fd, then read messages.
+int ahl_spawn(const struct ahl_plan *plan, struct ahl_child *out);
+
+// Control bytes, supervisor -> monitor. Any byte 1..64 is a signal to forward to the payload.
+enum { AHL_CTL_GO = 'G', AHL_CTL_KILL = 'K' };
+
+enum ahl_msg_kind {
+    AHL_MSG_UNSHARED = 1,     // namespaces exist; the supervisor may write id maps now
+    AHL_MSG_INIT_PID = 2,     // value: host pid of the sandbox's init
+    AHL_MSG_LISTENER = 3,     // carries the seccomp notification fd (SCM_RIGHTS)
+    AHL_MSG_SETUP_ERROR = 4,  // stage, err, index (mount index for mount stages)
+    AHL_MSG_EXEC_ERROR = 5,   // err: execve's errno
+    AHL_MSG_EXIT = 6,         // value: the payload's wait status
+    AHL_MSG_STARTED = 7,      // value: host-visible pid of the payload is not known; index: pid in sandbox
+};
+
+enum ahl_stage {
+    AHL_STAGE_NONE = 0,
+    AHL_STAGE_SETGROUPS,
+    AHL_STAGE_UNSHARE,
+    AHL_STAGE_WAIT_MAPS,
+    AHL_STAGE_SETID,
+    AHL_STAGE_UNSHARE_CGROUP,
+    AHL_STAGE_FORK_INIT,
+    AHL_STAGE_MOUNT_PRIVATE,
+    AHL_STAGE_OPEN_SOURCE,       // index: which plan mount
+    AHL_STAGE_OPEN_DEVICE,
+    AHL_STAGE_MOUNT_ROOT,
+    AHL_STAGE_MOUNT_ENTRY,       // index: which plan mount
+    AHL_STAGE_MOUNT_DEV,
+    AHL_STAGE_MOUNT_PROC,
+    AHL_STAGE_MOUNT_READONLY,
+    AHL_STAGE_DETACH_OLD_ROOT,
+    AHL_STAGE_PIVOT_ROOT,
+    AHL_STAGE_HOSTNAME,
+    AHL_STAGE_LOOPBACK,
+    AHL_STAGE_SIGNALFD,
+    AHL_STAGE_FORK_PAYLOAD,
+    AHL_STAGE_STDIO,
+    AHL_STAGE_RLIMIT,            // index: which plan rlimit
+    AHL_STAGE_CHDIR,
+    AHL_STAGE_NO_NEW_PRIVS,
+    AHL_STAGE_DROP_CAPS,
+    AHL_STAGE_VERIFY_CAPS,
+    AHL_STAGE_SECCOMP,
+    AHL_STAGE_SEND_LISTENER,
+    AHL_STAGE_COUNT
+};
+
+struct ahl_msg {
+    int32_t kind;
+    int32_t stage;
+    int32_t err;
+    int32_t index;
+    int64_t value;
+};
+
+/// Receives one message; if it carries a file descriptor it is stored in *fd (else -1).
+/// Returns the byte count (0 at EOF) or -1 with errno set.
+ssize_t ahl_recv_msg(int report_fd, struct ahl_msg *msg, int *fd);
+
+/// A readable name for a stage ("mount /proc"), for `sandbox: <stage>: <strerror>` messages.
+const char *ahl_stage_name(int32_t stage);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

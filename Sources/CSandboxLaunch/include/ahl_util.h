@@ -1,0 +1,15 @@
+// Helpers for the supervisor (not the fork window): see util.c.
+#ifndef AUTOHARNESS_AHL_UTIL_H
+#define AUTOHARNESS_AHL_UTIL_H
+#include <sys/types.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+/// An anonymous in-memory file (memfd_create, MFD_CLOEXEC), or -1 with errno.
+int ahl_memfd(const char *name);
+/// pidfd_open(pid, 0), or -1 with errno.
+int ahl_pidfd_open(pid_t pid);
+#ifdef __cplusplus
+}
+#endif
+#endif

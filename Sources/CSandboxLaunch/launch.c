@@ -1,0 +1,814 @@
+// The fork->exec window of autoharness sandboxes. See ahl_launch.h for the process layout.
+//
+// Rules for everything below `ahl_spawn`'s fork: the parent is a multi-threaded Swift
+// process, so the children may only call async-signal-safe functions (raw syscalls,
+// string functions on caller memory). No malloc, no stdio, no locks. Every failure is
+// reported as (stage, errno) over the report socket and ends the child with status 125.
+#include "ahl_launch.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define SETUP_FAILED 125
+
+// ---------------------------------------------------------------------------------------
+// Reporting
+
+static void send_msg(int fd, int32_t kind, int32_t stage, int32_t err, int32_t index, int64_t value) {
+    struct ahl_msg m = {kind, stage, err, index, value};
+    // SOCK_SEQPACKET: one record per send, atomically; a dead supervisor just means EPIPE.
+    (void)send(fd, &m, sizeof m, MSG_NOSIGNAL);
+}
+
+__attribute__((noreturn)) static void fail(int rep, int32_t stage, int32_t index) {
+    send_msg(rep, AHL_MSG_SETUP_ERROR, stage, errno, index, 0);
+    _exit(SETUP_FAILED);
+}
+
+static int send_fd(int rep, int fd) {
+    struct ahl_msg m = {AHL_MSG_LISTENER, 0, 0, 0, 0};
+    struct iovec iov = {&m, sizeof m};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    memset(&u, 0, sizeof u);
+    struct msghdr mh = {0};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = u.buf;
+    mh.msg_controllen = sizeof u.buf;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    return sendmsg(rep, &mh, MSG_NOSIGNAL) < 0 ? -1 : 0;
+}
+
+ssize_t ahl_recv_msg(int report_fd, struct ahl_msg *msg, int *fd) {
+    struct iovec iov = {msg, sizeof *msg};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct msghdr mh = {0};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = u.buf;
+    mh.msg_controllen = sizeof u.buf;
+    *fd = -1;
+    ssize_t n;
+    do {
+        n = recvmsg(report_fd, &mh, MSG_CMSG_CLOEXEC);
+    } while (n < 0 && errno == EINTR);
+    if (n <= 0) return n;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) memcpy(fd, CMSG_DATA(c), sizeof(int));
+    }
+    return n;
+}
+
+const char *ahl_stage_name(int32_t stage) {
+    switch (stage) {
+    case AHL_STAGE_SETGROUPS: return "drop supplementary groups";
+    case AHL_STAGE_UNSHARE: return "unshare namespaces";
+    case AHL_STAGE_WAIT_MAPS: return "wait for id maps";
+    case AHL_STAGE_SETID: return "switch to sandbox uid/gid";
+    case AHL_STAGE_UNSHARE_CGROUP: return "unshare cgroup namespace";
+    case AHL_STAGE_FORK_INIT: return "fork init";
+    case AHL_STAGE_MOUNT_PRIVATE: return "make mounts private";
+    case AHL_STAGE_OPEN_SOURCE: return "open bind source";
+    case AHL_STAGE_OPEN_DEVICE: return "clone device node";
+    case AHL_STAGE_MOUNT_ROOT: return "mount root tmpfs";
+    case AHL_STAGE_MOUNT_ENTRY: return "mount";
+    case AHL_STAGE_MOUNT_DEV: return "mount /dev";
+    case AHL_STAGE_MOUNT_PROC: return "mount /proc";
+    case AHL_STAGE_MOUNT_READONLY: return "make root read-only";
+    case AHL_STAGE_DETACH_OLD_ROOT: return "detach host root";
+    case AHL_STAGE_PIVOT_ROOT: return "pivot_root";
+    case AHL_STAGE_HOSTNAME: return "sethostname";
+    case AHL_STAGE_LOOPBACK: return "bring up loopback";
+    case AHL_STAGE_SIGNALFD: return "signalfd";
+    case AHL_STAGE_FORK_PAYLOAD: return "fork payload";
+    case AHL_STAGE_STDIO: return "set up stdio";
+    case AHL_STAGE_RLIMIT: return "setrlimit";
+    case AHL_STAGE_CHDIR: return "chdir";
+    case AHL_STAGE_NO_NEW_PRIVS: return "set no_new_privs";
+    case AHL_STAGE_DROP_CAPS: return "drop capabilities";
+    case AHL_STAGE_VERIFY_CAPS: return "verify capabilities are empty";
+    case AHL_STAGE_SECCOMP: return "install seccomp filter";
+    case AHL_STAGE_SEND_LISTENER: return "hand seccomp listener to supervisor";
+    default: return "sandbox setup";
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Small async-signal-safe helpers
+
+static void reset_signal_dispositions(void) {
+    // Handlers installed by the Swift runtime must not survive into the children, and an
+    // ignored SIGPIPE would be inherited across exec by the payload.
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_DFL;
+    for (int s = 1; s < NSIG; s++) {
+        if (s == SIGKILL || s == SIGSTOP) continue;
+        (void)sigaction(s, &sa, NULL);
+    }
+}
+
+/// Closes every descriptor except those in keep[0..n) (n <= 8).
+static void close_all_except(const int *keep, int n) {
+    int k[8];
+    int m = 0;
+    for (int i = 0; i < n && m < 8; i++)
+        if (keep[i] >= 0) k[m++] = keep[i];
+    for (int i = 1; i < m; i++) {  // insertion sort, tiny n
+        int v = k[i], j = i - 1;
+        while (j >= 0 && k[j] > v) { k[j + 1] = k[j]; j--; }
+        k[j + 1] = v;
+    }
+    unsigned int lo = 0;
+    for (int i = 0; i < m; i++) {
+        if ((unsigned)k[i] > lo) (void)close_range(lo, (unsigned)k[i] - 1, 0);
+        lo = (unsigned)k[i] + 1;
+    }
+    (void)close_range(lo, ~0U, 0);
+}
+
+static size_t str_len(const char *s) { return s ? strlen(s) : 0; }
+
+// ---------------------------------------------------------------------------------------
+// Filesystem construction (runs in init, pid 1, inside all namespaces)
+
+/// Walks `path` (absolute) below dirfd one component at a time, never following a symlink,
+/// creating missing directories. Returns an O_PATH fd for the final component, which is
+/// created as a directory (want_dir) or an empty file. A planted symlink anywhere on the
+/// way fails with ELOOP instead of redirecting the mount.
+static int walk_create(int rootfd, const char *path, int want_dir, int create_last) {
+    char comp[256];
+    int cur = dup(rootfd);
+    if (cur < 0) return -1;
+    const char *p = path;
+    while (*p == '/') p++;
+    if (*p == 0) return cur;  // the root itself
+    while (*p) {
+        const char *e = p;
+        while (*e && *e != '/') e++;
+        size_t n = (size_t)(e - p);
+        if (n >= sizeof comp) { close(cur); errno = ENAMETOOLONG; return -1; }
+        memcpy(comp, p, n);
+        comp[n] = 0;
+        while (*e == '/') e++;
+        int last = (*e == 0);
+        int next;
+        if (!last || want_dir) {
+            next = openat(cur, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (next < 0 && errno == ENOENT && (create_last || !last)) {
+                if (mkdirat(cur, comp, 0755) < 0 && errno != EEXIST) { int s = errno; close(cur); errno = s; return -1; }
+                next = openat(cur, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            }
+        } else {
+            next = openat(cur, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+            if (next < 0 && errno == ENOENT && create_last) {
+                int f = openat(cur, comp, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0444);
+                if (f < 0 && errno != EEXIST) { int s = errno; close(cur); errno = s; return -1; }
+                if (f >= 0) close(f);
+                next = openat(cur, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+            }
+            if (next >= 0) {
+                struct stat st;
+                if (fstat(next, &st) < 0 || S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode)) {
+                    int s = S_ISLNK(st.st_mode) ? ELOOP : EISDIR;
+                    close(next); close(cur); errno = s; return -1;
+                }
+            }
+        }
+        int s = errno;
+        close(cur);
+        if (next < 0) {
+            errno = s;
+            return -1;
+        }
+        cur = next;
+        p = e;
+    }
+    return cur;
+}
+
+/// Splits `path` into (parent fd, last component) for symlink creation.
+static int walk_parent(int rootfd, const char *path, char *last, size_t lastsz) {
+    const char *slash = strrchr(path, '/');
+    if (!slash || slash[1] == 0) { errno = EINVAL; return -1; }
+    size_t n = strlen(slash + 1);
+    if (n >= lastsz) { errno = ENAMETOOLONG; return -1; }
+    memcpy(last, slash + 1, n + 1);
+    char parent[4096];
+    size_t pn = (size_t)(slash - path);
+    if (pn >= sizeof parent) { errno = ENAMETOOLONG; return -1; }
+    memcpy(parent, path, pn);
+    parent[pn] = 0;
+    return walk_create(rootfd, pn ? parent : "/", 1, 1);
+}
+
+static int set_attrs(int mfd, uint64_t set, int recursive) {
+    struct mount_attr a;
+    memset(&a, 0, sizeof a);
+    a.attr_set = set;
+    a.propagation = MS_PRIVATE;
+    return mount_setattr(mfd, "", AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0), &a, sizeof a);
+}
+
+static int attach(int mfd, int targetfd) {
+    return move_mount(mfd, "", targetfd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH);
+}
+
+/// A detached tmpfs (or other simple fs) mount fd.
+static int new_fs(const char *type, uint64_t size, uint32_t mode, uint64_t attrs) {
+    int fs = fsopen(type, FSOPEN_CLOEXEC);
+    if (fs < 0) return -1;
+    char buf[32];
+    if (size) {
+        // decimal bytes, by hand (no snprintf in the fork window)
+        char tmp[24];
+        int i = 0;
+        uint64_t v = size;
+        do { tmp[i++] = (char)('0' + v % 10); v /= 10; } while (v && i < 23);
+        int j = 0;
+        while (i) buf[j++] = tmp[--i];
+        buf[j] = 0;
+        if (fsconfig(fs, FSCONFIG_SET_STRING, "size", buf, 0) < 0) goto bad;
+    }
+    if (mode != UINT32_MAX) {
+        buf[0] = '0';
+        buf[1] = (char)('0' + ((mode >> 9) & 7));
+        buf[2] = (char)('0' + ((mode >> 6) & 7));
+        buf[3] = (char)('0' + ((mode >> 3) & 7));
+        buf[4] = (char)('0' + (mode & 7));
+        buf[5] = 0;
+        if (fsconfig(fs, FSCONFIG_SET_STRING, "mode", buf, 0) < 0) goto bad;
+    }
+    if (fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0) goto bad;
+    int m = fsmount(fs, FSMOUNT_CLOEXEC, (unsigned)attrs);
+    int s = errno;
+    close(fs);
+    errno = s;
+    return m;
+bad:
+    s = errno;
+    close(fs);
+    errno = s;
+    return -1;
+}
+
+static const uint64_t SAFE = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+
+/// Clones a bind source while the monitor is still fully privileged in the host's mount
+/// namespace, so any host path the policy names is reachable (as with a root-run bwrap) and
+/// the payload's unprivileged host uid never has to traverse it. The clone is a detached
+/// tree; init attaches it inside the sandbox later.
+static int open_source(const struct ahl_mount *m) {
+    int tree = open_tree(AT_FDCWD, m->source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_SYMLINK_NOFOLLOW);
+    if (tree < 0) return -1;
+    struct stat st;
+    if (fstat(tree, &st) < 0) { int s = errno; close(tree); errno = s; return -1; }
+    if ((uint64_t)st.st_dev != m->dev || (uint64_t)st.st_ino != m->ino) {
+        // The path now names a different object than the one the policy was compiled
+        // against (swapped between planning and mounting): refuse rather than mount it.
+        close(tree);
+        errno = ESTALE;
+        return -1;
+    }
+    uint64_t attrs = SAFE | ((m->flags & AHL_MOUNT_READONLY) ? MOUNT_ATTR_RDONLY : 0);
+    if (set_attrs(tree, attrs, 1) < 0) { int s = errno; close(tree); errno = s; return -1; }
+    return tree;
+}
+
+static int mount_bind(const struct ahl_mount *m, int tree, int newroot) {
+    int target = walk_create(newroot, m->dest, (m->flags & AHL_MOUNT_SOURCE_DIR) != 0, 1);
+    if (target < 0) return -1;
+    int r = attach(tree, target);
+    int s = errno;
+    close(target);
+    errno = s;
+    return r;
+}
+
+static int mount_tmpfs_at(int newroot, const char *dest, uint64_t size, uint32_t mode, uint64_t attrs) {
+    int mfd = new_fs("tmpfs", size ? size : (64ull << 20), mode, attrs);
+    if (mfd < 0) return -1;
+    int target = walk_create(newroot, dest, 1, 1);
+    if (target < 0) { int s = errno; close(mfd); errno = s; return -1; }
+    int r = attach(mfd, target);
+    int s = errno;
+    close(target);
+    close(mfd);
+    errno = s;
+    return r;
+}
+
+static int mount_hide(const struct ahl_mount *m, int newroot) {
+    // Only existing objects (provided by an earlier bind) are hidden; nothing to do otherwise.
+    int target = walk_create(newroot, m->dest, 0, 0);
+    if (target < 0 && errno == EISDIR) target = walk_create(newroot, m->dest, 1, 0);
+    if (target < 0) return errno == ENOENT ? 0 : -1;
+    struct stat st;
+    if (fstat(target, &st) < 0) { int s = errno; close(target); errno = s; return -1; }
+    // Hidden things read as "Permission denied": mode 0, owned by nobody the payload can act as.
+    int mfd = new_fs("tmpfs", 4096, 0, SAFE | MOUNT_ATTR_NOEXEC | (S_ISDIR(st.st_mode) ? MOUNT_ATTR_RDONLY : 0));
+    if (mfd >= 0 && !S_ISDIR(st.st_mode)) {
+        // An empty mode-0 file on a private, never-attached tmpfs, bound over the target.
+        int f = openat(mfd, "empty", O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0000);
+        int file = f < 0 ? -1 : open_tree(mfd, "empty", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+        if (f >= 0) close(f);
+        int s = errno;
+        close(mfd);
+        mfd = file;
+        if (mfd >= 0 && set_attrs(mfd, SAFE | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOEXEC, 0) < 0) { s = errno; close(mfd); mfd = -1; }
+        errno = s;
+    }
+    if (mfd < 0) { int s = errno; close(target); errno = s; return -1; }
+    int r = attach(mfd, target);
+    int s = errno;
+    close(mfd);
+    close(target);
+    errno = s;
+    return r;
+}
+
+static int mount_symlink(const struct ahl_mount *m, int newroot) {
+    char last[256];
+    int parent = walk_parent(newroot, m->dest, last, sizeof last);
+    if (parent < 0) return -1;
+    int r = symlinkat(m->source, parent, last);
+    int s = errno;
+    close(parent);
+    errno = s;
+    return r;
+}
+
+static const char *const device_nodes[AHL_DEVICE_COUNT] = {"null", "zero", "full", "random", "urandom", "tty"};
+
+/// Monitor, still privileged: clone the host's harmless device nodes. They need a mount
+/// without nodev; they stay nosuid/noexec/read-only (writes to a device node are not
+/// blocked by a read-only mount, so /dev/null still works).
+static int open_device(const char *name) {
+    char src[32] = "/dev/";
+    size_t n = strlen(name);
+    memcpy(src + 5, name, n + 1);
+    int tree = open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (tree < 0) return -1;
+    if (set_attrs(tree, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY, 0) < 0) { int s = errno; close(tree); errno = s; return -1; }
+    return tree;
+}
+
+static int bind_device(int devdir, const char *name, int tree) {
+    int f = openat(devdir, name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0444);
+    if (f >= 0) close(f);
+    int target = openat(devdir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (target < 0) return -1;
+    int r = attach(tree, target);
+    int s = errno;
+    close(target);
+    errno = s;
+    return r;
+}
+
+static int setup_dev(int newroot, const int *device_trees) {
+    if (mount_tmpfs_at(newroot, "/dev", 1 << 20, 0755, SAFE | MOUNT_ATTR_NOEXEC) < 0) return -1;
+    int dir = walk_create(newroot, "/dev", 1, 0);
+    if (dir < 0) return -1;
+    for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++)
+        if (bind_device(dir, device_nodes[i], device_trees[i]) < 0) { int s = errno; close(dir); errno = s; return -1; }
+    static const char *const links[][2] = {
+        {"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"}, {"/proc/self/fd/1", "stdout"},
+        {"/proc/self/fd/2", "stderr"}, {"pts/ptmx", "ptmx"}};
+    for (unsigned i = 0; i < sizeof links / sizeof links[0]; i++)
+        if (symlinkat(links[i][0], dir, links[i][1]) < 0) { int s = errno; close(dir); errno = s; return -1; }
+    close(dir);
+    if (mount_tmpfs_at(newroot, "/dev/shm", 64ull << 20, 01777, SAFE | MOUNT_ATTR_NOEXEC) < 0) return -1;
+    // A private devpts instance so ptys work without exposing the host's.
+    int fs = fsopen("devpts", FSOPEN_CLOEXEC);
+    if (fs >= 0) {
+        int ok = fsconfig(fs, FSCONFIG_SET_STRING, "ptmxmode", "0666", 0) == 0 &&
+                 fsconfig(fs, FSCONFIG_SET_STRING, "mode", "0620", 0) == 0 &&
+                 fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) == 0;
+        int m = ok ? fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC) : -1;
+        close(fs);
+        if (m >= 0) {
+            int t = walk_create(newroot, "/dev/pts", 1, 1);
+            if (t >= 0) { (void)attach(m, t); close(t); }
+            close(m);
+        }
+    }
+    return 0;
+}
+
+/// Re-binds a subtree of the fresh /proc onto itself read-only (kernel knobs stay unwritable
+/// even for a process that somehow regained privileges in the namespace).
+static int proc_readonly(int procfd, const char *sub) {
+    int tree = open_tree(procfd, sub, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+    if (tree < 0) return errno == ENOENT ? 0 : -1;
+    if (set_attrs(tree, SAFE | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY, 1) < 0) { int s = errno; close(tree); errno = s; return -1; }
+    int target = openat(procfd, sub, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (target < 0) { int s = errno; close(tree); errno = s; return -1; }
+    int r = attach(tree, target);
+    int s = errno;
+    close(target);
+    close(tree);
+    errno = s;
+    return r;
+}
+
+static int setup_proc(int newroot) {
+    // Must happen before the host root is detached: the kernel lets a user namespace mount
+    // proc only while a fully visible proc is present in the mount namespace.
+    int mfd = new_fs("proc", 0, UINT32_MAX, SAFE | MOUNT_ATTR_NOEXEC);
+    if (mfd < 0) return -1;
+    int target = walk_create(newroot, "/proc", 1, 1);
+    if (target < 0) { int s = errno; close(mfd); errno = s; return -1; }
+    int r = attach(mfd, target);
+    int s = errno;
+    close(mfd);
+    close(target);
+    if (r < 0) { errno = s; return -1; }
+    int procfd = walk_create(newroot, "/proc", 1, 0);
+    if (procfd < 0) return -1;
+    static const char *const ro[] = {"sys", "sysrq-trigger", "irq", "bus", "fs"};
+    for (unsigned i = 0; i < sizeof ro / sizeof ro[0]; i++)
+        if (proc_readonly(procfd, ro[i]) < 0) { s = errno; close(procfd); errno = s; return -1; }
+    close(procfd);
+    return 0;
+}
+
+static int make_readonly(int newroot, const char *path) {
+    int fd = walk_create(newroot, path, 1, 0);
+    if (fd < 0) return -1;
+    int r = set_attrs(fd, SAFE | MOUNT_ATTR_RDONLY, 0);
+    int s = errno;
+    close(fd);
+    errno = s;
+    return r;
+}
+
+static void setup_filesystem(const struct ahl_plan *p, int rep, const int *trees, const int *device_trees) {
+    // Stop mount events propagating between the host and the sandbox in either direction.
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) fail(rep, AHL_STAGE_MOUNT_PRIVATE, 0);
+
+    // The sandbox root: an empty tmpfs that holds only mount points and ends read-only. It
+    // is attached over /tmp of this private namespace just long enough to pivot into it.
+    uint64_t rs = p->root_size ? p->root_size : (4ull << 20);
+    int rootm = new_fs("tmpfs", rs, 0755, SAFE);
+    if (rootm < 0) fail(rep, AHL_STAGE_MOUNT_ROOT, 0);
+    int spot = open("/tmp", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (spot < 0 || attach(rootm, spot) < 0) fail(rep, AHL_STAGE_MOUNT_ROOT, 0);
+    close(spot);
+    close(rootm);
+    int newroot = open("/tmp", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (newroot < 0) fail(rep, AHL_STAGE_MOUNT_ROOT, 0);
+
+    for (uint32_t i = 0; i < p->n_mounts; i++) {
+        const struct ahl_mount *m = &p->mounts[i];
+        int r;
+        switch (m->kind) {
+        case AHL_MOUNT_BIND: r = mount_bind(m, trees[i], newroot); break;
+        case AHL_MOUNT_TMPFS: r = mount_tmpfs_at(newroot, m->dest, m->size, m->mode, SAFE); break;
+        case AHL_MOUNT_HIDE: r = mount_hide(m, newroot); break;
+        case AHL_MOUNT_SYMLINK: r = mount_symlink(m, newroot); break;
+        default: errno = EINVAL; r = -1;
+        }
+        if (r < 0) fail(rep, AHL_STAGE_MOUNT_ENTRY, (int32_t)i);
+        if (m->kind == AHL_MOUNT_BIND) close(trees[i]);
+    }
+    if (setup_dev(newroot, device_trees) < 0) fail(rep, AHL_STAGE_MOUNT_DEV, 0);
+    // Before the host tree is detached: the kernel lets a user namespace mount proc only
+    // while a fully visible proc exists in its mount namespace.
+    if (setup_proc(newroot) < 0) fail(rep, AHL_STAGE_MOUNT_PROC, 0);
+    if (make_readonly(newroot, "/dev") < 0) fail(rep, AHL_STAGE_MOUNT_READONLY, 0);
+    if (make_readonly(newroot, "/") < 0) fail(rep, AHL_STAGE_MOUNT_READONLY, 0);
+    close(newroot);
+
+    // pivot_root(".", ".") stacks the old root on top of the new one; detaching it drops
+    // the whole host tree from this namespace.
+    if (chdir("/tmp") < 0) fail(rep, AHL_STAGE_PIVOT_ROOT, 0);
+    if (syscall(SYS_pivot_root, ".", ".") < 0) fail(rep, AHL_STAGE_PIVOT_ROOT, 0);
+    if (umount2(".", MNT_DETACH) < 0) fail(rep, AHL_STAGE_DETACH_OLD_ROOT, 0);
+    if (chdir("/") < 0) fail(rep, AHL_STAGE_PIVOT_ROOT, 0);
+}
+
+static int loopback_up(void) {
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0) return -1;
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof ifr);
+    memcpy(ifr.ifr_name, "lo", 3);
+    int r = ioctl(s, SIOCGIFFLAGS, &ifr);
+    if (r == 0) {
+        ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+        r = ioctl(s, SIOCSIFFLAGS, &ifr);
+    }
+    int e = errno;
+    close(s);
+    errno = e;
+    return r;
+}
+
+// ---------------------------------------------------------------------------------------
+// Capabilities
+
+static int drop_all_caps(uint32_t cap_last, int bounding) {
+    if (bounding) {
+        for (uint32_t c = 0; c <= cap_last; c++)
+            if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL) return -1;
+        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL) return -1;
+    }
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct d[2];
+    memset(d, 0, sizeof d);
+    return (int)syscall(SYS_capset, &h, d);
+}
+
+static int caps_are_empty(uint32_t cap_last) {
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct d[2];
+    if (syscall(SYS_capget, &h, d) < 0) return 0;
+    for (int i = 0; i < 2; i++)
+        if (d[i].effective || d[i].permitted || d[i].inheritable) return 0;
+    for (uint32_t c = 0; c <= cap_last; c++) {
+        if (prctl(PR_CAPBSET_READ, c, 0, 0, 0) != 0) return 0;
+        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, c, 0, 0) > 0) return 0;
+    }
+    return prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1;
+}
+
+// ---------------------------------------------------------------------------------------
+// The payload (pid 2)
+
+__attribute__((noreturn)) static void payload_main(const struct ahl_plan *p, int rep) {
+    if (setsid() < 0) fail(rep, AHL_STAGE_STDIO, 0);
+    for (int i = 0; i < 3; i++)
+        if (p->stdio[i] >= 0 && p->stdio[i] != i && dup2(p->stdio[i], i) < 0) fail(rep, AHL_STAGE_STDIO, i);
+    int keep[4] = {0, 1, 2, rep};
+    close_all_except(keep, 4);
+
+    for (uint32_t i = 0; i < p->n_rlimits; i++) {
+        struct rlimit rl = {(rlim_t)p->rlimits[i].soft, (rlim_t)p->rlimits[i].hard};
+        if (setrlimit((__rlimit_resource_t)p->rlimits[i].resource, &rl) < 0) fail(rep, AHL_STAGE_RLIMIT, (int32_t)i);
+    }
+    if (chdir(p->cwd) < 0) fail(rep, AHL_STAGE_CHDIR, 0);
+
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) fail(rep, AHL_STAGE_NO_NEW_PRIVS, 0);
+    if (drop_all_caps(p->cap_last, 1) < 0) fail(rep, AHL_STAGE_DROP_CAPS, 0);
+    if (!caps_are_empty(p->cap_last)) { errno = EPERM; fail(rep, AHL_STAGE_VERIFY_CAPS, 0); }
+
+    sigset_t none;
+    sigemptyset(&none);
+    (void)sigprocmask(SIG_SETMASK, &none, NULL);
+
+    // Last before exec, so the filter never has to allow the setup above.
+    if (p->bpf_len) {
+        struct sock_fprog prog = {(unsigned short)p->bpf_len, (struct sock_filter *)p->bpf};
+        long lfd = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER,
+                           SECCOMP_FILTER_FLAG_NEW_LISTENER | p->seccomp_flags, &prog);
+        if (lfd < 0) fail(rep, AHL_STAGE_SECCOMP, 0);
+        if (send_fd(rep, (int)lfd) < 0) fail(rep, AHL_STAGE_SEND_LISTENER, 0);
+        close((int)lfd);
+    }
+
+    const char *file = p->argv[0];
+    int err = ENOENT;
+    if (strchr(file, '/')) {
+        execve(file, (char *const *)p->argv, (char *const *)p->envp);
+        err = errno;
+    } else {
+        int saw_eacces = 0;
+        const char *sp = p->search_path ? p->search_path : "/usr/bin:/bin";
+        char buf[4096];
+        size_t fl = strlen(file);
+        while (1) {
+            const char *e = strchr(sp, ':');
+            size_t dl = e ? (size_t)(e - sp) : strlen(sp);
+            if (dl + fl + 2 <= sizeof buf) {
+                size_t k = 0;
+                if (dl == 0) buf[k++] = '.';
+                else { memcpy(buf, sp, dl); k = dl; }
+                buf[k++] = '/';
+                memcpy(buf + k, file, fl + 1);
+                execve(buf, (char *const *)p->argv, (char *const *)p->envp);
+                if (errno == EACCES) saw_eacces = 1;
+                else if (errno != ENOENT && errno != ENOTDIR) { err = errno; saw_eacces = 0; break; }
+            }
+            if (!e) break;
+            sp = e + 1;
+        }
+        if (saw_eacces) err = EACCES;
+    }
+    send_msg(rep, AHL_MSG_EXEC_ERROR, 0, err, 0, 0);
+    _exit(err == ENOENT || err == ENOTDIR ? 127 : 126);
+}
+
+// ---------------------------------------------------------------------------------------
+// init (pid 1)
+
+__attribute__((noreturn)) static void init_main(const struct ahl_plan *p, int rep, int life, const int *trees, const int *device_trees) {
+    // If the monitor dies, so does the sandbox (init's death kills the namespace). The pipe
+    // below covers the window before this prctl takes effect.
+    (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+
+    setup_filesystem(p, rep, trees, device_trees);
+    for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++) close(device_trees[i]);
+    if (p->hostname && sethostname(p->hostname, strlen(p->hostname)) < 0) fail(rep, AHL_STAGE_HOSTNAME, 0);
+    if (p->loopback_up && loopback_up() < 0) fail(rep, AHL_STAGE_LOOPBACK, 0);
+
+    sigset_t all;
+    sigfillset(&all);
+    int sfd = signalfd(-1, &all, SFD_CLOEXEC);
+    if (sfd < 0) fail(rep, AHL_STAGE_SIGNALFD, 0);
+
+    pid_t child = fork();
+    if (child < 0) fail(rep, AHL_STAGE_FORK_PAYLOAD, 0);
+    if (child == 0) {
+        close(sfd);
+        close(life);
+        payload_main(p, rep);
+    }
+    send_msg(rep, AHL_MSG_STARTED, 0, 0, child, 0);
+
+    // init keeps nothing the payload could borrow: no capabilities, not dumpable (so its
+    // memory cannot be opened through /proc/1/mem), no new privileges.
+    (void)prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+    (void)drop_all_caps(p->cap_last, 1);
+    (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+
+    struct pollfd fds[2] = {{sfd, POLLIN, 0}, {life, POLLIN, 0}};
+    for (;;) {
+        int n = poll(fds, 2, -1);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            _exit(SETUP_FAILED);
+        }
+        if (fds[1].revents) _exit(SETUP_FAILED);  // monitor gone: take the sandbox down
+        if (fds[0].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            if (read(sfd, &si, sizeof si) != sizeof si) continue;
+            if (si.ssi_signo == SIGCHLD) {
+                int st;
+                pid_t w;
+                while ((w = waitpid(-1, &st, WNOHANG)) > 0) {
+                    if (w == child) {
+                        send_msg(rep, AHL_MSG_EXIT, 0, 0, 0, st);
+                        // Exiting kills every process left in the namespace, including
+                        // daemonised grandchildren.
+                        _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+                    }
+                }
+            } else {
+                (void)kill(child, (int)si.ssi_signo);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// monitor (host pid namespace)
+
+__attribute__((noreturn)) static void monitor_main(const struct ahl_plan *p, int rep, int ctl) {
+    reset_signal_dispositions();
+    // Out of the caller's session: a terminal's ^C goes to the supervisor, which forwards it
+    // exactly once, rather than to every process of the sandbox.
+    (void)setsid();
+    int keep[5] = {rep, ctl, p->stdio[0], p->stdio[1], p->stdio[2]};
+    // stdio 0-2 of the supervisor are inherited when the plan does not override them.
+    int keep_all[8] = {0, 1, 2, keep[0], keep[1], keep[2], keep[3], keep[4]};
+    close_all_except(keep_all, 8);
+
+    // Bind sources and device nodes are cloned now, as host root in the host's mount
+    // namespace; init attaches the detached trees once the new root exists.
+    int *trees = p->scratch_fds;
+    int *device_trees = p->scratch_fds + p->n_mounts;
+    for (uint32_t i = 0; i < p->n_mounts; i++) {
+        trees[i] = -1;
+        if (p->mounts[i].kind == AHL_MOUNT_BIND && (trees[i] = open_source(&p->mounts[i])) < 0)
+            fail(rep, AHL_STAGE_OPEN_SOURCE, (int32_t)i);
+    }
+    for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++)
+        if ((device_trees[i] = open_device(device_nodes[i])) < 0) fail(rep, AHL_STAGE_OPEN_DEVICE, (int32_t)i);
+
+    // Host supplementary groups (e.g. gid 0) would otherwise stay attached to every
+    // sandboxed process as unmapped-but-effective groups. Drop them while still privileged.
+    if (setgroups(0, NULL) < 0) fail(rep, AHL_STAGE_SETGROUPS, 0);
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS) < 0)
+        fail(rep, AHL_STAGE_UNSHARE, 0);
+    send_msg(rep, AHL_MSG_UNSHARED, 0, 0, 0, 0);
+
+    char go = 0;
+    ssize_t n;
+    do {
+        n = read(ctl, &go, 1);
+    } while (n < 0 && errno == EINTR);
+    if (n != 1 || go != AHL_CTL_GO) { errno = ECANCELED; fail(rep, AHL_STAGE_WAIT_MAPS, 0); }
+
+    if (setresgid(p->gid, p->gid, p->gid) < 0 || setresuid(p->uid, p->uid, p->uid) < 0)
+        fail(rep, AHL_STAGE_SETID, 0);
+    // After the supervisor moved us into the sandbox cgroups, so they become its root.
+    if (unshare(CLONE_NEWCGROUP) < 0) fail(rep, AHL_STAGE_UNSHARE_CGROUP, 0);
+
+    int life[2];
+    if (pipe2(life, O_CLOEXEC) < 0) fail(rep, AHL_STAGE_FORK_INIT, 0);
+    pid_t init = fork();
+    if (init < 0) fail(rep, AHL_STAGE_FORK_INIT, 0);
+    if (init == 0) {
+        close(life[1]);
+        close(ctl);
+        init_main(p, rep, life[0], trees, device_trees);
+    }
+    close(life[0]);
+    send_msg(rep, AHL_MSG_INIT_PID, 0, 0, 0, init);
+
+    int pfd = (int)syscall(SYS_pidfd_open, init, 0);
+    struct pollfd fds[2] = {{pfd, POLLIN, 0}, {ctl, POLLIN, 0}};
+    int nfds = 2;
+    for (;;) {
+        int r = poll(fds, (nfds_t)nfds, -1);
+        if (r < 0 && errno != EINTR) break;
+        if (r <= 0) continue;
+        if (fds[0].revents) break;
+        if (nfds == 2 && fds[1].revents) {
+            unsigned char buf[32];
+            ssize_t k = read(ctl, buf, sizeof buf);
+            if (k <= 0) {
+                // The supervisor is gone or gave up: the sandbox must not outlive it.
+                (void)kill(init, SIGKILL);
+                nfds = 1;
+                continue;
+            }
+            for (ssize_t i = 0; i < k; i++) {
+                if (buf[i] == AHL_CTL_KILL) (void)kill(init, SIGKILL);
+                else if (buf[i] >= 1 && buf[i] < 65) (void)kill(init, buf[i]);
+            }
+        }
+    }
+    int st = 0;
+    while (waitpid(init, &st, 0) < 0 && errno == EINTR) {}
+    _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+}
+
+// ---------------------------------------------------------------------------------------
+
+int ahl_spawn(const struct ahl_plan *plan, struct ahl_child *out) {
+    int rep[2], ctl[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, rep) < 0) return errno;
+    // A socket rather than a pipe: the supervisor can send with MSG_NOSIGNAL after the
+    // monitor is gone, and closing its end still reads as EOF here.
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl) < 0) {
+        int e = errno;
+        close(rep[0]);
+        close(rep[1]);
+        return e;
+    }
+    // Signals stay blocked in the children until the payload's last step, so a handler the
+    // runtime installed can never run in a half-built process.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(rep[0]);
+        close(ctl[1]);
+        monitor_main(plan, rep[1], ctl[0]);
+    }
+    int e = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    close(rep[1]);
+    close(ctl[0]);
+    if (pid < 0) {
+        close(rep[0]);
+        close(ctl[1]);
+        return e;
+    }
+    out->pid = pid;
+    out->report_fd = rep[0];
+    out->control_fd = ctl[1];
+    return 0;
+}

@@ -1,0 +1,11 @@
+// Small helpers Swift cannot express through the Glibc module (hidden or variadic
+// declarations). Nothing here runs between fork and exec.
+#include "ahl_util.h"
+
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+int ahl_memfd(const char *name) { return memfd_create(name, MFD_CLOEXEC); }
+
+int ahl_pidfd_open(pid_t pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }

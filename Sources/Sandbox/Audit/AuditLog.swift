@@ -1,0 +1,160 @@
+import Glibc
+
+/// Something the sandbox refused or stopped, as the supervisor saw it.
+public struct AuditEvent: Sendable, Equatable {
+    public enum Kind: String, Sendable {
+        /// A syscall outside the allowlist (or with a refused argument) was attempted.
+        case syscall
+        /// The wall-clock timeout expired and the whole tree was killed.
+        case timeout
+        /// The memory controller killed a process of the sandbox.
+        case memoryLimit = "memory_limit"
+        /// A fork/clone failed because of the pids limit.
+        case pidsLimit = "pids_limit"
+    }
+
+    public var time: String
+    public var sandbox: String
+    public var kind: Kind
+    /// Syscall name (`ptrace`, `i386:getpid`, `x32:getpid`) or a short detail for other kinds.
+    public var name: String
+    public var number: Int32?
+    /// Host pid of the process that made the call.
+    public var pid: Int32?
+    /// The same process's pid inside the sandbox.
+    public var sandboxPID: Int32?
+    public var arguments: [UInt64]
+    /// "EPERM", "ENOSYS" or "kill".
+    public var action: String
+
+    public init(time: String = AuditEvent.now(), sandbox: String, kind: Kind, name: String, number: Int32? = nil,
+                pid: Int32? = nil, sandboxPID: Int32? = nil, arguments: [UInt64] = [], action: String) {
+        self.time = time
+        self.sandbox = sandbox
+        self.kind = kind
+        self.name = name
+        self.number = number
+        self.pid = pid
+        self.sandboxPID = sandboxPID
+        self.arguments = arguments
+        self.action = action
+    }
+
+    /// One JSON object, no trailing newline.
+    public var jsonLine: String {
+        var f: [String] = [
+            "\"time\":\(json(time))", "\"sandbox\":\(json(sandbox))", "\"event\":\(json(kind.rawValue))",
+            "\"name\":\(json(name))",
+        ]
+        if let number { f.append("\"nr\":\(number)") }
+        if let pid { f.append("\"pid\":\(pid)") }
+        if let sandboxPID { f.append("\"sandbox_pid\":\(sandboxPID)") }
+        if !arguments.isEmpty {
+            f.append("\"args\":[" + arguments.map { "\"0x\(String($0, radix: 16))\"" }.joined(separator: ",") + "]")
+        }
+        f.append("\"action\":\(json(action))")
+        return "{" + f.joined(separator: ",") + "}"
+    }
+
+    /// UTC, RFC 3339 with milliseconds.
+    public static func now() -> String {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        var t = ts.tv_sec
+        var tmv = tm()
+        gmtime_r(&t, &tmv)
+        func p(_ v: Int32, _ w: Int) -> String {
+            let s = String(v)
+            return String(repeating: "0", count: max(0, w - s.count)) + s
+        }
+        return "\(p(tmv.tm_year + 1900, 4))-\(p(tmv.tm_mon + 1, 2))-\(p(tmv.tm_mday, 2))T\(p(tmv.tm_hour, 2)):\(p(tmv.tm_min, 2)):\(p(tmv.tm_sec, 2)).\(p(Int32(ts.tv_nsec / 1_000_000), 3))Z"
+    }
+}
+
+/// JSON string literal for `s`.
+func json(_ s: String) -> String {
+    var out = "\""
+    for u in s.unicodeScalars {
+        switch u {
+        case "\"": out += "\\\""
+        case "\\": out += "\\\\"
+        case "\n": out += "\\n"
+        case "\r": out += "\\r"
+        case "\t": out += "\\t"
+        case _ where u.value < 0x20:
+            let h = String(u.value, radix: 16)
+            out += "\\u" + String(repeating: "0", count: 4 - h.count) + h
+        default: out.unicodeScalars.append(u)
+        }
+    }
+    return out + "\""
+}
+
+/// Appends audit events to a JSON Lines file (one `write` per event, O_APPEND, so several
+/// sandboxes may share one file) and keeps them for the end-of-run summary.
+public final class AuditLog: @unchecked Sendable {
+    private let fd: Int32
+    public let path: String?
+    private let lock = Mutex()
+    private var _events: [AuditEvent] = []
+    private var counts: [String: Int] = [:]
+    /// Events beyond this many are counted but not kept in memory (a tight loop of denied
+    /// calls must not exhaust the supervisor).
+    public var memoryCap = 10_000
+
+    /// A log that keeps events in memory only.
+    public init() {
+        fd = -1
+        path = nil
+    }
+
+    /// A log that also appends to `path` (created 0600 if missing).
+    public init(path: String) throws(SandboxError) {
+        let f = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+        guard f >= 0 else { throw SandboxError(.io, "audit file \(path): \(String(cString: strerror(errno)))", errno: errno) }
+        fd = f
+        self.path = path
+    }
+
+    deinit { if fd >= 0 { close(fd) } }
+
+    public func record(_ e: AuditEvent) {
+        lock.withLock {
+            counts["\(e.kind == .syscall ? "" : e.kind.rawValue + ":")\(e.name)", default: 0] += 1
+            if _events.count < memoryCap { _events.append(e) }
+            if fd >= 0 {
+                let line = e.jsonLine + "\n"
+                _ = line.withCString { write(fd, $0, strlen($0)) }
+            }
+        }
+    }
+
+    public var events: [AuditEvent] { lock.withLock { _events } }
+
+    /// `ptrace ×1, bpf ×2` in first-seen order of names.
+    public func summary(for sandbox: String? = nil) -> (count: Int, text: String) {
+        lock.withLock {
+            var order: [String] = []
+            var n: [String: Int] = [:]
+            for e in _events where sandbox == nil || e.sandbox == sandbox {
+                let k = e.kind == .syscall ? e.name : e.kind.rawValue
+                if n[k] == nil { order.append(k) }
+                n[k, default: 0] += 1
+            }
+            let total = n.values.reduce(0, +)
+            return (total, order.map { "\($0) ×\(n[$0]!)" }.joined(separator: ", "))
+        }
+    }
+}
+
+/// A pthread mutex (the library avoids Foundation on the launch path).
+final class Mutex: @unchecked Sendable {
+    private var m = pthread_mutex_t()
+    init() { pthread_mutex_init(&m, nil) }
+    deinit { pthread_mutex_destroy(&m) }
+    func withLock<T>(_ body: () throws -> T) rethrows -> T {
+        pthread_mutex_lock(&m)
+        defer { pthread_mutex_unlock(&m) }
+        return try body()
+    }
+}

@@ -1,0 +1,432 @@
+import CSandboxLaunch
+import CSeccomp
+import Glibc
+import Logging
+import SandboxPolicy
+
+/// How a sandboxed command ended.
+public struct SandboxResult: Sendable {
+    public enum Termination: Sendable, Equatable {
+        case exited(Int32)
+        case signaled(Int32)
+        /// `limits.timeout` expired; the whole tree was killed.
+        case timedOut
+        /// A setup stage failed; `message` reads like `mount /proc: Operation not permitted`.
+        case setupFailed(message: String, errno: Int32)
+        /// execve failed (ENOENT → 127, anything else → 126).
+        case execFailed(errno: Int32)
+    }
+
+    public var sandboxID: String
+    public var termination: Termination
+    /// The command's exit status by the conventions of `timeout(1)`/`env(1)`: its own code,
+    /// 128+N for signal N, 124 timeout, 125 setup failure, 126 not executable, 127 not found.
+    public var exitCode: Int32 {
+        switch termination {
+        case .exited(let c): return c
+        case .signaled(let s): return 128 + s
+        case .timedOut: return 124
+        case .setupFailed: return 125
+        case .execFailed(let e): return e == ENOENT || e == ENOTDIR ? 127 : 126
+        }
+    }
+    /// Refusals recorded for this sandbox.
+    public var violations: [AuditEvent]
+    public var memoryLimitHit: Bool
+    public var pidsLimitHit: Bool
+    public var enforcement: [LimitEnforcement]
+    /// Anything the supervisor could not clean up (cgroup paths). Empty on success.
+    public var leftovers: [String]
+    /// pid of the payload inside the sandbox (normally 2).
+    public var payloadSandboxPID: Int32?
+}
+
+public struct RunOptions: @unchecked Sendable {
+    public var audit: AuditLog
+    public var logger: Logger
+    /// Continue when a requested cgroup limit cannot be enforced (it is logged as NOT
+    /// ENFORCED). Off by default: limits fail closed.
+    public var allowUnenforcedLimits = false
+    /// Supervisor fds for the payload's stdin/stdout/stderr (-1: inherit).
+    public var stdio: (Int32, Int32, Int32) = (-1, -1, -1)
+    /// Read end of a pipe; each byte written to it is a signal number to forward to the
+    /// payload (how the CLI passes on ^C and SIGTERM).
+    public var signalFD: Int32 = -1
+
+    public init(audit: AuditLog = AuditLog(), logger: Logger = Logger(label: "autoharness.sandbox")) {
+        self.audit = audit
+        self.logger = logger
+    }
+}
+
+/// Runs launch plans. `run` blocks its thread until the sandbox is gone and cleaned up;
+/// call it from a dedicated thread, never from a cooperative-pool task.
+public enum SandboxRunner {
+    public static func run(_ plan: LaunchPlan, options: RunOptions) throws(SandboxError) -> SandboxResult {
+        guard geteuid() == 0 else {
+            throw SandboxError(.notPrivileged, "sandboxes need root (CAP_SYS_ADMIN, CAP_SETUID, CAP_SETGID in the initial namespaces) to build namespaces and write id maps")
+        }
+        let log = options.logger
+        let cgroup = try SandboxCgroup(id: plan.sandboxID, limits: plan.limits, allowUnenforced: options.allowUnenforcedLimits)
+        var enforcement = cgroup.enforcement
+        for r in plan.rlimits { enforcement.append(.init(limit: r.name, value: String(r.value), mechanism: "rlimit (per process)")) }
+        if let t = plan.limits.timeoutSeconds { enforcement.append(.init(limit: "timeout", value: "\(t)s", mechanism: "supervisor kills the pid namespace")) }
+        log.debug("sandbox \(plan.sandboxID): policy \(plan.policyName); limits: \(enforcement.map(\.description).joined(separator: "; "))")
+
+        let storage = CPlan(plan, stdio: options.stdio)
+        var child = ahl_child()
+        let rc = withUnsafePointer(to: &storage.plan) { ahl_spawn($0, &child) }
+        guard rc == 0 else {
+            cgroup.remove()
+            throw SandboxError(.launch, "fork: \(String(cString: strerror(rc)))", errno: rc)
+        }
+        var session = Session(plan: plan, child: child, cgroup: cgroup, options: options)
+        let result = session.supervise()
+        var r = result
+        r.enforcement = enforcement
+        withExtendedLifetime(storage) {}
+        return r
+    }
+}
+
+/// One running sandbox, seen from the supervisor.
+private struct Session {
+    let plan: LaunchPlan
+    let child: ahl_child
+    let cgroup: SandboxCgroup
+    let options: RunOptions
+
+    var notifyFD: Int32 = -1
+    var setupError: (stage: Int32, errno: Int32, index: Int32)?
+    var execErrno: Int32?
+    var waitStatus: Int32?
+    var timedOut = false
+    var killed = false
+    var payloadPID: Int32?
+
+    init(plan: LaunchPlan, child: ahl_child, cgroup: SandboxCgroup, options: RunOptions) {
+        self.plan = plan
+        self.child = child
+        self.cgroup = cgroup
+        self.options = options
+    }
+
+    mutating func supervise() -> SandboxResult {
+        var ownError: String?
+        if let err = handshake() {
+            ownError = err
+            sendControl(UInt8(AHL_CTL_KILL))
+        }
+        eventLoop()
+        var status: Int32 = 0
+        while waitpid(child.pid, &status, 0) < 0 && errno == EINTR {}
+        if notifyFD >= 0 { close(notifyFD) }
+        close(child.report_fd)
+        close(child.control_fd)
+
+        let memHit = cgroup.memoryLimitHit()
+        let pidsHit = cgroup.pidsLimitHit()
+        if memHit { record(.memoryLimit, "memory limit reached; the kernel killed a process", action: "kill") }
+        if pidsHit { record(.pidsLimit, "pids limit reached; fork/clone failed", action: "EAGAIN") }
+        let leftovers = cgroup.remove()
+
+        let termination: SandboxResult.Termination
+        if let ownError {
+            termination = .setupFailed(message: ownError, errno: 0)
+        } else if timedOut {
+            termination = .timedOut
+        } else if let e = setupError {
+            termination = .setupFailed(message: describe(stage: e.stage, index: e.index) + ": " + String(cString: strerror(e.errno)), errno: e.errno)
+        } else if let e = execErrno {
+            termination = .execFailed(errno: e)
+        } else if let st = waitStatus {
+            termination = (st & 0x7f) == 0 ? .exited((st >> 8) & 0xff) : .signaled(st & 0x7f)
+        } else if (status & 0x7f) == 0 {
+            // The monitor ended without a report from init (e.g. init was killed).
+            termination = .setupFailed(message: "sandbox init ended without reporting (monitor status \((status >> 8) & 0xff))", errno: 0)
+        } else {
+            termination = .signaled(status & 0x7f)
+        }
+        return SandboxResult(
+            sandboxID: plan.sandboxID, termination: termination,
+            violations: options.audit.events.filter { $0.sandbox == plan.sandboxID },
+            memoryLimitHit: memHit, pidsLimitHit: pidsHit, enforcement: [], leftovers: leftovers,
+            payloadSandboxPID: payloadPID)
+    }
+
+    /// Waits for the monitor to unshare, writes the id maps and joins the cgroups, then lets
+    /// it continue. Returns a message if the sandbox must be abandoned.
+    mutating func handshake() -> String? {
+        switch nextMessage(timeoutMS: 10_000) {
+        case .message(let m) where m.kind == AHL_MSG_UNSHARED.rawValue:
+            break
+        case .message(let m):
+            handle(m, fd: -1)
+            return nil  // a setup error already reported by the child
+        case .eof, .timeout:
+            return "sandbox monitor did not start"
+        }
+        let pid = child.pid
+        let id = plan.identity
+        do throws(SandboxError) {
+            // setgroups must be denied before gid_map is written; the maps give the sandbox
+            // exactly one uid and one gid, both unprivileged on the host.
+            try SandboxCgroup.write("/proc/\(pid)/setgroups", "deny")
+            try SandboxCgroup.write("/proc/\(pid)/uid_map", "\(id.uid) \(id.hostUID) 1\n")
+            try SandboxCgroup.write("/proc/\(pid)/gid_map", "\(id.gid) \(id.hostGID) 1\n")
+            try cgroup.attach(pid: pid)
+        } catch {
+            return "id maps / cgroups: \(error.message)"
+        }
+        sendControl(UInt8(AHL_CTL_GO))
+        return nil
+    }
+
+    mutating func eventLoop() {
+        let deadline = plan.limits.timeoutSeconds.map { monotonicNow() + $0 }
+        var reportOpen = true
+        var req: UnsafeMutablePointer<seccomp_notif>?
+        var resp: UnsafeMutablePointer<seccomp_notif_resp>?
+        _ = seccomp_notify_alloc(&req, &resp)
+        defer { seccomp_notify_free(req, resp) }
+        var signalOpen = options.signalFD >= 0
+
+        while reportOpen || notifyFD >= 0 {
+            var fds: [pollfd] = []
+            if reportOpen { fds.append(pollfd(fd: child.report_fd, events: Int16(POLLIN), revents: 0)) }
+            if notifyFD >= 0 { fds.append(pollfd(fd: notifyFD, events: Int16(POLLIN), revents: 0)) }
+            if signalOpen { fds.append(pollfd(fd: options.signalFD, events: Int16(POLLIN), revents: 0)) }
+            var timeout: Int32 = -1
+            if let deadline, !timedOut {
+                let left = deadline - monotonicNow()
+                if left <= 0 {
+                    timedOut = true
+                    record(.timeout, "timeout after \(plan.limits.timeoutSeconds!)s; killed the sandbox", action: "kill")
+                    sendControl(UInt8(AHL_CTL_KILL))
+                    continue
+                }
+                timeout = Int32(min(left * 1000 + 1, 60_000))
+            }
+            let n = poll(&fds, nfds_t(fds.count), timeout)
+            if n < 0 && errno != EINTR { break }
+            if n <= 0 { continue }
+            for p in fds where p.revents != 0 {
+                if p.fd == child.report_fd {
+                    var m = ahl_msg()
+                    var fd: Int32 = -1
+                    let got = ahl_recv_msg(child.report_fd, &m, &fd)
+                    if got <= 0 { reportOpen = false } else { handle(m, fd: fd) }
+                } else if p.fd == notifyFD {
+                    if p.revents & Int16(POLLIN) != 0, let req, let resp {
+                        answerNotification(req, resp)
+                    } else if p.revents & Int16(POLLHUP | POLLERR) != 0 {
+                        close(notifyFD)
+                        notifyFD = -1
+                    }
+                } else if p.fd == options.signalFD {
+                    var b: UInt8 = 0
+                    if read(options.signalFD, &b, 1) == 1 { sendControl(b) } else { signalOpen = false }
+                }
+            }
+        }
+    }
+
+    mutating func handle(_ m: ahl_msg, fd: Int32) {
+        switch UInt32(m.kind) {
+        case AHL_MSG_LISTENER.rawValue:
+            if notifyFD >= 0 { close(notifyFD) }
+            notifyFD = fd
+        case AHL_MSG_SETUP_ERROR.rawValue:
+            setupError = (m.stage, m.err, m.index)
+        case AHL_MSG_EXEC_ERROR.rawValue:
+            execErrno = m.err
+        case AHL_MSG_EXIT.rawValue:
+            waitStatus = Int32(truncatingIfNeeded: m.value)
+        case AHL_MSG_STARTED.rawValue:
+            payloadPID = m.index
+        default:
+            if fd >= 0 { close(fd) }
+        }
+    }
+
+    /// Reports a refused syscall and answers it. The payload's thread is blocked in the
+    /// kernel until this reply, so it never proceeds past a refused call.
+    mutating func answerNotification(_ req: UnsafeMutablePointer<seccomp_notif>, _ resp: UnsafeMutablePointer<seccomp_notif_resp>) {
+        memset(req, 0, MemoryLayout<seccomp_notif>.size)
+        guard seccomp_notify_receive(notifyFD, req) == 0 else { return }  // the caller died meanwhile
+        let d = req.pointee.data
+        let native = SeccompCompiler.isNative(arch: d.arch, nr: d.nr)
+        let name = SeccompCompiler.name(nr: d.nr, arch: d.arch)
+        let refusal = plan.filter.refusal(nr: d.nr, nativeArch: native)
+        let args = [d.args.0, d.args.1, d.args.2, d.args.3, d.args.4, d.args.5]
+        var routine = false
+        if native && name == "clone3" {
+            // glibc tries clone3 before clone for every thread; only a clone3 asking for new
+            // namespaces is an attempt worth reporting. The flags live in user memory.
+            let flags = readWord(pid: req.pointee.pid, address: args[0])
+            routine = flags.map { $0 & ArgumentRules.namespaceFlags == 0 } ?? false
+        }
+        if !routine {
+            record(.syscall, name, number: d.nr, pid: Int32(bitPattern: req.pointee.pid),
+                   sandboxPID: sandboxPID(of: Int32(bitPattern: req.pointee.pid)), arguments: args,
+                   action: refusal.map { ErrnoName.name($0) } ?? "kill")
+        }
+        resp.pointee.id = req.pointee.id
+        resp.pointee.val = 0
+        resp.pointee.flags = 0
+        resp.pointee.error = -(refusal ?? EPERM)
+        _ = seccomp_notify_respond(notifyFD, resp)
+        if refusal == nil && !killed {
+            killed = true
+            sendControl(UInt8(AHL_CTL_KILL))
+        }
+    }
+
+    mutating func record(_ kind: AuditEvent.Kind, _ name: String, number: Int32? = nil, pid: Int32? = nil,
+                         sandboxPID: Int32? = nil, arguments: [UInt64] = [], action: String) {
+        options.audit.record(AuditEvent(sandbox: plan.sandboxID, kind: kind, name: name, number: number, pid: pid,
+                                        sandboxPID: sandboxPID, arguments: arguments, action: action))
+    }
+
+    func sendControl(_ byte: UInt8) {
+        var b = byte
+        _ = send(child.control_fd, &b, 1, Int32(MSG_NOSIGNAL))
+    }
+
+    enum Next { case message(ahl_msg), eof, timeout }
+
+    mutating func nextMessage(timeoutMS: Int32) -> Next {
+        var p = pollfd(fd: child.report_fd, events: Int16(POLLIN), revents: 0)
+        var r: Int32
+        repeat { r = poll(&p, 1, timeoutMS) } while r < 0 && errno == EINTR
+        guard r > 0 else { return .timeout }
+        var m = ahl_msg()
+        var fd: Int32 = -1
+        guard ahl_recv_msg(child.report_fd, &m, &fd) > 0 else { return .eof }
+        if fd >= 0 { close(fd) }
+        return .message(m)
+    }
+
+    func describe(stage: Int32, index: Int32) -> String {
+        let name = String(cString: ahl_stage_name(stage))
+        if stage == AHL_STAGE_MOUNT_ENTRY.rawValue || stage == AHL_STAGE_OPEN_SOURCE.rawValue,
+           index >= 0, Int(index) < plan.mounts.count {
+            let m = plan.mounts[Int(index)]
+            return "\(name) \(m.summary) (\(m.origin))"
+        }
+        if stage == AHL_STAGE_RLIMIT.rawValue, index >= 0, Int(index) < plan.rlimits.count {
+            return "\(name) \(plan.rlimits[Int(index)].name)"
+        }
+        if stage == AHL_STAGE_CHDIR.rawValue { return "\(name) \(plan.workingDirectory)" }
+        return name
+    }
+}
+
+/// The sandbox-namespace pid of a host pid (last field of NSpid), if still readable.
+func sandboxPID(of pid: Int32) -> Int32? {
+    for line in readText("/proc/\(pid)/status").split(separator: "\n") where line.hasPrefix("NSpid:") {
+        return line.split(whereSeparator: { $0 == "\t" || $0 == " " }).last.flatMap { Int32($0) }
+    }
+    return nil
+}
+
+/// Reads 8 bytes of another process's memory (for reporting only; never trusted).
+func readWord(pid: UInt32, address: UInt64) -> UInt64? {
+    let fd = open("/proc/\(pid)/mem", O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    var v: UInt64 = 0
+    let n = pread(fd, &v, 8, off_t(Int64(bitPattern: address)))
+    return n == 8 ? v : nil
+}
+
+func monotonicNow() -> Double {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+}
+
+/// The C view of a plan. Every pointer the forked children read is allocated here, before
+/// the fork, and freed only after the sandbox is gone.
+final class CPlan {
+    var plan = ahl_plan()
+    private var strings: [UnsafeMutablePointer<CChar>] = []
+    private var argv: UnsafeMutablePointer<UnsafePointer<CChar>?>
+    private var envp: UnsafeMutablePointer<UnsafePointer<CChar>?>
+    private var mounts: UnsafeMutablePointer<ahl_mount>
+    private var rlimits: UnsafeMutablePointer<ahl_rlimit>
+    private var bpf: UnsafeMutableRawPointer
+    private var scratch: UnsafeMutablePointer<Int32>
+
+    init(_ p: LaunchPlan, stdio: (Int32, Int32, Int32)) {
+        argv = .allocate(capacity: p.command.count + 1)
+        envp = .allocate(capacity: p.environment.count + 1)
+        mounts = .allocate(capacity: max(1, p.mounts.count))
+        rlimits = .allocate(capacity: max(1, p.rlimits.count))
+        bpf = .allocate(byteCount: max(8, p.filter.bpf.count), alignment: 8)
+        scratch = .allocate(capacity: p.mounts.count + Int(AHL_DEVICE_COUNT))
+        func c(_ s: String) -> UnsafePointer<CChar> {
+            let d = strdup(s)!
+            strings.append(d)
+            return UnsafePointer(d)
+        }
+        for (i, a) in p.command.enumerated() { argv[i] = c(a) }
+        argv[p.command.count] = nil
+        for (i, e) in p.environment.enumerated() { envp[i] = c(e) }
+        envp[p.environment.count] = nil
+        for (i, m) in p.mounts.enumerated() {
+            var cm = ahl_mount()
+            cm.dest = c(m.destination)
+            switch m.kind {
+            case .bind(let source, let readOnly, let device, let inode, let isDirectory):
+                cm.kind = AHL_MOUNT_BIND.rawValue
+                cm.source = c(source)
+                cm.flags = (readOnly ? UInt32(AHL_MOUNT_READONLY) : 0) | (isDirectory ? UInt32(AHL_MOUNT_SOURCE_DIR) : 0)
+                cm.dev = device
+                cm.ino = inode
+            case .tmpfs(let size, let mode):
+                cm.kind = AHL_MOUNT_TMPFS.rawValue
+                cm.size = size
+                cm.mode = mode
+            case .hide:
+                cm.kind = AHL_MOUNT_HIDE.rawValue
+            case .symlink(let target):
+                cm.kind = AHL_MOUNT_SYMLINK.rawValue
+                cm.source = c(target)
+            }
+            mounts[i] = cm
+        }
+        for (i, r) in p.rlimits.enumerated() { rlimits[i] = ahl_rlimit(resource: r.resource, soft: r.value, hard: r.value) }
+        p.filter.bpf.withUnsafeBytes { bpf.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+
+        plan.argv = UnsafePointer(argv)
+        plan.envp = UnsafePointer(envp)
+        plan.search_path = c(p.searchPath)
+        plan.cwd = c(p.workingDirectory)
+        plan.hostname = c(p.identity.hostname)
+        plan.uid = p.identity.uid
+        plan.gid = p.identity.gid
+        plan.mounts = UnsafePointer(mounts)
+        plan.n_mounts = UInt32(p.mounts.count)
+        plan.rlimits = UnsafePointer(rlimits)
+        plan.n_rlimits = UInt32(p.rlimits.count)
+        plan.bpf = UnsafeRawPointer(bpf)
+        plan.bpf_len = UInt32(p.filter.instructionCount)
+        plan.seccomp_flags = 0
+        plan.loopback_up = p.network.mode == .none ? 0 : 1
+        plan.stdio = (stdio.0, stdio.1, stdio.2)
+        plan.cap_last = UInt32(Capabilities.lastCap)
+        plan.root_size = 4 << 20
+        plan.scratch_fds = scratch
+    }
+
+    deinit {
+        for s in strings { free(s) }
+        argv.deallocate()
+        envp.deallocate()
+        mounts.deallocate()
+        rlimits.deallocate()
+        bpf.deallocate()
+        scratch.deallocate()
+    }
+}

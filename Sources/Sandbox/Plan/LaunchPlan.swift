@@ -1,0 +1,235 @@
+import Glibc
+import SandboxPolicy
+
+/// A policy compiled against this host: every bind source resolved and identified by
+/// device/inode, mounts ordered parents-first, the environment built, the seccomp program
+/// exported. The launcher consumes this and nothing else.
+public struct LaunchPlan: Sendable {
+    public struct Mount: Sendable, Equatable {
+        public enum Kind: Sendable, Equatable {
+            case bind(source: String, readOnly: Bool, device: UInt64, inode: UInt64, isDirectory: Bool)
+            case tmpfs(size: UInt64, mode: UInt32)
+            case hide
+            case symlink(target: String)
+        }
+        public var kind: Kind
+        public var destination: String
+        /// Where the entry came from: `file:line` of the policy, or the command-line flag.
+        public var origin: String
+
+        public var summary: String {
+            switch kind {
+            case .bind(let s, let ro, _, _, _): return "\(ro ? "ro" : "rw") \(s) -> \(destination)"
+            case .tmpfs(let size, let mode):
+                return "tmpfs \(destination) (size \(ByteSize.format(size)), mode \(String(mode, radix: 8)))"
+            case .hide: return "hide \(destination)"
+            case .symlink(let t): return "symlink \(destination) -> \(t)"
+            }
+        }
+    }
+
+    public struct ResourceLimit: Sendable, Equatable {
+        public var name: String
+        public var resource: Int32
+        public var value: UInt64
+    }
+
+    public var sandboxID: String
+    public var policyName: String
+    public var command: [String]
+    /// `NAME=VALUE` entries: the payload's entire environment.
+    public var environment: [String]
+    /// PATH used to find `command[0]` when it contains no `/`.
+    public var searchPath: String
+    public var workingDirectory: String
+    public var identity: Identity
+    public var mounts: [Mount]
+    /// Optional binds left out because their source does not exist.
+    public var skippedMounts: [String]
+    public var rlimits: [ResourceLimit]
+    public var limits: Limits
+    public var network: NetworkSpec
+    public var filter: CompiledFilter
+}
+
+/// Command-line additions to a policy (`sandbox exec --ro/--rw/--tmpfs/--chdir/--env`).
+public struct PlanOverrides: Sendable {
+    /// Appended to the policy's mounts; one with the same destination as a policy entry
+    /// replaces it.
+    public var mounts: [MountSpec] = []
+    public var workingDirectory: String?
+    /// `NAME=VALUE` sets a variable; `NAME` copies it from the supervisor's environment.
+    public var environment: [String] = []
+    public var timeoutSeconds: Double?
+
+    public init() {}
+}
+
+public enum PlanCompiler {
+    static let defaultTmpfsSize: UInt64 = 64 << 20
+    static let reservedDestinations = ["/proc", "/dev"]
+
+    /// Compiles `policy` for `command`. Throws with the offending entry's origin when a source
+    /// is missing or an override contradicts the policy.
+    public static func compile(
+        policy: Policy,
+        command: [String],
+        overrides: PlanOverrides = PlanOverrides(),
+        hostEnvironment: [String: String],
+        sandboxID: String = SandboxID.make()
+    ) throws(SandboxError) -> LaunchPlan {
+        guard let first = command.first, !first.isEmpty else {
+            throw SandboxError(.invalidArgument, "no command given")
+        }
+        var specs = policy.mounts
+        for o in overrides.mounts {
+            let dest = try normalize(o.destination, what: "--\(o.kindName) destination")
+            if let src = o.source, !src.hasPrefix("/") {
+                throw SandboxError(.invalidArgument, "--\(o.kindName) \(src): source must be an absolute path")
+            }
+            if reservedDestinations.contains(where: { dest == $0 || dest.hasPrefix($0 + "/") }) || dest == "/" {
+                throw SandboxError(.invalidArgument, "--\(o.kindName) \(dest): \(dest) is created by the sandbox itself")
+            }
+            var spec = o
+            spec.destination = dest
+            if let i = specs.firstIndex(where: { $0.destination == dest }) {
+                specs[i] = spec
+            } else {
+                specs.append(spec)
+            }
+        }
+
+        var mounts: [LaunchPlan.Mount] = []
+        var skipped: [String] = []
+        for spec in specs {
+            let origin = spec.location.map { "\($0)" } ?? "--\(spec.kindName)"
+            switch spec.kind {
+            case .readOnly(let source), .readWrite(let source):
+                var st = stat()
+                if lstat(source, &st) != 0 {
+                    if spec.optional {
+                        skipped.append("\(source) -> \(spec.destination)")
+                        continue
+                    }
+                    throw SandboxError(
+                        .sourceMissing, "\(origin): bind source \(source): \(String(cString: strerror(errno)))",
+                        errno: errno)
+                }
+                if spec.keepSymlink && (st.st_mode & S_IFMT) == S_IFLNK {
+                    mounts.append(.init(kind: .symlink(target: try readLink(source)), destination: spec.destination, origin: origin))
+                    continue
+                }
+                guard let real = realpath(source, nil) else {
+                    throw SandboxError(.sourceMissing, "\(origin): bind source \(source): \(String(cString: strerror(errno)))", errno: errno)
+                }
+                let resolved = String(cString: real)
+                free(real)
+                guard stat(resolved, &st) == 0 else {
+                    throw SandboxError(.sourceMissing, "\(origin): bind source \(resolved): \(String(cString: strerror(errno)))", errno: errno)
+                }
+                let isDir = (st.st_mode & S_IFMT) == S_IFDIR
+                let readOnly: Bool
+                if case .readOnly = spec.kind { readOnly = true } else { readOnly = false }
+                mounts.append(.init(
+                    kind: .bind(source: resolved, readOnly: readOnly, device: UInt64(st.st_dev),
+                                inode: UInt64(st.st_ino), isDirectory: isDir),
+                    destination: spec.destination, origin: origin))
+            case .tmpfs(let size, let mode):
+                mounts.append(.init(kind: .tmpfs(size: size ?? defaultTmpfsSize, mode: mode), destination: spec.destination, origin: origin))
+            case .hide:
+                mounts.append(.init(kind: .hide, destination: spec.destination, origin: origin))
+            case .symlink(let target):
+                mounts.append(.init(kind: .symlink(target: target), destination: spec.destination, origin: origin))
+            }
+        }
+        // Nothing may be mounted through a symlink the sandbox itself creates.
+        for link in mounts where { if case .symlink = $0.kind { return true } else { return false } }(link) {
+            if let inner = mounts.first(where: { $0.destination.hasPrefix(link.destination + "/") }) {
+                throw SandboxError(.invalidPolicy, "\(inner.origin): \(inner.destination) lies under the symlink \(link.destination) (\(link.origin))")
+            }
+        }
+        // Parents before children; the sort is stable so equal depths keep policy order.
+        mounts = mounts.enumerated().sorted { a, b in
+            let da = depth(a.element.destination), db = depth(b.element.destination)
+            return da != db ? da < db : a.offset < b.offset
+        }.map(\.element)
+
+        let cwd = try normalize(overrides.workingDirectory ?? policy.chdir, what: "working directory")
+        let env = try buildEnvironment(policy.env, overrides.environment, host: hostEnvironment)
+        var limits = policy.limits
+        if let t = overrides.timeoutSeconds { limits.timeoutSeconds = t }
+        let filter = try SeccompCompiler.compile(policy.seccomp)
+
+        var rlimits = [LaunchPlan.ResourceLimit(name: "core", resource: Int32(RLIMIT_CORE.rawValue), value: 0)]
+        if let v = limits.nofile { rlimits.append(.init(name: "nofile", resource: Int32(RLIMIT_NOFILE.rawValue), value: v)) }
+        if let v = limits.nproc { rlimits.append(.init(name: "nproc", resource: Int32(__RLIMIT_NPROC.rawValue), value: v)) }
+        if let v = limits.fsize { rlimits.append(.init(name: "fsize", resource: Int32(RLIMIT_FSIZE.rawValue), value: v)) }
+        if let v = limits.cpuSeconds { rlimits.append(.init(name: "cpu", resource: Int32(RLIMIT_CPU.rawValue), value: v)) }
+
+        let searchPath = env.first(where: { $0.hasPrefix("PATH=") }).map { String($0.dropFirst(5)) } ?? "/usr/bin:/bin"
+        return LaunchPlan(
+            sandboxID: sandboxID, policyName: policy.name, command: command, environment: env,
+            searchPath: searchPath, workingDirectory: cwd, identity: policy.identity, mounts: mounts,
+            skippedMounts: skipped, rlimits: rlimits, limits: limits, network: policy.network,
+            filter: filter)
+    }
+
+    static func buildEnvironment(_ spec: EnvSpec, _ flags: [String], host: [String: String]) throws(SandboxError) -> [String] {
+        var env: [String: String] = [:]
+        var order: [String] = []
+        func put(_ k: String, _ v: String) {
+            if env[k] == nil { order.append(k) }
+            env[k] = v
+        }
+        for (k, v) in spec.set.sorted(by: { $0.key < $1.key }) { put(k, v) }
+        for k in spec.pass { if let v = host[k] { put(k, v) } }
+        for f in flags {
+            if let eq = f.firstIndex(of: "=") {
+                let k = String(f[..<eq])
+                guard isEnvName(k) else { throw SandboxError(.invalidArgument, "--env \(f): '\(k)' is not a valid variable name") }
+                put(k, String(f[f.index(after: eq)...]))
+            } else {
+                guard isEnvName(f) else { throw SandboxError(.invalidArgument, "--env \(f): not a valid variable name") }
+                if let v = host[f] { put(f, v) }
+            }
+        }
+        return order.map { "\($0)=\(env[$0]!)" }
+    }
+
+    static func isEnvName(_ s: String) -> Bool {
+        func letter(_ c: Unicode.Scalar) -> Bool { c == "_" || ("A"..."Z").contains(c) || ("a"..."z").contains(c) }
+        guard let f = s.unicodeScalars.first, letter(f) else { return false }
+        return s.unicodeScalars.allSatisfy { letter($0) || ("0"..."9").contains($0) }
+    }
+
+    /// `/a//b/./c/` → `/a/b/c`; relative paths and `..` are errors.
+    static func normalize(_ path: String, what: String) throws(SandboxError) -> String {
+        guard path.hasPrefix("/") else { throw SandboxError(.invalidArgument, "\(what) \(path): must be an absolute path") }
+        var parts: [Substring] = []
+        for c in path.split(separator: "/", omittingEmptySubsequences: true) {
+            if c == "." { continue }
+            if c == ".." { throw SandboxError(.invalidArgument, "\(what) \(path): '..' is not allowed") }
+            parts.append(c)
+        }
+        return "/" + parts.joined(separator: "/")
+    }
+
+    static func depth(_ path: String) -> Int { path == "/" ? 0 : path.split(separator: "/").count }
+
+    private static func readLink(_ path: String) throws(SandboxError) -> String {
+        var buf = [CChar](repeating: 0, count: 4097)
+        let n = readlink(path, &buf, 4096)
+        guard n > 0 else { throw SandboxError(.sourceMissing, "readlink \(path): \(String(cString: strerror(errno)))", errno: errno) }
+        return String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}
+
+/// Sandbox identifiers: `sbx-` and 12 random hex digits; they name cgroups and audit records.
+public enum SandboxID {
+    public static func make() -> String {
+        var rng = SystemRandomNumberGenerator()
+        let v = rng.next() & 0xFFFF_FFFF_FFFF
+        let hex = String(v, radix: 16)
+        return "sbx-" + String(repeating: "0", count: 12 - hex.count) + hex
+    }
+}

@@ -1,0 +1,169 @@
+import CSandboxLaunch
+import CSeccomp
+import Glibc
+import SandboxPolicy
+
+/// A seccomp program ready to hand to the launcher, plus what the supervisor needs to
+/// answer its notifications.
+public struct CompiledFilter: Sendable {
+    /// `struct sock_filter` records, 8 bytes each.
+    public var bpf: [UInt8]
+    public var instructionCount: Int { bpf.count / 8 }
+    /// Names allowed (unconditionally or with argument rules), sorted.
+    public var allowed: [String]
+    /// Names refused with EPERM (hard-denied plus the policy's `deny`), sorted.
+    public var denied: [String]
+    /// Profile names this libseccomp/kernel cannot resolve (left out; they fail like any
+    /// unlisted syscall).
+    public var unresolved: [String]
+    /// Syscall numbers (native arch) refused with EPERM when they reach the supervisor.
+    var eperm: Set<Int32>
+    /// Syscall numbers (native arch) refused with ENOSYS so libc falls back.
+    var enosys: Set<Int32>
+    public var defaultAction: SeccompAction
+
+    /// The errno to answer a refused call with, or nil when the sandbox is to be killed.
+    func refusal(nr: Int32, nativeArch: Bool) -> Int32? {
+        if nativeArch {
+            if eperm.contains(nr) { return EPERM }
+            if enosys.contains(nr) { return ENOSYS }
+        } else {
+            return ENOSYS  // i386/x32 entry points never run, whatever the default action
+        }
+        switch defaultAction {
+        case .errno(let e): return e
+        case .kill: return nil
+        }
+    }
+}
+
+public enum SeccompCompiler {
+    /// Compiles a policy's seccomp section for the native architecture.
+    ///
+    /// Every syscall without an allow rule (and every call from another ABI: i386 via
+    /// `int 0x80`, x32) becomes a user notification, so the supervisor reports it and picks
+    /// the errno. An unknown name in the policy's `allow`/`deny` is an error.
+    public static func compile(_ spec: SeccompSpec) throws(SandboxError) -> CompiledFilter {
+        guard spec.profile == "default" else {
+            throw SandboxError(.invalidPolicy, "seccomp.profile: unknown profile '\(spec.profile)' (allowed: default)")
+        }
+        for name in spec.allow where SyscallProfile.hardDenied.contains(name) {
+            throw SandboxError(.invalidPolicy, "seccomp.allow: '\(name)' is always denied and cannot be allowed")
+        }
+        for name in spec.allow + spec.deny where resolve(name) == nil {
+            throw SandboxError(.invalidPolicy, "seccomp: unknown syscall '\(name)' on this architecture")
+        }
+        let deny = Set(spec.deny)
+        var allow = Set(SyscallProfile.defaultAllow).union(spec.allow).subtracting(deny)
+        allow.subtract(SyscallProfile.hardDenied)
+        let conditional = SyscallProfile.conditional.subtracting(deny)
+
+        guard let ctx = seccomp_init(ahs_act_notify()) else {
+            throw SandboxError(.seccomp, "seccomp_init failed")
+        }
+        defer { seccomp_release(ctx) }
+        try check(seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, ahs_act_notify()), "set bad-arch action")
+        // A binary search over syscall numbers keeps the per-call cost flat as the list grows.
+        try check(seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2), "enable binary-tree optimisation")
+
+        var unresolved: [String] = []
+        for name in allow.sorted() where !conditional.contains(name) {
+            guard let nr = resolve(name) else {
+                unresolved.append(name)
+                continue
+            }
+            try check(seccomp_rule_add_array(ctx, ahs_act_allow(), nr, 0, nil), "allow \(name)")
+        }
+        if conditional.contains("clone"), let nr = resolve("clone") {
+            try addRule(ctx, nr, "clone", [ahs_arg(0, SCMP_CMP_MASKED_EQ, ArgumentRules.namespaceFlags, 0)])
+        }
+        if conditional.contains("ioctl"), let nr = resolve("ioctl") {
+            let excluded = ArgumentRules.deniedIoctls.map(\.value)
+            for r in ArgumentRules.complementPrefixes(excluding: excluded) {
+                try addRule(ctx, nr, "ioctl", [ahs_arg(1, SCMP_CMP_MASKED_EQ, UInt64(r.mask), UInt64(r.match))])
+            }
+        }
+        if conditional.contains("personality"), let nr = resolve("personality") {
+            for v in ArgumentRules.allowedPersonalities {
+                try addRule(ctx, nr, "personality", [ahs_arg(0, SCMP_CMP_EQ, v, 0)])
+            }
+        }
+        if conditional.contains("socket"), let nr = resolve("socket") {
+            for v in ArgumentRules.allowedSocketFamilies {
+                try addRule(ctx, nr, "socket", [ahs_arg(0, SCMP_CMP_EQ, v, 0)])
+            }
+        }
+
+        let bpf = try export(ctx)
+        let denied = SyscallProfile.hardDenied.union(deny)
+            .union(SyscallProfile.conditional)  // their refused argument forms
+        return CompiledFilter(
+            bpf: bpf,
+            allowed: allow.union(conditional).sorted(),
+            denied: SyscallProfile.hardDenied.union(deny).sorted(),
+            unresolved: unresolved,
+            eperm: Set(denied.compactMap(resolve)),
+            enosys: Set(SyscallProfile.enosysFallback.compactMap(resolve)),
+            defaultAction: spec.defaultAction
+        )
+    }
+
+    /// The native syscall number for a name, or nil if this architecture has none.
+    public static func resolve(_ name: String) -> Int32? {
+        let nr = seccomp_syscall_resolve_name_arch(ahs_arch_native(), name)
+        return nr < 0 ? nil : nr
+    }
+
+    /// The name of syscall `nr` for an AUDIT_ARCH value (as seccomp notifications carry).
+    public static func name(nr: Int32, arch: UInt32) -> String {
+        func lookup(_ token: UInt32, _ n: Int32) -> String? {
+            guard let cname = seccomp_syscall_resolve_num_arch(token, n) else { return nil }
+            defer { free(cname) }
+            return String(cString: cname)
+        }
+        if arch == ahs_arch_x86_64() && nr & 0x4000_0000 != 0 {
+            let n = lookup(ahs_arch_x32(), nr) ?? lookup(ahs_arch_x86_64(), nr & ~0x4000_0000)
+            return "x32:" + (n ?? "syscall_\(nr & ~0x4000_0000)")
+        }
+        if arch == ahs_arch_x86() {
+            return "i386:" + (lookup(arch, nr) ?? "syscall_\(nr)")
+        }
+        return lookup(arch, nr) ?? "syscall_\(nr)"
+    }
+
+    /// Whether an AUDIT_ARCH value is the one this supervisor was built for (and not x32).
+    static func isNative(arch: UInt32, nr: Int32) -> Bool {
+        arch == seccomp_arch_native() && nr & 0x4000_0000 == 0
+    }
+
+    private static func addRule(_ ctx: scmp_filter_ctx, _ nr: Int32, _ what: String, _ args: [scmp_arg_cmp]) throws(SandboxError) {
+        let rc = args.withUnsafeBufferPointer { buf in
+            seccomp_rule_add_array(ctx, ahs_act_allow(), nr, UInt32(buf.count), buf.baseAddress)
+        }
+        try check(rc, "argument rule for \(what)")
+    }
+
+    private static func check(_ rc: Int32, _ what: String) throws(SandboxError) {
+        if rc != 0 {
+            throw SandboxError(.seccomp, "libseccomp: \(what): \(String(cString: strerror(-rc)))")
+        }
+    }
+
+    private static func export(_ ctx: scmp_filter_ctx) throws(SandboxError) -> [UInt8] {
+        // libseccomp 2.5 exports to a file descriptor only; an anonymous memory file keeps
+        // the program off disk.
+        let fd = ahl_memfd("autoharness-bpf")
+        guard fd >= 0 else { throw SandboxError(.seccomp, "memfd_create: \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        try check(seccomp_export_bpf(ctx, fd), "export BPF")
+        let size = lseek(fd, 0, SEEK_END)
+        guard size > 0, size % 8 == 0, lseek(fd, 0, SEEK_SET) == 0 else {
+            throw SandboxError(.seccomp, "exported BPF has unexpected size \(size)")
+        }
+        var bytes = [UInt8](repeating: 0, count: Int(size))
+        let n = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress, Int(size), 0) }
+        guard n == size else { throw SandboxError(.seccomp, "reading exported BPF failed") }
+        guard size / 8 <= 4096 else { throw SandboxError(.seccomp, "filter too long (\(size / 8) instructions)") }
+        return bytes
+    }
+}

@@ -1,0 +1,157 @@
+// Every seccomp decision autoharness makes, in one place.
+//
+// The filter is default-deny: a syscall runs only if it is named here (or in a policy's
+// `seccomp.allow`). Everything else is refused and reported through a seccomp user
+// notification, so the supervisor sees each attempt (name, pid, arguments) and chooses the
+// errno. Syscalls in `hardDenied` can never be re-allowed by a policy.
+
+public enum SyscallProfile {
+    /// Refused with EPERM whatever a policy says: each one either reaches kernel attack
+    /// surface the payload never needs, or acts on other processes, mounts, namespaces,
+    /// keys, modules or the clock.
+    public static let hardDenied: Set<String> = [
+        // debugging and cross-process memory
+        "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+        "process_madvise",
+        // kernel programmability and observability
+        "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter",
+        "io_uring_register", "fanotify_init", "lookup_dcookie", "syslog",
+        // keyrings
+        "keyctl", "add_key", "request_key",
+        // mounts and namespaces
+        "mount", "umount2", "pivot_root", "move_mount", "open_tree", "open_tree_attr", "fsopen",
+        "fsconfig", "fsmount", "fspick", "mount_setattr", "unshare", "setns", "chroot",
+        "name_to_handle_at", "open_by_handle_at", "quotactl", "quotactl_fd",
+        // the machine itself
+        "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+        "reboot", "swapon", "swapoff", "acct", "settimeofday", "clock_settime",
+        "clock_adjtime", "adjtimex", "sethostname", "setdomainname", "iopl", "ioperm",
+        "modify_ldt", "vhangup", "uselib", "nfsservctl", "ustat", "sysfs", "_sysctl",
+        "move_pages", "migrate_pages", "mbind", "set_mempolicy",
+        "set_mempolicy_home_node", "memfd_secret", "lsm_set_self_attr",
+    ]
+
+    /// Refused with ENOSYS rather than EPERM: libc probes these and falls back to an older
+    /// call that the filter *can* inspect (glibc tries clone3 before clone on every thread).
+    public static let enosysFallback: Set<String> = ["clone3"]
+
+    /// Allowed only with the argument rules in `ArgumentRules` (the filter inspects them).
+    public static let conditional: Set<String> = ["clone", "ioctl", "personality", "socket"]
+
+    /// The `default` profile: what ordinary programs (shells, coreutils, Python, compilers,
+    /// git) need, modelled on the container runtimes' default profiles minus `hardDenied`.
+    public static let defaultAllow: [String] = [
+        // file descriptors and file I/O
+        "read", "write", "readv", "writev", "pread64", "pwrite64", "preadv", "pwritev",
+        "preadv2", "pwritev2", "open", "openat", "openat2", "creat", "close", "close_range",
+        "lseek", "dup", "dup2", "dup3", "pipe", "pipe2", "fcntl", "flock", "fsync", "fdatasync",
+        "sync", "syncfs", "sync_file_range", "truncate", "ftruncate", "fallocate", "fadvise64",
+        "readahead", "copy_file_range", "sendfile", "splice", "tee", "vmsplice",
+        "cachestat",
+        // metadata and directories
+        "stat", "fstat", "lstat", "newfstatat", "statx", "statfs", "fstatfs", "access",
+        "faccessat", "faccessat2", "readlink", "readlinkat", "getdents", "getdents64", "mkdir",
+        "mkdirat", "rmdir", "unlink", "unlinkat", "rename", "renameat", "renameat2", "link",
+        "linkat", "symlink", "symlinkat", "chmod", "fchmod", "fchmodat", "fchmodat2", "chown",
+        "fchown", "lchown", "fchownat", "utime", "utimes", "utimensat", "futimesat", "getcwd",
+        "chdir", "fchdir", "umask", "mknod", "mknodat", "getxattr", "lgetxattr", "fgetxattr",
+        "listxattr", "llistxattr", "flistxattr", "setxattr", "lsetxattr", "fsetxattr",
+        "removexattr", "lremovexattr", "fremovexattr", "getxattrat", "listxattrat",
+        "setxattrat", "removexattrat", "file_getattr", "file_setattr",
+        // event and wait primitives
+        "inotify_init", "inotify_init1", "inotify_add_watch", "inotify_rm_watch",
+        "memfd_create", "eventfd", "eventfd2", "signalfd", "signalfd4", "timerfd_create",
+        "timerfd_settime", "timerfd_gettime", "epoll_create", "epoll_create1", "epoll_ctl",
+        "epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "select", "pselect6",
+        "io_setup", "io_destroy", "io_submit", "io_getevents", "io_pgetevents", "io_cancel",
+        // memory
+        "mmap", "munmap", "mprotect", "mremap", "msync", "mincore", "madvise", "brk", "mlock",
+        "mlock2", "munlock", "mlockall", "munlockall", "membarrier", "pkey_mprotect",
+        "pkey_alloc", "pkey_free", "get_mempolicy", "remap_file_pages", "map_shadow_stack",
+        "mseal",
+        // processes, threads, signals
+        "fork", "vfork", "execve", "execveat", "exit", "exit_group", "wait4", "waitid", "kill",
+        "tkill", "tgkill", "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "rt_sigpending",
+        "rt_sigtimedwait", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "rt_sigsuspend",
+        "sigaltstack", "pause", "pidfd_open", "pidfd_send_signal", "restart_syscall",
+        "set_tid_address", "set_robust_list", "get_robust_list", "futex", "futex_waitv",
+        "futex_wake", "futex_wait", "futex_requeue", "rseq", "arch_prctl", "prctl", "seccomp",
+        "landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self",
+        // identity (changing it needs capabilities the payload does not have)
+        "getpid", "getppid", "gettid", "getuid", "geteuid", "getgid", "getegid", "getgroups",
+        "getresuid", "getresgid", "getpgid", "getpgrp", "getsid", "setpgid", "setsid",
+        "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid", "setgroups",
+        "setfsuid", "setfsgid", "capget", "capset",
+        // scheduling, time, resources
+        "sched_yield", "sched_getaffinity", "sched_setaffinity", "sched_getparam",
+        "sched_setparam", "sched_getscheduler", "sched_setscheduler",
+        "sched_get_priority_max", "sched_get_priority_min", "sched_rr_get_interval",
+        "sched_getattr", "sched_setattr", "getpriority", "setpriority", "ioprio_get",
+        "ioprio_set", "nanosleep", "clock_nanosleep", "clock_gettime", "clock_getres",
+        "gettimeofday", "time", "times", "getrusage", "getrlimit", "setrlimit", "prlimit64",
+        "sysinfo", "uname", "getrandom", "alarm", "getitimer", "setitimer", "timer_create",
+        "timer_settime", "timer_gettime", "timer_getoverrun", "timer_delete", "getcpu",
+        // System V and POSIX IPC (private to the sandbox's IPC namespace)
+        "shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semctl", "semtimedop",
+        "msgget", "msgsnd", "msgrcv", "msgctl", "mq_open", "mq_unlink", "mq_timedsend",
+        "mq_timedreceive", "mq_notify", "mq_getsetattr",
+        // sockets (the network namespace decides what they can reach)
+        "socketpair", "bind", "listen", "accept", "accept4", "connect", "getsockname",
+        "getpeername", "sendto", "recvfrom", "sendmsg", "recvmsg", "sendmmsg", "recvmmsg",
+        "shutdown", "setsockopt", "getsockopt",
+    ]
+}
+
+/// Argument-level rules for `SyscallProfile.conditional`.
+public enum ArgumentRules {
+    /// clone(2) flags that would create namespaces (CLONE_NEWNS … CLONE_NEWTIME). A clone
+    /// carrying any of them is refused with EPERM.
+    public static let namespaceFlags: UInt64 =
+        0x0000_0080  // CLONE_NEWTIME
+        | 0x0002_0000  // CLONE_NEWNS
+        | 0x0200_0000  // CLONE_NEWCGROUP
+        | 0x0400_0000  // CLONE_NEWUTS
+        | 0x0800_0000  // CLONE_NEWIPC
+        | 0x1000_0000  // CLONE_NEWUSER
+        | 0x2000_0000  // CLONE_NEWPID
+        | 0x4000_0000  // CLONE_NEWNET
+
+    /// ioctl requests refused with EPERM: TIOCSTI pushes input into a terminal (a classic
+    /// escape from a sandbox sharing the supervisor's tty); TIOCLINUX can do the same on a
+    /// virtual console.
+    public static let deniedIoctls: [(name: String, value: UInt32)] = [
+        ("TIOCSTI", 0x5412), ("TIOCLINUX", 0x541C),
+    ]
+
+    /// personality(2) values allowed: PER_LINUX, PER_LINUX|ADDR_NO_RANDOMIZE, and the query.
+    public static let allowedPersonalities: [UInt64] = [0, 0x0004_0000, 0xFFFF_FFFF]
+
+    /// Socket address families allowed: AF_UNIX, AF_INET, AF_INET6, AF_NETLINK.
+    public static let allowedSocketFamilies: [UInt64] = [1, 2, 10, 16]
+
+    /// Masked-equality rules `(value & mask) == match` over the low 32 bits whose union is
+    /// every 32-bit value except `excluded`.
+    ///
+    /// libseccomp cannot combine an unconditional allow with a conditional refusal for the
+    /// same syscall, cannot AND two comparisons on one argument, and its ordered comparisons
+    /// consult the upper 32 bits — which the kernel ignores for ioctl's `unsigned int`
+    /// request, so `request > X` would admit TIOCSTI with garbage in the high word. A set of
+    /// prefix classes compared under a 32-bit mask has none of those problems.
+    public static func complementPrefixes(excluding excluded: [UInt32]) -> [(mask: UInt32, match: UInt32)] {
+        var rules: [(mask: UInt32, match: UInt32)] = []
+        func cover(prefix: UInt32, depth: Int) {
+            let mask: UInt32 = depth == 0 ? 0 : ~UInt32(0) << UInt32(32 - depth)
+            let hits = excluded.filter { $0 & mask == prefix }
+            if hits.isEmpty {
+                rules.append((mask, prefix))
+                return
+            }
+            if depth == 32 { return }  // an excluded value itself
+            let bit = UInt32(1) << UInt32(31 - depth)
+            cover(prefix: prefix, depth: depth + 1)
+            cover(prefix: prefix | bit, depth: depth + 1)
+        }
+        cover(prefix: 0, depth: 0)
+        return rules
+    }
+}

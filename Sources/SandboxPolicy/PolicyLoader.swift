@@ -1,0 +1,194 @@
+// Finding policy files, following `extends:`, and producing a `Policy`.
+//
+// Policies are supervisor-owned files; the loader still treats them as input to check, not
+// to trust: a policy that loads is one whose every mount, limit and name has been validated,
+// and every rejection says `file:line` so it can be fixed without guessing.
+
+import Foundation
+
+/// Loads YAML sandbox policies into `Policy` values.
+public struct PolicyLoader: Sendable {
+    /// Directories holding `NAME.yaml`, searched in order for bare policy names.
+    public var searchPaths: [String]
+
+    public init(searchPaths: [String]) {
+        self.searchPaths = searchPaths
+    }
+
+    /// Loads a policy and everything it extends.
+    ///
+    /// - Parameters:
+    ///   - nameOrPath: a bare name (`base`), looked up as `NAME.yaml` in `searchPaths`, or a
+    ///     path (anything containing `/` or ending in `.yaml`/`.yml`).
+    ///   - variables: values for `{name}` placeholders, e.g. `["workdir": "/tmp/x"]`.
+    ///   - requireAllPlaceholders: true when launching (an unresolved placeholder is an
+    ///     error); false for `policy check`/`show`, which leave them as written.
+    /// - Throws: `PolicyDiagnostics` with every error found, loaded file first, by line.
+    public func load(
+        _ nameOrPath: String, variables: [String: String] = [:], requireAllPlaceholders: Bool = true
+    ) throws -> Policy {
+        var errors: [PolicyError] = []
+        let top: PolicyFile
+        do {
+            top = try locate(nameOrPath, besideDirectory: nil)
+        } catch {
+            throw PolicyDiagnostics(errors: [error])
+        }
+
+        // Walk up the chain, child first. Keep reading past a file with errors so that one
+        // run reports problems in the parents too.
+        var layers: [PolicyLayer] = []
+        var chain: [(file: PolicyFile, identity: String)] = []
+        var current = top
+        while true {
+            chain.append((current, Self.identity(ofFile: current.path)))
+            let text: String
+            do {
+                text = try Self.read(current.path)
+            } catch {
+                errors.append(error)
+                break
+            }
+            let (layer, layerErrors) = LayerParser.parse(
+                text, file: current.path, name: current.name, variables: variables,
+                requireAllPlaceholders: requireAllPlaceholders)
+            errors += layerErrors
+            layers.append(layer)
+            guard let extends = layer.extends else { break }
+            let parent: PolicyFile
+            do {
+                parent = try locate(extends.value, besideDirectory: Self.directory(of: current.path))
+            } catch {
+                errors.append(PolicyError(error.message, at: extends.location))
+                break
+            }
+            let parentIdentity = Self.identity(ofFile: parent.path)
+            if let start = chain.firstIndex(where: { $0.identity == parentIdentity }) {
+                let loop = chain[start...].map(\.file.path) + [parent.path]
+                errors.append(PolicyError("extends cycle: \(loop.joined(separator: " -> "))", at: extends.location))
+                break
+            }
+            current = parent
+        }
+
+        // Merging half-read files would only produce errors about entries that were dropped.
+        guard errors.isEmpty else { throw diagnostics(errors, chain: chain.map(\.file.path)) }
+
+        var merged = MergedLayers()
+        for layer in layers.reversed() {
+            merged.apply(layer, errors: &errors)
+        }
+        merged.validate(errors: &errors)
+        guard errors.isEmpty else { throw diagnostics(errors, chain: chain.map(\.file.path)) }
+
+        return Policy(
+            name: top.name,
+            description: merged.description,
+            lineage: layers.reversed().map(\.name),
+            mounts: merged.mounts.map(\.spec),
+            identity: merged.identity,
+            seccomp: merged.seccomp,
+            network: NetworkSpec(mode: merged.networkMode, allow: merged.networkAllow?.value ?? []),
+            limits: merged.limits,
+            env: merged.env,
+            chdir: merged.chdir?.value.path ?? "/"
+        )
+    }
+
+    /// The file `load` would read for `nameOrPath`.
+    /// - Throws: `PolicyError` if there is no such policy.
+    public func resolvePath(_ nameOrPath: String) throws -> String {
+        try locate(nameOrPath, besideDirectory: nil).path
+    }
+
+    // MARK: - Finding files
+
+    struct PolicyFile {
+        var path: String
+        /// How it was referred to: the bare name, or the path as given.
+        var name: String
+    }
+
+    /// Bare names are looked up as `NAME.yaml` in `besideDirectory` (the extending file's
+    /// directory, so a policy set can be moved as a unit), then in `searchPaths`. Relative
+    /// paths in `extends:` are relative to the extending file, not the working directory.
+    func locate(_ reference: String, besideDirectory directory: String?) throws(PolicyError) -> PolicyFile {
+        guard !reference.isEmpty else { throw PolicyError("empty policy name") }
+        if reference.contains("/") || reference.hasSuffix(".yaml") || reference.hasSuffix(".yml") {
+            let path = reference.hasPrefix("/") ? reference : directory.map { Self.join($0, reference) } ?? reference
+            guard Self.isRegularFile(path) else { throw PolicyError("policy file \(path) does not exist") }
+            return PolicyFile(path: path, name: reference)
+        }
+        guard Self.isValidName(reference) else {
+            throw PolicyError(
+                "'\(reference)' is neither a policy name ([A-Za-z0-9_-], then also '.') nor a path ending in .yaml")
+        }
+        let directories = (directory.map { [$0] } ?? []) + searchPaths
+        for candidate in directories.map({ Self.join($0, reference + ".yaml") }) where Self.isRegularFile(candidate) {
+            return PolicyFile(path: candidate, name: reference)
+        }
+        guard !directories.isEmpty else {
+            throw PolicyError("no policy named '\(reference)': no policy directories are configured")
+        }
+        let available = Set(directories.flatMap(Self.policyNames(in:))).sorted()
+        let availableNote = available.isEmpty ? "none found" : available.joined(separator: ", ")
+        throw PolicyError(
+            "no policy named '\(reference)' (looked for \(reference).yaml in \(directories.joined(separator: ", ")); available: \(availableNote))")
+    }
+
+    static func isValidName(_ name: String) -> Bool {
+        guard let first = name.unicodeScalars.first, first != "." else { return false }
+        return name.unicodeScalars.allSatisfy {
+            ("a"..."z").contains($0) || ("A"..."Z").contains($0) || ("0"..."9").contains($0)
+                || $0 == "_" || $0 == "-" || $0 == "."
+        }
+    }
+
+    private static func policyNames(in directory: String) -> [String] {
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        return entries.filter { $0.hasSuffix(".yaml") && !$0.hasPrefix(".") }.map { String($0.dropLast(5)) }
+    }
+
+    private static func isRegularFile(_ path: String) -> Bool {
+        var isDirectory: ObjCBool = false
+        return FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) && !isDirectory.boolValue
+    }
+
+    private static func read(_ path: String) throws(PolicyError) -> String {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw PolicyError("cannot read policy file \(path)")
+        }
+        guard let text = String(data: data, encoding: .utf8) else {
+            throw PolicyError("policy file \(path) is not valid UTF-8")
+        }
+        return text
+    }
+
+    /// What makes two spellings the same file, for cycle detection (`./a.yaml`, `a`, a symlink).
+    private static func identity(ofFile path: String) -> String {
+        URL(fileURLWithPath: path).standardizedFileURL.resolvingSymlinksInPath().path
+    }
+
+    static func directory(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+
+    static func join(_ directory: String, _ name: String) -> String {
+        if directory == "." || directory.isEmpty { return name }
+        return directory.hasSuffix("/") ? directory + name : directory + "/" + name
+    }
+
+    /// Errors grouped by file (the loaded file first, then its parents), each file's by line.
+    private func diagnostics(_ errors: [PolicyError], chain: [String]) -> PolicyDiagnostics {
+        func rank(_ error: PolicyError) -> (Int, Int, Int) {
+            guard let location = error.location else { return (-1, 0, 0) }
+            return (chain.firstIndex(of: location.file) ?? chain.count, location.line, location.column)
+        }
+        let sorted = errors.enumerated().sorted { a, b in
+            let ra = rank(a.element), rb = rank(b.element)
+            return ra != rb ? ra < rb : a.offset < b.offset
+        }
+        return PolicyDiagnostics(errors: sorted.map(\.element))
+    }
+}

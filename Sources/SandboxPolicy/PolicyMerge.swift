@@ -1,0 +1,163 @@
+// `extends:` — folding a chain of policy files into one — and the rules that can only be
+// checked on the result: the final mount list, `chdir` against it, the network allowlist
+// against the final mode.
+
+/// The chain's files merged base-first, with the locations the final checks point at.
+struct MergedLayers {
+    var description: String?
+    var chdir: Located<ResolvedPath>?
+    var mounts: [ParsedMount] = []
+    var identity = Identity()
+    var seccomp = SeccompSpec()
+    var networkMode = NetworkSpec.Mode.none
+    var networkModeLocation: SourceLocation?
+    var networkAllow: Located<[String]>?
+    var limits = Limits()
+    var env = EnvSpec()
+
+    /// Applies `child` on top of what has been merged so far. Errors are contradictions between
+    /// the child and what it inherits.
+    mutating func apply(_ child: PolicyLayer, errors: inout [PolicyError]) {
+        if let description = child.description { self.description = description }
+        if let chdir = child.chdir { self.chdir = chdir }
+        mergeMounts(child.mounts, errors: &errors)
+
+        for key in child.identityKeys {
+            switch key {
+            case "uid": identity.uid = child.identity.uid
+            case "gid": identity.gid = child.identity.gid
+            case "host_uid": identity.hostUID = child.identity.hostUID
+            case "host_gid": identity.hostGID = child.identity.hostGID
+            default: identity.hostname = child.identity.hostname
+            }
+        }
+
+        if let profile = child.seccompProfile { seccomp.profile = profile }
+        if let action = child.defaultAction { seccomp.defaultAction = action }
+        // The child has the last word on each name: allowing removes an inherited deny and
+        // denying removes an inherited allow.
+        seccomp.allow = union(seccomp.allow.filter { !child.seccompDeny.contains($0) }, child.seccompAllow)
+        seccomp.deny = union(seccomp.deny.filter { !child.seccompAllow.contains($0) }, child.seccompDeny)
+
+        if let mode = child.networkMode {
+            networkMode = mode.value
+            networkModeLocation = mode.location
+            // An allowlist means nothing without the proxy; dropping it when the child turns
+            // the proxy off keeps the child from inheriting an error it did not write.
+            if mode.value != .proxy && child.networkAllow == nil { networkAllow = nil }
+        }
+        if let allow = child.networkAllow { networkAllow = allow }
+
+        let limitFields: [(String, WritableKeyPath<Limits, UInt64?>)] = [
+            ("nofile", \.nofile), ("nproc", \.nproc), ("fsize", \.fsize), ("cpu_seconds", \.cpuSeconds),
+            ("memory", \.memory), ("pids", \.pids),
+        ]
+        for (key, keyPath) in limitFields where child.limitKeys.contains(key) {
+            limits[keyPath: keyPath] = child.limits[keyPath: keyPath]
+        }
+        if child.limitKeys.contains("cpus") { limits.cpus = child.limits.cpus }
+        if child.limitKeys.contains("timeout") { limits.timeoutSeconds = child.limits.timeoutSeconds }
+
+        // Same last-word rule as seccomp: setting a name stops passing it, and vice versa.
+        env.set = env.set.filter { !child.envPass.contains($0.key) }.merging(child.envSet) { _, new in new }
+        env.pass = union(env.pass.filter { child.envSet[$0] == nil }, child.envPass)
+    }
+
+    /// The parent's list, then the child's; a child entry with an inherited destination takes
+    /// that entry's place, which is how a child re-grants or narrows a path its parent mounts.
+    private mutating func mergeMounts(_ childMounts: [ParsedMount], errors: inout [PolicyError]) {
+        for mount in childMounts {
+            guard let index = mounts.firstIndex(where: { $0.destination == mount.destination }) else {
+                mounts.append(mount)
+                continue
+            }
+            let inherited = mounts[index]
+            if mount.spec.kind == .hide && inherited.spec.kind != .hide {
+                errors.append(PolicyError(
+                    "hide \(mount.destination) is at exactly the destination of the inherited \(inherited.spec.kindName) mount at \(inherited.location): hide punches holes strictly inside a bind",
+                    at: mount.location))
+                continue
+            }
+            mounts[index] = mount
+        }
+    }
+
+    private func union(_ a: [String], _ b: [String]) -> [String] {
+        a + b.filter { !a.contains($0) }
+    }
+
+    // MARK: - Checks on the final policy
+
+    /// Rules about the finished mount list and its relation to `chdir` and the network.
+    /// Entries whose destination still has an unresolved placeholder are left out: nothing
+    /// can be said about where they land.
+    func validate(errors: inout [PolicyError]) {
+        let concrete = mounts.filter(\.isConcrete)
+        for (index, mount) in concrete.enumerated() {
+            if let link = concrete.first(where: { $0.mayBeSymlink && SandboxPath.isStrictlyUnder(mount.destination, $0.destination) }) {
+                // The launcher would have to create a mount point through a symlink, i.e.
+                // somewhere the link text decides, not the policy.
+                let what = link.spec.keepSymlink
+                    ? "which may be a symlink (keep_symlink at \(link.location))"
+                    : "which is a symlink (at \(link.location))"
+                errors.append(PolicyError(
+                    "\(mount.spec.kindName) \(mount.destination) lies under \(link.destination), \(what)",
+                    at: mount.location))
+                continue
+            }
+            let earlier = concrete[..<index]
+            if mount.spec.kind == .hide {
+                checkHide(mount, earlier: earlier, later: concrete[(index + 1)...], errors: &errors)
+            }
+            // Mounts apply in order: a later mount over an ancestor buries the earlier entry,
+            // which for a hide would silently re-expose what it hid.
+            for buried in earlier where SandboxPath.isStrictlyUnder(buried.destination, mount.destination) {
+                errors.append(PolicyError(
+                    "\(mount.spec.kindName) \(mount.destination) would be mounted over the earlier \(buried.spec.kindName) \(buried.destination) (at \(buried.location)) and hide it; list \(mount.destination) before it",
+                    at: mount.location))
+            }
+        }
+
+        if let chdir, chdir.value.isConcrete, chdir.value.path != "/" {
+            let inside = mounts.contains { SandboxPath.isAtOrUnder(chdir.value.path, $0.destination) }
+            // The root itself holds only mount points; a working directory there would be an
+            // empty read-only directory the launcher happened to create.
+            if !inside && mounts.allSatisfy(\.isConcrete) {
+                errors.append(PolicyError(
+                    "chdir \(chdir.value.path) is not inside any mount destination (mount something at or above it)",
+                    at: chdir.location))
+            }
+        }
+
+        if let allow = networkAllow, !allow.value.isEmpty, networkMode != .proxy {
+            let modeNote = networkModeLocation.map { " (mode \(networkMode.rawValue) set at \($0))" } ?? " (mode is none by default)"
+            errors.append(PolicyError(
+                "network.allow needs network mode proxy: only the proxy can enforce a host allowlist\(modeNote)",
+                at: allow.location))
+        }
+    }
+
+    /// A hide covers something an earlier bind provides: the nearest earlier mount above it
+    /// must be a ro or rw bind (a tmpfs starts empty, and outside any mount is the bare root).
+    private func checkHide(
+        _ hide: ParsedMount, earlier: ArraySlice<ParsedMount>, later: ArraySlice<ParsedMount>,
+        errors: inout [PolicyError]
+    ) {
+        let enclosing = earlier
+            .filter { SandboxPath.isStrictlyUnder(hide.destination, $0.destination) }
+            .max { $0.destination.count < $1.destination.count }
+        guard let enclosing else {
+            // A bind listed after the hide is reported as burying it, which says how to fix it.
+            if later.contains(where: { SandboxPath.isStrictlyUnder(hide.destination, $0.destination) }) { return }
+            errors.append(PolicyError(
+                "hide \(hide.destination) must lie strictly under an earlier ro or rw mount destination (it hides part of a bind)",
+                at: hide.location))
+            return
+        }
+        if !enclosing.isBind {
+            errors.append(PolicyError(
+                "hide \(hide.destination) lies under the \(enclosing.spec.kindName) at \(enclosing.destination) (at \(enclosing.location)); hide only punches holes in ro or rw binds",
+                at: hide.location))
+        }
+    }
+}

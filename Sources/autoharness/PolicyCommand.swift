@@ -1,0 +1,181 @@
+import ArgumentParser
+import Foundation
+import Sandbox
+import SandboxPolicy
+
+struct PolicyCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "policy",
+        abstract: "Check and inspect sandbox policies.",
+        subcommands: [PolicyCheck.self, PolicyShow.self]
+    )
+}
+
+struct PolicyCheck: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "check",
+        abstract: "Validate policy files; print file:line errors. Exit 0 if all are valid, 1 otherwise.",
+        discussion: "Placeholders such as {workdir} may stay unresolved; syscall names are checked against this architecture."
+    )
+
+    @Option(name: .customLong("policy-dir"), help: "Directory searched for policies named by `extends:`.")
+    var policyDirs: [String] = []
+
+    @Argument(help: "Policy files or names.")
+    var policies: [String]
+
+    func run() throws {
+        let loader = PolicyLocator.loader(policyDirs)
+        var bad = 0
+        for name in policies {
+            do {
+                let p = try loader.load(name, requireAllPlaceholders: false)
+                _ = try SeccompCompiler.compile(p.seccomp)
+                print("\(name): ok (\(p.lineage.joined(separator: " <- ")))")
+            } catch let d as PolicyDiagnostics {
+                bad += 1
+                for e in d.errors { printErr(e.description) }
+            } catch let e as SandboxError {
+                bad += 1
+                printErr("\((try? loader.resolvePath(name)) ?? name): \(e.message)")
+            }
+        }
+        if bad > 0 { throw ExitCode(Exit.failure) }
+    }
+}
+
+struct PolicyShow: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "show",
+        abstract: "Print a resolved policy: mount table, syscall allowlist, limits and how they are enforced, network, environment."
+    )
+
+    @Option(name: .customLong("policy-dir"), help: "Directory of policy files, searched first.")
+    var policyDirs: [String] = []
+
+    @Option(name: .customLong("var"), help: ArgumentHelp("Value for a placeholder; with all values given, sources are resolved on this host.", valueName: "NAME=VALUE"))
+    var variables: [String] = []
+
+    @Flag(help: "Machine-readable output.")
+    var json = false
+
+    @Argument(help: "Policy name or file.")
+    var policy: String
+
+    func run() throws {
+        var vars: [String: String] = [:]
+        for v in variables {
+            guard let eq = v.firstIndex(of: "=") else { throw ValidationError("--var \(v): expected NAME=VALUE") }
+            vars[String(v[..<eq])] = String(v[v.index(after: eq)...])
+        }
+        let loader = PolicyLocator.loader(policyDirs)
+        let p: Policy
+        do {
+            p = try loader.load(policy, variables: vars, requireAllPlaceholders: false)
+        } catch {
+            printErr("\(error)")
+            throw ExitCode(Exit.failure)
+        }
+        let filter: CompiledFilter
+        do { filter = try SeccompCompiler.compile(p.seccomp) } catch {
+            printErr("\(policy): \(error.message)")
+            throw ExitCode(Exit.failure)
+        }
+        // Resolve against this host when every placeholder has a value.
+        let plan = PolicyLoader.placeholders(in: p).isEmpty
+            ? try? PlanCompiler.compile(policy: p, command: ["/bin/true"], hostEnvironment: [:]) : nil
+        let host = CgroupHost.detect()
+        var limitRows: [(String, String, String)] = []
+        let l = p.limits
+        func row(_ k: String, _ v: String?, _ how: String) { if let v { limitRows.append((k, v, how)) } }
+        let placed = host.plan(for: l)
+        func cg(_ c: String) -> String {
+            placed.first(where: { $0.controller == c }).map { "cgroup v\($0.version) \(c) under \($0.parent)" } ?? "NOT ENFORCEABLE on this host (no \(c) controller)"
+        }
+        row("memory", l.memory.map(ByteSize.format), cg("memory"))
+        row("pids", l.pids.map { String($0) }, cg("pids"))
+        row("cpus", l.cpus.map { String($0) }, cg("cpu"))
+        row("nofile", l.nofile.map { String($0) }, "rlimit")
+        row("nproc", l.nproc.map { String($0) }, "rlimit")
+        row("fsize", l.fsize.map(ByteSize.format), "rlimit")
+        row("cpu_seconds", l.cpuSeconds.map { String($0) }, "rlimit")
+        row("core", "0", "rlimit (always)")
+        row("timeout", l.timeoutSeconds.map { DurationString.format($0) }, "supervisor kills the pid namespace")
+
+        let mounts: [(String, String, String, String)] = plan.map { pl in
+            pl.mounts.map { m in
+                switch m.kind {
+                case .bind(let s, let ro, _, _, _): return (ro ? "ro" : "rw", m.destination, s, m.origin)
+                case .tmpfs(let size, let mode): return ("tmpfs", m.destination, "size=\(ByteSize.format(size)) mode=\(String(mode, radix: 8))", m.origin)
+                case .hide: return ("hide", m.destination, "", m.origin)
+                case .symlink(let t): return ("symlink", m.destination, t, m.origin)
+                }
+            }
+        } ?? p.mounts.map { m in
+            let detail: String
+            switch m.kind {
+            case .readOnly(let s), .readWrite(let s): detail = s + (m.optional ? " (optional)" : "")
+            case .tmpfs(let size, let mode): detail = "size=\(size.map(ByteSize.format) ?? "64M") mode=\(String(mode, radix: 8))"
+            case .hide: detail = ""
+            case .symlink(let t): detail = t
+            }
+            return (m.kindName, m.destination, detail, m.location.map { "\($0)" } ?? "")
+        }
+        let always: [(String, String, String, String)] = [
+            ("proc", "/proc", "fresh procfs (sys, sysrq-trigger, irq, bus, fs read-only)", "built in"),
+            ("dev", "/dev", "tmpfs: null zero full random urandom tty, pts, shm", "built in"),
+        ]
+
+        if json {
+            let obj: [String: Any] = [
+                "name": p.name, "lineage": p.lineage, "description": p.description ?? "",
+                "chdir": p.chdir,
+                "identity": ["uid": p.identity.uid, "gid": p.identity.gid, "host_uid": p.identity.hostUID,
+                             "host_gid": p.identity.hostGID, "hostname": p.identity.hostname],
+                "mounts": (mounts + always).map { ["type": $0.0, "destination": $0.1, "source": $0.2, "origin": $0.3] },
+                "skipped_mounts": plan?.skippedMounts ?? [],
+                "network": ["mode": p.network.mode.rawValue, "allow": p.network.allow],
+                "seccomp": ["profile": p.seccomp.profile, "default_action": p.seccomp.defaultAction.description,
+                            "allowed": filter.allowed, "denied_eperm": filter.denied,
+                            "argument_rules": argumentRules(), "bpf_instructions": filter.instructionCount,
+                            "unresolved_on_this_host": filter.unresolved],
+                "limits": limitRows.map { ["limit": $0.0, "value": $0.1, "enforced_by": $0.2] },
+                "env": ["set": p.env.set, "pass": p.env.pass],
+            ]
+            let data = try JSONSerialization.data(withJSONObject: obj, options: [.prettyPrinted, .sortedKeys])
+            print(String(decoding: data, as: UTF8.self))
+            return
+        }
+        print("policy \(p.name)  (\(p.lineage.joined(separator: " <- ")))")
+        if let d = p.description { print("  \(d)") }
+        print("\nidentity: uid \(p.identity.uid) gid \(p.identity.gid) inside -> host \(p.identity.hostUID):\(p.identity.hostGID); hostname \(p.identity.hostname); no capabilities; no_new_privs")
+        print("working directory: \(p.chdir)")
+        print("\nfilesystem (root is an empty read-only tmpfs; binds are nosuid,nodev):")
+        for m in mounts + always { print("  \(pad(m.0, 8)) \(pad(m.1, 28)) \(m.2)\(m.3.isEmpty ? "" : "   [\(m.3)]")") }
+        for s in plan?.skippedMounts ?? [] { print("  (skipped, source missing: \(s))") }
+        print("\nnetwork: \(p.network.mode.rawValue)\(p.network.allow.isEmpty ? "" : " allow " + p.network.allow.joined(separator: ", "))")
+        print("\nlimits:")
+        for r in limitRows { print("  \(pad(r.0, 12)) \(pad(r.1, 8)) \(r.2)") }
+        print("\nseccomp: profile \(p.seccomp.profile), default \(p.seccomp.defaultAction), \(filter.instructionCount) BPF instructions; refused calls are reported")
+        print("  allowed (\(filter.allowed.count)): \(filter.allowed.joined(separator: " "))")
+        print("  argument rules: \(argumentRules().joined(separator: "; "))")
+        print("  denied with EPERM (\(filter.denied.count)): \(filter.denied.joined(separator: " "))")
+        print("  other ABIs (i386, x32): refused with ENOSYS and reported")
+        if !filter.unresolved.isEmpty { print("  not known to this libseccomp (left out): \(filter.unresolved.joined(separator: " "))") }
+        print("\nenvironment (nothing else is inherited):")
+        for (k, v) in p.env.set.sorted(by: { $0.key < $1.key }) { print("  \(k)=\(v)") }
+        if !p.env.pass.isEmpty { print("  passed from the supervisor: \(p.env.pass.joined(separator: " "))") }
+    }
+
+    private func argumentRules() -> [String] {
+        [
+            "clone only without namespace flags",
+            "clone3 -> ENOSYS (libc falls back to clone)",
+            "ioctl except " + ArgumentRules.deniedIoctls.map(\.name).joined(separator: ", "),
+            "personality only PER_LINUX, ADDR_NO_RANDOMIZE or query",
+            "socket only AF_UNIX, AF_INET, AF_INET6, AF_NETLINK",
+        ]
+    }
+
+    private func pad(_ s: String, _ n: Int) -> String { s.count >= n ? s : s + String(repeating: " ", count: n - s.count) }
+}

@@ -1,0 +1,37 @@
+import Glibc
+import SandboxPolicy
+
+/// Where bare policy names (`base`, `benchmark-task`) are looked up.
+enum PolicyLocator {
+    /// `--policy-dir` first, then `$AUTOHARNESS_POLICY_DIR`, then an installed
+    /// `share/autoharness/policies` next to the binary, then a source checkout's `policies/`
+    /// found by walking up from the binary (so `.build/debug/autoharness` works in place).
+    static func searchPaths(explicit: [String]) -> [String] {
+        var paths = explicit
+        if let env = getenv("AUTOHARNESS_POLICY_DIR") { paths.append(String(cString: env)) }
+        var dir = executableDirectory()
+        paths.append(dir + "/../share/autoharness/policies")
+        for _ in 0..<6 {
+            if access(dir + "/policies/base.yaml", R_OK) == 0 {
+                paths.append(dir + "/policies")
+                break
+            }
+            guard let slash = dir.lastIndex(of: "/"), dir != "/" else { break }
+            dir = slash == dir.startIndex ? "/" : String(dir[..<slash])
+        }
+        return paths
+    }
+
+    static func executableDirectory() -> String {
+        var buf = [CChar](repeating: 0, count: 4096)
+        let n = readlink("/proc/self/exe", &buf, 4095)
+        guard n > 0 else { return "." }
+        let path = String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return String(path[..<slash])
+    }
+
+    static func loader(_ explicit: [String]) -> PolicyLoader {
+        PolicyLoader(searchPaths: searchPaths(explicit: explicit))
+    }
+}

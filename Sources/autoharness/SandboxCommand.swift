@@ -1,0 +1,217 @@
+import ArgumentParser
+import Glibc
+import Logging
+import Sandbox
+import SandboxPolicy
+
+struct SandboxCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "sandbox",
+        abstract: "Run commands in policy-defined sandboxes.",
+        subcommands: [SandboxExec.self]
+    )
+}
+
+struct SandboxExec: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "exec",
+        abstract: "Run COMMAND in a sandbox built from a policy.",
+        discussion: """
+            The sandbox has its own user, mount, pid, network, IPC, UTS and cgroup namespaces. Its \
+            root is an empty tmpfs holding only what the policy (plus --ro/--rw/--tmpfs) grants, a \
+            fresh /proc and a minimal /dev. The command runs as a non-zero uid with no \
+            capabilities, no_new_privs and a default-deny seccomp filter; each refused syscall is \
+            reported (--audit FILE for JSON Lines, and a summary on stderr).
+
+            Exit status: the command's own; 128+N if killed by signal N; 124 on timeout; 125 if \
+            the sandbox could not be set up (stderr names the stage and errno); 126 if the \
+            command cannot be executed; 127 if it is not found.
+
+            Examples:
+              autoharness sandbox exec -- /bin/sh -c 'id -u'
+              autoharness sandbox exec --policy benchmark-task --var workdir=$PWD/w \\
+                  --var agent_dir=$PWD/agent -- python3 /agent/agent.py
+              autoharness sandbox exec --rw /srv/out:/out --timeout 30 -- make -C /out
+            """
+    )
+
+    @Option(name: .long, help: "Policy name (looked up in the policy directories) or path to a policy file.")
+    var policy: String = "base"
+
+    @Option(name: .customLong("policy-dir"), help: "Directory of policy files, searched before the built-in ones.")
+    var policyDirs: [String] = []
+
+    @Option(name: .customLong("var"), help: ArgumentHelp("Value for a policy placeholder {NAME}.", valueName: "NAME=VALUE"))
+    var variables: [String] = []
+
+    @Option(name: .customLong("ro"), help: ArgumentHelp("Bind host SRC read-only at DST (default: same path).", valueName: "SRC[:DST]"))
+    var readOnly: [String] = []
+
+    @Option(name: .customLong("rw"), help: ArgumentHelp("Bind host SRC read-write at DST. The sandbox writes as the policy's host_uid.", valueName: "SRC[:DST]"))
+    var readWrite: [String] = []
+
+    @Option(name: .customLong("tmpfs"), help: ArgumentHelp("A private tmpfs at DST (SIZE like 64M; default 64M).", valueName: "DST[:SIZE]"))
+    var tmpfs: [String] = []
+
+    @Option(name: .customLong("chdir"), help: "Working directory inside the sandbox.")
+    var chdir: String?
+
+    @Option(name: .customLong("env"), help: ArgumentHelp("Set NAME=VALUE, or pass NAME from this environment.", valueName: "NAME[=VALUE]"))
+    var env: [String] = []
+
+    @Option(name: .customLong("timeout"), help: "Kill the whole sandbox after SECONDS (exit 124).")
+    var timeout: Double?
+
+    @Option(name: .customLong("audit"), help: "Append refused syscalls and limit events to FILE (JSON Lines).")
+    var audit: String?
+
+    @Flag(name: .customLong("allow-unenforced-limits"), help: "Run even if a cgroup limit of the policy cannot be enforced on this host.")
+    var allowUnenforcedLimits = false
+
+    @Flag(name: [.customShort("v"), .customLong("debug")], help: "Log sandbox set-up (which limits are enforced by what) to stderr.")
+    var debug = false
+
+    @Argument(parsing: .captureForPassthrough, help: "The command and its arguments (after --).")
+    var command: [String] = []
+
+    func run() throws {
+        var cmd = command
+        if cmd.first == "--" { cmd.removeFirst() }
+        guard !cmd.isEmpty else { throw ValidationError("no command given; usage: autoharness sandbox exec [OPTIONS] -- COMMAND [ARG...]") }
+
+        var vars: [String: String] = [:]
+        for v in variables {
+            guard let eq = v.firstIndex(of: "="), eq != v.startIndex else { throw ValidationError("--var \(v): expected NAME=VALUE") }
+            vars[String(v[..<eq])] = String(v[v.index(after: eq)...])
+        }
+        let policy: Policy
+        do {
+            policy = try PolicyLocator.loader(policyDirs).load(self.policy, variables: vars, requireAllPlaceholders: true)
+        } catch {
+            fail("\(error)", code: Exit.sandboxSetup)
+        }
+
+        var overrides = PlanOverrides()
+        do {
+            for s in readOnly { overrides.mounts.append(try bind(s, readOnly: true)) }
+            for s in readWrite { overrides.mounts.append(try bind(s, readOnly: false)) }
+            for s in tmpfs { overrides.mounts.append(try tmpfsSpec(s)) }
+        }
+        overrides.workingDirectory = chdir
+        overrides.environment = env
+        overrides.timeoutSeconds = timeout
+
+        var logger = Logger(label: "autoharness.sandbox")
+        logger.logLevel = debug ? .debug : .warning
+        var options = RunOptions(logger: logger)
+        options.allowUnenforcedLimits = allowUnenforcedLimits
+        if let audit {
+            switch Result(catching: { () throws(SandboxError) in try AuditLog(path: audit) }) {
+            case .success(let log): options.audit = log
+            case .failure(let e): fail("sandbox: \(e.message)", code: Exit.sandboxSetup)
+            }
+        }
+        options.signalFD = SignalRelay.install()
+
+        let result: SandboxResult
+        switch launch(policy: policy, command: cmd, overrides: overrides, options: options, logger: logger) {
+        case .success(let r): result = r
+        case .failure(let e): fail("sandbox: \(e.message)", code: Exit.sandboxSetup)
+        }
+
+        switch result.termination {
+        case .setupFailed(let message, _):
+            printErr("sandbox: \(message)")
+        case .execFailed(let e):
+            printErr("sandbox: \(cmd[0]): \(String(cString: strerror(e)))")
+        case .timedOut:
+            printErr("sandbox: timed out after \(timeout ?? policy.limits.timeoutSeconds ?? 0)s; killed the whole sandbox")
+        default:
+            break
+        }
+        let (count, text) = options.audit.summary(for: result.sandboxID)
+        if count > 0 {
+            printErr("sandbox \(result.sandboxID): \(count) refused: \(text)\(audit.map { " (audit: \($0))" } ?? "")")
+        }
+        if !result.leftovers.isEmpty {
+            printErr("sandbox: could not remove: \(result.leftovers.joined(separator: ", "))")
+        }
+        throw ExitCode(result.exitCode)
+    }
+
+    private func launch(policy: Policy, command: [String], overrides: PlanOverrides, options: RunOptions,
+                        logger: Logger) -> Result<SandboxResult, SandboxError> {
+        do throws(SandboxError) {
+            let plan = try PlanCompiler.compile(policy: policy, command: command, overrides: overrides, hostEnvironment: hostEnvironment())
+            if debug {
+                for m in plan.mounts { logger.debug("mount \(m.summary)  [\(m.origin)]") }
+                for s in plan.skippedMounts { logger.debug("skipped optional \(s) (source missing)") }
+                logger.debug("seccomp: \(plan.filter.allowed.count) syscalls allowed, \(plan.filter.instructionCount) BPF instructions")
+            }
+            return .success(try SandboxRunner.run(plan, options: options))
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    private func bind(_ s: String, readOnly: Bool) throws -> MountSpec {
+        let parts = s.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
+        let src = parts[0]
+        let dst = parts.count > 1 ? parts[1] : src
+        guard !src.isEmpty, !dst.isEmpty else { throw ValidationError("--\(readOnly ? "ro" : "rw") \(s): expected SRC[:DST]") }
+        return MountSpec(kind: readOnly ? .readOnly(source: src) : .readWrite(source: src), destination: dst)
+    }
+
+    private func tmpfsSpec(_ s: String) throws -> MountSpec {
+        let parts = s.split(separator: ":", maxSplits: 1).map(String.init)
+        var size: UInt64?
+        if parts.count > 1 {
+            guard let v = ByteSize.parse(parts[1]) else { throw ValidationError("--tmpfs \(s): bad size '\(parts[1])' (e.g. 64M, 1G)") }
+            size = v
+        }
+        return MountSpec(kind: .tmpfs(size: size, mode: 0o1777), destination: parts.first ?? s)
+    }
+}
+
+func hostEnvironment() -> [String: String] {
+    var env: [String: String] = [:]
+    var p = environ
+    while let entry = p.pointee {
+        let s = String(cString: entry)
+        if let eq = s.firstIndex(of: "=") { env[String(s[..<eq])] = String(s[s.index(after: eq)...]) }
+        p += 1
+    }
+    return env
+}
+
+func printErr(_ s: String) {
+    let line = s + "\n"
+    _ = line.withCString { write(2, $0, strlen($0)) }
+}
+
+func fail(_ message: String, code: Int32) -> Never {
+    printErr(message)
+    exit(code)
+}
+
+/// Turns SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGUSR1/SIGUSR2 into bytes on a pipe, which the runner
+/// forwards to the sandboxed command (the supervisor itself keeps running to clean up).
+enum SignalRelay {
+    nonisolated(unsafe) static var writeFD: Int32 = -1
+
+    static func install() -> Int32 {
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { return -1 }
+        _ = fcntl(fds[0], F_SETFD, FD_CLOEXEC)
+        _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
+        writeFD = fds[1]
+        for s in [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2] {
+            signal(s) { sig in
+                var b = UInt8(truncatingIfNeeded: sig)
+                _ = write(SignalRelay.writeFD, &b, 1)
+            }
+        }
+        signal(SIGPIPE, SIG_IGN)
+        return fds[0]
+    }
+}

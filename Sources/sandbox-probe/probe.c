@@ -1,0 +1,321 @@
+// sandbox-probe: performs exactly one named action from inside a sandbox and prints what
+// happened, so the escape suite proves the attack was attempted and how it was refused.
+//
+//   sandbox-probe ACTION [ARG...]
+//
+// Output: one line `RESULT ACTION ok [detail]` or `RESULT ACTION errno NAME NUMBER`.
+// Exit status: 0 when the action succeeded, 1 when it failed, 2 for usage errors. Each
+// syscall is issued with harmless arguments (as bubblewrap's try-syscall does), so a refusal
+// is the filter's or the kernel's answer to the call itself, not a side effect.
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/bpf.h>
+#include <linux/capability.h>
+#include <linux/io_uring.h>
+#include <linux/keyctl.h>
+#include <linux/perf_event.h>
+#include <linux/sched.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/personality.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+static const char *action;
+
+static int report_errno(int e) {
+    const char *n = strerrorname_np(e);
+    printf("RESULT %s errno %s %d\n", action, n ? n : "E?", e);
+    fflush(stdout);
+    return 1;
+}
+
+static int report(long rc) {
+    if (rc < 0) return report_errno(errno);
+    printf("RESULT %s ok %ld\n", action, rc);
+    fflush(stdout);
+    return 0;
+}
+
+static pid_t sleeper(void) {
+    pid_t c = fork();
+    if (c == 0) {
+        for (;;) pause();
+    }
+    return c;
+}
+
+static int do_read(const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return report_errno(errno);
+    char buf[256];
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0) return report_errno(errno);
+    printf("RESULT %s ok %zd %.*s\n", action, n, (int)(n > 40 ? 40 : n), buf);
+    return 0;
+}
+
+static int do_write(const char *path, const char *text) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return report_errno(errno);
+    size_t len = strlen(text);
+    if (write(fd, text, len) != (ssize_t)len) return report_errno(errno);
+    if (close(fd) < 0) return report_errno(errno);
+    return report(0);
+}
+
+static int forkbomb(long max) {
+    long n = 0;
+    for (; n < max; n++) {
+        pid_t c = fork();
+        if (c < 0) {
+            int e = errno;
+            printf("RESULT forkbomb count %ld errno %s %d\n", n, strerrorname_np(e), e);
+            fflush(stdout);
+            return 1;
+        }
+        if (c == 0) {
+            for (;;) pause();
+        }
+    }
+    printf("RESULT forkbomb count %ld ok\n", n);
+    return 0;
+}
+
+static int memhog(long mb) {
+    long done = 0;
+    for (; done < mb; done++) {
+        char *p = malloc(1 << 20);
+        if (!p) return report_errno(ENOMEM);
+        memset(p, 1, 1 << 20);  // touch every page so it is really charged
+    }
+    printf("RESULT memhog ok %ld\n", done);
+    return 0;
+}
+
+static int fill(const char *path) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return report_errno(errno);
+    static char buf[1 << 16];
+    memset(buf, 'x', sizeof buf);
+    long long total = 0;
+    for (;;) {
+        ssize_t n = write(fd, buf, sizeof buf);
+        if (n < 0) {
+            int e = errno;
+            printf("RESULT fill errno %s %d after %lld bytes\n", strerrorname_np(e), e, total);
+            return 1;
+        }
+        total += n;
+    }
+}
+
+/// SIGTERM-ignoring main process plus a daemonised (double-forked, setsid) grandchild that
+/// also ignores SIGTERM. Both carry `marker` in argv so the test can look for survivors.
+static int sigterm_tree(char **argv) {
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    pid_t c = fork();
+    if (c == 0) {
+        setsid();
+        if (fork() == 0) {
+            signal(SIGTERM, SIG_IGN);
+            execl("/proc/self/exe", argv[0], "sleep-forever", argv[2], (char *)NULL);
+            _exit(1);
+        }
+        _exit(0);
+    }
+    waitpid(c, NULL, 0);
+    printf("RESULT sigterm-tree ok started\n");
+    fflush(stdout);
+    execl("/proc/self/exe", argv[0], "sleep-forever", argv[2], (char *)NULL);
+    return report_errno(errno);
+}
+
+static long i386_getpid(void) {
+#if defined(__x86_64__)
+    long r;
+    // getpid is 20 on i386; int 0x80 enters the compat (i386) syscall table.
+    __asm__ volatile("int $0x80" : "=a"(r) : "a"(20L) : "memory");
+    return r;
+#else
+    return -ENOSYS;
+#endif
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: sandbox-probe ACTION [ARG...]\n");
+        return 2;
+    }
+    action = argv[1];
+    const char *a2 = argc > 2 ? argv[2] : NULL;
+    const char *a3 = argc > 3 ? argv[3] : NULL;
+#define IS(x) (strcmp(action, x) == 0)
+    if (IS("read") && a2) return do_read(a2);
+    if (IS("write") && a2) return do_write(a2, a3 ? a3 : "probe\n");
+    if (IS("create") && a2) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/probe-created", a2);
+        int fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0644);
+        return fd < 0 ? report_errno(errno) : report(0);
+    }
+    if (IS("symlink-read") && a2 && a3) {  // plant DIR/link -> TARGET, then read through it
+        char p[4096];
+        snprintf(p, sizeof p, "%s/probe-link", a2);
+        unlink(p);
+        if (symlink(a3, p) < 0) return report_errno(errno);
+        return do_read(p);
+    }
+    if (IS("hardlink") && a2 && a3) return report(link(a2, a3));
+    if (IS("mount")) return report(mount("tmpfs", a2 ? a2 : "/tmp", "tmpfs", 0, NULL));
+    if (IS("umount") && a2) return report(umount2(a2, MNT_DETACH));
+    if (IS("unshare-user")) return report(unshare(CLONE_NEWUSER));
+    if (IS("unshare-mount")) return report(unshare(CLONE_NEWNS));
+    if (IS("setns")) {
+        int fd = open("/proc/self/ns/net", O_RDONLY);
+        if (fd < 0) return report_errno(errno);
+        return report(setns(fd, CLONE_NEWNET));
+    }
+    if (IS("ptrace-sibling")) {
+        pid_t c = sleeper();
+        long r = syscall(SYS_ptrace, 16 /* PTRACE_ATTACH */, c, 0, 0);
+        int e = errno;
+        kill(c, SIGKILL);
+        errno = e;
+        return report(r);
+    }
+    if (IS("process-vm-readv")) {
+        pid_t c = sleeper();
+        char buf[8];
+        static char src[8] = "secret";
+        struct iovec l = {buf, sizeof buf}, r = {src, sizeof src};
+        long rc = syscall(SYS_process_vm_readv, c, &l, 1, &r, 1, 0);
+        int e = errno;
+        kill(c, SIGKILL);
+        errno = e;
+        return report(rc);
+    }
+    if (IS("io-uring-setup")) {
+        struct io_uring_params p;
+        memset(&p, 0, sizeof p);
+        return report(syscall(SYS_io_uring_setup, 1, &p));
+    }
+    if (IS("bpf")) {
+        union bpf_attr attr;
+        memset(&attr, 0, sizeof attr);
+        return report(syscall(SYS_bpf, BPF_MAP_CREATE, &attr, sizeof attr));
+    }
+    if (IS("perf-event-open")) {
+        struct perf_event_attr attr;
+        memset(&attr, 0, sizeof attr);
+        attr.size = sizeof attr;
+        attr.type = PERF_TYPE_SOFTWARE;
+        attr.config = PERF_COUNT_SW_CPU_CLOCK;
+        return report(syscall(SYS_perf_event_open, &attr, 0, -1, -1, 0));
+    }
+    if (IS("keyctl")) return report(syscall(SYS_keyctl, KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0));
+    if (IS("add-key")) return report(syscall(SYS_add_key, "user", "probe", "x", 1, KEY_SPEC_SESSION_KEYRING));
+    if (IS("kexec-load")) return report(syscall(SYS_kexec_load, 0, 0, NULL, 0));
+    if (IS("init-module")) return report(syscall(SYS_init_module, NULL, 0, ""));
+    if (IS("open-by-handle-at")) {
+        char buf[sizeof(struct file_handle) + 64];
+        memset(buf, 0, sizeof buf);
+        struct file_handle *h = (struct file_handle *)buf;
+        h->handle_bytes = 8;
+        return report(syscall(SYS_open_by_handle_at, AT_FDCWD, h, O_RDONLY));
+    }
+    if (IS("userfaultfd")) return report(syscall(SYS_userfaultfd, 0));
+    if (IS("tiocsti")) {
+        char c = 'x';
+        return report(ioctl(0, TIOCSTI, &c));
+    }
+    if (IS("tiocsti-highbits")) {  // upper 32 bits set: the kernel ignores them, so must the filter
+        char c = 'x';
+        return report(syscall(SYS_ioctl, 0, 0xdead00000000UL | TIOCSTI, &c));
+    }
+    if (IS("tiocgwinsz")) {  // a harmless ioctl that must still pass the filter
+        struct winsize w;
+        return report(ioctl(0, TIOCGWINSZ, &w));
+    }
+    if (IS("int80")) {
+        long r = i386_getpid();
+        if (r < 0 && r > -4096) return report_errno((int)-r);
+        return report(r);
+    }
+    if (IS("x32")) return report(syscall(0x40000000 | SYS_getpid));
+    if (IS("clone3-newuser")) {
+        struct clone_args ca;
+        memset(&ca, 0, sizeof ca);
+        ca.flags = CLONE_NEWUSER;
+        ca.exit_signal = SIGCHLD;
+        long r = syscall(SYS_clone3, &ca, sizeof ca);
+        if (r == 0) _exit(0);
+        return report(r);
+    }
+    if (IS("clone-newuser")) {
+        long r = syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0);
+        if (r == 0) _exit(0);
+        return report(r);
+    }
+    if (IS("thread")) {  // an ordinary clone (what pthread_create does) must work
+        pid_t c = fork();
+        if (c == 0) _exit(7);
+        int st;
+        waitpid(c, &st, 0);
+        return report(WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    }
+    if (IS("chroot")) return report(chroot("/tmp"));
+    if (IS("capset-raise")) {
+        struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+        struct __user_cap_data_struct d[2];
+        memset(d, 0xff, sizeof d);
+        return report(syscall(SYS_capset, &h, d));
+    }
+    if (IS("setuid0")) return report(setuid(0));
+    if (IS("personality")) return report(personality(PER_LINUX32));
+    if (IS("mknod")) return report(mknod(a2 ? a2 : "/tmp/probe-null", S_IFCHR | 0666, makedev(1, 3)));
+    if (IS("socket-packet")) return report(socket(AF_PACKET, SOCK_RAW, 0));
+    if (IS("kill") && a2) return report(kill((pid_t)atol(a2), a3 ? atoi(a3) : 0));
+    if (IS("connect") && a2 && a3) {
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        if (s < 0) return report_errno(errno);
+        struct sockaddr_in sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sin_family = AF_INET;
+        sa.sin_port = htons((uint16_t)atoi(a3));
+        inet_pton(AF_INET, a2, &sa.sin_addr);
+        return report(connect(s, (struct sockaddr *)&sa, sizeof sa));
+    }
+    if (IS("forkbomb")) return forkbomb(a2 ? atol(a2) : 100000);
+    if (IS("memhog")) return memhog(a2 ? atol(a2) : 4096);
+    if (IS("fill") && a2) return fill(a2);
+    if (IS("sigterm-tree") && a2) return sigterm_tree(argv);
+    if (IS("sleep-forever")) {
+        signal(SIGTERM, SIG_IGN);
+        for (;;) pause();
+    }
+    if (IS("exit") && a2) return atoi(a2);
+    if (IS("raise") && a2) {
+        raise(atoi(a2));
+        return 3;
+    }
+    fprintf(stderr, "sandbox-probe: unknown action or missing argument: %s\n", action);
+    return 2;
+}
