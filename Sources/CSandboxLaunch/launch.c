@@ -206,6 +206,11 @@ static int walk_create(int rootfd, const char *path, int want_dir, int create_la
             }
         }
         int s = errno;
+        if (next < 0 && s == ENOTDIR) {
+            // O_DIRECTORY|O_NOFOLLOW on a symlink says ENOTDIR; name the real refusal.
+            struct stat st;
+            if (fstatat(cur, comp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) s = ELOOP;
+        }
         close(cur);
         if (next < 0) {
             errno = s;

@@ -212,6 +212,12 @@ enum SignalRelay {
             }
         }
         signal(SIGPIPE, SIG_IGN)
+        // A parent may have started us with these blocked (Foundation's Process does when
+        // launching from a non-main thread); a blocked SIGTERM would never be relayed.
+        var set = sigset_t()
+        sigemptyset(&set)
+        for s in [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2] { sigaddset(&set, s) }
+        sigprocmask(SIG_UNBLOCK, &set, nil)
         return fds[0]
     }
 }

@@ -17,12 +17,21 @@ public struct CgroupHost: Sendable {
         /// Directory of *our own* cgroup in this hierarchy.
         public var ownDirectory: String
         public var controllers: Set<String>
+        public init(ownDirectory: String, controllers: Set<String>) {
+            self.ownDirectory = ownDirectory
+            self.controllers = controllers
+        }
     }
     /// cgroup v1 hierarchies keyed by controller.
     public var v1: [String: Hierarchy]
     /// The cgroup v2 (unified) hierarchy, if mounted; `controllers` are those usable in a
     /// child cgroup (enabled in our cgroup's `cgroup.subtree_control`).
     public var v2: Hierarchy?
+
+    public init(v1: [String: Hierarchy], v2: Hierarchy?) {
+        self.v1 = v1
+        self.v2 = v2
+    }
 
     /// Reads /proc/self/cgroup and /proc/self/mountinfo.
     public static func detect() -> CgroupHost {

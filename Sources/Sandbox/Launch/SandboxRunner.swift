@@ -52,6 +52,8 @@ public struct RunOptions: @unchecked Sendable {
     /// Read end of a pipe; each byte written to it is a signal number to forward to the
     /// payload (how the CLI passes on ^C and SIGTERM).
     public var signalFD: Int32 = -1
+    /// The cgroup layout to use; nil reads this process's own (/proc/self/cgroup).
+    public var cgroupHost: CgroupHost?
 
     public init(audit: AuditLog = AuditLog(), logger: Logger = Logger(label: "autoharness.sandbox")) {
         self.audit = audit
@@ -67,9 +69,13 @@ public enum SandboxRunner {
             throw SandboxError(.notPrivileged, "sandboxes need root (CAP_SYS_ADMIN, CAP_SETUID, CAP_SETGID in the initial namespaces) to build namespaces and write id maps")
         }
         let log = options.logger
-        let cgroup = try SandboxCgroup(id: plan.sandboxID, limits: plan.limits, allowUnenforced: options.allowUnenforcedLimits)
+        let cgroup = try SandboxCgroup(id: plan.sandboxID, limits: plan.limits, host: options.cgroupHost ?? .detect(),
+                                       allowUnenforced: options.allowUnenforcedLimits)
         var enforcement = cgroup.enforcement
-        for r in plan.rlimits { enforcement.append(.init(limit: r.name, value: String(r.value), mechanism: "rlimit (per process)")) }
+        for r in plan.rlimits {
+            let clamped = r.value < r.requested ? " (lowered from \(r.requested) to the host's hard limit)" : ""
+            enforcement.append(.init(limit: r.name, value: String(r.value), mechanism: "rlimit (per process)\(clamped)"))
+        }
         if let t = plan.limits.timeoutSeconds { enforcement.append(.init(limit: "timeout", value: "\(t)s", mechanism: "supervisor kills the pid namespace")) }
         log.debug("sandbox \(plan.sandboxID): policy \(plan.policyName); limits: \(enforcement.map(\.description).joined(separator: "; "))")
 

@@ -31,7 +31,9 @@ public struct LaunchPlan: Sendable {
     public struct ResourceLimit: Sendable, Equatable {
         public var name: String
         public var resource: Int32
+        /// What is set (the request, lowered to the supervisor's own hard limit).
         public var value: UInt64
+        public var requested: UInt64
     }
 
     public var sandboxID: String
@@ -160,11 +162,19 @@ public enum PlanCompiler {
         if let t = overrides.timeoutSeconds { limits.timeoutSeconds = t }
         let filter = try SeccompCompiler.compile(policy.seccomp)
 
-        var rlimits = [LaunchPlan.ResourceLimit(name: "core", resource: Int32(RLIMIT_CORE.rawValue), value: 0)]
-        if let v = limits.nofile { rlimits.append(.init(name: "nofile", resource: Int32(RLIMIT_NOFILE.rawValue), value: v)) }
-        if let v = limits.nproc { rlimits.append(.init(name: "nproc", resource: Int32(__RLIMIT_NPROC.rawValue), value: v)) }
-        if let v = limits.fsize { rlimits.append(.init(name: "fsize", resource: Int32(RLIMIT_FSIZE.rawValue), value: v)) }
-        if let v = limits.cpuSeconds { rlimits.append(.init(name: "cpu", resource: Int32(RLIMIT_CPU.rawValue), value: v)) }
+        var rlimits = [LaunchPlan.ResourceLimit(name: "core", resource: Int32(RLIMIT_CORE.rawValue), value: 0, requested: 0)]
+        func add(_ name: String, _ resource: Int32, _ value: UInt64?) {
+            guard let value else { return }
+            // Only lowering is possible (raising a hard limit needs CAP_SYS_RESOURCE on the
+            // host), so a request above the supervisor's own hard limit gets that limit.
+            var cur = rlimit()
+            let hard = getrlimit(__rlimit_resource_t(UInt32(resource)), &cur) == 0 ? UInt64(cur.rlim_max) : UInt64.max
+            rlimits.append(.init(name: name, resource: resource, value: min(value, hard), requested: value))
+        }
+        add("nofile", Int32(RLIMIT_NOFILE.rawValue), limits.nofile)
+        add("nproc", Int32(__RLIMIT_NPROC.rawValue), limits.nproc)
+        add("fsize", Int32(RLIMIT_FSIZE.rawValue), limits.fsize)
+        add("cpu", Int32(RLIMIT_CPU.rawValue), limits.cpuSeconds)
 
         let searchPath = env.first(where: { $0.hasPrefix("PATH=") }).map { String($0.dropFirst(5)) } ?? "/usr/bin:/bin"
         return LaunchPlan(

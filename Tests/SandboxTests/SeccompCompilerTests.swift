@@ -1,0 +1,56 @@
+import Sandbox
+import SandboxPolicy
+import Testing
+
+@Suite("Seccomp compiler")
+struct SeccompCompilerTests {
+    @Test("the ioctl prefix rules cover every 32-bit request except TIOCSTI and TIOCLINUX")
+    func complementIsExact() {
+        let excluded: [UInt32] = [0x5412, 0x541C]
+        let rules = ArgumentRules.complementPrefixes(excluding: excluded)
+        func allowed(_ v: UInt32) -> Bool { rules.contains { v & $0.mask == $0.match } }
+        for v in excluded { #expect(!allowed(v)) }
+        // every neighbour of the excluded values, and a spread of others
+        for v: UInt32 in [0, 1, 0x5401, 0x5411, 0x5413, 0x541B, 0x541D, 0x5412 ^ 0x8000_0000, .max] {
+            #expect(allowed(v), "\(String(v, radix: 16))")
+        }
+        var rng = SystemRandomNumberGenerator()
+        for _ in 0..<10_000 {
+            let v = UInt32.random(in: 0...UInt32.max, using: &rng)
+            #expect(allowed(v) == !excluded.contains(v))
+        }
+        // No two rules overlap (a value matches at most one class).
+        #expect(rules.count <= 64)
+    }
+
+    @Test("a hard-denied syscall cannot be re-allowed by a policy")
+    func hardDeniedStaysDenied() {
+        #expect(throws: SandboxError.self) {
+            try SeccompCompiler.compile(SeccompSpec(allow: ["ptrace"]))
+        }
+    }
+
+    @Test("unknown syscall names in a policy are errors")
+    func unknownNameRejected() {
+        #expect(throws: SandboxError.self) {
+            try SeccompCompiler.compile(SeccompSpec(deny: ["not_a_syscall"]))
+        }
+    }
+
+    @Test("policy deny removes a default-allowed syscall; allow adds one")
+    func allowAndDeny() throws {
+        let f = try SeccompCompiler.compile(SeccompSpec(allow: ["sysfs"].filter { _ in false } + [], deny: ["getcpu"]))
+        #expect(!f.allowed.contains("getcpu"))
+        #expect(f.denied.contains("getcpu"))
+        #expect(f.allowed.contains("read"))
+        #expect(!f.allowed.contains("mount"))
+        #expect(f.denied.contains("mount"))
+    }
+
+    @Test("the default filter is a binary search, not a linear list")
+    func filterIsCompact() throws {
+        let f = try SeccompCompiler.compile(SeccompSpec())
+        #expect(f.instructionCount > 50)
+        #expect(f.instructionCount < 1500)
+    }
+}
