@@ -100,6 +100,7 @@ const char *ahl_stage_name(int32_t stage) {
     case AHL_STAGE_MOUNT_PRIVATE: return "make mounts private";
     case AHL_STAGE_OPEN_SOURCE: return "open bind source";
     case AHL_STAGE_OPEN_DEVICE: return "clone device node";
+    case AHL_STAGE_JOIN_CGROUP: return "join cgroup";
     case AHL_STAGE_MOUNT_ROOT: return "mount root tmpfs";
     case AHL_STAGE_MOUNT_ENTRY: return "mount";
     case AHL_STAGE_MOUNT_DEV: return "mount /dev";
@@ -719,6 +720,17 @@ __attribute__((noreturn)) static void monitor_main(const struct ahl_plan *p, int
     }
     for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++)
         if ((device_trees[i] = open_device(device_nodes[i])) < 0) fail(rep, AHL_STAGE_OPEN_DEVICE, (int32_t)i);
+
+    // A single-threaded task moving itself ("0" into a v1 `tasks` file) skips the global
+    // threadgroup lock, whose write side waits for an RCU grace period (milliseconds) when
+    // the supervisor moves us by pid instead. Done while still root on the host.
+    if (p->cgroup_join) {
+        for (int32_t i = 0; p->cgroup_join[i]; i++) {
+            int f = open(p->cgroup_join[i], O_WRONLY | O_CLOEXEC);
+            if (f < 0 || write(f, "0", 1) != 1) fail(rep, AHL_STAGE_JOIN_CGROUP, i);
+            close(f);
+        }
+    }
 
     // Host supplementary groups (e.g. gid 0) would otherwise stay attached to every
     // sandboxed process as unmapped-but-effective groups. Drop them while still privileged.

@@ -98,7 +98,11 @@ struct LayerParser {
         let root: Node?
         do {
             // UTF-8 explicitly: the default consults an environment variable and prints.
-            root = try Yams.compose(yaml: text, .default, .default, .utf8)
+            // The basic resolver tags every plain scalar as a string; the default one runs a set of
+            // regular expressions over each scalar, which cost milliseconds per launch. The
+            // only implicit types a policy uses, bool and null, are recognised by spelling
+            // below (YAML 1.2 core schema).
+            root = try Yams.compose(yaml: text, .basic, .default, .utf8)
         } catch {
             return (layer, [parser.syntaxError(error, in: text)])
         }
@@ -628,6 +632,13 @@ struct LayerParser {
 
     private mutating func bool(_ node: Node, _ what: String) -> Bool? {
         if node.tag.rawValue == Tag.Name.bool.rawValue, let value = node.bool { return value }
+        if let s = node.scalar, s.style == .plain || s.style == .any {
+            switch s.string {
+            case "true", "True", "TRUE": return true
+            case "false", "False", "FALSE": return false
+            default: break
+            }
+        }
         let spelled = node.scalar.map { " (got '\($0.string)')" } ?? ""
         error(at: node, "\(what) must be true or false\(spelled)")
         return nil
@@ -668,8 +679,9 @@ struct LayerParser {
     }
 
     private func isNull(_ node: Node) -> Bool {
-        guard case .scalar = node else { return false }
-        return node.tag.rawValue == Tag.Name.null.rawValue
+        guard case .scalar(let s) = node else { return false }
+        if node.tag.rawValue == Tag.Name.null.rawValue { return true }
+        return (s.style == .plain || s.style == .any) && ["", "~", "null", "Null", "NULL"].contains(s.string)
     }
 
     private func shape(of node: Node) -> String {

@@ -5,6 +5,7 @@
 // and every rejection says `file:line` so it can be fixed without guessing.
 
 import Foundation
+import Glibc
 
 /// Loads YAML sandbox policies into `Policy` values.
 public struct PolicyLoader: Sendable {
@@ -149,16 +150,27 @@ public struct PolicyLoader: Sendable {
         return entries.filter { $0.hasSuffix(".yaml") && !$0.hasPrefix(".") }.map { String($0.dropLast(5)) }
     }
 
+    // Plain libc here: policies are loaded on every sandbox launch, and Foundation's file
+    // APIs cost more to warm up than the whole read.
     private static func isRegularFile(_ path: String) -> Bool {
-        var isDirectory: ObjCBool = false
-        return FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) && !isDirectory.boolValue
+        var st = stat()
+        return stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG
     }
 
     private static func read(_ path: String) throws(PolicyError) -> String {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw PolicyError("cannot read policy file \(path)")
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw PolicyError("cannot read policy file \(path): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var buf = [UInt8](repeating: 0, count: 16384)
+        while true {
+            let n = buf.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if n < 0 { throw PolicyError("cannot read policy file \(path): \(String(cString: strerror(errno)))") }
+            if n == 0 { break }
+            bytes.append(contentsOf: buf[0..<n])
+            if bytes.count > 1 << 20 { throw PolicyError("policy file \(path) is larger than 1 MiB") }
         }
-        guard let text = String(data: data, encoding: .utf8) else {
+        guard let text = String(validating: bytes, as: UTF8.self) else {
             throw PolicyError("policy file \(path) is not valid UTF-8")
         }
         return text
@@ -166,7 +178,9 @@ public struct PolicyLoader: Sendable {
 
     /// What makes two spellings the same file, for cycle detection (`./a.yaml`, `a`, a symlink).
     private static func identity(ofFile path: String) -> String {
-        URL(fileURLWithPath: path).standardizedFileURL.resolvingSymlinksInPath().path
+        var st = stat()
+        guard stat(path, &st) == 0 else { return path }
+        return "\(st.st_dev):\(st.st_ino)"
     }
 
     static func directory(of path: String) -> String {

@@ -17,6 +17,20 @@ struct Autoharness: ParsableCommand {
             """,
         subcommands: [SandboxCommand.self, PolicyCommand.self]
     )
+
+    static func main() {
+        // `sandbox exec` captures its command for passthrough, which would also swallow a
+        // --help given before the command: answer it here.
+        let args = Array(CommandLine.arguments.dropFirst())
+        if args.count >= 2, args[0] == "sandbox", args[1] == "exec" {
+            let options = args.dropFirst(2).prefix { $0 != "--" && !$0.hasPrefix("/") }
+            if args.count == 2 || options.contains(where: { $0 == "-h" || $0 == "--help" }) {
+                print(SandboxExec.helpMessage(for: SandboxExec.self, columns: nil))
+                return
+            }
+        }
+        Self.main(nil)
+    }
 }
 
 /// Exit statuses of the CLI itself (sandboxed commands pass theirs through; see

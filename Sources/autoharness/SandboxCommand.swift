@@ -71,10 +71,14 @@ struct SandboxExec: ParsableCommand {
     @Flag(name: [.customShort("v"), .customLong("debug")], help: "Log sandbox set-up (which limits are enforced by what) to stderr.")
     var debug = false
 
+    @Option(name: .customLong("bench-repeat"), help: .hidden)
+    var benchRepeat: Int = 1
+
     @Argument(parsing: .captureForPassthrough, help: "The command and its arguments (after --).")
     var command: [String] = []
 
     func run() throws {
+        Timing.mark("arguments parsed")
         var cmd = command
         if cmd.first == "--" { cmd.removeFirst() }
         guard !cmd.isEmpty else { throw ValidationError("no command given; usage: autoharness sandbox exec [OPTIONS] -- COMMAND [ARG...]") }
@@ -91,6 +95,7 @@ struct SandboxExec: ParsableCommand {
             fail("\(error)", code: Exit.sandboxSetup)
         }
 
+        Timing.mark("policy loaded")
         var overrides = PlanOverrides()
         do {
             for s in readOnly { overrides.mounts.append(try bind(s, readOnly: true)) }
@@ -101,7 +106,7 @@ struct SandboxExec: ParsableCommand {
         overrides.environment = env
         overrides.timeoutSeconds = timeout
 
-        var logger = Logger(label: "autoharness.sandbox")
+        var logger = Logger(label: "autoharness.sandbox") { StderrLogHandler(label: $0) }
         logger.logLevel = debug ? .debug : .warning
         var options = RunOptions(logger: logger)
         options.allowUnenforcedLimits = allowUnenforcedLimits
@@ -143,10 +148,24 @@ struct SandboxExec: ParsableCommand {
                         logger: Logger) -> Result<SandboxResult, SandboxError> {
         do throws(SandboxError) {
             let plan = try PlanCompiler.compile(policy: policy, command: command, overrides: overrides, hostEnvironment: hostEnvironment())
+            Timing.mark("plan compiled (sources resolved, seccomp exported)")
             if debug {
                 for m in plan.mounts { logger.debug("mount \(m.summary)  [\(m.origin)]") }
                 for s in plan.skippedMounts { logger.debug("skipped optional \(s) (source missing)") }
                 logger.debug("seccomp: \(plan.filter.allowed.count) syscalls allowed, \(plan.filter.instructionCount) BPF instructions")
+            }
+            if benchRepeat > 1 {
+                // scripts/bench-sandbox: the supervisor's own cost per launch, without process
+                // start-up, argument parsing or policy loading (what a long-lived supervisor pays).
+                var total = 0.0
+                for _ in 1..<benchRepeat {
+                    let t0 = monotonicSeconds()
+                    var p = plan
+                    p.sandboxID = SandboxID.make()
+                    _ = try SandboxRunner.run(p, options: options)
+                    total += monotonicSeconds() - t0
+                }
+                printErr("bench: \(benchRepeat - 1) in-process launches, mean \(Int(total / Double(benchRepeat - 1) * 1e6)) us")
             }
             return .success(try SandboxRunner.run(plan, options: options))
         } catch {
@@ -220,4 +239,10 @@ enum SignalRelay {
         sigprocmask(SIG_UNBLOCK, &set, nil)
         return fds[0]
     }
+}
+
+func monotonicSeconds() -> Double {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
 }

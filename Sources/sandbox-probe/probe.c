@@ -16,6 +16,10 @@
 #include <linux/keyctl.h>
 #include <linux/perf_event.h>
 #include <linux/sched.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <time.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <sched.h>
@@ -310,6 +314,36 @@ int main(int argc, char **argv) {
     if (IS("sleep-forever")) {
         signal(SIGTERM, SIG_IGN);
         for (;;) pause();
+    }
+    if (IS("syscall-bench") && a2) {
+        // ns per getppid over N calls; with "trivial", first install a one-instruction
+        // allow-all filter, which measures the kernel's fixed cost of having any filter.
+        static struct sock_filter prog_buf[4096];
+        struct sock_fprog prog = {0, prog_buf};
+        if (a3 && strcmp(a3, "trivial") == 0) {
+            prog_buf[0] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+            prog.len = 1;
+        } else if (a3) {
+            // a file holding an exported program (autoharness's filter cache: key text, NUL, BPF)
+            static unsigned char file[1 << 16];
+            int fd = open(a3, O_RDONLY);
+            ssize_t n = fd < 0 ? -1 : read(fd, file, sizeof file);
+            if (n <= 0) return report_errno(errno);
+            unsigned char *nul = memchr(file, 0, (size_t)n);
+            size_t off = nul ? (size_t)(nul - file) + 1 : 0;
+            prog.len = (unsigned short)((n - off) / sizeof(struct sock_filter));
+            memcpy(prog_buf, file + off, prog.len * sizeof(struct sock_filter));
+        }
+        if (prog.len && (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) < 0))
+            return report_errno(errno);
+        long n = atol(a2);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (long i = 0; i < n; i++) syscall(SYS_getppid);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double ns = ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / (double)n;
+        printf("RESULT syscall-bench ok %.1f\n", ns);
+        return 0;
     }
     if (IS("exit") && a2) return atoi(a2);
     if (IS("raise") && a2) {

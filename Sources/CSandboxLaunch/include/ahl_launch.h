@@ -72,6 +72,7 @@ struct ahl_plan {
     uint32_t cap_last;            // highest capability number the kernel knows
     uint64_t root_size;           // bytes for the root tmpfs (holds only mount points)
     int *scratch_fds;             // n_mounts + AHL_DEVICE_COUNT ints the child may overwrite
+    const char *const *cgroup_join; // NULL-terminated cgroup v1 `tasks` files the monitor joins
 };
 
 /// /dev holds exactly these host nodes: null, zero, full, random, urandom, tty.
@@ -85,7 +86,8 @@ struct ahl_child {
 
 /// Forks the monitor. Returns 0, or an errno value if nothing was started.
 /// Afterwards: read AHL_MSG_UNSHARED, write /proc/PID/{setgroups,uid_map,gid_map}, move
-/// PID into the sandbox cgroups, write AHL_CTL_GO to control_fd, then read messages.
+/// PID into any cgroups it did not join itself (v2), write AHL_CTL_GO to control_fd, then
+/// read messages.
 int ahl_spawn(const struct ahl_plan *plan, struct ahl_child *out);
 
 // Control bytes, supervisor -> monitor. Any byte 1..64 is a signal to forward to the payload.
@@ -112,6 +114,7 @@ enum ahl_stage {
     AHL_STAGE_MOUNT_PRIVATE,
     AHL_STAGE_OPEN_SOURCE,       // index: which plan mount
     AHL_STAGE_OPEN_DEVICE,
+    AHL_STAGE_JOIN_CGROUP,       // index: which cgroup_join entry
     AHL_STAGE_MOUNT_ROOT,
     AHL_STAGE_MOUNT_ENTRY,       // index: which plan mount
     AHL_STAGE_MOUNT_DEV,

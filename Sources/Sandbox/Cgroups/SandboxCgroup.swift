@@ -171,9 +171,17 @@ final class SandboxCgroup {
         }
     }
 
-    /// Moves `pid` (the sandbox's monitor, before it forks anything) into every cgroup.
+    /// cgroup v1 `tasks` files the monitor writes "0" into to join by itself (fast path).
+    var selfJoinFiles: [String] {
+        var seen: Set<String> = []
+        return directories.filter { $0.version == 1 && seen.insert($0.path).inserted }.map { $0.path + "/tasks" }
+    }
+
+    /// Moves `pid` (the sandbox's monitor, before it forks anything) into every cgroup it
+    /// did not join itself.
     func attach(pid: pid_t) throws(SandboxError) {
-        for d in directories {
+        var seen: Set<String> = []
+        for d in directories where d.version != 1 && seen.insert(d.path).inserted {
             try Self.write(d.path + "/cgroup.procs", "\(pid)")
         }
     }

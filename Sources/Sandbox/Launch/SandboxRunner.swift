@@ -71,6 +71,7 @@ public enum SandboxRunner {
         let log = options.logger
         let cgroup = try SandboxCgroup(id: plan.sandboxID, limits: plan.limits, host: options.cgroupHost ?? .detect(),
                                        allowUnenforced: options.allowUnenforcedLimits)
+        Timing.mark("cgroups created")
         var enforcement = cgroup.enforcement
         for r in plan.rlimits {
             let clamped = r.value < r.requested ? " (lowered from \(r.requested) to the host's hard limit)" : ""
@@ -79,13 +80,14 @@ public enum SandboxRunner {
         if let t = plan.limits.timeoutSeconds { enforcement.append(.init(limit: "timeout", value: "\(t)s", mechanism: "supervisor kills the pid namespace")) }
         log.debug("sandbox \(plan.sandboxID): policy \(plan.policyName); limits: \(enforcement.map(\.description).joined(separator: "; "))")
 
-        let storage = CPlan(plan, stdio: options.stdio)
+        let storage = CPlan(plan, stdio: options.stdio, cgroupJoin: cgroup.selfJoinFiles)
         var child = ahl_child()
         let rc = withUnsafePointer(to: &storage.plan) { ahl_spawn($0, &child) }
         guard rc == 0 else {
             cgroup.remove()
             throw SandboxError(.launch, "fork: \(String(cString: strerror(rc)))", errno: rc)
         }
+        Timing.mark("monitor forked")
         var session = Session(plan: plan, child: child, cgroup: cgroup, options: options)
         let result = session.supervise()
         var r = result
@@ -124,6 +126,7 @@ private struct Session {
             sendControl(UInt8(AHL_CTL_KILL))
         }
         eventLoop()
+        Timing.mark("sandbox ran and exited")
         var status: Int32 = 0
         while waitpid(child.pid, &status, 0) < 0 && errno == EINTR {}
         if notifyFD >= 0 { close(notifyFD) }
@@ -135,6 +138,7 @@ private struct Session {
         if memHit { record(.memoryLimit, "memory limit reached; the kernel killed a process", action: "kill") }
         if pidsHit { record(.pidsLimit, "pids limit reached; fork/clone failed", action: "EAGAIN") }
         let leftovers = cgroup.remove()
+        Timing.mark("cleaned up")
 
         let termination: SandboxResult.Termination
         if let ownError {
@@ -172,6 +176,7 @@ private struct Session {
         case .eof, .timeout:
             return "sandbox monitor did not start"
         }
+        Timing.mark("namespaces unshared")
         let pid = child.pid
         let id = plan.identity
         do throws(SandboxError) {
@@ -180,7 +185,9 @@ private struct Session {
             try SandboxCgroup.write("/proc/\(pid)/setgroups", "deny")
             try SandboxCgroup.write("/proc/\(pid)/uid_map", "\(id.uid) \(id.hostUID) 1\n")
             try SandboxCgroup.write("/proc/\(pid)/gid_map", "\(id.gid) \(id.hostGID) 1\n")
+            Timing.mark("id maps written")
             try cgroup.attach(pid: pid)
+            Timing.mark("cgroups joined")
         } catch {
             return "id maps / cgroups: \(error.message)"
         }
@@ -221,7 +228,10 @@ private struct Session {
                     var m = ahl_msg()
                     var fd: Int32 = -1
                     let got = ahl_recv_msg(child.report_fd, &m, &fd)
-                    if got <= 0 { reportOpen = false } else { handle(m, fd: fd) }
+                    if got <= 0 {
+                        reportOpen = false
+                        Timing.mark("sandbox processes gone")
+                    } else { handle(m, fd: fd) }
                 } else if p.fd == notifyFD {
                     if p.revents & Int16(POLLIN) != 0, let req, let resp {
                         answerNotification(req, resp)
@@ -240,6 +250,7 @@ private struct Session {
     mutating func handle(_ m: ahl_msg, fd: Int32) {
         switch UInt32(m.kind) {
         case AHL_MSG_LISTENER.rawValue:
+            Timing.mark("payload privileges dropped, seccomp installed")
             if notifyFD >= 0 { close(notifyFD) }
             notifyFD = fd
         case AHL_MSG_SETUP_ERROR.rawValue:
@@ -247,9 +258,11 @@ private struct Session {
         case AHL_MSG_EXEC_ERROR.rawValue:
             execErrno = m.err
         case AHL_MSG_EXIT.rawValue:
+            Timing.mark("payload exited")
             waitStatus = Int32(truncatingIfNeeded: m.value)
         case AHL_MSG_STARTED.rawValue:
             payloadPID = m.index
+            Timing.mark("filesystem built, payload forked")
         default:
             if fd >= 0 { close(fd) }
         }
@@ -363,14 +376,16 @@ final class CPlan {
     private var rlimits: UnsafeMutablePointer<ahl_rlimit>
     private var bpf: UnsafeMutableRawPointer
     private var scratch: UnsafeMutablePointer<Int32>
+    private var join: UnsafeMutablePointer<UnsafePointer<CChar>?>
 
-    init(_ p: LaunchPlan, stdio: (Int32, Int32, Int32)) {
+    init(_ p: LaunchPlan, stdio: (Int32, Int32, Int32), cgroupJoin: [String]) {
         argv = .allocate(capacity: p.command.count + 1)
         envp = .allocate(capacity: p.environment.count + 1)
         mounts = .allocate(capacity: max(1, p.mounts.count))
         rlimits = .allocate(capacity: max(1, p.rlimits.count))
         bpf = .allocate(byteCount: max(8, p.filter.bpf.count), alignment: 8)
         scratch = .allocate(capacity: p.mounts.count + Int(AHL_DEVICE_COUNT))
+        join = .allocate(capacity: cgroupJoin.count + 1)
         func c(_ s: String) -> UnsafePointer<CChar> {
             let d = strdup(s)!
             strings.append(d)
@@ -424,6 +439,9 @@ final class CPlan {
         plan.cap_last = UInt32(Capabilities.lastCap)
         plan.root_size = 4 << 20
         plan.scratch_fds = scratch
+        for (i, f) in cgroupJoin.enumerated() { join[i] = c(f) }
+        join[cgroupJoin.count] = nil
+        plan.cgroup_join = UnsafePointer(join)
     }
 
     deinit {
@@ -434,5 +452,6 @@ final class CPlan {
         rlimits.deallocate()
         bpf.deallocate()
         scratch.deallocate()
+        join.deallocate()
     }
 }

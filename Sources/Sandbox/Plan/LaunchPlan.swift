@@ -160,7 +160,9 @@ public enum PlanCompiler {
         let env = try buildEnvironment(policy.env, overrides.environment, host: hostEnvironment)
         var limits = policy.limits
         if let t = overrides.timeoutSeconds { limits.timeoutSeconds = t }
+        Timing.mark("mounts resolved")
         let filter = try SeccompCompiler.compile(policy.seccomp)
+        Timing.mark("seccomp compiled")
 
         var rlimits = [LaunchPlan.ResourceLimit(name: "core", resource: Int32(RLIMIT_CORE.rawValue), value: 0, requested: 0)]
         func add(_ name: String, _ resource: Int32, _ value: UInt64?) {

@@ -58,6 +58,42 @@ public enum SeccompCompiler {
         allow.subtract(SyscallProfile.hardDenied)
         let conditional = SyscallProfile.conditional.subtracting(deny)
 
+        let denied = SyscallProfile.hardDenied.union(deny)
+        let refusedForms = denied.union(SyscallProfile.conditional)  // conditional: their refused argument forms
+        var unresolved: [String] = []
+        var unconditional: [(String, Int32)] = []
+        for name in allow.sorted() where !conditional.contains(name) {
+            if let nr = resolve(name) { unconditional.append((name, nr)) } else { unresolved.append(name) }
+        }
+        let v = seccomp_version().pointee
+        let key = """
+            autoharness seccomp v1
+            libseccomp \(v.major).\(v.minor).\(v.micro) arch \(seccomp_arch_native())
+            allow \(unconditional.map { "\($0.0)=\($0.1)" }.joined(separator: " "))
+            conditional \(conditional.sorted().joined(separator: " "))
+            clone-mask \(ArgumentRules.namespaceFlags) ioctl-deny \(ArgumentRules.deniedIoctls.map { String($0.value) }.joined(separator: ","))
+            personality \(ArgumentRules.allowedPersonalities.map { String($0) }.joined(separator: ","))
+            socket \(ArgumentRules.allowedSocketFamilies.map { String($0) }.joined(separator: ","))
+            """
+        let bpf: [UInt8]
+        if let cached = FilterCache.load(key: key) {
+            bpf = cached
+        } else {
+            bpf = try build(unconditional: unconditional.map(\.1), conditional: conditional)
+            FilterCache.store(key: key, bpf: bpf)
+        }
+        return CompiledFilter(
+            bpf: bpf,
+            allowed: allow.union(conditional).sorted(),
+            denied: denied.sorted(),
+            unresolved: unresolved,
+            eperm: Set(refusedForms.compactMap(resolve)),
+            enosys: Set(SyscallProfile.enosysFallback.compactMap(resolve)),
+            defaultAction: spec.defaultAction
+        )
+    }
+
+    private static func build(unconditional: [Int32], conditional: Set<String>) throws(SandboxError) -> [UInt8] {
         guard let ctx = seccomp_init(ahs_act_notify()) else {
             throw SandboxError(.seccomp, "seccomp_init failed")
         }
@@ -65,14 +101,8 @@ public enum SeccompCompiler {
         try check(seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, ahs_act_notify()), "set bad-arch action")
         // A binary search over syscall numbers keeps the per-call cost flat as the list grows.
         try check(seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2), "enable binary-tree optimisation")
-
-        var unresolved: [String] = []
-        for name in allow.sorted() where !conditional.contains(name) {
-            guard let nr = resolve(name) else {
-                unresolved.append(name)
-                continue
-            }
-            try check(seccomp_rule_add_array(ctx, ahs_act_allow(), nr, 0, nil), "allow \(name)")
+        for nr in unconditional {
+            try check(seccomp_rule_add_array(ctx, ahs_act_allow(), nr, 0, nil), "allow syscall \(nr)")
         }
         if conditional.contains("clone"), let nr = resolve("clone") {
             try addRule(ctx, nr, "clone", [ahs_arg(0, SCMP_CMP_MASKED_EQ, ArgumentRules.namespaceFlags, 0)])
@@ -93,19 +123,7 @@ public enum SeccompCompiler {
                 try addRule(ctx, nr, "socket", [ahs_arg(0, SCMP_CMP_EQ, v, 0)])
             }
         }
-
-        let bpf = try export(ctx)
-        let denied = SyscallProfile.hardDenied.union(deny)
-            .union(SyscallProfile.conditional)  // their refused argument forms
-        return CompiledFilter(
-            bpf: bpf,
-            allowed: allow.union(conditional).sorted(),
-            denied: SyscallProfile.hardDenied.union(deny).sorted(),
-            unresolved: unresolved,
-            eperm: Set(denied.compactMap(resolve)),
-            enosys: Set(SyscallProfile.enosysFallback.compactMap(resolve)),
-            defaultAction: spec.defaultAction
-        )
+        return try export(ctx)
     }
 
     /// The native syscall number for a name, or nil if this architecture has none.
