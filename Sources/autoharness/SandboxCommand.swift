@@ -136,7 +136,7 @@ struct SandboxExec: ParsableCommand {
         }
         let (count, text) = options.audit.summary(for: result.sandboxID)
         if count > 0 {
-            printErr("sandbox \(result.sandboxID): \(count) refused: \(text)\(audit.map { " (audit: \($0))" } ?? "")")
+            printErr("sandbox \(result.sandboxID): \(count) audit event\(count == 1 ? "" : "s"): \(text)\(audit.map { " (audit: \($0))" } ?? "")")
         }
         if !result.leftovers.isEmpty {
             printErr("sandbox: could not remove: \(result.leftovers.joined(separator: ", "))")

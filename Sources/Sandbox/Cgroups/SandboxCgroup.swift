@@ -120,6 +120,7 @@ final class SandboxCgroup {
             for p in placed {
                 let dir = p.parent + "/" + name
                 if !made.contains(dir) {
+                    Self.sweepStale(in: p.parent)
                     if mkdir(dir, 0o755) != 0 && errno != EEXIST {
                         throw SandboxError(.cgroup, "mkdir \(dir): \(String(cString: strerror(errno)))", errno: errno)
                     }
@@ -234,6 +235,25 @@ final class SandboxCgroup {
         }
         directories.removeAll()
         return failed
+    }
+
+    /// Removes sandbox cgroups a killed supervisor left behind: named `autoharness-sbx-*`,
+    /// empty, and older than a minute (a sibling supervisor's cgroup is empty only for the
+    /// milliseconds between its mkdir and its monitor joining).
+    static func sweepStale(in parent: String) {
+        guard let d = opendir(parent) else { return }
+        defer { closedir(d) }
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        while let e = readdir(d) {
+            let name = withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            guard name.hasPrefix("autoharness-sbx-") else { continue }
+            let path = parent + "/" + name
+            var st = stat()
+            guard stat(path, &st) == 0, now.tv_sec - st.st_mtim.tv_sec > 60,
+                  readText(path + "/cgroup.procs").isEmpty else { continue }
+            rmdir(path)
+        }
     }
 
     static func field(_ text: String, _ key: String) -> Int? {
