@@ -160,6 +160,13 @@ static void close_all_except(const int *keep, int n) {
 
 static size_t str_len(const char *s) { return s ? strlen(s) : 0; }
 
+/// close() that leaves errno as the failure being reported.
+static void close_keep_errno(int fd) {
+    int s = errno;
+    close(fd);
+    errno = s;
+}
+
 // ---------------------------------------------------------------------------------------
 // Filesystem construction (runs in init, pid 1, inside all namespaces)
 
@@ -187,14 +194,14 @@ static int walk_create(int rootfd, const char *path, int want_dir, int create_la
         if (!last || want_dir) {
             next = openat(cur, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
             if (next < 0 && errno == ENOENT && (create_last || !last)) {
-                if (mkdirat(cur, comp, 0755) < 0 && errno != EEXIST) { int s = errno; close(cur); errno = s; return -1; }
+                if (mkdirat(cur, comp, 0755) < 0 && errno != EEXIST) { close_keep_errno(cur); return -1; }
                 next = openat(cur, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
             }
         } else {
             next = openat(cur, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
             if (next < 0 && errno == ENOENT && create_last) {
                 int f = openat(cur, comp, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0444);
-                if (f < 0 && errno != EEXIST) { int s = errno; close(cur); errno = s; return -1; }
+                if (f < 0 && errno != EEXIST) { close_keep_errno(cur); return -1; }
                 if (f >= 0) close(f);
                 next = openat(cur, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
             }
@@ -250,6 +257,14 @@ static int attach(int mfd, int targetfd) {
     return move_mount(mfd, "", targetfd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH);
 }
 
+/// attach(), then close both descriptors, keeping attach's errno.
+static int attach_close(int mfd, int targetfd) {
+    int r = attach(mfd, targetfd);
+    close_keep_errno(targetfd);
+    close_keep_errno(mfd);
+    return r;
+}
+
 /// A detached tmpfs (or other simple fs) mount fd.
 static int new_fs(const char *type, uint64_t size, uint32_t mode, uint64_t attrs) {
     int fs = fsopen(type, FSOPEN_CLOEXEC);
@@ -277,14 +292,10 @@ static int new_fs(const char *type, uint64_t size, uint32_t mode, uint64_t attrs
     }
     if (fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0) goto bad;
     int m = fsmount(fs, FSMOUNT_CLOEXEC, (unsigned)attrs);
-    int s = errno;
-    close(fs);
-    errno = s;
+    close_keep_errno(fs);
     return m;
 bad:
-    s = errno;
-    close(fs);
-    errno = s;
+    close_keep_errno(fs);
     return -1;
 }
 
@@ -298,7 +309,7 @@ static int open_source(const struct ahl_mount *m) {
     int tree = open_tree(AT_FDCWD, m->source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_SYMLINK_NOFOLLOW);
     if (tree < 0) return -1;
     struct stat st;
-    if (fstat(tree, &st) < 0) { int s = errno; close(tree); errno = s; return -1; }
+    if (fstat(tree, &st) < 0) { close_keep_errno(tree); return -1; }
     if ((uint64_t)st.st_dev != m->dev || (uint64_t)st.st_ino != m->ino) {
         // The path now names a different object than the one the policy was compiled
         // against (swapped between planning and mounting): refuse rather than mount it.
@@ -307,7 +318,7 @@ static int open_source(const struct ahl_mount *m) {
         return -1;
     }
     uint64_t attrs = SAFE | ((m->flags & AHL_MOUNT_READONLY) ? MOUNT_ATTR_RDONLY : 0);
-    if (set_attrs(tree, attrs, 1) < 0) { int s = errno; close(tree); errno = s; return -1; }
+    if (set_attrs(tree, attrs, 1) < 0) { close_keep_errno(tree); return -1; }
     return tree;
 }
 
@@ -315,9 +326,7 @@ static int mount_bind(const struct ahl_mount *m, int tree, int newroot) {
     int target = walk_create(newroot, m->dest, (m->flags & AHL_MOUNT_SOURCE_DIR) != 0, 1);
     if (target < 0) return -1;
     int r = attach(tree, target);
-    int s = errno;
-    close(target);
-    errno = s;
+    close_keep_errno(target);
     return r;
 }
 
@@ -325,13 +334,8 @@ static int mount_tmpfs_at(int newroot, const char *dest, uint64_t size, uint32_t
     int mfd = new_fs("tmpfs", size ? size : (64ull << 20), mode, attrs);
     if (mfd < 0) return -1;
     int target = walk_create(newroot, dest, 1, 1);
-    if (target < 0) { int s = errno; close(mfd); errno = s; return -1; }
-    int r = attach(mfd, target);
-    int s = errno;
-    close(target);
-    close(mfd);
-    errno = s;
-    return r;
+    if (target < 0) { close_keep_errno(mfd); return -1; }
+    return attach_close(mfd, target);
 }
 
 static int mount_hide(const struct ahl_mount *m, int newroot) {
@@ -340,7 +344,7 @@ static int mount_hide(const struct ahl_mount *m, int newroot) {
     if (target < 0 && errno == EISDIR) target = walk_create(newroot, m->dest, 1, 0);
     if (target < 0) return errno == ENOENT ? 0 : -1;
     struct stat st;
-    if (fstat(target, &st) < 0) { int s = errno; close(target); errno = s; return -1; }
+    if (fstat(target, &st) < 0) { close_keep_errno(target); return -1; }
     // Hidden things read as "Permission denied": mode 0, owned by nobody the payload can act as.
     int mfd = new_fs("tmpfs", 4096, 0, SAFE | MOUNT_ATTR_NOEXEC | (S_ISDIR(st.st_mode) ? MOUNT_ATTR_RDONLY : 0));
     if (mfd >= 0 && !S_ISDIR(st.st_mode)) {
@@ -354,13 +358,8 @@ static int mount_hide(const struct ahl_mount *m, int newroot) {
         if (mfd >= 0 && set_attrs(mfd, SAFE | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOEXEC, 0) < 0) { s = errno; close(mfd); mfd = -1; }
         errno = s;
     }
-    if (mfd < 0) { int s = errno; close(target); errno = s; return -1; }
-    int r = attach(mfd, target);
-    int s = errno;
-    close(mfd);
-    close(target);
-    errno = s;
-    return r;
+    if (mfd < 0) { close_keep_errno(target); return -1; }
+    return attach_close(mfd, target);
 }
 
 static int mount_symlink(const struct ahl_mount *m, int newroot) {
@@ -368,9 +367,7 @@ static int mount_symlink(const struct ahl_mount *m, int newroot) {
     int parent = walk_parent(newroot, m->dest, last, sizeof last);
     if (parent < 0) return -1;
     int r = symlinkat(m->source, parent, last);
-    int s = errno;
-    close(parent);
-    errno = s;
+    close_keep_errno(parent);
     return r;
 }
 
@@ -385,7 +382,7 @@ static int open_device(const char *name) {
     memcpy(src + 5, name, n + 1);
     int tree = open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
     if (tree < 0) return -1;
-    if (set_attrs(tree, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY, 0) < 0) { int s = errno; close(tree); errno = s; return -1; }
+    if (set_attrs(tree, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY, 0) < 0) { close_keep_errno(tree); return -1; }
     return tree;
 }
 
@@ -395,9 +392,7 @@ static int bind_device(int devdir, const char *name, int tree) {
     int target = openat(devdir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
     if (target < 0) return -1;
     int r = attach(tree, target);
-    int s = errno;
-    close(target);
-    errno = s;
+    close_keep_errno(target);
     return r;
 }
 
@@ -406,12 +401,12 @@ static int setup_dev(int newroot, const int *device_trees) {
     int dir = walk_create(newroot, "/dev", 1, 0);
     if (dir < 0) return -1;
     for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++)
-        if (bind_device(dir, device_nodes[i], device_trees[i]) < 0) { int s = errno; close(dir); errno = s; return -1; }
+        if (bind_device(dir, device_nodes[i], device_trees[i]) < 0) { close_keep_errno(dir); return -1; }
     static const char *const links[][2] = {
         {"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"}, {"/proc/self/fd/1", "stdout"},
         {"/proc/self/fd/2", "stderr"}, {"pts/ptmx", "ptmx"}};
     for (unsigned i = 0; i < sizeof links / sizeof links[0]; i++)
-        if (symlinkat(links[i][0], dir, links[i][1]) < 0) { int s = errno; close(dir); errno = s; return -1; }
+        if (symlinkat(links[i][0], dir, links[i][1]) < 0) { close_keep_errno(dir); return -1; }
     close(dir);
     if (mount_tmpfs_at(newroot, "/dev/shm", 64ull << 20, 01777, SAFE | MOUNT_ATTR_NOEXEC) < 0) return -1;
     // A private devpts instance so ptys work without exposing the host's.
@@ -436,15 +431,10 @@ static int setup_dev(int newroot, const int *device_trees) {
 static int proc_readonly(int procfd, const char *sub) {
     int tree = open_tree(procfd, sub, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
     if (tree < 0) return errno == ENOENT ? 0 : -1;
-    if (set_attrs(tree, SAFE | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY, 1) < 0) { int s = errno; close(tree); errno = s; return -1; }
+    if (set_attrs(tree, SAFE | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY, 1) < 0) { close_keep_errno(tree); return -1; }
     int target = openat(procfd, sub, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    if (target < 0) { int s = errno; close(tree); errno = s; return -1; }
-    int r = attach(tree, target);
-    int s = errno;
-    close(target);
-    close(tree);
-    errno = s;
-    return r;
+    if (target < 0) { close_keep_errno(tree); return -1; }
+    return attach_close(tree, target);
 }
 
 static int setup_proc(int newroot) {
@@ -453,17 +443,13 @@ static int setup_proc(int newroot) {
     int mfd = new_fs("proc", 0, UINT32_MAX, SAFE | MOUNT_ATTR_NOEXEC);
     if (mfd < 0) return -1;
     int target = walk_create(newroot, "/proc", 1, 1);
-    if (target < 0) { int s = errno; close(mfd); errno = s; return -1; }
-    int r = attach(mfd, target);
-    int s = errno;
-    close(mfd);
-    close(target);
-    if (r < 0) { errno = s; return -1; }
+    if (target < 0) { close_keep_errno(mfd); return -1; }
+    if (attach_close(mfd, target) < 0) return -1;
     int procfd = walk_create(newroot, "/proc", 1, 0);
     if (procfd < 0) return -1;
     static const char *const ro[] = {"sys", "sysrq-trigger", "irq", "bus", "fs"};
     for (unsigned i = 0; i < sizeof ro / sizeof ro[0]; i++)
-        if (proc_readonly(procfd, ro[i]) < 0) { s = errno; close(procfd); errno = s; return -1; }
+        if (proc_readonly(procfd, ro[i]) < 0) { close_keep_errno(procfd); return -1; }
     close(procfd);
     return 0;
 }
@@ -472,9 +458,7 @@ static int make_readonly(int newroot, const char *path) {
     int fd = walk_create(newroot, path, 1, 0);
     if (fd < 0) return -1;
     int r = set_attrs(fd, SAFE | MOUNT_ATTR_RDONLY, 0);
-    int s = errno;
-    close(fd);
-    errno = s;
+    close_keep_errno(fd);
     return r;
 }
 
