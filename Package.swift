@@ -7,6 +7,10 @@
 //   SandboxPolicy   — policy schema, YAML loading, validation (pure; no syscalls).
 //   Sandbox         — compiles a policy into a launch plan (mounts, seccomp BPF, limits),
 //                     runs it, supervises it (cgroups, seccomp notifications, audit).
+//   Benchmark       — local (Harbor-layout) benchmarks: each task's agent run and its verifier
+//                     run in separate sandboxes; only a reward crosses back.
+//   Ledger          — the supervisor's hash-chained SQLite record; views are derived from it.
+//   Experiment      — experiment layout, config, split, and the gate (what decides an edit).
 //   autoharness     — the command-line tool.
 //   sandbox-probe   — test-only attack probe run *inside* sandboxes by the escape suite.
 import PackageDescription
@@ -19,11 +23,14 @@ let package = Package(
         .executable(name: "sandbox-probe", targets: ["sandbox-probe"]),
         .library(name: "SandboxPolicy", targets: ["SandboxPolicy"]),
         .library(name: "Sandbox", targets: ["Sandbox"]),
+        .library(name: "Experiment", targets: ["Experiment"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
     ],
     targets: [
         .systemLibrary(
@@ -51,10 +58,25 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        .target(
+            name: "Benchmark",
+            dependencies: ["Sandbox", "SandboxPolicy"]
+        ),
+        .target(
+            name: "Ledger",
+            dependencies: [
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        .target(
+            name: "Experiment",
+            dependencies: ["Benchmark", "Ledger", "Sandbox", "SandboxPolicy", .product(name: "Yams", package: "Yams")]
+        ),
         .executableTarget(
             name: "autoharness",
             dependencies: [
-                "Sandbox", "SandboxPolicy",
+                "Sandbox", "SandboxPolicy", "Experiment", "Benchmark", "Ledger",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -68,5 +90,8 @@ let package = Package(
         ),
         .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy"]),
         .testTarget(name: "SandboxTests", dependencies: ["Sandbox", "SandboxPolicy"]),
+        .testTarget(name: "BenchmarkTests", dependencies: ["Benchmark", "Sandbox", "SandboxPolicy"]),
+        .testTarget(name: "LedgerTests", dependencies: ["Ledger"]),
+        .testTarget(name: "ExperimentTests", dependencies: ["Experiment", "Benchmark", "Ledger", "Sandbox", "SandboxPolicy"]),
     ]
 )

@@ -207,10 +207,8 @@ static int walk_create(int rootfd, const char *path, int want_dir, int create_la
             }
             if (next >= 0) {
                 struct stat st;
-                if (fstat(next, &st) < 0 || S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode)) {
-                    int s = S_ISLNK(st.st_mode) ? ELOOP : EISDIR;
-                    close(next); close(cur); errno = s; return -1;
-                }
+                int bad = fstat(next, &st) < 0 ? errno : S_ISLNK(st.st_mode) ? ELOOP : S_ISDIR(st.st_mode) ? EISDIR : 0;
+                if (bad) { close(next); close(cur); errno = bad; return -1; }
             }
         }
         int s = errno;
@@ -636,7 +634,7 @@ __attribute__((noreturn)) static void init_main(const struct ahl_plan *p, int re
     int sfd = signalfd(-1, &all, SFD_CLOEXEC);
     if (sfd < 0) fail(rep, AHL_STAGE_SIGNALFD, 0);
 
-    pid_t child = fork();
+    pid_t child = _Fork();  // async-signal-safe: no atfork handlers in a forked child
     if (child < 0) fail(rep, AHL_STAGE_FORK_PAYLOAD, 0);
     if (child == 0) {
         close(sfd);
@@ -645,11 +643,14 @@ __attribute__((noreturn)) static void init_main(const struct ahl_plan *p, int re
     }
     send_msg(rep, AHL_MSG_STARTED, 0, 0, child, 0);
 
-    // init keeps nothing the payload could borrow: no capabilities, not dumpable (so its
-    // memory cannot be opened through /proc/1/mem), no new privileges.
-    (void)prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-    (void)drop_all_caps(p->cap_last, 1);
-    (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    // init keeps nothing the payload could borrow: not dumpable (so its memory cannot be
+    // opened through /proc/1/mem) before anything else, then no capabilities and no new
+    // privileges. If that cannot be done, the sandbox does not run.
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+        drop_all_caps(p->cap_last, 1) < 0) {
+        (void)kill(child, SIGKILL);
+        fail(rep, AHL_STAGE_DROP_CAPS, -1);
+    }
 
     struct pollfd fds[2] = {{sfd, POLLIN, 0}, {life, POLLIN, 0}};
     for (;;) {
@@ -688,6 +689,14 @@ __attribute__((noreturn)) static void monitor_main(const struct ahl_plan *p, int
     // Out of the caller's session: a terminal's ^C goes to the supervisor, which forwards it
     // exactly once, rather than to every process of the sandbox.
     (void)setsid();
+    // This process is a copy of the supervisor. /proc/PID/cmdline of the sandbox's init (our
+    // child) is readable from inside without any ptrace check, so the supervisor's command
+    // line (--var values, host paths) and environment are wiped from the copy.
+    for (int i = 0; i < 2; i++)
+        if (p->wipe_start[i] && p->wipe_end[i] > p->wipe_start[i])
+            memset((void *)(uintptr_t)p->wipe_start[i], 0, (size_t)(p->wipe_end[i] - p->wipe_start[i]));
+    (void)prctl(PR_SET_NAME, "sandbox-init", 0, 0, 0);
+
     int keep[5] = {rep, ctl, p->stdio[0], p->stdio[1], p->stdio[2]};
     // stdio 0-2 of the supervisor are inherited when the plan does not override them.
     int keep_all[8] = {0, 1, 2, keep[0], keep[1], keep[2], keep[3], keep[4]};
@@ -737,7 +746,7 @@ __attribute__((noreturn)) static void monitor_main(const struct ahl_plan *p, int
 
     int life[2];
     if (pipe2(life, O_CLOEXEC) < 0) fail(rep, AHL_STAGE_FORK_INIT, 0);
-    pid_t init = fork();
+    pid_t init = _Fork();
     if (init < 0) fail(rep, AHL_STAGE_FORK_INIT, 0);
     if (init == 0) {
         close(life[1]);
@@ -748,6 +757,11 @@ __attribute__((noreturn)) static void monitor_main(const struct ahl_plan *p, int
     send_msg(rep, AHL_MSG_INIT_PID, 0, 0, 0, init);
 
     int pfd = (int)syscall(SYS_pidfd_open, init, 0);
+    if (pfd < 0) {
+        // Without it the monitor could not notice init's exit; never run unsupervised.
+        (void)kill(init, SIGKILL);
+        fail(rep, AHL_STAGE_FORK_INIT, 0);
+    }
     struct pollfd fds[2] = {{pfd, POLLIN, 0}, {ctl, POLLIN, 0}};
     int nfds = 2;
     for (;;) {
@@ -793,7 +807,8 @@ int ahl_spawn(const struct ahl_plan *plan, struct ahl_child *out) {
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    pid_t pid = fork();
+    // _Fork: no atfork handlers run (the runtime's could take locks another thread holds).
+    pid_t pid = _Fork();
     if (pid == 0) {
         close(rep[0]);
         close(ctl[1]);

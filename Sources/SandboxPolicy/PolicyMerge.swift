@@ -119,12 +119,17 @@ struct MergedLayers {
         }
 
         if let chdir, chdir.value.isConcrete, chdir.value.path != "/" {
-            let inside = mounts.contains { SandboxPath.isAtOrUnder(chdir.value.path, $0.destination) }
+            // At or under a mount, or a directory on the way to one (the launcher creates
+            // those in the read-only root, so they exist but cannot be written).
+            let inside = mounts.contains {
+                SandboxPath.isAtOrUnder(chdir.value.path, $0.destination)
+                    || SandboxPath.isAtOrUnder($0.destination, chdir.value.path)
+            }
             // The root itself holds only mount points; a working directory there would be an
             // empty read-only directory the launcher happened to create.
             if !inside && mounts.allSatisfy(\.isConcrete) {
                 errors.append(PolicyError(
-                    "chdir \(chdir.value.path) is not inside any mount destination (mount something at or above it)",
+                    "chdir \(chdir.value.path) is not inside any mount destination and holds none (mount something at, above or below it)",
                     at: chdir.location))
             }
         }

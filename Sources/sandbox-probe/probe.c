@@ -345,6 +345,24 @@ int main(int argc, char **argv) {
         printf("RESULT syscall-bench ok %.1f\n", ns);
         return 0;
     }
+    if (IS("flood") && a2) {  // COUNT refused calls spread over DISTINCT unknown syscall numbers
+        long n = atol(a2), distinct = a3 ? atol(a3) : 1;
+        for (long i = 0; i < n; i++) syscall(1000 + (i % distinct));
+        printf("RESULT flood ok %ld\n", n);
+        return 0;
+    }
+    if (IS("stack-filter")) {  // install our own errno filter (would hide later calls from the audit)
+        struct sock_filter f[] = {BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)};
+        struct sock_fprog prog = {1, f};
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) return report_errno(errno);
+        return report(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog));
+    }
+    if (IS("prctl-seccomp")) {
+        struct sock_filter f[] = {BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)};
+        struct sock_fprog prog = {1, f};
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) return report_errno(errno);
+        return report(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0));
+    }
     if (IS("exit") && a2) return atoi(a2);
     if (IS("raise") && a2) {
         raise(atoi(a2));

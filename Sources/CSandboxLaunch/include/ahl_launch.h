@@ -73,6 +73,9 @@ struct ahl_plan {
     uint64_t root_size;           // bytes for the root tmpfs (holds only mount points)
     int *scratch_fds;             // n_mounts + AHL_DEVICE_COUNT ints the child may overwrite
     const char *const *cgroup_join; // NULL-terminated cgroup v1 `tasks` files the monitor joins
+    uint64_t wipe_start[2];       // the supervisor's argv and environment blocks (arg_start,
+    uint64_t wipe_end[2];         // env_start / arg_end, env_end of /proc/self/stat), zeroed
+                                  // in the children: init's /proc/1/cmdline is world-readable
 };
 
 /// /dev holds exactly these host nodes: null, zero, full, random, urandom, tty.

@@ -11,6 +11,8 @@ public struct AuditEvent: Sendable, Equatable {
         case memoryLimit = "memory_limit"
         /// A fork/clone failed because of the pids limit.
         case pidsLimit = "pids_limit"
+        /// How many further events of one name were counted but not logged one by one.
+        case repeated
     }
 
     public var time: String
@@ -26,9 +28,12 @@ public struct AuditEvent: Sendable, Equatable {
     public var arguments: [UInt64]
     /// "EPERM", "ENOSYS" or "kill".
     public var action: String
+    /// For `repeated`: how many events were folded into this line.
+    public var count: Int?
 
     public init(time: String = AuditEvent.now(), sandbox: String, kind: Kind, name: String, number: Int32? = nil,
-                pid: Int32? = nil, sandboxPID: Int32? = nil, arguments: [UInt64] = [], action: String) {
+                pid: Int32? = nil, sandboxPID: Int32? = nil, arguments: [UInt64] = [], action: String, count: Int? = nil) {
+        self.count = count
         self.time = time
         self.sandbox = sandbox
         self.kind = kind
@@ -53,6 +58,7 @@ public struct AuditEvent: Sendable, Equatable {
             f.append("\"args\":[" + arguments.map { "\"0x\(String($0, radix: 16))\"" }.joined(separator: ",") + "]")
         }
         f.append("\"action\":\(json(action))")
+        if let count { f.append("\"count\":\(count)") }
         return "{" + f.joined(separator: ",") + "}"
     }
 
@@ -92,15 +98,21 @@ func json(_ s: String) -> String {
 
 /// Appends audit events to a JSON Lines file (one `write` per event, O_APPEND, so several
 /// sandboxes may share one file) and keeps them for the end-of-run summary.
+///
+/// A hostile payload can make thousands of refused calls a second. Each sandbox therefore
+/// logs the first `perNameLimit` events of each name individually and only counts the rest
+/// (written as one `repeated` line by `finish(sandbox:)`); beyond `distinctNameLimit` names
+/// per sandbox, new names are folded into `other`. File and memory use stay bounded whatever
+/// the payload does, and every attempt is still counted.
 public final class AuditLog: @unchecked Sendable {
     private let fd: Int32
     public let path: String?
     private let lock = Mutex()
     private var _events: [AuditEvent] = []
-    private var counts: [String: Int] = [:]
-    /// Events beyond this many are counted but not kept in memory (a tight loop of denied
-    /// calls must not exhaust the supervisor).
-    public var memoryCap = 10_000
+    /// Per sandbox: events seen per name (including suppressed ones).
+    private var seen: [String: [String: Int]] = [:]
+    public var perNameLimit = 20
+    public var distinctNameLimit = 200
 
     /// A log that keeps events in memory only.
     public init() {
@@ -120,29 +132,56 @@ public final class AuditLog: @unchecked Sendable {
 
     public func record(_ e: AuditEvent) {
         lock.withLock {
-            counts["\(e.kind == .syscall ? "" : e.kind.rawValue + ":")\(e.name)", default: 0] += 1
-            if _events.count < memoryCap { _events.append(e) }
-            if fd >= 0 {
-                let line = e.jsonLine + "\n"
-                _ = line.withCString { write(fd, $0, strlen($0)) }
+            var names = seen[e.sandbox, default: [:]]
+            var key = "\(e.kind.rawValue):\(e.name)"
+            if names[key] == nil && names.count >= distinctNameLimit { key = "\(e.kind.rawValue):other" }
+            let n = names[key, default: 0] + 1
+            names[key] = n
+            seen[e.sandbox] = names
+            if n <= perNameLimit { append(e) }
+        }
+    }
+
+    /// Writes one `repeated` line per name whose events were only counted, and forgets the
+    /// sandbox's counters. The runner calls this when a sandbox is gone.
+    public func finish(sandbox: String) {
+        lock.withLock {
+            guard let names = seen.removeValue(forKey: sandbox) else { return }
+            for (key, n) in names.sorted(by: { $0.key < $1.key }) where n > perNameLimit {
+                let name = String(key[key.index(after: key.firstIndex(of: ":")!)...])
+                append(AuditEvent(sandbox: sandbox, kind: .repeated, name: name, action: "counted", count: n - perNameLimit))
             }
+        }
+    }
+
+    private func append(_ e: AuditEvent) {
+        _events.append(e)
+        if fd >= 0 {
+            let line = e.jsonLine + "\n"
+            _ = line.withCString { write(fd, $0, strlen($0)) }
         }
     }
 
     public var events: [AuditEvent] { lock.withLock { _events } }
 
-    /// `ptrace ×1, bpf ×2` in first-seen order of names.
+    /// `ptrace ×1, bpf ×2` in first-seen order of names, counting folded repeats.
     public func summary(for sandbox: String? = nil) -> (count: Int, text: String) {
         lock.withLock {
             var order: [String] = []
             var n: [String: Int] = [:]
             for e in _events where sandbox == nil || e.sandbox == sandbox {
-                let k = e.kind == .syscall ? e.name : e.kind.rawValue
+                let k = e.kind == .syscall || e.kind == .repeated ? e.name : e.kind.rawValue
                 if n[k] == nil { order.append(k) }
-                n[k, default: 0] += 1
+                n[k, default: 0] += e.count ?? 1
             }
             let total = n.values.reduce(0, +)
-            return (total, order.map { "\($0) ×\(n[$0]!)" }.joined(separator: ", "))
+            // The eight most frequent names (first-seen order among equals), then a count.
+            let top = order.enumerated().sorted { a, b in
+                n[a.element]! != n[b.element]! ? n[a.element]! > n[b.element]! : a.offset < b.offset
+            }.prefix(8).map(\.element)
+            var text = top.map { "\($0) ×\(n[$0]!)" }.joined(separator: ", ")
+            if order.count > top.count { text += ", and \(order.count - top.count) more names" }
+            return (total, text)
         }
     }
 }

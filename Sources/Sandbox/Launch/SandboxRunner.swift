@@ -138,6 +138,7 @@ private struct Session {
         if memHit { record(.memoryLimit, "memory limit reached; the kernel killed a process", action: "kill") }
         if pidsHit { record(.pidsLimit, "pids limit reached; fork/clone failed", action: "EAGAIN") }
         let leftovers = cgroup.remove()
+        options.audit.finish(sandbox: plan.sandboxID)
         Timing.mark("cleaned up")
 
         let termination: SandboxResult.Termination
@@ -442,7 +443,21 @@ final class CPlan {
         for (i, f) in cgroupJoin.enumerated() { join[i] = c(f) }
         join[cgroupJoin.count] = nil
         plan.cgroup_join = UnsafePointer(join)
+        let block = Self.argumentBlocks
+        plan.wipe_start = (block.argStart, block.envStart)
+        plan.wipe_end = (block.argEnd, block.envEnd)
     }
+
+    /// arg_start, arg_end, env_start, env_end: fields 48-51 of /proc/self/stat.
+    static let argumentBlocks: (argStart: UInt64, argEnd: UInt64, envStart: UInt64, envEnd: UInt64) = {
+        let stat = readText("/proc/self/stat")
+        // Fields after the command name (which may contain spaces) start after the last ')'.
+        guard let close = stat.lastIndex(of: ")") else { return (0, 0, 0, 0) }
+        let fields = stat[stat.index(after: close)...].split(separator: " ").map { UInt64($0) ?? 0 }
+        // fields[0] is field 3 (state) of proc(5)
+        guard fields.count >= 49 else { return (0, 0, 0, 0) }
+        return (fields[45], fields[46], fields[47], fields[48])
+    }()
 
     deinit {
         for s in strings { free(s) }

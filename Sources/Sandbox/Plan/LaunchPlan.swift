@@ -121,11 +121,7 @@ public enum PlanCompiler {
                     mounts.append(.init(kind: .symlink(target: try readLink(source)), destination: spec.destination, origin: origin))
                     continue
                 }
-                guard let real = realpath(source, nil) else {
-                    throw SandboxError(.sourceMissing, "\(origin): bind source \(source): \(String(cString: strerror(errno)))", errno: errno)
-                }
-                let resolved = String(cString: real)
-                free(real)
+                let resolved = try resolveSource(source, origin: origin)
                 guard stat(resolved, &st) == 0 else {
                     throw SandboxError(.sourceMissing, "\(origin): bind source \(resolved): \(String(cString: strerror(errno)))", errno: errno)
                 }
@@ -224,6 +220,47 @@ public enum PlanCompiler {
             parts.append(c)
         }
         return "/" + parts.joined(separator: "/")
+    }
+
+    /// Resolves a bind source to its real path, following a symbolic link only when the
+    /// directory holding it is owned by root and writable by no one else.
+    ///
+    /// The supervisor clones sources as host root, so a link planted by an earlier sandbox in
+    /// a directory it could write (a work dir, a notes file's folder) would otherwise hand a
+    /// later sandbox any host file — with root doing the path traversal. Links in root-owned
+    /// system directories (/etc/localtime -> /usr/share/zoneinfo/…) are still followed.
+    static func resolveSource(_ source: String, origin: String) throws(SandboxError) -> String {
+        var pending = source.split(separator: "/").map(String.init)
+        var resolved: [String] = []
+        var followed = 0
+        while !pending.isEmpty {
+            let part = pending.removeFirst()
+            if part.isEmpty || part == "." { continue }
+            if part == ".." {
+                _ = resolved.popLast()
+                continue
+            }
+            let parent = "/" + resolved.joined(separator: "/")
+            let path = (parent == "/" ? "" : parent) + "/" + part
+            var st = stat()
+            guard lstat(path, &st) == 0 else {
+                throw SandboxError(.sourceMissing, "\(origin): bind source \(source): \(path): \(String(cString: strerror(errno)))", errno: errno)
+            }
+            guard (st.st_mode & S_IFMT) == S_IFLNK else {
+                resolved.append(part)
+                continue
+            }
+            var pst = stat()
+            guard stat(parent, &pst) == 0, pst.st_uid == 0, pst.st_mode & 0o022 == 0 else {
+                throw SandboxError(.invalidPolicy, "\(origin): bind source \(source): refusing to follow the symbolic link \(path): its directory \(parent) is writable by someone other than root (uid \(pst.st_uid), mode \(String(pst.st_mode & 0o7777, radix: 8)))")
+            }
+            followed += 1
+            guard followed <= 40 else { throw SandboxError(.invalidPolicy, "\(origin): bind source \(source): too many symbolic links", errno: ELOOP) }
+            let target = try readLink(path)
+            if target.hasPrefix("/") { resolved.removeAll() }
+            pending = target.split(separator: "/").map(String.init) + pending
+        }
+        return "/" + resolved.joined(separator: "/")
     }
 
     static func depth(_ path: String) -> Int { path == "/" ? 0 : path.split(separator: "/").count }

@@ -56,10 +56,13 @@ public enum SeccompCompiler {
         let deny = Set(spec.deny)
         var allow = Set(SyscallProfile.defaultAllow).union(spec.allow).subtracting(deny)
         allow.subtract(SyscallProfile.hardDenied)
-        let conditional = SyscallProfile.conditional.subtracting(deny)
+        var conditional = SyscallProfile.conditional.subtracting(deny)
+        // Without `seccomp`, prctl(PR_SET_SECCOMP) is the other way to stack a filter (one
+        // whose errno answers would take precedence over ours and hide calls from the audit).
+        if !allow.contains("seccomp") && allow.contains("prctl") { conditional.insert("prctl") }
 
         let denied = SyscallProfile.hardDenied.union(deny)
-        let refusedForms = denied.union(SyscallProfile.conditional)  // conditional: their refused argument forms
+        let refusedForms = denied.union(conditional)  // conditional: their refused argument forms
         var unresolved: [String] = []
         var unconditional: [(String, Int32)] = []
         for name in allow.sorted() where !conditional.contains(name) {
@@ -111,6 +114,11 @@ public enum SeccompCompiler {
             let excluded = ArgumentRules.deniedIoctls.map(\.value)
             for r in ArgumentRules.complementPrefixes(excluding: excluded) {
                 try addRule(ctx, nr, "ioctl", [ahs_arg(1, SCMP_CMP_MASKED_EQ, UInt64(r.mask), UInt64(r.match))])
+            }
+        }
+        if conditional.contains("prctl"), let nr = resolve("prctl") {
+            for r in ArgumentRules.complementPrefixes(excluding: [ArgumentRules.prctlSetSeccomp]) {
+                try addRule(ctx, nr, "prctl", [ahs_arg(0, SCMP_CMP_MASKED_EQ, UInt64(r.mask), UInt64(r.match))])
             }
         }
         if conditional.contains("personality"), let nr = resolve("personality") {

@@ -126,6 +126,9 @@ public enum ArgumentRules {
     /// personality(2) values allowed: PER_LINUX, PER_LINUX|ADDR_NO_RANDOMIZE, and the query.
     public static let allowedPersonalities: [UInt64] = [0, 0x0004_0000, 0xFFFF_FFFF]
 
+    /// prctl's PR_SET_SECCOMP option, refused when a policy denies `seccomp`.
+    public static let prctlSetSeccomp: UInt32 = 22
+
     /// Socket address families allowed: AF_UNIX, AF_INET, AF_INET6, AF_NETLINK.
     public static let allowedSocketFamilies: [UInt64] = [1, 2, 10, 16]
 

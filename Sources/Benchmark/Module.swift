@@ -1,0 +1,1 @@
+// Local benchmarks in Harbor task layout; see LocalBenchmark.swift.

@@ -1,0 +1,65 @@
+import Glibc
+
+/// Every path of an experiment, in one place.
+///
+/// ```
+/// DIR/
+///   experiment_config.yaml   upstream keys + sandbox:/coding_agent:/gate: (operator-owned)
+///   PROGRAM.md               instructions for the coding agent
+///   agent/agent.py           the only file the coding agent may change
+///   workspace/
+///     learnings.md           the coding agent's notes (its own)
+///     results.tsv            view of the ledger: accepted iterations (upstream format)
+///     suite.json             view: regression suite (upstream format)
+///     train_results.json     view: latest train run (upstream format)
+///     traces/latest/<task>/  train-split traces of the latest run
+///     traces/baseline/<task>/ train-split traces of the first run
+///   .autoharness/            supervisor-private (0700); no sandbox ever mounts it
+///     ledger.sqlite          hash-chained record: the single source of truth
+///     split.json             train/test ids (upstream shape)
+///     lock                   one supervisor per experiment
+///     snapshots/<sha256>/agent.py   the exact agent.py each gate judged
+/// ```
+/// Views are regenerated from the ledger after every write; editing one changes nothing the
+/// gate uses.
+public struct ExperimentLayout: Sendable {
+    public let root: String
+
+    public init(root: String) {
+        var r = root
+        while r.count > 1 && r.hasSuffix("/") { r.removeLast() }
+        self.root = r
+    }
+
+    public var config: String { root + "/experiment_config.yaml" }
+    public var program: String { root + "/PROGRAM.md" }
+    public var agentDirectory: String { root + "/agent" }
+    public var agentFile: String { agentDirectory + "/agent.py" }
+    public var workspace: String { root + "/workspace" }
+    public var learnings: String { workspace + "/learnings.md" }
+    public var resultsTSV: String { workspace + "/results.tsv" }
+    public var suiteJSON: String { workspace + "/suite.json" }
+    public var trainResultsJSON: String { workspace + "/train_results.json" }
+    public var traces: String { workspace + "/traces" }
+    public var latestTraces: String { traces + "/latest" }
+    public var baselineTraces: String { traces + "/baseline" }
+    public var gitignore: String { root + "/.gitignore" }
+
+    public var privateDirectory: String { root + "/.autoharness" }
+    public var ledger: String { privateDirectory + "/ledger.sqlite" }
+    public var split: String { privateDirectory + "/split.json" }
+    public var lock: String { privateDirectory + "/lock" }
+    public var snapshots: String { privateDirectory + "/snapshots" }
+    public func snapshotDirectory(sha256: String) -> String { snapshots + "/" + sha256 }
+
+    /// Finds the experiment containing `directory` (it or an ancestor holds
+    /// experiment_config.yaml).
+    public static func find(from directory: String) -> ExperimentLayout? {
+        var dir = directory
+        while true {
+            if access(dir + "/experiment_config.yaml", F_OK) == 0 { return ExperimentLayout(root: dir) }
+            guard let slash = dir.lastIndex(of: "/"), dir != "/" else { return nil }
+            dir = slash == dir.startIndex ? "/" : String(dir[..<slash])
+        }
+    }
+}

@@ -1,0 +1,1 @@
+// Experiments and the gate; see ExperimentLayout.swift.

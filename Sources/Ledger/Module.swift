@@ -1,0 +1,1 @@
+// The supervisor ledger; see Ledger.swift.
