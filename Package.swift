@@ -71,7 +71,11 @@ let package = Package(
         ),
         .target(
             name: "Experiment",
-            dependencies: ["Benchmark", "Ledger", "Sandbox", "SandboxPolicy", .product(name: "Yams", package: "Yams")]
+            dependencies: [
+                "Benchmark", "Ledger", "Sandbox", "SandboxPolicy",
+                .product(name: "Yams", package: "Yams"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
         ),
         .executableTarget(
             name: "autoharness",
@@ -88,10 +92,12 @@ let package = Package(
             // need the Swift runtime's shared libraries from the toolchain directory.
             linkerSettings: [.unsafeFlags(["-static-stdlib"])]
         ),
+        // Shared helpers of the test targets: locating the built binaries, running them, temp dirs.
+        .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy"]),
-        .testTarget(name: "SandboxTests", dependencies: ["Sandbox", "SandboxPolicy"]),
-        .testTarget(name: "BenchmarkTests", dependencies: ["Benchmark", "Sandbox", "SandboxPolicy"]),
+        .testTarget(name: "SandboxTests", dependencies: ["Sandbox", "SandboxPolicy", "TestSupport"]),
+        .testTarget(name: "BenchmarkTests", dependencies: ["Benchmark", "Sandbox", "SandboxPolicy", "TestSupport"]),
         .testTarget(name: "LedgerTests", dependencies: ["Ledger"]),
-        .testTarget(name: "ExperimentTests", dependencies: ["Experiment", "Benchmark", "Ledger", "Sandbox", "SandboxPolicy"]),
+        .testTarget(name: "ExperimentTests", dependencies: ["Experiment", "Benchmark", "Ledger", "Sandbox", "SandboxPolicy", "TestSupport"]),
     ]
 )

@@ -727,7 +727,11 @@ __attribute__((noreturn)) static void monitor_main(const struct ahl_plan *p, int
 
     // Host supplementary groups (e.g. gid 0) would otherwise stay attached to every
     // sandboxed process as unmapped-but-effective groups. Drop them while still privileged.
-    if (setgroups(0, NULL) < 0) fail(rep, AHL_STAGE_SETGROUPS, 0);
+    // Raw syscalls for credentials: glibc's wrappers broadcast the change to every thread it
+    // believes the process has, and after _Fork() that list still names the supervisor's
+    // threads, which do not exist here: the broadcast would wait for them forever. This
+    // process is single-threaded; the kernel's per-thread credentials are exactly right.
+    if (syscall(SYS_setgroups, 0, NULL) < 0) fail(rep, AHL_STAGE_SETGROUPS, 0);
     if (unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS) < 0)
         fail(rep, AHL_STAGE_UNSHARE, 0);
     send_msg(rep, AHL_MSG_UNSHARED, 0, 0, 0, 0);
@@ -739,7 +743,7 @@ __attribute__((noreturn)) static void monitor_main(const struct ahl_plan *p, int
     } while (n < 0 && errno == EINTR);
     if (n != 1 || go != AHL_CTL_GO) { errno = ECANCELED; fail(rep, AHL_STAGE_WAIT_MAPS, 0); }
 
-    if (setresgid(p->gid, p->gid, p->gid) < 0 || setresuid(p->uid, p->uid, p->uid) < 0)
+    if (syscall(SYS_setresgid, p->gid, p->gid, p->gid) < 0 || syscall(SYS_setresuid, p->uid, p->uid, p->uid) < 0)
         fail(rep, AHL_STAGE_SETID, 0);
     // After the supervisor moved us into the sandbox cgroups, so they become its root.
     if (unshare(CLONE_NEWCGROUP) < 0) fail(rep, AHL_STAGE_UNSHARE_CGROUP, 0);

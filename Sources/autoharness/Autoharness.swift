@@ -15,7 +15,8 @@ struct Autoharness: ParsableCommand {
 
             Sandboxes need root (user/mount/pid/net namespaces, id maps, cgroups).
             """,
-        subcommands: [SandboxCommand.self, PolicyCommand.self]
+        subcommands: [InitCommand.self, PrepareCommand.self, BenchmarkCommand.self, GateCommand.self, StatusCommand.self,
+                      SandboxCommand.self, PolicyCommand.self]
     )
 
     static func main() {

@@ -34,4 +34,18 @@ enum PolicyLocator {
     static func loader(_ explicit: [String]) -> PolicyLoader {
         PolicyLoader(searchPaths: searchPaths(explicit: explicit))
     }
+
+    /// The templates directory: `$AUTOHARNESS_TEMPLATE_DIR`, an installed
+    /// `share/autoharness/templates`, or a source checkout's `templates/`.
+    static func templatesDirectory() -> String? {
+        if let env = getenv("AUTOHARNESS_TEMPLATE_DIR") { return String(cString: env) }
+        var dir = executableDirectory()
+        if access(dir + "/../share/autoharness/templates/PROGRAM.md", R_OK) == 0 { return dir + "/../share/autoharness/templates" }
+        for _ in 0..<6 {
+            if access(dir + "/templates/PROGRAM.md", R_OK) == 0 { return dir + "/templates" }
+            guard let slash = dir.lastIndex(of: "/"), dir != "/" else { break }
+            dir = slash == dir.startIndex ? "/" : String(dir[..<slash])
+        }
+        return nil
+    }
 }

@@ -265,7 +265,7 @@ struct ProcessEscapeTests {
     @Test("only stdio reaches the payload: an inherited fd 7 is closed")
     func descriptorsClosed() throws {
         try requireRoot()
-        let r = try run("/bin/sh", ["-c", "exec 7</etc/hostname; exec \(Built.autoharness) sandbox exec -- /bin/sh -c 'ls /proc/self/fd'"])
+        let r = try runProcess("/bin/sh", ["-c", "exec 7</etc/hostname; exec \(Built.autoharness) sandbox exec -- /bin/sh -c 'ls /proc/self/fd'"])
         #expect(r.status == 0, "\(r.stderr)")
         #expect(r.stdout.split(separator: "\n") == ["0", "1", "2", "3"])  // 3 is ls's own directory
     }

@@ -1,0 +1,356 @@
+// Supervisor-side file operations on trees a sandbox wrote.
+//
+// Everything under a task's `app/` and `logs/` was last written by code we do not trust (the
+// agent, and a verifier that ran code the agent left). The supervisor is root, so a path
+// walk through such a tree could be redirected by a planted symlink to any host file. Every
+// operation here therefore works relative to directory fds, opens with O_NOFOLLOW, never
+// crosses into another filesystem, and treats names as raw bytes (a hostile name need not
+// be UTF-8). Plain libc throughout: this sits on the per-task path.
+
+import Glibc
+
+enum FileSystem {
+    /// A directory entry name as raw bytes, NUL-terminated for the *at() calls.
+    typealias Name = [CChar]
+
+    static func name(_ s: String) -> Name { Array(s.utf8CString) }
+    static func display(_ n: Name) -> String { String(decoding: n.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) }
+
+    static func errorText(_ e: Int32 = errno) -> String { String(cString: strerror(e)) }
+
+    /// Opens a directory without following a final symlink. -1 and errno on failure.
+    static func openDirectory(_ path: String) -> Int32 {
+        open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+    }
+
+    static func openDirectory(at dir: Int32, _ name: Name) -> Int32 {
+        openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+    }
+
+    static func fileStatus(_ fd: Int32) -> stat? {
+        var st = stat()
+        return fstat(fd, &st) == 0 ? st : nil
+    }
+
+    static func entryStatus(at dir: Int32, _ name: Name) -> stat? {
+        var st = stat()
+        return fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ? st : nil
+    }
+
+    static func isDirectory(_ st: stat) -> Bool { (st.st_mode & S_IFMT) == S_IFDIR }
+    static func isRegular(_ st: stat) -> Bool { (st.st_mode & S_IFMT) == S_IFREG }
+    static func isSymlink(_ st: stat) -> Bool { (st.st_mode & S_IFMT) == S_IFLNK }
+
+    /// The names in a directory (without `.` and `..`). Read through a fresh open file
+    /// description so the caller's fd offset is untouched.
+    static func entries(of dir: Int32) -> [Name]? {
+        let fd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0, let d = fdopendir(fd) else {
+            if fd >= 0 { close(fd) }
+            return nil
+        }
+        defer { closedir(d) }
+        var names: [Name] = []
+        while let e = readdir(d) {
+            let n: Name = withUnsafeBytes(of: &e.pointee.d_name) { raw in
+                let bytes = raw.bindMemory(to: CChar.self)
+                let len = bytes.firstIndex(of: 0) ?? bytes.count
+                return Array(bytes[0..<len]) + [0]
+            }
+            if n == [46, 0] || n == [46, 46, 0] { continue }
+            names.append(n)
+        }
+        return names
+    }
+
+    // MARK: - Creating
+
+    /// `mkdir -p` for supervisor-chosen paths (trace directories); each level it creates gets
+    /// exactly `mode` (mkdir alone would apply the process umask). Returns errno on failure.
+    static func makeDirectories(_ path: String, mode: mode_t) -> Int32? {
+        var current = path.hasPrefix("/") ? "" : "."
+        for component in path.split(separator: "/") {
+            current += "/" + component
+            if mkdir(current, mode) == 0 {
+                if chmod(current, mode) != 0 { return errno }
+            } else if errno != EEXIST {
+                return errno
+            }
+        }
+        var st = stat()
+        guard stat(path, &st) == 0 else { return errno }
+        return isDirectory(st) ? nil : ENOTDIR
+    }
+
+    /// Creates directory `name` in `dir` with exactly `mode` (no umask), owned by
+    /// `owner`, and returns an fd for it.
+    static func makeDirectory(at dir: Int32, _ name: String, mode: mode_t, owner: (uid_t, gid_t)?) -> Int32? {
+        let n = Self.name(name)
+        guard mkdirat(dir, n, 0o700) == 0 else { return nil }
+        let fd = openDirectory(at: dir, n)
+        guard fd >= 0 else { return nil }
+        if let owner, fchown(fd, owner.0, owner.1) != 0 {
+            close(fd)
+            return nil
+        }
+        guard fchmod(fd, mode) == 0 else {
+            close(fd)
+            return nil
+        }
+        return fd
+    }
+
+    /// Writes `bytes` to a new or truncated regular file `name` in `dir` (never through a
+    /// symlink). Returns errno on failure.
+    @discardableResult
+    static func writeFile(at dir: Int32, _ name: String, _ bytes: [UInt8], mode: mode_t) -> Int32? {
+        let fd = openat(dir, Self.name(name), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode)
+        guard fd >= 0 else { return errno }
+        defer { close(fd) }
+        guard fchmod(fd, mode) == 0 else { return errno }
+        return writeAll(fd, bytes[...])
+    }
+
+    static func writeAll(_ fd: Int32, _ bytes: ArraySlice<UInt8>) -> Int32? {
+        var offset = bytes.startIndex
+        while offset < bytes.endIndex {
+            let n = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                return errno
+            }
+            offset += n
+        }
+        return nil
+    }
+
+    // MARK: - Reading
+
+    enum ReadError: Error {
+        case missing
+        case notRegular
+        case tooLarge(Int)
+        case failed(Int32)
+    }
+
+    /// Reads regular file `name` in `dir`, refusing symlinks (O_NOFOLLOW), FIFOs and devices
+    /// (O_NONBLOCK, then fstat), and anything larger than `limit` bytes.
+    static func readSmallFile(at dir: Int32, _ name: String, limit: Int) -> Result<[UInt8], ReadError> {
+        let fd = openat(dir, Self.name(name), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
+        guard fd >= 0 else {
+            switch errno {
+            case ENOENT: return .failure(.missing)
+            case ELOOP: return .failure(.notRegular)
+            default: return .failure(.failed(errno))
+            }
+        }
+        defer { close(fd) }
+        guard let st = fileStatus(fd) else { return .failure(.failed(errno)) }
+        guard isRegular(st) else { return .failure(.notRegular) }
+        guard Int(st.st_size) <= limit else { return .failure(.tooLarge(Int(st.st_size))) }
+        var out: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                return .failure(.failed(errno))
+            }
+            if n == 0 { break }
+            out += buffer[0..<n]
+            // The size was checked, but a file can grow between fstat and read.
+            if out.count > limit { return .failure(.tooLarge(out.count)) }
+        }
+        return .success(out)
+    }
+
+    /// The contents of a supervisor-owned log file, at most `cap` bytes: when longer, the
+    /// first and last halves around a marker saying how much was left out (the start shows
+    /// what ran, the end shows how it failed).
+    static func readCapped(at dir: Int32, _ name: String, cap: Int) -> [UInt8]? {
+        let fd = openat(dir, Self.name(name), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        guard let st = fileStatus(fd), isRegular(st) else { return nil }
+        let size = Int(st.st_size)
+        func readRange(_ offset: Int, _ count: Int) -> [UInt8] {
+            var out = [UInt8](repeating: 0, count: count)
+            var done = 0
+            while done < count {
+                let n = out.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, count - done, off_t(offset + done)) }
+                if n < 0 && errno == EINTR { continue }
+                if n <= 0 { break }
+                done += n
+            }
+            return Array(out[0..<done])
+        }
+        if size <= cap { return readRange(0, size) }
+        let half = cap / 2
+        let marker = Array("\n[autoharness: \(size - 2 * half) bytes of \(size) left out]\n".utf8)
+        return readRange(0, half) + marker + readRange(size - half, half)
+    }
+
+    // MARK: - Copying the task environment
+
+    /// Copies the tree under `source` (trusted: part of the benchmark) into the existing
+    /// directory `destination`, giving every copy `owner` so the sandbox's mapped user can
+    /// change it. Regular files, directories and symlinks (recreated, never followed) only;
+    /// setuid/setgid/sticky bits are dropped. `skip` names top-level entries left out.
+    static func copyTree(from source: Int32, to destination: Int32, owner: (uid_t, gid_t), skip: Set<String>) throws(BenchmarkError) {
+        guard let names = entries(of: source) else {
+            throw BenchmarkError(.io, "cannot list environment directory: \(errorText())")
+        }
+        for n in names where !skip.contains(display(n)) {
+            guard let st = entryStatus(at: source, n) else {
+                throw BenchmarkError(.io, "environment/\(display(n)): \(errorText())")
+            }
+            let mode = mode_t(st.st_mode) & 0o777
+            if isDirectory(st) {
+                guard mkdirat(destination, n, 0o700) == 0 else { throw BenchmarkError(.io, "create \(display(n)): \(errorText())") }
+                let s = openDirectory(at: source, n), d = openDirectory(at: destination, n)
+                defer {
+                    if s >= 0 { close(s) }
+                    if d >= 0 { close(d) }
+                }
+                guard s >= 0, d >= 0 else { throw BenchmarkError(.io, "open \(display(n)): \(errorText())") }
+                try copyTree(from: s, to: d, owner: owner, skip: [])
+                guard fchown(d, owner.0, owner.1) == 0, fchmod(d, mode) == 0 else {
+                    throw BenchmarkError(.io, "chown \(display(n)): \(errorText())")
+                }
+            } else if isRegular(st) {
+                let s = openat(source, n, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+                let d = openat(destination, n, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+                defer {
+                    if s >= 0 { close(s) }
+                    if d >= 0 { close(d) }
+                }
+                guard s >= 0, d >= 0 else { throw BenchmarkError(.io, "copy \(display(n)): \(errorText())") }
+                var buffer = [UInt8](repeating: 0, count: 1 << 16)
+                while true {
+                    let r = buffer.withUnsafeMutableBytes { read(s, $0.baseAddress, $0.count) }
+                    if r < 0 && errno == EINTR { continue }
+                    guard r >= 0 else { throw BenchmarkError(.io, "read \(display(n)): \(errorText())") }
+                    if r == 0 { break }
+                    if let e = writeAll(d, buffer[0..<r]) { throw BenchmarkError(.io, "write \(display(n)): \(errorText(e))") }
+                }
+                guard fchown(d, owner.0, owner.1) == 0, fchmod(d, mode) == 0 else {
+                    throw BenchmarkError(.io, "chown \(display(n)): \(errorText())")
+                }
+            } else if isSymlink(st) {
+                var target = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+                let len = readlinkat(source, n, &target, Int(PATH_MAX))
+                guard len >= 0 else { throw BenchmarkError(.io, "readlink \(display(n)): \(errorText())") }
+                target[len] = 0
+                guard symlinkat(target, destination, n) == 0,
+                      fchownat(destination, n, owner.0, owner.1, AT_SYMLINK_NOFOLLOW) == 0 else {
+                    throw BenchmarkError(.io, "symlink \(display(n)): \(errorText())")
+                }
+            } else {
+                throw BenchmarkError(.io, "environment/\(display(n)) is not a regular file, directory or symlink")
+            }
+        }
+    }
+
+    // MARK: - Removing
+
+    /// Removes `path` and everything under it, without following symlinks and without
+    /// holding one fd per level: a hostile tree can be deeper than the fd limit or the
+    /// thread's stack allows for a recursive walk. The walk keeps only the current
+    /// directory open, remembers each ancestor's device/inode, and climbs back through `..`
+    /// only after checking it leads to the directory it came from. Returns the problems met
+    /// (empty on success).
+    @discardableResult
+    static func removeTree(_ path: String) -> [String] {
+        var problems: [String] = []
+        let slash = path.lastIndex(of: "/")
+        let parentPath = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+        let rootName = name(slash.map { String(path[path.index(after: $0)...]) } ?? path)
+        let parent = openDirectory(parentPath)
+        guard parent >= 0 else { return errno == ENOENT ? [] : ["open \(parentPath): \(errorText())"] }
+        defer { close(parent) }
+
+        struct Frame {
+            var device: UInt64
+            var inode: UInt64
+            var nameInParent: Name
+            var pendingDirectories: [Name]
+        }
+        /// Unlinks every non-directory in `dir` and returns its subdirectories.
+        func clear(_ dir: Int32, device: UInt64, label: String) -> [Name] {
+            guard let names = entries(of: dir) else {
+                problems.append("list \(label): \(errorText())")
+                return []
+            }
+            var subdirectories: [Name] = []
+            for n in names {
+                guard let st = entryStatus(at: dir, n) else { continue }
+                if isDirectory(st) {
+                    // A mount point (another filesystem) is never descended into.
+                    if UInt64(st.st_dev) == device { subdirectories.append(n) } else { problems.append("\(label)/\(display(n)) is a mount point") }
+                } else if unlinkat(dir, n, 0) != 0 {
+                    problems.append("unlink \(label)/\(display(n)): \(errorText())")
+                }
+            }
+            return subdirectories
+        }
+
+        var current = openDirectory(at: parent, rootName)
+        if current < 0 {
+            if errno == ENOENT { return [] }
+            if errno == ENOTDIR || errno == ELOOP {
+                if unlinkat(parent, rootName, 0) != 0 { problems.append("unlink \(path): \(errorText())") }
+                return problems
+            }
+            return ["open \(path): \(errorText())"]
+        }
+        guard let rootStat = fileStatus(current) else {
+            close(current)
+            return ["stat \(path): \(errorText())"]
+        }
+        let device = UInt64(rootStat.st_dev)
+        var frames = [Frame(device: device, inode: UInt64(rootStat.st_ino), nameInParent: rootName,
+                            pendingDirectories: clear(current, device: device, label: path))]
+        while !frames.isEmpty {
+            if let next = frames[frames.count - 1].pendingDirectories.popLast() {
+                let child = openDirectory(at: current, next)
+                guard child >= 0 else {
+                    // Swapped for a non-directory since the listing: just unlink it.
+                    if errno == ENOTDIR || errno == ELOOP { _ = unlinkat(current, next, 0) } else {
+                        problems.append("open \(display(next)): \(errorText())")
+                    }
+                    continue
+                }
+                guard let st = fileStatus(child), UInt64(st.st_dev) == device else {
+                    close(child)
+                    problems.append("\(display(next)) changed filesystem while being removed")
+                    continue
+                }
+                close(current)
+                current = child
+                frames.append(Frame(device: device, inode: UInt64(st.st_ino), nameInParent: next,
+                                    pendingDirectories: clear(child, device: device, label: display(next))))
+                continue
+            }
+            let done = frames.removeLast()
+            if frames.isEmpty {
+                close(current)
+                if unlinkat(parent, done.nameInParent, AT_REMOVEDIR) != 0 { problems.append("rmdir \(path): \(errorText())") }
+                break
+            }
+            let up = openat(current, "..", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            let expected = frames[frames.count - 1]
+            guard up >= 0, let st = fileStatus(up), UInt64(st.st_dev) == expected.device, UInt64(st.st_ino) == expected.inode else {
+                if up >= 0 { close(up) }
+                close(current)
+                problems.append("\(path): a directory moved during removal; stopped")
+                return problems
+            }
+            close(current)
+            current = up
+            if unlinkat(current, done.nameInParent, AT_REMOVEDIR) != 0 {
+                problems.append("rmdir \(display(done.nameInParent)): \(errorText())")
+            }
+        }
+        return problems
+    }
+}

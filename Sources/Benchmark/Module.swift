@@ -1,1 +1,0 @@
-// Local benchmarks in Harbor task layout; see LocalBenchmark.swift.

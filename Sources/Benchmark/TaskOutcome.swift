@@ -1,0 +1,63 @@
+/// How a task's run ended. Everything but `passed` and `failed` scores 0: an error is never
+/// dropped from a split's mean (upstream auto-harness let infrastructure errors vanish from
+/// the average, so abstaining on hard tasks paid).
+public enum TaskStatus: String, Codable, Sendable, CaseIterable {
+    /// The verifier's reward is ≥ 0.5.
+    case passed
+    /// The verifier's reward is < 0.5.
+    case failed
+    /// The agent hit its wall-clock limit; its tree was killed and the verifier not run.
+    case agentTimeout = "agent_timeout"
+    /// The agent exited non-zero, died by a signal or could not be executed, and the
+    /// verifier did not pass the task; reward 0 even if it gave partial credit. (A crashing
+    /// agent whose work still passes is `passed`, with the crash in `detail`.)
+    case agentCrashed = "agent_crashed"
+    /// The verifier hit its wall-clock limit (any reward it wrote is ignored).
+    case verifierTimeout = "verifier_timeout"
+    /// The verifier died by a signal, could not be executed, or exited non-zero without
+    /// writing a reward.
+    case verifierCrashed = "verifier_crashed"
+    /// The verifier exited 0 without writing reward.txt or reward.json.
+    case noReward = "no_reward"
+    /// The reward file was not a finite number in [0, 1] (or not a regular file, or too big).
+    case invalidReward = "invalid_reward"
+    /// A sandbox could not be set up, or the supervisor could not prepare the task.
+    case setupFailed = "setup_failed"
+}
+
+/// The result of one task: what the supervisor records, and (train split only) what the
+/// coding agent may read as `result.json`.
+public struct TaskOutcome: Sendable, Codable, Equatable {
+    public var id: String
+    /// In [0, 1]; 0 for every status except `passed`/`failed`.
+    public var reward: Double
+    public var status: TaskStatus
+    /// `reward >= 0.5`, the upstream pass threshold.
+    public var passed: Bool
+    /// Wall-clock seconds of the agent's sandbox, setup and teardown included.
+    public var agentSeconds: Double
+    /// Wall-clock seconds of the verifier's sandbox (0 if it did not run).
+    public var verifierSeconds: Double
+    /// A short note, e.g. `agent exited 1` or `reward.txt: "yes" is not a number`.
+    public var detail: String?
+
+    /// The pass threshold on a task's reward.
+    public static let passThreshold = 0.5
+
+    public init(id: String, reward: Double, status: TaskStatus, agentSeconds: Double = 0,
+                verifierSeconds: Double = 0, detail: String? = nil) {
+        self.id = id
+        self.reward = reward
+        self.status = status
+        self.passed = reward >= Self.passThreshold
+        self.agentSeconds = agentSeconds
+        self.verifierSeconds = verifierSeconds
+        self.detail = detail
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case id, reward, status, passed, detail
+        case agentSeconds = "agent_seconds"
+        case verifierSeconds = "verifier_seconds"
+    }
+}

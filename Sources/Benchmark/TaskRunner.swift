@@ -1,0 +1,429 @@
+// Running one benchmark task: agent sandbox, then verifier sandbox, then the reward.
+//
+// This is where the benchmark's trust boundary is kept. The order of the steps matters:
+//   1. a fresh, randomly named scratch directory (nothing from an earlier task, nothing that
+//      names the task or the split);
+//   2. agent.py runs in the `benchmark-task` sandbox with /app and a read-only /agent only
+//      — no tests, no solution, no logs directory, no other task, no network;
+//   3. only after that sandbox is gone (its whole pid namespace killed) does the verifier
+//      run, in its own sandbox, with the tests mounted for the first time;
+//   4. the supervisor reads the reward itself, defensively, from the verifier's logs
+//      directory;
+//   5. train runs copy a bounded trace out; test runs copy nothing;
+//   6. the scratch directory is removed, whatever happened.
+// The agent and the scorer therefore never share a process, and never share a writable
+// filesystem while both could be running.
+
+import FoundationEssentials
+import Glibc
+import Sandbox
+import SandboxPolicy
+
+/// What a `TaskRunner` needs: where policies, the agent and scratch space are.
+public struct TaskRunConfiguration: Sendable {
+    /// Finds `taskPolicy` and `verifierPolicy`.
+    public var policyLoader: PolicyLoader
+    /// Policy of the agent's sandbox; placeholders `{workdir}` (→ /app) and `{agent_dir}`.
+    public var taskPolicy = "benchmark-task"
+    /// Policy of the verifier's sandbox; placeholders `{workdir}`, `{tests_dir}`, `{logs_dir}`.
+    public var verifierPolicy = "verifier"
+    /// Host directory holding `agent.py`: the read-only snapshot the supervisor took of the
+    /// agent under evaluation. May be empty in oracle mode.
+    public var agentDirectory: String
+    /// Where per-task scratch directories are made, for both splits. Must be on tmpfs, so
+    /// nothing a test task wrote ever reaches a disk, and root-owned and not writable by
+    /// others (unless sticky), so no one else can plant names in it.
+    public var scratchRoot: String
+    /// Receives every refused syscall, timeout and limit hit of every sandbox.
+    public var audit: AuditLog
+    /// Run `solution/solve.sh` instead of agent.py, to check that a benchmark's tasks are
+    /// solvable and its verifiers score a correct solution 1.
+    public var oracle: Bool = false
+    /// Agent time limit for tasks whose task.toml declares none.
+    public var defaultAgentTimeout: Double = LocalBenchmark.defaultTimeout
+    /// Verifier time limit for tasks whose task.toml declares none.
+    public var defaultVerifierTimeout: Double = LocalBenchmark.defaultTimeout
+
+    /// Tests only: called with the task's scratch directory just before it is removed (the
+    /// only way to look at what a test-split run produced, since nothing of it persists).
+    var scratchObserver: (@Sendable (_ taskID: String, _ scratchDirectory: String) -> Void)?
+
+    public init(policyLoader: PolicyLoader, agentDirectory: String, scratchRoot: String, audit: AuditLog = AuditLog()) {
+        self.policyLoader = policyLoader
+        self.agentDirectory = agentDirectory
+        self.scratchRoot = scratchRoot
+        self.audit = audit
+    }
+}
+
+/// Runs benchmark tasks, each in its own agent sandbox and verifier sandbox.
+public final class TaskRunner: Sendable {
+    public let configuration: TaskRunConfiguration
+    /// `configuration.scratchRoot`, resolved.
+    let scratchRoot: String
+    /// `configuration.agentDirectory`, resolved; nil in oracle mode without one.
+    let agentDirectory: String?
+
+    /// The tmpfs magic number (statfs f_type).
+    static let tmpfsMagic = 0x0102_1994
+    /// Per-file cap of what a trace keeps of a sandbox's stdout or stderr.
+    static let traceCap = 1 << 20
+    /// An instruction is text for a prompt; anything larger is a broken benchmark.
+    static let instructionLimit = 16 << 20
+
+    /// Checks the configuration once, so that a bad one fails here rather than as a
+    /// `setup_failed` on every task.
+    /// - Throws: `BenchmarkError` (`.configuration`) if not root, the scratch root is not a
+    ///   root-owned directory on tmpfs, agent.py is missing, or a policy does not load with
+    ///   exactly the placeholders this runner fills.
+    public init(configuration: TaskRunConfiguration) throws(BenchmarkError) {
+        self.configuration = configuration
+        func fail(_ message: String) -> BenchmarkError { BenchmarkError(.configuration, message) }
+        guard geteuid() == 0 else {
+            throw fail("running benchmark tasks needs root: sandboxes build namespaces, and scratch directories are handed to the sandbox's host uid")
+        }
+
+        guard let real = realpath(configuration.scratchRoot, nil) else {
+            throw fail("scratch root \(configuration.scratchRoot): \(FileSystem.errorText())")
+        }
+        scratchRoot = String(cString: real)
+        free(real)
+        let fd = FileSystem.openDirectory(scratchRoot)
+        guard fd >= 0 else { throw fail("scratch root \(scratchRoot): \(FileSystem.errorText())") }
+        defer { close(fd) }
+        guard let type = Self.filesystemType(fd) else { throw fail("scratch root \(scratchRoot): fstatfs: \(FileSystem.errorText())") }
+        guard type == Self.tmpfsMagic else {
+            throw fail("scratch root \(scratchRoot) is not on tmpfs (f_type 0x\(String(type, radix: 16))): test-split work must never reach a disk")
+        }
+        guard let st = FileSystem.fileStatus(fd) else { throw fail("scratch root \(scratchRoot): \(FileSystem.errorText())") }
+        let othersWrite = st.st_mode & (S_IWGRP | S_IWOTH) != 0
+        guard st.st_uid == 0, !othersWrite || st.st_mode & S_ISVTX != 0 else {
+            throw fail("scratch root \(scratchRoot) must be owned by root and not writable by others (or sticky, like /dev/shm)")
+        }
+
+        if configuration.oracle && configuration.agentDirectory.isEmpty {
+            agentDirectory = nil
+        } else {
+            guard let real = realpath(configuration.agentDirectory, nil) else {
+                throw fail("agent directory \(configuration.agentDirectory): \(FileSystem.errorText())")
+            }
+            let path = String(cString: real)
+            free(real)
+            guard LocalBenchmark.kind(path) == S_IFDIR else { throw fail("agent directory \(path) is not a directory") }
+            if !configuration.oracle && LocalBenchmark.kind(path + "/agent.py") != S_IFREG {
+                throw fail("agent directory \(path) holds no agent.py")
+            }
+            agentDirectory = path
+        }
+
+        // Load both policies with stand-in paths: this catches a missing policy, a syntax
+        // error, and a placeholder this runner would never fill.
+        // (Loading does not look at the paths; compiling a plan does, per task.)
+        let standIn = "/nonexistent/autoharness-policy-check"
+        do {
+            _ = try configuration.policyLoader.load(configuration.taskPolicy, variables: ["workdir": standIn, "agent_dir": standIn])
+            _ = try configuration.policyLoader.load(
+                configuration.verifierPolicy, variables: ["workdir": standIn, "tests_dir": standIn, "logs_dir": standIn])
+        } catch {
+            throw fail("policy: \(error)")
+        }
+    }
+
+    /// Runs one task and returns its outcome; never throws, because every failure is a
+    /// scored outcome (reward 0) rather than something a caller could drop.
+    /// - Parameters:
+    ///   - task: the task to run.
+    ///   - traceDirectory: where to persist this task's trace (train split), or nil (test
+    ///     split: nothing is written outside the scratch directory, which is removed).
+    public func run(_ task: BenchmarkTask, traceDirectory: String?) -> TaskOutcome {
+        var run = TaskExecution(task: task)
+        let scratch: TaskScratch
+        do {
+            scratch = try TaskScratch(root: scratchRoot)
+        } catch {
+            run.finish(.setupFailed, "scratch: \(error.message)")
+            if let traceDirectory { run.writeTrace(to: traceDirectory, outputs: -1) }
+            return run.outcome
+        }
+        execute(&run, in: scratch)
+        if let traceDirectory { run.writeTrace(to: traceDirectory, outputs: scratch.outFD) }
+        configuration.scratchObserver?(task.id, scratch.path)
+        let problems = scratch.remove()
+        if !problems.isEmpty {
+            // The score stands; an operator needs to know scratch space is leaking.
+            run.note("scratch cleanup: \(problems.prefix(3).joined(separator: "; "))")
+        }
+        return run.outcome
+    }
+
+    /// Steps 2–4 for one task (see the top of this file).
+    private func execute(_ run: inout TaskExecution, in scratch: TaskScratch) {
+        let task = run.task
+        let testsDirectory = task.testsDirectory
+        let taskPolicy: Policy
+        let verifierPolicy: Policy
+        let emptyAgent = scratch.path + "/no-agent"
+        do {
+            // Oracle runs without an agent directory still satisfy {agent_dir}: an empty,
+            // root-only directory stands in.
+            if agentDirectory == nil {
+                guard let d = FileSystem.makeDirectory(at: scratch.fd, "no-agent", mode: 0o700, owner: nil) else {
+                    throw BenchmarkError(.io, "\(emptyAgent): \(FileSystem.errorText())")
+                }
+                close(d)
+            }
+            taskPolicy = try configuration.policyLoader.load(
+                configuration.taskPolicy, variables: ["workdir": scratch.appPath, "agent_dir": agentDirectory ?? emptyAgent])
+            verifierPolicy = try configuration.policyLoader.load(
+                configuration.verifierPolicy,
+                variables: ["workdir": scratch.appPath, "tests_dir": testsDirectory, "logs_dir": scratch.logsPath])
+        } catch let error as BenchmarkError {
+            return run.finish(.setupFailed, error.message)
+        } catch {
+            return run.finish(.setupFailed, "policy: \(error)")
+        }
+
+        // Step 1: the working copy, seeded from environment/ and owned by the agent
+        // sandbox's host uid (its writes land as that uid); the logs directory, owned by the
+        // verifier's. Dockerfile is left out: it describes an image, it is not task data.
+        let stdinFD: Int32
+        do throws(BenchmarkError) {
+            let app = try scratch.makeSandboxDirectory("app", owner: (taskPolicy.identity.hostUID, taskPolicy.identity.hostGID))
+            defer { close(app) }
+            if LocalBenchmark.kind(task.environmentDirectory) == S_IFDIR {
+                let env = FileSystem.openDirectory(task.environmentDirectory)
+                guard env >= 0 else { throw BenchmarkError(.io, "\(task.environmentDirectory): \(FileSystem.errorText())") }
+                defer { close(env) }
+                try FileSystem.copyTree(from: env, to: app, owner: (taskPolicy.identity.hostUID, taskPolicy.identity.hostGID),
+                                        skip: ["Dockerfile"])
+            }
+            close(try scratch.makeSandboxDirectory("logs", owner: (verifierPolicy.identity.hostUID, verifierPolicy.identity.hostGID)))
+            stdinFD = try instructionInput(task, scratch: scratch, run: &run)
+        } catch {
+            return run.finish(.setupFailed, "task \(task.id): \(error.message)")
+        }
+
+        // Step 2: the agent (or, validating a benchmark, the oracle solution).
+        let agentTimeout = task.agentTimeoutDeclared ? task.agentTimeout : configuration.defaultAgentTimeout
+        var overrides = PlanOverrides()
+        overrides.timeoutSeconds = agentTimeout
+        let command: [String]
+        if configuration.oracle {
+            guard task.hasSolution else {
+                close(stdinFD)
+                return run.finish(.setupFailed, "task \(task.id) has no solution/solve.sh")
+            }
+            overrides.mounts = [MountSpec(kind: .readOnly(source: task.solutionDirectory), destination: "/solution")]
+            command = ["bash", "/solution/solve.sh"]
+        } else {
+            command = ["python3", "-c", Self.agentRunner]
+        }
+        let agent = sandbox(taskPolicy, command, overrides, stdin: stdinFD, stdout: "agent.stdout", stderr: "agent.stderr",
+                            scratch: scratch)
+        run.agentSeconds = agent.seconds
+        var agentProblem: String?
+        switch agent.result {
+        case .failure(let message):
+            return run.finish(.setupFailed, "agent sandbox: \(message)")
+        case .success(let r):
+            switch r.termination {
+            case .exited(0):
+                break
+            case .exited(let code):
+                agentProblem = "agent exited \(code)"
+            case .signaled(let signal):
+                agentProblem = "agent killed by signal \(signal)\(r.memoryLimitHit ? " (memory limit)" : "")"
+            case .timedOut:
+                // The tree is dead and half-done work is not graded: a timed-out agent scores 0.
+                return run.finish(.agentTimeout, "agent timed out after \(Self.seconds(agentTimeout))")
+            case .setupFailed(let message, _):
+                return run.finish(.setupFailed, "agent sandbox setup: \(message)")
+            case .execFailed(let e):
+                return run.finish(.agentCrashed, "agent could not be executed: \(FileSystem.errorText(e))")
+            }
+        }
+
+        // Step 3: the verifier. A crashed agent may still have finished the work, so it is
+        // graded; only its status records the crash.
+        let verifierTimeout = task.verifierTimeoutDeclared ? task.verifierTimeout : configuration.defaultVerifierTimeout
+        var verifierOverrides = PlanOverrides()
+        verifierOverrides.timeoutSeconds = verifierTimeout
+        // Never -1 here: that would hand the verifier the supervisor's own stdin.
+        let devNull = open("/dev/null", O_RDONLY | O_CLOEXEC)
+        guard devNull >= 0 else { return run.finish(.setupFailed, "/dev/null: \(FileSystem.errorText())") }
+        let verifier = sandbox(verifierPolicy, ["bash", "/tests/test.sh"], verifierOverrides, stdin: devNull,
+                               stdout: "verifier.stdout", stderr: "verifier.stderr", scratch: scratch)
+        run.verifierSeconds = verifier.seconds
+        if let agentProblem { run.note(agentProblem) }
+        var verifierExit: Int32 = 0
+        switch verifier.result {
+        case .failure(let message):
+            return run.finish(.setupFailed, "verifier sandbox: \(message)")
+        case .success(let r):
+            switch r.termination {
+            case .exited(let code):
+                verifierExit = code
+            case .signaled(let signal):
+                return run.finish(.verifierCrashed, "verifier killed by signal \(signal)\(r.memoryLimitHit ? " (memory limit)" : "")")
+            case .timedOut:
+                return run.finish(.verifierTimeout, "verifier timed out after \(Self.seconds(verifierTimeout))")
+            case .setupFailed(let message, _):
+                return run.finish(.setupFailed, "verifier sandbox setup: \(message)")
+            case .execFailed(let e):
+                return run.finish(.verifierCrashed, "verifier could not be executed: \(FileSystem.errorText(e))")
+            }
+        }
+
+        // Step 4: the reward, read by the supervisor. A verifier that exits non-zero after
+        // writing a reward is normal (test.sh often ends with pytest's status).
+        let logs = FileSystem.openDirectory(at: scratch.fd, FileSystem.name("logs"))
+        guard logs >= 0 else { return run.finish(.setupFailed, "logs directory: \(FileSystem.errorText())") }
+        defer { close(logs) }
+        switch Reward.read(logs: logs) {
+        case .missing:
+            if verifierExit != 0 { return run.finish(.verifierCrashed, "verifier exited \(verifierExit) without a reward") }
+            return run.finish(.noReward, "verifier wrote no reward.txt or reward.json")
+        case .invalid(let why, let raw):
+            run.rewardRaw = raw
+            return run.finish(.invalidReward, why)
+        case .value(let reward, _, let raw):
+            run.rewardRaw = raw
+            if verifierExit != 0 { run.note("verifier exited \(verifierExit)") }
+            if reward >= TaskOutcome.passThreshold {
+                run.finish(.passed, nil, reward: reward)
+            } else if agentProblem != nil {
+                // An error scores 0: partial credit is for agents that finish their run.
+                run.finish(.agentCrashed, "verifier reward \(reward)")
+            } else {
+                run.finish(.failed, nil, reward: reward)
+            }
+        }
+    }
+
+    /// The agent's stdin: a copy of instruction.md in `out/`. A copy rather than the
+    /// benchmark's own file because /proc/self/fd/0 inside names the file's host path, and
+    /// the benchmark's path names the task (and possibly the split); the copy's path is
+    /// random like everything else in the scratch directory.
+    private func instructionInput(_ task: BenchmarkTask, scratch: TaskScratch, run: inout TaskExecution) throws(BenchmarkError) -> Int32 {
+        let dir = FileSystem.openDirectory(task.directory)
+        guard dir >= 0 else { throw BenchmarkError(.io, "\(task.directory): \(FileSystem.errorText())") }
+        defer { close(dir) }
+        let bytes: [UInt8]
+        switch FileSystem.readSmallFile(at: dir, "instruction.md", limit: Self.instructionLimit) {
+        case .success(let b): bytes = b
+        case .failure(let e): throw BenchmarkError(.io, "\(task.instructionPath): cannot read (\(e))")
+        }
+        run.instruction = bytes
+        if let e = FileSystem.writeFile(at: scratch.outFD, "instruction.md", bytes, mode: 0o600) {
+            throw BenchmarkError(.io, "\(scratch.outPath)/instruction.md: \(FileSystem.errorText(e))")
+        }
+        let fd = openat(scratch.outFD, "instruction.md", O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { throw BenchmarkError(.io, "\(scratch.outPath)/instruction.md: \(FileSystem.errorText())") }
+        return fd
+    }
+
+    /// Compiles and runs one sandbox with stdio on supervisor-opened fds, closing them
+    /// afterwards (including `stdin`). Blocks until the sandbox is gone.
+    private func sandbox(_ policy: Policy, _ command: [String], _ overrides: PlanOverrides, stdin: Int32,
+                         stdout: String, stderr: String, scratch: TaskScratch) -> (result: Result<SandboxResult, SandboxFailure>, seconds: Double) {
+        let start = Self.now()
+        defer { if stdin >= 0 { close(stdin) } }
+        let out: Int32, err: Int32
+        do {
+            out = try scratch.createOutput(stdout)
+            err = try scratch.createOutput(stderr)
+        } catch {
+            return (.failure(SandboxFailure(message: error.message)), Self.now() - start)
+        }
+        defer {
+            close(out)
+            close(err)
+        }
+        do throws(SandboxError) {
+            // The host environment is deliberately empty: the policy's env section is the
+            // sandbox's whole environment, identical whoever runs the supervisor and for
+            // either split.
+            let plan = try PlanCompiler.compile(policy: policy, command: command, overrides: overrides, hostEnvironment: [:])
+            var options = RunOptions(audit: configuration.audit)
+            options.stdio = (stdin, out, err)
+            let result = try SandboxRunner.run(plan, options: options)
+            return (.success(result), Self.now() - start)
+        } catch {
+            return (.failure(SandboxFailure(message: error.message)), Self.now() - start)
+        }
+    }
+
+    struct SandboxFailure: Error { var message: String }
+
+    /// The program agent.py runs under. It imports /agent/agent.py as module `agent`, reads
+    /// the instruction from stdin and calls `HarnessAgent().run(instruction, "/app")`
+    /// (awaiting it if it is a coroutine). The working directory /app holds task files, so
+    /// it is taken off sys.path: a task's `json.py` must not shadow the agent's imports.
+    /// Bytecode is not written (/agent is read-only anyway).
+    static let agentRunner = """
+        import sys
+        sys.dont_write_bytecode = True
+        sys.path[:] = [p for p in sys.path if p not in ("", ".", "/app")]
+        import asyncio, importlib.util, inspect
+        spec = importlib.util.spec_from_file_location("agent", "/agent/agent.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["agent"] = module
+        spec.loader.exec_module(module)
+        instruction = sys.stdin.read()
+        result = module.HarnessAgent().run(instruction, "/app")
+        if inspect.iscoroutine(result):
+            asyncio.run(result)
+        """
+
+    static func now() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+
+    static func seconds(_ s: Double) -> String {
+        s == s.rounded() && s < 1e15 ? "\(Int(s))s" : "\(s)s"
+    }
+
+    /// `statfs.f_type` of an open file. Glibc's Swift module does not export <sys/vfs.h>,
+    /// so `fstatfs` is looked up by name; `f_type` is the first member (a `long`) of
+    /// `struct statfs` on every Linux ABI, and the buffer is larger than the struct.
+    static func filesystemType(_ fd: Int32) -> Int? {
+        typealias FStatFS = @convention(c) (Int32, UnsafeMutableRawPointer) -> Int32
+        guard let handle = dlopen(nil, RTLD_NOW), let symbol = dlsym(handle, "fstatfs") else { return nil }
+        let fstatfs = unsafeBitCast(symbol, to: FStatFS.self)
+        let buffer = UnsafeMutableRawPointer.allocate(byteCount: 512, alignment: 16)
+        defer { buffer.deallocate() }
+        buffer.initializeMemory(as: UInt8.self, repeating: 0, count: 512)
+        guard fstatfs(fd, buffer) == 0 else { return nil }
+        return buffer.load(as: Int.self)
+    }
+}
+
+/// One task's run as it accumulates: timings, notes, the reward's raw bytes for the trace.
+struct TaskExecution {
+    let task: BenchmarkTask
+    var agentSeconds: Double = 0
+    var verifierSeconds: Double = 0
+    var notes: [String] = []
+    var status: TaskStatus = .setupFailed
+    var reward: Double = 0
+    var instruction: [UInt8]?
+    var rewardRaw: [UInt8]?
+
+    init(task: BenchmarkTask) { self.task = task }
+
+    mutating func note(_ s: String) { notes.append(s) }
+
+    /// Sets the final status and reward (0 unless given: every error scores 0).
+    mutating func finish(_ status: TaskStatus, _ note: String?, reward: Double = 0) {
+        self.status = status
+        self.reward = reward
+        if let note { notes.append(note) }
+    }
+
+    var outcome: TaskOutcome {
+        TaskOutcome(id: task.id, reward: reward, status: status, agentSeconds: agentSeconds, verifierSeconds: verifierSeconds,
+                    detail: notes.isEmpty ? nil : String(notes.joined(separator: "; ").prefix(500)))
+    }
+}

@@ -1,0 +1,356 @@
+import Benchmark
+import Crypto
+import Foundation
+import Ledger
+import Sandbox
+import SandboxPolicy
+
+public struct ExperimentError: Error, CustomStringConvertible, Sendable {
+    public enum Kind: Sendable { case usage, refused, state, io }
+    public var kind: Kind
+    public var message: String
+    public init(_ kind: Kind, _ message: String) {
+        self.kind = kind
+        self.message = message
+    }
+    public var description: String { message }
+}
+
+public struct GateResult: Sendable {
+    public var attempt: Int
+    public var accepted: Bool
+    public var reason: String
+    public var suitePassed: Int
+    public var suiteTotal: Int
+    public var valScore: Double?
+    public var bestBefore: Double?
+    public var promoted: [String]
+    public var commit: String?
+    public var iteration: Int?
+}
+
+/// Everything the supervisor does between two edits of agent.py: prepare, benchmark (train
+/// only), gate, status. It holds the experiment lock for its lifetime, and every score it
+/// computes comes from a verifier sandbox agent.py never shared anything with.
+public final class ExperimentSupervisor {
+    public let layout: ExperimentLayout
+    public let config: ExperimentConfig
+    public let ledger: Ledger
+    let lock: ExperimentLock?
+    let benchmark: LocalBenchmark
+    let policyLoader: PolicyLoader
+    let git: Git
+    /// Called after each task (serially), e.g. for a progress line.
+    public var progress: ((_ done: Int, _ total: Int, _ outcome: TaskOutcome) -> Void)?
+
+    /// Opens an experiment. `exclusive` (every command that runs tasks or writes the ledger)
+    /// takes the experiment lock, so a second supervisor is refused with the holder's pid;
+    /// read-only use (`status`) does not, and never repairs anything.
+    public init(layout: ExperimentLayout, policySearchPaths: [String], purpose: String, exclusive: Bool = true) throws {
+        self.layout = layout
+        do {
+            config = try ExperimentConfig.load(layout.config)
+        }
+        try Self.ensurePrivateDirectory(layout)
+        lock = exclusive ? try ExperimentLock(path: layout.lock, purpose: purpose) : nil
+        ledger = try Ledger(path: layout.ledger)
+        var dataset = config.dataset ?? ""
+        if !dataset.hasPrefix("/") { dataset = layout.root + "/" + dataset }
+        benchmark = try LocalBenchmark(directory: dataset)
+        var paths = policySearchPaths
+        if let d = config.policyDirectory { paths.insert(d.hasPrefix("/") ? d : layout.root + "/" + d, at: 0) }
+        policyLoader = PolicyLoader(searchPaths: paths)
+        git = Git(root: layout.root, privateIndex: layout.privateDirectory + "/git-index")
+        if exclusive { try recover() }
+    }
+
+    deinit { lock?.release() }
+
+    public func state() throws -> ExperimentState { try ExperimentState(records: ledger.records()) }
+
+    // MARK: - Recovery
+
+    /// Makes the record whole after a crash: a gate that started but never finished is
+    /// recorded as interrupted (its results discarded, never half-recorded), and an accepted
+    /// iteration whose commit was created but not yet published is published.
+    func recover() throws {
+        let s = try state()
+        var changed = false
+        if let open = s.openGate {
+            changed = true
+            _ = try ledger.append(.gateAttempt, GateAttemptRecord(
+                attempt: open.attempt, agentSHA256: open.agentSHA256, accepted: false, reason: "interrupted",
+                suitePassed: 0, suiteTotal: 0, valScore: nil, bestBefore: nil, promoted: [], commit: nil))
+        }
+        if let last = s.iterations.last, last.commit != "baseline" {
+            let commits = s.gateAttempts.compactMap(\.commit)
+            if let full = commits.first(where: { $0.hasPrefix(last.commit) }), git.exists(full), !git.isPublished(full) {
+                try git.publish(full)
+                changed = true
+            }
+        }
+        // Views are only rewritten when the record changed: an edited view must stay visible
+        // to `status --verify` until the next write replaces it.
+        if changed && s.prepared { try Views.regenerate(layout, try state(), config: config) }
+    }
+
+    // MARK: - prepare
+
+    public struct PrepareSummary: Sendable {
+        public var tasks: Int
+        public var passed: Int
+        public var train: Int
+        public var test: Int
+        public var baselineScore: Double
+    }
+
+    /// Runs the baseline over every task with nothing persisted (the split does not exist yet,
+    /// so every task is treated as a test task), derives the split, records iteration 0.
+    public func prepare() throws -> PrepareSummary {
+        let s = try state()
+        guard !s.prepared else {
+            throw ExperimentError(.state, "experiment already prepared (split recorded in the ledger); nothing was run")
+        }
+        let snap = try snapshotAgent()
+        let audit = AuditLog()
+        let outcomes = try run(benchmark.tasks, agent: snap.directory, audit: audit, traces: { _ in nil })
+        var passed: [String: Bool] = [:]
+        for o in outcomes { passed[o.id] = o.passed }
+        let split = SplitFile.make(baselinePassed: passed, created: isoTimestamp())
+        try AtomicFile.write(split.encoded(), to: layout.split, mode: 0o600)
+        let rewards = Dictionary(uniqueKeysWithValues: outcomes.map { ($0.id, $0.reward) })
+        let val = Self.mean(split.test.map { rewards[$0] ?? 0 })
+        var items: [(RecordKind, any Encodable)] = [
+            (.split, SplitRecord(train: split.train, test: split.test, seed: split.metadata.seed)),
+            (.baseline, BaselineRecord(valScore: val, testTasks: split.test.count, tasksPassed: outcomes.filter(\.passed).count,
+                                       tasksTotal: outcomes.count, agentSHA256: snap.sha256)),
+            (.iteration, IterationRecord(iteration: 0, valScore: val, commit: "baseline", evalsPassed: 0, evalsTotal: 0,
+                                         timestamp: isoTimestamp(), agentSHA256: snap.sha256)),
+        ]
+        items += violations(audit, actor: "agent.py (baseline)")
+        _ = try ledger.appendAll(items)
+        try Views.regenerate(layout, try state(), config: config)
+        return PrepareSummary(tasks: outcomes.count, passed: outcomes.filter(\.passed).count, train: split.train.count,
+                              test: split.test.count, baselineScore: val)
+    }
+
+    // MARK: - benchmark
+
+    /// Runs train tasks (all, or `taskIDs`), keeping their traces. Any id that is not a train
+    /// task — unknown or held out, deliberately indistinguishable — refuses the whole request
+    /// and is recorded as a violation.
+    public func runBenchmark(taskIDs: [String]?, oracle: Bool = false, actor: String = "cli") throws -> [TaskOutcome] {
+        let s = try state()
+        guard let split = s.split else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
+        let train = Set(split.train)
+        if let ids = taskIDs {
+            let refused = ids.filter { !train.contains($0) }
+            if !refused.isEmpty {
+                _ = try ledger.append(.violation, ViolationRecord(
+                    actor: actor, kind: "refused_task_ids",
+                    detail: "benchmark requested ids outside the train split: \(refused.joined(separator: ", "))"))
+                throw ExperimentError(.refused, "not train tasks (unknown or held out): \(refused.joined(separator: ", ")); nothing was run; this request was recorded")
+            }
+        }
+        let tasks = (taskIDs.map(Set.init) ?? train).sorted().compactMap { benchmark.task($0) }
+        let snap = try snapshotAgent()
+        let firstRun = s.latestTrainRun == nil
+        try FileManager.default.createDirectory(atPath: layout.latestTraces, withIntermediateDirectories: true)
+        for t in tasks { try? FileManager.default.removeItem(atPath: layout.latestTraces + "/" + t.id) }
+        let audit = AuditLog()
+        let outcomes = try run(tasks, agent: snap.directory, audit: audit, oracle: oracle,
+                               traces: { [layout] in layout.latestTraces + "/" + $0.id })
+        if firstRun {
+            try FileManager.default.createDirectory(atPath: layout.baselineTraces, withIntermediateDirectories: true)
+            for t in tasks {
+                let dst = layout.baselineTraces + "/" + t.id
+                try? FileManager.default.removeItem(atPath: dst)
+                try? FileManager.default.copyItem(atPath: layout.latestTraces + "/" + t.id, toPath: dst)
+            }
+        }
+        var items: [(RecordKind, any Encodable)] = [(.trainRun, TrainRunRecord(
+            timestamp: isoTimestamp(), agentSHA256: snap.sha256,
+            results: Dictionary(uniqueKeysWithValues: outcomes.map { ($0.id, $0.reward) }),
+            statuses: Dictionary(uniqueKeysWithValues: outcomes.map { ($0.id, $0.status.rawValue) })))]
+        items += violations(audit, actor: "agent.py (train run)")
+        _ = try ledger.appendAll(items)
+        try Views.regenerate(layout, try state(), config: config)
+        return outcomes
+    }
+
+    // MARK: - gate
+
+    /// Judges a snapshot of agent.py: (1) regression suite on train ≥ threshold; (2) test
+    /// val_score beats the best accepted score by more than `gate.min_improvement` (a tie
+    /// fails; every test task counts, errors as 0); (3) only if both pass, failing non-suite
+    /// train tasks are re-run and newly passing ones promoted. On acceptance the supervisor
+    /// commits the snapshot and records the iteration; a rejection is recorded too.
+    public func gate(actor: String = "cli") throws -> GateResult {
+        let s = try state()
+        guard let split = s.split else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
+        let attempt = s.gateAttempts.count + 1
+        if config.gateBudget > 0 && s.gateAttempts.filter({ $0.reason != "interrupted" }).count >= config.gateBudget {
+            _ = try ledger.append(.violation, ViolationRecord(actor: actor, kind: "gate_budget", detail: "gate budget \(config.gateBudget) exhausted"))
+            throw ExperimentError(.refused, "gate budget (\(config.gateBudget)) exhausted; this request was recorded")
+        }
+        let snap = try snapshotAgent()
+        _ = try ledger.append(.gateStarted, GateStartedRecord(attempt: attempt, agentSHA256: snap.sha256))
+        let audit = AuditLog()
+        var result = GateResult(attempt: attempt, accepted: false, reason: "", suitePassed: 0, suiteTotal: s.suite.count,
+                                valScore: nil, bestBefore: s.best, promoted: [], commit: nil, iteration: nil)
+
+        // (1) regression suite, train split
+        let suiteOutcomes = try run(s.suite.compactMap { benchmark.task($0) }, agent: snap.directory, audit: audit, traces: { _ in nil })
+        result.suitePassed = suiteOutcomes.filter(\.passed).count
+        let rate = s.suite.isEmpty ? 1.0 : Double(result.suitePassed) / Double(s.suite.count)
+        var lastResults = Dictionary(uniqueKeysWithValues: suiteOutcomes.map { ($0.id, $0.reward) })
+
+        if rate < config.threshold {
+            result.reason = "suite pass rate \(result.suitePassed)/\(result.suiteTotal) below threshold \(config.threshold)"
+        } else {
+            // (2) held-out test split: traces never persist, only rewards come back
+            let testTasks = split.test.compactMap { benchmark.task($0) }
+            let testOutcomes = try run(testTasks, agent: snap.directory, audit: audit, traces: { _ in nil })
+            let rewards = Dictionary(uniqueKeysWithValues: testOutcomes.map { ($0.id, $0.reward) })
+            let val = Self.mean(split.test.map { rewards[$0] ?? 0 })
+            result.valScore = val
+            let best = s.best ?? 0
+            if val - best <= config.minImprovement + 1e-12 {
+                result.reason = "val_score did not beat the best accepted score"
+            } else {
+                // (3) promotion: failing train tasks outside the suite, re-run
+                let candidates = split.train.filter { !s.suite.contains($0) && (s.latestTrainRewards[$0] ?? 0) < 0.5 }
+                let promo = try run(candidates.compactMap { benchmark.task($0) }, agent: snap.directory, audit: audit, traces: { _ in nil })
+                result.promoted = promo.filter(\.passed).map(\.id).sorted()
+                for o in promo where o.passed { lastResults[o.id] = o.reward }
+                result.accepted = true
+                result.reason = "accepted"
+            }
+        }
+
+        var items: [(RecordKind, any Encodable)] = []
+        if result.accepted, let val = result.valScore {
+            let iteration = s.iterations.count
+            let head = try ledger.head
+            let message = """
+                autoharness: iteration \(iteration), val_score \(String(format: "%.4f", val)) (best before \(String(format: "%.4f", s.best ?? 0)))
+
+                Gate attempt \(attempt) accepted: suite \(result.suitePassed)/\(result.suiteTotal), \(result.promoted.count) task(s) promoted.
+                agent.py sha256: \(snap.sha256)
+                Ledger-Head: \(head.seq):\(head.hash)
+                """
+            let commit = try git.prepareCommit(file: snap.directory + "/agent.py", at: "agent/agent.py", message: message)
+            result.commit = commit
+            result.iteration = iteration
+            items.append((.gateAttempt, record(result, snap.sha256)))
+            items.append((.iteration, IterationRecord(iteration: iteration, valScore: val, commit: String(commit.prefix(7)),
+                                                      evalsPassed: result.suitePassed, evalsTotal: result.suiteTotal,
+                                                      timestamp: isoTimestamp(), agentSHA256: snap.sha256)))
+            items.append((.suitePromotion, SuitePromotionRecord(added: result.promoted, lastResults: lastResults)))
+        } else {
+            items.append((.gateAttempt, record(result, snap.sha256)))
+        }
+        items += violations(audit, actor: "agent.py (gate)")
+        _ = try ledger.appendAll(items)
+        // Published only once the ledger holds the iteration; a crash in between is rolled
+        // forward by recover().
+        if let c = result.commit { try git.publish(c) }
+        try Views.regenerate(layout, try state(), config: config)
+        return result
+    }
+
+    private func record(_ r: GateResult, _ sha: String) -> GateAttemptRecord {
+        GateAttemptRecord(attempt: r.attempt, agentSHA256: sha, accepted: r.accepted, reason: r.reason,
+                          suitePassed: r.suitePassed, suiteTotal: r.suiteTotal, valScore: r.valScore,
+                          bestBefore: r.bestBefore, promoted: r.promoted, commit: r.commit)
+    }
+
+    // MARK: - verify
+
+    public struct VerifyReport: Sendable {
+        public var ledger: LedgerVerification
+        public var editedViews: [String]
+        public var missingCommits: [String]
+        public var ok: Bool { ledger.ok && editedViews.isEmpty && missingCommits.isEmpty }
+    }
+
+    /// Recomputes the ledger's hash chain, compares the views with what the ledger says, and
+    /// checks that every accepted iteration's commit is in the repository.
+    public func verify() throws -> VerifyReport {
+        let v = try ledger.verify()
+        let s = try state()
+        let drift = s.prepared ? try Views.drift(layout, s, config: config) : []
+        let missing = s.gateAttempts.compactMap(\.commit).filter { !git.isPublished($0) }
+        return VerifyReport(ledger: v, editedViews: drift, missingCommits: missing)
+    }
+
+    public func regenerateViews() throws { try Views.regenerate(layout, try state(), config: config) }
+
+    // MARK: - running tasks
+
+    func run(_ tasks: [BenchmarkTask], agent: String, audit: AuditLog, oracle: Bool = false,
+             traces: (BenchmarkTask) -> String?) throws -> [TaskOutcome] {
+        guard !tasks.isEmpty else { return [] }
+        var cfg = TaskRunConfiguration(policyLoader: policyLoader, agentDirectory: agent, scratchRoot: config.scratch, audit: audit)
+        cfg.taskPolicy = config.taskPolicy
+        cfg.verifierPolicy = config.verifierPolicy
+        cfg.oracle = oracle
+        if let t = config.perTaskTimeout { cfg.defaultAgentTimeout = t }
+        try FileManager.default.createDirectory(atPath: config.scratch, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let runner = try TaskRunner(configuration: cfg)
+        return runner.runAll(tasks, concurrency: config.maxConcurrency, traceDirectory: traces) { [progress] done, total, last in
+            progress?(done, total, last)
+        }
+    }
+
+    /// Refused syscalls and limit events of a run, as ledger violation records (one per kind
+    /// of event; the audit already bounds their number).
+    func violations(_ audit: AuditLog, actor: String) -> [(RecordKind, any Encodable)] {
+        var counts: [String: Int] = [:]
+        var order: [String] = []
+        for e in audit.events {
+            let key = e.kind == .syscall || e.kind == .repeated ? "syscall \(e.name)" : e.kind.rawValue
+            if counts[key] == nil { order.append(key) }
+            counts[key, default: 0] += e.count ?? 1
+        }
+        return order.map { (.violation, ViolationRecord(actor: actor, kind: $0.hasPrefix("syscall") ? "syscall" : $0,
+                                                        detail: "\($0) ×\(counts[$0]!)")) }
+    }
+
+    // MARK: - snapshots
+
+    public struct Snapshot: Sendable {
+        public var sha256: String
+        /// A directory holding exactly `agent.py`, bound read-only into task sandboxes.
+        public var directory: String
+    }
+
+    /// Copies agent/agent.py into a content-addressed, supervisor-owned directory. The gate
+    /// and the benchmark judge this copy, never the live file the coding agent may still edit.
+    public func snapshotAgent() throws -> Snapshot {
+        let fd = open(layout.agentFile, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { throw ExperimentError(.io, "\(layout.agentFile): \(String(cString: strerror(errno))) (it must be a regular file, not a symlink)") }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { throw ExperimentError(.io, "\(layout.agentFile) is not a regular file") }
+        guard st.st_size <= 1 << 20 else { throw ExperimentError(.io, "\(layout.agentFile) is larger than 1 MiB") }
+        var bytes = [UInt8](repeating: 0, count: Int(st.st_size))
+        guard bytes.withUnsafeMutableBytes({ read(fd, $0.baseAddress, $0.count) }) == bytes.count else {
+            throw ExperimentError(.io, "\(layout.agentFile): short read")
+        }
+        let sha = SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined()
+        let dir = layout.snapshotDirectory(sha256: sha)
+        if !FileManager.default.fileExists(atPath: dir + "/agent.py") {
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+            try AtomicFile.write(Data(bytes), to: dir + "/agent.py", mode: 0o644)
+        }
+        return Snapshot(sha256: sha, directory: dir)
+    }
+
+    static func ensurePrivateDirectory(_ layout: ExperimentLayout) throws {
+        try FileManager.default.createDirectory(atPath: layout.snapshots, withIntermediateDirectories: true)
+        chmod(layout.privateDirectory, 0o700)
+    }
+
+    static func mean(_ xs: [Double]) -> Double { xs.isEmpty ? 0 : xs.reduce(0, +) / Double(xs.count) }
+}

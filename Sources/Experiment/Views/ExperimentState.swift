@@ -1,0 +1,191 @@
+import Foundation
+import Ledger
+
+// Ledger payloads. Each is one record kind; the experiment's state is what replaying them in
+// order gives, and the workspace views are rendered from that state alone.
+
+public struct ExperimentCreated: Codable, Sendable {
+    public var benchmark: String
+    public var dataset: String
+}
+
+public struct SplitRecord: Codable, Sendable {
+    public var train: [String]
+    public var test: [String]
+    public var seed: UInt64
+}
+
+public struct BaselineRecord: Codable, Sendable {
+    public var valScore: Double
+    public var testTasks: Int
+    public var tasksPassed: Int
+    public var tasksTotal: Int
+    public var agentSHA256: String
+}
+
+public struct TrainRunRecord: Codable, Sendable {
+    public var timestamp: String
+    public var agentSHA256: String
+    public var results: [String: Double]
+    public var statuses: [String: String]
+}
+
+public struct GateStartedRecord: Codable, Sendable {
+    public var attempt: Int
+    public var agentSHA256: String
+}
+
+public struct GateAttemptRecord: Codable, Sendable {
+    public var attempt: Int
+    public var agentSHA256: String
+    public var accepted: Bool
+    /// "accepted", "suite below threshold", "val_score did not beat best", "interrupted"
+    public var reason: String
+    public var suitePassed: Int
+    public var suiteTotal: Int
+    public var valScore: Double?
+    public var bestBefore: Double?
+    public var promoted: [String]
+    public var commit: String?
+}
+
+public struct IterationRecord: Codable, Sendable {
+    public var iteration: Int
+    public var valScore: Double
+    public var commit: String
+    public var evalsPassed: Int
+    public var evalsTotal: Int
+    public var timestamp: String
+    public var agentSHA256: String
+}
+
+public struct SuitePromotionRecord: Codable, Sendable {
+    public var added: [String]
+    /// Latest suite-step rewards of every suite task (upstream's `last_results`).
+    public var lastResults: [String: Double]
+}
+
+public struct ViolationRecord: Codable, Sendable {
+    /// "coding agent", "agent.py (train run)", "agent.py (gate)", "cli"
+    public var actor: String
+    public var kind: String
+    public var detail: String
+}
+
+/// The experiment as the ledger says it is.
+public struct ExperimentState: Sendable {
+    public var created: ExperimentCreated?
+    public var split: SplitRecord?
+    public var baseline: BaselineRecord?
+    public var iterations: [IterationRecord] = []
+    public var suite: [String] = []
+    public var suiteLastResults: [String: Double] = [:]
+    public var latestTrainRun: TrainRunRecord?
+    /// Latest reward of every train task across all runs (the promotion step's "failing").
+    public var latestTrainRewards: [String: Double] = [:]
+    public var gateAttempts: [GateAttemptRecord] = []
+    public var openGate: GateStartedRecord?
+    public var violations: [(time: String, record: ViolationRecord)] = []
+
+    /// The best accepted val_score (the baseline counts as iteration 0).
+    public var best: Double? { iterations.map(\.valScore).max() }
+    public var prepared: Bool { split != nil }
+
+    public init(records: [LedgerRecord]) throws {
+        for r in records {
+            switch r.kind {
+            case .experimentCreated: created = try r.decode(ExperimentCreated.self)
+            case .split: split = try r.decode(SplitRecord.self)
+            case .baseline: baseline = try r.decode(BaselineRecord.self)
+            case .trainRun:
+                let run = try r.decode(TrainRunRecord.self)
+                latestTrainRun = run
+                latestTrainRewards.merge(run.results) { $1 }
+            case .gateStarted: openGate = try r.decode(GateStartedRecord.self)
+            case .gateAttempt:
+                let a = try r.decode(GateAttemptRecord.self)
+                gateAttempts.append(a)
+                if openGate?.attempt == a.attempt { openGate = nil }
+            case .iteration: iterations.append(try r.decode(IterationRecord.self))
+            case .suitePromotion:
+                let p = try r.decode(SuitePromotionRecord.self)
+                for id in p.added where !suite.contains(id) { suite.append(id) }
+                suiteLastResults = p.lastResults
+            case .violation: violations.append((r.time, try r.decode(ViolationRecord.self)))
+            case .note: break
+            }
+        }
+    }
+}
+
+/// The three upstream-format files the coding agent may read, rendered from the ledger.
+public enum Views {
+    /// results.tsv: `iteration val_score commit evals_passed evals_total timestamp`.
+    /// val_score as disclosed: `score` %.4f (upstream); `rounded` the 2-decimal value, still
+    /// printed with 4 decimals so the column parses the same; `decision` a dash.
+    public static func resultsTSV(_ s: ExperimentState, disclosure: ExperimentConfig.Disclosure) -> String {
+        var out = "iteration\tval_score\tcommit\tevals_passed\tevals_total\ttimestamp\n"
+        for it in s.iterations {
+            out += "\(it.iteration)\t\(disclosed(it.valScore, disclosure))\t\(it.commit)\t\(it.evalsPassed)\t\(it.evalsTotal)\t\(it.timestamp)\n"
+        }
+        return out
+    }
+
+    public static func disclosed(_ v: Double, _ d: ExperimentConfig.Disclosure) -> String {
+        switch d {
+        case .score: return String(format: "%.4f", v)
+        case .rounded: return String(format: "%.4f", (v * 100).rounded() / 100)
+        case .decision: return "-"
+        }
+    }
+
+    /// suite.json: `{"tasks":[ids],"threshold":t,"last_results":{id:reward}}`.
+    public static func suiteJSON(_ s: ExperimentState, threshold: Double) throws -> Data {
+        struct Suite: Encodable {
+            var tasks: [String]
+            var threshold: Double
+            var last_results: [String: Double]
+        }
+        return try encode(Suite(tasks: s.suite, threshold: threshold, last_results: s.suiteLastResults))
+    }
+
+    /// train_results.json: `{"split":"train","timestamp":..,"results":{id:reward|null}}`.
+    public static func trainResultsJSON(_ s: ExperimentState) throws -> Data {
+        struct TrainResults: Encodable {
+            var split = "train"
+            var timestamp: String?
+            var results: [String: Double?]
+        }
+        // Every train task appears; those not in the latest run are null (not run).
+        let run = s.latestTrainRun
+        var results: [String: Double?] = [:]
+        for id in s.split?.train ?? [] { results[id] = .some(nil) }
+        for (k, v) in run?.results ?? [:] { results[k] = v }
+        return try encode(TrainResults(timestamp: run?.timestamp, results: results))
+    }
+
+    static func encode<T: Encodable>(_ v: T) throws -> Data {
+        let e = JSONEncoder()
+        e.outputFormatting = [.prettyPrinted, .sortedKeys]
+        var d = try e.encode(v)
+        d.append(0x0A)
+        return d
+    }
+
+    /// Rewrites the three views atomically (write, fsync, rename).
+    public static func regenerate(_ layout: ExperimentLayout, _ s: ExperimentState, config: ExperimentConfig) throws {
+        try AtomicFile.write(Data(resultsTSV(s, disclosure: config.disclosure).utf8), to: layout.resultsTSV)
+        try AtomicFile.write(suiteJSON(s, threshold: config.threshold), to: layout.suiteJSON)
+        try AtomicFile.write(trainResultsJSON(s), to: layout.trainResultsJSON)
+    }
+
+    /// Which views differ from what the ledger says (edited, deleted, or stale).
+    public static func drift(_ layout: ExperimentLayout, _ s: ExperimentState, config: ExperimentConfig) throws -> [String] {
+        let expected: [(String, Data)] = [
+            (layout.resultsTSV, Data(resultsTSV(s, disclosure: config.disclosure).utf8)),
+            (layout.suiteJSON, try suiteJSON(s, threshold: config.threshold)),
+            (layout.trainResultsJSON, try trainResultsJSON(s)),
+        ]
+        return expected.filter { FileManager.default.contents(atPath: $0.0) != $0.1 }.map(\.0)
+    }
+}

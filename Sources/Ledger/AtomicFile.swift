@@ -1,0 +1,70 @@
+import Foundation
+import Glibc
+
+/// Replaces a file so that a reader sees the old content or the new, never a mix, and a
+/// crash leaves one of the two: write a temporary file in the same directory (rename is only
+/// atomic within a file system), fsync it, rename it over the target, fsync the directory (so
+/// the rename itself survives a power cut).
+///
+/// The views the agent reads (results.tsv, suite.json, train_results.json) are written this
+/// way: a half-written suite.json must never be what a gate or an agent reads. If `path` is a
+/// symbolic link, the link itself is replaced, never the file it points at. A crash between
+/// creating and renaming the temporary file can leave a `.NAME.tmp-PID-RANDOM` file behind;
+/// it is never read.
+public enum AtomicFile {
+    /// Atomically replaces `path` with `bytes`, created with exactly `mode` (the umask does
+    /// not apply).
+    ///
+    /// - Throws: ``LedgerError`` `.io`. Failures before the rename leave `path` untouched and
+    ///   no temporary file; a failure to sync the directory after the rename means the new
+    ///   content is in place but might not survive a power cut.
+    public static func write(_ bytes: [UInt8], to path: String, mode: mode_t = 0o644) throws(LedgerError) {
+        let (directory, name) = POSIX.split(path)
+        guard !name.isEmpty, name != ".", name != ".." else {
+            throw LedgerError(.io, "cannot write \(path): not a file path")
+        }
+
+        var temporary = ""
+        var fd: Int32 = -1
+        // O_EXCL with a random name: never reuse (or follow) a file someone else prepared.
+        for _ in 0..<16 {
+            temporary = "\(directory)/.\(name).tmp-\(getpid())-\(String(UInt64.random(in: .min ... .max), radix: 36))"
+            do {
+                fd = try POSIX.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode)
+                break
+            } catch where error.errno == EEXIST {
+                continue
+            }
+        }
+        guard fd >= 0 else { throw LedgerError(.io, "cannot create a temporary file next to \(path)", errno: EEXIST) }
+
+        var renamed = false
+        defer { if !renamed { POSIX.unlink(temporary) } }
+        do {
+            try POSIX.fchmod(fd, mode, temporary)
+            try POSIX.pwriteAll(fd, bytes, at: 0, temporary)
+            try POSIX.fsync(fd, temporary)
+        } catch {
+            POSIX.close(fd)
+            throw error
+        }
+        POSIX.close(fd)
+
+        try POSIX.rename(temporary, path)
+        renamed = true
+
+        let dirfd = try POSIX.open(directory, O_RDONLY | O_DIRECTORY)
+        defer { POSIX.close(dirfd) }
+        try POSIX.fsync(dirfd, directory)
+    }
+
+    /// Atomically replaces `path` with `data`; see the `[UInt8]` overload.
+    public static func write(_ data: Data, to path: String, mode: mode_t = 0o644) throws(LedgerError) {
+        try write([UInt8](data), to: path, mode: mode)
+    }
+
+    /// Atomically replaces `path` with the UTF-8 bytes of `text`.
+    public static func write(_ text: String, to path: String, mode: mode_t = 0o644) throws(LedgerError) {
+        try write(Array(text.utf8), to: path, mode: mode)
+    }
+}

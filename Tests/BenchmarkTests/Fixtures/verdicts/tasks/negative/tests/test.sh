@@ -1,0 +1,2 @@
+#!/bin/bash
+echo -0.25 > /logs/verifier/reward.txt

@@ -1,0 +1,247 @@
+import Foundation
+import Sandbox
+import SandboxPolicy
+import Testing
+
+@testable import Benchmark
+
+/// A hostile agent.py attacks the benchmark from inside its sandbox; each test checks the
+/// errno it got and that the score stayed honest.
+@Suite("A hostile agent cannot reach the scorer, other tasks, or the split")
+struct IsolationTests {
+    /// agent.py that tries everything and prints a JSON report of what happened.
+    static func hostileAgent(benchmark: String, scratchRoot: String, marker: String) -> String {
+        """
+        import errno, json, os, subprocess, sys, time
+
+        def attempt(fn):
+            try:
+                fn()
+                return "ok"
+            except OSError as e:
+                return errno.errorcode.get(e.errno, str(e.errno))
+
+        def write(path, text="1\\n"):
+            with open(path, "w") as f:
+                f.write(text)
+
+        class HarnessAgent:
+            def run(self, instruction, workdir):
+                r = {}
+                r["read_tests"] = attempt(lambda: open("/tests/test.sh").read())
+                r["list_tests"] = attempt(lambda: os.listdir("/tests"))
+                r["read_solution"] = attempt(lambda: open("/solution/solve.sh").read())
+                r["read_other_task_tests"] = attempt(lambda: open("\(benchmark)/tasks/seeded-sum/tests/test.sh").read())
+                r["read_other_task_solution"] = attempt(lambda: open("\(benchmark)/tasks/json-reward/solution/solve.sh").read())
+                r["list_scratch_root"] = attempt(lambda: os.listdir("\(scratchRoot)"))
+                r["list_logs"] = attempt(lambda: os.listdir("/logs"))
+                r["forge_reward"] = attempt(lambda: write("/logs/verifier/reward.txt"))
+                r["make_logs_dir"] = attempt(lambda: os.makedirs("/logs/verifier"))
+                r["write_agent"] = attempt(lambda: write("/agent/agent.py", "hacked"))
+                r["write_agent_new"] = attempt(lambda: write("/agent/extra.py"))
+                r["write_root"] = attempt(lambda: write("/reward.txt"))
+                # Plant a reward where a naive verifier might look, and answer wrongly.
+                write("/app/reward.txt")
+                write("/app/answer.txt", "41\\n")
+                # Something for a later task to find, if /tmp were shared.
+                write("/tmp/leak-\(marker).txt", "secret from an earlier task")
+                # A daemon that tries to outlive the task (double fork, new session).
+                subprocess.Popen(["python3", "-c", "import os, time\\nif os.fork() == 0:\\n    os.setsid()\\n    time.sleep(120)\\n", "\(marker)"],
+                                 start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                time.sleep(0.3)
+                print(json.dumps(r, sort_keys=True))
+        """
+    }
+
+    @Test("tests, solution, logs, other tasks and the scratch root are invisible; /agent is read-only; the reward stays honest; daemons die; /tmp does not carry over")
+    func hostileAgentIsConfined() throws {
+        try requireRoot()
+        let bench = try fixtureBenchmark("basic")
+        let scratch = try makeScratchRoot()
+        let marker = uniqueMarker("ah-hostile")
+        let h = try Harness(agent: Self.hostileAgent(benchmark: bench.directory, scratchRoot: scratch.path, marker: marker), scratch: scratch)
+        let agent = try #require(h.agent)
+        let agentBefore = try String(contentsOfFile: agent.path + "/agent.py", encoding: .utf8)
+        let traces = try TempDir()
+        let o = h.run(try #require(bench.task("answer-42")), trace: traces.path)
+        #expect(o.status == .failed && o.reward == 0, "\(o)")
+        #expect(read(traces.path + "/reward.txt") == "0\n")
+
+        let stdout = try #require(read(traces.path + "/agent.stdout"), "\(read(traces.path + "/agent.stderr") ?? "")")
+        let report = try #require(JSONSerialization.jsonObject(with: Data(stdout.utf8)) as? [String: String])
+        for key in ["read_tests", "list_tests", "read_solution", "read_other_task_tests", "read_other_task_solution",
+                    "list_scratch_root", "list_logs", "forge_reward"] {
+            #expect(report[key] == "ENOENT", "\(key): \(report[key] ?? "nil")")
+        }
+        for key in ["make_logs_dir", "write_agent", "write_agent_new", "write_root"] {
+            #expect(report[key] == "EROFS", "\(key): \(report[key] ?? "nil")")
+        }
+        #expect(try String(contentsOfFile: agent.path + "/agent.py", encoding: .utf8) == agentBefore)
+        #expect(listing(agent.path) == ["agent.py"])
+        #expect(hostProcesses(containing: marker).isEmpty, "a daemon outlived its task")
+        #expect(listing(scratch.path).isEmpty)
+
+        // A later task, in the same scratch root, sees nothing the hostile one left.
+        let snoop = try Harness(agent: """
+            import json, os
+            class HarnessAgent:
+                def run(self, instruction, workdir):
+                    print(json.dumps({"tmp": sorted(os.listdir("/tmp")), "app": sorted(os.listdir("/app")),
+                                      "leak": os.path.exists("/tmp/leak-\(marker).txt")}))
+            """, scratch: scratch)
+        let later = try TempDir()
+        _ = snoop.run(try #require(bench.task("answer-42")), trace: later.path)
+        let seen = try #require(JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: later.path + "/agent.stdout"))) as? [String: Any])
+        #expect(seen["leak"] as? Bool == false)
+        #expect((seen["tmp"] as? [String])?.isEmpty == true)
+        #expect((seen["app"] as? [String])?.isEmpty == true)
+    }
+
+    /// agent.py that prints everything it can observe about where it runs.
+    static let introspectionAgent = """
+        import json, os, socket
+        def ls(path):
+            out = []
+            for name in sorted(os.listdir(path)):
+                st = os.lstat(os.path.join(path, name))
+                link = os.readlink(os.path.join(path, name)) if os.path.islink(os.path.join(path, name)) else ""
+                out.append("%s %o %d:%d %s" % (name, st.st_mode, st.st_uid, st.st_gid, link))
+            return out
+        def fd(n):
+            try: return os.readlink("/proc/self/fd/%d" % n)
+            except OSError as e: return "error %d" % e.errno
+        class HarnessAgent:
+            def run(self, instruction, workdir):
+                print(json.dumps({
+                    "env": dict(os.environ), "cwd": os.getcwd(), "ids": [os.getuid(), os.getgid(), os.getgroups()],
+                    "hostname": socket.gethostname(), "root": ls("/"), "app": ls("/app"), "tmp": ls("/tmp"),
+                    "dev": ls("/dev"), "agent": ls("/agent"), "mountinfo": open("/proc/self/mountinfo").read(),
+                    "cgroup": open("/proc/self/cgroup").read(), "fds": [fd(0), fd(1), fd(2)],
+                    "open_fds": sorted(os.listdir("/proc/self/fd")), "pid": os.getpid(),
+                    "limits": open("/proc/self/limits").read(), "status": [l for l in open("/proc/self/status")
+                        if l.split(":")[0] in ("CapEff", "CapBnd", "NoNewPrivs", "Seccomp", "Uid", "Gid")],
+                    "instruction": instruction,
+                }, sort_keys=True, indent=1))
+        """
+
+    /// Replaces what legitimately differs between two runs: the scratch directory's random
+    /// name, sandbox ids, and kernel-assigned mount ids and anonymous device numbers.
+    static func normalize(_ view: String) -> String {
+        var s = view
+        s = s.replacingOccurrences(of: #"/[0-9a-f]{16}/"#, with: "/<random>/", options: .regularExpression)
+        s = s.replacingOccurrences(of: #"sbx-[0-9a-f]{12}"#, with: "<sandbox-id>", options: .regularExpression)
+        s = s.replacingOccurrences(of: #"(?m)^\d+ \d+ \d+:\d+ "#, with: "<ids> ", options: .regularExpression)
+        return s
+    }
+
+    @Test("a train run and a test run look identical from inside agent.py")
+    func trainAndTestLookIdentical() throws {
+        try requireRoot()
+        let bench = try fixtureBenchmark("basic")
+        let task = try #require(bench.task("seeded-sum"))
+        let captured = Captured()
+        let h = try Harness(agent: Self.introspectionAgent) { _, dir in
+            captured.append(read(dir + "/out/agent.stdout") ?? "")
+        }
+        let traces = try TempDir()
+        let train = h.run(task, trace: traces.path + "/seeded-sum")
+        let test = h.run(task)
+        #expect(train.status == .failed && test.status == .failed)
+        let views = captured.all
+        try #require(views.count == 2)
+        let trainView = views[0], testView = views[1]
+        #expect(read(traces.path + "/seeded-sum/agent.stdout") == trainView)
+        #expect(trainView.contains("\"mountinfo\"") && trainView.contains("/app"), "\(trainView)")
+        #expect(trainView != testView, "the views should differ at least in the random scratch name")
+        #expect(Self.normalize(trainView) == Self.normalize(testView))
+        // Nothing inside names the benchmark, the task, the trace directory, or a split.
+        for view in [trainView, testView] {
+            #expect(!view.contains(bench.directory))
+            #expect(!view.contains(traces.path))
+            #expect(!view.contains("seeded-sum"))
+            for word in ["train", "test", "split", "trace"] { #expect(!view.lowercased().contains(word), "\(word)") }
+        }
+    }
+
+    @Test("a test-split run leaves no file anywhere: no trace, empty scratch root, benchmark and agent untouched")
+    func testSplitLeavesNothing() throws {
+        try requireRoot()
+        let bench = try fixtureBenchmark("basic")
+        let seenScratch = Captured()
+        let h = try Harness(agent: """
+            import os
+            class HarnessAgent:
+                def run(self, instruction, workdir):
+                    for d in ("/app", "/tmp", "/dev/shm"):
+                        try:
+                            os.makedirs(d + "/persist/me", exist_ok=True)
+                            open(d + "/persist/me/data", "w").write("x" * 100000)
+                        except OSError:
+                            pass
+                    open("/app/answer.txt", "w").write("42")
+            """) { _, dir in
+            seenScratch.append(listing(dir).joined(separator: ","))
+        }
+        let benchBefore = listing(bench.directory), agentBefore = listing(h.agent!.path)
+        let shmBefore = Set(listing("/dev/shm").filter { !$0.contains("/") })
+        let outcomes = h.runAll(bench.tasks, concurrency: 2)
+        #expect(outcomes.first { $0.id == "answer-42" }?.status == .passed)
+        // The scratch directories existed while the tasks ran, and are gone now.
+        #expect(seenScratch.all.count == 4 && seenScratch.all.allSatisfy { $0.contains("app/persist/me/data") })
+        #expect(listing(h.scratch.path).isEmpty)
+        #expect(listing(bench.directory) == benchBefore)
+        #expect(listing(h.agent!.path) == agentBefore)
+        // Nothing new in /dev/shm next to the scratch root (other tests may add their own roots).
+        let shmNew = Set(listing("/dev/shm").filter { !$0.contains("/") }).subtracting(shmBefore)
+        #expect(shmNew.allSatisfy { $0.hasPrefix("ah-bench-") }, "\(shmNew)")
+    }
+
+    @Test("a hostile tree (deep nesting, symlinks to host files, unreadable dirs, non-UTF-8 names) is removed without touching the host")
+    func hostileTreeIsRemoved() throws {
+        try requireRoot()
+        let canary = try TempDir()
+        let canaryFile = try canary.file("canary.txt", "keep me\n")
+        let h = try Harness(agent: """
+            import os
+            class HarnessAgent:
+                def run(self, instruction, workdir):
+                    os.chdir("/app")
+                    os.symlink("\(canaryFile)", "canary-link")
+                    os.symlink("\(canary.path)", "canary-dir-link")
+                    os.mkdir(b"bad-\\xff-name")
+                    open(b"bad-\\xff-name/f\\xfe", "w").write("x")
+                    for i in range(3000):
+                        os.mkdir("d")
+                        os.chdir("d")
+                    os.symlink("/", "root-link")
+                    os.chdir("/app")
+                    os.makedirs("locked/inner")
+                    open("locked/inner/file", "w").write("x")
+                    os.chmod("locked/inner", 0)
+                    os.chmod("locked", 0)
+            """)
+        let o = h.run(try #require(try fixtureBenchmark("basic").task("answer-42")))
+        #expect(o.status == .failed, "\(o)")
+        #expect(listing(h.scratch.path).isEmpty)
+        #expect(read(canaryFile) == "keep me\n")
+        #expect(listing(canary.path) == ["canary.txt"])
+    }
+
+    @Test("an agent's stdout file cannot be reopened for reading through /proc/self/fd")
+    func outputFilesAreWriteOnly() throws {
+        try requireRoot()
+        let h = try Harness(agent: """
+            import errno, sys
+            class HarnessAgent:
+                def run(self, instruction, workdir):
+                    try:
+                        open("/proc/self/fd/1", "r").read()
+                        print("reopened")
+                    except OSError as e:
+                        print(errno.errorcode[e.errno])
+            """)
+        let traces = try TempDir()
+        _ = h.run(try #require(try fixtureBenchmark("basic").task("answer-42")), trace: traces.path)
+        #expect(read(traces.path + "/agent.stdout") == "EACCES\n")
+    }
+}

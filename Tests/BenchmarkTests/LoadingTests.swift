@@ -1,0 +1,143 @@
+import Foundation
+import Testing
+
+@testable import Benchmark
+
+@Suite("Loading a local benchmark")
+struct LoadingTests {
+    @Test("the fixture benchmark loads with every task, sorted, with task.toml settings")
+    func fixtureLoads() throws {
+        let bench = try fixtureBenchmark("basic")
+        #expect(bench.tasks.map(\.id) == ["answer-42", "json-reward", "seeded-sum", "timeouts"])
+        #expect(bench.tasks.allSatisfy { $0.hasSolution })
+        let timeouts = try #require(bench.task("timeouts"))
+        #expect(timeouts.agentTimeout == 5 && timeouts.agentTimeoutDeclared)
+        #expect(timeouts.verifierTimeout == 30 && timeouts.verifierTimeoutDeclared)
+        #expect(timeouts.metadata == ["difficulty": "easy", "category": "fixture", "expert_time_estimate_min": "1"])
+        let plain = try #require(bench.task("answer-42"))
+        #expect(plain.agentTimeout == 600 && !plain.agentTimeoutDeclared && plain.metadata.isEmpty)
+        #expect(plain.directory == bench.directory + "/tasks/answer-42")
+        #expect(bench.task("nope") == nil)
+        #expect(try fixtureBenchmark("verdicts").tasks.allSatisfy { !$0.hasSolution })
+    }
+
+    @Test("the supported task.toml subset parses: comments, escapes, literal strings, numbers, booleans")
+    func tomlSubset() throws {
+        let toml = try TaskToml.parse(#"""
+            # leading comment
+            version = "1.0"   # trailing comment
+            [metadata]
+            name = "tab\there \"quoted\" \u00e9"
+            path = 'C:\no\escapes'
+            big = 1_000
+            small = -2.5e-3
+            flag = true
+            off = false
+            empty = ""
+              [agent]
+            timeout_sec = 90
+            """#, file: "t.toml")
+        #expect(toml.entry("", "version")?.value == .string("1.0"))
+        #expect(toml.entry("metadata", "name")?.value == .string("tab\there \"quoted\" é"))
+        #expect(toml.entry("metadata", "path")?.value == .string(#"C:\no\escapes"#))
+        #expect(toml.entry("metadata", "big")?.value == .number(1000, text: "1_000"))
+        #expect(toml.entry("metadata", "small")?.value == .number(-0.0025, text: "-2.5e-3"))
+        #expect(toml.entry("metadata", "flag")?.value == .bool(true))
+        #expect(toml.entry("metadata", "empty")?.value == .string(""))
+        #expect(toml.entry("agent", "timeout_sec")?.line == 12)
+    }
+
+    @Test("task.toml outside the subset is rejected with file:line", arguments: [
+        ("[agent]\ntimeout_sec = [1, 2]\n", 2, "arrays"),
+        ("[metadata]\ntags = [\"a\"]\n", 2, "arrays"),
+        ("\n\n[[steps]]\n", 3, "arrays of tables"),
+        ("x = { a = 1 }\n", 1, "inline tables"),
+        ("a.b = 1\n", 1, "dotted keys"),
+        ("[a.b]\n", 1, "dotted table"),
+        ("\"quoted\" = 1\n", 1, "quoted keys"),
+        ("[agent]\ntimeout_sec 5\n", 2, "expected '='"),
+        ("name = \"unterminated\n", 1, "unterminated"),
+        ("s = \"\"\"\nmulti\n\"\"\"\n", 1, "multi-line"),
+        ("when = 2024-01-01\n", 1, "not a supported value"),
+        ("x = nan\n", 1, "not a supported value"),
+        ("x = inf\n", 1, "not a supported value"),
+        ("x = 0x10\n", 1, "not a supported value"),
+        ("x = 01\n", 1, "not a supported value"),
+        ("x = 1 2\n", 1, "unexpected '2'"),
+        ("[agent]\na = 1\na = 2\n", 3, "defined twice"),
+        ("[agent]\n[verifier]\n[agent]\n", 3, "defined twice"),
+        ("[agent\n", 1, "expected ']'"),
+        ("x = \"bad \\q escape\"\n", 1, "unsupported escape"),
+        ("[agent]\ntimeout_sec = -5\n", 2, "positive number"),
+        ("[agent]\n\n# c\ntimeout_sec = \"10\"\n", 4, "positive number"),
+        ("[verifier]\ntimeout_sec = 0\n", 2, "positive number"),
+    ])
+    func tomlErrors(text: String, line: Int, fragment: String) throws {
+        let bench = try TempDir()
+        let task = bench.path + "/tasks/t1"
+        try bench.file("tasks/t1/instruction.md", "x")
+        try bench.file("tasks/t1/tests/test.sh", "exit 0")
+        try bench.file("tasks/t1/task.toml", text)
+        let error = try #require(throws: BenchmarkError.self) { try LocalBenchmark(directory: bench.path) }
+        #expect(error.message.contains("\(task)/task.toml:\(line): "), "\(error.message)")
+        #expect(error.message.contains(fragment), "\(error.message)")
+    }
+
+    @Test("layout problems name the task and file, all of them at once")
+    func layoutErrors() throws {
+        let bench = try TempDir()
+        try bench.file("tasks/no-tests/instruction.md", "x")
+        try FileManager.default.createDirectory(atPath: bench.path + "/tasks/no-tests/tests", withIntermediateDirectories: true)
+        try bench.file("tasks/no-instruction/tests/test.sh", "exit 0")
+        try bench.file("tasks/bad solution/instruction.md", "x")
+        try bench.file("tasks/half-solution/instruction.md", "x")
+        try bench.file("tasks/half-solution/tests/test.sh", "exit 0")
+        try FileManager.default.createDirectory(atPath: bench.path + "/tasks/half-solution/solution", withIntermediateDirectories: true)
+        try bench.file("tasks/.hidden/whatever", "ignored")
+        try bench.file("tasks/README.md", "not a task")
+        let error = try #require(throws: BenchmarkError.self) { try LocalBenchmark(directory: bench.path) }
+        let lines = error.message.split(separator: "\n").map(String.init)
+        #expect(lines.count == 4, "\(error.message)")
+        #expect(error.message.contains("task 'no-tests': \(bench.path)/tasks/no-tests/tests/test.sh is missing"))
+        #expect(error.message.contains("task 'no-instruction': \(bench.path)/tasks/no-instruction/instruction.md is missing"))
+        #expect(error.message.contains("'bad solution' is not a valid task id"))
+        #expect(error.message.contains("task 'half-solution': \(bench.path)/tasks/half-solution/solution/solve.sh is missing"))
+        #expect(!error.message.contains(".hidden") && !error.message.contains("README"))
+    }
+
+    @Test("a directory without tasks/ or with no tasks is refused")
+    func emptyBenchmarks() throws {
+        let bench = try TempDir()
+        let missing = try #require(throws: BenchmarkError.self) { try LocalBenchmark(directory: bench.path) }
+        #expect(missing.message.contains("no tasks/ directory"))
+        try FileManager.default.createDirectory(atPath: bench.path + "/tasks", withIntermediateDirectories: true)
+        let empty = try #require(throws: BenchmarkError.self) { try LocalBenchmark(directory: bench.path) }
+        #expect(empty.message.contains("holds no tasks"))
+    }
+
+    @Test("task ids are limited to [A-Za-z0-9._-] and may not start with a dot")
+    func taskIDs() {
+        #expect(BenchmarkTask.isValidID("fix-git_2.v1"))
+        for bad in ["", ".", "..", ".x", "a/b", "a b", "é", "a\n"] { #expect(!BenchmarkTask.isValidID(bad), "\(bad)") }
+    }
+
+    @Test("reward text is a plain decimal number in [0, 1]")
+    func rewardGrammar() {
+        func parse(_ s: String) -> Double? { try? Reward.parseText(Array(s.utf8)).get() }
+        #expect(parse("1") == 1)
+        #expect(parse(" 0.5\n") == 0.5)
+        #expect(parse("1.0") == 1)
+        #expect(parse(".25") == 0.25)
+        #expect(parse("5e-1") == 0.5)
+        #expect(parse("-0")?.sign == .plus)
+        for bad in ["", "yes", "nan", "NaN", "inf", "-inf", "1.5", "-0.1", "0x1p-1", "1,0", "0.5 0.5", "1e999", "١"] {
+            #expect(parse(bad) == nil, "\(bad)")
+        }
+        func json(_ s: String) -> Double? { try? Reward.parseJSON(Array(s.utf8)).get() }
+        #expect(json("1") == 1)
+        #expect(json("{\"reward\": 0.75, \"other\": [1]}") == 0.75)
+        for bad in ["{\"reward\": NaN}", "{\"reward\": true}", "{\"reward\": \"1\"}", "{\"score\": 1}", "{\"reward\": 2}", "[1]"] {
+            #expect(json(bad) == nil, "\(bad)")
+        }
+    }
+}

@@ -1,0 +1,283 @@
+import Foundation
+import Sandbox
+import SandboxPolicy
+import Testing
+
+@testable import Benchmark
+
+@Suite("Running tasks and scoring them")
+struct TaskRunnerTests {
+    @Test("a correct agent passes every fixture task; runAll keeps input order and reports progress serially")
+    func correctAgentPasses() throws {
+        try requireRoot()
+        let bench = try fixtureBenchmark("basic")
+        let h = try Harness(agent: solverAgentSource())
+        let traces = try TempDir()
+
+        // Reverse order in, so "results in input order" is not just "sorted by id".
+        let tasks = Array(bench.tasks.reversed())
+        var seen: [(Int, Int, String)] = []
+        let outcomes = h.runAll(tasks, concurrency: 2, trace: { traces.path + "/" + $0.id }) { done, total, last in
+            seen.append((done, total, last.id))
+        }
+        #expect(outcomes.map(\.id) == tasks.map(\.id))
+        #expect(seen.map(\.0) == [1, 2, 3, 4] && seen.allSatisfy { $0.1 == 4 })
+        #expect(Set(seen.map(\.2)) == Set(tasks.map(\.id)))
+        let byID = Dictionary(uniqueKeysWithValues: outcomes.map { ($0.id, $0) })
+        for id in ["answer-42", "seeded-sum", "timeouts"] {
+            #expect(byID[id]?.status == .passed && byID[id]?.reward == 1 && byID[id]?.passed == true, "\(String(describing: byID[id]))")
+        }
+        #expect(byID["json-reward"]?.reward == 0.75 && byID["json-reward"]?.status == .passed)
+        #expect(outcomes.allSatisfy { $0.detail == nil && $0.agentSeconds > 0 && $0.verifierSeconds > 0 })
+
+        // The train trace: bounded named files, the outcome as JSON, no work directory.
+        let trace = traces.path + "/answer-42"
+        #expect(listing(trace) == ["agent.stderr", "agent.stdout", "instruction.md", "result.json", "reward.txt",
+                                   "verifier.stderr", "verifier.stdout"])
+        #expect(read(trace + "/agent.stdout") == "handled: Write the number 42 to /app/answer.txt.\n")
+        #expect(read(trace + "/instruction.md") == read(bench.task("answer-42")!.directory + "/instruction.md"))
+        #expect(read(trace + "/reward.txt") == "1\n")
+        let decoded = try JSONDecoder().decode(TaskOutcome.self, from: Data(contentsOf: URL(fileURLWithPath: trace + "/result.json")))
+        #expect(decoded == byID["answer-42"])
+        let json = try #require(read(trace + "/result.json"))
+        #expect(json.contains("\"status\" : \"passed\"") && json.contains("\"agent_seconds\""))
+        #expect(read(traces.path + "/json-reward/reward.txt") == "{\"reward\": 0.75, \"note\": \"greeting ok\"}\n")
+        var st = stat()
+        #expect(stat(trace, &st) == 0 && st.st_mode & 0o777 == 0o755 && st.st_uid == 0)
+        #expect(listing(h.scratch.path).isEmpty)
+    }
+
+    @Test("a wrong agent fails with reward 0")
+    func wrongAgentFails() throws {
+        try requireRoot()
+        let bench = try fixtureBenchmark("basic")
+        let outcomes = try Harness(agent: solverAgentSource(wrong: true)).runAll(bench.tasks, concurrency: 4)
+        for o in outcomes {
+            #expect(o.status == .failed && o.reward == 0 && !o.passed && o.detail == nil, "\(o)")
+        }
+    }
+
+    @Test("reward files are read strictly: garbage, out of range, NaN, symlinks, FIFOs and oversize score 0", arguments: [
+        ("garbage", TaskStatus.invalidReward, 0.0),
+        ("out-of-range", .invalidReward, 0),
+        ("negative", .invalidReward, 0),
+        ("nan", .invalidReward, 0),
+        ("infinity", .invalidReward, 0),
+        ("hex", .invalidReward, 0),
+        ("symlink", .invalidReward, 0),
+        ("oversized", .invalidReward, 0),
+        ("fifo", .invalidReward, 0),
+        ("json-nan", .invalidReward, 0),
+        ("json-no-key", .invalidReward, 0),
+        ("missing", .noReward, 0),
+        ("missing-nonzero", .verifierCrashed, 0),
+        ("json-bare", .passed, 1),
+        ("text-wins", .failed, 0.25),
+        ("reward-then-exit-1", .passed, 0.6),
+        ("verifier-signal", .verifierCrashed, 0),
+        ("verifier-timeout", .verifierTimeout, 0),
+    ])
+    func rewardVerdicts(id: String, status: TaskStatus, reward: Double) throws {
+        try requireRoot()
+        let task = try #require(try fixtureBenchmark("verdicts").task(id))
+        let h = try Harness(agent: "class HarnessAgent:\n    def run(self, i, w): pass\n")
+        let o = h.run(task)
+        #expect(o.status == status, "\(o)")
+        #expect(o.reward == reward && o.passed == (reward >= 0.5), "\(o)")
+        if status != .passed && status != .failed { #expect(o.detail != nil) }
+        #expect(listing(h.scratch.path).isEmpty)
+    }
+
+    @Test("details say why: verifier exit codes and invalid reward text are reported")
+    func verdictDetails() throws {
+        try requireRoot()
+        let bench = try fixtureBenchmark("verdicts")
+        let h = try Harness(agent: "class HarnessAgent:\n    def run(self, i, w): pass\n")
+        func detail(_ id: String) -> String { h.run(bench.task(id)!).detail ?? "" }
+        #expect(detail("garbage") == "reward.txt: \"yes\" is not a number")
+        #expect(detail("out-of-range") == "reward.txt: 1.5 is outside [0, 1]")
+        #expect(detail("symlink") == "reward.txt is not a regular file")
+        #expect(detail("oversized").hasPrefix("reward.txt is 5002 bytes"))
+        #expect(detail("missing-nonzero") == "verifier exited 3 without a reward")
+        #expect(detail("reward-then-exit-1") == "verifier exited 1")
+        #expect(detail("verifier-timeout") == "verifier timed out after 1s")
+        #expect(detail("verifier-signal") == "verifier killed by signal 9")
+    }
+
+    @Test("an agent that times out scores 0, its whole process tree is killed and the verifier does not run")
+    func agentTimeout() throws {
+        try requireRoot()
+        let marker = uniqueMarker("ah-timeout")
+        let h = try Harness(agent: """
+            import os, subprocess, time
+            class HarnessAgent:
+                def run(self, instruction, workdir):
+                    # The right answer, then a tree that ignores SIGTERM and outlives its parent.
+                    open("/app/answer.txt", "w").write("42\\n")
+                    for _ in range(3):
+                        subprocess.Popen(["python3", "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)", "\(marker)"],
+                                         start_new_session=True)
+                    time.sleep(300)
+            """)
+        var task = try #require(try fixtureBenchmark("basic").task("answer-42"))
+        task.agentTimeout = 1.5
+        task.agentTimeoutDeclared = true
+        let traces = try TempDir()
+        let o = h.run(task, trace: traces.path + "/t")
+        #expect(o.status == .agentTimeout && o.reward == 0 && !o.passed, "\(o)")
+        #expect(o.detail == "agent timed out after 1.5s")
+        #expect(o.agentSeconds >= 1.5 && o.agentSeconds < 10)
+        #expect(o.verifierSeconds == 0)
+        #expect(hostProcesses(containing: marker).isEmpty)
+        // The trace has the agent's output, and no verifier output or reward.
+        #expect(listing(traces.path + "/t") == ["agent.stderr", "agent.stdout", "instruction.md", "result.json"])
+    }
+
+    @Test("the task's declared agent timeout is the one applied when no override is given")
+    func declaredTimeoutApplies() throws {
+        try requireRoot()
+        let task = try #require(try fixtureBenchmark("basic").task("timeouts"))
+        let o = try Harness(agent: "import time\nclass HarnessAgent:\n    def run(self, i, w): time.sleep(60)\n").run(task)
+        #expect(o.status == .agentTimeout && o.detail == "agent timed out after 5s", "\(o)")
+        #expect(o.agentSeconds >= 5 && o.agentSeconds < 15)
+    }
+
+    @Test("a crashing agent is still graded: its finished work passes, unfinished work is agent_crashed")
+    func crashingAgent() throws {
+        try requireRoot()
+        let task = try #require(try fixtureBenchmark("basic").task("answer-42"))
+        let finished = try Harness(agent: """
+            class HarnessAgent:
+                def run(self, instruction, workdir):
+                    open("/app/answer.txt", "w").write("42")
+                    raise RuntimeError("model API unreachable")
+            """)
+        let a = finished.run(task)
+        #expect(a.status == .passed && a.reward == 1 && a.detail == "agent exited 1", "\(a)")
+
+        let unfinished = try Harness(agent: "import os\nclass HarnessAgent:\n    def run(self, i, w): os.kill(os.getpid(), 9)\n",
+                                     scratch: finished.scratch)
+        let b = unfinished.run(task)
+        #expect(b.status == .agentCrashed && b.reward == 0 && b.detail == "agent killed by signal 9; verifier reward 0.0", "\(b)")
+
+        let syntax = try Harness(agent: "def broken(:\n", scratch: finished.scratch)
+        let traces = try TempDir()
+        let c = syntax.run(task, trace: traces.path)
+        #expect(c.status == .agentCrashed && c.detail == "agent exited 1; verifier reward 0.0", "\(c)")
+        #expect(read(traces.path + "/agent.stderr")?.contains("SyntaxError") == true)
+    }
+
+    @Test("the agent gets the instruction on stdin, an async run() is awaited, and /app holds the environment seed minus its Dockerfile")
+    func agentProtocol() throws {
+        try requireRoot()
+        let task = try #require(try fixtureBenchmark("basic").task("seeded-sum"))
+        let h = try Harness(agent: """
+            import json, os, sys
+            class HarnessAgent:
+                async def run(self, instruction, workdir):
+                    seen = {}
+                    for root, dirs, files in os.walk(workdir):
+                        for name in dirs + files:
+                            p = os.path.join(root, name)
+                            st = os.lstat(p)
+                            seen[os.path.relpath(p, workdir)] = [st.st_uid, st.st_gid, oct(st.st_mode & 0o7777)]
+                    print(json.dumps({"instruction": instruction, "workdir": workdir, "cwd": os.getcwd(),
+                                      "files": seen, "app": [os.stat("/app").st_uid, oct(os.stat("/app").st_mode & 0o777)],
+                                      "agent_module": sys.modules[type(self).__module__].__name__, "path": sys.path}))
+                    open("/app/sum.txt", "w").write("12")
+            """)
+        let traces = try TempDir()
+        let o = h.run(task, trace: traces.path)
+        #expect(o.status == .passed, "\(o)")
+        let view = try #require(JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: traces.path + "/agent.stdout"))) as? [String: Any])
+        #expect(view["instruction"] as? String == "Add up the numbers in /app/data/numbers.txt (one per line) and write the sum to /app/sum.txt.\n")
+        #expect(view["workdir"] as? String == "/app" && view["cwd"] as? String == "/app")
+        #expect(view["agent_module"] as? String == "agent")
+        let files = try #require(view["files"] as? [String: [Any]])
+        #expect(Set(files.keys) == ["data", "data/numbers.txt", "README.txt"])
+        #expect(files.values.allSatisfy { ($0[0] as? Int) == 1000 && ($0[1] as? Int) == 1000 })
+        #expect(files["data/numbers.txt"]?[2] as? String == "0o644")
+        #expect((view["app"] as? [Any])?.first as? Int == 1000)
+        #expect(!((view["path"] as? [String]) ?? [""]).contains { $0 == "" || $0 == "/app" })
+    }
+
+    @Test("oracle mode runs solution/solve.sh and passes every fixture task")
+    func oracle() throws {
+        try requireRoot()
+        let bench = try fixtureBenchmark("basic")
+        let h = try Harness(agent: nil, oracle: true)
+        let outcomes = h.runAll(bench.tasks, concurrency: 2)
+        #expect(outcomes.map(\.id) == bench.tasks.map(\.id))
+        for o in outcomes { #expect(o.passed && (o.status == .passed), "\(o)") }
+        // A task without a solution cannot be run as an oracle.
+        let none = h.run(try #require(try fixtureBenchmark("verdicts").task("missing")))
+        #expect(none.status == .setupFailed && none.detail?.contains("no solution/solve.sh") == true)
+        #expect(listing(h.scratch.path).isEmpty)
+    }
+
+    @Test("a configuration that cannot be run safely is refused up front")
+    func configurationChecks() throws {
+        try requireRoot()
+        let agent = try makeAgent(solverAgentSource())
+        let loader = PolicyLoader(searchPaths: [Paths.policies])
+        func error(_ config: TaskRunConfiguration) throws -> String {
+            try #require(throws: BenchmarkError.self) { try TaskRunner(configuration: config) }.message
+        }
+        // Not tmpfs: test-split work would reach a disk.
+        #expect(try error(TaskRunConfiguration(policyLoader: loader, agentDirectory: agent.path, scratchRoot: Paths.testsDirectory))
+            .contains("is not on tmpfs"))
+        let scratch = try makeScratchRoot()
+        chmod(scratch.path, 0o777)
+        #expect(try error(TaskRunConfiguration(policyLoader: loader, agentDirectory: agent.path, scratchRoot: scratch.path))
+            .contains("not writable by others"))
+        chmod(scratch.path, 0o1777)
+        _ = try TaskRunner(configuration: TaskRunConfiguration(policyLoader: loader, agentDirectory: agent.path, scratchRoot: scratch.path))
+        chmod(scratch.path, 0o700)
+        let empty = try TempDir()
+        #expect(try error(TaskRunConfiguration(policyLoader: loader, agentDirectory: empty.path, scratchRoot: scratch.path))
+            .contains("holds no agent.py"))
+        var badPolicy = TaskRunConfiguration(policyLoader: loader, agentDirectory: agent.path, scratchRoot: scratch.path)
+        badPolicy.taskPolicy = "no-such-policy"
+        #expect(try error(badPolicy).contains("no policy named 'no-such-policy'"))
+        // A policy with a placeholder the runner never fills would fail every task.
+        let policies = try TempDir()
+        try policies.file("needs-more.yaml", "extends: \(Paths.policies)/benchmark-task.yaml\nfilesystem:\n  mounts:\n    - ro: \"{secret_dir}:/secret\"\n")
+        var extra = TaskRunConfiguration(policyLoader: PolicyLoader(searchPaths: [policies.path, Paths.policies]),
+                                         agentDirectory: agent.path, scratchRoot: scratch.path)
+        extra.taskPolicy = "needs-more"
+        #expect(try error(extra).contains("secret_dir"))
+    }
+
+    @Test("sandboxes launched while other threads of the process are being created neither deadlock nor fail")
+    func launchesDuringThreadCreation() throws {
+        try requireRoot()
+        let task = try #require(try fixtureBenchmark("basic").task("answer-42"))
+        let h = try Harness(agent: "class HarnessAgent:\n    def run(self, i, w): open('/app/answer.txt', 'w').write('42')\n")
+        let churn = ThreadChurn()
+        let before = DeadlockWatchdog.killed
+        let outcomes = h.runAll(Array(repeating: task, count: 16), concurrency: 4)
+        churn.stop()
+        #expect(DeadlockWatchdog.killed == before,
+                "a sandbox monitor deadlocked in glibc's setxid broadcast after _Fork (CSandboxLaunch must call setgroups/setresgid/setresuid as raw syscalls in its forked children)")
+        for o in outcomes { #expect(o.status == .passed, "\(o)") }
+        #expect(listing(h.scratch.path).isEmpty)
+    }
+
+    @Test("long sandbox output is capped in the trace with a marker, keeping its start and end")
+    func traceCap() throws {
+        try requireRoot()
+        let task = try #require(try fixtureBenchmark("basic").task("answer-42"))
+        let h = try Harness(agent: """
+            import sys
+            class HarnessAgent:
+                def run(self, instruction, workdir):
+                    sys.stdout.write("BEGIN" + "x" * (3 << 20) + "END")
+            """)
+        let traces = try TempDir()
+        _ = h.run(task, trace: traces.path)
+        let out = try #require(read(traces.path + "/agent.stdout"))
+        #expect(out.hasPrefix("BEGINxxx") && out.hasSuffix("xxxEND"))
+        #expect(out.contains("[autoharness: \((3 << 20) + 8 - (1 << 20)) bytes of \((3 << 20) + 8) left out]"))
+        #expect(out.utf8.count < (1 << 20) + 100)
+    }
+}

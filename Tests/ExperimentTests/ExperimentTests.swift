@@ -1,0 +1,321 @@
+import Experiment
+import Foundation
+import Testing
+import TestSupport
+
+// End-to-end tests of the supervisor-side loop through the CLI: real sandboxes, real git,
+// real SQLite, on the committed `arith` fixture benchmark (12 tasks: 6 add, 6 multiply).
+
+enum Agents {
+    /// Solves nothing (the template's behaviour).
+    static let none = """
+        class HarnessAgent:
+            def run(self, instruction, workdir):
+                print("nothing to do")
+        """
+    /// Solves additions only.
+    static let addOnly = solver(ops: ["add": "a + b"])
+    /// Solves both kinds.
+    static let all = solver(ops: ["add": "a + b", "multiply": "a * b"])
+    /// Takes far longer than a gate can wait (for the kill -9 test).
+    static let slow = """
+        import time
+        class HarnessAgent:
+            def run(self, instruction, workdir):
+                time.sleep(15)
+        """
+
+    static func solver(ops: [String: String]) -> String {
+        let cases = ops.map { "        if op == \"\($0.key)\": result = \($0.value)" }.sorted().joined(separator: "\n")
+        return """
+            import os
+            class HarnessAgent:
+                def run(self, instruction, workdir):
+                    line = instruction.splitlines()[0]
+                    _, op, a, b = line.split()
+                    a, b = int(a), int(b)
+                    result = None
+            \(cases)
+                    if result is not None:
+                        with open(os.path.join(workdir, "answer.txt"), "w") as f:
+                            f.write(str(result))
+                    print("op", op, "->", result)
+            """
+    }
+}
+
+struct Experiment {
+    let root: String
+    let temp: TempDir
+
+    static let fixture = Built.packageRoot + "/Tests/ExperimentTests/Fixtures/arith"
+
+    /// init + prepare on the fixture.
+    init(prepare: Bool = true, config: [String: String] = [:]) throws {
+        temp = try TempDir()
+        root = temp.path + "/exp"
+        let r = try autoharness(["init", root, "--benchmark", "local", "--dataset", Self.fixture])
+        try #require(r.status == 0, "init failed: \(r.stderr)")
+        if !config.isEmpty {
+            var text = try String(contentsOfFile: root + "/experiment_config.yaml", encoding: .utf8)
+            for (k, v) in config {
+                text = text.replacingOccurrences(of: "\n  \(k): ", with: "\n  \(k): \(v) #", options: [], range: nil)
+                text = text.replacingOccurrences(of: "\n\(k): ", with: "\n\(k): \(v) #")
+            }
+            try text.write(toFile: root + "/experiment_config.yaml", atomically: true, encoding: .utf8)
+        }
+        if prepare {
+            let p = try self.run("prepare")
+            try #require(p.status == 0, "prepare failed: \(p.stdout) \(p.stderr)")
+        }
+    }
+
+    func run(_ args: String...) throws -> Run { try autoharness(args + ["-C", root]) }
+
+    func setAgent(_ source: String) throws {
+        try source.write(toFile: root + "/agent/agent.py", atomically: true, encoding: .utf8)
+    }
+
+    func split() throws -> (train: [String], test: [String]) {
+        let data = try Data(contentsOf: URL(fileURLWithPath: root + "/.autoharness/split.json"))
+        let obj = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+        return (obj["train"] as? [String] ?? [], obj["test"] as? [String] ?? [])
+    }
+
+    func file(_ rel: String) throws -> String { try String(contentsOfFile: root + "/" + rel, encoding: .utf8) }
+
+    /// Every regular file under the experiment whose contents include `needle`.
+    func filesContaining(_ needle: String) -> [String] {
+        guard let e = FileManager.default.enumerator(atPath: root) else { return [] }
+        var hits: [String] = []
+        while let rel = e.nextObject() as? String {
+            let path = root + "/" + rel
+            var isDir: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: path, isDirectory: &isDir), !isDir.boolValue,
+                  let data = FileManager.default.contents(atPath: path) else { continue }
+            if data.range(of: Data(needle.utf8)) != nil { hits.append(rel) }
+        }
+        return hits
+    }
+
+    func sqlite(_ sql: String) throws {
+        let r = try runProcess("/usr/bin/python3", ["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.executescript(sys.argv[2]); c.commit()",
+                                                   root + "/.autoharness/ledger.sqlite", sql])
+        try #require(r.status == 0, "sqlite: \(r.stderr)")
+    }
+}
+
+@Suite("Experiments: prepare, benchmark, gate, status")
+struct ExperimentTests {
+    @Test("init, prepare, benchmark, gate accept, gate reject, tie: upstream-format views and an honest history")
+    func fullCycle() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        let split = try exp.split()
+        #expect(split.train.count == 8 && split.test.count == 4)
+        #expect(Set(split.train).isDisjoint(with: split.test))
+        let splitAttrs = try FileManager.default.attributesOfItem(atPath: exp.root + "/.autoharness/split.json")
+        #expect((splitAttrs[.posixPermissions] as? Int) == 0o600)
+        #expect(try exp.file("workspace/results.tsv").hasPrefix("iteration\tval_score\tcommit\tevals_passed\tevals_total\ttimestamp\n0\t0.0000\tbaseline\t0\t0\t"))
+
+        // First train run: nothing passes; traces go to latest/ and baseline/.
+        let b = try exp.run("benchmark")
+        #expect(b.status == 0, "\(b.stderr)")
+        #expect(b.stdout.contains("train: 0/8 passed"))
+        for id in split.train {
+            #expect(FileManager.default.fileExists(atPath: exp.root + "/workspace/traces/latest/\(id)/instruction.md"))
+            #expect(FileManager.default.fileExists(atPath: exp.root + "/workspace/traces/baseline/\(id)/instruction.md"))
+        }
+        let tr = try #require(JSONSerialization.jsonObject(with: Data(try exp.file("workspace/train_results.json").utf8)) as? [String: Any])
+        #expect(tr["split"] as? String == "train")
+        #expect((tr["results"] as? [String: Any])?.count == 8)
+
+        // A real improvement is accepted and committed by the supervisor.
+        try exp.setAgent(Agents.all)
+        let g1 = try exp.run("gate")
+        #expect(g1.status == 0, "\(g1.stdout) \(g1.stderr)")
+        #expect(g1.stdout.contains("ACCEPTED"))
+        #expect(g1.stdout.contains("val_score: 1.00"))
+        let rows = try exp.file("workspace/results.tsv").split(separator: "\n")
+        #expect(rows.count == 3)
+        let row1 = rows[2].split(separator: "\t")
+        #expect(row1[0] == "1" && row1[1] == "1.0000" && row1[2].count == 7)
+        let suite = try #require(JSONSerialization.jsonObject(with: Data(try exp.file("workspace/suite.json").utf8)) as? [String: Any])
+        #expect(Set(suite["tasks"] as? [String] ?? []) == Set(split.train))
+        #expect(suite["threshold"] as? Double == 0.8)
+        let committed = try runProcess("/usr/bin/git", ["-C", exp.root, "show", "HEAD:agent/agent.py"])
+        #expect(committed.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == Agents.all.trimmingCharacters(in: .whitespacesAndNewlines))
+
+        // A regression on the suite is rejected, and nothing is committed.
+        let head = try runProcess("/usr/bin/git", ["-C", exp.root, "rev-parse", "HEAD"]).stdout
+        try exp.setAgent(Agents.addOnly)
+        let g2 = try exp.run("gate")
+        #expect(g2.status == 1)
+        let addInTrain = split.train.filter { $0.hasPrefix("add-") }.count
+        #expect(g2.stdout.contains("REJECTED") && g2.stdout.contains("suite pass rate \(addInTrain)/8"), "\(g2.stdout)")
+        // A tie with the best score does not pass.
+        try exp.setAgent(Agents.all + "\n# same behaviour, new bytes\n")
+        let g3 = try exp.run("gate")
+        #expect(g3.status == 1)
+        #expect(g3.stdout.contains("did not beat the best"))
+        #expect(try runProcess("/usr/bin/git", ["-C", exp.root, "rev-parse", "HEAD"]).stdout == head)
+
+        let status = try exp.run("status", "--json", "--verify")
+        #expect(status.status == 0, "\(status.stdout) \(status.stderr)")
+        let st = try #require(JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])
+        #expect((st["iterations"] as? [Any])?.count == 2)
+        #expect((st["gate_attempts"] as? [Any])?.count == 3)
+        #expect((st["verify"] as? [String: Any])?["ok"] as? Bool == true)
+
+        // No test-task instruction text anywhere under the experiment (train markers are in
+        // the traces, which shows the scan can find them).
+        for id in split.test { #expect(exp.filesContaining("MARKER-\(id)-a91f").isEmpty, "\(id) leaked") }
+        #expect(!exp.filesContaining("MARKER-\(split.train[0])-a91f").isEmpty)
+    }
+
+    @Test("benchmark refuses held-out and unknown ids alike, runs nothing, and records the refusal")
+    func testIdsRefused() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        let split = try exp.split()
+        for id in [split.test[0], "no-such-task"] {
+            let r = try exp.run("benchmark", "--task-ids", split.train[0], id)
+            #expect(r.status == 2)
+            #expect(r.stderr.contains("not train tasks (unknown or held out): \(id)"))
+        }
+        #expect(!FileManager.default.fileExists(atPath: exp.root + "/workspace/traces/latest/\(split.train[0])"))
+        let st = try #require(JSONSerialization.jsonObject(with: Data(try exp.run("status", "--json").stdout.utf8)) as? [String: Any])
+        let violations = st["violations"] as? [[String: Any]] ?? []
+        #expect(violations.filter { ($0["kind"] as? String) == "refused_task_ids" }.count == 2)
+    }
+
+    @Test("editing a view changes nothing the gate uses, and status --verify reports it")
+    func viewEditsDetected() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        // Claim a perfect history and an empty suite in the views.
+        try "iteration\tval_score\tcommit\tevals_passed\tevals_total\ttimestamp\n0\t0.0000\tbaseline\t0\t0\tx\n1\t0.0100\tfake\t0\t0\tx\n"
+            .write(toFile: exp.root + "/workspace/results.tsv", atomically: true, encoding: .utf8)
+        let v = try exp.run("status", "--verify")
+        #expect(v.status == 1)
+        #expect(v.stdout.contains("view differs from the ledger: \(exp.root)/workspace/results.tsv"))
+        // The fake 0.01 "best" does not lower the bar: the gate still compares with the ledger.
+        try exp.setAgent(Agents.none)
+        let g = try exp.run("gate")
+        #expect(g.stdout.contains("did not beat the best"))
+        #expect(try exp.file("workspace/results.tsv").contains("fake") == false)  // regenerated from the ledger
+    }
+
+    @Test("edited, deleted and reordered ledger rows are detected and named")
+    func ledgerTamperingDetected() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        let ok = try exp.run("status", "--verify")
+        #expect(ok.status == 0, "\(ok.stdout)")
+        // Raise the baseline score in place (the triggers only stop mistakes, not file access).
+        try exp.sqlite("DROP TRIGGER IF EXISTS records_no_update; DROP TRIGGER IF EXISTS records_no_delete; " +
+                       "UPDATE records SET payload = replace(payload, '\"valScore\":0', '\"valScore\":0.9') WHERE kind = 'baseline';")
+        let edited = try exp.run("status", "--verify")
+        #expect(edited.status == 1)
+        #expect(edited.stdout.contains("edited"), "\(edited.stdout)")
+        #expect(edited.stdout.contains("row 3") || edited.stdout.contains("row 4"), "\(edited.stdout)")
+    }
+
+    @Test("deleting a middle ledger row is detected")
+    func ledgerDeletionDetected() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        try exp.sqlite("DROP TRIGGER IF EXISTS records_no_update; DROP TRIGGER IF EXISTS records_no_delete; DELETE FROM records WHERE seq = 2;")
+        let r = try exp.run("status", "--verify")
+        #expect(r.status == 1)
+        #expect(r.stdout.contains("row 2"), "\(r.stdout)")
+    }
+
+    @Test("kill -9 of the supervisor during a gate leaves a consistent, verifiable ledger")
+    func killDuringGate() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        try exp.setAgent(Agents.slow)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: Built.autoharness)
+        p.arguments = ["gate", "-C", exp.root]
+        p.standardOutput = FileHandle.nullDevice
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        // Wait until the gate has started (its record is in the ledger), then kill it.
+        var started = false
+        for _ in 0..<100 where !started {
+            usleep(50_000)
+            let st = try exp.run("status", "--json")
+            started = st.stdout.contains("\"prepared\"") && (try? Data(contentsOf: URL(fileURLWithPath: exp.root + "/.autoharness/ledger.sqlite")))
+                .map { $0.range(of: Data("gate_started".utf8)) != nil } ?? false
+        }
+        usleep(300_000)
+        kill(p.processIdentifier, SIGKILL)
+        p.waitUntilExit()
+        let v = try exp.run("status", "--verify")
+        #expect(v.status == 0, "\(v.stdout)")
+        // The next supervisor records the interrupted attempt (never a half-recorded one) and works.
+        try exp.setAgent(Agents.all)
+        let g = try exp.run("gate")
+        #expect(g.status == 0, "\(g.stdout) \(g.stderr)")
+        let st = try #require(JSONSerialization.jsonObject(with: Data(try exp.run("status", "--json", "--verify").stdout.utf8)) as? [String: Any])
+        let attempts = st["gate_attempts"] as? [[String: Any]] ?? []
+        #expect(attempts.first?["reason"] as? String == "interrupted")
+        #expect(attempts.last?["accepted"] as? Bool == true)
+        #expect((st["iterations"] as? [Any])?.count == 2)
+        #expect((st["verify"] as? [String: Any])?["ok"] as? Bool == true)
+    }
+
+    @Test("a second supervisor on the same experiment is refused, naming the holder")
+    func secondSupervisorRefused() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        try exp.setAgent(Agents.slow)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: Built.autoharness)
+        p.arguments = ["benchmark", "-C", exp.root]
+        p.standardOutput = FileHandle.nullDevice
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        defer {
+            kill(p.processIdentifier, SIGKILL)
+            p.waitUntilExit()
+        }
+        usleep(700_000)
+        let r = try exp.run("gate")
+        #expect(r.status != 0)
+        #expect(r.stderr.contains("\(p.processIdentifier)"), "\(r.stderr)")
+        // Reading is still possible while the other supervisor works.
+        #expect(try exp.run("status").status == 0)
+    }
+
+    @Test("config errors name the line, the key and the allowed values")
+    func configErrors() throws {
+        let text = "benchmark: local\ndataset: /x\nthreshold: 1.5\ngate:\n  disclosure: everything\nbogus: 1\n"
+        #expect(throws: ConfigErrors.self) { try ExperimentConfig.parse(text, file: "c.yaml") }
+        do {
+            _ = try ExperimentConfig.parse(text, file: "c.yaml")
+        } catch let e as ConfigErrors {
+            let d = e.description
+            #expect(d.contains("c.yaml:3: threshold: must be a number from 0 to 1 (got '1.5')"))
+            #expect(d.contains("c.yaml:5: gate.disclosure: 'everything' is not allowed (allowed: decision, rounded, score)"))
+            #expect(d.contains("c.yaml:6: unknown key 'bogus'"))
+        }
+    }
+
+    @Test("the split is deterministic and stratified on baseline pass/fail")
+    func splitDeterministic() {
+        var baseline: [String: Bool] = [:]
+        for i in 0..<40 { baseline["t\(i)"] = i % 4 == 0 }  // 10 passing, 30 failing
+        let a = SplitFile.make(baselinePassed: baseline, created: "x")
+        let b = SplitFile.make(baselinePassed: baseline, created: "x")
+        #expect(a == b)
+        #expect(a.train.count == 28 && a.test.count == 12)
+        #expect(a.train.filter { baseline[$0]! }.count == 7)  // 70% of each stratum
+        #expect(a.test.filter { baseline[$0]! }.count == 3)
+        #expect(SplitFile.make(baselinePassed: baseline, seed: 7, created: "x") != a)
+        let json = String(decoding: (try? a.encoded()) ?? Data(), as: UTF8.self)
+        #expect(json.contains("\"total_tasks\" : 40") && json.contains("\"seed\" : 42"))
+    }
+}

@@ -1,0 +1,108 @@
+import Foundation
+import Testing
+
+/// The binaries under test, from the same build directory as this test bundle.
+public enum Built {
+    public static let directory: String = {
+        if let d = ProcessInfo.processInfo.environment["AUTOHARNESS_BUILD_DIR"] { return d }
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        var dir = URL(fileURLWithPath: exe).deletingLastPathComponent()
+        // swift-testing may run from inside the .xctest bundle directory
+        while !FileManager.default.fileExists(atPath: dir.appendingPathComponent("autoharness").path), dir.path != "/" {
+            dir = dir.deletingLastPathComponent()
+        }
+        return dir.path
+    }()
+    public static var autoharness: String { directory + "/autoharness" }
+    public static var probe: String { directory + "/sandbox-probe" }
+    public static var packageRoot: String {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+    }
+}
+
+public struct Run {
+    public var status: Int32
+    public var stdout: String
+    public var stderr: String
+
+    /// The probe's `RESULT` line split into words (after the action name).
+    public var result: [String] {
+        guard let line = stdout.split(separator: "\n").first(where: { $0.hasPrefix("RESULT ") }) else { return [] }
+        return line.split(separator: " ").dropFirst(2).map(String.init)
+    }
+    /// `EPERM` for `RESULT x errno EPERM 1`, nil when the action succeeded.
+    public var errnoName: String? { result.first == "errno" && result.count > 1 ? result[1] : nil }
+    public var succeeded: Bool { result.first == "ok" }
+}
+
+/// Sandbox tests need root: they fail loudly without it (in CI and elsewhere), never skip.
+public func requireRoot() throws {
+    try #require(getuid() == 0, "the sandbox escape suite must run as root (it builds real namespaces); CI=\(ProcessInfo.processInfo.environment["CI"] ?? "unset")")
+}
+
+/// Runs `autoharness ARGS`, returning status and output. `stdinPath` feeds stdin from a file.
+public func autoharness(_ args: [String], environment: [String: String]? = nil, stdinPath: String? = nil) throws -> Run {
+    try runProcess(Built.autoharness, args, environment: environment, stdinPath: stdinPath)
+}
+
+public func runProcess(_ exe: String, _ args: [String], environment: [String: String]? = nil, stdinPath: String? = nil) throws -> Run {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: exe)
+    p.arguments = args
+    if let environment { p.environment = environment }
+    let dir = FileManager.default.temporaryDirectory
+    let outURL = dir.appendingPathComponent("ah-out-\(UUID().uuidString)")
+    let errURL = dir.appendingPathComponent("ah-err-\(UUID().uuidString)")
+    FileManager.default.createFile(atPath: outURL.path, contents: nil)
+    FileManager.default.createFile(atPath: errURL.path, contents: nil)
+    defer {
+        try? FileManager.default.removeItem(at: outURL)
+        try? FileManager.default.removeItem(at: errURL)
+    }
+    let out = try FileHandle(forWritingTo: outURL)
+    let err = try FileHandle(forWritingTo: errURL)
+    p.standardOutput = out
+    p.standardError = err
+    p.standardInput = stdinPath.flatMap { FileHandle(forReadingAtPath: $0) } ?? FileHandle.nullDevice
+    try p.run()
+    p.waitUntilExit()
+    try out.close()
+    try err.close()
+    return Run(
+        status: p.terminationStatus,
+        stdout: (try? String(contentsOf: outURL, encoding: .utf8)) ?? "",
+        stderr: (try? String(contentsOf: errURL, encoding: .utf8)) ?? "")
+}
+
+/// A fresh directory under /tmp, removed at the end of the test.
+public final class TempDir {
+    public let path: String
+    public init(mode: Int = 0o755) throws {
+        path = NSTemporaryDirectory() + "ah-test-" + UUID().uuidString.prefix(8).lowercased()
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        chmod(path, mode_t(mode))
+    }
+    public func file(_ name: String, _ contents: String) throws -> String {
+        let p = path + "/" + name
+        try contents.write(toFile: p, atomically: false, encoding: .utf8)
+        return p
+    }
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+}
+
+/// Reads an audit JSONL file into dictionaries.
+public func auditEvents(_ path: String) throws -> [[String: Any]] {
+    let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+    return try text.split(separator: "\n").map {
+        try #require(JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])
+    }
+}
+
+/// Host processes whose command line contains `marker`.
+public func hostProcesses(containing marker: String) -> [Int32] {
+    let fm = FileManager.default
+    return ((try? fm.contentsOfDirectory(atPath: "/proc")) ?? []).compactMap { Int32($0) }.filter { pid in
+        guard let data = fm.contents(atPath: "/proc/\(pid)/cmdline") else { return false }
+        return String(decoding: data, as: UTF8.self).contains(marker)
+    }
+}
