@@ -96,8 +96,10 @@ let package = Package(
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy"]),
         .testTarget(name: "SandboxTests", dependencies: ["Sandbox", "SandboxPolicy", "TestSupport"]),
-        .testTarget(name: "BenchmarkTests", dependencies: ["Benchmark", "Sandbox", "SandboxPolicy", "TestSupport"]),
+        .testTarget(name: "BenchmarkTests", dependencies: ["Benchmark", "Sandbox", "SandboxPolicy", "TestSupport"],
+                    exclude: ["Fixtures"]),
         .testTarget(name: "LedgerTests", dependencies: ["Ledger"]),
-        .testTarget(name: "ExperimentTests", dependencies: ["Experiment", "Benchmark", "Ledger", "Sandbox", "SandboxPolicy", "TestSupport"]),
+        .testTarget(name: "ExperimentTests", dependencies: ["Experiment", "Benchmark", "Ledger", "Sandbox", "SandboxPolicy", "TestSupport"],
+                    exclude: ["Fixtures"]),
     ]
 )

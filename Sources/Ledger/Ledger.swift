@@ -18,6 +18,10 @@ import Glibc
 /// The database runs in WAL mode with `synchronous = FULL`: a committed append is on disk
 /// when `append` returns, and a supervisor killed mid-append (even `kill -9`) leaves either
 /// the whole transaction or none of it.
+///
+/// SQLite triggers also refuse UPDATE and DELETE on the table (``Schema``): a guard against
+/// mistakes, not against an attacker with access to the file, who can drop them. The chain is
+/// what catches that attacker; call ``verify(expectedHead:)`` at start-up.
 public final class Ledger: Sendable {
     /// `prev_hash` of row 1.
     public static let genesisHash = String(repeating: "0", count: 64)
@@ -80,6 +84,7 @@ public final class Ledger: Sendable {
     /// before the transaction starts, so an encoding failure writes nothing and holds no lock.
     ///
     /// - Returns: The stored rows, in order.
+    @discardableResult
     public func appendAll(_ items: [(RecordKind, any Encodable)]) throws(LedgerError) -> [LedgerRecord] {
         let encoded = try items.map { item throws(LedgerError) in (item.0, try CanonicalJSON.encode(item.1)) }
         guard !encoded.isEmpty else { return [] }

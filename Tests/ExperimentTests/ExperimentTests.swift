@@ -231,6 +231,21 @@ struct ExperimentTests {
         #expect(r.stdout.contains("row 2"), "\(r.stdout)")
     }
 
+    @Test("cutting the ledger's tail after an accepted gate is caught through the commit's Ledger-Head")
+    func ledgerTruncationDetected() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        try exp.setAgent(Agents.all)
+        #expect(try exp.run("gate").status == 0)
+        let trailer = try runProcess("/usr/bin/git", ["-C", exp.root, "log", "-1", "--format=%(trailers:key=Ledger-Head,valueonly)"])
+        let seq = try #require(Int(trailer.stdout.split(separator: ":").first ?? ""))
+        // Remove the accepted gate and everything after the head the commit recorded.
+        try exp.sqlite("DROP TRIGGER IF EXISTS records_no_update; DROP TRIGGER IF EXISTS records_no_delete; DELETE FROM records WHERE seq >= \(seq);")
+        let r = try exp.run("status", "--verify")
+        #expect(r.status == 1)
+        #expect(r.stdout.contains("truncated"), "\(r.stdout)")
+    }
+
     @Test("kill -9 of the supervisor during a gate leaves a consistent, verifiable ledger")
     func killDuringGate() throws {
         try requireRoot()

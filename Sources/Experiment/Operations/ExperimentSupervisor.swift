@@ -236,7 +236,8 @@ public final class ExperimentSupervisor {
                 autoharness: iteration \(iteration), val_score \(String(format: "%.4f", val)) (best before \(String(format: "%.4f", s.best ?? 0)))
 
                 Gate attempt \(attempt) accepted: suite \(result.suitePassed)/\(result.suiteTotal), \(result.promoted.count) task(s) promoted.
-                agent.py sha256: \(snap.sha256)
+
+                Agent-SHA256: \(snap.sha256)
                 Ledger-Head: \(head.seq):\(head.hash)
                 """
             let commit = try git.prepareCommit(file: snap.directory + "/agent.py", at: "agent/agent.py", message: message)
@@ -277,7 +278,9 @@ public final class ExperimentSupervisor {
     /// Recomputes the ledger's hash chain, compares the views with what the ledger says, and
     /// checks that every accepted iteration's commit is in the repository.
     public func verify() throws -> VerifyReport {
-        let v = try ledger.verify()
+        // The latest accepted commit names the ledger head it followed: a ledger whose tail
+        // was cut (or whose chain was recomputed) no longer contains that row.
+        let v = try ledger.verify(expectedHead: git.latestLedgerHead())
         let s = try state()
         let drift = s.prepared ? try Views.drift(layout, s, config: config) : []
         let missing = s.gateAttempts.compactMap(\.commit).filter { !git.isPublished($0) }

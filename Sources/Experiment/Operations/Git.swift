@@ -75,6 +75,13 @@ public struct Git: Sendable {
 
     public func head() throws -> String { try run(["rev-parse", "HEAD"]) }
 
+    /// The `Ledger-Head: SEQ:HASH` trailer of the newest commit that has one.
+    public func latestLedgerHead() -> (seq: Int64, hash: String)? {
+        guard let line = try? run(["log", "-1", "--format=%(trailers:key=Ledger-Head,valueonly)", "--grep=Ledger-Head:"]),
+              let colon = line.firstIndex(of: ":"), let seq = Int64(line[..<colon]) else { return nil }
+        return (seq, String(line[line.index(after: colon)...]).trimmingCharacters(in: .whitespaces))
+    }
+
     public func exists(_ commit: String) -> Bool { (try? run(["cat-file", "-e", "\(commit)^{commit}"])) != nil }
 
     /// Whether `commit` is an ancestor of (or equal to) HEAD.
