@@ -16,8 +16,8 @@ enum Reward {
     static let maxBytes = 4096
 
     enum Reading: Equatable {
-        /// A valid reward, the file it came from and its bytes.
-        case value(Double, file: String, raw: [UInt8])
+        /// A valid reward and the bytes it was read from.
+        case value(Double, raw: [UInt8])
         case missing
         /// Present but unusable; `raw` is what was read, if anything.
         case invalid(String, raw: [UInt8]?)
@@ -38,7 +38,7 @@ enum Reward {
             case .success(let bytes):
                 let parsed = file == "reward.txt" ? parseText(bytes) : parseJSON(bytes)
                 switch parsed {
-                case .success(let v): return .value(v, file: file, raw: bytes)
+                case .success(let v): return .value(v, raw: bytes)
                 case .failure(let why): return .invalid("\(file): \(why.message)", raw: bytes)
                 }
             }

@@ -35,11 +35,10 @@ extension TaskRunner {
         for _ in 0..<workers {
             if let thread = Job.start(job) { threads.append(thread) }
         }
-        // Every worker exists before the first sandbox is forked. A fork that lands while
-        // this process is inside pthread_create leaves the child with a half-made thread in
-        // glibc's thread list, and a glibc setxid wrapper (setgroups, setresuid) called in
-        // that child waits for it forever. The launcher must not use those wrappers after
-        // its fork; until then, at least runAll's own threads never race a fork.
+        // Every worker exists before the first sandbox is forked, so these forks never land
+        // inside this function's own pthread_create: a child forked then inherits a
+        // half-made thread in glibc's list (harmless since the launcher stopped using
+        // glibc's setxid wrappers after fork, but not a state worth creating).
         board.start()
         if threads.isEmpty {
             // Not even one thread: run everything here rather than not at all.

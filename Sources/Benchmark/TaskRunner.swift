@@ -286,7 +286,7 @@ public final class TaskRunner: Sendable {
         case .invalid(let why, let raw):
             run.rewardRaw = raw
             return run.finish(.invalidReward, why)
-        case .value(let reward, _, let raw):
+        case .value(let reward, let raw):
             run.rewardRaw = raw
             if verifierExit != 0 { run.note("verifier exited \(verifierExit)") }
             if reward >= TaskOutcome.passThreshold {

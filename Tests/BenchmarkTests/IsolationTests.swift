@@ -115,23 +115,24 @@ struct IsolationTests {
                 print(json.dumps({
                     "env": dict(os.environ), "cwd": os.getcwd(), "ids": [os.getuid(), os.getgid(), os.getgroups()],
                     "hostname": socket.gethostname(), "root": ls("/"), "app": ls("/app"), "tmp": ls("/tmp"),
-                    "dev": ls("/dev"), "agent": ls("/agent"), "mountinfo": open("/proc/self/mountinfo").read(),
-                    "cgroup": open("/proc/self/cgroup").read(), "fds": [fd(0), fd(1), fd(2)],
+                    "dev": ls("/dev"), "agent": ls("/agent"), "mountinfo": open("/proc/self/mountinfo").read().splitlines(),
+                    "cgroup": open("/proc/self/cgroup").read().splitlines(), "fds": [fd(0), fd(1), fd(2)],
                     "open_fds": sorted(os.listdir("/proc/self/fd")), "pid": os.getpid(),
-                    "limits": open("/proc/self/limits").read(), "status": [l for l in open("/proc/self/status")
+                    "limits": open("/proc/self/limits").read().splitlines(), "status": [l for l in open("/proc/self/status")
                         if l.split(":")[0] in ("CapEff", "CapBnd", "NoNewPrivs", "Seccomp", "Uid", "Gid")],
                     "instruction": instruction,
                 }, sort_keys=True, indent=1))
         """
 
     /// Replaces what legitimately differs between two runs: the scratch directory's random
-    /// name, sandbox ids, and kernel-assigned mount ids and anonymous device numbers.
-    static func normalize(_ view: String) -> String {
+    /// name, sandbox ids, and the mount ids and anonymous device numbers the kernel hands
+    /// out from global counters (mountinfo lines start `ID PARENT MAJOR:MINOR`).
+    static func normalize(_ view: String) -> [String] {
         var s = view
         s = s.replacingOccurrences(of: #"/[0-9a-f]{16}/"#, with: "/<random>/", options: .regularExpression)
         s = s.replacingOccurrences(of: #"sbx-[0-9a-f]{12}"#, with: "<sandbox-id>", options: .regularExpression)
-        s = s.replacingOccurrences(of: #"(?m)^\d+ \d+ \d+:\d+ "#, with: "<ids> ", options: .regularExpression)
-        return s
+        s = s.replacingOccurrences(of: #"(?m)^(\s*")\d+ \d+ \d+:\d+ "#, with: "$1<ids> ", options: .regularExpression)
+        return s.split(separator: "\n").map(String.init)
     }
 
     @Test("a train run and a test run look identical from inside agent.py")
@@ -153,7 +154,9 @@ struct IsolationTests {
         #expect(read(traces.path + "/seeded-sum/agent.stdout") == trainView)
         #expect(trainView.contains("\"mountinfo\"") && trainView.contains("/app"), "\(trainView)")
         #expect(trainView != testView, "the views should differ at least in the random scratch name")
-        #expect(Self.normalize(trainView) == Self.normalize(testView))
+        let a = Self.normalize(trainView), b = Self.normalize(testView)
+        #expect(a == b, "train only: \(a.filter { !b.contains($0) }); test only: \(b.filter { !a.contains($0) })")
+        #expect(a.contains { $0.contains("<ids> /ah-bench-") && $0.contains("/<random>/app /app rw,") }, "\(a)")
         // Nothing inside names the benchmark, the task, the trace directory, or a split.
         for view in [trainView, testView] {
             #expect(!view.contains(bench.directory))

@@ -139,15 +139,16 @@ func solverAgentSource(wrong: Bool = false) -> String {
     """
 }
 
-/// Turns one known failure of the sandbox launcher from a hang into a test failure.
+/// Turns a launcher regression from a hang into a test failure.
 ///
 /// A sandbox monitor forked while another thread of this process was inside pthread_create
-/// deadlocks in glibc's setxid broadcast (its setgroups/setresuid wrappers wait for the
-/// half-created thread, which does not exist in the child), and SandboxRunner then waits for
-/// it forever. Monitors are single-threaded C that only ever block in poll/read/waitpid,
-/// so a direct child of this process named sandbox-init that sleeps in a futex for several
-/// seconds is such a deadlock: the watchdog kills it (it is this process's own child), the
-/// task comes back as setup_failed, and `DeadlockWatchdog.killed` counts it.
+/// used to deadlock in glibc's setxid broadcast (its setgroups/setresuid wrappers wait for
+/// the half-created thread, which does not exist in the child), and SandboxRunner then
+/// waited for it forever; the launcher now makes those calls as raw syscalls. Monitors are
+/// single-threaded C that only ever block in poll/read/waitpid, so a direct child of this
+/// process named sandbox-init that sleeps in a futex for several seconds is that deadlock:
+/// the watchdog kills it (it is this process's own child), the task comes back as
+/// setup_failed, and `DeadlockWatchdog.killed` counts it.
 enum DeadlockWatchdog {
     private static let lock = NSLock()
     nonisolated(unsafe) private static var count = 0

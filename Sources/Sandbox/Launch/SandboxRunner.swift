@@ -123,7 +123,10 @@ private struct Session {
         var ownError: String?
         if let err = handshake() {
             ownError = err
+            // The monitor is our own child, not yet reaped: kill it directly, since a monitor
+            // that is stuck would never read a kill byte. Its death takes the sandbox with it.
             sendControl(UInt8(AHL_CTL_KILL))
+            kill(child.pid, SIGKILL)
         }
         eventLoop()
         Timing.mark("sandbox ran and exited")
