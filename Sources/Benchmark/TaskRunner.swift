@@ -364,14 +364,15 @@ public final class TaskRunner: Sendable {
         import sys
         sys.dont_write_bytecode = True
         sys.path[:] = [p for p in sys.path if p not in ("", ".", "/app")]
-        import asyncio, importlib.util, inspect
+        import importlib.util
         spec = importlib.util.spec_from_file_location("agent", "/agent/agent.py")
         module = importlib.util.module_from_spec(spec)
         sys.modules["agent"] = module
         spec.loader.exec_module(module)
         instruction = sys.stdin.read()
         result = module.HarnessAgent().run(instruction, "/app")
-        if inspect.iscoroutine(result):
+        if hasattr(result, "__await__"):
+            import asyncio  # only for async agents: importing it costs tens of milliseconds
             asyncio.run(result)
         """
 
