@@ -173,6 +173,38 @@ struct ExperimentTests {
         #expect(!exp.filesContaining("MARKER-\(split.train[0])-a91f").isEmpty)
     }
 
+    @Test("a task whose agent crashes counts 0 over the whole test split; it is not dropped from the mean")
+    func crashesCountAsZero() throws {
+        try requireRoot()
+        let exp = try Experiment(config: ["disclosure": "score"])
+        let split = try exp.split()
+        let addInTest = split.test.filter { $0.hasPrefix("add-") }.count
+        try #require(addInTest > 0 && addInTest < split.test.count, "fixture split needs both kinds in test")
+        // Solves additions, crashes on everything else.
+        try exp.setAgent(Agents.addOnly.replacingOccurrences(of: "        if result is not None:", with: "        if result is None:\n            raise RuntimeError('cannot')\n        if result is not None:"))
+        let g = try exp.run("gate")
+        #expect(g.status == 0, "\(g.stdout) \(g.stderr)")
+        let expected = String(format: "%.4f", Double(addInTest) / Double(split.test.count))
+        #expect(g.stdout.contains("val_score: \(expected)"), "\(g.stdout)")
+    }
+
+    @Test("a rejected gate promotes nothing and commits nothing")
+    func rejectedGatePromotesNothing() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        #expect(try exp.run("benchmark").status == 0)
+        let suiteBefore = try exp.file("workspace/suite.json")
+        let head = try runProcess("/usr/bin/git", ["-C", exp.root, "rev-parse", "HEAD"]).stdout
+        try exp.setAgent(Agents.none)  // ties the baseline's 0: rejected at step 2
+        let g = try exp.run("gate")
+        #expect(g.status == 1)
+        #expect(try exp.file("workspace/suite.json") == suiteBefore)
+        #expect(try runProcess("/usr/bin/git", ["-C", exp.root, "rev-parse", "HEAD"]).stdout == head)
+        let st = try #require(JSONSerialization.jsonObject(with: Data(try exp.run("status", "--json").stdout.utf8)) as? [String: Any])
+        #expect((st["gate_attempts"] as? [[String: Any]])?.first?["accepted"] as? Bool == false)
+        #expect((st["suite"] as? [String])?.isEmpty == true)
+    }
+
     @Test("benchmark refuses held-out and unknown ids alike, runs nothing, and records the refusal")
     func testIdsRefused() throws {
         try requireRoot()
