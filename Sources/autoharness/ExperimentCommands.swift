@@ -235,7 +235,7 @@ struct StatusCommand: ParsableCommand {
         let recent = state.gateAttempts.suffix(5)
         if !recent.isEmpty {
             print("recent gate attempts:")
-            for a in recent { print("  #\(a.attempt) \(a.accepted ? "accepted" : "rejected"): \(a.reason) (suite \(a.suitePassed)/\(a.suiteTotal))") }
+            for a in recent { print("  #\(a.attempt) \(a.accepted ? "accepted" : "rejected: \(a.reason)") (suite \(a.suitePassed)/\(a.suiteTotal))") }
         }
         print("violations: \(state.violations.count)")
         for v in state.violations.suffix(10) { print("  \(v.time) \(v.record.actor): \(v.record.detail)") }
