@@ -32,6 +32,24 @@ struct ExperimentOptions: ParsableArguments {
     }
 }
 
+extension ExperimentOptions {
+    /// Opens the experiment exclusively, shows a progress line while tasks run, and maps
+    /// failures to exit codes: a refused request (test ids, exhausted budget) exits 2,
+    /// anything else 1, each with one line on stderr.
+    func perform<T>(_ purpose: String, _ body: (ExperimentSupervisor) throws -> T) throws -> (ExperimentSupervisor, T) {
+        let s = try supervisor(purpose)
+        let progress = ProgressLine(purpose)
+        s.progress = progress.update
+        do {
+            return (s, try body(s))
+        } catch let e as ExperimentError {
+            fail("autoharness: \(e.message)", code: e.kind == .refused ? Exit.usage : Exit.failure)
+        } catch {
+            fail("autoharness: \(error)", code: Exit.failure)
+        }
+    }
+}
+
 /// A live "done/total" line on a terminal; nothing when output is redirected.
 final class ProgressLine: @unchecked Sendable {
     let tty = isatty(2) != 0
@@ -90,17 +108,10 @@ struct PrepareCommand: ParsableCommand {
     @OptionGroup var experiment: ExperimentOptions
 
     func run() throws {
-        let s = try experiment.supervisor("prepare")
-        let progress = ProgressLine("baseline")
-        s.progress = progress.update
-        do {
-            let r = try s.prepare()
-            print("baseline: \(r.passed)/\(r.tasks) tasks pass")
-            print("split: \(r.train) train, \(r.test) test (stratified on baseline pass/fail, seed 42)")
-            print("iteration 0: val_score \(String(format: "%.4f", r.baselineScore)) on the test split")
-        } catch {
-            fail("autoharness: \(error)", code: Exit.failure)
-        }
+        let (_, r) = try experiment.perform("prepare") { try $0.prepare() }
+        print("baseline: \(r.passed)/\(r.tasks) tasks pass")
+        print("split: \(r.train) train, \(r.test) test (stratified on baseline pass/fail, seed 42)")
+        print("iteration 0: val_score \(String(format: "%.4f", r.baselineScore)) on the test split")
     }
 }
 
@@ -119,16 +130,8 @@ struct BenchmarkCommand: ParsableCommand {
     var oracle = false
 
     func run() throws {
-        let s = try experiment.supervisor("benchmark")
-        let progress = ProgressLine("benchmark")
-        s.progress = progress.update
-        let outcomes: [TaskOutcome]
-        do {
-            outcomes = try s.runBenchmark(taskIDs: taskIDs.isEmpty ? nil : taskIDs, oracle: oracle)
-        } catch let e as ExperimentError {
-            fail("autoharness: \(e.message)", code: e.kind == .refused ? Exit.usage : Exit.failure)
-        } catch {
-            fail("autoharness: \(error)", code: Exit.failure)
+        let (_, outcomes) = try experiment.perform("benchmark") {
+            try $0.runBenchmark(taskIDs: taskIDs.isEmpty ? nil : taskIDs, oracle: oracle)
         }
         for o in outcomes {
             let detail = o.status == .passed || o.status == .failed ? "" : " (\(o.status.rawValue)\(o.detail.map { ": \($0)" } ?? ""))"
@@ -148,17 +151,7 @@ struct GateCommand: ParsableCommand {
     @OptionGroup var experiment: ExperimentOptions
 
     func run() throws {
-        let s = try experiment.supervisor("gate")
-        let progress = ProgressLine("gate")
-        s.progress = progress.update
-        let r: GateResult
-        do {
-            r = try s.gate()
-        } catch let e as ExperimentError {
-            fail("autoharness: \(e.message)", code: e.kind == .refused ? Exit.usage : Exit.failure)
-        } catch {
-            fail("autoharness: \(error)", code: Exit.failure)
-        }
+        let (s, r) = try experiment.perform("gate") { try $0.gate() }
         print("gate attempt \(r.attempt): \(r.accepted ? "ACCEPTED" : "REJECTED")")
         print("suite: \(r.suitePassed)/\(r.suiteTotal) (threshold \(s.config.threshold))")
         switch s.config.disclosure {

@@ -72,6 +72,17 @@ struct Experiment {
 
     func run(_ args: String...) throws -> Run { try autoharness(args + ["-C", root]) }
 
+    /// `autoharness ARGS -C root` in the background, output discarded.
+    func start(_ args: String...) throws -> Process {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: Built.autoharness)
+        p.arguments = args + ["-C", root]
+        p.standardOutput = FileHandle.nullDevice
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        return p
+    }
+
     func setAgent(_ source: String) throws {
         try source.write(toFile: root + "/agent/agent.py", atomically: true, encoding: .utf8)
     }
@@ -283,12 +294,7 @@ struct ExperimentTests {
         try requireRoot()
         let exp = try Experiment()
         try exp.setAgent(Agents.slow)
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: Built.autoharness)
-        p.arguments = ["gate", "-C", exp.root]
-        p.standardOutput = FileHandle.nullDevice
-        p.standardError = FileHandle.nullDevice
-        try p.run()
+        let p = try exp.start("gate")
         // Wait until the gate has started (its record is in the ledger), then kill it.
         var started = false
         for _ in 0..<100 where !started {
@@ -319,12 +325,7 @@ struct ExperimentTests {
         try requireRoot()
         let exp = try Experiment()
         try exp.setAgent(Agents.slow)
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: Built.autoharness)
-        p.arguments = ["benchmark", "-C", exp.root]
-        p.standardOutput = FileHandle.nullDevice
-        p.standardError = FileHandle.nullDevice
-        try p.run()
+        let p = try exp.start("benchmark")
         defer {
             kill(p.processIdentifier, SIGKILL)
             p.waitUntilExit()

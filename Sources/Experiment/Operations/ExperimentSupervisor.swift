@@ -16,18 +16,8 @@ public struct ExperimentError: Error, CustomStringConvertible, Sendable {
     public var description: String { message }
 }
 
-public struct GateResult: Sendable {
-    public var attempt: Int
-    public var accepted: Bool
-    public var reason: String
-    public var suitePassed: Int
-    public var suiteTotal: Int
-    public var valScore: Double?
-    public var bestBefore: Double?
-    public var promoted: [String]
-    public var commit: String?
-    public var iteration: Int?
-}
+/// What `gate()` decided: the attempt exactly as it is recorded in the ledger.
+public typealias GateResult = GateAttemptRecord
 
 /// Everything the supervisor does between two edits of agent.py: prepare, benchmark (train
 /// only), gate, status. It holds the experiment lock for its lifetime, and every score it
@@ -80,7 +70,7 @@ public final class ExperimentSupervisor {
             changed = true
             _ = try ledger.append(.gateAttempt, GateAttemptRecord(
                 attempt: open.attempt, agentSHA256: open.agentSHA256, accepted: false, reason: "interrupted",
-                suitePassed: 0, suiteTotal: 0, valScore: nil, bestBefore: nil, promoted: [], commit: nil))
+                suitePassed: 0, suiteTotal: 0, valScore: nil, bestBefore: nil, promoted: [], commit: nil, iteration: nil))
         }
         if let last = s.iterations.last, last.commit != "baseline" {
             let commits = s.gateAttempts.compactMap(\.commit)
@@ -196,8 +186,8 @@ public final class ExperimentSupervisor {
         let snap = try snapshotAgent()
         _ = try ledger.append(.gateStarted, GateStartedRecord(attempt: attempt, agentSHA256: snap.sha256))
         let audit = AuditLog()
-        var result = GateResult(attempt: attempt, accepted: false, reason: "", suitePassed: 0, suiteTotal: s.suite.count,
-                                valScore: nil, bestBefore: s.best, promoted: [], commit: nil, iteration: nil)
+        var result = GateResult(attempt: attempt, agentSHA256: snap.sha256, accepted: false, reason: "", suitePassed: 0,
+                                suiteTotal: s.suite.count, valScore: nil, bestBefore: s.best, promoted: [], commit: nil, iteration: nil)
 
         // (1) regression suite, train split
         let suiteOutcomes = try run(s.suite.compactMap { benchmark.task($0) }, agent: snap.directory, audit: audit, traces: { _ in nil })
@@ -243,13 +233,13 @@ public final class ExperimentSupervisor {
             let commit = try git.prepareCommit(file: snap.directory + "/agent.py", at: "agent/agent.py", message: message)
             result.commit = commit
             result.iteration = iteration
-            items.append((.gateAttempt, record(result, snap.sha256)))
+            items.append((.gateAttempt, result))
             items.append((.iteration, IterationRecord(iteration: iteration, valScore: val, commit: String(commit.prefix(7)),
                                                       evalsPassed: result.suitePassed, evalsTotal: result.suiteTotal,
                                                       timestamp: isoTimestamp(), agentSHA256: snap.sha256)))
             items.append((.suitePromotion, SuitePromotionRecord(added: result.promoted, lastResults: lastResults)))
         } else {
-            items.append((.gateAttempt, record(result, snap.sha256)))
+            items.append((.gateAttempt, result))
         }
         items += violations(audit, actor: "agent.py (gate)")
         _ = try ledger.appendAll(items)
@@ -258,12 +248,6 @@ public final class ExperimentSupervisor {
         if let c = result.commit { try git.publish(c) }
         try Views.regenerate(layout, try state(), config: config)
         return result
-    }
-
-    private func record(_ r: GateResult, _ sha: String) -> GateAttemptRecord {
-        GateAttemptRecord(attempt: r.attempt, agentSHA256: sha, accepted: r.accepted, reason: r.reason,
-                          suitePassed: r.suitePassed, suiteTotal: r.suiteTotal, valScore: r.valScore,
-                          bestBefore: r.bestBefore, promoted: r.promoted, commit: r.commit)
     }
 
     // MARK: - verify

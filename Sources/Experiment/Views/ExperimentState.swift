@@ -47,6 +47,8 @@ public struct GateAttemptRecord: Codable, Sendable {
     public var bestBefore: Double?
     public var promoted: [String]
     public var commit: String?
+    /// The iteration number an accepted attempt was recorded as.
+    public var iteration: Int?
 }
 
 public struct IterationRecord: Codable, Sendable {
