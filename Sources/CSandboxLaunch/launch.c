@@ -13,6 +13,8 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <net/if.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -45,8 +47,8 @@ __attribute__((noreturn)) static void fail(int rep, int32_t stage, int32_t index
     _exit(SETUP_FAILED);
 }
 
-static int send_fd(int rep, int fd) {
-    struct ahl_msg m = {AHL_MSG_LISTENER, 0, 0, 0, 0};
+static int send_fd(int rep, int fd, int32_t kind) {
+    struct ahl_msg m = {kind, 0, 0, 0, 0};
     struct iovec iov = {&m, sizeof m};
     union {
         char buf[CMSG_SPACE(sizeof(int))];
@@ -101,6 +103,7 @@ const char *ahl_stage_name(int32_t stage) {
     case AHL_STAGE_OPEN_SOURCE: return "open bind source";
     case AHL_STAGE_OPEN_DEVICE: return "clone device node";
     case AHL_STAGE_JOIN_CGROUP: return "join cgroup";
+    case AHL_STAGE_PROXY_LISTENER: return "open the egress proxy's listening socket";
     case AHL_STAGE_MOUNT_ROOT: return "mount root tmpfs";
     case AHL_STAGE_MOUNT_ENTRY: return "mount";
     case AHL_STAGE_MOUNT_DEV: return "mount /dev";
@@ -580,7 +583,7 @@ __attribute__((noreturn)) static void payload_main(const struct ahl_plan *p, int
         long lfd = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER,
                            SECCOMP_FILTER_FLAG_NEW_LISTENER | p->seccomp_flags, &prog);
         if (lfd < 0) fail(rep, AHL_STAGE_SECCOMP, 0);
-        if (send_fd(rep, (int)lfd) < 0) fail(rep, AHL_STAGE_SEND_LISTENER, 0);
+        if (send_fd(rep, (int)lfd, AHL_MSG_LISTENER) < 0) fail(rep, AHL_STAGE_SEND_LISTENER, 0);
         close((int)lfd);
     }
 
@@ -747,6 +750,24 @@ __attribute__((noreturn)) static void monitor_main(const struct ahl_plan *p, int
         fail(rep, AHL_STAGE_SETID, 0);
     // After the supervisor moved us into the sandbox cgroups, so they become its root.
     if (unshare(CLONE_NEWCGROUP) < 0) fail(rep, AHL_STAGE_UNSHARE_CGROUP, 0);
+
+    // Egress proxy: the only way out of a `proxy` sandbox is a socket that listens on the
+    // sandbox's own loopback but is served by the supervisor, which dials out from the host
+    // namespace to allowlisted destinations only. Created here (we are already in the new
+    // network namespace, with the capabilities to bring lo up) and handed over.
+    if (p->proxy_port) {
+        if (loopback_up() < 0) fail(rep, AHL_STAGE_PROXY_LISTENER, 0);
+        int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sin_family = AF_INET;
+        sa.sin_port = htons(p->proxy_port);
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (ls < 0 || bind(ls, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(ls, 64) < 0 ||
+            send_fd(rep, ls, AHL_MSG_PROXY_LISTENER) < 0)
+            fail(rep, AHL_STAGE_PROXY_LISTENER, 0);
+        close(ls);
+    }
 
     int life[2];
     if (pipe2(life, O_CLOEXEC) < 0) fail(rep, AHL_STAGE_FORK_INIT, 0);

@@ -5,7 +5,10 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <sys/socket.h>
 
 int ahl_memfd(const char *name) { return memfd_create(name, MFD_CLOEXEC); }
 
 int ahl_pidfd_open(pid_t pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
+
+int ahl_accept_cloexec(int listener) { return accept4(listener, NULL, NULL, SOCK_CLOEXEC); }

@@ -55,9 +55,11 @@ final class ProgressLine: @unchecked Sendable {
     let tty = isatty(2) != 0
     let label: String
     init(_ label: String) { self.label = label }
-    func update(_ done: Int, _ total: Int, _ o: TaskOutcome) {
+    func update(_ done: Int, _ total: Int, _ o: TaskOutcome?) {
         guard tty else { return }
-        printErrRaw("\r\u{1B}[2K\(label) \(done)/\(total)  last: \(o.id) \(o.passed ? "PASS" : "FAIL")")
+        // Held-out tasks arrive without an outcome: the line shows a count only.
+        let last = o.map { "  last: \($0.id) \($0.passed ? "PASS" : "FAIL")" } ?? ""
+        printErrRaw("\r\u{1B}[2K\(label) \(done)/\(total)\(last)")
         if done == total { printErrRaw("\r\u{1B}[2K") }
     }
 }
@@ -182,21 +184,31 @@ struct StatusCommand: ParsableCommand {
     @Flag(help: "Check the ledger chain, the views and the commits.")
     var verify = false
 
+    @Flag(help: "The operator's view: exact scores and violations from held-out runs. Without it, status shows only what gate.disclosure allows, i.e. what the coding agent may see.")
+    var `operator` = false
+
     func run() throws {
         let s = try experiment.supervisor("status", exclusive: false)
         let state: ExperimentState
         do { state = try s.state() } catch { fail("autoharness: \(error)", code: Exit.failure) }
         let report = verify ? try s.verify() : nil
         if json {
+            let d = `operator` ? ExperimentConfig.Disclosure.score : s.config.disclosure
+            func score(_ v: Double?) -> Any {
+                guard let v else { return NSNull() }
+                if `operator` { return v }
+                return d == .decision ? NSNull() : (Double(Views.disclosed(v, d)) ?? NSNull()) as Any
+            }
             var obj: [String: Any] = [
                 "prepared": state.prepared,
-                "iterations": state.iterations.map { ["iteration": $0.iteration, "val_score": $0.valScore, "commit": $0.commit,
+                "disclosure": `operator` ? "operator" : d.rawValue,
+                "iterations": state.iterations.map { ["iteration": $0.iteration, "val_score": score($0.valScore), "commit": $0.commit,
                                                       "evals_passed": $0.evalsPassed, "evals_total": $0.evalsTotal, "timestamp": $0.timestamp] },
-                "best": state.best as Any,
+                "best": score(state.best),
                 "suite": state.suite,
-                "gate_attempts": state.gateAttempts.suffix(10).map { ["attempt": $0.attempt, "accepted": $0.accepted, "reason": $0.reason,
+                "gate_attempts": state.gateAttempts.suffix(10).map { ["attempt": $0.attempt, "accepted": $0.accepted, "reason": reason($0, d),
                                                                        "suite": "\($0.suitePassed)/\($0.suiteTotal)"] },
-                "violations": state.violations.map { ["time": $0.time, "actor": $0.record.actor, "kind": $0.record.kind, "detail": $0.record.detail] },
+                "violations": visibleViolations(state).map { ["time": $0.time, "actor": $0.record.actor, "kind": $0.record.kind, "detail": $0.record.detail] },
             ]
             if let report {
                 obj["verify"] = ["ok": report.ok, "ledger_problems": report.ledger.problems.map(\.description),
@@ -222,15 +234,26 @@ struct StatusCommand: ParsableCommand {
     }
 
     private func printSummary(_ state: ExperimentState, _ s: ExperimentSupervisor) {
+        let d = `operator` ? ExperimentConfig.Disclosure.score : s.config.disclosure
         print("iterations: \(state.iterations.count - 1) accepted (plus baseline)")
-        if let best = state.best { print("best val_score: \(Views.disclosed(best, s.config.disclosure))") }
+        if let best = state.best { print("best val_score: \(Views.disclosed(best, d))") }
         print("suite: \(state.suite.count) task(s)")
         let recent = state.gateAttempts.suffix(5)
         if !recent.isEmpty {
             print("recent gate attempts:")
-            for a in recent { print("  #\(a.attempt) \(a.accepted ? "accepted" : "rejected: \(a.reason)") (suite \(a.suitePassed)/\(a.suiteTotal))") }
+            for a in recent { print("  #\(a.attempt) \(a.accepted ? "accepted" : "rejected: \(reason(a, d))") (suite \(a.suitePassed)/\(a.suiteTotal))") }
         }
-        print("violations: \(state.violations.count)")
-        for v in state.violations.suffix(10) { print("  \(v.time) \(v.record.actor): \(v.record.detail)") }
+        let shown = visibleViolations(state)
+        print("violations: \(shown.count)\(`operator` ? "" : " (held-out runs' are withheld; --operator shows them)")")
+        for v in shown.suffix(10) { print("  \(v.time) \(v.record.actor): \(v.record.detail)") }
+    }
+
+    /// Violations from held-out runs are the operator's only.
+    private func visibleViolations(_ state: ExperimentState) -> [(time: String, record: ViolationRecord)] {
+        `operator` ? state.violations : state.violations.filter { $0.record.heldOut != true }
+    }
+
+    private func reason(_ a: GateAttemptRecord, _ d: ExperimentConfig.Disclosure) -> String {
+        d == .decision && a.reason.hasPrefix("val_score") ? "held-out score did not improve" : a.reason
     }
 }

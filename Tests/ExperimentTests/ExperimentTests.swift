@@ -1,4 +1,4 @@
-import Experiment
+@testable import Experiment
 import Foundation
 import Testing
 import TestSupport
@@ -214,6 +214,61 @@ struct ExperimentTests {
         let st = try #require(JSONSerialization.jsonObject(with: Data(try exp.run("status", "--json").stdout.utf8)) as? [String: Any])
         #expect((st["gate_attempts"] as? [[String: Any]])?.first?["accepted"] as? Bool == false)
         #expect((st["suite"] as? [String])?.isEmpty == true)
+    }
+
+    @Test("refused calls made only by held-out tasks are recorded but withheld from status (review F1)")
+    func heldOutViolationsWithheld() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        let test = try exp.split().test
+        // Solves everything; signals through refused syscalls on held-out tasks only.
+        try exp.setAgent(Agents.all + """
+
+            import ctypes
+            _run = HarnessAgent.run
+            def run(self, instruction, workdir):
+                _run(self, instruction, workdir)
+                if any(f"MARKER-{t}-" in instruction for t in \(test)):
+                    ctypes.CDLL(None).syscall(101, 0, 0, 0, 0)  # ptrace
+            HarnessAgent.run = run
+            """)
+        #expect(try exp.run("gate").status == 0)
+        let agentView = try exp.run("status", "--json").stdout
+        #expect(!agentView.contains("ptrace"), "\(agentView)")
+        let operatorView = try exp.run("status", "--json", "--operator").stdout
+        #expect(operatorView.contains("ptrace"))
+        #expect(operatorView.contains("held-out"))
+    }
+
+    @Test("progress never names a held-out task or its result (review F2)")
+    func progressHidesHeldOutTasks() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        let test = Set(try exp.split().test)
+        try exp.setAgent(Agents.all)
+        let supervisor = try ExperimentSupervisor(layout: ExperimentLayout(root: exp.root),
+                                                  policySearchPaths: [Built.packageRoot + "/policies"], purpose: "test")
+        final class Seen: @unchecked Sendable { var ids: [String?] = [] }
+        let seen = Seen()
+        supervisor.progress = { _, _, outcome in seen.ids.append(outcome?.id) }
+        let r = try supervisor.gate()
+        #expect(r.accepted)
+        #expect(seen.ids.contains(nil))  // the test phase reported progress, anonymously
+        #expect(seen.ids.compactMap { $0 }.allSatisfy { !test.contains($0) }, "\(seen.ids)")
+    }
+
+    @Test("with disclosure decision no score appears in status or the commit message (review F3)")
+    func decisionDisclosureHidesScores() throws {
+        try requireRoot()
+        let exp = try Experiment(config: ["disclosure": "decision"])
+        try exp.setAgent(Agents.addOnly)
+        #expect(try exp.run("gate").status == 0)
+        let st = try #require(JSONSerialization.jsonObject(with: Data(try exp.run("status", "--json").stdout.utf8)) as? [String: Any])
+        #expect(st["best"] is NSNull)
+        #expect((st["iterations"] as? [[String: Any]])?.allSatisfy { $0["val_score"] is NSNull } == true)
+        let message = try runProcess("/usr/bin/git", ["-C", exp.root, "log", "-1", "--format=%B"]).stdout
+        #expect(!message.contains("0."), "\(message)")
+        #expect(try exp.file("workspace/results.tsv").contains("\t-\t"))
     }
 
     @Test("benchmark refuses held-out and unknown ids alike, runs nothing, and records the refusal")

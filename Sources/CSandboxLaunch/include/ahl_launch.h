@@ -73,6 +73,8 @@ struct ahl_plan {
     uint64_t root_size;           // bytes for the root tmpfs (holds only mount points)
     int *scratch_fds;             // n_mounts + AHL_DEVICE_COUNT ints the child may overwrite
     const char *const *cgroup_join; // NULL-terminated cgroup v1 `tasks` files the monitor joins
+    uint16_t proxy_port;          // non-zero: listen on 127.0.0.1:port inside the sandbox's network
+                                  // namespace and hand the socket to the supervisor (egress proxy)
     uint64_t wipe_start[2];       // the supervisor's argv and environment blocks (arg_start,
     uint64_t wipe_end[2];         // env_start / arg_end, env_end of /proc/self/stat), zeroed
                                   // in the children: init's /proc/1/cmdline is world-readable
@@ -103,7 +105,8 @@ enum ahl_msg_kind {
     AHL_MSG_SETUP_ERROR = 4,  // stage, err, index (mount index for mount stages)
     AHL_MSG_EXEC_ERROR = 5,   // err: execve's errno
     AHL_MSG_EXIT = 6,         // value: the payload's wait status
-    AHL_MSG_STARTED = 7,      // value: host-visible pid of the payload is not known; index: pid in sandbox
+    AHL_MSG_STARTED = 7,      // index: the payload's pid inside the sandbox
+    AHL_MSG_PROXY_LISTENER = 8, // carries the listening socket of the egress proxy (SCM_RIGHTS)
 };
 
 enum ahl_stage {
@@ -118,6 +121,7 @@ enum ahl_stage {
     AHL_STAGE_OPEN_SOURCE,       // index: which plan mount
     AHL_STAGE_OPEN_DEVICE,
     AHL_STAGE_JOIN_CGROUP,       // index: which cgroup_join entry
+    AHL_STAGE_PROXY_LISTENER,
     AHL_STAGE_MOUNT_ROOT,
     AHL_STAGE_MOUNT_ENTRY,       // index: which plan mount
     AHL_STAGE_MOUNT_DEV,

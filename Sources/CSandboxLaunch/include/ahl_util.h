@@ -9,6 +9,8 @@ extern "C" {
 int ahl_memfd(const char *name);
 /// pidfd_open(pid, 0), or -1 with errno.
 int ahl_pidfd_open(pid_t pid);
+/// accept4(listener, NULL, NULL, SOCK_CLOEXEC) (hidden by the Glibc module).
+int ahl_accept_cloexec(int listener);
 #ifdef __cplusplus
 }
 #endif

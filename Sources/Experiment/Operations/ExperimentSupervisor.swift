@@ -30,8 +30,9 @@ public final class ExperimentSupervisor {
     let benchmark: LocalBenchmark
     let policyLoader: PolicyLoader
     let git: Git
-    /// Called after each task (serially), e.g. for a progress line.
-    public var progress: ((_ done: Int, _ total: Int, _ outcome: TaskOutcome) -> Void)?
+    /// Called after each task (serially), e.g. for a progress line. The outcome is nil for
+    /// held-out tasks: not even a progress line may say which test task passed.
+    public var progress: ((_ done: Int, _ total: Int, _ outcome: TaskOutcome?) -> Void)?
 
     /// Opens an experiment. `exclusive` (every command that runs tasks or writes the ledger)
     /// takes the experiment lock, so a second supervisor is refused with the holder's pid;
@@ -103,7 +104,7 @@ public final class ExperimentSupervisor {
         }
         let snap = try snapshotAgent()
         let audit = AuditLog()
-        let outcomes = try run(benchmark.tasks, agent: snap.directory, audit: audit, traces: { _ in nil })
+        let outcomes = try run(benchmark.tasks, agent: snap.directory, audit: audit, heldOut: true, traces: { _ in nil })
         var passed: [String: Bool] = [:]
         for o in outcomes { passed[o.id] = o.passed }
         let split = SplitFile.make(baselinePassed: passed, created: isoTimestamp())
@@ -117,7 +118,7 @@ public final class ExperimentSupervisor {
             (.iteration, IterationRecord(iteration: 0, valScore: val, commit: "baseline", evalsPassed: 0, evalsTotal: 0,
                                          timestamp: isoTimestamp(), agentSHA256: snap.sha256)),
         ]
-        items += violations(audit, actor: "agent.py (baseline)")
+        items += violations(audit, actor: "agent.py (baseline)", heldOut: true)
         _ = try ledger.appendAll(items)
         try Views.regenerate(layout, try state(), config: config)
         return PrepareSummary(tasks: outcomes.count, passed: outcomes.filter(\.passed).count, train: split.train.count,
@@ -186,6 +187,7 @@ public final class ExperimentSupervisor {
         let snap = try snapshotAgent()
         _ = try ledger.append(.gateStarted, GateStartedRecord(attempt: attempt, agentSHA256: snap.sha256))
         let audit = AuditLog()
+        let heldOutAudit = AuditLog()
         var result = GateResult(attempt: attempt, agentSHA256: snap.sha256, accepted: false, reason: "", suitePassed: 0,
                                 suiteTotal: s.suite.count, valScore: nil, bestBefore: s.best, promoted: [], commit: nil, iteration: nil)
 
@@ -200,7 +202,7 @@ public final class ExperimentSupervisor {
         } else {
             // (2) held-out test split: traces never persist, only rewards come back
             let testTasks = split.test.compactMap { benchmark.task($0) }
-            let testOutcomes = try run(testTasks, agent: snap.directory, audit: audit, traces: { _ in nil })
+            let testOutcomes = try run(testTasks, agent: snap.directory, audit: heldOutAudit, heldOut: true, traces: { _ in nil })
             let rewards = Dictionary(uniqueKeysWithValues: testOutcomes.map { ($0.id, $0.reward) })
             let val = Self.mean(split.test.map { rewards[$0] ?? 0 })
             result.valScore = val
@@ -223,7 +225,7 @@ public final class ExperimentSupervisor {
             let iteration = s.iterations.count
             let head = try ledger.head
             let message = """
-                autoharness: iteration \(iteration), val_score \(String(format: "%.4f", val)) (best before \(String(format: "%.4f", s.best ?? 0)))
+                autoharness: iteration \(iteration), val_score \(Views.disclosed(val, config.disclosure)) (best before \(Views.disclosed(s.best ?? 0, config.disclosure)))
 
                 Gate attempt \(attempt) accepted: suite \(result.suitePassed)/\(result.suiteTotal), \(result.promoted.count) task(s) promoted.
 
@@ -242,6 +244,7 @@ public final class ExperimentSupervisor {
             items.append((.gateAttempt, result))
         }
         items += violations(audit, actor: "agent.py (gate)")
+        items += violations(heldOutAudit, actor: "agent.py (gate, held-out split)", heldOut: true)
         _ = try ledger.appendAll(items)
         // Published only once the ledger holds the iteration; a crash in between is rolled
         // forward by recover().
@@ -275,7 +278,7 @@ public final class ExperimentSupervisor {
 
     // MARK: - running tasks
 
-    func run(_ tasks: [BenchmarkTask], agent: String, audit: AuditLog, oracle: Bool = false,
+    func run(_ tasks: [BenchmarkTask], agent: String, audit: AuditLog, oracle: Bool = false, heldOut: Bool = false,
              traces: (BenchmarkTask) -> String?) throws -> [TaskOutcome] {
         guard !tasks.isEmpty else { return [] }
         var cfg = TaskRunConfiguration(policyLoader: policyLoader, agentDirectory: agent, scratchRoot: config.scratch, audit: audit)
@@ -286,13 +289,13 @@ public final class ExperimentSupervisor {
         try FileManager.default.createDirectory(atPath: config.scratch, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let runner = try TaskRunner(configuration: cfg)
         return runner.runAll(tasks, concurrency: config.maxConcurrency, traceDirectory: traces) { [progress] done, total, last in
-            progress?(done, total, last)
+            progress?(done, total, heldOut ? nil : last)
         }
     }
 
     /// Refused syscalls and limit events of a run, as ledger violation records (one per kind
     /// of event; the audit already bounds their number).
-    func violations(_ audit: AuditLog, actor: String) -> [(RecordKind, any Encodable)] {
+    func violations(_ audit: AuditLog, actor: String, heldOut: Bool = false) -> [(RecordKind, any Encodable)] {
         var counts: [String: Int] = [:]
         var order: [String] = []
         for e in audit.events {
@@ -301,7 +304,7 @@ public final class ExperimentSupervisor {
             counts[key, default: 0] += e.count ?? 1
         }
         return order.map { (.violation, ViolationRecord(actor: actor, kind: $0.hasPrefix("syscall") ? "syscall" : $0,
-                                                        detail: "\($0) ×\(counts[$0]!)")) }
+                                                        detail: "\($0) ×\(counts[$0]!)", heldOut: heldOut ? true : nil)) }
     }
 
     // MARK: - snapshots

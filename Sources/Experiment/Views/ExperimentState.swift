@@ -72,6 +72,17 @@ public struct ViolationRecord: Codable, Sendable {
     public var actor: String
     public var kind: String
     public var detail: String
+    /// From a run over held-out tasks (the baseline or a gate's test phase). Kept in the
+    /// ledger for the operator; never shown in the coding agent's view of `status`, since
+    /// which calls a test task made (and how often) is a channel out of the test split.
+    public var heldOut: Bool?
+
+    public init(actor: String, kind: String, detail: String, heldOut: Bool? = nil) {
+        self.actor = actor
+        self.kind = kind
+        self.detail = detail
+        self.heldOut = heldOut
+    }
 }
 
 /// The experiment as the ledger says it is.

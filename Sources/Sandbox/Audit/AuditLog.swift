@@ -13,6 +13,8 @@ public struct AuditEvent: Sendable, Equatable {
         case pidsLimit = "pids_limit"
         /// How many further events of one name were counted but not logged one by one.
         case repeated
+        /// A request to the egress proxy, allowed or denied (`name` is host:port).
+        case egress
     }
 
     public var time: String
@@ -30,6 +32,11 @@ public struct AuditEvent: Sendable, Equatable {
     public var action: String
     /// For `repeated`: how many events were folded into this line.
     public var count: Int?
+    /// Why (e.g. "not on the allowlist").
+    public var detail: String?
+    /// For allowed `egress`: bytes sent by the sandbox and received by it.
+    public var bytesUp: Int?
+    public var bytesDown: Int?
 
     public init(time: String = AuditEvent.now(), sandbox: String, kind: Kind, name: String, number: Int32? = nil,
                 pid: Int32? = nil, sandboxPID: Int32? = nil, arguments: [UInt64] = [], action: String, count: Int? = nil) {
@@ -59,6 +66,9 @@ public struct AuditEvent: Sendable, Equatable {
         }
         f.append("\"action\":\(json(action))")
         if let count { f.append("\"count\":\(count)") }
+        if let detail { f.append("\"detail\":\(json(detail))") }
+        if let bytesUp { f.append("\"bytes_up\":\(bytesUp)") }
+        if let bytesDown { f.append("\"bytes_down\":\(bytesDown)") }
         return "{" + f.joined(separator: ",") + "}"
     }
 

@@ -105,6 +105,7 @@ private struct Session {
     let options: RunOptions
 
     var notifyFD: Int32 = -1
+    var proxy: EgressProxy?
     var setupError: (stage: Int32, errno: Int32, index: Int32)?
     var execErrno: Int32?
     var waitStatus: Int32?
@@ -129,6 +130,7 @@ private struct Session {
             kill(child.pid, SIGKILL)
         }
         eventLoop()
+        proxy?.stop()
         Timing.mark("sandbox ran and exited")
         var status: Int32 = 0
         while waitpid(child.pid, &status, 0) < 0 && errno == EINTR {}
@@ -259,6 +261,14 @@ private struct Session {
             notifyFD = fd
         case AHL_MSG_SETUP_ERROR.rawValue:
             setupError = (m.stage, m.err, m.index)
+        case AHL_MSG_PROXY_LISTENER.rawValue:
+            guard plan.network.mode == .proxy, proxy == nil else {
+                if fd >= 0 { close(fd) }
+                return
+            }
+            let p = EgressProxy(listener: fd, allow: plan.network.allow, audit: options.audit, sandbox: plan.sandboxID)
+            p.start()
+            proxy = p
         case AHL_MSG_EXEC_ERROR.rawValue:
             execErrno = m.err
         case AHL_MSG_EXIT.rawValue:
@@ -439,6 +449,7 @@ final class CPlan {
         plan.bpf_len = UInt32(p.filter.instructionCount)
         plan.seccomp_flags = 0
         plan.loopback_up = p.network.mode == .none ? 0 : 1
+        plan.proxy_port = p.network.mode == .proxy ? EgressProxy.port : 0
         plan.stdio = (stdio.0, stdio.1, stdio.2)
         plan.cap_last = UInt32(Capabilities.lastCap)
         plan.root_size = 4 << 20

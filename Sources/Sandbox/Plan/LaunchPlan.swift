@@ -153,7 +153,14 @@ public enum PlanCompiler {
         }.map(\.element)
 
         let cwd = try normalize(overrides.workingDirectory ?? policy.chdir, what: "working directory")
-        let env = try buildEnvironment(policy.env, overrides.environment, host: hostEnvironment)
+        var env = try buildEnvironment(policy.env, overrides.environment, host: hostEnvironment)
+        if policy.network.mode == .proxy {
+            // The only route out; set for every HTTP client convention.
+            let url = "http://127.0.0.1:\(EgressProxy.port)"
+            env.removeAll { ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"]
+                .contains(String($0.prefix { $0 != "=" })) }
+            env += ["HTTPS_PROXY=\(url)", "HTTP_PROXY=\(url)", "https_proxy=\(url)", "http_proxy=\(url)", "NO_PROXY=", "no_proxy="]
+        }
         var limits = policy.limits
         if let t = overrides.timeoutSeconds { limits.timeoutSeconds = t }
         Timing.mark("mounts resolved")
