@@ -318,7 +318,8 @@ static int open_source(const struct ahl_mount *m) {
         errno = ESTALE;
         return -1;
     }
-    uint64_t attrs = SAFE | ((m->flags & AHL_MOUNT_READONLY) ? MOUNT_ATTR_RDONLY : 0);
+    uint64_t attrs = SAFE | ((m->flags & AHL_MOUNT_READONLY) ? MOUNT_ATTR_RDONLY : 0) |
+                     ((m->flags & AHL_MOUNT_NO_SYMLINKS) ? MOUNT_ATTR_NOSYMFOLLOW : 0);
     if (set_attrs(tree, attrs, 1) < 0) { close_keep_errno(tree); return -1; }
     return tree;
 }

@@ -85,23 +85,28 @@ public struct MountSpec: Sendable, Equatable {
     /// For binds: if the source is itself a symbolic link, recreate the link inside instead of
     /// binding its target (keeps merged-/usr layouts such as `/lib -> usr/lib` intact).
     public var keepSymlink: Bool
+    /// For binds: symbolic links inside the bound tree are not followed at all (the mount is
+    /// MOUNT_ATTR_NOSYMFOLLOW; opening one fails with ELOOP, readlink still works). For trees a
+    /// less trusted process wrote, e.g. the verifier's view of the agent's work dir.
+    public var noSymlinks: Bool
     /// Where the entry was written, for diagnostics. Ignored by `==`.
     public var location: SourceLocation?
 
     public init(
         kind: Kind, destination: String, optional: Bool = false, keepSymlink: Bool = false,
-        location: SourceLocation? = nil
+        noSymlinks: Bool = false, location: SourceLocation? = nil
     ) {
         self.kind = kind
         self.destination = destination
         self.optional = optional
         self.keepSymlink = keepSymlink
+        self.noSymlinks = noSymlinks
         self.location = location
     }
 
     public static func == (a: MountSpec, b: MountSpec) -> Bool {
         a.kind == b.kind && a.destination == b.destination && a.optional == b.optional
-            && a.keepSymlink == b.keepSymlink
+            && a.keepSymlink == b.keepSymlink && a.noSymlinks == b.noSymlinks
     }
 
     /// The host path this entry reads from, if it is a bind.

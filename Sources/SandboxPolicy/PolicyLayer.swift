@@ -80,7 +80,7 @@ struct LayerParser {
     static let topLevelKeys = ["extends", "description", "filesystem", "identity", "seccomp", "network", "limits", "env"]
     static let filesystemKeys = ["chdir", "mounts"]
     static let mountKinds = ["ro", "rw", "tmpfs", "hide", "symlink"]
-    static let mountKeys = mountKinds + ["optional", "keep_symlink", "size", "mode", "target"]
+    static let mountKeys = mountKinds + ["optional", "keep_symlink", "no_symlinks", "size", "mode", "target"]
     static let identityKeys = ["uid", "gid", "host_uid", "host_gid", "hostname"]
     static let seccompKeys = ["profile", "default_action", "allow", "deny"]
     /// Named base allowlists the plan compiler knows.
@@ -178,7 +178,7 @@ struct LayerParser {
             return nil
         }
         let modifiers: [String: [String]] = [
-            "ro": ["optional", "keep_symlink"], "rw": ["optional"], "tmpfs": ["size", "mode"], "hide": [],
+            "ro": ["optional", "keep_symlink", "no_symlinks"], "rw": ["optional", "no_symlinks"], "tmpfs": ["size", "mode"], "hide": [],
             "symlink": ["target"],
         ]
         var valid = true
@@ -187,6 +187,7 @@ struct LayerParser {
             switch key {
             case "optional": appliesTo = "ro and rw binds (a tmpfs, hide or symlink cannot be missing)"
             case "keep_symlink": appliesTo = "ro binds (it mirrors merged-/usr links; a rw grant must bind what it names)"
+            case "no_symlinks": appliesTo = "ro and rw binds"
             case "size", "mode": appliesTo = "tmpfs"
             default: appliesTo = "symlink"
             }
@@ -201,12 +202,13 @@ struct LayerParser {
             guard let (source, destination) = bindPaths(value, at: valueNode, kind: kind) else { return nil }
             let optional = entry["optional"].flatMap { bool($0, "optional") } ?? false
             let keepSymlink = entry["keep_symlink"].flatMap { bool($0, "keep_symlink") } ?? false
+            let noSymlinks = entry["no_symlinks"].flatMap { bool($0, "no_symlinks") } ?? false
             guard valid else { return nil }
             let mountKind: MountSpec.Kind =
                 kind == "ro" ? .readOnly(source: source.path) : .readWrite(source: source.path)
             return ParsedMount(
                 spec: MountSpec(kind: mountKind, destination: destination.path, optional: optional,
-                                keepSymlink: keepSymlink, location: loc),
+                                keepSymlink: keepSymlink, noSymlinks: noSymlinks, location: loc),
                 location: loc, isConcrete: destination.isConcrete)
 
         default:

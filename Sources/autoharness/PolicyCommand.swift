@@ -105,7 +105,7 @@ struct PolicyShow: ParsableCommand {
         let mounts: [(String, String, String, String)] = plan.map { pl in
             pl.mounts.map { m in
                 switch m.kind {
-                case .bind(let s, let ro, _, _, _): return (ro ? "ro" : "rw", m.destination, s, m.origin)
+                case .bind(let s, let ro, _, _, _, let nosym): return (ro ? "ro" : "rw", m.destination, s + (nosym ? " (no symlinks)" : ""), m.origin)
                 case .tmpfs(let size, let mode): return ("tmpfs", m.destination, "size=\(ByteSize.format(size)) mode=\(String(mode, radix: 8))", m.origin)
                 case .hide: return ("hide", m.destination, "", m.origin)
                 case .symlink(let t): return ("symlink", m.destination, t, m.origin)

@@ -59,6 +59,23 @@ struct ReviewFindingTests {
         }
     }
 
+    @Test("the verifier does not follow a symlink agent.py left in /app to the expected answer (gate review F5)")
+    func verifierIgnoresPlantedSymlinks() throws {
+        try requireRoot()
+        let app = try TempDir(mode: 0o777)
+        let tests = try TempDir()
+        let logs = try TempDir(mode: 0o777)
+        _ = try tests.file("expected.txt", "secret-answer\n")
+        try FileManager.default.createSymbolicLink(atPath: app.path + "/out.txt", withDestinationPath: "/tests/expected.txt")
+        let compare = ["/bin/sh", "-c", "cmp -s /app/out.txt /tests/expected.txt && echo MATCH || echo NO-MATCH"]
+        let verifier = try autoharness(["sandbox", "exec", "--policy", "verifier", "--var", "workdir=\(app.path)",
+                                        "--var", "tests_dir=\(tests.path)", "--var", "logs_dir=\(logs.path)", "--"] + compare)
+        #expect(verifier.stdout == "NO-MATCH\n", "\(verifier.stdout) \(verifier.stderr)")
+        // Control: the same comparison through an ordinary bind is fooled by the link.
+        let plain = try autoharness(["sandbox", "exec", "--rw", "\(app.path):/app", "--ro", "\(tests.path):/tests", "--"] + compare)
+        #expect(plain.stdout == "MATCH\n")
+    }
+
     @Test("init's command line does not reveal the supervisor's arguments")
     func supervisorArgumentsWiped() throws {
         try requireRoot()

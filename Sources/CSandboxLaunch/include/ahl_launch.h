@@ -34,6 +34,7 @@ enum ahl_mount_kind {
 enum {
     AHL_MOUNT_READONLY = 1u << 0,
     AHL_MOUNT_SOURCE_DIR = 1u << 1,  // binds: the source is a directory
+    AHL_MOUNT_NO_SYMLINKS = 1u << 2, // binds: MOUNT_ATTR_NOSYMFOLLOW
 };
 
 struct ahl_mount {

@@ -413,10 +413,11 @@ final class CPlan {
             var cm = ahl_mount()
             cm.dest = c(m.destination)
             switch m.kind {
-            case .bind(let source, let readOnly, let device, let inode, let isDirectory):
+            case .bind(let source, let readOnly, let device, let inode, let isDirectory, let noSymlinks):
                 cm.kind = AHL_MOUNT_BIND.rawValue
                 cm.source = c(source)
                 cm.flags = (readOnly ? UInt32(AHL_MOUNT_READONLY) : 0) | (isDirectory ? UInt32(AHL_MOUNT_SOURCE_DIR) : 0)
+                    | (noSymlinks ? UInt32(AHL_MOUNT_NO_SYMLINKS) : 0)
                 cm.dev = device
                 cm.ino = inode
             case .tmpfs(let size, let mode):

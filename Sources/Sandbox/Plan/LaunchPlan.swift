@@ -7,7 +7,7 @@ import SandboxPolicy
 public struct LaunchPlan: Sendable {
     public struct Mount: Sendable, Equatable {
         public enum Kind: Sendable, Equatable {
-            case bind(source: String, readOnly: Bool, device: UInt64, inode: UInt64, isDirectory: Bool)
+            case bind(source: String, readOnly: Bool, device: UInt64, inode: UInt64, isDirectory: Bool, noSymlinks: Bool = false)
             case tmpfs(size: UInt64, mode: UInt32)
             case hide
             case symlink(target: String)
@@ -19,7 +19,7 @@ public struct LaunchPlan: Sendable {
 
         public var summary: String {
             switch kind {
-            case .bind(let s, let ro, _, _, _): return "\(ro ? "ro" : "rw") \(s) -> \(destination)"
+            case .bind(let s, let ro, _, _, _, let nosym): return "\(ro ? "ro" : "rw") \(s) -> \(destination)\(nosym ? " (no symlinks)" : "")"
             case .tmpfs(let size, let mode):
                 return "tmpfs \(destination) (size \(ByteSize.format(size)), mode \(String(mode, radix: 8)))"
             case .hide: return "hide \(destination)"
@@ -130,7 +130,7 @@ public enum PlanCompiler {
                 if case .readOnly = spec.kind { readOnly = true } else { readOnly = false }
                 mounts.append(.init(
                     kind: .bind(source: resolved, readOnly: readOnly, device: UInt64(st.st_dev),
-                                inode: UInt64(st.st_ino), isDirectory: isDir),
+                                inode: UInt64(st.st_ino), isDirectory: isDir, noSymlinks: spec.noSymlinks),
                     destination: spec.destination, origin: origin))
             case .tmpfs(let size, let mode):
                 mounts.append(.init(kind: .tmpfs(size: size ?? defaultTmpfsSize, mode: mode), destination: spec.destination, origin: origin))
