@@ -101,6 +101,9 @@ public final class TaskRunner: Sendable {
             throw fail("scratch root \(scratchRoot) must be owned by root and not writable by others (or sticky, like /dev/shm)")
         }
 
+        // Per-task tmpfs mounts a killed supervisor left behind.
+        TaskScratch.sweep(root: scratchRoot)
+
         if configuration.oracle && configuration.agentDirectory.isEmpty {
             agentDirectory = nil
         } else {

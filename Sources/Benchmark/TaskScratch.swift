@@ -8,6 +8,12 @@
 // The name is random and the same shape for every task of every split: bind sources show
 // up inside a sandbox (/proc/self/mountinfo, /proc/self/fd/N), so a path built from the
 // task id or the split would tell agent.py what it is being run for.
+//
+// Each task directory is its own tmpfs. A shared filesystem would let one task observe
+// another through counters it cannot help sharing (inode numbers, free space): a held-out
+// task could move them and a later train task could print them into its trace. Its own
+// superblock also caps the task's size and inode count, and cleanup is a single unmount
+// however many files agent.py made.
 
 import Glibc
 
@@ -32,6 +38,12 @@ struct TaskScratch {
             let hex = String(rng.next(), radix: 16)
             let candidate = root + "/" + String(repeating: "0", count: 16 - hex.count) + hex
             if mkdir(candidate, 0o700) == 0 {
+                guard mount("tmpfs", candidate, "tmpfs", UInt(MS_NOSUID | MS_NODEV),
+                            "mode=0700,size=\(Self.sizeLimit),nr_inodes=\(Self.inodeLimit)") == 0 else {
+                    let e = FileSystem.errorText()
+                    rmdir(candidate)
+                    throw BenchmarkError(.io, "cannot mount the per-task tmpfs on \(candidate): \(e)")
+                }
                 made = candidate
                 break
             }
@@ -54,6 +66,44 @@ struct TaskScratch {
         self.path = made
         self.fd = fd
         self.outFD = out
+        // Which supervisor owns this mount, for the sweep after a crash.
+        let owner = openat(out, "owner", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        if owner >= 0 {
+            let text = "\(getpid())"
+            _ = text.withCString { write(owner, $0, strlen($0)) }
+            close(owner)
+        }
+    }
+
+    static let sizeLimit = "2g"
+    static let inodeLimit = 200_000
+
+    /// Unmounts and removes task tmpfs mounts under `root` whose supervisor is gone (a
+    /// supervisor killed mid-task leaves its mount, and the memory it holds, behind).
+    static func sweep(root: String) {
+        for line in readFile("/proc/self/mountinfo").split(separator: "\n") {
+            let f = line.split(separator: " ")
+            guard f.count > 4 else { continue }
+            let mountPoint = String(f[4])
+            guard mountPoint.hasPrefix(root + "/"), !mountPoint.dropFirst(root.count + 1).contains("/") else { continue }
+            guard let pid = Int32(readFile(mountPoint + "/out/owner").filter { !$0.isWhitespace }),
+                  kill(pid, 0) != 0 && errno == ESRCH else { continue }
+            if umount2(mountPoint, Int32(MNT_DETACH)) == 0 { rmdir(mountPoint) }
+        }
+    }
+
+    private static func readFile(_ path: String) -> String {
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return "" }
+        defer { close(fd) }
+        var out: [UInt8] = []
+        var buf = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n <= 0 { break }
+            out.append(contentsOf: buf[0..<n])
+        }
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// Makes `name` (app or logs) owned by the sandbox's host identity, so the sandbox's
@@ -80,6 +130,10 @@ struct TaskScratch {
     func remove() -> [String] {
         close(outFD)
         close(fd)
+        // The sandboxes are gone, so nothing holds the tmpfs: one lazy unmount drops it all.
+        if umount2(path, Int32(MNT_DETACH)) == 0 {
+            return rmdir(path) == 0 ? [] : ["\(path): \(FileSystem.errorText())"]
+        }
         return FileSystem.removeTree(path)
     }
 }
