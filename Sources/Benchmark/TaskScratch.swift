@@ -16,6 +16,7 @@
 // however many files agent.py made.
 
 import Glibc
+import Sandbox
 
 struct TaskScratch {
     let path: String
@@ -81,30 +82,17 @@ struct TaskScratch {
     /// Unmounts and removes task tmpfs mounts under `root` whose supervisor is gone (a
     /// supervisor killed mid-task leaves its mount, and the memory it holds, behind).
     static func sweep(root: String) {
-        for line in readFile("/proc/self/mountinfo").split(separator: "\n") {
+        for line in SmallFile.contents(of: "/proc/self/mountinfo").split(separator: "\n") {
             let f = line.split(separator: " ")
             guard f.count > 4 else { continue }
             let mountPoint = String(f[4])
             guard mountPoint.hasPrefix(root + "/"), !mountPoint.dropFirst(root.count + 1).contains("/") else { continue }
-            guard let pid = Int32(readFile(mountPoint + "/out/owner").filter { !$0.isWhitespace }),
+            guard let pid = Int32(SmallFile.contents(of: mountPoint + "/out/owner").filter { !$0.isWhitespace }),
                   kill(pid, 0) != 0 && errno == ESRCH else { continue }
             if umount2(mountPoint, Int32(MNT_DETACH)) == 0 { rmdir(mountPoint) }
         }
     }
 
-    private static func readFile(_ path: String) -> String {
-        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { return "" }
-        defer { close(fd) }
-        var out: [UInt8] = []
-        var buf = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n <= 0 { break }
-            out.append(contentsOf: buf[0..<n])
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
 
     /// Makes `name` (app or logs) owned by the sandbox's host identity, so the sandbox's
     /// uid can write it; nothing above it is reachable from inside.

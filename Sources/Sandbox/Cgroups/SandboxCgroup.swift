@@ -274,16 +274,22 @@ final class SandboxCgroup {
 }
 
 /// Reads a small text file (procfs, cgroupfs); empty on error.
-func readText(_ path: String) -> String {
-    let fd = open(path, O_RDONLY | O_CLOEXEC)
-    guard fd >= 0 else { return "" }
-    defer { close(fd) }
-    var out: [UInt8] = []
-    var buf = [UInt8](repeating: 0, count: 65536)
-    while true {
-        let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        if n <= 0 { break }
-        out.append(contentsOf: buf[0..<n])
+func readText(_ path: String) -> String { SmallFile.contents(of: path) }
+
+/// Small kernel-interface files (procfs, cgroupfs) and supervisor-owned state files.
+public enum SmallFile {
+    /// The whole file as text, without following a final symlink; empty on any error.
+    public static func contents(of path: String) -> String {
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return "" }
+        defer { close(fd) }
+        var out: [UInt8] = []
+        var buf = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = buf.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if n <= 0 { break }
+            out.append(contentsOf: buf[0..<n])
+        }
+        return String(decoding: out, as: UTF8.self)
     }
-    return String(decoding: out, as: UTF8.self)
 }
