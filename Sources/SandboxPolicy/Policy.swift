@@ -252,4 +252,11 @@ public struct EnvSpec: Sendable, Equatable {
         self.set = set
         self.pass = pass
     }
+
+    /// `[A-Za-z_][A-Za-z0-9_]*`: the names policies and `--env` may use.
+    public static func isVariableName(_ name: String) -> Bool {
+        func letter(_ c: Unicode.Scalar) -> Bool { c == "_" || ("A"..."Z").contains(c) || ("a"..."z").contains(c) }
+        guard let first = name.unicodeScalars.first, letter(first) else { return false }
+        return name.unicodeScalars.allSatisfy { letter($0) || ("0"..."9").contains($0) }
+    }
 }

@@ -496,13 +496,7 @@ struct LayerParser {
         }
     }
 
-    static func isEnvName(_ name: String) -> Bool {
-        guard let first = name.unicodeScalars.first, first == "_" || ("A"..."Z").contains(first) || ("a"..."z").contains(first)
-        else { return false }
-        return name.unicodeScalars.allSatisfy {
-            $0 == "_" || ("A"..."Z").contains($0) || ("a"..."z").contains($0) || ("0"..."9").contains($0)
-        }
-    }
+    static func isEnvName(_ name: String) -> Bool { EnvSpec.isVariableName(name) }
 
     // MARK: - Paths and placeholders
 

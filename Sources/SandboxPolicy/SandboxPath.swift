@@ -2,12 +2,14 @@
 // everywhere after this point (duplicate destinations, "lies under"), so they must have
 // exactly one spelling: normalised here, once.
 
-enum SandboxPath {
+/// Shared by the policy loader and the plan compiler (which also checks command-line mounts
+/// and sources after symlink resolution), so the rules exist once.
+public enum SandboxPath {
     /// Paths the launcher creates itself in every sandbox; a policy mounting over them could
     /// replace the fresh `/proc` (and with it the PID-namespace view) or the minimal `/dev`.
-    static let reservedDestinations = ["/proc", "/dev"]
+    public static let reservedDestinations = ["/proc", "/dev"]
 
-    enum Problem: Error, Equatable {
+    public enum Problem: Error, Equatable {
         case dotDot
         case nul
         case tooLong
@@ -18,7 +20,7 @@ enum SandboxPath {
     /// `..` meets a symlink, and a policy has no reason to write one.
     ///
     /// `path` is absolute, or starts with an unresolved `{placeholder}` (kept relative).
-    static func normalize(_ path: String) throws(Problem) -> String {
+    public static func normalize(_ path: String) throws(Problem) -> String {
         guard !path.contains("\0") else { throw .nul }
         let components = path.split(separator: "/", omittingEmptySubsequences: true).filter { $0 != "." }
         guard !components.contains("..") else { throw .dotDot }
@@ -30,18 +32,18 @@ enum SandboxPath {
     }
 
     /// True when `path` is strictly below `ancestor` (both normalised).
-    static func isStrictlyUnder(_ path: String, _ ancestor: String) -> Bool {
+    public static func isStrictlyUnder(_ path: String, _ ancestor: String) -> Bool {
         guard path != ancestor else { return false }
         return ancestor == "/" ? path.hasPrefix("/") : path.hasPrefix(ancestor + "/")
     }
 
     /// `path` is `ancestor` or lies below it.
-    static func isAtOrUnder(_ path: String, _ ancestor: String) -> Bool {
+    public static func isAtOrUnder(_ path: String, _ ancestor: String) -> Bool {
         path == ancestor || isStrictlyUnder(path, ancestor)
     }
 
     /// Why `destination` may not be used, or nil if it may.
-    static func reservedReason(forDestination destination: String) -> String? {
+    public static func reservedReason(forDestination destination: String) -> String? {
         if destination == "/" {
             return "destination / is reserved: the sandbox root is an empty tmpfs the launcher builds"
         }
@@ -52,7 +54,7 @@ enum SandboxPath {
     }
 
     /// Why `source` may not be bound into a sandbox, or nil if it may.
-    static func forbiddenReason(forSource source: String) -> String? {
+    public static func forbiddenReason(forSource source: String) -> String? {
         if source == "/" {
             return "binding the host root / is not allowed: grant the directories the program needs instead"
         }

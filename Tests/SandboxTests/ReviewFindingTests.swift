@@ -22,6 +22,22 @@ struct ReviewFindingTests {
         #expect(r.stderr.contains("refusing to follow the symbolic link"), "\(r.stderr)")
     }
 
+    @Test("command-line binds obey the policies' source rules: no host root, no host /proc, not even through a link")
+    func commandLineSourcesChecked() throws {
+        try requireRoot()
+        for source in ["/:/host", "/proc:/hostproc", "/proc/1/root:/x"] {
+            let r = try autoharness(["sandbox", "exec", "--ro", source, "--", "/bin/true"])
+            #expect(r.status == 125, "\(source): \(r.stderr)")
+            #expect(r.stderr.contains("is not allowed"), "\(source): \(r.stderr)")
+        }
+        // A root-owned link to / passes the symlink rule but not the resolved-source check.
+        let dir = try TempDir()
+        try FileManager.default.createSymbolicLink(atPath: dir.path + "/root-link", withDestinationPath: "/")
+        let r = try autoharness(["sandbox", "exec", "--ro", "\(dir.path)/root-link:/x", "--", "/bin/true"])
+        #expect(r.status == 125)
+        #expect(r.stderr.contains("binding the host root / is not allowed"), "\(r.stderr)")
+    }
+
     @Test("root-owned system symlinks in bind sources are still followed (/etc/localtime)")
     func systemSymlinkFollowed() throws {
         try requireRoot()

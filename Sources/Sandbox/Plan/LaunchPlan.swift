@@ -69,7 +69,6 @@ public struct PlanOverrides: Sendable {
 
 public enum PlanCompiler {
     static let defaultTmpfsSize: UInt64 = 64 << 20
-    static let reservedDestinations = ["/proc", "/dev"]
 
     /// Compiles `policy` for `command`. Throws with the offending entry's origin when a source
     /// is missing or an override contradicts the policy.
@@ -86,11 +85,11 @@ public enum PlanCompiler {
         var specs = policy.mounts
         for o in overrides.mounts {
             let dest = try normalize(o.destination, what: "--\(o.kindName) destination")
-            if let src = o.source, !src.hasPrefix("/") {
-                throw SandboxError(.invalidArgument, "--\(o.kindName) \(src): source must be an absolute path")
+            if let src = o.source {
+                _ = try normalize(src, what: "--\(o.kindName) source")
             }
-            if reservedDestinations.contains(where: { dest == $0 || dest.hasPrefix($0 + "/") }) || dest == "/" {
-                throw SandboxError(.invalidArgument, "--\(o.kindName) \(dest): \(dest) is created by the sandbox itself")
+            if let why = SandboxPath.reservedReason(forDestination: dest) {
+                throw SandboxError(.invalidArgument, "--\(o.kindName) \(o.destination): \(why)")
             }
             var spec = o
             spec.destination = dest
@@ -121,7 +120,15 @@ public enum PlanCompiler {
                     mounts.append(.init(kind: .symlink(target: try readLink(source)), destination: spec.destination, origin: origin))
                     continue
                 }
+                // Checked as given (command-line mounts reach this point unchecked) and as
+                // resolved (a root-owned link may point anywhere, / included).
+                if let why = SandboxPath.forbiddenReason(forSource: source) {
+                    throw SandboxError(.invalidPolicy, "\(origin): \(why)")
+                }
                 let resolved = try resolveSource(source, origin: origin)
+                if let why = SandboxPath.forbiddenReason(forSource: resolved) {
+                    throw SandboxError(.invalidPolicy, "\(origin): \(source) resolves to \(resolved): \(why)")
+                }
                 guard stat(resolved, &st) == 0 else {
                     throw SandboxError(.sourceMissing, "\(origin): bind source \(resolved): \(String(cString: strerror(errno)))", errno: errno)
                 }
@@ -201,32 +208,25 @@ public enum PlanCompiler {
         for f in flags {
             if let eq = f.firstIndex(of: "=") {
                 let k = String(f[..<eq])
-                guard isEnvName(k) else { throw SandboxError(.invalidArgument, "--env \(f): '\(k)' is not a valid variable name") }
+                guard EnvSpec.isVariableName(k) else { throw SandboxError(.invalidArgument, "--env \(f): '\(k)' is not a valid variable name") }
                 put(k, String(f[f.index(after: eq)...]))
             } else {
-                guard isEnvName(f) else { throw SandboxError(.invalidArgument, "--env \(f): not a valid variable name") }
+                guard EnvSpec.isVariableName(f) else { throw SandboxError(.invalidArgument, "--env \(f): not a valid variable name") }
                 if let v = host[f] { put(f, v) }
             }
         }
         return order.map { "\($0)=\(env[$0]!)" }
     }
 
-    static func isEnvName(_ s: String) -> Bool {
-        func letter(_ c: Unicode.Scalar) -> Bool { c == "_" || ("A"..."Z").contains(c) || ("a"..."z").contains(c) }
-        guard let f = s.unicodeScalars.first, letter(f) else { return false }
-        return s.unicodeScalars.allSatisfy { letter($0) || ("0"..."9").contains($0) }
-    }
-
-    /// `/a//b/./c/` → `/a/b/c`; relative paths and `..` are errors.
+    /// The loader's normalisation for command-line paths: absolute, one spelling, no `..`.
     static func normalize(_ path: String, what: String) throws(SandboxError) -> String {
         guard path.hasPrefix("/") else { throw SandboxError(.invalidArgument, "\(what) \(path): must be an absolute path") }
-        var parts: [Substring] = []
-        for c in path.split(separator: "/", omittingEmptySubsequences: true) {
-            if c == "." { continue }
-            if c == ".." { throw SandboxError(.invalidArgument, "\(what) \(path): '..' is not allowed") }
-            parts.append(c)
+        do {
+            return try SandboxPath.normalize(path)
+        } catch {
+            let why = error == .dotDot ? "'..' is not allowed" : error == .nul ? "contains a NUL byte" : "too long"
+            throw SandboxError(.invalidArgument, "\(what) \(path): \(why)")
         }
-        return "/" + parts.joined(separator: "/")
     }
 
     /// Resolves a bind source to its real path, following a symbolic link only when the
