@@ -9,6 +9,4 @@
 
 int ahl_memfd(const char *name) { return memfd_create(name, MFD_CLOEXEC); }
 
-int ahl_pidfd_open(pid_t pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
-
 int ahl_accept_cloexec(int listener) { return accept4(listener, NULL, NULL, SOCK_CLOEXEC); }

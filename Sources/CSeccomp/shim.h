@@ -5,15 +5,12 @@
 #include <seccomp.h>
 #include <errno.h>
 
-static inline uint32_t ahs_act_errno(uint16_t err) { return SCMP_ACT_ERRNO(err); }
 static inline uint32_t ahs_act_allow(void) { return SCMP_ACT_ALLOW; }
 static inline uint32_t ahs_act_notify(void) { return SCMP_ACT_NOTIFY; }
-static inline uint32_t ahs_act_kill_process(void) { return SCMP_ACT_KILL_PROCESS; }
 static inline uint32_t ahs_arch_native(void) { return SCMP_ARCH_NATIVE; }
 static inline uint32_t ahs_arch_x86_64(void) { return SCMP_ARCH_X86_64; }
 static inline uint32_t ahs_arch_x86(void) { return SCMP_ARCH_X86; }
 static inline uint32_t ahs_arch_x32(void) { return SCMP_ARCH_X32; }
-static inline uint32_t ahs_arch_aarch64(void) { return SCMP_ARCH_AARCH64; }
 
 static inline struct scmp_arg_cmp ahs_arg(unsigned int arg, enum scmp_compare op,
                                           scmp_datum_t a, scmp_datum_t b) {

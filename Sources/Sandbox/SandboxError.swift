@@ -5,7 +5,7 @@ public struct SandboxError: Error, CustomStringConvertible, Sendable {
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Value: String {
             case invalidPolicy, invalidArgument, sourceMissing, seccomp, cgroup, launch,
-                setup, notPrivileged, io
+                notPrivileged, io
         }
         private let value: Value
         private init(_ v: Value) { value = v }
@@ -22,8 +22,6 @@ public struct SandboxError: Error, CustomStringConvertible, Sendable {
         public static let cgroup = Code(.cgroup)
         /// The sandbox could not be started.
         public static let launch = Code(.launch)
-        /// A setup stage inside the sandbox failed.
-        public static let setup = Code(.setup)
         /// The supervisor lacks the privileges a sandbox needs.
         public static let notPrivileged = Code(.notPrivileged)
         /// Reading or writing a supervisor-side file failed.

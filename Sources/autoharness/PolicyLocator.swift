@@ -9,16 +9,8 @@ enum PolicyLocator {
     static func searchPaths(explicit: [String]) -> [String] {
         var paths = explicit
         if let env = getenv("AUTOHARNESS_POLICY_DIR") { paths.append(String(cString: env)) }
-        var dir = executableDirectory()
-        paths.append(dir + "/../share/autoharness/policies")
-        for _ in 0..<6 {
-            if access(dir + "/policies/base.yaml", R_OK) == 0 {
-                paths.append(dir + "/policies")
-                break
-            }
-            guard let slash = dir.lastIndex(of: "/"), dir != "/" else { break }
-            dir = slash == dir.startIndex ? "/" : String(dir[..<slash])
-        }
+        paths.append(executableDirectory() + "/../share/autoharness/policies")
+        if let checkout = nearestAncestor(containing: "policies/base.yaml") { paths.append(checkout + "/policies") }
         return paths
     }
 
@@ -39,10 +31,17 @@ enum PolicyLocator {
     /// `share/autoharness/templates`, or a source checkout's `templates/`.
     static func templatesDirectory() -> String? {
         if let env = getenv("AUTOHARNESS_TEMPLATE_DIR") { return String(cString: env) }
+        let installed = executableDirectory() + "/../share/autoharness/templates"
+        if access(installed + "/PROGRAM.md", R_OK) == 0 { return installed }
+        return nearestAncestor(containing: "templates/PROGRAM.md").map { $0 + "/templates" }
+    }
+
+    /// The binary's directory or the closest of its (up to six) ancestors holding `relative`:
+    /// a source checkout running `.build/<triple>/<config>/autoharness` in place.
+    static func nearestAncestor(containing relative: String) -> String? {
         var dir = executableDirectory()
-        if access(dir + "/../share/autoharness/templates/PROGRAM.md", R_OK) == 0 { return dir + "/../share/autoharness/templates" }
         for _ in 0..<6 {
-            if access(dir + "/templates/PROGRAM.md", R_OK) == 0 { return dir + "/templates" }
+            if access(dir + "/" + relative, R_OK) == 0 { return dir }
             guard let slash = dir.lastIndex(of: "/"), dir != "/" else { break }
             dir = slash == dir.startIndex ? "/" : String(dir[..<slash])
         }

@@ -291,3 +291,32 @@ struct CrossTaskChannelTests {
         #expect(before == after, "before: \(before), after: \(after)")
     }
 }
+
+@Suite("Scratch hygiene")
+struct ScratchHygieneTests {
+    @Test("task tmpfs mounts of a dead supervisor are unmounted; a live one's are left alone")
+    func staleTaskMountsSwept() throws {
+        try requireRoot()
+        let root = try makeScratchRoot()
+        func fakeMount(owner: Int32) throws -> String {
+            let dir = root.path + "/" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+            try #require(mkdir(dir, 0o700) == 0 && mount("tmpfs", dir, "tmpfs", 0, "size=1m") == 0)
+            try FileManager.default.createDirectory(atPath: dir + "/out", withIntermediateDirectories: false)
+            try "\(owner)".write(toFile: dir + "/out/owner", atomically: false, encoding: .utf8)
+            return dir
+        }
+        // A pid that no longer exists: a child that has been reaped.
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/bin/true")
+        try p.run()
+        p.waitUntilExit()
+        let dead = try fakeMount(owner: p.processIdentifier)
+        let live = try fakeMount(owner: getpid())
+        defer { umount2(live, Int32(MNT_DETACH)); rmdir(live) }
+        _ = try Harness(agent: "class HarnessAgent:\n    def run(self, i, w): pass\n", scratch: root)  // the runner sweeps on start
+        let mounts = try String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)
+        #expect(!mounts.contains(" \(dead) "))
+        #expect(!FileManager.default.fileExists(atPath: dead))
+        #expect(mounts.contains(" \(live) "))
+    }
+}

@@ -271,6 +271,20 @@ struct ExperimentTests {
         #expect(try exp.file("workspace/results.tsv").contains("\t-\t"))
     }
 
+    @Test("a symlink in place of agent/agent.py is refused, not followed to its target")
+    func symlinkedAgentRefused() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        let secret = try exp.temp.file("secret.py", Agents.all)
+        try FileManager.default.removeItem(atPath: exp.root + "/agent/agent.py")
+        try FileManager.default.createSymbolicLink(atPath: exp.root + "/agent/agent.py", withDestinationPath: secret)
+        let g = try exp.run("gate")
+        #expect(g.status == 1)
+        #expect(g.stderr.contains("agent/agent.py") && g.stderr.contains("not a symlink"), "\(g.stderr)")
+        let st = try #require(JSONSerialization.jsonObject(with: Data(try exp.run("status", "--json").stdout.utf8)) as? [String: Any])
+        #expect((st["gate_attempts"] as? [Any])?.isEmpty == true)
+    }
+
     @Test("benchmark refuses held-out and unknown ids alike, runs nothing, and records the refusal")
     func testIdsRefused() throws {
         try requireRoot()

@@ -7,8 +7,6 @@ extern "C" {
 #endif
 /// An anonymous in-memory file (memfd_create, MFD_CLOEXEC), or -1 with errno.
 int ahl_memfd(const char *name);
-/// pidfd_open(pid, 0), or -1 with errno.
-int ahl_pidfd_open(pid_t pid);
 /// accept4(listener, NULL, NULL, SOCK_CLOEXEC) (hidden by the Glibc module).
 int ahl_accept_cloexec(int listener);
 #ifdef __cplusplus

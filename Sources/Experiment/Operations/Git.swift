@@ -73,8 +73,6 @@ public struct Git: Sendable {
         try run(["update-ref", "HEAD", commit, parent])
     }
 
-    public func head() throws -> String { try run(["rev-parse", "HEAD"]) }
-
     /// The `Ledger-Head: SEQ:HASH` trailer of the newest commit that has one.
     public func latestLedgerHead() -> (seq: Int64, hash: String)? {
         guard let line = try? run(["log", "-1", "--format=%(trailers:key=Ledger-Head,valueonly)", "--grep=Ledger-Head:"]),

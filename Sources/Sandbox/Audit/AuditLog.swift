@@ -207,3 +207,11 @@ final class Mutex: @unchecked Sendable {
         return try body()
     }
 }
+
+/// A value behind a `Mutex`.
+final class Locked<Value>: @unchecked Sendable {
+    private let mutex = Mutex()
+    var value: Value
+    init(_ value: Value) { self.value = value }
+    func withLock<T>(_ body: () throws -> T) rethrows -> T { try mutex.withLock(body) }
+}

@@ -33,6 +33,9 @@ public struct CgroupHost: Sendable {
         self.v2 = v2
     }
 
+    /// This process's hierarchies, read once: a supervisor does not move between cgroups.
+    public static let current = detect()
+
     /// Reads /proc/self/cgroup and /proc/self/mountinfo.
     public static func detect() -> CgroupHost {
         var own: [String: String] = [:]  // "memory" or "" (v2) -> path
@@ -104,7 +107,7 @@ final class SandboxCgroup {
 
     /// Creates the cgroups for `limits`. A requested limit no controller can enforce is an
     /// error unless `allowUnenforced`, in which case it is listed as NOT ENFORCED.
-    init(id: String, limits: Limits, host: CgroupHost = .detect(), allowUnenforced: Bool) throws(SandboxError) {
+    init(id: String, limits: Limits, host: CgroupHost = .current, allowUnenforced: Bool) throws(SandboxError) {
         let name = "autoharness-\(id)"
         let wanted = CgroupHost.requested(limits)
         let placed = host.plan(for: limits)
@@ -241,6 +244,8 @@ final class SandboxCgroup {
     /// empty, and older than a minute (a sibling supervisor's cgroup is empty only for the
     /// milliseconds between its mkdir and its monitor joining).
     static func sweepStale(in parent: String) {
+        // Once per parent and process: what a killed supervisor left is there at start-up.
+        guard swept.withLock({ swept.value.insert(parent).inserted }) else { return }
         guard let d = opendir(parent) else { return }
         defer { closedir(d) }
         var now = timespec()
@@ -255,6 +260,8 @@ final class SandboxCgroup {
             rmdir(path)
         }
     }
+
+    private static let swept = Locked<Set<String>>([])
 
     static func field(_ text: String, _ key: String) -> Int? {
         for line in text.split(separator: "\n") {

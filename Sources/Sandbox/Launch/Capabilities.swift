@@ -18,9 +18,4 @@ public enum Capabilities {
         defer { cap_free(p) }
         return String(cString: p)
     }
-
-    /// Names of the capabilities set in a 64-bit mask such as /proc/PID/status's CapEff.
-    public static func names(inMask mask: UInt64) -> [String] {
-        (0...min(63, lastCap)).filter { mask & (1 << UInt64($0)) != 0 }.map(name)
-    }
 }

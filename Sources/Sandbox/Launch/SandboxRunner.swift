@@ -37,8 +37,6 @@ public struct SandboxResult: Sendable {
     public var enforcement: [LimitEnforcement]
     /// Anything the supervisor could not clean up (cgroup paths). Empty on success.
     public var leftovers: [String]
-    /// pid of the payload inside the sandbox (normally 2).
-    public var payloadSandboxPID: Int32?
 }
 
 public struct RunOptions: @unchecked Sendable {
@@ -52,7 +50,7 @@ public struct RunOptions: @unchecked Sendable {
     /// Read end of a pipe; each byte written to it is a signal number to forward to the
     /// payload (how the CLI passes on ^C and SIGTERM).
     public var signalFD: Int32 = -1
-    /// The cgroup layout to use; nil reads this process's own (/proc/self/cgroup).
+    /// The cgroup layout to use; nil means this process's own (`CgroupHost.current`).
     public var cgroupHost: CgroupHost?
 
     public init(audit: AuditLog = AuditLog(), logger: Logger = Logger(label: "autoharness.sandbox")) {
@@ -69,7 +67,7 @@ public enum SandboxRunner {
             throw SandboxError(.notPrivileged, "sandboxes need root (CAP_SYS_ADMIN, CAP_SETUID, CAP_SETGID in the initial namespaces) to build namespaces and write id maps")
         }
         let log = options.logger
-        let cgroup = try SandboxCgroup(id: plan.sandboxID, limits: plan.limits, host: options.cgroupHost ?? .detect(),
+        let cgroup = try SandboxCgroup(id: plan.sandboxID, limits: plan.limits, host: options.cgroupHost ?? .current,
                                        allowUnenforced: options.allowUnenforcedLimits)
         Timing.mark("cgroups created")
         var enforcement = cgroup.enforcement
@@ -111,7 +109,6 @@ private struct Session {
     var waitStatus: Int32?
     var timedOut = false
     var killed = false
-    var payloadPID: Int32?
 
     init(plan: LaunchPlan, child: ahl_child, cgroup: SandboxCgroup, options: RunOptions) {
         self.plan = plan
@@ -166,8 +163,7 @@ private struct Session {
         return SandboxResult(
             sandboxID: plan.sandboxID, termination: termination,
             violations: options.audit.events.filter { $0.sandbox == plan.sandboxID },
-            memoryLimitHit: memHit, pidsLimitHit: pidsHit, enforcement: [], leftovers: leftovers,
-            payloadSandboxPID: payloadPID)
+            memoryLimitHit: memHit, pidsLimitHit: pidsHit, enforcement: [], leftovers: leftovers)
     }
 
     /// Waits for the monitor to unshare, writes the id maps and joins the cgroups, then lets
@@ -275,7 +271,6 @@ private struct Session {
             Timing.mark("payload exited")
             waitStatus = Int32(truncatingIfNeeded: m.value)
         case AHL_MSG_STARTED.rawValue:
-            payloadPID = m.index
             Timing.mark("filesystem built, payload forked")
         default:
             if fd >= 0 { close(fd) }

@@ -171,7 +171,13 @@ public enum PlanCompiler {
         var limits = policy.limits
         if let t = overrides.timeoutSeconds { limits.timeoutSeconds = t }
         Timing.mark("mounts resolved")
-        let filter = try SeccompCompiler.compile(policy.seccomp)
+        let filter: CompiledFilter
+        do {
+            filter = try SeccompCompiler.compile(policy.seccomp)
+        } catch {
+            // The compiler sees only the seccomp section; name the policy it came from.
+            throw SandboxError(error.code, "policy \(policy.lineage.last ?? policy.name): \(error.message)", errno: error.errno)
+        }
         Timing.mark("seccomp compiled")
 
         var rlimits = [LaunchPlan.ResourceLimit(name: "core", resource: Int32(RLIMIT_CORE.rawValue), value: 0, requested: 0)]
