@@ -18,6 +18,22 @@ enum FilterCache {
         return "/var/cache/autoharness/seccomp"
     }
 
+    /// Programs this process already loaded or built: a supervisor compiles the same policy
+    /// for every task it runs.
+    private static let memo = Locked<[String: [UInt8]]>([:])
+
+    /// The program for `key`: from this process's memo, else the disk cache (else nil).
+    static func lookup(key: String) -> [UInt8]? {
+        if let hit = memo.withLock({ memo.value[key] }) { return hit }
+        guard let bpf = load(key: key) else { return nil }
+        remember(key: key, bpf: bpf)
+        return bpf
+    }
+
+    static func remember(key: String, bpf: [UInt8]) {
+        memo.withLock { memo.value[key] = bpf }
+    }
+
     static func load(key: String, in dir: String? = directory) -> [UInt8]? {
         guard let dir, trustworthy(dir, directory: true) else { return nil }
         let path = dir + "/" + fileName(key)

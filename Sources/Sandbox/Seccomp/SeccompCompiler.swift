@@ -79,11 +79,12 @@ public enum SeccompCompiler {
             socket \(ArgumentRules.allowedSocketFamilies.map { String($0) }.joined(separator: ","))
             """
         let bpf: [UInt8]
-        if let cached = FilterCache.load(key: key) {
+        if let cached = FilterCache.lookup(key: key) {
             bpf = cached
         } else {
             bpf = try build(unconditional: unconditional.map(\.1), conditional: conditional)
             FilterCache.store(key: key, bpf: bpf)
+            FilterCache.remember(key: key, bpf: bpf)
         }
         return CompiledFilter(
             bpf: bpf,
