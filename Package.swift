@@ -21,6 +21,7 @@ let package = Package(
     products: [
         .executable(name: "autoharness", targets: ["autoharness"]),
         .executable(name: "sandbox-probe", targets: ["sandbox-probe"]),
+        .executable(name: "autoharness-client", targets: ["autoharness-client"]),
         .library(name: "SandboxPolicy", targets: ["SandboxPolicy"]),
         .library(name: "Sandbox", targets: ["Sandbox"]),
         .library(name: "Experiment", targets: ["Experiment"]),
@@ -72,7 +73,7 @@ let package = Package(
         .target(
             name: "Experiment",
             dependencies: [
-                "Benchmark", "Ledger", "Sandbox", "SandboxPolicy",
+                "Benchmark", "Ledger", "Sandbox", "SandboxPolicy", "BrokerWire", "CSandboxLaunch",
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
@@ -80,10 +81,18 @@ let package = Package(
         .executableTarget(
             name: "autoharness",
             dependencies: [
-                "Sandbox", "SandboxPolicy", "Experiment", "Benchmark", "Ledger",
+                "Sandbox", "SandboxPolicy", "Experiment", "Benchmark", "Ledger", "BrokerWire",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
+        ),
+        // The broker's wire format: no Foundation, shared by the supervisor and the client.
+        .target(name: "BrokerWire"),
+        // The `autoharness` inside the coding agent's sandbox: a static client of the broker.
+        .executableTarget(
+            name: "autoharness-client",
+            dependencies: ["BrokerWire"],
+            linkerSettings: [.unsafeFlags(["-static-stdlib"])]
         ),
         .executableTarget(
             name: "sandbox-probe",

@@ -10,3 +10,12 @@
 int ahl_memfd(const char *name) { return memfd_create(name, MFD_CLOEXEC); }
 
 int ahl_accept_cloexec(int listener) { return accept4(listener, NULL, NULL, SOCK_CLOEXEC); }
+
+int ahl_peer_credentials(int fd, int *pid, unsigned *uid) {
+    struct ucred c;
+    socklen_t len = sizeof c;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c, &len) < 0) return -1;
+    *pid = c.pid;
+    *uid = c.uid;
+    return 0;
+}

@@ -14,6 +14,8 @@ public enum RecordKind: String, Codable, Sendable, CaseIterable {
     case suitePromotion = "suite_promotion"
     case violation
     case note
+    case runStarted = "run_started"
+    case runEnded = "run_ended"
 }
 
 /// One row of the ledger, exactly as stored.

@@ -135,12 +135,7 @@ struct BenchmarkCommand: ParsableCommand {
         let (_, outcomes) = try experiment.perform("benchmark") {
             try $0.runBenchmark(taskIDs: taskIDs.isEmpty ? nil : taskIDs, oracle: oracle)
         }
-        for o in outcomes {
-            let detail = o.status == .passed || o.status == .failed ? "" : " (\(o.status.rawValue)\(o.detail.map { ": \($0)" } ?? ""))"
-            print("\(o.passed ? "PASS" : "FAIL")  \(o.id)  reward \(String(format: "%.2f", o.reward))\(detail)")
-        }
-        let passed = outcomes.filter(\.passed).count
-        print("train: \(passed)/\(outcomes.count) passed; traces in workspace/traces/latest/")
+        print(Render.benchmark(outcomes), terminator: "")
     }
 }
 
@@ -154,19 +149,9 @@ struct GateCommand: ParsableCommand {
 
     func run() throws {
         let (s, r) = try experiment.perform("gate") { try $0.gate() }
-        print("gate attempt \(r.attempt): \(r.accepted ? "ACCEPTED" : "REJECTED")")
-        print("suite: \(r.suitePassed)/\(r.suiteTotal) (threshold \(s.config.threshold))")
-        switch s.config.disclosure {
-        case .decision: break
-        case .rounded: if let v = r.valScore { print("val_score: \(String(format: "%.2f", v))") }
-        case .score: if let v = r.valScore { print("val_score: \(String(format: "%.4f", v))") }
-        }
-        if r.accepted {
-            print("iteration \(r.iteration ?? 0) committed as \(r.commit.map { String($0.prefix(7)) } ?? "-"); \(r.promoted.count) task(s) promoted to the suite")
-        } else {
-            print("reason: \(s.config.disclosure == .decision && r.reason.hasPrefix("val_score") ? "held-out score did not improve" : r.reason)")
-            throw ExitCode(Exit.failure)
-        }
+        let (text, code) = Render.gate(r, config: s.config)
+        print(text, terminator: "")
+        if code != 0 { throw ExitCode(code) }
     }
 }
 
@@ -192,68 +177,7 @@ struct StatusCommand: ParsableCommand {
         let state: ExperimentState
         do { state = try s.state() } catch { fail("autoharness: \(error)", code: Exit.failure) }
         let report = verify ? try s.verify() : nil
-        if json {
-            let d = `operator` ? ExperimentConfig.Disclosure.score : s.config.disclosure
-            func score(_ v: Double?) -> Any {
-                guard let v else { return NSNull() }
-                if `operator` { return v }
-                return d == .decision ? NSNull() : (Double(Views.disclosed(v, d)) ?? NSNull()) as Any
-            }
-            var obj: [String: Any] = [
-                "prepared": state.prepared,
-                "disclosure": `operator` ? "operator" : d.rawValue,
-                "iterations": state.iterations.map { ["iteration": $0.iteration, "val_score": score($0.valScore), "commit": $0.commit,
-                                                      "evals_passed": $0.evalsPassed, "evals_total": $0.evalsTotal, "timestamp": $0.timestamp] },
-                "best": score(state.best),
-                "suite": state.suite,
-                "gate_attempts": state.gateAttempts.suffix(10).map { ["attempt": $0.attempt, "accepted": $0.accepted, "reason": reason($0, d),
-                                                                       "suite": "\($0.suitePassed)/\($0.suiteTotal)"] },
-                "violations": visibleViolations(state).map { ["time": $0.time, "actor": $0.record.actor, "kind": $0.record.kind, "detail": $0.record.detail] },
-            ]
-            if let report {
-                obj["verify"] = ["ok": report.ok, "ledger_problems": report.ledger.problems.map(\.description),
-                                 "edited_views": report.editedViews, "missing_commits": report.missingCommits]
-            }
-            let data = try JSONSerialization.data(withJSONObject: obj, options: [.prettyPrinted, .sortedKeys])
-            print(String(decoding: data, as: UTF8.self))
-        } else {
-            print("experiment \(s.layout.root)")
-            if !state.prepared { print("not prepared yet: run `autoharness prepare`") } else { printSummary(state, s) }
-            if let report {
-                if report.ok {
-                    print("verify: ok (\(report.ledger.records) ledger records, head \(report.ledger.head.prefix(12)))")
-                } else {
-                    print("verify: PROBLEMS")
-                    for p in report.ledger.problems { print("  ledger: \(p)") }
-                    for v in report.editedViews { print("  view differs from the ledger: \(v) (the gate ignores it; the next write regenerates it)") }
-                    for c in report.missingCommits { print("  accepted commit not in git history: \(c)") }
-                }
-            }
-        }
+        print(Render.status(state, config: s.config, root: s.layout.root, operator: `operator`, json: json, verify: report), terminator: "")
         if let report, !report.ok { throw ExitCode(Exit.failure) }
-    }
-
-    private func printSummary(_ state: ExperimentState, _ s: ExperimentSupervisor) {
-        let d = `operator` ? ExperimentConfig.Disclosure.score : s.config.disclosure
-        print("iterations: \(state.iterations.count - 1) accepted (plus baseline)")
-        if let best = state.best { print("best val_score: \(Views.disclosed(best, d))") }
-        print("suite: \(state.suite.count) task(s)")
-        let recent = state.gateAttempts.suffix(5)
-        if !recent.isEmpty {
-            print("recent gate attempts:")
-            for a in recent { print("  #\(a.attempt) \(a.accepted ? "accepted" : "rejected: \(reason(a, d))") (suite \(a.suitePassed)/\(a.suiteTotal))") }
-        }
-        let shown = visibleViolations(state)
-        print("violations: \(shown.count)\(`operator` ? "" : " (held-out runs' are withheld; --operator shows them)")")
-        for v in shown.suffix(10) { print("  \(v.time) \(v.record.actor): \(v.record.detail)") }
-    }
-
-    /// Violations from held-out runs are the operator's only.
-    private func visibleViolations(_ state: ExperimentState) -> [(time: String, record: ViolationRecord)] {
-        `operator` ? state.violations : state.violations.filter { $0.record.heldOut != true }
-    }
-
-    private func reason(_ a: GateAttemptRecord, _ d: ExperimentConfig.Disclosure) -> String {
-        d == .decision && a.reason.hasPrefix("val_score") ? "held-out score did not improve" : a.reason
     }
 }

@@ -23,6 +23,13 @@ enum PolicyLocator {
         return String(path[..<slash])
     }
 
+    /// The static broker client bound into the coding agent's sandbox as `autoharness`:
+    /// `$AUTOHARNESS_CLIENT`, or `autoharness-client` next to this binary.
+    static func clientBinary() -> String {
+        if let env = getenv("AUTOHARNESS_CLIENT") { return String(cString: env) }
+        return executableDirectory() + "/autoharness-client"
+    }
+
     static func loader(_ explicit: [String]) -> PolicyLoader {
         PolicyLoader(searchPaths: searchPaths(explicit: explicit))
     }

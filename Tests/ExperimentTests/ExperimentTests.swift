@@ -187,7 +187,7 @@ struct ExperimentTests {
     @Test("a task whose agent crashes counts 0 over the whole test split; it is not dropped from the mean")
     func crashesCountAsZero() throws {
         try requireRoot()
-        let exp = try Experiment(config: ["disclosure": "score"])
+        let exp = try Experiment(config: ["disclosure": "score", "min_improvement": "0"])
         let split = try exp.split()
         let addInTest = split.test.filter { $0.hasPrefix("add-") }.count
         try #require(addInTest > 0 && addInTest < split.test.count, "fixture split needs both kinds in test")

@@ -9,6 +9,8 @@ extern "C" {
 int ahl_memfd(const char *name);
 /// accept4(listener, NULL, NULL, SOCK_CLOEXEC) (hidden by the Glibc module).
 int ahl_accept_cloexec(int listener);
+/// The peer of a connected Unix socket (SO_PEERCRED): 0, or -1 with errno.
+int ahl_peer_credentials(int fd, int *pid, unsigned *uid);
 #ifdef __cplusplus
 }
 #endif

@@ -1,4 +1,5 @@
 import Foundation
+import SandboxPolicy
 import Yams
 
 /// `experiment_config.yaml`: upstream auto-harness keys first, then ours.
@@ -27,15 +28,47 @@ public struct ExperimentConfig: Sendable, Equatable {
     public var verifierPolicy = "verifier"
     public var policyDirectory: String?
     public var scratch = "/dev/shm/autoharness"
+    /// `host:port` pairs the coding agent's egress proxy may connect to.
+    public var networkAllow: [String] = []
+    public var codingAgentPolicy = "coding-agent"
     // coding_agent: (used by `autoharness run`)
-    public var codingAgentCommand: [String] = []
-    public var codingAgentEnvPass: [String] = []
+    public var codingAgent = CodingAgent()
     // gate:
     public var disclosure: Disclosure = .rounded
+    /// Gate calls allowed per `autoharness run` (0: unlimited).
     public var gateBudget = 0
-    /// A new val_score must exceed the best by more than this (0: strictly greater).
-    public var minImprovement = 0.0
-    public var onReject = "revert"
+    /// A new val_score must exceed the best by more than this; nil means one task's worth
+    /// (1 / number of test tasks). Either way a tie never passes.
+    public var minImprovement: Double?
+    public var onReject: OnReject = .revert
+    /// `autoharness run` stops after this many consecutive rejected gates (upstream: 5).
+    public var maxNonImproving = 5
+
+    public enum OnReject: String, Sendable, CaseIterable { case revert, keep }
+
+    /// How `autoharness run` starts and restarts the coding agent.
+    public struct CodingAgent: Sendable, Equatable {
+        /// argv; an element `{prompt}` is replaced by `prompt` on the first start and by
+        /// `continuePrompt` on restarts.
+        public var command: [String] = []
+        public var envPass: [String] = []
+        /// Host paths bound read-only at the same path (the agent's own install, say).
+        public var binds: [String] = []
+        public var prompt = "Read PROGRAM.md and start the optimization loop."
+        public var continuePrompt = "You were restarted. Read PROGRAM.md and workspace/learnings.md, check `autoharness status`, and continue the optimization loop."
+        /// Seconds before the first restart; doubled after each quick exit, capped at 300.
+        public var restartBackoff = 2.0
+        /// An exit within this many seconds of the start counts as a crash.
+        public var quickExitSeconds = 30.0
+        /// This many crashes in a row stop the run (a crash loop).
+        public var maxCrashes = 5
+        public init() {}
+    }
+
+    /// The improvement a gate must exceed, given the test split's size.
+    public func requiredImprovement(testTasks: Int) -> Double {
+        minImprovement ?? (testTasks > 0 ? 1.0 / Double(testTasks) : 0)
+    }
 
     public init(benchmark: String, dataset: String? = nil) {
         self.benchmark = benchmark
@@ -98,29 +131,51 @@ extension ExperimentConfig {
             case "per_task_timeout": if let x = r.number(v, key, 1...86_400) { c.perTaskTimeout = x }
             case "parallel_gate", "env_provider", "domain": break  // upstream keys with no meaning for local benchmarks
             case "sandbox":
-                r.mapping(v, key, allowed: ["task_policy", "verifier_policy", "policy_dir", "scratch"]) { k, v in
+                r.mapping(v, key, allowed: ["task_policy", "verifier_policy", "coding_agent_policy", "policy_dir", "scratch", "network"]) { k, v in
                     switch k {
                     case "task_policy": if let s = r.string(v, "sandbox.\(k)") { c.taskPolicy = s }
+                    case "coding_agent_policy": if let s = r.string(v, "sandbox.\(k)") { c.codingAgentPolicy = s }
+                    case "network":
+                        r.mapping(v, "sandbox.network", allowed: ["allow"]) { _, v in
+                            c.networkAllow = r.hostPorts(v, "sandbox.network.allow") ?? []
+                        }
                     case "verifier_policy": if let s = r.string(v, "sandbox.\(k)") { c.verifierPolicy = s }
                     case "policy_dir": c.policyDirectory = r.string(v, "sandbox.\(k)")
                     default: if let s = r.absolutePath(v, "sandbox.\(k)") { c.scratch = s }
                     }
                 }
             case "coding_agent":
-                r.mapping(v, key, allowed: ["command", "env_pass"]) { k, v in
+                r.mapping(v, key, allowed: ["command", "env_pass", "binds", "prompt", "continue_prompt", "restart_backoff",
+                                            "quick_exit_seconds", "max_crashes"]) { k, v in
+                    let name = "coding_agent.\(k)"
                     switch k {
-                    case "command": c.codingAgentCommand = r.strings(v, "coding_agent.command") ?? []
-                    default: c.codingAgentEnvPass = r.strings(v, "coding_agent.env_pass") ?? []
+                    case "command": c.codingAgent.command = r.strings(v, name) ?? []
+                    case "env_pass":
+                        c.codingAgent.envPass = r.strings(v, name) ?? []
+                        for n in c.codingAgent.envPass where !EnvSpec.isVariableName(n) {
+                            r.error(v, "\(name): '\(n)' is not a variable name")
+                        }
+                    case "binds":
+                        c.codingAgent.binds = r.strings(v, name) ?? []
+                        for b in c.codingAgent.binds where !b.hasPrefix("/") { r.error(v, "\(name): '\(b)' must be an absolute path") }
+                    case "prompt": if let s = r.string(v, name) { c.codingAgent.prompt = s }
+                    case "continue_prompt": if let s = r.string(v, name) { c.codingAgent.continuePrompt = s }
+                    case "restart_backoff": if let x = r.number(v, name, 0...300) { c.codingAgent.restartBackoff = x }
+                    case "quick_exit_seconds": if let x = r.number(v, name, 0...86_400) { c.codingAgent.quickExitSeconds = x }
+                    default: if let x = r.integer(v, name, 1...1000) { c.codingAgent.maxCrashes = x }
                     }
                 }
             default:  // gate
-                r.mapping(v, key, allowed: ["disclosure", "budget", "min_improvement", "on_reject"]) { k, v in
+                r.mapping(v, key, allowed: ["disclosure", "budget", "min_improvement", "on_reject", "max_non_improving"]) { k, v in
                     switch k {
                     case "disclosure":
                         if let s = r.oneOf(v, "gate.disclosure", Disclosure.allCases.map(\.rawValue)) { c.disclosure = Disclosure(rawValue: s)! }
                     case "budget": if let x = r.integer(v, "gate.budget", 0...1_000_000) { c.gateBudget = x }
-                    case "min_improvement": if let x = r.number(v, "gate.min_improvement", 0...1) { c.minImprovement = x }
-                    default: if let s = r.oneOf(v, "gate.on_reject", ["revert", "keep"]) { c.onReject = s }
+                    case "min_improvement":
+                        if v.scalar?.string != "auto", let x = r.number(v, "gate.min_improvement", 0...1) { c.minImprovement = x }
+                    case "max_non_improving": if let x = r.integer(v, "gate.max_non_improving", 0...1_000_000) { c.maxNonImproving = x }
+                    default:
+                        if let s = r.oneOf(v, "gate.on_reject", OnReject.allCases.map(\.rawValue)) { c.onReject = OnReject(rawValue: s)! }
                     }
                 }
             }
@@ -218,6 +273,19 @@ private final class Reader {
             return nil
         }
         return x
+    }
+
+    /// A list of `host:port` strings (port 1-65535, host without scheme or path).
+    func hostPorts(_ node: Node, _ key: String) -> [String]? {
+        guard let items = strings(node, key) else { return nil }
+        for item in items {
+            guard let colon = item.lastIndex(of: ":"), let port = Int(item[item.index(after: colon)...]), (1...65535).contains(port),
+                  colon != item.startIndex, !item.contains("/"), !item.contains(" ") else {
+                error(node, "\(key): '\(item)' is not host:port (e.g. api.anthropic.com:443)")
+                continue
+            }
+        }
+        return items
     }
 
     func absolutePath(_ node: Node, _ key: String) -> String? {

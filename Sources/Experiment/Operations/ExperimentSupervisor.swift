@@ -130,7 +130,7 @@ public final class ExperimentSupervisor {
     /// Runs train tasks (all, or `taskIDs`), keeping their traces. Any id that is not a train
     /// task — unknown or held out, deliberately indistinguishable — refuses the whole request
     /// and is recorded as a violation.
-    public func runBenchmark(taskIDs: [String]?, oracle: Bool = false, actor: String = "cli") throws -> [TaskOutcome] {
+    public func runBenchmark(taskIDs: [String]?, oracle: Bool = false, actor: String = "cli", agent: Snapshot? = nil) throws -> [TaskOutcome] {
         let s = try state()
         guard let split = s.split else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
         let train = Set(split.train)
@@ -144,7 +144,7 @@ public final class ExperimentSupervisor {
             }
         }
         let tasks = (taskIDs.map(Set.init) ?? train).sorted().compactMap { benchmark.task($0) }
-        let snap = try snapshotAgent()
+        let snap = try agent ?? snapshotAgent()
         let firstRun = s.latestTrainRun == nil
         try FileManager.default.createDirectory(atPath: layout.latestTraces, withIntermediateDirectories: true)
         for t in tasks { try? FileManager.default.removeItem(atPath: layout.latestTraces + "/" + t.id) }
@@ -176,15 +176,11 @@ public final class ExperimentSupervisor {
     /// fails; every test task counts, errors as 0); (3) only if both pass, failing non-suite
     /// train tasks are re-run and newly passing ones promoted. On acceptance the supervisor
     /// commits the snapshot and records the iteration; a rejection is recorded too.
-    public func gate(actor: String = "cli") throws -> GateResult {
+    public func gate(actor: String = "cli", agent: Snapshot? = nil) throws -> GateResult {
         let s = try state()
         guard let split = s.split else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
         let attempt = s.gateAttempts.count + 1
-        if config.gateBudget > 0 && s.gateAttempts.filter({ $0.reason != "interrupted" }).count >= config.gateBudget {
-            _ = try ledger.append(.violation, ViolationRecord(actor: actor, kind: "gate_budget", detail: "gate budget \(config.gateBudget) exhausted"))
-            throw ExperimentError(.refused, "gate budget (\(config.gateBudget)) exhausted; this request was recorded")
-        }
-        let snap = try snapshotAgent()
+        let snap = try agent ?? snapshotAgent()
         _ = try ledger.append(.gateStarted, GateStartedRecord(attempt: attempt, agentSHA256: snap.sha256))
         let audit = AuditLog()
         let heldOutAudit = AuditLog()
@@ -207,8 +203,11 @@ public final class ExperimentSupervisor {
             let val = Self.mean(split.test.map { rewards[$0] ?? 0 })
             result.valScore = val
             let best = s.best ?? 0
-            if val - best <= config.minImprovement + 1e-12 {
-                result.reason = "val_score did not beat the best accepted score"
+            let needed = config.requiredImprovement(testTasks: split.test.count)
+            if val - best <= needed + 1e-9 {
+                result.reason = needed > 0
+                    ? "val_score did not beat the best accepted score by more than min_improvement \(String(format: "%.4f", needed))"
+                    : "val_score did not beat the best accepted score"
             } else {
                 // (3) promotion: failing train tasks outside the suite, re-run
                 let candidates = split.train.filter { !s.suite.contains($0) && (s.latestTrainRewards[$0] ?? 0) < 0.5 }
@@ -318,16 +317,17 @@ public final class ExperimentSupervisor {
     /// Copies agent/agent.py into a content-addressed, supervisor-owned directory. The gate
     /// and the benchmark judge this copy, never the live file the coding agent may still edit.
     public func snapshotAgent() throws -> Snapshot {
-        let fd = open(layout.agentFile, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { throw ExperimentError(.io, "\(layout.agentFile): \(String(cString: strerror(errno))) (it must be a regular file, not a symlink)") }
-        defer { close(fd) }
-        var st = stat()
-        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { throw ExperimentError(.io, "\(layout.agentFile) is not a regular file") }
-        guard st.st_size <= 1 << 20 else { throw ExperimentError(.io, "\(layout.agentFile) is larger than 1 MiB") }
-        var bytes = [UInt8](repeating: 0, count: Int(st.st_size))
-        guard bytes.withUnsafeMutableBytes({ read(fd, $0.baseAddress, $0.count) }) == bytes.count else {
-            throw ExperimentError(.io, "\(layout.agentFile): short read")
+        let dir = open(layout.agentDirectory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard dir >= 0 else { throw ExperimentError(.io, "\(layout.agentDirectory): \(String(cString: strerror(errno))) (it must be a directory, not a symlink)") }
+        defer { close(dir) }
+        switch AgentFile.read(directoryFD: dir, maxBytes: AgentFile.maxBytes) {
+        case .success(let bytes): return try snapshot(bytes: bytes)
+        case .failure(let why): throw ExperimentError(.io, "\(layout.agentFile) \(why.reason)")
         }
+    }
+
+    /// Stores `bytes` as a content-addressed snapshot (idempotent).
+    public func snapshot(bytes: [UInt8]) throws -> Snapshot {
         let sha = SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined()
         let dir = layout.snapshotDirectory(sha256: sha)
         if !FileManager.default.fileExists(atPath: dir + "/agent.py") {

@@ -85,6 +85,25 @@ public struct ViolationRecord: Codable, Sendable {
     }
 }
 
+/// `autoharness run` started, or resumed an unfinished run (same `runID`).
+public struct RunStartedRecord: Codable, Sendable {
+    public var runID: String
+    public var resumed: Bool
+    public var command: [String]
+    public var maxIterations: Int?
+    public var maxHours: Double?
+    public var gateBudget: Int
+}
+
+/// `autoharness run` stopped, and why.
+public struct RunEndedRecord: Codable, Sendable {
+    public var runID: String
+    public var reason: String
+    public var gates: Int
+    public var accepted: Int
+    public var agentStarts: Int
+}
+
 /// The experiment as the ledger says it is.
 public struct ExperimentState: Sendable {
     public var created: ExperimentCreated?
@@ -99,6 +118,14 @@ public struct ExperimentState: Sendable {
     public var gateAttempts: [GateAttemptRecord] = []
     public var openGate: GateStartedRecord?
     public var violations: [(time: String, record: ViolationRecord)] = []
+    /// The latest run that has no end record (a crash or kill -9 left it open).
+    public var openRun: RunStartedRecord?
+    /// Ledger seq of the open run's first start record.
+    public var openRunSince: Int64?
+    /// Gate attempts (not interrupted ones) and accepted ones since `openRunSince`.
+    public var openRunGates = 0
+    public var openRunAccepted = 0
+    public var runs: [RunEndedRecord] = []
 
     /// The best accepted val_score (the baseline counts as iteration 0).
     public var best: Double? { iterations.map(\.valScore).max() }
@@ -118,6 +145,10 @@ public struct ExperimentState: Sendable {
             case .gateAttempt:
                 let a = try r.decode(GateAttemptRecord.self)
                 gateAttempts.append(a)
+                if openRun != nil && a.reason != "interrupted" {
+                    openRunGates += 1
+                    if a.accepted { openRunAccepted += 1 }
+                }
                 if openGate?.attempt == a.attempt { openGate = nil }
             case .iteration: iterations.append(try r.decode(IterationRecord.self))
             case .suitePromotion:
@@ -126,6 +157,18 @@ public struct ExperimentState: Sendable {
                 suiteLastResults = p.lastResults
             case .violation: violations.append((r.time, try r.decode(ViolationRecord.self)))
             case .note: break
+            case .runStarted:
+                let run = try r.decode(RunStartedRecord.self)
+                if openRun?.runID != run.runID {
+                    openRunSince = r.seq
+                    openRunGates = 0
+                    openRunAccepted = 0
+                }
+                openRun = run
+            case .runEnded:
+                runs.append(try r.decode(RunEndedRecord.self))
+                openRun = nil
+                openRunSince = nil
             }
         }
     }

@@ -1,0 +1,111 @@
+import Glibc
+
+/// The broker's wire format, shared by the supervisor and the in-sandbox client. It is
+/// deliberately tiny (no Foundation, no JSON) so the client stays a small static binary and
+/// the supervisor's parser has little to get wrong.
+///
+/// Request (client → supervisor), one per connection:
+///
+///     "AHB1" | u32 big-endian length N (≤ maxRequest) | N bytes: argv joined by NUL
+///
+/// Reply (supervisor → client), a sequence of frames ending with exactly one exit frame:
+///
+///     kind (1 byte: 'o' stdout, 'e' stderr, 'x' exit) | u32 big-endian length | bytes
+///
+/// The exit frame's bytes are the decimal exit status. Anything else is a protocol error.
+public enum BrokerWire {
+    public static let magic: [UInt8] = Array("AHB1".utf8)
+    public static let maxRequest = 64 * 1024
+    public static let maxArguments = 256
+    public static let maxFrame = 16 * 1024 * 1024
+    /// Where the socket is inside the coding agent's sandbox.
+    public static let sandboxSocket = "/run/autoharness/broker.sock"
+    public static let socketName = "broker.sock"
+
+    public enum FrameKind: UInt8, Sendable {
+        case stdout = 0x6F  // 'o'
+        case stderr = 0x65  // 'e'
+        case exit = 0x78    // 'x'
+    }
+
+    public static func encodeRequest(_ argv: [String]) -> [UInt8] {
+        var body: [UInt8] = []
+        for (i, a) in argv.enumerated() {
+            if i > 0 { body.append(0) }
+            body += Array(a.utf8)
+        }
+        return magic + be32(UInt32(body.count)) + body
+    }
+
+    public enum RequestError: Error, Equatable, Sendable, CustomStringConvertible {
+        case badMagic, tooLarge(Int), tooManyArguments(Int), notUTF8, truncated
+
+        public var description: String {
+            switch self {
+            case .badMagic: return "not a broker request (bad magic)"
+            case .tooLarge(let n): return "request of \(n) bytes exceeds \(BrokerWire.maxRequest)"
+            case .tooManyArguments(let n): return "\(n) arguments exceed \(BrokerWire.maxArguments)"
+            case .notUTF8: return "arguments are not valid UTF-8"
+            case .truncated: return "request truncated"
+            }
+        }
+    }
+
+    /// Validates a request header (the first 8 bytes) and returns the body length.
+    public static func bodyLength(header: [UInt8]) -> Result<Int, RequestError> {
+        guard header.count == 8 else { return .failure(.truncated) }
+        guard Array(header[0..<4]) == magic else { return .failure(.badMagic) }
+        let n = Int(readBE32(header, at: 4))
+        guard n <= maxRequest else { return .failure(.tooLarge(n)) }
+        return .success(n)
+    }
+
+    public static func decodeArguments(_ body: [UInt8]) -> Result<[String], RequestError> {
+        if body.isEmpty { return .success([]) }
+        let parts = body.split(separator: 0, omittingEmptySubsequences: false)
+        guard parts.count <= maxArguments else { return .failure(.tooManyArguments(parts.count)) }
+        var out: [String] = []
+        for p in parts {
+            guard let s = String(validating: p, as: UTF8.self) else { return .failure(.notUTF8) }
+            out.append(s)
+        }
+        return .success(out)
+    }
+
+    public static func frame(_ kind: FrameKind, _ bytes: [UInt8]) -> [UInt8] {
+        [kind.rawValue] + be32(UInt32(bytes.count)) + bytes
+    }
+
+    public static func be32(_ v: UInt32) -> [UInt8] {
+        [UInt8(v >> 24), UInt8((v >> 16) & 0xFF), UInt8((v >> 8) & 0xFF), UInt8(v & 0xFF)]
+    }
+
+    public static func readBE32(_ b: [UInt8], at i: Int) -> UInt32 {
+        UInt32(b[i]) << 24 | UInt32(b[i + 1]) << 16 | UInt32(b[i + 2]) << 8 | UInt32(b[i + 3])
+    }
+
+    /// Writes everything or returns false (EINTR retried; EPIPE is not raised as a signal).
+    public static func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
+        var off = 0
+        while off < bytes.count {
+            let n = bytes.withUnsafeBytes { send(fd, $0.baseAddress! + off, $0.count - off, Int32(MSG_NOSIGNAL)) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { return false }
+            off += n
+        }
+        return true
+    }
+
+    /// Reads exactly `count` bytes, or nil on EOF, error or timeout.
+    public static func readExact(_ fd: Int32, _ count: Int) -> [UInt8]? {
+        var buf = [UInt8](repeating: 0, count: count)
+        var off = 0
+        while off < count {
+            let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress! + off, count - off) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { return nil }
+            off += n
+        }
+        return buf
+    }
+}

@@ -1,0 +1,144 @@
+import BrokerWire
+import CSandboxLaunch
+import Foundation
+import Glibc
+
+/// Who sent a broker request, as the kernel says (SO_PEERCRED; host pid and uid).
+public struct BrokerPeer: Sendable {
+    public var pid: Int32
+    public var uid: UInt32
+}
+
+/// What the supervisor answers to one request.
+public struct BrokerReply: Sendable {
+    public var stdout: String
+    public var stderr: String
+    public var exit: Int32
+    public init(stdout: String = "", stderr: String = "", exit: Int32) {
+        self.stdout = stdout
+        self.stderr = stderr
+        self.exit = exit
+    }
+}
+
+/// The Unix socket the coding agent's `autoharness` talks to.
+///
+/// One thread accepts and answers connections one at a time, so requests are serialised
+/// (a gate never overlaps a benchmark or another gate); clients that connect meanwhile wait
+/// in the listen backlog. A client gets 5 seconds to send its request and must keep reading
+/// its answer: a stalled or silent peer cannot hold the broker. Requests are bounded
+/// (`BrokerWire.maxRequest`) and decoded without interpretation; the handler decides.
+final class BrokerServer: @unchecked Sendable {
+    typealias Handler = (Result<[String], BrokerWire.RequestError>, BrokerPeer) -> BrokerReply
+
+    let path: String
+    private let listener: Int32
+    private let handler: Handler
+    private let done = DispatchSemaphore(value: 0)
+    private let stateLock = NSLock()
+    private var stopping = false
+    private var current: Int32 = -1
+
+    /// Binds a fresh socket at `path` (a stale socket from a killed run is replaced; any
+    /// other file there is an error) with mode 0666: its directory is what confines it.
+    init(path: String, handler: @escaping Handler) throws {
+        self.path = path
+        self.handler = handler
+        var st = stat()
+        if lstat(path, &st) == 0 {
+            guard (st.st_mode & S_IFMT) == S_IFSOCK else { throw ExperimentError(.io, "\(path) exists and is not a socket") }
+            unlink(path)
+        }
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw ExperimentError(.io, "broker socket: \(String(cString: strerror(errno)))") }
+        var addr = sockaddr_un()
+        addr.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: addr.sun_path) else {
+            close(fd)
+            throw ExperimentError(.io, "broker socket path too long (\(bytes.count) bytes): \(path)")
+        }
+        withUnsafeMutableBytes(of: &addr.sun_path) { raw in for (i, b) in bytes.enumerated() { raw[i] = b } }
+        let bound = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard bound == 0, chmod(path, 0o666) == 0, listen(fd, 16) == 0 else {
+            let e = String(cString: strerror(errno))
+            close(fd)
+            throw ExperimentError(.io, "broker socket \(path): \(e)")
+        }
+        listener = fd
+    }
+
+    func start() {
+        let t = Thread { [self] in
+            serve()
+            done.signal()
+        }
+        t.stackSize = 4 << 20
+        t.start()
+    }
+
+    /// Stops accepting; a request being answered is finished first (this waits for it).
+    func stop() {
+        stateLock.withLock {
+            stopping = true
+            shutdown(listener, Int32(SHUT_RDWR))
+        }
+        done.wait()
+        close(listener)
+        unlink(path)
+    }
+
+    private func serve() {
+        while true {
+            let c = ahl_accept_cloexec(listener)
+            if c < 0 {
+                if errno == EINTR || errno == ECONNABORTED { continue }
+                return
+            }
+            let stop = stateLock.withLock { stopping }
+            if stop {
+                close(c)
+                return
+            }
+            answer(c)
+            close(c)
+        }
+    }
+
+    private func answer(_ c: Int32) {
+        var pid: Int32 = 0
+        var uid: UInt32 = 0
+        _ = ahl_peer_credentials(c, &pid, &uid)
+        let peer = BrokerPeer(pid: pid, uid: uid)
+        setTimeout(c, SO_RCVTIMEO, seconds: 5)
+        setTimeout(c, SO_SNDTIMEO, seconds: 30)
+
+        let request: Result<[String], BrokerWire.RequestError>
+        if let header = BrokerWire.readExact(c, 8) {
+            switch BrokerWire.bodyLength(header: header) {
+            case .failure(let e): request = .failure(e)
+            case .success(let n):
+                if let body = BrokerWire.readExact(c, n) {
+                    request = BrokerWire.decodeArguments(body)
+                } else {
+                    request = .failure(.truncated)
+                }
+            }
+        } else {
+            request = .failure(.truncated)
+        }
+        let reply = handler(request, peer)
+        var out: [UInt8] = []
+        if !reply.stdout.isEmpty { out += BrokerWire.frame(.stdout, Array(reply.stdout.utf8)) }
+        if !reply.stderr.isEmpty { out += BrokerWire.frame(.stderr, Array(reply.stderr.utf8)) }
+        out += BrokerWire.frame(.exit, Array(String(reply.exit).utf8))
+        _ = BrokerWire.writeAll(c, out)
+    }
+
+    private func setTimeout(_ fd: Int32, _ option: Int32, seconds: Int) {
+        var tv = timeval(tv_sec: seconds, tv_usec: 0)
+        _ = setsockopt(fd, SOL_SOCKET, option, &tv, socklen_t(MemoryLayout<timeval>.size))
+    }
+}

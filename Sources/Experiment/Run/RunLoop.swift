@@ -1,0 +1,574 @@
+import Benchmark
+import BrokerWire
+import Foundation
+import Glibc
+import Ledger
+import Sandbox
+import SandboxPolicy
+
+/// A request the coding agent may make through the broker. There is deliberately no verb
+/// that records, commits, edits the suite or touches the test split.
+public enum BrokerVerb: Sendable, Equatable {
+    case benchmark(taskIDs: [String]?)
+    case gate
+    case status(json: Bool)
+}
+
+/// How a request's arguments parse (the CLI's own parser decides, so the sandbox's
+/// `autoharness` accepts exactly what the CLI documents).
+public enum BrokerParse: Sendable {
+    case verb(BrokerVerb)
+    /// `--help` and the like: answered, not a violation.
+    case help(String)
+    /// Anything else: refused and recorded.
+    case invalid(String)
+}
+
+/// The CLI's half of the broker: argument parsing and output text, the same for the
+/// operator's terminal and the coding agent's client.
+public protocol RunPresenter: Sendable {
+    func parse(_ argv: [String]) -> BrokerParse
+    func benchmark(_ outcomes: [TaskOutcome]) -> String
+    func gate(_ result: GateResult, config: ExperimentConfig) -> (text: String, exit: Int32)
+    /// The coding agent's view: only what `gate.disclosure` allows, no held-out violations.
+    func status(_ state: ExperimentState, config: ExperimentConfig, root: String, json: Bool) -> String
+}
+
+public struct RunSettings: Sendable {
+    /// Overrides `coding_agent.command`.
+    public var agentCommand: [String]?
+    /// Accepted iterations after which this run stops.
+    public var maxIterations: Int?
+    /// Wall-clock hours after which this invocation stops.
+    public var maxHours: Double?
+    /// The static broker client bound into the sandbox as `autoharness`.
+    public var clientBinary: String
+    /// Where `coding_agent.env_pass` variables are copied from.
+    public var hostEnvironment: [String: String]
+    /// One line of progress for the operator (stderr).
+    public var log: @Sendable (String) -> Void
+
+    public init(clientBinary: String, hostEnvironment: [String: String], log: @escaping @Sendable (String) -> Void) {
+        self.clientBinary = clientBinary
+        self.hostEnvironment = hostEnvironment
+        self.log = log
+    }
+}
+
+/// What a run did, for the end-of-run report.
+public struct RunReport: Sendable {
+    public var runID: String
+    public var resumed: Bool
+    public var reason: String
+    /// The run ended because something is wrong (a crash loop), not because a budget or the
+    /// operator stopped it.
+    public var failed: Bool
+    public var seconds: Double
+    public var gates: Int
+    public var accepted: Int
+    public var agentStarts: Int
+    public var bestBefore: Double?
+    public var bestAfter: Double?
+    /// Violations recorded during this invocation, by actor and kind.
+    public var violations: [(actor: String, kind: String, count: Int)]
+    public var agentLog: String
+    public var auditLog: String
+}
+
+/// `autoharness run`: the coding agent in its sandbox, the broker answering it, budgets,
+/// restarts, and a clean stop.
+///
+/// Threads: the caller's thread launches the agent's sandbox and waits for it (restarting
+/// it as configured); the broker's thread answers requests one at a time; a watchdog
+/// enforces `--max-hours`. Everything that touches the ledger holds `work`.
+public final class RunLoop: @unchecked Sendable {
+    let supervisor: ExperimentSupervisor
+    let settings: RunSettings
+    let presenter: RunPresenter
+    var config: ExperimentConfig { supervisor.config }
+    var layout: ExperimentLayout { supervisor.layout }
+
+    private let work = NSLock()
+    private let stopLock = NSLock()
+    private var stopReason: String?
+    private var agentSignal: Int32 = -1
+    private var agentGeneration = 0
+
+    // Counters (guarded by `work`).
+    private var runID = ""
+    private var gates = 0
+    private var accepted = 0
+    private var nonImproving = 0
+    private var requestsThisStart = 0
+    private var agentStarts = 0
+    private var reportedExtras: Set<String> = []
+    private var startSeq: Int64 = 0
+    private var resumed = false
+
+    private var staging: Staging!
+    private var audit = AuditLog()
+    private var auditFlushed = 0
+    private var owner: (uid_t, gid_t) = (65534, 65534)
+
+    public var runDirectory: String { layout.privateDirectory + "/run" }
+    var agentLogPath: String { runDirectory + "/agent.log" }
+    var auditPath: String { runDirectory + "/audit.jsonl" }
+    var stagingPath: String { runDirectory + "/agent" }
+    var homePath: String { runDirectory + "/home" }
+    var brokerDirectory: String { runDirectory + "/broker" }
+
+    public init(supervisor: ExperimentSupervisor, settings: RunSettings, presenter: RunPresenter) {
+        self.supervisor = supervisor
+        self.settings = settings
+        self.presenter = presenter
+    }
+
+    // MARK: - stopping
+
+    /// Asks the run to stop (first reason wins): no new requests are run, the agent gets
+    /// SIGTERM, then SIGKILL for its whole sandbox 5 seconds later. Safe from any thread.
+    public func requestStop(_ reason: String) {
+        let (signalFD, generation): (Int32, Int) = stopLock.withLock {
+            if stopReason == nil { stopReason = reason }
+            return (agentSignal, agentGeneration)
+        }
+        guard signalFD >= 0 else { return }
+        var term = UInt8(SIGTERM)
+        _ = write(signalFD, &term, 1)
+        Thread.detachNewThread { [self] in
+            sleep(5)
+            stopLock.withLock {
+                guard agentGeneration == generation, agentSignal >= 0 else { return }
+                var kill = UInt8(ascii: "K")
+                _ = write(agentSignal, &kill, 1)
+            }
+        }
+    }
+
+    var stopping: String? { stopLock.withLock { stopReason } }
+
+    // MARK: - the run
+
+    public func run() throws -> RunReport {
+        let started = Date()
+        let state = try supervisor.state()
+        guard state.prepared else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
+        let command = settings.agentCommand ?? config.codingAgent.command
+        guard !command.isEmpty else {
+            throw ExperimentError(.usage, "no coding agent command: set coding_agent.command in \(layout.config) or pass --agent-cmd")
+        }
+        guard access(settings.clientBinary, X_OK) == 0 else {
+            throw ExperimentError(.io, "the broker client \(settings.clientBinary) is missing or not executable (build the whole package)")
+        }
+        resumed = state.openRun != nil
+        runID = state.openRun?.runID ?? Self.newRunID()
+        gates = state.openRunGates
+        accepted = state.openRunAccepted
+        nonImproving = Self.trailingRejections(state)
+        let bestBefore = state.best
+
+        let policy = try loadPolicy()
+        owner = (policy.identity.hostUID, policy.identity.hostGID)
+        try prepareDirectories(resumed: resumed)
+        audit = try AuditLog(path: auditPath)
+        startSeq = try append([(.runStarted, RunStartedRecord(runID: runID, resumed: resumed, command: command, maxIterations: settings.maxIterations,
+                                                   maxHours: settings.maxHours, gateBudget: config.gateBudget))])
+        settings.log(resumed ? "resuming run \(runID) (\(gates) gate(s), \(accepted) accepted so far)" : "run \(runID) started")
+
+        let broker = try BrokerServer(path: brokerDirectory + "/" + BrokerWire.socketName) { [self] request, peer in
+            handle(request, peer: peer)
+        }
+        broker.start()
+        let deadline = settings.maxHours.map { started.addingTimeInterval($0 * 3600) }
+        if let deadline {
+            Thread.detachNewThread { [self] in
+                while stopping == nil {
+                    if Date() >= deadline {
+                        requestStop("--max-hours \(settings.maxHours!) reached")
+                        break
+                    }
+                    sleep(1)
+                }
+            }
+        }
+        if let why = budgetSpent() { requestStop(why) }
+
+        var crashes = 0
+        var lastExit = ""
+        while stopping == nil {
+            let (result, seconds, requests) = try launchAgent(command: command, policy: policy)
+            lastExit = result.map(Self.describe) ?? "could not start"
+            work.withLock { flushAudit() }
+            if stopping != nil { break }
+            if seconds < config.codingAgent.quickExitSeconds && requests == 0 {
+                crashes += 1
+            } else {
+                crashes = 0
+            }
+            if crashes >= config.codingAgent.maxCrashes {
+                requestStop("crash loop: the coding agent exited \(crashes) times in a row within \(Int(config.codingAgent.quickExitSeconds))s of starting without a single request (last: \(lastExit); see \(agentLogPath))")
+                break
+            }
+            let delay = crashes == 0 ? config.codingAgent.restartBackoff
+                : min(300, config.codingAgent.restartBackoff * pow(2, Double(crashes - 1)))
+            settings.log("coding agent \(lastExit) after \(Int(seconds))s; restarting in \(String(format: "%.0f", delay))s with the continuation prompt")
+            let until = Date().addingTimeInterval(delay)
+            while stopping == nil && Date() < until { usleep(100_000) }
+        }
+        broker.stop()
+        let reason = stopping ?? "stopped"
+        let end: RunReport = try work.withLock {
+            flushAudit()
+            try append([(.runEnded, RunEndedRecord(runID: runID, reason: reason, gates: gates, accepted: accepted, agentStarts: agentStarts))])
+            let after = try supervisor.state()
+            // Every violation recorded since this invocation started, whoever recorded it.
+            var counts: [String: Int] = [:]
+            var order: [(String, String)] = []
+            for r in try supervisor.ledger.records(kind: .violation) where r.seq > startSeq {
+                let v = try r.decode(ViolationRecord.self)
+                let key = v.actor + "\u{1F}" + v.kind
+                if counts[key] == nil { order.append((v.actor, v.kind)) }
+                counts[key, default: 0] += Self.count(in: v.detail)
+            }
+            return RunReport(runID: runID, resumed: resumed, reason: reason, failed: reason.hasPrefix("crash loop"), seconds: Date().timeIntervalSince(started), gates: gates,
+                             accepted: accepted, agentStarts: agentStarts, bestBefore: bestBefore, bestAfter: after.best,
+                             violations: order.map { ($0.0, $0.1, counts[$0.0 + "\u{1F}" + $0.1]!) }, agentLog: agentLogPath, auditLog: auditPath)
+        }
+        return end
+    }
+
+    /// The `×N` a violation's detail ends with (1 if none).
+    public static func count(in detail: String) -> Int {
+        guard let r = detail.range(of: " ×", options: .backwards), let n = Int(detail[r.upperBound...]) else { return 1 }
+        return n
+    }
+
+    static func newRunID() -> String {
+        var t = time(nil)
+        var tm = tm()
+        gmtime_r(&t, &tm)
+        return String(format: "%04d%02d%02dT%02d%02d%02dZ-%04x", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                      UInt16.random(in: 0...UInt16.max))
+    }
+
+    static func trailingRejections(_ s: ExperimentState) -> Int {
+        var n = 0
+        for a in s.gateAttempts.reversed() where a.reason != "interrupted" {
+            if a.accepted { break }
+            n += 1
+        }
+        return n
+    }
+
+    static func describe(_ r: SandboxResult) -> String {
+        switch r.termination {
+        case .exited(let c): return "exited with code \(c)"
+        case .signaled(let s): return "was killed by signal \(s)"
+        case .timedOut: return "timed out"
+        case .setupFailed(let m, _): return "could not be started (\(m))"
+        case .execFailed(let e): return "could not be executed (\(String(cString: strerror(e))))"
+        }
+    }
+
+    /// Why the run must stop now, if it must (called with the counters current).
+    func budgetSpent() -> String? {
+        if let m = settings.maxIterations, accepted >= m { return "--max-iterations \(m) reached (\(accepted) accepted)" }
+        if config.gateBudget > 0 && gates >= config.gateBudget { return "gate budget \(config.gateBudget) spent" }
+        if config.maxNonImproving > 0 && nonImproving >= config.maxNonImproving {
+            return "\(nonImproving) consecutive gates without improvement (gate.max_non_improving \(config.maxNonImproving))"
+        }
+        return nil
+    }
+
+    // MARK: - the sandbox
+
+    func loadPolicy() throws -> Policy {
+        let vars = [
+            "program_md": layout.program, "agent_staging": stagingPath, "workspace_view": layout.workspace,
+            "learnings_md": layout.learnings, "home": homePath, "broker_dir": brokerDirectory, "autoharness_bin": settings.clientBinary,
+        ]
+        var policy = try supervisor.policyLoader.load(config.codingAgentPolicy, variables: vars)
+        if policy.network.mode == .proxy { policy.network.allow = config.networkAllow }
+        return policy
+    }
+
+    /// The run's directories: staging (a copy of agent/agent.py, or on resume the agent's
+    /// edits in progress), its home (kept across restarts within the run), the broker's.
+    func prepareDirectories(resumed: Bool) throws {
+        let fm = FileManager.default
+        try fm.createDirectory(atPath: runDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        if resumed && fm.fileExists(atPath: stagingPath) {
+            staging = Staging(path: stagingPath, owner: owner)
+        } else {
+            let dir = open(layout.agentDirectory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            guard dir >= 0 else { throw ExperimentError(.io, "\(layout.agentDirectory): \(String(cString: strerror(errno)))") }
+            defer { close(dir) }
+            switch AgentFile.read(directoryFD: dir, maxBytes: AgentFile.maxBytes) {
+            case .success(let bytes): staging = try Staging.create(at: stagingPath, from: bytes, owner: owner)
+            case .failure(let why): throw ExperimentError(.io, "\(layout.agentFile) \(why.reason)")
+            }
+        }
+        if !resumed, fm.fileExists(atPath: homePath) { try fm.removeItem(atPath: homePath) }
+        if !fm.fileExists(atPath: homePath) {
+            guard mkdir(homePath, 0o700) == 0, chown(homePath, owner.0, owner.1) == 0 else {
+                throw ExperimentError(.io, "\(homePath): \(String(cString: strerror(errno)))")
+            }
+        }
+        try fm.createDirectory(atPath: brokerDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+        chmod(brokerDirectory, 0o755)
+        // learnings.md is bound read-write as a single file: the sandbox user must own it.
+        let fd = open(layout.learnings, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw ExperimentError(.io, "\(layout.learnings): \(String(cString: strerror(errno))) (it must be a regular file)") }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, fchown(fd, owner.0, owner.1) == 0 else {
+            throw ExperimentError(.io, "\(layout.learnings) must be a regular file")
+        }
+    }
+
+    /// Starts the coding agent and waits for its sandbox to end.
+    func launchAgent(command: [String], policy: Policy) throws -> (SandboxResult?, Double, Int) {
+        let starts = work.withLock { () -> Int in
+            agentStarts += 1
+            requestsThisStart = 0
+            return agentStarts
+        }
+        let prompt = starts == 1 && !resumed ? config.codingAgent.prompt : config.codingAgent.continuePrompt
+        let argv = command.map { $0 == "{prompt}" ? prompt : $0 }
+        var ov = PlanOverrides()
+        for b in config.codingAgent.binds { ov.mounts.append(MountSpec(kind: .readOnly(source: b), destination: b)) }
+        ov.environment = config.codingAgent.envPass + [
+            "AUTOHARNESS_PROMPT=\(prompt)", "AUTOHARNESS_AGENT_START=\(starts)", "AUTOHARNESS_BROKER=\(BrokerWire.sandboxSocket)",
+            "PYTHONDONTWRITEBYTECODE=1",
+        ]
+        var pipeFDs: [Int32] = [-1, -1]
+        guard pipe(&pipeFDs) == 0, fcntl(pipeFDs[0], F_SETFD, FD_CLOEXEC) == 0, fcntl(pipeFDs[1], F_SETFD, FD_CLOEXEC) == 0 else { throw ExperimentError(.io, "pipe: \(String(cString: strerror(errno)))") }
+        let log = open(agentLogPath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+        let null = open("/dev/null", O_RDONLY | O_CLOEXEC)
+        defer {
+            close(log)
+            close(null)
+            stopLock.withLock {
+                agentGeneration += 1
+                close(agentSignal)
+                agentSignal = -1
+            }
+            close(pipeFDs[0])
+        }
+        stopLock.withLock { agentSignal = pipeFDs[1] }
+        if stopping != nil { return (nil, 0, 0) }
+        let header = "\n=== \(isoTimestamp()) coding agent start \(starts): \(argv.joined(separator: " "))\n"
+        _ = header.withCString { write(log, $0, strlen($0)) }
+        let t0 = Date()
+        settings.log("coding agent start \(starts) (log: \(agentLogPath))")
+        do throws(SandboxError) {
+            let plan = try PlanCompiler.compile(policy: policy, command: argv, overrides: ov, hostEnvironment: settings.hostEnvironment)
+            var options = RunOptions(audit: audit)
+            options.stdio = (null, log, log)
+            options.signalFD = pipeFDs[0]
+            let r = try SandboxRunner.run(plan, options: options)
+            return (r, Date().timeIntervalSince(t0), work.withLock { requestsThisStart })
+        } catch {
+            settings.log("coding agent sandbox: \(error.message)")
+            _ = "sandbox error: \(error.message)\n".withCString { write(log, $0, strlen($0)) }
+            return (nil, Date().timeIntervalSince(t0), 0)
+        }
+    }
+
+    // MARK: - the broker
+
+    func handle(_ request: Result<[String], BrokerWire.RequestError>, peer: BrokerPeer) -> BrokerReply {
+        work.withLock {
+            requestsThisStart += 1
+            defer { flushAudit() }
+            let argv: [String]
+            switch request {
+            case .failure(let e):
+                violation("broker_protocol", "malformed broker message: \(e)")
+                return BrokerReply(stderr: "autoharness: refused: \(e); this was recorded\n", exit: 2)
+            case .success(let a): argv = a
+            }
+            let shown = printable(argv.joined(separator: " "))
+            let verb: BrokerVerb
+            switch presenter.parse(argv) {
+            case .help(let text): return BrokerReply(stdout: text, exit: 0)
+            case .invalid(let why):
+                violation("refused_request", "`autoharness \(shown)`: \(printable(why))")
+                return BrokerReply(stderr: "autoharness: \(why)\nautoharness: refused; this request was recorded\n", exit: 2)
+            case .verb(let v): verb = v
+            }
+            if let why = stopping {
+                return BrokerReply(stderr: "autoharness: the run is stopping (\(why)); request not run\n", exit: 1)
+            }
+            settings.log("coding agent: autoharness \(shown)")
+            do {
+                switch verb {
+                case .status(let json):
+                    return BrokerReply(stdout: presenter.status(try supervisor.state(), config: config, root: "/work", json: json), exit: 0)
+                case .benchmark(let ids):
+                    let snap = try candidate()
+                    let outcomes = try supervisor.runBenchmark(taskIDs: ids, actor: "coding agent", agent: snap)
+                    return BrokerReply(stdout: presenter.benchmark(outcomes), exit: 0)
+                case .gate:
+                    return try gate()
+                }
+            } catch let e as ExperimentError {
+                return BrokerReply(stderr: "autoharness: \(e.message)\n", exit: e.kind == .refused ? 2 : 1)
+            } catch {
+                return BrokerReply(stderr: "autoharness: \(error)\n", exit: 1)
+            }
+        }
+    }
+
+    func gate() throws -> BrokerReply {
+        if let why = budgetSpent() {
+            violation("gate_budget", "gate requested after the run's budget was spent: \(why)")
+            requestStopAfterReply(why)
+            return BrokerReply(stderr: "autoharness: refused: \(why); the run is stopping; this request was recorded\n", exit: 2)
+        }
+        let snap = try candidate()
+        let s = try supervisor.state()
+        if let earlier = s.gateAttempts.last(where: { $0.agentSHA256 == snap.sha256 && $0.reason != "interrupted" }) {
+            violation("repeat_gate", "gate requested for an agent.py already judged in attempt \(earlier.attempt) (sha256 \(snap.sha256.prefix(12)))")
+            return BrokerReply(stderr: "autoharness: refused: this exact agent.py was already judged (gate attempt \(earlier.attempt), \(earlier.accepted ? "accepted" : "rejected")); change it before gating again; this request was recorded\n", exit: 2)
+        }
+        let bytes = try Array(Data(contentsOf: URL(fileURLWithPath: snap.directory + "/agent.py")))
+        try AtomicFile.write(Data(bytes), to: layout.agentFile, mode: 0o644)
+        let r = try supervisor.gate(actor: "coding agent", agent: snap)
+        gates += 1
+        var extra = ""
+        if r.accepted {
+            accepted += 1
+            nonImproving = 0
+        } else {
+            nonImproving += 1
+            if config.onReject == .revert, let last = try supervisor.state().iterations.last {
+                let kept = try Array(Data(contentsOf: URL(fileURLWithPath: layout.snapshotDirectory(sha256: last.agentSHA256) + "/agent.py")))
+                try AtomicFile.write(Data(kept), to: layout.agentFile, mode: 0o644)
+                try staging.replaceAgent(with: kept)
+                extra = "agent/agent.py was restored to the last accepted version (iteration \(last.iteration)); gate.on_reject: revert\n"
+            }
+        }
+        let (text, code) = presenter.gate(r, config: config)
+        if let why = budgetSpent() {
+            requestStopAfterReply(why)
+            extra += "this was the run's last gate: \(why)\n"
+        }
+        return BrokerReply(stdout: text + extra, exit: code)
+    }
+
+    /// Marks the run as stopping now and signals the agent a moment later, so the answer
+    /// that ended the run reaches it first.
+    func requestStopAfterReply(_ reason: String) {
+        stopLock.withLock { if stopReason == nil { stopReason = reason } }
+        Thread.detachNewThread { [self] in
+            usleep(500_000)
+            requestStop(reason)
+        }
+    }
+
+    /// Copy-back: takes agent.py from staging (nothing else), checks that it compiles, and
+    /// snapshots it. Refusals are recorded.
+    func candidate() throws -> ExperimentSupervisor.Snapshot {
+        for name in try staging.extraEntries() where reportedExtras.insert(name).inserted {
+            violation("staging_extra_file", "agent/\(printable(name)) created in staging; not taken (only agent.py is copied back)")
+        }
+        let bytes: [UInt8]
+        switch try staging.takeAgent() {
+        case .success(let b): bytes = b
+        case .failure(let refusal):
+            let why = refusal.reason
+            violation("copy_back_refused", "agent/agent.py \(why)")
+            throw ExperimentError(.refused, "agent/agent.py \(why); nothing was run; this request was recorded")
+        }
+        let snap = try supervisor.snapshot(bytes: bytes)
+        if let problem = try compileCheck(snap) {
+            throw ExperimentError(.io, "agent/agent.py does not compile; nothing was run:\n\(problem)")
+        }
+        return snap
+    }
+
+    /// `compile()` of the candidate in a throwaway sandbox (the `base` policy, no network):
+    /// the parser never runs in the supervisor, and nothing of the candidate is executed.
+    func compileCheck(_ snap: ExperimentSupervisor.Snapshot) throws -> String? {
+        let policy = try supervisor.policyLoader.load("base")
+        var ov = PlanOverrides()
+        ov.mounts = [MountSpec(kind: .readOnly(source: snap.directory), destination: "/candidate")]
+        ov.timeoutSeconds = 60
+        let out = runDirectory + "/compile.out"
+        let fd = open(out, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw ExperimentError(.io, "\(out): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        let code = "import sys\nsrc = open('/candidate/agent.py', 'rb').read()\ncompile(src, 'agent/agent.py', 'exec')\n"
+        do throws(SandboxError) {
+            let plan = try PlanCompiler.compile(policy: policy, command: ["python3", "-I", "-c", code], overrides: ov, hostEnvironment: [:])
+            var options = RunOptions(audit: AuditLog())
+            options.stdio = (-1, fd, fd)
+            let r = try SandboxRunner.run(plan, options: options)
+            if r.exitCode == 0 { return nil }
+            let text = (try? String(contentsOfFile: out, encoding: .utf8)) ?? ""
+            let lines = text.split(separator: "\n").suffix(8).joined(separator: "\n")
+            return lines.isEmpty ? "python3 \(Self.describe(r))" : lines
+        } catch {
+            throw ExperimentError(.io, "compile check sandbox: \(error.message)")
+        }
+    }
+
+    // MARK: - records
+
+    @discardableResult
+    func append(_ items: [(RecordKind, any Encodable)]) throws -> Int64 {
+        try supervisor.ledger.appendAll(items).last?.seq ?? 0
+    }
+
+    /// Records one violation by the coding agent (in the ledger at once).
+    func violation(_ kind: String, _ detail: String) {
+        do {
+            try append([(.violation, ViolationRecord(actor: "coding agent", kind: kind, detail: detail))])
+        } catch {
+            settings.log("could not record a violation (\(kind): \(detail)): \(error)")
+        }
+        settings.log("violation by the coding agent: \(kind): \(detail)")
+    }
+
+    /// Moves the coding agent sandbox's new audit events (refused syscalls, denied egress,
+    /// limits) into the ledger, one row per kind and name. Allowed egress stays in the audit
+    /// file only.
+    func flushAudit() {
+        let events = audit.events
+        guard auditFlushed < events.count else { return }
+        let fresh = events[auditFlushed...]
+        auditFlushed = events.count
+        var counts: [String: (kind: String, detail: String, n: Int)] = [:]
+        var order: [String] = []
+        for e in fresh {
+            let kind: String, key: String, detail: String
+            switch e.kind {
+            case .egress:
+                guard e.action != "allowed" else { continue }
+                kind = "egress_denied"
+                key = "egress " + e.name
+                detail = "CONNECT \(printable(e.name)) refused by the proxy\(e.detail.map { " (\(printable($0)))" } ?? "")"
+            case .syscall, .repeated:
+                kind = "syscall"
+                key = "syscall " + e.name
+                detail = "\(e.name) refused (\(e.action))"
+            default:
+                kind = e.kind.rawValue
+                key = kind
+                detail = e.detail ?? e.name
+            }
+            if counts[key] == nil { order.append(key) }
+            counts[key, default: (kind, detail, 0)].n += e.count ?? 1
+        }
+        var items: [(RecordKind, any Encodable)] = []
+        for k in order {
+            let c = counts[k]!
+            items.append((.violation, ViolationRecord(actor: "coding agent", kind: c.kind, detail: "\(c.detail) ×\(c.n)")))
+            settings.log("violation by the coding agent: \(c.detail) ×\(c.n)")
+        }
+        if !items.isEmpty {
+            do { try append(items) } catch { settings.log("could not record violations: \(error)") }
+        }
+    }
+}

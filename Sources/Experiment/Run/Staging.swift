@@ -1,0 +1,136 @@
+import Foundation
+import Glibc
+
+/// Reading and writing `agent.py` inside a directory someone else may control.
+///
+/// Every access goes through a descriptor of the directory and `*at` calls with
+/// `O_NOFOLLOW`, so a symlink planted as `agent.py` (or swapped in between two calls) is
+/// refused rather than followed, and a FIFO cannot block the supervisor (`O_NONBLOCK`).
+/// Why a copy-back refused agent.py (recorded as a violation).
+struct CopyBackRefusal: Error {
+    var reason: String
+    init(_ reason: String) { self.reason = reason }
+}
+
+enum AgentFile {
+    static let name = "agent.py"
+    static let maxBytes = 1 << 20
+
+    static func read(directoryFD dir: Int32, maxBytes: Int) -> Result<[UInt8], CopyBackRefusal> {
+        let fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else {
+            switch errno {
+            case ELOOP: return .failure(CopyBackRefusal("is a symbolic link; copy-back never follows links"))
+            case ENOENT: return .failure(CopyBackRefusal("does not exist"))
+            default: return .failure(CopyBackRefusal(String(cString: strerror(errno))))
+            }
+        }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { return .failure(CopyBackRefusal(String(cString: strerror(errno)))) }
+        guard (st.st_mode & S_IFMT) == S_IFREG else { return .failure(CopyBackRefusal("is not a regular file")) }
+        guard st.st_nlink == 1 else { return .failure(CopyBackRefusal("has \(st.st_nlink) hard links; a copy-back takes only a file with one")) }
+        guard st.st_size <= maxBytes else { return .failure(CopyBackRefusal("is \(st.st_size) bytes, more than the \(maxBytes)-byte limit")) }
+        // Read one byte past the limit: the size may have changed since fstat.
+        var bytes = [UInt8](repeating: 0, count: maxBytes + 1)
+        var total = 0
+        while total < bytes.count {
+            let n = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + total, $0.count - total) }
+            if n < 0 && errno == EINTR { continue }
+            if n < 0 { return .failure(CopyBackRefusal(String(cString: strerror(errno)))) }
+            if n == 0 { break }
+            total += n
+        }
+        guard total <= maxBytes else { return .failure(CopyBackRefusal("grew past the \(maxBytes)-byte limit while being read")) }
+        return .success(Array(bytes[0..<total]))
+    }
+
+    /// Replaces `agent.py` in the directory atomically: a fresh temporary name created with
+    /// O_EXCL|O_NOFOLLOW, fsync, then renameat over the old entry (whatever it was).
+    static func write(_ bytes: [UInt8], directoryFD dir: Int32, owner: (uid_t, gid_t)?) throws {
+        let tmp = ".agent.py.autoharness-\(getpid())"
+        _ = unlinkat(dir, tmp, 0)
+        let fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw ExperimentError(.io, "staging \(tmp): \(String(cString: strerror(errno)))") }
+        var ok = true
+        var off = 0
+        while off < bytes.count && ok {
+            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + off, $0.count - off) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { ok = false } else { off += n }
+        }
+        if let owner { ok = ok && fchown(fd, owner.0, owner.1) == 0 }
+        ok = ok && fchmod(fd, 0o644) == 0 && fsync(fd) == 0
+        close(fd)
+        guard ok, renameat(dir, tmp, dir, name) == 0 else {
+            let e = String(cString: strerror(errno))
+            _ = unlinkat(dir, tmp, 0)
+            throw ExperimentError(.io, "writing \(name): \(e)")
+        }
+    }
+}
+
+/// The coding agent's writable copy of `agent/`, and what the supervisor takes from it.
+///
+/// The agent may create, rename and delete freely in here (editors save by rename); the
+/// supervisor takes `agent.py` only, read through `AgentFile`, and reports every other
+/// entry as a violation without reading it.
+struct Staging {
+    let path: String
+    let owner: (uid_t, gid_t)
+
+    /// Creates the directory (owned by the sandbox user) holding a copy of `source`.
+    static func create(at path: String, from source: [UInt8], owner: (uid_t, gid_t)) throws -> Staging {
+        if FileManager.default.fileExists(atPath: path) { try FileManager.default.removeItem(atPath: path) }
+        guard mkdir(path, 0o755) == 0, chown(path, owner.0, owner.1) == 0 else {
+            throw ExperimentError(.io, "\(path): \(String(cString: strerror(errno)))")
+        }
+        let s = Staging(path: path, owner: owner)
+        try s.replaceAgent(with: source)
+        return s
+    }
+
+    func withDirectory<T>(_ body: (Int32) throws -> T) throws -> T {
+        let dir = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard dir >= 0 else { throw ExperimentError(.io, "staging \(path): \(String(cString: strerror(errno)))") }
+        defer { close(dir) }
+        return try body(dir)
+    }
+
+    /// The agent.py a request will judge, or why it cannot be taken.
+    func takeAgent() throws -> Result<[UInt8], CopyBackRefusal> {
+        try withDirectory { AgentFile.read(directoryFD: $0, maxBytes: AgentFile.maxBytes) }
+    }
+
+    /// Puts `bytes` back as the staging agent.py (after a rejected gate, `on_reject: revert`).
+    func replaceAgent(with bytes: [UInt8]) throws {
+        try withDirectory { try AgentFile.write(bytes, directoryFD: $0, owner: owner) }
+    }
+
+    /// Every entry other than agent.py (names as listed; never opened or followed).
+    func extraEntries() throws -> [String] {
+        try withDirectory { dir in
+            let fd = dup(dir)
+            guard fd >= 0, let d = fdopendir(fd) else { throw ExperimentError(.io, "staging \(path): \(String(cString: strerror(errno)))") }
+            defer { closedir(d) }
+            var names: [String] = []
+            while let e = readdir(d) {
+                let name = withUnsafeBytes(of: e.pointee.d_name) { raw in
+                    String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+                }
+                if name != "." && name != ".." && name != AgentFile.name { names.append(name) }
+            }
+            return names.sorted()
+        }
+    }
+}
+
+/// A name as it may appear in a one-line record: control characters escaped, length capped.
+func printable(_ s: String, limit: Int = 200) -> String {
+    var out = ""
+    for u in s.unicodeScalars {
+        if u.value < 0x20 || u.value == 0x7F { out += String(format: "\\x%02x", u.value) } else { out.unicodeScalars.append(u) }
+        if out.count >= limit { return out + "…" }
+    }
+    return out
+}

@@ -1,0 +1,256 @@
+import ArgumentParser
+import Benchmark
+import Experiment
+import Foundation
+
+struct RunCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "run",
+        abstract: "The supervised loop: start the coding agent in its sandbox and answer its benchmark/gate/status requests.",
+        discussion: """
+            The coding agent (coding_agent.command, or --agent-cmd) starts in /work inside the \
+            coding-agent sandbox: PROGRAM.md, agent/ (a staging copy; only agent.py is ever taken \
+            back), workspace/ read-only with train traces and the views, workspace/learnings.md \
+            writable, a scratch $HOME, network only through the egress proxy to \
+            sandbox.network.allow. Its `autoharness benchmark|gate|status` are requests to this \
+            supervisor over a socket; the supervisor runs them, records and commits.
+
+            The run stops at --max-iterations accepted gates, --max-hours, gate.budget gates, \
+            gate.max_non_improving rejections in a row, a crash loop of the agent, or SIGINT/ \
+            SIGTERM (the request in progress is finished first; a second signal abandons it and \
+            the next run records it as interrupted). If the agent exits earlier it is restarted \
+            with coding_agent.continue_prompt after coding_agent.restart_backoff seconds.
+
+            Run it again after a crash, kill -9 or reboot: an unfinished run is resumed from the \
+            ledger (a gate that was cut off is recorded as interrupted, never half-recorded).
+
+              autoharness run -C exp --max-iterations 3 --max-hours 8
+              autoharness run -C exp --agent-cmd 'claude -p {prompt} --dangerously-skip-permissions'
+            """)
+
+    @OptionGroup var experiment: ExperimentOptions
+
+    @Option(name: .customLong("agent-cmd"), help: "The coding agent's command line (shell-style quoting; {prompt} is replaced by the prompt). Overrides coding_agent.command.")
+    var agentCommand: String?
+
+    @Option(name: .customLong("max-iterations"), help: "Stop after this many accepted gates in this run.")
+    var maxIterations: Int?
+
+    @Option(name: .customLong("max-hours"), help: "Stop after this many hours of wall-clock time.")
+    var maxHours: Double?
+
+    func validate() throws {
+        if let m = maxIterations, m < 1 { throw ValidationError("--max-iterations must be at least 1 (got \(m))") }
+        if let h = maxHours, !(h > 0) { throw ValidationError("--max-hours must be positive (got \(h))") }
+        if let c = agentCommand, (try? ShellWords.split(c))?.isEmpty ?? true {
+            throw ValidationError("--agent-cmd: '\(c)' is empty or has an unclosed quote")
+        }
+    }
+
+    func run() throws {
+        let stops = StopSignals.install()
+        let s = try experiment.supervisor("run")
+        var settings = RunSettings(clientBinary: PolicyLocator.clientBinary(), hostEnvironment: ProcessInfo.processInfo.environment) { line in
+            printErr("autoharness: \(line)")
+        }
+        settings.agentCommand = try agentCommand.map(ShellWords.split)
+        settings.maxIterations = maxIterations
+        settings.maxHours = maxHours
+        let loop = RunLoop(supervisor: s, settings: settings, presenter: BrokerPresenter())
+        stops.onSignal { signal, count in
+            if count == 1 {
+                printErr("autoharness: \(signal) received: stopping (the request in progress is finished first; send it again to abandon that)")
+                loop.requestStop("\(signal) received")
+            } else {
+                printErr("autoharness: \(signal) again: abandoning; the next `autoharness run` records any unfinished gate as interrupted")
+                Glibc.exit(130)
+            }
+        }
+        let report: RunReport
+        do {
+            report = try loop.run()
+        } catch let e as ExperimentError {
+            fail("autoharness: \(e.message)", code: e.kind == .usage ? Exit.usage : Exit.failure)
+        } catch {
+            fail("autoharness: \(error)", code: Exit.failure)
+        }
+        print(Self.text(report, disclosure: .score))
+        if report.failed { throw ExitCode(Exit.failure) }
+    }
+
+    static func text(_ r: RunReport, disclosure: ExperimentConfig.Disclosure) -> String {
+        func score(_ v: Double?) -> String { v.map { String(format: "%.4f", $0) } ?? "-" }
+        let minutes = Int(r.seconds / 60), secs = Int(r.seconds) % 60
+        var out = """
+            run \(r.runID)\(r.resumed ? " (resumed)" : "") stopped: \(r.reason)
+              time \(minutes)m\(secs)s, coding agent started \(r.agentStarts) time(s)
+              gates: \(r.gates) (\(r.accepted) accepted, \(r.gates - r.accepted) rejected)
+              best val_score: \(score(r.bestBefore)) -> \(score(r.bestAfter))
+            """
+        if r.violations.isEmpty {
+            out += "\n  violations: none"
+        } else {
+            out += "\n  violations (\(r.violations.reduce(0) { $0 + $1.count })):"
+            for v in r.violations { out += "\n    \(v.actor): \(v.kind) ×\(v.count)" }
+        }
+        out += "\n  coding agent output: \(r.agentLog)\n  audit log: \(r.auditLog)\n  details: autoharness status --operator"
+        return out
+    }
+}
+
+// MARK: - the broker's parser
+
+/// The commands the coding agent's `autoharness` may send. Parsed by ArgumentParser like
+/// the CLI; anything else (other verbs, -C, --operator, --oracle) is refused.
+struct BrokerRoot: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "autoharness",
+        abstract: "Requests to the supervisor of this run (you are inside the coding agent's sandbox).",
+        discussion: "Benchmarks, gates and status are run by the supervisor outside this sandbox; it records and commits. Only agent/agent.py is taken from agent/.",
+        subcommands: [BrokerBenchmark.self, BrokerGate.self, BrokerStatus.self])
+}
+
+struct BrokerBenchmark: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "benchmark", abstract: "Run train tasks with the current agent/agent.py; traces land in workspace/traces/latest/.")
+    @Option(name: .customLong("task-ids"), parsing: .upToNextOption, help: "Train task ids (default: all train tasks).")
+    var taskIDs: [String] = []
+}
+
+struct BrokerGate: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "gate", abstract: "Ask the supervisor to judge agent/agent.py (suite, held-out score, promotion).")
+}
+
+struct BrokerStatus: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "status", abstract: "Iterations, best score (as disclosed), suite, recent gates, violations.")
+    @Flag(help: "Machine-readable output.") var json = false
+}
+
+struct BrokerPresenter: RunPresenter {
+    static let verbs = ["benchmark", "gate", "status"]
+
+    func parse(_ argv: [String]) -> BrokerParse {
+        if let verb = argv.first, !verb.hasPrefix("-"), !Self.verbs.contains(verb), verb != "help" {
+            return .invalid("unknown request '\(verb)': inside the sandbox autoharness accepts \(Self.verbs.joined(separator: ", ")) (nothing records, commits, changes the suite or reads the test split)")
+        }
+        do {
+            let c = try BrokerRoot.parseAsRoot(argv)
+            switch c {
+            case let b as BrokerBenchmark: return .verb(.benchmark(taskIDs: b.taskIDs.isEmpty ? nil : b.taskIDs))
+            case is BrokerGate: return .verb(.gate)
+            case let s as BrokerStatus: return .verb(.status(json: s.json))
+            default: return .help(BrokerRoot.helpMessage() + "\n")
+            }
+        } catch {
+            if BrokerRoot.exitCode(for: error) == .success { return .help(BrokerRoot.fullMessage(for: error) + "\n") }
+            return .invalid(BrokerRoot.fullMessage(for: error))
+        }
+    }
+
+    func benchmark(_ outcomes: [TaskOutcome]) -> String { Render.benchmark(outcomes) }
+    func gate(_ result: GateResult, config: ExperimentConfig) -> (text: String, exit: Int32) { Render.gate(result, config: config) }
+    func status(_ state: ExperimentState, config: ExperimentConfig, root: String, json: Bool) -> String {
+        Render.status(state, config: config, root: root, operator: false, json: json)
+    }
+}
+
+// MARK: - helpers
+
+/// SIGINT/SIGTERM/SIGHUP as calls on a thread of ours (a handler only writes a byte).
+final class StopSignals: @unchecked Sendable {
+    nonisolated(unsafe) static var writeFD: Int32 = -1
+    private let readFD: Int32
+    private var handler: ((String, Int) -> Void)?
+    private let lock = NSLock()
+
+    private init(readFD: Int32) { self.readFD = readFD }
+
+    static func install() -> StopSignals {
+        var fds: [Int32] = [0, 0]
+        _ = pipe(&fds)
+        _ = fcntl(fds[0], F_SETFD, FD_CLOEXEC)
+        _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
+        writeFD = fds[1]
+        let s = StopSignals(readFD: fds[0])
+        for sig in [SIGINT, SIGTERM, SIGHUP] {
+            signal(sig) { n in
+                var b = UInt8(truncatingIfNeeded: n)
+                _ = write(StopSignals.writeFD, &b, 1)
+            }
+        }
+        signal(SIGPIPE, SIG_IGN)
+        var set = sigset_t()
+        sigemptyset(&set)
+        for sig in [SIGINT, SIGTERM, SIGHUP] { sigaddset(&set, sig) }
+        sigprocmask(SIG_UNBLOCK, &set, nil)
+        Thread.detachNewThread { s.loop() }
+        return s
+    }
+
+    func onSignal(_ h: @escaping (String, Int) -> Void) { lock.withLock { handler = h } }
+
+    private func loop() {
+        var count = 0
+        while true {
+            var b: UInt8 = 0
+            let n = read(readFD, &b, 1)
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { return }
+            count += 1
+            let name = b == UInt8(SIGINT) ? "SIGINT" : b == UInt8(SIGTERM) ? "SIGTERM" : "SIGHUP"
+            if let h = lock.withLock({ handler }) {
+                h(name, count)
+            } else {
+                printErr("autoharness: \(name) before the run started; exiting")
+                exit(130)
+            }
+        }
+    }
+}
+
+/// POSIX-shell-like word splitting for --agent-cmd: whitespace separates, '...' is literal,
+/// "..." allows \" and \\, a backslash outside quotes escapes the next character.
+enum ShellWords {
+    struct Unclosed: Error {}
+
+    static func split(_ s: String) throws -> [String] {
+        var words: [String] = []
+        var cur = ""
+        var inWord = false
+        var it = s.makeIterator()
+        while let c = it.next() {
+            switch c {
+            case " ", "\t", "\n":
+                if inWord { words.append(cur); cur = ""; inWord = false }
+            case "'":
+                inWord = true
+                while true {
+                    guard let d = it.next() else { throw Unclosed() }
+                    if d == "'" { break }
+                    cur.append(d)
+                }
+            case "\"":
+                inWord = true
+                while true {
+                    guard let d = it.next() else { throw Unclosed() }
+                    if d == "\"" { break }
+                    if d == "\\" {
+                        guard let e = it.next() else { throw Unclosed() }
+                        if e != "\"" && e != "\\" { cur.append("\\") }
+                        cur.append(e)
+                    } else {
+                        cur.append(d)
+                    }
+                }
+            case "\\":
+                inWord = true
+                guard let d = it.next() else { throw Unclosed() }
+                cur.append(d)
+            default:
+                inWord = true
+                cur.append(c)
+            }
+        }
+        if inWord { words.append(cur) }
+        return words
+    }
+}
