@@ -106,3 +106,43 @@ public func hostProcesses(containing marker: String) -> [Int32] {
         return String(decoding: data, as: UTF8.self).contains(marker)
     }
 }
+
+/// A TCP echo server on the host's loopback (this test's own network namespace), run by
+/// python3; `port` is where it listens.
+public final class HostEchoServer {
+    let process = Process()
+    public let port: Int
+
+    public init() throws {
+        let portFile = NSTemporaryDirectory() + "ah-echo-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: portFile) }
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        process.arguments = ["-c", """
+            import socket, sys, threading
+            s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
+            open(sys.argv[1] + ".tmp", "w").write(str(s.getsockname()[1]))
+            import os; os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+            def serve(c):
+                c.sendall(b"echo:" + c.recv(100)); c.close()
+            while True:
+                c, _ = s.accept(); threading.Thread(target=serve, args=(c,)).start()
+            """, portFile]
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        var port = 0
+        for _ in 0..<200 where port == 0 {
+            usleep(25_000)
+            port = (try? String(contentsOfFile: portFile, encoding: .utf8)).flatMap { Int($0) } ?? 0
+        }
+        self.port = port
+        try #require(port > 0, "echo server did not start")
+    }
+
+    deinit {
+        // SIGKILL, not terminate(): Foundation's Process started from a test thread hands the
+        // child a blocked signal mask, so python would never see SIGTERM.
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+}
+

@@ -135,10 +135,22 @@ final class BrokerServer: @unchecked Sendable {
         if !reply.stderr.isEmpty { out += BrokerWire.frame(.stderr, Array(reply.stderr.utf8)) }
         out += BrokerWire.frame(.exit, Array(String(reply.exit).utf8))
         _ = BrokerWire.writeAll(c, out)
+        // Closing with unread input would reset the connection and could destroy the answer
+        // before the client reads it: end our side, then discard what is left (bounded in
+        // bytes and time, so a peer that keeps sending cannot hold the broker).
+        shutdown(c, Int32(SHUT_WR))
+        setTimeout(c, SO_RCVTIMEO, seconds: 0, microseconds: 200_000)
+        var sink = [UInt8](repeating: 0, count: 4096)
+        var drained = 0
+        while drained < 64 * 1024 {
+            let n = read(c, &sink, sink.count)
+            if n <= 0 { break }
+            drained += n
+        }
     }
 
-    private func setTimeout(_ fd: Int32, _ option: Int32, seconds: Int) {
-        var tv = timeval(tv_sec: seconds, tv_usec: 0)
+    private func setTimeout(_ fd: Int32, _ option: Int32, seconds: Int, microseconds: Int = 0) {
+        var tv = timeval(tv_sec: seconds, tv_usec: microseconds)
         _ = setsockopt(fd, SOL_SOCKET, option, &tv, socklen_t(MemoryLayout<timeval>.size))
     }
 }

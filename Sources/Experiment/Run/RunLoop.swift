@@ -200,13 +200,16 @@ public final class RunLoop: @unchecked Sendable {
             lastExit = result.map(Self.describe) ?? "could not start"
             work.withLock { flushAudit() }
             if stopping != nil { break }
-            if seconds < config.codingAgent.quickExitSeconds && requests == 0 {
+            // A quick exit is a crash unless it was clean and the agent got work done (made
+            // requests): `claude -p` that gates once and ends its session is not crashing.
+            let clean = result?.exitCode == 0
+            if seconds < config.codingAgent.quickExitSeconds && (requests == 0 || !clean) {
                 crashes += 1
             } else {
                 crashes = 0
             }
             if crashes >= config.codingAgent.maxCrashes {
-                requestStop("crash loop: the coding agent exited \(crashes) times in a row within \(Int(config.codingAgent.quickExitSeconds))s of starting without a single request (last: \(lastExit); see \(agentLogPath))")
+                requestStop("crash loop: the coding agent exited \(crashes) times in a row within \(Int(config.codingAgent.quickExitSeconds))s of starting, failing or without a single request (last: \(lastExit); see \(agentLogPath))")
                 break
             }
             let delay = crashes == 0 ? config.codingAgent.restartBackoff
@@ -398,6 +401,10 @@ public final class RunLoop: @unchecked Sendable {
             case .verb(let v): verb = v
             }
             if let why = stopping {
+                if verb == .gate, let spent = budgetSpent() {
+                    violation("gate_budget", "gate requested after the run's budget was spent: \(spent)")
+                    return BrokerReply(stderr: "autoharness: refused: \(spent); the run is stopping; this request was recorded\n", exit: 2)
+                }
                 return BrokerReply(stderr: "autoharness: the run is stopping (\(why)); request not run\n", exit: 1)
             }
             settings.log("coding agent: autoharness \(shown)")

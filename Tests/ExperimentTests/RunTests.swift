@@ -1,0 +1,306 @@
+import Foundation
+import Testing
+import TestSupport
+
+// `autoharness run` end to end: the scripted coding agents of Fixtures/agents run in the
+// real coding-agent sandbox and talk to the real broker.
+
+enum Fixtures {
+    static let root = Built.packageRoot + "/Tests/ExperimentTests/Fixtures"
+    static let agents = root + "/agents"
+    static let policies = root + "/policies"
+}
+
+extension Experiment {
+    /// Points the config's coding_agent at `command` (the fixture agents are bound
+    /// read-only at their host path) and sets `values` (`key: value` lines anywhere).
+    func configureRun(command: [String], values: [String: String] = [:], allow: [String] = [], testPolicy: Bool = false) throws {
+        let path = root + "/experiment_config.yaml"
+        var text = try String(contentsOfFile: path, encoding: .utf8)
+        func json(_ a: [String]) -> String { String(decoding: try! JSONSerialization.data(withJSONObject: a), as: UTF8.self) }
+        if testPolicy {
+            text = text.replacingOccurrences(of: "\n  coding_agent_policy: coding-agent", with: "\n  coding_agent_policy: coding-agent-test\n  policy_dir: \(Fixtures.policies)")
+        }
+        var lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        var values = values
+        values["command"] = json(command)
+        values["binds"] = json([Fixtures.agents])
+        values["allow"] = json(allow)
+        for (k, v) in values {
+            let i = try #require(lines.firstIndex { $0.trimmingCharacters(in: .whitespaces).hasPrefix("\(k):") }, "no key \(k) in the config")
+            let indent = lines[i].prefix { $0 == " " }
+            lines[i] = "\(indent)\(k): \(v)"
+        }
+        try lines.joined(separator: "\n").write(toFile: path, atomically: true, encoding: .utf8)
+    }
+
+    var agentLog: String { (try? String(contentsOfFile: root + "/.autoharness/run/agent.log", encoding: .utf8)) ?? "" }
+
+    /// `ATTEMPT name: outcome` lines the hostile agent printed.
+    func attempts() -> [String: String] {
+        var out: [String: String] = [:]
+        for line in agentLog.split(separator: "\n") where line.hasPrefix("ATTEMPT ") {
+            let rest = line.dropFirst(8)
+            guard let colon = rest.firstIndex(of: ":") else { continue }
+            out[String(rest[..<colon])] = rest[rest.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        }
+        return out
+    }
+
+    func statusJSON(_ extra: String...) throws -> [String: Any] {
+        let r = try autoharness(["status", "--json", "--operator"] + extra + ["-C", root])
+        return try #require(JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any], "\(r.stdout) \(r.stderr)")
+    }
+
+    func violations() throws -> [[String: Any]] { try statusJSON()["violations"] as? [[String: Any]] ?? [] }
+
+    /// Ledger rows of one kind, as (seq, payload JSON).
+    func rows(_ kind: String) throws -> [[String: Any]] {
+        let r = try runProcess("/usr/bin/python3", ["-c", """
+            import sqlite3, sys, json
+            c = sqlite3.connect(sys.argv[1])
+            print(json.dumps([json.loads(p) for (p,) in c.execute("SELECT payload FROM records WHERE kind = ? ORDER BY seq", (sys.argv[2],))]))
+            """, root + "/.autoharness/ledger.sqlite", kind])
+        return try #require(JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [[String: Any]], "\(r.stderr)")
+    }
+}
+
+/// What a run must leave behind: no processes of its sandboxes, no mounts, no socket.
+func expectNothingLeft(_ exp: Experiment, marker: String) {
+    #expect(hostProcesses(containing: marker).isEmpty, "processes left: \(hostProcesses(containing: marker))")
+    let mounts = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
+    #expect(!mounts.contains(exp.root), "mounts left under \(exp.root)")
+    #expect(!FileManager.default.fileExists(atPath: exp.root + "/.autoharness/run/broker/broker.sock"))
+}
+
+@Suite("autoharness run: the supervised loop with scripted coding agents", .serialized)
+struct RunTests {
+    @Test("a benign agent reads traces, edits with an atomic save, gates, is restarted with the continuation prompt, and reaches two accepted iterations")
+    func benignAgent() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        try exp.configureRun(command: ["python3", Fixtures.agents + "/benign.py"],
+                             values: ["min_improvement": "0", "restart_backoff": "0.2", "continue_prompt": "\"CONTINUE-PROMPT\""])
+        let r = try exp.run("run", "--max-iterations", "2", "--max-hours", "0.1")
+        #expect(r.status == 0, "\(r.stdout)\n\(r.stderr)\n\(exp.agentLog)")
+        #expect(r.stdout.contains("stopped: --max-iterations 2 reached"), "\(r.stdout)")
+        #expect(r.stdout.contains("gates: 2 (2 accepted, 0 rejected)"))
+        #expect(r.stdout.contains("coding agent started 2 time(s)"))
+        let log = exp.agentLog
+        #expect(log.contains("prompt: Read PROGRAM.md and start the optimization loop."))
+        #expect(log.contains("prompt: CONTINUE-PROMPT"), "the restart must use the continuation prompt")
+        #expect(log.contains("$ autoharness benchmark -> 0") && log.contains("train: 0/8 passed"))
+        #expect(log.contains("gate attempt 1: ACCEPTED") && log.contains("gate attempt 2: ACCEPTED"), "\(log)")
+
+        // The history: baseline + two iterations, committed by the supervisor, verifiable.
+        let rows = try exp.file("workspace/results.tsv").split(separator: "\n")
+        #expect(rows.count == 4)
+        let st = try exp.statusJSON("--verify")
+        #expect((st["verify"] as? [String: Any])?["ok"] as? Bool == true)
+        #expect(st["best"] as? Double == 1.0)
+        let commits = try runProcess("/usr/bin/git", ["-C", exp.root, "log", "--format=%s"]).stdout
+        #expect(commits.contains("iteration 1") && commits.contains("iteration 2"))
+        let learned = try exp.file("workspace/learnings.md")
+        #expect(learned.contains("learned: all operations") && learned.contains("still failing"))
+        // The supervisor-owned agent/agent.py is the accepted one.
+        #expect(try exp.file("agent/agent.py").contains("a * b"))
+        let runs = try exp.rows("run_ended")
+        #expect(runs.count == 1 && runs[0]["accepted"] as? Int == 2)
+        let violations = try exp.violations()
+        #expect(violations.isEmpty, "a benign agent commits no violations: \(violations)")
+        expectNothingLeft(exp, marker: Fixtures.agents)
+    }
+
+    @Test("a hostile agent's every attempt fails, is recorded in the ledger, and the score history stays honest")
+    func hostileAgent() throws {
+        try requireRoot()
+        let allowed = try HostEchoServer()
+        let denied = try HostEchoServer()
+        let exp = try Experiment()
+        let split = try exp.split()
+        try exp.configureRun(command: ["python3", Fixtures.agents + "/hostile.py"],
+                             values: ["env_pass": "[ALLOWED_PORT, DENIED_PORT]", "budget": "3", "restart_backoff": "0.2"],
+                             allow: ["127.0.0.1:\(allowed.port)"], testPolicy: true)
+        var env = ProcessInfo.processInfo.environment
+        env["ALLOWED_PORT"] = String(allowed.port)
+        env["DENIED_PORT"] = String(denied.port)
+        let r = try autoharness(["run", "-C", exp.root, "--max-hours", "0.1"], environment: env)
+        let a = exp.attempts()
+        let log = exp.agentLog
+        #expect(r.status == 0, "\(r.stdout)\n\(r.stderr)\n\(log)")
+        #expect(r.stdout.contains("stopped: gate budget 3 spent"), "\(r.stdout)")
+        #expect(a["done"] == "yes", "the hostile script did not run to the end:\n\(log)")
+
+        // Files: absent from the sandbox, and nothing can be created where they would be.
+        #expect(a["read_split"] == "ENOENT")
+        #expect(a["write_ledger"] == "EROFS" || a["write_ledger"] == "ENOENT", "\(a)")
+        #expect(a["mkdir_private"] == "EROFS")
+        // Views are root's files on a read-only mount: refused by permissions (EACCES) or, for
+        // an open that needs no permission check first, by the mount (EROFS).
+        let refusedWrite: Set<String> = ["EROFS", "EACCES"]
+        #expect(refusedWrite.contains(a["edit_results_tsv"] ?? "") && refusedWrite.contains(a["edit_suite_json"] ?? ""), "\(a)")
+        #expect(a["write_outside_staging"] == "EROFS" && refusedWrite.contains(a["write_workspace"] ?? ""), "\(a)")
+        // Broker: test ids, symlinked agent.py, forged messages, unknown verbs all refused.
+        #expect(a["test_ids"] == "exit 2")
+        #expect(a["symlink_agent"] == "exit 2")
+        #expect(a["forged_bad_magic"]?.hasSuffix("x\\x00\\x00\\x00\\x012'") == true, "\(a["forged_bad_magic"] ?? "")")
+        #expect(a["forged_oversized"]?.hasSuffix("x\\x00\\x00\\x00\\x012'") == true)
+        #expect(a["broker_peer_pid"] == "0", "the supervisor must not be visible from the sandbox")
+        #expect(a["unknown_verb"] == "exit 2" && a["status_operator"] == "exit 2")
+        // Egress: only the allowlisted host, only through the proxy.
+        #expect(a["egress_allowed"]?.contains("200") == true && a["egress_allowed"]?.contains("echo:ping") == true, "\(a)")
+        #expect(a["egress_denied"]?.contains("403") == true, "\(a)")
+        #expect(a["egress_direct"] == "ECONNREFUSED")
+        // Syscalls and processes.
+        #expect(a["ptrace_init"]?.hasPrefix("rc -1") == true && a["unshare_user"]?.hasPrefix("rc -1") == true, "\(a)")
+        #expect(a["fork_bomb"]?.hasPrefix("EAGAIN") == true, "\(a)")
+        // Gates: the same bytes twice are refused; the budget stops the loop.
+        #expect(a["gate_same_0"] == "exit 1", "first gate of an unchanged agent.py runs and is rejected: \(a)")
+        #expect(a["gate_same_1"] == "exit 2" && a["gate_same_2"] == "exit 2")
+        #expect(a["gate_new_0"] == "exit 1" && a["gate_new_1"] == "exit 1")
+        #expect(a["gate_new_2"] == "exit 2", "the fourth gate exceeds gate.budget 3: \(a)")
+
+        // Every attempt is a ledger row by the coding agent.
+        let v = try exp.violations().filter { $0["actor"] as? String == "coding agent" }
+        let kinds = Set(v.compactMap { $0["kind"] as? String })
+        for k in ["refused_task_ids", "copy_back_refused", "broker_protocol", "refused_request", "egress_denied", "syscall",
+                  "pids_limit", "staging_extra_file", "repeat_gate", "gate_budget"] {
+            #expect(kinds.contains(k), "no '\(k)' violation recorded; got \(kinds.sorted())")
+        }
+        let details = v.compactMap { $0["detail"] as? String }.joined(separator: "\n")
+        #expect(details.contains("is a symbolic link"))
+        #expect(details.contains("127.0.0.1:\(denied.port)"))
+        #expect(details.contains("ptrace") && details.contains("agent/helper.py"))
+
+        // The honest history: nothing accepted, views and ledger agree, no test data anywhere.
+        let st = try exp.statusJSON("--verify")
+        #expect((st["verify"] as? [String: Any])?["ok"] as? Bool == true, "\(st)")
+        #expect((st["iterations"] as? [Any])?.count == 1)
+        #expect(try exp.file("workspace/results.tsv").split(separator: "\n").count == 2)
+        for id in split.test { #expect(exp.filesContaining("MARKER-\(id)-a91f").isEmpty, "\(id) leaked") }
+        #expect(!FileManager.default.fileExists(atPath: exp.root + "/evil.py"))
+        // The agent's status view withholds nothing it may see and shows no held-out rows.
+        #expect(r.stdout.contains("coding agent: refused_task_ids"))
+        expectNothingLeft(exp, marker: Fixtures.agents)
+    }
+
+    @Test("kill -9 of the supervisor mid-gate, then `autoharness run` again: resumed, the gate recorded as interrupted, nothing lost or duplicated")
+    func killDuringRunGate() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        try exp.configureRun(command: ["python3", Fixtures.agents + "/slow_gate.py"], values: ["min_improvement": "0"])
+        let p = try exp.start("run", "--max-hours", "0.1")
+        var started = false
+        for _ in 0..<200 where !started {
+            usleep(50_000)
+            started = (try? exp.rows("gate_started").count) == 1
+        }
+        try #require(started, "the gate never started: \(exp.agentLog)")
+        usleep(300_000)
+        kill(p.processIdentifier, SIGKILL)
+        p.waitUntilExit()
+        // The sandboxes die with their supervisor.
+        var left = hostProcesses(containing: "slow_gate.py")
+        for _ in 0..<50 where !left.isEmpty {
+            usleep(100_000)
+            left = hostProcesses(containing: "slow_gate.py")
+        }
+        #expect(left.isEmpty, "coding agent outlived its supervisor")
+        #expect(try exp.rows("run_ended").isEmpty)
+
+        // The same experiment, an agent that writes a working agent.py and gates at once.
+        let finisher = """
+            import subprocess
+            open('agent/agent.py', 'w').write(open('\(Fixtures.agents)/solver.py').read())
+            print(subprocess.run(['autoharness', 'gate'], capture_output=True, text=True).stdout)
+            """
+        try exp.configureRun(command: ["python3", "-c", finisher], values: [:])
+        let r = try exp.run("run", "--max-iterations", "1", "--max-hours", "0.1")
+        #expect(r.status == 0, "\(r.stdout)\n\(r.stderr)\n\(exp.agentLog)")
+        #expect(r.stdout.contains("(resumed)"), "\(r.stdout)")
+        let starts = try exp.rows("run_started")
+        #expect(starts.count == 2 && starts[1]["resumed"] as? Bool == true && starts[0]["runID"] as? String == starts[1]["runID"] as? String)
+        let attempts = try exp.rows("gate_attempt")
+        #expect(attempts.first?["reason"] as? String == "interrupted")
+        #expect(attempts.filter { $0["accepted"] as? Bool == true }.count == 1)
+        let iterations = try exp.rows("iteration").compactMap { $0["iteration"] as? Int }
+        #expect(iterations == Array(0..<iterations.count), "iterations must be unique and contiguous: \(iterations)")
+        #expect(try exp.statusJSON("--verify")["verify"].flatMap { ($0 as? [String: Any])?["ok"] as? Bool } == true)
+        expectNothingLeft(exp, marker: Fixtures.agents)
+    }
+
+    @Test("SIGTERM stops the run cleanly: agent tree killed, run recorded as ended, no socket, mount or process left")
+    func sigtermStopsCleanly() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        try exp.configureRun(command: ["python3", Fixtures.agents + "/sleeper.py"])
+        let out = exp.root + "/../run.out"
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: Built.autoharness)
+        p.arguments = ["run", "-C", exp.root, "--max-hours", "0.1"]
+        _ = FileManager.default.createFile(atPath: out, contents: nil)
+        p.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: out))
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        var sleeping = false
+        for _ in 0..<200 where !sleeping {
+            usleep(50_000)
+            sleeping = exp.agentLog.contains("sleeping")
+        }
+        try #require(sleeping, "the agent never started")
+        #expect(FileManager.default.fileExists(atPath: exp.root + "/.autoharness/run/broker/broker.sock"))
+        kill(p.processIdentifier, SIGTERM)
+        let t0 = Date()
+        p.waitUntilExit()
+        #expect(Date().timeIntervalSince(t0) < 15)
+        #expect(p.terminationStatus == 0)
+        let report = try String(contentsOfFile: out, encoding: .utf8)
+        #expect(report.contains("stopped: SIGTERM received"), "\(report)")
+        let ended = try exp.rows("run_ended")
+        #expect(ended.count == 1 && ended[0]["reason"] as? String == "SIGTERM received")
+        expectNothingLeft(exp, marker: Fixtures.agents)
+    }
+
+    @Test("an agent that keeps exiting at once is a crash loop: the run stops with the reason and exit 1")
+    func crashLoop() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        try exp.configureRun(command: ["python3", "-c", "import sys; print('no key'); sys.exit(3)"],
+                             values: ["restart_backoff": "0.05", "max_crashes": "3"])
+        let r = try exp.run("run", "--max-hours", "0.1")
+        #expect(r.status == 1, "\(r.stdout) \(r.stderr)")
+        #expect(r.stdout.contains("stopped: crash loop: the coding agent exited 3 times in a row"), "\(r.stdout)")
+        #expect(r.stdout.contains("exited with code 3"))
+        #expect(exp.agentLog.split(separator: "\n").filter { $0 == "no key" }.count == 3)
+    }
+
+    @Test("a rejected gate restores the last accepted agent.py in staging (on_reject: revert), and keep leaves it")
+    func rejectReverts() throws {
+        try requireRoot()
+        for mode in ["revert", "keep"] {
+            let exp = try Experiment()
+            // Gate a regression-free but non-improving edit, then report what staging holds.
+            let script = """
+                import subprocess
+                open('agent/agent.py', 'a').write('# no better\\n')
+                print(subprocess.run(['autoharness', 'gate'], capture_output=True, text=True).stdout)
+                print('STAGED-HAS-EDIT:', '# no better' in open('agent/agent.py').read())
+                """
+            try exp.configureRun(command: ["python3", "-c", script], values: ["on_reject": mode, "max_non_improving": "1"])
+            let r = try exp.run("run", "--max-hours", "0.1")
+            #expect(r.status == 0, "\(r.stdout) \(r.stderr)")
+            #expect(r.stdout.contains("1 consecutive gates without improvement"), "\(r.stdout)")
+            let log = exp.agentLog
+            #expect(log.contains("REJECTED"))
+            if mode == "revert" {
+                #expect(log.contains("restored to the last accepted version"))
+                #expect(log.contains("STAGED-HAS-EDIT: False"), "\(log)")
+                #expect(!(try exp.file("agent/agent.py")).contains("# no better"))
+            } else {
+                #expect(log.contains("STAGED-HAS-EDIT: True"), "\(log)")
+                // keep: the supervisor's agent/agent.py is the last judged candidate.
+                #expect((try exp.file("agent/agent.py")).contains("# no better"))
+            }
+        }
+    }
+}
