@@ -280,7 +280,7 @@ struct ExperimentTests {
         try FileManager.default.createSymbolicLink(atPath: exp.root + "/agent/agent.py", withDestinationPath: secret)
         let g = try exp.run("gate")
         #expect(g.status == 1)
-        #expect(g.stderr.contains("agent/agent.py") && g.stderr.contains("not a symlink"), "\(g.stderr)")
+        #expect(g.stderr.contains("agent/agent.py") && g.stderr.contains("symbolic link, which is never followed"), "\(g.stderr)")
         let st = try #require(JSONSerialization.jsonObject(with: Data(try exp.run("status", "--json").stdout.utf8)) as? [String: Any])
         #expect((st["gate_attempts"] as? [Any])?.isEmpty == true)
     }

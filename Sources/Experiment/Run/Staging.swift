@@ -20,7 +20,7 @@ enum AgentFile {
         let fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else {
             switch errno {
-            case ELOOP: return .failure(CopyBackRefusal("is a symbolic link; copy-back never follows links"))
+            case ELOOP: return .failure(CopyBackRefusal("is a symbolic link, which is never followed"))
             case ENOENT: return .failure(CopyBackRefusal("does not exist"))
             default: return .failure(CopyBackRefusal(String(cString: strerror(errno))))
             }
