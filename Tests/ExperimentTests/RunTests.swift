@@ -89,6 +89,7 @@ struct RunTests {
         let log = exp.agentLog
         #expect(log.contains("prompt: Read PROGRAM.md and start the optimization loop."))
         #expect(log.contains("prompt: CONTINUE-PROMPT"), "the restart must use the continuation prompt")
+        #expect(log.contains("history: commit ") && log.contains("autoharness: iteration 1"), "the agent reads the accepted history")
         #expect(log.contains("$ autoharness benchmark -> 0") && log.contains("train: 0/8 passed"))
         #expect(log.contains("gate attempt 1: ACCEPTED") && log.contains("gate attempt 2: ACCEPTED"), "\(log)")
 

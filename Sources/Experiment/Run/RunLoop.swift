@@ -116,6 +116,7 @@ public final class RunLoop: @unchecked Sendable {
     var stagingPath: String { runDirectory + "/agent" }
     var homePath: String { runDirectory + "/home" }
     var brokerDirectory: String { runDirectory + "/broker" }
+    var historyDirectory: String { runDirectory + "/history" }
 
     public init(supervisor: ExperimentSupervisor, settings: RunSettings, presenter: RunPresenter) {
         self.supervisor = supervisor
@@ -289,6 +290,7 @@ public final class RunLoop: @unchecked Sendable {
         let vars = [
             "program_md": layout.program, "agent_staging": stagingPath, "workspace_view": layout.workspace,
             "learnings_md": layout.learnings, "home": homePath, "broker_dir": brokerDirectory, "autoharness_bin": settings.clientBinary,
+            "history_dir": historyDirectory,
         ]
         var policy = try supervisor.policyLoader.load(config.codingAgentPolicy, variables: vars)
         if policy.network.mode == .proxy { policy.network.allow = config.networkAllow }
@@ -317,8 +319,11 @@ public final class RunLoop: @unchecked Sendable {
                 throw ExperimentError(.io, "\(homePath): \(String(cString: strerror(errno)))")
             }
         }
-        try fm.createDirectory(atPath: brokerDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
-        chmod(brokerDirectory, 0o755)
+        for d in [brokerDirectory, historyDirectory] {
+            try fm.createDirectory(atPath: d, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+            chmod(d, 0o755)
+        }
+        try writeHistory()
         // learnings.md is bound read-write as a single file: the sandbox user must own it.
         let fd = open(layout.learnings, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644)
         guard fd >= 0 else { throw ExperimentError(.io, "\(layout.learnings): \(String(cString: strerror(errno))) (it must be a regular file)") }
@@ -447,6 +452,7 @@ public final class RunLoop: @unchecked Sendable {
         if r.accepted {
             accepted += 1
             nonImproving = 0
+            try writeHistory()
         } else {
             nonImproving += 1
             if config.onReject == .revert, let last = try supervisor.state().iterations.last {
@@ -519,6 +525,18 @@ public final class RunLoop: @unchecked Sendable {
         } catch {
             throw ExperimentError(.io, "compile check sandbox: \(error.message)")
         }
+    }
+
+    /// `history/git-log.txt` for the agent: the accepted commits of agent/agent.py with
+    /// their diffs, newest first (the agent has no `.git`). Commit messages carry scores only
+    /// as `gate.disclosure` allows. Capped at 256 KiB (older history is cut).
+    func writeHistory() throws {
+        var text = (try? supervisor.git.run(["log", "-p", "--format=commit %h%nDate: %aI%n%n%B", "--", "agent/agent.py"])) ?? ""
+        let cap = 256 * 1024
+        if text.utf8.count > cap {
+            text = String(decoding: Array(text.utf8.prefix(cap)), as: UTF8.self) + "\n[older history cut at 256 KiB]\n"
+        }
+        try AtomicFile.write(Data(text.utf8), to: historyDirectory + "/git-log.txt", mode: 0o644)
     }
 
     // MARK: - records

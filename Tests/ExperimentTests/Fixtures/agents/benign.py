@@ -64,6 +64,8 @@ if START == 1:
 else:
     notes = open("workspace/learnings.md").read()
     print("notes:", notes, flush=True)
+    history = open("history/git-log.txt").read()
+    print("history:", history.splitlines()[0], "|", [l for l in history.splitlines() if "iteration" in l][:1], flush=True)
     ah("benchmark")
     save(solver(["add", "multiply"]))
     ah("gate")
