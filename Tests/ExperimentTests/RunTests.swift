@@ -91,6 +91,8 @@ struct RunTests {
         #expect(log.contains("prompt: CONTINUE-PROMPT"), "the restart must use the continuation prompt")
         #expect(log.contains("history: commit ") && log.contains("autoharness: iteration 1"), "the agent reads the accepted history")
         #expect(log.contains("$ autoharness benchmark -> 0") && log.contains("train: 0/8 passed"))
+        // `status` through the broker is the agent's view, not the operator's.
+        #expect(log.contains("$ autoharness status -> 0") && log.contains("held-out runs' are withheld"), "\(log)")
         #expect(log.contains("gate attempt 1: ACCEPTED") && log.contains("gate attempt 2: ACCEPTED"), "\(log)")
 
         // The history: baseline + two iterations, committed by the supervisor, verifiable.
@@ -110,6 +112,18 @@ struct RunTests {
         let violations = try exp.violations()
         #expect(violations.isEmpty, "a benign agent commits no violations: \(violations)")
         expectNothingLeft(exp, marker: Fixtures.agents)
+
+        // A second run counts its own gates: the first run's two accepted ones spend none of
+        // its budget.
+        let script = """
+            import subprocess
+            open('agent/agent.py', 'a').write('# no better\\n')
+            print(subprocess.run(['autoharness', 'gate'], capture_output=True, text=True).stdout)
+            """
+        try exp.configureRun(command: ["python3", "-c", script], values: ["budget": "1"])
+        let second = try exp.run("run", "--max-iterations", "2", "--max-hours", "0.1")
+        #expect(second.stdout.contains("gates: 1 (0 accepted, 1 rejected)") && second.stdout.contains("gate budget 1 spent"), "\(second.stdout)")
+        #expect(!second.stdout.contains("(resumed)"))
     }
 
     @Test("a hostile agent's every attempt fails, is recorded in the ledger, and the score history stays honest")

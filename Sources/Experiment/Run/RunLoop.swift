@@ -165,7 +165,7 @@ public final class RunLoop: @unchecked Sendable {
         runID = state.openRun?.runID ?? Self.newRunID()
         gates = state.openRunGates
         accepted = state.openRunAccepted
-        nonImproving = Self.trailingRejections(state)
+        nonImproving = resumed ? Self.trailingRejections(state) : 0
         let bestBefore = state.best
 
         let policy = try loadPolicy()

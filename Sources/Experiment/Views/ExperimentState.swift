@@ -169,6 +169,8 @@ public struct ExperimentState: Sendable {
                 runs.append(try r.decode(RunEndedRecord.self))
                 openRun = nil
                 openRunSince = nil
+                openRunGates = 0
+                openRunAccepted = 0
             }
         }
     }
