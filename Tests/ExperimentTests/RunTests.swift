@@ -162,6 +162,10 @@ struct RunTests {
         #expect(a["forged_oversized"]?.hasSuffix("x\\x00\\x00\\x00\\x012'") == true)
         #expect(a["broker_peer_pid"] == "0", "the supervisor must not be visible from the sandbox")
         #expect(a["unknown_verb"] == "exit 2" && a["status_operator"] == "exit 2")
+        // A client that never sends is dropped after 5 s; the next request is answered.
+        #expect(a["stalled_client"]?.hasPrefix("status exit 0 after ") == true, "\(a)")
+        if let s = a["stalled_client"], let secs = Int(s.split(separator: " ").last?.dropLast() ?? "") { #expect(secs <= 8, "\(s)") }
+        #expect(a["replace_socket"] == "EROFS", "the broker's directory is read-only inside")
         // Egress: only the allowlisted host, only through the proxy.
         #expect(a["egress_allowed"]?.contains("200") == true && a["egress_allowed"]?.contains("echo:ping") == true, "\(a)")
         #expect(a["egress_denied"]?.contains("403") == true, "\(a)")

@@ -111,6 +111,19 @@ report("forged_bad_magic", f"answer {answer[-10:]!r}")
 report("broker_peer_pid", str(pid))
 pid, answer = raw(b"AHB1" + struct.pack(">I", 1 << 30))
 report("forged_oversized", f"answer {answer[-10:]!r}")
+# A client that connects and never sends: the broker must not wait for it forever.
+stall = socket.socket(socket.AF_UNIX)
+stall.connect("/run/autoharness/broker.sock")
+t0 = time.time()
+r = ah("status")
+report("stalled_client", f"status exit {r.returncode} after {int(time.time() - t0)}s")
+stall.close()
+# Replacing the broker's socket with one of our own.
+try:
+    os.unlink("/run/autoharness/broker.sock")
+    report("replace_socket", "UNLINKED")
+except OSError as e:
+    report("replace_socket", errno.errorcode[e.errno])
 r = ah("record", "--val-score", "1.0")
 report("unknown_verb", f"exit {r.returncode}")
 r = ah("status", "--operator")
