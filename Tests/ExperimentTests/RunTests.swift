@@ -173,6 +173,7 @@ struct RunTests {
         // Syscalls and processes.
         #expect(a["ptrace_init"]?.hasPrefix("rc -1") == true && a["unshare_user"]?.hasPrefix("rc -1") == true, "\(a)")
         #expect(a["fork_bomb"]?.hasPrefix("EAGAIN") == true, "\(a)")
+        #expect(a["inotify"]?.hasPrefix("rc -1") == true && a["mincore"]?.hasPrefix("rc -1") == true, "\(a)")
         // Gates: the same bytes twice are refused; the budget stops the loop.
         #expect(a["gate_same_0"] == "exit 1", "first gate of an unchanged agent.py runs and is rejected: \(a)")
         #expect(a["gate_same_1"] == "exit 2" && a["gate_same_2"] == "exit 2")
@@ -190,6 +191,7 @@ struct RunTests {
         #expect(details.contains("is a symbolic link"))
         #expect(details.contains("127.0.0.1:\(denied.port)"))
         #expect(details.contains("ptrace") && details.contains("agent/helper.py"))
+        #expect(details.contains("inotify_init1") && details.contains("mincore"), "\(details)")
 
         // The honest history: nothing accepted, views and ledger agree, no test data anywhere.
         let st = try exp.statusJSON("--verify")
@@ -278,6 +280,22 @@ struct RunTests {
         let ended = try exp.rows("run_ended")
         #expect(ended.count == 1 && ended[0]["reason"] as? String == "SIGTERM received")
         expectNothingLeft(exp, marker: Fixtures.agents)
+    }
+
+    @Test("the coding agent is frozen while a gate runs: none of its threads run while held-out tasks do")
+    func frozenDuringGate() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        try exp.configureRun(command: ["python3", Fixtures.agents + "/ticker.py"], values: ["max_non_improving": "1"])
+        let r = try exp.run("run", "--max-hours", "0.1")
+        #expect(r.status == 0, "\(r.stdout) \(r.stderr)")
+        let line = try #require(exp.agentLog.split(separator: "\n").first { $0.hasPrefix("GATE ") }, "\(exp.agentLog)")
+        let f = line.split(separator: " ")
+        let gate = try #require(Double(f[1])), gap = try #require(Double(f[3]))
+        // Four held-out tasks of 1.5 s at concurrency 2: the gate takes over 3 s, and the
+        // ticker (every 10 ms when it runs) must have been stopped for nearly all of it.
+        #expect(gate > 3.0)
+        #expect(gap > gate - 1.0, "max gap \(gap)s in a \(gate)s gate: the agent ran during the gate")
     }
 
     @Test("an agent that keeps exiting at once is a crash loop: the run stops with the reason and exit 1")

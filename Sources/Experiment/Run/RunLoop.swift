@@ -109,6 +109,8 @@ public final class RunLoop: @unchecked Sendable {
     private var audit = AuditLog()
     private var auditFlushed = 0
     private var owner: (uid_t, gid_t) = (65534, 65534)
+    /// Freezes the coding agent's whole sandbox while a gate runs held-out tasks.
+    private let agentControl = SandboxControl()
 
     public var runDirectory: String { layout.privateDirectory + "/run" }
     var agentLogPath: String { runDirectory + "/agent.log" }
@@ -374,6 +376,7 @@ public final class RunLoop: @unchecked Sendable {
             var options = RunOptions(audit: audit)
             options.stdio = (null, log, log)
             options.signalFD = pipeFDs[0]
+            options.control = agentControl
             let r = try SandboxRunner.run(plan, options: options)
             return (r, Date().timeIntervalSince(t0), work.withLock { requestsThisStart })
         } catch {
@@ -446,7 +449,19 @@ public final class RunLoop: @unchecked Sendable {
         }
         let bytes = try Array(Data(contentsOf: URL(fileURLWithPath: snap.directory + "/agent.py")))
         try AtomicFile.write(Data(bytes), to: layout.agentFile, mode: 0o644)
-        let r = try supervisor.gate(actor: "coding agent", agent: snap)
+        // The coding agent is frozen for the whole gate: held-out tasks run while none of its
+        // processes can run, so nothing they do in the kernel's shared state (file locks on
+        // /usr, say) can be observed as it happens. If it cannot be frozen, no gate runs.
+        do throws(SandboxError) {
+            try agentControl.freeze()
+        } catch {
+            throw ExperimentError(.io, "could not freeze the coding agent for the gate (\(error.message)); the gate was not run")
+        }
+        let r: GateResult
+        do {
+            defer { try? agentControl.thaw() }
+            r = try supervisor.gate(actor: "coding agent", agent: snap)
+        }
         gates += 1
         var extra = ""
         if r.accepted {
@@ -531,7 +546,9 @@ public final class RunLoop: @unchecked Sendable {
     /// their diffs, newest first (the agent has no `.git`). Commit messages carry scores only
     /// as `gate.disclosure` allows. Capped at 256 KiB (older history is cut).
     func writeHistory() throws {
-        var text = (try? supervisor.git.run(["log", "-p", "--format=commit %h%nDate: %aI%n%n%B", "--", "agent/agent.py"])) ?? ""
+        // Subjects only: the trailers name the ledger head, whose row count moves with
+        // violations recorded during held-out runs.
+        var text = (try? supervisor.git.run(["log", "-p", "--format=commit %h%nDate: %aI%n%n    %s%n", "--", "agent/agent.py"])) ?? ""
         let cap = 256 * 1024
         if text.utf8.count > cap {
             text = String(decoding: Array(text.utf8.prefix(cap)), as: UTF8.self) + "\n[older history cut at 256 KiB]\n"

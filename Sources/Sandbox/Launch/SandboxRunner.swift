@@ -52,10 +52,96 @@ public struct RunOptions: @unchecked Sendable {
     public var signalFD: Int32 = -1
     /// The cgroup layout to use; nil means this process's own (`CgroupHost.current`).
     public var cgroupHost: CgroupHost?
+    /// Lets another thread freeze and thaw the whole sandbox while it runs (the policy
+    /// must give it a cgroup, i.e. a memory, pids or cpus limit).
+    public var control: SandboxControl?
 
     public init(audit: AuditLog = AuditLog(), logger: Logger = Logger(label: "autoharness.sandbox")) {
         self.audit = audit
         self.logger = logger
+    }
+}
+
+/// Freezes and thaws a running sandbox from another thread (e.g. the coding agent while a
+/// gate's held-out tasks run, so nothing it does can overlap them).
+///
+/// Every process in the sandbox's cgroup except the monitor gets SIGSTOP, rescanning until a
+/// scan finds all of them stopped (a fork in flight when its parent was stopped shows up in
+/// the next scan). Not the cgroup freezer: a frozen task ignores SIGKILL until thawed, so a
+/// supervisor killed mid-gate would leave a frozen sandbox behind; stopped tasks die with
+/// their pid namespace as usual.
+public final class SandboxControl: @unchecked Sendable {
+    private let lock = Mutex()
+    private var cgroup: SandboxCgroup?
+    private var monitor: pid_t = 0
+    private var stopped: Set<pid_t> = []
+    private var frozen = false
+
+    public init() {}
+
+    func attach(_ c: SandboxCgroup, monitor: pid_t) {
+        lock.withLock {
+            cgroup = c
+            self.monitor = monitor
+        }
+    }
+
+    func detach() {
+        lock.withLock {
+            cgroup = nil
+            stopped = []
+            frozen = false
+        }
+    }
+
+    /// Stops every process of the sandbox; returns once all are stopped. A no-op when no
+    /// sandbox is running.
+    public func freeze() throws(SandboxError) {
+        var failure: SandboxError?
+        lock.withLock {
+            guard let cgroup, !frozen else { return }
+            guard !cgroup.directories.isEmpty else {
+                failure = SandboxError(.cgroup, "the sandbox has no cgroup to find its processes by")
+                return
+            }
+            for _ in 0..<2000 {
+                var all = true
+                for p in cgroup.remainingProcesses() where p != monitor {
+                    if stopped.insert(p).inserted { kill(p, SIGSTOP) }
+                    if !Self.isStopped(p) { all = false }
+                }
+                if all {
+                    frozen = true
+                    return
+                }
+                usleep(500)
+            }
+            failure = SandboxError(.cgroup, "the sandbox's processes did not all stop within a second")
+        }
+        if let failure {
+            try? thaw()
+            throw failure
+        }
+    }
+
+    /// Resumes what `freeze` stopped (only pids still in the sandbox's cgroup).
+    public func thaw() throws(SandboxError) {
+        lock.withLock {
+            guard let cgroup else { return }
+            let present = Set(cgroup.remainingProcesses())
+            for p in stopped where present.contains(p) { kill(p, SIGCONT) }
+            stopped = []
+            frozen = false
+        }
+    }
+
+    /// `T` (stopped) or `t` (traced) in /proc/PID/stat; a process that is gone counts.
+    static func isStopped(_ pid: pid_t) -> Bool {
+        let text = SmallFile.contents(of: "/proc/\(pid)/stat")
+        guard let close = text.lastIndex(of: ")") else { return true }
+        let rest = text[text.index(after: close)...].drop { $0 == " " }
+        guard let state = rest.first else { return true }
+        return state == "T" || state == "t" || state == "Z" || state == "X"
     }
 }
 
@@ -69,6 +155,7 @@ public enum SandboxRunner {
         let log = options.logger
         let cgroup = try SandboxCgroup(id: plan.sandboxID, limits: plan.limits, host: options.cgroupHost ?? .current,
                                        allowUnenforced: options.allowUnenforcedLimits)
+        defer { options.control?.detach() }
         Timing.mark("cgroups created")
         var enforcement = cgroup.enforcement
         for r in plan.rlimits {
@@ -86,6 +173,7 @@ public enum SandboxRunner {
             throw SandboxError(.launch, "fork: \(String(cString: strerror(rc)))", errno: rc)
         }
         Timing.mark("monitor forked")
+        options.control?.attach(cgroup, monitor: child.pid)
         var session = Session(plan: plan, child: child, cgroup: cgroup, options: options)
         let result = session.supervise()
         var r = result

@@ -136,6 +136,15 @@ report("ptrace_init", f"rc {rc} {errno.errorcode.get(ctypes.get_errno(), '?')}")
 rc = libc.unshare(0x10000000)  # CLONE_NEWUSER
 report("unshare_user", f"rc {rc} {errno.errorcode.get(ctypes.get_errno(), '?')}")
 
+# Observing state held-out tasks share with us after the fact: inotify, page-cache residency.
+rc = libc.inotify_init1(0)
+report("inotify", f"rc {rc} {errno.errorcode.get(ctypes.get_errno(), '?')}")
+buf = ctypes.create_string_buffer(4096 * 2)
+page = (ctypes.addressof(buf) + 4095) & ~4095
+vec = ctypes.create_string_buffer(1)
+rc = libc.syscall(27, ctypes.c_void_p(page), ctypes.c_size_t(4096), vec)  # mincore
+report("mincore", f"rc {rc} {errno.errorcode.get(ctypes.get_errno(), '?')}")
+
 # 8. Signals: everything this sandbox can see (the supervisor is not in it).
 try:
     os.kill(-1, signal.SIGKILL)
