@@ -70,6 +70,12 @@ struct Experiment {
         }
     }
 
+    /// An experiment created elsewhere (kept alive by `temp`).
+    init(existing root: String, temp: TempDir) {
+        self.root = root
+        self.temp = temp
+    }
+
     func run(_ args: String...) throws -> Run { try autoharness(args + ["-C", root]) }
 
     /// `autoharness ARGS -C root` in the background, output discarded.

@@ -298,6 +298,40 @@ struct RunTests {
         #expect(gap > gate - 1.0, "max gap \(gap)s in a \(gate)s gate: the agent ran during the gate")
     }
 
+    @Test("when the ledger cannot be written (a full disk), the agent is stopped: nothing happens unrecorded")
+    func unrecordableStops() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        let mnt = dir.path + "/small"
+        try FileManager.default.createDirectory(atPath: mnt, withIntermediateDirectories: true)
+        let m = try runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=24m", "tmpfs", mnt])
+        try #require(m.status == 0, "mount tmpfs: \(m.stderr)")
+        defer { _ = try? runProcess("/bin/umount", ["-l", mnt]) }
+        let root = mnt + "/exp"
+        #expect(try autoharness(["init", root, "--benchmark", "local", "--dataset", Experiment.fixture]).status == 0)
+        #expect(try autoharness(["prepare", "-C", root]).status == 0)
+        let exp = Experiment(existing: root, temp: dir)
+        // Fill the disk from $HOME, then make a request that must be recorded.
+        let script = """
+            import subprocess, time
+            try:
+                with open('/home/agent/fill', 'wb') as f:
+                    while True: f.write(b'x' * (1 << 20))
+            except OSError as e:
+                print('FILLED', e.errno, flush=True)
+            for i in range(20):
+                subprocess.run(['autoharness', 'record'], capture_output=True)
+                time.sleep(0.2)
+            print('STILL RUNNING', flush=True)
+            """
+        try exp.configureRun(command: ["python3", "-c", script])
+        let r = try exp.run("run", "--max-hours", "0.1")
+        #expect(r.status != 0)
+        #expect(r.stderr.contains("could not record") && r.stderr.contains("stopping the coding agent"), "\(r.stderr)")
+        #expect(!exp.agentLog.split(separator: "\n").contains("STILL RUNNING"), "the agent went on after a violation could not be recorded")
+        expectNothingLeft(exp, marker: "/home/agent/fill")
+    }
+
     @Test("an agent that keeps exiting at once is a crash loop: the run stops with the reason and exit 1")
     func crashLoop() throws {
         try requireRoot()

@@ -112,15 +112,16 @@ final class BrokerServer: @unchecked Sendable {
         var uid: UInt32 = 0
         _ = ahl_peer_credentials(c, &pid, &uid)
         let peer = BrokerPeer(pid: pid, uid: uid)
-        setTimeout(c, SO_RCVTIMEO, seconds: 5)
         setTimeout(c, SO_SNDTIMEO, seconds: 30)
 
+        // 5 seconds for the whole request, however it is trickled in.
+        let deadline = Self.now() + 5
         let request: Result<[String], BrokerWire.RequestError>
-        if let header = BrokerWire.readExact(c, 8) {
+        if let header = Self.read(c, 8, deadline: deadline) {
             switch BrokerWire.bodyLength(header: header) {
             case .failure(let e): request = .failure(e)
             case .success(let n):
-                if let body = BrokerWire.readExact(c, n) {
+                if let body = Self.read(c, n, deadline: deadline) {
                     request = BrokerWire.decodeArguments(body)
                 } else {
                     request = .failure(.truncated)
@@ -143,10 +144,35 @@ final class BrokerServer: @unchecked Sendable {
         var sink = [UInt8](repeating: 0, count: 4096)
         var drained = 0
         while drained < 64 * 1024 {
-            let n = read(c, &sink, sink.count)
+            let n = Glibc.read(c, &sink, sink.count)
             if n <= 0 { break }
             drained += n
         }
+    }
+
+    static func now() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+
+    /// Exactly `count` bytes before `deadline`, or nil.
+    static func read(_ fd: Int32, _ count: Int, deadline: Double) -> [UInt8]? {
+        var buf = [UInt8](repeating: 0, count: count)
+        var off = 0
+        while off < count {
+            let left = deadline - now()
+            guard left > 0 else { return nil }
+            var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let r = poll(&p, 1, Int32(left * 1000) + 1)
+            if r < 0 && errno == EINTR { continue }
+            guard r > 0 else { return nil }
+            let n = buf.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + off, count - off) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { return nil }
+            off += n
+        }
+        return buf
     }
 
     private func setTimeout(_ fd: Int32, _ option: Int32, seconds: Int, microseconds: Int = 0) {

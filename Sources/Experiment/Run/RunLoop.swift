@@ -315,7 +315,7 @@ public final class RunLoop: @unchecked Sendable {
             case .failure(let why): throw ExperimentError(.io, "\(layout.agentFile) \(why.reason)")
             }
         }
-        if !resumed, fm.fileExists(atPath: homePath) { try fm.removeItem(atPath: homePath) }
+        if !resumed { try removeTree(homePath) }
         if !fm.fileExists(atPath: homePath) {
             guard mkdir(homePath, 0o700) == 0, chown(homePath, owner.0, owner.1) == 0 else {
                 throw ExperimentError(.io, "\(homePath): \(String(cString: strerror(errno)))")
@@ -498,8 +498,14 @@ public final class RunLoop: @unchecked Sendable {
     /// Copy-back: takes agent.py from staging (nothing else), checks that it compiles, and
     /// snapshots it. Refusals are recorded.
     func candidate() throws -> ExperimentSupervisor.Snapshot {
-        for name in try staging.extraEntries() where reportedExtras.insert(name).inserted {
-            violation("staging_extra_file", "agent/\(printable(name)) created in staging; not taken (only agent.py is copied back)")
+        // One row per request at most, naming up to 20 new entries (a flood of files is
+        // counted, not recorded name by name).
+        let (names, total) = try staging.extraEntries(limit: 10_000)
+        let fresh = names.filter { reportedExtras.count < 10_000 && reportedExtras.insert($0).inserted }
+        if !fresh.isEmpty {
+            let shown = fresh.prefix(20).map { "agent/" + printable($0) }.joined(separator: ", ")
+            let more = total > names.count ? " (\(total) entries in all; listing stopped at \(names.count))" : fresh.count > 20 ? " and \(fresh.count - 20) more" : ""
+            violation("staging_extra_file", "\(shown)\(more) created in staging; not taken (only agent.py is copied back)")
         }
         let bytes: [UInt8]
         switch try staging.takeAgent() {
@@ -558,6 +564,13 @@ public final class RunLoop: @unchecked Sendable {
 
     // MARK: - records
 
+    /// Nothing may happen that is not recorded: if the ledger cannot be written (a full
+    /// disk, say), the agent is stopped at once.
+    func recordingFailed(_ what: String, _ error: Error) {
+        settings.log("could not record \(what): \(error); stopping the coding agent")
+        requestStop("the ledger could not be written (\(error))")
+    }
+
     @discardableResult
     func append(_ items: [(RecordKind, any Encodable)]) throws -> Int64 {
         try supervisor.ledger.appendAll(items).last?.seq ?? 0
@@ -568,7 +581,7 @@ public final class RunLoop: @unchecked Sendable {
         do {
             try append([(.violation, ViolationRecord(actor: "coding agent", kind: kind, detail: detail))])
         } catch {
-            settings.log("could not record a violation (\(kind): \(detail)): \(error)")
+            recordingFailed("a violation (\(kind): \(detail))", error)
         }
         settings.log("violation by the coding agent: \(kind): \(detail)")
     }
@@ -610,7 +623,7 @@ public final class RunLoop: @unchecked Sendable {
             settings.log("violation by the coding agent: \(c.detail) ×\(c.n)")
         }
         if !items.isEmpty {
-            do { try append(items) } catch { settings.log("could not record violations: \(error)") }
+            do { try append(items) } catch { recordingFailed("violations", error) }
         }
     }
 }

@@ -81,7 +81,7 @@ struct Staging {
 
     /// Creates the directory (owned by the sandbox user) holding a copy of `source`.
     static func create(at path: String, from source: [UInt8], owner: (uid_t, gid_t)) throws -> Staging {
-        if FileManager.default.fileExists(atPath: path) { try FileManager.default.removeItem(atPath: path) }
+        try removeTree(path)
         guard mkdir(path, 0o755) == 0, chown(path, owner.0, owner.1) == 0 else {
             throw ExperimentError(.io, "\(path): \(String(cString: strerror(errno)))")
         }
@@ -107,20 +107,24 @@ struct Staging {
         try withDirectory { try AgentFile.write(bytes, directoryFD: $0, owner: owner) }
     }
 
-    /// Every entry other than agent.py (names as listed; never opened or followed).
-    func extraEntries() throws -> [String] {
+    /// Entries other than agent.py (names as listed; never opened or followed): at most
+    /// `limit` names, and how many there are in all.
+    func extraEntries(limit: Int = .max) throws -> (names: [String], total: Int) {
         try withDirectory { dir in
             let fd = dup(dir)
             guard fd >= 0, let d = fdopendir(fd) else { throw ExperimentError(.io, "staging \(path): \(String(cString: strerror(errno)))") }
             defer { closedir(d) }
             var names: [String] = []
+            var total = 0
             while let e = readdir(d) {
                 let name = withUnsafeBytes(of: e.pointee.d_name) { raw in
                     String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
                 }
-                if name != "." && name != ".." && name != AgentFile.name { names.append(name) }
+                guard name != "." && name != ".." && name != AgentFile.name else { continue }
+                total += 1
+                if names.count < limit { names.append(name) }
             }
-            return names.sorted()
+            return (names.sorted(), total)
         }
     }
 }
@@ -133,4 +137,19 @@ func printable(_ s: String, limit: Int = 200) -> String {
         if out.count >= limit { return out + "…" }
     }
     return out
+}
+
+/// Removes a tree the sandbox user may have built (arbitrarily deep, any names): `rm -rf
+/// --one-file-system`, which walks with directory descriptors and never follows links.
+func removeTree(_ path: String) throws {
+    var st = stat()
+    guard lstat(path, &st) == 0 else { return }
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: "/bin/rm")
+    p.arguments = ["-rf", "--one-file-system", "--", path]
+    try p.run()
+    p.waitUntilExit()
+    guard p.terminationStatus == 0, lstat(path, &st) != 0 else {
+        throw ExperimentError(.io, "could not remove \(path) (rm exit \(p.terminationStatus))")
+    }
 }
