@@ -15,7 +15,7 @@ struct Autoharness: ParsableCommand {
 
             Sandboxes need root (user/mount/pid/net namespaces, id maps, cgroups).
             """,
-        subcommands: [InitCommand.self, PrepareCommand.self, BenchmarkCommand.self, GateCommand.self, StatusCommand.self, RunCommand.self,
+        subcommands: [InitCommand.self, PrepareCommand.self, BenchmarkCommand.self, GateCommand.self, StatusCommand.self, RunCommand.self, ReportCommand.self,
                       SandboxCommand.self, PolicyCommand.self]
     )
 

@@ -181,3 +181,29 @@ struct StatusCommand: ParsableCommand {
         if let report, !report.ok { throw ExitCode(Exit.failure) }
     }
 }
+
+struct ReportCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "report",
+        abstract: "Write a self-contained HTML report: score history, suite, train pass rate, violations.",
+        discussion: "The operator's view (exact scores, held-out violations): by default written to report.html in the experiment directory, which no sandbox mounts. No scripts or network assets; charts are inline SVG.")
+
+    @OptionGroup var experiment: ExperimentOptions
+
+    @Option(help: "Where to write the HTML file (default: DIR/report.html).")
+    var out: String?
+
+    func run() throws {
+        let s = try experiment.supervisor("report", exclusive: false)
+        let state: ExperimentState
+        do { state = try s.state() } catch { fail("autoharness: \(error)", code: Exit.failure) }
+        let path = out ?? s.layout.root + "/report.html"
+        let html = Report.html(state, config: s.config, title: "autoharness report: \(s.layout.root)", diffStats: s.diffStats())
+        do {
+            try AtomicFile.write(Data(html.utf8), to: path, mode: 0o644)
+        } catch {
+            fail("autoharness: \(path): \(error)", code: Exit.failure)
+        }
+        print(path)
+    }
+}

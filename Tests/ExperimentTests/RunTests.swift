@@ -375,3 +375,44 @@ struct RunTests {
         }
     }
 }
+
+@Suite("autoharness report")
+struct ReportTests {
+    @Test("the report is one self-contained HTML file with the charts and tables the history calls for")
+    func reportAfterRun() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        try exp.configureRun(command: ["python3", Fixtures.agents + "/benign.py"], values: ["min_improvement": "0", "restart_backoff": "0.1"])
+        #expect(try exp.run("run", "--max-iterations", "2", "--max-hours", "0.1").status == 0)
+        try exp.setAgent(Agents.all + "\n# same behaviour, new bytes\n")
+        _ = try exp.run("gate")  // a scored, rejected attempt (a tie)
+        _ = try exp.run("benchmark", "--task-ids", try exp.split().test[0])  // a recorded refusal
+        let r = try exp.run("report")
+        #expect(r.status == 0, "\(r.stderr)")
+        let path = r.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(path == exp.root + "/report.html")
+        let html = try String(contentsOfFile: path, encoding: .utf8)
+        // Self-contained: no scripts, no external references.
+        #expect(!html.contains("<script") && !html.contains("http://www.w3.org/1999") && !html.contains("src=") && !html.contains("href="))
+        #expect(html.components(separatedBy: "<svg").count - 1 == 4, "four charts")
+        // Two accepted and one rejected scored attempt, as points of their class.
+        #expect(html.components(separatedBy: "<circle class=\"ok\"").count - 1 >= 2)
+        #expect(html.components(separatedBy: "<circle class=\"no\"").count - 1 == 1)
+        #expect(html.contains("attempt 3: 1.0000 rejected"))
+        // Tables: every iteration with its commit and diff stat; the violation.
+        let st = try exp.statusJSON()
+        for it in st["iterations"] as? [[String: Any]] ?? [] {
+            #expect(html.contains("<code>\(it["commit"] as? String ?? "?")</code>"))
+        }
+        #expect(html.contains("insertion"), "diff stats of accepted commits")
+        #expect(html.contains("refused_task_ids"))
+        // Well-formed enough for a strict XML parser once the doctype is dropped.
+        let check = try runProcess("/usr/bin/python3", ["-c", """
+            import sys, xml.dom.minidom
+            t = open(sys.argv[1]).read().split('\\n', 1)[1]
+            xml.dom.minidom.parseString(t); print('ok')
+            """, path])
+        #expect(check.stdout.contains("ok"), "\(check.stderr)")
+        // Look at it: scripts/render-report screenshots it in headless Chromium.
+    }
+}

@@ -273,6 +273,15 @@ public final class ExperimentSupervisor {
         return VerifyReport(ledger: v, editedViews: drift, missingCommits: missing)
     }
 
+    /// `git show --shortstat` of agent/agent.py for each accepted iteration's commit.
+    public func diffStats() -> Report.DiffStats {
+        var out: Report.DiffStats = [:]
+        for it in (try? state().iterations) ?? [] where it.commit != "baseline" {
+            if let t = try? git.run(["show", "--shortstat", "--format=", it.commit, "--", "agent/agent.py"]) { out[it.commit] = t }
+        }
+        return out
+    }
+
     public func regenerateViews() throws { try Views.regenerate(layout, try state(), config: config) }
 
     // MARK: - running tasks

@@ -113,6 +113,8 @@ public struct ExperimentState: Sendable {
     public var suite: [String] = []
     public var suiteLastResults: [String: Double] = [:]
     public var latestTrainRun: TrainRunRecord?
+    /// Every train run, oldest first.
+    public var trainRuns: [TrainRunRecord] = []
     /// Latest reward of every train task across all runs (the promotion step's "failing").
     public var latestTrainRewards: [String: Double] = [:]
     public var gateAttempts: [GateAttemptRecord] = []
@@ -140,6 +142,7 @@ public struct ExperimentState: Sendable {
             case .trainRun:
                 let run = try r.decode(TrainRunRecord.self)
                 latestTrainRun = run
+                trainRuns.append(run)
                 latestTrainRewards.merge(run.results) { $1 }
             case .gateStarted: openGate = try r.decode(GateStartedRecord.self)
             case .gateAttempt:

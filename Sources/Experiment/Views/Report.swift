@@ -1,0 +1,155 @@
+import Foundation
+
+/// `autoharness report`: one self-contained HTML file (inline SVG and CSS, no scripts, no
+/// network) for the operator. It shows exact scores and held-out violations, so it is
+/// written outside anything a sandbox mounts.
+public enum Report {
+    /// Per accepted commit: `git diff --shortstat` of agent/agent.py against its parent.
+    public typealias DiffStats = [String: String]
+
+    public static func html(_ s: ExperimentState, config: ExperimentConfig, title: String, diffStats: DiffStats = [:]) -> String {
+        var body = "<h1>\(esc(title))</h1>\n"
+        let best = s.best.map { String(format: "%.4f", $0) } ?? "–"
+        body += "<p class=\"summary\">benchmark <b>\(esc(config.benchmark))</b> · \(s.iterations.count - 1) accepted iteration(s) · "
+        body += "best val_score <b>\(best)</b> · \(s.gateAttempts.count) gate attempt(s) · suite \(s.suite.count) task(s) · "
+        body += "\(s.violations.count) violation record(s)</p>\n"
+
+        // val_score per gate attempt, accepted vs rejected, best-so-far line.
+        var points: [(x: Double, y: Double, cls: String, label: String)] = []
+        var bestLine: [(Double, Double)] = [(0, s.baseline?.valScore ?? 0)]
+        var running = s.baseline?.valScore ?? 0
+        for a in s.gateAttempts {
+            let x = Double(a.attempt)
+            if let v = a.valScore {
+                points.append((x, v, a.accepted ? "ok" : "no", "attempt \(a.attempt): \(String(format: "%.4f", v)) \(a.accepted ? "accepted" : "rejected")"))
+                if a.accepted { running = max(running, v) }
+            } else {
+                points.append((x, 0, "none", "attempt \(a.attempt): \(a.reason)"))
+            }
+            bestLine.append((x, running))
+        }
+        body += section("val_score per gate attempt", "green: accepted, red: rejected, grey: not scored (suite below threshold or interrupted); the line is the best accepted so far",
+                        chart(xMax: Double(max(1, s.gateAttempts.count)), yMax: 1, yLabel: "val_score", xLabel: "gate attempt",
+                              lines: [("best", bestLine)], points: points))
+
+        // Suite size at each attempt (after promotion for accepted ones).
+        let suiteLine = [(0.0, 0.0)] + s.gateAttempts.map { (Double($0.attempt), Double($0.suiteTotal + ($0.accepted ? $0.promoted.count : 0))) }
+        let suiteMax = Double(max(1, suiteLine.map(\.1).max() ?? 1))
+        body += section("regression suite size", "tasks in the suite after each gate attempt",
+                        chart(xMax: Double(max(1, s.gateAttempts.count)), yMax: suiteMax, yLabel: "tasks", xLabel: "gate attempt",
+                              lines: [("suite", suiteLine)], points: []))
+
+        // Train pass rate per train run.
+        let trainLine = s.trainRuns.enumerated().map { i, r -> (Double, Double) in
+            let n = max(1, r.results.count)
+            return (Double(i + 1), Double(r.results.values.filter { $0 >= 0.5 }.count) / Double(n))
+        }
+        body += section("train pass rate", "share of the train tasks run that passed, per `benchmark` run",
+                        chart(xMax: Double(max(1, trainLine.count)), yMax: 1, yLabel: "pass rate", xLabel: "train run",
+                              lines: [("train", trainLine)], points: trainLine.map { ($0.0, $0.1, "ok", String(format: "%.0f%%", $0.1 * 100)) }))
+
+        // Violations by kind, cumulative over their order in the ledger.
+        var kinds: [String] = []
+        var series: [String: [(Double, Double)]] = [:]
+        var counts: [String: Double] = [:]
+        for (i, v) in s.violations.enumerated() {
+            let k = v.record.kind
+            if series[k] == nil {
+                kinds.append(k)
+                series[k] = [(0, 0)]
+            }
+            counts[k, default: 0] += Double(RunLoop.count(in: v.record.detail))
+            series[k]!.append((Double(i + 1), counts[k]!))
+        }
+        let vMax = max(1, counts.values.max() ?? 1)
+        body += section("violations by kind", "cumulative count of each kind, in the order they were recorded (x: violation record)",
+                        chart(xMax: Double(max(1, s.violations.count)), yMax: vMax, yLabel: "count", xLabel: "violation record",
+                              lines: kinds.map { ($0, series[$0]!) }, points: [], legend: true))
+
+        // Tables.
+        var rows = "<tr><th>iteration</th><th>val_score</th><th>commit</th><th>suite</th><th>agent.py diff</th><th>time</th></tr>\n"
+        for it in s.iterations {
+            rows += "<tr><td>\(it.iteration)</td><td>\(String(format: "%.4f", it.valScore))</td><td><code>\(esc(it.commit))</code></td>"
+            rows += "<td>\(it.evalsPassed)/\(it.evalsTotal)</td><td>\(esc(diffStats[it.commit] ?? "–"))</td><td>\(esc(it.timestamp))</td></tr>\n"
+        }
+        body += "<h2>Iterations</h2>\n<table>\n\(rows)</table>\n"
+        var vrows = "<tr><th>time</th><th>actor</th><th>kind</th><th>detail</th></tr>\n"
+        for v in s.violations {
+            vrows += "<tr><td>\(esc(v.time))</td><td>\(esc(v.record.actor))\(v.record.heldOut == true ? " (held-out)" : "")</td>"
+            vrows += "<td>\(esc(v.record.kind))</td><td>\(esc(v.record.detail))</td></tr>\n"
+        }
+        body += "<h2>Violations</h2>\n<table>\n\(vrows)</table>\n"
+        return """
+            <!DOCTYPE html>
+            <html lang="en"><head><meta charset="utf-8"/><title>\(esc(title))</title>
+            <style>
+            body{font:14px/1.4 system-ui,sans-serif;margin:2em auto;max-width:980px;color:#222}
+            h1{font-size:1.5em}h2{font-size:1.15em;margin-top:1.6em}.summary{color:#444}
+            table{border-collapse:collapse;width:100%;font-size:12px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
+            th{background:#f3f3f3}code{font-size:12px}.note{color:#666;font-size:12px;margin:0}
+            svg{background:#fafafa;border:1px solid #ddd}.axis{stroke:#888}.grid{stroke:#e4e4e4}
+            .ok{fill:#2a9d4b}.no{fill:#d33}.none{fill:#999}text{font-size:11px;fill:#444}
+            </style></head><body>
+            \(body)</body></html>
+
+            """
+    }
+
+    static let palette = ["#1f6fb4", "#e07b00", "#2a9d4b", "#d33", "#8a4fbf", "#7f7f7f", "#b5a000", "#00a3a3", "#c2185b", "#5d4037"]
+
+    static func section(_ title: String, _ note: String, _ svg: String) -> String {
+        "<h2>\(esc(title))</h2>\n<p class=\"note\">\(esc(note))</p>\n\(svg)\n"
+    }
+
+    /// A line/point chart in a 900×260 SVG.
+    static func chart(xMax: Double, yMax: Double, yLabel: String, xLabel: String, lines: [(String, [(Double, Double)])],
+                      points: [(x: Double, y: Double, cls: String, label: String)], legend: Bool = false) -> String {
+        let w = 900.0, h = 260.0, l = 50.0, r = 20.0, t = 15.0, b = 35.0
+        func X(_ x: Double) -> Double { l + (w - l - r) * x / xMax }
+        func Y(_ y: Double) -> Double { h - b - (h - t - b) * y / yMax }
+        func f(_ v: Double) -> String { String(format: "%.1f", v) }
+        var svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"\(Int(w))\" height=\"\(Int(h))\" viewBox=\"0 0 \(Int(w)) \(Int(h))\" role=\"img\" aria-label=\"\(esc(yLabel)) by \(esc(xLabel))\">\n"
+        for i in 0...4 {
+            let y = yMax * Double(i) / 4
+            svg += "<line class=\"grid\" x1=\"\(f(l))\" y1=\"\(f(Y(y)))\" x2=\"\(f(w - r))\" y2=\"\(f(Y(y)))\"/>"
+            let label = yMax <= 1 ? String(format: "%.2f", y) : String(format: "%.0f", y)
+            svg += "<text x=\"\(f(l - 6))\" y=\"\(f(Y(y) + 4))\" text-anchor=\"end\">\(label)</text>\n"
+        }
+        svg += "<line class=\"axis\" x1=\"\(f(l))\" y1=\"\(f(Y(0)))\" x2=\"\(f(w - r))\" y2=\"\(f(Y(0)))\"/>"
+        svg += "<line class=\"axis\" x1=\"\(f(l))\" y1=\"\(f(t))\" x2=\"\(f(l))\" y2=\"\(f(Y(0)))\"/>\n"
+        let step = max(1, Int((xMax / 10).rounded(.up)))
+        for x in stride(from: 0, through: Int(xMax), by: step) {
+            svg += "<text x=\"\(f(X(Double(x))))\" y=\"\(f(h - b + 14))\" text-anchor=\"middle\">\(x)</text>"
+        }
+        svg += "<text x=\"\(f((l + w - r) / 2))\" y=\"\(f(h - 4))\" text-anchor=\"middle\">\(esc(xLabel))</text>\n"
+        for (i, (name, pts)) in lines.enumerated() where !pts.isEmpty {
+            let color = palette[i % palette.count]
+            // Step line: a value holds until the next point.
+            var d = "M\(f(X(pts[0].0))),\(f(Y(pts[0].1)))"
+            for p in pts.dropFirst() { d += " H\(f(X(p.0))) V\(f(Y(p.1)))" }
+            svg += "<path d=\"\(d)\" fill=\"none\" stroke=\"\(color)\" stroke-width=\"2\"><title>\(esc(name))</title></path>\n"
+            if legend {
+                svg += "<rect x=\"\(f(l + 10))\" y=\"\(f(t + 4 + Double(i) * 15))\" width=\"10\" height=\"10\" fill=\"\(color)\"/>"
+                svg += "<text x=\"\(f(l + 25))\" y=\"\(f(t + 13 + Double(i) * 15))\">\(esc(name))</text>\n"
+            }
+        }
+        for p in points {
+            svg += "<circle class=\"\(p.cls)\" cx=\"\(f(X(p.x)))\" cy=\"\(f(Y(p.y)))\" r=\"5\"><title>\(esc(p.label))</title></circle>\n"
+        }
+        return svg + "</svg>"
+    }
+
+    static func esc(_ s: String) -> String {
+        var out = ""
+        for c in s {
+            switch c {
+            case "<": out += "&lt;"
+            case ">": out += "&gt;"
+            case "&": out += "&amp;"
+            case "\"": out += "&quot;"
+            default: out.append(c)
+            }
+        }
+        return out
+    }
+}
