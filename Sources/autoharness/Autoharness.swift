@@ -15,7 +15,7 @@ struct Autoharness: ParsableCommand {
 
             Sandboxes need root (user/mount/pid/net namespaces, id maps, cgroups).
             """,
-        subcommands: [InitCommand.self, PrepareCommand.self, BenchmarkCommand.self, GateCommand.self, StatusCommand.self, RunCommand.self, ReportCommand.self,
+        subcommands: [InitCommand.self, PrepareCommand.self, BenchmarkCommand.self, GateCommand.self, StatusCommand.self, RunCommand.self, ReportCommand.self, DemoCommand.self,
                       SandboxCommand.self, PolicyCommand.self]
     )
 

@@ -2,6 +2,7 @@ import ArgumentParser
 import Benchmark
 import Experiment
 import Foundation
+import Ledger
 
 struct RunCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -252,5 +253,98 @@ enum ShellWords {
         }
         if inWord { words.append(cur) }
         return words
+    }
+}
+
+// MARK: - demo
+
+struct DemoCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "demo",
+        abstract: "The whole loop offline: a generated unit-conversion benchmark, a scripted coding agent, gates, a report.",
+        discussion: """
+            Creates DIR/benchmark (64 unit-conversion tasks from templates/demo/make_benchmark.py) \
+            and an experiment DIR/exp whose agent.py knows three conversions, prepares it, and runs \
+            `autoharness run` with templates/demo/demo_agent.py as the coding agent: a scripted \
+            stand-in for Claude Code or Codex (no LLM, no network) that learns conversion factors \
+            from the train traces, gates through the broker, and tries a few cheats, which are \
+            refused and recorded. Ends with DIR/exp/report.html.
+            """)
+
+    @Option(help: "Directory to create (default: ./autoharness-demo).")
+    var dir: String = "autoharness-demo"
+
+    @Option(name: .customLong("max-hours"), help: "Stop the loop after this many hours.")
+    var maxHours: Double = 0.25
+
+    func run() throws {
+        let fm = FileManager.default
+        let root = dir.hasPrefix("/") ? dir : fm.currentDirectoryPath + "/" + dir
+        guard !fm.fileExists(atPath: root) else { fail("autoharness: \(root) exists; pass --dir NEW_DIR", code: Exit.usage) }
+        guard let templates = PolicyLocator.templatesDirectory() else {
+            fail("autoharness: templates directory not found (set AUTOHARNESS_TEMPLATE_DIR)", code: Exit.failure)
+        }
+        let demo = templates + "/demo"
+        let stops = StopSignals.install()
+        do {
+            try fm.createDirectory(atPath: root, withIntermediateDirectories: true)
+            let gen = try Self.shell("/usr/bin/python3", [demo + "/make_benchmark.py", root + "/benchmark"])
+            print("demo: \(gen.trimmingCharacters(in: .whitespacesAndNewlines))")
+            let layout = try ExperimentSupervisor.initialize(directory: root + "/exp", benchmark: "local", dataset: root + "/benchmark", templates: templates)
+            try fm.removeItem(atPath: layout.agentFile)
+            try fm.copyItem(atPath: demo + "/agent.py", toPath: layout.agentFile)
+            var config = try String(contentsOfFile: layout.config, encoding: .utf8)
+            for (key, value) in [("command", "[python3, \"\(demo)/demo_agent.py\"]"), ("binds", "[\"\(demo)\"]"),
+                                 ("min_improvement", "0"), ("max_non_improving", "2"), ("restart_backoff", "0.5")] {
+                config = Self.set(key, value, in: config)
+            }
+            try config.write(toFile: layout.config, atomically: true, encoding: .utf8)
+            print("demo: experiment \(layout.root)")
+
+            let s = try ExperimentSupervisor(layout: layout, policySearchPaths: PolicyLocator.searchPaths(explicit: []), purpose: "demo")
+            let progress = ProgressLine("baseline")
+            s.progress = progress.update
+            let p = try s.prepare()
+            s.progress = nil
+            print("demo: baseline \(p.passed)/\(p.tasks) tasks pass; split \(p.train) train / \(p.test) test; val_score \(String(format: "%.4f", p.baselineScore))")
+            var settings = RunSettings(clientBinary: PolicyLocator.clientBinary(), hostEnvironment: [:]) { printErr("autoharness: \($0)") }
+            settings.maxHours = maxHours
+            let loop = RunLoop(supervisor: s, settings: settings, presenter: BrokerPresenter())
+            stops.onSignal { signal, count in
+                if count == 1 { loop.requestStop("\(signal) received") } else { Glibc.exit(130) }
+            }
+            let report = try loop.run()
+            print(RunCommand.text(report, disclosure: .score))
+            let html = layout.root + "/report.html"
+            try AtomicFile.write(Data(Report.html(try s.state(), config: s.config, title: "autoharness demo", diffStats: s.diffStats()).utf8), to: html, mode: 0o644)
+            print("demo: the coding agent's own account: \(report.agentLog)")
+            print("demo: report: \(html)")
+        } catch let e as ExperimentError {
+            fail("autoharness: \(e.message)", code: Exit.failure)
+        } catch {
+            fail("autoharness: \(error)", code: Exit.failure)
+        }
+    }
+
+    /// Replaces the value of the first `key:` line (keeping its indentation).
+    static func set(_ key: String, _ value: String, in text: String) -> String {
+        var lines = text.components(separatedBy: "\n")
+        if let i = lines.firstIndex(where: { $0.trimmingCharacters(in: .whitespaces).hasPrefix(key + ":") }) {
+            lines[i] = String(lines[i].prefix { $0 == " " }) + key + ": " + value
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    static func shell(_ exe: String, _ args: [String]) throws -> String {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: exe)
+        p.arguments = args
+        let out = Pipe()
+        p.standardOutput = out
+        try p.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        guard p.terminationStatus == 0 else { throw ExperimentError(.io, "\(exe) \(args.joined(separator: " ")) failed") }
+        return String(decoding: data, as: UTF8.self)
     }
 }

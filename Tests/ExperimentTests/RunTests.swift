@@ -416,3 +416,48 @@ struct ReportTests {
         // Look at it: scripts/render-report screenshots it in headless Chromium.
     }
 }
+
+@Suite("autoharness demo")
+struct DemoTests {
+    @Test("the offline demo improves on its baseline only with what train traces teach, has a rejected gate, and reports blocked cheats")
+    func demo() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        let root = dir.path + "/demo"
+        let r = try autoharness(["demo", "--dir", root])
+        #expect(r.status == 0, "\(r.stdout)\n\(r.stderr)")
+        let exp = Experiment(existing: root + "/exp", temp: dir)
+        let st = try exp.statusJSON("--verify")
+        #expect((st["verify"] as? [String: Any])?["ok"] as? Bool == true)
+        let iterations = st["iterations"] as? [[String: Any]] ?? []
+        let baseline = try #require(iterations.first?["val_score"] as? Double)
+        let best = try #require(st["best"] as? Double)
+        #expect(best > baseline, "val_score must rise: \(baseline) -> \(best)")
+        let attempts = try exp.rows("gate_attempt")
+        #expect(attempts.contains { $0["accepted"] as? Bool == false && $0["reason"] as? String != "interrupted" })
+        let reported = try exp.violations().filter { $0["actor"] as? String == "coding agent" }
+        #expect(reported.count >= 5, "\(reported)")
+        #expect(FileManager.default.fileExists(atPath: root + "/exp/report.html"))
+        #expect(r.stdout.contains("demo: report: \(root)/exp/report.html"))
+
+        // Honest improvement: every conversion the final agent.py knows beyond the baseline's
+        // three occurs in a train task (the only traces the agent was shown).
+        let split = try exp.split()
+        var trainPairs: Set<String> = []
+        for id in split.train {
+            let text = try String(contentsOfFile: root + "/benchmark/tasks/\(id)/instruction.md", encoding: .utf8)
+            let w = text.split(separator: " ")
+            trainPairs.insert("\(w[2])->\(w[4].dropLast(1).split(separator: ".")[0])")
+        }
+        let agent = try exp.file("agent/agent.py")
+        let known = agent.split(separator: "\n").compactMap { line -> String? in
+            let parts = line.split(separator: "\"")
+            return parts.count >= 4 && line.contains("):") ? "\(parts[1])->\(parts[3])" : nil
+        }
+        let baselineKnown: Set<String> = ["km->m", "kg->g", "h->min"]
+        #expect(known.count > baselineKnown.count)
+        for k in known where !baselineKnown.contains(k) {
+            #expect(trainPairs.contains(k), "\(k) was not in any train task")
+        }
+    }
+}

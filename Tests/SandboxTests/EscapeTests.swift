@@ -357,7 +357,13 @@ struct LimitEscapeTests {
     @Test("nothing survives a sandbox: no process, mount or cgroup")
     func nothingLeftBehind() throws {
         try requireRoot()
-        let mountsBefore = try String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8).split(separator: "\n").count
+        // Host mounts other tests make concurrently (task scratch tmpfs, tmpfs in their temp
+        // directories) are not this sandbox's.
+        func hostMounts() throws -> Int {
+            try String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8).split(separator: "\n")
+                .filter { !$0.contains("/dev/shm/autoharness") && !$0.contains("/ah-test-") }.count
+        }
+        let mountsBefore = try hostMounts()
         let marker = "ah-left-\(UUID().uuidString.prefix(8))"
         let dir = try TempDir()
         let audit = dir.path + "/a.jsonl"
@@ -368,7 +374,7 @@ struct LimitEscapeTests {
         // Other tests run sandboxes concurrently: look only for this one's cgroups.
         let id = try #require(r.stderr.firstMatch(of: /sandbox (sbx-[0-9a-f]{12})/)?.1).description
         #expect(hostProcesses(containing: marker).isEmpty)
-        let mountsAfter = try String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8).split(separator: "\n").count
+        let mountsAfter = try hostMounts()
         #expect(mountsAfter == mountsBefore)
         for controller in ["memory", "pids"] {
             let leftover = try cgroupDirectories(controller).filter { $0.hasSuffix("autoharness-\(id)") }
