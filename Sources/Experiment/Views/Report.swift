@@ -34,7 +34,7 @@ public enum Report {
 
         // Suite size at each attempt (after promotion for accepted ones).
         let suiteLine = [(0.0, 0.0)] + s.gateAttempts.map { (Double($0.attempt), Double($0.suiteTotal + ($0.accepted ? $0.promoted.count : 0))) }
-        let suiteMax = Double(max(1, suiteLine.map(\.1).max() ?? 1))
+        let suiteMax = Self.countAxis(suiteLine.map(\.1).max() ?? 1)
         body += section("regression suite size", "tasks in the suite after each gate attempt",
                         chart(xMax: Double(max(1, s.gateAttempts.count)), yMax: suiteMax, yLabel: "tasks", xLabel: "gate attempt",
                               lines: [("suite", suiteLine)], points: []))
@@ -61,7 +61,7 @@ public enum Report {
             counts[k, default: 0] += Double(RunLoop.count(in: v.record.detail))
             series[k]!.append((Double(i + 1), counts[k]!))
         }
-        let vMax = max(1, counts.values.max() ?? 1)
+        let vMax = Self.countAxis(counts.values.max() ?? 1)
         body += section("violations by kind", "cumulative count of each kind, in the order they were recorded (x: violation record)",
                         chart(xMax: Double(max(1, s.violations.count)), yMax: vMax, yLabel: "count", xLabel: "violation record",
                               lines: kinds.map { ($0, series[$0]!) }, points: [], legend: true))
@@ -94,6 +94,9 @@ public enum Report {
 
             """
     }
+
+    /// A count axis's top: a multiple of 4, so the five tick labels are whole numbers.
+    static func countAxis(_ v: Double) -> Double { max(4, (v / 4).rounded(.up) * 4) }
 
     static let palette = ["#1f6fb4", "#e07b00", "#2a9d4b", "#d33", "#8a4fbf", "#7f7f7f", "#b5a000", "#00a3a3", "#c2185b", "#5d4037"]
 
