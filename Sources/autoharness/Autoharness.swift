@@ -8,7 +8,12 @@ struct Autoharness: ParsableCommand {
         discussion: """
             autoharness runs the auto-harness loop (benchmark -> coding agent edits agent/agent.py -> \
             gate -> record) with the coding agent and every benchmark task inside sandboxes built \
-            from policy files. The sandbox is also usable on its own:
+            from policy files. To see the whole loop offline (a generated benchmark, a scripted \
+            coding agent, gates, blocked cheats, an HTML report):
+
+              autoharness demo
+
+            The sandbox is also usable on its own:
 
               autoharness sandbox exec --policy base -- python3 -c 'print(1)'
               autoharness policy show benchmark-task
