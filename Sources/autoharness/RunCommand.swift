@@ -156,9 +156,8 @@ struct BrokerPresenter: RunPresenter {
 
 // MARK: - helpers
 
-/// SIGINT/SIGTERM/SIGHUP as calls on a thread of ours (a handler only writes a byte).
+/// SIGINT/SIGTERM/SIGHUP as calls on a thread of ours (through `SignalRelay`'s pipe).
 final class StopSignals: @unchecked Sendable {
-    nonisolated(unsafe) static var writeFD: Int32 = -1
     private let readFD: Int32
     private var handler: ((String, Int) -> Void)?
     private let lock = NSLock()
@@ -166,23 +165,7 @@ final class StopSignals: @unchecked Sendable {
     private init(readFD: Int32) { self.readFD = readFD }
 
     static func install() -> StopSignals {
-        var fds: [Int32] = [0, 0]
-        _ = pipe(&fds)
-        _ = fcntl(fds[0], F_SETFD, FD_CLOEXEC)
-        _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
-        writeFD = fds[1]
-        let s = StopSignals(readFD: fds[0])
-        for sig in [SIGINT, SIGTERM, SIGHUP] {
-            signal(sig) { n in
-                var b = UInt8(truncatingIfNeeded: n)
-                _ = write(StopSignals.writeFD, &b, 1)
-            }
-        }
-        signal(SIGPIPE, SIG_IGN)
-        var set = sigset_t()
-        sigemptyset(&set)
-        for sig in [SIGINT, SIGTERM, SIGHUP] { sigaddset(&set, sig) }
-        sigprocmask(SIG_UNBLOCK, &set, nil)
+        let s = StopSignals(readFD: SignalRelay.install([SIGINT, SIGTERM, SIGHUP]))
         Thread.detachNewThread { s.loop() }
         return s
     }

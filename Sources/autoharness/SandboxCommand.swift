@@ -213,18 +213,18 @@ func fail(_ message: String, code: Int32) -> Never {
     exit(code)
 }
 
-/// Turns SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGUSR1/SIGUSR2 into bytes on a pipe, which the runner
-/// forwards to the sandboxed command (the supervisor itself keeps running to clean up).
+/// Turns signals into bytes on a pipe (the signal number), read by a thread of ours: `sandbox
+/// exec` forwards them to the sandboxed command, `run` stops the loop. Returns the read end.
 enum SignalRelay {
     nonisolated(unsafe) static var writeFD: Int32 = -1
 
-    static func install() -> Int32 {
+    static func install(_ signals: [Int32] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2]) -> Int32 {
         var fds: [Int32] = [0, 0]
         guard pipe(&fds) == 0 else { return -1 }
         _ = fcntl(fds[0], F_SETFD, FD_CLOEXEC)
         _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
         writeFD = fds[1]
-        for s in [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2] {
+        for s in signals {
             signal(s) { sig in
                 var b = UInt8(truncatingIfNeeded: sig)
                 _ = write(SignalRelay.writeFD, &b, 1)
@@ -235,7 +235,7 @@ enum SignalRelay {
         // launching from a non-main thread); a blocked SIGTERM would never be relayed.
         var set = sigset_t()
         sigemptyset(&set)
-        for s in [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2] { sigaddset(&set, s) }
+        for s in signals { sigaddset(&set, s) }
         sigprocmask(SIG_UNBLOCK, &set, nil)
         return fds[0]
     }

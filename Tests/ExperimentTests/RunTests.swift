@@ -90,6 +90,8 @@ struct RunTests {
         #expect(log.contains("prompt: Read PROGRAM.md and start the optimization loop."))
         #expect(log.contains("prompt: CONTINUE-PROMPT"), "the restart must use the continuation prompt")
         #expect(log.contains("history: commit ") && log.contains("autoharness: iteration 1"), "the agent reads the accepted history")
+        // The Ledger-Head trailer counts rows written during held-out runs: not for the agent.
+        #expect(log.contains("history shows the ledger head: False"), "\(log)")
         #expect(log.contains("$ autoharness benchmark -> 0") && log.contains("train: 0/8 passed"))
         // `status` through the broker is the agent's view, not the operator's.
         #expect(log.contains("$ autoharness status -> 0") && log.contains("held-out runs' are withheld"), "\(log)")
@@ -280,6 +282,24 @@ struct RunTests {
         let ended = try exp.rows("run_ended")
         #expect(ended.count == 1 && ended[0]["reason"] as? String == "SIGTERM received")
         expectNothingLeft(exp, marker: Fixtures.agents)
+    }
+
+    @Test("an agent.py that does not compile is refused before any task runs, with the compiler's message")
+    func compileCheck() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        let script = """
+            import subprocess
+            open('agent/agent.py', 'w').write('class HarnessAgent:\\n    def run(self, instruction, workdir)\\n        pass\\n')
+            r = subprocess.run(['autoharness', 'gate'], capture_output=True, text=True)
+            print('GATE-EXIT', r.returncode, r.stderr)
+            raise SystemExit(1)  # ends the run: a failing quick exit counts as a crash (max_crashes 1)
+            """
+        try exp.configureRun(command: ["python3", "-c", script], values: ["max_crashes": "1"])
+        _ = try exp.run("run", "--max-hours", "0.1")
+        let log = exp.agentLog
+        #expect(log.contains("GATE-EXIT 1") && log.contains("does not compile") && log.contains("SyntaxError"), "\(log)")
+        #expect(try exp.rows("gate_started").isEmpty, "nothing may run for an agent.py that does not compile")
     }
 
     @Test("the coding agent is frozen while a gate runs: none of its threads run while held-out tasks do")

@@ -60,8 +60,8 @@ public struct RunReport: Sendable {
     public var runID: String
     public var resumed: Bool
     public var reason: String
-    /// The run ended because something is wrong (a crash loop), not because a budget or the
-    /// operator stopped it.
+    /// The run ended because something is wrong (a crash loop, an unwritable ledger), not
+    /// because a budget or the operator stopped it.
     public var failed: Bool
     public var seconds: Double
     public var gates: Int
@@ -91,6 +91,8 @@ public final class RunLoop: @unchecked Sendable {
     private let work = NSLock()
     private let stopLock = NSLock()
     private var stopReason: String?
+    /// The stop is a failure (crash loop, unwritable ledger), not a budget or the operator.
+    private var stopFailed = false
     private var agentSignal: Int32 = -1
     private var agentGeneration = 0
 
@@ -130,9 +132,12 @@ public final class RunLoop: @unchecked Sendable {
 
     /// Asks the run to stop (first reason wins): no new requests are run, the agent gets
     /// SIGTERM, then SIGKILL for its whole sandbox 5 seconds later. Safe from any thread.
-    public func requestStop(_ reason: String) {
+    public func requestStop(_ reason: String, failed: Bool = false) {
         let (signalFD, generation): (Int32, Int) = stopLock.withLock {
-            if stopReason == nil { stopReason = reason }
+            if stopReason == nil {
+                stopReason = reason
+                stopFailed = failed
+            }
             return (agentSignal, agentGeneration)
         }
         guard signalFD >= 0 else { return }
@@ -212,7 +217,7 @@ public final class RunLoop: @unchecked Sendable {
                 crashes = 0
             }
             if crashes >= config.codingAgent.maxCrashes {
-                requestStop("crash loop: the coding agent exited \(crashes) times in a row within \(Int(config.codingAgent.quickExitSeconds))s of starting, failing or without a single request (last: \(lastExit); see \(agentLogPath))")
+                requestStop("crash loop: the coding agent exited \(crashes) times in a row within \(Int(config.codingAgent.quickExitSeconds))s of starting, failing or without a single request (last: \(lastExit); see \(agentLogPath))", failed: true)
                 break
             }
             let delay = crashes == 0 ? config.codingAgent.restartBackoff
@@ -236,7 +241,7 @@ public final class RunLoop: @unchecked Sendable {
                 if counts[key] == nil { order.append((v.actor, v.kind)) }
                 counts[key, default: 0] += Self.count(in: v.detail)
             }
-            return RunReport(runID: runID, resumed: resumed, reason: reason, failed: reason.hasPrefix("crash loop"), seconds: Date().timeIntervalSince(started), gates: gates,
+            return RunReport(runID: runID, resumed: resumed, reason: reason, failed: stopLock.withLock { stopFailed }, seconds: Date().timeIntervalSince(started), gates: gates,
                              accepted: accepted, agentStarts: agentStarts, bestBefore: bestBefore, bestAfter: after.best,
                              violations: order.map { ($0.0, $0.1, counts[$0.0 + "\u{1F}" + $0.1]!) }, agentLog: agentLogPath, auditLog: auditPath)
         }
@@ -568,7 +573,7 @@ public final class RunLoop: @unchecked Sendable {
     /// disk, say), the agent is stopped at once.
     func recordingFailed(_ what: String, _ error: Error) {
         settings.log("could not record \(what): \(error); stopping the coding agent")
-        requestStop("the ledger could not be written (\(error))")
+        requestStop("the ledger could not be written (\(error))", failed: true)
     }
 
     @discardableResult

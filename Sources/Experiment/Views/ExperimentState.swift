@@ -122,12 +122,9 @@ public struct ExperimentState: Sendable {
     public var violations: [(time: String, record: ViolationRecord)] = []
     /// The latest run that has no end record (a crash or kill -9 left it open).
     public var openRun: RunStartedRecord?
-    /// Ledger seq of the open run's first start record.
-    public var openRunSince: Int64?
-    /// Gate attempts (not interrupted ones) and accepted ones since `openRunSince`.
+    /// Gate attempts (not interrupted ones) and accepted ones since the open run started.
     public var openRunGates = 0
     public var openRunAccepted = 0
-    public var runs: [RunEndedRecord] = []
 
     /// The best accepted val_score (the baseline counts as iteration 0).
     public var best: Double? { iterations.map(\.valScore).max() }
@@ -163,15 +160,13 @@ public struct ExperimentState: Sendable {
             case .runStarted:
                 let run = try r.decode(RunStartedRecord.self)
                 if openRun?.runID != run.runID {
-                    openRunSince = r.seq
                     openRunGates = 0
                     openRunAccepted = 0
                 }
                 openRun = run
             case .runEnded:
-                runs.append(try r.decode(RunEndedRecord.self))
+                _ = try r.decode(RunEndedRecord.self)
                 openRun = nil
-                openRunSince = nil
                 openRunGates = 0
                 openRunAccepted = 0
             }

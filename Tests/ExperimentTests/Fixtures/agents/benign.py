@@ -66,6 +66,7 @@ else:
     print("notes:", notes, flush=True)
     history = open("history/git-log.txt").read()
     print("history:", history.splitlines()[0], "|", [l for l in history.splitlines() if "iteration" in l][:1], flush=True)
+    print("history shows the ledger head:", "Ledger-Head" in history, flush=True)
     ah("benchmark")
     save(solver(["add", "multiply"]))
     ah("gate")

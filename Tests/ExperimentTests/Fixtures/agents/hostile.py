@@ -111,9 +111,24 @@ report("forged_bad_magic", f"answer {answer[-10:]!r}")
 report("broker_peer_pid", str(pid))
 pid, answer = raw(b"AHB1" + struct.pack(">I", 1 << 30))
 report("forged_oversized", f"answer {answer[-10:]!r}")
-# A client that connects and never sends: the broker must not wait for it forever.
+# A client that trickles its request a byte every 2 s (each read is quick, the whole is not):
+# the broker gives a request 5 s in all, then serves the next one.
+import threading
 stall = socket.socket(socket.AF_UNIX)
 stall.connect("/run/autoharness/broker.sock")
+
+
+def trickle():
+    try:
+        for b in b"AHB1\x00\x00\x00\x06status":
+            stall.send(bytes([b]))
+            time.sleep(2)
+    except OSError:
+        pass
+
+
+threading.Thread(target=trickle, daemon=True).start()
+time.sleep(0.2)
 t0 = time.time()
 r = ah("status")
 report("stalled_client", f"status exit {r.returncode} after {int(time.time() - t0)}s")
