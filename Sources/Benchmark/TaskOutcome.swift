@@ -23,6 +23,9 @@ public enum TaskStatus: String, Codable, Sendable, CaseIterable {
     case invalidReward = "invalid_reward"
     /// A sandbox could not be set up, or the supervisor could not prepare the task.
     case setupFailed = "setup_failed"
+    /// An external benchmark tool's output has no usable result for the task (the tool
+    /// crashed, skipped it, or its record was malformed or contradicted itself).
+    case missingResult = "missing_result"
 }
 
 /// The result of one task: what the supervisor records, and (train split only) what the

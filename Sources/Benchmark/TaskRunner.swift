@@ -83,23 +83,7 @@ public final class TaskRunner: Sendable {
             throw fail("running benchmark tasks needs root: sandboxes build namespaces, and scratch directories are handed to the sandbox's host uid")
         }
 
-        guard let real = realpath(configuration.scratchRoot, nil) else {
-            throw fail("scratch root \(configuration.scratchRoot): \(FileSystem.errorText())")
-        }
-        scratchRoot = String(cString: real)
-        free(real)
-        let fd = FileSystem.openDirectory(scratchRoot)
-        guard fd >= 0 else { throw fail("scratch root \(scratchRoot): \(FileSystem.errorText())") }
-        defer { close(fd) }
-        guard let type = Self.filesystemType(fd) else { throw fail("scratch root \(scratchRoot): fstatfs: \(FileSystem.errorText())") }
-        guard type == Self.tmpfsMagic else {
-            throw fail("scratch root \(scratchRoot) is not on tmpfs (f_type 0x\(String(type, radix: 16))): test-split work must never reach a disk")
-        }
-        guard let st = FileSystem.fileStatus(fd) else { throw fail("scratch root \(scratchRoot): \(FileSystem.errorText())") }
-        let othersWrite = st.st_mode & (S_IWGRP | S_IWOTH) != 0
-        guard st.st_uid == 0, !othersWrite || st.st_mode & S_ISVTX != 0 else {
-            throw fail("scratch root \(scratchRoot) must be owned by root and not writable by others (or sticky, like /dev/shm)")
-        }
+        scratchRoot = try Self.checkScratchRoot(configuration.scratchRoot)
 
         // Per-task tmpfs mounts a killed supervisor left behind.
         TaskScratch.sweep(root: scratchRoot)
@@ -130,6 +114,30 @@ public final class TaskRunner: Sendable {
         } catch {
             throw fail("policy: \(error)")
         }
+    }
+
+    /// Resolves a scratch root and checks it: a root-owned directory on tmpfs, not writable
+    /// by others unless sticky.
+    static func checkScratchRoot(_ path: String) throws(BenchmarkError) -> String {
+        func fail(_ message: String) -> BenchmarkError { BenchmarkError(.configuration, message) }
+        guard let real = realpath(path, nil) else {
+            throw fail("scratch root \(path): \(FileSystem.errorText())")
+        }
+        let scratchRoot = String(cString: real)
+        free(real)
+        let fd = FileSystem.openDirectory(scratchRoot)
+        guard fd >= 0 else { throw fail("scratch root \(scratchRoot): \(FileSystem.errorText())") }
+        defer { close(fd) }
+        guard let type = Self.filesystemType(fd) else { throw fail("scratch root \(scratchRoot): fstatfs: \(FileSystem.errorText())") }
+        guard type == Self.tmpfsMagic else {
+            throw fail("scratch root \(scratchRoot) is not on tmpfs (f_type 0x\(String(type, radix: 16))): test-split work must never reach a disk")
+        }
+        guard let st = FileSystem.fileStatus(fd) else { throw fail("scratch root \(scratchRoot): \(FileSystem.errorText())") }
+        let othersWrite = st.st_mode & (S_IWGRP | S_IWOTH) != 0
+        guard st.st_uid == 0, !othersWrite || st.st_mode & S_ISVTX != 0 else {
+            throw fail("scratch root \(scratchRoot) must be owned by root and not writable by others (or sticky, like /dev/shm)")
+        }
+        return scratchRoot
     }
 
     /// Runs one task and returns its outcome; never throws, because every failure is a

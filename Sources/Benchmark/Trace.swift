@@ -37,12 +37,19 @@ extension TaskExecution {
         }
         put("reward.txt", rewardRaw)
         if !failures.isEmpty { note("trace: \(failures.joined(separator: ", "))") }
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         do {
-            put("result.json", Array(try encoder.encode(outcome)) + [0x0A])
+            put("result.json", try TraceJSON.encode(outcome))
         } catch {
             note("trace: result.json: \(error)")
         }
+    }
+}
+
+/// How a trace's `result.json` is written: pretty, sorted keys, trailing newline.
+enum TraceJSON {
+    static func encode(_ outcome: TaskOutcome) throws -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        return Array(try encoder.encode(outcome)) + [0x0A]
     }
 }

@@ -76,23 +76,35 @@ struct InitCommand: ParsableCommand {
             the split and snapshots), which no sandbox ever mounts.
 
               autoharness init exp --benchmark local --dataset path/to/benchmark
+              autoharness init exp --benchmark terminal-bench [--dataset terminal-bench@2.0] [--tool PATH]
+              autoharness init exp --benchmark tau-bench [--tool PATH]
+              autoharness init exp --benchmark bird-interact
+              autoharness init exp --benchmark command
+
+            Each benchmark gets its upstream config keys plus autoharness's (sandbox:, runner:, \
+            coding_agent:, gate:), its agent/agent.py template and its part of PROGRAM.md. The \
+            benchmark's tool (harbor, tau2, ...) must be installed: init says how if it is not.
             """)
 
     @Argument(help: "Directory to create (must not exist or be empty).")
     var directory: String
 
-    @Option(help: "Benchmark kind (local).")
+    @Option(help: "Benchmark: local, terminal-bench, tau-bench, bird-interact or command.")
     var benchmark: String = "local"
 
-    @Option(help: "For local: the benchmark directory, with tasks/<id>/instruction.md, tests/test.sh, ...")
-    var dataset: String
+    @Option(help: "local: the benchmark directory (tasks/<id>/instruction.md, tests/test.sh, ...). terminal-bench: the Harbor dataset (default terminal-bench@2.0).")
+    var dataset: String?
+
+    @Option(help: "The benchmark's tool, when it is not on PATH under its usual name (harbor, tau2).")
+    var tool: String?
 
     func run() throws {
         guard let templates = PolicyLocator.templatesDirectory() else {
             fail("autoharness: templates directory not found (set AUTOHARNESS_TEMPLATE_DIR)", code: Exit.failure)
         }
         do {
-            let layout = try ExperimentSupervisor.initialize(directory: directory, benchmark: benchmark, dataset: dataset, templates: templates)
+            let layout = try ExperimentSupervisor.initialize(
+                directory: directory, .init(benchmark: benchmark, dataset: dataset, tool: tool, templates: templates))
             print("created experiment \(layout.root)")
             print("next: review \(layout.config), then `autoharness prepare -C \(layout.root)`")
         } catch {

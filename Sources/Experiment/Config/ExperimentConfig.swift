@@ -1,4 +1,5 @@
 import Foundation
+import Benchmark
 import SandboxPolicy
 import Yams
 
@@ -43,6 +44,30 @@ public struct ExperimentConfig: Sendable, Equatable {
     public var onReject: OnReject = .revert
     /// `autoharness run` stops after this many consecutive rejected gates (upstream: 5).
     public var maxNonImproving = 5
+    // external benchmarks:
+    /// `command`: the task ids (or `tasksFile`, one id per line or a JSON list).
+    public var tasks: [String]?
+    public var tasksFile: String?
+    /// Upstream per-benchmark keys, as written (interpreted by the adapter).
+    public var envProvider: String?
+    public var domain: String?
+    /// How the benchmark's tool is run: `runner:`.
+    public var runner = Runner()
+    /// Other upstream keys by name (`n_concurrent`, `agent_timeout_multiplier`, `user_model`,
+    /// `seed`, `mode`, ...), validated by the adapter that reads them.
+    public var upstream: [String: String] = [:]
+
+    public struct Runner: Sendable, Equatable {
+        /// The tool's argv prefix (`command`: the whole argv with placeholders).
+        public var command: [String]?
+        public var binds: [String] = []
+        public var envPass: [String] = []
+        public var networkAllow: [String] = []
+        public var timeout: Double?
+        public var policy = "benchmark-runner"
+        public var scorerPolicy = "benchmark-scorer"
+        public init() {}
+    }
 
     public enum OnReject: String, Sendable, CaseIterable { case revert, keep }
 
@@ -75,8 +100,7 @@ public struct ExperimentConfig: Sendable, Equatable {
         self.dataset = dataset
     }
 
-    public static let supportedBenchmarks = ["local"]
-    static let plannedBenchmarks = ["terminal-bench", "tau-bench", "bird-interact", "command"]
+    public static let supportedBenchmarks = ["local", "terminal-bench", "tau-bench", "bird-interact", "command"]
 }
 
 /// A config problem: `file:line: key: message`.
@@ -110,14 +134,13 @@ extension ExperimentConfig {
         var c = ExperimentConfig(benchmark: "")
         r.mapping(root, "the config", allowed: ["benchmark", "dataset", "agent_model", "split", "gate_split", "threshold",
                                                 "max_concurrency", "per_task_timeout", "sandbox", "coding_agent", "gate",
-                                                "parallel_gate", "env_provider", "domain"]) { key, v in
+                                                "parallel_gate", "env_provider", "domain", "tasks", "tasks_file", "runner"]
+                                                + ExperimentConfig.upstreamKeys) { key, v in
             switch key {
             case "benchmark":
                 if let s = r.string(v, key) {
                     if ExperimentConfig.supportedBenchmarks.contains(s) {
                         c.benchmark = s
-                    } else if ExperimentConfig.plannedBenchmarks.contains(s) {
-                        r.error(v, "benchmark: '\(s)' is not supported yet (supported: \(ExperimentConfig.supportedBenchmarks.joined(separator: ", ")))")
                     } else {
                         r.error(v, "benchmark: unknown benchmark '\(s)' (allowed: \(ExperimentConfig.supportedBenchmarks.joined(separator: ", ")))")
                     }
@@ -129,7 +152,33 @@ extension ExperimentConfig {
             case "threshold": if let x = r.number(v, key, 0...1) { c.threshold = x }
             case "max_concurrency": if let x = r.integer(v, key, 1...256) { c.maxConcurrency = x }
             case "per_task_timeout": if let x = r.number(v, key, 1...86_400) { c.perTaskTimeout = x }
-            case "parallel_gate", "env_provider", "domain": break  // upstream keys with no meaning for local benchmarks
+            case "env_provider": c.envProvider = r.string(v, key)
+            case "domain": c.domain = r.string(v, key)
+            case "tasks":
+                c.tasks = r.strings(v, key)
+                for t in c.tasks ?? [] where !BenchmarkTask.isValidID(t) { r.error(v, "tasks: '\(t)' is not a valid task id (letters, digits, '.', '_', '-')") }
+            case "tasks_file": c.tasksFile = r.string(v, key)
+            case "runner":
+                r.mapping(v, key, allowed: ["command", "binds", "env_pass", "network", "timeout", "policy", "scorer_policy"]) { k, v in
+                    let name = "runner.\(k)"
+                    switch k {
+                    case "command": c.runner.command = r.strings(v, name)
+                    case "binds":
+                        c.runner.binds = r.strings(v, name) ?? []
+                        for b in c.runner.binds where !b.hasPrefix("/") { r.error(v, "\(name): '\(b)' must be an absolute path") }
+                    case "env_pass":
+                        c.runner.envPass = r.strings(v, name) ?? []
+                        for n in c.runner.envPass where !EnvSpec.isVariableName(n) { r.error(v, "\(name): '\(n)' is not a variable name") }
+                    case "network":
+                        r.mapping(v, name, allowed: ["allow"]) { _, v in c.runner.networkAllow = r.hostPorts(v, "runner.network.allow") ?? [] }
+                    case "timeout": if let x = r.number(v, name, 1...604_800) { c.runner.timeout = x }
+                    case "policy": if let s = r.string(v, name) { c.runner.policy = s }
+                    default: if let s = r.string(v, name) { c.runner.scorerPolicy = s }
+                    }
+                }
+            case let k where ExperimentConfig.upstreamKeys.contains(k):
+                if let s = v.scalar?.string { c.upstream[k] = s } else { r.error(v, "\(k): expected a single value") }
+            case "parallel_gate": break  // upstream: the gate's concurrency; ours is max_concurrency
             case "sandbox":
                 r.mapping(v, key, allowed: ["task_policy", "verifier_policy", "coding_agent_policy", "policy_dir", "scratch", "network"]) { k, v in
                     switch k {

@@ -27,12 +27,14 @@ public final class ExperimentSupervisor {
     public let config: ExperimentConfig
     public let ledger: Ledger
     let lock: ExperimentLock?
-    let benchmark: LocalBenchmark
+    let adapter: any BenchmarkAdapter
     let policyLoader: PolicyLoader
     let git: Git
     /// Called after each task (serially), e.g. for a progress line. The outcome is nil for
     /// held-out tasks: not even a progress line may say which test task passed.
     public var progress: ((_ done: Int, _ total: Int, _ outcome: TaskOutcome?) -> Void)?
+    /// Called with an operator line during long external tool runs (from any thread).
+    public var log: (@Sendable (String) -> Void)?
 
     /// Opens an experiment. `exclusive` (every command that runs tasks or writes the ledger)
     /// takes the experiment lock, so a second supervisor is refused with the holder's pid;
@@ -45,9 +47,7 @@ public final class ExperimentSupervisor {
         try Self.ensurePrivateDirectory(layout)
         lock = exclusive ? try ExperimentLock(path: layout.lock, purpose: purpose) : nil
         ledger = try Ledger(path: layout.ledger)
-        var dataset = config.dataset ?? ""
-        if !dataset.hasPrefix("/") { dataset = layout.root + "/" + dataset }
-        benchmark = try LocalBenchmark(directory: dataset)
+        adapter = try config.makeAdapter(root: layout.root, checkTools: exclusive)
         var paths = policySearchPaths
         if let d = config.policyDirectory { paths.insert(d.hasPrefix("/") ? d : layout.root + "/" + d, at: 0) }
         policyLoader = PolicyLoader(searchPaths: paths)
@@ -104,10 +104,16 @@ public final class ExperimentSupervisor {
         }
         let snap = try snapshotAgent()
         let audit = AuditLog()
-        let outcomes = try run(benchmark.tasks, agent: snap.directory, audit: audit, heldOut: true, traces: { _ in nil })
+        let outcomes = try run(adapter.taskIDs, agent: snap.directory, audit: audit, heldOut: true, traces: { _ in nil })
         var passed: [String: Bool] = [:]
         for o in outcomes { passed[o.id] = o.passed }
-        let split = SplitFile.make(baselinePassed: passed, created: isoTimestamp())
+        let split: SplitFile
+        if let fixed = adapter.fixedSplit {
+            split = SplitFile(train: fixed.train.sorted(), test: fixed.test.sorted(),
+                              metadata: .init(created: isoTimestamp(), totalTasks: fixed.train.count + fixed.test.count, seed: fixed.seed))
+        } else {
+            split = SplitFile.make(baselinePassed: passed, created: isoTimestamp())
+        }
         try AtomicFile.write(split.encoded(), to: layout.split, mode: 0o600)
         let rewards = Dictionary(uniqueKeysWithValues: outcomes.map { ($0.id, $0.reward) })
         let val = Self.mean(split.test.map { rewards[$0] ?? 0 })
@@ -143,20 +149,20 @@ public final class ExperimentSupervisor {
                 throw ExperimentError(.refused, "not train tasks (unknown or held out): \(refused.joined(separator: ", ")); nothing was run; this request was recorded")
             }
         }
-        let tasks = (taskIDs.map(Set.init) ?? train).sorted().compactMap { benchmark.task($0) }
+        let tasks = (taskIDs.map(Set.init) ?? train).sorted()
         let snap = try agent ?? snapshotAgent()
         let firstRun = s.latestTrainRun == nil
         try FileManager.default.createDirectory(atPath: layout.latestTraces, withIntermediateDirectories: true)
-        for t in tasks { try? FileManager.default.removeItem(atPath: layout.latestTraces + "/" + t.id) }
+        for t in tasks { try? FileManager.default.removeItem(atPath: layout.latestTraces + "/" + t) }
         let audit = AuditLog()
         let outcomes = try run(tasks, agent: snap.directory, audit: audit, oracle: oracle,
-                               traces: { [layout] in layout.latestTraces + "/" + $0.id })
+                               traces: { [layout] in layout.latestTraces + "/" + $0 })
         if firstRun {
             try FileManager.default.createDirectory(atPath: layout.baselineTraces, withIntermediateDirectories: true)
             for t in tasks {
-                let dst = layout.baselineTraces + "/" + t.id
+                let dst = layout.baselineTraces + "/" + t
                 try? FileManager.default.removeItem(atPath: dst)
-                try? FileManager.default.copyItem(atPath: layout.latestTraces + "/" + t.id, toPath: dst)
+                try? FileManager.default.copyItem(atPath: layout.latestTraces + "/" + t, toPath: dst)
             }
         }
         var items: [(RecordKind, any Encodable)] = [(.trainRun, TrainRunRecord(
@@ -188,7 +194,7 @@ public final class ExperimentSupervisor {
                                 suiteTotal: s.suite.count, valScore: nil, bestBefore: s.best, promoted: [], commit: nil, iteration: nil)
 
         // (1) regression suite, train split
-        let suiteOutcomes = try run(s.suite.compactMap { benchmark.task($0) }, agent: snap.directory, audit: audit, traces: { _ in nil })
+        let suiteOutcomes = try run(s.suite, agent: snap.directory, audit: audit, traces: { _ in nil })
         result.suitePassed = suiteOutcomes.filter(\.passed).count
         let rate = s.suite.isEmpty ? 1.0 : Double(result.suitePassed) / Double(s.suite.count)
         var lastResults = Dictionary(uniqueKeysWithValues: suiteOutcomes.map { ($0.id, $0.reward) })
@@ -197,8 +203,7 @@ public final class ExperimentSupervisor {
             result.reason = "suite pass rate \(result.suitePassed)/\(result.suiteTotal) below threshold \(config.threshold)"
         } else {
             // (2) held-out test split: traces never persist, only rewards come back
-            let testTasks = split.test.compactMap { benchmark.task($0) }
-            let testOutcomes = try run(testTasks, agent: snap.directory, audit: heldOutAudit, heldOut: true, traces: { _ in nil })
+            let testOutcomes = try run(split.test, agent: snap.directory, audit: heldOutAudit, heldOut: true, traces: { _ in nil })
             let rewards = Dictionary(uniqueKeysWithValues: testOutcomes.map { ($0.id, $0.reward) })
             let val = Self.mean(split.test.map { rewards[$0] ?? 0 })
             result.valScore = val
@@ -211,7 +216,7 @@ public final class ExperimentSupervisor {
             } else {
                 // (3) promotion: failing train tasks outside the suite, re-run
                 let candidates = split.train.filter { !s.suite.contains($0) && (s.latestTrainRewards[$0] ?? 0) < 0.5 }
-                let promo = try run(candidates.compactMap { benchmark.task($0) }, agent: snap.directory, audit: audit, traces: { _ in nil })
+                let promo = try run(candidates, agent: snap.directory, audit: audit, traces: { _ in nil })
                 result.promoted = promo.filter(\.passed).map(\.id).sorted()
                 for o in promo where o.passed { lastResults[o.id] = o.reward }
                 result.accepted = true
@@ -286,19 +291,21 @@ public final class ExperimentSupervisor {
 
     // MARK: - running tasks
 
-    func run(_ tasks: [BenchmarkTask], agent: String, audit: AuditLog, oracle: Bool = false, heldOut: Bool = false,
-             traces: (BenchmarkTask) -> String?) throws -> [TaskOutcome] {
-        guard !tasks.isEmpty else { return [] }
-        var cfg = TaskRunConfiguration(policyLoader: policyLoader, agentDirectory: agent, scratchRoot: config.scratch, audit: audit)
-        cfg.taskPolicy = config.taskPolicy
-        cfg.verifierPolicy = config.verifierPolicy
-        cfg.oracle = oracle
-        if let t = config.perTaskTimeout { cfg.defaultAgentTimeout = t }
+    /// Runs `ids` through the benchmark's adapter: one outcome per id, in order (a task the
+    /// adapter could not score is 0, never missing).
+    func run(_ ids: [String], agent: String, audit: AuditLog, oracle: Bool = false, heldOut: Bool = false,
+             traces: @escaping (String) -> String?) throws -> [TaskOutcome] {
+        guard !ids.isEmpty else { return [] }
         try FileManager.default.createDirectory(atPath: config.scratch, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        let runner = try TaskRunner(configuration: cfg)
-        return runner.runAll(tasks, concurrency: config.maxConcurrency, traceDirectory: traces) { [progress] done, total, last in
-            progress?(done, total, heldOut ? nil : last)
-        }
+        var context = AdapterRunContext(policyLoader: policyLoader, agentDirectory: agent, scratchRoot: config.scratch, audit: audit,
+                                        heldOut: heldOut, concurrency: config.maxConcurrency, traceDirectory: traces)
+        context.oracle = oracle
+        context.progress = { [progress] done, total, last in progress?(done, total, heldOut ? nil : last) }
+        context.log = { [log] line in log?(line) }
+        let outcomes = try adapter.run(ids, context)
+        // Whatever the adapter did, the mean is over every requested id.
+        let byID = Dictionary(outcomes.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        return ids.map { byID[$0] ?? TaskOutcome(id: $0, reward: 0, status: .missingResult, detail: "no outcome from the \(adapter.name) adapter") }
     }
 
     /// Refused syscalls and limit events of a run, as ledger violation records (one per kind

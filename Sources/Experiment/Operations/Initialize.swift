@@ -3,20 +3,54 @@ import Foundation
 import Ledger
 
 extension ExperimentSupervisor {
-    /// Creates an experiment in `directory` (which must not exist or be empty): the config,
-    /// `agent/agent.py` and `PROGRAM.md` from `templates`, the workspace, `.gitignore`, a git
-    /// repository with a first commit, and the private state directory with its ledger.
-    public static func initialize(directory: String, benchmark: String, dataset: String, templates: String) throws -> ExperimentLayout {
-        guard benchmark == "local" else {
-            throw ExperimentError(.usage, "--benchmark \(benchmark): not supported yet (supported: local)")
+    /// What `init` needs besides the directory.
+    public struct InitOptions: Sendable {
+        public var benchmark: String
+        /// `local`: the benchmark directory. Others: the upstream `dataset` value if any.
+        public var dataset: String?
+        /// The tool's executable (harbor, tau2, ...), when not the default name on PATH.
+        public var tool: String?
+        public var templates: String
+        public init(benchmark: String, dataset: String?, tool: String? = nil, templates: String) {
+            self.benchmark = benchmark
+            self.dataset = dataset
+            self.tool = tool
+            self.templates = templates
         }
+    }
+
+    /// Creates an experiment in `directory` (which must not exist or be empty): the config
+    /// (common keys + the benchmark's upstream keys and `runner:`), `agent/agent.py` and
+    /// `PROGRAM.md` (common part + the benchmark's part) from `templates/`, the workspace,
+    /// `.gitignore`, a git repository with a first commit, and the private state directory
+    /// with its ledger. The benchmark's tool and data are checked first.
+    public static func initialize(directory: String, _ o: InitOptions) throws -> ExperimentLayout {
         let fm = FileManager.default
-        var datasetPath = dataset
-        if !datasetPath.hasPrefix("/") { datasetPath = fm.currentDirectoryPath + "/" + datasetPath }
-        do {
-            _ = try LocalBenchmark(directory: datasetPath)  // fail now, not at prepare
-        } catch {
-            throw ExperimentError(.usage, "--dataset \(dataset): \(error)")
+        guard ExperimentConfig.supportedBenchmarks.contains(o.benchmark) else {
+            throw ExperimentError(.usage, "--benchmark \(o.benchmark): unknown (one of: \(ExperimentConfig.supportedBenchmarks.joined(separator: ", ")))")
+        }
+        let t = o.templates
+        let bench = t + "/" + o.benchmark
+        for f in ["experiment_config.yaml", "PROGRAM.md", o.benchmark + "/keys.yaml", o.benchmark + "/runner.yaml", o.benchmark + "/PROGRAM.md",
+                  o.benchmark + "/agent.py"] where !fm.fileExists(atPath: t + "/" + f) {
+            throw ExperimentError(.io, "template \(t)/\(f) is missing (looked in \(t))")
+        }
+        var dataset = o.dataset ?? ExperimentConfig.defaultDataset[o.benchmark] ?? ""
+        if o.benchmark == "local" {
+            guard !dataset.isEmpty else { throw ExperimentError(.usage, "--dataset is required for a local benchmark (its directory, with tasks/<id>/)") }
+            if !dataset.hasPrefix("/") { dataset = fm.currentDirectoryPath + "/" + dataset }
+            do {
+                _ = try LocalBenchmark(directory: dataset)  // fail now, not at prepare
+            } catch {
+                throw ExperimentError(.usage, "--dataset \(o.dataset ?? ""): \(error)")
+            }
+        }
+        var tool = o.tool ?? ExperimentConfig.defaultTool[o.benchmark] ?? ""
+        if let name = ExperimentConfig.defaultTool[o.benchmark] {
+            guard let found = ToolCheck.locate(tool) else {
+                throw ExperimentError(.usage, "\(tool) not found\(o.tool == nil ? " on PATH" : ""): \(ExperimentConfig.installHint[o.benchmark] ?? "install \(name)") (or pass --tool PATH)")
+            }
+            if o.tool != nil { tool = found.hasPrefix("/") ? found : fm.currentDirectoryPath + "/" + found }
         }
         var root = directory.hasPrefix("/") ? directory : fm.currentDirectoryPath + "/" + directory
         while root.count > 1 && root.hasSuffix("/") { root.removeLast() }
@@ -24,31 +58,43 @@ extension ExperimentSupervisor {
             throw ExperimentError(.usage, "\(root) already exists and is not empty; choose a new directory")
         }
         let layout = ExperimentLayout(root: root)
-        for t in ["experiment_config.yaml", "PROGRAM.md", "local/agent.py"] where !fm.fileExists(atPath: templates + "/" + t) {
-            throw ExperimentError(.io, "template \(templates)/\(t) is missing (looked in \(templates))")
+        func text(_ f: String) throws -> String {
+            try String(contentsOfFile: f, encoding: .utf8)
+                .replacingOccurrences(of: "{{benchmark}}", with: o.benchmark)
+                .replacingOccurrences(of: "{{dataset}}", with: dataset)
+                .replacingOccurrences(of: "{{tool}}", with: tool)
+                .replacingOccurrences(of: "{{tool_bind}}", with: ToolCheck.installRoot(of: tool) ?? "/opt/\(tool)")
         }
         try fm.createDirectory(atPath: layout.agentDirectory, withIntermediateDirectories: true)
         try fm.createDirectory(atPath: layout.workspace, withIntermediateDirectories: true)
-        let configText = try String(contentsOfFile: templates + "/experiment_config.yaml", encoding: .utf8)
-            .replacingOccurrences(of: "{{benchmark}}", with: benchmark)
-            .replacingOccurrences(of: "{{dataset}}", with: datasetPath)
+        let runner = try text(bench + "/runner.yaml")
+        let configText = try text(t + "/experiment_config.yaml")
+            .replacingOccurrences(of: "{{benchmark_keys}}", with: try text(bench + "/keys.yaml"))
+            .replacingOccurrences(of: "{{runner}}", with: runner.isEmpty ? "" : runner + "\n")
         try configText.write(toFile: layout.config, atomically: true, encoding: .utf8)
-        try fm.copyItem(atPath: templates + "/PROGRAM.md", toPath: layout.program)
-        try fm.copyItem(atPath: templates + "/local/agent.py", toPath: layout.agentFile)
+        try (try text(t + "/PROGRAM.md") + "\n" + (try text(bench + "/PROGRAM.md"))).write(toFile: layout.program, atomically: true, encoding: .utf8)
+        try fm.copyItem(atPath: bench + "/agent.py", toPath: layout.agentFile)
         try "# Learnings\n\nNotes from the coding agent, one section per iteration.\n".write(toFile: layout.learnings, atomically: true, encoding: .utf8)
         try """
             # supervisor-private state and per-run traces are never committed
             .autoharness/
             workspace/traces/
+            workspace/tasks/
             __pycache__/
 
             """.write(toFile: layout.gitignore, atomically: true, encoding: .utf8)
+        // The config must load as written: a template that does not is a bug to report now.
+        do {
+            _ = try ExperimentConfig.load(layout.config)
+        } catch {
+            throw ExperimentError(.io, "the generated \(layout.config) does not load: \(error)")
+        }
         try ensurePrivateDirectory(layout)
         let git = Git(root: root, privateIndex: layout.privateDirectory + "/git-index")
         try git.initialize(committing: [".gitignore", "experiment_config.yaml", "PROGRAM.md", "agent/agent.py", "workspace/learnings.md"],
-                           message: "autoharness: new experiment (\(benchmark), \(datasetPath))")
+                           message: "autoharness: new experiment (\(o.benchmark)\(dataset.isEmpty ? "" : ", " + dataset))")
         let ledger = try Ledger(path: layout.ledger)
-        _ = try ledger.append(.experimentCreated, ExperimentCreated(benchmark: benchmark, dataset: datasetPath))
+        _ = try ledger.append(.experimentCreated, ExperimentCreated(benchmark: o.benchmark, dataset: dataset))
         return layout
     }
 }

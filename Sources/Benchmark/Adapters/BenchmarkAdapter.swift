@@ -1,0 +1,101 @@
+// One interface for every benchmark the supervisor can score.
+//
+// `local` runs each task itself (agent sandbox, then verifier sandbox: `TaskRunner`). The
+// external adapters (terminal-bench through Harbor, tau2-bench, BIRD-Interact, a generic
+// command) hand a list of task ids to the benchmark's own tool, run in the
+// `benchmark-runner` sandbox with its output directory on a per-run tmpfs, and read the
+// rewards back themselves. Whatever the adapter, three rules hold:
+//   - the outcome list has exactly one entry per requested id: a task the tool errored on,
+//     timed out on or left out of its output scores 0 (a status says which);
+//   - held-out runs persist nothing: the tool's output directory vanishes with its tmpfs and
+//     only rewards reach the caller;
+//   - a train run's trace for a task holds only that task's files, copied out bounded.
+
+import Glibc
+import Sandbox
+import SandboxPolicy
+
+/// What one run of a benchmark needs from the supervisor.
+public struct AdapterRunContext {
+    /// Resolves `benchmark-task`, `verifier`, `benchmark-runner`, `benchmark-scorer`.
+    public var policyLoader: PolicyLoader
+    /// The read-only snapshot directory holding the agent.py under evaluation.
+    public var agentDirectory: String
+    /// Root for per-run tmpfs scratch directories (root-owned, on tmpfs).
+    public var scratchRoot: String
+    public var audit: AuditLog
+    /// A held-out run: nothing it produced may persist, and progress names no task.
+    public var heldOut: Bool
+    /// Where a task's trace goes (train runs), or nil.
+    public var traceDirectory: (String) -> String?
+    public var concurrency: Int
+    public var oracle = false
+    /// Called on the calling thread, one call at a time. The outcome is nil when the adapter
+    /// cannot say which task finished (external tools report at the end) or the run is held out.
+    public var progress: (_ done: Int, _ total: Int, _ last: TaskOutcome?) -> Void = { _, _, _ in }
+    /// A line for the operator (long tool runs say they are alive).
+    public var log: @Sendable (String) -> Void = { _ in }
+
+    public init(policyLoader: PolicyLoader, agentDirectory: String, scratchRoot: String, audit: AuditLog, heldOut: Bool,
+                concurrency: Int, traceDirectory: @escaping (String) -> String?) {
+        self.policyLoader = policyLoader
+        self.agentDirectory = agentDirectory
+        self.scratchRoot = scratchRoot
+        self.audit = audit
+        self.heldOut = heldOut
+        self.concurrency = concurrency
+        self.traceDirectory = traceDirectory
+    }
+}
+
+/// A benchmark the supervisor can split, run and score.
+public protocol BenchmarkAdapter: Sendable {
+    /// `local`, `terminal-bench`, `tau-bench`, `bird-interact`, `command`.
+    var name: String { get }
+    /// Every task id, sorted, known before anything runs (a task missing from a tool's
+    /// output can only be counted if the whole list is known up front).
+    var taskIDs: [String] { get }
+    /// A split the benchmark itself defines (tau2's `split_tasks.json`); nil: the supervisor
+    /// makes the stratified 70/30 split from the baseline.
+    var fixedSplit: (train: [String], test: [String], seed: UInt64)? { get }
+    /// Runs `ids` (each in `taskIDs`) and returns one outcome per id, in the same order.
+    func run(_ ids: [String], _ context: AdapterRunContext) throws(BenchmarkError) -> [TaskOutcome]
+    /// Task definitions of `trainIDs` the coding agent may read, as file name → bytes (tau2:
+    /// `tasks.json` filtered to train ids). Empty when the traces already carry them.
+    func trainDefinitions(_ trainIDs: [String]) throws(BenchmarkError) -> [String: [UInt8]]
+}
+
+extension BenchmarkAdapter {
+    public var fixedSplit: (train: [String], test: [String], seed: UInt64)? { nil }
+    public func trainDefinitions(_ trainIDs: [String]) throws(BenchmarkError) -> [String: [UInt8]] { [:] }
+}
+
+/// The local Harbor-layout benchmark, one agent sandbox and one verifier sandbox per task.
+public struct LocalAdapter: BenchmarkAdapter {
+    public let benchmark: LocalBenchmark
+    public var taskPolicy = "benchmark-task"
+    public var verifierPolicy = "verifier"
+    public var defaultAgentTimeout: Double?
+
+    public init(benchmark: LocalBenchmark) { self.benchmark = benchmark }
+
+    public var name: String { "local" }
+    public var taskIDs: [String] { benchmark.tasks.map(\.id) }
+
+    public func run(_ ids: [String], _ context: AdapterRunContext) throws(BenchmarkError) -> [TaskOutcome] {
+        let tasks = ids.compactMap { benchmark.task($0) }
+        guard !tasks.isEmpty else { return [] }
+        var cfg = TaskRunConfiguration(policyLoader: context.policyLoader, agentDirectory: context.agentDirectory,
+                                       scratchRoot: context.scratchRoot, audit: context.audit)
+        cfg.taskPolicy = taskPolicy
+        cfg.verifierPolicy = verifierPolicy
+        cfg.oracle = context.oracle
+        if let t = defaultAgentTimeout { cfg.defaultAgentTimeout = t }
+        let runner = try TaskRunner(configuration: cfg)
+        let heldOut = context.heldOut
+        let progress = context.progress
+        return runner.runAll(tasks, concurrency: context.concurrency, traceDirectory: { context.traceDirectory($0.id) }) { done, total, last in
+            progress(done, total, heldOut ? nil : last)
+        }
+    }
+}

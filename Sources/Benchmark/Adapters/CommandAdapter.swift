@@ -1,0 +1,116 @@
+// `benchmark: command` — any command that runs the task ids it is given and writes
+// `{"<task id>": <reward in [0, 1] or null>, ...}` to the file it is given.
+//
+// The command runs in the `benchmark-runner` sandbox like every other tool: agent.py at
+// /work/agent (read-only), its output directory /work/out on the run's tmpfs, the inputs at
+// /work/in, network only through the proxy's allowlist. Placeholders in its argv:
+//   {task_ids}       the ids, comma-separated, as one argument
+//   {task_ids_file}  /work/in/task_ids.txt, one id per line
+//   {output}         /work/out/rewards.json, where the rewards must be written
+//   {output_dir}     /work/out, for anything else the command wants to keep (train traces:
+//                    /work/out/traces/<task id>/ is copied into the task's trace)
+// The rewards come from the command's own word: if agent.py runs inside the command's
+// process, it could write them. README's threat model says so; the other adapters re-score.
+
+import FoundationEssentials
+import Glibc
+
+public struct CommandAdapter: BenchmarkAdapter {
+    public let taskIDs: [String]
+    public let tool: ToolSettings
+
+    public var name: String { "command" }
+
+    public init(taskIDs: [String], tool: ToolSettings) {
+        self.taskIDs = taskIDs.sorted()
+        self.tool = tool
+    }
+
+    static let rewardsLimit = 16 << 20
+
+    public func run(_ ids: [String], _ context: AdapterRunContext) throws(BenchmarkError) -> [TaskOutcome] {
+        guard !ids.isEmpty else { return [] }
+        if context.oracle { throw BenchmarkError(.configuration, "--oracle is only for local benchmarks") }
+        let run = try ToolRun(settings: tool, context: context)
+        defer { run.finish() }
+        try run.writeInput("task_ids.txt", Array((ids.joined(separator: "\n") + "\n").utf8))
+        let argv = tool.command.map { arg -> String in
+            arg.replacingOccurrences(of: "{task_ids_file}", with: "/work/in/task_ids.txt")
+                .replacingOccurrences(of: "{task_ids}", with: ids.joined(separator: ","))
+                .replacingOccurrences(of: "{output_dir}", with: "/work/out")
+                .replacingOccurrences(of: "{output}", with: "/work/out/rewards.json")
+        }
+        context.log("command: \(ids.count) task(s)")
+        let exit = run.launch(ToolInvocation(policy: tool.runnerPolicy, argv: argv, withAgent: true, label: "command"), total: ids.count)
+        if !exit.succeeded { context.log("command \(exit.summary)\(exit.stderrTail.isEmpty ? "" : ": " + exit.stderrTail.suffix(300))") }
+        let out = run.openOutput()
+        defer { if out >= 0 { close(out) } }
+        let results = out >= 0 ? Self.parse(out, ids: Set(ids), traces: !context.heldOut) : [:]
+        return run.outcomes(ids, results, toolExit: exit, seconds: exit.seconds)
+    }
+
+    /// Reads `rewards.json` from the output directory: a number in [0, 1] is the reward, null
+    /// is an error (0), anything else is malformed (0); ids not requested are ignored.
+    static func parse(_ out: Int32, ids: Set<String>, traces: Bool) -> [String: ToolTaskResult] {
+        let bytes: [UInt8]
+        switch FileSystem.readSmallFile(at: out, "rewards.json", limit: rewardsLimit) {
+        case .success(let b): bytes = b
+        case .failure: return [:]
+        }
+        guard let object = JSONValue.parse(bytes)?.object else {
+            var r: [String: ToolTaskResult] = [:]
+            for id in ids { r[id] = ToolTaskResult(reward: 0, status: .missingResult, detail: "rewards.json is not a JSON object") }
+            return r
+        }
+        var results: [String: ToolTaskResult] = [:]
+        for (id, value) in object where ids.contains(id) {
+            var r: ToolTaskResult
+            if let reward = value.reward {
+                r = ToolTaskResult(reward: reward, status: reward >= TaskOutcome.passThreshold ? .passed : .failed)
+            } else if value.isNull {
+                r = ToolTaskResult(reward: 0, status: .missingResult, detail: "the command reported an error (null reward)")
+            } else {
+                r = ToolTaskResult(reward: 0, status: .invalidReward, detail: "reward \(value.brief) is not a number in [0, 1]")
+            }
+            if traces { r.trace = TraceCopy.directory(at: out, "traces/\(id)") }
+            results[id] = r
+        }
+        return results
+    }
+}
+
+/// Copying a bounded slice of a tool's output into a train trace.
+enum TraceCopy {
+    static let maxFiles = 64
+    static let maxTotal = 8 << 20
+
+    /// Regular files directly under `relative` (a `/`-separated path below `dir`, each step
+    /// opened O_NOFOLLOW), at most `maxFiles`, each capped; names prefixed with `prefix`.
+    static func directory(at dir: Int32, _ relative: String, prefix: String = "") -> [(String, [UInt8])] {
+        var fd = dup(dir)
+        for part in relative.split(separator: "/") {
+            let next = FileSystem.openDirectory(at: fd, FileSystem.name(String(part)))
+            close(fd)
+            guard next >= 0 else { return [] }
+            fd = next
+        }
+        defer { close(fd) }
+        var files: [(String, [UInt8])] = []
+        var total = 0
+        for n in (FileSystem.entries(of: fd) ?? []).sorted(by: { $0.lexicographicallyPrecedes($1) }) {
+            guard files.count < maxFiles, total < maxTotal else { break }
+            let name = FileSystem.display(n)
+            guard let st = FileSystem.entryStatus(at: fd, n), FileSystem.isRegular(st), isSafeName(name) else { continue }
+            if let bytes = FileSystem.readCapped(at: fd, name, cap: min(TaskRunner.traceCap, maxTotal - total)) {
+                files.append((prefix + name, bytes))
+                total += bytes.count
+            }
+        }
+        return files
+    }
+
+    /// A file name safe to recreate in a trace directory.
+    static func isSafeName(_ s: String) -> Bool {
+        !s.isEmpty && s != "result.json" && BenchmarkTask.isValidID(s)
+    }
+}

@@ -1,0 +1,86 @@
+// Untrusted JSON written by a process that hosted agent.py, read without trusting its shape:
+// a generic value, so one malformed entry costs that task (scored 0), never the whole run.
+
+import FoundationEssentials
+
+enum JSONValue: Decodable, Equatable {
+    case null
+    case bool(Bool)
+    case number(Double)
+    case string(String)
+    case array([JSONValue])
+    case object([String: JSONValue])
+
+    init(from decoder: Decoder) throws {
+        let c = try decoder.singleValueContainer()
+        if c.decodeNil() {
+            self = .null
+        } else if let b = try? c.decode(Bool.self) {
+            self = .bool(b)
+        } else if let d = try? c.decode(Double.self) {
+            self = .number(d)
+        } else if let s = try? c.decode(String.self) {
+            self = .string(s)
+        } else if let a = try? c.decode([JSONValue].self) {
+            self = .array(a)
+        } else {
+            self = .object(try c.decode([String: JSONValue].self))
+        }
+    }
+
+    static func parse(_ bytes: [UInt8]) -> JSONValue? {
+        try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))
+    }
+
+    subscript(key: String) -> JSONValue? {
+        if case .object(let o) = self { return o[key] }
+        return nil
+    }
+
+    /// `a.b.c` through nested objects.
+    func path(_ keys: String...) -> JSONValue? {
+        var v: JSONValue? = self
+        for k in keys { v = v?[k] }
+        return v
+    }
+
+    var string: String? {
+        if case .string(let s) = self { return s }
+        return nil
+    }
+
+    var number: Double? {
+        if case .number(let d) = self { return d }
+        return nil
+    }
+
+    var array: [JSONValue]? {
+        if case .array(let a) = self { return a }
+        return nil
+    }
+
+    var object: [String: JSONValue]? {
+        if case .object(let o) = self { return o }
+        return nil
+    }
+
+    var isNull: Bool { self == .null }
+
+    /// A reward: a finite number in [0, 1] (booleans are not rewards).
+    var reward: Double? {
+        guard let d = number, d.isFinite, (0...1).contains(d) else { return nil }
+        return d
+    }
+
+    /// Short text for a detail line.
+    var brief: String {
+        switch self {
+        case .null: return "null"
+        case .bool(let b): return String(b)
+        case .number(let d): return String(d)
+        case .string(let s): return "\"\(s.prefix(40))\""
+        case .array: return "a list"
+        case .object: return "an object"
+        }
+    }
+}

@@ -1,0 +1,250 @@
+// Running an external benchmark tool (harbor, tau2, the BIRD orchestrator, a command) in a
+// sandbox whose every output lives on a per-run tmpfs.
+//
+//   <scratchRoot>/<random>/        the run's own tmpfs, root 0700 (TaskScratch)
+//       in/     supervisor-written inputs (task ids, filtered task files): /work/in, read-only
+//       app/    the tool's output directory: /work/out, owned by the sandbox's host uid
+//       score/  a second sandbox's output (tau2's re-scoring): /work/out there
+//       out/    root-only: stdout/stderr of each sandbox
+//
+// The supervisor reads the tool's output only after the sandbox is gone (its pid namespace
+// empty), relative to directory fds, O_NOFOLLOW, size-capped: the files were written by a
+// process that hosted agent.py. Then the whole tmpfs is unmounted; a held-out run leaves
+// nothing behind but the rewards the adapter extracted.
+
+import Dispatch
+import Glibc
+import Sandbox
+import SandboxPolicy
+
+/// How an external tool is reached from inside the runner sandbox: operator configuration.
+public struct ToolSettings: Sendable, Equatable {
+    /// The tool's executable as the sandbox runs it (a name looked up on PATH, or a path).
+    public var command: [String]
+    /// Host paths bound read-only at the same path (the tool's install, its data).
+    public var binds: [String] = []
+    /// Variables copied from the supervisor's environment (API keys); each must be set.
+    public var envPass: [String] = []
+    /// `host:port` the tool may reach through the egress proxy (LLM API, e2b/daytona).
+    public var networkAllow: [String] = []
+    /// Seconds the whole tool run may take (nil: none).
+    public var timeout: Double?
+    public var runnerPolicy = "benchmark-runner"
+    public var scorerPolicy = "benchmark-scorer"
+
+    public init(command: [String]) { self.command = command }
+}
+
+/// One sandbox launch of a tool.
+struct ToolInvocation {
+    /// `benchmark-runner` (agent.py mounted at /work/agent) or `benchmark-scorer` (no agent).
+    var policy: String
+    var argv: [String]
+    var withAgent: Bool
+    /// `NAME=VALUE` settings added to the policy's environment.
+    var environment: [String] = []
+    var extraMounts: [MountSpec] = []
+    /// The scorer's view of the runner's output (mounted read-only at /work/run).
+    var runDirectory: String?
+    /// The directory (in the scratch) this sandbox writes: `app` or `score`.
+    var outputName = "app"
+    var label: String
+}
+
+/// What a tool sandbox did.
+struct ToolExit {
+    var termination: SandboxResult.Termination?
+    var failure: String?
+    var seconds: Double
+    /// The end of stderr, for the operator when the tool failed.
+    var stderrTail: String
+
+    var succeeded: Bool {
+        if case .exited(0)? = termination { return true }
+        return false
+    }
+
+    var summary: String {
+        if let failure { return failure }
+        switch termination {
+        case .exited(let c)?: return "exited \(c)"
+        case .signaled(let s)?: return "killed by signal \(s)"
+        case .timedOut?: return "timed out"
+        case .setupFailed(let m, _)?: return "sandbox setup failed: \(m)"
+        case .execFailed(let e)?: return "could not be executed: \(FileSystem.errorText(e))"
+        case nil: return "did not run"
+        }
+    }
+}
+
+/// A per-run scratch tmpfs and the sandboxes launched over it.
+final class ToolRun {
+    let scratch: TaskScratch
+    let settings: ToolSettings
+    let context: AdapterRunContext
+    let inputFD: Int32
+
+    init(settings: ToolSettings, context: AdapterRunContext) throws(BenchmarkError) {
+        guard geteuid() == 0 else { throw BenchmarkError(.configuration, "running benchmark tools needs root (sandboxes build namespaces)") }
+        let root = try TaskRunner.checkScratchRoot(context.scratchRoot)
+        TaskScratch.sweep(root: root)
+        scratch = try TaskScratch(root: root)
+        guard let d = FileSystem.makeDirectory(at: scratch.fd, "in", mode: 0o755, owner: nil) else {
+            let e = FileSystem.errorText()
+            _ = scratch.remove()
+            throw BenchmarkError(.io, "\(scratch.path)/in: \(e)")
+        }
+        inputFD = d
+        self.settings = settings
+        self.context = context
+    }
+
+    /// Unmounts the tmpfs: everything the tool wrote is gone.
+    func finish() {
+        close(inputFD)
+        _ = scratch.remove()
+    }
+
+    func writeInput(_ name: String, _ bytes: [UInt8]) throws(BenchmarkError) {
+        if let e = FileSystem.writeFile(at: inputFD, name, bytes, mode: 0o644) {
+            throw BenchmarkError(.io, "\(scratch.path)/in/\(name): \(FileSystem.errorText(e))")
+        }
+    }
+
+    /// Opens a directory the sandbox wrote (`app` or `score`), for reading after it exited.
+    func openOutput(_ name: String = "app") -> Int32 { FileSystem.openDirectory(at: scratch.fd, FileSystem.name(name)) }
+
+    /// Runs one sandbox to its end. `probe`, if given, is asked every 30 s how many tasks
+    /// are done (a count only: it never names a task), for the progress line.
+    func launch(_ inv: ToolInvocation, total: Int, probe: ((Int32) -> Int?)? = nil) -> ToolExit {
+        let start = TaskRunner.now()
+        func fail(_ m: String) -> ToolExit { ToolExit(termination: nil, failure: m, seconds: TaskRunner.now() - start, stderrTail: "") }
+        let policy: Policy
+        do {
+            var vars = ["output_dir": scratch.path + "/" + inv.outputName, "input_dir": scratch.path + "/in"]
+            if inv.withAgent { vars["agent_dir"] = context.agentDirectory }
+            if let r = inv.runDirectory { vars["run_dir"] = r }
+            policy = try context.policyLoader.load(inv.policy, variables: vars)
+        } catch {
+            return fail("policy \(inv.policy): \(error)")
+        }
+        do throws(BenchmarkError) {
+            close(try scratch.makeSandboxDirectory(inv.outputName, owner: (policy.identity.hostUID, policy.identity.hostGID)))
+        } catch {
+            return fail(error.message)
+        }
+        var p = policy
+        if p.network.mode == .proxy { p.network.allow = settings.networkAllow }
+        var ov = PlanOverrides()
+        ov.timeoutSeconds = settings.timeout
+        for b in settings.binds { ov.mounts.append(MountSpec(kind: .readOnly(source: b), destination: b)) }
+        ov.mounts += inv.extraMounts
+        ov.environment = settings.envPass + inv.environment
+        var host: [String: String] = [:]
+        for name in settings.envPass { if let v = getenv(name) { host[name] = String(cString: v) } }
+
+        let outName = "\(inv.outputName).stdout", errName = "\(inv.outputName).stderr"
+        let out: Int32, err: Int32
+        do throws(BenchmarkError) {
+            out = try scratch.createOutput(outName)
+            err = try scratch.createOutput(errName)
+        } catch {
+            return fail(error.message)
+        }
+        let null = open("/dev/null", O_RDONLY | O_CLOEXEC)
+        defer {
+            close(out)
+            close(err)
+            if null >= 0 { close(null) }
+        }
+
+        // Alive-line for long runs: elapsed time and, where the tool's output shows it, how
+        // many tasks are done.
+        let ticker = Ticker(every: 30) { [context, scratch] elapsed in
+            var line = "\(inv.label): running for \(Int(elapsed))s"
+            if let probe {
+                let d = FileSystem.openDirectory(at: scratch.fd, FileSystem.name(inv.outputName))
+                if d >= 0 {
+                    if let n = probe(d) { line += ", \(n)/\(total) tasks done" }
+                    close(d)
+                }
+            }
+            context.log(line)
+        }
+        defer { ticker.stop() }
+
+        let result: SandboxResult
+        do throws(SandboxError) {
+            let plan = try PlanCompiler.compile(policy: p, command: inv.argv, overrides: ov, hostEnvironment: host)
+            var options = RunOptions(audit: context.audit)
+            options.stdio = (null, out, err)
+            result = try SandboxRunner.run(plan, options: options)
+        } catch {
+            return fail("\(inv.label): \(error.message)")
+        }
+        let tail = FileSystem.readCapped(at: scratch.outFD, errName, cap: 2048).map { String(decoding: $0, as: UTF8.self) } ?? ""
+        return ToolExit(termination: result.termination, failure: nil, seconds: TaskRunner.now() - start, stderrTail: tail)
+    }
+
+    /// The tool's stdout/stderr for a train trace (never for held-out runs).
+    func logs(_ name: String = "app") -> [(String, [UInt8])] {
+        ["stdout", "stderr"].compactMap { s in
+            FileSystem.readCapped(at: scratch.outFD, "\(name).\(s)", cap: TaskRunner.traceCap).map { ("tool.\(s)", $0) }
+        }
+    }
+}
+
+/// Calls `tick` with the elapsed seconds every `every` seconds until stopped.
+final class Ticker: @unchecked Sendable {
+    private let timer: DispatchSourceTimer
+    init(every: Double, _ tick: @escaping (Double) -> Void) {
+        let start = TaskRunner.now()
+        timer = DispatchSource.makeTimerSource(queue: DispatchQueue.global())
+        timer.schedule(deadline: .now() + every, repeating: every)
+        nonisolated(unsafe) let tick = tick
+        timer.setEventHandler { tick(TaskRunner.now() - start) }
+        timer.resume()
+    }
+    func stop() { timer.cancel() }
+}
+
+/// What an adapter extracted for one task from a tool's output.
+struct ToolTaskResult {
+    var reward: Double
+    var status: TaskStatus
+    var detail: String?
+    /// Files for the task's train trace (name → bytes), already bounded.
+    var trace: [(String, [UInt8])] = []
+}
+
+extension ToolRun {
+    /// One outcome per requested id: what the tool reported, or 0 (`missing_result`) for an
+    /// id it did not. Writes train traces; held-out runs write nothing.
+    func outcomes(_ ids: [String], _ results: [String: ToolTaskResult], toolExit: ToolExit, seconds: Double) -> [TaskOutcome] {
+        var outcomes: [TaskOutcome] = []
+        for (i, id) in ids.enumerated() {
+            var r = results[id] ?? ToolTaskResult(
+                reward: 0, status: .missingResult,
+                detail: "not in the tool's output (tool \(toolExit.summary))")
+            if r.status != .passed && r.status != .failed { r.reward = 0 }
+            var outcome = TaskOutcome(id: id, reward: r.reward, status: r.status, agentSeconds: seconds, detail: r.detail.map { String($0.prefix(500)) })
+            if r.status == .passed && !outcome.passed { outcome.status = .failed }
+            if r.status == .failed && outcome.passed { outcome.status = .passed }
+            if !context.heldOut, let dir = context.traceDirectory(id) {
+                writeTrace(dir, outcome: outcome, files: r.trace + logs())
+            }
+            outcomes.append(outcome)
+            context.progress(i + 1, ids.count, context.heldOut ? nil : outcome)
+        }
+        return outcomes
+    }
+
+    private func writeTrace(_ directory: String, outcome: TaskOutcome, files: [(String, [UInt8])]) {
+        guard FileSystem.makeDirectories(directory, mode: 0o755) == nil else { return }
+        let d = FileSystem.openDirectory(directory)
+        guard d >= 0 else { return }
+        defer { close(d) }
+        for (name, bytes) in files { FileSystem.writeFile(at: d, name, bytes, mode: 0o644) }
+        if let json = try? TraceJSON.encode(outcome) { FileSystem.writeFile(at: d, "result.json", json, mode: 0o644) }
+    }
+}

@@ -1,0 +1,197 @@
+import Foundation
+import Testing
+import TestSupport
+
+// The external benchmark adapters end to end: `autoharness init --benchmark X`, then prepare →
+// benchmark → gate through the CLI, with fake tools (Fixtures/tools) that produce the real
+// tools' file formats, run in the real benchmark-runner sandbox.
+
+enum Tools {
+    static let root = Fixtures.root + "/tools"
+}
+
+extension Experiment {
+    /// `init --benchmark NAME` in a fresh directory, without prepare.
+    init(benchmark: String, extraArgs: [String] = [], environment: [String: String]? = nil) throws {
+        let temp = try TempDir()
+        let root = temp.path + "/exp"
+        let r = try autoharness(["init", root, "--benchmark", benchmark] + extraArgs, environment: environment)
+        try #require(r.status == 0, "init failed: \(r.stderr)")
+        self.init(existing: root, temp: temp)
+    }
+
+    /// Sets `key: value` in the config: under `section:` (a top-level mapping) if given,
+    /// else the first line with that key.
+    func set(_ key: String, _ value: String, in section: String? = nil) throws {
+        let path = root + "/experiment_config.yaml"
+        var lines = try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        var start = 0
+        if let section { start = try #require(lines.firstIndex(of: "\(section):"), "no section \(section)") }
+        let i = try #require(lines[start...].firstIndex { $0.trimmingCharacters(in: .whitespaces).hasPrefix("\(key):") }, "no key \(key)")
+        lines[i] = "\(lines[i].prefix { $0 == " " })\(key): \(value)"
+        try lines.joined(separator: "\n").write(toFile: path, atomically: true, encoding: .utf8)
+    }
+
+    func run(_ args: [String], environment: [String: String]) throws -> Run {
+        var env = ProcessInfo.processInfo.environment
+        for (k, v) in environment { env[k] = v }
+        return try autoharness(args + ["-C", root], environment: env)
+    }
+
+    func traceFile(_ id: String, _ name: String) -> String? {
+        try? String(contentsOfFile: root + "/workspace/traces/latest/\(id)/\(name)", encoding: .utf8)
+    }
+
+    func trainResults() throws -> [String: Any] {
+        let data = try Data(contentsOf: URL(fileURLWithPath: root + "/workspace/train_results.json"))
+        let obj = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+        return try #require(obj["results"] as? [String: Any])
+    }
+
+    /// Statuses of the latest train run, from each trace's result.json.
+    func statuses(_ ids: [String]) throws -> [String: String] {
+        var out: [String: String] = [:]
+        for id in ids {
+            let text = try #require(traceFile(id, "result.json"), "no trace for \(id)")
+            let obj = try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
+            out[id] = obj["status"] as? String
+        }
+        return out
+    }
+}
+
+/// Every regular file under `dir` whose contents include `needle`.
+func files(under dir: String, containing needle: String) -> [String] {
+    guard let e = FileManager.default.enumerator(atPath: dir) else { return [] }
+    var hits: [String] = []
+    while let rel = e.nextObject() as? String {
+        let path = dir + "/" + rel
+        var isDir: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDir), !isDir.boolValue,
+              let data = FileManager.default.contents(atPath: path) else { continue }
+        if data.range(of: Data(needle.utf8)) != nil { hits.append(path) }
+    }
+    return hits
+}
+
+/// Scratch mounts left under the default scratch root by this process's experiments.
+func scratchMounts() -> [String] {
+    let info = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
+    return info.split(separator: "\n").map { $0.split(separator: " ") }.filter { $0.count > 4 && $0[4].hasPrefix("/dev/shm/autoharness/") }
+        .map { String($0[4]) }
+}
+
+enum SquareAgents {
+    static let none = """
+        class HarnessAgent:
+            def run(self, instruction):
+                return ""
+        """
+    /// Squares numbers up to `limit`.
+    static func upTo(_ limit: Int) -> String {
+        """
+        class HarnessAgent:
+            def run(self, instruction):
+                n = int(instruction.split()[1])
+                return str(n * n) if n <= \(limit) else "?"
+        """
+    }
+}
+
+@Suite("Adapters: benchmark: command", .serialized)
+struct CommandAdapterTests {
+    static let ids = (1...10).map { "sq-\($0)" }
+
+    func make(mode: String = "") throws -> Experiment {
+        try requireRoot()
+        let exp = try Experiment(benchmark: "command")
+        try exp.set("tasks", "[" + Self.ids.joined(separator: ", ") + "]")
+        try exp.set("command", "[python3, \(Tools.root)/command_bench.py, --tasks, \"{task_ids_file}\", --out, \"{output}\"]", in: "runner")
+        try exp.set("binds", "[\(Tools.root)]", in: "runner")
+        try exp.set("env_pass", "[FAKE_MODE]", in: "runner")
+        try exp.setAgent(SquareAgents.none)
+        return exp
+    }
+
+    @Test("prepare → benchmark → gate: rewards from the command's output, traces for train tasks only, agent.py read-only in the runner")
+    func loop() throws {
+        let exp = try make()
+        let env = ["FAKE_MODE": "normal"]
+        let p = try exp.run(["prepare"], environment: env)
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        #expect(p.stdout.contains("baseline: 0/10 tasks pass"))
+        let split = try exp.split()
+        #expect(split.train.count + split.test.count == 10)
+
+        let b = try exp.run(["benchmark"], environment: env)
+        #expect(b.status == 0, "\(b.stderr)")
+        for id in split.train {
+            let answer = try #require(exp.traceFile(id, "answer.txt"), "no answer.txt in \(id)'s trace")
+            #expect(answer.contains("id=\(id) "))
+            #expect(answer.contains("agent_write=EROFS") || answer.contains("agent_write=EACCES"), "agent.py was writable in the runner: \(answer)")
+            #expect(exp.traceFile(id, "tool.stdout")?.contains("fake tool: \(split.train.count) task(s)") == true)
+        }
+
+        try exp.setAgent(SquareAgents.upTo(10))
+        let g = try exp.run(["gate"], environment: env)
+        #expect(g.status == 0, "\(g.stdout)\(g.stderr)")
+        #expect(g.stdout.contains("ACCEPTED"), "\(g.stdout)")
+        #expect(try exp.file("workspace/results.tsv").contains("\n1\t1.0000\t"))
+
+        // Held-out output never persisted: no file anywhere names a test task's answer, and
+        // the run's tmpfs is gone.
+        for id in split.test {
+            #expect(files(under: exp.root, containing: "id=\(id) ").isEmpty)
+            #expect(files(under: "/dev/shm/autoharness", containing: "id=\(id) ").isEmpty)
+        }
+        #expect(scratchMounts().isEmpty, "scratch mounts left: \(scratchMounts())")
+        let v = try exp.run("status", "--operator", "--verify")
+        #expect(v.status == 0, "\(v.stdout)\(v.stderr)")
+    }
+
+    @Test("missing, null, non-numeric and unparsable results score 0 with a status", arguments: [
+        ("omit-odd", "missing_result"), ("null-first", "missing_result"), ("string", "invalid_reward"),
+        ("garbage", "missing_result"), ("list", "missing_result"), ("crash", "missing_result"),
+    ])
+    func malformed(mode: String, status: String) throws {
+        let exp = try make()
+        try exp.setAgent(SquareAgents.upTo(100))
+        let p = try exp.run(["prepare"], environment: ["FAKE_MODE": "normal"])
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        #expect(p.stdout.contains("baseline: 10/10 tasks pass"))
+        let train = try exp.split().train
+        let b = try exp.run(["benchmark"], environment: ["FAKE_MODE": mode])
+        #expect(b.status == 0, "\(b.stderr)")
+        let statuses = try exp.statuses(train)
+        let rewards = try exp.trainResults()
+        let affected: [String]
+        switch mode {
+        case "omit-odd": affected = train.filter { Int($0.dropFirst(3))! % 2 == 1 }
+        case "null-first", "string": affected = [train.sorted()[0]]
+        default: affected = train
+        }
+        try #require(!affected.isEmpty)
+        for id in train {
+            if affected.contains(id) {
+                #expect(statuses[id] == status, "\(id): \(statuses[id] ?? "-")")
+                #expect((rewards[id] as? Double) == 0, "\(id) scored \(rewards[id] ?? "nil")")
+            } else {
+                #expect(statuses[id] == "passed", "\(id): \(statuses[id] ?? "-")")
+            }
+        }
+        if mode == "crash" {
+            #expect(exp.traceFile(affected[0], "result.json")?.contains("exited 3") == true)
+        }
+    }
+
+    @Test("a key named in runner.env_pass that is not set stops prepare with one clear message")
+    func missingKey() throws {
+        let exp = try make()
+        try exp.set("env_pass", "[AUTOHARNESS_TEST_UNSET_KEY]", in: "runner")
+        var env = ProcessInfo.processInfo.environment
+        env["AUTOHARNESS_TEST_UNSET_KEY"] = nil
+        let p = try autoharness(["prepare", "-C", exp.root], environment: env)
+        #expect(p.status != 0)
+        #expect(p.stderr.contains("AUTOHARNESS_TEST_UNSET_KEY is not set"), "\(p.stderr)")
+    }
+}
