@@ -195,3 +195,131 @@ struct CommandAdapterTests {
         #expect(p.stderr.contains("AUTOHARNESS_TEST_UNSET_KEY is not set"), "\(p.stderr)")
     }
 }
+
+enum HarborAgents {
+    /// Counts lines when there are at most `limit` (the fixture's tasks have 3, 6, ..., 30).
+    static func counting(upTo limit: Int) -> String {
+        """
+        class HarnessAgent:
+            def __init__(self, logs_dir=None, model_name=None, **kwargs):
+                self.logs_dir = logs_dir
+
+            @staticmethod
+            def name():
+                return "harness"
+
+            async def run(self, instruction, environment, context):
+                r = await environment.exec("n=$(wc -l < log.txt); if [ $n -le \(limit) ]; then echo $n > answer.txt; fi; echo counted $n")
+                with open(self.logs_dir + "/steps.txt", "w") as f:
+                    f.write(r.stdout)
+        """
+    }
+}
+
+@Suite("Adapters: terminal-bench (Harbor)", .serialized)
+struct HarborAdapterTests {
+    static let tasks = Tools.root + "/harbor-tasks"
+    static let names = (1...10).map { String(format: "count-the-lines-of-the-log-file-variant-%02d", $0) }
+
+    func make(limit: Int = 0) throws -> Experiment {
+        try requireRoot()
+        let exp = try Experiment(benchmark: "terminal-bench", extraArgs: ["--tool", Tools.root + "/bin/harbor", "--dataset", Self.tasks])
+        try exp.set("env_provider", "daytona")
+        try exp.set("binds", "[\(Tools.root)]", in: "runner")
+        try exp.set("env_pass", "[FAKE_MODE]", in: "runner")
+        try exp.set("allow", "[]", in: "runner")
+        try exp.setAgent(HarborAgents.counting(upTo: limit))
+        return exp
+    }
+
+    @Test("prepare → benchmark → gate: rewards keyed on task_name (trial dirs truncated to 32 characters), verifier files in train traces only")
+    func loop() throws {
+        let exp = try make()
+        let cfg = try exp.file("experiment_config.yaml")
+        #expect(cfg.contains("dataset: \(Self.tasks)") && cfg.contains("agent_timeout_multiplier:") && cfg.contains("n_concurrent:"))
+        #expect(try exp.file("PROGRAM.md").contains("Terminal-Bench 2.0 (Harbor)"))
+        let env = ["FAKE_MODE": "normal"]
+        let p = try exp.run(["prepare"], environment: env)
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        #expect(p.stdout.contains("baseline: 0/10 tasks pass"))
+        let split = try exp.split()
+        #expect(Set(split.train + split.test) == Set(Self.names))
+
+        // Tasks with at most 15 lines (variants 01-05) pass, the rest fail: each task got
+        // its own trial's reward although every trial directory starts with the same 32 characters.
+        try exp.setAgent(HarborAgents.counting(upTo: 15))
+        let b = try exp.run(["benchmark"], environment: env)
+        #expect(b.status == 0, "\(b.stderr)")
+        let rewards = try exp.trainResults()
+        for id in split.train {
+            let variant = Int(id.suffix(2))!
+            #expect((rewards[id] as? Double) == (variant <= 5 ? 1 : 0), "\(id): \(rewards[id] ?? "nil")")
+            #expect(exp.traceFile(id, "harbor-result.json")?.contains("\"task_name\": \"\(id)\"") == true)
+            #expect(exp.traceFile(id, "verifier-reward.txt") != nil)
+            #expect(exp.traceFile(id, "agent-steps.txt")?.contains("counted \(variant * 3)") == true)
+        }
+
+        try exp.setAgent(HarborAgents.counting(upTo: 100))
+        let g = try exp.run(["gate"], environment: env)
+        #expect(g.stdout.contains("ACCEPTED"), "\(g.stdout)\(g.stderr)")
+        for id in split.test {
+            #expect(files(under: exp.root, containing: "\"task_name\": \"\(id)\"").isEmpty)
+            #expect(files(under: "/dev/shm/autoharness", containing: id).isEmpty)
+        }
+        #expect(scratchMounts().isEmpty)
+    }
+
+    @Test("a trial whose result.json disagrees with its verifier's reward file, an exception, a missing trial, an extra trial, a crashed harbor", arguments: [
+        "disagree", "exception", "omit", "extra", "crash",
+    ])
+    func malformed(mode: String) throws {
+        let exp = try make(limit: 100)
+        let p = try exp.run(["prepare"], environment: ["FAKE_MODE": "normal"])
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        #expect(p.stdout.contains("baseline: 10/10 tasks pass"))
+        let train = try exp.split().train.sorted()
+        let b = try exp.run(["benchmark"], environment: ["FAKE_MODE": mode])
+        #expect(b.status == 0, "\(b.stderr)")
+        let statuses = try exp.statuses(train)
+        let rewards = try exp.trainResults()
+        let expected: [String: String]
+        switch mode {
+        case "disagree": expected = [train[0]: "invalid_reward"]
+        case "exception": expected = [train[0]: "agent_timeout"]
+        case "omit": expected = [train.last!: "missing_result"]
+        case "crash": expected = Dictionary(uniqueKeysWithValues: train.dropFirst().map { ($0, "missing_result") })
+        default: expected = [:]  // the extra trial is for a task nobody asked about: ignored
+        }
+        for id in train {
+            if let s = expected[id] {
+                #expect(statuses[id] == s, "\(id): \(statuses[id] ?? "-")")
+                #expect((rewards[id] as? Double) == 0)
+            } else {
+                #expect(statuses[id] == "passed", "\(id): \(statuses[id] ?? "-")")
+            }
+        }
+        if mode == "disagree" {
+            #expect(exp.traceFile(train[0], "result.json")?.contains("result.json says reward 0.0") == true)
+        }
+    }
+
+    @Test("env_provider docker without the socket in runner.binds is refused with the reason")
+    func dockerNeedsOptIn() throws {
+        let exp = try make()
+        try exp.set("env_provider", "docker")
+        let p = try exp.run(["prepare"], environment: ["FAKE_MODE": "normal"])
+        #expect(p.status != 0)
+        #expect(p.stderr.contains("root on this host"), "\(p.stderr)")
+    }
+
+    @Test("init without harbor installed names the tool and how to install it")
+    func missingTool() throws {
+        let temp = try TempDir()
+        var env = ProcessInfo.processInfo.environment
+        env["PATH"] = "/usr/bin:/bin"
+        let r = try autoharness(["init", temp.path + "/exp", "--benchmark", "terminal-bench"], environment: env)
+        #expect(r.status != 0)
+        #expect(r.stderr.contains("harbor not found") && r.stderr.contains("uv tool install harbor"), "\(r.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: temp.path + "/exp/experiment_config.yaml"))
+    }
+}

@@ -40,9 +40,68 @@ extension ExperimentConfig {
                 try ToolCheck.environment(runner.envPass, for: "the command")
             }
             return CommandAdapter(taskIDs: try taskList(root: root), tool: toolSettings(argv))
+        case "terminal-bench":
+            return try harborAdapter(root: root, checkTools: checkTools)
         default:
             throw ExperimentError(.usage, "benchmark: \(benchmark) is not available in this build")
         }
+    }
+
+    func harborAdapter(root: String, checkTools: Bool) throws -> HarborAdapter {
+        let argv = runner.command ?? ["harbor"]
+        if checkTools {
+            _ = try ToolCheck.tool(argv, default: "harbor", hint: Self.installHint["terminal-bench"]!)
+            try ToolCheck.environment(runner.envPass, for: "Harbor (the agent's model API)")
+        }
+        guard let dataset, !dataset.isEmpty else {
+            throw ExperimentError(.usage, "dataset: missing; terminal-bench needs a Harbor dataset (terminal-bench@2.0) or a local directory of Harbor tasks")
+        }
+        var tool = toolSettings(argv)
+        let provider = envProvider ?? "docker"
+        guard ["docker", "daytona", "e2b", "modal", "runloop"].contains(provider) else {
+            throw ExperimentError(.usage, "env_provider: '\(provider)' is not one Harbor supports (docker, daytona, e2b, modal, runloop)")
+        }
+        if provider == "docker" && !runner.binds.contains(where: { $0.hasSuffix("docker.sock") }) {
+            throw ExperimentError(.usage, """
+                env_provider: docker needs the Docker socket in runner.binds (e.g. /var/run/docker.sock), and giving it \
+                hands agent.py, which runs inside the harbor process, control of the Docker daemon: root on this host. \
+                Use a remote provider (daytona, e2b, modal, runloop) for agents you do not trust, or add the socket to \
+                runner.binds to accept that risk (README: threat model).
+                """)
+        }
+        var isDirectory: ObjCBool = false
+        let local = dataset.hasPrefix("/") || dataset.hasPrefix(".")
+            || FileManager.default.fileExists(atPath: root + "/" + dataset, isDirectory: &isDirectory) && isDirectory.boolValue
+        let ids: [String]
+        var adapter: HarborAdapter
+        if local {
+            let dir = dataset.hasPrefix("/") ? dataset : root + "/" + dataset
+            guard let names = try? FileManager.default.contentsOfDirectory(atPath: dir) else {
+                throw ExperimentError(.usage, "dataset: \(dir) is not a directory of Harbor tasks (a registry dataset is name@version, e.g. terminal-bench@2.0)")
+            }
+            ids = names.filter { FileManager.default.fileExists(atPath: dir + "/" + $0 + "/task.toml") && BenchmarkTask.isValidID($0) }.sorted()
+            guard !ids.isEmpty else { throw ExperimentError(.usage, "dataset: \(dir) holds no Harbor tasks (directories with task.toml)") }
+            tool.binds.append(dir)
+            adapter = HarborAdapter(taskIDs: ids, tool: tool)
+            adapter.datasetPath = dir
+        } else {
+            ids = try taskList(root: root)
+            adapter = HarborAdapter(taskIDs: ids, tool: tool)
+            adapter.dataset = dataset
+        }
+        adapter.model = agentModel == "none" ? nil : agentModel
+        adapter.environmentProvider = provider
+        if let x = upstream["agent_timeout_multiplier"] {
+            guard let v = Double(x), v > 0 else { throw ExperimentError(.usage, "agent_timeout_multiplier: '\(x)' is not a positive number") }
+            adapter.agentTimeoutMultiplier = v
+        }
+        if let x = upstream["n_concurrent"] {
+            guard let v = Int(x), v > 0 else { throw ExperimentError(.usage, "n_concurrent: '\(x)' is not a positive whole number") }
+            adapter.concurrency = v
+        } else {
+            adapter.concurrency = maxConcurrency
+        }
+        return adapter
     }
 
     func toolSettings(_ command: [String]) -> ToolSettings {
@@ -104,15 +163,22 @@ enum ToolCheck {
 
     /// Where a tool is installed, to bind read-only: for `X/bin/tool` inside a Python
     /// virtual environment (X/pyvenv.cfg), X; otherwise the executable's directory.
-    static func installRoot(of tool: String) -> String? {
-        guard let found = locate(tool) else { return nil }
-        let real = (try? FileManager.default.destinationOfSymbolicLink(atPath: found)).map {
-            $0.hasPrefix("/") ? $0 : (found as NSString).deletingLastPathComponent + "/" + $0
-        } ?? found
+    /// Its interpreter's home too, when the venv's pyvenv.cfg names one outside /usr (uv's
+    /// managed Pythons live under ~/.local/share/uv/python).
+    static func installRoots(of tool: String) -> [String] {
+        guard let found = locate(tool) else { return [] }
+        let real = URL(fileURLWithPath: found).resolvingSymlinksInPath().path
         let dir = (real as NSString).deletingLastPathComponent
         let parent = (dir as NSString).deletingLastPathComponent
-        if FileManager.default.fileExists(atPath: parent + "/pyvenv.cfg") { return parent }
-        return dir
+        guard let cfg = try? String(contentsOfFile: parent + "/pyvenv.cfg", encoding: .utf8) else { return [dir] }
+        var roots = [parent]
+        for line in cfg.split(separator: "\n") {
+            let kv = line.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+            if kv.count == 2, kv[0] == "home", !kv[1].hasPrefix("/usr") {
+                roots.append(((URL(fileURLWithPath: kv[1]).resolvingSymlinksInPath().path) as NSString).deletingLastPathComponent)
+            }
+        }
+        return roots
     }
 
     static func tool(_ argv: [String]?, default name: String, hint: String) throws -> [String] {

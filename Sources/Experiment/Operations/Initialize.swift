@@ -50,7 +50,8 @@ extension ExperimentSupervisor {
             guard let found = ToolCheck.locate(tool) else {
                 throw ExperimentError(.usage, "\(tool) not found\(o.tool == nil ? " on PATH" : ""): \(ExperimentConfig.installHint[o.benchmark] ?? "install \(name)") (or pass --tool PATH)")
             }
-            if o.tool != nil { tool = found.hasPrefix("/") ? found : fm.currentDirectoryPath + "/" + found }
+            // The sandbox's PATH is not the operator's: the config names the tool by path.
+            tool = found.hasPrefix("/") ? found : fm.currentDirectoryPath + "/" + found
         }
         var root = directory.hasPrefix("/") ? directory : fm.currentDirectoryPath + "/" + directory
         while root.count > 1 && root.hasSuffix("/") { root.removeLast() }
@@ -63,7 +64,7 @@ extension ExperimentSupervisor {
                 .replacingOccurrences(of: "{{benchmark}}", with: o.benchmark)
                 .replacingOccurrences(of: "{{dataset}}", with: dataset)
                 .replacingOccurrences(of: "{{tool}}", with: tool)
-                .replacingOccurrences(of: "{{tool_bind}}", with: ToolCheck.installRoot(of: tool) ?? "/opt/\(tool)")
+                .replacingOccurrences(of: "{{tool_binds}}", with: ToolCheck.installRoots(of: tool).map { "\"\($0)\"" }.joined(separator: ", "))
         }
         try fm.createDirectory(atPath: layout.agentDirectory, withIntermediateDirectories: true)
         try fm.createDirectory(atPath: layout.workspace, withIntermediateDirectories: true)

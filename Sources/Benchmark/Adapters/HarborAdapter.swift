@@ -1,0 +1,209 @@
+// `benchmark: terminal-bench` — Terminal-Bench 2.0 through Harbor:
+//
+//   harbor run -d DATASET --agent-import-path agent.agent:HarnessAgent --model M --env PROVIDER
+//              --agent-timeout-multiplier X --jobs-dir /work/out/jobs -y -n N -i TASK ...
+//
+// Harbor imports agent.py into its own process, which also drives the task environment and
+// writes the jobs directory, so the score cannot be made independent of that process here.
+// What the adapter does instead:
+//   - results are keyed on `task_name` inside each trial's result.json (trial directory
+//     names are the task name cut to 32 characters plus a suffix, so they are never parsed);
+//   - the reward is read from the trial's `verifier/reward.txt` (or reward.json), the file
+//     the task's verifier wrote in the environment, and must agree with
+//     `verifier_result.rewards.reward` in result.json; a disagreement scores 0 and says so;
+//   - a trial with `exception_info` (agent timeout, environment error, ...) scores 0;
+//   - a requested task with no trial scores 0;
+//   - task names not requested are ignored (and noted), so a forged extra trial changes nothing.
+// The residual risk (agent.py in the harbor process could write both files of its own trial)
+// is stated in README's threat model.
+
+import FoundationEssentials
+import Glibc
+import SandboxPolicy
+
+public struct HarborAdapter: BenchmarkAdapter {
+    public let taskIDs: [String]
+    public let tool: ToolSettings
+    /// `-d` registry dataset (`terminal-bench@2.0`), or nil with `datasetPath`.
+    public var dataset: String?
+    /// `-p` a local directory of Harbor tasks.
+    public var datasetPath: String?
+    public var model: String?
+    public var environmentProvider = "docker"
+    public var agentTimeoutMultiplier: Double?
+    public var concurrency: Int?
+
+    public var name: String { "terminal-bench" }
+
+    public init(taskIDs: [String], tool: ToolSettings) {
+        self.taskIDs = taskIDs.sorted()
+        self.tool = tool
+    }
+
+    /// Where the jobs directory is inside the sandbox. With the docker provider the daemon
+    /// (outside the sandbox) resolves the trial directories Harbor mounts into task
+    /// containers, so the output directory is also bound at its host path and used there.
+    func jobsDirectory(_ run: ToolRun) -> String {
+        environmentProvider == "docker" ? run.scratch.path + "/app/jobs" : "/work/out/jobs"
+    }
+
+    func argv(_ ids: [String], jobs: String) -> [String] {
+        var a = tool.command + ["run"]
+        if let p = datasetPath { a += ["-p", p] } else if let d = dataset { a += ["-d", d] }
+        a += ["--agent-import-path", "agent.agent:HarnessAgent"]
+        if let m = model { a += ["--model", m] }
+        a += ["--env", environmentProvider]
+        if let x = agentTimeoutMultiplier { a += ["--agent-timeout-multiplier", String(x)] }
+        a += ["--jobs-dir", jobs, "-y", "-n", String(concurrency ?? 1)]
+        for id in ids { a += ["-i", id] }
+        return a
+    }
+
+    public func run(_ ids: [String], _ context: AdapterRunContext) throws(BenchmarkError) -> [TaskOutcome] {
+        guard !ids.isEmpty else { return [] }
+        if context.oracle { throw BenchmarkError(.configuration, "--oracle is only for local benchmarks (Harbor has its own: harbor run --agent oracle)") }
+        let run = try ToolRun(settings: tool, context: context)
+        defer { run.finish() }
+        let jobs = jobsDirectory(run)
+        var inv = ToolInvocation(policy: tool.runnerPolicy, argv: argv(ids, jobs: jobs), withAgent: true, label: "harbor")
+        if environmentProvider == "docker" {
+            inv.extraMounts = [MountSpecs.readWrite(run.scratch.path + "/app")]
+        }
+        context.log("harbor: \(ids.count) task(s), \(environmentProvider) environments")
+        let exit = run.launch(inv, total: ids.count, probe: { Self.finishedTrials($0) })
+        if !exit.succeeded { context.log("harbor \(exit.summary)\(exit.stderrTail.isEmpty ? "" : ": " + exit.stderrTail.suffix(300))") }
+        let out = run.openOutput()
+        defer { if out >= 0 { close(out) } }
+        var results: [String: ToolTaskResult] = [:]
+        if out >= 0 {
+            let parsed = Self.parse(out, ids: Set(ids), traces: !context.heldOut)
+            results = parsed.results
+            if !parsed.ignored.isEmpty && !context.heldOut {
+                context.log("harbor: ignored trials for tasks not requested: \(parsed.ignored.prefix(5).joined(separator: ", "))")
+            }
+        }
+        return run.outcomes(ids, results, toolExit: exit, seconds: exit.seconds)
+    }
+
+    static let resultLimit = 16 << 20
+
+    /// Trials with a result.json, for the progress line.
+    static func finishedTrials(_ out: Int32) -> Int? {
+        var n = 0
+        forEachTrial(out) { trial, _ in
+            if FileSystem.entryStatus(at: trial, FileSystem.name("result.json")) != nil { n += 1 }
+        }
+        return n
+    }
+
+    /// Calls `body` with an fd for every `jobs/<job>/<trial>/` directory (never following links).
+    static func forEachTrial(_ out: Int32, _ body: (Int32, String) -> Void) {
+        let jobs = FileSystem.openDirectory(at: out, FileSystem.name("jobs"))
+        guard jobs >= 0 else { return }
+        defer { close(jobs) }
+        for job in (FileSystem.entries(of: jobs) ?? []).prefix(100) {
+            let j = FileSystem.openDirectory(at: jobs, job)
+            guard j >= 0 else { continue }
+            defer { close(j) }
+            for trial in (FileSystem.entries(of: j) ?? []).prefix(100_000) {
+                let t = FileSystem.openDirectory(at: j, trial)
+                guard t >= 0 else { continue }
+                body(t, FileSystem.display(trial))
+                close(t)
+            }
+        }
+    }
+
+    /// One trial, as read from its directory.
+    struct Trial {
+        var task: String
+        var reward: Double?
+        var status: TaskStatus
+        var detail: String?
+        var trace: [(String, [UInt8])]
+    }
+
+    /// Reads every trial of the jobs directory and keys them on `task_name`.
+    static func parse(_ out: Int32, ids: Set<String>, traces: Bool) -> (results: [String: ToolTaskResult], ignored: [String]) {
+        var trials: [String: [Trial]] = [:]
+        var ignored: [String] = []
+        forEachTrial(out) { dir, name in
+            guard let trial = readTrial(dir, name: name, traces: traces) else { return }
+            if ids.contains(trial.task) { trials[trial.task, default: []].append(trial) } else { ignored.append(trial.task) }
+        }
+        var results: [String: ToolTaskResult] = [:]
+        for (task, list) in trials {
+            // Retried or repeated trials: the mean over those that finished without an
+            // exception; if none did, the task errored.
+            let scored = list.filter { $0.reward != nil }
+            var r: ToolTaskResult
+            if scored.isEmpty {
+                let first = list[0]
+                r = ToolTaskResult(reward: 0, status: first.status, detail: first.detail)
+            } else {
+                let mean = scored.map { $0.reward! }.reduce(0, +) / Double(scored.count)
+                r = ToolTaskResult(reward: mean, status: mean >= TaskOutcome.passThreshold ? .passed : .failed,
+                                   detail: list.count > 1 ? "\(list.count) trials, \(scored.count) scored" : nil)
+            }
+            if traces { r.trace = list.count == 1 ? list[0].trace : list.enumerated().flatMap { i, t in t.trace.map { ("trial\(i + 1)-\($0.0)", $0.1) } } }
+            results[task] = r
+        }
+        return (results, ignored)
+    }
+
+    /// A trial directory's result.json and verifier reward, cross-checked.
+    static func readTrial(_ dir: Int32, name: String, traces: Bool) -> Trial? {
+        let bytes: [UInt8]
+        switch FileSystem.readSmallFile(at: dir, "result.json", limit: resultLimit) {
+        case .success(let b): bytes = b
+        case .failure: return nil  // a trial still running when the tool stopped, or not a trial
+        }
+        guard let json = JSONValue.parse(bytes), let task = json["task_name"]?.string else { return nil }
+        var trial = Trial(task: task, reward: nil, status: .missingResult, detail: nil, trace: [])
+        if traces {
+            trial.trace = [("harbor-result.json", bytes)]
+            for f in ["trial.log", "exception.txt"] {
+                if let b = FileSystem.readCapped(at: dir, f, cap: TaskRunner.traceCap) { trial.trace.append(("harbor-" + f, b)) }
+            }
+            trial.trace += TraceCopy.directory(at: dir, "agent", prefix: "agent-")
+            trial.trace += TraceCopy.directory(at: dir, "verifier", prefix: "verifier-")
+        }
+        if let e = json["exception_info"], !e.isNull {
+            let type = e["exception_type"]?.string ?? "exception"
+            let message = e["exception_message"]?.string ?? ""
+            trial.status = type.lowercased().contains("timeout") ? .agentTimeout : .agentCrashed
+            trial.detail = "harbor: \(type)\(message.isEmpty ? "" : ": " + message.prefix(200))"
+            return trial
+        }
+        let claimed = json.path("verifier_result", "rewards", "reward")
+        let verifier = FileSystem.openDirectory(at: dir, FileSystem.name("verifier"))
+        let reading: Reward.Reading = verifier >= 0 ? Reward.read(logs: verifier) : .missing
+        if verifier >= 0 { close(verifier) }
+        switch reading {
+        case .missing:
+            trial.detail = "no verifier/reward.txt or reward.json in trial \(name)\(claimed.map { " (result.json claims \($0.brief))" } ?? "")"
+        case .invalid(let why, _):
+            trial.status = .invalidReward
+            trial.detail = "trial \(name): verifier/\(why)"
+        case .value(let v, _):
+            guard let c = claimed?.number else {
+                trial.detail = "trial \(name): result.json has no verifier_result.rewards.reward (verifier wrote \(v))"
+                return trial
+            }
+            guard abs(c - v) < 1e-9 else {
+                trial.status = .invalidReward
+                trial.detail = "trial \(name): result.json says reward \(c), verifier/reward file says \(v)"
+                return trial
+            }
+            trial.reward = v
+            trial.status = v >= TaskOutcome.passThreshold ? .passed : .failed
+        }
+        return trial
+    }
+}
+
+/// Mount entries adapters add to a tool's sandbox.
+enum MountSpecs {
+    /// `path` bound read-write at the same path.
+    static func readWrite(_ path: String) -> MountSpec { MountSpec(kind: .readWrite(source: path), destination: path) }
+}
