@@ -18,7 +18,28 @@ extension Experiment {
         let r = try autoharness(["init", root, "--benchmark", benchmark] + extraArgs, environment: environment)
         try #require(r.status == 0, "init failed: \(r.stderr)")
         self.init(existing: root, temp: temp)
+        // Its own scratch root, so checks for leftovers see this experiment's runs only.
+        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+        try set("scratch", scratch, in: "sandbox")
     }
+
+    /// This experiment's scratch root (tmpfs), made by `init(benchmark:)`.
+    var scratch: String { "/dev/shm/ah-test-" + (temp.path as NSString).lastPathComponent }
+
+    /// Per-run tmpfs mounts still under this experiment's scratch root.
+    func scratchMounts() -> [String] {
+        let info = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
+        let prefix = scratch + "/"
+        var out: [String] = []
+        for line in info.split(separator: "\n") {
+            let fields = line.split(separator: " ")
+            if fields.count > 4 && fields[4].hasPrefix(prefix) { out.append(String(fields[4])) }
+        }
+        return out
+    }
+
+    /// Removes the scratch root (empty once every run is gone).
+    func removeScratch() { rmdir(scratch) }
 
     /// Sets `key: value` in the config: under `section:` (a top-level mapping) if given,
     /// else the first line with that key.
@@ -74,12 +95,6 @@ func files(under dir: String, containing needle: String) -> [String] {
     return hits
 }
 
-/// Scratch mounts left under the default scratch root by this process's experiments.
-func scratchMounts() -> [String] {
-    let info = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
-    return info.split(separator: "\n").map { $0.split(separator: " ") }.filter { $0.count > 4 && $0[4].hasPrefix("/dev/shm/autoharness/") }
-        .map { String($0[4]) }
-}
 
 enum SquareAgents {
     static let none = """
@@ -116,6 +131,7 @@ struct CommandAdapterTests {
     @Test("prepare → benchmark → gate: rewards from the command's output, traces for train tasks only, agent.py read-only in the runner")
     func loop() throws {
         let exp = try make()
+        defer { exp.removeScratch() }
         let env = ["FAKE_MODE": "normal"]
         let p = try exp.run(["prepare"], environment: env)
         try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
@@ -142,9 +158,10 @@ struct CommandAdapterTests {
         // the run's tmpfs is gone.
         for id in split.test {
             #expect(files(under: exp.root, containing: "id=\(id) ").isEmpty)
-            #expect(files(under: "/dev/shm/autoharness", containing: "id=\(id) ").isEmpty)
+            #expect(files(under: exp.scratch, containing: "id=\(id) ").isEmpty)
         }
-        #expect(scratchMounts().isEmpty, "scratch mounts left: \(scratchMounts())")
+        #expect(exp.scratchMounts().isEmpty, "scratch mounts left: \(exp.scratchMounts())")
+        #expect((try? FileManager.default.contentsOfDirectory(atPath: exp.scratch)) == [])
         let v = try exp.run("status", "--operator", "--verify")
         #expect(v.status == 0, "\(v.stdout)\(v.stderr)")
     }
@@ -155,6 +172,7 @@ struct CommandAdapterTests {
     ])
     func malformed(mode: String, status: String) throws {
         let exp = try make()
+        defer { exp.removeScratch() }
         try exp.setAgent(SquareAgents.upTo(100))
         let p = try exp.run(["prepare"], environment: ["FAKE_MODE": "normal"])
         try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
@@ -187,6 +205,7 @@ struct CommandAdapterTests {
     @Test("a key named in runner.env_pass that is not set stops prepare with one clear message")
     func missingKey() throws {
         let exp = try make()
+        defer { exp.removeScratch() }
         try exp.set("env_pass", "[AUTOHARNESS_TEST_UNSET_KEY]", in: "runner")
         var env = ProcessInfo.processInfo.environment
         env["AUTOHARNESS_TEST_UNSET_KEY"] = nil
@@ -235,8 +254,9 @@ struct HarborAdapterTests {
     @Test("prepare → benchmark → gate: rewards keyed on task_name (trial dirs truncated to 32 characters), verifier files in train traces only")
     func loop() throws {
         let exp = try make()
+        defer { exp.removeScratch() }
         let cfg = try exp.file("experiment_config.yaml")
-        #expect(cfg.contains("dataset: \(Self.tasks)") && cfg.contains("agent_timeout_multiplier:") && cfg.contains("n_concurrent:"))
+        #expect(cfg.contains("dataset: \(Self.tasks)") && cfg.contains("per_task_timeout: 1200") && cfg.contains("env_provider:"))
         #expect(try exp.file("PROGRAM.md").contains("Terminal-Bench 2.0 (Harbor)"))
         let env = ["FAKE_MODE": "normal"]
         let p = try exp.run(["prepare"], environment: env)
@@ -264,9 +284,10 @@ struct HarborAdapterTests {
         #expect(g.stdout.contains("ACCEPTED"), "\(g.stdout)\(g.stderr)")
         for id in split.test {
             #expect(files(under: exp.root, containing: "\"task_name\": \"\(id)\"").isEmpty)
-            #expect(files(under: "/dev/shm/autoharness", containing: id).isEmpty)
+            #expect(files(under: exp.scratch, containing: id).isEmpty)
         }
-        #expect(scratchMounts().isEmpty)
+        #expect(exp.scratchMounts().isEmpty)
+        #expect((try? FileManager.default.contentsOfDirectory(atPath: exp.scratch)) == [])
     }
 
     @Test("a trial whose result.json disagrees with its verifier's reward file, an exception, a missing trial, an extra trial, a crashed harbor", arguments: [
@@ -274,6 +295,7 @@ struct HarborAdapterTests {
     ])
     func malformed(mode: String) throws {
         let exp = try make(limit: 100)
+        defer { exp.removeScratch() }
         let p = try exp.run(["prepare"], environment: ["FAKE_MODE": "normal"])
         try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
         #expect(p.stdout.contains("baseline: 10/10 tasks pass"))
@@ -306,6 +328,7 @@ struct HarborAdapterTests {
     @Test("env_provider docker without the socket in runner.binds is refused with the reason")
     func dockerNeedsOptIn() throws {
         let exp = try make()
+        defer { exp.removeScratch() }
         try exp.set("env_provider", "docker")
         let p = try exp.run(["prepare"], environment: ["FAKE_MODE": "normal"])
         #expect(p.status != 0)

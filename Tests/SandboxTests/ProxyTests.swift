@@ -1,3 +1,4 @@
+@testable import Sandbox
 import Foundation
 import Testing
 import TestSupport
@@ -87,5 +88,22 @@ struct ProxyTests {
                            policy: policy, audit: dir.path + "/a.jsonl")
         #expect(r.stdout.contains("proxy: no proxy: Connection refused"), "\(r.stdout)")
         #expect(r.stdout.contains("direct: Connection refused"))
+    }
+}
+
+@Suite("Egress proxy allowlist matching")
+struct ProxyAllowlistTests {
+    @Test("*.domain:port covers deeper names on that port only; never the bare domain, another port or an IP literal")
+    func wildcard() {
+        let allow: Set<String> = ["api.openai.com:443", "*.e2b.app:443"]
+        #expect(EgressProxy.allowed("api.openai.com:443", by: allow))
+        #expect(EgressProxy.allowed("49983-abc123.e2b.app:443", by: allow))
+        #expect(EgressProxy.allowed("a.b.e2b.app:443", by: allow))
+        #expect(!EgressProxy.allowed("e2b.app:443", by: allow))
+        #expect(!EgressProxy.allowed("x.e2b.app:80", by: allow))
+        #expect(!EgressProxy.allowed("evil-e2b.app:443", by: allow))
+        #expect(!EgressProxy.allowed("x.e2b.app.evil.com:443", by: allow))
+        #expect(!EgressProxy.allowed("api.openai.com:80", by: allow))
+        #expect(!EgressProxy.allowed("10.0.0.1:443", by: ["*.0.0.1:443"]))
     }
 }

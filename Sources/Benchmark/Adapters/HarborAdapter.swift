@@ -32,6 +32,8 @@ public struct HarborAdapter: BenchmarkAdapter {
     public var environmentProvider = "docker"
     public var agentTimeoutMultiplier: Double?
     public var concurrency: Int?
+    /// `NAME=VALUE` for agent.py (AGENT_MODEL, AGENT_REASONING_EFFORT).
+    public var environment: [String] = []
 
     public var name: String { "terminal-bench" }
 
@@ -53,8 +55,8 @@ public struct HarborAdapter: BenchmarkAdapter {
         a += ["--agent-import-path", "agent.agent:HarnessAgent"]
         if let m = model { a += ["--model", m] }
         a += ["--env", environmentProvider]
-        if let x = agentTimeoutMultiplier { a += ["--agent-timeout-multiplier", String(x)] }
-        a += ["--jobs-dir", jobs, "-y", "-n", String(concurrency ?? 1)]
+        if let x = agentTimeoutMultiplier { a += ["--agent-timeout-multiplier", String(format: "%.2f", x)] }
+        a += ["--jobs-dir", jobs, "-y", "-n", String(min(concurrency ?? 1, ids.count))]
         for id in ids { a += ["-i", id] }
         return a
     }
@@ -66,6 +68,7 @@ public struct HarborAdapter: BenchmarkAdapter {
         defer { run.finish() }
         let jobs = jobsDirectory(run)
         var inv = ToolInvocation(policy: tool.runnerPolicy, argv: argv(ids, jobs: jobs), withAgent: true, label: "harbor")
+        inv.environment = environment
         if environmentProvider == "docker" {
             inv.extraMounts = [MountSpecs.readWrite(run.scratch.path + "/app")]
         }

@@ -3,8 +3,9 @@ import Foundation
 
 extension ExperimentConfig {
     /// Upstream auto-harness keys some adapter reads (validated there).
-    static let upstreamKeys = ["n_concurrent", "agent_timeout_multiplier", "user_model", "seed", "num_trials", "mode",
-                               "data_path", "db_path", "user_sim_model", "max_steps", "tau2_data_dir", "bird_dir"]
+    static let upstreamKeys = ["agent_timeout_multiplier", "reasoning_effort", "user_model", "seed", "mode", "patience",
+                               "bird_repo", "bird_python_bin", "bird_data_path", "system_agent_port", "user_sim_port", "db_env_port",
+                               "pg_host", "pg_port", "pg_user", "pg_password", "tau2_data_dir"]
 
     /// The tool each external benchmark runs, by default (found on PATH).
     static let defaultTool = ["terminal-bench": "harbor", "tau-bench": "tau2", "bird-interact": "python3"]
@@ -57,7 +58,7 @@ extension ExperimentConfig {
             throw ExperimentError(.usage, "dataset: missing; terminal-bench needs a Harbor dataset (terminal-bench@2.0) or a local directory of Harbor tasks")
         }
         var tool = toolSettings(argv)
-        let provider = envProvider ?? "docker"
+        let provider = envProvider ?? "e2b"
         guard ["docker", "daytona", "e2b", "modal", "runloop"].contains(provider) else {
             throw ExperimentError(.usage, "env_provider: '\(provider)' is not one Harbor supports (docker, daytona, e2b, modal, runloop)")
         }
@@ -91,17 +92,24 @@ extension ExperimentConfig {
         }
         adapter.model = agentModel == "none" ? nil : agentModel
         adapter.environmentProvider = provider
+        // Upstream: Harbor's default agent timeout is 180 s, scaled to per_task_timeout.
         if let x = upstream["agent_timeout_multiplier"] {
             guard let v = Double(x), v > 0 else { throw ExperimentError(.usage, "agent_timeout_multiplier: '\(x)' is not a positive number") }
             adapter.agentTimeoutMultiplier = v
-        }
-        if let x = upstream["n_concurrent"] {
-            guard let v = Int(x), v > 0 else { throw ExperimentError(.usage, "n_concurrent: '\(x)' is not a positive whole number") }
-            adapter.concurrency = v
         } else {
-            adapter.concurrency = maxConcurrency
+            adapter.agentTimeoutMultiplier = (perTaskTimeout ?? 1200) / 180
         }
+        adapter.concurrency = maxConcurrency
+        adapter.environment = agentEnvironment()
         return adapter
+    }
+
+    /// What upstream's runners export to agent.py: AGENT_MODEL, AGENT_REASONING_EFFORT.
+    func agentEnvironment() -> [String] {
+        var env: [String] = []
+        if let m = agentModel, m != "none" { env.append("AGENT_MODEL=\(m)") }
+        if let r = upstream["reasoning_effort"] { env.append("AGENT_REASONING_EFFORT=\(r)") }
+        return env
     }
 
     func toolSettings(_ command: [String]) -> ToolSettings {

@@ -69,6 +69,22 @@ final class EgressProxy: @unchecked Sendable {
         close(listener)
     }
 
+    /// `host:port` is allowed if listed exactly, or if a `*.domain:port` entry covers it: a
+    /// name ending in `.domain` (one or more labels deeper; never `domain` itself, never an
+    /// IP literal). Remote sandbox providers hand out per-sandbox host names.
+    static func allowed(_ target: String, by allow: Set<String>) -> Bool {
+        if allow.contains(target) { return true }
+        guard let colon = target.lastIndex(of: ":") else { return false }
+        let host = target[..<colon], port = target[colon...]
+        guard !host.allSatisfy({ $0.isNumber || $0 == "." || $0 == ":" || $0 == "[" || $0 == "]" }) else { return false }
+        var rest = host[...]
+        while let dot = rest.firstIndex(of: ".") {
+            rest = rest[rest.index(after: dot)...]
+            if !rest.isEmpty && allow.contains("*.\(rest)\(port)") { return true }
+        }
+        return false
+    }
+
     private func serve(_ client: Int32) {
         guard let head = readHead(client), let line = head.split(separator: "\r\n", omittingEmptySubsequences: false).first else { return }
         let parts = line.split(separator: " ")
@@ -83,7 +99,7 @@ final class EgressProxy: @unchecked Sendable {
             send(client, "HTTP/1.1 400 Bad request\r\n\r\n")
             return
         }
-        guard allow.contains(target) else {
+        guard Self.allowed(target, by: allow) else {
             record(target, allowed: false, why: "not on the allowlist")
             send(client, "HTTP/1.1 403 Forbidden by autoharness policy\r\n\r\n")
             return
