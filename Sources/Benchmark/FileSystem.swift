@@ -195,12 +195,16 @@ enum FileSystem {
     /// Copies the tree under `source` (trusted: part of the benchmark) into the existing
     /// directory `destination`, giving every copy `owner` so the sandbox's mapped user can
     /// change it. Regular files, directories and symlinks (recreated, never followed) only;
-    /// setuid/setgid/sticky bits are dropped. `skip` names top-level entries left out.
-    static func copyTree(from source: Int32, to destination: Int32, owner: (uid_t, gid_t), skip: Set<String>) throws(BenchmarkError) {
+    /// setuid/setgid/sticky bits are dropped. `skip` names top-level entries left out;
+    /// `include`, if given, is asked for every entry's path relative to the top
+    /// (`a/b/c.json`) and leaves out what it refuses (and, for a directory, all below).
+    static func copyTree(from source: Int32, to destination: Int32, owner: (uid_t, gid_t), skip: Set<String>,
+                         include: ((String) -> Bool)? = nil, under prefix: String = "") throws(BenchmarkError) {
         guard let names = entries(of: source) else {
             throw BenchmarkError(.io, "cannot list environment directory: \(errorText())")
         }
         for n in names where !skip.contains(display(n)) {
+            if let include, !include(prefix + display(n)) { continue }
             guard let st = entryStatus(at: source, n) else {
                 throw BenchmarkError(.io, "environment/\(display(n)): \(errorText())")
             }
@@ -213,7 +217,7 @@ enum FileSystem {
                     if d >= 0 { close(d) }
                 }
                 guard s >= 0, d >= 0 else { throw BenchmarkError(.io, "open \(display(n)): \(errorText())") }
-                try copyTree(from: s, to: d, owner: owner, skip: [])
+                try copyTree(from: s, to: d, owner: owner, skip: [], include: include, under: prefix + display(n) + "/")
                 guard fchown(d, owner.0, owner.1) == 0, fchmod(d, mode) == 0 else {
                     throw BenchmarkError(.io, "chown \(display(n)): \(errorText())")
                 }

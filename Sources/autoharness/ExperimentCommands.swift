@@ -40,6 +40,7 @@ extension ExperimentOptions {
         let s = try supervisor(purpose)
         let progress = ProgressLine(purpose)
         s.progress = progress.update
+        s.log = { line in printErrRaw("\r\u{1B}[2K\(purpose): \(line)\n") }
         do {
             return (s, try body(s))
         } catch let e as ExperimentError {
@@ -124,7 +125,7 @@ struct PrepareCommand: ParsableCommand {
     func run() throws {
         let (_, r) = try experiment.perform("prepare") { try $0.prepare() }
         print("baseline: \(r.passed)/\(r.tasks) tasks pass")
-        print("split: \(r.train) train, \(r.test) test (stratified on baseline pass/fail, seed 42)")
+        print("split: \(r.train) train, \(r.test) test (\(r.splitOrigin))")
         print("iteration 0: val_score \(String(format: "%.4f", r.baselineScore)) on the test split")
     }
 }

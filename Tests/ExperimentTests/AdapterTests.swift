@@ -73,12 +73,22 @@ extension Experiment {
     func statuses(_ ids: [String]) throws -> [String: String] {
         var out: [String: String] = [:]
         for id in ids {
-            let text = try #require(traceFile(id, "result.json"), "no trace for \(id)")
+            let text = try #require(traceFile(traceName(id), "result.json"), "no trace for \(id)")
             let obj = try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
             out[id] = obj["status"] as? String
         }
         return out
     }
+}
+
+/// The trace directory name of a task id (the supervisor's TraceName.encode).
+func traceName(_ id: String) -> String {
+    var out = ""
+    for (i, b) in id.utf8.enumerated() {
+        let plain = (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A) || b == 0x5F || b == 0x2D || (b == 0x2E && i > 0)
+        out += plain ? String(UnicodeScalar(b)) : String(format: "%%%02X", b)
+    }
+    return out
 }
 
 /// Every regular file under `dir` whose contents include `needle`.
@@ -344,5 +354,146 @@ struct HarborAdapterTests {
         #expect(r.status != 0)
         #expect(r.stderr.contains("harbor not found") && r.stderr.contains("uv tool install harbor"), "\(r.stderr)")
         #expect(!FileManager.default.fileExists(atPath: temp.path + "/exp/experiment_config.yaml"))
+    }
+}
+
+enum Tau2Agents {
+    static let fixture = Tools.root + "/tau2"
+
+    /// Refunds when the user gives an order and one of `reasons`; with `snoop`, first looks
+    /// for answers it must not find and prints what it saw.
+    static func refunding(reasons: [String], snoop: Bool = false) -> String {
+        let list = reasons.map { "\"\($0)\"" }.joined(separator: ", ")
+        return """
+            import errno, json, os, re
+            from tau2.agent.llm_agent import LLMAgent
+            from tau2.data_model.message import AssistantMessage, ToolCall
+
+            def snoop():
+                data = os.environ["TAU2_DATA_DIR"]
+                tasks = json.load(open(os.path.join(data, "tau2", "domains", "retail", "tasks.json")))
+                with_criteria = sum(1 for t in tasks if t.get("evaluation_criteria"))
+                sims = os.listdir(os.path.join(data, "simulations")) if os.path.isdir(os.path.join(data, "simulations")) else []
+                try:
+                    open("\(fixture)/data/tau2/domains/retail/tasks.json").read()
+                    real = "readable"
+                except OSError as e:
+                    real = errno.errorcode[e.errno]
+                print("SNOOP criteria=%d simulations=%s real=%s" % (with_criteria, sims, real), flush=True)
+
+            class HarnessAgent(LLMAgent):
+                def generate_next_message(self, message, state):
+                    if \(snoop ? "True" : "False"):
+                        snoop()
+                    m = re.search(r"order (#W[0-9]+), the reason is ([a-z_]+)", message.content or "")
+                    calls = None
+                    if m and m.group(2) in [\(list)]:
+                        calls = [ToolCall(id="call_1", name="refund_order", arguments={"order_id": m.group(1), "reason": m.group(2)}, requestor="assistant")]
+                    return AssistantMessage(content="Done." if calls else "Sorry.", tool_calls=calls), state
+            """
+    }
+}
+
+@Suite("Adapters: tau-bench (tau2)", .serialized)
+struct Tau2AdapterTests {
+    static let pkg = Tau2Agents.fixture + "/pkg"
+    static let data = Tau2Agents.fixture + "/data"
+    static let env = ["FAKE_MODE": "normal", "PYTHONPATH": pkg]
+    static let train = ["0", "1", "2", "3", "4", "5", "6", "[refund]order_10|damaged"]
+    static let test = ["7", "8", "9", "[refund]order_11|damaged"]
+
+    func make() throws -> Experiment {
+        try requireRoot()
+        let exp = try Experiment(benchmark: "tau-bench", extraArgs: ["--tool", Tau2Agents.fixture + "/bin/tau2", "--dataset", Self.data])
+        try exp.set("binds", "[\(Self.pkg)]", in: "runner")
+        try exp.set("env_pass", "[FAKE_MODE, PYTHONPATH]", in: "runner")
+        try exp.set("allow", "[]", in: "runner")
+        return exp
+    }
+
+    @Test("prepare → benchmark → gate: tau2's own split, rewards re-scored without agent.py, answers absent from the runner")
+    func loop() throws {
+        let exp = try make()
+        defer { exp.removeScratch() }
+        let cfg = try exp.file("experiment_config.yaml")
+        #expect(cfg.contains("domain: retail") && cfg.contains("seed: 300") && cfg.contains("tau2_data_dir: \(Self.data)"))
+        #expect(cfg.contains("command: [\"/usr/bin/python3\"]"), "the tool's interpreter: \(cfg)")
+
+        // The template agent answers in text only. tau2 in the runner grades every simulation
+        // 1.0 (it has no criteria there); the re-scoring says 0.
+        let p = try exp.run(["prepare"], environment: Self.env)
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        #expect(p.stdout.contains("baseline: 0/12 tasks pass"), "\(p.stdout)")
+        #expect(p.stdout.contains("split: 8 train, 4 test (the benchmark's own split, seed 300)"), "\(p.stdout)")
+        let split = try exp.split()
+        #expect(split.train == Self.train.sorted() && split.test == Self.test.sorted())
+
+        try exp.setAgent(Tau2Agents.refunding(reasons: ["broken"], snoop: true))
+        let b = try exp.run(["benchmark"], environment: Self.env)
+        #expect(b.status == 0, "\(b.stderr)")
+        let rewards = try exp.trainResults()
+        // Orders 0, 3, 6 have reason "broken"; the others (order 10 among them: "late") fail.
+        for id in Self.train {
+            #expect((rewards[id] as? Double) == (["0", "3", "6"].contains(id) ? 1 : 0), "\(id): \(rewards[id] ?? "nil")")
+        }
+        let odd = "%5Brefund%5Dorder_10%7Cdamaged"
+        #expect(traceName("[refund]order_10|damaged") == odd)
+        #expect(exp.traceFile(odd, "task.json")?.contains("\"reason\": \"late\"") == true)
+        #expect(exp.traceFile(odd, "simulation.json")?.contains("Please refund order #W1010") == true)
+        #expect(exp.traceFile("0", "simulation.json")?.contains("refund_order") == true)
+        #expect(exp.traceFile("1", "reward_info.json")?.contains("\"action_match\": false") == true)
+        let stdout = try #require(exp.traceFile("0", "tool.stdout"))
+        #expect(stdout.contains("SNOOP criteria=0 simulations=[] real=ENOENT"), "\(stdout)")
+
+        try exp.setAgent(Tau2Agents.refunding(reasons: ["broken", "late", "wrong_size"]))
+        let g = try exp.run(["gate"], environment: Self.env)
+        #expect(g.stdout.contains("ACCEPTED"), "\(g.stdout)\(g.stderr)")
+        #expect(try exp.file("workspace/results.tsv").contains("\n1\t1.0000\t"))
+        for k in [7, 8, 9, 11] {
+            let order = String(format: "#W%04d", 1000 + k)
+            #expect(files(under: exp.root, containing: order).isEmpty, "\(order) persisted")
+        }
+        #expect(exp.scratchMounts().isEmpty)
+    }
+
+    @Test("a missing simulation, a premature termination, an unparsable results file and a crashed run score 0", arguments: [
+        "omit", "max_steps", "garbage", "crash",
+    ])
+    func malformed(mode: String) throws {
+        let exp = try make()
+        defer { exp.removeScratch() }
+        try exp.setAgent(Tau2Agents.refunding(reasons: ["broken", "late", "wrong_size"]))
+        let p = try exp.run(["prepare"], environment: Self.env)
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        #expect(p.stdout.contains("baseline: 12/12 tasks pass"), "\(p.stdout)")
+        var env = Self.env
+        env["FAKE_MODE"] = mode
+        let b = try exp.run(["benchmark"], environment: env)
+        #expect(b.status == 0, "\(b.stderr)")
+        let rewards = try exp.trainResults()
+        let train = Self.train.sorted()
+        let zero: Set<String>
+        switch mode {
+        case "omit": zero = [train.last!]
+        case "max_steps": zero = [train.first!]
+        default: zero = Set(train)
+        }
+        for id in train {
+            #expect((rewards[id] as? Double) == (zero.contains(id) ? 0 : 1), "\(mode) \(id): \(rewards[id] ?? "nil")")
+        }
+        let statuses = try exp.statuses(train.map { $0 })
+        for id in zero where mode != "max_steps" {
+            #expect(statuses[id] == "missing_result", "\(id): \(statuses[id] ?? "-")")
+        }
+    }
+
+    @Test("binding tau2's data directory into the runner is refused: it holds every test task's expected actions")
+    func dataNeverBound() throws {
+        let exp = try make()
+        defer { exp.removeScratch() }
+        try exp.set("binds", "[\(Self.pkg), \(Tau2Agents.fixture)]", in: "runner")
+        let p = try exp.run(["prepare"], environment: Self.env)
+        #expect(p.status != 0)
+        #expect(p.stderr.contains("contains tau2_data_dir"), "\(p.stderr)")
     }
 }

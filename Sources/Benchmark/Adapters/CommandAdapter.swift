@@ -51,15 +51,15 @@ public struct CommandAdapter: BenchmarkAdapter {
 
     /// Reads `rewards.json` from the output directory: a number in [0, 1] is the reward, null
     /// is an error (0), anything else is malformed (0); ids not requested are ignored.
-    static func parse(_ out: Int32, ids: Set<String>, traces: Bool) -> [String: ToolTaskResult] {
+    static func parse(_ out: Int32, ids: Set<String>, traces: Bool, file: String = "rewards.json") -> [String: ToolTaskResult] {
         let bytes: [UInt8]
-        switch FileSystem.readSmallFile(at: out, "rewards.json", limit: rewardsLimit) {
+        switch FileSystem.readSmallFile(at: out, file, limit: rewardsLimit) {
         case .success(let b): bytes = b
         case .failure: return [:]
         }
         guard let object = JSONValue.parse(bytes)?.object else {
             var r: [String: ToolTaskResult] = [:]
-            for id in ids { r[id] = ToolTaskResult(reward: 0, status: .missingResult, detail: "rewards.json is not a JSON object") }
+            for id in ids { r[id] = ToolTaskResult(reward: 0, status: .missingResult, detail: "\(file) is not a JSON object") }
             return r
         }
         var results: [String: ToolTaskResult] = [:]
@@ -72,7 +72,7 @@ public struct CommandAdapter: BenchmarkAdapter {
             } else {
                 r = ToolTaskResult(reward: 0, status: .invalidReward, detail: "reward \(value.brief) is not a number in [0, 1]")
             }
-            if traces { r.trace = TraceCopy.directory(at: out, "traces/\(id)") }
+            if traces { r.trace = TraceCopy.directory(at: out, "traces/" + TraceName.encode(id)) }
             results[id] = r
         }
         return results

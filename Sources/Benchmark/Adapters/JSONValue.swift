@@ -3,7 +3,7 @@
 
 import FoundationEssentials
 
-enum JSONValue: Decodable, Equatable {
+enum JSONValue: Codable, Equatable {
     case null
     case bool(Bool)
     case number(Double)
@@ -25,6 +25,20 @@ enum JSONValue: Decodable, Equatable {
             self = .array(a)
         } else {
             self = .object(try c.decode([String: JSONValue].self))
+        }
+    }
+
+    func encode(to encoder: Encoder) throws {
+        var c = encoder.singleValueContainer()
+        switch self {
+        case .null: try c.encodeNil()
+        case .bool(let b): try c.encode(b)
+        case .number(let d):
+            // Whole numbers stay integers (ids, counts, prices in cents).
+            if d.rounded() == d, abs(d) < 9e15 { try c.encode(Int64(d)) } else { try c.encode(d) }
+        case .string(let s): try c.encode(s)
+        case .array(let a): try c.encode(a)
+        case .object(let o): try c.encode(o)
         }
     }
 

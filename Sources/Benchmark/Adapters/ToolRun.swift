@@ -49,6 +49,8 @@ struct ToolInvocation {
     /// The directory (in the scratch) this sandbox writes: `app` or `score`.
     var outputName = "app"
     var label: String
+    /// Fills the output directory (an fd, owned by the sandbox's host uid) before launch.
+    var prepareOutput: ((Int32, (uid_t, gid_t)) throws(BenchmarkError) -> Void)?
 }
 
 /// What a tool sandbox did.
@@ -129,7 +131,10 @@ final class ToolRun {
             return fail("policy \(inv.policy): \(error)")
         }
         do throws(BenchmarkError) {
-            close(try scratch.makeSandboxDirectory(inv.outputName, owner: (policy.identity.hostUID, policy.identity.hostGID)))
+            let owner = (policy.identity.hostUID, policy.identity.hostGID)
+            let d = try scratch.makeSandboxDirectory(inv.outputName, owner: owner)
+            defer { close(d) }
+            try inv.prepareOutput?(d, owner)
         } catch {
             return fail(error.message)
         }
@@ -246,5 +251,27 @@ extension ToolRun {
         defer { close(d) }
         for (name, bytes) in files { FileSystem.writeFile(at: d, name, bytes, mode: 0o644) }
         if let json = try? TraceJSON.encode(outcome) { FileSystem.writeFile(at: d, "result.json", json, mode: 0o644) }
+    }
+}
+
+/// A task id as a directory name: bytes outside `[A-Za-z0-9._-]` (and a leading `.`) become
+/// `%XX`, so ids such as tau2 telecom's `[mobile_data_issue]...|...` name a trace directory
+/// without ever being a path. Valid local ids are unchanged. Tools that write per-task files
+/// (tau2's scorer) use the same encoding.
+public enum TraceName {
+    public static func encode(_ id: String) -> String {
+        var out = ""
+        for (i, b) in id.utf8.enumerated() {
+            let c = Character(Unicode.Scalar(b))
+            let plain = (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A) || b == 0x5F || b == 0x2D
+                || (b == 0x2E && i > 0)
+            out += plain ? String(c) : "%" + (b < 16 ? "0" : "") + String(b, radix: 16, uppercase: true)
+        }
+        return out
+    }
+
+    /// Ids an external benchmark may use: 1-256 bytes of UTF-8 without control characters.
+    public static func isAcceptableID(_ id: String) -> Bool {
+        !id.isEmpty && id.utf8.count <= 256 && !id.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F }
     }
 }

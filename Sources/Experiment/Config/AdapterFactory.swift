@@ -43,6 +43,8 @@ extension ExperimentConfig {
             return CommandAdapter(taskIDs: try taskList(root: root), tool: toolSettings(argv))
         case "terminal-bench":
             return try harborAdapter(root: root, checkTools: checkTools)
+        case "tau-bench":
+            return try tau2Adapter(root: root, checkTools: checkTools)
         default:
             throw ExperimentError(.usage, "benchmark: \(benchmark) is not available in this build")
         }
@@ -98,6 +100,47 @@ extension ExperimentConfig {
             adapter.agentTimeoutMultiplier = v
         } else {
             adapter.agentTimeoutMultiplier = (perTaskTimeout ?? 1200) / 180
+        }
+        adapter.concurrency = maxConcurrency
+        adapter.environment = agentEnvironment()
+        return adapter
+    }
+
+    func tau2Adapter(root: String, checkTools: Bool) throws -> Tau2Adapter {
+        let argv = runner.command ?? ["python3"]
+        if checkTools {
+            _ = try ToolCheck.tool(argv, default: "python3", hint: Self.installHint["tau-bench"]!)
+            try ToolCheck.environment(runner.envPass, for: "tau2 (the agent's and the user simulator's model API)")
+        }
+        guard let domain, ["retail", "airline", "telecom"].contains(domain) else {
+            throw ExperimentError(.usage, "domain: tau-bench needs one of retail, airline, telecom (got \(domain.map { "'\($0)'" } ?? "nothing"))")
+        }
+        guard let data = upstream["tau2_data_dir"] ?? ProcessInfo.processInfo.environment["TAU2_DATA_DIR"] else {
+            throw ExperimentError(.usage, "tau2_data_dir: missing; set it to tau2-bench's data directory (the one holding tau2/domains/), or export TAU2_DATA_DIR")
+        }
+        let dataDir = data.hasPrefix("/") ? data : root + "/" + data
+        guard let scripts = runner.scripts else {
+            throw ExperimentError(.usage, "runner.scripts: missing; it names the directory of autoharness_tau2_run.py and autoharness_tau2_score.py (templates/tau-bench)")
+        }
+        // The runner must never see the real data: it holds every task's expected actions.
+        let real = URL(fileURLWithPath: dataDir).resolvingSymlinksInPath().path
+        for b in runner.binds {
+            let rb = URL(fileURLWithPath: b).resolvingSymlinksInPath().path
+            if real == rb || real.hasPrefix(rb.hasSuffix("/") ? rb : rb + "/") {
+                throw ExperimentError(.usage, "runner.binds: \(b) contains tau2_data_dir (\(dataDir)), whose tasks.json holds the expected actions of every test task; bind only the tau2 install (its src/ for an editable install), never the data")
+            }
+        }
+        var adapter: Tau2Adapter
+        do {
+            adapter = try Tau2Adapter(domain: domain, dataDirectory: real, scriptsDirectory: scripts, tool: toolSettings(argv))
+        } catch {
+            throw ExperimentError(.usage, error.message)
+        }
+        adapter.agentModel = agentModel == "none" ? nil : agentModel
+        adapter.userModel = upstream["user_model"]
+        if let x = upstream["seed"] {
+            guard let v = UInt64(x) else { throw ExperimentError(.usage, "seed: '\(x)' is not a whole number") }
+            adapter.seed = v
         }
         adapter.concurrency = maxConcurrency
         adapter.environment = agentEnvironment()
@@ -187,6 +230,17 @@ enum ToolCheck {
             }
         }
         return roots
+    }
+
+    /// The interpreter named by a script's `#!` line (`#!/usr/bin/env python3` gives python3).
+    static func interpreter(of tool: String) -> String? {
+        guard let found = locate(tool), let handle = FileHandle(forReadingAtPath: found) else { return nil }
+        defer { try? handle.close() }
+        let head = String(decoding: handle.readData(ofLength: 256), as: UTF8.self)
+        guard head.hasPrefix("#!"), let line = head.dropFirst(2).split(separator: "\n").first else { return nil }
+        let words = line.split(separator: " ").map(String.init)
+        guard let first = words.first else { return nil }
+        return first.hasSuffix("/env") ? words.dropFirst().first : first
     }
 
     static func tool(_ argv: [String]?, default name: String, hint: String) throws -> [String] {

@@ -66,6 +66,8 @@ public struct ExperimentConfig: Sendable, Equatable {
         public var timeout: Double?
         public var policy = "benchmark-runner"
         public var scorerPolicy = "benchmark-scorer"
+        /// Where autoharness's helper scripts for the tool are (tau2: run and re-score).
+        public var scripts: String?
         public init() {}
     }
 
@@ -159,7 +161,7 @@ extension ExperimentConfig {
                 for t in c.tasks ?? [] where !BenchmarkTask.isValidID(t) { r.error(v, "tasks: '\(t)' is not a valid task id (letters, digits, '.', '_', '-')") }
             case "tasks_file": c.tasksFile = r.string(v, key)
             case "runner":
-                r.mapping(v, key, allowed: ["command", "binds", "env_pass", "network", "timeout", "policy", "scorer_policy"]) { k, v in
+                r.mapping(v, key, allowed: ["command", "binds", "env_pass", "network", "timeout", "policy", "scorer_policy", "scripts"]) { k, v in
                     let name = "runner.\(k)"
                     switch k {
                     case "command": c.runner.command = r.strings(v, name)
@@ -173,6 +175,7 @@ extension ExperimentConfig {
                         r.mapping(v, name, allowed: ["allow"]) { _, v in c.runner.networkAllow = r.hostPorts(v, "runner.network.allow") ?? [] }
                     case "timeout": if let x = r.number(v, name, 1...604_800) { c.runner.timeout = x }
                     case "policy": if let s = r.string(v, name) { c.runner.policy = s }
+                    case "scripts": c.runner.scripts = r.absolutePath(v, name)
                     default: if let s = r.string(v, name) { c.runner.scorerPolicy = s }
                     }
                 }

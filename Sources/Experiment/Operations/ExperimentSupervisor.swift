@@ -93,6 +93,8 @@ public final class ExperimentSupervisor {
         public var train: Int
         public var test: Int
         public var baselineScore: Double
+        /// How the split was made, for the operator.
+        public var splitOrigin: String
     }
 
     /// Runs the baseline over every task with nothing persisted (the split does not exist yet,
@@ -128,7 +130,10 @@ public final class ExperimentSupervisor {
         _ = try ledger.appendAll(items)
         try Views.regenerate(layout, try state(), config: config)
         return PrepareSummary(tasks: outcomes.count, passed: outcomes.filter(\.passed).count, train: split.train.count,
-                              test: split.test.count, baselineScore: val)
+                              test: split.test.count, baselineScore: val,
+                              splitOrigin: adapter.fixedSplit != nil
+                                  ? "the benchmark's own split, seed \(split.metadata.seed)"
+                                  : "stratified on baseline pass/fail, seed \(split.metadata.seed)")
     }
 
     // MARK: - benchmark
@@ -153,16 +158,16 @@ public final class ExperimentSupervisor {
         let snap = try agent ?? snapshotAgent()
         let firstRun = s.latestTrainRun == nil
         try FileManager.default.createDirectory(atPath: layout.latestTraces, withIntermediateDirectories: true)
-        for t in tasks { try? FileManager.default.removeItem(atPath: layout.latestTraces + "/" + t) }
+        for t in tasks { try? FileManager.default.removeItem(atPath: layout.latestTraces + "/" + TraceName.encode(t)) }
         let audit = AuditLog()
         let outcomes = try run(tasks, agent: snap.directory, audit: audit, oracle: oracle,
-                               traces: { [layout] in layout.latestTraces + "/" + $0 })
+                               traces: { [layout] in layout.latestTraces + "/" + TraceName.encode($0) })
         if firstRun {
             try FileManager.default.createDirectory(atPath: layout.baselineTraces, withIntermediateDirectories: true)
             for t in tasks {
-                let dst = layout.baselineTraces + "/" + t
+                let dst = layout.baselineTraces + "/" + TraceName.encode(t)
                 try? FileManager.default.removeItem(atPath: dst)
-                try? FileManager.default.copyItem(atPath: layout.latestTraces + "/" + t, toPath: dst)
+                try? FileManager.default.copyItem(atPath: layout.latestTraces + "/" + TraceName.encode(t), toPath: dst)
             }
         }
         var items: [(RecordKind, any Encodable)] = [(.trainRun, TrainRunRecord(

@@ -53,6 +53,17 @@ extension ExperimentSupervisor {
             // The sandbox's PATH is not the operator's: the config names the tool by path.
             tool = found.hasPrefix("/") ? found : fm.currentDirectoryPath + "/" + found
         }
+        var tau2Data = ""
+        if o.benchmark == "tau-bench" {
+            guard let d = o.dataset ?? ProcessInfo.processInfo.environment["TAU2_DATA_DIR"] else {
+                throw ExperimentError(.usage, "tau-bench needs tau2's data directory: --dataset /path/to/tau2-bench/data (or export TAU2_DATA_DIR)")
+            }
+            tau2Data = d.hasPrefix("/") ? d : fm.currentDirectoryPath + "/" + d
+            guard fm.fileExists(atPath: tau2Data + "/tau2/domains") else {
+                throw ExperimentError(.usage, "\(tau2Data) has no tau2/domains/: give tau2-bench's data directory (\(ExperimentConfig.installHint["tau-bench"]!))")
+            }
+            dataset = ""
+        }
         var root = directory.hasPrefix("/") ? directory : fm.currentDirectoryPath + "/" + directory
         while root.count > 1 && root.hasSuffix("/") { root.removeLast() }
         if let entries = try? fm.contentsOfDirectory(atPath: root), !entries.isEmpty {
@@ -64,6 +75,9 @@ extension ExperimentSupervisor {
                 .replacingOccurrences(of: "{{benchmark}}", with: o.benchmark)
                 .replacingOccurrences(of: "{{dataset}}", with: dataset)
                 .replacingOccurrences(of: "{{tool}}", with: tool)
+                .replacingOccurrences(of: "{{python}}", with: ToolCheck.interpreter(of: tool) ?? "python3")
+                .replacingOccurrences(of: "{{templates}}", with: t)
+                .replacingOccurrences(of: "{{tau2_data}}", with: tau2Data)
                 .replacingOccurrences(of: "{{tool_binds}}", with: ToolCheck.installRoots(of: tool).map { "\"\($0)\"" }.joined(separator: ", "))
         }
         try fm.createDirectory(atPath: layout.agentDirectory, withIntermediateDirectories: true)

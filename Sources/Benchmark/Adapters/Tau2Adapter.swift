@@ -1,0 +1,189 @@
+// `benchmark: tau-bench` — tau2-bench (retail, airline, telecom) with its own
+// `split_tasks.json` train/test split and seed 300, as upstream auto-harness runs it.
+//
+// tau2 runs agent.py in its own process (the agent is a Python object the orchestrator
+// calls), and that process also holds the tasks, so two sandboxes:
+//   1. runner (`benchmark-runner`): autoharness_tau2_run.py registers HarnessAgent and calls
+//      tau2's run_domain on the requested ids. TAU2_DATA_DIR is a copy of the data directory
+//      on the run's tmpfs in which every task's `evaluation_criteria` (expected actions,
+//      assertions) is removed and other domains' task files and old simulations are left
+//      out: agent.py cannot read the answers, because they are not in its sandbox. tau2
+//      therefore grades these simulations 1.0 ("No evaluation criteria"); that score is
+//      never read.
+//   2. scorer (`benchmark-scorer`, no agent.py mounted, a process that never imports it):
+//      autoharness_tau2_score.py re-evaluates each saved trajectory with tau2's own
+//      evaluate_simulation against the full task definitions (replaying the tool calls on a
+//      fresh environment) and writes `{task id: reward | null}`.
+// The supervisor reads the scorer's rewards; a task with no simulation, a simulation that
+// does not parse, or a premature termination scores 0.
+
+import FoundationEssentials
+import Glibc
+import SandboxPolicy
+
+public struct Tau2Adapter: BenchmarkAdapter {
+    public let domain: String
+    /// The tau2 data directory (TAU2_DATA_DIR): `tau2/domains/<domain>/tasks.json`, ...
+    public let dataDirectory: String
+    /// Where autoharness_tau2_run.py and autoharness_tau2_score.py are (host path, bound read-only).
+    public let scriptsDirectory: String
+    public let tool: ToolSettings
+    public let split: (train: [String], test: [String])
+    public var agentModel: String?
+    public var userModel: String?
+    public var seed: UInt64 = 300
+    public var concurrency = 3
+    public var environment: [String] = []
+
+    public var name: String { "tau-bench" }
+    public var taskIDs: [String] { (split.train + split.test).sorted() }
+    public var fixedSplit: (train: [String], test: [String], seed: UInt64)? { (split.train, split.test, seed) }
+
+    var domainDirectory: String { dataDirectory + "/tau2/domains/" + domain }
+
+    /// Loads `split_tasks.json` and checks `tasks.json` of the domain.
+    public init(domain: String, dataDirectory: String, scriptsDirectory: String, tool: ToolSettings) throws(BenchmarkError) {
+        self.domain = domain
+        self.dataDirectory = dataDirectory
+        self.scriptsDirectory = scriptsDirectory
+        self.tool = tool
+        let dir = dataDirectory + "/tau2/domains/" + domain
+        let fd = FileSystem.openDirectory(dir)
+        guard fd >= 0 else {
+            throw BenchmarkError(.invalidBenchmark, "tau2 domain \(domain): \(dir): \(FileSystem.errorText()) (tau2_data_dir must be tau2-bench's data directory)")
+        }
+        defer { close(fd) }
+        func json(_ name: String) throws(BenchmarkError) -> JSONValue {
+            switch FileSystem.readSmallFile(at: fd, name, limit: 256 << 20) {
+            case .success(let b):
+                guard let v = JSONValue.parse(b) else { throw BenchmarkError(.invalidBenchmark, "\(dir)/\(name): not valid JSON") }
+                return v
+            case .failure: throw BenchmarkError(.invalidBenchmark, "\(dir)/\(name): missing or unreadable")
+            }
+        }
+        let splits = try json("split_tasks.json")
+        guard let train = splits["train"]?.array?.compactMap(\.string), let test = splits["test"]?.array?.compactMap(\.string),
+              !train.isEmpty, !test.isEmpty else {
+            throw BenchmarkError(.invalidBenchmark, "\(dir)/split_tasks.json: needs non-empty \"train\" and \"test\" lists of task ids")
+        }
+        guard Set(train).isDisjoint(with: test) else {
+            throw BenchmarkError(.invalidBenchmark, "\(dir)/split_tasks.json: \"train\" and \"test\" share ids")
+        }
+        let known = Set((try json("tasks.json")).array?.compactMap { $0["id"]?.string } ?? [])
+        let unknown = (train + test).filter { !known.contains($0) }
+        guard unknown.isEmpty else {
+            throw BenchmarkError(.invalidBenchmark, "\(dir)/split_tasks.json names ids not in tasks.json: \(unknown.prefix(5).joined(separator: ", "))")
+        }
+        guard let bad = (train + test).first(where: { !TraceName.isAcceptableID($0) }) else {
+            self.split = (train, test)
+            return
+        }
+        throw BenchmarkError(.invalidBenchmark, "\(dir)/split_tasks.json: task id \(bad.debugDescription) is empty, too long or has control characters")
+    }
+
+    public func trainDefinitions(_ trainIDs: [String]) throws(BenchmarkError) -> [String: [UInt8]] {
+        [:]  // each train trace carries its task's definition (task.json)
+    }
+
+    public func run(_ ids: [String], _ context: AdapterRunContext) throws(BenchmarkError) -> [TaskOutcome] {
+        guard !ids.isEmpty else { return [] }
+        if context.oracle { throw BenchmarkError(.configuration, "--oracle is only for local benchmarks") }
+        let run = try ToolRun(settings: tool, context: context)
+        defer { run.finish() }
+        try run.writeInput("task_ids.txt", Array((ids.joined(separator: "\n") + "\n").utf8))
+        let scripts = MountSpec(kind: .readOnly(source: scriptsDirectory), destination: scriptsDirectory)
+
+        // 1. the simulations, with agent.py, against a copy of the data without answers
+        var runner = ToolInvocation(
+            policy: tool.runnerPolicy,
+            argv: tool.command + [scriptsDirectory + "/autoharness_tau2_run.py", "--domain", domain, "--task-ids-file", "/work/in/task_ids.txt",
+                                  "--max-concurrency", String(min(concurrency, ids.count)), "--seed", String(seed),
+                                  "--out", "/work/out/simulations.json"]
+                + (agentModel.map { ["--agent-llm", $0] } ?? []) + (userModel.map { ["--user-llm", $0] } ?? []),
+            withAgent: true, label: "tau2")
+        runner.environment = environment + ["TAU2_DATA_DIR=/work/out/data"]
+        runner.extraMounts = [scripts]
+        let domain = self.domain, source = dataDirectory
+        runner.prepareOutput = { out, owner throws(BenchmarkError) in try Self.sanitizedData(from: source, domain: domain, into: out, owner: owner) }
+        context.log("tau2: \(ids.count) task(s), domain \(domain)")
+        let runExit = run.launch(runner, total: ids.count)
+        if !runExit.succeeded { context.log("tau2 \(runExit.summary)\(runExit.stderrTail.isEmpty ? "" : ": " + runExit.stderrTail.suffix(300))") }
+
+        // 2. re-scoring without agent.py, against the full task definitions
+        var scorer = ToolInvocation(
+            policy: tool.scorerPolicy,
+            argv: tool.command + [scriptsDirectory + "/autoharness_tau2_score.py", "--domain", domain, "--task-ids-file", "/work/in/task_ids.txt",
+                                  "--simulations", "/work/run/simulations.json", "--out", "/work/out/rewards.json", "--traces", "/work/out/traces"],
+            withAgent: false, label: "tau2 scorer")
+        scorer.environment = environment.filter { !$0.hasPrefix("AGENT_") } + ["TAU2_DATA_DIR=\(dataDirectory)"]
+        scorer.extraMounts = [scripts, MountSpec(kind: .readOnly(source: dataDirectory), destination: dataDirectory)]
+        scorer.runDirectory = run.scratch.path + "/app"
+        scorer.outputName = "score"
+        let scoreExit = run.launch(scorer, total: ids.count)
+        if !scoreExit.succeeded { context.log("tau2 scorer \(scoreExit.summary)\(scoreExit.stderrTail.isEmpty ? "" : ": " + scoreExit.stderrTail.suffix(300))") }
+
+        let out = run.openOutput("score")
+        defer { if out >= 0 { close(out) } }
+        var results = out >= 0 ? CommandAdapter.parse(out, ids: Set(ids), traces: !context.heldOut) : [:]
+        for (id, r) in results where r.status == .missingResult && r.detail?.contains("null reward") == true {
+            results[id]?.detail = "no scorable simulation (tau2 run \(runExit.summary))"
+        }
+        let exit = runExit.succeeded ? scoreExit : runExit
+        return run.outcomes(ids, results, toolExit: exit, seconds: runExit.seconds + scoreExit.seconds)
+    }
+
+    /// Copies `<data>/tau2` into `out/data/tau2`, leaving out every domain but `domain`,
+    /// its task files and split, and any saved simulations; then writes the domain's
+    /// tasks.json with each task's `evaluation_criteria` set to null.
+    static func sanitizedData(from data: String, domain: String, into out: Int32, owner: (uid_t, gid_t)) throws(BenchmarkError) {
+        let src = FileSystem.openDirectory(data + "/tau2")
+        guard src >= 0 else { throw BenchmarkError(.io, "\(data)/tau2: \(FileSystem.errorText())") }
+        defer { close(src) }
+        guard let d = FileSystem.makeDirectory(at: out, "data", mode: 0o755, owner: owner),
+              let t = FileSystem.makeDirectory(at: d, "tau2", mode: 0o755, owner: owner) else {
+            throw BenchmarkError(.io, "tau2 data copy: \(FileSystem.errorText())")
+        }
+        defer {
+            close(d)
+            close(t)
+        }
+        try FileSystem.copyTree(from: src, to: t, owner: owner, skip: ["simulations"]) { path in
+            let parts = path.split(separator: "/")
+            if parts.first == "domains" && parts.count >= 2 && parts[1] != domain { return false }
+            if parts.first == "domains" && parts.count == 3 {
+                let file = parts[2]
+                if file.hasPrefix("tasks") || file.hasPrefix("split_tasks") { return false }
+            }
+            return !parts.contains("simulations")
+        }
+        let domainDir = data + "/tau2/domains/" + domain
+        let dfd = FileSystem.openDirectory(domainDir)
+        guard dfd >= 0 else { throw BenchmarkError(.io, "\(domainDir): \(FileSystem.errorText())") }
+        defer { close(dfd) }
+        guard case .success(let bytes) = FileSystem.readSmallFile(at: dfd, "tasks.json", limit: 256 << 20),
+              let stripped = stripCriteria(bytes) else {
+            throw BenchmarkError(.invalidBenchmark, "\(domainDir)/tasks.json: not a JSON list of tasks")
+        }
+        let target = openat(t, "domains/" + domain, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard target >= 0 else { throw BenchmarkError(.io, "tau2 data copy: domains/\(domain): \(FileSystem.errorText())") }
+        defer { close(target) }
+        if let e = FileSystem.writeFile(at: target, "tasks.json", stripped, mode: 0o644) {
+            throw BenchmarkError(.io, "tau2 data copy: tasks.json: \(FileSystem.errorText(e))")
+        }
+        fchownat(target, "tasks.json", owner.0, owner.1, AT_SYMLINK_NOFOLLOW)
+    }
+
+    /// The task list with every task's `evaluation_criteria` replaced by null; the rest of
+    /// each task (its user scenario, initial state) is kept byte-for-byte in meaning.
+    static func stripCriteria(_ bytes: [UInt8]) -> [UInt8]? {
+        guard case .array(var tasks)? = JSONValue.parse(bytes) else { return nil }
+        for i in tasks.indices {
+            guard case .object(var o) = tasks[i] else { return nil }
+            o["evaluation_criteria"] = .null
+            tasks[i] = .object(o)
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        return (try? encoder.encode(JSONValue.array(tasks))).map(Array.init)
+    }
+}

@@ -1,0 +1,56 @@
+import datetime
+import json
+
+
+class TextRunConfig:
+    def __init__(self, domain, agent, llm_agent=None, llm_user=None, task_split_name="base", task_ids=None,
+                 max_concurrency=3, seed=300, num_trials=1, save_to=None):
+        self.domain, self.agent, self.llm_agent, self.llm_user = domain, agent, llm_agent, llm_user
+        self.task_split_name, self.task_ids, self.max_concurrency, self.seed = task_split_name, task_ids, max_concurrency, seed
+        self.num_trials, self.save_to = num_trials, save_to
+
+
+class RewardInfo:
+    def __init__(self, reward, reward_basis=None, info=None, action_checks=None):
+        self.reward, self.reward_basis, self.info, self.action_checks = reward, reward_basis, info, action_checks
+
+    def model_dump(self):
+        return {"reward": self.reward, "db_check": None, "env_assertions": None, "action_checks": self.action_checks,
+                "nl_assertions": None, "communicate_checks": None, "reward_basis": self.reward_basis,
+                "reward_breakdown": None, "info": self.info}
+
+    def model_dump_json(self, indent=None):
+        return json.dumps(self.model_dump(), indent=indent)
+
+
+class SimulationRun:
+    REQUIRED = ("id", "task_id", "termination_reason", "messages")
+
+    def __init__(self, raw):
+        self.raw = raw
+        self.task_id = str(raw["task_id"])
+        self.termination_reason = raw["termination_reason"]
+        self.messages = raw["messages"]
+        self.reward_info = raw.get("reward_info")
+
+    @classmethod
+    def model_validate(cls, raw):
+        if not isinstance(raw, dict) or any(k not in raw for k in cls.REQUIRED) or not isinstance(raw["messages"], list):
+            raise ValueError("1 validation error for SimulationRun")
+        if raw["termination_reason"] not in ("agent_stop", "user_stop", "max_steps", "too_many_errors", "agent_error",
+                                             "user_error", "infrastructure_error"):
+            raise ValueError("termination_reason: input should be a valid TerminationReason")
+        return cls(raw)
+
+
+class Results:
+    def __init__(self, info, tasks, simulations):
+        self.timestamp = datetime.datetime.now().isoformat()
+        self.info, self.tasks, self.simulations = info, tasks, simulations
+
+    def model_dump_json(self, indent=None):
+        import os
+        if os.environ.get("FAKE_MODE") == "garbage":
+            return "{\"timestamp\": \"2026-"
+        return json.dumps({"timestamp": self.timestamp, "info": self.info, "tasks": self.tasks, "simulations": self.simulations},
+                          indent=indent)

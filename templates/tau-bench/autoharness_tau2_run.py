@@ -1,0 +1,63 @@
+"""autoharness: run tau2-bench simulations with agent/agent.py (inside the benchmark-runner sandbox).
+
+Started by the supervisor as
+    python autoharness_tau2_run.py --domain D --task-ids-file F --max-concurrency N --seed S
+                                   --out /work/out/simulations.json [--agent-llm M] [--user-llm U]
+with TAU2_DATA_DIR pointing at a copy of tau2's data in which no task has evaluation
+criteria. The grades tau2 computes here are therefore meaningless and are never read: the
+supervisor re-scores the saved trajectories in a separate sandbox without agent.py.
+"""
+import argparse
+import os
+import sys
+
+# This script's directory (templates/tau-bench) also holds the agent template, agent.py: it
+# must not be importable as `agent`.
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
+
+p = argparse.ArgumentParser()
+p.add_argument("--domain", required=True)
+p.add_argument("--task-ids-file", required=True)
+p.add_argument("--max-concurrency", type=int, default=3)
+p.add_argument("--seed", type=int, default=300)
+p.add_argument("--out", required=True)
+p.add_argument("--agent-llm")
+p.add_argument("--user-llm")
+args = p.parse_args()
+ids = [line.strip() for line in open(args.task_ids_file, encoding="utf-8") if line.strip()]
+
+# tau2 reads TAU2_DATA_DIR when it is first imported; the supervisor set it.
+from tau2 import registry  # noqa: E402
+from tau2.data_model.simulation import TextRunConfig  # noqa: E402
+from tau2.run import run_domain  # noqa: E402
+
+sys.path.insert(0, "/work")
+from agent.agent import HarnessAgent  # noqa: E402
+
+AGENT_NAME = "autoharness_agent"
+
+
+def make_agent(tools, domain_policy, **kwargs):
+    return HarnessAgent(tools=tools, domain_policy=domain_policy, llm=kwargs.get("llm"), llm_args=kwargs.get("llm_args"))
+
+
+if registry.get_agent_factory(AGENT_NAME) is None:
+    registry.register_agent_factory(make_agent, AGENT_NAME)
+
+agent_llm = args.agent_llm or os.environ.get("AGENT_MODEL")
+config = TextRunConfig(
+    domain=args.domain,
+    agent=AGENT_NAME,
+    llm_agent=agent_llm,
+    llm_user=args.user_llm or agent_llm,
+    task_ids=ids,
+    max_concurrency=args.max_concurrency,
+    seed=args.seed,
+)
+results = run_domain(config)
+tmp = args.out + ".tmp"
+with open(tmp, "w", encoding="utf-8") as f:
+    f.write(results.model_dump_json(indent=2))
+os.replace(tmp, args.out)
+print("autoharness: %d simulation(s) saved" % len(results.simulations))

@@ -1,0 +1,86 @@
+"""autoharness: re-score tau2-bench trajectories without agent.py (benchmark-scorer sandbox).
+
+    python autoharness_tau2_score.py --domain D --task-ids-file F --simulations S --out R --traces T
+
+Reads the simulations the runner saved (untrusted data: written by the process that hosted
+agent.py), evaluates each with tau2's own evaluate_simulation against the full task
+definitions from TAU2_DATA_DIR (the real data, which the runner never saw), and writes
+{task id: reward or null} to R. Per task, T/<encoded id>/ gets simulation.json, task.json
+and reward_info.json; the supervisor copies them into train traces only.
+"""
+import argparse
+import json
+import os
+import sys
+
+# This script's directory (templates/tau-bench) also holds the agent template, agent.py: it
+# must not be importable as `agent`.
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
+
+p = argparse.ArgumentParser()
+p.add_argument("--domain", required=True)
+p.add_argument("--task-ids-file", required=True)
+p.add_argument("--simulations", required=True)
+p.add_argument("--out", required=True)
+p.add_argument("--traces", required=True)
+args = p.parse_args()
+wanted = [line.strip() for line in open(args.task_ids_file, encoding="utf-8") if line.strip()]
+
+from tau2.data_model.simulation import SimulationRun  # noqa: E402
+from tau2.data_model.tasks import Task  # noqa: E402
+from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation  # noqa: E402
+
+SAFE = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def encode(task_id):
+    """The supervisor's TraceName.encode: bytes outside [A-Za-z0-9._-] (and a leading '.') as %XX."""
+    out = []
+    for i, b in enumerate(task_id.encode("utf-8")):
+        out.append(chr(b) if b in SAFE or (b == 0x2E and i > 0) else "%%%02X" % b)
+    return "".join(out)
+
+
+data = os.environ["TAU2_DATA_DIR"]
+with open(os.path.join(data, "tau2", "domains", args.domain, "tasks.json"), encoding="utf-8") as f:
+    tasks = {str(t["id"]): t for t in json.load(f)}
+
+try:
+    with open(args.simulations, encoding="utf-8") as f:
+        saved = json.load(f)
+    simulations = saved.get("simulations", []) if isinstance(saved, dict) else []
+except (OSError, ValueError) as e:
+    print("autoharness: no usable simulations file: %s" % e)
+    simulations = []
+
+scores = {tid: [] for tid in wanted}
+for raw in simulations:
+    tid = str(raw.get("task_id")) if isinstance(raw, dict) else None
+    if tid not in scores:
+        continue
+    trace = os.path.join(args.traces, encode(tid))
+    os.makedirs(trace, exist_ok=True)
+    with open(os.path.join(trace, "simulation.json"), "w", encoding="utf-8") as f:
+        json.dump(raw, f, indent=2)
+    with open(os.path.join(trace, "task.json"), "w", encoding="utf-8") as f:
+        json.dump(tasks[tid], f, indent=2)
+    try:
+        info = evaluate_simulation(
+            simulation=SimulationRun.model_validate(raw),
+            task=Task.model_validate(tasks[tid]),
+            evaluation_type=EvaluationType.ALL_WITH_NL_ASSERTIONS,  # what live runs use
+            solo_mode=False,
+            domain=args.domain,
+        )
+        scores[tid].append(float(info.reward))
+        with open(os.path.join(trace, "reward_info.json"), "w", encoding="utf-8") as f:
+            f.write(info.model_dump_json(indent=2))
+    except Exception as e:  # a trajectory that does not parse or replay scores 0
+        print("autoharness: %s: %s: %s" % (tid, type(e).__name__, e))
+        scores[tid].append(0.0)
+
+rewards = {tid: (sum(v) / len(v) if v else None) for tid, v in scores.items()}
+with open(args.out, "w", encoding="utf-8") as f:
+    json.dump(rewards, f, indent=2)
+print("autoharness: scored %d of %d task(s)" % (sum(v is not None for v in rewards.values()), len(wanted)))
