@@ -122,7 +122,7 @@ private final class Board: @unchecked Sendable {
 }
 
 /// A closure run on its own pthread.
-private final class Job: Sendable {
+final class Job: Sendable {
     let body: @Sendable () -> Void
     init(_ body: @escaping @Sendable () -> Void) { self.body = body }
 

@@ -78,8 +78,8 @@ struct InitCommand: ParsableCommand {
 
               autoharness init exp --benchmark local --dataset path/to/benchmark
               autoharness init exp --benchmark terminal-bench [--dataset terminal-bench@2.0] [--tool PATH]
-              autoharness init exp --benchmark tau-bench [--tool PATH]
-              autoharness init exp --benchmark bird-interact
+              autoharness init exp --benchmark tau-bench --dataset /path/to/tau2-bench/data [--tool PATH]
+              autoharness init exp --benchmark bird-interact --repo /path/to/BIRD-Interact [--tool PYTHON]
               autoharness init exp --benchmark command
 
             Each benchmark gets its upstream config keys plus autoharness's (sandbox:, runner:, \
@@ -96,8 +96,11 @@ struct InitCommand: ParsableCommand {
     @Option(help: "local: the benchmark directory (tasks/<id>/instruction.md, tests/test.sh, ...). terminal-bench: the Harbor dataset (default terminal-bench@2.0).")
     var dataset: String?
 
-    @Option(help: "The benchmark's tool, when it is not on PATH under its usual name (harbor, tau2).")
+    @Option(help: "The benchmark's tool, when it is not on PATH under its usual name: harbor; tau2; bird-interact: the Python with the ADK's requirements.")
     var tool: String?
+
+    @Option(help: "bird-interact: the BIRD-Interact checkout (default: $BIRD_REPO).")
+    var repo: String?
 
     func run() throws {
         guard let templates = PolicyLocator.templatesDirectory() else {
@@ -105,7 +108,7 @@ struct InitCommand: ParsableCommand {
         }
         do {
             let layout = try ExperimentSupervisor.initialize(
-                directory: directory, .init(benchmark: benchmark, dataset: dataset, tool: tool, templates: templates))
+                directory: directory, .init(benchmark: benchmark, dataset: dataset, tool: tool, repo: repo, templates: templates))
             print("created experiment \(layout.root)")
             print("next: review \(layout.config), then `autoharness prepare -C \(layout.root)`")
         } catch {

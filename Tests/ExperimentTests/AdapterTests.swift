@@ -266,7 +266,7 @@ struct HarborAdapterTests {
         let exp = try make()
         defer { exp.removeScratch() }
         let cfg = try exp.file("experiment_config.yaml")
-        #expect(cfg.contains("dataset: \(Self.tasks)") && cfg.contains("per_task_timeout: 1200") && cfg.contains("env_provider:"))
+        #expect(cfg.contains("dataset: \(Self.tasks)") && cfg.contains("agent_timeout_multiplier: 1.0") && cfg.contains("env_provider:"))
         #expect(try exp.file("PROGRAM.md").contains("Terminal-Bench 2.0 (Harbor)"))
         let env = ["FAKE_MODE": "normal"]
         let p = try exp.run(["prepare"], environment: env)
@@ -495,5 +495,146 @@ struct Tau2AdapterTests {
         let p = try exp.run(["prepare"], environment: Self.env)
         #expect(p.status != 0)
         #expect(p.stderr.contains("contains tau2_data_dir"), "\(p.stderr)")
+    }
+}
+
+enum BirdAgents {
+    static let fixture = Tools.root + "/bird"
+    static let adk = fixture + "/BIRD-Interact/BIRD-Interact-ADK"
+    static let tables = ["aliens", "comets", "stars", "moons", "planets", "nebulae", "quasars", "pulsars", "asteroids", "galaxies"]
+
+    /// A system agent service that asks the user which table is meant and submits a count
+    /// for the tables it knows (and the follow-up when `followUp`).
+    static func solver(tables: [String], followUp: Bool = true, snoop: Bool = false) -> String {
+        let list = tables.map { "\"\($0)\"" }.joined(separator: ", ")
+        return """
+            import errno, os
+            from shared import client
+
+            def snoop():
+                try:
+                    open("\(adk)/bird-interact-lite/bird_interact_data.jsonl").read()
+                    gold = "readable"
+                except OSError as e:
+                    gold = errno.errorcode[e.errno]
+                tasks = open("/work/in/tasks.jsonl").read()
+                print("SNOOP gold=%s tasks_have_sol_sql=%s tasks_have_query=%s adk_data=%s" % (
+                    gold, "sol_sql" in tasks, "count the rows" in tasks, os.path.exists("/work/adk/bird-interact-lite")), flush=True)
+
+            def app(method, path, body):
+                if path == "/health":
+                    return 200, {"status": "ok"}
+                if path == "/init_session":
+                    return 200, {"status": "ok"}
+                if path != "/run_session":
+                    return 404, {}
+                if \(snoop ? "True" : "False"):
+                    snoop()
+                tid = body["task_id"]
+                answer = client.user("/ask", {"task_id": tid, "question": "Which table do you mean?"})["answer"]
+                table = answer.rsplit(" ", 1)[-1]
+                total, p1, p2, traj = 0.0, False, False, []
+                if table in [\(list)]:
+                    v = client.db("/submit", {"task_id": tid, "sql": "SELECT COUNT(*) FROM %s" % table})
+                    traj.append({"type": "tool", "tool": "submit_sql", "result": v["message"]})
+                    total, p1 = total + v["reward"], v["passed"]
+                    if v.get("has_follow_up") and \(followUp ? "True" : "False"):
+                        w = client.db("/submit", {"task_id": tid, "sql": "SELECT MAX(id) FROM %s" % table})
+                        traj.append({"type": "tool", "tool": "submit_sql", "result": w["message"]})
+                        total, p2 = total + w["reward"], w["passed"]
+                return 200, {"state": {"total_reward": total, "phase1_completed": p1, "phase2_completed": p2},
+                             "dialogue_history": [{"role": "agent", "content": "Which table do you mean?"}, {"role": "user", "content": answer}],
+                             "tool_trajectory": traj, "final_response": "done"}
+            """
+    }
+}
+
+@Suite("Adapters: bird-interact", .serialized)
+struct BirdAdapterTests {
+    static let site = BirdAgents.fixture + "/site"
+    static let env = ["FAKE_MODE": "normal", "PYTHONPATH": site]
+    static func id(_ k: Int) -> String { "\(BirdAgents.tables[k])_\(k + 1)" }
+
+    func make() throws -> Experiment {
+        try requireRoot()
+        let exp = try Experiment(benchmark: "bird-interact", extraArgs: ["--repo", BirdAgents.fixture + "/BIRD-Interact", "--tool", "/usr/bin/python3"])
+        try exp.set("pg_host", BirdAgents.fixture + "/pg")
+        try exp.set("binds", "[\(Self.site)]", in: "runner")
+        try exp.set("env_pass", "[FAKE_MODE, PYTHONPATH]", in: "runner")
+        try exp.set("allow", "[]", in: "runner")
+        return exp
+    }
+
+    @Test("prepare → benchmark → gate: rewards from the DB environment's record, gold never on the agent's side")
+    func loop() throws {
+        let exp = try make()
+        defer { exp.removeScratch() }
+        #expect(try exp.file("experiment_config.yaml").contains("mode: a-interact"))
+        // The stock system agent submits SELECT 1: nothing passes.
+        let p = try exp.run(["prepare"], environment: Self.env)
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        #expect(p.stdout.contains("baseline: 0/10 tasks pass"), "\(p.stdout)")
+        let split = try exp.split()
+
+        // Knows aliens..planets, skips follow-ups: those tasks get 0.7 (pass), the rest 0.
+        try exp.setAgent(BirdAgents.solver(tables: Array(BirdAgents.tables.prefix(5)), followUp: false, snoop: true))
+        let b = try exp.run(["benchmark"], environment: Self.env)
+        #expect(b.status == 0, "\(b.stderr)")
+        let rewards = try exp.trainResults()
+        for id in split.train {
+            let k = BirdAgents.tables.firstIndex { id.hasPrefix($0 + "_") }!
+            #expect((rewards[id] as? Double) == (k < 5 ? 0.7 : 0), "\(id): \(rewards[id] ?? "nil")")
+            #expect(exp.traceFile(id, "session.json")?.contains("Which table do you mean?") == true)
+            if k < 5 { #expect(exp.traceFile(id, "submissions.json")?.contains("\"passed\" : true") == true) }
+        }
+        // No trace carries gold: sol_sql and test cases stay with the graders (the clear query
+        // reaches traces only as the user's answers in the dialogue).
+        #expect(files(under: exp.root + "/workspace", containing: "\"sol_sql\"").isEmpty)
+        #expect(files(under: exp.root + "/workspace", containing: "\"test_cases\"").isEmpty)
+        #expect(files(under: exp.root + "/workspace", containing: "SELECT MAX(id)").isEmpty)
+        let stdout = try #require(exp.traceFile(split.train[0], "tool.stdout"))
+        #expect(stdout.contains("SNOOP gold=ENOENT tasks_have_sol_sql=False tasks_have_query=False adk_data=False"), "\(stdout)")
+
+        // All tables and follow-ups: 1.0 on every task (0.7 + 0.3 where there is a follow-up).
+        try exp.setAgent(BirdAgents.solver(tables: BirdAgents.tables))
+        let g = try exp.run(["gate"], environment: Self.env)
+        #expect(g.stdout.contains("ACCEPTED"), "\(g.stdout)\(g.stderr)")
+        for id in split.test { #expect(files(under: exp.root, containing: "\"task_id\": \"\(id)\"").isEmpty) }
+        #expect(exp.scratchMounts().isEmpty)
+    }
+
+    @Test("the orchestrator's own numbers are not the score; missing and crashed runs score 0", arguments: ["lie", "omit", "crash"])
+    func untrusted(mode: String) throws {
+        let exp = try make()
+        defer { exp.removeScratch() }
+        let p = try exp.run(["prepare"], environment: Self.env)
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        try exp.setAgent(BirdAgents.solver(tables: BirdAgents.tables, followUp: false))
+        var env = Self.env
+        env["FAKE_MODE"] = mode
+        let b = try exp.run(["benchmark"], environment: env)
+        #expect(b.status == 0, "\(b.stderr)")
+        let train = try exp.split().train.sorted()
+        let rewards = try exp.trainResults()
+        let statuses = try exp.statuses(train)
+        for id in train {
+            let zero = mode == "crash" || (mode == "omit" && id == train.last!)
+            // "lie": the orchestrator reports 1.0 everywhere; the DB environment granted 0.7.
+            #expect((rewards[id] as? Double) == (zero ? 0 : 0.7), "\(mode) \(id): \(rewards[id] ?? "nil")")
+            if zero { #expect(statuses[id] == "missing_result", "\(id): \(statuses[id] ?? "-")") }
+        }
+    }
+
+    @Test("pg_host must be a socket directory, and runner.binds may not expose the ADK or its data")
+    func configuration() throws {
+        let exp = try make()
+        defer { exp.removeScratch() }
+        try exp.set("pg_host", "127.0.0.1")
+        var p = try exp.run(["prepare"], environment: Self.env)
+        #expect(p.status != 0 && p.stderr.contains("Unix socket"), "\(p.stderr)")
+        try exp.set("pg_host", BirdAgents.fixture + "/pg")
+        try exp.set("binds", "[\(Self.site), \(BirdAgents.fixture)]", in: "runner")
+        p = try exp.run(["prepare"], environment: Self.env)
+        #expect(p.status != 0 && p.stderr.contains("exposes the BIRD-Interact data"), "\(p.stderr)")
     }
 }

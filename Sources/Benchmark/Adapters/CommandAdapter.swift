@@ -42,7 +42,7 @@ public struct CommandAdapter: BenchmarkAdapter {
         }
         context.log("command: \(ids.count) task(s)")
         let exit = run.launch(ToolInvocation(policy: tool.runnerPolicy, argv: argv, withAgent: true, label: "command"), total: ids.count)
-        if !exit.succeeded { context.log("command \(exit.summary)\(exit.stderrTail.isEmpty ? "" : ": " + exit.stderrTail.suffix(300))") }
+        run.reportFailure("command", exit)
         let out = run.openOutput()
         defer { if out >= 0 { close(out) } }
         let results = out >= 0 ? Self.parse(out, ids: Set(ids), traces: !context.heldOut) : [:]

@@ -74,7 +74,7 @@ public struct HarborAdapter: BenchmarkAdapter {
         }
         context.log("harbor: \(ids.count) task(s), \(environmentProvider) environments")
         let exit = run.launch(inv, total: ids.count, probe: { Self.finishedTrials($0) })
-        if !exit.succeeded { context.log("harbor \(exit.summary)\(exit.stderrTail.isEmpty ? "" : ": " + exit.stderrTail.suffix(300))") }
+        run.reportFailure("harbor", exit)
         let out = run.openOutput()
         defer { if out >= 0 { close(out) } }
         var results: [String: ToolTaskResult] = [:]

@@ -107,7 +107,7 @@ public struct Tau2Adapter: BenchmarkAdapter {
         runner.prepareOutput = { out, owner throws(BenchmarkError) in try Self.sanitizedData(from: source, domain: domain, into: out, owner: owner) }
         context.log("tau2: \(ids.count) task(s), domain \(domain)")
         let runExit = run.launch(runner, total: ids.count)
-        if !runExit.succeeded { context.log("tau2 \(runExit.summary)\(runExit.stderrTail.isEmpty ? "" : ": " + runExit.stderrTail.suffix(300))") }
+        run.reportFailure("tau2", runExit)
 
         // 2. re-scoring without agent.py, against the full task definitions
         var scorer = ToolInvocation(
@@ -120,7 +120,7 @@ public struct Tau2Adapter: BenchmarkAdapter {
         scorer.runDirectory = run.scratch.path + "/app"
         scorer.outputName = "score"
         let scoreExit = run.launch(scorer, total: ids.count)
-        if !scoreExit.succeeded { context.log("tau2 scorer \(scoreExit.summary)\(scoreExit.stderrTail.isEmpty ? "" : ": " + scoreExit.stderrTail.suffix(300))") }
+        run.reportFailure("tau2 scorer", scoreExit)
 
         let out = run.openOutput("score")
         defer { if out >= 0 { close(out) } }

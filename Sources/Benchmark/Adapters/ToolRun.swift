@@ -118,7 +118,7 @@ final class ToolRun {
 
     /// Runs one sandbox to its end. `probe`, if given, is asked every 30 s how many tasks
     /// are done (a count only: it never names a task), for the progress line.
-    func launch(_ inv: ToolInvocation, total: Int, probe: ((Int32) -> Int?)? = nil) -> ToolExit {
+    func launch(_ inv: ToolInvocation, total: Int, probe: ((Int32) -> Int?)? = nil, signalFD: Int32 = -1) -> ToolExit {
         let start = TaskRunner.now()
         func fail(_ m: String) -> ToolExit { ToolExit(termination: nil, failure: m, seconds: TaskRunner.now() - start, stderrTail: "") }
         let policy: Policy
@@ -183,12 +183,21 @@ final class ToolRun {
             let plan = try PlanCompiler.compile(policy: p, command: inv.argv, overrides: ov, hostEnvironment: host)
             var options = RunOptions(audit: context.audit)
             options.stdio = (null, out, err)
+            options.signalFD = signalFD
             result = try SandboxRunner.run(plan, options: options)
         } catch {
             return fail("\(inv.label): \(error.message)")
         }
         let tail = FileSystem.readCapped(at: scratch.outFD, errName, cap: 2048).map { String(decoding: $0, as: UTF8.self) } ?? ""
         return ToolExit(termination: result.termination, failure: nil, seconds: TaskRunner.now() - start, stderrTail: tail)
+    }
+
+    /// Tells the operator a tool sandbox failed; the end of its stderr only for train runs
+    /// (a held-out run's output is test data, even in a log).
+    func reportFailure(_ label: String, _ exit: ToolExit) {
+        guard !exit.succeeded else { return }
+        let tail = context.heldOut || exit.stderrTail.isEmpty ? "" : ": " + exit.stderrTail.suffix(300)
+        context.log("\(label) \(exit.summary)\(tail)")
     }
 
     /// The tool's stdout/stderr for a train trace (never for held-out runs).
@@ -273,5 +282,55 @@ public enum TraceName {
     /// Ids an external benchmark may use: 1-256 bytes of UTF-8 without control characters.
     public static func isAcceptableID(_ id: String) -> Bool {
         !id.isEmpty && id.utf8.count <= 256 && !id.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F }
+    }
+}
+
+/// A tool sandbox running on its own thread while the caller does something else (BIRD's
+/// services while the orchestrator runs), stopped with SIGTERM.
+final class BackgroundTool: @unchecked Sendable {
+    private var thread: pthread_t?
+    private let signalWrite: Int32
+    private let lock = NSLockLite()
+    private var result: ToolExit?
+
+    init(_ run: ToolRun, _ inv: ToolInvocation) {
+        var fds: [Int32] = [-1, -1]
+        _ = pipe(&fds)
+        _ = fcntl(fds[0], F_SETFD, FD_CLOEXEC)
+        _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
+        signalWrite = fds[1]
+        let readEnd = fds[0]
+        nonisolated(unsafe) let run = run
+        nonisolated(unsafe) let inv = inv
+        let job = Job { [self] in
+            let exit = run.launch(inv, total: 0, signalFD: readEnd)
+            close(readEnd)
+            lock.locked { result = exit }
+        }
+        thread = Job.start(job)
+    }
+
+    /// The exit, if the sandbox already ended.
+    var finished: ToolExit? { lock.locked { result } }
+
+    /// Sends SIGTERM (the sandbox's own timeout is the backstop) and waits for the end.
+    func stop() -> ToolExit {
+        var sig = UInt8(SIGTERM)
+        _ = write(signalWrite, &sig, 1)
+        close(signalWrite)
+        if let t = thread { pthread_join(t, nil) }
+        return lock.locked { result } ?? ToolExit(termination: nil, failure: "did not start", seconds: 0, stderrTail: "")
+    }
+}
+
+/// A pthread mutex with a closure API (Foundation's NSLock is not in FoundationEssentials).
+final class NSLockLite: @unchecked Sendable {
+    private var mutex = pthread_mutex_t()
+    init() { pthread_mutex_init(&mutex, nil) }
+    deinit { pthread_mutex_destroy(&mutex) }
+    func locked<T>(_ body: () -> T) -> T {
+        pthread_mutex_lock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        return body()
     }
 }

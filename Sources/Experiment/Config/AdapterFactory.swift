@@ -45,6 +45,8 @@ extension ExperimentConfig {
             return try harborAdapter(root: root, checkTools: checkTools)
         case "tau-bench":
             return try tau2Adapter(root: root, checkTools: checkTools)
+        case "bird-interact":
+            return try birdAdapter(root: root, checkTools: checkTools)
         default:
             throw ExperimentError(.usage, "benchmark: \(benchmark) is not available in this build")
         }
@@ -94,12 +96,12 @@ extension ExperimentConfig {
         }
         adapter.model = agentModel == "none" ? nil : agentModel
         adapter.environmentProvider = provider
-        // Upstream: Harbor's default agent timeout is 180 s, scaled to per_task_timeout.
+        // Harbor multiplies each task's own agent timeout (900 s for Terminal-Bench 2.0 tasks).
+        // Upstream derived the multiplier from per_task_timeout / 180, which overshoots 5×;
+        // here it is explicit.
         if let x = upstream["agent_timeout_multiplier"] {
             guard let v = Double(x), v > 0 else { throw ExperimentError(.usage, "agent_timeout_multiplier: '\(x)' is not a positive number") }
             adapter.agentTimeoutMultiplier = v
-        } else {
-            adapter.agentTimeoutMultiplier = (perTaskTimeout ?? 1200) / 180
         }
         adapter.concurrency = maxConcurrency
         adapter.environment = agentEnvironment()
@@ -144,6 +146,65 @@ extension ExperimentConfig {
         }
         adapter.concurrency = maxConcurrency
         adapter.environment = agentEnvironment()
+        return adapter
+    }
+
+    func birdAdapter(root: String, checkTools: Bool) throws -> BirdAdapter {
+        func path(_ p: String) -> String { p.hasPrefix("/") ? p : root + "/" + p }
+        let argv = runner.command ?? [upstream["bird_python_bin"] ?? "python3"]
+        if checkTools {
+            _ = try ToolCheck.tool(argv, default: "python3", hint: "runner.command must be the Python with the BIRD-Interact-ADK requirements installed")
+            try ToolCheck.environment(runner.envPass, for: "BIRD-Interact (the system agent's and the user simulator's model APIs)")
+        }
+        guard let repo = upstream["bird_repo"] else {
+            throw ExperimentError(.usage, "bird_repo: missing; \(Self.installHint["bird-interact"]!)")
+        }
+        var adk = URL(fileURLWithPath: path(repo)).resolvingSymlinksInPath().path
+        if FileManager.default.fileExists(atPath: adk + "/BIRD-Interact-ADK/orchestrator/runner.py") { adk += "/BIRD-Interact-ADK" }
+        let set = dataset ?? "lite"
+        let data = URL(fileURLWithPath: upstream["bird_data_path"].map(path) ?? adk + "/bird-interact-\(set)/bird_interact_data.jsonl")
+            .resolvingSymlinksInPath().path
+        guard let scripts = runner.scripts else {
+            throw ExperimentError(.usage, "runner.scripts: missing; it names the directory of autoharness_bird_services.py and autoharness_bird_run.py (templates/bird-interact)")
+        }
+        guard let pg = upstream["pg_host"], pg.hasPrefix("/") else {
+            throw ExperimentError(.usage, """
+                pg_host: must be the directory of PostgreSQL's Unix socket (e.g. /run/bird-pg, with the BIRD container started \
+                with -v /run/bird-pg:/var/run/postgresql): the DB environment runs in a sandbox whose only network is the egress proxy
+                """)
+        }
+        for b in runner.binds {
+            let rb = URL(fileURLWithPath: b).resolvingSymlinksInPath().path
+            let prefix = rb.hasSuffix("/") ? rb : rb + "/"
+            if data == rb || data.hasPrefix(prefix) || adk == rb || adk.hasPrefix(prefix) {
+                throw ExperimentError(.usage, "runner.binds: \(b) exposes the BIRD-Interact data or ADK directory (gold SQL, hidden knowledge) to agent.py; bind only the Python install")
+            }
+        }
+        var adapter: BirdAdapter
+        do {
+            adapter = try BirdAdapter(adkDirectory: adk, dataPath: data, scriptsDirectory: scripts, tool: toolSettings(argv))
+        } catch {
+            throw ExperimentError(.usage, error.message)
+        }
+        if let m = upstream["mode"] {
+            guard ["a-interact", "c-interact"].contains(m) else { throw ExperimentError(.usage, "mode: '\(m)' is not a-interact or c-interact") }
+            adapter.mode = m
+        }
+        func port(_ key: String, _ d: Int) throws -> Int {
+            guard let x = upstream[key] else { return d }
+            guard let v = Int(x), (1024...65535).contains(v) else { throw ExperimentError(.usage, "\(key): '\(x)' is not a port from 1024 to 65535") }
+            return v
+        }
+        adapter.ports = (try port("system_agent_port", 6100), try port("user_sim_port", 6101), try port("db_env_port", 6102))
+        adapter.concurrency = maxConcurrency
+        adapter.postgresSocketDirectory = pg
+        var env = agentEnvironment() + ["DATASET=\(set)", "PATIENCE=\(upstream["patience"] ?? "3")", "PG_HOST=\(pg)"]
+        if let m = agentModel, m != "none" { env.append("SYSTEM_AGENT_MODEL=\(m)") }
+        if let m = upstream["user_model"] { env.append("USER_SIM_MODEL=\(m)") }
+        for (k, v) in [("pg_port", "PG_PORT"), ("pg_user", "PG_USER"), ("pg_password", "PG_PASSWORD")] {
+            if let x = upstream[k] { env.append("\(v)=\(x)") }
+        }
+        adapter.environment = env
         return adapter
     }
 
@@ -204,10 +265,16 @@ enum ToolCheck {
 
     /// Finds `name` on the supervisor's PATH (or takes a path), resolved; nil if absent.
     static func locate(_ name: String) -> String? {
-        if name.contains("/") { return FileManager.default.isExecutableFile(atPath: name) ? name : nil }
+        func executableFile(_ p: String) -> Bool {
+            var isDirectory: ObjCBool = false
+            return FileManager.default.fileExists(atPath: p, isDirectory: &isDirectory) && !isDirectory.boolValue
+                && FileManager.default.isExecutableFile(atPath: p)
+        }
+        guard !name.isEmpty else { return nil }
+        if name.contains("/") { return executableFile(name) ? name : nil }
         for dir in (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin").split(separator: ":") {
             let p = "\(dir)/\(name)"
-            if FileManager.default.isExecutableFile(atPath: p) { return p }
+            if executableFile(p) { return p }
         }
         return nil
     }
@@ -234,9 +301,8 @@ enum ToolCheck {
 
     /// The interpreter named by a script's `#!` line (`#!/usr/bin/env python3` gives python3).
     static func interpreter(of tool: String) -> String? {
-        guard let found = locate(tool), let handle = FileHandle(forReadingAtPath: found) else { return nil }
-        defer { try? handle.close() }
-        let head = String(decoding: handle.readData(ofLength: 256), as: UTF8.self)
+        guard let found = locate(tool), let data = FileManager.default.contents(atPath: found) else { return nil }
+        let head = String(decoding: data.prefix(256), as: UTF8.self)
         guard head.hasPrefix("#!"), let line = head.dropFirst(2).split(separator: "\n").first else { return nil }
         let words = line.split(separator: " ").map(String.init)
         guard let first = words.first else { return nil }

@@ -10,11 +10,14 @@ extension ExperimentSupervisor {
         public var dataset: String?
         /// The tool's executable (harbor, tau2, ...), when not the default name on PATH.
         public var tool: String?
+        /// bird-interact: the BIRD-Interact checkout (default: $BIRD_REPO).
+        public var repo: String?
         public var templates: String
-        public init(benchmark: String, dataset: String?, tool: String? = nil, templates: String) {
+        public init(benchmark: String, dataset: String?, tool: String? = nil, repo: String? = nil, templates: String) {
             self.benchmark = benchmark
             self.dataset = dataset
             self.tool = tool
+            self.repo = repo
             self.templates = templates
         }
     }
@@ -64,6 +67,17 @@ extension ExperimentSupervisor {
             }
             dataset = ""
         }
+        var birdRepo = ""
+        if o.benchmark == "bird-interact" {
+            guard let r = o.repo ?? ProcessInfo.processInfo.environment["BIRD_REPO"] else {
+                throw ExperimentError(.usage, "bird-interact needs the BIRD-Interact checkout: --repo /path/to/BIRD-Interact (or export BIRD_REPO); \(ExperimentConfig.installHint["bird-interact"]!)")
+            }
+            birdRepo = r.hasPrefix("/") ? r : fm.currentDirectoryPath + "/" + r
+            guard fm.fileExists(atPath: birdRepo + "/orchestrator/runner.py") || fm.fileExists(atPath: birdRepo + "/BIRD-Interact-ADK/orchestrator/runner.py") else {
+                throw ExperimentError(.usage, "\(birdRepo) has no BIRD-Interact-ADK (orchestrator/runner.py): \(ExperimentConfig.installHint["bird-interact"]!)")
+            }
+            dataset = o.dataset ?? "lite"
+        }
         var root = directory.hasPrefix("/") ? directory : fm.currentDirectoryPath + "/" + directory
         while root.count > 1 && root.hasSuffix("/") { root.removeLast() }
         if let entries = try? fm.contentsOfDirectory(atPath: root), !entries.isEmpty {
@@ -78,6 +92,7 @@ extension ExperimentSupervisor {
                 .replacingOccurrences(of: "{{python}}", with: ToolCheck.interpreter(of: tool) ?? "python3")
                 .replacingOccurrences(of: "{{templates}}", with: t)
                 .replacingOccurrences(of: "{{tau2_data}}", with: tau2Data)
+                .replacingOccurrences(of: "{{bird_repo}}", with: birdRepo)
                 .replacingOccurrences(of: "{{tool_binds}}", with: ToolCheck.installRoots(of: tool).map { "\"\($0)\"" }.joined(separator: ", "))
         }
         try fm.createDirectory(atPath: layout.agentDirectory, withIntermediateDirectories: true)

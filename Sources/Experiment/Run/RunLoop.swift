@@ -126,6 +126,7 @@ public final class RunLoop: @unchecked Sendable {
         self.supervisor = supervisor
         self.settings = settings
         self.presenter = presenter
+        supervisor.log = settings.log  // external tools' alive lines, for the operator
     }
 
     // MARK: - stopping

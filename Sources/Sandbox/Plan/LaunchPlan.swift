@@ -162,11 +162,13 @@ public enum PlanCompiler {
         let cwd = try normalize(overrides.workingDirectory ?? policy.chdir, what: "working directory")
         var env = try buildEnvironment(policy.env, overrides.environment, host: hostEnvironment)
         if policy.network.mode == .proxy {
-            // The only route out; set for every HTTP client convention.
+            // The only route out; set for every HTTP client convention. Loopback is exempt: it
+            // is the sandbox's own private `lo` (services a benchmark runs side by side talk
+            // over it), and the proxy would refuse it anyway.
             let url = "http://127.0.0.1:\(EgressProxy.port)"
             env.removeAll { ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"]
                 .contains(String($0.prefix { $0 != "=" })) }
-            env += ["HTTPS_PROXY=\(url)", "HTTP_PROXY=\(url)", "https_proxy=\(url)", "http_proxy=\(url)", "NO_PROXY=", "no_proxy="]
+            env += ["HTTPS_PROXY=\(url)", "HTTP_PROXY=\(url)", "https_proxy=\(url)", "http_proxy=\(url)", "NO_PROXY=127.0.0.1,localhost,::1", "no_proxy=127.0.0.1,localhost,::1"]
         }
         var limits = policy.limits
         if let t = overrides.timeoutSeconds { limits.timeoutSeconds = t }

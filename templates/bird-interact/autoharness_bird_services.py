@@ -1,0 +1,171 @@
+"""autoharness: BIRD-Interact's graders outside the agent's sandbox (benchmark-scorer sandbox).
+
+    python autoharness_bird_services.py --adk ADK --data GOLD.jsonl --sock-dir S --record R
+                                        --db-port P --user-port Q
+
+Starts the ADK's DB environment and user simulator (uvicorn, loopback of this sandbox) and
+serves each on a Unix socket in S (db.sock, user.sock; S/ready once both answer /health),
+which is the only way the agent's sandbox reaches them. Two things happen on the way:
+  - every /init_task body's task record (`task_data`) is replaced by the gold record read
+    here from GOLD.jsonl, by instance_id: what the orchestrator posts (it only has a redacted
+    copy) is never what grades;
+  - every /submit verdict of the DB environment is appended to R as one JSON line
+    {task_id, phase, passed, reward, message, ts}. R is in this sandbox's own directory:
+    nothing in the agent's sandbox can write it. The supervisor scores from R.
+Runs until SIGTERM.
+"""
+import argparse
+import json
+import os
+import signal
+import socket
+import socketserver
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
+
+p = argparse.ArgumentParser()
+p.add_argument("--adk", required=True)
+p.add_argument("--data", required=True)
+p.add_argument("--sock-dir", required=True)
+p.add_argument("--record", required=True)
+p.add_argument("--db-port", type=int, default=6102)
+p.add_argument("--user-port", type=int, default=6101)
+args = p.parse_args()
+
+gold = {}
+with open(args.data, encoding="utf-8") as f:
+    for line in f:
+        if line.strip():
+            t = json.loads(line)
+            gold[str(t["instance_id"])] = t
+
+env = dict(os.environ)
+env["PYTHONPATH"] = args.adk + os.pathsep + env.get("PYTHONPATH", "")
+children = []
+for module, port in (("db_environment.server", args.db_port), ("user_simulator.server", args.user_port)):
+    children.append(subprocess.Popen([sys.executable, "-m", "uvicorn", module + ":app", "--host", "127.0.0.1", "--port", str(port),
+                                      "--log-level", "warning"], cwd=args.adk, env=env))
+
+
+def stop(*_):
+    for c in children:
+        c.terminate()
+    for c in children:
+        try:
+            c.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            c.kill()
+    os._exit(0)
+
+
+signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGINT, stop)
+
+record_lock = threading.Lock()
+
+
+def read_request(rfile):
+    line = rfile.readline(65536)
+    if not line:
+        return None
+    method, path, _ = line.decode("latin-1").split(" ", 2)
+    headers = {}
+    while True:
+        h = rfile.readline(65536)
+        if h in (b"\r\n", b"\n", b""):
+            break
+        k, v = h.decode("latin-1").split(":", 1)
+        headers[k.strip().lower()] = v.strip()
+    body = rfile.read(int(headers.get("content-length", "0") or 0))
+    return method, path, headers, body
+
+
+def make_handler(port, grades):
+    class Handler(socketserver.StreamRequestHandler):
+        def handle(self):
+            while True:
+                req = read_request(self.rfile)
+                if req is None:
+                    return
+                method, path, headers, body = req
+                route = path.split("?", 1)[0]
+                payload = None
+                if method == "POST" and body:
+                    try:
+                        payload = json.loads(body)
+                    except ValueError:
+                        payload = None
+                if route == "/init_task" and isinstance(payload, dict):
+                    posted = payload.get("task_data")
+                    tid = str((posted or {}).get("instance_id") or payload.get("task_id") or "")
+                    if tid not in gold:
+                        self.reply(404, {"detail": "unknown task"})
+                        continue
+                    merged = dict(gold[tid])
+                    for k, v in (posted or {}).items():
+                        if k.startswith("_"):  # orchestration settings such as _interact_mode
+                            merged[k] = v
+                    payload["task_data"] = merged
+                    body = json.dumps(payload).encode()
+                req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), data=body if method != "GET" else None,
+                                             method=method, headers={"Content-Type": "application/json"})
+                try:
+                    with urllib.request.urlopen(req, timeout=600) as r:
+                        status, data = r.status, r.read()
+                except urllib.error.HTTPError as e:
+                    status, data = e.code, e.read()
+                if grades and route == "/submit" and isinstance(payload, dict) and status == 200:
+                    try:
+                        v = json.loads(data)
+                        entry = {"task_id": str(payload.get("task_id")), "phase": v.get("phase_completed"), "passed": bool(v.get("passed")),
+                                 "reward": float(v.get("reward") or 0.0), "message": str(v.get("message", ""))[:500], "ts": time.time()}
+                    except (ValueError, TypeError) as e:
+                        entry = {"task_id": str(payload.get("task_id")), "passed": False, "reward": 0.0, "message": "unreadable verdict: %s" % e}
+                    with record_lock, open(args.record, "a", encoding="utf-8") as f:
+                        f.write(json.dumps(entry) + "\n")
+                        f.flush()
+                        os.fsync(f.fileno())
+                self.wfile.write(b"HTTP/1.1 %d OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (status, len(data)) + data)
+
+        def reply(self, status, obj):
+            data = json.dumps(obj).encode()
+            self.wfile.write(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (status, len(data)) + data)
+    return Handler
+
+
+class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+
+def healthy(port):
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=2) as r:
+            return 200 <= r.status < 300
+    except OSError:
+        return False
+
+
+deadline = time.time() + 90
+while not all(healthy(p) for p in (args.db_port, args.user_port)):
+    if time.time() > deadline or any(c.poll() is not None for c in children):
+        print("autoharness: BIRD services did not start", file=sys.stderr)
+        stop()
+    time.sleep(0.3)
+
+os.makedirs(args.sock_dir, exist_ok=True)
+os.chmod(args.sock_dir, 0o755)
+for name, port, grades in (("db.sock", args.db_port, True), ("user.sock", args.user_port, False)):
+    path = os.path.join(args.sock_dir, name)
+    server = Server(path, make_handler(port, grades))
+    os.chmod(path, 0o666)  # the agent's sandbox runs as another uid
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+open(os.path.join(args.sock_dir, "ready"), "w").close()
+print("autoharness: BIRD services ready", flush=True)
+while True:
+    time.sleep(3600)
