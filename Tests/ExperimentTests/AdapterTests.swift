@@ -254,7 +254,7 @@ struct HarborAdapterTests {
         try requireRoot()
         let exp = try Experiment(benchmark: "terminal-bench", extraArgs: ["--tool", Tools.root + "/bin/harbor", "--dataset", Self.tasks])
         try exp.set("env_provider", "daytona")
-        try exp.set("binds", "[\(Tools.root)]", in: "runner")
+        try exp.set("binds", "[\(Tools.root)/bin]", in: "runner")
         try exp.set("env_pass", "[FAKE_MODE]", in: "runner")
         try exp.set("allow", "[]", in: "runner")
         try exp.setAgent(HarborAgents.counting(upTo: limit))
@@ -287,6 +287,8 @@ struct HarborAdapterTests {
             #expect(exp.traceFile(id, "harbor-result.json")?.contains("\"task_name\": \"\(id)\"") == true)
             #expect(exp.traceFile(id, "verifier-reward.txt") != nil)
             #expect(exp.traceFile(id, "agent-steps.txt")?.contains("counted \(variant * 3)") == true)
+            // Only the requested tasks were in the runner's dataset directory.
+            #expect(exp.traceFile(id, "tool.stdout")?.contains("harbor: \(split.train.count) task(s) in the dataset directory") == true)
         }
 
         try exp.setAgent(HarborAgents.counting(upTo: 100))
@@ -373,6 +375,7 @@ enum Tau2Agents {
                 data = os.environ["TAU2_DATA_DIR"]
                 tasks = json.load(open(os.path.join(data, "tau2", "domains", "retail", "tasks.json")))
                 with_criteria = sum(1 for t in tasks if t.get("evaluation_criteria"))
+                print("SNOOP tasks=%d held_out_visible=%s" % (len(tasks), any(t["id"] in ("7", "8", "9") for t in tasks)), flush=True)
                 sims = os.listdir(os.path.join(data, "simulations")) if os.path.isdir(os.path.join(data, "simulations")) else []
                 try:
                     open("\(fixture)/data/tau2/domains/retail/tasks.json").read()
@@ -444,6 +447,7 @@ struct Tau2AdapterTests {
         #expect(exp.traceFile("1", "reward_info.json")?.contains("\"action_match\": false") == true)
         let stdout = try #require(exp.traceFile("0", "tool.stdout"))
         #expect(stdout.contains("SNOOP criteria=0 simulations=[] real=ENOENT"), "\(stdout)")
+        #expect(stdout.contains("SNOOP tasks=8 held_out_visible=False"), "\(stdout)")
 
         try exp.setAgent(Tau2Agents.refunding(reasons: ["broken", "late", "wrong_size"]))
         let g = try exp.run(["gate"], environment: Self.env)
@@ -520,6 +524,15 @@ enum BirdAgents {
                 tasks = open("/work/in/tasks.jsonl").read()
                 print("SNOOP gold=%s tasks_have_sol_sql=%s tasks_have_query=%s adk_data=%s" % (
                     gold, "sol_sql" in tasks, "count the rows" in tasks, os.path.exists("/work/adk/bird-interact-lite")), flush=True)
+                served = []
+                for i, t in enumerate([\(BirdAgents.tables.map { "\"\($0)\"" }.joined(separator: ", "))]):
+                    tid = "%s_%d" % (t, i + 1)
+                    try:
+                        client.user("/init_task", {"task_id": tid, "task_data": {"instance_id": tid}})
+                        served.append(tid)
+                    except Exception:
+                        pass
+                print("SNOOP served=%s" % ",".join(sorted(served)), flush=True)
 
             def app(method, path, body):
                 if path == "/health":
@@ -594,6 +607,8 @@ struct BirdAdapterTests {
         #expect(files(under: exp.root + "/workspace", containing: "SELECT MAX(id)").isEmpty)
         let stdout = try #require(exp.traceFile(split.train[0], "tool.stdout"))
         #expect(stdout.contains("SNOOP gold=ENOENT tasks_have_sol_sql=False tasks_have_query=False adk_data=False"), "\(stdout)")
+        // The graders serve this run's tasks only: no held-out task can be opened from a train run.
+        #expect(stdout.contains("SNOOP served=\(split.train.sorted().joined(separator: ","))\n"), "\(stdout)")
 
         // All tables and follow-ups: 1.0 on every task (0.7 + 0.3 where there is a follow-up).
         try exp.setAgent(BirdAgents.solver(tables: BirdAgents.tables))

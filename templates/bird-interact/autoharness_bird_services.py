@@ -1,6 +1,6 @@
 """autoharness: BIRD-Interact's graders outside the agent's sandbox (benchmark-scorer sandbox).
 
-    python autoharness_bird_services.py --adk ADK --data GOLD.jsonl --sock-dir S --record R
+    python autoharness_bird_services.py --adk ADK --data GOLD.jsonl --task-ids-file IDS --sock-dir S --record R
                                         --db-port P --user-port Q
 
 Starts the ADK's DB environment and user simulator (uvicorn, loopback of this sandbox) and
@@ -8,7 +8,7 @@ serves each on a Unix socket in S (db.sock, user.sock; S/ready once both answer 
 which is the only way the agent's sandbox reaches them. Two things happen on the way:
   - every /init_task body's task record (`task_data`) is replaced by the gold record read
     here from GOLD.jsonl, by instance_id: what the orchestrator posts (it only has a redacted
-    copy) is never what grades;
+    copy) is never what grades; only the ids in IDS (this run's) are served at all;
   - every /submit verdict of the DB environment is appended to R as one JSON line
     {task_id, phase, passed, reward, message, ts}. R is in this sandbox's own directory:
     nothing in the agent's sandbox can write it. The supervisor scores from R.
@@ -32,18 +32,24 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
 p = argparse.ArgumentParser()
 p.add_argument("--adk", required=True)
 p.add_argument("--data", required=True)
+p.add_argument("--task-ids-file", required=True)
 p.add_argument("--sock-dir", required=True)
 p.add_argument("--record", required=True)
 p.add_argument("--db-port", type=int, default=6102)
 p.add_argument("--user-port", type=int, default=6101)
 args = p.parse_args()
 
+# Only this run's tasks: agent.py can reach these services, and in a train run it must not
+# be able to initialise, question or grade a held-out task.
+with open(args.task_ids_file, encoding="utf-8") as f:
+    wanted = {line.strip() for line in f if line.strip()}
 gold = {}
 with open(args.data, encoding="utf-8") as f:
     for line in f:
         if line.strip():
             t = json.loads(line)
-            gold[str(t["instance_id"])] = t
+            if str(t["instance_id"]) in wanted:
+                gold[str(t["instance_id"])] = t
 
 env = dict(os.environ)
 env["PYTHONPATH"] = args.adk + os.pathsep + env.get("PYTHONPATH", "")

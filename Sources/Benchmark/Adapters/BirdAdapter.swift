@@ -123,6 +123,7 @@ public struct BirdAdapter: BenchmarkAdapter {
         var services = ToolInvocation(
             policy: tool.scorerPolicy,
             argv: tool.command + [scriptsDirectory + "/autoharness_bird_services.py", "--adk", adkDirectory, "--data", dataPath,
+                                  "--task-ids-file", "/work/run/task_ids.txt",
                                   "--sock-dir", "/work/out/sock", "--record", "/work/out/submits.jsonl",
                                   "--db-port", String(ports.db), "--user-port", String(ports.user)],
             withAgent: false, label: "bird services")

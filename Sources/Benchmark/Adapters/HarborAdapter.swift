@@ -72,6 +72,12 @@ public struct HarborAdapter: BenchmarkAdapter {
         if environmentProvider == "docker" {
             inv.extraMounts = [MountSpecs.readWrite(run.scratch.path + "/app")]
         }
+        // A local dataset is bound task by task, at its host path (Docker resolves build
+        // contexts there): a train run's harbor, and agent.py inside it, must not see the
+        // held-out tasks' files, which it could copy into a train trace.
+        if let dir = datasetPath {
+            inv.extraMounts += ids.map { MountSpec(kind: .readOnly(source: dir + "/" + $0), destination: dir + "/" + $0) }
+        }
         context.log("harbor: \(ids.count) task(s), \(environmentProvider) environments")
         let exit = run.launch(inv, total: ids.count, probe: { Self.finishedTrials($0) })
         run.reportFailure("harbor", exit)

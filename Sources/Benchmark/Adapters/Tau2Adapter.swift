@@ -104,7 +104,9 @@ public struct Tau2Adapter: BenchmarkAdapter {
         runner.environment = environment + ["TAU2_DATA_DIR=/work/out/data"]
         runner.extraMounts = [scripts]
         let domain = self.domain, source = dataDirectory
-        runner.prepareOutput = { out, owner throws(BenchmarkError) in try Self.sanitizedData(from: source, domain: domain, into: out, owner: owner) }
+        runner.prepareOutput = { out, owner throws(BenchmarkError) in
+            try Self.sanitizedData(from: source, domain: domain, ids: ids, into: out, owner: owner)
+        }
         context.log("tau2: \(ids.count) task(s), domain \(domain)")
         let runExit = run.launch(runner, total: ids.count)
         run.reportFailure("tau2", runExit)
@@ -134,8 +136,10 @@ public struct Tau2Adapter: BenchmarkAdapter {
 
     /// Copies `<data>/tau2` into `out/data/tau2`, leaving out every domain but `domain`,
     /// its task files and split, and any saved simulations; then writes the domain's
-    /// tasks.json with each task's `evaluation_criteria` set to null.
-    static func sanitizedData(from data: String, domain: String, into out: Int32, owner: (uid_t, gid_t)) throws(BenchmarkError) {
+    /// tasks.json with only the tasks of this run (a train run must not show agent.py, and
+    /// through its output the coding agent, any test task), each with `evaluation_criteria`
+    /// set to null, and a split_tasks.json whose `base` is those ids.
+    static func sanitizedData(from data: String, domain: String, ids: [String], into out: Int32, owner: (uid_t, gid_t)) throws(BenchmarkError) {
         let src = FileSystem.openDirectory(data + "/tau2")
         guard src >= 0 else { throw BenchmarkError(.io, "\(data)/tau2: \(FileSystem.errorText())") }
         defer { close(src) }
@@ -161,22 +165,26 @@ public struct Tau2Adapter: BenchmarkAdapter {
         guard dfd >= 0 else { throw BenchmarkError(.io, "\(domainDir): \(FileSystem.errorText())") }
         defer { close(dfd) }
         guard case .success(let bytes) = FileSystem.readSmallFile(at: dfd, "tasks.json", limit: 256 << 20),
-              let stripped = stripCriteria(bytes) else {
+              let stripped = stripCriteria(bytes, keeping: Set(ids)) else {
             throw BenchmarkError(.invalidBenchmark, "\(domainDir)/tasks.json: not a JSON list of tasks")
         }
         let target = openat(t, "domains/" + domain, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard target >= 0 else { throw BenchmarkError(.io, "tau2 data copy: domains/\(domain): \(FileSystem.errorText())") }
         defer { close(target) }
-        if let e = FileSystem.writeFile(at: target, "tasks.json", stripped, mode: 0o644) {
-            throw BenchmarkError(.io, "tau2 data copy: tasks.json: \(FileSystem.errorText(e))")
+        let split = (try? JSONEncoder().encode(["base": ids])).map(Array.init) ?? []
+        for (name, bytes) in [("tasks.json", stripped), ("split_tasks.json", split)] {
+            if let e = FileSystem.writeFile(at: target, name, bytes, mode: 0o644) {
+                throw BenchmarkError(.io, "tau2 data copy: \(name): \(FileSystem.errorText(e))")
+            }
+            fchownat(target, name, owner.0, owner.1, AT_SYMLINK_NOFOLLOW)
         }
-        fchownat(target, "tasks.json", owner.0, owner.1, AT_SYMLINK_NOFOLLOW)
     }
 
-    /// The task list with every task's `evaluation_criteria` replaced by null; the rest of
-    /// each task (its user scenario, initial state) is kept byte-for-byte in meaning.
-    static func stripCriteria(_ bytes: [UInt8]) -> [UInt8]? {
-        guard case .array(var tasks)? = JSONValue.parse(bytes) else { return nil }
+    /// The tasks named in `ids`, each with `evaluation_criteria` replaced by null; the rest of
+    /// each task (its user scenario, initial state) is kept as it was.
+    static func stripCriteria(_ bytes: [UInt8], keeping ids: Set<String>) -> [UInt8]? {
+        guard case .array(let all)? = JSONValue.parse(bytes) else { return nil }
+        var tasks = all.filter { $0["id"]?.string.map(ids.contains) ?? false }
         for i in tasks.indices {
             guard case .object(var o) = tasks[i] else { return nil }
             o["evaluation_criteria"] = .null

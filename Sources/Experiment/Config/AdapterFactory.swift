@@ -86,7 +86,9 @@ extension ExperimentConfig {
             }
             ids = names.filter { FileManager.default.fileExists(atPath: dir + "/" + $0 + "/task.toml") && BenchmarkTask.isValidID($0) }.sorted()
             guard !ids.isEmpty else { throw ExperimentError(.usage, "dataset: \(dir) holds no Harbor tasks (directories with task.toml)") }
-            tool.binds.append(dir)
+            for b in runner.binds where dir == b || dir.hasPrefix(b.hasSuffix("/") ? b : b + "/") {
+                throw ExperimentError(.usage, "runner.binds: \(b) contains the dataset \(dir): every run would see the held-out tasks' files (autoharness binds the requested tasks itself)")
+            }
             adapter = HarborAdapter(taskIDs: ids, tool: tool)
             adapter.datasetPath = dir
         } else {
