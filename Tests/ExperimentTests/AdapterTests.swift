@@ -212,6 +212,21 @@ struct CommandAdapterTests {
         }
     }
 
+    @Test("a key passed into the runner does not reach a train trace verbatim")
+    func secretRedacted() throws {
+        let exp = try make()
+        defer { exp.removeScratch() }
+        try exp.set("env_pass", "[FAKE_MODE, FAKE_SECRET]", in: "runner")
+        let secret = "sk-test-\(UUID().uuidString)"
+        let p = try exp.run(["prepare"], environment: ["FAKE_MODE": "normal", "FAKE_SECRET": secret])
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        let b = try exp.run(["benchmark"], environment: ["FAKE_MODE": "leak", "FAKE_SECRET": secret])
+        #expect(b.status == 0, "\(b.stderr)")
+        let id = try exp.split().train[0]
+        #expect(exp.traceFile(id, "answer.txt")?.contains("key=[FAKE_SECRET]") == true, "\(exp.traceFile(id, "answer.txt") ?? "")")
+        #expect(files(under: exp.root, containing: secret).isEmpty)
+    }
+
     @Test("a key named in runner.env_pass that is not set stops prepare with one clear message")
     func missingKey() throws {
         let exp = try make()

@@ -208,6 +208,32 @@ final class ToolRun {
     }
 }
 
+extension ToolRun {
+    /// `bytes` with every verbatim occurrence of a secret (an API key passed into the
+    /// sandbox) replaced by `[NAME]`. Train traces are read by the coding agent; agent.py can
+    /// print its environment. Verbatim only: an encoded key is not caught (README).
+    static func redact(_ bytes: [UInt8], _ secrets: [(String, [UInt8])]) -> [UInt8] {
+        var out = bytes
+        for (name, secret) in secrets where !secret.isEmpty && out.count >= secret.count {
+            var result: [UInt8] = []
+            result.reserveCapacity(out.count)
+            var i = 0
+            let first = secret[0]
+            while i < out.count {
+                if out[i] == first, i + secret.count <= out.count, out[i..<(i + secret.count)].elementsEqual(secret) {
+                    result += Array("[\(name)]".utf8)
+                    i += secret.count
+                } else {
+                    result.append(out[i])
+                    i += 1
+                }
+            }
+            out = result
+        }
+        return out
+    }
+}
+
 /// Calls `tick` with the elapsed seconds every `every` seconds until stopped.
 final class Ticker: @unchecked Sendable {
     private let timer: DispatchSourceTimer
@@ -258,7 +284,11 @@ extension ToolRun {
         let d = FileSystem.openDirectory(directory)
         guard d >= 0 else { return }
         defer { close(d) }
-        for (name, bytes) in files { FileSystem.writeFile(at: d, name, bytes, mode: 0o644) }
+        let secrets = settings.envPass.compactMap { name -> (String, [UInt8])? in
+            guard let v = getenv(name), strlen(v) >= 8 else { return nil }
+            return (name, Array(String(cString: v).utf8))
+        }
+        for (name, bytes) in files { FileSystem.writeFile(at: d, name, Self.redact(bytes, secrets), mode: 0o644) }
         if let json = try? TraceJSON.encode(outcome) { FileSystem.writeFile(at: d, "result.json", json, mode: 0o644) }
     }
 }

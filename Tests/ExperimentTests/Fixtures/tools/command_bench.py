@@ -6,6 +6,7 @@ It imports agent.agent:HarnessAgent (from /work, read-only), asks it each task, 
   omit-odd  odd N missing from the output      null-first  the first id's reward is null
   string    the first id's reward is "yes"      garbage     the output is not JSON
   crash     exits 3 before writing anything     list        the output is a JSON list
+  leak      each trace also gets FAKE_SECRET's value
 """
 import errno
 import json
@@ -38,6 +39,8 @@ for i, tid in enumerate(ids):
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "answer.txt"), "w") as f:
         f.write("id=%s expected=%d got=%s agent_write=%s\n" % (tid, n * n, got, agent_write))
+        if mode == "leak":
+            f.write("key=%s\n" % os.environ.get("FAKE_SECRET", ""))
     if mode == "omit-odd" and n % 2 == 1:
         continue
     rewards[tid] = 1.0 if got == str(n * n) else 0.0
