@@ -93,7 +93,7 @@ struct InitCommand: ParsableCommand {
     @Option(help: "Benchmark: local, terminal-bench, tau-bench, bird-interact or command.")
     var benchmark: String = "local"
 
-    @Option(help: "local: the benchmark directory (tasks/<id>/instruction.md, tests/test.sh, ...). terminal-bench: the Harbor dataset (default terminal-bench@2.0).")
+    @Option(help: "local: the benchmark directory (tasks/<id>/instruction.md, tests/test.sh, ...). terminal-bench: the Harbor dataset (default terminal-bench@2.0) or a local directory of Harbor tasks. tau-bench: tau2's data directory (default $TAU2_DATA_DIR). bird-interact: lite or full.")
     var dataset: String?
 
     @Option(help: "The benchmark's tool, when it is not on PATH under its usual name: harbor; tau2; bird-interact: the Python with the ADK's requirements.")

@@ -668,3 +668,24 @@ struct BirdAdapterTests {
         #expect(p.status != 0 && p.stderr.contains("exposes the BIRD-Interact data"), "\(p.stderr)")
     }
 }
+
+@Suite("Adapters: init names what is missing and how to get it")
+struct AdapterInitTests {
+    @Test("tau-bench without its data and bird-interact without its checkout", arguments: [
+        (["--benchmark", "tau-bench", "--tool", Tools.root + "/tau2/bin/tau2"], "tau2's data directory"),
+        (["--benchmark", "bird-interact", "--tool", "/usr/bin/python3"], "BIRD-Interact checkout"),
+        (["--benchmark", "bird-interact", "--tool", "/usr/bin/python3", "--repo", "/nonexistent"], "git clone"),
+        (["--benchmark", "tau-bench", "--tool", "/nonexistent/tau2", "--dataset", Tools.root + "/tau2/data"], "pip install"),
+        (["--benchmark", "nonsense"], "one of: local, terminal-bench, tau-bench, bird-interact, command"),
+    ])
+    func missing(args: [String], hint: String) throws {
+        let temp = try TempDir()
+        var env = ProcessInfo.processInfo.environment
+        env["TAU2_DATA_DIR"] = nil
+        env["BIRD_REPO"] = nil
+        let r = try autoharness(["init", temp.path + "/exp"] + args, environment: env)
+        #expect(r.status != 0)
+        #expect(r.stderr.contains(hint), "\(r.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: temp.path + "/exp/experiment_config.yaml"))
+    }
+}

@@ -59,15 +59,12 @@ public protocol BenchmarkAdapter: Sendable {
     /// makes the stratified 70/30 split from the baseline.
     var fixedSplit: (train: [String], test: [String], seed: UInt64)? { get }
     /// Runs `ids` (each in `taskIDs`) and returns one outcome per id, in the same order.
+    /// A train task's definition reaches the coding agent only through its trace.
     func run(_ ids: [String], _ context: AdapterRunContext) throws(BenchmarkError) -> [TaskOutcome]
-    /// Task definitions of `trainIDs` the coding agent may read, as file name → bytes (tau2:
-    /// `tasks.json` filtered to train ids). Empty when the traces already carry them.
-    func trainDefinitions(_ trainIDs: [String]) throws(BenchmarkError) -> [String: [UInt8]]
 }
 
 extension BenchmarkAdapter {
     public var fixedSplit: (train: [String], test: [String], seed: UInt64)? { nil }
-    public func trainDefinitions(_ trainIDs: [String]) throws(BenchmarkError) -> [String: [UInt8]] { [:] }
 }
 
 /// The local Harbor-layout benchmark, one agent sandbox and one verifier sandbox per task.

@@ -81,10 +81,6 @@ public struct Tau2Adapter: BenchmarkAdapter {
         throw BenchmarkError(.invalidBenchmark, "\(dir)/split_tasks.json: task id \(bad.debugDescription) is empty, too long or has control characters")
     }
 
-    public func trainDefinitions(_ trainIDs: [String]) throws(BenchmarkError) -> [String: [UInt8]] {
-        [:]  // each train trace carries its task's definition (task.json)
-    }
-
     public func run(_ ids: [String], _ context: AdapterRunContext) throws(BenchmarkError) -> [TaskOutcome] {
         guard !ids.isEmpty else { return [] }
         if context.oracle { throw BenchmarkError(.configuration, "--oracle is only for local benchmarks") }

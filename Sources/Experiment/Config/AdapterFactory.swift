@@ -13,7 +13,7 @@ extension ExperimentConfig {
     static let installHint = [
         "terminal-bench": "install Harbor with `uv tool install harbor` (or `pip install harbor`), see https://github.com/laude-institute/harbor",
         "tau-bench": "install tau2-bench: `git clone https://github.com/sierra-research/tau2-bench && cd tau2-bench && pip install -e .`",
-        "bird-interact": "clone BIRD-Interact (https://github.com/bird-bench/BIRD-Interact) and set bird_dir to the checkout",
+        "bird-interact": "git clone https://github.com/bird-bench/BIRD-Interact, set up BIRD-Interact-ADK as its README says (venv, dataset with the ground truth merged, PostgreSQL), then give the checkout as --repo (bird_repo)",
         "command": "install python3 or set runner.command",
     ]
 

@@ -109,7 +109,6 @@ extension ExperimentSupervisor {
             # supervisor-private state and per-run traces are never committed
             .autoharness/
             workspace/traces/
-            workspace/tasks/
             __pycache__/
 
             """.write(toFile: layout.gitignore, atomically: true, encoding: .utf8)
