@@ -42,8 +42,33 @@ enum JSONValue: Codable, Equatable, Sendable {
         }
     }
 
+    /// Deepest nesting accepted. The decoder recurses per level; a hostile file of a million
+    /// `[` must be refused before it reaches it.
+    static let maxDepth = 256
+
     static func parse(_ bytes: [UInt8]) -> JSONValue? {
-        try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))
+        guard depth(bytes) <= maxDepth else { return nil }
+        return try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))
+    }
+
+    /// The deepest `[`/`{` nesting outside strings (an upper bound for malformed input).
+    static func depth(_ bytes: [UInt8]) -> Int {
+        var depth = 0, deepest = 0, inString = false, escaped = false
+        for b in bytes {
+            if inString {
+                if escaped { escaped = false } else if b == 0x5C { escaped = true } else if b == 0x22 { inString = false }
+                continue
+            }
+            switch b {
+            case 0x22: inString = true
+            case 0x5B, 0x7B:
+                depth += 1
+                deepest = max(deepest, depth)
+            case 0x5D, 0x7D: depth -= 1
+            default: break
+            }
+        }
+        return deepest
     }
 
     subscript(key: String) -> JSONValue? {
