@@ -362,6 +362,16 @@ struct HarborAdapterTests {
         #expect(p.stderr.contains("root on this host"), "\(p.stderr)")
     }
 
+    @Test("runner.binds that contain the local dataset are refused: every run would see the held-out tasks")
+    func datasetNeverBound() throws {
+        let exp = try make()
+        defer { exp.removeScratch() }
+        try exp.set("binds", "[\(Tools.root)]", in: "runner")
+        let p = try exp.run(["prepare"], environment: ["FAKE_MODE": "normal"])
+        #expect(p.status != 0)
+        #expect(p.stderr.contains("experiment_config.yaml: runner.binds: \(Tools.root) contains the dataset"), "\(p.stderr)")
+    }
+
     @Test("init without harbor installed names the tool and how to install it")
     func missingTool() throws {
         let temp = try TempDir()

@@ -101,18 +101,9 @@ struct Experiment {
 
     func file(_ rel: String) throws -> String { try String(contentsOfFile: root + "/" + rel, encoding: .utf8) }
 
-    /// Every regular file under the experiment whose contents include `needle`.
+    /// Every regular file under the experiment whose contents include `needle` (relative paths).
     func filesContaining(_ needle: String) -> [String] {
-        guard let e = FileManager.default.enumerator(atPath: root) else { return [] }
-        var hits: [String] = []
-        while let rel = e.nextObject() as? String {
-            let path = root + "/" + rel
-            var isDir: ObjCBool = false
-            guard FileManager.default.fileExists(atPath: path, isDirectory: &isDir), !isDir.boolValue,
-                  let data = FileManager.default.contents(atPath: path) else { continue }
-            if data.range(of: Data(needle.utf8)) != nil { hits.append(rel) }
-        }
-        return hits
+        files(under: root, containing: needle).map { String($0.dropFirst(root.count + 1)) }
     }
 
     func sqlite(_ sql: String) throws {

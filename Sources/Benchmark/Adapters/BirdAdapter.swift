@@ -109,7 +109,7 @@ public struct BirdAdapter: BenchmarkAdapter {
             lines += Array(line) + [0x0A]
         }
         try run.writeInput("tasks.jsonl", lines)
-        try run.writeInput("task_ids.txt", Array((ids.joined(separator: "\n") + "\n").utf8))
+        try run.writeTaskIDs(ids)
         let scripts = MountSpec(kind: .readOnly(source: scriptsDirectory), destination: scriptsDirectory)
         let adk = MountSpec(kind: .readOnly(source: adkDirectory), destination: adkDirectory)
         // The agent's side gets the ADK's code only: its directory also holds the datasets

@@ -33,7 +33,7 @@ public struct CommandAdapter: BenchmarkAdapter {
         if context.oracle { throw BenchmarkError(.configuration, "--oracle is only for local benchmarks") }
         let run = try ToolRun(settings: tool, context: context)
         defer { run.finish() }
-        try run.writeInput("task_ids.txt", Array((ids.joined(separator: "\n") + "\n").utf8))
+        try run.writeTaskIDs(ids)
         let argv = tool.command.map { arg -> String in
             arg.replacingOccurrences(of: "{task_ids_file}", with: "/work/in/task_ids.txt")
                 .replacingOccurrences(of: "{task_ids}", with: ids.joined(separator: ","))
@@ -50,16 +50,18 @@ public struct CommandAdapter: BenchmarkAdapter {
     }
 
     /// Reads `rewards.json` from the output directory: a number in [0, 1] is the reward, null
-    /// is an error (0), anything else is malformed (0); ids not requested are ignored.
-    static func parse(_ out: Int32, ids: Set<String>, traces: Bool, file: String = "rewards.json") -> [String: ToolTaskResult] {
+    /// is an error (0, with `nullDetail`), anything else is malformed (0); ids not requested
+    /// are ignored.
+    static func parse(_ out: Int32, ids: Set<String>, traces: Bool,
+                      nullDetail: String = "the command reported an error (null reward)") -> [String: ToolTaskResult] {
         let bytes: [UInt8]
-        switch FileSystem.readSmallFile(at: out, file, limit: rewardsLimit) {
+        switch FileSystem.readSmallFile(at: out, "rewards.json", limit: rewardsLimit) {
         case .success(let b): bytes = b
         case .failure: return [:]
         }
         guard let object = JSONValue.parse(bytes)?.object else {
             var r: [String: ToolTaskResult] = [:]
-            for id in ids { r[id] = ToolTaskResult(reward: 0, status: .missingResult, detail: "\(file) is not a JSON object") }
+            for id in ids { r[id] = ToolTaskResult(reward: 0, status: .missingResult, detail: "rewards.json is not a JSON object") }
             return r
         }
         var results: [String: ToolTaskResult] = [:]
@@ -68,7 +70,7 @@ public struct CommandAdapter: BenchmarkAdapter {
             if let reward = value.reward {
                 r = ToolTaskResult(reward: reward, status: reward >= TaskOutcome.passThreshold ? .passed : .failed)
             } else if value.isNull {
-                r = ToolTaskResult(reward: 0, status: .missingResult, detail: "the command reported an error (null reward)")
+                r = ToolTaskResult(reward: 0, status: .missingResult, detail: nullDetail)
             } else {
                 r = ToolTaskResult(reward: 0, status: .invalidReward, detail: "reward \(value.brief) is not a number in [0, 1]")
             }

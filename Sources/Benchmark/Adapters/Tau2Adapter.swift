@@ -86,7 +86,7 @@ public struct Tau2Adapter: BenchmarkAdapter {
         if context.oracle { throw BenchmarkError(.configuration, "--oracle is only for local benchmarks") }
         let run = try ToolRun(settings: tool, context: context)
         defer { run.finish() }
-        try run.writeInput("task_ids.txt", Array((ids.joined(separator: "\n") + "\n").utf8))
+        try run.writeTaskIDs(ids)
         let scripts = MountSpec(kind: .readOnly(source: scriptsDirectory), destination: scriptsDirectory)
 
         // 1. the simulations, with agent.py, against a copy of the data without answers
@@ -122,10 +122,9 @@ public struct Tau2Adapter: BenchmarkAdapter {
 
         let out = run.openOutput("score")
         defer { if out >= 0 { close(out) } }
-        var results = out >= 0 ? CommandAdapter.parse(out, ids: Set(ids), traces: !context.heldOut) : [:]
-        for (id, r) in results where r.status == .missingResult && r.detail?.contains("null reward") == true {
-            results[id]?.detail = "no scorable simulation (tau2 run \(runExit.summary))"
-        }
+        let results = out >= 0
+            ? CommandAdapter.parse(out, ids: Set(ids), traces: !context.heldOut, nullDetail: "no scorable simulation (tau2 run \(runExit.summary))")
+            : [:]
         let exit = runExit.succeeded ? scoreExit : runExit
         return run.outcomes(ids, results, toolExit: exit, seconds: runExit.seconds + scoreExit.seconds)
     }

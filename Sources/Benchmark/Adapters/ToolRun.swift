@@ -113,6 +113,11 @@ final class ToolRun {
         }
     }
 
+    /// `in/task_ids.txt`: the run's ids, one per line (what every tool is handed).
+    func writeTaskIDs(_ ids: [String]) throws(BenchmarkError) {
+        try writeInput("task_ids.txt", Array((ids.joined(separator: "\n") + "\n").utf8))
+    }
+
     /// Opens a directory the sandbox wrote (`app` or `score`), for reading after it exited.
     func openOutput(_ name: String = "app") -> Int32 { FileSystem.openDirectory(at: scratch.fd, FileSystem.name(name)) }
 

@@ -47,7 +47,11 @@ public final class ExperimentSupervisor {
         try Self.ensurePrivateDirectory(layout)
         lock = exclusive ? try ExperimentLock(path: layout.lock, purpose: purpose) : nil
         ledger = try Ledger(path: layout.ledger)
-        adapter = try config.makeAdapter(root: layout.root, checkTools: exclusive)
+        do {
+            adapter = try config.makeAdapter(root: layout.root, checkTools: exclusive)
+        } catch let e as ExperimentError {
+            throw ExperimentError(e.kind, "\(layout.config): \(e.message)")
+        }
         var paths = policySearchPaths
         if let d = config.policyDirectory { paths.insert(d.hasPrefix("/") ? d : layout.root + "/" + d, at: 0) }
         policyLoader = PolicyLoader(searchPaths: paths)
