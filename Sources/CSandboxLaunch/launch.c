@@ -718,9 +718,10 @@ __attribute__((noreturn)) static void monitor_main(const struct ahl_plan *p, int
     for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++)
         if ((device_trees[i] = open_device(device_nodes[i])) < 0) fail(rep, AHL_STAGE_OPEN_DEVICE, (int32_t)i);
 
-    // A single-threaded task moving itself ("0" into a v1 `tasks` file) skips the global
-    // threadgroup lock, whose write side waits for an RCU grace period (milliseconds) when
-    // the supervisor moves us by pid instead. Done while still root on the host.
+    // Join the sandbox's cgroups before anything else is forked, so every process of the
+    // sandbox is born inside them. A task moving itself ("0" into v1 `tasks` or v2
+    // `cgroup.procs`) also skips the supervisor's lookup by pid. Done while still root on
+    // the host (the cgroup files belong to host root).
     if (p->cgroup_join) {
         for (int32_t i = 0; p->cgroup_join[i]; i++) {
             int f = open(p->cgroup_join[i], O_WRONLY | O_CLOEXEC);
@@ -749,7 +750,7 @@ __attribute__((noreturn)) static void monitor_main(const struct ahl_plan *p, int
 
     if (syscall(SYS_setresgid, p->gid, p->gid, p->gid) < 0 || syscall(SYS_setresuid, p->uid, p->uid, p->uid) < 0)
         fail(rep, AHL_STAGE_SETID, 0);
-    // After the supervisor moved us into the sandbox cgroups, so they become its root.
+    // After joining the sandbox cgroups, so they become its cgroup namespace root.
     if (unshare(CLONE_NEWCGROUP) < 0) fail(rep, AHL_STAGE_UNSHARE_CGROUP, 0);
 
     // Egress proxy: the only way out of a `proxy` sandbox is a socket that listens on the

@@ -6,6 +6,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <sys/socket.h>
+#include <errno.h>
+
+#ifndef SYS_landlock_create_ruleset
+#define SYS_landlock_create_ruleset 444
+#endif
 
 int ahl_memfd(const char *name) { return memfd_create(name, MFD_CLOEXEC); }
 
@@ -18,4 +23,10 @@ int ahl_peer_credentials(int fd, int *pid, unsigned *uid) {
     *pid = c.pid;
     *uid = c.uid;
     return 0;
+}
+
+int ahl_landlock_abi(void) {
+    // LANDLOCK_CREATE_RULESET_VERSION (1 << 0): no ruleset, just the ABI version.
+    long r = syscall(SYS_landlock_create_ruleset, NULL, 0, 1U);
+    return r < 0 ? -errno : (int)r;
 }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Sandbox
 
 @main
 struct Autoharness: ParsableCommand {
@@ -21,7 +22,7 @@ struct Autoharness: ParsableCommand {
             Sandboxes need root (user/mount/pid/net namespaces, id maps, cgroups).
             """,
         subcommands: [InitCommand.self, PrepareCommand.self, BenchmarkCommand.self, GateCommand.self, StatusCommand.self, RunCommand.self, ReportCommand.self, DemoCommand.self,
-                      SandboxCommand.self, PolicyCommand.self]
+                      SandboxCommand.self, PolicyCommand.self, DoctorCommand.self]
     )
 
     static func main() {
@@ -34,6 +35,12 @@ struct Autoharness: ParsableCommand {
                 print(SandboxExec.helpMessage(for: SandboxExec.self, columns: nil))
                 return
             }
+        }
+        // A supervisor in a delegated cgroup v2 moves into a leaf and enables controllers
+        // for its sandboxes before the first one starts; say so once, up front.
+        if let verb = args.first, ["sandbox", "prepare", "benchmark", "gate", "run", "demo"].contains(verb),
+           !args.contains("-h"), !args.contains("--help"), let done = CgroupHost.current.delegation {
+            printErr("autoharness: \(done)")
         }
         Self.main(nil)
     }

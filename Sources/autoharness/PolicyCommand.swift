@@ -88,9 +88,12 @@ struct PolicyShow: ParsableCommand {
         var limitRows: [(String, String, String)] = []
         let l = p.limits
         func row(_ k: String, _ v: String?, _ how: String) { if let v { limitRows.append((k, v, how)) } }
-        let placed = host.plan(for: l)
+        // Read-only: a controller the first launch would enable (v2 delegation) counts.
+        let placed = host.plan(for: l, assumingDelegation: true)
         func cg(_ c: String) -> String {
-            placed.first(where: { $0.controller == c }).map { "cgroup v\($0.version) \(c) under \($0.parent)" } ?? "NOT ENFORCEABLE on this host (no \(c) controller)"
+            guard let p = placed.first(where: { $0.controller == c }) else { return "NOT ENFORCEABLE on this host: \(host.unusable(c))" }
+            let pending = p.version == 2 && host.v2?.controllers.contains(c) == false ? " (enabled by the first launch)" : ""
+            return "cgroup v\(p.version) \(c) under \(p.parent)\(pending)"
         }
         row("memory", l.memory.map(ByteSize.format), cg("memory"))
         row("pids", l.pids.map { String($0) }, cg("pids"))

@@ -50,6 +50,7 @@ struct RunCommand: ParsableCommand {
 
     func run() throws {
         let stops = StopSignals.install()
+        printErr("autoharness: \(DoctorCommand.startupSummary())")
         let s = try experiment.supervisor("run")
         var settings = RunSettings(clientBinary: PolicyLocator.clientBinary(), hostEnvironment: ProcessInfo.processInfo.environment) { line in
             printErr("autoharness: \(line)")
@@ -269,6 +270,7 @@ struct DemoCommand: ParsableCommand {
         }
         let demo = templates + "/demo"
         let stops = StopSignals.install()
+        print("demo: \(DoctorCommand.startupSummary())")
         do {
             try fm.createDirectory(atPath: root, withIntermediateDirectories: true)
             let gen = try Self.shell("/usr/bin/python3", [demo + "/make_benchmark.py", root + "/benchmark"])

@@ -6,7 +6,7 @@
 // allocated *before* the fork) and calls `ahl_spawn`. Three processes result:
 //
 //   monitor  (host pid namespace)  unshares the namespaces, waits for the supervisor to
-//            write the id maps and place it in cgroups, forks init, relays control bytes,
+//            write the id maps (it joined its cgroups itself), forks init, relays control bytes,
 //            and exits with init's status. It never runs untrusted code.
 //   init     (pid 1 of the sandbox) builds the filesystem, forks the payload, forwards
 //            signals to it, reaps orphans, reports the payload's wait status and exits —
@@ -73,7 +73,8 @@ struct ahl_plan {
     uint32_t cap_last;            // highest capability number the kernel knows
     uint64_t root_size;           // bytes for the root tmpfs (holds only mount points)
     int *scratch_fds;             // n_mounts + AHL_DEVICE_COUNT ints the child may overwrite
-    const char *const *cgroup_join; // NULL-terminated cgroup v1 `tasks` files the monitor joins
+    const char *const *cgroup_join; // NULL-terminated cgroup files the monitor writes "0" into to
+                                    // join: v1 `tasks`, v2 `cgroup.procs`
     uint16_t proxy_port;          // non-zero: listen on 127.0.0.1:port inside the sandbox's network
                                   // namespace and hand the socket to the supervisor (egress proxy)
     uint64_t wipe_start[2];       // the supervisor's argv and environment blocks (arg_start,
@@ -91,9 +92,8 @@ struct ahl_child {
 };
 
 /// Forks the monitor. Returns 0, or an errno value if nothing was started.
-/// Afterwards: read AHL_MSG_UNSHARED, write /proc/PID/{setgroups,uid_map,gid_map}, move
-/// PID into any cgroups it did not join itself (v2), write AHL_CTL_GO to control_fd, then
-/// read messages.
+/// Afterwards: read AHL_MSG_UNSHARED, write /proc/PID/{setgroups,uid_map,gid_map}, write
+/// AHL_CTL_GO to control_fd, then read messages.
 int ahl_spawn(const struct ahl_plan *plan, struct ahl_child *out);
 
 // Control bytes, supervisor -> monitor. Any byte 1..64 is a signal to forward to the payload.

@@ -11,6 +11,9 @@ int ahl_memfd(const char *name);
 int ahl_accept_cloexec(int listener);
 /// The peer of a connected Unix socket (SO_PEERCRED): 0, or -1 with errno.
 int ahl_peer_credentials(int fd, int *pid, unsigned *uid);
+/// The kernel's Landlock ABI version (>= 1), or -errno (-ENOSYS: not built in, -EOPNOTSUPP:
+/// disabled at boot).
+int ahl_landlock_abi(void);
 #ifdef __cplusplus
 }
 #endif

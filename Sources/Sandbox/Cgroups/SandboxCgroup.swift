@@ -11,94 +11,6 @@ public struct LimitEnforcement: Sendable, Equatable, CustomStringConvertible {
     public var description: String { "\(limit)=\(value) via \(mechanism)" }
 }
 
-/// The cgroup hierarchies visible to this process and where this process sits in them.
-public struct CgroupHost: Sendable {
-    public struct Hierarchy: Sendable {
-        /// Directory of *our own* cgroup in this hierarchy.
-        public var ownDirectory: String
-        public var controllers: Set<String>
-        public init(ownDirectory: String, controllers: Set<String>) {
-            self.ownDirectory = ownDirectory
-            self.controllers = controllers
-        }
-    }
-    /// cgroup v1 hierarchies keyed by controller.
-    public var v1: [String: Hierarchy]
-    /// The cgroup v2 (unified) hierarchy, if mounted; `controllers` are those usable in a
-    /// child cgroup (enabled in our cgroup's `cgroup.subtree_control`).
-    public var v2: Hierarchy?
-
-    public init(v1: [String: Hierarchy], v2: Hierarchy?) {
-        self.v1 = v1
-        self.v2 = v2
-    }
-
-    /// This process's hierarchies, read once: a supervisor does not move between cgroups.
-    public static let current = detect()
-
-    /// Reads /proc/self/cgroup and /proc/self/mountinfo.
-    public static func detect() -> CgroupHost {
-        var own: [String: String] = [:]  // "memory" or "" (v2) -> path
-        for line in readText("/proc/self/cgroup").split(separator: "\n") {
-            let f = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
-            guard f.count == 3 else { continue }
-            let path = String(f[2])
-            if f[1].isEmpty { own[""] = path } else {
-                for c in f[1].split(separator: ",") { own[String(c)] = path }
-            }
-        }
-        var v1: [String: Hierarchy] = [:]
-        var v2: Hierarchy?
-        for line in readText("/proc/self/mountinfo").split(separator: "\n") {
-            let halves = line.components(separatedBy: " - ")
-            guard halves.count == 2 else { continue }
-            let pre = halves[0].split(separator: " ")
-            let post = halves[1].split(separator: " ")
-            guard pre.count >= 5, post.count >= 3 else { continue }
-            let root = String(pre[3]), mountPoint = String(pre[4])
-            func dir(_ path: String) -> String? {
-                // The mount shows the hierarchy from `root` down; our path must lie inside it.
-                guard path == root || path.hasPrefix(root == "/" ? "/" : root + "/") else { return nil }
-                let rel = root == "/" ? path : String(path.dropFirst(root.count))
-                return rel == "/" || rel.isEmpty ? mountPoint : mountPoint + rel
-            }
-            if post[0] == "cgroup2", v2 == nil, let p = own[""], let d = dir(p) {
-                let enabled = Set(readText(d + "/cgroup.subtree_control").split(whereSeparator: { $0 == " " || $0 == "\n" }).map(String.init))
-                v2 = Hierarchy(ownDirectory: d, controllers: enabled)
-            } else if post[0] == "cgroup" {
-                let opts = post[2].split(separator: ",").map(String.init)
-                for c in ["memory", "pids", "cpu", "freezer"] where opts.contains(c) {
-                    if let p = own[c], let d = dir(p), v1[c] == nil {
-                        v1[c] = Hierarchy(ownDirectory: d, controllers: Set(opts))
-                    }
-                }
-            }
-        }
-        return CgroupHost(v1: v1, v2: v2)
-    }
-
-    /// Where each requested limit would be enforced, without creating anything.
-    public func plan(for limits: Limits) -> [(controller: String, version: Int, parent: String)] {
-        var out: [(String, Int, String)] = []
-        for c in Self.requested(limits) {
-            if let v2, v2.controllers.contains(c) {
-                out.append((c, 2, v2.ownDirectory))
-            } else if let h = v1[c] {
-                out.append((c, 1, h.ownDirectory))
-            }
-        }
-        return out
-    }
-
-    static func requested(_ limits: Limits) -> [String] {
-        var r: [String] = []
-        if limits.memory != nil { r.append("memory") }
-        if limits.pids != nil { r.append("pids") }
-        if limits.cpus != nil { r.append("cpu") }
-        return r
-    }
-}
-
 /// The per-sandbox cgroup(s): created inside the supervisor's own cgroup before launch,
 /// removed after the sandbox is gone.
 final class SandboxCgroup {
@@ -112,7 +24,7 @@ final class SandboxCgroup {
         let wanted = CgroupHost.requested(limits)
         let placed = host.plan(for: limits)
         for c in wanted where !placed.contains(where: { $0.controller == c }) {
-            let msg = "no usable \(c) controller (cgroup v2: \(host.v2.map { "enabled here: \($0.controllers.sorted().joined(separator: " "))" } ?? "not mounted"); cgroup v1 \(c): not mounted)"
+            let msg = host.unusable(c)
             if !allowUnenforced {
                 throw SandboxError(.cgroup, "limits.\(Self.key(c)) cannot be enforced: \(msg)")
             }
@@ -175,19 +87,12 @@ final class SandboxCgroup {
         }
     }
 
-    /// cgroup v1 `tasks` files the monitor writes "0" into to join by itself (fast path).
+    /// The files the monitor writes "0" into to join its cgroups by itself, before it forks
+    /// anything: v1 `tasks` (one thread: the monitor is single-threaded), v2 `cgroup.procs`.
     var selfJoinFiles: [String] {
         var seen: Set<String> = []
-        return directories.filter { $0.version == 1 && seen.insert($0.path).inserted }.map { $0.path + "/tasks" }
-    }
-
-    /// Moves `pid` (the sandbox's monitor, before it forks anything) into every cgroup it
-    /// did not join itself.
-    func attach(pid: pid_t) throws(SandboxError) {
-        var seen: Set<String> = []
-        for d in directories where d.version != 1 && seen.insert(d.path).inserted {
-            try Self.write(d.path + "/cgroup.procs", "\(pid)")
-        }
+        return directories.filter { seen.insert($0.path).inserted }
+            .map { $0.path + ($0.version == 1 ? "/tasks" : "/cgroup.procs") }
     }
 
     /// True when the memory controller OOM-killed something in this sandbox.
@@ -212,12 +117,12 @@ final class SandboxCgroup {
     /// Processes still inside (there should be none once init has exited).
     func remainingProcesses() -> [pid_t] {
         var pids: Set<pid_t> = []
-        for d in directories {
-            for l in readText(d.path + "/cgroup.procs").split(separator: "\n") {
-                if let p = pid_t(l) { pids.insert(p) }
-            }
-        }
+        for d in directories { pids.formUnion(Self.processes(in: d.path)) }
         return pids.sorted()
+    }
+
+    static func processes(in dir: String) -> [pid_t] {
+        readText(dir + "/cgroup.procs").split(separator: "\n").compactMap { pid_t($0) }
     }
 
     /// Removes the cgroups. Every process in them descends from this sandbox's monitor; any
@@ -228,6 +133,11 @@ final class SandboxCgroup {
         var failed: [String] = []
         var seen: Set<String> = []
         for d in directories.reversed() where seen.insert(d.path).inserted {
+            // v2 (5.14+): one write kills every process in the cgroup, including any forked
+            // after we listed them. The pid loop below stays for v1 and older kernels.
+            if d.version == 2, !Self.processes(in: d.path).isEmpty {
+                _ = CgroupHost.writeErrno(d.path + "/cgroup.kill", "1")
+            }
             var ok = false
             for attempt in 0..<50 {
                 if rmdir(d.path) == 0 || errno == ENOENT { ok = true; break }
@@ -256,7 +166,7 @@ final class SandboxCgroup {
             let path = parent + "/" + name
             var st = stat()
             guard stat(path, &st) == 0, now.tv_sec - st.st_mtim.tv_sec > 60,
-                  readText(path + "/cgroup.procs").isEmpty else { continue }
+                  processes(in: path).isEmpty else { continue }
             rmdir(path)
         }
     }

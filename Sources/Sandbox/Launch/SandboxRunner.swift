@@ -254,8 +254,8 @@ private struct Session {
             memoryLimitHit: memHit, pidsLimitHit: pidsHit, enforcement: [], leftovers: leftovers)
     }
 
-    /// Waits for the monitor to unshare, writes the id maps and joins the cgroups, then lets
-    /// it continue. Returns a message if the sandbox must be abandoned.
+    /// Waits for the monitor to unshare (it joined its cgroups before that), writes the id
+    /// maps, then lets it continue. Returns a message if the sandbox must be abandoned.
     mutating func handshake() -> String? {
         switch nextMessage(timeoutMS: 10_000) {
         case .message(let m) where m.kind == AHL_MSG_UNSHARED.rawValue:
@@ -276,10 +276,8 @@ private struct Session {
             try SandboxCgroup.write("/proc/\(pid)/uid_map", "\(id.uid) \(id.hostUID) 1\n")
             try SandboxCgroup.write("/proc/\(pid)/gid_map", "\(id.gid) \(id.hostGID) 1\n")
             Timing.mark("id maps written")
-            try cgroup.attach(pid: pid)
-            Timing.mark("cgroups joined")
         } catch {
-            return "id maps / cgroups: \(error.message)"
+            return "id maps: \(error.message)"
         }
         sendControl(UInt8(AHL_CTL_GO))
         return nil
@@ -434,6 +432,10 @@ private struct Session {
             return "\(name) \(plan.rlimits[Int(index)].name)"
         }
         if stage == AHL_STAGE_CHDIR.rawValue { return "\(name) \(plan.workingDirectory)" }
+        if stage == AHL_STAGE_JOIN_CGROUP.rawValue {
+            let files = cgroup.selfJoinFiles
+            if index >= 0, Int(index) < files.count { return "\(name) (\(files[Int(index)]))" }
+        }
         return name
     }
 }

@@ -1,0 +1,139 @@
+import ArgumentParser
+import Foundation
+import Sandbox
+import SandboxPolicy
+
+struct DoctorCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "doctor",
+        abstract: "Report what this host enforces, what it cannot, and how to fix it.",
+        discussion: """
+            Checks privileges, namespaces (by starting a real sandbox), seccomp (errno, \
+            user_notif, log), Landlock, and cgroups: version, where this process sits, each \
+            controller the sandboxes use (memory, pids, cpu) and the freezer, cgroup.kill. Then, \
+            for every policy in use (default: every shipped policy), whether its limits can be \
+            enforced here. Exit 0 when everything a policy in use needs is available, 1 otherwise.
+
+            A supervisor placed in a delegated cgroup v2 (systemd Delegate=yes, a container's \
+            own cgroup namespace) moves itself into a leaf `autoharness-supervisor` and enables \
+            the controllers below its cgroup on the first sandbox launch; doctor's test sandbox \
+            does that, and says so.
+            """)
+
+    @Option(name: .customLong("policy"), help: "A policy in use (name or file); repeatable. Default: every shipped policy.")
+    var policies: [String] = []
+
+    @Option(name: .customLong("policy-dir"), help: "Directory of sandbox policies, searched before the built-in ones.")
+    var policyDirs: [String] = []
+
+    @Flag(help: "Print only the one-line summary.")
+    var summary = false
+
+    func run() throws {
+        let loader = PolicyLocator.loader(policyDirs)
+        var problems: [String] = []
+        var lines: [(String, String, String)] = []
+
+        // A real sandbox first: it proves namespaces, mounts and seccomp together, and (on a
+        // delegated cgroup v2) performs the delegation, so what follows is the state sandboxes get.
+        if geteuid() == 0 {
+            let test = Self.testSandbox(loader)
+            lines.append(("sandbox", test.ok ? "ok" : "MISSING", test.message))
+            if !test.ok { problems.append("a test sandbox failed: \(test.message)") }
+        }
+        let host = geteuid() == 0 ? CgroupHost.current : CgroupHost.detect()
+        let report = HostInspection.inspect(host: host)
+        lines.insert(("kernel", "info", report.kernel), at: 0)
+        if let d = host.delegation { lines.append(("delegation", "info", d)) }
+        for f in report.findings {
+            let status = f.status == .missing ? "MISSING" : f.status.rawValue
+            lines.append((f.topic, status, f.detail + (f.fix.map { "\n" + String(repeating: " ", count: 30) + "fix: " + $0 } ?? "")))
+            if f.status == .missing, !f.topic.hasPrefix("  ") { problems.append("\(f.topic): \(f.detail)") }
+        }
+        for (name, limits) in Self.policiesInUse(policies, loader: loader, problems: &problems) {
+            let bad = HostInspection.unenforceable(limits, host: host)
+            if bad.isEmpty {
+                lines.append(("policy \(name)", "ok", "limits enforceable"))
+            } else {
+                lines.append(("policy \(name)", "MISSING", "\(bad.joined(separator: ", ")) cannot be enforced on this host"))
+                problems.append("policy \(name): \(bad.joined(separator: ", ")) cannot be enforced")
+            }
+        }
+        let line = Self.summaryLine(report: report, host: host, problems: problems)
+        if !summary {
+            for (topic, status, detail) in lines {
+                print(topic.padding(toLength: max(20, topic.count), withPad: " ", startingAt: 0) + " " + status.padding(toLength: 8, withPad: " ", startingAt: 0) + " " + detail)
+            }
+            print("")
+        }
+        print(line)
+        if !problems.isEmpty { throw ExitCode(Exit.failure) }
+    }
+
+    /// `doctor: ok (…)` or `doctor: N problem(s): …`, the line `run` and `demo` print at start.
+    static func summaryLine(report: HostInspection, host: CgroupHost, problems: [String]) -> String {
+        guard problems.isEmpty else {
+            return "doctor: \(problems.count) problem\(problems.count == 1 ? "" : "s"): \(problems.joined(separator: "; ")) (details: autoharness doctor)"
+        }
+        let limits = CgroupHost.controllersUsed.map { c -> String in
+            if let v2 = host.v2, v2.controllers.contains(c) || (v2.available.contains(c) && host.v1[c] == nil) { return "\(c) v2" }
+            return host.v1[c] != nil ? "\(c) v1" : "\(c) none"
+        }
+        return "doctor: ok: kernel \(report.kernel); cgroup limits \(limits.joined(separator: ", ")); seccomp with user_notif"
+    }
+
+    /// Summary for the start of `run` and `demo`, without a test sandbox.
+    static func startupSummary(policies: [String] = []) -> String {
+        var problems: [String] = []
+        let host = CgroupHost.current
+        let report = HostInspection.inspect(host: host)
+        for f in report.findings where f.status == .missing && !f.topic.hasPrefix("  ") { problems.append("\(f.topic): \(f.detail)") }
+        for (name, limits) in policiesInUse(policies, loader: PolicyLocator.loader([]), problems: &problems) {
+            let bad = HostInspection.unenforceable(limits, host: host)
+            if !bad.isEmpty { problems.append("policy \(name): \(bad.joined(separator: ", ")) cannot be enforced") }
+        }
+        return summaryLine(report: report, host: host, problems: problems)
+    }
+
+    static func policiesInUse(_ names: [String], loader: PolicyLoader, problems: inout [String]) -> [(String, Limits)] {
+        var chosen = names
+        if chosen.isEmpty, let dir = loader.searchPaths.first(where: { access($0 + "/base.yaml", F_OK) == 0 }) {
+            chosen = ((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? [])
+                .filter { $0.hasSuffix(".yaml") }.map { String($0.dropLast(5)) }.sorted()
+        }
+        var out: [(String, Limits)] = []
+        for name in chosen {
+            do {
+                out.append((name, try loader.load(name, requireAllPlaceholders: false).limits))
+            } catch let d as PolicyDiagnostics {
+                problems.append("policy \(name): \(d.errors.first?.description ?? "invalid")")
+            } catch {
+                problems.append("policy \(name): \(error)")
+            }
+        }
+        return out
+    }
+
+    /// `/bin/true` under the base policy, limits allowed to be unenforced (they are reported
+    /// separately): namespaces, mounts, seccomp and capabilities as every sandbox has them.
+    static func testSandbox(_ loader: PolicyLoader) -> (ok: Bool, message: String) {
+        do {
+            let policy = try loader.load("base", requireAllPlaceholders: false)
+            let plan = try PlanCompiler.compile(policy: policy, command: ["/bin/true"], hostEnvironment: [:])
+            var options = RunOptions()
+            options.allowUnenforcedLimits = true
+            let r = try SandboxRunner.run(plan, options: options)
+            switch r.termination {
+            case .exited(0): return (true, "started /bin/true under the base policy (user, mount, pid, net, ipc, uts, cgroup namespaces; seccomp; no capabilities)")
+            case .setupFailed(let m, _): return (false, m)
+            default: return (false, "/bin/true ended with status \(r.exitCode)")
+            }
+        } catch let e as SandboxError {
+            return (false, e.message)
+        } catch let d as PolicyDiagnostics {
+            return (false, d.errors.first?.description ?? "base policy invalid")
+        } catch {
+            return (false, "\(error)")
+        }
+    }
+}
