@@ -222,13 +222,16 @@ struct RunTests {
         usleep(300_000)
         kill(p.processIdentifier, SIGKILL)
         p.waitUntilExit()
-        // The sandboxes die with their supervisor.
-        var left = hostProcesses(containing: "slow_gate.py")
-        for _ in 0..<50 where !left.isEmpty {
+        // The gate's sandboxes die with their supervisor. The coding agent was frozen for
+        // the gate and stays frozen (not one of its threads runs) until the next supervisor
+        // ends it.
+        var running = hostProcesses(containing: "slow_gate.py").filter { !inFrozenCgroup($0) }
+        for _ in 0..<50 where !running.isEmpty {
             usleep(100_000)
-            left = hostProcesses(containing: "slow_gate.py")
+            running = hostProcesses(containing: "slow_gate.py").filter { !inFrozenCgroup($0) }
         }
-        #expect(left.isEmpty, "coding agent outlived its supervisor")
+        #expect(running.isEmpty, "part of the coding agent runs on after its supervisor died mid-gate")
+        let frozen = hostProcesses(containing: "slow_gate.py")
         #expect(try exp.rows("run_ended").isEmpty)
 
         // The same experiment, an agent that writes a working agent.py and gates at once.
@@ -241,6 +244,10 @@ struct RunTests {
         let r = try exp.run("run", "--max-iterations", "1", "--max-hours", "0.1")
         #expect(r.status == 0, "\(r.stdout)\n\(r.stderr)\n\(exp.agentLog)")
         #expect(r.stdout.contains("(resumed)"), "\(r.stdout)")
+        // The gate starts after the freeze, so the killed supervisor left a frozen agent.
+        #expect(!frozen.isEmpty, "no frozen coding agent after kill -9 mid-gate")
+        #expect(r.stderr.contains("left by a supervisor that is gone"), "\(r.stderr)")
+        #expect(frozen.allSatisfy { kill($0, 0) != 0 }, "the frozen coding agent of the killed supervisor survived the restart")
         let starts = try exp.rows("run_started")
         #expect(starts.count == 2 && starts[1]["resumed"] as? Bool == true && starts[0]["runID"] as? String == starts[1]["runID"] as? String)
         let attempts = try exp.rows("gate_attempt")
@@ -316,6 +323,26 @@ struct RunTests {
         // ticker (every 10 ms when it runs) must have been stopped for nearly all of it.
         #expect(gate > 3.0)
         #expect(gap > gate - 1.0, "max gap \(gap)s in a \(gate)s gate: the agent ran during the gate")
+    }
+
+    @Test("the freeze holds a zombie-leader process that re-arms SIGCONT to itself and a fork loop for the whole gate")
+    func freezeHoldsEvaders() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        try exp.configureRun(command: ["python3", Fixtures.agents + "/evader.py"], values: ["max_non_improving": "1"])
+        let r = try exp.run("run", "--max-hours", "0.1")
+        #expect(r.status == 0, "\(r.stdout) \(r.stderr)")
+        let log = exp.agentLog
+        // The attack was live: the leader is a zombie while its other thread ticks, and both
+        // tickers ran before the gate and again after it.
+        let setup = try #require(log.split(separator: "\n").first { $0.hasPrefix("LEADER ") }, "\(log)").split(separator: " ")
+        #expect(setup[1] == "Z" && (Int(setup[3]) ?? 0) >= 2, "\(setup)")
+        #expect((Int(setup[5]) ?? 0) > 20 && (Int(setup[7]) ?? 0) > 0, "\(setup)")
+        let line = try #require(log.split(separator: "\n").first { $0.hasPrefix("GATE ") }, "\(log)")
+        let f = line.split(separator: " ")
+        let gate = try #require(Double(f[1])), gap = try #require(Double(f[3]))
+        #expect(gate > 3.0)
+        #expect(gap > gate - 1.0, "max gap \(gap)s in a \(gate)s gate: part of the agent ran during the gate")
     }
 
     @Test("when the ledger cannot be written (a full disk), the agent is stopped: nothing happens unrecorded")

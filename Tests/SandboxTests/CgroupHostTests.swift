@@ -95,3 +95,102 @@ struct CgroupHostTests {
         #expect(r.stdout.contains("broken.yaml:3"))
     }
 }
+
+@Suite("The cgroup freezer")
+struct FreezerTests {
+    /// A payload that evades SIGSTOP: its leader thread exits (a zombie) while a second
+    /// thread ticks into /out/ticks, and a POSIX timer sends it SIGCONT every 5 ms.
+    static let evader = """
+        import ctypes, os, signal, threading, time
+        fd = os.open('/out/ticks', os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+        def tick():
+            while True:
+                os.write(fd, b'.')
+                time.sleep(0.005)
+        class ev(ctypes.Structure):
+            _fields_ = [('v', ctypes.c_void_p), ('signo', ctypes.c_int), ('notify', ctypes.c_int), ('pad', ctypes.c_int * 12)]
+        class ts(ctypes.Structure):
+            _fields_ = [('s', ctypes.c_long), ('ns', ctypes.c_long)]
+        class its(ctypes.Structure):
+            _fields_ = [('i', ts), ('v', ts)]
+        libc = ctypes.CDLL(None)
+        signal.signal(signal.SIGCONT, lambda *_: None)
+        threading.Thread(target=tick, daemon=True).start()
+        t = ctypes.c_void_p()
+        assert libc.timer_create(1, ctypes.byref(ev(signo=signal.SIGCONT)), ctypes.byref(t)) == 0
+        assert libc.timer_settime(t, 0, ctypes.byref(its(ts(0, 5000000), ts(0, 5000000))), None) == 0
+        libc.syscall(60, 0)
+        """
+
+    @Test("a frozen sandbox stays frozen against a zombie leader and self-sent SIGCONT, thaws, and is killed while frozen on timeout",
+          arguments: [1, 2])
+    func freezerHoldsAndKills(version: Int) throws {
+        try requireRoot()
+        let detected = CgroupHost.detect()
+        let host: CgroupHost
+        if version == 1 {
+            guard detected.v1["freezer"] != nil else {
+                Issue.record("no v1 freezer hierarchy mounted on this host")
+                return
+            }
+            host = CgroupHost(v1: detected.v1, v2: nil)
+        } else {
+            guard detected.v2 != nil else {
+                Issue.record("no cgroup2 mount on this host")
+                return
+            }
+            host = CgroupHost(v1: detected.v1, v2: detected.v2)
+        }
+        let dir = try TempDir(mode: 0o777)
+        let ticks = dir.path + "/ticks"
+        var limits = Limits()
+        limits.timeoutSeconds = 5
+        let policy = Policy(name: "freeze", mounts: minimalMounts + [MountSpec(kind: .readWrite(source: dir.path), destination: "/out")], limits: limits)
+        let plan = try PlanCompiler.compile(policy: policy, command: ["/usr/bin/python3", "-c", Self.evader], hostEnvironment: [:])
+        var options = RunOptions()
+        options.cgroupHost = host
+        let control = SandboxControl()
+        options.control = control
+        let result = Locked<Result<SandboxResult, SandboxError>?>(nil)
+        let started = Date()
+        let runOptions = options
+        let worker = Thread {
+            let r = Result { () throws(SandboxError) in try SandboxRunner.run(plan, options: runOptions) }
+            result.withLock { result.value = r }
+        }
+        worker.start()
+        func count() -> Int { (try? FileManager.default.attributesOfItem(atPath: ticks)[.size] as? Int) ?? 0 }
+        while count() < 20 && Date().timeIntervalSince(started) < 4 { usleep(10_000) }
+        try #require(count() >= 20, "the payload never ticked")
+
+        try control.freeze()
+        #expect(control.isFrozen)
+        let frozenAt = count()
+        usleep(1_000_000)
+        #expect(count() == frozenAt, "ticked \(count() - frozenAt) times while frozen (cgroup v\(version))")
+
+        try control.thaw()
+        usleep(300_000)
+        #expect(count() > frozenAt + 10, "did not run again after the thaw")
+
+        // Frozen when the timeout strikes: the sandbox must still die, promptly.
+        try control.freeze()
+        while result.withLock({ result.value == nil }) && Date().timeIntervalSince(started) < 12 { usleep(20_000) }
+        let r = try #require(result.withLock { result.value }, "a frozen sandbox outlived its timeout").get()
+        #expect(r.termination == .timedOut)
+        #expect(r.leftovers.isEmpty)
+        #expect(Date().timeIntervalSince(started) < 8)
+    }
+}
+
+/// A value behind a lock, for the worker thread's result.
+final class Locked<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    var value: Value
+    init(_ value: Value) { self.value = value }
+    func withLock<T>(_ body: () throws -> T) rethrows -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body()
+    }
+}

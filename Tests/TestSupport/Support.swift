@@ -107,6 +107,33 @@ public func hostProcesses(containing marker: String) -> [Int32] {
     }
 }
 
+/// True when `pid` sits in a frozen cgroup (v2 `cgroup.events` frozen 1, or v1 freezer
+/// FROZEN), read through this host's cgroup mounts.
+public func inFrozenCgroup(_ pid: Int32) -> Bool {
+    let mounts = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
+    var v2Mount: String?, freezerMount: String?
+    for line in mounts.split(separator: "\n") {
+        let halves = line.components(separatedBy: " - ")
+        guard halves.count == 2 else { continue }
+        let pre = halves[0].split(separator: " "), post = halves[1].split(separator: " ")
+        guard pre.count >= 5, post.count >= 3 else { continue }
+        if post[0] == "cgroup2" { v2Mount = v2Mount ?? String(pre[4]) }
+        if post[0] == "cgroup", post[2].split(separator: ",").contains("freezer") { freezerMount = String(pre[4]) }
+    }
+    let cgroups = (try? String(contentsOfFile: "/proc/\(pid)/cgroup", encoding: .utf8)) ?? ""
+    for line in cgroups.split(separator: "\n") {
+        let f = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
+        guard f.count == 3 else { continue }
+        if f[1].isEmpty, let m = v2Mount,
+           let events = try? String(contentsOfFile: m + f[2] + "/cgroup.events", encoding: .utf8),
+           events.contains("frozen 1") { return true }
+        if f[1].split(separator: ",").contains("freezer"), let m = freezerMount,
+           let state = try? String(contentsOfFile: m + f[2] + "/freezer.state", encoding: .utf8),
+           state.hasPrefix("FROZEN") { return true }
+    }
+    return false
+}
+
 /// A TCP echo server on the host's loopback (this test's own network namespace), run by
 /// python3; `port` is where it listens.
 public final class HostEchoServer {

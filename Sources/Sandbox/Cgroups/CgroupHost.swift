@@ -176,6 +176,15 @@ public struct CgroupHost: Sendable {
         return out
     }
 
+    /// Where a freezable sandbox's freezer cgroup goes: the unified hierarchy where it is
+    /// mounted (`cgroup.freeze` is core, needs no controller, and frozen tasks still die by
+    /// SIGKILL), else the v1 freezer.
+    func freezerParent() -> (version: Int, parent: String)? {
+        if let v2 { return (2, v2.ownDirectory) }
+        if let h = v1["freezer"] { return (1, h.ownDirectory) }
+        return nil
+    }
+
     static func requested(_ limits: Limits) -> [String] {
         var r: [String] = []
         if limits.memory != nil { r.append("memory") }

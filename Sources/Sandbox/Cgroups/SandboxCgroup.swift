@@ -13,16 +13,28 @@ public struct LimitEnforcement: Sendable, Equatable, CustomStringConvertible {
 
 /// The per-sandbox cgroup(s): created inside the supervisor's own cgroup before launch,
 /// removed after the sandbox is gone.
+///
+/// Directory names carry the creating supervisor (`autoharness-sbx-ID.oPID-STARTTIME`), so
+/// a later supervisor can tell a sandbox whose supervisor died (kill -9 mid-gate leaves it
+/// frozen) from a live sibling's, and end it: see `sweepOrphans`.
 final class SandboxCgroup {
     private(set) var directories: [(controller: String, version: Int, path: String)] = []
     private(set) var enforcement: [LimitEnforcement] = []
+    /// The directory whose freezer holds the whole sandbox, if it was made freezable.
+    private(set) var freezer: (version: Int, path: String)?
 
     /// Creates the cgroups for `limits`. A requested limit no controller can enforce is an
-    /// error unless `allowUnenforced`, in which case it is listed as NOT ENFORCED.
-    init(id: String, limits: Limits, host: CgroupHost = .current, allowUnenforced: Bool) throws(SandboxError) {
-        let name = "autoharness-\(id)"
+    /// error unless `allowUnenforced`, in which case it is listed as NOT ENFORCED. With
+    /// `freezable`, the sandbox also gets a freezer cgroup (v2 `cgroup.freeze` where the
+    /// unified hierarchy is mounted, else the v1 freezer); `freezer` stays nil if the host
+    /// has neither.
+    init(id: String, limits: Limits, host: CgroupHost = .current, allowUnenforced: Bool,
+         freezable: Bool = false) throws(SandboxError) {
+        let name = "autoharness-\(id).\(Self.ownerTag)"
         let wanted = CgroupHost.requested(limits)
-        let placed = host.plan(for: limits)
+        var placed = host.plan(for: limits)
+        if freezable, let f = host.freezerParent() { placed.append(("freezer", f.version, f.parent)) }
+        Self.sweepOrphans(host)
         for c in wanted where !placed.contains(where: { $0.controller == c }) {
             let msg = host.unusable(c)
             if !allowUnenforced {
@@ -35,13 +47,17 @@ final class SandboxCgroup {
             for p in placed {
                 let dir = p.parent + "/" + name
                 if !made.contains(dir) {
-                    Self.sweepStale(in: p.parent)
                     if mkdir(dir, 0o755) != 0 && errno != EEXIST {
                         throw SandboxError(.cgroup, "mkdir \(dir): \(String(cString: strerror(errno)))", errno: errno)
                     }
                     made.insert(dir)
                 }
                 directories.append((p.controller, p.version, dir))
+                if p.controller == "freezer" {
+                    // v2's freezer is a core file of every non-root cgroup since 5.2.
+                    if p.version == 1 || access(dir + "/cgroup.freeze", F_OK) == 0 { freezer = (p.version, dir) }
+                    continue
+                }
                 try Self.apply(controller: p.controller, version: p.version, dir: dir, limits: limits)
                 enforcement.append(.init(limit: Self.key(p.controller), value: Self.value(p.controller, limits),
                                          mechanism: "cgroup v\(p.version) \(p.controller) (\(dir))"))
@@ -114,6 +130,48 @@ final class SandboxCgroup {
         return false
     }
 
+    /// Freezes every task of the sandbox (every thread of every process, the monitor too)
+    /// and returns once the kernel reports the whole cgroup frozen. Signals cannot undo it.
+    func freeze(within seconds: Double = 2) throws(SandboxError) {
+        guard let f = freezer else {
+            throw SandboxError(.cgroup, "the sandbox has no cgroup freezer (neither cgroup v2 nor the v1 freezer is available)")
+        }
+        let deadline = monotonicNow() + seconds
+        var attempt = 0
+        while true {
+            // v1 may stay FREEZING while a task is busy in the kernel; writing FROZEN again
+            // retries the tasks that have not stopped yet.
+            if attempt % 20 == 0 { try Self.write(f.path + (f.version == 2 ? "/cgroup.freeze" : "/freezer.state"), f.version == 2 ? "1" : "FROZEN") }
+            if isFrozen { return }
+            if monotonicNow() > deadline { break }
+            attempt += 1
+            usleep(500)
+        }
+        thaw()
+        throw SandboxError(.cgroup, "the sandbox's cgroup \(f.path) did not report frozen within \(seconds)s")
+    }
+
+    /// What the kernel says right now: v2 `frozen 1` in cgroup.events, v1 `FROZEN`.
+    var isFrozen: Bool {
+        guard let f = freezer else { return false }
+        if f.version == 2 { return Self.field(readText(f.path + "/cgroup.events"), "frozen") == 1 }
+        return readText(f.path + "/freezer.state").trimmingCharacters(in: .whitespacesAndNewlines) == "FROZEN"
+    }
+
+    func thaw() {
+        guard let f = freezer else { return }
+        _ = CgroupHost.writeErrno(f.path + (f.version == 2 ? "/cgroup.freeze" : "/freezer.state"), f.version == 2 ? "0" : "THAWED")
+    }
+
+    /// Kills every process of the sandbox, frozen or not, without letting a frozen one run
+    /// a single instruction first: SIGKILL is queued while frozen and acted on as a thawed
+    /// task returns to user space (v1); v2 kills frozen tasks outright.
+    func killAll() {
+        for d in directories where d.version == 2 { _ = CgroupHost.writeErrno(d.path + "/cgroup.kill", "1") }
+        for p in remainingProcesses() { kill(p, SIGKILL) }
+        thaw()
+    }
+
     /// Processes still inside (there should be none once init has exited).
     func remainingProcesses() -> [pid_t] {
         var pids: Set<pid_t> = []
@@ -142,36 +200,99 @@ final class SandboxCgroup {
             for attempt in 0..<50 {
                 if rmdir(d.path) == 0 || errno == ENOENT { ok = true; break }
                 for p in remainingProcesses() { kill(p, SIGKILL) }
+                // A v1-frozen task acts on SIGKILL only once thawed.
+                if attempt == 0 { thaw() }
                 usleep(useconds_t(attempt < 10 ? 1000 : 10_000))
             }
             if !ok { failed.append(d.path) }
         }
         directories.removeAll()
+        freezer = nil
         return failed
     }
 
-    /// Removes sandbox cgroups a killed supervisor left behind: named `autoharness-sbx-*`,
-    /// empty, and older than a minute (a sibling supervisor's cgroup is empty only for the
-    /// milliseconds between its mkdir and its monitor joining).
-    static func sweepStale(in parent: String) {
-        // Once per parent and process: what a killed supervisor left is there at start-up.
-        guard swept.withLock({ swept.value.insert(parent).inserted }) else { return }
-        guard let d = opendir(parent) else { return }
-        defer { closedir(d) }
+    /// `oPID-STARTTIME` of this process: names every sandbox cgroup it creates.
+    static let ownerTag = "o\(getpid())-\(startTime(of: getpid()) ?? 0)"
+
+    /// Start time of `pid` in clock ticks since boot (field 22 of /proc/PID/stat): with
+    /// the pid it names one process for the life of the system.
+    static func startTime(of pid: pid_t) -> UInt64? {
+        let text = readText("/proc/\(pid)/stat")
+        guard let close = text.lastIndex(of: ")") else { return nil }
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        return fields.count > 19 ? UInt64(fields[19]) : nil
+    }
+
+    /// What the last sweep ended (for the caller's log), once per process.
+    static let sweepReport = Locked<[String]>([])
+
+    /// Ends and removes sandbox cgroups whose supervisor is gone: a supervisor killed while
+    /// a sandbox was frozen leaves it frozen (and its monitor with it) until someone thaws
+    /// it. Their processes were started by that supervisor; they are killed before the thaw
+    /// can let them run. Legacy names without an owner are removed only when empty and over
+    /// a minute old. Runs once per process, before its first sandbox cgroup is made.
+    static func sweepOrphans(_ host: CgroupHost) {
+        guard swept.withLock({ let first = !swept.value; swept.value = true; return first }) else { return }
+        var parents: [(version: Int, path: String)] = []
+        if let v2 = host.v2 { parents.append((2, v2.ownDirectory)) }
+        for c in ["memory", "pids", "cpu", "freezer"] { if let h = host.v1[c] { parents.append((1, h.ownDirectory)) } }
+        var groups: [String: [(version: Int, path: String)]] = [:]
+        var seen: Set<String> = []
+        for p in parents where seen.insert(p.path).inserted {
+            for name in directoryEntries(p.path) where name.hasPrefix("autoharness-sbx-") {
+                groups[name, default: []].append((p.version, p.path + "/" + name))
+            }
+        }
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
-        while let e = readdir(d) {
-            let name = withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            guard name.hasPrefix("autoharness-sbx-") else { continue }
-            let path = parent + "/" + name
-            var st = stat()
-            guard stat(path, &st) == 0, now.tv_sec - st.st_mtim.tv_sec > 60,
-                  processes(in: path).isEmpty else { continue }
-            rmdir(path)
+        for (name, dirs) in groups.sorted(by: { $0.key < $1.key }) {
+            guard let owner = ownerAlive(name) else {
+                // Legacy name: only an empty, old directory is certainly nobody's.
+                for d in dirs {
+                    var st = stat()
+                    if stat(d.path, &st) == 0, now.tv_sec - st.st_mtim.tv_sec > 60, processes(in: d.path).isEmpty { rmdir(d.path) }
+                }
+                continue
+            }
+            if owner { continue }
+            let orphan = SandboxCgroup(orphan: dirs)
+            let victims = orphan.remainingProcesses()
+            orphan.killAll()
+            let left = orphan.remove()
+            sweepReport.withLock {
+                sweepReport.value.append("ended sandbox cgroup \(name) left by a supervisor that is gone (\(victims.count) process\(victims.count == 1 ? "" : "es") killed\(left.isEmpty ? "" : "; could not remove \(left.joined(separator: ", "))"))")
+            }
         }
     }
 
-    private static let swept = Locked<Set<String>>([])
+    /// nil for a name without an owner tag; else whether that supervisor still runs.
+    static func ownerAlive(_ name: String) -> Bool? {
+        guard let dot = name.lastIndex(of: "."), name[name.index(after: dot)...].hasPrefix("o") else { return nil }
+        let tag = name[name.index(dot, offsetBy: 2)...].split(separator: "-")
+        guard tag.count == 2, let pid = pid_t(tag[0]), let start = UInt64(tag[1]) else { return nil }
+        return startTime(of: pid) == start
+    }
+
+    /// An existing sandbox's directories, to end it.
+    private init(orphan dirs: [(version: Int, path: String)]) {
+        for d in dirs {
+            let isFreezer = d.version == 2 ? access(d.path + "/cgroup.freeze", F_OK) == 0 : access(d.path + "/freezer.state", F_OK) == 0
+            directories.append((isFreezer ? "freezer" : "", d.version, d.path))
+            if isFreezer && (freezer == nil || d.version == 1) { freezer = (d.version, d.path) }
+        }
+    }
+
+    static func directoryEntries(_ path: String) -> [String] {
+        guard let d = opendir(path) else { return [] }
+        defer { closedir(d) }
+        var out: [String] = []
+        while let e = readdir(d) {
+            out.append(withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) })
+        }
+        return out
+    }
+
+    private static let swept = Locked<Bool>(false)
 
     static func field(_ text: String, _ key: String) -> Int? {
         for line in text.split(separator: "\n") {

@@ -65,83 +65,53 @@ public struct RunOptions: @unchecked Sendable {
 /// Freezes and thaws a running sandbox from another thread (e.g. the coding agent while a
 /// gate's held-out tasks run, so nothing it does can overlap them).
 ///
-/// Every process in the sandbox's cgroup except the monitor gets SIGSTOP, rescanning until a
-/// scan finds all of them stopped (a fork in flight when its parent was stopped shows up in
-/// the next scan). Not the cgroup freezer: a frozen task ignores SIGKILL until thawed, so a
-/// supervisor killed mid-gate would leave a frozen sandbox behind; stopped tasks die with
-/// their pid namespace as usual.
+/// The cgroup freezer, not signals: every thread of every process in the sandbox's cgroup
+/// stops, whatever it does with SIGCONT, a zombie thread-group leader or a fork in flight,
+/// and `freeze` returns only once the kernel reports the cgroup frozen. A supervisor killed
+/// while a sandbox is frozen leaves it frozen; the next supervisor's first launch ends it
+/// (`SandboxCgroup.sweepOrphans`).
 public final class SandboxControl: @unchecked Sendable {
     private let lock = Mutex()
     private var cgroup: SandboxCgroup?
-    private var monitor: pid_t = 0
-    private var stopped: Set<pid_t> = []
     private var frozen = false
 
     public init() {}
 
-    func attach(_ c: SandboxCgroup, monitor: pid_t) {
-        lock.withLock {
-            cgroup = c
-            self.monitor = monitor
-        }
+    func attach(_ c: SandboxCgroup) {
+        lock.withLock { cgroup = c }
     }
 
     func detach() {
         lock.withLock {
             cgroup = nil
-            stopped = []
             frozen = false
         }
     }
 
-    /// Stops every process of the sandbox; returns once all are stopped. A no-op when no
-    /// sandbox is running.
+    /// Freezes the whole sandbox and verifies it; a no-op when no sandbox is running.
+    /// Throws (having thawed) if the freeze cannot be verified.
     public func freeze() throws(SandboxError) {
         var failure: SandboxError?
         lock.withLock {
             guard let cgroup, !frozen else { return }
-            guard !cgroup.directories.isEmpty else {
-                failure = SandboxError(.cgroup, "the sandbox has no cgroup to find its processes by")
-                return
+            do throws(SandboxError) {
+                try cgroup.freeze()
+                frozen = true
+            } catch {
+                failure = error
             }
-            for _ in 0..<2000 {
-                var all = true
-                for p in cgroup.remainingProcesses() where p != monitor {
-                    if stopped.insert(p).inserted { kill(p, SIGSTOP) }
-                    if !Self.isStopped(p) { all = false }
-                }
-                if all {
-                    frozen = true
-                    return
-                }
-                usleep(500)
-            }
-            failure = SandboxError(.cgroup, "the sandbox's processes did not all stop within a second")
         }
-        if let failure {
-            try? thaw()
-            throw failure
-        }
+        if let failure { throw failure }
     }
 
-    /// Resumes what `freeze` stopped (only pids still in the sandbox's cgroup).
+    /// True while the kernel reports the running sandbox frozen.
+    public var isFrozen: Bool { lock.withLock { cgroup?.isFrozen ?? false } }
+
     public func thaw() throws(SandboxError) {
         lock.withLock {
-            guard let cgroup else { return }
-            let present = Set(cgroup.remainingProcesses())
-            for p in stopped where present.contains(p) { kill(p, SIGCONT) }
-            stopped = []
+            cgroup?.thaw()
             frozen = false
         }
-    }
-
-    /// `T` (stopped) or `t` (traced) in /proc/PID/stat; a process that is gone counts.
-    static func isStopped(_ pid: pid_t) -> Bool {
-        let text = SmallFile.contents(of: "/proc/\(pid)/stat")
-        guard let close = text.lastIndex(of: ")") else { return true }
-        let rest = text[text.index(after: close)...].drop { $0 == " " }
-        guard let state = rest.first else { return true }
-        return state == "T" || state == "t" || state == "Z" || state == "X"
     }
 }
 
@@ -154,7 +124,10 @@ public enum SandboxRunner {
         }
         let log = options.logger
         let cgroup = try SandboxCgroup(id: plan.sandboxID, limits: plan.limits, host: options.cgroupHost ?? .current,
-                                       allowUnenforced: options.allowUnenforcedLimits)
+                                       allowUnenforced: options.allowUnenforcedLimits, freezable: options.control != nil)
+        for line in SandboxCgroup.sweepReport.withLock({ defer { SandboxCgroup.sweepReport.value = [] }; return SandboxCgroup.sweepReport.value }) {
+            log.warning("\(line)")
+        }
         defer { options.control?.detach() }
         Timing.mark("cgroups created")
         var enforcement = cgroup.enforcement
@@ -173,7 +146,7 @@ public enum SandboxRunner {
             throw SandboxError(.launch, "fork: \(String(cString: strerror(rc)))", errno: rc)
         }
         Timing.mark("monitor forked")
-        options.control?.attach(cgroup, monitor: child.pid)
+        options.control?.attach(cgroup)
         var session = Session(plan: plan, child: child, cgroup: cgroup, options: options)
         let result = session.supervise()
         var r = result
@@ -303,7 +276,7 @@ private struct Session {
                 if left <= 0 {
                     timedOut = true
                     record(.timeout, "timeout after \(plan.limits.timeoutSeconds!)s; killed the sandbox", action: "kill")
-                    sendControl(UInt8(AHL_CTL_KILL))
+                    killSandbox()
                     continue
                 }
                 timeout = Int32(min(left * 1000 + 1, 60_000))
@@ -392,7 +365,7 @@ private struct Session {
         _ = seccomp_notify_respond(notifyFD, resp)
         if refusal == nil && !killed {
             killed = true
-            sendControl(UInt8(AHL_CTL_KILL))
+            killSandbox()
         }
     }
 
@@ -400,6 +373,14 @@ private struct Session {
                          sandboxPID: Int32? = nil, arguments: [UInt64] = [], action: String) {
         options.audit.record(AuditEvent(sandbox: plan.sandboxID, kind: kind, name: name, number: number, pid: pid,
                                         sandboxPID: sandboxPID, arguments: arguments, action: action))
+    }
+
+    /// Asks the monitor to kill init (which takes the pid namespace with it). A frozen
+    /// monitor cannot act on that, so a frozen sandbox is killed through its cgroup instead,
+    /// without thawing it first.
+    func killSandbox() {
+        if cgroup.isFrozen { cgroup.killAll() }
+        sendControl(UInt8(AHL_CTL_KILL))
     }
 
     func sendControl(_ byte: UInt8) {
