@@ -40,6 +40,11 @@ struct DoctorCommand: ParsableCommand {
             let test = Self.testSandbox(loader)
             lines.append(("sandbox", test.ok ? "ok" : "MISSING", test.message))
             if !test.ok { problems.append("a test sandbox failed: \(test.message)") }
+            if test.ok {
+                let freeze = Self.freezerCheck(loader)
+                lines.append(("freeze", freeze.ok ? "ok" : "MISSING", freeze.message))
+                if !freeze.ok { problems.append("freezer: \(freeze.message)") }
+            }
         }
         let host = geteuid() == 0 ? CgroupHost.current : CgroupHost.detect()
         let report = HostInspection.inspect(host: host)
@@ -112,6 +117,63 @@ struct DoctorCommand: ParsableCommand {
             }
         }
         return out
+    }
+
+    /// A sandbox ticking into a file every 10 ms is frozen, sent SIGCONT (which would undo
+    /// a SIGSTOP-based pause), checked for silence, thawed and checked for ticks again: the
+    /// freeze that holds the coding agent during gates, tried on this host.
+    static func freezerCheck(_ loader: PolicyLoader) -> (ok: Bool, message: String) {
+        var template = Array("/tmp/autoharness-doctor-XXXXXX".utf8CString)
+        guard let dirPtr = mkdtemp(&template) else { return (false, "mkdtemp: \(String(cString: strerror(errno)))") }
+        let dir = String(cString: dirPtr)
+        defer { _ = unlink(dir + "/ticks"); _ = rmdir(dir) }
+        chmod(dir, 0o777)
+        let plan: LaunchPlan
+        do {
+            var policy = try loader.load("base", requireAllPlaceholders: false)
+            policy.mounts.append(MountSpec(kind: .readWrite(source: dir), destination: "/out"))
+            policy.limits.timeoutSeconds = 20
+            plan = try PlanCompiler.compile(policy: policy, command: ["/bin/sh", "-c", "while :; do echo >> /out/ticks; sleep 0.01; done"], hostEnvironment: [:])
+        } catch {
+            return (false, "could not build the test sandbox: \(error)")
+        }
+        var options = RunOptions()
+        options.allowUnenforcedLimits = true
+        let control = SandboxControl()
+        options.control = control
+        let finished = DispatchSemaphore(value: 0)
+        let runOptions = options
+        Thread.detachNewThread {
+            _ = try? SandboxRunner.run(plan, options: runOptions)
+            finished.signal()
+        }
+        defer {
+            control.kill()
+            finished.wait()
+        }
+        func ticks() -> Int {
+            var st = stat()
+            return stat(dir + "/ticks", &st) == 0 ? Int(st.st_size) : 0
+        }
+        let start = Date()
+        while ticks() < 5 && Date().timeIntervalSince(start) < 5 { usleep(10_000) }
+        guard ticks() >= 5 else { return (false, "the test sandbox never ran") }
+        do throws(SandboxError) {
+            try control.freeze()
+        } catch {
+            return (false, error.message)
+        }
+        let pids = control.processIDs
+        for p in pids { Glibc.kill(p, SIGCONT) }
+        let held = ticks()
+        usleep(300_000)
+        guard control.isFrozen, ticks() == held else {
+            return (false, "a frozen test sandbox ran on after SIGCONT (\(ticks() - held) ticks in 0.3 s)")
+        }
+        try? control.thaw()
+        usleep(300_000)
+        guard ticks() > held else { return (false, "the test sandbox did not run again after the thaw") }
+        return (true, "a test sandbox (\(pids.count) processes) stayed frozen against SIGCONT for 0.3 s and ran again when thawed")
     }
 
     /// `/bin/true` under the base policy, limits allowed to be unenforced (they are reported

@@ -77,6 +77,7 @@ struct CgroupHostTests {
         #expect(r.status == 0, "\(r.stdout)\(r.stderr)")
         #expect(r.stdout.contains("sandbox              ok       started /bin/true under the base policy"))
         #expect(r.stdout.contains("seccomp              ok"))
+        #expect(r.stdout.contains("freeze               ok       a test sandbox"), "\(r.stdout)")
         for policy in ["base", "benchmark-task", "verifier", "coding-agent", "benchmark-runner", "benchmark-scorer"] {
             #expect(r.stdout.contains("policy \(policy)"), "\(policy) not checked")
         }

@@ -107,6 +107,17 @@ public final class SandboxControl: @unchecked Sendable {
     /// True while the kernel reports the running sandbox frozen.
     public var isFrozen: Bool { lock.withLock { cgroup?.isFrozen ?? false } }
 
+    /// Host pids of every process in the running sandbox (its monitor included).
+    public var processIDs: [pid_t] { lock.withLock { cgroup?.remainingProcesses() ?? [] } }
+
+    /// Kills every process of the running sandbox, frozen or not.
+    public func kill() {
+        lock.withLock {
+            cgroup?.killAll()
+            frozen = false
+        }
+    }
+
     public func thaw() throws(SandboxError) {
         lock.withLock {
             cgroup?.thaw()
