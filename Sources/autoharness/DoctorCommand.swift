@@ -52,7 +52,7 @@ struct DoctorCommand: ParsableCommand {
         if let d = host.delegation { lines.append(("delegation", "info", d)) }
         for f in report.findings {
             let status = f.status == .missing ? "MISSING" : f.status.rawValue
-            lines.append((f.topic, status, f.detail + (f.fix.map { "\n" + String(repeating: " ", count: 30) + "fix: " + $0 } ?? "")))
+            lines.append((f.topic, status, f.detail + (f.fix.map { "\n    fix: " + $0 } ?? "")))
             if f.status == .missing, !f.topic.hasPrefix("  ") { problems.append("\(f.topic): \(f.detail)") }
         }
         for (name, limits) in Self.policiesInUse(policies, loader: loader, problems: &problems) {
@@ -66,8 +66,9 @@ struct DoctorCommand: ParsableCommand {
         }
         let line = Self.summaryLine(report: report, host: host, problems: problems)
         if !summary {
+            let width = lines.map(\.0.count).max() ?? 20
             for (topic, status, detail) in lines {
-                print(topic.padding(toLength: max(20, topic.count), withPad: " ", startingAt: 0) + " " + status.padding(toLength: 8, withPad: " ", startingAt: 0) + " " + detail)
+                print(topic.padding(toLength: width, withPad: " ", startingAt: 0) + "  " + status.padding(toLength: 8, withPad: " ", startingAt: 0) + " " + detail)
             }
             print("")
         }
