@@ -144,8 +144,14 @@ struct DoctorCommand: ParsableCommand {
         options.control = control
         let finished = DispatchSemaphore(value: 0)
         let runOptions = options
+        let failure = LockedText()
         Thread.detachNewThread {
-            _ = try? SandboxRunner.run(plan, options: runOptions)
+            do throws(SandboxError) {
+                let r = try SandboxRunner.run(plan, options: runOptions)
+                if case .setupFailed(let m, _) = r.termination { failure.set(m) }
+            } catch {
+                failure.set(error.message)
+            }
             finished.signal()
         }
         defer {
@@ -157,8 +163,8 @@ struct DoctorCommand: ParsableCommand {
             return stat(dir + "/ticks", &st) == 0 ? Int(st.st_size) : 0
         }
         let start = Date()
-        while ticks() < 5 && Date().timeIntervalSince(start) < 5 { usleep(10_000) }
-        guard ticks() >= 5 else { return (false, "the test sandbox never ran") }
+        while ticks() < 5 && failure.get() == nil && Date().timeIntervalSince(start) < 5 { usleep(10_000) }
+        guard ticks() >= 5 else { return (false, "the test sandbox never ran" + (failure.get().map { ": \($0)" } ?? "")) }
         do throws(SandboxError) {
             try control.freeze()
         } catch {
@@ -199,4 +205,12 @@ struct DoctorCommand: ParsableCommand {
             return (false, "\(error)")
         }
     }
+}
+
+/// One message handed from the test sandbox's thread.
+private final class LockedText: @unchecked Sendable {
+    private let lock = NSLock()
+    private var text: String?
+    func set(_ t: String) { lock.withLock { text = t } }
+    func get() -> String? { lock.withLock { text } }
 }

@@ -122,6 +122,9 @@ public struct HostInspection: Sendable {
                 }
             } else if v2.controllers.contains(c) {
                 return Finding(topic: "  \(c)", status: .ok, detail: "cgroup v2, enabled for children of \(v2.ownDirectory)")
+            } else if v2.available.contains(c) && host.v1[c] == nil, let problem = host.delegationProblem {
+                return Finding(topic: "  \(c)", status: .missing, detail: "cgroup v2, available in \(v2.ownDirectory) but could not be enabled: \(problem)",
+                               fix: "give the supervisor a writable cgroup filesystem (in a container: `--privileged`, or mount /sys/fs/cgroup read-write; see container/README.md)")
             } else if v2.available.contains(c) && host.v1[c] == nil {
                 return Finding(topic: "  \(c)", status: .ok, detail: "cgroup v2, available in \(v2.ownDirectory); the first sandbox launch enables it (moving this process into \(CgroupHost.supervisorLeaf) if the cgroup holds processes)")
             }
@@ -137,7 +140,8 @@ public struct HostInspection: Sendable {
 
     /// Which of `limits` cannot be enforced here, as `limits.KEY (why)` strings.
     public static func unenforceable(_ limits: Limits, host: CgroupHost) -> [String] {
-        let placed = host.plan(for: limits, assumingDelegation: true)
+        // A delegation that was tried and failed assumes nothing.
+        let placed = host.plan(for: limits, assumingDelegation: host.delegationProblem == nil)
         return CgroupHost.requested(limits).filter { c in !placed.contains { $0.controller == c } }
             .map { "limits.\(SandboxCgroup.key($0))" }
     }
