@@ -246,6 +246,34 @@ int main(int argc, char **argv) {
         return report(syscall(SYS_open_by_handle_at, AT_FDCWD, h, O_RDONLY));
     }
     if (IS("userfaultfd")) return report(syscall(SYS_userfaultfd, 0));
+    // Page-cache residency oracles and eviction, on a file every sandbox can read.
+    if (IS("mincore") || IS("cachestat") || IS("readahead") || IS("fadvise-dontneed") ||
+        IS("fadvise-willneed") || IS("fadvise-sequential") || IS("preadv2-nowait") || IS("preadv2") ||
+        IS("io-setup")) {
+        int fd = open(a2 ? a2 : "/proc/self/exe", O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return report_errno(errno);
+        if (IS("mincore")) {
+            void *m = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, fd, 0);
+            unsigned char vec[1];
+            if (m == MAP_FAILED) return report_errno(errno);
+            return report(syscall(SYS_mincore, m, 4096, vec));
+        }
+        if (IS("cachestat")) {
+            struct { uint64_t off, len; } range = {0, 0};
+            uint64_t cs[5];
+            return report(syscall(451 /* cachestat */, fd, &range, cs, 0));
+        }
+        if (IS("readahead")) return report(syscall(SYS_readahead, fd, 0, 4096));
+        if (IS("fadvise-dontneed")) return report(syscall(SYS_fadvise64, fd, 0, 0, POSIX_FADV_DONTNEED));
+        if (IS("fadvise-willneed")) return report(syscall(SYS_fadvise64, fd, 0, 0, POSIX_FADV_WILLNEED));
+        if (IS("fadvise-sequential")) return report(syscall(SYS_fadvise64, fd, 0, 0, POSIX_FADV_SEQUENTIAL));
+        char buf[64];
+        struct iovec iov = {buf, sizeof buf};
+        if (IS("preadv2-nowait")) return report(syscall(SYS_preadv2, fd, &iov, 1, 0, 0, 0x8 /* RWF_NOWAIT */));
+        if (IS("preadv2")) return report(syscall(SYS_preadv2, fd, &iov, 1, 0, 0, 0));
+        unsigned long ctx = 0;
+        return report(syscall(SYS_io_setup, 1, &ctx));
+    }
     if (IS("tiocsti")) {
         char c = 'x';
         return report(ioctl(0, TIOCSTI, &c));

@@ -77,6 +77,7 @@ public enum SeccompCompiler {
             clone-mask \(ArgumentRules.namespaceFlags) ioctl-deny \(ArgumentRules.deniedIoctls.map { String($0.value) }.joined(separator: ","))
             personality \(ArgumentRules.allowedPersonalities.map { String($0) }.joined(separator: ","))
             socket \(ArgumentRules.allowedSocketFamilies.map { String($0) }.joined(separator: ","))
+            fadvise \(ArgumentRules.allowedFadvice.map { String($0) }.joined(separator: ",")) rwf-nowait \(ArgumentRules.rwfNowait)
             """
         let bpf: [UInt8]
         if let cached = FilterCache.lookup(key: key) {
@@ -125,6 +126,16 @@ public enum SeccompCompiler {
         if conditional.contains("personality"), let nr = resolve("personality") {
             for v in ArgumentRules.allowedPersonalities {
                 try addRule(ctx, nr, "personality", [ahs_arg(0, SCMP_CMP_EQ, v, 0)])
+            }
+        }
+        if conditional.contains("fadvise64"), let nr = resolve("fadvise64") {
+            for v in ArgumentRules.allowedFadvice {
+                try addRule(ctx, nr, "fadvise64", [ahs_arg(3, SCMP_CMP_EQ, v, 0)])
+            }
+        }
+        for name in ["preadv2", "pwritev2"] where conditional.contains(name) {
+            if let nr = resolve(name) {
+                try addRule(ctx, nr, name, [ahs_arg(5, SCMP_CMP_MASKED_EQ, ArgumentRules.rwfNowait, 0)])
             }
         }
         if conditional.contains("socket"), let nr = resolve("socket") {

@@ -36,18 +36,34 @@ public enum SyscallProfile {
     public static let enosysFallback: Set<String> = ["clone3"]
 
     /// Allowed only with the argument rules in `ArgumentRules` (the filter inspects them).
-    public static let conditional: Set<String> = ["clone", "ioctl", "personality", "socket"]
+    public static let conditional: Set<String> = ["clone", "ioctl", "personality", "socket",
+                                                  "fadvise64", "preadv2", "pwritev2"]
+
+    /// Ways to ask the kernel whether a page of a file is in the page cache, or to evict one.
+    /// Sandboxes share the page cache of every file they can all read (/usr, the runtime),
+    /// so a held-out task could leave a pattern of resident pages that later untrusted code
+    /// reads back. Left out of `defaultAllow` (refused with the default ENOSYS and reported):
+    /// `mincore` (residency of mapped pages), `cachestat` (cached/evicted counts of a
+    /// range), `readahead`, the AIO family (an iocb's RWF_NOWAIT is in memory the filter
+    /// cannot read). Allowed only in their harmless forms (`ArgumentRules`): `fadvise64`
+    /// without WILLNEED/DONTNEED (which fill and evict), `preadv2`/`pwritev2` without
+    /// RWF_NOWAIT (which fails with EAGAIN exactly when a page is not cached). Plain read
+    /// timing remains: the supervisor evicts what held-out sandboxes could read
+    /// (`PageCacheEviction`).
+    public static let pageCacheOracles: [String] = [
+        "mincore", "cachestat", "readahead", "io_setup", "io_destroy", "io_submit",
+        "io_getevents", "io_pgetevents", "io_cancel",
+    ]
 
     /// The `default` profile: what ordinary programs (shells, coreutils, Python, compilers,
     /// git) need, modelled on the container runtimes' default profiles minus `hardDenied`.
     public static let defaultAllow: [String] = [
         // file descriptors and file I/O
         "read", "write", "readv", "writev", "pread64", "pwrite64", "preadv", "pwritev",
-        "preadv2", "pwritev2", "open", "openat", "openat2", "creat", "close", "close_range",
+        "open", "openat", "openat2", "creat", "close", "close_range",
         "lseek", "dup", "dup2", "dup3", "pipe", "pipe2", "fcntl", "flock", "fsync", "fdatasync",
-        "sync", "syncfs", "sync_file_range", "truncate", "ftruncate", "fallocate", "fadvise64",
-        "readahead", "copy_file_range", "sendfile", "splice", "tee", "vmsplice",
-        "cachestat",
+        "sync", "syncfs", "sync_file_range", "truncate", "ftruncate", "fallocate",
+        "copy_file_range", "sendfile", "splice", "tee", "vmsplice",
         // metadata and directories
         "stat", "fstat", "lstat", "newfstatat", "statx", "statfs", "fstatfs", "access",
         "faccessat", "faccessat2", "readlink", "readlinkat", "getdents", "getdents64", "mkdir",
@@ -63,9 +79,8 @@ public enum SyscallProfile {
         "memfd_create", "eventfd", "eventfd2", "signalfd", "signalfd4", "timerfd_create",
         "timerfd_settime", "timerfd_gettime", "epoll_create", "epoll_create1", "epoll_ctl",
         "epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "select", "pselect6",
-        "io_setup", "io_destroy", "io_submit", "io_getevents", "io_pgetevents", "io_cancel",
         // memory
-        "mmap", "munmap", "mprotect", "mremap", "msync", "mincore", "madvise", "brk", "mlock",
+        "mmap", "munmap", "mprotect", "mremap", "msync", "madvise", "brk", "mlock",
         "mlock2", "munlock", "mlockall", "munlockall", "membarrier", "pkey_mprotect",
         "pkey_alloc", "pkey_free", "get_mempolicy", "remap_file_pages", "map_shadow_stack",
         "mseal",
@@ -128,6 +143,13 @@ public enum ArgumentRules {
 
     /// prctl's PR_SET_SECCOMP option, refused when a policy denies `seccomp`.
     public static let prctlSetSeccomp: UInt32 = 22
+
+    /// posix_fadvise advice allowed (argument 3 of fadvise64 on x86_64): NORMAL, RANDOM,
+    /// SEQUENTIAL, NOREUSE. WILLNEED (3) fills the page cache, DONTNEED (4) evicts from it.
+    public static let allowedFadvice: [UInt64] = [0, 1, 2, 5]
+
+    /// RWF_NOWAIT: a read that fails instead of waiting for a page not in the cache.
+    public static let rwfNowait: UInt64 = 0x8
 
     /// Socket address families allowed: AF_UNIX, AF_INET, AF_INET6, AF_NETLINK.
     public static let allowedSocketFamilies: [UInt64] = [1, 2, 10, 16]
