@@ -36,6 +36,8 @@ public struct TaskRunConfiguration: Sendable {
     public var scratchRoot: String
     /// Receives every refused syscall, timeout and limit hit of every sandbox.
     public var audit: AuditLog
+    /// Set for held-out runs: collects what their sandboxes could read (see `RunOptions`).
+    public var pageCache: PageCacheEviction?
     /// Run `solution/solve.sh` instead of agent.py, to check that a benchmark's tasks are
     /// solvable and its verifiers score a correct solution 1.
     public var oracle: Bool = false
@@ -357,6 +359,7 @@ public final class TaskRunner: Sendable {
             let plan = try PlanCompiler.compile(policy: policy, command: command, overrides: overrides, hostEnvironment: [:])
             var options = RunOptions(audit: configuration.audit)
             options.stdio = (stdin, out, err)
+            options.pageCache = configuration.pageCache
             let result = try SandboxRunner.run(plan, options: options)
             return (.success(result), Self.now() - start)
         } catch {

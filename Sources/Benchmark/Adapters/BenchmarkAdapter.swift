@@ -26,6 +26,8 @@ public struct AdapterRunContext {
     public var audit: AuditLog
     /// A held-out run: nothing it produced may persist, and progress names no task.
     public var heldOut: Bool
+    /// Held-out runs: every sandbox the adapter starts passes it in `RunOptions.pageCache`.
+    public var pageCache: PageCacheEviction?
     /// Where a task's trace goes (train runs), or nil.
     public var traceDirectory: (String) -> String?
     public var concurrency: Int
@@ -87,6 +89,7 @@ public struct LocalAdapter: BenchmarkAdapter {
         cfg.taskPolicy = taskPolicy
         cfg.verifierPolicy = verifierPolicy
         cfg.oracle = context.oracle
+        cfg.pageCache = context.pageCache
         if let t = defaultAgentTimeout { cfg.defaultAgentTimeout = t }
         let runner = try TaskRunner(configuration: cfg)
         let heldOut = context.heldOut

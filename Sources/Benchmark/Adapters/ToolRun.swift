@@ -188,6 +188,7 @@ final class ToolRun {
             let plan = try PlanCompiler.compile(policy: p, command: inv.argv, overrides: ov, hostEnvironment: host)
             var options = RunOptions(audit: context.audit)
             options.stdio = (null, out, err)
+            options.pageCache = context.pageCache
             options.signalFD = signalFD
             result = try SandboxRunner.run(plan, options: options)
         } catch {

@@ -311,6 +311,11 @@ public final class ExperimentSupervisor {
         context.oracle = oracle
         context.progress = { [progress] done, total, last in progress?(done, total, heldOut ? nil : last) }
         context.log = { [log] line in log?(line) }
+        // Before anything untrusted runs again (a train task, the thawed coding agent),
+        // whatever the held-out sandboxes could have brought into the page cache leaves it.
+        let cache = heldOut ? PageCacheEviction() : nil
+        context.pageCache = cache
+        defer { if let cache { log?("held-out sandboxes done; \(cache.evict())") } }
         let outcomes = try adapter.run(ids, context)
         // Whatever the adapter did, the mean is over every requested id.
         let byID = Dictionary(outcomes.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })

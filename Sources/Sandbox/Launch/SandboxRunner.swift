@@ -52,9 +52,11 @@ public struct RunOptions: @unchecked Sendable {
     public var signalFD: Int32 = -1
     /// The cgroup layout to use; nil means this process's own (`CgroupHost.current`).
     public var cgroupHost: CgroupHost?
-    /// Lets another thread freeze and thaw the whole sandbox while it runs (the policy
-    /// must give it a cgroup, i.e. a memory, pids or cpus limit).
+    /// Lets another thread freeze and thaw the whole sandbox while it runs.
     public var control: SandboxControl?
+    /// Held-out runs: records the sandbox's read-only bind sources, whose cached pages the
+    /// supervisor drops once the held-out sandboxes are gone.
+    public var pageCache: PageCacheEviction?
 
     public init(audit: AuditLog = AuditLog(), logger: Logger = Logger(label: "autoharness.sandbox")) {
         self.audit = audit
@@ -134,6 +136,7 @@ public enum SandboxRunner {
             throw SandboxError(.notPrivileged, "sandboxes need root (CAP_SYS_ADMIN, CAP_SETUID, CAP_SETGID in the initial namespaces) to build namespaces and write id maps")
         }
         let log = options.logger
+        options.pageCache?.record(plan)
         let cgroup = try SandboxCgroup(id: plan.sandboxID, limits: plan.limits, host: options.cgroupHost ?? .current,
                                        allowUnenforced: options.allowUnenforcedLimits, freezable: options.control != nil)
         for line in SandboxCgroup.sweepReport.withLock({ defer { SandboxCgroup.sweepReport.value = [] }; return SandboxCgroup.sweepReport.value }) {

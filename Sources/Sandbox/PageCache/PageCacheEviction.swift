@@ -1,0 +1,123 @@
+import Glibc
+
+/// What held-out sandboxes could bring into the page cache, and its removal afterwards.
+///
+/// Sandboxes share the page cache of every file they can all read (/usr, the runtime, tool
+/// directories). A held-out task that reads chosen pages of such a file leaves a pattern a
+/// later sandbox could read back by timing its own reads (the direct residency oracles are
+/// refused by seccomp: `SyscallProfile.pageCacheOracles`). So while held-out sandboxes run,
+/// every read-only bind source of theirs is recorded here, and once the last of them is gone
+/// and before anything untrusted runs again, `evict()` drops the cached pages of every
+/// regular file under those sources (POSIX_FADV_DONTNEED, from the host).
+///
+/// The kernel keeps pages that some process has mapped, and dirty pages. Neither carries
+/// held-out information: no held-out process is alive when `evict()` runs, the read-only
+/// sources cannot be dirtied from a sandbox, and a page mapped by a live process (the
+/// supervisor, the frozen coding agent) was mapped, hence resident, before the held-out runs
+/// began, since the processes that map it could not fault in new pages meanwhile.
+public final class PageCacheEviction: @unchecked Sendable {
+    private let lock = Mutex()
+    private var sources: Set<String> = []
+
+    public init() {}
+
+    /// Records the read-only bind sources of a sandbox about to run.
+    func record(_ plan: LaunchPlan) {
+        let ro = plan.mounts.compactMap { m -> String? in
+            if case .bind(let source, true, _, _, _, _) = m.kind { return source }
+            return nil
+        }
+        lock.withLock { sources.formUnion(ro) }
+    }
+
+    /// The recorded sources, outermost only (a source inside another is walked with it).
+    public var recordedSources: [String] {
+        let all = lock.withLock { sources }.sorted()
+        var out: [String] = []
+        for s in all where !out.contains(where: { s == $0 || s.hasPrefix($0 == "/" ? "/" : $0 + "/") }) {
+            out.append(s)
+        }
+        return out
+    }
+
+    public struct Report: Sendable, CustomStringConvertible {
+        public var files = 0
+        public var bytes: UInt64 = 0
+        public var seconds = 0.0
+        /// Paths that could not be opened or advised, with the errno name (at most 20).
+        public var failures: [String] = []
+        public var description: String {
+            "dropped \(files) files (\(bytes >> 20) MiB) from the page cache in \(String(format: "%.2f", seconds)) s"
+                + (failures.isEmpty ? "" : "; could not: \(failures.joined(separator: ", "))")
+        }
+    }
+
+    /// Drops the cached pages of every regular file under the recorded sources, then
+    /// forgets them. Never follows a symbolic link (inside a sandbox a link resolves within
+    /// its own root, to a path that is a source of its own if it is readable at all).
+    public func evict() -> Report {
+        let start = monotonicNow()
+        var report = Report()
+        var seenDirectories: Set<String> = []
+        for source in recordedSources {
+            let fd = open(source, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+            guard fd >= 0 else {
+                if errno != ENOENT && errno != ELOOP { Self.note(&report, source, errno) }
+                continue
+            }
+            Self.drop(fd: fd, path: source, depth: 0, report: &report, seen: &seenDirectories)
+        }
+        lock.withLock { sources = [] }
+        report.seconds = monotonicNow() - start
+        return report
+    }
+
+    /// Takes ownership of `fd`.
+    private static func drop(fd: Int32, path: String, depth: Int, report: inout Report, seen: inout Set<String>) {
+        var st = stat()
+        guard fstat(fd, &st) == 0 else {
+            close(fd)
+            return
+        }
+        switch st.st_mode & S_IFMT {
+        case S_IFREG:
+            let rc = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED)
+            close(fd)
+            if rc == 0 {
+                report.files += 1
+                report.bytes += UInt64(st.st_size)
+            } else {
+                note(&report, path, rc)
+            }
+        case S_IFDIR:
+            // A bind mount can place a directory inside itself: each (device, inode) once.
+            guard depth < 128, seen.insert("\(st.st_dev):\(st.st_ino)").inserted, let dir = fdopendir(fd) else {
+                close(fd)
+                return
+            }
+            defer { closedir(dir) }
+            let dfd = dirfd(dir)
+            while let e = readdir(dir) {
+                let name = withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+                if name == "." || name == ".." { continue }
+                let type = e.pointee.d_type
+                guard type == UInt8(DT_REG) || type == UInt8(DT_DIR) || type == UInt8(DT_UNKNOWN) else { continue }
+                let child = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | noAccessTime)
+                guard child >= 0 else {
+                    if errno != ELOOP && errno != ENOENT { note(&report, path + "/" + name, errno) }
+                    continue
+                }
+                drop(fd: child, path: path + "/" + name, depth: depth + 1, report: &report, seen: &seen)
+            }
+        default:
+            close(fd)
+        }
+    }
+
+    /// O_NOATIME (hidden by the Glibc module): reading for eviction must not touch atimes.
+    private static let noAccessTime: Int32 = 0o1000000
+
+    private static func note(_ report: inout Report, _ path: String, _ err: Int32) {
+        if report.failures.count < 20 { report.failures.append("\(path) (\(String(cString: strerror(err))))") }
+    }
+}
