@@ -38,9 +38,13 @@ struct Autoharness: ParsableCommand {
         }
         // A supervisor in a delegated cgroup v2 moves into a leaf and enables controllers
         // for its sandboxes before the first one starts; say so once, up front.
-        if let verb = args.first, ["sandbox", "prepare", "benchmark", "gate", "run", "demo"].contains(verb),
-           !args.contains("-h"), !args.contains("--help"), let done = CgroupHost.current.delegation {
-            printErr("autoharness: \(done)")
+        // Likewise, sandboxes a killed supervisor left frozen end now, even if this command
+        // launches none (a resumed run whose budget is spent).
+        if let verb = args.first, ["sandbox", "prepare", "benchmark", "gate", "run", "demo", "doctor"].contains(verb),
+           !args.contains("-h"), !args.contains("--help") {
+            let host = CgroupHost.current
+            if let done = host.delegation { printErr("autoharness: \(done)") }
+            for line in host.endOrphanedSandboxes() { printErr("autoharness: \(line)") }
         }
         Self.main(nil)
     }

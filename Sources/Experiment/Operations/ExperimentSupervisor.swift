@@ -71,7 +71,7 @@ public final class ExperimentSupervisor {
     func recover() throws {
         let s = try state()
         var changed = false
-        if let open = s.openGate {
+        for open in s.openGates {
             changed = true
             _ = try ledger.append(.gateAttempt, GateAttemptRecord(
                 attempt: open.attempt, agentSHA256: open.agentSHA256, accepted: false, reason: "interrupted",
@@ -194,7 +194,9 @@ public final class ExperimentSupervisor {
     public func gate(actor: String = "cli", agent: Snapshot? = nil) throws -> GateResult {
         let s = try state()
         guard let split = s.split else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
-        let attempt = s.gateAttempts.count + 1
+        // Numbered and counted by its start row, appended (and synced) before any task runs:
+        // a gate whose outcome is lost still used its look at the held-out split.
+        let attempt = s.lastAttempt + 1
         let snap = try agent ?? snapshotAgent()
         _ = try ledger.append(.gateStarted, GateStartedRecord(attempt: attempt, agentSHA256: snap.sha256))
         let audit = AuditLog()

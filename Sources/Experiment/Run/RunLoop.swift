@@ -465,10 +465,14 @@ public final class RunLoop: @unchecked Sendable {
         }
         let r: GateResult
         do {
-            defer { try? agentControl.thaw() }
+            defer {
+                try? agentControl.thaw()
+                // Counted from the ledger's start rows, so a gate that failed after it began
+                // (a full disk, a crashed tool) still spent budget.
+                gates = (try? supervisor.state().openRunGates) ?? gates + 1
+            }
             r = try supervisor.gate(actor: "coding agent", agent: snap)
         }
-        gates += 1
         var extra = ""
         if r.accepted {
             accepted += 1

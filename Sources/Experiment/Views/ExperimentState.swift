@@ -118,11 +118,18 @@ public struct ExperimentState: Sendable {
     /// Latest reward of every train task across all runs (the promotion step's "failing").
     public var latestTrainRewards: [String: Double] = [:]
     public var gateAttempts: [GateAttemptRecord] = []
-    public var openGate: GateStartedRecord?
+    /// Gates started (each counted before any task of it ran), whatever became of them.
+    public var gatesStarted = 0
+    /// The highest attempt number any gate row carries.
+    public var lastAttempt = 0
+    /// Gates started with no outcome recorded (cut off by a crash, or their outcome could not
+    /// be written); recovery records each as interrupted.
+    public var openGates: [GateStartedRecord] = []
     public var violations: [(time: String, record: ViolationRecord)] = []
     /// The latest run that has no end record (a crash or kill -9 left it open).
     public var openRun: RunStartedRecord?
-    /// Gate attempts (not interrupted ones) and accepted ones since the open run started.
+    /// Gates started (interrupted ones included: a gate counts from the moment it starts) and
+    /// accepted ones since the open run started.
     public var openRunGates = 0
     public var openRunAccepted = 0
 
@@ -141,15 +148,18 @@ public struct ExperimentState: Sendable {
                 latestTrainRun = run
                 trainRuns.append(run)
                 latestTrainRewards.merge(run.results) { $1 }
-            case .gateStarted: openGate = try r.decode(GateStartedRecord.self)
+            case .gateStarted:
+                let g = try r.decode(GateStartedRecord.self)
+                openGates.append(g)
+                gatesStarted += 1
+                lastAttempt = max(lastAttempt, g.attempt)
+                if openRun != nil { openRunGates += 1 }
             case .gateAttempt:
                 let a = try r.decode(GateAttemptRecord.self)
                 gateAttempts.append(a)
-                if openRun != nil && a.reason != "interrupted" {
-                    openRunGates += 1
-                    if a.accepted { openRunAccepted += 1 }
-                }
-                if openGate?.attempt == a.attempt { openGate = nil }
+                lastAttempt = max(lastAttempt, a.attempt)
+                if openRun != nil && a.accepted { openRunAccepted += 1 }
+                openGates.removeAll { $0.attempt == a.attempt }
             case .iteration: iterations.append(try r.decode(IterationRecord.self))
             case .suitePromotion:
                 let p = try r.decode(SuitePromotionRecord.self)

@@ -102,6 +102,11 @@ public struct CgroupHost: Sendable {
         return CgroupHost(v1: v1, v2: v2)
     }
 
+    /// Ends the sandboxes a dead supervisor left (a kill -9 mid-gate leaves the coding agent
+    /// frozen) and returns a line for each; once per process, also done before the first
+    /// launch. Call it at start-up.
+    public func endOrphanedSandboxes() -> [String] { SandboxCgroup.sweepNow(self) }
+
     /// Enables the v2 controllers sandboxes use and that are available but not yet enabled
     /// for our cgroup's children, moving the cgroup's processes into the supervisor leaf
     /// first if the kernel requires it (EBUSY: the no-internal-processes rule). A v1

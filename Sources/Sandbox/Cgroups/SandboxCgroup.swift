@@ -226,6 +226,16 @@ final class SandboxCgroup {
     /// What the last sweep ended (for the caller's log), once per process.
     static let sweepReport = Locked<[String]>([])
 
+    /// Runs the sweep now (once per process) and returns what it ended: for a supervisor's
+    /// start-up, so a dead supervisor's frozen sandboxes end even if no sandbox is launched.
+    static func sweepNow(_ host: CgroupHost) -> [String] {
+        sweepOrphans(host)
+        return sweepReport.withLock {
+            defer { sweepReport.value = [] }
+            return sweepReport.value
+        }
+    }
+
     /// Ends and removes sandbox cgroups whose supervisor is gone: a supervisor killed while
     /// a sandbox was frozen leaves it frozen (and its monitor with it) until someone thaws
     /// it. Their processes were started by that supervisor; they are killed before the thaw

@@ -139,9 +139,7 @@ public enum SandboxRunner {
         options.pageCache?.record(plan)
         let cgroup = try SandboxCgroup(id: plan.sandboxID, limits: plan.limits, host: options.cgroupHost ?? .current,
                                        allowUnenforced: options.allowUnenforcedLimits, freezable: options.control != nil)
-        for line in SandboxCgroup.sweepReport.withLock({ defer { SandboxCgroup.sweepReport.value = [] }; return SandboxCgroup.sweepReport.value }) {
-            log.warning("\(line)")
-        }
+        for line in SandboxCgroup.sweepNow(options.cgroupHost ?? .current) { log.warning("\(line)") }
         defer { options.control?.detach() }
         Timing.mark("cgroups created")
         var enforcement = cgroup.enforcement
