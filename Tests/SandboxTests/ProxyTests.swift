@@ -91,6 +91,110 @@ struct ProxyTests {
     }
 }
 
+@Suite("Egress proxy: internal addresses")
+struct ProxyInternalAddressTests {
+    static func refused(_ text: String) -> Bool {
+        var ss = sockaddr_storage()
+        return withUnsafeMutablePointer(to: &ss) { p in
+            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa -> Bool in
+                if text.contains(":") {
+                    sa.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { s6 in
+                        s6.pointee.sin6_family = sa_family_t(AF_INET6)
+                        _ = inet_pton(AF_INET6, text, &s6.pointee.sin6_addr)
+                    }
+                } else {
+                    sa.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { s4 in
+                        s4.pointee.sin_family = sa_family_t(AF_INET)
+                        _ = inet_pton(AF_INET, text, &s4.pointee.sin_addr)
+                    }
+                }
+                return EgressProxy.isInternal(sa)
+            }
+        }
+    }
+
+    @Test("every special-purpose IPv4 and IPv6 range is internal, at both ends; neighbouring public addresses are not")
+    func specialPurposeRanges() {
+        let special = [
+            "0.0.0.0", "0.255.255.255", "10.0.0.0", "10.255.255.255", "100.64.0.0", "100.127.255.255", "127.0.0.1",
+            "127.255.255.255", "169.254.0.0", "169.254.169.254", "172.16.0.0", "172.31.255.255", "192.0.0.0", "192.0.0.255",
+            "192.0.2.1", "192.88.99.1", "192.168.0.0", "192.168.255.255", "198.18.0.0", "198.19.255.255", "198.51.100.7",
+            "203.0.113.9", "224.0.0.1", "239.255.255.255", "240.0.0.1", "255.255.255.255",
+            "::", "::1", "::127.0.0.1", "::ffff:127.0.0.1", "::ffff:8.8.8.8", "64:ff9b::10.0.0.1", "64:ff9b::a9fe:a9fe",
+            "64:ff9b:1::1", "100::1", "2001::1", "2001:1ff::1", "2001:db8::1", "2002:0a00:0001::1", "2002:7f00:1::",
+            "3fff::1", "5f00::1", "fc00::1", "fdff:ffff::1", "fe80::1", "febf::1", "fec0::1", "ff02::1",
+        ]
+        let external = [
+            "1.1.1.1", "8.8.8.8", "9.255.255.255", "11.0.0.0", "100.63.255.255", "100.128.0.0", "126.255.255.255",
+            "128.0.0.0", "169.253.255.255", "169.255.0.0", "172.15.255.255", "172.32.0.0", "192.0.1.0", "192.167.255.255",
+            "192.169.0.0", "198.17.255.255", "198.20.0.0", "223.255.255.255",
+            "2606:4700::1111", "2001:4860:4860::8888", "2001:200::1", "64:ff9b::8.8.8.8", "2002:0808:0808::1", "2a00:1450::1",
+        ]
+        for a in special { #expect(Self.refused(a), "\(a) must be refused") }
+        for a in external { #expect(!Self.refused(a), "\(a) is a public address") }
+    }
+
+    /// A network namespace of this test's own: `lo` also carries a public-looking address
+    /// (8.8.4.4, reachable only inside it), and its /etc/hosts (`ip netns exec` binds
+    /// /etc/netns/NAME/hosts) maps a name to it. The supervisor runs inside that namespace.
+    @Test("a name resolving to one of this host's own addresses is refused; the same address listed literally is reached")
+    func ownAddressRefused() throws {
+        try requireRoot()
+        let ns = "ahtest-\(getpid())-\(UInt16.random(in: 0...UInt16.max))"
+        func ip(_ args: String...) throws {
+            let r = try runProcess("/usr/sbin/ip", args)
+            try #require(r.status == 0, "ip \(args.joined(separator: " ")): \(r.stderr)")
+        }
+        try ip("netns", "add", ns)
+        defer {
+            _ = try? runProcess("/usr/sbin/ip", ["netns", "del", ns])
+            try? FileManager.default.removeItem(atPath: "/etc/netns/\(ns)")
+        }
+        try ip("-n", ns, "link", "set", "lo", "up")
+        try ip("-n", ns, "addr", "add", "8.8.4.4/32", "dev", "lo")
+        try FileManager.default.createDirectory(atPath: "/etc/netns/\(ns)", withIntermediateDirectories: true)
+        try "127.0.0.1 localhost\n8.8.4.4 own.example\n".write(toFile: "/etc/netns/\(ns)/hosts", atomically: true, encoding: .utf8)
+
+        let dir = try TempDir()
+        let port = Int.random(in: 20000...40000)
+        let server = Process()
+        server.executableURL = URL(fileURLWithPath: "/usr/sbin/ip")
+        server.arguments = ["netns", "exec", ns, "python3", "-c", """
+            import socket, threading
+            s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", \(port))); s.listen(8)
+            while True:
+                c, _ = s.accept(); c.sendall(b"echo:" + c.recv(100)); c.close()
+            """]
+        try server.run()
+        defer { kill(server.processIdentifier, SIGKILL); server.waitUntilExit() }  // SIGKILL: see HostEchoServer
+        usleep(300_000)
+
+        let policy = try dir.file("proxy.yaml", "extends: base\nnetwork:\n  mode: proxy\n  allow: [\"own.example:\(port)\", \"8.8.4.4:\(port)\"]\n")
+        let client = try dir.file("client.py", """
+            import socket
+            def via_proxy(target):
+                s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
+                s.sendall(f"CONNECT {target} HTTP/1.1\\r\\nHost: {target}\\r\\n\\r\\n".encode())
+                head = s.recv(300).decode().split("\\r\\n")[0]
+                if " 200 " in head:
+                    s.sendall(b"ping")
+                    return head + " | " + s.recv(100).decode()
+                return head
+            print("name:", via_proxy("own.example:\(port)"))
+            print("literal:", via_proxy("8.8.4.4:\(port)"))
+            """)
+        let audit = dir.path + "/a.jsonl"
+        // `ip netns exec` mounts a fresh /sys without the cgroup hierarchies: limits are not
+        // what this test is about.
+        let r = try runProcess("/usr/sbin/ip", ["netns", "exec", ns, Built.autoharness, "sandbox", "exec", "--allow-unenforced-limits", "--policy", policy,
+                                                "--audit", audit, "--ro", "\(client):/client.py", "--", "python3", "/client.py"])
+        #expect(r.stdout.contains("name: HTTP/1.1 502"), "\(r.stdout) \(r.stderr)")
+        #expect(r.stdout.contains("literal: HTTP/1.1 200 Connection established | echo:ping"), "\(r.stdout) \(r.stderr)")
+        let denied = try auditEvents(audit).first { ($0["event"] as? String) == "egress" && ($0["action"] as? String) == "denied" }
+        #expect((denied?["detail"] as? String)?.contains("internal address (8.8.4.4)") == true, "\(String(describing: denied))")
+    }
+}
+
 @Suite("Egress proxy allowlist matching")
 struct ProxyAllowlistTests {
     @Test("*.domain:port covers deeper names on that port only; never the bare domain, another port or an IP literal")

@@ -7,9 +7,10 @@ import Glibc
 /// sandbox's network namespace, where `HTTPS_PROXY` points), but it is served here, by the
 /// supervisor, which opens the outbound connection from the host's namespace. A tunnel is
 /// opened only to a `host:port` on the policy's allowlist; names are resolved by the proxy
-/// (the sandbox has no resolver) and a name that resolves to a loopback, private or
-/// link-local address is refused unless that literal address is itself allowlisted. Every
-/// request, allowed or denied, is an audit event, with the bytes moved each way.
+/// (the sandbox has no resolver), each resolved address checked and then dialled as is (no
+/// second lookup): a special-purpose address (`AddressClass`) or one of this host's own is
+/// refused unless that literal address is itself allowlisted. Every request, allowed or
+/// denied, is an audit event, with the bytes moved each way.
 final class EgressProxy: @unchecked Sendable {
     /// The fixed port inside every proxy sandbox.
     static let port: UInt16 = 3128
@@ -157,7 +158,7 @@ final class EgressProxy: @unchecked Sendable {
         while let a = ai {
             defer { ai = a.pointee.ai_next }
             if !literal && Self.isInternal(a.pointee.ai_addr) {
-                lastError = "\(host) resolves to an internal address"
+                lastError = "\(host) resolves to an internal address (\(Self.text(a.pointee.ai_addr))); list that address literally to allow it"
                 continue
             }
             let fd = socket(a.pointee.ai_family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
@@ -220,29 +221,136 @@ final class EgressProxy: @unchecked Sendable {
         return (host, port)
     }
 
+    static func text(_ sa: UnsafeMutablePointer<sockaddr>) -> String {
+        var buf = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+        if Int32(sa.pointee.sa_family) == AF_INET {
+            var a = sa.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { $0.pointee.sin_addr }
+            inet_ntop(AF_INET, &a, &buf, socklen_t(buf.count))
+        } else {
+            var a = sa.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { $0.pointee.sin6_addr }
+            inet_ntop(AF_INET6, &a, &buf, socklen_t(buf.count))
+        }
+        return String(cString: buf)
+    }
+
     static func isIPLiteral(_ host: String) -> Bool {
         var a4 = in_addr(), a6 = in6_addr()
         let h = host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host
         return inet_pton(AF_INET, h, &a4) == 1 || inet_pton(AF_INET6, h, &a6) == 1
     }
 
-    /// Loopback, private, link-local, unspecified or unique-local.
+    /// True for any address the proxy must not dial for a name: every range of IANA's IPv4
+    /// and IPv6 special-purpose registries that is not globally reachable (loopback,
+    /// private, shared, link-local, benchmarking, documentation, multicast, reserved, …), the
+    /// IPv4-mapped/compatible, NAT64 and 6to4 forms of those, and every address of this
+    /// host's own interfaces (a name resolving to the host's public address would reach
+    /// services listening on all interfaces). An operator reaches an internal `host:port` only
+    /// by listing the literal address.
     static func isInternal(_ sa: UnsafeMutablePointer<sockaddr>) -> Bool {
-        if Int32(sa.pointee.sa_family) == AF_INET {
+        switch Int32(sa.pointee.sa_family) {
+        case AF_INET:
             let a = sa.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt32(bigEndian: $0.pointee.sin_addr.s_addr) }
-            let b0 = a >> 24, b1 = (a >> 16) & 0xFF
-            return b0 == 127 || b0 == 10 || b0 == 0 || (b0 == 172 && (16...31).contains(b1))
-                || (b0 == 192 && b1 == 168) || (b0 == 169 && b1 == 254) || (b0 == 100 && (64...127).contains(b1))
-        }
-        if Int32(sa.pointee.sa_family) == AF_INET6 {
+            return AddressClass.isSpecialPurpose(v4: a) || HostAddresses.current.v4.contains(a)
+        case AF_INET6:
             let bytes = sa.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { p in
                 withUnsafeBytes(of: p.pointee.sin6_addr) { Array($0) }
             }
-            let loopbackOrAny = bytes.dropLast().allSatisfy { $0 == 0 } && (bytes.last == 1 || bytes.last == 0)
-            let mapped = bytes.prefix(10).allSatisfy { $0 == 0 } && bytes[10] == 0xFF && bytes[11] == 0xFF
-            return loopbackOrAny || (bytes[0] & 0xFE) == 0xFC || (bytes[0] == 0xFE && (bytes[1] & 0xC0) == 0x80) || mapped
+            return AddressClass.isSpecialPurpose(v6: bytes) || HostAddresses.current.v6.contains(bytes)
+        default:
+            return true
         }
-        return true
+    }
+}
+
+/// IANA's special-purpose address registries, as predicates (the entries marked not
+/// globally reachable, plus multicast and the reserved blocks).
+enum AddressClass {
+    /// (network, prefix length) for IPv4.
+    static let v4Blocks: [(UInt32, Int)] = [
+        (0x0000_0000, 8),    // 0.0.0.0/8 "this network"
+        (0x0A00_0000, 8),    // 10/8 private
+        (0x6440_0000, 10),   // 100.64/10 shared (CGN)
+        (0x7F00_0000, 8),    // 127/8 loopback
+        (0xA9FE_0000, 16),   // 169.254/16 link-local (cloud metadata)
+        (0xAC10_0000, 12),   // 172.16/12 private
+        (0xC000_0000, 24),   // 192.0.0/24 IETF protocol assignments
+        (0xC000_0200, 24),   // 192.0.2/24 TEST-NET-1
+        (0xC058_6300, 24),   // 192.88.99/24 6to4 relay anycast (deprecated)
+        (0xC0A8_0000, 16),   // 192.168/16 private
+        (0xC612_0000, 15),   // 198.18/15 benchmarking
+        (0xC633_6400, 24),   // 198.51.100/24 TEST-NET-2
+        (0xCB00_7100, 24),   // 203.0.113/24 TEST-NET-3
+        (0xE000_0000, 4),    // 224/4 multicast
+        (0xF000_0000, 4),    // 240/4 reserved, and 255.255.255.255
+    ]
+
+    static func isSpecialPurpose(v4 a: UInt32) -> Bool {
+        v4Blocks.contains { net, len in a >> UInt32(32 - len) == net >> UInt32(32 - len) }
+    }
+
+    static func isSpecialPurpose(v6 b: [UInt8]) -> Bool {
+        guard b.count == 16 else { return true }
+        func v4(at i: Int) -> UInt32 { UInt32(b[i]) << 24 | UInt32(b[i + 1]) << 16 | UInt32(b[i + 2]) << 8 | UInt32(b[i + 3]) }
+        func prefix(_ p: [UInt8], bits: Int) -> Bool {
+            for i in 0..<(bits / 8) where b[i] != p[i] { return false }
+            let rest = bits % 8
+            return rest == 0 || (b[bits / 8] >> UInt8(8 - rest)) == (p[bits / 8] >> UInt8(8 - rest))
+        }
+        let zero = [UInt8](repeating: 0, count: 16)
+        if prefix(zero, bits: 96) { return true }  // ::, ::1, IPv4-compatible ::a.b.c.d
+        if prefix(zero, bits: 80) && b[10] == 0xFF && b[11] == 0xFF { return true }  // ::ffff:a.b.c.d mapped
+        if prefix([0x00, 0x64, 0xFF, 0x9B] + zero, bits: 96) { return isSpecialPurpose(v4: v4(at: 12)) }  // 64:ff9b::/96 NAT64
+        if prefix([0x00, 0x64, 0xFF, 0x9B, 0x00, 0x01] + zero, bits: 48) { return true }  // 64:ff9b:1::/48 local NAT64
+        if prefix([0x01, 0x00] + zero, bits: 64) { return true }  // 100::/64 discard
+        if prefix([0x20, 0x01] + zero, bits: 23) { return true }  // 2001::/23 IETF protocol assignments (Teredo, …)
+        if prefix([0x20, 0x01, 0x0D, 0xB8] + zero, bits: 32) { return true }  // 2001:db8::/32 documentation
+        if prefix([0x20, 0x02] + zero, bits: 16) { return isSpecialPurpose(v4: v4(at: 2)) }  // 2002::/16 6to4
+        if prefix([0x3F, 0xFF] + zero, bits: 20) { return true }  // 3fff::/20 documentation
+        if prefix([0x5F, 0x00] + zero, bits: 16) { return true }  // 5f00::/16 segment routing
+        if prefix([0xFC] + zero, bits: 7) { return true }  // fc00::/7 unique-local
+        if prefix([0xFE, 0x80] + zero, bits: 10) { return true }  // fe80::/10 link-local
+        if prefix([0xFE, 0xC0] + zero, bits: 10) { return true }  // fec0::/10 site-local (deprecated)
+        if b[0] == 0xFF { return true }  // ff00::/8 multicast
+        return false
+    }
+}
+
+/// This host's interface addresses, re-read at most once a second (interfaces come and go).
+final class HostAddresses: @unchecked Sendable {
+    let v4: Set<UInt32>
+    let v6: Set<[UInt8]>
+    private let read: Double
+
+    private init() {
+        var v4 = Set<UInt32>(), v6 = Set<[UInt8]>()
+        var list: UnsafeMutablePointer<ifaddrs>?
+        if getifaddrs(&list) == 0 {
+            var p = list
+            while let i = p {
+                defer { p = i.pointee.ifa_next }
+                guard let sa = i.pointee.ifa_addr else { continue }
+                if Int32(sa.pointee.sa_family) == AF_INET {
+                    v4.insert(sa.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt32(bigEndian: $0.pointee.sin_addr.s_addr) })
+                } else if Int32(sa.pointee.sa_family) == AF_INET6 {
+                    v6.insert(sa.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { p in withUnsafeBytes(of: p.pointee.sin6_addr) { Array($0) } })
+                }
+            }
+            freeifaddrs(list)
+        }
+        self.v4 = v4
+        self.v6 = v6
+        read = monotonicNow()
+    }
+
+    private static let cache = Locked<HostAddresses?>(nil)
+
+    static var current: HostAddresses {
+        cache.withLock {
+            if let c = cache.value, monotonicNow() - c.read < 1 { return c }
+            let fresh = HostAddresses()
+            cache.value = fresh
+            return fresh
+        }
     }
 }
 
