@@ -76,14 +76,24 @@ struct CopyBackTests {
         #expect(try refusal(s) == "does not exist")
     }
 
-    @Test("every other entry is listed as extra, never opened")
+    @Test("every other entry is listed as extra, never followed, and classed: routine, dropped, or an import hook")
     func extras() throws {
         let (_, s) = try staging()
         _ = FileManager.default.createFile(atPath: s.path + "/helper.py", contents: Data("x".utf8))
         #expect(Glibc.symlink("/etc/shadow", s.path + "/link") == 0)
-        #expect(try s.extraEntries().names == ["helper.py", "link"])
+        for d in ["__pycache__", "pkg", "plain"] { try FileManager.default.createDirectory(atPath: s.path + "/" + d, withIntermediateDirectories: true) }
+        _ = FileManager.default.createFile(atPath: s.path + "/pkg/__init__.py", contents: Data())
+        // A link named like a package's marker does not make a package.
+        #expect(Glibc.symlink("/usr/lib/python3/dist-packages", s.path + "/linked") == 0)
+        for f in [".agent.py.swp", "agent.py~", ".#agent.py", "x.pth", "sitecustomize.py"] {
+            _ = FileManager.default.createFile(atPath: s.path + "/" + f, contents: Data())
+        }
+        let got = Dictionary(uniqueKeysWithValues: try s.extraEntries().entries.map { ($0.name, $0.kind) })
+        #expect(got == ["helper.py": .dropped, "link": .dropped, "__pycache__": .routine, "pkg": .importHook, "plain": .dropped,
+                        "linked": .dropped, ".agent.py.swp": .routine, "agent.py~": .routine, ".#agent.py": .routine,
+                        "x.pth": .importHook, "sitecustomize.py": .importHook])
         let capped = try s.extraEntries(limit: 1)
-        #expect(capped.names.count == 1 && capped.total == 2)
+        #expect(capped.entries.count == 1 && capped.total == 11)
     }
 
     @Test("restoring agent.py replaces a planted symlink instead of writing through it")

@@ -427,9 +427,9 @@ public final class RunLoop: @unchecked Sendable {
                 case .status(let json):
                     return BrokerReply(stdout: presenter.status(try supervisor.state(), config: config, root: "/work", json: json), exit: 0)
                 case .benchmark(let ids):
-                    let snap = try candidate()
+                    let (snap, notice) = try candidate()
                     let outcomes = try supervisor.runBenchmark(taskIDs: ids, actor: "coding agent", agent: snap)
-                    return BrokerReply(stdout: presenter.benchmark(outcomes), exit: 0)
+                    return BrokerReply(stdout: presenter.benchmark(outcomes), stderr: notice, exit: 0)
                 case .gate:
                     return try gate()
                 }
@@ -447,7 +447,7 @@ public final class RunLoop: @unchecked Sendable {
             requestStopAfterReply(why)
             return BrokerReply(stderr: "autoharness: refused: \(why); the run is stopping; this request was recorded\n", exit: 2)
         }
-        let snap = try candidate()
+        let (snap, notice) = try candidate()
         let s = try supervisor.state()
         if let earlier = s.gateAttempts.last(where: { $0.agentSHA256 == snap.sha256 && $0.reason != "interrupted" }) {
             violation("repeat_gate", "gate requested for an agent.py already judged in attempt \(earlier.attempt) (sha256 \(snap.sha256.prefix(12)))")
@@ -492,7 +492,7 @@ public final class RunLoop: @unchecked Sendable {
             requestStopAfterReply(why)
             extra += "this was the run's last gate: \(why)\n"
         }
-        return BrokerReply(stdout: text + extra, exit: code)
+        return BrokerReply(stdout: text + extra, stderr: notice, exit: code)
     }
 
     /// Marks the run as stopping now and signals the agent a moment later, so the answer
@@ -506,17 +506,22 @@ public final class RunLoop: @unchecked Sendable {
     }
 
     /// Copy-back: takes agent.py from staging (nothing else), checks that it compiles, and
-    /// snapshots it. Refusals are recorded.
-    func candidate() throws -> ExperimentSupervisor.Snapshot {
+    /// snapshots it. Refusals are recorded; other files are dropped, with a notice (returned
+    /// for the reply) or, for what would change imports, a violation.
+    func candidate() throws -> (snapshot: ExperimentSupervisor.Snapshot, notice: String) {
         // One row per request at most, naming up to 20 new entries (a flood of files is
         // counted, not recorded name by name).
-        let (names, total) = try staging.extraEntries(limit: 10_000)
-        let fresh = names.filter { reportedExtras.count < 10_000 && reportedExtras.insert($0).inserted }
+        let (entries, total) = try staging.extraEntries(limit: 10_000)
+        let hooks = entries.filter { $0.kind == .importHook }.map(\.name)
+        let fresh = hooks.filter { reportedExtras.count < 10_000 && reportedExtras.insert($0).inserted }
         if !fresh.isEmpty {
             let shown = fresh.prefix(20).map { "agent/" + printable($0) }.joined(separator: ", ")
-            let more = total > names.count ? " (\(total) entries in all; listing stopped at \(names.count))" : fresh.count > 20 ? " and \(fresh.count - 20) more" : ""
-            violation("staging_extra_file", "\(shown)\(more) created in staging; not taken (only agent.py is copied back)")
+            let more = total > entries.count ? " (\(total) entries in all; listing stopped at \(entries.count))" : fresh.count > 20 ? " and \(fresh.count - 20) more" : ""
+            violation("staging_extra_file", "\(shown)\(more) created in staging: would change imports if taken; not taken (only agent.py is copied back)")
         }
+        let dropped = entries.filter { $0.kind != .routine }.map { "agent/" + printable($0.name) }
+        let notice = dropped.isEmpty ? "" :
+            "autoharness: only agent/agent.py is kept; not taken: \(dropped.prefix(10).joined(separator: ", "))\(dropped.count > 10 ? " and \(dropped.count - 10) more" : "")\n"
         let bytes: [UInt8]
         switch try staging.takeAgent() {
         case .success(let b): bytes = b
@@ -529,7 +534,7 @@ public final class RunLoop: @unchecked Sendable {
         if let problem = try compileCheck(snap) {
             throw ExperimentError(.io, "agent/agent.py does not compile; nothing was run:\n\(problem)")
         }
-        return snap
+        return (snap, notice)
     }
 
     /// `compile()` of the candidate in a throwaway sandbox (the `base` policy, no network):

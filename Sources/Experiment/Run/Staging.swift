@@ -107,14 +107,33 @@ struct Staging {
         try withDirectory { try AgentFile.write(bytes, directoryFD: $0, owner: owner) }
     }
 
-    /// Entries other than agent.py (names as listed; never opened or followed): at most
-    /// `limit` names, and how many there are in all.
-    func extraEntries(limit: Int = .max) throws -> (names: [String], total: Int) {
+    /// What an entry of staging other than agent.py is, for the record. None is ever taken.
+    enum Extra: Equatable {
+        /// Python's `__pycache__`, editors' swap and backup files: not worth a word.
+        case routine
+        /// Anything else: dropped, with a notice in the broker's reply.
+        case dropped
+        /// What would change imports if it were taken (`*.pth`, sitecustomize/usercustomize,
+        /// a package): recorded as a violation.
+        case importHook
+    }
+
+    static func classify(_ name: String, isPackage: Bool) -> Extra {
+        if name == "__pycache__" || name.hasSuffix("~") || name.hasPrefix(".#")
+            || (name.hasPrefix(".") && [".swp", ".swo", ".swx"].contains { name.hasSuffix($0) }) { return .routine }
+        if isPackage || name.hasSuffix(".pth") || ["sitecustomize.py", "usercustomize.py"].contains(name) { return .importHook }
+        return .dropped
+    }
+
+    /// Entries other than agent.py with their class (names as listed; nothing is followed: a
+    /// package is a real directory holding an `__init__.py` entry): at most `limit` names,
+    /// and how many there are in all.
+    func extraEntries(limit: Int = .max) throws -> (entries: [(name: String, kind: Extra)], total: Int) {
         try withDirectory { dir in
             let fd = dup(dir)
             guard fd >= 0, let d = fdopendir(fd) else { throw ExperimentError(.io, "staging \(path): \(String(cString: strerror(errno)))") }
             defer { closedir(d) }
-            var names: [String] = []
+            var entries: [(name: String, kind: Extra)] = []
             var total = 0
             while let e = readdir(d) {
                 let name = withUnsafeBytes(of: e.pointee.d_name) { raw in
@@ -122,9 +141,19 @@ struct Staging {
                 }
                 guard name != "." && name != ".." && name != AgentFile.name else { continue }
                 total += 1
-                if names.count < limit { names.append(name) }
+                guard entries.count < limit else { continue }
+                var isPackage = false
+                if e.pointee.d_type == UInt8(DT_DIR) {
+                    let sub = openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                    if sub >= 0 {
+                        var st = stat()
+                        isPackage = fstatat(sub, "__init__.py", &st, AT_SYMLINK_NOFOLLOW) == 0
+                        close(sub)
+                    }
+                }
+                entries.append((name, Self.classify(name, isPackage: isPackage)))
             }
-            return (names.sorted(), total)
+            return (entries.sorted { $0.name < $1.name }, total)
         }
     }
 }

@@ -184,14 +184,22 @@ for c in children:
 for c in children:
     os.waitpid(c, 0)
 
-# 10. Files left in staging besides agent.py.
+# 10. Files left in staging besides agent.py: a helper module (dropped with a notice), an
+# import hook (a violation), Python's cache and an editor's swap file (nothing at all).
 with open("agent/helper.py", "w") as f:
     f.write("SECRET = 1\n")
+with open("agent/sitecustomize.py", "w") as f:
+    f.write("import os\n")
+os.makedirs("agent/__pycache__", exist_ok=True)
+open("agent/.agent.py.swp", "w").close()
 
 # 11. Gates in a tight loop: the same file again and again, then new bytes each time.
 for i in range(3):
     r = ah("gate")
     report(f"gate_same_{i}", f"exit {r.returncode}")
+    if i == 0:
+        notice = [l for l in r.stderr.splitlines() if "only agent/agent.py is kept" in l]
+        report("extras_notice", notice[0] if notice else "none: " + r.stderr[:200])
 for i in range(4):
     with open("agent/agent.py", "a") as f:
         f.write(f"# try {i}\n")
