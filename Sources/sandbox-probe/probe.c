@@ -324,6 +324,13 @@ int main(int argc, char **argv) {
     if (IS("personality")) return report(personality(PER_LINUX32));
     if (IS("mknod")) return report(mknod(a2 ? a2 : "/tmp/probe-null", S_IFCHR | 0666, makedev(1, 3)));
     if (IS("socket-packet")) return report(socket(AF_PACKET, SOCK_RAW, 0));
+    if (IS("socket-netlink-route")) return report(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, 0 /* NETLINK_ROUTE */));
+    if (IS("socket-netlink-audit")) return report(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, 9 /* NETLINK_AUDIT */));
+    if (IS("socket-netlink-uevent")) return report(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, 15 /* NETLINK_KOBJECT_UEVENT */));
+    if (IS("socketpair-unix") || IS("socketpair-inet")) {
+        int sv[2];
+        return report(socketpair(IS("socketpair-unix") ? AF_UNIX : AF_INET, SOCK_STREAM, 0, sv));
+    }
     if (IS("kill") && a2) return report(kill((pid_t)atol(a2), a3 ? atoi(a3) : 0));
     if (IS("connect") && a2 && a3) {
         int s = socket(AF_INET, SOCK_STREAM, 0);

@@ -44,6 +44,9 @@ struct SeccompEscapeTests {
         .init(action: "chroot", errno: "EPERM", audited: "chroot"),
         .init(action: "personality", errno: "EPERM", audited: "personality"),
         .init(action: "socket-packet", errno: "EPERM", audited: "socket"),
+        .init(action: "socket-netlink-audit", errno: "EPERM", audited: "socket"),
+        .init(action: "socket-netlink-uevent", errno: "EPERM", audited: "socket"),
+        .init(action: "socketpair-inet", errno: "EPERM", audited: "socketpair"),
         // Page-cache residency oracles and eviction (a held-out task's pattern of resident
         // pages in a shared file must not be readable by a later sandbox).
         .init(action: "mincore", errno: "ENOSYS", audited: "mincore"),
@@ -79,7 +82,8 @@ struct SeccompEscapeTests {
         #expect(!r.stderr.contains("audit event"))
     }
 
-    @Test("the harmless forms of fadvise and preadv2 pass the filter and are not reported", arguments: ["fadvise-sequential", "preadv2"])
+    @Test("the harmless forms of fadvise, preadv2, netlink and socketpair pass the filter and are not reported",
+          arguments: ["fadvise-sequential", "preadv2", "socket-netlink-route", "socketpair-unix"])
     func harmlessPageCacheCallsAllowed(_ action: String) throws {
         try requireRoot()
         let r = try probe(action)

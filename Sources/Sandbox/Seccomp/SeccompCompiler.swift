@@ -76,7 +76,7 @@ public enum SeccompCompiler {
             conditional \(conditional.sorted().joined(separator: " "))
             clone-mask \(ArgumentRules.namespaceFlags) ioctl-deny \(ArgumentRules.deniedIoctls.map { String($0.value) }.joined(separator: ","))
             personality \(ArgumentRules.allowedPersonalities.map { String($0) }.joined(separator: ","))
-            socket \(ArgumentRules.allowedSocketFamilies.map { String($0) }.joined(separator: ","))
+            socket \(ArgumentRules.allowedSocketFamilies.map { String($0) }.joined(separator: ",")) netlink \(ArgumentRules.netlinkFamily)/\(ArgumentRules.netlinkRoute) socketpair \(ArgumentRules.allowedSocketpairFamilies.map { String($0) }.joined(separator: ","))
             fadvise \(ArgumentRules.allowedFadvice.map { String($0) }.joined(separator: ",")) rwf-nowait \(ArgumentRules.rwfNowait)
             """
         let bpf: [UInt8]
@@ -141,6 +141,13 @@ public enum SeccompCompiler {
         if conditional.contains("socket"), let nr = resolve("socket") {
             for v in ArgumentRules.allowedSocketFamilies {
                 try addRule(ctx, nr, "socket", [ahs_arg(0, SCMP_CMP_EQ, v, 0)])
+            }
+            try addRule(ctx, nr, "socket", [ahs_arg(0, SCMP_CMP_EQ, ArgumentRules.netlinkFamily, 0),
+                                            ahs_arg(2, SCMP_CMP_EQ, ArgumentRules.netlinkRoute, 0)])
+        }
+        if conditional.contains("socketpair"), let nr = resolve("socketpair") {
+            for v in ArgumentRules.allowedSocketpairFamilies {
+                try addRule(ctx, nr, "socketpair", [ahs_arg(0, SCMP_CMP_EQ, v, 0)])
             }
         }
         return try export(ctx)

@@ -36,7 +36,7 @@ public enum SyscallProfile {
     public static let enosysFallback: Set<String> = ["clone3"]
 
     /// Allowed only with the argument rules in `ArgumentRules` (the filter inspects them).
-    public static let conditional: Set<String> = ["clone", "ioctl", "personality", "socket",
+    public static let conditional: Set<String> = ["clone", "ioctl", "personality", "socket", "socketpair",
                                                   "fadvise64", "preadv2", "pwritev2"]
 
     /// Ways to ask the kernel whether a page of a file is in the page cache, or to evict one.
@@ -111,7 +111,7 @@ public enum SyscallProfile {
         "msgget", "msgsnd", "msgrcv", "msgctl", "mq_open", "mq_unlink", "mq_timedsend",
         "mq_timedreceive", "mq_notify", "mq_getsetattr",
         // sockets (the network namespace decides what they can reach)
-        "socketpair", "bind", "listen", "accept", "accept4", "connect", "getsockname",
+        "bind", "listen", "accept", "accept4", "connect", "getsockname",
         "getpeername", "sendto", "recvfrom", "sendmsg", "recvmsg", "sendmmsg", "recvmmsg",
         "shutdown", "setsockopt", "getsockopt",
     ]
@@ -151,8 +151,16 @@ public enum ArgumentRules {
     /// RWF_NOWAIT: a read that fails instead of waiting for a page not in the cache.
     public static let rwfNowait: UInt64 = 0x8
 
-    /// Socket address families allowed: AF_UNIX, AF_INET, AF_INET6, AF_NETLINK.
-    public static let allowedSocketFamilies: [UInt64] = [1, 2, 10, 16]
+    /// Socket address families allowed: AF_UNIX, AF_INET, AF_INET6, and AF_NETLINK only with
+    /// protocol NETLINK_ROUTE (what getifaddrs and `ip` use; audit, netfilter, uevent and
+    /// the other netlink families reach kernel state no payload needs).
+    public static let allowedSocketFamilies: [UInt64] = [1, 2, 10]
+    public static let netlinkFamily: UInt64 = 16
+    public static let netlinkRoute: UInt64 = 0
+
+    /// socketpair(2) families allowed: AF_UNIX only (the only family Linux implements it for
+    /// is AF_UNIX anyway; anything else is a probe).
+    public static let allowedSocketpairFamilies: [UInt64] = [1]
 
     /// Masked-equality rules `(value & mask) == match` over the low 32 bits whose union is
     /// every 32-bit value except `excluded`.
