@@ -8,6 +8,16 @@ struct ShippedPolicyTests {
     static let names = ["base", "benchmark-task", "verifier", "coding-agent"]
     let loader = PolicyLoader(searchPaths: [shippedPolicies])
 
+    @Test("every shipped policy's pids cgroup trips long before the shared RLIMIT_NPROC, so a fork bomb is reported as a pids limit",
+          arguments: ["base", "benchmark-task", "verifier", "coding-agent", "benchmark-runner", "benchmark-scorer"])
+    func pidsBeforeNproc(name: String) throws {
+        let l = try loader.load(name, requireAllPlaceholders: false).limits
+        let pids = try #require(l.pids, "\(name) has no pids limit")
+        // Several sandboxes share the host uid: the coding agent, max_concurrency tasks, their
+        // verifiers. Eight full sandboxes must fit under RLIMIT_NPROC.
+        #expect((l.nproc ?? .max) >= 8 * pids, "\(name): nproc \(l.nproc ?? 0) vs pids \(pids)")
+    }
+
     @Test("each shipped policy loads for `policy check`, placeholders left as written", arguments: names)
     func loadsUnresolved(name: String) throws {
         let policy = try loader.load(name, requireAllPlaceholders: false)

@@ -64,6 +64,25 @@ struct ProxyTests {
         #expect(events.count == 3)
     }
 
+    @Test("a connection that closes before a complete request head is recorded")
+    func incompleteHeadRecorded() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        let policy = try dir.file("proxy.yaml", "extends: base\nnetwork:\n  mode: proxy\n  allow: []\n")
+        let audit = dir.path + "/a.jsonl"
+        let r = try client("""
+            s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
+            s.sendall(b"CONNECT example.com:443 HTTP/1.1\\r\\n")
+            s.close()
+            import time; time.sleep(0.3)
+            print("sent half a head")
+            """, policy: policy, audit: audit)
+        #expect(r.stdout.contains("sent half a head"), "\(r.stdout) \(r.stderr)")
+        let e = try auditEvents(audit).first { ($0["event"] as? String) == "egress" }
+        #expect(e?["action"] as? String == "denied")
+        #expect((e?["detail"] as? String)?.contains("no complete request head") == true, "\(String(describing: e))")
+    }
+
     @Test("an allowlisted name that resolves to an internal address is refused")
     func internalResolutionRefused() throws {
         try requireRoot()

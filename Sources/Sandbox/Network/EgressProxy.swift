@@ -87,7 +87,12 @@ final class EgressProxy: @unchecked Sendable {
     }
 
     private func serve(_ client: Int32) {
-        guard let head = readHead(client), let line = head.split(separator: "\r\n", omittingEmptySubsequences: false).first else { return }
+        guard let head = readHead(client), let line = head.split(separator: "\r\n", omittingEmptySubsequences: false).first else {
+            // A connection that never finishes its request (closed early, stalled, oversized)
+            // could still be a probe: recorded, not silent.
+            record("-", allowed: false, why: "no complete request head (closed, over 8 KiB, or 10 s without one)")
+            return
+        }
         let parts = line.split(separator: " ")
         guard parts.count == 3, parts[0] == "CONNECT", parts[2].hasPrefix("HTTP/1.") else {
             record(String(line.prefix(120)), allowed: false, why: "not a CONNECT request")
