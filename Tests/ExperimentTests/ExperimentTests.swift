@@ -77,6 +77,7 @@ struct Experiment {
     }
 
     func run(_ args: String...) throws -> Run { try autoharness(args + ["-C", root]) }
+    func run(_ args: [String]) throws -> Run { try autoharness(args + ["-C", root]) }
 
     /// `autoharness ARGS -C root` in the background, output discarded.
     func start(_ args: String...) throws -> Process {

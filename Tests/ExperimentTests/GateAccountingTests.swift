@@ -37,3 +37,25 @@ struct GateAccountingTests {
         #expect(Set(attempts).count == attempts.count, "attempt numbers reused: \(attempts)")
     }
 }
+
+@Suite("What the operator sees is what happened")
+struct OperatorViewTests {
+    @Test("a refused task id with a newline cannot forge a line in status --operator, and a huge request is recorded capped")
+    func refusedIDsEscapedAndCapped() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        let forged = "add-0\nFORGED: coding agent: nothing happened"
+        let r = try exp.run("benchmark", "--task-ids", forged)
+        #expect(r.status == 2, "\(r.stdout) \(r.stderr)")
+        #expect(!r.stderr.split(separator: "\n").contains { $0.hasPrefix("FORGED") }, "\(r.stderr)")
+        let many = (0..<5000).map { "x\($0)-" + String(repeating: "y", count: 40) }
+        let big = try exp.run(["benchmark", "--task-ids"] + many)
+        #expect(big.status == 2)
+        let status = try exp.run("status", "--operator")
+        #expect(!status.stdout.split(separator: "\n").contains { $0.hasPrefix("FORGED") }, "\(status.stdout)")
+        #expect(status.stdout.contains("add-0\\x0aFORGED"), "\(status.stdout)")
+        let details = try exp.violations().compactMap { $0["detail"] as? String }
+        #expect(details.allSatisfy { $0.count <= 4096 + 1 }, "\(details.map(\.count))")
+        #expect(details.contains { $0.contains("requested 5000 ids") })
+    }
+}

@@ -154,8 +154,8 @@ public final class ExperimentSupervisor {
             if !refused.isEmpty {
                 _ = try ledger.append(.violation, ViolationRecord(
                     actor: actor, kind: "refused_task_ids",
-                    detail: "benchmark requested ids outside the train split: \(refused.joined(separator: ", "))"))
-                throw ExperimentError(.refused, "not train tasks (unknown or held out): \(refused.joined(separator: ", ")); nothing was run; this request was recorded")
+                    detail: "benchmark requested \(refused.count) id\(refused.count == 1 ? "" : "s") outside the train split: \(refused.prefix(20).joined(separator: ", "))\(refused.count > 20 ? ", …" : "")"))
+                throw ExperimentError(.refused, "not train tasks (unknown or held out): \(printable(refused.prefix(20).joined(separator: ", "), limit: 2000))\(refused.count > 20 ? " and \(refused.count - 20) more" : ""); nothing was run; this request was recorded")
             }
         }
         let tasks = (taskIDs.map(Set.init) ?? train).sorted()

@@ -158,16 +158,6 @@ struct Staging {
     }
 }
 
-/// A name as it may appear in a one-line record: control characters escaped, length capped.
-func printable(_ s: String, limit: Int = 200) -> String {
-    var out = ""
-    for u in s.unicodeScalars {
-        if u.value < 0x20 || u.value == 0x7F { out += String(format: "\\x%02x", u.value) } else { out.unicodeScalars.append(u) }
-        if out.count >= limit { return out + "…" }
-    }
-    return out
-}
-
 /// Removes a tree the sandbox user may have built (arbitrarily deep, any names): `rm -rf
 /// --one-file-system`, which walks with directory descriptors and never follows links.
 func removeTree(_ path: String) throws {

@@ -77,10 +77,15 @@ public struct ViolationRecord: Codable, Sendable {
     /// which calls a test task made (and how often) is a channel out of the test split.
     public var heldOut: Bool?
 
+    /// Details carry what a sandbox chose (task ids, file names, syscall arguments): every
+    /// control character is escaped, so a newline cannot forge a line in `status
+    /// --operator`, the report or the history, and a row holds at most 4 KiB of it.
+    public static let maxDetail = 4096
+
     public init(actor: String, kind: String, detail: String, heldOut: Bool? = nil) {
         self.actor = actor
         self.kind = kind
-        self.detail = detail
+        self.detail = printable(detail, limit: Self.maxDetail)
         self.heldOut = heldOut
     }
 }
@@ -255,3 +260,15 @@ public enum Views {
         return expected.filter { FileManager.default.contents(atPath: $0.0) != $0.1 }.map(\.0)
     }
 }
+
+/// Text a sandbox chose, as it may appear in a one-line record: control characters escaped,
+/// length capped (in characters).
+func printable(_ s: String, limit: Int = 200) -> String {
+    var out = ""
+    for u in s.unicodeScalars {
+        if u.value < 0x20 || u.value == 0x7F { out += String(format: "\\x%02x", u.value) } else { out.unicodeScalars.append(u) }
+        if out.count >= limit { return out + "…" }
+    }
+    return out
+}
+
