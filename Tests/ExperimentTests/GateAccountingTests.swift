@@ -38,6 +38,24 @@ struct GateAccountingTests {
     }
 }
 
+extension GateAccountingTests {
+    @Test("a gate whose pre-held-out check refuses runs no held-out task, and still counts as started")
+    func heldOutGuardStopsTheGate() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        try exp.setAgent(Agents.all)
+        let supervisor = try ExperimentSupervisor(layout: ExperimentLayout(root: exp.root),
+                                                  policySearchPaths: [Built.packageRoot + "/policies"], purpose: "test")
+        final class Seen: @unchecked Sendable { var heldOut = 0 }
+        let seen = Seen()
+        supervisor.progress = { _, _, outcome in if outcome == nil { seen.heldOut += 1 } }
+        struct NotFrozen: Error {}
+        #expect(throws: NotFrozen.self) { try supervisor.gate { throw NotFrozen() } }
+        #expect(seen.heldOut == 0, "held-out tasks ran after the check refused")
+        #expect(try supervisor.state().gatesStarted == 1)
+    }
+}
+
 @Suite("What the operator sees is what happened")
 struct OperatorViewTests {
     @Test("a refused task id with a newline cannot forge a line in status --operator, and a huge request is recorded capped")

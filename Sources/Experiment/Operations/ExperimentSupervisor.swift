@@ -191,7 +191,9 @@ public final class ExperimentSupervisor {
     /// fails; every test task counts, errors as 0); (3) only if both pass, failing non-suite
     /// train tasks are re-run and newly passing ones promoted. On acceptance the supervisor
     /// commits the snapshot and records the iteration; a rejection is recorded too.
-    public func gate(actor: String = "cli", agent: Snapshot? = nil) throws -> GateResult {
+    /// `beforeHeldOut` runs just before the first held-out task and may refuse (throw): the
+    /// run loop checks there that the coding agent is still frozen.
+    public func gate(actor: String = "cli", agent: Snapshot? = nil, beforeHeldOut: () throws -> Void = {}) throws -> GateResult {
         let s = try state()
         guard let split = s.split else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
         // Numbered and counted by its start row, appended (and synced) before any task runs:
@@ -214,6 +216,7 @@ public final class ExperimentSupervisor {
             result.reason = "suite pass rate \(result.suitePassed)/\(result.suiteTotal) below threshold \(config.threshold)"
         } else {
             // (2) held-out test split: traces never persist, only rewards come back
+            try beforeHeldOut()
             let testOutcomes = try run(split.test, agent: snap.directory, audit: heldOutAudit, heldOut: true, traces: { _ in nil })
             let rewards = Dictionary(uniqueKeysWithValues: testOutcomes.map { ($0.id, $0.reward) })
             let val = Self.mean(split.test.map { rewards[$0] ?? 0 })

@@ -461,7 +461,12 @@ public final class RunLoop: @unchecked Sendable {
         do throws(SandboxError) {
             try agentControl.freeze()
         } catch {
-            throw ExperimentError(.io, "could not freeze the coding agent for the gate (\(error.message)); the gate was not run")
+            // Not the agent's fault, and nothing held out ran: recorded as a note, no gate
+            // counted.
+            let why = "gate refused: the coding agent could not be frozen (\(error.message)); no held-out task ran"
+            _ = try? append([(.note, NoteRecord(text: why))])
+            settings.log(why)
+            throw ExperimentError(.io, "could not freeze the coding agent for the gate (\(error.message)); the gate was not run and not counted")
         }
         let r: GateResult
         do {
@@ -471,7 +476,12 @@ public final class RunLoop: @unchecked Sendable {
                 // (a full disk, a crashed tool) still spent budget.
                 gates = (try? supervisor.state().openRunGates) ?? gates + 1
             }
-            r = try supervisor.gate(actor: "coding agent", agent: snap)
+            // Checked again as the held-out phase begins: the kernel must still say frozen.
+            r = try supervisor.gate(actor: "coding agent", agent: snap) { [agentControl] in
+                guard agentControl.isFrozen else {
+                    throw ExperimentError(.io, "the coding agent is no longer frozen; the held-out split was not run")
+                }
+            }
         }
         var extra = ""
         if r.accepted {

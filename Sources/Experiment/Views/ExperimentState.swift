@@ -67,6 +67,13 @@ public struct SuitePromotionRecord: Codable, Sendable {
     public var lastResults: [String: Double]
 }
 
+/// Something the operator should know that nobody did wrong (e.g. a gate refused because the
+/// coding agent could not be frozen).
+public struct NoteRecord: Codable, Sendable {
+    public var text: String
+    public init(text: String) { self.text = text }
+}
+
 public struct ViolationRecord: Codable, Sendable {
     /// "coding agent", "agent.py (train run)", "agent.py (gate)", "cli"
     public var actor: String
