@@ -296,6 +296,28 @@ struct RunTests {
         expectNothingLeft(exp, marker: Fixtures.agents)
     }
 
+    @Test("a flood of refused requests is recorded at most 30 rows a minute, the rest counted in one row; the broker keeps answering")
+    func refusalFloodRateLimited() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        let script = """
+            import subprocess
+            codes = [subprocess.run(['autoharness', 'bogus-verb'], capture_output=True).returncode for _ in range(120)]
+            print('FLOOD', sorted(set(codes)), flush=True)
+            open('agent/agent.py', 'a').write('# changed\\n')
+            r = subprocess.run(['autoharness', 'gate'], capture_output=True, text=True)
+            print('GATE', r.returncode, flush=True)
+            """
+        try exp.configureRun(command: ["python3", "-c", script], values: ["budget": "1"])
+        let r = try exp.run("run", "--max-hours", "0.1")
+        #expect(r.status == 0, "\(r.stdout) \(r.stderr)")
+        #expect(exp.agentLog.contains("FLOOD [2]") && exp.agentLog.contains("GATE "), "\(exp.agentLog)")
+        let rows = try exp.violations().filter { $0["kind"] as? String == "refused_request" }
+        let details = rows.compactMap { $0["detail"] as? String }
+        #expect(rows.count <= 31, "\(rows.count) rows")
+        #expect(details.contains { $0.hasPrefix("90 more refused requests") }, "\(details.suffix(3))")
+    }
+
     @Test("SIGTERM stops the run cleanly: agent tree killed, run recorded as ended, no socket, mount or process left")
     func sigtermStopsCleanly() throws {
         try requireRoot()

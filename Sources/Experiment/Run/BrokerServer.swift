@@ -112,7 +112,9 @@ final class BrokerServer: @unchecked Sendable {
         var uid: UInt32 = 0
         _ = ahl_peer_credentials(c, &pid, &uid)
         let peer = BrokerPeer(pid: pid, uid: uid)
-        setTimeout(c, SO_SNDTIMEO, seconds: 30)
+        // A client that does not read its reply holds the (single-threaded) broker at most
+        // this long; ours reads at once.
+        setTimeout(c, SO_SNDTIMEO, seconds: 5)
 
         // 5 seconds for the whole request, however it is trickled in.
         let deadline = Self.now() + 5

@@ -104,6 +104,12 @@ public final class RunLoop: @unchecked Sendable {
     private var requestsThisStart = 0
     private var agentStarts = 0
     private var reportedExtras: Set<String> = []
+    /// Refused requests recorded one by one in the current minute, and those only counted.
+    private var refusalWindow: (start: Double, recorded: Int, counted: [String: Int]) = (0, 0, [:])
+    /// Refusals a flooding agent can repeat cheaply: at most this many rows a minute each,
+    /// the rest summed up in one row.
+    static let refusalsPerMinute = 30
+    static let rateLimitedKinds: Set<String> = ["broker_protocol", "refused_request", "gate_budget", "repeat_gate"]
     private var startSeq: Int64 = 0
     private var resumed = false
 
@@ -231,6 +237,7 @@ public final class RunLoop: @unchecked Sendable {
         let reason = stopping ?? "stopped"
         let end: RunReport = try work.withLock {
             flushAudit()
+            flushRefusalCounts()
             try append([(.runEnded, RunEndedRecord(runID: runID, reason: reason, gates: gates, accepted: accepted, agentStarts: agentStarts))])
             let after = try supervisor.state()
             // Every violation recorded since this invocation started, whoever recorded it.
@@ -603,12 +610,35 @@ public final class RunLoop: @unchecked Sendable {
 
     /// Records one violation by the coding agent (in the ledger at once).
     func violation(_ kind: String, _ detail: String) {
+        if Self.rateLimitedKinds.contains(kind) {
+            let now = BrokerServer.now()
+            if now - refusalWindow.start >= 60 { flushRefusalCounts(); refusalWindow = (now, 0, [:]) }
+            refusalWindow.recorded += 1
+            if refusalWindow.recorded > Self.refusalsPerMinute {
+                refusalWindow.counted[kind, default: 0] += 1
+                return
+            }
+        }
         do {
             try append([(.violation, ViolationRecord(actor: "coding agent", kind: kind, detail: detail))])
         } catch {
             recordingFailed("a violation (\(kind): \(detail))", error)
         }
         settings.log("violation by the coding agent: \(kind): \(detail)")
+    }
+
+    /// One row per kind for the refusals only counted in the last window.
+    func flushRefusalCounts() {
+        let counted = refusalWindow.counted
+        refusalWindow.counted = [:]
+        for (kind, n) in counted.sorted(by: { $0.key < $1.key }) {
+            let detail = "\(n) more refused request\(n == 1 ? "" : "s") of this kind within a minute (over \(Self.refusalsPerMinute) a minute are counted, not recorded one by one)"
+            do {
+                try append([(.violation, ViolationRecord(actor: "coding agent", kind: kind, detail: detail))])
+            } catch {
+                recordingFailed("a violation (\(kind): \(detail))", error)
+            }
+        }
     }
 
     /// Moves the coding agent sandbox's new audit events (refused syscalls, denied egress,
