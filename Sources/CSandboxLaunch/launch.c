@@ -789,6 +789,15 @@ __attribute__((noreturn)) static void monitor_main(const struct ahl_plan *p, int
         (void)kill(init, SIGKILL);
         fail(rep, AHL_STAGE_FORK_INIT, 0);
     }
+    // Setup is over. From here the monitor only waits for init and relays signals to it
+    // (same uid: no capability needed), so it keeps none: with every capability of the
+    // sandbox's user namespace it could remount the sandbox's tree, and it lives where the
+    // sandbox cannot see it, but it should not be worth taking over either.
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+        drop_all_caps(p->cap_last, 1) < 0 || !caps_are_empty(p->cap_last)) {
+        (void)kill(init, SIGKILL);
+        fail(rep, AHL_STAGE_DROP_CAPS, -2);
+    }
     struct pollfd fds[2] = {{pfd, POLLIN, 0}, {ctl, POLLIN, 0}};
     int nfds = 2;
     for (;;) {

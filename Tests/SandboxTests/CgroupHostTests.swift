@@ -198,3 +198,43 @@ final class Locked<Value>: @unchecked Sendable {
         return try body()
     }
 }
+
+@Suite("Capabilities after setup")
+struct MonitorCapabilityTests {
+    @Test("once the payload runs, no process of the sandbox holds a capability: not the payload, not init, not the monitor")
+    func noProcessKeepsCapabilities() throws {
+        try requireRoot()
+        var limits = Limits()
+        limits.timeoutSeconds = 10
+        let policy = Policy(name: "caps", mounts: minimalMounts, limits: limits)
+        let plan = try PlanCompiler.compile(policy: policy, command: ["/usr/bin/sleep", "3"], hostEnvironment: [:])
+        var options = RunOptions()
+        let control = SandboxControl()
+        options.control = control
+        let runOptions = options
+        let done = Locked<Bool>(false)
+        Thread.detachNewThread {
+            _ = try? SandboxRunner.run(plan, options: runOptions)
+            done.withLock { done.value = true }
+        }
+        defer {
+            control.kill()
+            while !done.withLock({ done.value }) { usleep(10_000) }
+        }
+        // Wait for the payload (sleep) to be exec'd: three processes in the cgroup.
+        var pids: [pid_t] = []
+        for _ in 0..<300 {
+            pids = control.processIDs
+            if pids.contains(where: { (try? String(contentsOfFile: "/proc/\($0)/comm", encoding: .utf8)) == "sleep\n" }) { break }
+            usleep(10_000)
+        }
+        try #require(pids.count == 3, "monitor, init and payload expected: \(pids)")
+        for pid in pids {
+            let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+            for field in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+                let line = status.split(separator: "\n").first { $0.hasPrefix(field + ":") }.map(String.init) ?? "?"
+                #expect(line.hasSuffix("0000000000000000"), "pid \(pid) (\(status.split(separator: "\n").first ?? "")): \(line)")
+            }
+        }
+    }
+}
