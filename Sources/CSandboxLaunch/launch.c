@@ -121,6 +121,7 @@ const char *ahl_stage_name(int32_t stage) {
     case AHL_STAGE_NO_NEW_PRIVS: return "set no_new_privs";
     case AHL_STAGE_DROP_CAPS: return "drop capabilities";
     case AHL_STAGE_VERIFY_CAPS: return "verify capabilities are empty";
+    case AHL_STAGE_LANDLOCK: return "apply landlock ruleset";
     case AHL_STAGE_SECCOMP: return "install seccomp filter";
     case AHL_STAGE_SEND_LISTENER: return "hand seccomp listener to supervisor";
     default: return "sandbox setup";
@@ -555,6 +556,76 @@ static int caps_are_empty(uint32_t cap_last) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Landlock: a second wall under the mounts. Defined here rather than taken from
+// <linux/landlock.h>, whose copy on older build hosts lacks the newer rights; the kernel
+// accepts the smaller ruleset struct and reports its ABI, and only rights it knows are used.
+
+#ifndef SYS_landlock_create_ruleset
+#define SYS_landlock_create_ruleset 444
+#define SYS_landlock_add_rule 445
+#define SYS_landlock_restrict_self 446
+#endif
+#define AHL_LL_WRITE_FILE (1ULL << 1)
+#define AHL_LL_REMOVE_DIR (1ULL << 4)
+#define AHL_LL_REMOVE_FILE (1ULL << 5)
+#define AHL_LL_MAKE_CHAR (1ULL << 6)
+#define AHL_LL_MAKE_DIR (1ULL << 7)
+#define AHL_LL_MAKE_REG (1ULL << 8)
+#define AHL_LL_MAKE_SOCK (1ULL << 9)
+#define AHL_LL_MAKE_FIFO (1ULL << 10)
+#define AHL_LL_MAKE_BLOCK (1ULL << 11)
+#define AHL_LL_MAKE_SYM (1ULL << 12)
+#define AHL_LL_REFER (1ULL << 13)     // ABI 2
+#define AHL_LL_TRUNCATE (1ULL << 14)  // ABI 3
+
+struct ahl_ll_ruleset { uint64_t handled_access_fs; };
+struct ahl_ll_path_beneath { uint64_t allowed_access; int32_t parent_fd; } __attribute__((packed));
+
+static int ll_allow(int ruleset, const char *path, uint64_t access, uint64_t file_rights) {
+    int fd = open(path, O_PATH | O_CLOEXEC);
+    if (fd < 0) return -1;
+    struct stat st;
+    if (fstat(fd, &st) < 0) { close(fd); return -1; }
+    // A rule on a file may name only rights that apply to files.
+    struct ahl_ll_path_beneath rule = {S_ISDIR(st.st_mode) ? access : (access & file_rights), fd};
+    long r = syscall(SYS_landlock_add_rule, ruleset, 1 /* LANDLOCK_RULE_PATH_BENEATH */, &rule, 0);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return r < 0 ? -1 : 0;
+}
+
+// Writes (create, write, truncate, remove, rename in, link in) are allowed only beneath the
+// plan's read-write binds and tmpfs mounts, plus writing (not creating) the device nodes under
+// /dev. Reads and execution are not Landlock's business here: the mounts decide those.
+static void apply_landlock(const struct ahl_plan *p, int rep) {
+    if (!p->landlock) return;
+    long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, 1U /* LANDLOCK_CREATE_RULESET_VERSION */);
+    if (abi < 1) {
+        if (p->landlock == 2) fail(rep, AHL_STAGE_LANDLOCK, -1);
+        return;
+    }
+    uint64_t handled = AHL_LL_WRITE_FILE | AHL_LL_REMOVE_DIR | AHL_LL_REMOVE_FILE | AHL_LL_MAKE_CHAR |
+                       AHL_LL_MAKE_DIR | AHL_LL_MAKE_REG | AHL_LL_MAKE_SOCK | AHL_LL_MAKE_FIFO |
+                       AHL_LL_MAKE_BLOCK | AHL_LL_MAKE_SYM;
+    if (abi >= 2) handled |= AHL_LL_REFER;
+    if (abi >= 3) handled |= AHL_LL_TRUNCATE;
+    uint64_t file_rights = handled & (AHL_LL_WRITE_FILE | AHL_LL_TRUNCATE);
+    struct ahl_ll_ruleset attr = {handled};
+    int rs = (int)syscall(SYS_landlock_create_ruleset, &attr, sizeof attr, 0);
+    if (rs < 0) fail(rep, AHL_STAGE_LANDLOCK, -1);
+    for (uint32_t i = 0; i < p->n_mounts; i++) {
+        const struct ahl_mount *m = &p->mounts[i];
+        int writable = m->kind == AHL_MOUNT_TMPFS || (m->kind == AHL_MOUNT_BIND && !(m->flags & AHL_MOUNT_READONLY));
+        if (writable && ll_allow(rs, m->dest, handled, file_rights) < 0) fail(rep, AHL_STAGE_LANDLOCK, (int32_t)i);
+    }
+    if (ll_allow(rs, "/dev", file_rights, file_rights) < 0) fail(rep, AHL_STAGE_LANDLOCK, -2);
+    (void)ll_allow(rs, "/dev/shm", handled, file_rights);  // present when init made it
+    if (syscall(SYS_landlock_restrict_self, rs, 0) < 0) fail(rep, AHL_STAGE_LANDLOCK, -1);
+    close(rs);
+}
+
+// ---------------------------------------------------------------------------------------
 // The payload (pid 2)
 
 __attribute__((noreturn)) static void payload_main(const struct ahl_plan *p, int rep) {
@@ -573,6 +644,9 @@ __attribute__((noreturn)) static void payload_main(const struct ahl_plan *p, int
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) fail(rep, AHL_STAGE_NO_NEW_PRIVS, 0);
     if (drop_all_caps(p->cap_last, 1) < 0) fail(rep, AHL_STAGE_DROP_CAPS, 0);
     if (!caps_are_empty(p->cap_last)) { errno = EPERM; fail(rep, AHL_STAGE_VERIFY_CAPS, 0); }
+    // After no-new-privs (which landlock_restrict_self requires without CAP_SYS_ADMIN), and
+    // before seccomp, so the filter never has to allow the ruleset calls for the setup.
+    apply_landlock(p, rep);
 
     sigset_t none;
     sigemptyset(&none);

@@ -34,6 +34,8 @@ public struct Policy: Sendable, Equatable {
     public var env: EnvSpec
     /// Working directory inside the sandbox (absolute). Default `/`.
     public var chdir: String
+    /// Landlock under the mounts: writes only where the policy mounts read-write.
+    public var landlock: LandlockMode
 
     public init(
         name: String,
@@ -45,7 +47,8 @@ public struct Policy: Sendable, Equatable {
         network: NetworkSpec = NetworkSpec(),
         limits: Limits = Limits(),
         env: EnvSpec = EnvSpec(),
-        chdir: String = "/"
+        chdir: String = "/",
+        landlock: LandlockMode = .auto
     ) {
         self.name = name
         self.description = description
@@ -57,7 +60,20 @@ public struct Policy: Sendable, Equatable {
         self.limits = limits
         self.env = env
         self.chdir = chdir
+        self.landlock = landlock
     }
+}
+
+/// `filesystem.landlock`: a second wall under the mount table. With it, the payload can
+/// create, write, truncate, rename into or remove files only beneath the read-write binds
+/// and tmpfs mounts (and write the device nodes under /dev), whatever else a mount would
+/// allow (e.g. /proc files).
+public enum LandlockMode: String, Sendable, Equatable, CaseIterable {
+    /// Used when the kernel has it, skipped (and said so by `-v` and `doctor`) otherwise.
+    case auto
+    /// The sandbox does not start on a kernel without Landlock.
+    case required
+    case off
 }
 
 /// One entry of the sandbox's filesystem. The sandbox root starts as an empty tmpfs; only

@@ -48,6 +48,7 @@ struct PolicyLayer {
     var extends: Located<String>?
     var description: String?
     var chdir: Located<ResolvedPath>?
+    var landlock: LandlockMode?
     var mounts: [ParsedMount] = []
     var identity = Identity()
     /// The identity fields this file sets; only these override an inherited identity.
@@ -78,7 +79,7 @@ struct LayerParser {
     private(set) var errors: [PolicyError] = []
 
     static let topLevelKeys = ["extends", "description", "filesystem", "identity", "seccomp", "network", "limits", "env"]
-    static let filesystemKeys = ["chdir", "mounts"]
+    static let filesystemKeys = ["chdir", "landlock", "mounts"]
     static let mountKinds = ["ro", "rw", "tmpfs", "hide", "symlink"]
     static let mountKeys = mountKinds + ["optional", "keep_symlink", "no_symlinks", "size", "mode", "target"]
     static let identityKeys = ["uid", "gid", "host_uid", "host_gid", "hostname"]
@@ -144,6 +145,13 @@ struct LayerParser {
             let path = path(literal, at: node, what: "chdir", placeholderHint: "PATH")
         {
             layer.chdir = Located(value: path, location: location(of: node))
+        }
+        if let node = fs["landlock"], let spelled = text(node, "filesystem.landlock") {
+            if let mode = LandlockMode(rawValue: spelled) {
+                layer.landlock = mode
+            } else {
+                error(at: node, "unknown landlock mode '\(spelled)' (allowed: \(LandlockMode.allCases.map(\.rawValue).joined(separator: ", ")))")
+            }
         }
         guard let node = fs["mounts"], let entries = list(node, "filesystem.mounts") else { return }
         var byDestination: [String: ParsedMount] = [:]

@@ -92,7 +92,8 @@ public struct PolicyLoader: Sendable {
             network: NetworkSpec(mode: merged.networkMode, allow: merged.networkAllow?.value ?? []),
             limits: merged.limits,
             env: merged.env,
-            chdir: merged.chdir?.value.path ?? "/"
+            chdir: merged.chdir?.value.path ?? "/",
+            landlock: merged.landlock
         )
     }
 

@@ -6,6 +6,7 @@
 struct MergedLayers {
     var description: String?
     var chdir: Located<ResolvedPath>?
+    var landlock = LandlockMode.auto
     var mounts: [ParsedMount] = []
     var identity = Identity()
     var seccomp = SeccompSpec()
@@ -20,6 +21,7 @@ struct MergedLayers {
     mutating func apply(_ child: PolicyLayer, errors: inout [PolicyError]) {
         if let description = child.description { self.description = description }
         if let chdir = child.chdir { self.chdir = chdir }
+        if let landlock = child.landlock { self.landlock = landlock }
         mergeMounts(child.mounts, errors: &errors)
 
         for key in child.identityKeys {

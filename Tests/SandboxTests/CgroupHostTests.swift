@@ -238,3 +238,34 @@ struct MonitorCapabilityTests {
         }
     }
 }
+
+@Suite("Landlock under the mounts")
+struct LandlockTests {
+    @Test("a write the mounts allow but no read-write mount covers (/proc/self/comm) is refused by Landlock, and allowed with landlock: off")
+    func landlockRefusesWhatMountsAllow() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        let off = try dir.file("off.yaml", "extends: base\nfilesystem:\n  landlock: off\n")
+        let walled = try probe("write", "/proc/self/comm", "renamed\n")
+        #expect(walled.errnoName == "EACCES", "\(walled.stdout) \(walled.stderr)")
+        let open = try probe("write", "/proc/self/comm", "renamed\n", policy: off)
+        #expect(open.result.first == "ok", "\(open.stdout) \(open.stderr)")
+        // What the policy mounts writable stays writable: a tmpfs, a read-write bind, /dev/null.
+        let rw = try TempDir(mode: 0o777)
+        let r = try autoharness(["sandbox", "exec", "--rw", "\(rw.path):/out", "--", "/bin/sh", "-c",
+                                 "echo a > /tmp/a && echo b > /out/b && mkdir /out/d && mv /out/b /out/d/b && rm -r /out/d && echo c > /dev/null && echo done"])
+        #expect(r.status == 0 && r.stdout == "done\n", "\(r.stdout) \(r.stderr)")
+    }
+
+    @Test("landlock: required starts where the kernel has it; an unknown mode is an error with its line")
+    func landlockModes() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        let required = try dir.file("req.yaml", "extends: base\nfilesystem:\n  landlock: required\n")
+        #expect(try autoharness(["sandbox", "exec", "--policy", required, "--", "/bin/true"]).status == 0)
+        let bad = try dir.file("bad.yaml", "extends: base\nfilesystem:\n  landlock: sometimes\n")
+        let r = try autoharness(["policy", "check", bad])
+        #expect(r.status == 1)
+        #expect(r.stderr.contains("bad.yaml:3") && r.stderr.contains("unknown landlock mode 'sometimes' (allowed: auto, required, off)"), "\(r.stderr)")
+    }
+}

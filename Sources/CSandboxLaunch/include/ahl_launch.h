@@ -77,6 +77,7 @@ struct ahl_plan {
                                     // join: v1 `tasks`, v2 `cgroup.procs`
     uint16_t proxy_port;          // non-zero: listen on 127.0.0.1:port inside the sandbox's network
                                   // namespace and hand the socket to the supervisor (egress proxy)
+    int32_t landlock;             // 0 off, 1 when the kernel has it, 2 required (fail without it)
     uint64_t wipe_start[2];       // the supervisor's argv and environment blocks (arg_start,
     uint64_t wipe_end[2];         // env_start / arg_end, env_end of /proc/self/stat), zeroed
                                   // in the children: init's /proc/1/cmdline is world-readable
@@ -140,6 +141,7 @@ enum ahl_stage {
     AHL_STAGE_NO_NEW_PRIVS,
     AHL_STAGE_DROP_CAPS,
     AHL_STAGE_VERIFY_CAPS,
+    AHL_STAGE_LANDLOCK,          // index: which plan mount (-1: the ruleset itself, -2: /dev)
     AHL_STAGE_SECCOMP,
     AHL_STAGE_SEND_LISTENER,
     AHL_STAGE_COUNT

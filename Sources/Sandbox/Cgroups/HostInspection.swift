@@ -70,9 +70,12 @@ public struct HostInspection: Sendable {
 
     func landlock() -> Finding {
         let abi = ahl_landlock_abi()
-        if abi > 0 { return Finding(topic: "landlock", status: .info, detail: "ABI \(abi) available (no shipped policy requires it)") }
-        let why = abi == -EOPNOTSUPP ? "built in but disabled (add landlock to the lsm= boot parameter)" : "not in this kernel"
-        return Finding(topic: "landlock", status: .info, detail: "\(why) (no shipped policy requires it)")
+        if abi > 0 {
+            return Finding(topic: "landlock", status: .ok, detail: "ABI \(abi): a second wall under the mounts (writes only beneath read-write mounts)")
+        }
+        let why = abi == -EOPNOTSUPP ? "built in but disabled" : "not in this kernel"
+        return Finding(topic: "landlock", status: .info, detail: "\(why): sandboxes rely on the mounts alone (a policy with `landlock: required` will not start)",
+                       fix: abi == -EOPNOTSUPP ? "add landlock to the lsm= boot parameter" : nil)
     }
 
     func cgroups(_ host: CgroupHost) -> [Finding] {

@@ -148,6 +148,11 @@ public enum SandboxRunner {
             enforcement.append(.init(limit: r.name, value: String(r.value), mechanism: "rlimit (per process)\(clamped)"))
         }
         if let t = plan.limits.timeoutSeconds { enforcement.append(.init(limit: "timeout", value: "\(t)s", mechanism: "supervisor kills the pid namespace")) }
+        if plan.landlock != .off {
+            let abi = ahl_landlock_abi()
+            enforcement.append(.init(limit: "landlock", value: plan.landlock.rawValue,
+                                     mechanism: abi > 0 ? "Landlock ABI \(abi) (writes only beneath read-write mounts)" : "NOT APPLIED: the kernel has no Landlock"))
+        }
         log.debug("sandbox \(plan.sandboxID): policy \(plan.policyName); limits: \(enforcement.map(\.description).joined(separator: "; "))")
 
         let storage = CPlan(plan, stdio: options.stdio, cgroupJoin: cgroup.selfJoinFiles)
@@ -536,6 +541,7 @@ final class CPlan {
         for (i, f) in cgroupJoin.enumerated() { join[i] = c(f) }
         join[cgroupJoin.count] = nil
         plan.cgroup_join = UnsafePointer(join)
+        plan.landlock = p.landlock == .off ? 0 : p.landlock == .required ? 2 : 1
         let block = Self.argumentBlocks
         plan.wipe_start = (block.argStart, block.envStart)
         plan.wipe_end = (block.argEnd, block.envEnd)

@@ -52,6 +52,7 @@ public struct LaunchPlan: Sendable {
     public var limits: Limits
     public var network: NetworkSpec
     public var filter: CompiledFilter
+    public var landlock: LandlockMode
 }
 
 /// Command-line additions to a policy (`sandbox exec --ro/--rw/--tmpfs/--chdir/--env`).
@@ -201,7 +202,7 @@ public enum PlanCompiler {
             sandboxID: sandboxID, policyName: policy.name, command: command, environment: env,
             searchPath: searchPath, workingDirectory: cwd, identity: policy.identity, mounts: mounts,
             skippedMounts: skipped, rlimits: rlimits, limits: limits, network: policy.network,
-            filter: filter)
+            filter: filter, landlock: policy.landlock)
     }
 
     static func buildEnvironment(_ spec: EnvSpec, _ flags: [String], host: [String: String]) throws(SandboxError) -> [String] {
