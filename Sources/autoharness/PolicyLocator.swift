@@ -9,7 +9,7 @@ enum PolicyLocator {
     static func searchPaths(explicit: [String]) -> [String] {
         var paths = explicit
         if let env = getenv("AUTOHARNESS_POLICY_DIR") { paths.append(String(cString: env)) }
-        paths.append(executableDirectory() + "/../share/autoharness/policies")
+        if let installed = canonical(executableDirectory() + "/../share/autoharness/policies") { paths.append(installed) }
         if let checkout = nearestAncestor(containing: "policies/base.yaml") { paths.append(checkout + "/policies") }
         return paths
     }
@@ -38,9 +38,17 @@ enum PolicyLocator {
     /// `share/autoharness/templates`, or a source checkout's `templates/`.
     static func templatesDirectory() -> String? {
         if let env = getenv("AUTOHARNESS_TEMPLATE_DIR") { return String(cString: env) }
-        let installed = executableDirectory() + "/../share/autoharness/templates"
-        if access(installed + "/PROGRAM.md", R_OK) == 0 { return installed }
+        // Canonical: the path ends up in configs as a bind source, where `..` is refused.
+        if let installed = canonical(executableDirectory() + "/../share/autoharness/templates"),
+           access(installed + "/PROGRAM.md", R_OK) == 0 { return installed }
         return nearestAncestor(containing: "templates/PROGRAM.md").map { $0 + "/templates" }
+    }
+
+    /// `path` with `..`, `.` and symlinks resolved, or nil if it does not exist.
+    static func canonical(_ path: String) -> String? {
+        guard let r = realpath(path, nil) else { return nil }
+        defer { free(r) }
+        return String(cString: r)
     }
 
     /// The binary's directory or the closest of its (up to six) ancestors holding `relative`:

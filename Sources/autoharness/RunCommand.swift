@@ -305,6 +305,10 @@ struct DemoCommand: ParsableCommand {
             try AtomicFile.write(Data(Report.html(try s.state(), config: s.config, title: "autoharness demo", diffStats: s.diffStats()).utf8), to: html, mode: 0o644)
             print("demo: the coding agent's own account: \(report.agentLog)")
             print("demo: report: \(html)")
+            // A demo whose loop failed (the agent never got going) is not a demo that worked.
+            if report.failed || report.gates == 0 {
+                fail("autoharness: the demo's loop did not run as it should (\(report.reason); \(report.gates) gates); see \(report.agentLog)", code: Exit.failure)
+            }
         } catch let e as ExperimentError {
             fail("autoharness: \(e.message)", code: Exit.failure)
         } catch {
