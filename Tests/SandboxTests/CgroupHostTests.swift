@@ -269,3 +269,26 @@ struct LandlockTests {
         #expect(r.stderr.contains("bad.yaml:3") && r.stderr.contains("unknown landlock mode 'sometimes' (allowed: auto, required, off)"), "\(r.stderr)")
     }
 }
+
+@Suite("The orphan sweep")
+struct OrphanSweepTests {
+    @Test("a supervisor in another pid namespace leaves a live supervisor's sandbox alone")
+    func sweepSparesOtherPidNamespaces() throws {
+        try requireRoot()
+        let live = Process()
+        live.executableURL = URL(fileURLWithPath: Built.autoharness)
+        live.arguments = ["sandbox", "exec", "--", "/bin/sh", "-c", "sleep 2; echo survived"]
+        let out = Pipe()
+        live.standardOutput = out
+        try live.run()
+        usleep(500_000)
+        // A second supervisor whose pid namespace cannot see the first: its start-up sweep
+        // must not take the first one's sandbox for an orphan.
+        let other = try runProcess("/usr/bin/unshare", ["-pf", "--mount-proc", Built.autoharness, "sandbox", "exec", "--", "/bin/true"])
+        #expect(other.status == 0, "\(other.stderr)")
+        #expect(!other.stderr.contains("left by a supervisor that is gone"), "\(other.stderr)")
+        live.waitUntilExit()
+        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(live.terminationStatus == 0 && text == "survived\n", "status \(live.terminationStatus): \(text)")
+    }
+}

@@ -179,8 +179,10 @@ final class SandboxCgroup {
         return pids.sorted()
     }
 
+    /// Pids in `dir`, as this pid namespace sees them. A process outside our pid namespace
+    /// is listed as 0, which must never reach kill(2) (0 is our own process group).
     static func processes(in dir: String) -> [pid_t] {
-        readText(dir + "/cgroup.procs").split(separator: "\n").compactMap { pid_t($0) }
+        readText(dir + "/cgroup.procs").split(separator: "\n").compactMap { pid_t($0) }.filter { $0 > 0 }
     }
 
     /// Removes the cgroups. Every process in them descends from this sandbox's monitor; any
@@ -211,8 +213,16 @@ final class SandboxCgroup {
         return failed
     }
 
-    /// `oPID-STARTTIME` of this process: names every sandbox cgroup it creates.
-    static let ownerTag = "o\(getpid())-\(startTime(of: getpid()) ?? 0)"
+    /// `oPID-STARTTIME-PIDNS` of this process: names every sandbox cgroup it creates. The
+    /// pid namespace matters: a supervisor in another one (a container sharing the cgroup
+    /// tree) cannot check a pid of ours, so it must leave our sandboxes alone.
+    static let ownerTag = "o\(getpid())-\(startTime(of: getpid()) ?? 0)-\(pidNamespace)"
+
+    /// Inode of this process's pid namespace.
+    static let pidNamespace: UInt64 = {
+        var st = stat()
+        return stat("/proc/self/ns/pid", &st) == 0 ? UInt64(st.st_ino) : 0
+    }()
 
     /// Start time of `pid` in clock ticks since boot (field 22 of /proc/PID/stat): with
     /// the pid it names one process for the life of the system.
@@ -275,11 +285,13 @@ final class SandboxCgroup {
         }
     }
 
-    /// nil for a name without an owner tag; else whether that supervisor still runs.
+    /// nil for a name without an owner tag; else whether that supervisor still runs. One in
+    /// another pid namespace is taken to be alive: its pid means nothing here.
     static func ownerAlive(_ name: String) -> Bool? {
         guard let dot = name.lastIndex(of: "."), name[name.index(after: dot)...].hasPrefix("o") else { return nil }
         let tag = name[name.index(dot, offsetBy: 2)...].split(separator: "-")
-        guard tag.count == 2, let pid = pid_t(tag[0]), let start = UInt64(tag[1]) else { return nil }
+        guard tag.count == 3, let pid = pid_t(tag[0]), let start = UInt64(tag[1]), let ns = UInt64(tag[2]) else { return nil }
+        if ns != pidNamespace { return true }
         return startTime(of: pid) == start
     }
 
