@@ -25,6 +25,7 @@ struct ExperimentOptions: ParsableArguments {
         do {
             let s = try ExperimentSupervisor(layout: layout, policySearchPaths: PolicyLocator.searchPaths(explicit: policyDirs),
                                              purpose: purpose, exclusive: exclusive)
+            for note in s.recoveryNotes { printErr("autoharness: \(note)") }
             return s
         } catch {
             fail("autoharness: \(error)", code: Exit.failure)

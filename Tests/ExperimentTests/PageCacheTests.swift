@@ -76,9 +76,18 @@ struct PageCacheTests {
         try #require(r.status == 0, "\(r.stderr)")
     }
 
-    @Test("pages a held-out task read of a shared file are gone from the page cache after the gate, and a later train task's read timing does not single them out")
-    func heldOutPagesEvicted() throws {
-        try requireRoot()
+    /// An experiment whose task policy also mounts /shared/blob read-only (a file held-out and
+    /// later train sandboxes can both read), with the pages each split's tasks touch.
+    struct Setup {
+        let dir: TempDir
+        let exp: Experiment
+        let blob: String
+        let train: [String]
+        let trainPages: Set<Int>
+        let heldOutPages: Set<Int>
+    }
+
+    static func setUp() throws -> Setup {
         let dir = try TempDir()
         let shared = dir.path + "/shared"
         try FileManager.default.createDirectory(atPath: shared, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
@@ -98,32 +107,70 @@ struct PageCacheTests {
         for id in test { heldOutPages.formUnion(try Self.pages(for: try instruction(id))) }
         heldOutPages.subtract(trainPages)  // train runs (suite, promotion) may read those
         try #require(heldOutPages.count >= 16, "too few pages only held-out tasks read")
-
         try Self.evict(blob)
         #expect(try Self.resident(blob).isEmpty, "the blob must start out of the page cache")
-        try exp.setAgent(Self.toucher)
-        let g = try exp.run("gate")
-        #expect(g.stderr.contains("held-out sandboxes done; dropped "), "\(g.stderr)")
-        let left = try Self.resident(blob)
-        #expect(left.isDisjoint(with: heldOutPages), "held-out pages still cached after the gate: \(left.intersection(heldOutPages).sorted())")
+        return Setup(dir: dir, exp: exp, blob: blob, train: train, trainPages: trainPages, heldOutPages: heldOutPages)
+    }
 
-        // What a later train run can measure: every page cold, touched by a held-out task or not.
-        try exp.setAgent(Self.spy)
-        let b = try exp.run("benchmark", "--task-ids", train[0])
+    /// Runs the spy on one train task and returns median(held-out pages) / median(untouched).
+    static func spyRatio(_ s: Setup) throws -> (ratio: Double, stderr: String) {
+        try s.exp.setAgent(Self.spy)
+        let b = try s.exp.run("benchmark", "--task-ids", s.train[0])
         #expect(b.status == 0 || b.status == 1, "\(b.stdout) \(b.stderr)")
-        let trace = files(under: exp.root + "/workspace/traces/latest/\(train[0])", containing: "LAT ").first
+        let trace = files(under: s.exp.root + "/workspace/traces/latest/\(s.train[0])", containing: "LAT ").first
         let text = try String(contentsOfFile: try #require(trace, "no trace with the spy's timings"), encoding: .utf8)
         let line = try #require(text.split(separator: "\n").first { $0.hasPrefix("LAT ") })
         let lat = line.split(separator: " ").dropFirst().compactMap { Double($0) }
         try #require(lat.count == Self.pages)
-        func median(_ s: Set<Int>) -> Double {
-            let v = s.map { lat[$0] }.sorted()
+        func median(_ set: Set<Int>) -> Double {
+            let v = set.map { lat[$0] }.sorted()
             return v[v.count / 2]
         }
-        let untouched = Set(0..<Self.pages).subtracting(heldOutPages).subtracting(trainPages)
-        let ratio = median(heldOutPages) / median(untouched)
+        let untouched = Set(0..<Self.pages).subtracting(s.heldOutPages).subtracting(s.trainPages)
+        return (median(s.heldOutPages) / median(untouched), b.stderr)
+    }
+
+    @Test("pages a held-out task read of a shared file are gone from the page cache after the gate, and a later train task's read timing does not single them out")
+    func heldOutPagesEvicted() throws {
+        try requireRoot()
+        let s = try Self.setUp()
+        try s.exp.setAgent(Self.toucher)
+        let g = try s.exp.run("gate")
+        #expect(g.stderr.contains("held-out sandboxes done; dropped "), "\(g.stderr)")
+        let left = try Self.resident(s.blob)
+        #expect(left.isDisjoint(with: s.heldOutPages), "held-out pages still cached after the gate: \(left.intersection(s.heldOutPages).sorted())")
+        // What a later train run can measure: every page cold, touched by a held-out task or not.
         // Cached pages read in about a microsecond, cold ones take tens: a ratio near 1 is
         // what eviction gives; left cached, the held-out pages come out many times faster.
-        #expect(ratio > 0.5, "held-out pages read \(String(format: "%.2f", ratio))× as long as untouched ones (\(median(heldOutPages)) ns vs \(median(untouched)) ns)")
+        let ratio = try Self.spyRatio(s).ratio
+        #expect(ratio > 0.5, "held-out pages read \(String(format: "%.2f", ratio))× as long as untouched ones")
+    }
+
+    @Test("a supervisor killed during the held-out phase leaves a journal; the next one drops those pages before it runs anything")
+    func killedMidHeldOutStillEvicted() throws {
+        try requireRoot()
+        let s = try Self.setUp()
+        // Touch, then linger, so the kill lands while held-out tasks are running.
+        try s.exp.setAgent(Self.toucher.replacingOccurrences(of: "open(os.path.join(workdir, 'answer.txt')", with: "__import__('time').sleep(20); open(os.path.join(workdir, 'answer.txt')"))
+        let gate = try s.exp.start("gate")
+        let journal = s.exp.root + "/.autoharness/held-out-sources"
+        var cached = Set<Int>()
+        for _ in 0..<300 {
+            usleep(100_000)
+            if FileManager.default.fileExists(atPath: journal) {
+                cached = try Self.resident(s.blob).intersection(s.heldOutPages)
+                if !cached.isEmpty { break }
+            }
+        }
+        try #require(!cached.isEmpty, "the held-out phase never read its pages")
+        kill(gate.processIdentifier, SIGKILL)
+        gate.waitUntilExit()
+        usleep(500_000)
+        #expect(!(try Self.resident(s.blob).intersection(s.heldOutPages)).isEmpty, "the killed supervisor's held-out pages should still be cached")
+
+        let (ratio, stderr) = try Self.spyRatio(s)
+        #expect(stderr.contains("a held-out run was cut off; dropped "), "\(stderr)")
+        #expect(!FileManager.default.fileExists(atPath: journal))
+        #expect(ratio > 0.5, "held-out pages read \(String(format: "%.2f", ratio))× as long as untouched ones after the kill")
     }
 }

@@ -49,6 +49,8 @@ public struct ExperimentLayout: Sendable {
     public var ledger: String { privateDirectory + "/ledger.sqlite" }
     public var split: String { privateDirectory + "/split.json" }
     public var lock: String { privateDirectory + "/lock" }
+    /// Read-only sources of held-out sandboxes while they run (`PageCacheEviction`).
+    public var heldOutJournal: String { privateDirectory + "/held-out-sources" }
     public var snapshots: String { privateDirectory + "/snapshots" }
     public func snapshotDirectory(sha256: String) -> String { snapshots + "/" + sha256 }
 

@@ -35,6 +35,8 @@ public final class ExperimentSupervisor {
     public var progress: ((_ done: Int, _ total: Int, _ outcome: TaskOutcome?) -> Void)?
     /// Called with an operator line during long external tool runs (from any thread).
     public var log: (@Sendable (String) -> Void)?
+    /// What recovery at open did, for the caller to print (`log` is not set yet then).
+    public private(set) var recoveryNotes: [String] = []
 
     /// Opens an experiment. `exclusive` (every command that runs tasks or writes the ledger)
     /// takes the experiment lock, so a second supervisor is refused with the holder's pid;
@@ -69,6 +71,11 @@ public final class ExperimentSupervisor {
     /// recorded as interrupted (its results discarded, never half-recorded), and an accepted
     /// iteration whose commit was created but not yet published is published.
     func recover() throws {
+        // A supervisor that died during held-out runs left their page-cache traces: gone
+        // before anything untrusted of this experiment runs again.
+        if let r = PageCacheEviction.evictLeftover(journal: layout.heldOutJournal) {
+            recoveryNotes.append("a held-out run was cut off; \(r)")
+        }
         let s = try state()
         var changed = false
         for open in s.openGates {
@@ -318,7 +325,7 @@ public final class ExperimentSupervisor {
         context.log = { [log] line in log?(line) }
         // Before anything untrusted runs again (a train task, the thawed coding agent),
         // whatever the held-out sandboxes could have brought into the page cache leaves it.
-        let cache = heldOut ? PageCacheEviction() : nil
+        let cache = heldOut ? PageCacheEviction(journal: layout.heldOutJournal) : nil
         context.pageCache = cache
         defer { if let cache { log?("held-out sandboxes done; \(cache.evict())") } }
         let outcomes = try adapter.run(ids, context)

@@ -15,19 +15,52 @@ import Glibc
 /// sources cannot be dirtied from a sandbox, and a page mapped by a live process (the
 /// supervisor, the frozen coding agent) was mapped, hence resident, before the held-out runs
 /// began, since the processes that map it could not fault in new pages meanwhile.
+///
+/// A supervisor can die with held-out sandboxes running (kill -9, a second ^C): then nothing
+/// evicts. So each source is also appended to a journal before the sandbox that reads it
+/// starts, and the next supervisor of the experiment evicts what a journal left behind
+/// (`evictLeftover`) before it runs anything untrusted.
 public final class PageCacheEviction: @unchecked Sendable {
     private let lock = Mutex()
     private var sources: Set<String> = []
+    private let journal: String?
 
-    public init() {}
+    /// `journal`: a file in the supervisor's private directory (created on first use,
+    /// removed by `evict()`).
+    public init(journal: String? = nil) {
+        self.journal = journal
+    }
 
-    /// Records the read-only bind sources of a sandbox about to run.
+    /// Records the read-only bind sources of a sandbox about to run (in the journal too,
+    /// before the sandbox exists).
     func record(_ plan: LaunchPlan) {
         let ro = plan.mounts.compactMap { m -> String? in
             if case .bind(let source, true, _, _, _, _) = m.kind { return source }
             return nil
         }
-        lock.withLock { sources.formUnion(ro) }
+        lock.withLock {
+            let new = ro.filter { sources.insert($0).inserted }
+            if let journal, !new.isEmpty {
+                let fd = open(journal, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0o600)
+                if fd >= 0 {
+                    let text = new.map { $0 + "\n" }.joined()
+                    _ = text.withCString { Glibc.write(fd, $0, strlen($0)) }
+                    close(fd)
+                }
+            }
+        }
+    }
+
+    /// Evicts what a dead supervisor's journal names, if there is one, and removes it.
+    /// Returns the report, or nil when there was nothing to do.
+    public static func evictLeftover(journal: String) -> Report? {
+        let text = SmallFile.contents(of: journal)
+        guard access(journal, F_OK) == 0 else { return nil }
+        let cache = PageCacheEviction(journal: journal)
+        cache.lock.withLock {
+            for line in text.split(separator: "\n") where line.hasPrefix("/") { cache.sources.insert(String(line)) }
+        }
+        return cache.evict()
     }
 
     /// The recorded sources, outermost only (a source inside another is walked with it).
@@ -68,6 +101,8 @@ public final class PageCacheEviction: @unchecked Sendable {
             Self.drop(fd: fd, path: source, depth: 0, report: &report, seen: &seenDirectories)
         }
         lock.withLock { sources = [] }
+        // Only now: a supervisor that dies during the walk leaves the journal for the next.
+        if let journal { unlink(journal) }
         report.seconds = monotonicNow() - start
         return report
     }
