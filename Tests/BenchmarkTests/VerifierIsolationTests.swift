@@ -44,6 +44,9 @@ struct VerifierIsolationTests {
         // Interpreter start-up hooks and .pth files in /app (never on sys.path here).
         .init(id: "startup-hooks", test: "cd /app && python3 -c \"\(check)\"",
               plant: ["sitecustomize.py": forged, "usercustomize.py": forged, "hook.pth": "import sys; sys.exit(0)\n"], weakFalls: false),
+        // A repository agent.py made in /app whose config runs a command on `git status`.
+        .init(id: "git-fsmonitor", test: "cd /app && git status --porcelain >/dev/null 2>&1; test -e /tmp/hook-ran",
+              plant: [".git-fsmonitor": "touch /tmp/hook-ran; false #"], weakFalls: true),
         // An executable named like the interpreter, beside the answer.
         .init(id: "executable-shadow", test: "cd /app && python3 -c \"\(check)\"", plant: ["python3": "#!/bin/sh\nexit 0\n"], weakFalls: false),
     ]
@@ -75,6 +78,11 @@ struct VerifierIsolationTests {
                     json.dump({"v": 6}, open(os.path.join(workdir, "answer.json"), "w"))
                     vector = instruction.split("vector: ")[1].strip()
                     for rel, text in PLANTS[vector].items():
+                        if rel == ".git-fsmonitor":
+                            import subprocess
+                            subprocess.run(["git", "init", "-q", workdir], check=True)
+                            subprocess.run(["git", "-C", workdir, "config", "core.fsmonitor", text], check=True)
+                            continue
                         path = os.path.join(workdir, rel)
                         os.makedirs(os.path.dirname(path), exist_ok=True)
                         with open(path, "w") as f:
@@ -114,6 +122,7 @@ struct VerifierIsolationTests {
             env:
               set:
                 PYTHONSAFEPATH: ""
+                GIT_CONFIG_COUNT: "0"
             """)
         let control = try outcome(vector, verifierPolicy: "weak-verifier", policyDirs: [weak.path])
         if vector.weakFalls {
@@ -134,5 +143,6 @@ struct VerifierIsolationTests {
         #expect(env["BASH_ENV"] == nil && env["ENV"] == nil)
         #expect(!(env["PATH"] ?? "").split(separator: ":").contains { $0.hasPrefix("/app") || $0 == "." || $0.isEmpty })
         #expect(env["PYTHONPATH"] == nil)
+        #expect(env["GIT_CONFIG_KEY_0"] == "core.fsmonitor" && env["GIT_CONFIG_VALUE_0"] == "false")
     }
 }
