@@ -34,6 +34,21 @@ extension Experiment {
         try lines.joined(separator: "\n").write(toFile: path, atomically: true, encoding: .utf8)
     }
 
+    /// `autoharness run` with the slow-gate agent, killed with SIGKILL once its gate started.
+    func killRunMidGate(values: [String: String]) throws {
+        try configureRun(command: ["python3", Fixtures.agents + "/slow_gate.py"], values: values)
+        let p = try start("run", "--max-hours", "0.1")
+        var started = false
+        for _ in 0..<200 where !started {
+            usleep(50_000)
+            started = (try? rows("gate_started").count) == 1
+        }
+        try #require(started, "the gate never started: \(agentLog)")
+        usleep(300_000)
+        kill(p.processIdentifier, SIGKILL)
+        p.waitUntilExit()
+    }
+
     var agentLog: String { (try? String(contentsOfFile: root + "/.autoharness/run/agent.log", encoding: .utf8)) ?? "" }
 
     /// `ATTEMPT name: outcome` lines the hostile agent printed.
@@ -217,17 +232,7 @@ struct RunTests {
     func killDuringRunGate() throws {
         try requireRoot()
         let exp = try Experiment()
-        try exp.configureRun(command: ["python3", Fixtures.agents + "/slow_gate.py"], values: ["min_improvement": "0"])
-        let p = try exp.start("run", "--max-hours", "0.1")
-        var started = false
-        for _ in 0..<200 where !started {
-            usleep(50_000)
-            started = (try? exp.rows("gate_started").count) == 1
-        }
-        try #require(started, "the gate never started: \(exp.agentLog)")
-        usleep(300_000)
-        kill(p.processIdentifier, SIGKILL)
-        p.waitUntilExit()
+        try exp.killRunMidGate(values: ["min_improvement": "0"])
         // The gate's sandboxes die with their supervisor. The coding agent was frozen for
         // the gate and stays frozen (not one of its threads runs) until the next supervisor
         // ends it.
@@ -269,16 +274,7 @@ struct RunTests {
     func interruptedGateSpendsBudget() throws {
         try requireRoot()
         let exp = try Experiment()
-        try exp.configureRun(command: ["python3", Fixtures.agents + "/slow_gate.py"], values: ["budget": "1", "min_improvement": "0"])
-        let p = try exp.start("run", "--max-hours", "0.1")
-        var started = false
-        for _ in 0..<200 where !started {
-            usleep(50_000)
-            started = (try? exp.rows("gate_started").count) == 1
-        }
-        try #require(started, "the gate never started: \(exp.agentLog)")
-        kill(p.processIdentifier, SIGKILL)
-        p.waitUntilExit()
+        try exp.killRunMidGate(values: ["budget": "1", "min_improvement": "0"])
 
         let finisher = """
             import subprocess

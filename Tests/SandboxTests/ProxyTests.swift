@@ -5,29 +5,33 @@ import TestSupport
 
 /// Runs a python client inside a sandbox with `policy`; it prints one `label: result` line per
 /// attempt.
+/// Python helpers for a client inside a proxy sandbox: `via_proxy(target)` sends a CONNECT and
+/// returns the status line (and the echo, when tunnelled); `direct(port)` dials loopback.
+let proxyClientPrelude = """
+    import socket, os
+    def via_proxy(target, verb="CONNECT"):
+        try:
+            s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
+        except OSError as e:
+            return "no proxy: " + e.strerror
+        s.sendall(f"{verb} {target} HTTP/1.1\\r\\nHost: {target}\\r\\n\\r\\n".encode())
+        head = s.recv(300).decode().split("\\r\\n")[0]
+        if " 200 " in head:
+            s.sendall(b"ping")
+            return head + " | " + s.recv(100).decode()
+        return head
+    def direct(port):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=3)
+            return "connected"
+        except OSError as e:
+            return e.strerror
+
+    """
+
 private func client(_ script: String, policy: String, audit: String) throws -> Run {
     let dir = try TempDir()
-    let path = try dir.file("client.py", """
-        import socket, os
-        def via_proxy(target, verb="CONNECT"):
-            try:
-                s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
-            except OSError as e:
-                return "no proxy: " + e.strerror
-            s.sendall(f"{verb} {target} HTTP/1.1\\r\\nHost: {target}\\r\\n\\r\\n".encode())
-            head = s.recv(200).decode().split("\\r\\n")[0]
-            if " 200 " in head:
-                s.sendall(b"ping")
-                return head + " | " + s.recv(100).decode()
-            return head
-        def direct(port):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=3)
-                return "connected"
-            except OSError as e:
-                return e.strerror
-        \(script)
-        """)
+    let path = try dir.file("client.py", proxyClientPrelude + script + "\n")
     return try autoharness(["sandbox", "exec", "--policy", policy, "--audit", audit, "--ro", "\(path):/client.py", "--", "python3", "/client.py"])
 }
 
@@ -189,16 +193,7 @@ struct ProxyInternalAddressTests {
         usleep(300_000)
 
         let policy = try dir.file("proxy.yaml", "extends: base\nnetwork:\n  mode: proxy\n  allow: [\"own.example:\(port)\", \"8.8.4.4:\(port)\"]\n")
-        let client = try dir.file("client.py", """
-            import socket
-            def via_proxy(target):
-                s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
-                s.sendall(f"CONNECT {target} HTTP/1.1\\r\\nHost: {target}\\r\\n\\r\\n".encode())
-                head = s.recv(300).decode().split("\\r\\n")[0]
-                if " 200 " in head:
-                    s.sendall(b"ping")
-                    return head + " | " + s.recv(100).decode()
-                return head
+        let client = try dir.file("client.py", proxyClientPrelude + """
             print("name:", via_proxy("own.example:\(port)"))
             print("literal:", via_proxy("8.8.4.4:\(port)"))
             """)
