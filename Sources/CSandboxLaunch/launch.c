@@ -440,6 +440,108 @@ static int proc_readonly(int procfd, const char *sub) {
     return attach_close(tree, target);
 }
 
+// --- host-wide counters in /proc ---------------------------------------------------------
+// /proc is the sandbox's own, but some of its files count for the whole host: forks and
+// context switches since boot, cpu time, memory in use, load, open files and inodes, the
+// lock table. A held-out task can move them on purpose and a later sandbox can read them
+// (a review recovered held-out operands from /proc/stat's fork count), so each is covered by
+// a file that never changes: plausible where tools parse it (ps, free, os.cpus), empty
+// elsewhere. Values that do not move with activity (boot time, total memory, cpu count) are
+// copied from the real files.
+
+struct ahl_buf { char b[8192]; size_t n; };
+
+static void buf_put(struct ahl_buf *o, const char *s) {
+    while (*s && o->n < sizeof o->b - 1) o->b[o->n++] = *s++;
+}
+
+static void buf_num(struct ahl_buf *o, uint64_t v) {
+    char tmp[24];
+    int i = 0;
+    do { tmp[i++] = (char)('0' + v % 10); v /= 10; } while (v && i < 23);
+    while (i && o->n < sizeof o->b - 1) o->b[o->n++] = tmp[--i];
+}
+
+/// The line of `procfd/name` starting with `key`, including its newline, appended to `o`.
+static void copy_line(int procfd, const char *name, const char *key, struct ahl_buf *o) {
+    struct ahl_buf in;
+    int fd = openat(procfd, name, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t r = read(fd, in.b, sizeof in.b - 1);
+    close(fd);
+    if (r <= 0) return;
+    in.b[r] = 0;
+    size_t kl = strlen(key);
+    for (char *line = in.b; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (strncmp(line, key, kl) == 0) {
+            size_t len = nl ? (size_t)(nl - line) + 1 : strlen(line);
+            for (size_t i = 0; i < len && o->n < sizeof o->b - 1; i++) o->b[o->n++] = line[i];
+            return;
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+}
+
+static int put_file(int dirfd, const char *name, const struct ahl_buf *content) {
+    int fd = openat(dirfd, name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0444);
+    if (fd < 0) return -1;
+    ssize_t w = content->n ? write(fd, content->b, content->n) : 0;
+    close(fd);
+    return w == (ssize_t)content->n ? 0 : -1;
+}
+
+/// Covers `procfd/target` (if it exists) with `name` from the detached tmpfs `mfd`.
+static int cover(int mfd, const char *name, int procfd, const char *target) {
+    int t = openat(procfd, target, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (t < 0) return errno == ENOENT ? 0 : -1;
+    int tree = open_tree(mfd, name, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (tree < 0) { close_keep_errno(t); return -1; }
+    if (set_attrs(tree, SAFE | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY, 0) < 0) { close_keep_errno(tree); close_keep_errno(t); return -1; }
+    return attach_close(tree, t);
+}
+
+static int mask_host_counters(int procfd) {
+    int mfd = new_fs("tmpfs", 1 << 20, 0755, SAFE | MOUNT_ATTR_NOEXEC);
+    if (mfd < 0) return -1;
+    struct ahl_buf stat = {.n = 0}, mem = {.n = 0}, load = {.n = 0}, up = {.n = 0}, empty = {.n = 0};
+    cpu_set_t cpus;
+    int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    buf_put(&stat, "cpu  0 0 0 0 0 0 0 0 0 0\n");
+    for (int i = 0; i < ncpu; i++) { buf_put(&stat, "cpu"); buf_num(&stat, (uint64_t)i); buf_put(&stat, " 0 0 0 0 0 0 0 0 0 0\n"); }
+    buf_put(&stat, "intr 0\nctxt 0\n");
+    copy_line(procfd, "stat", "btime ", &stat);
+    buf_put(&stat, "processes 0\nprocs_running 1\nprocs_blocked 0\nsoftirq 0 0 0 0 0 0 0 0 0 0 0\n");
+    struct ahl_buf total = {.n = 0};
+    copy_line(procfd, "meminfo", "MemTotal:", &total);
+    const char *kb = total.n > 9 ? total.b + 9 : " 0 kB\n";  // " <n> kB\n" after the key
+    buf_put(&mem, "MemTotal:"); buf_put(&mem, kb);
+    buf_put(&mem, "MemFree:"); buf_put(&mem, kb);
+    buf_put(&mem, "MemAvailable:"); buf_put(&mem, kb);
+    buf_put(&mem, "Buffers:               0 kB\nCached:                0 kB\nSwapCached:            0 kB\n"
+                  "SwapTotal:             0 kB\nSwapFree:              0 kB\nShmem:                 0 kB\n");
+    buf_put(&load, "0.00 0.00 0.00 1/1 1\n");
+    buf_put(&up, "1000.00 0.00\n");
+    int dir = openat(mfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int ok = dir >= 0 && put_file(dir, "stat", &stat) == 0 && put_file(dir, "meminfo", &mem) == 0 &&
+             put_file(dir, "loadavg", &load) == 0 && put_file(dir, "uptime", &up) == 0 &&
+             put_file(dir, "empty", &empty) == 0 && mkdirat(dir, "emptydir", 0555) == 0;
+    if (dir >= 0) close(dir);
+    if (!ok) { close_keep_errno(mfd); return -1; }
+    static const char *const same[] = {"stat", "meminfo", "loadavg", "uptime"};
+    for (unsigned i = 0; i < sizeof same / sizeof same[0]; i++)
+        if (cover(mfd, same[i], procfd, same[i]) < 0) { close_keep_errno(mfd); return -1; }
+    static const char *const emptied[] = {
+        "vmstat", "schedstat", "diskstats", "softirqs", "interrupts", "locks", "zoneinfo", "buddyinfo",
+        "pagetypeinfo", "slabinfo", "vmallocinfo", "key-users", "sys/fs/inode-nr", "sys/fs/inode-state",
+        "sys/fs/dentry-state", "sys/fs/file-nr", "sys/kernel/random/entropy_avail"};
+    for (unsigned i = 0; i < sizeof emptied / sizeof emptied[0]; i++)
+        if (cover(mfd, "empty", procfd, emptied[i]) < 0) { close_keep_errno(mfd); return -1; }
+    if (cover(mfd, "emptydir", procfd, "pressure") < 0) { close_keep_errno(mfd); return -1; }
+    close(mfd);
+    return 0;
+}
+
 static int setup_proc(int newroot) {
     // Must happen before the host root is detached: the kernel lets a user namespace mount
     // proc only while a fully visible proc is present in the mount namespace.
@@ -453,6 +555,7 @@ static int setup_proc(int newroot) {
     static const char *const ro[] = {"sys", "sysrq-trigger", "irq", "bus", "fs"};
     for (unsigned i = 0; i < sizeof ro / sizeof ro[0]; i++)
         if (proc_readonly(procfd, ro[i]) < 0) { close_keep_errno(procfd); return -1; }
+    if (mask_host_counters(procfd) < 0) { close_keep_errno(procfd); return -1; }
     close(procfd);
     return 0;
 }

@@ -292,3 +292,50 @@ struct OrphanSweepTests {
         #expect(live.terminationStatus == 0 && text == "survived\n", "status \(live.terminationStatus): \(text)")
     }
 }
+
+@Suite("Host-wide counters in /proc")
+struct HostCountersTests {
+    @Test("/proc/stat, loadavg, meminfo and friends do not move inside a sandbox while the host forks hundreds of processes; ps and free still work")
+    func hostCountersFrozen() throws {
+        try requireRoot()
+        let script = """
+            import time, sys
+            def snap():
+                return [open(p).read() for p in ('/proc/stat', '/proc/loadavg', '/proc/meminfo', '/proc/uptime', '/proc/vmstat', '/proc/locks', '/proc/sys/fs/file-nr')]
+            a = snap()
+            print('READY', flush=True)
+            sys.stdin.readline()
+            b = snap()
+            print('SAME' if a == b else 'MOVED', [i for i in range(len(a)) if a[i] != b[i]], flush=True)
+            print('PROCESSES', [l for l in b[0].splitlines() if l.startswith('processes')][0], flush=True)
+            """
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: Built.autoharness)
+        p.arguments = ["sandbox", "exec", "--", "python3", "-c", script]
+        let input = Pipe(), output = Pipe()
+        p.standardInput = input
+        p.standardOutput = output
+        try p.run()
+        var seen = Data()
+        while !String(decoding: seen, as: UTF8.self).contains("READY") {
+            let d = output.fileHandleForReading.availableData
+            if d.isEmpty { break }
+            seen.append(d)
+        }
+        func hostForks() -> Int {
+            let text = (try? String(contentsOfFile: "/proc/stat", encoding: .utf8)) ?? ""
+            return Int(text.split(separator: "\n").first { $0.hasPrefix("processes") }?.split(separator: " ").last ?? "") ?? 0
+        }
+        let before = hostForks()
+        for _ in 0..<200 { _ = try runProcess("/bin/true", []) }
+        #expect(hostForks() - before >= 200, "the host's own count must have moved")
+        input.fileHandleForWriting.write(Data("go\n".utf8))
+        p.waitUntilExit()
+        seen.append(output.fileHandleForReading.readDataToEndOfFile())
+        let text = String(decoding: seen, as: UTF8.self)
+        #expect(text.contains("SAME []"), "\(text)")
+        #expect(text.contains("PROCESSES processes 0"), "\(text)")
+        let tools = try autoharness(["sandbox", "exec", "--", "/bin/sh", "-c", "ps -e >/dev/null && free -m >/dev/null && python3 -c 'import os; assert os.cpu_count() >= 1' && echo tools-ok"])
+        #expect(tools.stdout == "tools-ok\n", "\(tools.stdout) \(tools.stderr)")
+    }
+}
