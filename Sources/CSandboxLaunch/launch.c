@@ -501,8 +501,17 @@ static int cover(int mfd, const char *name, int procfd, const char *target) {
     return attach_close(tree, t);
 }
 
-static int mask_host_counters(int procfd) {
+// The covering files live in a small tmpfs attached for a moment inside the new root (kernels
+// before 6.x cannot clone from a detached mount), then detached and its mount point removed.
+static const char masks_dir[] = "/.autoharness-masks";
+
+static int mask_host_counters(int newroot, int procfd) {
     int mfd = new_fs("tmpfs", 1 << 20, 0755, SAFE | MOUNT_ATTR_NOEXEC);
+    if (mfd < 0) return -1;
+    int spot = walk_create(newroot, masks_dir, 1, 1);
+    if (spot < 0) { close_keep_errno(mfd); return -1; }
+    if (attach_close(mfd, spot) < 0) return -1;
+    mfd = walk_create(newroot, masks_dir, 1, 0);
     if (mfd < 0) return -1;
     struct ahl_buf stat = {.n = 0}, mem = {.n = 0}, load = {.n = 0}, up = {.n = 0}, empty = {.n = 0};
     cpu_set_t cpus;
@@ -539,7 +548,9 @@ static int mask_host_counters(int procfd) {
         if (cover(mfd, "empty", procfd, emptied[i]) < 0) { close_keep_errno(mfd); return -1; }
     if (cover(mfd, "emptydir", procfd, "pressure") < 0) { close_keep_errno(mfd); return -1; }
     close(mfd);
-    return 0;
+    // init's view: the new root is attached at /tmp until the pivot.
+    if (umount2("/tmp/.autoharness-masks", MNT_DETACH) < 0) return -1;
+    return unlinkat(newroot, masks_dir + 1, AT_REMOVEDIR);
 }
 
 static int setup_proc(int newroot) {
@@ -555,7 +566,7 @@ static int setup_proc(int newroot) {
     static const char *const ro[] = {"sys", "sysrq-trigger", "irq", "bus", "fs"};
     for (unsigned i = 0; i < sizeof ro / sizeof ro[0]; i++)
         if (proc_readonly(procfd, ro[i]) < 0) { close_keep_errno(procfd); return -1; }
-    if (mask_host_counters(procfd) < 0) { close_keep_errno(procfd); return -1; }
+    if (mask_host_counters(newroot, procfd) < 0) { close_keep_errno(procfd); return -1; }
     close(procfd);
     return 0;
 }
