@@ -246,6 +246,7 @@ int main(int argc, char **argv) {
         return report(syscall(SYS_open_by_handle_at, AT_FDCWD, h, O_RDONLY));
     }
     if (IS("userfaultfd")) return report(syscall(SYS_userfaultfd, 0));
+    if (IS("pidfd-open")) return report(syscall(SYS_pidfd_open, getpid(), 0));
     // Page-cache residency oracles and eviction, on a file every sandbox can read.
     if (IS("mincore") || IS("cachestat") || IS("readahead") || IS("fadvise-dontneed") ||
         IS("fadvise-willneed") || IS("fadvise-sequential") || IS("preadv2-nowait") || IS("preadv2") ||

@@ -50,6 +50,8 @@ struct SeccompEscapeTests {
         // Page-cache residency oracles and eviction (a held-out task's pattern of resident
         // pages in a shared file must not be readable by a later sandbox).
         .init(action: "mincore", errno: "ENOSYS", audited: "mincore"),
+        // A pidfd's inode number counts every process the host ever created.
+        .init(action: "pidfd-open", errno: "ENOSYS", audited: "pidfd_open"),
         .init(action: "cachestat", errno: "ENOSYS", audited: "cachestat"),
         .init(action: "readahead", errno: "ENOSYS", audited: "readahead"),
         .init(action: "io-setup", errno: "ENOSYS", audited: "io_setup"),

@@ -136,7 +136,7 @@ public enum SandboxRunner {
             throw SandboxError(.notPrivileged, "sandboxes need root (CAP_SYS_ADMIN, CAP_SETUID, CAP_SETGID in the initial namespaces) to build namespaces and write id maps")
         }
         let log = options.logger
-        options.pageCache?.record(plan)
+        try options.pageCache?.record(plan)
         let cgroup = try SandboxCgroup(id: plan.sandboxID, limits: plan.limits, host: options.cgroupHost ?? .current,
                                        allowUnenforced: options.allowUnenforcedLimits, freezable: options.control != nil)
         for line in SandboxCgroup.sweepNow(options.cgroupHost ?? .current) { log.warning("\(line)") }

@@ -31,24 +31,31 @@ public final class PageCacheEviction: @unchecked Sendable {
         self.journal = journal
     }
 
-    /// Records the read-only bind sources of a sandbox about to run (in the journal too,
-    /// before the sandbox exists).
-    func record(_ plan: LaunchPlan) {
+    /// Records the read-only bind sources of a sandbox about to run, in the journal too,
+    /// before the sandbox exists. A journal that cannot be written (a full disk) refuses the
+    /// sandbox: a held-out run that a crash could leave un-evicted does not start.
+    func record(_ plan: LaunchPlan) throws(SandboxError) {
         let ro = plan.mounts.compactMap { m -> String? in
             if case .bind(let source, true, _, _, _, _) = m.kind { return source }
             return nil
         }
+        var failure: SandboxError?
         lock.withLock {
-            let new = ro.filter { sources.insert($0).inserted }
+            let new = ro.filter { !sources.contains($0) }
             if let journal, !new.isEmpty {
+                let text = new.map { $0 + "\n" }.joined()
                 let fd = open(journal, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0o600)
-                if fd >= 0 {
-                    let text = new.map { $0 + "\n" }.joined()
-                    _ = text.withCString { Glibc.write(fd, $0, strlen($0)) }
-                    close(fd)
+                let written = fd < 0 ? -1 : text.withCString { Glibc.write(fd, $0, strlen($0)) }
+                let e = errno
+                if fd >= 0 && close(fd) != 0 && written >= 0 { failure = SandboxError(.io, "page-cache journal \(journal): \(String(cString: strerror(errno)))", errno: errno) }
+                if written != text.utf8.count {
+                    failure = SandboxError(.io, "page-cache journal \(journal): \(String(cString: strerror(written < 0 ? e : ENOSPC))); the held-out sandbox was not started", errno: e)
+                    return
                 }
             }
+            sources.formUnion(new)
         }
+        if let failure { throw failure }
     }
 
     /// Evicts what a dead supervisor's journal names, if there is one, and removes it.
