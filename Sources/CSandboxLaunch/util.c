@@ -30,3 +30,7 @@ int ahl_landlock_abi(void) {
     long r = syscall(SYS_landlock_create_ruleset, NULL, 0, 1U);
     return r < 0 ? -errno : (int)r;
 }
+
+int ahl_pidfd_open(int pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
+
+int ahl_pidfd_kill(int pidfd, int sig) { return (int)syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0); }

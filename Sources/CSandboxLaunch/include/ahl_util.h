@@ -14,6 +14,9 @@ int ahl_peer_credentials(int fd, int *pid, unsigned *uid);
 /// The kernel's Landlock ABI version (>= 1), or -errno (-ENOSYS: not built in, -EOPNOTSUPP:
 /// disabled at boot).
 int ahl_landlock_abi(void);
+/// pidfd_open(pid, 0) and pidfd_send_signal(fd, sig, NULL, 0), or -1 with errno.
+int ahl_pidfd_open(int pid);
+int ahl_pidfd_kill(int pidfd, int sig);
 #ifdef __cplusplus
 }
 #endif

@@ -1,3 +1,4 @@
+import CSandboxLaunch
 import Glibc
 import SandboxPolicy
 
@@ -168,8 +169,20 @@ final class SandboxCgroup {
     /// task returns to user space (v1); v2 kills frozen tasks outright.
     func killAll() {
         for d in directories where d.version == 2 { _ = CgroupHost.writeErrno(d.path + "/cgroup.kill", "1") }
-        for p in remainingProcesses() { kill(p, SIGKILL) }
+        killListed()
         thaw()
+    }
+
+    /// SIGKILL to every process listed in the sandbox's cgroups, through a pidfd taken before
+    /// the listing is read again: a pid that was listed, exited and was reused by some other
+    /// process on the host in between is never signalled.
+    func killListed() {
+        let fds = remainingProcesses().map { (pid: $0, fd: ahl_pidfd_open($0)) }.filter { $0.fd >= 0 }
+        let listed = Set(remainingProcesses())
+        for (pid, fd) in fds {
+            if listed.contains(pid) { _ = ahl_pidfd_kill(fd, SIGKILL) }
+            close(fd)
+        }
     }
 
     /// Processes still inside (there should be none once init has exited).
@@ -201,7 +214,7 @@ final class SandboxCgroup {
             var ok = false
             for attempt in 0..<50 {
                 if rmdir(d.path) == 0 || errno == ENOENT { ok = true; break }
-                for p in remainingProcesses() { kill(p, SIGKILL) }
+                killListed()
                 // A v1-frozen task acts on SIGKILL only once thawed.
                 if attempt == 0 { thaw() }
                 usleep(useconds_t(attempt < 10 ? 1000 : 10_000))
