@@ -187,17 +187,6 @@ struct FreezerTests {
     }
 }
 
-/// A value behind a lock, for the worker thread's result.
-final class Locked<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    var value: Value
-    init(_ value: Value) { self.value = value }
-    func withLock<T>(_ body: () throws -> T) rethrows -> T {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body()
-    }
-}
 
 @Suite("Capabilities after setup")
 struct MonitorCapabilityTests {

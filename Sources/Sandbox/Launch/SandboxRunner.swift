@@ -131,6 +131,9 @@ public final class SandboxControl: @unchecked Sendable {
 /// Runs launch plans. `run` blocks its thread until the sandbox is gone and cleaned up;
 /// call it from a dedicated thread, never from a cooperative-pool task.
 public enum SandboxRunner {
+    /// Read once: the kernel's Landlock ABI does not change while we run.
+    static let landlockABI = ahl_landlock_abi()
+
     public static func run(_ plan: LaunchPlan, options: RunOptions) throws(SandboxError) -> SandboxResult {
         guard geteuid() == 0 else {
             throw SandboxError(.notPrivileged, "sandboxes need root (CAP_SYS_ADMIN, CAP_SETUID, CAP_SETGID in the initial namespaces) to build namespaces and write id maps")
@@ -149,7 +152,7 @@ public enum SandboxRunner {
         }
         if let t = plan.limits.timeoutSeconds { enforcement.append(.init(limit: "timeout", value: "\(t)s", mechanism: "supervisor kills the pid namespace")) }
         if plan.landlock != .off {
-            let abi = ahl_landlock_abi()
+            let abi = Self.landlockABI
             enforcement.append(.init(limit: "landlock", value: plan.landlock.rawValue,
                                      mechanism: abi > 0 ? "Landlock ABI \(abi) (writes only beneath read-write mounts)" : "NOT APPLIED: the kernel has no Landlock"))
         }
