@@ -124,6 +124,7 @@ const char *ahl_stage_name(int32_t stage) {
     case AHL_STAGE_LANDLOCK: return "apply landlock ruleset";
     case AHL_STAGE_SECCOMP: return "install seccomp filter";
     case AHL_STAGE_SEND_LISTENER: return "hand seccomp listener to supervisor";
+    case AHL_STAGE_LOCK_MOUNTS: return "lock mounts (nested user namespace)";
     default: return "sandbox setup";
     }
 }
@@ -742,6 +743,53 @@ static void apply_landlock(const struct ahl_plan *p, int rep) {
 // ---------------------------------------------------------------------------------------
 // The payload (pid 2)
 
+static int write_self(const char *file, const char *text) {
+    int fd = open(file, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    size_t n = strlen(text);
+    ssize_t w = write(fd, text, n);
+    close_keep_errno(fd);
+    if (w < 0) return -1;
+    if ((size_t)w != n) { errno = EIO; return -1; }
+    return 0;
+}
+
+static void put_id_map(char *out, uint32_t id) {
+    // "ID ID 1\n" in decimal, by hand (no snprintf in the fork window)
+    char digits[12];
+    int n = 0;
+    do { digits[n++] = (char)('0' + id % 10); id /= 10; } while (id);
+    size_t k = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = n - 1; i >= 0; i--) out[k++] = digits[i];
+        out[k++] = ' ';
+    }
+    out[k++] = '1';
+    out[k++] = '\n';
+    out[k] = 0;
+}
+
+/// Mounts the payload could undo, had it the capabilities, are locked: the payload moves
+/// into a user namespace of its own together with a copy of the mount namespace. A mount
+/// namespace copied into a less privileged user namespace has every mount MNT_LOCKED and its
+/// read-only/nosuid/nodev/noexec flags locked, so even with every capability of its new
+/// namespace (which it drops right after) nothing can be unmounted to reveal what a mount
+/// covers, moved, or remounted writable. The kernel, not our seccomp filter, holds this.
+/// The ids map to themselves: files look exactly as they did.
+static void lock_mounts(const struct ahl_plan *p, int rep) {
+    // The id change in the monitor left this process non-dumpable, which makes its /proc
+    // files root's, and once in the new namespace it has no capability over them. exec
+    // makes it dumpable anyway; doing it now lets it write its own id maps.
+    if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0) fail(rep, AHL_STAGE_LOCK_MOUNTS, 0);
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0) fail(rep, AHL_STAGE_LOCK_MOUNTS, 0);
+    char map[32];
+    if (write_self("/proc/self/setgroups", "deny") < 0) fail(rep, AHL_STAGE_LOCK_MOUNTS, 1);
+    put_id_map(map, p->uid);
+    if (write_self("/proc/self/uid_map", map) < 0) fail(rep, AHL_STAGE_LOCK_MOUNTS, 2);
+    put_id_map(map, p->gid);
+    if (write_self("/proc/self/gid_map", map) < 0) fail(rep, AHL_STAGE_LOCK_MOUNTS, 3);
+}
+
 __attribute__((noreturn)) static void payload_main(const struct ahl_plan *p, int rep) {
     if (setsid() < 0) fail(rep, AHL_STAGE_STDIO, 0);
     for (int i = 0; i < 3; i++)
@@ -753,6 +801,7 @@ __attribute__((noreturn)) static void payload_main(const struct ahl_plan *p, int
         struct rlimit rl = {(rlim_t)p->rlimits[i].soft, (rlim_t)p->rlimits[i].hard};
         if (setrlimit((__rlimit_resource_t)p->rlimits[i].resource, &rl) < 0) fail(rep, AHL_STAGE_RLIMIT, (int32_t)i);
     }
+    lock_mounts(p, rep);
     if (chdir(p->cwd) < 0) fail(rep, AHL_STAGE_CHDIR, 0);
 
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) fail(rep, AHL_STAGE_NO_NEW_PRIVS, 0);
@@ -876,7 +925,7 @@ __attribute__((noreturn)) static void init_main(const struct ahl_plan *p, int re
 // ---------------------------------------------------------------------------------------
 // monitor (host pid namespace)
 
-__attribute__((noreturn)) static void monitor_main(const struct ahl_plan *p, int rep, int ctl) {
+__attribute__((noreturn)) static void monitor_main(const struct ahl_plan *p, int rep, int ctl, int32_t joined) {
     reset_signal_dispositions();
     // Out of the caller's session: a terminal's ^C goes to the supervisor, which forwards it
     // exactly once, rather than to every process of the sandbox.
@@ -909,9 +958,11 @@ __attribute__((noreturn)) static void monitor_main(const struct ahl_plan *p, int
     // Join the sandbox's cgroups before anything else is forked, so every process of the
     // sandbox is born inside them. A task moving itself ("0" into v1 `tasks` or v2
     // `cgroup.procs`) also skips the supervisor's lookup by pid. Done while still root on
-    // the host (the cgroup files belong to host root).
+    // the host (the cgroup files belong to host root). `joined`: the v2 entry clone3 already
+    // placed this process in.
     if (p->cgroup_join) {
         for (int32_t i = 0; p->cgroup_join[i]; i++) {
+            if (i == joined) continue;
             int f = open(p->cgroup_join[i], O_WRONLY | O_CLOEXEC);
             if (f < 0 || write(f, "0", 1) != 1) fail(rep, AHL_STAGE_JOIN_CGROUP, i);
             close(f);
@@ -1015,6 +1066,27 @@ __attribute__((noreturn)) static void monitor_main(const struct ahl_plan *p, int
 
 // ---------------------------------------------------------------------------------------
 
+// struct clone_args up to `cgroup` (CLONE_ARGS_SIZE_VER2, Linux 5.7), spelled out here:
+// <linux/sched.h> and glibc's <sched.h> define the same flags and cannot both be included.
+struct ahl_clone_args {
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup;
+};
+#define AHL_CLONE_INTO_CGROUP 0x200000000ULL
+
+/// A fork (no shared memory, SIGCHLD on exit) whose child starts inside the cgroup `dirfd`.
+/// -1 with errno when the kernel cannot (ENOSYS before 5.3, E2BIG before 5.7) or will not.
+/// Like _Fork, no atfork handlers run; unlike it, glibc's cached thread id in the child still
+/// names the parent's thread, which the code below the fork never consults (raw syscalls
+/// only, and the monitor's own forks refresh it).
+static pid_t fork_into_cgroup(int dirfd) {
+    struct ahl_clone_args a;
+    memset(&a, 0, sizeof a);
+    a.flags = AHL_CLONE_INTO_CGROUP;
+    a.exit_signal = SIGCHLD;
+    a.cgroup = (uint64_t)dirfd;
+    return (pid_t)syscall(SYS_clone3, &a, sizeof a);
+}
+
 int ahl_spawn(const struct ahl_plan *plan, struct ahl_child *out) {
     int rep[2], ctl[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, rep) < 0) return errno;
@@ -1032,11 +1104,19 @@ int ahl_spawn(const struct ahl_plan *plan, struct ahl_child *out) {
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     // _Fork: no atfork handlers run (the runtime's could take locks another thread holds).
-    pid_t pid = _Fork();
+    // Any clone3 failure falls back to the fork: the monitor's own write to cgroup.procs then
+    // joins, or reports why it cannot.
+    int32_t joined = -1;
+    pid_t pid = -1;
+    if (plan->cgroup_into_fd >= 0 && plan->cgroup_into_join >= 0) {
+        pid = fork_into_cgroup(plan->cgroup_into_fd);
+        if (pid >= 0) joined = plan->cgroup_into_join;
+    }
+    if (pid < 0) pid = _Fork();
     if (pid == 0) {
         close(rep[0]);
         close(ctl[1]);
-        monitor_main(plan, rep[1], ctl[0]);
+        monitor_main(plan, rep[1], ctl[0], joined);
     }
     int e = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -1050,5 +1130,6 @@ int ahl_spawn(const struct ahl_plan *plan, struct ahl_child *out) {
     out->pid = pid;
     out->report_fd = rep[0];
     out->control_fd = ctl[1];
+    out->born_in_cgroup = joined >= 0;
     return 0;
 }

@@ -174,9 +174,11 @@ struct PolicyShow: ParsableCommand {
         [
             "clone only without namespace flags",
             "clone3 -> ENOSYS (libc falls back to clone)",
-            "ioctl except " + ArgumentRules.deniedIoctls.map(\.name).joined(separator: ", "),
+            "ioctl only " + ArgumentRules.allowedIoctls.map(\.name).joined(separator: ", "),
             "personality only PER_LINUX, ADDR_NO_RANDOMIZE or query",
-            "socket only AF_UNIX, AF_INET, AF_INET6, AF_NETLINK",
+            "socket only AF_UNIX, AF_INET, AF_INET6, AF_NETLINK with NETLINK_ROUTE",
+            "socketpair only AF_UNIX",
+            "fadvise64 without WILLNEED/DONTNEED; preadv2/pwritev2 without RWF_NOWAIT",
         ]
     }
 

@@ -283,6 +283,27 @@ int main(int argc, char **argv) {
         char c = 'x';
         return report(syscall(SYS_ioctl, 0, 0xdead00000000UL | TIOCSTI, &c));
     }
+    if (IS("ioctl-ns-get-userns")) {  // NS_GET_USERNS: not on the allowlist
+        int fd = open("/proc/self/ns/uts", O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return report(-1);
+        return report(ioctl(fd, 0xB701, 0));
+    }
+    if (IS("ioctl-fs-getflags")) {  // FS_IOC_GETFLAGS: not on the allowlist
+        int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+        long flags = 0;
+        if (fd < 0) return report(-1);
+        return report(ioctl(fd, 0x80086601, &flags));
+    }
+    if (IS("ioctl-tiocsetd")) {  // TIOCSETD: line disciplines, a long history of kernel bugs
+        int ldisc = 0;
+        return report(ioctl(0, 0x5423, &ldisc));
+    }
+    if (IS("fionread")) {  // allowed: bytes waiting in a pipe
+        int p[2], n = -1;
+        if (pipe(p) < 0 || write(p[1], "abc", 3) != 3) return report(-1);
+        if (ioctl(p[0], 0x541B, &n) < 0) return report(-1);
+        return report(n);
+    }
     if (IS("tiocgwinsz")) {  // a harmless ioctl that must still pass the filter
         struct winsize w;
         return report(ioctl(0, TIOCGWINSZ, &w));

@@ -188,6 +188,45 @@ struct FreezerTests {
 }
 
 
+@Suite("clone3(CLONE_INTO_CGROUP)")
+struct CloneIntoCgroupTests {
+    @Test("the monitor is created inside its v2 cgroup by clone3 where the kernel has it; without it, it joins by itself: either way the whole sandbox is inside",
+          arguments: [true, false])
+    func monitorBornInside(clone: Bool) throws {
+        try requireRoot()
+        let detected = CgroupHost.detect()
+        guard detected.v2 != nil else {
+            Issue.record("no cgroup2 mount on this host: the v2 directory clone3 needs does not exist")
+            return
+        }
+        let policy = Policy(name: "into", mounts: minimalMounts, limits: Limits())
+        let plan = try PlanCompiler.compile(policy: policy, command: ["/usr/bin/sleep", "1"], hostEnvironment: [:])
+        var options = RunOptions()
+        options.cgroupHost = CgroupHost(v1: detected.v1, v2: detected.v2)
+        options.cloneIntoCgroup = clone
+        let control = SandboxControl()  // freezable: gives the sandbox its v2 directory here
+        options.control = control
+        let runOptions = options
+        let result = Locked<SandboxResult?>(nil)
+        Thread.detachNewThread {
+            let r = try? SandboxRunner.run(plan, options: runOptions)
+            result.withLock { result.value = r }
+        }
+        var pids: [pid_t] = []
+        for _ in 0..<300 {
+            pids = control.processIDs
+            if pids.contains(where: { (try? String(contentsOfFile: "/proc/\($0)/comm", encoding: .utf8)) == "sleep\n" }) { break }
+            usleep(10_000)
+        }
+        #expect(pids.count == 3, "monitor, init and payload expected in the sandbox's cgroup: \(pids)")
+        while result.withLock({ result.value == nil }) { usleep(20_000) }
+        let r = try #require(result.withLock { result.value })
+        #expect(r.termination == .exited(0))
+        #expect(r.bornInCgroup == clone, "clone3(CLONE_INTO_CGROUP) \(clone ? "not used" : "used although turned off")")
+        #expect(r.leftovers.isEmpty)
+    }
+}
+
 @Suite("Capabilities after setup")
 struct MonitorCapabilityTests {
     @Test("once the payload runs, no process of the sandbox holds a capability: not the payload, not init, not the monitor")

@@ -35,6 +35,10 @@ struct SeccompEscapeTests {
         .init(action: "tiocsti", errno: "EPERM", audited: "ioctl"),
         // The kernel reads ioctl's request as 32 bits; garbage above them must not slip past.
         .init(action: "tiocsti-highbits", errno: "EPERM", audited: "ioctl"),
+        // ioctl is an allowlist: anything not named in ArgumentRules.allowedIoctls.
+        .init(action: "ioctl-ns-get-userns", errno: "EPERM", audited: "ioctl"),
+        .init(action: "ioctl-fs-getflags", errno: "EPERM", audited: "ioctl"),
+        .init(action: "ioctl-tiocsetd", errno: "EPERM", audited: "ioctl"),
         .init(action: "int80", errno: "ENOSYS", audited: "i386:getpid"),
         .init(action: "x32", errno: "ENOSYS", audited: "x32:getpid"),
         // clone3 hides its flags in memory the filter cannot read: always ENOSYS (libc falls
@@ -99,6 +103,9 @@ struct SeccompEscapeTests {
         let r = try probe("tiocgwinsz")  // stdin is /dev/null: the kernel says ENOTTY
         #expect(r.errnoName == "ENOTTY")
         #expect(!r.stderr.contains("audit event"))
+        let f = try probe("fionread")
+        #expect(f.result == ["ok", "3"], "\(f.stdout) \(f.stderr)")
+        #expect(!f.stderr.contains("audit event"))
     }
 
     @Test("raising capabilities with capset is refused by the kernel: the bounding set is empty")

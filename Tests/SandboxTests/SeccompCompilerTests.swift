@@ -4,7 +4,7 @@ import Testing
 
 @Suite("Seccomp compiler")
 struct SeccompCompilerTests {
-    @Test("the ioctl prefix rules cover every 32-bit request except TIOCSTI and TIOCLINUX")
+    @Test("the complement prefix rules (prctl) cover every 32-bit value except the excluded ones")
     func complementIsExact() {
         let excluded: [UInt32] = [0x5412, 0x541C]
         let rules = ArgumentRules.complementPrefixes(excluding: excluded)
@@ -21,6 +21,18 @@ struct SeccompCompilerTests {
         }
         // No two rules overlap (a value matches at most one class).
         #expect(rules.count <= 64)
+    }
+
+    @Test("the ioctl allowlist holds terminal, pipe, socket and reflink requests and none of the dangerous ones")
+    func ioctlAllowlist() {
+        let allowed = Dictionary(uniqueKeysWithValues: ArgumentRules.allowedIoctls.map { ($0.value, $0.name) })
+        for v: UInt32 in [0x5401, 0x5413, 0x541B, 0x5421, 0x4004_9409] { #expect(allowed[v] != nil, "\(String(v, radix: 16))") }
+        // TIOCSTI, TIOCLINUX, TIOCSCTTY, TIOCSETD, NS_GET_USERNS, NS_GET_PARENT, FS_IOC_GETFLAGS,
+        // FS_IOC_SETFLAGS, SECCOMP_IOCTL_NOTIF_RECV, SIOCSIFFLAGS
+        for v: UInt32 in [0x5412, 0x541C, 0x540E, 0x5423, 0xB701, 0xB702, 0x8008_6601, 0x4008_6602, 0xC050_2100, 0x8914] {
+            #expect(allowed[v] == nil, "\(String(v, radix: 16)) is allowed")
+        }
+        for r in ArgumentRules.allowedIoctls { #expect(!r.reason.isEmpty, "\(r.name) has no reason") }
     }
 
     @Test("a hard-denied syscall cannot be re-allowed by a policy")

@@ -11,7 +11,9 @@
 //   init     (pid 1 of the sandbox) builds the filesystem, forks the payload, forwards
 //            signals to it, reaps orphans, reports the payload's wait status and exits —
 //            which makes the kernel kill everything left in the pid namespace.
-//   payload  (pid 2) drops every capability, installs seccomp last, and execs the command.
+//   payload  (pid 2) moves into a user and mount namespace of its own (which locks every
+//            mount init made), drops every capability, installs seccomp last, and execs
+//            the command.
 //
 // Every message to the supervisor is one `ahl_msg` on a SOCK_SEQPACKET socket.
 #ifndef AUTOHARNESS_AHL_LAUNCH_H
@@ -75,6 +77,9 @@ struct ahl_plan {
     int *scratch_fds;             // n_mounts + AHL_DEVICE_COUNT ints the child may overwrite
     const char *const *cgroup_join; // NULL-terminated cgroup files the monitor writes "0" into to
                                     // join: v1 `tasks`, v2 `cgroup.procs`
+    int32_t cgroup_into_fd;       // >= 0: the sandbox's v2 cgroup directory; the monitor is created
+                                  // inside it by clone3(CLONE_INTO_CGROUP) where the kernel can
+    int32_t cgroup_into_join;     // the cgroup_join entry that clone makes unnecessary (-1: none)
     uint16_t proxy_port;          // non-zero: listen on 127.0.0.1:port inside the sandbox's network
                                   // namespace and hand the socket to the supervisor (egress proxy)
     int32_t landlock;             // 0 off, 1 when the kernel has it, 2 required (fail without it)
@@ -90,9 +95,13 @@ struct ahl_child {
     pid_t pid;        // the monitor (a child of the caller; wait for it)
     int report_fd;    // read ahl_msg records until EOF (CLOEXEC)
     int control_fd;   // write control bytes; closing it kills the sandbox (CLOEXEC)
+    int born_in_cgroup; // 1: clone3(CLONE_INTO_CGROUP) created the monitor inside cgroup_into_fd
 };
 
-/// Forks the monitor. Returns 0, or an errno value if nothing was started.
+/// Forks the monitor (clone3 with CLONE_INTO_CGROUP when the plan names a v2 cgroup and the
+/// kernel has it, so the monitor is never outside that cgroup; else fork, and the monitor
+/// joins by itself before it creates anything). Returns 0, or an errno value if nothing was
+/// started.
 /// Afterwards: read AHL_MSG_UNSHARED, write /proc/PID/{setgroups,uid_map,gid_map}, write
 /// AHL_CTL_GO to control_fd, then read messages.
 int ahl_spawn(const struct ahl_plan *plan, struct ahl_child *out);
@@ -144,6 +153,7 @@ enum ahl_stage {
     AHL_STAGE_LANDLOCK,          // index: which plan mount (-1: the ruleset itself, -2: /dev)
     AHL_STAGE_SECCOMP,
     AHL_STAGE_SEND_LISTENER,
+    AHL_STAGE_LOCK_MOUNTS,       // index: 0 unshare, 1 setgroups, 2 uid_map, 3 gid_map
     AHL_STAGE_COUNT
 };
 

@@ -98,8 +98,8 @@ public struct HostInspection: Sendable {
                 ? "available (Linux ≥ 5.14): whole-tree kill of v2 sandbox cgroups"
                 : "not in this kernel: stragglers are killed by pid"))
             out.append(Finding(topic: "clone_into_cgroup", status: .info, detail: atLeast(5, 7)
-                ? "available (Linux ≥ 5.7), not needed: a sandbox's monitor joins its cgroups before it forks anything"
-                : "not in this kernel, not needed: a sandbox's monitor joins its cgroups before it forks anything"))
+                ? "available (Linux ≥ 5.7): each sandbox is created inside its v2 cgroup"
+                : "not in this kernel: a sandbox's monitor joins its cgroups before it forks anything (same containment, one write more)"))
         }
         return out
     }

@@ -112,6 +112,14 @@ final class SandboxCgroup {
             .map { $0.path + ($0.version == 1 ? "/tasks" : "/cgroup.procs") }
     }
 
+    /// The v2 directory a monitor can be created in by clone3(CLONE_INTO_CGROUP), and which
+    /// `selfJoinFiles` entry that makes unnecessary. v1 hierarchies are always joined by write.
+    var cloneTarget: (directory: String, joinIndex: Int)? {
+        guard let d = directories.first(where: { $0.version == 2 }),
+              let i = selfJoinFiles.firstIndex(of: d.path + "/cgroup.procs") else { return nil }
+        return (d.path, i)
+    }
+
     /// True when the memory controller OOM-killed something in this sandbox.
     func memoryLimitHit() -> Bool {
         for d in directories where d.controller == "memory" {

@@ -37,6 +37,9 @@ public struct SandboxResult: Sendable {
     public var enforcement: [LimitEnforcement]
     /// Anything the supervisor could not clean up (cgroup paths). Empty on success.
     public var leftovers: [String]
+    /// The monitor was created inside its cgroup v2 directory by clone3(CLONE_INTO_CGROUP)
+    /// rather than joining it as its first act after a fork.
+    public var bornInCgroup = false
 }
 
 public struct RunOptions: @unchecked Sendable {
@@ -57,6 +60,9 @@ public struct RunOptions: @unchecked Sendable {
     /// Held-out runs: records the sandbox's read-only bind sources, whose cached pages the
     /// supervisor drops once the held-out sandboxes are gone.
     public var pageCache: PageCacheEviction?
+    /// Create the monitor inside its v2 cgroup with clone3(CLONE_INTO_CGROUP) where the
+    /// kernel has it (off: fork, then the monitor joins; kernels before 5.7 always do that).
+    public var cloneIntoCgroup = true
 
     public init(audit: AuditLog = AuditLog(), logger: Logger = Logger(label: "autoharness.sandbox")) {
         self.audit = audit
@@ -159,18 +165,32 @@ public enum SandboxRunner {
         log.debug("sandbox \(plan.sandboxID): policy \(plan.policyName); limits: \(enforcement.map(\.description).joined(separator: "; "))")
 
         let storage = CPlan(plan, stdio: options.stdio, cgroupJoin: cgroup.selfJoinFiles)
+        // The v2 directory held open across the fork: clone3 places the monitor by this fd.
+        var intoFD: Int32 = -1
+        if options.cloneIntoCgroup, let target = cgroup.cloneTarget {
+            intoFD = open(target.directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            if intoFD >= 0 {
+                storage.plan.cgroup_into_fd = intoFD
+                storage.plan.cgroup_into_join = Int32(target.joinIndex)
+            }
+        }
         var child = ahl_child()
         let rc = withUnsafePointer(to: &storage.plan) { ahl_spawn($0, &child) }
+        if intoFD >= 0 { close(intoFD) }
         guard rc == 0 else {
             cgroup.remove()
             throw SandboxError(.launch, "fork: \(String(cString: strerror(rc)))", errno: rc)
         }
-        Timing.mark("monitor forked")
+        Timing.mark(child.born_in_cgroup != 0 ? "monitor cloned into its cgroup" : "monitor forked")
+        if child.born_in_cgroup != 0 {
+            log.debug("sandbox \(plan.sandboxID): monitor created inside \(cgroup.cloneTarget!.directory) by clone3(CLONE_INTO_CGROUP)")
+        }
         options.control?.attach(cgroup)
         var session = Session(plan: plan, child: child, cgroup: cgroup, options: options)
         let result = session.supervise()
         var r = result
         r.enforcement = enforcement
+        r.bornInCgroup = child.born_in_cgroup != 0
         withExtendedLifetime(storage) {}
         return r
     }
@@ -544,6 +564,8 @@ final class CPlan {
         for (i, f) in cgroupJoin.enumerated() { join[i] = c(f) }
         join[cgroupJoin.count] = nil
         plan.cgroup_join = UnsafePointer(join)
+        plan.cgroup_into_fd = -1
+        plan.cgroup_into_join = -1
         plan.landlock = p.landlock == .off ? 0 : p.landlock == .required ? 2 : 1
         let block = Self.argumentBlocks
         plan.wipe_start = (block.argStart, block.envStart)

@@ -74,7 +74,7 @@ public enum SeccompCompiler {
             libseccomp \(v.major).\(v.minor).\(v.micro) arch \(seccomp_arch_native())
             allow \(unconditional.map { "\($0.0)=\($0.1)" }.joined(separator: " "))
             conditional \(conditional.sorted().joined(separator: " "))
-            clone-mask \(ArgumentRules.namespaceFlags) ioctl-deny \(ArgumentRules.deniedIoctls.map { String($0.value) }.joined(separator: ","))
+            clone-mask \(ArgumentRules.namespaceFlags) ioctl-allow \(ArgumentRules.allowedIoctls.map { String($0.value) }.joined(separator: ","))
             personality \(ArgumentRules.allowedPersonalities.map { String($0) }.joined(separator: ","))
             socket \(ArgumentRules.allowedSocketFamilies.map { String($0) }.joined(separator: ",")) netlink \(ArgumentRules.netlinkFamily)/\(ArgumentRules.netlinkRoute) socketpair \(ArgumentRules.allowedSocketpairFamilies.map { String($0) }.joined(separator: ","))
             fadvise \(ArgumentRules.allowedFadvice.map { String($0) }.joined(separator: ",")) rwf-nowait \(ArgumentRules.rwfNowait)
@@ -113,9 +113,10 @@ public enum SeccompCompiler {
             try addRule(ctx, nr, "clone", [ahs_arg(0, SCMP_CMP_MASKED_EQ, ArgumentRules.namespaceFlags, 0)])
         }
         if conditional.contains("ioctl"), let nr = resolve("ioctl") {
-            let excluded = ArgumentRules.deniedIoctls.map(\.value)
-            for r in ArgumentRules.complementPrefixes(excluding: excluded) {
-                try addRule(ctx, nr, "ioctl", [ahs_arg(1, SCMP_CMP_MASKED_EQ, UInt64(r.mask), UInt64(r.match))])
+            // The kernel reads the request as 32 bits, so only those are compared: garbage
+            // above them cannot turn a refused request into an allowed one or back.
+            for r in ArgumentRules.allowedIoctls {
+                try addRule(ctx, nr, "ioctl", [ahs_arg(1, SCMP_CMP_MASKED_EQ, 0xFFFF_FFFF, UInt64(r.value))])
             }
         }
         if conditional.contains("prctl"), let nr = resolve("prctl") {

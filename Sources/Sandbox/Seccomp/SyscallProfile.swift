@@ -136,11 +136,42 @@ public enum ArgumentRules {
         | 0x2000_0000  // CLONE_NEWPID
         | 0x4000_0000  // CLONE_NEWNET
 
-    /// ioctl requests refused with EPERM: TIOCSTI pushes input into a terminal (a classic
-    /// escape from a sandbox sharing the supervisor's tty); TIOCLINUX can do the same on a
-    /// virtual console.
-    public static let deniedIoctls: [(name: String, value: UInt32)] = [
-        ("TIOCSTI", 0x5412), ("TIOCLINUX", 0x541C),
+    /// The only ioctl requests that pass the filter; every other request is refused with
+    /// EPERM and recorded. ioctl is the kernel's widest door (each driver and filesystem adds
+    /// its own commands: line disciplines, namespace fds, filesystem flags, the seccomp
+    /// notifier), so this is an allowlist of what shells, coreutils, Python, git, node/bun
+    /// and Rust programs ask on a terminal, a pipe, a socket or a file. Notably refused:
+    /// TIOCSTI/TIOCLINUX (push input into a terminal), TIOCSETD (line disciplines),
+    /// TIOCSCTTY, NS_GET_* on namespace files, FS_IOC_GETFLAGS/SETFLAGS.
+    public static let allowedIoctls: [(name: String, value: UInt32, reason: String)] = [
+        ("TCGETS", 0x5401, "isatty(), tcgetattr(): every runtime asks whether stdio is a terminal"),
+        ("TCSETS", 0x5402, "tcsetattr(TCSANOW): line editors (readline, node's REPL) set raw mode"),
+        ("TCSETSW", 0x5403, "tcsetattr(TCSADRAIN)"),
+        ("TCSETSF", 0x5404, "tcsetattr(TCSAFLUSH): password prompts, editors restoring the terminal"),
+        ("TCGETS2", 0x802C_542A, "tcgetattr() in glibc ≥ 2.42 (termios2)"),
+        ("TCSETS2", 0x402C_542B, "tcsetattr(TCSANOW) in glibc ≥ 2.42"),
+        ("TCSETSW2", 0x402C_542C, "tcsetattr(TCSADRAIN) in glibc ≥ 2.42"),
+        ("TCSETSF2", 0x402C_542D, "tcsetattr(TCSAFLUSH) in glibc ≥ 2.42"),
+        ("TCSBRK", 0x5409, "tcdrain(): wait until output is written"),
+        ("TCXONC", 0x540A, "tcflow()"),
+        ("TCFLSH", 0x540B, "tcflush(): line editors drop pending input"),
+        ("TIOCGPGRP", 0x540F, "tcgetpgrp(): shells' job control"),
+        ("TIOCSPGRP", 0x5410, "tcsetpgrp(): shells' job control"),
+        ("TIOCOUTQ", 0x5411, "bytes not yet sent (terminals, sockets: SIOCOUTQ)"),
+        ("TIOCGWINSZ", 0x5413, "terminal size: ls, git's pager, progress bars, get_terminal_size()"),
+        ("TIOCSWINSZ", 0x5414, "set the terminal size (terminal multiplexers, pexpect)"),
+        ("FIONREAD", 0x541B, "bytes ready to read on a pipe, socket or terminal (SIOCINQ)"),
+        ("FIONBIO", 0x5421, "non-blocking mode: Rust's set_nonblocking, libuv (node, bun)"),
+        ("TIOCGSID", 0x5429, "tcgetsid()"),
+        ("FIONCLEX", 0x5450, "clear close-on-exec (libuv)"),
+        ("FIOCLEX", 0x5451, "set close-on-exec (libuv, older runtimes)"),
+        ("FICLONE", 0x4004_9409, "reflink copy: cp --reflink=auto (coreutils ≥ 9 default) tries it first"),
+        ("FICLONERANGE", 0x4020_940D, "reflink copy of a range"),
+        ("SIOCGIFNAME", 0x8910, "interface name by index, in the sandbox's own network namespace"),
+        ("SIOCGIFCONF", 0x8912, "list interfaces (own namespace: lo at most)"),
+        ("SIOCGIFFLAGS", 0x8913, "interface flags (own namespace)"),
+        ("SIOCGIFMTU", 0x8921, "interface MTU (own namespace)"),
+        ("SIOCGIFINDEX", 0x8933, "if_nametoindex() (own namespace)"),
     ]
 
     /// personality(2) values allowed: PER_LINUX, PER_LINUX|ADDR_NO_RANDOMIZE, and the query.
