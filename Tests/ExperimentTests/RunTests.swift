@@ -400,6 +400,37 @@ struct RunTests {
         #expect(gap > gate - 1.0, "max gap \(gap)s in a \(gate)s gate: part of the agent ran during the gate")
     }
 
+    @Test("without a cgroup freezer the coding agent is stopped for the gate, daemon and all, and restarted after it with the gate's answer")
+    func stoppedWithoutFreezer() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        try exp.configureRun(command: ["python3", Fixtures.agents + "/stoppable.py"], values: ["max_non_improving": "2"])
+        // A host without a freezer: this one with its v1 freezer and cgroup2 mount unmounted,
+        // in a mount namespace of the test's own.
+        let r = try runProcess("/usr/bin/unshare", [
+            "-m", "--propagation", "private", "/bin/sh", "-c",
+            "umount /sys/fs/cgroup/freezer && umount /sys/fs/cgroup/unified && exec \"$0\" \"$@\"",
+            Built.autoharness, "run", "--max-hours", "0.1", "-C", exp.root,
+        ])
+        #expect(r.status == 0, "\(r.stdout) \(r.stderr)")
+        #expect(r.stderr.contains("no cgroup freezer: the coding agent was stopped"), "\(r.stderr)")
+        let log = exp.agentLog
+        #expect(!log.contains("UNREACHABLE"), "a gate answered a live agent: \(log)")
+        // Two gates ran, each with the agent stopped; the restart got the first answer.
+        #expect(try exp.rows("gate_started").count == 2)
+        #expect(try exp.rows("note").filter { ($0["text"] as? String)?.contains("no cgroup freezer") == true }.count == 2)
+        let prompt = try #require(log.split(separator: "\n").first { $0.hasPrefix("PROMPT ") }, "no restart: \(log)")
+        #expect(prompt.contains("answered while you were stopped") && prompt.contains("gate attempt 1: REJECTED"), "\(prompt)")
+        // The daemon the first start left behind was killed with it: not one tick after the
+        // first gate was requested.
+        let requested = try #require(log.split(separator: "\n").first { $0.hasPrefix("GATE-REQUESTED ") }.flatMap { Double($0.split(separator: " ")[1]) })
+        let ticks = ((try? String(contentsOfFile: exp.root + "/.autoharness/run/home/ticks", encoding: .utf8)) ?? "")
+            .split(separator: "\n").compactMap { Double($0) }
+        #expect(ticks.count > 10, "the daemon never ticked")
+        #expect(ticks.filter { $0 > requested + 0.5 }.isEmpty, "the daemon ticked \(ticks.filter { $0 > requested + 0.5 }.count) times after the gate was requested")
+        expectNothingLeft(exp, marker: Fixtures.agents)
+    }
+
     @Test("when the ledger cannot be written (a full disk), the agent is stopped: nothing happens unrecorded")
     func unrecordableStops() throws {
         try requireRoot()

@@ -119,6 +119,10 @@ public final class RunLoop: @unchecked Sendable {
     private var owner: (uid_t, gid_t) = (65534, 65534)
     /// Freezes the coding agent's whole sandbox while a gate runs held-out tasks.
     private let agentControl = SandboxControl()
+    /// Hosts without a cgroup freezer: the agent was killed for a gate (restart it at once,
+    /// not a crash) and the gate's answer it never received goes into its next prompt.
+    private var stoppedForGate = false
+    private var undeliveredAnswer: String?
 
     public var runDirectory: String { layout.privateDirectory + "/run" }
     var agentLogPath: String { runDirectory + "/agent.log" }
@@ -213,8 +217,18 @@ public final class RunLoop: @unchecked Sendable {
         while stopping == nil {
             let (result, seconds, requests) = try launchAgent(command: command, policy: policy)
             lastExit = result.map(Self.describe) ?? "could not start"
-            work.withLock { flushAudit() }
+            let heldForGate = work.withLock { () -> Bool in
+                flushAudit()
+                defer { stoppedForGate = false }
+                return stoppedForGate
+            }
             if stopping != nil { break }
+            if heldForGate {
+                // Killed by us for a gate on a host without a freezer: not a crash.
+                crashes = 0
+                settings.log("coding agent restarted after the gate it was stopped for")
+                continue
+            }
             // A quick exit is a crash unless it was clean and the agent got work done (made
             // requests): `claude -p` that gates once and ends its session is not crashing.
             let clean = result?.exitCode == 0
@@ -351,12 +365,16 @@ public final class RunLoop: @unchecked Sendable {
 
     /// Starts the coding agent and waits for its sandbox to end.
     func launchAgent(command: [String], policy: Policy) throws -> (SandboxResult?, Double, Int) {
-        let starts = work.withLock { () -> Int in
+        let (starts, answer) = work.withLock { () -> (Int, String?) in
             agentStarts += 1
             requestsThisStart = 0
-            return agentStarts
+            defer { undeliveredAnswer = nil }
+            return (agentStarts, undeliveredAnswer)
         }
-        let prompt = starts == 1 && !resumed ? config.codingAgent.prompt : config.codingAgent.continuePrompt
+        var prompt = starts == 1 && !resumed ? config.codingAgent.prompt : config.codingAgent.continuePrompt
+        if let answer {
+            prompt += "\n\nYour last `autoharness gate` was answered while you were stopped (this host has no cgroup freezer, so the coding agent does not run during a gate). Its answer:\n" + answer
+        }
         let argv = command.map { $0 == "{prompt}" ? prompt : $0 }
         var ov = PlanOverrides()
         for b in config.codingAgent.binds { ov.mounts.append(MountSpec(kind: .readOnly(source: b), destination: b)) }
@@ -464,29 +482,51 @@ public final class RunLoop: @unchecked Sendable {
         try AtomicFile.write(Data(bytes), to: layout.agentFile, mode: 0o644)
         // The coding agent is frozen for the whole gate: held-out tasks run while none of its
         // processes can run, so nothing they do in the kernel's shared state (file locks on
-        // /usr, say) can be observed as it happens. If it cannot be frozen, no gate runs.
-        do throws(SandboxError) {
-            try agentControl.freeze()
-        } catch {
-            // Not the agent's fault, and nothing held out ran: recorded as a note, no gate
-            // counted.
-            let why = "gate refused: the coding agent could not be frozen (\(error.message)); no held-out task ran"
-            _ = try? append([(.note, NoteRecord(text: why))])
+        // /usr, say) can be observed as it happens. If it cannot be frozen, no gate runs. On
+        // a host with no cgroup freezer at all, the agent is stopped instead: its whole
+        // sandbox is killed before the gate and started again after it.
+        let stopped = agentControl.canFreeze == false
+        if stopped {
+            let why = "this host has no cgroup freezer: the coding agent was stopped (its whole sandbox killed) for gate attempt \((try? supervisor.state().gatesStarted + 1) ?? 0) and is restarted after it with the gate's answer in its prompt"
+            guard (try? append([(.note, NoteRecord(text: why))])) != nil else {
+                throw ExperimentError(.io, "could not record that the coding agent is stopped for the gate; the gate was not run and not counted")
+            }
             settings.log(why)
-            throw ExperimentError(.io, "could not freeze the coding agent for the gate (\(error.message)); the gate was not run and not counted")
+            stoppedForGate = true
+            guard agentControl.stop(within: 10) else {
+                throw ExperimentError(.io, "the coding agent's processes did not all end within 10 s; the gate was not run and not counted")
+            }
+        } else {
+            do throws(SandboxError) {
+                try agentControl.freeze()
+            } catch {
+                // Not the agent's fault, and nothing held out ran: recorded as a note, no gate
+                // counted.
+                let why = "gate refused: the coding agent could not be frozen (\(error.message)); no held-out task ran"
+                _ = try? append([(.note, NoteRecord(text: why))])
+                settings.log(why)
+                throw ExperimentError(.io, "could not freeze the coding agent for the gate (\(error.message)); the gate was not run and not counted")
+            }
         }
         let r: GateResult
         do {
             defer {
-                try? agentControl.thaw()
+                if !stopped { try? agentControl.thaw() }
                 // Counted from the ledger's start rows, so a gate that failed after it began
                 // (a full disk, a crashed tool) still spent budget.
                 gates = (try? supervisor.state().openRunGates) ?? gates + 1
             }
-            // Checked again as the held-out phase begins: the kernel must still say frozen.
+            // Checked again as the held-out phase begins: the kernel must still say frozen
+            // (or, stopped, not one process of the agent may be left).
             r = try supervisor.gate(actor: "coding agent", agent: snap) { [agentControl] in
-                guard agentControl.isFrozen else {
-                    throw ExperimentError(.io, "the coding agent is no longer frozen; the held-out split was not run")
+                if stopped {
+                    guard agentControl.processIDs.isEmpty else {
+                        throw ExperimentError(.io, "a process of the stopped coding agent is still alive; the held-out split was not run")
+                    }
+                } else {
+                    guard agentControl.isFrozen else {
+                        throw ExperimentError(.io, "the coding agent is no longer frozen; the held-out split was not run")
+                    }
                 }
             }
         }
@@ -509,6 +549,7 @@ public final class RunLoop: @unchecked Sendable {
             requestStopAfterReply(why)
             extra += "this was the run's last gate: \(why)\n"
         }
+        if stopped { undeliveredAnswer = text + extra + notice }
         return BrokerReply(stdout: text + extra, stderr: notice, exit: code)
     }
 

@@ -136,7 +136,7 @@ public struct HostInspection: Sendable {
             return Finding(topic: "  \(c)", status: .ok, detail: "cgroup v1 under \(h.ownDirectory)")
         }
         if c == "freezer" {
-            return Finding(topic: "  freezer", status: .info, detail: "no cgroup freezer (\(host.v2 == nil ? "mount cgroup2 or the v1 freezer" : "Linux 5.2 or later"))")
+            return Finding(topic: "  freezer", status: .info, detail: "no cgroup freezer (\(host.v2 == nil ? "mount cgroup2 or the v1 freezer" : "Linux 5.2 or later")): the coding agent is stopped for each gate and restarted after it")
         }
         return Finding(topic: "  \(c)", status: .missing, detail: host.unusable(c).components(separatedBy: ". Fix:").first ?? "", fix: fixV2)
     }

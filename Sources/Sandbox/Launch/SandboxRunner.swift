@@ -115,6 +115,24 @@ public final class SandboxControl: @unchecked Sendable {
     /// True while the kernel reports the running sandbox frozen.
     public var isFrozen: Bool { lock.withLock { cgroup?.isFrozen ?? false } }
 
+    /// True while a sandbox is attached (launched and not yet cleaned up).
+    public var isRunning: Bool { lock.withLock { cgroup != nil } }
+
+    /// Whether the running sandbox has a cgroup freezer (nil: no sandbox running).
+    public var canFreeze: Bool? { lock.withLock { cgroup.map { $0.freezer != nil } } }
+
+    /// Kills the whole running sandbox and waits until none of its processes is left.
+    /// Returns false if some were still there after `seconds`.
+    public func stop(within seconds: Double) -> Bool {
+        kill()
+        let deadline = monotonicNow() + seconds
+        while !processIDs.isEmpty {
+            if monotonicNow() > deadline { return false }
+            usleep(5_000)
+        }
+        return true
+    }
+
     /// Host pids of every process in the running sandbox (its monitor included).
     public var processIDs: [pid_t] { lock.withLock { cgroup?.remainingProcesses() ?? [] } }
 
