@@ -323,13 +323,23 @@ struct OrphanSweepTests {
 
 @Suite("Host-wide counters in /proc")
 struct HostCountersTests {
-    @Test("/proc/stat, loadavg, meminfo and friends do not move inside a sandbox while the host forks hundreds of processes; ps and free still work")
+    @Test("/proc/stat, loadavg, meminfo, sysinfo(2) and friends do not move inside a sandbox while the host forks hundreds of processes; ps and free still work")
     func hostCountersFrozen() throws {
         try requireRoot()
         let script = """
-            import time, sys
+            import ctypes, errno, time, sys
+            libc = ctypes.CDLL(None, use_errno=True)
+            def sysinfo():
+                buf = ctypes.create_string_buffer(112)
+                assert libc.sysinfo(buf) == 0, ctypes.get_errno()
+                return bytes(buf)
             def snap():
-                return [open(p).read() for p in ('/proc/stat', '/proc/loadavg', '/proc/meminfo', '/proc/uptime', '/proc/vmstat', '/proc/locks', '/proc/sys/fs/file-nr')]
+                return [open(p).read() for p in ('/proc/stat', '/proc/loadavg', '/proc/meminfo', '/proc/uptime', '/proc/vmstat', '/proc/locks', '/proc/sys/fs/file-nr')] + [sysinfo()]
+            # sysinfo is answered by the supervisor: uptime and procs are its constants, and a
+            # bad pointer is still EFAULT.
+            si = sysinfo()
+            print('SYSINFO', int.from_bytes(si[0:8], 'little'), int.from_bytes(si[80:82], 'little'), flush=True)
+            print('SYSINFO-BAD', libc.sysinfo(ctypes.c_void_p(8)), errno.errorcode[ctypes.get_errno()], flush=True)
             a = snap()
             print('READY', flush=True)
             sys.stdin.readline()
@@ -355,14 +365,20 @@ struct HostCountersTests {
             return Int(text.split(separator: "\n").first { $0.hasPrefix("processes") }?.split(separator: " ").last ?? "") ?? 0
         }
         let before = hostForks()
+        let hostUptime = { (try? String(contentsOfFile: "/proc/uptime", encoding: .utf8)) ?? "" }
+        let upBefore = hostUptime()
         for _ in 0..<200 { _ = try runProcess("/bin/true", []) }
+        usleep(1_100_000)  // the host's uptime (which sysinfo reports) moves by a second at least
         #expect(hostForks() - before >= 200, "the host's own count must have moved")
+        #expect(hostUptime() != upBefore)
         input.fileHandleForWriting.write(Data("go\n".utf8))
         p.waitUntilExit()
         seen.append(output.fileHandleForReading.readDataToEndOfFile())
         let text = String(decoding: seen, as: UTF8.self)
         #expect(text.contains("SAME []"), "\(text)")
         #expect(text.contains("PROCESSES processes 0"), "\(text)")
+        #expect(text.contains("SYSINFO 1000 1\n"), "\(text)")
+        #expect(text.contains("SYSINFO-BAD -1 EFAULT"), "\(text)")
         let tools = try autoharness(["sandbox", "exec", "--", "/bin/sh", "-c", "ps -e >/dev/null && free -m >/dev/null && python3 -c 'import os; assert os.cpu_count() >= 1' && echo tools-ok"])
         #expect(tools.stdout == "tools-ok\n", "\(tools.stdout) \(tools.stderr)")
     }

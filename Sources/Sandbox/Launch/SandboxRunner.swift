@@ -404,6 +404,16 @@ private struct Session {
         let name = SeccompCompiler.name(nr: d.nr, arch: d.arch)
         let refusal = plan.filter.refusal(nr: d.nr, nativeArch: native)
         let args = [d.args.0, d.args.1, d.args.2, d.args.3, d.args.4, d.args.5]
+        resp.pointee.id = req.pointee.id
+        resp.pointee.flags = 0
+        if native && plan.filter.emulated.contains(d.nr) {
+            // sysinfo: constants instead of the host's counters (not a violation).
+            let ok = Self.writeSysinfo(pid: req.pointee.pid, address: args[0], notifyFD: notifyFD, id: req.pointee.id)
+            resp.pointee.val = 0
+            resp.pointee.error = ok ? 0 : -EFAULT
+            _ = seccomp_notify_respond(notifyFD, resp)
+            return
+        }
         var routine = false
         if native && name == "clone3" {
             // glibc tries clone3 before clone for every thread; only a clone3 asking for new
@@ -416,9 +426,7 @@ private struct Session {
                    sandboxPID: sandboxPID(of: Int32(bitPattern: req.pointee.pid)), arguments: args,
                    action: refusal.map { ErrnoName.name($0) } ?? "kill")
         }
-        resp.pointee.id = req.pointee.id
         resp.pointee.val = 0
-        resp.pointee.flags = 0
         resp.pointee.error = -(refusal ?? EPERM)
         _ = seccomp_notify_respond(notifyFD, resp)
         if refusal == nil && !killed {
@@ -426,6 +434,41 @@ private struct Session {
             killSandbox()
         }
     }
+
+    /// A `struct sysinfo` (x86_64/aarch64 layout, 112 bytes) agreeing with the sandbox's
+    /// masked /proc: uptime 1000 s, no load, total memory as the host has it and all of it
+    /// free, no swap, one process. Written into the caller's memory through /proc/PID/mem,
+    /// opened before the notification id is checked still valid (so the pid cannot have been
+    /// reused by another process in between). A write through /proc/PID/mem also lands in a
+    /// private read-only page (copy-on-write, where the kernel's own sysinfo would say
+    /// EFAULT): only the caller's own memory changes, which it could change itself; shared
+    /// read-only mappings refuse it.
+    static func writeSysinfo(pid: UInt32, address: UInt64, notifyFD: Int32, id: UInt64) -> Bool {
+        let fd = open("/proc/\(pid)/mem", O_RDWR | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        guard seccomp_notify_id_valid(notifyFD, id) == 0 else { return false }
+        var info = [UInt8](repeating: 0, count: 112)
+        func put(_ v: UInt64, at offset: Int, size: Int = 8) {
+            for i in 0..<size { info[offset + i] = UInt8(truncatingIfNeeded: v >> (8 * UInt64(i))) }
+        }
+        let total = Self.hostMemoryTotal
+        put(1000, at: 0)           // uptime
+        put(total, at: 32)         // totalram (loads[3] at 8..31 stay 0)
+        put(total, at: 40)         // freeram
+        put(1, at: 80, size: 2)    // procs (after shared, buffer, totalswap, freeswap)
+        put(1, at: 104, size: 4)   // mem_unit (after pad, totalhigh, freehigh)
+        let n = info.withUnsafeBytes { pwrite(fd, $0.baseAddress, 112, off_t(Int64(bitPattern: address))) }
+        return n == 112
+    }
+
+    /// MemTotal of the host in bytes, as the sandbox's /proc/meminfo shows it.
+    static let hostMemoryTotal: UInt64 = {
+        let text = readText("/proc/meminfo")
+        guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("MemTotal:") }),
+              let kb = UInt64(line.split(separator: " ").dropFirst().first ?? "") else { return 0 }
+        return kb * 1024
+    }()
 
     mutating func record(_ kind: AuditEvent.Kind, _ name: String, number: Int32? = nil, pid: Int32? = nil,
                          sandboxPID: Int32? = nil, arguments: [UInt64] = [], action: String) {

@@ -20,6 +20,8 @@ public struct CompiledFilter: Sendable {
     var eperm: Set<Int32>
     /// Syscall numbers (native arch) refused with ENOSYS so libc falls back.
     var enosys: Set<Int32>
+    /// Syscall numbers (native arch) the supervisor answers itself (`SyscallProfile.emulated`).
+    var emulated: Set<Int32> = []
     public var defaultAction: SeccompAction
 
     /// The errno to answer a refused call with, or nil when the sandbox is to be killed.
@@ -94,6 +96,7 @@ public enum SeccompCompiler {
             unresolved: unresolved,
             eperm: Set(refusedForms.compactMap(resolve)),
             enosys: Set(SyscallProfile.enosysFallback.compactMap(resolve)),
+            emulated: Set(SyscallProfile.emulated.subtracting(denied).subtracting(allow).compactMap(resolve)),
             defaultAction: spec.defaultAction
         )
     }

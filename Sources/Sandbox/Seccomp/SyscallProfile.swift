@@ -35,6 +35,14 @@ public enum SyscallProfile {
     /// call that the filter *can* inspect (glibc tries clone3 before clone on every thread).
     public static let enosysFallback: Set<String> = ["clone3"]
 
+    /// Answered by the supervisor instead of the kernel, and not reported: `sysinfo` tells
+    /// every caller the host's load averages, free memory and process count, which move with
+    /// whatever held-out sandboxes do (the same counters `/proc` covers inside). The
+    /// supervisor writes constants matching the sandbox's `/proc/meminfo`, `/proc/uptime` and
+    /// `/proc/loadavg` (total memory real, all of it free, no load, one process), which is
+    /// what glibc's `sysconf(_SC_PHYS_PAGES)` and friends need.
+    public static let emulated: Set<String> = ["sysinfo"]
+
     /// Allowed only with the argument rules in `ArgumentRules` (the filter inspects them).
     public static let conditional: Set<String> = ["clone", "ioctl", "personality", "socket", "socketpair",
                                                   "fadvise64", "preadv2", "pwritev2"]
@@ -104,7 +112,7 @@ public enum SyscallProfile {
         "sched_getattr", "sched_setattr", "getpriority", "setpriority", "ioprio_get",
         "ioprio_set", "nanosleep", "clock_nanosleep", "clock_gettime", "clock_getres",
         "gettimeofday", "time", "times", "getrusage", "getrlimit", "setrlimit", "prlimit64",
-        "sysinfo", "uname", "getrandom", "alarm", "getitimer", "setitimer", "timer_create",
+        "uname", "getrandom", "alarm", "getitimer", "setitimer", "timer_create",
         "timer_settime", "timer_gettime", "timer_getoverrun", "timer_delete", "getcpu",
         // System V and POSIX IPC (private to the sandbox's IPC namespace)
         "shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semctl", "semtimedop",
