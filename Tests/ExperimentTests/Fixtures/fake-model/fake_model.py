@@ -1,0 +1,290 @@
+"""A fake of the model vendors' HTTP APIs, for driving the real coding-agent CLIs in tests.
+
+It speaks the vendors' wire formats, not ours:
+  Anthropic Messages   POST /v1/messages   (stream: SSE message_start, content_block_start /
+                       content_block_delta (text_delta, input_json_delta) / content_block_stop,
+                       message_delta with stop_reason and usage, message_stop; or one JSON body)
+  OpenAI Responses     POST /v1/responses  (stream: SSE response.created, response.output_item.added
+                       / .done for messages and function calls, response.completed with usage)
+over TLS with a certificate from a CA the test makes (`--make-certs`).
+
+What the "model" says is a script (JSON): {"turns": [TURN, ...]}; a TURN is a list of blocks,
+{"text": "..."} or {"tool": NAME, "input": {...}}. Each request of the agent's main loop
+(one that offers tools) gets the next turn; once the script is spent, a final text turn. A
+request without tools (titles, summaries, quota probes) gets a short text and does not advance
+the script. Every request is logged as one JSON line (path, model, whether it was streamed,
+the tool results and text the agent sent back since the last turn), so a test can assert what
+the agent saw, e.g. the gate's verdict.
+
+  python3 fake_model.py --make-certs DIR
+  python3 fake_model.py --script S.json --cert DIR/server.pem --key DIR/server.key \
+      --port-file PORT --log LOG.jsonl
+"""
+import argparse
+import json
+import os
+import ssl
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def make_certs(directory):
+    """A CA and a server certificate for 127.0.0.2 (and 127.0.0.1, localhost), signed by it."""
+    os.makedirs(directory, exist_ok=True)
+    d = lambda name: os.path.join(directory, name)
+
+    def run(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=autoharness test CA",
+        "-keyout", d("ca.key"), "-out", d("ca.pem"),
+        "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.2", "-keyout", d("server.key"), "-out", d("server.csr"))
+    with open(d("ext.cnf"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.2,IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
+                "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n")
+    run("x509", "-req", "-in", d("server.csr"), "-CA", d("ca.pem"), "-CAkey", d("ca.key"), "-CAcreateserial",
+        "-days", "2", "-extfile", d("ext.cnf"), "-out", d("server.pem"))
+
+
+class Script:
+    def __init__(self, path):
+        with open(path) as f:
+            self.turns = json.load(f)["turns"]
+        self.next = 0
+        self.lock = threading.Lock()
+
+    def take(self):
+        with self.lock:
+            if self.next < len(self.turns):
+                self.next += 1
+                return self.next, self.turns[self.next - 1]
+            return self.next + 1, [{"text": "Done: the script has no more turns."}]
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "fake-model/1"
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def body(self):
+        n = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(n) if n else b""
+        try:
+            return json.loads(raw or b"{}")
+        except ValueError:
+            return {}
+
+    def record(self, entry):
+        with self.server.log_lock, open(self.server.log_path, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+    def do_HEAD(self):
+        self.send_response(200)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def do_GET(self):
+        self.record({"method": "GET", "path": self.path})
+        self.reply_json(404, {"error": {"type": "not_found_error", "message": "no such endpoint in the fake"}})
+
+    def do_POST(self):
+        req = self.body()
+        path = self.path.split("?")[0]
+        if path.endswith("/v1/messages/count_tokens"):
+            self.record({"method": "POST", "path": path})
+            return self.reply_json(200, {"input_tokens": 100})
+        if path.endswith("/v1/messages"):
+            return self.anthropic(req, path)
+        if path.endswith("/v1/responses"):
+            return self.openai(req, path)
+        self.record({"method": "POST", "path": path})
+        self.reply_json(404, {"error": {"type": "not_found_error", "message": "no such endpoint in the fake"}})
+
+    def reply_json(self, status, obj):
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def start_sse(self):
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+    def sse(self, event, data):
+        self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
+        self.wfile.flush()
+
+    # --- Anthropic Messages ------------------------------------------------------------
+
+    @staticmethod
+    def anthropic_feedback(messages):
+        """What the agent sent since the model's last turn: tool results and user text."""
+        out = []
+        for m in reversed(messages or []):
+            if m.get("role") == "assistant":
+                break
+            content = m.get("content")
+            if isinstance(content, str):
+                out.append({"text": content})
+                continue
+            for c in content or []:
+                if c.get("type") == "tool_result":
+                    inner = c.get("content")
+                    if isinstance(inner, list):
+                        inner = "".join(x.get("text", "") for x in inner if isinstance(x, dict))
+                    out.append({"tool_result": inner, "is_error": bool(c.get("is_error"))})
+                elif c.get("type") == "text":
+                    out.append({"text": c.get("text", "")})
+        return list(reversed(out))
+
+    def anthropic(self, req, path):
+        main = bool(req.get("tools"))
+        n, turn = self.server.script.take() if main else (0, [{"text": "ok"}])
+        self.record({"method": "POST", "path": path, "vendor": "anthropic", "model": req.get("model"),
+                     "stream": bool(req.get("stream")), "main": main, "turn": n,
+                     "tools": [t.get("name") for t in req.get("tools") or []],
+                     "feedback": self.anthropic_feedback(req.get("messages")) if main else []})
+        blocks = []
+        for i, b in enumerate(turn):
+            if "tool" in b:
+                blocks.append({"type": "tool_use", "id": f"toolu_{n:03d}_{i}", "name": b["tool"], "input": b.get("input", {})})
+            else:
+                blocks.append({"type": "text", "text": b["text"]})
+        stop = "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn"
+        usage = {"input_tokens": 1000, "output_tokens": 50, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        message = {"id": f"msg_{n:04d}", "type": "message", "role": "assistant", "model": req.get("model", "fake"),
+                   "content": blocks, "stop_reason": stop, "stop_sequence": None, "usage": usage}
+        if not req.get("stream"):
+            return self.reply_json(200, message)
+        self.start_sse()
+        self.sse("message_start", {"type": "message_start", "message": {**message, "content": [], "stop_reason": None,
+                                                                      "usage": {**usage, "output_tokens": 1}}})
+        for i, b in enumerate(blocks):
+            if b["type"] == "text":
+                self.sse("content_block_start", {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}})
+                self.sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": b["text"]}})
+            else:
+                self.sse("content_block_start", {"type": "content_block_start", "index": i,
+                                                 "content_block": {"type": "tool_use", "id": b["id"], "name": b["name"], "input": {}}})
+                js = json.dumps(b["input"])
+                half = len(js) // 2  # two deltas: clients must join partial JSON
+                for part in (js[:half], js[half:]):
+                    self.sse("content_block_delta", {"type": "content_block_delta", "index": i,
+                                                     "delta": {"type": "input_json_delta", "partial_json": part}})
+            self.sse("content_block_stop", {"type": "content_block_stop", "index": i})
+        self.sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+                                   "usage": {"output_tokens": usage["output_tokens"]}})
+        self.sse("message_stop", {"type": "message_stop"})
+
+    # --- OpenAI Responses ----------------------------------------------------------------
+
+    @staticmethod
+    def openai_feedback(items):
+        out = []
+        for it in reversed(items if isinstance(items, list) else []):
+            t = it.get("type")
+            if t in ("function_call", "custom_tool_call") or (t == "message" and it.get("role") == "assistant"):
+                break
+            if t in ("function_call_output", "custom_tool_call_output"):
+                o = it.get("output")
+                if isinstance(o, dict):
+                    o = o.get("content") or json.dumps(o)
+                out.append({"tool_result": o})
+            elif t == "message":
+                for c in it.get("content") or []:
+                    if c.get("type") in ("input_text", "output_text"):
+                        out.append({"text": c.get("text", "")})
+        return list(reversed(out))
+
+    def openai(self, req, path):
+        main = bool(req.get("tools"))
+        n, turn = self.server.script.take() if main else (0, [{"text": "ok"}])
+        tools = []
+        for t in req.get("tools") or []:
+            tools.append(t.get("name") or (t.get("function") or {}).get("name") or t.get("type"))
+        self.record({"method": "POST", "path": path, "vendor": "openai", "model": req.get("model"),
+                     "stream": bool(req.get("stream")), "main": main, "turn": n, "tools": tools,
+                     "feedback": self.openai_feedback(req.get("input")) if main else []})
+        rid = f"resp_{n:04d}"
+        items = []
+        for i, b in enumerate(turn):
+            if "tool" in b:
+                items.append({"type": "function_call", "id": f"fc_{n:03d}_{i}", "call_id": f"call_{n:03d}_{i}",
+                              "name": b["tool"], "arguments": json.dumps(b.get("input", {})), "status": "completed"})
+            else:
+                items.append({"type": "message", "id": f"msg_{n:03d}_{i}", "role": "assistant", "status": "completed",
+                              "content": [{"type": "output_text", "text": b["text"], "annotations": []}]})
+        usage = {"input_tokens": 1000, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 50,
+                 "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 1050}
+        response = {"id": rid, "object": "response", "status": "completed", "model": req.get("model", "fake"),
+                    "output": items, "usage": usage}
+        if not req.get("stream"):
+            return self.reply_json(200, response)
+        self.start_sse()
+        seq = 0
+
+        def ev(kind, data):
+            nonlocal seq
+            data = {"type": kind, "sequence_number": seq, **data}
+            seq += 1
+            self.sse(kind, data)
+
+        ev("response.created", {"response": {**response, "status": "in_progress", "output": [], "usage": None}})
+        for i, it in enumerate(items):
+            ev("response.output_item.added", {"output_index": i, "item": {**it, "status": "in_progress"}})
+            if it["type"] == "message":
+                ev("response.output_text.delta", {"output_index": i, "item_id": it["id"], "content_index": 0,
+                                                  "delta": it["content"][0]["text"]})
+            else:
+                ev("response.function_call_arguments.delta", {"output_index": i, "item_id": it["id"], "delta": it["arguments"]})
+            ev("response.output_item.done", {"output_index": i, "item": it})
+        ev("response.completed", {"response": response})
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--make-certs")
+    ap.add_argument("--script")
+    ap.add_argument("--cert")
+    ap.add_argument("--key")
+    ap.add_argument("--port-file")
+    ap.add_argument("--log")
+    ap.add_argument("--address", default="127.0.0.2")
+    a = ap.parse_args()
+    if a.make_certs:
+        make_certs(a.make_certs)
+        return
+    # 127.0.0.2: a loopback address of the host that is not the sandbox's own 127.0.0.1
+    # (which its NO_PROXY sends straight to the sandbox's private loopback), so a sandboxed
+    # agent reaches it only through the egress proxy, and only where a policy allows it.
+    server = ThreadingHTTPServer((a.address, 0), Handler)
+    server.daemon_threads = True
+    server.script = Script(a.script)
+    server.log_path = a.log
+    server.log_lock = threading.Lock()
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(a.cert, a.key)
+    # The handshake in the handler thread, not in accept(): one stalled client cannot block the rest.
+    server.socket = ctx.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+    with open(a.port_file + ".part", "w") as f:
+        f.write(str(server.server_address[1]))
+    os.rename(a.port_file + ".part", a.port_file)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
