@@ -191,15 +191,20 @@ public struct SeccompSpec: Sendable, Equatable {
     public var allow: [String]
     /// Syscall names removed from the allowlist; they fail with EPERM and are reported.
     public var deny: [String]
+    /// Syscall names refused with ENOSYS, as if the kernel lacked them, and not reported:
+    /// for calls that benign programs probe and fall back from (libuv's pidfd_open, file
+    /// watchers' inotify), so an ordinary session records no violations.
+    public var quiet: [String]
 
     public init(
         profile: String = "default", defaultAction: SeccompAction = .errno(38 /* ENOSYS */),
-        allow: [String] = [], deny: [String] = []
+        allow: [String] = [], deny: [String] = [], quiet: [String] = []
     ) {
         self.profile = profile
         self.defaultAction = defaultAction
         self.allow = allow
         self.deny = deny
+        self.quiet = quiet
     }
 }
 

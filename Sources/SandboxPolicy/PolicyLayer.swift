@@ -57,6 +57,7 @@ struct PolicyLayer {
     var defaultAction: SeccompAction?
     var seccompAllow: [String] = []
     var seccompDeny: [String] = []
+    var seccompQuiet: [String] = []
     var networkMode: Located<NetworkSpec.Mode>?
     var networkAllow: Located<[String]>?
     var limits = Limits()
@@ -83,7 +84,7 @@ struct LayerParser {
     static let mountKinds = ["ro", "rw", "tmpfs", "hide", "symlink"]
     static let mountKeys = mountKinds + ["optional", "keep_symlink", "no_symlinks", "size", "mode", "target"]
     static let identityKeys = ["uid", "gid", "host_uid", "host_gid", "hostname"]
-    static let seccompKeys = ["profile", "default_action", "allow", "deny"]
+    static let seccompKeys = ["profile", "default_action", "allow", "deny", "quiet"]
     /// Named base allowlists the plan compiler knows.
     static let seccompProfiles = ["default"]
     static let networkKeys = ["mode", "allow"]
@@ -349,6 +350,14 @@ struct LayerParser {
         }
         let allow = syscallNames(seccomp["allow"], "seccomp.allow")
         let deny = syscallNames(seccomp["deny"], "seccomp.deny")
+        let quiet = syscallNames(seccomp["quiet"], "seccomp.quiet")
+        let named = Dictionary((allow + deny).map { ($0.value, $0.location) }, uniquingKeysWith: { first, _ in first })
+        for name in quiet {
+            if let other = named[name.value] {
+                error(at: name.location, "syscall '\(name.value)' is in seccomp.quiet and also in seccomp.allow or seccomp.deny (at \(other))")
+            }
+        }
+        layer.seccompQuiet = quiet.map(\.value).filter { named[$0] == nil }
         // Both in one file is a contradiction; across files the child's word wins (see merge).
         let denied = Dictionary(deny.map { ($0.value, $0.location) }, uniquingKeysWith: { first, _ in first })
         for name in allow {

@@ -38,8 +38,10 @@ struct MergedLayers {
         if let action = child.defaultAction { seccomp.defaultAction = action }
         // The child has the last word on each name: allowing removes an inherited deny and
         // denying removes an inherited allow.
-        seccomp.allow = union(seccomp.allow.filter { !child.seccompDeny.contains($0) }, child.seccompAllow)
-        seccomp.deny = union(seccomp.deny.filter { !child.seccompAllow.contains($0) }, child.seccompDeny)
+        let childNames = Set(child.seccompAllow + child.seccompDeny + child.seccompQuiet)
+        seccomp.allow = union(seccomp.allow.filter { !childNames.contains($0) }, child.seccompAllow)
+        seccomp.deny = union(seccomp.deny.filter { !childNames.contains($0) }, child.seccompDeny)
+        seccomp.quiet = union(seccomp.quiet.filter { !childNames.contains($0) }, child.seccompQuiet)
 
         if let mode = child.networkMode {
             networkMode = mode.value

@@ -164,6 +164,7 @@ struct PolicyShow: ParsableCommand {
         print("  argument rules: \(argumentRules().joined(separator: "; "))")
         print("  denied with EPERM (\(filter.denied.count)): \(filter.denied.joined(separator: " "))")
         let emulated = SyscallProfile.emulated.subtracting(filter.denied).subtracting(filter.allowed).sorted()
+        if !filter.quiet.isEmpty { print("  refused with ENOSYS, not reported (seccomp.quiet): \(filter.quiet.joined(separator: " "))") }
         if !emulated.isEmpty { print("  answered by the supervisor with constants, not reported: \(emulated.joined(separator: " "))") }
         print("  other ABIs (i386, x32): refused with ENOSYS and reported")
         if !filter.unresolved.isEmpty { print("  not known to this libseccomp (left out): \(filter.unresolved.joined(separator: " "))") }

@@ -79,6 +79,18 @@ struct ExtendsTests {
         #expect(seccomp.profile == "default")
     }
 
+    @Test("seccomp.quiet is a union; a child's allow or deny of a quiet name takes it out of quiet, and its quiet takes a name out of allow and deny")
+    func seccompQuiet() throws {
+        let dir = try PolicyDirectory([
+            "parent.yaml": "seccomp:\n  allow: [a1, a2]\n  deny: [d1]\n  quiet: [q1, q2]\n",
+            "child.yaml": "extends: parent\nseccomp:\n  allow: [q1]\n  deny: [q2]\n  quiet: [a2, d1, q3]\n",
+        ])
+        let seccomp = try dir.load("child").seccomp
+        #expect(seccomp.allow == ["a1", "q1"])
+        #expect(seccomp.deny == ["q2"])
+        #expect(seccomp.quiet == ["a2", "d1", "q3"])
+    }
+
     @Test("env.set merges per key with the child winning; pass is a union; each removes the other")
     func envMerge() throws {
         let dir = try PolicyDirectory([

@@ -267,6 +267,8 @@ struct PolicyErrorTests {
         let e = try #require(try error("seccomp:\n  deny:\n    - ptrace\n  allow:\n    - read\n    - ptrace\n"))
         #expect(e.where_ == "p.yaml:6")
         #expect(e.message.contains("'ptrace' is in both") && e.message.contains("p.yaml:3"))
+        let quiet = try #require(try error("seccomp:\n  allow: [pidfd_open]\n  quiet: [pidfd_open]\n"))
+        #expect(quiet.where_ == "p.yaml:3" && quiet.message.contains("'pidfd_open' is in seccomp.quiet and also in seccomp.allow"), "\(quiet)")
         let name = try #require(try error("seccomp:\n  allow: [Open]\n"))
         #expect(name.where_ == "p.yaml:2" && name.message.contains("not a syscall name"))
     }

@@ -54,8 +54,6 @@ struct SeccompEscapeTests {
         // Page-cache residency oracles and eviction (a held-out task's pattern of resident
         // pages in a shared file must not be readable by a later sandbox).
         .init(action: "mincore", errno: "ENOSYS", audited: "mincore"),
-        // A pidfd's inode number counts every process the host ever created.
-        .init(action: "pidfd-open", errno: "ENOSYS", audited: "pidfd_open"),
         .init(action: "cachestat", errno: "ENOSYS", audited: "cachestat"),
         .init(action: "readahead", errno: "ENOSYS", audited: "readahead"),
         .init(action: "io-setup", errno: "ENOSYS", audited: "io_setup"),
@@ -95,6 +93,21 @@ struct SeccompEscapeTests {
         let r = try probe(action)
         #expect(r.result.first == "ok", "\(r.stdout) \(r.stderr)")
         #expect(!r.stderr.contains("audit event"))
+    }
+
+    @Test("pidfd_open is refused with ENOSYS but not reported (base's seccomp.quiet: libuv asks on every child); without quiet it is reported")
+    func quietRefusal() throws {
+        try requireRoot()
+        // A pidfd's inode number counts every process the host ever created: refused always.
+        let r = try probe("pidfd-open")
+        #expect(r.errnoName == "ENOSYS", "\(r.stdout) \(r.stderr)")
+        #expect(!r.stderr.contains("audit event"), "\(r.stderr)")
+        let dir = try TempDir()
+        let loud = dir.path + "/loud.yaml"
+        try "extends: base\nseccomp:\n  deny: [pidfd_open]\n".write(toFile: loud, atomically: true, encoding: .utf8)
+        let l = try probe("pidfd-open", options: ["--audit", dir.path + "/a.jsonl"], policy: loud)
+        #expect(l.errnoName == "EPERM")
+        #expect(try auditEvents(dir.path + "/a.jsonl").contains { ($0["name"] as? String) == "pidfd_open" })
     }
 
     @Test("a harmless ioctl passes the filter (the kernel answers, not seccomp)")

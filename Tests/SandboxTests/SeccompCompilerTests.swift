@@ -40,6 +40,10 @@ struct SeccompCompilerTests {
         #expect(throws: SandboxError.self) {
             try SeccompCompiler.compile(SeccompSpec(allow: ["ptrace"]))
         }
+        // nor hidden from the audit by seccomp.quiet
+        #expect(throws: SandboxError.self) {
+            try SeccompCompiler.compile(SeccompSpec(quiet: ["ptrace"]))
+        }
     }
 
     @Test("unknown syscall names in a policy are errors")

@@ -406,6 +406,13 @@ private struct Session {
         let args = [d.args.0, d.args.1, d.args.2, d.args.3, d.args.4, d.args.5]
         resp.pointee.id = req.pointee.id
         resp.pointee.flags = 0
+        if native && plan.filter.quietNumbers.contains(d.nr) {
+            // seccomp.quiet: refused as the kernel would if it lacked the call, unreported.
+            resp.pointee.val = 0
+            resp.pointee.error = -ENOSYS
+            _ = seccomp_notify_respond(notifyFD, resp)
+            return
+        }
         if native && plan.filter.emulated.contains(d.nr) {
             // sysinfo: constants instead of the host's counters (not a violation).
             let ok = Self.writeSysinfo(pid: req.pointee.pid, address: args[0], notifyFD: notifyFD, id: req.pointee.id)

@@ -22,6 +22,9 @@ public struct CompiledFilter: Sendable {
     var enosys: Set<Int32>
     /// Syscall numbers (native arch) the supervisor answers itself (`SyscallProfile.emulated`).
     var emulated: Set<Int32> = []
+    /// Names and numbers (native arch) refused with ENOSYS without a report (`seccomp.quiet`).
+    public var quiet: [String] = []
+    var quietNumbers: Set<Int32> = []
     public var defaultAction: SeccompAction
 
     /// The errno to answer a refused call with, or nil when the sandbox is to be killed.
@@ -52,13 +55,17 @@ public enum SeccompCompiler {
         for name in spec.allow where SyscallProfile.hardDenied.contains(name) {
             throw SandboxError(.invalidPolicy, "seccomp.allow: '\(name)' is always denied and cannot be allowed")
         }
-        for name in spec.allow + spec.deny where resolve(name) == nil {
+        for name in spec.quiet where SyscallProfile.hardDenied.contains(name) {
+            throw SandboxError(.invalidPolicy, "seccomp.quiet: '\(name)' is always denied and always reported")
+        }
+        for name in spec.allow + spec.deny + spec.quiet where resolve(name) == nil {
             throw SandboxError(.invalidPolicy, "seccomp: unknown syscall '\(name)' on this architecture")
         }
-        let deny = Set(spec.deny)
-        var allow = Set(SyscallProfile.defaultAllow).union(spec.allow).subtracting(deny)
+        let quiet = Set(spec.quiet)
+        let deny = Set(spec.deny).subtracting(quiet)
+        var allow = Set(SyscallProfile.defaultAllow).union(spec.allow).subtracting(deny).subtracting(quiet)
         allow.subtract(SyscallProfile.hardDenied)
-        var conditional = SyscallProfile.conditional.subtracting(deny)
+        var conditional = SyscallProfile.conditional.subtracting(deny).subtracting(quiet)
         // Without `seccomp`, prctl(PR_SET_SECCOMP) is the other way to stack a filter (one
         // whose errno answers would take precedence over ours and hide calls from the audit).
         if !allow.contains("seccomp") && allow.contains("prctl") { conditional.insert("prctl") }
@@ -96,7 +103,9 @@ public enum SeccompCompiler {
             unresolved: unresolved,
             eperm: Set(refusedForms.compactMap(resolve)),
             enosys: Set(SyscallProfile.enosysFallback.compactMap(resolve)),
-            emulated: Set(SyscallProfile.emulated.subtracting(denied).subtracting(allow).compactMap(resolve)),
+            emulated: Set(SyscallProfile.emulated.subtracting(denied).subtracting(allow).subtracting(quiet).compactMap(resolve)),
+            quiet: quiet.sorted(),
+            quietNumbers: Set(quiet.compactMap(resolve)),
             defaultAction: spec.defaultAction
         )
     }

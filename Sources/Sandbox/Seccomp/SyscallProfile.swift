@@ -171,6 +171,7 @@ public enum ArgumentRules {
         ("FIONREAD", 0x541B, "bytes ready to read on a pipe, socket or terminal (SIOCINQ)"),
         ("FIONBIO", 0x5421, "non-blocking mode: Rust's set_nonblocking, libuv (node, bun)"),
         ("TIOCGSID", 0x5429, "tcgetsid()"),
+        ("TIOCGPTN", 0x8004_5430, "pty number of a terminal: bun/node ask it of stdin at start (Claude Code)"),
         ("FIONCLEX", 0x5450, "clear close-on-exec (libuv)"),
         ("FIOCLEX", 0x5451, "set close-on-exec (libuv, older runtimes)"),
         ("FICLONE", 0x4004_9409, "reflink copy: cp --reflink=auto (coreutils ≥ 9 default) tries it first"),
