@@ -103,13 +103,20 @@ struct InitCommand: ParsableCommand {
     @Option(help: "bird-interact: the BIRD-Interact checkout (default: $BIRD_REPO).")
     var repo: String?
 
+    @Option(help: "The coding agent preset: claude (Claude Code), codex (Codex CLI) or command (write coding_agent.command yourself). A preset finds the CLI, checks it runs, and writes its command, environment switches, API key name, install bind and API allowlist entry.")
+    var codingAgent: String = "command"
+
+    @Option(help: "The coding agent's executable, when it is not on PATH as `claude`/`codex` (symbolic links are resolved).")
+    var codingAgentBin: String?
+
     func run() throws {
         guard let templates = PolicyLocator.templatesDirectory() else {
             fail("autoharness: templates directory not found (set AUTOHARNESS_TEMPLATE_DIR)", code: Exit.failure)
         }
         do {
             let layout = try ExperimentSupervisor.initialize(
-                directory: directory, .init(benchmark: benchmark, dataset: dataset, tool: tool, repo: repo, templates: templates))
+                directory: directory, .init(benchmark: benchmark, dataset: dataset, tool: tool, repo: repo, templates: templates,
+                                            codingAgent: codingAgent, codingAgentBinary: codingAgentBin))
             print("created experiment \(layout.root)")
             print("next: review \(layout.config), then `autoharness prepare -C \(layout.root)`")
         } catch {

@@ -79,6 +79,12 @@ public struct ExperimentConfig: Sendable, Equatable {
         /// `continuePrompt` on restarts.
         public var command: [String] = []
         public var envPass: [String] = []
+        /// Constant variables set in the agent's sandbox (switches such as
+        /// DISABLE_AUTOUPDATER=1; secrets go by name in `envPass`, never here).
+        public var env: [String: String] = [:]
+        /// A directory (relative to the experiment root, or absolute) whose files are copied
+        /// into the agent's fresh `$HOME` at the start of a run (e.g. `.codex/config.toml`).
+        public var homeSeed: String?
         /// Host paths bound read-only at the same path (the agent's own install, say).
         public var binds: [String] = []
         public var prompt = "Read PROGRAM.md and start the optimization loop."
@@ -197,8 +203,8 @@ extension ExperimentConfig {
                     }
                 }
             case "coding_agent":
-                r.mapping(v, key, allowed: ["command", "env_pass", "binds", "prompt", "continue_prompt", "restart_backoff",
-                                            "quick_exit_seconds", "max_crashes"]) { k, v in
+                r.mapping(v, key, allowed: ["command", "env_pass", "env", "home_seed", "binds", "prompt", "continue_prompt",
+                                            "restart_backoff", "quick_exit_seconds", "max_crashes"]) { k, v in
                     let name = "coding_agent.\(k)"
                     switch k {
                     case "command": c.codingAgent.command = r.strings(v, name) ?? []
@@ -207,6 +213,14 @@ extension ExperimentConfig {
                         for n in c.codingAgent.envPass where !EnvSpec.isVariableName(n) {
                             r.error(v, "\(name): '\(n)' is not a variable name")
                         }
+                    case "env":
+                        r.mapping(v, name, allowed: nil) { n, value in
+                            guard EnvSpec.isVariableName(n) else { return r.error(value, "\(name): '\(n)' is not a variable name") }
+                            guard let s = value.scalar?.string else { return r.error(value, "\(name).\(n): expected a string value") }
+                            guard !n.hasPrefix("AUTOHARNESS_") else { return r.error(value, "\(name).\(n): AUTOHARNESS_ variables are set by the supervisor") }
+                            c.codingAgent.env[n] = s
+                        }
+                    case "home_seed": if let s = r.string(v, name) { c.codingAgent.homeSeed = s }
                     case "binds":
                         c.codingAgent.binds = r.strings(v, name) ?? []
                         for b in c.codingAgent.binds where !b.hasPrefix("/") { r.error(v, "\(name): '\(b)' must be an absolute path") }
@@ -216,6 +230,9 @@ extension ExperimentConfig {
                     case "quick_exit_seconds": if let x = r.number(v, name, 0...86_400) { c.codingAgent.quickExitSeconds = x }
                     default: if let x = r.integer(v, name, 1...1000) { c.codingAgent.maxCrashes = x }
                     }
+                }
+                for n in c.codingAgent.envPass where c.codingAgent.env[n] != nil {
+                    r.error(v, "coding_agent: \(n) is in both env and env_pass; set it or pass it, not both")
                 }
             default:  // gate
                 r.mapping(v, key, allowed: ["disclosure", "budget", "min_improvement", "on_reject", "max_non_improving"]) { k, v in
@@ -269,7 +286,8 @@ private final class Reader {
         errors.append(ConfigError(file: file, line: node.mark?.line, message: message))
     }
 
-    func mapping(_ node: Node, _ what: String, allowed: [String], _ each: (String, Node) -> Void) {
+    /// `allowed: nil` accepts any key (a free-form map such as an environment).
+    func mapping(_ node: Node, _ what: String, allowed: [String]?, _ each: (String, Node) -> Void) {
         guard case .mapping(let m) = node else {
             error(node, "\(what): expected a mapping of keys")
             return
@@ -280,7 +298,7 @@ private final class Reader {
                 error(k, "\(what): keys must be plain names")
                 continue
             }
-            guard allowed.contains(key) else {
+            if let allowed, !allowed.contains(key) {
                 error(k, "unknown key '\(key)' in \(what) (allowed: \(allowed.joined(separator: ", ")))")
                 continue
             }

@@ -13,7 +13,14 @@ extension ExperimentSupervisor {
         /// bird-interact: the BIRD-Interact checkout (default: $BIRD_REPO).
         public var repo: String?
         public var templates: String
-        public init(benchmark: String, dataset: String?, tool: String? = nil, repo: String? = nil, templates: String) {
+        /// `claude`, `codex` or `command` (default): the `coding_agent:` preset.
+        public var codingAgent: String
+        /// The coding agent's CLI, when not on PATH under its usual name.
+        public var codingAgentBinary: String?
+        public init(benchmark: String, dataset: String?, tool: String? = nil, repo: String? = nil, templates: String,
+                    codingAgent: String = "command", codingAgentBinary: String? = nil) {
+            self.codingAgent = codingAgent
+            self.codingAgentBinary = codingAgentBinary
             self.benchmark = benchmark
             self.dataset = dataset
             self.tool = tool
@@ -48,6 +55,7 @@ extension ExperimentSupervisor {
                 throw ExperimentError(.usage, "--dataset \(o.dataset ?? ""): \(error)")
             }
         }
+        let preset = try CodingAgentPreset.make(o.codingAgent, binary: o.codingAgentBinary)
         var tool = o.tool ?? ExperimentConfig.defaultTool[o.benchmark] ?? ""
         if let name = ExperimentConfig.defaultTool[o.benchmark] {
             guard let found = ToolCheck.locate(tool) else {
@@ -99,11 +107,20 @@ extension ExperimentSupervisor {
         try fm.createDirectory(atPath: layout.workspace, withIntermediateDirectories: true)
         let runner = try text(bench + "/runner.yaml")
         let configText = try text(t + "/experiment_config.yaml")
+            .replacingOccurrences(of: "{{coding_agent}}", with: preset.configLines)
+            .replacingOccurrences(of: "{{agent_allow}}", with: preset.allow.joined(separator: ", "))
             .replacingOccurrences(of: "{{benchmark_keys}}", with: try text(bench + "/keys.yaml"))
             .replacingOccurrences(of: "{{runner}}", with: runner.isEmpty ? "" : runner + "\n")
         try configText.write(toFile: layout.config, atomically: true, encoding: .utf8)
         try (try text(t + "/PROGRAM.md") + "\n" + (try text(bench + "/PROGRAM.md"))).write(toFile: layout.program, atomically: true, encoding: .utf8)
         try fm.copyItem(atPath: bench + "/agent.py", toPath: layout.agentFile)
+        var committed = [".gitignore", "experiment_config.yaml", "PROGRAM.md", "agent/agent.py", "workspace/learnings.md"]
+        for (rel, content) in preset.homeFiles {
+            let path = root + "/agent-home/" + rel
+            try fm.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try content.write(toFile: path, atomically: true, encoding: .utf8)
+            committed.append("agent-home/" + rel)
+        }
         try "# Learnings\n\nNotes from the coding agent, one section per iteration.\n".write(toFile: layout.learnings, atomically: true, encoding: .utf8)
         try """
             # supervisor-private state and per-run traces are never committed
@@ -120,7 +137,7 @@ extension ExperimentSupervisor {
         }
         try ensurePrivateDirectory(layout)
         let git = Git(root: root, privateIndex: layout.privateDirectory + "/git-index")
-        try git.initialize(committing: [".gitignore", "experiment_config.yaml", "PROGRAM.md", "agent/agent.py", "workspace/learnings.md"],
+        try git.initialize(committing: committed,
                            message: "autoharness: new experiment (\(o.benchmark)\(dataset.isEmpty ? "" : ", " + dataset))")
         let ledger = try Ledger(path: layout.ledger)
         _ = try ledger.append(.experimentCreated, ExperimentCreated(benchmark: o.benchmark, dataset: dataset))

@@ -326,6 +326,35 @@ public final class RunLoop: @unchecked Sendable {
         return policy
     }
 
+    /// Copies the regular files and directories under `from` into the agent's new home,
+    /// owned by the sandbox's host user. Anything else (a symbolic link, a device) is an
+    /// error naming it: a seed is configuration, and a link would be followed in the sandbox.
+    static func seedHome(from: String, to home: String, owner: (uid_t, gid_t)) throws {
+        let fm = FileManager.default
+        var isDir: ObjCBool = false
+        guard fm.fileExists(atPath: from, isDirectory: &isDir), isDir.boolValue else {
+            throw ExperimentError(.io, "coding_agent.home_seed: \(from) is not a directory")
+        }
+        guard let walker = fm.enumerator(atPath: from) else { return }
+        for case let rel as String in walker {
+            let src = from + "/" + rel, dst = home + "/" + rel
+            var st = stat()
+            guard lstat(src, &st) == 0 else { throw ExperimentError(.io, "coding_agent.home_seed: \(src): \(String(cString: strerror(errno)))") }
+            switch st.st_mode & S_IFMT {
+            case S_IFDIR:
+                guard mkdir(dst, 0o700) == 0 || errno == EEXIST else { throw ExperimentError(.io, "\(dst): \(String(cString: strerror(errno)))") }
+            case S_IFREG:
+                let data = try Data(contentsOf: URL(fileURLWithPath: src))
+                guard fm.createFile(atPath: dst, contents: data, attributes: [.posixPermissions: 0o600]) else {
+                    throw ExperimentError(.io, "\(dst): cannot be written")
+                }
+            default:
+                throw ExperimentError(.io, "coding_agent.home_seed: \(src) is neither a regular file nor a directory")
+            }
+            guard chown(dst, owner.0, owner.1) == 0 else { throw ExperimentError(.io, "\(dst): \(String(cString: strerror(errno)))") }
+        }
+    }
+
     /// The run's directories: staging (a copy of agent/agent.py, or on resume the agent's
     /// edits in progress), its home (kept across restarts within the run), the broker's.
     func prepareDirectories(resumed: Bool) throws {
@@ -346,6 +375,10 @@ public final class RunLoop: @unchecked Sendable {
         if !fm.fileExists(atPath: homePath) {
             guard mkdir(homePath, 0o700) == 0, chown(homePath, owner.0, owner.1) == 0 else {
                 throw ExperimentError(.io, "\(homePath): \(String(cString: strerror(errno)))")
+            }
+            if let seed = config.codingAgent.homeSeed {
+                let from = seed.hasPrefix("/") ? seed : layout.root + "/" + seed
+                try Self.seedHome(from: from, to: homePath, owner: owner)
             }
         }
         for d in [brokerDirectory, historyDirectory] {
@@ -378,7 +411,7 @@ public final class RunLoop: @unchecked Sendable {
         let argv = command.map { $0 == "{prompt}" ? prompt : $0 }
         var ov = PlanOverrides()
         for b in config.codingAgent.binds { ov.mounts.append(MountSpec(kind: .readOnly(source: b), destination: b)) }
-        ov.environment = config.codingAgent.envPass + [
+        ov.environment = config.codingAgent.envPass + config.codingAgent.env.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" } + [
             "AUTOHARNESS_PROMPT=\(prompt)", "AUTOHARNESS_AGENT_START=\(starts)", "AUTOHARNESS_BROKER=\(BrokerWire.sandboxSocket)",
             "PYTHONDONTWRITEBYTECODE=1",
         ]

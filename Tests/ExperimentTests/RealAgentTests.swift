@@ -1,0 +1,155 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// The real coding-agent CLIs (pinned, installed by `scripts/install-agents` into a cache
+/// outside the repository), driven through `autoharness run` by a fake of their vendor's
+/// API. A missing binary fails the test: CI installs them first.
+enum RealAgent {
+    /// `scripts/install-agents --print`: "name version path" per installed agent.
+    static func binary(_ name: String) throws -> String {
+        let r = try runProcess("/bin/bash", [Built.packageRoot + "/scripts/install-agents", "--print"])
+        let line = r.stdout.split(separator: "\n").first { $0.hasPrefix(name + " ") }
+        let path = try #require(line?.split(separator: " ").last.map(String.init),
+                                "\(name) is not installed: run scripts/install-agents (\(r.stderr))")
+        return path
+    }
+}
+
+/// The fake model server (Fixtures/fake-model/fake_model.py) on 127.0.0.2, TLS with a CA made
+/// for this test. It plays `turns` to the agent's main loop and logs every request.
+final class FakeModel {
+    let dir: TempDir
+    let process = Process()
+    let port: Int
+    var certs: String { dir.path + "/certs" }
+    var caFile: String { certs + "/ca.pem" }
+    var logPath: String { dir.path + "/requests.jsonl" }
+    var address: String { "127.0.0.2:\(port)" }
+
+    init(turns: [[[String: Any]]]) throws {
+        dir = try TempDir(mode: 0o755)
+        let server = Fixtures.root + "/fake-model/fake_model.py"
+        let made = try runProcess("/usr/bin/python3", [server, "--make-certs", dir.path + "/certs"])
+        try #require(made.status == 0, "certificates: \(made.stderr)")
+        chmod(dir.path + "/certs", 0o755)
+        chmod(dir.path + "/certs/ca.pem", 0o644)
+        let script = try JSONSerialization.data(withJSONObject: ["turns": turns])
+        try script.write(to: URL(fileURLWithPath: dir.path + "/script.json"))
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        process.arguments = [server, "--script", dir.path + "/script.json", "--cert", dir.path + "/certs/server.pem",
+                             "--key", dir.path + "/certs/server.key", "--port-file", dir.path + "/port", "--log", dir.path + "/requests.jsonl"]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        var p: Int?
+        for _ in 0..<200 where p == nil {
+            p = (try? String(contentsOfFile: dir.path + "/port", encoding: .utf8)).flatMap { Int($0) }
+            if p == nil { usleep(25_000) }
+        }
+        port = try #require(p, "the fake model server did not start")
+    }
+
+    deinit {
+        // Foundation's children inherit a blocked signal mask: SIGKILL, not terminate().
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+    }
+
+    /// Every request the server saw, in order.
+    func requests() -> [[String: Any]] {
+        let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+    }
+
+    /// The text of every tool result the agent sent back, in order.
+    func toolResults() -> [String] {
+        requests().flatMap { ($0["feedback"] as? [[String: Any]]) ?? [] }.compactMap { $0["tool_result"] as? String }
+    }
+}
+
+@Suite("Real coding agents in the loop", .serialized)
+struct RealAgentTests {
+    /// agent.py that solves every arith task (what the scripted model writes with the agent's
+    /// own file tool).
+    static let solver = """
+        import os
+        class HarnessAgent:
+            def run(self, instruction, workdir):
+                _, op, a, b = instruction.splitlines()[0].split()
+                a, b = int(a), int(b)
+                result = a + b if op == "add" else a * b
+                with open(os.path.join(workdir, "answer.txt"), "w") as f:
+                    f.write(str(result))
+
+        """
+
+    /// A new experiment on the arith fixture with `--coding-agent NAME`, pointed at `model`:
+    /// only its address on the proxy's allowlist, its CA bound and trusted.
+    func experiment(_ name: String, binary: String, model: FakeModel, env: [String: String], budget: Int = 1) throws -> Experiment {
+        let dir = try TempDir()
+        let root = dir.path + "/exp"
+        let made = try autoharness(["init", root, "--benchmark", "local", "--dataset", Experiment.fixture,
+                                    "--coding-agent", name, "--coding-agent-bin", binary])
+        try #require(made.status == 0, "\(made.stdout) \(made.stderr)")
+        try #require(try autoharness(["prepare", "-C", root]).status == 0)
+        let path = root + "/experiment_config.yaml"
+        var text = try String(contentsOfFile: path, encoding: .utf8)
+        let vendor = name == "claude" ? "api.anthropic.com:443" : "api.openai.com:443"
+        #expect(text.contains("allow: [\(vendor)]"), "the preset's allowlist entry: \(text)")
+        text = text.replacingOccurrences(of: "allow: [\(vendor)]", with: "allow: [\"\(model.address)\"]")
+        text = text.replacingOccurrences(of: "  budget: 0 ", with: "  budget: \(budget) ")
+        var envLines = ""
+        for (k, v) in env.sorted(by: { $0.key < $1.key }) { envLines += "    \(k): \"\(v)\"\n" }
+        text = text.replacingOccurrences(of: "  env:\n", with: "  env:\n" + envLines)
+        text = text.replacingOccurrences(of: "  binds: [", with: "  binds: [\"\(model.certs)\", ")
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        return Experiment(existing: root, temp: dir)
+    }
+
+    @Test("Claude Code: reads PROGRAM.md and a trace, writes agent/agent.py with its own tool, runs the benchmark and a gate that is accepted and committed, sees the verdict; zero violations; its API key is written nowhere")
+    func claudeBenign() throws {
+        try requireRoot()
+        let claude = try RealAgent.binary("claude-code")
+        let model = try FakeModel(turns: [
+            [["text": "I will read the instructions."], ["tool": "Read", "input": ["file_path": "/work/PROGRAM.md"]]],
+            [["tool": "Bash", "input": ["command": "autoharness benchmark", "description": "Run the train split"]]],
+            [["tool": "Bash", "input": ["command": "head -3 workspace/traces/latest/*/instruction.md | head -12", "description": "Read failing traces"]]],
+            [["tool": "Read", "input": ["file_path": "/work/agent/agent.py"]]],
+            [["tool": "Write", "input": ["file_path": "/work/agent/agent.py", "content": Self.solver]]],
+            [["tool": "Bash", "input": ["command": "autoharness gate", "description": "Gate the new agent"]]],
+            [["text": "The gate accepted the change."]],
+        ])
+        let key = "sk-ant-planted-" + UUID().uuidString
+        let exp = try experiment("claude", binary: claude, model: model, env: [
+            "ANTHROPIC_BASE_URL": "https://\(model.address)", "NODE_EXTRA_CA_CERTS": model.caFile,
+        ])
+        var environment = ProcessInfo.processInfo.environment
+        environment["ANTHROPIC_API_KEY"] = key
+        let r = try autoharness(["run", "--max-hours", "0.1", "-C", exp.root], environment: environment)
+        #expect(r.status == 0, "\(r.stdout) \(r.stderr)")
+
+        // The agent really did each step, with its own tools.
+        let results = model.toolResults()
+        #expect(results.contains { $0.contains("autoharness benchmark") || $0.contains("train") }, "\(results)")
+        #expect(results.contains { $0.contains("Compute:") }, "no trace was read: \(results)")
+        #expect(results.contains { $0.contains("ACCEPTED") }, "the agent never saw the verdict: \(results)")
+        #expect(try String(contentsOfFile: exp.root + "/agent/agent.py", encoding: .utf8) == Self.solver)
+        let attempts = try exp.rows("gate_attempt")
+        #expect(attempts.count == 1 && attempts.first?["accepted"] as? Bool == true, "\(attempts)")
+        let log = try runProcess("/usr/bin/git", ["-C", exp.root, "log", "--format=%s"])
+        #expect(log.stdout.split(separator: "\n").count >= 2, "no commit for the accepted agent: \(log.stdout)")
+
+        // A benign session: nothing refused, nothing recorded as a violation.
+        let violations = try exp.rows("violation")
+        #expect(violations.isEmpty, "\(violations)")
+        let audit = (try? String(contentsOfFile: exp.root + "/.autoharness/run/audit.jsonl", encoding: .utf8)) ?? ""
+        let refused = audit.split(separator: "\n").filter { !$0.contains("\"action\":\"allowed\"") }
+        #expect(refused.isEmpty, "refusals in a benign session: \(refused)")
+
+        // The key went to the model server and nowhere else.
+        let grep = try runProcess("/bin/grep", ["-rla", "--", key, exp.root])
+        #expect(grep.stdout.isEmpty, "the API key was written to: \(grep.stdout)")
+        #expect(!r.stdout.contains(key) && !r.stderr.contains(key))
+    }
+}
