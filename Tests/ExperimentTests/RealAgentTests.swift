@@ -205,4 +205,36 @@ struct RealAgentTests {
         #expect(attempts.count == 1 && attempts.first?["accepted"] as? Bool == false, "\(attempts)")
         #expect(try String(contentsOfFile: exp.root + "/agent/agent.py", encoding: .utf8) == agentBefore)
     }
+
+    @Test("Claude Code killed mid-iteration is restarted with continue_prompt, and what it left in its $HOME is still there")
+    func claudeRestart() throws {
+        try requireRoot()
+        let claude = try RealAgent.binary("claude-code")
+        let model = try FakeModel(turns: [
+            // First session: leave a note in $HOME, then the agent dies (its own process killed).
+            [["tool": "Bash", "input": ["command": "echo remembered-42 > ~/note.txt && kill -9 $PPID", "description": "note, then crash"]]],
+            // Second session (the restart): the note is there.
+            [["tool": "Bash", "input": ["command": "cat ~/note.txt", "description": "read note"]]],
+            [["tool": "Bash", "input": ["command": "autoharness gate; echo gate-exit-$?", "description": "gate"]]],
+            [["text": "Stopping."]],
+        ])
+        let exp = try experiment("claude", binary: claude, model: model, env: [
+            "ANTHROPIC_BASE_URL": "https://\(model.address)", "NODE_EXTRA_CA_CERTS": model.caFile,
+        ], budget: 0)
+        var text = try String(contentsOfFile: exp.root + "/experiment_config.yaml", encoding: .utf8)
+        text = text.replacingOccurrences(of: "  max_non_improving: 5 ", with: "  max_non_improving: 1 ")
+        text = text.replacingOccurrences(of: "  restart_backoff: 2 ", with: "  restart_backoff: 0.2 ")
+        try text.write(toFile: exp.root + "/experiment_config.yaml", atomically: true, encoding: .utf8)
+        var environment = ProcessInfo.processInfo.environment
+        environment["ANTHROPIC_API_KEY"] = "sk-ant-test"
+        let r = try autoharness(["run", "--max-hours", "0.1", "-C", exp.root], environment: environment)
+        #expect(r.status == 0, "\(r.stdout) \(r.stderr)")
+        let main = model.requests().filter { $0["main"] as? Bool == true }
+        // The restarted session began with the continuation prompt.
+        let firstOfSecond = main.first { (($0["feedback"] as? [[String: Any]]) ?? []).contains { ($0["text"] as? String)?.contains("You were restarted") == true } }
+        #expect(firstOfSecond != nil, "no session started with continue_prompt: \(main.map { $0["feedback"] ?? "" })")
+        #expect(model.toolResults().contains { $0.contains("remembered-42") }, "\(model.toolResults())")
+        #expect(r.stdout.contains("coding agent start 2") || r.stderr.contains("coding agent start 2"), "\(r.stdout) \(r.stderr)")
+        #expect(try exp.rows("violation").isEmpty)
+    }
 }
