@@ -78,11 +78,24 @@ public struct CodingAgentPreset: Sendable {
     /// would dial out is off.
     static let codexConfig = """
         # Written by `autoharness init --coding-agent codex`: the coding agent's ~/.codex/config.toml,
-        # copied into its home at the start of each run (coding_agent.home_seed).
-        check_for_update_on_startup = false
+        # copied into its home at the start of each run (coding_agent.home_seed). Only the model
+        # API is reachable from the sandbox, so everything else Codex would dial is off
+        # (measured with codex-cli 0.163.0; each key is accepted by --strict-config):
+        #   analytics / otel metrics   Statsig metrics to ab.chatgpt.com
+        #   features.plugins           the curated plugin sync (github.com, api.github.com,
+        #                              chatgpt.com) and the featured-plugins cache (chatgpt.com)
+        #   unbounded_connection_retries  an unreachable endpoint fails the turn instead of
+        #                              retrying forever (the run restarts the agent)
 
         [analytics]
         enabled = false
+
+        [otel]
+        metrics_exporter = "none"
+
+        [features]
+        plugins = false
+        unbounded_connection_retries = false
 
         """
 

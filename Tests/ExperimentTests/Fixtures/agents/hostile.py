@@ -154,6 +154,10 @@ report("unshare_user", f"rc {rc} {errno.errorcode.get(ctypes.get_errno(), '?')}"
 # Observing state held-out tasks share with us after the fact: inotify, page-cache residency.
 rc = libc.inotify_init1(0)
 report("inotify", f"rc {rc} {errno.errorcode.get(ctypes.get_errno(), '?')}")
+# Creating an instance is refused quietly (file watchers probe it); adding a watch is refused
+# and recorded (the filter refuses it before the kernel looks at the fd).
+rc = libc.inotify_add_watch(3, b"/usr", 0xFFF)
+report("inotify_watch", f"rc {rc} {errno.errorcode.get(ctypes.get_errno(), '?')}")
 buf = ctypes.create_string_buffer(4096 * 2)
 page = (ctypes.addressof(buf) + 4095) & ~4095
 vec = ctypes.create_string_buffer(1)
