@@ -101,6 +101,7 @@ struct RealAgentTests {
         text = text.replacingOccurrences(of: "  budget: 0 ", with: "  budget: \(budget) ")
         var envLines = ""
         for (k, v) in env.sorted(by: { $0.key < $1.key }) { envLines += "    \(k): \"\(v)\"\n" }
+        text = text.replacingOccurrences(of: "  env: {}\n", with: "  env:\n")
         text = text.replacingOccurrences(of: "  env:\n", with: "  env:\n" + envLines)
         text = text.replacingOccurrences(of: "  binds: [", with: "  binds: [\"\(model.certs)\", ")
         try text.write(toFile: path, atomically: true, encoding: .utf8)
@@ -236,5 +237,63 @@ struct RealAgentTests {
         #expect(model.toolResults().contains { $0.contains("remembered-42") }, "\(model.toolResults())")
         #expect(r.stdout.contains("coding agent start 2") || r.stderr.contains("coding agent start 2"), "\(r.stdout) \(r.stderr)")
         #expect(try exp.rows("violation").isEmpty)
+    }
+
+    /// Points the Codex preset's seeded config at `model` (a custom Responses provider).
+    func pointCodex(_ exp: Experiment, at model: FakeModel) throws {
+        let seed = exp.root + "/agent-home/.codex/config.toml"
+        let preset = try String(contentsOfFile: seed, encoding: .utf8)
+        #expect(preset.contains("plugins = false") && preset.contains("metrics_exporter = \"none\""), "\(preset)")
+        let text = "model = \"gpt-5-codex\"\nmodel_provider = \"fake\"\n\n" + preset + """
+
+            [model_providers.fake]
+            name = "fake"
+            base_url = "https://\(model.address)/v1"
+            env_key = "OPENAI_API_KEY"
+            wire_api = "responses"
+
+            """
+        try text.write(toFile: seed, atomically: true, encoding: .utf8)
+    }
+
+    @Test("Codex: reads PROGRAM.md and a trace, edits agent/agent.py with apply_patch, runs the benchmark and a gate that is accepted and committed, sees the verdict; zero violations; its API key is written nowhere")
+    func codexBenign() throws {
+        try requireRoot()
+        let codex = try RealAgent.binary("codex")
+        // The template's agent.py replaced by the solver, as one apply_patch hunk.
+        func lines(_ t: String) -> [String] { t.split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init) }
+        let template = try String(contentsOfFile: Built.packageRoot + "/templates/local/agent.py", encoding: .utf8)
+        let patch = "apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: agent/agent.py\n@@\n"
+            + (lines(template).map { "-" + $0 } + lines(Self.solver).map { "+" + $0 }).joined(separator: "\n")
+            + "\n*** End Patch\nEOF"
+        let model = try FakeModel(turns: [
+            [["tool": "exec_command", "input": ["cmd": "head -5 PROGRAM.md"]]],
+            [["tool": "exec_command", "input": ["cmd": "autoharness benchmark", "yield_time_ms": 30000]]],
+            [["tool": "exec_command", "input": ["cmd": "head -3 workspace/traces/latest/*/instruction.md | head -12"]]],
+            [["tool": "exec_command", "input": ["cmd": patch]]],
+            [["tool": "exec_command", "input": ["cmd": "autoharness gate", "yield_time_ms": 30000]]],
+            [["text": "The gate accepted the change."]],
+        ])
+        let key = "sk-planted-" + UUID().uuidString
+        let exp = try experiment("codex", binary: codex, model: model, env: ["CODEX_CA_CERTIFICATE": model.caFile])
+        try pointCodex(exp, at: model)
+        var environment = ProcessInfo.processInfo.environment
+        environment["OPENAI_API_KEY"] = key
+        let r = try autoharness(["run", "--max-hours", "0.1", "-C", exp.root], environment: environment)
+        #expect(r.status == 0, "\(r.stdout) \(r.stderr) \(String(exp.agentLog.suffix(3000)))")
+
+        let results = model.toolResults()
+        #expect(results.contains { $0.contains("Compute:") }, "no trace was read: \(results)")
+        #expect(results.contains { $0.contains("ACCEPTED") }, "the agent never saw the verdict: \(results) \(exp.agentLog)")
+        #expect(try String(contentsOfFile: exp.root + "/agent/agent.py", encoding: .utf8) == Self.solver)
+        let attempts = try exp.rows("gate_attempt")
+        #expect(attempts.count == 1 && attempts.first?["accepted"] as? Bool == true, "\(attempts)")
+        let violations = try exp.rows("violation")
+        #expect(violations.isEmpty, "\(violations)")
+        let audit = (try? String(contentsOfFile: exp.root + "/.autoharness/run/audit.jsonl", encoding: .utf8)) ?? ""
+        let refused = audit.split(separator: "\n").filter { !$0.contains("\"action\":\"allowed\"") }
+        #expect(refused.isEmpty, "refusals in a benign session: \(refused)")
+        let grep = try runProcess("/bin/grep", ["-rla", "--", key, exp.root])
+        #expect(grep.stdout.isEmpty, "the API key was written to: \(grep.stdout)")
     }
 }

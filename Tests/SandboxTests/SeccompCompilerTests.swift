@@ -70,3 +70,21 @@ struct SeccompCompilerTests {
         #expect(f.instructionCount < 1500)
     }
 }
+
+@Suite("Audit log folding")
+struct AuditFoldingTests {
+    @Test("beyond 20 events per kind, action and name, the rest are counted in one repeated line that says what it counts: allowed and refused connections to the same host stay apart")
+    func repeatedKeepsKindAndAction() {
+        let log = AuditLog()
+        for _ in 0..<25 {
+            log.record(AuditEvent(sandbox: "s", kind: .egress, name: "127.0.0.2:443", action: "allowed"))
+            log.record(AuditEvent(sandbox: "s", kind: .egress, name: "127.0.0.2:443", action: "denied"))
+        }
+        log.finish(sandbox: "s")
+        let folded = log.events.filter { $0.kind == .repeated }
+        #expect(folded.count == 2)
+        #expect(Set(folded.compactMap(\.detail)) == ["egress allowed", "egress denied"])
+        #expect(folded.allSatisfy { $0.name == "127.0.0.2:443" && $0.count == 5 })
+        #expect(log.events.filter { $0.kind == .egress }.count == 40)
+    }
+}

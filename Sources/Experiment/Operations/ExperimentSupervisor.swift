@@ -340,7 +340,10 @@ public final class ExperimentSupervisor {
         var counts: [String: Int] = [:]
         var order: [String] = []
         for e in audit.events {
-            let key = e.kind == .syscall || e.kind == .repeated ? "syscall \(e.name)" : e.kind.rawValue
+            // Connections the allowlist let through (a runner's model API) are not violations.
+            if (e.kind == .egress && e.action == "allowed") || (e.kind == .repeated && e.detail == "egress allowed") { continue }
+            let key = e.kind == .repeated && e.detail?.hasPrefix("egress ") == true ? "egress"
+                : e.kind == .syscall || e.kind == .repeated ? "syscall \(e.name)" : e.kind.rawValue
             if counts[key] == nil { order.append(key) }
             counts[key, default: 0] += e.count ?? 1
         }

@@ -733,6 +733,12 @@ public final class RunLoop: @unchecked Sendable {
                 kind = "egress_denied"
                 key = "egress " + e.name
                 detail = "CONNECT \(printable(e.name)) refused by the proxy\(e.detail.map { " (\(printable($0)))" } ?? "")"
+            case .repeated where e.detail == "egress allowed":
+                continue  // connections the allowlist let through, beyond the first 20: not violations
+            case .repeated where e.detail?.hasPrefix("egress ") == true:
+                kind = "egress_denied"
+                key = "egress " + e.name
+                detail = "CONNECT \(printable(e.name)) refused by the proxy"
             case .syscall, .repeated:
                 kind = "syscall"
                 key = "syscall " + e.name

@@ -143,8 +143,10 @@ public final class AuditLog: @unchecked Sendable {
     public func record(_ e: AuditEvent) {
         lock.withLock {
             var names = seen[e.sandbox, default: [:]]
-            var key = "\(e.kind.rawValue):\(e.name)"
-            if names[key] == nil && names.count >= distinctNameLimit { key = "\(e.kind.rawValue):other" }
+            // Counted per kind, action and name: an allowed connection and a refused one to the
+            // same host are different things, and the `repeated` line says which it counts.
+            var key = "\(e.kind.rawValue):\(e.action):\(e.name)"
+            if names[key] == nil && names.count >= distinctNameLimit { key = "\(e.kind.rawValue):\(e.action):other" }
             let n = names[key, default: 0] + 1
             names[key] = n
             seen[e.sandbox] = names
@@ -158,8 +160,11 @@ public final class AuditLog: @unchecked Sendable {
         lock.withLock {
             guard let names = seen.removeValue(forKey: sandbox) else { return }
             for (key, n) in names.sorted(by: { $0.key < $1.key }) where n > perNameLimit {
-                let name = String(key[key.index(after: key.firstIndex(of: ":")!)...])
-                append(AuditEvent(sandbox: sandbox, kind: .repeated, name: name, action: "counted", count: n - perNameLimit))
+                // kind and action never contain ':'; the name (host:port) may.
+                let parts = key.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false).map(String.init)
+                var folded = AuditEvent(sandbox: sandbox, kind: .repeated, name: parts[2], action: "counted", count: n - perNameLimit)
+                folded.detail = "\(parts[0]) \(parts[1])"  // what was counted: "egress allowed", "syscall EPERM"
+                append(folded)
             }
         }
     }
