@@ -340,6 +340,12 @@ struct HostCountersTests {
             si = sysinfo()
             print('SYSINFO', int.from_bytes(si[0:8], 'little'), int.from_bytes(si[80:82], 'little'), flush=True)
             print('SYSINFO-BAD', libc.sysinfo(ctypes.c_void_p(8)), errno.errorcode[ctypes.get_errno()], flush=True)
+            # A read-only page: the kernel's copy-out would fail, so must the supervisor's write.
+            libc.mmap.restype = ctypes.c_void_p
+            libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+            ro = libc.mmap(None, 4096, 1, 0x22, -1, 0)
+            rc = libc.sysinfo(ctypes.c_void_p(ro))
+            print('SYSINFO-RO', rc, errno.errorcode.get(ctypes.get_errno(), '?'), ctypes.string_at(ro, 8) == bytes(8), flush=True)
             a = snap()
             print('READY', flush=True)
             sys.stdin.readline()
@@ -379,6 +385,7 @@ struct HostCountersTests {
         #expect(text.contains("PROCESSES processes 0"), "\(text)")
         #expect(text.contains("SYSINFO 1000 1\n"), "\(text)")
         #expect(text.contains("SYSINFO-BAD -1 EFAULT"), "\(text)")
+        #expect(text.contains("SYSINFO-RO -1 EFAULT True"), "\(text)")
         let tools = try autoharness(["sandbox", "exec", "--", "/bin/sh", "-c", "ps -e >/dev/null && free -m >/dev/null && python3 -c 'import os; assert os.cpu_count() >= 1' && echo tools-ok"])
         #expect(tools.stdout == "tools-ok\n", "\(tools.stdout) \(tools.stderr)")
     }

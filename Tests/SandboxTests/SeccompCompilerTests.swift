@@ -1,4 +1,4 @@
-import Sandbox
+@testable import Sandbox
 import SandboxPolicy
 import Testing
 
@@ -27,9 +27,9 @@ struct SeccompCompilerTests {
     func ioctlAllowlist() {
         let allowed = Dictionary(uniqueKeysWithValues: ArgumentRules.allowedIoctls.map { ($0.value, $0.name) })
         for v: UInt32 in [0x5401, 0x5413, 0x541B, 0x5421, 0x4004_9409] { #expect(allowed[v] != nil, "\(String(v, radix: 16))") }
-        // TIOCSTI, TIOCLINUX, TIOCSCTTY, TIOCSETD, NS_GET_USERNS, NS_GET_PARENT, FS_IOC_GETFLAGS,
+        // TIOCSTI, TIOCLINUX, TIOCSETD, NS_GET_USERNS, NS_GET_PARENT, FS_IOC_GETFLAGS,
         // FS_IOC_SETFLAGS, SECCOMP_IOCTL_NOTIF_RECV, SIOCSIFFLAGS
-        for v: UInt32 in [0x5412, 0x541C, 0x540E, 0x5423, 0xB701, 0xB702, 0x8008_6601, 0x4008_6602, 0xC050_2100, 0x8914] {
+        for v: UInt32 in [0x5412, 0x541C, 0x5423, 0xB701, 0xB702, 0x8008_6601, 0x4008_6602, 0xC050_2100, 0x8914] {
             #expect(allowed[v] == nil, "\(String(v, radix: 16)) is allowed")
         }
         for r in ArgumentRules.allowedIoctls { #expect(!r.reason.isEmpty, "\(r.name) has no reason") }
@@ -86,5 +86,26 @@ struct AuditFoldingTests {
         #expect(Set(folded.compactMap(\.detail)) == ["egress allowed", "egress denied"])
         #expect(folded.allSatisfy { $0.name == "127.0.0.2:443" && $0.count == 5 })
         #expect(log.events.filter { $0.kind == .egress }.count == 40)
+    }
+}
+
+@Suite("sysinfo emulation")
+struct SysinfoEmulationTests {
+    @Test("the supervisor writes sysinfo only into writable mappings, across adjacent ones, never across a gap or a read-only one")
+    func writableRanges() {
+        let maps = """
+            1000-2000 rw-p 00000000 00:00 0
+            2000-3000 rw-p 00000000 00:00 0
+            3000-4000 r--p 00000000 00:00 0
+            5000-6000 rw-s 00000000 00:00 0 /dev/shm/x
+            """
+        #expect(mappingsWritable(maps: maps, from: 0x1000, count: 112))
+        #expect(mappingsWritable(maps: maps, from: 0x1FF0, count: 112))   // spans two rw mappings
+        #expect(!mappingsWritable(maps: maps, from: 0x2FF0, count: 112))  // runs into r--
+        #expect(!mappingsWritable(maps: maps, from: 0x3800, count: 112))  // read-only
+        #expect(!mappingsWritable(maps: maps, from: 0x4800, count: 112))  // unmapped gap
+        #expect(mappingsWritable(maps: maps, from: 0x5000, count: 112))
+        #expect(!mappingsWritable(maps: maps, from: 0x5FF0, count: 112))  // past the end
+        #expect(!mappingsWritable(maps: maps, from: UInt64.max - 8, count: 112))
     }
 }

@@ -446,15 +446,18 @@ private struct Session {
     /// masked /proc: uptime 1000 s, no load, total memory as the host has it and all of it
     /// free, no swap, one process. Written into the caller's memory through /proc/PID/mem,
     /// opened before the notification id is checked still valid (so the pid cannot have been
-    /// reused by another process in between). A write through /proc/PID/mem also lands in a
-    /// private read-only page (copy-on-write, where the kernel's own sysinfo would say
-    /// EFAULT): only the caller's own memory changes, which it could change itself; shared
-    /// read-only mappings refuse it.
+    /// reused by another process in between). /proc/PID/mem writes even where the process
+    /// itself may not (a read-only page, its code, the vDSO), so the range must lie in
+    /// writable mappings, as the kernel's own copy-out requires; otherwise EFAULT.
     static func writeSysinfo(pid: UInt32, address: UInt64, notifyFD: Int32, id: UInt64) -> Bool {
         let fd = open("/proc/\(pid)/mem", O_RDWR | O_CLOEXEC)
         guard fd >= 0 else { return false }
         defer { close(fd) }
+        let mapsFD = open("/proc/\(pid)/maps", O_RDONLY | O_CLOEXEC)
+        guard mapsFD >= 0 else { return false }
+        defer { close(mapsFD) }
         guard seccomp_notify_id_valid(notifyFD, id) == 0 else { return false }
+        guard mappingsWritable(maps: readAll(mapsFD), from: address, count: 112) else { return false }
         var info = [UInt8](repeating: 0, count: 112)
         func put(_ v: UInt64, at offset: Int, size: Int = 8) {
             for i in 0..<size { info[offset + i] = UInt8(truncatingIfNeeded: v >> (8 * UInt64(i))) }
@@ -546,6 +549,37 @@ func readWord(pid: UInt32, address: UInt64) -> UInt64? {
     let n = pread(fd, &v, 8, off_t(Int64(bitPattern: address)))
     return n == 8 ? v : nil
 }
+
+/// Whether [from, from+count) lies entirely in mappings whose permissions include `w`
+/// (`/proc/PID/maps` lines: `start-end perms ...`, sorted by address).
+func mappingsWritable(maps: String, from: UInt64, count: UInt64) -> Bool {
+    guard count > 0, from <= UInt64.max - count else { return false }
+    var next = from
+    let end = from + count
+    for line in maps.split(separator: "\n") {
+        let fields = line.split(separator: " ", maxSplits: 2)
+        guard fields.count >= 2 else { continue }
+        let range = fields[0].split(separator: "-")
+        guard range.count == 2, let lo = UInt64(range[0], radix: 16), let hi = UInt64(range[1], radix: 16) else { continue }
+        guard lo <= next && next < hi else { continue }
+        guard fields[1].dropFirst().first == "w" else { return false }
+        next = hi
+        if next >= end { return true }
+    }
+    return false
+}
+
+func readAll(_ fd: Int32) -> String {
+    var data = [UInt8]()
+    var buf = [UInt8](repeating: 0, count: 65536)
+    while true {
+        let n = read(fd, &buf, buf.count)
+        if n <= 0 { break }
+        data.append(contentsOf: buf[0..<n])
+    }
+    return String(decoding: data, as: UTF8.self)
+}
+
 
 func monotonicNow() -> Double {
     var ts = timespec()
