@@ -1020,6 +1020,11 @@ __attribute__((noreturn)) static void monitor_main(const struct ahl_plan *p, int
         init_main(p, rep, life[0], trees, device_trees);
     }
     close(life[0]);
+    // The detached bind and device trees are init's now; the monitor keeps none of them open
+    // for the sandbox's lifetime.
+    for (uint32_t i = 0; i < p->n_mounts; i++)
+        if (trees[i] >= 0) close(trees[i]);
+    for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++) close(device_trees[i]);
     send_msg(rep, AHL_MSG_INIT_PID, 0, 0, 0, init);
 
     int pfd = (int)syscall(SYS_pidfd_open, init, 0);
