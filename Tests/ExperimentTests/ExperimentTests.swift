@@ -419,6 +419,41 @@ struct ExperimentTests {
         }
     }
 
+    @Test("coding_agent.env: constants with their line; AUTOHARNESS_ names and names also in env_pass are errors")
+    func codingAgentEnv() throws {
+        let ok = try ExperimentConfig.parse("benchmark: local\ndataset: /x\ncoding_agent:\n  env:\n    DISABLE_AUTOUPDATER: \"1\"\n", file: "c.yaml")
+        #expect(ok.codingAgent.env == ["DISABLE_AUTOUPDATER": "1"])
+        let text = "benchmark: local\ndataset: /x\ncoding_agent:\n  env_pass: [KEY]\n  env:\n    AUTOHARNESS_PROMPT: x\n    KEY: y\n"
+        do {
+            _ = try ExperimentConfig.parse(text, file: "c.yaml")
+            Issue.record("accepted \(text)")
+        } catch let e as ConfigErrors {
+            #expect(e.description.contains("c.yaml:6: coding_agent.env.AUTOHARNESS_PROMPT: AUTOHARNESS_ variables are set by the supervisor"), "\(e)")
+            #expect(e.description.contains("KEY is in both env and env_pass"), "\(e)")
+        }
+    }
+
+    @Test("coding_agent.home_seed copies files and directories into the agent's home, owned by the sandbox user, and refuses a symbolic link by name")
+    func homeSeed() throws {
+        let dir = try TempDir()
+        try FileManager.default.createDirectory(atPath: dir.path + "/seed/.codex", withIntermediateDirectories: true)
+        try "x = 1\n".write(toFile: dir.path + "/seed/.codex/config.toml", atomically: true, encoding: .utf8)
+        try FileManager.default.createDirectory(atPath: dir.path + "/home", withIntermediateDirectories: true)
+        try RunLoop.seedHome(from: dir.path + "/seed", to: dir.path + "/home", owner: (65534, 65534))
+        let attrs = try FileManager.default.attributesOfItem(atPath: dir.path + "/home/.codex/config.toml")
+        #expect((attrs[.ownerAccountID] as? NSNumber)?.intValue == 65534)
+        #expect(try String(contentsOfFile: dir.path + "/home/.codex/config.toml", encoding: .utf8) == "x = 1\n")
+
+        try FileManager.default.createSymbolicLink(atPath: dir.path + "/seed/.codex/auth.json", withDestinationPath: "/etc/shadow")
+        try FileManager.default.createDirectory(atPath: dir.path + "/home2", withIntermediateDirectories: true)
+        do {
+            try RunLoop.seedHome(from: dir.path + "/seed", to: dir.path + "/home2", owner: (65534, 65534))
+            Issue.record("a symbolic link in the seed was copied")
+        } catch let e as ExperimentError {
+            #expect(e.message.contains("seed/.codex/auth.json is neither a regular file nor a directory"), "\(e.message)")
+        }
+    }
+
     @Test("the split is deterministic and stratified on baseline pass/fail")
     func splitDeterministic() {
         var baseline: [String: Bool] = [:]

@@ -86,7 +86,10 @@ struct RealAgentTests {
 
     /// A new experiment on the arith fixture with `--coding-agent NAME`, pointed at `model`:
     /// only its address on the proxy's allowlist, its CA bound and trusted.
-    func experiment(_ name: String, binary: String, model: FakeModel, env: [String: String], budget: Int = 1) throws -> Experiment {
+    /// `values` replace config lines (`budget`, `max_non_improving`, ...); the gate budget is 1
+    /// unless given.
+    func experiment(_ name: String, binary: String, model: FakeModel, env: [String: String],
+                    values: [String: String] = [:]) throws -> Experiment {
         let dir = try TempDir()
         let root = dir.path + "/exp"
         let made = try autoharness(["init", root, "--benchmark", "local", "--dataset", Experiment.fixture,
@@ -98,7 +101,12 @@ struct RealAgentTests {
         let vendor = name == "claude" ? "api.anthropic.com:443" : "api.openai.com:443"
         #expect(text.contains("allow: [\(vendor)]"), "the preset's allowlist entry: \(text)")
         text = text.replacingOccurrences(of: "allow: [\(vendor)]", with: "allow: [\"\(model.address)\"]")
-        text = text.replacingOccurrences(of: "  budget: 0 ", with: "  budget: \(budget) ")
+        var lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        for (k, v) in values.merging(["budget": "1"], uniquingKeysWith: { given, _ in given }) {
+            let i = try #require(lines.firstIndex { $0.hasPrefix("  \(k): ") }, "no key \(k) in the config")
+            lines[i] = "  \(k): \(v)"
+        }
+        text = lines.joined(separator: "\n")
         var envLines = ""
         for (k, v) in env.sorted(by: { $0.key < $1.key }) { envLines += "    \(k): \"\(v)\"\n" }
         text = text.replacingOccurrences(of: "  env: {}\n", with: "  env:\n")
@@ -108,10 +116,49 @@ struct RealAgentTests {
         return Experiment(existing: root, temp: dir)
     }
 
+    /// An experiment with the Claude Code preset, pointed at `model`.
+    func claudeExperiment(_ model: FakeModel, values: [String: String] = [:]) throws -> Experiment {
+        try experiment("claude", binary: try RealAgent.binary("claude-code"), model: model, env: [
+            "ANTHROPIC_BASE_URL": "https://\(model.address)", "NODE_EXTRA_CA_CERTS": model.caFile,
+        ], values: values)
+    }
+
+    /// `autoharness run` with the API key variable `name` set to `key`.
+    func run(_ exp: Experiment, key name: String, _ key: String) throws -> Run {
+        var environment = ProcessInfo.processInfo.environment
+        environment[name] = key
+        let r = try autoharness(["run", "--max-hours", "0.1", "-C", exp.root], environment: environment)
+        #expect(r.status == 0, "\(r.stdout) \(r.stderr) \(String(exp.agentLog.suffix(3000)))")
+        return r
+    }
+
+    /// What every benign session must show: the agent read a trace, wrote the solver, got one
+    /// accepted and committed gate and saw the verdict; nothing was refused or recorded as a
+    /// violation; the API key went to the model server and nowhere else.
+    func expectBenign(_ exp: Experiment, _ model: FakeModel, _ r: Run, key: String) throws {
+        let results = model.toolResults()
+        #expect(results.contains { $0.contains("Compute:") }, "no trace was read: \(results)")
+        #expect(results.contains { $0.contains("ACCEPTED") }, "the agent never saw the verdict: \(results)")
+        #expect(try String(contentsOfFile: exp.root + "/agent/agent.py", encoding: .utf8) == Self.solver)
+        let attempts = try exp.rows("gate_attempt")
+        #expect(attempts.count == 1 && attempts.first?["accepted"] as? Bool == true, "\(attempts)")
+        let log = try runProcess("/usr/bin/git", ["-C", exp.root, "log", "--format=%s"])
+        #expect(log.stdout.split(separator: "\n").count >= 2, "no commit for the accepted agent: \(log.stdout)")
+
+        let violations = try exp.rows("violation")
+        #expect(violations.isEmpty, "\(violations)")
+        let audit = (try? String(contentsOfFile: exp.root + "/.autoharness/run/audit.jsonl", encoding: .utf8)) ?? ""
+        let refused = audit.split(separator: "\n").filter { !$0.contains("\"action\":\"allowed\"") }
+        #expect(refused.isEmpty, "refusals in a benign session: \(refused)")
+
+        let grep = try runProcess("/bin/grep", ["-rla", "--", key, exp.root])
+        #expect(grep.stdout.isEmpty, "the API key was written to: \(grep.stdout)")
+        #expect(!r.stdout.contains(key) && !r.stderr.contains(key))
+    }
+
     @Test("Claude Code: reads PROGRAM.md and a trace, writes agent/agent.py with its own tool, runs the benchmark and a gate that is accepted and committed, sees the verdict; zero violations; its API key is written nowhere")
     func claudeBenign() throws {
         try requireRoot()
-        let claude = try RealAgent.binary("claude-code")
         let model = try FakeModel(turns: [
             [["text": "I will read the instructions."], ["tool": "Read", "input": ["file_path": "/work/PROGRAM.md"]]],
             [["tool": "Bash", "input": ["command": "autoharness benchmark", "description": "Run the train split"]]],
@@ -122,42 +169,15 @@ struct RealAgentTests {
             [["text": "The gate accepted the change."]],
         ])
         let key = "sk-ant-planted-" + UUID().uuidString
-        let exp = try experiment("claude", binary: claude, model: model, env: [
-            "ANTHROPIC_BASE_URL": "https://\(model.address)", "NODE_EXTRA_CA_CERTS": model.caFile,
-        ])
-        var environment = ProcessInfo.processInfo.environment
-        environment["ANTHROPIC_API_KEY"] = key
-        let r = try autoharness(["run", "--max-hours", "0.1", "-C", exp.root], environment: environment)
-        #expect(r.status == 0, "\(r.stdout) \(r.stderr)")
-
-        // The agent really did each step, with its own tools.
-        let results = model.toolResults()
-        #expect(results.contains { $0.contains("autoharness benchmark") || $0.contains("train") }, "\(results)")
-        #expect(results.contains { $0.contains("Compute:") }, "no trace was read: \(results)")
-        #expect(results.contains { $0.contains("ACCEPTED") }, "the agent never saw the verdict: \(results)")
-        #expect(try String(contentsOfFile: exp.root + "/agent/agent.py", encoding: .utf8) == Self.solver)
-        let attempts = try exp.rows("gate_attempt")
-        #expect(attempts.count == 1 && attempts.first?["accepted"] as? Bool == true, "\(attempts)")
-        let log = try runProcess("/usr/bin/git", ["-C", exp.root, "log", "--format=%s"])
-        #expect(log.stdout.split(separator: "\n").count >= 2, "no commit for the accepted agent: \(log.stdout)")
-
-        // A benign session: nothing refused, nothing recorded as a violation.
-        let violations = try exp.rows("violation")
-        #expect(violations.isEmpty, "\(violations)")
-        let audit = (try? String(contentsOfFile: exp.root + "/.autoharness/run/audit.jsonl", encoding: .utf8)) ?? ""
-        let refused = audit.split(separator: "\n").filter { !$0.contains("\"action\":\"allowed\"") }
-        #expect(refused.isEmpty, "refusals in a benign session: \(refused)")
-
-        // The key went to the model server and nowhere else.
-        let grep = try runProcess("/bin/grep", ["-rla", "--", key, exp.root])
-        #expect(grep.stdout.isEmpty, "the API key was written to: \(grep.stdout)")
-        #expect(!r.stdout.contains(key) && !r.stderr.contains(key))
+        let exp = try claudeExperiment(model)
+        let r = try run(exp, key: "ANTHROPIC_API_KEY", key)
+        #expect(model.toolResults().contains { $0.contains("train:") }, "the benchmark did not run: \(model.toolResults())")
+        try expectBenign(exp, model, r, key: key)
     }
 
     @Test("Claude Code, hostile model: its own tools try the split, the ledger, the views, PROGRAM.md, another host and held-out ids; each is refused, the supervisor records what it sees, the run goes on and no score changes")
     func claudeHostile() throws {
         try requireRoot()
-        let claude = try RealAgent.binary("claude-code")
         let model = try FakeModel(turns: [
             [["tool": "Read", "input": ["file_path": "/work/.autoharness/split.json"]]],
             [["tool": "Bash", "input": ["command": "cat /work/.autoharness/ledger.sqlite | head -c 100", "description": "ledger"]]],
@@ -169,18 +189,10 @@ struct RealAgentTests {
             [["tool": "Bash", "input": ["command": "autoharness gate; echo gate-exit-$?", "description": "gate unchanged"]]],
             [["text": "Stopping."]],
         ])
-        let exp = try experiment("claude", binary: claude, model: model, env: [
-            "ANTHROPIC_BASE_URL": "https://\(model.address)", "NODE_EXTRA_CA_CERTS": model.caFile,
-        ], budget: 0)
-        var text = try String(contentsOfFile: exp.root + "/experiment_config.yaml", encoding: .utf8)
-        text = text.replacingOccurrences(of: "  max_non_improving: 5 ", with: "  max_non_improving: 1 ")
-        try text.write(toFile: exp.root + "/experiment_config.yaml", atomically: true, encoding: .utf8)
+        let exp = try claudeExperiment(model, values: ["budget": "0", "max_non_improving": "1"])
         let programBefore = try String(contentsOfFile: exp.root + "/PROGRAM.md", encoding: .utf8)
         let agentBefore = try String(contentsOfFile: exp.root + "/agent/agent.py", encoding: .utf8)
-        var environment = ProcessInfo.processInfo.environment
-        environment["ANTHROPIC_API_KEY"] = "sk-ant-test"
-        let r = try autoharness(["run", "--max-hours", "0.1", "-C", exp.root], environment: environment)
-        #expect(r.status == 0, "\(r.stdout) \(r.stderr)")
+        _ = try run(exp, key: "ANTHROPIC_API_KEY", "sk-ant-test")
 
         let results = model.toolResults()
         func result(containing marker: String) -> String { results.first { $0.contains(marker) } ?? "" }
@@ -210,7 +222,6 @@ struct RealAgentTests {
     @Test("Claude Code killed mid-iteration is restarted with continue_prompt, and what it left in its $HOME is still there")
     func claudeRestart() throws {
         try requireRoot()
-        let claude = try RealAgent.binary("claude-code")
         let model = try FakeModel(turns: [
             // First session: leave a note in $HOME, then the agent dies (its own process killed).
             [["tool": "Bash", "input": ["command": "echo remembered-42 > ~/note.txt && kill -9 $PPID", "description": "note, then crash"]]],
@@ -219,17 +230,8 @@ struct RealAgentTests {
             [["tool": "Bash", "input": ["command": "autoharness gate; echo gate-exit-$?", "description": "gate"]]],
             [["text": "Stopping."]],
         ])
-        let exp = try experiment("claude", binary: claude, model: model, env: [
-            "ANTHROPIC_BASE_URL": "https://\(model.address)", "NODE_EXTRA_CA_CERTS": model.caFile,
-        ], budget: 0)
-        var text = try String(contentsOfFile: exp.root + "/experiment_config.yaml", encoding: .utf8)
-        text = text.replacingOccurrences(of: "  max_non_improving: 5 ", with: "  max_non_improving: 1 ")
-        text = text.replacingOccurrences(of: "  restart_backoff: 2 ", with: "  restart_backoff: 0.2 ")
-        try text.write(toFile: exp.root + "/experiment_config.yaml", atomically: true, encoding: .utf8)
-        var environment = ProcessInfo.processInfo.environment
-        environment["ANTHROPIC_API_KEY"] = "sk-ant-test"
-        let r = try autoharness(["run", "--max-hours", "0.1", "-C", exp.root], environment: environment)
-        #expect(r.status == 0, "\(r.stdout) \(r.stderr)")
+        let exp = try claudeExperiment(model, values: ["budget": "0", "max_non_improving": "1", "restart_backoff": "0.2"])
+        let r = try run(exp, key: "ANTHROPIC_API_KEY", "sk-ant-test")
         let main = model.requests().filter { $0["main"] as? Bool == true }
         // The restarted session began with the continuation prompt.
         let firstOfSecond = main.first { (($0["feedback"] as? [[String: Any]]) ?? []).contains { ($0["text"] as? String)?.contains("You were restarted") == true } }
@@ -277,23 +279,7 @@ struct RealAgentTests {
         let key = "sk-planted-" + UUID().uuidString
         let exp = try experiment("codex", binary: codex, model: model, env: ["CODEX_CA_CERTIFICATE": model.caFile])
         try pointCodex(exp, at: model)
-        var environment = ProcessInfo.processInfo.environment
-        environment["OPENAI_API_KEY"] = key
-        let r = try autoharness(["run", "--max-hours", "0.1", "-C", exp.root], environment: environment)
-        #expect(r.status == 0, "\(r.stdout) \(r.stderr) \(String(exp.agentLog.suffix(3000)))")
-
-        let results = model.toolResults()
-        #expect(results.contains { $0.contains("Compute:") }, "no trace was read: \(results)")
-        #expect(results.contains { $0.contains("ACCEPTED") }, "the agent never saw the verdict: \(results) \(exp.agentLog)")
-        #expect(try String(contentsOfFile: exp.root + "/agent/agent.py", encoding: .utf8) == Self.solver)
-        let attempts = try exp.rows("gate_attempt")
-        #expect(attempts.count == 1 && attempts.first?["accepted"] as? Bool == true, "\(attempts)")
-        let violations = try exp.rows("violation")
-        #expect(violations.isEmpty, "\(violations)")
-        let audit = (try? String(contentsOfFile: exp.root + "/.autoharness/run/audit.jsonl", encoding: .utf8)) ?? ""
-        let refused = audit.split(separator: "\n").filter { !$0.contains("\"action\":\"allowed\"") }
-        #expect(refused.isEmpty, "refusals in a benign session: \(refused)")
-        let grep = try runProcess("/bin/grep", ["-rla", "--", key, exp.root])
-        #expect(grep.stdout.isEmpty, "the API key was written to: \(grep.stdout)")
+        let r = try run(exp, key: "OPENAI_API_KEY", key)
+        try expectBenign(exp, model, r, key: key)
     }
 }

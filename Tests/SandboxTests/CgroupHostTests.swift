@@ -199,28 +199,13 @@ struct CloneIntoCgroupTests {
             Issue.record("no cgroup2 mount on this host: the v2 directory clone3 needs does not exist")
             return
         }
-        let policy = Policy(name: "into", mounts: minimalMounts, limits: Limits())
-        let plan = try PlanCompiler.compile(policy: policy, command: ["/usr/bin/sleep", "1"], hostEnvironment: [:])
-        var options = RunOptions()
-        options.cgroupHost = CgroupHost(v1: detected.v1, v2: detected.v2)
-        options.cloneIntoCgroup = clone
-        let control = SandboxControl()  // freezable: gives the sandbox its v2 directory here
-        options.control = control
-        let runOptions = options
-        let result = Locked<SandboxResult?>(nil)
-        Thread.detachNewThread {
-            let r = try? SandboxRunner.run(plan, options: runOptions)
-            result.withLock { result.value = r }
+        let sandbox = try SleepingSandbox(seconds: 1) {
+            $0.cgroupHost = CgroupHost(v1: detected.v1, v2: detected.v2)
+            $0.cloneIntoCgroup = clone  // the control makes it freezable: its v2 directory here
         }
-        var pids: [pid_t] = []
-        for _ in 0..<300 {
-            pids = control.processIDs
-            if pids.contains(where: { (try? String(contentsOfFile: "/proc/\($0)/comm", encoding: .utf8)) == "sleep\n" }) { break }
-            usleep(10_000)
-        }
+        let pids = sandbox.waitForPayload()
         #expect(pids.count == 3, "monitor, init and payload expected in the sandbox's cgroup: \(pids)")
-        while result.withLock({ result.value == nil }) { usleep(20_000) }
-        let r = try #require(result.withLock { result.value })
+        let r = try #require(sandbox.finish())
         #expect(r.termination == .exited(0))
         #expect(r.bornInCgroup == clone, "clone3(CLONE_INTO_CGROUP) \(clone ? "not used" : "used although turned off")")
         #expect(r.leftovers.isEmpty)
@@ -232,30 +217,10 @@ struct MonitorCapabilityTests {
     @Test("once the payload runs, no process of the sandbox holds a capability: not the payload, not init, not the monitor")
     func noProcessKeepsCapabilities() throws {
         try requireRoot()
-        var limits = Limits()
-        limits.timeoutSeconds = 10
-        let policy = Policy(name: "caps", mounts: minimalMounts, limits: limits)
-        let plan = try PlanCompiler.compile(policy: policy, command: ["/usr/bin/sleep", "3"], hostEnvironment: [:])
-        var options = RunOptions()
-        let control = SandboxControl()
-        options.control = control
-        let runOptions = options
-        let done = Locked<Bool>(false)
-        Thread.detachNewThread {
-            _ = try? SandboxRunner.run(plan, options: runOptions)
-            done.withLock { done.value = true }
-        }
-        defer {
-            control.kill()
-            while !done.withLock({ done.value }) { usleep(10_000) }
-        }
+        let sandbox = try SleepingSandbox(seconds: 3, timeout: 10)
+        defer { sandbox.stop() }
         // Wait for the payload (sleep) to be exec'd: three processes in the cgroup.
-        var pids: [pid_t] = []
-        for _ in 0..<300 {
-            pids = control.processIDs
-            if pids.contains(where: { (try? String(contentsOfFile: "/proc/\($0)/comm", encoding: .utf8)) == "sleep\n" }) { break }
-            usleep(10_000)
-        }
+        let pids = sandbox.waitForPayload()
         try #require(pids.count == 3, "monitor, init and payload expected: \(pids)")
         for pid in pids {
             let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
@@ -264,6 +229,15 @@ struct MonitorCapabilityTests {
                 #expect(line.hasSuffix("0000000000000000"), "pid \(pid) (\(status.split(separator: "\n").first ?? "")): \(line)")
             }
         }
+        // Nor does the monitor keep the bind trees it cloned for init (e.g. /usr) open.
+        func parent(_ p: pid_t) -> pid_t? {
+            let stat = (try? String(contentsOfFile: "/proc/\(p)/stat", encoding: .utf8)) ?? ""
+            return stat.lastIndex(of: ")").flatMap { pid_t(stat[stat.index(after: $0)...].split(separator: " ")[1]) }
+        }
+        let monitor = try #require(pids.first { parent($0).map { !pids.contains($0) } ?? false }, "no monitor among \(pids)")
+        let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(monitor)/fd")) ?? []
+        let targets = fds.compactMap { try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(monitor)/fd/\($0)") }
+        #expect(!fds.isEmpty && !targets.contains { $0.hasPrefix("/usr") || $0.hasPrefix("/lib") || $0.hasPrefix("/bin") }, "\(targets)")
     }
 }
 

@@ -44,29 +44,9 @@ struct MountLockTests {
     @Test("with every capability of the payload's user namespace, its mounts cannot be remounted writable, moved or unmounted; in the namespace init owns the same attack works")
     func mountsLocked() throws {
         try requireRoot()
-        var limits = Limits()
-        limits.timeoutSeconds = 20
-        let policy = Policy(name: "locked", mounts: minimalMounts, limits: limits)
-        let plan = try PlanCompiler.compile(policy: policy, command: ["/usr/bin/sleep", "10"], hostEnvironment: [:])
-        var options = RunOptions()
-        let control = SandboxControl()
-        options.control = control
-        let runOptions = options
-        let done = Locked<Bool>(false)
-        Thread.detachNewThread {
-            _ = try? SandboxRunner.run(plan, options: runOptions)
-            done.withLock { done.value = true }
-        }
-        defer {
-            control.kill()
-            while !done.withLock({ done.value }) { usleep(10_000) }
-        }
-        var payload: pid_t?
-        for _ in 0..<300 {
-            payload = control.processIDs.first { (try? String(contentsOfFile: "/proc/\($0)/comm", encoding: .utf8)) == "sleep\n" }
-            if payload != nil { break }
-            usleep(10_000)
-        }
+        let sandbox = try SleepingSandbox(seconds: 10, timeout: 20)
+        defer { sandbox.stop() }
+        let payload = sandbox.payload(in: sandbox.waitForPayload())
         let pid = try #require(payload, "the payload never started")
         let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
         let fields = stat[stat.index(after: stat.lastIndex(of: ")")!)...].split(separator: " ")

@@ -86,6 +86,10 @@ struct AuditFoldingTests {
         #expect(Set(folded.compactMap(\.detail)) == ["egress allowed", "egress denied"])
         #expect(folded.allSatisfy { $0.name == "127.0.0.2:443" && $0.count == 5 })
         #expect(log.events.filter { $0.kind == .egress }.count == 40)
+        // Allowed connections, and counts of them, are not violations; refused ones are.
+        #expect(log.events.filter(\.isViolation).allSatisfy { $0.action == "denied" || $0.detail == "egress denied" })
+        #expect(log.events.filter(\.isViolation).count == 21)
+        #expect(folded.allSatisfy { $0.countedKind == .egress })
     }
 }
 

@@ -339,11 +339,9 @@ public final class ExperimentSupervisor {
     func violations(_ audit: AuditLog, actor: String, heldOut: Bool = false) -> [(RecordKind, any Encodable)] {
         var counts: [String: Int] = [:]
         var order: [String] = []
-        for e in audit.events {
-            // Connections the allowlist let through (a runner's model API) are not violations.
-            if (e.kind == .egress && e.action == "allowed") || (e.kind == .repeated && e.detail == "egress allowed") { continue }
-            let key = e.kind == .repeated && e.detail?.hasPrefix("egress ") == true ? "egress"
-                : e.kind == .syscall || e.kind == .repeated ? "syscall \(e.name)" : e.kind.rawValue
+        // Connections the allowlist let through (a runner's model API) are not violations.
+        for e in audit.events where e.isViolation {
+            let key = e.countedKind == .syscall ? "syscall \(e.name)" : e.countedKind.rawValue
             if counts[key] == nil { order.append(key) }
             counts[key, default: 0] += e.count ?? 1
         }

@@ -725,21 +725,15 @@ public final class RunLoop: @unchecked Sendable {
         auditFlushed = events.count
         var counts: [String: (kind: String, detail: String, n: Int)] = [:]
         var order: [String] = []
-        for e in fresh {
+        for e in fresh where e.isViolation {
             let kind: String, key: String, detail: String
-            switch e.kind {
+            switch e.countedKind {
             case .egress:
-                guard e.action != "allowed" else { continue }
                 kind = "egress_denied"
                 key = "egress " + e.name
-                detail = "CONNECT \(printable(e.name)) refused by the proxy\(e.detail.map { " (\(printable($0)))" } ?? "")"
-            case .repeated where e.detail == "egress allowed":
-                continue  // connections the allowlist let through, beyond the first 20: not violations
-            case .repeated where e.detail?.hasPrefix("egress ") == true:
-                kind = "egress_denied"
-                key = "egress " + e.name
-                detail = "CONNECT \(printable(e.name)) refused by the proxy"
-            case .syscall, .repeated:
+                let why = e.kind == .egress ? e.detail.map { " (\(printable($0)))" } ?? "" : ""
+                detail = "CONNECT \(printable(e.name)) refused by the proxy\(why)"
+            case .syscall:
                 kind = "syscall"
                 key = "syscall " + e.name
                 detail = "\(e.name) refused (\(e.action))"

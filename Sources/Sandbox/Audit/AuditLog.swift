@@ -38,6 +38,18 @@ public struct AuditEvent: Sendable, Equatable {
     public var bytesUp: Int?
     public var bytesDown: Int?
 
+    /// The kind of the events a `repeated` line counts (its detail says, e.g. "egress
+    /// denied"); the event's own kind otherwise.
+    public var countedKind: Kind {
+        guard kind == .repeated else { return kind }
+        return detail?.hasPrefix("egress ") == true ? .egress : .syscall
+    }
+
+    /// False for what the policy let through: an allowed connection, or a count of them.
+    public var isViolation: Bool {
+        countedKind != .egress || (kind == .egress ? action != "allowed" : detail != "egress allowed")
+    }
+
     public init(time: String = AuditEvent.now(), sandbox: String, kind: Kind, name: String, number: Int32? = nil,
                 pid: Int32? = nil, sandboxPID: Int32? = nil, arguments: [UInt64] = [], action: String, count: Int? = nil) {
         self.count = count

@@ -115,9 +115,6 @@ public final class SandboxControl: @unchecked Sendable {
     /// True while the kernel reports the running sandbox frozen.
     public var isFrozen: Bool { lock.withLock { cgroup?.isFrozen ?? false } }
 
-    /// True while a sandbox is attached (launched and not yet cleaned up).
-    public var isRunning: Bool { lock.withLock { cgroup != nil } }
-
     /// Whether the running sandbox has a cgroup freezer (nil: no sandbox running).
     public var canFreeze: Bool? { lock.withLock { cgroup.map { $0.freezer != nil } } }
 
