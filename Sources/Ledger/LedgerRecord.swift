@@ -16,6 +16,7 @@ public enum RecordKind: String, Codable, Sendable, CaseIterable {
     case note
     case runStarted = "run_started"
     case runEnded = "run_ended"
+    case agentSession = "agent_session"
 }
 
 /// One row of the ledger, exactly as stored.

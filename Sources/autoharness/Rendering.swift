@@ -60,6 +60,15 @@ enum Render {
                                                                        "suite": "\($0.suitePassed)/\($0.suiteTotal)"] },
                 "violations": violations.map { ["time": $0.time, "actor": $0.record.actor, "kind": $0.record.kind, "detail": $0.record.detail] },
             ]
+            if op {
+                let u = state.agentUsage
+                var usage: [String: Any] = ["sessions": state.agentSessions.count, "input_tokens": u.inputTokens, "cache_read_tokens": u.cacheReadTokens,
+                                            "cache_write_tokens": u.cacheWriteTokens, "output_tokens": u.outputTokens, "uncosted_tokens": u.uncostedTokens,
+                                            "cost_usd": u.costUSD ?? NSNull() as Any]
+                let accepted = state.iterations.count - 1
+                usage["cost_per_accepted_usd"] = u.costUSD.map { accepted > 0 ? $0 / Double(accepted) as Any : NSNull() } ?? NSNull()
+                obj["coding_agent_usage"] = usage
+            }
             if let report {
                 obj["verify"] = ["ok": report.ok, "ledger_problems": report.ledger.problems.map(\.description),
                                  "edited_views": report.editedViews, "missing_commits": report.missingCommits]
@@ -78,6 +87,13 @@ enum Render {
             if !recent.isEmpty {
                 out += "recent gate attempts:\n"
                 for a in recent { out += "  #\(a.attempt) \(a.accepted ? "accepted" : "rejected: \(reason(a, d))") (suite \(a.suitePassed)/\(a.suiteTotal))\n" }
+            }
+            if op && !state.agentSessions.isEmpty {
+                let u = state.agentUsage
+                out += "coding agent: \(state.agentSessions.count) session(s), \(u.summary) (as its CLI reported it)\n"
+                if let c = u.costUSD, state.iterations.count > 1 {
+                    out += "  cost per accepted improvement: \(AgentUsage.dollars(c / Double(state.iterations.count - 1)))\n"
+                }
             }
             if let run = state.openRun { out += "run \(run.runID) in progress or interrupted (`autoharness run` resumes it)\n" }
             out += "violations: \(violations.count)\(op ? "" : " (held-out runs' are withheld; --operator shows them)")\n"

@@ -95,6 +95,10 @@ struct RunCommand: ParsableCommand {
             out += "\n  violations (\(r.violations.reduce(0) { $0 + $1.count })):"
             for v in r.violations { out += "\n    \(v.actor): \(v.kind) ×\(v.count)" }
         }
+        if r.usage.totalTokens > 0 || r.usage.costUSD != nil {
+            out += "\n  coding agent usage (as its CLI reported it): \(r.usage.summary)"
+            if let c = r.usage.costUSD, r.accepted > 0 { out += "\n  cost per accepted improvement: \(AgentUsage.dollars(c / Double(r.accepted)))" }
+        }
         out += "\n  coding agent output: \(r.agentLog)\n  audit log: \(r.auditLog)\n  details: autoharness status --operator"
         return out
     }

@@ -151,6 +151,13 @@ struct RealAgentTests {
         let refused = audit.split(separator: "\n").filter { !$0.contains("\"action\":\"allowed\"") }
         #expect(refused.isEmpty, "refusals in a benign session: \(refused)")
 
+        // What the CLI reported using is on the ledger (the fake server bills 1000 in, 50 out a call).
+        let sessions = try exp.rows("agent_session")
+        let usage = try #require(sessions.first?["usage"] as? [String: Any], "no session row: \(sessions)")
+        #expect((usage["inputTokens"] as? Int ?? 0) >= 5000 && (usage["outputTokens"] as? Int ?? 0) > 0, "\(usage)")
+        #expect((usage["costUSD"] as? Double ?? 0) > 0, "a session without a cost: \(usage)")
+        #expect(r.stdout.contains("coding agent usage (as its CLI reported it): "), "\(r.stdout)")
+
         let grep = try runProcess("/bin/grep", ["-rla", "--", key, exp.root])
         #expect(grep.stdout.isEmpty, "the API key was written to: \(grep.stdout)")
         #expect(!r.stdout.contains(key) && !r.stderr.contains(key))
@@ -171,6 +178,9 @@ struct RealAgentTests {
         let key = "sk-ant-planted-" + UUID().uuidString
         let exp = try claudeExperiment(model)
         let r = try run(exp, key: "ANTHROPIC_API_KEY", key)
+        // Which agent, version and model the run starts; the cost is Claude Code's own figure.
+        #expect(r.stderr.contains("coding agent: Claude Code 2.1.330 (Claude Code) ("), "\(r.stderr)")
+        #expect(r.stderr.contains("model: the CLI's default"), "\(r.stderr)")
         #expect(model.toolResults().contains { $0.contains("train:") }, "the benchmark did not run: \(model.toolResults())")
         try expectBenign(exp, model, r, key: key)
     }
@@ -285,7 +295,13 @@ struct RealAgentTests {
         ])
         let key = "sk-planted-" + UUID().uuidString
         let exp = try codexExperiment(model)
+        // Codex reports tokens but no cost: the config prices them.
+        let path = exp.root + "/experiment_config.yaml"
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        try text.replacingOccurrences(of: "  # price_usd_per_mtok:", with: "  price_usd_per_mtok:").write(toFile: path, atomically: true, encoding: .utf8)
         let r = try run(exp, key: "OPENAI_API_KEY", key)
+        #expect(r.stderr.contains("coding agent: Codex CLI codex-cli 0.163.0 ("), "\(r.stderr)")
+        #expect(r.stderr.contains("model: gpt-5-codex (agent-home/.codex/config.toml)"), "\(r.stderr)")
         try expectBenign(exp, model, r, key: key)
     }
 

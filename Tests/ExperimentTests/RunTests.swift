@@ -480,6 +480,55 @@ struct RunTests {
         #expect(exp.agentLog.split(separator: "\n").filter { $0 == "no key" }.count == 3)
     }
 
+    @Test("each session's reported usage is a ledger row; budget.max_cost_usd stops the run after the session that reaches it, and run, status and the report show tokens and cost")
+    func costBudgetBetweenSessions() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        try exp.configureRun(command: ["python3", Fixtures.agents + "/spender.py", "claude"],
+                             values: ["restart_backoff": "0.05", "max_cost_usd": "1.0"])
+        let r = try exp.run("run", "--max-hours", "0.1")
+        #expect(r.status == 0, "\(r.stdout) \(r.stderr)")
+        #expect(r.stdout.contains("stopped: budget.max_cost_usd $1.0000 reached (the coding agent reported $1.2000)"), "\(r.stdout)")
+        #expect(r.stderr.contains("coding agent session 1 (claude-test-1): 3.6k tokens in (500 cached), 210 out, $0.6000"), "\(r.stderr)")
+        #expect(r.stdout.contains("coding agent usage (as its CLI reported it): 7.2k tokens in (1.0k cached), 420 out, $1.2000"), "\(r.stdout)")
+        let sessions = try exp.rows("agent_session")
+        #expect(sessions.count == 2, "\(sessions)")
+        let usage = try #require(sessions.first?["usage"] as? [String: Any])
+        #expect(usage["inputTokens"] as? Int == 3100 && usage["cacheReadTokens"] as? Int == 500 && usage["outputTokens"] as? Int == 210, "\(usage)")
+        #expect(usage["costUSD"] as? Double == 0.6 && usage["model"] as? String == "claude-test-1", "\(usage)")
+        #expect(sessions.first?["exit"] as? String == "exited with code 0")
+        let status = try exp.run("status", "--operator")
+        #expect(status.stdout.contains("coding agent: 2 session(s), 7.2k tokens in (1.0k cached), 420 out, $1.2000"), "\(status.stdout)")
+        let json = try exp.statusJSON()
+        #expect((json["coding_agent_usage"] as? [String: Any])?["cost_usd"] as? Double == 1.2, "\(json)")
+        // What the coding agent may see of status carries no account.
+        #expect(!(try exp.run("status").stdout.contains("tokens")))
+        #expect(try exp.run("report").status == 0)
+        let html = try String(contentsOfFile: exp.root + "/report.html", encoding: .utf8)
+        #expect(html.contains("coding agent: 2 session(s)"), "\(html.prefix(2000))")
+    }
+
+    @Test("budget.max_cost_usd stops a session that is still running once its priced tokens reach it")
+    func costBudgetMidSession() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        try exp.configureRun(command: ["python3", Fixtures.agents + "/spender.py", "codex"], values: ["max_cost_usd": "1.0"])
+        let path = exp.root + "/experiment_config.yaml"
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+            .replacingOccurrences(of: "  # price_usd_per_mtok: {input: 1.25, output: 10, cache_read: 0.125}", with: "  price_usd_per_mtok: {input: 1, output: 10, cache_read: 0.5}")
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        let t0 = Date()
+        let r = try exp.run("run", "--max-hours", "0.1")
+        #expect(r.status == 0, "\(r.stdout) \(r.stderr)")
+        // Each turn: 60k × $1 + 40k × $0.5 + 10k × $10 per million = $0.18.
+        #expect(r.stdout.contains("stopped: budget.max_cost_usd $1.0000 reached"), "\(r.stdout)")
+        #expect(Date().timeIntervalSince(t0) < 30)
+        let sessions = try exp.rows("agent_session")
+        #expect(sessions.count == 1, "\(sessions)")
+        let cost = try #require((sessions.first?["usage"] as? [String: Any])?["costUSD"] as? Double)
+        #expect(cost >= 1.0, "\(sessions)")
+    }
+
     @Test("a rejected gate restores the last accepted agent.py in staging (on_reject: revert), and keep leaves it")
     func rejectReverts() throws {
         try requireRoot()

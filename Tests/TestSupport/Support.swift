@@ -74,7 +74,8 @@ public func runProcess(_ exe: String, _ args: [String], environment: [String: St
         stderr: (try? String(contentsOf: errURL, encoding: .utf8)) ?? "")
 }
 
-/// A fresh directory under /tmp, removed at the end of the test.
+/// A fresh directory under /tmp, removed at the end of the test (kept, for a look after a
+/// failure, when AUTOHARNESS_KEEP_TEST_DIRS=1).
 public final class TempDir {
     public let path: String
     public init(mode: Int = 0o755) throws {
@@ -87,7 +88,10 @@ public final class TempDir {
         try contents.write(toFile: p, atomically: false, encoding: .utf8)
         return p
     }
-    deinit { try? FileManager.default.removeItem(atPath: path) }
+    deinit {
+        if ProcessInfo.processInfo.environment["AUTOHARNESS_KEEP_TEST_DIRS"] == "1" { return }
+        try? FileManager.default.removeItem(atPath: path)
+    }
 }
 
 /// Reads an audit JSONL file into dictionaries.

@@ -152,3 +152,41 @@ public struct CodingAgentPreset: Sendable {
         return s
     }
 }
+
+extension CodingAgentPreset {
+    /// What `autoharness run` says it starts: "Claude Code 2.1.330 (/path), model X (from Y)".
+    /// The version is asked of the CLI (`--version`, as `init` did) only when the command is
+    /// a Claude Code or Codex executable; any other command is shown as it is.
+    public static func identity(command: [String], config: ExperimentConfig.CodingAgent, root: String) -> String {
+        guard let exe = command.first else { return "no command" }
+        let base = (exe as NSString).lastPathComponent
+        let kind = base == "claude" ? "Claude Code" : base == "codex" ? "Codex CLI" : nil
+        guard let kind else { return "`\(command.prefix(3).joined(separator: " "))\(command.count > 3 ? " …" : "")` (not a preset: version and model unknown)" }
+        let version = version(of: exe).map { "\($0)" } ?? "version unknown (`\(exe) --version` failed)"
+        return "\(kind) \(version) (\(exe)), model: \(model(command: command, config: config, root: root, codex: base == "codex"))"
+    }
+
+    /// Where the model comes from: the command line, then the environment (Claude Code) or
+    /// the seeded config.toml (Codex), else the CLI's default.
+    static func model(command: [String], config: ExperimentConfig.CodingAgent, root: String, codex: Bool) -> String {
+        for (i, a) in command.enumerated() {
+            if (a == "--model" || (codex && a == "-m")), i + 1 < command.count { return "\(command[i + 1]) (command line)" }
+            if a.hasPrefix("--model=") { return "\(a.dropFirst(8)) (command line)" }
+        }
+        if !codex, let m = config.env["ANTHROPIC_MODEL"] { return "\(m) (coding_agent.env ANTHROPIC_MODEL)" }
+        if codex, let seed = config.homeSeed {
+            let path = (seed.hasPrefix("/") ? seed : root + "/" + seed) + "/.codex/config.toml"
+            let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+            // The top-level `model = "…"` (before any [table]).
+            for line in text.split(separator: "\n") {
+                let t = line.trimmingCharacters(in: .whitespaces)
+                if t.hasPrefix("[") { break }
+                if t.hasPrefix("model"), let eq = t.firstIndex(of: "="), t[..<eq].trimmingCharacters(in: .whitespaces) == "model" {
+                    let v = t[t.index(after: eq)...].trimmingCharacters(in: .whitespaces).trimmingCharacters(in: CharacterSet(charactersIn: "\"'"))
+                    return "\(v) (\(seed)/.codex/config.toml)"
+                }
+            }
+        }
+        return "the CLI's default (each session's model is in the agent log and the ledger)"
+    }
+}

@@ -44,6 +44,10 @@ public struct ExperimentConfig: Sendable, Equatable {
     public var onReject: OnReject = .revert
     /// `autoharness run` stops after this many consecutive rejected gates (upstream: 5).
     public var maxNonImproving = 5
+    // budget:
+    /// `autoharness run` stops once the coding agent's reported cost in this run reaches this
+    /// many dollars (0: no limit).
+    public var maxCostUSD = 0.0
     // external benchmarks:
     /// `command`: the task ids (or `tasksFile`, one id per line or a JSON list).
     public var tasks: [String]?
@@ -95,6 +99,9 @@ public struct ExperimentConfig: Sendable, Equatable {
         public var quickExitSeconds = 30.0
         /// This many crashes in a row stop the run (a crash loop).
         public var maxCrashes = 5
+        /// Prices the tokens of CLIs that report no cost (Codex), and of sessions cut off
+        /// before their CLI reported one.
+        public var price: TokenPrice?
         public init() {}
     }
 
@@ -142,7 +149,7 @@ extension ExperimentConfig {
         var c = ExperimentConfig(benchmark: "")
         r.mapping(root, "the config", allowed: ["benchmark", "dataset", "agent_model", "split", "gate_split", "threshold",
                                                 "max_concurrency", "per_task_timeout", "sandbox", "coding_agent", "gate",
-                                                "parallel_gate", "env_provider", "domain", "tasks", "tasks_file", "runner"]
+                                                "parallel_gate", "env_provider", "domain", "tasks", "tasks_file", "runner", "budget"]
                                                 + ExperimentConfig.upstreamKeys) { key, v in
             switch key {
             case "benchmark":
@@ -188,6 +195,10 @@ extension ExperimentConfig {
             case let k where ExperimentConfig.upstreamKeys.contains(k):
                 if let s = v.scalar?.string { c.upstream[k] = s } else { r.error(v, "\(k): expected a single value") }
             case "parallel_gate": break  // upstream: the gate's concurrency; ours is max_concurrency
+            case "budget":
+                r.mapping(v, key, allowed: ["max_cost_usd"]) { _, v in
+                    if let x = r.number(v, "budget.max_cost_usd", 0...1_000_000) { c.maxCostUSD = x }
+                }
             case "sandbox":
                 r.mapping(v, key, allowed: ["task_policy", "verifier_policy", "coding_agent_policy", "policy_dir", "scratch", "network"]) { k, v in
                     switch k {
@@ -204,7 +215,7 @@ extension ExperimentConfig {
                 }
             case "coding_agent":
                 r.mapping(v, key, allowed: ["command", "env_pass", "env", "home_seed", "binds", "prompt", "continue_prompt",
-                                            "restart_backoff", "quick_exit_seconds", "max_crashes"]) { k, v in
+                                            "restart_backoff", "quick_exit_seconds", "max_crashes", "price_usd_per_mtok"]) { k, v in
                     let name = "coding_agent.\(k)"
                     switch k {
                     case "command": c.codingAgent.command = r.strings(v, name) ?? []
@@ -228,6 +239,16 @@ extension ExperimentConfig {
                     case "continue_prompt": if let s = r.string(v, name) { c.codingAgent.continuePrompt = s }
                     case "restart_backoff": if let x = r.number(v, name, 0...300) { c.codingAgent.restartBackoff = x }
                     case "quick_exit_seconds": if let x = r.number(v, name, 0...86_400) { c.codingAgent.quickExitSeconds = x }
+                    case "price_usd_per_mtok":
+                        var p: [String: Double] = [:]
+                        r.mapping(v, name, allowed: ["input", "output", "cache_read", "cache_write"]) { k, v in
+                            if let x = r.number(v, "\(name).\(k)", 0...1_000_000) { p[k] = x }
+                        }
+                        if let i = p["input"], let o = p["output"] {
+                            c.codingAgent.price = TokenPrice(input: i, output: o, cacheRead: p["cache_read"], cacheWrite: p["cache_write"])
+                        } else if case .mapping = v {
+                            r.error(v, "\(name): needs both input and output (USD per million tokens; cache_read and cache_write default to input)")
+                        }
                     default: if let x = r.integer(v, name, 1...1000) { c.codingAgent.maxCrashes = x }
                     }
                 }

@@ -67,6 +67,8 @@ public struct RunReport: Sendable {
     public var gates: Int
     public var accepted: Int
     public var agentStarts: Int
+    /// What the coding agent's CLI reported using in this run (resumed runs included).
+    public var usage: AgentUsage
     public var bestBefore: Double?
     public var bestAfter: Double?
     /// Violations recorded during this invocation, by actor and kind.
@@ -112,6 +114,9 @@ public final class RunLoop: @unchecked Sendable {
     static let rateLimitedKinds: Set<String> = ["broker_protocol", "refused_request", "gate_budget", "repeat_gate"]
     private var startSeq: Int64 = 0
     private var resumed = false
+    /// What this run's finished sessions reported using, and the session in progress.
+    private var runUsage = AgentUsage()
+    private var meter: UsageMeter?
 
     private var staging: Staging!
     private var audit = AuditLog()
@@ -184,6 +189,7 @@ public final class RunLoop: @unchecked Sendable {
         gates = state.openRunGates
         accepted = state.openRunAccepted
         nonImproving = resumed ? Self.trailingRejections(state) : 0
+        runUsage = resumed ? state.agentUsage(run: runID) : AgentUsage()
         let bestBefore = state.best
 
         let policy = try loadPolicy()
@@ -193,6 +199,7 @@ public final class RunLoop: @unchecked Sendable {
         startSeq = try append([(.runStarted, RunStartedRecord(runID: runID, resumed: resumed, command: command, maxIterations: settings.maxIterations,
                                                    maxHours: settings.maxHours, gateBudget: config.gateBudget))])
         settings.log(resumed ? "resuming run \(runID) (\(gates) gate(s), \(accepted) accepted so far)" : "run \(runID) started")
+        settings.log("coding agent: " + CodingAgentPreset.identity(command: command, config: config.codingAgent, root: layout.root))
 
         let broker = try BrokerServer(path: brokerDirectory + "/" + BrokerWire.socketName) { [self] request, peer in
             handle(request, peer: peer)
@@ -210,13 +217,26 @@ public final class RunLoop: @unchecked Sendable {
                 }
             }
         }
-        if let why = budgetSpent() { requestStop(why) }
+        if config.maxCostUSD > 0 {
+            Thread.detachNewThread { [self] in
+                while stopping == nil {
+                    work.withLock { meter }?.poll()  // reading the log holds only the meter's lock
+                    if let why = work.withLock({ costSpent() }) {
+                        requestStop(why)
+                        break
+                    }
+                    sleep(2)
+                }
+            }
+        }
+        if let why = budgetSpent() ?? costSpent() { requestStop(why) }
 
         var crashes = 0
         var lastExit = ""
         while stopping == nil {
             let (result, seconds, requests) = try launchAgent(command: command, policy: policy)
             lastExit = result.map(Self.describe) ?? "could not start"
+            if let why = work.withLock({ costSpent() }) { requestStop(why) }
             let heldForGate = work.withLock { () -> Bool in
                 flushAudit()
                 defer { stoppedForGate = false }
@@ -264,7 +284,7 @@ public final class RunLoop: @unchecked Sendable {
                 counts[key, default: 0] += Self.count(in: v.detail)
             }
             return RunReport(runID: runID, resumed: resumed, reason: reason, failed: stopLock.withLock { stopFailed }, seconds: Date().timeIntervalSince(started), gates: gates,
-                             accepted: accepted, agentStarts: agentStarts, bestBefore: bestBefore, bestAfter: after.best,
+                             accepted: accepted, agentStarts: agentStarts, usage: runUsage, bestBefore: bestBefore, bestAfter: after.best,
                              violations: order.map { ($0.0, $0.1, counts[$0.0 + "\u{1F}" + $0.1]!) }, agentLog: agentLogPath, auditLog: auditPath)
         }
         return end
@@ -311,6 +331,35 @@ public final class RunLoop: @unchecked Sendable {
             return "\(nonImproving) consecutive gates without improvement (gate.max_non_improving \(config.maxNonImproving))"
         }
         return nil
+    }
+
+    /// Why the run must stop for `budget.max_cost_usd`, if it must (holding `work`).
+    func costSpent() -> String? {
+        guard config.maxCostUSD > 0 else { return nil }
+        let spent = (runUsage + (meter?.usage ?? AgentUsage())).costUSD ?? 0
+        guard spent >= config.maxCostUSD else { return nil }
+        return "budget.max_cost_usd \(AgentUsage.dollars(config.maxCostUSD)) reached (the coding agent reported \(AgentUsage.dollars(spent)))"
+    }
+
+    /// Ends the usage account of the session that just ended: the rest of its output is read
+    /// and one ledger row records it.
+    func recordSession(start: Int, seconds: Double, exit: String) {
+        let m = work.withLock { meter }
+        m?.poll()
+        work.withLock {
+            guard let m else { return }
+            meter = nil
+            let usage = m.usage
+            runUsage = runUsage + usage
+            do {
+                _ = try append([(.agentSession, AgentSessionRecord(runID: runID, start: start, seconds: seconds, exit: exit, usage: usage))])
+            } catch {
+                recordingFailed("the coding agent's session \(start)", error)
+            }
+            if usage.totalTokens > 0 {
+                settings.log("coding agent session \(start)\(usage.model.map { " (\($0))" } ?? ""): \(usage.summary); this run: \(runUsage.summary)")
+            }
+        }
     }
 
     // MARK: - the sandbox
@@ -435,6 +484,7 @@ public final class RunLoop: @unchecked Sendable {
         _ = header.withCString { write(log, $0, strlen($0)) }
         let t0 = Date()
         settings.log("coding agent start \(starts) (log: \(agentLogPath))")
+        work.withLock { meter = UsageMeter(path: agentLogPath, price: config.codingAgent.price) }
         do throws(SandboxError) {
             let plan = try PlanCompiler.compile(policy: policy, command: argv, overrides: ov, hostEnvironment: settings.hostEnvironment)
             var options = RunOptions(audit: audit)
@@ -442,10 +492,13 @@ public final class RunLoop: @unchecked Sendable {
             options.signalFD = pipeFDs[0]
             options.control = agentControl
             let r = try SandboxRunner.run(plan, options: options)
-            return (r, Date().timeIntervalSince(t0), work.withLock { requestsThisStart })
+            let seconds = Date().timeIntervalSince(t0)
+            recordSession(start: starts, seconds: seconds, exit: Self.describe(r))
+            return (r, seconds, work.withLock { requestsThisStart })
         } catch {
             settings.log("coding agent sandbox: \(error.message)")
             _ = "sandbox error: \(error.message)\n".withCString { write(log, $0, strlen($0)) }
+            recordSession(start: starts, seconds: Date().timeIntervalSince(t0), exit: "could not be started (\(error.message))")
             return (nil, Date().timeIntervalSince(t0), 0)
         }
     }

@@ -116,6 +116,15 @@ public struct RunEndedRecord: Codable, Sendable {
     public var agentStarts: Int
 }
 
+/// One start of the coding agent ended: how long it ran, how, and what its CLI reported using.
+public struct AgentSessionRecord: Codable, Sendable {
+    public var runID: String
+    public var start: Int
+    public var seconds: Double
+    public var exit: String
+    public var usage: AgentUsage
+}
+
 /// The experiment as the ledger says it is.
 public struct ExperimentState: Sendable {
     public var created: ExperimentCreated?
@@ -144,6 +153,15 @@ public struct ExperimentState: Sendable {
     /// accepted ones since the open run started.
     public var openRunGates = 0
     public var openRunAccepted = 0
+    /// Every coding-agent session recorded, oldest first.
+    public var agentSessions: [AgentSessionRecord] = []
+
+    /// What every session recorded used, summed.
+    public var agentUsage: AgentUsage { agentSessions.reduce(AgentUsage()) { $0 + $1.usage } }
+    /// What the sessions of run `runID` used.
+    public func agentUsage(run runID: String) -> AgentUsage {
+        agentSessions.filter { $0.runID == runID }.reduce(AgentUsage()) { $0 + $1.usage }
+    }
 
     /// The best accepted val_score (the baseline counts as iteration 0).
     public var best: Double? { iterations.map(\.valScore).max() }
@@ -186,6 +204,7 @@ public struct ExperimentState: Sendable {
                     openRunAccepted = 0
                 }
                 openRun = run
+            case .agentSession: agentSessions.append(try r.decode(AgentSessionRecord.self))
             case .runEnded:
                 _ = try r.decode(RunEndedRecord.self)
                 openRun = nil

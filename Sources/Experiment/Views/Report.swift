@@ -13,6 +13,14 @@ public enum Report {
         body += "<p class=\"summary\">benchmark <b>\(esc(config.benchmark))</b> · \(s.iterations.count - 1) accepted iteration(s) · "
         body += "best val_score <b>\(best)</b> · \(s.gateAttempts.count) gate attempt(s) · suite \(s.suite.count) task(s) · "
         body += "\(s.violations.count) violation record(s)</p>\n"
+        if !s.agentSessions.isEmpty {
+            let u = s.agentUsage
+            body += "<p class=\"summary\">coding agent: \(s.agentSessions.count) session(s) · \(esc(u.summary))"
+            if let c = u.costUSD, s.iterations.count > 1 {
+                body += " · <b>\(AgentUsage.dollars(c / Double(s.iterations.count - 1)))</b> per accepted improvement"
+            }
+            body += " <small>(as the agent's CLI reported it)</small></p>\n"
+        }
 
         // val_score per gate attempt, accepted vs rejected, best-so-far line.
         var points: [(x: Double, y: Double, cls: String, label: String)] = []
