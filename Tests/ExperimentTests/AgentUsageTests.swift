@@ -71,6 +71,19 @@ struct AgentUsageTests {
         #expect(m.usage.outputTokens == 2)
     }
 
+    @Test("numbers a hostile agent prints cannot overflow the supervisor's sums: each is clamped, negatives are 0")
+    func hostileNumbers() throws {
+        let (m, h, d) = try meter()
+        _ = d
+        let line = #"{"type":"turn.completed","usage":{"input_tokens":1e300,"cached_input_tokens":-5,"output_tokens":9223372036854775807}}"# + "\n"
+        let result = #"{"type":"result","total_cost_usd":1e308,"usage":{"input_tokens":1e30,"output_tokens":-1}}"# + "\n"
+        h.write(Data((String(repeating: line, count: 20) + result).utf8))
+        m.poll()
+        let u = m.usage
+        #expect(u.inputTokens == 21 * 1_000_000_000_000 && u.outputTokens == 20 * 1_000_000_000_000 && u.cacheReadTokens == 0, "\(u)")
+        #expect(u.costUSD == 1_000_000_000, "\(u)")
+    }
+
     @Test("usage adds up across sessions; the summary says when the cost is partial or unknown")
     func summary() {
         var a = AgentUsage()

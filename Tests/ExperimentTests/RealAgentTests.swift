@@ -179,7 +179,7 @@ struct RealAgentTests {
         let exp = try claudeExperiment(model)
         let r = try run(exp, key: "ANTHROPIC_API_KEY", key)
         // Which agent, version and model the run starts; the cost is Claude Code's own figure.
-        #expect(r.stderr.contains("coding agent: Claude Code 2.1.330 (Claude Code) ("), "\(r.stderr)")
+        #expect(r.stderr.contains("coding agent: Claude Code 2.1.330 at /"), "\(r.stderr)")
         #expect(r.stderr.contains("model: the CLI's default"), "\(r.stderr)")
         #expect(model.toolResults().contains { $0.contains("train:") }, "the benchmark did not run: \(model.toolResults())")
         try expectBenign(exp, model, r, key: key)
@@ -300,7 +300,7 @@ struct RealAgentTests {
         let text = try String(contentsOfFile: path, encoding: .utf8)
         try text.replacingOccurrences(of: "  # price_usd_per_mtok:", with: "  price_usd_per_mtok:").write(toFile: path, atomically: true, encoding: .utf8)
         let r = try run(exp, key: "OPENAI_API_KEY", key)
-        #expect(r.stderr.contains("coding agent: Codex CLI codex-cli 0.163.0 ("), "\(r.stderr)")
+        #expect(r.stderr.contains("coding agent: Codex CLI 0.163.0 at /"), "\(r.stderr)")
         #expect(r.stderr.contains("model: gpt-5-codex (agent-home/.codex/config.toml)"), "\(r.stderr)")
         try expectBenign(exp, model, r, key: key)
     }

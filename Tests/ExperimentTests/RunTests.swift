@@ -27,7 +27,9 @@ extension Experiment {
         values["binds"] = json([Fixtures.agents])
         values["allow"] = json(allow)
         for (k, v) in values {
-            let i = try #require(lines.firstIndex { $0.trimmingCharacters(in: .whitespaces).hasPrefix("\(k):") }, "no key \(k) in the config")
+            // A nested key first (`budget` is gate.budget, not the top-level budget: section).
+            func matches(_ l: String) -> Bool { l.trimmingCharacters(in: .whitespaces).hasPrefix("\(k):") }
+            let i = try #require(lines.firstIndex { $0.hasPrefix(" ") && matches($0) } ?? lines.firstIndex(where: matches), "no key \(k) in the config")
             let indent = lines[i].prefix { $0 == " " }
             lines[i] = "\(indent)\(k): \(v)"
         }

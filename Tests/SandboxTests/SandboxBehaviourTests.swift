@@ -25,6 +25,24 @@ struct AllowedBehaviourTests {
         #expect((attrs[.ownerAccountID] as? NSNumber)?.intValue == 65534)
     }
 
+    @Test("a mount inside a read-only bind whose mount point the source lacks is refused before launch, naming both entries and the path to create; with the path created it works")
+    func mountPointInsideReadOnlyBind() throws {
+        try requireRoot()
+        let view = try TempDir(), notes = try TempDir(mode: 0o777)
+        let file = try notes.file("learnings.md", "")
+        chmod(file, 0o666)
+        let args = ["sandbox", "exec", "--ro", "\(view.path):/data", "--rw", "\(file):/data/learnings.md", "--",
+                    "/bin/sh", "-c", "echo noted >> /data/learnings.md"]
+        let refused = try autoharness(args)
+        #expect(refused.status == 125, "\(refused.stderr)")
+        #expect(refused.stderr.contains("--rw: rw \(file) -> /data/learnings.md cannot be mounted: /data/learnings.md lies inside the read-only bind ro \(view.path) -> /data (--ro)"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("Create \(view.path)/learnings.md (an empty file) first"), "\(refused.stderr)")
+        _ = try view.file("learnings.md", "")
+        let r = try autoharness(args)
+        #expect(r.status == 0, "\(r.stderr)")
+        #expect(try String(contentsOfFile: file, encoding: .utf8) == "noted\n")
+    }
+
     @Test("stdout, stderr and the exit code pass through")
     func stdioAndExitCode() throws {
         try requireRoot()
@@ -66,11 +84,15 @@ struct AllowedBehaviourTests {
         let r = try autoharness(["sandbox", "exec", "--ro", "/no/such/source", "--", "/bin/true"])
         #expect(r.status == 125)
         #expect(r.stderr.contains("bind source /no/such/source: No such file or directory"))
-        // A mount point that cannot be created on a read-only bind fails at the mount stage.
+        // A mount point missing in a read-only bind is refused before launch.
         let ro = try autoharness(["sandbox", "exec", "--tmpfs", "/usr/no-such-dir", "--", "/bin/true"])
         #expect(ro.status == 125)
-        #expect(ro.stderr.contains("sandbox: mount tmpfs /usr/no-such-dir"), "\(ro.stderr)")
-        #expect(ro.stderr.contains("Read-only file system"))
+        #expect(ro.stderr.contains("lies inside the read-only bind ro /usr -> /usr"), "\(ro.stderr)")
+        // One of the wrong type fails at the mount stage, which names the entry.
+        let file = try autoharness(["sandbox", "exec", "--tmpfs", "/usr/bin/env", "--", "/bin/true"])
+        #expect(file.status == 125)
+        #expect(file.stderr.contains("sandbox: mount tmpfs /usr/bin/env"), "\(file.stderr)")
+        #expect(file.stderr.contains("Not a directory"), "\(file.stderr)")
     }
 
     @Test("the payload is pid 2 under its own init, with its own hostname")

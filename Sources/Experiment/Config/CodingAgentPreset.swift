@@ -162,8 +162,11 @@ extension CodingAgentPreset {
         let base = (exe as NSString).lastPathComponent
         let kind = base == "claude" ? "Claude Code" : base == "codex" ? "Codex CLI" : nil
         guard let kind else { return "`\(command.prefix(3).joined(separator: " "))\(command.count > 3 ? " …" : "")` (not a preset: version and model unknown)" }
-        let version = version(of: exe).map { "\($0)" } ?? "version unknown (`\(exe) --version` failed)"
-        return "\(kind) \(version) (\(exe)), model: \(model(command: command, config: config, root: root, codex: base == "codex"))"
+        // "2.1.330 (Claude Code)", "codex-cli 0.163.0": the first word that starts with a digit.
+        let line = version(of: exe)
+        let number = line?.split(separator: " ").first { $0.first?.isNumber == true }.map(String.init) ?? line
+        let version = number ?? "(version unknown: `\(exe) --version` failed)"
+        return "\(kind) \(version) at \(exe), model: \(model(command: command, config: config, root: root, codex: base == "codex"))"
     }
 
     /// Where the model comes from: the command line, then the environment (Claude Code) or

@@ -161,10 +161,17 @@ public final class UsageMeter: @unchecked Sendable {
         }
     }
 
+    /// The most one line may claim, for tokens and dollars: the numbers come from the
+    /// sandbox, and sums of unbounded ones would overflow (a trap) in the supervisor.
+    static let maxTokens = 1_000_000_000_000.0
+    static let maxCost = 1_000_000_000.0
+
     private static func int(_ o: [String: Any], _ keys: String...) -> Int {
-        for k in keys { if let n = o[k] as? NSNumber { return max(0, n.intValue) } }
+        for k in keys { if let n = o[k] as? NSNumber { return Int(clamp(n.doubleValue, maxTokens)) } }
         return 0
     }
+
+    static func clamp(_ x: Double, _ limit: Double) -> Double { x.isNaN ? 0 : min(max(x, 0), limit) }
 
     private func line(_ bytes: [UInt8]) {
         guard bytes.first == UInt8(ascii: "{"),
@@ -194,7 +201,7 @@ public final class UsageMeter: @unchecked Sendable {
             } else {
                 return
             }
-            settle(c, cost: (o["total_cost_usd"] as? NSNumber)?.doubleValue)
+            settle(c, cost: (o["total_cost_usd"] as? NSNumber).map { Self.clamp($0.doubleValue, Self.maxCost) })
             messages.removeAll()
         case "turn.completed":
             guard let u = o["usage"] as? [String: Any] else { return }
@@ -212,6 +219,6 @@ public final class UsageMeter: @unchecked Sendable {
         settled.cacheReadTokens += c[1]
         settled.cacheWriteTokens += c[2]
         settled.outputTokens += c[3]
-        add(cost: cost.map { max(0, $0) }, tokens: c, to: &settled)
+        add(cost: cost, tokens: c, to: &settled)
     }
 }

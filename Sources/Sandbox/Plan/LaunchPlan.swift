@@ -159,6 +159,7 @@ public enum PlanCompiler {
             let da = depth(a.element.destination), db = depth(b.element.destination)
             return da != db ? da < db : a.offset < b.offset
         }.map(\.element)
+        try checkMountPoints(mounts)
 
         let cwd = try normalize(overrides.workingDirectory ?? policy.chdir, what: "working directory")
         var env = try buildEnvironment(policy.env, overrides.environment, host: hostEnvironment)
@@ -245,6 +246,33 @@ public enum PlanCompiler {
     /// a directory it could write (a work dir, a notes file's folder) would otherwise hand a
     /// later sandbox any host file — with root doing the path traversal. Links in root-owned
     /// system directories (/etc/localtime -> /usr/share/zoneinfo/…) are still followed.
+    /// A mount inside a read-only directory bind needs its mount point to exist in the bound
+    /// source already: init cannot create it there (EROFS at launch, with no word of why).
+    /// Checked here, where the message can name both entries and the missing path. `mounts`
+    /// is parents-first; the nearest enclosing mount is the one that decides.
+    static func checkMountPoints(_ mounts: [LaunchPlan.Mount]) throws(SandboxError) {
+        for (i, inner) in mounts.enumerated() {
+            if case .hide = inner.kind { continue }  // hides only what exists
+            guard let outer = mounts[..<i].last(where: { inner.destination.hasPrefix($0.destination == "/" ? "/" : $0.destination + "/") }),
+                  case .bind(let source, true, _, _, true, _) = outer.kind else { continue }
+            let rel = String(inner.destination.dropFirst(outer.destination == "/" ? 1 : outer.destination.count + 1))
+            var st = stat()
+            if lstat(source + "/" + rel, &st) == 0 { continue }
+            let isDir: Bool
+            switch inner.kind {
+            case .bind(_, _, _, _, let d, _): isDir = d
+            case .tmpfs: isDir = true
+            default: isDir = false
+            }
+            throw SandboxError(.invalidPolicy, """
+                \(inner.origin): \(inner.summary) cannot be mounted: \(inner.destination) lies inside the read-only bind \
+                \(outer.summary) (\(outer.origin)), where \(source)/\(rel) does not exist, and a mount point cannot be \
+                created in a read-only bind. Create \(source)/\(rel) (\(isDir ? "a directory" : "an empty file")) first, \
+                or bind something else there.\(inner.destination.hasSuffix("/learnings.md") ? " (`autoharness run` creates learnings.md inside the workspace view; a hand-run `sandbox exec --policy coding-agent` must do the same.)" : "")
+                """)
+        }
+    }
+
     static func resolveSource(_ source: String, origin: String) throws(SandboxError) -> String {
         var pending = source.split(separator: "/").map(String.init)
         var resolved: [String] = []
