@@ -1,3 +1,4 @@
+import Glibc
 import ArgumentParser
 import Sandbox
 
@@ -26,6 +27,10 @@ struct Autoharness: ParsableCommand {
     )
 
     static func main() {
+        // Nothing the supervisor writes to (a child's pipe, a socket, its own stdout) may kill
+        // it by closing the other end: writes fail with EPIPE instead, and are checked. The
+        // launcher resets every disposition before a sandboxed payload runs.
+        signal(SIGPIPE, SIG_IGN)
         // `sandbox exec` captures its command for passthrough, which would also swallow a
         // --help given before the command: answer it here.
         let args = Array(CommandLine.arguments.dropFirst())

@@ -603,6 +603,22 @@ struct BirdAdapterTests {
         return exp
     }
 
+    @Test("graders that die before they are ready fail the run with the reason; the supervisor does not die of SIGPIPE signalling them")
+    func servicesDieAtOnce() throws {
+        let exp = try make()
+        defer { exp.removeScratch() }
+        let site = try TempDir()
+        try FileManager.default.createDirectory(atPath: site.path + "/uvicorn", withIntermediateDirectories: true)
+        _ = try site.file("uvicorn/__init__.py", "raise SystemExit('grader start-up failed')\n")
+        try exp.set("binds", "[\(site.path)]", in: "runner")
+        let p = try exp.run(["prepare"], environment: ["FAKE_MODE": "normal", "PYTHONPATH": site.path])
+        #expect(p.status == 1, "exit \(p.status) (141 is SIGPIPE): \(p.stdout)\(p.stderr)")
+        #expect(p.stderr.contains("bird services did not become ready"), "\(p.stderr)")
+        #expect(p.stderr.contains("every task of the baseline failed before agent.py could be judged (10 missing_result)"), "\(p.stderr)")
+        #expect(!p.stdout.contains("baseline:"))
+        #expect(try exp.rows("split").isEmpty, "a broken baseline was recorded")
+    }
+
     @Test("prepare → benchmark → gate: rewards from the DB environment's record, gold never on the agent's side")
     func loop() throws {
         let exp = try make()

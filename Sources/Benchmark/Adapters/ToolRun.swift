@@ -330,10 +330,11 @@ final class BackgroundTool: @unchecked Sendable {
     private var result: ToolExit?
 
     init(_ run: ToolRun, _ inv: ToolInvocation) {
+        // A socket pair, not a pipe: `stop()` may write after the sandbox ended and its end
+        // was closed, and a pipe would answer that with SIGPIPE, killing the supervisor
+        // (exit 141, no message); send(MSG_NOSIGNAL) just fails.
         var fds: [Int32] = [-1, -1]
-        _ = pipe(&fds)
-        _ = fcntl(fds[0], F_SETFD, FD_CLOEXEC)
-        _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
+        _ = socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds)
         signalWrite = fds[1]
         let readEnd = fds[0]
         nonisolated(unsafe) let run = run
@@ -352,7 +353,7 @@ final class BackgroundTool: @unchecked Sendable {
     /// Sends SIGTERM (the sandbox's own timeout is the backstop) and waits for the end.
     func stop() -> ToolExit {
         var sig = UInt8(SIGTERM)
-        _ = write(signalWrite, &sig, 1)
+        _ = send(signalWrite, &sig, 1, Int32(MSG_NOSIGNAL))
         close(signalWrite)
         if let t = thread { pthread_join(t, nil) }
         return lock.locked { result } ?? ToolExit(termination: nil, failure: "did not start", seconds: 0, stderrTail: "")

@@ -108,6 +108,25 @@ public final class ExperimentSupervisor {
         public var splitOrigin: String
     }
 
+    /// Statuses that say the benchmark's machinery, not agent.py, failed the task.
+    static let infrastructureFailures: Set<TaskStatus> = [.setupFailed, .missingResult, .verifierCrashed, .verifierTimeout, .noReward, .invalidReward]
+
+    /// A baseline where every task failed for the machinery's reasons measures nothing: it is
+    /// refused (nothing recorded) with the counts and the first reasons, instead of becoming
+    /// a 0/N starting point every later gate would "beat".
+    static func refuseBrokenBaseline(_ outcomes: [TaskOutcome]) throws {
+        guard !outcomes.isEmpty, outcomes.allSatisfy({ infrastructureFailures.contains($0.status) }) else { return }
+        var counts: [TaskStatus: Int] = [:]
+        for o in outcomes { counts[o.status, default: 0] += 1 }
+        let byStatus = counts.sorted { $0.key.rawValue < $1.key.rawValue }.map { "\($0.value) \($0.key.rawValue)" }.joined(separator: ", ")
+        let reasons = Array(Set(outcomes.compactMap(\.detail))).sorted().prefix(3).map { "  \($0)" }.joined(separator: "\n")
+        throw ExperimentError(.state, """
+            every task of the baseline failed before agent.py could be judged (\(byStatus)); nothing was recorded. \
+            Fix the benchmark's setup and run `autoharness prepare` again. First reasons:
+            \(reasons)
+            """)
+    }
+
     /// Runs the baseline over every task with nothing persisted (the split does not exist yet,
     /// so every task is treated as a test task), derives the split, records iteration 0.
     public func prepare() throws -> PrepareSummary {
@@ -118,6 +137,7 @@ public final class ExperimentSupervisor {
         let snap = try snapshotAgent()
         let audit = AuditLog()
         let outcomes = try run(adapter.taskIDs, agent: snap.directory, audit: audit, heldOut: true, traces: { _ in nil })
+        try Self.refuseBrokenBaseline(outcomes)
         var passed: [String: Bool] = [:]
         for o in outcomes { passed[o.id] = o.passed }
         let split: SplitFile
