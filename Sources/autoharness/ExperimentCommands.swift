@@ -138,6 +138,7 @@ struct PrepareCommand: ParsableCommand {
         print("baseline: \(r.passed)/\(r.tasks) tasks pass")
         print("split: \(r.train) train, \(r.test) test (\(r.splitOrigin))")
         print("iteration 0: val_score \(String(format: "%.4f", r.baselineScore)) on the test split")
+        for w in r.warnings { printErr("autoharness: warning: \(w)") }
     }
 }
 

@@ -182,6 +182,26 @@ struct ExperimentTests {
         #expect(!exp.filesContaining("MARKER-\(split.train[0])-a91f").isEmpty)
     }
 
+    @Test("prepare warns when the test split is too small for the gate's improvement rule, with the numbers and the setting that works")
+    func smallSplitWarning() throws {
+        try requireRoot()
+        let exp = try Experiment(prepare: false)
+        let p = try exp.run("prepare")
+        #expect(p.status == 0, "\(p.stderr)")
+        #expect(p.stderr.contains("warning: the test split has 4 task(s) and min_improvement auto is 1/4: a gate is accepted only when at least 2 more held-out task(s) pass than the best so far; from this baseline (0/4 pass) at most 2 gate(s) can ever be accepted. `gate.min_improvement: 0` accepts"), "\(p.stderr)")
+        let zero = try Experiment(prepare: false, config: ["min_improvement": "0"])
+        let q = try zero.run("prepare")
+        // Still under 10 tasks: said, but with one task a step and no advice to change it.
+        #expect(q.stderr.contains("at least 1 more held-out task(s) pass") && q.stderr.contains("at most 4 gate(s)") && !q.stderr.contains("accepts any strictly higher"), "\(q.stderr)")
+        // The arithmetic, on splits prepare would not make here.
+        typealias S = ExperimentSupervisor
+        #expect(S.smallSplitWarning(testTasks: 6, testPassed: 5, minImprovement: nil)?.contains("no gate can ever be accepted") == true)
+        #expect(S.smallSplitWarning(testTasks: 40, testPassed: 10, minImprovement: nil) == nil)
+        #expect(S.smallSplitWarning(testTasks: 40, testPassed: 39, minImprovement: nil)?.contains("(39/40 pass) no gate can ever be accepted") == true)
+        #expect(S.smallSplitWarning(testTasks: 20, testPassed: 0, minImprovement: 0.5)?.contains("at least 11 more") == nil)
+        #expect(S.smallSplitWarning(testTasks: 20, testPassed: 10, minImprovement: 0.5)?.contains("at least 11 more") == true)
+    }
+
     @Test("a task whose agent crashes counts 0 over the whole test split; it is not dropped from the mean")
     func crashesCountAsZero() throws {
         try requireRoot()

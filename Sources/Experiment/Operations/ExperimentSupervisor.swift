@@ -106,6 +106,28 @@ public final class ExperimentSupervisor {
         public var baselineScore: Double
         /// How the split was made, for the operator.
         public var splitOrigin: String
+        /// What the operator should change before running (a test split too small to gate).
+        public var warnings: [String] = []
+    }
+
+    /// A test split on which the gate's improvement rule can accept few or no gates. With
+    /// `min_improvement: auto` (1/N) each acceptance needs two more held-out tasks to pass
+    /// than the best so far, so a small split runs out of room fast (or never has any).
+    public static func smallSplitWarning(testTasks n: Int, testPassed: Int, minImprovement: Double?) -> String? {
+        guard n > 0 else { return nil }
+        let m = minImprovement ?? 1.0 / Double(n)
+        // Tasks one acceptance needs beyond the best, with pass/fail rewards: more than m·N.
+        let step = Int((m * Double(n) + 1e-9).rounded(.down)) + 1
+        let room = n - testPassed
+        let possible = room / step
+        guard n < 10 || possible == 0 else { return nil }
+        let setting = minImprovement == nil ? "min_improvement auto is 1/\(n)" : "min_improvement is \(minImprovement!)"
+        var text = "the test split has \(n) task(s) and \(setting): a gate is accepted only when at least \(step) more held-out task(s) pass than the best so far; "
+        text += "from this baseline (\(testPassed)/\(n) pass) "
+        text += possible == 0 ? "no gate can ever be accepted. " : "at most \(possible) gate(s) can ever be accepted. "
+        if step > 1 { text += "`gate.min_improvement: 0` accepts any strictly higher score (one more task); " }
+        text += "a benchmark with more tasks gives a finer held-out score."
+        return text
     }
 
     /// Statuses that say the benchmark's machinery, not agent.py, failed the task.
@@ -160,11 +182,16 @@ public final class ExperimentSupervisor {
         items += violations(audit, actor: "agent.py (baseline)", heldOut: true)
         _ = try ledger.appendAll(items)
         try Views.regenerate(layout, try state(), config: config)
-        return PrepareSummary(tasks: outcomes.count, passed: outcomes.filter(\.passed).count, train: split.train.count,
-                              test: split.test.count, baselineScore: val,
-                              splitOrigin: adapter.fixedSplit != nil
-                                  ? "the benchmark's own split, seed \(split.metadata.seed)"
-                                  : "stratified on baseline pass/fail, seed \(split.metadata.seed)")
+        var summary = PrepareSummary(tasks: outcomes.count, passed: outcomes.filter(\.passed).count, train: split.train.count,
+                                     test: split.test.count, baselineScore: val,
+                                     splitOrigin: adapter.fixedSplit != nil
+                                         ? "the benchmark's own split, seed \(split.metadata.seed)"
+                                         : "stratified on baseline pass/fail, seed \(split.metadata.seed)")
+        let testPassed = split.test.filter { passed[$0] == true }.count
+        if let w = Self.smallSplitWarning(testTasks: split.test.count, testPassed: testPassed, minImprovement: config.minImprovement) {
+            summary.warnings.append(w)
+        }
+        return summary
     }
 
     // MARK: - benchmark
