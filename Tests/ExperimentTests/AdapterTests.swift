@@ -603,6 +603,29 @@ struct BirdAdapterTests {
         return exp
     }
 
+    @Test("a --tool that is a virtual environment's python (a link to the base interpreter) binds the venv: its packages are there in the sandbox")
+    func venvTool() throws {
+        try requireRoot()
+        let venv = try TempDir()
+        let made = try runProcess("/usr/bin/python3", ["-m", "venv", "--without-pip", venv.path + "/v"])
+        try #require(made.status == 0, "\(made.stderr)")
+        let version = try runProcess("/usr/bin/python3", ["-c", "import sys; print(f'python{sys.version_info[0]}.{sys.version_info[1]}')"]).stdout
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        // The graders' web server stand-in, installed only in the venv.
+        let site = venv.path + "/v/lib/\(version)/site-packages"
+        _ = try runProcess("/bin/cp", ["-r", Self.site + "/uvicorn", site + "/"])
+        let exp = try Experiment(benchmark: "bird-interact", extraArgs: ["--repo", BirdAgents.fixture + "/BIRD-Interact", "--tool", venv.path + "/v/bin/python3"])
+        defer { exp.removeScratch() }
+        let config = try exp.file("experiment_config.yaml")
+        #expect(config.contains("\"\(venv.path)/v\""), "the venv is not bound: \(config)")
+        try exp.set("pg_host", BirdAgents.fixture + "/pg")
+        try exp.set("allow", "[]", in: "runner")
+        try exp.set("env_pass", "[FAKE_MODE]", in: "runner")
+        let p = try exp.run(["prepare"], environment: ["FAKE_MODE": "normal"])
+        #expect(p.status == 0, "\(p.stdout)\(p.stderr)")
+        #expect(p.stdout.contains("baseline: 0/10 tasks pass"), "\(p.stdout)\(p.stderr)")
+    }
+
     @Test("graders that die before they are ready fail the run with the reason; the supervisor does not die of SIGPIPE signalling them")
     func servicesDieAtOnce() throws {
         let exp = try make()

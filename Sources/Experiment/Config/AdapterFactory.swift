@@ -285,12 +285,22 @@ enum ToolCheck {
     /// virtual environment (X/pyvenv.cfg), X; otherwise the executable's directory.
     /// Its interpreter's home too, when the venv's pyvenv.cfg names one outside /usr (uv's
     /// managed Pythons live under ~/.local/share/uv/python).
+    ///
+    /// The venv is looked for beside the path as given first: a venv's `bin/python` is a
+    /// symbolic link to the base interpreter, and following it first would bind the base
+    /// install without the venv, whose packages would then be missing in the sandbox. Then
+    /// beside the resolved path (a link *into* a venv, e.g. ~/.local/bin/harbor).
     static func installRoots(of tool: String) -> [String] {
         guard let found = locate(tool) else { return [] }
-        let real = URL(fileURLWithPath: found).resolvingSymlinksInPath().path
-        let dir = (real as NSString).deletingLastPathComponent
-        let parent = (dir as NSString).deletingLastPathComponent
-        guard let cfg = try? String(contentsOfFile: parent + "/pyvenv.cfg", encoding: .utf8) else { return [dir] }
+        let absolute = found.hasPrefix("/") ? found : FileManager.default.currentDirectoryPath + "/" + found
+        let real = URL(fileURLWithPath: absolute).resolvingSymlinksInPath().path
+        func venv(of path: String) -> (String, String)? {
+            // The directory holding bin/ must itself be reached without links for the bind.
+            let parent = URL(fileURLWithPath: ((path as NSString).deletingLastPathComponent as NSString).deletingLastPathComponent)
+                .resolvingSymlinksInPath().path
+            return (try? String(contentsOfFile: parent + "/pyvenv.cfg", encoding: .utf8)).map { (parent, $0) }
+        }
+        guard let (parent, cfg) = venv(of: absolute) ?? venv(of: real) else { return [(real as NSString).deletingLastPathComponent] }
         var roots = [parent]
         for line in cfg.split(separator: "\n") {
             let kv = line.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
