@@ -23,9 +23,11 @@ enum Reward {
         case invalid(String, raw: [UInt8]?)
     }
 
-    /// Reads `reward.txt`, else `reward.json`, from the logs directory `logs` (an fd).
+    /// Reads `reward.json`, else `reward.txt`, from the logs directory `logs` (an fd): the
+    /// precedence of Harbor's own verifier (harbor 0.24.0, harbor/verifier/verifier.py,
+    /// `Verifier.verify`: reward_json_path is checked before reward_text_path).
     static func read(logs: Int32) -> Reading {
-        for file in ["reward.txt", "reward.json"] {
+        for file in ["reward.json", "reward.txt"] {
             switch FileSystem.readSmallFile(at: logs, file, limit: maxBytes) {
             case .failure(.missing):
                 continue

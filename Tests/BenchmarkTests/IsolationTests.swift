@@ -196,9 +196,9 @@ struct IsolationTests {
         #expect(listing(bench.directory) == benchBefore)
         #expect(listing(h.agent!.path) == agentBefore)
         // Nothing new in /dev/shm next to the scratch root (tests running meanwhile may add their
-        // own roots: ah-bench-*, and experiments' default /dev/shm/autoharness).
+        // own roots: ah-bench-*, adapter tests' ah-test-*, and experiments' default /dev/shm/autoharness).
         let shmNew = Set(listing("/dev/shm").filter { !$0.contains("/") }).subtracting(shmBefore)
-        #expect(shmNew.allSatisfy { $0.hasPrefix("ah-bench-") || $0 == "autoharness" }, "\(shmNew)")
+        #expect(shmNew.allSatisfy { $0.hasPrefix("ah-bench-") || $0.hasPrefix("ah-test-") || $0 == "autoharness" }, "\(shmNew)")
     }
 
     @Test("a hostile tree (deep nesting, symlinks to host files, unreadable dirs, non-UTF-8 names) is removed without touching the host")

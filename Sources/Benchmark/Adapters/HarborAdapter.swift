@@ -11,7 +11,14 @@
 //   - the reward is read from the trial's `verifier/reward.txt` (or reward.json), the file
 //     the task's verifier wrote in the environment, and must agree with
 //     `verifier_result.rewards.reward` in result.json; a disagreement scores 0 and says so;
-//   - a trial with `exception_info` (agent timeout, environment error, ...) scores 0;
+//   - a trial with `exception_info` scores its verifier's reward when the verifier still ran
+//     and wrote one (Harbor runs it after an AgentTimeoutError or a non-zero agent exit:
+//     harbor 0.24.0, harbor/trial/single_step.py `_run_agent` records the exception and
+//     `_run` goes on to `_run_verifier`), and 0 otherwise;
+//   - tasks are named as Harbor names them in result.json (`[task] name` of task.toml, e.g.
+//     `org/name`; the directory name when there is none: harbor/models/task/task.py
+//     `Task.__init__`) and selected with `-i` by directory name (harbor/models/task/id.py,
+//     a local task's `get_name`); both map to the directory id;
 //   - a requested task with no trial scores 0;
 //   - task names not requested are ignored (and noted), so a forged extra trial changes nothing.
 // The residual risk (agent.py in the harbor process could write both files of its own trial)
@@ -34,6 +41,40 @@ public struct HarborAdapter: BenchmarkAdapter {
     public var concurrency: Int?
     /// `NAME=VALUE` for agent.py (AGENT_MODEL, AGENT_REASONING_EFFORT).
     public var environment: [String] = []
+    /// Harbor's name of each task (`[task] name`) by directory id, where it differs.
+    public var taskNames: [String: String] = [:]
+    /// `env_provider: local`: the directory of autoharness_harbor_env.py (runner.scripts).
+    public var scriptsDirectory: String?
+
+    /// The task paths of Harbor's containers, private tmpfs directories of the runner
+    /// sandbox under `env_provider: local`.
+    static let localPaths = ["/app", "/tests", "/solution", "/logs"]
+    static let localModule = "autoharness_harbor_env.py"
+    static let localModuleDirectory = "/opt/autoharness-harbor"
+
+    /// Switches for Harbor's own traffic: its PostHog telemetry (harbor/telemetry.py reads
+    /// HARBOR_TELEMETRY), and LiteLLM's fetch of its price list on import (agents that use it).
+    static let quietEnvironment = ["HARBOR_TELEMETRY=0", "LITELLM_LOCAL_MODEL_COST_MAP=True"]
+
+    /// `name = "..."` in the `[task]` table of a task.toml, if any (a line scan: registry
+    /// task.toml files hold arrays and tables this needs no parser for).
+    public static func declaredName(taskToml text: String) -> String? {
+        var inTask = false
+        for raw in text.split(separator: "\n", omittingEmptySubsequences: false) {
+            let line = raw.trimmingCharacters(in: .whitespaces)
+            if line.hasPrefix("[") {
+                inTask = line.hasPrefix("[task]")
+                continue
+            }
+            guard inTask, line.hasPrefix("name"), let eq = line.firstIndex(of: "=") else { continue }
+            guard line[..<eq].trimmingCharacters(in: .whitespaces) == "name" else { continue }
+            var value = line[line.index(after: eq)...].trimmingCharacters(in: .whitespaces)
+            if let hash = value.range(of: " #") { value = String(value[..<hash.lowerBound]).trimmingCharacters(in: .whitespaces) }
+            guard value.count >= 2, let q = value.first, q == "\"" || q == "'", value.last == q else { return nil }
+            return String(value.dropFirst().dropLast())
+        }
+        return nil
+    }
 
     public var name: String { "terminal-bench" }
 
@@ -52,11 +93,13 @@ public struct HarborAdapter: BenchmarkAdapter {
     func argv(_ ids: [String], jobs: String) -> [String] {
         var a = tool.command + ["run"]
         if let p = datasetPath { a += ["-p", p] } else if let d = dataset { a += ["-d", d] }
-        a += ["--agent-import-path", "agent.agent:HarnessAgent"]
+        a += ["--agent", "agent.agent:HarnessAgent"]  // harbor 0.24.0: an import path is -a/--agent (--agent-import-path is deprecated)
         if let m = model { a += ["--model", m] }
-        a += ["--env", environmentProvider]
+        a += ["--env", environmentProvider == "local" ? "autoharness_harbor_env:SandboxEnvironment" : environmentProvider]
         if let x = agentTimeoutMultiplier { a += ["--agent-timeout-multiplier", String(format: "%.2f", x)] }
-        a += ["--jobs-dir", jobs, "-y", "-n", String(min(concurrency ?? 1, ids.count))]
+        // Local trials share the sandbox's /app, /tests, /logs: one at a time.
+        let n = environmentProvider == "local" ? 1 : min(concurrency ?? 1, ids.count)
+        a += ["--jobs-dir", jobs, "-y", "-n", String(n)]
         for id in ids { a += ["-i", id] }
         return a
     }
@@ -68,9 +111,17 @@ public struct HarborAdapter: BenchmarkAdapter {
         defer { run.finish() }
         let jobs = jobsDirectory(run)
         var inv = ToolInvocation(policy: tool.runnerPolicy, argv: argv(ids, jobs: jobs), withAgent: true, label: "harbor")
-        inv.environment = environment
+        inv.environment = environment + Self.quietEnvironment
         if environmentProvider == "docker" {
             inv.extraMounts = [MountSpecs.readWrite(run.scratch.path + "/app")]
+        }
+        if environmentProvider == "local", let scripts = scriptsDirectory {
+            // The module alone, in a directory of its own: beside it in the templates is the
+            // template agent.py, and a plain `agent` module anywhere on sys.path would shadow
+            // the namespace package /work/agent that `agent.agent:HarnessAgent` names.
+            inv.extraMounts += [MountSpec(kind: .readOnly(source: scripts + "/" + Self.localModule), destination: Self.localModuleDirectory + "/" + Self.localModule)]
+                + Self.localPaths.map { MountSpec(kind: .tmpfs(size: 1 << 30, mode: 0o755), destination: $0) }
+            inv.environment.append("PYTHONPATH=/work:\(Self.localModuleDirectory)")
         }
         // A local dataset is bound task by task, at its host path (Docker resolves build
         // contexts there): a train run's harbor, and agent.py inside it, must not see the
@@ -85,7 +136,7 @@ public struct HarborAdapter: BenchmarkAdapter {
         defer { if out >= 0 { close(out) } }
         var results: [String: ToolTaskResult] = [:]
         if out >= 0 {
-            let parsed = Self.parse(out, ids: Set(ids), traces: !context.heldOut)
+            let parsed = Self.parse(out, ids: Set(ids), names: taskNames, traces: !context.heldOut)
             results = parsed.results
             if !parsed.ignored.isEmpty && !context.heldOut {
                 context.log("harbor: ignored trials for tasks not requested: \(parsed.ignored.prefix(5).joined(separator: ", "))")
@@ -133,12 +184,15 @@ public struct HarborAdapter: BenchmarkAdapter {
     }
 
     /// Reads every trial of the jobs directory and keys them on `task_name`.
-    static func parse(_ out: Int32, ids: Set<String>, traces: Bool) -> (results: [String: ToolTaskResult], ignored: [String]) {
+    static func parse(_ out: Int32, ids: Set<String>, names: [String: String] = [:], traces: Bool) -> (results: [String: ToolTaskResult], ignored: [String]) {
+        // Harbor's name of a requested task -> its id (a declared name, or the id itself).
+        var byName: [String: String] = [:]
+        for id in ids { byName[names[id] ?? id] = id }
         var trials: [String: [Trial]] = [:]
         var ignored: [String] = []
         forEachTrial(out) { dir, name in
             guard let trial = readTrial(dir, name: name, traces: traces) else { return }
-            if ids.contains(trial.task) { trials[trial.task, default: []].append(trial) } else { ignored.append(trial.task) }
+            if let id = byName[trial.task] { trials[id, default: []].append(trial) } else { ignored.append(trial.task) }
         }
         var results: [String: ToolTaskResult] = [:]
         for (task, list) in trials {
@@ -152,7 +206,7 @@ public struct HarborAdapter: BenchmarkAdapter {
             } else {
                 let mean = scored.map { $0.reward! }.reduce(0, +) / Double(scored.count)
                 r = ToolTaskResult(reward: mean, status: mean >= TaskOutcome.passThreshold ? .passed : .failed,
-                                   detail: list.count > 1 ? "\(list.count) trials, \(scored.count) scored" : nil)
+                                   detail: list.count > 1 ? "\(list.count) trials, \(scored.count) scored" : list[0].detail)
             }
             if traces { r.trace = list.count == 1 ? list[0].trace : list.enumerated().flatMap { i, t in t.trace.map { ("trial\(i + 1)-\($0.0)", $0.1) } } }
             results[task] = r
@@ -177,12 +231,15 @@ public struct HarborAdapter: BenchmarkAdapter {
             trial.trace += TraceCopy.directory(at: dir, "agent", prefix: "agent-")
             trial.trace += TraceCopy.directory(at: dir, "verifier", prefix: "verifier-")
         }
+        var exception: String?
         if let e = json["exception_info"], !e.isNull {
             let type = e["exception_type"]?.string ?? "exception"
             let message = e["exception_message"]?.string ?? ""
+            exception = "harbor: \(type)\(message.isEmpty ? "" : ": " + message.prefix(200))"
             trial.status = type.lowercased().contains("timeout") ? .agentTimeout : .agentCrashed
-            trial.detail = "harbor: \(type)\(message.isEmpty ? "" : ": " + message.prefix(200))"
-            return trial
+            trial.detail = exception
+            // Harbor ran the verifier anyway when it recorded a reward; otherwise 0.
+            guard json.path("verifier_result", "rewards", "reward") != nil else { return trial }
         }
         let claimed = json.path("verifier_result", "rewards", "reward")
         let verifier = FileSystem.openDirectory(at: dir, FileSystem.name("verifier"))
@@ -206,6 +263,7 @@ public struct HarborAdapter: BenchmarkAdapter {
             }
             trial.reward = v
             trial.status = v >= TaskOutcome.passThreshold ? .passed : .failed
+            trial.detail = exception.map { "\($0) (the verifier still ran, as in Harbor)" }
         }
         return trial
     }

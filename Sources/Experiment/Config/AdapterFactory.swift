@@ -63,8 +63,13 @@ extension ExperimentConfig {
         }
         var tool = toolSettings(argv)
         let provider = envProvider ?? "e2b"
-        guard ["docker", "daytona", "e2b", "modal", "runloop"].contains(provider) else {
-            throw ExperimentError(.usage, "env_provider: '\(provider)' is not one Harbor supports (docker, daytona, e2b, modal, runloop)")
+        guard ["local", "docker", "daytona", "e2b", "modal", "runloop"].contains(provider) else {
+            throw ExperimentError(.usage, "env_provider: '\(provider)' is not one Harbor supports (docker, daytona, e2b, modal, runloop) nor autoharness's local (the task's commands in autoharness's sandbox)")
+        }
+        if provider == "local" {
+            guard let scripts = runner.scripts, FileManager.default.fileExists(atPath: scripts + "/autoharness_harbor_env.py") else {
+                throw ExperimentError(.usage, "env_provider: local needs runner.scripts, the directory of autoharness_harbor_env.py (templates/terminal-bench)")
+            }
         }
         if provider == "docker" && !runner.binds.contains(where: { $0.hasSuffix("docker.sock") }) {
             throw ExperimentError(.usage, """
@@ -91,6 +96,12 @@ extension ExperimentConfig {
             }
             adapter = HarborAdapter(taskIDs: ids, tool: tool)
             adapter.datasetPath = dir
+            for id in ids {
+                if let text = try? String(contentsOfFile: dir + "/" + id + "/task.toml", encoding: .utf8),
+                   let name = HarborAdapter.declaredName(taskToml: text), name != id {
+                    adapter.taskNames[id] = name
+                }
+            }
         } else {
             ids = try taskList(root: root)
             adapter = HarborAdapter(taskIDs: ids, tool: tool)
@@ -98,6 +109,7 @@ extension ExperimentConfig {
         }
         adapter.model = agentModel == "none" ? nil : agentModel
         adapter.environmentProvider = provider
+        adapter.scriptsDirectory = runner.scripts
         // Harbor multiplies each task's own agent timeout (900 s for Terminal-Bench 2.0 tasks).
         // Upstream derived the multiplier from per_task_timeout / 180, which overshoots 5×;
         // here it is explicit.

@@ -1,0 +1,123 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// The real Harbor (pinned, installed by `scripts/install-harbor` into a venv outside the
+/// repository) running a generated Harbor dataset through init → prepare → benchmark → gate,
+/// its tasks' commands in autoharness's sandbox (`env_provider: local`, no Docker). A missing
+/// install fails the test: CI installs it first.
+@Suite("Real Harbor: terminal-bench end to end", .serialized)
+struct RealHarborTests {
+    static func harbor() throws -> String {
+        let r = try runProcess("/bin/bash", [Built.packageRoot + "/scripts/install-harbor", "--print"])
+        let path = r.stdout.split(separator: " ").last.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+        return try #require(path.flatMap { $0.isEmpty ? nil : $0 }, "harbor is not installed: run scripts/install-harbor (\(r.stderr))")
+    }
+
+    /// Six tasks in Harbor's layout: registry-style `[task] name` (`autoharness-test/...`) on
+    /// all but one, environment/ with a Dockerfile (not built) and a seed file, a verifier
+    /// that checks /app/out.txt against the seed. The `sleepy-*` tasks' agent timeout is 2 s:
+    /// the solving agent writes its answer and then sleeps past it.
+    static func dataset(in dir: String) throws -> [String] {
+        var ids: [String] = []
+        for (k, kind) in ["hello", "hello", "hello", "sleepy", "sleepy", "sleepy"].enumerated() {
+            let id = "\(kind)-\(k + 1)"
+            ids.append(id)
+            let t = dir + "/" + id
+            for d in ["environment", "tests", "solution"] { try FileManager.default.createDirectory(atPath: t + "/" + d, withIntermediateDirectories: true) }
+            let name = k == 0 ? "" : "[task]\nname = \"autoharness-test/\(id)\"\ndescription = \"generated\"\nkeywords = [\"test\", \"local\"]\n\n"
+            try "schema_version = \"1.4\"\n\n\(name)[agent]\ntimeout_sec = \(kind == "sleepy" ? 2.0 : 60.0)\n\n[verifier]\ntimeout_sec = 30.0\n"
+                .write(toFile: t + "/task.toml", atomically: true, encoding: .utf8)
+            try "Copy the word in /app/seed.txt into /app/out.txt.\(kind == "sleepy" ? " SLEEP" : "")\n".write(toFile: t + "/instruction.md", atomically: true, encoding: .utf8)
+            try "FROM ubuntu:24.04\nWORKDIR /app\nCOPY seed.txt /app/seed.txt\n".write(toFile: t + "/environment/Dockerfile", atomically: true, encoding: .utf8)
+            try "word-\(k + 1)\n".write(toFile: t + "/environment/seed.txt", atomically: true, encoding: .utf8)
+            try """
+                #!/bin/bash
+                if cmp -s /app/seed.txt /app/out.txt; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+
+                """.write(toFile: t + "/tests/test.sh", atomically: true, encoding: .utf8)
+            try "#!/bin/bash\ncp /app/seed.txt /app/out.txt\n".write(toFile: t + "/solution/solve.sh", atomically: true, encoding: .utf8)
+        }
+        return ids
+    }
+
+    /// A Harbor agent (harbor.agents.base.BaseAgent): runs its commands through the
+    /// environment's exec, as Harbor's own agents do.
+    static func agent(solves: Bool) -> String {
+        """
+        from harbor.agents.base import BaseAgent
+
+
+        class HarnessAgent(BaseAgent):
+            @staticmethod
+            def name():
+                return "autoharness-test"
+
+            def version(self):
+                return "1"
+
+            async def setup(self, environment):
+                pass
+
+            async def run(self, instruction, environment, context):
+                context.n_input_tokens = 10
+                if \(solves ? "True" : "False"):
+                    r = await environment.exec("cp seed.txt out.txt && ls")
+                    print("exec:", r.return_code, r.stdout)
+                if "SLEEP" in instruction:
+                    await environment.exec("sleep 30")
+
+        """
+    }
+
+    @Test("prepare → benchmark → gate with the real harbor: tasks named by [task] name map to their directories, the rewards are Harbor's own, an agent timeout still scores its verifier's reward")
+    func loop() throws {
+        try requireRoot()
+        let harbor = try Self.harbor()
+        let data = try TempDir()
+        let ids = try Self.dataset(in: data.path)
+        let exp = try Experiment(benchmark: "terminal-bench", extraArgs: ["--tool", harbor, "--dataset", data.path])
+        defer { exp.removeScratch() }
+        try exp.set("env_provider", "local")
+        try exp.set("agent_model", "none")
+        try exp.set("env_pass", "[]", in: "runner")
+        try exp.set("allow", "[]", in: "runner")
+        try exp.set("min_improvement", "0")
+        try exp.setAgent(Self.agent(solves: false))
+
+        let p = try exp.run(["prepare"], environment: [:])
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        #expect(p.stdout.contains("baseline: 0/6 tasks pass"), "\(p.stdout)\(p.stderr)")
+        let split = try exp.split()
+        #expect(Set(split.train + split.test) == Set(ids))
+
+        try exp.setAgent(Self.agent(solves: true))
+        let b = try exp.run(["benchmark"], environment: [:])
+        #expect(b.status == 0, "\(b.stdout)\(b.stderr)")
+        let rewards = try exp.trainResults()
+        let statuses = try exp.statuses(split.train)
+        for id in split.train {
+            #expect(rewards[id] as? Double == 1.0, "\(id): \(rewards[id] ?? "nil") \(b.stderr)")
+            // What Harbor itself wrote for the trial: the same reward, under Harbor's name.
+            let result = try #require(exp.traceFile(traceName(id), "harbor-result.json"), "no Harbor result for \(id)")
+            let json = try #require(try JSONSerialization.jsonObject(with: Data(result.utf8)) as? [String: Any])
+            #expect(json["task_name"] as? String == (id == "hello-1" ? id : "autoharness-test/\(id)"), "\(json["task_name"] ?? "")")
+            #expect(((json["verifier_result"] as? [String: Any])?["rewards"] as? [String: Any])?["reward"] as? Double == 1.0)
+            if id.hasPrefix("sleepy") {
+                #expect((json["exception_info"] as? [String: Any])?["exception_type"] as? String == "AgentTimeoutError", "\(result.prefix(800))")
+                let ours = try #require(exp.traceFile(traceName(id), "result.json"))
+                #expect(ours.contains("AgentTimeoutError") && ours.contains("the verifier still ran"), "\(ours)")
+            }
+            #expect(statuses[id] == "passed")
+        }
+        #expect(split.train.contains { $0.hasPrefix("sleepy") }, "no sleepy task in train: \(split)")
+
+        let one = try #require(split.train.first)
+        let single = try exp.run(["benchmark", "--task-ids", one], environment: [:])
+        #expect(single.status == 0 && single.stdout.contains("train: 1/1 passed"), "\(single.stdout)\(single.stderr)")
+
+        let g = try exp.run(["gate"], environment: [:])
+        #expect(g.status == 0 && g.stdout.contains("ACCEPTED"), "\(g.stdout)\(g.stderr)")
+        #expect(exp.scratchMounts().isEmpty)
+    }
+}
