@@ -1,5 +1,6 @@
 @testable import Experiment
 import Foundation
+import Sandbox
 import Testing
 import TestSupport
 
@@ -120,5 +121,22 @@ struct AgentUsageTests {
         }
         let bad = #expect(throws: ConfigErrors.self) { try ExperimentConfig.parse("benchmark: local\ndataset: d\nbudget:\n  max_cost: 3\n", file: "c.yaml") }
         #expect(bad?.description.contains("unknown key 'max_cost' in budget") == true, "\(String(describing: bad))")
+    }
+
+    @Test("a task run's refused connections are recorded with where they went (20 destinations named, the rest folded), allowed ones not at all")
+    func egressViolationsNameTheirDestination() throws {
+        try requireRoot()
+        let exp = try Experiment(prepare: false)
+        let supervisor = try ExperimentSupervisor(layout: ExperimentLayout(root: exp.root),
+                                                  policySearchPaths: [Built.packageRoot + "/policies"], purpose: "test")
+        let audit = AuditLog()
+        audit.record(AuditEvent(sandbox: "s", kind: .egress, name: "api.openai.com:443", action: "allowed"))
+        for _ in 0..<2 { audit.record(AuditEvent(sandbox: "s", kind: .egress, name: "us.i.posthog.com:443", action: "denied")) }
+        for k in 0..<25 { audit.record(AuditEvent(sandbox: "s", kind: .egress, name: "h\(k).example:443", action: "denied")) }
+        let rows = supervisor.violations(audit, actor: "agent.py (train run)").compactMap { $0.1 as? ViolationRecord }
+        #expect(rows.allSatisfy { $0.kind == "egress" })
+        #expect(rows.first?.detail == "egress us.i.posthog.com:443 ×2", "\(rows.map(\.detail))")
+        #expect(rows.count == 21 && rows.last?.detail == "egress (other destinations) ×6", "\(rows.map(\.detail))")
+        #expect(!rows.contains { $0.detail.contains("api.openai.com") })
     }
 }

@@ -386,13 +386,25 @@ public final class ExperimentSupervisor {
     func violations(_ audit: AuditLog, actor: String, heldOut: Bool = false) -> [(RecordKind, any Encodable)] {
         var counts: [String: Int] = [:]
         var order: [String] = []
+        var destinations = 0
         // Connections the allowlist let through (a runner's model API) are not violations.
         for e in audit.events where e.isViolation {
-            let key = e.countedKind == .syscall ? "syscall \(e.name)" : e.countedKind.rawValue
+            var key = e.countedKind == .syscall ? "syscall \(e.name)" : e.countedKind.rawValue
+            // A refused connection names where it went (the first 20 destinations; a flood
+            // of distinct ones is folded into one row).
+            if e.countedKind == .egress {
+                let named = "egress \(e.name)"
+                if counts[named] == nil && destinations >= 20 {
+                    key = "egress (other destinations)"
+                } else {
+                    if counts[named] == nil { destinations += 1 }
+                    key = named
+                }
+            }
             if counts[key] == nil { order.append(key) }
             counts[key, default: 0] += e.count ?? 1
         }
-        return order.map { (.violation, ViolationRecord(actor: actor, kind: $0.hasPrefix("syscall") ? "syscall" : $0,
+        return order.map { (.violation, ViolationRecord(actor: actor, kind: $0.hasPrefix("syscall") ? "syscall" : $0.hasPrefix("egress") ? "egress" : $0,
                                                         detail: "\($0) ×\(counts[$0]!)", heldOut: heldOut ? true : nil)) }
     }
 
