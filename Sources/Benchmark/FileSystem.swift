@@ -222,24 +222,7 @@ enum FileSystem {
                     throw BenchmarkError(.io, "chown \(display(n)): \(errorText())")
                 }
             } else if isRegular(st) {
-                let s = openat(source, n, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
-                let d = openat(destination, n, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-                defer {
-                    if s >= 0 { close(s) }
-                    if d >= 0 { close(d) }
-                }
-                guard s >= 0, d >= 0 else { throw BenchmarkError(.io, "copy \(display(n)): \(errorText())") }
-                var buffer = [UInt8](repeating: 0, count: 1 << 16)
-                while true {
-                    let r = buffer.withUnsafeMutableBytes { read(s, $0.baseAddress, $0.count) }
-                    if r < 0 && errno == EINTR { continue }
-                    guard r >= 0 else { throw BenchmarkError(.io, "read \(display(n)): \(errorText())") }
-                    if r == 0 { break }
-                    if let e = writeAll(d, buffer[0..<r]) { throw BenchmarkError(.io, "write \(display(n)): \(errorText(e))") }
-                }
-                guard fchown(d, owner.0, owner.1) == 0, fchmod(d, mode) == 0 else {
-                    throw BenchmarkError(.io, "chown \(display(n)): \(errorText())")
-                }
+                try copyFile(from: source, n, to: destination, owner: owner, mode: mode)
             } else if isSymlink(st) {
                 var target = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
                 let len = readlinkat(source, n, &target, Int(PATH_MAX))
@@ -252,6 +235,30 @@ enum FileSystem {
             } else {
                 throw BenchmarkError(.io, "environment/\(display(n)) is not a regular file, directory or symlink")
             }
+        }
+    }
+
+    /// Copies the regular file `name` of `source` (never through a symlink) to a new file of
+    /// the same name in `destination`, owned by `owner` with `mode` (permission bits only).
+    static func copyFile(from source: Int32, _ n: Name, to destination: Int32, owner: (uid_t, gid_t), mode: mode_t) throws(BenchmarkError) {
+        // O_NONBLOCK: a FIFO put where a file was expected must not hang the supervisor.
+        let s = openat(source, n, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
+        guard s >= 0 else { throw BenchmarkError(.io, "copy \(display(n)): \(errorText())") }
+        defer { close(s) }
+        guard let st = fileStatus(s), isRegular(st) else { throw BenchmarkError(.io, "copy \(display(n)): not a regular file") }
+        let d = openat(destination, n, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard d >= 0 else { throw BenchmarkError(.io, "copy \(display(n)): \(errorText())") }
+        defer { close(d) }
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        while true {
+            let r = buffer.withUnsafeMutableBytes { read(s, $0.baseAddress, $0.count) }
+            if r < 0 && errno == EINTR { continue }
+            guard r >= 0 else { throw BenchmarkError(.io, "read \(display(n)): \(errorText())") }
+            if r == 0 { break }
+            if let e = writeAll(d, buffer[0..<r]) { throw BenchmarkError(.io, "write \(display(n)): \(errorText(e))") }
+        }
+        guard fchown(d, owner.0, owner.1) == 0, fchmod(d, mode & 0o777) == 0 else {
+            throw BenchmarkError(.io, "chown \(display(n)): \(errorText())")
         }
     }
 

@@ -36,6 +36,7 @@ sys.path.insert(0, "/work")
 from agent.agent import HarnessAgent  # noqa: E402
 
 AGENT_NAME = "autoharness_agent"
+SAVE_TO = "autoharness"
 
 
 def make_agent(tools, domain_policy, **kwargs):
@@ -54,10 +55,28 @@ config = TextRunConfig(
     task_ids=ids,
     max_concurrency=args.max_concurrency,
     seed=args.seed,
+    save_to=SAVE_TO,
 )
-results = run_domain(config)
-tmp = args.out + ".tmp"
-with open(tmp, "w", encoding="utf-8") as f:
-    f.write(results.model_dump_json(indent=2))
-os.replace(tmp, args.out)
+
+
+def save(text):
+    tmp = args.out + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, args.out)
+
+
+try:
+    results = run_domain(config)
+except BaseException as e:
+    # run_domain checkpoints every finished simulation to DATA_DIR/simulations/<save_to>/
+    # results.json (tau2 v1.0.1 src/tau2/runner/batch.py, _run_save_paths): when it fails
+    # later (a model outage, the metrics at the end), those simulations are still scored.
+    checkpoint = os.path.join(os.environ["TAU2_DATA_DIR"], "simulations", SAVE_TO, "results.json")
+    if os.path.isfile(checkpoint):
+        with open(checkpoint, encoding="utf-8") as f:
+            save(f.read())
+        print("autoharness: tau2 failed (%s: %s); the simulations it had saved are kept" % (type(e).__name__, e), file=sys.stderr)
+    raise
+save(results.model_dump_json(indent=2))
 print("autoharness: %d simulation(s) saved" % len(results.simulations))

@@ -69,7 +69,9 @@ for raw in simulations:
         info = evaluate_simulation(
             simulation=SimulationRun.model_validate(raw),
             task=Task.model_validate(tasks[tid]),
-            evaluation_type=EvaluationType.ALL_WITH_NL_ASSERTIONS,  # what live runs use
+            # what tau2's own runs use (runner/batch.py): the NL-assertion judge runs only for
+            # tasks whose reward_basis counts it
+            evaluation_type=EvaluationType.ALL,
             solo_mode=False,
             domain=args.domain,
         )

@@ -6,10 +6,10 @@
 //   1. runner (`benchmark-runner`): autoharness_tau2_run.py registers HarnessAgent and calls
 //      tau2's run_domain on the requested ids. TAU2_DATA_DIR is a copy of the data directory
 //      on the run's tmpfs in which every task's `evaluation_criteria` (expected actions,
-//      assertions) is removed and other domains' task files and old simulations are left
-//      out: agent.py cannot read the answers, because they are not in its sandbox. tau2
-//      therefore grades these simulations 1.0 ("No evaluation criteria"); that score is
-//      never read.
+//      assertions) is emptied and only the files tau2 opens for the domain are copied
+//      (`visibleFiles`: no other domain, no shipped results, no task issues, no old
+//      simulations): agent.py cannot read the answers, because they are not in its sandbox.
+//      tau2 therefore grades these simulations 1.0; that score is never read.
 //   2. scorer (`benchmark-scorer`, no agent.py mounted, a process that never imports it):
 //      autoharness_tau2_score.py re-evaluates each saved trajectory with tau2's own
 //      evaluate_simulation against the full task definitions (replaying the tool calls on a
@@ -40,6 +40,11 @@ public struct Tau2Adapter: BenchmarkAdapter {
     public var fixedSplit: (train: [String], test: [String], seed: UInt64)? { (split.train, split.test, seed) }
 
     var domainDirectory: String { dataDirectory + "/tau2/domains/" + domain }
+
+    /// tau2 calls its models through LiteLLM, which fetches a price list from GitHub when it
+    /// is imported; its bundled copy serves as well, and the fetch would be a refused
+    /// connection recorded against the run.
+    static let quietEnvironment = ["LITELLM_LOCAL_MODEL_COST_MAP=True"]
 
     /// Loads `split_tasks.json` and checks `tasks.json` of the domain.
     public init(domain: String, dataDirectory: String, scriptsDirectory: String, tool: ToolSettings) throws(BenchmarkError) {
@@ -97,7 +102,7 @@ public struct Tau2Adapter: BenchmarkAdapter {
                                   "--out", "/work/out/simulations.json"]
                 + (agentModel.map { ["--agent-llm", $0] } ?? []) + (userModel.map { ["--user-llm", $0] } ?? []),
             withAgent: true, label: "tau2")
-        runner.environment = environment + ["TAU2_DATA_DIR=/work/out/data"]
+        runner.environment = environment + Self.quietEnvironment + ["TAU2_DATA_DIR=/work/out/data"]
         runner.extraMounts = [scripts]
         let domain = self.domain, source = dataDirectory
         runner.prepareOutput = { out, owner throws(BenchmarkError) in
@@ -113,7 +118,7 @@ public struct Tau2Adapter: BenchmarkAdapter {
             argv: tool.command + [scriptsDirectory + "/autoharness_tau2_score.py", "--domain", domain, "--task-ids-file", "/work/in/task_ids.txt",
                                   "--simulations", "/work/run/simulations.json", "--out", "/work/out/rewards.json", "--traces", "/work/out/traces"],
             withAgent: false, label: "tau2 scorer")
-        scorer.environment = environment.filter { !$0.hasPrefix("AGENT_") } + ["TAU2_DATA_DIR=\(dataDirectory)"]
+        scorer.environment = environment.filter { !$0.hasPrefix("AGENT_") } + Self.quietEnvironment + ["TAU2_DATA_DIR=\(dataDirectory)"]
         scorer.extraMounts = [scripts, MountSpec(kind: .readOnly(source: dataDirectory), destination: dataDirectory)]
         scorer.runDirectory = run.scratch.path + "/app"
         scorer.outputName = "score"
@@ -129,43 +134,57 @@ public struct Tau2Adapter: BenchmarkAdapter {
         return run.outcomes(ids, results, toolExit: exit, seconds: runExit.seconds + scoreExit.seconds)
     }
 
-    /// Copies `<data>/tau2` into `out/data/tau2`, leaving out every domain but `domain`,
-    /// its task files and split, and any saved simulations; then writes the domain's
-    /// tasks.json with only the tasks of this run (a train run must not show agent.py, and
-    /// through its output the coding agent, any test task), each with `evaluation_criteria`
-    /// set to null, and a split_tasks.json whose `base` is those ids.
+    /// What of tau2's data directory the runner may see, by name: the files tau2 v1.0.1 opens
+    /// to build a domain's environment and user simulator (src/tau2/domains/<d>/utils.py and
+    /// environment.py, src/tau2/user/user_simulator.py). Everything else stays out: other
+    /// domains, `results/` (tau2's shipped leaderboard trajectories, which include the test
+    /// tasks' solved runs), `task_issues/`, saved `simulations/`, the voice and full/small
+    /// task sets. tasks.json and split_tasks.json are written, not copied.
+    static let visibleFiles: [String: [String]] = [
+        "airline": ["db.json", "policy.md"],
+        "retail": ["db.json", "policy.md"],
+        "telecom": ["db.toml", "user_db.toml", "main_policy.md", "tech_support_manual.md", "tech_support_workflow.md"],
+    ]
+    static let userSimulatorFiles = ["simulation_guidelines.md", "simulation_guidelines_tools.md"]
+
+    /// Builds `out/data/tau2` by allowlist (`visibleFiles`, never a copy of the tree with
+    /// parts deleted), then writes the domain's tasks.json with only the tasks of this run (a
+    /// train run must not show agent.py, and through its output the coding agent, any test
+    /// task), each reduced by `runnerTask`, and a split_tasks.json whose `base` is those ids.
+    /// A file tau2 needs that the checkout lacks is left out: tau2 then names it.
     static func sanitizedData(from data: String, domain: String, ids: [String], into out: Int32, owner: (uid_t, gid_t)) throws(BenchmarkError) {
-        let src = FileSystem.openDirectory(data + "/tau2")
-        guard src >= 0 else { throw BenchmarkError(.io, "\(data)/tau2: \(FileSystem.errorText())") }
-        defer { close(src) }
-        guard let d = FileSystem.makeDirectory(at: out, "data", mode: 0o755, owner: owner),
-              let t = FileSystem.makeDirectory(at: d, "tau2", mode: 0o755, owner: owner) else {
-            throw BenchmarkError(.io, "tau2 data copy: \(FileSystem.errorText())")
-        }
-        defer {
-            close(d)
-            close(t)
-        }
-        try FileSystem.copyTree(from: src, to: t, owner: owner, skip: ["simulations"]) { path in
-            let parts = path.split(separator: "/")
-            if parts.first == "domains" && parts.count >= 2 && parts[1] != domain { return false }
-            if parts.first == "domains" && parts.count == 3 {
-                let file = parts[2]
-                if file.hasPrefix("tasks") || file.hasPrefix("split_tasks") { return false }
-            }
-            return !parts.contains("simulations")
+        guard let files = visibleFiles[domain] else {
+            throw BenchmarkError(.configuration, "tau2 domain \(domain): autoharness knows which files of \(visibleFiles.keys.sorted().joined(separator: ", ")) the agent may see, not of this one")
         }
         let domainDir = data + "/tau2/domains/" + domain
+        guard let d = FileSystem.makeDirectory(at: out, "data", mode: 0o755, owner: owner),
+              let t = FileSystem.makeDirectory(at: d, "tau2", mode: 0o755, owner: owner),
+              let domains = FileSystem.makeDirectory(at: t, "domains", mode: 0o755, owner: owner),
+              let target = FileSystem.makeDirectory(at: domains, domain, mode: 0o755, owner: owner),
+              let guidelines = FileSystem.makeDirectory(at: t, "user_simulator", mode: 0o755, owner: owner) else {
+            throw BenchmarkError(.io, "tau2 data copy: \(FileSystem.errorText())")
+        }
+        defer { [d, t, domains, target, guidelines].forEach { close($0) } }
+        for (source, names, destination) in [(domainDir, files, target), (data + "/tau2/user_simulator", userSimulatorFiles, guidelines)] {
+            let src = FileSystem.openDirectory(source)
+            guard src >= 0 else { throw BenchmarkError(.io, "\(source): \(FileSystem.errorText())") }
+            defer { close(src) }
+            for name in names {
+                guard FileSystem.entryStatus(at: src, FileSystem.name(name)) != nil else { continue }
+                do {
+                    try FileSystem.copyFile(from: src, FileSystem.name(name), to: destination, owner: owner, mode: 0o644)
+                } catch {
+                    throw BenchmarkError(.io, "tau2 data copy: \(source)/\(error.message)")
+                }
+            }
+        }
         let dfd = FileSystem.openDirectory(domainDir)
         guard dfd >= 0 else { throw BenchmarkError(.io, "\(domainDir): \(FileSystem.errorText())") }
         defer { close(dfd) }
         guard case .success(let bytes) = FileSystem.readSmallFile(at: dfd, "tasks.json", limit: 256 << 20),
-              let stripped = stripCriteria(bytes, keeping: Set(ids)) else {
+              let stripped = runnerTasks(bytes, keeping: Set(ids)) else {
             throw BenchmarkError(.invalidBenchmark, "\(domainDir)/tasks.json: not a JSON list of tasks")
         }
-        let target = openat(t, "domains/" + domain, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard target >= 0 else { throw BenchmarkError(.io, "tau2 data copy: domains/\(domain): \(FileSystem.errorText())") }
-        defer { close(target) }
         let split = (try? JSONEncoder().encode(["base": ids])).map(Array.init) ?? []
         for (name, bytes) in [("tasks.json", stripped), ("split_tasks.json", split)] {
             if let e = FileSystem.writeFile(at: target, name, bytes, mode: 0o644) {
@@ -175,15 +194,29 @@ public struct Tau2Adapter: BenchmarkAdapter {
         }
     }
 
-    /// The tasks named in `ids`, each with `evaluation_criteria` replaced by null; the rest of
-    /// each task (its user scenario, initial state) is kept as it was.
-    static func stripCriteria(_ bytes: [UInt8], keeping ids: Set<String>) -> [UInt8]? {
+    /// The task fields tau2 needs to run a simulation: the user simulator's scenario, the
+    /// environment's initial state and the user's tools (tau2 v1.0.1 src/tau2/data_model/tasks.py,
+    /// Task). `description` (the evaluator's notes), `ticket` (solo mode), `issues` and
+    /// `required_documents` are dropped.
+    static let runnerTaskFields: Set<String> = ["id", "user_scenario", "initial_state", "user_tools"]
+
+    /// The tasks named in `ids`, each reduced to `runnerTaskFields` plus an
+    /// `evaluation_criteria` with nothing in it. Not null: tau2's run_domain ends with
+    /// compute_metrics, whose per-task metrics (Results._task_metrics in
+    /// src/tau2/data_model/simulation.py) raise KeyError('num_agent_actions') on a null
+    /// criteria, so no simulation was ever returned. Every check null (not `actions: []`,
+    /// which makes tau2 replay an empty action list against the database) and an empty
+    /// `reward_basis`: tau2 grades each simulation 1.0 and computes its metrics as zeros.
+    static func runnerTasks(_ bytes: [UInt8], keeping ids: Set<String>) -> [UInt8]? {
         guard case .array(let all)? = JSONValue.parse(bytes) else { return nil }
         var tasks = all.filter { $0["id"]?.string.map(ids.contains) ?? false }
+        let empty = JSONValue.object(["actions": .null, "env_assertions": .null, "communicate_info": .null,
+                                      "nl_assertions": .null, "reward_basis": .array([])])
         for i in tasks.indices {
-            guard case .object(var o) = tasks[i] else { return nil }
-            o["evaluation_criteria"] = .null
-            tasks[i] = .object(o)
+            guard case .object(let o) = tasks[i] else { return nil }
+            var kept = o.filter { runnerTaskFields.contains($0.key) }
+            kept["evaluation_criteria"] = empty
+            tasks[i] = .object(kept)
         }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]

@@ -48,9 +48,24 @@ class Results:
         self.timestamp = datetime.datetime.now().isoformat()
         self.info, self.tasks, self.simulations = info, tasks, simulations
 
+    # tau2-bench v1.0.1 src/tau2/data_model/simulation.py, Results._task_metrics: a task
+    # whose evaluation_criteria is null gives {} and the lookups below raise KeyError
+    # ('num_agent_actions'); compute_metrics calls this for every task at the end of run_domain.
+    @staticmethod
+    def _task_metrics(task):
+        eval_metrics = task.evaluation_criteria.info() if task.evaluation_criteria is not None else {}
+        num_actions = eval_metrics["num_agent_actions"] + eval_metrics["num_user_actions"]
+        return {
+            "task_num_agent_actions": eval_metrics["num_agent_actions"],
+            "task_num_user_actions": eval_metrics["num_user_actions"],
+            "task_num_actions": num_actions,
+            "task_num_env_assertions": eval_metrics["num_env_assertions"],
+            "task_num_nl_assertions": eval_metrics["num_nl_assertions"],
+        }
+
     def model_dump_json(self, indent=None):
         import os
         if os.environ.get("FAKE_MODE") == "garbage":
             return "{\"timestamp\": \"2026-"
-        return json.dumps({"timestamp": self.timestamp, "info": self.info, "tasks": self.tasks, "simulations": self.simulations},
-                          indent=indent)
+        return json.dumps({"timestamp": self.timestamp, "info": self.info, "tasks": [t.model_dump() for t in self.tasks],
+                           "simulations": self.simulations}, indent=indent)

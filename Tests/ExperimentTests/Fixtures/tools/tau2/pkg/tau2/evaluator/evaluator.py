@@ -1,3 +1,10 @@
+# Follows tau2-bench v1.0.1 src/tau2/evaluator/evaluator.py (evaluate_simulation) and its
+# evaluator_env/evaluator_action: a premature termination scores 0; no evaluation_criteria
+# scores 1.0; otherwise each component is computed (a component with nothing to check is
+# 1.0) and the reward is the product of the components named in reward_basis; a basis that
+# names NL_ASSERTION is only evaluated when asked (ALL_WITH_NL_ASSERTIONS) or required by
+# the task. The stand-in's "database check" is that every expected assistant action (name
+# and arguments) was called, which is what replaying them on a fresh database compares.
 from enum import Enum
 
 from tau2.data_model.simulation import RewardInfo
@@ -12,16 +19,31 @@ class EvaluationType(str, Enum):
     ALL_WITH_NL_ASSERTIONS = "all_with_nl_assertions"
 
 
-def evaluate_simulation(simulation, task, evaluation_type, solo_mode, domain, mode=None, env_kwargs=None):
+def _called(simulation):
+    return [(c.get("name"), c.get("arguments")) for m in simulation.messages if isinstance(m, dict) and m.get("role") == "assistant"
+            for c in (m.get("tool_calls") or []) if isinstance(c, dict)]
+
+
+def evaluate_simulation(simulation, task, evaluation_type, solo_mode, domain, mode=None, env_kwargs=None, strict_replay=True):
     if simulation.termination_reason not in ("agent_stop", "user_stop"):
         return RewardInfo(0.0, info={"note": "Simulation terminated prematurely. Termination reason: %s" % simulation.termination_reason})
     criteria = task.evaluation_criteria
     if criteria is None:
         return RewardInfo(1.0, info={"note": "No evaluation criteria"})
-    called = [(c.get("name"), c.get("arguments")) for m in simulation.messages if isinstance(m, dict) and m.get("role") == "assistant"
-              for c in (m.get("tool_calls") or []) if isinstance(c, dict)]
-    checks = []
-    for a in criteria.get("actions") or []:
-        checks.append({"action": a, "action_match": (a["name"], a["arguments"]) in called, "action_reward": 1.0})
-    reward = 1.0 if all(c["action_match"] for c in checks) else 0.0
-    return RewardInfo(reward, reward_basis=criteria.get("reward_basis"), action_checks=checks)
+    called = _called(simulation)
+    expected = [a for a in (criteria.actions or []) if a.get("requestor", "assistant") == "assistant"]
+    checks = [{"action": a, "action_match": (a["name"], a["arguments"]) in called, "action_reward": 1.0} for a in expected]
+    matched = 1.0 if all(c["action_match"] for c in checks) else 0.0
+    env_reward = 1.0 if criteria.actions is None and criteria.env_assertions is None else matched
+    action_reward = 1.0 if criteria.actions is None else matched
+    if evaluation_type == EvaluationType.ALL_WITH_NL_ASSERTIONS or "NL_ASSERTION" in criteria.reward_basis:
+        # tau2 calls its LLM judge here (a network call with the judge's API key), even when
+        # the task's basis does not count the result; the stand-in has no judge.
+        raise RuntimeError("litellm.AuthenticationError: the NL-assertion judge needs an API key (stand-in)")
+    reward = 1.0
+    basis = set(criteria.reward_basis)
+    if basis & {"DB", "ENV_ASSERTION"}:
+        reward *= env_reward
+    if "ACTION" in basis:
+        reward *= action_reward
+    return RewardInfo(reward, reward_basis=criteria.reward_basis, action_checks=checks)
