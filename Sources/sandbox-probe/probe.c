@@ -247,6 +247,13 @@ int main(int argc, char **argv) {
     }
     if (IS("userfaultfd")) return report(syscall(SYS_userfaultfd, 0));
     if (IS("pidfd-open")) return report(syscall(SYS_pidfd_open, getpid(), 0));
+    // NUMA memory policy on a page of our own: as OpenBLAS (numpy's) does at start-up (a
+    // hint, flags 0), and asking the kernel to move pages already placed (MPOL_MF_MOVE = 2).
+    if (IS("mbind-hint") || IS("mbind-move")) {
+        void *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (page == MAP_FAILED) return report_errno(errno);
+        return report(syscall(SYS_mbind, page, 4096, 1 /* MPOL_PREFERRED */, NULL, 0, IS("mbind-move") ? 2 : 0));
+    }
     // Page-cache residency oracles and eviction, on a file every sandbox can read.
     if (IS("mincore") || IS("cachestat") || IS("readahead") || IS("fadvise-dontneed") ||
         IS("fadvise-willneed") || IS("fadvise-sequential") || IS("preadv2-nowait") || IS("preadv2") ||

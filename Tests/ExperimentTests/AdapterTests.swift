@@ -542,6 +542,62 @@ struct Tau2AdapterTests {
         }
     }
 
+    @Test("a failing tool's stderr reaches the operator in prepare's baseline (escape sequences made visible), never from a gate's held-out run")
+    func heldOutToolErrors() throws {
+        let exp = try make()
+        defer { exp.removeScratch() }
+        // Refunds every order, but dies with a marker on stderr when it meets a test task's order.
+        let agent = Tau2Agents.refunding(reasons: ["broken", "late", "wrong_size"]) + """
+
+            import sys
+            _generate = HarnessAgent.generate_next_message
+            def generate(self, message, state):
+                if any(o in (message.content or "") for o in ("#W1007", "#W1008", "#W1009", "#W1011")):
+                    sys.stderr.write("MARKER held-out order seen \\x1b[2J\\n")
+                    sys.stderr.flush()
+                    os._exit(3)
+                return _generate(self, message, state)
+            HarnessAgent.generate_next_message = generate
+            """
+        try exp.setAgent(agent)
+        // prepare's baseline runs every task in one tau2 process: it dies, and says why
+        let p = try exp.run(["prepare"], environment: Self.env)
+        #expect(p.status == 1, "\(p.stdout)\(p.stderr)")
+        #expect(p.stderr.contains("tau2 exited 3: "), "\(p.stderr)")
+        #expect(p.stderr.contains("MARKER held-out order seen \\u{1b}[2J"), "\(p.stderr)")
+        #expect(!p.stderr.contains("\u{1B}[2J"), "a raw escape sequence reached the terminal")
+
+        try exp.setAgent(Tau2Agents.refunding(reasons: ["broken"]))
+        let ok = try exp.run(["prepare"], environment: Self.env)
+        try #require(ok.status == 0, "\(ok.stdout)\(ok.stderr)")
+        try exp.setAgent(agent)
+        let g = try exp.run(["gate"], environment: Self.env)
+        #expect(g.stderr.contains("tau2 exited 3"), "the held-out run did fail: \(g.stderr)")
+        #expect(!(g.stdout + g.stderr).contains("MARKER"), "a held-out run's stderr reached the gate's output: \(g.stdout)\(g.stderr)")
+    }
+
+    @Test("a tool from a venv with an editable install (pip install -e, as tau2's README says) binds the project's source directory")
+    func editableInstall() throws {
+        try requireRoot()
+        let venv = try TempDir()
+        let made = try runProcess("/usr/bin/python3", ["-m", "venv", "--without-pip", venv.path + "/v"])
+        try #require(made.status == 0, "\(made.stderr)")
+        let version = try runProcess("/usr/bin/python3", ["-c", "import sys; print(f'python{sys.version_info[0]}.{sys.version_info[1]}')"]).stdout
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        // hatchling's editable install: a .pth naming the project's src/ (here, the stand-in's pkg/)
+        _ = try venv.file("v/lib/\(version)/site-packages/_editable_impl_tau2.pth", Self.pkg + "\n")
+        let exp = try Experiment(benchmark: "tau-bench", extraArgs: ["--tool", venv.path + "/v/bin/python3", "--dataset", Self.data])
+        defer { exp.removeScratch() }
+        let config = try exp.file("experiment_config.yaml")
+        #expect(config.contains("\"\(Self.pkg)\""), "the editable source is not bound: \(config)")
+        try exp.set("env_pass", "[FAKE_MODE]", in: "runner")
+        try exp.set("allow", "[]", in: "runner")
+        // No PYTHONPATH: tau2 is importable in the sandbox only through the venv's .pth.
+        let p = try exp.run(["prepare"], environment: ["FAKE_MODE": "normal"])
+        #expect(p.status == 0, "\(p.stdout)\(p.stderr)")
+        #expect(p.stdout.contains("baseline: 0/12 tasks pass"), "\(p.stdout)\(p.stderr)")
+    }
+
     @Test("binding tau2's data directory into the runner is refused: it holds every test task's expected actions")
     func dataNeverBound() throws {
         let exp = try make()

@@ -45,6 +45,7 @@ struct SeccompEscapeTests {
         // back to clone); the supervisor reads the flags and reports namespace requests.
         .init(action: "clone3-newuser", errno: "ENOSYS", audited: "clone3"),
         .init(action: "clone-newuser", errno: "EPERM", audited: "clone"),
+        .init(action: "mbind-move", errno: "EPERM", audited: "mbind"),
         .init(action: "chroot", errno: "EPERM", audited: "chroot"),
         .init(action: "personality", errno: "EPERM", audited: "personality"),
         .init(action: "socket-packet", errno: "EPERM", audited: "socket"),
@@ -93,6 +94,16 @@ struct SeccompEscapeTests {
         let r = try probe(action)
         #expect(r.result.first == "ok", "\(r.stdout) \(r.stderr)")
         #expect(!r.stderr.contains("audit event"))
+    }
+
+    @Test("an mbind placement hint (numpy's OpenBLAS makes them at start-up) is refused but not reported; one that moves pages is reported (the attack list)")
+    func mbindHintRefusedQuietly() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        let r = try probe("mbind-hint", options: ["--audit", dir.path + "/a.jsonl"])
+        #expect(r.errnoName == "EPERM", "\(r.stdout) \(r.stderr)")
+        #expect(!r.stderr.contains("audit event"), "\(r.stderr)")
+        #expect(try !auditEvents(dir.path + "/a.jsonl").contains { ($0["name"] as? String) == "mbind" })
     }
 
     @Test("pidfd_open is refused with ENOSYS but not reported (base's seccomp.quiet: libuv asks on every child); without quiet it is reported")

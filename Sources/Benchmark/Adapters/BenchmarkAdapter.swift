@@ -37,6 +37,10 @@ public struct AdapterRunContext {
     public var progress: (_ done: Int, _ total: Int, _ last: TaskOutcome?) -> Void = { _, _, _ in }
     /// A line for the operator (long tool runs say they are alive).
     public var log: @Sendable (String) -> Void = { _ in }
+    /// A held-out run the operator started by hand (prepare's baseline, before any coding
+    /// agent has touched agent.py): a failing tool's stderr tail goes to `log`. Never in a
+    /// gate, where agent.py is the coding agent's and could write test data to it.
+    public var operatorDiagnostics = false
 
     public init(policyLoader: PolicyLoader, agentDirectory: String, scratchRoot: String, audit: AuditLog, heldOut: Bool,
                 concurrency: Int, traceDirectory: @escaping (String) -> String?) {

@@ -202,7 +202,8 @@ final class ToolRun {
     /// (a held-out run's output is test data, even in a log).
     func reportFailure(_ label: String, _ exit: ToolExit) {
         guard !exit.succeeded else { return }
-        let tail = context.heldOut || exit.stderrTail.isEmpty ? "" : ": " + exit.stderrTail.suffix(300)
+        let hidden = context.heldOut && !context.operatorDiagnostics
+        let tail = hidden || exit.stderrTail.isEmpty ? "" : ": " + Self.printable(String(exit.stderrTail.suffix(300)))
         context.log("\(label) \(exit.summary)\(tail)")
     }
 
@@ -215,6 +216,20 @@ final class ToolRun {
 }
 
 extension ToolRun {
+    /// `text` safe for the operator's terminal: control characters but newline and tab (an
+    /// escape sequence from a tool's stderr, which agent.py can write) shown as `\u{..}`.
+    static func printable(_ text: String) -> String {
+        var out = ""
+        for u in text.unicodeScalars {
+            if u == "\n" || u == "\t" || !(u.value < 0x20 || (0x7F...0x9F).contains(u.value)) {
+                out.unicodeScalars.append(u)
+            } else {
+                out += "\\u{\(String(u.value, radix: 16))}"
+            }
+        }
+        return out
+    }
+
     /// `bytes` with every verbatim occurrence of a secret (an API key passed into the
     /// sandbox) replaced by `[NAME]`. Train traces are read by the coding agent; agent.py can
     /// print its environment. Verbatim only: an encoded key is not caught (README).

@@ -320,7 +320,30 @@ enum ToolCheck {
                 roots.append(((URL(fileURLWithPath: kv[1]).resolvingSymlinksInPath().path) as NSString).deletingLastPathComponent)
             }
         }
-        return roots
+        return roots + editableSources(venv: parent).filter { e in !roots.contains { e == $0 || e.hasPrefix($0 + "/") } }
+    }
+
+    /// Directories an editable install (`pip install -e`) put on the venv's path: the plain
+    /// directory lines of its site-packages' `.pth` files (hatchling and setuptools in
+    /// compat mode write the project's source directory there, e.g. tau2-bench's src/).
+    /// Import-hook `.pth` lines (`import ...`) are not followed.
+    static func editableSources(venv: String) -> [String] {
+        let fm = FileManager.default
+        var out: [String] = []
+        for lib in ["lib", "lib64"] {
+            for python in ((try? fm.contentsOfDirectory(atPath: venv + "/" + lib)) ?? []).sorted() where python.hasPrefix("python") {
+                let site = venv + "/" + lib + "/" + python + "/site-packages"
+                for pth in ((try? fm.contentsOfDirectory(atPath: site)) ?? []).sorted() where pth.hasSuffix(".pth") {
+                    guard let text = try? String(contentsOfFile: site + "/" + pth, encoding: .utf8), text.utf8.count < 65536 else { continue }
+                    for line in text.split(separator: "\n").map({ $0.trimmingCharacters(in: .whitespaces) }) where line.hasPrefix("/") {
+                        var isDirectory: ObjCBool = false
+                        let real = URL(fileURLWithPath: line).resolvingSymlinksInPath().path
+                        if fm.fileExists(atPath: real, isDirectory: &isDirectory), isDirectory.boolValue, !out.contains(real) { out.append(real) }
+                    }
+                }
+            }
+        }
+        return out
     }
 
     /// The interpreter named by a script's `#!` line (`#!/usr/bin/env python3` gives python3).

@@ -158,7 +158,7 @@ public final class ExperimentSupervisor {
         }
         let snap = try snapshotAgent()
         let audit = AuditLog()
-        let outcomes = try run(adapter.taskIDs, agent: snap.directory, audit: audit, heldOut: true, traces: { _ in nil })
+        let outcomes = try run(adapter.taskIDs, agent: snap.directory, audit: audit, heldOut: true, operatorDiagnostics: true, traces: { _ in nil })
         try Self.refuseBrokenBaseline(outcomes)
         var passed: [String: Bool] = [:]
         for o in outcomes { passed[o.id] = o.passed }
@@ -362,12 +362,13 @@ public final class ExperimentSupervisor {
     /// Runs `ids` through the benchmark's adapter: one outcome per id, in order (a task the
     /// adapter could not score is 0, never missing).
     func run(_ ids: [String], agent: String, audit: AuditLog, oracle: Bool = false, heldOut: Bool = false,
-             traces: @escaping (String) -> String?) throws -> [TaskOutcome] {
+             operatorDiagnostics: Bool = false, traces: @escaping (String) -> String?) throws -> [TaskOutcome] {
         guard !ids.isEmpty else { return [] }
         try FileManager.default.createDirectory(atPath: config.scratch, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         var context = AdapterRunContext(policyLoader: policyLoader, agentDirectory: agent, scratchRoot: config.scratch, audit: audit,
                                         heldOut: heldOut, concurrency: config.maxConcurrency, traceDirectory: traces)
         context.oracle = oracle
+        context.operatorDiagnostics = operatorDiagnostics
         context.progress = { [progress] done, total, last in progress?(done, total, heldOut ? nil : last) }
         context.log = { [log] line in log?(line) }
         // Before anything untrusted runs again (a train task, the thawed coding agent),

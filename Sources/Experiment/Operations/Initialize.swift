@@ -97,7 +97,7 @@ extension ExperimentSupervisor {
                 .replacingOccurrences(of: "{{benchmark}}", with: o.benchmark)
                 .replacingOccurrences(of: "{{dataset}}", with: dataset)
                 .replacingOccurrences(of: "{{tool}}", with: tool)
-                .replacingOccurrences(of: "{{python}}", with: ToolCheck.interpreter(of: tool) ?? "python3")
+                .replacingOccurrences(of: "{{python}}", with: ToolCheck.interpreter(of: tool) ?? (tool.split(separator: "/").last?.hasPrefix("python") == true ? tool : "python3"))
                 .replacingOccurrences(of: "{{templates}}", with: t)
                 .replacingOccurrences(of: "{{tau2_data}}", with: tau2Data)
                 .replacingOccurrences(of: "{{bird_repo}}", with: birdRepo)

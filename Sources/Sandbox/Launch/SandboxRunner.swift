@@ -425,6 +425,9 @@ private struct Session {
             let flags = readWord(pid: req.pointee.pid, address: args[0])
             routine = flags.map { $0 & ArgumentRules.namespaceFlags == 0 } ?? false
         }
+        if native && (name == "set_mempolicy" || (name == "mbind" && args[5] & ArgumentRules.mbindMoveFlags == 0)) {
+            routine = true  // a memory-policy hint (ArgumentRules.mbindMoveFlags): refused, not reported
+        }
         if !routine {
             record(.syscall, name, number: d.nr, pid: Int32(bitPattern: req.pointee.pid),
                    sandboxPID: sandboxPID(of: Int32(bitPattern: req.pointee.pid)), arguments: args,

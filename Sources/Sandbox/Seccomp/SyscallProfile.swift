@@ -144,6 +144,14 @@ public enum ArgumentRules {
         | 0x2000_0000  // CLONE_NEWPID
         | 0x4000_0000  // CLONE_NEWNET
 
+    /// mbind(2) flags that move pages already placed (MPOL_MF_MOVE, MPOL_MF_MOVE_ALL).
+    /// `mbind` and `set_mempolicy` stay in `hardDenied` (EPERM), but a call without these
+    /// flags is only a placement hint for the caller's own memory, and numpy's bundled
+    /// OpenBLAS makes one per buffer when it loads (alloc_mmap, seen with `strace -k` under
+    /// tau2-bench): it ignores the refusal. Such calls are refused unreported, like a clone3
+    /// without namespace flags; a call that asks to move pages is reported.
+    public static let mbindMoveFlags: UInt64 = 0x2 | 0x4
+
     /// The only ioctl requests that pass the filter; every other request is refused with
     /// EPERM and recorded. ioctl is the kernel's widest door (each driver and filesystem adds
     /// its own commands: line disciplines, namespace fds, filesystem flags, the seccomp

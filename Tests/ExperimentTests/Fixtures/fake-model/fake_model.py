@@ -6,6 +6,8 @@ It speaks the vendors' wire formats, not ours:
                        message_delta with stop_reason and usage, message_stop; or one JSON body)
   OpenAI Responses     POST /v1/responses  (stream: SSE response.created, response.output_item.added
                        / .done for messages and function calls, response.completed with usage)
+  OpenAI Chat          POST /v1/chat/completions (one JSON body; tau2's agent, user simulator
+                       and NL-assertion judge, through LiteLLM)
 over TLS with a certificate from a CA the test makes (`--make-certs`).
 
 What the "model" says is a script (JSON): {"turns": [TURN, ...]}; a TURN is a list of blocks,
@@ -102,6 +104,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.anthropic(req, path)
         if path.endswith("/v1/responses"):
             return self.openai(req, path)
+        if path.endswith("/chat/completions"):
+            return self.chat(req, path)
         self.record({"method": "POST", "path": path})
         self.reply_json(404, {"error": {"type": "not_found_error", "message": "no such endpoint in the fake"}})
 
@@ -186,6 +190,41 @@ class Handler(BaseHTTPRequestHandler):
         self.sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
                                    "usage": {"output_tokens": usage["output_tokens"]}})
         self.sse("message_stop", {"type": "message_stop"})
+
+    # --- OpenAI Chat Completions (tau2-bench through LiteLLM) --------------------------
+
+    def chat(self, req, path):
+        """Three callers, told apart as tau2 v1.0.1 makes them: its agent offers tools (the
+        script's next turn, then text); its NL-assertion judge's system prompt asks for
+        `metExpectation` (src/tau2/evaluator/evaluator_nl_assertions.py): every expected
+        outcome graded unmet; its user simulator (no tools) opens with a request and ends the
+        conversation with tau2's stop token (src/tau2/user/user_simulator_base.py, STOP) once
+        the agent has answered twice."""
+        messages = req.get("messages") or []
+        system = " ".join(m.get("content") or "" for m in messages if m.get("role") == "system" and isinstance(m.get("content"), str))
+        if req.get("tools"):
+            role = "agent"
+            n, turn = self.server.script.take()
+        elif "metExpectation" in system:
+            role, n = "judge", 0
+            asked = "".join(m.get("content") or "" for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str))
+            outcomes = asked.split("expectedOutcomes:", 1)[-1].strip()
+            turn = [{"text": json.dumps({"results": [{"expectedOutcome": outcomes[:200], "reasoning": "fake judge", "metExpectation": False}]})}]
+        else:
+            role, n = "user", 0
+            answered = sum(1 for m in messages if m.get("role") == "user")  # the agent's turns, as the simulator sees them
+            turn = [{"text": "Thank you, that is all. ###STOP###" if answered >= 2 else "Hi, I need help with an order of mine."}]
+        self.record({"method": "POST", "path": path, "vendor": "openai-chat", "role": role, "model": req.get("model"),
+                     "stream": bool(req.get("stream")), "turn": n, "tools": [t.get("function", {}).get("name") for t in req.get("tools") or []]})
+        text = "".join(b.get("text", "") for b in turn if "text" in b) or None
+        calls = [{"id": f"call_{n:03d}_{i}", "type": "function", "function": {"name": b["tool"], "arguments": json.dumps(b.get("input", {}))}}
+                 for i, b in enumerate(turn) if "tool" in b]
+        message = {"role": "assistant", "content": text}
+        if calls:
+            message["tool_calls"] = calls
+        self.reply_json(200, {"id": f"chatcmpl-{n:04d}", "object": "chat.completion", "created": 0, "model": req.get("model", "fake"),
+                              "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+                              "usage": {"prompt_tokens": 1000, "completion_tokens": 50, "total_tokens": 1050}})
 
     # --- OpenAI Responses ----------------------------------------------------------------
 
