@@ -7,8 +7,9 @@
 The DB environment and the user simulator run in another sandbox and are reachable only as
 S/db.sock and S/user.sock; this script relays 127.0.0.1:R and :Q to them (the ADK's services
 call http://localhost:<port>), serves agent.agent:app (uvicorn) on :P as the system agent,
-and runs `python -m orchestrator.runner` on TASKS.jsonl, a redacted task list (no gold SQL,
-test cases, clear query or ambiguity resolutions). Whatever the orchestrator writes to OUT is
+and runs the ADK's orchestrator (orchestrator.runner, through autoharness_bird_orchestrate.py)
+on TASKS.jsonl, a redacted task list (no gold SQL, test cases, clear query, ambiguity
+resolutions or follow-up: the follow-up comes from the graders once phase 1 has passed). Whatever the orchestrator writes to OUT is
 a trace, never a score: the score is the DB environment's own record, kept in the other sandbox.
 """
 import argparse
@@ -94,8 +95,11 @@ while True:
         sys.exit(3)
     time.sleep(0.3)
 
-code = subprocess.call([sys.executable, "-m", "orchestrator.runner", "--mode", args.mode, "--data", args.data, "--output", args.output,
-                        "--concurrency", str(args.concurrency)], cwd=args.adk, env=env)
+# The orchestrator, with each task's follow-up asked of the graders once phase 1 has passed
+# (autoharness_bird_orchestrate.py): the task list here has none.
+code = subprocess.call([sys.executable, os.path.join(HERE, "autoharness_bird_orchestrate.py"), "--db-port", str(args.db_port), "--",
+                        "--mode", args.mode, "--data", args.data, "--output", args.output, "--concurrency", str(args.concurrency)],
+                       cwd=args.adk, env=env)
 agent.terminate()
 try:
     agent.wait(timeout=10)

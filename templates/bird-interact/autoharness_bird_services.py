@@ -12,6 +12,15 @@ which is the only way the agent's sandbox reaches them. Two things happen on the
   - every /submit verdict of the DB environment is appended to R as one JSON line
     {task_id, phase, passed, reward, message, ts}. R is in this sandbox's own directory:
     nothing in the agent's sandbox can write it. The supervisor scores from R.
+The follow-up (phase 2) is revealed only once phase 1 passes, as upstream's DB environment
+does (BIRD-Interact-ADK/db_environment/server.py, _submit_sql_sync, at 451fe2c3518ee1cf908d8139e2913483bd519381:
+a passed phase-1 /submit answers has_follow_up and follow_up_query). The redacted task list
+has no follow-up at all, so the orchestrator's c-interact pipeline, which reads the follow-up
+from its task record after phase 1 (orchestrator/cinteract.py, same commit), asks here:
+POST /autoharness/follow_up {task_id} on db.sock answers {revealed, query} from the verdicts
+this script has relayed, and nothing before a passed phase 1. For the same reason the user
+simulator's /phase_transition (which switches its reference SQL to the follow-up's) is
+refused until then.
 Runs until SIGTERM.
 """
 import argparse
@@ -74,6 +83,10 @@ signal.signal(signal.SIGTERM, stop)
 signal.signal(signal.SIGINT, stop)
 
 record_lock = threading.Lock()
+# task id -> the follow-up question, set when the DB environment passes phase 1 of a task
+# that has one (never from the gold record directly: only what the DB environment revealed).
+revealed = {}
+revealed_lock = threading.Lock()
 
 
 def read_request(rfile):
@@ -107,6 +120,19 @@ def make_handler(port, grades):
                         payload = json.loads(body)
                     except ValueError:
                         payload = None
+                if grades and route == "/autoharness/follow_up":
+                    tid = str((payload or {}).get("task_id") or "")
+                    with revealed_lock:
+                        query = revealed.get(tid)
+                    self.reply(200, {"revealed": query is not None, "query": query})
+                    continue
+                if not grades and route == "/phase_transition":
+                    tid = str((payload or {}).get("task_id") or "")
+                    with revealed_lock:
+                        allowed = tid in revealed
+                    if not allowed:
+                        self.reply(403, {"detail": "phase 1 has not passed"})
+                        continue
                 if route == "/init_task" and isinstance(payload, dict):
                     posted = payload.get("task_data")
                     tid = str((posted or {}).get("instance_id") or payload.get("task_id") or "")
@@ -131,8 +157,11 @@ def make_handler(port, grades):
                         v = json.loads(data)
                         entry = {"task_id": str(payload.get("task_id")), "phase": v.get("phase_completed"), "passed": bool(v.get("passed")),
                                  "reward": float(v.get("reward") or 0.0), "message": str(v.get("message", ""))[:500], "ts": time.time()}
-                    except (ValueError, TypeError) as e:
+                    except (ValueError, TypeError, AttributeError) as e:
                         entry = {"task_id": str(payload.get("task_id")), "passed": False, "reward": 0.0, "message": "unreadable verdict: %s" % e}
+                    if entry.get("passed") and entry.get("phase") == 1 and v.get("has_follow_up"):
+                        with revealed_lock:
+                            revealed[entry["task_id"]] = str(v.get("follow_up_query") or "")
                     with record_lock, open(args.record, "a", encoding="utf-8") as f:
                         f.write(json.dumps(entry) + "\n")
                         f.flush()

@@ -10,11 +10,21 @@
 //     task record any /init_task carries with the gold record it read itself, and appends
 //     every /submit verdict to a record file in B's own output directory;
 //   A (`benchmark-runner`, agent.py): the system agent (agent.agent:app) and the
-//     orchestrator, given a redacted task list (no gold SQL, test cases, clear query or
-//     ambiguity resolutions), reaching B's services only through its socket directory.
+//     orchestrator, given a redacted task list (no gold SQL, test cases, clear query,
+//     ambiguity resolutions or follow-up), reaching B's services only through its socket
+//     directory.
+// Phase 2 runs as in upstream (BIRD-Interact-ADK at 451fe2c3518ee1cf908d8139e2913483bd519381):
+// the follow-up question is revealed only when the DB environment passes phase 1
+// (db_environment/server.py, _submit_sql_sync: has_follow_up, follow_up_query). In
+// a-interact the system agent reads it from that /submit answer; in c-interact the
+// orchestrator reads it from its task record after phase 1 (orchestrator/cinteract.py), so
+// A's copy of each record asks B for it then (autoharness_bird_orchestrate.py), and B
+// answers only from the phase-1 passes it relayed; B also refuses the user simulator's
+// /phase_transition until then.
 // A task's reward is read from B's record: the best phase-1 reward plus the best phase-2
-// reward the DB environment granted (0.7 + 0.3 in a-interact). The orchestrator's own
-// numbers (results.json, written in A) feed train traces only.
+// reward the DB environment granted (a-interact 0.7 + 0.3; c-interact the same on a first
+// try, 0.5 + 0.2 after the debug turn), at most 1. The orchestrator's own numbers
+// (results.json, written in A) feed train traces only.
 
 import FoundationEssentials
 import Glibc
@@ -74,12 +84,14 @@ public struct BirdAdapter: BenchmarkAdapter {
         self.taskIDs = records.keys.sorted()
     }
 
-    /// The fields of a task the system agent's side may see: its id, database and the
-    /// ambiguous question; the ambiguity lists keep their length (the budget depends on it)
-    /// but not their content; a follow-up keeps only that it exists.
     /// The ADK directories the system agent and the orchestrator need.
     static let codeDirectories = ["orchestrator", "shared", "system_agent"]
 
+    /// The fields of a task the system agent's side may see: its id, database and the
+    /// ambiguous question; the ambiguity lists keep their length (the budget depends on it)
+    /// but not their content. The follow-up is not there at all, not even that one exists:
+    /// upstream reveals it only once phase 1 passes (the DB environment's /submit answer;
+    /// autoharness_bird_orchestrate.py gives the orchestrator its copy from the graders then).
     static let visibleFields: Set<String> = ["instance_id", "selected_database", "amb_user_query", "category", "conditions"]
 
     static func redact(_ task: JSONValue) -> JSONValue {
@@ -92,7 +104,6 @@ public struct BirdAdapter: BenchmarkAdapter {
             out["user_query_ambiguity"] = .object(a)
         }
         if let k = o["knowledge_ambiguity"]?.array { out["knowledge_ambiguity"] = .array(Array(repeating: .object([:]), count: k.count)) }
-        if let f = o["follow_up"], !f.isNull { out["follow_up"] = .object([:]) }
         return .object(out)
     }
 

@@ -169,6 +169,7 @@ extension ExperimentConfig {
         if checkTools {
             _ = try ToolCheck.tool(argv, default: "python3", hint: "runner.command must be the Python with the BIRD-Interact-ADK requirements installed")
             try ToolCheck.environment(runner.envPass, for: "BIRD-Interact (the system agent's and the user simulator's model APIs)")
+            try ToolCheck.postgresClients()
         }
         guard let repo = upstream["bird_repo"] else {
             throw ExperimentError(.usage, "bird_repo: missing; \(Self.installHint["bird-interact"]!)")
@@ -274,6 +275,32 @@ enum ToolCheck {
         let missing = names.filter { ProcessInfo.processInfo.environment[$0]?.isEmpty ?? true }
         guard missing.isEmpty else {
             throw ExperimentError(.usage, "\(missing.joined(separator: ", ")) \(missing.count == 1 ? "is" : "are") not set: \(what) needs \(missing.count == 1 ? "it" : "them") (runner.env_pass lists the variables passed into its sandbox); export \(missing[0])=... before running autoharness")
+        }
+    }
+
+    /// The directories of the graders' sandbox's PATH (policies/base.yaml's env).
+    static let sandboxPath = ["/usr/local/bin", "/usr/bin", "/bin"]
+
+    /// BIRD-Interact's DB environment gives each task its own database from a template with
+    /// PostgreSQL's client programs, run by name (BIRD-Interact-ADK/shared/db_utils.py,
+    /// _drop_and_create_db and drop_task_db, at 451fe2c3518ee1cf908d8139e2913483bd519381:
+    /// psql, dropdb, createdb); it runs in the graders' sandbox, which has the host's /usr.
+    static func postgresClients() throws {
+        let missing = ["psql", "createdb", "dropdb"].filter { name in
+            !sandboxPath.contains { dir in
+                var isDirectory: ObjCBool = false
+                let p = dir + "/" + name
+                return FileManager.default.fileExists(atPath: p, isDirectory: &isDirectory) && !isDirectory.boolValue
+                    && FileManager.default.isExecutableFile(atPath: p)
+            }
+        }
+        guard missing.isEmpty else {
+            throw ExperimentError(.usage, """
+                \(missing.joined(separator: ", ")) not found in \(sandboxPath.joined(separator: ", ")) (the PATH of the sandbox \
+                where BIRD-Interact's DB environment runs): it runs psql, dropdb and createdb to give each task its own \
+                database (BIRD-Interact-ADK/shared/db_utils.py); install PostgreSQL's client programs: \
+                apt-get install postgresql-client (as BIRD-Interact's env/Dockerfile.bird_interact_eval does)
+                """)
         }
     }
 

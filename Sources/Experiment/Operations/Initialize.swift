@@ -85,6 +85,7 @@ extension ExperimentSupervisor {
                 throw ExperimentError(.usage, "\(birdRepo) has no BIRD-Interact-ADK (orchestrator/runner.py): \(ExperimentConfig.installHint["bird-interact"]!)")
             }
             dataset = o.dataset ?? "lite"
+            try ToolCheck.postgresClients()
         }
         var root = directory.hasPrefix("/") ? directory : fm.currentDirectoryPath + "/" + directory
         while root.count > 1 && root.hasSuffix("/") { root.removeLast() }

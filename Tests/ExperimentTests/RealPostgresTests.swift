@@ -1,0 +1,214 @@
+import Foundation
+import Testing
+import TestSupport
+
+// bird-interact against Debian's real PostgreSQL: a private server (Unix socket only, in a
+// private directory) that the stand-in ADK's DB environment reaches from the graders' sandbox
+// through pg_host, as the ADK's does (per-task databases from <db>_template with psql, dropdb
+// and createdb; submissions executed and compared with the gold SQL's results).
+
+/// Debian's PostgreSQL server binaries (/usr/lib/postgresql/<version>/bin), newest first.
+enum RealPostgres {
+    static var binDirectory: String? {
+        let root = "/usr/lib/postgresql"
+        let versions = ((try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []).compactMap(Int.init).sorted(by: >)
+        return versions.map { "\(root)/\($0)/bin" }.first {
+            FileManager.default.isExecutableFile(atPath: $0 + "/initdb") && FileManager.default.isExecutableFile(atPath: $0 + "/postgres")
+        }
+    }
+    static var inCI: Bool { ProcessInfo.processInfo.environment["CI"] == "true" }
+}
+
+/// A PostgreSQL server of its own: initdb'd as an unprivileged user (postgres, else nobody)
+/// in a private directory, listening only on a Unix socket there; stopped by its pid.
+final class PostgresServer {
+    let dir: TempDir
+    let bin: String
+    let data: String
+    let socketDirectory: String
+    let log: String
+    static let user = "root", password = "123123"
+    private let server = Process()
+
+    init() throws {
+        let bin = try #require(RealPostgres.binDirectory, "no PostgreSQL server in /usr/lib/postgresql/*/bin: apt-get install postgresql (scripts/bootstrap does)")
+        let dir = try TempDir(mode: 0o711)
+        (self.bin, self.dir) = (bin, dir)
+        let (data, socketDirectory, log) = (dir.path + "/data", dir.path + "/sock", dir.path + "/server.log")
+        (self.data, self.socketDirectory, self.log) = (data, socketDirectory, log)
+        let pw = try #require(getpwnam("postgres") ?? getpwnam("nobody"), "no postgres or nobody user")
+        let (uid, gid) = (pw.pointee.pw_uid, pw.pointee.pw_gid)
+        for (path, mode) in [(data, 0o700), (socketDirectory, 0o755)] {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false, attributes: [.posixPermissions: mode])
+            chown(path, uid, gid)
+        }
+        let pwfile = try dir.file("pwfile", Self.password + "\n")
+        chown(pwfile, uid, gid)
+        chmod(pwfile, 0o600)
+        let asUser = ["--reuid=\(uid)", "--regid=\(gid)", "--clear-groups", "--"]
+        let initdb = try runProcess("/usr/bin/setpriv", asUser + [bin + "/initdb", "-D", data, "-U", Self.user, "--pwfile=" + pwfile,
+                                                                  "--auth-local=scram-sha-256", "--auth-host=reject", "-E", "UTF8",
+                                                                  "--locale=C", "--no-sync"])
+        try #require(initdb.status == 0, "initdb: \(initdb.stdout)\(initdb.stderr)")
+        FileManager.default.createFile(atPath: log, contents: nil)
+        chown(log, uid, gid)
+        server.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+        // No TCP at all: the socket in a private directory is the only way in. DDL is logged
+        // so a test can see what the graders did.
+        server.arguments = asUser + [bin + "/postgres", "-D", data, "-c", "listen_addresses=", "-c", "unix_socket_directories=" + socketDirectory,
+                                     "-c", "fsync=off", "-c", "log_statement=ddl", "-c", "logging_collector=off"]
+        let logHandle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
+        server.standardOutput = logHandle
+        server.standardError = logHandle
+        server.standardInput = FileHandle.nullDevice
+        try server.run()
+        try logHandle.close()
+        let deadline = Date().addingTimeInterval(60)
+        while true {
+            if try runProcess(bin + "/pg_isready", ["-q", "-h", socketDirectory]).status == 0 { break }
+            guard server.isRunning, Date() < deadline else {
+                stop()
+                Issue.record("PostgreSQL did not start: \((try? String(contentsOfFile: log, encoding: .utf8)) ?? "")")
+                throw PostgresError.notStarted
+            }
+            usleep(200_000)
+        }
+    }
+
+    enum PostgresError: Error { case notStarted }
+
+    /// psql as the server's superuser over the socket; stdout, unaligned, tuples only.
+    func psql(_ db: String, _ sql: String) throws -> String {
+        var env = ProcessInfo.processInfo.environment
+        env["PGPASSWORD"] = Self.password
+        let r = try runProcess(bin + "/psql", ["-h", socketDirectory, "-U", Self.user, "-d", db, "-X", "-q", "-A", "-t",
+                                               "-v", "ON_ERROR_STOP=1", "-c", sql], environment: env)
+        try #require(r.status == 0, "psql \(sql): \(r.stderr)")
+        return r.stdout
+    }
+
+    /// Fast shutdown by pid (SIGINT), SIGKILL if it lingers.
+    func stop() {
+        guard server.processIdentifier > 0 else { return }
+        if server.isRunning { kill(server.processIdentifier, SIGINT) }
+        let deadline = Date().addingTimeInterval(30)
+        while server.isRunning && Date() < deadline { usleep(100_000) }
+        if server.isRunning { kill(server.processIdentifier, SIGKILL) }
+        server.waitUntilExit()
+    }
+
+    deinit { stop() }
+}
+
+@Suite("Adapters: bird-interact on a real PostgreSQL", .serialized,
+       .enabled(if: RealPostgres.binDirectory != nil || RealPostgres.inCI, "Debian's postgresql is not installed (CI installs it and fails without it)"))
+struct RealPostgresTests {
+    @Test("init → prepare → benchmark → gate: the graders' sandbox works on a private PostgreSQL through pg_host, a Unix socket")
+    func loop() throws {
+        try requireRoot()
+        let pg = try PostgresServer()
+        defer { pg.stop() }
+        // A tiny BIRD-style database: the DB environment copies <db>_template for each task.
+        _ = try pg.psql("postgres", "CREATE DATABASE space_template")
+        var ddl = ""
+        for (k, t) in BirdAgents.tables.enumerated() {
+            ddl += "CREATE TABLE \(t) (id integer PRIMARY KEY, name text); "
+            ddl += "INSERT INTO \(t) SELECT i * 7, '\(t)' || i FROM generate_series(1, \(k + 2)) AS i; "
+        }
+        _ = try pg.psql("space_template", ddl)
+        _ = try pg.psql("postgres", "UPDATE pg_database SET datistemplate = true WHERE datname = 'space_template'")
+
+        let exp = try BirdAdapterTests().make()
+        defer { exp.removeScratch() }
+        let data = exp.temp.path + "/bird_interact_data.jsonl"
+        try BirdPhaseTwo.data().write(toFile: data, atomically: true, encoding: .utf8)
+        try exp.uncomment("bird_data_path", data)
+        try exp.set("pg_host", pg.socketDirectory)
+        try exp.uncomment("pg_user", PostgresServer.user)
+        try exp.uncomment("pg_password", "\"\(PostgresServer.password)\"")
+
+        // The stock system agent submits SELECT 1: its result is no table's count.
+        let p = try exp.run(["prepare"], environment: BirdAdapterTests.env)
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        #expect(p.stdout.contains("baseline: 0/10 tasks pass"), "\(p.stdout)")
+
+        // SQL that differs from the gold text but gives its results: passes only when executed.
+        let solver = BirdPhaseTwo.solver(followUp: "right", phase1: "SELECT count(id) FROM %s",
+                                         phase2: "SELECT id FROM %s ORDER BY id DESC LIMIT 1", execute: true)
+        try exp.setAgent(solver + """
+
+            import os as _os
+            print("PROBE pg_socket_visible=%s" % _os.path.exists("\(pg.socketDirectory)"), flush=True)
+            """)
+        let b = try exp.run(["benchmark"], environment: BirdAdapterTests.env)
+        try #require(b.status == 0, "\(b.stdout)\(b.stderr)")
+        let rewards = try exp.trainResults()
+        let train = try exp.split().train
+        for id in train {
+            #expect((rewards[id] as? Double) == (BirdPhaseTwo.hasFollowUp(id) ? 1.0 : 0.7), "\(id): \(rewards[id] ?? "nil")")
+        }
+        let stdout = try #require(exp.traceFile(train[0], "tool.stdout"))
+        // execute_sql ran on the task's copy of the template (k + 2 rows in table k).
+        for id in train {
+            let k = BirdAgents.tables.firstIndex { id.hasPrefix($0 + "_") }!
+            #expect(stdout.contains("EXECUTE \(id) {\"result\": \"\(k + 2)\", \"success\": true}"), "\(id): \(stdout)")
+        }
+        // agent.py's sandbox has no way to the database.
+        #expect(stdout.contains("PROBE pg_socket_visible=False"), "\(stdout)")
+
+        let g = try exp.run(["gate"], environment: BirdAdapterTests.env)
+        #expect(g.stdout.contains("ACCEPTED"), "\(g.stdout)\(g.stderr)")
+
+        // The graders made each task's database and phase-1 snapshot and dropped them after.
+        let log = try String(contentsOfFile: pg.log, encoding: .utf8)
+        #expect(log.contains("CREATE DATABASE space__\(train[0])"), "\(log.suffix(2000))")
+        #expect(log.contains("p1snap"), "\(log.suffix(2000))")
+        let left = try pg.psql("postgres", "SELECT datname FROM pg_database ORDER BY datname").split(separator: "\n")
+        #expect(left == ["postgres", "space_template", "template0", "template1"], "\(left)")
+        #expect(exp.scratchMounts().isEmpty)
+    }
+}
+
+@Suite("Adapters: bird-interact needs PostgreSQL's client programs")
+struct BirdPostgresClientTests {
+    /// `autoharness args` in a private mount namespace where `hidden` (in /usr/bin) is not an
+    /// executable: /dev/null is bound over it.
+    func autoharnessWithout(_ hidden: String, _ args: [String]) throws -> Run {
+        var env = ProcessInfo.processInfo.environment
+        for (k, v) in BirdAdapterTests.env { env[k] = v }
+        env["BIRD_REPO"] = nil
+        return try runProcess("/usr/bin/unshare", ["--mount", "--propagation", "private", "--", "/bin/sh", "-c",
+                                                   "mount --bind /dev/null /usr/bin/\(hidden) && exec \"$0\" \"$@\"", Built.autoharness] + args,
+                              environment: env)
+    }
+
+    /// The programs an error names as not found in the sandbox's PATH.
+    static func missing(_ stderr: String) -> [String] {
+        guard let r = stderr.range(of: " not found in /usr/local/bin, /usr/bin, /bin") else { return [] }
+        let line = stderr[..<r.lowerBound].split(separator: "\n").last.map { $0.split(separator: ":").last ?? $0 } ?? ""
+        return line.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+    }
+
+    @Test("init and prepare name the missing psql/createdb/dropdb and what to install", arguments: ["psql", "createdb", "dropdb"])
+    func missingClient(hidden: String) throws {
+        try requireRoot()
+        try #require(FileManager.default.isExecutableFile(atPath: "/usr/bin/\(hidden)"), "PostgreSQL's client is not installed (scripts/bootstrap installs postgresql)")
+        let temp = try TempDir()
+        let initArgs = ["init", temp.path + "/exp", "--benchmark", "bird-interact", "--repo", BirdAgents.fixture + "/BIRD-Interact",
+                        "--tool", "/usr/bin/python3"]
+        let r = try autoharnessWithout(hidden, initArgs)
+        #expect(r.status != 0)
+        // Debian's psql, createdb and dropdb are one wrapper (pg_wrapper): hiding one may hide all.
+        #expect(Self.missing(r.stderr).contains(hidden), "\(r.stderr)")
+        #expect(r.stderr.contains("apt-get install postgresql-client"), "\(r.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: temp.path + "/exp/experiment_config.yaml"))
+
+        // An experiment made while they were there: prepare checks again.
+        let exp = try BirdAdapterTests().make()
+        defer { exp.removeScratch() }
+        let p = try autoharnessWithout(hidden, ["prepare", "-C", exp.root])
+        #expect(p.status != 0)
+        #expect(Self.missing(p.stderr).contains(hidden) && p.stderr.contains("apt-get install postgresql-client"), "\(p.stderr)")
+        #expect(!p.stdout.contains("baseline:"))
+    }
+}
