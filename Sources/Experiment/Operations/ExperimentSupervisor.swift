@@ -203,6 +203,9 @@ public final class ExperimentSupervisor {
         let s = try state()
         guard let split = s.split else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
         let train = Set(split.train)
+        // Another name of a task (Harbor's [task] name, org/name@ref) is its id; an id that
+        // names no task stays as given, and is refused below like a held-out one.
+        let taskIDs = taskIDs.map { $0.map { adapter.canonicalTaskID($0) ?? $0 } }
         if let ids = taskIDs {
             let refused = ids.filter { !train.contains($0) }
             if !refused.isEmpty {
