@@ -119,6 +119,14 @@ extension ExperimentConfig {
                 for id in ids where !registry.taskIDs.contains(id) {
                     throw ExperimentError(.usage, "task \(id): not in dataset \(reference) of \(registry.path)")
                 }
+                // A task on this host is named by its task.toml too (a git task's is not
+                // known before Harbor fetches it: its -i name and org/name@ref still work).
+                for (id, path) in registry.localTasks {
+                    if let text = try? String(contentsOfFile: path + "/task.toml", encoding: .utf8),
+                       let name = HarborAdapter.declaredName(taskToml: text), name != id {
+                        adapter.taskNames[id] = name
+                    }
+                }
             }
         }
         do {
