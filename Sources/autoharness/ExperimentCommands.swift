@@ -94,8 +94,11 @@ struct InitCommand: ParsableCommand {
     @Option(help: "Benchmark: local, terminal-bench, tau-bench, bird-interact or command.")
     var benchmark: String = "local"
 
-    @Option(help: "local: the benchmark directory (tasks/<id>/instruction.md, tests/test.sh, ...). terminal-bench: the Harbor dataset (default terminal-bench@2.0) or a local directory of Harbor tasks. tau-bench: tau2's data directory (default $TAU2_DATA_DIR). bird-interact: lite or full.")
+    @Option(help: "local: the benchmark directory (tasks/<id>/instruction.md, tests/test.sh, ...). terminal-bench: a Harbor registry dataset (default terminal-bench@2.0; name@version or org/name@ref), a directory of Harbor tasks, or the directory `harbor download -o DIR` wrote. tau-bench: tau2's data directory (default $TAU2_DATA_DIR). bird-interact: lite or full.")
     var dataset: String?
+
+    @Option(name: .customLong("registry-path"), help: "terminal-bench: a local Harbor registry.json (or its directory) that --dataset name@version is resolved from, with no network.")
+    var registryPath: String?
 
     @Option(help: "The benchmark's tool, when it is not on PATH under its usual name: harbor; tau2; bird-interact: the Python with the ADK's requirements.")
     var tool: String?
@@ -116,7 +119,7 @@ struct InitCommand: ParsableCommand {
         do {
             let layout = try ExperimentSupervisor.initialize(
                 directory: directory, .init(benchmark: benchmark, dataset: dataset, tool: tool, repo: repo, templates: templates,
-                                            codingAgent: codingAgent, codingAgentBinary: codingAgentBin))
+                                            codingAgent: codingAgent, codingAgentBinary: codingAgentBin, registryPath: registryPath))
             print("created experiment \(layout.root)")
             print("next: review \(layout.config), then `autoharness prepare -C \(layout.root)`")
         } catch {

@@ -67,10 +67,14 @@ public protocol BenchmarkAdapter: Sendable {
     /// Runs `ids` (each in `taskIDs`) and returns one outcome per id, in the same order.
     /// A train task's definition reaches the coding agent only through its trace.
     func run(_ ids: [String], _ context: AdapterRunContext) throws(BenchmarkError) -> [TaskOutcome]
+    /// The id of the task `given` names (a benchmark whose tasks go by several names maps
+    /// each to one id), or nil when it names none.
+    func canonicalTaskID(_ given: String) -> String?
 }
 
 extension BenchmarkAdapter {
     public var fixedSplit: (train: [String], test: [String], seed: UInt64)? { nil }
+    public func canonicalTaskID(_ given: String) -> String? { taskIDs.contains(given) ? given : nil }
 }
 
 /// The local Harbor-layout benchmark, one agent sandbox and one verifier sandbox per task.

@@ -31,17 +31,28 @@ import SandboxPolicy
 public struct HarborAdapter: BenchmarkAdapter {
     public let taskIDs: [String]
     public let tool: ToolSettings
-    /// `-d` registry dataset (`terminal-bench@2.0`), or nil with `datasetPath`.
+    /// `-d` registry dataset (`terminal-bench@2.0`, `org/name@ref`), or nil with `datasetPath`.
     public var dataset: String?
+    /// `registry_path`: the local registry.json `dataset` is resolved from (harbor 0.24.0,
+    /// harbor/registry/client/factory.py: `--registry-path` selects JsonRegistryClient, no
+    /// network). A run's harbor gets a copy cut down to the requested tasks.
+    public var registry: HarborRegistry?
+    static let registryCopy = "/work/in/registry.json"
     /// `-p` a local directory of Harbor tasks.
     public var datasetPath: String?
     public var model: String?
     public var environmentProvider = "docker"
     public var agentTimeoutMultiplier: Double?
+    /// `per_task_timeout`: seconds for each task's agent run, replacing the task's own
+    /// `[agent] timeout_sec`. Harbor has no flag for it: it is the job config's
+    /// `agents[].override_timeout_sec` (harbor 0.24.0, harbor/models/trial/config.py
+    /// AgentConfig; harbor/trial/trial.py `_compute_agent_timeout_sec`).
+    public var agentTimeout: Double?
     public var concurrency: Int?
     /// `NAME=VALUE` for agent.py (AGENT_MODEL, AGENT_REASONING_EFFORT).
     public var environment: [String] = []
     /// Harbor's name of each task (`[task] name`) by directory id, where it differs.
+    /// Set it through `HarborTaskNames.index`, which refuses names that are not one to one.
     public var taskNames: [String: String] = [:]
     /// `env_provider: local`: the directory of autoharness_harbor_env.py (runner.scripts).
     public var scriptsDirectory: String?
@@ -78,6 +89,10 @@ public struct HarborAdapter: BenchmarkAdapter {
 
     public var name: String { "terminal-bench" }
 
+    public func canonicalTaskID(_ given: String) -> String? {
+        (try? HarborTaskNames(ids: taskIDs, declared: taskNames))?.canonical(given)
+    }
+
     public init(taskIDs: [String], tool: ToolSettings) {
         self.taskIDs = taskIDs.sorted()
         self.tool = tool
@@ -90,11 +105,40 @@ public struct HarborAdapter: BenchmarkAdapter {
         environmentProvider == "docker" ? run.scratch.path + "/app/jobs" : "/work/out/jobs"
     }
 
+    static let agentImportPath = "agent.agent:HarnessAgent"
+    /// Where the job config is in the runner sandbox (ToolRun's `in/`, read-only).
+    static let jobConfigPath = "/work/in/harbor-job.json"
+
+    /// The job config handed with `-c` when the agent needs a setting Harbor's flags lack
+    /// (`override_timeout_sec`). It names the agent itself: `-a` would replace the config's
+    /// whole `agents` list (harbor 0.24.0, harbor/cli/jobs.py `start`: `config["agents"] = []`
+    /// when --agent is given), dropping the override.
+    func jobConfig() -> [UInt8]? {
+        struct Agent: Encodable {
+            var import_path: String
+            var model_name: String?
+            var override_timeout_sec: Double
+        }
+        struct Job: Encodable { var agents: [Agent] }
+        guard let t = agentTimeout else { return nil }
+        let job = Job(agents: [Agent(import_path: Self.agentImportPath, model_name: model, override_timeout_sec: t)])
+        return (try? JSONEncoder().encode(job)).map { Array($0) }
+    }
+
     func argv(_ ids: [String], jobs: String) -> [String] {
         var a = tool.command + ["run"]
-        if let p = datasetPath { a += ["-p", p] } else if let d = dataset { a += ["-d", d] }
-        a += ["--agent", "agent.agent:HarnessAgent"]  // harbor 0.24.0: an import path is -a/--agent (--agent-import-path is deprecated)
-        if let m = model { a += ["--model", m] }
+        if let p = datasetPath {
+            a += ["-p", p]
+        } else if let d = dataset {
+            a += ["-d", d]
+            if registry != nil { a += ["--registry-path", Self.registryCopy] }
+        }
+        if jobConfig() != nil {
+            a += ["-c", Self.jobConfigPath]
+        } else {
+            a += ["--agent", Self.agentImportPath]  // harbor 0.24.0: an import path is -a/--agent (--agent-import-path is deprecated)
+            if let m = model { a += ["--model", m] }
+        }
         a += ["--env", environmentProvider == "local" ? "autoharness_harbor_env:SandboxEnvironment" : environmentProvider]
         if let x = agentTimeoutMultiplier { a += ["--agent-timeout-multiplier", String(format: "%.2f", x)] }
         // Local trials share the sandbox's /app, /tests, /logs: one at a time.
@@ -110,6 +154,7 @@ public struct HarborAdapter: BenchmarkAdapter {
         let run = try ToolRun(settings: tool, context: context)
         defer { run.finish() }
         let jobs = jobsDirectory(run)
+        if let config = jobConfig() { try run.writeInput("harbor-job.json", config) }
         var inv = ToolInvocation(policy: tool.runnerPolicy, argv: argv(ids, jobs: jobs), withAgent: true, label: "harbor")
         inv.environment = environment + Self.quietEnvironment
         if environmentProvider == "docker" {
@@ -128,6 +173,10 @@ public struct HarborAdapter: BenchmarkAdapter {
         // held-out tasks' files, which it could copy into a train trace.
         if let dir = datasetPath {
             inv.extraMounts += ids.map { MountSpec(kind: .readOnly(source: dir + "/" + $0), destination: dir + "/" + $0) }
+        }
+        if let registry {
+            try run.writeInput("registry.json", registry.filtered(ids))
+            inv.extraMounts += ids.compactMap { id in registry.localTasks[id].map { MountSpec(kind: .readOnly(source: $0), destination: $0) } }
         }
         context.log("harbor: \(ids.count) task(s), \(environmentProvider) environments")
         let exit = run.launch(inv, total: ids.count, probe: { Self.finishedTrials($0) })
@@ -177,6 +226,7 @@ public struct HarborAdapter: BenchmarkAdapter {
     /// One trial, as read from its directory.
     struct Trial {
         var task: String
+        var harborName: String?
         var reward: Double?
         var status: TaskStatus
         var detail: String?
@@ -185,14 +235,25 @@ public struct HarborAdapter: BenchmarkAdapter {
 
     /// Reads every trial of the jobs directory and keys them on `task_name`.
     static func parse(_ out: Int32, ids: Set<String>, names: [String: String] = [:], traces: Bool) -> (results: [String: ToolTaskResult], ignored: [String]) {
-        // Harbor's name of a requested task -> its id (a declared name, or the id itself).
+        // Harbor's names of a requested task -> its id: the declared name and the id itself
+        // (one to one: HarborTaskNames refused the dataset otherwise).
         var byName: [String: String] = [:]
-        for id in ids { byName[names[id] ?? id] = id }
+        for id in ids {
+            byName[id] = id
+            if let n = names[id] { byName[n] = id }
+        }
         var trials: [String: [Trial]] = [:]
         var ignored: [String] = []
         forEachTrial(out) { dir, name in
             guard let trial = readTrial(dir, name: name, traces: traces) else { return }
-            if let id = byName[trial.task] { trials[id, default: []].append(trial) } else { ignored.append(trial.task) }
+            // result.json's task_name is the [task] name; its task_id gives the name `-i`
+            // matched (the directory, or a registry package's org/name), for a registry task
+            // whose declared name autoharness cannot know before it runs.
+            if let id = byName[trial.task] ?? trial.harborName.flatMap({ byName[$0] }) {
+                trials[id, default: []].append(trial)
+            } else {
+                ignored.append(trial.task)
+            }
         }
         var results: [String: ToolTaskResult] = [:]
         for (task, list) in trials {
@@ -222,7 +283,7 @@ public struct HarborAdapter: BenchmarkAdapter {
         case .failure: return nil  // a trial still running when the tool stopped, or not a trial
         }
         guard let json = JSONValue.parse(bytes), let task = json["task_name"]?.string else { return nil }
-        var trial = Trial(task: task, reward: nil, status: .missingResult, detail: nil, trace: [])
+        var trial = Trial(task: task, harborName: HarborTaskNames.harborName(taskID: json["task_id"]), reward: nil, status: .missingResult, detail: nil, trace: [])
         if traces {
             trial.trace = [("harbor-result.json", bytes)]
             for f in ["trial.log", "exception.txt"] {

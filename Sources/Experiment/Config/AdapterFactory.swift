@@ -5,11 +5,22 @@ extension ExperimentConfig {
     /// Upstream auto-harness keys some adapter reads (validated there).
     static let upstreamKeys = ["agent_timeout_multiplier", "reasoning_effort", "user_model", "seed", "mode", "patience",
                                "bird_repo", "bird_python_bin", "bird_data_path", "system_agent_port", "user_sim_port", "db_env_port",
-                               "pg_host", "pg_port", "pg_user", "pg_password", "tau2_data_dir"]
+                               "pg_host", "pg_port", "pg_user", "pg_password", "tau2_data_dir", "registry_path"]
 
     /// The tool each external benchmark runs, by default (found on PATH).
     static let defaultTool = ["terminal-bench": "harbor", "tau-bench": "tau2", "bird-interact": "python3"]
     static let defaultDataset = ["terminal-bench": "terminal-bench@2.0"]
+
+    /// The hosts a sandboxed `harbor run -d REF` reaches to resolve and fetch a registry
+    /// dataset (harbor 0.24.0): a legacy `name@version` is looked up on the registry's
+    /// Supabase (harbor/registry/client/harbor/config.py HARBOR_SUPABASE_URL) and its tasks
+    /// are cloned from git (harbor/tasks/client.py `_download_git_tasks`; Terminal-Bench's
+    /// are on GitHub); an `org/name@ref` package is resolved and downloaded from the hub's
+    /// Supabase, database and storage (harbor/auth/constants.py SUPABASE_URL,
+    /// harbor/storage/supabase.py).
+    static func harborRegistryHosts(_ reference: String) -> [String] {
+        reference.contains("/") ? ["ofhuhcpkvzjlejydnvyd.supabase.co:443"] : ["hlqxxzsirfrgeqasvaps.supabase.co:443", "github.com:443"]
+    }
     static let installHint = [
         "terminal-bench": "install Harbor with `uv tool install harbor` (or `pip install harbor`), see https://github.com/laude-institute/harbor",
         "tau-bench": "install tau2-bench: `git clone https://github.com/sierra-research/tau2-bench && cd tau2-bench && pip install -e .`",
@@ -79,33 +90,49 @@ extension ExperimentConfig {
                 runner.binds to accept that risk (README: threat model).
                 """)
         }
-        var isDirectory: ObjCBool = false
-        let local = dataset.hasPrefix("/") || dataset.hasPrefix(".")
-            || FileManager.default.fileExists(atPath: root + "/" + dataset, isDirectory: &isDirectory) && isDirectory.boolValue
         let ids: [String]
         var adapter: HarborAdapter
-        if local {
-            let dir = dataset.hasPrefix("/") ? dataset : root + "/" + dataset
-            guard let names = try? FileManager.default.contentsOfDirectory(atPath: dir) else {
-                throw ExperimentError(.usage, "dataset: \(dir) is not a directory of Harbor tasks (a registry dataset is name@version, e.g. terminal-bench@2.0)")
-            }
-            ids = names.filter { FileManager.default.fileExists(atPath: dir + "/" + $0 + "/task.toml") && BenchmarkTask.isValidID($0) }.sorted()
-            guard !ids.isEmpty else { throw ExperimentError(.usage, "dataset: \(dir) holds no Harbor tasks (directories with task.toml)") }
+        switch try HarborDataset.resolve(dataset, root: root, registryPath: upstream["registry_path"]) {
+        case .directory(let dir, let tasks):
             for b in runner.binds where dir == b || dir.hasPrefix(b.hasSuffix("/") ? b : b + "/") {
                 throw ExperimentError(.usage, "runner.binds: \(b) contains the dataset \(dir): every run would see the held-out tasks' files (autoharness binds the requested tasks itself)")
             }
+            ids = tasks.map(\.id)
             adapter = HarborAdapter(taskIDs: ids, tool: tool)
             adapter.datasetPath = dir
-            for id in ids {
-                if let text = try? String(contentsOfFile: dir + "/" + id + "/task.toml", encoding: .utf8),
-                   let name = HarborAdapter.declaredName(taskToml: text), name != id {
-                    adapter.taskNames[id] = name
+            for t in tasks { if let n = t.declaredName, n != t.id { adapter.taskNames[t.id] = n } }
+        case .registry(let reference, let registry, let listed):
+            let given = (tasks ?? []).isEmpty && tasksFile == nil ? nil : try taskList(root: root, valid: TraceName.isAcceptableID)
+            guard let names = given ?? listed else {
+                throw ExperimentError(.usage, """
+                    tasks_file: missing; autoharness cannot list the tasks of the registry dataset \(reference) without the \
+                    network: `autoharness init --dataset \(reference)` writes tasks.txt, or give a local copy \
+                    (`harbor download \(reference) -o DIR`, then dataset: DIR) or a registry.json (registry_path)
+                    """)
+            }
+            // A registry task's id is Harbor's `-i` name; org/name@ref is org/name.
+            ids = Array(Set(names.map { n in n.firstIndex(of: "@").map { String(n[..<$0]) }.flatMap { $0.contains("/") ? $0 : nil } ?? n })).sorted()
+            adapter = HarborAdapter(taskIDs: ids, tool: tool)
+            adapter.dataset = reference
+            adapter.registry = registry
+            if let registry {
+                for id in ids where !registry.taskIDs.contains(id) {
+                    throw ExperimentError(.usage, "task \(id): not in dataset \(reference) of \(registry.path)")
+                }
+                // A task on this host is named by its task.toml too (a git task's is not
+                // known before Harbor fetches it: its -i name and org/name@ref still work).
+                for (id, path) in registry.localTasks {
+                    if let text = try? String(contentsOfFile: path + "/task.toml", encoding: .utf8),
+                       let name = HarborAdapter.declaredName(taskToml: text), name != id {
+                        adapter.taskNames[id] = name
+                    }
                 }
             }
-        } else {
-            ids = try taskList(root: root)
-            adapter = HarborAdapter(taskIDs: ids, tool: tool)
-            adapter.dataset = dataset
+        }
+        do {
+            _ = try HarborTaskNames(ids: ids, declared: adapter.taskNames)
+        } catch {
+            throw ExperimentError(.usage, "dataset \(dataset): \(error.message)")
         }
         adapter.model = agentModel == "none" ? nil : agentModel
         adapter.environmentProvider = provider
@@ -117,6 +144,7 @@ extension ExperimentConfig {
             guard let v = Double(x), v > 0 else { throw ExperimentError(.usage, "agent_timeout_multiplier: '\(x)' is not a positive number") }
             adapter.agentTimeoutMultiplier = v
         }
+        adapter.agentTimeout = perTaskTimeout
         adapter.concurrency = maxConcurrency
         adapter.environment = agentEnvironment()
         return adapter
@@ -243,7 +271,7 @@ extension ExperimentConfig {
     }
 
     /// `tasks:` or `tasks_file:` (one id per line, or a JSON list of ids).
-    func taskList(root: String) throws -> [String] {
+    func taskList(root: String, valid: (String) -> Bool = BenchmarkTask.isValidID) throws -> [String] {
         var ids = tasks ?? []
         if let f = tasksFile {
             let p = f.hasPrefix("/") ? f : root + "/" + f
@@ -256,12 +284,12 @@ extension ExperimentConfig {
                 for (n, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
                     let id = line.trimmingCharacters(in: .whitespaces)
                     if id.isEmpty || id.hasPrefix("#") { continue }
-                    guard BenchmarkTask.isValidID(id) else { throw ExperimentError(.usage, "\(p):\(n + 1): '\(id)' is not a valid task id") }
+                    guard valid(id) else { throw ExperimentError(.usage, "\(p):\(n + 1): '\(id)' is not a valid task id") }
                     ids.append(id)
                 }
             }
         }
-        for id in ids where !BenchmarkTask.isValidID(id) { throw ExperimentError(.usage, "task id '\(id)' is not valid (letters, digits, '.', '_', '-')") }
+        for id in ids where !valid(id) { throw ExperimentError(.usage, "task id '\(id)' is not valid (letters, digits, '.', '_', '-')") }
         guard !ids.isEmpty else { throw ExperimentError(.usage, "benchmark: \(benchmark) needs its task ids: `tasks: [...]` or `tasks_file: FILE`") }
         let unique = Array(Set(ids)).sorted()
         guard unique.count == ids.count else { throw ExperimentError(.usage, "the task list names an id twice") }

@@ -203,8 +203,13 @@ public final class ExperimentSupervisor {
         let s = try state()
         guard let split = s.split else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
         let train = Set(split.train)
-        if let ids = taskIDs {
-            let refused = ids.filter { !train.contains($0) }
+        // Another name of a task (Harbor's [task] name, org/name@ref) is its id; a name that
+        // is no task's stays as given. Refusals repeat the names as given: naming the task
+        // an alias maps to would tell a held-out task from an unknown name.
+        let given = taskIDs
+        let taskIDs = taskIDs.map { $0.map { adapter.canonicalTaskID($0) ?? $0 } }
+        if let ids = taskIDs, let given {
+            let refused = zip(given, ids).filter { !train.contains($0.1) }.map(\.0)
             if !refused.isEmpty {
                 _ = try ledger.append(.violation, ViolationRecord(
                     actor: actor, kind: "refused_task_ids",

@@ -17,8 +17,11 @@ extension ExperimentSupervisor {
         public var codingAgent: String
         /// The coding agent's CLI, when not on PATH under its usual name.
         public var codingAgentBinary: String?
+        /// terminal-bench: a local registry.json the registry dataset is resolved from.
+        public var registryPath: String?
         public init(benchmark: String, dataset: String?, tool: String? = nil, repo: String? = nil, templates: String,
-                    codingAgent: String = "command", codingAgentBinary: String? = nil) {
+                    codingAgent: String = "command", codingAgentBinary: String? = nil, registryPath: String? = nil) {
+            self.registryPath = registryPath
             self.codingAgent = codingAgent
             self.codingAgentBinary = codingAgentBinary
             self.benchmark = benchmark
@@ -87,6 +90,34 @@ extension ExperimentSupervisor {
             dataset = o.dataset ?? "lite"
             try ToolCheck.postgresClients()
         }
+        // terminal-bench: the dataset in any form Harbor takes, checked now; a directory is
+        // written as the task directory itself (the inner one of a `harbor download` tree).
+        var harborKeys = "# registry_path: registry.json  # a local Harbor registry the dataset name@version is resolved from (no network)"
+        var harborAllow: [String] = []
+        if o.benchmark == "terminal-bench" {
+            if o.registryPath != nil && o.dataset == nil {
+                throw ExperimentError(.usage, "--registry-path needs --dataset NAME@VERSION, the dataset to take from it")
+            }
+            if !dataset.hasPrefix("/"), fm.fileExists(atPath: fm.currentDirectoryPath + "/" + dataset) { dataset = fm.currentDirectoryPath + "/" + dataset }
+            let registry = o.registryPath.map { $0.hasPrefix("/") ? $0 : fm.currentDirectoryPath + "/" + $0 }
+            switch try HarborDataset.resolve(dataset, root: fm.currentDirectoryPath, registryPath: registry) {
+            case .directory(let dir, let tasks):
+                dataset = dir
+                do {
+                    _ = try HarborTaskNames(ids: tasks.map(\.id), declared: Dictionary(tasks.compactMap { t in t.declaredName.map { (t.id, $0) } }, uniquingKeysWith: { a, _ in a }))
+                } catch {
+                    throw ExperimentError(.usage, "--dataset \(dir): \(error.message)")
+                }
+            case .registry(_, let r, _):
+                // What a run's harbor must reach to resolve and fetch the registry's tasks.
+                if let r {
+                    harborKeys = "registry_path: \(r.path)  # the local Harbor registry \(dataset) is resolved from (no network)"
+                    harborAllow = r.gitHosts
+                } else {
+                    harborAllow = ExperimentConfig.harborRegistryHosts(dataset)
+                }
+            }
+        }
         var root = directory.hasPrefix("/") ? directory : fm.currentDirectoryPath + "/" + directory
         while root.count > 1 && root.hasSuffix("/") { root.removeLast() }
         if let entries = try? fm.contentsOfDirectory(atPath: root), !entries.isEmpty {
@@ -102,6 +133,8 @@ extension ExperimentSupervisor {
                 .replacingOccurrences(of: "{{templates}}", with: t)
                 .replacingOccurrences(of: "{{tau2_data}}", with: tau2Data)
                 .replacingOccurrences(of: "{{bird_repo}}", with: birdRepo)
+                .replacingOccurrences(of: "{{harbor_registry}}", with: harborKeys)
+                .replacingOccurrences(of: "{{harbor_allow}}", with: harborAllow.map { ", " + $0 }.joined())
                 .replacingOccurrences(of: "{{tool_binds}}", with: ToolCheck.installRoots(of: tool).map { "\"\($0)\"" }.joined(separator: ", "))
         }
         try fm.createDirectory(atPath: layout.agentDirectory, withIntermediateDirectories: true)

@@ -1,0 +1,81 @@
+import Benchmark
+import Foundation
+
+/// What `dataset:` names for `benchmark: terminal-bench`, in each form Harbor itself accepts.
+enum HarborDataset {
+    struct Task: Equatable {
+        var id: String
+        var declaredName: String?
+    }
+
+    enum Resolved {
+        /// Task directories on this host: a plain dataset directory, or the one dataset of a
+        /// `harbor download -o DIR` tree (`DIR/<dataset>/<task>/`).
+        case directory(String, [Task])
+        /// A registry reference (`name@version`, `org/name@ref`); its registry.json when
+        /// registry_path names one, and then the dataset's tasks.
+        case registry(String, HarborRegistry?, [String]?)
+    }
+
+    /// Registry references as `harbor run -d` / `harbor download` take them: `name`,
+    /// `name@version`, `org/name`, `org/name@ref` (harbor 0.24.0, harbor/cli/download.py and
+    /// harbor/cli/jobs.py: `/` in the name makes it a package, else a legacy registry dataset).
+    static func isReference(_ s: String) -> Bool {
+        let parts = s.split(separator: "@", omittingEmptySubsequences: false)
+        guard (1...2).contains(parts.count), parts.allSatisfy({ !$0.isEmpty }) else { return false }
+        let names = parts[0].split(separator: "/", omittingEmptySubsequences: false)
+        guard (1...2).contains(names.count) else { return false }
+        return (names + parts.dropFirst()).allSatisfy { p in
+            !p.isEmpty && p.first != "." && p.unicodeScalars.allSatisfy { CharacterSet.alphanumerics.contains($0) || "._-".unicodeScalars.contains($0) }
+        }
+    }
+
+    /// The tasks of a directory: subdirectories with a task.toml and a usable id.
+    static func tasks(in dir: String) -> [Task] {
+        let fm = FileManager.default
+        return ((try? fm.contentsOfDirectory(atPath: dir)) ?? []).sorted().compactMap { name in
+            guard BenchmarkTask.isValidID(name), let text = try? String(contentsOfFile: dir + "/" + name + "/task.toml", encoding: .utf8) else { return nil }
+            return Task(id: name, declaredName: HarborAdapter.declaredName(taskToml: text))
+        }
+    }
+
+    static func resolve(_ dataset: String, root: String, registryPath: String?) throws -> Resolved {
+        let fm = FileManager.default
+        var isDirectory: ObjCBool = false
+        let local = dataset.hasPrefix("/") || dataset.hasPrefix(".")
+            || fm.fileExists(atPath: root + "/" + dataset, isDirectory: &isDirectory) && isDirectory.boolValue
+        if local {
+            var dir = dataset.hasPrefix("/") ? dataset : root + "/" + dataset
+            while dir.count > 1 && dir.hasSuffix("/") { dir.removeLast() }
+            guard let names = try? fm.contentsOfDirectory(atPath: dir) else {
+                throw ExperimentError(.usage, "dataset: \(dir) is not a directory of Harbor tasks (a registry dataset is name@version, e.g. terminal-bench@2.0)")
+            }
+            let direct = tasks(in: dir)
+            if !direct.isEmpty { return .directory(dir, direct) }
+            // `harbor download REF -o DIR` exports into DIR/<dataset name>/<task>/ (harbor
+            // 0.24.0, harbor/cli/download.py `_download_dataset`: output_dir / name.split("/")[-1];
+            // harbor/tasks/client.py `download_tasks` with export=True: one directory per task).
+            let downloaded = names.sorted().filter { !$0.hasPrefix(".") && !tasks(in: dir + "/" + $0).isEmpty }
+            if downloaded.count == 1 { return .directory(dir + "/" + downloaded[0], tasks(in: dir + "/" + downloaded[0])) }
+            if downloaded.count > 1 {
+                throw ExperimentError(.usage, "dataset: \(dir) holds several downloaded datasets (\(downloaded.joined(separator: ", "))): name one of them, e.g. dataset: \(dir)/\(downloaded[0])")
+            }
+            throw ExperimentError(.usage, "dataset: \(dir) holds no Harbor tasks (directories with task.toml), directly or as `harbor download -o` writes them (DIR/<dataset>/<task>/)")
+        }
+        guard isReference(dataset) else {
+            throw ExperimentError(.usage, "dataset: '\(dataset)' is neither a directory nor a Harbor registry dataset (name@version, e.g. terminal-bench@2.0, or org/name@ref)")
+        }
+        guard let r = registryPath else { return .registry(dataset, nil, nil) }
+        let path = r.hasPrefix("/") ? r : root + "/" + r
+        guard !dataset.contains("/") else {
+            throw ExperimentError(.usage, "registry_path: a registry.json holds legacy datasets (name@version); \(dataset) is a registry package (org/name), which Harbor resolves on its hub")
+        }
+        let parts = dataset.split(separator: "@", maxSplits: 1).map(String.init)
+        do {
+            let registry = try HarborRegistry(path: path, name: parts[0], version: parts.count > 1 ? parts[1] : nil)
+            return .registry(dataset, registry, registry.taskIDs)
+        } catch {
+            throw ExperimentError(.usage, error.message)
+        }
+    }
+}
