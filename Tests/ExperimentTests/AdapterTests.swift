@@ -598,6 +598,22 @@ struct Tau2AdapterTests {
         #expect(p.stdout.contains("baseline: 0/12 tasks pass"), "\(p.stdout)\(p.stderr)")
     }
 
+    @Test("a refused syscall in the scorer's sandbox (no agent.py there) is recorded against the benchmark tool, not agent.py")
+    func scorerViolationsAttributed() throws {
+        let exp = try make()
+        defer { exp.removeScratch() }
+        let p = try exp.run(["prepare"], environment: Self.env)
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        var env = Self.env
+        env["FAKE_MODE"] = "scorer_probe"
+        let b = try exp.run(["benchmark"], environment: env)
+        #expect(b.status == 0, "\(b.stderr)")
+        let rows = try exp.rows("violation").filter { ($0["actor"] as? String)?.hasSuffix("(train run)") == true }
+        let tool = rows.filter { ($0["actor"] as? String) == "benchmark tool (train run)" }
+        #expect(tool.contains { ($0["detail"] as? String)?.hasPrefix("syscall pivot_root ×") == true }, "\(rows)")
+        #expect(!rows.contains { ($0["actor"] as? String)?.hasPrefix("agent.py") == true }, "blamed on agent.py: \(rows)")
+    }
+
     @Test("binding tau2's data directory into the runner is refused: it holds every test task's expected actions")
     func dataNeverBound() throws {
         let exp = try make()

@@ -41,6 +41,9 @@ public struct AdapterRunContext {
     /// agent has touched agent.py): a failing tool's stderr tail goes to `log`. Never in a
     /// gate, where agent.py is the coding agent's and could write test data to it.
     public var operatorDiagnostics = false
+    /// Where sandboxes that do not hold agent.py report (a tool's scorer or graders), so what
+    /// they do is not recorded against agent.py; nil: `audit`.
+    public var toolAudit: AuditLog?
 
     public init(policyLoader: PolicyLoader, agentDirectory: String, scratchRoot: String, audit: AuditLog, heldOut: Bool,
                 concurrency: Int, traceDirectory: @escaping (String) -> String?) {

@@ -186,7 +186,7 @@ final class ToolRun {
         let result: SandboxResult
         do throws(SandboxError) {
             let plan = try PlanCompiler.compile(policy: p, command: inv.argv, overrides: ov, hostEnvironment: host)
-            var options = RunOptions(audit: context.audit)
+            var options = RunOptions(audit: inv.withAgent ? context.audit : context.toolAudit ?? context.audit)
             options.stdio = (null, out, err)
             options.pageCache = context.pageCache
             options.signalFD = signalFD

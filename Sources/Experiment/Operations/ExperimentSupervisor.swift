@@ -157,7 +157,7 @@ public final class ExperimentSupervisor {
             throw ExperimentError(.state, "experiment already prepared (split recorded in the ledger); nothing was run")
         }
         let snap = try snapshotAgent()
-        let audit = AuditLog()
+        let audit = RunAudit()
         let outcomes = try run(adapter.taskIDs, agent: snap.directory, audit: audit, heldOut: true, operatorDiagnostics: true, traces: { _ in nil })
         try Self.refuseBrokenBaseline(outcomes)
         var passed: [String: Bool] = [:]
@@ -179,7 +179,7 @@ public final class ExperimentSupervisor {
             (.iteration, IterationRecord(iteration: 0, valScore: val, commit: "baseline", evalsPassed: 0, evalsTotal: 0,
                                          timestamp: isoTimestamp(), agentSHA256: snap.sha256)),
         ]
-        items += violations(audit, actor: "agent.py (baseline)", heldOut: true)
+        items += violations(audit, during: "baseline", heldOut: true)
         _ = try ledger.appendAll(items)
         try Views.regenerate(layout, try state(), config: config)
         var summary = PrepareSummary(tasks: outcomes.count, passed: outcomes.filter(\.passed).count, train: split.train.count,
@@ -222,7 +222,7 @@ public final class ExperimentSupervisor {
         let firstRun = s.latestTrainRun == nil
         try FileManager.default.createDirectory(atPath: layout.latestTraces, withIntermediateDirectories: true)
         for t in tasks { try? FileManager.default.removeItem(atPath: layout.latestTraces + "/" + TraceName.encode(t)) }
-        let audit = AuditLog()
+        let audit = RunAudit()
         let outcomes = try run(tasks, agent: snap.directory, audit: audit, oracle: oracle,
                                traces: { [layout] in layout.latestTraces + "/" + TraceName.encode($0) })
         if firstRun {
@@ -237,7 +237,7 @@ public final class ExperimentSupervisor {
             timestamp: isoTimestamp(), agentSHA256: snap.sha256,
             results: Dictionary(uniqueKeysWithValues: outcomes.map { ($0.id, $0.reward) }),
             statuses: Dictionary(uniqueKeysWithValues: outcomes.map { ($0.id, $0.status.rawValue) })))]
-        items += violations(audit, actor: "agent.py (train run)")
+        items += violations(audit, during: "train run")
         _ = try ledger.appendAll(items)
         try Views.regenerate(layout, try state(), config: config)
         return outcomes
@@ -260,8 +260,8 @@ public final class ExperimentSupervisor {
         let attempt = s.lastAttempt + 1
         let snap = try agent ?? snapshotAgent()
         _ = try ledger.append(.gateStarted, GateStartedRecord(attempt: attempt, agentSHA256: snap.sha256))
-        let audit = AuditLog()
-        let heldOutAudit = AuditLog()
+        let audit = RunAudit()
+        let heldOutAudit = RunAudit()
         var result = GateResult(attempt: attempt, agentSHA256: snap.sha256, accepted: false, reason: "", suitePassed: 0,
                                 suiteTotal: s.suite.count, valScore: nil, bestBefore: s.best, promoted: [], commit: nil, iteration: nil)
 
@@ -320,8 +320,8 @@ public final class ExperimentSupervisor {
         } else {
             items.append((.gateAttempt, result))
         }
-        items += violations(audit, actor: "agent.py (gate)")
-        items += violations(heldOutAudit, actor: "agent.py (gate, held-out split)", heldOut: true)
+        items += violations(audit, during: "gate")
+        items += violations(heldOutAudit, during: "gate, held-out split", heldOut: true)
         _ = try ledger.appendAll(items)
         // Published only once the ledger holds the iteration; a crash in between is rolled
         // forward by recover().
@@ -366,14 +366,15 @@ public final class ExperimentSupervisor {
 
     /// Runs `ids` through the benchmark's adapter: one outcome per id, in order (a task the
     /// adapter could not score is 0, never missing).
-    func run(_ ids: [String], agent: String, audit: AuditLog, oracle: Bool = false, heldOut: Bool = false,
+    func run(_ ids: [String], agent: String, audit: RunAudit, oracle: Bool = false, heldOut: Bool = false,
              operatorDiagnostics: Bool = false, traces: @escaping (String) -> String?) throws -> [TaskOutcome] {
         guard !ids.isEmpty else { return [] }
         try FileManager.default.createDirectory(atPath: config.scratch, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        var context = AdapterRunContext(policyLoader: policyLoader, agentDirectory: agent, scratchRoot: config.scratch, audit: audit,
+        var context = AdapterRunContext(policyLoader: policyLoader, agentDirectory: agent, scratchRoot: config.scratch, audit: audit.agent,
                                         heldOut: heldOut, concurrency: config.maxConcurrency, traceDirectory: traces)
         context.oracle = oracle
         context.operatorDiagnostics = operatorDiagnostics
+        context.toolAudit = audit.tool
         context.progress = { [progress] done, total, last in progress?(done, total, heldOut ? nil : last) }
         context.log = { [log] line in log?(line) }
         // Before anything untrusted runs again (a train task, the thawed coding agent),
@@ -389,6 +390,21 @@ public final class ExperimentSupervisor {
 
     /// Refused syscalls and limit events of a run, as ledger violation records (one per kind
     /// of event; the audit already bounds their number).
+    /// Where one run's sandboxes report: those that hold agent.py, and the benchmark tool's
+    /// own (tau2's scorer, BIRD's graders), which never load it.
+    struct RunAudit {
+        let agent = AuditLog()
+        let tool = AuditLog()
+    }
+
+    /// A run's violations, each against whoever could have caused it: agent.py for the
+    /// sandboxes that hold it (a tool sharing its process included: tau2's runner, Harbor's
+    /// orchestrator), "benchmark tool" for the sandboxes without it.
+    func violations(_ audit: RunAudit, during: String, heldOut: Bool = false) -> [(RecordKind, any Encodable)] {
+        violations(audit.agent, actor: "agent.py (\(during))", heldOut: heldOut)
+            + violations(audit.tool, actor: "benchmark tool (\(during))", heldOut: heldOut)
+    }
+
     func violations(_ audit: AuditLog, actor: String, heldOut: Bool = false) -> [(RecordKind, any Encodable)] {
         var counts: [String: Int] = [:]
         var order: [String] = []

@@ -35,6 +35,12 @@ class SimulationRun:
 
     @classmethod
     def model_validate(cls, raw):
+        import os
+        if os.environ.get("FAKE_MODE") == "scorer_probe":
+            # Only autoharness's scorer validates saved simulations: a denied call made there
+            # is the tool's, not agent.py's (pivot_root, syscall 155 on x86_64).
+            import ctypes
+            ctypes.CDLL(None, use_errno=True).syscall(155, b"/", b"/")
         if not isinstance(raw, dict) or any(k not in raw for k in cls.REQUIRED) or not isinstance(raw["messages"], list):
             raise ValueError("1 validation error for SimulationRun")
         if raw["termination_reason"] not in ("agent_stop", "user_stop", "max_steps", "too_many_errors", "agent_error",
