@@ -123,7 +123,11 @@ public struct ConfigError: Error, CustomStringConvertible, Sendable {
     public var file: String
     public var line: Int?
     public var message: String
-    public var description: String { line.map { "\(file):\($0): \(message)" } ?? "\(file): \(message)" }
+    public var column: Int? = nil
+    public var description: String {
+        guard let line else { return "\(file): \(message)" }
+        return column.map { "\(file):\(line):\($0): \(message)" } ?? "\(file):\(line): \(message)"
+    }
 }
 
 extension ExperimentConfig {
@@ -143,6 +147,14 @@ extension ExperimentConfig {
                 throw ConfigErrors([ConfigError(file: file, line: nil, message: "the config is empty; it needs at least `benchmark:`")])
             }
             root = n
+        } catch YamlError.duplicatedKeysInMapping(let duplicates, let context) {
+            // Yams's message quotes the whole file; the operator needs the repeated key's line.
+            let key = duplicates.first ?? "?"
+            let first = "line \(context.mark.line), column \(context.mark.column)"
+            if let line = YAMLDuplicateKey.repeatLine(of: key, firstAt: context.mark.line, column: context.mark.column, in: text) {
+                throw ConfigErrors([ConfigError(file: file, line: line, message: "duplicate key '\(key)' (first at \(first))", column: context.mark.column)])
+            }
+            throw ConfigErrors([ConfigError(file: file, line: context.mark.line, message: "duplicate key '\(key)' in this mapping", column: context.mark.column)])
         } catch let e as YamlError {
             throw ConfigErrors([ConfigError(file: file, line: Reader.line(of: e), message: "not valid YAML: \(e)")])
         }
