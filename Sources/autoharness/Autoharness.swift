@@ -55,12 +55,31 @@ struct Autoharness: ParsableCommand {
     }
 }
 
-/// Exit statuses of the CLI itself (sandboxed commands pass theirs through; see
-/// `SandboxResult.exitCode` for 124-127).
+/// Exit statuses of the CLI itself: the one table (README "Exit codes" and `--help` repeat
+/// it). Sandboxed commands pass theirs through (`sandbox exec`: see `SandboxResult.exitCode`
+/// for 124-127 and 128+N).
 enum Exit {
+    /// Success; `gate`: accepted; `run`: ended by one of its limits after working.
     static let ok: Int32 = 0
+    /// `gate`: rejected. A check found a problem: `status --verify` (tampering),
+    /// `policy check`, `doctor`.
     static let failure: Int32 = 1
+    /// Usage, configuration or state error: a bad flag or file, an unprepared experiment, a
+    /// refused request (held-out ids, a spent budget asked for more).
     static let usage: Int32 = 2
+    /// `run`: nothing left to do: a budget is spent, or restarts / sessions without progress
+    /// reached their bound. The reason is the last line on stderr.
+    static let nothingLeft: Int32 = 3
+    /// Another supervisor holds the experiment lock (its pid and purpose are named).
+    static let lockBusy: Int32 = 4
+    /// An I/O or ledger error: disk full, EIO, an unreadable or inconsistent ledger. Nothing
+    /// was recorded half-way; the path and errno are named.
+    static let ioError: Int32 = 5
+    /// `sandbox exec --timeout` expired.
     static let timeout: Int32 = 124
+    /// A sandbox could not be set up (stage and errno named).
     static let sandboxSetup: Int32 = 125
+    /// Interrupted (SIGINT twice, or SIGINT/SIGTERM to a command that cannot finish cleanly):
+    /// 128 + the signal number, 130 for SIGINT.
+    static let interrupted: Int32 = 130
 }
