@@ -11,16 +11,6 @@ extension ExperimentConfig {
     static let defaultTool = ["terminal-bench": "harbor", "tau-bench": "tau2", "bird-interact": "python3"]
     static let defaultDataset = ["terminal-bench": "terminal-bench@2.0"]
 
-    /// The hosts a sandboxed `harbor run -d REF` reaches to resolve and fetch a registry
-    /// dataset (harbor 0.24.0): a legacy `name@version` is looked up on the registry's
-    /// Supabase (harbor/registry/client/harbor/config.py HARBOR_SUPABASE_URL) and its tasks
-    /// are cloned from git (harbor/tasks/client.py `_download_git_tasks`; Terminal-Bench's
-    /// are on GitHub); an `org/name@ref` package is resolved and downloaded from the hub's
-    /// Supabase, database and storage (harbor/auth/constants.py SUPABASE_URL,
-    /// harbor/storage/supabase.py).
-    static func harborRegistryHosts(_ reference: String) -> [String] {
-        reference.contains("/") ? ["ofhuhcpkvzjlejydnvyd.supabase.co:443"] : ["hlqxxzsirfrgeqasvaps.supabase.co:443", "github.com:443"]
-    }
     static let installHint = [
         "terminal-bench": "install Harbor with `uv tool install harbor` (or `pip install harbor`), see https://github.com/laude-institute/harbor",
         "tau-bench": "install tau2-bench: `git clone https://github.com/sierra-research/tau2-bench && cd tau2-bench && pip install -e .`",
@@ -105,9 +95,10 @@ extension ExperimentConfig {
             let given = (tasks ?? []).isEmpty && tasksFile == nil ? nil : try taskList(root: root, valid: TraceName.isAcceptableID)
             guard let names = given ?? listed else {
                 throw ExperimentError(.usage, """
-                    tasks_file: missing; autoharness cannot list the tasks of the registry dataset \(reference) without the \
-                    network: `autoharness init --dataset \(reference)` writes tasks.txt, or give a local copy \
-                    (`harbor download \(reference) -o DIR`, then dataset: DIR) or a registry.json (registry_path)
+                    dataset: \(reference) is a registry reference with neither registry_path nor tasks_file: autoharness \
+                    does not let runs reach the registry to list it. `autoharness init --dataset \(reference)` downloads it \
+                    once (or run `harbor download \(reference) -o DIR` and set dataset: DIR), or give a registry.json \
+                    (registry_path), or the task names in tasks_file
                     """)
             }
             // A registry task's id is Harbor's `-i` name; org/name@ref is org/name.
