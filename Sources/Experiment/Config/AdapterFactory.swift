@@ -195,6 +195,7 @@ extension ExperimentConfig {
         }
         var adk = URL(fileURLWithPath: path(repo)).resolvingSymlinksInPath().path
         if FileManager.default.fileExists(atPath: adk + "/BIRD-Interact-ADK/orchestrator/runner.py") { adk += "/BIRD-Interact-ADK" }
+        if checkTools { try ToolCheck.pythonRequirements(python: argv[0], file: adk + "/requirements.txt") }
         let set = dataset ?? "lite"
         let data = URL(fileURLWithPath: upstream["bird_data_path"].map(path) ?? adk + "/bird-interact-\(set)/bird_interact_data.jsonl")
             .resolvingSymlinksInPath().path
@@ -320,6 +321,46 @@ enum ToolCheck {
                 database (BIRD-Interact-ADK/shared/db_utils.py); install PostgreSQL's client programs: \
                 apt-get install postgresql-client (as BIRD-Interact's env/Dockerfile.bird_interact_eval does)
                 """)
+        }
+    }
+
+    /// Checks that `python` has every distribution `file` (a pip requirements file, e.g. the
+    /// ADK's: google-adk, psycopg2-binary, litellm, ...) names, by distribution name through
+    /// importlib.metadata, so a missing one is named now rather than as "services did not
+    /// start" from inside a sandbox. `X-binary` is also satisfied by `X` (psycopg2 built from
+    /// source). No file, no check.
+    static func pythonRequirements(python: String, file: String) throws {
+        guard let text = try? String(contentsOfFile: file, encoding: .utf8) else { return }
+        let names: [String] = text.split(separator: "\n").compactMap { raw in
+            let line = raw.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
+            guard let c = line.first, c.isLetter || c.isNumber else { return nil }  // options (-r, -e, --index-url) and blanks
+            let name = line.prefix { $0.isLetter || $0.isNumber || "._-".contains($0) }
+            return name.isEmpty ? nil : String(name)
+        }
+        guard !names.isEmpty else { return }
+        let probe = """
+            import importlib.metadata as m, sys
+            def has(n):
+                for d in (n, n[:-len("-binary")] if n.endswith("-binary") else None):
+                    try:
+                        if d: m.version(d); return True
+                    except m.PackageNotFoundError:
+                        pass
+                return False
+            print(" ".join(n for n in sys.argv[1:] if not has(n)))
+            """
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: locate(python) ?? python)
+        p.arguments = ["-c", probe] + names
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = FileHandle.nullDevice
+        do { try p.run() } catch { throw ExperimentError(.usage, "\(python): cannot run it to check \(file): \(error)") }
+        let missing = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).split(separator: " ").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }.filter { !$0.isEmpty }
+        p.waitUntilExit()
+        guard p.terminationStatus == 0 else { throw ExperimentError(.usage, "\(python) could not check \(file) (exit \(p.terminationStatus))") }
+        guard missing.isEmpty else {
+            throw ExperimentError(.usage, "\(python) lacks \(missing.joined(separator: ", ")), named in \(file): install them into that Python (\(python) -m pip install -r \(file)) or name the Python that has them (--tool, runner.command)")
         }
     }
 

@@ -113,6 +113,8 @@ extension ExperimentSupervisor {
             }
             dataset = o.dataset ?? "lite"
             try ToolCheck.postgresClients()
+            let adk = fm.fileExists(atPath: birdRepo + "/BIRD-Interact-ADK/orchestrator/runner.py") ? birdRepo + "/BIRD-Interact-ADK" : birdRepo
+            try ToolCheck.pythonRequirements(python: tool, file: adk + "/requirements.txt")
         }
         // terminal-bench: the dataset in any form Harbor takes, checked now; a directory is
         // written as the task directory itself (the inner one of a `harbor download` tree).
