@@ -129,12 +129,12 @@ public final class RunLoop: @unchecked Sendable {
     private var stoppedForGate = false
     private var undeliveredAnswer: String?
 
-    public var runDirectory: String { layout.privateDirectory + "/run" }
+    public var runDirectory: String { layout.runDirectory }
     var agentLogPath: String { runDirectory + "/agent.log" }
     var auditPath: String { runDirectory + "/audit.jsonl" }
     var stagingPath: String { runDirectory + "/agent" }
     var homePath: String { runDirectory + "/home" }
-    var brokerDirectory: String { runDirectory + "/broker" }
+    var brokerDirectory: String { layout.brokerDirectory }
     var historyDirectory: String { runDirectory + "/history" }
 
     public init(supervisor: ExperimentSupervisor, settings: RunSettings, presenter: RunPresenter) {
@@ -201,8 +201,17 @@ public final class RunLoop: @unchecked Sendable {
         settings.log(resumed ? "resuming run \(runID) (\(gates) gate(s), \(accepted) accepted so far)" : "run \(runID) started")
         settings.log("coding agent: " + CodingAgentPreset.identity(command: command, config: config.codingAgent, root: layout.root))
 
-        let broker = try BrokerServer(path: brokerDirectory + "/" + BrokerWire.socketName) { [self] request, peer in
-            handle(request, peer: peer)
+        // Marked as this process's before it exists: a supervisor killed while it serves leaves
+        // a socket the next one can attribute and remove.
+        let brokerMarker = try Leftovers.claimBroker(layout)
+        let broker: BrokerServer
+        do {
+            broker = try BrokerServer(path: layout.brokerSocket) { [self] request, peer in
+                handle(request, peer: peer)
+            }
+        } catch {
+            Leftovers.release(brokerMarker)
+            throw error
         }
         broker.start()
         let deadline = settings.maxHours.map { started.addingTimeInterval($0 * 3600) }
@@ -268,6 +277,7 @@ public final class RunLoop: @unchecked Sendable {
             while stopping == nil && Date() < until { usleep(100_000) }
         }
         broker.stop()
+        Leftovers.release(brokerMarker)
         let reason = stopping ?? "stopped"
         let end: RunReport = try work.withLock {
             flushAudit()
