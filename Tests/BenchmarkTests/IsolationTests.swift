@@ -2,6 +2,7 @@ import Foundation
 import Sandbox
 import SandboxPolicy
 import Testing
+import class TestSupport.LiveProcess
 
 @testable import Benchmark
 
@@ -301,12 +302,8 @@ struct ScratchHygieneTests {
         let root = try makeScratchRoot()
         // A live owner (a process of this test), a dead one (a reaped child), and this
         // process's pid with another start time (the pid reused after its owner died).
-        let sleeper = Process()
-        sleeper.executableURL = URL(fileURLWithPath: "/bin/sleep")
-        sleeper.arguments = ["60"]
-        try sleeper.run()
-        defer { kill(sleeper.processIdentifier, SIGKILL); sleeper.waitUntilExit() }
-        let live = try #require(ProcessIdentity.of(sleeper.processIdentifier))
+        let sleeper = try LiveProcess()
+        let live = try #require(ProcessIdentity.of(sleeper.pid))
         let p = Process()
         p.executableURL = URL(fileURLWithPath: "/bin/true")
         try p.run()
@@ -349,6 +346,7 @@ struct ScratchHygieneTests {
         #expect(markers == kept.map { String($0.dropFirst(root.path.count + 1)) + "." + live.tag }.sorted(), "\(markers)")
         #expect(lines.first?.hasPrefix("removed 3 scratch directories (2 mounted) under \(root.path) left by supervisors that are gone") == true, "\(lines)")
         rmdir(unowned)
+        withExtendedLifetime(sleeper) {}
     }
 
     @Test("task tmpfs mounts of a dead supervisor are unmounted; a live one's are left alone")

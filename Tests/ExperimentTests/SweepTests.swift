@@ -183,12 +183,8 @@ struct SweepTests {
             let r = try runProcess("/usr/bin/python3", ["-c", "import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])", socket])
             try #require(r.status == 0, "\(r.stderr)")
         }
-        let sleeper = Process()
-        sleeper.executableURL = URL(fileURLWithPath: "/bin/sleep")
-        sleeper.arguments = ["60"]
-        try sleeper.run()
-        defer { kill(sleeper.processIdentifier, SIGKILL); sleeper.waitUntilExit() }
-        let alive = try #require(ProcessIdentity.of(sleeper.processIdentifier))
+        let sleeper = try LiveProcess()
+        let alive = try #require(ProcessIdentity.of(sleeper.pid))
         let me = ProcessIdentity.current
         let reused = ProcessIdentity(pid: me.pid, startTime: me.startTime - 1, pidNamespace: me.pidNamespace)
         let train = try exp.split().train[0]
@@ -206,5 +202,6 @@ struct SweepTests {
         let r = try exp.run("benchmark", "--task-ids", train)
         #expect(r.stderr.contains("removed the broker socket \(socket) left by supervisor pid \(me.pid), which is gone"), "\(r.stderr)")
         #expect(!FileManager.default.fileExists(atPath: socket) && !FileManager.default.fileExists(atPath: run + "/broker.sock." + reused.tag))
+        withExtendedLifetime(sleeper) {}
     }
 }
