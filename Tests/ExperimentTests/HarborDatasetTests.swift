@@ -33,6 +33,27 @@ struct HarborDatasetTests {
         return exp
     }
 
+    @Test("only the environment provider in use needs its key: with E2B_API_KEY in env_pass and unset, env_provider e2b stops naming it and daytona (its own key set) runs")
+    func providerKeys() throws {
+        let temp = try TempDir()
+        try Self.copyTasks(to: temp.path + "/tasks")
+        let exp = try make(dataset: temp.path + "/tasks")
+        defer { exp.removeScratch() }
+        try exp.set("env_pass", "[FAKE_MODE, E2B_API_KEY, DAYTONA_API_KEY]", in: "runner")
+        var env = ProcessInfo.processInfo.environment
+        env["FAKE_MODE"] = "normal"
+        env["E2B_API_KEY"] = nil
+        env["DAYTONA_API_KEY"] = nil
+        try exp.set("env_provider", "e2b")
+        let refused = try autoharness(["prepare", "-C", exp.root], environment: env)
+        #expect(refused.status != 0 && refused.stderr.contains("E2B_API_KEY is not set"), "\(refused.stderr)")
+        #expect(!refused.stderr.contains("DAYTONA_API_KEY"), "\(refused.stderr)")
+        env["DAYTONA_API_KEY"] = "k"
+        try exp.set("env_provider", "daytona")
+        let p = try autoharness(["prepare", "-C", exp.root], environment: env)
+        #expect(p.status == 0, "\(p.stdout)\(p.stderr)")
+    }
+
     @Test("init --dataset DIR as `harbor download -o DIR` writes it (DIR/<dataset>/<task>/): the config names the dataset directory and its tasks run")
     func downloadedLayout() throws {
         let temp = try TempDir()

@@ -11,6 +11,11 @@ extension ExperimentConfig {
     static let defaultTool = ["terminal-bench": "harbor", "tau-bench": "tau2", "bird-interact": "python3"]
     static let defaultDataset = ["terminal-bench": "terminal-bench@2.0"]
 
+    /// The keys each Harbor environment provider reads (harbor 0.24.0, harbor/environments/:
+    /// e2b.py, daytona.py, modal.py (Modal's client reads MODAL_TOKEN_ID/SECRET), runloop.py).
+    static let harborProviderKeys = ["e2b": ["E2B_API_KEY"], "daytona": ["DAYTONA_API_KEY"],
+                                     "modal": ["MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET"], "runloop": ["RUNLOOP_API_KEY"]]
+
     static let installHint = [
         "terminal-bench": "install Harbor with `uv tool install harbor` (or `pip install harbor`), see https://github.com/laude-institute/harbor",
         "tau-bench": "install tau2-bench: `git clone https://github.com/sierra-research/tau2-bench && cd tau2-bench && pip install -e .`",
@@ -57,7 +62,10 @@ extension ExperimentConfig {
         let argv = runner.command ?? ["harbor"]
         if checkTools {
             _ = try ToolCheck.tool(argv, default: "harbor", hint: Self.installHint["terminal-bench"]!)
-            try ToolCheck.environment(runner.envPass, for: "Harbor (the agent's model API)")
+            // The template passes every provider's key; only the one in use must be set.
+            let provider = envProvider ?? "e2b"
+            let unused = Self.harborProviderKeys.filter { $0.key != provider }.values.flatMap { $0 }
+            try ToolCheck.environment(runner.envPass.filter { !unused.contains($0) }, for: "Harbor (the agent's model API, env_provider \(provider))")
         }
         guard let dataset, !dataset.isEmpty else {
             throw ExperimentError(.usage, "dataset: missing; terminal-bench needs a Harbor dataset (terminal-bench@2.0) or a local directory of Harbor tasks")
