@@ -8,6 +8,7 @@
 // be UTF-8). Plain libc throughout: this sits on the per-task path.
 
 import Glibc
+import Sandbox
 
 enum FileSystem {
     /// A directory entry name as raw bytes, NUL-terminated for the *at() calls.
@@ -52,11 +53,7 @@ enum FileSystem {
         defer { closedir(d) }
         var names: [Name] = []
         while let e = readdir(d) {
-            let n: Name = withUnsafeBytes(of: &e.pointee.d_name) { raw in
-                let bytes = raw.bindMemory(to: CChar.self)
-                let len = bytes.firstIndex(of: 0) ?? bytes.count
-                return Array(bytes[0..<len]) + [0]
-            }
+            let n: Name = DirectoryEntry.cName(e)
             if n == [46, 0] || n == [46, 46, 0] { continue }
             names.append(n)
         }

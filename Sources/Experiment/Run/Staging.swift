@@ -1,4 +1,5 @@
 import Foundation
+import Sandbox
 import Glibc
 
 /// Reading and writing `agent.py` inside a directory someone else may control.
@@ -136,14 +137,12 @@ struct Staging {
             var entries: [(name: String, kind: Extra)] = []
             var total = 0
             while let e = readdir(d) {
-                let name = withUnsafeBytes(of: e.pointee.d_name) { raw in
-                    String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
-                }
+                let name = DirectoryEntry.name(e)
                 guard name != "." && name != ".." && name != AgentFile.name else { continue }
                 total += 1
                 guard entries.count < limit else { continue }
                 var isPackage = false
-                if e.pointee.d_type == UInt8(DT_DIR) {
+                if DirectoryEntry.type(e) == UInt8(DT_DIR) {
                     let sub = openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
                     if sub >= 0 {
                         var st = stat()

@@ -140,9 +140,9 @@ public final class PageCacheEviction: @unchecked Sendable {
             defer { closedir(dir) }
             let dfd = dirfd(dir)
             while let e = readdir(dir) {
-                let name = withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+                let name = DirectoryEntry.name(e)
                 if name == "." || name == ".." { continue }
-                let type = e.pointee.d_type
+                let type = DirectoryEntry.type(e)
                 guard type == UInt8(DT_REG) || type == UInt8(DT_DIR) || type == UInt8(DT_UNKNOWN) else { continue }
                 let child = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | noAccessTime)
                 guard child >= 0 else {
