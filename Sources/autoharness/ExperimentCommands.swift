@@ -187,7 +187,7 @@ struct StatusCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "status",
         abstract: "Iterations, best score, suite size, recent gate attempts, violations.",
-        discussion: "--verify recomputes the ledger's hash chain (naming edited, deleted or reordered rows), compares the workspace views with the ledger, and checks each accepted commit is in git; exit 1 if anything is wrong.")
+        discussion: "--verify recomputes the ledger's hash chain (naming edited, deleted or reordered rows), compares the workspace views with the ledger, and checks each accepted commit is in git; exit 1 if anything is wrong. A view that is exactly what the ledger said at an earlier head since its last publish is behind, not wrong (a supervisor stopped between recording and publishing): it is listed, and the next command that takes the experiment lock regenerates it. Status takes no lock and changes nothing.")
 
     @OptionGroup var experiment: ExperimentOptions
 

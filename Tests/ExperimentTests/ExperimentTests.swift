@@ -328,7 +328,7 @@ struct ExperimentTests {
             .write(toFile: exp.root + "/workspace/results.tsv", atomically: true, encoding: .utf8)
         let v = try exp.run("status", "--verify")
         #expect(v.status == 1)
-        #expect(v.stdout.contains("view differs from the ledger: \(exp.root)/workspace/results.tsv"))
+        #expect(v.stdout.contains("view differs from the ledger (tampered): \(exp.root)/workspace/results.tsv"))
         // The fake 0.01 "best" does not lower the bar: the gate still compares with the ledger.
         try exp.setAgent(Agents.none)
         let g = try exp.run("gate")
