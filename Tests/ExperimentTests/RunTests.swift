@@ -364,7 +364,7 @@ struct RunTests {
         try exp.configureRun(command: ["python3", "-c", script], values: ["max_crashes": "1"])
         _ = try exp.run("run", "--max-hours", "0.1")
         let log = exp.agentLog
-        #expect(log.contains("GATE-EXIT 1") && log.contains("does not compile") && log.contains("SyntaxError"), "\(log)")
+        #expect(log.contains("GATE-EXIT 2") && log.contains("does not compile") && log.contains("SyntaxError"), "\(log)")
         #expect(try exp.rows("gate_started").isEmpty, "nothing may run for an agent.py that does not compile")
     }
 

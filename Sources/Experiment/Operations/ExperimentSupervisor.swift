@@ -464,12 +464,18 @@ public final class ExperimentSupervisor {
     /// Copies agent/agent.py into a content-addressed, supervisor-owned directory. The gate
     /// and the benchmark judge this copy, never the live file the coding agent may still edit.
     public func snapshotAgent() throws -> Snapshot {
+        // What agent/ or agent.py is (a symlink, missing, too big) is the experiment's state;
+        // a failing read is an I/O error.
         let dir = open(layout.agentDirectory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard dir >= 0 else { throw ExperimentError(.io, "\(layout.agentDirectory): \(String(cString: strerror(errno))) (it must be a directory, not a symlink)") }
+        guard dir >= 0 else {
+            let e = errno
+            throw ExperimentError([ELOOP, ENOTDIR, ENOENT].contains(e) ? .state : .io,
+                                  "\(layout.agentDirectory): \(String(cString: strerror(e))) (it must be a directory, not a symlink)")
+        }
         defer { close(dir) }
         switch AgentFile.read(directoryFD: dir, maxBytes: AgentFile.maxBytes) {
         case .success(let bytes): return try snapshot(bytes: bytes)
-        case .failure(let why): throw ExperimentError(.io, "\(layout.agentFile) \(why.reason)")
+        case .failure(let why): throw ExperimentError(why.errno == nil ? .state : .io, "\(layout.agentFile) \(why.reason)")
         }
     }
 
