@@ -273,6 +273,9 @@ struct ExperimentTests {
         #expect(r.accepted)
         #expect(seen.ids.contains(nil))  // the test phase reported progress, anonymously
         #expect(seen.ids.compactMap { $0 }.allSatisfy { !test.contains($0) }, "\(seen.ids)")
+        // No log was set: the held-out runs' page cache was evicted all the same (the
+        // journal goes only after the eviction).
+        #expect(!FileManager.default.fileExists(atPath: supervisor.layout.heldOutJournal))
     }
 
     @Test("with disclosure decision no score appears in status or the commit message (review F3)")

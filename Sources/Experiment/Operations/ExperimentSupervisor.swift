@@ -404,7 +404,13 @@ public final class ExperimentSupervisor {
         // whatever the held-out sandboxes could have brought into the page cache leaves it.
         let cache = heldOut ? PageCacheEviction(journal: layout.heldOutJournal) : nil
         context.pageCache = cache
-        defer { if let cache { log?("held-out sandboxes done; \(cache.evict())") } }
+        // Evicted whether or not anyone listens: `log?(…)` alone would skip the call.
+        defer {
+            if let cache {
+                let report = cache.evict()
+                log?("held-out sandboxes done; \(report)")
+            }
+        }
         let outcomes = try adapter.run(ids, context)
         // Whatever the adapter did, the mean is over every requested id.
         let byID = Dictionary(outcomes.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
