@@ -141,7 +141,8 @@ struct Staging {
             var entries: [(name: String, kind: Extra)] = []
             var total = 0
             while let e = readdir(d) {
-                let name = withUnsafeBytes(of: e.pointee.d_name) { raw in
+                // In place (`&`): copying the whole d_name can read past readdir's buffer.
+                let name = withUnsafeBytes(of: &e.pointee.d_name) { raw in
                     String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
                 }
                 guard name != "." && name != ".." && name != AgentFile.name else { continue }

@@ -140,7 +140,9 @@ public final class PageCacheEviction: @unchecked Sendable {
             defer { closedir(dir) }
             let dfd = dirfd(dir)
             while let e = readdir(dir) {
-                let name = withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+                // In place (`&`): a dirent is only as long as its name, and copying the whole
+                // 256-byte d_name can read past readdir's buffer (SIGSEGV at a page's end).
+                let name = withUnsafeBytes(of: &e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
                 if name == "." || name == ".." { continue }
                 let type = e.pointee.d_type
                 guard type == UInt8(DT_REG) || type == UInt8(DT_DIR) || type == UInt8(DT_UNKNOWN) else { continue }
