@@ -148,7 +148,8 @@ struct ExitCodeTests {
         p.waitUntilExit()
         #expect(p.terminationReason == .exit && p.terminationStatus == 130, "\(p.terminationReason) \(p.terminationStatus)")
         // The next command that takes the lock records the abandoned gate as interrupted.
-        #expect(try exp.run("prepare").status == 2)
+        let next = try exp.run("prepare")
+        #expect(next.status == 2, "\(next.status) \(next.stderr)")
         #expect(try exp.rows("gate_attempt").first?["reason"] as? String == "interrupted")
         #expect(try exp.run("status", "--verify").status == 0)
     }

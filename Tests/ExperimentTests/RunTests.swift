@@ -463,7 +463,7 @@ struct RunTests {
             """
         try exp.configureRun(command: ["python3", "-c", script])
         let r = try exp.run("run", "--max-hours", "0.1")
-        #expect(r.status != 0)
+        #expect(r.status == 5, "a run stopped by an unwritable ledger exits as an I/O or ledger error: \(r.status)")
         #expect(r.stderr.contains("could not record") && r.stderr.contains("stopping the coding agent"), "\(r.stderr)")
         #expect(!exp.agentLog.split(separator: "\n").contains("STILL RUNNING"), "the agent went on after a violation could not be recorded")
         expectNothingLeft(exp, marker: "/home/agent/fill")
