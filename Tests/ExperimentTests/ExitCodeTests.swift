@@ -108,6 +108,68 @@ struct ExitCodeTests {
         }
     }
 
+    @Test("5 when run stops because a record could not be written (the ledger busy past its timeout), even though its end row was then recorded")
+    func runStoppedByLedger() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        let home = exp.root + "/.autoharness/run/home"
+        // The agent waits for the test's word, then makes a request that must be recorded.
+        try exp.configureRun(command: ["python3", "-c", """
+            import os, subprocess, time
+            while not os.path.exists('/home/agent/go'): time.sleep(0.05)
+            subprocess.run(['autoharness', 'record'], capture_output=True)
+            time.sleep(120)
+            """])
+        let stderr = exp.temp.path + "/run.stderr"
+        _ = FileManager.default.createFile(atPath: stderr, contents: nil)
+        let run = Process()
+        run.executableURL = URL(fileURLWithPath: Built.autoharness)
+        run.arguments = ["run", "--max-hours", "0.1", "-C", exp.root]
+        run.standardOutput = FileHandle.nullDevice
+        run.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: stderr))
+        try run.run()
+        defer {
+            if run.isRunning { kill(run.processIdentifier, SIGKILL) }
+            run.waitUntilExit()
+        }
+        func wait(_ what: String, _ done: () -> Bool) throws {
+            let deadline = Date().addingTimeInterval(120)
+            while !done() {
+                try #require(run.isRunning, "run ended (\(run.terminationStatus)) while waiting for \(what)")
+                try #require(Date() < deadline, "no \(what) in 120 s")
+                usleep(50_000)
+            }
+        }
+        try wait("agent start") { (try? exp.rows("run_started").count) == 1 && FileManager.default.fileExists(atPath: home) }
+        // Another writer holds the ledger's write lock until the supervisor has given up on it.
+        let ready = exp.temp.path + "/held", release = exp.temp.path + "/release"
+        let holder = Process()
+        holder.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        holder.arguments = ["-c", """
+            import os, sqlite3, sys, time
+            c = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=0)
+            c.execute('BEGIN IMMEDIATE')
+            open(sys.argv[2], 'w').close()
+            while not os.path.exists(sys.argv[3]): time.sleep(0.05)
+            c.execute('ROLLBACK')
+            """, exp.root + "/.autoharness/ledger.sqlite", ready, release]
+        try holder.run()
+        defer {
+            if holder.isRunning { kill(holder.processIdentifier, SIGKILL) }
+            holder.waitUntilExit()
+        }
+        try wait("the ledger's write lock") { FileManager.default.fileExists(atPath: ready) }
+        _ = FileManager.default.createFile(atPath: home + "/go", contents: nil)
+        let log = { (try? String(contentsOfFile: stderr, encoding: .utf8)) ?? "" }
+        try wait("a failed record (the ledger's busy timeout is 30 s)") { log().contains("could not record") }
+        _ = FileManager.default.createFile(atPath: release, contents: nil)
+        run.waitUntilExit()
+        #expect(run.terminationStatus == 5, "\(run.terminationStatus): \(log())")
+        // The end of the run was recorded: the code came from the record that failed, not from the last append.
+        let ended = try exp.rows("run_ended")
+        #expect((ended.first?["reason"] as? String)?.hasPrefix("the ledger could not be written") == true, "\(ended)")
+    }
+
     @Test("sandbox exec: the command's own status passes through; 124 timeout, 125 for any failure of its own (a bad flag included), 127 not found, 128+N killed by N")
     func sandboxExec() throws {
         try requireRoot()
