@@ -108,15 +108,20 @@ struct ExitCodeTests {
         }
     }
 
-    @Test("5 when run stops because a record could not be written (the ledger busy past its timeout), even though its end row was then recorded")
+    @Test("5 for the coding agent's request that hits a ledger error, and for a run stopped because a record could not be written even though its end row was then recorded")
     func runStoppedByLedger() throws {
         try requireRoot()
         let exp = try Experiment()
         let home = exp.root + "/.autoharness/run/home"
-        // The agent waits for the test's word, then makes a request that must be recorded.
+        // The agent makes two requests that must be recorded, each when the test says so.
         try exp.configureRun(command: ["python3", "-c", """
             import os, subprocess, time
-            while not os.path.exists('/home/agent/go'): time.sleep(0.05)
+            def wait(name):
+                while not os.path.exists('/home/agent/' + name): time.sleep(0.05)
+            wait('go1')
+            r = subprocess.run(['autoharness', 'benchmark', '--task-ids', 'no-such-task'], capture_output=True, text=True)
+            print('BENCHMARK' + '-EXIT', r.returncode, r.stderr.strip(), flush=True)  # not the text of this script, which the log shows
+            wait('go2')
             subprocess.run(['autoharness', 'record'], capture_output=True)
             time.sleep(120)
             """])
@@ -140,8 +145,21 @@ struct ExitCodeTests {
                 usleep(50_000)
             }
         }
-        try wait("agent start") { (try? exp.rows("run_started").count) == 1 && FileManager.default.fileExists(atPath: home) }
-        // Another writer holds the ledger's write lock until the supervisor has given up on it.
+        let wal = exp.root + "/.autoharness/ledger.sqlite-wal"
+        try wait("agent start") { (try? exp.rows("run_started").count) == 1 && FileManager.default.fileExists(atPath: home) && FileManager.default.fileExists(atPath: wal) }
+
+        // 1. Writes to the ledger's WAL fail (EPERM: immutable, even for root): the broker
+        // answers the agent's request with the table's code.
+        let chattr = { (flag: String) in try runProcess("/usr/bin/chattr", [flag, wal]) }
+        try #require(try chattr("+i").status == 0, "chattr +i \(wal)")
+        defer { _ = try? chattr("-i") }
+        _ = FileManager.default.createFile(atPath: home + "/go1", contents: nil)
+        try wait("the agent's first answer") { exp.agentLog.contains("BENCHMARK-EXIT") }
+        #expect(try chattr("-i").status == 0)
+        #expect(exp.agentLog.contains("BENCHMARK-EXIT 5 autoharness: cannot append to the ledger"), "\(exp.agentLog)")
+
+        // 2. Another writer holds the ledger's write lock until the supervisor has given up
+        // on a record (its busy timeout is 30 s), then lets go: the run's end is recorded.
         let ready = exp.temp.path + "/held", release = exp.temp.path + "/release"
         let holder = Process()
         holder.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
@@ -159,9 +177,9 @@ struct ExitCodeTests {
             holder.waitUntilExit()
         }
         try wait("the ledger's write lock") { FileManager.default.fileExists(atPath: ready) }
-        _ = FileManager.default.createFile(atPath: home + "/go", contents: nil)
+        _ = FileManager.default.createFile(atPath: home + "/go2", contents: nil)
         let log = { (try? String(contentsOfFile: stderr, encoding: .utf8)) ?? "" }
-        try wait("a failed record (the ledger's busy timeout is 30 s)") { log().contains("could not record") }
+        try wait("a failed record") { log().contains("could not record") }
         _ = FileManager.default.createFile(atPath: release, contents: nil)
         run.waitUntilExit()
         #expect(run.terminationStatus == 5, "\(run.terminationStatus): \(log())")
