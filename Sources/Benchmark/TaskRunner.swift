@@ -88,7 +88,7 @@ public final class TaskRunner: Sendable {
         scratchRoot = try Self.checkScratchRoot(configuration.scratchRoot)
 
         // Per-task tmpfs mounts a killed supervisor left behind.
-        TaskScratch.sweep(root: scratchRoot)
+        _ = TaskScratch.sweep(root: scratchRoot)
 
         if configuration.oracle && configuration.agentDirectory.isEmpty {
             agentDirectory = nil

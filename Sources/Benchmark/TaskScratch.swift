@@ -4,6 +4,7 @@
 //       app/    the task's working copy (/app in both sandboxes), owned by the sandbox's host uid
 //       logs/   the verifier's /logs/verifier, owned by the verifier's host uid
 //       out/    root 0700: instruction copy and the stdout/stderr files passed to sandboxes as fds
+//   <scratchRoot>/<same hex digits>.oPID-START-PIDNS   empty: the supervisor that made it
 //
 // The name is random and the same shape for every task of every split: bind sources show
 // up inside a sandbox (/proc/self/mountinfo, /proc/self/fd/N), so a path built from the
@@ -14,12 +15,21 @@
 // task could move them and a later train task could print them into its trace. Its own
 // superblock also caps the task's size and inode count, and cleanup is a single unmount
 // however many files agent.py made.
+//
+// The owner marker beside the directory names its supervisor (`ProcessIdentity`): created
+// before the directory and removed after it, so whatever a supervisor killed at any moment
+// leaves (a marker alone, an empty directory, a mounted tmpfs) is attributed, and the next
+// supervisor removes it once that owner is gone. It lies outside the tmpfs so that it can
+// still be read where the mount is gone (a supervisor that ran in a mount namespace of its
+// own leaves only the directory behind) and, at the root's level, no sandbox ever sees it.
 
 import Glibc
 import Sandbox
 
 struct TaskScratch {
     let path: String
+    /// `<path>.oPID-START-PIDNS`: who made it, for the sweep after a crash.
+    let marker: String
     /// The task directory itself; every child is reached relative to it.
     let fd: Int32
     /// `out/`, root-only.
@@ -33,66 +43,154 @@ struct TaskScratch {
     /// once the policies have said which host ids the sandboxes write as.
     init(root: String) throws(BenchmarkError) {
         var rng = SystemRandomNumberGenerator()
-        var made: String?
+        var made: (path: String, marker: String)?
         // A collision of 64 random bits means something else is creating names here.
         for _ in 0..<8 {
             let hex = String(rng.next(), radix: 16)
             let candidate = root + "/" + String(repeating: "0", count: 16 - hex.count) + hex
+            let marker = Self.markerPath(of: candidate, ProcessIdentity.current)
+            let m = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+            guard m >= 0 else {
+                if errno == EEXIST { continue }
+                throw BenchmarkError(.io, "scratch owner marker \(marker): \(FileSystem.errorText())")
+            }
+            close(m)
             if mkdir(candidate, 0o700) == 0 {
                 guard mount("tmpfs", candidate, "tmpfs", UInt(MS_NOSUID | MS_NODEV),
                             "mode=0700,size=\(Self.sizeLimit),nr_inodes=\(Self.inodeLimit)") == 0 else {
                     let e = FileSystem.errorText()
                     rmdir(candidate)
+                    unlink(marker)
                     throw BenchmarkError(.io, "cannot mount the per-task tmpfs on \(candidate): \(e)")
                 }
-                made = candidate
+                made = (candidate, marker)
                 break
             }
-            if errno != EEXIST { throw BenchmarkError(.io, "scratch directory in \(root): \(FileSystem.errorText())") }
+            let e = errno
+            unlink(marker)
+            if e != EEXIST { throw BenchmarkError(.io, "scratch directory in \(root): \(FileSystem.errorText(e))") }
         }
         guard let made else { throw BenchmarkError(.io, "scratch directory in \(root): no unused random name") }
-        let fd = FileSystem.openDirectory(made)
+        let fd = FileSystem.openDirectory(made.path)
         guard fd >= 0, fchmod(fd, 0o700) == 0 else {
             let e = FileSystem.errorText()
             if fd >= 0 { close(fd) }
-            FileSystem.removeTree(made)
-            throw BenchmarkError(.io, "scratch directory \(made): \(e)")
+            Self.remove(made.path, marker: made.marker)
+            throw BenchmarkError(.io, "scratch directory \(made.path): \(e)")
         }
         guard let out = FileSystem.makeDirectory(at: fd, "out", mode: 0o700, owner: nil) else {
             let e = FileSystem.errorText()
             close(fd)
-            FileSystem.removeTree(made)
-            throw BenchmarkError(.io, "scratch directory \(made)/out: \(e)")
+            Self.remove(made.path, marker: made.marker)
+            throw BenchmarkError(.io, "scratch directory \(made.path)/out: \(e)")
         }
-        self.path = made
+        self.path = made.path
+        self.marker = made.marker
         self.fd = fd
         self.outFD = out
-        // Which supervisor owns this mount, for the sweep after a crash.
-        let owner = openat(out, "owner", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        if owner >= 0 {
-            let text = "\(getpid())"
-            _ = text.withCString { write(owner, $0, strlen($0)) }
-            close(owner)
-        }
     }
 
     static let sizeLimit = "2g"
     static let inodeLimit = 200_000
 
-    /// Unmounts and removes task tmpfs mounts under `root` whose supervisor is gone (a
-    /// supervisor killed mid-task leaves its mount, and the memory it holds, behind).
-    static func sweep(root: String) {
+    static func markerPath(of directory: String, _ owner: ProcessIdentity) -> String { directory + "." + owner.tag }
+
+    /// Removes what supervisors that are gone left under `root` (a supervisor killed mid-task
+    /// leaves its mount, and the memory it holds, behind): mounted or not, each directory goes
+    /// with its owner marker once `ProcessIdentity` says the owner no longer runs. Those of a
+    /// live supervisor, here or in another pid namespace, are left alone. Returns one line for
+    /// the operator when something was removed or could not be.
+    static func sweep(root: String) -> [String] {
+        let mounted = mountPoints(under: root)
+        var removed = 0, unmounted = 0
+        var owners: Set<pid_t> = []
+        var problems: [String] = []
+        var marked: Set<String> = []
+        for name in directoryEntries(root) {
+            guard let dot = name.firstIndex(of: "."), isScratchName(name[..<dot]),
+                  let owner = ProcessIdentity(tag: name[name.index(after: dot)...]) else { continue }
+            let dir = root + "/" + name[..<dot]
+            marked.insert(dir)
+            guard !owner.isAlive else { continue }
+            if mounted.contains(dir) {
+                guard umount2(dir, Int32(MNT_DETACH)) == 0 else {
+                    problems.append("unmount \(dir): \(FileSystem.errorText())")
+                    continue
+                }
+                unmounted += 1
+            }
+            // Not a mount (any more): the directory the tmpfs covered, empty unless something
+            // wrote into it while it was uncovered; removed without following links either way.
+            if rmdir(dir) != 0 && errno != ENOENT {
+                let left = FileSystem.removeTree(dir)
+                guard left.isEmpty else {
+                    problems += left
+                    continue
+                }
+            }
+            unlink(root + "/" + name)
+            removed += 1
+            owners.insert(owner.pid)
+        }
+        // Mounts made before owner markers existed name their supervisor's pid in out/owner.
+        for dir in mounted.subtracting(marked).sorted() where !legacyOwnerAlive(dir) {
+            if umount2(dir, Int32(MNT_DETACH)) == 0 {
+                rmdir(dir)
+                removed += 1
+                unmounted += 1
+            }
+        }
+        var lines: [String] = []
+        if removed > 0 {
+            let who = owners.isEmpty ? "" : " (pid \(owners.sorted().map(String.init).joined(separator: ", ")))"
+            lines.append("removed \(removed) scratch director\(removed == 1 ? "y" : "ies") (\(unmounted) mounted) under \(root) left by supervisors that are gone\(who)")
+        }
+        if !problems.isEmpty {
+            lines.append("could not remove scratch left under \(root) by a supervisor that is gone: \(problems.prefix(5).joined(separator: "; "))")
+        }
+        return lines
+    }
+
+    /// 16 lower-case hex digits: the only names `init` makes.
+    static func isScratchName(_ s: Substring) -> Bool {
+        s.utf8.count == 16 && s.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
+    }
+
+    /// Mount points directly under `root`, as /proc/self/mountinfo lists them.
+    static func mountPoints(under root: String) -> Set<String> {
+        var out: Set<String> = []
         for line in SmallFile.contents(of: "/proc/self/mountinfo").split(separator: "\n") {
             let f = line.split(separator: " ")
             guard f.count > 4 else { continue }
             let mountPoint = String(f[4])
             guard mountPoint.hasPrefix(root + "/"), !mountPoint.dropFirst(root.count + 1).contains("/") else { continue }
-            guard let pid = Int32(SmallFile.contents(of: mountPoint + "/out/owner").filter { !$0.isWhitespace }),
-                  kill(pid, 0) != 0 && errno == ESRCH else { continue }
-            if umount2(mountPoint, Int32(MNT_DETACH)) == 0 { rmdir(mountPoint) }
+            out.insert(mountPoint)
         }
+        return out
     }
 
+    /// An `out/owner` holding only a pid: its supervisor is taken to be alive if a process
+    /// with that pid started before the file was written (a pid reused later does not count).
+    static func legacyOwnerAlive(_ dir: String) -> Bool {
+        let file = dir + "/out/owner"
+        var st = stat()
+        guard stat(file, &st) == 0, let pid = pid_t(SmallFile.contents(of: file).filter { !$0.isWhitespace }), pid > 0 else {
+            return true  // no owner to check: not provably ours to remove
+        }
+        guard let started = ProcessIdentity.of(pid)?.startTime else { return false }
+        let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
+        let bootTime = SmallFile.contents(of: "/proc/stat").split(separator: "\n").first { $0.hasPrefix("btime ") }
+            .flatMap { Double($0.dropFirst(6)) } ?? 0
+        // btime has whole seconds: a second's slack.
+        return bootTime + Double(started) / ticks <= Double(st.st_mtim.tv_sec) + 1
+    }
+
+    static func directoryEntries(_ path: String) -> [String] {
+        let fd = FileSystem.openDirectory(path)
+        guard fd >= 0 else { return [] }
+        defer { close(fd) }
+        return (FileSystem.entries(of: fd) ?? []).map(FileSystem.display)
+    }
 
     /// Makes `name` (app or logs) owned by the sandbox's host identity, so the sandbox's
     /// uid can write it; nothing above it is reachable from inside.
@@ -118,10 +216,28 @@ struct TaskScratch {
     func remove() -> [String] {
         close(outFD)
         close(fd)
-        // The sandboxes are gone, so nothing holds the tmpfs: one lazy unmount drops it all.
-        if umount2(path, Int32(MNT_DETACH)) == 0 {
-            return rmdir(path) == 0 ? [] : ["\(path): \(FileSystem.errorText())"]
-        }
-        return FileSystem.removeTree(path)
+        return Self.remove(path, marker: marker)
     }
+
+    /// The directory, then its marker: a supervisor killed in between leaves a marker the
+    /// next sweep attributes.
+    @discardableResult
+    static func remove(_ path: String, marker: String) -> [String] {
+        // The sandboxes are gone, so nothing holds the tmpfs: one lazy unmount drops it all.
+        let problems: [String]
+        if umount2(path, Int32(MNT_DETACH)) == 0 {
+            problems = rmdir(path) == 0 ? [] : ["\(path): \(FileSystem.errorText())"]
+        } else {
+            problems = FileSystem.removeTree(path)
+        }
+        if problems.isEmpty { unlink(marker) }
+        return problems
+    }
+}
+
+extension TaskRunner {
+    /// Removes the per-task scratch directories and mounts under `root` whose supervisor is
+    /// gone (see `TaskScratch.sweep`); what a live supervisor made stays. Lines for the
+    /// operator.
+    public static func sweepScratch(root: String) -> [String] { TaskScratch.sweep(root: root) }
 }

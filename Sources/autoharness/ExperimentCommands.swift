@@ -88,6 +88,9 @@ struct InitCommand: ParsableCommand {
     @Option(name: .customLong("registry-path"), help: "terminal-bench: a local Harbor registry.json (or its directory) that --dataset name@version is resolved from, with no network.")
     var registryPath: String?
 
+    @Option(name: .customLong("registry-url"), help: "terminal-bench: the legacy registry.json URL `harbor download` resolves --dataset name@version from (default: Harbor's registry). A registry dataset is downloaded once, by init, into the experiment's private directory; runs then need no registry access.")
+    var registryURL: String?
+
     @Option(help: "The benchmark's tool, when it is not on PATH under its usual name: harbor; tau2; bird-interact: the Python with the ADK's requirements.")
     var tool: String?
 
@@ -103,7 +106,7 @@ struct InitCommand: ParsableCommand {
     func run() throws {
         let layout = try ExperimentSupervisor.initialize(
             directory: directory, .init(benchmark: benchmark, dataset: dataset, tool: tool, repo: repo, templates: try PolicyLocator.requireTemplates(),
-                                        codingAgent: codingAgent, codingAgentBinary: codingAgentBin, registryPath: registryPath))
+                                        codingAgent: codingAgent, codingAgentBinary: codingAgentBin, registryPath: registryPath, registryURL: registryURL))
         print("created experiment \(layout.root)")
         print("next: review \(layout.config), then `autoharness prepare -C \(layout.root)`")
     }

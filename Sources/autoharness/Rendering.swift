@@ -32,6 +32,13 @@ enum Render {
         return (out, 1)
     }
 
+    /// Every budget of `autoharness run` and what the open run has used of it (the limits
+    /// alone when none is open). The coding agent's view leaves out the cost account.
+    static func budgets(_ state: ExperimentState, config: ExperimentConfig, operator op: Bool) -> [RunBudget] {
+        RunBudget.all(config: config, maxIterations: state.openRun?.maxIterations, maxHours: state.openRun?.maxHours, used: state.openRunCounters())
+            .filter { op || $0.agentMaySee }
+    }
+
     /// A rejection's reason as the disclosure allows (with `decision`, no score is implied).
     static func reason(_ a: GateAttemptRecord, _ d: ExperimentConfig.Disclosure) -> String {
         d == .decision && a.reason.hasPrefix("val_score") ? "held-out score did not improve" : a.reason
@@ -59,7 +66,13 @@ enum Render {
                 "gate_attempts": state.gateAttempts.suffix(10).map { ["attempt": $0.attempt, "accepted": $0.accepted, "reason": reason($0, d),
                                                                        "suite": "\($0.suitePassed)/\($0.suiteTotal)"] },
                 "violations": violations.map { ["time": $0.time, "actor": $0.record.actor, "kind": $0.record.kind, "detail": $0.record.detail] },
+                "budgets": budgets(state, config: config, operator: op).map {
+                    ["setting": $0.setting, "counts": $0.counts, "limit": $0.limit ?? NSNull() as Any, "used": $0.used ?? NSNull() as Any, "spent": $0.spent]
+                },
             ]
+            if op, let end = state.lastRunEnd {
+                obj["last_run"] = ["run_id": end.runID, "reason": end.reason, "nothing_left": end.nothingLeft ?? false]
+            }
             if op {
                 let u = state.agentUsage
                 var usage: [String: Any] = ["sessions": state.agentSessions.count, "input_tokens": u.inputTokens, "cache_read_tokens": u.cacheReadTokens,
@@ -96,6 +109,11 @@ enum Render {
                 }
             }
             if let run = state.openRun { out += "run \(run.runID) in progress or interrupted (`autoharness run` resumes it)\n" }
+            if op, state.openRun == nil, let end = state.lastRunEnd {
+                out += "last run \(end.runID) stopped: \(end.nothingLeft == true ? "nothing left to do: " : "")\(end.reason)\n"
+            }
+            out += state.openRun == nil ? "budgets of each run (none open):\n" : "budgets of this run:\n"
+            for b in budgets(state, config: config, operator: op) { out += "  \(b.text)\n" }
             out += "violations: \(violations.count)\(op ? "" : " (held-out runs' are withheld; --operator shows them)")\n"
             var byKind: [String: Int] = [:]
             for v in violations { byKind["\(v.record.actor): \(v.record.kind)", default: 0] += RunLoop.count(in: v.record.detail) }

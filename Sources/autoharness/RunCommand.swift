@@ -17,10 +17,20 @@ struct RunCommand: ParsableCommand {
             supervisor over a socket; the supervisor runs them, records and commits.
 
             The run stops at --max-iterations accepted gates, --max-hours, gate.budget gates, \
-            gate.max_non_improving rejections in a row, a crash loop of the agent, or SIGINT/ \
-            SIGTERM (the request in progress is finished first; a second signal abandons it and \
-            the next run records it as interrupted). If the agent exits earlier it is restarted \
-            with coding_agent.continue_prompt after coding_agent.restart_backoff seconds.
+            gate.max_non_improving rejections in a row, budget.max_cost_usd, a crash loop of the \
+            agent (coding_agent.max_crashes), or SIGINT/SIGTERM (the request in progress is \
+            finished first; a second signal abandons it and the next run records it as \
+            interrupted). If the agent exits earlier it is restarted with \
+            coding_agent.continue_prompt after coding_agent.restart_backoff seconds, doubled for \
+            each further session in a row that made no progress (ran no gate and no benchmark \
+            of a new agent.py), up to 300 s; after coding_agent.max_restarts such restarts the \
+            next such session ends the run. `autoharness status` shows every budget and what \
+            the open run has used of it.
+
+            Exit status: 0 when the run stopped at a budget after working or at a signal; 3 \
+            (nothing left to do) when a budget was already spent as it began or the agent's \
+            sessions stopped making progress, with the reason as the last line on stderr; 1 \
+            for a crash loop or a ledger that cannot be written.
 
             Run it again after a crash, kill -9 or reboot: an unfinished run is resumed from the \
             ledger (a gate that was cut off is recorded as interrupted, never half-recorded).
@@ -72,6 +82,10 @@ struct RunCommand: ParsableCommand {
         print(Self.text(report, disclosure: .score))
         // A run stopped because the ledger could not be written says so in its code.
         if report.failed { throw report.recordingError ?? ExitCode(Exit.failure) }
+        if report.nothingLeft {
+            printErr("autoharness: nothing left to do: \(report.reason)")
+            throw ExitCode(Exit.nothingLeft)
+        }
     }
 
     static func text(_ r: RunReport, disclosure: ExperimentConfig.Disclosure) -> String {

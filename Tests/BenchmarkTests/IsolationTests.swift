@@ -2,6 +2,7 @@ import Foundation
 import Sandbox
 import SandboxPolicy
 import Testing
+import class TestSupport.LiveProcess
 
 @testable import Benchmark
 
@@ -295,6 +296,59 @@ struct CrossTaskChannelTests {
 
 @Suite("Scratch hygiene")
 struct ScratchHygieneTests {
+    @Test("scratch whose owner (pid + start time) is gone is removed, mounted or not, with its marker; a live owner's stays; a reused pid protects nothing")
+    func scratchSweptByOwnerIdentity() throws {
+        try requireRoot()
+        let root = try makeScratchRoot()
+        // A live owner (a process of this test), a dead one (a reaped child), and this
+        // process's pid with another start time (the pid reused after its owner died).
+        let sleeper = try LiveProcess()
+        let live = try #require(ProcessIdentity.of(sleeper.pid))
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/bin/true")
+        try p.run()
+        p.waitUntilExit()
+        let me = ProcessIdentity.current
+        let dead = ProcessIdentity(pid: p.processIdentifier, startTime: me.startTime, pidNamespace: me.pidNamespace)
+        let reused = ProcessIdentity(pid: me.pid, startTime: me.startTime - 1, pidNamespace: me.pidNamespace)
+
+        func leftover(_ owner: ProcessIdentity?, mounted: Bool) throws -> String {
+            let hex = String(UInt64.random(in: 1 << 60...UInt64.max), radix: 16)
+            let dir = root.path + "/" + hex
+            if let owner { try #require(FileManager.default.createFile(atPath: dir + "." + owner.tag, contents: nil)) }
+            try #require(mkdir(dir, 0o700) == 0)
+            if mounted {
+                try #require(mount("tmpfs", dir, "tmpfs", 0, "size=1m") == 0)
+                try FileManager.default.createDirectory(atPath: dir + "/app/deep", withIntermediateDirectories: true)
+                try "x".write(toFile: dir + "/app/deep/f", atomically: false, encoding: .utf8)
+            }
+            return dir
+        }
+        let gone = [try leftover(dead, mounted: true), try leftover(reused, mounted: true),
+                    // a supervisor that ran in a mount namespace of its own leaves only the directory
+                    try leftover(dead, mounted: false)]
+        let kept = [try leftover(live, mounted: true), try leftover(live, mounted: false)]
+        // No owner recorded (an older autoharness, or not ours): not provably a leftover.
+        let unowned = try leftover(nil, mounted: false)
+        defer { for d in kept { umount2(d, Int32(MNT_DETACH)); rmdir(d); unlink(d + "." + live.tag) } }
+
+        let lines = TaskRunner.sweepScratch(root: root.path)
+        let mounts = try String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)
+        for d in gone {
+            #expect(!mounts.contains(" \(d) "), "\(d) still mounted")
+            #expect(!FileManager.default.fileExists(atPath: d), "\(d) still there")
+        }
+        for d in kept { #expect(FileManager.default.fileExists(atPath: d + "." + live.tag)) }
+        #expect(mounts.contains(" \(kept[0]) ") && FileManager.default.fileExists(atPath: kept[0] + "/app/deep/f"))
+        #expect(FileManager.default.fileExists(atPath: kept[1]) && FileManager.default.fileExists(atPath: unowned))
+        // Only the live owner's markers are left beside the directories.
+        let markers = ((try? FileManager.default.contentsOfDirectory(atPath: root.path)) ?? []).filter { $0.contains(".") }.sorted()
+        #expect(markers == kept.map { String($0.dropFirst(root.path.count + 1)) + "." + live.tag }.sorted(), "\(markers)")
+        #expect(lines.first?.hasPrefix("removed 3 scratch directories (2 mounted) under \(root.path) left by supervisors that are gone") == true, "\(lines)")
+        rmdir(unowned)
+        withExtendedLifetime(sleeper) {}
+    }
+
     @Test("task tmpfs mounts of a dead supervisor are unmounted; a live one's are left alone")
     func staleTaskMountsSwept() throws {
         try requireRoot()

@@ -48,7 +48,7 @@ enum BirdPhaseTwo {
     /// user simulator's /phase_transition), and asks the graders for the follow-up; prints
     /// SNOOP-FU lines.
     static func solver(followUp: String = "right", snoop: Bool = false, phase1: String = "SELECT COUNT(*) FROM %s",
-                       phase2: String = "SELECT MAX(id) FROM %s", execute: Bool = false) -> String {
+                       phase2: String = "SELECT MAX(id) FROM %s", execute: Bool = false, reinit: Bool = false) -> String {
         """
         import json, os, urllib.error, urllib.request
         from shared import client
@@ -56,6 +56,7 @@ enum BirdPhaseTwo {
         FOLLOW = "\(followUp)"
         SNOOP = \(snoop ? "True" : "False")
         EXECUTE = \(execute ? "True" : "False")
+        REINIT = \(reinit ? "True" : "False")
         SESSIONS = {}
         OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -133,6 +134,12 @@ enum BirdPhaseTwo {
                     if EXECUTE:
                         r = client.db("/execute", {"task_id": tid, "sql": "SELECT count(*) FROM %s" % s["table"]})
                         print("EXECUTE %s %s" % (tid, json.dumps(r)), flush=True)
+                if REINIT:
+                    # A wrong try, then the DB environment's /init_task again: it would reset the
+                    # try counter, making the right answer below a first try.
+                    submit(tid, s, "SELECT MIN(id) FROM %s" % s["table"])
+                    st, _ = post("DB_ENV_PORT", "/init_task", {"task_id": tid, "task_data": {"instance_id": tid, "_interact_mode": mode}})
+                    print("REINIT %s status=%d" % (tid, st), flush=True)
                 v = submit(tid, s, "\(phase1)" % s["table"])
                 if v["passed"] and v.get("has_follow_up"):
                     if SNOOP:
@@ -246,5 +253,18 @@ struct BirdPhaseTwoTests {
         }
         // key=False above: the redacted task list has no follow_up at all, not even that one exists.
         #expect(!stdout.contains("FQ-"), "the solver printed a marker")
+    }
+
+    @Test("c-interact: agent.py cannot re-initialise a task at the DB environment to make a retried phase 1 count as a first try (refused with 409; the retry earns the debug reward)")
+    func reinitialiseRefused() throws {
+        let exp = try make(mode: "c-interact")
+        defer { exp.removeScratch() }
+        let rewards = try benchmark(exp, BirdPhaseTwo.solver(followUp: "right", reinit: true))
+        let stdout = try #require(exp.traceFile(try exp.split().train[0], "tool.stdout"))
+        for (id, r) in rewards {
+            #expect(stdout.contains("REINIT \(id) status=409"), "\(id): \(stdout)")
+            // 0.5: phase 1 passed at its second try; + 0.3 for a follow-up answered first time.
+            #expect(abs(r - (BirdPhaseTwo.hasFollowUp(id) ? 0.8 : 0.5)) < 1e-9, "\(id): \(r)")
+        }
     }
 }

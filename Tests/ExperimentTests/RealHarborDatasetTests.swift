@@ -130,4 +130,102 @@ struct RealHarborDatasetTests {
         #expect(requests.allSatisfy { $0["model"] as? String == "claude-fake" && ($0["tools"] as? [String]) == ["bash"] }, "\(requests)")
         #expect(model.toolResults().filter { $0.contains("exit code 0") && $0.contains("word-") }.count == train.count, "\(model.toolResults())")
     }
+
+    /// A registry served over HTTP on loopback (Harbor's JsonRegistryClient by URL) whose
+    /// tasks live in a git repository (Harbor clones them, as it clones Terminal-Bench's from
+    /// GitHub): what `init --dataset name@version` meets online, without the internet.
+    final class RegistryServer {
+        let process = Process()
+        let port: Int
+        init(directory: String) throws {
+            let portFile = directory + "/.port"
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+            process.arguments = ["-c", """
+                import functools, http.server, os, sys
+                h = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[1])
+                s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), h)
+                open(sys.argv[2] + ".part", "w").write(str(s.server_address[1]))
+                os.rename(sys.argv[2] + ".part", sys.argv[2])
+                s.serve_forever()
+                """, directory, portFile]
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            var p: Int?
+            for _ in 0..<200 where p == nil {
+                p = (try? String(contentsOfFile: portFile, encoding: .utf8)).flatMap { Int($0) }
+                if p == nil { usleep(25_000) }
+            }
+            port = try #require(p, "the registry server did not start")
+        }
+        func stop() {
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+            process.waitUntilExit()
+        }
+        deinit { stop() }
+    }
+
+    @Test("dataset name@version with no local registry: init downloads it once with the real `harbor download` (registry by URL, tasks cloned from git) into the private directory; runs need no registry host and run the downloaded tasks")
+    func downloadedAtInit() throws {
+        try requireRoot()
+        let harbor = try RealHarborTests.harbor()
+        let data = try TempDir(mode: 0o755)
+        let repo = data.path + "/repo"
+        let ids = try Self.tasks(in: repo + "/tasks", prefix: "remote", count: 3, sleep: false)
+        for args in [["init", "-q", repo], ["-C", repo, "add", "-A"],
+                     ["-C", repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "tasks"]] {
+            let g = try runProcess("/usr/bin/git", args)
+            try #require(g.status == 0, "git \(args): \(g.stderr)")
+        }
+        let commit = try runProcess("/usr/bin/git", ["-C", repo, "rev-parse", "HEAD"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let served = data.path + "/www"
+        try FileManager.default.createDirectory(atPath: served, withIntermediateDirectories: true)
+        let registry: [[String: Any]] = [["name": "ah-remote", "version": "1.0", "description": "generated",
+                                          "tasks": ids.map { ["name": $0, "git_url": "file://" + repo, "git_commit_id": commit, "path": "tasks/" + $0] }]]
+        try JSONSerialization.data(withJSONObject: registry).write(to: URL(fileURLWithPath: served + "/registry.json"))
+        let server = try RegistryServer(directory: served)
+
+        let exp = try Experiment(benchmark: "terminal-bench", extraArgs: ["--tool", harbor, "--dataset", "ah-remote@1.0",
+                                                                          "--registry-url", "http://127.0.0.1:\(server.port)/registry.json"])
+        defer { exp.removeScratch() }
+        // The registry is gone from here on: every run below works from the downloaded copy.
+        server.stop()
+        let downloaded = exp.root + "/.autoharness/dataset/ah-remote"
+        let config = try exp.file("experiment_config.yaml")
+        #expect(config.contains("dataset: \(downloaded)"), "\(config.prefix(800))")
+        #expect(!config.contains("supabase") && !config.contains("github.com"), "a run must not need the registry: \(config)")
+        for id in ids {
+            #expect(FileManager.default.fileExists(atPath: "\(downloaded)/\(id)/tests/test.sh"), "\(id) was not downloaded")
+        }
+        try configure(exp)
+        try exp.set("agent_model", "none")
+        try exp.setAgent(RealHarborTests.agent(solves: true))
+        let p = try exp.run(["prepare"], environment: [:])
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        #expect(p.stdout.contains("baseline: 3/3 tasks pass"), "\(p.stdout)\(p.stderr)")
+        // Known by [task] name too, as Harbor names them.
+        let b = try exp.run(["benchmark", "--task-ids", "autoharness-test/" + (try exp.split().train[0])], environment: [:])
+        #expect(b.status == 0, "\(b.stdout)\(b.stderr)")
+    }
+
+    @Test("init of a registry dataset whose registry cannot be reached fails with harbor's own error and the offline alternatives, and leaves no directory behind")
+    func downloadFailure() throws {
+        try requireRoot()
+        let harbor = try RealHarborTests.harbor()
+        let temp = try TempDir()
+        // A port nothing listens on: bound, then closed.
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var addr = sockaddr_in(sin_family: sa_family_t(AF_INET), sin_port: 0, sin_addr: in_addr(s_addr: inet_addr("127.0.0.1")), sin_zero: (0, 0, 0, 0, 0, 0, 0, 0))
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
+        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
+        close(fd)
+        let url = "http://127.0.0.1:\(UInt16(bigEndian: addr.sin_port))/registry.json"
+        let r = try autoharness(["init", temp.path + "/exp", "--benchmark", "terminal-bench", "--tool", harbor,
+                                 "--dataset", "ah-remote@1.0", "--registry-url", url])
+        #expect(r.status != 0)
+        #expect(r.stderr.contains("harbor download ah-remote@1.0") && r.stderr.contains("Without the network"), "\(r.stderr)")
+        #expect(r.stderr.contains("Connection refused") || r.stderr.contains("ConnectionError"), "harbor's own error is shown: \(r.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: temp.path + "/exp"), "a failed init leaves nothing behind")
+    }
 }

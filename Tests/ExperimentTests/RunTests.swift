@@ -289,6 +289,10 @@ struct RunTests {
         try exp.configureRun(command: ["python3", "-c", finisher], values: [:])
         let r = try exp.run("run", "--max-hours", "0.1")
         #expect(r.stdout.contains("(resumed)") && r.stdout.contains("stopped: gate budget 1 spent"), "\(r.stdout)")
+        // Nothing was left to do: a distinct exit status and the reason as stderr's last line.
+        #expect(r.status == 3, "\(r.stderr)")
+        #expect(r.stderr.split(separator: "\n").last == "autoharness: nothing left to do: gate budget 1 spent", "\(r.stderr)")
+        #expect(try exp.rows("run_ended").last?["nothingLeft"] as? Bool == true)
         #expect(!exp.agentLog.contains("GATE-EXIT"), "the agent was started again with the budget spent: \(exp.agentLog)")
         #expect(r.stderr.contains("left by a supervisor that is gone"), "the frozen agent was not ended: \(r.stderr)")
         #expect(try exp.rows("gate_started").count == 1, "a second gate ran beyond gate.budget 1")

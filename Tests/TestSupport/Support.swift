@@ -197,3 +197,21 @@ public final class HostEchoServer {
     }
 }
 
+
+/// A `sleep` child of this test that runs until the object goes: a live owner for tests of
+/// what a live process's leftovers are spared.
+public final class LiveProcess {
+    private let process = Process()
+    public var pid: Int32 { process.processIdentifier }
+
+    public init() throws {
+        process.executableURL = URL(fileURLWithPath: "/bin/sleep")
+        process.arguments = ["600"]
+        try process.run()
+    }
+
+    deinit {
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+}

@@ -20,7 +20,8 @@ from its task record after phase 1 (orchestrator/cinteract.py, same commit), ask
 POST /autoharness/follow_up {task_id} on db.sock answers {revealed, query} from the verdicts
 this script has relayed, and nothing before a passed phase 1. For the same reason the user
 simulator's /phase_transition (which switches its reference SQL to the follow-up's) is
-refused until then.
+refused until then. The DB environment's /init_task is served once per task and run: a second
+one (it resets the task's submission counters, and with them the first-try reward) is refused.
 Runs until SIGTERM.
 """
 import argparse
@@ -87,6 +88,11 @@ record_lock = threading.Lock()
 # that has one (never from the gold record directly: only what the DB environment revealed).
 revealed = {}
 revealed_lock = threading.Lock()
+# Tasks the DB environment has been initialised for in this run. Its /init_task resets the
+# task's submission counters (db_environment/server.py `init_task`, same commit), so a second
+# one would let agent.py turn a failed phase-1 try into a "first try" again (c-interact pays
+# 0.7 for a first try, 0.5 after it). The orchestrator initialises each task once.
+initialised = set()
 
 
 def read_request(rfile):
@@ -139,6 +145,13 @@ def make_handler(port, grades):
                     if tid not in gold:
                         self.reply(404, {"detail": "unknown task"})
                         continue
+                    if grades:
+                        with revealed_lock:
+                            again = tid in initialised
+                            initialised.add(tid)
+                        if again:
+                            self.reply(409, {"detail": "task already initialised in this run"})
+                            continue
                     merged = dict(gold[tid])
                     for k, v in (posted or {}).items():
                         if k.startswith("_"):  # orchestration settings such as _interact_mode

@@ -89,7 +89,7 @@ final class ToolRun {
     init(settings: ToolSettings, context: AdapterRunContext) throws(BenchmarkError) {
         guard geteuid() == 0 else { throw BenchmarkError(.configuration, "running benchmark tools needs root (sandboxes build namespaces)") }
         let root = try TaskRunner.checkScratchRoot(context.scratchRoot)
-        TaskScratch.sweep(root: root)
+        _ = TaskScratch.sweep(root: root)
         scratch = try TaskScratch(root: root)
         guard let d = FileSystem.makeDirectory(at: scratch.fd, "in", mode: 0o755, owner: nil) else {
             let e = FileSystem.errorText()

@@ -11,16 +11,6 @@ extension ExperimentConfig {
     static let defaultTool = ["terminal-bench": "harbor", "tau-bench": "tau2", "bird-interact": "python3"]
     static let defaultDataset = ["terminal-bench": "terminal-bench@2.0"]
 
-    /// The hosts a sandboxed `harbor run -d REF` reaches to resolve and fetch a registry
-    /// dataset (harbor 0.24.0): a legacy `name@version` is looked up on the registry's
-    /// Supabase (harbor/registry/client/harbor/config.py HARBOR_SUPABASE_URL) and its tasks
-    /// are cloned from git (harbor/tasks/client.py `_download_git_tasks`; Terminal-Bench's
-    /// are on GitHub); an `org/name@ref` package is resolved and downloaded from the hub's
-    /// Supabase, database and storage (harbor/auth/constants.py SUPABASE_URL,
-    /// harbor/storage/supabase.py).
-    static func harborRegistryHosts(_ reference: String) -> [String] {
-        reference.contains("/") ? ["ofhuhcpkvzjlejydnvyd.supabase.co:443"] : ["hlqxxzsirfrgeqasvaps.supabase.co:443", "github.com:443"]
-    }
     static let installHint = [
         "terminal-bench": "install Harbor with `uv tool install harbor` (or `pip install harbor`), see https://github.com/laude-institute/harbor",
         "tau-bench": "install tau2-bench: `git clone https://github.com/sierra-research/tau2-bench && cd tau2-bench && pip install -e .`",
@@ -105,9 +95,10 @@ extension ExperimentConfig {
             let given = (tasks ?? []).isEmpty && tasksFile == nil ? nil : try taskList(root: root, valid: TraceName.isAcceptableID)
             guard let names = given ?? listed else {
                 throw ExperimentError(.usage, """
-                    tasks_file: missing; autoharness cannot list the tasks of the registry dataset \(reference) without the \
-                    network: `autoharness init --dataset \(reference)` writes tasks.txt, or give a local copy \
-                    (`harbor download \(reference) -o DIR`, then dataset: DIR) or a registry.json (registry_path)
+                    dataset: \(reference) is a registry reference with neither registry_path nor tasks_file: autoharness \
+                    does not let runs reach the registry to list it. `autoharness init --dataset \(reference)` downloads it \
+                    once (or run `harbor download \(reference) -o DIR` and set dataset: DIR), or give a registry.json \
+                    (registry_path), or the task names in tasks_file
                     """)
             }
             // A registry task's id is Harbor's `-i` name; org/name@ref is org/name.
@@ -204,6 +195,7 @@ extension ExperimentConfig {
         }
         var adk = URL(fileURLWithPath: path(repo)).resolvingSymlinksInPath().path
         if FileManager.default.fileExists(atPath: adk + "/BIRD-Interact-ADK/orchestrator/runner.py") { adk += "/BIRD-Interact-ADK" }
+        if checkTools { try ToolCheck.pythonRequirements(python: argv[0], file: adk + "/requirements.txt") }
         let set = dataset ?? "lite"
         let data = URL(fileURLWithPath: upstream["bird_data_path"].map(path) ?? adk + "/bird-interact-\(set)/bird_interact_data.jsonl")
             .resolvingSymlinksInPath().path
@@ -329,6 +321,46 @@ enum ToolCheck {
                 database (BIRD-Interact-ADK/shared/db_utils.py); install PostgreSQL's client programs: \
                 apt-get install postgresql-client (as BIRD-Interact's env/Dockerfile.bird_interact_eval does)
                 """)
+        }
+    }
+
+    /// Checks that `python` has every distribution `file` (a pip requirements file, e.g. the
+    /// ADK's: google-adk, psycopg2-binary, litellm, ...) names, by distribution name through
+    /// importlib.metadata, so a missing one is named now rather than as "services did not
+    /// start" from inside a sandbox. `X-binary` is also satisfied by `X` (psycopg2 built from
+    /// source). No file, no check.
+    static func pythonRequirements(python: String, file: String) throws {
+        guard let text = try? String(contentsOfFile: file, encoding: .utf8) else { return }
+        let names: [String] = text.split(separator: "\n").compactMap { raw in
+            let line = raw.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
+            guard let c = line.first, c.isLetter || c.isNumber else { return nil }  // options (-r, -e, --index-url) and blanks
+            let name = line.prefix { $0.isLetter || $0.isNumber || "._-".contains($0) }
+            return name.isEmpty ? nil : String(name)
+        }
+        guard !names.isEmpty else { return }
+        let probe = """
+            import importlib.metadata as m, sys
+            def has(n):
+                for d in (n, n[:-len("-binary")] if n.endswith("-binary") else None):
+                    try:
+                        if d: m.version(d); return True
+                    except m.PackageNotFoundError:
+                        pass
+                return False
+            print(" ".join(n for n in sys.argv[1:] if not has(n)))
+            """
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: locate(python) ?? python)
+        p.arguments = ["-c", probe] + names
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = FileHandle.nullDevice
+        do { try p.run() } catch { throw ExperimentError(.usage, "\(python): cannot run it to check \(file): \(error)") }
+        let missing = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).split(separator: " ").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }.filter { !$0.isEmpty }
+        p.waitUntilExit()
+        guard p.terminationStatus == 0 else { throw ExperimentError(.usage, "\(python) could not check \(file) (exit \(p.terminationStatus))") }
+        guard missing.isEmpty else {
+            throw ExperimentError(.usage, "\(python) lacks \(missing.joined(separator: ", ")), named in \(file): install them into that Python (\(python) -m pip install -r \(file)) or name the Python that has them (--tool, runner.command)")
         }
     }
 

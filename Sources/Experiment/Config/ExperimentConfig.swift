@@ -93,12 +93,16 @@ public struct ExperimentConfig: Sendable, Equatable {
         public var binds: [String] = []
         public var prompt = "Read PROGRAM.md and start the optimization loop."
         public var continuePrompt = "You were restarted. Read PROGRAM.md and workspace/learnings.md, check `autoharness status`, and continue the optimization loop."
-        /// Seconds before the first restart; doubled after each quick exit, capped at 300.
+        /// Seconds before restarting the agent; doubled for each further session in a row
+        /// without progress (or crash), capped at `RunLoop.maxBackoff`.
         public var restartBackoff = 2.0
         /// An exit within this many seconds of the start counts as a crash.
         public var quickExitSeconds = 30.0
         /// This many crashes in a row stop the run (a crash loop).
         public var maxCrashes = 5
+        /// Restarts after sessions that made no progress, in a row; the next such session
+        /// stops the run: nothing is left for the agent to do.
+        public var maxRestarts = 3
         /// Prices the tokens of CLIs that report no cost (Codex), and of sessions cut off
         /// before their CLI reported one.
         public var price: TokenPrice?
@@ -227,7 +231,7 @@ extension ExperimentConfig {
                 }
             case "coding_agent":
                 r.mapping(v, key, allowed: ["command", "env_pass", "env", "home_seed", "binds", "prompt", "continue_prompt",
-                                            "restart_backoff", "quick_exit_seconds", "max_crashes", "price_usd_per_mtok"]) { k, v in
+                                            "restart_backoff", "quick_exit_seconds", "max_crashes", "max_restarts", "price_usd_per_mtok"]) { k, v in
                     let name = "coding_agent.\(k)"
                     switch k {
                     case "command": c.codingAgent.command = r.strings(v, name) ?? []
@@ -251,6 +255,7 @@ extension ExperimentConfig {
                     case "continue_prompt": if let s = r.string(v, name) { c.codingAgent.continuePrompt = s }
                     case "restart_backoff": if let x = r.number(v, name, 0...300) { c.codingAgent.restartBackoff = x }
                     case "quick_exit_seconds": if let x = r.number(v, name, 0...86_400) { c.codingAgent.quickExitSeconds = x }
+                    case "max_restarts": if let x = r.integer(v, name, 0...1000) { c.codingAgent.maxRestarts = x }
                     case "price_usd_per_mtok":
                         var p: [String: Double] = [:]
                         r.mapping(v, name, allowed: ["input", "output", "cache_read", "cache_write"]) { k, v in

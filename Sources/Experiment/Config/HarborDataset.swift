@@ -39,6 +39,72 @@ enum HarborDataset {
         }
     }
 
+    /// Downloads registry dataset `reference` with the operator's own harbor, as a user would:
+    /// `harbor download REF -o DIR` (harbor 0.24.0, harbor/cli/download.py: a `name@version`
+    /// through the legacy registry client, `--registry-url` or the default one; an `org/name@ref`
+    /// package through the hub), which writes `DIR/<dataset>/<task>/`. This runs on the host, at
+    /// `init`, before any agent.py exists: it is the operator's trusted tool fetching public
+    /// tasks. Runs then bind only the tasks they run, so no sandbox needs the registry, its git
+    /// hosts or the list of every task (a runner that could reach them could fetch held-out tasks
+    /// from inside agent.py's process). Harbor's progress goes to our stderr.
+    /// - Throws: ``ExperimentError`` `.usage` naming harbor's exit status and its last lines, and
+    ///   the offline alternatives.
+    static func download(_ reference: String, harbor: String, registryURL: String?, into dir: String) throws {
+        var args = ["download", reference, "-o", dir, "--export"]
+        if let registryURL { args += ["--registry-url", registryURL] }
+        FileHandle.standardError.write(Data("init: downloading \(reference) with `harbor download` (the network is needed once, now) into \(dir)\n".utf8))
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: harbor)
+        p.arguments = args
+        var env = ProcessInfo.processInfo.environment
+        env["HARBOR_TELEMETRY"] = "0"
+        // Plain tracebacks, unwrapped: their last line is the error a user can act on.
+        env["_TYPER_STANDARD_TRACEBACK"] = "1"
+        env["COLUMNS"] = "200"
+        p.environment = env
+        let output = Pipe()
+        p.standardOutput = output
+        p.standardError = output
+        p.standardInput = FileHandle.nullDevice
+        do { try p.run() } catch {
+            throw ExperimentError(.usage, "\(harbor): cannot start it: \(error)")
+        }
+        // A progress line while it works; its output is kept (capped) for the outcome.
+        let started = Date()
+        let heartbeat = Thread {
+            while p.isRunning {
+                sleep(1)
+                let s = Int(Date().timeIntervalSince(started))
+                if p.isRunning && s > 0 && s % 10 == 0 {
+                    FileHandle.standardError.write(Data("init: still downloading \(reference) (\(s) s)\n".utf8))
+                }
+            }
+        }
+        heartbeat.start()
+        var text = Data()
+        while true {
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            text.append(chunk)
+            if text.count > 1 << 20 { text = text.suffix(256 << 10) }
+        }
+        p.waitUntilExit()
+        // The last line is the error; a progress bar Harbor drew on it is cut off.
+        let lines = String(decoding: text, as: UTF8.self).split(separator: "\n").map { line in
+            let l = line.range(of: "Error: ").map { String(line[$0.lowerBound...]) } ?? String(line)
+            return l.trimmingCharacters(in: .whitespaces)
+        }.filter { !$0.isEmpty }
+        guard p.terminationReason == .exit, p.terminationStatus == 0 else {
+            throw ExperimentError(.usage, """
+                `harbor \(args.joined(separator: " "))` failed (\(p.terminationReason == .exit ? "exit \(p.terminationStatus)" : "signal \(p.terminationStatus)")):
+                  \(lines.last ?? "(no output)")
+                Without the network: run `harbor download \(reference) -o DIR` on a machine that has it and give \
+                --dataset DIR, or give a local registry.json with --registry-path
+                """)
+        }
+        if let last = lines.last { FileHandle.standardError.write(Data("init: harbor: \(last)\n".utf8)) }
+    }
+
     static func resolve(_ dataset: String, root: String, registryPath: String?) throws -> Resolved {
         let fm = FileManager.default
         var isDirectory: ObjCBool = false

@@ -1,3 +1,4 @@
+import BrokerWire
 import Glibc
 
 /// Every path of an experiment, in one place.
@@ -20,6 +21,9 @@ import Glibc
 ///     lock                   one supervisor per experiment
 ///     views-head             the ledger head the workspace views were last published from
 ///     snapshots/<sha256>/agent.py   the exact agent.py each gate judged
+///     run/                   `autoharness run`'s staging copy, the agent's $HOME, history,
+///       broker/broker.sock   the broker's socket (its directory is what the agent sees)
+///       broker.sock.oPID-…   which supervisor serves it (`Leftovers`)
 /// ```
 /// Views are regenerated from the ledger after every write; editing one changes nothing the
 /// gate uses.
@@ -55,6 +59,10 @@ public struct ExperimentLayout: Sendable {
     /// Read-only sources of held-out sandboxes while they run (`PageCacheEviction`).
     public var heldOutJournal: String { privateDirectory + "/held-out-sources" }
     public var snapshots: String { privateDirectory + "/snapshots" }
+    /// `autoharness run`'s own directories, kept across restarts and resumes.
+    public var runDirectory: String { privateDirectory + "/run" }
+    public var brokerDirectory: String { runDirectory + "/broker" }
+    public var brokerSocket: String { brokerDirectory + "/" + BrokerWire.socketName }
     public func snapshotDirectory(sha256: String) -> String { snapshots + "/" + sha256 }
 
     /// Finds the experiment containing `directory` (it or an ancestor holds

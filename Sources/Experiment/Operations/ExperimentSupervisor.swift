@@ -76,6 +76,9 @@ public final class ExperimentSupervisor {
     /// iteration whose commit was created but not yet published is published, and views a
     /// crash left behind the ledger are regenerated.
     func recover() throws {
+        // Scratch mounts and a broker socket of supervisors killed before they could remove
+        // them (never a live one's: see `Leftovers`).
+        recoveryNotes += Leftovers.sweep(layout, scratchRoot: config.scratch)
         // A supervisor that died during held-out runs left their page-cache traces: gone
         // before anything untrusted of this experiment runs again.
         if let r = PageCacheEviction.evictLeftover(journal: layout.heldOutJournal) {

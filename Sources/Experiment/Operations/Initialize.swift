@@ -19,9 +19,14 @@ extension ExperimentSupervisor {
         public var codingAgentBinary: String?
         /// terminal-bench: a local registry.json the registry dataset is resolved from.
         public var registryPath: String?
+        /// terminal-bench: the legacy registry.json URL `harbor download` resolves the dataset
+        /// from (default: Harbor's own registry).
+        public var registryURL: String?
         public init(benchmark: String, dataset: String?, tool: String? = nil, repo: String? = nil, templates: String,
-                    codingAgent: String = "command", codingAgentBinary: String? = nil, registryPath: String? = nil) {
+                    codingAgent: String = "command", codingAgentBinary: String? = nil, registryPath: String? = nil,
+                    registryURL: String? = nil) {
             self.registryPath = registryPath
+            self.registryURL = registryURL
             self.codingAgent = codingAgent
             self.codingAgentBinary = codingAgentBinary
             self.benchmark = benchmark
@@ -41,6 +46,25 @@ extension ExperimentSupervisor {
         let fm = FileManager.default
         guard ExperimentConfig.supportedBenchmarks.contains(o.benchmark) else {
             throw ExperimentError(.usage, "--benchmark \(o.benchmark): unknown (one of: \(ExperimentConfig.supportedBenchmarks.joined(separator: ", ")))")
+        }
+        var root = directory.hasPrefix("/") ? directory : fm.currentDirectoryPath + "/" + directory
+        while root.count > 1 && root.hasSuffix("/") { root.removeLast() }
+        let rootExisted = fm.fileExists(atPath: root)
+        if let entries = try? fm.contentsOfDirectory(atPath: root), !entries.isEmpty {
+            throw ExperimentError(.usage, "\(root) already exists and is not empty; choose a new directory")
+        }
+        let layout = ExperimentLayout(root: root)
+        // A failed init leaves the directory as it found it (absent, or empty), so it can be
+        // run again as it was typed.
+        var created = false
+        defer {
+            if !created {
+                if rootExisted {
+                    for e in (try? fm.contentsOfDirectory(atPath: root)) ?? [] { try? fm.removeItem(atPath: root + "/" + e) }
+                } else {
+                    try? fm.removeItem(atPath: root)
+                }
+            }
         }
         let t = o.templates
         let bench = t + "/" + o.benchmark
@@ -89,11 +113,16 @@ extension ExperimentSupervisor {
             }
             dataset = o.dataset ?? "lite"
             try ToolCheck.postgresClients()
+            let adk = fm.fileExists(atPath: birdRepo + "/BIRD-Interact-ADK/orchestrator/runner.py") ? birdRepo + "/BIRD-Interact-ADK" : birdRepo
+            try ToolCheck.pythonRequirements(python: tool, file: adk + "/requirements.txt")
         }
         // terminal-bench: the dataset in any form Harbor takes, checked now; a directory is
         // written as the task directory itself (the inner one of a `harbor download` tree).
         var harborKeys = "# registry_path: registry.json  # a local Harbor registry the dataset name@version is resolved from (no network)"
         var harborAllow: [String] = []
+        if o.benchmark != "terminal-bench" && (o.registryPath != nil || o.registryURL != nil) {
+            throw ExperimentError(.usage, "--registry-path and --registry-url are for --benchmark terminal-bench (Harbor's registry)")
+        }
         if o.benchmark == "terminal-bench" {
             if o.registryPath != nil && o.dataset == nil {
                 throw ExperimentError(.usage, "--registry-path needs --dataset NAME@VERSION, the dataset to take from it")
@@ -108,22 +137,35 @@ extension ExperimentSupervisor {
                 } catch {
                     throw ExperimentError(.usage, "--dataset \(dir): \(error.message)")
                 }
-            case .registry(_, let r, _):
-                // What a run's harbor must reach to resolve and fetch the registry's tasks.
+            case .registry(let reference, let r, _):
                 if let r {
+                    if o.registryURL != nil { throw ExperimentError(.usage, "--registry-url and --registry-path: give one registry") }
+                    // What a run's harbor must reach to fetch the registry's git tasks.
                     harborKeys = "registry_path: \(r.path)  # the local Harbor registry \(dataset) is resolved from (no network)"
                     harborAllow = r.gitHosts
                 } else {
-                    harborAllow = ExperimentConfig.harborRegistryHosts(dataset)
+                    // Downloaded now, once, by the operator's harbor; the experiment then holds
+                    // a task directory like any other, and no run needs the registry.
+                    let target = layout.privateDirectory + "/dataset"
+                    try fm.createDirectory(atPath: root, withIntermediateDirectories: true)
+                    try ensurePrivateDirectory(layout)
+                    try HarborDataset.download(reference, harbor: tool, registryURL: o.registryURL, into: target)
+                    guard case .directory(let dir, let tasks) = try HarborDataset.resolve(target, root: root, registryPath: nil) else {
+                        throw ExperimentError(.usage, "harbor download \(reference) wrote no task directories into \(target)")
+                    }
+                    do {
+                        _ = try HarborTaskNames(ids: tasks.map(\.id), declared: Dictionary(tasks.compactMap { t in t.declaredName.map { (t.id, $0) } }, uniquingKeysWith: { a, _ in a }))
+                    } catch {
+                        throw ExperimentError(.usage, "\(reference) as downloaded into \(dir): \(error.message)")
+                    }
+                    harborKeys = "# \(reference): downloaded by init with `harbor download` into the directory above (no run needs the registry)"
+                    dataset = dir
                 }
             }
+            if o.registryURL != nil && o.registryPath == nil && !HarborDataset.isReference(o.dataset ?? ExperimentConfig.defaultDataset["terminal-bench"]!) {
+                throw ExperimentError(.usage, "--registry-url is for a registry dataset (name@version), not a directory")
+            }
         }
-        var root = directory.hasPrefix("/") ? directory : fm.currentDirectoryPath + "/" + directory
-        while root.count > 1 && root.hasSuffix("/") { root.removeLast() }
-        if let entries = try? fm.contentsOfDirectory(atPath: root), !entries.isEmpty {
-            throw ExperimentError(.usage, "\(root) already exists and is not empty; choose a new directory")
-        }
-        let layout = ExperimentLayout(root: root)
         func text(_ f: String) throws -> String {
             try String(contentsOfFile: f, encoding: .utf8)
                 .replacingOccurrences(of: "{{benchmark}}", with: o.benchmark)
@@ -175,6 +217,7 @@ extension ExperimentSupervisor {
                            message: "autoharness: new experiment (\(o.benchmark)\(dataset.isEmpty ? "" : ", " + dataset))")
         let ledger = try Ledger(path: layout.ledger)
         _ = try ledger.append(.experimentCreated, ExperimentCreated(benchmark: o.benchmark, dataset: dataset))
+        created = true
         return layout
     }
 }

@@ -67,6 +67,9 @@ public struct RunReport: Sendable {
     public var failed: Bool
     /// What the ledger said when a record could not be written (the run stopped for it).
     public var recordingError: LedgerError?
+    /// The run ended because nothing was left to do: a budget was spent before it began, or
+    /// the coding agent's sessions stopped making progress (`coding_agent.max_restarts`).
+    public var nothingLeft: Bool
     public var seconds: Double
     public var gates: Int
     public var accepted: Int
@@ -101,6 +104,8 @@ public final class RunLoop: @unchecked Sendable {
     private var stopFailed = false
     /// The first record that could not be written, if that is why the run stopped.
     private var recordingError: LedgerError?
+    /// The stop is for want of anything left to do (`RunReport.nothingLeft`).
+    private var stopNothingLeft = false
     private var agentSignal: Int32 = -1
     private var agentGeneration = 0
 
@@ -110,6 +115,8 @@ public final class RunLoop: @unchecked Sendable {
     private var accepted = 0
     private var nonImproving = 0
     private var requestsThisStart = 0
+    /// A request of the current session ran something new (`SessionOutcome.progress`).
+    private var progressThisStart = false
     private var agentStarts = 0
     private var reportedExtras: Set<String> = []
     /// Refused requests recorded one by one in the current minute, and those only counted.
@@ -119,6 +126,8 @@ public final class RunLoop: @unchecked Sendable {
     static let refusalsPerMinute = 30
     static let rateLimitedKinds: Set<String> = ["broker_protocol", "refused_request", "gate_budget", "repeat_gate"]
     private var startSeq: Int64 = 0
+    /// When this invocation started (`--max-hours` counts from here).
+    private var startedAt = Date()
     private var resumed = false
     /// What this run's finished sessions reported using, and the session in progress.
     private var runUsage = AgentUsage()
@@ -135,12 +144,12 @@ public final class RunLoop: @unchecked Sendable {
     private var stoppedForGate = false
     private var undeliveredAnswer: String?
 
-    public var runDirectory: String { layout.privateDirectory + "/run" }
+    public var runDirectory: String { layout.runDirectory }
     var agentLogPath: String { runDirectory + "/agent.log" }
     var auditPath: String { runDirectory + "/audit.jsonl" }
     var stagingPath: String { runDirectory + "/agent" }
     var homePath: String { runDirectory + "/home" }
-    var brokerDirectory: String { runDirectory + "/broker" }
+    var brokerDirectory: String { layout.brokerDirectory }
     var historyDirectory: String { runDirectory + "/history" }
 
     public init(supervisor: ExperimentSupervisor, settings: RunSettings, presenter: RunPresenter) {
@@ -154,11 +163,12 @@ public final class RunLoop: @unchecked Sendable {
 
     /// Asks the run to stop (first reason wins): no new requests are run, the agent gets
     /// SIGTERM, then SIGKILL for its whole sandbox 5 seconds later. Safe from any thread.
-    public func requestStop(_ reason: String, failed: Bool = false) {
+    public func requestStop(_ reason: String, failed: Bool = false, nothingLeft: Bool = false) {
         let (signalFD, generation): (Int32, Int) = stopLock.withLock {
             if stopReason == nil {
                 stopReason = reason
                 stopFailed = failed
+                stopNothingLeft = nothingLeft
             }
             return (agentSignal, agentGeneration)
         }
@@ -181,6 +191,7 @@ public final class RunLoop: @unchecked Sendable {
 
     public func run() throws -> RunReport {
         let started = Date()
+        startedAt = started
         let state = try supervisor.state()
         guard state.prepared else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
         let command = settings.agentCommand ?? config.codingAgent.command
@@ -194,7 +205,11 @@ public final class RunLoop: @unchecked Sendable {
         runID = state.openRun?.runID ?? Self.newRunID()
         gates = state.openRunGates
         accepted = state.openRunAccepted
-        nonImproving = resumed ? Self.trailingRejections(state) : 0
+        nonImproving = state.openRunRejectedInARow
+        // A resumed run goes on counting where its last recorded session left off.
+        let counted = state.openRunCounters()
+        var withoutProgress = counted?.withoutProgress ?? 0
+        var crashes = counted?.crashes ?? 0
         runUsage = resumed ? state.agentUsage(run: runID) : AgentUsage()
         let bestBefore = state.best
 
@@ -207,16 +222,24 @@ public final class RunLoop: @unchecked Sendable {
         settings.log(resumed ? "resuming run \(runID) (\(gates) gate(s), \(accepted) accepted so far)" : "run \(runID) started")
         settings.log("coding agent: " + CodingAgentPreset.identity(command: command, config: config.codingAgent, root: layout.root))
 
-        let broker = try BrokerServer(path: brokerDirectory + "/" + BrokerWire.socketName) { [self] request, peer in
-            handle(request, peer: peer)
+        // Marked as this process's before it exists: a supervisor killed while it serves leaves
+        // a socket the next one can attribute and remove.
+        let brokerMarker = try Leftovers.claimBroker(layout)
+        let broker: BrokerServer
+        do {
+            broker = try BrokerServer(path: layout.brokerSocket) { [self] request, peer in
+                handle(request, peer: peer)
+            }
+        } catch {
+            Leftovers.release(brokerMarker)
+            throw error
         }
         broker.start()
-        let deadline = settings.maxHours.map { started.addingTimeInterval($0 * 3600) }
-        if let deadline {
+        if settings.maxHours != nil {
             Thread.detachNewThread { [self] in
                 while stopping == nil {
-                    if Date() >= deadline {
-                        requestStop("--max-hours \(settings.maxHours!) reached")
+                    if let why = hoursSpent() {
+                        requestStop(why)
                         break
                     }
                     sleep(1)
@@ -235,50 +258,63 @@ public final class RunLoop: @unchecked Sendable {
                 }
             }
         }
-        if let why = budgetSpent() ?? costSpent() { requestStop(why) }
+        // Nothing to do before the agent has done anything: it is not started at all.
+        if let why = budgetSpent() ?? costSpent() { requestStop(why, nothingLeft: true) }
 
-        var crashes = 0
-        var lastExit = ""
         while stopping == nil {
-            let (result, seconds, requests) = try launchAgent(command: command, policy: policy)
-            lastExit = result.map(Self.describe) ?? "could not start"
+            let session = try launchAgent(command: command, policy: policy)
+            guard session.ran else { break }
+            let usage = finishUsage()
             if let why = work.withLock({ costSpent() }) { requestStop(why) }
             let heldForGate = work.withLock { () -> Bool in
                 flushAudit()
                 defer { stoppedForGate = false }
                 return stoppedForGate
             }
-            if stopping != nil { break }
+            // Killed by us (the run is stopping, or on a host without a freezer for a gate):
+            // neither a crash nor a session without progress.
+            let outcome = stopping != nil || heldForGate ? .stopped
+                : Self.outcome(seconds: session.seconds, clean: session.result?.exitCode == 0, requests: session.requests,
+                               progress: session.progress, quickExit: config.codingAgent.quickExitSeconds)
+            switch outcome {
+            case .progress: (withoutProgress, crashes) = (0, 0)
+            case .noProgress: (withoutProgress, crashes) = (withoutProgress + 1, 0)
+            case .crash: crashes += 1
+            case .stopped: if session.progress { (withoutProgress, crashes) = (0, 0) }
+            }
+            var counters = RunCounters()
+            (counters.withoutProgress, counters.crashes) = (withoutProgress, crashes)
+            let limits = RunBudget.all(config: config, maxIterations: nil, maxHours: nil, used: counters)
+            var delay: Double?
+            if outcome == .crash, let b = limits.first(where: { $0.kind == .maxCrashes && $0.spent }) {
+                requestStop("crash loop: \(b.stopReason) (last: \(session.exit); see \(agentLogPath))", failed: true)
+            } else if outcome == .noProgress, let b = limits.first(where: { $0.kind == .maxRestarts && $0.spent }) {
+                requestStop(b.stopReason, nothingLeft: true)
+            } else if stopping == nil {
+                delay = heldForGate ? 0 : Self.backoff(base: config.codingAgent.restartBackoff, streak: max(withoutProgress, crashes))
+            }
+            recordSession(session, usage: usage, outcome: outcome, withoutProgress: withoutProgress, crashes: crashes, restartAfter: delay)
+            guard let delay else { break }
             if heldForGate {
-                // Killed by us for a gate on a host without a freezer: not a crash.
-                crashes = 0
                 settings.log("coding agent restarted after the gate it was stopped for")
                 continue
             }
-            // A quick exit is a crash unless it was clean and the agent got work done (made
-            // requests): `claude -p` that gates once and ends its session is not crashing.
-            let clean = result?.exitCode == 0
-            if seconds < config.codingAgent.quickExitSeconds && (requests == 0 || !clean) {
-                crashes += 1
-            } else {
-                crashes = 0
-            }
-            if crashes >= config.codingAgent.maxCrashes {
-                requestStop("crash loop: the coding agent exited \(crashes) times in a row within \(Int(config.codingAgent.quickExitSeconds))s of starting, failing or without a single request (last: \(lastExit); see \(agentLogPath))", failed: true)
-                break
-            }
-            let delay = crashes == 0 ? config.codingAgent.restartBackoff
-                : min(300, config.codingAgent.restartBackoff * pow(2, Double(crashes - 1)))
-            settings.log("coding agent \(lastExit) after \(Int(seconds))s; restarting in \(String(format: "%.0f", delay))s with the continuation prompt")
+            let streak = outcome == .crash ? "\(crashes) crash(es) in a row of coding_agent.max_crashes \(config.codingAgent.maxCrashes)"
+                : "\(withoutProgress) session(s) in a row without progress of coding_agent.max_restarts \(config.codingAgent.maxRestarts)"
+            settings.log("coding agent \(session.exit) after \(Int(session.seconds))s (\(outcome == .progress ? "it made progress" : streak)); "
+                         + "restarting in \(String(format: delay < 10 ? "%.1f" : "%.0f", delay))s with the continuation prompt")
             let until = Date().addingTimeInterval(delay)
             while stopping == nil && Date() < until { usleep(100_000) }
         }
         broker.stop()
+        Leftovers.release(brokerMarker)
         let reason = stopping ?? "stopped"
+        let nothingLeft = stopLock.withLock { stopNothingLeft }
         let end: RunReport = try work.withLock {
             flushAudit()
             flushRefusalCounts()
-            try append([(.runEnded, RunEndedRecord(runID: runID, reason: reason, gates: gates, accepted: accepted, agentStarts: agentStarts))])
+            try append([(.runEnded, RunEndedRecord(runID: runID, reason: reason, gates: gates, accepted: accepted, agentStarts: agentStarts,
+                                                   nothingLeft: nothingLeft ? true : nil))])
             let after = try supervisor.state()
             // Every violation recorded since this invocation started, whoever recorded it.
             var counts: [String: Int] = [:]
@@ -290,7 +326,8 @@ public final class RunLoop: @unchecked Sendable {
                 counts[key, default: 0] += Self.count(in: v.detail)
             }
             return RunReport(runID: runID, resumed: resumed, reason: reason, failed: stopLock.withLock { stopFailed },
-                             recordingError: stopLock.withLock { recordingError }, seconds: Date().timeIntervalSince(started), gates: gates,
+                             recordingError: stopLock.withLock { recordingError }, nothingLeft: nothingLeft,
+                             seconds: Date().timeIntervalSince(started), gates: gates,
                              accepted: accepted, agentStarts: agentStarts, usage: runUsage, bestBefore: bestBefore, bestAfter: after.best,
                              violations: order.map { ($0.0, $0.1, counts[$0.0 + "\u{1F}" + $0.1]!) }, agentLog: agentLogPath, auditLog: auditPath)
         }
@@ -311,13 +348,24 @@ public final class RunLoop: @unchecked Sendable {
                       UInt16.random(in: 0...UInt16.max))
     }
 
-    static func trailingRejections(_ s: ExperimentState) -> Int {
-        var n = 0
-        for a in s.gateAttempts.reversed() where a.reason != "interrupted" {
-            if a.accepted { break }
-            n += 1
-        }
-        return n
+    /// The longest wait between two starts of the coding agent, in seconds.
+    public static let maxBackoff = 300.0
+
+    /// Seconds before starting the agent again after `streak` sessions in a row without
+    /// progress (or crashes): `base` after one or none, doubled for each further one, at most
+    /// `maxBackoff`.
+    static func backoff(base: Double, streak: Int) -> Double {
+        streak <= 1 ? base : min(maxBackoff, base * pow(2, Double(min(streak, 32) - 1)))
+    }
+
+    /// What a session that the supervisor did not end came to. Anything new run is progress,
+    /// however the session ended; otherwise a quick exit is a crash unless it was clean and
+    /// made requests (`claude -p` that asks for a status and ends its session is not
+    /// crashing, but it did not progress either).
+    static func outcome(seconds: Double, clean: Bool, requests: Int, progress: Bool, quickExit: Double) -> SessionOutcome {
+        if progress { return .progress }
+        if seconds < quickExit && (requests == 0 || !clean) { return .crash }
+        return .noProgress
     }
 
     static func describe(_ r: SandboxResult) -> String {
@@ -330,41 +378,60 @@ public final class RunLoop: @unchecked Sendable {
         }
     }
 
-    /// Why the run must stop now, if it must (called with the counters current).
+    /// The run's budgets with its counters as they are now (holding `work`).
+    func budgets() -> [RunBudget] {
+        var c = RunCounters()
+        (c.gates, c.accepted, c.rejectedInARow) = (gates, accepted, nonImproving)
+        c.costUSD = (runUsage + (meter?.usage ?? AgentUsage())).costUSD ?? 0
+        c.hours = Date().timeIntervalSince(startedAt) / 3600
+        return RunBudget.all(config: config, maxIterations: settings.maxIterations, maxHours: settings.maxHours, used: c)
+    }
+
+    /// Why the run must stop for `--max-hours`, if it must. It reads no counter, so it does
+    /// not wait for `work`: a gate holds that for its whole length, and the deadline does not.
+    func hoursSpent() -> String? {
+        var c = RunCounters()
+        c.hours = Date().timeIntervalSince(startedAt) / 3600
+        return RunBudget.all(config: config, maxIterations: nil, maxHours: settings.maxHours, used: c).first { $0.kind == .maxHours && $0.spent }?.stopReason
+    }
+
+    /// Why the run must stop now for its gates, if it must (called with the counters current).
     func budgetSpent() -> String? {
-        if let m = settings.maxIterations, accepted >= m { return "--max-iterations \(m) reached (\(accepted) accepted)" }
-        if config.gateBudget > 0 && gates >= config.gateBudget { return "gate budget \(config.gateBudget) spent" }
-        if config.maxNonImproving > 0 && nonImproving >= config.maxNonImproving {
-            return "\(nonImproving) consecutive gates without improvement (gate.max_non_improving \(config.maxNonImproving))"
-        }
-        return nil
+        budgets().first { [.maxIterations, .gateBudget, .maxNonImproving].contains($0.kind) && $0.spent }?.stopReason
     }
 
-    /// Why the run must stop for `budget.max_cost_usd`, if it must (holding `work`).
+    /// Why the run must stop for `budget.max_cost_usd`, if it must (holding `work`): the
+    /// finished sessions and the running one.
     func costSpent() -> String? {
-        guard config.maxCostUSD > 0 else { return nil }
-        let spent = (runUsage + (meter?.usage ?? AgentUsage())).costUSD ?? 0
-        guard spent >= config.maxCostUSD else { return nil }
-        return "budget.max_cost_usd \(AgentUsage.dollars(config.maxCostUSD)) reached (the coding agent reported \(AgentUsage.dollars(spent)))"
+        budgets().first { $0.kind == .maxCost && $0.spent }?.stopReason
     }
 
-    /// Ends the usage account of the session that just ended: the rest of its output is read
-    /// and one ledger row records it.
-    func recordSession(start: Int, seconds: Double, exit: String) {
+    /// Ends the usage account of the session that just ended (the rest of its output is
+    /// read) and returns it.
+    func finishUsage() -> AgentUsage {
         let m = work.withLock { meter }
         m?.poll()
-        work.withLock {
-            guard let m else { return }
+        return work.withLock {
             meter = nil
-            let usage = m.usage
+            let usage = m?.usage ?? AgentUsage()
             runUsage = runUsage + usage
+            return usage
+        }
+    }
+
+    /// One ledger row for a session that ended: its account, what it came to and what the
+    /// run does next.
+    func recordSession(_ s: AgentSession, usage: AgentUsage, outcome: SessionOutcome, withoutProgress: Int, crashes: Int, restartAfter: Double?) {
+        work.withLock {
+            let row = AgentSessionRecord(runID: runID, start: s.start, seconds: s.seconds, exit: s.exit, usage: usage, outcome: outcome,
+                                         requests: s.requests, withoutProgress: withoutProgress, crashes: crashes, restartAfter: restartAfter)
             do {
-                _ = try append([(.agentSession, AgentSessionRecord(runID: runID, start: start, seconds: seconds, exit: exit, usage: usage))])
+                _ = try append([(.agentSession, row)])
             } catch {
-                recordingFailed("the coding agent's session \(start)", error)
+                recordingFailed("the coding agent's session \(s.start)", error)
             }
             if usage.totalTokens > 0 {
-                settings.log("coding agent session \(start)\(usage.model.map { " (\($0))" } ?? ""): \(usage.summary); this run: \(runUsage.summary)")
+                settings.log("coding agent session \(s.start)\(usage.model.map { " (\($0))" } ?? ""): \(usage.summary); this run: \(runUsage.summary)")
             }
         }
     }
@@ -452,11 +519,24 @@ public final class RunLoop: @unchecked Sendable {
         }
     }
 
+    /// One start of the coding agent, once its sandbox has ended.
+    struct AgentSession {
+        var start: Int
+        /// False when the run was stopping before the sandbox started.
+        var ran = true
+        var result: SandboxResult?
+        var exit: String
+        var seconds: Double
+        var requests = 0
+        var progress = false
+    }
+
     /// Starts the coding agent and waits for its sandbox to end.
-    func launchAgent(command: [String], policy: Policy) throws -> (SandboxResult?, Double, Int) {
+    func launchAgent(command: [String], policy: Policy) throws -> AgentSession {
         let (starts, answer) = work.withLock { () -> (Int, String?) in
             agentStarts += 1
             requestsThisStart = 0
+            progressThisStart = false
             defer { undeliveredAnswer = nil }
             return (agentStarts, undeliveredAnswer)
         }
@@ -486,7 +566,7 @@ public final class RunLoop: @unchecked Sendable {
             close(pipeFDs[0])
         }
         stopLock.withLock { agentSignal = pipeFDs[1] }
-        if stopping != nil { return (nil, 0, 0) }
+        if stopping != nil { return AgentSession(start: starts, ran: false, exit: "not started", seconds: 0) }
         let header = "\n=== \(isoTimestamp()) coding agent start \(starts): \(argv.joined(separator: " "))\n"
         _ = header.withCString { write(log, $0, strlen($0)) }
         let t0 = Date()
@@ -499,14 +579,12 @@ public final class RunLoop: @unchecked Sendable {
             options.signalFD = pipeFDs[0]
             options.control = agentControl
             let r = try SandboxRunner.run(plan, options: options)
-            let seconds = Date().timeIntervalSince(t0)
-            recordSession(start: starts, seconds: seconds, exit: Self.describe(r))
-            return (r, seconds, work.withLock { requestsThisStart })
+            let (requests, progress) = work.withLock { (requestsThisStart, progressThisStart) }
+            return AgentSession(start: starts, result: r, exit: Self.describe(r), seconds: Date().timeIntervalSince(t0), requests: requests, progress: progress)
         } catch {
             settings.log("coding agent sandbox: \(error.message)")
             _ = "sandbox error: \(error.message)\n".withCString { write(log, $0, strlen($0)) }
-            recordSession(start: starts, seconds: Date().timeIntervalSince(t0), exit: "could not be started (\(error.message))")
-            return (nil, Date().timeIntervalSince(t0), 0)
+            return AgentSession(start: starts, exit: "could not be started (\(error.message))", seconds: Date().timeIntervalSince(t0))
         }
     }
 
@@ -546,7 +624,10 @@ public final class RunLoop: @unchecked Sendable {
                     return BrokerReply(stdout: presenter.status(try supervisor.state(), config: config, root: "/work", json: json), exit: 0)
                 case .benchmark(let ids):
                     let (snap, notice) = try candidate()
+                    // The same bytes benchmarked again show nothing new: a repeat, not progress.
+                    let repeated = try supervisor.state().trainRuns.contains { $0.agentSHA256 == snap.sha256 }
                     let outcomes = try supervisor.runBenchmark(taskIDs: ids, actor: "coding agent", agent: snap)
+                    if !repeated { progressThisStart = true }
                     return BrokerReply(stdout: presenter.benchmark(outcomes), stderr: notice, exit: 0)
                 case .gate:
                     return try gate()
@@ -621,6 +702,7 @@ public final class RunLoop: @unchecked Sendable {
                 }
             }
         }
+        progressThisStart = true
         var extra = ""
         if r.accepted {
             accepted += 1

@@ -114,15 +114,45 @@ public struct RunEndedRecord: Codable, Sendable {
     public var gates: Int
     public var accepted: Int
     public var agentStarts: Int
+    /// It stopped because nothing was left to do (a budget spent before it began, or the
+    /// coding agent's sessions stopped making progress); absent otherwise.
+    public var nothingLeft: Bool?
 }
 
 /// One start of the coding agent ended: how long it ran, how, and what its CLI reported using.
+/// The fields after `usage` are absent in rows written before they were recorded.
 public struct AgentSessionRecord: Codable, Sendable {
     public var runID: String
     public var start: Int
     public var seconds: Double
     public var exit: String
     public var usage: AgentUsage
+    /// What the session came to for the run's limits (`SessionOutcome`).
+    public var outcome: SessionOutcome?
+    /// Requests it made through the broker.
+    public var requests: Int?
+    /// After this session: sessions in a row without progress (crashes not counted), and
+    /// crashes in a row. A resumed run continues from them.
+    public var withoutProgress: Int?
+    public var crashes: Int?
+    /// Seconds the run waited before starting the agent again; absent when it stopped.
+    public var restartAfter: Double?
+}
+
+/// How a session of the coding agent ended, for the limits on restarting it.
+public enum SessionOutcome: String, Codable, Sendable {
+    /// A request ran something new: a gate, or a benchmark of an agent.py not benchmarked
+    /// before.
+    case progress
+    /// No accepted change and nothing new run: only refused, repeated (a gate or benchmark
+    /// of bytes already judged or run) or status requests, or none. Counts toward
+    /// `coding_agent.max_restarts`.
+    case noProgress = "no_progress"
+    /// An exit within `quick_exit_seconds` that failed or made no request. Counts toward
+    /// `coding_agent.max_crashes`.
+    case crash
+    /// Ended by the supervisor: the run was stopping, or the agent was stopped for a gate.
+    case stopped
 }
 
 /// The experiment as the ledger says it is.
@@ -153,6 +183,12 @@ public struct ExperimentState: Sendable {
     /// accepted ones since the open run started.
     public var openRunGates = 0
     public var openRunAccepted = 0
+    /// Rejected gates since the open run's last accepted one (interrupted ones not counted).
+    public var openRunRejectedInARow = 0
+    /// When the open run was last started or resumed (the ledger's time of that row).
+    public var openRunSince: String?
+    /// How the latest run that ended, ended.
+    public var lastRunEnd: RunEndedRecord?
     /// Every coding-agent session recorded, oldest first.
     public var agentSessions: [AgentSessionRecord] = []
     /// The last row replayed into this state: the head the views rendered from it stand for.
@@ -193,6 +229,7 @@ public struct ExperimentState: Sendable {
                 gateAttempts.append(a)
                 lastAttempt = max(lastAttempt, a.attempt)
                 if openRun != nil && a.accepted { openRunAccepted += 1 }
+                if openRun != nil && a.reason != "interrupted" { openRunRejectedInARow = a.accepted ? 0 : openRunRejectedInARow + 1 }
                 openGates.removeAll { $0.attempt == a.attempt }
             case .iteration: iterations.append(try r.decode(IterationRecord.self))
             case .suitePromotion:
@@ -206,14 +243,18 @@ public struct ExperimentState: Sendable {
                 if openRun?.runID != run.runID {
                     openRunGates = 0
                     openRunAccepted = 0
+                    openRunRejectedInARow = 0
                 }
                 openRun = run
+                openRunSince = r.time
             case .agentSession: agentSessions.append(try r.decode(AgentSessionRecord.self))
             case .runEnded:
-                _ = try r.decode(RunEndedRecord.self)
+                lastRunEnd = try r.decode(RunEndedRecord.self)
                 openRun = nil
+                openRunSince = nil
                 openRunGates = 0
                 openRunAccepted = 0
+                openRunRejectedInARow = 0
             }
             head = LedgerHead(seq: r.seq, hash: r.hash)
             try each(self)

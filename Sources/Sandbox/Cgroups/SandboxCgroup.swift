@@ -234,25 +234,10 @@ final class SandboxCgroup {
         return failed
     }
 
-    /// `oPID-STARTTIME-PIDNS` of this process: names every sandbox cgroup it creates. The
-    /// pid namespace matters: a supervisor in another one (a container sharing the cgroup
-    /// tree) cannot check a pid of ours, so it must leave our sandboxes alone.
-    static let ownerTag = "o\(getpid())-\(startTime(of: getpid()) ?? 0)-\(pidNamespace)"
-
-    /// Inode of this process's pid namespace.
-    static let pidNamespace: UInt64 = {
-        var st = stat()
-        return stat("/proc/self/ns/pid", &st) == 0 ? UInt64(st.st_ino) : 0
-    }()
-
-    /// Start time of `pid` in clock ticks since boot (field 22 of /proc/PID/stat): with
-    /// the pid it names one process for the life of the system.
-    static func startTime(of pid: pid_t) -> UInt64? {
-        let text = readText("/proc/\(pid)/stat")
-        guard let close = text.lastIndex(of: ")") else { return nil }
-        let fields = text[text.index(after: close)...].split(separator: " ")
-        return fields.count > 19 ? UInt64(fields[19]) : nil
-    }
+    /// `oPID-STARTTIME-PIDNS` of this process (`ProcessIdentity.tag`): names every sandbox
+    /// cgroup it creates. The pid namespace matters: a supervisor in another one (a container
+    /// sharing the cgroup tree) cannot check a pid of ours, so it must leave our sandboxes alone.
+    static let ownerTag = ProcessIdentity.current.tag
 
     /// What the last sweep ended (for the caller's log), once per process.
     static let sweepReport = Locked<[String]>([])
@@ -306,14 +291,10 @@ final class SandboxCgroup {
         }
     }
 
-    /// nil for a name without an owner tag; else whether that supervisor still runs. One in
-    /// another pid namespace is taken to be alive: its pid means nothing here.
+    /// nil for a name without an owner tag; else whether that supervisor still runs.
     static func ownerAlive(_ name: String) -> Bool? {
-        guard let dot = name.lastIndex(of: "."), name[name.index(after: dot)...].hasPrefix("o") else { return nil }
-        let tag = name[name.index(dot, offsetBy: 2)...].split(separator: "-")
-        guard tag.count == 3, let pid = pid_t(tag[0]), let start = UInt64(tag[1]), let ns = UInt64(tag[2]) else { return nil }
-        if ns != pidNamespace { return true }
-        return startTime(of: pid) == start
+        guard let dot = name.lastIndex(of: "."), let owner = ProcessIdentity(tag: name[name.index(after: dot)...]) else { return nil }
+        return owner.isAlive
     }
 
     /// An existing sandbox's directories, to end it.
