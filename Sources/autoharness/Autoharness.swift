@@ -29,7 +29,8 @@ struct Autoharness: ParsableCommand {
 
             Exit status, for every command (README "Exit codes"):
               0    success; gate: accepted
-              1    gate: rejected; a check failed (status --verify, policy check, doctor)
+              1    gate: rejected; a check failed (status --verify, policy check, doctor);
+                   run: the coding agent crashed in a loop
               2    usage, config or state: a bad flag or file, an unprepared experiment,
                    a refused request (held-out task ids, a spent budget)
               3    run: nothing left to do (a budget spent, a bound reached)
@@ -86,7 +87,7 @@ enum Exit {
     /// Success; `gate`: accepted; `run`: ended by one of its limits after working.
     static let ok: Int32 = 0
     /// `gate`: rejected. A check found a problem: `status --verify` (tampering),
-    /// `policy check`, `doctor`.
+    /// `policy check`, `doctor`. `run`: stopped by a crash loop of the coding agent.
     static let failure: Int32 = 1
     /// Usage, configuration or state error: a bad flag or file, an unprepared experiment, a
     /// refused request (held-out ids, a spent budget asked for more).

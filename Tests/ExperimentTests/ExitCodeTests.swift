@@ -4,8 +4,8 @@ import Testing
 import TestSupport
 
 /// The exit-code table (`Exit`, README "Exit codes", `autoharness --help`): each code provoked
-/// for real through the built binary. 3 (`run` with nothing left to do) belongs to the
-/// run-stopping work and is tested with it.
+/// for real through the built binary. 3 (`run` with nothing left to do) is tested with the
+/// run's stopping (StoppingTests, RunTests).
 @Suite("Exit codes: one table, each code provoked for real")
 struct ExitCodeTests {
     @Test("the table is in --help, which exits 0")
@@ -186,6 +186,12 @@ struct ExitCodeTests {
         // The end of the run was recorded: the code came from the record that failed, not from the last append.
         let ended = try exp.rows("run_ended")
         #expect((ended.first?["reason"] as? String)?.hasPrefix("the ledger could not be written") == true, "\(ended)")
+    }
+
+    @Test("5 from the coding agent's client when the supervisor cannot be reached (a 1 would read as a rejected gate)")
+    func clientUnreachable() throws {
+        let r = try runProcess(Built.directory + "/autoharness-client", ["gate"], environment: ["AUTOHARNESS_BROKER": "/nonexistent/broker.sock"])
+        #expect(r.status == 5 && r.stderr.contains("broker is not reachable at /nonexistent/broker.sock"), "\(r.status) \(r.stderr)")
     }
 
     @Test("sandbox exec: the command's own status passes through; 124 timeout, 125 for any failure of its own (a bad flag included), 127 not found, 128+N killed by N")
