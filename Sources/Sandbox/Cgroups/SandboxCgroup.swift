@@ -311,7 +311,8 @@ final class SandboxCgroup {
         defer { closedir(d) }
         var out: [String] = []
         while let e = readdir(d) {
-            out.append(withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) })
+            // In place (`&`): copying the whole d_name can read past readdir's buffer.
+            out.append(withUnsafeBytes(of: &e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) })
         }
         return out
     }
