@@ -107,7 +107,7 @@ let package = Package(
         .testTarget(name: "SandboxTests", dependencies: ["Sandbox", "SandboxPolicy", "TestSupport"]),
         .testTarget(name: "BenchmarkTests", dependencies: ["Benchmark", "Sandbox", "SandboxPolicy", "TestSupport"],
                     exclude: ["Fixtures"]),
-        .testTarget(name: "LedgerTests", dependencies: ["Ledger"]),
+        .testTarget(name: "LedgerTests", dependencies: ["Ledger", "TestSupport"]),
         .testTarget(name: "ExperimentTests", dependencies: ["Experiment", "Benchmark", "Ledger", "Sandbox", "SandboxPolicy", "BrokerWire", "TestSupport"],
                     exclude: ["Fixtures"]),
     ]

@@ -6,10 +6,12 @@ import Glibc
 // `autoharness gate` inside the sandbox prints what the supervisor decided, and nothing the
 // client could be made to do changes that.
 
+/// The client's own failures are I/O errors (5 in the CLI's table, `Exit.ioError`): a 1
+/// would read as a rejected gate to an agent that checks the exit status.
 func die(_ message: String) -> Never {
     let line = "autoharness: \(message)\n"
     _ = line.withCString { write(2, $0, strlen($0)) }
-    exit(1)
+    exit(5)
 }
 
 let path = getenv("AUTOHARNESS_BROKER").map { String(cString: $0) } ?? BrokerWire.sandboxSocket

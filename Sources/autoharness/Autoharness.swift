@@ -1,6 +1,11 @@
 import Glibc
 import ArgumentParser
+import Benchmark
+import Experiment
+import Foundation
+import Ledger
 import Sandbox
+import SandboxPolicy
 
 @main
 struct Autoharness: ParsableCommand {
@@ -21,6 +26,21 @@ struct Autoharness: ParsableCommand {
               autoharness policy show benchmark-task
 
             Sandboxes need root (user/mount/pid/net namespaces, id maps, cgroups).
+
+            Exit status, for every command (README "Exit codes"):
+              0    success; gate: accepted
+              1    gate: rejected; a check failed (status --verify, policy check, doctor);
+                   run: the coding agent crashed in a loop
+              2    usage, config or state: a bad flag or file, an unprepared experiment,
+                   a refused request (held-out task ids, a spent budget)
+              3    run: nothing left to do (a budget spent, a bound reached)
+              4    another autoharness holds the experiment lock (its pid is named)
+              5    I/O or ledger error: disk full, EIO, an unreadable ledger
+              124  sandbox exec: --timeout expired
+              125  a sandbox could not be set up; sandbox exec: any failure of its own
+              126  sandbox exec: the command cannot be executed (127: not found)
+              128+N  interrupted by signal N (130 SIGINT): run abandoned on a second
+                   signal; sandbox exec: the command was killed by signal N
             """,
         subcommands: [InitCommand.self, PrepareCommand.self, BenchmarkCommand.self, GateCommand.self, StatusCommand.self, RunCommand.self, ReportCommand.self, DemoCommand.self,
                       SandboxCommand.self, PolicyCommand.self, DoctorCommand.self]
@@ -51,7 +71,12 @@ struct Autoharness: ParsableCommand {
             if let done = host.delegation { printErr("autoharness: \(done)") }
             for line in host.endOrphanedSandboxes() { printErr("autoharness: \(line)") }
         }
-        Self.main(nil)
+        do {
+            var command = try parseAsRoot(args)
+            try command.run()
+        } catch {
+            Exit.exit(for: error, arguments: args)
+        }
     }
 }
 
@@ -62,7 +87,7 @@ enum Exit {
     /// Success; `gate`: accepted; `run`: ended by one of its limits after working.
     static let ok: Int32 = 0
     /// `gate`: rejected. A check found a problem: `status --verify` (tampering),
-    /// `policy check`, `doctor`.
+    /// `policy check`, `doctor`. `run`: stopped by a crash loop of the coding agent.
     static let failure: Int32 = 1
     /// Usage, configuration or state error: a bad flag or file, an unprepared experiment, a
     /// refused request (held-out ids, a spent budget asked for more).
@@ -79,7 +104,52 @@ enum Exit {
     static let timeout: Int32 = 124
     /// A sandbox could not be set up (stage and errno named).
     static let sandboxSetup: Int32 = 125
-    /// Interrupted (SIGINT twice, or SIGINT/SIGTERM to a command that cannot finish cleanly):
-    /// 128 + the signal number, 130 for SIGINT.
-    static let interrupted: Int32 = 130
+    /// Interrupted (`run` abandoning its request on a second SIGINT/SIGTERM/SIGHUP, or a
+    /// signal before it started): 128 + the signal number, 130 for SIGINT.
+    static func interrupted(by signal: Int32) -> Int32 { 128 + signal }
+
+    /// The one mapping from what went wrong to the table above, for every command and for
+    /// the coding agent's requests through the broker.
+    static func code(for error: any Error) -> Int32 {
+        switch error {
+        case let e as ExitCode: return e.rawValue
+        case let e as LedgerError: return e.code == .locked ? lockBusy : ioError
+        case let e as ExperimentError: return e.kind == .io ? ioError : usage
+        case let e as BenchmarkError: return e.code == .io ? ioError : usage
+        case let e as SandboxError:
+            switch e.code {
+            case .invalidPolicy, .invalidArgument, .sourceMissing: return usage
+            case .io: return ioError
+            default: return sandboxSetup
+            }
+        case is ConfigErrors, is ConfigError, is PolicyDiagnostics, is PolicyError: return usage
+        default:
+            switch Autoharness.exitCode(for: error) {
+            case .success: return ok  // --help, --version
+            case .validationFailure: return usage  // a bad flag or argument (ArgumentParser's 64)
+            // Every error type of ours is named above; what is left comes from Foundation's
+            // file and process calls (CocoaError, POSIXError): the system failed an operation.
+            default: return ioError
+            }
+        }
+    }
+
+    /// Prints what `error` says and exits with its code. A command that threw `ExitCode`
+    /// has said what it had to. `sandbox exec` passes its command's status through, so
+    /// every failure of its own is 125 there, a bad flag included.
+    static func exit(for error: any Error, arguments: [String]) -> Never {
+        let wrapper = arguments.starts(with: ["sandbox", "exec"])
+        var code = code(for: error)
+        if error is ExitCode {
+            // said already
+        } else if Autoharness.exitCode(for: error) == .success {
+            print(Autoharness.fullMessage(for: error))
+        } else if Autoharness.exitCode(for: error) == .validationFailure {
+            printErr(Autoharness.fullMessage(for: error))
+        } else {
+            printErr("\(wrapper ? "sandbox" : "autoharness"): \(error)")
+        }
+        if wrapper, !(error is ExitCode), code != ok { code = sandboxSetup }
+        Glibc.exit(code)
+    }
 }

@@ -20,35 +20,23 @@ struct ExperimentOptions: ParsableArguments {
         return layout
     }
 
+    /// Opens the experiment; what fails (lock busy, config, ledger) reaches `Exit.code(for:)`.
     func supervisor(_ purpose: String, exclusive: Bool = true) throws -> ExperimentSupervisor {
-        let layout = try layout()
-        do {
-            let s = try ExperimentSupervisor(layout: layout, policySearchPaths: PolicyLocator.searchPaths(explicit: policyDirs),
-                                             purpose: purpose, exclusive: exclusive)
-            for note in s.recoveryNotes { printErr("autoharness: \(note)") }
-            return s
-        } catch {
-            fail("autoharness: \(error)", code: Exit.failure)
-        }
+        let s = try ExperimentSupervisor(layout: try layout(), policySearchPaths: PolicyLocator.searchPaths(explicit: policyDirs),
+                                         purpose: purpose, exclusive: exclusive)
+        for note in s.recoveryNotes { printErr("autoharness: \(note)") }
+        return s
     }
 }
 
 extension ExperimentOptions {
-    /// Opens the experiment exclusively, shows a progress line while tasks run, and maps
-    /// failures to exit codes: a refused request (test ids, exhausted budget) exits 2,
-    /// anything else 1, each with one line on stderr.
+    /// Opens the experiment exclusively and shows a progress line while tasks run.
     func perform<T>(_ purpose: String, _ body: (ExperimentSupervisor) throws -> T) throws -> (ExperimentSupervisor, T) {
         let s = try supervisor(purpose)
         let progress = ProgressLine(purpose)
         s.progress = progress.update
         s.log = { line in printErrRaw("\r\u{1B}[2K\(purpose): \(line)\n") }
-        do {
-            return (s, try body(s))
-        } catch let e as ExperimentError {
-            fail("autoharness: \(e.message)", code: e.kind == .refused ? Exit.usage : Exit.failure)
-        } catch {
-            fail("autoharness: \(error)", code: Exit.failure)
-        }
+        return (s, try body(s))
     }
 }
 
@@ -116,18 +104,11 @@ struct InitCommand: ParsableCommand {
     var codingAgentBin: String?
 
     func run() throws {
-        guard let templates = PolicyLocator.templatesDirectory() else {
-            fail("autoharness: templates directory not found (set AUTOHARNESS_TEMPLATE_DIR)", code: Exit.failure)
-        }
-        do {
-            let layout = try ExperimentSupervisor.initialize(
-                directory: directory, .init(benchmark: benchmark, dataset: dataset, tool: tool, repo: repo, templates: templates,
-                                            codingAgent: codingAgent, codingAgentBinary: codingAgentBin, registryPath: registryPath, registryURL: registryURL))
-            print("created experiment \(layout.root)")
-            print("next: review \(layout.config), then `autoharness prepare -C \(layout.root)`")
-        } catch {
-            fail("autoharness: \(error)", code: Exit.failure)
-        }
+        let layout = try ExperimentSupervisor.initialize(
+            directory: directory, .init(benchmark: benchmark, dataset: dataset, tool: tool, repo: repo, templates: try PolicyLocator.requireTemplates(),
+                                        codingAgent: codingAgent, codingAgentBinary: codingAgentBin, registryPath: registryPath, registryURL: registryURL))
+        print("created experiment \(layout.root)")
+        print("next: review \(layout.config), then `autoharness prepare -C \(layout.root)`")
     }
 }
 
@@ -174,7 +155,7 @@ struct GateCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "gate",
         abstract: "Judge a snapshot of agent/agent.py: suite, held-out test score, promotion; commit if accepted.",
-        discussion: "What is printed is set by gate.disclosure in experiment_config.yaml (decision | rounded | score). Per-task test results are never printed or stored where the coding agent could read them. Exit 0 accepted, 1 rejected.")
+        discussion: "What is printed is set by gate.disclosure in experiment_config.yaml (decision | rounded | score). Per-task test results are never printed or stored where the coding agent could read them. Exit 0 accepted, 1 rejected; 2 not prepared, 4 lock busy, 5 I/O or ledger error (see `autoharness --help`).")
 
     @OptionGroup var experiment: ExperimentOptions
 
@@ -190,7 +171,7 @@ struct StatusCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "status",
         abstract: "Iterations, best score, suite size, recent gate attempts, violations.",
-        discussion: "--verify recomputes the ledger's hash chain (naming edited, deleted or reordered rows), compares the workspace views with the ledger, and checks each accepted commit is in git; exit 1 if anything is wrong.")
+        discussion: "--verify recomputes the ledger's hash chain (naming edited, deleted or reordered rows), compares the workspace views with the ledger, and checks each accepted commit is in git; exit 1 if anything is wrong. A view that is exactly what the ledger said at an earlier head since its last publish is behind, not wrong (a supervisor stopped between recording and publishing): it is listed, and the next command that takes the experiment lock regenerates it. Status takes no lock and changes nothing.")
 
     @OptionGroup var experiment: ExperimentOptions
 
@@ -205,8 +186,7 @@ struct StatusCommand: ParsableCommand {
 
     func run() throws {
         let s = try experiment.supervisor("status", exclusive: false)
-        let state: ExperimentState
-        do { state = try s.state() } catch { fail("autoharness: \(error)", code: Exit.failure) }
+        let state = try s.state()
         let report = verify ? try s.verify() : nil
         print(Render.status(state, config: s.config, root: s.layout.root, operator: `operator`, json: json, verify: report), terminator: "")
         if let report, !report.ok { throw ExitCode(Exit.failure) }
@@ -226,15 +206,10 @@ struct ReportCommand: ParsableCommand {
 
     func run() throws {
         let s = try experiment.supervisor("report", exclusive: false)
-        let state: ExperimentState
-        do { state = try s.state() } catch { fail("autoharness: \(error)", code: Exit.failure) }
+        let state = try s.state()
         let path = out ?? s.layout.root + "/report.html"
         let html = Report.html(state, config: s.config, title: "autoharness report: \(s.layout.root)", diffStats: s.diffStats())
-        do {
-            try AtomicFile.write(Data(html.utf8), to: path, mode: 0o644)
-        } catch {
-            fail("autoharness: \(path): \(error)", code: Exit.failure)
-        }
+        try AtomicFile.write(Data(html.utf8), to: path, mode: 0o644)
         print(path)
     }
 }

@@ -1,3 +1,4 @@
+import Experiment
 import Glibc
 import SandboxPolicy
 
@@ -42,6 +43,14 @@ enum PolicyLocator {
         if let installed = canonical(executableDirectory() + "/../share/autoharness/templates"),
            access(installed + "/PROGRAM.md", R_OK) == 0 { return installed }
         return nearestAncestor(containing: "templates/PROGRAM.md").map { $0 + "/templates" }
+    }
+
+    /// `templatesDirectory()`, or a configuration error saying how to point at one.
+    static func requireTemplates() throws -> String {
+        guard let t = templatesDirectory() else {
+            throw ExperimentError(.usage, "templates directory not found (set AUTOHARNESS_TEMPLATE_DIR)")
+        }
+        return t
     }
 
     /// `path` with `..`, `.` and symlinks resolved, or nil if it does not exist.

@@ -84,7 +84,7 @@ enum Render {
             }
             if let report {
                 obj["verify"] = ["ok": report.ok, "ledger_problems": report.ledger.problems.map(\.description),
-                                 "edited_views": report.editedViews, "missing_commits": report.missingCommits]
+                                 "edited_views": report.editedViews, "behind_views": report.behindViews, "missing_commits": report.missingCommits]
             }
             let data = (try? JSONSerialization.data(withJSONObject: obj, options: [.prettyPrinted, .sortedKeys])) ?? Data()
             return String(decoding: data, as: UTF8.self) + "\n"
@@ -127,8 +127,11 @@ enum Render {
             } else {
                 out += "verify: PROBLEMS\n"
                 for p in report.ledger.problems { out += "  ledger: \(p)\n" }
-                for v in report.editedViews { out += "  view differs from the ledger: \(v) (the gate ignores it; the next write regenerates it)\n" }
+                for v in report.editedViews { out += "  view differs from the ledger (tampered): \(v) (the gate ignores it; the next recorded change regenerates it)\n" }
                 for c in report.missingCommits { out += "  accepted commit not in git history: \(c)\n" }
+            }
+            for v in report.behindViews {
+                out += "  view behind the ledger, not tampered: \(v) (a supervisor stopped before publishing it; the next command that takes the experiment lock regenerates it)\n"
             }
         }
         return out

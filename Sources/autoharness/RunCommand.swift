@@ -69,25 +69,19 @@ struct RunCommand: ParsableCommand {
         settings.maxIterations = maxIterations
         settings.maxHours = maxHours
         let loop = RunLoop(supervisor: s, settings: settings, presenter: BrokerPresenter())
-        stops.onSignal { signal, count in
+        stops.onSignal { signal, number, count in
             if count == 1 {
                 printErr("autoharness: \(signal) received: stopping (the request in progress is finished first; send it again to abandon that)")
                 loop.requestStop("\(signal) received")
             } else {
                 printErr("autoharness: \(signal) again: abandoning; the next `autoharness run` records any unfinished gate as interrupted")
-                Glibc.exit(130)
+                Glibc.exit(Exit.interrupted(by: number))
             }
         }
-        let report: RunReport
-        do {
-            report = try loop.run()
-        } catch let e as ExperimentError {
-            fail("autoharness: \(e.message)", code: e.kind == .usage ? Exit.usage : Exit.failure)
-        } catch {
-            fail("autoharness: \(error)", code: Exit.failure)
-        }
+        let report = try loop.run()
         print(Self.text(report, disclosure: .score))
-        if report.failed { throw ExitCode(Exit.failure) }
+        // A run stopped because the ledger could not be written says so in its code.
+        if report.failed { throw report.recordingError ?? ExitCode(Exit.failure) }
         if report.nothingLeft {
             printErr("autoharness: nothing left to do: \(report.reason)")
             throw ExitCode(Exit.nothingLeft)
@@ -171,6 +165,7 @@ struct BrokerPresenter: RunPresenter {
     func status(_ state: ExperimentState, config: ExperimentConfig, root: String, json: Bool) -> String {
         Render.status(state, config: config, root: root, operator: false, json: json)
     }
+    func exitCode(for error: any Error) -> Int32 { Exit.code(for: error) }
 }
 
 // MARK: - helpers
@@ -178,7 +173,7 @@ struct BrokerPresenter: RunPresenter {
 /// SIGINT/SIGTERM/SIGHUP as calls on a thread of ours (through `SignalRelay`'s pipe).
 final class StopSignals: @unchecked Sendable {
     private let readFD: Int32
-    private var handler: ((String, Int) -> Void)?
+    private var handler: ((_ name: String, _ number: Int32, _ count: Int) -> Void)?
     private let lock = NSLock()
 
     private init(readFD: Int32) { self.readFD = readFD }
@@ -189,7 +184,7 @@ final class StopSignals: @unchecked Sendable {
         return s
     }
 
-    func onSignal(_ h: @escaping (String, Int) -> Void) { lock.withLock { handler = h } }
+    func onSignal(_ h: @escaping (_ name: String, _ number: Int32, _ count: Int) -> Void) { lock.withLock { handler = h } }
 
     private func loop() {
         var count = 0
@@ -201,10 +196,10 @@ final class StopSignals: @unchecked Sendable {
             count += 1
             let name = b == UInt8(SIGINT) ? "SIGINT" : b == UInt8(SIGTERM) ? "SIGTERM" : "SIGHUP"
             if let h = lock.withLock({ handler }) {
-                h(name, count)
+                h(name, Int32(b), count)
             } else {
                 printErr("autoharness: \(name) before the run started; exiting")
-                exit(130)
+                exit(Exit.interrupted(by: Int32(b)))
             }
         }
     }
@@ -282,55 +277,48 @@ struct DemoCommand: ParsableCommand {
     func run() throws {
         let fm = FileManager.default
         let root = dir.hasPrefix("/") ? dir : fm.currentDirectoryPath + "/" + dir
-        guard !fm.fileExists(atPath: root) else { fail("autoharness: \(root) exists; pass --dir NEW_DIR", code: Exit.usage) }
-        guard let templates = PolicyLocator.templatesDirectory() else {
-            fail("autoharness: templates directory not found (set AUTOHARNESS_TEMPLATE_DIR)", code: Exit.failure)
-        }
+        guard !fm.fileExists(atPath: root) else { throw ExperimentError(.usage, "\(root) exists; pass --dir NEW_DIR") }
+        let templates = try PolicyLocator.requireTemplates()
         let demo = templates + "/demo"
         let stops = StopSignals.install()
         print("demo: \(DoctorCommand.startupSummary())")
-        do {
-            try fm.createDirectory(atPath: root, withIntermediateDirectories: true)
-            let gen = try Self.shell("/usr/bin/python3", [demo + "/make_benchmark.py", root + "/benchmark"])
-            print("demo: \(gen.trimmingCharacters(in: .whitespacesAndNewlines))")
-            let layout = try ExperimentSupervisor.initialize(
-                directory: root + "/exp", .init(benchmark: "local", dataset: root + "/benchmark", templates: templates))
-            try fm.removeItem(atPath: layout.agentFile)
-            try fm.copyItem(atPath: demo + "/agent.py", toPath: layout.agentFile)
-            var config = try String(contentsOfFile: layout.config, encoding: .utf8)
-            for (key, value) in [("command", "[python3, \"\(demo)/demo_agent.py\"]"), ("binds", "[\"\(demo)\"]"),
-                                 ("min_improvement", "0"), ("max_non_improving", "2"), ("restart_backoff", "0.5")] {
-                config = Self.set(key, value, in: config)
-            }
-            try config.write(toFile: layout.config, atomically: true, encoding: .utf8)
-            print("demo: experiment \(layout.root)")
+        try fm.createDirectory(atPath: root, withIntermediateDirectories: true)
+        let gen = try Self.shell("/usr/bin/python3", [demo + "/make_benchmark.py", root + "/benchmark"])
+        print("demo: \(gen.trimmingCharacters(in: .whitespacesAndNewlines))")
+        let layout = try ExperimentSupervisor.initialize(
+            directory: root + "/exp", .init(benchmark: "local", dataset: root + "/benchmark", templates: templates))
+        try fm.removeItem(atPath: layout.agentFile)
+        try fm.copyItem(atPath: demo + "/agent.py", toPath: layout.agentFile)
+        var config = try String(contentsOfFile: layout.config, encoding: .utf8)
+        for (key, value) in [("command", "[python3, \"\(demo)/demo_agent.py\"]"), ("binds", "[\"\(demo)\"]"),
+                             ("min_improvement", "0"), ("max_non_improving", "2"), ("restart_backoff", "0.5")] {
+            config = Self.set(key, value, in: config)
+        }
+        try config.write(toFile: layout.config, atomically: true, encoding: .utf8)
+        print("demo: experiment \(layout.root)")
 
-            let s = try ExperimentSupervisor(layout: layout, policySearchPaths: PolicyLocator.searchPaths(explicit: []), purpose: "demo")
-            let progress = ProgressLine("baseline")
-            s.progress = progress.update
-            let p = try s.prepare()
-            s.progress = nil
-            print("demo: baseline \(p.passed)/\(p.tasks) tasks pass; split \(p.train) train / \(p.test) test; val_score \(String(format: "%.4f", p.baselineScore))")
-            var settings = RunSettings(clientBinary: PolicyLocator.clientBinary(), hostEnvironment: [:]) { printErr("autoharness: \($0)") }
-            settings.maxHours = maxHours
-            let loop = RunLoop(supervisor: s, settings: settings, presenter: BrokerPresenter())
-            stops.onSignal { signal, count in
-                if count == 1 { loop.requestStop("\(signal) received") } else { Glibc.exit(130) }
-            }
-            let report = try loop.run()
-            print(RunCommand.text(report, disclosure: .score))
-            let html = layout.root + "/report.html"
-            try AtomicFile.write(Data(Report.html(try s.state(), config: s.config, title: "autoharness demo", diffStats: s.diffStats()).utf8), to: html, mode: 0o644)
-            print("demo: the coding agent's own account: \(report.agentLog)")
-            print("demo: report: \(html)")
-            // A demo whose loop failed (the agent never got going) is not a demo that worked.
-            if report.failed || report.gates == 0 {
-                fail("autoharness: the demo's loop did not run as it should (\(report.reason); \(report.gates) gates); see \(report.agentLog)", code: Exit.failure)
-            }
-        } catch let e as ExperimentError {
-            fail("autoharness: \(e.message)", code: Exit.failure)
-        } catch {
-            fail("autoharness: \(error)", code: Exit.failure)
+        let s = try ExperimentSupervisor(layout: layout, policySearchPaths: PolicyLocator.searchPaths(explicit: []), purpose: "demo")
+        let progress = ProgressLine("baseline")
+        s.progress = progress.update
+        let p = try s.prepare()
+        s.progress = nil
+        print("demo: baseline \(p.passed)/\(p.tasks) tasks pass; split \(p.train) train / \(p.test) test; val_score \(String(format: "%.4f", p.baselineScore))")
+        var settings = RunSettings(clientBinary: PolicyLocator.clientBinary(), hostEnvironment: [:]) { printErr("autoharness: \($0)") }
+        settings.maxHours = maxHours
+        let loop = RunLoop(supervisor: s, settings: settings, presenter: BrokerPresenter())
+        stops.onSignal { signal, number, count in
+            if count == 1 { loop.requestStop("\(signal) received") } else { Glibc.exit(Exit.interrupted(by: number)) }
+        }
+        let report = try loop.run()
+        print(RunCommand.text(report, disclosure: .score))
+        let html = layout.root + "/report.html"
+        try AtomicFile.write(Data(Report.html(try s.state(), config: s.config, title: "autoharness demo", diffStats: s.diffStats()).utf8), to: html, mode: 0o644)
+        print("demo: the coding agent's own account: \(report.agentLog)")
+        print("demo: report: \(html)")
+        // A demo whose loop failed (the agent never got going) is not a demo that worked.
+        if report.failed || report.gates == 0 {
+            printErr("autoharness: the demo's loop did not run as it should (\(report.reason); \(report.gates) gates); see \(report.agentLog)")
+            throw ExitCode(Exit.failure)
         }
     }
 

@@ -88,12 +88,7 @@ struct SandboxExec: ParsableCommand {
             guard let eq = v.firstIndex(of: "="), eq != v.startIndex else { throw ValidationError("--var \(v): expected NAME=VALUE") }
             vars[String(v[..<eq])] = String(v[v.index(after: eq)...])
         }
-        let policy: Policy
-        do {
-            policy = try PolicyLocator.loader(policyDirs).load(self.policy, variables: vars, requireAllPlaceholders: true)
-        } catch {
-            fail("\(error)", code: Exit.sandboxSetup)
-        }
+        let policy = try PolicyLocator.loader(policyDirs).load(self.policy, variables: vars, requireAllPlaceholders: true)
 
         Timing.mark("policy loaded")
         var overrides = PlanOverrides()
@@ -110,19 +105,10 @@ struct SandboxExec: ParsableCommand {
         logger.logLevel = debug ? .debug : .warning
         var options = RunOptions(logger: logger)
         options.allowUnenforcedLimits = allowUnenforcedLimits
-        if let audit {
-            switch Result(catching: { () throws(SandboxError) in try AuditLog(path: audit) }) {
-            case .success(let log): options.audit = log
-            case .failure(let e): fail("sandbox: \(e.message)", code: Exit.sandboxSetup)
-            }
-        }
+        if let audit { options.audit = try AuditLog(path: audit) }
         options.signalFD = SignalRelay.install()
 
-        let result: SandboxResult
-        switch launch(policy: policy, command: cmd, overrides: overrides, options: options, logger: logger) {
-        case .success(let r): result = r
-        case .failure(let e): fail("sandbox: \(e.message)", code: Exit.sandboxSetup)
-        }
+        let result = try launch(policy: policy, command: cmd, overrides: overrides, options: options, logger: logger).get()
 
         switch result.termination {
         case .setupFailed(let message, _):
@@ -206,11 +192,6 @@ func hostEnvironment() -> [String: String] {
 func printErr(_ s: String) {
     let line = s + "\n"
     _ = line.withCString { write(2, $0, strlen($0)) }
-}
-
-func fail(_ message: String, code: Int32) -> Never {
-    printErr(message)
-    exit(code)
 }
 
 /// Turns signals into bytes on a pipe (the signal number), read by a thread of ours: `sandbox

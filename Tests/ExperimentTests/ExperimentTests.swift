@@ -273,6 +273,9 @@ struct ExperimentTests {
         #expect(r.accepted)
         #expect(seen.ids.contains(nil))  // the test phase reported progress, anonymously
         #expect(seen.ids.compactMap { $0 }.allSatisfy { !test.contains($0) }, "\(seen.ids)")
+        // No log was set: the held-out runs' page cache was evicted all the same (the
+        // journal goes only after the eviction).
+        #expect(!FileManager.default.fileExists(atPath: supervisor.layout.heldOutJournal))
     }
 
     @Test("with disclosure decision no score appears in status or the commit message (review F3)")
@@ -297,7 +300,7 @@ struct ExperimentTests {
         try FileManager.default.removeItem(atPath: exp.root + "/agent/agent.py")
         try FileManager.default.createSymbolicLink(atPath: exp.root + "/agent/agent.py", withDestinationPath: secret)
         let g = try exp.run("gate")
-        #expect(g.status == 1)
+        #expect(g.status == 2, "a refused agent.py is the experiment's state, not a rejection")
         #expect(g.stderr.contains("agent/agent.py") && g.stderr.contains("symbolic link, which is never followed"), "\(g.stderr)")
         let st = try #require(JSONSerialization.jsonObject(with: Data(try exp.run("status", "--json").stdout.utf8)) as? [String: Any])
         #expect((st["gate_attempts"] as? [Any])?.isEmpty == true)
@@ -328,7 +331,7 @@ struct ExperimentTests {
             .write(toFile: exp.root + "/workspace/results.tsv", atomically: true, encoding: .utf8)
         let v = try exp.run("status", "--verify")
         #expect(v.status == 1)
-        #expect(v.stdout.contains("view differs from the ledger: \(exp.root)/workspace/results.tsv"))
+        #expect(v.stdout.contains("view differs from the ledger (tampered): \(exp.root)/workspace/results.tsv"))
         // The fake 0.01 "best" does not lower the bar: the gate still compares with the ledger.
         try exp.setAgent(Agents.none)
         let g = try exp.run("gate")
@@ -419,7 +422,7 @@ struct ExperimentTests {
         }
         usleep(700_000)
         let r = try exp.run("gate")
-        #expect(r.status != 0)
+        #expect(r.status == 4, "lock busy has its own exit code: \(r.status)")
         #expect(r.stderr.contains("\(p.processIdentifier)"), "\(r.stderr)")
         // Reading is still possible while the other supervisor works.
         #expect(try exp.run("status").status == 0)

@@ -368,7 +368,7 @@ struct RunTests {
         try exp.configureRun(command: ["python3", "-c", script], values: ["max_crashes": "1"])
         _ = try exp.run("run", "--max-hours", "0.1")
         let log = exp.agentLog
-        #expect(log.contains("GATE-EXIT 1") && log.contains("does not compile") && log.contains("SyntaxError"), "\(log)")
+        #expect(log.contains("GATE-EXIT 2") && log.contains("does not compile") && log.contains("SyntaxError"), "\(log)")
         #expect(try exp.rows("gate_started").isEmpty, "nothing may run for an agent.py that does not compile")
     }
 
@@ -467,7 +467,7 @@ struct RunTests {
             """
         try exp.configureRun(command: ["python3", "-c", script])
         let r = try exp.run("run", "--max-hours", "0.1")
-        #expect(r.status != 0)
+        #expect(r.status == 5, "a run stopped by an unwritable ledger exits as an I/O or ledger error: \(r.status)")
         #expect(r.stderr.contains("could not record") && r.stderr.contains("stopping the coding agent"), "\(r.stderr)")
         #expect(!exp.agentLog.split(separator: "\n").contains("STILL RUNNING"), "the agent went on after a violation could not be recorded")
         expectNothingLeft(exp, marker: "/home/agent/fill")

@@ -1,6 +1,7 @@
 import Foundation
 import Ledger
 import Testing
+import TestSupport
 
 /// A real `kill -9` of a process in the middle of appending; the writer is a child process
 /// (see `spawnTestChild`).

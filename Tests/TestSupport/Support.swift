@@ -74,6 +74,26 @@ public func runProcess(_ exe: String, _ args: [String], environment: [String: St
         stderr: (try? String(contentsOf: errURL, encoding: .utf8)) ?? "")
 }
 
+/// Starts this test binary again, running only the test `name`, with `key=value` in its
+/// environment; child-only tests are `.enabled(if:)` that variable, so they are skipped in
+/// every ordinary run.
+///
+/// Why not `fork()`: the test process is multi-threaded, and a forked child keeps only the
+/// calling thread — locks other threads held (in the Swift runtime, SQLite, malloc arenas)
+/// stay locked forever in the child. A fresh exec has no such state.
+public func spawnTestChild(_ name: String, _ key: String, _ value: String) throws -> Process {
+    let child = Process()
+    child.executableURL = URL(fileURLWithPath: try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+    child.arguments = ["--testing-library", "swift-testing", "--filter", name]
+    var environment = ProcessInfo.processInfo.environment
+    environment[key] = value
+    child.environment = environment
+    child.standardOutput = FileHandle.nullDevice
+    child.standardError = FileHandle.nullDevice
+    try child.run()
+    return child
+}
+
 /// A fresh directory under /tmp, removed at the end of the test (kept, for a look after a
 /// failure, when AUTOHARNESS_KEEP_TEST_DIRS=1).
 public final class TempDir {

@@ -19,6 +19,7 @@ import Glibc
 ///     ledger.sqlite          hash-chained record: the single source of truth
 ///     split.json             train/test ids (upstream shape)
 ///     lock                   one supervisor per experiment
+///     views-head             the ledger head the workspace views were last published from
 ///     snapshots/<sha256>/agent.py   the exact agent.py each gate judged
 ///     run/                   `autoharness run`'s staging copy, the agent's $HOME, history,
 ///       broker/broker.sock   the broker's socket (its directory is what the agent sees)
@@ -53,6 +54,8 @@ public struct ExperimentLayout: Sendable {
     public var ledger: String { privateDirectory + "/ledger.sqlite" }
     public var split: String { privateDirectory + "/split.json" }
     public var lock: String { privateDirectory + "/lock" }
+    /// Which ledger head the views were last completely published from (`Views.regenerate`).
+    public var viewsHead: String { privateDirectory + "/views-head" }
     /// Read-only sources of held-out sandboxes while they run (`PageCacheEviction`).
     public var heldOutJournal: String { privateDirectory + "/held-out-sources" }
     public var snapshots: String { privateDirectory + "/snapshots" }

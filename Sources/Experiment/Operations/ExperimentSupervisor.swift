@@ -37,10 +37,14 @@ public final class ExperimentSupervisor {
     public var log: (@Sendable (String) -> Void)?
     /// What recovery at open did, for the caller to print (`log` is not set yet then).
     public private(set) var recoveryNotes: [String] = []
+    /// Called with each view's path just before it is written: tests kill the process there,
+    /// between the ledger append and the views' publication.
+    var beforeViewWrite: (String) -> Void = { _ in }
 
     /// Opens an experiment. `exclusive` (every command that runs tasks or writes the ledger)
-    /// takes the experiment lock, so a second supervisor is refused with the holder's pid;
-    /// read-only use (`status`) does not, and never repairs anything.
+    /// takes the experiment lock, so a second supervisor is refused with the holder's pid,
+    /// and repairs what a crash left (`recover`); read-only use (`status`) does not, and
+    /// never repairs anything. `beforeViewWrite` is for tests (see the property).
     public init(layout: ExperimentLayout, policySearchPaths: [String], purpose: String, exclusive: Bool = true) throws {
         self.layout = layout
         do {
@@ -68,8 +72,9 @@ public final class ExperimentSupervisor {
     // MARK: - Recovery
 
     /// Makes the record whole after a crash: a gate that started but never finished is
-    /// recorded as interrupted (its results discarded, never half-recorded), and an accepted
-    /// iteration whose commit was created but not yet published is published.
+    /// recorded as interrupted (its results discarded, never half-recorded), an accepted
+    /// iteration whose commit was created but not yet published is published, and views a
+    /// crash left behind the ledger are regenerated.
     func recover() throws {
         // Scratch mounts and a broker socket of supervisors killed before they could remove
         // them (never a live one's: see `Leftovers`).
@@ -94,9 +99,21 @@ public final class ExperimentSupervisor {
                 changed = true
             }
         }
-        // Views are only rewritten when the record changed: an edited view must stay visible
-        // to `status --verify` until the next write replaces it.
-        if changed && s.prepared { try Views.regenerate(layout, try state(), config: config) }
+        guard s.prepared else { return }
+        if changed {
+            try regenerateViews()
+            return
+        }
+        // Otherwise only views that are behind are rewritten: an edited view must stay
+        // visible to `status --verify` until the next recorded change replaces it.
+        let views = try Views.repair(layout, records: try ledger.records(), config: config, beforeEach: beforeViewWrite)
+        let names = { (paths: [String]) in paths.map { String($0.dropFirst(self.layout.root.count + 1)) }.joined(separator: ", ") }
+        if !views.behind.isEmpty {
+            recoveryNotes.append("regenerated \(names(views.behind)): behind the ledger (an earlier supervisor stopped before publishing them)")
+        }
+        if !views.tampered.isEmpty {
+            recoveryNotes.append("\(names(views.tampered)) differ from the ledger and were left for `status --verify`; the next recorded change rewrites them")
+        }
     }
 
     // MARK: - prepare
@@ -184,7 +201,7 @@ public final class ExperimentSupervisor {
         ]
         items += violations(audit, during: "baseline", heldOut: true)
         _ = try ledger.appendAll(items)
-        try Views.regenerate(layout, try state(), config: config)
+        try regenerateViews()
         var summary = PrepareSummary(tasks: outcomes.count, passed: outcomes.filter(\.passed).count, train: split.train.count,
                                      test: split.test.count, baselineScore: val,
                                      splitOrigin: adapter.fixedSplit != nil
@@ -242,7 +259,7 @@ public final class ExperimentSupervisor {
             statuses: Dictionary(uniqueKeysWithValues: outcomes.map { ($0.id, $0.status.rawValue) })))]
         items += violations(audit, during: "train run")
         _ = try ledger.appendAll(items)
-        try Views.regenerate(layout, try state(), config: config)
+        try regenerateViews()
         return outcomes
     }
 
@@ -329,7 +346,7 @@ public final class ExperimentSupervisor {
         // Published only once the ledger holds the iteration; a crash in between is rolled
         // forward by recover().
         if let c = result.commit { try git.publish(c) }
-        try Views.regenerate(layout, try state(), config: config)
+        try regenerateViews()
         return result
     }
 
@@ -337,21 +354,27 @@ public final class ExperimentSupervisor {
 
     public struct VerifyReport: Sendable {
         public var ledger: LedgerVerification
+        /// Views that differ from everything the ledger rendered since their last publish.
         public var editedViews: [String]
+        /// Views a crash left at an earlier state of the ledger: not a problem (they are
+        /// derived), and regenerated by the next command that takes the lock.
+        public var behindViews: [String]
         public var missingCommits: [String]
         public var ok: Bool { ledger.ok && editedViews.isEmpty && missingCommits.isEmpty }
     }
 
-    /// Recomputes the ledger's hash chain, compares the views with what the ledger says, and
-    /// checks that every accepted iteration's commit is in the repository.
+    /// Recomputes the ledger's hash chain, compares the views with what the ledger says
+    /// (behind it, or edited), and checks that every accepted iteration's commit is in the
+    /// repository.
     public func verify() throws -> VerifyReport {
         // The latest accepted commit names the ledger head it followed: a ledger whose tail
         // was cut (or whose chain was recomputed) no longer contains that row.
         let v = try ledger.verify(expectedHead: git.latestLedgerHead())
-        let s = try state()
-        let drift = s.prepared ? try Views.drift(layout, s, config: config) : []
+        let records = try ledger.records()
+        let s = try ExperimentState(records: records)
+        let views = s.prepared ? try Views.check(layout, records: records, config: config) : Views.Check()
         let missing = s.gateAttempts.compactMap(\.commit).filter { !git.isPublished($0) }
-        return VerifyReport(ledger: v, editedViews: drift, missingCommits: missing)
+        return VerifyReport(ledger: v, editedViews: views.tampered, behindViews: views.behind, missingCommits: missing)
     }
 
     /// `git show --shortstat` of agent/agent.py for each accepted iteration's commit.
@@ -363,7 +386,7 @@ public final class ExperimentSupervisor {
         return out
     }
 
-    public func regenerateViews() throws { try Views.regenerate(layout, try state(), config: config) }
+    public func regenerateViews() throws { try Views.regenerate(layout, try state(), config: config, beforeEach: beforeViewWrite) }
 
     // MARK: - running tasks
 
@@ -384,7 +407,13 @@ public final class ExperimentSupervisor {
         // whatever the held-out sandboxes could have brought into the page cache leaves it.
         let cache = heldOut ? PageCacheEviction(journal: layout.heldOutJournal) : nil
         context.pageCache = cache
-        defer { if let cache { log?("held-out sandboxes done; \(cache.evict())") } }
+        // Evicted whether or not anyone listens: `log?(…)` alone would skip the call.
+        defer {
+            if let cache {
+                let report = cache.evict()
+                log?("held-out sandboxes done; \(report)")
+            }
+        }
         let outcomes = try adapter.run(ids, context)
         // Whatever the adapter did, the mean is over every requested id.
         let byID = Dictionary(outcomes.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
@@ -444,12 +473,18 @@ public final class ExperimentSupervisor {
     /// Copies agent/agent.py into a content-addressed, supervisor-owned directory. The gate
     /// and the benchmark judge this copy, never the live file the coding agent may still edit.
     public func snapshotAgent() throws -> Snapshot {
+        // What agent/ or agent.py is (a symlink, missing, too big) is the experiment's state;
+        // a failing read is an I/O error.
         let dir = open(layout.agentDirectory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard dir >= 0 else { throw ExperimentError(.io, "\(layout.agentDirectory): \(String(cString: strerror(errno))) (it must be a directory, not a symlink)") }
+        guard dir >= 0 else {
+            let e = errno
+            throw ExperimentError([ELOOP, ENOTDIR, ENOENT].contains(e) ? .state : .io,
+                                  "\(layout.agentDirectory): \(String(cString: strerror(e))) (it must be a directory, not a symlink)")
+        }
         defer { close(dir) }
         switch AgentFile.read(directoryFD: dir, maxBytes: AgentFile.maxBytes) {
         case .success(let bytes): return try snapshot(bytes: bytes)
-        case .failure(let why): throw ExperimentError(.io, "\(layout.agentFile) \(why.reason)")
+        case .failure(let why): throw ExperimentError(why.errno == nil ? .state : .io, "\(layout.agentFile) \(why.reason)")
         }
     }
 

@@ -32,6 +32,8 @@ public protocol RunPresenter: Sendable {
     func gate(_ result: GateResult, config: ExperimentConfig) -> (text: String, exit: Int32)
     /// The coding agent's view: only what `gate.disclosure` allows, no held-out violations.
     func status(_ state: ExperimentState, config: ExperimentConfig, root: String, json: Bool) -> String
+    /// The exit status a failed request answers with (the CLI's table).
+    func exitCode(for error: any Error) -> Int32
 }
 
 public struct RunSettings: Sendable {
@@ -63,6 +65,8 @@ public struct RunReport: Sendable {
     /// The run ended because something is wrong (a crash loop, an unwritable ledger), not
     /// because a budget or the operator stopped it.
     public var failed: Bool
+    /// What the ledger said when a record could not be written (the run stopped for it).
+    public var recordingError: LedgerError?
     /// The run ended because nothing was left to do: a budget was spent before it began, or
     /// the coding agent's sessions stopped making progress (`coding_agent.max_restarts`).
     public var nothingLeft: Bool
@@ -98,6 +102,8 @@ public final class RunLoop: @unchecked Sendable {
     private var stopReason: String?
     /// The stop is a failure (crash loop, unwritable ledger), not a budget or the operator.
     private var stopFailed = false
+    /// The first record that could not be written, if that is why the run stopped.
+    private var recordingError: LedgerError?
     /// The stop is for want of anything left to do (`RunReport.nothingLeft`).
     private var stopNothingLeft = false
     private var agentSignal: Int32 = -1
@@ -319,7 +325,8 @@ public final class RunLoop: @unchecked Sendable {
                 if counts[key] == nil { order.append((v.actor, v.kind)) }
                 counts[key, default: 0] += Self.count(in: v.detail)
             }
-            return RunReport(runID: runID, resumed: resumed, reason: reason, failed: stopLock.withLock { stopFailed }, nothingLeft: nothingLeft,
+            return RunReport(runID: runID, resumed: resumed, reason: reason, failed: stopLock.withLock { stopFailed },
+                             recordingError: stopLock.withLock { recordingError }, nothingLeft: nothingLeft,
                              seconds: Date().timeIntervalSince(started), gates: gates,
                              accepted: accepted, agentStarts: agentStarts, usage: runUsage, bestBefore: bestBefore, bestAfter: after.best,
                              violations: order.map { ($0.0, $0.1, counts[$0.0 + "\u{1F}" + $0.1]!) }, agentLog: agentLogPath, auditLog: auditPath)
@@ -625,10 +632,8 @@ public final class RunLoop: @unchecked Sendable {
                 case .gate:
                     return try gate()
                 }
-            } catch let e as ExperimentError {
-                return BrokerReply(stderr: "autoharness: \(e.message)\n", exit: e.kind == .refused ? 2 : 1)
             } catch {
-                return BrokerReply(stderr: "autoharness: \(error)\n", exit: 1)
+                return BrokerReply(stderr: "autoharness: \(error)\n", exit: presenter.exitCode(for: error))
             }
         }
     }
@@ -758,7 +763,7 @@ public final class RunLoop: @unchecked Sendable {
         }
         let snap = try supervisor.snapshot(bytes: bytes)
         if let problem = try compileCheck(snap) {
-            throw ExperimentError(.io, "agent/agent.py does not compile; nothing was run:\n\(problem)")
+            throw ExperimentError(.refused, "agent/agent.py does not compile; nothing was run:\n\(problem)")
         }
         return (snap, notice)
     }
@@ -809,6 +814,7 @@ public final class RunLoop: @unchecked Sendable {
     /// disk, say), the agent is stopped at once.
     func recordingFailed(_ what: String, _ error: Error) {
         settings.log("could not record \(what): \(error); stopping the coding agent")
+        stopLock.withLock { if recordingError == nil { recordingError = error as? LedgerError } }
         requestStop("the ledger could not be written (\(error))", failed: true)
     }
 

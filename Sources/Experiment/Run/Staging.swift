@@ -10,7 +10,12 @@ import Glibc
 /// Why a copy-back refused agent.py (recorded as a violation).
 struct CopyBackRefusal: Error {
     var reason: String
-    init(_ reason: String) { self.reason = reason }
+    /// Set when a system call failed (EIO, say) rather than the file being unacceptable.
+    var errno: Int32?
+    init(_ reason: String, errno: Int32? = nil) {
+        self.reason = reason
+        self.errno = errno
+    }
 }
 
 enum AgentFile {
@@ -23,12 +28,12 @@ enum AgentFile {
             switch errno {
             case ELOOP: return .failure(CopyBackRefusal("is a symbolic link, which is never followed"))
             case ENOENT: return .failure(CopyBackRefusal("does not exist"))
-            default: return .failure(CopyBackRefusal(String(cString: strerror(errno))))
+            default: return .failure(CopyBackRefusal(String(cString: strerror(errno)), errno: errno))
             }
         }
         defer { close(fd) }
         var st = stat()
-        guard fstat(fd, &st) == 0 else { return .failure(CopyBackRefusal(String(cString: strerror(errno)))) }
+        guard fstat(fd, &st) == 0 else { return .failure(CopyBackRefusal(String(cString: strerror(errno)), errno: errno)) }
         guard (st.st_mode & S_IFMT) == S_IFREG else { return .failure(CopyBackRefusal("is not a regular file")) }
         guard st.st_nlink == 1 else { return .failure(CopyBackRefusal("has \(st.st_nlink) hard links; a copy-back takes only a file with one")) }
         guard st.st_size <= maxBytes else { return .failure(CopyBackRefusal("is \(st.st_size) bytes, more than the \(maxBytes)-byte limit")) }
@@ -38,7 +43,7 @@ enum AgentFile {
         while total < bytes.count {
             let n = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + total, $0.count - total) }
             if n < 0 && errno == EINTR { continue }
-            if n < 0 { return .failure(CopyBackRefusal(String(cString: strerror(errno)))) }
+            if n < 0 { return .failure(CopyBackRefusal(String(cString: strerror(errno)), errno: errno)) }
             if n == 0 { break }
             total += n
         }

@@ -191,6 +191,8 @@ public struct ExperimentState: Sendable {
     public var lastRunEnd: RunEndedRecord?
     /// Every coding-agent session recorded, oldest first.
     public var agentSessions: [AgentSessionRecord] = []
+    /// The last row replayed into this state: the head the views rendered from it stand for.
+    public var head = LedgerHead(seq: 0, hash: Ledger.genesisHash)
 
     /// What every session recorded used, summed.
     public var agentUsage: AgentUsage { agentSessions.reduce(AgentUsage()) { $0 + $1.usage } }
@@ -203,7 +205,9 @@ public struct ExperimentState: Sendable {
     public var best: Double? { iterations.map(\.valScore).max() }
     public var prepared: Bool { split != nil }
 
-    public init(records: [LedgerRecord]) throws {
+    /// Replays `records` in order. `each` sees the state after every row: the states the
+    /// ledger passed through, which is what a view that is behind is compared with.
+    public init(records: [LedgerRecord], each: (ExperimentState) throws -> Void = { _ in }) throws {
         for r in records {
             switch r.kind {
             case .experimentCreated: created = try r.decode(ExperimentCreated.self)
@@ -252,7 +256,19 @@ public struct ExperimentState: Sendable {
                 openRunAccepted = 0
                 openRunRejectedInARow = 0
             }
+            head = LedgerHead(seq: r.seq, hash: r.hash)
+            try each(self)
         }
+    }
+}
+
+/// A ledger row by position and hash: which state of the ledger something was derived from.
+public struct LedgerHead: Codable, Equatable, Sendable {
+    public var seq: Int64
+    public var hash: String
+    public init(seq: Int64, hash: String) {
+        self.seq = seq
+        self.hash = hash
     }
 }
 
@@ -310,21 +326,104 @@ public enum Views {
         return d
     }
 
-    /// Rewrites the three views atomically (write, fsync, rename).
-    public static func regenerate(_ layout: ExperimentLayout, _ s: ExperimentState, config: ExperimentConfig) throws {
-        try AtomicFile.write(Data(resultsTSV(s, disclosure: config.disclosure).utf8), to: layout.resultsTSV)
-        try AtomicFile.write(suiteJSON(s, threshold: config.threshold), to: layout.suiteJSON)
-        try AtomicFile.write(trainResultsJSON(s), to: layout.trainResultsJSON)
+    /// The views as the ledger state `s` renders them, in the order they are published.
+    static func rendered(_ layout: ExperimentLayout, _ s: ExperimentState, config: ExperimentConfig) throws -> [(path: String, bytes: Data)] {
+        [(layout.resultsTSV, Data(resultsTSV(s, disclosure: config.disclosure).utf8)),
+         (layout.suiteJSON, try suiteJSON(s, threshold: config.threshold)),
+         (layout.trainResultsJSON, try trainResultsJSON(s))]
     }
 
-    /// Which views differ from what the ledger says (edited, deleted, or stale).
-    public static func drift(_ layout: ExperimentLayout, _ s: ExperimentState, config: ExperimentConfig) throws -> [String] {
-        let expected: [(String, Data)] = [
-            (layout.resultsTSV, Data(resultsTSV(s, disclosure: config.disclosure).utf8)),
-            (layout.suiteJSON, try suiteJSON(s, threshold: config.threshold)),
-            (layout.trainResultsJSON, try trainResultsJSON(s)),
-        ]
-        return expected.filter { FileManager.default.contents(atPath: $0.0) != $0.1 }.map(\.0)
+    /// Rewrites the three views atomically (write, fsync, rename), then records the ledger
+    /// head they were rendered from (`layout.viewsHead`). That record is written last, so it
+    /// never names a head newer than a view on disk: a supervisor stopped anywhere in here
+    /// leaves each view at the recorded head or at a later one, never an earlier one.
+    /// `beforeEach` is called with each path just before it is written (tests stop there).
+    public static func regenerate(_ layout: ExperimentLayout, _ s: ExperimentState, config: ExperimentConfig,
+                                  beforeEach: (String) -> Void = { _ in }) throws {
+        for (path, bytes) in try rendered(layout, s, config: config) {
+            beforeEach(path)
+            try AtomicFile.write(bytes, to: path)
+        }
+        try recordHead(layout, s.head, beforeEach: beforeEach)
+    }
+
+    private static func recordHead(_ layout: ExperimentLayout, _ head: LedgerHead, beforeEach: (String) -> Void) throws {
+        beforeEach(layout.viewsHead)
+        try AtomicFile.write(try encode(head), to: layout.viewsHead, mode: 0o600)
+    }
+
+    /// The head the views were last completely published from; nil if they never were (or
+    /// the record is unreadable, which only narrows what counts as behind).
+    static func publishedHead(_ layout: ExperimentLayout) -> LedgerHead? {
+        FileManager.default.contents(atPath: layout.viewsHead).flatMap { try? JSONDecoder().decode(LedgerHead.self, from: $0) }
+    }
+
+    /// How the views on disk stand against the ledger.
+    public struct Check: Sendable {
+        /// Views that are exactly what the ledger rendered at a head between their last
+        /// complete publish and now: a supervisor stopped between appending and publishing.
+        /// Derived data, regenerated by the next command that takes the experiment lock.
+        public var behind: [String] = []
+        /// Views that are nothing the ledger rendered since their last complete publish:
+        /// edited, deleted, replaced by an older copy, or rendered under another config.
+        public var tampered: [String] = []
+    }
+
+    /// Compares each view with what the ledger renders now; one that differs is behind only
+    /// if it equals the rendering at some head from the last recorded publish on, and
+    /// tampered otherwise. The view's own content is never taken as a claim of where it
+    /// stands: an older copy put back by hand is tampered unless no complete publish has
+    /// happened since it was current, which only a crash leaves.
+    public static func check(_ layout: ExperimentLayout, records: [LedgerRecord], config: ExperimentConfig) throws -> Check {
+        try classify(layout, records: records, config: config).check
+    }
+
+    private static func classify(_ layout: ExperimentLayout, records: [LedgerRecord], config: ExperimentConfig)
+        throws -> (check: Check, current: ExperimentState, rendered: [(path: String, bytes: Data)]) {
+        let current = try ExperimentState(records: records)
+        let expected = try rendered(layout, current, config: config)
+        var differing: [(path: String, onDisk: Data?)] = []
+        for (path, bytes) in expected {
+            let onDisk = FileManager.default.contents(atPath: path)
+            if onDisk != bytes { differing.append((path, onDisk)) }
+        }
+        var behind: Set<String> = []
+        if !differing.isEmpty {
+            if let published = publishedHead(layout) {
+                // A head the ledger does not hold (rows cut or rewritten) vouches for nothing.
+                if records.contains(where: { $0.seq == published.seq && $0.hash == published.hash }) {
+                    _ = try ExperimentState(records: records) { s in
+                        guard s.head.seq >= published.seq else { return }
+                        for (path, bytes) in try rendered(layout, s, config: config)
+                        where differing.contains(where: { $0.path == path && $0.onDisk == bytes }) {
+                            behind.insert(path)
+                        }
+                    }
+                }
+            } else {
+                // Never published: a view not written yet is behind (prepare stopped after
+                // recording iteration 0); one that exists is not the ledger's.
+                for d in differing where d.onDisk == nil { behind.insert(d.path) }
+            }
+        }
+        let paths = differing.map(\.path)
+        return (Check(behind: paths.filter { behind.contains($0) }, tampered: paths.filter { !behind.contains($0) }), current, expected)
+    }
+
+    /// Regenerates the views that are behind the ledger and records the head, for a command
+    /// that holds the experiment lock. Tampered views are left as they are, for `status
+    /// --verify` to show, until the next recorded change rewrites every view.
+    public static func repair(_ layout: ExperimentLayout, records: [LedgerRecord], config: ExperimentConfig,
+                              beforeEach: (String) -> Void = { _ in }) throws -> Check {
+        let (check, current, expected) = try classify(layout, records: records, config: config)
+        for (path, bytes) in expected where check.behind.contains(path) {
+            beforeEach(path)
+            try AtomicFile.write(bytes, to: path)
+        }
+        // Every view not tampered is now current: the recorded head may move up to now, which
+        // narrows what a later check accepts as behind.
+        if publishedHead(layout) != current.head { try recordHead(layout, current.head, beforeEach: beforeEach) }
+        return check
     }
 }
 
