@@ -373,6 +373,7 @@ struct LayerParser {
     private mutating func syscallNames(_ node: Node?, _ what: String) -> [Located<String>] {
         guard let node, let items = list(node, what) else { return [] }
         var names: [Located<String>] = []
+        var seen: Set<String> = []
         for item in items {
             guard let name = text(item, "\(what) entry") else { continue }
             let valid = !name.isEmpty && name.unicodeScalars.allSatisfy {
@@ -382,7 +383,7 @@ struct LayerParser {
                 error(at: item, "'\(name)' is not a syscall name (names match [a-z0-9_]+)")
                 continue
             }
-            if !names.contains(where: { $0.value == name }) {
+            if seen.insert(name).inserted {
                 names.append(Located(value: name, location: location(of: item)))
             }
         }
@@ -401,13 +402,14 @@ struct LayerParser {
         }
         if let node = network["allow"], let items = list(node, "network.allow") {
             var endpoints: [String] = []
+            var seen: Set<String> = []
             for item in items {
                 guard let spelled = text(item, "network.allow entry") else { continue }
                 guard let endpoint = HostPort.normalize(spelled) else {
                     error(at: item, "'\(spelled)' is not host:port (a DNS name, IPv4 address or [IPv6] address, port 1-65535)")
                     continue
                 }
-                if !endpoints.contains(endpoint) { endpoints.append(endpoint) }
+                if seen.insert(endpoint).inserted { endpoints.append(endpoint) }
             }
             layer.networkAllow = Located(value: endpoints, location: location(of: node))
         }
@@ -498,6 +500,7 @@ struct LayerParser {
             }
         }
         if let node = env["pass"], let items = list(node, "env.pass") {
+            var passed: Set<String> = []
             for item in items {
                 guard let name = text(item, "env.pass entry") else { continue }
                 guard Self.isEnvName(name) else {
@@ -508,7 +511,7 @@ struct LayerParser {
                     error(at: item, "\(name) is both passed and set (set at \(other))")
                     continue
                 }
-                if !layer.envPass.contains(name) { layer.envPass.append(name) }
+                if passed.insert(name).inserted { layer.envPass.append(name) }
             }
         }
     }
