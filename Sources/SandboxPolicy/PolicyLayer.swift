@@ -429,7 +429,7 @@ struct LayerParser {
             guard let node = limits[key] else { continue }
             if isNone(node) {
                 layer.limits[keyPath: keyPath] = nil
-            } else if let value = integer(node, "limits.\(key)", min: 1, max: .max) {
+            } else if let value = integer(node, "limits.\(key)", min: 1, max: Limits.maxCounts[key]!) {
                 layer.limits[keyPath: keyPath] = value
             } else {
                 continue
@@ -459,11 +459,11 @@ struct LayerParser {
                 layer.limits.cpus = nil
                 layer.limitKeys.insert("cpus")
             } else if let spelled = text(node, "limits.cpus") {
-                if let cpus = DecimalNumber.parse(spelled), cpus > 0 {
+                if let cpus = DecimalNumber.parse(spelled), cpus > 0, cpus <= Limits.maxCPUs {
                     layer.limits.cpus = cpus
                     layer.limitKeys.insert("cpus")
                 } else {
-                    error(at: node, "limits.cpus must be a number of cores greater than 0, e.g. 0.5 or 2 (got '\(spelled)')")
+                    error(at: node, "limits.cpus must be a number of cores greater than 0 and at most \(Int(Limits.maxCPUs)), e.g. 0.5 or 2 (got '\(spelled)')")
                 }
             }
         }
@@ -472,11 +472,11 @@ struct LayerParser {
                 layer.limits.timeoutSeconds = nil
                 layer.limitKeys.insert("timeout")
             } else if let spelled = text(node, "limits.timeout") {
-                if let seconds = DurationString.parse(spelled), seconds > 0 {
+                if let seconds = DurationString.parse(spelled), seconds > 0, seconds <= Limits.maxTimeoutSeconds {
                     layer.limits.timeoutSeconds = seconds
                     layer.limitKeys.insert("timeout")
                 } else {
-                    error(at: node, "limits.timeout must be seconds or a duration such as 90s, 10m, 2h, or none (got '\(spelled)')")
+                    error(at: node, "limits.timeout must be seconds or a duration such as 90s, 10m, 2h, at most \(DurationString.format(Limits.maxTimeoutSeconds)), or none (got '\(spelled)')")
                 }
             }
         }
@@ -673,8 +673,8 @@ struct LayerParser {
 
     private mutating func byteSize(_ node: Node, _ what: String) -> UInt64? {
         guard let spelled = text(node, what) else { return nil }
-        guard let value = ByteSize.parse(spelled), value > 0 else {
-            error(at: node, "\(what) must be a positive size such as 1024, 512K, 64M or 1.5G (got '\(spelled)')")
+        guard let value = ByteSize.parse(spelled), value > 0, value <= Limits.maxBytes else {
+            error(at: node, "\(what) must be a positive size such as 1024, 512K, 64M or 1.5G, at most \(ByteSize.format(Limits.maxBytes)) (got '\(spelled)')")
             return nil
         }
         return value

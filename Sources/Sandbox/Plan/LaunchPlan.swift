@@ -173,7 +173,14 @@ public enum PlanCompiler {
             env += ["HTTPS_PROXY=\(url)", "HTTP_PROXY=\(url)", "https_proxy=\(url)", "http_proxy=\(url)", "NO_PROXY=127.0.0.1,localhost,::1", "no_proxy=127.0.0.1,localhost,::1"]
         }
         var limits = policy.limits
-        if let t = overrides.timeoutSeconds { limits.timeoutSeconds = t }
+        if let t = overrides.timeoutSeconds {
+            // The policy's own timeout was bounded when it loaded; an override (a task's
+            // timeout, --timeout) is bounded here, the one place every launch passes.
+            guard t > 0, t <= Limits.maxTimeoutSeconds else {
+                throw SandboxError(.invalidArgument, "timeout \(t) s: must be greater than 0 and at most \(Int(Limits.maxTimeoutSeconds)) s (\(DurationString.format(Limits.maxTimeoutSeconds)))")
+            }
+            limits.timeoutSeconds = t
+        }
         Timing.mark("mounts resolved")
         let filter: CompiledFilter
         do {
