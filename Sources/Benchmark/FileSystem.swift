@@ -9,6 +9,7 @@
 
 import Glibc
 import Sandbox
+import SandboxPolicy
 
 enum FileSystem {
     /// A directory entry name as raw bytes, NUL-terminated for the *at() calls.
@@ -123,42 +124,12 @@ enum FileSystem {
 
     // MARK: - Reading
 
-    enum ReadError: Error {
-        case missing
-        case notRegular
-        case tooLarge(Int)
-        case failed(Int32)
-    }
+    typealias ReadError = InputFile.Problem
 
-    /// Reads regular file `name` in `dir`, refusing symlinks (O_NOFOLLOW), FIFOs and devices
-    /// (O_NONBLOCK, then fstat), and anything larger than `limit` bytes.
+    /// Reads regular file `name` in `dir`, refusing symlinks (O_NOFOLLOW), FIFOs and devices,
+    /// and anything larger than `limit` bytes (`InputFile`).
     static func readSmallFile(at dir: Int32, _ name: String, limit: Int) -> Result<[UInt8], ReadError> {
-        let fd = openat(dir, Self.name(name), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
-        guard fd >= 0 else {
-            switch errno {
-            case ENOENT: return .failure(.missing)
-            case ELOOP: return .failure(.notRegular)
-            default: return .failure(.failed(errno))
-            }
-        }
-        defer { close(fd) }
-        guard let st = fileStatus(fd) else { return .failure(.failed(errno)) }
-        guard isRegular(st) else { return .failure(.notRegular) }
-        guard Int(st.st_size) <= limit else { return .failure(.tooLarge(Int(st.st_size))) }
-        var out: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                return .failure(.failed(errno))
-            }
-            if n == 0 { break }
-            out += buffer[0..<n]
-            // The size was checked, but a file can grow between fstat and read.
-            if out.count > limit { return .failure(.tooLarge(out.count)) }
-        }
-        return .success(out)
+        InputFile.read(at: dir, name, cap: limit)
     }
 
     /// The contents of a supervisor-owned log file, at most `cap` bytes: when longer, the

@@ -32,6 +32,10 @@ public struct BenchmarkTask: Sendable, Equatable {
     public var hasSolution: Bool
     /// task.toml's `[metadata]` table, values as written (numbers and booleans as text).
     public var metadata: [String: String]
+    /// Why the task cannot run (a malformed task.toml, a missing tests/test.sh), or nil. A
+    /// broken task stays in the benchmark and scores 0 as `setup_failed` with this reason, as
+    /// an infrastructure error does: it costs that task, never the whole experiment.
+    public var problem: String?
 
     public init(id: String, directory: String, agentTimeout: Double = 600, verifierTimeout: Double = 600,
                 agentTimeoutDeclared: Bool = false, verifierTimeoutDeclared: Bool = false,
@@ -66,15 +70,23 @@ public struct BenchmarkTask: Sendable, Equatable {
 public struct LocalBenchmark: Sendable {
     /// Timeout used when task.toml does not declare one (Harbor's default).
     public static let defaultTimeout: Double = 600
+    /// The longest a task's agent or verifier may be given (task.toml, `per_task_timeout`).
+    public static let maxTimeout: Double = 86_400
+    /// Largest task.toml read (Harbor's are under 4 KiB).
+    public static let maxTaskTomlBytes = 1 << 20
 
     /// Absolute, symlink-free path of the benchmark directory.
     public var directory: String
-    /// Every task, sorted by id.
+    /// Every task, sorted by id; broken ones included (see `BenchmarkTask.problem`).
     public var tasks: [BenchmarkTask]
+    /// Every problem found, by task id, each naming the task and file (`file:line` for
+    /// task.toml): broken tasks, and directories under tasks/ whose names cannot be task ids
+    /// (left out).
+    public var problems: [String]
 
-    /// Loads and checks every task under `directory/tasks`.
-    /// - Throws: `BenchmarkError` listing every problem found (one per line), each naming
-    ///   the task and file, with `file:line` for task.toml errors.
+    /// Loads and checks every task under `directory/tasks`. A task that does not load is kept
+    /// with its `problem`; the benchmark loads as long as tasks/ holds at least one task.
+    /// - Throws: `BenchmarkError` when there is no tasks/ directory or no task in it.
     public init(directory: String) throws(BenchmarkError) {
         guard let real = realpath(directory, nil) else {
             throw BenchmarkError(.invalidBenchmark, "benchmark directory \(directory): \(FileSystem.errorText())")
@@ -99,20 +111,23 @@ public struct LocalBenchmark: Sendable {
             guard Self.kind(path) == S_IFDIR else { continue }  // README.md and the like
             if entry.hasPrefix(".") { continue }  // .git, editor state
             guard BenchmarkTask.isValidID(entry) else {
-                problems.append("\(path): '\(entry)' is not a valid task id (letters, digits, '.', '_', '-')")
+                problems.append("\(path): '\(entry)' is not a valid task id (letters, digits, '.', '_', '-'); left out")
                 continue
             }
             do {
                 tasks.append(try Self.loadTask(id: entry, directory: path))
             } catch {
+                var broken = BenchmarkTask(id: entry, directory: path)
+                broken.problem = error.message
+                tasks.append(broken)
                 problems.append(error.message)
             }
         }
-        if tasks.isEmpty && problems.isEmpty { problems.append("benchmark \(self.directory): tasks/ holds no tasks") }
-        guard problems.isEmpty else {
-            throw BenchmarkError(.invalidBenchmark, problems.joined(separator: "\n"))
+        guard !tasks.isEmpty else {
+            throw BenchmarkError(.invalidBenchmark, (problems + ["benchmark \(self.directory): tasks/ holds no tasks"]).joined(separator: "\n"))
         }
         self.tasks = tasks
+        self.problems = problems
     }
 
     /// The task with this id, if the benchmark has one.
@@ -145,10 +160,10 @@ public struct LocalBenchmark: Sendable {
         let dir = FileSystem.openDirectory(directory)
         defer { if dir >= 0 { close(dir) } }
         let bytes: [UInt8]
-        switch FileSystem.readSmallFile(at: dir, "task.toml", limit: 1 << 20) {
+        switch FileSystem.readSmallFile(at: dir, "task.toml", limit: maxTaskTomlBytes) {
         case .success(let b): bytes = b
-        case .failure(let e):
-            throw BenchmarkError(.invalidTaskFile, "\(tomlPath): cannot read (\(e))")
+        case .failure(let problem):
+            throw BenchmarkError(.invalidTaskFile, "\(tomlPath): \(problem.explanation("a task.toml"))")
         }
         guard let text = String(validating: bytes, as: UTF8.self) else {
             throw BenchmarkError(.invalidTaskFile, "\(tomlPath): not valid UTF-8")
@@ -156,8 +171,11 @@ public struct LocalBenchmark: Sendable {
         let toml = try TaskToml.parse(text, file: tomlPath)
         func timeout(_ table: String) throws(BenchmarkError) -> Double? {
             guard let entry = toml.entry(table, "timeout_sec") else { return nil }
-            guard case .number(let v, _) = entry.value, v > 0 else {
-                throw BenchmarkError(.invalidTaskFile, "\(tomlPath):\(entry.line): [\(table)] timeout_sec must be a positive number of seconds")
+            guard case .number(let v, _) = entry.value, v > 0, v <= maxTimeout else {
+                throw BenchmarkError(.invalidTaskFile, """
+                    \(tomlPath):\(entry.line): [\(table)] timeout_sec must be a positive number of seconds, at most \
+                    \(Int(maxTimeout)) (got \(entry.value.metadataText))
+                    """)
             }
             return v
         }

@@ -33,7 +33,7 @@ enum Reward {
                 continue
             case .failure(.notRegular):
                 return .invalid("\(file) is not a regular file", raw: nil)
-            case .failure(.tooLarge(let n)):
+            case .failure(.tooLarge(let n, _)):
                 return .invalid("\(file) is \(n) bytes (limit \(maxBytes))", raw: nil)
             case .failure(.failed(let e)):
                 return .invalid("\(file): \(FileSystem.errorText(e))", raw: nil)
@@ -62,9 +62,14 @@ enum Reward {
         return inRange(v, trimmed)
     }
 
-    /// `{"reward": x}` (other keys ignored) or a bare number.
+    /// `{"reward": x}` (other keys ignored) or a bare number. An object naming a key twice is
+    /// refused: Python's json, which verifiers write it with, keeps the last value and
+    /// Foundation's decoder the first, so the file has no single meaning.
     static func parseJSON(_ bytes: [UInt8]) -> Result<Double, ParseError> {
         struct Object: Decodable { var reward: Double }
+        if let key = JSONValue.firstDuplicateKey(bytes) {
+            return .failure(ParseError(message: "key \(quote(key)) appears twice in one object (which one counts is ambiguous)"))
+        }
         let data = Data(bytes)
         let decoder = JSONDecoder()
         if let v = try? decoder.decode(Double.self, from: data) { return inRange(v, String(v)) }

@@ -34,8 +34,11 @@ public struct TaskRunConfiguration: Sendable {
     /// nothing a test task wrote ever reaches a disk, and root-owned and not writable by
     /// others (unless sticky), so no one else can plant names in it.
     public var scratchRoot: String
-    /// Receives every refused syscall, timeout and limit hit of every sandbox.
+    /// Receives every refused syscall, timeout and limit hit of the agent's sandboxes.
     public var audit: AuditLog
+    /// Receives the verifier sandboxes' own (a verifier that runs out of memory or time did
+    /// so itself, whatever agent.py left in /app); nil: `audit`.
+    public var verifierAudit: AuditLog?
     /// Set for held-out runs: collects what their sandboxes could read (see `RunOptions`).
     public var pageCache: PageCacheEviction?
     /// Run `solution/solve.sh` instead of agent.py, to check that a benchmark's tasks are
@@ -150,6 +153,12 @@ public final class TaskRunner: Sendable {
     ///     split: nothing is written outside the scratch directory, which is removed).
     public func run(_ task: BenchmarkTask, traceDirectory: String?) -> TaskOutcome {
         var run = TaskExecution(task: task)
+        if let problem = task.problem {
+            // Nothing of a task that did not load is run; it counts 0 like any setup failure.
+            run.finish(.setupFailed, problem)
+            if let traceDirectory { run.writeTrace(to: traceDirectory, outputs: -1) }
+            return run.outcome
+        }
         let scratch: TaskScratch
         do {
             scratch = try TaskScratch(root: scratchRoot)
@@ -232,7 +241,7 @@ public final class TaskRunner: Sendable {
             command = ["python3", "-c", Self.agentRunner]
         }
         let agent = sandbox(taskPolicy, command, overrides, stdin: stdinFD, stdout: "agent.stdout", stderr: "agent.stderr",
-                            scratch: scratch)
+                            scratch: scratch, audit: configuration.audit)
         run.agentSeconds = agent.seconds
         var agentProblem: String?
         switch agent.result {
@@ -265,7 +274,8 @@ public final class TaskRunner: Sendable {
         let devNull = open("/dev/null", O_RDONLY | O_CLOEXEC)
         guard devNull >= 0 else { return run.finish(.setupFailed, "/dev/null: \(FileSystem.errorText())") }
         let verifier = sandbox(verifierPolicy, ["bash", "/tests/test.sh"], verifierOverrides, stdin: devNull,
-                               stdout: "verifier.stdout", stderr: "verifier.stderr", scratch: scratch)
+                               stdout: "verifier.stdout", stderr: "verifier.stderr", scratch: scratch,
+                               audit: configuration.verifierAudit ?? configuration.audit)
         run.verifierSeconds = verifier.seconds
         if let agentProblem { run.note(agentProblem) }
         var verifierExit: Int32 = 0
@@ -336,9 +346,10 @@ public final class TaskRunner: Sendable {
     }
 
     /// Compiles and runs one sandbox with stdio on supervisor-opened fds, closing them
-    /// afterwards (including `stdin`). Blocks until the sandbox is gone.
+    /// afterwards (including `stdin`), reporting to `audit`. Blocks until the sandbox is gone.
     private func sandbox(_ policy: Policy, _ command: [String], _ overrides: PlanOverrides, stdin: Int32,
-                         stdout: String, stderr: String, scratch: TaskScratch) -> (result: Result<SandboxResult, SandboxFailure>, seconds: Double) {
+                         stdout: String, stderr: String, scratch: TaskScratch,
+                         audit: AuditLog) -> (result: Result<SandboxResult, SandboxFailure>, seconds: Double) {
         let start = Self.now()
         defer { if stdin >= 0 { close(stdin) } }
         let out: Int32, err: Int32
@@ -357,7 +368,7 @@ public final class TaskRunner: Sendable {
             // sandbox's whole environment, identical whoever runs the supervisor and for
             // either split.
             let plan = try PlanCompiler.compile(policy: policy, command: command, overrides: overrides, hostEnvironment: [:])
-            var options = RunOptions(audit: configuration.audit)
+            var options = RunOptions(audit: audit)
             options.stdio = (stdin, out, err)
             options.pageCache = configuration.pageCache
             let result = try SandboxRunner.run(plan, options: options)

@@ -262,6 +262,20 @@ public struct Limits: Sendable, Equatable {
     }
 }
 
+extension Limits {
+    // The largest value each limit may be given. Past these a value is a mistake (a typo,
+    // `1e300`), not a policy: the kernel's own ceilings for counts (PID_MAX_LIMIT for pids
+    // and nproc, nr_open's default for nofile), and for time and sizes far more than any
+    // sandbox needs.
+    /// `nofile`, `nproc`, `pids`, `cpu_seconds` by name.
+    public static let maxCounts: [String: UInt64] = ["nofile": 1 << 20, "nproc": 4_194_304, "pids": 4_194_304, "cpu_seconds": 31_536_000]
+    /// `memory`, `fsize` and a tmpfs `size` (1024T).
+    public static let maxBytes: UInt64 = 1 << 50
+    public static let maxCPUs = 1024.0
+    /// `timeout` (a week), and any wall-clock limit a sandbox is given.
+    public static let maxTimeoutSeconds = 604_800.0
+}
+
 /// The payload's environment is built from nothing: only `set` and `pass` reach it.
 public struct EnvSpec: Sendable, Equatable {
     /// Variables set to fixed values (values may contain `{placeholders}`).

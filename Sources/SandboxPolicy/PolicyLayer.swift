@@ -373,6 +373,7 @@ struct LayerParser {
     private mutating func syscallNames(_ node: Node?, _ what: String) -> [Located<String>] {
         guard let node, let items = list(node, what) else { return [] }
         var names: [Located<String>] = []
+        var seen: Set<String> = []
         for item in items {
             guard let name = text(item, "\(what) entry") else { continue }
             let valid = !name.isEmpty && name.unicodeScalars.allSatisfy {
@@ -382,7 +383,7 @@ struct LayerParser {
                 error(at: item, "'\(name)' is not a syscall name (names match [a-z0-9_]+)")
                 continue
             }
-            if !names.contains(where: { $0.value == name }) {
+            if seen.insert(name).inserted {
                 names.append(Located(value: name, location: location(of: item)))
             }
         }
@@ -401,13 +402,14 @@ struct LayerParser {
         }
         if let node = network["allow"], let items = list(node, "network.allow") {
             var endpoints: [String] = []
+            var seen: Set<String> = []
             for item in items {
                 guard let spelled = text(item, "network.allow entry") else { continue }
                 guard let endpoint = HostPort.normalize(spelled) else {
                     error(at: item, "'\(spelled)' is not host:port (a DNS name, IPv4 address or [IPv6] address, port 1-65535)")
                     continue
                 }
-                if !endpoints.contains(endpoint) { endpoints.append(endpoint) }
+                if seen.insert(endpoint).inserted { endpoints.append(endpoint) }
             }
             layer.networkAllow = Located(value: endpoints, location: location(of: node))
         }
@@ -427,7 +429,7 @@ struct LayerParser {
             guard let node = limits[key] else { continue }
             if isNone(node) {
                 layer.limits[keyPath: keyPath] = nil
-            } else if let value = integer(node, "limits.\(key)", min: 1, max: .max) {
+            } else if let value = integer(node, "limits.\(key)", min: 1, max: Limits.maxCounts[key]!) {
                 layer.limits[keyPath: keyPath] = value
             } else {
                 continue
@@ -457,11 +459,11 @@ struct LayerParser {
                 layer.limits.cpus = nil
                 layer.limitKeys.insert("cpus")
             } else if let spelled = text(node, "limits.cpus") {
-                if let cpus = DecimalNumber.parse(spelled), cpus > 0 {
+                if let cpus = DecimalNumber.parse(spelled), cpus > 0, cpus <= Limits.maxCPUs {
                     layer.limits.cpus = cpus
                     layer.limitKeys.insert("cpus")
                 } else {
-                    error(at: node, "limits.cpus must be a number of cores greater than 0, e.g. 0.5 or 2 (got '\(spelled)')")
+                    error(at: node, "limits.cpus must be a number of cores greater than 0 and at most \(Int(Limits.maxCPUs)), e.g. 0.5 or 2 (got '\(spelled)')")
                 }
             }
         }
@@ -470,11 +472,11 @@ struct LayerParser {
                 layer.limits.timeoutSeconds = nil
                 layer.limitKeys.insert("timeout")
             } else if let spelled = text(node, "limits.timeout") {
-                if let seconds = DurationString.parse(spelled), seconds > 0 {
+                if let seconds = DurationString.parse(spelled), seconds > 0, seconds <= Limits.maxTimeoutSeconds {
                     layer.limits.timeoutSeconds = seconds
                     layer.limitKeys.insert("timeout")
                 } else {
-                    error(at: node, "limits.timeout must be seconds or a duration such as 90s, 10m, 2h, or none (got '\(spelled)')")
+                    error(at: node, "limits.timeout must be seconds or a duration such as 90s, 10m, 2h, at most \(DurationString.format(Limits.maxTimeoutSeconds)), or none (got '\(spelled)')")
                 }
             }
         }
@@ -498,6 +500,7 @@ struct LayerParser {
             }
         }
         if let node = env["pass"], let items = list(node, "env.pass") {
+            var passed: Set<String> = []
             for item in items {
                 guard let name = text(item, "env.pass entry") else { continue }
                 guard Self.isEnvName(name) else {
@@ -508,7 +511,7 @@ struct LayerParser {
                     error(at: item, "\(name) is both passed and set (set at \(other))")
                     continue
                 }
-                if !layer.envPass.contains(name) { layer.envPass.append(name) }
+                if passed.insert(name).inserted { layer.envPass.append(name) }
             }
         }
     }
@@ -670,8 +673,8 @@ struct LayerParser {
 
     private mutating func byteSize(_ node: Node, _ what: String) -> UInt64? {
         guard let spelled = text(node, what) else { return nil }
-        guard let value = ByteSize.parse(spelled), value > 0 else {
-            error(at: node, "\(what) must be a positive size such as 1024, 512K, 64M or 1.5G (got '\(spelled)')")
+        guard let value = ByteSize.parse(spelled), value > 0, value <= Limits.maxBytes else {
+            error(at: node, "\(what) must be a positive size such as 1024, 512K, 64M or 1.5G, at most \(ByteSize.format(Limits.maxBytes)) (got '\(spelled)')")
             return nil
         }
         return value

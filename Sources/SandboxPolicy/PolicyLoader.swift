@@ -158,18 +158,14 @@ public struct PolicyLoader: Sendable {
         return stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG
     }
 
+    /// Largest policy file read.
+    public static let maxFileBytes = 1 << 20
+
     private static func read(_ path: String) throws(PolicyError) -> String {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw PolicyError("cannot read policy file \(path): \(String(cString: strerror(errno)))") }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var buf = [UInt8](repeating: 0, count: 16384)
-        while true {
-            let n = buf.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-            if n < 0 { throw PolicyError("cannot read policy file \(path): \(String(cString: strerror(errno)))") }
-            if n == 0 { break }
-            bytes.append(contentsOf: buf[0..<n])
-            if bytes.count > 1 << 20 { throw PolicyError("policy file \(path) is larger than 1 MiB") }
+        let bytes: [UInt8]
+        switch InputFile.read(path, cap: maxFileBytes) {
+        case .success(let b): bytes = b
+        case .failure(let problem): throw PolicyError("policy file \(path): \(problem.explanation("a policy file"))")
         }
         guard let text = String(validating: bytes, as: UTF8.self) else {
             throw PolicyError("policy file \(path) is not valid UTF-8")

@@ -63,15 +63,18 @@ struct MergedLayers {
         if child.limitKeys.contains("timeout") { limits.timeoutSeconds = child.limits.timeoutSeconds }
 
         // Same last-word rule as seccomp: setting a name stops passing it, and vice versa.
-        env.set = env.set.filter { !child.envPass.contains($0.key) }.merging(child.envSet) { _, new in new }
+        let childPass = Set(child.envPass)
+        env.set = env.set.filter { !childPass.contains($0.key) }.merging(child.envSet) { _, new in new }
         env.pass = union(env.pass.filter { child.envSet[$0] == nil }, child.envPass)
     }
 
     /// The parent's list, then the child's; a child entry with an inherited destination takes
     /// that entry's place, which is how a child re-grants or narrows a path its parent mounts.
     private mutating func mergeMounts(_ childMounts: [ParsedMount], errors: inout [PolicyError]) {
+        var position = Dictionary(mounts.enumerated().map { ($1.destination, $0) }, uniquingKeysWith: { first, _ in first })
         for mount in childMounts {
-            guard let index = mounts.firstIndex(where: { $0.destination == mount.destination }) else {
+            guard let index = position[mount.destination] else {
+                position[mount.destination] = mounts.count
                 mounts.append(mount)
                 continue
             }
@@ -87,7 +90,8 @@ struct MergedLayers {
     }
 
     private func union(_ a: [String], _ b: [String]) -> [String] {
-        a + b.filter { !a.contains($0) }
+        let inA = Set(a)
+        return a + b.filter { !inA.contains($0) }
     }
 
     // MARK: - Checks on the final policy
@@ -97,8 +101,12 @@ struct MergedLayers {
     /// can be said about where they land.
     func validate(errors: inout [PolicyError]) {
         let concrete = mounts.filter(\.isConcrete)
+        // Every rule below is about one mount and the mounts above or below it: found for all
+        // of them at once (`PathTree`), not by comparing each pair.
+        let above = PathTree.ancestors(concrete.map(\.destination))
+        let below = PathTree.descendants(ancestors: above)
         for (index, mount) in concrete.enumerated() {
-            if let link = concrete.first(where: { $0.mayBeSymlink && SandboxPath.isStrictlyUnder(mount.destination, $0.destination) }) {
+            if let link = above[index].filter({ concrete[$0].mayBeSymlink }).min().map({ concrete[$0] }) {
                 // The launcher would have to create a mount point through a symlink, i.e.
                 // somewhere the link text decides, not the policy.
                 let what = link.spec.keepSymlink
@@ -109,13 +117,12 @@ struct MergedLayers {
                     at: mount.location))
                 continue
             }
-            let earlier = concrete[..<index]
             if mount.spec.kind == .hide {
-                checkHide(mount, earlier: earlier, later: concrete[(index + 1)...], errors: &errors)
+                checkHide(mount, index: index, above: above[index].map { ($0, concrete[$0]) }, errors: &errors)
             }
             // Mounts apply in order: a later mount over an ancestor buries the earlier entry,
             // which for a hide would silently re-expose what it hid.
-            for buried in earlier where SandboxPath.isStrictlyUnder(buried.destination, mount.destination) {
+            for buried in below[index].prefix(while: { $0 < index }).map({ concrete[$0] }) {
                 errors.append(PolicyError(
                     "\(mount.spec.kindName) \(mount.destination) would be mounted over the earlier \(buried.spec.kindName) \(buried.destination) (at \(buried.location)) and hide it; list \(mount.destination) before it",
                     at: mount.location))
@@ -148,16 +155,13 @@ struct MergedLayers {
 
     /// A hide covers something an earlier bind provides: the nearest earlier mount above it
     /// must be a ro or rw bind (a tmpfs starts empty, and outside any mount is the bare root).
+    /// `above` holds the mounts it lies under, nearest first, with their list positions.
     private func checkHide(
-        _ hide: ParsedMount, earlier: ArraySlice<ParsedMount>, later: ArraySlice<ParsedMount>,
-        errors: inout [PolicyError]
+        _ hide: ParsedMount, index: Int, above: [(Int, ParsedMount)], errors: inout [PolicyError]
     ) {
-        let enclosing = earlier
-            .filter { SandboxPath.isStrictlyUnder(hide.destination, $0.destination) }
-            .max { $0.destination.count < $1.destination.count }
-        guard let enclosing else {
+        guard let enclosing = above.first(where: { $0.0 < index })?.1 else {
             // A bind listed after the hide is reported as burying it, which says how to fix it.
-            if later.contains(where: { SandboxPath.isStrictlyUnder(hide.destination, $0.destination) }) { return }
+            if !above.isEmpty { return }
             errors.append(PolicyError(
                 "hide \(hide.destination) must lie strictly under an earlier ro or rw mount destination (it hides part of a bind)",
                 at: hide.location))

@@ -64,3 +64,39 @@ public enum SandboxPath {
         return nil
     }
 }
+
+/// Which paths of a list lie under which others, for checks over a whole mount table.
+///
+/// Comparing every mount with every other took 9-11 s for the 20 000 mounts that fit in a
+/// 1 MiB policy. Here the paths are sorted once, as bytes with a `/` appended (so that a
+/// path's descendants are exactly the keys that start with its key, and they sort together
+/// right after it), and one pass keeps the chain of ancestors of the current path on a stack.
+/// That is O(L log n) for n paths of total length L, plus the size of the answer, which is at
+/// most the sum of the paths' depths (no more than L / 2).
+public enum PathTree {
+    /// For each of `paths` (normalised, absolute), the indices of the other paths it lies
+    /// strictly under, nearest first. Equal paths are not under each other.
+    public static func ancestors(_ paths: [String]) -> [[Int]] {
+        let keys: [[UInt8]] = paths.map { $0 == "/" ? [0x2F] : Array($0.utf8) + [0x2F] }
+        let order = keys.indices.sorted { a, b in
+            keys[a] == keys[b] ? a < b : keys[a].lexicographicallyPrecedes(keys[b])
+        }
+        var result = [[Int]](repeating: [], count: paths.count)
+        var chain: [Int] = []
+        for i in order {
+            while let top = chain.last, keys[i] == keys[top] || !keys[i].starts(with: keys[top]) { chain.removeLast() }
+            result[i] = chain.reversed()
+            chain.append(i)
+        }
+        return result
+    }
+
+    /// For each of `paths`, the indices of the paths strictly under it, in ascending order.
+    public static func descendants(ancestors: [[Int]]) -> [[Int]] {
+        var result = [[Int]](repeating: [], count: ancestors.count)
+        for (i, list) in ancestors.enumerated() {
+            for a in list { result[a].append(i) }
+        }
+        return result
+    }
+}

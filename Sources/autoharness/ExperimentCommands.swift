@@ -25,6 +25,8 @@ struct ExperimentOptions: ParsableArguments {
         let s = try ExperimentSupervisor(layout: try layout(), policySearchPaths: PolicyLocator.searchPaths(explicit: policyDirs),
                                          purpose: purpose, exclusive: exclusive)
         for note in s.recoveryNotes { printErr("autoharness: \(note)") }
+        for problem in s.benchmarkProblems { printErr("autoharness: warning: \(problem)") }
+        if !s.benchmarkProblems.isEmpty { printErr("autoharness: warning: a task that does not load scores 0 (setup_failed) when run; the others are unaffected") }
         return s
     }
 }

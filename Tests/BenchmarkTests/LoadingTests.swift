@@ -71,6 +71,8 @@ struct LoadingTests {
         ("[agent]\ntimeout_sec = -5\n", 2, "positive number"),
         ("[agent]\n\n# c\ntimeout_sec = \"10\"\n", 4, "positive number"),
         ("[verifier]\ntimeout_sec = 0\n", 2, "positive number"),
+        ("[agent]\ntimeout_sec = 1e300\n", 2, "at most 86400 (got 1e300)"),
+        ("[verifier]\ntimeout_sec = 86_401\n", 2, "at most 86400 (got 86_401)"),
     ])
     func tomlErrors(text: String, line: Int, fragment: String) throws {
         let bench = try TempDir()
@@ -78,9 +80,35 @@ struct LoadingTests {
         try bench.file("tasks/t1/instruction.md", "x")
         try bench.file("tasks/t1/tests/test.sh", "exit 0")
         try bench.file("tasks/t1/task.toml", text)
-        let error = try #require(throws: BenchmarkError.self) { try LocalBenchmark(directory: bench.path) }
-        #expect(error.message.contains("\(task)/task.toml:\(line): "), "\(error.message)")
-        #expect(error.message.contains(fragment), "\(error.message)")
+        try bench.file("tasks/t2/instruction.md", "x")
+        try bench.file("tasks/t2/tests/test.sh", "exit 0")
+        // The broken task is kept, with its problem; the other loads as usual.
+        let loaded = try LocalBenchmark(directory: bench.path)
+        let problem = try #require(loaded.task("t1")?.problem)
+        #expect(problem.contains("\(task)/task.toml:\(line): "), "\(problem)")
+        #expect(problem.contains(fragment), "\(problem)")
+        #expect(loaded.problems == [problem])
+        #expect(loaded.task("t2")?.problem == nil)
+    }
+
+    @Test("the largest task timeout allowed still loads")
+    func timeoutBoundInclusive() throws {
+        let bench = try TempDir()
+        try bench.file("tasks/t1/instruction.md", "x")
+        try bench.file("tasks/t1/tests/test.sh", "exit 0")
+        try bench.file("tasks/t1/task.toml", "[agent]\ntimeout_sec = 86400\n")
+        #expect(try LocalBenchmark(directory: bench.path).task("t1")?.agentTimeout == 86_400)
+    }
+
+    @Test("a task.toml over the 1 MiB cap is refused by its size, naming the file, the size and the cap")
+    func oversizedTaskToml() throws {
+        let bench = try TempDir()
+        try bench.file("tasks/t1/instruction.md", "x")
+        try bench.file("tasks/t1/tests/test.sh", "exit 0")
+        let toml = try bench.file("tasks/t1/task.toml", "")
+        #expect(truncate(toml, 3 << 20) == 0)
+        let problem = try #require(try LocalBenchmark(directory: bench.path).task("t1")?.problem)
+        #expect(problem == "\(toml): 3145728 bytes (3 MiB), over the 1 MiB cap for a task.toml", "\(problem)")
     }
 
     @Test("layout problems name the task and file, all of them at once")
@@ -95,14 +123,18 @@ struct LoadingTests {
         try FileManager.default.createDirectory(atPath: bench.path + "/tasks/half-solution/solution", withIntermediateDirectories: true)
         try bench.file("tasks/.hidden/whatever", "ignored")
         try bench.file("tasks/README.md", "not a task")
-        let error = try #require(throws: BenchmarkError.self) { try LocalBenchmark(directory: bench.path) }
-        let lines = error.message.split(separator: "\n").map(String.init)
-        #expect(lines.count == 4, "\(error.message)")
-        #expect(error.message.contains("task 'no-tests': \(bench.path)/tasks/no-tests/tests/test.sh is missing"))
-        #expect(error.message.contains("task 'no-instruction': \(bench.path)/tasks/no-instruction/instruction.md is missing"))
-        #expect(error.message.contains("'bad solution' is not a valid task id"))
-        #expect(error.message.contains("task 'half-solution': \(bench.path)/tasks/half-solution/solution/solve.sh is missing"))
-        #expect(!error.message.contains(".hidden") && !error.message.contains("README"))
+        // Every problem at once; broken tasks are kept (each scores 0 when run), a name that
+        // cannot be a task id is left out.
+        let loaded = try LocalBenchmark(directory: bench.path)
+        let message = loaded.problems.joined(separator: "\n")
+        #expect(loaded.problems.count == 4, "\(message)")
+        #expect(message.contains("task 'no-tests': \(bench.path)/tasks/no-tests/tests/test.sh is missing"))
+        #expect(message.contains("task 'no-instruction': \(bench.path)/tasks/no-instruction/instruction.md is missing"))
+        #expect(message.contains("'bad solution' is not a valid task id"))
+        #expect(message.contains("task 'half-solution': \(bench.path)/tasks/half-solution/solution/solve.sh is missing"))
+        #expect(!message.contains(".hidden") && !message.contains("README"))
+        #expect(loaded.tasks.map(\.id) == ["half-solution", "no-instruction", "no-tests"])
+        #expect(loaded.tasks.allSatisfy { $0.problem != nil })
     }
 
     @Test("a directory without tasks/ or with no tasks is refused")

@@ -69,6 +69,7 @@ struct TaskRunnerTests {
         ("fifo", .invalidReward, 0),
         ("json-nan", .invalidReward, 0),
         ("json-no-key", .invalidReward, 0),
+        ("json-duplicate", .invalidReward, 0),  // Python's json reads 0, Foundation's 1: refused
         ("missing", .noReward, 0),
         ("missing-nonzero", .verifierCrashed, 0),
         ("json-bare", .passed, 1),
@@ -98,6 +99,7 @@ struct TaskRunnerTests {
         #expect(detail("out-of-range") == "reward.txt: 1.5 is outside [0, 1]")
         #expect(detail("symlink") == "reward.txt is not a regular file")
         #expect(detail("oversized").hasPrefix("reward.txt is 5002 bytes"))
+        #expect(detail("json-duplicate") == "reward.json: key \"reward\" appears twice in one object (which one counts is ambiguous)")
         #expect(detail("missing-nonzero") == "verifier exited 3 without a reward")
         #expect(detail("reward-then-exit-1") == "verifier exited 1")
         #expect(detail("verifier-timeout") == "verifier timed out after 1s")
@@ -212,6 +214,29 @@ struct TaskRunnerTests {
         // A task without a solution cannot be run as an oracle.
         let none = h.run(try #require(try fixtureBenchmark("verdicts").task("missing")))
         #expect(none.status == .setupFailed && none.detail?.contains("no solution/solve.sh") == true)
+        #expect(listing(h.scratch.path).isEmpty)
+    }
+
+    @Test("a task whose task.toml does not load is not run: it scores 0 as setup_failed with the reason, and the others run as usual")
+    func brokenTaskToml() throws {
+        try requireRoot()
+        let copy = try TempDir()
+        let cp = Process()
+        cp.executableURL = URL(fileURLWithPath: "/bin/cp")
+        cp.arguments = ["-a", Paths.fixture("basic") + "/tasks", copy.path + "/tasks"]
+        try cp.run()
+        cp.waitUntilExit()
+        let toml = try copy.file("tasks/seeded-sum/task.toml", "[agent]\ntimeout_sec = 1e300\n")
+        let bench = try LocalBenchmark(directory: copy.path)
+        let h = try Harness(agent: solverAgentSource())
+        let traces = try TempDir()
+        let outcomes = h.runAll(bench.tasks, concurrency: 2, trace: { traces.path + "/" + $0.id })
+        for o in outcomes where o.id != "seeded-sum" { #expect(o.status == .passed, "\(o)") }
+        let broken = try #require(outcomes.first { $0.id == "seeded-sum" })
+        #expect(broken.status == .setupFailed && broken.reward == 0, "\(broken)")
+        #expect(broken.detail == "\(toml):2: [agent] timeout_sec must be a positive number of seconds, at most 86400 (got 1e300)")
+        #expect(broken.agentSeconds == 0 && broken.verifierSeconds == 0, "it ran: \(broken)")
+        #expect(read(traces.path + "/seeded-sum/result.json")?.contains("setup_failed") == true)
         #expect(listing(h.scratch.path).isEmpty)
     }
 

@@ -1,5 +1,7 @@
+import Foundation
 import Testing
-import Experiment
+import TestSupport
+@testable import Experiment
 
 @Suite("Config inputs")
 struct ConfigInputTests {
@@ -20,5 +22,136 @@ struct ConfigInputTests {
             #expect(message.contains("(first at line \(firstLine), column \(column))"), "\(message)")
             #expect(!message.contains("benchmark: local"), "the file is quoted: \(message)")
         }
+    }
+}
+
+/// A copy of the `arith` fixture benchmark that a test may change, and an experiment on it.
+struct EditableBenchmark {
+    let temp: TempDir
+    var directory: String { temp.path + "/bench" }
+
+    init() throws {
+        temp = try TempDir()
+        let r = try runProcess("/bin/cp", ["-a", Experiment.fixture, directory])
+        try #require(r.status == 0, "\(r.stderr)")
+    }
+
+    func write(_ relative: String, _ text: String) throws {
+        try text.write(toFile: directory + "/" + relative, atomically: true, encoding: .utf8)
+    }
+
+    /// `init` on this benchmark (with `config` lines replaced, as `Experiment(config:)` does).
+    func experiment(config: [String: String] = [:]) throws -> Experiment {
+        let root = temp.path + "/exp"
+        let r = try autoharness(["init", root, "--benchmark", "local", "--dataset", directory])
+        try #require(r.status == 0, "init failed: \(r.stderr)")
+        var text = try String(contentsOfFile: root + "/experiment_config.yaml", encoding: .utf8)
+        for (k, v) in config { text = text.replacingOccurrences(of: "\n  \(k): ", with: "\n  \(k): \(v) #") }
+        try text.write(toFile: root + "/experiment_config.yaml", atomically: true, encoding: .utf8)
+        return Experiment(existing: root, temp: temp)
+    }
+}
+
+@Suite("Experiment inputs: caps, bounds, one broken task, who hit a limit")
+struct ExperimentInputTests {
+    @Test("a 100 MB experiment config is refused by its size before it is read, naming the file, the size and the cap")
+    func oversizedConfig() throws {
+        let exp = try Experiment(prepare: false)
+        let path = exp.root + "/experiment_config.yaml"
+        // Sparse: no disk used, and a reader that read it whole would spend 100 MB (and YAML 3x that).
+        #expect(truncate(path, 100_000_000) == 0)
+        let r = try exp.run("status")
+        #expect(r.status != 0)
+        #expect(r.stderr.contains("\(path): cannot read the experiment config: 100000000 bytes (95.3 MiB), over the 1 MiB cap for an experiment config"), "\(r.stderr)")
+        #expect(r.stderr.utf8.count < 1000, "\(r.stderr.prefix(300))")
+    }
+
+    @Test("numeric keys the adapters read are bounded at file:line, naming the value and the bound", arguments: [
+        ("agent_timeout_multiplier: 1e300\n", "agent_timeout_multiplier: must be a number from 0.01 to 100 (got '1e300')"),
+        ("seed: 99999999999999999999\n", "seed: must be a whole number from 0 to 4294967295 (got '99999999999999999999')"),
+        ("pg_port: 70000\n", "pg_port: must be a whole number from 1 to 65535 (got '70000')"),
+        ("patience: -1\n", "patience: must be a whole number from 0 to 100 (got '-1')"),
+        ("per_task_timeout: 1e300\n", "per_task_timeout: must be a number from 1 to 86400 (got '1e300')"),
+    ])
+    func boundedUpstreamNumbers(line: String, message: String) throws {
+        do {
+            _ = try ExperimentConfig.parse("benchmark: local\ndataset: d\n" + line, file: "exp/experiment_config.yaml")
+            Issue.record("accepted: \(line)")
+        } catch let e as ConfigErrors {
+            #expect("\(e)" == "exp/experiment_config.yaml:3: \(message)")
+        }
+    }
+
+    @Test("a malformed task.toml costs that task (0, setup_failed, with file:line), while status, benchmark and gate keep working")
+    func brokenTaskToml() throws {
+        try requireRoot()
+        let bench = try EditableBenchmark()
+        let exp = try bench.experiment()
+        let p = try exp.run("prepare")
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        try exp.setAgent(Agents.all)
+        let broken = try #require(try exp.split().train.first)
+        let toml = bench.directory + "/tasks/\(broken)/task.toml"
+        try bench.write("tasks/\(broken)/task.toml", "[agent]\ntimeout_sec = 1e300\n")
+        let why = "\(toml):2: [agent] timeout_sec must be a positive number of seconds, at most 86400 (got 1e300)"
+
+        let s = try exp.run("status")
+        #expect(s.status == 0, "\(s.stdout)\(s.stderr)")
+        #expect(s.stderr.contains("warning: \(why)"), "\(s.stderr)")
+
+        let b = try exp.run("benchmark")
+        #expect(b.status == 0, "\(b.stdout)\(b.stderr)")
+        #expect(b.stdout.contains("FAIL  \(broken)  reward 0.00 (setup_failed: \(why))"), "\(b.stdout)")
+        let others = try exp.split().train.filter { $0 != broken }
+        for id in others { #expect(b.stdout.contains("PASS  \(id)  reward 1.00"), "\(id): \(b.stdout)") }
+        let trace = try exp.file("workspace/traces/latest/\(broken)/result.json")
+        #expect(trace.contains("setup_failed"), "\(trace)")
+
+        let g = try exp.run("gate")
+        #expect(g.stdout.contains("gate attempt 1: "), "\(g.stdout)\(g.stderr)")
+        #expect(g.stdout.contains("suite: "), "\(g.stdout)")
+    }
+
+    @Test("a verifier that hits its pids limit and one that times out are recorded against the verifier, not agent.py")
+    func verifierLimitsAttributed() throws {
+        try requireRoot()
+        let bench = try EditableBenchmark()
+        // Every task's test starts 64 threads (each a task for the pids controller) under a
+        // pids limit of 16, then writes its reward; add-0's verifier outlives its 1 s timeout.
+        let test = """
+            #!/bin/bash
+            python3 -c '
+            import threading, time
+            started = 0
+            try:
+                for _ in range(64):
+                    threading.Thread(target=time.sleep, args=(1,), daemon=True).start()
+                    started += 1
+            except RuntimeError:
+                pass
+            print("threads started:", started)
+            '
+            echo 1 > /logs/verifier/reward.txt
+
+            """
+        for id in try FileManager.default.contentsOfDirectory(atPath: bench.directory + "/tasks") {
+            try bench.write("tasks/\(id)/tests/test.sh", test)
+        }
+        try bench.write("tasks/add-0/task.toml", "[verifier]\ntimeout_sec = 1\n")
+        try bench.write("tasks/add-0/tests/test.sh", "#!/bin/bash\nsleep 30\n")
+        let policy = bench.temp.path + "/small-verifier.yaml"
+        try "extends: verifier\nlimits:\n  pids: 16\n".write(toFile: policy, atomically: true, encoding: .utf8)
+        let exp = try bench.experiment(config: ["verifier_policy": policy])
+        let p = try exp.run("prepare")
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        let b = try exp.run("benchmark")
+        #expect(b.status == 0, "\(b.stdout)\(b.stderr)")
+
+        let rows = try exp.rows("violation")
+        let actors = rows.map { "\($0["actor"] ?? "?"): \($0["detail"] ?? "?")" }
+        #expect(actors.contains { $0.hasPrefix("verifier (train run): pids_limit ×") }, "\(actors)")
+        #expect(actors.contains { $0.hasPrefix("verifier (baseline): pids_limit ×") }, "\(actors)")
+        #expect(actors.contains { $0.hasPrefix("verifier (baseline): timeout ×1") }, "\(actors)")
+        #expect(!actors.contains { $0.hasPrefix("agent.py") }, "blamed on agent.py: \(actors)")
     }
 }

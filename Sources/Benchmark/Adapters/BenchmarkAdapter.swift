@@ -41,8 +41,9 @@ public struct AdapterRunContext {
     /// agent has touched agent.py): a failing tool's stderr tail goes to `log`. Never in a
     /// gate, where agent.py is the coding agent's and could write test data to it.
     public var operatorDiagnostics = false
-    /// Where sandboxes that do not hold agent.py report (a tool's scorer or graders), so what
-    /// they do is not recorded against agent.py; nil: `audit`.
+    /// Where sandboxes that do not hold agent.py report (a local task's verifier, a tool's
+    /// scorer or graders), so what they do and the limits they hit are not recorded against
+    /// agent.py; nil: `audit`.
     public var toolAudit: AuditLog?
 
     public init(policyLoader: PolicyLoader, agentDirectory: String, scratchRoot: String, audit: AuditLog, heldOut: Bool,
@@ -73,10 +74,17 @@ public protocol BenchmarkAdapter: Sendable {
     /// The id of the task `given` names (a benchmark whose tasks go by several names maps
     /// each to one id), or nil when it names none.
     func canonicalTaskID(_ given: String) -> String?
+    /// What is wrong with single tasks (a malformed task.toml), for the operator: each such
+    /// task scores 0 when run, and the others are unaffected.
+    var problems: [String] { get }
+    /// Who the sandboxes reporting to `AdapterRunContext.toolAudit` are, in records.
+    var toolActor: String { get }
 }
 
 extension BenchmarkAdapter {
     public var fixedSplit: (train: [String], test: [String], seed: UInt64)? { nil }
+    public var problems: [String] { [] }
+    public var toolActor: String { "benchmark tool" }
     public func canonicalTaskID(_ given: String) -> String? { taskIDs.contains(given) ? given : nil }
 }
 
@@ -91,12 +99,15 @@ public struct LocalAdapter: BenchmarkAdapter {
 
     public var name: String { "local" }
     public var taskIDs: [String] { benchmark.tasks.map(\.id) }
+    public var problems: [String] { benchmark.problems }
+    public var toolActor: String { "verifier" }
 
     public func run(_ ids: [String], _ context: AdapterRunContext) throws(BenchmarkError) -> [TaskOutcome] {
         let tasks = ids.compactMap { benchmark.task($0) }
         guard !tasks.isEmpty else { return [] }
         var cfg = TaskRunConfiguration(policyLoader: context.policyLoader, agentDirectory: context.agentDirectory,
                                        scratchRoot: context.scratchRoot, audit: context.audit)
+        cfg.verifierAudit = context.toolAudit
         cfg.taskPolicy = taskPolicy
         cfg.verifierPolicy = verifierPolicy
         cfg.oracle = context.oracle

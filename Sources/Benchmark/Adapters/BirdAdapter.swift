@@ -66,7 +66,7 @@ public struct BirdAdapter: BenchmarkAdapter {
         let bytes: [UInt8]
         switch FileSystem.readSmallFile(at: dir, String(dataPath.split(separator: "/").last ?? ""), limit: 512 << 20) {
         case .success(let b): bytes = b
-        case .failure: throw BenchmarkError(.invalidBenchmark, "bird_data_path \(dataPath): missing or unreadable")
+        case .failure(let problem): throw BenchmarkError(.invalidBenchmark, "bird_data_path \(dataPath): \(problem.explanation("BIRD-Interact's data"))")
         }
         var records: [String: JSONValue] = [:]
         for (n, line) in bytes.split(separator: 0x0A).enumerated() where !line.allSatisfy({ $0 == 0x20 || $0 == 0x0D }) {
@@ -189,7 +189,16 @@ public struct BirdAdapter: BenchmarkAdapter {
     static func score(record: Int32, sessions: Int32, ids: Set<String>, traces: Bool) -> [String: ToolTaskResult] {
         var phase1: [String: Double] = [:], phase2: [String: Double] = [:]
         var submissions: [String: [JSONValue]] = [:]
-        if record >= 0, case .success(let bytes) = FileSystem.readSmallFile(at: record, "submits.jsonl", limit: 64 << 20) {
+        var unreadable: String?
+        if record >= 0 {
+            let bytes: [UInt8]
+            switch FileSystem.readSmallFile(at: record, "submits.jsonl", limit: 64 << 20) {
+            case .success(let b): bytes = b
+            case .failure(.missing): bytes = []
+            case .failure(let problem):
+                bytes = []
+                unreadable = "submits.jsonl: \(problem.explanation("the DB environment's record"))"
+            }
             for line in bytes.split(separator: 0x0A) {
                 guard let v = JSONValue.parse(Array(line)), let id = v["task_id"]?.string, ids.contains(id) else { continue }
                 submissions[id, default: []].append(v)
@@ -214,7 +223,7 @@ public struct BirdAdapter: BenchmarkAdapter {
                 r = ToolTaskResult(reward: reward, status: reward >= TaskOutcome.passThreshold ? .passed : .failed,
                                    detail: "\(subs.count) submission(s) graded by the DB environment")
             } else {
-                r = ToolTaskResult(reward: 0, status: .missingResult, detail: "no SQL submission reached the DB environment")
+                r = ToolTaskResult(reward: 0, status: .missingResult, detail: unreadable ?? "no SQL submission reached the DB environment")
             }
             if traces {
                 if let s = sessionByID[id], let b = try? encoder.encode(s) { r.trace.append(("session.json", Array(b))) }

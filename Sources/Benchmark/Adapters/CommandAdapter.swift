@@ -14,6 +14,7 @@
 
 import FoundationEssentials
 import Glibc
+import SandboxPolicy
 
 public struct CommandAdapter: BenchmarkAdapter {
     public let taskIDs: [String]
@@ -54,15 +55,20 @@ public struct CommandAdapter: BenchmarkAdapter {
     /// are ignored.
     static func parse(_ out: Int32, ids: Set<String>, traces: Bool,
                       nullDetail: String = "the command reported an error (null reward)") -> [String: ToolTaskResult] {
+        func everyTask(_ detail: String) -> [String: ToolTaskResult] {
+            Dictionary(uniqueKeysWithValues: ids.map { ($0, ToolTaskResult(reward: 0, status: .missingResult, detail: detail)) })
+        }
         let bytes: [UInt8]
         switch FileSystem.readSmallFile(at: out, "rewards.json", limit: rewardsLimit) {
         case .success(let b): bytes = b
-        case .failure: return [:]
+        case .failure(.missing): return [:]
+        case .failure(let problem): return everyTask("rewards.json: \(problem.explanation("a tool's rewards file"))")
         }
         guard let object = JSONValue.parse(bytes)?.object else {
-            var r: [String: ToolTaskResult] = [:]
-            for id in ids { r[id] = ToolTaskResult(reward: 0, status: .missingResult, detail: "rewards.json is not a JSON object") }
-            return r
+            if let key = JSONValue.firstDuplicateKey(bytes) {
+                return everyTask("rewards.json names \(Reward.quote(key)) twice (which value counts is ambiguous)")
+            }
+            return everyTask("rewards.json is not a JSON object")
         }
         var results: [String: ToolTaskResult] = [:]
         for (id, value) in object where ids.contains(id) {

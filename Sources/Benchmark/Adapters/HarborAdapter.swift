@@ -244,8 +244,9 @@ public struct HarborAdapter: BenchmarkAdapter {
         }
         var trials: [String: [Trial]] = [:]
         var ignored: [String] = []
+        var unreadable: [String] = []
         forEachTrial(out) { dir, name in
-            guard let trial = readTrial(dir, name: name, traces: traces) else { return }
+            guard let trial = readTrial(dir, name: name, traces: traces, unreadable: &unreadable) else { return }
             // result.json's task_name is the [task] name; its task_id gives the name `-i`
             // matched (the directory, or a registry package's org/name), for a registry task
             // whose declared name autoharness cannot know before it runs.
@@ -272,17 +273,30 @@ public struct HarborAdapter: BenchmarkAdapter {
             if traces { r.trace = list.count == 1 ? list[0].trace : list.enumerated().flatMap { i, t in t.trace.map { ("trial\(i + 1)-\($0.0)", $0.1) } } }
             results[task] = r
         }
+        if let first = unreadable.first {
+            let why = "no readable trial; \(unreadable.count) trial result file(s) refused, the first: \(first)"
+            for id in ids where results[id] == nil { results[id] = ToolTaskResult(reward: 0, status: .missingResult, detail: why) }
+        }
         return (results, ignored)
     }
 
-    /// A trial directory's result.json and verifier reward, cross-checked.
-    static func readTrial(_ dir: Int32, name: String, traces: Bool) -> Trial? {
+    /// A trial directory's result.json and verifier reward, cross-checked. A result.json that
+    /// cannot be read or parsed adds why to `unreadable` (without the trial's name, which
+    /// names its task: held-out runs tell nothing per task).
+    static func readTrial(_ dir: Int32, name: String, traces: Bool, unreadable: inout [String]) -> Trial? {
         let bytes: [UInt8]
         switch FileSystem.readSmallFile(at: dir, "result.json", limit: resultLimit) {
         case .success(let b): bytes = b
-        case .failure: return nil  // a trial still running when the tool stopped, or not a trial
+        case .failure(.missing): return nil  // a trial still running when the tool stopped, or not a trial
+        case .failure(let problem):
+            unreadable.append("a trial's result.json: \(problem.explanation("a trial's result"))")
+            return nil
         }
-        guard let json = JSONValue.parse(bytes), let task = json["task_name"]?.string else { return nil }
+        guard let json = JSONValue.parse(bytes), let task = json["task_name"]?.string else {
+            let duplicate = JSONValue.firstDuplicateKey(bytes).map { "names \(Reward.quote($0)) twice" }
+            unreadable.append("a trial's result.json \(duplicate ?? "is not a JSON object with a task_name")")
+            return nil
+        }
         var trial = Trial(task: task, harborName: HarborTaskNames.harborName(taskID: json["task_id"]), reward: nil, status: .missingResult, detail: nil, trace: [])
         if traces {
             trial.trace = [("harbor-result.json", bytes)]

@@ -8,6 +8,7 @@
 
 import FoundationEssentials
 import Glibc
+import SandboxPolicy
 
 public struct HarborRegistry: Sendable, Equatable {
     /// The registry file as given.
@@ -30,7 +31,12 @@ public struct HarborRegistry: Sendable, Equatable {
     public init(path given: String, name: String, version: String?) throws(BenchmarkError) {
         var st = stat()
         let file = stat(given, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR ? given + "/registry.json" : given
-        guard let data = Self.read(file), let json = JSONValue.parse(data), let list = json.array else {
+        let data: [UInt8]
+        switch InputFile.read(file, cap: Self.maxBytes) {
+        case .success(let b): data = b
+        case .failure(let problem): throw BenchmarkError(.configuration, "registry_path \(file): \(problem.explanation("a registry.json"))")
+        }
+        guard let json = JSONValue.parse(data), let list = json.array else {
             throw BenchmarkError(.configuration, "registry_path \(file): not a readable Harbor registry.json (a JSON list of datasets)")
         }
         let specs = list.filter { $0["name"]?.string == name }
@@ -81,20 +87,8 @@ public struct HarborRegistry: Sendable, Equatable {
     }
 
     /// The operator's file (links followed), at most 64 MiB.
-    static func read(_ file: String) -> [UInt8]? {
-        let fd = open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var out: [UInt8] = [], buffer = [UInt8](repeating: 0, count: 65536)
-        while out.count <= 64 << 20 {
-            let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-            if n < 0 && errno == EINTR { continue }
-            if n < 0 { return nil }
-            if n == 0 { return out }
-            out += buffer[0..<n]
-        }
-        return nil
-    }
+    /// Largest registry.json read (Harbor's public one is about 1 MiB).
+    static let maxBytes = 64 << 20
 
     /// A registry.json with this dataset cut down to `ids`: what a run's harbor reads, so it
     /// never learns the other tasks' names or paths.

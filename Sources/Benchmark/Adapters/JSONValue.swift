@@ -46,9 +46,115 @@ enum JSONValue: Codable, Equatable, Sendable {
     /// `[` must be refused before it reaches it.
     static let maxDepth = 256
 
+    /// nil for anything but one well-formed JSON value, including an object that names a key
+    /// twice: Foundation's decoder keeps the first, Python's json (which the tools and
+    /// verifiers writing these files use) the last, so such a file means two different things.
     static func parse(_ bytes: [UInt8]) -> JSONValue? {
-        guard depth(bytes) <= maxDepth else { return nil }
+        guard depth(bytes) <= maxDepth, firstDuplicateKey(bytes) == nil else { return nil }
         return try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))
+    }
+
+    /// The first key repeated within one object, or nil. Keys are compared as Python compares
+    /// them: escapes decoded (`"rew\u0061rd"` is `"reward"`), then code point by code point,
+    /// with no Unicode normalisation. One pass with an explicit stack, for malformed input too
+    /// (the decoder judges well-formedness afterwards).
+    static func firstDuplicateKey(_ bytes: [UInt8]) -> String? {
+        // Per open container: the keys seen so far (nil for an array) and whether the next
+        // string is a key.
+        var keys: [Set<[UInt8]>?] = []
+        var expectingKey = false
+        var i = 0
+        while i < bytes.count {
+            switch bytes[i] {
+            case 0x22:  // "
+                let (text, next) = decodeString(bytes, from: i + 1)
+                i = next
+                if expectingKey, keys.last != nil, keys[keys.count - 1] != nil {
+                    expectingKey = false
+                    if !keys[keys.count - 1]!.insert(text).inserted { return String(decoding: text, as: UTF8.self) }
+                }
+                continue
+            case 0x7B:  // {
+                keys.append([])
+                expectingKey = true
+            case 0x5B:  // [
+                keys.append(nil)
+                expectingKey = false
+            case 0x7D, 0x5D:  // } ]
+                if !keys.isEmpty { keys.removeLast() }
+                expectingKey = false
+            case 0x2C:  // ,
+                expectingKey = keys.last.map { $0 != nil } ?? false
+            default:
+                break
+            }
+            i += 1
+        }
+        return nil
+    }
+
+    /// The UTF-8 of the JSON string starting at `start` (just past its opening quote), escapes
+    /// decoded, and the index just past its closing quote. A lone surrogate escape is kept as
+    /// its own 3-byte sequence, so it equals only itself, as in Python.
+    private static func decodeString(_ bytes: [UInt8], from start: Int) -> ([UInt8], Int) {
+        var out: [UInt8] = []
+        var i = start
+        func hex4(_ at: Int) -> UInt32? {
+            guard at + 4 <= bytes.count else { return nil }
+            var v: UInt32 = 0
+            for b in bytes[at..<at + 4] {
+                guard let d = hexValue(b) else { return nil }
+                v = v << 4 | d
+            }
+            return v
+        }
+        func append(_ scalar: UInt32) {
+            switch scalar {
+            case 0..<0x80: out.append(UInt8(scalar))
+            case 0x80..<0x800: out += [UInt8(0xC0 | scalar >> 6), UInt8(0x80 | scalar & 0x3F)]
+            case 0x800..<0x10000: out += [UInt8(0xE0 | scalar >> 12), UInt8(0x80 | scalar >> 6 & 0x3F), UInt8(0x80 | scalar & 0x3F)]
+            default: out += [UInt8(0xF0 | scalar >> 18), UInt8(0x80 | scalar >> 12 & 0x3F), UInt8(0x80 | scalar >> 6 & 0x3F), UInt8(0x80 | scalar & 0x3F)]
+            }
+        }
+        while i < bytes.count {
+            let b = bytes[i]
+            if b == 0x22 { return (out, i + 1) }
+            guard b == 0x5C, i + 1 < bytes.count else {
+                out.append(b)
+                i += 1
+                continue
+            }
+            let e = bytes[i + 1]
+            i += 2
+            switch e {
+            case 0x62: out.append(0x08)  // b
+            case 0x66: out.append(0x0C)  // f
+            case 0x6E: out.append(0x0A)  // n
+            case 0x72: out.append(0x0D)  // r
+            case 0x74: out.append(0x09)  // t
+            case 0x75:  // u
+                guard let high = hex4(i) else { continue }
+                i += 4
+                if (0xD800..<0xDC00).contains(high), i + 6 <= bytes.count, bytes[i] == 0x5C, bytes[i + 1] == 0x75,
+                   let low = hex4(i + 2), (0xDC00..<0xE000).contains(low) {
+                    i += 6
+                    append(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))
+                } else {
+                    append(high)
+                }
+            default: out.append(e)  // \" \\ \/ (and anything else the decoder will refuse)
+            }
+        }
+        return (out, i)
+    }
+
+    private static func hexValue(_ b: UInt8) -> UInt32? {
+        switch b {
+        case 0x30...0x39: return UInt32(b - 0x30)
+        case 0x41...0x46: return UInt32(b - 0x41 + 10)
+        case 0x61...0x66: return UInt32(b - 0x61 + 10)
+        default: return nil
+        }
     }
 
     /// The deepest `[`/`{` nesting outside strings (an upper bound for malformed input).

@@ -63,7 +63,7 @@ public struct Tau2Adapter: BenchmarkAdapter {
             case .success(let b):
                 guard let v = JSONValue.parse(b) else { throw BenchmarkError(.invalidBenchmark, "\(dir)/\(name): not valid JSON") }
                 return v
-            case .failure: throw BenchmarkError(.invalidBenchmark, "\(dir)/\(name): missing or unreadable")
+            case .failure(let problem): throw BenchmarkError(.invalidBenchmark, "\(dir)/\(name): \(problem.explanation("tau2's data"))")
             }
         }
         let splits = try json("split_tasks.json")

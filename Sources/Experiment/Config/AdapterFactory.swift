@@ -1,8 +1,19 @@
 import Benchmark
 import Foundation
+import SandboxPolicy
 
 extension ExperimentConfig {
-    /// Upstream auto-harness keys some adapter reads (validated there).
+    /// The upstream keys that hold whole numbers, and their bounds (BIRD-Interact's ports and
+    /// patience, tau2's seed).
+    static let upstreamIntegers: [String: ClosedRange<Int>] = [
+        "seed": 0...4_294_967_295, "patience": 0...100, "system_agent_port": 1024...65535, "user_sim_port": 1024...65535,
+        "db_env_port": 1024...65535, "pg_port": 1...65535,
+    ]
+    /// The upstream keys that hold numbers, and their bounds.
+    static let upstreamNumbers: [String: ClosedRange<Double>] = ["agent_timeout_multiplier": 0.01...100]
+
+    /// Upstream auto-harness keys some adapter reads (numbers bounded by the config parser,
+    /// the rest validated by the adapter).
     static let upstreamKeys = ["agent_timeout_multiplier", "reasoning_effort", "user_model", "seed", "mode", "patience",
                                "bird_repo", "bird_python_bin", "bird_data_path", "system_agent_port", "user_sim_port", "db_env_port",
                                "pg_host", "pg_port", "pg_user", "pg_password", "tau2_data_dir", "registry_path"]
@@ -121,7 +132,7 @@ extension ExperimentConfig {
                 // A task on this host is named by its task.toml too (a git task's is not
                 // known before Harbor fetches it: its -i name and org/name@ref still work).
                 for (id, path) in registry.localTasks {
-                    if let text = try? String(contentsOfFile: path + "/task.toml", encoding: .utf8),
+                    if let text = HarborDataset.taskToml(path),
                        let name = HarborAdapter.declaredName(taskToml: text), name != id {
                         adapter.taskNames[id] = name
                     }
@@ -235,7 +246,8 @@ extension ExperimentConfig {
         }
         func port(_ key: String, _ d: Int) throws -> Int {
             guard let x = upstream[key] else { return d }
-            guard let v = Int(x), (1024...65535).contains(v) else { throw ExperimentError(.usage, "\(key): '\(x)' is not a port from 1024 to 65535") }
+            let range = Self.upstreamIntegers[key]!
+            guard let v = Int(x), range.contains(v) else { throw ExperimentError(.usage, "\(key): '\(x)' is not a port from \(range.lowerBound) to \(range.upperBound)") }
             return v
         }
         adapter.ports = (try port("system_agent_port", 6100), try port("user_sim_port", 6101), try port("db_env_port", 6102))
@@ -270,13 +282,21 @@ extension ExperimentConfig {
         return t
     }
 
+    /// Largest tasks_file read (100 000 ids of 100 characters).
+    static let maxTasksFileBytes = 16 << 20
+
     /// `tasks:` or `tasks_file:` (one id per line, or a JSON list of ids).
     func taskList(root: String, valid: (String) -> Bool = BenchmarkTask.isValidID) throws -> [String] {
         var ids = tasks ?? []
         if let f = tasksFile {
             let p = f.hasPrefix("/") ? f : root + "/" + f
-            guard let text = try? String(contentsOfFile: p, encoding: .utf8) else {
-                throw ExperimentError(.usage, "tasks_file \(p): cannot read it")
+            let text: String
+            switch InputFile.read(p, cap: Self.maxTasksFileBytes) {
+            case .success(let bytes):
+                guard let t = String(validating: bytes, as: UTF8.self) else { throw ExperimentError(.usage, "tasks_file \(p): not valid UTF-8") }
+                text = t
+            case .failure(let problem):
+                throw ExperimentError(.usage, "tasks_file \(p): \(problem.explanation("a task list"))")
             }
             if let list = try? JSONDecoder().decode([String].self, from: Data(text.utf8)) {
                 ids += list
@@ -405,7 +425,7 @@ enum ToolCheck {
             // The directory holding bin/ must itself be reached without links for the bind.
             let parent = URL(fileURLWithPath: ((path as NSString).deletingLastPathComponent as NSString).deletingLastPathComponent)
                 .resolvingSymlinksInPath().path
-            return (try? String(contentsOfFile: parent + "/pyvenv.cfg", encoding: .utf8)).map { (parent, $0) }
+            return smallText(parent + "/pyvenv.cfg").map { (parent, $0) }
         }
         guard let (parent, cfg) = venv(of: absolute) ?? venv(of: real) else { return [(real as NSString).deletingLastPathComponent] }
         var roots = [parent]
@@ -429,7 +449,7 @@ enum ToolCheck {
             for python in ((try? fm.contentsOfDirectory(atPath: venv + "/" + lib)) ?? []).sorted() where python.hasPrefix("python") {
                 let site = venv + "/" + lib + "/" + python + "/site-packages"
                 for pth in ((try? fm.contentsOfDirectory(atPath: site)) ?? []).sorted() where pth.hasSuffix(".pth") {
-                    guard let text = try? String(contentsOfFile: site + "/" + pth, encoding: .utf8), text.utf8.count < 65536 else { continue }
+                    guard let text = smallText(site + "/" + pth) else { continue }
                     for line in text.split(separator: "\n").map({ $0.trimmingCharacters(in: .whitespaces) }) where line.hasPrefix("/") {
                         var isDirectory: ObjCBool = false
                         let real = URL(fileURLWithPath: line).resolvingSymlinksInPath().path
@@ -441,10 +461,17 @@ enum ToolCheck {
         return out
     }
 
+    /// A venv's pyvenv.cfg or a .pth file: a few lines; nil when unreadable or over 64 KiB.
+    static func smallText(_ path: String) -> String? {
+        guard case .success(let bytes) = InputFile.read(path, cap: 64 << 10) else { return nil }
+        return String(validating: bytes, as: UTF8.self)
+    }
+
     /// The interpreter named by a script's `#!` line (`#!/usr/bin/env python3` gives python3).
     static func interpreter(of tool: String) -> String? {
-        guard let found = locate(tool), let data = FileManager.default.contents(atPath: found) else { return nil }
-        let head = String(decoding: data.prefix(256), as: UTF8.self)
+        // Only the first line: the tool may be a binary of many megabytes.
+        guard let found = locate(tool), let data = InputFile.prefix(found, count: 256) else { return nil }
+        let head = String(decoding: data, as: UTF8.self)
         guard head.hasPrefix("#!"), let line = head.dropFirst(2).split(separator: "\n").first else { return nil }
         let words = line.split(separator: " ").map(String.init)
         guard let first = words.first else { return nil }

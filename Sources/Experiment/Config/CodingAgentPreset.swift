@@ -179,7 +179,7 @@ extension CodingAgentPreset {
         if !codex, let m = config.env["ANTHROPIC_MODEL"] { return "\(m) (coding_agent.env ANTHROPIC_MODEL)" }
         if codex, let seed = config.homeSeed {
             let path = (seed.hasPrefix("/") ? seed : root + "/" + seed) + "/.codex/config.toml"
-            let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+            let text = ToolCheck.smallText(path) ?? ""
             // The top-level `model = "…"` (before any [table]).
             for line in text.split(separator: "\n") {
                 let t = line.trimmingCharacters(in: .whitespaces)

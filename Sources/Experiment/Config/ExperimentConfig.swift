@@ -137,11 +137,20 @@ public struct ConfigError: Error, CustomStringConvertible, Sendable {
 extension ExperimentConfig {
     /// Loads and validates a config file; every problem found is reported at once.
     public static func load(_ path: String) throws -> ExperimentConfig {
-        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
-            throw ConfigErrors([ConfigError(file: path, line: nil, message: "cannot read the experiment config")])
+        let bytes: [UInt8]
+        switch InputFile.read(path, cap: maxBytes) {
+        case .success(let b): bytes = b
+        case .failure(let problem):
+            throw ConfigErrors([ConfigError(file: path, line: nil, message: "cannot read the experiment config: \(problem.explanation("an experiment config"))")])
+        }
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            throw ConfigErrors([ConfigError(file: path, line: nil, message: "the experiment config is not valid UTF-8")])
         }
         return try parse(text, file: path)
     }
+
+    /// Largest experiment config read (a real one is a few KiB; policies have the same cap).
+    public static let maxBytes = PolicyLoader.maxFileBytes
 
     public static func parse(_ text: String, file: String) throws -> ExperimentConfig {
         let r = Reader(file: file)
@@ -182,7 +191,7 @@ extension ExperimentConfig {
             case "gate_split": if let s = r.oneOf(v, key, ["test"]) { c.gateSplit = s }
             case "threshold": if let x = r.number(v, key, 0...1) { c.threshold = x }
             case "max_concurrency": if let x = r.integer(v, key, 1...256) { c.maxConcurrency = x }
-            case "per_task_timeout": if let x = r.number(v, key, 1...86_400) { c.perTaskTimeout = x }
+            case "per_task_timeout": if let x = r.number(v, key, 1...LocalBenchmark.maxTimeout) { c.perTaskTimeout = x }
             case "env_provider": c.envProvider = r.string(v, key)
             case "domain": c.domain = r.string(v, key)
             case "tasks":
@@ -202,13 +211,16 @@ extension ExperimentConfig {
                         for n in c.runner.envPass where !EnvSpec.isVariableName(n) { r.error(v, "\(name): '\(n)' is not a variable name") }
                     case "network":
                         r.mapping(v, name, allowed: ["allow"]) { _, v in c.runner.networkAllow = r.hostPorts(v, "runner.network.allow") ?? [] }
-                    case "timeout": if let x = r.number(v, name, 1...604_800) { c.runner.timeout = x }
+                    case "timeout": if let x = r.number(v, name, 1...Limits.maxTimeoutSeconds) { c.runner.timeout = x }
                     case "policy": if let s = r.string(v, name) { c.runner.policy = s }
                     case "scripts": c.runner.scripts = r.absolutePath(v, name)
                     default: if let s = r.string(v, name) { c.runner.scorerPolicy = s }
                     }
                 }
             case let k where ExperimentConfig.upstreamKeys.contains(k):
+                // Numbers are bounded here, where the line is known; the adapter reads them.
+                if let range = ExperimentConfig.upstreamIntegers[k], r.integer(v, k, range) == nil { return }
+                if let range = ExperimentConfig.upstreamNumbers[k], r.number(v, k, range) == nil { return }
                 if let s = v.scalar?.string { c.upstream[k] = s } else { r.error(v, "\(k): expected a single value") }
             case "parallel_gate": break  // upstream: the gate's concurrency; ours is max_concurrency
             case "budget":

@@ -1,5 +1,6 @@
 import Benchmark
 import Foundation
+import SandboxPolicy
 
 /// What `dataset:` names for `benchmark: terminal-bench`, in each form Harbor itself accepts.
 enum HarborDataset {
@@ -34,8 +35,11 @@ enum HarborDataset {
     static func tasks(in dir: String) -> [Task] {
         let fm = FileManager.default
         return ((try? fm.contentsOfDirectory(atPath: dir)) ?? []).sorted().compactMap { name in
-            guard BenchmarkTask.isValidID(name), let text = try? String(contentsOfFile: dir + "/" + name + "/task.toml", encoding: .utf8) else { return nil }
-            return Task(id: name, declaredName: HarborAdapter.declaredName(taskToml: text))
+            let task = dir + "/" + name
+            guard BenchmarkTask.isValidID(name), fm.fileExists(atPath: task + "/task.toml") else { return nil }
+            // A task.toml that cannot be read keeps its task (under its directory name):
+            // Harbor then fails that task alone, which scores 0.
+            return Task(id: name, declaredName: taskToml(task).flatMap(HarborAdapter.declaredName(taskToml:)))
         }
     }
 
@@ -103,6 +107,12 @@ enum HarborDataset {
                 """)
         }
         if let last = lines.last { FileHandle.standardError.write(Data("init: harbor: \(last)\n".utf8)) }
+    }
+
+    /// The text of a task directory's task.toml, read up to `LocalBenchmark.maxTaskTomlBytes`.
+    static func taskToml(_ taskDirectory: String) -> String? {
+        guard case .success(let bytes) = InputFile.read(taskDirectory + "/task.toml", cap: LocalBenchmark.maxTaskTomlBytes) else { return nil }
+        return String(validating: bytes, as: UTF8.self)
     }
 
     static func resolve(_ dataset: String, root: String, registryPath: String?) throws -> Resolved {

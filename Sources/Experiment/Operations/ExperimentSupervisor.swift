@@ -40,6 +40,9 @@ public final class ExperimentSupervisor {
     /// Called with each view's path just before it is written: tests kill the process there,
     /// between the ledger append and the views' publication.
     var beforeViewWrite: (String) -> Void = { _ in }
+    /// Tasks of the benchmark that cannot run (each scores 0 with its reason), for the
+    /// operator; the rest of the experiment works as usual.
+    public var benchmarkProblems: [String] { adapter.problems }
 
     /// Opens an experiment. `exclusive` (every command that runs tasks or writes the ledger)
     /// takes the experiment lock, so a second supervisor is refused with the holder's pid,
@@ -422,19 +425,20 @@ public final class ExperimentSupervisor {
 
     /// Refused syscalls and limit events of a run, as ledger violation records (one per kind
     /// of event; the audit already bounds their number).
-    /// Where one run's sandboxes report: those that hold agent.py, and the benchmark tool's
-    /// own (tau2's scorer, BIRD's graders), which never load it.
+    /// Where one run's sandboxes report: those that hold agent.py, and those that never load
+    /// it (a local task's verifier, tau2's scorer, BIRD's graders).
     struct RunAudit {
         let agent = AuditLog()
         let tool = AuditLog()
     }
 
-    /// A run's violations, each against whoever could have caused it: agent.py for the
-    /// sandboxes that hold it (a tool sharing its process included: tau2's runner, Harbor's
-    /// orchestrator), "benchmark tool" for the sandboxes without it.
+    /// A run's violations and limit hits, each against the sandbox that made it: agent.py for
+    /// the sandboxes that hold it (a tool sharing its process included: tau2's runner,
+    /// Harbor's orchestrator), "verifier" (local benchmarks) or "benchmark tool" for those
+    /// without it.
     func violations(_ audit: RunAudit, during: String, heldOut: Bool = false) -> [(RecordKind, any Encodable)] {
         violations(audit.agent, actor: "agent.py (\(during))", heldOut: heldOut)
-            + violations(audit.tool, actor: "benchmark tool (\(during))", heldOut: heldOut)
+            + violations(audit.tool, actor: "\(adapter.toolActor) (\(during))", heldOut: heldOut)
     }
 
     func violations(_ audit: AuditLog, actor: String, heldOut: Bool = false) -> [(RecordKind, any Encodable)] {

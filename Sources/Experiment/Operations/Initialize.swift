@@ -76,11 +76,15 @@ extension ExperimentSupervisor {
         if o.benchmark == "local" {
             guard !dataset.isEmpty else { throw ExperimentError(.usage, "--dataset is required for a local benchmark (its directory, with tasks/<id>/)") }
             if !dataset.hasPrefix("/") { dataset = fm.currentDirectoryPath + "/" + dataset }
+            // Fail now, not at prepare: later commands run a broken task as a 0, but an
+            // experiment should not start with one.
+            let problems: [String]
             do {
-                _ = try LocalBenchmark(directory: dataset)  // fail now, not at prepare
+                problems = try LocalBenchmark(directory: dataset).problems
             } catch {
                 throw ExperimentError(.usage, "--dataset \(o.dataset ?? ""): \(error)")
             }
+            guard problems.isEmpty else { throw ExperimentError(.usage, "--dataset \(o.dataset ?? ""): \(problems.joined(separator: "\n"))") }
         }
         let preset = try CodingAgentPreset.make(o.codingAgent, binary: o.codingAgentBinary)
         var tool = o.tool ?? ExperimentConfig.defaultTool[o.benchmark] ?? ""

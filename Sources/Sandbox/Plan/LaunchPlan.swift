@@ -149,10 +149,10 @@ public enum PlanCompiler {
             }
         }
         // Nothing may be mounted through a symlink the sandbox itself creates.
-        for link in mounts where { if case .symlink = $0.kind { return true } else { return false } }(link) {
-            if let inner = mounts.first(where: { $0.destination.hasPrefix(link.destination + "/") }) {
-                throw SandboxError(.invalidPolicy, "\(inner.origin): \(inner.destination) lies under the symlink \(link.destination) (\(link.origin))")
-            }
+        let below = PathTree.descendants(ancestors: PathTree.ancestors(mounts.map(\.destination)))
+        for (i, link) in mounts.enumerated() {
+            guard case .symlink = link.kind, let inner = below[i].first.map({ mounts[$0] }) else { continue }
+            throw SandboxError(.invalidPolicy, "\(inner.origin): \(inner.destination) lies under the symlink \(link.destination) (\(link.origin))")
         }
         // Parents before children; the sort is stable so equal depths keep policy order.
         mounts = mounts.enumerated().sorted { a, b in
@@ -173,7 +173,14 @@ public enum PlanCompiler {
             env += ["HTTPS_PROXY=\(url)", "HTTP_PROXY=\(url)", "https_proxy=\(url)", "http_proxy=\(url)", "NO_PROXY=127.0.0.1,localhost,::1", "no_proxy=127.0.0.1,localhost,::1"]
         }
         var limits = policy.limits
-        if let t = overrides.timeoutSeconds { limits.timeoutSeconds = t }
+        if let t = overrides.timeoutSeconds {
+            // The policy's own timeout was bounded when it loaded; an override (a task's
+            // timeout, --timeout) is bounded here, the one place every launch passes.
+            guard t > 0, t <= Limits.maxTimeoutSeconds else {
+                throw SandboxError(.invalidArgument, "timeout \(t) s: must be greater than 0 and at most \(Int(Limits.maxTimeoutSeconds)) s (\(DurationString.format(Limits.maxTimeoutSeconds)))")
+            }
+            limits.timeoutSeconds = t
+        }
         Timing.mark("mounts resolved")
         let filter: CompiledFilter
         do {
@@ -251,9 +258,11 @@ public enum PlanCompiler {
     /// Checked here, where the message can name both entries and the missing path. `mounts`
     /// is parents-first; the nearest enclosing mount is the one that decides.
     static func checkMountPoints(_ mounts: [LaunchPlan.Mount]) throws(SandboxError) {
+        let above = PathTree.ancestors(mounts.map(\.destination))
         for (i, inner) in mounts.enumerated() {
             if case .hide = inner.kind { continue }  // hides only what exists
-            guard let outer = mounts[..<i].last(where: { inner.destination.hasPrefix($0.destination == "/" ? "/" : $0.destination + "/") }),
+            // Parents-first, so the nearest mount above that comes earlier is the one that decides.
+            guard let outer = above[i].first(where: { $0 < i }).map({ mounts[$0] }),
                   case .bind(let source, true, _, _, true, _) = outer.kind else { continue }
             let rel = String(inner.destination.dropFirst(outer.destination == "/" ? 1 : outer.destination.count + 1))
             var st = stat()
