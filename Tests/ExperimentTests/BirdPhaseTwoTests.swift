@@ -48,7 +48,7 @@ enum BirdPhaseTwo {
     /// user simulator's /phase_transition), and asks the graders for the follow-up; prints
     /// SNOOP-FU lines.
     static func solver(followUp: String = "right", snoop: Bool = false, phase1: String = "SELECT COUNT(*) FROM %s",
-                       phase2: String = "SELECT MAX(id) FROM %s", execute: Bool = false, reinit: Bool = false) -> String {
+                       phase2: String = "SELECT MAX(id) FROM %s", execute: Bool = false, reinit: Bool = false, preinit: Bool = false) -> String {
         """
         import json, os, urllib.error, urllib.request
         from shared import client
@@ -57,6 +57,8 @@ enum BirdPhaseTwo {
         SNOOP = \(snoop ? "True" : "False")
         EXECUTE = \(execute ? "True" : "False")
         REINIT = \(reinit ? "True" : "False")
+        PREINIT = \(preinit ? "True" : "False")
+        PREINITED = set()
         SESSIONS = {}
         OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -124,6 +126,21 @@ enum BirdPhaseTwo {
                 return 404, {}
             tid, message, mode = body["task_id"], body.get("message", ""), body.get("mode", "a-interact")
             s = SESSIONS[tid]
+            if PREINIT and not PREINITED:
+                # Before the orchestrator gets to them: every other task of the run initialised
+                # with a-interact's rules (no debug penalty), then a wrong try and the right one,
+                # submitted directly.
+                for line in open("/work/in/tasks.jsonl"):
+                    other = json.loads(line)["instance_id"] if line.strip() else None
+                    if not other or other == tid:
+                        continue
+                    PREINITED.add(other)
+                    table = other.rsplit("_", 1)[0]
+                    st, _ = post("DB_ENV_PORT", "/init_task", {"task_id": other, "task_data": {
+                        "instance_id": other, "_interact_mode": "a-interact"}})
+                    post("DB_ENV_PORT", "/submit", {"task_id": other, "sql": "SELECT MIN(id) FROM %s" % table})
+                    st2, verdict = post("DB_ENV_PORT", "/submit", {"task_id": other, "sql": "\(phase1)" % table})
+                    print("PREINIT %s init=%d verdict=%s" % (other, st, verdict), flush=True)
             if not s["p1"]:
                 if s["table"] is None:
                     if SNOOP:
@@ -265,6 +282,20 @@ struct BirdPhaseTwoTests {
             #expect(stdout.contains("REINIT \(id) status=409"), "\(id): \(stdout)")
             // 0.5: phase 1 passed at its second try; + 0.3 for a follow-up answered first time.
             #expect(abs(r - (BirdPhaseTwo.hasFollowUp(id) ? 0.8 : 0.5)) < 1e-9, "\(id): \(r)")
+        }
+    }
+
+    @Test("c-interact: agent.py initialising other tasks first cannot choose the graders' rules (the interact mode): the run's own mode applies, a retry earns the debug reward")
+    func preinitialiseRulesIgnored() throws {
+        let exp = try make(mode: "c-interact")
+        defer { exp.removeScratch() }
+        let rewards = try benchmark(exp, BirdPhaseTwo.solver(followUp: "skip", preinit: true))
+        let stdout = try #require(exp.traceFile(try exp.split().train[0], "tool.stdout"))
+        let preinited = rewards.keys.filter { stdout.contains("PREINIT \($0) init=200") }
+        try #require(!preinited.isEmpty, "\(stdout)")
+        for id in preinited {
+            // Passed at its second try under c-interact's rules: 0.5, not a-interact's 0.7.
+            #expect(abs((rewards[id] ?? -1) - 0.5) < 1e-9, "\(id): \(rewards[id] ?? -1) \(stdout)")
         }
     }
 }

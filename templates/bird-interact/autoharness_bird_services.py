@@ -1,14 +1,14 @@
 """autoharness: BIRD-Interact's graders outside the agent's sandbox (benchmark-scorer sandbox).
 
     python autoharness_bird_services.py --adk ADK --data GOLD.jsonl --task-ids-file IDS --sock-dir S --record R
-                                        --db-port P --user-port Q
+                                        --db-port P --user-port Q --mode a-interact|c-interact
 
 Starts the ADK's DB environment and user simulator (uvicorn, loopback of this sandbox) and
 serves each on a Unix socket in S (db.sock, user.sock; S/ready once both answer /health),
 which is the only way the agent's sandbox reaches them. Two things happen on the way:
   - every /init_task body's task record (`task_data`) is replaced by the gold record read
-    here from GOLD.jsonl, by instance_id: what the orchestrator posts (it only has a redacted
-    copy) is never what grades; only the ids in IDS (this run's) are served at all;
+    here from GOLD.jsonl, by instance_id, with the run's --mode as `_interact_mode`: nothing
+    the orchestrator (or agent.py) posts is what grades; only the ids in IDS are served at all;
   - every /submit verdict of the DB environment is appended to R as one JSON line
     {task_id, phase, passed, reward, message, ts}. R is in this sandbox's own directory:
     nothing in the agent's sandbox can write it. The supervisor scores from R.
@@ -47,6 +47,7 @@ p.add_argument("--sock-dir", required=True)
 p.add_argument("--record", required=True)
 p.add_argument("--db-port", type=int, default=6102)
 p.add_argument("--user-port", type=int, default=6101)
+p.add_argument("--mode", choices=["a-interact", "c-interact"], required=True)
 args = p.parse_args()
 
 # Only this run's tasks: agent.py can reach these services, and in a train run it must not
@@ -152,10 +153,11 @@ def make_handler(port, grades):
                         if again:
                             self.reply(409, {"detail": "task already initialised in this run"})
                             continue
+                    # Nothing posted is kept: the DB environment's `_` keys are its own state and
+                    # rules (`_interact_mode` decides first-try vs debug rewards), and agent.py can
+                    # post here before the orchestrator does. The mode is the run's.
                     merged = dict(gold[tid])
-                    for k, v in (posted or {}).items():
-                        if k.startswith("_"):  # orchestration settings such as _interact_mode
-                            merged[k] = v
+                    merged["_interact_mode"] = args.mode
                     payload["task_data"] = merged
                     body = json.dumps(payload).encode()
                 req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), data=body if method != "GET" else None,

@@ -136,7 +136,7 @@ public struct BirdAdapter: BenchmarkAdapter {
             argv: tool.command + [scriptsDirectory + "/autoharness_bird_services.py", "--adk", adkDirectory, "--data", dataPath,
                                   "--task-ids-file", "/work/run/task_ids.txt",
                                   "--sock-dir", "/work/out/sock", "--record", "/work/out/submits.jsonl",
-                                  "--db-port", String(ports.db), "--user-port", String(ports.user)],
+                                  "--db-port", String(ports.db), "--user-port", String(ports.user), "--mode", mode],
             withAgent: false, label: "bird services")
         services.environment = environment + portEnv
         services.extraMounts = [scripts, adk, MountSpec(kind: .readOnly(source: dataPath), destination: dataPath)]
