@@ -93,7 +93,8 @@ enum Exit {
     /// refused request (held-out ids, a spent budget asked for more).
     static let usage: Int32 = 2
     /// `run`: nothing left to do: a budget is spent, or restarts / sessions without progress
-    /// reached their bound. The reason is the last line on stderr.
+    /// reached their bound. The reason is the last line on stderr. The coding agent's client
+    /// exits with it for a request made while the run is stopping (not run).
     static let nothingLeft: Int32 = 3
     /// Another supervisor holds the experiment lock (its pid and purpose are named).
     static let lockBusy: Int32 = 4

@@ -164,6 +164,8 @@ struct RunTests {
         #expect(r.status == 0, "\(r.stdout)\n\(r.stderr)\n\(log)")
         #expect(r.stdout.contains("stopped: gate budget 3 spent"), "\(r.stdout)")
         #expect(a["done"] == "yes", "the hostile script did not run to the end:\n\(log)")
+        // 3 (nothing left to do), not 1, which reads as a rejected gate.
+        #expect(a["after_stop"]?.hasPrefix("exit 3: autoharness: the run is stopping") == true, "\(a["after_stop"] ?? "none")")
 
         // Files: absent from the sandbox, and nothing can be created where they would be.
         #expect(a["read_split"] == "ENOENT")

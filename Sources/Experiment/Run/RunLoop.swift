@@ -615,7 +615,8 @@ public final class RunLoop: @unchecked Sendable {
                     violation("gate_budget", "gate requested after the run's budget was spent: \(spent)")
                     return BrokerReply(stderr: "autoharness: refused: \(spent); the run is stopping; this request was recorded\n", exit: 2)
                 }
-                return BrokerReply(stderr: "autoharness: the run is stopping (\(why)); request not run\n", exit: 1)
+                // 3, the CLI's "nothing left to do": 1 would read as a rejected gate.
+                return BrokerReply(stderr: "autoharness: the run is stopping (\(why)); request not run\n", exit: 3)
             }
             settings.log("coding agent: autoharness \(shown)")
             do {

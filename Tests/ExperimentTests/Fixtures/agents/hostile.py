@@ -211,5 +211,8 @@ for i in range(4):
     report(f"gate_new_{i}", f"exit {r.returncode}")
     if r.returncode == 2:
         break
+# 12. Once the run is stopping, a request is not run, and says so apart from a rejection.
+r = ah("benchmark")
+report("after_stop", f"exit {r.returncode}: {r.stderr.strip()[:160]}")
 report("done", "yes")
 time.sleep(30)  # the supervisor stops the run (gate budget) and kills this
