@@ -80,7 +80,13 @@ struct SandboxExec: ParsableCommand {
     func run() throws {
         Timing.mark("arguments parsed")
         var cmd = command
-        if cmd.first == "--" { cmd.removeFirst() }
+        if cmd.first == "--" {
+            cmd.removeFirst()
+        } else if let first = cmd.first, first.hasPrefix("-") {
+            // Passthrough takes everything from the first word it does not know; before any
+            // `--` that word is a mistyped option, not a program (which would fail with 127).
+            throw ValidationError("unknown option '\(first)'; options go before the command, the command after -- (autoharness sandbox exec --help)")
+        }
         guard !cmd.isEmpty else { throw ValidationError("no command given; usage: autoharness sandbox exec [OPTIONS] -- COMMAND [ARG...]") }
 
         var vars: [String: String] = [:]

@@ -203,6 +203,9 @@ struct ExitCodeTests {
         #expect(missing.status == 125 && missing.stderr.contains("/no/such/source"), "\(missing.stderr)")
         let flag = try autoharness(["sandbox", "exec", "--timeout", "soon", "--", "/bin/true"])
         #expect(flag.status == 125, "a wrapper's bad option must not look like the command's own 2 or 64: \(flag.status) \(flag.stderr)")
+        // A mistyped option before the command is not taken for the program (127).
+        let unknown = try autoharness(["sandbox", "exec", "--tmeout", "1", "--", "/bin/true"])
+        #expect(unknown.status == 125 && unknown.stderr.contains("unknown option '--tmeout'"), "\(unknown.status) \(unknown.stderr)")
         let policy = try autoharness(["sandbox", "exec", "--policy", "/no/such/policy.yaml", "--", "/bin/true"])
         #expect(policy.status == 125, "\(policy.status) \(policy.stderr)")
         #expect(try autoharness(["sandbox", "exec", "--", "/no/such/binary"]).status == 127)
