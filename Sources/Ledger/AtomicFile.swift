@@ -34,6 +34,8 @@ public enum AtomicFile {
                 break
             } catch where error.errno == EEXIST {
                 continue
+            } catch {
+                throw LedgerError(.io, "cannot write \(path) (a temporary file next to it)", errno: error.errno)
             }
         }
         guard fd >= 0 else { throw LedgerError(.io, "cannot create a temporary file next to \(path)", errno: EEXIST) }
@@ -41,9 +43,10 @@ public enum AtomicFile {
         var renamed = false
         defer { if !renamed { POSIX.unlink(temporary) } }
         do {
-            try POSIX.fchmod(fd, mode, temporary)
-            try POSIX.pwriteAll(fd, bytes, at: 0, temporary)
-            try POSIX.fsync(fd, temporary)
+            // Errors name the file being replaced: the temporary name means nothing to a reader.
+            try POSIX.fchmod(fd, mode, path)
+            try POSIX.pwriteAll(fd, bytes, at: 0, path)
+            try POSIX.fsync(fd, path)
         } catch {
             POSIX.close(fd)
             throw error

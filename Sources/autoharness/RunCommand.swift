@@ -30,7 +30,10 @@ struct RunCommand: ParsableCommand {
             Exit status: 0 when the run stopped at a budget after working or at a signal; 3 \
             (nothing left to do) when a budget was already spent as it began or the agent's \
             sessions stopped making progress, with the reason as the last line on stderr; 1 \
-            for a crash loop or a ledger that cannot be written.
+            for a crash loop; 5 when a write of the supervisor's failed (the ledger, a \
+            snapshot, a view, a trace, the audit file: a full disk, say), which stops the \
+            coding agent at once (if even the run's end cannot be recorded, this report goes \
+            to stderr).
 
             Run it again after a crash, kill -9 or reboot: an unfinished run is resumed from the \
             ledger (a gate that was cut off is recorded as interrupted, never half-recorded).
@@ -79,9 +82,15 @@ struct RunCommand: ParsableCommand {
             }
         }
         let report = try loop.run()
-        print(Self.text(report, disclosure: .score))
-        // A run stopped because the ledger could not be written says so in its code.
-        if report.failed { throw report.recordingError ?? ExitCode(Exit.failure) }
+        // A run whose end the ledger did not take leaves this report as the only account
+        // of its end: on stderr, with the failure.
+        if report.endRecorded {
+            print(Self.text(report, disclosure: .score))
+        } else {
+            printErr(Self.text(report, disclosure: .score) + "\n  NOT RECORDED: \(report.ioFailure ?? "the run's end") (the next `autoharness run` resumes this run)")
+        }
+        // A run stopped by a write that failed (a full disk, the ledger) says so in its code.
+        if report.failed { throw ExitCode(report.ioFailure != nil ? Exit.ioError : Exit.failure) }
         if report.nothingLeft {
             printErr("autoharness: nothing left to do: \(report.reason)")
             throw ExitCode(Exit.nothingLeft)

@@ -65,8 +65,12 @@ public struct RunReport: Sendable {
     /// The run ended because something is wrong (a crash loop, an unwritable ledger), not
     /// because a budget or the operator stopped it.
     public var failed: Bool
-    /// What the ledger said when a record could not be written (the run stopped for it).
-    public var recordingError: LedgerError?
+    /// The write that failed and stopped the run (a record the ledger refused, a snapshot,
+    /// a view, a trace, the audit file on a full disk), with its path and error.
+    public var ioFailure: String?
+    /// False when even the run's end could not be recorded (the caller then prints this
+    /// report on stderr: it is all that is left of the run's end).
+    public var endRecorded = true
     /// The run ended because nothing was left to do: a budget was spent before it began, or
     /// the coding agent's sessions stopped making progress (`coding_agent.max_restarts`).
     public var nothingLeft: Bool
@@ -102,8 +106,8 @@ public final class RunLoop: @unchecked Sendable {
     private var stopReason: String?
     /// The stop is a failure (crash loop, unwritable ledger), not a budget or the operator.
     private var stopFailed = false
-    /// The first record that could not be written, if that is why the run stopped.
-    private var recordingError: LedgerError?
+    /// The first write that failed, if that is why the run stopped (`RunReport.ioFailure`).
+    private var ioFailure: String?
     /// The stop is for want of anything left to do (`RunReport.nothingLeft`).
     private var stopNothingLeft = false
     private var agentSignal: Int32 = -1
@@ -208,8 +212,6 @@ public final class RunLoop: @unchecked Sendable {
         nonImproving = state.openRunRejectedInARow
         // A resumed run goes on counting where its last recorded session left off.
         let counted = state.openRunCounters()
-        var withoutProgress = counted?.withoutProgress ?? 0
-        var crashes = counted?.crashes ?? 0
         runUsage = resumed ? state.agentUsage(run: runID) : AgentUsage()
         let bestBefore = state.best
 
@@ -217,8 +219,29 @@ public final class RunLoop: @unchecked Sendable {
         owner = (policy.identity.hostUID, policy.identity.hostGID)
         try prepareDirectories(resumed: resumed)
         audit = try AuditLog(path: auditPath)
+        // An audit line that cannot be written stops the run: the agent does not go on unaudited.
+        audit.onWriteFailure = { [weak self] failure in self?.writeFailed("the audit of the coding agent's sandbox", failure) }
         startSeq = try append([(.runStarted, RunStartedRecord(runID: runID, resumed: resumed, command: command, maxIterations: settings.maxIterations,
                                                    maxHours: settings.maxHours, gateBudget: config.gateBudget))])
+        do {
+            return try serve(command: command, policy: policy, started: started, bestBefore: bestBefore,
+                             withoutProgress: counted?.withoutProgress ?? 0, crashes: counted?.crashes ?? 0)
+        } catch {
+            // Whatever stopped the loop itself, the run's end is recorded if the ledger takes it.
+            stopLock.withLock { if stopReason == nil { stopReason = "stopped by an error: \(error)" } }
+            _ = try? work.withLock {
+                try append([(.runEnded, RunEndedRecord(runID: runID, reason: stopping ?? "stopped", gates: gates, accepted: accepted,
+                                                       agentStarts: agentStarts, nothingLeft: nil))])
+            }
+            throw error
+        }
+    }
+
+    /// The loop of `run()` once the run's start is recorded: the broker, the agent's
+    /// sessions, and the run's end.
+    private func serve(command: [String], policy: Policy, started: Date, bestBefore: Double?,
+                       withoutProgress: Int, crashes: Int) throws -> RunReport {
+        var withoutProgress = withoutProgress, crashes = crashes
         settings.log(resumed ? "resuming run \(runID) (\(gates) gate(s), \(accepted) accepted so far)" : "run \(runID) started")
         settings.log("coding agent: " + CodingAgentPreset.identity(command: command, config: config.codingAgent, root: layout.root))
 
@@ -313,8 +336,19 @@ public final class RunLoop: @unchecked Sendable {
         let end: RunReport = try work.withLock {
             flushAudit()
             flushRefusalCounts()
-            try append([(.runEnded, RunEndedRecord(runID: runID, reason: reason, gates: gates, accepted: accepted, agentStarts: agentStarts,
-                                                   nothingLeft: nothingLeft ? true : nil))])
+            var endRecorded = true
+            do {
+                try append([(.runEnded, RunEndedRecord(runID: runID, reason: reason, gates: gates, accepted: accepted, agentStarts: agentStarts,
+                                                       nothingLeft: nothingLeft ? true : nil))])
+            } catch {
+                // The report still goes out (on stderr); the next `run` resumes this one.
+                settings.log("could not record the end of run \(runID): \(error)")
+                endRecorded = false
+                stopLock.withLock {
+                    stopFailed = true
+                    if ioFailure == nil { ioFailure = "the end of the run could not be recorded: \(error)" }
+                }
+            }
             let after = try supervisor.state()
             // Every violation recorded since this invocation started, whoever recorded it.
             var counts: [String: Int] = [:]
@@ -326,7 +360,7 @@ public final class RunLoop: @unchecked Sendable {
                 counts[key, default: 0] += Self.count(in: v.detail)
             }
             return RunReport(runID: runID, resumed: resumed, reason: reason, failed: stopLock.withLock { stopFailed },
-                             recordingError: stopLock.withLock { recordingError }, nothingLeft: nothingLeft,
+                             ioFailure: stopLock.withLock { ioFailure }, endRecorded: endRecorded, nothingLeft: nothingLeft,
                              seconds: Date().timeIntervalSince(started), gates: gates,
                              accepted: accepted, agentStarts: agentStarts, usage: runUsage, bestBefore: bestBefore, bestAfter: after.best,
                              violations: order.map { ($0.0, $0.1, counts[$0.0 + "\u{1F}" + $0.1]!) }, agentLog: agentLogPath, auditLog: auditPath)
@@ -568,7 +602,15 @@ public final class RunLoop: @unchecked Sendable {
         stopLock.withLock { agentSignal = pipeFDs[1] }
         if stopping != nil { return AgentSession(start: starts, ran: false, exit: "not started", seconds: 0) }
         let header = "\n=== \(isoTimestamp()) coding agent start \(starts): \(argv.joined(separator: " "))\n"
-        _ = header.withCString { write(log, $0, strlen($0)) }
+        let count = header.utf8.count
+        let written = log < 0 ? -1 : header.withCString { write(log, $0, count) }
+        let e = errno
+        // The agent's output goes to this log: a log that cannot be written (a full disk)
+        // means a session nobody could read afterwards, so it is not started.
+        guard written == count else {
+            writeFailed("the coding agent's log", "\(agentLogPath): \(ErrnoName.describe(written < 0 ? e : ENOSPC))")
+            return AgentSession(start: starts, ran: false, exit: "not started", seconds: 0)
+        }
         let t0 = Date()
         settings.log("coding agent start \(starts) (log: \(agentLogPath))")
         work.withLock { meter = UsageMeter(path: agentLogPath, price: config.codingAgent.price) }
@@ -634,7 +676,12 @@ public final class RunLoop: @unchecked Sendable {
                     return try gate()
                 }
             } catch {
-                return BrokerReply(stderr: "autoharness: \(error)\n", exit: presenter.exitCode(for: error))
+                let code = presenter.exitCode(for: error)
+                // Fail closed: a write of the supervisor's that failed (a full disk, an I/O
+                // error, the ledger) stops the run; nothing goes on that could not be kept.
+                guard code == Self.ioExit else { return BrokerReply(stderr: "autoharness: \(error)\n", exit: code) }
+                writeFailed("`autoharness \(shown)` for the coding agent", "\(error)", afterReply: true)
+                return BrokerReply(stderr: "autoharness: \(error)\nautoharness: the run is stopping\n", exit: code)
             }
         }
     }
@@ -729,11 +776,16 @@ public final class RunLoop: @unchecked Sendable {
 
     /// Marks the run as stopping now and signals the agent a moment later, so the answer
     /// that ended the run reaches it first.
-    func requestStopAfterReply(_ reason: String) {
-        stopLock.withLock { if stopReason == nil { stopReason = reason } }
+    func requestStopAfterReply(_ reason: String, failed: Bool = false) {
+        stopLock.withLock {
+            if stopReason == nil {
+                stopReason = reason
+                stopFailed = failed
+            }
+        }
         Thread.detachNewThread { [self] in
             usleep(500_000)
-            requestStop(reason)
+            requestStop(reason, failed: failed)
         }
     }
 
@@ -815,8 +867,20 @@ public final class RunLoop: @unchecked Sendable {
     /// disk, say), the agent is stopped at once.
     func recordingFailed(_ what: String, _ error: Error) {
         settings.log("could not record \(what): \(error); stopping the coding agent")
-        stopLock.withLock { if recordingError == nil { recordingError = error as? LedgerError } }
+        stopLock.withLock { if ioFailure == nil { ioFailure = "\(error)" } }
         requestStop("the ledger could not be written (\(error))", failed: true)
+    }
+
+    /// The exit status of an I/O or ledger error in the CLI's table.
+    static let ioExit: Int32 = 5
+
+    /// Fail closed: a write of the supervisor's failed (`failure` names the path and the
+    /// error), so the coding agent is stopped and the run ends, with exit status 5.
+    func writeFailed(_ what: String, _ failure: String, afterReply: Bool = false) {
+        settings.log("\(what) failed: \(failure); stopping the coding agent")
+        stopLock.withLock { if ioFailure == nil { ioFailure = failure } }
+        let reason = "\(what) failed: \(failure)"
+        if afterReply { requestStopAfterReply(reason, failed: true) } else { requestStop(reason, failed: true) }
     }
 
     @discardableResult
