@@ -18,22 +18,24 @@ final class FullMount {
     let backing: String
     private var mounted = false
 
-    init(over target: String, in temp: TempDir, size: String = "1m") throws {
+    /// `inodes`: out of inodes (nothing more can be created) rather than out of blocks.
+    init(over target: String, in temp: TempDir, size: String = "1m", inodes: Bool = false) throws {
         self.target = target
         backing = temp.path + "/full-" + String(UInt32.random(in: 0...UInt32.max), radix: 16)
         let directory = FileManager.default.fileExists(atPath: target + "/.")
         let script = """
             set -e
             mkdir -p "$1"
-            mount -t tmpfs -o size=\(size) autoharness-full "$1"
+            mount -t tmpfs -o size=\(size)\(inodes ? ",nr_inodes=64" : "") autoharness-full "$1"
             if [ "$3" = dir ]; then mkdir "$1/d"; cp -a "$2/." "$1/d/"; else cp -a "$2" "$1/d"; fi
-            dd if=/dev/zero of="$1/filler" bs=4k status=none 2>/dev/null || true
+            if [ "$4" = inodes ]; then i=0; while touch "$1/i$i" 2>/dev/null; do i=$((i+1)); done
+            else dd if=/dev/zero of="$1/filler" bs=4k status=none 2>/dev/null || true; fi
             mount --bind "$1/d" "$2"
             """
-        let r = try runProcess("/bin/sh", ["-c", script, "sh", backing, target, directory ? "dir" : "file"])
+        let r = try runProcess("/bin/sh", ["-c", script, "sh", backing, target, directory ? "dir" : "file", inodes ? "inodes" : "blocks"])
         try #require(r.status == 0, "could not put a full tmpfs over \(target): \(r.stderr)")
         mounted = true
-        // Really full: a one-byte write fails.
+        // Really full: a one-byte file cannot be written (or, out of inodes, created).
         let probe = try runProcess("/bin/dd", ["if=/dev/zero", "of=\(backing)/probe", "bs=1", "count=1", "status=none"])
         try #require(probe.status != 0 && probe.stderr.contains("No space left on device"), "the tmpfs is not full: \(probe.stderr)")
     }
@@ -107,6 +109,48 @@ struct DiskFullTests {
         #expect(try exp.run("benchmark").status == 0)
         #expect(try exp.rows("train_run").count == 1)
         #expect(FileManager.default.fileExists(atPath: exp.root + "/workspace/traces/latest/\(train[0])/result.json"))
+    }
+
+    @Test("the scratch root out of inodes: no task is scored for what the supervisor could not set up; benchmark and gate fail (exit 5, the scratch root and ENOSPC), the gate ends as interrupted")
+    func scratchRoot() throws {
+        try requireRoot()
+        let temp = try TempDir()
+        // A scratch root must be on tmpfs: one of this test's own under /dev/shm.
+        let scratch = "/dev/shm/autoharness-test-" + String(UInt32.random(in: 0...UInt32.max), radix: 16)
+        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let exp = try Experiment(config: ["scratch": scratch])
+        try exp.setAgent(Agents.all)
+        let full = try FullMount(over: scratch, in: temp, inodes: true)
+        defer { full.release() }
+        for verb in ["benchmark", "gate"] {
+            let r = try exp.run(verb)
+            #expect(r.status == 5, "\(verb): \(r.status) \(r.stdout) \(r.stderr)")
+            #expect(r.stderr.contains("task scratch directory under \(scratch)") && r.stderr.contains("No space left on device"), "\(r.stderr)")
+        }
+        #expect(try exp.rows("train_run").isEmpty)
+        let attempts = try exp.rows("gate_attempt")
+        #expect(attempts.count == 1 && attempts.first?["reason"] as? String == "interrupted" && attempts.first?["valScore"] == nil, "\(attempts)")
+        full.release()
+        #expect(try exp.run("status", "--verify").status == 0)
+    }
+
+    @Test("the held-out page-cache journal: a held-out sandbox whose sources cannot be journaled does not start, and the gate fails (exit 5, the journal and ENOSPC) as interrupted, with no score")
+    func heldOutJournal() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        try exp.setAgent(Agents.all)
+        let journal = exp.root + "/.autoharness/held-out-sources"
+        _ = FileManager.default.createFile(atPath: journal, contents: nil)
+        let full = try FullMount(over: journal, in: exp.temp)
+        defer { full.release() }
+        let r = try exp.run("gate")
+        #expect(r.status == 5, "\(r.status) \(r.stdout) \(r.stderr)")
+        #expect(r.stderr.contains("page-cache journal \(journal): No space left on device (ENOSPC); the held-out sandbox was not started"), "\(r.stderr)")
+        let attempts = try exp.rows("gate_attempt")
+        #expect(attempts.count == 1 && attempts.first?["reason"] as? String == "interrupted" && attempts.first?["valScore"] == nil, "\(attempts)")
+        full.release()
+        #expect(try exp.run("status", "--verify").status == 0)
     }
 
     @Test("views: a gate's record and commit stand when its views cannot be written (exit 5, the view's path); status --verify calls them behind, and the next locked command repairs them")
