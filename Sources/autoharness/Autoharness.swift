@@ -35,7 +35,8 @@ struct Autoharness: ParsableCommand {
                    a refused request (held-out task ids, a spent budget)
               3    run: nothing left to do (a budget spent, a bound reached)
               4    another autoharness holds the experiment lock (its pid is named)
-              5    I/O or ledger error: disk full, EIO, an unreadable ledger
+              5    I/O or ledger error: disk full, EIO, an unreadable ledger (the path is
+                   named); run: stopped because a write failed
               124  sandbox exec: --timeout expired
               125  a sandbox could not be set up; sandbox exec: any failure of its own
               126  sandbox exec: the command cannot be executed (127: not found)
