@@ -169,11 +169,6 @@ struct BrokerPresenter: RunPresenter {
         }
     }
 
-    func benchmark(_ outcomes: [TaskOutcome]) -> String { Render.benchmark(outcomes) }
-    func gate(_ result: GateResult, config: ExperimentConfig) -> (text: String, exit: Int32) { Render.gate(result, config: config) }
-    func status(_ state: ExperimentState, config: ExperimentConfig, root: String, json: Bool) -> String {
-        Render.status(state, config: config, root: root, operator: false, json: json)
-    }
     func exitCode(for error: any Error) -> Int32 { Exit.code(for: error) }
 }
 

@@ -64,7 +64,7 @@ let tracingSolver = Agents.all + """
 /// The `×N` of the syscall violations recorded against agent.py during train runs.
 func trainPtraces(_ exp: Experiment) throws -> Int {
     try exp.rows("violation").filter { ($0["actor"] as? String) == "agent.py (train run)" && ($0["detail"] as? String ?? "").contains("ptrace") }
-        .map { RunLoop.count(in: $0["detail"] as? String ?? "") }.reduce(0, +)
+        .map { $0["count"] as? Int ?? 0 }.reduce(0, +)
 }
 
 @Suite("A full disk: every write path fails closed", .serialized)

@@ -91,9 +91,7 @@ public final class ExperimentSupervisor {
         var changed = false
         for open in s.openGates {
             changed = true
-            _ = try ledger.append(.gateAttempt, GateAttemptRecord(
-                attempt: open.attempt, agentSHA256: open.agentSHA256, accepted: false, reason: "interrupted",
-                suitePassed: 0, suiteTotal: 0, valScore: nil, bestBefore: nil, promoted: [], commit: nil, iteration: nil))
+            _ = try ledger.append(.gateAttempt, GateAttemptRecord.interrupted(attempt: open.attempt, agentSHA256: open.agentSHA256))
         }
         if let last = s.iterations.last, last.commit != "baseline" {
             let commits = s.gateAttempts.compactMap(\.commit)
@@ -242,7 +240,8 @@ public final class ExperimentSupervisor {
             if !refused.isEmpty {
                 _ = try ledger.append(.violation, ViolationRecord(
                     actor: actor, kind: "refused_task_ids",
-                    detail: "benchmark requested \(refused.count) id\(refused.count == 1 ? "" : "s") outside the train split: \(refused.prefix(20).joined(separator: ", "))\(refused.count > 20 ? ", …" : "")"))
+                    detail: "benchmark requested \(refused.count) id\(refused.count == 1 ? "" : "s") outside the train split: \(refused.prefix(20).joined(separator: ", "))\(refused.count > 20 ? ", …" : "")",
+                    count: 1))
                 throw ExperimentError(.refused, "not train tasks (unknown or held out): \(printable(refused.prefix(20).joined(separator: ", "), limit: 2000))\(refused.count > 20 ? " and \(refused.count - 20) more" : ""); nothing was run; this request was recorded")
             }
         }
@@ -327,9 +326,7 @@ public final class ExperimentSupervisor {
             // (recovery does the same if even this cannot be written), and what its
             // sandboxes did is recorded.
             if !recorded {
-                recordViolations([(.gateAttempt, GateAttemptRecord(
-                    attempt: attempt, agentSHA256: snap.sha256, accepted: false, reason: "interrupted", suitePassed: 0, suiteTotal: 0,
-                    valScore: nil, bestBefore: nil, promoted: [], commit: nil, iteration: nil))]
+                recordViolations([(.gateAttempt, GateAttemptRecord.interrupted(attempt: attempt, agentSHA256: snap.sha256))]
                     + violations(audit, during: "gate") + violations(heldOutAudit, during: "gate, held-out split", heldOut: true))
             }
             throw error
@@ -351,6 +348,7 @@ public final class ExperimentSupervisor {
 
         if rate < config.threshold {
             result.reason = "suite pass rate \(result.suitePassed)/\(result.suiteTotal) below threshold \(config.threshold)"
+            result.outcome = .suiteBelowThreshold
         } else {
             // (2) held-out test split: traces never persist, only rewards come back
             try beforeHeldOut()
@@ -364,6 +362,8 @@ public final class ExperimentSupervisor {
                 result.reason = needed > 0
                     ? "val_score did not beat the best accepted score by more than min_improvement \(String(format: "%.4f", needed))"
                     : "val_score did not beat the best accepted score"
+                result.outcome = .scoreNotImproved
+                result.requiredImprovement = needed > 0 ? needed : nil
             } else {
                 // (3) promotion: failing train tasks outside the suite, re-run
                 let candidates = split.train.filter { !s.suite.contains($0) && (s.latestTrainRewards[$0] ?? 0) < 0.5 }
@@ -372,6 +372,7 @@ public final class ExperimentSupervisor {
                 for o in promo where o.passed { lastResults[o.id] = o.reward }
                 result.accepted = true
                 result.reason = "accepted"
+                result.outcome = .accepted
             }
         }
 
@@ -524,7 +525,7 @@ public final class ExperimentSupervisor {
             counts[key, default: 0] += e.count ?? 1
         }
         return order.map { (.violation, ViolationRecord(actor: actor, kind: $0.hasPrefix("syscall") ? "syscall" : $0.hasPrefix("egress") ? "egress" : $0,
-                                                        detail: "\($0) ×\(counts[$0]!)", heldOut: heldOut ? true : nil)) }
+                                                        detail: "\($0) ×\(counts[$0]!)", heldOut: heldOut ? true : nil, count: counts[$0]!)) }
     }
 
     // MARK: - snapshots

@@ -24,14 +24,11 @@ public enum BrokerParse: Sendable {
     case invalid(String)
 }
 
-/// The CLI's half of the broker: argument parsing and output text, the same for the
-/// operator's terminal and the coding agent's client.
+/// The CLI's half of the broker: the command-line grammar and the exit-code table, so the
+/// sandbox's `autoharness` accepts and answers exactly as the CLI documents. What a reply
+/// says is `AgentText` of what `Disclosure` allows.
 public protocol RunPresenter: Sendable {
     func parse(_ argv: [String]) -> BrokerParse
-    func benchmark(_ outcomes: [TaskOutcome]) -> String
-    func gate(_ result: GateResult, config: ExperimentConfig) -> (text: String, exit: Int32)
-    /// The coding agent's view: only what `gate.disclosure` allows, no held-out violations.
-    func status(_ state: ExperimentState, config: ExperimentConfig, root: String, json: Bool) -> String
     /// The exit status a failed request answers with (the CLI's table).
     func exitCode(for error: any Error) -> Int32
 }
@@ -357,7 +354,7 @@ public final class RunLoop: @unchecked Sendable {
                 let v = try r.decode(ViolationRecord.self)
                 let key = v.actor + "\u{1F}" + v.kind
                 if counts[key] == nil { order.append((v.actor, v.kind)) }
-                counts[key, default: 0] += Self.count(in: v.detail)
+                counts[key, default: 0] += v.occurrences
             }
             return RunReport(runID: runID, resumed: resumed, reason: reason, failed: stopLock.withLock { stopFailed },
                              ioFailure: stopLock.withLock { ioFailure }, endRecorded: endRecorded, nothingLeft: nothingLeft,
@@ -366,12 +363,6 @@ public final class RunLoop: @unchecked Sendable {
                              violations: order.map { ($0.0, $0.1, counts[$0.0 + "\u{1F}" + $0.1]!) }, agentLog: agentLogPath, auditLog: auditPath)
         }
         return end
-    }
-
-    /// The `×N` a violation's detail ends with (1 if none).
-    public static func count(in detail: String) -> Int {
-        guard let r = detail.range(of: " ×", options: .backwards), let n = Int(detail[r.upperBound...]) else { return 1 }
-        return n
     }
 
     static func newRunID() -> String {
@@ -664,14 +655,14 @@ public final class RunLoop: @unchecked Sendable {
             do {
                 switch verb {
                 case .status(let json):
-                    return BrokerReply(stdout: presenter.status(try supervisor.state(), config: config, root: "/work", json: json), exit: 0)
+                    return BrokerReply(stdout: AgentText.status(Disclosure.agentStatus(try supervisor.state(), config: config), root: "/work", json: json), exit: 0)
                 case .benchmark(let ids):
                     let (snap, notice) = try candidate()
                     // The same bytes benchmarked again show nothing new: a repeat, not progress.
                     let repeated = try supervisor.state().trainRuns.contains { $0.agentSHA256 == snap.sha256 }
                     let outcomes = try supervisor.runBenchmark(taskIDs: ids, actor: "coding agent", agent: snap)
                     if !repeated { progressThisStart = true }
-                    return BrokerReply(stdout: presenter.benchmark(outcomes), stderr: notice, exit: 0)
+                    return BrokerReply(stdout: AgentText.benchmark(outcomes), stderr: notice, exit: 0)
                 case .gate:
                     return try gate()
                 }
@@ -694,7 +685,7 @@ public final class RunLoop: @unchecked Sendable {
         }
         let (snap, notice) = try candidate()
         let s = try supervisor.state()
-        if let earlier = s.gateAttempts.last(where: { $0.agentSHA256 == snap.sha256 && $0.reason != "interrupted" }) {
+        if let earlier = s.gateAttempts.last(where: { $0.agentSHA256 == snap.sha256 && $0.verdict != .interrupted }) {
             violation("repeat_gate", "gate requested for an agent.py already judged in attempt \(earlier.attempt) (sha256 \(snap.sha256.prefix(12)))")
             return BrokerReply(stderr: "autoharness: refused: this exact agent.py was already judged (gate attempt \(earlier.attempt), \(earlier.accepted ? "accepted" : "rejected")); change it before gating again; this request was recorded\n", exit: 2)
         }
@@ -765,7 +756,7 @@ public final class RunLoop: @unchecked Sendable {
                 extra = "agent/agent.py was restored to the last accepted version (iteration \(last.iteration)); gate.on_reject: revert\n"
             }
         }
-        let (text, code) = presenter.gate(r, config: config)
+        let (text, code) = AgentText.gate(Disclosure.gate(r, config: config))
         if let why = budgetSpent() {
             requestStopAfterReply(why)
             extra += "this was the run's last gate: \(why)\n"
@@ -900,7 +891,7 @@ public final class RunLoop: @unchecked Sendable {
             }
         }
         do {
-            try append([(.violation, ViolationRecord(actor: "coding agent", kind: kind, detail: detail))])
+            try append([(.violation, ViolationRecord(actor: "coding agent", kind: kind, detail: detail, count: 1))])
         } catch {
             recordingFailed("a violation (\(kind): \(detail))", error)
         }
@@ -914,7 +905,7 @@ public final class RunLoop: @unchecked Sendable {
         for (kind, n) in counted.sorted(by: { $0.key < $1.key }) {
             let detail = "\(n) more refused request\(n == 1 ? "" : "s") of this kind within a minute (over \(Self.refusalsPerMinute) a minute are counted, not recorded one by one)"
             do {
-                try append([(.violation, ViolationRecord(actor: "coding agent", kind: kind, detail: detail))])
+                try append([(.violation, ViolationRecord(actor: "coding agent", kind: kind, detail: detail, count: n))])
             } catch {
                 recordingFailed("a violation (\(kind): \(detail))", error)
             }
@@ -954,7 +945,7 @@ public final class RunLoop: @unchecked Sendable {
         var items: [(RecordKind, any Encodable)] = []
         for k in order {
             let c = counts[k]!
-            items.append((.violation, ViolationRecord(actor: "coding agent", kind: c.kind, detail: "\(c.detail) ×\(c.n)")))
+            items.append((.violation, ViolationRecord(actor: "coding agent", kind: c.kind, detail: "\(c.detail) ×\(c.n)", count: c.n)))
             settings.log("violation by the coding agent: \(c.detail) ×\(c.n)")
         }
         if !items.isEmpty {

@@ -66,7 +66,7 @@ public enum Report {
                 kinds.append(k)
                 series[k] = [(0, 0)]
             }
-            counts[k, default: 0] += Double(RunLoop.count(in: v.record.detail))
+            counts[k, default: 0] += Double(v.record.occurrences)
             series[k]!.append((Double(i + 1), counts[k]!))
         }
         let vMax = Self.countAxis(counts.values.max() ?? 1)
