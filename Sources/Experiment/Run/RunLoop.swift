@@ -24,15 +24,6 @@ public enum BrokerParse: Sendable {
     case invalid(String)
 }
 
-/// The CLI's half of the broker: the command-line grammar and the exit-code table, so the
-/// sandbox's `autoharness` accepts and answers exactly as the CLI documents. What a reply
-/// says is `AgentText` of what `Disclosure` allows.
-public protocol RunPresenter: Sendable {
-    func parse(_ argv: [String]) -> BrokerParse
-    /// The exit status a failed request answers with (the CLI's table).
-    func exitCode(for error: any Error) -> Int32
-}
-
 public struct RunSettings: Sendable {
     /// Overrides `coding_agent.command`.
     public var agentCommand: [String]?
@@ -94,7 +85,6 @@ public struct RunReport: Sendable {
 public final class RunLoop: @unchecked Sendable {
     let supervisor: ExperimentSupervisor
     let settings: RunSettings
-    let presenter: RunPresenter
     var config: ExperimentConfig { supervisor.config }
     var layout: ExperimentLayout { supervisor.layout }
 
@@ -153,10 +143,9 @@ public final class RunLoop: @unchecked Sendable {
     var brokerDirectory: String { layout.brokerDirectory }
     var historyDirectory: String { runDirectory + "/history" }
 
-    public init(supervisor: ExperimentSupervisor, settings: RunSettings, presenter: RunPresenter) {
+    public init(supervisor: ExperimentSupervisor, settings: RunSettings) {
         self.supervisor = supervisor
         self.settings = settings
-        self.presenter = presenter
         supervisor.log = settings.log  // external tools' alive lines, for the operator
     }
 
@@ -636,7 +625,7 @@ public final class RunLoop: @unchecked Sendable {
             }
             let shown = printable(argv.joined(separator: " "))
             let verb: BrokerVerb
-            switch presenter.parse(argv) {
+            switch BrokerGrammar.parse(argv) {
             case .help(let text): return BrokerReply(stdout: text, exit: 0)
             case .invalid(let why):
                 violation("refused_request", "`autoharness \(shown)`: \(printable(why))")
@@ -667,10 +656,10 @@ public final class RunLoop: @unchecked Sendable {
                     return try gate()
                 }
             } catch {
-                let code = presenter.exitCode(for: error)
+                let code = Exit.code(for: error)
                 // Fail closed: a write of the supervisor's that failed (a full disk, an I/O
                 // error, the ledger) stops the run; nothing goes on that could not be kept.
-                guard code == Self.ioExit else { return BrokerReply(stderr: "autoharness: \(error)\n", exit: code) }
+                guard code == Exit.ioError else { return BrokerReply(stderr: "autoharness: \(error)\n", exit: code) }
                 writeFailed("`autoharness \(shown)` for the coding agent", "\(error)", afterReply: true)
                 return BrokerReply(stderr: "autoharness: \(error)\nautoharness: the run is stopping\n", exit: code)
             }
@@ -861,9 +850,6 @@ public final class RunLoop: @unchecked Sendable {
         stopLock.withLock { if ioFailure == nil { ioFailure = "\(error)" } }
         requestStop("the ledger could not be written (\(error))", failed: true)
     }
-
-    /// The exit status of an I/O or ledger error in the CLI's table.
-    static let ioExit: Int32 = 5
 
     /// Fail closed: a write of the supervisor's failed (`failure` names the path and the
     /// error), so the coding agent is stopped and the run ends, with exit status 5.
