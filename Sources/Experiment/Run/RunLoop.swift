@@ -97,6 +97,8 @@ public final class RunLoop: @unchecked Sendable {
     private var ioFailure: String?
     /// The stop is for want of anything left to do (`RunReport.nothingLeft`).
     private var stopNothingLeft = false
+    /// The run's end row is in the ledger (`run()` must not add a second).
+    private var endAppended = false
     private var agentSignal: Int32 = -1
     private var agentGeneration = 0
 
@@ -215,9 +217,11 @@ public final class RunLoop: @unchecked Sendable {
         } catch {
             // Whatever stopped the loop itself, the run's end is recorded if the ledger takes it.
             stopLock.withLock { if stopReason == nil { stopReason = "stopped by an error: \(error)" } }
-            _ = try? work.withLock {
-                try append([(.runEnded, RunEndedRecord(runID: runID, reason: stopping ?? "stopped", gates: gates, accepted: accepted,
-                                                       agentStarts: agentStarts, nothingLeft: nil))])
+            if !endAppended {
+                _ = try? work.withLock {
+                    try append([(.runEnded, RunEndedRecord(runID: runID, reason: stopping ?? "stopped", gates: gates, accepted: accepted,
+                                                           agentStarts: agentStarts, nothingLeft: nil))])
+                }
             }
             throw error
         }
@@ -326,6 +330,7 @@ public final class RunLoop: @unchecked Sendable {
             do {
                 try append([(.runEnded, RunEndedRecord(runID: runID, reason: reason, gates: gates, accepted: accepted, agentStarts: agentStarts,
                                                        nothingLeft: nothingLeft ? true : nil))])
+                endAppended = true
             } catch {
                 // The report still goes out (on stderr); the next `run` resumes this one.
                 settings.log("could not record the end of run \(runID): \(error)")
