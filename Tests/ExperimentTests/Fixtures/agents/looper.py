@@ -1,6 +1,7 @@
 """A coding agent that never stops asking: each round saves a new agent.py (a solver variant
 plus a comment no earlier round wrote, so no gate is a repeat), then asks for BENCHMARKS
-benchmarks of one train task, STATUS status requests and a gate, until the run stops it.
+benchmarks of one train task, STATUS status requests and a gate, until the run stops it (a
+request answered 3, "the run is stopping", ends it).
 For scripts/chaos (which kills the supervisor in the middle of these requests) and
 scripts/bench-soak (which counts them). Before each request it prints `REQ n verb`, after it
 `DONE n verb exit`, so both can tell where the supervisor was.
@@ -25,6 +26,8 @@ def ah(*args):
     print(f"REQ {requests} {args[0]}", flush=True)
     r = subprocess.run(["autoharness", *args], capture_output=True, text=True)
     print(f"DONE {requests} {args[0]} {r.returncode}", flush=True)
+    if r.returncode == 3:  # the run is stopping: nothing more will be run
+        sys.exit(0)
     return r
 
 
