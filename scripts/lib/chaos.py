@@ -100,9 +100,13 @@ class Chaos:
         self.landed = {op: {} for op in OPS}
         self.swept = {}
         self.prepared_experiments = 0
+        # Prepared experiments no gate has been accepted on: a gate there with a solver is
+        # accepted, so its kill can land in promotion, commit or publication.
+        self.fresh = []
         self.logs = self.tmp + "/logs"
         os.mkdir(self.logs)
         self.serial = 0
+        self.compared = 0
 
     # running autoharness
 
@@ -176,11 +180,19 @@ class Chaos:
             raise Failure(f"status --verify {when}: views still behind after the next start: {report['behind_views']}")
         return report
 
-    def check_ledger(self, exp, when, quiescent):
-        problems, n = self.trackers[exp].check(quiescent)
-        if problems:
-            raise Failure(f"ledger {exp} {when}: " + "; ".join(problems[:10]))
-        return n
+    def check_ledgers(self, when, killed=None):
+        """Checks every ledger (the one of `killed` not yet quiescent: a gate may be open);
+        returns the rows of `killed`'s (or of all)."""
+        rows = 0
+        for exp, tracker in self.trackers.items():
+            if not os.path.exists(tracker.path):
+                continue
+            problems, n = tracker.check(quiescent=exp != killed)
+            if problems:
+                raise Failure(f"ledger {exp} {when}: " + "; ".join(problems[:10]))
+            self.compared += n
+            rows += n if killed in (None, exp) else 0
+        return rows
 
     # one kill
 
@@ -197,12 +209,11 @@ class Chaos:
 
     def kill(self, p):
         """SIGKILL now; then what the dead supervisor's tree still runs (re-parented to this
-        script, its subreaper) is tracked too."""
+        script, its subreaper) is tracked too. False if p had ended by itself just before."""
         os.kill(p.pid, signal.SIGKILL)
         p.wait()
-        if p.returncode != -signal.SIGKILL:
-            raise Failure(f"the supervisor ended with {p.returncode}, not by the kill")
         self.scope.tracked.update(leaks.descendants(os.getpid()))
+        return p.returncode == -signal.SIGKILL
 
     def delay(self, op):
         return self.rng.uniform(0, self.estimate[op])
@@ -215,22 +226,28 @@ class Chaos:
             t0 = time.monotonic()
             p = start()
             d = self.delay(op)
-            if self.sleep_tracking(p, d):
-                self.kill(p)
+            if self.sleep_tracking(p, d) and self.kill(p):
                 return d
             self.finish(p, allowed, op)
             self.estimate[op] = 0.5 * (self.estimate[op] + time.monotonic() - t0)
         raise Failure(f"five {op}s in a row ended before the kill")
 
     def op_gate(self, exp, n):
+        op = "gate"
+        if self.fresh and self.rng.random() < 0.5:
+            exp, op = self.fresh.pop(0), "accepted gate"
+
         def start():
-            self.set_agent(exp, self.rng.randrange(1 << 30))
+            # On a fresh experiment the solver of both operations (variant 2) is accepted.
+            self.set_agent(exp, 3 * self.rng.randrange(1 << 30) + (2 if op == "accepted gate" else 0))
             return self.start(exp, "gate")
-        d = self.kill_within("gate", start, {0, 1})
+        d = self.kill_within(op, start, {0, 1})
         kinds = [r[1] for r in ledgercheck.rows(exp + "/.autoharness/ledger.sqlite")]
         opened = kinds.count("gate_started") > kinds.count("gate_attempt")
         phase = "gate open in the ledger" if opened else "before its start row" if kinds[-1] != "gate_attempt" else "outcome recorded"
-        return Kill(d, phase, lambda: self.run(exp, "gate", allowed=(0, 1)))
+        if op == "accepted gate":
+            phase = "accepting: " + phase
+        return Kill(d, phase, lambda: self.run(exp, "gate", allowed=(0, 1)), exp)
 
     def op_prepare(self, exp, n):
         made = []
@@ -243,7 +260,12 @@ class Chaos:
         exp = made[-1]
         prepared = "split" in [r[1] for r in ledgercheck.rows(exp + "/.autoharness/ledger.sqlite")]
         phase = "after its record" if prepared else "before its record"
-        return Kill(d, phase, (lambda: self.run(exp, "benchmark", "--task-ids", self.train_id(exp))) if prepared else (lambda: self.run(exp, "prepare")), exp)
+
+        def restart():
+            took = self.run(exp, "benchmark", "--task-ids", self.train_id(exp)) if prepared else self.run(exp, "prepare")
+            self.fresh.append(exp)
+            return took
+        return Kill(d, phase, restart, exp)
 
     def agent_log(self, exp):
         try:
@@ -253,27 +275,26 @@ class Chaos:
             return ""
 
     def op_benchmark_request(self, exp, n):
-        seen = len(self.agent_log(exp))
-        p = self.start(exp, "run")
-        deadline = time.monotonic() + 120
-        req = None
-        while req is None:
-            if p.poll() is not None:
-                self.finish(p, {0, 3}, "run")
-                p, seen = self.start(exp, "run"), len(self.agent_log(exp))
-            for line in self.agent_log(exp)[seen:].splitlines():
-                if line.startswith("REQ ") and line.endswith(" benchmark"):
-                    req = line.split()[1]
+        deadline = time.monotonic() + 300
+        while True:
+            seen = len(self.agent_log(exp))
+            p = self.start(exp, "run")
+            req = None
+            while req is None and p.poll() is None:
+                for line in self.agent_log(exp)[seen:].splitlines():
+                    if line.startswith("REQ ") and line.endswith(" benchmark"):
+                        req = line.split()[1]
+                        break
+                self.scope.track_tree(p.pid)
+                time.sleep(0.005)
+            if req is not None:
+                d = self.delay("benchmark request")
+                if self.sleep_tracking(p, d) and self.kill(p):
                     break
+            # The run ended (its gate budget spent) before a request or the kill: again.
+            self.finish(p, {0, 3}, "run")
             if time.monotonic() > deadline:
-                raise Failure("no benchmark request from the coding agent within 120 s")
-            self.scope.track_tree(p.pid)
-            time.sleep(0.005)
-        d = self.delay("benchmark request")
-        self.sleep_tracking(p, d)
-        if p.poll() is not None:
-            raise Failure("run ended during a benchmark request")
-        self.kill(p)
+                raise Failure("no benchmark request of the coding agent could be killed in 300 s")
         answered = any(line.startswith(f"DONE {req} benchmark 0") for line in self.agent_log(exp)[seen:].splitlines())
         return Kill(d, "answered before the kill" if answered else "unanswered", lambda: self.run(exp, "run", allowed=(0, 3)))
 
@@ -308,9 +329,8 @@ class Chaos:
                         seen += 1
                         if seen == k:
                             break
-            if p.poll() is not None:
+            if p.poll() is not None or not self.kill(p):
                 raise Failure(f"the benchmark ended before its publish's event {k}; see {p.log}.err")
-            self.kill(p)
             d = time.monotonic() - t0
         finally:
             watch.close()
@@ -326,6 +346,8 @@ class Chaos:
         """One uninterrupted run of each operation: the kill delays are drawn from these."""
         prep = self.new_experiment("measure-prepare")
         self.estimate["prepare"] = self.run(prep, "prepare")
+        self.set_agent(prep, 2)
+        self.estimate["accepted gate"] = self.run(prep, "gate")
         self.set_agent(exp, 1)
         self.estimate["gate"] = self.run(exp, "gate", allowed=(0, 1))
         publishes = [self.publish_duration(exp) for _ in range(3)]
@@ -352,7 +374,7 @@ class Chaos:
         self.estimate["benchmark request"] = max(reqs)
         for e in (exp, prep):
             self.verify(e, "after the measurements", True)
-            self.check_ledger(e, "after the measurements", True)
+        self.check_ledgers("after the measurements")
         found = leaks.wait_clean(self.scope)
         if found:
             raise Failure(f"leftovers before any kill: {found[:10]}")
@@ -399,16 +421,17 @@ class Chaos:
             self.landed[op][k.phase] = self.landed[op].get(k.phase, 0) + 1
             # Before the next start: the record is whole (views may be behind).
             self.verify(exp, f"after kill {i} ({op})", False)
-            self.check_ledger(exp, f"after kill {i} ({op})", False)
+            self.check_ledgers(f"after kill {i} ({op})", killed=exp)
             left = self.scope.find()
             for kind, _ in left:
                 self.swept[kind] = self.swept.get(kind, 0) + 1
             # The next start, to the end of what was cut off; then nothing may be left.
             took = k.restart()
-            if op == "gate":  # gates grow longer as the suite grows
+            if op == "gate" and exp == main:  # gates grow longer as the suite grows
                 self.estimate[op] = 0.5 * self.estimate[op] + 0.5 * took
             self.verify(exp, f"after the start following kill {i} ({op})", True)
-            rows = self.check_ledger(exp, f"after the start following kill {i} ({op})", True)
+            self.check_ledgers(f"after the start following kill {i} ({op})")
+            rows = len(self.trackers[exp].seen)
             found = leaks.wait_clean(self.scope)
             if found:
                 raise Failure(f"after the start following kill {i} ({op}), left over: " + "; ".join(f"{k}: {w}" for k, w in found[:20]))
@@ -420,7 +443,8 @@ class Chaos:
             if self.landed[op]:
                 say(f"  {op}: " + ", ".join(f"{k} {v}" for k, v in sorted(self.landed[op].items())))
         say(f"  swept by the next starts: {leaks.summarize([(k, None) for k, n in self.swept.items() for _ in range(n)])}; "
-            f"{len(self.trackers)} ledgers; {time.monotonic() - t_start:.0f} s")
+            f"{time.monotonic() - t_start:.0f} s")
+        say(f"  {self.compared} row comparisons in {len(self.trackers)} ledgers")
         say(f"{self.args.kills} kills ({by_op}), {total} rows checked, leaks found: 0")
 
 
@@ -453,8 +477,16 @@ def main():
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--self-test", action="store_true")
+    ap.add_argument("--time-limit", type=int, default=0, help="fail after this many seconds (0: none)")
     ap.add_argument("--bin", required=True)
     args = ap.parse_args()
+
+    def stop(signum, _):
+        raise Failure(f"time limit of {args.time_limit} s reached" if signum == signal.SIGALRM else f"stopped by signal {signum}")
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGALRM, stop)
+    if args.time_limit:
+        signal.alarm(args.time_limit)
     if args.seed is None:
         args.seed = int.from_bytes(os.urandom(4), "little")
     say(f"seed {args.seed} (rerun with --seed {args.seed}), binary {args.bin}")
@@ -475,6 +507,7 @@ def main():
     except KeyboardInterrupt:
         print("chaos: interrupted", file=sys.stderr, flush=True)
     finally:
+        signal.alarm(0)
         problems = leaks.cleanup(c.scope)
         if problems:
             print("chaos: could not remove: " + "; ".join(problems), file=sys.stderr)
