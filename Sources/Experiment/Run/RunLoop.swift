@@ -143,7 +143,7 @@ public final class RunLoop: @unchecked Sendable {
     var stagingPath: String { runDirectory + "/agent" }
     var homePath: String { runDirectory + "/home" }
     var brokerDirectory: String { layout.brokerDirectory }
-    var historyDirectory: String { runDirectory + "/history" }
+    var historyDirectory: String { layout.historyDirectory }
 
     public init(supervisor: ExperimentSupervisor, settings: RunSettings) {
         self.supervisor = supervisor
