@@ -103,11 +103,11 @@ struct KillTests {
 
         // Not removed: this process's own, a directory and a link with such names, other names.
         let own = ".suite.json.tmp-\(getpid())-abc"
-        FileManager.default.createFile(atPath: dir.file(own), contents: nil)
+        #expect(FileManager.default.createFile(atPath: dir.file(own), contents: nil))
         try FileManager.default.createDirectory(atPath: dir.file(".x.tmp-1-a"), withIntermediateDirectories: false)
         try FileManager.default.createSymbolicLink(atPath: dir.file(".y.tmp-1-a"), withDestinationPath: view)
         for other in [".notes.tmp", ".z.tmp-1-ABC", "z.tmp-1-a", ".tmp-1-a", ".z.tmp-0-a", ".z.tmp-1-"] {
-            FileManager.default.createFile(atPath: dir.file(other), contents: nil)
+            #expect(FileManager.default.createFile(atPath: dir.file(other), contents: nil))
         }
         let before = try dir.entries()
         #expect(AtomicFile.removeTemporaries(in: dir.path) == left)

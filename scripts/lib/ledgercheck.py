@@ -41,7 +41,9 @@ class Tracker:
             if now is None:
                 problems.append(f"row {seq} ({old[1]}) was lost")
             elif now != old:
-                problems.append(f"row {seq} ({old[1]}) changed: {old[3][:80]} -> {now[3][:80]}")
+                diff = next((i for i, (a, b) in enumerate(zip(old, now)) if a != b), 0)
+                field = ["seq", "kind", "time", "payload", "prev_hash", "hash"][diff]
+                problems.append(f"row {seq} ({old[1]}) changed its {field}: {str(old[diff])[-60:]!r} -> {str(now[diff])[-60:]!r}")
         prev = GENESIS
         for i, (seq, kind, time, payload, prev_hash, h) in enumerate(current, start=1):
             if seq != i:
