@@ -268,8 +268,10 @@ struct RunDiskFullTests {
     func snapshotDuringRun() throws {
         try requireRoot()
         let exp = try Experiment()
+        // SIGTERM ignored (its print must not race the stop); the SIGKILL after it ends it.
         try exp.configureRun(command: ["python3", "-c", """
-            import os, subprocess, time
+            import os, signal, subprocess, time
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
             while not os.path.exists('/home/agent/go'): time.sleep(0.05)
             with open('/work/agent/agent.py', 'a') as f: f.write('\\n# changed\\n')
             r = subprocess.run(['autoharness', 'gate'], capture_output=True, text=True)
@@ -301,8 +303,11 @@ struct RunDiskFullTests {
     func auditDuringRun() throws {
         try requireRoot()
         let exp = try Experiment()
+        // SIGTERM ignored: the stop's SIGTERM races the print after the refused call; the
+        // SIGKILL 5 s later ends the agent long before it could print STILL RUNNING.
         try exp.configureRun(command: ["python3", "-c", """
-            import ctypes, os, time
+            import ctypes, os, signal, time
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
             while not os.path.exists('/home/agent/go'): time.sleep(0.05)
             ctypes.CDLL(None).syscall(101, 0, 0, 0, 0)
             print('REFUSED' + '-CALL-MADE', flush=True)
