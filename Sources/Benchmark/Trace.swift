@@ -65,6 +65,12 @@ enum TraceJSON {
 /// Train traces as the supervisor keeps them in the workspace: every failure is an error
 /// naming the path and errno (the directory is the supervisor's, so a failure is its own).
 public enum TraceFiles {
+    /// `mkdir -p` (new directories get exactly `mode`), with the path and errno in the error.
+    /// Also what holds snapshots: the same directories-of-the-supervisor rule.
+    public static func makeDirectories(_ path: String, mode: mode_t = 0o755) throws(BenchmarkError) {
+        if let e = FileSystem.makeDirectories(path, mode: mode) { throw BenchmarkError(.io, "\(path): \(ErrnoName.describe(e))") }
+    }
+
     /// Removes a task's trace directory; nothing to do if it is not there.
     public static func remove(_ directory: String) throws(BenchmarkError) {
         if let problem = FileSystem.removeTree(directory).first {

@@ -67,6 +67,14 @@ func trainPtraces(_ exp: Experiment) throws -> Int {
         .map { $0["count"] as? Int ?? 0 }.reduce(0, +)
 }
 
+/// The one gate of `exp` ended as interrupted with no score; once `full` is gone the ledger verifies.
+func expectInterruptedGate(_ exp: Experiment, then full: FullMount) throws {
+    let attempts = try exp.rows("gate_attempt")
+    #expect(attempts.count == 1 && attempts.first?["reason"] as? String == "interrupted" && attempts.first?["valScore"] == nil, "\(attempts)")
+    full.release()
+    #expect(try exp.run("status", "--verify").status == 0)
+}
+
 @Suite("A full disk: every write path fails closed", .serialized)
 struct DiskFullTests {
     @Test("snapshots: gate and benchmark fail before anything is counted, naming the snapshot and ENOSPC (exit 5); afterwards the gate runs")
@@ -129,10 +137,7 @@ struct DiskFullTests {
             #expect(r.stderr.contains("task scratch directory under \(scratch)") && r.stderr.contains("No space left on device"), "\(r.stderr)")
         }
         #expect(try exp.rows("train_run").isEmpty)
-        let attempts = try exp.rows("gate_attempt")
-        #expect(attempts.count == 1 && attempts.first?["reason"] as? String == "interrupted" && attempts.first?["valScore"] == nil, "\(attempts)")
-        full.release()
-        #expect(try exp.run("status", "--verify").status == 0)
+        try expectInterruptedGate(exp, then: full)
     }
 
     @Test("the held-out page-cache journal: a held-out sandbox whose sources cannot be journaled does not start, and the gate fails (exit 5, the journal and ENOSPC) as interrupted, with no score")
@@ -147,10 +152,7 @@ struct DiskFullTests {
         let r = try exp.run("gate")
         #expect(r.status == 5, "\(r.status) \(r.stdout) \(r.stderr)")
         #expect(r.stderr.contains("page-cache journal \(journal): No space left on device (ENOSPC); the held-out sandbox was not started"), "\(r.stderr)")
-        let attempts = try exp.rows("gate_attempt")
-        #expect(attempts.count == 1 && attempts.first?["reason"] as? String == "interrupted" && attempts.first?["valScore"] == nil, "\(attempts)")
-        full.release()
-        #expect(try exp.run("status", "--verify").status == 0)
+        try expectInterruptedGate(exp, then: full)
     }
 
     @Test("views: a gate's record and commit stand when its views cannot be written (exit 5, the view's path); status --verify calls them behind, and the next locked command repairs them")

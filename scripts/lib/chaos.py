@@ -508,15 +508,22 @@ def main():
         print("chaos: interrupted", file=sys.stderr, flush=True)
     finally:
         signal.alarm(0)
-        problems = leaks.cleanup(c.scope)
-        if problems:
-            print("chaos: could not remove: " + "; ".join(problems), file=sys.stderr)
-            ok = False
-        if args.keep or not ok:
-            say(f"kept {c.tmp} (logs in {c.logs})")
-        else:
-            shutil.rmtree(c.tmp, ignore_errors=True)
+        ok = finish(c, "chaos", ok, args.keep)
     sys.exit(0 if ok else 1)
+
+
+def finish(c, name, ok, keep):
+    """Removes what the run left (its cgroups, processes, mounts) and its directory, unless it
+    failed or `keep`; returns whether everything went well."""
+    problems = leaks.cleanup(c.scope)
+    if problems:
+        print(f"{name}: could not remove: " + "; ".join(problems), file=sys.stderr)
+        ok = False
+    if keep or not ok:
+        print(f"{name}: kept {c.tmp} (logs in {c.logs})", flush=True)
+    else:
+        shutil.rmtree(c.tmp, ignore_errors=True)
+    return ok
 
 
 def ledger_self_test(c, exp):

@@ -4,7 +4,6 @@ scripts/bench-soak for usage."""
 import argparse
 import json
 import os
-import shutil
 import signal
 import sqlite3
 import statistics
@@ -81,14 +80,7 @@ def main():
     except chaos.Failure as e:
         print(f"bench-soak: FAILED: {e}", file=sys.stderr, flush=True)
     finally:
-        problems = leaks.cleanup(c.scope)
-        if problems:
-            print("bench-soak: could not remove: " + "; ".join(problems), file=sys.stderr)
-            ok = False
-        if args.keep or not ok:
-            print(f"bench-soak: kept {c.tmp}")
-        else:
-            shutil.rmtree(c.tmp, ignore_errors=True)
+        ok = chaos.finish(c, "bench-soak", ok, args.keep)
     sys.exit(0 if ok else 1)
 
 

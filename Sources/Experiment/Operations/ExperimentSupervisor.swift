@@ -251,12 +251,12 @@ public final class ExperimentSupervisor {
         let audit = RunAudit()
         var recorded = false
         do {
-            try Self.makeDirectories(layout.latestTraces)
+            try TraceFiles.makeDirectories(layout.latestTraces)
             for t in tasks { try TraceFiles.remove(layout.latestTraces + "/" + TraceName.encode(t)) }
             let outcomes = try run(tasks, agent: snap.directory, audit: audit, oracle: oracle,
                                    traces: { [layout] in layout.latestTraces + "/" + TraceName.encode($0) })
             if firstRun {
-                try Self.makeDirectories(layout.baselineTraces)
+                try TraceFiles.makeDirectories(layout.baselineTraces)
                 for t in tasks {
                     let dst = layout.baselineTraces + "/" + TraceName.encode(t)
                     try TraceFiles.remove(dst)
@@ -285,17 +285,6 @@ public final class ExperimentSupervisor {
     func recordViolations(_ items: [(RecordKind, any Encodable)]) {
         guard !items.isEmpty else { return }
         if (try? ledger.appendAll(items)) == nil { log?("the violations of the failed operation could not be recorded either") }
-    }
-
-    /// `mkdir -p` with errors naming the path and errno.
-    static func makeDirectories(_ path: String, mode: mode_t = 0o755) throws {
-        var current = ""
-        for component in path.split(separator: "/") {
-            current += "/" + component
-            guard mkdir(current, mode) == 0 || errno == EEXIST else {
-                throw ExperimentError(.io, "\(current): \(ErrnoName.describe(errno))")
-            }
-        }
     }
 
     // MARK: - gate
@@ -559,11 +548,13 @@ public final class ExperimentSupervisor {
         let sha = SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined()
         let dir = layout.snapshotDirectory(sha256: sha)
         if access(dir + "/agent.py", F_OK) != 0 {
-            try Self.makeDirectories(dir)
             do {
+                try TraceFiles.makeDirectories(dir)
                 try AtomicFile.write(bytes, to: dir + "/agent.py", mode: 0o644)
+            } catch let e as LedgerError {
+                throw ExperimentError(.io, "snapshot \(dir)/agent.py: \(e.errno.map(ErrnoName.describe) ?? e.message)")
             } catch {
-                throw ExperimentError(.io, "snapshot \(dir)/agent.py: \(error.errno.map(ErrnoName.describe) ?? error.message)")
+                throw ExperimentError(.io, "snapshot \(error)")
             }
         }
         return Snapshot(sha256: sha, directory: dir)

@@ -23,10 +23,11 @@ public enum GateOutcome: String, Codable, CaseIterable, Sendable {
     /// The outcome of a record written before outcomes were recorded, from its reason text
     /// (the only place that text is read).
     init(legacyReason reason: String, accepted: Bool) {
-        if accepted { self = .accepted } else if reason == "interrupted" { self = .interrupted } else if reason.hasPrefix("suite pass rate") {
-            self = .suiteBelowThreshold
-        } else {
-            self = .scoreNotImproved
+        switch (accepted, reason) {
+        case (true, _): self = .accepted
+        case (false, "interrupted"): self = .interrupted
+        case (false, let r) where r.hasPrefix("suite pass rate"): self = .suiteBelowThreshold
+        default: self = .scoreNotImproved
         }
     }
 }
