@@ -1,0 +1,37 @@
+import Foundation
+import Testing
+
+@testable import SandboxPolicy
+
+@Suite("policy files parsed once per process")
+struct ComposedYAMLTests {
+    static let policy = """
+        # composed-cache test
+        filesystem:
+          mounts:
+            - rw: "{workdir}:/app"
+        limits:
+          pids: 64
+        """
+
+    @Test("loading one file again with other placeholder values reuses its tree and still fills in each load's values")
+    func reusedTreeKeepsPlaceholdersPerLoad() throws {
+        let dir = try PolicyDirectory(["p.yaml": Self.policy])
+        let first = try dir.load("p", variables: ["workdir": "/scratch/aaaa/app"])
+        #expect(ComposedYAML.contains(Self.policy))
+        let second = try dir.load("p", variables: ["workdir": "/scratch/bbbb/app"])
+        #expect(first.mounts == [MountSpec(kind: .readWrite(source: "/scratch/aaaa/app"), destination: "/app")])
+        #expect(second.mounts == [MountSpec(kind: .readWrite(source: "/scratch/bbbb/app"), destination: "/app")])
+    }
+
+    @Test("a file changed in any byte is parsed afresh: the cache is keyed by the whole text")
+    func changedFileIsReparsed() throws {
+        let dir = try PolicyDirectory(["p.yaml": Self.policy])
+        #expect(try dir.load("p", variables: ["workdir": "/w"]).limits.pids == 64)
+        try dir.write("p.yaml", Self.policy.replacingOccurrences(of: "pids: 64", with: "pids: 65"))
+        #expect(try dir.load("p", variables: ["workdir": "/w"]).limits.pids == 65)
+        try dir.write("p.yaml", Self.policy.replacingOccurrences(of: "pids: 64", with: "pids: [64"))
+        let errors = dir.errors("p", variables: ["workdir": "/w"])
+        #expect(errors.count == 1 && errors[0].where_.hasPrefix("p.yaml:"))
+    }
+}
