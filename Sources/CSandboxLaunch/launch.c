@@ -1259,6 +1259,10 @@ int ahl_spawn_exec(const struct ahl_plan *plan, int launcher_fd, struct ahl_chil
 }
 
 int ahl_launcher_main(int argc, char **argv) {
+    // The sockets arrive without close-on-exec (dup2 clears it); the payload keeps the report
+    // socket until its exec and must not keep it past: it could speak for init.
+    if (fcntl(LAUNCHER_REPORT_FD, F_SETFD, FD_CLOEXEC) < 0 || fcntl(LAUNCHER_CONTROL_FD, F_SETFD, FD_CLOEXEC) < 0)
+        return SETUP_FAILED;
     struct stat st;
     if (fstat(LAUNCHER_PLAN_FD, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 || st.st_size > (64 << 20)) {
         static const char msg[] = "autoharness-launch: started without a plan; it is run by autoharness, not by hand\n";
