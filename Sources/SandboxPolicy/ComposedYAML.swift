@@ -4,7 +4,8 @@
 // verifier's), each with its own placeholder values; composing the YAML tree is most of what
 // a load costs. The tree depends only on the file's text, so it is kept keyed by the whole
 // text: a file that changes in any byte is a different key, and nothing can be stale.
-// Placeholders are filled in later, by the walk over the tree, on every load.
+// Placeholders are filled in later, by the walk over the tree, on every load. A file with no
+// placeholder at all (no brace) keeps its walked layer too, keyed by text, path and name.
 
 import Glibc
 import Yams
@@ -34,18 +35,43 @@ enum ComposedYAML {
     /// Whether the tree of `text` is kept (tests).
     static func contains(_ text: String) -> Bool { store.withLock { $0[text] != nil } }
 
-    private static let store = TreeStore()
+    /// The parsed layer of a file without placeholders, whose result cannot depend on the
+    /// values a load passes (errors included, sorted as `LayerParser.parse` returns them).
+    static func constantLayer(text: String, file: String, name: String) -> (PolicyLayer, [PolicyError])? {
+        constants.withLock { $0[ConstantKey(text: text, file: file, name: name)] }
+    }
 
-    private final class TreeStore: @unchecked Sendable {
+    static func keepConstantLayer(text: String, file: String, name: String, _ result: (PolicyLayer, [PolicyError])) {
+        constants.withLock {
+            if $0.count >= capacity { $0.removeAll() }
+            $0[ConstantKey(text: text, file: file, name: name)] = result
+        }
+    }
+
+    struct ConstantKey: Hashable {
+        var text: String
+        var file: String
+        var name: String
+    }
+
+    private static let store = TreeStore([:])
+    private static let constants = Store<[ConstantKey: (PolicyLayer, [PolicyError])]>([:])
+
+    private typealias TreeStore = Store<[String: Node?]>
+
+    private final class Store<Value>: @unchecked Sendable {
         private var mutex = pthread_mutex_t()
-        private var trees: [String: Node?] = [:]
+        private var value: Value
 
-        init() { pthread_mutex_init(&mutex, nil) }
+        init(_ value: Value) {
+            self.value = value
+            pthread_mutex_init(&mutex, nil)
+        }
 
-        func withLock<R>(_ body: (inout [String: Node?]) throws -> R) rethrows -> R {
+        func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
             pthread_mutex_lock(&mutex)
             defer { pthread_mutex_unlock(&mutex) }
-            return try body(&trees)
+            return try body(&value)
         }
     }
 }

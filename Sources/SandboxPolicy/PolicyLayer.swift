@@ -95,6 +95,18 @@ struct LayerParser {
     static func parse(
         _ text: String, file: String, name: String, variables: [String: String], requireAllPlaceholders: Bool
     ) -> (PolicyLayer, [PolicyError]) {
+        // Without a brace there is no placeholder: the result depends on the text, the file
+        // and the name only (base.yaml, under every policy a supervisor loads per task).
+        let constant = !text.utf8.contains(UInt8(ascii: "{"))
+        if constant, let hit = ComposedYAML.constantLayer(text: text, file: file, name: name) { return hit }
+        let result = parseUncached(text, file: file, name: name, variables: variables, requireAllPlaceholders: requireAllPlaceholders)
+        if constant { ComposedYAML.keepConstantLayer(text: text, file: file, name: name, result) }
+        return result
+    }
+
+    private static func parseUncached(
+        _ text: String, file: String, name: String, variables: [String: String], requireAllPlaceholders: Bool
+    ) -> (PolicyLayer, [PolicyError]) {
         var parser = LayerParser(file: file, variables: variables, requireAllPlaceholders: requireAllPlaceholders)
         var layer = PolicyLayer(file: file, name: name)
         do {
