@@ -19,18 +19,15 @@ public struct Launcher: Sendable {
     public let path: String
 
     /// The launcher of this process, or nil (see `unavailableReason`).
-    public static let shared: Launcher? = {
-        switch find() {
-        case .success(let l): return l
-        case .failure: return nil
-        }
-    }()
+    public static var shared: Launcher? { try? located.get() }
 
     /// Why there is no launcher (nil if there is one), for `-v` and bench output.
-    public static let unavailableReason: String? = {
-        if case .failure(let why) = find() { return why.message }
+    public static var unavailableReason: String? {
+        if case .failure(let why) = located { return why.message }
         return nil
-    }()
+    }
+
+    private static let located = find()
 
     struct Problem: Error { var message: String }
 
