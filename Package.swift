@@ -77,6 +77,8 @@ let package = Package(
             name: "Experiment",
             dependencies: [
                 "Benchmark", "Ledger", "Sandbox", "SandboxPolicy", "BrokerWire", "CSandboxLaunch",
+                // The broker's grammar and the exit-code table (shared with the CLI).
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ]

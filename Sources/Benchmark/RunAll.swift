@@ -29,6 +29,12 @@ extension TaskRunner {
         let job = Job { [self] in
             board.waitForStart()
             while let i = board.claim() {
+                // After a failed write of the supervisor's own, nothing more starts (the
+                // operation fails; these outcomes are never recorded).
+                if let failure = configuration.writeFailures?.failure {
+                    board.complete(i, TaskOutcome(id: tasks[i].id, reward: 0, status: .setupFailed, detail: "not run: \(failure)"))
+                    continue
+                }
                 board.complete(i, run(tasks[i], traceDirectory: traces[i]))
             }
         }

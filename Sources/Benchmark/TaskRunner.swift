@@ -41,6 +41,9 @@ public struct TaskRunConfiguration: Sendable {
     public var verifierAudit: AuditLog?
     /// Set for held-out runs: collects what their sandboxes could read (see `RunOptions`).
     public var pageCache: PageCacheEviction?
+    /// Where a failed write of the supervisor's own goes (`WriteFailures`); once one is
+    /// there, no further task starts.
+    public var writeFailures: WriteFailures?
     /// Run `solution/solve.sh` instead of agent.py, to check that a benchmark's tasks are
     /// solvable and its verifiers score a correct solution 1.
     public var oracle: Bool = false
@@ -153,6 +156,7 @@ public final class TaskRunner: Sendable {
     ///     split: nothing is written outside the scratch directory, which is removed).
     public func run(_ task: BenchmarkTask, traceDirectory: String?) -> TaskOutcome {
         var run = TaskExecution(task: task)
+        defer { if let f = run.supervisorFailure { configuration.writeFailures?.record(f) } }
         if let problem = task.problem {
             // Nothing of a task that did not load is run; it counts 0 like any setup failure.
             run.finish(.setupFailed, problem)
@@ -163,8 +167,9 @@ public final class TaskRunner: Sendable {
         do {
             scratch = try TaskScratch(root: scratchRoot)
         } catch {
+            // The scratch root is the supervisor's: a task that never started is not scored.
             run.finish(.setupFailed, "scratch: \(error.message)")
-            if let traceDirectory { run.writeTrace(to: traceDirectory, outputs: -1) }
+            run.supervisorFailure = "task scratch directory under \(scratchRoot): \(error.message)"
             return run.outcome
         }
         execute(&run, in: scratch)
@@ -245,8 +250,9 @@ public final class TaskRunner: Sendable {
         run.agentSeconds = agent.seconds
         var agentProblem: String?
         switch agent.result {
-        case .failure(let message):
-            return run.finish(.setupFailed, "agent sandbox: \(message)")
+        case .failure(let failure):
+            if failure.supervisor { run.supervisorFailure = "agent sandbox: \(failure.message)" }
+            return run.finish(.setupFailed, "agent sandbox: \(failure.message)")
         case .success(let r):
             switch r.termination {
             case .exited(0):
@@ -280,8 +286,9 @@ public final class TaskRunner: Sendable {
         if let agentProblem { run.note(agentProblem) }
         var verifierExit: Int32 = 0
         switch verifier.result {
-        case .failure(let message):
-            return run.finish(.setupFailed, "verifier sandbox: \(message)")
+        case .failure(let failure):
+            if failure.supervisor { run.supervisorFailure = "verifier sandbox: \(failure.message)" }
+            return run.finish(.setupFailed, "verifier sandbox: \(failure.message)")
         case .success(let r):
             switch r.termination {
             case .exited(let code):
@@ -374,11 +381,15 @@ public final class TaskRunner: Sendable {
             let result = try SandboxRunner.run(plan, options: options)
             return (.success(result), Self.now() - start)
         } catch {
-            return (.failure(SandboxFailure(message: error.message)), Self.now() - start)
+            // `.io` is a write of the supervisor's own (the page-cache journal) that failed.
+            return (.failure(SandboxFailure(message: error.message, supervisor: error.code == .io)), Self.now() - start)
         }
     }
 
-    struct SandboxFailure: Error { var message: String }
+    struct SandboxFailure: Error {
+        var message: String
+        var supervisor = false
+    }
 
     /// The program agent.py runs under. It imports /agent/agent.py as module `agent`, reads
     /// the instruction from stdin and calls `HarnessAgent().run(instruction, "/app")`
@@ -436,6 +447,9 @@ struct TaskExecution {
     var reward: Double = 0
     var instruction: [UInt8]?
     var rewardRaw: [UInt8]?
+    /// A write of the supervisor's own failed (the trace, the scratch directory): not the
+    /// task's doing, so the operation fails rather than score it (`WriteFailures`).
+    var supervisorFailure: String?
 
     init(task: BenchmarkTask) { self.task = task }
 

@@ -6,6 +6,7 @@
 
 import FoundationEssentials
 import Glibc
+import SandboxPolicy
 
 extension TaskExecution {
     /// The files a trace holds, besides `reward.txt` (present only if a reward file was read)
@@ -14,33 +15,40 @@ extension TaskExecution {
 
     /// Writes the trace into `directory` (created 0755 if missing; files 0644, replaced if
     /// present). `outputs` is the scratch `out/` fd, or -1 when the run never got that far.
-    /// A failure is noted in the outcome's detail; it never changes the score.
+    /// The directory is the supervisor's: a write that fails (a full disk) is its failure,
+    /// not the task's (`supervisorFailure`), and the operation fails with it. It stops at
+    /// the first, so `result.json` is never written for an incomplete trace.
     mutating func writeTrace(to directory: String, outputs: Int32) {
         if let e = FileSystem.makeDirectories(directory, mode: 0o755) {
-            return note("trace \(directory): \(FileSystem.errorText(e))")
+            return supervisorFailure = "trace \(directory): \(ErrnoName.describe(e))"
         }
         let dir = FileSystem.openDirectory(directory)
-        guard dir >= 0 else { return note("trace \(directory): \(FileSystem.errorText())") }
+        guard dir >= 0 else { return supervisorFailure = "trace \(directory): \(ErrnoName.describe(errno))" }
         defer { close(dir) }
-        var failures: [String] = []
-        func put(_ name: String, _ bytes: [UInt8]?) {
+        func put(_ name: String, _ bytes: [UInt8]?) -> Bool {
             guard let bytes else {
                 // Nothing of this kind in this run: do not leave a previous run's file behind.
-                if unlinkat(dir, name, 0) != 0 && errno != ENOENT { failures.append("\(name): \(FileSystem.errorText())") }
-                return
+                guard unlinkat(dir, name, 0) == 0 || errno == ENOENT else {
+                    supervisorFailure = "trace \(directory)/\(name): \(ErrnoName.describe(errno))"
+                    return false
+                }
+                return true
             }
-            if let e = FileSystem.writeFile(at: dir, name, bytes, mode: 0o644) { failures.append("\(name): \(FileSystem.errorText(e))") }
+            if let e = FileSystem.writeFile(at: dir, name, bytes, mode: 0o644) {
+                supervisorFailure = "trace \(directory)/\(name): \(ErrnoName.describe(e))"
+                return false
+            }
+            return true
         }
-        put("instruction.md", instruction)
+        guard put("instruction.md", instruction) else { return }
         for name in Self.outputFiles {
-            put(name, outputs >= 0 ? FileSystem.readCapped(at: outputs, name, cap: TaskRunner.traceCap) : nil)
+            guard put(name, outputs >= 0 ? FileSystem.readCapped(at: outputs, name, cap: TaskRunner.traceCap) : nil) else { return }
         }
-        put("reward.txt", rewardRaw)
-        if !failures.isEmpty { note("trace: \(failures.joined(separator: ", "))") }
+        guard put("reward.txt", rewardRaw) else { return }
         do {
-            put("result.json", try TraceJSON.encode(outcome))
+            _ = put("result.json", try TraceJSON.encode(outcome))
         } catch {
-            note("trace: result.json: \(error)")
+            supervisorFailure = "trace \(directory)/result.json: \(error)"
         }
     }
 }
@@ -51,5 +59,36 @@ enum TraceJSON {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         return Array(try encoder.encode(outcome)) + [0x0A]
+    }
+}
+
+/// Train traces as the supervisor keeps them in the workspace: every failure is an error
+/// naming the path and errno (the directory is the supervisor's, so a failure is its own).
+public enum TraceFiles {
+    /// Removes a task's trace directory; nothing to do if it is not there.
+    public static func remove(_ directory: String) throws(BenchmarkError) {
+        if let problem = FileSystem.removeTree(directory).first {
+            throw BenchmarkError(.io, "trace \(directory): \(problem)")
+        }
+    }
+
+    /// Copies a task's trace directory to `destination` (which must not exist): the first
+    /// run's traces, kept as the baseline. Nothing to do if `source` is not there.
+    public static func copy(_ source: String, to destination: String) throws(BenchmarkError) {
+        let s = FileSystem.openDirectory(source)
+        guard s >= 0 else {
+            if errno == ENOENT { return }
+            throw BenchmarkError(.io, "trace \(source): \(ErrnoName.describe(errno))")
+        }
+        defer { close(s) }
+        guard mkdir(destination, 0o755) == 0 else { throw BenchmarkError(.io, "trace \(destination): \(ErrnoName.describe(errno))") }
+        let d = FileSystem.openDirectory(destination)
+        guard d >= 0 else { throw BenchmarkError(.io, "trace \(destination): \(ErrnoName.describe(errno))") }
+        defer { close(d) }
+        do {
+            try FileSystem.copyTree(from: s, to: d, owner: (getuid(), getgid()), skip: [])
+        } catch {
+            throw BenchmarkError(.io, "trace \(destination): \(error.message)")
+        }
     }
 }

@@ -10,7 +10,7 @@ import Glibc
 /// way: a half-written suite.json must never be what a gate or an agent reads. If `path` is a
 /// symbolic link, the link itself is replaced, never the file it points at. A crash between
 /// creating and renaming the temporary file can leave a `.NAME.tmp-PID-RANDOM` file behind;
-/// it is never read.
+/// it is never read, and `removeTemporaries` removes it.
 public enum AtomicFile {
     /// Atomically replaces `path` with `bytes`, created with exactly `mode` (the umask does
     /// not apply).
@@ -34,6 +34,8 @@ public enum AtomicFile {
                 break
             } catch where error.errno == EEXIST {
                 continue
+            } catch {
+                throw LedgerError(.io, "cannot write \(path) (a temporary file next to it)", errno: error.errno)
             }
         }
         guard fd >= 0 else { throw LedgerError(.io, "cannot create a temporary file next to \(path)", errno: EEXIST) }
@@ -41,9 +43,10 @@ public enum AtomicFile {
         var renamed = false
         defer { if !renamed { POSIX.unlink(temporary) } }
         do {
-            try POSIX.fchmod(fd, mode, temporary)
-            try POSIX.pwriteAll(fd, bytes, at: 0, temporary)
-            try POSIX.fsync(fd, temporary)
+            // Errors name the file being replaced: the temporary name means nothing to a reader.
+            try POSIX.fchmod(fd, mode, path)
+            try POSIX.pwriteAll(fd, bytes, at: 0, path)
+            try POSIX.fsync(fd, path)
         } catch {
             POSIX.close(fd)
             throw error
@@ -56,6 +59,33 @@ public enum AtomicFile {
         let dirfd = try POSIX.open(directory, O_RDONLY | O_DIRECTORY)
         defer { POSIX.close(dirfd) }
         try POSIX.fsync(dirfd, directory)
+    }
+
+    /// The pid in `name` if it is a temporary file of `write` (`.NAME.tmp-PID-RANDOM`, RANDOM
+    /// in base 36), else nil.
+    public static func temporaryOwner(_ name: String) -> pid_t? {
+        guard name.hasPrefix("."), let mark = name.range(of: ".tmp-", options: .backwards), mark.lowerBound > name.index(after: name.startIndex) else { return nil }
+        let f = name[mark.upperBound...].split(separator: "-", omittingEmptySubsequences: false)
+        guard f.count == 2, let pid = pid_t(f[0]), pid > 0, !f[1].isEmpty,
+              f[1].allSatisfy({ ("0"..."9").contains($0) || ("a"..."z").contains($0) }) else { return nil }
+        return pid
+    }
+
+    /// Removes the temporary files that writers killed before their rename left in
+    /// `directory` (those of this process excepted), and returns their names. Only for a
+    /// directory whose writers the caller has excluded (it holds the lock they take): the pid
+    /// in a name does not say whether that writer still runs.
+    public static func removeTemporaries(in directory: String) -> [String] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        var removed: [String] = []
+        for name in names.sorted() {
+            guard let pid = temporaryOwner(name), pid != getpid() else { continue }
+            var st = stat()
+            // Never a directory or a link someone put there under such a name.
+            guard lstat(directory + "/" + name, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { continue }
+            if unlink(directory + "/" + name) == 0 { removed.append(name) }
+        }
+        return removed
     }
 
     /// Atomically replaces `path` with `data`; see the `[UInt8]` overload.

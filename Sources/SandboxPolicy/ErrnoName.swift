@@ -1,10 +1,17 @@
 // errno numbers and their symbolic names (Linux), for policies (`errno(EPERM)`) and reports.
 // Generated from the Linux errno table; names are the kernel's canonical ones.
 
+import Glibc
+
 public enum ErrnoName {
     /// `EPERM` for 1, or `errno 999` for numbers without a name.
     public static func name(_ value: Int32) -> String {
         table[value] ?? "errno \(value)"
+    }
+
+    /// `No space left on device (ENOSPC)`: what an error message says after the path.
+    public static func describe(_ value: Int32) -> String {
+        "\(String(cString: strerror(value))) (\(name(value)))"
     }
 
     /// The number for a name such as `EPERM` (case-sensitive), or nil.

@@ -35,7 +35,8 @@ struct Autoharness: ParsableCommand {
                    a refused request (held-out task ids, a spent budget)
               3    run: nothing left to do (a budget spent, a bound reached)
               4    another autoharness holds the experiment lock (its pid is named)
-              5    I/O or ledger error: disk full, EIO, an unreadable ledger
+              5    I/O or ledger error: disk full, EIO, an unreadable ledger (the path is
+                   named); run: stopped because a write failed
               124  sandbox exec: --timeout expired
               125  a sandbox could not be set up; sandbox exec: any failure of its own
               126  sandbox exec: the command cannot be executed (127: not found)
@@ -86,58 +87,15 @@ struct Autoharness: ParsableCommand {
     }
 }
 
-/// Exit statuses of the CLI itself: the one table (README "Exit codes" and `--help` repeat
-/// it). Sandboxed commands pass theirs through (`sandbox exec`: see `SandboxResult.exitCode`
-/// for 124-127 and 128+N).
-enum Exit {
-    /// Success; `gate`: accepted; `run`: ended by one of its limits after working.
-    static let ok: Int32 = 0
-    /// `gate`: rejected. A check found a problem: `status --verify` (tampering),
-    /// `policy check`, `doctor`. `run`: stopped by a crash loop of the coding agent.
-    static let failure: Int32 = 1
-    /// Usage, configuration or state error: a bad flag or file, an unprepared experiment, a
-    /// refused request (held-out ids, a spent budget asked for more).
-    static let usage: Int32 = 2
-    /// `run`: nothing left to do: a budget is spent, or restarts / sessions without progress
-    /// reached their bound. The reason is the last line on stderr. The coding agent's client
-    /// exits with it for a request made while the run is stopping (not run).
-    static let nothingLeft: Int32 = 3
-    /// Another supervisor holds the experiment lock (its pid and purpose are named).
-    static let lockBusy: Int32 = 4
-    /// An I/O or ledger error: disk full, EIO, an unreadable or inconsistent ledger. Nothing
-    /// was recorded half-way; the path and errno are named.
-    static let ioError: Int32 = 5
-    /// `sandbox exec --timeout` expired.
-    static let timeout: Int32 = 124
-    /// A sandbox could not be set up (stage and errno named).
-    static let sandboxSetup: Int32 = 125
-    /// Interrupted (`run` abandoning its request on a second SIGINT/SIGTERM/SIGHUP, or a
-    /// signal before it started): 128 + the signal number, 130 for SIGINT.
-    static func interrupted(by signal: Int32) -> Int32 { 128 + signal }
-
-    /// The one mapping from what went wrong to the table above, for every command and for
-    /// the coding agent's requests through the broker.
-    static func code(for error: any Error) -> Int32 {
-        switch error {
-        case let e as ExitCode: return e.rawValue
-        case let e as LedgerError: return e.code == .locked ? lockBusy : ioError
-        case let e as ExperimentError: return e.kind == .io ? ioError : usage
-        case let e as BenchmarkError: return e.code == .io ? ioError : usage
-        case let e as SandboxError:
-            switch e.code {
-            case .invalidPolicy, .invalidArgument, .sourceMissing: return usage
-            case .io: return ioError
-            default: return sandboxSetup
-            }
-        case is ConfigErrors, is ConfigError, is PolicyDiagnostics, is PolicyError: return usage
-        default:
-            switch Autoharness.exitCode(for: error) {
-            case .success: return ok  // --help, --version
-            case .validationFailure: return usage  // a bad flag or argument (ArgumentParser's 64)
-            // Every error type of ours is named above; what is left comes from Foundation's
-            // file and process calls (CocoaError, POSIXError): the system failed an operation.
-            default: return ioError
-            }
+extension Exit {
+    /// `Exit.code(for:)`, with ArgumentParser's own outcomes sorted out first: `--help` and
+    /// `--version` are 0, a bad flag or argument is 2 (never ArgumentParser's 64).
+    static func code(forCommandLine error: any Error) -> Int32 {
+        if error is ExitCode { return code(for: error) }
+        switch Autoharness.exitCode(for: error) {
+        case .success: return ok
+        case .validationFailure: return usage
+        default: return code(for: error)
         }
     }
 
@@ -146,7 +104,7 @@ enum Exit {
     /// every failure of its own is 125 there, a bad flag included.
     static func exit(for error: any Error, arguments: [String]) -> Never {
         let wrapper = arguments.starts(with: ["sandbox", "exec"])
-        var code = code(for: error)
+        var code = code(forCommandLine: error)
         if error is ExitCode {
             // said already
         } else if Autoharness.exitCode(for: error) == .success {

@@ -1,3 +1,4 @@
+import Experiment
 import ArgumentParser
 import Foundation
 import Sandbox

@@ -149,7 +149,7 @@ struct BenchmarkCommand: ParsableCommand {
         let (_, outcomes) = try experiment.perform("benchmark") {
             try $0.runBenchmark(taskIDs: taskIDs.isEmpty ? nil : taskIDs, oracle: oracle)
         }
-        print(Render.benchmark(outcomes), terminator: "")
+        print(AgentText.benchmark(outcomes), terminator: "")
     }
 }
 
@@ -163,7 +163,7 @@ struct GateCommand: ParsableCommand {
 
     func run() throws {
         let (s, r) = try experiment.perform("gate") { try $0.gate() }
-        let (text, code) = Render.gate(r, config: s.config)
+        let (text, code) = AgentText.gate(Disclosure.gate(r, config: s.config))
         print(text, terminator: "")
         if code != 0 { throw ExitCode(code) }
     }
@@ -190,7 +190,11 @@ struct StatusCommand: ParsableCommand {
         let s = try experiment.supervisor("status", exclusive: false)
         let state = try s.state()
         let report = verify ? try s.verify() : nil
-        print(Render.status(state, config: s.config, root: s.layout.root, operator: `operator`, json: json, verify: report), terminator: "")
+        // Without --operator, exactly what the coding agent may see.
+        let text = `operator`
+            ? AgentText.status(Disclosure.operatorStatus(state, config: s.config), root: s.layout.root, json: json, verify: report)
+            : AgentText.status(Disclosure.agentStatus(state, config: s.config), root: s.layout.root, json: json, verify: report)
+        print(text, terminator: "")
         if let report, !report.ok { throw ExitCode(Exit.failure) }
     }
 }

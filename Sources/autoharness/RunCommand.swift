@@ -30,7 +30,10 @@ struct RunCommand: ParsableCommand {
             Exit status: 0 when the run stopped at a budget after working or at a signal; 3 \
             (nothing left to do) when a budget was already spent as it began or the agent's \
             sessions stopped making progress, with the reason as the last line on stderr; 1 \
-            for a crash loop or a ledger that cannot be written.
+            for a crash loop; 5 when a write of the supervisor's failed (the ledger, a \
+            snapshot, a view, a trace, the audit file: a full disk, say), which stops the \
+            coding agent at once (if even the run's end cannot be recorded, this report goes \
+            to stderr).
 
             Run it again after a crash, kill -9 or reboot: an unfinished run is resumed from the \
             ledger (a gate that was cut off is recorded as interrupted, never half-recorded).
@@ -68,7 +71,7 @@ struct RunCommand: ParsableCommand {
         settings.agentCommand = try agentCommand.map(ShellWords.split)
         settings.maxIterations = maxIterations
         settings.maxHours = maxHours
-        let loop = RunLoop(supervisor: s, settings: settings, presenter: BrokerPresenter())
+        let loop = RunLoop(supervisor: s, settings: settings)
         stops.onSignal { signal, number, count in
             if count == 1 {
                 printErr("autoharness: \(signal) received: stopping (the request in progress is finished first; send it again to abandon that)")
@@ -79,9 +82,15 @@ struct RunCommand: ParsableCommand {
             }
         }
         let report = try loop.run()
-        print(Self.text(report, disclosure: .score))
-        // A run stopped because the ledger could not be written says so in its code.
-        if report.failed { throw report.recordingError ?? ExitCode(Exit.failure) }
+        // A run whose end the ledger did not take leaves this report as the only account
+        // of its end: on stderr, with the failure.
+        if report.endRecorded {
+            print(Self.text(report, disclosure: .score))
+        } else {
+            printErr(Self.text(report, disclosure: .score) + "\n  NOT RECORDED: \(report.ioFailure ?? "the run's end") (the next `autoharness run` resumes this run)")
+        }
+        // A run stopped by a write that failed (a full disk, the ledger) says so in its code.
+        if report.failed { throw ExitCode(report.ioFailure != nil ? Exit.ioError : Exit.failure) }
         if report.nothingLeft {
             printErr("autoharness: nothing left to do: \(report.reason)")
             throw ExitCode(Exit.nothingLeft)
@@ -110,62 +119,6 @@ struct RunCommand: ParsableCommand {
         out += "\n  coding agent output: \(r.agentLog)\n  audit log: \(r.auditLog)\n  details: autoharness status --operator"
         return out
     }
-}
-
-// MARK: - the broker's parser
-
-/// The commands the coding agent's `autoharness` may send. Parsed by ArgumentParser like
-/// the CLI; anything else (other verbs, -C, --operator, --oracle) is refused.
-struct BrokerRoot: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "autoharness",
-        abstract: "Requests to the supervisor of this run (you are inside the coding agent's sandbox).",
-        discussion: "Benchmarks, gates and status are run by the supervisor outside this sandbox; it records and commits. Only agent/agent.py is taken from agent/.",
-        subcommands: [BrokerBenchmark.self, BrokerGate.self, BrokerStatus.self])
-}
-
-struct BrokerBenchmark: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "benchmark", abstract: "Run train tasks with the current agent/agent.py; traces land in workspace/traces/latest/.")
-    @Option(name: .customLong("task-ids"), parsing: .upToNextOption, help: "Train task ids (default: all train tasks).")
-    var taskIDs: [String] = []
-}
-
-struct BrokerGate: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "gate", abstract: "Ask the supervisor to judge agent/agent.py (suite, held-out score, promotion).")
-}
-
-struct BrokerStatus: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "status", abstract: "Iterations, best score (as disclosed), suite, recent gates, violations.")
-    @Flag(help: "Machine-readable output.") var json = false
-}
-
-struct BrokerPresenter: RunPresenter {
-    static let verbs = ["benchmark", "gate", "status"]
-
-    func parse(_ argv: [String]) -> BrokerParse {
-        if let verb = argv.first, !verb.hasPrefix("-"), !Self.verbs.contains(verb), verb != "help" {
-            return .invalid("unknown request '\(verb)': inside the sandbox autoharness accepts \(Self.verbs.joined(separator: ", ")) (nothing records, commits, changes the suite or reads the test split)")
-        }
-        do {
-            let c = try BrokerRoot.parseAsRoot(argv)
-            switch c {
-            case let b as BrokerBenchmark: return .verb(.benchmark(taskIDs: b.taskIDs.isEmpty ? nil : b.taskIDs))
-            case is BrokerGate: return .verb(.gate)
-            case let s as BrokerStatus: return .verb(.status(json: s.json))
-            default: return .help(BrokerRoot.helpMessage() + "\n")
-            }
-        } catch {
-            if BrokerRoot.exitCode(for: error) == .success { return .help(BrokerRoot.fullMessage(for: error) + "\n") }
-            return .invalid(BrokerRoot.fullMessage(for: error))
-        }
-    }
-
-    func benchmark(_ outcomes: [TaskOutcome]) -> String { Render.benchmark(outcomes) }
-    func gate(_ result: GateResult, config: ExperimentConfig) -> (text: String, exit: Int32) { Render.gate(result, config: config) }
-    func status(_ state: ExperimentState, config: ExperimentConfig, root: String, json: Bool) -> String {
-        Render.status(state, config: config, root: root, operator: false, json: json)
-    }
-    func exitCode(for error: any Error) -> Int32 { Exit.code(for: error) }
 }
 
 // MARK: - helpers
@@ -305,7 +258,7 @@ struct DemoCommand: ParsableCommand {
         print("demo: baseline \(p.passed)/\(p.tasks) tasks pass; split \(p.train) train / \(p.test) test; val_score \(String(format: "%.4f", p.baselineScore))")
         var settings = RunSettings(clientBinary: PolicyLocator.clientBinary(), hostEnvironment: [:]) { printErr("autoharness: \($0)") }
         settings.maxHours = maxHours
-        let loop = RunLoop(supervisor: s, settings: settings, presenter: BrokerPresenter())
+        let loop = RunLoop(supervisor: s, settings: settings)
         stops.onSignal { signal, number, count in
             if count == 1 { loop.requestStop("\(signal) received") } else { Glibc.exit(Exit.interrupted(by: number)) }
         }

@@ -1,3 +1,4 @@
+import Experiment
 import ArgumentParser
 import Glibc
 import Logging
@@ -137,11 +138,23 @@ struct SandboxExec: ParsableCommand {
         logger.logLevel = r.debug ? .debug : .warning
         var options = RunOptions(logger: logger)
         options.allowUnenforcedLimits = r.allowUnenforcedLimits
-        if let audit = r.audit { options.audit = try AuditLog(path: audit) }
         options.signalFD = SignalRelay.install()
+        if let audit = r.audit {
+            options.audit = try AuditLog(path: audit)
+            // Fail closed: a sandbox whose audit file refuses a line (a full disk) is killed
+            // whole rather than go on unaudited ('K' to the monitor, as for a timeout).
+            options.audit.onWriteFailure = { _ in
+                var kill = UInt8(ascii: "K")
+                _ = write(SignalRelay.writeFD, &kill, 1)
+            }
+        }
 
         let result = try launch(policy: policy, command: cmd, overrides: overrides, options: options, logger: logger,
                                 debug: r.debug, benchRepeat: r.benchRepeat).get()
+        if let failure = options.audit.writeFailure {
+            printErr("sandbox: \(failure); killed the whole sandbox")
+            throw ExitCode(Exit.sandboxSetup)
+        }
 
         switch result.termination {
         case .setupFailed(let message, _):

@@ -108,55 +108,42 @@ struct ExitCodeTests {
         }
     }
 
-    @Test("5 for the coding agent's request that hits a ledger error, and for a run stopped because a record could not be written even though its end row was then recorded")
+    @Test("5 for the coding agent's request that hits a ledger error, which also stops the run (5); and for a run stopped because a record could not be written even though its end row was then recorded")
     func runStoppedByLedger() throws {
         try requireRoot()
         let exp = try Experiment()
         let home = exp.root + "/.autoharness/run/home"
-        // The agent makes two requests that must be recorded, each when the test says so.
+        // Each run's agent makes one request that must be recorded, when the test says so.
         try exp.configureRun(command: ["python3", "-c", """
             import os, subprocess, time
-            def wait(name):
-                while not os.path.exists('/home/agent/' + name): time.sleep(0.05)
-            wait('go1')
-            r = subprocess.run(['autoharness', 'benchmark', '--task-ids', 'no-such-task'], capture_output=True, text=True)
-            print('BENCHMARK' + '-EXIT', r.returncode, r.stderr.strip(), flush=True)  # not the text of this script, which the log shows
-            wait('go2')
-            subprocess.run(['autoharness', 'record'], capture_output=True)
+            while True:
+                if os.path.exists('/home/agent/go1'):
+                    r = subprocess.run(['autoharness', 'benchmark', '--task-ids', 'no-such-task'], capture_output=True, text=True)
+                    print('BENCHMARK' + '-EXIT', r.returncode, r.stderr.strip().replace('\\n', ' | '), flush=True)  # not the text of this script, which the log shows
+                    break
+                if os.path.exists('/home/agent/go2'):
+                    subprocess.run(['autoharness', 'record'], capture_output=True)
+                    break
+                time.sleep(0.05)
             time.sleep(120)
+            print('STILL' + ' RUNNING', flush=True)
             """])
-        let stderr = exp.temp.path + "/run.stderr"
-        _ = FileManager.default.createFile(atPath: stderr, contents: nil)
-        let run = Process()
-        run.executableURL = URL(fileURLWithPath: Built.autoharness)
-        run.arguments = ["run", "--max-hours", "0.1", "-C", exp.root]
-        run.standardOutput = FileHandle.nullDevice
-        run.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: stderr))
-        try run.run()
-        defer {
-            if run.isRunning { kill(run.processIdentifier, SIGKILL) }
-            run.waitUntilExit()
-        }
-        func wait(_ what: String, _ done: () -> Bool) throws {
-            let deadline = Date().addingTimeInterval(120)
-            while !done() {
-                try #require(run.isRunning, "run ended (\(run.terminationStatus)) while waiting for \(what)")
-                try #require(Date() < deadline, "no \(what) in 120 s")
-                usleep(50_000)
-            }
-        }
         let wal = exp.root + "/.autoharness/ledger.sqlite-wal"
-        try wait("agent start") { (try? exp.rows("run_started").count) == 1 && FileManager.default.fileExists(atPath: home) && FileManager.default.fileExists(atPath: wal) }
 
         // 1. Writes to the ledger's WAL fail (EPERM: immutable, even for root): the broker
-        // answers the agent's request with the table's code.
+        // answers the agent's request with the table's code, and the run stops (5).
+        let first = try BackgroundRun(exp, maxHours: "0.1")
+        try first.wait("agent start") { (try? exp.rows("run_started").count) == 1 && FileManager.default.fileExists(atPath: home) && FileManager.default.fileExists(atPath: wal) }
         let chattr = { (flag: String) in try runProcess("/usr/bin/chattr", [flag, wal]) }
         try #require(try chattr("+i").status == 0, "chattr +i \(wal)")
         defer { _ = try? chattr("-i") }
         _ = FileManager.default.createFile(atPath: home + "/go1", contents: nil)
-        try wait("the agent's first answer") { exp.agentLog.contains("BENCHMARK-EXIT") }
+        try first.wait("the agent's first answer") { exp.agentLog.contains("BENCHMARK-EXIT") }
         #expect(try chattr("-i").status == 0)
         #expect(exp.agentLog.contains("BENCHMARK-EXIT 5 autoharness: cannot append to the ledger"), "\(exp.agentLog)")
+        #expect(exp.agentLog.contains("the run is stopping"), "\(exp.agentLog)")
+        #expect(try first.finish() == 5, "\(first.stderr)")
+        #expect(!exp.agentLog.contains("STILL RUNNING"))
 
         // 2. Another writer holds the ledger's write lock until the supervisor has given up
         // on a record (its busy timeout is 30 s), then lets go: the run's end is recorded.
@@ -171,21 +158,22 @@ struct ExitCodeTests {
             while not os.path.exists(sys.argv[3]): time.sleep(0.05)
             c.execute('ROLLBACK')
             """, exp.root + "/.autoharness/ledger.sqlite", ready, release]
+        let second = try BackgroundRun(exp, maxHours: "0.1")
+        // Its start row is written after its home is made afresh.
+        try second.wait("the second run's agent") { (try? exp.rows("run_started").count) == 2 && FileManager.default.fileExists(atPath: home) }
         try holder.run()
         defer {
             if holder.isRunning { kill(holder.processIdentifier, SIGKILL) }
             holder.waitUntilExit()
         }
-        try wait("the ledger's write lock") { FileManager.default.fileExists(atPath: ready) }
+        try second.wait("the ledger's write lock") { FileManager.default.fileExists(atPath: ready) }
         _ = FileManager.default.createFile(atPath: home + "/go2", contents: nil)
-        let log = { (try? String(contentsOfFile: stderr, encoding: .utf8)) ?? "" }
-        try wait("a failed record") { log().contains("could not record") }
+        try second.wait("a failed record") { second.stderr.contains("could not record") }
         _ = FileManager.default.createFile(atPath: release, contents: nil)
-        run.waitUntilExit()
-        #expect(run.terminationStatus == 5, "\(run.terminationStatus): \(log())")
+        #expect(try second.finish() == 5, "\(second.stderr)")
         // The end of the run was recorded: the code came from the record that failed, not from the last append.
         let ended = try exp.rows("run_ended")
-        #expect((ended.first?["reason"] as? String)?.hasPrefix("the ledger could not be written") == true, "\(ended)")
+        #expect((ended.last?["reason"] as? String)?.hasPrefix("the ledger could not be written") == true, "\(ended)")
     }
 
     @Test("5 from the coding agent's client when the supervisor cannot be reached (a 1 would read as a rejected gate)")

@@ -471,6 +471,8 @@ struct RunTests {
         let r = try exp.run("run", "--max-hours", "0.1")
         #expect(r.status == 5, "a run stopped by an unwritable ledger exits as an I/O or ledger error: \(r.status)")
         #expect(r.stderr.contains("could not record") && r.stderr.contains("stopping the coding agent"), "\(r.stderr)")
+        // Not even the run's end could be recorded: the report is on stderr, saying so.
+        #expect(r.stderr.contains("run ") && r.stderr.contains("NOT RECORDED:") && !r.stdout.contains("stopped:"), "\(r.stdout) \(r.stderr)")
         #expect(!exp.agentLog.split(separator: "\n").contains("STILL RUNNING"), "the agent went on after a violation could not be recorded")
         expectNothingLeft(exp, marker: "/home/agent/fill")
     }

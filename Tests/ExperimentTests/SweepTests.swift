@@ -204,4 +204,28 @@ struct SweepTests {
         #expect(!FileManager.default.fileExists(atPath: socket) && !FileManager.default.fileExists(atPath: run + "/broker.sock." + reused.tag))
         withExtendedLifetime(sleeper) {}
     }
+
+    @Test("temporary files of atomic writes a killed supervisor left (views, agent.py, views-head, history, a snapshot) are removed by the next start; other files stay")
+    func cutOffWritesRemoved() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        let snapshot = try #require(try FileManager.default.contentsOfDirectory(atPath: exp.root + "/.autoharness/snapshots").first)
+        let history = exp.root + "/.autoharness/run/history"
+        try FileManager.default.createDirectory(atPath: history, withIntermediateDirectories: true)
+        // What scripts/chaos found after a kill mid-publish: `.NAME.tmp-PID-RANDOM`.
+        let dead = try runProcess("/bin/sh", ["-c", "echo $$"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let planted = ["workspace/.suite.json.tmp-\(dead)-1f2da191f6arx", "agent/.agent.py.tmp-\(dead)-k3", ".autoharness/.views-head.tmp-\(dead)-9z",
+                       ".autoharness/run/history/.git-log.txt.tmp-\(dead)-q", ".autoharness/snapshots/\(snapshot)/.agent.py.tmp-\(dead)-0"]
+        let kept = ["workspace/.notes.tmp", ".autoharness/.views-head.tmp-x-1"]
+        for f in planted + kept { #expect(FileManager.default.createFile(atPath: exp.root + "/" + f, contents: Data("x".utf8))) }
+
+        let r = try exp.run("benchmark", "--task-ids", try exp.split().train[0])
+        #expect(r.status == 0, "\(r.stderr)")
+        #expect(r.stderr.contains("removed 5 temporary files of writes cut off by a supervisor that is gone"), "\(r.stderr)")
+        for f in planted { #expect(!FileManager.default.fileExists(atPath: exp.root + "/" + f), "\(f) is left") }
+        for f in kept { #expect(FileManager.default.fileExists(atPath: exp.root + "/" + f), "\(f) was removed") }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: exp.root + "/.autoharness/snapshots/" + snapshot) == ["agent.py"])
+        let v = try exp.run("status", "--verify")
+        #expect(v.status == 0, "\(v.stdout)")
+    }
 }

@@ -65,4 +65,53 @@ struct KillTests {
             #expect(partial.isEmpty, "round \(round): partial batches \(partial)")
         }
     }
+
+    static let viewChildKey = "AUTOHARNESS_VIEW_KILL_CHILD"
+
+    @Test("child view writer for the temporary-file test (runs only when that test spawns it)",
+          .enabled(if: ProcessInfo.processInfo.environment[KillTests.viewChildKey] != nil))
+    func killChildViewWriter() throws {
+        let path = try #require(ProcessInfo.processInfo.environment[Self.viewChildKey])
+        var n = 0
+        while true { // until killed
+            n += 1
+            try AtomicFile.write("view \(n)\n", to: path)
+        }
+    }
+
+    @Test("a view writer killed before its rename leaves a temporary file; removeTemporaries removes exactly those of other processes")
+    func killedWriterTemporaryRemoved() throws {
+        let dir = try TempDir()
+        let view = dir.file("results.tsv")
+        // Killed wherever it is until one kill lands between creating and renaming.
+        var left: [String] = []
+        for _ in 0..<100 where left.isEmpty {
+            unlink(view)
+            let child = try spawnTestChild("killChildViewWriter", Self.viewChildKey, view)
+            let deadline = Date().addingTimeInterval(30)
+            while access(view, F_OK) != 0 {
+                try #require(child.isRunning && Date() < deadline, "the child writer wrote nothing (status \(child.terminationStatus))")
+                usleep(1_000)
+            }
+            usleep(useconds_t.random(in: 0...5_000))
+            kill(child.processIdentifier, SIGKILL)
+            child.waitUntilExit()
+            left = try dir.entries().filter { $0 != "results.tsv" }
+            #expect(left.allSatisfy { AtomicFile.temporaryOwner($0) == child.processIdentifier }, "\(left)")
+        }
+        try #require(!left.isEmpty, "no kill in 100 landed between a temporary file's creation and its rename")
+
+        // Not removed: this process's own, a directory and a link with such names, other names.
+        let own = ".suite.json.tmp-\(getpid())-abc"
+        #expect(FileManager.default.createFile(atPath: dir.file(own), contents: nil))
+        try FileManager.default.createDirectory(atPath: dir.file(".x.tmp-1-a"), withIntermediateDirectories: false)
+        try FileManager.default.createSymbolicLink(atPath: dir.file(".y.tmp-1-a"), withDestinationPath: view)
+        for other in [".notes.tmp", ".z.tmp-1-ABC", "z.tmp-1-a", ".tmp-1-a", ".z.tmp-0-a", ".z.tmp-1-"] {
+            #expect(FileManager.default.createFile(atPath: dir.file(other), contents: nil))
+        }
+        let before = try dir.entries()
+        #expect(AtomicFile.removeTemporaries(in: dir.path) == left)
+        #expect(try dir.entries() == before.filter { !left.contains($0) })
+        #expect(try String(contentsOfFile: view, encoding: .utf8).hasPrefix("view "))
+    }
 }

@@ -45,6 +45,9 @@ public struct AdapterRunContext {
     /// scorer or graders), so what they do and the limits they hit are not recorded against
     /// agent.py; nil: `audit`.
     public var toolAudit: AuditLog?
+    /// Failed writes of the supervisor's own (train traces, scratch, the page-cache journal):
+    /// the caller fails the operation if this holds one after `run` (`WriteFailures`).
+    public var writeFailures = WriteFailures()
 
     public init(policyLoader: PolicyLoader, agentDirectory: String, scratchRoot: String, audit: AuditLog, heldOut: Bool,
                 concurrency: Int, traceDirectory: @escaping (String) -> String?) {
@@ -112,6 +115,7 @@ public struct LocalAdapter: BenchmarkAdapter {
         cfg.verifierPolicy = verifierPolicy
         cfg.oracle = context.oracle
         cfg.pageCache = context.pageCache
+        cfg.writeFailures = context.writeFailures
         if let t = defaultAgentTimeout { cfg.defaultAgentTimeout = t }
         let runner = try TaskRunner(configuration: cfg)
         let heldOut = context.heldOut

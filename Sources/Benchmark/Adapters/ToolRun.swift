@@ -300,17 +300,32 @@ extension ToolRun {
         return outcomes
     }
 
+    /// The trace directory is the supervisor's: the first write that fails goes to
+    /// `context.writeFailures` (the operation fails) and the trace gets no `result.json`.
     private func writeTrace(_ directory: String, outcome: TaskOutcome, files: [(String, [UInt8])]) {
-        guard FileSystem.makeDirectories(directory, mode: 0o755) == nil else { return }
+        let failures = context.writeFailures
+        if let e = FileSystem.makeDirectories(directory, mode: 0o755) {
+            return failures.record("trace \(directory): \(ErrnoName.describe(e))")
+        }
         let d = FileSystem.openDirectory(directory)
-        guard d >= 0 else { return }
+        guard d >= 0 else { return failures.record("trace \(directory): \(ErrnoName.describe(errno))") }
         defer { close(d) }
         let secrets = settings.envPass.compactMap { name -> (String, [UInt8])? in
             guard let v = getenv(name), strlen(v) >= 8 else { return nil }
             return (name, Array(String(cString: v).utf8))
         }
-        for (name, bytes) in files { FileSystem.writeFile(at: d, name, Self.redact(bytes, secrets), mode: 0o644) }
-        if let json = try? TraceJSON.encode(outcome) { FileSystem.writeFile(at: d, "result.json", json, mode: 0o644) }
+        for (name, bytes) in files {
+            if let e = FileSystem.writeFile(at: d, name, Self.redact(bytes, secrets), mode: 0o644) {
+                return failures.record("trace \(directory)/\(name): \(ErrnoName.describe(e))")
+            }
+        }
+        do {
+            if let e = FileSystem.writeFile(at: d, "result.json", try TraceJSON.encode(outcome), mode: 0o644) {
+                failures.record("trace \(directory)/result.json: \(ErrnoName.describe(e))")
+            }
+        } catch {
+            failures.record("trace \(directory)/result.json: \(error)")
+        }
     }
 }
 

@@ -24,6 +24,7 @@ import Glibc
 ///     run/                   `autoharness run`'s staging copy, the agent's $HOME, history,
 ///       broker/broker.sock   the broker's socket (its directory is what the agent sees)
 ///       broker.sock.oPID-…   which supervisor serves it (`Leftovers`)
+///       history/git-log.txt  accepted commits of agent.py, for the coding agent
 /// ```
 /// Views are regenerated from the ledger after every write; editing one changes nothing the
 /// gate uses.
@@ -63,6 +64,8 @@ public struct ExperimentLayout: Sendable {
     public var runDirectory: String { privateDirectory + "/run" }
     public var brokerDirectory: String { runDirectory + "/broker" }
     public var brokerSocket: String { brokerDirectory + "/" + BrokerWire.socketName }
+    /// `history/git-log.txt`, the accepted history the coding agent reads.
+    public var historyDirectory: String { runDirectory + "/history" }
     public func snapshotDirectory(sha256: String) -> String { snapshots + "/" + sha256 }
 
     /// Finds the experiment containing `directory` (it or an ancestor holds

@@ -91,9 +91,7 @@ public final class ExperimentSupervisor {
         var changed = false
         for open in s.openGates {
             changed = true
-            _ = try ledger.append(.gateAttempt, GateAttemptRecord(
-                attempt: open.attempt, agentSHA256: open.agentSHA256, accepted: false, reason: "interrupted",
-                suitePassed: 0, suiteTotal: 0, valScore: nil, bestBefore: nil, promoted: [], commit: nil, iteration: nil))
+            _ = try ledger.append(.gateAttempt, GateAttemptRecord.interrupted(attempt: open.attempt, agentSHA256: open.agentSHA256))
         }
         if let last = s.iterations.last, last.commit != "baseline" {
             let commits = s.gateAttempts.compactMap(\.commit)
@@ -181,7 +179,13 @@ public final class ExperimentSupervisor {
         }
         let snap = try snapshotAgent()
         let audit = RunAudit()
-        let outcomes = try run(adapter.taskIDs, agent: snap.directory, audit: audit, heldOut: true, operatorDiagnostics: true, traces: { _ in nil })
+        let outcomes: [TaskOutcome]
+        do {
+            outcomes = try run(adapter.taskIDs, agent: snap.directory, audit: audit, heldOut: true, operatorDiagnostics: true, traces: { _ in nil })
+        } catch {
+            recordViolations(violations(audit, during: "baseline", heldOut: true))
+            throw error
+        }
         try Self.refuseBrokenBaseline(outcomes)
         var passed: [String: Bool] = [:]
         for o in outcomes { passed[o.id] = o.passed }
@@ -236,34 +240,62 @@ public final class ExperimentSupervisor {
             if !refused.isEmpty {
                 _ = try ledger.append(.violation, ViolationRecord(
                     actor: actor, kind: "refused_task_ids",
-                    detail: "benchmark requested \(refused.count) id\(refused.count == 1 ? "" : "s") outside the train split: \(refused.prefix(20).joined(separator: ", "))\(refused.count > 20 ? ", …" : "")"))
+                    detail: "benchmark requested \(refused.count) id\(refused.count == 1 ? "" : "s") outside the train split: \(refused.prefix(20).joined(separator: ", "))\(refused.count > 20 ? ", …" : "")",
+                    count: 1))
                 throw ExperimentError(.refused, "not train tasks (unknown or held out): \(printable(refused.prefix(20).joined(separator: ", "), limit: 2000))\(refused.count > 20 ? " and \(refused.count - 20) more" : ""); nothing was run; this request was recorded")
             }
         }
         let tasks = (taskIDs.map(Set.init) ?? train).sorted()
         let snap = try agent ?? snapshotAgent()
         let firstRun = s.latestTrainRun == nil
-        try FileManager.default.createDirectory(atPath: layout.latestTraces, withIntermediateDirectories: true)
-        for t in tasks { try? FileManager.default.removeItem(atPath: layout.latestTraces + "/" + TraceName.encode(t)) }
         let audit = RunAudit()
-        let outcomes = try run(tasks, agent: snap.directory, audit: audit, oracle: oracle,
-                               traces: { [layout] in layout.latestTraces + "/" + TraceName.encode($0) })
-        if firstRun {
-            try FileManager.default.createDirectory(atPath: layout.baselineTraces, withIntermediateDirectories: true)
-            for t in tasks {
-                let dst = layout.baselineTraces + "/" + TraceName.encode(t)
-                try? FileManager.default.removeItem(atPath: dst)
-                try? FileManager.default.copyItem(atPath: layout.latestTraces + "/" + TraceName.encode(t), toPath: dst)
+        var recorded = false
+        do {
+            try Self.makeDirectories(layout.latestTraces)
+            for t in tasks { try TraceFiles.remove(layout.latestTraces + "/" + TraceName.encode(t)) }
+            let outcomes = try run(tasks, agent: snap.directory, audit: audit, oracle: oracle,
+                                   traces: { [layout] in layout.latestTraces + "/" + TraceName.encode($0) })
+            if firstRun {
+                try Self.makeDirectories(layout.baselineTraces)
+                for t in tasks {
+                    let dst = layout.baselineTraces + "/" + TraceName.encode(t)
+                    try TraceFiles.remove(dst)
+                    try TraceFiles.copy(layout.latestTraces + "/" + TraceName.encode(t), to: dst)
+                }
+            }
+            var items: [(RecordKind, any Encodable)] = [(.trainRun, TrainRunRecord(
+                timestamp: isoTimestamp(), agentSHA256: snap.sha256,
+                results: Dictionary(uniqueKeysWithValues: outcomes.map { ($0.id, $0.reward) }),
+                statuses: Dictionary(uniqueKeysWithValues: outcomes.map { ($0.id, $0.status.rawValue) })))]
+            items += violations(audit, during: "train run")
+            _ = try ledger.appendAll(items)
+            recorded = true
+            try regenerateViews()
+            return outcomes
+        } catch {
+            // A train run whose traces could not be kept is not recorded; what its sandboxes
+            // did is (if the ledger still takes it).
+            if !recorded { recordViolations(violations(audit, during: "train run")) }
+            throw error
+        }
+    }
+
+    /// Appends what a failed operation's sandboxes did, if the ledger takes it: the
+    /// operation's own error is what the caller reports.
+    func recordViolations(_ items: [(RecordKind, any Encodable)]) {
+        guard !items.isEmpty else { return }
+        if (try? ledger.appendAll(items)) == nil { log?("the violations of the failed operation could not be recorded either") }
+    }
+
+    /// `mkdir -p` with errors naming the path and errno.
+    static func makeDirectories(_ path: String, mode: mode_t = 0o755) throws {
+        var current = ""
+        for component in path.split(separator: "/") {
+            current += "/" + component
+            guard mkdir(current, mode) == 0 || errno == EEXIST else {
+                throw ExperimentError(.io, "\(current): \(ErrnoName.describe(errno))")
             }
         }
-        var items: [(RecordKind, any Encodable)] = [(.trainRun, TrainRunRecord(
-            timestamp: isoTimestamp(), agentSHA256: snap.sha256,
-            results: Dictionary(uniqueKeysWithValues: outcomes.map { ($0.id, $0.reward) }),
-            statuses: Dictionary(uniqueKeysWithValues: outcomes.map { ($0.id, $0.status.rawValue) })))]
-        items += violations(audit, during: "train run")
-        _ = try ledger.appendAll(items)
-        try regenerateViews()
-        return outcomes
     }
 
     // MARK: - gate
@@ -285,6 +317,26 @@ public final class ExperimentSupervisor {
         _ = try ledger.append(.gateStarted, GateStartedRecord(attempt: attempt, agentSHA256: snap.sha256))
         let audit = RunAudit()
         let heldOutAudit = RunAudit()
+        var recorded = false
+        do {
+            return try judge(s, split: split, attempt: attempt, snap: snap, audit: audit, heldOutAudit: heldOutAudit,
+                             recorded: &recorded, beforeHeldOut: beforeHeldOut)
+        } catch {
+            // The attempt counted from its start row; it ends as interrupted, as a crash would
+            // (recovery does the same if even this cannot be written), and what its
+            // sandboxes did is recorded.
+            if !recorded {
+                recordViolations([(.gateAttempt, GateAttemptRecord.interrupted(attempt: attempt, agentSHA256: snap.sha256))]
+                    + violations(audit, during: "gate") + violations(heldOutAudit, during: "gate, held-out split", heldOut: true))
+            }
+            throw error
+        }
+    }
+
+    /// The gate's three steps and their record (`gate`); `recorded` is set once the ledger
+    /// holds the attempt.
+    private func judge(_ s: ExperimentState, split: SplitRecord, attempt: Int, snap: Snapshot, audit: RunAudit, heldOutAudit: RunAudit,
+                       recorded: inout Bool, beforeHeldOut: () throws -> Void) throws -> GateResult {
         var result = GateResult(attempt: attempt, agentSHA256: snap.sha256, accepted: false, reason: "", suitePassed: 0,
                                 suiteTotal: s.suite.count, valScore: nil, bestBefore: s.best, promoted: [], commit: nil, iteration: nil)
 
@@ -296,6 +348,7 @@ public final class ExperimentSupervisor {
 
         if rate < config.threshold {
             result.reason = "suite pass rate \(result.suitePassed)/\(result.suiteTotal) below threshold \(config.threshold)"
+            result.outcome = .suiteBelowThreshold
         } else {
             // (2) held-out test split: traces never persist, only rewards come back
             try beforeHeldOut()
@@ -309,6 +362,8 @@ public final class ExperimentSupervisor {
                 result.reason = needed > 0
                     ? "val_score did not beat the best accepted score by more than min_improvement \(String(format: "%.4f", needed))"
                     : "val_score did not beat the best accepted score"
+                result.outcome = .scoreNotImproved
+                result.requiredImprovement = needed > 0 ? needed : nil
             } else {
                 // (3) promotion: failing train tasks outside the suite, re-run
                 let candidates = split.train.filter { !s.suite.contains($0) && (s.latestTrainRewards[$0] ?? 0) < 0.5 }
@@ -317,6 +372,7 @@ public final class ExperimentSupervisor {
                 for o in promo where o.passed { lastResults[o.id] = o.reward }
                 result.accepted = true
                 result.reason = "accepted"
+                result.outcome = .accepted
             }
         }
 
@@ -346,6 +402,7 @@ public final class ExperimentSupervisor {
         items += violations(audit, during: "gate")
         items += violations(heldOutAudit, during: "gate, held-out split", heldOut: true)
         _ = try ledger.appendAll(items)
+        recorded = true
         // Published only once the ledger holds the iteration; a crash in between is rolled
         // forward by recover().
         if let c = result.commit { try git.publish(c) }
@@ -418,6 +475,11 @@ public final class ExperimentSupervisor {
             }
         }
         let outcomes = try adapter.run(ids, context)
+        // A write of the supervisor's own failed (a trace, a scratch directory): the tasks it
+        // cut short are not the agent's failures, so nothing of this run is scored.
+        if let failure = context.writeFailures.failure {
+            throw ExperimentError(.io, "\(failure); the run was stopped and its results were not recorded")
+        }
         // Whatever the adapter did, the mean is over every requested id.
         let byID = Dictionary(outcomes.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         return ids.map { byID[$0] ?? TaskOutcome(id: $0, reward: 0, status: .missingResult, detail: "no outcome from the \(adapter.name) adapter") }
@@ -463,7 +525,7 @@ public final class ExperimentSupervisor {
             counts[key, default: 0] += e.count ?? 1
         }
         return order.map { (.violation, ViolationRecord(actor: actor, kind: $0.hasPrefix("syscall") ? "syscall" : $0.hasPrefix("egress") ? "egress" : $0,
-                                                        detail: "\($0) ×\(counts[$0]!)", heldOut: heldOut ? true : nil)) }
+                                                        detail: "\($0) ×\(counts[$0]!)", heldOut: heldOut ? true : nil, count: counts[$0]!)) }
     }
 
     // MARK: - snapshots
@@ -496,9 +558,13 @@ public final class ExperimentSupervisor {
     public func snapshot(bytes: [UInt8]) throws -> Snapshot {
         let sha = SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined()
         let dir = layout.snapshotDirectory(sha256: sha)
-        if !FileManager.default.fileExists(atPath: dir + "/agent.py") {
-            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
-            try AtomicFile.write(Data(bytes), to: dir + "/agent.py", mode: 0o644)
+        if access(dir + "/agent.py", F_OK) != 0 {
+            try Self.makeDirectories(dir)
+            do {
+                try AtomicFile.write(bytes, to: dir + "/agent.py", mode: 0o644)
+            } catch {
+                throw ExperimentError(.io, "snapshot \(dir)/agent.py: \(error.errno.map(ErrnoName.describe) ?? error.message)")
+            }
         }
         return Snapshot(sha256: sha, directory: dir)
     }

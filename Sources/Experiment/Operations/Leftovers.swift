@@ -2,6 +2,7 @@ import Benchmark
 import BrokerWire
 import Foundation
 import Glibc
+import Ledger
 import Sandbox
 
 /// What a supervisor killed with SIGKILL leaves on the host, and its removal by the next one.
@@ -18,7 +19,23 @@ enum Leftovers {
     /// and run directory. Run at start by every command that holds the experiment lock.
     /// Returns lines for the operator.
     static func sweep(_ layout: ExperimentLayout, scratchRoot: String) -> [String] {
-        TaskRunner.sweepScratch(root: scratchRoot) + sweepBroker(layout)
+        TaskRunner.sweepScratch(root: scratchRoot) + sweepBroker(layout) + sweepTemporaries(layout)
+    }
+
+    /// Temporary files of `AtomicFile.write` left by a supervisor killed between creating and
+    /// renaming one: in the views the coding agent reads, the history it reads, agent/, the
+    /// private directory and the snapshots (a directory bound into task sandboxes that must
+    /// hold exactly agent.py). Every writer of these holds the experiment lock, as the caller
+    /// does.
+    static func sweepTemporaries(_ layout: ExperimentLayout) -> [String] {
+        let snapshots = ((try? FileManager.default.contentsOfDirectory(atPath: layout.snapshots)) ?? []).sorted().map { layout.snapshots + "/" + $0 }
+        var removed: [String] = []
+        for dir in [layout.workspace, layout.agentDirectory, layout.privateDirectory, layout.historyDirectory] + snapshots {
+            removed += AtomicFile.removeTemporaries(in: dir).map { dir + "/" + $0 }
+        }
+        guard !removed.isEmpty else { return [] }
+        let shown = removed.prefix(5).joined(separator: ", ") + (removed.count > 5 ? " and \(removed.count - 5) more" : "")
+        return ["removed \(removed.count) temporary file\(removed.count == 1 ? "" : "s") of writes cut off by a supervisor that is gone: \(shown)"]
     }
 
     static let brokerMarkerPrefix = BrokerWire.socketName + "."

@@ -24,18 +24,6 @@ public enum BrokerParse: Sendable {
     case invalid(String)
 }
 
-/// The CLI's half of the broker: argument parsing and output text, the same for the
-/// operator's terminal and the coding agent's client.
-public protocol RunPresenter: Sendable {
-    func parse(_ argv: [String]) -> BrokerParse
-    func benchmark(_ outcomes: [TaskOutcome]) -> String
-    func gate(_ result: GateResult, config: ExperimentConfig) -> (text: String, exit: Int32)
-    /// The coding agent's view: only what `gate.disclosure` allows, no held-out violations.
-    func status(_ state: ExperimentState, config: ExperimentConfig, root: String, json: Bool) -> String
-    /// The exit status a failed request answers with (the CLI's table).
-    func exitCode(for error: any Error) -> Int32
-}
-
 public struct RunSettings: Sendable {
     /// Overrides `coding_agent.command`.
     public var agentCommand: [String]?
@@ -65,8 +53,12 @@ public struct RunReport: Sendable {
     /// The run ended because something is wrong (a crash loop, an unwritable ledger), not
     /// because a budget or the operator stopped it.
     public var failed: Bool
-    /// What the ledger said when a record could not be written (the run stopped for it).
-    public var recordingError: LedgerError?
+    /// The write that failed and stopped the run (a record the ledger refused, a snapshot,
+    /// a view, a trace, the audit file on a full disk), with its path and error.
+    public var ioFailure: String?
+    /// False when even the run's end could not be recorded (the caller then prints this
+    /// report on stderr: it is all that is left of the run's end).
+    public var endRecorded = true
     /// The run ended because nothing was left to do: a budget was spent before it began, or
     /// the coding agent's sessions stopped making progress (`coding_agent.max_restarts`).
     public var nothingLeft: Bool
@@ -93,7 +85,6 @@ public struct RunReport: Sendable {
 public final class RunLoop: @unchecked Sendable {
     let supervisor: ExperimentSupervisor
     let settings: RunSettings
-    let presenter: RunPresenter
     var config: ExperimentConfig { supervisor.config }
     var layout: ExperimentLayout { supervisor.layout }
 
@@ -102,10 +93,12 @@ public final class RunLoop: @unchecked Sendable {
     private var stopReason: String?
     /// The stop is a failure (crash loop, unwritable ledger), not a budget or the operator.
     private var stopFailed = false
-    /// The first record that could not be written, if that is why the run stopped.
-    private var recordingError: LedgerError?
+    /// The first write that failed, if that is why the run stopped (`RunReport.ioFailure`).
+    private var ioFailure: String?
     /// The stop is for want of anything left to do (`RunReport.nothingLeft`).
     private var stopNothingLeft = false
+    /// The run's end row is in the ledger (`run()` must not add a second).
+    private var endAppended = false
     private var agentSignal: Int32 = -1
     private var agentGeneration = 0
 
@@ -150,12 +143,11 @@ public final class RunLoop: @unchecked Sendable {
     var stagingPath: String { runDirectory + "/agent" }
     var homePath: String { runDirectory + "/home" }
     var brokerDirectory: String { layout.brokerDirectory }
-    var historyDirectory: String { runDirectory + "/history" }
+    var historyDirectory: String { layout.historyDirectory }
 
-    public init(supervisor: ExperimentSupervisor, settings: RunSettings, presenter: RunPresenter) {
+    public init(supervisor: ExperimentSupervisor, settings: RunSettings) {
         self.supervisor = supervisor
         self.settings = settings
-        self.presenter = presenter
         supervisor.log = settings.log  // external tools' alive lines, for the operator
     }
 
@@ -208,8 +200,6 @@ public final class RunLoop: @unchecked Sendable {
         nonImproving = state.openRunRejectedInARow
         // A resumed run goes on counting where its last recorded session left off.
         let counted = state.openRunCounters()
-        var withoutProgress = counted?.withoutProgress ?? 0
-        var crashes = counted?.crashes ?? 0
         runUsage = resumed ? state.agentUsage(run: runID) : AgentUsage()
         let bestBefore = state.best
 
@@ -217,8 +207,31 @@ public final class RunLoop: @unchecked Sendable {
         owner = (policy.identity.hostUID, policy.identity.hostGID)
         try prepareDirectories(resumed: resumed)
         audit = try AuditLog(path: auditPath)
+        // An audit line that cannot be written stops the run: the agent does not go on unaudited.
+        audit.onWriteFailure = { [weak self] failure in self?.writeFailed("the audit of the coding agent's sandbox", failure) }
         startSeq = try append([(.runStarted, RunStartedRecord(runID: runID, resumed: resumed, command: command, maxIterations: settings.maxIterations,
                                                    maxHours: settings.maxHours, gateBudget: config.gateBudget))])
+        do {
+            return try serve(command: command, policy: policy, started: started, bestBefore: bestBefore,
+                             withoutProgress: counted?.withoutProgress ?? 0, crashes: counted?.crashes ?? 0)
+        } catch {
+            // Whatever stopped the loop itself, the run's end is recorded if the ledger takes it.
+            stopLock.withLock { if stopReason == nil { stopReason = "stopped by an error: \(error)" } }
+            if !endAppended {
+                _ = try? work.withLock {
+                    try append([(.runEnded, RunEndedRecord(runID: runID, reason: stopping ?? "stopped", gates: gates, accepted: accepted,
+                                                           agentStarts: agentStarts, nothingLeft: nil))])
+                }
+            }
+            throw error
+        }
+    }
+
+    /// The loop of `run()` once the run's start is recorded: the broker, the agent's
+    /// sessions, and the run's end.
+    private func serve(command: [String], policy: Policy, started: Date, bestBefore: Double?,
+                       withoutProgress: Int, crashes: Int) throws -> RunReport {
+        var withoutProgress = withoutProgress, crashes = crashes
         settings.log(resumed ? "resuming run \(runID) (\(gates) gate(s), \(accepted) accepted so far)" : "run \(runID) started")
         settings.log("coding agent: " + CodingAgentPreset.identity(command: command, config: config.codingAgent, root: layout.root))
 
@@ -313,8 +326,20 @@ public final class RunLoop: @unchecked Sendable {
         let end: RunReport = try work.withLock {
             flushAudit()
             flushRefusalCounts()
-            try append([(.runEnded, RunEndedRecord(runID: runID, reason: reason, gates: gates, accepted: accepted, agentStarts: agentStarts,
-                                                   nothingLeft: nothingLeft ? true : nil))])
+            var endRecorded = true
+            do {
+                try append([(.runEnded, RunEndedRecord(runID: runID, reason: reason, gates: gates, accepted: accepted, agentStarts: agentStarts,
+                                                       nothingLeft: nothingLeft ? true : nil))])
+                endAppended = true
+            } catch {
+                // The report still goes out (on stderr); the next `run` resumes this one.
+                settings.log("could not record the end of run \(runID): \(error)")
+                endRecorded = false
+                stopLock.withLock {
+                    stopFailed = true
+                    if ioFailure == nil { ioFailure = "the end of the run could not be recorded: \(error)" }
+                }
+            }
             let after = try supervisor.state()
             // Every violation recorded since this invocation started, whoever recorded it.
             var counts: [String: Int] = [:]
@@ -323,21 +348,15 @@ public final class RunLoop: @unchecked Sendable {
                 let v = try r.decode(ViolationRecord.self)
                 let key = v.actor + "\u{1F}" + v.kind
                 if counts[key] == nil { order.append((v.actor, v.kind)) }
-                counts[key, default: 0] += Self.count(in: v.detail)
+                counts[key, default: 0] += v.occurrences
             }
             return RunReport(runID: runID, resumed: resumed, reason: reason, failed: stopLock.withLock { stopFailed },
-                             recordingError: stopLock.withLock { recordingError }, nothingLeft: nothingLeft,
+                             ioFailure: stopLock.withLock { ioFailure }, endRecorded: endRecorded, nothingLeft: nothingLeft,
                              seconds: Date().timeIntervalSince(started), gates: gates,
                              accepted: accepted, agentStarts: agentStarts, usage: runUsage, bestBefore: bestBefore, bestAfter: after.best,
                              violations: order.map { ($0.0, $0.1, counts[$0.0 + "\u{1F}" + $0.1]!) }, agentLog: agentLogPath, auditLog: auditPath)
         }
         return end
-    }
-
-    /// The `×N` a violation's detail ends with (1 if none).
-    public static func count(in detail: String) -> Int {
-        guard let r = detail.range(of: " ×", options: .backwards), let n = Int(detail[r.upperBound...]) else { return 1 }
-        return n
     }
 
     static func newRunID() -> String {
@@ -568,7 +587,15 @@ public final class RunLoop: @unchecked Sendable {
         stopLock.withLock { agentSignal = pipeFDs[1] }
         if stopping != nil { return AgentSession(start: starts, ran: false, exit: "not started", seconds: 0) }
         let header = "\n=== \(isoTimestamp()) coding agent start \(starts): \(argv.joined(separator: " "))\n"
-        _ = header.withCString { write(log, $0, strlen($0)) }
+        let count = header.utf8.count
+        let written = log < 0 ? -1 : header.withCString { write(log, $0, count) }
+        let e = errno
+        // The agent's output goes to this log: a log that cannot be written (a full disk)
+        // means a session nobody could read afterwards, so it is not started.
+        guard written == count else {
+            writeFailed("the coding agent's log", "\(agentLogPath): \(ErrnoName.describe(written < 0 ? e : ENOSPC))")
+            return AgentSession(start: starts, ran: false, exit: "not started", seconds: 0)
+        }
         let t0 = Date()
         settings.log("coding agent start \(starts) (log: \(agentLogPath))")
         work.withLock { meter = UsageMeter(path: agentLogPath, price: config.codingAgent.price) }
@@ -603,7 +630,7 @@ public final class RunLoop: @unchecked Sendable {
             }
             let shown = printable(argv.joined(separator: " "))
             let verb: BrokerVerb
-            switch presenter.parse(argv) {
+            switch BrokerGrammar.parse(argv) {
             case .help(let text): return BrokerReply(stdout: text, exit: 0)
             case .invalid(let why):
                 violation("refused_request", "`autoharness \(shown)`: \(printable(why))")
@@ -622,19 +649,24 @@ public final class RunLoop: @unchecked Sendable {
             do {
                 switch verb {
                 case .status(let json):
-                    return BrokerReply(stdout: presenter.status(try supervisor.state(), config: config, root: "/work", json: json), exit: 0)
+                    return BrokerReply(stdout: AgentText.status(Disclosure.agentStatus(try supervisor.state(), config: config), root: "/work", json: json), exit: 0)
                 case .benchmark(let ids):
                     let (snap, notice) = try candidate()
                     // The same bytes benchmarked again show nothing new: a repeat, not progress.
                     let repeated = try supervisor.state().trainRuns.contains { $0.agentSHA256 == snap.sha256 }
                     let outcomes = try supervisor.runBenchmark(taskIDs: ids, actor: "coding agent", agent: snap)
                     if !repeated { progressThisStart = true }
-                    return BrokerReply(stdout: presenter.benchmark(outcomes), stderr: notice, exit: 0)
+                    return BrokerReply(stdout: AgentText.benchmark(outcomes), stderr: notice, exit: 0)
                 case .gate:
                     return try gate()
                 }
             } catch {
-                return BrokerReply(stderr: "autoharness: \(error)\n", exit: presenter.exitCode(for: error))
+                let code = Exit.code(for: error)
+                // Fail closed: a write of the supervisor's that failed (a full disk, an I/O
+                // error, the ledger) stops the run; nothing goes on that could not be kept.
+                guard code == Exit.ioError else { return BrokerReply(stderr: "autoharness: \(error)\n", exit: code) }
+                writeFailed("`autoharness \(shown)` for the coding agent", "\(error)", afterReply: true)
+                return BrokerReply(stderr: "autoharness: \(error)\nautoharness: the run is stopping\n", exit: code)
             }
         }
     }
@@ -647,7 +679,7 @@ public final class RunLoop: @unchecked Sendable {
         }
         let (snap, notice) = try candidate()
         let s = try supervisor.state()
-        if let earlier = s.gateAttempts.last(where: { $0.agentSHA256 == snap.sha256 && $0.reason != "interrupted" }) {
+        if let earlier = s.gateAttempts.last(where: { $0.agentSHA256 == snap.sha256 && $0.verdict != .interrupted }) {
             violation("repeat_gate", "gate requested for an agent.py already judged in attempt \(earlier.attempt) (sha256 \(snap.sha256.prefix(12)))")
             return BrokerReply(stderr: "autoharness: refused: this exact agent.py was already judged (gate attempt \(earlier.attempt), \(earlier.accepted ? "accepted" : "rejected")); change it before gating again; this request was recorded\n", exit: 2)
         }
@@ -718,7 +750,7 @@ public final class RunLoop: @unchecked Sendable {
                 extra = "agent/agent.py was restored to the last accepted version (iteration \(last.iteration)); gate.on_reject: revert\n"
             }
         }
-        let (text, code) = presenter.gate(r, config: config)
+        let (text, code) = AgentText.gate(Disclosure.gate(r, config: config))
         if let why = budgetSpent() {
             requestStopAfterReply(why)
             extra += "this was the run's last gate: \(why)\n"
@@ -729,11 +761,16 @@ public final class RunLoop: @unchecked Sendable {
 
     /// Marks the run as stopping now and signals the agent a moment later, so the answer
     /// that ended the run reaches it first.
-    func requestStopAfterReply(_ reason: String) {
-        stopLock.withLock { if stopReason == nil { stopReason = reason } }
+    func requestStopAfterReply(_ reason: String, failed: Bool = false) {
+        stopLock.withLock {
+            if stopReason == nil {
+                stopReason = reason
+                stopFailed = failed
+            }
+        }
         Thread.detachNewThread { [self] in
             usleep(500_000)
-            requestStop(reason)
+            requestStop(reason, failed: failed)
         }
     }
 
@@ -815,8 +852,17 @@ public final class RunLoop: @unchecked Sendable {
     /// disk, say), the agent is stopped at once.
     func recordingFailed(_ what: String, _ error: Error) {
         settings.log("could not record \(what): \(error); stopping the coding agent")
-        stopLock.withLock { if recordingError == nil { recordingError = error as? LedgerError } }
+        stopLock.withLock { if ioFailure == nil { ioFailure = "\(error)" } }
         requestStop("the ledger could not be written (\(error))", failed: true)
+    }
+
+    /// Fail closed: a write of the supervisor's failed (`failure` names the path and the
+    /// error), so the coding agent is stopped and the run ends, with exit status 5.
+    func writeFailed(_ what: String, _ failure: String, afterReply: Bool = false) {
+        settings.log("\(what) failed: \(failure); stopping the coding agent")
+        stopLock.withLock { if ioFailure == nil { ioFailure = failure } }
+        let reason = "\(what) failed: \(failure)"
+        if afterReply { requestStopAfterReply(reason, failed: true) } else { requestStop(reason, failed: true) }
     }
 
     @discardableResult
@@ -836,7 +882,7 @@ public final class RunLoop: @unchecked Sendable {
             }
         }
         do {
-            try append([(.violation, ViolationRecord(actor: "coding agent", kind: kind, detail: detail))])
+            try append([(.violation, ViolationRecord(actor: "coding agent", kind: kind, detail: detail, count: 1))])
         } catch {
             recordingFailed("a violation (\(kind): \(detail))", error)
         }
@@ -850,7 +896,7 @@ public final class RunLoop: @unchecked Sendable {
         for (kind, n) in counted.sorted(by: { $0.key < $1.key }) {
             let detail = "\(n) more refused request\(n == 1 ? "" : "s") of this kind within a minute (over \(Self.refusalsPerMinute) a minute are counted, not recorded one by one)"
             do {
-                try append([(.violation, ViolationRecord(actor: "coding agent", kind: kind, detail: detail))])
+                try append([(.violation, ViolationRecord(actor: "coding agent", kind: kind, detail: detail, count: n))])
             } catch {
                 recordingFailed("a violation (\(kind): \(detail))", error)
             }
@@ -890,7 +936,7 @@ public final class RunLoop: @unchecked Sendable {
         var items: [(RecordKind, any Encodable)] = []
         for k in order {
             let c = counts[k]!
-            items.append((.violation, ViolationRecord(actor: "coding agent", kind: c.kind, detail: "\(c.detail) ×\(c.n)")))
+            items.append((.violation, ViolationRecord(actor: "coding agent", kind: c.kind, detail: "\(c.detail) ×\(c.n)", count: c.n)))
             settings.log("violation by the coding agent: \(c.detail) ×\(c.n)")
         }
         if !items.isEmpty {

@@ -1,6 +1,7 @@
 import Foundation
 import Sandbox
 import Glibc
+import SandboxPolicy
 
 /// Reading and writing `agent.py` inside a directory someone else may control.
 ///
@@ -53,25 +54,26 @@ enum AgentFile {
 
     /// Replaces `agent.py` in the directory atomically: a fresh temporary name created with
     /// O_EXCL|O_NOFOLLOW, fsync, then renameat over the old entry (whatever it was).
-    static func write(_ bytes: [UInt8], directoryFD dir: Int32, owner: (uid_t, gid_t)?) throws {
+    /// `directory` names the directory in errors.
+    static func write(_ bytes: [UInt8], directoryFD dir: Int32, owner: (uid_t, gid_t)?, directory: String) throws {
         let tmp = ".agent.py.autoharness-\(getpid())"
         _ = unlinkat(dir, tmp, 0)
         let fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { throw ExperimentError(.io, "staging \(tmp): \(String(cString: strerror(errno)))") }
-        var ok = true
+        guard fd >= 0 else { throw ExperimentError(.io, "\(directory)/\(name): \(ErrnoName.describe(errno))") }
+        var failure: Int32?
         var off = 0
-        while off < bytes.count && ok {
+        while off < bytes.count && failure == nil {
             let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + off, $0.count - off) }
             if n < 0 && errno == EINTR { continue }
-            if n <= 0 { ok = false } else { off += n }
+            if n <= 0 { failure = n < 0 ? errno : ENOSPC } else { off += n }
         }
-        if let owner { ok = ok && fchown(fd, owner.0, owner.1) == 0 }
-        ok = ok && fchmod(fd, 0o644) == 0 && fsync(fd) == 0
+        if failure == nil, let owner, fchown(fd, owner.0, owner.1) != 0 { failure = errno }
+        if failure == nil, fchmod(fd, 0o644) != 0 || fsync(fd) != 0 { failure = errno }
         close(fd)
-        guard ok, renameat(dir, tmp, dir, name) == 0 else {
-            let e = String(cString: strerror(errno))
+        if failure == nil, renameat(dir, tmp, dir, name) != 0 { failure = errno }
+        if let failure {
             _ = unlinkat(dir, tmp, 0)
-            throw ExperimentError(.io, "writing \(name): \(e)")
+            throw ExperimentError(.io, "\(directory)/\(name): \(ErrnoName.describe(failure))")
         }
     }
 }
@@ -110,7 +112,7 @@ struct Staging {
 
     /// Puts `bytes` back as the staging agent.py (after a rejected gate, `on_reject: revert`).
     func replaceAgent(with bytes: [UInt8]) throws {
-        try withDirectory { try AgentFile.write(bytes, directoryFD: $0, owner: owner) }
+        try withDirectory { try AgentFile.write(bytes, directoryFD: $0, owner: owner, directory: path) }
     }
 
     /// What an entry of staging other than agent.py is, for the record. None is ever taken.

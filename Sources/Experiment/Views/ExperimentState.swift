@@ -49,6 +49,19 @@ public struct GateAttemptRecord: Codable, Sendable {
     public var commit: String?
     /// The iteration number an accepted attempt was recorded as.
     public var iteration: Int?
+    /// How it ended (absent in records written before outcomes were: see `verdict`).
+    public var outcome: GateOutcome?
+    /// The improvement over the best score step 2 required, when more than a tie.
+    public var requiredImprovement: Double?
+
+    /// How the attempt ended, for records of any age.
+    public var verdict: GateOutcome { outcome ?? GateOutcome(legacyReason: reason, accepted: accepted) }
+
+    /// An attempt with no decision: cut off by a crash or a failed write.
+    static func interrupted(attempt: Int, agentSHA256: String) -> GateAttemptRecord {
+        GateAttemptRecord(attempt: attempt, agentSHA256: agentSHA256, accepted: false, reason: "interrupted", suitePassed: 0, suiteTotal: 0,
+                          valScore: nil, bestBefore: nil, promoted: [], commit: nil, iteration: nil, outcome: .interrupted)
+    }
 }
 
 public struct IterationRecord: Codable, Sendable {
@@ -83,17 +96,29 @@ public struct ViolationRecord: Codable, Sendable {
     /// ledger for the operator; never shown in the coding agent's view of `status`, since
     /// which calls a test task made (and how often) is a channel out of the test split.
     public var heldOut: Bool?
+    /// How many times it happened (absent in older records, whose detail ends `×N`).
+    public var count: Int?
+
+    /// How many times it happened, for records of any age.
+    public var occurrences: Int {
+        if let count { return count }
+        // Older records: the `×N` the detail ends with (1 if none). The only place a count
+        // is read back out of text.
+        guard let r = detail.range(of: " ×", options: .backwards), let n = Int(detail[r.upperBound...]) else { return 1 }
+        return n
+    }
 
     /// Details carry what a sandbox chose (task ids, file names, syscall arguments): every
     /// control character is escaped, so a newline cannot forge a line in `status
     /// --operator`, the report or the history, and a row holds at most 4 KiB of it.
     public static let maxDetail = 4096
 
-    public init(actor: String, kind: String, detail: String, heldOut: Bool? = nil) {
+    public init(actor: String, kind: String, detail: String, heldOut: Bool? = nil, count: Int? = nil) {
         self.actor = actor
         self.kind = kind
         self.detail = printable(detail, limit: Self.maxDetail)
         self.heldOut = heldOut
+        self.count = count
     }
 }
 
@@ -229,7 +254,7 @@ public struct ExperimentState: Sendable {
                 gateAttempts.append(a)
                 lastAttempt = max(lastAttempt, a.attempt)
                 if openRun != nil && a.accepted { openRunAccepted += 1 }
-                if openRun != nil && a.reason != "interrupted" { openRunRejectedInARow = a.accepted ? 0 : openRunRejectedInARow + 1 }
+                if openRun != nil && a.verdict != .interrupted { openRunRejectedInARow = a.accepted ? 0 : openRunRejectedInARow + 1 }
                 openGates.removeAll { $0.attempt == a.attempt }
             case .iteration: iterations.append(try r.decode(IterationRecord.self))
             case .suitePromotion:
@@ -286,11 +311,7 @@ public enum Views {
     }
 
     public static func disclosed(_ v: Double, _ d: ExperimentConfig.Disclosure) -> String {
-        switch d {
-        case .score: return String(format: "%.4f", v)
-        case .rounded: return String(format: "%.4f", (v * 100).rounded() / 100)
-        case .decision: return "-"
-        }
+        DisclosedScore(v, d)?.fixed4 ?? "-"
     }
 
     /// suite.json: `{"tasks":[ids],"threshold":t,"last_results":{id:reward}}`.

@@ -56,23 +56,14 @@ public enum Report {
                         chart(xMax: Double(max(1, trainLine.count)), yMax: 1, yLabel: "pass rate", xLabel: "train run",
                               lines: [("train", trainLine)], points: trainLine.map { ($0.0, $0.1, "ok", String(format: "%.0f%%", $0.1 * 100)) }))
 
-        // Violations by kind, cumulative over their order in the ledger.
-        var kinds: [String] = []
-        var series: [String: [(Double, Double)]] = [:]
-        var counts: [String: Double] = [:]
-        for (i, v) in s.violations.enumerated() {
-            let k = v.record.kind
-            if series[k] == nil {
-                kinds.append(k)
-                series[k] = [(0, 0)]
-            }
-            counts[k, default: 0] += Double(RunLoop.count(in: v.record.detail))
-            series[k]!.append((Double(i + 1), counts[k]!))
+        // Violations by actor and kind: one bar each, largest first, its count at its end.
+        var totals: [String: Int] = [:]
+        for v in s.violations {
+            totals["\(v.record.actor)\(v.record.heldOut == true ? " (held-out)" : ""): \(v.record.kind)", default: 0] += v.record.occurrences
         }
-        let vMax = Self.countAxis(counts.values.max() ?? 1)
-        body += section("violations by kind", "cumulative count of each kind, in the order they were recorded (x: violation record)",
-                        chart(xMax: Double(max(1, s.violations.count)), yMax: vMax, yLabel: "count", xLabel: "violation record",
-                              lines: kinds.map { ($0, series[$0]!) }, points: [], legend: true))
+        let bars = totals.sorted { $0.value != $1.value ? $0.value > $1.value : $0.key < $1.key }.map { (label: $0.key, count: $0.value) }
+        body += section("violations by kind", "how many times each refused call, denied connection or limit happened, by who made it; largest first",
+                        bars.isEmpty ? "<p class=\"note\">none recorded</p>" : barChart(bars))
 
         // Tables.
         var rows = "<tr><th>iteration</th><th>val_score</th><th>commit</th><th>suite</th><th>agent.py diff</th><th>time</th></tr>\n"
@@ -84,7 +75,7 @@ public enum Report {
         var vrows = "<tr><th>time</th><th>actor</th><th>kind</th><th>detail</th></tr>\n"
         for v in s.violations {
             vrows += "<tr><td>\(esc(v.time))</td><td>\(esc(v.record.actor))\(v.record.heldOut == true ? " (held-out)" : "")</td>"
-            vrows += "<td>\(esc(v.record.kind))</td><td>\(esc(v.record.detail))</td></tr>\n"
+            vrows += "<td>\(esc(v.record.kind))</td><td>\(readable(v.record.detail))</td></tr>\n"
         }
         body += "<h2>Violations</h2>\n<table>\n\(vrows)</table>\n"
         return """
@@ -97,6 +88,7 @@ public enum Report {
             th{background:#f3f3f3}code{font-size:12px}.note{color:#666;font-size:12px;margin:0}
             svg{background:#fafafa;border:1px solid #ddd}.axis{stroke:#888}.grid{stroke:#e4e4e4}
             .ok{fill:#2a9d4b}.no{fill:#d33}.none{fill:#999}text{font-size:11px;fill:#444}
+            .esc{color:#b00;background:#fde8e8;border-radius:2px;padding:0 2px;font-size:11px}.bar{fill:#1f6fb4}
             </style></head><body>
             \(body)</body></html>
 
@@ -148,6 +140,50 @@ public enum Report {
             svg += "<circle class=\"\(p.cls)\" cx=\"\(f(X(p.x)))\" cy=\"\(f(Y(p.y)))\" r=\"5\"><title>\(esc(p.label))</title></circle>\n"
         }
         return svg + "</svg>"
+    }
+
+    /// Horizontal bars, one per label, in the order given, with the count at each bar's end.
+    static func barChart(_ bars: [(label: String, count: Int)]) -> String {
+        let w = 900.0, labelWidth = 360.0, row = 22.0, top = 8.0
+        let h = top * 2 + row * Double(bars.count)
+        let maxCount = Double(bars.map(\.count).max() ?? 1)
+        let room = w - labelWidth - 70
+        func f(_ v: Double) -> String { String(format: "%.1f", v) }
+        var svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"\(Int(w))\" height=\"\(Int(h))\" viewBox=\"0 0 \(Int(w)) \(Int(h))\" role=\"img\" aria-label=\"violations by kind\">\n"
+        for (i, b) in bars.enumerated() {
+            let y = top + row * Double(i)
+            let width = max(2, room * Double(b.count) / maxCount)
+            // Long labels are cut for the chart; the table below has them whole.
+            let label = b.label.count > 58 ? String(b.label.prefix(57)) + "…" : b.label
+            svg += "<text x=\"\(f(labelWidth - 8))\" y=\"\(f(y + 15))\" text-anchor=\"end\">\(esc(label))<title>\(esc(b.label))</title></text>"
+            svg += "<rect class=\"bar\" x=\"\(f(labelWidth))\" y=\"\(f(y + 3))\" width=\"\(f(width))\" height=\"\(f(row - 6))\"/>"
+            svg += "<text x=\"\(f(labelWidth + width + 6))\" y=\"\(f(y + 15))\">\(b.count)</text>\n"
+        }
+        return svg + "</svg>"
+    }
+
+    /// A violation's detail for a reader: escaped control bytes (`\x0a`, which is how the
+    /// ledger keeps them so no detail can forge a line) are shown as visible markers — a newline
+    /// as ↵ and a line break, a tab as ⇥, any other as its code — never as raw bytes.
+    static func readable(_ detail: String) -> String {
+        var out = ""
+        var rest = Substring(detail)
+        while let r = rest.range(of: "\\x") {
+            out += esc(String(rest[..<r.lowerBound]))
+            let hex = rest[r.upperBound...].prefix(2)
+            guard hex.count == 2, let byte = UInt8(hex, radix: 16) else {
+                out += "\\x"
+                rest = rest[r.upperBound...]
+                continue
+            }
+            switch byte {
+            case 0x0A: out += "<span class=\"esc\" title=\"newline\">↵</span><br/>"
+            case 0x09: out += "<span class=\"esc\" title=\"tab\">⇥</span>"
+            default: out += "<span class=\"esc\" title=\"control byte\">\\x\(hex)</span>"
+            }
+            rest = rest[rest.index(r.upperBound, offsetBy: 2)...]
+        }
+        return out + esc(String(rest))
     }
 
     static func esc(_ s: String) -> String {

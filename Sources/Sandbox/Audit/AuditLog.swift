@@ -1,4 +1,5 @@
 import Glibc
+import SandboxPolicy
 
 /// Something the sandbox refused or stopped, as the supervisor saw it.
 public struct AuditEvent: Sendable, Equatable {
@@ -135,6 +136,11 @@ public final class AuditLog: @unchecked Sendable {
     private var seen: [String: [String: Int]] = [:]
     public var perNameLimit = 20
     public var distinctNameLimit = 200
+    /// The first line that could not be written to the file (path and errno), if any.
+    private var _writeFailure: String?
+    /// Called once, from the thread that recorded the event, when the file first refuses a
+    /// line (a full disk): a run that cannot keep its audit stops rather than go on unaudited.
+    public var onWriteFailure: (@Sendable (String) -> Void)?
 
     /// A log that keeps events in memory only.
     public init() {
@@ -183,11 +189,20 @@ public final class AuditLog: @unchecked Sendable {
 
     private func append(_ e: AuditEvent) {
         _events.append(e)
-        if fd >= 0 {
-            let line = e.jsonLine + "\n"
-            _ = line.withCString { write(fd, $0, strlen($0)) }
-        }
+        guard fd >= 0, _writeFailure == nil else { return }
+        let line = e.jsonLine + "\n"
+        let count = line.utf8.count
+        var written = -1
+        repeat { written = line.withCString { write(fd, $0, count) } } while written < 0 && errno == EINTR
+        guard written != count else { return }
+        // A short write is the disk filling up mid-line.
+        let failure = "audit file \(path ?? "?"): \(ErrnoName.describe(written < 0 ? errno : ENOSPC))"
+        _writeFailure = failure
+        if let onWriteFailure { onWriteFailure(failure) }
     }
+
+    /// The first write the audit file refused (path and error), or nil.
+    public var writeFailure: String? { lock.withLock { _writeFailure } }
 
     public var events: [AuditEvent] { lock.withLock { _events } }
 
@@ -214,11 +229,11 @@ public final class AuditLog: @unchecked Sendable {
 }
 
 /// A pthread mutex (the library avoids Foundation on the launch path).
-final class Mutex: @unchecked Sendable {
+public final class Mutex: @unchecked Sendable {
     private var m = pthread_mutex_t()
-    init() { pthread_mutex_init(&m, nil) }
+    public init() { pthread_mutex_init(&m, nil) }
     deinit { pthread_mutex_destroy(&m) }
-    func withLock<T>(_ body: () throws -> T) rethrows -> T {
+    public func withLock<T>(_ body: () throws -> T) rethrows -> T {
         pthread_mutex_lock(&m)
         defer { pthread_mutex_unlock(&m) }
         return try body()
@@ -226,9 +241,9 @@ final class Mutex: @unchecked Sendable {
 }
 
 /// A value behind a `Mutex`.
-final class Locked<Value>: @unchecked Sendable {
+public final class Locked<Value>: @unchecked Sendable {
     private let mutex = Mutex()
-    var value: Value
-    init(_ value: Value) { self.value = value }
-    func withLock<T>(_ body: () throws -> T) rethrows -> T { try mutex.withLock(body) }
+    public var value: Value
+    public init(_ value: Value) { self.value = value }
+    public func withLock<T>(_ body: () throws -> T) rethrows -> T { try mutex.withLock(body) }
 }

@@ -1,4 +1,5 @@
 import Glibc
+import SandboxPolicy
 
 /// What held-out sandboxes could bring into the page cache, and its removal afterwards.
 ///
@@ -47,9 +48,9 @@ public final class PageCacheEviction: @unchecked Sendable {
                 let fd = open(journal, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0o600)
                 let written = fd < 0 ? -1 : text.withCString { Glibc.write(fd, $0, strlen($0)) }
                 let e = errno
-                if fd >= 0 && close(fd) != 0 && written >= 0 { failure = SandboxError(.io, "page-cache journal \(journal): \(String(cString: strerror(errno)))", errno: errno) }
+                if fd >= 0 && close(fd) != 0 && written >= 0 { failure = SandboxError(.io, "page-cache journal \(journal): \(ErrnoName.describe(errno))", errno: errno) }
                 if written != text.utf8.count {
-                    failure = SandboxError(.io, "page-cache journal \(journal): \(String(cString: strerror(written < 0 ? e : ENOSPC))); the held-out sandbox was not started", errno: e)
+                    failure = SandboxError(.io, "page-cache journal \(journal): \(ErrnoName.describe(written < 0 ? e : ENOSPC)); the held-out sandbox was not started", errno: e)
                     return
                 }
             }

@@ -1,0 +1,125 @@
+import Benchmark
+import Foundation
+
+/// The text of `benchmark`, `gate` and `status`, the same for the operator's terminal and for
+/// the coding agent's client (the broker calls these directly). Formatting only: what may be
+/// shown was decided by `Disclosure`.
+public enum AgentText {
+    /// Train outcomes (nothing held out ever reaches this).
+    public static func benchmark(_ outcomes: [TaskOutcome]) -> String {
+        var out = ""
+        for o in outcomes {
+            let detail = o.status == .passed || o.status == .failed ? "" : " (\(o.status.rawValue)\(o.detail.map { ": \($0)" } ?? ""))"
+            out += "\(o.passed ? "PASS" : "FAIL")  \(o.id)  reward \(String(format: "%.2f", o.reward))\(detail)\n"
+        }
+        out += "train: \(outcomes.filter(\.passed).count)/\(outcomes.count) passed; traces in workspace/traces/latest/\n"
+        return out
+    }
+
+    /// The gate's answer and exit status (0 accepted, 1 rejected or interrupted).
+    public static func gate(_ g: GateDisclosure) -> (text: String, exit: Int32) {
+        var out = "gate attempt \(g.attempt): \(g.accepted ? "ACCEPTED" : "REJECTED")\n"
+        out += "suite: \(g.suitePassed)/\(g.suiteTotal) (threshold \(g.threshold))\n"
+        if let s = g.score { out += "val_score: \(s.text)\n" }
+        if g.accepted {
+            out += "iteration \(g.iteration ?? 0) committed as \(g.commit ?? "-"); \(g.promoted) task(s) promoted to the suite\n"
+            return (out, 0)
+        }
+        out += "reason: \(g.reason)\n"
+        return (out, 1)
+    }
+
+    /// The coding agent's `status` (the broker never passes `verify`; the operator's CLI may).
+    public static func status(_ s: AgentStatus, root: String, json: Bool, verify report: ExperimentSupervisor.VerifyReport? = nil) -> String {
+        json ? statusJSON(s.facts, extra: verifyJSON(report)) : statusText(s.facts, root: root, operator: nil) + (report.map(verifyText) ?? "")
+    }
+
+    /// `status --operator`, with `--verify`'s findings when given.
+    public static func status(_ s: OperatorStatus, root: String, json: Bool, verify report: ExperimentSupervisor.VerifyReport?) -> String {
+        guard json else { return statusText(s.facts, root: root, operator: s) + (report.map(verifyText) ?? "") }
+        var extra = verifyJSON(report)
+        if let end = s.lastRunEnd { extra["last_run"] = ["run_id": end.runID, "reason": end.reason, "nothing_left": end.nothingLeft ?? false] }
+        let u = s.usage
+        var usage: [String: Any] = ["sessions": s.sessions, "input_tokens": u.inputTokens, "cache_read_tokens": u.cacheReadTokens,
+                                    "cache_write_tokens": u.cacheWriteTokens, "output_tokens": u.outputTokens, "uncosted_tokens": u.uncostedTokens,
+                                    "cost_usd": u.costUSD ?? NSNull() as Any]
+        let accepted = s.facts.iterations.count - 1
+        usage["cost_per_accepted_usd"] = u.costUSD.map { accepted > 0 ? $0 / Double(accepted) as Any : NSNull() } ?? NSNull()
+        extra["coding_agent_usage"] = usage
+        return statusJSON(s.facts, extra: extra)
+    }
+
+    private static func verifyJSON(_ report: ExperimentSupervisor.VerifyReport?) -> [String: Any] {
+        guard let report else { return [:] }
+        return ["verify": ["ok": report.ok, "ledger_problems": report.ledger.problems.map(\.description),
+                           "edited_views": report.editedViews, "behind_views": report.behindViews, "missing_commits": report.missingCommits]]
+    }
+
+    private static func statusJSON(_ f: StatusFacts, extra: [String: Any]) -> String {
+        func score(_ s: DisclosedScore?) -> Any { s.map { $0.value as Any } ?? NSNull() }
+        var obj: [String: Any] = [
+            "prepared": f.prepared,
+            "disclosure": f.label,
+            "iterations": f.iterations.map { ["iteration": $0.iteration, "val_score": score($0.score), "commit": $0.commit,
+                                              "evals_passed": $0.evalsPassed, "evals_total": $0.evalsTotal, "timestamp": $0.timestamp] },
+            "best": score(f.best),
+            "suite": f.suite,
+            "gate_attempts": f.gates.map { ["attempt": $0.attempt, "accepted": $0.accepted, "reason": $0.reason, "suite": "\($0.suitePassed)/\($0.suiteTotal)"] },
+            "violations": f.violations.map { ["time": $0.time, "actor": $0.actor, "kind": $0.kind, "detail": $0.detail] },
+            "budgets": f.budgets.map {
+                ["setting": $0.setting, "counts": $0.counts, "limit": $0.limit ?? NSNull() as Any, "used": $0.used ?? NSNull() as Any, "spent": $0.spent]
+            },
+        ]
+        obj.merge(extra) { $1 }
+        let data = (try? JSONSerialization.data(withJSONObject: obj, options: [.prettyPrinted, .sortedKeys])) ?? Data()
+        return String(decoding: data, as: UTF8.self) + "\n"
+    }
+
+    private static func statusText(_ f: StatusFacts, root: String, operator op: OperatorStatus?) -> String {
+        var out = "experiment \(root)\n"
+        guard f.prepared else { return out + "not prepared yet: run `autoharness prepare`\n" }
+        out += "iterations: \(f.iterations.count - 1) accepted (plus baseline)\n"
+        if let best = f.best { out += "best val_score: \(best.fixed4)\n" } else if !f.iterations.isEmpty { out += "best val_score: -\n" }
+        out += "suite: \(f.suite.count) task(s)\n"
+        let recent = f.gates.suffix(5)
+        if !recent.isEmpty {
+            out += "recent gate attempts:\n"
+            for g in recent { out += "  #\(g.attempt) \(g.accepted ? "accepted" : "rejected: \(g.reason)") (suite \(g.suitePassed)/\(g.suiteTotal))\n" }
+        }
+        if let op, op.sessions > 0 {
+            out += "coding agent: \(op.sessions) session(s), \(op.usage.summary) (as its CLI reported it)\n"
+            if let c = op.usage.costUSD, f.iterations.count > 1 {
+                out += "  cost per accepted improvement: \(AgentUsage.dollars(c / Double(f.iterations.count - 1)))\n"
+            }
+        }
+        if let run = f.openRunID { out += "run \(run) in progress or interrupted (`autoharness run` resumes it)\n" }
+        if let op, f.openRunID == nil, let end = op.lastRunEnd {
+            out += "last run \(end.runID) stopped: \(end.nothingLeft == true ? "nothing left to do: " : "")\(end.reason)\n"
+        }
+        out += f.openRunID == nil ? "budgets of each run (none open):\n" : "budgets of this run:\n"
+        for b in f.budgets { out += "  \(b.text)\n" }
+        out += "violations: \(f.violations.count)\(op != nil ? "" : " (held-out runs' are withheld; --operator shows them)")\n"
+        var byKind: [String: Int] = [:]
+        for v in f.violations { byKind["\(v.actor): \(v.kind)", default: 0] += v.count }
+        for (k, n) in byKind.sorted(by: { $0.key < $1.key }) { out += "  \(k) ×\(n)\n" }
+        if !f.violations.isEmpty { out += "latest:\n" }
+        for v in f.violations.suffix(10) { out += "  \(v.time) \(v.actor): \(v.detail)\n" }
+        return out
+    }
+
+    private static func verifyText(_ report: ExperimentSupervisor.VerifyReport) -> String {
+        var out = ""
+        if report.ok {
+            out += "verify: ok (\(report.ledger.records) ledger records, head \(report.ledger.head.prefix(12)))\n"
+        } else {
+            out += "verify: PROBLEMS\n"
+            for p in report.ledger.problems { out += "  ledger: \(p)\n" }
+            for v in report.editedViews { out += "  view differs from the ledger (tampered): \(v) (the gate ignores it; the next recorded change regenerates it)\n" }
+            for c in report.missingCommits { out += "  accepted commit not in git history: \(c)\n" }
+        }
+        for v in report.behindViews {
+            out += "  view behind the ledger, not tampered: \(v) (a supervisor stopped before publishing it; the next command that takes the experiment lock regenerates it)\n"
+        }
+        return out
+    }
+}

@@ -1,0 +1,196 @@
+import Foundation
+
+// What the coding agent may learn, decided in one place.
+//
+// The gate and `status` produce values of the types below; renderers (`AgentText`) only
+// format them. The coding agent's channel — the broker's replies, and the CLI's `gate` and
+// `status` without `--operator` — takes `GateDisclosure` and `AgentStatus` only, which no
+// code path can build with more than `gate.disclosure` allows: a held-out score beyond its
+// rounding, a held-out task's violations, the cost account. The operator's view is a
+// different type (`OperatorStatus`).
+
+/// How a gate attempt ended: a closed set, decided by the gate.
+public enum GateOutcome: String, Codable, CaseIterable, Sendable {
+    case accepted
+    /// Step 1: the regression suite's pass rate was below `gate.threshold`.
+    case suiteBelowThreshold = "suite_below_threshold"
+    /// Step 2: val_score did not beat the best accepted score (by more than the required
+    /// improvement, when there is one).
+    case scoreNotImproved = "score_not_improved"
+    /// Cut off (a crash, a failed write): no decision.
+    case interrupted
+
+    /// The outcome of a record written before outcomes were recorded, from its reason text
+    /// (the only place that text is read).
+    init(legacyReason reason: String, accepted: Bool) {
+        if accepted { self = .accepted } else if reason == "interrupted" { self = .interrupted } else if reason.hasPrefix("suite pass rate") {
+            self = .suiteBelowThreshold
+        } else {
+            self = .scoreNotImproved
+        }
+    }
+}
+
+/// A held-out score as `gate.disclosure` lets it out: rounded to 2 decimals (`rounded`) or
+/// to the 4 that upstream prints (`score`); the operator's is exact.
+public struct DisclosedScore: Equatable, Sendable {
+    public let value: Double
+    /// Four decimals or more (`score`, the operator), rather than two.
+    public let exact: Bool
+
+    /// The score as disclosed under `d` (nil for `decision`: no number at all).
+    public init?(_ v: Double?, _ d: ExperimentConfig.Disclosure) {
+        guard let v else { return nil }
+        switch d {
+        case .decision: return nil
+        case .rounded: (value, exact) = ((v * 100).rounded() / 100, false)
+        case .score: (value, exact) = ((v * 10000).rounded() / 10000, true)
+        }
+    }
+
+    /// The operator's: the value as recorded.
+    init?(operator v: Double?) {
+        guard let v else { return nil }
+        (value, exact) = (v, true)
+    }
+
+    /// Always four decimals, so a column of them parses the same (results.tsv, status).
+    public var fixed4: String { String(format: "%.4f", value) }
+    /// As many decimals as were disclosed (the gate's answer).
+    public var text: String { String(format: exact ? "%.4f" : "%.2f", value) }
+}
+
+/// Everything the coding agent learns from one gate attempt.
+public struct GateDisclosure: Equatable, Sendable {
+    public let attempt: Int
+    public let outcome: GateOutcome
+    public let suitePassed: Int
+    public let suiteTotal: Int
+    public let threshold: Double
+    public let score: DisclosedScore?
+    /// Only for `scoreNotImproved`, when the gate required more than a tie.
+    public let requiredImprovement: Double?
+    public let iteration: Int?
+    public let commit: String?
+    public let promoted: Int
+    /// `decision`: even the wording says nothing of a score.
+    public let decisionOnly: Bool
+
+    public var accepted: Bool { outcome == .accepted }
+
+    /// The reason line: a fixed wording per outcome, with train-side numbers only.
+    public var reason: String {
+        switch outcome {
+        case .accepted: return "accepted"
+        case .interrupted: return "interrupted"
+        case .suiteBelowThreshold: return "suite pass rate \(suitePassed)/\(suiteTotal) below threshold \(threshold)"
+        case .scoreNotImproved:
+            if decisionOnly { return "held-out score did not improve" }
+            if let r = requiredImprovement { return "val_score did not beat the best accepted score by more than min_improvement \(String(format: "%.4f", r))" }
+            return "val_score did not beat the best accepted score"
+        }
+    }
+}
+
+/// One violation row as a status shows it.
+public struct ViolationLine: Equatable, Sendable {
+    public let time: String
+    public let actor: String
+    public let kind: String
+    public let detail: String
+    public let count: Int
+}
+
+/// What every status shows, at one level of disclosure.
+public struct StatusFacts: Sendable {
+    public struct Iteration: Sendable {
+        public let iteration: Int
+        public let score: DisclosedScore?
+        public let commit: String
+        public let evalsPassed: Int
+        public let evalsTotal: Int
+        public let timestamp: String
+    }
+    public let prepared: Bool
+    /// `decision`, `rounded`, `score`, or `operator`.
+    public let label: String
+    public let iterations: [Iteration]
+    public let best: DisclosedScore?
+    public let suite: [String]
+    /// The last ten gate attempts, oldest first.
+    public let gates: [GateDisclosure]
+    public let violations: [ViolationLine]
+    public let budgets: [RunBudget]
+    public let openRunID: String?
+}
+
+/// `status` as the coding agent may see it: made only by `Disclosure.agentStatus`.
+public struct AgentStatus: Sendable {
+    public let facts: StatusFacts
+    fileprivate init(_ facts: StatusFacts) { self.facts = facts }
+}
+
+/// `status --operator`: exact scores, held-out runs' violations, the cost account.
+public struct OperatorStatus: Sendable {
+    public let facts: StatusFacts
+    public let lastRunEnd: RunEndedRecord?
+    public let sessions: Int
+    public let usage: AgentUsage
+    fileprivate init(facts: StatusFacts, lastRunEnd: RunEndedRecord?, sessions: Int, usage: AgentUsage) {
+        self.facts = facts
+        self.lastRunEnd = lastRunEnd
+        self.sessions = sessions
+        self.usage = usage
+    }
+}
+
+/// The one place that decides what a gate attempt and a status disclose.
+public enum Disclosure {
+    /// What the coding agent learns of `record` under the configured disclosure.
+    public static func gate(_ record: GateAttemptRecord, config: ExperimentConfig) -> GateDisclosure {
+        gate(record, config: config, level: config.disclosure)
+    }
+
+    /// `level` nil: the operator's (exact).
+    static func score(_ v: Double?, _ level: ExperimentConfig.Disclosure?) -> DisclosedScore? {
+        level.map { DisclosedScore(v, $0) } ?? DisclosedScore(operator: v)
+    }
+
+    static func gate(_ r: GateAttemptRecord, config: ExperimentConfig, level: ExperimentConfig.Disclosure?) -> GateDisclosure {
+        let outcome = r.verdict
+        return GateDisclosure(attempt: r.attempt, outcome: outcome, suitePassed: r.suitePassed, suiteTotal: r.suiteTotal,
+                              threshold: config.threshold, score: score(r.valScore, level),
+                              requiredImprovement: outcome == .scoreNotImproved ? r.requiredImprovement.flatMap { $0 > 0 ? $0 : nil } : nil,
+                              iteration: r.iteration, commit: r.commit.map { String($0.prefix(7)) }, promoted: r.promoted.count,
+                              decisionOnly: level == .decision)
+    }
+
+    /// `status` for the coding agent: scores as disclosed, no held-out run's violations, no
+    /// cost account.
+    public static func agentStatus(_ s: ExperimentState, config: ExperimentConfig) -> AgentStatus {
+        AgentStatus(facts(s, config: config, level: config.disclosure, label: config.disclosure.rawValue, heldOut: false, cost: false))
+    }
+
+    /// `status --operator`: everything the ledger holds.
+    public static func operatorStatus(_ s: ExperimentState, config: ExperimentConfig) -> OperatorStatus {
+        OperatorStatus(facts: facts(s, config: config, level: nil, label: "operator", heldOut: true, cost: true),
+                       lastRunEnd: s.lastRunEnd, sessions: s.agentSessions.count, usage: s.agentUsage)
+    }
+
+    private static func facts(_ s: ExperimentState, config: ExperimentConfig, level: ExperimentConfig.Disclosure?, label: String,
+                              heldOut: Bool, cost: Bool) -> StatusFacts {
+        let budgets = RunBudget.all(config: config, maxIterations: s.openRun?.maxIterations, maxHours: s.openRun?.maxHours, used: s.openRunCounters())
+        return StatusFacts(
+            prepared: s.prepared, label: label,
+            iterations: s.iterations.map {
+                .init(iteration: $0.iteration, score: score($0.valScore, level), commit: $0.commit,
+                      evalsPassed: $0.evalsPassed, evalsTotal: $0.evalsTotal, timestamp: $0.timestamp)
+            },
+            best: score(s.best, level), suite: s.suite,
+            gates: s.gateAttempts.suffix(10).map { gate($0, config: config, level: level) },
+            violations: s.violations.filter { heldOut || $0.record.heldOut != true }.map {
+                ViolationLine(time: $0.time, actor: $0.record.actor, kind: $0.record.kind, detail: $0.record.detail, count: $0.record.occurrences)
+            },
+            budgets: budgets.filter { cost || $0.agentMaySee }, openRunID: s.openRun?.runID)
+    }
+}

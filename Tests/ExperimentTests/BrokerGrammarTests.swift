@@ -1,0 +1,42 @@
+@testable import Experiment
+import Testing
+
+// The broker's grammar lives in Experiment with the run loop that serves it: the coding
+// agent's requests never go through the CLI target.
+@Suite("The broker's grammar: what the coding agent's autoharness may ask")
+struct BrokerGrammarTests {
+    @Test("benchmark, gate and status parse to their verbs")
+    func verbs() {
+        #expect(BrokerGrammar.parse(["gate"]).verb == .gate)
+        #expect(BrokerGrammar.parse(["status", "--json"]).verb == .status(json: true))
+        #expect(BrokerGrammar.parse(["benchmark"]).verb == .benchmark(taskIDs: nil))
+        #expect(BrokerGrammar.parse(["benchmark", "--task-ids", "a", "b"]).verb == .benchmark(taskIDs: ["a", "b"]))
+    }
+
+    @Test("anything that records, commits, reads the test split or names another experiment is refused", arguments: [
+        ["record"], ["prepare"], ["report"], ["run"], ["gate", "-C", "/exp"], ["status", "--operator"], ["benchmark", "--oracle"],
+        ["status", "--verify"], ["gate", "extra"], ["init", "x"],
+    ])
+    func refused(_ argv: [String]) {
+        guard case .invalid = BrokerGrammar.parse(argv) else {
+            Issue.record("\(argv) was not refused")
+            return
+        }
+    }
+
+    @Test("--help is answered, not refused")
+    func help() {
+        guard case .help(let text) = BrokerGrammar.parse(["--help"]) else {
+            Issue.record("--help was not answered")
+            return
+        }
+        #expect(text.contains("benchmark") && text.contains("gate") && text.contains("status"))
+    }
+}
+
+extension BrokerParse {
+    var verb: BrokerVerb? {
+        if case .verb(let v) = self { return v }
+        return nil
+    }
+}

@@ -1,0 +1,97 @@
+@testable import Experiment
+import Foundation
+import Testing
+import TestSupport
+
+// What the coding agent may learn is a type (`Disclosure` → `GateDisclosure`, `AgentStatus`),
+// and these are the exact bytes of the broker's gate answer for every outcome and every
+// `gate.disclosure`. A change to what leaks changes a line here.
+
+@Suite("Disclosure: every gate outcome, every disclosure level, the exact bytes the coding agent receives")
+struct DisclosureTests {
+    static func record(_ outcome: GateOutcome, required: Double? = nil) -> GateAttemptRecord {
+        let accepted = outcome == .accepted
+        return GateAttemptRecord(
+            attempt: 7, agentSHA256: String(repeating: "a", count: 64), accepted: accepted,
+            // The operator's wording, with the exact numbers: never what the agent gets.
+            reason: "operator text 0.123456789", suitePassed: outcome == .interrupted ? 0 : 3, suiteTotal: outcome == .interrupted ? 0 : 4,
+            valScore: outcome == .suiteBelowThreshold || outcome == .interrupted ? nil : 0.56789, bestBefore: 0.61234,
+            promoted: accepted ? ["t1", "t2"] : [], commit: accepted ? "abcdef0123456789" : nil, iteration: accepted ? 2 : nil,
+            outcome: outcome, requiredImprovement: required)
+    }
+
+    static func config(_ d: ExperimentConfig.Disclosure) -> ExperimentConfig {
+        var c = ExperimentConfig(benchmark: "local")
+        c.disclosure = d
+        c.threshold = 0.8
+        return c
+    }
+
+    /// (outcome, required improvement, disclosure) → exact text and exit status.
+    static let table: [(GateOutcome, Double?, ExperimentConfig.Disclosure, String, Int32)] = [
+        (.accepted, nil, .decision, "gate attempt 7: ACCEPTED\nsuite: 3/4 (threshold 0.8)\niteration 2 committed as abcdef0; 2 task(s) promoted to the suite\n", 0),
+        (.accepted, nil, .rounded, "gate attempt 7: ACCEPTED\nsuite: 3/4 (threshold 0.8)\nval_score: 0.57\niteration 2 committed as abcdef0; 2 task(s) promoted to the suite\n", 0),
+        (.accepted, nil, .score, "gate attempt 7: ACCEPTED\nsuite: 3/4 (threshold 0.8)\nval_score: 0.5679\niteration 2 committed as abcdef0; 2 task(s) promoted to the suite\n", 0),
+        (.suiteBelowThreshold, nil, .decision, "gate attempt 7: REJECTED\nsuite: 3/4 (threshold 0.8)\nreason: suite pass rate 3/4 below threshold 0.8\n", 1),
+        (.suiteBelowThreshold, nil, .rounded, "gate attempt 7: REJECTED\nsuite: 3/4 (threshold 0.8)\nreason: suite pass rate 3/4 below threshold 0.8\n", 1),
+        (.suiteBelowThreshold, nil, .score, "gate attempt 7: REJECTED\nsuite: 3/4 (threshold 0.8)\nreason: suite pass rate 3/4 below threshold 0.8\n", 1),
+        (.scoreNotImproved, nil, .decision, "gate attempt 7: REJECTED\nsuite: 3/4 (threshold 0.8)\nreason: held-out score did not improve\n", 1),
+        (.scoreNotImproved, nil, .rounded, "gate attempt 7: REJECTED\nsuite: 3/4 (threshold 0.8)\nval_score: 0.57\nreason: val_score did not beat the best accepted score\n", 1),
+        (.scoreNotImproved, nil, .score, "gate attempt 7: REJECTED\nsuite: 3/4 (threshold 0.8)\nval_score: 0.5679\nreason: val_score did not beat the best accepted score\n", 1),
+        (.scoreNotImproved, 0.05, .decision, "gate attempt 7: REJECTED\nsuite: 3/4 (threshold 0.8)\nreason: held-out score did not improve\n", 1),
+        (.scoreNotImproved, 0.05, .rounded, "gate attempt 7: REJECTED\nsuite: 3/4 (threshold 0.8)\nval_score: 0.57\nreason: val_score did not beat the best accepted score by more than min_improvement 0.0500\n", 1),
+        (.scoreNotImproved, 0.05, .score, "gate attempt 7: REJECTED\nsuite: 3/4 (threshold 0.8)\nval_score: 0.5679\nreason: val_score did not beat the best accepted score by more than min_improvement 0.0500\n", 1),
+        (.interrupted, nil, .decision, "gate attempt 7: REJECTED\nsuite: 0/0 (threshold 0.8)\nreason: interrupted\n", 1),
+        (.interrupted, nil, .rounded, "gate attempt 7: REJECTED\nsuite: 0/0 (threshold 0.8)\nreason: interrupted\n", 1),
+        (.interrupted, nil, .score, "gate attempt 7: REJECTED\nsuite: 0/0 (threshold 0.8)\nreason: interrupted\n", 1),
+    ]
+
+    @Test("the table covers every outcome and every disclosure level")
+    func tableIsComplete() {
+        for o in GateOutcome.allCases {
+            for d in ExperimentConfig.Disclosure.allCases {
+                #expect(Self.table.contains { $0.0 == o && $0.2 == d }, "\(o) under \(d) is not in the table")
+            }
+        }
+    }
+
+    @Test("the gate's answer, byte for byte", arguments: 0..<15)
+    func gateAnswer(_ i: Int) {
+        let (outcome, required, level, text, exit) = Self.table[i]
+        let answer = AgentText.gate(Disclosure.gate(Self.record(outcome, required: required), config: Self.config(level)))
+        #expect(answer.text == text, "\(outcome) \(level)")
+        #expect(answer.exit == exit)
+        // Never the operator's wording, never the best score, never digits past the level.
+        #expect(!answer.text.contains("operator text") && !answer.text.contains("0.61") && !answer.text.contains("0.56789"))
+    }
+
+    @Test("records written before outcomes existed are read by their reason text, in one place")
+    func legacyRecords() {
+        func legacy(_ reason: String, accepted: Bool = false) -> GateOutcome {
+            GateAttemptRecord(attempt: 1, agentSHA256: "", accepted: accepted, reason: reason, suitePassed: 0, suiteTotal: 0, valScore: nil,
+                              bestBefore: nil, promoted: [], commit: nil, iteration: nil).verdict
+        }
+        #expect(legacy("accepted", accepted: true) == .accepted)
+        #expect(legacy("interrupted") == .interrupted)
+        #expect(legacy("suite pass rate 1/2 below threshold 0.8") == .suiteBelowThreshold)
+        #expect(legacy("val_score did not beat the best accepted score") == .scoreNotImproved)
+    }
+
+    @Test("the coding agent's status: scores as disclosed, no held-out run's violations, no cost account; the operator's has them")
+    func statusViews() throws {
+        var state = try ExperimentState(records: [])
+        state.split = SplitRecord(train: ["a"], test: ["b"], seed: 1)
+        state.iterations = [IterationRecord(iteration: 0, valScore: 0.123456, commit: "baseline", evalsPassed: 0, evalsTotal: 0,
+                                            timestamp: "t", agentSHA256: "")]
+        state.violations = [("t1", ViolationRecord(actor: "agent.py (gate, held-out split)", kind: "syscall", detail: "syscall ptrace ×3", heldOut: true, count: 3)),
+                            ("t2", ViolationRecord(actor: "coding agent", kind: "refused_request", detail: "`autoharness record`", count: 1))]
+        let cfg = Self.config(.rounded)
+        let agent = AgentText.status(Disclosure.agentStatus(state, config: cfg), root: "/work", json: false)
+        #expect(agent.contains("best val_score: 0.1200") && !agent.contains("0.1235") && !agent.contains("ptrace") && agent.contains("refused_request ×1"), "\(agent)")
+        #expect(!agent.contains("max_cost_usd"), "\(agent)")
+        let json = AgentText.status(Disclosure.agentStatus(state, config: Self.config(.score)), root: "/work", json: true)
+        #expect(json.contains("0.1235") && !json.contains("0.123456"), "\(json)")
+        let op = AgentText.status(Disclosure.operatorStatus(state, config: cfg), root: "/exp", json: false, verify: nil)
+        #expect(op.contains("best val_score: 0.1235") && op.contains("syscall ×3") && op.contains("max_cost_usd"), "\(op)")
+    }
+}
