@@ -30,7 +30,7 @@ struct LauncherTests {
         #expect(forked.count == 2 && forked.allSatisfy { $0 == self_ }, "\(forked) vs \(self_)")
     }
 
-    @Test("a launcher that is not a root-owned regular file writable only by root is not used")
+    @Test("a launcher that is not a root-owned regular file writable only by root, in a directory only root can change, is not used")
     func untrustedLauncherRefused() throws {
         try requireRoot()
         let dir = try TempDir()
@@ -53,6 +53,18 @@ struct LauncherTests {
             case .failure(let p):
                 #expect(p.message.contains(why), "\(p.message)")
             }
+        }
+        // A good file in a directory others may write: its name could be any root-owned program.
+        let openDir = try TempDir(mode: 0o777)
+        let inOpenDir = openDir.path + "/autoharness-launch"
+        #expect(FileManager.default.createFile(atPath: inOpenDir, contents: Data("#!/bin/true\n".utf8)))
+        chmod(inOpenDir, 0o755)
+        switch Launcher.open(path: inOpenDir) {
+        case .success(let l):
+            close(l.fd)
+            Issue.record("a launcher in a world-writable directory was accepted")
+        case .failure(let p):
+            #expect(p.message.contains("is not root-owned and writable only by root"), "\(p.message)")
         }
     }
 

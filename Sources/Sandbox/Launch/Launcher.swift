@@ -10,8 +10,9 @@ import Glibc
 ///
 /// It is found once per process: `$AUTOHARNESS_LAUNCHER`, else next to this executable, else
 /// `../libexec/autoharness/` from it. The supervisor runs it as root, so it is used only if it
-/// is a regular file owned by root and writable by no one else, checked on the descriptor that
-/// is later executed (`execveat`): the path is never looked up again. Without a usable one
+/// is a regular file owned by root and writable by no one else, in a directory the same holds
+/// for, checked on the descriptor that is later executed (`execveat`): the path is never looked
+/// up again. Without a usable one
 /// sandboxes are forked from the supervisor as before, and `why` says why.
 public struct Launcher: Sendable {
     /// An O_PATH descriptor of the checked file, kept open for the life of the process.
@@ -49,8 +50,16 @@ public struct Launcher: Sendable {
         return .failure(Problem(message: problems.joined(separator: "; ")))
     }
 
-    /// Opens `path` (O_PATH, not following a final symlink) and checks what it is.
+    /// Opens `path` (O_PATH, not following a final symlink) and checks what it is, and that
+    /// only root can change which file the name in its directory is (a directory others may
+    /// write could hold a link to any root-owned program under that name).
     static func open(path: String) -> Result<Launcher, Problem> {
+        let dir = path.lastIndex(of: "/").map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+        var dst = stat()
+        guard stat(dir, &dst) == 0 else { return .failure(Problem(message: "\(dir): \(String(cString: strerror(errno)))")) }
+        guard dst.st_uid == 0, dst.st_mode & 0o022 == 0 else {
+            return .failure(Problem(message: "\(path): its directory \(dir) is not root-owned and writable only by root (uid \(dst.st_uid), mode \(String(dst.st_mode & 0o7777, radix: 8)))"))
+        }
         let fd = ahl_open_path(path)
         guard fd >= 0 else { return .failure(Problem(message: "\(path): \(String(cString: strerror(errno)))")) }
         var st = stat()
