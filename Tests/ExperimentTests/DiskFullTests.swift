@@ -301,8 +301,12 @@ struct RunDiskFullTests {
     func auditDuringRun() throws {
         try requireRoot()
         let exp = try Experiment()
+        // SIGTERM ignored: the stop's SIGTERM races the print after the refused call (it is
+        // relayed while the call returns, and a small monitor relays it fast); the SIGKILL 5 s
+        // later ends the agent long before it could print STILL RUNNING.
         try exp.configureRun(command: ["python3", "-c", """
-            import ctypes, os, time
+            import ctypes, os, signal, time
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
             while not os.path.exists('/home/agent/go'): time.sleep(0.05)
             ctypes.CDLL(None).syscall(101, 0, 0, 0, 0)
             print('REFUSED' + '-CALL-MADE', flush=True)
