@@ -42,10 +42,12 @@ struct LauncherTests {
         chmod(groupWritable, 0o775)
         chown(foreign, 65534, 65534)
         symlink(good, link)
+        let sub = dir.path + "/sub"
+        mkdir(sub, 0o755)
         if case .success(let l) = Launcher.open(path: good) { close(l.fd) } else { Issue.record("a root-owned 0755 file was refused") }
         // A symlink is opened as itself (O_PATH | O_NOFOLLOW), never followed.
         for (path, why) in [(groupWritable, "writable by group or others"), (foreign, "owned by uid 65534"),
-                            (link, "not a regular file"), (dir.path, "not a regular file")] {
+                            (link, "not a regular file"), (sub, "not a regular file")] {
             switch Launcher.open(path: path) {
             case .success(let l):
                 close(l.fd)
