@@ -7,6 +7,8 @@
 //   SandboxPolicy   — policy schema, YAML loading, validation (pure; no syscalls).
 //   Sandbox         — compiles a policy into a launch plan (mounts, seccomp BPF, limits),
 //                     runs it, supervises it (cgroups, seccomp notifications, audit).
+//   autoharness-launch — CSandboxLaunch as a small executable: the sandbox's monitor, started
+//                     by the supervisor with the plan as bytes instead of as a copy of itself.
 //   Benchmark       — local (Harbor-layout) benchmarks: each task's agent run and its verifier
 //                     run in separate sandboxes; only a reward crosses back.
 //   Ledger          — the supervisor's hash-chained SQLite record; views are derived from it.
@@ -22,6 +24,7 @@ let package = Package(
         .executable(name: "autoharness", targets: ["autoharness"]),
         .executable(name: "sandbox-probe", targets: ["sandbox-probe"]),
         .executable(name: "autoharness-client", targets: ["autoharness-client"]),
+        .executable(name: "autoharness-launch", targets: ["autoharness-launch"]),
         .library(name: "SandboxPolicy", targets: ["SandboxPolicy"]),
         .library(name: "Sandbox", targets: ["Sandbox"]),
         .library(name: "Experiment", targets: ["Experiment"]),
@@ -96,6 +99,13 @@ let package = Package(
             dependencies: ["BrokerWire"],
             linkerSettings: [.unsafeFlags(["-static-stdlib"])]
         ),
+        // The sandbox's monitor, exec'd by the supervisor (C only, static: it must start fast).
+        .executableTarget(
+            name: "autoharness-launch",
+            dependencies: ["CSandboxLaunch"],
+            cSettings: [.define("_GNU_SOURCE")],
+            linkerSettings: [.unsafeFlags(["-static-executable"])]
+        ),
         .executableTarget(
             name: "sandbox-probe",
             cSettings: [.define("_GNU_SOURCE")],
@@ -106,7 +116,7 @@ let package = Package(
         // Shared helpers of the test targets: locating the built binaries, running them, temp dirs.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy"]),
-        .testTarget(name: "SandboxTests", dependencies: ["Sandbox", "SandboxPolicy", "TestSupport"]),
+        .testTarget(name: "SandboxTests", dependencies: ["Sandbox", "SandboxPolicy", "CSandboxLaunch", "TestSupport"]),
         .testTarget(name: "BenchmarkTests", dependencies: ["Benchmark", "Sandbox", "SandboxPolicy", "TestSupport"],
                     exclude: ["Fixtures"]),
         .testTarget(name: "LedgerTests", dependencies: ["Ledger", "TestSupport"]),

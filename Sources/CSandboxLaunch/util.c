@@ -2,6 +2,7 @@
 // declarations). Nothing here runs between fork and exec.
 #include "ahl_util.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -13,6 +14,8 @@
 #endif
 
 int ahl_memfd(const char *name) { return memfd_create(name, MFD_CLOEXEC); }
+
+int ahl_open_path(const char *path) { return open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC); }
 
 int ahl_accept_cloexec(int listener) { return accept4(listener, NULL, NULL, SOCK_CLOEXEC); }
 

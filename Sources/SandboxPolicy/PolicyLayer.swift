@@ -95,21 +95,28 @@ struct LayerParser {
     static func parse(
         _ text: String, file: String, name: String, variables: [String: String], requireAllPlaceholders: Bool
     ) -> (PolicyLayer, [PolicyError]) {
+        // Without a brace there is no placeholder: the result depends on the text, the file
+        // and the name only (base.yaml, under every policy a supervisor loads per task).
+        let constant = !text.utf8.contains(UInt8(ascii: "{"))
+        if constant, let hit = ComposedYAML.constantLayer(text: text, file: file, name: name) { return hit }
+        let result = parseUncached(text, file: file, name: name, variables: variables, requireAllPlaceholders: requireAllPlaceholders)
+        if constant { ComposedYAML.keepConstantLayer(text: text, file: file, name: name, result) }
+        return result
+    }
+
+    private static func parseUncached(
+        _ text: String, file: String, name: String, variables: [String: String], requireAllPlaceholders: Bool
+    ) -> (PolicyLayer, [PolicyError]) {
         var parser = LayerParser(file: file, variables: variables, requireAllPlaceholders: requireAllPlaceholders)
         var layer = PolicyLayer(file: file, name: name)
-        let root: Node?
         do {
-            // UTF-8 explicitly: the default consults an environment variable and prints.
-            // The basic resolver tags every plain scalar as a string; the default one runs a set of
-            // regular expressions over each scalar, which cost milliseconds per launch. The
-            // only implicit types a policy uses, bool and null, are recognised by spelling
-            // below (YAML 1.2 core schema).
-            root = try Yams.compose(yaml: text, .basic, .default, .utf8)
+            // The tree comes from a per-process cache keyed by the text (ComposedYAML); the
+            // walk below, which fills in this load's placeholders, runs every time.
+            try ComposedYAML.withTree(text) { root in
+                if let root { parser.readPolicy(root, into: &layer) }
+            }
         } catch {
             return (layer, [parser.syntaxError(error, in: text)])
-        }
-        if let root {
-            parser.readPolicy(root, into: &layer)
         }
         let sorted = parser.errors.enumerated().sorted {
             let a = $0.element.location, b = $1.element.location

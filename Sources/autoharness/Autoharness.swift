@@ -48,6 +48,7 @@ struct Autoharness: ParsableCommand {
     )
 
     static func main() {
+        Timing.mark("process started (loader, static initialisers)")
         // Nothing the supervisor writes to (a child's pipe, a socket, its own stdout) may kill
         // it by closing the other end: writes fail with EPIPE instead, and are checked. The
         // launcher resets every disposition before a sandboxed payload runs.
@@ -71,8 +72,13 @@ struct Autoharness: ParsableCommand {
             let host = CgroupHost.current
             if let done = host.delegation { printErr("autoharness: \(done)") }
             for line in host.endOrphanedSandboxes() { printErr("autoharness: \(line)") }
+            Timing.mark("cgroup host detected, orphans swept")
         }
         do {
+            if args.count >= 2, args[0] == "sandbox", args[1] == "exec", let request = SandboxExecArguments.parse(args.dropFirst(2)) {
+                try SandboxExec.execute(request)
+                return
+            }
             var command = try parseAsRoot(args)
             try command.run()
         } catch {

@@ -79,8 +79,34 @@ struct SandboxExec: ParsableCommand {
     var command: [String] = []
 
     func run() throws {
+        try Self.execute(Request(
+            policy: policy, policyDirs: policyDirs, variables: variables, readOnly: readOnly, readWrite: readWrite,
+            tmpfs: tmpfs, chdir: chdir, env: env, timeout: timeout, audit: audit,
+            allowUnenforcedLimits: allowUnenforcedLimits, debug: debug, benchRepeat: benchRepeat, command: command))
+    }
+
+    /// What `sandbox exec` was asked, however its arguments were parsed (`SandboxExecArguments`
+    /// or ArgumentParser).
+    struct Request {
+        var policy = "base"
+        var policyDirs: [String] = []
+        var variables: [String] = []
+        var readOnly: [String] = []
+        var readWrite: [String] = []
+        var tmpfs: [String] = []
+        var chdir: String?
+        var env: [String] = []
+        var timeout: Double?
+        var audit: String?
+        var allowUnenforcedLimits = false
+        var debug = false
+        var benchRepeat = 1
+        var command: [String] = []
+    }
+
+    static func execute(_ r: Request) throws {
         Timing.mark("arguments parsed")
-        var cmd = command
+        var cmd = r.command
         if cmd.first == "--" {
             cmd.removeFirst()
         } else if let first = cmd.first, first.hasPrefix("-") {
@@ -91,29 +117,29 @@ struct SandboxExec: ParsableCommand {
         guard !cmd.isEmpty else { throw ValidationError("no command given; usage: autoharness sandbox exec [OPTIONS] -- COMMAND [ARG...]") }
 
         var vars: [String: String] = [:]
-        for v in variables {
+        for v in r.variables {
             guard let eq = v.firstIndex(of: "="), eq != v.startIndex else { throw ValidationError("--var \(v): expected NAME=VALUE") }
             vars[String(v[..<eq])] = String(v[v.index(after: eq)...])
         }
-        let policy = try PolicyLocator.loader(policyDirs).load(self.policy, variables: vars, requireAllPlaceholders: true)
+        let policy = try PolicyLocator.loader(r.policyDirs).load(r.policy, variables: vars, requireAllPlaceholders: true)
 
         Timing.mark("policy loaded")
         var overrides = PlanOverrides()
         do {
-            for s in readOnly { overrides.mounts.append(try bind(s, readOnly: true)) }
-            for s in readWrite { overrides.mounts.append(try bind(s, readOnly: false)) }
-            for s in tmpfs { overrides.mounts.append(try tmpfsSpec(s)) }
+            for s in r.readOnly { overrides.mounts.append(try bind(s, readOnly: true)) }
+            for s in r.readWrite { overrides.mounts.append(try bind(s, readOnly: false)) }
+            for s in r.tmpfs { overrides.mounts.append(try tmpfsSpec(s)) }
         }
-        overrides.workingDirectory = chdir
-        overrides.environment = env
-        overrides.timeoutSeconds = timeout
+        overrides.workingDirectory = r.chdir
+        overrides.environment = r.env
+        overrides.timeoutSeconds = r.timeout
 
         var logger = Logger(label: "autoharness.sandbox") { StderrLogHandler(label: $0) }
-        logger.logLevel = debug ? .debug : .warning
+        logger.logLevel = r.debug ? .debug : .warning
         var options = RunOptions(logger: logger)
-        options.allowUnenforcedLimits = allowUnenforcedLimits
+        options.allowUnenforcedLimits = r.allowUnenforcedLimits
         options.signalFD = SignalRelay.install()
-        if let audit {
+        if let audit = r.audit {
             options.audit = try AuditLog(path: audit)
             // Fail closed: a sandbox whose audit file refuses a line (a full disk) is killed
             // whole rather than go on unaudited ('K' to the monitor, as for a timeout).
@@ -123,7 +149,8 @@ struct SandboxExec: ParsableCommand {
             }
         }
 
-        let result = try launch(policy: policy, command: cmd, overrides: overrides, options: options, logger: logger).get()
+        let result = try launch(policy: policy, command: cmd, overrides: overrides, options: options, logger: logger,
+                                debug: r.debug, benchRepeat: r.benchRepeat).get()
         if let failure = options.audit.writeFailure {
             printErr("sandbox: \(failure); killed the whole sandbox")
             throw ExitCode(Exit.sandboxSetup)
@@ -135,13 +162,13 @@ struct SandboxExec: ParsableCommand {
         case .execFailed(let e):
             printErr("sandbox: \(cmd[0]): \(String(cString: strerror(e)))")
         case .timedOut:
-            printErr("sandbox: timed out after \(timeout ?? policy.limits.timeoutSeconds ?? 0)s; killed the whole sandbox")
+            printErr("sandbox: timed out after \(r.timeout ?? policy.limits.timeoutSeconds ?? 0)s; killed the whole sandbox")
         default:
             break
         }
         let (count, text) = options.audit.summary(for: result.sandboxID)
         if count > 0 {
-            printErr("sandbox \(result.sandboxID): \(count) audit event\(count == 1 ? "" : "s"): \(text)\(audit.map { " (audit: \($0))" } ?? "")")
+            printErr("sandbox \(result.sandboxID): \(count) audit event\(count == 1 ? "" : "s"): \(text)\(r.audit.map { " (audit: \($0))" } ?? "")")
         }
         if !result.leftovers.isEmpty {
             printErr("sandbox: could not remove: \(result.leftovers.joined(separator: ", "))")
@@ -149,8 +176,8 @@ struct SandboxExec: ParsableCommand {
         throw ExitCode(result.exitCode)
     }
 
-    private func launch(policy: Policy, command: [String], overrides: PlanOverrides, options: RunOptions,
-                        logger: Logger) -> Result<SandboxResult, SandboxError> {
+    private static func launch(policy: Policy, command: [String], overrides: PlanOverrides, options: RunOptions,
+                               logger: Logger, debug: Bool, benchRepeat: Int) -> Result<SandboxResult, SandboxError> {
         do throws(SandboxError) {
             let plan = try PlanCompiler.compile(policy: policy, command: command, overrides: overrides, hostEnvironment: hostEnvironment())
             Timing.mark("plan compiled (sources resolved, seccomp exported)")
@@ -178,7 +205,7 @@ struct SandboxExec: ParsableCommand {
         }
     }
 
-    private func bind(_ s: String, readOnly: Bool) throws -> MountSpec {
+    private static func bind(_ s: String, readOnly: Bool) throws -> MountSpec {
         let parts = s.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
         let src = parts[0]
         let dst = parts.count > 1 ? parts[1] : src
@@ -186,7 +213,7 @@ struct SandboxExec: ParsableCommand {
         return MountSpec(kind: readOnly ? .readOnly(source: src) : .readWrite(source: src), destination: dst)
     }
 
-    private func tmpfsSpec(_ s: String) throws -> MountSpec {
+    private static func tmpfsSpec(_ s: String) throws -> MountSpec {
         let parts = s.split(separator: ":", maxSplits: 1).map(String.init)
         var size: UInt64?
         if parts.count > 1 {

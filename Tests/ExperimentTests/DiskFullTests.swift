@@ -305,8 +305,9 @@ struct RunDiskFullTests {
     func auditDuringRun() throws {
         try requireRoot()
         let exp = try Experiment()
-        // SIGTERM ignored: the stop's SIGTERM races the print after the refused call; the
-        // SIGKILL 5 s later ends the agent long before it could print STILL RUNNING.
+        // SIGTERM ignored: the stop's SIGTERM races the print after the refused call (it is
+        // relayed while the call returns, and a small monitor relays it fast); the SIGKILL 5 s
+        // later ends the agent long before it could print STILL RUNNING.
         try exp.configureRun(command: ["python3", "-c", """
             import ctypes, os, signal, time
             signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -119,6 +119,28 @@ struct AllowedBehaviourTests {
         #expect(p.terminationStatus == 143)
     }
 
+    @Test("sandbox exec reads --name=VALUE and --name VALUE alike, and a form only ArgumentParser knows still works")
+    func optionSpellings() throws {
+        try requireRoot()
+        let script = "pwd; echo \"$GREETING\""
+        // Plain spellings: read by the launcher's own argument reader.
+        let eq = try autoharness(["sandbox", "exec", "--chdir=/tmp", "--env=GREETING=hi", "--", "/bin/sh", "-c", script])
+        let spaced = try autoharness(["sandbox", "exec", "--chdir", "/tmp", "--env", "GREETING=hi", "--", "/bin/sh", "-c", script])
+        // Without `--`: the command starts at the first word that is not an option.
+        let bare = try autoharness(["sandbox", "exec", "--chdir", "/tmp", "--env", "GREETING=hi", "/bin/sh", "-c", script])
+        for r in [eq, spaced, bare] {
+            #expect(r.status == 0 && r.stdout == "/tmp\nhi\n", "\(r.status) \(r.stdout) \(r.stderr)")
+        }
+        let flags = try autoharness(["sandbox", "exec", "-v", "--env", "GREETING=hi", "--timeout", "30", "--", "/bin/sh", "-c", script])
+        #expect(flags.status == 0 && flags.stdout == "/\nhi\n" && flags.stderr.contains("via cgroup v"), "\(flags.stderr)")
+        // A repeated single-value option is left to ArgumentParser (the last one counts)...
+        let repeated = try autoharness(["sandbox", "exec", "--chdir", "/usr", "--chdir", "/tmp", "--", "/bin/pwd"])
+        #expect(repeated.status == 0 && repeated.stdout == "/tmp\n", "\(repeated.status) \(repeated.stderr)")
+        // ...and so is a value that looks like an option, which it refuses (125: sandbox exec's own failure).
+        let negative = try autoharness(["sandbox", "exec", "--timeout", "-1", "--", "/bin/true"])
+        #expect(negative.status == 125, "\(negative.status) \(negative.stderr)")
+    }
+
     @Test("debug output says which limits are enforced by what")
     func enforcementLogged() throws {
         try requireRoot()

@@ -112,4 +112,22 @@ struct SysinfoEmulationTests {
         #expect(!mappingsWritable(maps: maps, from: 0x5FF0, count: 112))  // past the end
         #expect(!mappingsWritable(maps: maps, from: UInt64.max - 8, count: 112))
     }
+
+    @Test("the byte parser skips lines it cannot read and never takes a garbled line for a writable mapping")
+    func garbledMaps() {
+        let maps = Array("""
+            garbage without an address
+            1000-2000 rw-p 00000000 00:00 0
+            20000000000000000-30000000000000000 rw-p 00000000 00:00 0
+            3000-zz00 rw-p 00000000 00:00 0
+            4000-5000
+            7FFF0000-7FFF1000 rw-p 00000000 00:00 0 [stack]
+            """.utf8)
+        #expect(mappingsWritable(maps: maps, from: 0x1000, count: 112))
+        #expect(!mappingsWritable(maps: maps, from: 0x3000, count: 112))      // unparsable end address
+        #expect(!mappingsWritable(maps: maps, from: 0x4000, count: 112))      // no permissions
+        #expect(mappingsWritable(maps: maps, from: 0x7FFF0F00, count: 112))   // upper-case hex, no final newline
+        #expect(!mappingsWritable(maps: maps, from: 0x7FFF0FF0, count: 112))  // runs past the last line
+        #expect(!mappingsWritable(maps: [], from: 0x1000, count: 112))
+    }
 }

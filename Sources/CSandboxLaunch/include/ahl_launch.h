@@ -19,6 +19,7 @@
 #ifndef AUTOHARNESS_AHL_LAUNCH_H
 #define AUTOHARNESS_AHL_LAUNCH_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -106,6 +107,22 @@ struct ahl_child {
 /// AHL_CTL_GO to control_fd, then read messages.
 int ahl_spawn(const struct ahl_plan *plan, struct ahl_child *out);
 
+/// `ahl_spawn`, but the monitor is the launcher executable `launcher_fd` (opened O_PATH by the
+/// caller, which vouches for it) fed `plan` as bytes: a small fresh process instead of a copy
+/// of the caller, so neither it nor init nor the payload copies the caller's page tables.
+/// Started by a vfork-style clone (nothing copied), or by a clone3(CLONE_INTO_CGROUP) fork
+/// when the plan names a v2 cgroup. A launcher that cannot be exec'd is reported like any
+/// setup stage (AHL_STAGE_EXEC_LAUNCHER). Same protocol afterwards.
+int ahl_spawn_exec(const struct ahl_plan *plan, int launcher_fd, struct ahl_child *out);
+
+/// main() of the launcher: plan on fd 3, report socket on 4, control socket on 5, stdio at 6-8.
+int ahl_launcher_main(int argc, char **argv);
+
+/// The plan as bytes (malloc'd; stdio descriptors renumbered from stdio_base) and back
+/// (pointers into `bytes`, which must outlive the plan). 0 or an errno value.
+int ahl_plan_pack(const struct ahl_plan *plan, int stdio_base, uint8_t **bytes, size_t *len);
+int ahl_plan_unpack(const uint8_t *bytes, size_t len, struct ahl_plan *plan);
+
 // Control bytes, supervisor -> monitor. Any byte 1..64 is a signal to forward to the payload.
 enum { AHL_CTL_GO = 'G', AHL_CTL_KILL = 'K' };
 
@@ -154,6 +171,7 @@ enum ahl_stage {
     AHL_STAGE_SECCOMP,
     AHL_STAGE_SEND_LISTENER,
     AHL_STAGE_LOCK_MOUNTS,       // index: 0 unshare, 1 setgroups, 2 uid_map, 3 gid_map
+    AHL_STAGE_EXEC_LAUNCHER,     // index: 0 moving descriptors or exec, 1 reading the plan
     AHL_STAGE_COUNT
 };
 

@@ -7,6 +7,8 @@ extern "C" {
 #endif
 /// An anonymous in-memory file (memfd_create, MFD_CLOEXEC), or -1 with errno.
 int ahl_memfd(const char *name);
+/// open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC) (O_PATH is hidden by the Glibc module).
+int ahl_open_path(const char *path);
 /// accept4(listener, NULL, NULL, SOCK_CLOEXEC) (hidden by the Glibc module).
 int ahl_accept_cloexec(int listener);
 /// The peer of a connected Unix socket (SO_PEERCRED): 0, or -1 with errno.

@@ -69,10 +69,11 @@ public struct CgroupHost: Sendable {
         var v1: [String: Hierarchy] = [:]
         var v2: Hierarchy?
         for line in readText("/proc/self/mountinfo").split(separator: "\n") {
-            let halves = line.components(separatedBy: " - ")
-            guard halves.count == 2 else { continue }
-            let pre = halves[0].split(separator: " ")
-            let post = halves[1].split(separator: " ")
+            // `PRE - POST`; the optional fields in PRE end at a lone "-" (proc(5) mountinfo).
+            let fields = line.split(separator: " ")
+            guard let dash = fields.firstIndex(of: "-") else { continue }
+            let pre = Array(fields[..<dash])
+            let post = Array(fields[(dash + 1)...])
             guard pre.count >= 5, post.count >= 3 else { continue }
             let root = String(pre[3]), mountPoint = String(pre[4])
             func dir(_ path: String) -> String? {

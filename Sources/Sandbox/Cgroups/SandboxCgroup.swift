@@ -125,7 +125,7 @@ final class SandboxCgroup {
         for d in directories where d.controller == "memory" {
             let text = readText(d.path + (d.version == 1 ? "/memory.oom_control" : "/memory.events"))
             if let v = Self.field(text, "oom_kill"), v > 0 { return true }
-            if d.version == 1, let v = Int(readText(d.path + "/memory.failcnt").trimmingCharacters(in: .whitespacesAndNewlines)), v > 0,
+            if d.version == 1, let v = Int(Self.trimmed(readText(d.path + "/memory.failcnt"))), v > 0,
                Self.field(text, "under_oom") == 1 { return true }
         }
         return false
@@ -164,7 +164,7 @@ final class SandboxCgroup {
     var isFrozen: Bool {
         guard let f = freezer else { return false }
         if f.version == 2 { return Self.field(readText(f.path + "/cgroup.events"), "frozen") == 1 }
-        return readText(f.path + "/freezer.state").trimmingCharacters(in: .whitespacesAndNewlines) == "FROZEN"
+        return Self.trimmed(readText(f.path + "/freezer.state")) == "FROZEN"
     }
 
     func thaw() {
@@ -317,6 +317,14 @@ final class SandboxCgroup {
     }
 
     private static let swept = Locked<Bool>(false)
+
+    /// A one-value cgroupfs file's text without its surrounding whitespace (no Foundation:
+    /// this runs for every sandbox).
+    static func trimmed(_ text: String) -> Substring {
+        let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\n" || $0 == "\t" }
+        guard let first = text.firstIndex(where: { !isSpace($0) }), let last = text.lastIndex(where: { !isSpace($0) }) else { return "" }
+        return text[first...last]
+    }
 
     static func field(_ text: String, _ key: String) -> Int? {
         for line in text.split(separator: "\n") {

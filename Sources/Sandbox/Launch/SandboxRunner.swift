@@ -63,6 +63,9 @@ public struct RunOptions: @unchecked Sendable {
     /// Create the monitor inside its v2 cgroup with clone3(CLONE_INTO_CGROUP) where the
     /// kernel has it (off: fork, then the monitor joins; kernels before 5.7 always do that).
     public var cloneIntoCgroup = true
+    /// Start the monitor as the launcher executable (`Launcher.shared`) when there is one;
+    /// off, or without one, it is a fork of this process.
+    public var useLauncher = true
 
     public init(audit: AuditLog = AuditLog(), logger: Logger = Logger(label: "autoharness.sandbox")) {
         self.audit = audit
@@ -190,13 +193,15 @@ public enum SandboxRunner {
             }
         }
         var child = ahl_child()
-        let rc = withUnsafePointer(to: &storage.plan) { ahl_spawn($0, &child) }
+        let launcher = options.useLauncher ? Launcher.shared : nil
+        let rc = withUnsafePointer(to: &storage.plan) { p in launcher.map { ahl_spawn_exec(p, $0.fd, &child) } ?? ahl_spawn(p, &child) }
         if intoFD >= 0 { close(intoFD) }
         guard rc == 0 else {
             cgroup.remove()
             throw SandboxError(.launch, "fork: \(String(cString: strerror(rc)))", errno: rc)
         }
-        Timing.mark(child.born_in_cgroup != 0 ? "monitor cloned into its cgroup" : "monitor forked")
+        Timing.mark((child.born_in_cgroup != 0 ? "monitor cloned into its cgroup" : "monitor forked") + (launcher != nil ? " (launcher)" : ""))
+        log.debug("sandbox \(plan.sandboxID): monitor \(launcher.map { "is the launcher \($0.path)" } ?? "forked from the supervisor (\(options.useLauncher ? Launcher.unavailableReason ?? "" : "launcher turned off"))")")
         if child.born_in_cgroup != 0 {
             log.debug("sandbox \(plan.sandboxID): monitor created inside \(cgroup.cloneTarget!.directory) by clone3(CLONE_INTO_CGROUP)")
         }
@@ -457,7 +462,7 @@ private struct Session {
         guard mapsFD >= 0 else { return false }
         defer { close(mapsFD) }
         guard seccomp_notify_id_valid(notifyFD, id) == 0 else { return false }
-        guard mappingsWritable(maps: readAll(mapsFD), from: address, count: 112) else { return false }
+        guard mappingsWritable(maps: readAllBytes(mapsFD), from: address, count: 112) else { return false }
         var info = [UInt8](repeating: 0, count: 112)
         func put(_ v: UInt64, at offset: Int, size: Int = 8) {
             for i in 0..<size { info[offset + i] = UInt8(truncatingIfNeeded: v >> (8 * UInt64(i))) }
@@ -549,37 +554,6 @@ func readWord(pid: UInt32, address: UInt64) -> UInt64? {
     let n = pread(fd, &v, 8, off_t(Int64(bitPattern: address)))
     return n == 8 ? v : nil
 }
-
-/// Whether [from, from+count) lies entirely in mappings whose permissions include `w`
-/// (`/proc/PID/maps` lines: `start-end perms ...`, sorted by address).
-func mappingsWritable(maps: String, from: UInt64, count: UInt64) -> Bool {
-    guard count > 0, from <= UInt64.max - count else { return false }
-    var next = from
-    let end = from + count
-    for line in maps.split(separator: "\n") {
-        let fields = line.split(separator: " ", maxSplits: 2)
-        guard fields.count >= 2 else { continue }
-        let range = fields[0].split(separator: "-")
-        guard range.count == 2, let lo = UInt64(range[0], radix: 16), let hi = UInt64(range[1], radix: 16) else { continue }
-        guard lo <= next && next < hi else { continue }
-        guard fields[1].dropFirst().first == "w" else { return false }
-        next = hi
-        if next >= end { return true }
-    }
-    return false
-}
-
-func readAll(_ fd: Int32) -> String {
-    var data = [UInt8]()
-    var buf = [UInt8](repeating: 0, count: 65536)
-    while true {
-        let n = read(fd, &buf, buf.count)
-        if n <= 0 { break }
-        data.append(contentsOf: buf[0..<n])
-    }
-    return String(decoding: data, as: UTF8.self)
-}
-
 
 func monotonicNow() -> Double {
     var ts = timespec()

@@ -49,6 +49,21 @@ public enum SeccompCompiler {
     /// `int 0x80`, x32) becomes a user notification, so the supervisor reports it and picks
     /// the errno. An unknown name in the policy's `allow`/`deny` is an error.
     public static func compile(_ spec: SeccompSpec) throws(SandboxError) -> CompiledFilter {
+        // A supervisor compiles the same few sections for every task: the result depends
+        // only on the section (and this process's libseccomp), so it is kept.
+        if let hit = compiled.withLock({ compiled.value.first { $0.spec == spec }?.filter }) { return hit }
+        let filter = try compileUncached(spec)
+        compiled.withLock {
+            if compiled.value.count >= 16 { compiled.value.removeAll() }
+            compiled.value.append((spec, filter))
+        }
+        return filter
+    }
+
+    /// Sections compiled by this process, most 16.
+    private static let compiled = Locked<[(spec: SeccompSpec, filter: CompiledFilter)]>([])
+
+    static func compileUncached(_ spec: SeccompSpec) throws(SandboxError) -> CompiledFilter {
         guard spec.profile == "default" else {
             throw SandboxError(.invalidPolicy, "seccomp.profile: unknown profile '\(spec.profile)' (allowed: default)")
         }
