@@ -3,6 +3,7 @@ import Benchmark
 import Experiment
 import Foundation
 import Ledger
+import Sandbox
 
 struct RunCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -123,7 +124,7 @@ struct RunCommand: ParsableCommand {
 
 // MARK: - helpers
 
-/// SIGINT/SIGTERM/SIGHUP as calls on a thread of ours (through `SignalRelay`'s pipe).
+/// SIGINT/SIGTERM/SIGHUP as calls on a thread of ours (through `ProcessSignals.channel`).
 final class StopSignals: @unchecked Sendable {
     private let readFD: Int32
     private var handler: ((_ name: String, _ number: Int32, _ count: Int) -> Void)?
@@ -132,7 +133,7 @@ final class StopSignals: @unchecked Sendable {
     private init(readFD: Int32) { self.readFD = readFD }
 
     static func install() -> StopSignals {
-        let s = StopSignals(readFD: SignalRelay.install([SIGINT, SIGTERM, SIGHUP]))
+        let s = StopSignals(readFD: ProcessSignals.channel([SIGINT, SIGTERM, SIGHUP]))
         Thread.detachNewThread { s.loop() }
         return s
     }

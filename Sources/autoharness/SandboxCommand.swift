@@ -138,15 +138,14 @@ struct SandboxExec: ParsableCommand {
         logger.logLevel = r.debug ? .debug : .warning
         var options = RunOptions(logger: logger)
         options.allowUnenforcedLimits = r.allowUnenforcedLimits
-        options.signalFD = SignalRelay.install()
+        let signals = try SandboxSignals()
+        signals.relay(processSignals: [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2])
+        options.signals = signals
         if let audit = r.audit {
             options.audit = try AuditLog(path: audit)
             // Fail closed: a sandbox whose audit file refuses a line (a full disk) is killed
-            // whole rather than go on unaudited ('K' to the monitor, as for a timeout).
-            options.audit.onWriteFailure = { _ in
-                var kill = UInt8(ascii: "K")
-                _ = write(SignalRelay.writeFD, &kill, 1)
-            }
+            // whole rather than go on unaudited, as for a timeout.
+            options.audit.onWriteFailure = { _ in signals.kill() }
         }
 
         let result = try launch(policy: policy, command: cmd, overrides: overrides, options: options, logger: logger,
@@ -238,34 +237,6 @@ func hostEnvironment() -> [String: String] {
 func printErr(_ s: String) {
     let line = s + "\n"
     _ = line.withCString { write(2, $0, strlen($0)) }
-}
-
-/// Turns signals into bytes on a pipe (the signal number), read by a thread of ours: `sandbox
-/// exec` forwards them to the sandboxed command, `run` stops the loop. Returns the read end.
-enum SignalRelay {
-    nonisolated(unsafe) static var writeFD: Int32 = -1
-
-    static func install(_ signals: [Int32] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2]) -> Int32 {
-        var fds: [Int32] = [0, 0]
-        guard pipe(&fds) == 0 else { return -1 }
-        _ = fcntl(fds[0], F_SETFD, FD_CLOEXEC)
-        _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
-        writeFD = fds[1]
-        for s in signals {
-            signal(s) { sig in
-                var b = UInt8(truncatingIfNeeded: sig)
-                _ = write(SignalRelay.writeFD, &b, 1)
-            }
-        }
-        signal(SIGPIPE, SIG_IGN)
-        // A parent may have started us with these blocked (Foundation's Process does when
-        // launching from a non-main thread); a blocked SIGTERM would never be relayed.
-        var set = sigset_t()
-        sigemptyset(&set)
-        for s in signals { sigaddset(&set, s) }
-        sigprocmask(SIG_UNBLOCK, &set, nil)
-        return fds[0]
-    }
 }
 
 func monotonicSeconds() -> Double {

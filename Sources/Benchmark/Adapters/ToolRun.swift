@@ -123,7 +123,7 @@ final class ToolRun {
 
     /// Runs one sandbox to its end. `probe`, if given, is asked every 30 s how many tasks
     /// are done (a count only: it never names a task), for the progress line.
-    func launch(_ inv: ToolInvocation, total: Int, probe: ((Int32) -> Int?)? = nil, signalFD: Int32 = -1) -> ToolExit {
+    func launch(_ inv: ToolInvocation, total: Int, probe: ((Int32) -> Int?)? = nil, signals: SandboxSignals? = nil) -> ToolExit {
         let start = TaskRunner.now()
         func fail(_ m: String) -> ToolExit { ToolExit(termination: nil, failure: m, seconds: TaskRunner.now() - start, stderrTail: "") }
         let policy: Policy
@@ -189,7 +189,7 @@ final class ToolRun {
             var options = RunOptions(audit: inv.withAgent ? context.audit : context.toolAudit ?? context.audit)
             options.stdio = (null, out, err)
             options.pageCache = context.pageCache
-            options.signalFD = signalFD
+            options.signals = signals
             result = try SandboxRunner.run(plan, options: options)
         } catch {
             return fail("\(inv.label): \(error.message)")
@@ -355,23 +355,17 @@ public enum TraceName {
 /// services while the orchestrator runs), stopped with SIGTERM.
 final class BackgroundTool: @unchecked Sendable {
     private var thread: pthread_t?
-    private let signalWrite: Int32
+    private let signals: SandboxSignals?
     private let lock = NSLockLite()
     private var result: ToolExit?
 
     init(_ run: ToolRun, _ inv: ToolInvocation) {
-        // A socket pair, not a pipe: `stop()` may write after the sandbox ended and its end
-        // was closed, and a pipe would answer that with SIGPIPE, killing the supervisor
-        // (exit 141, no message); send(MSG_NOSIGNAL) just fails.
-        var fds: [Int32] = [-1, -1]
-        _ = socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds)
-        signalWrite = fds[1]
-        let readEnd = fds[0]
+        let signals = try? SandboxSignals()
+        self.signals = signals
         nonisolated(unsafe) let run = run
         nonisolated(unsafe) let inv = inv
         let job = Job { [self] in
-            let exit = run.launch(inv, total: 0, signalFD: readEnd)
-            close(readEnd)
+            let exit = run.launch(inv, total: 0, signals: signals)
             lock.locked { result = exit }
         }
         thread = Job.start(job)
@@ -382,9 +376,7 @@ final class BackgroundTool: @unchecked Sendable {
 
     /// Sends SIGTERM (the sandbox's own timeout is the backstop) and waits for the end.
     func stop() -> ToolExit {
-        var sig = UInt8(SIGTERM)
-        _ = send(signalWrite, &sig, 1, Int32(MSG_NOSIGNAL))
-        close(signalWrite)
+        signals?.send(SIGTERM)
         if let t = thread { pthread_join(t, nil) }
         return lock.locked { result } ?? ToolExit(termination: nil, failure: "did not start", seconds: 0, stderrTail: "")
     }

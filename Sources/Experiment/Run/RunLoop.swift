@@ -99,8 +99,8 @@ public final class RunLoop: @unchecked Sendable {
     private var stopNothingLeft = false
     /// The run's end row is in the ledger (`run()` must not add a second).
     private var endAppended = false
-    private var agentSignal: Int32 = -1
-    private var agentGeneration = 0
+    /// The running coding agent's signal channel (nil between sessions).
+    private var agentSignals: SandboxSignals?
 
     // Counters (guarded by `work`).
     private var runID = ""
@@ -156,24 +156,20 @@ public final class RunLoop: @unchecked Sendable {
     /// Asks the run to stop (first reason wins): no new requests are run, the agent gets
     /// SIGTERM, then SIGKILL for its whole sandbox 5 seconds later. Safe from any thread.
     public func requestStop(_ reason: String, failed: Bool = false, nothingLeft: Bool = false) {
-        let (signalFD, generation): (Int32, Int) = stopLock.withLock {
+        let signals: SandboxSignals? = stopLock.withLock {
             if stopReason == nil {
                 stopReason = reason
                 stopFailed = failed
                 stopNothingLeft = nothingLeft
             }
-            return (agentSignal, agentGeneration)
+            return agentSignals
         }
-        guard signalFD >= 0 else { return }
-        var term = UInt8(SIGTERM)
-        _ = write(signalFD, &term, 1)
+        guard let signals else { return }
+        signals.send(SIGTERM)
         Thread.detachNewThread { [self] in
             sleep(5)
-            stopLock.withLock {
-                guard agentGeneration == generation, agentSignal >= 0 else { return }
-                var kill = UInt8(ascii: "K")
-                _ = write(agentSignal, &kill, 1)
-            }
+            // Only the session that got the SIGTERM: a later one has a channel of its own.
+            stopLock.withLock { if agentSignals === signals { signals.kill() } }
         }
     }
 
@@ -570,21 +566,16 @@ public final class RunLoop: @unchecked Sendable {
             "AUTOHARNESS_PROMPT=\(prompt)", "AUTOHARNESS_AGENT_START=\(starts)", "AUTOHARNESS_BROKER=\(BrokerWire.sandboxSocket)",
             "PYTHONDONTWRITEBYTECODE=1",
         ]
-        var pipeFDs: [Int32] = [-1, -1]
-        guard pipe(&pipeFDs) == 0, fcntl(pipeFDs[0], F_SETFD, FD_CLOEXEC) == 0, fcntl(pipeFDs[1], F_SETFD, FD_CLOEXEC) == 0 else { throw ExperimentError(.io, "pipe: \(String(cString: strerror(errno)))") }
+        let signals: SandboxSignals
+        do throws(SandboxError) { signals = try SandboxSignals() } catch { throw ExperimentError(.io, error.message) }
         let log = open(agentLogPath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
         let null = open("/dev/null", O_RDONLY | O_CLOEXEC)
         defer {
             close(log)
             close(null)
-            stopLock.withLock {
-                agentGeneration += 1
-                close(agentSignal)
-                agentSignal = -1
-            }
-            close(pipeFDs[0])
+            stopLock.withLock { agentSignals = nil }
         }
-        stopLock.withLock { agentSignal = pipeFDs[1] }
+        stopLock.withLock { agentSignals = signals }
         if stopping != nil { return AgentSession(start: starts, ran: false, exit: "not started", seconds: 0) }
         let header = "\n=== \(isoTimestamp()) coding agent start \(starts): \(argv.joined(separator: " "))\n"
         let count = header.utf8.count
@@ -603,7 +594,7 @@ public final class RunLoop: @unchecked Sendable {
             let plan = try PlanCompiler.compile(policy: policy, command: argv, overrides: ov, hostEnvironment: settings.hostEnvironment)
             var options = RunOptions(audit: audit)
             options.stdio = (null, log, log)
-            options.signalFD = pipeFDs[0]
+            options.signals = signals
             options.control = agentControl
             let r = try SandboxRunner.run(plan, options: options)
             let (requests, progress) = work.withLock { (requestsThisStart, progressThisStart) }

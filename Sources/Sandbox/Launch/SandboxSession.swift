@@ -1,0 +1,346 @@
+import CSandboxLaunch
+import CSeccomp
+import Glibc
+import SandboxPolicy
+
+/// One running sandbox, seen from the supervisor.
+struct Session {
+    let plan: LaunchPlan
+    let child: ahl_child
+    let cgroup: SandboxCgroup
+    let options: RunOptions
+
+    var notifyFD: Int32 = -1
+    var proxy: EgressProxy?
+    var setupError: (stage: Int32, errno: Int32, index: Int32)?
+    var execErrno: Int32?
+    var waitStatus: Int32?
+    var timedOut = false
+    var killed = false
+
+    init(plan: LaunchPlan, child: ahl_child, cgroup: SandboxCgroup, options: RunOptions) {
+        self.plan = plan
+        self.child = child
+        self.cgroup = cgroup
+        self.options = options
+    }
+
+    mutating func supervise() -> SandboxResult {
+        var ownError: String?
+        if let err = handshake() {
+            ownError = err
+            // The monitor is our own child, not yet reaped: kill it directly, since a monitor
+            // that is stuck would never read a kill byte. Its death takes the sandbox with it.
+            sendControl(UInt8(AHL_CTL_KILL))
+            kill(child.pid, SIGKILL)
+        }
+        eventLoop()
+        proxy?.stop()
+        Timing.mark("sandbox ran and exited")
+        var status: Int32 = 0
+        while waitpid(child.pid, &status, 0) < 0 && errno == EINTR {}
+        if notifyFD >= 0 { close(notifyFD) }
+        close(child.report_fd)
+        close(child.control_fd)
+
+        let memHit = cgroup.memoryLimitHit()
+        let pidsHit = cgroup.pidsLimitHit()
+        if memHit { record(.memoryLimit, "memory limit reached; the kernel killed a process", action: "kill") }
+        if pidsHit { record(.pidsLimit, "pids limit reached; fork/clone failed", action: "EAGAIN") }
+        let leftovers = cgroup.remove()
+        options.audit.finish(sandbox: plan.sandboxID)
+        Timing.mark("cleaned up")
+
+        let termination: SandboxResult.Termination
+        if let ownError {
+            termination = .setupFailed(message: ownError, errno: 0)
+        } else if timedOut {
+            termination = .timedOut
+        } else if let e = setupError {
+            termination = .setupFailed(message: describe(stage: e.stage, index: e.index) + ": " + String(cString: strerror(e.errno)), errno: e.errno)
+        } else if let e = execErrno {
+            termination = .execFailed(errno: e)
+        } else if let st = waitStatus {
+            termination = (st & 0x7f) == 0 ? .exited((st >> 8) & 0xff) : .signaled(st & 0x7f)
+        } else if (status & 0x7f) == 0 {
+            // The monitor ended without a report from init (e.g. init was killed).
+            termination = .setupFailed(message: "sandbox init ended without reporting (monitor status \((status >> 8) & 0xff))", errno: 0)
+        } else {
+            termination = .signaled(status & 0x7f)
+        }
+        return SandboxResult(
+            sandboxID: plan.sandboxID, termination: termination,
+            violations: options.audit.events.filter { $0.sandbox == plan.sandboxID },
+            memoryLimitHit: memHit, pidsLimitHit: pidsHit, enforcement: [], leftovers: leftovers)
+    }
+
+    /// Waits for the monitor to unshare (it joined its cgroups before that), writes the id
+    /// maps, then lets it continue. Returns a message if the sandbox must be abandoned.
+    mutating func handshake() -> String? {
+        switch nextMessage(timeoutMS: 10_000) {
+        case .message(let m) where m.kind == AHL_MSG_UNSHARED.rawValue:
+            break
+        case .message(let m):
+            handle(m, fd: -1)
+            return nil  // a setup error already reported by the child
+        case .eof, .timeout:
+            return "sandbox monitor did not start"
+        }
+        Timing.mark("namespaces unshared")
+        let pid = child.pid
+        let id = plan.identity
+        do throws(SandboxError) {
+            // setgroups must be denied before gid_map is written; the maps give the sandbox
+            // exactly one uid and one gid, both unprivileged on the host.
+            try SandboxCgroup.write("/proc/\(pid)/setgroups", "deny")
+            try SandboxCgroup.write("/proc/\(pid)/uid_map", "\(id.uid) \(id.hostUID) 1\n")
+            try SandboxCgroup.write("/proc/\(pid)/gid_map", "\(id.gid) \(id.hostGID) 1\n")
+            Timing.mark("id maps written")
+        } catch {
+            return "id maps: \(error.message)"
+        }
+        sendControl(UInt8(AHL_CTL_GO))
+        return nil
+    }
+
+    mutating func eventLoop() {
+        let deadline = plan.limits.timeoutSeconds.map { monotonicNow() + $0 }
+        var reportOpen = true
+        var req: UnsafeMutablePointer<seccomp_notif>?
+        var resp: UnsafeMutablePointer<seccomp_notif_resp>?
+        _ = seccomp_notify_alloc(&req, &resp)
+        defer { seccomp_notify_free(req, resp) }
+        let signalFD = options.signals?.readFD ?? -1
+        var signalOpen = signalFD >= 0
+
+        while reportOpen || notifyFD >= 0 {
+            var fds: [pollfd] = []
+            if reportOpen { fds.append(pollfd(fd: child.report_fd, events: Int16(POLLIN), revents: 0)) }
+            if notifyFD >= 0 { fds.append(pollfd(fd: notifyFD, events: Int16(POLLIN), revents: 0)) }
+            if signalOpen { fds.append(pollfd(fd: signalFD, events: Int16(POLLIN), revents: 0)) }
+            var timeout: Int32 = -1
+            if let deadline, !timedOut {
+                let left = deadline - monotonicNow()
+                if left <= 0 {
+                    timedOut = true
+                    record(.timeout, "timeout after \(plan.limits.timeoutSeconds!)s; killed the sandbox", action: "kill")
+                    killSandbox()
+                    continue
+                }
+                timeout = Int32(min(left * 1000 + 1, 60_000))
+            }
+            let n = poll(&fds, nfds_t(fds.count), timeout)
+            if n < 0 && errno != EINTR { break }
+            if n <= 0 { continue }
+            for p in fds where p.revents != 0 {
+                if p.fd == child.report_fd {
+                    var m = ahl_msg()
+                    var fd: Int32 = -1
+                    let got = ahl_recv_msg(child.report_fd, &m, &fd)
+                    if got <= 0 {
+                        reportOpen = false
+                        Timing.mark("sandbox processes gone")
+                    } else { handle(m, fd: fd) }
+                } else if p.fd == notifyFD {
+                    if p.revents & Int16(POLLIN) != 0, let req, let resp {
+                        answerNotification(req, resp)
+                    } else if p.revents & Int16(POLLHUP | POLLERR) != 0 {
+                        close(notifyFD)
+                        notifyFD = -1
+                    }
+                } else if p.fd == signalFD {
+                    var b: UInt8 = 0
+                    if read(signalFD, &b, 1) == 1 {
+                        if SandboxSignals.isRequest(b) { sendControl(b) }
+                    } else { signalOpen = false }
+                }
+            }
+        }
+    }
+
+    mutating func handle(_ m: ahl_msg, fd: Int32) {
+        switch UInt32(m.kind) {
+        case AHL_MSG_LISTENER.rawValue:
+            Timing.mark("payload privileges dropped, seccomp installed")
+            if notifyFD >= 0 { close(notifyFD) }
+            notifyFD = fd
+        case AHL_MSG_SETUP_ERROR.rawValue:
+            setupError = (m.stage, m.err, m.index)
+        case AHL_MSG_PROXY_LISTENER.rawValue:
+            guard plan.network.mode == .proxy, proxy == nil else {
+                if fd >= 0 { close(fd) }
+                return
+            }
+            let p = EgressProxy(listener: fd, allow: plan.network.allow, audit: options.audit, sandbox: plan.sandboxID)
+            p.start()
+            proxy = p
+        case AHL_MSG_EXEC_ERROR.rawValue:
+            execErrno = m.err
+        case AHL_MSG_EXIT.rawValue:
+            Timing.mark("payload exited")
+            waitStatus = Int32(truncatingIfNeeded: m.value)
+        case AHL_MSG_STARTED.rawValue:
+            Timing.mark("filesystem built, payload forked")
+        default:
+            if fd >= 0 { close(fd) }
+        }
+    }
+
+    /// Reports a refused syscall and answers it. The payload's thread is blocked in the
+    /// kernel until this reply, so it never proceeds past a refused call.
+    mutating func answerNotification(_ req: UnsafeMutablePointer<seccomp_notif>, _ resp: UnsafeMutablePointer<seccomp_notif_resp>) {
+        memset(req, 0, MemoryLayout<seccomp_notif>.size)
+        guard seccomp_notify_receive(notifyFD, req) == 0 else { return }  // the caller died meanwhile
+        let d = req.pointee.data
+        let native = SeccompCompiler.isNative(arch: d.arch, nr: d.nr)
+        let name = SeccompCompiler.name(nr: d.nr, arch: d.arch)
+        let refusal = plan.filter.refusal(nr: d.nr, nativeArch: native)
+        let args = [d.args.0, d.args.1, d.args.2, d.args.3, d.args.4, d.args.5]
+        resp.pointee.id = req.pointee.id
+        resp.pointee.flags = 0
+        if native && plan.filter.quietNumbers.contains(d.nr) {
+            // seccomp.quiet: refused as the kernel would if it lacked the call, unreported.
+            resp.pointee.val = 0
+            resp.pointee.error = -ENOSYS
+            _ = seccomp_notify_respond(notifyFD, resp)
+            return
+        }
+        if native && plan.filter.emulated.contains(d.nr) {
+            // sysinfo: constants instead of the host's counters (not a violation).
+            let ok = Self.writeSysinfo(pid: req.pointee.pid, address: args[0], notifyFD: notifyFD, id: req.pointee.id)
+            resp.pointee.val = 0
+            resp.pointee.error = ok ? 0 : -EFAULT
+            _ = seccomp_notify_respond(notifyFD, resp)
+            return
+        }
+        var routine = false
+        if native && name == "clone3" {
+            // glibc tries clone3 before clone for every thread; only a clone3 asking for new
+            // namespaces is an attempt worth reporting. The flags live in user memory.
+            let flags = readWord(pid: req.pointee.pid, address: args[0])
+            routine = flags.map { $0 & ArgumentRules.namespaceFlags == 0 } ?? false
+        }
+        if native && (name == "set_mempolicy" || (name == "mbind" && args[5] & ArgumentRules.mbindMoveFlags == 0)) {
+            routine = true  // a memory-policy hint (ArgumentRules.mbindMoveFlags): refused, not reported
+        }
+        if !routine {
+            record(.syscall, name, number: d.nr, pid: Int32(bitPattern: req.pointee.pid),
+                   sandboxPID: sandboxPID(of: Int32(bitPattern: req.pointee.pid)), arguments: args,
+                   action: refusal.map { ErrnoName.name($0) } ?? "kill")
+        }
+        resp.pointee.val = 0
+        resp.pointee.error = -(refusal ?? EPERM)
+        _ = seccomp_notify_respond(notifyFD, resp)
+        if refusal == nil && !killed {
+            killed = true
+            killSandbox()
+        }
+    }
+
+    /// A `struct sysinfo` (x86_64/aarch64 layout, 112 bytes) agreeing with the sandbox's
+    /// masked /proc: uptime 1000 s, no load, total memory as the host has it and all of it
+    /// free, no swap, one process. Written into the caller's memory through /proc/PID/mem,
+    /// opened before the notification id is checked still valid (so the pid cannot have been
+    /// reused by another process in between). /proc/PID/mem writes even where the process
+    /// itself may not (a read-only page, its code, the vDSO), so the range must lie in
+    /// writable mappings, as the kernel's own copy-out requires; otherwise EFAULT.
+    static func writeSysinfo(pid: UInt32, address: UInt64, notifyFD: Int32, id: UInt64) -> Bool {
+        let fd = open("/proc/\(pid)/mem", O_RDWR | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        let mapsFD = open("/proc/\(pid)/maps", O_RDONLY | O_CLOEXEC)
+        guard mapsFD >= 0 else { return false }
+        defer { close(mapsFD) }
+        guard seccomp_notify_id_valid(notifyFD, id) == 0 else { return false }
+        guard mappingsWritable(maps: readAllBytes(mapsFD), from: address, count: 112) else { return false }
+        var info = [UInt8](repeating: 0, count: 112)
+        func put(_ v: UInt64, at offset: Int, size: Int = 8) {
+            for i in 0..<size { info[offset + i] = UInt8(truncatingIfNeeded: v >> (8 * UInt64(i))) }
+        }
+        let total = Self.hostMemoryTotal
+        put(1000, at: 0)           // uptime
+        put(total, at: 32)         // totalram (loads[3] at 8..31 stay 0)
+        put(total, at: 40)         // freeram
+        put(1, at: 80, size: 2)    // procs (after shared, buffer, totalswap, freeswap)
+        put(1, at: 104, size: 4)   // mem_unit (after pad, totalhigh, freehigh)
+        let n = info.withUnsafeBytes { pwrite(fd, $0.baseAddress, 112, off_t(Int64(bitPattern: address))) }
+        return n == 112
+    }
+
+    /// MemTotal of the host in bytes, as the sandbox's /proc/meminfo shows it.
+    static let hostMemoryTotal: UInt64 = {
+        let text = readText("/proc/meminfo")
+        guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("MemTotal:") }),
+              let kb = UInt64(line.split(separator: " ").dropFirst().first ?? "") else { return 0 }
+        return kb * 1024
+    }()
+
+    mutating func record(_ kind: AuditEvent.Kind, _ name: String, number: Int32? = nil, pid: Int32? = nil,
+                         sandboxPID: Int32? = nil, arguments: [UInt64] = [], action: String) {
+        options.audit.record(AuditEvent(sandbox: plan.sandboxID, kind: kind, name: name, number: number, pid: pid,
+                                        sandboxPID: sandboxPID, arguments: arguments, action: action))
+    }
+
+    /// Asks the monitor to kill init (which takes the pid namespace with it). A frozen
+    /// monitor cannot act on that, so a frozen sandbox is killed through its cgroup instead,
+    /// without thawing it first.
+    func killSandbox() {
+        if cgroup.isFrozen { cgroup.killAll() }
+        sendControl(UInt8(AHL_CTL_KILL))
+    }
+
+    func sendControl(_ byte: UInt8) {
+        var b = byte
+        _ = send(child.control_fd, &b, 1, Int32(MSG_NOSIGNAL))
+    }
+
+    enum Next { case message(ahl_msg), eof, timeout }
+
+    mutating func nextMessage(timeoutMS: Int32) -> Next {
+        var p = pollfd(fd: child.report_fd, events: Int16(POLLIN), revents: 0)
+        var r: Int32
+        repeat { r = poll(&p, 1, timeoutMS) } while r < 0 && errno == EINTR
+        guard r > 0 else { return .timeout }
+        var m = ahl_msg()
+        var fd: Int32 = -1
+        guard ahl_recv_msg(child.report_fd, &m, &fd) > 0 else { return .eof }
+        if fd >= 0 { close(fd) }
+        return .message(m)
+    }
+
+    func describe(stage: Int32, index: Int32) -> String {
+        let name = String(cString: ahl_stage_name(stage))
+        if stage == AHL_STAGE_MOUNT_ENTRY.rawValue || stage == AHL_STAGE_OPEN_SOURCE.rawValue,
+           index >= 0, Int(index) < plan.mounts.count {
+            let m = plan.mounts[Int(index)]
+            return "\(name) \(m.summary) (\(m.origin))"
+        }
+        if stage == AHL_STAGE_RLIMIT.rawValue, index >= 0, Int(index) < plan.rlimits.count {
+            return "\(name) \(plan.rlimits[Int(index)].name)"
+        }
+        if stage == AHL_STAGE_CHDIR.rawValue { return "\(name) \(plan.workingDirectory)" }
+        if stage == AHL_STAGE_JOIN_CGROUP.rawValue {
+            let files = cgroup.selfJoinFiles
+            if index >= 0, Int(index) < files.count { return "\(name) (\(files[Int(index)]))" }
+        }
+        return name
+    }
+}
+
+/// The sandbox-namespace pid of a host pid (last field of NSpid), if still readable.
+func sandboxPID(of pid: Int32) -> Int32? {
+    for line in readText("/proc/\(pid)/status").split(separator: "\n") where line.hasPrefix("NSpid:") {
+        return line.split(whereSeparator: { $0 == "\t" || $0 == " " }).last.flatMap { Int32($0) }
+    }
+    return nil
+}
+
+/// Reads 8 bytes of another process's memory (for reporting only; never trusted).
+func readWord(pid: UInt32, address: UInt64) -> UInt64? {
+    let fd = open("/proc/\(pid)/mem", O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    var v: UInt64 = 0
+    let n = pread(fd, &v, 8, off_t(Int64(bitPattern: address)))
+    return n == 8 ? v : nil
+}
