@@ -2,9 +2,12 @@
 // autoharness: a supervisor for self-improving agents whose sandbox, gate and ledger
 // do not depend on the coding agent's good behaviour.
 //
-// The trust boundary is visible in the target list:
+// The trust boundary is visible in the target list (README "Architecture" has the table):
 //   CSandboxLaunch  — the only code that runs between fork and exec (C, async-signal-safe).
-//   SandboxPolicy   — policy schema, YAML loading, validation (pure; no syscalls).
+//   CSystemCalls    — system calls the Glibc module hides (C shims; never in the fork window).
+//   SupervisorIO    — the only code that opens, reads, copies or removes files a sandbox may
+//                     have written: fd-relative, no symlink following, capped, IOFailure errors.
+//   SandboxPolicy   — policy schema, YAML loading, validation (no syscalls but reading files).
 //   Sandbox         — compiles a policy into a launch plan (mounts, seccomp BPF, limits),
 //                     runs it, supervises it (cgroups, seccomp notifications, audit).
 //   autoharness-launch — CSandboxLaunch as a small executable: the sandbox's monitor, started
@@ -52,23 +55,33 @@ let package = Package(
             cSettings: [.define("_GNU_SOURCE")]
         ),
         .target(
+            name: "CSystemCalls",
+            cSettings: [.define("_GNU_SOURCE")]
+        ),
+        // No Foundation: it sits on the per-task path and under everything else.
+        .target(
+            name: "SupervisorIO",
+            dependencies: ["CSystemCalls"]
+        ),
+        .target(
             name: "SandboxPolicy",
-            dependencies: [.product(name: "Yams", package: "Yams")]
+            dependencies: ["SupervisorIO", .product(name: "Yams", package: "Yams")]
         ),
         .target(
             name: "Sandbox",
             dependencies: [
-                "SandboxPolicy", "CSandboxLaunch", "CSeccomp", "CCap",
+                "SandboxPolicy", "SupervisorIO", "CSandboxLaunch", "CSystemCalls", "CSeccomp", "CCap",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .target(
             name: "Benchmark",
-            dependencies: ["Sandbox", "SandboxPolicy"]
+            dependencies: ["Sandbox", "SandboxPolicy", "SupervisorIO"]
         ),
         .target(
             name: "Ledger",
             dependencies: [
+                "SupervisorIO",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
@@ -76,7 +89,7 @@ let package = Package(
         .target(
             name: "Experiment",
             dependencies: [
-                "Benchmark", "Ledger", "Sandbox", "SandboxPolicy", "BrokerWire", "CSandboxLaunch",
+                "Benchmark", "Ledger", "Sandbox", "SandboxPolicy", "SupervisorIO", "BrokerWire",
                 // The broker's grammar and the exit-code table (shared with the CLI).
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Yams", package: "Yams"),
@@ -86,7 +99,7 @@ let package = Package(
         .executableTarget(
             name: "autoharness",
             dependencies: [
-                "Sandbox", "SandboxPolicy", "Experiment", "Benchmark", "Ledger", "BrokerWire",
+                "Sandbox", "SandboxPolicy", "SupervisorIO", "Experiment", "Benchmark", "Ledger", "BrokerWire",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -115,12 +128,13 @@ let package = Package(
         ),
         // Shared helpers of the test targets: locating the built binaries, running them, temp dirs.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
-        .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy"]),
+        .testTarget(name: "SupervisorIOTests", dependencies: ["SupervisorIO", "TestSupport"]),
+        .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy", "SupervisorIO"]),
         .testTarget(name: "SandboxTests", dependencies: ["Sandbox", "SandboxPolicy", "CSandboxLaunch", "TestSupport"]),
         .testTarget(name: "BenchmarkTests", dependencies: ["Benchmark", "Sandbox", "SandboxPolicy", "TestSupport"],
                     exclude: ["Fixtures"]),
-        .testTarget(name: "LedgerTests", dependencies: ["Ledger", "TestSupport"]),
-        .testTarget(name: "ExperimentTests", dependencies: ["Experiment", "Benchmark", "Ledger", "Sandbox", "SandboxPolicy", "BrokerWire", "TestSupport"],
+        .testTarget(name: "LedgerTests", dependencies: ["Ledger", "SupervisorIO", "TestSupport"]),
+        .testTarget(name: "ExperimentTests", dependencies: ["Experiment", "Benchmark", "Ledger", "Sandbox", "SandboxPolicy", "SupervisorIO", "BrokerWire", "TestSupport"],
                     exclude: ["Fixtures"]),
     ]
 )

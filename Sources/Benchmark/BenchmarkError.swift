@@ -1,3 +1,5 @@
+import SupervisorIO
+
 /// The one error type of the Benchmark library: a code callers can switch on and a message a
 /// person can act on. Messages name the file (as `file:line` where there is a line) or the
 /// task at fault, because whoever reads them is fixing a benchmark or a configuration, not
@@ -27,6 +29,9 @@ public struct BenchmarkError: Error, CustomStringConvertible, Sendable {
         self.code = code
         self.message = message
     }
+
+    /// A file the supervisor could not read, write, copy or remove, as `.io` naming it.
+    public init(_ failure: IOFailure) { self.init(.io, failure.description) }
 
     public var description: String { message }
 }

@@ -11,6 +11,7 @@
 // rewards that look like agent failures.
 
 import Glibc
+import SupervisorIO
 
 /// One task of a local benchmark, as found on disk.
 public struct BenchmarkTask: Sendable, Equatable {

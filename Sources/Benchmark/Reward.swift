@@ -10,6 +10,7 @@
 
 import FoundationEssentials
 import Glibc
+import SupervisorIO
 
 enum Reward {
     /// Largest reward file read; a reward is one number.
@@ -31,7 +32,7 @@ enum Reward {
             switch FileSystem.readSmallFile(at: logs, file, limit: maxBytes) {
             case .failure(.missing):
                 continue
-            case .failure(.notRegular):
+            case .failure(.notRegular), .failure(.symlink), .failure(.hardLinked):
                 return .invalid("\(file) is not a regular file", raw: nil)
             case .failure(.tooLarge(let n, _)):
                 return .invalid("\(file) is \(n) bytes (limit \(maxBytes))", raw: nil)

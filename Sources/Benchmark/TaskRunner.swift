@@ -18,6 +18,7 @@ import FoundationEssentials
 import Glibc
 import Sandbox
 import SandboxPolicy
+import SupervisorIO
 
 /// What a `TaskRunner` needs: where policies, the agent and scratch space are.
 public struct TaskRunConfiguration: Sendable {
@@ -221,8 +222,10 @@ public final class TaskRunner: Sendable {
                 let env = FileSystem.openDirectory(task.environmentDirectory)
                 guard env >= 0 else { throw BenchmarkError(.io, "\(task.environmentDirectory): \(FileSystem.errorText())") }
                 defer { close(env) }
-                try FileSystem.copyTree(from: env, to: app, owner: (taskPolicy.identity.hostUID, taskPolicy.identity.hostGID),
-                                        skip: ["Dockerfile"])
+                do throws(IOFailure) {
+                    try FileSystem.copyTree(from: env, to: app, owner: (taskPolicy.identity.hostUID, taskPolicy.identity.hostGID),
+                                            skip: ["Dockerfile"])
+                } catch { throw BenchmarkError(error) }
             }
             close(try scratch.makeSandboxDirectory("logs", owner: (verifierPolicy.identity.hostUID, verifierPolicy.identity.hostGID)))
             stdinFD = try instructionInput(task, scratch: scratch, run: &run)

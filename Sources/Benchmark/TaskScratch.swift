@@ -25,6 +25,7 @@
 
 import Glibc
 import Sandbox
+import SupervisorIO
 
 struct TaskScratch {
     let path: String

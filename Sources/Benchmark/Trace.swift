@@ -7,6 +7,7 @@
 import FoundationEssentials
 import Glibc
 import SandboxPolicy
+import SupervisorIO
 
 extension TaskExecution {
     /// The files a trace holds, besides `reward.txt` (present only if a reward file was read)
@@ -91,10 +92,10 @@ public enum TraceFiles {
         let d = FileSystem.openDirectory(destination)
         guard d >= 0 else { throw BenchmarkError(.io, "trace \(destination): \(ErrnoName.describe(errno))") }
         defer { close(d) }
-        do {
-            try FileSystem.copyTree(from: s, to: d, owner: (getuid(), getgid()), skip: [])
+        do throws(IOFailure) {
+            try FileSystem.copyTree(from: s, to: d, owner: (getuid(), getgid()), skip: [], label: source)
         } catch {
-            throw BenchmarkError(.io, "trace \(destination): \(error.message)")
+            throw BenchmarkError(.io, "trace \(destination): \(error)")
         }
     }
 }

@@ -3,6 +3,7 @@ import Benchmark
 import Ledger
 import Sandbox
 import SandboxPolicy
+import SupervisorIO
 
 /// Exit statuses: the one table for the CLI and for the coding agent's requests through the
 /// broker (README "Exit codes" and `--help` repeat it). Sandboxed commands pass theirs through (`sandbox exec`: see `SandboxResult.exitCode`
@@ -38,8 +39,8 @@ public enum Exit {
     public static func code(for error: any Error) -> Int32 {
         switch error {
         case let e as ExitCode: return e.rawValue
-        case let e as LedgerError: return e.code == .locked ? lockBusy : ioError
-        case let e as ExperimentError: return e.kind == .io ? ioError : usage
+        case is LedgerError, is IOFailure: return ioError
+        case let e as ExperimentError: return e.kind == .locked ? lockBusy : e.kind == .io ? ioError : usage
         case let e as BenchmarkError: return e.code == .io ? ioError : usage
         case let e as SandboxError:
             switch e.code {

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import Glibc
+import SupervisorIO
 
 /// The supervisor's tamper-evident record of an experiment: iterations, gate attempts,
 /// per-task train results, suite membership, violations.
@@ -30,6 +31,8 @@ public final class Ledger: Sendable {
     public let path: String
     private let pool: DatabasePool
     private let clock: @Sendable () -> Date
+    /// The kinds this ledger's owner records; a row of any other kind is damage.
+    public let kinds: Set<RecordKind>
 
     /// Opens the ledger at `path`, creating it (mode 0600, schema, guard triggers) if it does
     /// not exist. An existing file is made 0600 if it was more open than that; a symbolic
@@ -37,11 +40,15 @@ public final class Ledger: Sendable {
     ///
     /// - Parameters:
     ///   - path: The database file; its directory must exist (and should be private).
+    ///   - kinds: The kinds of row its owner records: `append` refuses others, `records`
+    ///     refuses a stored row of another kind, and `verify` reports it.
     ///   - busyTimeout: How long an append waits for another writer before failing.
     ///   - clock: Source of `time` for new rows (tests pin it).
     /// - Throws: ``LedgerError`` with code `.io`, `.database` or `.incompatible`.
-    public init(path: String, busyTimeout: TimeInterval = 30, clock: @escaping @Sendable () -> Date = { Date() }) throws(LedgerError) {
+    public init(path: String, kinds: Set<RecordKind>, busyTimeout: TimeInterval = 30,
+                clock: @escaping @Sendable () -> Date = { Date() }) throws(LedgerError) {
         self.path = path
+        self.kinds = kinds
         self.clock = clock
         try Self.createPrivateFile(path)
 
@@ -74,7 +81,8 @@ public final class Ledger: Sendable {
     /// Appends one row. The payload is encoded as canonical JSON and must be an object.
     ///
     /// - Returns: The stored row, with its `seq` and `hash`.
-    /// - Throws: ``LedgerError`` `.encoding` (nothing is written) or `.database`.
+    /// - Throws: ``LedgerError`` `.encoding` (nothing is written: also for a kind not in
+    ///   `kinds`) or `.database`.
     @discardableResult
     public func append<T: Encodable>(_ kind: RecordKind, _ payload: T) throws(LedgerError) -> LedgerRecord {
         try appendAll([(kind, payload)])[0]
@@ -86,6 +94,9 @@ public final class Ledger: Sendable {
     /// - Returns: The stored rows, in order.
     @discardableResult
     public func appendAll(_ items: [(RecordKind, any Encodable)]) throws(LedgerError) -> [LedgerRecord] {
+        if let stranger = items.first(where: { !kinds.contains($0.0) }) {
+            throw LedgerError(.encoding, "'\(stranger.0)' is not a kind this ledger records; nothing was appended")
+        }
         let encoded = try items.map { item throws(LedgerError) in (item.0, try CanonicalJSON.encode(item.1)) }
         guard !encoded.isEmpty else { return [] }
         return try withDatabase("append to") {
@@ -127,7 +138,7 @@ public final class Ledger: Sendable {
                 return try StoredRow.fetchAll(db, where: "ORDER BY seq", [])
             }
         }
-        return try rows.map { row throws(LedgerError) in try row.record() }
+        return try rows.map { row throws(LedgerError) in try row.record(kinds: kinds) }
     }
 
     /// The newest row of `kind`, or nil if there is none.
@@ -137,7 +148,7 @@ public final class Ledger: Sendable {
                 try StoredRow.fetchAll(db, where: "WHERE kind = ? ORDER BY seq DESC LIMIT 1", [kind.rawValue]).first
             }
         }
-        return try row?.record()
+        return try row?.record(kinds: kinds)
     }
 
     /// The last row's seq and hash; `(0, genesisHash)` for an empty ledger. The supervisor
@@ -167,7 +178,7 @@ public final class Ledger: Sendable {
     ///   result's `problems`, never thrown.
     public func verify(expectedHead: (seq: Int64, hash: String)?) throws(LedgerError) -> LedgerVerification {
         try withDatabase("verify") {
-            try pool.read { db in try ChainVerifier.verify(db, expectedHead: expectedHead) }
+            try pool.read { db in try ChainVerifier.verify(db, kinds: kinds, expectedHead: expectedHead) }
         }
     }
 
@@ -196,14 +207,14 @@ public final class Ledger: Sendable {
     /// and its -wal and -shm files copy the main file's mode), refusing symbolic links so that
     /// a link planted in the directory cannot redirect the ledger.
     private static func createPrivateFile(_ path: String) throws(LedgerError) {
-        let fd = try POSIX.open(path, O_RDWR | O_CREAT | O_NOFOLLOW, mode: 0o600)
-        defer { POSIX.close(fd) }
-        let st = try POSIX.fstat(fd, path)
-        guard st.st_mode & S_IFMT == S_IFREG else {
-            throw LedgerError(.io, "\(path) is not a regular file")
-        }
-        if st.st_mode & 0o7077 != 0 {
-            try POSIX.fchmod(fd, 0o600, path)
+        do throws(IOFailure) {
+            let fd = try POSIX.open(path, O_RDWR | O_CREAT | O_NOFOLLOW, mode: 0o600)
+            defer { POSIX.close(fd) }
+            let st = try POSIX.fstat(fd, path)
+            guard st.st_mode & S_IFMT == S_IFREG else { throw IOFailure("cannot use", path, reason: "not a regular file") }
+            if st.st_mode & 0o7077 != 0 { try POSIX.fchmod(fd, 0o600, path) }
+        } catch {
+            throw error.reason == nil ? LedgerError(error) : LedgerError(.io, "\(path) is not a regular file")
         }
     }
 }
@@ -231,8 +242,9 @@ struct StoredRow: Sendable {
         try Row.fetchAll(db, sql: "SELECT \(Schema.columns) FROM records \(clause)", arguments: arguments).map(StoredRow.init)
     }
 
-    func record() throws(LedgerError) -> LedgerRecord {
-        guard let kind = RecordKind(rawValue: kind) else {
+    func record(kinds: Set<RecordKind>) throws(LedgerError) -> LedgerRecord {
+        let kind = RecordKind(rawValue: kind)
+        guard kinds.contains(kind) else {
             throw LedgerError(.corrupt, "row \(seq) has unknown kind '\(self.kind)' (run verify)")
         }
         return LedgerRecord(seq: seq, kind: kind, time: time, payload: payload, previousHash: previousHash, hash: hash)

@@ -1,15 +1,16 @@
+import SupervisorIO
 /// The one error type of the Ledger library: a code callers can switch on, a message a person
 /// can act on (it names the file, row or holder at fault), the errno of a failing system call,
 /// and the underlying error (SQLite, JSON) when there is one.
 public struct LedgerError: Error, CustomStringConvertible, Sendable {
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Value: String {
-            case io, database, encoding, decoding, corrupt, incompatible, locked
+            case io, database, encoding, decoding, corrupt, incompatible
         }
         private let value: Value
         private init(_ v: Value) { value = v }
 
-        /// A system call on a supervisor-side file failed (open, write, fsync, rename, flock).
+        /// A system call on the ledger's file failed (open, stat, chmod).
         public static let io = Code(.io)
         /// SQLite reported an error (busy past the timeout, disk full, constraint, trigger).
         public static let database = Code(.database)
@@ -21,8 +22,6 @@ public struct LedgerError: Error, CustomStringConvertible, Sendable {
         public static let corrupt = Code(.corrupt)
         /// The file is not an autoharness ledger, or was written by a newer schema.
         public static let incompatible = Code(.incompatible)
-        /// Another autoharness holds the experiment lock.
-        public static let locked = Code(.locked)
 
         public var description: String { value.rawValue }
     }
@@ -41,9 +40,12 @@ public struct LedgerError: Error, CustomStringConvertible, Sendable {
         self.cause = cause
     }
 
+    /// A failed system call on one of the ledger's files.
+    public init(_ failure: IOFailure) { self.init(.io, failure.message, errno: failure.errno) }
+
     public var description: String {
         var text = message
-        if let errno { text += ": \(POSIX.describe(errno))" }
+        if let errno { text += ": \(ErrnoName.describe(errno))" }
         if let cause { text += ": \(cause)" }
         return text
     }

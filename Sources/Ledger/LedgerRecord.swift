@@ -1,22 +1,15 @@
 import Crypto
 import Foundation
 
-/// What a ledger row records. The raw value is what is stored (and hashed), so cases may be
-/// added but never renamed.
-public enum RecordKind: String, Codable, Sendable, CaseIterable {
-    case experimentCreated = "experiment_created"
-    case split
-    case baseline
-    case trainRun = "train_run"
-    case gateStarted = "gate_started"
-    case gateAttempt = "gate_attempt"
-    case iteration
-    case suitePromotion = "suite_promotion"
-    case violation
-    case note
-    case runStarted = "run_started"
-    case runEnded = "run_ended"
-    case agentSession = "agent_session"
+/// What a ledger row records, by name. The ledger does not know what the names mean: its
+/// owner says which kinds it records when it opens it (``Ledger/init(path:kinds:busyTimeout:clock:)``)
+/// and defines them (the experiment's are in `Experiment`). The name is what is stored and
+/// hashed, so a kind may be added but never renamed.
+public struct RecordKind: RawRepresentable, Hashable, Sendable, Codable, ExpressibleByStringLiteral, CustomStringConvertible {
+    public let rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+    public init(stringLiteral value: String) { rawValue = value }
+    public var description: String { rawValue }
 }
 
 /// One row of the ledger, exactly as stored.

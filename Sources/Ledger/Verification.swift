@@ -35,7 +35,7 @@ public struct LedgerVerification: Sendable {
 
 /// Walks the chain once. Kept apart from `Ledger` because it is the code an auditor reads.
 enum ChainVerifier {
-    static func verify(_ db: Database, expectedHead: (seq: Int64, hash: String)?) throws -> LedgerVerification {
+    static func verify(_ db: Database, kinds: Set<RecordKind>, expectedHead: (seq: Int64, hash: String)?) throws -> LedgerVerification {
         // Which row carries each hash, so that a broken link can say where the row it
         // points at went (moved later = reordered; earlier = rows between were removed).
         var owner: [String: Int64] = [:]
@@ -63,7 +63,7 @@ enum ChainVerifier {
                 let from = previousSeq == 0 ? "the ledger starts at row \(seq)" : "seq jumps from \(previousSeq) to \(seq)"
                 report(previousSeq + 1, "\(rows) missing (\(from))")
             }
-            if RecordKind(rawValue: row.kind) == nil {
+            if !kinds.contains(RecordKind(rawValue: row.kind)) {
                 report(seq, "row \(seq) has unknown kind '\(row.kind)'")
             }
             if Timestamp.parse(row.time) == nil {

@@ -1,3 +1,4 @@
+import SupervisorIO
 // The resolved sandbox policy: what a sandboxed process may see and do.
 //
 // This file is the one place the policy schema lives as types. `PolicyLoader` turns YAML into

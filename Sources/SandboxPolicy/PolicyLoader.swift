@@ -6,6 +6,7 @@
 
 import Foundation
 import Glibc
+import SupervisorIO
 
 /// Loads YAML sandbox policies into `Policy` values.
 public struct PolicyLoader: Sendable {

@@ -1,3 +1,4 @@
+import SupervisorIO
 // Spellings of single values in a policy that are more than a number or a path: the seccomp
 // default action and the proxy's `host:port` allowlist entries.
 

@@ -3,6 +3,7 @@ import Benchmark
 import Experiment
 import Foundation
 import Ledger
+import SupervisorIO
 
 /// Options shared by the experiment commands.
 struct ExperimentOptions: ParsableArguments {
@@ -215,7 +216,7 @@ struct ReportCommand: ParsableCommand {
         let state = try s.state()
         let path = out ?? s.layout.root + "/report.html"
         let html = Report.html(state, config: s.config, title: "autoharness report: \(s.layout.root)", diffStats: s.diffStats())
-        try AtomicFile.write(Data(html.utf8), to: path, mode: 0o644)
+        try AtomicFile.write(html, to: path, mode: 0o644)
         print(path)
     }
 }

@@ -4,6 +4,7 @@ import Experiment
 import Foundation
 import Ledger
 import Sandbox
+import SupervisorIO
 
 struct RunCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -266,7 +267,7 @@ struct DemoCommand: ParsableCommand {
         let report = try loop.run()
         print(RunCommand.text(report, disclosure: .score))
         let html = layout.root + "/report.html"
-        try AtomicFile.write(Data(Report.html(try s.state(), config: s.config, title: "autoharness demo", diffStats: s.diffStats()).utf8), to: html, mode: 0o644)
+        try AtomicFile.write(Array(Report.html(try s.state(), config: s.config, title: "autoharness demo", diffStats: s.diffStats()).utf8), to: html, mode: 0o644)
         print("demo: the coding agent's own account: \(report.agentLog)")
         print("demo: report: \(html)")
         // A demo whose loop failed (the agent never got going) is not a demo that worked.

@@ -18,7 +18,7 @@ private struct Published {
         layout = ExperimentLayout(root: temp.path)
         try FileManager.default.createDirectory(atPath: layout.workspace, withIntermediateDirectories: true)
         try FileManager.default.createDirectory(atPath: layout.privateDirectory, withIntermediateDirectories: true)
-        ledger = try Ledger(path: layout.ledger)
+        ledger = try Ledger(path: layout.ledger, kinds: .experiment)
         config = try ExperimentConfig.parse("benchmark: local\ndataset: /x\n", file: "c.yaml")
         try ledger.appendAll([
             (.split, SplitRecord(train: ["t1", "t2"], test: ["h1"], seed: 42)),
@@ -229,5 +229,26 @@ struct PublishKillTests {
         #expect(try exp.file("workspace/results.tsv") == previousResults)
         try "edited\n".write(toFile: suite, atomically: true, encoding: .utf8)
         #expect(try verify(exp).edited == [results, suite])
+    }
+}
+
+@Suite("The experiment's record kinds")
+struct RecordKindReplayTests {
+    @Test("every kind an experiment's ledger accepts has a replay in ExperimentState (a kind without one is refused as corrupt)")
+    func everyKindReplays() throws {
+        for (i, kind) in Set<RecordKind>.experiment.sorted(by: { $0.rawValue < $1.rawValue }).enumerated() {
+            let row = LedgerRecord(seq: Int64(i + 1), kind: kind, time: "2026-01-01T00:00:00.000Z", payload: "{}",
+                                   previousHash: Ledger.genesisHash, hash: "")
+            do {
+                _ = try ExperimentState(records: [row])
+            } catch let e as LedgerError {
+                // An empty payload may not decode as the kind's record; that is the replay running.
+                #expect(e.code == .decoding, "\(kind): \(e)")
+            }
+        }
+        let stranger = LedgerRecord(seq: 1, kind: "bogus", time: "2026-01-01T00:00:00.000Z", payload: "{}",
+                                    previousHash: Ledger.genesisHash, hash: "")
+        let error = #expect(throws: LedgerError.self) { _ = try ExperimentState(records: [stranger]) }
+        #expect(error?.code == .corrupt)
     }
 }

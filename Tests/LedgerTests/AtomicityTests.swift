@@ -37,7 +37,7 @@ struct AtomicityTests {
         let path = dir.file("ledger.db")
         _ = try ledger(in: dir, rows: 2)
         try tamper(path) // drops them
-        _ = try Ledger(path: path)
+        _ = try Ledger(path: path, kinds: .test)
         #expect(throws: DatabaseError.self) { try rawSQL(path, "DELETE FROM records") }
     }
 
@@ -85,7 +85,7 @@ struct AtomicityTests {
     @Test("4 threads appending through one Ledger produce one contiguous, valid chain")
     func concurrentAppendsSharedLedger() throws {
         let dir = try TempDir()
-        let ledger = try Ledger(path: dir.file("ledger.db"))
+        let ledger = try Ledger(path: dir.file("ledger.db"), kinds: .test)
         try onThreads(4) { thread in
             for i in 0..<50 { try ledger.append(.note, ["thread": thread, "i": i]) }
         }
@@ -96,9 +96,9 @@ struct AtomicityTests {
     func concurrentAppendsSeparateConnections() throws {
         let dir = try TempDir()
         let path = dir.file("ledger.db")
-        _ = try Ledger(path: path)
+        _ = try Ledger(path: path, kinds: .test)
         try onThreads(4) { thread in
-            let mine = try Ledger(path: path)
+            let mine = try Ledger(path: path, kinds: .test)
             for i in 0..<50 {
                 if i % 10 == 0 {
                     try mine.appendAll([(.trainRun, ["thread": thread, "i": i]), (.note, ["thread": thread, "i": i])])
@@ -107,7 +107,7 @@ struct AtomicityTests {
                 }
             }
         }
-        try expectContiguousValid(try Ledger(path: path), count: 220)
+        try expectContiguousValid(try Ledger(path: path, kinds: .test), count: 220)
     }
 
     private func expectContiguousValid(_ ledger: Ledger, count: Int) throws {

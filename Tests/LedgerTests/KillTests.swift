@@ -2,6 +2,7 @@ import Foundation
 import Ledger
 import Testing
 import TestSupport
+import SupervisorIO
 
 /// A real `kill -9` of a process in the middle of appending; the writer is a child process
 /// (see `spawnTestChild`).
@@ -19,7 +20,7 @@ struct KillTests {
           .enabled(if: ProcessInfo.processInfo.environment[KillTests.childKey] != nil))
     func killChildWriter() throws {
         let path = try #require(ProcessInfo.processInfo.environment[Self.childKey])
-        let ledger = try Ledger(path: path)
+        let ledger = try Ledger(path: path, kinds: .test)
         var n = 0
         while true { // until killed
             n += 1
@@ -33,7 +34,7 @@ struct KillTests {
     func survivesKillNine() throws {
         let dir = try TempDir()
         let path = dir.file("ledger.db")
-        let ledger = try Ledger(path: path)
+        let ledger = try Ledger(path: path, kinds: .test)
         for round in 1...8 {
             let before = try ledger.head.seq
             let child = try spawnTestChild("killChildWriter", Self.childKey, path)
@@ -50,7 +51,7 @@ struct KillTests {
             child.waitUntilExit()
             #expect(child.terminationReason == .uncaughtSignal && child.terminationStatus == SIGKILL)
 
-            let reopened = try Ledger(path: path)
+            let reopened = try Ledger(path: path, kinds: .test)
             let v = try reopened.verify()
             #expect(v.ok, "round \(round): \(v.problems)")
             let rows = try reopened.records()

@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import Ledger
 import Testing
+import TestSupport
 
 struct IterationPayload: Codable, Equatable {
     var iteration: Int
@@ -17,7 +18,7 @@ struct LedgerBasicsTests {
     @Test("a Codable payload round-trips through append and records")
     func appendReadRoundTrip() throws {
         let dir = try TempDir()
-        let ledger = try Ledger(path: dir.file("ledger.db"))
+        let ledger = try Ledger(path: dir.file("ledger.db"), kinds: .test)
         let payload = IterationPayload(iteration: 3, valScore: 0.8125, commit: "abc123", url: "agent/agent.py",
                                        at: Date(timeIntervalSince1970: 1_700_000_000.5), note: "line\nbreak \"quoted\" é")
         let appended = try ledger.append(.iteration, payload)
@@ -44,10 +45,26 @@ struct LedgerBasicsTests {
         #expect(head.seq == 2 && head.hash == all[1].hash)
     }
 
+    @Test("a kind its owner did not name is refused on append and nothing is written; reopened with it, the row is read")
+    func unnamedKindRefused() throws {
+        let dir = try TempDir()
+        let ledger = try Ledger(path: dir.file("ledger.db"), kinds: [.note])
+        let error = #expect(throws: LedgerError.self) { try ledger.appendAll([(.note, ["n": 1]), (.iteration, ["n": 2])]) }
+        #expect(error?.code == .encoding && error?.message.contains("'iteration' is not a kind this ledger records") == true,
+                "\(String(describing: error))")
+        #expect(try ledger.records().isEmpty)
+        try ledger.append(.note, ["n": 1])
+        #expect(try ledger.records().map(\.kind) == [.note])
+        // The same file opened by an owner that does not record notes: the row is damage.
+        let stranger = try Ledger(path: dir.file("ledger.db"), kinds: [.iteration])
+        #expect(throws: LedgerError.self) { try stranger.records() }
+        #expect(try stranger.verify().problems.map(\.message) == ["row 1 has unknown kind 'note'"])
+    }
+
     @Test("an empty ledger's head is row 0 with the genesis hash")
     func emptyHead() throws {
         let dir = try TempDir()
-        let ledger = try Ledger(path: dir.file("ledger.db"))
+        let ledger = try Ledger(path: dir.file("ledger.db"), kinds: .test)
         let head = try ledger.head
         #expect(head.seq == 0 && head.hash == String(repeating: "0", count: 64))
         let verification = try ledger.verify()
@@ -59,14 +76,14 @@ struct LedgerBasicsTests {
         struct AB: Encodable { var b = "x/y"; var a = 1; var c = [1, 2] }
         struct BA: Encodable { var c = [1, 2]; var a = 1; var b = "x/y" }
         let dir = try TempDir()
-        let first = try Ledger(path: dir.file("one.db"), clock: pinnedClock)
-        let second = try Ledger(path: dir.file("two.db"), clock: pinnedClock)
+        let first = try Ledger(path: dir.file("one.db"), kinds: .test, clock: pinnedClock)
+        let second = try Ledger(path: dir.file("two.db"), kinds: .test, clock: pinnedClock)
         let r1 = try first.append(.note, AB())
         let r2 = try second.append(.note, BA())
         // Dictionaries iterate in per-process random order; the encoding must not.
         var dict: [String: AnyCodableValue] = [:]
         for key in ["c", "b", "a"] { dict[key] = key == "a" ? .int(1) : key == "b" ? .string("x/y") : .ints([1, 2]) }
-        let third = try Ledger(path: dir.file("three.db"), clock: pinnedClock)
+        let third = try Ledger(path: dir.file("three.db"), kinds: .test, clock: pinnedClock)
         let r3 = try third.append(.note, dict)
 
         let expected = #"{"a":1,"b":"x/y","c":[1,2]}"#
@@ -80,7 +97,7 @@ struct LedgerBasicsTests {
     @Test("a payload that is not a JSON object is refused and nothing is written")
     func nonObjectPayloadRefused() throws {
         let dir = try TempDir()
-        let ledger = try Ledger(path: dir.file("ledger.db"))
+        let ledger = try Ledger(path: dir.file("ledger.db"), kinds: .test)
         for payload in [5, [1, 2]] as [any Encodable] {
             let error = #expect(throws: LedgerError.self) { try ledger.appendAll([(.note, payload)]) }
             #expect(error?.code == .encoding)
@@ -93,7 +110,7 @@ struct LedgerBasicsTests {
     func privateFileMode() throws {
         let dir = try TempDir()
         let path = dir.file("ledger.db")
-        let ledger = try Ledger(path: path)
+        let ledger = try Ledger(path: path, kinds: .test)
         try ledger.append(.note, ["x": 1])
         #expect(try permissions(path) == 0o600)
         for suffix in ["-wal", "-shm"] where FileManager.default.fileExists(atPath: path + suffix) {
@@ -108,7 +125,7 @@ struct LedgerBasicsTests {
         let dir = try TempDir()
         let path = dir.file("ledger.db")
         #expect(FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o644]))
-        _ = try Ledger(path: path)
+        _ = try Ledger(path: path, kinds: .test)
         #expect(try permissions(path) == 0o600)
     }
 
@@ -116,7 +133,7 @@ struct LedgerBasicsTests {
     func symlinkRefused() throws {
         let dir = try TempDir()
         try FileManager.default.createSymbolicLink(atPath: dir.file("ledger.db"), withDestinationPath: dir.file("elsewhere.db"))
-        let error = #expect(throws: LedgerError.self) { _ = try Ledger(path: dir.file("ledger.db")) }
+        let error = #expect(throws: LedgerError.self) { _ = try Ledger(path: dir.file("ledger.db"), kinds: .test) }
         #expect(error?.code == .io && error?.errno == ELOOP)
         #expect(!FileManager.default.fileExists(atPath: dir.file("elsewhere.db")))
     }
@@ -126,7 +143,7 @@ struct LedgerBasicsTests {
         let dir = try TempDir()
         let path = dir.file("other.db")
         try rawSQL(path, "CREATE TABLE things (x)")
-        let error = #expect(throws: LedgerError.self) { _ = try Ledger(path: path) }
+        let error = #expect(throws: LedgerError.self) { _ = try Ledger(path: path, kinds: .test) }
         #expect(error?.code == .incompatible)
         let tables = try DatabaseQueue(path: path).read { db in try String.fetchAll(db, sql: "SELECT name FROM sqlite_master") }
         #expect(tables == ["things"])
@@ -136,7 +153,7 @@ struct LedgerBasicsTests {
     func reopenContinuesChain() throws {
         let dir = try TempDir()
         do { _ = try ledger(in: dir, rows: 3) }
-        let reopened = try Ledger(path: dir.file("ledger.db"))
+        let reopened = try Ledger(path: dir.file("ledger.db"), kinds: .test)
         let next = try reopened.append(.note, ["n": 4])
         #expect(next.seq == 4)
         #expect(try reopened.verify().ok)

@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import Ledger
 import Testing
+import TestSupport
 
 /// A private scratch directory, removed when the value goes away.
 final class TempDir: Sendable {
@@ -27,7 +28,7 @@ let pinnedClock: @Sendable () -> Date = { pinnedTime }
 
 /// A ledger with `count` `note` rows `{"n":i}` (i from 1).
 func ledger(in dir: TempDir, rows count: Int, name: String = "ledger.db") throws -> Ledger {
-    let ledger = try Ledger(path: dir.file(name), clock: pinnedClock)
+    let ledger = try Ledger(path: dir.file(name), kinds: .test, clock: pinnedClock)
     for i in 1...max(count, 1) where count > 0 {
         try ledger.append(.note, ["n": i])
     }
@@ -56,17 +57,10 @@ func rawSQL(_ path: String, _ sql: String) throws {
     try db.write { db in try db.execute(sql: sql) }
 }
 
-/// `stat` mode bits (permissions only).
-func permissions(_ path: String) throws -> mode_t {
-    var st = stat()
-    try #require(stat(path, &st) == 0, "stat \(path): errno \(errno)")
-    return st.st_mode & 0o7777
-}
-
 /// Calls `body` on `count` threads at once and waits for all; rethrows the first error.
 func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) throws -> Void) throws {
     let done = DispatchSemaphore(value: 0)
-    let errors = Locked<[any Error]>([])
+    let errors = SharedValue<[any Error]>([])
     for i in 0..<count {
         let thread = Thread {
             do { try body(i) } catch { errors.withLock { $0.append(error) } }
@@ -78,14 +72,17 @@ func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) throws -> Void) t
     if let first = errors.withLock({ $0.first }) { throw first }
 }
 
-/// A value shared between test threads.
-final class Locked<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value
-    init(_ value: Value) { self.value = value }
-    func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
-    }
+// The kinds these tests record: the ledger knows none of its own.
+extension RecordKind {
+    static let note: RecordKind = "note"
+    static let split: RecordKind = "split"
+    static let baseline: RecordKind = "baseline"
+    static let trainRun: RecordKind = "train_run"
+    static let gateAttempt: RecordKind = "gate_attempt"
+    static let iteration: RecordKind = "iteration"
+    static let violation: RecordKind = "violation"
+}
+
+extension Set<RecordKind> {
+    static let test: Set<RecordKind> = [.note, .split, .baseline, .trainRun, .gateAttempt, .iteration, .violation]
 }

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 
 @testable import SandboxPolicy
+import SupervisorIO
 
 /// Inputs are bounded: file sizes before reading, numbers before use (issue 17, item 6).
 @Suite("Policy input bounds")

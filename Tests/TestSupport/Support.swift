@@ -103,6 +103,10 @@ public final class TempDir {
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
         chmod(path, mode_t(mode))
     }
+    /// The path of `name` in the directory (nothing is created).
+    public func file(_ name: String) -> String { path + "/" + name }
+    /// Directory entries, sorted (hidden ones included).
+    public func entries() throws -> [String] { try FileManager.default.contentsOfDirectory(atPath: path).sorted() }
     public func file(_ name: String, _ contents: String) throws -> String {
         let p = path + "/" + name
         try contents.write(toFile: p, atomically: false, encoding: .utf8)
@@ -213,5 +217,24 @@ public final class LiveProcess {
     deinit {
         kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
+    }
+}
+
+/// `stat` mode bits (permissions only).
+public func permissions(_ path: String) throws -> mode_t {
+    var st = stat()
+    try #require(stat(path, &st) == 0, "stat \(path): errno \(errno)")
+    return st.st_mode & 0o7777
+}
+
+/// A value shared between test threads.
+public final class SharedValue<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value
+    public init(_ value: Value) { self.value = value }
+    public func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body(&value)
     }
 }

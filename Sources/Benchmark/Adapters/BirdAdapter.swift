@@ -29,6 +29,7 @@
 import FoundationEssentials
 import Glibc
 import SandboxPolicy
+import SupervisorIO
 
 public struct BirdAdapter: BenchmarkAdapter {
     /// The BIRD-Interact-ADK directory (orchestrator/, db_environment/, user_simulator/, shared/).

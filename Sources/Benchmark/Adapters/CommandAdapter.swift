@@ -15,6 +15,7 @@
 import FoundationEssentials
 import Glibc
 import SandboxPolicy
+import SupervisorIO
 
 public struct CommandAdapter: BenchmarkAdapter {
     public let taskIDs: [String]

@@ -27,6 +27,7 @@
 import FoundationEssentials
 import Glibc
 import SandboxPolicy
+import SupervisorIO
 
 public struct HarborAdapter: BenchmarkAdapter {
     public let taskIDs: [String]

@@ -9,6 +9,7 @@
 import FoundationEssentials
 import Glibc
 import SandboxPolicy
+import SupervisorIO
 
 public struct HarborRegistry: Sendable, Equatable {
     /// The registry file as given.

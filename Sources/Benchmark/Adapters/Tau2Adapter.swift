@@ -20,6 +20,7 @@
 import FoundationEssentials
 import Glibc
 import SandboxPolicy
+import SupervisorIO
 
 public struct Tau2Adapter: BenchmarkAdapter {
     public let domain: String
@@ -171,10 +172,11 @@ public struct Tau2Adapter: BenchmarkAdapter {
             defer { close(src) }
             for name in names {
                 guard FileSystem.entryStatus(at: src, FileSystem.name(name)) != nil else { continue }
-                do {
-                    try FileSystem.copyFile(from: src, FileSystem.name(name), to: destination, owner: owner, mode: 0o644)
+                do throws(IOFailure) {
+                    try FileSystem.copyFile(from: src, FileSystem.name(name), to: destination, owner: owner, mode: 0o644,
+                                            path: source + "/" + name)
                 } catch {
-                    throw BenchmarkError(.io, "tau2 data copy: \(source)/\(error.message)")
+                    throw BenchmarkError(.io, "tau2 data copy: \(error)")
                 }
             }
         }

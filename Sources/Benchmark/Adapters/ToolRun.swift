@@ -16,6 +16,7 @@ import Dispatch
 import Glibc
 import Sandbox
 import SandboxPolicy
+import SupervisorIO
 
 /// How an external tool is reached from inside the runner sandbox: operator configuration.
 public struct ToolSettings: Sendable, Equatable {

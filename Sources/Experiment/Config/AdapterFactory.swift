@@ -1,6 +1,7 @@
 import Benchmark
 import Foundation
 import SandboxPolicy
+import SupervisorIO
 
 extension ExperimentConfig {
     /// The upstream keys that hold whole numbers, and their bounds (BIRD-Interact's ports and

@@ -2,6 +2,7 @@ import Foundation
 import Benchmark
 import SandboxPolicy
 import Yams
+import SupervisorIO
 
 /// `experiment_config.yaml`: upstream auto-harness keys first, then ours.
 public struct ExperimentConfig: Sendable, Equatable {

@@ -1,6 +1,7 @@
 import Benchmark
 import Foundation
 import SandboxPolicy
+import SupervisorIO
 
 /// What `dataset:` names for `benchmark: terminal-bench`, in each form Harbor itself accepts.
 enum HarborDataset {

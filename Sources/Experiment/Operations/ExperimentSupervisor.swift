@@ -4,15 +4,19 @@ import Foundation
 import Ledger
 import Sandbox
 import SandboxPolicy
+import SupervisorIO
 
 public struct ExperimentError: Error, CustomStringConvertible, Sendable {
-    public enum Kind: Sendable { case usage, refused, state, io }
+    /// `locked`: another supervisor holds the experiment lock.
+    public enum Kind: Sendable { case usage, refused, state, io, locked }
     public var kind: Kind
     public var message: String
     public init(_ kind: Kind, _ message: String) {
         self.kind = kind
         self.message = message
     }
+    /// An I/O failure of the supervisor's own files, as `.io` naming the path and errno.
+    public init(_ failure: IOFailure) { self.init(.io, failure.description) }
     public var description: String { message }
 }
 
@@ -55,7 +59,7 @@ public final class ExperimentSupervisor {
         }
         try Self.ensurePrivateDirectory(layout)
         lock = exclusive ? try ExperimentLock(path: layout.lock, purpose: purpose) : nil
-        ledger = try Ledger(path: layout.ledger)
+        ledger = try Ledger(path: layout.ledger, kinds: .experiment)
         do {
             adapter = try config.makeAdapter(root: layout.root, checkTools: exclusive)
         } catch let e as ExperimentError {
@@ -196,7 +200,7 @@ public final class ExperimentSupervisor {
         } else {
             split = SplitFile.make(baselinePassed: passed, created: isoTimestamp())
         }
-        try AtomicFile.write(split.encoded(), to: layout.split, mode: 0o600)
+        try AtomicFile.write([UInt8](split.encoded()), to: layout.split, mode: 0o600)
         let rewards = Dictionary(uniqueKeysWithValues: outcomes.map { ($0.id, $0.reward) })
         let val = Self.mean(split.test.map { rewards[$0] ?? 0 })
         var items: [(RecordKind, any Encodable)] = [
@@ -551,8 +555,8 @@ public final class ExperimentSupervisor {
             do {
                 try TraceFiles.makeDirectories(dir)
                 try AtomicFile.write(bytes, to: dir + "/agent.py", mode: 0o644)
-            } catch let e as LedgerError {
-                throw ExperimentError(.io, "snapshot \(dir)/agent.py: \(e.errno.map(ErrnoName.describe) ?? e.message)")
+            } catch let e as IOFailure {
+                throw ExperimentError(.io, "snapshot \(dir)/agent.py: \(e.reason ?? ErrnoName.describe(e.errno))")
             } catch {
                 throw ExperimentError(.io, "snapshot \(error)")
             }

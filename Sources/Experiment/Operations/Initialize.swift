@@ -1,5 +1,6 @@
 import Benchmark
 import Foundation
+import SupervisorIO
 import Ledger
 
 extension ExperimentSupervisor {
@@ -60,9 +61,9 @@ extension ExperimentSupervisor {
         defer {
             if !created {
                 if rootExisted {
-                    for e in (try? fm.contentsOfDirectory(atPath: root)) ?? [] { try? fm.removeItem(atPath: root + "/" + e) }
+                    for e in FileSystem.names(in: root) { FileSystem.removeTree(root + "/" + e) }
                 } else {
-                    try? fm.removeItem(atPath: root)
+                    FileSystem.removeTree(root)
                 }
             }
         }
@@ -219,7 +220,7 @@ extension ExperimentSupervisor {
         let git = Git(root: root, privateIndex: layout.privateDirectory + "/git-index")
         try git.initialize(committing: committed,
                            message: "autoharness: new experiment (\(o.benchmark)\(dataset.isEmpty ? "" : ", " + dataset))")
-        let ledger = try Ledger(path: layout.ledger)
+        let ledger = try Ledger(path: layout.ledger, kinds: .experiment)
         _ = try ledger.append(.experimentCreated, ExperimentCreated(benchmark: o.benchmark, dataset: dataset))
         created = true
         return layout

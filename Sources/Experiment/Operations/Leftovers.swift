@@ -4,6 +4,7 @@ import Foundation
 import Glibc
 import Ledger
 import Sandbox
+import SupervisorIO
 
 /// What a supervisor killed with SIGKILL leaves on the host, and its removal by the next one.
 ///
@@ -28,7 +29,7 @@ enum Leftovers {
     /// hold exactly agent.py). Every writer of these holds the experiment lock, as the caller
     /// does.
     static func sweepTemporaries(_ layout: ExperimentLayout) -> [String] {
-        let snapshots = ((try? FileManager.default.contentsOfDirectory(atPath: layout.snapshots)) ?? []).sorted().map { layout.snapshots + "/" + $0 }
+        let snapshots = FileSystem.names(in: layout.snapshots).map { layout.snapshots + "/" + $0 }
         var removed: [String] = []
         for dir in [layout.workspace, layout.agentDirectory, layout.privateDirectory, layout.historyDirectory] + snapshots {
             removed += AtomicFile.removeTemporaries(in: dir).map { dir + "/" + $0 }
@@ -57,7 +58,7 @@ enum Leftovers {
     /// marker (made before markers existed) is stale too: the caller holds the experiment
     /// lock, which a live run of this experiment would hold.
     static func sweepBroker(_ layout: ExperimentLayout) -> [String] {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: layout.runDirectory)) ?? []
+        let names = FileSystem.names(in: layout.runDirectory)
         var live = false
         var gone: [pid_t] = []
         for name in names where name.hasPrefix(brokerMarkerPrefix) {

@@ -1,7 +1,7 @@
 import BrokerWire
-import CSandboxLaunch
 import Foundation
 import Glibc
+import SupervisorIO
 
 /// Who sent a broker request, as the kernel says (SO_PEERCRED; host pid and uid).
 public struct BrokerPeer: Sendable {
@@ -92,7 +92,7 @@ final class BrokerServer: @unchecked Sendable {
 
     private func serve() {
         while true {
-            let c = ahl_accept_cloexec(listener)
+            let c = UnixSocket.accept(listener)
             if c < 0 {
                 if errno == EINTR || errno == ECONNABORTED { continue }
                 return
@@ -108,10 +108,8 @@ final class BrokerServer: @unchecked Sendable {
     }
 
     private func answer(_ c: Int32) {
-        var pid: Int32 = 0
-        var uid: UInt32 = 0
-        _ = ahl_peer_credentials(c, &pid, &uid)
-        let peer = BrokerPeer(pid: pid, uid: uid)
+        let credentials = UnixSocket.peer(c)
+        let peer = BrokerPeer(pid: credentials?.pid ?? 0, uid: credentials?.uid ?? 0)
         // A client that does not read its reply holds the (single-threaded) broker at most
         // this long; ours reads at once.
         setTimeout(c, SO_SNDTIMEO, seconds: 5)

@@ -5,6 +5,7 @@ import Glibc
 import Ledger
 import Sandbox
 import SandboxPolicy
+import SupervisorIO
 
 /// A request the coding agent may make through the broker. There is deliberately no verb
 /// that records, commits, edits the suite or touches the test split.
@@ -468,28 +469,18 @@ public final class RunLoop: @unchecked Sendable {
     /// owned by the sandbox's host user. Anything else (a symbolic link, a device) is an
     /// error naming it: a seed is configuration, and a link would be followed in the sandbox.
     static func seedHome(from: String, to home: String, owner: (uid_t, gid_t)) throws {
-        let fm = FileManager.default
-        var isDir: ObjCBool = false
-        guard fm.fileExists(atPath: from, isDirectory: &isDir), isDir.boolValue else {
-            throw ExperimentError(.io, "coding_agent.home_seed: \(from) is not a directory")
+        let source = FileSystem.openDirectory(from)
+        guard source >= 0 else {
+            throw ExperimentError(.io, "coding_agent.home_seed: \(from): \(errno == ENOTDIR || errno == ELOOP ? "not a directory" : ErrnoName.describe(errno))")
         }
-        guard let walker = fm.enumerator(atPath: from) else { return }
-        for case let rel as String in walker {
-            let src = from + "/" + rel, dst = home + "/" + rel
-            var st = stat()
-            guard lstat(src, &st) == 0 else { throw ExperimentError(.io, "coding_agent.home_seed: \(src): \(String(cString: strerror(errno)))") }
-            switch st.st_mode & S_IFMT {
-            case S_IFDIR:
-                guard mkdir(dst, 0o700) == 0 || errno == EEXIST else { throw ExperimentError(.io, "\(dst): \(String(cString: strerror(errno)))") }
-            case S_IFREG:
-                let data = try Data(contentsOf: URL(fileURLWithPath: src))
-                guard fm.createFile(atPath: dst, contents: data, attributes: [.posixPermissions: 0o600]) else {
-                    throw ExperimentError(.io, "\(dst): cannot be written")
-                }
-            default:
-                throw ExperimentError(.io, "coding_agent.home_seed: \(src) is neither a regular file nor a directory")
-            }
-            guard chown(dst, owner.0, owner.1) == 0 else { throw ExperimentError(.io, "\(dst): \(String(cString: strerror(errno)))") }
+        defer { close(source) }
+        let destination = FileSystem.openDirectory(home)
+        guard destination >= 0 else { throw ExperimentError(.io, "\(home): \(ErrnoName.describe(errno))") }
+        defer { close(destination) }
+        do throws(IOFailure) {
+            try FileSystem.copyTree(from: source, to: destination, owner: owner, skip: [], symlinks: .refuse, label: from)
+        } catch {
+            throw ExperimentError(.io, "coding_agent.home_seed: " + (error.reason.map { "\(error.path) is \($0)" } ?? error.description))
         }
     }
 
@@ -675,7 +666,7 @@ public final class RunLoop: @unchecked Sendable {
             return BrokerReply(stderr: "autoharness: refused: this exact agent.py was already judged (gate attempt \(earlier.attempt), \(earlier.accepted ? "accepted" : "rejected")); change it before gating again; this request was recorded\n", exit: 2)
         }
         let bytes = try Array(Data(contentsOf: URL(fileURLWithPath: snap.directory + "/agent.py")))
-        try AtomicFile.write(Data(bytes), to: layout.agentFile, mode: 0o644)
+        try AtomicFile.write(bytes, to: layout.agentFile, mode: 0o644)
         // The coding agent is frozen for the whole gate: held-out tasks run while none of its
         // processes can run, so nothing they do in the kernel's shared state (file locks on
         // /usr, say) can be observed as it happens. If it cannot be frozen, no gate runs. On
@@ -736,7 +727,7 @@ public final class RunLoop: @unchecked Sendable {
             nonImproving += 1
             if config.onReject == .revert, let last = try supervisor.state().iterations.last {
                 let kept = try Array(Data(contentsOf: URL(fileURLWithPath: layout.snapshotDirectory(sha256: last.agentSHA256) + "/agent.py")))
-                try AtomicFile.write(Data(kept), to: layout.agentFile, mode: 0o644)
+                try AtomicFile.write(kept, to: layout.agentFile, mode: 0o644)
                 try staging.replaceAgent(with: kept)
                 extra = "agent/agent.py was restored to the last accepted version (iteration \(last.iteration)); gate.on_reject: revert\n"
             }
@@ -834,7 +825,7 @@ public final class RunLoop: @unchecked Sendable {
         if text.utf8.count > cap {
             text = String(decoding: Array(text.utf8.prefix(cap)), as: UTF8.self) + "\n[older history cut at 256 KiB]\n"
         }
-        try AtomicFile.write(Data(text.utf8), to: historyDirectory + "/git-log.txt", mode: 0o644)
+        try AtomicFile.write(text, to: historyDirectory + "/git-log.txt", mode: 0o644)
     }
 
     // MARK: - records

@@ -1,7 +1,5 @@
-import Foundation
-import Sandbox
 import Glibc
-import SandboxPolicy
+import SupervisorIO
 
 /// Reading and writing `agent.py` inside a directory someone else may control.
 ///
@@ -24,56 +22,25 @@ enum AgentFile {
     static let maxBytes = 1 << 20
 
     static func read(directoryFD dir: Int32, maxBytes: Int) -> Result<[UInt8], CopyBackRefusal> {
-        let fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
-        guard fd >= 0 else {
-            switch errno {
-            case ELOOP: return .failure(CopyBackRefusal("is a symbolic link, which is never followed"))
-            case ENOENT: return .failure(CopyBackRefusal("does not exist"))
-            default: return .failure(CopyBackRefusal(String(cString: strerror(errno)), errno: errno))
-            }
+        switch InputFile.read(at: dir, name, cap: maxBytes, strict: true) {
+        case .success(let bytes): return .success(bytes)
+        case .failure(.missing): return .failure(CopyBackRefusal("does not exist"))
+        case .failure(.symlink): return .failure(CopyBackRefusal("is a symbolic link, which is never followed"))
+        case .failure(.notRegular): return .failure(CopyBackRefusal("is not a regular file"))
+        case .failure(.hardLinked(let n)): return .failure(CopyBackRefusal("has \(n) hard links; a copy-back takes only a file with one"))
+        case .failure(.tooLarge(let size, let cap)): return .failure(CopyBackRefusal("is \(size) bytes, more than the \(cap)-byte limit"))
+        case .failure(.failed(let e)): return .failure(CopyBackRefusal(String(cString: strerror(e)), errno: e))
         }
-        defer { close(fd) }
-        var st = stat()
-        guard fstat(fd, &st) == 0 else { return .failure(CopyBackRefusal(String(cString: strerror(errno)), errno: errno)) }
-        guard (st.st_mode & S_IFMT) == S_IFREG else { return .failure(CopyBackRefusal("is not a regular file")) }
-        guard st.st_nlink == 1 else { return .failure(CopyBackRefusal("has \(st.st_nlink) hard links; a copy-back takes only a file with one")) }
-        guard st.st_size <= maxBytes else { return .failure(CopyBackRefusal("is \(st.st_size) bytes, more than the \(maxBytes)-byte limit")) }
-        // Read one byte past the limit: the size may have changed since fstat.
-        var bytes = [UInt8](repeating: 0, count: maxBytes + 1)
-        var total = 0
-        while total < bytes.count {
-            let n = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + total, $0.count - total) }
-            if n < 0 && errno == EINTR { continue }
-            if n < 0 { return .failure(CopyBackRefusal(String(cString: strerror(errno)), errno: errno)) }
-            if n == 0 { break }
-            total += n
-        }
-        guard total <= maxBytes else { return .failure(CopyBackRefusal("grew past the \(maxBytes)-byte limit while being read")) }
-        return .success(Array(bytes[0..<total]))
     }
 
-    /// Replaces `agent.py` in the directory atomically: a fresh temporary name created with
-    /// O_EXCL|O_NOFOLLOW, fsync, then renameat over the old entry (whatever it was).
-    /// `directory` names the directory in errors.
+    /// Replaces `agent.py` in the directory atomically (`AtomicFile`: a fresh temporary name
+    /// created with O_EXCL|O_NOFOLLOW, fsync, then renameat over the old entry, whatever it
+    /// was). `directory` names the directory in errors.
     static func write(_ bytes: [UInt8], directoryFD dir: Int32, owner: (uid_t, gid_t)?, directory: String) throws {
-        let tmp = ".agent.py.autoharness-\(getpid())"
-        _ = unlinkat(dir, tmp, 0)
-        let fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { throw ExperimentError(.io, "\(directory)/\(name): \(ErrnoName.describe(errno))") }
-        var failure: Int32?
-        var off = 0
-        while off < bytes.count && failure == nil {
-            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + off, $0.count - off) }
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { failure = n < 0 ? errno : ENOSPC } else { off += n }
-        }
-        if failure == nil, let owner, fchown(fd, owner.0, owner.1) != 0 { failure = errno }
-        if failure == nil, fchmod(fd, 0o644) != 0 || fsync(fd) != 0 { failure = errno }
-        close(fd)
-        if failure == nil, renameat(dir, tmp, dir, name) != 0 { failure = errno }
-        if let failure {
-            _ = unlinkat(dir, tmp, 0)
-            throw ExperimentError(.io, "\(directory)/\(name): \(ErrnoName.describe(failure))")
+        do throws(IOFailure) {
+            try AtomicFile.write(bytes, in: dir, name: name, mode: 0o644, owner: owner, path: "\(directory)/\(name)")
+        } catch {
+            throw ExperimentError(.io, "\(error.path): \(error.reason ?? ErrnoName.describe(error.errno))")
         }
     }
 }
@@ -164,17 +131,11 @@ struct Staging {
     }
 }
 
-/// Removes a tree the sandbox user may have built (arbitrarily deep, any names): `rm -rf
-/// --one-file-system`, which walks with directory descriptors and never follows links.
+/// Removes a tree the sandbox user may have built (arbitrarily deep, any names), never
+/// following a link or leaving the filesystem (`FileSystem.removeTree`).
 func removeTree(_ path: String) throws {
-    var st = stat()
-    guard lstat(path, &st) == 0 else { return }
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: "/bin/rm")
-    p.arguments = ["-rf", "--one-file-system", "--", path]
-    try p.run()
-    p.waitUntilExit()
-    guard p.terminationStatus == 0, lstat(path, &st) != 0 else {
-        throw ExperimentError(.io, "could not remove \(path) (rm exit \(p.terminationStatus))")
+    let problems = FileSystem.removeTree(path)
+    guard problems.isEmpty else {
+        throw ExperimentError(.io, "could not remove \(path): \(problems.prefix(3).joined(separator: "; "))\(problems.count > 3 ? " (and \(problems.count - 3) more)" : "")")
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import Ledger
+import SupervisorIO
 
 // Ledger payloads. Each is one record kind; the experiment's state is what replaying them in
 // order gives, and the workspace views are rendered from that state alone.
@@ -280,6 +281,10 @@ public struct ExperimentState: Sendable {
                 openRunGates = 0
                 openRunAccepted = 0
                 openRunRejectedInARow = 0
+            default:
+                // The ledger is opened with `.experiment` and refuses any other kind: a kind
+                // in that set without a case here is a bug, never a row to skip.
+                throw LedgerError(.corrupt, "row \(r.seq): no replay for kind '\(r.kind)'")
             }
             head = LedgerHead(seq: r.seq, hash: r.hash)
             try each(self)
@@ -363,14 +368,14 @@ public enum Views {
                                   beforeEach: (String) -> Void = { _ in }) throws {
         for (path, bytes) in try rendered(layout, s, config: config) {
             beforeEach(path)
-            try AtomicFile.write(bytes, to: path)
+            try AtomicFile.write([UInt8](bytes), to: path)
         }
         try recordHead(layout, s.head, beforeEach: beforeEach)
     }
 
     private static func recordHead(_ layout: ExperimentLayout, _ head: LedgerHead, beforeEach: (String) -> Void) throws {
         beforeEach(layout.viewsHead)
-        try AtomicFile.write(try encode(head), to: layout.viewsHead, mode: 0o600)
+        try AtomicFile.write([UInt8](try encode(head)), to: layout.viewsHead, mode: 0o600)
     }
 
     /// The head the views were last completely published from; nil if they never were (or
@@ -439,7 +444,7 @@ public enum Views {
         let (check, current, expected) = try classify(layout, records: records, config: config)
         for (path, bytes) in expected where check.behind.contains(path) {
             beforeEach(path)
-            try AtomicFile.write(bytes, to: path)
+            try AtomicFile.write([UInt8](bytes), to: path)
         }
         // Every view not tampered is now current: the recorded head may move up to now, which
         // narrows what a later check accepts as behind.

@@ -1,5 +1,6 @@
 import Glibc
 import SandboxPolicy
+import SupervisorIO
 
 /// Something the sandbox refused or stopped, as the supervisor saw it.
 public struct AuditEvent: Sendable, Equatable {

@@ -1,4 +1,4 @@
-import CSandboxLaunch
+import CSystemCalls
 import Glibc
 import SandboxPolicy
 
@@ -69,7 +69,7 @@ public struct HostInspection: Sendable {
     }
 
     func landlock() -> Finding {
-        let abi = ahl_landlock_abi()
+        let abi = ahs_landlock_abi()
         if abi > 0 {
             return Finding(topic: "landlock", status: .ok, detail: "ABI \(abi): a second wall under the mounts (writes only beneath read-write mounts)")
         }

@@ -1,6 +1,7 @@
-import CSandboxLaunch
+import CSystemCalls
 import Glibc
 import SandboxPolicy
+import SupervisorIO
 
 /// How one requested limit is enforced (for the start-up log and `policy show`).
 public struct LimitEnforcement: Sendable, Equatable, CustomStringConvertible {
@@ -185,10 +186,10 @@ final class SandboxCgroup {
     /// the listing is read again: a pid that was listed, exited and was reused by some other
     /// process on the host in between is never signalled.
     func killListed() {
-        let fds = remainingProcesses().map { (pid: $0, fd: ahl_pidfd_open($0)) }.filter { $0.fd >= 0 }
+        let fds = remainingProcesses().map { (pid: $0, fd: ahs_pidfd_open($0)) }.filter { $0.fd >= 0 }
         let listed = Set(remainingProcesses())
         for (pid, fd) in fds {
-            if listed.contains(pid) { _ = ahl_pidfd_kill(fd, SIGKILL) }
+            if listed.contains(pid) { _ = ahs_pidfd_kill(fd, SIGKILL) }
             close(fd)
         }
     }

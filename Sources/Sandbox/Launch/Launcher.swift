@@ -1,4 +1,4 @@
-import CSandboxLaunch
+import CSystemCalls
 import Glibc
 
 /// The launcher executable (`autoharness-launch`) that becomes a sandbox's monitor.
@@ -60,7 +60,7 @@ public struct Launcher: Sendable {
         guard dst.st_uid == 0, dst.st_mode & 0o022 == 0 else {
             return .failure(Problem(message: "\(path): its directory \(dir) is not root-owned and writable only by root (uid \(dst.st_uid), mode \(String(dst.st_mode & 0o7777, radix: 8)))"))
         }
-        let fd = ahl_open_path(path)
+        let fd = ahs_open_path(path)
         guard fd >= 0 else { return .failure(Problem(message: "\(path): \(String(cString: strerror(errno)))")) }
         var st = stat()
         guard fstat(fd, &st) == 0 else {

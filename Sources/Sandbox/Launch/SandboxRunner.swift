@@ -1,4 +1,5 @@
 import CSandboxLaunch
+import CSystemCalls
 import CSeccomp
 import Glibc
 import Logging
@@ -36,7 +37,7 @@ public struct RunOptions: @unchecked Sendable {
 
 public enum SandboxRunner {
     /// Read once: the kernel's Landlock ABI does not change while we run.
-    static let landlockABI = ahl_landlock_abi()
+    static let landlockABI = ahs_landlock_abi()
 
     public static func run(_ plan: LaunchPlan, options: RunOptions) throws(SandboxError) -> SandboxResult {
         guard geteuid() == 0 else {

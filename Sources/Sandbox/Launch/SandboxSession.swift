@@ -2,6 +2,7 @@ import CSandboxLaunch
 import CSeccomp
 import Glibc
 import SandboxPolicy
+import SupervisorIO
 
 /// One running sandbox, seen from the supervisor.
 struct Session {

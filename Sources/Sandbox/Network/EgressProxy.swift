@@ -1,4 +1,4 @@
-import CSandboxLaunch
+import CSystemCalls
 import Glibc
 
 /// The HTTP CONNECT proxy of a `network: proxy` sandbox.
@@ -46,7 +46,7 @@ final class EgressProxy: @unchecked Sendable {
 
     private func acceptLoop() {
         while true {
-            let c = ahl_accept_cloexec(listener)
+            let c = ahs_accept_cloexec(listener)
             if c < 0 {
                 if errno == EINTR { continue }
                 break

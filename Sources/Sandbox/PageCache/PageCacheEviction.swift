@@ -1,5 +1,6 @@
 import Glibc
 import SandboxPolicy
+import SupervisorIO
 
 /// What held-out sandboxes could bring into the page cache, and its removal afterwards.
 ///

@@ -1,4 +1,4 @@
-import CSandboxLaunch
+import CSystemCalls
 import CSeccomp
 import Glibc
 import SandboxPolicy
@@ -225,7 +225,7 @@ public enum SeccompCompiler {
     private static func export(_ ctx: scmp_filter_ctx) throws(SandboxError) -> [UInt8] {
         // libseccomp 2.5 exports to a file descriptor only; an anonymous memory file keeps
         // the program off disk.
-        let fd = ahl_memfd("autoharness-bpf")
+        let fd = ahs_memfd("autoharness-bpf")
         guard fd >= 0 else { throw SandboxError(.seccomp, "memfd_create: \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         try check(seccomp_export_bpf(ctx, fd), "export BPF")

@@ -1,5 +1,7 @@
 import Foundation
 import Glibc
+import Ledger
+import SupervisorIO
 
 /// Makes sure one autoharness at a time works on an experiment: two supervisors appending
 /// to one ledger would each be consistent, but their git commits, views and gate decisions
@@ -31,22 +33,23 @@ public final class ExperimentLock: @unchecked Sendable {
     /// - Parameters:
     ///   - path: The lock file (created 0600 if missing; a symbolic link is refused).
     ///   - purpose: What this process is doing ("run", "gate", …), shown to anyone refused.
-    /// - Throws: ``LedgerError`` `.locked` naming the holder's pid, purpose and start time when
-    ///   another process (or another `ExperimentLock` in this one) holds it; `.io` otherwise.
-    public init(path: String, purpose: String) throws(LedgerError) {
+    /// - Throws: ``ExperimentError`` `.locked` naming the holder's pid, purpose and start time
+    ///   when another process (or another `ExperimentLock` in this one) holds it; `.io` otherwise.
+    public init(path: String, purpose: String) throws(ExperimentError) {
         self.path = path
-        let fd = try POSIX.open(path, O_RDWR | O_CREAT | O_NOFOLLOW, mode: 0o600)
+        let fd: Int32
+        do throws(IOFailure) { fd = try POSIX.open(path, O_RDWR | O_CREAT | O_NOFOLLOW, mode: 0o600) } catch { throw ExperimentError(error) }
         while flock(fd, LOCK_EX | LOCK_NB) != 0 {
             let code = errno
             if code == EINTR { continue }
             defer { POSIX.close(fd) }
             if code == EWOULDBLOCK {
-                throw LedgerError(.locked, Self.refusal(path: path, holder: Self.readHolder(fd, path)))
+                throw ExperimentError(.locked, Self.refusal(path: path, holder: Self.readHolder(fd, path)))
             }
-            throw LedgerError(.io, "cannot lock \(path)", errno: code)
+            throw ExperimentError(IOFailure("cannot lock", path, errno: code))
         }
         holder = Holder(pid: getpid(), purpose: purpose, since: Timestamp.format(Date()))
-        do {
+        do throws(IOFailure) {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys]
             var text = (try? encoder.encode(holder)) ?? Data()
@@ -55,7 +58,7 @@ public final class ExperimentLock: @unchecked Sendable {
             try POSIX.pwriteAll(fd, [UInt8](text), at: 0, path)
         } catch {
             POSIX.close(fd)
-            throw error
+            throw ExperimentError(error)
         }
         self.fd = fd
     }

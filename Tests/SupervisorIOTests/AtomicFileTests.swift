@@ -1,6 +1,7 @@
 import Foundation
-import Ledger
+import SupervisorIO
 import Testing
+import TestSupport
 
 @Suite("Atomic file writes")
 struct AtomicFileTests {
@@ -11,7 +12,7 @@ struct AtomicFileTests {
         try AtomicFile.write(Array("one\n".utf8), to: path)
         #expect(try String(contentsOfFile: path, encoding: .utf8) == "one\n")
         #expect(try permissions(path) == 0o644)
-        try AtomicFile.write(Data("two\n".utf8), to: path, mode: 0o600)
+        try AtomicFile.write(Array("two\n".utf8), to: path, mode: 0o600)
         #expect(try String(contentsOfFile: path, encoding: .utf8) == "two\n")
         #expect(try permissions(path) == 0o600)
         try AtomicFile.write("", to: path)
@@ -34,9 +35,9 @@ struct AtomicFileTests {
         #expect(try old.readToEnd().map([UInt8].init) == a)
         try old.close()
 
-        let stop = Locked(false)
-        let torn = Locked(0)
-        let reads = Locked(0)
+        let stop = SharedValue(false)
+        let torn = SharedValue(0)
+        let reads = SharedValue(0)
         let reader = Thread {
             while !stop.withLock({ $0 }) {
                 guard let data = FileManager.default.contents(atPath: path) else {
@@ -62,11 +63,11 @@ struct AtomicFileTests {
         let dir = try TempDir()
         let target = dir.file("view")
         try FileManager.default.createDirectory(atPath: target, withIntermediateDirectories: false)
-        let error = #expect(throws: LedgerError.self) { try AtomicFile.write("x", to: target) }
-        #expect(error?.code == .io && error?.errno == EISDIR)
+        let error = #expect(throws: IOFailure.self) { try AtomicFile.write("x", to: target) }
+        #expect(error?.errno == EISDIR && error?.path == target, "\(String(describing: error))")
         #expect(try dir.entries() == ["view"])
 
-        let missing = #expect(throws: LedgerError.self) { try AtomicFile.write("x", to: dir.file("no/such/dir/file")) }
+        let missing = #expect(throws: IOFailure.self) { try AtomicFile.write("x", to: dir.file("no/such/dir/file")) }
         #expect(missing?.errno == ENOENT)
     }
 

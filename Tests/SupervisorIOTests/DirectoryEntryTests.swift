@@ -1,6 +1,6 @@
 import Glibc
 import Testing
-@testable import Sandbox
+@testable import SupervisorIO
 
 @Suite("readdir records are read in place")
 struct DirectoryEntryTests {

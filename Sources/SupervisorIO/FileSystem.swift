@@ -6,46 +6,46 @@
 // operation here therefore works relative to directory fds, opens with O_NOFOLLOW, never
 // crosses into another filesystem, and treats names as raw bytes (a hostile name need not
 // be UTF-8). Plain libc throughout: this sits on the per-task path.
+//
+// Callers name the file in their own errors where they know better (a task's `app/`).
 
 import Glibc
-import Sandbox
-import SandboxPolicy
 
-enum FileSystem {
+public enum FileSystem {
     /// A directory entry name as raw bytes, NUL-terminated for the *at() calls.
-    typealias Name = [CChar]
+    public typealias Name = [CChar]
 
-    static func name(_ s: String) -> Name { Array(s.utf8CString) }
-    static func display(_ n: Name) -> String { String(decoding: n.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) }
+    public static func name(_ s: String) -> Name { Array(s.utf8CString) }
+    public static func display(_ n: Name) -> String { String(decoding: n.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self) }
 
-    static func errorText(_ e: Int32 = errno) -> String { String(cString: strerror(e)) }
+    public static func errorText(_ e: Int32 = errno) -> String { String(cString: strerror(e)) }
 
     /// Opens a directory without following a final symlink. -1 and errno on failure.
-    static func openDirectory(_ path: String) -> Int32 {
+    public static func openDirectory(_ path: String) -> Int32 {
         open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
     }
 
-    static func openDirectory(at dir: Int32, _ name: Name) -> Int32 {
+    public static func openDirectory(at dir: Int32, _ name: Name) -> Int32 {
         openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
     }
 
-    static func fileStatus(_ fd: Int32) -> stat? {
+    public static func fileStatus(_ fd: Int32) -> stat? {
         var st = stat()
         return fstat(fd, &st) == 0 ? st : nil
     }
 
-    static func entryStatus(at dir: Int32, _ name: Name) -> stat? {
+    public static func entryStatus(at dir: Int32, _ name: Name) -> stat? {
         var st = stat()
         return fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ? st : nil
     }
 
-    static func isDirectory(_ st: stat) -> Bool { (st.st_mode & S_IFMT) == S_IFDIR }
-    static func isRegular(_ st: stat) -> Bool { (st.st_mode & S_IFMT) == S_IFREG }
-    static func isSymlink(_ st: stat) -> Bool { (st.st_mode & S_IFMT) == S_IFLNK }
+    public static func isDirectory(_ st: stat) -> Bool { (st.st_mode & S_IFMT) == S_IFDIR }
+    public static func isRegular(_ st: stat) -> Bool { (st.st_mode & S_IFMT) == S_IFREG }
+    public static func isSymlink(_ st: stat) -> Bool { (st.st_mode & S_IFMT) == S_IFLNK }
 
     /// The names in a directory (without `.` and `..`). Read through a fresh open file
     /// description so the caller's fd offset is untouched.
-    static func entries(of dir: Int32) -> [Name]? {
+    public static func entries(of dir: Int32) -> [Name]? {
         let fd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0, let d = fdopendir(fd) else {
             if fd >= 0 { close(fd) }
@@ -61,11 +61,21 @@ enum FileSystem {
         return names
     }
 
+    /// The names in the directory at `path` (not following a final symlink), sorted, as
+    /// text (for names the supervisor chose or only compares; use `entries` to open one).
+    /// Empty if it cannot be listed.
+    public static func names(in path: String) -> [String] {
+        let dir = openDirectory(path)
+        guard dir >= 0 else { return [] }
+        defer { close(dir) }
+        return (entries(of: dir) ?? []).map(display).sorted()
+    }
+
     // MARK: - Creating
 
     /// `mkdir -p` for supervisor-chosen paths (trace directories); each level it creates gets
     /// exactly `mode` (mkdir alone would apply the process umask). Returns errno on failure.
-    static func makeDirectories(_ path: String, mode: mode_t) -> Int32? {
+    public static func makeDirectories(_ path: String, mode: mode_t) -> Int32? {
         var current = path.hasPrefix("/") ? "" : "."
         for component in path.split(separator: "/") {
             current += "/" + component
@@ -82,7 +92,7 @@ enum FileSystem {
 
     /// Creates directory `name` in `dir` with exactly `mode` (no umask), owned by
     /// `owner`, and returns an fd for it.
-    static func makeDirectory(at dir: Int32, _ name: String, mode: mode_t, owner: (uid_t, gid_t)?) -> Int32? {
+    public static func makeDirectory(at dir: Int32, _ name: String, mode: mode_t, owner: (uid_t, gid_t)?) -> Int32? {
         let n = Self.name(name)
         guard mkdirat(dir, n, 0o700) == 0 else { return nil }
         let fd = openDirectory(at: dir, n)
@@ -101,7 +111,7 @@ enum FileSystem {
     /// Writes `bytes` to a new or truncated regular file `name` in `dir` (never through a
     /// symlink). Returns errno on failure.
     @discardableResult
-    static func writeFile(at dir: Int32, _ name: String, _ bytes: [UInt8], mode: mode_t) -> Int32? {
+    public static func writeFile(at dir: Int32, _ name: String, _ bytes: [UInt8], mode: mode_t) -> Int32? {
         let fd = openat(dir, Self.name(name), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode)
         guard fd >= 0 else { return errno }
         defer { close(fd) }
@@ -109,7 +119,7 @@ enum FileSystem {
         return writeAll(fd, bytes[...])
     }
 
-    static func writeAll(_ fd: Int32, _ bytes: ArraySlice<UInt8>) -> Int32? {
+    public static func writeAll(_ fd: Int32, _ bytes: ArraySlice<UInt8>) -> Int32? {
         var offset = bytes.startIndex
         while offset < bytes.endIndex {
             let n = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
@@ -124,18 +134,18 @@ enum FileSystem {
 
     // MARK: - Reading
 
-    typealias ReadError = InputFile.Problem
+    public typealias ReadError = InputFile.Problem
 
     /// Reads regular file `name` in `dir`, refusing symlinks (O_NOFOLLOW), FIFOs and devices,
     /// and anything larger than `limit` bytes (`InputFile`).
-    static func readSmallFile(at dir: Int32, _ name: String, limit: Int) -> Result<[UInt8], ReadError> {
+    public static func readSmallFile(at dir: Int32, _ name: String, limit: Int) -> Result<[UInt8], ReadError> {
         InputFile.read(at: dir, name, cap: limit)
     }
 
     /// The contents of a supervisor-owned log file, at most `cap` bytes: when longer, the
     /// first and last halves around a marker saying how much was left out (the start shows
     /// what ran, the end shows how it failed).
-    static func readCapped(at dir: Int32, _ name: String, cap: Int) -> [UInt8]? {
+    public static func readCapped(at dir: Int32, _ name: String, cap: Int) -> [UInt8]? {
         let fd = openat(dir, Self.name(name), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
@@ -160,74 +170,85 @@ enum FileSystem {
 
     // MARK: - Copying the task environment
 
-    /// Copies the tree under `source` (trusted: part of the benchmark) into the existing
-    /// directory `destination`, giving every copy `owner` so the sandbox's mapped user can
-    /// change it. Regular files, directories and symlinks (recreated, never followed) only;
-    /// setuid/setgid/sticky bits are dropped. `skip` names top-level entries left out;
-    /// `include`, if given, is asked for every entry's path relative to the top
+    /// What `copyTree` does with a symbolic link in the source.
+    public enum SymlinkCopy: Sendable {
+        /// Recreated as the same link (never followed).
+        case recreate
+        /// The copy fails, naming it.
+        case refuse
+    }
+
+    /// Copies the tree under `source` (trusted: part of the benchmark, or operator
+    /// configuration) into the existing directory `destination`, giving every copy `owner` so
+    /// the sandbox's mapped user can change it. Regular files, directories and symlinks (see
+    /// `symlinks`) only; setuid/setgid/sticky bits are dropped. `skip` names top-level entries
+    /// left out; `include`, if given, is asked for every entry's path relative to the top
     /// (`a/b/c.json`) and leaves out what it refuses (and, for a directory, all below).
-    static func copyTree(from source: Int32, to destination: Int32, owner: (uid_t, gid_t), skip: Set<String>,
-                         include: ((String) -> Bool)? = nil, under prefix: String = "") throws(BenchmarkError) {
+    /// Errors name the entry as `label/relative/path`.
+    public static func copyTree(from source: Int32, to destination: Int32, owner: (uid_t, gid_t), skip: Set<String>,
+                                include: ((String) -> Bool)? = nil, symlinks: SymlinkCopy = .recreate,
+                                label: String = "environment", under prefix: String = "") throws(IOFailure) {
         guard let names = entries(of: source) else {
-            throw BenchmarkError(.io, "cannot list environment directory: \(errorText())")
+            throw IOFailure("cannot list", label + (prefix.isEmpty ? "" : "/" + prefix.dropLast()), errno: errno)
         }
         for n in names where !skip.contains(display(n)) {
-            if let include, !include(prefix + display(n)) { continue }
-            guard let st = entryStatus(at: source, n) else {
-                throw BenchmarkError(.io, "environment/\(display(n)): \(errorText())")
-            }
+            let relative = prefix + display(n)
+            let path = label + "/" + relative
+            if let include, !include(relative) { continue }
+            guard let st = entryStatus(at: source, n) else { throw IOFailure("cannot stat", path, errno: errno) }
             let mode = mode_t(st.st_mode) & 0o777
             if isDirectory(st) {
-                guard mkdirat(destination, n, 0o700) == 0 else { throw BenchmarkError(.io, "create \(display(n)): \(errorText())") }
+                guard mkdirat(destination, n, 0o700) == 0 else { throw IOFailure("cannot create", path, errno: errno) }
                 let s = openDirectory(at: source, n), d = openDirectory(at: destination, n)
                 defer {
                     if s >= 0 { close(s) }
                     if d >= 0 { close(d) }
                 }
-                guard s >= 0, d >= 0 else { throw BenchmarkError(.io, "open \(display(n)): \(errorText())") }
-                try copyTree(from: s, to: d, owner: owner, skip: [], include: include, under: prefix + display(n) + "/")
-                guard fchown(d, owner.0, owner.1) == 0, fchmod(d, mode) == 0 else {
-                    throw BenchmarkError(.io, "chown \(display(n)): \(errorText())")
-                }
+                guard s >= 0, d >= 0 else { throw IOFailure("cannot open", path, errno: errno) }
+                try copyTree(from: s, to: d, owner: owner, skip: [], include: include, symlinks: symlinks, label: label,
+                             under: relative + "/")
+                guard fchown(d, owner.0, owner.1) == 0, fchmod(d, mode) == 0 else { throw IOFailure("cannot chown", path, errno: errno) }
             } else if isRegular(st) {
-                try copyFile(from: source, n, to: destination, owner: owner, mode: mode)
-            } else if isSymlink(st) {
+                try copyFile(from: source, n, to: destination, owner: owner, mode: mode, path: path)
+            } else if isSymlink(st), symlinks == .recreate {
                 var target = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
                 let len = readlinkat(source, n, &target, Int(PATH_MAX))
-                guard len >= 0 else { throw BenchmarkError(.io, "readlink \(display(n)): \(errorText())") }
+                guard len >= 0 else { throw IOFailure("cannot readlink", path, errno: errno) }
                 target[len] = 0
                 guard symlinkat(target, destination, n) == 0,
                       fchownat(destination, n, owner.0, owner.1, AT_SYMLINK_NOFOLLOW) == 0 else {
-                    throw BenchmarkError(.io, "symlink \(display(n)): \(errorText())")
+                    throw IOFailure("cannot symlink", path, errno: errno)
                 }
             } else {
-                throw BenchmarkError(.io, "environment/\(display(n)) is not a regular file, directory or symlink")
+                throw IOFailure("cannot copy", path, reason: symlinks == .refuse ? "neither a regular file nor a directory"
+                                                                          : "not a regular file, directory or symlink")
             }
         }
     }
 
     /// Copies the regular file `name` of `source` (never through a symlink) to a new file of
     /// the same name in `destination`, owned by `owner` with `mode` (permission bits only).
-    static func copyFile(from source: Int32, _ n: Name, to destination: Int32, owner: (uid_t, gid_t), mode: mode_t) throws(BenchmarkError) {
+    /// `path` names it in errors.
+    public static func copyFile(from source: Int32, _ n: Name, to destination: Int32, owner: (uid_t, gid_t), mode: mode_t,
+                                path: String? = nil) throws(IOFailure) {
+        let path = path ?? display(n)
         // O_NONBLOCK: a FIFO put where a file was expected must not hang the supervisor.
         let s = openat(source, n, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
-        guard s >= 0 else { throw BenchmarkError(.io, "copy \(display(n)): \(errorText())") }
+        guard s >= 0 else { throw IOFailure("cannot copy", path, errno: errno) }
         defer { close(s) }
-        guard let st = fileStatus(s), isRegular(st) else { throw BenchmarkError(.io, "copy \(display(n)): not a regular file") }
+        guard let st = fileStatus(s), isRegular(st) else { throw IOFailure("cannot copy", path, reason: "not a regular file") }
         let d = openat(destination, n, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard d >= 0 else { throw BenchmarkError(.io, "copy \(display(n)): \(errorText())") }
+        guard d >= 0 else { throw IOFailure("cannot create", path, errno: errno) }
         defer { close(d) }
         var buffer = [UInt8](repeating: 0, count: 1 << 16)
         while true {
             let r = buffer.withUnsafeMutableBytes { read(s, $0.baseAddress, $0.count) }
             if r < 0 && errno == EINTR { continue }
-            guard r >= 0 else { throw BenchmarkError(.io, "read \(display(n)): \(errorText())") }
+            guard r >= 0 else { throw IOFailure("cannot read", path, errno: errno) }
             if r == 0 { break }
-            if let e = writeAll(d, buffer[0..<r]) { throw BenchmarkError(.io, "write \(display(n)): \(errorText(e))") }
+            if let e = writeAll(d, buffer[0..<r]) { throw IOFailure("cannot write", path, errno: e) }
         }
-        guard fchown(d, owner.0, owner.1) == 0, fchmod(d, mode & 0o777) == 0 else {
-            throw BenchmarkError(.io, "chown \(display(n)): \(errorText())")
-        }
+        guard fchown(d, owner.0, owner.1) == 0, fchmod(d, mode & 0o777) == 0 else { throw IOFailure("cannot chown", path, errno: errno) }
     }
 
     // MARK: - Removing
@@ -239,7 +260,7 @@ enum FileSystem {
     /// only after checking it leads to the directory it came from. Returns the problems met
     /// (empty on success).
     @discardableResult
-    static func removeTree(_ path: String) -> [String] {
+    public static func removeTree(_ path: String) -> [String] {
         var problems: [String] = []
         let slash = path.lastIndex(of: "/")
         let parentPath = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."

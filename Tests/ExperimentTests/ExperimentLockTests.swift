@@ -1,7 +1,8 @@
 import Foundation
-import Ledger
+@testable import Experiment
 import Testing
 import TestSupport
+import SupervisorIO
 
 @Suite("Experiment lock")
 struct ExperimentLockTests {
@@ -10,8 +11,8 @@ struct ExperimentLockTests {
         let dir = try TempDir()
         let path = dir.file("experiment.lock")
         let first = try ExperimentLock(path: path, purpose: "run")
-        let error = #expect(throws: LedgerError.self) { _ = try ExperimentLock(path: path, purpose: "gate") }
-        #expect(error?.code == .locked)
+        let error = #expect(throws: ExperimentError.self) { _ = try ExperimentLock(path: path, purpose: "gate") }
+        #expect(error?.kind == .locked)
         let text = error?.description ?? ""
         #expect(text.contains("another autoharness (pid \(getpid()), purpose \"run\", since \(first.holder.since))"), "\(text)")
         #expect(text.contains(path))
@@ -42,7 +43,7 @@ struct ExperimentLockTests {
         defer { if child.isRunning { kill(child.processIdentifier, SIGKILL); child.waitUntilExit() } }
 
         let deadline = Date().addingTimeInterval(60)
-        var refusal: LedgerError?
+        var refusal: ExperimentError?
         while refusal == nil {
             try #require(child.isRunning, "the child holder exited (status \(child.terminationStatus))")
             try #require(Date() < deadline, "the child never took the lock")
@@ -54,7 +55,7 @@ struct ExperimentLockTests {
             }
         }
         let error = try #require(refusal)
-        #expect(error.code == .locked)
+        #expect(error.kind == .locked)
         #expect(error.description.contains("another autoharness (pid \(child.processIdentifier), purpose \"child holder\", since "), "\(error)")
 
         // kill -9 leaves no stale lock: the kernel drops a flock with its last descriptor.
@@ -79,8 +80,8 @@ struct ExperimentLockTests {
         defer { kill(holder.processIdentifier, SIGKILL); holder.waitUntilExit() }
         #expect(String(decoding: out.fileHandleForReading.availableData, as: UTF8.self) == "locked\n")
 
-        let error = #expect(throws: LedgerError.self) { _ = try ExperimentLock(path: path, purpose: "run") }
-        #expect(error?.code == .locked)
+        let error = #expect(throws: ExperimentError.self) { _ = try ExperimentLock(path: path, purpose: "run") }
+        #expect(error?.kind == .locked)
         #expect(error?.description.contains("another process holds the experiment lock \(path)") == true, "\(String(describing: error))")
     }
 

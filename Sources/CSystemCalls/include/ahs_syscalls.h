@@ -1,24 +1,24 @@
-// Helpers for the supervisor (not the fork window): see util.c.
-#ifndef AUTOHARNESS_AHL_UTIL_H
-#define AUTOHARNESS_AHL_UTIL_H
+// Small system-call shims for the supervisor (never the fork window): see syscalls.c.
+#ifndef AUTOHARNESS_AHS_SYSCALLS_H
+#define AUTOHARNESS_AHS_SYSCALLS_H
 #include <sys/types.h>
 #ifdef __cplusplus
 extern "C" {
 #endif
 /// An anonymous in-memory file (memfd_create, MFD_CLOEXEC), or -1 with errno.
-int ahl_memfd(const char *name);
+int ahs_memfd(const char *name);
 /// open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC) (O_PATH is hidden by the Glibc module).
-int ahl_open_path(const char *path);
+int ahs_open_path(const char *path);
 /// accept4(listener, NULL, NULL, SOCK_CLOEXEC) (hidden by the Glibc module).
-int ahl_accept_cloexec(int listener);
+int ahs_accept_cloexec(int listener);
 /// The peer of a connected Unix socket (SO_PEERCRED): 0, or -1 with errno.
-int ahl_peer_credentials(int fd, int *pid, unsigned *uid);
+int ahs_peer_credentials(int fd, int *pid, unsigned *uid);
 /// The kernel's Landlock ABI version (>= 1), or -errno (-ENOSYS: not built in, -EOPNOTSUPP:
 /// disabled at boot).
-int ahl_landlock_abi(void);
+int ahs_landlock_abi(void);
 /// pidfd_open(pid, 0) and pidfd_send_signal(fd, sig, NULL, 0), or -1 with errno.
-int ahl_pidfd_open(int pid);
-int ahl_pidfd_kill(int pidfd, int sig);
+int ahs_pidfd_open(int pid);
+int ahs_pidfd_kill(int pidfd, int sig);
 #ifdef __cplusplus
 }
 #endif

@@ -18,6 +18,9 @@ public enum InputFile {
         case notRegular
         case tooLarge(size: Int, cap: Int)
         case failed(errno: Int32)
+        /// Only from `read(at:...strict: true)`: a symlink (never followed), a second hard link.
+        case symlink
+        case hardLinked(count: Int)
 
         /// Says why, naming the size and the cap; `what` names the kind of file ("an
         /// experiment config"). The caller puts the path in front.
@@ -27,7 +30,9 @@ public enum InputFile {
             case .notRegular: return "not a regular file"
             case .tooLarge(let size, let cap):
                 return "\(size) bytes (\(InputFile.describe(size))), over the \(InputFile.describe(cap)) cap for \(what)"
-            case .failed(let e): return "\(String(cString: strerror(e))) (errno \(e))"
+            case .failed(let e): return ErrnoName.describe(e)
+            case .symlink: return "a symbolic link, which is never followed"
+            case .hardLinked(let n): return "\(n) hard links"
             }
         }
     }
@@ -40,14 +45,18 @@ public enum InputFile {
 
     /// Reads regular file `name` relative to directory fd `dir`, at most `cap` bytes. Without
     /// `followSymlinks` (trees a sandbox wrote), a symlink is `.notRegular`, never followed.
-    public static func read(at dir: Int32, _ name: String, cap: Int, followSymlinks: Bool = false) -> Result<[UInt8], Problem> {
+    /// `strict` (a file the supervisor takes from a sandbox, such as the coding agent's
+    /// agent.py) names a symlink `.symlink` and refuses a file with more than one hard link:
+    /// another name for it could be changed after it was judged.
+    public static func read(at dir: Int32, _ name: String, cap: Int, followSymlinks: Bool = false,
+                            strict: Bool = false) -> Result<[UInt8], Problem> {
         let flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | (followSymlinks ? 0 : O_NOFOLLOW)
         var fd: Int32
         repeat { fd = openat(dir, name, flags) } while fd < 0 && errno == EINTR
         guard fd >= 0 else {
             switch errno {
             case ENOENT: return .failure(.missing)
-            case ELOOP: return .failure(.notRegular)
+            case ELOOP: return .failure(strict ? .symlink : .notRegular)
             default: return .failure(.failed(errno: errno))
             }
         }
@@ -55,6 +64,7 @@ public enum InputFile {
         var st = stat()
         guard fstat(fd, &st) == 0 else { return .failure(.failed(errno: errno)) }
         guard (st.st_mode & S_IFMT) == S_IFREG else { return .failure(.notRegular) }
+        if strict && st.st_nlink != 1 { return .failure(.hardLinked(count: Int(st.st_nlink))) }
         guard Int(st.st_size) <= cap else { return .failure(.tooLarge(size: Int(st.st_size), cap: cap)) }
         var out: [UInt8] = []
         out.reserveCapacity(Int(st.st_size))

@@ -1,0 +1,27 @@
+import Ledger
+
+// The kinds of row an experiment's ledger records, one per payload type of
+// ExperimentState.swift. The names are stored and hashed: add, never rename.
+extension RecordKind {
+    public static let experimentCreated: RecordKind = "experiment_created"
+    public static let split: RecordKind = "split"
+    public static let baseline: RecordKind = "baseline"
+    public static let trainRun: RecordKind = "train_run"
+    public static let gateStarted: RecordKind = "gate_started"
+    public static let gateAttempt: RecordKind = "gate_attempt"
+    public static let iteration: RecordKind = "iteration"
+    public static let suitePromotion: RecordKind = "suite_promotion"
+    public static let violation: RecordKind = "violation"
+    public static let note: RecordKind = "note"
+    public static let runStarted: RecordKind = "run_started"
+    public static let runEnded: RecordKind = "run_ended"
+    public static let agentSession: RecordKind = "agent_session"
+}
+
+extension Set<RecordKind> {
+    /// Every kind an experiment records: what its ledger is opened with.
+    public static let experiment: Set<RecordKind> = [
+        .experimentCreated, .split, .baseline, .trainRun, .gateStarted, .gateAttempt, .iteration, .suitePromotion,
+        .violation, .note, .runStarted, .runEnded, .agentSession,
+    ]
+}

@@ -1,0 +1,17 @@
+import CSystemCalls
+import Glibc
+
+/// The calls a supervisor-side Unix socket server needs that the Glibc module hides.
+public enum UnixSocket {
+    /// The next connection on `listener`, close-on-exec (accept4), or -1 with errno.
+    public static func accept(_ listener: Int32) -> Int32 { ahs_accept_cloexec(listener) }
+
+    /// The process and user at the other end of a connected socket (SO_PEERCRED), as the
+    /// kernel recorded them when it connected.
+    public static func peer(_ fd: Int32) -> (pid: pid_t, uid: uid_t)? {
+        var pid: Int32 = 0
+        var uid: UInt32 = 0
+        guard ahs_peer_credentials(fd, &pid, &uid) == 0 else { return nil }
+        return (pid, uid)
+    }
+}
