@@ -46,6 +46,12 @@ public enum FileSystem {
     /// The names in a directory (without `.` and `..`). Read through a fresh open file
     /// description so the caller's fd offset is untouched.
     public static func entries(of dir: Int32) -> [Name]? {
+        entries(of: dir, keeping: .max) { _ in true }?.names
+    }
+
+    /// The names in a directory that `include` accepts, at most `limit` of them (a sandbox
+    /// can make millions), and how many it accepted in all.
+    public static func entries(of dir: Int32, keeping limit: Int, where include: (Name) -> Bool) -> (names: [Name], total: Int)? {
         let fd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0, let d = fdopendir(fd) else {
             if fd >= 0 { close(fd) }
@@ -53,12 +59,14 @@ public enum FileSystem {
         }
         defer { closedir(d) }
         var names: [Name] = []
+        var total = 0
         while let e = readdir(d) {
             let n: Name = DirectoryEntry.cName(e)
-            if n == [46, 0] || n == [46, 46, 0] { continue }
-            names.append(n)
+            if n == [46, 0] || n == [46, 46, 0] || !include(n) { continue }
+            total += 1
+            if names.count < limit { names.append(n) }
         }
-        return names
+        return (names, total)
     }
 
     /// The names in the directory at `path` (not following a final symlink), sorted, as

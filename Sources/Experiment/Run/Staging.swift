@@ -105,28 +105,24 @@ struct Staging {
     /// and how many there are in all.
     func extraEntries(limit: Int = .max) throws -> (entries: [(name: String, kind: Extra)], total: Int) {
         try withDirectory { dir in
-            let fd = dup(dir)
-            guard fd >= 0, let d = fdopendir(fd) else { throw ExperimentError(.io, "staging \(path): \(String(cString: strerror(errno)))") }
-            defer { closedir(d) }
-            var entries: [(name: String, kind: Extra)] = []
-            var total = 0
-            while let e = readdir(d) {
-                let name = DirectoryEntry.name(e)
-                guard name != "." && name != ".." && name != AgentFile.name else { continue }
-                total += 1
-                guard entries.count < limit else { continue }
+            let agent = FileSystem.name(AgentFile.name)
+            guard let listed = FileSystem.entries(of: dir, keeping: limit, where: { $0 != agent }) else {
+                throw ExperimentError(.io, "staging \(path): \(ErrnoName.describe(errno))")
+            }
+            let entries = listed.names.map { n in
+                // A package is a real directory (never a link to one) holding an __init__.py entry.
                 var isPackage = false
-                if DirectoryEntry.type(e) == UInt8(DT_DIR) {
-                    let sub = openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                if let st = FileSystem.entryStatus(at: dir, n), FileSystem.isDirectory(st) {
+                    let sub = FileSystem.openDirectory(at: dir, n)
                     if sub >= 0 {
-                        var st = stat()
-                        isPackage = fstatat(sub, "__init__.py", &st, AT_SYMLINK_NOFOLLOW) == 0
+                        isPackage = FileSystem.entryStatus(at: sub, FileSystem.name("__init__.py")) != nil
                         close(sub)
                     }
                 }
-                entries.append((name, Self.classify(name, isPackage: isPackage)))
+                let name = FileSystem.display(n)
+                return (name: name, kind: Self.classify(name, isPackage: isPackage))
             }
-            return (entries.sorted { $0.name < $1.name }, total)
+            return (entries.sorted { $0.name < $1.name }, listed.total)
         }
     }
 }

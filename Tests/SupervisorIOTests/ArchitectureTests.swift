@@ -1,0 +1,100 @@
+import Foundation
+import Testing
+
+/// The rules of README "Architecture", read from the sources: which target may import what,
+/// and that only SupervisorIO touches files the way a sandbox-written tree needs.
+@Suite("Architecture: what each target may import and touch")
+struct ArchitectureTests {
+    static let sources = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+        .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Sources").path
+
+    /// The README's table, as data. A target not listed here fails the test: a new target
+    /// gets its row in both places.
+    static let allowed: [String: Set<String>] = [
+        "SupervisorIO": ["Glibc", "CSystemCalls"],
+        "SandboxPolicy": ["Glibc", "Foundation", "Yams", "SupervisorIO"],
+        "Sandbox": ["Glibc", "SandboxPolicy", "SupervisorIO", "CSandboxLaunch", "CSystemCalls", "CSeccomp", "CCap", "Logging"],
+        "Benchmark": ["Glibc", "Dispatch", "FoundationEssentials", "Sandbox", "SandboxPolicy", "SupervisorIO"],
+        "Ledger": ["Glibc", "Foundation", "GRDB", "Crypto", "SupervisorIO"],
+        "Experiment": ["Glibc", "Foundation", "ArgumentParser", "Yams", "Crypto", "Benchmark", "Ledger", "Sandbox",
+                       "SandboxPolicy", "SupervisorIO", "BrokerWire"],
+        "autoharness": ["Glibc", "Foundation", "ArgumentParser", "Logging", "Benchmark", "Experiment", "Ledger", "Sandbox",
+                        "SandboxPolicy", "SupervisorIO"],
+        "BrokerWire": ["Glibc"],
+        "autoharness-client": ["Glibc", "BrokerWire"],
+    ]
+
+    /// Swift files of a target with their text.
+    static func files(_ target: String) -> [(path: String, text: String)] {
+        let root = sources + "/" + target
+        let walker = FileManager.default.enumerator(atPath: root)
+        var out: [(String, String)] = []
+        while let rel = walker?.nextObject() as? String {
+            guard rel.hasSuffix(".swift"), let text = try? String(contentsOfFile: root + "/" + rel, encoding: .utf8) else { continue }
+            out.append((target + "/" + rel, text))
+        }
+        return out
+    }
+
+    /// Module imports: top-level lines only (Python inside a string literal is indented).
+    static func imports(_ text: String) -> [String] {
+        text.split(separator: "\n").compactMap { line in
+            guard line.hasPrefix("import ") || line.hasPrefix("@") else { return nil }
+            let words = line.split(separator: " ")
+            guard let i = words.firstIndex(of: "import"), i + 1 < words.count,
+                  words[..<i].allSatisfy({ $0.hasPrefix("@") }) else { return nil }
+            return String(words[i + 1])
+        }
+    }
+
+    @Test("every Swift target imports only what the table allows")
+    func importsFollowTheTable() throws {
+        let targets = try FileManager.default.contentsOfDirectory(atPath: Self.sources)
+            .filter { !Self.files($0).isEmpty && $0 != "sandbox-probe" }
+        #expect(Set(targets) == Set(Self.allowed.keys), "targets with Swift sources vs the table")
+        for target in targets {
+            for (path, text) in Self.files(target) {
+                for module in Self.imports(text) where !(Self.allowed[target] ?? []).contains(module) {
+                    Issue.record("\(path) imports \(module), which \(target) may not")
+                }
+            }
+        }
+    }
+
+    @Test("the launch C module is imported only by the launch code (Sandbox/Launch)")
+    func launchModuleStaysInLaunch() {
+        for target in Self.allowed.keys {
+            for (path, text) in Self.files(target) where Self.imports(text).contains("CSandboxLaunch") {
+                #expect(path.hasPrefix("Sandbox/Launch/"), "\(path) imports CSandboxLaunch")
+            }
+        }
+    }
+
+    @Test("above SupervisorIO nobody walks, removes or links files by descriptor, spawns rm, or uses FileManager on a sandbox's tree")
+    func fileAccessGoesThroughSupervisorIO() {
+        // The *at() family and directory streams are how trees a sandbox wrote must be read;
+        // SupervisorIO does it once, right. (Benchmark uses a few on its own scratch `out/`
+        // and trace directories, which no sandbox writes; Sandbox walks host sources.)
+        let fdCalls = ["openat(", "unlinkat(", "mkdirat(", "renameat(", "fdopendir(", "fstatat(", "readlinkat(", "symlinkat(",
+                       "fchownat("]
+        for target in ["Experiment", "autoharness"] {
+            for (path, text) in Self.files(target) {
+                for call in fdCalls where text.contains(call) { Issue.record("\(path) calls \(call)") }
+            }
+        }
+        for target in Self.allowed.keys {
+            for (path, text) in Self.files(target) where text.contains("\"/bin/rm\"") || text.contains("\"rm\"") {
+                Issue.record("\(path) runs rm")
+            }
+        }
+        for target in ["SupervisorIO", "Sandbox", "Benchmark"] {
+            for (path, text) in Self.files(target) where text.contains("FileManager") { Issue.record("\(path) uses FileManager") }
+        }
+        // The coding agent's staging copy and home are handled by these files; they must not
+        // reach for Foundation's file calls.
+        for path in ["Experiment/Run/Staging.swift"] {
+            let text = (try? String(contentsOfFile: Self.sources + "/" + path, encoding: .utf8)) ?? ""
+            #expect(!text.isEmpty && !text.contains("FileManager") && !text.contains("Process()"), "\(path)")
+        }
+    }
+}
