@@ -142,10 +142,9 @@ struct SandboxExec: ParsableCommand {
         signals.relay(processSignals: [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2])
         options.signals = signals
         if let audit = r.audit {
-            options.audit = try AuditLog(path: audit)
             // Fail closed: a sandbox whose audit file refuses a line (a full disk) is killed
             // whole rather than go on unaudited, as for a timeout.
-            options.audit.onWriteFailure = { _ in signals.kill() }
+            options.audit = try AuditLog(path: audit) { _ in signals.kill() }
         }
 
         let result = try launch(policy: policy, command: cmd, overrides: overrides, options: options, logger: logger,

@@ -203,9 +203,8 @@ public final class RunLoop: @unchecked Sendable {
         let policy = try loadPolicy()
         owner = (policy.identity.hostUID, policy.identity.hostGID)
         try prepareDirectories(resumed: resumed)
-        audit = try AuditLog(path: auditPath)
         // An audit line that cannot be written stops the run: the agent does not go on unaudited.
-        audit.onWriteFailure = { [weak self] failure in self?.writeFailed("the audit of the coding agent's sandbox", failure) }
+        audit = try AuditLog(path: auditPath) { [weak self] failure in self?.writeFailed("the audit of the coding agent's sandbox", failure) }
         startSeq = try append([(.runStarted, RunStartedRecord(runID: runID, resumed: resumed, command: command, maxIterations: settings.maxIterations,
                                                    maxHours: settings.maxHours, gateBudget: config.gateBudget))])
         do {

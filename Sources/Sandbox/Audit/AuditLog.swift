@@ -141,20 +141,23 @@ public final class AuditLog: @unchecked Sendable {
     private var _writeFailure: String?
     /// Called once, from the thread that recorded the event, when the file first refuses a
     /// line (a full disk): a run that cannot keep its audit stops rather than go on unaudited.
-    public var onWriteFailure: (@Sendable (String) -> Void)?
+    public let onWriteFailure: (@Sendable (String) -> Void)?
 
     /// A log that keeps events in memory only.
     public init() {
         fd = -1
         path = nil
+        onWriteFailure = nil
     }
 
-    /// A log that also appends to `path` (created 0600 if missing).
-    public init(path: String) throws(SandboxError) {
+    /// A log that also appends to `path` (created 0600 if missing); `onWriteFailure` is
+    /// called once if the file ever refuses a line.
+    public init(path: String, onWriteFailure: (@Sendable (String) -> Void)? = nil) throws(SandboxError) {
         let f = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
         guard f >= 0 else { throw SandboxError(.io, "audit file \(path): \(String(cString: strerror(errno)))", errno: errno) }
         fd = f
         self.path = path
+        self.onWriteFailure = onWriteFailure
     }
 
     deinit { if fd >= 0 { close(fd) } }
