@@ -350,7 +350,7 @@ public final class TaskRunner: Sendable {
         if let e = FileSystem.writeFile(at: scratch.outFD, "instruction.md", bytes, mode: 0o600) {
             throw BenchmarkError(.io, "\(scratch.outPath)/instruction.md: \(FileSystem.errorText(e))")
         }
-        let fd = openat(scratch.outFD, "instruction.md", O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        let fd = FileSystem.openFile(at: scratch.outFD, "instruction.md", O_RDONLY)
         guard fd >= 0 else { throw BenchmarkError(.io, "\(scratch.outPath)/instruction.md: \(FileSystem.errorText())") }
         return fd
     }

@@ -206,7 +206,7 @@ struct TaskScratch {
     /// Mode 0600 root: a sandbox holding the fd cannot reopen it through /proc/self/fd for
     /// reading (the reopen is permission-checked against its unprivileged host uid).
     func createOutput(_ name: String) throws(BenchmarkError) -> Int32 {
-        let f = openat(outFD, FileSystem.name(name), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        let f = FileSystem.openFile(at: outFD, name, O_WRONLY | O_CREAT | O_EXCL, mode: 0o600)
         guard f >= 0 else { throw BenchmarkError(.io, "\(outPath)/\(name): \(FileSystem.errorText())") }
         return f
     }

@@ -29,8 +29,8 @@ extension TaskExecution {
         func put(_ name: String, _ bytes: [UInt8]?) -> Bool {
             guard let bytes else {
                 // Nothing of this kind in this run: do not leave a previous run's file behind.
-                guard unlinkat(dir, name, 0) == 0 || errno == ENOENT else {
-                    supervisorFailure = "trace \(directory)/\(name): \(ErrnoName.describe(errno))"
+                if let e = FileSystem.removeEntry(at: dir, name) {
+                    supervisorFailure = "trace \(directory)/\(name): \(ErrnoName.describe(e))"
                     return false
                 }
                 return true

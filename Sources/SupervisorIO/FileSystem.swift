@@ -117,14 +117,29 @@ public enum FileSystem {
     }
 
     /// Writes `bytes` to a new or truncated regular file `name` in `dir` (never through a
-    /// symlink). Returns errno on failure.
+    /// symlink), with `mode` and, if given, `owner`. Returns errno on failure.
     @discardableResult
-    public static func writeFile(at dir: Int32, _ name: String, _ bytes: [UInt8], mode: mode_t) -> Int32? {
+    public static func writeFile(at dir: Int32, _ name: String, _ bytes: [UInt8], mode: mode_t, owner: (uid_t, gid_t)? = nil) -> Int32? {
         let fd = openat(dir, Self.name(name), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode)
         guard fd >= 0 else { return errno }
         defer { close(fd) }
         guard fchmod(fd, mode) == 0 else { return errno }
+        if let owner, fchown(fd, owner.0, owner.1) != 0 { return errno }
         return writeAll(fd, bytes[...])
+    }
+
+    /// Opens `name` in `dir` with `flags` plus O_NOFOLLOW and O_CLOEXEC (a final symlink is
+    /// refused with ELOOP). -1 and errno on failure.
+    public static func openFile(at dir: Int32, _ name: String, _ flags: Int32, mode: mode_t = 0) -> Int32 {
+        var fd: Int32
+        repeat { fd = openat(dir, Self.name(name), flags | O_NOFOLLOW | O_CLOEXEC, mode) } while fd < 0 && errno == EINTR
+        return fd
+    }
+
+    /// Removes the non-directory entry `name` of `dir` (a link is removed, never followed).
+    /// Returns errno on failure; an entry that is not there is not a failure.
+    public static func removeEntry(at dir: Int32, _ name: String) -> Int32? {
+        unlinkat(dir, Self.name(name), 0) == 0 || errno == ENOENT ? nil : errno
     }
 
     public static func writeAll(_ fd: Int32, _ bytes: ArraySlice<UInt8>) -> Int32? {

@@ -189,10 +189,9 @@ public struct Tau2Adapter: BenchmarkAdapter {
         }
         let split = (try? JSONEncoder().encode(["base": ids])).map(Array.init) ?? []
         for (name, bytes) in [("tasks.json", stripped), ("split_tasks.json", split)] {
-            if let e = FileSystem.writeFile(at: target, name, bytes, mode: 0o644) {
+            if let e = FileSystem.writeFile(at: target, name, bytes, mode: 0o644, owner: owner) {
                 throw BenchmarkError(.io, "tau2 data copy: \(name): \(FileSystem.errorText(e))")
             }
-            fchownat(target, name, owner.0, owner.1, AT_SYMLINK_NOFOLLOW)
         }
     }
 
