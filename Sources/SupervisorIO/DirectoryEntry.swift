@@ -12,6 +12,12 @@ public enum DirectoryEntry {
     static let nameOffset = MemoryLayout<dirent>.offset(of: \dirent.d_name)!
     static let typeOffset = MemoryLayout<dirent>.offset(of: \dirent.d_type)!
 
+    /// The entry's name in place, NUL-terminated, valid until the next `readdir` on its
+    /// stream (for a walk that opens each entry and keeps nothing: no copy is made).
+    public static func namePointer(_ e: UnsafeMutablePointer<dirent>) -> UnsafePointer<CChar> {
+        UnsafePointer((UnsafeRawPointer(e) + nameOffset).assumingMemoryBound(to: CChar.self))
+    }
+
     /// The entry's name as bytes, NUL-terminated (for `openat` and friends).
     public static func cName(_ e: UnsafeMutablePointer<dirent>) -> [CChar] {
         let p = (UnsafeRawPointer(e) + nameOffset).assumingMemoryBound(to: CChar.self)
