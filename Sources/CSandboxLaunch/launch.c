@@ -128,6 +128,7 @@ const char *ahl_stage_name(int32_t stage) {
     case AHL_STAGE_SEND_LISTENER: return "hand seccomp listener to supervisor";
     case AHL_STAGE_LOCK_MOUNTS: return "lock mounts (nested user namespace)";
     case AHL_STAGE_EXEC_LAUNCHER: return "start the sandbox launcher (autoharness-launch)";
+    case AHL_STAGE_ENTER_NETNS: return "enter the network namespace made for this sandbox";
     default: return "sandbox setup";
     }
 }
@@ -871,7 +872,8 @@ __attribute__((noreturn)) static void init_main(const struct ahl_plan *p, int re
     setup_filesystem(p, rep, trees, device_trees);
     for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++) close(device_trees[i]);
     if (p->hostname && sethostname(p->hostname, strlen(p->hostname)) < 0) fail(rep, AHL_STAGE_HOSTNAME, 0);
-    if (p->loopback_up && loopback_up() < 0) fail(rep, AHL_STAGE_LOOPBACK, 0);
+    // A namespace made ahead of time had lo brought up by the monitor; init has no say over it.
+    if (p->loopback_up && p->netns_fd < 0 && loopback_up() < 0) fail(rep, AHL_STAGE_LOOPBACK, 0);
 
     sigset_t all;
     sigfillset(&all);
@@ -928,6 +930,34 @@ __attribute__((noreturn)) static void init_main(const struct ahl_plan *p, int re
 // ---------------------------------------------------------------------------------------
 // monitor (host pid namespace)
 
+/// Egress proxy: the only way out of a `proxy` sandbox is a socket that listens on the
+/// sandbox's own loopback but is served by the supervisor, which dials out from the host
+/// namespace to allowlisted destinations only. Made by the monitor in the sandbox's network
+/// namespace once the supervisor has written the id maps (it reads nothing else before), and
+/// handed over. Port 3128 needs no capability; lo is up by then.
+static void open_proxy_listener(const struct ahl_plan *p, int rep) {
+    int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(p->proxy_port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (ls < 0 || bind(ls, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(ls, 64) < 0 ||
+        send_fd(rep, ls, AHL_MSG_PROXY_LISTENER) < 0)
+        fail(rep, AHL_STAGE_PROXY_LISTENER, 0);
+    close(ls);
+}
+
+/// A network namespace made ahead of time for this sandbox alone (NetworkNamespacePool):
+/// entered while the monitor is still host root, which owns it (the initial user namespace
+/// made it), so lo is brought up here; nothing in the sandbox's own user namespace can
+/// reconfigure it afterwards.
+static void enter_network_namespace(const struct ahl_plan *p, int rep) {
+    if (setns(p->netns_fd, CLONE_NEWNET) < 0) fail(rep, AHL_STAGE_ENTER_NETNS, 0);
+    close(p->netns_fd);
+    if ((p->loopback_up || p->proxy_port) && loopback_up() < 0) fail(rep, AHL_STAGE_LOOPBACK, 0);
+}
+
 __attribute__((noreturn)) static void monitor_main(const struct ahl_plan *p, int rep, int ctl, int32_t joined) {
     reset_signal_dispositions();
     // Out of the caller's session: a terminal's ^C goes to the supervisor, which forwards it
@@ -940,6 +970,7 @@ __attribute__((noreturn)) static void monitor_main(const struct ahl_plan *p, int
         if (p->wipe_start[i] && p->wipe_end[i] > p->wipe_start[i])
             memset((void *)(uintptr_t)p->wipe_start[i], 0, (size_t)(p->wipe_end[i] - p->wipe_start[i]));
     (void)prctl(PR_SET_NAME, "sandbox-init", 0, 0, 0);
+    if (p->netns_fd >= 0) enter_network_namespace(p, rep);
 
     int keep[5] = {rep, ctl, p->stdio[0], p->stdio[1], p->stdio[2]};
     // stdio 0-2 of the supervisor are inherited when the plan does not override them.
@@ -979,8 +1010,9 @@ __attribute__((noreturn)) static void monitor_main(const struct ahl_plan *p, int
     // threads, which do not exist here: the broadcast would wait for them forever. This
     // process is single-threaded; the kernel's per-thread credentials are exactly right.
     if (syscall(SYS_setgroups, 0, NULL) < 0) fail(rep, AHL_STAGE_SETGROUPS, 0);
-    if (unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS) < 0)
-        fail(rep, AHL_STAGE_UNSHARE, 0);
+    int ns = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
+    if (p->netns_fd < 0) ns |= CLONE_NEWNET;
+    if (unshare(ns) < 0) fail(rep, AHL_STAGE_UNSHARE, 0);
     send_msg(rep, AHL_MSG_UNSHARED, 0, 0, 0, 0);
 
     char go = 0;
@@ -995,22 +1027,11 @@ __attribute__((noreturn)) static void monitor_main(const struct ahl_plan *p, int
     // After joining the sandbox cgroups, so they become its cgroup namespace root.
     if (unshare(CLONE_NEWCGROUP) < 0) fail(rep, AHL_STAGE_UNSHARE_CGROUP, 0);
 
-    // Egress proxy: the only way out of a `proxy` sandbox is a socket that listens on the
-    // sandbox's own loopback but is served by the supervisor, which dials out from the host
-    // namespace to allowlisted destinations only. Created here (we are already in the new
-    // network namespace, with the capabilities to bring lo up) and handed over.
     if (p->proxy_port) {
-        if (loopback_up() < 0) fail(rep, AHL_STAGE_PROXY_LISTENER, 0);
-        int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_in sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sin_family = AF_INET;
-        sa.sin_port = htons(p->proxy_port);
-        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (ls < 0 || bind(ls, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(ls, 64) < 0 ||
-            send_fd(rep, ls, AHL_MSG_PROXY_LISTENER) < 0)
-            fail(rep, AHL_STAGE_PROXY_LISTENER, 0);
-        close(ls);
+        // A namespace unshared above is owned by the new user namespace, where this process
+        // now has the capabilities to bring lo up; one made ahead of time has it up already.
+        if (p->netns_fd < 0 && loopback_up() < 0) fail(rep, AHL_STAGE_PROXY_LISTENER, 0);
+        open_proxy_listener(p, rep);
     }
 
     int life[2];
@@ -1151,7 +1172,7 @@ int ahl_spawn(const struct ahl_plan *plan, struct ahl_child *out) {
 // is a fresh small process running the code above, fed the same plan as bytes.
 
 // Where the launcher finds what it is given (fixed numbers, set up before its exec).
-enum { LAUNCHER_PLAN_FD = 3, LAUNCHER_REPORT_FD = 4, LAUNCHER_CONTROL_FD = 5, LAUNCHER_STDIO_FD = 6 };
+enum { LAUNCHER_PLAN_FD = 3, LAUNCHER_REPORT_FD = 4, LAUNCHER_CONTROL_FD = 5, LAUNCHER_STDIO_FD = 6, LAUNCHER_NETNS_FD = 9 };
 
 /// The child between the fork and the launcher's exec: moves the descriptors to the numbers
 /// the launcher expects (via copies above them, so no source is overwritten before it is
@@ -1160,23 +1181,24 @@ enum { LAUNCHER_PLAN_FD = 3, LAUNCHER_REPORT_FD = 4, LAUNCHER_CONTROL_FD = 5, LA
 struct exec_args {
     int launcher_fd, plan_fd, rep, ctl;
     int stdio[3];
+    int netns;
     const char *mode;  // "into": clone3 already placed this process in the cgroup_into_join cgroup
 };
 
 static int exec_launcher(void *arg) {
     const struct exec_args *a = arg;
-    int src[6] = {a->plan_fd, a->rep, a->ctl, a->stdio[0], a->stdio[1], a->stdio[2]};
-    int dst[6] = {LAUNCHER_PLAN_FD, LAUNCHER_REPORT_FD, LAUNCHER_CONTROL_FD, LAUNCHER_STDIO_FD, LAUNCHER_STDIO_FD + 1,
-                  LAUNCHER_STDIO_FD + 2};
-    int tmp[6];
+    int src[7] = {a->plan_fd, a->rep, a->ctl, a->stdio[0], a->stdio[1], a->stdio[2], a->netns};
+    int dst[7] = {LAUNCHER_PLAN_FD, LAUNCHER_REPORT_FD, LAUNCHER_CONTROL_FD, LAUNCHER_STDIO_FD, LAUNCHER_STDIO_FD + 1,
+                  LAUNCHER_STDIO_FD + 2, LAUNCHER_NETNS_FD};
+    int tmp[7];
     // The launcher's own descriptor may be one of the target numbers too.
     int launcher = fcntl(a->launcher_fd, F_DUPFD_CLOEXEC, 64);
     if (launcher < 0) goto failed;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 7; i++) {
         tmp[i] = src[i] < 0 ? -1 : fcntl(src[i], F_DUPFD_CLOEXEC, 64);
         if (src[i] >= 0 && tmp[i] < 0) goto failed;
     }
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 7; i++)
         if (tmp[i] >= 0 && dup2(tmp[i], dst[i]) < 0) goto failed;
     {
         char *const argv[] = {(char *)"sandbox-init", (char *)a->mode, NULL};
@@ -1219,7 +1241,8 @@ int ahl_spawn_exec(const struct ahl_plan *plan, int launcher_fd, struct ahl_chil
         close(pfd);
         return e;
     }
-    struct exec_args a = {launcher_fd, pfd, rep[1], ctl[0], {plan->stdio[0], plan->stdio[1], plan->stdio[2]}, "fork"};
+    struct exec_args a = {launcher_fd, pfd, rep[1], ctl[0], {plan->stdio[0], plan->stdio[1], plan->stdio[2]},
+                         plan->netns_fd, "fork"};
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);

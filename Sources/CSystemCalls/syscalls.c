@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <sys/socket.h>
 #include <errno.h>
+#include <sched.h>
 
 #ifndef SYS_landlock_create_ruleset
 #define SYS_landlock_create_ruleset 444
@@ -37,3 +38,17 @@ int ahs_landlock_abi(void) {
 int ahs_pidfd_open(int pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
 
 int ahs_pidfd_kill(int pidfd, int sig) { return (int)syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0); }
+
+int ahs_make_netns(int home, int *stranded) {
+    *stranded = 0;
+    // Namespaces belong to threads: only this thread moves, and only for these three calls.
+    if (unshare(CLONE_NEWNET) < 0) return -errno;
+    int fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+    int e = errno;
+    if (setns(home, CLONE_NEWNET) < 0) {
+        *stranded = 1;
+        if (fd >= 0) close(fd);
+        return -errno;
+    }
+    return fd >= 0 ? fd : -e;
+}

@@ -84,7 +84,8 @@ extension Experiment {
 
 /// What a run must leave behind: no processes of its sandboxes, no mounts, no socket.
 func expectNothingLeft(_ exp: Experiment, marker: String) {
-    #expect(hostProcesses(containing: marker).isEmpty, "processes left: \(hostProcesses(containing: marker))")
+    let left = leftoverProcesses(containing: marker)
+    #expect(left.isEmpty, "processes left: \(left.map { ($0, (try? String(contentsOfFile: "/proc/\($0)/cmdline", encoding: .utf8)) ?? "") })")
     let mounts = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
     #expect(!mounts.contains(exp.root), "mounts left under \(exp.root)")
     #expect(!FileManager.default.fileExists(atPath: exp.root + "/.autoharness/run/broker/broker.sock"))

@@ -76,6 +76,8 @@ struct LauncherTests {
         policy.env.set = ["GREETING": "hello world"]
         let plan = try PlanCompiler.compile(policy: policy, command: ["/usr/bin/printf", "%s\\n", "a b"], hostEnvironment: [:])
         let c = CPlan(plan, stdio: (-1, 7, 9), cgroupJoin: ["/sys/fs/cgroup/pids/x/tasks"])
+        #expect(c.plan.netns_fd == -1)  // never fd 0 by default: no namespace made ahead of time
+        c.plan.netns_fd = 42
         var bytes: UnsafeMutablePointer<UInt8>?
         var length = 0
         #expect(withUnsafePointer(to: &c.plan) { ahl_plan_pack($0, 6, &bytes, &length) } == 0)
@@ -111,6 +113,8 @@ struct LauncherTests {
             #expect(Array(UnsafeRawBufferPointer(start: p.bpf, count: plan.filter.bpf.count)) == plan.filter.bpf)
             // The payload's stdio is renumbered to where the launcher finds it.
             #expect(p.stdio.0 == -1 && p.stdio.1 == 7 && p.stdio.2 == 8)
+            // The network namespace made ahead of time, likewise (after stdio).
+            #expect(p.netns_fd == 9)
             #expect(p.uid == plan.identity.uid && p.cgroup_into_fd == -1)
         }
 

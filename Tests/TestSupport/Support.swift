@@ -135,6 +135,32 @@ public func hostProcesses(containing marker: String) -> [Int32] {
     }
 }
 
+/// Processes whose command line contains `marker` and that nobody still running owns: no
+/// ancestor is a live supervisor (`autoharness`, another test's run in this parallel suite)
+/// or this test process (its own helpers). What a finished run left behind, and only that:
+/// its leftovers were reparented away from it when it exited.
+public func leftoverProcesses(containing marker: String) -> [Int32] {
+    let me = getpid()
+    func parentAndName(_ pid: Int32) -> (Int32, String)? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let open = stat.firstIndex(of: "("), let close = stat.lastIndex(of: ")") else { return nil }
+        let name = String(stat[stat.index(after: open)..<close])
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 1, let ppid = Int32(fields[1]) else { return nil }
+        return (ppid, name)
+    }
+    return hostProcesses(containing: marker).filter { pid in
+        var p = pid
+        for _ in 0..<64 {
+            guard let (parent, _) = parentAndName(p), parent > 1 else { return true }
+            if parent == me { return false }
+            if parentAndName(parent)?.1 == "autoharness" { return false }
+            p = parent
+        }
+        return true
+    }
+}
+
 /// True when `pid` sits in a frozen cgroup (v2 `cgroup.events` frozen 1, or v1 freezer
 /// FROZEN), read through this host's cgroup mounts.
 public func inFrozenCgroup(_ pid: Int32) -> Bool {

@@ -84,6 +84,9 @@ struct ahl_plan {
     uint16_t proxy_port;          // non-zero: listen on 127.0.0.1:port inside the sandbox's network
                                   // namespace and hand the socket to the supervisor (egress proxy)
     int32_t landlock;             // 0 off, 1 when the kernel has it, 2 required (fail without it)
+    int32_t netns_fd;             // >= 0: a network namespace made ahead of time (NetworkNamespacePool)
+                                  // for this sandbox alone: the monitor enters it instead of
+                                  // unsharing one (lo down; owned by the initial user namespace)
     uint64_t wipe_start[2];       // the supervisor's argv and environment blocks (arg_start,
     uint64_t wipe_end[2];         // env_start / arg_end, env_end of /proc/self/stat), zeroed
                                   // in the children: init's /proc/1/cmdline is world-readable
@@ -115,10 +118,12 @@ int ahl_spawn(const struct ahl_plan *plan, struct ahl_child *out);
 /// setup stage (AHL_STAGE_EXEC_LAUNCHER). Same protocol afterwards.
 int ahl_spawn_exec(const struct ahl_plan *plan, int launcher_fd, struct ahl_child *out);
 
-/// main() of the launcher: plan on fd 3, report socket on 4, control socket on 5, stdio at 6-8.
+/// main() of the launcher: plan on fd 3, report socket on 4, control socket on 5, stdio at 6-8,
+/// the plan's network namespace (if any) at 9.
 int ahl_launcher_main(int argc, char **argv);
 
-/// The plan as bytes (malloc'd; stdio descriptors renumbered from stdio_base) and back
+/// The plan as bytes (malloc'd; stdio descriptors renumbered from stdio_base, the network
+/// namespace to stdio_base + 3) and back
 /// (pointers into `bytes`, which must outlive the plan). 0 or an errno value.
 int ahl_plan_pack(const struct ahl_plan *plan, int stdio_base, uint8_t **bytes, size_t *len);
 int ahl_plan_unpack(const uint8_t *bytes, size_t len, struct ahl_plan *plan);
@@ -172,6 +177,7 @@ enum ahl_stage {
     AHL_STAGE_SEND_LISTENER,
     AHL_STAGE_LOCK_MOUNTS,       // index: 0 unshare, 1 setgroups, 2 uid_map, 3 gid_map
     AHL_STAGE_EXEC_LAUNCHER,     // index: 0 moving descriptors or exec, 1 reading the plan
+    AHL_STAGE_ENTER_NETNS,       // setns into the plan's network namespace
     AHL_STAGE_COUNT
 };
 

@@ -19,6 +19,10 @@ int ahs_landlock_abi(void);
 /// pidfd_open(pid, 0) and pidfd_send_signal(fd, sig, NULL, 0), or -1 with errno.
 int ahs_pidfd_open(int pid);
 int ahs_pidfd_kill(int pidfd, int sig);
+/// A new network namespace made by the calling thread, which then goes back to `home` (an fd
+/// of the namespace it started in): the new namespace's descriptor (O_CLOEXEC; lo down), or
+/// -errno. *stranded is set to 1 when the thread could not go back: it must do nothing else.
+int ahs_make_netns(int home, int *stranded);
 #ifdef __cplusplus
 }
 #endif

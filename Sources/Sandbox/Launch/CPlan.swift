@@ -82,6 +82,7 @@ final class CPlan {
         plan.cgroup_join = UnsafePointer(join)
         plan.cgroup_into_fd = -1
         plan.cgroup_into_join = -1
+        plan.netns_fd = -1
         plan.landlock = p.landlock == .off ? 0 : p.landlock == .required ? 2 : 1
         let block = Self.argumentBlocks
         plan.wipe_start = (block.argStart, block.envStart)

@@ -28,6 +28,9 @@ public struct RunOptions: @unchecked Sendable {
     /// Start the monitor as the launcher executable (`Launcher.shared`) when there is one;
     /// off, or without one, it is a fork of this process.
     public var useLauncher = true
+    /// Network namespaces made ahead of time (one per sandbox); nil: each launcher unshares
+    /// its own. Defaults to the process's installed pool.
+    public var networkNamespaces: NetworkNamespacePool? = NetworkNamespacePool.installed
 
     public init(audit: AuditLog = AuditLog(), logger: Logger = Logger(label: "autoharness.sandbox")) {
         self.audit = audit
@@ -73,16 +76,21 @@ public enum SandboxRunner {
                 storage.plan.cgroup_into_join = Int32(target.joinIndex)
             }
         }
+        // Ours to close once the monitor holds it (after the spawn): never another sandbox's.
+        let netns = options.networkNamespaces?.take() ?? -1
+        storage.plan.netns_fd = netns
         var child = ahl_child()
         let launcher = options.useLauncher ? Launcher.shared : nil
         let rc = withUnsafePointer(to: &storage.plan) { p in launcher.map { ahl_spawn_exec(p, $0.fd, &child) } ?? ahl_spawn(p, &child) }
         if intoFD >= 0 { close(intoFD) }
+        if netns >= 0 { close(netns) }
         guard rc == 0 else {
             cgroup.remove()
             throw SandboxError(.launch, "fork: \(String(cString: strerror(rc)))", errno: rc)
         }
         Timing.mark((child.born_in_cgroup != 0 ? "monitor cloned into its cgroup" : "monitor forked") + (launcher != nil ? " (launcher)" : ""))
         log.debug("sandbox \(plan.sandboxID): monitor \(launcher.map { "is the launcher \($0.path)" } ?? "forked from the supervisor (\(options.useLauncher ? Launcher.unavailableReason ?? "" : "launcher turned off"))")")
+        log.debug("sandbox \(plan.sandboxID): network namespace \(netns >= 0 ? "made ahead of time by the supervisor" : "unshared by the monitor")")
         if child.born_in_cgroup != 0 {
             log.debug("sandbox \(plan.sandboxID): monitor created inside \(cgroup.cloneTarget!.directory) by clone3(CLONE_INTO_CGROUP)")
         }
