@@ -173,6 +173,20 @@ struct NetworkNamespacePoolTests {
         #expect(text.hasSuffix("Connection refused"), "\(text)")
     }
 
+    @Test("a namespace taken is made again only after refill(), up to the capacity")
+    func refillAfterTake() throws {
+        try requireRoot()
+        let pool = try Self.warmPool()
+        defer { pool.close() }
+        let fd = try #require(pool.take())
+        close(fd)
+        usleep(50_000)
+        #expect(pool.counts.ready == 1)  // made again once the sandbox runs, not while it launches
+        pool.refill()
+        #expect(pool.waitUntilReady(2))
+        #expect(pool.counts == (handedOut: 1, ready: 2))
+    }
+
     @Test("a closed (empty) pool: the launcher unshares a namespace of its own")
     func emptyPoolFallsBack() throws {
         try requireRoot()

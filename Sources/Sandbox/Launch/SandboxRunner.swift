@@ -97,6 +97,7 @@ public enum SandboxRunner {
         options.control?.attach(cgroup)
         var session = Session(plan: plan, child: child, cgroup: cgroup, options: options)
         let result = session.supervise()
+        options.networkNamespaces?.refill()  // also when the payload never started
         var r = result
         r.enforcement = enforcement
         r.bornInCgroup = child.born_in_cgroup != 0

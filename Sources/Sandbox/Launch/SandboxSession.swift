@@ -182,6 +182,8 @@ struct Session {
             waitStatus = Int32(truncatingIfNeeded: m.value)
         case AHL_MSG_STARTED.rawValue:
             Timing.mark("filesystem built, payload forked")
+            // The launch is over: the pool may make the next namespace while the payload runs.
+            options.networkNamespaces?.refill()
         default:
             if fd >= 0 { close(fd) }
         }
