@@ -297,6 +297,29 @@ struct OrphanSweepTests {
 
 @Suite("Host-wide counters in /proc")
 struct HostCountersTests {
+    @Test("every file and directory covering a host-wide counter is its own read-only, nosuid, nodev, noexec mount")
+    func coversAreReadOnlyMounts() throws {
+        try requireRoot()
+        let script = """
+            for line in open('/proc/self/mountinfo'):
+                f = line.split()
+                if f[4] in ('/proc/stat', '/proc/meminfo', '/proc/loadavg', '/proc/uptime', '/proc/vmstat',
+                            '/proc/locks', '/proc/sys/fs/file-nr', '/proc/sys/kernel/random/entropy_avail', '/proc/pressure'):
+                    print(f[4], f[5])
+            """
+        let r = try autoharness(["sandbox", "exec", "--", "python3", "-c", script])
+        #expect(r.status == 0, "\(r.stderr)")
+        var seen: [String: Set<Substring>] = [:]
+        for line in r.stdout.split(separator: "\n") {
+            let parts = line.split(separator: " ")
+            if parts.count == 2 { seen[String(parts[0])] = Set(parts[1].split(separator: ",")) }
+        }
+        #expect(seen.count == 9, "\(r.stdout)")
+        for (path, options) in seen {
+            #expect(options.isSuperset(of: ["ro", "nosuid", "nodev", "noexec"]), "\(path): \(options.sorted())")
+        }
+    }
+
     @Test("/proc/stat, loadavg, meminfo, sysinfo(2) and friends do not move inside a sandbox while the host forks hundreds of processes; ps and free still work")
     func hostCountersFrozen() throws {
         try requireRoot()
