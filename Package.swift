@@ -130,7 +130,7 @@ let package = Package(
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "SupervisorIOTests", dependencies: ["SupervisorIO", "TestSupport"]),
         .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy", "SupervisorIO"]),
-        .testTarget(name: "SandboxTests", dependencies: ["Sandbox", "SandboxPolicy", "CSandboxLaunch", "TestSupport"]),
+        .testTarget(name: "SandboxTests", dependencies: ["Sandbox", "SandboxPolicy", "CSandboxLaunch", "CSystemCalls", "TestSupport"]),
         .testTarget(name: "BenchmarkTests", dependencies: ["Benchmark", "Sandbox", "SandboxPolicy", "TestSupport"],
                     exclude: ["Fixtures"]),
         .testTarget(name: "LedgerTests", dependencies: ["Ledger", "SupervisorIO", "TestSupport"]),

@@ -9,6 +9,9 @@
 #include <sys/socket.h>
 #include <errno.h>
 #include <sched.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/ioctl.h>
 
 #ifndef SYS_landlock_create_ruleset
 #define SYS_landlock_create_ruleset 444
@@ -51,4 +54,45 @@ int ahs_make_netns(int home, int *stranded) {
         return -errno;
     }
     return fd >= 0 ? fd : -e;
+}
+
+// PROCMAP_QUERY (<linux/fs.h> since 6.11), spelled out: build hosts' headers may predate it.
+// The kernel accepts this size (the first version of the struct) and fills what it knows.
+struct ahs_procmap_query {
+    uint64_t size, query_flags, query_addr;
+    uint64_t vma_start, vma_end, vma_flags, vma_page_size, vma_offset, inode;
+    uint32_t dev_major, dev_minor, vma_name_size, build_id_size;
+    uint64_t vma_name_addr, build_id_addr;
+};
+#define AHS_PROCMAP_QUERY _IOWR('f', 17, struct ahs_procmap_query)
+#define AHS_PROCMAP_QUERY_VMA_WRITABLE 0x02
+
+int ahs_range_writable(int maps_fd, unsigned long long addr, unsigned long long len) {
+    if (len == 0 || addr > UINT64_MAX - len) return 0;
+    uint64_t next = addr, end = addr + len;
+    // Each answer is the mapping covering `next`, and only if it is writable (ENOENT
+    // otherwise); the range may span several adjoining mappings.
+    for (int i = 0; i < 64 && next < end; i++) {
+        struct ahs_procmap_query q;
+        memset(&q, 0, sizeof q);
+        q.size = sizeof q;
+        q.query_flags = AHS_PROCMAP_QUERY_VMA_WRITABLE;
+        q.query_addr = next;
+        if (ioctl(maps_fd, AHS_PROCMAP_QUERY, &q) < 0) {
+            if (errno == ENOTTY || errno == EINVAL) return -1;
+            return 0;  // ENOENT: unmapped or not writable; ESRCH: the process is gone
+        }
+        if (q.vma_start > next || q.vma_end <= next) return 0;
+        next = q.vma_end;
+    }
+    return next >= end ? 1 : 0;
+}
+
+// SECCOMP_IOCTL_NOTIF_SET_FLAGS and its one flag (<linux/seccomp.h> since 6.6), spelled out
+// for older build hosts' headers.
+#define AHS_SECCOMP_IOCTL_NOTIF_SET_FLAGS _IOW('!', 4, uint64_t)
+#define AHS_SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP 1ULL
+
+int ahs_seccomp_sync_wakeup(int listener) {
+    return ioctl(listener, AHS_SECCOMP_IOCTL_NOTIF_SET_FLAGS, AHS_SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP);
 }

@@ -1,3 +1,5 @@
+import CSystemCalls
+import Glibc
 @testable import Sandbox
 import SandboxPolicy
 import Testing
@@ -111,6 +113,37 @@ struct SysinfoEmulationTests {
         #expect(mappingsWritable(maps: maps, from: 0x5000, count: 112))
         #expect(!mappingsWritable(maps: maps, from: 0x5FF0, count: 112))  // past the end
         #expect(!mappingsWritable(maps: maps, from: UInt64.max - 8, count: 112))
+    }
+
+    @Test("the PROCMAP_QUERY check agrees on a real process: writable, adjoining writable, read-only, unmapped")
+    func procmapQuery() throws {
+        // Three pages: rw, rw, then r-- (split by mprotect into adjoining mappings), and the
+        // page after them unmapped.
+        let page = UInt64(sysconf(Int32(_SC_PAGESIZE)))
+        let base = try #require(mmap(nil, Int(page * 4), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0))
+        defer { munmap(base, Int(page * 4)) }
+        let a = UInt64(UInt(bitPattern: base))
+        #expect(mprotect(base + Int(page), Int(page), PROT_READ | PROT_WRITE | PROT_EXEC) == 0)  // its own mapping
+        #expect(mprotect(base + Int(page * 2), Int(page), PROT_READ) == 0)
+        #expect(munmap(base + Int(page * 3), Int(page)) == 0)
+        let maps = open("/proc/self/maps", O_RDONLY | O_CLOEXEC)
+        defer { close(maps) }
+        let answers = [
+            ahs_range_writable(maps, a, 112),
+            ahs_range_writable(maps, a + page - 16, 112),      // across two writable mappings
+            ahs_range_writable(maps, a + 2 * page - 16, 112),  // into the read-only one
+            ahs_range_writable(maps, a + 2 * page, 112),
+            ahs_range_writable(maps, a + 3 * page, 112),       // unmapped
+        ]
+        var u = utsname()
+        uname(&u)
+        let release = withUnsafeBytes(of: &u.release) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        let v = release.split(separator: ".").prefix(2).compactMap { Int($0.prefix { $0.isNumber }) }
+        if v.count == 2, v[0] > 6 || (v[0] == 6 && v[1] >= 11) {
+            #expect(answers == [1, 1, 0, 0, 0], "kernel \(release)")
+        } else {
+            #expect(answers.allSatisfy { $0 == -1 }, "kernel \(release) predates PROCMAP_QUERY: \(answers)")
+        }
     }
 
     @Test("the byte parser skips lines it cannot read and never takes a garbled line for a writable mapping")

@@ -23,6 +23,14 @@ int ahs_pidfd_kill(int pidfd, int sig);
 /// of the namespace it started in): the new namespace's descriptor (O_CLOEXEC; lo down), or
 /// -errno. *stranded is set to 1 when the thread could not go back: it must do nothing else.
 int ahs_make_netns(int home, int *stranded);
+/// Whether [addr, addr+len) of the process whose /proc/PID/maps is open on `maps_fd` lies
+/// entirely in writable mappings, asked with the PROCMAP_QUERY ioctl (Linux 6.11): 1 yes,
+/// 0 no, -1 when the kernel cannot answer (ENOTTY, EINVAL: older kernels; read the file).
+int ahs_range_writable(int maps_fd, unsigned long long addr, unsigned long long len);
+/// Asks the kernel to hand each seccomp notification on `listener` to the supervisor on the
+/// notifying task's CPU and back (SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP, Linux 6.6): 0, or -1
+/// with errno (EINVAL: an older kernel; notifications then work as before, only slower).
+int ahs_seccomp_sync_wakeup(int listener);
 #ifdef __cplusplus
 }
 #endif
