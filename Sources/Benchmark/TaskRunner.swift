@@ -52,6 +52,9 @@ public struct TaskRunConfiguration: Sendable {
     public var defaultAgentTimeout: Double = LocalBenchmark.defaultTimeout
     /// Verifier time limit for tasks whose task.toml declares none.
     public var defaultVerifierTimeout: Double = LocalBenchmark.defaultTimeout
+    /// Build each task's verifier sandbox while its agent runs (`HeldSandbox`), where its
+    /// build writes nothing the agent can reach; off: after the agent, always.
+    public var buildVerifierAhead = true
 
     /// Tests only: called with the task's scratch directory just before it is removed (the
     /// only way to look at what a test-split run produced, since nothing of it persists).
@@ -233,6 +236,21 @@ public final class TaskRunner: Sendable {
             return run.finish(.setupFailed, "task \(task.id): \(error.message)")
         }
 
+        // The verifier's sandbox is built while the agent runs, where that is safe
+        // (`buildVerifierAhead`): once the agent's payload has run for a moment without
+        // needing the supervisor, so neither its launch nor its first requests wait for it.
+        let verifierTimeout = task.verifierTimeoutDeclared ? task.verifierTimeout : configuration.defaultVerifierTimeout
+        var verifierOverrides = PlanOverrides()
+        verifierOverrides.timeoutSeconds = verifierTimeout
+        let verifierAudit = configuration.verifierAudit ?? configuration.audit
+        let ahead = VerifierAhead()
+        let buildAhead = { [self] in
+            let stdin = open("/dev/null", O_RDONLY | O_CLOEXEC)
+            guard stdin >= 0 else { return }
+            ahead.value = buildVerifierAhead(verifierPolicy, verifierOverrides, stdin: stdin, scratch: scratch, audit: verifierAudit)
+        }
+        defer { Self.dropVerifierAhead(ahead.take(), scratch: scratch) }
+
         // Step 2: the agent (or, validating a benchmark, the oracle solution).
         let agentTimeout = task.agentTimeoutDeclared ? task.agentTimeout : configuration.defaultAgentTimeout
         var overrides = PlanOverrides()
@@ -249,7 +267,7 @@ public final class TaskRunner: Sendable {
             command = ["python3", "-c", Self.agentRunner]
         }
         let agent = sandbox(taskPolicy, command, overrides, stdin: stdinFD, stdout: "agent.stdout", stderr: "agent.stderr",
-                            scratch: scratch, audit: configuration.audit)
+                            scratch: scratch, audit: configuration.audit, whenQuiet: buildAhead)
         run.agentSeconds = agent.seconds
         var agentProblem: String?
         switch agent.result {
@@ -276,15 +294,22 @@ public final class TaskRunner: Sendable {
 
         // Step 3: the verifier. A crashed agent may still have finished the work, so it is
         // graded; only its status records the crash.
-        let verifierTimeout = task.verifierTimeoutDeclared ? task.verifierTimeout : configuration.defaultVerifierTimeout
-        var verifierOverrides = PlanOverrides()
-        verifierOverrides.timeoutSeconds = verifierTimeout
-        // Never -1 here: that would hand the verifier the supervisor's own stdin.
-        let devNull = open("/dev/null", O_RDONLY | O_CLOEXEC)
-        guard devNull >= 0 else { return run.finish(.setupFailed, "/dev/null: \(FileSystem.errorText())") }
-        let verifier = sandbox(verifierPolicy, ["bash", "/tests/test.sh"], verifierOverrides, stdin: devNull,
-                               stdout: "verifier.stdout", stderr: "verifier.stderr", scratch: scratch,
-                               audit: configuration.verifierAudit ?? configuration.audit)
+        let verifier: (result: Result<SandboxResult, SandboxFailure>, seconds: Double)
+        if let (held, prepared) = ahead.value, held.isReady {
+            ahead.value = nil
+            let start = Self.now()
+            let result = held.run()
+            prepared.close()
+            verifier = (.success(result), Self.now() - start)
+        } else {
+            // Not built ahead, or its build failed: built now, as if it never had been.
+            Self.dropVerifierAhead(ahead.take(), scratch: scratch)
+            // Never -1 here: that would hand the verifier the supervisor's own stdin.
+            let devNull = open("/dev/null", O_RDONLY | O_CLOEXEC)
+            guard devNull >= 0 else { return run.finish(.setupFailed, "/dev/null: \(FileSystem.errorText())") }
+            verifier = sandbox(verifierPolicy, Self.verifierCommand, verifierOverrides, stdin: devNull,
+                               stdout: "verifier.stdout", stderr: "verifier.stderr", scratch: scratch, audit: verifierAudit)
+        }
         run.verifierSeconds = verifier.seconds
         if let agentProblem { run.note(agentProblem) }
         var verifierExit: Int32 = 0
@@ -358,40 +383,138 @@ public final class TaskRunner: Sendable {
     /// Compiles and runs one sandbox with stdio on supervisor-opened fds, closing them
     /// afterwards (including `stdin`), reporting to `audit`. Blocks until the sandbox is gone.
     private func sandbox(_ policy: Policy, _ command: [String], _ overrides: PlanOverrides, stdin: Int32,
-                         stdout: String, stderr: String, scratch: TaskScratch,
-                         audit: AuditLog) -> (result: Result<SandboxResult, SandboxFailure>, seconds: Double) {
+                         stdout: String, stderr: String, scratch: TaskScratch, audit: AuditLog,
+                         whenQuiet: (() -> Void)? = nil) -> (result: Result<SandboxResult, SandboxFailure>, seconds: Double) {
+        switch prepareSandbox(policy, command, overrides, stdin: stdin, stdout: stdout, stderr: stderr, scratch: scratch, audit: audit) {
+        case .failure(let f): return (.failure(f.failure), f.seconds)
+        case .success(var prepared):
+            defer { prepared.close() }
+            prepared.options.whenQuiet = whenQuiet
+            do throws(SandboxError) {
+                let result = try SandboxRunner.run(prepared.plan, options: prepared.options)
+                return (.success(result), Self.now() - prepared.start)
+            } catch {
+                return (.failure(SandboxFailure(error)), Self.now() - prepared.start)
+            }
+        }
+    }
+
+    /// A sandbox's plan and options, with its stdio open (closed by `close()`, which owns `stdin`).
+    private struct PreparedSandbox {
+        var plan: LaunchPlan
+        var options: RunOptions
+        var stdio: (Int32, Int32, Int32)
+        var start: Double
+
+        func close() {
+            for fd in [stdio.0, stdio.1, stdio.2] where fd >= 0 { Glibc.close(fd) }
+        }
+    }
+
+    /// Opens the sandbox's output files and compiles its plan. `stdin` is the result's to
+    /// close (closed here on failure).
+    private func prepareSandbox(_ policy: Policy, _ command: [String], _ overrides: PlanOverrides, stdin: Int32,
+                                stdout: String, stderr: String, scratch: TaskScratch,
+                                audit: AuditLog) -> Result<PreparedSandbox, TimedFailure> {
         let start = Self.now()
-        defer { if stdin >= 0 { close(stdin) } }
-        let out: Int32, err: Int32
-        do {
-            out = try scratch.createOutput(stdout)
-            err = try scratch.createOutput(stderr)
-        } catch {
-            return (.failure(SandboxFailure(message: error.message)), Self.now() - start)
-        }
-        defer {
-            close(out)
-            close(err)
-        }
-        do throws(SandboxError) {
+        var out: Int32 = -1, err: Int32 = -1
+        do throws(SandboxFailure) {
+            do {
+                out = try scratch.createOutput(stdout)
+                err = try scratch.createOutput(stderr)
+            } catch {
+                throw SandboxFailure(message: error.message)
+            }
             // The host environment is deliberately empty: the policy's env section is the
             // sandbox's whole environment, identical whoever runs the supervisor and for
             // either split.
-            let plan = try PlanCompiler.compile(policy: policy, command: command, overrides: overrides, hostEnvironment: [:])
+            let plan: LaunchPlan
+            do throws(SandboxError) {
+                plan = try PlanCompiler.compile(policy: policy, command: command, overrides: overrides, hostEnvironment: [:])
+            } catch {
+                throw SandboxFailure(error)
+            }
             var options = RunOptions(audit: audit)
             options.stdio = (stdin, out, err)
             options.pageCache = configuration.pageCache
-            let result = try SandboxRunner.run(plan, options: options)
-            return (.success(result), Self.now() - start)
+            options.releaseNamespacesLater = true  // the next sandbox or task follows at once
+            return .success(PreparedSandbox(plan: plan, options: options, stdio: (stdin, out, err), start: start))
         } catch {
-            // `.io` is a write of the supervisor's own (the page-cache journal) that failed.
-            return (.failure(SandboxFailure(message: error.message, supervisor: error.code == .io)), Self.now() - start)
+            for fd in [stdin, out, err] where fd >= 0 { close(fd) }
+            return .failure(TimedFailure(failure: error, seconds: Self.now() - start))
+        }
+    }
+
+    private struct TimedFailure: Error {
+        var failure: SandboxFailure
+        var seconds: Double
+    }
+
+    /// The verifier's sandbox, built while the agent runs on a core that would otherwise
+    /// wait (`HeldSandbox`): only when its build writes nothing into a directory the agent
+    /// can write (`LaunchPlan.buildTouchesNoSource`), so a running agent can neither see nor
+    /// disturb it. Nil when it cannot be built ahead; the verifier is then built after the
+    /// agent, as it always could be. Its output files are created now and removed by
+    /// `dropVerifierAhead` if it never runs.
+    private func buildVerifierAhead(_ policy: Policy, _ overrides: PlanOverrides, stdin: Int32,
+                                    scratch: TaskScratch, audit: AuditLog) -> (HeldSandbox, PreparedSandbox)? {
+        guard configuration.buildVerifierAhead else {
+            close(stdin)
+            return nil
+        }
+        switch prepareSandbox(policy, Self.verifierCommand, overrides, stdin: stdin, stdout: "verifier.stdout",
+                              stderr: "verifier.stderr", scratch: scratch, audit: audit) {
+        case .failure:
+            Self.removeVerifierOutputs(scratch)
+            return nil
+        case .success(let prepared):
+            guard prepared.plan.buildTouchesNoSource,
+                  let held = try? SandboxRunner.build(prepared.plan, options: prepared.options) else {
+                prepared.close()
+                Self.removeVerifierOutputs(scratch)
+                return nil
+            }
+            return (held, prepared)
+        }
+    }
+
+    private static func dropVerifierAhead(_ ahead: (HeldSandbox, PreparedSandbox)?, scratch: TaskScratch) {
+        guard let (held, prepared) = ahead else { return }
+        held.discard()
+        prepared.close()
+        removeVerifierOutputs(scratch)
+    }
+
+    private static func removeVerifierOutputs(_ scratch: TaskScratch) {
+        for name in ["verifier.stdout", "verifier.stderr"] { _ = FileSystem.removeEntry(at: scratch.outFD, name) }
+    }
+
+    static let verifierCommand = ["bash", "/tests/test.sh"]
+
+    /// Where the agent's quiet moment leaves the verifier it built (same thread; a class so
+    /// the closure can fill it).
+    private final class VerifierAhead {
+        var value: (HeldSandbox, PreparedSandbox)?
+
+        func take() -> (HeldSandbox, PreparedSandbox)? {
+            defer { value = nil }
+            return value
         }
     }
 
     struct SandboxFailure: Error {
         var message: String
         var supervisor = false
+
+        init(message: String, supervisor: Bool = false) {
+            self.message = message
+            self.supervisor = supervisor
+        }
+
+        /// `.io` is a write of the supervisor's own (the page-cache journal) that failed.
+        init(_ error: SandboxError) {
+            self.init(message: error.message, supervisor: error.code == .io)
+        }
     }
 
     /// The program agent.py runs under. It imports /agent/agent.py as module `agent`, reads

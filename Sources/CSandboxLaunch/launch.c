@@ -116,6 +116,7 @@ const char *ahl_stage_name(int32_t stage) {
     case AHL_STAGE_HOSTNAME: return "sethostname";
     case AHL_STAGE_LOOPBACK: return "bring up loopback";
     case AHL_STAGE_SIGNALFD: return "signalfd";
+    case AHL_STAGE_HOLD: return "wait to be run (sandbox built ahead)";
     case AHL_STAGE_FORK_PAYLOAD: return "fork payload";
     case AHL_STAGE_STDIO: return "set up stdio";
     case AHL_STAGE_RLIMIT: return "setrlimit";
@@ -797,6 +798,23 @@ static void lock_mounts(const struct ahl_plan *p, int rep) {
     if (write_self("/proc/self/gid_map", map) < 0) fail(rep, AHL_STAGE_LOCK_MOUNTS, 3);
 }
 
+/// A sandbox built ahead (plan.hold): everything is in place but seccomp and the exec. Says
+/// so, then waits for the supervisor's go-ahead on the report socket (nobody else reads it).
+/// Before seccomp, so the wait never depends on what the policy's filter allows; no
+/// untrusted code has run yet. EOF or any other byte: the supervisor dropped the sandbox.
+static void hold(int rep) {
+    send_msg(rep, AHL_MSG_HELD, 0, 0, 0, 0);
+    char go = 0;
+    ssize_t n;
+    do {
+        n = recv(rep, &go, 1, 0);
+    } while (n < 0 && errno == EINTR);
+    if (n != 1 || go != AHL_CTL_RUN) {
+        if (n >= 0) errno = ECANCELED;
+        fail(rep, AHL_STAGE_HOLD, 0);
+    }
+}
+
 __attribute__((noreturn)) static void payload_main(const struct ahl_plan *p, int rep) {
     if (setsid() < 0) fail(rep, AHL_STAGE_STDIO, 0);
     for (int i = 0; i < 3; i++)
@@ -821,6 +839,8 @@ __attribute__((noreturn)) static void payload_main(const struct ahl_plan *p, int
     sigset_t none;
     sigemptyset(&none);
     (void)sigprocmask(SIG_SETMASK, &none, NULL);
+
+    if (p->hold) hold(rep);
 
     // Last before exec, so the filter never has to allow the setup above.
     if (p->bpf_len) {

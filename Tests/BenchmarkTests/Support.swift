@@ -59,7 +59,8 @@ final class Harness {
 
     /// `agent` is agent.py's source (nil: oracle mode without an agent directory).
     init(agent source: String?, scratch: TempDir? = nil, oracle: Bool = false,
-         observer: (@Sendable (_ taskID: String, _ scratchDirectory: String) -> Void)? = nil) throws {
+         observer: (@Sendable (_ taskID: String, _ scratchDirectory: String) -> Void)? = nil,
+         configure: (inout TaskRunConfiguration) -> Void = { _ in }) throws {
         DeadlockWatchdog.ensureRunning()
         agent = try source.map(makeAgent)
         self.scratch = try scratch ?? makeScratchRoot()
@@ -68,6 +69,7 @@ final class Harness {
             scratchRoot: self.scratch.path)
         config.oracle = oracle
         config.scratchObserver = observer
+        configure(&config)
         runner = try TaskRunner(configuration: config)
     }
 

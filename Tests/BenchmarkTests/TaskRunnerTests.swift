@@ -135,6 +135,57 @@ struct TaskRunnerTests {
         #expect(listing(traces.path + "/t") == ["agent.stderr", "agent.stdout", "instruction.md", "result.json"])
     }
 
+    @Test("the verifier's sandbox is built while the agent runs and still grades the agent's last write; built after it, the outcome is the same",
+          arguments: [true, false])
+    func verifierBuiltAhead(ahead: Bool) throws {
+        try requireRoot()
+        let h = try Harness(agent: """
+            import time
+            class HarnessAgent:
+                def run(self, instruction, workdir):
+                    time.sleep(1.0)  # the verifier's build, if ahead, is long done by now
+                    open("/app/answer.txt", "w").write("42\\n")
+            """, configure: { $0.buildVerifierAhead = ahead })
+        let task = try #require(try fixtureBenchmark("basic").task("answer-42"))
+        let traces = try TempDir()
+        let outcome = Locked<TaskOutcome?>(nil)
+        let runner = h.runner, trace = traces.path + "/t"
+        let worker = Thread {
+            let o = runner.run(task, traceDirectory: trace)
+            outcome.withLock { outcome.value = o }
+        }
+        worker.start()
+        // The sandboxes of this test alive at once (seen by their monitors, our children, which
+        // hold the payload's output files): the agent's, and the verifier's when built ahead.
+        var both = false
+        while outcome.withLock({ outcome.value == nil }) {
+            let outputs = Self.monitorOutputs(under: h.scratch.path)
+            both = both || (outputs.contains("agent.stdout") && outputs.contains("verifier.stdout"))
+            usleep(20_000)
+        }
+        let o = try #require(withExtendedLifetime(h) { outcome.withLock { outcome.value } })
+        #expect(o.status == .passed && o.reward == 1, "\(o)")
+        #expect(both == ahead, "the agent's and the verifier's sandbox seen at once: \(both)")
+        #expect(listing(traces.path + "/t") == ["agent.stderr", "agent.stdout", "instruction.md", "result.json", "reward.txt",
+                                                "verifier.stderr", "verifier.stdout"])
+    }
+
+    /// Names of the files under `root` that this process's children (sandbox monitors among
+    /// them) hold open. procfs files are read with read(2): they report a size of 0.
+    static func monitorOutputs(under root: String) -> Set<String> {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+        let pids = Set(tasks.flatMap { SmallFile.contents(of: "/proc/self/task/\($0)/children").split(separator: " ") })
+        var names: Set<String> = []
+        for pid in pids {
+            for fd in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? [] {
+                guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\(fd)"),
+                      target.hasPrefix(root + "/") else { continue }
+                names.insert(String(target.split(separator: "/").last ?? ""))
+            }
+        }
+        return names
+    }
+
     @Test("the task's declared agent timeout is the one applied when no override is given")
     func declaredTimeoutApplies() throws {
         try requireRoot()

@@ -87,6 +87,8 @@ struct ahl_plan {
     int32_t netns_fd;             // >= 0: a network namespace made ahead of time (NetworkNamespacePool)
                                   // for this sandbox alone: the monitor enters it instead of
                                   // unsharing one (lo down; owned by the initial user namespace)
+    int32_t hold;                 // 1: build everything, then wait before seccomp and exec until
+                                  // the supervisor sends AHL_CTL_RUN (a sandbox built ahead)
     uint64_t wipe_start[2];       // the supervisor's argv and environment blocks (arg_start,
     uint64_t wipe_end[2];         // env_start / arg_end, env_end of /proc/self/stat), zeroed
                                   // in the children: init's /proc/1/cmdline is world-readable
@@ -131,6 +133,11 @@ int ahl_plan_unpack(const uint8_t *bytes, size_t len, struct ahl_plan *plan);
 // Control bytes, supervisor -> monitor. Any byte 1..64 is a signal to forward to the payload.
 enum { AHL_CTL_GO = 'G', AHL_CTL_KILL = 'K' };
 
+/// Held plans (`hold` set): the payload, ready to exec but before seccomp, reports
+/// AHL_MSG_HELD and waits for this byte, sent by the supervisor on report_fd (the only
+/// message that travels that way). Anything else, or EOF, ends the sandbox unrun.
+enum { AHL_CTL_RUN = 'R' };
+
 enum ahl_msg_kind {
     AHL_MSG_UNSHARED = 1,     // namespaces exist; the supervisor may write id maps now
     AHL_MSG_INIT_PID = 2,     // value: host pid of the sandbox's init
@@ -140,6 +147,7 @@ enum ahl_msg_kind {
     AHL_MSG_EXIT = 6,         // value: the payload's wait status
     AHL_MSG_STARTED = 7,      // index: the payload's pid inside the sandbox
     AHL_MSG_PROXY_LISTENER = 8, // carries the listening socket of the egress proxy (SCM_RIGHTS)
+    AHL_MSG_HELD = 9,         // held plans: the sandbox is built; the payload waits for AHL_CTL_RUN
 };
 
 enum ahl_stage {
@@ -178,6 +186,7 @@ enum ahl_stage {
     AHL_STAGE_LOCK_MOUNTS,       // index: 0 unshare, 1 setgroups, 2 uid_map, 3 gid_map
     AHL_STAGE_EXEC_LAUNCHER,     // index: 0 moving descriptors or exec, 1 reading the plan
     AHL_STAGE_ENTER_NETNS,       // setns into the plan's network namespace
+    AHL_STAGE_HOLD,              // held plans: waiting for AHL_CTL_RUN
     AHL_STAGE_COUNT
 };
 

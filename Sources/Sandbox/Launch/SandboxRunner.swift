@@ -31,6 +31,14 @@ public struct RunOptions: @unchecked Sendable {
     /// Network namespaces made ahead of time (one per sandbox); nil: each launcher unshares
     /// its own. Defaults to the process's installed pool.
     public var networkNamespaces: NetworkNamespacePool? = NetworkNamespacePool.installed
+    /// Hold the sandbox's mount namespaces and let them go on a thread of their own once it
+    /// ended (`NamespaceRelease`): for callers with other work to do right after a sandbox.
+    public var releaseNamespacesLater = false
+    /// Called once on the supervising thread, when the payload has run for a moment without
+    /// needing the supervisor (3 ms without a message or notification): the caller's chance to
+    /// do work of its own (build the next sandbox) without delaying the launch. Not called for
+    /// a payload that ends or fails before that.
+    public var whenQuiet: (() -> Void)?
 
     public init(audit: AuditLog = AuditLog(), logger: Logger = Logger(label: "autoharness.sandbox")) {
         self.audit = audit
@@ -43,6 +51,18 @@ public enum SandboxRunner {
     static let landlockABI = ahs_landlock_abi()
 
     public static func run(_ plan: LaunchPlan, options: RunOptions) throws(SandboxError) -> SandboxResult {
+        var started = try start(plan, options: options, hold: false)
+        return started.finish()
+    }
+
+    /// Builds `plan`'s sandbox up to the payload's exec and leaves it waiting there (see
+    /// `HeldSandbox`). Returns once its monitor is started; the handshake (id maps) runs on
+    /// a thread of its own and the rest of the build in the sandbox's own processes.
+    public static func build(_ plan: LaunchPlan, options: RunOptions) throws(SandboxError) -> HeldSandbox {
+        HeldSandbox(try start(plan, options: options, hold: true))
+    }
+
+    static func start(_ plan: LaunchPlan, options: RunOptions, hold: Bool) throws(SandboxError) -> Started {
         guard geteuid() == 0 else {
             throw SandboxError(.notPrivileged, "sandboxes need root (CAP_SYS_ADMIN, CAP_SETUID, CAP_SETGID in the initial namespaces) to build namespaces and write id maps")
         }
@@ -51,7 +71,6 @@ public enum SandboxRunner {
         let cgroup = try SandboxCgroup(id: plan.sandboxID, limits: plan.limits, host: options.cgroupHost ?? .current,
                                        allowUnenforced: options.allowUnenforcedLimits, freezable: options.control != nil)
         for line in SandboxCgroup.sweepNow(options.cgroupHost ?? .current) { log.warning("\(line)") }
-        defer { options.control?.detach() }
         Timing.mark("cgroups created")
         var enforcement = cgroup.enforcement
         for r in plan.rlimits {
@@ -79,6 +98,7 @@ public enum SandboxRunner {
         // Ours to close once the monitor holds it (after the spawn): never another sandbox's.
         let netns = options.networkNamespaces?.take() ?? -1
         storage.plan.netns_fd = netns
+        storage.plan.hold = hold ? 1 : 0
         var child = ahl_child()
         let launcher = options.useLauncher ? Launcher.shared : nil
         let rc = withUnsafePointer(to: &storage.plan) { p in launcher.map { ahl_spawn_exec(p, $0.fd, &child) } ?? ahl_spawn(p, &child) }
@@ -95,15 +115,99 @@ public enum SandboxRunner {
             log.debug("sandbox \(plan.sandboxID): monitor created inside \(cgroup.cloneTarget!.directory) by clone3(CLONE_INTO_CGROUP)")
         }
         options.control?.attach(cgroup)
-        var session = Session(plan: plan, child: child, cgroup: cgroup, options: options)
-        let result = session.supervise()
-        options.networkNamespaces?.refill()  // also when the payload never started
-        var r = result
-        r.enforcement = enforcement
-        r.bornInCgroup = child.born_in_cgroup != 0
-        withExtendedLifetime(storage) {}
-        return r
+        return Started(session: Session(plan: plan, child: child, cgroup: cgroup, options: options),
+                       enforcement: enforcement, storage: storage)
     }
+
+    /// A sandbox whose monitor runs: what `finish` needs to supervise it to the end.
+    struct Started {
+        var session: Session
+        let enforcement: [LimitEnforcement]
+        /// The C plan the monitor was started from, kept alive until the sandbox is gone.
+        let storage: CPlan
+
+        mutating func finish() -> SandboxResult {
+            var r = session.supervise()
+            session.options.control?.detach()
+            session.options.networkNamespaces?.refill()  // also when the payload never started
+            r.enforcement = enforcement
+            r.bornInCgroup = session.child.born_in_cgroup != 0
+            withExtendedLifetime(storage) {}
+            return r
+        }
+    }
+}
+
+/// A sandbox built ahead of its run (`SandboxRunner.build`): namespaces, cgroup, filesystem,
+/// limits, dropped capabilities and Landlock are in place, and the payload waits just before
+/// seccomp and exec until `run()`. The supervisor builds the next sandbox it will need (a
+/// task's verifier) while the current one (the agent) runs, on a core that would otherwise
+/// idle. The timeout counts from `run()`. Nothing of the payload has run while it is held.
+///
+/// Each held sandbox must end in `run()` or `discard()`; one dropped without either is
+/// discarded when released.
+public final class HeldSandbox: @unchecked Sendable {
+    /// Touched only by the handshake thread until `join()`, then only by the owner's.
+    private var started: SandboxRunner.Started?
+    private var handshake: pthread_t?
+
+    init(_ started: SandboxRunner.Started) {
+        self.started = started
+        var attr = pthread_attr_t()
+        pthread_attr_init(&attr)
+        pthread_attr_setstacksize(&attr, 256 << 10)
+        var tid = pthread_t()
+        let box = Unmanaged.passRetained(self).toOpaque()
+        let rc = pthread_create(&tid, &attr, { arg in
+            let held = Unmanaged<HeldSandbox>.fromOpaque(arg!).takeRetainedValue()
+            held.started?.session.prepare()
+            return nil
+        }, box)
+        pthread_attr_destroy(&attr)
+        if rc == 0 {
+            handshake = tid
+        } else {
+            Unmanaged<HeldSandbox>.fromOpaque(box).release()
+            self.started?.session.prepare()  // no thread to spare: on this one
+        }
+    }
+
+    private func join() {
+        guard let t = handshake else { return }
+        handshake = nil
+        pthread_join(t, nil)
+    }
+
+    public var sandboxID: String { started?.session.plan.sandboxID ?? "" }
+
+    /// Whether the sandbox was built and waits to run. False once its build failed, it
+    /// ran or it was discarded (`run()` then reports the failure as a setup failure).
+    public var isReady: Bool {
+        join()
+        guard var s = started else { return false }
+        let ready = s.session.awaitHeld()
+        started = s
+        return ready
+    }
+
+    /// Lets the payload run and supervises it to the end, like `SandboxRunner.run`.
+    public func run() -> SandboxResult {
+        join()
+        guard var s = started else { preconditionFailure("HeldSandbox.run() after run() or discard()") }
+        started = nil
+        return s.finish()
+    }
+
+    /// Kills the sandbox unrun and removes what it had (cgroup, namespaces).
+    public func discard() {
+        join()
+        guard var s = started else { return }
+        started = nil
+        s.session.abandon("discarded before it ran", monitorResponds: s.session.ownError == nil)
+        _ = s.finish()
+    }
+
+    deinit { discard() }
 }
 
 func monotonicNow() -> Double {

@@ -19,8 +19,9 @@ struct Session {
     var waitStatus: Int32?
     var timedOut = false
     var killed = false
-    /// When the network namespace pool may refill (nil: not yet, or done).
-    var refillAfter: Double?
+    /// When the payload counts as quiet, and the pool may refill and `RunOptions.whenQuiet`
+    /// run (nil: not yet, or done).
+    var quietAfter: Double?
     static let quietBeforeRefill = 0.003
 
     init(plan: LaunchPlan, child: ahl_child, cgroup: SandboxCgroup, options: RunOptions) {
@@ -30,14 +31,27 @@ struct Session {
         self.options = options
     }
 
+    /// Why the supervisor gave the sandbox up (reported as a setup failure).
+    var ownError: String?
+    /// Held plans: the handshake is done (`prepare`), and whether the payload said it waits.
+    var prepared = false
+    var held = false
+    /// Held plans: the report socket reached its end before the payload was held.
+    var reportEnded = false
+    /// References to the sandbox's two mount namespaces (init's, and the payload's own that
+    /// locks init's mounts), released after the end (`NamespaceRelease`).
+    var initMountNS: Int32 = -1
+    var payloadMountNS: Int32 = -1
+    var initPID: Int32 = 0
+
     mutating func supervise() -> SandboxResult {
-        var ownError: String?
-        if let err = handshake() {
-            ownError = err
-            // The monitor is our own child, not yet reaped: kill it directly, since a monitor
-            // that is stuck would never read a kill byte. Its death takes the sandbox with it.
-            sendControl(UInt8(AHL_CTL_KILL))
-            kill(child.pid, SIGKILL)
+        if !prepared {
+            if let err = handshake() { abandon(err) }
+        } else if ownError == nil && awaitHeld() {
+            var go = UInt8(AHL_CTL_RUN)
+            if send(child.report_fd, &go, 1, Int32(MSG_NOSIGNAL)) != 1 {
+                abandon("could not release the held sandbox: \(String(cString: strerror(errno)))", monitorResponds: true)
+            }
         }
         eventLoop()
         proxy?.stop()
@@ -55,6 +69,8 @@ struct Session {
         let leftovers = cgroup.remove()
         options.audit.finish(sandbox: plan.sandboxID)
         Timing.mark("cleaned up")
+        NamespaceRelease.release(payloadMountNS)
+        NamespaceRelease.release(initMountNS)
 
         let termination: SandboxResult.Termination
         if let ownError {
@@ -77,6 +93,54 @@ struct Session {
             sandboxID: plan.sandboxID, termination: termination,
             violations: options.audit.events.filter { $0.sandbox == plan.sandboxID },
             memoryLimitHit: memHit, pidsLimitHit: pidsHit, enforcement: [], leftovers: leftovers)
+    }
+
+    /// Held plans: the handshake; the build goes on without us until `awaitHeld`.
+    mutating func prepare() {
+        prepared = true
+        if let err = handshake() { abandon(err) }
+    }
+
+    /// Held plans: waits until the payload reports it is held (true), or the build failed
+    /// or timed out (false; the sandbox is then on its way out and `supervise` says why).
+    /// The bound is the plan's own timeout: a build that hangs must not hold the caller longer
+    /// than the run itself could have.
+    mutating func awaitHeld() -> Bool {
+        if held { return true }
+        if ownError != nil || setupError != nil || execErrno != nil || waitStatus != nil || reportEnded { return false }
+        let limit = plan.limits.timeoutSeconds ?? Limits.maxTimeoutSeconds
+        let deadline = monotonicNow() + limit
+        while !held {
+            let left = deadline - monotonicNow()
+            guard left > 0 else {
+                abandon("sandbox not built within \(limit) s", monitorResponds: true)
+                return false
+            }
+            var p = pollfd(fd: child.report_fd, events: Int16(POLLIN), revents: 0)
+            let n = poll(&p, 1, Int32(min(left * 1000 + 1, 60_000)))
+            if n < 0 && errno != EINTR { reportEnded = true }
+            if n <= 0 && !reportEnded { continue }
+            var m = ahl_msg()
+            var fd: Int32 = -1
+            if reportEnded || ahl_recv_msg(child.report_fd, &m, &fd) <= 0 {
+                // eventLoop reads the end again (a closed socket stays readable).
+                reportEnded = true
+                return false
+            }
+            handle(m, fd: fd)
+            if setupError != nil || execErrno != nil || waitStatus != nil { return false }
+        }
+        return true
+    }
+
+    /// Gives the sandbox up. Before the handshake is done the monitor is killed directly (it
+    /// is our own child, not yet reaped, and one that is stuck would never read a kill byte;
+    /// it has no init yet). Afterwards it is asked to kill init, which takes the sandbox with
+    /// it: killed itself, it would leave init to be reaped by the host's pid 1.
+    mutating func abandon(_ why: String, monitorResponds: Bool = false) {
+        if ownError == nil { ownError = why }
+        sendControl(UInt8(AHL_CTL_KILL))
+        if !monitorResponds { kill(child.pid, SIGKILL) }
     }
 
     /// Waits for the monitor to unshare (it joined its cgroups before that), writes the id
@@ -134,16 +198,18 @@ struct Session {
                 }
                 timeout = Int32(min(left * 1000 + 1, 60_000))
             }
-            if let at = refillAfter {
+            if let at = quietAfter {
                 let wait = Int32(max(0, (at - monotonicNow()) * 1000) + 1)
                 timeout = timeout < 0 ? wait : min(timeout, wait)
             }
             let n = poll(&fds, nfds_t(fds.count), timeout)
             if n < 0 && errno != EINTR { break }
-            if n == 0, let at = refillAfter, monotonicNow() >= at {
-                // Nothing to answer for a while: a good moment for the pool's kernel work.
-                refillAfter = nil
+            if n == 0, let at = quietAfter, monotonicNow() >= at {
+                // Nothing to answer for a while: a good moment for the pool's kernel work,
+                // and for the caller's.
+                quietAfter = nil
                 options.networkNamespaces?.refill()
+                options.whenQuiet?()
             }
             if n <= 0 { continue }
             for p in fds where p.revents != 0 {
@@ -183,6 +249,13 @@ struct Session {
             // `prepare`: sysinfo at python's and bash's start-up took ~0.45 ms, most of it
             // waiting for this thread to be scheduled). Older kernels: as before.
             if fd >= 0 { _ = ahs_seccomp_sync_wakeup(fd) }
+            // The payload has its own mount namespace by now (it sends this after that); it
+            // is init's only child until it execs. Any later child of init is an orphan of
+            // the payload, in the same namespace: holding that one instead is as good.
+            if payloadMountNS < 0, options.releaseNamespacesLater, initPID > 0,
+               let pid = readText("/proc/\(initPID)/task/\(initPID)/children").split(separator: " ").first.flatMap({ Int32($0) }) {
+                payloadMountNS = NamespaceRelease.hold(pid: pid)
+            }
         case AHL_MSG_SETUP_ERROR.rawValue:
             setupError = (m.stage, m.err, m.index)
         case AHL_MSG_PROXY_LISTENER.rawValue:
@@ -193,6 +266,13 @@ struct Session {
             let p = EgressProxy(listener: fd, allow: plan.network.allow, audit: options.audit, sandbox: plan.sandboxID)
             p.start()
             proxy = p
+        case AHL_MSG_INIT_PID.rawValue:
+            // Both mount namespaces are let go of later (NamespaceRelease).
+            initPID = Int32(truncatingIfNeeded: m.value)
+            if initMountNS < 0 && options.releaseNamespacesLater { initMountNS = NamespaceRelease.hold(pid: initPID) }
+        case AHL_MSG_HELD.rawValue:
+            Timing.mark("sandbox built, payload held")
+            held = true
         case AHL_MSG_EXEC_ERROR.rawValue:
             execErrno = m.err
         case AHL_MSG_EXIT.rawValue:
@@ -204,7 +284,7 @@ struct Session {
             // been quiet for a moment (eventLoop), not at once: making one holds a core for
             // 0.5 ms in the kernel, and the payload's first seccomp notification (sysinfo,
             // from python and bash at start-up) then waited that long for the supervisor.
-            if options.networkNamespaces != nil { refillAfter = monotonicNow() + Self.quietBeforeRefill }
+            if options.networkNamespaces != nil || options.whenQuiet != nil { quietAfter = monotonicNow() + Self.quietBeforeRefill }
         default:
             if fd >= 0 { close(fd) }
         }

@@ -53,6 +53,20 @@ public struct LaunchPlan: Sendable {
     public var network: NetworkSpec
     public var filter: CompiledFilter
     public var landlock: LandlockMode
+
+    /// Whether building this sandbox writes nothing into a host directory: no mount lies
+    /// inside a directory bind, whose mount point would have to be made in the bound source.
+    /// Only such a sandbox may be built while another sandbox can still write its sources
+    /// (`SandboxRunner.build`): its build then reads host directories and changes none.
+    public var buildTouchesNoSource: Bool {
+        let above = PathTree.ancestors(mounts.map(\.destination))
+        return !above.contains { list in
+            list.contains { i in
+                if case .bind(_, _, _, _, true, _) = mounts[i].kind { return true }
+                return false
+            }
+        }
+    }
 }
 
 /// Command-line additions to a policy (`sandbox exec --ro/--rw/--tmpfs/--chdir/--env`).
