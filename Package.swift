@@ -7,7 +7,9 @@
 //   CSystemCalls    — system calls the Glibc module hides (C shims; never in the fork window).
 //   SupervisorIO    — the only code that opens, reads, copies or removes files a sandbox may
 //                     have written: fd-relative, no symlink following, capped, IOFailure errors.
-//   SandboxPolicy   — policy schema, YAML loading, validation (no syscalls but reading files).
+//   PolicyModel     — the policy schema as types, and path and size syntax (no Foundation, no YAML).
+//   SandboxPolicy   — YAML loading and validation into PolicyModel's types (no syscalls but
+//                     reading files); re-exports PolicyModel.
 //   Sandbox         — compiles a policy into a launch plan (mounts, seccomp BPF, limits),
 //                     runs it, supervises it (cgroups, seccomp notifications, audit).
 //   autoharness-launch — CSandboxLaunch as a small executable: the sandbox's monitor, started
@@ -63,14 +65,19 @@ let package = Package(
             name: "SupervisorIO",
             dependencies: ["CSystemCalls"]
         ),
+        // No Foundation and no YAML: what the sandbox needs of a policy, nothing of loading one.
+        .target(
+            name: "PolicyModel",
+            dependencies: ["SupervisorIO"]
+        ),
         .target(
             name: "SandboxPolicy",
-            dependencies: ["SupervisorIO", .product(name: "Yams", package: "Yams")]
+            dependencies: ["PolicyModel", "SupervisorIO", .product(name: "Yams", package: "Yams")]
         ),
         .target(
             name: "Sandbox",
             dependencies: [
-                "SandboxPolicy", "SupervisorIO", "CSandboxLaunch", "CSystemCalls", "CSeccomp", "CCap",
+                "PolicyModel", "SupervisorIO", "CSandboxLaunch", "CSystemCalls", "CSeccomp", "CCap",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

@@ -1,5 +1,5 @@
 import Glibc
-import SandboxPolicy
+import PolicyModel
 import SupervisorIO
 
 /// Something the sandbox refused or stopped, as the supervisor saw it.

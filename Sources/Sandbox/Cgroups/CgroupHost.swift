@@ -1,5 +1,5 @@
 import Glibc
-import SandboxPolicy
+import PolicyModel
 
 /// The cgroup hierarchies visible to this process, where this process sits in them, and
 /// where sandbox cgroups go.

@@ -1,6 +1,6 @@
 import CSystemCalls
 import Glibc
-import SandboxPolicy
+import PolicyModel
 
 /// What this host offers the sandbox, read without changing anything: the facts behind
 /// `autoharness doctor`.
@@ -45,7 +45,7 @@ public struct HostInspection: Sendable {
     }
 
     func namespaces() -> Finding {
-        let max = Int(SmallFile.contents(of: "/proc/sys/user/max_user_namespaces").trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
+        let max = SmallFile.contents(of: "/proc/sys/user/max_user_namespaces").split(whereSeparator: \.isWhitespace).first.flatMap { Int($0) } ?? -1
         if max == 0 {
             return Finding(topic: "namespaces", status: .missing, detail: "user namespaces disabled (user.max_user_namespaces = 0)",
                            fix: "sysctl -w user.max_user_namespaces=15000")
@@ -138,7 +138,8 @@ public struct HostInspection: Sendable {
         if c == "freezer" {
             return Finding(topic: "  freezer", status: .info, detail: "no cgroup freezer (\(host.v2 == nil ? "mount cgroup2 or the v1 freezer" : "Linux 5.2 or later")): the coding agent is stopped for each gate and restarted after it")
         }
-        return Finding(topic: "  \(c)", status: .missing, detail: host.unusable(c).components(separatedBy: ". Fix:").first ?? "", fix: fixV2)
+        let why = host.unusable(c)
+        return Finding(topic: "  \(c)", status: .missing, detail: why.firstRange(of: ". Fix:").map { String(why[..<$0.lowerBound]) } ?? why, fix: fixV2)
     }
 
     /// Which of `limits` cannot be enforced here, as `limits.KEY (why)` strings.

@@ -1,6 +1,6 @@
 import CSystemCalls
 import Glibc
-import SandboxPolicy
+import PolicyModel
 import SupervisorIO
 
 /// How one requested limit is enforced (for the start-up log and `policy show`).

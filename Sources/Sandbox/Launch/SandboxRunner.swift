@@ -3,7 +3,7 @@ import CSystemCalls
 import CSeccomp
 import Glibc
 import Logging
-import SandboxPolicy
+import PolicyModel
 
 public struct RunOptions: @unchecked Sendable {
     public var audit: AuditLog

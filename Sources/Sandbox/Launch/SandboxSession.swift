@@ -2,7 +2,7 @@ import CSandboxLaunch
 import CSeccomp
 import CSystemCalls
 import Glibc
-import SandboxPolicy
+import PolicyModel
 import SupervisorIO
 
 /// One running sandbox, seen from the supervisor.

@@ -1,5 +1,5 @@
 import Glibc
-import SandboxPolicy
+import PolicyModel
 import SupervisorIO
 
 /// What held-out sandboxes could bring into the page cache, and its removal afterwards.
@@ -89,7 +89,9 @@ public final class PageCacheEviction: @unchecked Sendable {
         /// Paths that could not be opened or advised, with the errno name (at most 20).
         public var failures: [String] = []
         public var description: String {
-            "dropped \(files) files (\(bytes >> 20) MiB) from the page cache in \(String(format: "%.2f", seconds)) s"
+            let hundredths = Int((seconds * 100).rounded())
+            let time = "\(hundredths / 100).\(hundredths % 100 < 10 ? "0" : "")\(hundredths % 100)"
+            return "dropped \(files) files (\(bytes >> 20) MiB) from the page cache in \(time) s"
                 + (failures.isEmpty ? "" : "; could not: \(failures.joined(separator: ", "))")
         }
     }

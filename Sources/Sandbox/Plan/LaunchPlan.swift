@@ -1,5 +1,5 @@
 import Glibc
-import SandboxPolicy
+import PolicyModel
 
 /// A policy compiled against this host: every bind source resolved and identified by
 /// device/inode, mounts ordered parents-first, the environment built, the seccomp program

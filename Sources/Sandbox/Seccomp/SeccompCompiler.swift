@@ -1,7 +1,7 @@
 import CSystemCalls
 import CSeccomp
 import Glibc
-import SandboxPolicy
+import PolicyModel
 
 /// A seccomp program ready to hand to the launcher, plus what the supervisor needs to
 /// answer its notifications.

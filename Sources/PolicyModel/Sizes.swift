@@ -95,8 +95,8 @@ public enum DurationString {
 
 /// Plain decimal notation (`2`, `0.5`), the only number syntax policies use: `Double()` alone
 /// would also take "nan", "inf", "1e3" and "0x1p3".
-enum DecimalNumber {
-    static func parse<S: StringProtocol>(_ s: S) -> Double? {
+package enum DecimalNumber {
+    package static func parse<S: StringProtocol>(_ s: S) -> Double? {
         let parts = s.split(separator: ".", omittingEmptySubsequences: false)
         guard (1...2).contains(parts.count),
             parts.allSatisfy({ !$0.isEmpty && $0.allSatisfy(\.isASCIIDigit) }),
@@ -108,5 +108,5 @@ enum DecimalNumber {
 
 extension Character {
     /// `0`–`9` only; `Character.isNumber` would also accept digits from other scripts.
-    var isASCIIDigit: Bool { ("0"..."9").contains(self) }
+    package var isASCIIDigit: Bool { ("0"..."9").contains(self) }
 }
