@@ -247,7 +247,8 @@ public final class TaskRunner: Sendable {
         let buildAhead = { [self] in
             let stdin = open("/dev/null", O_RDONLY | O_CLOEXEC)
             guard stdin >= 0 else { return }
-            ahead.value = buildVerifierAhead(verifierPolicy, verifierOverrides, stdin: stdin, scratch: scratch, audit: verifierAudit)
+            ahead.value = buildVerifierAhead(verifierPolicy, verifierOverrides, stdin: stdin, scratch: scratch,
+                                             audit: verifierAudit, agentWrites: ahead.agentWrites)
         }
         defer { Self.dropVerifierAhead(ahead.take(), scratch: scratch) }
 
@@ -267,7 +268,8 @@ public final class TaskRunner: Sendable {
             command = ["python3", "-c", Self.agentRunner]
         }
         let agent = sandbox(taskPolicy, command, overrides, stdin: stdinFD, stdout: "agent.stdout", stderr: "agent.stderr",
-                            scratch: scratch, audit: configuration.audit, whenQuiet: buildAhead)
+                            scratch: scratch, audit: configuration.audit, whenQuiet: buildAhead,
+                            compiled: { ahead.agentWrites = $0.writableSources })
         run.agentSeconds = agent.seconds
         var agentProblem: String?
         switch agent.result {
@@ -384,11 +386,13 @@ public final class TaskRunner: Sendable {
     /// afterwards (including `stdin`), reporting to `audit`. Blocks until the sandbox is gone.
     private func sandbox(_ policy: Policy, _ command: [String], _ overrides: PlanOverrides, stdin: Int32,
                          stdout: String, stderr: String, scratch: TaskScratch, audit: AuditLog,
-                         whenQuiet: (() -> Void)? = nil) -> (result: Result<SandboxResult, SandboxFailure>, seconds: Double) {
+                         whenQuiet: (() -> Void)? = nil, compiled: (LaunchPlan) -> Void = { _ in })
+                         -> (result: Result<SandboxResult, SandboxFailure>, seconds: Double) {
         switch prepareSandbox(policy, command, overrides, stdin: stdin, stdout: stdout, stderr: stderr, scratch: scratch, audit: audit) {
         case .failure(let f): return (.failure(f.failure), f.seconds)
         case .success(var prepared):
             defer { prepared.close() }
+            compiled(prepared.plan)
             prepared.options.whenQuiet = whenQuiet
             do throws(SandboxError) {
                 let result = try SandboxRunner.run(prepared.plan, options: prepared.options)
@@ -451,13 +455,13 @@ public final class TaskRunner: Sendable {
     }
 
     /// The verifier's sandbox, built while the agent runs on a core that would otherwise
-    /// wait (`HeldSandbox`): only when its build writes nothing into a directory the agent
-    /// can write (`LaunchPlan.buildTouchesNoSource`), so a running agent can neither see nor
-    /// disturb it. Nil when it cannot be built ahead; the verifier is then built after the
-    /// agent, as it always could be. Its output files are created now and removed by
-    /// `dropVerifierAhead` if it never runs.
+    /// wait (`HeldSandbox`): only when that changes nothing for either
+    /// (`LaunchPlan.canBeBuiltWhile`: the build writes nothing the agent can see, and binds
+    /// nothing the agent could still replace). Nil when it cannot be built ahead; the
+    /// verifier is then built after the agent, as it always could be. Its output files are
+    /// created now and removed by `dropVerifierAhead` if it never runs.
     private func buildVerifierAhead(_ policy: Policy, _ overrides: PlanOverrides, stdin: Int32,
-                                    scratch: TaskScratch, audit: AuditLog) -> (HeldSandbox, PreparedSandbox)? {
+                                    scratch: TaskScratch, audit: AuditLog, agentWrites: [String]?) -> (HeldSandbox, PreparedSandbox)? {
         guard configuration.buildVerifierAhead else {
             close(stdin)
             return nil
@@ -468,7 +472,7 @@ public final class TaskRunner: Sendable {
             Self.removeVerifierOutputs(scratch)
             return nil
         case .success(let prepared):
-            guard prepared.plan.buildTouchesNoSource,
+            guard let agentWrites, prepared.plan.canBeBuiltWhile(writable: agentWrites),
                   let held = try? SandboxRunner.build(prepared.plan, options: prepared.options) else {
                 prepared.close()
                 Self.removeVerifierOutputs(scratch)
@@ -495,6 +499,8 @@ public final class TaskRunner: Sendable {
     /// the closure can fill it).
     private final class VerifierAhead {
         var value: (HeldSandbox, PreparedSandbox)?
+        /// What the agent's sandbox can write (its plan's `writableSources`).
+        var agentWrites: [String]?
 
         func take() -> (HeldSandbox, PreparedSandbox)? {
             defer { value = nil }

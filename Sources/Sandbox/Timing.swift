@@ -12,6 +12,13 @@ public enum Timing {
 
     public static func mark(_ phase: String) {
         guard enabled else { return }
+        lock.withLock { markLocked(phase) }
+    }
+
+    /// Marks come from more than one thread (a held sandbox's handshake runs on its own).
+    private static let lock = Mutex()
+
+    private static func markLocked(_ phase: String) {
         let now = monotonicNow()
         if last == 0 {
             let given = getenv("AUTOHARNESS_TIMING").flatMap { UInt64(String(cString: $0)) }

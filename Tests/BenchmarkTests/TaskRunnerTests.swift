@@ -170,6 +170,41 @@ struct TaskRunnerTests {
                                                 "verifier.stderr", "verifier.stdout"])
     }
 
+    @Test("a verifier binding something inside the agent's /app is not built ahead: it grades what the agent finally left there, even a directory replaced by rename")
+    func bindInsideWorkdirNotAhead() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        try dir.file("tasks/renamed/instruction.md", "Leave 2 in data/v.\n")
+        try dir.file("tasks/renamed/environment/data/v", "1")
+        try dir.file("tasks/renamed/tests/test.sh", """
+            #!/bin/bash
+            [ "$(cat /data/v)" = 2 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt
+            """)
+        let policies = try TempDir()
+        try policies.file("data-verifier.yaml", """
+            extends: verifier
+            description: "the verifier plus {workdir}/data at /data (test only)"
+            filesystem:
+              mounts:
+                - ro: "{workdir}/data:/data"
+            """)
+        // data/ is there from the start (the task's environment seeds /app), and is replaced
+        // by rename after the agent has been quiet long enough for a verifier to be built ahead.
+        let h = try Harness(agent: """
+            import os, time
+            class HarnessAgent:
+                def run(self, instruction, workdir):
+                    time.sleep(0.5)
+                    os.rename("/app/data", "/app/old"); os.makedirs("/app/data"); open("/app/data/v", "w").write("2")
+            """, configure: {
+                $0.verifierPolicy = "data-verifier"
+                $0.policyLoader = PolicyLoader(searchPaths: [policies.path, Paths.policies])
+            })
+        let task = try #require(try LocalBenchmark(directory: dir.path).task("renamed"))
+        let o = h.run(task)
+        #expect(o.status == .passed && o.reward == 1, "\(o)")
+    }
+
     /// Names of the files under `root` that this process's children (sandbox monitors among
     /// them) hold open. procfs files are read with read(2): they report a size of 0.
     static func monitorOutputs(under root: String) -> Set<String> {

@@ -108,7 +108,7 @@ struct HeldSandboxTests {
         #expect(message.contains("/src"), "\(message)")
     }
 
-    @Test("buildTouchesNoSource is false exactly when a mount lies inside a directory bind")
+    @Test("buildTouchesNoSource is false exactly when a mount lies inside a directory bind; canBeBuiltWhile also when a bind source lies inside what another sandbox writes")
     func touchesNoSource() throws {
         let out = try TempDir(mode: 0o777)
         try FileManager.default.createDirectory(atPath: out.file("inner"), withIntermediateDirectories: false)
@@ -123,6 +123,16 @@ struct HeldSandboxTests {
             MountSpec(kind: .symlink(target: "/out"), destination: "/scratch/link"),
         ])
         #expect(inTmpfs.buildTouchesNoSource)
+
+        // Built while a sandbox that writes `out` runs: `out` itself may be bound (it stays
+        // live), something inside it may not (it could be replaced after the build).
+        #expect(top.canBeBuiltWhile(writable: [out.path]))
+        #expect(!nested.canBeBuiltWhile(writable: []))
+        let inside = try Self.plan("pass", out: out.path, mounts: [MountSpec(kind: .readOnly(source: out.file("inner")), destination: "/inner")])
+        #expect(inside.buildTouchesNoSource)
+        #expect(!inside.canBeBuiltWhile(writable: [out.path]))
+        #expect(inside.canBeBuiltWhile(writable: [out.path + "-other"]))
+        #expect(!inside.canBeBuiltWhile(writable: ["/"]))
     }
 
     @Test("mount namespaces held for a later release are released, both of them")

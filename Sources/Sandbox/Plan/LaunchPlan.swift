@@ -56,8 +56,6 @@ public struct LaunchPlan: Sendable {
 
     /// Whether building this sandbox writes nothing into a host directory: no mount lies
     /// inside a directory bind, whose mount point would have to be made in the bound source.
-    /// Only such a sandbox may be built while another sandbox can still write its sources
-    /// (`SandboxRunner.build`): its build then reads host directories and changes none.
     public var buildTouchesNoSource: Bool {
         let above = PathTree.ancestors(mounts.map(\.destination))
         return !above.contains { list in
@@ -65,6 +63,27 @@ public struct LaunchPlan: Sendable {
                 if case .bind(_, _, _, _, true, _) = mounts[i].kind { return true }
                 return false
             }
+        }
+    }
+
+    /// The host directories and files this sandbox can write through its binds.
+    public var writableSources: [String] {
+        mounts.compactMap { if case .bind(let source, false, _, _, _, _) = $0.kind { return source } else { return nil } }
+    }
+
+    /// Whether this sandbox may be built while another sandbox that can write `writable`
+    /// (its `writableSources`) still runs (`SandboxRunner.build`), and then be run after it
+    /// as if it had been built then: the build writes no host directory
+    /// (`buildTouchesNoSource`), and no bind source lies strictly inside one of `writable`.
+    /// A bind captures its source as it is at the build: a directory bound whole stays live
+    /// (the other sandbox writes into it, and cannot replace it: it is that sandbox's own
+    /// mount), but one inside it could be renamed away and replaced afterwards, and this
+    /// sandbox would see the old one.
+    public func canBeBuiltWhile(writable: [String]) -> Bool {
+        guard buildTouchesNoSource else { return false }
+        return !mounts.contains { m in
+            guard case .bind(let source, _, _, _, _, _) = m.kind else { return false }
+            return writable.contains { w in w == "/" ? source != "/" : source.hasPrefix(w + "/") }
         }
     }
 }
