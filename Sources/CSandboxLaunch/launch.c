@@ -798,16 +798,17 @@ static void lock_mounts(const struct ahl_plan *p, int rep) {
     if (write_self("/proc/self/gid_map", map) < 0) fail(rep, AHL_STAGE_LOCK_MOUNTS, 3);
 }
 
-/// A sandbox built ahead (plan.hold): everything is in place but seccomp and the exec. Says
-/// so, then waits for the supervisor's go-ahead on the report socket (nobody else reads it).
-/// Before seccomp, so the wait never depends on what the policy's filter allows; no
-/// untrusted code has run yet. EOF or any other byte: the supervisor dropped the sandbox.
+/// A sandbox built ahead (plan.hold): everything is in place but the exec, and seccomp when
+/// hold is 1. Says so, then waits for the supervisor's go-ahead on the report socket (nobody
+/// else reads it). Hold 1 waits before seccomp, so the wait never depends on what the
+/// policy's filter allows; hold 2 after it, for filters that allow recvfrom. No untrusted
+/// code has run yet. EOF or any other byte: the supervisor dropped the sandbox.
 static void hold(int rep) {
     send_msg(rep, AHL_MSG_HELD, 0, 0, 0, 0);
     char go = 0;
     ssize_t n;
     do {
-        n = recv(rep, &go, 1, 0);
+        n = syscall(SYS_recvfrom, rep, &go, 1, 0, NULL, NULL);  // the call hold 2 relies on the filter allowing
     } while (n < 0 && errno == EINTR);
     if (n != 1 || go != AHL_CTL_RUN) {
         if (n >= 0) errno = ECANCELED;
@@ -840,7 +841,7 @@ __attribute__((noreturn)) static void payload_main(const struct ahl_plan *p, int
     sigemptyset(&none);
     (void)sigprocmask(SIG_SETMASK, &none, NULL);
 
-    if (p->hold) hold(rep);
+    if (p->hold == 1) hold(rep);
 
     // Last before exec, so the filter never has to allow the setup above.
     if (p->bpf_len) {
@@ -851,6 +852,9 @@ __attribute__((noreturn)) static void payload_main(const struct ahl_plan *p, int
         if (send_fd(rep, (int)lfd, AHL_MSG_LISTENER) < 0) fail(rep, AHL_STAGE_SEND_LISTENER, 0);
         close((int)lfd);
     }
+    // The filter allows the wait's recv (the supervisor checked): the filter's load is done
+    // before the go-ahead rather than after it.
+    if (p->hold == 2) hold(rep);
 
     const char *file = p->argv[0];
     int err = ENOENT;

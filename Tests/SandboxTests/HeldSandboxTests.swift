@@ -66,6 +66,31 @@ struct HeldSandboxTests {
         #expect(r.violations.contains { $0.name == "ptrace" }, "\(r.violations)")
     }
 
+    @Test("held after seccomp where the filter allows the wait (the filter is loaded while it waits); before it where the policy denies recvfrom, and it still runs",
+          arguments: [true, false])
+    func holdAfterSeccomp(allowRecv: Bool) throws {
+        try requireRoot()
+        let out = try TempDir(mode: 0o777)
+        var limits = Limits()
+        limits.timeoutSeconds = 30
+        var policy = Policy(name: "held", mounts: minimalMounts + [MountSpec(kind: .readWrite(source: out.path), destination: "/out")],
+                            limits: limits)
+        if !allowRecv { policy.seccomp.deny.append("recvfrom") }
+        let plan = try PlanCompiler.compile(policy: policy, command: ["/usr/bin/true"], hostEnvironment: [:])
+        #expect(plan.filter.allowsWaitingAfterLoad == allowRecv)
+        let control = SandboxControl()
+        var options = RunOptions()
+        options.control = control
+        let held = try SandboxRunner.build(plan, options: options)
+        #expect(held.isReady)
+        // Seccomp mode 2 (filter) in the held payload exactly when it waits after the load.
+        let filtered = control.processIDs.filter { pid in
+            SmallFile.contents(of: "/proc/\(pid)/status").split(separator: "\n").contains("Seccomp:\t2")
+        }
+        #expect(filtered.count == (allowRecv ? 1 : 0), "\(control.processIDs): \(filtered)")
+        #expect(held.run().termination == .exited(0))
+    }
+
     @Test("discard() ends a held sandbox: its processes are gone and its payload never ran")
     func discardLeavesNothing() throws {
         try requireRoot()

@@ -87,8 +87,9 @@ struct ahl_plan {
     int32_t netns_fd;             // >= 0: a network namespace made ahead of time (NetworkNamespacePool)
                                   // for this sandbox alone: the monitor enters it instead of
                                   // unsharing one (lo down; owned by the initial user namespace)
-    int32_t hold;                 // 1: build everything, then wait before seccomp and exec until
-                                  // the supervisor sends AHL_CTL_RUN (a sandbox built ahead)
+    int32_t hold;                 // a sandbox built ahead: build everything, then wait until the
+                                  // supervisor sends AHL_CTL_RUN; 1: before seccomp and exec,
+                                  // 2: after seccomp (the filter allows recvfrom), before exec
     uint64_t wipe_start[2];       // the supervisor's argv and environment blocks (arg_start,
     uint64_t wipe_end[2];         // env_start / arg_end, env_end of /proc/self/stat), zeroed
                                   // in the children: init's /proc/1/cmdline is world-readable
@@ -133,7 +134,7 @@ int ahl_plan_unpack(const uint8_t *bytes, size_t len, struct ahl_plan *plan);
 // Control bytes, supervisor -> monitor. Any byte 1..64 is a signal to forward to the payload.
 enum { AHL_CTL_GO = 'G', AHL_CTL_KILL = 'K' };
 
-/// Held plans (`hold` set): the payload, ready to exec but before seccomp, reports
+/// Held plans (`hold` set): the payload, ready to exec (before or after seccomp), reports
 /// AHL_MSG_HELD and waits for this byte, sent by the supervisor on report_fd (the only
 /// message that travels that way). Anything else, or EOF, ends the sandbox unrun.
 enum { AHL_CTL_RUN = 'R' };

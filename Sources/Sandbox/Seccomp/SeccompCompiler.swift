@@ -27,6 +27,13 @@ public struct CompiledFilter: Sendable {
     var quietNumbers: Set<Int32> = []
     public var defaultAction: SeccompAction
 
+    /// Whether a held payload can wait for its go-ahead (`recv` on a socket: recvfrom) with
+    /// this filter loaded. recvfrom carries no argument rule in the profile, so allowed means
+    /// allowed for that call.
+    var allowsWaitingAfterLoad: Bool {
+        allowed.contains("recvfrom") && !denied.contains("recvfrom") && !quiet.contains("recvfrom") && !bpf.isEmpty
+    }
+
     /// The errno to answer a refused call with, or nil when the sandbox is to be killed.
     func refusal(nr: Int32, nativeArch: Bool) -> Int32? {
         if nativeArch {
