@@ -268,7 +268,8 @@ public final class TaskRunner: Sendable {
             command = ["python3", "-c", Self.agentRunner]
         }
         let agent = sandbox(taskPolicy, command, overrides, stdin: stdinFD, stdout: "agent.stdout", stderr: "agent.stderr",
-                            scratch: scratch, audit: configuration.audit, whenQuiet: buildAhead,
+                            scratch: scratch, audit: configuration.audit,
+                            whenQuiet: configuration.buildVerifierAhead ? buildAhead : nil,
                             compiled: { ahead.agentWrites = $0.writableSources })
         run.agentSeconds = agent.seconds
         var agentProblem: String?
@@ -462,10 +463,6 @@ public final class TaskRunner: Sendable {
     /// created now and removed by `dropVerifierAhead` if it never runs.
     private func buildVerifierAhead(_ policy: Policy, _ overrides: PlanOverrides, stdin: Int32,
                                     scratch: TaskScratch, audit: AuditLog, agentWrites: [String]?) -> (HeldSandbox, PreparedSandbox)? {
-        guard configuration.buildVerifierAhead else {
-            close(stdin)
-            return nil
-        }
         switch prepareSandbox(policy, Self.verifierCommand, overrides, stdin: stdin, stdout: "verifier.stdout",
                               stderr: "verifier.stderr", scratch: scratch, audit: audit) {
         case .failure:

@@ -142,7 +142,8 @@ public enum SandboxRunner {
 
 /// A sandbox built ahead of its run (`SandboxRunner.build`): namespaces, cgroup, filesystem,
 /// limits, dropped capabilities and Landlock are in place, and the payload waits just before
-/// seccomp and exec until `run()`. The supervisor builds the next sandbox it will need (a
+/// exec until `run()` (after loading its seccomp filter when the filter allows the wait,
+/// before it otherwise). The supervisor builds the next sandbox it will need (a
 /// task's verifier) while the current one (the agent) runs, on a core that would otherwise
 /// idle. The timeout counts from `run()`. Nothing of the payload has run while it is held.
 ///
@@ -152,9 +153,11 @@ public final class HeldSandbox: @unchecked Sendable {
     /// Touched only by the handshake thread until `join()`, then only by the owner's.
     private var started: SandboxRunner.Started?
     private var handshake: pthread_t?
+    public let sandboxID: String
 
     init(_ started: SandboxRunner.Started) {
         self.started = started
+        sandboxID = started.session.plan.sandboxID
         var attr = pthread_attr_t()
         pthread_attr_init(&attr)
         pthread_attr_setstacksize(&attr, 256 << 10)
@@ -179,8 +182,6 @@ public final class HeldSandbox: @unchecked Sendable {
         handshake = nil
         pthread_join(t, nil)
     }
-
-    public var sandboxID: String { started?.session.plan.sandboxID ?? "" }
 
     /// Whether the sandbox was built and waits to run. False once its build failed, it
     /// ran or it was discarded (`run()` then reports the failure as a setup failure).

@@ -118,11 +118,10 @@ struct Session {
             }
             var p = pollfd(fd: child.report_fd, events: Int16(POLLIN), revents: 0)
             let n = poll(&p, 1, Int32(min(left * 1000 + 1, 60_000)))
-            if n < 0 && errno != EINTR { reportEnded = true }
-            if n <= 0 && !reportEnded { continue }
+            if n == 0 || (n < 0 && errno == EINTR) { continue }
             var m = ahl_msg()
             var fd: Int32 = -1
-            if reportEnded || ahl_recv_msg(child.report_fd, &m, &fd) <= 0 {
+            guard n > 0, ahl_recv_msg(child.report_fd, &m, &fd) > 0 else {
                 // eventLoop reads the end again (a closed socket stays readable).
                 reportEnded = true
                 return false
