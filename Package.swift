@@ -3,7 +3,8 @@
 // do not depend on the coding agent's good behaviour.
 //
 // The trust boundary is visible in the target list (README "Architecture" has the table):
-//   CSandboxLaunch  — the only code that runs between fork and exec (C, async-signal-safe).
+//   CSandboxLaunch  — the only code that runs between fork and exec (C, no C library calls).
+//   CSandboxSpawn   — the supervisor's side of a sandbox's start (C): spawns the monitor.
 //   CSystemCalls    — system calls the Glibc module hides (C shims; never in the fork window).
 //   SupervisorIO    — the only code that opens, reads, copies or removes files a sandbox may
 //                     have written: fd-relative, no symlink following, capped, IOFailure errors.
@@ -57,6 +58,11 @@ let package = Package(
             cSettings: [.define("_GNU_SOURCE")]
         ),
         .target(
+            name: "CSandboxSpawn",
+            dependencies: ["CSandboxLaunch"],
+            cSettings: [.define("_GNU_SOURCE")]
+        ),
+        .target(
             name: "CSystemCalls",
             cSettings: [.define("_GNU_SOURCE")]
         ),
@@ -77,7 +83,7 @@ let package = Package(
         .target(
             name: "Sandbox",
             dependencies: [
-                "PolicyModel", "SupervisorIO", "CSandboxLaunch", "CSystemCalls", "CSeccomp", "CCap",
+                "PolicyModel", "SupervisorIO", "CSandboxLaunch", "CSandboxSpawn", "CSystemCalls", "CSeccomp", "CCap",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -119,12 +125,15 @@ let package = Package(
             dependencies: ["BrokerWire"],
             linkerSettings: [.unsafeFlags(["-static-stdlib"])]
         ),
-        // The sandbox's monitor, exec'd by the supervisor (C only, static: it must start fast).
+        // The sandbox's monitor, exec'd by the supervisor: C with no C library (main.c), static,
+        // so that it starts in microseconds. -nostartfiles keeps the Swift runtime's start-up
+        // object out, -nostdlib glibc's: anything of either that the code would need fails the
+        // link instead of being pulled in.
         .executableTarget(
             name: "autoharness-launch",
             dependencies: ["CSandboxLaunch"],
             cSettings: [.define("_GNU_SOURCE")],
-            linkerSettings: [.unsafeFlags(["-static-executable"])]
+            linkerSettings: [.unsafeFlags(["-static-executable", "-nostartfiles", "-Xclang-linker", "-nostdlib"])]
         ),
         .executableTarget(
             name: "sandbox-probe",
@@ -137,7 +146,7 @@ let package = Package(
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "SupervisorIOTests", dependencies: ["SupervisorIO", "TestSupport"]),
         .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy", "SupervisorIO"]),
-        .testTarget(name: "SandboxTests", dependencies: ["Sandbox", "SandboxPolicy", "CSandboxLaunch", "CSystemCalls", "TestSupport"]),
+        .testTarget(name: "SandboxTests", dependencies: ["Sandbox", "SandboxPolicy", "CSandboxLaunch", "CSandboxSpawn", "CSystemCalls", "TestSupport"]),
         .testTarget(name: "BenchmarkTests", dependencies: ["Benchmark", "Sandbox", "SandboxPolicy", "TestSupport"],
                     exclude: ["Fixtures"]),
         .testTarget(name: "LedgerTests", dependencies: ["Ledger", "SupervisorIO", "TestSupport"]),

@@ -1,37 +1,48 @@
 // The fork->exec window of autoharness sandboxes. See ahl_launch.h for the process layout.
 //
-// Rules for everything below `ahl_spawn`'s fork: the parent is a multi-threaded Swift
-// process, so the children may only call async-signal-safe functions (raw syscalls,
-// string functions on caller memory). No malloc, no stdio, no locks. Every failure is
-// reported as (stage, errno) over the report socket and ends the child with status 125.
+// Everything here runs in the monitor, init or the payload: single-threaded processes that
+// are either the launcher (`autoharness-launch`, which has no C library) or a fork of the
+// multi-threaded supervisor. So no C library function is called: system calls go through
+// sys.h, and the only other functions used are memcpy, memset, strlen and their kin (the
+// launcher brings its own). No malloc, no stdio, no locks. Every failure is reported as
+// (stage, errno) over the report socket and ends the child with status 125.
 #include "ahl_launch.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <net/if.h>
 #include <netinet/in.h>
-#include <arpa/inet.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/mman.h>
-#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
-#include <unistd.h>
+
+#include "sys.h"
+
+// A C library call slipping back in fails the build here (and the launcher's link).
+#undef errno
+#undef htons
+#undef htonl
+#pragma GCC poison errno open openat close close_range dup dup2 read write pread fcntl fstat fstatat mkdirat
+#pragma GCC poison unlinkat symlinkat chdir pipe2 ioctl mount umount2 open_tree move_mount fsopen fsconfig fsmount
+#pragma GCC poison mount_setattr _Fork fork waitpid kill setsid unshare setns sethostname prctl setrlimit execve
+#pragma GCC poison sched_getaffinity sigaction sigprocmask signalfd poll socket bind listen send recv sendmsg
+#pragma GCC poison syscall _exit malloc free calloc realloc sigfillset sigemptyset htons htonl
+
+int ahl_errno;
 
 #define SETUP_FAILED 125
 
@@ -41,12 +52,12 @@
 static void send_msg(int fd, int32_t kind, int32_t stage, int32_t err, int32_t index, int64_t value) {
     struct ahl_msg m = {kind, stage, err, index, value};
     // SOCK_SEQPACKET: one record per send, atomically; a dead supervisor just means EPIPE.
-    (void)send(fd, &m, sizeof m, MSG_NOSIGNAL);
+    (void)sys_send(fd, &m, sizeof m, MSG_NOSIGNAL);
 }
 
 __attribute__((noreturn)) static void fail(int rep, int32_t stage, int32_t index) {
-    send_msg(rep, AHL_MSG_SETUP_ERROR, stage, errno, index, 0);
-    _exit(SETUP_FAILED);
+    send_msg(rep, AHL_MSG_SETUP_ERROR, stage, ahl_errno, index, 0);
+    sys_exit(SETUP_FAILED);
 }
 
 static int send_fd(int rep, int fd, int32_t kind) {
@@ -67,30 +78,7 @@ static int send_fd(int rep, int fd, int32_t kind) {
     c->cmsg_type = SCM_RIGHTS;
     c->cmsg_len = CMSG_LEN(sizeof(int));
     memcpy(CMSG_DATA(c), &fd, sizeof(int));
-    return sendmsg(rep, &mh, MSG_NOSIGNAL) < 0 ? -1 : 0;
-}
-
-ssize_t ahl_recv_msg(int report_fd, struct ahl_msg *msg, int *fd) {
-    struct iovec iov = {msg, sizeof *msg};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } u;
-    struct msghdr mh = {0};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = u.buf;
-    mh.msg_controllen = sizeof u.buf;
-    *fd = -1;
-    ssize_t n;
-    do {
-        n = recvmsg(report_fd, &mh, MSG_CMSG_CLOEXEC);
-    } while (n < 0 && errno == EINTR);
-    if (n <= 0) return n;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) memcpy(fd, CMSG_DATA(c), sizeof(int));
-    }
-    return n;
+    return sys_sendmsg(rep, &mh, MSG_NOSIGNAL) < 0 ? -1 : 0;
 }
 
 const char *ahl_stage_name(int32_t stage) {
@@ -140,20 +128,17 @@ const char *ahl_stage_name(int32_t stage) {
 static void reset_signal_dispositions(void) {
     // Handlers installed by the Swift runtime must not survive into the children, and an
     // ignored SIGPIPE would be inherited across exec by the payload.
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = SIG_DFL;
-    for (int s = 1; s < NSIG; s++) {
+    for (int s = 1; s <= 64; s++) {
         if (s == SIGKILL || s == SIGSTOP) continue;
-        (void)sigaction(s, &sa, NULL);
+        (void)sys_sigaction_default(s);
     }
 }
 
-/// Closes every descriptor except those in keep[0..n) (n <= 8).
+/// Closes every descriptor except those in keep[0..n) (n <= 12).
 static void close_all_except(const int *keep, int n) {
-    int k[8];
+    int k[12];
     int m = 0;
-    for (int i = 0; i < n && m < 8; i++)
+    for (int i = 0; i < n && m < 12; i++)
         if (keep[i] >= 0) k[m++] = keep[i];
     for (int i = 1; i < m; i++) {  // insertion sort, tiny n
         int v = k[i], j = i - 1;
@@ -162,19 +147,19 @@ static void close_all_except(const int *keep, int n) {
     }
     unsigned int lo = 0;
     for (int i = 0; i < m; i++) {
-        if ((unsigned)k[i] > lo) (void)close_range(lo, (unsigned)k[i] - 1, 0);
+        if ((unsigned)k[i] > lo) (void)sys_close_range(lo, (unsigned)k[i] - 1, 0);
         lo = (unsigned)k[i] + 1;
     }
-    (void)close_range(lo, ~0U, 0);
+    (void)sys_close_range(lo, ~0U, 0);
 }
 
 static size_t str_len(const char *s) { return s ? strlen(s) : 0; }
 
-/// close() that leaves errno as the failure being reported.
+/// close() that leaves ahl_errno as the failure being reported.
 static void close_keep_errno(int fd) {
-    int s = errno;
-    close(fd);
-    errno = s;
+    int s = ahl_errno;
+    sys_close(fd);
+    ahl_errno = s;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -186,7 +171,7 @@ static void close_keep_errno(int fd) {
 /// way fails with ELOOP instead of redirecting the mount.
 static int walk_create(int rootfd, const char *path, int want_dir, int create_last) {
     char comp[256];
-    int cur = dup(rootfd);
+    int cur = sys_dup(rootfd);
     if (cur < 0) return -1;
     const char *p = path;
     while (*p == '/') p++;
@@ -195,41 +180,41 @@ static int walk_create(int rootfd, const char *path, int want_dir, int create_la
         const char *e = p;
         while (*e && *e != '/') e++;
         size_t n = (size_t)(e - p);
-        if (n >= sizeof comp) { close(cur); errno = ENAMETOOLONG; return -1; }
+        if (n >= sizeof comp) { sys_close(cur); ahl_errno = ENAMETOOLONG; return -1; }
         memcpy(comp, p, n);
         comp[n] = 0;
         while (*e == '/') e++;
         int last = (*e == 0);
         int next;
         if (!last || want_dir) {
-            next = openat(cur, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            if (next < 0 && errno == ENOENT && (create_last || !last)) {
-                if (mkdirat(cur, comp, 0755) < 0 && errno != EEXIST) { close_keep_errno(cur); return -1; }
-                next = openat(cur, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            next = sys_openat(cur, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
+            if (next < 0 && ahl_errno == ENOENT && (create_last || !last)) {
+                if (sys_mkdirat(cur, comp, 0755) < 0 && ahl_errno != EEXIST) { close_keep_errno(cur); return -1; }
+                next = sys_openat(cur, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
             }
         } else {
-            next = openat(cur, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-            if (next < 0 && errno == ENOENT && create_last) {
-                int f = openat(cur, comp, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0444);
-                if (f < 0 && errno != EEXIST) { close_keep_errno(cur); return -1; }
-                if (f >= 0) close(f);
-                next = openat(cur, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+            next = sys_openat(cur, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC, 0);
+            if (next < 0 && ahl_errno == ENOENT && create_last) {
+                int f = sys_openat(cur, comp, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0444);
+                if (f < 0 && ahl_errno != EEXIST) { close_keep_errno(cur); return -1; }
+                if (f >= 0) sys_close(f);
+                next = sys_openat(cur, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC, 0);
             }
             if (next >= 0) {
                 struct stat st;
-                int bad = fstat(next, &st) < 0 ? errno : S_ISLNK(st.st_mode) ? ELOOP : S_ISDIR(st.st_mode) ? EISDIR : 0;
-                if (bad) { close(next); close(cur); errno = bad; return -1; }
+                int bad = sys_fstat(next, &st) < 0 ? ahl_errno : S_ISLNK(st.st_mode) ? ELOOP : S_ISDIR(st.st_mode) ? EISDIR : 0;
+                if (bad) { sys_close(next); sys_close(cur); ahl_errno = bad; return -1; }
             }
         }
-        int s = errno;
+        int s = ahl_errno;
         if (next < 0 && s == ENOTDIR) {
             // O_DIRECTORY|O_NOFOLLOW on a symlink says ENOTDIR; name the real refusal.
             struct stat st;
-            if (fstatat(cur, comp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) s = ELOOP;
+            if (sys_fstatat(cur, comp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) s = ELOOP;
         }
-        close(cur);
+        sys_close(cur);
         if (next < 0) {
-            errno = s;
+            ahl_errno = s;
             return -1;
         }
         cur = next;
@@ -241,13 +226,13 @@ static int walk_create(int rootfd, const char *path, int want_dir, int create_la
 /// Splits `path` into (parent fd, last component) for symlink creation.
 static int walk_parent(int rootfd, const char *path, char *last, size_t lastsz) {
     const char *slash = strrchr(path, '/');
-    if (!slash || slash[1] == 0) { errno = EINVAL; return -1; }
+    if (!slash || slash[1] == 0) { ahl_errno = EINVAL; return -1; }
     size_t n = strlen(slash + 1);
-    if (n >= lastsz) { errno = ENAMETOOLONG; return -1; }
+    if (n >= lastsz) { ahl_errno = ENAMETOOLONG; return -1; }
     memcpy(last, slash + 1, n + 1);
     char parent[4096];
     size_t pn = (size_t)(slash - path);
-    if (pn >= sizeof parent) { errno = ENAMETOOLONG; return -1; }
+    if (pn >= sizeof parent) { ahl_errno = ENAMETOOLONG; return -1; }
     memcpy(parent, path, pn);
     parent[pn] = 0;
     return walk_create(rootfd, pn ? parent : "/", 1, 1);
@@ -258,14 +243,14 @@ static int set_attrs(int mfd, uint64_t set, int recursive) {
     memset(&a, 0, sizeof a);
     a.attr_set = set;
     a.propagation = MS_PRIVATE;
-    return mount_setattr(mfd, "", AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0), &a, sizeof a);
+    return sys_mount_setattr(mfd, "", AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0), &a, sizeof a);
 }
 
 static int attach(int mfd, int targetfd) {
-    return move_mount(mfd, "", targetfd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH);
+    return sys_move_mount(mfd, "", targetfd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH);
 }
 
-/// attach(), then close both descriptors, keeping attach's errno.
+/// attach(), then close both descriptors, keeping attach's error.
 static int attach_close(int mfd, int targetfd) {
     int r = attach(mfd, targetfd);
     close_keep_errno(targetfd);
@@ -275,7 +260,7 @@ static int attach_close(int mfd, int targetfd) {
 
 /// A detached tmpfs (or other simple fs) mount fd.
 static int new_fs(const char *type, uint64_t size, uint32_t mode, uint64_t attrs) {
-    int fs = fsopen(type, FSOPEN_CLOEXEC);
+    int fs = sys_fsopen(type, FSOPEN_CLOEXEC);
     if (fs < 0) return -1;
     char buf[32];
     if (size) {
@@ -287,7 +272,7 @@ static int new_fs(const char *type, uint64_t size, uint32_t mode, uint64_t attrs
         int j = 0;
         while (i) buf[j++] = tmp[--i];
         buf[j] = 0;
-        if (fsconfig(fs, FSCONFIG_SET_STRING, "size", buf, 0) < 0) goto bad;
+        if (sys_fsconfig(fs, FSCONFIG_SET_STRING, "size", buf, 0) < 0) goto bad;
     }
     if (mode != UINT32_MAX) {
         buf[0] = '0';
@@ -296,10 +281,10 @@ static int new_fs(const char *type, uint64_t size, uint32_t mode, uint64_t attrs
         buf[3] = (char)('0' + ((mode >> 3) & 7));
         buf[4] = (char)('0' + (mode & 7));
         buf[5] = 0;
-        if (fsconfig(fs, FSCONFIG_SET_STRING, "mode", buf, 0) < 0) goto bad;
+        if (sys_fsconfig(fs, FSCONFIG_SET_STRING, "mode", buf, 0) < 0) goto bad;
     }
-    if (fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0) goto bad;
-    int m = fsmount(fs, FSMOUNT_CLOEXEC, (unsigned)attrs);
+    if (sys_fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0) goto bad;
+    int m = sys_fsmount(fs, FSMOUNT_CLOEXEC, (unsigned)attrs);
     close_keep_errno(fs);
     return m;
 bad:
@@ -314,15 +299,15 @@ static const uint64_t SAFE = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
 /// the payload's unprivileged host uid never has to traverse it. The clone is a detached
 /// tree; init attaches it inside the sandbox later.
 static int open_source(const struct ahl_mount *m) {
-    int tree = open_tree(AT_FDCWD, m->source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_SYMLINK_NOFOLLOW);
+    int tree = sys_open_tree(AT_FDCWD, m->source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_SYMLINK_NOFOLLOW);
     if (tree < 0) return -1;
     struct stat st;
-    if (fstat(tree, &st) < 0) { close_keep_errno(tree); return -1; }
+    if (sys_fstat(tree, &st) < 0) { close_keep_errno(tree); return -1; }
     if ((uint64_t)st.st_dev != m->dev || (uint64_t)st.st_ino != m->ino) {
         // The path now names a different object than the one the policy was compiled
         // against (swapped between planning and mounting): refuse rather than mount it.
-        close(tree);
-        errno = ESTALE;
+        sys_close(tree);
+        ahl_errno = ESTALE;
         return -1;
     }
     uint64_t attrs = SAFE | ((m->flags & AHL_MOUNT_READONLY) ? MOUNT_ATTR_RDONLY : 0) |
@@ -350,22 +335,22 @@ static int mount_tmpfs_at(int newroot, const char *dest, uint64_t size, uint32_t
 static int mount_hide(const struct ahl_mount *m, int newroot) {
     // Only existing objects (provided by an earlier bind) are hidden; nothing to do otherwise.
     int target = walk_create(newroot, m->dest, 0, 0);
-    if (target < 0 && errno == EISDIR) target = walk_create(newroot, m->dest, 1, 0);
-    if (target < 0) return errno == ENOENT ? 0 : -1;
+    if (target < 0 && ahl_errno == EISDIR) target = walk_create(newroot, m->dest, 1, 0);
+    if (target < 0) return ahl_errno == ENOENT ? 0 : -1;
     struct stat st;
-    if (fstat(target, &st) < 0) { close_keep_errno(target); return -1; }
+    if (sys_fstat(target, &st) < 0) { close_keep_errno(target); return -1; }
     // Hidden things read as "Permission denied": mode 0, owned by nobody the payload can act as.
     int mfd = new_fs("tmpfs", 4096, 0, SAFE | MOUNT_ATTR_NOEXEC | (S_ISDIR(st.st_mode) ? MOUNT_ATTR_RDONLY : 0));
     if (mfd >= 0 && !S_ISDIR(st.st_mode)) {
         // An empty mode-0 file on a private, never-attached tmpfs, bound over the target.
-        int f = openat(mfd, "empty", O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0000);
-        int file = f < 0 ? -1 : open_tree(mfd, "empty", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-        if (f >= 0) close(f);
-        int s = errno;
-        close(mfd);
+        int f = sys_openat(mfd, "empty", O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0000);
+        int file = f < 0 ? -1 : sys_open_tree(mfd, "empty", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+        if (f >= 0) sys_close(f);
+        int s = ahl_errno;
+        sys_close(mfd);
         mfd = file;
-        if (mfd >= 0 && set_attrs(mfd, SAFE | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOEXEC, 0) < 0) { s = errno; close(mfd); mfd = -1; }
-        errno = s;
+        if (mfd >= 0 && set_attrs(mfd, SAFE | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOEXEC, 0) < 0) { s = ahl_errno; sys_close(mfd); mfd = -1; }
+        ahl_errno = s;
     }
     if (mfd < 0) { close_keep_errno(target); return -1; }
     return attach_close(mfd, target);
@@ -375,7 +360,7 @@ static int mount_symlink(const struct ahl_mount *m, int newroot) {
     char last[256];
     int parent = walk_parent(newroot, m->dest, last, sizeof last);
     if (parent < 0) return -1;
-    int r = symlinkat(m->source, parent, last);
+    int r = sys_symlinkat(m->source, parent, last);
     close_keep_errno(parent);
     return r;
 }
@@ -389,47 +374,68 @@ static int open_device(const char *name) {
     char src[32] = "/dev/";
     size_t n = strlen(name);
     memcpy(src + 5, name, n + 1);
-    int tree = open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    int tree = sys_open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
     if (tree < 0) return -1;
     if (set_attrs(tree, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY, 0) < 0) { close_keep_errno(tree); return -1; }
     return tree;
 }
 
 static int bind_device(int devdir, const char *name, int tree) {
-    int f = openat(devdir, name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0444);
-    if (f >= 0) close(f);
-    int target = openat(devdir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    int f = sys_openat(devdir, name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0444);
+    if (f >= 0) sys_close(f);
+    int target = sys_openat(devdir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC, 0);
     if (target < 0) return -1;
     int r = attach(tree, target);
     close_keep_errno(target);
     return r;
 }
 
-static int setup_dev(int newroot, const int *device_trees) {
-    if (mount_tmpfs_at(newroot, "/dev", 1 << 20, 0755, SAFE | MOUNT_ATTR_NOEXEC) < 0) return -1;
-    int dir = walk_create(newroot, "/dev", 1, 0);
-    if (dir < 0) return -1;
+static const char *const device_links[][2] = {
+    {"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"}, {"/proc/self/fd/1", "stdout"},
+    {"/proc/self/fd/2", "stderr"}, {"pts/ptmx", "ptmx"}};
+
+/// Fills a fresh /dev tmpfs (`dir`, its root): the device nodes, the links, and the mount
+/// points of /dev/shm and /dev/pts.
+static int fill_dev(int dir, const int *device_trees) {
     for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++)
-        if (bind_device(dir, device_nodes[i], device_trees[i]) < 0) { close_keep_errno(dir); return -1; }
-    static const char *const links[][2] = {
-        {"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"}, {"/proc/self/fd/1", "stdout"},
-        {"/proc/self/fd/2", "stderr"}, {"pts/ptmx", "ptmx"}};
-    for (unsigned i = 0; i < sizeof links / sizeof links[0]; i++)
-        if (symlinkat(links[i][0], dir, links[i][1]) < 0) { close_keep_errno(dir); return -1; }
-    close(dir);
+        if (bind_device(dir, device_nodes[i], device_trees[i]) < 0) return -1;
+    for (unsigned i = 0; i < sizeof device_links / sizeof device_links[0]; i++)
+        if (sys_symlinkat(device_links[i][0], dir, device_links[i][1]) < 0) return -1;
+    if (sys_mkdirat(dir, "shm", 0755) < 0 || sys_mkdirat(dir, "pts", 0755) < 0) return -1;
+    return 0;
+}
+
+/// /dev: a clone of the supervisor's shared tree (`dev_fd`: read-only tmpfs, device nodes,
+/// links), or built here from the device nodes the monitor cloned. Either way /dev/shm is a
+/// tmpfs of this sandbox's own and /dev/pts a devpts instance of its own.
+static int setup_dev(int newroot, int dev_fd, const int *device_trees) {
+    if (dev_fd >= 0) {
+        int tree = sys_open_tree(dev_fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH);
+        if (tree < 0) return -1;
+        int target = walk_create(newroot, "/dev", 1, 1);
+        if (target < 0) { close_keep_errno(tree); return -1; }
+        if (attach_close(tree, target) < 0) return -1;
+    } else {
+        if (mount_tmpfs_at(newroot, "/dev", 1 << 20, 0755, SAFE | MOUNT_ATTR_NOEXEC) < 0) return -1;
+        int dir = walk_create(newroot, "/dev", 1, 0);
+        if (dir < 0) return -1;
+        int r = fill_dev(dir, device_trees);
+        close_keep_errno(dir);
+        if (r < 0) return -1;
+    }
     if (mount_tmpfs_at(newroot, "/dev/shm", 64ull << 20, 01777, SAFE | MOUNT_ATTR_NOEXEC) < 0) return -1;
     // A private devpts instance so ptys work without exposing the host's.
-    int fs = fsopen("devpts", FSOPEN_CLOEXEC);
+    int fs = sys_fsopen("devpts", FSOPEN_CLOEXEC);
     if (fs >= 0) {
-        int ok = fsconfig(fs, FSCONFIG_SET_STRING, "ptmxmode", "0666", 0) == 0 &&
-                 fsconfig(fs, FSCONFIG_SET_STRING, "mode", "0620", 0) == 0 &&
-                 fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) == 0;
-        int m = ok ? fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC) : -1;
-        close(fs);
+        int ok = sys_fsconfig(fs, FSCONFIG_SET_STRING, "ptmxmode", "0666", 0) == 0 &&
+                 sys_fsconfig(fs, FSCONFIG_SET_STRING, "mode", "0620", 0) == 0 &&
+                 sys_fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) == 0;
+        int m = ok ? sys_fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC) : -1;
+        sys_close(fs);
         if (m >= 0) {
             int t = walk_create(newroot, "/dev/pts", 1, 1);
-            if (t >= 0) { (void)attach(m, t); close(t); }
-            close(m);
+            if (t >= 0) { (void)attach(m, t); sys_close(t); }
+            sys_close(m);
         }
     }
     return 0;
@@ -438,10 +444,10 @@ static int setup_dev(int newroot, const int *device_trees) {
 /// Re-binds a subtree of the fresh /proc onto itself read-only (kernel knobs stay unwritable
 /// even for a process that somehow regained privileges in the namespace).
 static int proc_readonly(int procfd, const char *sub) {
-    int tree = open_tree(procfd, sub, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
-    if (tree < 0) return errno == ENOENT ? 0 : -1;
+    int tree = sys_open_tree(procfd, sub, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+    if (tree < 0) return ahl_errno == ENOENT ? 0 : -1;
     if (set_attrs(tree, SAFE | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY, 1) < 0) { close_keep_errno(tree); return -1; }
-    int target = openat(procfd, sub, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    int target = sys_openat(procfd, sub, O_PATH | O_NOFOLLOW | O_CLOEXEC, 0);
     if (target < 0) { close_keep_errno(tree); return -1; }
     return attach_close(tree, target);
 }
@@ -471,10 +477,10 @@ static void buf_num(struct ahl_buf *o, uint64_t v) {
 /// The line of `procfd/name` starting with `key`, including its newline, appended to `o`.
 static void copy_line(int procfd, const char *name, const char *key, struct ahl_buf *o) {
     struct ahl_buf in;
-    int fd = openat(procfd, name, O_RDONLY | O_CLOEXEC);
+    int fd = sys_openat(procfd, name, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0) return;
-    ssize_t r = read(fd, in.b, sizeof in.b - 1);
-    close(fd);
+    ssize_t r = sys_read(fd, in.b, sizeof in.b - 1);
+    sys_close(fd);
     if (r <= 0) return;
     in.b[r] = 0;
     size_t kl = strlen(key);
@@ -490,39 +496,41 @@ static void copy_line(int procfd, const char *name, const char *key, struct ahl_
 }
 
 static int put_file(int dirfd, const char *name, const struct ahl_buf *content) {
-    int fd = openat(dirfd, name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0444);
+    int fd = sys_openat(dirfd, name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0444);
     if (fd < 0) return -1;
-    ssize_t w = content->n ? write(fd, content->b, content->n) : 0;
-    close(fd);
+    ssize_t w = content->n ? sys_write(fd, content->b, content->n) : 0;
+    sys_close(fd);
     return w == (ssize_t)content->n ? 0 : -1;
 }
 
 /// Covers `procfd/target` (if it exists) with `name` from the masks tmpfs `mfd`. The clone
 /// is read-only, nosuid, nodev and noexec because the masks mount is (a clone keeps its
-/// source mount's flags), which saves a mount_setattr per cover (22 per sandbox).
+/// source mount's flags), which saves a mount_setattr per cover (22 per sandbox). The target
+/// is named relative to the /proc just mounted, whose names are the kernel's: move_mount
+/// follows no final symlink without MOVE_MOUNT_T_SYMLINKS, and opening the target first
+/// would cost two system calls per cover.
 static int cover(int mfd, const char *name, int procfd, const char *target) {
-    int t = openat(procfd, target, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    if (t < 0) return errno == ENOENT ? 0 : -1;
-    int tree = open_tree(mfd, name, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-    if (tree < 0) { close_keep_errno(t); return -1; }
-    return attach_close(tree, t);
+    int tree = sys_open_tree(mfd, name, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (tree < 0) return -1;
+    int r = sys_move_mount(tree, "", procfd, target, MOVE_MOUNT_F_EMPTY_PATH);
+    close_keep_errno(tree);
+    return r < 0 && ahl_errno == ENOENT ? 0 : r;
 }
 
 // The covering files live in a small tmpfs attached for a moment inside the new root (kernels
 // before 6.x cannot clone from a detached mount), then detached and its mount point removed.
 static const char masks_dir[] = "/.autoharness-masks";
 
-static int mask_host_counters(int newroot, int procfd) {
-    int mfd = new_fs("tmpfs", 1 << 20, 0755, SAFE | MOUNT_ATTR_NOEXEC);
-    if (mfd < 0) return -1;
-    int spot = walk_create(newroot, masks_dir, 1, 1);
-    if (spot < 0) { close_keep_errno(mfd); return -1; }
-    if (attach_close(mfd, spot) < 0) return -1;
-    mfd = walk_create(newroot, masks_dir, 1, 0);
-    if (mfd < 0) return -1;
+/// Writes the covering files into the masks tmpfs `mfd` (the root of a fresh one), reading
+/// the values that never move from `procfd`, and makes the mount read-only: every cover
+/// cloned from it inherits that.
+static int write_masks(int mfd, int procfd) {
     struct ahl_buf stat = {.n = 0}, mem = {.n = 0}, load = {.n = 0}, up = {.n = 0}, empty = {.n = 0};
     cpu_set_t cpus;
-    int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    int ncpu = 0;
+    int got = sys_sched_getaffinity(sizeof cpus, &cpus);
+    for (int i = 0; i < got; i++) ncpu += __builtin_popcount(((const unsigned char *)&cpus)[i]);
+    if (ncpu == 0) ncpu = 1;
     buf_put(&stat, "cpu  0 0 0 0 0 0 0 0 0 0\n");
     for (int i = 0; i < ncpu; i++) { buf_put(&stat, "cpu"); buf_num(&stat, (uint64_t)i); buf_put(&stat, " 0 0 0 0 0 0 0 0 0 0\n"); }
     buf_put(&stat, "intr 0\nctxt 0\n");
@@ -538,31 +546,49 @@ static int mask_host_counters(int newroot, int procfd) {
                   "SwapTotal:             0 kB\nSwapFree:              0 kB\nShmem:                 0 kB\n");
     buf_put(&load, "0.00 0.00 0.00 1/1 1\n");
     buf_put(&up, "1000.00 0.00\n");
-    int dir = openat(mfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int dir = sys_openat(mfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
     int ok = dir >= 0 && put_file(dir, "stat", &stat) == 0 && put_file(dir, "meminfo", &mem) == 0 &&
              put_file(dir, "loadavg", &load) == 0 && put_file(dir, "uptime", &up) == 0 &&
-             put_file(dir, "empty", &empty) == 0 && mkdirat(dir, "emptydir", 0555) == 0;
-    if (dir >= 0) close(dir);
-    if (!ok) { close_keep_errno(mfd); return -1; }
-    // Every cover cloned below inherits these flags.
-    if (set_attrs(mfd, SAFE | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY, 0) < 0) { close_keep_errno(mfd); return -1; }
+             put_file(dir, "empty", &empty) == 0 && sys_mkdirat(dir, "emptydir", 0555) == 0;
+    if (dir >= 0) sys_close(dir);
+    if (!ok) return -1;
+    return set_attrs(mfd, SAFE | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY, 0);
+}
+
+/// Covers the host-wide counters of the fresh /proc `procfd` with files of the masks mount.
+static int cover_counters(int mfd, int procfd) {
     static const char *const same[] = {"stat", "meminfo", "loadavg", "uptime"};
     for (unsigned i = 0; i < sizeof same / sizeof same[0]; i++)
-        if (cover(mfd, same[i], procfd, same[i]) < 0) { close_keep_errno(mfd); return -1; }
+        if (cover(mfd, same[i], procfd, same[i]) < 0) return -1;
     static const char *const emptied[] = {
         "vmstat", "schedstat", "diskstats", "softirqs", "interrupts", "locks", "zoneinfo", "buddyinfo",
         "pagetypeinfo", "slabinfo", "vmallocinfo", "key-users", "sys/fs/inode-nr", "sys/fs/inode-state",
         "sys/fs/dentry-state", "sys/fs/file-nr", "sys/kernel/random/entropy_avail"};
     for (unsigned i = 0; i < sizeof emptied / sizeof emptied[0]; i++)
-        if (cover(mfd, "empty", procfd, emptied[i]) < 0) { close_keep_errno(mfd); return -1; }
-    if (cover(mfd, "emptydir", procfd, "pressure") < 0) { close_keep_errno(mfd); return -1; }
-    close(mfd);
-    // init's view: the new root is attached at /tmp until the pivot.
-    if (umount2("/tmp/.autoharness-masks", MNT_DETACH) < 0) return -1;
-    return unlinkat(newroot, masks_dir + 1, AT_REMOVEDIR);
+        if (cover(mfd, "empty", procfd, emptied[i]) < 0) return -1;
+    return cover(mfd, "emptydir", procfd, "pressure");
 }
 
-static int setup_proc(int newroot) {
+/// The covers come from the supervisor's shared masks mount (`masks_fd`, read-only) where the
+/// kernel clones from detached mounts; otherwise from a masks tmpfs made here, attached for
+/// the moment of the clones.
+static int mask_host_counters(int newroot, int procfd, int masks_fd) {
+    if (masks_fd >= 0) return cover_counters(masks_fd, procfd);
+    int mfd = new_fs("tmpfs", 1 << 20, 0755, SAFE | MOUNT_ATTR_NOEXEC);
+    if (mfd < 0) return -1;
+    int spot = walk_create(newroot, masks_dir, 1, 1);
+    if (spot < 0) { close_keep_errno(mfd); return -1; }
+    if (attach_close(mfd, spot) < 0) return -1;
+    mfd = walk_create(newroot, masks_dir, 1, 0);
+    if (mfd < 0) return -1;
+    if (write_masks(mfd, procfd) < 0 || cover_counters(mfd, procfd) < 0) { close_keep_errno(mfd); return -1; }
+    sys_close(mfd);
+    // init's view: the new root is attached at /tmp until the pivot.
+    if (sys_umount2("/tmp/.autoharness-masks", MNT_DETACH) < 0) return -1;
+    return sys_unlinkat(newroot, masks_dir + 1, AT_REMOVEDIR);
+}
+
+static int setup_proc(int newroot, int masks_fd) {
     // Must happen before the host root is detached: the kernel lets a user namespace mount
     // proc only while a fully visible proc is present in the mount namespace.
     int mfd = new_fs("proc", 0, UINT32_MAX, SAFE | MOUNT_ATTR_NOEXEC);
@@ -575,8 +601,8 @@ static int setup_proc(int newroot) {
     static const char *const ro[] = {"sys", "sysrq-trigger", "irq", "bus", "fs"};
     for (unsigned i = 0; i < sizeof ro / sizeof ro[0]; i++)
         if (proc_readonly(procfd, ro[i]) < 0) { close_keep_errno(procfd); return -1; }
-    if (mask_host_counters(newroot, procfd) < 0) { close_keep_errno(procfd); return -1; }
-    close(procfd);
+    if (mask_host_counters(newroot, procfd, masks_fd) < 0) { close_keep_errno(procfd); return -1; }
+    sys_close(procfd);
     return 0;
 }
 
@@ -590,18 +616,18 @@ static int make_readonly(int newroot, const char *path) {
 
 static void setup_filesystem(const struct ahl_plan *p, int rep, const int *trees, const int *device_trees) {
     // Stop mount events propagating between the host and the sandbox in either direction.
-    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) fail(rep, AHL_STAGE_MOUNT_PRIVATE, 0);
+    if (sys_mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) fail(rep, AHL_STAGE_MOUNT_PRIVATE, 0);
 
     // The sandbox root: an empty tmpfs that holds only mount points and ends read-only. It
     // is attached over /tmp of this private namespace just long enough to pivot into it.
     uint64_t rs = p->root_size ? p->root_size : (4ull << 20);
     int rootm = new_fs("tmpfs", rs, 0755, SAFE);
     if (rootm < 0) fail(rep, AHL_STAGE_MOUNT_ROOT, 0);
-    int spot = open("/tmp", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int spot = sys_open("/tmp", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (spot < 0 || attach(rootm, spot) < 0) fail(rep, AHL_STAGE_MOUNT_ROOT, 0);
-    close(spot);
-    close(rootm);
-    int newroot = open("/tmp", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    sys_close(spot);
+    sys_close(rootm);
+    int newroot = sys_open("/tmp", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (newroot < 0) fail(rep, AHL_STAGE_MOUNT_ROOT, 0);
 
     for (uint32_t i = 0; i < p->n_mounts; i++) {
@@ -612,42 +638,73 @@ static void setup_filesystem(const struct ahl_plan *p, int rep, const int *trees
         case AHL_MOUNT_TMPFS: r = mount_tmpfs_at(newroot, m->dest, m->size, m->mode, SAFE); break;
         case AHL_MOUNT_HIDE: r = mount_hide(m, newroot); break;
         case AHL_MOUNT_SYMLINK: r = mount_symlink(m, newroot); break;
-        default: errno = EINVAL; r = -1;
+        default: ahl_errno = EINVAL; r = -1;
         }
         if (r < 0) fail(rep, AHL_STAGE_MOUNT_ENTRY, (int32_t)i);
-        if (m->kind == AHL_MOUNT_BIND) close(trees[i]);
+        if (m->kind == AHL_MOUNT_BIND) sys_close(trees[i]);
     }
-    if (setup_dev(newroot, device_trees) < 0) fail(rep, AHL_STAGE_MOUNT_DEV, 0);
+    if (setup_dev(newroot, p->dev_fd, device_trees) < 0) fail(rep, AHL_STAGE_MOUNT_DEV, 0);
     // Before the host tree is detached: the kernel lets a user namespace mount proc only
     // while a fully visible proc exists in its mount namespace.
-    if (setup_proc(newroot) < 0) fail(rep, AHL_STAGE_MOUNT_PROC, 0);
+    if (setup_proc(newroot, p->masks_fd) < 0) fail(rep, AHL_STAGE_MOUNT_PROC, 0);
     if (make_readonly(newroot, "/dev") < 0) fail(rep, AHL_STAGE_MOUNT_READONLY, 0);
     if (make_readonly(newroot, "/") < 0) fail(rep, AHL_STAGE_MOUNT_READONLY, 0);
-    close(newroot);
+    sys_close(newroot);
 
     // pivot_root(".", ".") stacks the old root on top of the new one; detaching it drops
     // the whole host tree from this namespace.
-    if (chdir("/tmp") < 0) fail(rep, AHL_STAGE_PIVOT_ROOT, 0);
-    if (syscall(SYS_pivot_root, ".", ".") < 0) fail(rep, AHL_STAGE_PIVOT_ROOT, 0);
-    if (umount2(".", MNT_DETACH) < 0) fail(rep, AHL_STAGE_DETACH_OLD_ROOT, 0);
-    if (chdir("/") < 0) fail(rep, AHL_STAGE_PIVOT_ROOT, 0);
+    if (sys_chdir("/tmp") < 0) fail(rep, AHL_STAGE_PIVOT_ROOT, 0);
+    if (sys_pivot_root(".", ".") < 0) fail(rep, AHL_STAGE_PIVOT_ROOT, 0);
+    if (sys_umount2(".", MNT_DETACH) < 0) fail(rep, AHL_STAGE_DETACH_OLD_ROOT, 0);
+    if (sys_chdir("/") < 0) fail(rep, AHL_STAGE_PIVOT_ROOT, 0);
 }
 
 static int loopback_up(void) {
-    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int s = sys_socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (s < 0) return -1;
     struct ifreq ifr;
     memset(&ifr, 0, sizeof ifr);
     memcpy(ifr.ifr_name, "lo", 3);
-    int r = ioctl(s, SIOCGIFFLAGS, &ifr);
+    int r = sys_ioctl(s, SIOCGIFFLAGS, &ifr);
     if (r == 0) {
         ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-        r = ioctl(s, SIOCSIFFLAGS, &ifr);
+        r = sys_ioctl(s, SIOCSIFFLAGS, &ifr);
     }
-    int e = errno;
-    close(s);
-    errno = e;
+    int e = ahl_errno;
+    sys_close(s);
+    ahl_errno = e;
     return r;
+}
+
+// ---------------------------------------------------------------------------------------
+// Trees every sandbox clones (supervisor side, once per process)
+
+int ahl_build_shared(int *masks_out, int *dev_out) {
+    *masks_out = *dev_out = -1;
+    int masks = -1, dev = -1, procfd = -1, trees[AHL_DEVICE_COUNT];
+    unsigned n = 0;
+    int ok = (procfd = sys_open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC)) >= 0 &&
+             (masks = new_fs("tmpfs", 1 << 20, 0755, SAFE | MOUNT_ATTR_NOEXEC)) >= 0 && write_masks(masks, procfd) == 0;
+    // Older kernels refuse to clone from a mount that is attached nowhere (EINVAL): then each
+    // sandbox builds its own, as before.
+    int probe = ok ? sys_open_tree(masks, "empty", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC) : -1;
+    ok = probe >= 0 && (dev = new_fs("tmpfs", 1 << 20, 0755, SAFE | MOUNT_ATTR_NOEXEC)) >= 0;
+    for (; ok && n < AHL_DEVICE_COUNT; n++)
+        if ((trees[n] = open_device(device_nodes[n])) < 0) ok = 0;
+    ok = ok && fill_dev(dev, trees) == 0 && set_attrs(dev, SAFE | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY, 0) == 0;
+    int e = ok ? 0 : ahl_errno ? ahl_errno : EIO;
+    for (unsigned i = 0; i < n; i++)
+        if (trees[i] >= 0) sys_close(trees[i]);
+    if (probe >= 0) sys_close(probe);
+    if (procfd >= 0) sys_close(procfd);
+    if (!ok) {
+        if (masks >= 0) sys_close(masks);
+        if (dev >= 0) sys_close(dev);
+        return e;
+    }
+    *masks_out = masks;
+    *dev_out = dev;
+    return 0;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -656,26 +713,26 @@ static int loopback_up(void) {
 static int drop_all_caps(uint32_t cap_last, int bounding) {
     if (bounding) {
         for (uint32_t c = 0; c <= cap_last; c++)
-            if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL) return -1;
-        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL) return -1;
+            if (sys_prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && ahl_errno != EINVAL) return -1;
+        if (sys_prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && ahl_errno != EINVAL) return -1;
     }
     struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
     struct __user_cap_data_struct d[2];
     memset(d, 0, sizeof d);
-    return (int)syscall(SYS_capset, &h, d);
+    return (int)AHL_SYS2(SYS_capset, &h, d);
 }
 
 static int caps_are_empty(uint32_t cap_last) {
     struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
     struct __user_cap_data_struct d[2];
-    if (syscall(SYS_capget, &h, d) < 0) return 0;
+    if (AHL_SYS2(SYS_capget, &h, d) < 0) return 0;
     for (int i = 0; i < 2; i++)
         if (d[i].effective || d[i].permitted || d[i].inheritable) return 0;
     for (uint32_t c = 0; c <= cap_last; c++) {
-        if (prctl(PR_CAPBSET_READ, c, 0, 0, 0) != 0) return 0;
-        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, c, 0, 0) > 0) return 0;
+        if (sys_prctl(PR_CAPBSET_READ, c, 0, 0, 0) != 0) return 0;
+        if (sys_prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, c, 0, 0) > 0) return 0;
     }
-    return prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1;
+    return sys_prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -705,16 +762,16 @@ struct ahl_ll_ruleset { uint64_t handled_access_fs; };
 struct ahl_ll_path_beneath { uint64_t allowed_access; int32_t parent_fd; } __attribute__((packed));
 
 static int ll_allow(int ruleset, const char *path, uint64_t access, uint64_t file_rights) {
-    int fd = open(path, O_PATH | O_CLOEXEC);
+    int fd = sys_open(path, O_PATH | O_CLOEXEC);
     if (fd < 0) return -1;
     struct stat st;
-    if (fstat(fd, &st) < 0) { close(fd); return -1; }
+    if (sys_fstat(fd, &st) < 0) { sys_close(fd); return -1; }
     // A rule on a file may name only rights that apply to files.
     struct ahl_ll_path_beneath rule = {S_ISDIR(st.st_mode) ? access : (access & file_rights), fd};
-    long r = syscall(SYS_landlock_add_rule, ruleset, 1 /* LANDLOCK_RULE_PATH_BENEATH */, &rule, 0);
-    int e = errno;
-    close(fd);
-    errno = e;
+    long r = AHL_SYS4(SYS_landlock_add_rule, ruleset, 1 /* LANDLOCK_RULE_PATH_BENEATH */, &rule, 0);
+    int e = ahl_errno;
+    sys_close(fd);
+    ahl_errno = e;
     return r < 0 ? -1 : 0;
 }
 
@@ -723,7 +780,7 @@ static int ll_allow(int ruleset, const char *path, uint64_t access, uint64_t fil
 // /dev. Reads and execution are not Landlock's business here: the mounts decide those.
 static void apply_landlock(const struct ahl_plan *p, int rep) {
     if (!p->landlock) return;
-    long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, 1U /* LANDLOCK_CREATE_RULESET_VERSION */);
+    long abi = AHL_SYS3(SYS_landlock_create_ruleset, 0, 0, 1U /* LANDLOCK_CREATE_RULESET_VERSION */);
     if (abi < 1) {
         if (p->landlock == 2) fail(rep, AHL_STAGE_LANDLOCK, -1);
         return;
@@ -735,7 +792,7 @@ static void apply_landlock(const struct ahl_plan *p, int rep) {
     if (abi >= 3) handled |= AHL_LL_TRUNCATE;
     uint64_t file_rights = handled & (AHL_LL_WRITE_FILE | AHL_LL_TRUNCATE);
     struct ahl_ll_ruleset attr = {handled};
-    int rs = (int)syscall(SYS_landlock_create_ruleset, &attr, sizeof attr, 0);
+    int rs = (int)AHL_SYS3(SYS_landlock_create_ruleset, &attr, sizeof attr, 0);
     if (rs < 0) fail(rep, AHL_STAGE_LANDLOCK, -1);
     for (uint32_t i = 0; i < p->n_mounts; i++) {
         const struct ahl_mount *m = &p->mounts[i];
@@ -744,21 +801,21 @@ static void apply_landlock(const struct ahl_plan *p, int rep) {
     }
     if (ll_allow(rs, "/dev", file_rights, file_rights) < 0) fail(rep, AHL_STAGE_LANDLOCK, -2);
     (void)ll_allow(rs, "/dev/shm", handled, file_rights);  // present when init made it
-    if (syscall(SYS_landlock_restrict_self, rs, 0) < 0) fail(rep, AHL_STAGE_LANDLOCK, -1);
-    close(rs);
+    if (AHL_SYS2(SYS_landlock_restrict_self, rs, 0) < 0) fail(rep, AHL_STAGE_LANDLOCK, -1);
+    sys_close(rs);
 }
 
 // ---------------------------------------------------------------------------------------
 // The payload (pid 2)
 
 static int write_self(const char *file, const char *text) {
-    int fd = open(file, O_WRONLY | O_CLOEXEC);
+    int fd = sys_open(file, O_WRONLY | O_CLOEXEC);
     if (fd < 0) return -1;
     size_t n = strlen(text);
-    ssize_t w = write(fd, text, n);
+    ssize_t w = sys_write(fd, text, n);
     close_keep_errno(fd);
     if (w < 0) return -1;
-    if ((size_t)w != n) { errno = EIO; return -1; }
+    if ((size_t)w != n) { ahl_errno = EIO; return -1; }
     return 0;
 }
 
@@ -788,8 +845,8 @@ static void lock_mounts(const struct ahl_plan *p, int rep) {
     // The id change in the monitor left this process non-dumpable, which makes its /proc
     // files root's, and once in the new namespace it has no capability over them. exec
     // makes it dumpable anyway; doing it now lets it write its own id maps.
-    if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0) fail(rep, AHL_STAGE_LOCK_MOUNTS, 0);
-    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0) fail(rep, AHL_STAGE_LOCK_MOUNTS, 0);
+    if (sys_prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0) fail(rep, AHL_STAGE_LOCK_MOUNTS, 0);
+    if (sys_unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0) fail(rep, AHL_STAGE_LOCK_MOUNTS, 0);
     char map[32];
     if (write_self("/proc/self/setgroups", "deny") < 0) fail(rep, AHL_STAGE_LOCK_MOUNTS, 1);
     put_id_map(map, p->uid);
@@ -808,49 +865,47 @@ static void hold(int rep) {
     char go = 0;
     ssize_t n;
     do {
-        n = syscall(SYS_recvfrom, rep, &go, 1, 0, NULL, NULL);  // the call hold 2 relies on the filter allowing
-    } while (n < 0 && errno == EINTR);
+        n = sys_recv(rep, &go, 1, 0);  // the call hold 2 relies on the filter allowing
+    } while (n < 0 && ahl_errno == EINTR);
     if (n != 1 || go != AHL_CTL_RUN) {
-        if (n >= 0) errno = ECANCELED;
+        if (n >= 0) ahl_errno = ECANCELED;
         fail(rep, AHL_STAGE_HOLD, 0);
     }
 }
 
 __attribute__((noreturn)) static void payload_main(const struct ahl_plan *p, int rep) {
-    if (setsid() < 0) fail(rep, AHL_STAGE_STDIO, 0);
+    if (sys_setsid() < 0) fail(rep, AHL_STAGE_STDIO, 0);
     for (int i = 0; i < 3; i++)
-        if (p->stdio[i] >= 0 && p->stdio[i] != i && dup2(p->stdio[i], i) < 0) fail(rep, AHL_STAGE_STDIO, i);
+        if (p->stdio[i] >= 0 && p->stdio[i] != i && sys_dup3(p->stdio[i], i, 0) < 0) fail(rep, AHL_STAGE_STDIO, i);
     int keep[4] = {0, 1, 2, rep};
     close_all_except(keep, 4);
 
     for (uint32_t i = 0; i < p->n_rlimits; i++) {
-        struct rlimit rl = {(rlim_t)p->rlimits[i].soft, (rlim_t)p->rlimits[i].hard};
-        if (setrlimit((__rlimit_resource_t)p->rlimits[i].resource, &rl) < 0) fail(rep, AHL_STAGE_RLIMIT, (int32_t)i);
+        uint64_t rl[2] = {p->rlimits[i].soft, p->rlimits[i].hard};
+        if (sys_prlimit(p->rlimits[i].resource, rl) < 0) fail(rep, AHL_STAGE_RLIMIT, (int32_t)i);
     }
     lock_mounts(p, rep);
-    if (chdir(p->cwd) < 0) fail(rep, AHL_STAGE_CHDIR, 0);
+    if (sys_chdir(p->cwd) < 0) fail(rep, AHL_STAGE_CHDIR, 0);
 
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) fail(rep, AHL_STAGE_NO_NEW_PRIVS, 0);
+    if (sys_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) fail(rep, AHL_STAGE_NO_NEW_PRIVS, 0);
     if (drop_all_caps(p->cap_last, 1) < 0) fail(rep, AHL_STAGE_DROP_CAPS, 0);
-    if (!caps_are_empty(p->cap_last)) { errno = EPERM; fail(rep, AHL_STAGE_VERIFY_CAPS, 0); }
+    if (!caps_are_empty(p->cap_last)) { ahl_errno = EPERM; fail(rep, AHL_STAGE_VERIFY_CAPS, 0); }
     // After no-new-privs (which landlock_restrict_self requires without CAP_SYS_ADMIN), and
     // before seccomp, so the filter never has to allow the ruleset calls for the setup.
     apply_landlock(p, rep);
 
-    sigset_t none;
-    sigemptyset(&none);
-    (void)sigprocmask(SIG_SETMASK, &none, NULL);
+    uint64_t none = 0;
+    (void)sys_sigprocmask(SIG_SETMASK, &none, NULL);
 
     if (p->hold == 1) hold(rep);
 
     // Last before exec, so the filter never has to allow the setup above.
     if (p->bpf_len) {
         struct sock_fprog prog = {(unsigned short)p->bpf_len, (struct sock_filter *)p->bpf};
-        long lfd = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER,
-                           SECCOMP_FILTER_FLAG_NEW_LISTENER | p->seccomp_flags, &prog);
+        long lfd = AHL_SYS3(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER | p->seccomp_flags, &prog);
         if (lfd < 0) fail(rep, AHL_STAGE_SECCOMP, 0);
         if (send_fd(rep, (int)lfd, AHL_MSG_LISTENER) < 0) fail(rep, AHL_STAGE_SEND_LISTENER, 0);
-        close((int)lfd);
+        sys_close((int)lfd);
     }
     // The filter allows the wait's recv (the supervisor checked): the filter's load is done
     // before the go-ahead rather than after it.
@@ -859,8 +914,8 @@ __attribute__((noreturn)) static void payload_main(const struct ahl_plan *p, int
     const char *file = p->argv[0];
     int err = ENOENT;
     if (strchr(file, '/')) {
-        execve(file, (char *const *)p->argv, (char *const *)p->envp);
-        err = errno;
+        sys_execve(file, (char *const *)p->argv, (char *const *)p->envp);
+        err = ahl_errno;
     } else {
         int saw_eacces = 0;
         const char *sp = p->search_path ? p->search_path : "/usr/bin:/bin";
@@ -875,9 +930,9 @@ __attribute__((noreturn)) static void payload_main(const struct ahl_plan *p, int
                 else { memcpy(buf, sp, dl); k = dl; }
                 buf[k++] = '/';
                 memcpy(buf + k, file, fl + 1);
-                execve(buf, (char *const *)p->argv, (char *const *)p->envp);
-                if (errno == EACCES) saw_eacces = 1;
-                else if (errno != ENOENT && errno != ENOTDIR) { err = errno; saw_eacces = 0; break; }
+                sys_execve(buf, (char *const *)p->argv, (char *const *)p->envp);
+                if (ahl_errno == EACCES) saw_eacces = 1;
+                else if (ahl_errno != ENOENT && ahl_errno != ENOTDIR) { err = ahl_errno; saw_eacces = 0; break; }
             }
             if (!e) break;
             sp = e + 1;
@@ -885,7 +940,7 @@ __attribute__((noreturn)) static void payload_main(const struct ahl_plan *p, int
         if (saw_eacces) err = EACCES;
     }
     send_msg(rep, AHL_MSG_EXEC_ERROR, 0, err, 0, 0);
-    _exit(err == ENOENT || err == ENOTDIR ? 127 : 126);
+    sys_exit(err == ENOENT || err == ENOTDIR ? 127 : 126);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -894,24 +949,26 @@ __attribute__((noreturn)) static void payload_main(const struct ahl_plan *p, int
 __attribute__((noreturn)) static void init_main(const struct ahl_plan *p, int rep, int life, const int *trees, const int *device_trees) {
     // If the monitor dies, so does the sandbox (init's death kills the namespace). The pipe
     // below covers the window before this prctl takes effect.
-    (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    (void)sys_prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 
     setup_filesystem(p, rep, trees, device_trees);
-    for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++) close(device_trees[i]);
-    if (p->hostname && sethostname(p->hostname, strlen(p->hostname)) < 0) fail(rep, AHL_STAGE_HOSTNAME, 0);
+    for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++)
+        if (device_trees[i] >= 0) sys_close(device_trees[i]);
+    if (p->masks_fd >= 0) sys_close(p->masks_fd);
+    if (p->dev_fd >= 0) sys_close(p->dev_fd);
+    if (p->hostname && sys_sethostname(p->hostname, strlen(p->hostname)) < 0) fail(rep, AHL_STAGE_HOSTNAME, 0);
     // A namespace made ahead of time had lo brought up by the monitor; init has no say over it.
     if (p->loopback_up && p->netns_fd < 0 && loopback_up() < 0) fail(rep, AHL_STAGE_LOOPBACK, 0);
 
-    sigset_t all;
-    sigfillset(&all);
-    int sfd = signalfd(-1, &all, SFD_CLOEXEC);
+    uint64_t all = ~0ull;
+    int sfd = sys_signalfd(&all, SFD_CLOEXEC);
     if (sfd < 0) fail(rep, AHL_STAGE_SIGNALFD, 0);
 
-    pid_t child = _Fork();  // async-signal-safe: no atfork handlers in a forked child
+    pid_t child = sys_fork();  // async-signal-safe: no atfork handlers in a forked child
     if (child < 0) fail(rep, AHL_STAGE_FORK_PAYLOAD, 0);
     if (child == 0) {
-        close(sfd);
-        close(life);
+        sys_close(sfd);
+        sys_close(life);
         payload_main(p, rep);
     }
     send_msg(rep, AHL_MSG_STARTED, 0, 0, child, 0);
@@ -919,36 +976,36 @@ __attribute__((noreturn)) static void init_main(const struct ahl_plan *p, int re
     // init keeps nothing the payload could borrow: not dumpable (so its memory cannot be
     // opened through /proc/1/mem) before anything else, then no capabilities and no new
     // privileges. If that cannot be done, the sandbox does not run.
-    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+    if (sys_prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 || sys_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
         drop_all_caps(p->cap_last, 1) < 0) {
-        (void)kill(child, SIGKILL);
+        (void)sys_kill(child, SIGKILL);
         fail(rep, AHL_STAGE_DROP_CAPS, -1);
     }
 
     struct pollfd fds[2] = {{sfd, POLLIN, 0}, {life, POLLIN, 0}};
     for (;;) {
-        int n = poll(fds, 2, -1);
+        int n = sys_ppoll(fds, 2);
         if (n < 0) {
-            if (errno == EINTR) continue;
-            _exit(SETUP_FAILED);
+            if (ahl_errno == EINTR) continue;
+            sys_exit(SETUP_FAILED);
         }
-        if (fds[1].revents) _exit(SETUP_FAILED);  // monitor gone: take the sandbox down
+        if (fds[1].revents) sys_exit(SETUP_FAILED);  // monitor gone: take the sandbox down
         if (fds[0].revents & POLLIN) {
             struct signalfd_siginfo si;
-            if (read(sfd, &si, sizeof si) != sizeof si) continue;
+            if (sys_read(sfd, &si, sizeof si) != sizeof si) continue;
             if (si.ssi_signo == SIGCHLD) {
                 int st;
                 pid_t w;
-                while ((w = waitpid(-1, &st, WNOHANG)) > 0) {
+                while ((w = sys_wait4(-1, &st, WNOHANG)) > 0) {
                     if (w == child) {
                         send_msg(rep, AHL_MSG_EXIT, 0, 0, 0, st);
                         // Exiting kills every process left in the namespace, including
                         // daemonised grandchildren.
-                        _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+                        sys_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
                     }
                 }
             } else {
-                (void)kill(child, (int)si.ssi_signo);
+                (void)sys_kill(child, (int)si.ssi_signo);
             }
         }
     }
@@ -963,16 +1020,16 @@ __attribute__((noreturn)) static void init_main(const struct ahl_plan *p, int re
 /// namespace once the supervisor has written the id maps (it reads nothing else before), and
 /// handed over. Port 3128 needs no capability; lo is up by then.
 static void open_proxy_listener(const struct ahl_plan *p, int rep) {
-    int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int ls = sys_socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in sa;
     memset(&sa, 0, sizeof sa);
     sa.sin_family = AF_INET;
-    sa.sin_port = htons(p->proxy_port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (ls < 0 || bind(ls, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(ls, 64) < 0 ||
+    sa.sin_port = __builtin_bswap16(p->proxy_port);  // network byte order (little-endian hosts)
+    sa.sin_addr.s_addr = __builtin_bswap32(INADDR_LOOPBACK);
+    if (ls < 0 || sys_bind(ls, (struct sockaddr *)&sa, sizeof sa) < 0 || sys_listen(ls, 64) < 0 ||
         send_fd(rep, ls, AHL_MSG_PROXY_LISTENER) < 0)
         fail(rep, AHL_STAGE_PROXY_LISTENER, 0);
-    close(ls);
+    sys_close(ls);
 }
 
 /// A network namespace made ahead of time for this sandbox alone (NetworkNamespacePool):
@@ -980,29 +1037,29 @@ static void open_proxy_listener(const struct ahl_plan *p, int rep) {
 /// made it), so lo is brought up here; nothing in the sandbox's own user namespace can
 /// reconfigure it afterwards.
 static void enter_network_namespace(const struct ahl_plan *p, int rep) {
-    if (setns(p->netns_fd, CLONE_NEWNET) < 0) fail(rep, AHL_STAGE_ENTER_NETNS, 0);
-    close(p->netns_fd);
+    if (sys_setns(p->netns_fd, CLONE_NEWNET) < 0) fail(rep, AHL_STAGE_ENTER_NETNS, 0);
+    sys_close(p->netns_fd);
     if ((p->loopback_up || p->proxy_port) && loopback_up() < 0) fail(rep, AHL_STAGE_LOOPBACK, 0);
 }
 
-__attribute__((noreturn)) static void monitor_main(const struct ahl_plan *p, int rep, int ctl, int32_t joined) {
+__attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int rep, int ctl, int32_t joined) {
     reset_signal_dispositions();
     // Out of the caller's session: a terminal's ^C goes to the supervisor, which forwards it
     // exactly once, rather than to every process of the sandbox.
-    (void)setsid();
+    (void)sys_setsid();
     // This process is a copy of the supervisor. /proc/PID/cmdline of the sandbox's init (our
     // child) is readable from inside without any ptrace check, so the supervisor's command
     // line (--var values, host paths) and environment are wiped from the copy.
     for (int i = 0; i < 2; i++)
         if (p->wipe_start[i] && p->wipe_end[i] > p->wipe_start[i])
             memset((void *)(uintptr_t)p->wipe_start[i], 0, (size_t)(p->wipe_end[i] - p->wipe_start[i]));
-    (void)prctl(PR_SET_NAME, "sandbox-init", 0, 0, 0);
+    (void)sys_prctl(PR_SET_NAME, (unsigned long)"sandbox-init", 0, 0, 0);
     if (p->netns_fd >= 0) enter_network_namespace(p, rep);
 
-    int keep[5] = {rep, ctl, p->stdio[0], p->stdio[1], p->stdio[2]};
-    // stdio 0-2 of the supervisor are inherited when the plan does not override them.
-    int keep_all[8] = {0, 1, 2, keep[0], keep[1], keep[2], keep[3], keep[4]};
-    close_all_except(keep_all, 8);
+    // stdio 0-2 of the supervisor are inherited when the plan does not override them; the
+    // shared trees are init's to clone from.
+    int keep_all[10] = {0, 1, 2, rep, ctl, p->stdio[0], p->stdio[1], p->stdio[2], p->masks_fd, p->dev_fd};
+    close_all_except(keep_all, 10);
 
     // Bind sources and device nodes are cloned now, as host root in the host's mount
     // namespace; init attaches the detached trees once the new root exists.
@@ -1013,8 +1070,10 @@ __attribute__((noreturn)) static void monitor_main(const struct ahl_plan *p, int
         if (p->mounts[i].kind == AHL_MOUNT_BIND && (trees[i] = open_source(&p->mounts[i])) < 0)
             fail(rep, AHL_STAGE_OPEN_SOURCE, (int32_t)i);
     }
-    for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++)
-        if ((device_trees[i] = open_device(device_nodes[i])) < 0) fail(rep, AHL_STAGE_OPEN_DEVICE, (int32_t)i);
+    for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++) {
+        device_trees[i] = -1;  // a shared /dev tree has them already
+        if (p->dev_fd < 0 && (device_trees[i] = open_device(device_nodes[i])) < 0) fail(rep, AHL_STAGE_OPEN_DEVICE, (int32_t)i);
+    }
 
     // Join the sandbox's cgroups before anything else is forked, so every process of the
     // sandbox is born inside them. A task moving itself ("0" into v1 `tasks` or v2
@@ -1024,35 +1083,35 @@ __attribute__((noreturn)) static void monitor_main(const struct ahl_plan *p, int
     if (p->cgroup_join) {
         for (int32_t i = 0; p->cgroup_join[i]; i++) {
             if (i == joined) continue;
-            int f = open(p->cgroup_join[i], O_WRONLY | O_CLOEXEC);
-            if (f < 0 || write(f, "0", 1) != 1) fail(rep, AHL_STAGE_JOIN_CGROUP, i);
-            close(f);
+            int f = sys_open(p->cgroup_join[i], O_WRONLY | O_CLOEXEC);
+            if (f < 0 || sys_write(f, "0", 1) != 1) fail(rep, AHL_STAGE_JOIN_CGROUP, i);
+            sys_close(f);
         }
     }
 
     // Host supplementary groups (e.g. gid 0) would otherwise stay attached to every
     // sandboxed process as unmapped-but-effective groups. Drop them while still privileged.
     // Raw syscalls for credentials: glibc's wrappers broadcast the change to every thread it
-    // believes the process has, and after _Fork() that list still names the supervisor's
+    // believes the process has, and after sys_fork() that list still names the supervisor's
     // threads, which do not exist here: the broadcast would wait for them forever. This
     // process is single-threaded; the kernel's per-thread credentials are exactly right.
-    if (syscall(SYS_setgroups, 0, NULL) < 0) fail(rep, AHL_STAGE_SETGROUPS, 0);
+    if (AHL_SYS2(SYS_setgroups, 0, 0) < 0) fail(rep, AHL_STAGE_SETGROUPS, 0);
     int ns = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
     if (p->netns_fd < 0) ns |= CLONE_NEWNET;
-    if (unshare(ns) < 0) fail(rep, AHL_STAGE_UNSHARE, 0);
+    if (sys_unshare(ns) < 0) fail(rep, AHL_STAGE_UNSHARE, 0);
     send_msg(rep, AHL_MSG_UNSHARED, 0, 0, 0, 0);
 
     char go = 0;
     ssize_t n;
     do {
-        n = read(ctl, &go, 1);
-    } while (n < 0 && errno == EINTR);
-    if (n != 1 || go != AHL_CTL_GO) { errno = ECANCELED; fail(rep, AHL_STAGE_WAIT_MAPS, 0); }
+        n = sys_read(ctl, &go, 1);
+    } while (n < 0 && ahl_errno == EINTR);
+    if (n != 1 || go != AHL_CTL_GO) { ahl_errno = ECANCELED; fail(rep, AHL_STAGE_WAIT_MAPS, 0); }
 
-    if (syscall(SYS_setresgid, p->gid, p->gid, p->gid) < 0 || syscall(SYS_setresuid, p->uid, p->uid, p->uid) < 0)
+    if (AHL_SYS3(SYS_setresgid, p->gid, p->gid, p->gid) < 0 || AHL_SYS3(SYS_setresuid, p->uid, p->uid, p->uid) < 0)
         fail(rep, AHL_STAGE_SETID, 0);
     // After joining the sandbox cgroups, so they become its cgroup namespace root.
-    if (unshare(CLONE_NEWCGROUP) < 0) fail(rep, AHL_STAGE_UNSHARE_CGROUP, 0);
+    if (sys_unshare(CLONE_NEWCGROUP) < 0) fail(rep, AHL_STAGE_UNSHARE_CGROUP, 0);
 
     if (p->proxy_port) {
         // A namespace unshared above is owned by the new user namespace, where this process
@@ -1062,278 +1121,92 @@ __attribute__((noreturn)) static void monitor_main(const struct ahl_plan *p, int
     }
 
     int life[2];
-    if (pipe2(life, O_CLOEXEC) < 0) fail(rep, AHL_STAGE_FORK_INIT, 0);
-    pid_t init = _Fork();
+    if (sys_pipe2(life, O_CLOEXEC) < 0) fail(rep, AHL_STAGE_FORK_INIT, 0);
+    pid_t init = sys_fork();
     if (init < 0) fail(rep, AHL_STAGE_FORK_INIT, 0);
     if (init == 0) {
-        close(life[1]);
-        close(ctl);
+        sys_close(life[1]);
+        sys_close(ctl);
         init_main(p, rep, life[0], trees, device_trees);
     }
-    close(life[0]);
+    sys_close(life[0]);
     // The detached bind and device trees are init's now; the monitor keeps none of them open
     // for the sandbox's lifetime.
     for (uint32_t i = 0; i < p->n_mounts; i++)
-        if (trees[i] >= 0) close(trees[i]);
-    for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++) close(device_trees[i]);
+        if (trees[i] >= 0) sys_close(trees[i]);
+    for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++)
+        if (device_trees[i] >= 0) sys_close(device_trees[i]);
+    if (p->masks_fd >= 0) sys_close(p->masks_fd);
+    if (p->dev_fd >= 0) sys_close(p->dev_fd);
     send_msg(rep, AHL_MSG_INIT_PID, 0, 0, 0, init);
 
-    int pfd = (int)syscall(SYS_pidfd_open, init, 0);
+    int pfd = (int)AHL_SYS2(SYS_pidfd_open, init, 0);
     if (pfd < 0) {
         // Without it the monitor could not notice init's exit; never run unsupervised.
-        (void)kill(init, SIGKILL);
+        (void)sys_kill(init, SIGKILL);
         fail(rep, AHL_STAGE_FORK_INIT, 0);
     }
     // Setup is over. From here the monitor only waits for init and relays signals to it
     // (same uid: no capability needed), so it keeps none: with every capability of the
     // sandbox's user namespace it could remount the sandbox's tree, and it lives where the
     // sandbox cannot see it, but it should not be worth taking over either.
-    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+    if (sys_prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 || sys_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
         drop_all_caps(p->cap_last, 1) < 0 || !caps_are_empty(p->cap_last)) {
-        (void)kill(init, SIGKILL);
+        (void)sys_kill(init, SIGKILL);
         fail(rep, AHL_STAGE_DROP_CAPS, -2);
     }
     struct pollfd fds[2] = {{pfd, POLLIN, 0}, {ctl, POLLIN, 0}};
     int nfds = 2;
     for (;;) {
-        int r = poll(fds, (nfds_t)nfds, -1);
-        if (r < 0 && errno != EINTR) break;
+        int r = sys_ppoll(fds, (unsigned long)nfds);
+        if (r < 0 && ahl_errno != EINTR) break;
         if (r <= 0) continue;
         if (fds[0].revents) break;
         if (nfds == 2 && fds[1].revents) {
             unsigned char buf[32];
-            ssize_t k = read(ctl, buf, sizeof buf);
+            ssize_t k = sys_read(ctl, buf, sizeof buf);
             if (k <= 0) {
                 // The supervisor is gone or gave up: the sandbox must not outlive it.
-                (void)kill(init, SIGKILL);
+                (void)sys_kill(init, SIGKILL);
                 nfds = 1;
                 continue;
             }
             for (ssize_t i = 0; i < k; i++) {
-                if (buf[i] == AHL_CTL_KILL) (void)kill(init, SIGKILL);
-                else if (buf[i] >= 1 && buf[i] < 65) (void)kill(init, buf[i]);
+                if (buf[i] == AHL_CTL_KILL) (void)sys_kill(init, SIGKILL);
+                else if (buf[i] >= 1 && buf[i] < 65) (void)sys_kill(init, buf[i]);
             }
         }
     }
     int st = 0;
-    while (waitpid(init, &st, 0) < 0 && errno == EINTR) {}
-    _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+    while (sys_wait4(init, &st, 0) < 0 && ahl_errno == EINTR) {}
+    sys_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
 }
 
 // ---------------------------------------------------------------------------------------
-
-// struct clone_args up to `cgroup` (CLONE_ARGS_SIZE_VER2, Linux 5.7), spelled out here:
-// <linux/sched.h> and glibc's <sched.h> define the same flags and cannot both be included.
-struct ahl_clone_args {
-    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup;
-};
-#define AHL_CLONE_INTO_CGROUP 0x200000000ULL
-
-/// A fork (no shared memory, SIGCHLD on exit) whose child starts inside the cgroup `dirfd`.
-/// -1 with errno when the kernel cannot (ENOSYS before 5.3, E2BIG before 5.7) or will not.
-/// Like _Fork, no atfork handlers run; unlike it, glibc's cached thread id in the child still
-/// names the parent's thread, which the code below the fork never consults (raw syscalls
-/// only, and the monitor's own forks refresh it).
-static pid_t fork_into_cgroup(int dirfd) {
-    struct ahl_clone_args a;
-    memset(&a, 0, sizeof a);
-    a.flags = AHL_CLONE_INTO_CGROUP;
-    a.exit_signal = SIGCHLD;
-    a.cgroup = (uint64_t)dirfd;
-    return (pid_t)syscall(SYS_clone3, &a, sizeof a);
-}
-
-int ahl_spawn(const struct ahl_plan *plan, struct ahl_child *out) {
-    int rep[2], ctl[2];
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, rep) < 0) return errno;
-    // A socket rather than a pipe: the supervisor can send with MSG_NOSIGNAL after the
-    // monitor is gone, and closing its end still reads as EOF here.
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl) < 0) {
-        int e = errno;
-        close(rep[0]);
-        close(rep[1]);
-        return e;
-    }
-    // Signals stay blocked in the children until the payload's last step, so a handler the
-    // runtime installed can never run in a half-built process.
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    // _Fork: no atfork handlers run (the runtime's could take locks another thread holds).
-    // Any clone3 failure falls back to the fork: the monitor's own write to cgroup.procs then
-    // joins, or reports why it cannot.
-    int32_t joined = -1;
-    pid_t pid = -1;
-    if (plan->cgroup_into_fd >= 0 && plan->cgroup_into_join >= 0) {
-        pid = fork_into_cgroup(plan->cgroup_into_fd);
-        if (pid >= 0) joined = plan->cgroup_into_join;
-    }
-    if (pid < 0) pid = _Fork();
-    if (pid == 0) {
-        close(rep[0]);
-        close(ctl[1]);
-        monitor_main(plan, rep[1], ctl[0], joined);
-    }
-    int e = errno;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    close(rep[1]);
-    close(ctl[0]);
-    if (pid < 0) {
-        close(rep[0]);
-        close(ctl[1]);
-        return e;
-    }
-    out->pid = pid;
-    out->report_fd = rep[0];
-    out->control_fd = ctl[1];
-    out->born_in_cgroup = joined >= 0;
-    return 0;
-}
-
-// ---------------------------------------------------------------------------------------
-// The launcher executable (autoharness-launch)
-//
-// The monitor, init and the payload used to be forks of the supervisor: each fork copied
-// the page tables of a 100 MB process and the payload's exec tore them down again, about
-// 2 ms of CPU per sandbox, none of it sandboxing. Started through the launcher, the monitor
-// is a fresh small process running the code above, fed the same plan as bytes.
-
-// Where the launcher finds what it is given (fixed numbers, set up before its exec).
-enum { LAUNCHER_PLAN_FD = 3, LAUNCHER_REPORT_FD = 4, LAUNCHER_CONTROL_FD = 5, LAUNCHER_STDIO_FD = 6, LAUNCHER_NETNS_FD = 9 };
-
-/// The child between the fork and the launcher's exec: moves the descriptors to the numbers
-/// the launcher expects (via copies above them, so no source is overwritten before it is
-/// moved) and execs the launcher by its descriptor. Async-signal-safe only; with CLONE_VM it
-/// runs on its own stack in the caller's memory, which it does not write.
-struct exec_args {
-    int launcher_fd, plan_fd, rep, ctl;
-    int stdio[3];
-    int netns;
-    const char *mode;  // "into": clone3 already placed this process in the cgroup_into_join cgroup
-};
-
-static int exec_launcher(void *arg) {
-    const struct exec_args *a = arg;
-    int src[7] = {a->plan_fd, a->rep, a->ctl, a->stdio[0], a->stdio[1], a->stdio[2], a->netns};
-    int dst[7] = {LAUNCHER_PLAN_FD, LAUNCHER_REPORT_FD, LAUNCHER_CONTROL_FD, LAUNCHER_STDIO_FD, LAUNCHER_STDIO_FD + 1,
-                  LAUNCHER_STDIO_FD + 2, LAUNCHER_NETNS_FD};
-    int tmp[7];
-    // The launcher's own descriptor may be one of the target numbers too.
-    int launcher = fcntl(a->launcher_fd, F_DUPFD_CLOEXEC, 64);
-    if (launcher < 0) goto failed;
-    for (int i = 0; i < 7; i++) {
-        tmp[i] = src[i] < 0 ? -1 : fcntl(src[i], F_DUPFD_CLOEXEC, 64);
-        if (src[i] >= 0 && tmp[i] < 0) goto failed;
-    }
-    for (int i = 0; i < 7; i++)
-        if (tmp[i] >= 0 && dup2(tmp[i], dst[i]) < 0) goto failed;
-    {
-        char *const argv[] = {(char *)"sandbox-init", (char *)a->mode, NULL};
-        char *const envp[] = {NULL};
-        syscall(SYS_execveat, launcher, "", argv, envp, AT_EMPTY_PATH);
-    }
-failed:
-    send_msg(a->rep, AHL_MSG_SETUP_ERROR, AHL_STAGE_EXEC_LAUNCHER, errno, 0, 0);
-    _exit(SETUP_FAILED);
-}
-
-int ahl_spawn_exec(const struct ahl_plan *plan, int launcher_fd, struct ahl_child *out) {
-    uint8_t *bytes = NULL;
-    size_t len = 0;
-    int e = ahl_plan_pack(plan, LAUNCHER_STDIO_FD, &bytes, &len);
-    if (e) return e;
-    // Sealed: nothing can change the plan between here and the launcher's read.
-    int pfd = (int)syscall(SYS_memfd_create, "autoharness-plan", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (pfd < 0) { e = errno; free(bytes); return e; }
-    size_t done = 0;
-    while (done < len) {
-        ssize_t n = write(pfd, bytes + done, len - done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) { e = n < 0 ? errno : EIO; free(bytes); close(pfd); return e; }
-        done += (size_t)n;
-    }
-    free(bytes);
-    if (fcntl(pfd, F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) < 0 || lseek(pfd, 0, SEEK_SET) < 0) {
-        e = errno;
-        close(pfd);
-        return e;
-    }
-
-    int rep[2], ctl[2];
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, rep) < 0) { e = errno; close(pfd); return e; }
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl) < 0) {
-        e = errno;
-        close(rep[0]);
-        close(rep[1]);
-        close(pfd);
-        return e;
-    }
-    struct exec_args a = {launcher_fd, pfd, rep[1], ctl[0], {plan->stdio[0], plan->stdio[1], plan->stdio[2]},
-                         plan->netns_fd, "fork"};
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int32_t joined = -1;
-    pid_t pid = -1;
-    if (plan->cgroup_into_fd >= 0 && plan->cgroup_into_join >= 0) {
-        // clone3 has no separate-stack form that plain C can use safely, so this is a fork
-        // (one page-table copy) that is born in its cgroup and execs at once.
-        pid = fork_into_cgroup(plan->cgroup_into_fd);
-        if (pid == 0) {
-            a.mode = "into";
-            exec_launcher(&a);
-        }
-        if (pid > 0) joined = plan->cgroup_into_join;
-    }
-    if (pid < 0) {
-        // Shares our memory and stops us until it has exec'd: nothing is copied. The stack
-        // is this frame's; the child only reads `a`.
-        char stack[32768] __attribute__((aligned(16)));
-        pid = clone(exec_launcher, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
-    }
-    e = errno;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    close(pfd);
-    close(rep[1]);
-    close(ctl[0]);
-    if (pid < 0) {
-        close(rep[0]);
-        close(ctl[1]);
-        return e;
-    }
-    out->pid = pid;
-    out->report_fd = rep[0];
-    out->control_fd = ctl[1];
-    out->born_in_cgroup = joined >= 0;
-    return 0;
-}
+// The launcher executable (autoharness-launch): started by ahl_spawn_exec with the plan in a
+// sealed memfd and its descriptors at the LAUNCHER_* numbers.
 
 int ahl_launcher_main(int argc, char **argv) {
     // The sockets arrive without close-on-exec (dup2 clears it); the payload keeps the report
     // socket until its exec and must not keep it past: it could speak for init.
-    if (fcntl(LAUNCHER_REPORT_FD, F_SETFD, FD_CLOEXEC) < 0 || fcntl(LAUNCHER_CONTROL_FD, F_SETFD, FD_CLOEXEC) < 0)
+    if (sys_fcntl(LAUNCHER_REPORT_FD, F_SETFD, FD_CLOEXEC) < 0 || sys_fcntl(LAUNCHER_CONTROL_FD, F_SETFD, FD_CLOEXEC) < 0)
         return SETUP_FAILED;
     struct stat st;
-    if (fstat(LAUNCHER_PLAN_FD, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 || st.st_size > (64 << 20)) {
+    if (sys_fstat(LAUNCHER_PLAN_FD, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 || st.st_size > (64 << 20)) {
         static const char msg[] = "autoharness-launch: started without a plan; it is run by autoharness, not by hand\n";
-        (void)write(2, msg, sizeof msg - 1);
+        (void)sys_write(2, msg, sizeof msg - 1);
         return SETUP_FAILED;
     }
-    uint8_t *bytes = malloc((size_t)st.st_size);
-    size_t done = 0;
-    while (bytes && done < (size_t)st.st_size) {
-        ssize_t n = pread(LAUNCHER_PLAN_FD, bytes + done, (size_t)st.st_size - done, (off_t)done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        done += (size_t)n;
-    }
-    close(LAUNCHER_PLAN_FD);
+    // The memfd is sealed against writes: mapping it is reading it.
+    size_t size = (size_t)st.st_size;
+    const uint8_t *bytes = sys_mmap(size, PROT_READ, MAP_PRIVATE, LAUNCHER_PLAN_FD);
+    sys_close(LAUNCHER_PLAN_FD);
     struct ahl_plan plan;
-    int e = bytes && done == (size_t)st.st_size ? ahl_plan_unpack(bytes, done, &plan) : EIO;
+    int e = bytes ? ahl_plan_unpack(bytes, size, &plan) : ahl_errno;
     if (e) {
-        errno = e;
+        ahl_errno = e;
         fail(LAUNCHER_REPORT_FD, AHL_STAGE_EXEC_LAUNCHER, 1);
     }
     int32_t joined = argc > 1 && strcmp(argv[1], "into") == 0 ? plan.cgroup_into_join : -1;
-    monitor_main(&plan, LAUNCHER_REPORT_FD, LAUNCHER_CONTROL_FD, joined);
+    ahl_monitor_main(&plan, LAUNCHER_REPORT_FD, LAUNCHER_CONTROL_FD, joined);
 }

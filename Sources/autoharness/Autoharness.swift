@@ -75,9 +75,11 @@ struct Autoharness: ParsableCommand {
             Timing.mark("cgroup host detected, orphans swept")
         }
         // Commands that launch sandboxes by the hundred keep network namespaces ready, made
-        // while the current sandbox runs (NetworkNamespacePool); `sandbox exec` launches one.
+        // while the current sandbox runs (NetworkNamespacePool), and clone /dev and /proc's
+        // covers from trees built once (SharedTrees); `sandbox exec` launches one.
         if let verb = args.first, ["prepare", "benchmark", "gate", "run", "demo"].contains(verb) {
             NetworkNamespacePool.install()
+            SharedTrees.install()
         }
         do {
             if args.count >= 2, args[0] == "sandbox", args[1] == "exec", let request = SandboxExecArguments.parse(args.dropFirst(2)) {

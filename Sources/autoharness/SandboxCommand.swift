@@ -143,6 +143,7 @@ struct SandboxExec: ParsableCommand {
             let pool = NetworkNamespacePool.install()
             _ = pool.waitUntilReady(pool.capacity)
             options.networkNamespaces = pool
+            options.sharedTrees = SharedTrees.install()
         }
         let signals = try SandboxSignals()
         signals.relay(processSignals: [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2])
@@ -204,7 +205,8 @@ struct SandboxExec: ParsableCommand {
                 let pool = options.networkNamespaces.map { p in
                     p.failure.map { "; no network namespaces ahead of time: \($0)" } ?? "; \(p.counts.handedOut) network namespaces made ahead of time"
                 } ?? ""
-                printErr("bench: \(benchRepeat - 1) in-process launches, mean \(Int(total / Double(benchRepeat - 1) * 1e6)) us\(pool)")
+                let trees = options.sharedTrees != nil ? "; /dev and /proc covers cloned from shared trees" : "; \(SharedTrees.unavailableReason ?? "no shared trees")"
+                printErr("bench: \(benchRepeat - 1) in-process launches, mean \(Int(total / Double(benchRepeat - 1) * 1e6)) us\(pool)\(trees)")
             }
             return .success(try SandboxRunner.run(plan, options: options))
         } catch {

@@ -127,4 +127,25 @@ struct LauncherTests {
         withUnsafeBytes(of: UInt64(packed.count + 64)) { for (i, b) in $0.enumerated() { argv[40 + i] = b } }
         #expect(unpack(argv).0 == EINVAL)
     }
+
+    @Test("the launcher has no C library: no interpreter, none of glibc's or the Swift runtime's start-up, and it runs a sandbox")
+    func launcherHasNoCLibrary() throws {
+        try requireRoot()
+        let launcher = try #require(Launcher.shared, "no usable launcher next to the test binary: \(Launcher.unavailableReason ?? "")")
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: launcher.path))
+        // ELF64: e_phoff at 32, e_phentsize at 54, e_phnum at 56; PT_INTERP (3) names a loader.
+        func int<T: FixedWidthInteger>(_ at: Int, _: T.Type) -> Int {
+            Int(bytes.subdata(in: at..<(at + MemoryLayout<T>.size)).withUnsafeBytes { $0.loadUnaligned(as: T.self) })
+        }
+        let phoff = int(32, UInt64.self), phentsize = int(54, UInt16.self), phnum = int(56, UInt16.self)
+        let types = (0..<phnum).map { int(phoff + $0 * phentsize, UInt32.self) }
+        #expect(!types.contains(3), "the launcher asks for a dynamic loader: \(types)")
+        // glibc's start-up probes the CPU (a hypervisor trap per query); the Swift runtime's
+        // registers metadata. Neither belongs on every sandbox's critical path.
+        for symbol in ["__libc_start_main", "swift_addNewDSOImage", "__libc_setup_tls"] {
+            #expect(bytes.range(of: Data(symbol.utf8)) == nil, "the launcher contains \(symbol)")
+        }
+        let run = try autoharness(["sandbox", "exec", "--policy", "base", "--", "/bin/sh", "-c", "echo started"])
+        #expect(run.status == 0 && run.stdout == "started\n", "\(run.stderr)")
+    }
 }

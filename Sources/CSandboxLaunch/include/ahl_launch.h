@@ -90,6 +90,8 @@ struct ahl_plan {
     int32_t hold;                 // a sandbox built ahead: build everything, then wait until the
                                   // supervisor sends AHL_CTL_RUN; 1: before seccomp and exec,
                                   // 2: after seccomp (the filter allows recvfrom), before exec
+    int32_t masks_fd;             // >= 0: the supervisor's shared, read-only trees (ahl_build_shared):
+    int32_t dev_fd;               // /proc's covering files and /dev, cloned instead of built
     uint64_t wipe_start[2];       // the supervisor's argv and environment blocks (arg_start,
     uint64_t wipe_end[2];         // env_start / arg_end, env_end of /proc/self/stat), zeroed
                                   // in the children: init's /proc/1/cmdline is world-readable
@@ -98,35 +100,28 @@ struct ahl_plan {
 /// /dev holds exactly these host nodes: null, zero, full, random, urandom, tty.
 #define AHL_DEVICE_COUNT 6
 
-struct ahl_child {
-    pid_t pid;        // the monitor (a child of the caller; wait for it)
-    int report_fd;    // read ahl_msg records until EOF (CLOEXEC)
-    int control_fd;   // write control bytes; closing it kills the sandbox (CLOEXEC)
-    int born_in_cgroup; // 1: clone3(CLONE_INTO_CGROUP) created the monitor inside cgroup_into_fd
-};
+/// The monitor: `plan` as the sandbox to build, `rep` the report socket, `ctl` the control
+/// socket; `joined` is the cgroup_join entry clone3 already placed this process in (-1: none).
+/// Runs in a single-threaded process (the launcher, or a fork of the supervisor) and never
+/// returns.
+__attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *plan, int rep, int ctl, int32_t joined);
 
-/// Forks the monitor (clone3 with CLONE_INTO_CGROUP when the plan names a v2 cgroup and the
-/// kernel has it, so the monitor is never outside that cgroup; else fork, and the monitor
-/// joins by itself before it creates anything). Returns 0, or an errno value if nothing was
-/// started.
-/// Afterwards: read AHL_MSG_UNSHARED, write /proc/PID/{setgroups,uid_map,gid_map}, write
-/// AHL_CTL_GO to control_fd, then read messages.
-int ahl_spawn(const struct ahl_plan *plan, struct ahl_child *out);
-
-/// `ahl_spawn`, but the monitor is the launcher executable `launcher_fd` (opened O_PATH by the
-/// caller, which vouches for it) fed `plan` as bytes: a small fresh process instead of a copy
-/// of the caller, so neither it nor init nor the payload copies the caller's page tables.
-/// Started by a vfork-style clone (nothing copied), or by a clone3(CLONE_INTO_CGROUP) fork
-/// when the plan names a v2 cgroup. A launcher that cannot be exec'd is reported like any
-/// setup stage (AHL_STAGE_EXEC_LAUNCHER). Same protocol afterwards.
-int ahl_spawn_exec(const struct ahl_plan *plan, int launcher_fd, struct ahl_child *out);
-
-/// main() of the launcher: plan on fd 3, report socket on 4, control socket on 5, stdio at 6-8,
-/// the plan's network namespace (if any) at 9.
+/// main() of the launcher: plan on fd 3 (a sealed memfd), report socket on 4, control socket
+/// on 5, stdio at 6-8, the plan's network namespace (if any) at 9, its shared trees at 10, 11.
 int ahl_launcher_main(int argc, char **argv);
+enum { LAUNCHER_PLAN_FD = 3, LAUNCHER_REPORT_FD = 4, LAUNCHER_CONTROL_FD = 5, LAUNCHER_STDIO_FD = 6, LAUNCHER_NETNS_FD = 9,
+       LAUNCHER_MASKS_FD = 10, LAUNCHER_DEV_FD = 11 };
+
+/// The read-only trees every sandbox of this process clones instead of building them: the
+/// files that cover /proc's host-wide counters, and /dev (its device nodes, links and the
+/// mount points of shm and pts; each sandbox still gets a /dev/shm and /dev/pts of its own).
+/// Detached mounts, close-on-exec. Needs a kernel that clones from detached mounts (6.x);
+/// returns 0, or an errno value (EINVAL: the kernel cannot) and -1 descriptors. Call it from
+/// one thread at a time: it reports errors through CSandboxLaunch's process-wide errno.
+int ahl_build_shared(int *masks_fd, int *dev_fd);
 
 /// The plan as bytes (malloc'd; stdio descriptors renumbered from stdio_base, the network
-/// namespace to stdio_base + 3) and back
+/// namespace to stdio_base + 3, the shared trees to stdio_base + 4, + 5) and back
 /// (pointers into `bytes`, which must outlive the plan). 0 or an errno value.
 int ahl_plan_pack(const struct ahl_plan *plan, int stdio_base, uint8_t **bytes, size_t *len);
 int ahl_plan_unpack(const uint8_t *bytes, size_t len, struct ahl_plan *plan);
@@ -198,10 +193,6 @@ struct ahl_msg {
     int32_t index;
     int64_t value;
 };
-
-/// Receives one message; if it carries a file descriptor it is stored in *fd (else -1).
-/// Returns the byte count (0 at EOF) or -1 with errno set.
-ssize_t ahl_recv_msg(int report_fd, struct ahl_msg *msg, int *fd);
 
 /// A readable name for a stage ("mount /proc"), for `sandbox: <stage>: <strerror>` messages.
 const char *ahl_stage_name(int32_t stage);

@@ -1,4 +1,5 @@
 import CSandboxLaunch
+import CSandboxSpawn
 import CSeccomp
 import CSystemCalls
 import Glibc

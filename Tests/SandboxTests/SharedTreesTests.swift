@@ -1,0 +1,119 @@
+import Foundation
+@testable import Sandbox
+import SandboxPolicy
+import Testing
+import TestSupport
+
+/// /dev and the covers of /proc's host-wide counters cloned from trees the supervisor built
+/// once (`SharedTrees`): shared read-only, with what a sandbox may write still its own.
+@Suite("Trees every sandbox clones (/dev, /proc's covers)", .serialized)
+struct SharedTreesTests {
+    /// Runs `script` (python3) with `trees`; /out is `out`, read-write. Returns what it printed.
+    static func run(_ script: String, out: String, trees: SharedTrees?) throws -> String {
+        let name = "script-\(UUID().uuidString).py"
+        try script.write(toFile: out + "/" + name, atomically: false, encoding: .utf8)
+        var limits = Limits()
+        limits.timeoutSeconds = 30
+        let policy = Policy(name: "shared", mounts: minimalMounts + [MountSpec(kind: .readWrite(source: out), destination: "/out")],
+                            limits: limits)
+        let plan = try PlanCompiler.compile(policy: policy, command: ["/usr/bin/python3", "/out/" + name], hostEnvironment: [:])
+        var options = RunOptions()
+        options.sharedTrees = trees
+        let log = out + "/" + name + ".log"
+        let fd = open(log, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
+        defer { close(fd) }
+        options.stdio = (-1, fd, fd)
+        let r = try SandboxRunner.run(plan, options: options)
+        let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        #expect(r.termination == .exited(0), "\(text)")
+        return text
+    }
+
+    /// "dev:ino" of `name` under the detached mount `fd`, as the sandbox's os.stat prints it.
+    static func identity(_ fd: Int32, _ name: String) -> String {
+        var st = stat()
+        #expect(fstatat(fd, name, &st, name.isEmpty ? 0x1000 : 0) == 0)  // AT_EMPTY_PATH
+        return "\(st.st_dev):\(st.st_ino)"
+    }
+
+    static let probe = """
+        import errno, os
+        def st(p): s = os.stat(p); return f"{s.st_dev}:{s.st_ino}"
+        print("DEV", st("/dev"), "STAT", st("/proc/stat"), "SHM", st("/dev/shm"))
+        for line in open("/proc/self/mountinfo"):
+            f = line.split()
+            if f[4] in ("/dev", "/dev/null", "/proc/stat", "/proc/vmstat", "/proc/pressure", "/proc/sys/fs/file-nr"):
+                print("MOUNT", f[4], f[5])
+        def attempt(name, fn):
+            try:
+                fn(); print("ATTEMPT", name, "ok")
+            except OSError as e:
+                print("ATTEMPT", name, errno.errorcode[e.errno])
+        attempt("create-in-dev", lambda: os.close(os.open("/dev/planted", os.O_CREAT | os.O_WRONLY, 0o644)))
+        attempt("write-proc-stat", lambda: open("/proc/stat", "w").write("x"))
+        attempt("utime-dev", lambda: os.utime("/dev"))
+        print("SHM-BEFORE", sorted(os.listdir("/dev/shm")))
+        open("/dev/shm/mine", "w").write("x")
+        open("/dev/null", "w").write("discarded")
+        print("ZERO", open("/dev/zero", "rb").read(4) == bytes(4))
+        print("STATIC", open("/proc/stat").read().splitlines()[-4])
+        import pty; m, s = pty.openpty(); print("PTY", os.ttyname(s))
+        """
+
+    @Test("two sandboxes clone the same read-only /dev and /proc covers: neither can write into them, while /dev/shm and /dev/pts stay each sandbox's own")
+    func sharedReadOnly() throws {
+        try requireRoot()
+        let trees = try #require(SharedTrees.install(), "\(SharedTrees.unavailableReason ?? "")")
+        let out = try TempDir(mode: 0o777)
+        let a = try Self.run(Self.probe, out: out.path, trees: trees)
+        let b = try Self.run(Self.probe, out: out.path, trees: trees)
+        func value(_ text: String, _ key: String) -> [String] {
+            text.split(separator: "\n").first { $0.hasPrefix(key + " ") }.map { $0.split(separator: " ").dropFirst().map(String.init) } ?? []
+        }
+        // Shared: /dev and the covers are the very mounts the supervisor holds open (so their
+        // device numbers cannot have been reused by anything else meanwhile).
+        let (dev, masks) = (Self.identity(trees.dev, ""), Self.identity(trees.masks, "stat"))
+        for text in [a, b] {
+            let seen = value(text, "DEV")  // /dev STAT /proc/stat SHM /dev/shm
+            #expect(seen.count == 5 && seen[0] == dev && seen[2] == masks, "\(text)")
+            // Not shared: /dev/shm is a tmpfs of each sandbox's own.
+            #expect(seen.last?.split(separator: ":").first != dev.split(separator: ":").first, "\(text)")
+        }
+        // B does not see what A wrote there.
+        #expect(a.contains("SHM-BEFORE []") && b.contains("SHM-BEFORE []"), "\(a)\n\(b)")
+        for text in [a, b] {
+            let mounts = text.split(separator: "\n").filter { $0.hasPrefix("MOUNT ") }
+            #expect(mounts.count == 6, "\(text)")
+            for m in mounts {
+                let opts = Set(m.split(separator: " ")[2].split(separator: ","))
+                #expect(opts.isSuperset(of: ["ro", "nosuid"]), "\(m)")
+                if !m.contains("/dev/null") { #expect(opts.isSuperset(of: ["nodev", "noexec"]), "\(m)") }
+            }
+            // Refused, not absent: each call ran and the kernel said no.
+            for attempt in ["create-in-dev", "write-proc-stat", "utime-dev"] {
+                let answer = value(text, "ATTEMPT " + attempt).last ?? "?"
+                #expect(["EROFS", "EACCES", "EPERM"].contains(answer), "\(attempt): \(answer)\n\(text)")
+            }
+            #expect(text.contains("ZERO True") && text.contains("STATIC processes 0") && text.contains("PTY /dev/pts/0"), "\(text)")
+        }
+    }
+
+    @Test("without shared trees each sandbox builds its own /dev and covers, and they read the same")
+    func builtPerSandbox() throws {
+        try requireRoot()
+        let trees = try #require(SharedTrees.install(), "\(SharedTrees.unavailableReason ?? "")")
+        let out = try TempDir(mode: 0o777)
+        let shared = try Self.run(Self.probe, out: out.path, trees: trees)
+        let own1 = try Self.run(Self.probe, out: out.path, trees: nil)
+        let own2 = try Self.run(Self.probe, out: out.path, trees: nil)
+        func dev(_ text: String) -> Substring { text.split(separator: "\n").first { $0.hasPrefix("DEV ") }?.split(separator: " ")[1] ?? "" }
+        #expect(dev(shared) == Self.identity(trees.dev, ""), "\(shared)")
+        for own in [own1, own2] { #expect(dev(own) != Self.identity(trees.dev, ""), "\(own)") }
+        // What a program reads is the same either way.
+        func readable(_ text: String) -> [Substring] {
+            text.split(separator: "\n").filter { $0.hasPrefix("ZERO") || $0.hasPrefix("STATIC") || $0.hasPrefix("PTY") || $0.hasPrefix("SHM-BEFORE") }
+        }
+        #expect(readable(shared) == readable(own1), "\(shared)\n\(own1)")
+        #expect(own1.split(separator: "\n").filter { $0.hasPrefix("MOUNT ") }.count == 6, "\(own1)")
+    }
+}
