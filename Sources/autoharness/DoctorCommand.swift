@@ -46,6 +46,10 @@ struct DoctorCommand: ParsableCommand {
                 lines.append(("freeze", freeze.ok ? "ok" : "MISSING", freeze.message))
                 if !freeze.ok { problems.append("freezer: \(freeze.message)") }
             }
+            // How sandboxes start here (speed, not enforcement: either way is as strict).
+            let monitor = Launcher.shared.map { "monitor \($0.path)" } ?? "monitor forked from the supervisor (\(Launcher.unavailableReason ?? ""))"
+            let trees = SharedTrees.install() != nil ? "/dev and /proc covers cloned from trees built once" : SharedTrees.unavailableReason ?? ""
+            lines.append(("launch", "info", "\(monitor); \(trees)"))
         }
         let host = geteuid() == 0 ? CgroupHost.current : CgroupHost.detect()
         let report = HostInspection.inspect(host: host)
