@@ -9,7 +9,7 @@ import TestSupport
 @Suite("Trees every sandbox clones (/dev, /proc's covers)", .serialized)
 struct SharedTreesTests {
     /// Runs `script` (python3) with `trees`; /out is `out`, read-write. Returns what it printed.
-    static func run(_ script: String, out: String, trees: SharedTrees?) throws -> String {
+    static func run(_ script: String, out: String, trees: SharedTrees?, useLauncher: Bool = true) throws -> String {
         let name = "script-\(UUID().uuidString).py"
         try script.write(toFile: out + "/" + name, atomically: false, encoding: .utf8)
         var limits = Limits()
@@ -19,6 +19,7 @@ struct SharedTreesTests {
         let plan = try PlanCompiler.compile(policy: policy, command: ["/usr/bin/python3", "/out/" + name], hostEnvironment: [:])
         var options = RunOptions()
         options.sharedTrees = trees
+        options.useLauncher = useLauncher
         let log = out + "/" + name + ".log"
         let fd = open(log, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
         defer { close(fd) }
@@ -57,6 +58,7 @@ struct SharedTreesTests {
         open("/dev/null", "w").write("discarded")
         print("ZERO", open("/dev/zero", "rb").read(4) == bytes(4))
         print("STATIC", open("/proc/stat").read().splitlines()[-4])
+        print("FDS", sorted(int(f) for f in os.listdir("/proc/self/fd")))
         import pty; m, s = pty.openpty(); print("PTY", os.ttyname(s))
         """
 
@@ -67,13 +69,15 @@ struct SharedTreesTests {
         let out = try TempDir(mode: 0o777)
         let a = try Self.run(Self.probe, out: out.path, trees: trees)
         let b = try Self.run(Self.probe, out: out.path, trees: trees)
+        // A monitor forked from the supervisor (no launcher) is handed the same descriptors.
+        let forked = try Self.run(Self.probe, out: out.path, trees: trees, useLauncher: false)
         func value(_ text: String, _ key: String) -> [String] {
             text.split(separator: "\n").first { $0.hasPrefix(key + " ") }.map { $0.split(separator: " ").dropFirst().map(String.init) } ?? []
         }
         // Shared: /dev and the covers are the very mounts the supervisor holds open (so their
         // device numbers cannot have been reused by anything else meanwhile).
         let (dev, masks) = (Self.identity(trees.dev, ""), Self.identity(trees.masks, "stat"))
-        for text in [a, b] {
+        for text in [a, b, forked] {
             let seen = value(text, "DEV")  // /dev STAT /proc/stat SHM /dev/shm
             #expect(seen.count == 5 && seen[0] == dev && seen[2] == masks, "\(text)")
             // Not shared: /dev/shm is a tmpfs of each sandbox's own.
@@ -81,7 +85,7 @@ struct SharedTreesTests {
         }
         // B does not see what A wrote there.
         #expect(a.contains("SHM-BEFORE []") && b.contains("SHM-BEFORE []"), "\(a)\n\(b)")
-        for text in [a, b] {
+        for text in [a, b, forked] {
             let mounts = text.split(separator: "\n").filter { $0.hasPrefix("MOUNT ") }
             #expect(mounts.count == 6, "\(text)")
             for m in mounts {
@@ -95,6 +99,8 @@ struct SharedTreesTests {
                 #expect(["EROFS", "EACCES", "EPERM"].contains(answer), "\(attempt): \(answer)\n\(text)")
             }
             #expect(text.contains("ZERO True") && text.contains("STATIC processes 0") && text.contains("PTY /dev/pts/0"), "\(text)")
+            // The trees' descriptors stop at init: stdio and listdir's own are all the payload has.
+            #expect(text.contains("FDS [0, 1, 2, 3]"), "\(text)")
         }
     }
 
