@@ -245,7 +245,7 @@ public final class TaskRunner: Sendable {
         let verifierAudit = configuration.verifierAudit ?? configuration.audit
         let ahead = VerifierAhead()
         let buildAhead = { [self] in
-            let stdin = open("/dev/null", O_RDONLY | O_CLOEXEC)
+            let stdin = PayloadInput.empty()
             guard stdin >= 0 else { return }
             ahead.value = buildVerifierAhead(verifierPolicy, verifierOverrides, stdin: stdin, scratch: scratch,
                                              audit: verifierAudit, agentWrites: ahead.agentWrites)
@@ -308,9 +308,9 @@ public final class TaskRunner: Sendable {
             // Not built ahead, or its build failed: built now, as if it never had been.
             Self.dropVerifierAhead(ahead.take(), scratch: scratch)
             // Never -1 here: that would hand the verifier the supervisor's own stdin.
-            let devNull = open("/dev/null", O_RDONLY | O_CLOEXEC)
-            guard devNull >= 0 else { return run.finish(.setupFailed, "/dev/null: \(FileSystem.errorText())") }
-            verifier = sandbox(verifierPolicy, Self.verifierCommand, verifierOverrides, stdin: devNull,
+            let empty = PayloadInput.empty()
+            guard empty >= 0 else { return run.finish(.setupFailed, "the verifier's stdin (a pipe): \(FileSystem.errorText())") }
+            verifier = sandbox(verifierPolicy, Self.verifierCommand, verifierOverrides, stdin: empty,
                                stdout: "verifier.stdout", stderr: "verifier.stderr", scratch: scratch, audit: verifierAudit)
         }
         run.verifierSeconds = verifier.seconds

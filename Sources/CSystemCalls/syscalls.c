@@ -19,6 +19,13 @@
 
 int ahs_memfd(const char *name) { return memfd_create(name, MFD_CLOEXEC); }
 
+int ahs_empty_input(void) {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0) return -1;
+    close(p[1]);
+    return p[0];
+}
+
 int ahs_open_path(const char *path) { return open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC); }
 
 int ahs_accept_cloexec(int listener) { return accept4(listener, NULL, NULL, SOCK_CLOEXEC); }

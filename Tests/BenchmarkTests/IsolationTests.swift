@@ -254,6 +254,39 @@ struct IsolationTests {
 
 @Suite("Cross-task channels")
 struct CrossTaskChannelTests {
+    @Test("a verifier given no input cannot stamp the host's /dev/null: its stdin is a pipe of its own")
+    func emptyStdinIsNotTheHostsDevNull() throws {
+        try requireRoot()
+        // futimens(0, NULL) needs only write permission (/dev/null is 0666); on a descriptor
+        // of the host's /dev/null it would set times every later sandbox's /dev/null shows.
+        let bench = try TempDir()
+        try bench.file("tasks/stamp/instruction.md", "Nothing to do.\n")
+        try bench.file("tasks/stamp/tests/test.sh", """
+            #!/bin/bash
+            python3 -c '
+            import os, stat
+            try:
+                os.utime(0)
+            except PermissionError:
+                pass  # the pipe is the supervisor'"'"'s: refused is as good
+            print(1 if stat.S_ISFIFO(os.fstat(0).st_mode) else 0)' > /logs/verifier/reward.txt
+            """, mode: 0o755)
+        var before = stat()
+        try #require(stat("/dev/null", &before) == 0)
+        let h = try Harness(agent: """
+            class HarnessAgent:
+                def run(self, instruction, workdir):
+                    pass
+            """)
+        let o = h.run(try #require(try LocalBenchmark(directory: bench.path).task("stamp")))
+        // Reward 1: the call ran on a pipe (set or refused; on the host's /dev/null it succeeds).
+        #expect(o.status == .passed && o.reward == 1, "\(o)")
+        var after = stat()
+        try #require(stat("/dev/null", &after) == 0)
+        #expect(after.st_mtim.tv_sec == before.st_mtim.tv_sec && after.st_mtim.tv_nsec == before.st_mtim.tv_nsec,
+                "the host's /dev/null was stamped: \(before.st_mtim) -> \(after.st_mtim)")
+    }
+
     /// Prints the inode number a new file in /app gets, after making `count` files.
     static func agent(files count: Int) -> String {
         """

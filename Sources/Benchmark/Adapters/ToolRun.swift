@@ -162,11 +162,11 @@ final class ToolRun {
         } catch {
             return fail(error.message)
         }
-        let null = open("/dev/null", O_RDONLY | O_CLOEXEC)
+        let noInput = PayloadInput.empty()
         defer {
             close(out)
             close(err)
-            if null >= 0 { close(null) }
+            if noInput >= 0 { close(noInput) }
         }
 
         // Alive-line for long runs: elapsed time and, where the tool's output shows it, how
@@ -188,7 +188,7 @@ final class ToolRun {
         do throws(SandboxError) {
             let plan = try PlanCompiler.compile(policy: p, command: inv.argv, overrides: ov, hostEnvironment: host)
             var options = RunOptions(audit: inv.withAgent ? context.audit : context.toolAudit ?? context.audit)
-            options.stdio = (null, out, err)
+            options.stdio = (noInput, out, err)
             options.pageCache = context.pageCache
             options.signals = signals
             result = try SandboxRunner.run(plan, options: options)

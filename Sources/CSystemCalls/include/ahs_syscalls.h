@@ -7,6 +7,8 @@ extern "C" {
 #endif
 /// An anonymous in-memory file (memfd_create, MFD_CLOEXEC), or -1 with errno.
 int ahs_memfd(const char *name);
+/// The read end (O_CLOEXEC) of a pipe whose write end is already closed, or -1 with errno.
+int ahs_empty_input(void);
 /// open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC) (O_PATH is hidden by the Glibc module).
 int ahs_open_path(const char *path);
 /// accept4(listener, NULL, NULL, SOCK_CLOEXEC) (hidden by the Glibc module).

@@ -559,10 +559,10 @@ public final class RunLoop: @unchecked Sendable {
         let signals: SandboxSignals
         do throws(SandboxError) { signals = try SandboxSignals() } catch { throw ExperimentError(.io, error.message) }
         let log = open(agentLogPath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
-        let null = open("/dev/null", O_RDONLY | O_CLOEXEC)
+        let noInput = PayloadInput.empty()
         defer {
             close(log)
-            close(null)
+            close(noInput)
             stopLock.withLock { agentSignals = nil }
         }
         stopLock.withLock { agentSignals = signals }
@@ -583,7 +583,7 @@ public final class RunLoop: @unchecked Sendable {
         do throws(SandboxError) {
             let plan = try PlanCompiler.compile(policy: policy, command: argv, overrides: ov, hostEnvironment: settings.hostEnvironment)
             var options = RunOptions(audit: audit)
-            options.stdio = (null, log, log)
+            options.stdio = (noInput, log, log)
             options.signals = signals
             options.control = agentControl
             let r = try SandboxRunner.run(plan, options: options)
