@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <sys/socket.h>
@@ -24,6 +25,21 @@ int ahs_empty_input(void) {
     if (pipe2(p, O_CLOEXEC) < 0) return -1;
     close(p[1]);
     return p[0];
+}
+
+int ahs_readonly_clone(const char *path) {
+    int t = open_tree(AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (t < 0) return -1;
+    struct mount_attr a;
+    memset(&a, 0, sizeof a);
+    a.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC;
+    if (mount_setattr(t, "", AT_EMPTY_PATH, &a, sizeof a) < 0) {
+        int e = errno;
+        close(t);
+        errno = e;
+        return -1;
+    }
+    return t;
 }
 
 int ahs_open_path(const char *path) { return open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC); }

@@ -9,6 +9,9 @@ extern "C" {
 int ahs_memfd(const char *name);
 /// The read end (O_CLOEXEC) of a pipe whose write end is already closed, or -1 with errno.
 int ahs_empty_input(void);
+/// A detached clone of the mount of `path` (a file), read-only, nosuid, noexec: a descriptor
+/// (close-on-exec) to reopen through /proc/self/fd, or -1 with errno.
+int ahs_readonly_clone(const char *path);
 /// open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC) (O_PATH is hidden by the Glibc module).
 int ahs_open_path(const char *path);
 /// accept4(listener, NULL, NULL, SOCK_CLOEXEC) (hidden by the Glibc module).

@@ -1,16 +1,30 @@
 import CSystemCalls
+import Glibc
 
 /// Standard input for a payload that is given nothing to read.
 public enum PayloadInput {
-    /// The read end of a pipe whose write end is already closed: reads see end of file at once,
-    /// as from /dev/null, and the pipe is this sandbox's alone (close-on-exec; -1 with errno if
-    /// it cannot be made).
+    /// /dev/null, opened afresh through a read-only clone of its mount (an empty pipe of the
+    /// sandbox's own where the kernel cannot clone mounts): close-on-exec, -1 with errno if
+    /// neither can be had.
     ///
-    /// Never the host's /dev/null: a process may set the times of any file it can write to
-    /// "now" through a descriptor (`futimens(0, NULL)` needs write permission, not ownership,
-    /// and /dev/null is mode 0666), and a descriptor opened on the host's writable /dev is not
-    /// subject to the sandbox's read-only mounts. Every later sandbox's /dev/null is that same
-    /// inode, whose times it can read: a held-out task could leave a mark there, to the
-    /// nanosecond, for the next train run or the coding agent to read.
-    public static func empty() -> Int32 { ahs_empty_input() }
+    /// Never the host's /dev/null as opened on the host's `/dev`: a process may set the times
+    /// of any file it can write to "now" through a descriptor (`futimens(0, NULL)` needs write
+    /// permission, not ownership, and /dev/null is mode 0666), and a descriptor of the host's
+    /// writable mount is not subject to the sandbox's read-only ones. Every later sandbox's
+    /// /dev/null is that same inode, whose times it can read: a held-out task could leave a
+    /// mark there, to the nanosecond, for the next train run or the coding agent. Through a
+    /// read-only mount the same call fails (EROFS). Still /dev/null, not a pipe: programs
+    /// treat their stdin by its type (Node reads a pipe with `preadv2(RWF_NOWAIT)`, which the
+    /// sandboxes refuse as a page-cache oracle).
+    public static func empty() -> Int32 {
+        guard let mount = readOnlyNull else { return ahs_empty_input() }
+        // A new open file description each time: one shared by two sandboxes would carry flags
+        // (O_NONBLOCK, O_APPEND set with fcntl) from one to the other.
+        return open("/proc/self/fd/\(mount)", O_RDONLY | O_CLOEXEC)
+    }
+
+    private static let readOnlyNull: Int32? = {
+        let fd = ahs_readonly_clone("/dev/null")
+        return fd >= 0 ? fd : nil
+    }()
 }
