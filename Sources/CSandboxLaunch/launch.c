@@ -1186,6 +1186,10 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
 // The launcher executable (autoharness-launch): started by ahl_spawn_exec with the plan in a
 // sealed memfd and its descriptors at the LAUNCHER_* numbers.
 
+void ahl_exit(int status) { sys_exit(status); }
+
+void *ahl_map_pages(size_t len) { return sys_mmap(len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1); }
+
 int ahl_launcher_main(int argc, char **argv) {
     // The sockets arrive without close-on-exec (dup2 clears it); the payload keeps the report
     // socket until its exec and must not keep it past: it could speak for init.

@@ -4,12 +4,11 @@
 // It has no C library: linked with -nostdlib, it starts at _start below. glibc's start-up
 // (cpuid probing, one trap to the hypervisor per query on a virtual machine, and relocation
 // of its IFUNCs) took 0.22 ms of every sandbox's critical path, more than the namespaces.
-// CSandboxLaunch makes its system calls itself (sys.h); what else it and the plan reader use,
-// the string functions and an allocator, is here. Anything more fails the link.
+// CSandboxLaunch makes its system calls itself (sys.h, also for exiting and mapping pages
+// here); what else it and the plan reader use, the string functions and an allocator, is
+// here. Anything more fails the link.
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
 
 #include "ahl_launch.h"
 
@@ -32,35 +31,10 @@ __asm__(".text\n.global _start\n.type _start,%function\n_start:\n"
 #error "autoharness-launch: add this architecture's entry point"
 #endif
 
-static long raw6(long n, long a, long b, long c, long d, long e, long f) {
-#if defined(__x86_64__)
-    long r;
-    register long r10 __asm__("r10") = d;
-    register long r8 __asm__("r8") = e;
-    register long r9 __asm__("r9") = f;
-    __asm__ volatile("syscall"
-                     : "=a"(r)
-                     : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
-                     : "rcx", "r11", "memory");
-    return r;
-#else
-    register long x8 __asm__("x8") = n;
-    register long x0 __asm__("x0") = a;
-    register long x1 __asm__("x1") = b;
-    register long x2 __asm__("x2") = c;
-    register long x3 __asm__("x3") = d;
-    register long x4 __asm__("x4") = e;
-    register long x5 __asm__("x5") = f;
-    __asm__ volatile("svc #0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5) : "memory");
-    return x0;
-#endif
-}
-
 void ahl_start(long *sp) {
     int argc = (int)sp[0];
     char **argv = (char **)(sp + 1);
-    int status = ahl_launcher_main(argc, argv);  // returns only when it could not start
-    for (;;) raw6(SYS_exit_group, status, 0, 0, 0, 0, 0);
+    ahl_exit(ahl_launcher_main(argc, argv));  // returns only when it could not start
 }
 
 // --- what the compiler and CSandboxLaunch expect of a C library ---------------------------
@@ -150,9 +124,9 @@ void *malloc(size_t n) {
     if (need < n) return NULL;
     if (need > arena_left) {
         size_t chunk = need > (1u << 20) ? (need + 4095) & ~(size_t)4095 : (1u << 20);
-        long r = raw6(SYS_mmap, 0, (long)chunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if ((unsigned long)r > -4096UL) return NULL;
-        arena = (unsigned char *)r;
+        unsigned char *pages = ahl_map_pages(chunk);
+        if (!pages) return NULL;
+        arena = pages;
         arena_left = chunk;
     }
     unsigned char *block = arena;

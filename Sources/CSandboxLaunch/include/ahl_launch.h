@@ -109,6 +109,10 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *plan, int
 /// main() of the launcher: plan on fd 3 (a sealed memfd), report socket on 4, control socket
 /// on 5, stdio at 6-8, the plan's network namespace (if any) at 9, its shared trees at 10, 11.
 int ahl_launcher_main(int argc, char **argv);
+/// What the launcher's own entry point and allocator need (it has no C library): exit_group,
+/// and fresh anonymous read-write pages (NULL on failure).
+__attribute__((noreturn)) void ahl_exit(int status);
+void *ahl_map_pages(size_t len);
 enum { LAUNCHER_PLAN_FD = 3, LAUNCHER_REPORT_FD = 4, LAUNCHER_CONTROL_FD = 5, LAUNCHER_STDIO_FD = 6, LAUNCHER_NETNS_FD = 9,
        LAUNCHER_MASKS_FD = 10, LAUNCHER_DEV_FD = 11 };
 
