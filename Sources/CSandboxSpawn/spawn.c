@@ -64,8 +64,8 @@ static pid_t fork_into_cgroup(int dirfd) {
     return (pid_t)syscall(SYS_clone3, &a, sizeof a);
 }
 
-int ahl_spawn(const struct ahl_plan *plan, struct ahl_child *out) {
-    int rep[2], ctl[2];
+/// The report socket pair and the control socket pair: 0, or an errno value and nothing open.
+static int open_channels(int rep[2], int ctl[2]) {
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, rep) < 0) return errno;
     // A socket rather than a pipe: the supervisor can send with MSG_NOSIGNAL after the
     // monitor is gone, and closing its end still reads as EOF here.
@@ -75,6 +75,30 @@ int ahl_spawn(const struct ahl_plan *plan, struct ahl_child *out) {
         close(rep[1]);
         return e;
     }
+    return 0;
+}
+
+/// After the fork: closes the child's ends and fills `out`, or closes ours too when no child
+/// was made (`pid` < 0, `err` its errno). Returns 0 or `err`.
+static int spawned(pid_t pid, int err, const int rep[2], const int ctl[2], int32_t joined, struct ahl_child *out) {
+    close(rep[1]);
+    close(ctl[0]);
+    if (pid < 0) {
+        close(rep[0]);
+        close(ctl[1]);
+        return err;
+    }
+    out->pid = pid;
+    out->report_fd = rep[0];
+    out->control_fd = ctl[1];
+    out->born_in_cgroup = joined >= 0;
+    return 0;
+}
+
+int ahl_spawn(const struct ahl_plan *plan, struct ahl_child *out) {
+    int rep[2], ctl[2];
+    int e = open_channels(rep, ctl);
+    if (e) return e;
     // Signals stay blocked in the children until the payload's last step, so a handler the
     // runtime installed can never run in a half-built process.
     sigset_t all, old;
@@ -95,20 +119,9 @@ int ahl_spawn(const struct ahl_plan *plan, struct ahl_child *out) {
         close(ctl[1]);
         ahl_monitor_main(plan, rep[1], ctl[0], joined);
     }
-    int e = errno;
+    e = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    close(rep[1]);
-    close(ctl[0]);
-    if (pid < 0) {
-        close(rep[0]);
-        close(ctl[1]);
-        return e;
-    }
-    out->pid = pid;
-    out->report_fd = rep[0];
-    out->control_fd = ctl[1];
-    out->born_in_cgroup = joined >= 0;
-    return 0;
+    return spawned(pid, e, rep, ctl, joined, out);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -178,11 +191,7 @@ int ahl_spawn_exec(const struct ahl_plan *plan, int launcher_fd, struct ahl_chil
     }
 
     int rep[2], ctl[2];
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, rep) < 0) { e = errno; close(pfd); return e; }
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl) < 0) {
-        e = errno;
-        close(rep[0]);
-        close(rep[1]);
+    if ((e = open_channels(rep, ctl))) {
         close(pfd);
         return e;
     }
@@ -212,16 +221,5 @@ int ahl_spawn_exec(const struct ahl_plan *plan, int launcher_fd, struct ahl_chil
     e = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     close(pfd);
-    close(rep[1]);
-    close(ctl[0]);
-    if (pid < 0) {
-        close(rep[0]);
-        close(ctl[1]);
-        return e;
-    }
-    out->pid = pid;
-    out->report_fd = rep[0];
-    out->control_fd = ctl[1];
-    out->born_in_cgroup = joined >= 0;
-    return 0;
+    return spawned(pid, e, rep, ctl, joined, out);
 }
