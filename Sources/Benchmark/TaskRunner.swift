@@ -309,7 +309,7 @@ public final class TaskRunner: Sendable {
             Self.dropVerifierAhead(ahead.take(), scratch: scratch)
             // Never -1 here: that would hand the verifier the supervisor's own stdin.
             let empty = PayloadInput.empty()
-            guard empty >= 0 else { return run.finish(.setupFailed, "the verifier's stdin (a pipe): \(FileSystem.errorText())") }
+            guard empty >= 0 else { return run.finish(.setupFailed, "the verifier's stdin (/dev/null through a read-only mount): \(FileSystem.errorText())") }
             verifier = sandbox(verifierPolicy, Self.verifierCommand, verifierOverrides, stdin: empty,
                                stdout: "verifier.stdout", stderr: "verifier.stderr", scratch: scratch, audit: verifierAudit)
         }

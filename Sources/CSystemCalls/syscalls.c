@@ -20,13 +20,6 @@
 
 int ahs_memfd(const char *name) { return memfd_create(name, MFD_CLOEXEC); }
 
-int ahs_empty_input(void) {
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) < 0) return -1;
-    close(p[1]);
-    return p[0];
-}
-
 int ahs_readonly_clone(const char *path) {
     int t = open_tree(AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
     if (t < 0) return -1;

@@ -162,12 +162,14 @@ final class ToolRun {
         } catch {
             return fail(error.message)
         }
+        // Never -1: that would hand the tool the supervisor's own stdin.
         let noInput = PayloadInput.empty()
         defer {
             close(out)
             close(err)
             if noInput >= 0 { close(noInput) }
         }
+        guard noInput >= 0 else { return fail("stdin (/dev/null through a read-only mount): \(ErrnoName.describe(errno))") }
 
         // Alive-line for long runs: elapsed time and, where the tool's output shows it, how
         // many tasks are done.

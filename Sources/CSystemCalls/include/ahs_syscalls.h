@@ -7,8 +7,6 @@ extern "C" {
 #endif
 /// An anonymous in-memory file (memfd_create, MFD_CLOEXEC), or -1 with errno.
 int ahs_memfd(const char *name);
-/// The read end (O_CLOEXEC) of a pipe whose write end is already closed, or -1 with errno.
-int ahs_empty_input(void);
 /// A detached clone of the mount of `path` (a file), read-only, nosuid, noexec: a descriptor
 /// (close-on-exec) to reopen through /proc/self/fd, or -1 with errno.
 int ahs_readonly_clone(const char *path);

@@ -560,9 +560,10 @@ public final class RunLoop: @unchecked Sendable {
         do throws(SandboxError) { signals = try SandboxSignals() } catch { throw ExperimentError(.io, error.message) }
         let log = open(agentLogPath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
         let noInput = PayloadInput.empty()
+        let noInputErrno = errno
         defer {
             close(log)
-            close(noInput)
+            if noInput >= 0 { close(noInput) }
             stopLock.withLock { agentSignals = nil }
         }
         stopLock.withLock { agentSignals = signals }
@@ -576,6 +577,12 @@ public final class RunLoop: @unchecked Sendable {
         guard written == count else {
             writeFailed("the coding agent's log", "\(agentLogPath): \(ErrnoName.describe(written < 0 ? e : ENOSPC))")
             return AgentSession(start: starts, ran: false, exit: "not started", seconds: 0)
+        }
+        // Never -1: that would hand the coding agent the supervisor's own stdin.
+        guard noInput >= 0 else {
+            let why = "stdin (/dev/null through a read-only mount): \(ErrnoName.describe(noInputErrno))"
+            settings.log("coding agent sandbox: \(why)")
+            return AgentSession(start: starts, ran: false, exit: "could not be started (\(why))", seconds: 0)
         }
         let t0 = Date()
         settings.log("coding agent start \(starts) (log: \(agentLogPath))")
