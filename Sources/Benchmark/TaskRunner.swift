@@ -140,7 +140,7 @@ public final class TaskRunner: Sendable {
         let fd = FileSystem.openDirectory(scratchRoot)
         guard fd >= 0 else { throw fail("scratch root \(scratchRoot): \(FileSystem.errorText())") }
         defer { close(fd) }
-        guard let type = Self.filesystemType(fd) else { throw fail("scratch root \(scratchRoot): fstatfs: \(FileSystem.errorText())") }
+        guard let type = FileSystem.filesystemType(fd) else { throw fail("scratch root \(scratchRoot): fstatfs: \(FileSystem.errorText())") }
         guard type == Self.tmpfsMagic else {
             throw fail("scratch root \(scratchRoot) is not on tmpfs (f_type 0x\(String(type, radix: 16))): test-split work must never reach a disk")
         }
@@ -549,20 +549,6 @@ public final class TaskRunner: Sendable {
 
     static func seconds(_ s: Double) -> String {
         s == s.rounded() && s < 1e15 ? "\(Int(s))s" : "\(s)s"
-    }
-
-    /// `statfs.f_type` of an open file. Glibc's Swift module does not export <sys/vfs.h>,
-    /// so `fstatfs` is looked up by name; `f_type` is the first member (a `long`) of
-    /// `struct statfs` on every Linux ABI, and the buffer is larger than the struct.
-    static func filesystemType(_ fd: Int32) -> Int? {
-        typealias FStatFS = @convention(c) (Int32, UnsafeMutableRawPointer) -> Int32
-        guard let handle = dlopen(nil, RTLD_NOW), let symbol = dlsym(handle, "fstatfs") else { return nil }
-        let fstatfs = unsafeBitCast(symbol, to: FStatFS.self)
-        let buffer = UnsafeMutableRawPointer.allocate(byteCount: 512, alignment: 16)
-        defer { buffer.deallocate() }
-        buffer.initializeMemory(as: UInt8.self, repeating: 0, count: 512)
-        guard fstatfs(fd, buffer) == 0 else { return nil }
-        return buffer.load(as: Int.self)
     }
 }
 

@@ -13,12 +13,18 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/vfs.h>
 
 #ifndef SYS_landlock_create_ruleset
 #define SYS_landlock_create_ruleset 444
 #endif
 
 int ahs_memfd(const char *name) { return memfd_create(name, MFD_CLOEXEC); }
+
+long ahs_filesystem_type(int fd) {
+    struct statfs s;
+    return fstatfs(fd, &s) < 0 ? -1 : (long)s.f_type;
+}
 
 int ahs_readonly_clone(const char *path) {
     int t = open_tree(AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);

@@ -12,6 +12,11 @@ import SupervisorIO
 public struct PolicyLoader: Sendable {
     /// Directories holding `NAME.yaml`, searched in order for bare policy names.
     public var searchPaths: [String]
+    /// Whether `load` keeps what it loaded in `RootOwnedCache`'s `policy/` and uses it while
+    /// every layer file is unchanged (`PolicyCache`): one-shot `sandbox exec` sets it.
+    public var usesCache = false
+    /// Where cached policies live; nil: no cache (not root).
+    public var cacheDirectory: String? = RootOwnedCache.directory("policy")
 
     public init(searchPaths: [String]) {
         self.searchPaths = searchPaths
@@ -36,6 +41,13 @@ public struct PolicyLoader: Sendable {
         } catch {
             throw PolicyDiagnostics(errors: [error])
         }
+        let cacheKey = usesCache && cacheDirectory != nil
+            ? PolicyCache.key(searchPaths: searchPaths, nameOrPath: nameOrPath, variables: variables, strict: requireAllPlaceholders)
+            : nil
+        if let cacheKey, let cached = PolicyCache.lookup(key: cacheKey, top: top, loader: self, in: cacheDirectory) {
+            return cached
+        }
+        var read: [PolicyCache.Layer] = []
 
         // Walk up the chain, child first. Keep reading past a file with errors so that one
         // run reports problems in the parents too.
@@ -56,6 +68,7 @@ public struct PolicyLoader: Sendable {
                 requireAllPlaceholders: requireAllPlaceholders)
             errors += layerErrors
             layers.append(layer)
+            read.append(PolicyCache.Layer(path: current.path, name: current.name, extends: layer.extends?.value, text: text))
             guard let extends = layer.extends else { break }
             let parent: PolicyFile
             do {
@@ -83,7 +96,7 @@ public struct PolicyLoader: Sendable {
         merged.validate(errors: &errors)
         guard errors.isEmpty else { throw diagnostics(errors, chain: chain.map(\.file.path)) }
 
-        return Policy(
+        let policy = Policy(
             name: top.name,
             description: merged.description,
             lineage: layers.reversed().map(\.name),
@@ -96,6 +109,8 @@ public struct PolicyLoader: Sendable {
             chdir: merged.chdir?.value.path ?? "/",
             landlock: merged.landlock
         )
+        if let cacheKey { PolicyCache.store(key: cacheKey, layers: read, policy: policy, in: cacheDirectory) }
+        return policy
     }
 
     /// The file `load` would read for `nameOrPath`.
@@ -162,7 +177,7 @@ public struct PolicyLoader: Sendable {
     /// Largest policy file read.
     public static let maxFileBytes = 1 << 20
 
-    private static func read(_ path: String) throws(PolicyError) -> String {
+    static func read(_ path: String) throws(PolicyError) -> String {
         let bytes: [UInt8]
         switch InputFile.read(path, cap: maxFileBytes) {
         case .success(let b): bytes = b

@@ -9,6 +9,7 @@
 //
 // Callers name the file in their own errors where they know better (a task's `app/`).
 
+import CSystemCalls
 import Glibc
 
 public enum FileSystem {
@@ -32,6 +33,12 @@ public enum FileSystem {
     public static func fileStatus(_ fd: Int32) -> stat? {
         var st = stat()
         return fstat(fd, &st) == 0 ? st : nil
+    }
+
+    /// `statfs.f_type` of the file system holding `fd` (TMPFS_MAGIC, ...), or nil with errno.
+    public static func filesystemType(_ fd: Int32) -> Int? {
+        let t = ahs_filesystem_type(fd)
+        return t < 0 ? nil : t
     }
 
     public static func entryStatus(at dir: Int32, _ name: Name) -> stat? {

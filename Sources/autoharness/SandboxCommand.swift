@@ -82,7 +82,8 @@ struct SandboxExec: ParsableCommand {
         try Self.execute(Request(
             policy: policy, policyDirs: policyDirs, variables: variables, readOnly: readOnly, readWrite: readWrite,
             tmpfs: tmpfs, chdir: chdir, env: env, timeout: timeout, audit: audit,
-            allowUnenforcedLimits: allowUnenforcedLimits, debug: debug, benchRepeat: benchRepeat, command: command))
+            allowUnenforcedLimits: allowUnenforcedLimits, debug: debug, benchRepeat: benchRepeat, command: command),
+            ahead: LaunchAhead(makeNetworkNamespace: benchRepeat <= 1))
     }
 
     /// What `sandbox exec` was asked, however its arguments were parsed (`SandboxExecArguments`
@@ -104,8 +105,16 @@ struct SandboxExec: ParsableCommand {
         var command: [String] = []
     }
 
-    static func execute(_ r: Request) throws {
-        Timing.mark("arguments parsed")
+    /// `ahead`: the cgroup detection and network namespace started with the process; waited
+    /// for before the launch, and on every way out (no thread is left mid-sweep at exit).
+    static func execute(_ r: Request, ahead: LaunchAhead) throws {
+        var waited = false
+        func wait() {
+            guard !waited else { return }
+            waited = true
+            for line in ahead.finish() { printErr("autoharness: \(line)") }
+        }
+        defer { wait() }
         var cmd = r.command
         if cmd.first == "--" {
             cmd.removeFirst()
@@ -121,7 +130,10 @@ struct SandboxExec: ParsableCommand {
             guard let eq = v.firstIndex(of: "="), eq != v.startIndex else { throw ValidationError("--var \(v): expected NAME=VALUE") }
             vars[String(v[..<eq])] = String(v[v.index(after: eq)...])
         }
-        let policy = try PolicyLocator.loader(r.policyDirs).load(r.policy, variables: vars, requireAllPlaceholders: true)
+        // A one-shot launch loads its policy from the cache while no layer file has changed.
+        var loader = PolicyLocator.loader(r.policyDirs)
+        loader.usesCache = true
+        let policy = try loader.load(r.policy, variables: vars, requireAllPlaceholders: true)
 
         Timing.mark("policy loaded")
         var overrides = PlanOverrides()
@@ -155,7 +167,7 @@ struct SandboxExec: ParsableCommand {
         }
 
         let result = try launch(policy: policy, command: cmd, overrides: overrides, options: options, logger: logger,
-                                debug: r.debug, benchRepeat: r.benchRepeat).get()
+                                debug: r.debug, benchRepeat: r.benchRepeat, beforeRun: wait).get()
         if let failure = options.audit.writeFailure {
             printErr("sandbox: \(failure); killed the whole sandbox")
             throw ExitCode(Exit.sandboxSetup)
@@ -182,10 +194,13 @@ struct SandboxExec: ParsableCommand {
     }
 
     private static func launch(policy: Policy, command: [String], overrides: PlanOverrides, options: RunOptions,
-                               logger: Logger, debug: Bool, benchRepeat: Int) -> Result<SandboxResult, SandboxError> {
+                               logger: Logger, debug: Bool, benchRepeat: Int,
+                               beforeRun: () -> Void) -> Result<SandboxResult, SandboxError> {
         do throws(SandboxError) {
             let plan = try PlanCompiler.compile(policy: policy, command: command, overrides: overrides, hostEnvironment: hostEnvironment())
             Timing.mark("plan compiled (sources resolved, seccomp exported)")
+            beforeRun()
+            Timing.mark("cgroup host detected, orphans swept (made ahead, waited for)")
             if debug {
                 for m in plan.mounts { logger.debug("mount \(m.summary)  [\(m.origin)]") }
                 for s in plan.skippedMounts { logger.debug("skipped optional \(s) (source missing)") }

@@ -47,6 +47,9 @@ enum Agents {
 struct Experiment {
     let root: String
     let temp: TempDir
+    /// Where `run` and `start` start the supervisor (CgroupEnclosure): set by tests that kill
+    /// one and watch the next start sweep what it left, out of reach of other suites' sweeps.
+    var enclosure: CgroupEnclosure?
 
     static let fixture = Built.packageRoot + "/Tests/ExperimentTests/Fixtures/arith"
 
@@ -76,14 +79,19 @@ struct Experiment {
         self.temp = temp
     }
 
-    func run(_ args: String...) throws -> Run { try autoharness(args + ["-C", root]) }
-    func run(_ args: [String]) throws -> Run { try autoharness(args + ["-C", root]) }
+    func run(_ args: String...) throws -> Run { try run(args) }
+    func run(_ args: [String]) throws -> Run {
+        guard let enclosure else { return try autoharness(args + ["-C", root]) }
+        let c = enclosure.wrap(Built.autoharness, args + ["-C", root])
+        return try runProcess(c.exe, c.args)
+    }
 
     /// `autoharness ARGS -C root` in the background, output discarded.
     func start(_ args: String...) throws -> Process {
         let p = Process()
-        p.executableURL = URL(fileURLWithPath: Built.autoharness)
-        p.arguments = args + ["-C", root]
+        let c = enclosure?.wrap(Built.autoharness, args + ["-C", root]) ?? (exe: Built.autoharness, args: args + ["-C", root])
+        p.executableURL = URL(fileURLWithPath: c.exe)
+        p.arguments = c.args
         p.standardOutput = FileHandle.nullDevice
         p.standardError = FileHandle.nullDevice
         try p.run()

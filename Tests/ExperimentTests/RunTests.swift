@@ -238,7 +238,10 @@ struct RunTests {
     @Test("kill -9 of the supervisor mid-gate, then `autoharness run` again: resumed, the gate recorded as interrupted, nothing lost or duplicated")
     func killDuringRunGate() throws {
         try requireRoot()
-        let exp = try Experiment()
+        var exp = try Experiment()
+        // Its own cgroup: the frozen agent's cgroup waits there for the restart's sweep, not
+        // another suite's supervisor's (CgroupEnclosure).
+        exp.enclosure = try CgroupEnclosure()
         try exp.killRunMidGate(values: ["min_improvement": "0"])
         // The gate's sandboxes die with their supervisor. The coding agent was frozen for
         // the gate and stays frozen (not one of its threads runs) until the next supervisor
@@ -280,7 +283,8 @@ struct RunTests {
     @Test("a gate cut off by kill -9 still spends gate.budget: after the resume the next gate is refused")
     func interruptedGateSpendsBudget() throws {
         try requireRoot()
-        let exp = try Experiment()
+        var exp = try Experiment()
+        exp.enclosure = try CgroupEnclosure()  // as in killDuringRunGate
         try exp.killRunMidGate(values: ["budget": "1", "min_improvement": "0"])
 
         let finisher = """

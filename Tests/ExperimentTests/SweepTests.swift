@@ -6,29 +6,6 @@ import TestSupport
 // What a supervisor killed with SIGKILL leaves behind, and the next start that removes it
 // (without touching what a live supervisor has).
 
-/// Sandbox cgroups (every hierarchy this process is in) whose names carry `pid` as owner.
-private func sandboxCgroups(ownedBy pid: Int32) -> [String] {
-    let mounts = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
-    let own = (try? String(contentsOfFile: "/proc/self/cgroup", encoding: .utf8)) ?? ""
-    var dirs: Set<String> = []
-    for line in mounts.split(separator: "\n") {
-        let halves = line.components(separatedBy: " - ")
-        guard halves.count == 2 else { continue }
-        let pre = halves[0].split(separator: " "), post = halves[1].split(separator: " ")
-        guard pre.count >= 5, post.count >= 3, post[0] == "cgroup" || post[0] == "cgroup2" else { continue }
-        for c in own.split(separator: "\n") {
-            let f = c.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
-            guard f.count == 3 else { continue }
-            let matches = post[0] == "cgroup2" ? f[1].isEmpty : post[2].split(separator: ",").contains { f[1].split(separator: ",").contains($0) }
-            if matches { dirs.insert(String(pre[4]) + (f[2] == "/" ? "" : String(f[2]))) }
-        }
-    }
-    return dirs.flatMap { dir in
-        ((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? [])
-            .filter { $0.hasPrefix("autoharness-sbx-") && $0.contains(".o\(pid)-") }.map { dir + "/" + $0 }
-    }
-}
-
 /// agent.py whose every task runs `sleep MARKER` (a process findable by its command line).
 private func sleepingAgent(_ marker: String) -> String {
     "import subprocess\nclass HarnessAgent:\n    def run(self, instruction, workdir):\n        subprocess.run(['sleep', '\(marker)'])\n"
@@ -79,7 +56,11 @@ struct SweepTests {
             try (try String(contentsOfFile: toml, encoding: .utf8)).replacingOccurrences(of: "timeout_sec = 20", with: "timeout_sec = 600")
                 .write(toFile: toml, atomically: true, encoding: .utf8)
         }
-        let live = Experiment(existing: dir.path + "/live", temp: dir)
+        // Both experiments' supervisors run in a cgroup of this test's own: no other suite's
+        // supervisor, starting meanwhile, sweeps what the killed ones leave.
+        let enclosure = try CgroupEnclosure()
+        var live = Experiment(existing: dir.path + "/live", temp: dir)
+        live.enclosure = enclosure
         #expect(try autoharness(["init", live.root, "--benchmark", "local", "--dataset", bench]).status == 0)
         try live.configureRun(command: ["true"], values: ["scratch": scratch])
         #expect(try live.run("prepare").status == 0)
@@ -97,11 +78,12 @@ struct SweepTests {
             hostProcesses(containing: "sleep\u{0}" + liveMarker).count == 2 && scratchEntries(scratch, ownedBy: livePID).count == 4
         }
         let liveScratch = scratchEntries(scratch, ownedBy: livePID)
-        let liveCgroups = Set(sandboxCgroups(ownedBy: livePID))
+        let liveCgroups = Set(enclosure.sandboxCgroups(ownedBy: livePID))
         let liveTasks = Set(hostProcesses(containing: "sleep\u{0}" + liveMarker))
         try #require(!liveCgroups.isEmpty)
 
-        let exp = try Experiment(config: ["scratch": scratch])
+        var exp = try Experiment(config: ["scratch": scratch])
+        exp.enclosure = enclosure
         let train = try exp.split().train[0]
         for point in ["task run", "gate", "session"] {
             let marker = "600.\(Int.random(in: 100_000...999_999))"
@@ -129,7 +111,7 @@ struct SweepTests {
             kill(pid, SIGKILL)
             p.waitUntilExit()
             // What it left (so that what follows shows a sweep, not a supervisor that tidied up).
-            #expect(!sandboxCgroups(ownedBy: pid).isEmpty, "\(point): no sandbox cgroup left by the kill")
+            #expect(!enclosure.sandboxCgroups(ownedBy: pid).isEmpty, "\(point): no sandbox cgroup left by the kill")
             if point != "session" {
                 #expect(!scratchEntries(scratch, ownedBy: pid).isEmpty && !mounted(under: scratch).filter { !liveScratch.contains(String($0.dropFirst(scratch.count + 1))) }.isEmpty,
                         "\(point): no scratch left by the kill")
@@ -143,7 +125,7 @@ struct SweepTests {
             let next = try exp.run("benchmark", "--task-ids", train)
             #expect(next.status == 0, "\(point): \(next.stderr)")
             try waitFor("\(point): the killed supervisor's processes to end", seconds: 10) { hostProcesses(containing: marker).isEmpty }
-            #expect(sandboxCgroups(ownedBy: pid).isEmpty, "\(point): cgroups left: \(sandboxCgroups(ownedBy: pid))")
+            #expect(enclosure.sandboxCgroups(ownedBy: pid).isEmpty, "\(point): cgroups left: \(enclosure.sandboxCgroups(ownedBy: pid))")
             #expect(scratchEntries(scratch, ownedBy: pid).isEmpty, "\(point): scratch left: \(scratchEntries(scratch, ownedBy: pid))")
             let names = Set((try? FileManager.default.contentsOfDirectory(atPath: scratch)) ?? [])
             #expect(names == liveScratch, "\(point): under the scratch root: \(names.subtracting(liveScratch))")
@@ -158,7 +140,7 @@ struct SweepTests {
             // The live supervisor and all it has are as they were.
             #expect(liveRun.isRunning, "\(point): the live supervisor is gone")
             #expect(scratchEntries(scratch, ownedBy: livePID) == liveScratch, "\(point)")
-            #expect(Set(sandboxCgroups(ownedBy: livePID)) == liveCgroups, "\(point)")
+            #expect(Set(enclosure.sandboxCgroups(ownedBy: livePID)) == liveCgroups, "\(point)")
             #expect(Set(hostProcesses(containing: "sleep\u{0}" + liveMarker)) == liveTasks, "\(point)")
         }
 
@@ -169,7 +151,7 @@ struct SweepTests {
         #expect(try live.run("benchmark", "--task-ids", try live.split().train[0]).status == 0)
         try waitFor("the live supervisor's tasks to end", seconds: 10) { hostProcesses(containing: liveMarker).isEmpty }
         #expect((try? FileManager.default.contentsOfDirectory(atPath: scratch)) == [], "the scratch root is not empty")
-        #expect(mounted(under: scratch).isEmpty && sandboxCgroups(ownedBy: livePID).isEmpty)
+        #expect(mounted(under: scratch).isEmpty && enclosure.sandboxCgroups(ownedBy: livePID).isEmpty)
     }
 
     @Test("a broker socket is removed at the next start when the supervisor its marker names is gone (or its pid reused), never while it runs")

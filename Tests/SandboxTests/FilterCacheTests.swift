@@ -1,5 +1,6 @@
 import Foundation
 @testable import Sandbox
+import SupervisorIO
 import Testing
 
 /// The seccomp program cache is trusted input to every sandbox: these tests fail if any of
@@ -21,10 +22,53 @@ struct FilterCacheTests {
     func tamperedKeyIgnored() throws {
         try requireRoot()
         let dir = try TempDir(mode: 0o700)
-        let path = dir.path + "/" + FilterCache.fileName("key-a")
-        try Data(Array("key-x".utf8) + [0] + bpf).write(to: URL(fileURLWithPath: path))
-        chmod(path, 0o600)
+        // A well-formed entry for key-x, under key-a's file name.
+        FilterCache.store(key: "key-x", bpf: bpf, in: dir.path)
+        #expect(rename(dir.path + "/" + FilterCache.fileName("key-x"), dir.path + "/" + FilterCache.fileName("key-a")) == 0)
         #expect(FilterCache.load(key: "key-a", in: dir.path) == nil)
+        #expect(FilterCache.load(key: "key-x", in: dir.path) == nil)
+    }
+
+    @Test("an entry cut short at an instruction boundary, or with one byte changed, is not a shorter program")
+    func truncatedOrDamagedIgnored() throws {
+        try requireRoot()
+        let dir = try TempDir(mode: 0o700)
+        let program: [UInt8] = (0..<64).map { UInt8($0) }  // eight instructions
+        FilterCache.store(key: "k", bpf: program, in: dir.path)
+        let path = dir.path + "/" + FilterCache.fileName("k")
+        let whole = Array(try Data(contentsOf: URL(fileURLWithPath: path)))
+        #expect(FilterCache.load(key: "k", in: dir.path) == program)
+        // Cut after the fourth instruction (and its recorded length and hash fixed up would
+        // need the hash: without them the length check fails; with the length patched, the hash).
+        let bodyStart = whole.count - 8 - program.count
+        var cut = Array(whole[..<(bodyStart + 32)])
+        try Data(cut).write(to: URL(fileURLWithPath: path))
+        #expect(FilterCache.load(key: "k", in: dir.path) == nil)
+        cut.replaceSubrange((bodyStart - 8)..<bodyStart, with: [32, 0, 0, 0, 0, 0, 0, 0])
+        try Data(cut + whole.suffix(8)).write(to: URL(fileURLWithPath: path))
+        #expect(FilterCache.load(key: "k", in: dir.path) == nil)
+        var damaged = whole
+        damaged[bodyStart + 9] ^= 1
+        try Data(damaged).write(to: URL(fileURLWithPath: path))
+        #expect(FilterCache.load(key: "k", in: dir.path) == nil)
+        try Data(whole).write(to: URL(fileURLWithPath: path))
+        #expect(FilterCache.load(key: "k", in: dir.path) == program)
+    }
+
+    @Test("a directory past its entry limit keeps the newest half")
+    func pruned() throws {
+        try requireRoot()
+        let dir = try TempDir(mode: 0o700)
+        for i in 0...RootOwnedCache.maxEntries {
+            FilterCache.store(key: "k\(i)", bpf: bpf, in: dir.path)
+            var times = [timespec(tv_sec: 1_000_000 + i, tv_nsec: 0), timespec(tv_sec: 1_000_000 + i, tv_nsec: 0)]
+            _ = utimensat(AT_FDCWD, dir.path + "/" + FilterCache.fileName("k\(i)"), &times, 0)
+        }
+        // The store of the last one (entry limit + 1) pruned the oldest.
+        let left = try FileManager.default.contentsOfDirectory(atPath: dir.path).count
+        #expect(left == RootOwnedCache.maxEntries / 2)
+        #expect(FilterCache.load(key: "k\(RootOwnedCache.maxEntries)", in: dir.path) == bpf)
+        #expect(FilterCache.load(key: "k0", in: dir.path) == nil)
     }
 
     @Test("a group/world-writable cache file is ignored")

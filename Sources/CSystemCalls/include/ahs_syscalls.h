@@ -12,6 +12,9 @@ int ahs_memfd(const char *name);
 int ahs_readonly_clone(const char *path);
 /// open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC) (O_PATH is hidden by the Glibc module).
 int ahs_open_path(const char *path);
+/// The f_type of the file system holding `fd` (fstatfs, whose <sys/vfs.h> the Glibc module
+/// does not export), or -1 with errno.
+long ahs_filesystem_type(int fd);
 /// accept4(listener, NULL, NULL, SOCK_CLOEXEC) (hidden by the Glibc module).
 int ahs_accept_cloexec(int listener);
 /// The peer of a connected Unix socket (SO_PEERCRED): 0, or -1 with errno.

@@ -1,0 +1,75 @@
+import Glibc
+import PolicyModel
+import SupervisorIO
+
+/// Loaded policies kept between runs (`PolicyLoader.usesCache`, `RootOwnedCache`'s
+/// `policy/`), so that a one-shot `sandbox exec` does not parse and merge the same YAML
+/// layers on every launch.
+///
+/// An entry is used only when every input of the load it records is unchanged:
+/// - the key: this binary (`RootOwnedCache.binaryIdentity`), the search paths, the name or
+///   path asked for, the variables, and whether placeholders must all resolve;
+/// - the chain: each layer's path, name, `extends:` reference and full text. The top is found
+///   again by the same lookup a load makes, each parent by looking up the recorded reference
+///   beside its child, and each file is read and compared byte for byte. An edited layer, a
+///   new file that now shadows one (an earlier search path, beside the child), or a layer
+///   removed is a miss.
+/// Only loads that succeeded are stored; a miss loads afresh (with full diagnostics).
+enum PolicyCache {
+    struct Layer: Equatable {
+        var path: String
+        var name: String
+        var extends: String?
+        var text: String
+    }
+
+    static let suffix = ".policy"
+
+    static func key(searchPaths: [String], nameOrPath: String, variables: [String: String], strict: Bool) -> String {
+        var key = "autoharness policy \(PolicyCoding.version)\n" + RootOwnedCache.frame(RootOwnedCache.binaryIdentity)
+        key += "\nsearch " + searchPaths.map(RootOwnedCache.frame).joined()
+        key += "\nname " + RootOwnedCache.frame(nameOrPath)
+        key += "\nstrict \(strict ? 1 : 0)\nvars"
+        for (k, v) in variables.sorted(by: { $0.key < $1.key }) { key += " " + RootOwnedCache.frame(k) + RootOwnedCache.frame(v) }
+        return key
+    }
+
+    /// The recorded policy, if the layers `loader` finds now are exactly the recorded ones.
+    static func lookup(key: String, top: PolicyLoader.PolicyFile, loader: PolicyLoader, in dir: String?) -> Policy? {
+        guard let body = RootOwnedCache.load(key: key, suffix: suffix, in: dir, maxBytes: 64 << 20) else { return nil }
+        var r = ByteReader(body)
+        guard let count = r.count(), count > 0 else { return nil }
+        var layers: [Layer] = []
+        for _ in 0..<count {
+            guard let path = r.string(), let name = r.string(), let extends = r.optional({ $0.string() }),
+                  let text = r.string() else { return nil }
+            layers.append(Layer(path: path, name: name, extends: extends, text: text))
+        }
+        // The chain as recorded: each layer but the last extends the next.
+        guard layers.dropLast().allSatisfy({ $0.extends != nil }), layers.last?.extends == nil else { return nil }
+        var expected = top
+        for (i, layer) in layers.enumerated() {
+            guard expected.path == layer.path, expected.name == layer.name,
+                  let text = try? PolicyLoader.read(layer.path), text == layer.text else { return nil }
+            if let reference = layer.extends {
+                guard i + 1 < layers.count,
+                      let parent = try? loader.locate(reference, besideDirectory: PolicyLoader.directory(of: layer.path)) else { return nil }
+                expected = parent
+            }
+        }
+        return PolicyCoding.decode(r.rest())
+    }
+
+    static func store(key: String, layers: [Layer], policy: Policy, in dir: String?) {
+        var w = ByteWriter()
+        w.count(layers.count)
+        for l in layers {
+            w.string(l.path)
+            w.string(l.name)
+            w.optional(l.extends) { $0.string($1) }
+            w.string(l.text)
+        }
+        w.raw(PolicyCoding.encode(policy))
+        RootOwnedCache.store(key: key, suffix: suffix, body: w.bytes, in: dir)
+    }
+}
