@@ -67,15 +67,7 @@ struct Autoharness: ParsableCommand {
         // for its sandboxes before the first one starts; say so once, up front.
         // Likewise, sandboxes a killed supervisor left frozen end now, even if this command
         // launches none (a resumed run whose budget is spent).
-        let oneShot = args.count >= 2 && args[0] == "sandbox" && args[1] == "exec" ? SandboxExecArguments.parse(args.dropFirst(2)) : nil
-        var ahead: LaunchAhead?
-        if let request = oneShot {
-            // The same, and the sandbox's network namespace, on other threads while the
-            // policy loads (`SandboxExec.execute` waits for them before the launch).
-            Timing.mark("arguments parsed")
-            ahead = LaunchAhead(makeNetworkNamespace: request.benchRepeat <= 1)
-            Timing.mark("cgroup detection and network namespace started (LaunchAhead)")
-        } else if let verb = args.first, ["sandbox", "prepare", "benchmark", "gate", "run", "demo", "doctor"].contains(verb),
+        if let verb = args.first, ["sandbox", "prepare", "benchmark", "gate", "run", "demo", "doctor"].contains(verb),
            !args.contains("-h"), !args.contains("--help") {
             let host = CgroupHost.current
             if let done = host.delegation { printErr("autoharness: \(done)") }
@@ -90,8 +82,8 @@ struct Autoharness: ParsableCommand {
             SharedTrees.install()
         }
         do {
-            if let request = oneShot, let ahead {
-                try SandboxExec.execute(request, ahead: ahead)
+            if args.count >= 2, args[0] == "sandbox", args[1] == "exec", let request = SandboxExecArguments.parse(args.dropFirst(2)) {
+                try SandboxExec.execute(request)
                 return
             }
             var command = try parseAsRoot(args)

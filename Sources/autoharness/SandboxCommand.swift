@@ -82,8 +82,7 @@ struct SandboxExec: ParsableCommand {
         try Self.execute(Request(
             policy: policy, policyDirs: policyDirs, variables: variables, readOnly: readOnly, readWrite: readWrite,
             tmpfs: tmpfs, chdir: chdir, env: env, timeout: timeout, audit: audit,
-            allowUnenforcedLimits: allowUnenforcedLimits, debug: debug, benchRepeat: benchRepeat, command: command),
-            ahead: LaunchAhead(makeNetworkNamespace: benchRepeat <= 1))
+            allowUnenforcedLimits: allowUnenforcedLimits, debug: debug, benchRepeat: benchRepeat, command: command))
     }
 
     /// What `sandbox exec` was asked, however its arguments were parsed (`SandboxExecArguments`
@@ -105,16 +104,8 @@ struct SandboxExec: ParsableCommand {
         var command: [String] = []
     }
 
-    /// `ahead`: the cgroup detection and network namespace started with the process; waited
-    /// for before the launch, and on every way out (no thread is left mid-sweep at exit).
-    static func execute(_ r: Request, ahead: LaunchAhead) throws {
-        var waited = false
-        func wait() {
-            guard !waited else { return }
-            waited = true
-            for line in ahead.finish() { printErr("autoharness: \(line)") }
-        }
-        defer { wait() }
+    static func execute(_ r: Request) throws {
+        Timing.mark("arguments parsed")
         var cmd = r.command
         if cmd.first == "--" {
             cmd.removeFirst()
@@ -167,7 +158,7 @@ struct SandboxExec: ParsableCommand {
         }
 
         let result = try launch(policy: policy, command: cmd, overrides: overrides, options: options, logger: logger,
-                                debug: r.debug, benchRepeat: r.benchRepeat, beforeRun: wait).get()
+                                debug: r.debug, benchRepeat: r.benchRepeat).get()
         if let failure = options.audit.writeFailure {
             printErr("sandbox: \(failure); killed the whole sandbox")
             throw ExitCode(Exit.sandboxSetup)
@@ -194,13 +185,10 @@ struct SandboxExec: ParsableCommand {
     }
 
     private static func launch(policy: Policy, command: [String], overrides: PlanOverrides, options: RunOptions,
-                               logger: Logger, debug: Bool, benchRepeat: Int,
-                               beforeRun: () -> Void) -> Result<SandboxResult, SandboxError> {
+                               logger: Logger, debug: Bool, benchRepeat: Int) -> Result<SandboxResult, SandboxError> {
         do throws(SandboxError) {
             let plan = try PlanCompiler.compile(policy: policy, command: command, overrides: overrides, hostEnvironment: hostEnvironment())
             Timing.mark("plan compiled (sources resolved, seccomp exported)")
-            beforeRun()
-            Timing.mark("cgroup host detected, orphans swept (made ahead, waited for)")
             if debug {
                 for m in plan.mounts { logger.debug("mount \(m.summary)  [\(m.origin)]") }
                 for s in plan.skippedMounts { logger.debug("skipped optional \(s) (source missing)") }

@@ -388,15 +388,21 @@ int main(int argc, char **argv) {
             prog_buf[0] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
             prog.len = 1;
         } else if (a3) {
-            // a file holding an exported program (autoharness's filter cache: key text, NUL, BPF)
+            // a file holding an exported program: an entry of autoharness's filter cache (key
+            // text, NUL, the program's length as 8 bytes little-endian, the program, an 8-byte
+            // hash: RootOwnedCache.swift)
             static unsigned char file[1 << 16];
             int fd = open(a3, O_RDONLY);
             ssize_t n = fd < 0 ? -1 : read(fd, file, sizeof file);
             if (n <= 0) return report_errno(errno);
             unsigned char *nul = memchr(file, 0, (size_t)n);
-            size_t off = nul ? (size_t)(nul - file) + 1 : 0;
-            prog.len = (unsigned short)((n - off) / sizeof(struct sock_filter));
-            memcpy(prog_buf, file + off, prog.len * sizeof(struct sock_filter));
+            if (!nul || (size_t)(file + n - nul) < 1 + 8 + 8) return report_errno(EINVAL);
+            uint64_t len = 0;
+            for (int i = 7; i >= 0; i--) len = len << 8 | nul[1 + i];
+            if (len != (uint64_t)(file + n - (nul + 1 + 8 + 8)) || len % sizeof(struct sock_filter) || len > sizeof prog_buf)
+                return report_errno(EINVAL);
+            prog.len = (unsigned short)(len / sizeof(struct sock_filter));
+            memcpy(prog_buf, nul + 1 + 8, len);
         }
         if (prog.len && (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) < 0))
             return report_errno(errno);

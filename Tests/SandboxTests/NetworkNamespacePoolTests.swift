@@ -187,20 +187,6 @@ struct NetworkNamespacePoolTests {
         #expect(pool.counts == (handedOut: 1, ready: 2))
     }
 
-    @Test("a one-shot pool (sandbox exec's, refills: false) makes its capacity and never another, refill() or not")
-    func oneShotPoolNeverRefills() throws {
-        try requireRoot()
-        let pool = NetworkNamespacePool(capacity: 1, refills: false)
-        defer { pool.close() }
-        #expect(pool.waitUntilReady(1))
-        let fd = try #require(pool.take())
-        close(fd)
-        pool.refill()
-        usleep(100_000)  // a refilling pool makes one in well under 100 ms (refillAfterTake)
-        #expect(pool.counts == (handedOut: 1, ready: 0))
-        #expect(pool.take() == nil)
-    }
-
     @Test("a closed (empty) pool: the launcher unshares a namespace of its own")
     func emptyPoolFallsBack() throws {
         try requireRoot()
