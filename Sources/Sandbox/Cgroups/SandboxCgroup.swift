@@ -354,12 +354,15 @@ public enum SmallFile {
         let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { return "" }
         defer { close(fd) }
+        // A 4 KiB buffer on the stack, not a zeroed 64 KiB array: these files are a few
+        // hundred bytes, and a launch reads several.
         var out: [UInt8] = []
-        var buf = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = buf.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-            if n <= 0 { break }
-            out.append(contentsOf: buf[0..<n])
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 4096) { buf in
+            while true {
+                let n = Glibc.read(fd, buf.baseAddress, buf.count)
+                if n <= 0 { break }
+                out.append(contentsOf: buf[0..<n])
+            }
         }
         return String(decoding: out, as: UTF8.self)
     }
