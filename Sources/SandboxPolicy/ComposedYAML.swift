@@ -3,7 +3,9 @@
 // A supervisor loads the same two policies for every task it runs (the agent's and the
 // verifier's), each with its own placeholder values; composing the YAML tree is most of what
 // a load costs. The tree depends only on the file's text, so it is kept keyed by the whole
-// text: a file that changes in any byte is a different key, and nothing can be stale.
+// text's bytes (`Exact`: never String ==, which is Unicode canonical equivalence and would
+// take a text edited from K to U+212A KELVIN SIGN for the one parsed before): a file that
+// changes in any byte is a different key, and nothing can be stale.
 // Placeholders are filled in later, by the walk over the tree, on every load. A file with no
 // placeholder at all (no brace) keeps its walked layer too, keyed by text, path and name.
 
@@ -19,7 +21,8 @@ enum ComposedYAML {
     /// a tree is only ever read under the lock, by one thread at a time.
     static func withTree<R>(_ text: String, _ body: (Node?) -> R) throws -> R {
         try store.withLock { trees in
-            if let hit = trees[text] { return body(hit) }
+            let key = Exact(text)
+            if let hit = trees[key] { return body(hit) }
             // UTF-8 explicitly: the default consults an environment variable and prints.
             // The basic resolver tags every plain scalar as a string; the default one runs a
             // set of regular expressions over each scalar, which cost milliseconds per
@@ -27,37 +30,43 @@ enum ComposedYAML {
             // spelling (YAML 1.2 core schema).
             let root = try Yams.compose(yaml: text, .basic, .default, .utf8)
             if trees.count >= capacity { trees.removeAll() }
-            trees[text] = root
+            trees[key] = root
             return body(root)
         }
     }
 
     /// Whether the tree of `text` is kept (tests).
-    static func contains(_ text: String) -> Bool { store.withLock { $0[text] != nil } }
+    static func contains(_ text: String) -> Bool { store.withLock { $0[Exact(text)] != nil } }
 
     /// The parsed layer of a file without placeholders, whose result cannot depend on the
     /// values a load passes (errors included, sorted as `LayerParser.parse` returns them).
     static func constantLayer(text: String, file: String, name: String) -> (PolicyLayer, [PolicyError])? {
-        constants.withLock { $0[ConstantKey(text: text, file: file, name: name)] }
+        constants.withLock { $0[ConstantKey(text: Exact(text), file: Exact(file), name: Exact(name))] }
     }
 
     static func keepConstantLayer(text: String, file: String, name: String, _ result: (PolicyLayer, [PolicyError])) {
         constants.withLock {
             if $0.count >= capacity { $0.removeAll() }
-            $0[ConstantKey(text: text, file: file, name: name)] = result
+            $0[ConstantKey(text: Exact(text), file: Exact(file), name: Exact(name))] = result
         }
     }
 
     struct ConstantKey: Hashable {
-        var text: String
-        var file: String
-        var name: String
+        var text: Exact
+        var file: Exact
+        var name: Exact
+    }
+
+    /// A string compared and hashed by its UTF-8 bytes.
+    struct Exact: Hashable {
+        let utf8: [UInt8]
+        init(_ s: String) { utf8 = Array(s.utf8) }
     }
 
     private static let store = TreeStore([:])
     private static let constants = Store<[ConstantKey: (PolicyLayer, [PolicyError])]>([:])
 
-    private typealias TreeStore = Store<[String: Node?]>
+    private typealias TreeStore = Store<[Exact: Node?]>
 
     private final class Store<Value>: @unchecked Sendable {
         private var mutex = pthread_mutex_t()

@@ -47,13 +47,17 @@ enum PolicyCache {
         }
         // The chain as recorded: each layer but the last extends the next.
         guard layers.dropLast().allSatisfy({ $0.extends != nil }), layers.last?.extends == nil else { return nil }
+        // Byte for byte, never String ==: Swift's equality is Unicode canonical equivalence,
+        // and a path or a policy's text may change meaning (K and U+212A KELVIN SIGN name
+        // different files) while comparing equal.
+        func same(_ a: String, _ b: String) -> Bool { a.utf8.elementsEqual(b.utf8) }
         var expected = top
         for (i, layer) in layers.enumerated() {
-            guard expected.path == layer.path, expected.name == layer.name,
-                  let text = try? PolicyLoader.read(layer.path), text == layer.text else { return nil }
+            guard same(expected.path, layer.path), same(expected.name, layer.name),
+                  let text = try? PolicyLoader.read(expected.path), same(text, layer.text) else { return nil }
             if let reference = layer.extends {
                 guard i + 1 < layers.count,
-                      let parent = try? loader.locate(reference, besideDirectory: PolicyLoader.directory(of: layer.path)) else { return nil }
+                      let parent = try? loader.locate(reference, besideDirectory: PolicyLoader.directory(of: expected.path)) else { return nil }
                 expected = parent
             }
         }

@@ -5,8 +5,10 @@ import Glibc
 ///
 /// A cache entry is trusted no more than the binary: it is used only if
 /// - this process runs as root (no cache otherwise);
-/// - its directory and the file are owned by root and writable by no one else (checked on the
-///   open descriptor for the file, so a swapped path cannot slip in another owner's file);
+/// - its directory and the file are owned by root and writable by no one else, checked on open
+///   descriptors (the file is opened relative to the directory's, neither through a symlink),
+///   and every directory above is root's and writable by no one else or sticky, so no other
+///   user can swap in another directory between the check and the use;
 /// - the file begins with exactly the key, every input that determines the entry, followed by
 ///   a NUL. Keys are text without NUL (command-line words, paths); callers frame their fields
 ///   so that different inputs cannot spell the same key;
@@ -31,8 +33,9 @@ public enum RootOwnedCache {
 
     /// The bytes after `key` in the entry for `key` in `dir`, or nil (a miss).
     public static func load(key: String, suffix: String, in dir: String?, maxBytes: Int = 1 << 20) -> [UInt8]? {
-        guard let dir, trustworthy(dir, directory: true) else { return nil }
-        let fd = open(dir + "/" + fileName(key, suffix: suffix), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard let dir, let dfd = openDirectory(dir, create: false) else { return nil }
+        defer { close(dfd) }
+        let fd = openat(dfd, fileName(key, suffix: suffix), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         var st = stat()
@@ -50,16 +53,18 @@ public enum RootOwnedCache {
         return body
     }
 
+    /// Longest key stored (a key carries per-launch values such as a policy's variables).
+    public static let maxKeyBytes = 16 << 10
+
     /// Writes the entry for `key` (atomically: a reader sees the old file or the new one).
     /// Failures are ignored: the cache is an optimisation.
     public static func store(key: String, suffix: String, body: [UInt8], in dir: String?) {
-        guard let dir, !key.utf8.contains(0) else { return }
-        if let slash = dir.lastIndex(of: "/"), slash != dir.startIndex { _ = mkdir(String(dir[..<slash]), 0o700) }
-        _ = mkdir(dir, 0o700)
-        guard trustworthy(dir, directory: true) else { return }
-        let path = dir + "/" + fileName(key, suffix: suffix)
-        let tmp = path + ".tmp.\(getpid())"
-        let fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard let dir, !key.utf8.contains(0), key.utf8.count <= maxKeyBytes,
+              let dfd = openDirectory(dir, create: true) else { return }
+        defer { close(dfd) }
+        let name = fileName(key, suffix: suffix)
+        let tmp = name + ".tmp.\(getpid())"
+        let fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else { return }
         var w = ByteWriter()
         w.raw(Array(key.utf8) + [0])
@@ -68,30 +73,78 @@ public enum RootOwnedCache {
         w.u64(hash(body))
         let ok = w.bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } == w.bytes.count
         close(fd)
-        if !ok || rename(tmp, path) != 0 {
-            unlink(tmp)
+        if !ok || renameat(dfd, tmp, dfd, name) != 0 {
+            unlinkat(dfd, tmp, 0)
             return
         }
-        prune(dir, suffix: suffix)
+        prune(dfd, suffix: suffix)
     }
 
     /// Entries a directory may hold before the oldest half goes.
     public static let maxEntries = 256
 
-    static func prune(_ dir: String, suffix: String) {
-        guard let d = opendir(dir) else { return }
+    /// Past `maxEntries`, removes the oldest entries down to half; and always the temporary
+    /// files of writers killed mid-store (more than a minute old).
+    static func prune(_ dfd: Int32, suffix: String) {
+        let listing = dup(dfd)
+        guard listing >= 0, let d = fdopendir(listing) else {
+            if listing >= 0 { close(listing) }
+            return
+        }
+        defer { closedir(d) }
         var entries: [(name: String, mtime: Int)] = []
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
         while let e = readdir(d) {
             let name = DirectoryEntry.name(e)
             var st = stat()
-            guard name.hasSuffix(suffix), fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
-            entries.append((name, st.st_mtim.tv_sec * 1_000_000_000 + st.st_mtim.tv_nsec))
+            guard fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0, (st.st_mode & S_IFMT) == S_IFREG else { continue }
+            if name.hasSuffix(suffix) {
+                entries.append((name, st.st_mtim.tv_sec * 1_000_000_000 + st.st_mtim.tv_nsec))
+            } else if name.contains(suffix + ".tmp."), now.tv_sec - st.st_mtim.tv_sec > 60 {
+                unlinkat(dfd, name, 0)
+            }
         }
-        let fd = dirfd(d)
-        defer { closedir(d) }
         guard entries.count > maxEntries else { return }
         for e in entries.sorted(by: { $0.mtime < $1.mtime }).prefix(entries.count - maxEntries / 2) {
-            unlinkat(fd, e.name, 0)
+            unlinkat(dfd, e.name, 0)
+        }
+    }
+
+    /// The cache directory, opened without following a symlink and checked on the descriptor
+    /// (root's, writable by no one else), or nil. Every directory above it must be root's and
+    /// writable by no one else unless sticky (`/tmp`): otherwise another user could swap the
+    /// directory, or one above it, between our check and our use. `create`: makes the
+    /// directory and its parent (0700) if missing.
+    static func openDirectory(_ dir: String, create: Bool) -> Int32? {
+        guard dir.hasPrefix("/"), let slash = dir.lastIndex(of: "/") else { return nil }
+        let parent = slash == dir.startIndex ? "/" : String(dir[..<slash])
+        if create {
+            _ = mkdir(parent, 0o700)
+            _ = mkdir(dir, 0o700)
+        }
+        guard ancestorsAreRoots(parent) else { return nil }
+        let fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        var st = stat()
+        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFDIR, st.st_uid == 0, st.st_mode & 0o022 == 0 else {
+            close(fd)
+            return nil
+        }
+        return fd
+    }
+
+    /// Whether `path` and each directory above it is a directory (not a symlink: one in a
+    /// directory another user can write could be pointed elsewhere later), root's, and
+    /// writable by no one else or sticky.
+    static func ancestorsAreRoots(_ path: String) -> Bool {
+        var dir = path
+        while true {
+            var st = stat()
+            guard lstat(dir, &st) == 0, (st.st_mode & S_IFMT) == S_IFDIR, st.st_uid == 0,
+                  st.st_mode & 0o022 == 0 || st.st_mode & S_ISVTX != 0 else { return false }
+            guard dir != "/", let slash = dir.lastIndex(of: "/") else { return true }
+            dir = slash == dir.startIndex ? "/" : String(dir[..<slash])
         }
     }
 
@@ -117,15 +170,11 @@ public enum RootOwnedCache {
     /// What identifies the running binary (device, inode, size, modification time of
     /// /proc/self/exe): part of every key, so that a rebuilt or upgraded binary, whose
     /// loader or compiler may differ, never reuses an older one's entries.
+    /// The change time is in it because no tool can set it: an in-place overwrite that keeps
+    /// the size and the modification time (`cp -p` onto the same inode) still changes it.
     public static let binaryIdentity: String = {
         var st = stat()
         guard stat("/proc/self/exe", &st) == 0 else { return "unknown-\(getpid())-\(time(nil))" }
-        return "\(st.st_dev):\(st.st_ino):\(st.st_size):\(st.st_mtim.tv_sec).\(st.st_mtim.tv_nsec)"
+        return "\(st.st_dev):\(st.st_ino):\(st.st_size):\(st.st_mtim.tv_sec).\(st.st_mtim.tv_nsec):\(st.st_ctim.tv_sec).\(st.st_ctim.tv_nsec)"
     }()
-
-    private static func trustworthy(_ path: String, directory: Bool) -> Bool {
-        var st = stat()
-        guard lstat(path, &st) == 0, st.st_uid == 0, st.st_mode & 0o022 == 0 else { return false }
-        return (st.st_mode & S_IFMT) == (directory ? S_IFDIR : S_IFREG)
-    }
 }

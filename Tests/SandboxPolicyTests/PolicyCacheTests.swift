@@ -156,6 +156,16 @@ struct PolicyCacheTests {
         #expect(throws: PolicyDiagnostics.self) { try s.loader().load("child") }
     }
 
+    @Test("a layer edited from K to U+212A KELVIN SIGN (equal as Swift strings, not as bytes) is a miss")
+    func canonicallyEquivalentEditIsAMiss() throws {
+        try #require(geteuid() == 0, "the cache is root's")
+        let s = try Scratch()
+        try s.write("p.yaml", "env:\n  set:\n    A: \"\u{212A}\"\n")
+        #expect(try s.loader().load("p").env.set["A"].map { Array($0.utf8) } == Array("\u{212A}".utf8))
+        try s.write("p.yaml", "env:\n  set:\n    A: \"K\"\n")
+        #expect(try s.loader().load("p").env.set["A"].map { Array($0.utf8) } == Array("K".utf8))
+    }
+
     @Test("an entry or directory that is not root's alone is never used", arguments: ["file group-writable", "directory group-writable", "file not root's"])
     func untrusted(how: String) throws {
         try #require(geteuid() == 0, "the cache is root's")

@@ -1,6 +1,7 @@
 import CSystemCalls
 import CSeccomp
 import Glibc
+import SupervisorIO
 import PolicyModel
 
 /// A seccomp program ready to hand to the launcher, plus what the supervisor needs to
@@ -107,7 +108,7 @@ public enum SeccompCompiler {
         unresolved.sort()
         let v = seccomp_version().pointee
         let key = """
-            autoharness seccomp v2
+            autoharness seccomp v2 \(RootOwnedCache.frame(RootOwnedCache.binaryIdentity))
             libseccomp \(v.major).\(v.minor).\(v.micro) arch \(seccomp_arch_native())
             allow \(unconditional.map(String.init).joined(separator: " "))
             conditional \(conditional.sorted().joined(separator: " "))
