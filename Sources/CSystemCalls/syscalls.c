@@ -14,12 +14,18 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/vfs.h>
+#include <sys/auxv.h>
+#include <gnu/libc-version.h>
 
 #ifndef SYS_landlock_create_ruleset
 #define SYS_landlock_create_ruleset 444
 #endif
 
 int ahs_memfd(const char *name) { return memfd_create(name, MFD_CLOEXEC); }
+
+const char *ahs_libc_version(void) { return gnu_get_libc_version(); }
+
+int ahs_statically_linked(void) { return getauxval(AT_BASE) == 0; }
 
 long ahs_filesystem_type(int fd) {
     struct statfs s;

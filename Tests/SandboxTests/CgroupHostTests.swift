@@ -398,3 +398,38 @@ struct HostCountersTests {
         #expect(tools.stdout == "tools-ok\n", "\(tools.stdout) \(tools.stderr)")
     }
 }
+
+@Suite("autoharness doctor: how the binary is linked, and its name lookups")
+struct BinaryFindingTests {
+    @Test("the hosts: line's modules, comments and [actions] left out")
+    func hostsModules() {
+        let text = "# hosts: wrong\npasswd: files\nhosts:\tfiles mdns4_minimal [NOTFOUND=return] dns # trailing\n"
+        #expect(HostInspection.hostsModules(text) == ["files", "mdns4_minimal", "dns"])
+        #expect(HostInspection.hostsModules("passwd: files\n").isEmpty)
+    }
+
+    @Test("a glibc's stated version is read from the library file; this host's is the one this process runs with")
+    func glibcVersion() throws {
+        let dir = try TempDir()
+        let fake = try dir.file("libc.so.6", "\u{7f}ELF...GNU C Library (Debian GLIBC 9.99-1) stable release version 9.99.\n...")
+        #expect(HostInspection.glibcVersion(ofLibrary: fake) == "9.99")
+        #expect(HostInspection.glibcVersion(ofLibrary: dir.file("missing")) == nil)
+        let real = ["/lib/x86_64-linux-gnu/libc.so.6", "/lib/aarch64-linux-gnu/libc.so.6"].first { FileManager.default.fileExists(atPath: $0) }
+        let version = try #require(real.flatMap(HostInspection.glibcVersion(ofLibrary:)))
+        #expect(HostInspection.binary().detail.contains("glibc \(version)"))
+    }
+
+    @Test("a static binary on a host whose glibc differs is warned about only when host lookups go through modules beyond files and dns")
+    func staticOnAnotherGlibc() throws {
+        let dir = try TempDir()
+        let lib = try dir.file("libc.so.6", "GNU C Library stable release version 9.99.")
+        let plain = try dir.file("plain.conf", "hosts: files dns\n")
+        let resolved = try dir.file("resolved.conf", "hosts: files resolve [!UNAVAIL=return] dns\n")
+        let ok = HostInspection.binary(nsswitch: plain, hostLibraries: [lib], linkedStatically: true, version: "2.36")
+        #expect(ok.detail == "static, glibc 2.36 inside; the host's glibc 9.99; host lookups: files dns")
+        let warned = HostInspection.binary(nsswitch: resolved, hostLibraries: [lib], linkedStatically: true, version: "2.36")
+        #expect(warned.detail.contains("load resolve from the host's glibc, which differs: rebuild autoharness on this host"), "\(warned.detail)")
+        let same = HostInspection.binary(nsswitch: resolved, hostLibraries: [lib], linkedStatically: true, version: "9.99")
+        #expect(!same.detail.contains("rebuild"), "\(same.detail)")
+    }
+}

@@ -15,6 +15,11 @@ int ahs_open_path(const char *path);
 /// The f_type of the file system holding `fd` (fstatfs, whose <sys/vfs.h> the Glibc module
 /// does not export), or -1 with errno.
 long ahs_filesystem_type(int fd);
+/// The version of the glibc this process runs with ("2.36"): for a static binary, the one
+/// linked into it.
+const char *ahs_libc_version(void);
+/// 1 when this process has no program interpreter (a static executable), else 0.
+int ahs_statically_linked(void);
 /// accept4(listener, NULL, NULL, SOCK_CLOEXEC) (hidden by the Glibc module).
 int ahs_accept_cloexec(int listener);
 /// The peer of a connected Unix socket (SO_PEERCRED): 0, or -1 with errno.

@@ -1,6 +1,7 @@
 import CSystemCalls
 import Glibc
 import PolicyModel
+import SupervisorIO
 
 /// What this host offers the sandbox, read without changing anything: the facts behind
 /// `autoharness doctor`.
@@ -34,7 +35,65 @@ public struct HostInspection: Sendable {
         r.findings.append(r.seccomp())
         r.findings.append(r.landlock())
         r.findings.append(contentsOf: r.cgroups(host))
+        r.findings.append(binary())
         return r
+    }
+
+    /// How this binary is linked, and whether its name lookups (the egress proxy's
+    /// `getaddrinfo`) can work here. A static binary carries its own glibc; a host whose
+    /// `/etc/nsswitch.conf` sends host lookups to modules beyond `files` and `dns` (systemd's
+    /// `resolve`, `myhostname`, `mdns`) makes it load them from the host's glibc, which must
+    /// then be the same version.
+    public static func binary(nsswitch: String = "/etc/nsswitch.conf",
+                              hostLibraries: [String] = ["/lib/x86_64-linux-gnu/libc.so.6", "/lib/aarch64-linux-gnu/libc.so.6",
+                                                         "/lib64/libc.so.6", "/usr/lib64/libc.so.6", "/lib/libc.so.6"],
+                              linkedStatically: Bool = ahs_statically_linked() == 1,
+                              version: String = String(cString: ahs_libc_version())) -> Finding {
+        let mine = version
+        guard linkedStatically else {
+            return Finding(topic: "binary", status: .info, detail: "dynamically linked, glibc \(mine) (scripts/build-release makes the static one, which starts faster)")
+        }
+        let modules = hostsModules(SmallFile.contents(of: nsswitch))
+        let extra = modules.filter { $0 != "files" && $0 != "dns" }
+        let host = hostLibraries.lazy.compactMap(Self.glibcVersion(ofLibrary:)).first
+        var detail = "static, glibc \(mine) inside; the host's glibc \(host ?? "not found"); host lookups: \(modules.isEmpty ? "files dns (default)" : modules.joined(separator: " "))"
+        if !extra.isEmpty, host != mine {
+            detail += ". The egress proxy's name lookups load \(extra.joined(separator: ", ")) from the host's glibc, "
+                + "which differs: rebuild autoharness on this host (scripts/install), or give the proxy's hosts as addresses"
+        }
+        return Finding(topic: "binary", status: .info, detail: detail)
+    }
+
+    /// The modules of the `hosts:` line of an nsswitch.conf, without `[...]` actions.
+    static func hostsModules(_ text: String) -> [String] {
+        for line in text.split(separator: "\n") {
+            let content = line.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+            let trimmed = content.drop { $0 == " " || $0 == "\t" }
+            guard trimmed.hasPrefix("hosts:") else { continue }
+            return trimmed.dropFirst("hosts:".count).split(whereSeparator: { $0 == " " || $0 == "\t" })
+                .filter { !$0.hasPrefix("[") }.map(String.init)
+        }
+        return []
+    }
+
+    /// The version a glibc shared library states ("... release version 2.36."), read from the
+    /// file (doctor only: a few megabytes).
+    static func glibcVersion(ofLibrary path: String) -> String? {
+        guard case .success(let bytes) = InputFile.read(path, cap: 16 << 20) else { return nil }
+        let needle = Array("release version ".utf8)
+        guard bytes.count > needle.count else { return nil }
+        var i = 0
+        while i + needle.count < bytes.count {
+            if bytes[i] == needle[0], bytes[i..<(i + needle.count)].elementsEqual(needle) {
+                var j = i + needle.count
+                var version: [UInt8] = []
+                while j < bytes.count, (bytes[j] >= 0x30 && bytes[j] <= 0x39) || bytes[j] == 0x2e { version.append(bytes[j]); j += 1 }
+                while version.last == 0x2e { version.removeLast() }
+                return version.isEmpty ? nil : String(decoding: version, as: UTF8.self)
+            }
+            i += 1
+        }
+        return nil
     }
 
     func privileges() -> Finding {
