@@ -6,8 +6,11 @@ public struct ByteWriter {
     public private(set) var bytes: [UInt8] = []
     public init() {}
     public mutating func u8(_ v: UInt8) { bytes.append(v) }
-    public mutating func u32(_ v: UInt32) { for i in 0..<4 { bytes.append(UInt8(truncatingIfNeeded: v >> (8 * i))) } }
-    public mutating func u64(_ v: UInt64) { for i in 0..<8 { bytes.append(UInt8(truncatingIfNeeded: v >> (8 * i))) } }
+    public mutating func u32(_ v: UInt32) { integer(v) }
+    public mutating func u64(_ v: UInt64) { integer(v) }
+    private mutating func integer<T: FixedWidthInteger>(_ v: T) {
+        for i in 0..<MemoryLayout<T>.size { bytes.append(UInt8(truncatingIfNeeded: v >> (8 * i))) }
+    }
     public mutating func count(_ n: Int) { u32(UInt32(n)) }
     public mutating func bool(_ b: Bool) { u8(b ? 1 : 0) }
     public mutating func raw(_ b: [UInt8]) { bytes.append(contentsOf: b) }
@@ -40,18 +43,20 @@ public struct ByteReader {
         defer { at += 1 }
         return bytes[at]
     }
-    public mutating func u32() -> UInt32? {
-        guard bytes.count - at >= 4 else { return nil }
-        var v: UInt32 = 0
-        for i in 0..<4 { v |= UInt32(bytes[at + i]) << (8 * i) }
-        at += 4
-        return v
+    public mutating func u32() -> UInt32? { integer() }
+    public mutating func u64() -> UInt64? { integer() }
+    /// The next `n` bytes, or nil if fewer are left.
+    public mutating func bytes(_ n: Int) -> [UInt8]? {
+        guard n >= 0, bytes.count - at >= n else { return nil }
+        defer { at += n }
+        return Array(bytes[at..<at + n])
     }
-    public mutating func u64() -> UInt64? {
-        guard bytes.count - at >= 8 else { return nil }
-        var v: UInt64 = 0
-        for i in 0..<8 { v |= UInt64(bytes[at + i]) << (8 * i) }
-        at += 8
+    private mutating func integer<T: FixedWidthInteger & UnsignedInteger>() -> T? {
+        let size = MemoryLayout<T>.size
+        guard bytes.count - at >= size else { return nil }
+        var v: T = 0
+        for i in 0..<size { v |= T(bytes[at + i]) << (8 * i) }
+        at += size
         return v
     }
     /// A count no larger than the bytes left (each element takes at least one).

@@ -66,8 +66,14 @@ public enum InputFile {
         guard (st.st_mode & S_IFMT) == S_IFREG else { return .failure(.notRegular) }
         if strict && st.st_nlink != 1 { return .failure(.hardLinked(count: Int(st.st_nlink))) }
         guard Int(st.st_size) <= cap else { return .failure(.tooLarge(size: Int(st.st_size), cap: cap)) }
+        return read(descriptor: fd, sizeHint: Int(st.st_size), cap: cap)
+    }
+
+    /// Reads an open file from its current offset to the end, at most `cap` bytes (for a
+    /// caller that opened and judged the file itself).
+    public static func read(descriptor fd: Int32, sizeHint: Int = 0, cap: Int) -> Result<[UInt8], Problem> {
         var out: [UInt8] = []
-        out.reserveCapacity(Int(st.st_size))
+        out.reserveCapacity(min(sizeHint, cap))
         var buffer = [UInt8](repeating: 0, count: 16384)
         while true {
             let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }

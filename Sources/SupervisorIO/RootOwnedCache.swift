@@ -40,16 +40,11 @@ public enum RootOwnedCache {
         defer { close(fd) }
         var st = stat()
         guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, st.st_uid == 0, st.st_mode & 0o022 == 0,
-              st.st_size < maxBytes else { return nil }
-        var bytes = [UInt8](repeating: 0, count: Int(st.st_size))
-        guard bytes.withUnsafeMutableBytes({ read(fd, $0.baseAddress, $0.count) }) == Int(st.st_size) else { return nil }
+              case .success(let bytes) = InputFile.read(descriptor: fd, sizeHint: Int(st.st_size), cap: maxBytes) else { return nil }
         let header = Array(key.utf8) + [0]
-        guard bytes.count >= header.count + 16, bytes[0..<header.count].elementsEqual(header) else { return nil }
+        guard bytes.count >= header.count, bytes[0..<header.count].elementsEqual(header) else { return nil }
         var r = ByteReader(Array(bytes[header.count...]))
-        guard let length = r.u64(), length == UInt64(bytes.count - header.count - 16) else { return nil }
-        let body = Array(bytes[(header.count + 8)..<(bytes.count - 8)])
-        var tail = ByteReader(Array(bytes[(bytes.count - 8)...]))
-        guard tail.u64() == hash(body) else { return nil }
+        guard let length = r.u64(), let body = r.bytes(Int(clamping: length)), r.u64() == hash(body), r.atEnd else { return nil }
         return body
     }
 

@@ -5,17 +5,6 @@ import Testing
 
 @Suite("cgroup placement and autoharness doctor")
 struct CgroupHostTests {
-    @Test("only mountinfo lines of cgroup and cgroup2 mounts are parsed further, with or without optional fields")
-    func mountinfoFilter() {
-        #expect(CgroupHost.mayBeCgroupMount("30 25 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate"))
-        #expect(CgroupHost.mayBeCgroupMount("35 30 0:31 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory"))
-        #expect(CgroupHost.mayBeCgroupMount("35 30 0:31 / /x rw master:1 shared:2 - cgroup cgroup rw,pids"))
-        #expect(!CgroupHost.mayBeCgroupMount("22 27 0:21 / /proc rw,relatime - proc proc rw"))
-        // A mount point's spaces are escaped (\040): a directory named " - cgroup" is not one.
-        #expect(!CgroupHost.mayBeCgroupMount("40 27 0:40 / /srv/a\\040-\\040cgroup rw - tmpfs tmpfs rw"))
-        #expect(!CgroupHost.mayBeCgroupMount(""))
-    }
-
     @Test("a v2 controller that is available but not yet enabled counts only when delegation is assumed")
     func planAssumingDelegation() {
         let host = CgroupHost(v1: [:], v2: .init(ownDirectory: "/sys/fs/cgroup/svc", controllers: [], available: ["memory", "pids", "cpu"]))

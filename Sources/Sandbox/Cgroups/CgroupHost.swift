@@ -68,7 +68,7 @@ public struct CgroupHost: Sendable {
         }
         var v1: [String: Hierarchy] = [:]
         var v2: Hierarchy?
-        for line in readText("/proc/self/mountinfo").split(separator: "\n") where Self.mayBeCgroupMount(line) {
+        for line in readText("/proc/self/mountinfo").split(separator: "\n") {
             // `PRE - POST`; the optional fields in PRE end at a lone "-" (proc(5) mountinfo).
             let fields = line.split(separator: " ")
             guard let dash = fields.firstIndex(of: "-") else { continue }
@@ -101,18 +101,6 @@ public struct CgroupHost: Sendable {
             }
         }
         return CgroupHost(v1: v1, v2: v2)
-    }
-
-    /// Whether a mountinfo line can be a cgroup or cgroup2 mount (" - cgroup" in its bytes):
-    /// only those few lines are split into fields, on every start of every command.
-    static func mayBeCgroupMount(_ line: Substring) -> Bool {
-        let needle = Array(" - cgroup".utf8)
-        let bytes = Array(line.utf8)
-        guard bytes.count >= needle.count else { return false }
-        for start in 0...(bytes.count - needle.count) where bytes[start] == needle[0] {
-            if bytes[start..<(start + needle.count)].elementsEqual(needle) { return true }
-        }
-        return false
     }
 
     /// Ends the sandboxes a dead supervisor left (a kill -9 mid-gate leaves the coding agent

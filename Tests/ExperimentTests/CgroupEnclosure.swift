@@ -1,4 +1,5 @@
 import Foundation
+import Sandbox
 
 /// A cgroup of one test's own, below this test process's cgroup in each hierarchy sandboxes
 /// use (v1 memory, pids, cpu and freezer, and v2): supervisors started inside it make their
@@ -8,11 +9,11 @@ import Foundation
 /// A test that kills a supervisor to watch the next start sweep its leftovers would otherwise
 /// race every other suite running in parallel: whichever `autoharness` starts first in this
 /// process's cgroup sweeps them, and the test sees nothing left, or nothing swept.
-public final class CgroupEnclosure {
+final class CgroupEnclosure {
     /// The enclosure's directory in each hierarchy.
-    public let directories: [String]
+    let directories: [String]
 
-    public init() throws {
+    init() throws {
         let name = "ah-test-enclosure-" + UUID().uuidString.prefix(8).lowercased()
         var made: [String] = []
         for parent in Self.ownDirectories() {
@@ -29,13 +30,13 @@ public final class CgroupEnclosure {
 
     /// `exe args` as a command that moves itself into the enclosure first (a shell that
     /// writes its pid to each `cgroup.procs`, then execs `exe`: the same process).
-    public func wrap(_ exe: String, _ args: [String]) -> (exe: String, args: [String]) {
+    func wrap(_ exe: String, _ args: [String]) -> (exe: String, args: [String]) {
         let moves = directories.map { "echo $$ > '\($0)/cgroup.procs' || exit 125" }.joined(separator: "; ")
         return ("/bin/sh", ["-c", moves + "; exec \"$@\"", "sh", exe] + args)
     }
 
     /// Sandbox cgroups in the enclosure whose names carry `pid` as their owner.
-    public func sandboxCgroups(ownedBy pid: Int32) -> [String] {
+    func sandboxCgroups(ownedBy pid: Int32) -> [String] {
         directories.flatMap { dir in
             ((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? [])
                 .filter { $0.hasPrefix("autoharness-sbx-") && $0.contains(".o\(pid)-") }.map { dir + "/" + $0 }
@@ -65,28 +66,12 @@ public final class CgroupEnclosure {
     }
 
     /// This process's cgroup directory in each hierarchy a supervisor makes sandbox cgroups
-    /// in, from /proc/self/cgroup and /proc/self/mountinfo.
+    /// in: where `CgroupHost` would put this process's sandboxes.
     static func ownDirectories() -> [String] {
-        let mounts = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
-        let own = (try? String(contentsOfFile: "/proc/self/cgroup", encoding: .utf8)) ?? ""
+        let host = CgroupHost.detect()
         var dirs: [String] = []
-        for line in mounts.split(separator: "\n") {
-            let halves = line.components(separatedBy: " - ")
-            guard halves.count == 2 else { continue }
-            let pre = halves[0].split(separator: " "), post = halves[1].split(separator: " ")
-            guard pre.count >= 5, post.count >= 3 else { continue }
-            let options = post[2].split(separator: ",")
-            guard post[0] == "cgroup2" || (post[0] == "cgroup" && options.contains { ["memory", "pids", "cpu", "freezer"].contains($0) }) else { continue }
-            for c in own.split(separator: "\n") {
-                let f = c.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
-                guard f.count == 3 else { continue }
-                let matches = post[0] == "cgroup2" ? f[1].isEmpty : options.contains { f[1].split(separator: ",").contains($0) }
-                // The mount shows the hierarchy from its root (pre[3]) down.
-                guard matches, f[2].hasPrefix(pre[3]) else { continue }
-                let rel = pre[3] == "/" ? String(f[2]) : String(f[2].dropFirst(pre[3].count))
-                let dir = String(pre[4]) + (rel == "/" ? "" : rel)
-                if !dirs.contains(dir) { dirs.append(dir) }
-            }
+        for dir in host.v1.values.map(\.ownDirectory) + [host.v2?.ownDirectory].compactMap({ $0 }) where !dirs.contains(dir) {
+            dirs.append(dir)
         }
         return dirs
     }
