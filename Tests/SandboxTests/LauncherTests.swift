@@ -148,4 +148,13 @@ struct LauncherTests {
         let run = try autoharness(["sandbox", "exec", "--policy", "base", "--", "/bin/sh", "-c", "echo started"])
         #expect(run.status == 0 && run.stdout == "started\n", "\(run.stderr)")
     }
+
+    @Test("the launcher built for use has no switch to leave a security layer out (only scripts/bench-layers' build does)")
+    func noLayerSwitch() throws {
+        let launcher = try #require(Launcher.shared, "no usable launcher next to the test binary: \(Launcher.unavailableReason ?? "")")
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: launcher.path))
+        #expect(bytes.count > 10_000)
+        #expect(bytes.range(of: Data("autoharness-bench-layers".utf8)) == nil)
+        #expect(bytes.range(of: Data("lock-mounts".utf8)) == nil)
+    }
 }

@@ -201,6 +201,11 @@ struct ahl_msg {
 /// A readable name for a stage ("mount /proc"), for `sandbox: <stage>: <strerror>` messages.
 const char *ahl_stage_name(int32_t stage);
 
+/// Reads /proc/PID/status text: 1 when every capability set (CapInh, CapPrm, CapEff, CapBnd,
+/// CapAmb) is zero and NoNewPrivs is 1, 0 when any set holds a capability or NoNewPrivs is
+/// not 1, -1 when a field is missing or unreadable (the caller then asks by system call).
+int ahl_status_caps_empty(const char *text, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

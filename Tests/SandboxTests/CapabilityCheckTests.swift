@@ -1,0 +1,70 @@
+import CSandboxLaunch
+import Foundation
+import TestSupport
+import Testing
+
+/// The check the payload and the monitor make before they go on (`caps_are_empty` in
+/// launch.c): every capability set empty and no_new_privs, read from /proc/self/status. A
+/// set it failed to read must never count as empty.
+@Suite("The launcher's read-back of capabilities (/proc/self/status)")
+struct CapabilityCheckTests {
+    static let dropped = """
+        Name:\tsh
+        Umask:\t0022
+        State:\tR (running)
+        CapInh:\t0000000000000000
+        CapPrm:\t0000000000000000
+        CapEff:\t0000000000000000
+        CapBnd:\t0000000000000000
+        CapAmb:\t0000000000000000
+        NoNewPrivs:\t1
+        Seccomp:\t2
+
+        """
+
+    static func verdict(_ text: String) -> Int32 {
+        var bytes = Array(text.utf8)
+        return bytes.withUnsafeMutableBufferPointer { b in
+            b.baseAddress!.withMemoryRebound(to: CChar.self, capacity: b.count) { ahl_status_caps_empty($0, b.count) }
+        }
+    }
+
+    @Test("every set empty and no_new_privs: empty")
+    func emptySets() {
+        #expect(Self.verdict(Self.dropped) == 1)
+    }
+
+    @Test("any one capability left in any set is refused", arguments: ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"])
+    func oneLeft(set: String) {
+        for value in ["0000000000000001", "0000008000000000", "000001ffffffffff", "a000000000000000"] {
+            let text = Self.dropped.replacingOccurrences(of: "\(set):\t0000000000000000", with: "\(set):\t\(value)")
+            #expect(text != Self.dropped)
+            #expect(Self.verdict(text) == 0, "\(set) \(value)")
+        }
+    }
+
+    @Test("no_new_privs not set is refused")
+    func noNewPrivsUnset() {
+        #expect(Self.verdict(Self.dropped.replacingOccurrences(of: "NoNewPrivs:\t1", with: "NoNewPrivs:\t0")) == 0)
+    }
+
+    @Test("a missing or garbled field is not an answer: the launcher asks by system call instead")
+    func unreadable() {
+        for field in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs"] {
+            let lines = Self.dropped.split(separator: "\n", omittingEmptySubsequences: false).filter { !$0.hasPrefix(field + ":") }
+            #expect(Self.verdict(lines.joined(separator: "\n")) == -1, "without \(field)")
+        }
+        #expect(Self.verdict(Self.dropped.replacingOccurrences(of: "CapBnd:\t0000000000000000", with: "CapBnd:\t")) == -1)
+        #expect(Self.verdict(Self.dropped.replacingOccurrences(of: "CapAmb:\t0000000000000000", with: "CapAmb:\t00000000000000zz")) == -1)
+        // A key only counts at the start of a line, followed by its tab.
+        #expect(Self.verdict(Self.dropped.replacingOccurrences(of: "\nCapEff:\t", with: " CapEff:\t")) == -1)
+        #expect(Self.verdict("") == -1)
+    }
+
+    @Test("this test process (root, every capability) is not empty by its own /proc/self/status")
+    func realStatus() throws {
+        try requireRoot()
+        let text = try String(contentsOfFile: "/proc/self/status", encoding: .utf8)
+        #expect(Self.verdict(text) == 0)
+    }
+}
