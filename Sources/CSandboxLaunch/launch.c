@@ -28,6 +28,8 @@
 #include <sys/stat.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/vfs.h>
+#include <linux/magic.h>
 #include <sys/wait.h>
 
 #include "sys.h"
@@ -782,23 +784,32 @@ int ahl_status_caps_empty(const char *text, size_t len) {
     return n == 1 && v[0] == '1' ? 1 : 0;
 }
 
+int ahl_status_file_caps_empty(const char *path) {
+    char buf[4096];
+    int fd = sys_open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -1;
+    // Only the kernel's own answer counts: a file bound over it, on any other filesystem,
+    // is not read at all.
+    struct statfs fs;
+    if (sys_fstatfs(fd, &fs) < 0 || fs.f_type != PROC_SUPER_MAGIC) {
+        sys_close(fd);
+        return -1;
+    }
+    size_t got = 0;
+    ssize_t r;
+    while (got < sizeof buf && (r = sys_read(fd, buf + got, sizeof buf - got)) > 0) got += (size_t)r;
+    sys_close(fd);
+    return got < sizeof buf ? ahl_status_caps_empty(buf, got) : -1;
+}
+
 /// Whether this process holds no capability in any set (effective, permitted, inheritable,
 /// bounding, ambient) and has no_new_privs, as the kernel reports it. One read of
 /// /proc/self/status answers all six where 83 system calls did (capget, then
-/// PR_CAPBSET_READ and PR_CAP_AMBIENT_IS_SET for each capability): about 0.03 ms of the
-/// payload's start and as much of the monitor's. Without a readable /proc/self/status (a host
-/// without /proc for the monitor), the system calls answer instead.
+/// PR_CAPBSET_READ and PR_CAP_AMBIENT_IS_SET for each capability). Where that file cannot be
+/// read, or is not procfs's (a host without /proc, for the monitor), the system calls answer.
 static int caps_are_empty(uint32_t cap_last) {
-    char buf[4096];
-    int fd = sys_open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        size_t got = 0;
-        ssize_t r;
-        while (got < sizeof buf && (r = sys_read(fd, buf + got, sizeof buf - got)) > 0) got += (size_t)r;
-        sys_close(fd);
-        int verdict = got < sizeof buf ? ahl_status_caps_empty(buf, got) : -1;
-        if (verdict >= 0) return verdict;
-    }
+    int verdict = ahl_status_file_caps_empty("/proc/self/status");
+    if (verdict >= 0) return verdict;
     struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
     struct __user_cap_data_struct d[2];
     if (AHL_SYS2(SYS_capget, &h, d) < 0) return 0;

@@ -83,6 +83,7 @@ static inline ssize_t sys_pread(int fd, void *b, size_t n, off_t at) { return AH
 static inline int sys_fcntl(int fd, int cmd, long arg) { return (int)AHL_SYS3(SYS_fcntl, fd, cmd, arg); }
 static inline int sys_fstatat(int dir, const char *path, struct stat *st, int flags) { return (int)AHL_SYS4(SYS_newfstatat, dir, path, st, flags); }
 static inline int sys_fstat(int fd, struct stat *st) { return sys_fstatat(fd, "", st, 0x1000 /* AT_EMPTY_PATH */); }
+static inline int sys_fstatfs(int fd, struct statfs *st) { return (int)AHL_SYS2(SYS_fstatfs, fd, st); }
 static inline int sys_mkdirat(int dir, const char *path, unsigned mode) { return (int)AHL_SYS3(SYS_mkdirat, dir, path, mode); }
 static inline int sys_unlinkat(int dir, const char *path, int flags) { return (int)AHL_SYS3(SYS_unlinkat, dir, path, flags); }
 static inline int sys_symlinkat(const char *target, int dir, const char *path) { return (int)AHL_SYS3(SYS_symlinkat, target, dir, path); }

@@ -66,5 +66,18 @@ struct CapabilityCheckTests {
         try requireRoot()
         let text = try String(contentsOfFile: "/proc/self/status", encoding: .utf8)
         #expect(Self.verdict(text) == 0)
+        #expect(ahl_status_file_caps_empty("/proc/self/status") == 0)
+    }
+
+    @Test("only procfs's own status file is read: an all-empty copy elsewhere is no answer")
+    func onlyProcfs() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("ah-capcheck-\(getpid())")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let fake = dir.appendingPathComponent("status")
+        try Self.dropped.write(to: fake, atomically: true, encoding: .utf8)
+        #expect(Self.verdict(Self.dropped) == 1)
+        #expect(ahl_status_file_caps_empty(fake.path) == -1)
+        #expect(ahl_status_file_caps_empty(dir.appendingPathComponent("missing").path) == -1)
     }
 }

@@ -206,6 +206,10 @@ const char *ahl_stage_name(int32_t stage);
 /// not 1, -1 when a field is missing or unreadable (the caller then asks by system call).
 int ahl_status_caps_empty(const char *text, size_t len);
 
+/// ahl_status_caps_empty of the file at `path` (/proc/self/status), read only if it is on
+/// procfs: -1 for any other file, or one that cannot be opened or read.
+int ahl_status_file_caps_empty(const char *path);
+
 #ifdef __cplusplus
 }
 #endif
