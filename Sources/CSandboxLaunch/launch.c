@@ -47,17 +47,19 @@
 int ahl_errno;
 
 // scripts/bench-layers only: a launcher built with -DAHL_BENCH_LAYERS leaves out the security
-// layers named in /tmp/autoharness-bench-layers (read by the monitor), to measure what each
-// costs per launch. The launcher built for use (scripts/build-release, swift build) has none
-// of this: every layer below is unconditional there.
+// layers named in /run/autoharness-bench-layers (read by the monitor, and only if root owns
+// it and no one else can write it), to measure what each costs per launch. The launcher built
+// for use (scripts/build-release, swift build) has none of this: every layer below is
+// unconditional there (LauncherTests checks the binaries for the switch's name).
 #ifdef AHL_BENCH_LAYERS
 enum { LAYER_COVERS = 1, LAYER_SECCOMP = 2, LAYER_LOCK_MOUNTS = 4, LAYER_LANDLOCK = 8, LAYER_VERIFY_CAPS = 16 };
 static int layers_off;
 static void read_layers_off(void) {
-    int f = sys_open("/tmp/autoharness-bench-layers", O_RDONLY | O_CLOEXEC);
+    int f = sys_open("/run/autoharness-bench-layers", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (f < 0) return;
+    struct stat st;
     char b[64];
-    ssize_t k = sys_read(f, b, sizeof b - 1);
+    ssize_t k = sys_fstat(f, &st) == 0 && st.st_uid == 0 && (st.st_mode & 022) == 0 ? sys_read(f, b, sizeof b - 1) : -1;
     sys_close(f);
     b[k > 0 ? k : 0] = 0;
     static const struct { const char *name; int bit; } names[] = {
@@ -424,11 +426,23 @@ static const char *const device_links[][2] = {
     {"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"}, {"/proc/self/fd/1", "stdout"},
     {"/proc/self/fd/2", "stderr"}, {"pts/ptmx", "ptmx"}};
 
+/// The device numbers of the nodes above (Linux's fixed assignments, devices.txt): char 1:3
+/// null, 1:5 zero, 1:7 full, 1:8 random, 1:9 urandom, 5:0 tty.
+static const unsigned device_numbers[AHL_DEVICE_COUNT][2] = {{1, 3}, {1, 5}, {1, 7}, {1, 8}, {1, 9}, {5, 0}};
+
 /// Fills a fresh /dev tmpfs (`dir`, its root): the device nodes, the links, and the mount
-/// points of /dev/shm and /dev/pts.
+/// points of /dev/shm and /dev/pts. The nodes are binds of the host's (`device_trees`, one
+/// mount each), or, with NULL, nodes made here (mknod: host root only, once, in the shared tree).
 static int fill_dev(int dir, const int *device_trees) {
-    for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++)
-        if (bind_device(dir, device_nodes[i], device_trees[i]) < 0) return -1;
+    for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++) {
+        if (device_trees) {
+            if (bind_device(dir, device_nodes[i], device_trees[i]) < 0) return -1;
+        } else {
+            unsigned long dev = ((unsigned long)device_numbers[i][0] << 8) | device_numbers[i][1];
+            // 0666 whatever the supervisor's umask, as the host's are.
+            if (sys_mknodat(dir, device_nodes[i], S_IFCHR | 0666, dev) < 0 || sys_fchmodat(dir, device_nodes[i], 0666) < 0) return -1;
+        }
+    }
     for (unsigned i = 0; i < sizeof device_links / sizeof device_links[0]; i++)
         if (sys_symlinkat(device_links[i][0], dir, device_links[i][1]) < 0) return -1;
     if (sys_mkdirat(dir, "shm", 0755) < 0 || sys_mkdirat(dir, "pts", 0755) < 0) return -1;
@@ -636,10 +650,10 @@ static int setup_proc(int newroot, int masks_fd) {
     return 0;
 }
 
-static int make_readonly(int newroot, const char *path) {
+static int make_readonly(int newroot, const char *path, uint64_t attrs) {
     int fd = walk_create(newroot, path, 1, 0);
     if (fd < 0) return -1;
-    int r = set_attrs(fd, SAFE | MOUNT_ATTR_RDONLY, 0);
+    int r = set_attrs(fd, attrs | MOUNT_ATTR_RDONLY, 0);
     close_keep_errno(fd);
     return r;
 }
@@ -677,8 +691,11 @@ static void setup_filesystem(const struct ahl_plan *p, int rep, const int *trees
     // Before the host tree is detached: the kernel lets a user namespace mount proc only
     // while a fully visible proc exists in its mount namespace.
     if (setup_proc(newroot, p->masks_fd) < 0) fail(rep, AHL_STAGE_MOUNT_PROC, 0);
-    if (make_readonly(newroot, "/dev") < 0) fail(rep, AHL_STAGE_MOUNT_READONLY, 0);
-    if (make_readonly(newroot, "/") < 0) fail(rep, AHL_STAGE_MOUNT_READONLY, 0);
+    // The shared /dev holds its own device nodes, so it is not nodev (ahl_build_shared); one
+    // built here is, and its nodes are binds of the host's.
+    uint64_t dev_attrs = p->dev_fd >= 0 ? MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC : SAFE | MOUNT_ATTR_NOEXEC;
+    if (make_readonly(newroot, "/dev", dev_attrs) < 0) fail(rep, AHL_STAGE_MOUNT_READONLY, 0);
+    if (make_readonly(newroot, "/", SAFE) < 0) fail(rep, AHL_STAGE_MOUNT_READONLY, 0);
     sys_close(newroot);
 
     // pivot_root(".", ".") stacks the old root on top of the new one; detaching it drops
@@ -711,20 +728,21 @@ static int loopback_up(void) {
 
 int ahl_build_shared(int *masks_out, int *dev_out) {
     *masks_out = *dev_out = -1;
-    int masks = -1, dev = -1, procfd = -1, trees[AHL_DEVICE_COUNT];
-    unsigned n = 0;
+    int masks = -1, dev = -1, procfd = -1, dir = -1;
     int ok = (procfd = sys_open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC)) >= 0 &&
              (masks = new_fs("tmpfs", 1 << 20, 0755, SAFE | MOUNT_ATTR_NOEXEC)) >= 0 && write_masks(masks, procfd) == 0;
     // Older kernels refuse to clone from a mount that is attached nowhere (EINVAL): then each
     // sandbox builds its own, as before.
     int probe = ok ? sys_open_tree(masks, "empty", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC) : -1;
-    ok = probe >= 0 && (dev = new_fs("tmpfs", 1 << 20, 0755, SAFE | MOUNT_ATTR_NOEXEC)) >= 0;
-    for (; ok && n < AHL_DEVICE_COUNT; n++)
-        if ((trees[n] = open_device(device_nodes[n])) < 0) ok = 0;
-    ok = ok && fill_dev(dev, trees) == 0 && set_attrs(dev, SAFE | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY, 0) == 0;
+    // /dev is one mount whose device nodes are its own (made by host root, which only the
+    // initial user namespace may do), not six binds of the host's: a sandbox clones one mount
+    // instead of seven, and copies and unmounts six fewer when it locks and ends. So it is not
+    // nodev; it is read-only, nosuid and noexec, and holds these six nodes and nothing else.
+    ok = probe >= 0 && (dev = new_fs("tmpfs", 1 << 20, 0755, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC)) >= 0 &&
+         (dir = sys_openat(dev, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0)) >= 0;
+    ok = ok && fill_dev(dir, NULL) == 0 && set_attrs(dev, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY, 0) == 0;
     int e = ok ? 0 : ahl_errno ? ahl_errno : EIO;
-    for (unsigned i = 0; i < n; i++)
-        if (trees[i] >= 0) sys_close(trees[i]);
+    if (dir >= 0) sys_close(dir);
     if (probe >= 0) sys_close(probe);
     if (procfd >= 0) sys_close(procfd);
     if (!ok) {
@@ -771,25 +789,26 @@ int ahl_status_caps_empty(const char *text, size_t len) {
     static const char *const sets[] = {"CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"};
     size_t n;
     for (unsigned i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+        // The kernel writes each set as 16 lower-case hex digits; anything else is no answer.
         const char *v = status_field(text, len, sets[i], &n);
-        if (!v || n == 0) return -1;
+        if (!v || n != 16) return -1;
+        int nonzero = 0;
         for (size_t k = 0; k < n; k++) {
-            if (v[k] == '0') continue;
-            int hex = (v[k] >= '1' && v[k] <= '9') || (v[k] >= 'a' && v[k] <= 'f');
-            return hex ? 0 : -1;
+            if ((v[k] < '0' || v[k] > '9') && (v[k] < 'a' || v[k] > 'f')) return -1;
+            if (v[k] != '0') nonzero = 1;
         }
+        if (nonzero) return 0;
     }
     const char *v = status_field(text, len, "NoNewPrivs:", &n);
-    if (!v) return -1;
+    if (!v || n == 0) return -1;
     return n == 1 && v[0] == '1' ? 1 : 0;
 }
 
-int ahl_status_file_caps_empty(const char *path) {
+int ahl_status_file_caps_empty(const char *path, int32_t tid) {
     char buf[4096];
     int fd = sys_open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return -1;
-    // Only the kernel's own answer counts: a file bound over it, on any other filesystem,
-    // is not read at all.
+    // Only procfs's answer counts: a file on any other filesystem is not read at all.
     struct statfs fs;
     if (sys_fstatfs(fd, &fs) < 0 || fs.f_type != PROC_SUPER_MAGIC) {
         sys_close(fd);
@@ -799,16 +818,31 @@ int ahl_status_file_caps_empty(const char *path) {
     ssize_t r;
     while (got < sizeof buf && (r = sys_read(fd, buf + got, sizeof buf - got)) > 0) got += (size_t)r;
     sys_close(fd);
-    return got < sizeof buf ? ahl_status_caps_empty(buf, got) : -1;
+    if (got >= sizeof buf) return -1;
+    // And only about the caller: the Pid line of /proc/thread-self/status is the calling
+    // thread's id (another process's or thread's status bound over it names another).
+    size_t n;
+    const char *v = status_field(buf, got, "Pid:", &n);
+    if (!v || n == 0 || n > 10) return -1;
+    int64_t pid = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (v[k] < '0' || v[k] > '9') return -1;
+        pid = pid * 10 + (v[k] - '0');
+    }
+    if (pid != tid) return -1;
+    return ahl_status_caps_empty(buf, got);
 }
 
-/// Whether this process holds no capability in any set (effective, permitted, inheritable,
-/// bounding, ambient) and has no_new_privs, as the kernel reports it. One read of
-/// /proc/self/status answers all six where 83 system calls did (capget, then
-/// PR_CAPBSET_READ and PR_CAP_AMBIENT_IS_SET for each capability). Where that file cannot be
-/// read, or is not procfs's (a host without /proc, for the monitor), the system calls answer.
+/// Whether the calling thread holds no capability in any set (effective, permitted,
+/// inheritable, bounding, ambient) and has no_new_privs, as the kernel reports it. One read
+/// of /proc/thread-self/status answers all six where 83 system calls did (capget, then
+/// PR_CAPBSET_READ and PR_CAP_AMBIENT_IS_SET for each capability); capabilities and
+/// no_new_privs are per thread, so it is the calling thread's file, and its Pid line must name
+/// the caller. Where it cannot be read or is not that (no /proc where the caller looks: the
+/// monitor once init has pivoted their shared mount namespace, a host without /proc), the
+/// system calls answer.
 static int caps_are_empty(uint32_t cap_last) {
-    int verdict = ahl_status_file_caps_empty("/proc/self/status");
+    int verdict = ahl_status_file_caps_empty("/proc/thread-self/status", (int32_t)AHL_SYS0(SYS_gettid));
     if (verdict >= 0) return verdict;
     struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
     struct __user_cap_data_struct d[2];

@@ -22,6 +22,12 @@ struct CapabilityCheckTests {
 
         """
 
+    /// The calling thread's id (Glibc does not export gettid to Swift): /proc/thread-self is
+    /// "PID/task/TID".
+    static func tid() -> Int32 {
+        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/thread-self")).flatMap { $0.split(separator: "/").last.flatMap { Int32($0) } } ?? -1
+    }
+
     static func verdict(_ text: String) -> Int32 {
         var bytes = Array(text.utf8)
         return bytes.withUnsafeMutableBufferPointer { b in
@@ -56,17 +62,20 @@ struct CapabilityCheckTests {
         }
         #expect(Self.verdict(Self.dropped.replacingOccurrences(of: "CapBnd:\t0000000000000000", with: "CapBnd:\t")) == -1)
         #expect(Self.verdict(Self.dropped.replacingOccurrences(of: "CapAmb:\t0000000000000000", with: "CapAmb:\t00000000000000zz")) == -1)
+        // The kernel writes 16 digits; a short or long value is not its answer.
+        #expect(Self.verdict(Self.dropped.replacingOccurrences(of: "CapBnd:\t0000000000000000", with: "CapBnd:\t0")) == -1)
+        #expect(Self.verdict(Self.dropped.replacingOccurrences(of: "CapBnd:\t0000000000000000", with: "CapBnd:\t00000000000000000")) == -1)
         // A key only counts at the start of a line, followed by its tab.
         #expect(Self.verdict(Self.dropped.replacingOccurrences(of: "\nCapEff:\t", with: " CapEff:\t")) == -1)
         #expect(Self.verdict("") == -1)
     }
 
-    @Test("this test process (root, every capability) is not empty by its own /proc/self/status")
+    @Test("this test thread (root, every capability) is not empty by its own /proc/thread-self/status")
     func realStatus() throws {
         try requireRoot()
-        let text = try String(contentsOfFile: "/proc/self/status", encoding: .utf8)
+        let text = try String(contentsOfFile: "/proc/thread-self/status", encoding: .utf8)
         #expect(Self.verdict(text) == 0)
-        #expect(ahl_status_file_caps_empty("/proc/self/status") == 0)
+        #expect(ahl_status_file_caps_empty("/proc/thread-self/status", Self.tid()) == 0)
     }
 
     @Test("only procfs's own status file is read: an all-empty copy elsewhere is no answer")
@@ -75,9 +84,30 @@ struct CapabilityCheckTests {
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: dir) }
         let fake = dir.appendingPathComponent("status")
-        try Self.dropped.write(to: fake, atomically: true, encoding: .utf8)
+        let tid = Self.tid()
+        try ("Pid:\t\(tid)\n" + Self.dropped).write(to: fake, atomically: true, encoding: .utf8)
         #expect(Self.verdict(Self.dropped) == 1)
-        #expect(ahl_status_file_caps_empty(fake.path) == -1)
-        #expect(ahl_status_file_caps_empty(dir.appendingPathComponent("missing").path) == -1)
+        #expect(ahl_status_file_caps_empty(fake.path, tid) == -1)
+        #expect(ahl_status_file_caps_empty(dir.appendingPathComponent("missing").path, tid) == -1)
+    }
+
+    @Test("only the calling thread's status is read: another process's, or the thread group leader's from another thread, is no answer")
+    func onlyTheCaller() throws {
+        try requireRoot()
+        // Host pid 1 holds capabilities: read as someone else's file it must not give 0 either.
+        #expect(ahl_status_file_caps_empty("/proc/1/status", Self.tid()) == -1)
+        // Capabilities and no_new_privs are per thread; /proc/self/status is the leader's.
+        final class Box: @unchecked Sendable { var value: [Int32] = [] }  // written before signal, read after wait
+        let box = Box()
+        let done = DispatchSemaphore(value: 0)
+        let thread = Thread {
+            let tid = Self.tid()
+            box.value = [ahl_status_file_caps_empty("/proc/self/status", tid), ahl_status_file_caps_empty("/proc/thread-self/status", tid),
+                          tid == getpid() ? 1 : 0]
+            done.signal()
+        }
+        thread.start()
+        done.wait()
+        #expect(box.value == [-1, 0, 0], "\(box.value)")
     }
 }

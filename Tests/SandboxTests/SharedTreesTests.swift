@@ -53,6 +53,9 @@ struct SharedTreesTests {
         attempt("create-in-dev", lambda: os.close(os.open("/dev/planted", os.O_CREAT | os.O_WRONLY, 0o644)))
         attempt("write-proc-stat", lambda: open("/proc/stat", "w").write("x"))
         attempt("utime-dev", lambda: os.utime("/dev"))
+        attempt("mknod-in-dev", lambda: os.mknod("/dev/mem2", 0o666 | 0o020000, os.makedev(1, 1)))
+        def node(n): s = os.stat("/dev/" + n); return f"{n}={os.major(s.st_rdev)}:{os.minor(s.st_rdev)}:{s.st_mode & 0o7777:o}"
+        print("NODES", " ".join(node(n) for n in ("null", "zero", "full", "random", "urandom", "tty")))
         print("SHM-BEFORE", sorted(os.listdir("/dev/shm")))
         open("/dev/shm/mine", "w").write("x")
         open("/dev/null", "w").write("discarded")
@@ -86,15 +89,18 @@ struct SharedTreesTests {
         // B does not see what A wrote there.
         #expect(a.contains("SHM-BEFORE []") && b.contains("SHM-BEFORE []"), "\(a)\n\(b)")
         for text in [a, b, forked] {
+            // /dev is one mount holding its own device nodes (not a bind per node): it alone
+            // is not nodev, and is read-only, nosuid and noexec like the rest.
             let mounts = text.split(separator: "\n").filter { $0.hasPrefix("MOUNT ") }
-            #expect(mounts.count == 6, "\(text)")
+            #expect(mounts.count == 5 && !mounts.contains { $0.contains("/dev/null") }, "\(text)")
             for m in mounts {
                 let opts = Set(m.split(separator: " ")[2].split(separator: ","))
-                #expect(opts.isSuperset(of: ["ro", "nosuid"]), "\(m)")
-                if !m.contains("/dev/null") { #expect(opts.isSuperset(of: ["nodev", "noexec"]), "\(m)") }
+                #expect(opts.isSuperset(of: ["ro", "nosuid", "noexec"]), "\(m)")
+                #expect(opts.contains("nodev") == !m.hasPrefix("MOUNT /dev "), "\(m)")
             }
+            #expect(text.contains("NODES null=1:3:666 zero=1:5:666 full=1:7:666 random=1:8:666 urandom=1:9:666 tty=5:0:666"), "\(text)")
             // Refused, not absent: each call ran and the kernel said no.
-            for attempt in ["create-in-dev", "write-proc-stat", "utime-dev"] {
+            for attempt in ["create-in-dev", "mknod-in-dev", "write-proc-stat", "utime-dev"] {
                 let answer = value(text, "ATTEMPT " + attempt).last ?? "?"
                 #expect(["EROFS", "EACCES", "EPERM"].contains(answer), "\(attempt): \(answer)\n\(text)")
             }
@@ -117,7 +123,7 @@ struct SharedTreesTests {
         for own in [own1, own2] { #expect(dev(own) != Self.identity(trees.dev, ""), "\(own)") }
         // What a program reads is the same either way.
         func readable(_ text: String) -> [Substring] {
-            text.split(separator: "\n").filter { $0.hasPrefix("ZERO") || $0.hasPrefix("STATIC") || $0.hasPrefix("PTY") || $0.hasPrefix("SHM-BEFORE") }
+            text.split(separator: "\n").filter { $0.hasPrefix("ZERO") || $0.hasPrefix("STATIC") || $0.hasPrefix("PTY") || $0.hasPrefix("SHM-BEFORE") || $0.hasPrefix("NODES") }
         }
         #expect(readable(shared) == readable(own1), "\(shared)\n\(own1)")
         #expect(own1.split(separator: "\n").filter { $0.hasPrefix("MOUNT ") }.count == 6, "\(own1)")

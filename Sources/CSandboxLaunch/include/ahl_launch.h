@@ -202,13 +202,14 @@ struct ahl_msg {
 const char *ahl_stage_name(int32_t stage);
 
 /// Reads /proc/PID/status text: 1 when every capability set (CapInh, CapPrm, CapEff, CapBnd,
-/// CapAmb) is zero and NoNewPrivs is 1, 0 when any set holds a capability or NoNewPrivs is
-/// not 1, -1 when a field is missing or unreadable (the caller then asks by system call).
+/// CapAmb: 16 lower-case hex digits each) is zero and NoNewPrivs is 1, 0 when any set holds a
+/// capability or NoNewPrivs is not 1, -1 when a field is missing or malformed (the caller then
+/// asks by system call).
 int ahl_status_caps_empty(const char *text, size_t len);
 
-/// ahl_status_caps_empty of the file at `path` (/proc/self/status), read only if it is on
-/// procfs: -1 for any other file, or one that cannot be opened or read.
-int ahl_status_file_caps_empty(const char *path);
+/// ahl_status_caps_empty of the status file at `path` (/proc/thread-self/status), read only if
+/// it is on procfs and its Pid line is `tid`: -1 otherwise, or when it cannot be read.
+int ahl_status_file_caps_empty(const char *path, int32_t tid);
 
 #ifdef __cplusplus
 }

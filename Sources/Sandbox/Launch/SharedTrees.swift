@@ -4,14 +4,20 @@ import Glibc
 /// Read-only trees every sandbox of this process clones instead of building: /dev (device
 /// nodes, links, the mount points of shm and pts) and the files that cover /proc's host-wide
 /// counters (22 of them). Built once, on kernels that clone from detached mounts (6.x); a
-/// sandbox then takes one recursive clone for /dev and one clone per cover, where it made a
-/// tmpfs, six device binds, five links and the masks' files itself (about 0.1 ms).
+/// sandbox then takes one clone for /dev and one clone per cover, where it made a tmpfs, six
+/// device binds, five links and the masks' files itself (about 0.1 ms).
 ///
 /// What stays true:
 /// - Everything shared is read-only in every sandbox (and locked so by the payload's own user
 ///   namespace): content, modes and times never change, reading a file on a read-only mount
-///   does not touch its atime, and the device nodes are the host's, as before. What a sandbox
-///   writes under /dev goes to its own /dev/shm tmpfs; its ptys to its own devpts instance.
+///   does not touch its atime. What a sandbox writes under /dev goes to its own /dev/shm
+///   tmpfs; its ptys to its own devpts instance.
+/// - The shared /dev is a single mount: its six device nodes (null, zero, full, random,
+///   urandom, tty, by their fixed numbers) were made in it by host root, so it is the one
+///   mount of a sandbox that is not nodev (read-only, nosuid, noexec); the sandbox can make no
+///   node of its own there (no CAP_MKNOD on the host, and the mount is read-only). Six binds
+///   of the host's nodes were six more mounts to clone, copy when the payload locks them, and
+///   unmount at the end.
 /// - The values in the covers (boot time, total memory, cpu count) do not move with activity;
 ///   they are read once, from the supervisor's /proc.
 /// - Without them (an older kernel, or `RunOptions.sharedTrees` nil) each sandbox builds its
