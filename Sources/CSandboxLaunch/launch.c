@@ -726,9 +726,31 @@ static int loopback_up(void) {
 // ---------------------------------------------------------------------------------------
 // Trees every sandbox clones (supervisor side, once per process)
 
+/// The shared /dev (a detached tmpfs, read-only at the end). With `own_nodes` its six device
+/// nodes are made in it (mknod), so it is one mount and not nodev; otherwise (no CAP_MKNOD,
+/// as in a container) they are binds of the host's, seven mounts, and it stays nodev.
+static int shared_dev(int own_nodes) {
+    int trees[AHL_DEVICE_COUNT];
+    unsigned n = 0;
+    uint64_t attrs = own_nodes ? MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC : SAFE | MOUNT_ATTR_NOEXEC;
+    int dev = new_fs("tmpfs", 1 << 20, 0755, attrs);
+    int dir = dev >= 0 ? sys_openat(dev, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0) : -1;
+    int ok = dir >= 0;
+    for (; ok && !own_nodes && n < AHL_DEVICE_COUNT; n++)
+        if ((trees[n] = open_device(device_nodes[n])) < 0) ok = 0;
+    ok = ok && fill_dev(dir, own_nodes ? NULL : trees) == 0 && set_attrs(dev, attrs | MOUNT_ATTR_RDONLY, 0) == 0;
+    int e = ahl_errno;
+    for (unsigned i = 0; i < n; i++)
+        if (trees[i] >= 0) sys_close(trees[i]);
+    if (dir >= 0) sys_close(dir);
+    if (!ok && dev >= 0) { sys_close(dev); dev = -1; }
+    ahl_errno = e;
+    return dev;
+}
+
 int ahl_build_shared(int *masks_out, int *dev_out) {
     *masks_out = *dev_out = -1;
-    int masks = -1, dev = -1, procfd = -1, dir = -1;
+    int masks = -1, dev = -1, procfd = -1;
     int ok = (procfd = sys_open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC)) >= 0 &&
              (masks = new_fs("tmpfs", 1 << 20, 0755, SAFE | MOUNT_ATTR_NOEXEC)) >= 0 && write_masks(masks, procfd) == 0;
     // Older kernels refuse to clone from a mount that is attached nowhere (EINVAL): then each
@@ -738,16 +760,16 @@ int ahl_build_shared(int *masks_out, int *dev_out) {
     // initial user namespace may do), not six binds of the host's: a sandbox clones one mount
     // instead of seven, and copies and unmounts six fewer when it locks and ends. So it is not
     // nodev; it is read-only, nosuid and noexec, and holds these six nodes and nothing else.
-    ok = probe >= 0 && (dev = new_fs("tmpfs", 1 << 20, 0755, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC)) >= 0 &&
-         (dir = sys_openat(dev, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0)) >= 0;
-    ok = ok && fill_dev(dir, NULL) == 0 && set_attrs(dev, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY, 0) == 0;
+    if (probe >= 0) {
+        dev = shared_dev(1);
+        if (dev < 0 && ahl_errno == EPERM) dev = shared_dev(0);
+    }
+    ok = dev >= 0;
     int e = ok ? 0 : ahl_errno ? ahl_errno : EIO;
-    if (dir >= 0) sys_close(dir);
     if (probe >= 0) sys_close(probe);
     if (procfd >= 0) sys_close(procfd);
     if (!ok) {
         if (masks >= 0) sys_close(masks);
-        if (dev >= 0) sys_close(dev);
         return e;
     }
     *masks_out = masks;

@@ -128,4 +128,20 @@ struct SharedTreesTests {
         #expect(readable(shared) == readable(own1), "\(shared)\n\(own1)")
         #expect(own1.split(separator: "\n").filter { $0.hasPrefix("MOUNT ") }.count == 6, "\(own1)")
     }
+
+    @Test("a supervisor without CAP_MKNOD (a container's) still shares /dev, as binds of the host's nodes, and it stays nodev")
+    func sharedWithoutMknod() throws {
+        try requireRoot()
+        // `sandbox exec --bench-repeat` runs in-process launches with shared trees installed.
+        let script = "grep ' /dev' /proc/self/mountinfo | cut -d' ' -f5,6; cat /dev/null; echo x > /dev/null && echo WRITE-OK"
+        let r = try runProcess("/usr/bin/setpriv", ["--bounding-set", "-mknod", "--", Built.autoharness, "sandbox", "exec", "--bench-repeat", "2",
+                                                    "--policy", "base", "--", "/bin/sh", "-c", script])
+        #expect(r.status == 0, "\(r.stderr)")
+        #expect(r.stderr.contains("/dev and /proc covers cloned from shared trees"), "\(r.stderr)")
+        let mounts = r.stdout.split(separator: "\n").filter { $0.hasPrefix("/dev") }
+        let dev = mounts.first { $0.hasPrefix("/dev ") }
+        #expect(dev.map { $0.contains("nodev") && $0.contains("ro,") } == true, "\(r.stdout)")
+        #expect(mounts.contains { $0.hasPrefix("/dev/null ") }, "\(r.stdout)")
+        #expect(r.stdout.contains("WRITE-OK"), "\(r.stdout)")
+    }
 }

@@ -17,7 +17,8 @@ import Glibc
 ///   mount of a sandbox that is not nodev (read-only, nosuid, noexec); the sandbox can make no
 ///   node of its own there (no CAP_MKNOD on the host, and the mount is read-only). Six binds
 ///   of the host's nodes were six more mounts to clone, copy when the payload locks them, and
-///   unmount at the end.
+///   unmount at the end. A supervisor without CAP_MKNOD (a container's) shares those binds
+///   instead, in a nodev tmpfs, as before.
 /// - The values in the covers (boot time, total memory, cpu count) do not move with activity;
 ///   they are read once, from the supervisor's /proc.
 /// - Without them (an older kernel, or `RunOptions.sharedTrees` nil) each sandbox builds its
