@@ -449,16 +449,17 @@ static int fill_dev(int dir, const int *device_trees) {
     return 0;
 }
 
-/// /dev: a clone of the supervisor's shared tree (`dev_fd`: read-only tmpfs, device nodes,
-/// links), or built here from the device nodes the monitor cloned. Either way /dev/shm is a
-/// tmpfs of this sandbox's own and /dev/pts a devpts instance of its own.
-static int setup_dev(int newroot, int dev_fd, const int *device_trees) {
-    if (dev_fd >= 0) {
-        int tree = sys_open_tree(dev_fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH);
-        if (tree < 0) return -1;
+/// /dev: the tmpfs the monitor made for this sandbox with its own device nodes (`dev_tree`,
+/// detached, read-only: attached as it is), or, where the monitor could not make nodes, a
+/// tmpfs built here holding binds of the host's nodes the monitor cloned. Either way /dev/shm
+/// is a tmpfs of this sandbox's own and /dev/pts a devpts instance of its own.
+static int setup_dev(int newroot, int dev_tree, const int *device_trees) {
+    if (dev_tree >= 0) {
         int target = walk_create(newroot, "/dev", 1, 1);
-        if (target < 0) { close_keep_errno(tree); return -1; }
-        if (attach_close(tree, target) < 0) return -1;
+        if (target < 0) return -1;
+        int r = attach(dev_tree, target);
+        close_keep_errno(target);
+        if (r < 0) return -1;
     } else {
         if (mount_tmpfs_at(newroot, "/dev", 1 << 20, 0755, SAFE | MOUNT_ATTR_NOEXEC) < 0) return -1;
         int dir = walk_create(newroot, "/dev", 1, 0);
@@ -542,6 +543,9 @@ static void copy_line(int procfd, const char *name, const char *key, struct ahl_
 static int put_file(int dirfd, const char *name, const struct ahl_buf *content) {
     int fd = sys_openat(dirfd, name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0444);
     if (fd < 0) return -1;
+    // 0444 whatever the creator's umask (the supervisor's, for the shared masks tree): under
+    // 077 the covers were root's 0400, unreadable in every sandbox.
+    if (sys_fchmod(fd, 0444) < 0) { close_keep_errno(fd); return -1; }
     ssize_t w = content->n ? sys_write(fd, content->b, content->n) : 0;
     sys_close(fd);
     return w == (ssize_t)content->n ? 0 : -1;
@@ -593,7 +597,8 @@ static int write_masks(int mfd, int procfd) {
     int dir = sys_openat(mfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
     int ok = dir >= 0 && put_file(dir, "stat", &stat) == 0 && put_file(dir, "meminfo", &mem) == 0 &&
              put_file(dir, "loadavg", &load) == 0 && put_file(dir, "uptime", &up) == 0 &&
-             put_file(dir, "empty", &empty) == 0 && sys_mkdirat(dir, "emptydir", 0555) == 0;
+             put_file(dir, "empty", &empty) == 0 && sys_mkdirat(dir, "emptydir", 0555) == 0 &&
+             sys_fchmodat(dir, "emptydir", 0555) == 0;
     if (dir >= 0) sys_close(dir);
     if (!ok) return -1;
     return set_attrs(mfd, SAFE | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY, 0);
@@ -658,7 +663,7 @@ static int make_readonly(int newroot, const char *path, uint64_t attrs) {
     return r;
 }
 
-static void setup_filesystem(const struct ahl_plan *p, int rep, const int *trees, const int *device_trees) {
+static void setup_filesystem(const struct ahl_plan *p, int rep, const int *trees, int dev_tree, const int *device_trees) {
     // Stop mount events propagating between the host and the sandbox in either direction.
     if (sys_mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) fail(rep, AHL_STAGE_MOUNT_PRIVATE, 0);
 
@@ -687,13 +692,13 @@ static void setup_filesystem(const struct ahl_plan *p, int rep, const int *trees
         if (r < 0) fail(rep, AHL_STAGE_MOUNT_ENTRY, (int32_t)i);
         if (m->kind == AHL_MOUNT_BIND) sys_close(trees[i]);
     }
-    if (setup_dev(newroot, p->dev_fd, device_trees) < 0) fail(rep, AHL_STAGE_MOUNT_DEV, 0);
+    if (setup_dev(newroot, dev_tree, device_trees) < 0) fail(rep, AHL_STAGE_MOUNT_DEV, 0);
     // Before the host tree is detached: the kernel lets a user namespace mount proc only
     // while a fully visible proc exists in its mount namespace.
     if (setup_proc(newroot, p->masks_fd) < 0) fail(rep, AHL_STAGE_MOUNT_PROC, 0);
-    // The shared /dev holds its own device nodes, so it is not nodev (ahl_build_shared); one
-    // built here is, and its nodes are binds of the host's.
-    uint64_t dev_attrs = p->dev_fd >= 0 ? MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC : SAFE | MOUNT_ATTR_NOEXEC;
+    // The monitor's /dev holds its own device nodes, so it is not nodev (own_dev); one built
+    // here is, and its nodes are binds of the host's.
+    uint64_t dev_attrs = dev_tree >= 0 ? MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC : SAFE | MOUNT_ATTR_NOEXEC;
     if (make_readonly(newroot, "/dev", dev_attrs) < 0) fail(rep, AHL_STAGE_MOUNT_READONLY, 0);
     if (make_readonly(newroot, "/", SAFE) < 0) fail(rep, AHL_STAGE_MOUNT_READONLY, 0);
     sys_close(newroot);
@@ -726,45 +731,35 @@ static int loopback_up(void) {
 // ---------------------------------------------------------------------------------------
 // Trees every sandbox clones (supervisor side, once per process)
 
-/// The shared /dev (a detached tmpfs, read-only at the end). With `own_nodes` its six device
-/// nodes are made in it (mknod), so it is one mount and not nodev; otherwise (no CAP_MKNOD,
-/// as in a container) they are binds of the host's, seven mounts, and it stays nodev.
-static int shared_dev(int own_nodes) {
-    int trees[AHL_DEVICE_COUNT];
-    unsigned n = 0;
-    uint64_t attrs = own_nodes ? MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC : SAFE | MOUNT_ATTR_NOEXEC;
+/// This sandbox's /dev, made by the monitor while it is still host root (only the initial
+/// user namespace may make device nodes): a detached tmpfs holding the six nodes (mknod, by
+/// their fixed numbers, 0666), the links, and the mount points of shm and pts; read-only,
+/// nosuid, noexec, and not nodev, so that its nodes work. One mount, where binds of the
+/// host's nodes were seven; and its inodes are this sandbox's alone: a lock, an inotify watch
+/// or the times the tty driver writes into /dev/tty's inode reach no other sandbox, where
+/// the host's shared nodes carried them between sandboxes, and to later ones. -1 with
+/// ahl_errno set when it cannot be made (EPERM: no CAP_MKNOD, as in a container).
+static int own_dev(void) {
+    uint64_t attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC;
     int dev = new_fs("tmpfs", 1 << 20, 0755, attrs);
     int dir = dev >= 0 ? sys_openat(dev, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0) : -1;
-    int ok = dir >= 0;
-    for (; ok && !own_nodes && n < AHL_DEVICE_COUNT; n++)
-        if ((trees[n] = open_device(device_nodes[n])) < 0) ok = 0;
-    ok = ok && fill_dev(dir, own_nodes ? NULL : trees) == 0 && set_attrs(dev, attrs | MOUNT_ATTR_RDONLY, 0) == 0;
+    int ok = dir >= 0 && fill_dev(dir, NULL) == 0 && set_attrs(dev, attrs | MOUNT_ATTR_RDONLY, 0) == 0;
     int e = ahl_errno;
-    for (unsigned i = 0; i < n; i++)
-        if (trees[i] >= 0) sys_close(trees[i]);
     if (dir >= 0) sys_close(dir);
     if (!ok && dev >= 0) { sys_close(dev); dev = -1; }
     ahl_errno = e;
     return dev;
 }
 
-int ahl_build_shared(int *masks_out, int *dev_out) {
-    *masks_out = *dev_out = -1;
-    int masks = -1, dev = -1, procfd = -1;
+int ahl_build_shared(int *masks_out) {
+    *masks_out = -1;
+    int masks = -1, procfd = -1;
     int ok = (procfd = sys_open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC)) >= 0 &&
              (masks = new_fs("tmpfs", 1 << 20, 0755, SAFE | MOUNT_ATTR_NOEXEC)) >= 0 && write_masks(masks, procfd) == 0;
     // Older kernels refuse to clone from a mount that is attached nowhere (EINVAL): then each
     // sandbox builds its own, as before.
     int probe = ok ? sys_open_tree(masks, "empty", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC) : -1;
-    // /dev is one mount whose device nodes are its own (made by host root, which only the
-    // initial user namespace may do), not six binds of the host's: a sandbox clones one mount
-    // instead of seven, and copies and unmounts six fewer when it locks and ends. So it is not
-    // nodev; it is read-only, nosuid and noexec, and holds these six nodes and nothing else.
-    if (probe >= 0) {
-        dev = shared_dev(1);
-        if (dev < 0 && ahl_errno == EPERM) dev = shared_dev(0);
-    }
-    ok = dev >= 0;
+    ok = probe >= 0;
     int e = ok ? 0 : ahl_errno ? ahl_errno : EIO;
     if (probe >= 0) sys_close(probe);
     if (procfd >= 0) sys_close(procfd);
@@ -773,7 +768,6 @@ int ahl_build_shared(int *masks_out, int *dev_out) {
         return e;
     }
     *masks_out = masks;
-    *dev_out = dev;
     return 0;
 }
 
@@ -1089,16 +1083,16 @@ __attribute__((noreturn)) static void payload_main(const struct ahl_plan *p, int
 // ---------------------------------------------------------------------------------------
 // init (pid 1)
 
-__attribute__((noreturn)) static void init_main(const struct ahl_plan *p, int rep, int life, const int *trees, const int *device_trees) {
+__attribute__((noreturn)) static void init_main(const struct ahl_plan *p, int rep, int life, const int *trees, int dev_tree, const int *device_trees) {
     // If the monitor dies, so does the sandbox (init's death kills the namespace). The pipe
     // below covers the window before this prctl takes effect.
     (void)sys_prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 
-    setup_filesystem(p, rep, trees, device_trees);
+    setup_filesystem(p, rep, trees, dev_tree, device_trees);
     for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++)
         if (device_trees[i] >= 0) sys_close(device_trees[i]);
+    if (dev_tree >= 0) sys_close(dev_tree);
     if (p->masks_fd >= 0) sys_close(p->masks_fd);
-    if (p->dev_fd >= 0) sys_close(p->dev_fd);
     if (p->hostname && sys_sethostname(p->hostname, strlen(p->hostname)) < 0) fail(rep, AHL_STAGE_HOSTNAME, 0);
     // A namespace made ahead of time had lo brought up by the monitor; init has no say over it.
     if (p->loopback_up && p->netns_fd < 0 && loopback_up() < 0) fail(rep, AHL_STAGE_LOOPBACK, 0);
@@ -1203,9 +1197,9 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
     if (p->netns_fd >= 0) enter_network_namespace(p, rep);
 
     // stdio 0-2 of the supervisor are inherited when the plan does not override them; the
-    // shared trees are init's to clone from.
-    int keep_all[10] = {0, 1, 2, rep, ctl, p->stdio[0], p->stdio[1], p->stdio[2], p->masks_fd, p->dev_fd};
-    close_all_except(keep_all, 10);
+    // shared masks tree is init's to clone from.
+    int keep_all[9] = {0, 1, 2, rep, ctl, p->stdio[0], p->stdio[1], p->stdio[2], p->masks_fd};
+    close_all_except(keep_all, 9);
 
     // Bind sources and device nodes are cloned now, as host root in the host's mount
     // namespace; init attaches the detached trees once the new root exists.
@@ -1216,9 +1210,13 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
         if (p->mounts[i].kind == AHL_MOUNT_BIND && (trees[i] = open_source(&p->mounts[i])) < 0)
             fail(rep, AHL_STAGE_OPEN_SOURCE, (int32_t)i);
     }
+    // /dev with nodes of its own; without CAP_MKNOD (or where an LSM refuses), binds of the
+    // host's nodes instead.
+    int dev_tree = own_dev();
+    if (dev_tree < 0 && ahl_errno != EPERM && ahl_errno != EACCES) fail(rep, AHL_STAGE_OPEN_DEVICE, -1);
     for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++) {
-        device_trees[i] = -1;  // a shared /dev tree has them already
-        if (p->dev_fd < 0 && (device_trees[i] = open_device(device_nodes[i])) < 0) fail(rep, AHL_STAGE_OPEN_DEVICE, (int32_t)i);
+        device_trees[i] = -1;
+        if (dev_tree < 0 && (device_trees[i] = open_device(device_nodes[i])) < 0) fail(rep, AHL_STAGE_OPEN_DEVICE, (int32_t)i);
     }
 
     // Join the sandbox's cgroups before anything else is forked, so every process of the
@@ -1273,7 +1271,7 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
     if (init == 0) {
         sys_close(life[1]);
         sys_close(ctl);
-        init_main(p, rep, life[0], trees, device_trees);
+        init_main(p, rep, life[0], trees, dev_tree, device_trees);
     }
     sys_close(life[0]);
     // The detached bind and device trees are init's now; the monitor keeps none of them open
@@ -1282,8 +1280,8 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
         if (trees[i] >= 0) sys_close(trees[i]);
     for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++)
         if (device_trees[i] >= 0) sys_close(device_trees[i]);
+    if (dev_tree >= 0) sys_close(dev_tree);
     if (p->masks_fd >= 0) sys_close(p->masks_fd);
-    if (p->dev_fd >= 0) sys_close(p->dev_fd);
     send_msg(rep, AHL_MSG_INIT_PID, 0, 0, 0, init);
 
     int pfd = (int)AHL_SYS2(SYS_pidfd_open, init, 0);

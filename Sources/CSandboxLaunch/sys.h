@@ -85,6 +85,7 @@ static inline int sys_fstatat(int dir, const char *path, struct stat *st, int fl
 static inline int sys_fstat(int fd, struct stat *st) { return sys_fstatat(fd, "", st, 0x1000 /* AT_EMPTY_PATH */); }
 static inline int sys_fstatfs(int fd, struct statfs *st) { return (int)AHL_SYS2(SYS_fstatfs, fd, st); }
 static inline int sys_mkdirat(int dir, const char *path, unsigned mode) { return (int)AHL_SYS3(SYS_mkdirat, dir, path, mode); }
+static inline int sys_fchmod(int fd, unsigned mode) { return (int)AHL_SYS2(SYS_fchmod, fd, mode); }
 static inline int sys_fchmodat(int dir, const char *path, unsigned mode) { return (int)AHL_SYS3(SYS_fchmodat, dir, path, mode); }
 static inline int sys_mknodat(int dir, const char *path, unsigned mode, unsigned long dev) { return (int)AHL_SYS4(SYS_mknodat, dir, path, mode, dev); }
 static inline int sys_unlinkat(int dir, const char *path, int flags) { return (int)AHL_SYS3(SYS_unlinkat, dir, path, flags); }

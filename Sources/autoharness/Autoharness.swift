@@ -75,7 +75,7 @@ struct Autoharness: ParsableCommand {
             Timing.mark("cgroup host detected, orphans swept")
         }
         // Commands that launch sandboxes by the hundred keep network namespaces ready, made
-        // while the current sandbox runs (NetworkNamespacePool), and clone /dev and /proc's
+        // while the current sandbox runs (NetworkNamespacePool), and clone /proc's
         // covers from trees built once (SharedTrees); `sandbox exec` launches one.
         if let verb = args.first, ["prepare", "benchmark", "gate", "run", "demo"].contains(verb) {
             NetworkNamespacePool.install()

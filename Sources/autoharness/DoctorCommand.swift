@@ -48,7 +48,7 @@ struct DoctorCommand: ParsableCommand {
             }
             // How sandboxes start here (speed, not enforcement: either way is as strict).
             let monitor = Launcher.shared.map { "monitor \($0.path)" } ?? "monitor forked from the supervisor (\(Launcher.unavailableReason ?? ""))"
-            let trees = SharedTrees.install() != nil ? "/dev and /proc covers cloned from trees built once" : SharedTrees.unavailableReason ?? ""
+            let trees = SharedTrees.install() != nil ? "/proc covers cloned from a tree built once; /dev made per sandbox" : SharedTrees.unavailableReason ?? ""
             lines.append(("launch", "info", "\(monitor); \(trees)"))
         }
         let host = geteuid() == 0 ? CgroupHost.current : CgroupHost.detect()

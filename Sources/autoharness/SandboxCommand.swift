@@ -208,7 +208,7 @@ struct SandboxExec: ParsableCommand {
                 let pool = options.networkNamespaces.map { p in
                     p.failure.map { "; no network namespaces ahead of time: \($0)" } ?? "; \(p.counts.handedOut) network namespaces made ahead of time"
                 } ?? ""
-                let trees = options.sharedTrees != nil ? "; /dev and /proc covers cloned from shared trees" : "; \(SharedTrees.unavailableReason ?? "no shared trees")"
+                let trees = options.sharedTrees != nil ? "; /proc covers cloned from a shared tree" : "; \(SharedTrees.unavailableReason ?? "no shared trees")"
                 printErr("bench: \(benchRepeat - 1) in-process launches, mean \(Int(total / Double(benchRepeat - 1) * 1e6)) us\(pool)\(trees)")
             }
             return .success(try SandboxRunner.run(plan, options: options))

@@ -90,8 +90,8 @@ struct ahl_plan {
     int32_t hold;                 // a sandbox built ahead: build everything, then wait until the
                                   // supervisor sends AHL_CTL_RUN; 1: before seccomp and exec,
                                   // 2: after seccomp (the filter allows recvfrom), before exec
-    int32_t masks_fd;             // >= 0: the supervisor's shared, read-only trees (ahl_build_shared):
-    int32_t dev_fd;               // /proc's covering files and /dev, cloned instead of built
+    int32_t masks_fd;             // >= 0: the supervisor's shared, read-only tree (ahl_build_shared):
+                                  // /proc's covering files, cloned instead of built
     uint64_t wipe_start[2];       // the supervisor's argv and environment blocks (arg_start,
     uint64_t wipe_end[2];         // env_start / arg_end, env_end of /proc/self/stat), zeroed
                                   // in the children: init's /proc/1/cmdline is world-readable
@@ -114,15 +114,14 @@ int ahl_launcher_main(int argc, char **argv);
 __attribute__((noreturn)) void ahl_exit(int status);
 void *ahl_map_pages(size_t len);
 enum { LAUNCHER_PLAN_FD = 3, LAUNCHER_REPORT_FD = 4, LAUNCHER_CONTROL_FD = 5, LAUNCHER_STDIO_FD = 6, LAUNCHER_NETNS_FD = 9,
-       LAUNCHER_MASKS_FD = 10, LAUNCHER_DEV_FD = 11 };
+       LAUNCHER_MASKS_FD = 10 };
 
-/// The read-only trees every sandbox of this process clones instead of building them: the
-/// files that cover /proc's host-wide counters, and /dev (its device nodes, links and the
-/// mount points of shm and pts; each sandbox still gets a /dev/shm and /dev/pts of its own).
-/// Detached mounts, close-on-exec. Needs a kernel that clones from detached mounts (6.x);
-/// returns 0, or an errno value (EINVAL: the kernel cannot) and -1 descriptors. Call it from
-/// one thread at a time: it reports errors through CSandboxLaunch's process-wide errno.
-int ahl_build_shared(int *masks_fd, int *dev_fd);
+/// The read-only tree every sandbox of this process clones instead of building it: the files
+/// that cover /proc's host-wide counters. A detached mount, close-on-exec. Needs a kernel that
+/// clones from detached mounts (6.x); returns 0, or an errno value (EINVAL: the kernel cannot)
+/// and -1. Call it from one thread at a time: it reports errors through CSandboxLaunch's
+/// process-wide errno.
+int ahl_build_shared(int *masks_fd);
 
 /// The plan as bytes (malloc'd; stdio descriptors renumbered from stdio_base, the network
 /// namespace to stdio_base + 3, the shared trees to stdio_base + 4, + 5) and back

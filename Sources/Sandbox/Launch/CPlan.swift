@@ -84,7 +84,6 @@ final class CPlan {
         plan.cgroup_into_join = -1
         plan.netns_fd = -1
         plan.masks_fd = -1
-        plan.dev_fd = -1
         plan.landlock = p.landlock == .off ? 0 : p.landlock == .required ? 2 : 1
         let block = Self.argumentBlocks
         plan.wipe_start = (block.argStart, block.envStart)

@@ -32,7 +32,7 @@ public struct RunOptions: @unchecked Sendable {
     /// Network namespaces made ahead of time (one per sandbox); nil: each launcher unshares
     /// its own. Defaults to the process's installed pool.
     public var networkNamespaces: NetworkNamespacePool? = NetworkNamespacePool.installed
-    /// /dev and /proc's covering files cloned from trees built once (`SharedTrees`); nil: each
+    /// /proc's covering files cloned from a tree built once (`SharedTrees`); nil: each
     /// sandbox builds its own. Defaults to the process's installed trees.
     public var sharedTrees: SharedTrees? = SharedTrees.installed
     /// Hold the sandbox's mount namespaces and let them go on a thread of their own once it
@@ -104,7 +104,6 @@ public enum SandboxRunner {
         storage.plan.netns_fd = netns
         if let shared = options.sharedTrees {
             storage.plan.masks_fd = shared.masks
-            storage.plan.dev_fd = shared.dev
         }
         // Held after seccomp where the filter lets the wait's recvfrom through (no argument
         // rule applies to it): its load, ~0.2 ms, then happens before the go-ahead.
@@ -121,7 +120,7 @@ public enum SandboxRunner {
         Timing.mark((child.born_in_cgroup != 0 ? "monitor cloned into its cgroup" : "monitor forked") + (launcher != nil ? " (launcher)" : ""))
         log.debug("sandbox \(plan.sandboxID): monitor \(launcher.map { "is the launcher \($0.path)" } ?? "forked from the supervisor (\(options.useLauncher ? Launcher.unavailableReason ?? "" : "launcher turned off"))")")
         log.debug("sandbox \(plan.sandboxID): network namespace \(netns >= 0 ? "made ahead of time by the supervisor" : "unshared by the monitor")")
-        log.debug("sandbox \(plan.sandboxID): /dev and /proc covers \(options.sharedTrees != nil ? "cloned from the supervisor's shared trees" : "built by the sandbox")")
+        log.debug("sandbox \(plan.sandboxID): /proc covers \(options.sharedTrees != nil ? "cloned from the supervisor's shared tree" : "built by the sandbox")")
         if child.born_in_cgroup != 0 {
             log.debug("sandbox \(plan.sandboxID): monitor created inside \(cgroup.cloneTarget!.directory) by clone3(CLONE_INTO_CGROUP)")
         }
