@@ -438,13 +438,13 @@ struct LimitEscapeTests {
     @Test("nothing survives a sandbox: no process, mount or cgroup")
     func nothingLeftBehind() throws {
         try requireRoot()
-        // Host mounts other tests make concurrently (task scratch tmpfs, tmpfs in their temp
-        // directories) are not this sandbox's.
+        // Host mounts other tests make concurrently (task scratch tmpfs under
+        // /dev/shm/ah-bench-*, tmpfs in their temp directories) are not this sandbox's.
         // Compared as sets: a leak is a mount that appears; a host mount going away meanwhile
         // (an automount expiring, another test's cleanup) is not this sandbox's doing.
         func hostMounts() throws -> Set<String> {
             Set(try String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8).split(separator: "\n")
-                .filter { !$0.contains("/dev/shm/autoharness") && !$0.contains("/ah-test-") }.map(String.init))
+                .filter { !$0.contains("/dev/shm/autoharness") && !$0.contains("/ah-test-") && !$0.contains("/ah-bench-") }.map(String.init))
         }
         let mountsBefore = try hostMounts()
         let marker = "ah-left-\(UUID().uuidString.prefix(8))"
