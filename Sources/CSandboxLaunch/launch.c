@@ -432,7 +432,7 @@ static const unsigned device_numbers[AHL_DEVICE_COUNT][2] = {{1, 3}, {1, 5}, {1,
 
 /// Fills a fresh /dev tmpfs (`dir`, its root): the device nodes, the links, and the mount
 /// points of /dev/shm and /dev/pts. The nodes are binds of the host's (`device_trees`, one
-/// mount each), or, with NULL, nodes made here (mknod: host root only, once, in the shared tree).
+/// mount each), or, with NULL, nodes made here (mknod: host root only; the monitor, own_dev).
 static int fill_dev(int dir, const int *device_trees) {
     for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++) {
         if (device_trees) {
@@ -447,6 +447,26 @@ static int fill_dev(int dir, const int *device_trees) {
         if (sys_symlinkat(device_links[i][0], dir, device_links[i][1]) < 0) return -1;
     if (sys_mkdirat(dir, "shm", 0755) < 0 || sys_mkdirat(dir, "pts", 0755) < 0) return -1;
     return 0;
+}
+
+/// This sandbox's /dev, made by the monitor while it is still host root (only the initial
+/// user namespace may make device nodes): a detached tmpfs holding the six nodes (mknod, by
+/// their fixed numbers, 0666), the links, and the mount points of shm and pts; read-only,
+/// nosuid, noexec, and not nodev, so that its nodes work. One mount, where binds of the
+/// host's nodes were seven; and its inodes are this sandbox's alone: a lock, an inotify watch
+/// or the times the tty driver writes into /dev/tty's inode reach no other sandbox, where
+/// the host's shared nodes carried them between sandboxes, and to later ones. -1 with
+/// ahl_errno set when it cannot be made (EPERM: no CAP_MKNOD, as in a container).
+static int own_dev(void) {
+    uint64_t attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC;
+    int dev = new_fs("tmpfs", 1 << 20, 0755, attrs);
+    int dir = dev >= 0 ? sys_openat(dev, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0) : -1;
+    int ok = dir >= 0 && fill_dev(dir, NULL) == 0 && set_attrs(dev, attrs | MOUNT_ATTR_RDONLY, 0) == 0;
+    int e = ahl_errno;
+    if (dir >= 0) sys_close(dir);
+    if (!ok && dev >= 0) { sys_close(dev); dev = -1; }
+    ahl_errno = e;
+    return dev;
 }
 
 /// /dev: the tmpfs the monitor made for this sandbox with its own device nodes (`dev_tree`,
@@ -729,27 +749,7 @@ static int loopback_up(void) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Trees every sandbox clones (supervisor side, once per process)
-
-/// This sandbox's /dev, made by the monitor while it is still host root (only the initial
-/// user namespace may make device nodes): a detached tmpfs holding the six nodes (mknod, by
-/// their fixed numbers, 0666), the links, and the mount points of shm and pts; read-only,
-/// nosuid, noexec, and not nodev, so that its nodes work. One mount, where binds of the
-/// host's nodes were seven; and its inodes are this sandbox's alone: a lock, an inotify watch
-/// or the times the tty driver writes into /dev/tty's inode reach no other sandbox, where
-/// the host's shared nodes carried them between sandboxes, and to later ones. -1 with
-/// ahl_errno set when it cannot be made (EPERM: no CAP_MKNOD, as in a container).
-static int own_dev(void) {
-    uint64_t attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC;
-    int dev = new_fs("tmpfs", 1 << 20, 0755, attrs);
-    int dir = dev >= 0 ? sys_openat(dev, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0) : -1;
-    int ok = dir >= 0 && fill_dev(dir, NULL) == 0 && set_attrs(dev, attrs | MOUNT_ATTR_RDONLY, 0) == 0;
-    int e = ahl_errno;
-    if (dir >= 0) sys_close(dir);
-    if (!ok && dev >= 0) { sys_close(dev); dev = -1; }
-    ahl_errno = e;
-    return dev;
-}
+// The tree every sandbox clones (supervisor side, once per process)
 
 int ahl_build_shared(int *masks_out) {
     *masks_out = -1;
@@ -1213,7 +1213,7 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
     // /dev with nodes of its own; without CAP_MKNOD (or where an LSM refuses), binds of the
     // host's nodes instead.
     int dev_tree = own_dev();
-    if (dev_tree < 0 && ahl_errno != EPERM && ahl_errno != EACCES) fail(rep, AHL_STAGE_OPEN_DEVICE, -1);
+    if (dev_tree < 0 && ahl_errno != EPERM && ahl_errno != EACCES) fail(rep, AHL_STAGE_MOUNT_DEV, -1);
     for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++) {
         device_trees[i] = -1;
         if (dev_tree < 0 && (device_trees[i] = open_device(device_nodes[i])) < 0) fail(rep, AHL_STAGE_OPEN_DEVICE, (int32_t)i);

@@ -124,7 +124,7 @@ enum { LAUNCHER_PLAN_FD = 3, LAUNCHER_REPORT_FD = 4, LAUNCHER_CONTROL_FD = 5, LA
 int ahl_build_shared(int *masks_fd);
 
 /// The plan as bytes (malloc'd; stdio descriptors renumbered from stdio_base, the network
-/// namespace to stdio_base + 3, the shared trees to stdio_base + 4, + 5) and back
+/// namespace to stdio_base + 3, the shared masks tree to stdio_base + 4) and back
 /// (pointers into `bytes`, which must outlive the plan). 0 or an errno value.
 int ahl_plan_pack(const struct ahl_plan *plan, int stdio_base, uint8_t **bytes, size_t *len);
 int ahl_plan_unpack(const uint8_t *bytes, size_t len, struct ahl_plan *plan);
