@@ -87,7 +87,7 @@ struct PageCacheTests {
         let heldOutPages: Set<Int>
     }
 
-    static func setUp() throws -> Setup {
+    static func setUp(extraConfig: [String: String] = [:]) throws -> Setup {
         let dir = try TempDir()
         let shared = dir.path + "/shared"
         try FileManager.default.createDirectory(atPath: shared, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
@@ -97,7 +97,7 @@ struct PageCacheTests {
         try Data(bytes).write(to: URL(fileURLWithPath: blob))
         chmod(blob, 0o644)
         _ = try dir.file("shared-task.yaml", "extends: benchmark-task\ndescription: \"benchmark-task plus a shared read-only file\"\nfilesystem:\n  mounts:\n    - ro: \"\(shared):/shared\"\n")
-        let exp = try Experiment(config: ["task_policy": "shared-task\n  policy_dir: \(dir.path)"])
+        let exp = try Experiment(config: ["task_policy": "shared-task\n  policy_dir: \(dir.path)"].merging(extraConfig) { a, _ in a })
         let (train, test) = try exp.split()
         func instruction(_ id: String) throws -> String {
             try String(contentsOfFile: Experiment.fixture + "/tasks/\(id)/instruction.md", encoding: .utf8)

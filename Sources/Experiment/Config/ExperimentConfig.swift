@@ -43,6 +43,10 @@ public struct ExperimentConfig: Sendable, Equatable {
     /// (1 / number of test tasks). Either way a tie never passes.
     public var minImprovement: Double?
     public var onReject: OnReject = .revert
+    /// Where the held-out phase of each gate runs (`gate.held_out_runtime`).
+    public var heldOutRuntime: HeldOutRuntime = .host
+    /// The held-out virtual machine (`gate.vm:`), used when `heldOutRuntime` is `vm`.
+    public var vm = VMSettings()
     /// `autoharness run` stops after this many consecutive rejected gates (upstream: 5).
     public var maxNonImproving = 5
     // budget:
@@ -286,8 +290,23 @@ extension ExperimentConfig {
                     r.error(v, "coding_agent: \(n) is in both env and env_pass; set it or pass it, not both")
                 }
             default:  // gate
-                r.mapping(v, key, allowed: ["disclosure", "budget", "min_improvement", "on_reject", "max_non_improving"]) { k, v in
+                r.mapping(v, key, allowed: ["disclosure", "budget", "min_improvement", "on_reject", "max_non_improving",
+                                            "held_out_runtime", "vm"]) { k, v in
                     switch k {
+                    case "held_out_runtime":
+                        if let s = r.oneOf(v, "gate.held_out_runtime", HeldOutRuntime.allCases.map(\.rawValue)) { c.heldOutRuntime = HeldOutRuntime(rawValue: s)! }
+                    case "vm":
+                        r.mapping(v, "gate.vm", allowed: ["accel", "allow_emulation", "memory_mib", "cpus", "kernel_dir", "boot_timeout"]) { k, v in
+                            let name = "gate.vm.\(k)"
+                            switch k {
+                            case "accel": if let s = r.oneOf(v, name, VMSettings.Accel.allCases.map(\.rawValue)) { c.vm.accel = VMSettings.Accel(rawValue: s)! }
+                            case "allow_emulation": if let s = r.oneOf(v, name, ["true", "false"]) { c.vm.allowEmulation = s == "true" }
+                            case "memory_mib": if let x = r.integer(v, name, 256...1_048_576) { c.vm.memoryMiB = x }
+                            case "cpus": if let x = r.integer(v, name, 1...256) { c.vm.cpus = x }
+                            case "kernel_dir": if let s = r.absolutePath(v, name) { c.vm.kernelDirectory = s }
+                            default: if let x = r.number(v, name, 5...3600) { c.vm.bootTimeout = x }
+                            }
+                        }
                     case "disclosure":
                         if let s = r.oneOf(v, "gate.disclosure", Disclosure.allCases.map(\.rawValue)) { c.disclosure = Disclosure(rawValue: s)! }
                     case "budget": if let x = r.integer(v, "gate.budget", 0...1_000_000) { c.gateBudget = x }
@@ -302,6 +321,9 @@ extension ExperimentConfig {
         }
         if c.benchmark.isEmpty && r.errors.isEmpty {
             r.errors.append(ConfigError(file: file, line: nil, message: "benchmark: missing (allowed: \(supportedBenchmarks.joined(separator: ", ")))"))
+        }
+        if c.heldOutRuntime == .vm && !HeldOutVM.supportedBenchmarks.contains(c.benchmark) && r.errors.isEmpty {
+            r.errors.append(ConfigError(file: file, line: nil, message: "gate.held_out_runtime: vm runs the \(HeldOutVM.supportedBenchmarks.joined(separator: " and ")) benchmarks so far; '\(c.benchmark)' needs its tool and model egress in the guest (not built yet): use host"))
         }
         if c.benchmark == "local" && c.dataset == nil && r.errors.isEmpty {
             r.errors.append(ConfigError(file: file, line: nil, message: "dataset: missing; a local benchmark needs the path of its directory (with tasks/<id>/)"))

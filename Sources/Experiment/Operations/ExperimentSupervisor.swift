@@ -34,6 +34,8 @@ public final class ExperimentSupervisor {
     let adapter: any BenchmarkAdapter
     let policyLoader: PolicyLoader
     let git: Git
+    /// The held-out VM's checked settings, made at the first gate (`gate.held_out_runtime: vm`).
+    var heldOutVM: HeldOutVM?
     /// Called after each task (serially), e.g. for a progress line. The outcome is nil for
     /// held-out tasks: not even a progress line may say which test task passed.
     public var progress: ((_ done: Int, _ total: Int, _ outcome: TaskOutcome?) -> Void)?
@@ -307,6 +309,8 @@ public final class ExperimentSupervisor {
         // a gate whose outcome is lost still used its look at the held-out split.
         let attempt = s.lastAttempt + 1
         let snap = try agent ?? snapshotAgent()
+        // A VM that cannot run here is refused before the gate counts (nothing looked yet).
+        if config.heldOutRuntime == .vm && heldOutVM == nil { heldOutVM = try HeldOutVM(settings: config.vm, log: log) }
         _ = try ledger.append(.gateStarted, GateStartedRecord(attempt: attempt, agentSHA256: snap.sha256))
         let audit = RunAudit()
         let heldOutAudit = RunAudit()
@@ -345,7 +349,7 @@ public final class ExperimentSupervisor {
         } else {
             // (2) held-out test split: traces never persist, only rewards come back
             try beforeHeldOut()
-            let testOutcomes = try run(split.test, agent: snap.directory, audit: heldOutAudit, heldOut: true, traces: { _ in nil })
+            let testOutcomes = try runHeldOut(split.test, agent: snap.directory, audit: heldOutAudit)
             let rewards = Dictionary(uniqueKeysWithValues: testOutcomes.map { ($0.id, $0.reward) })
             let val = Self.mean(split.test.map { rewards[$0] ?? 0 })
             result.valScore = val
@@ -476,6 +480,37 @@ public final class ExperimentSupervisor {
         // Whatever the adapter did, the mean is over every requested id.
         let byID = Dictionary(outcomes.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         return ids.map { byID[$0] ?? TaskOutcome(id: $0, reward: 0, status: .missingResult, detail: "no outcome from the \(adapter.name) adapter") }
+    }
+
+    /// The gate's held-out tasks, on the configured runtime: the host's sandboxes (`run`), or
+    /// a fresh VM of their own (`HeldOutVM`) whose answer is only rewards, status classes and
+    /// violation counts. Either way, what the held-out runs could have brought into the host's
+    /// page cache is evicted before anything untrusted runs again.
+    func runHeldOut(_ ids: [String], agent: String, audit: RunAudit) throws -> [TaskOutcome] {
+        guard config.heldOutRuntime == .vm, let vm = heldOutVM else {
+            return try run(ids, agent: agent, audit: audit, heldOut: true, traces: { _ in nil })
+        }
+        guard !ids.isEmpty else { return [] }
+        let request = GuestRequest(experimentRoot: layout.root, configPath: layout.config, policySearchPaths: policyLoader.searchPaths,
+                                   agentDirectory: agent, ids: ids, concurrency: config.maxConcurrency)
+        let benchmarkRoot = config.benchmark == "local" ? config.dataset.map { $0.hasPrefix("/") ? $0 : layout.root + "/" + $0 } : nil
+        let image = try GuestImage.plan(request: request, config: config, policyLoader: policyLoader,
+                                        benchmarkRoot: benchmarkRoot.flatMap { GuestImage.canonical($0) }, scratch: config.scratch)
+        try FileManager.default.createDirectory(atPath: config.scratch, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        // qemu reads the shares through the host's page cache on the guest's behalf.
+        let cache = PageCacheEviction(journal: layout.heldOutJournal)
+        defer { log?("held-out VM done; \(cache.evict())") }
+        // A bound on the whole phase (each task's own limits hold inside the guest): the
+        // boot, then every task's agent and verifier limits, run `max_concurrency` at a time.
+        let perTask = (config.perTaskTimeout ?? LocalBenchmark.defaultTimeout) * 2 + 60
+        let rounds = Double((ids.count + config.maxConcurrency - 1) / config.maxConcurrency)
+        let result = try vm.run(request, image: image, scratch: config.scratch, privateDirectory: layout.privateDirectory,
+                                deadline: config.vm.bootTimeout + rounds * perTask) { shares in
+            do { try cache.record(sources: shares) } catch { throw ExperimentError(.io, "\(error)") }
+        }
+        result.answer.record(agent: audit.agent, tool: audit.tool)
+        log?("held-out VM: \(ids.count) task(s) answered; boot \(String(format: "%.1f", result.bootSeconds)) s, whole VM \(String(format: "%.1f", result.totalSeconds)) s")
+        return result.answer.outcomes
     }
 
     /// Refused syscalls and limit events of a run, as ledger violation records (one per kind

@@ -37,10 +37,16 @@ public final class PageCacheEviction: @unchecked Sendable {
     /// before the sandbox exists. A journal that cannot be written (a full disk) refuses the
     /// sandbox: a held-out run that a crash could leave un-evicted does not start.
     func record(_ plan: LaunchPlan) throws(SandboxError) {
-        let ro = plan.mounts.compactMap { m -> String? in
+        try record(sources: plan.mounts.compactMap { m -> String? in
             if case .bind(let source, true, _, _, _, _) = m.kind { return source }
             return nil
-        }
+        })
+    }
+
+    /// Records host paths something held-out will read through the host's page cache (the
+    /// held-out VM's read-only shares, which qemu reads on the guest's behalf), in the
+    /// journal too, before that starts.
+    public func record(sources ro: [String]) throws(SandboxError) {
         var failure: SandboxError?
         lock.withLock {
             let new = ro.filter { !sources.contains($0) }

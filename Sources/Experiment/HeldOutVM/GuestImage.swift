@@ -1,0 +1,228 @@
+import Foundation
+import SandboxPolicy
+import SupervisorIO
+
+/// What the held-out guest sees, and the initramfs that boots it.
+///
+/// The guest's root is a tmpfs made from the initramfs; host paths appear in it at the same
+/// places, so the same config, policies and adapter work unchanged inside:
+///   - read-only 9p shares (qemu's `-virtfs ... readonly=on`) of the directories the held-out
+///     policies bind (`/usr`, tool directories), the benchmark, the policy directories, and
+///     the autoharness binaries with the libraries they are linked against;
+///   - copies, in the initramfs, of the single files the policies bind (`/etc/ld.so.cache`,
+///     ...), the experiment config, the request and the agent.py snapshot;
+///   - the host's top-level symlinks (`/bin -> usr/bin`) recreated.
+/// Nothing else of the host exists in the guest, and nothing the guest writes reaches the
+/// host: every writable place in it is guest memory.
+struct GuestImage {
+    /// `(tag, host directory)`: each one a read-only 9p device, mounted at the same path.
+    var shares: [(tag: String, path: String)] = []
+    var files: [(path: String, bytes: [UInt8], mode: UInt32)] = []
+    var symlinks: [(path: String, target: String)] = []
+    /// The host's `/proc/self/exe`, run in the guest as `vm-guest`.
+    var binary: String
+    /// The tmpfs the adapter makes per-task scratch directories in.
+    var scratch: String
+
+    /// The largest single file copied into the initramfs, and all of them together.
+    static let maxFileBytes = 16 << 20
+    static let maxCopiedBytes = 64 << 20
+
+    /// Collects what the guest needs for `request` (see the type's comment). Throws
+    /// `ExperimentError(.state)` naming what is missing or too big.
+    static func plan(request: GuestRequest, config: ExperimentConfig, policyLoader: PolicyLoader, benchmarkRoot: String?,
+                     scratch: String) throws -> GuestImage {
+        guard let binary = canonical("/proc/self/exe") else { throw ExperimentError(.io, "cannot resolve /proc/self/exe") }
+        var image = GuestImage(binary: binary, scratch: scratch)
+        var directories: [String] = []
+        var singleFiles: [String] = []
+        // The held-out policies' bind sources (placeholders are filled per task, in the guest,
+        // with its own scratch and the snapshot copied below).
+        for name in [config.taskPolicy, config.verifierPolicy] {
+            let policy: Policy
+            do {
+                policy = try policyLoader.load(name, requireAllPlaceholders: false)
+            } catch {
+                throw ExperimentError(.state, "held-out VM: policy \(name): \(error)")
+            }
+            for m in policy.mounts {
+                guard let source = m.source, !source.contains("{") else { continue }
+                var st = stat()
+                guard lstat(source, &st) == 0 else {
+                    if m.optional { continue }
+                    throw ExperimentError(.state, "held-out VM: policy \(name) binds \(source), which does not exist")
+                }
+                if st.st_mode & S_IFMT == S_IFLNK {
+                    guard let target = linkTarget(source), let real = canonical(source) else { continue }
+                    if m.keepSymlink { image.symlinks.append((source, target)) } else { image.symlinks.append((source, real)) }
+                    var rst = stat()
+                    if stat(real, &rst) == 0 { (rst.st_mode & S_IFMT == S_IFDIR ? { directories.append(real) } : { singleFiles.append(real) })() }
+                } else if st.st_mode & S_IFMT == S_IFDIR {
+                    directories.append(source)
+                } else if st.st_mode & S_IFMT == S_IFREG {
+                    singleFiles.append(source)
+                }
+            }
+        }
+        if let benchmarkRoot { directories.append(benchmarkRoot) }
+        directories += request.policySearchPaths.filter { isDirectory($0) }
+        // The binaries (autoharness, autoharness-launch beside it) and every shared library
+        // this process has mapped (a debug build links the Swift runtime from the toolchain).
+        directories.append(String(binary[..<binary.lastIndex(of: "/")!]))
+        directories += mappedLibraryDirectories()
+        image.shares = outermost(directories).enumerated().map { ("ah\($0.offset)", $0.element) }
+        guard image.shares.count <= 28 else {
+            throw ExperimentError(.state, "held-out VM: \(image.shares.count) directories to share (at most 28): \(image.shares.map(\.path).joined(separator: ", "))")
+        }
+
+        // Copies: a file under a share is already there (and would be hidden by its mount).
+        var total = 0
+        func copy(_ path: String, mode: UInt32 = 0o644) throws {
+            guard !image.isShared(path), !image.files.contains(where: { $0.path == path }) else { return }
+            switch InputFile.read(path, cap: maxFileBytes) {
+            case .success(let bytes):
+                total += bytes.count
+                guard total <= maxCopiedBytes else { throw ExperimentError(.state, "held-out VM: the files to copy exceed \(maxCopiedBytes >> 20) MiB") }
+                image.files.append((path, bytes, mode))
+            case .failure(let p):
+                throw ExperimentError(.state, "held-out VM: \(path): \(p.explanation("a file the held-out sandboxes bind"))")
+            }
+        }
+        for f in singleFiles { try copy(f) }
+        try copy(request.configPath)
+        try copy(request.agentDirectory + "/agent.py")
+        return image
+    }
+
+    func isShared(_ path: String) -> Bool {
+        shares.contains { path == $0.path || path.hasPrefix($0.path == "/" ? "/" : $0.path + "/") }
+    }
+
+    /// The initramfs: busybox and the two init stages under `/.ahvm`, the kernel modules, the
+    /// request, and the copies.
+    func initramfs(kernel: GuestKernel, request: [UInt8]) -> [UInt8] {
+        var r = Initramfs()
+        r.characterDevice("/dev/console", major: 5, minor: 1)
+        for d in ["/proc", "/sys", "/dev", "/tmp", "/run", "/newroot"] { r.directory(d) }
+        r.directory("/.ahvm", mode: 0o700)
+        r.file("/.ahvm/busybox", kernel.busybox, mode: 0o755)
+        // At /init: busybox switch_root checks that it runs from an initramfs by that file.
+        r.file("/init", Array(Self.stage1.utf8), mode: 0o755)
+        r.file("/.ahvm/stage2", Array(stage2.utf8), mode: 0o755)
+        r.file("/.ahvm/request", request, mode: 0o600)
+        r.file("/.ahvm/shares", Array(shares.map { "\($0.tag) \($0.path)\n" }.joined().utf8), mode: 0o600)
+        var order = ""
+        for (name, bytes) in kernel.modules {
+            r.file("/.ahvm/modules/\(name)", bytes, mode: 0o600)
+            order += name + "\n"
+        }
+        r.file("/.ahvm/modules/order", Array(order.utf8), mode: 0o600)
+        for s in symlinks where !isShared(s.path) { r.symlink(s.path, to: s.target) }
+        for f in files { r.file(f.path, f.bytes, mode: f.mode) }
+        return r.archive()
+    }
+
+    /// Stage 1, PID 1 in the initramfs. The kernel unpacks the initramfs into rootfs, which
+    /// pivot_root cannot leave, and every sandbox in the guest ends in pivot_root; so the tree
+    /// is copied onto a real tmpfs, the shares are mounted there, and switch_root moves in.
+    /// A failure powers off without an answer, which the host reads as an interrupted gate.
+    static let stage1 = """
+        #!/.ahvm/busybox sh
+        B=/.ahvm/busybox
+        fail() { echo "ahvm: $*"; $B poweroff -f; }
+        $B mount -t proc proc /proc && $B mount -t sysfs sysfs /sys && $B mount -t devtmpfs devtmpfs /dev || fail "kernel filesystems"
+        while read -r m; do $B insmod "/.ahvm/modules/$m" || fail "insmod $m"; done < /.ahvm/modules/order
+        $B mount -t tmpfs -o mode=0755 tmpfs /newroot || fail "tmpfs root"
+        for e in /* /.ahvm; do
+            case "$e" in /newroot|/proc|/sys|/dev) continue ;; esac
+            $B cp -a "$e" /newroot/ || fail "copy $e"
+        done
+        $B mkdir -p /newroot/proc /newroot/sys /newroot/dev
+        # cache=loose: the guest keeps what it read in its own page cache (the shares do not
+        # change during a gate); without it every stat is a round trip to the host.
+        while read -r tag path; do
+            $B mkdir -p "/newroot$path" && $B mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000 "$tag" "/newroot$path" || fail "share $path"
+        done < /.ahvm/shares
+        $B umount /proc /sys /dev
+        exec $B switch_root /newroot /.ahvm/stage2
+        fail "switch_root"
+
+        """
+
+    /// Stage 2, PID 1 on the tmpfs root: the kernel filesystems a supervisor needs (cgroup v2
+    /// alone: the kernel runs with cgroup_no_v1=all), the scratch tmpfs, the results port,
+    /// then `autoharness vm-guest`, and power off whatever it did.
+    var stage2: String {
+        """
+        #!/.ahvm/busybox sh
+        B=/.ahvm/busybox
+        fail() { echo "ahvm: $*"; $B poweroff -f; }
+        $B mount -t proc proc /proc && $B mount -t sysfs sysfs /sys && $B mount -t devtmpfs devtmpfs /dev || fail "kernel filesystems"
+        $B mkdir -p /dev/pts /dev/shm /sys/fs/cgroup
+        $B mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts
+        $B mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+        # /tmp and /run stay on the tmpfs root (already guest memory): a mount there would
+        # hide the copies and shares of host paths under them (an experiment in /tmp).
+        $B mkdir -p /tmp /run && $B chmod 1777 /tmp
+        $B mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup || fail "cgroup2"
+        $B mkdir -p \(Self.quoted(scratch)) && $B mount -t tmpfs -o mode=0700 tmpfs \(Self.quoted(scratch)) || fail "scratch"
+        $B ip link set lo up
+        port=
+        for p in /sys/class/virtio-ports/*; do
+            [ "$($B cat "$p/name" 2>/dev/null)" = ah.results ] && port="/dev/${p##*/}"
+        done
+        [ -n "$port" ] || fail "no results port"
+        $B env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 \(Self.quoted(binary)) vm-guest --request /.ahvm/request --answer "$port"
+        echo "ahvm: vm-guest exited $?"
+        $B sync
+        $B poweroff -f
+
+        """
+    }
+
+    static func quoted(_ s: String) -> String { "'" + s.replacingOccurrences(of: "'", with: "'\\''") + "'" }
+
+    /// Directories, without any that lies inside another.
+    static func outermost(_ paths: [String]) -> [String] {
+        var out: [String] = []
+        for p in Set(paths).sorted() where !out.contains(where: { p == $0 || p.hasPrefix($0 == "/" ? "/" : $0 + "/") }) {
+            out.append(p)
+        }
+        return out
+    }
+
+    /// The directories of the shared objects this process has mapped (from /proc/self/maps).
+    static func mappedLibraryDirectories() -> [String] {
+        let fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return [] }
+        defer { close(fd) }
+        guard case .success(let bytes) = InputFile.read(descriptor: fd, cap: 4 << 20) else { return [] }
+        let text = String(decoding: bytes, as: UTF8.self)
+        var dirs: Set<String> = []
+        for line in text.split(separator: "\n") {
+            guard let slash = line.firstIndex(of: "/") else { continue }
+            let path = String(line[slash...])
+            guard path.contains(".so"), let real = canonical(path), let last = real.lastIndex(of: "/") else { continue }
+            dirs.insert(String(real[..<last]))
+        }
+        return dirs.sorted()
+    }
+
+    static func canonical(_ path: String) -> String? {
+        guard let r = realpath(path, nil) else { return nil }
+        defer { free(r) }
+        return String(cString: r)
+    }
+
+    static func linkTarget(_ path: String) -> String? {
+        var buf = [CChar](repeating: 0, count: 4096)
+        let n = readlink(path, &buf, 4095)
+        guard n > 0 else { return nil }
+        return String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    static func isDirectory(_ path: String) -> Bool {
+        var st = stat()
+        return stat(path, &st) == 0 && st.st_mode & S_IFMT == S_IFDIR
+    }
+}

@@ -1,0 +1,54 @@
+import Benchmark
+import Foundation
+import Sandbox
+import SandboxPolicy
+import SupervisorIO
+
+/// The guest's side of a held-out VM (`autoharness vm-guest`, run by the guest's init): the
+/// same adapter, policies and launcher as a host run, on the guest's own kernel. Its answer
+/// carries only rewards, status classes and violation counts (`GuestAnswer`).
+public enum HeldOutGuest {
+    /// Runs the request at `requestPath` and writes the answer to `answerPath` (the results
+    /// port). Throws when there is nothing to answer; the host then reads a missing `end`.
+    public static func serve(requestPath: String, answerPath: String, log: @escaping @Sendable (String) -> Void) throws {
+        let port = open(answerPath, O_WRONLY | O_NOCTTY | O_CLOEXEC)
+        guard port >= 0 else { throw ExperimentError(.io, "\(answerPath): \(ErrnoName.describe(errno))") }
+        defer { close(port) }
+        try write(port, GuestAnswer.header)
+        let bytes: [UInt8]
+        switch InputFile.read(requestPath, cap: 4 << 20) {
+        case .success(let b): bytes = b
+        case .failure(let p): throw ExperimentError(.io, "\(requestPath): \(p.explanation("the request"))")
+        }
+        let request = try JSONDecoder().decode(GuestRequest.self, from: Data(bytes))
+        guard request.version == GuestRequest.version else {
+            throw ExperimentError(.state, "request version \(request.version), this binary speaks \(GuestRequest.version)")
+        }
+        let config = try ExperimentConfig.load(request.configPath)
+        let adapter = try config.makeAdapter(root: request.experimentRoot, checkTools: false)
+        let agent = AuditLog(), tool = AuditLog()
+        var context = AdapterRunContext(policyLoader: PolicyLoader(searchPaths: request.policySearchPaths),
+                                        agentDirectory: request.agentDirectory, scratchRoot: config.scratch, audit: agent,
+                                        heldOut: true, concurrency: request.concurrency, traceDirectory: { _ in nil })
+        context.toolAudit = tool
+        context.log = log
+        let outcomes = try adapter.run(request.ids, context)
+        if let failure = context.writeFailures.failure { throw ExperimentError(.io, "\(failure)") }
+        // One outcome per requested id, as on the host: a task the adapter left out scores 0.
+        let byID = Dictionary(outcomes.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        let all = request.ids.map { byID[$0] ?? TaskOutcome(id: $0, reward: 0, status: .missingResult) }
+        try write(port, GuestAnswer.encodeBody(all, agent: agent, tool: tool))
+    }
+
+    static func write(_ fd: Int32, _ text: String) throws {
+        var bytes = Array(text.utf8)[...]
+        while !bytes.isEmpty {
+            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw ExperimentError(.io, "results port: \(ErrnoName.describe(errno))")
+            }
+            bytes = bytes.dropFirst(n)
+        }
+    }
+}

@@ -1,0 +1,299 @@
+import Benchmark
+import Foundation
+import Sandbox
+import SandboxPolicy
+import SupervisorIO
+
+/// A gate's held-out phase in a virtual machine of its own (`gate.held_out_runtime: vm`).
+///
+/// Whatever two sandboxes share is a channel, and sandboxes on one kernel share the kernel:
+/// its page cache, lock tables, global counters (socket cookies, inode numbers handed out in
+/// per-CPU batches) and clocks. A held-out agent.py that writes into any of them can be read
+/// by untrusted code that runs later (a train agent.py printing into its trace, the thawed
+/// coding agent). So each gate boots a fresh guest (qemu, Debian's kernel), runs the held-out
+/// tasks in it with the same adapter, policies and launcher as on the host (the VM is a wall
+/// under the sandbox, not instead of it), reads back one answer (`GuestAnswer`: rewards,
+/// status classes, violation counts) and destroys the guest. Its kernel, memory and every
+/// counter in them go with it.
+///
+/// What the host still shares with the guest: the read-only 9p shares (qemu reads them
+/// through the host's page cache, so the caller evicts them afterwards as it does for host
+/// runs), the gate's wall time (README: gate timing), and the answer.
+final class HeldOutVM {
+    let settings: VMSettings
+    let kernel: GuestKernel
+    let qemu: String
+    /// `kvm` or `tcg`, as resolved by `prepare`.
+    let accel: VMSettings.Accel
+    let log: (@Sendable (String) -> Void)?
+
+    static let supportedBenchmarks = ["local"]
+    static let qemuBinary = "/usr/bin/qemu-system-x86_64"
+
+    /// Checks the kernel, qemu and the acceleration the settings allow. Throws
+    /// `ExperimentError(.state)` saying what to change; nothing is counted yet.
+    init(settings: VMSettings, log: (@Sendable (String) -> Void)?) throws {
+        self.settings = settings
+        self.log = log
+        guard access(Self.qemuBinary, X_OK) == 0 else {
+            throw ExperimentError(.state, "held-out VM: \(Self.qemuBinary) not found (apt-get install qemu-system-x86, or scripts/install-vm)")
+        }
+        qemu = Self.qemuBinary
+        kernel = try GuestKernel.load(settings.kernelDirectory)
+        switch settings.accel {
+        case .kvm: accel = .kvm
+        case .tcg:
+            guard settings.allowEmulation else {
+                throw ExperimentError(.state, "gate.vm.accel: tcg needs gate.vm.allow_emulation: true (software emulation makes every held-out task 10-50x slower)")
+            }
+            accel = .tcg
+        case .auto:
+            let probe = Self.probeKVM(kernel: kernel, qemu: qemu)
+            if probe.works {
+                accel = .kvm
+            } else if settings.allowEmulation {
+                accel = .tcg
+                log?("held-out VM: no working KVM here (\(probe.why)); emulating (gate.vm.allow_emulation: true)")
+            } else {
+                throw ExperimentError(.state, "held-out VM: no working KVM on this host (\(probe.why)); set gate.vm.allow_emulation: true to emulate (10-50x slower), or gate.held_out_runtime: host")
+            }
+        }
+    }
+
+    struct Run {
+        var answer: GuestAnswer
+        /// From qemu's start to the guest's first byte on the results port (its kernel, init
+        /// and `vm-guest` start), and to qemu's exit.
+        var bootSeconds: Double
+        var totalSeconds: Double
+        var shares: [String]
+    }
+
+    /// Boots a guest for `request`, waits for its answer and its exit, and parses the
+    /// answer. `beforeBoot` gets the host directories qemu will read (the caller records them
+    /// for page-cache eviction before anything reads them). Throws on any failure: the gate
+    /// ends as interrupted (it was counted when it started).
+    func run(_ request: GuestRequest, image: GuestImage, scratch: String, privateDirectory: String,
+             deadline seconds: Double, beforeBoot: ([String]) throws -> Void) throws -> Run {
+        let start = monotonicSeconds()
+        let work = scratch + "/held-out-vm-\(getpid())"
+        rmdir(work)
+        guard mkdir(work, 0o700) == 0 else {
+            throw ExperimentError(.io, "held-out VM: mkdir \(work): \(ErrnoName.describe(errno))")
+        }
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        let requestBytes = Array(try JSONEncoder().encode(request))
+        do {
+            try AtomicFile.write(image.initramfs(kernel: kernel, request: requestBytes), to: work + "/initramfs", mode: 0o600)
+        } catch {
+            throw ExperimentError(.io, "held-out VM: \(work)/initramfs: \(error)")
+        }
+        let listener = try ResultsPort(path: work + "/results.sock")
+        defer { listener.close() }
+        try beforeBoot(image.shares.map(\.path))
+
+        let cpus = min(settings.cpus ?? request.concurrency, max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))))
+        var args = ["-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+                    "-accel", accel.rawValue, "-cpu", accel == .kvm ? "host" : "max",
+                    "-m", "\(settings.memoryMiB)", "-smp", "\(cpus)",
+                    "-kernel", kernel.vmlinuz, "-initrd", work + "/initramfs",
+                    // quiet: only the init stages' own lines reach the console; cgroup_no_v1:
+                    // the guest's supervisor uses cgroup v2 alone.
+                    "-append", "console=ttyS0 panic=-1 quiet cgroup_no_v1=all",
+                    "-serial", "stdio",
+                    "-device", "virtio-serial-pci",
+                    "-chardev", "socket,id=ah,path=\(work)/results.sock",
+                    "-device", "virtserialport,chardev=ah,name=ah.results"]
+        for s in image.shares {
+            args += ["-virtfs", "local,path=\(s.path),mount_tag=\(s.tag),security_model=none,readonly=on"]
+        }
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: qemu)
+        p.arguments = args
+        p.environment = ["PATH": "/usr/bin:/bin"]
+        p.standardInput = FileHandle.nullDevice
+        let console = Pipe()
+        p.standardOutput = console
+        p.standardError = console
+        let tail = ConsoleTail()
+        let reader = Thread { tail.drain(console.fileHandleForReading) }
+        reader.start()
+        do { try p.run() } catch {
+            throw ExperimentError(.io, "held-out VM: cannot start \(qemu): \(error)")
+        }
+        // Only this qemu, by pid, whatever happens from here.
+        let pid = p.processIdentifier
+        var killed = false
+        defer {
+            if p.isRunning { kill(pid, SIGKILL); killed = true }
+            p.waitUntilExit()
+        }
+        log?("held-out VM: booting (\(accel == .kvm ? "KVM" : "emulated"), kernel \(kernel.version), \(cpus) CPU(s), \(settings.memoryMiB) MiB, \(image.shares.count) read-only shares)")
+
+        let read = listener.read(bootDeadline: start + settings.bootTimeout, deadline: start + seconds, cap: GuestAnswer.maxBytes)
+        let boot = read.firstByte.map { $0 - start }
+        if read.outcome != .complete, p.isRunning { kill(pid, SIGKILL); killed = true }
+        p.waitUntilExit()
+        _ = killed
+        let total = monotonicSeconds() - start
+        func failure(_ what: String) -> ExperimentError {
+            let logPath = privateDirectory + "/held-out-vm-console.log"
+            try? AtomicFile.write(tail.bytes, to: logPath, mode: 0o600)
+            return ExperimentError(.io, "held-out VM: \(what) after \(Int(total)) s; its console is in \(logPath); the gate's held-out phase did not finish and nothing of it was scored")
+        }
+        switch read.outcome {
+        case .complete: break
+        case .bootTimeout: throw failure("no answer began within gate.vm.boot_timeout (\(Int(settings.bootTimeout)) s)")
+        case .timeout: throw failure("no complete answer within \(Int(seconds)) s")
+        case .tooLarge: throw failure("the answer exceeded \(GuestAnswer.maxBytes) bytes")
+        case .closed: throw failure("the guest closed its results port without an answer (qemu exit \(p.terminationStatus))")
+        }
+        let answer: GuestAnswer
+        do { answer = try GuestAnswer.parse(read.bytes, requested: request.ids) } catch {
+            throw failure("a malformed answer (\(error))")
+        }
+        return Run(answer: answer, bootSeconds: boot ?? total, totalSeconds: total, shares: image.shares.map(\.path))
+    }
+
+    /// A probe boot with KVM: `/dev/kvm` can exist and open while no guest runs (DESIGN.md:
+    /// this machine kind dies on an MSR write with `-cpu host` and hangs in the firmware
+    /// otherwise), so only a guest that reaches its init and writes to the port counts.
+    static func probeKVM(kernel: GuestKernel, qemu: String, timeout: Double = 20) -> (works: Bool, why: String) {
+        guard access("/dev/kvm", R_OK | W_OK) == 0 else { return (false, "/dev/kvm: \(ErrnoName.describe(errno))") }
+        let dir = "/run/autoharness-kvm-probe-\(getpid())"
+        rmdir(dir)
+        guard mkdir(dir, 0o700) == 0 else { return (false, "mkdir \(dir): \(ErrnoName.describe(errno))") }
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var r = Initramfs()
+        r.characterDevice("/dev/console", major: 5, minor: 1)
+        r.directory("/proc")
+        r.file("/.ahvm/busybox", kernel.busybox, mode: 0o755)
+        r.file("/.ahvm/init", Array("#!/.ahvm/busybox sh\necho ahvm-probe-ok\n/.ahvm/busybox poweroff -f\n".utf8), mode: 0o755)
+        do { try AtomicFile.write(r.archive(), to: dir + "/initramfs", mode: 0o600) } catch { return (false, "\(error)") }
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: qemu)
+        p.arguments = ["-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-accel", "kvm", "-cpu", "host", "-m", "256",
+                       "-kernel", kernel.vmlinuz, "-initrd", dir + "/initramfs", "-serial", "stdio",
+                       "-append", "console=ttyS0 panic=-1 quiet rdinit=/.ahvm/init"]
+        p.standardInput = FileHandle.nullDevice
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = out
+        let tail = ConsoleTail()
+        let reader = Thread { tail.drain(out.fileHandleForReading) }
+        reader.start()
+        do { try p.run() } catch { return (false, "cannot start qemu: \(error)") }
+        let end = monotonicSeconds() + timeout
+        while p.isRunning && monotonicSeconds() < end { usleep(50_000) }
+        if p.isRunning { kill(p.processIdentifier, SIGKILL) }
+        p.waitUntilExit()
+        let text = String(decoding: tail.bytes, as: UTF8.self)
+        if text.contains("ahvm-probe-ok") { return (true, "a probe guest booted") }
+        let last = text.split(separator: "\n").last(where: { !$0.trimmingCharacters(in: .whitespaces).isEmpty }).map(String.init) ?? ""
+        return (false, "a probe guest did not boot within \(Int(timeout)) s\(last.isEmpty ? "" : ": " + String(last.prefix(160)))")
+    }
+}
+
+func monotonicSeconds() -> Double {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+}
+
+/// The last 64 KiB of qemu's console (the guest's kernel and init stages), kept for the
+/// operator when a boot fails. Never shown to the coding agent.
+final class ConsoleTail: @unchecked Sendable {
+    private let lock = NSLock()
+    private var buffer: [UInt8] = []
+    static let keep = 64 << 10
+
+    func drain(_ handle: FileHandle) {
+        while true {
+            let d = handle.availableData
+            if d.isEmpty { return }
+            lock.lock()
+            buffer += d
+            if buffer.count > 2 * Self.keep { buffer.removeFirst(buffer.count - Self.keep) }
+            lock.unlock()
+        }
+    }
+
+    var bytes: [UInt8] {
+        lock.lock()
+        defer { lock.unlock() }
+        return Array(buffer.suffix(Self.keep))
+    }
+}
+
+/// The host end of the guest's results port: a listening Unix socket in the supervisor's
+/// private scratch directory that qemu connects its virtio-serial chardev to.
+final class ResultsPort {
+    let path: String
+    private var fd: Int32
+
+    enum Outcome: Equatable { case complete, bootTimeout, timeout, tooLarge, closed }
+
+    init(path: String) throws {
+        self.path = path
+        fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw ExperimentError(.io, "held-out VM: socket: \(ErrnoName.describe(errno))") }
+        var addr = sockaddr_un()
+        addr.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: addr.sun_path) else {
+            Glibc.close(fd)
+            throw ExperimentError(.io, "held-out VM: socket path too long: \(path)")
+        }
+        withUnsafeMutableBytes(of: &addr.sun_path) { raw in
+            for (i, b) in bytes.enumerated() { raw[i] = b }
+        }
+        let ok = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard ok == 0, listen(fd, 1) == 0 else {
+            let e = errno
+            Glibc.close(fd)
+            throw ExperimentError(.io, "held-out VM: bind \(path): \(ErrnoName.describe(e))")
+        }
+    }
+
+    func close() {
+        if fd >= 0 { Glibc.close(fd); fd = -1 }
+        unlink(path)
+    }
+
+    /// Accepts qemu's one connection and reads until the guest's `end` line is in and the
+    /// connection closes (qemu exits after the guest powers off), or a deadline or the cap.
+    func read(bootDeadline: Double, deadline: Double, cap: Int) -> (outcome: Outcome, bytes: [UInt8], firstByte: Double?) {
+        var conn: Int32 = -1
+        defer { if conn >= 0 { Glibc.close(conn) } }
+        var out: [UInt8] = []
+        var first: Double?
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let now = monotonicSeconds()
+            let limit = first == nil ? min(bootDeadline, deadline) : deadline
+            if now >= limit { return (first == nil ? .bootTimeout : .timeout, out, first) }
+            var pfd = pollfd(fd: conn >= 0 ? conn : fd, events: Int16(POLLIN), revents: 0)
+            let r = poll(&pfd, 1, Int32(min(1000, max(1, (limit - now) * 1000))))
+            if r < 0 && errno != EINTR { return (.closed, out, first) }
+            guard r > 0 else { continue }
+            if conn < 0 {
+                conn = accept(fd, nil, nil)
+                if conn >= 0 { _ = fcntl(conn, F_SETFD, FD_CLOEXEC) }
+                continue
+            }
+            let n = buffer.withUnsafeMutableBytes { Glibc.read(conn, $0.baseAddress, $0.count) }
+            if n < 0 { if errno == EINTR || errno == EAGAIN { continue }; return (.closed, out, first) }
+            if n == 0 { return (Self.isComplete(out) ? .complete : .closed, out, first) }
+            if first == nil { first = monotonicSeconds() }
+            out += buffer[0..<n]
+            if out.count > cap { return (.tooLarge, out, first) }
+        }
+    }
+
+    static func isComplete(_ bytes: [UInt8]) -> Bool {
+        guard let text = String(validating: bytes, as: UTF8.self) else { return false }
+        return text.split(separator: "\n").last?.hasPrefix("ahvm1 end ") == true
+    }
+}

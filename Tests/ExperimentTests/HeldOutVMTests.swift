@@ -1,0 +1,201 @@
+import Foundation
+import Testing
+import TestSupport
+@testable import Experiment
+
+/// The held-out split in a kernel of its own (`gate.held_out_runtime: vm`), booted for real:
+/// qemu with Debian's kernel from scripts/install-vm, emulated here (this machine kind's KVM
+/// runs no guest). These tests fail, never skip, without the kernel or qemu.
+@Suite("Held-out VM", .serialized)
+struct HeldOutVMTests {
+    /// The config lines that put the held-out phase in an emulated VM.
+    static let vm = ["held_out_runtime": "vm\n  vm: {accel: tcg, allow_emulation: true, memory_mib: 1536}"]
+
+    static func requireVM() throws {
+        try requireRoot()
+        try #require(access(VMSettings.defaultKernelDirectory + "/vmlinuz", R_OK) == 0,
+                     "no guest kernel in \(VMSettings.defaultKernelDirectory): run scripts/install-vm (scripts/test does)")
+        try #require(access(HeldOutVM.qemuBinary, X_OK) == 0, "no \(HeldOutVM.qemuBinary): run scripts/install-vm")
+    }
+
+    /// An agent.py that solves every task, with `extra` (unindented Python) first in `run`.
+    static func solver(_ extra: String = "") -> String {
+        let body = (extra.split(separator: "\n").map(String.init) + [
+            "_, op, a, b = instruction.splitlines()[0].split()",
+            "open(os.path.join(workdir, 'answer.txt'), 'w').write(str(int(a) + int(b) if op == 'add' else int(a) * int(b)))",
+        ]).map { "        " + $0 }.joined(separator: "\n")
+        return "import os\nclass HarnessAgent:\n    def run(self, instruction, workdir):\n" + body + "\n"
+    }
+
+    static var hostBootID: String {
+        (try? String(contentsOfFile: "/proc/sys/kernel/random/boot_id", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
+    }
+
+    @Test("held-out tasks run on another kernel and train tasks on the host's; the VM gate accepts, a tie is then rejected, and nothing a held-out task wrote is on the host")
+    func gateRunsHeldOutInItsOwnKernel() throws {
+        try Self.requireVM()
+        let exp = try Experiment(config: Self.vm)
+        let (_, test) = try exp.split()
+        // The agent solves a task only where the kernel is not the host's (its boot id
+        // differs), and leaves a mark with the task's instruction in /app and /tmp.
+        try exp.setAgent(Self.solver("""
+            open(os.path.join(workdir, 'vm-mark.txt'), 'w').write('LEFT-BEHIND ' + instruction)
+            open('/tmp/vm-mark.txt', 'w').write('LEFT-BEHIND ' + instruction)
+            if open('/proc/sys/kernel/random/boot_id').read().strip() == '\(Self.hostBootID)':
+                return
+            """))
+        let g = try exp.run("gate")
+        #expect(g.status == 0, "\(g.stdout)\n\(g.stderr)")
+        #expect(g.stdout.contains("ACCEPTED") && g.stdout.contains("val_score: 1.00"), "\(g.stdout)\n\(g.stderr)")
+        #expect(g.stderr.contains("held-out VM: \(test.count) task(s) answered"), "\(g.stderr)")
+        // Promotion re-ran the failing train tasks on the host: there they all still fail.
+        #expect(g.stdout.contains("0 task(s) promoted"), "\(g.stdout)")
+        // The same agent again: its score ties the best, which never passes.
+        let again = try exp.run("gate")
+        #expect(again.status != 0 && again.stdout.contains("REJECTED") && again.stdout.contains("did not beat"), "\(again.stdout)\n\(again.stderr)")
+        #expect(again.stderr.contains("held-out VM: \(test.count) task(s) answered"), "\(again.stderr)")
+        // Every held-out instruction carries a marker; none of them was written anywhere the
+        // host keeps (the experiment, its scratch root, /tmp).
+        for id in test {
+            let marker = "MARKER-\(id)-a91f"
+            #expect(exp.filesContaining(marker).isEmpty, "\(marker) under the experiment")
+            #expect(files(under: "/dev/shm/autoharness", containing: marker).isEmpty, "\(marker) in the scratch root")
+            #expect(!((try? String(contentsOfFile: "/tmp/vm-mark.txt", encoding: .utf8)) ?? "").contains(marker))
+        }
+    }
+
+    /// A held-out agent.py that advances the kernel's shared-memory inode counter (memfd
+    /// inodes are numbered from one counter per kernel, handed out in per-CPU batches), and a
+    /// train agent.py that prints the next number into its trace: the channel the issue
+    /// measured at ~5 bits per register. Mounted on the host runtime as the control (the
+    /// numbers jump by what the held-out tasks consumed) and on the VM (they do not).
+    static func inodeDelta(_ exp: Experiment, train: String) throws -> Int {
+        func probe() throws -> Int {
+            let b = try exp.run("benchmark", "--task-ids", train)
+            #expect(b.status == 0 || b.status == 1, "\(b.stdout) \(b.stderr)")
+            let trace = files(under: exp.root + "/workspace/traces/latest/\(train)", containing: "INO ").first
+            let text = try String(contentsOfFile: try #require(trace, "no trace with the inode number"), encoding: .utf8)
+            let line = try #require(text.split(separator: "\n").first { $0.hasPrefix("INO ") })
+            return try #require(Int(line.dropFirst(4).trimmingCharacters(in: .whitespaces)))
+        }
+        let before = try probe()
+        let g = try exp.run("gate")
+        #expect(g.stdout.contains("ACCEPTED"), "\(g.stdout)\n\(g.stderr)")
+        return try probe() - before
+    }
+
+    static func counterAgent(consumeIn test: [String]) -> String {
+        let markers = test.map { "'MARKER-\($0)-a91f'" }.joined(separator: ", ")
+        return solver("""
+            if any(m in instruction for m in [\(markers)]):
+                for _ in range(4096):
+                    os.close(os.memfd_create('x'))
+            fd = os.memfd_create('probe')
+            print('INO', os.fstat(fd).st_ino)
+            """)
+    }
+
+    @Test("a held-out agent.py that advances the kernel's memfd inode counter moves the host's counter under the host runtime (control) and not under the VM")
+    func inodeCounterChannelClosedByVM() throws {
+        try Self.requireVM()
+        let host = try Experiment()
+        let (hostTrain, hostTest) = try host.split()
+        try host.setAgent(Self.counterAgent(consumeIn: hostTest))
+        let hostDelta = try Self.inodeDelta(host, train: hostTrain[0])
+        // 4096 per held-out task: the control proves the attack reads the counter.
+        #expect(hostDelta >= 4096 * hostTest.count, "host runtime: the counter moved by \(hostDelta)")
+
+        let vm = try Experiment(config: Self.vm)
+        let (vmTrain, vmTest) = try vm.split()
+        try vm.setAgent(Self.counterAgent(consumeIn: vmTest))
+        let vmDelta = try Self.inodeDelta(vm, train: vmTrain[0])
+        // What the gate's own host sandboxes (promotion) used, well under one held-out task.
+        #expect(vmDelta < 2048, "vm runtime: the counter moved by \(vmDelta) (host runtime: \(hostDelta))")
+    }
+
+    @Test("pages a held-out task in the VM read of a shared file are not resident on the host after the gate (qemu reads the shares through the host's page cache; they are evicted)")
+    func heldOutVMPagesEvicted() throws {
+        try Self.requireVM()
+        let s = try PageCacheTests.setUp(extraConfig: Self.vm)
+        try s.exp.setAgent(PageCacheTests.toucher)
+        let g = try s.exp.run("gate")
+        #expect(g.stderr.contains("held-out VM done; dropped "), "\(g.stderr)")
+        #expect(g.stderr.contains("task(s) answered"), "\(g.stderr)")
+        let left = try PageCacheTests.resident(s.blob)
+        #expect(left.intersection(s.heldOutPages).isEmpty, "held-out pages still resident: \(left.intersection(s.heldOutPages).sorted())")
+    }
+
+    @Test("a VM runtime that cannot run here is refused before the gate counts: tcg without allow_emulation")
+    func emulationNeedsConsent() throws {
+        try requireRoot()
+        let exp = try Experiment(config: ["held_out_runtime": "vm\n  vm: {accel: tcg}"])
+        let g = try exp.run("gate")
+        #expect(g.status != 0 && g.stderr.contains("allow_emulation: true"), "\(g.stdout)\n\(g.stderr)")
+        let s = try exp.run("status")
+        #expect(!s.stdout.contains("attempt 1"), "a refused VM must not count a gate: \(s.stdout)")
+    }
+}
+
+@Suite("Held-out VM answer")
+struct GuestAnswerTests {
+    static let ids = ["a", "b"]
+
+    static func parse(_ text: String) -> Result<GuestAnswer, AnswerError> {
+        Result { () throws(AnswerError) in try GuestAnswer.parse(Array(text.utf8), requested: ids) }
+    }
+
+    @Test("a whole answer gives one outcome per id, statuses that score 0 scored 0, and its violations")
+    func wellFormed() throws {
+        let a = try Self.parse("ahvm1 begin\noutcome b 0.250000 failed\noutcome a 1.000000 passed\nviolation agent syscall ptrace 3\nahvm1 end 2\n").get()
+        #expect(a.outcomes.map(\.id) == ["b", "a"] && a.outcomes.map(\.reward) == [0.25, 1])
+        #expect(a.violations == [.init(agent: true, kind: .syscall, name: "ptrace", count: 3)])
+        let t = try Self.parse("ahvm1 begin\noutcome a 0.900000 agent_timeout\noutcome b 0 failed\nahvm1 end 2\n").get()
+        #expect(t.outcomes[0].reward == 0 && !t.outcomes[0].passed)
+    }
+
+    @Test("the parser refuses every malformed answer", arguments: [
+        ("ahvm1 begin\noutcome a 1 passed\noutcome b 0 failed\n", "no end line"),
+        ("outcome a 1 passed\noutcome b 0 failed\nahvm1 end 2\n", "header"),
+        ("ahvm1 begin\noutcome a 1 passed\noutcome c 0 failed\nahvm1 end 2\n", "not requested"),
+        ("ahvm1 begin\noutcome a 1 passed\noutcome a 1 passed\nahvm1 end 2\n", "twice"),
+        ("ahvm1 begin\noutcome a 1.5 passed\noutcome b 0 failed\nahvm1 end 2\n", "[0, 1]"),
+        ("ahvm1 begin\noutcome a nan passed\noutcome b 0 failed\nahvm1 end 2\n", "[0, 1]"),
+        ("ahvm1 begin\noutcome a 0.2 passed\noutcome b 0 failed\nahvm1 end 2\n", "contradicts"),
+        ("ahvm1 begin\noutcome a 0.9 failed\noutcome b 0 failed\nahvm1 end 2\n", "contradicts"),
+        ("ahvm1 begin\noutcome a 1 won\noutcome b 0 failed\nahvm1 end 2\n", "unknown status"),
+        ("ahvm1 begin\noutcome a 1 passed\nahvm1 end 1\n", "no outcome"),
+        ("ahvm1 begin\noutcome a 1 passed\noutcome b 0 failed\nahvm1 end 3\n", "bad end"),
+        ("ahvm1 begin\noutcome a 1 passed\noutcome b 0 failed\nahvm1 end 2\noutcome a 1 passed\n", "after the end"),
+        ("ahvm1 begin\noutcome a 1 passed\ntrace secret\noutcome b 0 failed\nahvm1 end 2\n", "not an answer line"),
+        ("ahvm1 begin\nviolation agent syscall pt/race 1\noutcome a 1 passed\noutcome b 0 failed\nahvm1 end 2\n", "malformed violation"),
+        ("ahvm1 begin\noutcome a 1 passed " + String(repeating: "x", count: 600) + "\nahvm1 end 2\n", "longer than"),
+    ])
+    func malformed(text: String, why: String) {
+        switch Self.parse(text) {
+        case .success: Issue.record("accepted: \(text)")
+        case .failure(let e): #expect(e.description.contains(why), "\(e)")
+        }
+    }
+
+    @Test("an answer over the cap is refused before it is read as text")
+    func tooLarge() {
+        let big = [UInt8](repeating: 0x61, count: GuestAnswer.maxBytes + 1)
+        #expect(throws: AnswerError.self) { try GuestAnswer.parse(big, requested: Self.ids) }
+    }
+
+    @Test("the guest's encoding parses back to its outcomes")
+    func roundTrip() throws {
+        let body = GuestAnswer.encodeBody([.init(id: "a", reward: 1, status: .passed), .init(id: "b", reward: 0, status: .verifierTimeout)],
+                                          agent: .init(), tool: .init())
+        let a = try Self.parse(GuestAnswer.header + body).get()
+        #expect(a.outcomes.map(\.status) == [.passed, .verifierTimeout])
+    }
+
+    @Test("busybox must be static: an ELF with a PT_INTERP header is refused")
+    func staticELF() throws {
+        let bb = try #require(FileManager.default.contents(atPath: "/bin/busybox"))
+        #expect(GuestKernel.isStaticELF(Array(bb)))
+        let dynamic = try #require(FileManager.default.contents(atPath: "/usr/bin/python3"))
+        #expect(!GuestKernel.isStaticELF(Array(dynamic)))
+    }
+}
