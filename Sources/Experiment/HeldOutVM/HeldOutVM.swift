@@ -102,10 +102,10 @@ final class HeldOutVM {
                     "-append", "console=ttyS0 panic=-1 quiet cgroup_no_v1=all",
                     "-serial", "stdio",
                     "-device", "virtio-serial-pci",
-                    "-chardev", "socket,id=ah,path=\(work)/results.sock",
+                    "-chardev", "socket,id=ah,path=\(Self.optionValue(work))/results.sock",
                     "-device", "virtserialport,chardev=ah,name=ah.results"]
         for s in image.shares {
-            args += ["-virtfs", "local,path=\(s.path),mount_tag=\(s.tag),security_model=none,readonly=on"]
+            args += ["-virtfs", "local,path=\(Self.optionValue(s.path)),mount_tag=\(s.tag),security_model=none,readonly=on"]
         }
         let p = Process()
         p.executableURL = URL(fileURLWithPath: qemu)
@@ -154,6 +154,9 @@ final class HeldOutVM {
         }
         return Run(answer: answer, bootSeconds: boot ?? total, totalSeconds: total, shares: image.shares.map(\.path))
     }
+
+    /// A value inside one of qemu's `key=value,...` options: a comma is written twice.
+    static func optionValue(_ s: String) -> String { s.replacingOccurrences(of: ",", with: ",,") }
 
     /// A probe boot with KVM: `/dev/kvm` can exist and open while no guest runs (DESIGN.md:
     /// this machine kind dies on an MSR write with `-cpu host` and hangs in the firmware
