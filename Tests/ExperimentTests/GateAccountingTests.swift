@@ -77,3 +77,39 @@ struct OperatorViewTests {
         #expect(details.contains { $0.contains("requested 5000 ids") })
     }
 }
+
+extension GateAccountingTests {
+    @Test("a supervisor stopped between recording an accepted gate and publishing its commit: verify reports the commit as not yet published (ok), the next start publishes it; an older accepted commit off the branch is missing")
+    func commitRecordedNotPublished() throws {
+        try requireRoot()
+        let exp = try Experiment(config: ["min_improvement": "0"])
+        try exp.setAgent(Agents.addOnly)
+        let a: String, b: String
+        do {
+            let first = try ExperimentSupervisor(layout: ExperimentLayout(root: exp.root),
+                                                 policySearchPaths: [Built.packageRoot + "/policies"], purpose: "test")
+            let ga = try first.gate()
+            a = try #require(ga.commit, "\(ga.reason)")
+            try exp.setAgent(Agents.all)
+            let gb = try first.gate()
+            b = try #require(gb.commit, "\(gb.reason)")
+            // What a SIGKILL after the ledger append and before `git update-ref` leaves.
+            _ = try first.git.run(["update-ref", "HEAD", a, b])
+            let cut = try first.verify()
+            #expect(cut.ok, "\(cut.missingCommits)")
+            #expect(cut.unpublishedCommits == [b])
+            #expect(cut.missingCommits.isEmpty)
+        }
+        let next = try ExperimentSupervisor(layout: ExperimentLayout(root: exp.root),
+                                            policySearchPaths: [Built.packageRoot + "/policies"], purpose: "test")
+        let after = try next.verify()
+        #expect(after.ok && after.unpublishedCommits.isEmpty && after.missingCommits.isEmpty)
+        #expect(next.git.isPublished(b))
+        // Only the latest iteration's commit is rolled forward: one further back is missing.
+        _ = try next.git.run(["update-ref", "HEAD", "\(a)^", b])
+        let lost = try next.verify()
+        #expect(!lost.ok)
+        #expect(lost.missingCommits == [a])
+        #expect(lost.unpublishedCommits == [b])
+    }
+}

@@ -176,6 +176,8 @@ class Chaos:
             report = json.load(f).get("verify", {})
         if code != 0 or not report.get("ok"):
             raise Failure(f"status --verify {when}: exit {code}: {json.dumps(report)}")
+        if repaired and report.get("unpublished_commits"):
+            raise Failure(f"status --verify {when}: an accepted commit is still not on the branch after the next start: {report['unpublished_commits']}")
         if repaired and report.get("behind_views"):
             raise Failure(f"status --verify {when}: views still behind after the next start: {report['behind_views']}")
         return report

@@ -52,7 +52,8 @@ public enum AgentText {
     private static func verifyJSON(_ report: ExperimentSupervisor.VerifyReport?) -> [String: Any] {
         guard let report else { return [:] }
         return ["verify": ["ok": report.ok, "ledger_problems": report.ledger.problems.map(\.description),
-                           "edited_views": report.editedViews, "behind_views": report.behindViews, "missing_commits": report.missingCommits]]
+                           "edited_views": report.editedViews, "behind_views": report.behindViews, "missing_commits": report.missingCommits,
+                           "unpublished_commits": report.unpublishedCommits]]
     }
 
     private static func statusJSON(_ f: StatusFacts, extra: [String: Any]) -> String {
@@ -116,6 +117,9 @@ public enum AgentText {
             for p in report.ledger.problems { out += "  ledger: \(p)\n" }
             for v in report.editedViews { out += "  view differs from the ledger (tampered): \(v) (the gate ignores it; the next recorded change regenerates it)\n" }
             for c in report.missingCommits { out += "  accepted commit not in git history: \(c)\n" }
+        }
+        for c in report.unpublishedCommits {
+            out += "  accepted commit not yet on the branch, not missing: \(c) (a supervisor stopped between recording and publishing it; the next command that takes the experiment lock publishes it)\n"
         }
         for v in report.behindViews {
             out += "  view behind the ledger, not tampered: \(v) (a supervisor stopped before publishing it; the next command that takes the experiment lock regenerates it)\n"
