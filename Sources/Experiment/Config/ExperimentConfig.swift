@@ -47,6 +47,8 @@ public struct ExperimentConfig: Sendable, Equatable {
     public var heldOutRuntime: HeldOutRuntime = .host
     /// The held-out virtual machine (`gate.vm:`), used when `heldOutRuntime` is `vm`.
     public var vm = VMSettings()
+    /// When a gate's answer is released (`gate.reply_time`, `gate.reply_after`).
+    public var replyTime: ReplyTime = .padded
     /// `autoharness run` stops after this many consecutive rejected gates (upstream: 5).
     public var maxNonImproving = 5
     // budget:
@@ -177,6 +179,7 @@ extension ExperimentConfig {
             throw ConfigErrors([ConfigError(file: file, line: Reader.line(of: e), message: "not valid YAML: \(e)")])
         }
         var c = ExperimentConfig(benchmark: "")
+        var replyMode: (String, Node)?, replyAfter: (Double, Node)?
         r.mapping(root, "the config", allowed: ["benchmark", "dataset", "agent_model", "split", "gate_split", "threshold",
                                                 "max_concurrency", "per_task_timeout", "sandbox", "coding_agent", "gate",
                                                 "parallel_gate", "env_provider", "domain", "tasks", "tasks_file", "runner", "budget"]
@@ -291,8 +294,10 @@ extension ExperimentConfig {
                 }
             default:  // gate
                 r.mapping(v, key, allowed: ["disclosure", "budget", "min_improvement", "on_reject", "max_non_improving",
-                                            "held_out_runtime", "vm"]) { k, v in
+                                            "held_out_runtime", "vm", "reply_time", "reply_after"]) { k, v in
                     switch k {
+                    case "reply_time": if let m = r.oneOf(v, "gate.reply_time", ["padded", "worst_case"]) { replyMode = (m, v) }
+                    case "reply_after": if let x = r.number(v, "gate.reply_after", 1...604_800) { replyAfter = (x, v) }
                     case "held_out_runtime":
                         if let s = r.oneOf(v, "gate.held_out_runtime", HeldOutRuntime.allCases.map(\.rawValue)) { c.heldOutRuntime = HeldOutRuntime(rawValue: s)! }
                     case "vm":
@@ -318,6 +323,14 @@ extension ExperimentConfig {
                     }
                 }
             }
+        }
+        switch (replyMode, replyAfter) {
+        case (("worst_case", _)?, (let seconds, _)?): c.replyTime = .worstCase(seconds: seconds)
+        case (("worst_case", let node)?, nil):
+            r.error(node, "gate.reply_time: worst_case needs gate.reply_after: the seconds every gate takes (at least its longest run)")
+        case (_, (_, let node)?):
+            r.error(node, "gate.reply_after: used only with gate.reply_time: worst_case (padded rounds each gate up to a power of two seconds)")
+        default: break
         }
         if c.benchmark.isEmpty && r.errors.isEmpty {
             r.errors.append(ConfigError(file: file, line: nil, message: "benchmark: missing (allowed: \(supportedBenchmarks.joined(separator: ", ")))"))

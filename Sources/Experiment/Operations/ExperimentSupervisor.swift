@@ -305,6 +305,8 @@ public final class ExperimentSupervisor {
         // Numbered and counted by its start row, appended (and synced) before any task runs:
         // a gate whose outcome is lost still used its look at the held-out split.
         let attempt = s.lastAttempt + 1
+        // The gate's clock: its answer is held to `config.replyTime` counted from here.
+        let started = monotonicSeconds()
         let snap = try agent ?? snapshotAgent()
         // A VM that cannot run here is refused before the gate counts (nothing looked yet).
         if config.heldOutRuntime == .vm && heldOutVM == nil { heldOutVM = try HeldOutVM(settings: config.vm, log: log) }
@@ -312,13 +314,16 @@ public final class ExperimentSupervisor {
         let audit = RunAudit()
         let heldOutAudit = RunAudit()
         var recorded = false
+        var heldOutBegan = false
         do {
             return try judge(s, split: split, attempt: attempt, snap: snap, audit: audit, heldOutAudit: heldOutAudit,
-                             recorded: &recorded, beforeHeldOut: beforeHeldOut)
+                             started: started, recorded: &recorded, heldOutBegan: &heldOutBegan, beforeHeldOut: beforeHeldOut)
         } catch {
             // The attempt counted from its start row; it ends as interrupted, as a crash would
             // (recovery does the same if even this cannot be written), and what its
-            // sandboxes did is recorded.
+            // sandboxes did is recorded. A failure once held-out tasks ran is held to the
+            // reply grid too: when agent.py makes a held-out run fail is as much a channel.
+            if heldOutBegan && !recorded { _ = holdReply(since: started) }
             if !recorded {
                 recordViolations([(.gateAttempt, GateAttemptRecord.interrupted(attempt: attempt, agentSHA256: snap.sha256))]
                     + violations(audit, during: "gate") + violations(heldOutAudit, during: "gate, held-out split", heldOut: true))
@@ -330,7 +335,7 @@ public final class ExperimentSupervisor {
     /// The gate's three steps and their record (`gate`); `recorded` is set once the ledger
     /// holds the attempt.
     private func judge(_ s: ExperimentState, split: SplitRecord, attempt: Int, snap: Snapshot, audit: RunAudit, heldOutAudit: RunAudit,
-                       recorded: inout Bool, beforeHeldOut: () throws -> Void) throws -> GateResult {
+                       started: Double, recorded: inout Bool, heldOutBegan: inout Bool, beforeHeldOut: () throws -> Void) throws -> GateResult {
         var result = GateResult(attempt: attempt, agentSHA256: snap.sha256, accepted: false, reason: "", suitePassed: 0,
                                 suiteTotal: s.suite.count, valScore: nil, bestBefore: s.best, promoted: [], commit: nil, iteration: nil)
 
@@ -346,6 +351,7 @@ public final class ExperimentSupervisor {
         } else {
             // (2) held-out test split: traces never persist, only rewards come back
             try beforeHeldOut()
+            heldOutBegan = true
             let testOutcomes = try runHeldOut(split.test, agent: snap.directory, audit: heldOutAudit)
             let rewards = Dictionary(uniqueKeysWithValues: testOutcomes.map { ($0.id, $0.reward) })
             let val = Self.mean(split.test.map { rewards[$0] ?? 0 })
@@ -370,7 +376,10 @@ public final class ExperimentSupervisor {
             }
         }
 
+        // Nothing of the outcome (its rows' times, the commit's date, the reply) exists before
+        // the configured instant.
         var items: [(RecordKind, any Encodable)] = []
+        if heldOutBegan, let overrun = holdReply(since: started) { items.append((.note, NoteRecord(text: overrun))) }
         if result.accepted, let val = result.valScore {
             let iteration = s.iterations.count
             let head = try ledger.head
@@ -402,6 +411,26 @@ public final class ExperimentSupervisor {
         if let c = result.commit { try git.publish(c) }
         try regenerateViews()
         return result
+    }
+
+    /// Sleeps until the instant `config.replyTime` sets for a gate that started at `started`
+    /// (monotonic seconds). Returns a note for the ledger when the gate ran past
+    /// `gate.reply_after`.
+    func holdReply(since started: Double) -> String? {
+        let elapsed = monotonicSeconds() - started
+        let release = config.replyTime.release(after: elapsed)
+        if release - elapsed > 2 {
+            log?("gate: answer held \(String(format: "%.1f", release - elapsed)) s, to \(Int(release)) s after the gate began (gate.reply_time: \(config.replyTime.name))")
+        }
+        while true {
+            let left = release - (monotonicSeconds() - started)
+            if left <= 0 { break }
+            Thread.sleep(forTimeInterval: left)
+        }
+        guard config.replyTime.overran(elapsed) else { return nil }
+        let why = "gate ran \(String(format: "%.1f", elapsed)) s, past gate.reply_after; it answered on the padded grid (\(Int(release)) s), which says up to about \(String(format: "%.1f", config.replyTime.capacityBits(worst: elapsed))) bits: raise gate.reply_after"
+        log?(why)
+        return why
     }
 
     // MARK: - verify
