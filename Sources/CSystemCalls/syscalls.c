@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <sys/socket.h>
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
 #include <string.h>
@@ -22,6 +23,56 @@
 #endif
 
 int ahs_memfd(const char *name) { return memfd_create(name, MFD_CLOEXEC); }
+
+int ahs_allowed_cpus(int *cpus, int max) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) < 0) return -errno;
+    int n = 0;
+    for (int c = 0; c < CPU_SETSIZE && n < max; c++)
+        if (CPU_ISSET(c, &set)) cpus[n++] = c;
+    return n;
+}
+
+struct noise_job {
+    const int *cpus;
+    const long *pipes, *memfds;
+    int n, failed_cpu, error;
+};
+
+static void *noise_thread(void *arg) {
+    struct noise_job *job = arg;
+    for (int i = 0; i < job->n; i++) {
+        job->failed_cpu = job->cpus[i];
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(job->cpus[i], &set);
+        if (sched_setaffinity(0, sizeof set, &set) < 0) { job->error = errno; return NULL; }
+        for (long k = 0; k < job->pipes[i]; k++) {
+            int p[2];
+            if (pipe2(p, O_CLOEXEC) < 0) { job->error = errno; return NULL; }
+            close(p[0]);
+            close(p[1]);
+        }
+        for (long k = 0; k < job->memfds[i]; k++) {
+            int fd = memfd_create("ah-noise", MFD_CLOEXEC);
+            if (fd < 0) { job->error = errno; return NULL; }
+            close(fd);
+        }
+    }
+    job->failed_cpu = -1;
+    return NULL;
+}
+
+int ahs_perturb_inode_numbers(const int *cpus, const long *pipes, const long *memfds, int n, int *failed_cpu) {
+    // A thread of its own, so that pinning it pins no thread the supervisor keeps.
+    struct noise_job job = {cpus, pipes, memfds, n, -1, 0};
+    pthread_t t;
+    int rc = pthread_create(&t, NULL, noise_thread, &job);
+    if (rc != 0) { *failed_cpu = -1; return -rc; }
+    pthread_join(t, NULL);
+    *failed_cpu = job.failed_cpu;
+    return -job.error;
+}
 
 const char *ahs_libc_version(void) { return gnu_get_libc_version(); }
 

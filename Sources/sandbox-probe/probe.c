@@ -359,6 +359,28 @@ int main(int argc, char **argv) {
     if (IS("socket-netlink-route")) return report(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, 0 /* NETLINK_ROUTE */));
     if (IS("socket-netlink-audit")) return report(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, 9 /* NETLINK_AUDIT */));
     if (IS("socket-netlink-uevent")) return report(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, 15 /* NETLINK_KOBJECT_UEVENT */));
+    // Socket options that return host-wide identifiers (the socket-cookie and network
+    // namespace-cookie counters), and harmless ones that must still pass. The raw syscall
+    // carries garbage above the 32 bits the kernel reads, as an attacker would.
+    if (IS("so-cookie") || IS("so-netns-cookie") || IS("so-cookie-highbits") || IS("getsockopt-sndbuf") ||
+        IS("getsockopt-tcp-nodelay")) {
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        if (s < 0) return report_errno(errno);
+        uint64_t v = 0;
+        socklen_t len = sizeof v;
+        long level = SOL_SOCKET, name = 57 /* SO_COOKIE */;
+        if (IS("so-netns-cookie")) name = 71 /* SO_NETNS_COOKIE */;
+        if (IS("so-cookie-highbits")) { level |= 0x100000000L; name |= 0x700000000L; }
+        if (IS("getsockopt-sndbuf")) name = SO_SNDBUF;
+        if (IS("getsockopt-tcp-nodelay")) { level = IPPROTO_TCP; name = 1; /* TCP_NODELAY */ }
+        return report(syscall(SYS_getsockopt, s, level, name, &v, &len));
+    }
+    if (IS("sched-setaffinity")) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(0, &set);
+        return report(sched_setaffinity(0, sizeof set, &set));
+    }
     if (IS("socketpair-unix") || IS("socketpair-inet")) {
         int sv[2];
         return report(socketpair(IS("socketpair-unix") ? AF_UNIX : AF_INET, SOCK_STREAM, 0, sv));

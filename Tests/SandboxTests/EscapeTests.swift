@@ -61,6 +61,13 @@ struct SeccompEscapeTests {
         .init(action: "fadvise-dontneed", errno: "EPERM", audited: "fadvise64"),
         .init(action: "fadvise-willneed", errno: "EPERM", audited: "fadvise64"),
         .init(action: "preadv2-nowait", errno: "EPERM", audited: "preadv2"),
+        // Host-wide identifiers: the socket-cookie and netns-cookie counters (issue 33), also
+        // with garbage above the 32 bits the kernel reads; and the pinning that makes the
+        // per-CPU inode-number batches exact.
+        .init(action: "so-cookie", errno: "EPERM", audited: "getsockopt"),
+        .init(action: "so-netns-cookie", errno: "EPERM", audited: "getsockopt"),
+        .init(action: "so-cookie-highbits", errno: "EPERM", audited: "getsockopt"),
+        .init(action: "sched-setaffinity", errno: "ENOSYS", audited: "sched_setaffinity"),
     ]
 
     @Test(arguments: attacks)
@@ -87,8 +94,9 @@ struct SeccompEscapeTests {
         #expect(!r.stderr.contains("audit event"))
     }
 
-    @Test("the harmless forms of fadvise, preadv2, netlink and socketpair pass the filter and are not reported",
-          arguments: ["fadvise-sequential", "preadv2", "socket-netlink-route", "socketpair-unix"])
+    @Test("the harmless forms of fadvise, preadv2, netlink, socketpair and getsockopt pass the filter and are not reported",
+          arguments: ["fadvise-sequential", "preadv2", "socket-netlink-route", "socketpair-unix", "getsockopt-sndbuf",
+                      "getsockopt-tcp-nodelay"])
     func harmlessPageCacheCallsAllowed(_ action: String) throws {
         try requireRoot()
         let r = try probe(action)

@@ -7,6 +7,15 @@ extern "C" {
 #endif
 /// An anonymous in-memory file (memfd_create, MFD_CLOEXEC), or -1 with errno.
 int ahs_memfd(const char *name);
+
+/* The CPUs the calling thread may run on, at most `max` of them, into `cpus`; returns how
+   many, or -errno. */
+int ahs_allowed_cpus(int *cpus, int max);
+/* On a thread of its own, pinned to each of `cpus[0..n)` in turn: takes `pipes[i]` numbers
+   from the kernel's shared inode-number counter (get_next_ino: pipes, sockets, mqueue inodes)
+   and `memfds[i]` from the internal shmem mount's (memfd, SysV shm) on cpus[i], closing every
+   object at once. 0, or -errno with the CPU it failed on in *failed_cpu. */
+int ahs_perturb_inode_numbers(const int *cpus, const long *pipes, const long *memfds, int n, int *failed_cpu);
 /// A detached clone of the mount of `path` (a file), read-only, nosuid, noexec: a descriptor
 /// (close-on-exec) to reopen through /proc/self/fd, or -1 with errno.
 int ahs_readonly_clone(const char *path);

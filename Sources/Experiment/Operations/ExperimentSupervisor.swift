@@ -91,7 +91,7 @@ public final class ExperimentSupervisor {
         // A supervisor that died during held-out runs left their page-cache traces: gone
         // before anything untrusted of this experiment runs again.
         if let r = PageCacheEviction.evictLeftover(journal: layout.heldOutJournal) {
-            recoveryNotes.append("a held-out run was cut off; \(r)")
+            recoveryNotes.append("a held-out run was cut off; \(r); \(InodeNumberNoise.perturb())")
         }
         let s = try state()
         var changed = false
@@ -508,14 +508,16 @@ public final class ExperimentSupervisor {
         // whatever the held-out sandboxes could have brought into the page cache leaves it.
         let cache = heldOut ? PageCacheEviction(journal: layout.heldOutJournal) : nil
         context.pageCache = cache
-        // Evicted whether or not anyone listens: `log?(…)` alone would skip the call.
-        defer {
-            if let cache {
-                let report = cache.evict()
-                log?("held-out sandboxes done; \(report)")
-            }
+        let outcomes: [TaskOutcome]
+        do {
+            outcomes = try adapter.run(ids, context)
+        } catch {
+            if let cache { _ = settleHeldOut(cache) }
+            throw error
         }
-        let outcomes = try adapter.run(ids, context)
+        if let cache, let failure = settleHeldOut(cache) {
+            throw ExperimentError(.io, "after the held-out sandboxes: \(failure); their results were not recorded")
+        }
         // A write of the supervisor's own failed (a trace, a scratch directory): the tasks it
         // cut short are not the agent's failures, so nothing of this run is scored.
         if let failure = context.writeFailures.failure {
@@ -524,6 +526,19 @@ public final class ExperimentSupervisor {
         // Whatever the adapter did, the mean is over every requested id.
         let byID = Dictionary(outcomes.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         return ids.map { byID[$0] ?? TaskOutcome(id: $0, reward: 0, status: .missingResult, detail: "no outcome from the \(adapter.name) adapter") }
+    }
+
+    /// What the held-out sandboxes on the host leave in kernel state shared with later ones,
+    /// removed or scrambled once the last is gone: their pages in the page cache, and the
+    /// position of the inode-number counters. Returns what failed (nothing untrusted may run
+    /// until it is fixed).
+    func settleHeldOut(_ cache: PageCacheEviction) -> String? {
+        // Done whether or not anyone listens: `log?(…)` alone would skip the call.
+        let evicted = cache.evict()
+        log?("held-out sandboxes done; \(evicted)")
+        let noise = InodeNumberNoise.perturb()
+        log?("held-out sandboxes done; \(noise)")
+        return noise.failure.map { "moving the inode-number counters failed: \($0)" }
     }
 
     /// The gate's held-out tasks, on the configured runtime: the host's sandboxes (`run`), or

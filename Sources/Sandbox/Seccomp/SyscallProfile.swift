@@ -45,7 +45,7 @@ public enum SyscallProfile {
 
     /// Allowed only with the argument rules in `ArgumentRules` (the filter inspects them).
     public static let conditional: Set<String> = ["clone", "ioctl", "personality", "socket", "socketpair",
-                                                  "fadvise64", "preadv2", "pwritev2"]
+                                                  "fadvise64", "preadv2", "pwritev2", "getsockopt"]
 
     /// Ways to ask the kernel whether a page of a file is in the page cache, or to evict one.
     /// Sandboxes share the page cache of every file they can all read (/usr, the runtime),
@@ -106,7 +106,9 @@ public enum SyscallProfile {
         "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid", "setgroups",
         "setfsuid", "setfsgid", "capget", "capset",
         // scheduling, time, resources
-        "sched_yield", "sched_getaffinity", "sched_setaffinity", "sched_getparam",
+        // Not sched_setaffinity: pinning a process to one CPU is what makes the kernel's
+        // per-CPU counter batches (inode numbers) readable exactly; refused and reported.
+        "sched_yield", "sched_getaffinity", "sched_getparam",
         "sched_setparam", "sched_getscheduler", "sched_setscheduler",
         "sched_get_priority_max", "sched_get_priority_min", "sched_rr_get_interval",
         "sched_getattr", "sched_setattr", "getpriority", "setpriority", "ioprio_get",
@@ -206,6 +208,14 @@ public enum ArgumentRules {
 
     /// RWF_NOWAIT: a read that fails instead of waiting for a page not in the cache.
     public static let rwfNowait: UInt64 = 0x8
+
+    /// getsockopt(2) options refused at level SOL_SOCKET: SO_COOKIE (57) numbers every socket
+    /// from one kernel-wide counter, SO_NETNS_COOKIE (71) every network namespace likewise. A
+    /// held-out task that consumed cookies left its instruction's hash in the counter, and a
+    /// later train task read it back (~33 bits per gate, measured for issue 33). Every other
+    /// option passes (the kernel reads level and name as 32-bit ints, and so does the filter).
+    public static let solSocket: UInt32 = 1
+    public static let refusedSocketOptions: [UInt32] = [57, 71]
 
     /// Socket address families allowed: AF_UNIX, AF_INET, AF_INET6, and AF_NETLINK only with
     /// protocol NETLINK_ROUTE (what getifaddrs and `ip` use; audit, netfilter, uevent and

@@ -1,0 +1,65 @@
+import CSystemCalls
+import Glibc
+
+/// Noise in the kernel's inode-number counters after held-out sandboxes ran on the host.
+///
+/// Pipes, sockets and POSIX message queues are numbered from one kernel-wide counter
+/// (`get_next_ino`), memfds and SysV shared memory from the internal shmem mount's; each CPU
+/// takes numbers from its own batch of 1024 and fetches the next batch from the shared counter.
+/// No filter can refuse creating a pipe, so a held-out agent.py can move these counters (create
+/// pipes until the low bits of the next number spell its instruction's hash) and a later train
+/// agent.py can read where they stand (the number of its own next pipe). Measured for issue 33:
+/// 6 of 6 values of 4.8 bits decoded through the memfd counter.
+///
+/// After the last held-out sandbox is gone, and before anything untrusted runs again, the
+/// supervisor takes a random count of numbers from both counters on every CPU it may run on
+/// (sandboxes inherit its CPUs): a uniform amount below 1024 plus a uniform number of whole
+/// batches below `extraBatches`. The position within each CPU's batch, the precise channel, is
+/// then uniformly random whatever the held-out tasks did (a one-time pad per CPU); what the
+/// counters' coarse advance still carries is stated in README ("Host-wide counters").
+public enum InodeNumberNoise {
+    /// Whole batches of 1024 numbers, below this many, added per CPU and counter.
+    public static let extraBatches = 16
+    static let batch = 1024
+
+    public struct Report: Sendable, CustomStringConvertible {
+        public var cpus = 0
+        public var consumed = 0
+        public var seconds = 0.0
+        public var failure: String?
+        public init() {}
+        public var description: String {
+            if let failure { return "moving the inode-number counters FAILED: \(failure)" }
+            return "moved the inode-number counters by \(consumed) on \(cpus) CPU(s) in \(Int(seconds * 1000)) ms"
+        }
+    }
+
+    /// Perturbs both counters on every CPU this process may run on.
+    public static func perturb() -> Report {
+        let start = monotonic()
+        var report = Report()
+        var cpus = [Int32](repeating: 0, count: 4096)
+        let n = ahs_allowed_cpus(&cpus, Int32(cpus.count))
+        guard n > 0 else {
+            report.failure = "sched_getaffinity: \(String(cString: strerror(-n)))"
+            return report
+        }
+        cpus = Array(cpus.prefix(Int(n)))
+        // Drawn from the system's generator (getrandom).
+        let pipes = cpus.map { _ in Int.random(in: 0..<batch) + batch * Int.random(in: 0..<extraBatches) }
+        let memfds = cpus.map { _ in Int.random(in: 0..<batch) + batch * Int.random(in: 0..<extraBatches) }
+        var failedCPU: Int32 = -1
+        let rc = ahs_perturb_inode_numbers(cpus, pipes, memfds, n, &failedCPU)
+        if rc < 0 { report.failure = "CPU \(failedCPU): \(String(cString: strerror(-rc)))" }
+        report.cpus = Int(n)
+        report.consumed = pipes.reduce(0, +) + memfds.reduce(0, +)
+        report.seconds = monotonic() - start
+        return report
+    }
+
+    private static func monotonic() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+}

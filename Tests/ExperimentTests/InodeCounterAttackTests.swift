@@ -1,0 +1,91 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// The memfd inode-number counter as a channel out of the held-out split, mounted for real on
+/// the host runtime: an agent.py that, in chosen tasks, leaves every CPU's memfd batch at a
+/// position it picks (no pinning: sched_setaffinity is refused; it checks which CPU it ran on),
+/// and a reader task that prints the position the next memfd gets. Train to train (the
+/// control, never scrambled) the reader finds the position; held-out to train it does not.
+@Suite("The inode-number counter channel", .serialized)
+struct InodeCounterAttackTests {
+    /// `setters`: ids whose run leaves every CPU's memfd position at `value`; `reader`: the id
+    /// whose run prints `LOW cpu position` of its first memfd.
+    static func agent(value: Int, setters: [String], reader: String) -> String {
+        let marks = setters.map { "'MARKER-\($0)-a91f'" }.joined(separator: ", ")
+        return """
+            import ctypes, os, time
+            libc = ctypes.CDLL(None)
+            def set_position(value):
+                cpus = sorted(os.sched_getaffinity(0))
+                kids = []
+                for _ in cpus:
+                    pid = os.fork()
+                    if pid == 0:
+                        end = time.monotonic() + 8
+                        while time.monotonic() < end and not all(os.path.exists('/tmp/done-%d' % c) for c in cpus):
+                            c = libc.sched_getcpu()
+                            if os.path.exists('/tmp/done-%d' % c):
+                                continue
+                            fd = os.memfd_create('x'); ino = os.fstat(fd).st_ino; os.close(fd)
+                            if ino % 1024 == value and libc.sched_getcpu() == c:
+                                open('/tmp/done-%d' % c, 'w').close()
+                        os._exit(0)
+                    kids.append(pid)
+                for k in kids:
+                    os.waitpid(k, 0)
+                print('SET', [c for c in cpus if os.path.exists('/tmp/done-%d' % c)])
+            class HarnessAgent:
+                def run(self, instruction, workdir):
+                    if 'MARKER-\(reader)-a91f' in instruction:
+                        c = libc.sched_getcpu()
+                        fd = os.memfd_create('probe'); ino = os.fstat(fd).st_ino
+                        print('LOW', c, libc.sched_getcpu(), ino % 1024)
+                    elif any(m in instruction for m in [\(marks)]):
+                        set_position(\(value))
+            """
+    }
+
+    /// How far past `value` the reader's first memfd landed (its CPU's position moved by the
+    /// sandboxes started in between), read from its trace.
+    static func distance(_ exp: Experiment, reader: String, value: Int) throws -> Int {
+        let b = try exp.run("benchmark", "--task-ids", reader)
+        #expect(b.status == 0 || b.status == 1, "\(b.stdout) \(b.stderr)")
+        let trace = files(under: exp.root + "/workspace/traces/latest/\(reader)", containing: "LOW ").first
+        let text = try String(contentsOfFile: try #require(trace, "no trace with the position"), encoding: .utf8)
+        let line = try #require(text.split(separator: "\n").first { $0.hasPrefix("LOW ") })
+        let f = line.split(separator: " ").compactMap { Int($0) }
+        try #require(f.count == 3)
+        return ((f[2] - value - 1) % 1024 + 1024) % 1024
+    }
+
+    @Test("train to train the reader finds the position the setter left; after a gate whose held-out tasks set it, the position is scrambled")
+    func heldOutPositionScrambled() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        let (train, test) = try exp.split()
+        let setter = train[0], reader = train[1]
+        // Control: a train run sets the position, the next train run reads it back (within
+        // what its own sandbox's start took).
+        // Up to three tries: sandboxes of other tests running beside this one move the
+        // counter too (the control only has to show the channel exists).
+        try exp.setAgent(Self.agent(value: 300, setters: [setter], reader: reader))
+        var control: [Int] = []
+        for _ in 0..<3 where !control.contains(where: { $0 < 16 }) {
+            let s = try exp.run("benchmark", "--task-ids", setter)
+            #expect(s.status == 0 || s.status == 1, "\(s.stderr)")
+            control.append(try Self.distance(exp, reader: reader, value: 300))
+        }
+        #expect(control.contains { $0 < 16 }, "control: the reader landed \(control) past the position the setter left")
+        // The attack: held-out tasks set the position, the next train run reads it. Twice,
+        // with two values: a scrambled position lands within 16 by chance 1.6% of the time.
+        var distances: [Int] = []
+        for value in [700, 900] {
+            try exp.setAgent(Self.agent(value: value, setters: test, reader: reader))
+            let g = try exp.run("gate")
+            #expect(g.stderr.contains("moved the inode-number counters by"), "\(g.stderr)")
+            distances.append(try Self.distance(exp, reader: reader, value: value))
+        }
+        #expect(distances.contains { $0 >= 16 }, "held-out positions read back: \(distances) (control \(control))")
+    }
+}

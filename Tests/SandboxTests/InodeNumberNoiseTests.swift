@@ -1,0 +1,76 @@
+import Foundation
+import Testing
+import TestSupport
+
+@testable import Sandbox
+
+/// The inode-number counters a held-out task can move and a later task can read (pipes,
+/// sockets: `get_next_ino`; memfds: the internal shmem mount's), scrambled by the supervisor
+/// after every held-out phase on the host.
+@Suite("Inode-number counters after held-out sandboxes", .serialized)
+struct InodeNumberNoiseTests {
+    /// A process pinned to `cpu` that prints the number of a fresh memfd and pipe, waits for a
+    /// line on stdin, and prints them again: the reader's view of the counters on that CPU.
+    static let reader = """
+        import os, sys
+        os.sched_setaffinity(0, {int(sys.argv[1])})
+        def numbers():
+            fd = os.memfd_create('probe'); m = os.fstat(fd).st_ino; os.close(fd)
+            r, w = os.pipe(); p = os.fstat(r).st_ino; os.close(r); os.close(w)
+            return m, p
+        print(*numbers(), flush=True)
+        sys.stdin.readline()
+        print(*numbers(), flush=True)
+        """
+
+    /// (memfd, pipe) advance on `cpu` across `between`, less the reader's own numbers.
+    static func advance(cpu: Int, between: () -> Void) throws -> (memfd: Int, pipe: Int) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        p.arguments = ["-c", reader, String(cpu)]
+        let input = Pipe(), output = Pipe()
+        p.standardInput = input
+        p.standardOutput = output
+        try p.run()
+        let lines = output.fileHandleForReading
+        func read() throws -> [Int] {
+            var line = Data()
+            while let b = try lines.read(upToCount: 1), !b.isEmpty, b != Data("\n".utf8) { line += b }
+            return String(decoding: line, as: UTF8.self).split(separator: " ").compactMap { Int($0) }
+        }
+        let before = try read()
+        between()
+        input.fileHandleForWriting.write(Data("go\n".utf8))
+        let after = try read()
+        p.waitUntilExit()
+        try #require(before.count == 2 && after.count == 2, "reader printed \(before) \(after)")
+        return (after[0] - before[0] - 1, after[1] - before[1] - 1)
+    }
+
+    @Test("after perturb() the position of each CPU's memfd and pipe batches is random (without it, the next numbers follow on), and whole batches are added")
+    func perturbScramblesEveryCPU() throws {
+        try requireRoot()
+        let cpus = Array(0..<ProcessInfo.processInfo.activeProcessorCount)
+        for cpu in cpus {
+            // Control: with nothing in between the counters advance by (almost) nothing, so
+            // the reader sees what a held-out task left.
+            let still = try Self.advance(cpu: cpu) {}
+            #expect(abs(still.memfd) < 64 && abs(still.pipe) < 64, "CPU \(cpu): \(still)")
+            var low: (memfd: Set<Int>, pipe: Set<Int>) = ([], [])
+            var total = 0
+            for _ in 0..<10 {
+                var report = InodeNumberNoise.Report()
+                let a = try Self.advance(cpu: cpu) { report = InodeNumberNoise.perturb() }
+                #expect(report.failure == nil, "\(report)")
+                #expect(report.cpus == cpus.count)
+                low.memfd.insert(a.memfd % 1024)
+                low.pipe.insert(a.pipe % 1024)
+                total += a.memfd + a.pipe
+            }
+            // Ten uniform draws out of 1024 collide rarely: fewer than 8 distinct is ~1e-6.
+            #expect(low.memfd.count >= 8 && low.pipe.count >= 8, "CPU \(cpu): \(low)")
+            // On average 512 + 7.5 batches per counter and round.
+            #expect(total > 10 * 2 * 2048, "CPU \(cpu): \(total)")
+        }
+    }
+}
