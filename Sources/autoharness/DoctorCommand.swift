@@ -13,7 +13,10 @@ struct DoctorCommand: ParsableCommand {
             user_notif, log), Landlock, and cgroups: version, where this process sits, each \
             controller the sandboxes use (memory, pids, cpu) and the freezer, cgroup.kill. Then, \
             for every policy in use (default: every shipped policy), whether its limits can be \
-            enforced here. Exit 0 when everything a policy in use needs is available, 1 otherwise.
+            enforced here. Then the held-out VM runtime (gate.held_out_runtime: vm): qemu, the \
+            guest kernel, KVM (a probe boot of up to 20 s when /dev/kvm opens) and what a gate \
+            would use; informational, as experiments choose it. Exit 0 when everything a policy \
+            in use needs is available, 1 otherwise.
 
             A supervisor placed in a delegated cgroup v2 (systemd Delegate=yes, a container's \
             own cgroup namespace) moves itself into a leaf `autoharness-supervisor` and enables \
@@ -67,6 +70,13 @@ struct DoctorCommand: ParsableCommand {
             } else {
                 lines.append(("policy \(name)", "MISSING", "\(bad.joined(separator: ", ")) cannot be enforced on this host"))
                 problems.append("policy \(name): \(bad.joined(separator: ", ")) cannot be enforced")
+            }
+        }
+        // The held-out VM runtime (gate.held_out_runtime: vm): informational, as experiments
+        // choose it; its own refusal names what is missing when one does.
+        if geteuid() == 0 && !summary {
+            for l in HeldOutVM.doctorLines(progress: { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
+                lines.append((l.topic, l.status, l.detail))
             }
         }
         let line = Self.summaryLine(report: report, host: host, problems: problems)

@@ -370,6 +370,13 @@ struct HarborAdapterTests {
         let p = try exp.run(["prepare"], environment: ["FAKE_MODE": "normal"])
         #expect(p.status != 0)
         #expect(p.stderr.contains("experiment_config.yaml: runner.binds: \(Tools.root) contains the dataset"), "\(p.stderr)")
+        // The same directory by another name: a symlink to it (compared as strings, it passed).
+        let t = try TempDir()
+        try FileManager.default.createSymbolicLink(atPath: t.path + "/tools", withDestinationPath: Tools.root)
+        try exp.set("binds", "[\(t.path)/tools]", in: "runner")
+        let q = try exp.run(["prepare"], environment: ["FAKE_MODE": "normal"])
+        #expect(q.status != 0)
+        #expect(q.stderr.contains("runner.binds: \(t.path)/tools contains the dataset"), "\(q.stderr)")
     }
 
     @Test("init without harbor installed names the tool and how to install it")

@@ -95,24 +95,6 @@ struct HeldOutVMTests {
             """)
     }
 
-    @Test("a held-out agent.py that advances the kernel's memfd inode counter moves the host's counter under the host runtime (control) and not under the VM")
-    func inodeCounterChannelClosedByVM() throws {
-        try Self.requireVM()
-        let host = try Experiment()
-        let (hostTrain, hostTest) = try host.split()
-        try host.setAgent(Self.counterAgent(consumeIn: hostTest))
-        let hostDelta = try Self.inodeDelta(host, train: hostTrain[0])
-        // 4096 per held-out task: the control proves the attack reads the counter.
-        #expect(hostDelta >= 4096 * hostTest.count, "host runtime: the counter moved by \(hostDelta)")
-
-        let vm = try Experiment(config: Self.vm)
-        let (vmTrain, vmTest) = try vm.split()
-        try vm.setAgent(Self.counterAgent(consumeIn: vmTest))
-        let vmDelta = try Self.inodeDelta(vm, train: vmTrain[0])
-        // What the gate's own host sandboxes (promotion) used, well under one held-out task.
-        #expect(vmDelta < 2048, "vm runtime: the counter moved by \(vmDelta) (host runtime: \(hostDelta))")
-    }
-
     @Test("pages a held-out task in the VM read of a shared file are not resident on the host after the gate (qemu reads the shares through the host's page cache; they are evicted)")
     func heldOutVMPagesEvicted() throws {
         try Self.requireVM()
@@ -123,6 +105,30 @@ struct HeldOutVMTests {
         #expect(g.stderr.contains("task(s) answered"), "\(g.stderr)")
         let left = try PageCacheTests.resident(s.blob)
         #expect(left.intersection(s.heldOutPages).isEmpty, "held-out pages still resident: \(left.intersection(s.heldOutPages).sorted())")
+    }
+
+    @Test("qemu runs under its own seccomp filter (-sandbox): seen in its /proc status while the gate runs")
+    func qemuConfined() throws {
+        try Self.requireVM()
+        let exp = try Experiment(config: Self.vm)
+        try exp.setAgent(Self.solver())
+        let gate = try exp.start("gate")
+        defer { gate.waitUntilExit() }
+        // The gate's qemu: a process whose command line names this gate's results socket.
+        var seen: String?
+        let end = Date().addingTimeInterval(120)
+        while seen == nil && gate.isRunning && Date() < end {
+            for pid in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] where Int(pid) != nil {
+                guard let cmd = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline"),
+                      String(decoding: cmd, as: UTF8.self).contains("held-out-vm-\(gate.processIdentifier)/results.sock"),
+                      let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+                      let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Seccomp:") }),
+                      line.hasSuffix("2") else { continue }
+                seen = String(line)
+            }
+            usleep(100_000)
+        }
+        #expect(seen != nil, "no qemu of this gate in seccomp filter mode was seen")
     }
 
     @Test("a VM runtime that cannot run here is refused before the gate counts: tcg without allow_emulation")

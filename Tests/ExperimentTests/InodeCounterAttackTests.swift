@@ -2,13 +2,18 @@ import Foundation
 import Testing
 import TestSupport
 
+/// Tests that read kernel-wide counters, so no other test may run beside them: scripts/test
+/// runs every suite whose name starts with `RunAlone` after the rest, one at a time
+/// (`swift test --no-parallel --filter RunAlone`), and skips them in the parallel run. Sandboxes of other
+/// tests move the same counters (every held-out phase on the host now scrambles them).
+///
 /// The memfd inode-number counter as a channel out of the held-out split, mounted for real on
 /// the host runtime: an agent.py that, in chosen tasks, leaves every CPU's memfd batch at a
 /// position it picks (no pinning: sched_setaffinity is refused; it checks which CPU it ran on),
 /// and a reader task that prints the position the next memfd gets. Train to train (the
 /// control, never scrambled) the reader finds the position; held-out to train it does not.
-@Suite("The inode-number counter channel", .serialized)
-struct InodeCounterAttackTests {
+@Suite("The inode-number counter channel (run alone)", .serialized)
+struct RunAloneInodeCounterTests {
     /// `setters`: ids whose run leaves every CPU's memfd position at `value`; `reader`: the id
     /// whose run prints `LOW cpu position` of its first memfd.
     static func agent(value: Int, setters: [String], reader: String) -> String {
@@ -87,5 +92,23 @@ struct InodeCounterAttackTests {
             distances.append(try Self.distance(exp, reader: reader, value: value))
         }
         #expect(distances.contains { $0 >= 16 }, "held-out positions read back: \(distances) (control \(control))")
+    }
+
+    @Test("a held-out agent.py that advances the kernel's memfd inode counter moves the host's counter under the host runtime (control) and not under the VM")
+    func inodeCounterChannelClosedByVM() throws {
+        try HeldOutVMTests.requireVM()
+        let host = try Experiment()
+        let (hostTrain, hostTest) = try host.split()
+        try host.setAgent(HeldOutVMTests.counterAgent(consumeIn: hostTest))
+        let hostDelta = try HeldOutVMTests.inodeDelta(host, train: hostTrain[0])
+        // 4096 per held-out task: the control proves the attack reads the counter.
+        #expect(hostDelta >= 4096 * hostTest.count, "host runtime: the counter moved by \(hostDelta)")
+
+        let vm = try Experiment(config: HeldOutVMTests.vm)
+        let (vmTrain, vmTest) = try vm.split()
+        try vm.setAgent(HeldOutVMTests.counterAgent(consumeIn: vmTest))
+        let vmDelta = try HeldOutVMTests.inodeDelta(vm, train: vmTrain[0])
+        // What the gate's own host sandboxes (promotion) used, well under one held-out task.
+        #expect(vmDelta < 2048, "vm runtime: the counter moved by \(vmDelta) (host runtime: \(hostDelta))")
     }
 }

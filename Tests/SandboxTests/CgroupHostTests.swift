@@ -84,6 +84,13 @@ struct CgroupHostTests {
         for policy in ["base", "benchmark-task", "verifier", "coding-agent", "benchmark-runner", "benchmark-scorer"] {
             #expect(r.stdout.contains("policy \(policy)"), "\(policy) not checked")
         }
+        // The held-out VM runtime: qemu and the guest kernel from scripts/install-vm, KVM by a
+        // probe boot (on this machine kind /dev/kvm opens and qemu aborts), what a gate uses.
+        let lines = r.stdout.split(separator: "\n").map { $0.split(separator: " ", omittingEmptySubsequences: true).joined(separator: " ") }
+        #expect(lines.contains { $0.hasPrefix("vm qemu ok /usr/bin/qemu-system-x86_64: QEMU emulator version") }, "\(r.stdout)")
+        #expect(lines.contains { $0.hasPrefix("vm kernel ok ") && $0.contains("-amd64 in /var/cache/autoharness/vm/kernel") }, "\(r.stdout)")
+        #expect(lines.contains { $0.hasPrefix("vm kvm ") && ($0.contains("a probe guest booted") || $0.contains("before a probe guest booted") || $0.contains("did not boot")) }, "\(r.stdout)")
+        #expect(lines.contains { $0.hasPrefix("vm gate info gate.held_out_runtime: vm runs ") }, "\(r.stdout)")
         #expect(r.stdout.contains("\ndoctor: ok: kernel "))
         let summary = try autoharness(["doctor", "--summary"])
         #expect(summary.stdout.hasPrefix("doctor: ok: kernel ") && summary.stdout.split(separator: "\n").count == 1)

@@ -7,8 +7,9 @@ import TestSupport
 /// The inode-number counters a held-out task can move and a later task can read (pipes,
 /// sockets: `get_next_ino`; memfds: the internal shmem mount's), scrambled by the supervisor
 /// after every held-out phase on the host.
-@Suite("Inode-number counters after held-out sandboxes", .serialized)
-struct InodeNumberNoiseTests {
+/// Run alone by scripts/test (see RunAloneInodeCounterTests): it reads kernel-wide counters.
+@Suite("Inode-number counters after held-out sandboxes (run alone)", .serialized)
+struct RunAloneInodeNumberNoiseTests {
     /// A process pinned to `cpu` that prints the number of a fresh memfd and pipe, waits for a
     /// line on stdin, and prints them again: the reader's view of the counters on that CPU.
     static let reader = """

@@ -104,9 +104,7 @@ extension ExperimentConfig {
         var adapter: HarborAdapter
         switch try HarborDataset.resolve(dataset, root: root, registryPath: upstream["registry_path"]) {
         case .directory(let dir, let tasks):
-            for b in runner.binds where dir == b || dir.hasPrefix(b.hasSuffix("/") ? b : b + "/") {
-                throw ExperimentError(.usage, "runner.binds: \(b) contains the dataset \(dir): every run would see the held-out tasks' files (autoharness binds the requested tasks itself)")
-            }
+            try RunnerBinds.refuse(runner.binds, exposing: [.init(path: dir, what: "contains the dataset \(dir): every run would see the held-out tasks' files (autoharness binds the requested tasks itself)")])
             ids = tasks.map(\.id)
             adapter = HarborAdapter(taskIDs: ids, tool: tool)
             adapter.datasetPath = dir
@@ -179,12 +177,7 @@ extension ExperimentConfig {
         }
         // The runner must never see the real data: it holds every task's expected actions.
         let real = URL(fileURLWithPath: dataDir).resolvingSymlinksInPath().path
-        for b in runner.binds {
-            let rb = URL(fileURLWithPath: b).resolvingSymlinksInPath().path
-            if real == rb || real.hasPrefix(rb.hasSuffix("/") ? rb : rb + "/") {
-                throw ExperimentError(.usage, "runner.binds: \(b) contains tau2_data_dir (\(dataDir)), whose tasks.json holds the expected actions of every test task; bind only the tau2 install (its src/ for an editable install), never the data")
-            }
-        }
+        try RunnerBinds.refuse(runner.binds, exposing: [.init(path: real, what: "contains tau2_data_dir (\(dataDir)), whose tasks.json holds the expected actions of every test task; bind only the tau2 install (its src/ for an editable install), never the data")])
         var adapter: Tau2Adapter
         do {
             adapter = try Tau2Adapter(domain: domain, dataDirectory: real, scriptsDirectory: scripts, tool: toolSettings(argv))
@@ -228,13 +221,8 @@ extension ExperimentConfig {
                 with -v /run/bird-pg:/var/run/postgresql): the DB environment runs in a sandbox whose only network is the egress proxy
                 """)
         }
-        for b in runner.binds {
-            let rb = URL(fileURLWithPath: b).resolvingSymlinksInPath().path
-            let prefix = rb.hasSuffix("/") ? rb : rb + "/"
-            if data == rb || data.hasPrefix(prefix) || adk == rb || adk.hasPrefix(prefix) {
-                throw ExperimentError(.usage, "runner.binds: \(b) exposes the BIRD-Interact data or ADK directory (gold SQL, hidden knowledge) to agent.py; bind only the Python install")
-            }
-        }
+        let exposes = "exposes the BIRD-Interact data or ADK directory (gold SQL, hidden knowledge) to agent.py; bind only the Python install"
+        try RunnerBinds.refuse(runner.binds, exposing: [.init(path: data, what: exposes), .init(path: adk, what: exposes)])
         var adapter: BirdAdapter
         do {
             adapter = try BirdAdapter(adkDirectory: adk, dataPath: data, scriptsDirectory: scripts, tool: toolSettings(argv))

@@ -19,7 +19,7 @@ import SupervisorIO
 /// What the host still shares with the guest: the read-only 9p shares (qemu reads them
 /// through the host's page cache, so the caller evicts them afterwards as it does for host
 /// runs), the gate's wall time (README: gate timing), and the answer.
-final class HeldOutVM {
+public final class HeldOutVM {
     let settings: VMSettings
     let kernel: GuestKernel
     let qemu: String
@@ -28,6 +28,7 @@ final class HeldOutVM {
     let log: (@Sendable (String) -> Void)?
 
     static let supportedBenchmarks = ["local"]
+    static let qemuSandbox = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
     static let qemuBinary = "/usr/bin/qemu-system-x86_64"
 
     /// Checks the kernel, qemu and the acceleration the settings allow. Throws
@@ -94,6 +95,10 @@ final class HeldOutVM {
 
         let cpus = min(settings.cpus ?? request.concurrency, max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))))
         var args = ["-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+                    // qemu's own seccomp filter, as a second wall behind the guest kernel: an
+                    // escape into the qemu process cannot exec, fork, change credentials or
+                    // scheduling, nor make the obsolete calls.
+                    "-sandbox", Self.qemuSandbox,
                     "-accel", accel.rawValue, "-cpu", accel == .kvm ? "host" : "max",
                     "-m", "\(settings.memoryMiB)", "-smp", "\(cpus)",
                     "-kernel", kernel.vmlinuz, "-initrd", work + "/initramfs",
@@ -158,6 +163,54 @@ final class HeldOutVM {
     /// A value inside one of qemu's `key=value,...` options: a comma is written twice.
     static func optionValue(_ s: String) -> String { s.replacingOccurrences(of: ",", with: ",,") }
 
+    /// `autoharness doctor`'s lines for `gate.held_out_runtime: vm`: qemu, the guest kernel,
+    /// KVM (a probe boot when `/dev/kvm` opens), and what a gate with `accel: auto` would use.
+    /// Never a problem for the exit status: the runtime is used only when an experiment asks.
+    public static func doctorLines(kernelDirectory: String = VMSettings.defaultKernelDirectory,
+                                   progress: (String) -> Void) -> [(topic: String, status: String, detail: String)] {
+        var out: [(String, String, String)] = []
+        let hint = "scripts/install-vm installs qemu, Debian's kernel and busybox"
+        let haveQEMU = access(qemuBinary, X_OK) == 0
+        out.append(("vm qemu", haveQEMU ? "ok" : "MISSING", haveQEMU ? qemuVersion() : "\(qemuBinary) not found: \(hint)"))
+        var kernel: GuestKernel?
+        do {
+            let k = try GuestKernel.load(kernelDirectory)
+            kernel = k
+            out.append(("vm kernel", "ok", "\(k.version) in \(kernelDirectory), \(k.modules.count) modules, static busybox"))
+        } catch {
+            out.append(("vm kernel", "MISSING", "\(error)"))
+        }
+        var kvm = (works: false, why: "not probed: qemu or the guest kernel is missing")
+        if haveQEMU, let kernel {
+            if access("/dev/kvm", R_OK | W_OK) == 0 { progress("doctor: probing KVM with a guest boot (up to 20 s)...") }
+            kvm = probeKVM(kernel: kernel, qemu: qemuBinary)
+        }
+        out.append(("vm kvm", kvm.works ? "ok" : "info", kvm.why))
+        let use: String
+        if !haveQEMU || kernel == nil {
+            use = "gate.held_out_runtime: vm cannot run here (\(hint)); host is the held-out runtime"
+        } else if kvm.works {
+            use = "gate.held_out_runtime: vm runs each gate's held-out split in a fresh KVM guest"
+        } else {
+            use = "gate.held_out_runtime: vm runs only emulated here (gate.vm.allow_emulation: true; 10-50x slower per task)"
+        }
+        out.append(("vm gate", "info", use))
+        return out
+    }
+
+    static func qemuVersion() -> String {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: qemuBinary)
+        p.arguments = ["--version"]
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = FileHandle.nullDevice
+        guard (try? p.run()) != nil else { return qemuBinary }
+        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        return "\(qemuBinary): " + (text.split(separator: "\n").first.map(String.init) ?? "version unknown")
+    }
+
     /// A probe boot with KVM: `/dev/kvm` can exist and open while no guest runs (DESIGN.md:
     /// this machine kind dies on an MSR write with `-cpu host` and hangs in the firmware
     /// otherwise), so only a guest that reaches its init and writes to the port counts.
@@ -193,7 +246,10 @@ final class HeldOutVM {
         let text = String(decoding: tail.bytes, as: UTF8.self)
         if text.contains("ahvm-probe-ok") { return (true, "a probe guest booted") }
         let last = text.split(separator: "\n").last(where: { !$0.trimmingCharacters(in: .whitespaces).isEmpty }).map(String.init) ?? ""
-        return (false, "a probe guest did not boot within \(Int(timeout)) s\(last.isEmpty ? "" : ": " + String(last.prefix(160)))")
+        let when = p.terminationReason == .uncaughtSignal && p.terminationStatus == SIGKILL
+            ? "a probe guest did not boot within \(Int(timeout)) s"
+            : "qemu exited (status \(p.terminationStatus)) before a probe guest booted"
+        return (false, when + (last.isEmpty ? "" : ": " + String(last.prefix(160))))
     }
 }
 
