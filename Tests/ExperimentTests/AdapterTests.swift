@@ -379,6 +379,42 @@ struct HarborAdapterTests {
         #expect(q.stderr.contains("runner.binds: \(t.path)/tools contains the dataset"), "\(q.stderr)")
     }
 
+    @Test("a remote provider's key passed to the runner needs gate.held_out_env: another account for held-out runs (missing, unset and same value refused); held-out runs then see it and train runs their own")
+    func heldOutAccount() throws {
+        let exp = try make()
+        defer { exp.removeScratch() }
+        try exp.set("env_pass", "[FAKE_MODE, DAYTONA_API_KEY]", in: "runner")
+        // agent.py solves a task only when the runner holds the held-out account's key.
+        try exp.setAgent(HarborAgents.counting(upTo: 100).replacingOccurrences(of: "    async def run(self, instruction, environment, context):\n",
+            with: "    async def run(self, instruction, environment, context):\n        import os\n        if os.environ.get('DAYTONA_API_KEY') != 'held-out-account': return\n"))
+        var env = ["FAKE_MODE": "normal", "DAYTONA_API_KEY": "train-account"]
+        var p = try exp.run(["prepare"], environment: env)
+        #expect(p.status != 0 && p.stderr.contains("gate.held_out_env: {DAYTONA_API_KEY: VAR}"), "\(p.stderr)")
+        let path = exp.root + "/experiment_config.yaml"
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        try text.replacingOccurrences(of: "\ngate:\n", with: "\ngate:\n  held_out_env: {DAYTONA_API_KEY: DAYTONA_API_KEY_HELD_OUT}\n")
+            .write(toFile: path, atomically: true, encoding: .utf8)
+        p = try exp.run(["prepare"], environment: env)
+        #expect(p.status != 0 && p.stderr.contains("DAYTONA_API_KEY_HELD_OUT is not set"), "\(p.stderr)")
+        env["DAYTONA_API_KEY_HELD_OUT"] = "train-account"
+        p = try exp.run(["prepare"], environment: env)
+        #expect(p.status != 0 && p.stderr.contains("holds the same value as $DAYTONA_API_KEY"), "\(p.stderr)")
+        env["DAYTONA_API_KEY_HELD_OUT"] = "held-out-account"
+        p = try exp.run(["prepare"], environment: env)
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        // The baseline runs every task as held-out (the split is drawn from it): all pass.
+        #expect(p.stdout.contains("baseline: 10/10 tasks pass"), "\(p.stdout)")
+        // Train runs have the train account: none passes.
+        let b = try exp.run(["benchmark"], environment: env)
+        #expect(b.status == 0, "\(b.stderr)")
+        let results = try exp.trainResults()
+        #expect(results.count == (try exp.split()).train.count && results.values.allSatisfy { ($0 as? Double) == 0 }, "\(results)")
+        // A gate's held-out tasks have the held-out account: all pass (the baseline tied them,
+        // so the gate is rejected, with the score shown).
+        let g = try exp.run(["gate"], environment: env)
+        #expect(g.stdout.contains("val_score: 1.00"), "\(g.stdout)\(g.stderr)")
+    }
+
     @Test("init without harbor installed names the tool and how to install it")
     func missingTool() throws {
         let temp = try TempDir()

@@ -155,3 +155,20 @@ struct ExperimentInputTests {
         #expect(!actors.contains { $0.hasPrefix("agent.py") }, "blamed on agent.py: \(actors)")
     }
 }
+
+extension ConfigInputTests {
+    @Test("gate.held_out_env: names must be variables, and each must be passed to the runner", arguments: [
+        ("runner:\n  env_pass: [A]\ngate:\n  held_out_env: {B: C}\n", "gate.held_out_env: B is not in runner.env_pass"),
+        ("runner:\n  env_pass: [A]\ngate:\n  held_out_env: {A: not-a-name}\n", "gate.held_out_env: 'not-a-name' is not a variable name"),
+    ])
+    func heldOutEnv(yaml: String, message: String) throws {
+        do {
+            _ = try ExperimentConfig.parse("benchmark: local\ndataset: d\n" + yaml, file: "f")
+            Issue.record("accepted: \(yaml)")
+        } catch let e as ConfigErrors {
+            #expect("\(e)".contains(message), "\(e)")
+        }
+        let ok = try ExperimentConfig.parse("benchmark: local\ndataset: d\nrunner:\n  env_pass: [A]\ngate:\n  held_out_env: {A: A_HELD_OUT}\n", file: "f")
+        #expect(ok.heldOutEnv == ["A": "A_HELD_OUT"])
+    }
+}

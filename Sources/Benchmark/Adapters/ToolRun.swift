@@ -26,6 +26,10 @@ public struct ToolSettings: Sendable, Equatable {
     public var binds: [String] = []
     /// Variables copied from the supervisor's environment (API keys); each must be set.
     public var envPass: [String] = []
+    /// For held-out runs: a variable of `envPass` whose value comes from another of the
+    /// supervisor's variables (`gate.held_out_env`: an account of their own at a stateful
+    /// provider, so nothing a held-out run leaves there is listed by a train run).
+    public var heldOutEnv: [String: String] = [:]
     /// `host:port` the tool may reach through the egress proxy (LLM API, e2b/daytona).
     public var networkAllow: [String] = []
     /// Seconds the whole tool run may take (nil: none).
@@ -152,7 +156,10 @@ final class ToolRun {
         ov.mounts += inv.extraMounts
         ov.environment = settings.envPass + inv.environment
         var host: [String: String] = [:]
-        for name in settings.envPass { if let v = getenv(name) { host[name] = String(cString: v) } }
+        for name in settings.envPass {
+            let source = context.heldOut ? settings.heldOutEnv[name] ?? name : name
+            if let v = getenv(source) { host[name] = String(cString: v) }
+        }
 
         let outName = "\(inv.outputName).stdout", errName = "\(inv.outputName).stderr"
         let out: Int32, err: Int32

@@ -78,6 +78,7 @@ extension ExperimentConfig {
             let provider = envProvider ?? "e2b"
             let unused = Self.harborProviderKeys.filter { $0.key != provider }.values.flatMap { $0 }
             try ToolCheck.environment(runner.envPass.filter { !unused.contains($0) }, for: "Harbor (the agent's model API, env_provider \(provider))")
+            try checkHeldOutAccount(provider: provider, keys: Self.harborProviderKeys[provider] ?? [])
         }
         guard let dataset, !dataset.isEmpty else {
             throw ExperimentError(.usage, "dataset: missing; terminal-bench needs a Harbor dataset (terminal-bench@2.0) or a local directory of Harbor tasks")
@@ -260,10 +261,35 @@ extension ExperimentConfig {
         return env
     }
 
+    /// A remote environment provider keeps state (sandboxes, files, snapshots) that anyone
+    /// holding the key can list: a held-out agent.py could leave one there that a later train
+    /// agent.py finds and prints into its trace. So when the provider's key is passed to the
+    /// runner, held-out runs must get another account's (`gate.held_out_env`), and not the
+    /// same value under another name.
+    func checkHeldOutAccount(provider: String, keys: [String]) throws {
+        for key in keys where runner.envPass.contains(key) {
+            guard let source = heldOutEnv[key] else {
+                throw ExperimentError(.usage, """
+                    env_provider: \(provider) keeps state any holder of \(key) can list, and held-out runs would share the train \
+                    runs' account: a held-out agent.py could leave a sandbox or file there that a train run finds. Give held-out \
+                    runs an account of their own: gate.held_out_env: {\(key): VAR}, VAR a variable holding another account's key \
+                    (README: terminal-bench)
+                    """)
+            }
+            guard let held = getenv(source).map({ String(cString: $0) }), !held.isEmpty else {
+                throw ExperimentError(.usage, "gate.held_out_env: \(key) comes from $\(source) for held-out runs, and \(source) is not set; export \(source)=... (another account's key)")
+            }
+            if let train = getenv(key).map({ String(cString: $0) }), train == held {
+                throw ExperimentError(.usage, "gate.held_out_env: $\(source) holds the same value as $\(key): held-out and train runs would share one \(provider) account; give held-out runs another account's key")
+            }
+        }
+    }
+
     func toolSettings(_ command: [String]) -> ToolSettings {
         var t = ToolSettings(command: command)
         t.binds = runner.binds
         t.envPass = runner.envPass
+        t.heldOutEnv = heldOutEnv
         t.networkAllow = runner.networkAllow
         t.timeout = runner.timeout
         t.runnerPolicy = runner.policy

@@ -49,6 +49,9 @@ public struct ExperimentConfig: Sendable, Equatable {
     public var vm = VMSettings()
     /// When a gate's answer is released (`gate.reply_time`, `gate.reply_after`).
     public var replyTime: ReplyTime = .padded
+    /// `gate.held_out_env`: for held-out runs, a `runner.env_pass` variable's value comes from
+    /// another of the supervisor's variables (name → source).
+    public var heldOutEnv: [String: String] = [:]
     /// `autoharness run` stops after this many consecutive rejected gates (upstream: 5).
     public var maxNonImproving = 5
     // budget:
@@ -179,7 +182,7 @@ extension ExperimentConfig {
             throw ConfigErrors([ConfigError(file: file, line: Reader.line(of: e), message: "not valid YAML: \(e)")])
         }
         var c = ExperimentConfig(benchmark: "")
-        var replyMode: (String, Node)?, replyAfter: (Double, Node)?
+        var replyMode: (String, Node)?, replyAfter: (Double, Node)?, heldOutEnvNode: Node?
         r.mapping(root, "the config", allowed: ["benchmark", "dataset", "agent_model", "split", "gate_split", "threshold",
                                                 "max_concurrency", "per_task_timeout", "sandbox", "coding_agent", "gate",
                                                 "parallel_gate", "env_provider", "domain", "tasks", "tasks_file", "runner", "budget"]
@@ -294,8 +297,17 @@ extension ExperimentConfig {
                 }
             default:  // gate
                 r.mapping(v, key, allowed: ["disclosure", "budget", "min_improvement", "on_reject", "max_non_improving",
-                                            "held_out_runtime", "vm", "reply_time", "reply_after"]) { k, v in
+                                            "held_out_runtime", "vm", "reply_time", "reply_after", "held_out_env"]) { k, v in
                     switch k {
+                    case "held_out_env":
+                        r.mapping(v, "gate.held_out_env", allowed: nil) { name, source in
+                            guard let src = r.string(source, "gate.held_out_env.\(name)") else { return }
+                            for n in [name, src] where !EnvSpec.isVariableName(n) {
+                                r.error(source, "gate.held_out_env: '\(n)' is not a variable name")
+                            }
+                            c.heldOutEnv[name] = src
+                            heldOutEnvNode = v
+                        }
                     case "reply_time": if let m = r.oneOf(v, "gate.reply_time", ["padded", "worst_case"]) { replyMode = (m, v) }
                     case "reply_after": if let x = r.number(v, "gate.reply_after", 1...604_800) { replyAfter = (x, v) }
                     case "held_out_runtime":
@@ -322,6 +334,11 @@ extension ExperimentConfig {
                         if let s = r.oneOf(v, "gate.on_reject", OnReject.allCases.map(\.rawValue)) { c.onReject = OnReject(rawValue: s)! }
                     }
                 }
+            }
+        }
+        if let node = heldOutEnvNode {
+            for name in c.heldOutEnv.keys.sorted() where !c.runner.envPass.contains(name) {
+                r.error(node, "gate.held_out_env: \(name) is not in runner.env_pass (only a variable passed to the runner can be given another value for held-out runs)")
             }
         }
         switch (replyMode, replyAfter) {
