@@ -49,6 +49,11 @@ struct HarborDatasetTests {
         #expect(refused.status != 0 && refused.stderr.contains("E2B_API_KEY is not set"), "\(refused.stderr)")
         #expect(!refused.stderr.contains("DAYTONA_API_KEY"), "\(refused.stderr)")
         env["DAYTONA_API_KEY"] = "k"
+        // Held-out runs get an account of their own (gate.held_out_env; AdapterTests.heldOutAccount).
+        env["DAYTONA_API_KEY_HELD_OUT"] = "k-held-out"
+        let path = exp.root + "/experiment_config.yaml"
+        try (try String(contentsOfFile: path, encoding: .utf8)).replacingOccurrences(of: "\ngate:\n", with: "\ngate:\n  held_out_env: {DAYTONA_API_KEY: DAYTONA_API_KEY_HELD_OUT}\n")
+            .write(toFile: path, atomically: true, encoding: .utf8)
         try exp.set("env_provider", "daytona")
         let p = try autoharness(["prepare", "-C", exp.root], environment: env)
         #expect(p.status == 0, "\(p.stdout)\(p.stderr)")

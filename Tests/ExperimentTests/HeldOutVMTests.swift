@@ -120,7 +120,8 @@ struct HeldOutVMTests {
         while seen == nil && gate.isRunning && Date() < end {
             for pid in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] where Int(pid) != nil {
                 guard let cmd = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline"),
-                      String(decoding: cmd, as: UTF8.self).contains("held-out-vm-\(gate.processIdentifier)/results.sock"),
+                      case let text = String(decoding: cmd, as: UTF8.self),
+                      text.hasPrefix(HeldOutVM.qemuBinary), text.contains("held-out-vm-\(gate.processIdentifier)-"),
                       let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
                       let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Seccomp:") }),
                       line.hasSuffix("2") else { continue }
@@ -129,6 +130,63 @@ struct HeldOutVMTests {
             usleep(100_000)
         }
         #expect(seen != nil, "no qemu of this gate in seccomp filter mode was seen")
+    }
+
+    @Test("a supervisor killed with SIGKILL during the VM phase takes its qemu with it (no guest runs on beside the next supervisor)")
+    func qemuDiesWithSupervisor() throws {
+        try Self.requireVM()
+        let exp = try Experiment(config: Self.vm)
+        try exp.setAgent(Self.solver("import time\ntime.sleep(30)"))
+        let gate = try exp.start("gate")
+        var qemu: Int32?
+        let end = Date().addingTimeInterval(120)
+        while qemu == nil && gate.isRunning && Date() < end {
+            for pid in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
+                guard let n = Int32(pid), let cmd = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline") else { continue }
+                let text = String(decoding: cmd, as: UTF8.self)
+                if text.hasPrefix(HeldOutVM.qemuBinary) && text.contains("held-out-vm-\(gate.processIdentifier)-") { qemu = n }
+            }
+            usleep(100_000)
+        }
+        let pid = try #require(qemu, "no qemu of this gate was seen")
+        kill(gate.processIdentifier, SIGKILL)
+        gate.waitUntilExit()
+        var alive = true
+        for _ in 0..<50 where alive {
+            usleep(100_000)
+            // Gone, or a zombie not yet reaped by init.
+            let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+            alive = status.contains("State:") && !status.contains("State:\tZ")
+        }
+        #expect(!alive, "qemu \(pid) outlived its supervisor by 5 s")
+        if alive { kill(pid, SIGKILL) }
+        // The next start evicts what the cut-off gate's shares left.
+        let s = try exp.run("status")
+        #expect(s.status == 0, "\(s.stderr)")
+    }
+
+    @Test("a held-out task in the VM that reads a shared file leaves its access time on the host unchanged (qemu reads the shares through read-only, noatime binds of its own)")
+    func sharesKeepAccessTimes() throws {
+        try Self.requireVM()
+        // A file under /usr (a share of every held-out policy) unread for years, that only the
+        // held-out agent.py reads: it solves a task only if it could read it.
+        let file = "/usr/local/share/autoharness-atime-\(UUID().uuidString)"
+        try "SECRET-7\n".write(toFile: file, atomically: false, encoding: .utf8)
+        defer { unlink(file) }
+        var times = [timeval(tv_sec: 1_577_836_800, tv_usec: 0), timeval(tv_sec: 1_577_836_800, tv_usec: 0)]
+        try #require(utimes(file, &times) == 0)
+        let exp = try Experiment(config: Self.vm)
+        try exp.setAgent(Self.solver("""
+            if open('/proc/sys/kernel/random/boot_id').read().strip() == '\(Self.hostBootID)':
+                return
+            if open('\(file)').read() != 'SECRET-7\\n':
+                return
+            """))
+        let g = try exp.run("gate")
+        #expect(g.stdout.contains("val_score: 1.00"), "the held-out tasks did not read the file: \(g.stdout)\n\(g.stderr)")
+        var st = stat()
+        try #require(stat(file, &st) == 0)
+        #expect(st.st_atim.tv_sec == 1_577_836_800, "the host's atime moved to \(st.st_atim.tv_sec)")
     }
 
     @Test("a VM runtime that cannot run here is refused before the gate counts: tcg without allow_emulation")
@@ -174,6 +232,7 @@ struct GuestAnswerTests {
         ("ahvm1 begin\noutcome a 1 passed\noutcome b 0 failed\nahvm1 end 2\noutcome a 1 passed\n", "after the end"),
         ("ahvm1 begin\noutcome a 1 passed\ntrace secret\noutcome b 0 failed\nahvm1 end 2\n", "not an answer line"),
         ("ahvm1 begin\nviolation agent syscall pt/race 1\noutcome a 1 passed\noutcome b 0 failed\nahvm1 end 2\n", "malformed violation"),
+        ("ahvm1 begin\nviolation agent syscall ptrace 9223372036854775807\noutcome a 1 passed\noutcome b 0 failed\nahvm1 end 2\n", "malformed violation"),
         ("ahvm1 begin\noutcome a 1 passed " + String(repeating: "x", count: 600) + "\nahvm1 end 2\n", "longer than"),
     ])
     func malformed(text: String, why: String) {

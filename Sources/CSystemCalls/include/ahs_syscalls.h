@@ -54,4 +54,15 @@ int ahs_seccomp_sync_wakeup(int listener);
 #ifdef __cplusplus
 }
 #endif
+
+/* For qemu's 9p shares: in a new mount namespace of the calling thread (private from the
+   host's), binds each sources[i] at targets[i] recursively, read-only, noatime, nosuid, nodev,
+   so that nothing read through it moves the source's access times. Then forks; the child
+   (killed with its parent: PR_SET_PDEATHSIG) execs argv[0] with argv; the parent waits for
+   it, kills it when the process that started this one exits, and returns its wait status.
+   -errno (and *failed the index of the failing share, or -1) when a step fails before the
+   exec. */
+int ahs_exec_with_readonly_shares(const char *const *sources, const char *const *targets, int n,
+                                  char *const *argv, int *failed);
+
 #endif

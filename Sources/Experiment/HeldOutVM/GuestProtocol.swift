@@ -56,6 +56,9 @@ public struct GuestAnswer: Sendable, Equatable {
     /// The most the host reads from the port (a real answer for 10 000 tasks is ~600 KiB).
     public static let maxBytes = 2 << 20
     static let maxLine = 512
+    /// The largest count one violation line may carry: summed with others on the host, a
+    /// count near Int.max would trap (no sandbox refuses a billion calls in a gate).
+    static let maxViolationCount = 1_000_000_000
     static let maxViolations = 400
 
     /// What the guest writes as soon as it runs (the host measures its boot by it).
@@ -134,7 +137,7 @@ public struct GuestAnswer: Sendable, Equatable {
                 outcomes.append(TaskOutcome(id: f[1], reward: scored, status: status, detail: "in the held-out VM"))
             case "violation":
                 guard f.count == 5, f[1] == "agent" || f[1] == "tool", let kind = AuditEvent.Kind(rawValue: f[2]),
-                      isName(f[3]), let n = Int(f[4]), n > 0 else {
+                      isName(f[3]), let n = Int(f[4]), n > 0, n <= maxViolationCount else {
                     throw AnswerError("line \(i + 1): a malformed violation")
                 }
                 guard violations.count < maxViolations else { throw AnswerError("more than \(maxViolations) violation lines") }

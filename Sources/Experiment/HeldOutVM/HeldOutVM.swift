@@ -77,10 +77,20 @@ public final class HeldOutVM {
     func run(_ request: GuestRequest, image: GuestImage, scratch: String, privateDirectory: String,
              deadline seconds: Double, beforeBoot: ([String]) throws -> Void) throws -> Run {
         let start = monotonicSeconds()
-        let work = scratch + "/held-out-vm-\(getpid())"
-        rmdir(work)
-        guard mkdir(work, 0o700) == 0 else {
+        // A name no earlier supervisor (one with this pid, in another container) can hold.
+        let work = scratch + "/held-out-vm-\(getpid())-\(String(UInt64.random(in: 0...UInt64.max), radix: 16))"
+        guard mkdir(work, 0o700) == 0, mkdir(work + "/shares", 0o700) == 0 else {
             throw ExperimentError(.io, "held-out VM: mkdir \(work): \(ErrnoName.describe(errno))")
+        }
+        // qemu sees each share at an empty staging directory, where `vm-exec` binds it
+        // read-only and noatime in qemu's own mount namespace (ReadOnlyShares).
+        var staged: [(source: String, target: String)] = []
+        for s in image.shares {
+            let target = work + "/shares/" + s.tag
+            guard mkdir(target, 0o700) == 0 else {
+                throw ExperimentError(.io, "held-out VM: mkdir \(target): \(ErrnoName.describe(errno))")
+            }
+            staged.append((s.path, target))
         }
         defer { try? FileManager.default.removeItem(atPath: work) }
         let requestBytes = Array(try JSONEncoder().encode(request))
@@ -109,12 +119,12 @@ public final class HeldOutVM {
                     "-device", "virtio-serial-pci",
                     "-chardev", "socket,id=ah,path=\(Self.optionValue(work))/results.sock",
                     "-device", "virtserialport,chardev=ah,name=ah.results"]
-        for s in image.shares {
-            args += ["-virtfs", "local,path=\(Self.optionValue(s.path)),mount_tag=\(s.tag),security_model=none,readonly=on"]
+        for (s, stage) in zip(image.shares, staged) {
+            args += ["-virtfs", "local,path=\(Self.optionValue(stage.target)),mount_tag=\(s.tag),security_model=none,readonly=on"]
         }
         let p = Process()
-        p.executableURL = URL(fileURLWithPath: qemu)
-        p.arguments = args
+        p.executableURL = URL(fileURLWithPath: image.binary)
+        p.arguments = ["vm-exec"] + staged.flatMap { ["--share", "\($0.source)=\($0.target)"] } + ["--", qemu] + args
         p.environment = ["PATH": "/usr/bin:/bin"]
         p.standardInput = FileHandle.nullDevice
         let console = Pipe()
