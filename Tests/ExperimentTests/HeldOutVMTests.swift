@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import TestSupport
+import SupervisorIO
 @testable import Experiment
 
 /// The held-out split in a kernel of its own (`gate.held_out_runtime: vm`), booted for real:
@@ -121,7 +122,7 @@ struct HeldOutVMTests {
             for pid in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] where Int(pid) != nil {
                 guard let cmd = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline"),
                       case let text = String(decoding: cmd, as: UTF8.self),
-                      text.hasPrefix(HeldOutVM.qemuBinary), text.contains("held-out-vm-\(gate.processIdentifier)-"),
+                      text.hasPrefix(HeldOutVM.qemuBinary), text.contains("held-out-vm-o\(gate.processIdentifier)-"),
                       let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
                       let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Seccomp:") }),
                       line.hasSuffix("2") else { continue }
@@ -144,7 +145,7 @@ struct HeldOutVMTests {
             for pid in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
                 guard let n = Int32(pid), let cmd = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline") else { continue }
                 let text = String(decoding: cmd, as: UTF8.self)
-                if text.hasPrefix(HeldOutVM.qemuBinary) && text.contains("held-out-vm-\(gate.processIdentifier)-") { qemu = n }
+                if text.hasPrefix(HeldOutVM.qemuBinary) && text.contains("held-out-vm-o\(gate.processIdentifier)-") { qemu = n }
             }
             usleep(100_000)
         }
@@ -160,9 +161,13 @@ struct HeldOutVMTests {
         }
         #expect(!alive, "qemu \(pid) outlived its supervisor by 5 s")
         if alive { kill(pid, SIGKILL) }
-        // The next start evicts what the cut-off gate's shares left.
-        let s = try exp.run("status")
-        #expect(s.status == 0, "\(s.stderr)")
+        // The next start (prepare takes the lock, then refuses: already prepared) removes the
+        // VM's work directory, whose initramfs names the held-out ids.
+        let left = { FileSystem.names(in: "/dev/shm/autoharness").filter { $0.hasPrefix("held-out-vm-o\(gate.processIdentifier)-") } }
+        #expect(left().count == 1, "the killed gate's work directory: \(left())")
+        let next = try exp.run("prepare")
+        #expect(next.stderr.contains("held-out VM work directory of supervisor pid \(gate.processIdentifier)"), "\(next.stderr)")
+        #expect(left().isEmpty, "\(left())")
     }
 
     @Test("a held-out task in the VM that reads a shared file leaves its access time on the host unchanged (qemu reads the shares through read-only, noatime binds of its own)")

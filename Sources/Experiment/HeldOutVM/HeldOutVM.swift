@@ -28,6 +28,7 @@ public final class HeldOutVM {
     let log: (@Sendable (String) -> Void)?
 
     static let supportedBenchmarks = ["local"]
+    static let workPrefix = "held-out-vm-"
     static let qemuSandbox = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
     static let qemuBinary = "/usr/bin/qemu-system-x86_64"
 
@@ -77,8 +78,9 @@ public final class HeldOutVM {
     func run(_ request: GuestRequest, image: GuestImage, scratch: String, privateDirectory: String,
              deadline seconds: Double, beforeBoot: ([String]) throws -> Void) throws -> Run {
         let start = monotonicSeconds()
-        // A name no earlier supervisor (one with this pid, in another container) can hold.
-        let work = scratch + "/held-out-vm-\(getpid())-\(String(UInt64.random(in: 0...UInt64.max), radix: 16))"
+        // Named by its owner (pid, start time, pid namespace: no earlier supervisor with this pid
+        // holds it), so the next start removes it if this process dies (Leftovers.sweepVMWork).
+        let work = scratch + "/" + Self.workPrefix + ProcessIdentity.current.tag + "-" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
         guard mkdir(work, 0o700) == 0, mkdir(work + "/shares", 0o700) == 0 else {
             throw ExperimentError(.io, "held-out VM: mkdir \(work): \(ErrnoName.describe(errno))")
         }

@@ -419,7 +419,7 @@ public final class ExperimentSupervisor {
     func holdReply(since started: Double) -> String? {
         let elapsed = monotonicSeconds() - started
         let release = config.replyTime.release(after: elapsed)
-        if release - elapsed > 2 {
+        if release - elapsed > 0.05 {
             log?("gate: answer held \(String(format: "%.1f", release - elapsed)) s, to \(Int(release)) s after the gate began (gate.reply_time: \(config.replyTime.name))")
         }
         while true {
