@@ -136,7 +136,11 @@ struct HeldOutVMTests {
     @Test("a supervisor killed with SIGKILL during the VM phase takes its qemu with it (no guest runs on beside the next supervisor)")
     func qemuDiesWithSupervisor() throws {
         try Self.requireVM()
-        let exp = try Experiment(config: Self.vm)
+        // A scratch root of its own: any supervisor's start sweeps a dead one's VM directory
+        // from its scratch root, and other tests' supervisors start meanwhile.
+        let scratch = "/dev/shm/ah-test-vmkill-\(getpid())"
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let exp = try Experiment(config: Self.vm.merging(["scratch": scratch]) { a, _ in a })
         try exp.setAgent(Self.solver("import time\ntime.sleep(30)"))
         let gate = try exp.start("gate")
         var qemu: Int32?
@@ -163,7 +167,7 @@ struct HeldOutVMTests {
         if alive { kill(pid, SIGKILL) }
         // The next start (prepare takes the lock, then refuses: already prepared) removes the
         // VM's work directory, whose initramfs names the held-out ids.
-        let left = { FileSystem.names(in: "/dev/shm/autoharness").filter { $0.hasPrefix("held-out-vm-o\(gate.processIdentifier)-") } }
+        let left = { FileSystem.names(in: scratch).filter { $0.hasPrefix("held-out-vm-o\(gate.processIdentifier)-") } }
         #expect(left().count == 1, "the killed gate's work directory: \(left())")
         let next = try exp.run("prepare")
         #expect(next.stderr.contains("held-out VM work directory of supervisor pid \(gate.processIdentifier)"), "\(next.stderr)")
@@ -259,6 +263,18 @@ struct GuestAnswerTests {
                                           agent: .init(), tool: .init())
         let a = try Self.parse(GuestAnswer.header + body).get()
         #expect(a.outcomes.map(\.status) == [.passed, .verifierTimeout])
+    }
+
+    @Test("the VM phase's deadline follows each task's own limits (task.toml), not per_task_timeout alone")
+    func deadlineFromTaskLimits() throws {
+        try requireRoot()
+        let bench = try EditableBenchmark()
+        try bench.write("tasks/add-0/task.toml", "[agent]\ntimeout_sec = 4000\n[verifier]\ntimeout_sec = 20\n")
+        let exp = try bench.experiment()
+        let s = try ExperimentSupervisor(layout: ExperimentLayout(root: exp.root), policySearchPaths: [Built.packageRoot + "/policies"], purpose: "test")
+        let long = 4000.0 + 20 + 60, short = 20.0 + 20 + 60
+        // Two workers: the sum spread over them, plus the longest task.
+        #expect(s.heldOutBound(["add-0", "add-1"], benchmarkRoot: bench.directory) == (long + short) / 2 + long)
     }
 
     @Test("busybox must be static: an ELF with a PT_INTERP header is refused")

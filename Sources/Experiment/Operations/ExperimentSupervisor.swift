@@ -561,15 +561,27 @@ public final class ExperimentSupervisor {
         defer { log?("held-out VM done; \(cache.evict())") }
         // A bound on the whole phase (each task's own limits hold inside the guest): the
         // boot, then every task's agent and verifier limits, run `max_concurrency` at a time.
-        let perTask = (config.perTaskTimeout ?? LocalBenchmark.defaultTimeout) * 2 + 60
-        let rounds = Double((ids.count + config.maxConcurrency - 1) / config.maxConcurrency)
         let result = try vm.run(request, image: image, scratch: config.scratch, privateDirectory: layout.privateDirectory,
-                                deadline: config.vm.bootTimeout + rounds * perTask) { shares in
+                                deadline: config.vm.bootTimeout + heldOutBound(ids, benchmarkRoot: benchmarkRoot)) { shares in
             do { try cache.record(sources: shares) } catch { throw ExperimentError(.io, "\(error)") }
         }
         result.answer.record(agent: audit.agent, tool: audit.tool)
         log?("held-out VM: \(ids.count) task(s) answered; boot \(String(format: "%.1f", result.bootSeconds)) s, whole VM \(String(format: "%.1f", result.totalSeconds)) s")
         return result.answer.outcomes
+    }
+
+    /// The longest the held-out tasks can take at `max_concurrency`, from each task's own
+    /// limits as the runner applies them (task.toml's, else `per_task_timeout`, else the
+    /// default) plus a minute of setup each: any schedule of them fits in the sum spread over
+    /// the workers plus the longest one.
+    func heldOutBound(_ ids: [String], benchmarkRoot: String?) -> Double {
+        let fallback = config.perTaskTimeout ?? LocalBenchmark.defaultTimeout
+        let tasks = benchmarkRoot.flatMap { try? LocalBenchmark(directory: $0) }.map { Dictionary($0.tasks.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a }) } ?? [:]
+        let each = ids.map { id -> Double in
+            guard let t = tasks[id] else { return fallback * 2 + 60 }
+            return (t.agentTimeoutDeclared ? t.agentTimeout : fallback) + t.verifierTimeout + 60
+        }
+        return (each.reduce(0, +) / Double(max(1, config.maxConcurrency))) + (each.max() ?? 0)
     }
 
     /// Refused syscalls and limit events of a run, as ledger violation records (one per kind
