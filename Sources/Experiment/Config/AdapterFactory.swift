@@ -223,7 +223,7 @@ extension ExperimentConfig {
                 """)
         }
         let exposes = "exposes the BIRD-Interact data or ADK directory (gold SQL, hidden knowledge) to agent.py; bind only the Python install"
-        try RunnerBinds.refuse(runner.binds, exposing: [.init(path: data, what: exposes), .init(path: adk, what: exposes)])
+        try RunnerBinds.refuse(runner.binds, exposing: [.init(path: data, what: exposes), .init(path: adk, what: exposes, inside: false)])
         var adapter: BirdAdapter
         do {
             adapter = try BirdAdapter(adkDirectory: adk, dataPath: data, scriptsDirectory: scripts, tool: toolSettings(argv))
@@ -334,6 +334,28 @@ extension ExperimentConfig {
 
 /// Checks that a benchmark's tool and keys are there, with the install hint when not.
 enum ToolCheck {
+    /// The first line `binary --version` prints (within 30 s), or nil.
+    static func version(of binary: String) -> String? {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: binary)
+        p.arguments = ["--version"]
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = FileHandle.nullDevice
+        p.standardInput = FileHandle.nullDevice
+        do { try p.run() } catch { return nil }
+        let deadline = Date().addingTimeInterval(30)
+        while p.isRunning && Date() < deadline { usleep(20_000) }
+        if p.isRunning {
+            kill(p.processIdentifier, SIGKILL)
+            p.waitUntilExit()
+            return nil
+        }
+        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        guard p.terminationStatus == 0, let line = text.split(separator: "\n").first else { return nil }
+        return String(line).trimmingCharacters(in: .whitespaces)
+    }
+
     static func environment(_ names: [String], for what: String) throws {
         let missing = names.filter { ProcessInfo.processInfo.environment[$0]?.isEmpty ?? true }
         guard missing.isEmpty else {

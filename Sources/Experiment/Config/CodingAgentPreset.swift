@@ -42,7 +42,7 @@ public struct CodingAgentPreset: Sendable {
         }
         let real = URL(fileURLWithPath: found.hasPrefix("/") ? found : FileManager.default.currentDirectoryPath + "/" + found)
             .resolvingSymlinksInPath().path
-        guard let version = Self.version(of: real) else {
+        guard let version = ToolCheck.version(of: real) else {
             throw ExperimentError(.usage, "\(real) does not run `--version`: \(installHint[name]!)")
         }
         p.binary = real
@@ -99,27 +99,6 @@ public struct CodingAgentPreset: Sendable {
 
         """
 
-    static func version(of binary: String) -> String? {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: binary)
-        p.arguments = ["--version"]
-        let out = Pipe()
-        p.standardOutput = out
-        p.standardError = FileHandle.nullDevice
-        p.standardInput = FileHandle.nullDevice
-        do { try p.run() } catch { return nil }
-        let deadline = Date().addingTimeInterval(30)
-        while p.isRunning && Date() < deadline { usleep(20_000) }
-        if p.isRunning {
-            kill(p.processIdentifier, SIGKILL)
-            p.waitUntilExit()
-            return nil
-        }
-        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        guard p.terminationStatus == 0, let line = text.split(separator: "\n").first else { return nil }
-        return String(line).trimmingCharacters(in: .whitespaces)
-    }
-
     static func quoted(_ s: String) -> String {
         "\"" + s.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
     }
@@ -163,7 +142,7 @@ extension CodingAgentPreset {
         let kind = base == "claude" ? "Claude Code" : base == "codex" ? "Codex CLI" : nil
         guard let kind else { return "`\(command.prefix(3).joined(separator: " "))\(command.count > 3 ? " …" : "")` (not a preset: version and model unknown)" }
         // "2.1.330 (Claude Code)", "codex-cli 0.163.0": the first word that starts with a digit.
-        let line = version(of: exe)
+        let line = ToolCheck.version(of: exe)
         let number = line?.split(separator: " ").first { $0.first?.isNumber == true }.map(String.init) ?? line
         let version = number ?? "(version unknown: `\(exe) --version` failed)"
         return "\(kind) \(version) at \(exe), model: \(model(command: command, config: config, root: root, codex: base == "codex"))"

@@ -4,31 +4,41 @@ import Foundation
 ///
 /// A benchmark tool's runner sandbox also runs agent.py, so a bind that is, or contains, the
 /// benchmark's held-out data (a local dataset's tasks, tau2's expected actions, BIRD's gold
-/// SQL) would hand every test task to agent.py. Paths are compared after resolving symlinks,
-/// and by device and inode: a bind names a protected path when it is that path or one of its
-/// ancestors, whatever name reaches it (a symlink, another bind mount of the same directory,
-/// `..`), so an alias cannot slip past a string comparison.
+/// SQL) would hand every test task to agent.py, and so would a bind inside that data. Paths
+/// are compared after resolving symlinks, and by device and inode: whatever name reaches a
+/// directory (a symlink, another bind mount of it, `..`) cannot slip past a string comparison.
 enum RunnerBinds {
-    /// A directory or file agent.py must not see, and the sentence that says why.
+    /// A directory or file agent.py must not see, and the rest of the sentence that says why
+    /// a bind containing it is refused ("runner.binds: B …").
     struct Protected {
         var path: String
         var what: String
+        /// Whether a bind inside `path` is refused too: true for data; false for a checkout
+        /// whose own virtualenv an operator binds (BIRD's ADK), guarded by its data's entry.
+        var inside = true
     }
 
-    /// Throws a usage error naming the first bind that is or contains a protected path.
+    /// Throws a usage error naming the first bind that is, contains or (`inside`) lies in a
+    /// protected path.
     static func refuse(_ binds: [String], exposing protected: [Protected]) throws {
         for p in protected {
             let real = resolved(p.path)
             let ancestors = Set(lineage(real).compactMap(identity))
             for b in binds {
                 let rb = resolved(b)
-                let byName = real == rb || real.hasPrefix(rb.hasSuffix("/") ? rb : rb + "/")
-                let byInode = identity(rb).map { ancestors.contains($0) } ?? false
-                if byName || byInode {
+                if within(real, rb) || identity(rb).map({ ancestors.contains($0) }) == true {
                     throw ExperimentError(.usage, "runner.binds: \(b) \(p.what)")
+                }
+                if p.inside, within(rb, real) || identity(real).map({ Set(lineage(rb).compactMap(identity)).contains($0) }) == true {
+                    throw ExperimentError(.usage, "runner.binds: \(b) lies inside \(p.path), which agent.py's runner must never see; bind only the tool's install")
                 }
             }
         }
+    }
+
+    /// Whether `path` is `directory` or lies below it (by name).
+    static func within(_ path: String, _ directory: String) -> Bool {
+        path == directory || path.hasPrefix(directory.hasSuffix("/") ? directory : directory + "/")
     }
 
     static func resolved(_ path: String) -> String { URL(fileURLWithPath: path).resolvingSymlinksInPath().standardizedFileURL.path }

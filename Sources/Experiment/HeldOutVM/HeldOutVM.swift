@@ -81,20 +81,20 @@ public final class HeldOutVM {
         // Named by its owner (pid, start time, pid namespace: no earlier supervisor with this pid
         // holds it), so the next start removes it if this process dies (Leftovers.sweepVMWork).
         let work = scratch + "/" + Self.workPrefix + ProcessIdentity.current.tag + "-" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
-        guard mkdir(work, 0o700) == 0, mkdir(work + "/shares", 0o700) == 0 else {
+        guard mkdir(work, 0o700) == 0 else {
             throw ExperimentError(.io, "held-out VM: mkdir \(work): \(ErrnoName.describe(errno))")
         }
+        defer { try? FileManager.default.removeItem(atPath: work) }
         // qemu sees each share at an empty staging directory, where `vm-exec` binds it
         // read-only and noatime in qemu's own mount namespace (ReadOnlyShares).
         var staged: [(source: String, target: String)] = []
         for s in image.shares {
             let target = work + "/shares/" + s.tag
-            guard mkdir(target, 0o700) == 0 else {
+            guard mkdir(work + "/shares", 0o700) == 0 || errno == EEXIST, mkdir(target, 0o700) == 0 else {
                 throw ExperimentError(.io, "held-out VM: mkdir \(target): \(ErrnoName.describe(errno))")
             }
             staged.append((s.path, target))
         }
-        defer { try? FileManager.default.removeItem(atPath: work) }
         let requestBytes = Array(try JSONEncoder().encode(request))
         do {
             try AtomicFile.write(image.initramfs(kernel: kernel, request: requestBytes), to: work + "/initramfs", mode: 0o600)
@@ -183,7 +183,7 @@ public final class HeldOutVM {
         var out: [(String, String, String)] = []
         let hint = "scripts/install-vm installs qemu, Debian's kernel and busybox"
         let haveQEMU = access(qemuBinary, X_OK) == 0
-        out.append(("vm qemu", haveQEMU ? "ok" : "MISSING", haveQEMU ? qemuVersion() : "\(qemuBinary) not found: \(hint)"))
+        out.append(("vm qemu", haveQEMU ? "ok" : "MISSING", haveQEMU ? "\(qemuBinary): " + (ToolCheck.version(of: qemuBinary) ?? "version unknown") : "\(qemuBinary) not found: \(hint)"))
         var kernel: GuestKernel?
         do {
             let k = try GuestKernel.load(kernelDirectory)
@@ -208,19 +208,6 @@ public final class HeldOutVM {
         }
         out.append(("vm gate", "info", use))
         return out
-    }
-
-    static func qemuVersion() -> String {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: qemuBinary)
-        p.arguments = ["--version"]
-        let out = Pipe()
-        p.standardOutput = out
-        p.standardError = FileHandle.nullDevice
-        guard (try? p.run()) != nil else { return qemuBinary }
-        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        p.waitUntilExit()
-        return "\(qemuBinary): " + (text.split(separator: "\n").first.map(String.init) ?? "version unknown")
     }
 
     /// A probe boot with KVM: `/dev/kvm` can exist and open while no guest runs (DESIGN.md:

@@ -44,10 +44,8 @@ public enum ReplyTime: Sendable, Equatable {
     /// The most a gate's end can say, in bits, when it takes at most `worst` seconds: log₂ of
     /// the number of instants it can end at.
     public func capacityBits(worst: Double) -> Double {
-        switch self {
-        case .padded: return log2(Double(Int(log2(Self.grid(worst))) + 1))
-        case .worstCase(let bound): return worst <= bound ? 0 : log2(Double(Int(log2(Self.grid(worst))) + 1))
-        }
+        if case .worstCase(let bound) = self, worst <= bound { return 0 }
+        return log2(log2(Self.grid(worst)) + 1)
     }
 
     public var name: String {
