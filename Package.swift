@@ -6,6 +6,7 @@
 //   CSandboxLaunch  — the only code that runs between fork and exec (C, no C library calls).
 //   CSandboxSpawn   — the supervisor's side of a sandbox's start (C): spawns the monitor.
 //   CSystemCalls    — system calls the Glibc module hides (C shims; never in the fork window).
+//   CTLS            — the egress proxy's inference gate's TLS (OpenSSL): a per-run CA, both sides.
 //   SupervisorIO    — the only code that opens, reads, copies or removes files a sandbox may
 //                     have written: fd-relative, no symlink following, capped, IOFailure errors.
 //   PolicyModel     — the policy schema as types, and path and size syntax (no Foundation, no YAML).
@@ -62,6 +63,12 @@ let package = Package(
             dependencies: ["CSandboxLaunch"],
             cSettings: [.define("_GNU_SOURCE")]
         ),
+        // TLS for the egress proxy's inference gate: the distribution's OpenSSL (libssl-dev).
+        .target(
+            name: "CTLS",
+            cSettings: [.define("_GNU_SOURCE")],
+            linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]
+        ),
         .target(
             name: "CSystemCalls",
             cSettings: [.define("_GNU_SOURCE")]
@@ -83,7 +90,7 @@ let package = Package(
         .target(
             name: "Sandbox",
             dependencies: [
-                "PolicyModel", "SupervisorIO", "CSandboxLaunch", "CSandboxSpawn", "CSystemCalls", "CSeccomp", "CCap",
+                "PolicyModel", "SupervisorIO", "CSandboxLaunch", "CSandboxSpawn", "CSystemCalls", "CSeccomp", "CCap", "CTLS",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

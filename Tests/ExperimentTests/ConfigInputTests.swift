@@ -174,3 +174,26 @@ extension ConfigInputTests {
         #expect(ok.heldOutEnv == ["A": "A_HELD_OUT"])
     }
 }
+
+extension ConfigInputTests {
+    @Test("runner.network.inference: exact host:port pairs, never also in allow; a model API in allow is refused, naming inference", arguments: [
+        ("runner:\n  network:\n    inference: [\"*.openai.com:443\"]\n", "exp/experiment_config.yaml:5: runner.network.inference: '*.openai.com:443' is a pattern"),
+        ("runner:\n  network:\n    inference: [api.openai.com]\n", "runner.network.inference: 'api.openai.com' is not host:port"),
+        ("runner:\n  network:\n    allow: [a.test:443]\n    inference: [a.test:443]\n", "exp/experiment_config.yaml:5: runner.network: a.test:443 is in both allow and inference"),
+        ("runner:\n  network:\n    allow: [api.openai.com:443]\n", "runner.network.allow: api.openai.com:443 is a model API: list it under runner.network.inference"),
+        ("runner:\n  network:\n    allow: [API.Anthropic.com:443]\n", "runner.network.allow: API.Anthropic.com:443 is a model API"),
+        ("runner:\n  network:\n    upstream_ca: certs/ca.pem\n", "runner.network.upstream_ca: must be an absolute path"),
+    ])
+    func inferenceTargets(yaml: String, message: String) throws {
+        let refused = try ExperimentInputTests.refusal(yaml)
+        #expect(refused?.contains(message) == true, "\(refused ?? "accepted")")
+    }
+
+    @Test("runner.network.inference and upstream_ca reach the tool's settings")
+    func inferenceSettings() throws {
+        let c = try ExperimentConfig.parse("benchmark: local\ndataset: d\nrunner:\n  network:\n    allow: [api.e2b.app:443]\n    inference: [api.openai.com:443]\n    upstream_ca: /etc/corp-ca.pem\n", file: "f")
+        #expect(c.runner.networkAllow == ["api.e2b.app:443"])
+        #expect(c.runner.networkInference == ["api.openai.com:443"])
+        #expect(c.runner.upstreamCA == "/etc/corp-ca.pem")
+    }
+}

@@ -15,7 +15,7 @@ struct ArchitectureTests {
         "PolicyModel": ["SupervisorIO"],
         "SandboxPolicy": ["Glibc", "Foundation", "Yams", "PolicyModel", "SupervisorIO"],
         // No SandboxPolicy (which imports Foundation): a launch needs the model, not the loader.
-        "Sandbox": ["Glibc", "PolicyModel", "SupervisorIO", "CSandboxLaunch", "CSandboxSpawn", "CSystemCalls", "CSeccomp", "CCap", "Logging"],
+        "Sandbox": ["Glibc", "PolicyModel", "SupervisorIO", "CSandboxLaunch", "CSandboxSpawn", "CSystemCalls", "CSeccomp", "CCap", "CTLS", "Logging"],
         "Benchmark": ["Glibc", "Dispatch", "FoundationEssentials", "Sandbox", "SandboxPolicy", "SupervisorIO"],
         "Ledger": ["Glibc", "Foundation", "GRDB", "Crypto", "SupervisorIO"],
         "Experiment": ["Glibc", "Foundation", "ArgumentParser", "Yams", "Crypto", "Benchmark", "Ledger", "Sandbox",
@@ -70,6 +70,15 @@ struct ArchitectureTests {
                 for (path, text) in Self.files(target) where Self.imports(text).contains(module) {
                     #expect(path.hasPrefix("Sandbox/Launch/"), "\(path) imports \(module)")
                 }
+            }
+        }
+    }
+
+    @Test("TLS (OpenSSL) is imported only by the proxy's inference gate (Sandbox/Network/Inference)")
+    func tlsStaysInTheInferenceGate() {
+        for target in Self.allowed.keys {
+            for (path, text) in Self.files(target) where Self.imports(text).contains("CTLS") {
+                #expect(path.hasPrefix("Sandbox/Network/Inference/"), "\(path) imports CTLS")
             }
         }
     }

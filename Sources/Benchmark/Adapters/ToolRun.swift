@@ -32,6 +32,11 @@ public struct ToolSettings: Sendable, Equatable {
     public var heldOutEnv: [String: String] = [:]
     /// `host:port` the tool may reach through the egress proxy (LLM API, e2b/daytona).
     public var networkAllow: [String] = []
+    /// `host:port` of model APIs reached only through the proxy's inference gate: stateless
+    /// inference calls pass, nothing that reads or leaves state at the vendor (`InferenceGate`).
+    public var networkInference: [String] = []
+    /// A CA file the gate trusts for those APIs besides the system's store.
+    public var upstreamCA: String?
     /// Seconds the whole tool run may take (nil: none).
     public var timeout: Double?
     public var runnerPolicy = "benchmark-runner"
@@ -90,6 +95,11 @@ final class ToolRun {
     let settings: ToolSettings
     let context: AdapterRunContext
     let inputFD: Int32
+    /// The proxy's inference gate for this run's sandboxes (a CA of its own), when the
+    /// settings name model APIs.
+    let inference: InferenceGate?
+    /// Where sandboxes find the CA bundle that trusts the gate.
+    static let trustBundlePath = "/etc/autoharness/inference-ca.pem"
 
     init(settings: ToolSettings, context: AdapterRunContext) throws(BenchmarkError) {
         guard geteuid() == 0 else { throw BenchmarkError(.configuration, "running benchmark tools needs root (sandboxes build namespaces)") }
@@ -104,6 +114,31 @@ final class ToolRun {
         inputFD = d
         self.settings = settings
         self.context = context
+        if settings.networkInference.isEmpty {
+            inference = nil
+        } else {
+            do {
+                inference = try InferenceGate(targets: settings.networkInference, upstreamCAFile: settings.upstreamCA)
+            } catch {
+                close(d)
+                _ = scratch.remove()
+                throw BenchmarkError(.configuration, "runner.network.inference: \(error.message)")
+            }
+            // An operator who passes SSL_CERT_FILE (or another of the variables) in chose what
+            // the tool trusts: that file, plus the gate's CA, replaces it.
+            let own = settings.envPass.first { InferenceGate.trustVariables.contains($0) && getenv($0) != nil }
+                .map { String(cString: getenv($0)) }
+            do throws(BenchmarkError) {
+                switch inference!.trustBundle(base: own ?? InferenceGate.systemBundle) {
+                case .success(let bundle): try writeInput("inference-ca.pem", bundle)
+                case .failure(let e): throw BenchmarkError(.configuration, "runner.env_pass: \(e.message)")
+                }
+            } catch {
+                close(d)
+                _ = scratch.remove()
+                throw error
+            }
+        }
     }
 
     /// Unmounts the tmpfs: everything the tool wrote is gone.
@@ -154,9 +189,18 @@ final class ToolRun {
         ov.timeoutSeconds = settings.timeout
         for b in settings.binds { ov.mounts.append(MountSpec(kind: .readOnly(source: b), destination: b)) }
         ov.mounts += inv.extraMounts
-        ov.environment = settings.envPass + inv.environment
+        var passed = settings.envPass
+        var environment = inv.environment
+        if inference != nil && p.network.mode == .proxy {
+            // The gate's CA, trusted through the usual variables; an operator's own value of
+            // one of them is in the bundle (init), which replaces it.
+            ov.mounts.append(MountSpec(kind: .readOnly(source: scratch.path + "/in/inference-ca.pem"), destination: Self.trustBundlePath))
+            passed.removeAll { InferenceGate.trustVariables.contains($0) }
+            environment += InferenceGate.trustVariables.map { "\($0)=\(Self.trustBundlePath)" }
+        }
+        ov.environment = passed + environment
         var host: [String: String] = [:]
-        for name in settings.envPass {
+        for name in passed {
             let source = context.heldOut ? settings.heldOutEnv[name] ?? name : name
             if let v = getenv(source) { host[name] = String(cString: v) }
         }
@@ -200,6 +244,7 @@ final class ToolRun {
             options.stdio = (noInput, out, err)
             options.pageCache = context.pageCache
             options.signals = signals
+            options.inferenceGate = inference
             result = try SandboxRunner.run(plan, options: options)
         } catch {
             return fail("\(inv.label): \(error.message)")

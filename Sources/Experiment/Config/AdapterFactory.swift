@@ -291,6 +291,8 @@ extension ExperimentConfig {
         t.envPass = runner.envPass
         t.heldOutEnv = heldOutEnv
         t.networkAllow = runner.networkAllow
+        t.networkInference = runner.networkInference
+        t.upstreamCA = runner.upstreamCA
         t.timeout = runner.timeout
         t.runnerPolicy = runner.policy
         t.scorerPolicy = runner.scorerPolicy

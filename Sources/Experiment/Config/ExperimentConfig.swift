@@ -71,12 +71,21 @@ public struct ExperimentConfig: Sendable, Equatable {
     /// `seed`, `mode`, ...), validated by the adapter that reads them.
     public var upstream: [String: String] = [:]
 
+    /// Model vendors' API hosts that `runner.network.allow` refuses (they belong in
+    /// `runner.network.inference`).
+    public static let modelAPIs: Set<String> = ["api.openai.com:443", "api.anthropic.com:443"]
+
     public struct Runner: Sendable, Equatable {
         /// The tool's argv prefix (`command`: the whole argv with placeholders).
         public var command: [String]?
         public var binds: [String] = []
         public var envPass: [String] = []
         public var networkAllow: [String] = []
+        /// Model APIs reached only through the proxy's inference gate (`InferenceGate`).
+        public var networkInference: [String] = []
+        /// A CA file the gate trusts upstream besides the system's store (a corporate
+        /// TLS-inspecting proxy's, a test server's).
+        public var upstreamCA: String?
         public var timeout: Double?
         public var policy = "benchmark-runner"
         public var scorerPolicy = "benchmark-scorer"
@@ -221,7 +230,24 @@ extension ExperimentConfig {
                         c.runner.envPass = r.strings(v, name) ?? []
                         for n in c.runner.envPass where !EnvSpec.isVariableName(n) { r.error(v, "\(name): '\(n)' is not a variable name") }
                     case "network":
-                        r.mapping(v, name, allowed: ["allow"]) { _, v in c.runner.networkAllow = r.hostPorts(v, "runner.network.allow") ?? [] }
+                        r.mapping(v, name, allowed: ["allow", "inference", "upstream_ca"]) { k, w in
+                            switch k {
+                            case "allow": c.runner.networkAllow = r.hostPorts(w, "runner.network.allow") ?? []
+                            case "inference":
+                                c.runner.networkInference = r.hostPorts(w, "runner.network.inference") ?? []
+                                for t in c.runner.networkInference where t.contains("*") {
+                                    r.error(w, "runner.network.inference: '\(t)' is a pattern; the inference gate takes exact host:port pairs")
+                                }
+                            default: c.runner.upstreamCA = r.absolutePath(w, "runner.network.upstream_ca")
+                            }
+                        }
+                        let tunnelled = Set(c.runner.networkAllow.map { $0.lowercased() })
+                        for t in c.runner.networkInference where tunnelled.contains(t.lowercased()) {
+                            r.error(v, "runner.network: \(t) is in both allow and inference; list it once (inference: only stateless model calls pass)")
+                        }
+                        for t in c.runner.networkAllow where ExperimentConfig.modelAPIs.contains(t.lowercased()) {
+                            r.error(v, "runner.network.allow: \(t) is a model API: list it under runner.network.inference instead, where only stateless inference calls pass (a plain tunnel would let a held-out run leave stored completions, files or responses that a train run lists)")
+                        }
                     case "timeout": if let x = r.number(v, name, 1...Limits.maxTimeoutSeconds) { c.runner.timeout = x }
                     case "policy": if let s = r.string(v, name) { c.runner.policy = s }
                     case "scripts": c.runner.scripts = r.absolutePath(v, name)

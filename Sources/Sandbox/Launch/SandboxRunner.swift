@@ -43,6 +43,9 @@ public struct RunOptions: @unchecked Sendable {
     /// do work of its own (build the next sandbox) without delaying the launch. Not called for
     /// a payload that ends or fails before that.
     public var whenQuiet: (() -> Void)?
+    /// `network: proxy` sandboxes: the model APIs reached only through this gate (stateless
+    /// inference calls, judged one by one; `InferenceGate`).
+    public var inferenceGate: InferenceGate?
 
     public init(audit: AuditLog = AuditLog(), logger: Logger = Logger(label: "autoharness.sandbox")) {
         self.audit = audit

@@ -18,15 +18,18 @@ final class EgressProxy: @unchecked Sendable {
 
     private let listener: Int32
     private let allow: Set<String>
+    /// Model APIs reached only through the inference gate (`InferenceGate.targets`).
+    private let inference: InferenceGate?
     private let audit: AuditLog
     private let sandbox: String
     private let lock = Mutex()
     private var open: Set<Int32> = []
     private var stopped = false
 
-    init(listener: Int32, allow: [String], audit: AuditLog, sandbox: String) {
+    init(listener: Int32, allow: [String], inference: InferenceGate? = nil, audit: AuditLog, sandbox: String) {
         self.listener = listener
         self.allow = Set(allow.map { $0.lowercased() })
+        self.inference = inference
         self.audit = audit
         self.sandbox = sandbox
     }
@@ -103,6 +106,29 @@ final class EgressProxy: @unchecked Sendable {
         guard let (host, port) = Self.split(target) else {
             record(target, allowed: false, why: "malformed host:port")
             send(client, "HTTP/1.1 400 Bad request\r\n\r\n")
+            return
+        }
+        if let gate = inference, gate.targets.contains(target) {
+            send(client, "HTTP/1.1 200 Connection established\r\n\r\n")
+            let exchange = InferenceExchange(
+                gate: gate, client: client, host: host, port: port,
+                dial: { [self] () -> Result<Int32, GateRefusal> in
+                    switch connect(host: host, port: port) {
+                    case .success(let fd): return .success(fd)
+                    case .failure(let why): return .failure(GateRefusal(why))
+                    }
+                },
+                track: { [self] (fd: Int32, opened: Bool) in
+                    lock.withLock { if opened { _ = open.insert(fd) } else { _ = open.remove(fd) } }
+                })
+            let outcome = exchange.run()
+            var e = AuditEvent(sandbox: sandbox, kind: .egress, name: target, action: outcome.allowed ? "allowed" : "denied")
+            e.detail = outcome.detail
+            if outcome.allowed {
+                e.bytesUp = outcome.up
+                e.bytesDown = outcome.down
+            }
+            audit.record(e)
             return
         }
         guard Self.allowed(target, by: allow) else {

@@ -10,6 +10,12 @@ It speaks the vendors' wire formats, not ours:
                        and NL-assertion judge, through LiteLLM)
 over TLS with a certificate from a CA the test makes (`--make-certs`).
 
+And the vendors' state, as far as a test of the inference gate needs it: a Chat Completion
+sent with `store: true` and a Response sent without `store: false` are kept, and listed by
+GET /v1/chat/completions (with their metadata) and GET /v1/responses/<id>; POST /v1/files
+keeps a file that GET /v1/files lists. Every request is logged with its method, path, Host
+header and the `store` value it carried.
+
 What the "model" says is a script (JSON): {"turns": [TURN, ...]}; a TURN is a list of blocks,
 {"text": "..."} or {"tool": NAME, "input": {...}}. Each request of the agent's main loop
 (one that offers tools) gets the next turn; once the script is spent, a final text turn. A
@@ -82,6 +88,9 @@ class Handler(BaseHTTPRequestHandler):
             return {}
 
     def record(self, entry):
+        if self.command == "POST":
+            entry.setdefault("store", getattr(self, "store_seen", "absent"))
+            entry.setdefault("host", self.headers.get("host"))
         with self.server.log_lock, open(self.server.log_path, "a") as f:
             f.write(json.dumps(entry) + "\n")
 
@@ -91,12 +100,41 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
     def do_GET(self):
-        self.record({"method": "GET", "path": self.path})
+        path = self.path.split("?")[0]
+        self.record({"method": "GET", "path": path, "host": self.headers.get("host")})
+        state = self.server.state
+        with state["lock"]:
+            if path.endswith("/v1/chat/completions"):
+                return self.reply_json(200, {"object": "list", "data": list(state["chat"]), "has_more": False,
+                                             "first_id": None, "last_id": None})
+            if path.endswith("/v1/files"):
+                return self.reply_json(200, {"object": "list", "data": list(state["files"]), "has_more": False})
+            if "/v1/responses/" in path:
+                rid = path.rsplit("/", 1)[-1]
+                if rid in state["responses"]:
+                    return self.reply_json(200, state["responses"][rid])
         self.reply_json(404, {"error": {"type": "not_found_error", "message": "no such endpoint in the fake"}})
 
+    def keep(self, kind, obj):
+        with self.server.state["lock"]:
+            if kind == "responses":
+                self.server.state["responses"][obj["id"]] = obj
+            else:
+                self.server.state[kind].append(obj)
+
     def do_POST(self):
+        if self.path.split("?")[0].endswith("/v1/files"):
+            n = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(n) if n else b""
+            f = {"id": "file-%d" % len(self.server.state["files"]), "object": "file", "bytes": len(raw),
+                 "filename": "upload", "purpose": "user_data", "created_at": 0, "status": "processed",
+                 "content": raw.decode("utf-8", "replace")[:2000]}
+            self.keep("files", f)
+            self.record({"method": "POST", "path": "/v1/files", "host": self.headers.get("host")})
+            return self.reply_json(200, f)
         req = self.body()
         path = self.path.split("?")[0]
+        self.store_seen = req.get("store", "absent")
         if path.endswith("/v1/messages/count_tokens"):
             self.record({"method": "POST", "path": path})
             return self.reply_json(200, {"input_tokens": 100})
@@ -222,9 +260,13 @@ class Handler(BaseHTTPRequestHandler):
         message = {"role": "assistant", "content": text}
         if calls:
             message["tool_calls"] = calls
-        self.reply_json(200, {"id": f"chatcmpl-{n:04d}", "object": "chat.completion", "created": 0, "model": req.get("model", "fake"),
-                              "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
-                              "usage": {"prompt_tokens": 1000, "completion_tokens": 50, "total_tokens": 1050}})
+        completion = {"id": f"chatcmpl-{n:04d}-{len(self.server.state['chat'])}", "object": "chat.completion", "created": 0,
+                      "model": req.get("model", "fake"),
+                      "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+                      "usage": {"prompt_tokens": 1000, "completion_tokens": 50, "total_tokens": 1050}}
+        if req.get("store") is True:
+            self.keep("chat", {**completion, "metadata": req.get("metadata") or {}})
+        self.reply_json(200, completion)
 
     # --- OpenAI Responses ----------------------------------------------------------------
 
@@ -267,7 +309,9 @@ class Handler(BaseHTTPRequestHandler):
         usage = {"input_tokens": 1000, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 50,
                  "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 1050}
         response = {"id": rid, "object": "response", "status": "completed", "model": req.get("model", "fake"),
-                    "output": items, "usage": usage}
+                    "output": items, "usage": usage, "metadata": req.get("metadata") or {}}
+        if req.get("store", True) is not False:
+            self.keep("responses", response)
         if not req.get("stream"):
             return self.reply_json(200, response)
         self.start_sse()
@@ -312,6 +356,7 @@ def main():
     server.script = Script(a.script)
     server.log_path = a.log
     server.log_lock = threading.Lock()
+    server.state = {"lock": threading.Lock(), "chat": [], "files": [], "responses": {}}
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(a.cert, a.key)
     # The handshake in the handler thread, not in accept(): one stalled client cannot block the rest.

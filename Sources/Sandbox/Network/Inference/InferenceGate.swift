@@ -1,0 +1,379 @@
+import Glibc
+import SupervisorIO
+
+/// The egress proxy's inference gate for one run of a benchmark tool: the model APIs the
+/// runner reaches (`runner.network.inference`) are reached through it only.
+///
+/// A sandbox's CONNECT to one of `targets` is answered by the proxy itself: TLS with a leaf
+/// for the host, signed by this gate's own authority (`TLSAuthority`: made for this run, its
+/// key never written anywhere, its name constraints naming these hosts only), which the
+/// sandbox trusts through `trustBundle()` at the usual variables. Each request is read whole,
+/// judged by `InferenceRules`, and only then sent on, over TLS verified against the system's
+/// store (and `upstreamCAFile`), one request per connection. Refused requests never leave the
+/// supervisor; both kinds are audit events.
+public final class InferenceGate: @unchecked Sendable {
+    /// `host:port`, lowercased.
+    public let targets: Set<String>
+    let authority: TLSAuthority
+    let upstream: TLSUpstreamTrust
+
+    /// The variables that tell common TLS clients which CAs to trust: OpenSSL and Python's
+    /// ssl, httpx and requests, curl, Node (which adds to its own store).
+    public static let trustVariables = ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"]
+    /// Debian's bundle of the system store.
+    public static let systemBundle = "/etc/ssl/certs/ca-certificates.crt"
+
+    public init(targets: [String], upstreamCAFile: String? = nil) throws(SandboxError) {
+        var hosts: [String] = []
+        for t in targets {
+            guard let (host, _) = EgressProxy.split(t.lowercased()) else {
+                throw SandboxError(.invalidArgument, "inference gate: \(t) is not host:port")
+            }
+            hosts.append(Self.bare(host))
+        }
+        guard !hosts.isEmpty else { throw SandboxError(.invalidArgument, "inference gate: no hosts") }
+        self.targets = Set(targets.map { $0.lowercased() })
+        authority = try TLSAuthority(hosts: Array(Set(hosts)).sorted())
+        upstream = try TLSUpstreamTrust(extraCAFile: upstreamCAFile)
+        // OpenSSL writes to sockets with write(2): a peer that went away must cost an error,
+        // not the supervisor (the CLI ignores SIGPIPE too).
+        signal(SIGPIPE, SIG_IGN)
+    }
+
+    /// The gate's CA certificate (PEM).
+    public var certificatePEM: [UInt8] { authority.certificatePEM }
+
+    /// What a sandbox should trust: `base` (a PEM bundle file: the operator's own, when they
+    /// pass one of `trustVariables` in, else the system's store), then the gate's CA. The
+    /// tunnels to other allowlisted hosts keep verifying against what the operator chose.
+    public func trustBundle(base: String = InferenceGate.systemBundle) -> Result<[UInt8], SandboxError> {
+        switch InputFile.read(base, cap: 4 << 20) {
+        case .success(var bundle):
+            if !bundle.isEmpty && bundle.last != 0x0A { bundle.append(0x0A) }
+            return .success(bundle + certificatePEM)
+        case .failure(.missing) where base == Self.systemBundle:
+            return .success(certificatePEM)
+        case .failure(let p):
+            return .failure(SandboxError(.sourceMissing, "\(base): \(p.explanation("a CA bundle"))"))
+        }
+    }
+
+    /// `[::1]` → `::1`.
+    static func bare(_ host: String) -> String {
+        host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+    }
+}
+
+/// One CONNECT through the gate: the client's TLS, one request judged and forwarded, the
+/// response relayed, both connections closed.
+struct InferenceExchange {
+    static let headCap = 64 << 10
+    static let bodyCap = 32 << 20
+    /// For the request to arrive once the tunnel is up, and for any write.
+    static let requestSeconds = 60
+    /// For the vendor's first byte and between bytes (a long non-streamed generation).
+    static let responseSeconds = 900
+
+    let gate: InferenceGate
+    let client: Int32
+    let host: String
+    let port: UInt16
+    /// Dials the upstream (the proxy's own checks of the resolved address), or says why not.
+    let dial: () -> Result<Int32, GateRefusal>
+    /// Called with the upstream socket while it is open (the proxy closes it when stopped).
+    let track: (Int32, Bool) -> Void
+
+    struct Outcome {
+        var allowed: Bool
+        var detail: String
+        var up = 0
+        var down = 0
+    }
+
+    func run() -> Outcome {
+        Self.setTimeout(client, seconds: Self.requestSeconds)
+        let name = InferenceGate.bare(host)
+        let tls: TLSConnection
+        switch gate.authority.accept(client, host: name) {
+        case .success(let c): tls = c
+        case .failure(let f): return Outcome(allowed: false, detail: "inference: no TLS from the sandbox (\(f.message))")
+        }
+        defer { tls.close() }
+        var reader = TLSReader(tls)
+        let request: HTTPRequest
+        switch HTTPRequest.read(&reader, headCap: Self.headCap, bodyCap: Self.bodyCap, continueTo: tls) {
+        case .success(let r): request = r
+        case .failure(let f):
+            refuse(tls, status: 400, f.why)
+            return Outcome(allowed: false, detail: "inference refused: \(f.why)")
+        }
+        let line = "\(request.method) \(request.target.prefix(120))"
+        if let why = request.hostMismatch(host: host, port: port) {
+            refuse(tls, status: 403, why)
+            return Outcome(allowed: false, detail: "inference refused: \(line): \(why)")
+        }
+        let body: [UInt8], notes: [String]
+        switch InferenceRules.judge(method: request.method, target: request.target, body: request.body) {
+        case .refuse(let why):
+            refuse(tls, status: 403, why)
+            return Outcome(allowed: false, detail: "inference refused: \(why)")
+        case .forward(let b, let n):
+            body = b
+            notes = n
+        }
+        let described = "inference \(line)" + (notes.isEmpty ? "" : " (\(notes.joined(separator: ", ")))")
+
+        let fd: Int32
+        switch dial() {
+        case .success(let s): fd = s
+        case .failure(let f):
+            refuse(tls, status: 502, "autoharness could not reach \(host): \(f.why)")
+            return Outcome(allowed: false, detail: "\(described): \(f.why)")
+        }
+        track(fd, true)
+        defer {
+            track(fd, false)
+            close(fd)
+        }
+        Self.setTimeout(fd, seconds: Self.responseSeconds)
+        let vendor: TLSConnection
+        switch gate.upstream.connect(fd, host: name) {
+        case .success(let c): vendor = c
+        case .failure(let f):
+            refuse(tls, status: 502, "autoharness could not reach \(host): \(f.message)")
+            return Outcome(allowed: false, detail: "\(described): upstream TLS: \(f.message)")
+        }
+        defer { vendor.close() }
+        let head = request.forwardedHead(host: host, port: port, bodyLength: body.count)
+        guard vendor.write(head), vendor.write(body) else {
+            refuse(tls, status: 502, "autoharness: the request could not be sent to \(host)")
+            return Outcome(allowed: true, detail: "\(described): sending failed", up: 0, down: 0)
+        }
+        let down = relayResponse(from: vendor, to: tls)
+        return Outcome(allowed: true, detail: described, up: head.count + body.count, down: down)
+    }
+
+    /// The vendor's response head with its connection headers replaced by `Connection:
+    /// close` (one request per tunnel), then every byte until the vendor closes.
+    private func relayResponse(from vendor: TLSConnection, to tls: TLSConnection) -> Int {
+        var reader = TLSReader(vendor)
+        guard let head = reader.readHead(cap: Self.headCap) else {
+            refuse(tls, status: 502, "autoharness: no response head from \(host)")
+            return 0
+        }
+        let lines = String(decoding: head, as: UTF8.self).split(separator: "\r\n", omittingEmptySubsequences: false).filter { l in
+            let name = l.split(separator: ":", maxSplits: 1).first.map { $0.lowercased() } ?? ""
+            return name != "connection" && name != "keep-alive"
+        }
+        let rewritten = Array((lines.joined(separator: "\r\n") + "\r\nConnection: close\r\n\r\n").utf8)
+        guard tls.write(rewritten) else { return 0 }
+        var total = rewritten.count
+        if !reader.buffered.isEmpty {
+            guard tls.write(reader.buffered) else { return total }
+            total += reader.buffered.count
+        }
+        var buf = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = vendor.read(into: &buf)
+            if n <= 0 { break }
+            guard tls.write(buf[..<n]) else { break }
+            total += n
+        }
+        return total
+    }
+
+    private func refuse(_ tls: TLSConnection, status: Int, _ why: String) {
+        let reason = status == 403 ? "Forbidden" : status == 400 ? "Bad Request" : "Bad Gateway"
+        let message = String(why.prefix(300)).unicodeScalars.map { u -> String in
+            u == "\"" || u == "\\" ? "\\\(u)" : u.value < 0x20 ? " " : String(u)
+        }.joined()
+        let body = "{\"error\":{\"type\":\"autoharness_inference_gate\",\"message\":\"\(message)\"}}"
+        let text = "HTTP/1.1 \(status) \(reason)\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)"
+        _ = tls.write(Array(text.utf8))
+    }
+
+    static func setTimeout(_ fd: Int32, seconds: Int) {
+        var tv = timeval(tv_sec: seconds, tv_usec: 0)
+        _ = setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        _ = setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+    }
+}
+
+/// Why the gate did not pass something on.
+struct GateRefusal: Error {
+    var why: String
+    init(_ why: String) { self.why = why }
+}
+
+/// Buffered reads over a TLS connection.
+struct TLSReader {
+    let tls: TLSConnection
+    var buffered: [UInt8] = []
+    private var chunk = [UInt8](repeating: 0, count: 16384)
+
+    init(_ tls: TLSConnection) { self.tls = tls }
+
+    /// More bytes into `buffered`; false at the end of the stream or on an error.
+    mutating func fill() -> Bool {
+        let n = tls.read(into: &chunk)
+        guard n > 0 else { return false }
+        buffered += chunk[..<n]
+        return true
+    }
+
+    /// Up to and without the blank line that ends a head; the rest stays buffered.
+    mutating func readHead(cap: Int) -> [UInt8]? {
+        var searched = 0
+        while true {
+            if buffered.count >= 4 {
+                var i = max(0, searched - 3)
+                while i + 4 <= buffered.count {
+                    if buffered[i] == 13, buffered[i + 1] == 10, buffered[i + 2] == 13, buffered[i + 3] == 10 {
+                        let head = Array(buffered[..<i])
+                        buffered.removeFirst(i + 4)
+                        return head
+                    }
+                    i += 1
+                }
+                searched = buffered.count
+            }
+            guard buffered.count <= cap, fill() else { return nil }
+        }
+    }
+
+    /// Exactly `n` bytes.
+    mutating func read(exactly n: Int) -> [UInt8]? {
+        while buffered.count < n { guard fill() else { return nil } }
+        let out = Array(buffered[..<n])
+        buffered.removeFirst(n)
+        return out
+    }
+
+    /// One CRLF-terminated line (without it), at most `cap` bytes.
+    mutating func readLine(cap: Int) -> [UInt8]? {
+        while true {
+            if let i = buffered.firstIndex(of: 10), i > 0, buffered[i - 1] == 13 {
+                let line = Array(buffered[..<(i - 1)])
+                buffered.removeFirst(i + 1)
+                return line
+            }
+            guard buffered.count <= cap, fill() else { return nil }
+        }
+    }
+}
+
+/// A request read whole from the sandbox: its head parsed, its body de-chunked.
+struct HTTPRequest {
+    var method: String
+    var target: String
+    /// (name as sent, value), in order.
+    var headers: [(String, String)]
+    var body: [UInt8]
+
+    /// Headers the gate sets itself or that describe the hop, not the request.
+    static let hopHeaders: Set<String> = ["connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer",
+                                          "transfer-encoding", "upgrade", "content-length", "expect", "host"]
+
+    static func read(_ r: inout TLSReader, headCap: Int, bodyCap: Int, continueTo tls: TLSConnection) -> Result<HTTPRequest, GateRefusal> {
+        guard let head = r.readHead(cap: headCap) else { return .failure(GateRefusal("no complete request head (closed, over \(headCap / 1024) KiB, or too slow)")) }
+        // CR and LF only as the CRLF between lines, no other control byte: a bare LF inside a
+        // value would end a line for the vendor's parser and smuggle in a header of its own.
+        for (i, b) in head.enumerated() where b < 0x20 && b != 9 || b == 0x7F {
+            let crlf = (b == 13 && i + 1 < head.count && head[i + 1] == 10) || (b == 10 && i > 0 && head[i - 1] == 13)
+            if !crlf { return .failure(GateRefusal("a control byte (0x\(String(b, radix: 16))) in the request head")) }
+        }
+        guard let text = String(validating: head, as: UTF8.self) else { return .failure(GateRefusal("the request head is not UTF-8")) }
+        let lines = text.split(separator: "\r\n", omittingEmptySubsequences: false)
+        let parts = lines[0].split(separator: " ", omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[2] == "HTTP/1.1" || parts[2] == "HTTP/1.0", parts[1].hasPrefix("/") else {
+            return .failure(GateRefusal("not an HTTP/1.1 request line: \(lines[0].prefix(80))"))
+        }
+        var headers: [(String, String)] = []
+        for l in lines.dropFirst() {
+            guard let colon = l.firstIndex(of: ":") else { return .failure(GateRefusal("a header line without ':'")) }
+            let name = String(l[..<colon])
+            guard !name.isEmpty, name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "-_".contains($0)) }) else {
+                return .failure(GateRefusal("a malformed header name"))
+            }
+            headers.append((name, String(l[l.index(after: colon)...]).trimmingSpaces()))
+        }
+        var req = HTTPRequest(method: String(parts[0]), target: String(parts[1]), headers: headers, body: [])
+        if req.values("upgrade").count > 0 { return .failure(GateRefusal("protocol upgrades are not inference calls")) }
+        if let enc = req.values("content-encoding").first, enc.lowercased() != "identity" {
+            return .failure(GateRefusal("a request body with Content-Encoding \(enc.prefix(30)) cannot be judged"))
+        }
+        let chunked = req.values("transfer-encoding").contains { $0.lowercased().contains("chunked") }
+        let lengths = req.values("content-length")
+        if chunked && !lengths.isEmpty { return .failure(GateRefusal("both Transfer-Encoding and Content-Length")) }
+        if req.values("transfer-encoding").contains(where: { $0.lowercased() != "chunked" }) {
+            return .failure(GateRefusal("a transfer coding other than chunked"))
+        }
+        if req.values("expect").contains(where: { $0.lowercased() == "100-continue" }) {
+            guard tls.write(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8)) else { return .failure(GateRefusal("the client went away")) }
+        }
+        if chunked {
+            var body: [UInt8] = []
+            while true {
+                guard let sizeLine = r.readLine(cap: 1024) else { return .failure(GateRefusal("a truncated chunked body")) }
+                let hex = String(decoding: sizeLine, as: UTF8.self).split(separator: ";").first.map { $0.trimmingSpaces() } ?? ""
+                guard !hex.isEmpty, hex.count <= 8, let size = Int(hex, radix: 16) else { return .failure(GateRefusal("a malformed chunk size")) }
+                if size == 0 {
+                    // Trailers, then the blank line.
+                    while true {
+                        guard let t = r.readLine(cap: 8192) else { return .failure(GateRefusal("a truncated chunked body")) }
+                        if t.isEmpty { break }
+                    }
+                    break
+                }
+                guard body.count + size <= bodyCap else { return .failure(GateRefusal("a request body over \(bodyCap >> 20) MiB")) }
+                guard let data = r.read(exactly: size), let end = r.read(exactly: 2), end == [13, 10] else {
+                    return .failure(GateRefusal("a truncated chunked body"))
+                }
+                body += data
+            }
+            req.body = body
+        } else if let first = lengths.first {
+            guard lengths.allSatisfy({ $0 == first }), first.allSatisfy({ $0.isASCII && $0.isNumber }), first.count <= 12, let n = Int(first) else {
+                return .failure(GateRefusal("a malformed Content-Length"))
+            }
+            guard n <= bodyCap else { return .failure(GateRefusal("a request body over \(bodyCap >> 20) MiB")) }
+            guard let data = r.read(exactly: n) else { return .failure(GateRefusal("a body shorter than its Content-Length")) }
+            req.body = data
+        }
+        return .success(req)
+    }
+
+    func values(_ name: String) -> [String] {
+        headers.filter { $0.0.lowercased() == name }.map(\.1)
+    }
+
+    /// A `Host` naming another site than the tunnel's: on a shared front (a CDN) it would
+    /// route the request to that site.
+    func hostMismatch(host: String, port: UInt16) -> String? {
+        let hosts = values("host")
+        guard hosts.count <= 1 else { return "more than one Host header" }
+        guard let h = hosts.first?.lowercased() else { return nil }
+        let expected = port == 443 ? [host, "\(host):443"] : ["\(host):\(port)"]
+        return expected.contains(h) ? nil : "Host \(h.prefix(80)) is not the tunnel's host \(host)"
+    }
+
+    /// The head sent upstream: the request line, the sandbox's end-to-end headers, then
+    /// Host, Content-Length of the judged body, and Connection: close.
+    func forwardedHead(host: String, port: UInt16, bodyLength: Int) -> [UInt8] {
+        var text = "\(method) \(target) HTTP/1.1\r\n"
+        for (name, value) in headers where !Self.hopHeaders.contains(name.lowercased()) {
+            text += "\(name): \(value)\r\n"
+        }
+        text += "Host: \(port == 443 ? host : "\(host):\(port)")\r\nContent-Length: \(bodyLength)\r\nConnection: close\r\n\r\n"
+        return Array(text.utf8)
+    }
+}
+
+extension StringProtocol {
+    func trimmingSpaces() -> String {
+        var s = self[...]
+        while s.first == " " || s.first == "\t" { s = s.dropFirst() }
+        while s.last == " " || s.last == "\t" { s = s.dropLast() }
+        return String(s)
+    }
+}

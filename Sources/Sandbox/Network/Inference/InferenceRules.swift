@@ -1,0 +1,153 @@
+/// What the inference gate lets through to a model vendor: stateless inference calls only.
+///
+/// The vendors keep state per account: stored completions and responses, files, batches,
+/// vector stores, assistants, conversations, containers. Train and held-out runs share the
+/// runner's key, so a held-out agent.py that could leave an object there would have a later
+/// train agent.py list it and print it into the trace the coding agent reads. Here every
+/// request is judged before the vendor sees a byte of it:
+/// - the endpoint must be one of `endpoints` (POST, an exact path, no percent-encoding);
+/// - the body must be one strict JSON object (`StrictJSON`), which is what is forwarded;
+/// - `store` is forced to false where the vendor would keep the exchange (OpenAI Responses
+///   stores by default; Chat Completions when asked);
+/// - fields that read or write state kept by the vendor are refused (`conversation`,
+///   `previous_response_id`, `background`, Anthropic's `container` and `mcp_servers`);
+/// - tools must be run by the client: a server-side tool would have the vendor fetch a URL,
+///   search, run code in a container or call an MCP server, each of which is state or a
+///   route past the proxy's allowlist (a held-out run fetching `https://x.example/?bits`).
+///
+/// What it does not cover: the vendor's prompt cache (shared within an organisation; a
+/// later request's `cached_tokens` shows whether a prefix was sent before). Only a key of
+/// another organisation for held-out runs (`gate.held_out_env`) separates that.
+enum InferenceRules {
+    enum Endpoint: Equatable {
+        case anthropicMessages, anthropicCountTokens
+        case openAIResponses, openAIChat, openAICompletions, openAIEmbeddings, openAIModerations
+    }
+
+    /// OpenAI's and Anthropic's stateless calls (and everything that speaks their formats:
+    /// LiteLLM, vLLM, OpenRouter's OpenAI-compatible API).
+    static let endpoints: [String: Endpoint] = [
+        "/v1/messages": .anthropicMessages,
+        "/v1/messages/count_tokens": .anthropicCountTokens,
+        "/v1/responses": .openAIResponses,
+        "/v1/chat/completions": .openAIChat,
+        "/v1/completions": .openAICompletions,
+        "/v1/embeddings": .openAIEmbeddings,
+        "/v1/moderations": .openAIModerations,
+    ]
+
+    /// Tool types that the client runs (the model only names a call): OpenAI's function and
+    /// custom tools and its client-executed shell, patch and computer tools; Anthropic's
+    /// custom tools (no `type`, or `custom`) and its client tools by prefix (`bash_20250124`).
+    static let openAIClientTools: Set<String> = ["function", "custom", "local_shell", "shell", "apply_patch", "computer_use_preview", "computer_use"]
+    static let anthropicClientToolPrefixes = ["bash_", "text_editor_", "computer_", "memory_"]
+
+    enum Verdict: Equatable {
+        /// Forward with this body; `notes` says what the gate changed (for the audit line).
+        case forward(body: [UInt8], notes: [String])
+        case refuse(String)
+    }
+
+    /// `target` is the request target of the request line (path and query).
+    static func judge(method: String, target: String, body: [UInt8]) -> Verdict {
+        let path: Substring, query: Substring?
+        if let q = target.firstIndex(of: "?") {
+            path = target[..<q]
+            query = target[target.index(after: q)...]
+        } else {
+            path = target[...]
+            query = nil
+        }
+        guard let endpoint = endpoints[String(path)] else {
+            return .refuse("\(method) \(path.prefix(120)) is not a stateless inference call")
+        }
+        guard method == "POST" else { return .refuse("\(method) \(path): only POST reaches an inference endpoint") }
+        if let query {
+            // Claude Code's `?beta=true`; nothing a vendor keeps.
+            guard query.count <= 200, query.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "_-.=&".contains($0)) }) else {
+                return .refuse("\(path): a query string other than plain name=value pairs")
+            }
+        }
+        let json: StrictJSON
+        do {
+            json = try StrictJSON.parse(body)
+        } catch {
+            return .refuse("\(path): the body is not strict JSON (\(error.reason) at byte \(error.offset))")
+        }
+        guard case .object = json else { return .refuse("\(path): the body is not a JSON object") }
+        return judgeBody(endpoint, path: String(path), json)
+    }
+
+    private static func judgeBody(_ endpoint: Endpoint, path: String, _ json: StrictJSON) -> Verdict {
+        var body = json
+        var notes: [String] = []
+        func refusedFields(_ names: [String]) -> String? {
+            names.first { json[$0] != nil && json[$0] != .null }
+        }
+        switch endpoint {
+        case .openAIResponses:
+            if let f = refusedFields(["conversation", "previous_response_id"]) {
+                return .refuse("\(path): `\(f)` refers to state the vendor keeps")
+            }
+            if let b = json["background"], b != .bool(false), b != .null {
+                return .refuse("\(path): `background` runs are stored by the vendor")
+            }
+            if json["store"] != .bool(false) {
+                body = body.setting("store", to: .bool(false))
+                notes.append("store forced false")
+            }
+            if let why = openAITools(json["tools"], path: path) { return .refuse(why) }
+        case .openAIChat:
+            if let s = json["store"], s != .bool(false), s != .null {
+                body = body.setting("store", to: .bool(false))
+                notes.append("store forced false")
+            }
+            if let f = refusedFields(["web_search_options"]) {
+                return .refuse("\(path): `\(f)`: the vendor would fetch from the web")
+            }
+            if let why = openAITools(json["tools"], path: path) { return .refuse(why) }
+        case .anthropicMessages, .anthropicCountTokens:
+            if let f = refusedFields(["container", "mcp_servers"]) {
+                return .refuse("\(path): `\(f)` reaches state or servers beyond the model")
+            }
+            if let why = anthropicTools(json["tools"], path: path) { return .refuse(why) }
+        case .openAICompletions, .openAIEmbeddings, .openAIModerations:
+            break
+        }
+        return .forward(body: body.serialized(), notes: notes)
+    }
+
+    /// `tools` as a list (absent or null: none), or nil when it is something else.
+    private static func toolList(_ tools: StrictJSON?) -> [StrictJSON]? {
+        switch tools {
+        case nil, .null?: return []
+        case .array(let items)?: return items
+        default: return nil
+        }
+    }
+
+    static func openAITools(_ tools: StrictJSON?, path: String) -> String? {
+        guard let items = toolList(tools) else { return "\(path): `tools` is not a list" }
+        for tool in items {
+            guard case .string(let type)? = tool["type"] else { return "\(path): a tool without a `type`" }
+            if !openAIClientTools.contains(type) {
+                return "\(path): tool type `\(type.prefix(60))` runs at the vendor (only tools the client runs pass)"
+            }
+        }
+        return nil
+    }
+
+    static func anthropicTools(_ tools: StrictJSON?, path: String) -> String? {
+        guard let items = toolList(tools) else { return "\(path): `tools` is not a list" }
+        for tool in items {
+            guard case .object = tool else { return "\(path): a tool that is not an object" }
+            switch tool["type"] {
+            case nil, .null?, .string("custom")?: continue
+            case .string(let type)? where anthropicClientToolPrefixes.contains(where: { type.hasPrefix($0) }): continue
+            case .string(let type)?: return "\(path): tool type `\(type.prefix(60))` runs at the vendor (only tools the client runs pass)"
+            default: return "\(path): a tool whose `type` is not a string"
+            }
+        }
+        return nil
+    }
+}

@@ -1,0 +1,305 @@
+import Foundation
+@testable import Sandbox
+import Testing
+import TestSupport
+
+@Suite("Inference gate: strict JSON")
+struct StrictJSONTests {
+    func parse(_ text: String) -> Result<StrictJSON, StrictJSON.Malformed> {
+        Result { () throws(StrictJSON.Malformed) in try StrictJSON.parse(Array(text.utf8)) }
+    }
+
+    func reason(_ text: String) -> String? {
+        if case .failure(let m) = parse(text) { return m.reason }
+        return nil
+    }
+
+    @Test("a duplicate key is refused at any depth, however it is spelled")
+    func duplicates() {
+        #expect(reason(#"{"store": false, "model": "x", "store": true}"#)?.hasPrefix("duplicate key") == true)
+        // The same key through an escape: two parsers that disagree on escapes would disagree
+        // on the value.
+        #expect(reason(#"{"store": false, "st\u006fre": true}"#)?.hasPrefix("duplicate key") == true)
+        #expect(reason(#"{"tools": [{"type": "function", "type": "web_search"}]}"#)?.hasPrefix("duplicate key") == true)
+    }
+
+    @Test("what RFC 8259 does not allow is refused", arguments: [
+        (#"{"a": 1} x"#, "bytes after the JSON value"),
+        (#"{"a": "\ud800"}"#, "lone high surrogate"),
+        (#"{"a": "\udc00"}"#, "lone low surrogate"),
+        (#"{"a": 01}"#, "expected ',' or '}'"),
+        (#"{"a": NaN}"#, "not a JSON value"),
+        (#"{"a": 1.}"#, "digits expected after '.'"),
+        (#"{"a": "x\#u{01}"}"#, "control character in a string"),
+        (#"{"a": 'x'}"#, "not a JSON value"),
+        ("{\"a\": 1,}", "expected a key"),
+        (#"{"a": "\x"}"#, "unknown escape"),
+    ])
+    func malformed(text: String, why: String) {
+        #expect(reason(text) == why, "\(text)")
+    }
+
+    @Test("invalid UTF-8 and nesting past the limit are refused")
+    func bytesAndDepth() {
+        var bytes = Array(#"{"a": "x"#.utf8)
+        bytes += [0xC3, 0x28]
+        bytes += Array(#""}"#.utf8)
+        #expect(throws: StrictJSON.Malformed.self) { try StrictJSON.parse(bytes) }
+        let deep = String(repeating: "[", count: 200) + String(repeating: "]", count: 200)
+        #expect(reason(deep)?.hasPrefix("nested deeper") == true)
+        let fine = String(repeating: "[", count: 100) + String(repeating: "]", count: 100)
+        #expect(reason(fine) == nil)
+    }
+
+    @Test("serializing keeps order, number text and meaning; escapes are decoded once")
+    func roundTrip() throws {
+        let text = #"{"z": 1.50e3, "a": [true, null, -0, "\u00e9\n\"\\\/"], "k": {"\ud83d\ude00": 12345678901234567890}}"#
+        let v = try StrictJSON.parse(Array(text.utf8))
+        let out = String(decoding: v.serialized(), as: UTF8.self)
+        #expect(out == #"{"z":1.50e3,"a":[true,null,-0,"é\u000a\"\\/"],"k":{"😀":12345678901234567890}}"#)
+        // What Foundation reads from ours is what it reads from the original.
+        let a = try JSONSerialization.jsonObject(with: Data(text.utf8)) as? NSDictionary
+        let b = try JSONSerialization.jsonObject(with: Data(out.utf8)) as? NSDictionary
+        #expect(a == b)
+    }
+}
+
+@Suite("Inference gate: which calls pass")
+struct InferenceRulesTests {
+    func judge(_ target: String, _ body: String, method: String = "POST") -> InferenceRules.Verdict {
+        InferenceRules.judge(method: method, target: target, body: Array(body.utf8))
+    }
+
+    func forwarded(_ v: InferenceRules.Verdict) -> (String, [String])? {
+        if case .forward(let b, let n) = v { return (String(decoding: b, as: UTF8.self), n) }
+        return nil
+    }
+
+    func refused(_ v: InferenceRules.Verdict) -> String? {
+        if case .refuse(let why) = v { return why }
+        return nil
+    }
+
+    @Test("only the stateless endpoints, by POST, at their exact paths", arguments: [
+        ("POST", "/v1/chat/completions", true), ("POST", "/v1/messages?beta=true", true), ("POST", "/v1/responses", true),
+        ("POST", "/v1/embeddings", true), ("POST", "/v1/messages/count_tokens", true), ("POST", "/v1/completions", true),
+        ("GET", "/v1/chat/completions", false), ("GET", "/v1/responses/resp_1", false), ("POST", "/v1/files", false),
+        ("GET", "/v1/files", false), ("POST", "/v1/batches", false), ("POST", "/v1/messages/batches", false),
+        ("POST", "/v1/vector_stores", false), ("POST", "/v1/assistants", false), ("POST", "/v1/threads/runs", false),
+        ("POST", "/v1/conversations", false), ("POST", "/v1/chat/completions/chatcmpl-1", false),
+        ("DELETE", "/v1/responses/resp_1", false), ("POST", "/v1/chat/%63ompletions", false),
+        ("POST", "/v1/messages/../files", false), ("POST", "//v1/messages", false), ("POST", "/v1/messages?x=%41", false),
+        ("PUT", "/v1/messages", false),
+    ])
+    func endpoints(method: String, target: String, passes: Bool) {
+        let v = judge(target, #"{"model": "m", "messages": []}"#, method: method)
+        #expect((forwarded(v) != nil) == passes, "\(method) \(target): \(v)")
+    }
+
+    @Test("Responses: `store` is forced false whatever was sent; stored state is neither read nor written")
+    func responses() throws {
+        for body in [#"{"model": "m", "input": "hi"}"#, #"{"model": "m", "input": "hi", "store": true}"#, #"{"store": "yes", "model": "m"}"#] {
+            let (out, notes) = try #require(forwarded(judge("/v1/responses", body)))
+            let obj = try #require(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any])
+            #expect(obj["store"] as? Bool == false, "\(out)")
+            #expect(notes == ["store forced false"])
+        }
+        let (_, none) = try #require(forwarded(judge("/v1/responses", #"{"model": "m", "store": false}"#)))
+        #expect(none.isEmpty)
+        #expect(refused(judge("/v1/responses", #"{"model": "m", "previous_response_id": "resp_1"}"#))?.contains("previous_response_id") == true)
+        #expect(refused(judge("/v1/responses", #"{"model": "m", "conversation": "conv_1"}"#))?.contains("conversation") == true)
+        #expect(refused(judge("/v1/responses", #"{"model": "m", "background": true}"#))?.contains("background") == true)
+        #expect(forwarded(judge("/v1/responses", #"{"model": "m", "background": false, "previous_response_id": null}"#)) != nil)
+    }
+
+    @Test("Chat Completions: `store: true` becomes false; absent stays absent")
+    func chat() throws {
+        let (out, notes) = try #require(forwarded(judge("/v1/chat/completions", #"{"model": "m", "store": true, "metadata": {"k": "v"}}"#)))
+        #expect(out == #"{"model":"m","store":false,"metadata":{"k":"v"}}"#)
+        #expect(notes == ["store forced false"])
+        let (plain, n2) = try #require(forwarded(judge("/v1/chat/completions", #"{"model": "m", "messages": []}"#)))
+        #expect(plain == #"{"model":"m","messages":[]}"#)
+        #expect(n2.isEmpty)
+        #expect(refused(judge("/v1/chat/completions", #"{"model": "m", "web_search_options": {}}"#)) != nil)
+    }
+
+    @Test("tools the vendor would run are refused; tools the client runs pass", arguments: [
+        ("/v1/responses", #"[{"type": "function", "name": "f", "parameters": {}}]"#, true),
+        ("/v1/responses", #"[{"type": "custom", "name": "apply"}, {"type": "local_shell"}, {"type": "apply_patch"}]"#, true),
+        ("/v1/responses", #"[{"type": "web_search"}]"#, false),
+        ("/v1/responses", #"[{"type": "file_search", "vector_store_ids": ["vs_1"]}]"#, false),
+        ("/v1/responses", #"[{"type": "code_interpreter", "container": {"type": "auto"}}]"#, false),
+        ("/v1/responses", #"[{"type": "mcp", "server_url": "https://x.example", "server_label": "x"}]"#, false),
+        ("/v1/responses", #"[{"name": "untyped"}]"#, false),
+        ("/v1/chat/completions", #"[{"type": "function", "function": {"name": "f"}}]"#, true),
+        ("/v1/chat/completions", #"{"type": "function"}"#, false),
+        ("/v1/messages", #"[{"name": "get_weather", "input_schema": {}}, {"type": "custom", "name": "c", "input_schema": {}}]"#, true),
+        ("/v1/messages", #"[{"type": "bash_20250124", "name": "bash"}, {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"}]"#, true),
+        ("/v1/messages", #"[{"type": "web_fetch_20250910", "name": "web_fetch"}]"#, false),
+        ("/v1/messages", #"[{"type": "web_search_20250305", "name": "web_search"}]"#, false),
+        ("/v1/messages", #"[{"type": "code_execution_20250825", "name": "code_execution"}]"#, false),
+        ("/v1/messages", #"[{"type": 7, "name": "x"}]"#, false),
+        ("/v1/messages/count_tokens", #"[{"type": "web_fetch_20250910", "name": "web_fetch"}]"#, false),
+    ])
+    func tools(path: String, tools: String, passes: Bool) {
+        let v = judge(path, #"{"model": "m", "tools": \#(tools)}"#)
+        #expect((forwarded(v) != nil) == passes, "\(path) \(tools): \(v)")
+    }
+
+    @Test("Anthropic: containers and MCP servers are refused")
+    func anthropicState() {
+        #expect(refused(judge("/v1/messages", #"{"model": "m", "container": "container_1"}"#))?.contains("container") == true)
+        #expect(refused(judge("/v1/messages", #"{"model": "m", "mcp_servers": [{"type": "url", "url": "https://x.example"}]}"#)) != nil)
+    }
+
+    @Test("a body that is not one strict JSON object is refused")
+    func bodies() {
+        #expect(refused(judge("/v1/chat/completions", "[1]"))?.contains("not a JSON object") == true)
+        #expect(refused(judge("/v1/chat/completions", #"{"store": false, "store": true}"#))?.contains("duplicate key") == true)
+        #expect(refused(judge("/v1/chat/completions", ""))?.contains("not strict JSON") == true)
+    }
+}
+
+@Suite("Inference gate: its certificate authority")
+struct InferenceAuthorityTests {
+    /// A TLS server side from `authority` for `minted` on one end of a socket pair, our
+    /// verifying client (trusting only the authority) for `asked` on the other.
+    func handshake(authority: TLSAuthority, minted: String, asked: String) throws -> Result<Void, TLSFailure> {
+        var fds: [Int32] = [0, 0]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
+        defer { close(fds[0]); close(fds[1]) }
+        let dir = try TempDir()
+        let ca = try dir.file("ca.pem", String(decoding: authority.certificatePEM, as: UTF8.self))
+        let trust = try TLSUpstreamTrust(extraCAFile: ca)
+        let server = Thread { [fds] in
+            if case .success(let c) = authority.accept(fds[0], host: minted) { c.close() }
+            shutdown(fds[0], Int32(SHUT_RDWR))
+        }
+        server.start()
+        switch trust.connect(fds[1], host: asked) {
+        case .success(let c):
+            c.close()
+            return .success(())
+        case .failure(let f):
+            return .failure(f)
+        }
+    }
+
+    @Test("its leaves verify for its hosts; a leaf it signed for any other name fails on its name constraints")
+    func nameConstraints() throws {
+        let authority = try TLSAuthority(hosts: ["api.test", "127.0.0.2"])
+        #expect(throws: Never.self) { try handshake(authority: authority, minted: "api.test", asked: "api.test").get() }
+        #expect(throws: Never.self) { try handshake(authority: authority, minted: "127.0.0.2", asked: "127.0.0.2").get() }
+        // The gate mints only for its targets; were it made to mint for another host, every
+        // client that checks constraints (OpenSSL, Python, Node, Go, rustls) refuses it.
+        guard case .failure(let f) = try handshake(authority: authority, minted: "evil.test", asked: "evil.test") else {
+            Issue.record("a leaf for evil.test verified")
+            return
+        }
+        #expect(f.message.contains("permitted subtree violation"), "\(f.message)")
+        guard case .failure(let g) = try handshake(authority: authority, minted: "api.test", asked: "other.test") else {
+            Issue.record("api.test's leaf verified for other.test")
+            return
+        }
+        #expect(g.message.contains("not accepted"), "\(g.message)")
+    }
+
+    @Test("two gates have two authorities: one's leaves do not verify under the other")
+    func perGate() throws {
+        let a = try TLSAuthority(hosts: ["api.test"]), b = try TLSAuthority(hosts: ["api.test"])
+        #expect(a.certificatePEM != b.certificatePEM)
+        var fds: [Int32] = [0, 0]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
+        defer { close(fds[0]); close(fds[1]) }
+        let dir = try TempDir()
+        let trust = try TLSUpstreamTrust(extraCAFile: try dir.file("b.pem", String(decoding: b.certificatePEM, as: UTF8.self)))
+        let server = Thread { [fds] in
+            if case .success(let c) = a.accept(fds[0], host: "api.test") { c.close() }
+            shutdown(fds[0], Int32(SHUT_RDWR))
+        }
+        server.start()
+        guard case .failure(let f) = trust.connect(fds[1], host: "api.test") else {
+            Issue.record("a's leaf verified under b")
+            return
+        }
+        #expect(f.message.contains("not accepted"), "\(f.message)")
+    }
+}
+
+@Suite("Inference gate: requests on the wire")
+struct InferenceExchangeTests {
+    final class Box: @unchecked Sendable {
+        var outcome: InferenceExchange.Outcome?
+        var dialled = false
+        let done = DispatchSemaphore(value: 0)
+    }
+
+    /// `raw` sent over TLS (trusting the gate's CA) to a gate for api.test:443 on a socket
+    /// pair. No vendor behind it: a request that passes is dialled, and the dial fails.
+    func exchange(_ raw: String) throws -> (outcome: InferenceExchange.Outcome, reply: String, dialled: Bool) {
+        let gate = try InferenceGate(targets: ["api.test:443"])
+        var fds: [Int32] = [0, 0]
+        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
+        defer { close(fds[0]); close(fds[1]) }
+        let dir = try TempDir()
+        let trust = try TLSUpstreamTrust(extraCAFile: try dir.file("ca.pem", String(decoding: gate.certificatePEM, as: UTF8.self)))
+        let box = Box()
+        let server = Thread { [fds] in
+            let x = InferenceExchange(gate: gate, client: fds[0], host: "api.test", port: 443,
+                                      dial: { box.dialled = true; return .failure(GateRefusal("no vendor in this test")) },
+                                      track: { _, _ in })
+            box.outcome = x.run()
+            shutdown(fds[0], Int32(SHUT_RDWR))
+            box.done.signal()
+        }
+        server.start()
+        let c = try trust.connect(fds[1], host: "api.test").get()
+        #expect(c.write(Array(raw.utf8)))
+        // Nothing more comes: a request cut short ends now, not at the gate's read timeout.
+        shutdown(fds[1], Int32(SHUT_WR))
+        var reply: [UInt8] = [], buf = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = c.read(into: &buf)
+            if n <= 0 { break }
+            reply += buf[..<n]
+        }
+        c.close()
+        box.done.wait()
+        return (try #require(box.outcome), String(decoding: reply, as: UTF8.self), box.dialled)
+    }
+
+    static let body = #"{"model": "m", "messages": [], "store": true}"#
+
+    @Test("a whole request, by Content-Length or chunked, is judged and only then sent on")
+    func passes() throws {
+        let plain = try exchange("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nContent-Length: \(Self.body.utf8.count)\r\n\r\n\(Self.body)")
+        #expect(plain.dialled && plain.outcome.detail.contains("inference POST /v1/chat/completions (store forced false)"), "\(plain.outcome.detail)")
+        #expect(plain.reply.hasPrefix("HTTP/1.1 502"), "\(plain.reply)")
+        let half = Self.body.utf8.count / 2
+        let a = String(Self.body.prefix(half)), b = String(Self.body.dropFirst(half))
+        let chunked = try exchange("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                   + "\(String(a.utf8.count, radix: 16))\r\n\(a)\r\n\(String(b.utf8.count, radix: 16))\r\n\(b)\r\n0\r\n\r\n")
+        #expect(chunked.dialled && chunked.outcome.detail.contains("store forced false"), "\(chunked.outcome.detail)")
+    }
+
+    @Test("refused on the wire before any vendor is dialled", arguments: [
+        ("GET /v1/files HTTP/1.1\r\nHost: api.test\r\n\r\n", "403", "not a stateless inference call"),
+        ("POST /v1/chat/completions HTTP/1.1\r\nHost: evil.test\r\nContent-Length: 2\r\n\r\n{}", "403", "is not the tunnel's host"),
+        ("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nHost: evil.test\r\nContent-Length: 2\r\n\r\n{}", "403", "more than one Host"),
+        ("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nX-A: 1\nHost: evil.test\r\nContent-Length: 2\r\n\r\n{}", "400", "control byte (0xa)"),
+        ("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}", "400", "both Transfer-Encoding and Content-Length"),
+        ("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}", "400", "malformed Content-Length"),
+        ("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nContent-Encoding: gzip\r\nContent-Length: 2\r\n\r\n{}", "400", "cannot be judged"),
+        ("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nUpgrade: h2c\r\n\r\n", "400", "protocol upgrades"),
+        ("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nContent-Length: 99\r\n\r\n{}", "400", "shorter than its Content-Length"),
+        ("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nContent-Length: 39\r\n\r\n{\"store\": false, \"store\": true, \"a\": 1}", "403", "duplicate key"),
+    ])
+    func refused(raw: String, status: String, why: String) throws {
+        let r = try exchange(raw)
+        #expect(!r.dialled, "the vendor was dialled for \(raw)")
+        #expect(!r.outcome.allowed)
+        #expect(r.outcome.detail.contains(why), "\(r.outcome.detail)")
+        #expect(r.reply.hasPrefix("HTTP/1.1 \(status)"), "\(r.reply)")
+        #expect(r.reply.contains("autoharness_inference_gate"), "\(r.reply)")
+    }
+}
