@@ -303,3 +303,21 @@ struct InferenceExchangeTests {
         #expect(r.reply.contains("autoharness_inference_gate"), "\(r.reply)")
     }
 }
+
+@Suite("Inference gate: memory held for request bodies")
+struct ByteBudgetTests {
+    @Test("holds share one limit; what one exchange held is given back at its end")
+    func sharedLimit() {
+        let budget = ByteBudget(limit: 100)
+        let a = ByteBudget.Hold(budget), b = ByteBudget.Hold(budget)
+        #expect(a.take(60))
+        #expect(!b.take(41))
+        #expect(b.take(40))
+        #expect(!a.take(1))
+        a.release()
+        #expect(b.take(60))
+        #expect(!b.take(1))
+        b.release()
+        #expect(ByteBudget.Hold(budget).take(100))
+    }
+}

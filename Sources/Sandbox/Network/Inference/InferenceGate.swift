@@ -16,6 +16,10 @@ public final class InferenceGate: @unchecked Sendable {
     public let targets: Set<String>
     let authority: TLSAuthority
     let upstream: TLSUpstreamTrust
+    /// Request bodies held at once across the gate's connections (each is also parsed and
+    /// re-serialized): a sandbox opening its 64 connections with 32 MiB each is refused
+    /// past this, not given 2 GiB of the supervisor's memory.
+    let bodies = ByteBudget(limit: 96 << 20)
 
     /// The variables that tell common TLS clients which CAs to trust: OpenSSL and Python's
     /// ssl, httpx and requests, curl, Node (which adds to its own store).
@@ -100,8 +104,10 @@ struct InferenceExchange {
         }
         defer { tls.close() }
         var reader = TLSReader(tls)
+        let held = ByteBudget.Hold(gate.bodies)
+        defer { held.release() }
         let request: HTTPRequest
-        switch HTTPRequest.read(&reader, headCap: Self.headCap, bodyCap: Self.bodyCap, continueTo: tls) {
+        switch HTTPRequest.read(&reader, headCap: Self.headCap, bodyCap: Self.bodyCap, hold: held, continueTo: tls) {
         case .success(let r): request = r
         case .failure(let f):
             refuse(tls, status: 400, f.why)
@@ -199,65 +205,109 @@ struct InferenceExchange {
     }
 }
 
+/// Bytes held at once by all the holders of one budget.
+final class ByteBudget: @unchecked Sendable {
+    let limit: Int
+    private let lock = Mutex()
+    private var used = 0
+
+    init(limit: Int) { self.limit = limit }
+
+    /// What one exchange holds, given back at its end.
+    final class Hold {
+        let budget: ByteBudget
+        private var bytes = 0
+        init(_ budget: ByteBudget) { self.budget = budget }
+
+        func take(_ n: Int) -> Bool {
+            let ok = budget.lock.withLock {
+                guard budget.used + n <= budget.limit else { return false }
+                budget.used += n
+                return true
+            }
+            if ok { bytes += n }
+            return ok
+        }
+
+        func release() {
+            budget.lock.withLock { budget.used -= bytes }
+            bytes = 0
+        }
+    }
+}
+
 /// Why the gate did not pass something on.
 struct GateRefusal: Error {
     var why: String
     init(_ why: String) { self.why = why }
 }
 
-/// Buffered reads over a TLS connection.
+/// Buffered reads over a TLS connection. Consumed bytes are skipped by a cursor and dropped
+/// in bulk, and no byte is scanned twice: a body of millions of one-byte chunks costs time in
+/// proportion to its size, not to its size times the buffer's.
 struct TLSReader {
     let tls: TLSConnection
-    var buffered: [UInt8] = []
+    private var storage: [UInt8] = []
+    private var start = 0
     private var chunk = [UInt8](repeating: 0, count: 16384)
 
     init(_ tls: TLSConnection) { self.tls = tls }
 
-    /// More bytes into `buffered`; false at the end of the stream or on an error.
+    /// What has been read and not yet taken.
+    var buffered: ArraySlice<UInt8> { storage[start...] }
+    private var count: Int { storage.count - start }
+
+    /// More bytes into the buffer; false at the end of the stream or on an error.
     mutating func fill() -> Bool {
+        if start > 65536 && start * 2 > storage.count {
+            storage.removeFirst(start)
+            start = 0
+        }
         let n = tls.read(into: &chunk)
         guard n > 0 else { return false }
-        buffered += chunk[..<n]
+        storage += chunk[..<n]
         return true
+    }
+
+    /// The next `n` buffered bytes, taken.
+    private mutating func take(_ n: Int, skipping extra: Int = 0) -> [UInt8] {
+        let out = Array(storage[start..<(start + n)])
+        start += n + extra
+        return out
     }
 
     /// Up to and without the blank line that ends a head; the rest stays buffered.
     mutating func readHead(cap: Int) -> [UInt8]? {
-        var searched = 0
+        var scanned = 0
         while true {
-            if buffered.count >= 4 {
-                var i = max(0, searched - 3)
-                while i + 4 <= buffered.count {
-                    if buffered[i] == 13, buffered[i + 1] == 10, buffered[i + 2] == 13, buffered[i + 3] == 10 {
-                        let head = Array(buffered[..<i])
-                        buffered.removeFirst(i + 4)
-                        return head
-                    }
-                    i += 1
+            while scanned + 4 <= count {
+                let i = start + scanned
+                if storage[i] == 13, storage[i + 1] == 10, storage[i + 2] == 13, storage[i + 3] == 10 {
+                    return take(scanned, skipping: 4)
                 }
-                searched = buffered.count
+                scanned += 1
             }
-            guard buffered.count <= cap, fill() else { return nil }
+            guard count <= cap, fill() else { return nil }
         }
     }
 
     /// Exactly `n` bytes.
     mutating func read(exactly n: Int) -> [UInt8]? {
-        while buffered.count < n { guard fill() else { return nil } }
-        let out = Array(buffered[..<n])
-        buffered.removeFirst(n)
-        return out
+        while count < n { guard fill() else { return nil } }
+        return take(n)
     }
 
-    /// One CRLF-terminated line (without it), at most `cap` bytes.
+    /// One CRLF-terminated line (without it), at most `cap` bytes; a bare LF ends nothing and
+    /// the line runs into the cap.
     mutating func readLine(cap: Int) -> [UInt8]? {
+        var scanned = 0
         while true {
-            if let i = buffered.firstIndex(of: 10), i > 0, buffered[i - 1] == 13 {
-                let line = Array(buffered[..<(i - 1)])
-                buffered.removeFirst(i + 1)
-                return line
+            while scanned < count {
+                let i = start + scanned
+                if storage[i] == 10, scanned > 0, storage[i - 1] == 13 { return take(scanned - 1, skipping: 2) }
+                scanned += 1
             }
-            guard buffered.count <= cap, fill() else { return nil }
+            guard count <= cap, fill() else { return nil }
         }
     }
 }
@@ -274,7 +324,9 @@ struct HTTPRequest {
     static let hopHeaders: Set<String> = ["connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer",
                                           "transfer-encoding", "upgrade", "content-length", "expect", "host"]
 
-    static func read(_ r: inout TLSReader, headCap: Int, bodyCap: Int, continueTo tls: TLSConnection) -> Result<HTTPRequest, GateRefusal> {
+    static func read(_ r: inout TLSReader, headCap: Int, bodyCap: Int, hold: ByteBudget.Hold,
+                     continueTo tls: TLSConnection) -> Result<HTTPRequest, GateRefusal> {
+        let busy = GateRefusal("the gate already holds \(hold.budget.limit >> 20) MiB of request bodies (too many large requests at once)")
         guard let head = r.readHead(cap: headCap) else { return .failure(GateRefusal("no complete request head (closed, over \(headCap / 1024) KiB, or too slow)")) }
         // CR and LF only as the CRLF between lines, no other control byte: a bare LF inside a
         // value would end a line for the vendor's parser and smuggle in a header of its own.
@@ -326,6 +378,7 @@ struct HTTPRequest {
                     break
                 }
                 guard body.count + size <= bodyCap else { return .failure(GateRefusal("a request body over \(bodyCap >> 20) MiB")) }
+                guard hold.take(size) else { return .failure(busy) }
                 guard let data = r.read(exactly: size), let end = r.read(exactly: 2), end == [13, 10] else {
                     return .failure(GateRefusal("a truncated chunked body"))
                 }
@@ -337,6 +390,7 @@ struct HTTPRequest {
                 return .failure(GateRefusal("a malformed Content-Length"))
             }
             guard n <= bodyCap else { return .failure(GateRefusal("a request body over \(bodyCap >> 20) MiB")) }
+            guard hold.take(n) else { return .failure(busy) }
             guard let data = r.read(exactly: n) else { return .failure(GateRefusal("a body shorter than its Content-Length")) }
             req.body = data
         }
