@@ -182,6 +182,8 @@ extension ConfigInputTests {
         ("runner:\n  network:\n    allow: [a.test:443]\n    inference: [a.test:443]\n", "exp/experiment_config.yaml:5: runner.network: a.test:443 is in both allow and inference"),
         ("runner:\n  network:\n    allow: [api.openai.com:443]\n", "runner.network.allow: api.openai.com:443 is a model API: list it under runner.network.inference"),
         ("runner:\n  network:\n    allow: [API.Anthropic.com:443]\n", "runner.network.allow: API.Anthropic.com:443 is a model API"),
+        ("runner:\n  network:\n    allow: [\"eu.api.openai.com.:8443\"]\n", "runner.network.allow: eu.api.openai.com.:8443 is a model API"),
+        ("runner:\n  network:\n    allow: [a.test:0443]\n", "runner.network.allow: 'a.test:0443' is not host:port"),
         ("runner:\n  network:\n    upstream_ca: certs/ca.pem\n", "runner.network.upstream_ca: must be an absolute path"),
     ])
     func inferenceTargets(yaml: String, message: String) throws {

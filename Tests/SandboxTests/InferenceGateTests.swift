@@ -49,6 +49,9 @@ struct StrictJSONTests {
         #expect(reason(deep)?.hasPrefix("nested deeper") == true)
         let fine = String(repeating: "[", count: 100) + String(repeating: "]", count: 100)
         #expect(reason(fine) == nil)
+        // Many small values: a 32 MiB body of them would be about 1 GiB parsed.
+        let many = "[" + Array(repeating: "0", count: StrictJSON.maxValues).joined(separator: ",") + "]"
+        #expect(reason(many)?.hasPrefix("more than") == true)
     }
 
     @Test("serializing keeps order, number text and meaning; escapes are decoded once")
@@ -144,6 +147,28 @@ struct InferenceRulesTests {
     func tools(path: String, tools: String, passes: Bool) {
         let v = judge(path, #"{"model": "m", "tools": \#(tools)}"#)
         #expect((forwarded(v) != nil) == passes, "\(path) \(tools): \(v)")
+    }
+
+    @Test("what the vendor would fetch by URL or read from its store is refused; data: URLs and the caller's own schemas pass", arguments: [
+        ("/v1/chat/completions", #"{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x.example/?bits"}}]}]}"#, false),
+        ("/v1/chat/completions", #"{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}"#, true),
+        ("/v1/chat/completions", #"{"messages": [{"role": "user", "content": [{"type": "file", "file": {"file_id": "file-1"}}]}]}"#, false),
+        ("/v1/responses", #"{"input": [{"role": "user", "content": [{"type": "input_file", "file_url": "https://x.example/a.pdf"}]}]}"#, false),
+        ("/v1/responses", #"{"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "https://x.example/a.png"}]}]}"#, false),
+        ("/v1/responses", #"{"input": [{"type": "item_reference", "id": "msg_1"}]}"#, false),
+        ("/v1/responses", #"{"prompt": {"id": "pmpt_1"}}"#, false),
+        ("/v1/responses", #"{"tools": [{"type": "shell", "environment": {"type": "container_auto"}}]}"#, false),
+        ("/v1/responses", #"{"tools": [{"type": "shell", "environment": {"type": "local"}}, {"type": "shell"}]}"#, true),
+        ("/v1/responses", #"{"tools": [{"type": "function", "name": "f", "parameters": {"properties": {"url": {"type": "string"}, "file_id": {}}}}]}"#, true),
+        ("/v1/messages", #"{"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "https://x.example/i.png"}}]}]}"#, false),
+        ("/v1/messages", #"{"messages": [{"role": "user", "content": [{"type": "document", "source": {"type": "file", "file_id": "file_1"}}]}]}"#, false),
+        ("/v1/messages", #"{"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]}"#, true),
+        ("/v1/messages", #"{"messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "fetch", "input": {"url": "https://x.example"}}]}]}"#, true),
+        ("/v1/moderations", #"{"input": [{"type": "image_url", "image_url": {"url": "https://x.example/i.png"}}]}"#, false),
+    ])
+    func references(path: String, body: String, passes: Bool) {
+        let v = judge(path, body)
+        #expect((forwarded(v) != nil) == passes, "\(path) \(body): \(v)")
     }
 
     @Test("Anthropic: containers and MCP servers are refused")
@@ -293,6 +318,12 @@ struct InferenceExchangeTests {
         ("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nUpgrade: h2c\r\n\r\n", "400", "protocol upgrades"),
         ("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nContent-Length: 99\r\n\r\n{}", "400", "shorter than its Content-Length"),
         ("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nContent-Length: 39\r\n\r\n{\"store\": false, \"store\": true, \"a\": 1}", "403", "duplicate key"),
+        // A signed chunk size once reached a negative slice and stopped the supervisor.
+        ("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\n\r\n-1\r\n", "400", "malformed chunk size"),
+        ("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\n\r\n+2\r\n{}\r\n0\r\n\r\n", "400", "malformed chunk size"),
+        ("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nTransfer_Encoding: chunked\r\nContent-Length: 2\r\n\r\n{}", "400", "malformed header name"),
+        ("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nContent-Encoding: identity\r\nContent-Encoding: gzip\r\nContent-Length: 2\r\n\r\n{}", "400", "cannot be judged"),
+        ("POST /v1/chat/completions?store=true HTTP/1.1\r\nHost: api.test\r\nContent-Length: 2\r\n\r\n{}", "403", "other than beta=true"),
     ])
     func refused(raw: String, status: String, why: String) throws {
         let r = try exchange(raw)

@@ -75,6 +75,14 @@ public struct ExperimentConfig: Sendable, Equatable {
     /// `runner.network.inference`).
     public static let modelAPIs: Set<String> = ["api.openai.com:443", "api.anthropic.com:443"]
 
+    /// A host of a model vendor's domain (any port, any label under it, a trailing dot).
+    static func isModelAPI(_ target: String) -> Bool {
+        guard let colon = target.lastIndex(of: ":") else { return false }
+        var host = target[..<colon].lowercased()
+        while host.hasSuffix(".") { host.removeLast() }
+        return ["openai.com", "anthropic.com"].contains { host == $0 || host.hasSuffix("." + $0) || host == "*." + $0 }
+    }
+
     public struct Runner: Sendable, Equatable {
         /// The tool's argv prefix (`command`: the whole argv with placeholders).
         public var command: [String]?
@@ -245,7 +253,7 @@ extension ExperimentConfig {
                         for t in c.runner.networkInference where tunnelled.contains(t.lowercased()) {
                             r.error(v, "runner.network: \(t) is in both allow and inference; list it once (inference: only stateless model calls pass)")
                         }
-                        for t in c.runner.networkAllow where ExperimentConfig.modelAPIs.contains(t.lowercased()) {
+                        for t in c.runner.networkAllow where ExperimentConfig.isModelAPI(t) {
                             r.error(v, "runner.network.allow: \(t) is a model API: list it under runner.network.inference instead, where only stateless inference calls pass (a plain tunnel would let a held-out run leave stored completions, files or responses that a train run lists)")
                         }
                     case "timeout": if let x = r.number(v, name, 1...Limits.maxTimeoutSeconds) { c.runner.timeout = x }
@@ -479,6 +487,7 @@ private final class Reader {
         guard let items = strings(node, key) else { return nil }
         for item in items {
             guard let colon = item.lastIndex(of: ":"), let port = Int(item[item.index(after: colon)...]), (1...65535).contains(port),
+                  item[item.index(after: colon)...].first != "0",
                   colon != item.startIndex, !item.contains("/"), !item.contains(" ") else {
                 error(node, "\(key): '\(item)' is not host:port (e.g. api.anthropic.com:443)")
                 continue

@@ -220,6 +220,7 @@ final class ByteBudget: @unchecked Sendable {
         init(_ budget: ByteBudget) { self.budget = budget }
 
         func take(_ n: Int) -> Bool {
+            guard n >= 0 else { return false }
             let ok = budget.lock.withLock {
                 guard budget.used + n <= budget.limit else { return false }
                 budget.used += n
@@ -293,6 +294,7 @@ struct TLSReader {
 
     /// Exactly `n` bytes.
     mutating func read(exactly n: Int) -> [UInt8]? {
+        guard n >= 0 else { return nil }
         while count < n { guard fill() else { return nil } }
         return take(n)
     }
@@ -321,8 +323,13 @@ struct HTTPRequest {
     var body: [UInt8]
 
     /// Headers the gate sets itself or that describe the hop, not the request.
+    /// And headers that would make a server read the request as another: its method, its
+    /// URL, its body's type or coding (the gate sets `Content-Type: application/json`).
     static let hopHeaders: Set<String> = ["connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer",
-                                          "transfer-encoding", "upgrade", "content-length", "expect", "host"]
+                                          "transfer-encoding", "upgrade", "content-length", "expect", "host",
+                                          "content-type", "content-encoding", "x-http-method-override", "x-http-method",
+                                          "x-method-override", "x-original-url", "x-rewrite-url", "forwarded", "x-forwarded-for",
+                                          "x-forwarded-host", "x-forwarded-proto"]
 
     static func read(_ r: inout TLSReader, headCap: Int, bodyCap: Int, hold: ByteBudget.Hold,
                      continueTo tls: TLSConnection) -> Result<HTTPRequest, GateRefusal> {
@@ -344,14 +351,15 @@ struct HTTPRequest {
         for l in lines.dropFirst() {
             guard let colon = l.firstIndex(of: ":") else { return .failure(GateRefusal("a header line without ':'")) }
             let name = String(l[..<colon])
-            guard !name.isEmpty, name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "-_".contains($0)) }) else {
+            // No '_': some servers read it as '-' (Transfer_Encoding).
+            guard !name.isEmpty, name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-") }) else {
                 return .failure(GateRefusal("a malformed header name"))
             }
             headers.append((name, String(l[l.index(after: colon)...]).trimmingSpaces()))
         }
         var req = HTTPRequest(method: String(parts[0]), target: String(parts[1]), headers: headers, body: [])
         if req.values("upgrade").count > 0 { return .failure(GateRefusal("protocol upgrades are not inference calls")) }
-        if let enc = req.values("content-encoding").first, enc.lowercased() != "identity" {
+        if let enc = req.values("content-encoding").first(where: { $0.lowercased() != "identity" }) {
             return .failure(GateRefusal("a request body with Content-Encoding \(enc.prefix(30)) cannot be judged"))
         }
         let chunked = req.values("transfer-encoding").contains { $0.lowercased().contains("chunked") }
@@ -368,12 +376,17 @@ struct HTTPRequest {
             while true {
                 guard let sizeLine = r.readLine(cap: 1024) else { return .failure(GateRefusal("a truncated chunked body")) }
                 let hex = String(decoding: sizeLine, as: UTF8.self).split(separator: ";").first.map { $0.trimmingSpaces() } ?? ""
-                guard !hex.isEmpty, hex.count <= 8, let size = Int(hex, radix: 16) else { return .failure(GateRefusal("a malformed chunk size")) }
+                // Hex digits only: Int(_:radix:) would also take a sign ("-1").
+                guard !hex.isEmpty, hex.count <= 8, hex.allSatisfy(\.isHexDigit), hex.allSatisfy(\.isASCII),
+                      let size = Int(hex, radix: 16) else { return .failure(GateRefusal("a malformed chunk size")) }
                 if size == 0 {
-                    // Trailers, then the blank line.
+                    // Trailers (at most 32), then the blank line.
+                    var trailers = 0
                     while true {
                         guard let t = r.readLine(cap: 8192) else { return .failure(GateRefusal("a truncated chunked body")) }
                         if t.isEmpty { break }
+                        trailers += 1
+                        guard trailers <= 32 else { return .failure(GateRefusal("more than 32 trailer lines")) }
                     }
                     break
                 }
@@ -418,7 +431,8 @@ struct HTTPRequest {
         for (name, value) in headers where !Self.hopHeaders.contains(name.lowercased()) {
             text += "\(name): \(value)\r\n"
         }
-        text += "Host: \(port == 443 ? host : "\(host):\(port)")\r\nContent-Length: \(bodyLength)\r\nConnection: close\r\n\r\n"
+        text += "Host: \(port == 443 ? host : "\(host):\(port)")\r\nContent-Type: application/json\r\n"
+        text += "Content-Length: \(bodyLength)\r\nConnection: close\r\n\r\n"
         return Array(text.utf8)
     }
 }

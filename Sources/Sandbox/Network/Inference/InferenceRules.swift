@@ -62,11 +62,9 @@ enum InferenceRules {
             return .refuse("\(method) \(path.prefix(120)) is not a stateless inference call")
         }
         guard method == "POST" else { return .refuse("\(method) \(path): only POST reaches an inference endpoint") }
-        if let query {
-            // Claude Code's `?beta=true`; nothing a vendor keeps.
-            guard query.count <= 200, query.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "_-.=&".contains($0)) }) else {
-                return .refuse("\(path): a query string other than plain name=value pairs")
-            }
+        // Claude Code's `?beta=true`, and nothing else (`?store=true` would be another way in).
+        if let query, query != "beta=true" {
+            return .refuse("\(path): a query string other than beta=true")
         }
         let json: StrictJSON
         do {
@@ -81,12 +79,13 @@ enum InferenceRules {
     private static func judgeBody(_ endpoint: Endpoint, path: String, _ json: StrictJSON) -> Verdict {
         var body = json
         var notes: [String] = []
+        if let why = reference(in: json, path: path) { return .refuse(why) }
         func refusedFields(_ names: [String]) -> String? {
             names.first { json[$0] != nil && json[$0] != .null }
         }
         switch endpoint {
         case .openAIResponses:
-            if let f = refusedFields(["conversation", "previous_response_id"]) {
+            if let f = refusedFields(["conversation", "previous_response_id", "prompt"]) {
                 return .refuse("\(path): `\(f)` refers to state the vendor keeps")
             }
             if let b = json["background"], b != .bool(false), b != .null {
@@ -118,6 +117,41 @@ enum InferenceRules {
     }
 
     /// `tools` as a list (absent or null: none), or nil when it is something else.
+    /// A place in the request where the vendor would fetch a URL or read an object it keeps:
+    /// an image or file by URL (a held-out run's GET to `https://x.example/?bits` writes, a
+    /// train run's reads back), a `file_id`, an Anthropic `url` or `file` source, a Responses
+    /// `item_reference`. Searched everywhere but in the tool and output-format schemas and a
+    /// tool call's own input, whose keys are the caller's.
+    static func reference(in json: StrictJSON, path: String, depth: Int = 0) -> String? {
+        switch json {
+        case .array(let items):
+            for item in items { if let why = reference(in: item, path: path, depth: depth + 1) { return why } }
+        case .object(let members):
+            let type = json["type"]
+            if type == .string("item_reference") { return "\(path): an `item_reference` reads a stored item" }
+            if depth > 0, type == .string("url") || type == .string("file") {
+                return "\(path): a content source the vendor fetches or keeps (`\(type == .string("url") ? "url" : "file")`)"
+            }
+            for m in members {
+                if depth == 0, ["tools", "response_format", "text", "tool_choice", "metadata"].contains(m.key) { continue }
+                if type == .string("tool_use") || type == .string("server_tool_use"), m.key == "input" { continue }
+                switch m.key {
+                case "file_id", "file_url", "container_id":
+                    if m.value != .null { return "\(path): `\(m.key)` names something the vendor fetches or keeps" }
+                case "image_url", "url":
+                    let url: StrictJSON? = m.value["url"] ?? m.value
+                    if case .string(let s)? = url, !s.hasPrefix("data:") {
+                        return "\(path): `\(m.key)` has the vendor fetch a URL (only data: URLs pass)"
+                    }
+                default: break
+                }
+                if let why = reference(in: m.value, path: path, depth: depth + 1) { return why }
+            }
+        default: break
+        }
+        return nil
+    }
+
     private static func toolList(_ tools: StrictJSON?) -> [StrictJSON]? {
         switch tools {
         case nil, .null?: return []
@@ -132,6 +166,11 @@ enum InferenceRules {
             guard case .string(let type)? = tool["type"] else { return "\(path): a tool without a `type`" }
             if !openAIClientTools.contains(type) {
                 return "\(path): tool type `\(type.prefix(60))` runs at the vendor (only tools the client runs pass)"
+            }
+            // The shell tool runs at the vendor, in a container with its own network, unless
+            // its environment is the client's.
+            if type == "shell", let env = tool["environment"], env != .null, env["type"] != .string("local") {
+                return "\(path): a shell tool whose environment is the vendor's container"
             }
         }
         return nil

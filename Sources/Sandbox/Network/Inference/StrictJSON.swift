@@ -24,6 +24,8 @@ indirect enum StrictJSON: Equatable {
     }
 
     static let maxDepth = 128
+    /// Values in one body: a 32 MiB `[0,0,…]` is 16 million of them, about 1 GiB parsed.
+    static let maxValues = 1_000_000
 
     static func parse(_ bytes: [UInt8]) throws(Malformed) -> StrictJSON {
         var p = Parser(bytes: bytes)
@@ -98,6 +100,7 @@ indirect enum StrictJSON: Equatable {
     private struct Parser {
         let bytes: [UInt8]
         var i = 0
+        var values = 0
 
         init(bytes: [UInt8]) { self.bytes = bytes }
 
@@ -109,6 +112,8 @@ indirect enum StrictJSON: Equatable {
 
         mutating func value(depth: Int) throws(Malformed) -> StrictJSON {
             guard depth < StrictJSON.maxDepth else { throw fail("nested deeper than \(StrictJSON.maxDepth)") }
+            values += 1
+            guard values <= StrictJSON.maxValues else { throw fail("more than \(StrictJSON.maxValues) values") }
             guard i < bytes.count else { throw fail("unexpected end") }
             switch bytes[i] {
             case UInt8(ascii: "{"): return try object(depth: depth)
