@@ -116,7 +116,9 @@ struct RealHarborDatasetTests {
         config = config.replacingOccurrences(of: "\n  binds: [", with: "\n  binds: [\"\(model.certs)\", ")
         try config.write(toFile: exp.root + "/experiment_config.yaml", atomically: true, encoding: .utf8)
         try exp.set("env_pass", "[ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, SSL_CERT_FILE]", in: "runner")
-        try exp.set("allow", "[\"\(model.address)\"]", in: "runner")
+        // The model API through the inference gate, as the template routes it: the real Harbor
+        // and the template agent's client speak to the fake vendor through it.
+        try exp.set("inference", "[\"\(model.address)\"]\n    upstream_ca: \(model.caFile)", in: "runner")
         let env = ["ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": "https://\(model.address)", "SSL_CERT_FILE": model.caFile]
         b = try exp.run(["benchmark"], environment: env)
         #expect(b.status == 0, "\(b.stdout)\(b.stderr)")

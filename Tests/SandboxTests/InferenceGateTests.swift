@@ -261,8 +261,8 @@ struct InferenceExchangeTests {
 
     /// `raw` sent over TLS (trusting the gate's CA) to a gate for api.test:443 on a socket
     /// pair. No vendor behind it: a request that passes is dialled, and the dial fails.
-    func exchange(_ raw: String) throws -> (outcome: InferenceExchange.Outcome, reply: String, dialled: Bool) {
-        let gate = try InferenceGate(targets: ["api.test:443"])
+    func exchange(_ raw: String, bodyBudget: Int = 96 << 20) throws -> (outcome: InferenceExchange.Outcome, reply: String, dialled: Bool) {
+        let gate = try InferenceGate(targets: ["api.test:443"], bodyBudget: bodyBudget)
         var fds: [Int32] = [0, 0]
         try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
         defer { close(fds[0]); close(fds[1]) }
@@ -295,6 +295,28 @@ struct InferenceExchangeTests {
 
     static let body = #"{"model": "m", "messages": [], "store": true}"#
 
+    @Test("request bodies count against the gate's budget: one past it is refused before it is read, by length or by chunk")
+    func budget() throws {
+        let length = try exchange("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nContent-Length: \(Self.body.utf8.count)\r\n\r\n\(Self.body)",
+                                  bodyBudget: 10)
+        #expect(!length.dialled && length.outcome.detail.contains("already holds"), "\(length.outcome.detail)")
+        let chunked = try exchange("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                   + "8\r\n{\"a\": 1}\r\n8\r\n        \r\n0\r\n\r\n", bodyBudget: 10)
+        #expect(!chunked.dialled && chunked.outcome.detail.contains("already holds"), "\(chunked.outcome.detail)")
+    }
+
+    @Test("what goes upstream: the sandbox's own headers but those that change how a server reads the request; Host, type and length the gate's")
+    func forwardedHead() {
+        let req = HTTPRequest(method: "POST", target: "/v1/messages?beta=true", headers: [
+            ("x-api-key", "k"), ("anthropic-version", "2023-06-01"), ("Content-Type", "application/x-www-form-urlencoded"),
+            ("X-HTTP-Method-Override", "GET"), ("X-Original-URL", "/v1/files"), ("Content-Encoding", "identity"),
+            ("Connection", "keep-alive"), ("Host", "api.test"), ("Content-Length", "999"), ("Forwarded", "for=x"),
+        ], body: [])
+        let head = String(decoding: req.forwardedHead(host: "api.test", port: 443, bodyLength: 2), as: UTF8.self)
+        #expect(head == "POST /v1/messages?beta=true HTTP/1.1\r\nx-api-key: k\r\nanthropic-version: 2023-06-01\r\n"
+                + "Host: api.test\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n", "\(head)")
+    }
+
     @Test("a whole request, by Content-Length or chunked, is judged and only then sent on")
     func passes() throws {
         let plain = try exchange("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nContent-Length: \(Self.body.utf8.count)\r\n\r\n\(Self.body)")
@@ -323,6 +345,7 @@ struct InferenceExchangeTests {
         ("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\n\r\n+2\r\n{}\r\n0\r\n\r\n", "400", "malformed chunk size"),
         ("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nTransfer_Encoding: chunked\r\nContent-Length: 2\r\n\r\n{}", "400", "malformed header name"),
         ("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nContent-Encoding: identity\r\nContent-Encoding: gzip\r\nContent-Length: 2\r\n\r\n{}", "400", "cannot be judged"),
+        ("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n" + String(repeating: "X-T: 1\r\n", count: 33) + "\r\n", "400", "more than 32 trailer lines"),
         ("POST /v1/chat/completions?store=true HTTP/1.1\r\nHost: api.test\r\nContent-Length: 2\r\n\r\n{}", "403", "other than beta=true"),
     ])
     func refused(raw: String, status: String, why: String) throws {

@@ -114,31 +114,37 @@ final class ToolRun {
         inputFD = d
         self.settings = settings
         self.context = context
-        if settings.networkInference.isEmpty {
-            inference = nil
-        } else {
-            do {
-                inference = try InferenceGate(targets: settings.networkInference, upstreamCAFile: settings.upstreamCA)
-            } catch {
-                close(d)
-                _ = scratch.remove()
-                throw BenchmarkError(.configuration, "runner.network.inference: \(error.message)")
-            }
-            // An operator who passes SSL_CERT_FILE (or another of the variables) in chose what
-            // the tool trusts: that file, plus the gate's CA, replaces it.
-            let own = settings.envPass.first { InferenceGate.trustVariables.contains($0) && getenv($0) != nil }
-                .map { String(cString: getenv($0)) }
-            do throws(BenchmarkError) {
-                switch inference!.trustBundle(base: own ?? InferenceGate.systemBundle) {
-                case .success(let bundle): try writeInput("inference-ca.pem", bundle)
-                case .failure(let e): throw BenchmarkError(.configuration, "runner.env_pass: \(e.message)")
-                }
-            } catch {
-                close(d)
-                _ = scratch.remove()
-                throw error
-            }
+        do {
+            inference = try Self.inferenceGate(settings, input: d, path: scratch.path + "/in")
+        } catch {
+            close(d)
+            _ = scratch.remove()
+            throw error
         }
+    }
+
+    /// The gate for `settings.networkInference` (nil: none), its trust bundle written to
+    /// `in/inference-ca.pem`. An operator who passes SSL_CERT_FILE (or another of the
+    /// variables) in chose what the tool trusts: that file, plus the gate's CA, replaces it.
+    private static func inferenceGate(_ settings: ToolSettings, input: Int32, path: String) throws(BenchmarkError) -> InferenceGate? {
+        guard !settings.networkInference.isEmpty else { return nil }
+        let gate: InferenceGate
+        do {
+            gate = try InferenceGate(targets: settings.networkInference, upstreamCAFile: settings.upstreamCA)
+        } catch {
+            throw BenchmarkError(.configuration, "runner.network.inference: \(error.message)")
+        }
+        let own = settings.envPass.first { InferenceGate.trustVariables.contains($0) && getenv($0) != nil }
+            .map { String(cString: getenv($0)) }
+        switch gate.trustBundle(base: own ?? InferenceGate.systemBundle) {
+        case .success(let bundle):
+            if let e = FileSystem.writeFile(at: input, "inference-ca.pem", bundle, mode: 0o644) {
+                throw BenchmarkError(.io, "\(path)/inference-ca.pem: \(FileSystem.errorText(e))")
+            }
+        case .failure(let e):
+            throw BenchmarkError(.configuration, "runner.env_pass: \(e.message)")
+        }
+        return gate
     }
 
     /// Unmounts the tmpfs: everything the tool wrote is gone.

@@ -71,11 +71,8 @@ public struct ExperimentConfig: Sendable, Equatable {
     /// `seed`, `mode`, ...), validated by the adapter that reads them.
     public var upstream: [String: String] = [:]
 
-    /// Model vendors' API hosts that `runner.network.allow` refuses (they belong in
-    /// `runner.network.inference`).
-    public static let modelAPIs: Set<String> = ["api.openai.com:443", "api.anthropic.com:443"]
-
-    /// A host of a model vendor's domain (any port, any label under it, a trailing dot).
+    /// A host of a model vendor's domain (any port, any label under it, a trailing dot), which
+    /// `runner.network.allow` refuses: it belongs in `runner.network.inference`.
     static func isModelAPI(_ target: String) -> Bool {
         guard let colon = target.lastIndex(of: ":") else { return false }
         var host = target[..<colon].lowercased()

@@ -112,23 +112,12 @@ final class EgressProxy: @unchecked Sendable {
             send(client, "HTTP/1.1 200 Connection established\r\n\r\n")
             let exchange = InferenceExchange(
                 gate: gate, client: client, host: host, port: port,
-                dial: { [self] () -> Result<Int32, GateRefusal> in
-                    switch connect(host: host, port: port) {
-                    case .success(let fd): return .success(fd)
-                    case .failure(let why): return .failure(GateRefusal(why))
-                    }
-                },
+                dial: { [self] in connect(host: host, port: port) },
                 track: { [self] (fd: Int32, opened: Bool) in
                     lock.withLock { if opened { _ = open.insert(fd) } else { _ = open.remove(fd) } }
                 })
             let outcome = exchange.run()
-            var e = AuditEvent(sandbox: sandbox, kind: .egress, name: target, action: outcome.allowed ? "allowed" : "denied")
-            e.detail = outcome.detail
-            if outcome.allowed {
-                e.bytesUp = outcome.up
-                e.bytesDown = outcome.down
-            }
-            audit.record(e)
+            record(target, allowed: outcome.allowed, why: outcome.detail, up: outcome.up, down: outcome.down)
             return
         }
         guard Self.allowed(target, by: allow) else {
@@ -139,9 +128,9 @@ final class EgressProxy: @unchecked Sendable {
         let upstream: Int32
         switch connect(host: host, port: port) {
         case .success(let fd): upstream = fd
-        case .failure(let why):
-            record(target, allowed: false, why: why)
-            send(client, "HTTP/1.1 502 \(why)\r\n\r\n")
+        case .failure(let f):
+            record(target, allowed: false, why: f.why)
+            send(client, "HTTP/1.1 502 \(f.why)\r\n\r\n")
             return
         }
         lock.withLock { _ = open.insert(upstream) }
@@ -172,16 +161,15 @@ final class EgressProxy: @unchecked Sendable {
         return nil
     }
 
-    private enum Dial { case success(Int32), failure(String) }
-
-    private func connect(host: String, port: UInt16) -> Dial {
+    /// A connected socket to `host:port`, or why not.
+    private func connect(host: String, port: UInt16) -> Result<Int32, GateRefusal> {
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
         var res: UnsafeMutablePointer<addrinfo>?
         let literal = Self.isIPLiteral(host)
-        let name = host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host
+        let name = Self.unbracketed(host)
         guard getaddrinfo(name, String(port), &hints, &res) == 0, let first = res else {
-            return .failure("cannot resolve \(host)")
+            return .failure(GateRefusal("cannot resolve \(host)"))
         }
         defer { freeaddrinfo(first) }
         var ai: UnsafeMutablePointer<addrinfo>? = first
@@ -198,7 +186,7 @@ final class EgressProxy: @unchecked Sendable {
             lastError = String(cString: strerror(errno))
             close(fd)
         }
-        return .failure(lastError)
+        return .failure(GateRefusal(lastError))
     }
 
     /// Copies bytes both ways until either side closes. Returns (client→upstream, upstream→client).
@@ -264,9 +252,14 @@ final class EgressProxy: @unchecked Sendable {
         return String(cString: buf)
     }
 
+    /// `[::1]` → `::1`: the address in an IPv6 `host:port` target.
+    static func unbracketed(_ host: String) -> String {
+        host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+    }
+
     static func isIPLiteral(_ host: String) -> Bool {
         var a4 = in_addr(), a6 = in6_addr()
-        let h = host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host
+        let h = unbracketed(host)
         return inet_pton(AF_INET, h, &a4) == 1 || inet_pton(AF_INET6, h, &a6) == 1
     }
 

@@ -19,7 +19,7 @@ public final class InferenceGate: @unchecked Sendable {
     /// Request bodies held at once across the gate's connections (each is also parsed and
     /// re-serialized): a sandbox opening its 64 connections with 32 MiB each is refused
     /// past this, not given 2 GiB of the supervisor's memory.
-    let bodies = ByteBudget(limit: 96 << 20)
+    let bodies: ByteBudget
 
     /// The variables that tell common TLS clients which CAs to trust: OpenSSL and Python's
     /// ssl, httpx and requests, curl, Node (which adds to its own store).
@@ -27,13 +27,14 @@ public final class InferenceGate: @unchecked Sendable {
     /// Debian's bundle of the system store.
     public static let systemBundle = "/etc/ssl/certs/ca-certificates.crt"
 
-    public init(targets: [String], upstreamCAFile: String? = nil) throws(SandboxError) {
+    public init(targets: [String], upstreamCAFile: String? = nil, bodyBudget: Int = 96 << 20) throws(SandboxError) {
+        bodies = ByteBudget(limit: bodyBudget)
         var hosts: [String] = []
         for t in targets {
             guard let (host, _) = EgressProxy.split(t.lowercased()) else {
                 throw SandboxError(.invalidArgument, "inference gate: \(t) is not host:port")
             }
-            hosts.append(Self.bare(host))
+            hosts.append(EgressProxy.unbracketed(host))
         }
         guard !hosts.isEmpty else { throw SandboxError(.invalidArgument, "inference gate: no hosts") }
         self.targets = Set(targets.map { $0.lowercased() })
@@ -62,10 +63,6 @@ public final class InferenceGate: @unchecked Sendable {
         }
     }
 
-    /// `[::1]` → `::1`.
-    static func bare(_ host: String) -> String {
-        host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
-    }
 }
 
 /// One CONNECT through the gate: the client's TLS, one request judged and forwarded, the
@@ -96,7 +93,7 @@ struct InferenceExchange {
 
     func run() -> Outcome {
         Self.setTimeout(client, seconds: Self.requestSeconds)
-        let name = InferenceGate.bare(host)
+        let name = EgressProxy.unbracketed(host)
         let tls: TLSConnection
         switch gate.authority.accept(client, host: name) {
         case .success(let c): tls = c
