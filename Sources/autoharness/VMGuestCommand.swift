@@ -15,9 +15,12 @@ struct VMGuestCommand: ParsableCommand {
     @Option(help: "The results port's device.")
     var answer: String
 
+    @Option(help: "The egress port's device (to the host's proxy), when the request has egress.")
+    var egress: String?
+
     func run() throws {
         do {
-            try HeldOutGuest.serve(requestPath: request, answerPath: answer, log: { line in printErr("vm-guest: \(line)") })
+            try HeldOutGuest.serve(requestPath: request, answerPath: answer, egressPath: egress, log: { line in printErr("vm-guest: \(line)") })
         } catch {
             printErr("vm-guest: \(error)")
             throw ExitCode(1)

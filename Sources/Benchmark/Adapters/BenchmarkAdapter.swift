@@ -48,6 +48,9 @@ public struct AdapterRunContext {
     /// Failed writes of the supervisor's own (train traces, scratch, the page-cache journal):
     /// the caller fails the operation if this holds one after `run` (`WriteFailures`).
     public var writeFailures = WriteFailures()
+    /// In a held-out VM (`autoharness vm-guest`): where the tools' sandboxes send their
+    /// egress, and the CA bundle that trusts the host's inference gate; nil on the host.
+    public var guestEgress: GuestEgress?
 
     public init(policyLoader: PolicyLoader, agentDirectory: String, scratchRoot: String, audit: AuditLog, heldOut: Bool,
                 concurrency: Int, traceDirectory: @escaping (String) -> String?) {
@@ -58,6 +61,20 @@ public struct AdapterRunContext {
         self.heldOut = heldOut
         self.concurrency = concurrency
         self.traceDirectory = traceDirectory
+    }
+}
+
+/// A held-out VM's egress: every `network: proxy` connection of the guest's sandboxes goes,
+/// untouched, over `link` to the host's proxy, which applies the allowlist, the inference
+/// gate and the audit there (`EgressLink`). `trustBundle` is the guest's copy of the host
+/// gate's CA bundle (the host ends the TLS), when the config names model APIs.
+public struct GuestEgress {
+    public var link: EgressLink
+    public var trustBundle: String?
+
+    public init(link: EgressLink, trustBundle: String?) {
+        self.link = link
+        self.trustBundle = trustBundle
     }
 }
 

@@ -45,6 +45,40 @@ public struct ToolSettings: Sendable, Equatable {
     public init(command: [String]) { self.command = command }
 }
 
+extension ToolSettings {
+    /// A gate for `networkInference` (a CA of its own) and the bundle the tool's sandboxes
+    /// trust it by; nil when no model API is named. An operator who passes SSL_CERT_FILE (or
+    /// another of the trust variables) in chose what the tool trusts: that file, plus the
+    /// gate's CA, replaces it.
+    public func inferenceGate() throws(BenchmarkError) -> (gate: InferenceGate, bundle: [UInt8])? {
+        guard !networkInference.isEmpty else { return nil }
+        let gate: InferenceGate
+        do {
+            gate = try InferenceGate(targets: networkInference, upstreamCAFile: upstreamCA)
+        } catch {
+            throw BenchmarkError(.configuration, "runner.network.inference: \(error.message)")
+        }
+        let own = envPass.first { InferenceGate.trustVariables.contains($0) && getenv($0) != nil }
+            .map { String(cString: getenv($0)) }
+        switch gate.trustBundle(base: own ?? InferenceGate.systemBundle) {
+        case .success(let bundle): return (gate, bundle)
+        case .failure(let e): throw BenchmarkError(.configuration, "runner.env_pass: \(e.message)")
+        }
+    }
+
+    /// The variables `envPass` names with the values a run of this kind gives them: for a
+    /// held-out run, `heldOutEnv`'s source variable where one is set. Keyed by the variable
+    /// the run reads (`launch`), so a held-out VM's guest sets exactly these.
+    public func passedValues(heldOut: Bool) -> [String: String] {
+        var out: [String: String] = [:]
+        for name in envPass {
+            let source = heldOut ? heldOutEnv[name] ?? name : name
+            if let v = getenv(source) { out[source] = String(cString: v) }
+        }
+        return out
+    }
+}
+
 /// One sandbox launch of a tool.
 struct ToolInvocation {
     /// `benchmark-runner` (agent.py mounted at /work/agent) or `benchmark-scorer` (no agent).
@@ -98,6 +132,9 @@ final class ToolRun {
     /// The proxy's inference gate for this run's sandboxes (a CA of its own), when the
     /// settings name model APIs.
     let inference: InferenceGate?
+    /// Whether `in/inference-ca.pem` holds a bundle that trusts a gate: this run's own, or in
+    /// a held-out VM the host's (`AdapterRunContext.guestEgress`).
+    let trustsGate: Bool
     /// Where sandboxes find the CA bundle that trusts the gate.
     static let trustBundlePath = "/etc/autoharness/inference-ca.pem"
 
@@ -115,7 +152,15 @@ final class ToolRun {
         self.settings = settings
         self.context = context
         do {
-            inference = try Self.inferenceGate(settings, input: d, path: scratch.path + "/in")
+            if let guest = context.guestEgress {
+                // In a held-out VM the host's proxy ends the TLS: its bundle, copied in.
+                inference = nil
+                trustsGate = guest.trustBundle != nil
+                if let bundle = guest.trustBundle { try Self.copyTrustBundle(bundle, input: d, path: scratch.path + "/in") }
+            } else {
+                inference = try Self.inferenceGate(settings, input: d, path: scratch.path + "/in")
+                trustsGate = inference != nil
+            }
         } catch {
             close(d)
             _ = scratch.remove()
@@ -123,26 +168,23 @@ final class ToolRun {
         }
     }
 
-    /// The gate for `settings.networkInference` (nil: none), its trust bundle written to
-    /// `in/inference-ca.pem`. An operator who passes SSL_CERT_FILE (or another of the
-    /// variables) in chose what the tool trusts: that file, plus the gate's CA, replaces it.
-    private static func inferenceGate(_ settings: ToolSettings, input: Int32, path: String) throws(BenchmarkError) -> InferenceGate? {
-        guard !settings.networkInference.isEmpty else { return nil }
-        let gate: InferenceGate
-        do {
-            gate = try InferenceGate(targets: settings.networkInference, upstreamCAFile: settings.upstreamCA)
-        } catch {
-            throw BenchmarkError(.configuration, "runner.network.inference: \(error.message)")
-        }
-        let own = settings.envPass.first { InferenceGate.trustVariables.contains($0) && getenv($0) != nil }
-            .map { String(cString: getenv($0)) }
-        switch gate.trustBundle(base: own ?? InferenceGate.systemBundle) {
-        case .success(let bundle):
-            if let e = FileSystem.writeFile(at: input, "inference-ca.pem", bundle, mode: 0o644) {
+    private static func copyTrustBundle(_ source: String, input: Int32, path: String) throws(BenchmarkError) {
+        switch InputFile.read(source, cap: 4 << 20) {
+        case .success(let bytes):
+            if let e = FileSystem.writeFile(at: input, "inference-ca.pem", bytes, mode: 0o644) {
                 throw BenchmarkError(.io, "\(path)/inference-ca.pem: \(FileSystem.errorText(e))")
             }
-        case .failure(let e):
-            throw BenchmarkError(.configuration, "runner.env_pass: \(e.message)")
+        case .failure(let p):
+            throw BenchmarkError(.io, "\(source): \(p.explanation("the host gate's CA bundle"))")
+        }
+    }
+
+    /// The gate for `settings.networkInference` (nil: none), its trust bundle written to
+    /// `in/inference-ca.pem`.
+    private static func inferenceGate(_ settings: ToolSettings, input: Int32, path: String) throws(BenchmarkError) -> InferenceGate? {
+        guard let (gate, bundle) = try settings.inferenceGate() else { return nil }
+        if let e = FileSystem.writeFile(at: input, "inference-ca.pem", bundle, mode: 0o644) {
+            throw BenchmarkError(.io, "\(path)/inference-ca.pem: \(FileSystem.errorText(e))")
         }
         return gate
     }
@@ -197,7 +239,7 @@ final class ToolRun {
         ov.mounts += inv.extraMounts
         var passed = settings.envPass
         var environment = inv.environment
-        if inference != nil && p.network.mode == .proxy {
+        if trustsGate && p.network.mode == .proxy {
             // The gate's CA, trusted through the usual variables; an operator's own value of
             // one of them is in the bundle (init), which replaces it.
             ov.mounts.append(MountSpec(kind: .readOnly(source: scratch.path + "/in/inference-ca.pem"), destination: Self.trustBundlePath))
@@ -206,9 +248,9 @@ final class ToolRun {
         }
         ov.environment = passed + environment
         var host: [String: String] = [:]
+        let values = settings.passedValues(heldOut: context.heldOut)
         for name in passed {
-            let source = context.heldOut ? settings.heldOutEnv[name] ?? name : name
-            if let v = getenv(source) { host[name] = String(cString: v) }
+            if let v = values[context.heldOut ? settings.heldOutEnv[name] ?? name : name] { host[name] = v }
         }
 
         let outName = "\(inv.outputName).stdout", errName = "\(inv.outputName).stderr"
@@ -251,6 +293,7 @@ final class ToolRun {
             options.pageCache = context.pageCache
             options.signals = signals
             options.inferenceGate = inference
+            options.egressLink = context.guestEgress.map { ($0.link, inv.withAgent ? "agent" : "tool") }
             result = try SandboxRunner.run(plan, options: options)
         } catch {
             return fail("\(inv.label): \(error.message)")

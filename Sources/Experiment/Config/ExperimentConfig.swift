@@ -384,7 +384,7 @@ extension ExperimentConfig {
             r.errors.append(ConfigError(file: file, line: nil, message: "benchmark: missing (allowed: \(supportedBenchmarks.joined(separator: ", ")))"))
         }
         if c.heldOutRuntime == .vm && !HeldOutVM.supportedBenchmarks.contains(c.benchmark) && r.errors.isEmpty {
-            r.errors.append(ConfigError(file: file, line: nil, message: "gate.held_out_runtime: vm runs the \(HeldOutVM.supportedBenchmarks.joined(separator: " and ")) benchmarks so far; '\(c.benchmark)' needs its tool and model egress in the guest (not built yet): use host"))
+            r.errors.append(ConfigError(file: file, line: nil, message: "gate.held_out_runtime: vm runs the \(HeldOutVM.supportedBenchmarks.joined(separator: " and ")) benchmarks so far; '\(c.benchmark)' needs its tool's install in the guest (not built yet): use host"))
         }
         if c.benchmark == "local" && c.dataset == nil && r.errors.isEmpty {
             r.errors.append(ConfigError(file: file, line: nil, message: "dataset: missing; a local benchmark needs the path of its directory (with tasks/<id>/)"))

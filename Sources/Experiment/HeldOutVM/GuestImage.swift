@@ -23,6 +23,9 @@ struct GuestImage {
     var binary: String
     /// The tmpfs the adapter makes per-task scratch directories in.
     var scratch: String
+    /// The host gate's CA bundle (`GuestRequest.trustBundlePath`), when the guest's tools
+    /// reach model APIs through it.
+    var trustBundle: [UInt8]?
 
     /// The largest single file copied into the initramfs, and all of them together.
     static let maxFileBytes = 16 << 20
@@ -37,8 +40,10 @@ struct GuestImage {
         var directories: [String] = []
         var singleFiles: [String] = []
         // The held-out policies' bind sources (placeholders are filled per task, in the guest,
-        // with its own scratch and the snapshot copied below).
-        for name in [config.taskPolicy, config.verifierPolicy] {
+        // with its own scratch and the snapshot copied below): a local benchmark's task and
+        // verifier, or a tool's runner and scorer with the tool's own binds.
+        let local = config.benchmark == "local"
+        for name in local ? [config.taskPolicy, config.verifierPolicy] : [config.runner.policy, config.runner.scorerPolicy] {
             let policy: Policy
             do {
                 policy = try policyLoader.load(name, requireAllPlaceholders: false)
@@ -62,6 +67,17 @@ struct GuestImage {
                 } else if st.st_mode & S_IFMT == S_IFREG {
                     singleFiles.append(source)
                 }
+            }
+        }
+        if !local {
+            for b in config.runner.binds {
+                guard let real = canonical(b) else {
+                    throw ExperimentError(.state, "held-out VM: runner.binds names \(b), which does not exist")
+                }
+                var st = stat()
+                guard stat(real, &st) == 0 else { continue }
+                if st.st_mode & S_IFMT == S_IFDIR { directories.append(real) } else if st.st_mode & S_IFMT == S_IFREG { singleFiles.append(real) }
+                if real != b { image.symlinks.append((b, real)) }
             }
         }
         if let benchmarkRoot { directories.append(benchmarkRoot) }
@@ -91,6 +107,8 @@ struct GuestImage {
         for f in singleFiles { try copy(f) }
         try copy(request.configPath)
         try copy(request.agentDirectory + "/agent.py")
+        // A tool's task list, when the config keeps it in a file (read again in the guest).
+        if !local, let f = config.tasksFile { try copy(f.hasPrefix("/") ? f : request.experimentRoot + "/" + f) }
         return image
     }
 
@@ -110,6 +128,7 @@ struct GuestImage {
         r.file("/init", Array(Self.stage1.utf8), mode: 0o755)
         r.file("/.ahvm/stage2", Array(stage2.utf8), mode: 0o755)
         r.file("/.ahvm/request", request, mode: 0o600)
+        if let trustBundle { r.file(GuestRequest.trustBundlePath, trustBundle, mode: 0o644) }
         r.file("/.ahvm/shares", Array(shares.map { "\($0.tag) \($0.path)\n" }.joined().utf8), mode: 0o600)
         var order = ""
         for (name, bytes) in kernel.modules {
@@ -172,7 +191,11 @@ struct GuestImage {
             [ "$($B cat "$p/name" 2>/dev/null)" = ah.results ] && port="/dev/${p##*/}"
         done
         [ -n "$port" ] || fail "no results port"
-        $B env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 \(Self.quoted(binary)) vm-guest --request /.ahvm/request --answer "$port"
+        set -- --request /.ahvm/request --answer "$port"
+        for p in /sys/class/virtio-ports/*; do
+            [ "$($B cat "$p/name" 2>/dev/null)" = ah.egress ] && set -- "$@" --egress "/dev/${p##*/}"
+        done
+        $B env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 \(Self.quoted(binary)) vm-guest "$@"
         echo "ahvm: vm-guest exited $?"
         $B sync
         $B poweroff -f

@@ -6,7 +6,7 @@ import Sandbox
 /// inside the initramfs (host to guest only); every path in it is a host path, which the guest
 /// sees at the same place (a read-only share, or a copy in the initramfs).
 public struct GuestRequest: Codable, Sendable, Equatable {
-    public static let version = 1
+    public static let version = 2
     public var version = GuestRequest.version
     /// The experiment's root and config (the config's copy is in the initramfs).
     public var experimentRoot: String
@@ -16,6 +16,15 @@ public struct GuestRequest: Codable, Sendable, Equatable {
     public var agentDirectory: String
     public var ids: [String]
     public var concurrency: Int
+    /// The variables `runner.env_pass` names, with the values a held-out run uses on the host
+    /// (`gate.held_out_env` applied): set in `vm-guest`'s environment before the adapter runs.
+    public var environment: [String: String] = [:]
+    /// Whether the guest's sandboxes have egress (the `ah.egress` port, to the host's proxy).
+    public var egress = false
+    /// The host gate's CA bundle, in the initramfs, when the config names model APIs.
+    public var trustBundle: String?
+
+    public static let trustBundlePath = "/.ahvm/inference-ca.pem"
 
     public init(experimentRoot: String, configPath: String, policySearchPaths: [String], agentDirectory: String,
                 ids: [String], concurrency: Int) {

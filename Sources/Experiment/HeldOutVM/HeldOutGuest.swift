@@ -10,7 +10,7 @@ import SupervisorIO
 public enum HeldOutGuest {
     /// Runs the request at `requestPath` and writes the answer to `answerPath` (the results
     /// port). Throws when there is nothing to answer; the host then reads a missing `end`.
-    public static func serve(requestPath: String, answerPath: String, log: @escaping @Sendable (String) -> Void) throws {
+    public static func serve(requestPath: String, answerPath: String, egressPath: String?, log: @escaping @Sendable (String) -> Void) throws {
         let port = open(answerPath, O_WRONLY | O_NOCTTY | O_CLOEXEC)
         guard port >= 0 else { throw ExperimentError(.io, "\(answerPath): \(ErrnoName.describe(errno))") }
         defer { close(port) }
@@ -24,6 +24,19 @@ public enum HeldOutGuest {
         guard request.version == GuestRequest.version else {
             throw ExperimentError(.state, "request version \(request.version), this binary speaks \(GuestRequest.version)")
         }
+        for (name, value) in request.environment { setenv(name, value, 1) }
+        // The sandboxes' egress: one link over the egress port to the host's proxy, which
+        // judges every connection (the guest only forwards).
+        var egress: EgressLink?
+        if request.egress {
+            guard let egressPath else { throw ExperimentError(.state, "the request needs egress and the guest has no egress port") }
+            let fd = open(egressPath, O_RDWR | O_NOCTTY | O_CLOEXEC)
+            guard fd >= 0 else { throw ExperimentError(.io, "\(egressPath): \(ErrnoName.describe(errno))") }
+            let link = EgressLink(port: fd, role: .opener)
+            link.start()
+            egress = link
+        }
+        defer { egress?.stop() }
         let config = try ExperimentConfig.load(request.configPath)
         let adapter = try config.makeAdapter(root: request.experimentRoot, checkTools: false)
         let agent = AuditLog(), tool = AuditLog()
@@ -32,6 +45,7 @@ public enum HeldOutGuest {
                                         heldOut: true, concurrency: request.concurrency, traceDirectory: { _ in nil })
         context.toolAudit = tool
         context.log = log
+        context.guestEgress = egress.map { GuestEgress(link: $0, trustBundle: request.trustBundle) }
         let outcomes = try adapter.run(request.ids, context)
         if let failure = context.writeFailures.failure { throw ExperimentError(.io, "\(failure)") }
         // One outcome per requested id, as on the host: a task the adapter left out scores 0.

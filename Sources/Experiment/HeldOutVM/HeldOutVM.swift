@@ -27,7 +27,7 @@ public final class HeldOutVM {
     let accel: VMSettings.Accel
     let log: (@Sendable (String) -> Void)?
 
-    static let supportedBenchmarks = ["local"]
+    static let supportedBenchmarks = ["local", "command"]
     static let workPrefix = "held-out-vm-"
     static let qemuSandbox = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
     static let qemuBinary = "/usr/bin/qemu-system-x86_64"
@@ -76,7 +76,7 @@ public final class HeldOutVM {
     /// for page-cache eviction before anything reads them). Throws on any failure: the gate
     /// ends as interrupted (it was counted when it started).
     func run(_ request: GuestRequest, image: GuestImage, scratch: String, privateDirectory: String,
-             deadline seconds: Double, beforeBoot: ([String]) throws -> Void) throws -> Run {
+             deadline seconds: Double, egress: VMEgress? = nil, beforeBoot: ([String]) throws -> Void) throws -> Run {
         let start = monotonicSeconds()
         // Named by its owner (pid, start time, pid namespace: no earlier supervisor with this pid
         // holds it), so the next start removes it if this process dies (Leftovers.sweepVMWork).
@@ -103,6 +103,11 @@ public final class HeldOutVM {
         }
         let listener = try ResultsPort(path: work + "/results.sock")
         defer { listener.close() }
+        // The guest sandboxes' egress, when the request has any: a second port, whose streams
+        // the host's proxies serve (`EgressLink`); stopped, with every connection recorded,
+        // before the answer counts.
+        let egressPort = try egress.map { try EgressPort(path: work + "/egress.sock", proxies: $0) }
+        defer { _ = egressPort?.finish() }
         try beforeBoot(image.shares.map(\.path))
 
         let cpus = min(settings.cpus ?? request.concurrency, max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))))
@@ -121,9 +126,14 @@ public final class HeldOutVM {
                     "-device", "virtio-serial-pci",
                     "-chardev", "socket,id=ah,path=\(Self.optionValue(work))/results.sock",
                     "-device", "virtserialport,chardev=ah,name=ah.results"]
+        if egressPort != nil {
+            args += ["-chardev", "socket,id=eg,path=\(Self.optionValue(work))/egress.sock",
+                     "-device", "virtserialport,chardev=eg,name=ah.egress"]
+        }
         for (s, stage) in zip(image.shares, staged) {
             args += ["-virtfs", "local,path=\(Self.optionValue(stage.target)),mount_tag=\(s.tag),security_model=none,readonly=on"]
         }
+        egressPort?.start()
         let p = Process()
         p.executableURL = URL(fileURLWithPath: image.binary)
         p.arguments = ["vm-exec"] + staged.flatMap { ["--share", "\($0.source)=\($0.target)"] } + ["--", qemu] + args
@@ -158,6 +168,9 @@ public final class HeldOutVM {
             try? AtomicFile.write(tail.bytes, to: logPath, mode: 0o600)
             return ExperimentError(.io, "held-out VM: \(what) after \(Int(total)) s; its console is in \(logPath); the gate's held-out phase did not finish and nothing of it was scored")
         }
+        // qemu has exited: the link ends with its socket; every connection is served to its
+        // end (and recorded) before the answer is taken.
+        if let broken = egressPort?.finish() { throw failure("the guest broke the egress link's protocol (\(broken))") }
         switch read.outcome {
         case .complete: break
         case .bootTimeout: throw failure("no answer began within gate.vm.boot_timeout (\(Int(settings.bootTimeout)) s)")
@@ -293,7 +306,12 @@ final class ResultsPort {
 
     init(path: String) throws {
         self.path = path
-        fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        fd = try Self.listen(path)
+    }
+
+    /// A Unix socket listening at `path` (qemu connects its chardev to it as it starts).
+    static func listen(_ path: String) throws -> Int32 {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw ExperimentError(.io, "held-out VM: socket: \(ErrnoName.describe(errno))") }
         var addr = sockaddr_un()
         addr.sun_family = sa_family_t(AF_UNIX)
@@ -308,11 +326,12 @@ final class ResultsPort {
         let ok = withUnsafePointer(to: &addr) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
-        guard ok == 0, listen(fd, 1) == 0 else {
+        guard ok == 0, Glibc.listen(fd, 1) == 0 else {
             let e = errno
             Glibc.close(fd)
             throw ExperimentError(.io, "held-out VM: bind \(path): \(ErrnoName.describe(e))")
         }
+        return fd
     }
 
     func close() {
@@ -353,5 +372,80 @@ final class ResultsPort {
     static func isComplete(_ bytes: [UInt8]) -> Bool {
         guard let text = String(validating: bytes, as: UTF8.self) else { return false }
         return text.split(separator: "\n").last?.hasPrefix("ahvm1 end ") == true
+    }
+}
+
+/// The host's end of a held-out VM's egress: the proxies that serve the guest sandboxes'
+/// connections, with the host's allowlist and inference gate, recording into the gate's
+/// audit as agent.py's (`agent`) or the tool's (`tool`).
+struct VMEgress {
+    let agent: EgressProxy
+    let tool: EgressProxy
+}
+
+/// The listening socket of the guest's `ah.egress` port, and the `EgressLink` over qemu's
+/// connection to it.
+final class EgressPort: @unchecked Sendable {
+    private let listener: Int32
+    let path: String
+    private let proxies: VMEgress
+    private let state = Locked<(link: EgressLink?, closed: Bool)>((nil, false))
+    private let accepted = Locked<Bool>(false)
+
+    init(path: String, proxies: VMEgress) throws {
+        self.path = path
+        self.proxies = proxies
+        listener = try ResultsPort.listen(path)
+    }
+
+    /// Accepts qemu's connection (on a thread of its own) and starts the link over it.
+    func start() {
+        let t = Thread { [self] in
+            while true {
+                let closed = state.withLock { state.value.closed }
+                if closed { return }
+                var pfd = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
+                guard poll(&pfd, 1, 200) > 0 else { continue }
+                let c = accept(listener, nil, nil)
+                guard c >= 0 else { continue }
+                _ = fcntl(c, F_SETFD, FD_CLOEXEC)
+                let proxies = self.proxies
+                let link = EgressLink(port: c, role: .acceptor) { tag, fd in
+                    (tag == "agent" ? proxies.agent : proxies.tool).adopt(fd)
+                }
+                let started: Bool = state.withLock {
+                    guard !state.value.closed else { return false }
+                    state.value.link = link
+                    return true
+                }
+                if started { link.start() } else { close(c) }
+                return
+            }
+        }
+        t.start()
+    }
+
+    /// Ends the link and the proxies' connections, waiting for each to be recorded. Returns
+    /// the link's protocol error, if it had one. Safe to call twice.
+    @discardableResult
+    func finish() -> String? {
+        let link: EgressLink? = state.withLock {
+            let l = state.value.closed ? nil : state.value.link
+            if !state.value.closed {
+                state.value.closed = true
+                close(listener)
+                unlink(path)
+            }
+            return l
+        }
+        guard let link else { return nil }
+        // qemu is gone by now, so the link has seen its socket close (or stops here).
+        _ = link.waitUntilEnded(timeout: 5)
+        link.stop()
+        for p in [proxies.agent, proxies.tool] {
+            p.stop()
+            _ = p.drain(timeout: 10)
+        }
+        return link.failure
     }
 }

@@ -551,11 +551,34 @@ public final class ExperimentSupervisor {
             return try run(ids, agent: agent, audit: audit, heldOut: true, traces: { _ in nil })
         }
         guard !ids.isEmpty else { return [] }
-        let request = GuestRequest(experimentRoot: layout.root, configPath: layout.config, policySearchPaths: policyLoader.searchPaths,
+        var request = GuestRequest(experimentRoot: layout.root, configPath: layout.config, policySearchPaths: policyLoader.searchPaths,
                                    agentDirectory: agent, ids: ids, concurrency: config.maxConcurrency)
         let benchmarkRoot = config.benchmark == "local" ? config.dataset.map { $0.hasPrefix("/") ? $0 : layout.root + "/" + $0 } : nil
-        let image = try GuestImage.plan(request: request, config: config, policyLoader: policyLoader,
+        // A tool's sandboxes in the guest reach the network only through the host's proxies
+        // (its allowlist, a gate of the host's for model APIs, its audit), over the egress
+        // port; the keys they pass are the held-out run's.
+        var egress: VMEgress?
+        var trustBundle: [UInt8]?
+        if config.benchmark != "local" {
+            let tool = config.toolSettings(config.runner.command ?? [])
+            var gate: InferenceGate?
+            do {
+                if let (g, bundle) = try tool.inferenceGate() {
+                    gate = g
+                    trustBundle = bundle
+                }
+            } catch {
+                throw ExperimentError(.state, error.message)
+            }
+            egress = VMEgress(agent: EgressProxy(allow: tool.networkAllow, inference: gate, audit: audit.agent, sandbox: "held-out-vm"),
+                              tool: EgressProxy(allow: tool.networkAllow, inference: gate, audit: audit.tool, sandbox: "held-out-vm"))
+            request.environment = tool.passedValues(heldOut: true)
+            request.egress = true
+            request.trustBundle = trustBundle == nil ? nil : GuestRequest.trustBundlePath
+        }
+        var image = try GuestImage.plan(request: request, config: config, policyLoader: policyLoader,
                                         benchmarkRoot: benchmarkRoot.flatMap { GuestImage.canonical($0) }, scratch: config.scratch)
+        image.trustBundle = trustBundle
         try FileManager.default.createDirectory(atPath: config.scratch, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         // qemu reads the shares through the host's page cache on the guest's behalf.
         let cache = PageCacheEviction(journal: layout.heldOutJournal)
@@ -563,7 +586,7 @@ public final class ExperimentSupervisor {
         // A bound on the whole phase (each task's own limits hold inside the guest): the
         // boot, then every task's agent and verifier limits, run `max_concurrency` at a time.
         let result = try vm.run(request, image: image, scratch: config.scratch, privateDirectory: layout.privateDirectory,
-                                deadline: config.vm.bootTimeout + heldOutBound(ids, benchmarkRoot: benchmarkRoot)) { shares in
+                                deadline: config.vm.bootTimeout + heldOutBound(ids, benchmarkRoot: benchmarkRoot), egress: egress) { shares in
             do { try cache.record(sources: shares) } catch { throw ExperimentError(.io, "\(error)") }
         }
         result.answer.record(agent: audit.agent, tool: audit.tool)
@@ -582,7 +605,10 @@ public final class ExperimentSupervisor {
             guard let t = tasks[id] else { return fallback * 2 + 60 }
             return (t.agentTimeoutDeclared ? t.agentTimeout : fallback) + t.verifierTimeout + 60
         }
-        return (each.reduce(0, +) / Double(max(1, config.maxConcurrency))) + (each.max() ?? 0)
+        let spread = (each.reduce(0, +) / Double(max(1, config.maxConcurrency))) + (each.max() ?? 0)
+        // A tool runs the tasks in one process, which its own timeout bounds.
+        if config.benchmark != "local", let t = config.runner.timeout { return max(spread, t + 120) }
+        return spread
     }
 
     /// Refused syscalls and limit events of a run, as ledger violation records (one per kind

@@ -46,6 +46,10 @@ public struct RunOptions: @unchecked Sendable {
     /// `network: proxy` sandboxes: the model APIs reached only through this gate (stateless
     /// inference calls, judged one by one; `InferenceGate`).
     public var inferenceGate: InferenceGate?
+    /// In a held-out VM: `network: proxy` connections go, as they are, over this link to the
+    /// host's proxy (which applies the allowlist and the gate), tagged with the sandbox's
+    /// class (`agent` or `tool`); the allowlist and gate above are then not used here.
+    public var egressLink: (link: EgressLink, tag: String)?
 
     public init(audit: AuditLog = AuditLog(), logger: Logger = Logger(label: "autoharness.sandbox")) {
         self.audit = audit

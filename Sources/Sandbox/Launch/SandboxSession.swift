@@ -263,7 +263,8 @@ struct Session {
                 if fd >= 0 { close(fd) }
                 return
             }
-            let p = EgressProxy(listener: fd, allow: plan.network.allow, inference: options.inferenceGate, audit: options.audit, sandbox: plan.sandboxID)
+            let p = EgressProxy(listener: fd, allow: plan.network.allow, inference: options.inferenceGate, link: options.egressLink,
+                                audit: options.audit, sandbox: plan.sandboxID)
             p.start()
             proxy = p
         case AHL_MSG_INIT_PID.rawValue:

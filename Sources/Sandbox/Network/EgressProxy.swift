@@ -11,7 +11,11 @@ import Glibc
 /// second lookup): a special-purpose address (`AddressClass`) or one of this host's own is
 /// refused unless that literal address is itself allowlisted. Every request, allowed or
 /// denied, is an audit event, with the bytes moved each way.
-final class EgressProxy: @unchecked Sendable {
+///
+/// In a held-out VM the guest's proxies only forward (`link`): each connection becomes a
+/// stream of the `EgressLink` to the host, where an `EgressProxy` without a listener serves
+/// it (`adopt`) with the host's allowlist, inference gate and audit.
+public final class EgressProxy: @unchecked Sendable {
     /// The fixed port inside every proxy sandbox.
     static let port: UInt16 = 3128
     static let maxConnections = 64
@@ -20,18 +24,29 @@ final class EgressProxy: @unchecked Sendable {
     private let allow: Set<String>
     /// Model APIs reached only through the inference gate (`InferenceGate.targets`).
     private let inference: InferenceGate?
+    /// Forward every connection, as is, over this link (tagged), instead of serving it.
+    private let link: (link: EgressLink, tag: String)?
     private let audit: AuditLog
     private let sandbox: String
     private let lock = Mutex()
     private var open: Set<Int32> = []
+    private var active = 0
     private var stopped = false
 
-    init(listener: Int32, allow: [String], inference: InferenceGate? = nil, audit: AuditLog, sandbox: String) {
+    init(listener: Int32, allow: [String], inference: InferenceGate? = nil, link: (link: EgressLink, tag: String)? = nil,
+         audit: AuditLog, sandbox: String) {
         self.listener = listener
         self.allow = Set(allow.map { $0.lowercased() })
         self.inference = inference
+        self.link = link
         self.audit = audit
         self.sandbox = sandbox
+    }
+
+    /// A proxy without a listener, serving the connections it is handed (`adopt`): the
+    /// host's end of a held-out VM's egress.
+    public convenience init(allow: [String], inference: InferenceGate?, audit: AuditLog, sandbox: String) {
+        self.init(listener: -1, allow: allow, inference: inference, audit: audit, sandbox: sandbox)
     }
 
     func start() {
@@ -39,12 +54,28 @@ final class EgressProxy: @unchecked Sendable {
     }
 
     /// Closes the listener and every tunnel (the sandbox is gone).
-    func stop() {
+    public func stop() {
         lock.withLock {
             stopped = true
-            shutdown(listener, Int32(SHUT_RDWR))
+            if listener >= 0 { shutdown(listener, Int32(SHUT_RDWR)) }
             for fd in open { shutdown(fd, Int32(SHUT_RDWR)) }
         }
+    }
+
+    /// Waits up to `timeout` seconds for every connection to be served to its end (and
+    /// recorded). True if none is left.
+    public func drain(timeout: Double) -> Bool {
+        let end = monotonicNow() + timeout
+        while lock.withLock({ active }) > 0 {
+            if monotonicNow() >= end { return false }
+            usleep(2_000)
+        }
+        return true
+    }
+
+    /// Serves `client` (a connected socket this proxy now owns) as if it had been accepted.
+    public func adopt(_ client: Int32) {
+        admit(client)
     }
 
     private func acceptLoop() {
@@ -54,23 +85,43 @@ final class EgressProxy: @unchecked Sendable {
                 if errno == EINTR { continue }
                 break
             }
-            let admitted: Bool = lock.withLock {
-                guard !stopped, open.count < Self.maxConnections else { return false }
-                open.insert(c)
-                return true
-            }
-            guard admitted else {
-                send(c, "HTTP/1.1 503 Too many connections\r\n\r\n")
-                close(c)
-                continue
-            }
-            detachedThread { [self] in
-                serve(c)
-                lock.withLock { _ = open.remove(c) }
-                close(c)
-            }
+            admit(c)
         }
         close(listener)
+    }
+
+    private func admit(_ c: Int32) {
+        let admitted: Bool = lock.withLock {
+            guard !stopped, open.count < Self.maxConnections else { return false }
+            open.insert(c)
+            active += 1
+            return true
+        }
+        guard admitted else {
+            send(c, "HTTP/1.1 503 Too many connections\r\n\r\n")
+            close(c)
+            return
+        }
+        detachedThread { [self] in
+            if let link { forward(c, link) } else { serve(c) }
+            lock.withLock {
+                _ = open.remove(c)
+                active -= 1
+            }
+            close(c)
+        }
+    }
+
+    /// A held-out guest's proxy: the connection's bytes, untouched, to the host's proxy.
+    private func forward(_ client: Int32, _ link: (link: EgressLink, tag: String)) {
+        guard let up = link.link.open(tag: link.tag) else {
+            send(client, "HTTP/1.1 503 No link to the host's proxy\r\n\r\n")
+            return
+        }
+        lock.withLock { _ = open.insert(up) }
+        _ = relay(client, up)
+        lock.withLock { _ = open.remove(up) }
+        close(up)
     }
 
     /// `host:port` is allowed if listed exactly, or if a `*.domain:port` entry covers it: a

@@ -1,0 +1,89 @@
+import Foundation
+import Testing
+import TestSupport
+@testable import Experiment
+
+/// A tool benchmark's held-out tasks in the VM, reaching a model API: every connection they
+/// make leaves the guest over the egress port and is judged by the host's proxy (its
+/// allowlist, a gate of the host's for model APIs, its audit). Booted for real, emulated.
+@Suite("Held-out VM: egress through the host's proxy", .serialized)
+struct HeldOutVMEgressTests {
+    /// Each task: a chat completion asking to store the instruction (the gate passes it with
+    /// `store` false), a list of stored completions (refused), a CONNECT to a host the
+    /// allowlist does not name (refused). It answers right only where all three went as the
+    /// gate decides and it runs on a kernel that is not the host's: so a held-out score of 1
+    /// says every held-out task ran in the VM and reached the vendor through the host's gate.
+    static func agent(hostBootID: String) -> String {
+        """
+        import json, os, socket, urllib.request, urllib.error
+
+        def call(method, path, body=None):
+            req = urllib.request.Request("https://%s%s" % (os.environ["FAKE_MODEL"], path), method=method,
+                                         data=None if body is None else json.dumps(body).encode(),
+                                         headers={"content-type": "application/json", "authorization": "Bearer sk-test"})
+            try:
+                with urllib.request.urlopen(req, timeout=120) as r:
+                    return r.status
+            except urllib.error.HTTPError as e:
+                return e.code
+            except Exception as e:
+                return type(e).__name__
+
+        def elsewhere():
+            try:
+                s = socket.create_connection(("127.0.0.1", 3128), timeout=60)
+                s.sendall(b"CONNECT 127.0.0.1:9 HTTP/1.1\\r\\nHost: 127.0.0.1:9\\r\\n\\r\\n")
+                return s.recv(100).split(b"\\r\\n")[0].decode()
+            except Exception as e:
+                return type(e).__name__
+
+        class HarnessAgent:
+            def run(self, instruction):
+                n = int(instruction.split()[1])
+                in_vm = open("/proc/sys/kernel/random/boot_id").read().strip() != "\(hostBootID)"
+                chat = call("POST", "/v1/chat/completions", {"model": "gpt-fake", "store": True, "metadata": {"leak": instruction},
+                                                            "messages": [{"role": "user", "content": instruction}]})
+                listed = call("GET", "/v1/chat/completions")
+                other = elsewhere()
+                ok = chat == 200 and listed == 403 and " 403 " in other and in_vm
+                return str(n * n) if ok else "chat=%s list=%s other=%s vm=%s" % (chat, listed, other, in_vm)
+        """
+    }
+
+    @Test("held-out tasks in the VM reach the fake vendor only through the host's gate (store forced false, a list refused, another host refused), each refusal recorded as held-out")
+    func heldOutEgressThroughHost() throws {
+        try HeldOutVMTests.requireVM()
+        let model = try FakeModel(turns: [])
+        let exp = try Experiment(benchmark: "command")
+        defer { exp.removeScratch() }
+        try exp.set("tasks", "[" + CommandAdapterTests.ids.joined(separator: ", ") + "]")
+        try exp.set("command", "[/usr/bin/python3, \(Tools.root)/command_bench.py, --tasks, \"{task_ids_file}\", --out, \"{output}\"]", in: "runner")
+        try exp.set("binds", "[\(Tools.root)]", in: "runner")
+        try exp.set("env_pass", "[FAKE_MODEL]", in: "runner")
+        try exp.set("inference", "[\"\(model.address)\"]\n    upstream_ca: \(model.caFile)", in: "runner")
+        try exp.set("held_out_runtime", "vm\n  vm: {accel: tcg, allow_emulation: true, memory_mib: 1536}", in: "gate")
+        try exp.setAgent(SquareAgents.none)
+        let env = ["FAKE_MODEL": model.address]
+        let p = try exp.run(["prepare"], environment: env)
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        let test = try exp.split().test
+        let before = model.requests().count
+
+        try exp.setAgent(Self.agent(hostBootID: HeldOutVMTests.hostBootID))
+        let g = try exp.run(["gate"], environment: env)
+        #expect(g.status == 0 && g.stdout.contains("ACCEPTED") && g.stdout.contains("val_score: 1.00"), "\(g.stdout)\n\(g.stderr)")
+        #expect(g.stderr.contains("held-out VM: \(test.count) task(s) answered"), "\(g.stderr)")
+
+        // What reached the vendor during the gate: one chat completion per task (train on
+        // the host, held-out in the VM), each with store false, and no list.
+        let during = Array(model.requests().dropFirst(before))
+        let chats = during.filter { ($0["path"] as? String)?.hasSuffix("/v1/chat/completions") == true }
+        #expect(chats.count >= test.count && chats.allSatisfy { ($0["method"] as? String) == "POST" && ($0["store"] as? Bool) == false }, "\(during)")
+        #expect(chats.allSatisfy { ($0["host"] as? String) == model.address }, "\(chats)")
+        // The refusals inside the VM were the host proxy's, recorded against agent.py, held out.
+        let heldOut = try exp.rows("violation").filter { ($0["heldOut"] as? Bool) == true && ($0["kind"] as? String) == "egress" }
+        #expect(heldOut.contains { ($0["detail"] as? String)?.contains(model.address) == true }, "\(heldOut)")
+        #expect(heldOut.contains { ($0["detail"] as? String)?.contains("127.0.0.1:9") == true }, "\(heldOut)")
+        #expect(heldOut.allSatisfy { ($0["actor"] as? String)?.hasPrefix("agent.py") == true }, "\(heldOut)")
+    }
+}
