@@ -6,7 +6,7 @@ import TestSupport
 /// A tool benchmark's held-out tasks in the VM, reaching a model API: every connection they
 /// make leaves the guest over the egress port and is judged by the host's proxy (its
 /// allowlist, a gate of the host's for model APIs, its audit). Booted for real, emulated.
-@Suite("Held-out VM: egress through the host's proxy", .serialized)
+@Suite("Held-out VM: tool benchmarks, their egress through the host's proxy", .serialized)
 struct HeldOutVMEgressTests {
     /// Each task: a chat completion asking to store the instruction (the gate passes it with
     /// `store` false), a list of stored completions (refused), a CONNECT to a host the
@@ -85,5 +85,33 @@ struct HeldOutVMEgressTests {
         #expect(heldOut.contains { ($0["detail"] as? String)?.contains(model.address) == true }, "\(heldOut)")
         #expect(heldOut.contains { ($0["detail"] as? String)?.contains("127.0.0.1:9") == true }, "\(heldOut)")
         #expect(heldOut.allSatisfy { ($0["actor"] as? String)?.hasPrefix("agent.py") == true }, "\(heldOut)")
+    }
+
+    @Test("tau-bench's held-out tasks run in the VM with tau2's data and scripts shared read-only: the gate scores them there, and nothing of them persists on the host")
+    func tau2InTheVM() throws {
+        try HeldOutVMTests.requireVM()
+        let exp = try Tau2AdapterTests().make()
+        defer { exp.removeScratch() }
+        try exp.set("held_out_runtime", "vm\n  vm: {accel: tcg, allow_emulation: true, memory_mib: 1536}", in: "gate")
+        let p = try exp.run(["prepare"], environment: Tau2AdapterTests.env)
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        // Refunds every order, but only on a kernel that is not the host's.
+        try exp.setAgent(Tau2Agents.refunding(reasons: ["broken", "late", "wrong_size"]) + """
+
+            _generate = HarnessAgent.generate_next_message
+            def generate(self, message, state):
+                if open("/proc/sys/kernel/random/boot_id").read().strip() == "\(HeldOutVMTests.hostBootID)":
+                    return AssistantMessage(content="Sorry.", tool_calls=None), state
+                return _generate(self, message, state)
+            HarnessAgent.generate_next_message = generate
+            """)
+        let g = try exp.run(["gate"], environment: Tau2AdapterTests.env)
+        #expect(g.status == 0 && g.stdout.contains("ACCEPTED") && g.stdout.contains("val_score: 1.00"), "\(g.stdout)\n\(g.stderr)")
+        #expect(g.stderr.contains("held-out VM: \(Tau2AdapterTests.test.count) task(s) answered"), "\(g.stderr)")
+        for k in [7, 8, 9, 11] {
+            let order = String(format: "#W%04d", 1000 + k)
+            #expect(files(under: exp.root, containing: order).isEmpty, "\(order) persisted")
+        }
+        #expect(exp.scratchMounts().isEmpty)
     }
 }

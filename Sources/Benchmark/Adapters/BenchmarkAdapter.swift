@@ -99,12 +99,17 @@ public protocol BenchmarkAdapter: Sendable {
     var problems: [String] { get }
     /// Who the sandboxes reporting to `AdapterRunContext.toolAudit` are, in records.
     var toolActor: String { get }
+    /// Host directories the adapter reads, or binds into its sandboxes, besides its policies'
+    /// mounts and `ToolSettings.binds` (a local benchmark's tasks, tau2's data and scripts): what
+    /// a held-out VM must share for the same adapter to run in it.
+    var hostPaths: [String] { get }
 }
 
 extension BenchmarkAdapter {
     public var fixedSplit: (train: [String], test: [String], seed: UInt64)? { nil }
     public var problems: [String] { [] }
     public var toolActor: String { "benchmark tool" }
+    public var hostPaths: [String] { [] }
     public func canonicalTaskID(_ given: String) -> String? { taskIDs.contains(given) ? given : nil }
 }
 
@@ -121,6 +126,7 @@ public struct LocalAdapter: BenchmarkAdapter {
     public var taskIDs: [String] { benchmark.tasks.map(\.id) }
     public var problems: [String] { benchmark.problems }
     public var toolActor: String { "verifier" }
+    public var hostPaths: [String] { [benchmark.directory] }
 
     public func run(_ ids: [String], _ context: AdapterRunContext) throws(BenchmarkError) -> [TaskOutcome] {
         let tasks = ids.compactMap { benchmark.task($0) }

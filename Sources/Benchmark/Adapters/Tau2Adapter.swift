@@ -41,6 +41,7 @@ public struct Tau2Adapter: BenchmarkAdapter {
     public var fixedSplit: (train: [String], test: [String], seed: UInt64)? { (split.train, split.test, seed) }
 
     var domainDirectory: String { dataDirectory + "/tau2/domains/" + domain }
+    public var hostPaths: [String] { [dataDirectory, scriptsDirectory] }
 
     /// tau2 calls its models through LiteLLM, which fetches a price list from GitHub when it
     /// is imported; its bundled copy serves as well, and the fetch would be a refused

@@ -33,7 +33,7 @@ struct GuestImage {
 
     /// Collects what the guest needs for `request` (see the type's comment). Throws
     /// `ExperimentError(.state)` naming what is missing or too big.
-    static func plan(request: GuestRequest, config: ExperimentConfig, policyLoader: PolicyLoader, benchmarkRoot: String?,
+    static func plan(request: GuestRequest, config: ExperimentConfig, policyLoader: PolicyLoader, adapterPaths: [String],
                      scratch: String) throws -> GuestImage {
         guard let binary = canonical("/proc/self/exe") else { throw ExperimentError(.io, "cannot resolve /proc/self/exe") }
         var image = GuestImage(binary: binary, scratch: scratch)
@@ -80,7 +80,12 @@ struct GuestImage {
                 if real != b { image.symlinks.append((b, real)) }
             }
         }
-        if let benchmarkRoot { directories.append(benchmarkRoot) }
+        for path in adapterPaths {
+            guard let real = canonical(path), isDirectory(real) else {
+                throw ExperimentError(.state, "held-out VM: the benchmark reads \(path), which is not a directory")
+            }
+            directories.append(real)
+        }
         directories += request.policySearchPaths.filter { isDirectory($0) }
         // The binaries (autoharness, autoharness-launch beside it) and every shared library
         // this process has mapped (a debug build links the Swift runtime from the toolchain).

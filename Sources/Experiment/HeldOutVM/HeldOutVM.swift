@@ -27,7 +27,7 @@ public final class HeldOutVM {
     let accel: VMSettings.Accel
     let log: (@Sendable (String) -> Void)?
 
-    static let supportedBenchmarks = ["local", "command"]
+    static let supportedBenchmarks = ["local", "command", "tau-bench"]
     static let workPrefix = "held-out-vm-"
     static let qemuSandbox = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
     static let qemuBinary = "/usr/bin/qemu-system-x86_64"

@@ -577,7 +577,7 @@ public final class ExperimentSupervisor {
             request.trustBundle = trustBundle == nil ? nil : GuestRequest.trustBundlePath
         }
         var image = try GuestImage.plan(request: request, config: config, policyLoader: policyLoader,
-                                        benchmarkRoot: benchmarkRoot.flatMap { GuestImage.canonical($0) }, scratch: config.scratch)
+                                        adapterPaths: adapter.hostPaths, scratch: config.scratch)
         image.trustBundle = trustBundle
         try FileManager.default.createDirectory(atPath: config.scratch, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         // qemu reads the shares through the host's page cache on the guest's behalf.
