@@ -21,6 +21,8 @@ extension Experiment {
         // Its own scratch root, so checks for leftovers see this experiment's runs only.
         try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
         try set("scratch", scratch, in: "sandbox")
+        // Tests choose where held-out tasks run; the default (auto) would follow the host's KVM.
+        try set("held_out_runtime", "host", in: "gate")
     }
 
     /// This experiment's scratch root (tmpfs), made by `init(benchmark:)`.

@@ -59,6 +59,9 @@ struct Experiment {
         root = temp.path + "/exp"
         let r = try autoharness(["init", root, "--benchmark", "local", "--dataset", Self.fixture])
         try #require(r.status == 0, "init failed: \(r.stderr)")
+        // Tests choose where held-out tasks run; the default (auto) would follow the host's KVM.
+        var config = config
+        if config["held_out_runtime"] == nil { config["held_out_runtime"] = "host" }
         if !config.isEmpty {
             var text = try String(contentsOfFile: root + "/experiment_config.yaml", encoding: .utf8)
             for (k, v) in config {

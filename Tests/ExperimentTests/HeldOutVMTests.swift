@@ -198,6 +198,71 @@ struct HeldOutVMTests {
         #expect(st.st_atim.tv_sec == 1_577_836_800, "the host's atime moved to \(st.st_atim.tv_sec)")
     }
 
+    /// What `auto` must pick on this host, from a probe of its own.
+    static func kvmWorks() throws -> Bool {
+        let kernel = try GuestKernel.load(VMSettings.defaultKernelDirectory)
+        return HeldOutVM.probeKVM(kernel: kernel, qemu: HeldOutVM.qemuBinary).works
+    }
+
+    @Test("auto (the default) uses a VM only where a KVM guest boots; otherwise the host, with a line naming the capacity left")
+    func autoFollowsKVM() throws {
+        try Self.requireVM()
+        let exp = try Experiment(config: ["held_out_runtime": "auto"])
+        try exp.setAgent(Self.solver())
+        let g = try exp.run("gate")
+        #expect(g.status == 0, "\(g.stdout)\n\(g.stderr)")
+        if try Self.kvmWorks() {
+            #expect(g.stderr.contains("held-out runtime: vm (auto: a KVM guest boots here)") && g.stderr.contains("task(s) answered"), "\(g.stderr)")
+        } else {
+            #expect(g.stderr.contains("held-out runtime: host (auto: held-out VM: no working KVM on this host"), "\(g.stderr)")
+            #expect(g.stderr.contains("bits per gate for a 10 s phase"), "\(g.stderr)")
+            #expect(!g.stderr.contains("held-out VM: booting"), "\(g.stderr)")
+        }
+    }
+
+    @Test("auto with allow_emulation runs the held-out phase in a VM where KVM does not work")
+    func autoWithEmulation() throws {
+        try Self.requireVM()
+        let exp = try Experiment(config: ["held_out_runtime": "auto\n  vm: {allow_emulation: true, memory_mib: 1536}"])
+        try exp.setAgent(Self.solver())
+        let (_, test) = try exp.split()
+        let g = try exp.run("gate")
+        #expect(g.status == 0 && g.stdout.contains("ACCEPTED"), "\(g.stdout)\n\(g.stderr)")
+        #expect(g.stderr.contains("held-out runtime: vm (auto: "), "\(g.stderr)")
+        #expect(g.stderr.contains("held-out VM: \(test.count) task(s) answered"), "\(g.stderr)")
+    }
+
+    @Test("auto keeps a benchmark the guest cannot run yet on the host, and says so")
+    func autoUnsupportedBenchmark() throws {
+        let r = HeldOutVM.resolveAuto(settings: VMSettings(), benchmark: "bird-interact", log: nil)
+        #expect(r.vm == nil && r.why.contains("does not run in the held-out VM yet"), "\(r.why)")
+        #expect(HeldOutVM.hostRuntimeLine(why: r.why).contains("bits per gate"))
+    }
+
+    @Test("the KVM probe is remembered until the next boot, and a record another user could have written is probed again")
+    func probeCache() throws {
+        try Self.requireVM()
+        let kernel = try GuestKernel.load(VMSettings.defaultKernelDirectory)
+        let path = "/run/autoharness/kvm-probe"
+        unlink(path)
+        let first = HeldOutVM.probeKVMCached(kernel: kernel, qemu: HeldOutVM.qemuBinary)
+        #expect(!first.why.hasSuffix("(probed earlier this boot)"), "\(first.why)")
+        let second = HeldOutVM.probeKVMCached(kernel: kernel, qemu: HeldOutVM.qemuBinary)
+        #expect(second.works == first.works && second.why.hasSuffix("(probed earlier this boot)"), "\(second.why)")
+        // A record writable by others decides nothing: probed again, and rewritten as root's.
+        #expect(chmod(path, 0o666) == 0)
+        let third = HeldOutVM.probeKVMCached(kernel: kernel, qemu: HeldOutVM.qemuBinary)
+        #expect(!third.why.hasSuffix("(probed earlier this boot)"), "\(third.why)")
+        var st = stat()
+        #expect(stat(path, &st) == 0 && st.st_mode & 0o077 == 0 && st.st_uid == 0)
+        // A record for another qemu or kernel (its key differs) is not used either.
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        try ("stale-key" + text.drop { $0 != "\n" }).write(toFile: path, atomically: true, encoding: .utf8)
+        #expect(chmod(path, 0o600) == 0)
+        let fourth = HeldOutVM.probeKVMCached(kernel: kernel, qemu: HeldOutVM.qemuBinary)
+        #expect(!fourth.why.hasSuffix("(probed earlier this boot)"), "\(fourth.why)")
+    }
+
     @Test("a VM runtime that cannot run here is refused before the gate counts: tcg without allow_emulation")
     func emulationNeedsConsent() throws {
         try requireRoot()

@@ -44,7 +44,7 @@ public struct ExperimentConfig: Sendable, Equatable {
     public var minImprovement: Double?
     public var onReject: OnReject = .revert
     /// Where the held-out phase of each gate runs (`gate.held_out_runtime`).
-    public var heldOutRuntime: HeldOutRuntime = .host
+    public var heldOutRuntime: HeldOutRuntime = .auto
     /// The held-out virtual machine (`gate.vm:`), used when `heldOutRuntime` is `vm`.
     public var vm = VMSettings()
     /// When a gate's answer is released (`gate.reply_time`, `gate.reply_after`).

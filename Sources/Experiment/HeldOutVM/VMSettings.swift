@@ -3,10 +3,13 @@
 // `host`: in sandboxes on the supervisor's own kernel (the shared-kernel channels of README's
 // threat model remain, with their stated capacity). `vm`: in a fresh virtual machine per gate,
 // destroyed afterwards, whose kernel, page cache, counters, lock tables and clocks nothing
-// later ever shares (`HeldOutVM`).
+// later ever shares (`HeldOutVM`). `auto` (the default): `vm` where a KVM guest really boots
+// and the benchmark runs in the guest, else `host`, said once per supervisor with the
+// capacity that remains.
 
 /// `gate.held_out_runtime`.
 public enum HeldOutRuntime: String, Sendable, CaseIterable, Equatable {
+    case auto
     case host
     case vm
 }

@@ -36,6 +36,7 @@ public final class ExperimentSupervisor {
     let git: Git
     /// The held-out VM's checked settings, made at the first gate (`gate.held_out_runtime: vm`).
     var heldOutVM: HeldOutVM?
+    var heldOutRuntimeSettled = false
     /// Called after each task (serially), e.g. for a progress line. The outcome is nil for
     /// held-out tasks: not even a progress line may say which test task passed.
     public var progress: ((_ done: Int, _ total: Int, _ outcome: TaskOutcome?) -> Void)?
@@ -308,8 +309,20 @@ public final class ExperimentSupervisor {
         // The gate's clock: its answer is held to `config.replyTime` counted from here.
         let started = monotonicSeconds()
         let snap = try agent ?? snapshotAgent()
-        // A VM that cannot run here is refused before the gate counts (nothing looked yet).
-        if config.heldOutRuntime == .vm && heldOutVM == nil { heldOutVM = try HeldOutVM(settings: config.vm, log: log) }
+        // Where held-out tasks run, settled once per supervisor: a VM that cannot run here is
+        // refused before the gate counts (nothing looked yet); `auto` takes one where a KVM
+        // guest boots, and the host says what it leaves open.
+        if !heldOutRuntimeSettled {
+            switch config.heldOutRuntime {
+            case .vm: heldOutVM = try HeldOutVM(settings: config.vm, log: log)
+            case .auto:
+                let r = HeldOutVM.resolveAuto(settings: config.vm, benchmark: config.benchmark, log: log)
+                heldOutVM = r.vm
+                log?(r.vm == nil ? HeldOutVM.hostRuntimeLine(why: "auto: " + r.why) : "held-out runtime: vm (auto: \(r.why))")
+            case .host: log?(HeldOutVM.hostRuntimeLine(why: "gate.held_out_runtime: host"))
+            }
+            heldOutRuntimeSettled = true
+        }
         _ = try ledger.append(.gateStarted, GateStartedRecord(attempt: attempt, agentSHA256: snap.sha256))
         let audit = RunAudit()
         let heldOutAudit = RunAudit()
@@ -547,7 +560,7 @@ public final class ExperimentSupervisor {
     /// violation counts. Either way, what the held-out runs could have brought into the host's
     /// page cache is evicted before anything untrusted runs again.
     func runHeldOut(_ ids: [String], agent: String, audit: RunAudit) throws -> [TaskOutcome] {
-        guard config.heldOutRuntime == .vm, let vm = heldOutVM else {
+        guard let vm = heldOutVM else {
             return try run(ids, agent: agent, audit: audit, heldOut: true, traces: { _ in nil })
         }
         guard !ids.isEmpty else { return [] }
