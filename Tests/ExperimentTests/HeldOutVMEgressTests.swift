@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import TestSupport
+import Sandbox
 @testable import Experiment
 
 /// A tool benchmark's held-out tasks in the VM, reaching a model API: every connection they
@@ -113,5 +114,23 @@ struct HeldOutVMEgressTests {
             #expect(files(under: exp.root, containing: order).isEmpty, "\(order) persisted")
         }
         #expect(exp.scratchMounts().isEmpty)
+    }
+
+    @Test("a stream the guest opens for a sandbox class whose policy has no network is refused and recorded against that class")
+    func noNetworkClassRefused() throws {
+        let agent = AuditLog(), tool = AuditLog()
+        let egress = VMEgress(agent: nil, tool: nil, agentAudit: agent, toolAudit: tool)
+        for tag in ["agent", "tool"] {
+            var p: [Int32] = [-1, -1]
+            try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &p) == 0)
+            egress.serve(tag: tag, p[0])
+            var b: UInt8 = 0
+            #expect(recv(p[1], &b, 1, 0) == 0, "\(tag): the stream was not closed")
+            close(p[1])
+        }
+        for log in [agent, tool] {
+            #expect(log.events.count == 1 && log.events[0].kind == .egress && log.events[0].action == "denied", "\(log.events)")
+            #expect(log.events[0].sandbox == "held-out-vm")
+        }
     }
 }

@@ -133,7 +133,8 @@ public final class HeldOutVM {
         // the host's proxies serve (`EgressLink`); stopped, with every connection recorded,
         // before the answer counts.
         let egressPort = try egress.map { try EgressPort(path: work + "/egress.sock", proxies: $0) }
-        defer { _ = egressPort?.finish() }
+        var egressFinished = false
+        defer { if !egressFinished { _ = egressPort?.finish() } }
         try beforeBoot(image.shares.map(\.path))
 
         let cpus = min(settings.cpus ?? request.concurrency, max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))))
@@ -189,24 +190,29 @@ public final class HeldOutVM {
         p.waitUntilExit()
         _ = killed
         let total = monotonicSeconds() - start
-        func failure(_ what: String) -> ExperimentError {
+        // What failed, as a fixed phrase: the message reaches the coding agent (an interrupted
+        // gate's reply), so anything the guest chose (a line number, a stream id, the time it
+        // took) goes only to the console log, the operator's.
+        func failure(_ what: String, detail: String = "") -> ExperimentError {
             let logPath = privateDirectory + "/held-out-vm-console.log"
-            try? AtomicFile.write(tail.bytes, to: logPath, mode: 0o600)
-            return ExperimentError(.io, "held-out VM: \(what) after \(Int(total)) s; its console is in \(logPath); the gate's held-out phase did not finish and nothing of it was scored")
+            let note = "\n[autoharness] held-out VM: \(what) after \(Int(total)) s\(detail.isEmpty ? "" : ": " + detail)\n"
+            try? AtomicFile.write(tail.bytes + Array(note.utf8), to: logPath, mode: 0o600)
+            return ExperimentError(.io, "held-out VM: \(what); its console is in \(logPath); the gate's held-out phase did not finish and nothing of it was scored")
         }
         // qemu has exited: the link ends with its socket; every connection is served to its
         // end (and recorded) before the answer is taken.
-        if let broken = egressPort?.finish() { throw failure("the guest broke the egress link's protocol (\(broken))") }
+        egressFinished = true
+        if let broken = egressPort?.finish() { throw failure("the guest's egress did not end cleanly", detail: broken) }
         switch read.outcome {
         case .complete: break
         case .bootTimeout: throw failure("no answer began within gate.vm.boot_timeout (\(Int(settings.bootTimeout)) s)")
-        case .timeout: throw failure("no complete answer within \(Int(seconds)) s")
+        case .timeout: throw failure("no complete answer within the held-out phase's bound (\(Int(seconds)) s)")
         case .tooLarge: throw failure("the answer exceeded \(GuestAnswer.maxBytes) bytes")
-        case .closed: throw failure("the guest closed its results port without an answer (qemu exit \(p.terminationStatus))")
+        case .closed: throw failure("the guest closed its results port without an answer", detail: "qemu exit \(p.terminationStatus)")
         }
         let answer: GuestAnswer
         do { answer = try GuestAnswer.parse(read.bytes, requested: request.ids) } catch {
-            throw failure("a malformed answer (\(error))")
+            throw failure("a malformed answer", detail: "\(error)")
         }
         return Run(answer: answer, bootSeconds: boot ?? total, totalSeconds: total, shares: image.shares.map(\.path))
     }
@@ -431,10 +437,17 @@ final class ResultsPort {
 
 /// The host's end of a held-out VM's egress: the proxies that serve the guest sandboxes'
 /// connections, with the host's allowlist and inference gate, recording into the gate's
-/// audit as agent.py's (`agent`) or the tool's (`tool`).
+/// audit. One per sandbox class whose policy has `network: proxy` (`agent`: the sandboxes
+/// holding agent.py; `tool`: the scorer's); nil: that class has no network, and a stream the
+/// guest opens for it is refused and recorded. The class is the guest's word (its tag): it
+/// decides which allowlist applies only among the ones the config gives, and whose a
+/// violation is counted as.
 struct VMEgress {
-    let agent: EgressProxy
-    let tool: EgressProxy
+    let agent: EgressProxy?
+    let tool: EgressProxy?
+    let agentAudit: AuditLog
+    let toolAudit: AuditLog
+    static let sandbox = "held-out-vm"
 }
 
 /// The listening socket of the guest's `ah.egress` port, and the `EgressLink` over qemu's
@@ -444,7 +457,7 @@ final class EgressPort: @unchecked Sendable {
     let path: String
     private let proxies: VMEgress
     private let state = Locked<(link: EgressLink?, closed: Bool)>((nil, false))
-    private let accepted = Locked<Bool>(false)
+    private let acceptorDone = Locked<Bool>(true)
 
     init(path: String, proxies: VMEgress) throws {
         self.path = path
@@ -454,52 +467,71 @@ final class EgressPort: @unchecked Sendable {
 
     /// Accepts qemu's connection (on a thread of its own) and starts the link over it.
     func start() {
+        acceptorDone.withLock { acceptorDone.value = false }
         let t = Thread { [self] in
-            while true {
-                let closed = state.withLock { state.value.closed }
-                if closed { return }
+            defer { acceptorDone.withLock { acceptorDone.value = true } }
+            while !state.withLock({ state.value.closed }) {
                 var pfd = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
                 guard poll(&pfd, 1, 200) > 0 else { continue }
-                let c = accept(listener, nil, nil)
+                let c = EgressLink.acceptCloexec(listener)
                 guard c >= 0 else { continue }
-                _ = fcntl(c, F_SETFD, FD_CLOEXEC)
-                let proxies = self.proxies
-                let link = EgressLink(port: c, role: .acceptor) { tag, fd in
-                    (tag == "agent" ? proxies.agent : proxies.tool).adopt(fd)
-                }
-                let started: Bool = state.withLock {
-                    guard !state.value.closed else { return false }
+                state.withLock {
+                    guard !state.value.closed else { close(c); return }
+                    let proxies = self.proxies
+                    let link = EgressLink(port: c, role: .acceptor) { tag, fd in proxies.serve(tag: tag, fd) }
                     state.value.link = link
-                    return true
+                    link.start()
                 }
-                if started { link.start() } else { close(c) }
                 return
             }
         }
         t.start()
     }
 
-    /// Ends the link and the proxies' connections, waiting for each to be recorded. Returns
-    /// the link's protocol error, if it had one. Safe to call twice.
-    @discardableResult
+    /// Ends the link and the proxies' connections, waiting for each to be served to its end
+    /// and recorded. Returns what went wrong, if anything: the link's protocol error (its text
+    /// is the guest's doing), or connections still open. Call once qemu is gone.
     func finish() -> String? {
         let link: EgressLink? = state.withLock {
-            let l = state.value.closed ? nil : state.value.link
-            if !state.value.closed {
-                state.value.closed = true
-                close(listener)
-                unlink(path)
-            }
-            return l
+            state.value.closed = true
+            return state.value.link
         }
-        guard let link else { return nil }
-        // qemu is gone by now, so the link has seen its socket close (or stops here).
-        _ = link.waitUntilEnded(timeout: 5)
-        link.stop()
-        for p in [proxies.agent, proxies.tool] {
+        // The acceptor leaves within its poll interval; only then is the listener closed (a
+        // number it might still use cannot be reused meanwhile).
+        shutdown(listener, Int32(SHUT_RDWR))
+        let end = monotonicSeconds() + 5
+        while !acceptorDone.withLock({ acceptorDone.value }) && monotonicSeconds() < end { usleep(5_000) }
+        close(listener)
+        unlink(path)
+        var problem: String?
+        if let link {
+            // qemu is gone, so the link has seen its socket close (or stops here).
+            _ = link.waitUntilEnded(timeout: 5)
+            link.stop()
+            problem = link.failure
+        }
+        for p in [proxies.agent, proxies.tool].compactMap({ $0 }) {
             p.stop()
-            _ = p.drain(timeout: 10)
+            if !p.drain(timeout: 20) && problem == nil { problem = "a connection of the guest's was still open 20 s after the VM ended" }
         }
-        return link.failure
+        // Repeats past the audit's per-name limit, counted.
+        proxies.agentAudit.finish(sandbox: VMEgress.sandbox)
+        proxies.toolAudit.finish(sandbox: VMEgress.sandbox)
+        return problem
+    }
+}
+
+extension VMEgress {
+    /// A stream the guest opened: to its class's proxy, or refused and recorded.
+    func serve(tag: String, _ fd: Int32) {
+        let isAgent = tag == "agent"
+        if let proxy = isAgent ? agent : tool {
+            proxy.adopt(fd)
+            return
+        }
+        var e = AuditEvent(sandbox: Self.sandbox, kind: .egress, name: "-", action: "denied")
+        e.detail = "a \(isAgent ? "sandbox holding agent.py" : "scorer") in the held-out VM opened a connection, and its policy has no network"
+        (isAgent ? agentAudit : toolAudit).record(e)
+        close(fd)
     }
 }

@@ -583,8 +583,18 @@ public final class ExperimentSupervisor {
             } catch {
                 throw ExperimentError(.state, error.message)
             }
-            egress = VMEgress(agent: EgressProxy(allow: tool.networkAllow, inference: gate, audit: audit.agent, sandbox: "held-out-vm"),
-                              tool: EgressProxy(allow: tool.networkAllow, inference: gate, audit: audit.tool, sandbox: "held-out-vm"))
+            // A proxy only for the sandbox classes whose policy has network (a stream the guest
+            // opens for another is refused): the runner's (agent.py), the scorer's (tool).
+            func proxy(_ policy: String, _ log: AuditLog) throws -> EgressProxy? {
+                let p: Policy
+                do { p = try policyLoader.load(policy, requireAllPlaceholders: false) } catch {
+                    throw ExperimentError(.state, "held-out VM: policy \(policy): \(error)")
+                }
+                guard p.network.mode == .proxy else { return nil }
+                return EgressProxy(allow: tool.networkAllow, inference: gate, audit: log, sandbox: VMEgress.sandbox)
+            }
+            egress = VMEgress(agent: try proxy(tool.runnerPolicy, audit.agent), tool: try proxy(tool.scorerPolicy, audit.tool),
+                              agentAudit: audit.agent, toolAudit: audit.tool)
             request.environment = tool.passedValues(heldOut: true)
             request.egress = true
             request.trustBundle = trustBundle == nil ? nil : GuestRequest.trustBundlePath

@@ -16,7 +16,8 @@ import SupervisorIO
 ///     OPEN    opener only; payload: a tag (the sandbox class: `agent` or `tool`), ≤ 32 bytes
 ///     DATA    1 ... 16 KiB, never more than the peer has credited
 ///     EOF     no more DATA on this stream from the sender (a half close)
-///     RESET   the stream is gone both ways
+///     RESET   the stream is gone both ways; after the sender's EOF, what it sent before is
+///             still delivered (a server that closes after its response loses nothing)
 ///     CREDIT  payload u32: the receiver has passed that many more bytes on
 ///
 /// Each direction of each stream has a window of 256 KiB: a side sends DATA only within the
@@ -26,8 +27,11 @@ import SupervisorIO
 /// order; a frame for an id that was opened and has since closed is dropped (the peer may
 /// not have seen the close yet). Anything else unexpected — an unknown type, an oversized
 /// frame, DATA beyond the credit, an OPEN from the acceptor's side or over the stream limit,
-/// a bad tag — is a protocol error: the link stops, every stream is reset, and `failure`
-/// says what happened (the host treats the guest's answer as lost).
+/// a bad tag, a peer that leaves more than `maxOutgoing` unread — is a protocol error: the
+/// link stops, every stream is reset, and `failure` says what happened (the host treats the
+/// guest's answer as lost, and keeps the text, which the peer chose, from the coding agent).
+/// What a side queues for the port is bounded: DATA only below `portHighWater`, CREDIT at
+/// most once per quarter window passed on, EOF and RESET once per stream.
 public final class EgressLink: @unchecked Sendable {
     public enum Role: Sendable { case opener, acceptor }
 
@@ -37,6 +41,8 @@ public final class EgressLink: @unchecked Sendable {
     static let maxTag = 32
     /// Reading locals stops while this much is queued for the port.
     static let portHighWater = 1 << 20
+    /// More than this queued for a peer that does not read its port ends the link.
+    static let maxOutgoing = 4 << 20
     static let header = 9
 
     enum FrameType: UInt8 { case open = 1, data = 2, eof = 3, reset = 4, credit = 5 }
@@ -106,6 +112,7 @@ public final class EgressLink: @unchecked Sendable {
             var pair: [Int32] = [-1, -1]
             guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else { return nil }
             _ = fcntl(pair[0], F_SETFL, fcntl(pair[0], F_GETFL) | O_NONBLOCK)
+            guard nextID < UInt32.max else { return nil }
             let id = nextID
             nextID += 1
             highestID = id
@@ -136,6 +143,9 @@ public final class EgressLink: @unchecked Sendable {
         }
         return true
     }
+
+    /// `accept4(SOCK_CLOEXEC)` on `listener` (a connection never crosses an exec).
+    public static func acceptCloexec(_ listener: Int32) -> Int32 { ahs_accept_cloexec(listener) }
 
     static func validTag(_ tag: String) -> Bool {
         !tag.isEmpty && tag.utf8.count <= maxTag && tag.utf8.allSatisfy { ($0 >= 0x61 && $0 <= 0x7a) || $0 == 0x2d }
@@ -205,10 +215,15 @@ public final class EgressLink: @unchecked Sendable {
             for (_, s) in streams { shutdown(s.local, Int32(SHUT_RDWR)); close(s.local) }
             streams.removeAll()
             close(port)
-            close(wake.read)
-            close(wake.write)
         }
         done.withLock { done.value = true }
+    }
+
+    // The wake pair lives as long as the link: `stop()` may poke after the thread has ended,
+    // and a write to a closed number could land in whatever file reused it.
+    deinit {
+        close(wake.read)
+        close(wake.write)
     }
 
     private func fail(_ why: String) {
@@ -221,6 +236,9 @@ public final class EgressLink: @unchecked Sendable {
     }
 
     private func queue(_ type: FrameType, _ id: UInt32, _ payload: [UInt8] = []) {
+        guard outgoing.count - outgoingStart <= Self.maxOutgoing else {
+            return failNoLock("the peer left more than \(Self.maxOutgoing) bytes unread")
+        }
         outgoing.append(type.rawValue)
         for v in [id, UInt32(payload.count)] {
             outgoing += [UInt8(v >> 24), UInt8(truncatingIfNeeded: v >> 16), UInt8(truncatingIfNeeded: v >> 8), UInt8(truncatingIfNeeded: v)]
@@ -290,7 +308,7 @@ public final class EgressLink: @unchecked Sendable {
     private func handle(_ type: FrameType, _ id: UInt32, _ payload: [UInt8]) {
         if type == .open {
             guard role == .acceptor else { return failNoLock("the acceptor opened a stream") }
-            guard id == highestID + 1 else { return failNoLock("stream \(id) opened out of order (after \(highestID))") }
+            guard highestID < UInt32.max, id == highestID + 1 else { return failNoLock("stream \(id) opened out of order (after \(highestID))") }
             guard streams.count < Self.maxStreams else { return failNoLock("more than \(Self.maxStreams) streams") }
             guard let tag = String(validating: payload, as: UTF8.self), Self.validTag(tag) else { return failNoLock("a malformed stream tag") }
             highestID = id
@@ -322,7 +340,11 @@ public final class EgressLink: @unchecked Sendable {
             s.peerEOF = true
             writeLocal(id, s)
         case .reset:
-            drop(id, s)
+            guard s.peerEOF else { return drop(id, s) }
+            // After its EOF: the peer's side is gone, but what it sent is still passed on;
+            // nothing more is read from (or sent for) this stream.
+            s.readingLocal = false
+            writeLocal(id, s)
         case .credit:
             guard payload.count == 4 else { return failNoLock("a malformed CREDIT") }
             let n = Int(Self.u32(payload, 0))
@@ -348,9 +370,15 @@ public final class EgressLink: @unchecked Sendable {
         if s.pendingCount == 0 {
             s.pending.removeAll(keepingCapacity: s.pending.count <= Self.window)
             s.pendingStart = 0
+        } else if s.pendingStart >= Self.window {
+            // Never more than a window behind the read position (a reader that always lags).
+            s.pending.removeFirst(s.pendingStart)
+            s.pendingStart = 0
         }
-        // Credit in batches (a quarter window), or at once when everything is passed on.
-        if s.toCredit > 0 && (s.toCredit >= Self.window / 4 || s.pendingCount == 0) {
+        // Credit in batches of a quarter window: a sender blocks only with a whole window
+        // unacknowledged, which by then is at least that much passed on (or still pending,
+        // credited when it drains). Per byte it would be a frame back per frame in.
+        if s.toCredit >= Self.window / 4 {
             let n = UInt32(s.toCredit)
             queue(.credit, id, [UInt8(n >> 24), UInt8(truncatingIfNeeded: n >> 16), UInt8(truncatingIfNeeded: n >> 8), UInt8(truncatingIfNeeded: n)])
             s.unacknowledged -= s.toCredit

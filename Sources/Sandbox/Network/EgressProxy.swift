@@ -19,6 +19,8 @@ public final class EgressProxy: @unchecked Sendable {
     /// The fixed port inside every proxy sandbox.
     static let port: UInt16 = 3128
     static let maxConnections = 64
+    /// Seconds a dial may take.
+    static let connectTimeout = 15
 
     private let listener: Int32
     private let allow: Set<String>
@@ -165,7 +167,11 @@ public final class EgressProxy: @unchecked Sendable {
                 gate: gate, client: client, host: host, port: port,
                 dial: { [self] in connect(host: host, port: port) },
                 track: { [self] (fd: Int32, opened: Bool) in
-                    lock.withLock { if opened { _ = open.insert(fd) } else { _ = open.remove(fd) } }
+                    lock.withLock {
+                        if opened { _ = open.insert(fd) } else { _ = open.remove(fd) }
+                        // Stopped meanwhile: the new connection is cut at once.
+                        if opened && stopped { shutdown(fd, Int32(SHUT_RDWR)) }
+                    }
                 })
             let outcome = exchange.run()
             record(target, allowed: outcome.allowed, why: outcome.detail, up: outcome.up, down: outcome.down)
@@ -184,11 +190,17 @@ public final class EgressProxy: @unchecked Sendable {
             send(client, "HTTP/1.1 502 \(f.why)\r\n\r\n")
             return
         }
-        lock.withLock { _ = open.insert(upstream) }
+        // A proxy stopped meanwhile (its sandbox, or the held-out VM, is gone) opens nothing.
+        let live: Bool = lock.withLock {
+            guard !stopped else { return false }
+            open.insert(upstream)
+            return true
+        }
         defer {
             lock.withLock { _ = open.remove(upstream) }
             close(upstream)
         }
+        guard live else { return }
         send(client, "HTTP/1.1 200 Connection established\r\n\r\n")
         let (up, down) = relay(client, upstream)
         record(target, allowed: true, why: nil, up: up, down: down)
@@ -233,7 +245,14 @@ public final class EgressProxy: @unchecked Sendable {
             }
             let fd = socket(a.pointee.ai_family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
             if fd < 0 { continue }
-            if Glibc.connect(fd, a.pointee.ai_addr, a.pointee.ai_addrlen) == 0 { return .success(fd) }
+            // A bound on connect (Linux applies the send timeout to it), then none.
+            var limit = timeval(tv_sec: Self.connectTimeout, tv_usec: 0)
+            _ = setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+            if Glibc.connect(fd, a.pointee.ai_addr, a.pointee.ai_addrlen) == 0 {
+                var none = timeval()
+                _ = setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, socklen_t(MemoryLayout<timeval>.size))
+                return .success(fd)
+            }
             lastError = String(cString: strerror(errno))
             close(fd)
         }
