@@ -133,4 +133,103 @@ struct InferenceGateRunTests {
         #expect(violations.contains { ($0["detail"] as? String)?.contains(model.address) == true }, "\(violations)")
         #expect(violations.contains { ($0["heldOut"] as? Bool) == true }, "\(violations)")
     }
+
+    /// Every task sends a long prompt naming its instruction to both vendors (Anthropic with a
+    /// `cache_control` breakpoint). Then one train task probes every task's prompt and says
+    /// which the vendors had cached.
+    static let signaller = """
+        import os, anthropic, openai
+
+        def prompt(instruction):
+            return "SIGNAL " + instruction + " " + "x" * 1100
+
+        def clients():
+            addr = os.environ["FAKE_MODEL"]
+            return (openai.OpenAI(base_url="https://%s/v1" % addr, api_key=os.environ["OPENAI_API_KEY"], max_retries=0, timeout=30),
+                    anthropic.Anthropic(base_url="https://%s" % addr, api_key=os.environ["ANTHROPIC_API_KEY"], max_retries=0, timeout=30))
+
+        def send(o, a, instruction):
+            text = prompt(instruction)
+            r1 = o.chat.completions.create(model="gpt-fake", messages=[{"role": "user", "content": text}], prompt_cache_key="k")
+            r2 = a.messages.create(model="claude-fake", max_tokens=10, messages=[{"role": "user", "content": [
+                {"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]}])
+            return r1.usage.prompt_tokens_details.cached_tokens, r2.usage.cache_read_input_tokens
+
+        class HarnessAgent:
+            def run(self, instruction):
+                o, a = clients()
+                if os.environ.get("PROBE") != "1":
+                    send(o, a, instruction)
+                    return ""
+                if instruction != "square 1":
+                    return ""
+                hits = {"openai": [], "anthropic": []}
+                for n in range(1, 11):
+                    c1, c2 = send(o, a, "square %d" % n)
+                    if c1: hits["openai"].append(n)
+                    if c2: hits["anthropic"].append(n)
+                return "openai=%s anthropic=%s" % (hits["openai"], hits["anthropic"])
+        """
+
+    /// prepare (its baseline runs every task as held out: the split is not made yet), a train
+    /// run and a gate (each task signals through its run's gate), then a train run of sq-1
+    /// that probes. Returns the held-out and train numbers, and what the probe saw.
+    func cacheProbe(heldOutKeys: Bool) throws -> (test: Set<Int>, train: Set<Int>, openai: Set<Int>, anthropic: Set<Int>, requests: [[String: Any]]) {
+        let model = try FakeModel(turns: [])
+        let exp = try make(model, through: "inference")
+        defer { exp.removeScratch() }
+        try exp.set("env_pass", "[FAKE_MODEL, OPENAI_API_KEY, ANTHROPIC_API_KEY, PROBE]", in: "runner")
+        if heldOutKeys {
+            try exp.set("held_out_runtime", "host\n  held_out_env: {OPENAI_API_KEY: HELD_OUT_OPENAI_KEY, ANTHROPIC_API_KEY: HELD_OUT_ANTHROPIC_KEY}", in: "gate")
+        }
+        try exp.setAgent(Self.signaller)
+        var env = ["FAKE_MODEL": model.address, "OPENAI_API_KEY": "sk-train", "ANTHROPIC_API_KEY": "sk-ant-train",
+                   "HELD_OUT_OPENAI_KEY": "sk-held-out", "HELD_OUT_ANTHROPIC_KEY": "sk-ant-held-out", "PROBE": "0"]
+        let p = try exp.run(["prepare"], environment: env)
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        let split = try exp.split()
+        try #require(split.train.contains("sq-1"), "sq-1 is held out in this split: \(split)")
+        let t = try exp.run(["benchmark"], environment: env)
+        try #require(t.status == 0 || t.status == 1, "\(t.stdout)\(t.stderr)")
+        let g = try exp.run(["gate"], environment: env)
+        try #require(g.stdout.contains("REJECTED"), "\(g.stdout)\(g.stderr)")
+        // The operator is told about the cache the gate cannot keep apart, unless separated.
+        #expect(g.stderr.contains("OpenAI caches long prompts per organisation") == !heldOutKeys, "\(g.stderr)")
+        env["PROBE"] = "1"
+        let b = try exp.run(["benchmark", "--task-ids", "sq-1"], environment: env)
+        try #require(b.status == 0 || b.status == 1, "\(b.stdout)\(b.stderr)")
+        let seen = try #require(exp.traceFile("sq-1", "answer.txt"))
+        func numbers(_ vendor: String) -> Set<Int> {
+            guard let r = seen.range(of: vendor + "=[") else { return [] }
+            let list = seen[r.upperBound...].prefix { $0 != "]" }
+            return Set(list.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) })
+        }
+        func n(_ ids: [String]) -> Set<Int> { Set(ids.compactMap { Int($0.dropFirst(3)) }) }
+        return (n(split.test), n(split.train), numbers("openai"), numbers("anthropic"), model.requests())
+    }
+
+    @Test("prompt cache: a held-out run's Anthropic breakpoints and OpenAI cache keys are removed, so its prompts are not cached for a train run; OpenAI's automatic cache still shows them within one account (the README's residual)")
+    func promptCacheSameAccount() throws {
+        try requireRoot()
+        let r = try cacheProbe(heldOutKeys: false)
+        // The cache works through the gate: every train task's prompt was cached at both vendors.
+        #expect(r.train.isSubset(of: r.anthropic) && r.train.isSubset(of: r.openai), "\(r.anthropic) \(r.openai)")
+        // Held-out prompts reached Anthropic without a breakpoint: not cached.
+        #expect(r.anthropic.isDisjoint(with: r.test), "held-out prompts cached at Anthropic: \(r.anthropic) ∩ \(r.test)")
+        // OpenAI caches long prompts regardless, per account: the measured residual.
+        #expect(r.test.isSubset(of: r.openai), "\(r.openai) \(r.test)")
+        // What the gate removed never reached the vendor from a held-out run; train runs keep it.
+        let anthropic = r.requests.filter { ($0["vendor"] as? String) == "anthropic" }
+        #expect(anthropic.contains { ($0["cache_control"] as? Bool) == false } && anthropic.contains { ($0["cache_control"] as? Bool) == true })
+        let chats = r.requests.filter { ($0["vendor"] as? String) == "openai-chat" }
+        #expect(chats.contains { ($0["prompt_cache_key"] as? Bool) == false } && chats.contains { ($0["prompt_cache_key"] as? Bool) == true })
+    }
+
+    @Test("prompt cache: with another account for held-out runs (gate.held_out_env), neither vendor shows a held-out prompt to a train run")
+    func promptCacheOwnAccount() throws {
+        try requireRoot()
+        let r = try cacheProbe(heldOutKeys: true)
+        #expect(r.train.isSubset(of: r.openai) && r.train.isSubset(of: r.anthropic), "\(r.openai) \(r.anthropic)")
+        #expect(r.openai.isDisjoint(with: r.test) && r.anthropic.isDisjoint(with: r.test), "\(r.openai) \(r.anthropic) \(r.test)")
+    }
 }

@@ -73,6 +73,32 @@ struct InferenceRulesTests {
         InferenceRules.judge(method: method, target: target, body: Array(body.utf8))
     }
 
+    @Test("a held-out run's request asks for no prompt caching: every cache_control the Messages API reads and OpenAI's cache keys go; a caller's own schema and tool input keep theirs; train runs keep all")
+    func heldOutPromptCache() throws {
+        let anthropic = """
+            {"model":"c","max_tokens":5,"cache_control":{"type":"ephemeral"},
+             "system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral"}}],
+             "tools":[{"name":"t","input_schema":{"type":"object","properties":{"cache_control":{"type":"string"}}},"cache_control":{"type":"ephemeral"}}],
+             "messages":[{"role":"user","content":[{"type":"text","text":"a","cache_control":{"type":"ephemeral","ttl":"1h"}}]},
+                         {"role":"assistant","content":[{"type":"tool_use","id":"x","name":"t","input":{"cache_control":"kept"}}]},
+                         {"role":"user","content":[{"type":"tool_result","tool_use_id":"x","content":[{"type":"text","text":"r","cache_control":{"type":"ephemeral"}}],"cache_control":{"type":"ephemeral"}}]}]}
+            """
+        let held = try #require(forwarded(InferenceRules.judge(method: "POST", target: "/v1/messages", body: Array(anthropic.utf8), heldOut: true)))
+        // Six breakpoints removed; the schema's property and the tool call's input stay.
+        #expect(held.1.contains("6 prompt-cache request(s) removed (held-out run)"), "\(held.1)")
+        #expect(held.0.components(separatedBy: "cache_control").count - 1 == 2, "\(held.0)")
+        #expect(held.0.contains("\"properties\":{\"cache_control\":{\"type\":\"string\"}}") && held.0.contains("\"input\":{\"cache_control\":\"kept\"}"), "\(held.0)")
+        let train = try #require(forwarded(judge("/v1/messages", anthropic)))
+        #expect(train.0.components(separatedBy: "cache_control").count - 1 == 8 && train.1.isEmpty, "\(train)")
+
+        let chat = #"{"model":"g","messages":[{"role":"user","content":"a"}],"prompt_cache_key":"k","prompt_cache_retention":"24h"}"#
+        let heldChat = try #require(forwarded(InferenceRules.judge(method: "POST", target: "/v1/chat/completions", body: Array(chat.utf8), heldOut: true)))
+        #expect(!heldChat.0.contains("prompt_cache") && heldChat.1 == ["2 prompt-cache request(s) removed (held-out run)"], "\(heldChat)")
+        #expect(try #require(forwarded(judge("/v1/chat/completions", chat))).0.contains("prompt_cache_key"))
+        let responses = #"{"model":"g","input":"a","store":false,"prompt_cache_key":"k"}"#
+        #expect(!(try #require(forwarded(InferenceRules.judge(method: "POST", target: "/v1/responses", body: Array(responses.utf8), heldOut: true)))).0.contains("prompt_cache"))
+    }
+
     func forwarded(_ v: InferenceRules.Verdict) -> (String, [String])? {
         if case .forward(let b, let n) = v { return (String(decoding: b, as: UTF8.self), n) }
         return nil

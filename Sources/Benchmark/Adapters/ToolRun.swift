@@ -50,11 +50,11 @@ extension ToolSettings {
     /// trust it by; nil when no model API is named. An operator who passes SSL_CERT_FILE (or
     /// another of the trust variables) in chose what the tool trusts: that file, plus the
     /// gate's CA, replaces it.
-    public func inferenceGate() throws(BenchmarkError) -> (gate: InferenceGate, bundle: [UInt8])? {
+    public func inferenceGate(heldOut: Bool) throws(BenchmarkError) -> (gate: InferenceGate, bundle: [UInt8])? {
         guard !networkInference.isEmpty else { return nil }
         let gate: InferenceGate
         do {
-            gate = try InferenceGate(targets: networkInference, upstreamCAFile: upstreamCA)
+            gate = try InferenceGate(targets: networkInference, upstreamCAFile: upstreamCA, heldOut: heldOut)
         } catch {
             throw BenchmarkError(.configuration, "runner.network.inference: \(error.message)")
         }
@@ -158,7 +158,7 @@ final class ToolRun {
                 trustsGate = guest.trustBundle != nil
                 if let bundle = guest.trustBundle { try Self.copyTrustBundle(bundle, input: d, path: scratch.path + "/in") }
             } else {
-                inference = try Self.inferenceGate(settings, input: d, path: scratch.path + "/in")
+                inference = try Self.inferenceGate(settings, heldOut: context.heldOut, input: d, path: scratch.path + "/in")
                 trustsGate = inference != nil
             }
         } catch {
@@ -181,8 +181,8 @@ final class ToolRun {
 
     /// The gate for `settings.networkInference` (nil: none), its trust bundle written to
     /// `in/inference-ca.pem`.
-    private static func inferenceGate(_ settings: ToolSettings, input: Int32, path: String) throws(BenchmarkError) -> InferenceGate? {
-        guard let (gate, bundle) = try settings.inferenceGate() else { return nil }
+    private static func inferenceGate(_ settings: ToolSettings, heldOut: Bool, input: Int32, path: String) throws(BenchmarkError) -> InferenceGate? {
+        guard let (gate, bundle) = try settings.inferenceGate(heldOut: heldOut) else { return nil }
         if let e = FileSystem.writeFile(at: input, "inference-ca.pem", bundle, mode: 0o644) {
             throw BenchmarkError(.io, "\(path)/inference-ca.pem: \(FileSystem.errorText(e))")
         }

@@ -321,6 +321,12 @@ public final class ExperimentSupervisor {
                 log?(r.vm == nil ? HeldOutVM.hostRuntimeLine(why: "auto: " + r.why) : "held-out runtime: vm (auto: \(r.why))")
             case .host: log?(HeldOutVM.hostRuntimeLine(why: "gate.held_out_runtime: host"))
             }
+            // The one vendor state the inference gate cannot keep apart within an account.
+            if !config.runner.networkInference.isEmpty && config.heldOutEnv.isEmpty {
+                log?("held-out and train runs reach the model APIs with the same keys: OpenAI caches long prompts per organisation "
+                     + "whatever a request says, so a train run's usage can show which prompts a held-out run sent; give held-out runs "
+                     + "another organisation's key with gate.held_out_env (README: The inference gate)")
+            }
             heldOutRuntimeSettled = true
         }
         _ = try ledger.append(.gateStarted, GateStartedRecord(attempt: attempt, agentSHA256: snap.sha256))
@@ -576,7 +582,7 @@ public final class ExperimentSupervisor {
             let tool = config.toolSettings(config.runner.command ?? [])
             var gate: InferenceGate?
             do {
-                if let (g, bundle) = try tool.inferenceGate() {
+                if let (g, bundle) = try tool.inferenceGate(heldOut: true) {
                     gate = g
                     trustBundle = bundle
                 }

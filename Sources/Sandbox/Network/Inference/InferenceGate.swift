@@ -20,6 +20,9 @@ public final class InferenceGate: @unchecked Sendable {
     /// re-serialized): a sandbox opening its 64 connections with 32 MiB each is refused
     /// past this, not given 2 GiB of the supervisor's memory.
     let bodies: ByteBudget
+    /// A held-out run's gate: requests also leave nothing in the vendor's prompt cache that
+    /// the gate can keep out of it (`InferenceRules`).
+    public let heldOut: Bool
 
     /// The variables that tell common TLS clients which CAs to trust: OpenSSL and Python's
     /// ssl, httpx and requests, curl, Node (which adds to its own store).
@@ -27,8 +30,9 @@ public final class InferenceGate: @unchecked Sendable {
     /// Debian's bundle of the system store.
     public static let systemBundle = "/etc/ssl/certs/ca-certificates.crt"
 
-    public init(targets: [String], upstreamCAFile: String? = nil, bodyBudget: Int = 96 << 20) throws(SandboxError) {
+    public init(targets: [String], upstreamCAFile: String? = nil, bodyBudget: Int = 96 << 20, heldOut: Bool = false) throws(SandboxError) {
         bodies = ByteBudget(limit: bodyBudget)
+        self.heldOut = heldOut
         var hosts: [String] = []
         for t in targets {
             guard let (host, _) = EgressProxy.split(t.lowercased()) else {
@@ -116,7 +120,7 @@ struct InferenceExchange {
             return Outcome(allowed: false, detail: "inference refused: \(line): \(why)")
         }
         let body: [UInt8], notes: [String]
-        switch InferenceRules.judge(method: request.method, target: request.target, body: request.body) {
+        switch InferenceRules.judge(method: request.method, target: request.target, body: request.body, heldOut: gate.heldOut) {
         case .refuse(let why):
             refuse(tls, status: 403, why)
             return Outcome(allowed: false, detail: "inference refused: \(why)")

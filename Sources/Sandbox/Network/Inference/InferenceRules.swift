@@ -15,9 +15,13 @@
 ///   search, run code in a container or call an MCP server, each of which is state or a
 ///   route past the proxy's allowlist (a held-out run fetching `https://x.example/?bits`).
 ///
-/// What it does not cover: the vendor's prompt cache (shared within an organisation; a
-/// later request's `cached_tokens` shows whether a prefix was sent before). Only a key of
-/// another organisation for held-out runs (`gate.held_out_env`) separates that.
+/// The vendor's prompt cache is state too: a later request's usage (`cached_tokens`,
+/// `cache_read_input_tokens`) and latency show whether its prefix was sent before, within an
+/// organisation. A held-out run's requests therefore ask for no caching: Anthropic caches only
+/// at `cache_control` breakpoints, which are removed (so a held-out prompt is never cached);
+/// OpenAI's `prompt_cache_key` and `prompt_cache_retention` are removed. OpenAI caches long
+/// prompts (1,024 tokens and more) whatever the request says: only a key of another
+/// organisation for held-out runs (`gate.held_out_env`) separates that (README).
 enum InferenceRules {
     enum Endpoint: Equatable {
         case anthropicMessages, anthropicCountTokens
@@ -49,7 +53,7 @@ enum InferenceRules {
     }
 
     /// `target` is the request target of the request line (path and query).
-    static func judge(method: String, target: String, body: [UInt8]) -> Verdict {
+    static func judge(method: String, target: String, body: [UInt8], heldOut: Bool = false) -> Verdict {
         let path: Substring, query: Substring?
         if let q = target.firstIndex(of: "?") {
             path = target[..<q]
@@ -73,10 +77,10 @@ enum InferenceRules {
             return .refuse("\(path): the body is not strict JSON (\(error.reason) at byte \(error.offset))")
         }
         guard case .object = json else { return .refuse("\(path): the body is not a JSON object") }
-        return judgeBody(endpoint, path: String(path), json)
+        return judgeBody(endpoint, path: String(path), json, heldOut: heldOut)
     }
 
-    private static func judgeBody(_ endpoint: Endpoint, path: String, _ json: StrictJSON) -> Verdict {
+    private static func judgeBody(_ endpoint: Endpoint, path: String, _ json: StrictJSON, heldOut: Bool) -> Verdict {
         var body = json
         var notes: [String] = []
         if let why = reference(in: json, path: path) { return .refuse(why) }
@@ -113,7 +117,55 @@ enum InferenceRules {
         case .openAICompletions, .openAIEmbeddings, .openAIModerations:
             break
         }
+        if heldOut {
+            let (uncached, removed) = withoutCacheRequests(body, endpoint)
+            body = uncached
+            if removed > 0 { notes.append("\(removed) prompt-cache request(s) removed (held-out run)") }
+        }
         return .forward(body: body.serialized(), notes: notes)
+    }
+
+    /// `body` without what asks the vendor to cache a prompt, and how many were removed:
+    /// Anthropic's `cache_control` at every place the Messages API reads one (the request's
+    /// own, each tool, each system block, each content block of each message and of each
+    /// tool result in them; never inside a tool's schema or a tool call's input, which are
+    /// the caller's); OpenAI's `prompt_cache_key` and `prompt_cache_retention`.
+    static func withoutCacheRequests(_ body: StrictJSON, _ endpoint: Endpoint) -> (StrictJSON, Int) {
+        var removed = 0
+        func drop(_ keys: Set<String>, from value: StrictJSON) -> StrictJSON {
+            guard case .object(let members) = value else { return value }
+            let kept = members.filter { !keys.contains($0.key) }
+            removed += members.count - kept.count
+            return .object(kept)
+        }
+        func map(_ value: StrictJSON?, _ f: (StrictJSON) -> StrictJSON) -> StrictJSON? {
+            guard case .array(let items)? = value else { return nil }
+            return .array(items.map(f))
+        }
+        switch endpoint {
+        case .anthropicMessages, .anthropicCountTokens:
+            let cache: Set<String> = ["cache_control"]
+            func block(_ b: StrictJSON) -> StrictJSON {
+                var out = drop(cache, from: b)
+                // A tool result's own content blocks.
+                if let inner = map(b["content"], { drop(cache, from: $0) }) { out = out.setting("content", to: inner) }
+                return out
+            }
+            var out = drop(cache, from: body)
+            if let tools = map(body["tools"], { drop(cache, from: $0) }) { out = out.setting("tools", to: tools) }
+            if let system = map(body["system"], block) { out = out.setting("system", to: system) }
+            if let messages = map(body["messages"], { m in
+                guard let content = map(m["content"], block) else { return drop(cache, from: m) }
+                return drop(cache, from: m).setting("content", to: content)
+            }) {
+                out = out.setting("messages", to: messages)
+            }
+            return (out, removed)
+        case .openAIResponses, .openAIChat, .openAICompletions, .openAIEmbeddings:
+            return (drop(["prompt_cache_key", "prompt_cache_retention"], from: body), removed)
+        case .openAIModerations:
+            return (body, 0)
+        }
     }
 
     /// `tools` as a list (absent or null: none), or nil when it is something else.

@@ -190,12 +190,47 @@ class Handler(BaseHTTPRequestHandler):
                     out.append({"text": c.get("text", "")})
         return list(reversed(out))
 
+    # --- the vendors' prompt caches, per account ------------------------------------------
+    # As the vendors document them: OpenAI caches every prompt of 1,024 tokens or more, by
+    # prefix, within an organisation, and says so in usage.prompt_tokens_details.cached_tokens;
+    # Anthropic caches only up to a `cache_control` breakpoint and says so in
+    # usage.cache_read_input_tokens. Here a "token" is a character and the account is the key.
+
+    def account(self):
+        return self.headers.get("authorization") or self.headers.get("x-api-key") or ""
+
+    def prompt_cached(self, prefix):
+        key = (self.account(), prefix)
+        with self.server.state["lock"]:
+            seen = key in self.server.state["prompt_cache"]
+            self.server.state["prompt_cache"].add(key)
+        return seen
+
+    def openai_cached_tokens(self, req):
+        text = json.dumps(req.get("messages") or req.get("input") or "")
+        return 1024 if len(text) >= 1024 and self.prompt_cached(text[:1024]) else 0
+
+    def anthropic_cached_tokens(self, req):
+        blocks = []
+        system = req.get("system")
+        if isinstance(system, list):
+            blocks += system
+        for m in req.get("messages") or []:
+            if isinstance(m.get("content"), list):
+                blocks += m["content"]
+        last = max((i for i, b in enumerate(blocks) if isinstance(b, dict) and "cache_control" in b), default=None)
+        if last is None and "cache_control" not in req:
+            return 0
+        upto = blocks if last is None else blocks[:last + 1]
+        return 1000 if self.prompt_cached(json.dumps([b.get("text") for b in upto if isinstance(b, dict)])) else 0
+
     def anthropic(self, req, path):
         main = bool(req.get("tools"))
         n, turn = self.server.script.take() if main else (0, [{"text": "ok"}])
         self.record({"method": "POST", "path": path, "vendor": "anthropic", "model": req.get("model"),
                      "stream": bool(req.get("stream")), "main": main, "turn": n,
                      "tools": [t.get("name") for t in req.get("tools") or []],
+                     "cache_control": '"cache_control"' in json.dumps(req),
                      "feedback": self.anthropic_feedback(req.get("messages")) if main else []})
         blocks = []
         for i, b in enumerate(turn):
@@ -204,7 +239,8 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 blocks.append({"type": "text", "text": b["text"]})
         stop = "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn"
-        usage = {"input_tokens": 1000, "output_tokens": 50, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        usage = {"input_tokens": 1000, "output_tokens": 50, "cache_creation_input_tokens": 0,
+                 "cache_read_input_tokens": self.anthropic_cached_tokens(req)}
         message = {"id": f"msg_{n:04d}", "type": "message", "role": "assistant", "model": req.get("model", "fake"),
                    "content": blocks, "stop_reason": stop, "stop_sequence": None, "usage": usage}
         if not req.get("stream"):
@@ -253,6 +289,7 @@ class Handler(BaseHTTPRequestHandler):
             answered = sum(1 for m in messages if m.get("role") == "user")  # the agent's turns, as the simulator sees them
             turn = [{"text": "Thank you, that is all. ###STOP###" if answered >= 2 else "Hi, I need help with an order of mine."}]
         self.record({"method": "POST", "path": path, "vendor": "openai-chat", "role": role, "model": req.get("model"),
+                     "prompt_cache_key": "prompt_cache_key" in req,
                      "stream": bool(req.get("stream")), "turn": n, "tools": [t.get("function", {}).get("name") for t in req.get("tools") or []]})
         text = "".join(b.get("text", "") for b in turn if "text" in b) or None
         calls = [{"id": f"call_{n:03d}_{i}", "type": "function", "function": {"name": b["tool"], "arguments": json.dumps(b.get("input", {}))}}
@@ -263,7 +300,8 @@ class Handler(BaseHTTPRequestHandler):
         completion = {"id": f"chatcmpl-{n:04d}-{len(self.server.state['chat'])}", "object": "chat.completion", "created": 0,
                       "model": req.get("model", "fake"),
                       "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
-                      "usage": {"prompt_tokens": 1000, "completion_tokens": 50, "total_tokens": 1050}}
+                      "usage": {"prompt_tokens": 1000, "completion_tokens": 50, "total_tokens": 1050,
+                                "prompt_tokens_details": {"cached_tokens": self.openai_cached_tokens(req)}}}
         if req.get("store") is True:
             self.keep("chat", {**completion, "metadata": req.get("metadata") or {}})
         self.reply_json(200, completion)
@@ -356,7 +394,7 @@ def main():
     server.script = Script(a.script)
     server.log_path = a.log
     server.log_lock = threading.Lock()
-    server.state = {"lock": threading.Lock(), "chat": [], "files": [], "responses": {}}
+    server.state = {"lock": threading.Lock(), "chat": [], "files": [], "responses": {}, "prompt_cache": set()}
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(a.cert, a.key)
     # The handshake in the handler thread, not in accept(): one stalled client cannot block the rest.
