@@ -83,7 +83,7 @@ extension ExperimentConfig {
         guard let dataset, !dataset.isEmpty else {
             throw ExperimentError(.usage, "dataset: missing; terminal-bench needs a Harbor dataset (terminal-bench@2.0) or a local directory of Harbor tasks")
         }
-        var tool = toolSettings(argv)
+        let tool = toolSettings(argv)
         let provider = envProvider ?? "e2b"
         guard ["local", "docker", "daytona", "e2b", "modal", "runloop"].contains(provider) else {
             throw ExperimentError(.usage, "env_provider: '\(provider)' is not one Harbor supports (docker, daytona, e2b, modal, runloop) nor autoharness's local (the task's commands in autoharness's sandbox)")

@@ -69,9 +69,27 @@ public final class HeldOutVM {
         guard supportedBenchmarks.contains(benchmark) else {
             return (nil, "benchmark '\(benchmark)' does not run in the held-out VM yet")
         }
+        guard access(qemuBinary, X_OK) == 0 else { return (nil, "no \(qemuBinary) (scripts/install-vm)") }
+        let kernel: GuestKernel
+        do { kernel = try GuestKernel.load(settings.kernelDirectory) } catch { return (nil, "no usable guest kernel (\(error))") }
+        var chosen = settings
+        var why = ""
+        if settings.accel != .tcg {
+            let probe = probeKVMCached(kernel: kernel, qemu: qemuBinary)
+            if probe.works {
+                chosen.accel = .kvm
+                why = "a KVM guest boots here"
+            } else {
+                why = "no working KVM here: \(probe.why)"
+            }
+        }
+        if chosen.accel != .kvm {
+            guard settings.allowEmulation else { return (nil, why) }
+            chosen.accel = .tcg
+            why = "emulated, gate.vm.allow_emulation: true" + (why.isEmpty ? "" : "; " + why)
+        }
         do {
-            let vm = try HeldOutVM(settings: settings, log: log)
-            return (vm, vm.accel == .kvm ? "a KVM guest boots here" : "emulated (gate.vm.allow_emulation: true)")
+            return (try HeldOutVM(settings: chosen, log: log), why)
         } catch {
             return (nil, "\(error)")
         }
