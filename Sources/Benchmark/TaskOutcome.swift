@@ -43,6 +43,10 @@ public struct TaskOutcome: Sendable, Codable, Equatable {
     public var verifierSeconds: Double
     /// A short note, e.g. `agent exited 1` or `reward.txt: "yes" is not a number`.
     public var detail: String?
+    /// Train runs only: the failing checks the benchmark's own results name (`FailureEvidence`);
+    /// nil when the task passed, the run was held out, or the tool said nothing finer than
+    /// the status.
+    public var failures: [FailureEvidence]?
 
     /// The pass threshold on a task's reward.
     public static let passThreshold = 0.5
@@ -59,7 +63,7 @@ public struct TaskOutcome: Sendable, Codable, Equatable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case id, reward, status, passed, detail
+        case id, reward, status, passed, detail, failures
         case agentSeconds = "agent_seconds"
         case verifierSeconds = "verifier_seconds"
     }

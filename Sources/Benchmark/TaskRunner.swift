@@ -52,6 +52,8 @@ public struct TaskRunConfiguration: Sendable {
     public var defaultAgentTimeout: Double = LocalBenchmark.defaultTimeout
     /// Verifier time limit for tasks whose task.toml declares none.
     public var defaultVerifierTimeout: Double = LocalBenchmark.defaultTimeout
+    /// Read the failing checks of each failed task (`FailureEvidence`): train runs only.
+    public var collectFailures = false
     /// Build each task's verifier sandbox while its agent runs (`HeldSandbox`), where its
     /// build writes nothing the agent can reach; off: after the agent, always.
     public var buildVerifierAhead = true
@@ -340,6 +342,11 @@ public final class TaskRunner: Sendable {
         let logs = FileSystem.openDirectory(at: scratch.fd, FileSystem.name("logs"))
         guard logs >= 0 else { return run.finish(.setupFailed, "logs directory: \(FileSystem.errorText())") }
         defer { close(logs) }
+        // Train runs: the verifier's own test report, if it wrote one in Harbor's place
+        // (logs/ctrf.json): which tests failed and how.
+        if configuration.collectFailures, case .success(let report) = FileSystem.readSmallFile(at: logs, "ctrf.json", limit: FailureParsers.reportLimit) {
+            run.failures = FailureParsers.ctrf(report)
+        }
         switch Reward.read(logs: logs) {
         case .missing:
             if verifierExit != 0 { return run.finish(.verifierCrashed, "verifier exited \(verifierExit) without a reward") }
@@ -562,6 +569,8 @@ struct TaskExecution {
     var reward: Double = 0
     var instruction: [UInt8]?
     var rewardRaw: [UInt8]?
+    /// The verifier's failed tests (`TaskRunConfiguration.collectFailures`).
+    var failures: [FailureEvidence]?
     /// A write of the supervisor's own failed (the trace, the scratch directory): not the
     /// task's doing, so the operation fails rather than score it (`WriteFailures`).
     var supervisorFailure: String?
@@ -578,7 +587,9 @@ struct TaskExecution {
     }
 
     var outcome: TaskOutcome {
-        TaskOutcome(id: task.id, reward: reward, status: status, agentSeconds: agentSeconds, verifierSeconds: verifierSeconds,
-                    detail: notes.isEmpty ? nil : String(notes.joined(separator: "; ").prefix(500)))
+        var o = TaskOutcome(id: task.id, reward: reward, status: status, agentSeconds: agentSeconds, verifierSeconds: verifierSeconds,
+                            detail: notes.isEmpty ? nil : String(notes.joined(separator: "; ").prefix(500)))
+        if !o.passed, let failures, !failures.isEmpty { o.failures = failures }
+        return o
     }
 }

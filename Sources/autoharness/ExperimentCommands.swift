@@ -200,6 +200,26 @@ struct StatusCommand: ParsableCommand {
     }
 }
 
+struct FailuresCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "failures",
+        abstract: "Failure records and clusters of the train split, ranked (what workspace/failures.md shows the coding agent).",
+        discussion: "A failure record is one failing check of one train task, from the benchmark's own results (a test report, tau2's reward breakdown, Harbor's exception, BIRD's phases), followed across runs: open, fixed by an agent.py not yet accepted, or resolved by an accepted gate. A cluster is every record with one signature (error class, failing check, message with numbers, ids, paths and quoted values stripped), ranked unresolved first, then by open records, total failures and lowest resolution rate. Held-out tasks never have records. Takes no lock and changes nothing.")
+
+    @OptionGroup var experiment: ExperimentOptions
+
+    @Option(help: "One cluster (its id, c…), with every record.")
+    var cluster: String?
+
+    @Flag(help: "Machine-readable output.")
+    var json = false
+
+    func run() throws {
+        let s = try experiment.supervisor("failures", exclusive: false)
+        print(try Views.failuresText(try s.state(), cluster: cluster, json: json), terminator: "")
+    }
+}
+
 struct ReportCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "report",

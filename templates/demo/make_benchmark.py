@@ -25,15 +25,26 @@ PAIRS = [
 RARE = [("nmi", "m", 1852), ("ha", "m2", 10000), ("acre", "m2", 4046.8564224), ("mph", "kmh", 1.609344)]
 
 TEST_SH = """#!/bin/bash
-# reward 1 when /app/answer.txt holds {expected} (to 0.01)
+# reward 1 when /app/answer.txt holds {expected} (to 0.01); the result also as a CTRF test report
+# (logs/ctrf.json, the format Harbor's verifiers write with pytest-json-ctrf)
 got=$(tr -d " \\n" < /app/answer.txt 2>/dev/null)
 echo "expected: {expected}"
 echo "got: ${{got:-<nothing>}}"
-if python3 -c "import sys; sys.exit(0 if abs(float(sys.argv[1]) - {expected}) < 0.01 else 1)" "$got" 2>/dev/null; then
-  echo 1 > /logs/verifier/reward.txt
-else
-  echo 0 > /logs/verifier/reward.txt
-fi
+python3 - "$got" <<'PY'
+import json, sys
+got = sys.argv[1]
+try:
+    ok = abs(float(got) - {expected}) < 0.01
+except ValueError:
+    ok = False
+test = {{"name": "tests/test.sh::convert {pair}", "status": "passed" if ok else "failed"}}
+if not ok:
+    test["message"] = "The test failed in the call phase due to an assertion error"
+    test["trace"] = "E   AssertionError: expected {expected}, got %s\\ntests/test.sh:4: AssertionError" % (got or "nothing")
+report = {{"results": {{"tool": {{"name": "demo"}}, "summary": {{"tests": 1, "passed": int(ok), "failed": int(not ok)}}, "tests": [test]}}}}
+json.dump(report, open("/logs/verifier/ctrf.json", "w"))
+open("/logs/verifier/reward.txt", "w").write("1\\n" if ok else "0\\n")
+PY
 """
 
 
@@ -61,7 +72,7 @@ def main(out):
         with open(os.path.join(d, "task.toml"), "w") as fh:
             fh.write(f'# demo: unit conversion\n[agent]\ntimeout_sec = 20\n\n[verifier]\ntimeout_sec = 20\n\n[metadata]\npair = "{a}->{b}"\n')
         with open(os.path.join(d, "tests", "test.sh"), "w") as fh:
-            fh.write(TEST_SH.format(expected=expected))
+            fh.write(TEST_SH.format(expected=expected, pair=f"{a}->{b}"))
         with open(os.path.join(d, "solution", "solve.sh"), "w") as fh:
             fh.write(f"#!/bin/bash\necho {expected} > /app/answer.txt\n")
         os.chmod(os.path.join(d, "tests", "test.sh"), 0o755)

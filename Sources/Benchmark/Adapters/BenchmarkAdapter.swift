@@ -139,6 +139,7 @@ public struct LocalAdapter: BenchmarkAdapter {
         cfg.oracle = context.oracle
         cfg.pageCache = context.pageCache
         cfg.writeFailures = context.writeFailures
+        cfg.collectFailures = !context.heldOut
         if let t = defaultAgentTimeout { cfg.defaultAgentTimeout = t }
         let runner = try TaskRunner(configuration: cfg)
         let heldOut = context.heldOut

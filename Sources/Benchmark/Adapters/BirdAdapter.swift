@@ -223,6 +223,7 @@ public struct BirdAdapter: BenchmarkAdapter {
                 let reward = min(1, (phase1[id] ?? 0) + (phase2[id] ?? 0))
                 r = ToolTaskResult(reward: reward, status: reward >= TaskOutcome.passThreshold ? .passed : .failed,
                                    detail: "\(subs.count) submission(s) graded by the DB environment")
+                if traces && r.status != .passed { r.failures = FailureParsers.bird(subs) }
             } else {
                 r = ToolTaskResult(reward: 0, status: .missingResult, detail: unreadable ?? "no SQL submission reached the DB environment")
             }

@@ -8,7 +8,8 @@
 //   {task_ids_file}  /work/in/task_ids.txt, one id per line
 //   {output}         /work/out/rewards.json, where the rewards must be written
 //   {output_dir}     /work/out, for anything else the command wants to keep (train traces:
-//                    /work/out/traces/<task id>/ is copied into the task's trace)
+//                    /work/out/traces/<task id>/ is copied into the task's trace; failing
+//                    checks: /work/out/failures.json, `FailureParsers.command`)
 // The rewards come from the command's own word: if agent.py runs inside the command's
 // process, it could write them. README's threat model says so; the other adapters re-score.
 
@@ -47,7 +48,11 @@ public struct CommandAdapter: BenchmarkAdapter {
         run.reportFailure("command", exit)
         let out = run.openOutput()
         defer { if out >= 0 { close(out) } }
-        let results = out >= 0 ? Self.parse(out, ids: Set(ids), traces: !context.heldOut) : [:]
+        var results = out >= 0 ? Self.parse(out, ids: Set(ids), traces: !context.heldOut) : [:]
+        // Train runs: the failing checks the command reported in failures.json, if it did.
+        if !context.heldOut, out >= 0, let bytes = FailureParsers.report(at: out, [], "failures.json") {
+            for (id, evidence) in FailureParsers.command(bytes, ids: Set(ids)) where results[id] != nil { results[id]?.failures = evidence }
+        }
         return run.outcomes(ids, results, toolExit: exit, seconds: exit.seconds)
     }
 

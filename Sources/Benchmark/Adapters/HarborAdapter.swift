@@ -232,6 +232,8 @@ public struct HarborAdapter: BenchmarkAdapter {
         var status: TaskStatus
         var detail: String?
         var trace: [(String, [UInt8])]
+        /// Train runs: Harbor's exception and the verifier's failed tests (ctrf.json).
+        var failures: [FailureEvidence] = []
     }
 
     /// Reads every trial of the jobs directory and keys them on `task_name`.
@@ -271,6 +273,9 @@ public struct HarborAdapter: BenchmarkAdapter {
                 r = ToolTaskResult(reward: mean, status: mean >= TaskOutcome.passThreshold ? .passed : .failed,
                                    detail: list.count > 1 ? "\(list.count) trials, \(scored.count) scored" : list[0].detail)
             }
+            // Evidence of every failing trial, the first trial's first.
+            let evidence = list.filter { $0.status != .passed }.flatMap(\.failures)
+            if traces && !evidence.isEmpty { r.failures = FailureEvidence.bounded(FailureEvidence.unique(evidence)) }
             if traces { r.trace = list.count == 1 ? list[0].trace : list.enumerated().flatMap { i, t in t.trace.map { ("trial\(i + 1)-\($0.0)", $0.1) } } }
             results[task] = r
         }
@@ -312,6 +317,7 @@ public struct HarborAdapter: BenchmarkAdapter {
             let type = e["exception_type"]?.string ?? "exception"
             let message = e["exception_message"]?.string ?? ""
             exception = "harbor: \(type)\(message.isEmpty ? "" : ": " + message.prefix(200))"
+            if traces, let evidence = FailureParsers.harborException(json) { trial.failures.append(evidence) }
             trial.status = type.lowercased().contains("timeout") ? .agentTimeout : .agentCrashed
             trial.detail = exception
             // Harbor ran the verifier anyway when it recorded a reward; otherwise 0.
@@ -320,6 +326,11 @@ public struct HarborAdapter: BenchmarkAdapter {
         let claimed = json.path("verifier_result", "rewards", "reward")
         let verifier = FileSystem.openDirectory(at: dir, FileSystem.name("verifier"))
         let reading: Reward.Reading = verifier >= 0 ? Reward.read(logs: verifier) : .missing
+        // The verifier's own test report: which tests failed and how (train runs only).
+        if traces, verifier >= 0, case .success(let report) = FileSystem.readSmallFile(at: verifier, "ctrf.json", limit: FailureParsers.reportLimit),
+           let failed = FailureParsers.ctrf(report) {
+            trial.failures += failed
+        }
         if verifier >= 0 { close(verifier) }
         switch reading {
         case .missing:

@@ -380,6 +380,8 @@ struct ToolTaskResult {
     var detail: String?
     /// Files for the task's train trace (name → bytes), already bounded.
     var trace: [(String, [UInt8])] = []
+    /// Train runs: the failing checks the tool's own results name (`FailureParsers`).
+    var failures: [FailureEvidence]?
 }
 
 extension ToolRun {
@@ -395,6 +397,7 @@ extension ToolRun {
             var outcome = TaskOutcome(id: id, reward: r.reward, status: r.status, agentSeconds: seconds, detail: r.detail.map { String($0.prefix(500)) })
             if r.status == .passed && !outcome.passed { outcome.status = .failed }
             if r.status == .failed && outcome.passed { outcome.status = .passed }
+            if !context.heldOut && !outcome.passed { outcome.failures = r.failures }
             if !context.heldOut, let dir = context.traceDirectory(id) {
                 writeTrace(dir, outcome: outcome, files: r.trace + logs())
             }

@@ -13,6 +13,8 @@ import Glibc
 ///     results.tsv            view of the ledger: accepted iterations (upstream format)
 ///     suite.json             view: regression suite (upstream format)
 ///     train_results.json     view: latest train run (upstream format)
+///     failures.json          view: failure records and ranked clusters (train tasks only)
+///     failures.md            view: the top unresolved clusters, for the coding agent to target
 ///     traces/latest/<task>/  train-split traces of the latest run
 ///     traces/baseline/<task>/ train-split traces of the first run
 ///   .autoharness/            supervisor-private (0700); no sandbox ever mounts it
@@ -46,6 +48,8 @@ public struct ExperimentLayout: Sendable {
     public var resultsTSV: String { workspace + "/results.tsv" }
     public var suiteJSON: String { workspace + "/suite.json" }
     public var trainResultsJSON: String { workspace + "/train_results.json" }
+    public var failuresJSON: String { workspace + "/failures.json" }
+    public var failuresMarkdown: String { workspace + "/failures.md" }
     public var traces: String { workspace + "/traces" }
     public var latestTraces: String { traces + "/latest" }
     public var baselineTraces: String { traces + "/baseline" }

@@ -271,6 +271,9 @@ public final class ExperimentSupervisor {
                 timestamp: isoTimestamp(), agentSHA256: snap.sha256,
                 results: Dictionary(uniqueKeysWithValues: outcomes.map { ($0.id, $0.reward) }),
                 statuses: Dictionary(uniqueKeysWithValues: outcomes.map { ($0.id, $0.status.rawValue) })))]
+            if let evidence = FailureEvidenceRecord.observed(outcomes, train: train, source: "train run", agentSHA256: snap.sha256) {
+                items.append((.failureEvidence, evidence))
+            }
             items += violations(audit, during: "train run")
             _ = try ledger.appendAll(items)
             recorded = true
@@ -282,6 +285,30 @@ public final class ExperimentSupervisor {
             if !recorded { recordViolations(violations(audit, during: "train run")) }
             throw error
         }
+    }
+
+    /// Proposals recorded at most, over the experiment: each is a ledger row.
+    static let maxClusterProposals = 1000
+
+    /// Records `actor`'s proposal about a failure cluster (a label, or that it shares its root
+    /// cause with `mergeWith`): shown beside the cluster, counted nowhere.
+    public func proposeCluster(_ cluster: String, label: String?, mergeWith: String?, actor: String) throws {
+        let s = try state()
+        let book = FailureBook(s)
+        guard book.cluster(cluster) != nil else {
+            throw ExperimentError(.usage, "no failure cluster \(printable(cluster)): `autoharness failures` lists them")
+        }
+        if let m = mergeWith {
+            guard m != cluster, book.cluster(m) != nil else {
+                throw ExperimentError(.usage, "--merge-with \(printable(m)): not another existing cluster")
+            }
+        }
+        guard s.clusterProposals.count < Self.maxClusterProposals else {
+            throw ExperimentError(.refused, "\(Self.maxClusterProposals) proposals are already recorded; no more are kept")
+        }
+        _ = try ledger.append(.clusterProposal, ClusterProposalRecord(actor: actor, cluster: cluster,
+                                                                      label: label.map { printable($0, limit: 200) }, mergeWith: mergeWith))
+        try regenerateViews()
     }
 
     /// Appends what a failed operation's sandboxes did, if the ledger takes it: the
@@ -360,6 +387,7 @@ public final class ExperimentSupervisor {
 
         // (1) regression suite, train split
         let suiteOutcomes = try run(s.suite, agent: snap.directory, audit: audit, traces: { _ in nil })
+        var promotionOutcomes: [TaskOutcome] = []
         result.suitePassed = suiteOutcomes.filter(\.passed).count
         let rate = s.suite.isEmpty ? 1.0 : Double(result.suitePassed) / Double(s.suite.count)
         var lastResults = Dictionary(uniqueKeysWithValues: suiteOutcomes.map { ($0.id, $0.reward) })
@@ -387,6 +415,7 @@ public final class ExperimentSupervisor {
                 // (3) promotion: failing train tasks outside the suite, re-run
                 let candidates = split.train.filter { !s.suite.contains($0) && (s.latestTrainRewards[$0] ?? 0) < 0.5 }
                 let promo = try run(candidates, agent: snap.directory, audit: audit, traces: { _ in nil })
+                promotionOutcomes = promo
                 result.promoted = promo.filter(\.passed).map(\.id).sorted()
                 for o in promo where o.passed { lastResults[o.id] = o.reward }
                 result.accepted = true
@@ -420,6 +449,12 @@ public final class ExperimentSupervisor {
             items.append((.suitePromotion, SuitePromotionRecord(added: result.promoted, lastResults: lastResults)))
         } else {
             items.append((.gateAttempt, result))
+        }
+        // What the suite and promotion phases (train tasks only) showed failing, after the
+        // attempt's row: an accepted gate's passing runs resolve records by this attempt.
+        if let evidence = FailureEvidenceRecord.observed(suiteOutcomes + promotionOutcomes, train: Set(split.train), source: "gate",
+                                                         attempt: attempt, agentSHA256: snap.sha256) {
+            items.append((.failureEvidence, evidence))
         }
         items += violations(audit, during: "gate")
         items += violations(heldOutAudit, during: "gate, held-out split", heldOut: true)
@@ -545,7 +580,13 @@ public final class ExperimentSupervisor {
         }
         // Whatever the adapter did, the mean is over every requested id.
         let byID = Dictionary(outcomes.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
-        return ids.map { byID[$0] ?? TaskOutcome(id: $0, reward: 0, status: .missingResult, detail: "no outcome from the \(adapter.name) adapter") }
+        return ids.map { id in
+            var o = byID[id] ?? TaskOutcome(id: id, reward: 0, status: .missingResult, detail: "no outcome from the \(adapter.name) adapter")
+            // A held-out task's failing checks are test data: none leaves this function,
+            // whatever an adapter returned.
+            if heldOut { o.failures = nil }
+            return o
+        }
     }
 
     /// What the held-out sandboxes on the host leave in kernel state shared with later ones,

@@ -8,7 +8,7 @@ struct BrokerRoot: ParsableCommand {
         commandName: "autoharness",
         abstract: "Requests to the supervisor of this run (you are inside the coding agent's sandbox).",
         discussion: "Benchmarks, gates and status are run by the supervisor outside this sandbox; it records and commits. Only agent/agent.py is taken from agent/.",
-        subcommands: [BrokerBenchmark.self, BrokerGate.self, BrokerStatus.self])
+        subcommands: [BrokerBenchmark.self, BrokerGate.self, BrokerStatus.self, BrokerFailures.self])
 }
 
 struct BrokerBenchmark: ParsableCommand {
@@ -26,9 +26,25 @@ struct BrokerStatus: ParsableCommand {
     @Flag(help: "Machine-readable output.") var json = false
 }
 
+struct BrokerFailures: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "failures",
+        abstract: "Failure clusters of the train split, ranked (workspace/failures.md); one cluster's records with --cluster.",
+        discussion: "With --cluster ID and --label or --merge-with, records your proposal about that cluster (a name for its root cause, or that it shares one with another cluster). Proposals are shown as yours beside the cluster; they change nothing the supervisor counts.")
+    @Option(help: "A cluster id (c…) from `autoharness failures`.") var cluster: String?
+    @Flag(help: "Machine-readable output.") var json = false
+    @Option(help: "Propose a label for --cluster (at most 200 characters).") var label: String?
+    @Option(name: .customLong("merge-with"), help: "Propose that --cluster has the same root cause as this cluster.") var mergeWith: String?
+
+    func validate() throws {
+        if (label != nil || mergeWith != nil) && cluster == nil { throw ValidationError("--label and --merge-with need --cluster") }
+        if let label, label.isEmpty || label.count > 200 { throw ValidationError("--label: 1 to 200 characters") }
+    }
+}
+
 /// The broker's grammar: what the coding agent's `autoharness` may ask.
 enum BrokerGrammar {
-    static let verbs = ["benchmark", "gate", "status"]
+    static let verbs = ["benchmark", "gate", "status", "failures"]
 
     static func parse(_ argv: [String]) -> BrokerParse {
         if let verb = argv.first, !verb.hasPrefix("-"), !Self.verbs.contains(verb), verb != "help" {
@@ -40,6 +56,11 @@ enum BrokerGrammar {
             case let b as BrokerBenchmark: return .verb(.benchmark(taskIDs: b.taskIDs.isEmpty ? nil : b.taskIDs))
             case is BrokerGate: return .verb(.gate)
             case let s as BrokerStatus: return .verb(.status(json: s.json))
+            case let f as BrokerFailures:
+                if f.label != nil || f.mergeWith != nil, let c = f.cluster {
+                    return .verb(.proposeCluster(cluster: c, label: f.label, mergeWith: f.mergeWith))
+                }
+                return .verb(.failures(cluster: f.cluster, json: f.json))
             default: return .help(BrokerRoot.helpMessage() + "\n")
             }
         } catch {

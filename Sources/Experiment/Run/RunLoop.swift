@@ -13,6 +13,8 @@ public enum BrokerVerb: Sendable, Equatable {
     case benchmark(taskIDs: [String]?)
     case gate
     case status(json: Bool)
+    case failures(cluster: String?, json: Bool)
+    case proposeCluster(cluster: String, label: String?, mergeWith: String?)
 }
 
 /// How a request's arguments parse (the CLI's own parser decides, so the sandbox's
@@ -638,6 +640,11 @@ public final class RunLoop: @unchecked Sendable {
                 switch verb {
                 case .status(let json):
                     return BrokerReply(stdout: AgentText.status(Disclosure.agentStatus(try supervisor.state(), config: config), root: "/work", json: json), exit: 0)
+                case .failures(let cluster, let json):
+                    return BrokerReply(stdout: try Views.failuresText(try supervisor.state(), cluster: cluster, json: json), exit: 0)
+                case .proposeCluster(let cluster, let label, let mergeWith):
+                    try supervisor.proposeCluster(cluster, label: label, mergeWith: mergeWith, actor: "coding agent")
+                    return BrokerReply(stdout: "recorded as your proposal about \(cluster); shown beside it in workspace/failures.md, counted nowhere\n", exit: 0)
                 case .benchmark(let ids):
                     let (snap, notice) = try candidate()
                     // The same bytes benchmarked again show nothing new: a repeat, not progress.

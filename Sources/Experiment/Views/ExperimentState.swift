@@ -1,3 +1,4 @@
+import Benchmark
 import Foundation
 import Ledger
 import SupervisorIO
@@ -79,6 +80,39 @@ public struct SuitePromotionRecord: Codable, Sendable {
     public var added: [String]
     /// Latest suite-step rewards of every suite task (upstream's `last_results`).
     public var lastResults: [String: Double]
+}
+
+/// The failing checks of every train task one run observed, from the benchmark's own results
+/// (`FailureEvidence`): a train run, or a gate's suite and promotion phases. Supervisor-written,
+/// train tasks only: never a held-out task, whatever the adapter returned.
+public struct FailureEvidenceRecord: Codable, Sendable {
+    /// `train run` or `gate`.
+    public var source: String
+    /// The gate attempt, for a gate's.
+    public var attempt: Int?
+    public var agentSHA256: String
+    /// The rolling batch revealed when it ran (absent: batches off).
+    public var batch: Int?
+    /// Task id → its failing checks; empty for a task that passed.
+    public var tasks: [String: [FailureEvidence]]
+
+    public init(source: String, attempt: Int? = nil, agentSHA256: String, batch: Int? = nil, tasks: [String: [FailureEvidence]]) {
+        self.source = source
+        self.attempt = attempt
+        self.agentSHA256 = agentSHA256
+        self.batch = batch
+        self.tasks = tasks
+    }
+}
+
+/// The coding agent's proposal about a failure cluster: a label, or that it has the same root
+/// cause as another. Recorded as the agent's and shown as such; it never changes what a
+/// cluster counts or what the gate decides.
+public struct ClusterProposalRecord: Codable, Sendable {
+    public var actor: String
+    public var cluster: String
+    public var label: String?
+    public var mergeWith: String?
 }
 
 /// Something the operator should know that nobody did wrong (e.g. a gate refused because the
@@ -181,6 +215,12 @@ public enum SessionOutcome: String, Codable, Sendable {
     case stopped
 }
 
+/// A row the failure records are derived from.
+public enum FailureEvent: Sendable {
+    case evidence(seq: Int64, time: String, FailureEvidenceRecord)
+    case accepted(attempt: Int, agentSHA256: String)
+}
+
 /// The experiment as the ledger says it is.
 public struct ExperimentState: Sendable {
     public var created: ExperimentCreated?
@@ -217,6 +257,10 @@ public struct ExperimentState: Sendable {
     public var lastRunEnd: RunEndedRecord?
     /// Every coding-agent session recorded, oldest first.
     public var agentSessions: [AgentSessionRecord] = []
+    /// What the failure records are derived from, in ledger order (`FailureBook`).
+    public var failureEvents: [FailureEvent] = []
+    /// Proposals about clusters, in ledger order.
+    public var clusterProposals: [(time: String, record: ClusterProposalRecord)] = []
     /// The last row replayed into this state: the head the views rendered from it stand for.
     public var head = LedgerHead(seq: 0, hash: Ledger.genesisHash)
 
@@ -257,6 +301,7 @@ public struct ExperimentState: Sendable {
                 if openRun != nil && a.accepted { openRunAccepted += 1 }
                 if openRun != nil && a.verdict != .interrupted { openRunRejectedInARow = a.accepted ? 0 : openRunRejectedInARow + 1 }
                 openGates.removeAll { $0.attempt == a.attempt }
+                if a.accepted { failureEvents.append(.accepted(attempt: a.attempt, agentSHA256: a.agentSHA256)) }
             case .iteration: iterations.append(try r.decode(IterationRecord.self))
             case .suitePromotion:
                 let p = try r.decode(SuitePromotionRecord.self)
@@ -264,6 +309,9 @@ public struct ExperimentState: Sendable {
                 suiteLastResults = p.lastResults
             case .violation: violations.append((r.time, try r.decode(ViolationRecord.self)))
             case .note: break
+            case .failureEvidence:
+                failureEvents.append(.evidence(seq: r.seq, time: r.time, try r.decode(FailureEvidenceRecord.self)))
+            case .clusterProposal: clusterProposals.append((r.time, try r.decode(ClusterProposalRecord.self)))
             case .runStarted:
                 let run = try r.decode(RunStartedRecord.self)
                 if openRun?.runID != run.runID {
@@ -302,7 +350,8 @@ public struct LedgerHead: Codable, Equatable, Sendable {
     }
 }
 
-/// The three upstream-format files the coding agent may read, rendered from the ledger.
+/// The files the coding agent may read about the experiment, rendered from the ledger: the three
+/// of upstream's format and the failure views.
 public enum Views {
     /// results.tsv: `iteration val_score commit evals_passed evals_total timestamp`.
     /// val_score as disclosed: `score` %.4f (upstream); `rounded` the 2-decimal value, still
@@ -356,7 +405,9 @@ public enum Views {
     static func rendered(_ layout: ExperimentLayout, _ s: ExperimentState, config: ExperimentConfig) throws -> [(path: String, bytes: Data)] {
         [(layout.resultsTSV, Data(resultsTSV(s, disclosure: config.disclosure).utf8)),
          (layout.suiteJSON, try suiteJSON(s, threshold: config.threshold)),
-         (layout.trainResultsJSON, try trainResultsJSON(s))]
+         (layout.trainResultsJSON, try trainResultsJSON(s)),
+         (layout.failuresJSON, try failuresJSON(s)),
+         (layout.failuresMarkdown, Data(failuresMarkdown(s).utf8))]
     }
 
     /// Rewrites the three views atomically (write, fsync, rename), then records the ledger

@@ -16,12 +16,14 @@ extension RecordKind {
     public static let runStarted: RecordKind = "run_started"
     public static let runEnded: RecordKind = "run_ended"
     public static let agentSession: RecordKind = "agent_session"
+    public static let failureEvidence: RecordKind = "failure_evidence"
+    public static let clusterProposal: RecordKind = "cluster_proposal"
 }
 
 extension Set<RecordKind> {
     /// Every kind an experiment records: what its ledger is opened with.
     public static let experiment: Set<RecordKind> = [
         .experimentCreated, .split, .baseline, .trainRun, .gateStarted, .gateAttempt, .iteration, .suitePromotion,
-        .violation, .note, .runStarted, .runEnded, .agentSession,
+        .violation, .note, .runStarted, .runEnded, .agentSession, .failureEvidence, .clusterProposal,
     ]
 }

@@ -1,0 +1,225 @@
+import Benchmark
+
+// Failure records and clusters, derived from the ledger alone (NeoSigma's phases A and B).
+//
+// A record is one failing check of one train task, followed across runs: first and last seen,
+// how often, and whether it still fails. Its life:
+//   open      seen in the latest run of its task;
+//   fixed     not seen in the latest run of its task, but that run's agent.py has not been
+//             accepted by a gate (a candidate's train run fixing it proves nothing yet);
+//   resolved  not seen in a run of an agent.py a gate accepted: `resolvedBy` names the gate.
+// Seen again after it was resolved, it is open again and counts a recurrence.
+//
+// A cluster is every record with one signature (`FailureSignature`): one root cause across
+// tasks. Clusters are ranked for the coding agent: unresolved first, then by open records,
+// total failures, lowest resolution rate, id. The coding agent's proposals (a label, a merge)
+// are shown beside a cluster and never change what it counts.
+
+public struct FailureBook: Sendable {
+    public enum State: String, Codable, Sendable {
+        case open, fixed, resolved
+    }
+
+    /// Where a record was seen: the ledger row and what ran.
+    public struct Sighting: Codable, Sendable, Equatable {
+        public var seq: Int64
+        public var time: String
+        /// `train run` or `gate`.
+        public var source: String
+        public var attempt: Int?
+        public var batch: Int?
+    }
+
+    public struct Record: Codable, Sendable, Equatable {
+        public var task: String
+        public var cluster: String
+        public var check: String
+        public var errorClass: String
+        /// The latest excerpt seen.
+        public var excerpt: String
+        public var firstSeen: Sighting
+        public var lastSeen: Sighting
+        public var occurrences: Int
+        public var state: State
+        /// The accepted gate that resolved it.
+        public var resolvedBy: Int?
+        /// Times it was seen again after being resolved.
+        public var recurrences: Int
+
+        enum CodingKeys: String, CodingKey {
+            case task, cluster, check, excerpt, occurrences, state, recurrences
+            case errorClass = "error_class"
+            case firstSeen = "first_seen"
+            case lastSeen = "last_seen"
+            case resolvedBy = "resolved_by_gate"
+        }
+    }
+
+    public struct Proposal: Codable, Sendable, Equatable {
+        public var time: String
+        public var by: String
+        public var label: String?
+        public var mergeWith: String?
+
+        enum CodingKeys: String, CodingKey {
+            case time, by, label
+            case mergeWith = "merge_with"
+        }
+    }
+
+    public struct Cluster: Codable, Sendable, Equatable {
+        public var id: String
+        public var rank: Int
+        public var signature: String
+        public var errorClass: String
+        public var check: String
+        /// Distinct tasks with a record in it.
+        public var tasks: [String]
+        public var records: Int
+        public var open: Int
+        public var resolved: Int
+        /// Sightings summed over its records: NeoSigma's `total_failures`.
+        public var totalFailures: Int
+        /// Resolved records over records.
+        public var resolutionRate: Double
+        public var unresolved: Bool
+        /// Up to three records, unresolved first: task and latest excerpt.
+        public var examples: [Example]
+        /// The coding agent's proposals about it, oldest first (never counted).
+        public var proposals: [Proposal]
+
+        public struct Example: Codable, Sendable, Equatable {
+            public var task: String
+            public var state: State
+            public var excerpt: String
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case id, rank, signature, check, tasks, records, open, resolved, unresolved, examples, proposals
+            case errorClass = "error_class"
+            case totalFailures = "total_failures"
+            case resolutionRate = "resolution_rate"
+        }
+    }
+
+    /// Every record, by task then cluster.
+    public private(set) var records: [Record] = []
+    /// Every cluster, ranked.
+    public private(set) var clusters: [Cluster] = []
+
+    public init(_ s: ExperimentState) {
+        // Only train tasks ever become records, whatever a row holds.
+        let train = Set(s.split?.train ?? [])
+        var byKey: [String: Record] = [:]
+        var order: [String] = []
+        var keysOfTask: [String: [String]] = [:]
+        var signatures: [String: String] = [:]  // cluster id -> signature
+        // Per record: the agent.py whose run last did not show it (while not resolved).
+        var fixedBy: [String: String] = [:]
+        // agent.py sha256 -> the first gate attempt that accepted it.
+        var accepted: [String: Int] = [:]
+        func key(_ task: String, _ cluster: String) -> String { task + "\u{0}" + cluster }
+
+        for event in s.failureEvents {
+            switch event {
+            case .accepted(let attempt, let sha):
+                if accepted[sha] == nil { accepted[sha] = attempt }
+                for (k, by) in fixedBy where by == sha {
+                    byKey[k]?.state = .resolved
+                    byKey[k]?.resolvedBy = attempt
+                    fixedBy[k] = nil
+                }
+            case .evidence(let seq, let time, let row):
+                for (task, evidence) in row.tasks.sorted(by: { $0.key < $1.key }) where train.contains(task) {
+                    let sighting = Sighting(seq: seq, time: time, source: row.source, attempt: row.attempt, batch: row.batch)
+                    var seen: Set<String> = []
+                    for e in evidence {
+                        let signature = FailureSignature.of(e)
+                        let cluster = FailureSignature.clusterID(signature)
+                        signatures[cluster] = signature
+                        let k = key(task, cluster)
+                        guard seen.insert(k).inserted else { continue }
+                        if var r = byKey[k] {
+                            r.occurrences += 1
+                            r.lastSeen = sighting
+                            r.excerpt = e.excerpt
+                            if r.state == .resolved { r.recurrences += 1 }
+                            r.state = .open
+                            r.resolvedBy = nil
+                            byKey[k] = r
+                        } else {
+                            byKey[k] = Record(task: task, cluster: cluster, check: e.check, errorClass: e.errorClass, excerpt: e.excerpt,
+                                              firstSeen: sighting, lastSeen: sighting, occurrences: 1, state: .open, resolvedBy: nil, recurrences: 0)
+                            order.append(k)
+                            keysOfTask[task, default: []].append(k)
+                        }
+                        fixedBy[k] = nil
+                    }
+                    // This task's other records did not fail in this run.
+                    for k in keysOfTask[task] ?? [] where !seen.contains(k) && byKey[k]!.state != .resolved {
+                        if let attempt = accepted[row.agentSHA256] {
+                            byKey[k]!.state = .resolved
+                            byKey[k]!.resolvedBy = attempt
+                            fixedBy[k] = nil
+                        } else {
+                            byKey[k]!.state = .fixed
+                            fixedBy[k] = row.agentSHA256
+                        }
+                    }
+                }
+            }
+        }
+        records = order.map { byKey[$0]! }.sorted { ($0.task, $0.cluster) < ($1.task, $1.cluster) }
+
+        var proposals: [String: [Proposal]] = [:]
+        for (time, p) in s.clusterProposals {
+            proposals[p.cluster, default: []].append(Proposal(time: time, by: p.actor, label: p.label, mergeWith: p.mergeWith))
+        }
+        var built: [Cluster] = []
+        for (id, members) in Dictionary(grouping: records, by: \.cluster) {
+            let resolved = members.filter { $0.state == .resolved }.count
+            let open = members.filter { $0.state != .resolved }.count
+            let examples = members.sorted { (Self.stateOrder($0.state), $0.task) < (Self.stateOrder($1.state), $1.task) }.prefix(3)
+                .map { Cluster.Example(task: $0.task, state: $0.state, excerpt: $0.excerpt) }
+            built.append(Cluster(id: id, rank: 0, signature: signatures[id] ?? "", errorClass: members[0].errorClass, check: members[0].check,
+                                 tasks: Set(members.map(\.task)).sorted(), records: members.count, open: open, resolved: resolved,
+                                 totalFailures: members.reduce(0) { $0 + $1.occurrences },
+                                 resolutionRate: Double(resolved) / Double(members.count), unresolved: open > 0,
+                                 examples: Array(examples), proposals: proposals[id] ?? []))
+        }
+        built.sort { a, b in
+            if a.unresolved != b.unresolved { return a.unresolved }
+            if a.open != b.open { return a.open > b.open }
+            if a.totalFailures != b.totalFailures { return a.totalFailures > b.totalFailures }
+            if a.resolutionRate != b.resolutionRate { return a.resolutionRate < b.resolutionRate }
+            return a.id < b.id
+        }
+        for i in built.indices { built[i].rank = i + 1 }
+        clusters = built
+    }
+
+    private static func stateOrder(_ s: State) -> Int { s == .open ? 0 : s == .fixed ? 1 : 2 }
+
+    public func cluster(_ id: String) -> Cluster? { clusters.first { $0.id == id } }
+}
+
+extension FailureEvidenceRecord {
+    /// The row for one run's outcomes: every train task among them, with its failing checks
+    /// (the adapter's evidence, else its status class) or none if it passed; nil if no train
+    /// task ran. Any other id is left out here, whatever the caller passed.
+    static func observed(_ outcomes: [TaskOutcome], train: Set<String>, source: String, attempt: Int? = nil,
+                         agentSHA256: String, batch: Int? = nil) -> FailureEvidenceRecord? {
+        var tasks: [String: [FailureEvidence]] = [:]
+        for o in outcomes where train.contains(o.id) {
+            if o.passed {
+                tasks[o.id] = []
+            } else if let given = o.failures, !given.isEmpty {
+                tasks[o.id] = FailureEvidence.bounded(given)
+            } else {
+                tasks[o.id] = [FailureEvidence.fromStatus(o)]
+            }
+        }
+        guard !tasks.isEmpty else { return nil }
+        return FailureEvidenceRecord(source: source, attempt: attempt, agentSHA256: agentSHA256, batch: batch, tasks: tasks)
+    }
+}
