@@ -1,5 +1,7 @@
 @testable import Benchmark
 import Foundation
+import Sandbox
+import SandboxPolicy
 import Testing
 
 // Failure evidence: each parser on the shape its upstream writes, the caps every string goes
@@ -106,8 +108,8 @@ struct FailureEvidenceTests {
 
     /// A one-task local benchmark whose verifier writes a CTRF report naming `marker`.
     static func ctrfTask(_ dir: TempDir, marker: String) throws -> BenchmarkTask {
-        try dir.file("t1/instruction.md", "Write 42 to answer.txt.\n")
-        try dir.file("t1/tests/test.sh", """
+        try dir.file("tasks/t1/instruction.md", "Write 42 to answer.txt.\n")
+        try dir.file("tasks/t1/tests/test.sh", """
             #!/bin/bash
             cat > /logs/verifier/ctrf.json <<'EOF'
             {"results": {"tests": [{"name": "tests/test_outputs.py::test_answer", "status": "failed",
@@ -116,8 +118,29 @@ struct FailureEvidenceTests {
             EOF
             echo 0 > /logs/verifier/reward.txt
             """, mode: 0o755)
-        return BenchmarkTask(id: "t1", directory: dir.path + "/t1", agentTimeout: 20, verifierTimeout: 20,
+        return BenchmarkTask(id: "t1", directory: dir.path + "/tasks/t1", agentTimeout: 20, verifierTimeout: 20,
                              agentTimeoutDeclared: true, verifierTimeoutDeclared: true)
+    }
+
+    @Test("the local adapter asks for evidence on train runs only: a held-out run's outcomes carry none")
+    func localAdapter() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        let marker = uniqueMarker("CTRF")
+        _ = try Self.ctrfTask(dir, marker: marker)
+        try dir.file("tasks/t1/task.toml", "[agent]\ntimeout_sec = 20\n\n[verifier]\ntimeout_sec = 20\n")
+        let adapter = LocalAdapter(benchmark: try LocalBenchmark(directory: dir.path))
+        let agent = try makeAgent(solverAgentSource(wrong: true))
+        let scratch = try makeScratchRoot()
+        func run(heldOut: Bool) throws -> TaskOutcome {
+            let context = AdapterRunContext(policyLoader: PolicyLoader(searchPaths: [Paths.policies]), agentDirectory: agent.path,
+                                            scratchRoot: scratch.path, audit: AuditLog(), heldOut: heldOut, concurrency: 1, traceDirectory: { _ in nil })
+            return try #require(try adapter.run(["t1"], context).first)
+        }
+        let train = try run(heldOut: false)
+        #expect(train.status == .failed && train.failures?.first?.excerpt.contains(marker) == true, "\(train)")
+        let heldOut = try run(heldOut: true)
+        #expect(heldOut.status == .failed && heldOut.failures == nil, "\(heldOut)")
     }
 
     @Test("the local runner reads the verifier's logs/ctrf.json when asked (train runs) and never otherwise (held-out runs)")

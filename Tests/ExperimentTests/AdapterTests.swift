@@ -523,6 +523,13 @@ struct Tau2AdapterTests {
         #expect(exp.traceFile(odd, "simulation.json")?.contains("Please refund order #W1010") == true)
         #expect(exp.traceFile("0", "simulation.json")?.contains("refund_order") == true)
         #expect(exp.traceFile("1", "reward_info.json")?.contains("\"action_match\": false") == true)
+        // Failure records from tau2's reward breakdown: DB is what these tasks' reward_basis
+        // counts, so the database mismatch is the failing check (not the action check).
+        let failures = try exp.file("workspace/failures.json")
+        let book = try #require(try JSONSerialization.jsonObject(with: Data(failures.utf8)) as? [String: Any])
+        let records = try #require(book["records"] as? [[String: Any]])
+        #expect(Set(records.map { $0["task"] as? String ?? "" }) == Set(Self.train.filter { !["0", "3", "6"].contains($0) }), "\(records)")
+        #expect(records.allSatisfy { $0["check"] as? String == "db" && $0["error_class"] as? String == "db_mismatch" }, "\(records)")
         let stdout = try #require(exp.traceFile("0", "tool.stdout"))
         // simulations/ holds only this run's (still empty) checkpoint directory, not old runs
         #expect(stdout.contains("SNOOP criteria=0 simulations=['autoharness'] real=ENOENT"), "\(stdout)")
@@ -551,6 +558,7 @@ struct Tau2AdapterTests {
             let order = String(format: "#W%04d", 1000 + k)
             #expect(files(under: exp.root, containing: order).isEmpty, "\(order) persisted")
         }
+        for id in Self.test { #expect(!(try exp.file("workspace/failures.json")).contains("\"task\" : \"\(id)\""), "held-out \(id) has a record") }
         #expect(exp.scratchMounts().isEmpty)
     }
 

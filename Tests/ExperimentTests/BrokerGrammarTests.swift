@@ -11,11 +11,17 @@ struct BrokerGrammarTests {
         #expect(BrokerGrammar.parse(["status", "--json"]).verb == .status(json: true))
         #expect(BrokerGrammar.parse(["benchmark"]).verb == .benchmark(taskIDs: nil))
         #expect(BrokerGrammar.parse(["benchmark", "--task-ids", "a", "b"]).verb == .benchmark(taskIDs: ["a", "b"]))
+        #expect(BrokerGrammar.parse(["failures"]).verb == .failures(cluster: nil, json: false))
+        #expect(BrokerGrammar.parse(["failures", "--cluster", "c0123abcd", "--json"]).verb == .failures(cluster: "c0123abcd", json: true))
+        #expect(BrokerGrammar.parse(["failures", "--cluster", "c1", "--label", "missing factor"]).verb
+                == .proposeCluster(cluster: "c1", label: "missing factor", mergeWith: nil))
+        #expect(BrokerGrammar.parse(["failures", "--cluster", "c1", "--merge-with", "c2"]).verb == .proposeCluster(cluster: "c1", label: nil, mergeWith: "c2"))
     }
 
     @Test("anything that records, commits, reads the test split or names another experiment is refused", arguments: [
         ["record"], ["prepare"], ["report"], ["run"], ["gate", "-C", "/exp"], ["status", "--operator"], ["benchmark", "--oracle"],
-        ["status", "--verify"], ["gate", "extra"], ["init", "x"],
+        ["status", "--verify"], ["gate", "extra"], ["init", "x"], ["failures", "--label", "x"], ["failures", "--cluster", "c1", "--label", ""],
+        ["failures", "-C", "/exp"],
     ])
     func refused(_ argv: [String]) {
         guard case .invalid = BrokerGrammar.parse(argv) else {

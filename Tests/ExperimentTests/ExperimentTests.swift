@@ -54,10 +54,10 @@ struct Experiment {
     static let fixture = Built.packageRoot + "/Tests/ExperimentTests/Fixtures/arith"
 
     /// init + prepare on the fixture.
-    init(prepare: Bool = true, config: [String: String] = [:]) throws {
+    init(prepare: Bool = true, config: [String: String] = [:], dataset: String = Experiment.fixture) throws {
         temp = try TempDir()
         root = temp.path + "/exp"
-        let r = try autoharness(["init", root, "--benchmark", "local", "--dataset", Self.fixture])
+        let r = try autoharness(["init", root, "--benchmark", "local", "--dataset", dataset])
         try #require(r.status == 0, "init failed: \(r.stderr)")
         // Tests choose where held-out tasks run; the default (auto) would follow the host's KVM.
         var config = config

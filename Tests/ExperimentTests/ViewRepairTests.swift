@@ -114,7 +114,8 @@ struct ViewRepairTests {
         let p = try Published()
         // Never published (prepare stopped after recording): missing views are behind...
         var c = try p.check()
-        #expect(c.behind == [p.layout.resultsTSV, p.layout.suiteJSON, p.layout.trainResultsJSON] && c.tampered.isEmpty, "\(c)")
+        #expect(c.behind == [p.layout.resultsTSV, p.layout.suiteJSON, p.layout.trainResultsJSON, p.layout.failuresJSON, p.layout.failuresMarkdown]
+                && c.tampered.isEmpty, "\(c)")
         // ...one that exists without a publish having happened is not the ledger's.
         try p.write(Data("iteration\n".utf8), p.layout.resultsTSV)
         c = try p.check()
@@ -192,12 +193,14 @@ struct PublishKillTests {
         try requireRoot()
         let exp = try Experiment(config: ["min_improvement": "0"])
         let results = exp.root + "/workspace/results.tsv", suite = exp.root + "/workspace/suite.json", train = exp.root + "/workspace/train_results.json"
-        // (operation, agent, write to stop before, the views that are then behind)
+        let failures = [exp.root + "/workspace/failures.json", exp.root + "/workspace/failures.md"]
+        // (operation, agent, write to stop before, the views that are then behind); a train
+        // run and a gate's train phases both change the failure views.
         let rounds: [(String, String, Int, [String])] = [
-            ("benchmark", Agents.none, 0, [train]),
-            ("gate", Agents.addOnly, 1, [suite]),          // results.tsv already written
-            ("benchmark", Agents.addOnly, 3, []),          // every view written, the head not
-            ("gate", Agents.all, 0, [results, suite]),
+            ("benchmark", Agents.none, 0, [train] + failures),
+            ("gate", Agents.addOnly, 1, [suite] + failures),          // results.tsv already written
+            ("benchmark", Agents.addOnly, 5, []),                     // every view written, the head not
+            ("gate", Agents.all, 0, [results, suite] + failures),
         ]
         var previousResults = ""
         for (i, (operation, agent, stopAt, behind)) in rounds.enumerated() {

@@ -51,6 +51,15 @@ public enum FailureSignature {
                     continue
                 }
             }
+            // A URL runs to the next space, whatever separators its query holds.
+            var w = i
+            while w < s.count, !s[w].properties.isWhitespace { w += 1 }
+            let word = String(String.UnicodeScalarView(s[i..<w]))
+            if let scheme = word.range(of: "://"), word[..<scheme.lowerBound].allSatisfy({ $0.isLetter }) && scheme.lowerBound > word.startIndex {
+                emit(token(word))
+                i = w
+                continue
+            }
             if isSeparator(c) {
                 emit(String(c))
                 i += 1

@@ -580,11 +580,16 @@ public final class ExperimentSupervisor {
         }
         // Whatever the adapter did, the mean is over every requested id.
         let byID = Dictionary(outcomes.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
-        return ids.map { id in
-            var o = byID[id] ?? TaskOutcome(id: id, reward: 0, status: .missingResult, detail: "no outcome from the \(adapter.name) adapter")
-            // A held-out task's failing checks are test data: none leaves this function,
-            // whatever an adapter returned.
-            if heldOut { o.failures = nil }
+        let all = ids.map { byID[$0] ?? TaskOutcome(id: $0, reward: 0, status: .missingResult, detail: "no outcome from the \(adapter.name) adapter") }
+        return heldOut ? Self.withoutEvidence(all) : all
+    }
+
+    /// A held-out task's failing checks are test data: none leaves `run`, whatever an adapter
+    /// returned (adapters collect none for held-out runs; this is the second wall).
+    static func withoutEvidence(_ outcomes: [TaskOutcome]) -> [TaskOutcome] {
+        outcomes.map { o in
+            var o = o
+            o.failures = nil
             return o
         }
     }

@@ -11,11 +11,12 @@ class TextRunConfig:
 
 
 class RewardInfo:
-    def __init__(self, reward, reward_basis=None, info=None, action_checks=None):
+    def __init__(self, reward, reward_basis=None, info=None, action_checks=None, db_check=None):
         self.reward, self.reward_basis, self.info, self.action_checks = reward, reward_basis, info, action_checks
+        self.db_check = db_check
 
     def model_dump(self):
-        return {"reward": self.reward, "db_check": None, "env_assertions": None, "action_checks": self.action_checks,
+        return {"reward": self.reward, "db_check": self.db_check, "env_assertions": None, "action_checks": self.action_checks,
                 "nl_assertions": None, "communicate_checks": None, "reward_basis": self.reward_basis,
                 "reward_breakdown": None, "info": self.info}
 

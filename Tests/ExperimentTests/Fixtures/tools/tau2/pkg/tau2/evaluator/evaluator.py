@@ -46,4 +46,7 @@ def evaluate_simulation(simulation, task, evaluation_type, solo_mode, domain, mo
         reward *= env_reward
     if "ACTION" in basis:
         reward *= action_reward
-    return RewardInfo(reward, reward_basis=criteria.reward_basis, action_checks=checks)
+    # tau2's EnvironmentEvaluator reports the database comparison as db_check (DBCheck:
+    # db_match, db_reward) whenever the task has actions or env assertions to replay.
+    db_check = None if criteria.actions is None and criteria.env_assertions is None else {"db_match": env_reward == 1.0, "db_reward": env_reward}
+    return RewardInfo(reward, reward_basis=criteria.reward_basis, action_checks=checks, db_check=db_check)
