@@ -33,13 +33,12 @@ extension Views {
     }
 
     /// failures.json: `{"summary": {...}, "clusters": [ranked], "records": [by task]}`.
-    public static func failuresJSON(_ s: ExperimentState) throws -> Data {
-        try encode(failuresFile(FailureBook(s)))
-    }
+    public static func failuresJSON(_ s: ExperimentState) throws -> Data { try failuresJSON(FailureBook(s)) }
+    static func failuresJSON(_ book: FailureBook) throws -> Data { try encode(failuresFile(book)) }
 
     /// failures.md: what to work on, in a page.
-    public static func failuresMarkdown(_ s: ExperimentState) -> String {
-        let book = FailureBook(s)
+    public static func failuresMarkdown(_ s: ExperimentState) -> String { failuresMarkdown(FailureBook(s)) }
+    static func failuresMarkdown(_ book: FailureBook) -> String {
         let f = failuresFile(book).summary
         var out = "# Failures on the train split\n\n"
         out += "Rendered by the supervisor from its ledger after every train run and gate (train tasks only; the held-out split never appears here). "

@@ -403,11 +403,14 @@ public enum Views {
 
     /// The views as the ledger state `s` renders them, in the order they are published.
     static func rendered(_ layout: ExperimentLayout, _ s: ExperimentState, config: ExperimentConfig) throws -> [(path: String, bytes: Data)] {
-        [(layout.resultsTSV, Data(resultsTSV(s, disclosure: config.disclosure).utf8)),
+        // One derivation of the failure records for both of their views (this runs once per
+        // ledger head when a view is checked against the heads since its last publish).
+        let book = FailureBook(s)
+        return [(layout.resultsTSV, Data(resultsTSV(s, disclosure: config.disclosure).utf8)),
          (layout.suiteJSON, try suiteJSON(s, threshold: config.threshold)),
          (layout.trainResultsJSON, try trainResultsJSON(s)),
-         (layout.failuresJSON, try failuresJSON(s)),
-         (layout.failuresMarkdown, Data(failuresMarkdown(s).utf8))]
+         (layout.failuresJSON, try failuresJSON(book)),
+         (layout.failuresMarkdown, Data(failuresMarkdown(book).utf8))]
     }
 
     /// Rewrites the three views atomically (write, fsync, rename), then records the ledger
