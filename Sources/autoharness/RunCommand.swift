@@ -220,7 +220,8 @@ struct DemoCommand: ParsableCommand {
             `autoharness run` with templates/demo/demo_agent.py as the coding agent: a scripted \
             stand-in for Claude Code or Codex (no LLM, no network) that learns conversion factors \
             from the train traces, gates through the broker, and tries a few cheats, which are \
-            refused and recorded. Ends with DIR/exp/report.html.
+            refused and recorded. The train split is revealed in rolling batches of 8 (each gate \
+            ends a batch), so failures arrive batch by batch. Ends with DIR/exp/report.html.
             """)
 
     @Option(help: "Directory to create (default: ./autoharness-demo).")
@@ -246,7 +247,8 @@ struct DemoCommand: ParsableCommand {
         try fm.copyItem(atPath: demo + "/agent.py", toPath: layout.agentFile)
         var config = try String(contentsOfFile: layout.config, encoding: .utf8)
         for (key, value) in [("command", "[python3, \"\(demo)/demo_agent.py\"]"), ("binds", "[\"\(demo)\"]"),
-                             ("min_improvement", "0"), ("max_non_improving", "2"), ("restart_backoff", "0.5")] {
+                             ("min_improvement", "0"), ("max_non_improving", "2"), ("restart_backoff", "0.5"),
+                             ("batch_size", "8"), ("batch_iterations", "1")] {
             config = Self.set(key, value, in: config)
         }
         try config.write(toFile: layout.config, atomically: true, encoding: .utf8)

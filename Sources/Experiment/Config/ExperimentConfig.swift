@@ -54,6 +54,13 @@ public struct ExperimentConfig: Sendable, Equatable {
     public var heldOutEnv: [String: String] = [:]
     /// `autoharness run` stops after this many consecutive rejected gates (upstream: 5).
     public var maxNonImproving = 5
+    // loop:
+    /// `loop.batch_size`: train tasks revealed per rolling batch (0: off, every train task is
+    /// visible from the start, as upstream runs).
+    public var batchSize = 0
+    /// `loop.batch_iterations`: gate attempts a batch may take before the next batch is
+    /// revealed without an accepted gate.
+    public var batchIterations = 5
     // budget:
     /// `autoharness run` stops once the coding agent's reported cost in this run reaches this
     /// many dollars (0: no limit).
@@ -199,7 +206,7 @@ extension ExperimentConfig {
         var replyMode: (String, Node)?, replyAfter: (Double, Node)?, heldOutEnvNode: Node?
         r.mapping(root, "the config", allowed: ["benchmark", "dataset", "agent_model", "split", "gate_split", "threshold",
                                                 "max_concurrency", "per_task_timeout", "sandbox", "coding_agent", "gate",
-                                                "parallel_gate", "env_provider", "domain", "tasks", "tasks_file", "runner", "budget"]
+                                                "parallel_gate", "env_provider", "domain", "tasks", "tasks_file", "runner", "budget", "loop"]
                                                 + ExperimentConfig.upstreamKeys) { key, v in
             switch key {
             case "benchmark":
@@ -268,6 +275,13 @@ extension ExperimentConfig {
             case "budget":
                 r.mapping(v, key, allowed: ["max_cost_usd"]) { _, v in
                     if let x = r.number(v, "budget.max_cost_usd", 0...1_000_000) { c.maxCostUSD = x }
+                }
+            case "loop":
+                r.mapping(v, key, allowed: ["batch_size", "batch_iterations"]) { k, v in
+                    switch k {
+                    case "batch_size": if let x = r.integer(v, "loop.batch_size", 0...100_000) { c.batchSize = x }
+                    default: if let x = r.integer(v, "loop.batch_iterations", 1...100_000) { c.batchIterations = x }
+                    }
                 }
             case "sandbox":
                 r.mapping(v, key, allowed: ["task_policy", "verifier_policy", "coding_agent_policy", "policy_dir", "scratch", "network"]) { k, v in

@@ -17,33 +17,70 @@ extension Views {
             var fixed: Int
             var resolved: Int
         }
+        /// Rolling batches, when on: where the loop is and how each batch ended.
+        struct Batches: Encodable {
+            struct Ended: Encodable {
+                var batch: Int
+                var ended_by: String
+                var gate_attempts: [Int]
+                var promoted: [String]
+                var clusters_resolved: [String]
+                var clusters_open: Int
+                var clusters_closed: Int
+                var suite_size: Int
+                var revealed: Int
+            }
+            var current: Int
+            var current_tasks: [String]
+            var revealed: Int
+            var gate_attempts_used: Int
+            var gate_attempts_allowed: Int
+            var ended: [Ended]
+        }
         var summary: Summary
+        var batches: Batches?
         var clusters: [FailureBook.Cluster]
         var records: [FailureBook.Record]
     }
 
-    static func failuresFile(_ book: FailureBook, cluster: String? = nil) -> FailuresFile {
+    static func batches(_ s: ExperimentState) -> FailuresFile.Batches? {
+        guard let last = s.batches.last else { return nil }
+        return .init(current: last.revealed.batch, current_tasks: last.revealed.tasks.sorted(), revealed: s.visibleTrain.count,
+                     gate_attempts_used: last.attempts.count, gate_attempts_allowed: last.revealed.iterations,
+                     ended: s.batches.compactMap(\.ended).map {
+                         .init(batch: $0.batch, ended_by: $0.endedBy, gate_attempts: $0.attempts, promoted: $0.promoted,
+                               clusters_resolved: $0.clustersResolved, clusters_open: $0.clustersOpen, clusters_closed: $0.clustersClosed,
+                               suite_size: $0.suiteSize, revealed: $0.revealed)
+                     })
+    }
+
+    static func failuresFile(_ book: FailureBook, batches: FailuresFile.Batches?, cluster: String? = nil) -> FailuresFile {
         let clusters = cluster.map { id in book.clusters.filter { $0.id == id } } ?? book.clusters
         let records = cluster.map { id in book.records.filter { $0.cluster == id } } ?? book.records
         return FailuresFile(
             summary: .init(clusters: book.clusters.count, unresolved: book.clusters.filter(\.unresolved).count, records: book.records.count,
                            open: book.records.filter { $0.state == .open }.count, fixed: book.records.filter { $0.state == .fixed }.count,
                            resolved: book.records.filter { $0.state == .resolved }.count),
-            clusters: clusters, records: records)
+            batches: cluster == nil ? batches : nil, clusters: clusters, records: records)
     }
 
-    /// failures.json: `{"summary": {...}, "clusters": [ranked], "records": [by task]}`.
-    public static func failuresJSON(_ s: ExperimentState) throws -> Data { try failuresJSON(FailureBook(s)) }
-    static func failuresJSON(_ book: FailureBook) throws -> Data { try encode(failuresFile(book)) }
+    /// failures.json: `{"summary": {...}, "batches": {...} (when on), "clusters": [ranked], "records": [by task]}`.
+    public static func failuresJSON(_ s: ExperimentState) throws -> Data { try failuresJSON(s, FailureBook(s)) }
+    static func failuresJSON(_ s: ExperimentState, _ book: FailureBook) throws -> Data { try encode(failuresFile(book, batches: batches(s))) }
 
     /// failures.md: what to work on, in a page.
-    public static func failuresMarkdown(_ s: ExperimentState) -> String { failuresMarkdown(FailureBook(s)) }
-    static func failuresMarkdown(_ book: FailureBook) -> String {
-        let f = failuresFile(book).summary
+    public static func failuresMarkdown(_ s: ExperimentState) -> String { failuresMarkdown(s, FailureBook(s)) }
+    static func failuresMarkdown(_ s: ExperimentState, _ book: FailureBook) -> String {
+        let f = failuresFile(book, batches: nil).summary
         var out = "# Failures on the train split\n\n"
         out += "Rendered by the supervisor from its ledger after every train run and gate (train tasks only; the held-out split never appears here). "
         out += "A cluster is one root cause: the same error class, failing check and message once numbers, ids, paths and quoted values are stripped. "
         out += "Work on the first unresolved cluster; `autoharness failures --cluster ID` shows all of its records, workspace/failures.json everything.\n\n"
+        if let b = batches(s) {
+            out += "Rolling batch \(b.current): \(b.revealed) train task(s) revealed so far, \(b.current_tasks.count) new in this batch; "
+                + "gate attempts \(b.gate_attempts_used) of \(b.gate_attempts_allowed) before the next batch (an accepted gate ends it sooner). "
+                + "At a batch's end, tasks of the clusters its accepted gate resolved join the regression suite.\n\n"
+        }
         out += "\(f.unresolved) unresolved cluster(s) of \(f.clusters); \(f.records) record(s): \(f.open) open, \(f.fixed) fixed by an agent.py no gate has accepted yet, \(f.resolved) resolved by an accepted gate.\n"
         let unresolved = book.clusters.filter(\.unresolved)
         for c in unresolved.prefix(clustersShown) { out += "\n" + clusterMarkdown(c, records: nil) }
@@ -98,7 +135,7 @@ extension Views {
         if let id = cluster, book.cluster(id) == nil {
             throw ExperimentError(.usage, "no failure cluster \(printable(id)): `autoharness failures` lists them")
         }
-        if json { return String(decoding: try encode(failuresFile(book, cluster: cluster)), as: UTF8.self) }
+        if json { return String(decoding: try encode(failuresFile(book, batches: batches(s), cluster: cluster)), as: UTF8.self) }
         guard let id = cluster, let c = book.cluster(id) else { return failuresMarkdown(s) }
         return clusterMarkdown(c, records: book.records.filter { $0.cluster == id })
     }

@@ -210,6 +210,8 @@ public final class ExperimentSupervisor {
             (.iteration, IterationRecord(iteration: 0, valScore: val, commit: "baseline", evalsPassed: 0, evalsTotal: 0,
                                          timestamp: isoTimestamp(), agentSHA256: snap.sha256)),
         ]
+        let splitRecord = SplitRecord(train: split.train, test: split.test, seed: split.metadata.seed)
+        if let first = RollingBatches.first(splitRecord, config: config) { items.append((.batchRevealed, first)) }
         items += violations(audit, during: "baseline", heldOut: true)
         _ = try ledger.appendAll(items)
         try regenerateViews()
@@ -231,9 +233,12 @@ public final class ExperimentSupervisor {
     /// task — unknown or held out, deliberately indistinguishable — refuses the whole request
     /// and is recorded as a violation.
     public func runBenchmark(taskIDs: [String]?, oracle: Bool = false, actor: String = "cli", agent: Snapshot? = nil) throws -> [TaskOutcome] {
-        let s = try state()
+        guard try state().prepared else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
+        let s = try beginBatches()
         guard let split = s.split else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
-        let train = Set(split.train)
+        // With rolling batches, a train task of a batch not revealed yet is as unknown here
+        // as a held-out one (the refusal below reads the same for all three).
+        let train = Set(s.visibleTrain)
         // Another name of a task (Harbor's [task] name, org/name@ref) is its id; a name that
         // is no task's stays as given. Refusals repeat the names as given: naming the task
         // an alias maps to would tell a held-out task from an unknown name.
@@ -246,7 +251,7 @@ public final class ExperimentSupervisor {
                     actor: actor, kind: "refused_task_ids",
                     detail: "benchmark requested \(refused.count) id\(refused.count == 1 ? "" : "s") outside the train split: \(refused.prefix(20).joined(separator: ", "))\(refused.count > 20 ? ", …" : "")",
                     count: 1))
-                throw ExperimentError(.refused, "not train tasks (unknown or held out): \(printable(refused.prefix(20).joined(separator: ", "), limit: 2000))\(refused.count > 20 ? " and \(refused.count - 20) more" : ""); nothing was run; this request was recorded")
+                throw ExperimentError(.refused, "not \(s.batches.isEmpty ? "train tasks (unknown or held out)" : "revealed train tasks (unknown, held out, or in a batch not revealed yet)"): \(printable(refused.prefix(20).joined(separator: ", "), limit: 2000))\(refused.count > 20 ? " and \(refused.count - 20) more" : ""); nothing was run; this request was recorded")
             }
         }
         let tasks = (taskIDs.map(Set.init) ?? train).sorted()
@@ -271,7 +276,8 @@ public final class ExperimentSupervisor {
                 timestamp: isoTimestamp(), agentSHA256: snap.sha256,
                 results: Dictionary(uniqueKeysWithValues: outcomes.map { ($0.id, $0.reward) }),
                 statuses: Dictionary(uniqueKeysWithValues: outcomes.map { ($0.id, $0.status.rawValue) })))]
-            if let evidence = FailureEvidenceRecord.observed(outcomes, train: train, source: "train run", agentSHA256: snap.sha256) {
+            if let evidence = FailureEvidenceRecord.observed(outcomes, train: train, source: "train run", agentSHA256: snap.sha256,
+                                                             batch: s.batches.last?.revealed.batch) {
                 items.append((.failureEvidence, evidence))
             }
             items += violations(audit, during: "train run")
@@ -285,6 +291,17 @@ public final class ExperimentSupervisor {
             if !recorded { recordViolations(violations(audit, during: "train run")) }
             throw error
         }
+    }
+
+    /// Reveals the first rolling batch of an experiment prepared before `loop.batch_size` was
+    /// set (prepare reveals it otherwise); returns the state after.
+    func beginBatches() throws -> ExperimentState {
+        let s = try state()
+        guard let first = RollingBatches.first(s, config: config) else { return s }
+        _ = try ledger.append(.batchRevealed, first)
+        log?("rolling batches begin: batch 1 reveals \(first.tasks.count) of \(s.split?.train.count ?? 0) train task(s) (loop.batch_size \(config.batchSize))")
+        try regenerateViews()
+        return try state()
     }
 
     /// Proposals recorded at most, over the experiment: each is a ledger row.
@@ -328,7 +345,8 @@ public final class ExperimentSupervisor {
     /// `beforeHeldOut` runs just before the first held-out task and may refuse (throw): the
     /// run loop checks there that the coding agent is still frozen.
     public func gate(actor: String = "cli", agent: Snapshot? = nil, beforeHeldOut: () throws -> Void = {}) throws -> GateResult {
-        let s = try state()
+        guard try state().prepared else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
+        let s = try beginBatches()
         guard let split = s.split else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
         // Numbered and counted by its start row, appended (and synced) before any task runs:
         // a gate whose outcome is lost still used its look at the held-out split.
@@ -362,8 +380,10 @@ public final class ExperimentSupervisor {
         var recorded = false
         var heldOutBegan = false
         do {
-            return try judge(s, split: split, attempt: attempt, snap: snap, audit: audit, heldOutAudit: heldOutAudit,
-                             started: started, recorded: &recorded, heldOutBegan: &heldOutBegan, beforeHeldOut: beforeHeldOut)
+            let result = try judge(s, split: split, attempt: attempt, snap: snap, audit: audit, heldOutAudit: heldOutAudit,
+                                   started: started, recorded: &recorded, heldOutBegan: &heldOutBegan, beforeHeldOut: beforeHeldOut)
+            if result.revealedBatch != nil { runRevealedBatch(accepted: result.accepted ? snap : nil) }
+            return result
         } catch {
             // The attempt counted from its start row; it ends as interrupted, as a crash would
             // (recovery does the same if even this cannot be written), and what its
@@ -384,6 +404,9 @@ public final class ExperimentSupervisor {
                        started: Double, recorded: inout Bool, heldOutBegan: inout Bool, beforeHeldOut: () throws -> Void) throws -> GateResult {
         var result = GateResult(attempt: attempt, agentSHA256: snap.sha256, accepted: false, reason: "", suitePassed: 0,
                                 suiteTotal: s.suite.count, valScore: nil, bestBefore: s.best, promoted: [], commit: nil, iteration: nil)
+        let batched = s.currentBatch != nil
+        let before = FailureBook(s)
+        result.batch = s.currentBatch?.revealed.batch
 
         // (1) regression suite, train split
         let suiteOutcomes = try run(s.suite, agent: snap.directory, audit: audit, traces: { _ in nil })
@@ -412,16 +435,46 @@ public final class ExperimentSupervisor {
                 result.outcome = .scoreNotImproved
                 result.requiredImprovement = needed > 0 ? needed : nil
             } else {
-                // (3) promotion: failing train tasks outside the suite, re-run
-                let candidates = split.train.filter { !s.suite.contains($0) && (s.latestTrainRewards[$0] ?? 0) < 0.5 }
-                let promo = try run(candidates, agent: snap.directory, audit: audit, traces: { _ in nil })
-                promotionOutcomes = promo
-                result.promoted = promo.filter(\.passed).map(\.id).sorted()
-                for o in promo where o.passed { lastResults[o.id] = o.reward }
+                // (3) promotion: failing train tasks outside the suite, re-run (with rolling
+                // batches, also those of clusters not resolved yet: `RollingBatches`)
+                let candidates = batched ? RollingBatches.candidates(s, book: before)
+                                         : split.train.filter { !s.suite.contains($0) && (s.latestTrainRewards[$0] ?? 0) < 0.5 }
+                promotionOutcomes = try run(candidates, agent: snap.directory, audit: audit, traces: { _ in nil })
                 result.accepted = true
                 result.reason = "accepted"
                 result.outcome = .accepted
             }
+        }
+        // What the suite and promotion phases (train tasks only) showed failing; recorded after
+        // the attempt's row, so an accepted gate's passing runs resolve records by this attempt.
+        let evidence = FailureEvidenceRecord.observed(suiteOutcomes + promotionOutcomes, train: Set(split.train), source: "gate",
+                                                      attempt: attempt, agentSHA256: snap.sha256, batch: result.batch)
+        let after = batched ? FailureBook(RollingBatches.after(s, accepted: result.accepted ? (attempt, snap.sha256) : nil,
+                                                               evidence: evidence, time: isoTimestamp())) : nil
+        var resolvedClusters: [String] = []
+        if result.accepted {
+            if let after {
+                (result.promoted, resolvedClusters) = RollingBatches.promotions(candidates: promotionOutcomes, before: before, after: after)
+            } else {
+                result.promoted = promotionOutcomes.filter(\.passed).map(\.id).sorted()
+            }
+            let promoted = Set(result.promoted)
+            for o in promotionOutcomes where promoted.contains(o.id) { lastResults[o.id] = o.reward }
+        }
+        // The batch ends here when this attempt was accepted or was its last; the next is revealed.
+        var batchRows: [(RecordKind, any Encodable)] = []
+        if let batch = s.currentBatch, let after, let why = RollingBatches.ends(batch, accepted: result.accepted) {
+            let open = after.clusters.filter(\.unresolved).count
+            let ended = BatchEndedRecord(batch: batch.revealed.batch, endedBy: why.rawValue, attempts: batch.attempts + [attempt],
+                                         promoted: result.promoted, clustersResolved: resolvedClusters, clustersOpen: open,
+                                         clustersClosed: after.clusters.count - open, suiteSize: Set(s.suite + result.promoted).count,
+                                         revealed: s.visibleTrain.count)
+            var ending = s
+            ending.batches[ending.batches.count - 1].ended = ended
+            let next = RollingBatches.next(after: batch.revealed.batch, ending, config: config)
+            result.revealedBatch = next.batch
+            result.revealedTasks = next.tasks.count
+            batchRows = [(.batchEnded, ended), (.batchRevealed, next)]
         }
 
         // Nothing of the outcome (its rows' times, the commit's date, the reply) exists before
@@ -450,12 +503,8 @@ public final class ExperimentSupervisor {
         } else {
             items.append((.gateAttempt, result))
         }
-        // What the suite and promotion phases (train tasks only) showed failing, after the
-        // attempt's row: an accepted gate's passing runs resolve records by this attempt.
-        if let evidence = FailureEvidenceRecord.observed(suiteOutcomes + promotionOutcomes, train: Set(split.train), source: "gate",
-                                                         attempt: attempt, agentSHA256: snap.sha256) {
-            items.append((.failureEvidence, evidence))
-        }
+        if let evidence { items.append((.failureEvidence, evidence)) }
+        items += batchRows
         items += violations(audit, during: "gate")
         items += violations(heldOutAudit, during: "gate, held-out split", heldOut: true)
         _ = try ledger.appendAll(items)
@@ -465,6 +514,32 @@ public final class ExperimentSupervisor {
         if let c = result.commit { try git.publish(c) }
         try regenerateViews()
         return result
+    }
+
+    /// Runs the batch a gate just revealed as a train run (traces, records, views), with the
+    /// agent.py the experiment stands on: the one just accepted, else the last accepted. The
+    /// gate is recorded already; a failure here is logged and the coding agent's own
+    /// `autoharness benchmark` runs the batch instead.
+    func runRevealedBatch(accepted: Snapshot?) {
+        do {
+            let s = try state()
+            guard let batch = s.batches.last, !batch.revealed.tasks.isEmpty else { return }
+            let snap: Snapshot
+            if let accepted {
+                snap = accepted
+            } else {
+                guard let sha = s.iterations.last?.agentSHA256 else { return }
+                snap = Snapshot(sha256: sha, directory: layout.snapshotDirectory(sha256: sha))
+                guard access(snap.directory + "/agent.py", R_OK) == 0 else {
+                    log?("batch \(batch.revealed.batch) revealed, not run: the accepted agent.py's snapshot is gone; `autoharness benchmark` runs it")
+                    return
+                }
+            }
+            log?("batch \(batch.revealed.batch) revealed: running its \(batch.revealed.tasks.count) train task(s) with the accepted agent.py")
+            _ = try runBenchmark(taskIDs: batch.revealed.tasks, actor: "supervisor", agent: snap)
+        } catch {
+            log?("the revealed batch's train run failed: \(error); `autoharness benchmark` runs it")
+        }
     }
 
     /// Sleeps until the instant `config.replyTime` sets for a gate that started at `started`

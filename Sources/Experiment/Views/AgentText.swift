@@ -23,10 +23,16 @@ public enum AgentText {
         if let s = g.score { out += "val_score: \(s.text)\n" }
         if g.accepted {
             out += "iteration \(g.iteration ?? 0) committed as \(g.commit ?? "-"); \(g.promoted) task(s) promoted to the suite\n"
-            return (out, 0)
+        } else {
+            out += "reason: \(g.reason)\n"
         }
-        out += "reason: \(g.reason)\n"
-        return (out, 1)
+        if let b = g.batch, let next = g.revealedBatch {
+            out += "batch \(b) ended (\(g.accepted ? "accepted gate" : "its gate attempts are spent")); batch \(next) begins: "
+                + ((g.revealedTasks ?? 0) > 0
+                    ? "\(g.revealedTasks!) new train task(s) ran with the accepted agent.py, see workspace/failures.md\n"
+                    : "every train task is revealed already\n")
+        }
+        return (out, g.accepted ? 0 : 1)
     }
 
     /// The coding agent's `status` (the broker never passes `verify`; the operator's CLI may).
@@ -71,6 +77,9 @@ public enum AgentText {
                 ["setting": $0.setting, "counts": $0.counts, "limit": $0.limit ?? NSNull() as Any, "used": $0.used ?? NSNull() as Any, "spent": $0.spent]
             },
         ]
+        if let b = f.batch {
+            obj["batch"] = ["number": b.number, "revealed": b.revealed, "gate_attempts_used": b.attemptsUsed, "gate_attempts_allowed": b.attemptsAllowed]
+        }
         obj.merge(extra) { $1 }
         let data = (try? JSONSerialization.data(withJSONObject: obj, options: [.prettyPrinted, .sortedKeys])) ?? Data()
         return String(decoding: data, as: UTF8.self) + "\n"
@@ -82,6 +91,9 @@ public enum AgentText {
         out += "iterations: \(f.iterations.count - 1) accepted (plus baseline)\n"
         if let best = f.best { out += "best val_score: \(best.fixed4)\n" } else if !f.iterations.isEmpty { out += "best val_score: -\n" }
         out += "suite: \(f.suite.count) task(s)\n"
+        if let b = f.batch {
+            out += "rolling batch \(b.number): \(b.revealed) train task(s) revealed, gate attempts \(b.attemptsUsed) of \(b.attemptsAllowed)\n"
+        }
         let recent = f.gates.suffix(5)
         if !recent.isEmpty {
             out += "recent gate attempts:\n"

@@ -76,6 +76,10 @@ public struct GateDisclosure: Equatable, Sendable {
     public let promoted: Int
     /// `decision`: even the wording says nothing of a score.
     public let decisionOnly: Bool
+    /// The rolling batch it ran in, and the one it revealed by ending it (train-side facts).
+    public var batch: Int? = nil
+    public var revealedBatch: Int? = nil
+    public var revealedTasks: Int? = nil
 
     public var accepted: Bool { outcome == .accepted }
 
@@ -123,6 +127,15 @@ public struct StatusFacts: Sendable {
     public let violations: [ViolationLine]
     public let budgets: [RunBudget]
     public let openRunID: String?
+    /// Rolling batches, when on: the current one, train tasks revealed, its gate attempts.
+    public var batch: BatchLine? = nil
+
+    public struct BatchLine: Sendable {
+        public let number: Int
+        public let revealed: Int
+        public let attemptsUsed: Int
+        public let attemptsAllowed: Int
+    }
 }
 
 /// `status` as the coding agent may see it: made only by `Disclosure.agentStatus`.
@@ -163,7 +176,8 @@ public enum Disclosure {
                               threshold: config.threshold, score: score(r.valScore, level),
                               requiredImprovement: outcome == .scoreNotImproved ? r.requiredImprovement.flatMap { $0 > 0 ? $0 : nil } : nil,
                               iteration: r.iteration, commit: r.commit.map { String($0.prefix(7)) }, promoted: r.promoted.count,
-                              decisionOnly: level == .decision)
+                              decisionOnly: level == .decision, batch: r.batch, revealedBatch: r.revealedBatch,
+                              revealedTasks: r.revealedTasks)
     }
 
     /// `status` for the coding agent: scores as disclosed, no held-out run's violations, no
@@ -192,6 +206,8 @@ public enum Disclosure {
             violations: s.violations.filter { heldOut || $0.record.heldOut != true }.map {
                 ViolationLine(time: $0.time, actor: $0.record.actor, kind: $0.record.kind, detail: $0.record.detail, count: $0.record.occurrences)
             },
-            budgets: budgets.filter { cost || $0.agentMaySee }, openRunID: s.openRun?.runID)
+            budgets: budgets.filter { cost || $0.agentMaySee }, openRunID: s.openRun?.runID,
+            batch: s.batches.last.map { .init(number: $0.revealed.batch, revealed: s.visibleTrain.count, attemptsUsed: $0.attempts.count,
+                                              attemptsAllowed: $0.revealed.iterations) })
     }
 }

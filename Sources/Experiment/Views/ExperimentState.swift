@@ -55,6 +55,12 @@ public struct GateAttemptRecord: Codable, Sendable {
     public var outcome: GateOutcome?
     /// The improvement over the best score step 2 required, when more than a tie.
     public var requiredImprovement: Double?
+    /// The rolling batch it ran in (absent: batches off).
+    public var batch: Int?
+    /// The batch it revealed, when it ended its own (accepted, or the last attempt allowed).
+    public var revealedBatch: Int?
+    /// How many train tasks that batch revealed (0 once every one is).
+    public var revealedTasks: Int?
 
     /// How the attempt ended, for records of any age.
     public var verdict: GateOutcome { outcome ?? GateOutcome(legacyReason: reason, accepted: accepted) }
@@ -103,6 +109,35 @@ public struct FailureEvidenceRecord: Codable, Sendable {
         self.batch = batch
         self.tasks = tasks
     }
+}
+
+/// A rolling batch of train tasks made visible (`loop.batch_size`): from this row on, train
+/// runs, records and views cover these tasks too. The tasks are drawn, seeded, from the train
+/// tasks not revealed yet (`RollingBatches.draw`); a batch may be empty once all are.
+public struct BatchRevealedRecord: Codable, Sendable, Equatable {
+    public var batch: Int
+    public var tasks: [String]
+    /// `loop.batch_iterations` when it was revealed: the gate attempts it may take.
+    public var iterations: Int
+}
+
+/// How a rolling batch ended: with an accepted gate (whose promotions are this batch's, made
+/// at cluster level) or with its gate attempts spent. What the explorer charts per batch.
+public struct BatchEndedRecord: Codable, Sendable, Equatable {
+    public var batch: Int
+    /// `accepted` or `iterations`.
+    public var endedBy: String
+    public var attempts: [Int]
+    /// Train tasks promoted into the suite at this end (those of clusters it resolved).
+    public var promoted: [String]
+    /// Clusters the accepted gate resolved.
+    public var clustersResolved: [String]
+    /// Clusters unresolved and resolved after it.
+    public var clustersOpen: Int
+    public var clustersClosed: Int
+    public var suiteSize: Int
+    /// Train tasks revealed so far.
+    public var revealed: Int
 }
 
 /// The coding agent's proposal about a failure cluster: a label, or that it has the same root
@@ -261,6 +296,8 @@ public struct ExperimentState: Sendable {
     public var failureEvents: [FailureEvent] = []
     /// Proposals about clusters, in ledger order.
     public var clusterProposals: [(time: String, record: ClusterProposalRecord)] = []
+    /// Rolling batches in order (empty: batches never began, every train task is visible).
+    public var batches: [Batch] = []
     /// The last row replayed into this state: the head the views rendered from it stand for.
     public var head = LedgerHead(seq: 0, hash: Ledger.genesisHash)
 
@@ -273,6 +310,24 @@ public struct ExperimentState: Sendable {
 
     /// The best accepted val_score (the baseline counts as iteration 0).
     public var best: Double? { iterations.map(\.valScore).max() }
+
+    public struct Batch: Sendable {
+        public var revealed: BatchRevealedRecord
+        public var ended: BatchEndedRecord?
+        /// Gate attempts recorded while it was the current batch.
+        public var attempts: [Int] = []
+    }
+
+    /// The batch gates and train runs now belong to: the last revealed, unless it ended.
+    public var currentBatch: Batch? { batches.last.flatMap { $0.ended == nil ? $0 : nil } }
+
+    /// Train tasks the coding agent may see and run: those of revealed batches, or every train
+    /// task when batches never began.
+    public var visibleTrain: [String] {
+        guard !batches.isEmpty else { return split?.train ?? [] }
+        let revealed = Set(batches.flatMap(\.revealed.tasks))
+        return (split?.train ?? []).filter(revealed.contains)
+    }
     public var prepared: Bool { split != nil }
 
     /// Replays `records` in order. `each` sees the state after every row: the states the
@@ -302,6 +357,7 @@ public struct ExperimentState: Sendable {
                 if openRun != nil && a.verdict != .interrupted { openRunRejectedInARow = a.accepted ? 0 : openRunRejectedInARow + 1 }
                 openGates.removeAll { $0.attempt == a.attempt }
                 if a.accepted { failureEvents.append(.accepted(attempt: a.attempt, agentSHA256: a.agentSHA256)) }
+                if let i = batches.indices.last, batches[i].ended == nil { batches[i].attempts.append(a.attempt) }
             case .iteration: iterations.append(try r.decode(IterationRecord.self))
             case .suitePromotion:
                 let p = try r.decode(SuitePromotionRecord.self)
@@ -312,6 +368,10 @@ public struct ExperimentState: Sendable {
             case .failureEvidence:
                 failureEvents.append(.evidence(seq: r.seq, time: r.time, try r.decode(FailureEvidenceRecord.self)))
             case .clusterProposal: clusterProposals.append((r.time, try r.decode(ClusterProposalRecord.self)))
+            case .batchRevealed: batches.append(Batch(revealed: try r.decode(BatchRevealedRecord.self)))
+            case .batchEnded:
+                let e = try r.decode(BatchEndedRecord.self)
+                if let i = batches.lastIndex(where: { $0.revealed.batch == e.batch }) { batches[i].ended = e }
             case .runStarted:
                 let run = try r.decode(RunStartedRecord.self)
                 if openRun?.runID != run.runID {
@@ -385,11 +445,13 @@ public enum Views {
             var timestamp: String?
             var results: [String: Double?]
         }
-        // Every train task appears; those not in the latest run are null (not run).
+        // Every train task the coding agent may see (with rolling batches, those revealed so
+        // far) appears; those not in the latest run are null (not run).
         let run = s.latestTrainRun
         var results: [String: Double?] = [:]
-        for id in s.split?.train ?? [] { results[id] = .some(nil) }
-        for (k, v) in run?.results ?? [:] { results[k] = v }
+        let visible = Set(s.visibleTrain)
+        for id in visible { results[id] = .some(nil) }
+        for (k, v) in run?.results ?? [:] where visible.contains(k) { results[k] = v }
         return try encode(TrainResults(timestamp: run?.timestamp, results: results))
     }
 
@@ -409,8 +471,8 @@ public enum Views {
         return [(layout.resultsTSV, Data(resultsTSV(s, disclosure: config.disclosure).utf8)),
          (layout.suiteJSON, try suiteJSON(s, threshold: config.threshold)),
          (layout.trainResultsJSON, try trainResultsJSON(s)),
-         (layout.failuresJSON, try failuresJSON(book)),
-         (layout.failuresMarkdown, Data(failuresMarkdown(book).utf8))]
+         (layout.failuresJSON, try failuresJSON(s, book)),
+         (layout.failuresMarkdown, Data(failuresMarkdown(s, book).utf8))]
     }
 
     /// Rewrites the three views atomically (write, fsync, rename), then records the ledger

@@ -18,6 +18,8 @@ extension RecordKind {
     public static let agentSession: RecordKind = "agent_session"
     public static let failureEvidence: RecordKind = "failure_evidence"
     public static let clusterProposal: RecordKind = "cluster_proposal"
+    public static let batchRevealed: RecordKind = "batch_revealed"
+    public static let batchEnded: RecordKind = "batch_ended"
 }
 
 extension Set<RecordKind> {
@@ -25,5 +27,6 @@ extension Set<RecordKind> {
     public static let experiment: Set<RecordKind> = [
         .experimentCreated, .split, .baseline, .trainRun, .gateStarted, .gateAttempt, .iteration, .suitePromotion,
         .violation, .note, .runStarted, .runEnded, .agentSession, .failureEvidence, .clusterProposal,
+        .batchRevealed, .batchEnded,
     ]
 }

@@ -47,6 +47,23 @@ public enum Report {
                         chart(xMax: Double(max(1, s.gateAttempts.count)), yMax: suiteMax, yLabel: "tasks", xLabel: "gate attempt",
                               lines: [("suite", suiteLine)], points: []))
 
+        // Rolling batches: the suite and the clusters at each batch's end, and how it ended.
+        let ended = s.batches.compactMap(\.ended)
+        if !ended.isEmpty {
+            let at = { (v: (BatchEndedRecord) -> Int) in [(0.0, 0.0)] + ended.map { (Double($0.batch), Double(v($0))) } }
+            let lines = [("suite size", at(\.suiteSize)), ("clusters open", at(\.clustersOpen)), ("clusters resolved", at(\.clustersClosed))]
+            let top = Self.countAxis(Double(ended.map { max($0.suiteSize, $0.clustersOpen, $0.clustersClosed) }.max() ?? 1))
+            body += section("rolling batches", "at the end of each batch (loop.batch_size \(config.batchSize)): tasks in the regression suite, failure clusters open and resolved",
+                            chart(xMax: Double(max(1, ended.count)), yMax: top, yLabel: "count", xLabel: "batch", lines: lines, points: [], legend: true))
+            var brows = "<tr><th>batch</th><th>revealed</th><th>ended by</th><th>gate attempts</th><th>promoted</th><th>clusters resolved</th><th>open / resolved</th><th>suite</th></tr>\n"
+            for e in ended {
+                brows += "<tr><td>\(e.batch)</td><td>\(e.revealed)</td><td>\(esc(e.endedBy))</td><td>\(esc(e.attempts.map(String.init).joined(separator: ", ")))</td>"
+                brows += "<td>\(esc(e.promoted.joined(separator: ", ")))</td><td>\(esc(e.clustersResolved.joined(separator: ", ")))</td>"
+                brows += "<td>\(e.clustersOpen) / \(e.clustersClosed)</td><td>\(e.suiteSize)</td></tr>\n"
+            }
+            body += "<table>\n\(brows)</table>\n"
+        }
+
         // Train pass rate per train run.
         let trainLine = s.trainRuns.enumerated().map { i, r -> (Double, Double) in
             let n = max(1, r.results.count)
