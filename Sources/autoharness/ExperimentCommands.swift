@@ -235,7 +235,7 @@ struct ReportCommand: ParsableCommand {
         let s = try experiment.supervisor("report", exclusive: false)
         let state = try s.state()
         let path = out ?? s.layout.root + "/report.html"
-        let html = Report.html(state, config: s.config, title: "autoharness report: \(s.layout.root)", diffStats: s.diffStats())
+        let html = Report.html(state, config: s.config, title: "autoharness report: \(s.layout.root)", agentSource: s.snapshotSource)
         try AtomicFile.write(html, to: path, mode: 0o644)
         print(path)
     }

@@ -77,6 +77,33 @@ struct RollingBatchTests {
         let r2 = RollingBatches.promotions(candidates: ["a", "b", "c"].map { TaskOutcome(id: $0, reward: 1, status: .passed) },
                                            before: before2, after: after2)
         #expect(r2.resolved == [x] && r2.promoted == ["a", "b", "c"])
+
+        // A task that waited for its cluster stays a candidate after a train run of an
+        // accepted agent.py resolved everything; a revealed task never run is not one.
+        var s3 = s2
+        s3.failureEvents.append(FailureBookTests.run(9, "v1", ["a": [], "b": [], "c": []]))
+        s3.latestTrainRewards = ["a": 1, "b": 1, "c": 1, "d": 1]
+        s3.split?.train.append("e")
+        s3.batches[0].revealed.tasks.append("e")
+        #expect(FailureBook(s3).clusters.allSatisfy { !$0.unresolved })
+        #expect(RollingBatches.candidates(s3, book: FailureBook(s3)) == ["a", "b", "c"])
+    }
+
+    @Test("an interrupted attempt that was its batch's last ends the batch and reveals the next in the same rows")
+    func interruptedEndsBatch() throws {
+        var s = try FailureBookTests.state([])
+        s.batches = [ExperimentState.Batch(revealed: BatchRevealedRecord(batch: 1, tasks: ["a", "b"], iterations: 2), attempts: [1])]
+        var config = ExperimentConfig(benchmark: "local")
+        config.batchSize = 2
+        let rows = ExperimentSupervisor.interruptedRows(s, attempt: 2, agentSHA256: "v", config: config)
+        #expect(rows.map(\.0) == [.gateAttempt, .batchEnded, .batchRevealed])
+        let attempt = try #require(rows[0].1 as? GateAttemptRecord)
+        #expect(attempt.verdict == .interrupted && attempt.batch == 1 && attempt.revealedBatch == 2)
+        let ended = try #require(rows[1].1 as? BatchEndedRecord)
+        #expect(ended.endedBy == "iterations" && ended.attempts == [1, 2] && ended.promoted == [])
+        #expect((rows[2].1 as? BatchRevealedRecord)?.tasks == RollingBatches.draw(train: ["a", "b", "c", "d"], revealed: ["a", "b"], number: 2, size: 2, seed: 1))
+        s.batches[0].attempts = []
+        #expect(ExperimentSupervisor.interruptedRows(s, attempt: 1, agentSHA256: "v", config: config).count == 1, "not its last attempt")
     }
 
     @Test("loop: batch_size and batch_iterations are read and bounded, naming the line")
@@ -111,6 +138,9 @@ struct RollingBatchTests {
         var revealed = try ledger("batch_revealed")
         #expect(revealed.count == 1 && revealed[0]["tasks"] as? [String] == b1 && revealed[0]["iterations"] as? Int == 2)
         let hidden = split.train.filter { !b1.contains($0) }
+
+        // prepare ran batch 1 as a train run with the baseline agent.py.
+        #expect(try ledger("train_run").map { Set(($0["results"] as? [String: Any] ?? [:]).keys) } == [Set(b1)])
 
         // The agent sees the batch's tasks only; a hidden train task is refused exactly as a
         // held-out one is, and both are recorded.
@@ -216,5 +246,21 @@ struct RollingBatchTests {
             let json = try exp.file("workspace/failures.json")
             #expect(!page.contains(id) && !v.md.contains(id) && !json.contains("\"\(id)\""))
         }
+    }
+
+    @Test("batches turned on after the train split was visible are refused, naming the setting; nothing runs")
+    func turnedOnLate() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        #expect(try exp.run("benchmark").status == 0)
+        var text = try exp.file("experiment_config.yaml")
+        text = text.replacingOccurrences(of: "\n  batch_size: 0", with: "\n  batch_size: 4")
+        try text.write(toFile: exp.root + "/experiment_config.yaml", atomically: true, encoding: .utf8)
+        let runs = try exp.rows("train_run").count
+        for verb in ["benchmark", "gate"] {
+            let r = try exp.run(verb)
+            #expect(r.status != 0 && r.stderr.contains("loop.batch_size 4 was set after this experiment's train split was visible"), "\(r.stderr)")
+        }
+        #expect(try exp.rows("train_run").count == runs && exp.rows("gate_started").isEmpty && exp.rows("batch_revealed").isEmpty)
     }
 }

@@ -603,7 +603,12 @@ struct ReportTests {
         for it in st["iterations"] as? [[String: Any]] ?? [] {
             #expect(html.contains("<code>\(it["commit"] as? String ?? "?")</code>"))
         }
-        #expect(html.contains("insertion"), "diff stats of accepted commits")
+        #expect(html.contains("<td>+"), "diff line counts of accepted commits")
+        // The explorer: every attempt, collapsed, with its diff against the last accepted one.
+        let attempts = try exp.rows("gate_attempt")
+        #expect(html.components(separatedBy: "<details class=\"att ").count - 1 == attempts.count)
+        #expect(html.contains("<details class=\"att no\" id=\"attempt-3\">"))
+        #expect(html.contains("<span class=\"d-a\">") && html.contains("# same behaviour, new bytes"), "attempt 3 adds one comment line")
         #expect(html.contains("refused_task_ids"))
         // Well-formed enough for a strict XML parser once the doctype is dropped.
         let check = try runProcess("/usr/bin/python3", ["-c", """
@@ -613,6 +618,36 @@ struct ReportTests {
             """, path])
         #expect(check.stdout.contains("ok"), "\(check.stderr)")
         // Look at it: scripts/render-report screenshots it in headless Chromium.
+    }
+
+    @Test("the explorer in headless Chromium: one collapsed block per attempt, the diff coloured, and agent.py's markup only ever text")
+    func explorerInChromium() throws {
+        try requireRoot()
+        let chromium = "/usr/bin/chromium"
+        try #require(FileManager.default.isExecutableFile(atPath: chromium), "Debian's chromium is missing: scripts/bootstrap installs it")
+        let exp = try Experiment(config: ["min_improvement": "0"])
+        try exp.setAgent(Agents.addOnly)
+        #expect(try exp.run("gate").status == 0)
+        // A candidate whose source tries to become markup in the operator's report.
+        try exp.setAgent(Agents.all + """
+
+            # </pre></details><script>document.title="PWNED"</script><img src=x onerror="document.title='PWNED'">
+            NOTE = "</span><b id='injected'>bold</b>"
+
+            """)
+        #expect(try exp.run("gate").status == 0)
+        #expect(try exp.run("report").status == 0)
+        let dom = try runProcess(chromium, ["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", "file://" + exp.root + "/report.html"])
+        try #require(dom.status == 0 && dom.stdout.contains("<h2>Explorer</h2>"), "\(dom.stderr.suffix(2000))")
+        // As the browser built it: two attempt blocks, no element from agent.py.
+        #expect(dom.stdout.components(separatedBy: "<details class=\"att ok\"").count - 1 == 2)
+        #expect(!dom.stdout.contains("<script") && !dom.stdout.contains("<img") && !dom.stdout.contains("id=\"injected\""))
+        #expect(!dom.stdout.contains("PWNED</title>") && dom.stdout.contains("<title>autoharness report"))
+        #expect(dom.stdout.contains("&lt;script&gt;document.title=\"PWNED\"&lt;/script&gt;"), "shown as text")
+        // Python coloured: a keyword, a string, a comment; the added lines marked.
+        #expect(dom.stdout.contains("<span class=\"py-k\">def</span>") && dom.stdout.contains("<span class=\"py-c\">#"))
+        #expect(dom.stdout.contains("<span class=\"py-s\">\"&lt;/span&gt;&lt;b id='injected'&gt;bold&lt;/b&gt;\"</span>"))
+        #expect(dom.stdout.components(separatedBy: "<span class=\"d-a\">").count - 1 >= 3)
     }
 }
 

@@ -201,6 +201,13 @@ public struct FailureBook: Sendable {
     private static func stateOrder(_ s: State) -> Int { s == .open ? 0 : s == .fixed ? 1 : 2 }
 
     public func cluster(_ id: String) -> Cluster? { clusters.first { $0.id == id } }
+
+    /// Clusters unresolved in `before` and resolved in `after` (a later book of the same
+    /// ledger), sorted.
+    static func resolved(from before: FailureBook, to after: FailureBook) -> [String] {
+        let stillOpen = Set(after.clusters.filter(\.unresolved).map(\.id))
+        return before.clusters.filter { $0.unresolved && !stillOpen.contains($0.id) }.map(\.id).sorted()
+    }
 }
 
 extension FailureEvidenceRecord {

@@ -65,15 +65,31 @@ public enum RollingBatches {
     }
 
     /// An accepted gate's promotion candidates with batches on: every visible train task
-    /// outside the suite that failed its latest train run or has a record in a cluster not yet
-    /// resolved. Re-running all of them with the accepted agent.py (the suite runs anyway)
-    /// leaves no record of an unresolved cluster behind on an earlier agent.py's run, so
-    /// "resolved" below is exact.
+    /// outside the suite that ever failed (it has a failure record, or its latest train run
+    /// failed it), whatever its records' state now. Re-running all of them with the accepted
+    /// agent.py (the suite runs anyway) leaves no record of an unresolved cluster behind on an
+    /// earlier agent.py's run, so "resolved" below is exact; and a task that waited for its
+    /// cluster is still a candidate when a train run of an accepted agent.py resolved it. A
+    /// task never seen failing (revealed but not run, or passing from its first run) is not.
     static func candidates(_ s: ExperimentState, book: FailureBook) -> [String] {
         let suite = Set(s.suite)
-        let unresolved = Set(book.clusters.filter(\.unresolved).map(\.id))
-        let pending = Set(book.records.filter { unresolved.contains($0.cluster) }.map(\.task))
-        return s.visibleTrain.filter { !suite.contains($0) && ((s.latestTrainRewards[$0] ?? 0) < 0.5 || pending.contains($0)) }
+        let failed = Set(book.records.map(\.task))
+        return s.visibleTrain.filter { !suite.contains($0) && (failed.contains($0) || (s.latestTrainRewards[$0].map { $0 < 0.5 } ?? false)) }
+    }
+
+    /// The rows that end `batch` with gate attempt `attempt` and reveal the next, when that
+    /// attempt ends it; `after` is the failure book once the attempt's rows are in.
+    static func end(_ s: ExperimentState, attempt: Int, accepted: Bool, promoted: [String], resolved: [String], after: FailureBook,
+                    config: ExperimentConfig) -> (ended: BatchEndedRecord, next: BatchRevealedRecord)? {
+        guard let batch = s.currentBatch, let why = ends(batch, accepted: accepted) else { return nil }
+        let open = after.clusters.filter(\.unresolved).count
+        let ended = BatchEndedRecord(batch: batch.revealed.batch, endedBy: why.rawValue, attempts: batch.attempts + [attempt],
+                                     promoted: promoted, clustersResolved: resolved, clustersOpen: open,
+                                     clustersClosed: after.clusters.count - open, suiteSize: Set(s.suite + promoted).count,
+                                     revealed: s.visibleTrain.count)
+        var ending = s
+        ending.batches[ending.batches.count - 1].ended = ended
+        return (ended, next(after: batch.revealed.batch, ending, config: config))
     }
 
     /// What an accepted gate promotes at cluster level: the candidates that passed and whose
@@ -84,8 +100,7 @@ public enum RollingBatches {
         var clustersOf: [String: Set<String>] = [:]
         for r in after.records { clustersOf[r.task, default: []].insert(r.cluster) }
         let promoted = candidates.filter { $0.passed && (clustersOf[$0.id] ?? []).isDisjoint(with: stillOpen) }.map(\.id).sorted()
-        let resolved = before.clusters.filter { $0.unresolved && !stillOpen.contains($0.id) }.map(\.id).sorted()
-        return (promoted, resolved)
+        return (promoted, FailureBook.resolved(from: before, to: after))
     }
 
     /// `s` as it will be once a gate's rows are appended: its acceptance (if accepted) and its

@@ -98,7 +98,7 @@ public final class ExperimentSupervisor {
         var changed = false
         for open in s.openGates {
             changed = true
-            _ = try ledger.append(.gateAttempt, GateAttemptRecord.interrupted(attempt: open.attempt, agentSHA256: open.agentSHA256))
+            _ = try ledger.appendAll(Self.interruptedRows(try state(), attempt: open.attempt, agentSHA256: open.agentSHA256, config: config))
         }
         if let full = rollForwardCommit(s) {
             try git.publish(full)
@@ -215,6 +215,9 @@ public final class ExperimentSupervisor {
         items += violations(audit, during: "baseline", heldOut: true)
         _ = try ledger.appendAll(items)
         try regenerateViews()
+        // The first rolling batch's tasks run as a train run with the baseline agent.py: its
+        // failures are there when the coding agent starts.
+        _ = try settleBatches()
         var summary = PrepareSummary(tasks: outcomes.count, passed: outcomes.filter(\.passed).count, train: split.train.count,
                                      test: split.test.count, baselineScore: val,
                                      splitOrigin: adapter.fixedSplit != nil
@@ -234,7 +237,11 @@ public final class ExperimentSupervisor {
     /// and is recorded as a violation.
     public func runBenchmark(taskIDs: [String]?, oracle: Bool = false, actor: String = "cli", agent: Snapshot? = nil) throws -> [TaskOutcome] {
         guard try state().prepared else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
-        let s = try beginBatches()
+        return try runTrain(taskIDs: taskIDs, oracle: oracle, actor: actor, agent: agent, state: try settleBatches())
+    }
+
+    /// `runBenchmark` once the batches are settled.
+    func runTrain(taskIDs: [String]?, oracle: Bool, actor: String, agent: Snapshot?, state s: ExperimentState) throws -> [TaskOutcome] {
         guard let split = s.split else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
         // With rolling batches, a train task of a batch not revealed yet is as unknown here
         // as a held-out one (the refusal below reads the same for all three).
@@ -293,15 +300,30 @@ public final class ExperimentSupervisor {
         }
     }
 
-    /// Reveals the first rolling batch of an experiment prepared before `loop.batch_size` was
-    /// set (prepare reveals it otherwise); returns the state after.
-    func beginBatches() throws -> ExperimentState {
-        let s = try state()
-        guard let first = RollingBatches.first(s, config: config) else { return s }
-        _ = try ledger.append(.batchRevealed, first)
-        log?("rolling batches begin: batch 1 reveals \(first.tasks.count) of \(s.split?.train.count ?? 0) train task(s) (loop.batch_size \(config.batchSize))")
-        try regenerateViews()
-        return try state()
+    /// Brings rolling batches to where the ledger says they should be, before a train run or
+    /// a gate: reveals the first batch (prepare's, or of an experiment whose config turned
+    /// batches on before anything ran), and runs a revealed batch whose tasks have not run
+    /// yet (a supervisor stopped before it could). Returns the state after.
+    func settleBatches() throws -> ExperimentState {
+        var s = try state()
+        if let first = RollingBatches.first(s, config: config) {
+            // Turned on after train runs or gates, batches would hide what the coding agent
+            // already saw and strand suite tasks outside every batch.
+            guard s.trainRuns.isEmpty && s.gatesStarted == 0 else {
+                throw ExperimentError(.state, "\(layout.config): loop.batch_size \(config.batchSize) was set after this experiment's train split was "
+                    + "visible (\(s.trainRuns.count) train run(s), \(s.gatesStarted) gate(s)); rolling batches must be set before prepare. "
+                    + "Set loop.batch_size: 0, or start a new experiment; nothing was run")
+            }
+            _ = try ledger.append(.batchRevealed, first)
+            log?("rolling batches begin: batch 1 reveals \(first.tasks.count) of \(s.split?.train.count ?? 0) train task(s) (loop.batch_size \(config.batchSize))")
+            try regenerateViews()
+            s = try state()
+        }
+        if let batch = s.batches.last, batch.trainRuns == 0, !batch.revealed.tasks.isEmpty {
+            try runRevealedBatch()
+            s = try state()
+        }
+        return s
     }
 
     /// Proposals recorded at most, over the experiment: each is a ledger row.
@@ -346,7 +368,7 @@ public final class ExperimentSupervisor {
     /// run loop checks there that the coding agent is still frozen.
     public func gate(actor: String = "cli", agent: Snapshot? = nil, beforeHeldOut: () throws -> Void = {}) throws -> GateResult {
         guard try state().prepared else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
-        let s = try beginBatches()
+        let s = try settleBatches()
         guard let split = s.split else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
         // Numbered and counted by its start row, appended (and synced) before any task runs:
         // a gate whose outcome is lost still used its look at the held-out split.
@@ -382,7 +404,10 @@ public final class ExperimentSupervisor {
         do {
             let result = try judge(s, split: split, attempt: attempt, snap: snap, audit: audit, heldOutAudit: heldOutAudit,
                                    started: started, recorded: &recorded, heldOutBegan: &heldOutBegan, beforeHeldOut: beforeHeldOut)
-            if result.revealedBatch != nil { runRevealedBatch(accepted: result.accepted ? snap : nil) }
+            // The batch this gate revealed runs now, with the agent.py the gate left standing; a
+            // failure here (recorded gate, unrecorded run) is the caller's error, and the next
+            // train run or gate runs the batch first (`settleBatches`).
+            if result.revealedBatch != nil { try runRevealedBatch() }
             return result
         } catch {
             // The attempt counted from its start row; it ends as interrupted, as a crash would
@@ -391,7 +416,7 @@ public final class ExperimentSupervisor {
             // reply grid too: when agent.py makes a held-out run fail is as much a channel.
             if heldOutBegan && !recorded { _ = holdReply(since: started) }
             if !recorded {
-                recordViolations([(.gateAttempt, GateAttemptRecord.interrupted(attempt: attempt, agentSHA256: snap.sha256))]
+                recordViolations(Self.interruptedRows(s, attempt: attempt, agentSHA256: snap.sha256, config: config)
                     + violations(audit, during: "gate") + violations(heldOutAudit, during: "gate, held-out split", heldOut: true))
             }
             throw error
@@ -463,15 +488,8 @@ public final class ExperimentSupervisor {
         }
         // The batch ends here when this attempt was accepted or was its last; the next is revealed.
         var batchRows: [(RecordKind, any Encodable)] = []
-        if let batch = s.currentBatch, let after, let why = RollingBatches.ends(batch, accepted: result.accepted) {
-            let open = after.clusters.filter(\.unresolved).count
-            let ended = BatchEndedRecord(batch: batch.revealed.batch, endedBy: why.rawValue, attempts: batch.attempts + [attempt],
-                                         promoted: result.promoted, clustersResolved: resolvedClusters, clustersOpen: open,
-                                         clustersClosed: after.clusters.count - open, suiteSize: Set(s.suite + result.promoted).count,
-                                         revealed: s.visibleTrain.count)
-            var ending = s
-            ending.batches[ending.batches.count - 1].ended = ended
-            let next = RollingBatches.next(after: batch.revealed.batch, ending, config: config)
+        if let after, let (ended, next) = RollingBatches.end(s, attempt: attempt, accepted: result.accepted, promoted: result.promoted,
+                                                            resolved: resolvedClusters, after: after, config: config) {
             result.revealedBatch = next.batch
             result.revealedTasks = next.tasks.count
             batchRows = [(.batchEnded, ended), (.batchRevealed, next)]
@@ -516,30 +534,31 @@ public final class ExperimentSupervisor {
         return result
     }
 
-    /// Runs the batch a gate just revealed as a train run (traces, records, views), with the
-    /// agent.py the experiment stands on: the one just accepted, else the last accepted. The
-    /// gate is recorded already; a failure here is logged and the coding agent's own
-    /// `autoharness benchmark` runs the batch instead.
-    func runRevealedBatch(accepted: Snapshot?) {
-        do {
-            let s = try state()
-            guard let batch = s.batches.last, !batch.revealed.tasks.isEmpty else { return }
-            let snap: Snapshot
-            if let accepted {
-                snap = accepted
-            } else {
-                guard let sha = s.iterations.last?.agentSHA256 else { return }
-                snap = Snapshot(sha256: sha, directory: layout.snapshotDirectory(sha256: sha))
-                guard access(snap.directory + "/agent.py", R_OK) == 0 else {
-                    log?("batch \(batch.revealed.batch) revealed, not run: the accepted agent.py's snapshot is gone; `autoharness benchmark` runs it")
-                    return
-                }
-            }
-            log?("batch \(batch.revealed.batch) revealed: running its \(batch.revealed.tasks.count) train task(s) with the accepted agent.py")
-            _ = try runBenchmark(taskIDs: batch.revealed.tasks, actor: "supervisor", agent: snap)
-        } catch {
-            log?("the revealed batch's train run failed: \(error); `autoharness benchmark` runs it")
+    /// An interrupted attempt's rows: the attempt, and (when it was its batch's last allowed
+    /// attempt: it looked at the held-out split like any other) the batch's end and the next
+    /// batch, revealed in the same append; the next train run or gate runs it.
+    static func interruptedRows(_ s: ExperimentState, attempt: Int, agentSHA256: String, config: ExperimentConfig) -> [(RecordKind, any Encodable)] {
+        var record = GateAttemptRecord.interrupted(attempt: attempt, agentSHA256: agentSHA256)
+        record.batch = s.currentBatch?.revealed.batch
+        guard let (ended, next) = RollingBatches.end(s, attempt: attempt, accepted: false, promoted: [], resolved: [], after: FailureBook(s), config: config) else {
+            return [(.gateAttempt, record)]
         }
+        record.revealedBatch = next.batch
+        record.revealedTasks = next.tasks.count
+        return [(.gateAttempt, record), (.batchEnded, ended), (.batchRevealed, next)]
+    }
+
+    /// Runs the latest revealed batch as a train run (traces, records, views) with the agent.py
+    /// the experiment stands on: the last accepted one (the baseline's before any).
+    func runRevealedBatch() throws {
+        let s = try state()
+        guard let batch = s.batches.last, !batch.revealed.tasks.isEmpty, let sha = s.iterations.last?.agentSHA256 else { return }
+        let snap = Snapshot(sha256: sha, directory: layout.snapshotDirectory(sha256: sha))
+        guard access(snap.directory + "/agent.py", R_OK) == 0 else {
+            throw ExperimentError(.io, "batch \(batch.revealed.batch) cannot run: the accepted agent.py's snapshot \(snap.directory)/agent.py is gone")
+        }
+        log?("batch \(batch.revealed.batch) revealed: running its \(batch.revealed.tasks.count) train task(s) with the accepted agent.py")
+        _ = try runTrain(taskIDs: batch.revealed.tasks, oracle: false, actor: "supervisor", agent: snap, state: s)
     }
 
     /// Sleeps until the instant `config.replyTime` sets for a gate that started at `started`
@@ -608,13 +627,15 @@ public final class ExperimentSupervisor {
         return full
     }
 
-    /// `git show --shortstat` of agent/agent.py for each accepted iteration's commit.
-    public func diffStats() -> Report.DiffStats {
-        var out: Report.DiffStats = [:]
-        for it in (try? state().iterations) ?? [] where it.commit != "baseline" {
-            if let t = try? git.run(["show", "--shortstat", "--format=", it.commit, "--", "agent/agent.py"]) { out[it.commit] = t }
-        }
-        return out
+    /// A snapshot's agent.py by its sha256, as text (the report's explorer); nil if it is
+    /// missing or not a regular file of at most the agent file's cap.
+    public func snapshotSource(_ sha256: String) -> String? {
+        guard sha256.count == 64, sha256.allSatisfy(\.isHexDigit) else { return nil }
+        let dir = open(layout.snapshotDirectory(sha256: sha256), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard dir >= 0 else { return nil }
+        defer { close(dir) }
+        guard case .success(let bytes) = AgentFile.read(directoryFD: dir, maxBytes: AgentFile.maxBytes) else { return nil }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     public func regenerateViews() throws { try Views.regenerate(layout, try state(), config: config, beforeEach: beforeViewWrite) }

@@ -316,6 +316,8 @@ public struct ExperimentState: Sendable {
         public var ended: BatchEndedRecord?
         /// Gate attempts recorded while it was the current batch.
         public var attempts: [Int] = []
+        /// Train runs recorded since it was revealed (0: its tasks have not run yet).
+        public var trainRuns = 0
     }
 
     /// The batch gates and train runs now belong to: the last revealed, unless it ended.
@@ -343,6 +345,7 @@ public struct ExperimentState: Sendable {
                 latestTrainRun = run
                 trainRuns.append(run)
                 latestTrainRewards.merge(run.results) { $1 }
+                if let i = batches.indices.last { batches[i].trainRuns += 1 }
             case .gateStarted:
                 let g = try r.decode(GateStartedRecord.self)
                 openGates.append(g)

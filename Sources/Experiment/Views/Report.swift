@@ -4,10 +4,10 @@ import Foundation
 /// network) for the operator. It shows exact scores and held-out violations, so it is
 /// written outside anything a sandbox mounts.
 public enum Report {
-    /// Per accepted commit: `git diff --shortstat` of agent/agent.py against its parent.
-    public typealias DiffStats = [String: String]
-
-    public static func html(_ s: ExperimentState, config: ExperimentConfig, title: String, diffStats: DiffStats = [:]) -> String {
+    /// `agentSource` gives a snapshot's agent.py by sha256 (`ExperimentSupervisor.snapshotSource`),
+    /// for the explorer's diffs.
+    public static func html(_ s: ExperimentState, config: ExperimentConfig, title: String, agentSource: (String) -> String? = { _ in nil }) -> String {
+        let explorer = Explorer(s, source: agentSource)
         var body = "<h1>\(esc(title))</h1>\n"
         let best = s.best.map { String(format: "%.4f", $0) } ?? "–"
         body += "<p class=\"summary\">benchmark <b>\(esc(config.benchmark))</b> · \(s.iterations.count - 1) accepted iteration(s) · "
@@ -83,12 +83,17 @@ public enum Report {
                         bars.isEmpty ? "<p class=\"note\">none recorded</p>" : barChart(bars))
 
         // Tables.
-        var rows = "<tr><th>iteration</th><th>val_score</th><th>commit</th><th>suite</th><th>agent.py diff</th><th>time</th></tr>\n"
+        var diffOf: [Int: LineDiff] = [:]
+        for e in explorer.entries where e.outcome == .accepted {
+            if let it = s.gateAttempts.first(where: { $0.attempt == e.attempt })?.iteration, let d = e.diff { diffOf[it] = d }
+        }
+        var rows = "<tr><th>iteration</th><th>val_score</th><th>commit</th><th>suite</th><th>agent.py lines vs the previous</th><th>time</th></tr>\n"
         for it in s.iterations {
             rows += "<tr><td>\(it.iteration)</td><td>\(String(format: "%.4f", it.valScore))</td><td><code>\(esc(it.commit))</code></td>"
-            rows += "<td>\(it.evalsPassed)/\(it.evalsTotal)</td><td>\(esc(diffStats[it.commit] ?? "–"))</td><td>\(esc(it.timestamp))</td></tr>\n"
+            rows += "<td>\(it.evalsPassed)/\(it.evalsTotal)</td><td>\(diffOf[it.iteration].map { "+\($0.added) −\($0.removed)" } ?? "–")</td><td>\(esc(it.timestamp))</td></tr>\n"
         }
         body += "<h2>Iterations</h2>\n<table>\n\(rows)</table>\n"
+        body += explorerSection(explorer)
         var vrows = "<tr><th>time</th><th>actor</th><th>kind</th><th>detail</th></tr>\n"
         for v in s.violations {
             vrows += "<tr><td>\(esc(v.time))</td><td>\(esc(v.record.actor))\(v.record.heldOut == true ? " (held-out)" : "")</td>"
@@ -106,10 +111,71 @@ public enum Report {
             svg{background:#fafafa;border:1px solid #ddd}.axis{stroke:#888}.grid{stroke:#e4e4e4}
             .ok{fill:#2a9d4b}.no{fill:#d33}.none{fill:#999}text{font-size:11px;fill:#444}
             .esc{color:#b00;background:#fde8e8;border-radius:2px;padding:0 2px;font-size:11px}.bar{fill:#1f6fb4}
+            details.att{border:1px solid #ddd;border-left:5px solid #999;margin:4px 0;padding:2px 8px}
+            details.att.ok{border-left-color:#2a9d4b}details.att.no{border-left-color:#d33}
+            summary{cursor:pointer;font-size:13px}.tag{font-size:11px;color:#555}
+            pre.diff{font:12px/1.35 ui-monospace,monospace;background:#fcfcfc;overflow-x:auto;margin:6px 0;padding:4px 0}
+            pre.diff>span{display:block;white-space:pre;padding:0 6px}.d-a{background:#e6ffec}.d-r{background:#ffebe9}
+            .d-h{color:#6f42c1;background:#f5f0ff}.ln{color:#999;display:inline-block;min-width:3.5em}
+            .py-k{color:#a626a4;font-weight:600}.py-s{color:#50a14f}.py-c{color:#a0a1a7;font-style:italic}.py-n{color:#986801}.py-f{color:#4078f2}
             </style></head><body>
             \(body)</body></html>
 
             """
+    }
+
+    /// Diff lines shown per attempt; the rest is counted.
+    static let explorerLines = 400
+
+    /// Every gate attempt as a collapsed block: how it ended, its numbers, the clusters its
+    /// train phases resolved and broke, and its agent.py diff against the last accepted one.
+    static func explorerSection(_ explorer: Explorer) -> String {
+        var out = "<h2>Explorer</h2>\n<p class=\"note\">every gate attempt, accepted or not, with its agent.py against the last accepted version "
+            + "(from the supervisor's snapshots) and the failure clusters its train phases resolved or broke; click one to open it</p>\n"
+        if explorer.entries.isEmpty { return out + "<p class=\"note\">no gate attempt yet</p>\n" }
+        for e in explorer.entries {
+            let cls = e.outcome == .accepted ? "ok" : e.outcome == .interrupted ? "none" : "no"
+            var summary = "<b>#\(e.attempt)</b> \(esc(e.outcome.rawValue.replacingOccurrences(of: "_", with: " ")))"
+            if e.outcome != .accepted && e.outcome != .interrupted { summary += ": \(esc(e.reason))" }
+            if let v = e.valScore { summary += " · val_score \(String(format: "%.4f", v))" }
+            if let b = e.bestBefore { summary += " (best before \(String(format: "%.4f", b)))" }
+            if e.outcome != .interrupted { summary += " · suite \(e.suitePassed)/\(e.suiteTotal)" }
+            if !e.promoted.isEmpty { summary += " · \(e.promoted.count) promoted" }
+            if let b = e.batch { summary += " · batch \(b)" }
+            summary += e.diff.map { " · <span class=\"tag\">+\($0.added) −\($0.removed) vs iteration \(e.baseIteration)</span>" } ?? ""
+            if !e.resolved.isEmpty { summary += " · resolved \(esc(e.resolved.joined(separator: ", ")))" }
+            if !e.broken.isEmpty { summary += " · broke \(esc(e.broken.joined(separator: ", ")))" }
+            out += "<details class=\"att \(cls)\" id=\"attempt-\(e.attempt)\"><summary>\(summary)</summary>\n"
+            out += "<p class=\"note\">agent.py sha256 <code>\(esc(String(e.agentSHA256.prefix(16))))</code>"
+            if !e.promoted.isEmpty { out += "; promoted: \(esc(e.promoted.joined(separator: ", ")))" }
+            out += "</p>\n"
+            guard let d = e.diff else {
+                out += "<p class=\"note\">agent.py snapshot not available</p></details>\n"
+                continue
+            }
+            guard !d.hunks.isEmpty else {
+                out += "<p class=\"note\">the same agent.py as iteration \(e.baseIteration)</p></details>\n"
+                continue
+            }
+            out += "<pre class=\"diff\">"
+            var shown = 0, total = 0
+            for h in d.hunks {
+                total += h.lines.count + 1
+                guard shown < explorerLines else { continue }
+                out += "<span class=\"d-h\">\(esc(h.header))</span>"
+                shown += 1
+                for l in h.lines {
+                    guard shown < explorerLines else { break }
+                    let (c, mark, n) = l.kind == .added ? ("d-a", "+", l.new) : l.kind == .removed ? ("d-r", "-", l.old) : ("d-s", " ", l.new)
+                    out += "<span class=\"\(c)\"><span class=\"ln\">\(n.map(String.init) ?? "")</span>\(mark) \(PythonHighlight.html(l.text))</span>"
+                    shown += 1
+                }
+            }
+            out += "</pre>\n"
+            if total > shown { out += "<p class=\"note\">…\(total - shown) more diff line(s) not shown</p>\n" }
+            out += "</details>\n"
+        }
+        return out
     }
 
     /// A count axis's top: a multiple of 4, so the five tick labels are whole numbers.

@@ -1,0 +1,72 @@
+/// The report's explorer (NeoSigma's "every candidate harness change, accepted and reverted,
+/// with its diff"): every gate attempt, how it ended, its agent.py against the last accepted
+/// one (from the supervisor's content-addressed snapshots), and which failure clusters its
+/// train phases resolved or broke. The operator's view: exact scores, no held-out task.
+public struct Explorer: Sendable {
+    public struct Entry: Sendable {
+        public var attempt: Int
+        public var outcome: GateOutcome
+        public var reason: String
+        public var valScore: Double?
+        public var bestBefore: Double?
+        public var suitePassed: Int
+        public var suiteTotal: Int
+        public var promoted: [String]
+        public var batch: Int?
+        public var agentSHA256: String
+        /// The accepted iteration it is compared with (0: the baseline).
+        public var baseIteration: Int
+        /// Against the base's agent.py; nil when either snapshot could not be read.
+        public var diff: LineDiff?
+        /// Clusters unresolved before its train phases and resolved after (accepted gates).
+        public var resolved: [String]
+        /// Clusters with a record its train phases opened: a new failure, or one seen again.
+        public var broken: [String]
+    }
+
+    public var entries: [Entry]
+
+    /// `source` gives a snapshot's agent.py by its sha256 (nil if it cannot be read).
+    public init(_ s: ExperimentState, source: (String) -> String?) {
+        let changes = Self.clusterChanges(s)
+        var base = (iteration: 0, sha: s.iterations.first?.agentSHA256 ?? s.baseline?.agentSHA256 ?? "")
+        var texts: [String: String?] = [:]
+        func text(_ sha: String) -> String? {
+            if let t = texts[sha] { return t }
+            let t = source(sha)
+            texts[sha] = t
+            return t
+        }
+        var out: [Entry] = []
+        for a in s.gateAttempts {
+            let diff = text(base.sha).flatMap { old in text(a.agentSHA256).map { LineDiff(old: old, new: $0) } }
+            out.append(Entry(attempt: a.attempt, outcome: a.verdict, reason: a.reason, valScore: a.valScore, bestBefore: a.bestBefore,
+                             suitePassed: a.suitePassed, suiteTotal: a.suiteTotal, promoted: a.promoted, batch: a.batch,
+                             agentSHA256: a.agentSHA256, baseIteration: base.iteration, diff: diff,
+                             resolved: changes[a.attempt]?.resolved ?? [], broken: changes[a.attempt]?.broken ?? []))
+            if a.accepted, let it = a.iteration { base = (it, a.agentSHA256) }
+        }
+        entries = out
+    }
+
+    /// Per gate attempt with train evidence: the clusters it resolved and broke, from the
+    /// failure book just before its rows and just after them.
+    static func clusterChanges(_ s: ExperimentState) -> [Int: (resolved: [String], broken: [String])] {
+        var out: [Int: (resolved: [String], broken: [String])] = [:]
+        let events = s.failureEvents
+        for (i, e) in events.enumerated() {
+            guard case .evidence(_, _, let row) = e, row.source == "gate", let attempt = row.attempt else { continue }
+            // An accepted gate's acceptance precedes its evidence: both are its rows.
+            var start = i
+            if i > 0, case .accepted(let a, _) = events[i - 1], a == attempt { start = i - 1 }
+            var before = s, after = s
+            before.failureEvents = Array(events[..<start])
+            after.failureEvents = Array(events[...i])
+            let b = FailureBook(before), f = FailureBook(after)
+            let wasOpen = Set(b.records.filter { $0.state == .open }.map { $0.task + "\u{0}" + $0.cluster })
+            let broken = Set(f.records.filter { $0.state == .open && !wasOpen.contains($0.task + "\u{0}" + $0.cluster) }.map(\.cluster))
+            out[attempt] = (FailureBook.resolved(from: b, to: f), broken.sorted())
+        }
+        return out
+    }
+}
