@@ -31,9 +31,17 @@ struct RealHarborTests {
             try "Copy the word in /app/seed.txt into /app/out.txt.\(kind == "sleepy" ? " SLEEP" : "")\n".write(toFile: t + "/instruction.md", atomically: true, encoding: .utf8)
             try "FROM ubuntu:24.04\nWORKDIR /app\nCOPY seed.txt /app/seed.txt\n".write(toFile: t + "/environment/Dockerfile", atomically: true, encoding: .utf8)
             try "word-\(k + 1)\n".write(toFile: t + "/environment/seed.txt", atomically: true, encoding: .utf8)
+            // A failing run also leaves a CTRF report, as Terminal-Bench's pytest verifiers do
+            // (pytest-json-ctrf), naming HARBORMARK-<id> so a held-out one can be looked for.
             try """
                 #!/bin/bash
-                if cmp -s /app/seed.txt /app/out.txt; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+                if cmp -s /app/seed.txt /app/out.txt; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt
+                cat > /logs/verifier/ctrf.json <<EOF
+                {"results": {"tool": {"name": "pytest"}, "tests": [{"name": "tests/test_outputs.py::test_out_matches_seed", "status": "failed",
+                  "message": "The test failed in the call phase due to an assertion error",
+                  "trace": "E       AssertionError: /app/out.txt does not match the seed (HARBORMARK-\(id))\\ntests/test_outputs.py:7: AssertionError"}]}}
+                EOF
+                fi
 
                 """.write(toFile: t + "/tests/test.sh", atomically: true, encoding: .utf8)
             try "#!/bin/bash\ncp /app/seed.txt /app/out.txt\n".write(toFile: t + "/solution/solve.sh", atomically: true, encoding: .utf8)
@@ -91,6 +99,20 @@ struct RealHarborTests {
         let split = try exp.split()
         #expect(Set(split.train + split.test) == Set(ids))
 
+        // Failure records from Harbor's own results: the verifier's CTRF report for every
+        // failed train task, and Harbor's exception_info for the sleepy ones (AgentTimeoutError).
+        let failing = try exp.run(["benchmark"], environment: [:])
+        #expect(failing.status == 0 && failing.stdout.contains("train: 0/\(split.train.count) passed"), "\(failing.stdout)\(failing.stderr)")
+        let evidence = try #require(try exp.rows("failure_evidence").last?["tasks"] as? [String: [[String: Any]]])
+        #expect(Set(evidence.keys) == Set(split.train))
+        for id in split.train {
+            let checks = evidence[id] ?? []
+            #expect(checks.contains { $0["check"] as? String == "tests/test_outputs.py::test_out_matches_seed" && $0["error_class"] as? String == "AssertionError"
+                && $0["excerpt"] as? String == "AssertionError: /app/out.txt does not match the seed (HARBORMARK-\(id))" }, "\(id): \(checks)")
+            #expect(checks.contains { $0["check"] as? String == "trial" && $0["error_class"] as? String == "AgentTimeoutError" } == id.hasPrefix("sleepy"), "\(id): \(checks)")
+        }
+        #expect(try exp.run(["failures"], environment: [:]).stdout.contains("AssertionError in `tests/test_outputs.py::test_out_matches_seed`"))
+
         try exp.setAgent(Self.agent(solves: true))
         let b = try exp.run(["benchmark"], environment: [:])
         #expect(b.status == 0, "\(b.stdout)\(b.stderr)")
@@ -123,5 +145,11 @@ struct RealHarborTests {
         // blamed on agent.py.
         let violations = try exp.rows("violation")
         #expect(violations.isEmpty, "\(violations)")
+        // The accepted gate resolved every record; the held-out split (run twice with the same
+        // failing verifiers) left no evidence anywhere under the experiment.
+        let view = try #require(try JSONSerialization.jsonObject(with: Data(try String(contentsOfFile: exp.root + "/workspace/failures.json", encoding: .utf8).utf8)) as? [String: Any])
+        #expect((view["records"] as? [[String: Any]] ?? []).allSatisfy { $0["state"] as? String == "resolved" }, "\(view)")
+        for id in split.test { #expect(exp.filesContaining("HARBORMARK-\(id)").isEmpty, "\(id)") }
+        #expect(!exp.filesContaining("HARBORMARK-\(split.train[0])").isEmpty, "the scan finds train evidence")
     }
 }

@@ -132,6 +132,18 @@ struct RealPostgresTests {
         try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
         #expect(p.stdout.contains("baseline: 0/10 tasks pass"), "\(p.stdout)")
 
+        // Failure records from BIRD's phases: the stock agent's train run fails phase 1 of
+        // every task, with the DB environment's verdict on its last submission.
+        let train = try exp.split().train
+        let failing = try exp.run(["benchmark"], environment: BirdAdapterTests.env)
+        try #require(failing.status == 0, "\(failing.stdout)\(failing.stderr)")
+        let evidence = try #require(try exp.rows("failure_evidence").last?["tasks"] as? [String: [[String: Any]]])
+        #expect(Set(evidence.keys) == Set(train))
+        for id in train {
+            #expect(evidence[id]?.map { $0["check"] as? String } == ["phase 1"] && evidence[id]?.first?["error_class"] as? String == "phase1_not_passed",
+                    "\(id): \(evidence[id] ?? [])")
+        }
+
         // SQL that differs from the gold text but gives its results: passes only when executed.
         let solver = BirdPhaseTwo.solver(followUp: "right", phase1: "SELECT count(id) FROM %s",
                                          phase2: "SELECT id FROM %s ORDER BY id DESC LIMIT 1", execute: true)
@@ -143,7 +155,6 @@ struct RealPostgresTests {
         let b = try exp.run(["benchmark"], environment: BirdAdapterTests.env)
         try #require(b.status == 0, "\(b.stdout)\(b.stderr)")
         let rewards = try exp.trainResults()
-        let train = try exp.split().train
         for id in train {
             #expect((rewards[id] as? Double) == (BirdPhaseTwo.hasFollowUp(id) ? 1.0 : 0.7), "\(id): \(rewards[id] ?? "nil")")
         }
@@ -158,6 +169,13 @@ struct RealPostgresTests {
 
         let g = try exp.run(["gate"], environment: BirdAdapterTests.env)
         #expect(g.stdout.contains("ACCEPTED"), "\(g.stdout)\(g.stderr)")
+        // The accepted agent.py passes phase 1 everywhere: those records are resolved; no
+        // held-out task has one.
+        let view = try #require(try JSONSerialization.jsonObject(with: Data(try String(contentsOfFile: exp.root + "/workspace/failures.json", encoding: .utf8).utf8)) as? [String: Any])
+        let records = view["records"] as? [[String: Any]] ?? []
+        #expect(records.filter { $0["check"] as? String == "phase 1" }.allSatisfy { $0["state"] as? String == "resolved" } && !records.isEmpty, "\(records)")
+        let test = Set(try exp.split().test)
+        #expect(records.allSatisfy { !test.contains($0["task"] as? String ?? "") })
 
         // The graders made each task's database and phase-1 snapshot and dropped them after.
         let log = try String(contentsOfFile: pg.log, encoding: .utf8)
