@@ -54,6 +54,15 @@ public struct ExperimentConfig: Sendable, Equatable {
     public var heldOutEnv: [String: String] = [:]
     /// `autoharness run` stops after this many consecutive rejected gates (upstream: 5).
     public var maxNonImproving = 5
+    /// `timeout_policy` (upstream's key): how a held-out task that timed out without a reward
+    /// counts in val_score.
+    public var timeoutPolicy: TimeoutPolicy = .agent
+    public enum TimeoutPolicy: String, Sendable, CaseIterable {
+        /// It scores 0, like any other failure (upstream's default).
+        case agent
+        /// It is left out of the mean, on both sides of the gate's comparison (`HeldOutScore`).
+        case infra
+    }
     // loop:
     /// `loop.batch_size`: train tasks revealed per rolling batch (0: off, every train task is
     /// visible from the start, as upstream runs).
@@ -206,7 +215,7 @@ extension ExperimentConfig {
         var replyMode: (String, Node)?, replyAfter: (Double, Node)?, heldOutEnvNode: Node?
         r.mapping(root, "the config", allowed: ["benchmark", "dataset", "agent_model", "split", "gate_split", "threshold",
                                                 "max_concurrency", "per_task_timeout", "sandbox", "coding_agent", "gate",
-                                                "parallel_gate", "env_provider", "domain", "tasks", "tasks_file", "runner", "budget", "loop"]
+                                                "parallel_gate", "env_provider", "domain", "tasks", "tasks_file", "runner", "budget", "loop", "timeout_policy"]
                                                 + ExperimentConfig.upstreamKeys) { key, v in
             switch key {
             case "benchmark":
@@ -276,6 +285,8 @@ extension ExperimentConfig {
                 r.mapping(v, key, allowed: ["max_cost_usd"]) { _, v in
                     if let x = r.number(v, "budget.max_cost_usd", 0...1_000_000) { c.maxCostUSD = x }
                 }
+            case "timeout_policy":
+                if let p = r.oneOf(v, key, TimeoutPolicy.allCases.map(\.rawValue)) { c.timeoutPolicy = TimeoutPolicy(rawValue: p)! }
             case "loop":
                 r.mapping(v, key, allowed: ["batch_size", "batch_iterations"]) { k, v in
                     switch k {

@@ -61,6 +61,8 @@ public struct GateAttemptRecord: Codable, Sendable {
     public var revealedBatch: Int?
     /// How many train tasks that batch revealed (0 once every one is).
     public var revealedTasks: Int?
+    /// `timeout_policy: infra`: held-out tasks left out of both means (timed out in this run).
+    public var heldOutLeftOut: Int?
 
     /// How the attempt ended, for records of any age.
     public var verdict: GateOutcome { outcome ?? GateOutcome(legacyReason: reason, accepted: accepted) }
@@ -298,6 +300,8 @@ public struct ExperimentState: Sendable {
     public var clusterProposals: [(time: String, record: ClusterProposalRecord)] = []
     /// Rolling batches in order (empty: batches never began, every train task is visible).
     public var batches: [Batch] = []
+    /// `timeout_policy: infra`: the baseline's and accepted gates' per-task held-out results.
+    public var heldOutResults: [HeldOutResultsRecord] = []
     /// The last row replayed into this state: the head the views rendered from it stand for.
     public var head = LedgerHead(seq: 0, hash: Ledger.genesisHash)
 
@@ -318,6 +322,13 @@ public struct ExperimentState: Sendable {
         public var attempts: [Int] = []
         /// Train runs recorded since it was revealed (0: its tasks have not run yet).
         public var trainRuns = 0
+    }
+
+    /// The held-out run the next gate is compared with under `timeout_policy: infra`: the last
+    /// accepted gate's, else the baseline's (nil if none was kept: the policy was off then).
+    public var heldOutIncumbent: HeldOutResultsRecord? {
+        let attempt = gateAttempts.last(where: \.accepted)?.attempt
+        return heldOutResults.last { $0.attempt == attempt }
     }
 
     /// The batch gates and train runs now belong to: the last revealed, unless it ended.
@@ -371,6 +382,7 @@ public struct ExperimentState: Sendable {
             case .failureEvidence:
                 failureEvents.append(.evidence(seq: r.seq, time: r.time, try r.decode(FailureEvidenceRecord.self)))
             case .clusterProposal: clusterProposals.append((r.time, try r.decode(ClusterProposalRecord.self)))
+            case .heldOutResults: heldOutResults.append(try r.decode(HeldOutResultsRecord.self))
             case .batchRevealed: batches.append(Batch(revealed: try r.decode(BatchRevealedRecord.self)))
             case .batchEnded:
                 let e = try r.decode(BatchEndedRecord.self)

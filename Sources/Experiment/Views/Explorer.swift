@@ -13,6 +13,8 @@ public struct Explorer: Sendable {
         public var suiteTotal: Int
         public var promoted: [String]
         public var batch: Int?
+        /// `timeout_policy: infra`: held-out tasks it timed out on, left out of both means.
+        public var heldOutLeftOut: Int?
         public var agentSHA256: String
         /// The accepted iteration it is compared with (0: the baseline).
         public var baseIteration: Int
@@ -41,7 +43,7 @@ public struct Explorer: Sendable {
         for a in s.gateAttempts {
             let diff = text(base.sha).flatMap { old in text(a.agentSHA256).map { LineDiff(old: old, new: $0) } }
             out.append(Entry(attempt: a.attempt, outcome: a.verdict, reason: a.reason, valScore: a.valScore, bestBefore: a.bestBefore,
-                             suitePassed: a.suitePassed, suiteTotal: a.suiteTotal, promoted: a.promoted, batch: a.batch,
+                             suitePassed: a.suitePassed, suiteTotal: a.suiteTotal, promoted: a.promoted, batch: a.batch, heldOutLeftOut: a.heldOutLeftOut,
                              agentSHA256: a.agentSHA256, baseIteration: base.iteration, diff: diff,
                              resolved: changes[a.attempt]?.resolved ?? [], broken: changes[a.attempt]?.broken ?? []))
             if a.accepted, let it = a.iteration { base = (it, a.agentSHA256) }

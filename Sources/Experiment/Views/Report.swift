@@ -139,6 +139,7 @@ public enum Report {
             if e.outcome != .accepted && e.outcome != .interrupted { summary += ": \(esc(e.reason))" }
             if let v = e.valScore { summary += " · val_score \(String(format: "%.4f", v))" }
             if let b = e.bestBefore { summary += " (best before \(String(format: "%.4f", b)))" }
+            if let n = e.heldOutLeftOut, n > 0 { summary += " · \(n) held-out task(s) timed out, left out (timeout_policy: infra)" }
             if e.outcome != .interrupted { summary += " · suite \(e.suitePassed)/\(e.suiteTotal)" }
             if !e.promoted.isEmpty { summary += " · \(e.promoted.count) promoted" }
             if let b = e.batch { summary += " · batch \(b)" }
