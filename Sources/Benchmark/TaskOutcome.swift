@@ -47,6 +47,16 @@ public struct TaskOutcome: Sendable, Codable, Equatable {
     /// nil when the task passed, the run was held out, or the tool said nothing finer than
     /// the status.
     public var failures: [FailureEvidence]?
+    /// The benchmark tool's own model spend for this task, in dollars, as it reported it
+    /// (Harbor's `agent_result.cost_usd`, tau2's agent and user costs, a command's costs.json);
+    /// nil when it reported none. The operator's account: never written into a trace.
+    public var costUSD: Double?
+
+    /// The sum of what the tool reported for `outcomes`; nil when it reported nothing.
+    public static func cost(_ outcomes: [TaskOutcome]) -> Double? {
+        let known = outcomes.compactMap(\.costUSD)
+        return known.isEmpty ? nil : known.reduce(0, +)
+    }
 
     /// The pass threshold on a task's reward.
     public static let passThreshold = 0.5

@@ -69,6 +69,29 @@ struct AdapterParsingTests {
         #expect(r.detail == "no readable trial; 1 trial result file(s) refused, the first: a trial's result.json: 17825792 bytes (17 MiB), over the 16 MiB cap for a trial's result", "\(r.detail ?? "")")
     }
 
+    @Test("the tools' own model spend: Harbor's agent_result (or its steps'), a command's costs.json; anything not a finite non-negative number is no cost")
+    func costs() throws {
+        func harbor(_ s: String) -> Double? { HarborAdapter.cost(JSONValue.parse(Array(s.utf8))!) }
+        #expect(harbor(#"{"agent_result": {"n_input_tokens": 10, "cost_usd": 0.42}}"#) == 0.42)
+        #expect(harbor(#"{"agent_result": null, "step_results": [{"agent_result": {"cost_usd": 0.5}}, {"agent_result": null}, {"agent_result": {"cost_usd": 0.25}}]}"#) == 0.75)
+        #expect(harbor(#"{"agent_result": {"cost_usd": null}}"#) == nil)
+        #expect(harbor(#"{"agent_result": {"cost_usd": -1}}"#) == nil && harbor(#"{"agent_result": {"cost_usd": 1e300}}"#) == nil)
+        #expect(harbor(#"{"verifier_result": {}}"#) == nil)
+
+        let dir = try TempDir()
+        let fd = open(dir.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        defer { close(fd) }
+        try dir.file("rewards.json", #"{"a": 1, "b": 0, "c": 1}"#)
+        try dir.file("costs.json", #"{"a": 0.125, "b": "lots", "c": -3, "x": 9}"#)
+        let r = CommandAdapter.parse(fd, ids: ["a", "b", "c"], traces: false)
+        #expect(r["a"]?.costUSD == 0.125 && r["b"]?.costUSD == nil && r["c"]?.costUSD == nil && r["x"] == nil)
+        var o = [TaskOutcome(id: "a", reward: 1, status: .passed), TaskOutcome(id: "b", reward: 0, status: .failed)]
+        #expect(TaskOutcome.cost(o) == nil, "no cost reported is not $0")
+        o[0].costUSD = 0.125
+        #expect(TaskOutcome.cost(o) == 0.125)
+        #expect(!String(decoding: try TraceJSON.encode(o[0]), as: UTF8.self).contains("cost"), "never in a trace")
+    }
+
     /// A tool's output directory (and an fd for it) holding a sparse file of `bytes` bytes.
     static func outputDirectory(holdingSparse name: String, bytes: Int) throws -> (TempDir, Int32) {
         let dir = try TempDir()

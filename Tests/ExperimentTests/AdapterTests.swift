@@ -560,6 +560,23 @@ struct Tau2AdapterTests {
         }
         for id in Self.test { #expect(!(try exp.file("workspace/failures.json")).contains("\"task\" : \"\(id)\""), "held-out \(id) has a record") }
         #expect(exp.scratchMounts().isEmpty)
+
+        // tau2's own cost of each simulation (agent_cost + user_cost: the stand-in reports
+        // $0.0125 + $0.0025) joins the ledger as totals: 12 baseline tasks, 8 train tasks,
+        // the gate's suite and promotions on train and its 4 held-out tasks.
+        let perTask = 0.015
+        #expect(abs((try exp.rows("baseline").first?["costUSD"] as? Double ?? 0) - 12 * perTask) < 1e-9)
+        #expect(abs((try exp.rows("train_run").first?["costUSD"] as? Double ?? 0) - 8 * perTask) < 1e-9)
+        let attempt = try #require(try exp.rows("gate_attempt").last)
+        #expect(abs((attempt["heldOutCostUSD"] as? Double ?? 0) - 4 * perTask) < 1e-9, "\(attempt)")
+        let gateTrain = Double((attempt["suiteTotal"] as? Int ?? 0) + (attempt["promoted"] as? [String] ?? []).count)
+        #expect((attempt["trainCostUSD"] as? Double ?? 0) >= gateTrain * perTask - 1e-9)
+        // The operator's status shows the totals; the coding agent's shows no dollars.
+        let op = try exp.run(["status", "--operator"], environment: Self.env)
+        #expect(op.stdout.contains("benchmark model spend: train $"), "\(op.stdout)")
+        #expect(op.stdout.contains("held-out $\(String(format: "%.4f", 16 * perTask))"), "\(op.stdout)")
+        let agentView = try exp.run(["status"], environment: Self.env)
+        #expect(!agentView.stdout.contains("$") && !agentView.stdout.contains("benchmark model spend"), "\(agentView.stdout)")
     }
 
     @Test("a missing simulation, a premature termination, an unparsable results file and a crashed run score 0; a run that fails late keeps its checkpointed simulations", arguments: [

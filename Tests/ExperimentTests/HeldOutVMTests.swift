@@ -1,3 +1,4 @@
+import Benchmark
 import Foundation
 import Testing
 import TestSupport
@@ -308,6 +309,10 @@ struct GuestAnswerTests {
         ("ahvm1 begin\nviolation agent syscall pt/race 1\noutcome a 1 passed\noutcome b 0 failed\nahvm1 end 2\n", "malformed violation"),
         ("ahvm1 begin\nviolation agent syscall ptrace 9223372036854775807\noutcome a 1 passed\noutcome b 0 failed\nahvm1 end 2\n", "malformed violation"),
         ("ahvm1 begin\noutcome a 1 passed " + String(repeating: "x", count: 600) + "\nahvm1 end 2\n", "longer than"),
+        ("ahvm1 begin\noutcome a 1 passed\noutcome b 0 failed\ncost 0.5\ncost 0.5\nahvm1 end 2\n", "repeated cost"),
+        ("ahvm1 begin\noutcome a 1 passed\noutcome b 0 failed\ncost -1\nahvm1 end 2\n", "malformed or repeated cost"),
+        ("ahvm1 begin\noutcome a 1 passed\noutcome b 0 failed\ncost inf\nahvm1 end 2\n", "malformed or repeated cost"),
+        ("ahvm1 begin\noutcome a 1 passed\noutcome b 0 failed\ncost a 0.5\nahvm1 end 2\n", "malformed or repeated cost"),
     ])
     func malformed(text: String, why: String) {
         switch Self.parse(text) {
@@ -320,6 +325,20 @@ struct GuestAnswerTests {
     func tooLarge() {
         let big = [UInt8](repeating: 0x61, count: GuestAnswer.maxBytes + 1)
         #expect(throws: AnswerError.self) { try GuestAnswer.parse(big, requested: Self.ids) }
+    }
+
+    @Test("the tools' spend crosses back as one total, never per task")
+    func cost() throws {
+        var a = TaskOutcome(id: "a", reward: 1, status: .passed), b = TaskOutcome(id: "b", reward: 0, status: .failed)
+        a.costUSD = 0.25
+        b.costUSD = 0.5
+        let body = GuestAnswer.encodeBody([a, b], agent: .init(), tool: .init())
+        #expect(body.components(separatedBy: "\n").filter { $0.hasPrefix("cost ") } == ["cost 0.750000"], "\(body)")
+        let parsed = try Self.parse(GuestAnswer.header + body).get()
+        #expect(parsed.costUSD == 0.75 && parsed.outcomes.allSatisfy { $0.costUSD == nil })
+        let none = GuestAnswer.encodeBody([.init(id: "a", reward: 1, status: .passed), .init(id: "b", reward: 0, status: .failed)], agent: .init(), tool: .init())
+        let parsedNone = try Self.parse(GuestAnswer.header + none).get()
+        #expect(!none.contains("cost") && parsedNone.costUSD == nil)
     }
 
     @Test("the guest's encoding parses back to its outcomes")

@@ -90,7 +90,7 @@ struct StoppingTests {
         }
         #expect(!agentView.contains("cost"), "\(agentView)")
         let op = try exp.run("status", "--operator").stdout
-        #expect(op.contains("  coding agent cost: $0.0000 of $2.0000 (budget.max_cost_usd)"), "\(op)")
+        #expect(op.contains("  model spend (coding agent + benchmark): $0.0000 of $2.0000 (budget.max_cost_usd)"), "\(op)")
         let json = try #require(try exp.statusJSON()["budgets"] as? [[String: Any]])
         let gate = try #require(json.first { $0["setting"] as? String == "gate.budget" })
         #expect(gate["limit"] as? Double == 3 && gate["used"] as? Double == 1 && gate["spent"] as? Bool == false, "\(gate)")
@@ -100,6 +100,19 @@ struct StoppingTests {
         // The next start ends the frozen coding agent the kill left.
         try exp.setAgent(Agents.none)
         #expect(try exp.run("benchmark", "--task-ids", try exp.split().train[0]).status == 0)
+    }
+
+    @Test("budget.max_cost_usd counts the benchmark's model spend with the coding agent's: either alone below the limit, together at it, the run stops")
+    func costBudget() {
+        var config = ExperimentConfig(benchmark: "local")
+        config.maxCostUSD = 1
+        var used = RunCounters()
+        used.costUSD = 0.6
+        func cost() -> RunBudget { RunBudget.all(config: config, maxIterations: nil, maxHours: nil, used: used).first { $0.kind == .maxCost }! }
+        #expect(!cost().spent)
+        used.benchmarkCostUSD = 0.4
+        #expect(cost().spent && cost().stopReason.contains("$1.0000: the coding agent's and the benchmark's model spend"))
+        #expect(!cost().agentMaySee, "the cost account stays the operator's")
     }
 
     @Test("the back-off doubles from the second session in a row without progress and stops at 300 s")

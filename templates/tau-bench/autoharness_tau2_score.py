@@ -5,7 +5,8 @@
 Reads the simulations the runner saved (untrusted data: written by the process that hosted
 agent.py), evaluates each with tau2's own evaluate_simulation against the full task
 definitions from TAU2_DATA_DIR (the real data, which the runner never saw), and writes
-{task id: reward or null} to R. Per task, T/<encoded id>/ gets simulation.json, task.json
+{task id: reward or null} to R and {task id: dollars} (tau2's agent and user costs) to
+costs.json beside it. Per task, T/<encoded id>/ gets simulation.json, task.json
 and reward_info.json; the supervisor copies them into train traces only.
 """
 import argparse
@@ -55,10 +56,17 @@ except (OSError, ValueError) as e:
     simulations = []
 
 scores = {tid: [] for tid in wanted}
+costs = {}
 for raw in simulations:
     tid = str(raw.get("task_id")) if isinstance(raw, dict) else None
     if tid not in scores:
         continue
+    # The model spend tau2 recorded for the simulation (SimulationRun.agent_cost and
+    # user_cost, src/tau2/data_model/simulation.py), as the runner's process reported it.
+    for key in ("agent_cost", "user_cost"):
+        value = raw.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+            costs[tid] = costs.get(tid, 0.0) + float(value)
     trace = os.path.join(args.traces, encode(tid))
     os.makedirs(trace, exist_ok=True)
     with open(os.path.join(trace, "simulation.json"), "w", encoding="utf-8") as f:
@@ -85,4 +93,6 @@ for raw in simulations:
 rewards = {tid: (sum(v) / len(v) if v else None) for tid, v in scores.items()}
 with open(args.out, "w", encoding="utf-8") as f:
     json.dump(rewards, f, indent=2)
+with open(os.path.join(os.path.dirname(args.out), "costs.json"), "w", encoding="utf-8") as f:
+    json.dump(costs, f, indent=2)
 print("autoharness: scored %d of %d task(s)" % (sum(v is not None for v in rewards.values()), len(wanted)))

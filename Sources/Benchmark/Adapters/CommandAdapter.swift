@@ -89,7 +89,21 @@ public struct CommandAdapter: BenchmarkAdapter {
             if traces { r.trace = TraceCopy.directory(at: out, "traces/" + TraceName.encode(id)) }
             results[id] = r
         }
+        for (id, usd) in costs(out, ids: ids) { results[id]?.costUSD = usd }
         return results
+    }
+
+    /// `costs.json` beside rewards.json, if the command wrote one: `{"<task id>": dollars}`,
+    /// its model spend per task (for the operator's account and `budget.max_cost_usd`).
+    /// Ids not requested and values that are not finite non-negative numbers are ignored.
+    static func costs(_ out: Int32, ids: Set<String>) -> [String: Double] {
+        guard case .success(let bytes) = FileSystem.readSmallFile(at: out, "costs.json", limit: rewardsLimit),
+              let object = JSONValue.parse(bytes)?.object else { return [:] }
+        var out: [String: Double] = [:]
+        for (id, value) in object where ids.contains(id) {
+            if let x = value.number, x.isFinite, x >= 0, x < 1e7 { out[id] = x }
+        }
+        return out
     }
 }
 

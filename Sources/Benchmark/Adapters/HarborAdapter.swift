@@ -234,6 +234,20 @@ public struct HarborAdapter: BenchmarkAdapter {
         var trace: [(String, [UInt8])]
         /// Train runs: Harbor's exception and the verifier's failed tests (ctrf.json).
         var failures: [FailureEvidence] = []
+        /// The agent's model spend Harbor recorded (`TrialResult.agent_result.cost_usd`, or
+        /// its steps' for a multi-step trial: harbor/models/trial/result.py,
+        /// `compute_token_cost_totals`).
+        var costUSD: Double?
+    }
+
+    /// A trial's agent cost: `agent_result.cost_usd`, else the sum over `step_results[]`
+    /// (what Harbor's `TrialResult.compute_token_cost_totals` adds up); nil if none is a
+    /// finite, non-negative number.
+    static func cost(_ json: JSONValue) -> Double? {
+        func valid(_ v: JSONValue?) -> Double? { v?.number.flatMap { $0.isFinite && $0 >= 0 && $0 < 1e7 ? $0 : nil } }
+        if let a = json["agent_result"], !a.isNull { return valid(a["cost_usd"]) }
+        let steps = (json["step_results"]?.array ?? []).compactMap { valid($0["agent_result"]?["cost_usd"]) }
+        return steps.isEmpty ? nil : steps.reduce(0, +)
     }
 
     /// Reads every trial of the jobs directory and keys them on `task_name`.
@@ -276,6 +290,8 @@ public struct HarborAdapter: BenchmarkAdapter {
             // Evidence of every failing trial, the first trial's first.
             let evidence = list.filter { $0.status != .passed }.flatMap(\.failures)
             if traces && !evidence.isEmpty { r.failures = FailureEvidence.bounded(FailureEvidence.unique(evidence)) }
+            let costs = list.compactMap(\.costUSD)
+            r.costUSD = costs.isEmpty ? nil : costs.reduce(0, +)
             if traces { r.trace = list.count == 1 ? list[0].trace : list.enumerated().flatMap { i, t in t.trace.map { ("trial\(i + 1)-\($0.0)", $0.1) } } }
             results[task] = r
         }
@@ -312,6 +328,7 @@ public struct HarborAdapter: BenchmarkAdapter {
             trial.trace += TraceCopy.directory(at: dir, "agent", prefix: "agent-")
             trial.trace += TraceCopy.directory(at: dir, "verifier", prefix: "verifier-")
         }
+        trial.costUSD = Self.cost(json)
         var exception: String?
         if let e = json["exception_info"], !e.isNull {
             let type = e["exception_type"]?.string ?? "exception"

@@ -382,6 +382,8 @@ struct ToolTaskResult {
     var trace: [(String, [UInt8])] = []
     /// Train runs: the failing checks the tool's own results name (`FailureParsers`).
     var failures: [FailureEvidence]?
+    /// The tool's model spend for the task (`TaskOutcome.costUSD`).
+    var costUSD: Double?
 }
 
 extension ToolRun {
@@ -398,6 +400,7 @@ extension ToolRun {
             if r.status == .passed && !outcome.passed { outcome.status = .failed }
             if r.status == .failed && outcome.passed { outcome.status = .passed }
             if !context.heldOut && !outcome.passed { outcome.failures = r.failures }
+            outcome.costUSD = r.costUSD
             if !context.heldOut, let dir = context.traceDirectory(id) {
                 writeTrace(dir, outcome: outcome, files: r.trace + logs())
             }

@@ -44,6 +44,7 @@ public struct GuestRequest: Codable, Sendable, Equatable {
 ///     ahvm1 begin
 ///     outcome <id> <reward> <status>        one per requested id, any order
 ///     violation <agent|tool> <kind> <name> <count>
+///     cost <dollars>                        at most once: the tools' model spend, summed
 ///     ahvm1 end <outcomes>
 ///
 /// The host's parser (`GuestAnswer.parse`) is strict: an id that was not asked for, a
@@ -61,6 +62,9 @@ public struct GuestAnswer: Sendable, Equatable {
 
     public var outcomes: [TaskOutcome]
     public var violations: [Violation]
+    /// The benchmark tools' model spend over the run, summed in the guest (nil: none
+    /// reported). The operator's account, like the host runtime's per-task costs.
+    public var costUSD: Double?
 
     /// The most the host reads from the port (a real answer for 10 000 tasks is ~600 KiB).
     public static let maxBytes = 2 << 20
@@ -96,9 +100,13 @@ public struct GuestAnswer: Sendable, Equatable {
                 lines.append("violation \(actor) \(key) \(counts[key]!.1)")
             }
         }
+        if let c = TaskOutcome.cost(outcomes), c.isFinite, c >= 0, c < maxCost { lines.append("cost \(String(format: "%.6f", c))") }
         lines.append("ahvm1 end \(outcomes.count)")
         return lines.joined(separator: "\n") + "\n"
     }
+
+    /// The largest spend a cost line may carry.
+    static let maxCost = 1e7
 
     static func isName(_ s: String) -> Bool {
         !s.isEmpty && s.utf8.count <= 128 && s.utf8.allSatisfy { c in
@@ -119,6 +127,7 @@ public struct GuestAnswer: Sendable, Equatable {
         var outcomes: [TaskOutcome] = []
         var seen: Set<String> = []
         var violations: [Violation] = []
+        var cost: Double?
         var ended = false
         for (i, line) in lines.enumerated().dropFirst() {
             guard !ended else { throw AnswerError("line \(i + 1): text after the end line") }
@@ -151,6 +160,11 @@ public struct GuestAnswer: Sendable, Equatable {
                 }
                 guard violations.count < maxViolations else { throw AnswerError("more than \(maxViolations) violation lines") }
                 violations.append(Violation(agent: f[1] == "agent", kind: kind, name: f[3], count: n))
+            case "cost":
+                guard f.count == 2, cost == nil, let c = Double(f[1]), c.isFinite, c >= 0, c < maxCost else {
+                    throw AnswerError("line \(i + 1): a malformed or repeated cost line")
+                }
+                cost = c
             case "ahvm1":
                 guard f.count == 3, f[1] == "end", Int(f[2]) == outcomes.count else { throw AnswerError("line \(i + 1): a bad end line") }
                 ended = true
@@ -160,7 +174,7 @@ public struct GuestAnswer: Sendable, Equatable {
         }
         guard ended else { throw AnswerError("the answer has no end line (the guest stopped before it finished)") }
         guard seen == wanted else { throw AnswerError("\(wanted.count - seen.count) requested task(s) have no outcome") }
-        return GuestAnswer(outcomes: outcomes, violations: violations)
+        return GuestAnswer(outcomes: outcomes, violations: violations, costUSD: cost)
     }
 
     /// Puts the answer's violations into `agent` and `tool`, as the host's sandboxes would have.

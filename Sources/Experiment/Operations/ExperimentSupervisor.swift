@@ -205,7 +205,7 @@ public final class ExperimentSupervisor {
         var items: [(RecordKind, any Encodable)] = [
             (.split, SplitRecord(train: split.train, test: split.test, seed: split.metadata.seed)),
             (.baseline, BaselineRecord(valScore: val, testTasks: split.test.count, tasksPassed: outcomes.filter(\.passed).count,
-                                       tasksTotal: outcomes.count, agentSHA256: snap.sha256)),
+                                       tasksTotal: outcomes.count, agentSHA256: snap.sha256, costUSD: TaskOutcome.cost(outcomes))),
             (.iteration, IterationRecord(iteration: 0, valScore: val, commit: "baseline", evalsPassed: 0, evalsTotal: 0,
                                          timestamp: isoTimestamp(), agentSHA256: snap.sha256)),
         ]
@@ -282,7 +282,8 @@ public final class ExperimentSupervisor {
             var items: [(RecordKind, any Encodable)] = [(.trainRun, TrainRunRecord(
                 timestamp: isoTimestamp(), agentSHA256: snap.sha256,
                 results: Dictionary(uniqueKeysWithValues: outcomes.map { ($0.id, $0.reward) }),
-                statuses: Dictionary(uniqueKeysWithValues: outcomes.map { ($0.id, $0.status.rawValue) })))]
+                statuses: Dictionary(uniqueKeysWithValues: outcomes.map { ($0.id, $0.status.rawValue) }),
+                costUSD: TaskOutcome.cost(outcomes)))]
             if let evidence = FailureEvidenceRecord.observed(outcomes, train: train, source: "train run", agentSHA256: snap.sha256,
                                                              batch: s.batches.last?.revealed.batch) {
                 items.append((.failureEvidence, evidence))
@@ -454,6 +455,7 @@ public final class ExperimentSupervisor {
             try beforeHeldOut()
             heldOutBegan = true
             let testOutcomes = try runHeldOut(split.test, agent: snap.directory, audit: heldOutAudit)
+            result.heldOutCostUSD = TaskOutcome.cost(testOutcomes)
             let val = HeldOutScore.val(split.test, testOutcomes, policy: config.timeoutPolicy)
             result.valScore = val
             // What beats what (`HeldOutScore`): the split's mean against the best (agent), or
@@ -484,6 +486,7 @@ public final class ExperimentSupervisor {
                 result.outcome = .accepted
             }
         }
+        result.trainCostUSD = TaskOutcome.cost(suiteOutcomes + promotionOutcomes)
         // What the suite and promotion phases (train tasks only) showed failing; recorded after
         // the attempt's row, so an accepted gate's passing runs resolve records by this attempt.
         let evidence = FailureEvidenceRecord.observed(suiteOutcomes + promotionOutcomes, train: Set(split.train), source: "gate",
@@ -778,7 +781,11 @@ public final class ExperimentSupervisor {
         }
         result.answer.record(agent: audit.agent, tool: audit.tool)
         log?("held-out VM: \(ids.count) task(s) answered; boot \(String(format: "%.1f", result.bootSeconds)) s, whole VM \(String(format: "%.1f", result.totalSeconds)) s")
-        return result.answer.outcomes
+        // The guest sends the tools' spend as one total (nothing per held-out task crosses
+        // back): carried on the first outcome, so the phase's sum is that total.
+        var outcomes = result.answer.outcomes
+        if let cost = result.answer.costUSD, !outcomes.isEmpty { outcomes[0].costUSD = cost }
+        return outcomes
     }
 
     /// The longest the held-out tasks can take at `max_concurrency`, from each task's own

@@ -15,6 +15,9 @@ public struct RunCounters: Sendable, Equatable {
     public var crashes = 0
     /// What the coding agent's CLI reported spending in this run, in dollars.
     public var costUSD = 0.0
+    /// What the benchmark's tools reported spending on its models in this run (train and
+    /// held-out runs alike), in dollars.
+    public var benchmarkCostUSD = 0.0
     /// Hours since this invocation of `autoharness run` started.
     public var hours = 0.0
     public init() {}
@@ -57,7 +60,7 @@ public struct RunBudget: Sendable, Equatable {
         case .gateBudget: return "gate budget \(m) spent"
         case .maxNonImproving: return "\(n) consecutive gates without improvement (gate.max_non_improving \(m))"
         case .maxCost:
-            return "budget.max_cost_usd \(AgentUsage.dollars(limit ?? 0)) reached (the coding agent reported \(AgentUsage.dollars(used ?? 0)))"
+            return "budget.max_cost_usd \(AgentUsage.dollars(limit ?? 0)) reached (\(AgentUsage.dollars(used ?? 0)): the coding agent's and the benchmark's model spend as they reported it)"
         case .maxRestarts:
             return "\(n) sessions of the coding agent in a row ended without progress (no benchmark of a new agent.py, no gate: "
                 + "only refused, repeated or status requests, or none) and coding_agent.max_restarts is \(m)"
@@ -94,8 +97,8 @@ public struct RunBudget: Sendable, Equatable {
             RunBudget(kind: .maxNonImproving, setting: "gate.max_non_improving", counts: "rejected gates in a row",
                       limit: positive(Double(config.maxNonImproving)), used: u.map { Double($0.rejectedInARow) }),
             RunBudget(kind: .maxHours, setting: "--max-hours", counts: "hours", limit: maxHours, used: u.map(\.hours)),
-            RunBudget(kind: .maxCost, setting: "budget.max_cost_usd", counts: "coding agent cost", limit: positive(config.maxCostUSD),
-                      used: u.map(\.costUSD)),
+            RunBudget(kind: .maxCost, setting: "budget.max_cost_usd", counts: "model spend (coding agent + benchmark)", limit: positive(config.maxCostUSD),
+                      used: u.map { $0.costUSD + $0.benchmarkCostUSD }),
             RunBudget(kind: .maxRestarts, setting: "coding_agent.max_restarts", counts: "restarts after sessions without progress, in a row",
                       limit: Double(config.codingAgent.maxRestarts), used: u.map { Double($0.withoutProgress) }),
             RunBudget(kind: .maxCrashes, setting: "coding_agent.max_crashes", counts: "crashes in a row",
@@ -116,6 +119,7 @@ extension ExperimentState {
         c.withoutProgress = last?.withoutProgress ?? 0
         c.crashes = last?.crashes ?? 0
         c.costUSD = agentUsage(run: run.runID).costUSD ?? 0
+        c.benchmarkCostUSD = openRunBenchmarkCost.total
         if let since = openRunSince.flatMap(Timestamp.parse) { c.hours = max(0, now.timeIntervalSince(since) / 3600) }
         return c
     }

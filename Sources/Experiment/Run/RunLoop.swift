@@ -110,6 +110,8 @@ public final class RunLoop: @unchecked Sendable {
     private var gates = 0
     private var accepted = 0
     private var nonImproving = 0
+    /// The benchmark tools' model spend in this run, from the ledger after each request.
+    private var benchmarkSpend = 0.0
     private var requestsThisStart = 0
     /// A request of the current session ran something new (`SessionOutcome.progress`).
     private var progressThisStart = false
@@ -196,6 +198,7 @@ public final class RunLoop: @unchecked Sendable {
         runID = state.openRun?.runID ?? Self.newRunID()
         gates = state.openRunGates
         accepted = state.openRunAccepted
+        benchmarkSpend = state.openRunBenchmarkCost.total
         nonImproving = state.openRunRejectedInARow
         // A resumed run goes on counting where its last recorded session left off.
         let counted = state.openRunCounters()
@@ -400,6 +403,7 @@ public final class RunLoop: @unchecked Sendable {
         var c = RunCounters()
         (c.gates, c.accepted, c.rejectedInARow) = (gates, accepted, nonImproving)
         c.costUSD = (runUsage + (meter?.usage ?? AgentUsage())).costUSD ?? 0
+        c.benchmarkCostUSD = benchmarkSpend
         c.hours = Date().timeIntervalSince(startedAt) / 3600
         return RunBudget.all(config: config, maxIterations: settings.maxIterations, maxHours: settings.maxHours, used: c)
     }
@@ -650,6 +654,7 @@ public final class RunLoop: @unchecked Sendable {
                     // The same bytes benchmarked again show nothing new: a repeat, not progress.
                     let repeated = try supervisor.state().trainRuns.contains { $0.agentSHA256 == snap.sha256 }
                     let outcomes = try supervisor.runBenchmark(taskIDs: ids, actor: "coding agent", agent: snap)
+                    benchmarkSpend = (try? supervisor.state().openRunBenchmarkCost.total) ?? benchmarkSpend
                     if !repeated { progressThisStart = true }
                     return BrokerReply(stdout: AgentText.benchmark(outcomes), stderr: notice, exit: 0)
                 case .gate:
@@ -715,6 +720,7 @@ public final class RunLoop: @unchecked Sendable {
                 // Counted from the ledger's start rows, so a gate that failed after it began
                 // (a full disk, a crashed tool) still spent budget.
                 gates = (try? supervisor.state().openRunGates) ?? gates + 1
+                benchmarkSpend = (try? supervisor.state().openRunBenchmarkCost.total) ?? benchmarkSpend
             }
             // Checked again as the held-out phase begins: the kernel must still say frozen
             // (or, stopped, not one process of the agent may be left).

@@ -52,6 +52,8 @@ public enum AgentText {
         let accepted = s.facts.iterations.count - 1
         usage["cost_per_accepted_usd"] = u.costUSD.map { accepted > 0 ? $0 / Double(accepted) as Any : NSNull() } ?? NSNull()
         extra["coding_agent_usage"] = usage
+        let c = s.benchmarkCost
+        extra["benchmark_cost_usd"] = c.reported ? ["train": c.train, "held_out": c.heldOut] as Any : NSNull()
         return statusJSON(s.facts, extra: extra)
     }
 
@@ -104,6 +106,10 @@ public enum AgentText {
             if let c = op.usage.costUSD, f.iterations.count > 1 {
                 out += "  cost per accepted improvement: \(AgentUsage.dollars(c / Double(f.iterations.count - 1)))\n"
             }
+        }
+        if let op, op.benchmarkCost.reported {
+            let c = op.benchmarkCost
+            out += "benchmark model spend: train \(AgentUsage.dollars(c.train)), held-out \(AgentUsage.dollars(c.heldOut)) (as its tools reported it)\n"
         }
         if let run = f.openRunID { out += "run \(run) in progress or interrupted (`autoharness run` resumes it)\n" }
         if let op, f.openRunID == nil, let end = op.lastRunEnd {

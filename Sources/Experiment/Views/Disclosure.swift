@@ -150,11 +150,14 @@ public struct OperatorStatus: Sendable {
     public let lastRunEnd: RunEndedRecord?
     public let sessions: Int
     public let usage: AgentUsage
-    fileprivate init(facts: StatusFacts, lastRunEnd: RunEndedRecord?, sessions: Int, usage: AgentUsage) {
+    /// The benchmark tools' model spend: train and held-out totals, never per held-out task.
+    public let benchmarkCost: ExperimentState.BenchmarkCost
+    fileprivate init(facts: StatusFacts, lastRunEnd: RunEndedRecord?, sessions: Int, usage: AgentUsage, benchmarkCost: ExperimentState.BenchmarkCost) {
         self.facts = facts
         self.lastRunEnd = lastRunEnd
         self.sessions = sessions
         self.usage = usage
+        self.benchmarkCost = benchmarkCost
     }
 }
 
@@ -189,7 +192,7 @@ public enum Disclosure {
     /// `status --operator`: everything the ledger holds.
     public static func operatorStatus(_ s: ExperimentState, config: ExperimentConfig) -> OperatorStatus {
         OperatorStatus(facts: facts(s, config: config, level: nil, label: "operator", heldOut: true, cost: true),
-                       lastRunEnd: s.lastRunEnd, sessions: s.agentSessions.count, usage: s.agentUsage)
+                       lastRunEnd: s.lastRunEnd, sessions: s.agentSessions.count, usage: s.agentUsage, benchmarkCost: s.benchmarkCost)
     }
 
     private static func facts(_ s: ExperimentState, config: ExperimentConfig, level: ExperimentConfig.Disclosure?, label: String,

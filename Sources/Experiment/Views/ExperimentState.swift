@@ -23,6 +23,8 @@ public struct BaselineRecord: Codable, Sendable {
     public var tasksPassed: Int
     public var tasksTotal: Int
     public var agentSHA256: String
+    /// The benchmark tools' model spend over every task (`TaskOutcome.cost`); operator only.
+    public var costUSD: Double? = nil
 }
 
 public struct TrainRunRecord: Codable, Sendable {
@@ -30,6 +32,8 @@ public struct TrainRunRecord: Codable, Sendable {
     public var agentSHA256: String
     public var results: [String: Double]
     public var statuses: [String: String]
+    /// The benchmark tools' model spend for the run (`TaskOutcome.cost`); operator only.
+    public var costUSD: Double? = nil
 }
 
 public struct GateStartedRecord: Codable, Sendable {
@@ -63,6 +67,10 @@ public struct GateAttemptRecord: Codable, Sendable {
     public var revealedTasks: Int?
     /// `timeout_policy: infra`: held-out tasks left out of both means (timed out in this run).
     public var heldOutLeftOut: Int?
+    /// The benchmark tools' model spend in its train phases and in its held-out phase, as
+    /// totals (never per held-out task); operator only.
+    public var trainCostUSD: Double?
+    public var heldOutCostUSD: Double?
 
     /// How the attempt ended, for records of any age.
     public var verdict: GateOutcome { outcome ?? GateOutcome(legacyReason: reason, accepted: accepted) }
@@ -302,6 +310,22 @@ public struct ExperimentState: Sendable {
     public var batches: [Batch] = []
     /// `timeout_policy: infra`: the baseline's and accepted gates' per-task held-out results.
     public var heldOutResults: [HeldOutResultsRecord] = []
+    /// The benchmark tools' model spend, as they reported it: on train tasks and on held-out
+    /// ones (the baseline's and gates'), over the experiment and in the open run.
+    public var benchmarkCost = BenchmarkCost()
+    public var openRunBenchmarkCost = BenchmarkCost()
+
+    public struct BenchmarkCost: Sendable, Equatable {
+        public var train = 0.0
+        public var heldOut = 0.0
+        /// Whether any run reported a cost at all (else "not reported", not $0).
+        public var reported = false
+        public var total: Double { train + heldOut }
+        mutating func add(train t: Double?, heldOut h: Double?) {
+            if let t { train += t; reported = true }
+            if let h { heldOut += h; reported = true }
+        }
+    }
     /// The last row replayed into this state: the head the views rendered from it stand for.
     public var head = LedgerHead(seq: 0, hash: Ledger.genesisHash)
 
@@ -350,12 +374,16 @@ public struct ExperimentState: Sendable {
             switch r.kind {
             case .experimentCreated: created = try r.decode(ExperimentCreated.self)
             case .split: split = try r.decode(SplitRecord.self)
-            case .baseline: baseline = try r.decode(BaselineRecord.self)
+            case .baseline:
+                baseline = try r.decode(BaselineRecord.self)
+                benchmarkCost.add(train: nil, heldOut: baseline?.costUSD)
             case .trainRun:
                 let run = try r.decode(TrainRunRecord.self)
                 latestTrainRun = run
                 trainRuns.append(run)
                 latestTrainRewards.merge(run.results) { $1 }
+                benchmarkCost.add(train: run.costUSD, heldOut: nil)
+                if openRun != nil { openRunBenchmarkCost.add(train: run.costUSD, heldOut: nil) }
                 if let i = batches.indices.last { batches[i].trainRuns += 1 }
             case .gateStarted:
                 let g = try r.decode(GateStartedRecord.self)
@@ -366,6 +394,8 @@ public struct ExperimentState: Sendable {
             case .gateAttempt:
                 let a = try r.decode(GateAttemptRecord.self)
                 gateAttempts.append(a)
+                benchmarkCost.add(train: a.trainCostUSD, heldOut: a.heldOutCostUSD)
+                if openRun != nil { openRunBenchmarkCost.add(train: a.trainCostUSD, heldOut: a.heldOutCostUSD) }
                 lastAttempt = max(lastAttempt, a.attempt)
                 if openRun != nil && a.accepted { openRunAccepted += 1 }
                 if openRun != nil && a.verdict != .interrupted { openRunRejectedInARow = a.accepted ? 0 : openRunRejectedInARow + 1 }
@@ -390,6 +420,7 @@ public struct ExperimentState: Sendable {
             case .runStarted:
                 let run = try r.decode(RunStartedRecord.self)
                 if openRun?.runID != run.runID {
+                    openRunBenchmarkCost = BenchmarkCost()
                     openRunGates = 0
                     openRunAccepted = 0
                     openRunRejectedInARow = 0
@@ -401,6 +432,7 @@ public struct ExperimentState: Sendable {
                 lastRunEnd = try r.decode(RunEndedRecord.self)
                 openRun = nil
                 openRunSince = nil
+                openRunBenchmarkCost = BenchmarkCost()
                 openRunGates = 0
                 openRunAccepted = 0
                 openRunRejectedInARow = 0

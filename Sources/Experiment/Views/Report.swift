@@ -21,6 +21,11 @@ public enum Report {
             }
             body += " <small>(as the agent's CLI reported it)</small></p>\n"
         }
+        if s.benchmarkCost.reported {
+            let c = s.benchmarkCost
+            body += "<p class=\"summary\">benchmark model spend: train <b>\(AgentUsage.dollars(c.train))</b> · held-out <b>\(AgentUsage.dollars(c.heldOut))</b>"
+            body += " <small>(as its tools reported it; held-out as totals only)</small></p>\n"
+        }
 
         // val_score per gate attempt, accepted vs rejected, best-so-far line.
         var points: [(x: Double, y: Double, cls: String, label: String)] = []

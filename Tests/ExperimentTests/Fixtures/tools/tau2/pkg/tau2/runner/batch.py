@@ -72,7 +72,7 @@ def run_domain(config):
                                         turn_idx=len(messages)).model_dump())
         raw = {"id": str(uuid.uuid4()), "task_id": task.id, "start_time": start, "end_time": datetime.datetime.now().isoformat(),
                "duration": 0.1, "termination_reason": "max_steps" if (k == 0 and mode == "max_steps") else "agent_stop",
-               "agent_cost": 0.0, "user_cost": 0.0, "reward_info": None, "messages": messages, "ticks": None,
+               "agent_cost": 0.0125, "user_cost": 0.0025, "reward_info": None, "messages": messages, "ticks": None,
                "trial": 0, "seed": 626729}
         reward = evaluate_simulation(SimulationRun(raw), task, EvaluationType.ALL, False, config.domain)
         raw["reward_info"] = reward.model_dump()
