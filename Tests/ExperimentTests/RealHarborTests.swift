@@ -69,6 +69,7 @@ struct RealHarborTests {
 
             async def run(self, instruction, environment, context):
                 context.n_input_tokens = 10
+                context.cost_usd = 0.0125
                 if \(solves ? "True" : "False"):
                     r = await environment.exec("cp seed.txt out.txt && ls")
                     print("exec:", r.return_code, r.stdout)
@@ -112,6 +113,9 @@ struct RealHarborTests {
             #expect(checks.contains { $0["check"] as? String == "trial" && $0["error_class"] as? String == "AgentTimeoutError" } == id.hasPrefix("sleepy"), "\(id): \(checks)")
         }
         #expect(try exp.run(["failures"], environment: [:]).stdout.contains("AssertionError in `tests/test_outputs.py::test_out_matches_seed`"))
+        // Harbor's own record of the agent's spend (agent_result.cost_usd), summed per run.
+        let spent = try #require(try exp.rows("train_run").last?["costUSD"] as? Double)
+        #expect(abs(spent - 0.0125 * Double(split.train.count)) < 1e-9, "\(spent)")
 
         try exp.setAgent(Self.agent(solves: true))
         let b = try exp.run(["benchmark"], environment: [:])
