@@ -47,6 +47,16 @@ struct ExplorerTests {
         #expect(d.hunks.count == 1 && d.hunks[0].header == "@@ -7,7 +7,7 @@" && d.added == 1 && d.removed == 1)
         #expect(d.hunks[0].lines.map(\.kind) == [.same, .same, .same, .removed, .added, .same, .same, .same])
         #expect(LineDiff(old: old, new: old).hunks.isEmpty)
+
+        // A large file with one edit: only the region between the common prefix and suffix is
+        // diffed; a rewrite over the cap is counted, not diffed.
+        let big = (1...200_000).map { "x = \($0)" }
+        var edited = big
+        edited[123_456] = "x = changed"
+        let one = LineDiff(old: big.joined(separator: "\n"), new: edited.joined(separator: "\n"))
+        #expect(!one.tooLarge && one.added == 1 && one.removed == 1 && one.hunks.count == 1 && one.hunks[0].header == "@@ -123454,7 +123454,7 @@")
+        let rewrite = LineDiff(old: big.prefix(8_000).joined(separator: "\n"), new: big.prefix(8_000).map { $0 + "!" }.joined(separator: "\n"))
+        #expect(rewrite.tooLarge && rewrite.hunks.isEmpty && rewrite.added == 8_000 && rewrite.removed == 8_000)
     }
 
     @Test("Python lines are coloured and every character of the source is text, never markup")
@@ -54,7 +64,7 @@ struct ExplorerTests {
         #expect(PythonHighlight.html("def run(self, x):  # go") ==
                 "<span class=\"py-k\">def</span> <span class=\"py-f\">run</span>(<span class=\"py-k\">self</span>, x):  <span class=\"py-c\"># go</span>")
         #expect(PythonHighlight.html("s = 'a\\'<b>' + \"</span>\" if 3.5e2 else None") ==
-                "s = <span class=\"py-s\">'a\\'&lt;b&gt;'</span> + <span class=\"py-s\">&quot;&lt;/span&gt;&quot;</span> <span class=\"py-k\">if</span> "
+                "s = <span class=\"py-s\">&#39;a\\&#39;&lt;b&gt;&#39;</span> + <span class=\"py-s\">&quot;&lt;/span&gt;&quot;</span> <span class=\"py-k\">if</span> "
                 + "<span class=\"py-n\">3.5e2</span> <span class=\"py-k\">else</span> <span class=\"py-k\">None</span>")
         let hostile = "<script>&\"x\"</script><!-- 'unterminated"
         let out = PythonHighlight.html(hostile)
@@ -63,6 +73,12 @@ struct ExplorerTests {
         let text = out.replacingOccurrences(of: "<span class=\"py-[a-z]\">", with: "", options: .regularExpression)
             .replacingOccurrences(of: "</span>", with: "")
         #expect(text == Report.esc(hostile))
+        // A prepended scalar makes `<` part of one Character with it: escaped all the same.
+        let prepended = "# \u{0600}<script \u{0600}>x\u{0600}</script>"
+        let highlighted = PythonHighlight.html(prepended).replacingOccurrences(of: "<span class=\"py-c\">", with: "").replacingOccurrences(of: "</span>", with: "")
+        #expect(!highlighted.unicodeScalars.contains { $0 == "<" || $0 == ">" }, "\(highlighted)")
+        #expect(!Report.esc(prepended).unicodeScalars.contains { $0 == "<" || $0 == ">" })
+        #expect(Report.esc("it's") == "it&#39;s")
     }
 
     @Test("each attempt is compared with the last accepted agent.py before it, and shows the clusters its train phases resolved and broke")

@@ -633,6 +633,7 @@ struct ReportTests {
 
             # </pre></details><script>document.title="PWNED"</script><img src=x onerror="document.title='PWNED'">
             NOTE = "</span><b id='injected'>bold</b>"
+            X = 1  # \u{0600}<script \u{0600}>document.title='PWNED'//\u{0600}</script \u{0600}>
 
             """)
         #expect(try exp.run("gate").status == 0)

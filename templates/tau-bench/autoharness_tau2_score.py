@@ -11,6 +11,7 @@ and reward_info.json; the supervisor copies them into train traces only.
 """
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -65,7 +66,7 @@ for raw in simulations:
     # user_cost, src/tau2/data_model/simulation.py), as the runner's process reported it.
     for key in ("agent_cost", "user_cost"):
         value = raw.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
             costs[tid] = costs.get(tid, 0.0) + float(value)
     trace = os.path.join(args.traces, encode(tid))
     os.makedirs(trace, exist_ok=True)

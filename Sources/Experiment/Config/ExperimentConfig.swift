@@ -60,7 +60,8 @@ public struct ExperimentConfig: Sendable, Equatable {
     public enum TimeoutPolicy: String, Sendable, CaseIterable {
         /// It scores 0, like any other failure (upstream's default).
         case agent
-        /// It is left out of the mean, on both sides of the gate's comparison (`HeldOutScore`).
+        /// The operator also sees the mean over the tasks that finished; the gate decides and
+        /// discloses as under `agent` (`HeldOutScore`).
         case infra
     }
     // loop:

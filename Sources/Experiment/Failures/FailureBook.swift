@@ -108,19 +108,33 @@ public struct FailureBook: Sendable {
     public private(set) var clusters: [Cluster] = []
 
     public init(_ s: ExperimentState) {
-        // Only train tasks ever become records, whatever a row holds.
-        let train = Set(s.split?.train ?? [])
+        var replay = Replay(train: Set(s.split?.train ?? []))
+        for event in s.failureEvents { replay.apply(event) }
+        self.init(replay: replay, proposals: s.clusterProposals)
+    }
+
+    /// The records' life, event by event (`FailureEvent`): a book is one replay of every
+    /// event; the report's explorer looks at the replay between events.
+    struct Replay {
+        /// Only train tasks ever become records, whatever a row holds.
+        let train: Set<String>
         var byKey: [String: Record] = [:]
         var order: [String] = []
         var keysOfTask: [String: [String]] = [:]
-        var signatures: [String: String] = [:]  // cluster id -> signature
-        // Per record: the agent.py whose run last did not show it (while not resolved).
+        /// cluster id -> signature
+        var signatures: [String: String] = [:]
+        /// Per record: the agent.py whose run last did not show it (while not resolved).
         var fixedBy: [String: String] = [:]
-        // agent.py sha256 -> the first gate attempt that accepted it.
+        /// agent.py sha256 -> the first gate attempt that accepted it.
         var accepted: [String: Int] = [:]
-        func key(_ task: String, _ cluster: String) -> String { task + "\u{0}" + cluster }
+        /// The normaliser's result per distinct evidence (it is the costly part).
+        var memo: [FailureEvidence: (signature: String, cluster: String)] = [:]
 
-        for event in s.failureEvents {
+        init(train: Set<String>) { self.train = train }
+
+        static func key(_ task: String, _ cluster: String) -> String { task + "\u{0}" + cluster }
+
+        mutating func apply(_ event: FailureEvent) {
             switch event {
             case .accepted(let attempt, let sha):
                 if accepted[sha] == nil { accepted[sha] = attempt }
@@ -134,10 +148,16 @@ public struct FailureBook: Sendable {
                     let sighting = Sighting(seq: seq, time: time, source: row.source, attempt: row.attempt, batch: row.batch)
                     var seen: Set<String> = []
                     for e in evidence {
-                        let signature = FailureSignature.of(e)
-                        let cluster = FailureSignature.clusterID(signature)
+                        let (signature, cluster): (String, String)
+                        if let m = memo[e] {
+                            (signature, cluster) = m
+                        } else {
+                            signature = FailureSignature.of(e)
+                            cluster = FailureSignature.clusterID(signature)
+                            memo[e] = (signature, cluster)
+                        }
                         signatures[cluster] = signature
-                        let k = key(task, cluster)
+                        let k = Self.key(task, cluster)
                         guard seen.insert(k).inserted else { continue }
                         if var r = byKey[k] {
                             r.occurrences += 1
@@ -169,10 +189,17 @@ public struct FailureBook: Sendable {
                 }
             }
         }
-        records = order.map { byKey[$0]! }.sorted { ($0.task, $0.cluster) < ($1.task, $1.cluster) }
 
+        /// Records open now (task and cluster keys), and clusters with a record not resolved.
+        var openKeys: Set<String> { Set(byKey.filter { $0.value.state == .open }.keys) }
+        var unresolvedClusters: Set<String> { Set(byKey.values.filter { $0.state != .resolved }.map(\.cluster)) }
+    }
+
+    init(replay: Replay, proposals given: [(time: String, record: ClusterProposalRecord)]) {
+        records = replay.order.map { replay.byKey[$0]! }.sorted { ($0.task, $0.cluster) < ($1.task, $1.cluster) }
+        let signatures = replay.signatures
         var proposals: [String: [Proposal]] = [:]
-        for (time, p) in s.clusterProposals {
+        for (time, p) in given {
             proposals[p.cluster, default: []].append(Proposal(time: time, by: p.actor, label: p.label, mergeWith: p.mergeWith))
         }
         var built: [Cluster] = []

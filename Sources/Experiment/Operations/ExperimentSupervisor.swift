@@ -201,15 +201,16 @@ public final class ExperimentSupervisor {
             split = SplitFile.make(baselinePassed: passed, created: isoTimestamp())
         }
         try AtomicFile.write([UInt8](split.encoded()), to: layout.split, mode: 0o600)
-        let val = HeldOutScore.val(split.test, outcomes, policy: config.timeoutPolicy)
+        let val = HeldOutScore.val(split.test, outcomes)
+        var baselineRecord = BaselineRecord(valScore: val, testTasks: split.test.count, tasksPassed: outcomes.filter(\.passed).count,
+                                            tasksTotal: outcomes.count, agentSHA256: snap.sha256, costUSD: TaskOutcome.cost(outcomes))
+        if config.timeoutPolicy == .infra { (baselineRecord.valScoreFinished, baselineRecord.heldOutTimedOut) = HeldOutScore.finished(split.test, outcomes) }
         var items: [(RecordKind, any Encodable)] = [
             (.split, SplitRecord(train: split.train, test: split.test, seed: split.metadata.seed)),
-            (.baseline, BaselineRecord(valScore: val, testTasks: split.test.count, tasksPassed: outcomes.filter(\.passed).count,
-                                       tasksTotal: outcomes.count, agentSHA256: snap.sha256, costUSD: TaskOutcome.cost(outcomes))),
+            (.baseline, baselineRecord),
             (.iteration, IterationRecord(iteration: 0, valScore: val, commit: "baseline", evalsPassed: 0, evalsTotal: 0,
                                          timestamp: isoTimestamp(), agentSHA256: snap.sha256)),
         ]
-        if config.timeoutPolicy == .infra { items.append((.heldOutResults, HeldOutScore.record(split.test, outcomes, attempt: nil))) }
         let splitRecord = SplitRecord(train: split.train, test: split.test, seed: split.metadata.seed)
         if let first = RollingBatches.first(splitRecord, config: config) { items.append((.batchRevealed, first)) }
         items += violations(audit, during: "baseline", heldOut: true)
@@ -371,11 +372,6 @@ public final class ExperimentSupervisor {
         guard try state().prepared else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
         let s = try settleBatches()
         guard let split = s.split else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
-        if config.timeoutPolicy == .infra && s.heldOutIncumbent == nil {
-            throw ExperimentError(.state, "\(layout.config): timeout_policy: infra compares each gate task by task with the last accepted held-out run, "
-                + "and none was kept (the policy was agent when it ran); timeout_policy must be set before prepare. Set it back to agent, "
-                + "or start a new experiment; the gate was not run and not counted")
-        }
         // Numbered and counted by its start row, appended (and synced) before any task runs:
         // a gate whose outcome is lost still used its look at the held-out split.
         let attempt = s.lastAttempt + 1
@@ -437,7 +433,6 @@ public final class ExperimentSupervisor {
                                 suiteTotal: s.suite.count, valScore: nil, bestBefore: s.best, promoted: [], commit: nil, iteration: nil)
         let batched = s.currentBatch != nil
         let before = FailureBook(s)
-        var heldOutKept: HeldOutResultsRecord?
         result.batch = s.currentBatch?.revealed.batch
 
         // (1) regression suite, train split
@@ -456,20 +451,14 @@ public final class ExperimentSupervisor {
             heldOutBegan = true
             let testOutcomes = try runHeldOut(split.test, agent: snap.directory, audit: heldOutAudit)
             result.heldOutCostUSD = TaskOutcome.cost(testOutcomes)
-            let val = HeldOutScore.val(split.test, testOutcomes, policy: config.timeoutPolicy)
+            // Every task of the split counts under either policy (`HeldOutScore`); infra adds
+            // the operator's view of the tasks that finished.
+            let val = HeldOutScore.val(split.test, testOutcomes)
             result.valScore = val
-            // What beats what (`HeldOutScore`): the split's mean against the best (agent), or
-            // both means over the tasks this run finished against the incumbent's (infra).
-            var improvement = val - (s.best ?? 0)
-            var needed = config.requiredImprovement(testTasks: split.test.count)
-            if config.timeoutPolicy == .infra, let incumbent = s.heldOutIncumbent {
-                let p = HeldOutScore.paired(split.test, candidate: testOutcomes, incumbent: incumbent)
-                improvement = p.scored == 0 ? -1 : p.candidate - p.incumbent
-                needed = config.requiredImprovement(testTasks: max(1, p.scored))
-                result.heldOutLeftOut = p.leftOut
-                heldOutKept = HeldOutScore.record(split.test, testOutcomes, attempt: attempt)
-            }
-            if improvement <= needed + 1e-9 {
+            if config.timeoutPolicy == .infra { (result.valScoreFinished, result.heldOutTimedOut) = HeldOutScore.finished(split.test, testOutcomes) }
+            let best = s.best ?? 0
+            let needed = config.requiredImprovement(testTasks: split.test.count)
+            if val - best <= needed + 1e-9 {
                 result.reason = needed > 0
                     ? "val_score did not beat the best accepted score by more than min_improvement \(String(format: "%.4f", needed))"
                     : "val_score did not beat the best accepted score"
@@ -535,8 +524,6 @@ public final class ExperimentSupervisor {
                                                       evalsPassed: result.suitePassed, evalsTotal: result.suiteTotal,
                                                       timestamp: isoTimestamp(), agentSHA256: snap.sha256)))
             items.append((.suitePromotion, SuitePromotionRecord(added: result.promoted, lastResults: lastResults)))
-            // The next gate's incumbent (`timeout_policy: infra`), private like the split.
-            if let kept = heldOutKept { items.append((.heldOutResults, kept)) }
         } else {
             items.append((.gateAttempt, result))
         }

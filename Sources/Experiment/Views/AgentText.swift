@@ -107,6 +107,10 @@ public enum AgentText {
                 out += "  cost per accepted improvement: \(AgentUsage.dollars(c / Double(f.iterations.count - 1)))\n"
             }
         }
+        if let op, let f = op.finished {
+            out += "timeout_policy infra: \(f.attempt.map { "gate attempt \($0)" } ?? "the baseline") had \(f.timedOut) held-out timeout(s); "
+                + "over the tasks that finished \(f.val.map { String(format: "%.4f", $0) } ?? "-") (the gate counts every task)\n"
+        }
         if let op, op.benchmarkCost.reported {
             let c = op.benchmarkCost
             out += "benchmark model spend: train \(AgentUsage.dollars(c.train)), held-out \(AgentUsage.dollars(c.heldOut)) (as its tools reported it)\n"

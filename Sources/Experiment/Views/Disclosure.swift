@@ -152,6 +152,9 @@ public struct OperatorStatus: Sendable {
     public let usage: AgentUsage
     /// The benchmark tools' model spend: train and held-out totals, never per held-out task.
     public let benchmarkCost: ExperimentState.BenchmarkCost
+    /// `timeout_policy: infra`: the latest held-out run's mean over the tasks that finished and
+    /// its timeouts (the baseline's or the last scored gate's).
+    public var finished: (attempt: Int?, val: Double?, timedOut: Int)? = nil
     fileprivate init(facts: StatusFacts, lastRunEnd: RunEndedRecord?, sessions: Int, usage: AgentUsage, benchmarkCost: ExperimentState.BenchmarkCost) {
         self.facts = facts
         self.lastRunEnd = lastRunEnd
@@ -191,8 +194,14 @@ public enum Disclosure {
 
     /// `status --operator`: everything the ledger holds.
     public static func operatorStatus(_ s: ExperimentState, config: ExperimentConfig) -> OperatorStatus {
-        OperatorStatus(facts: facts(s, config: config, level: nil, label: "operator", heldOut: true, cost: true),
-                       lastRunEnd: s.lastRunEnd, sessions: s.agentSessions.count, usage: s.agentUsage, benchmarkCost: s.benchmarkCost)
+        var o = OperatorStatus(facts: facts(s, config: config, level: nil, label: "operator", heldOut: true, cost: true),
+                               lastRunEnd: s.lastRunEnd, sessions: s.agentSessions.count, usage: s.agentUsage, benchmarkCost: s.benchmarkCost)
+        if let g = s.gateAttempts.last(where: { $0.heldOutTimedOut != nil }), let n = g.heldOutTimedOut {
+            o.finished = (g.attempt, g.valScoreFinished, n)
+        } else if let b = s.baseline, let n = b.heldOutTimedOut {
+            o.finished = (nil, b.valScoreFinished, n)
+        }
+        return o
     }
 
     private static func facts(_ s: ExperimentState, config: ExperimentConfig, level: ExperimentConfig.Disclosure?, label: String,

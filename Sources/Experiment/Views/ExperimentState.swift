@@ -25,6 +25,10 @@ public struct BaselineRecord: Codable, Sendable {
     public var agentSHA256: String
     /// The benchmark tools' model spend over every task (`TaskOutcome.cost`); operator only.
     public var costUSD: Double? = nil
+    /// `timeout_policy: infra`, operator only: the mean over the test tasks that finished, and
+    /// how many timed out (`HeldOutScore.finished`).
+    public var valScoreFinished: Double? = nil
+    public var heldOutTimedOut: Int? = nil
 }
 
 public struct TrainRunRecord: Codable, Sendable {
@@ -65,8 +69,10 @@ public struct GateAttemptRecord: Codable, Sendable {
     public var revealedBatch: Int?
     /// How many train tasks that batch revealed (0 once every one is).
     public var revealedTasks: Int?
-    /// `timeout_policy: infra`: held-out tasks left out of both means (timed out in this run).
-    public var heldOutLeftOut: Int?
+    /// `timeout_policy: infra`, operator only: the mean over the held-out tasks that finished,
+    /// and how many timed out (never disclosed: a count of held-out tasks agent.py chose).
+    public var valScoreFinished: Double?
+    public var heldOutTimedOut: Int?
     /// The benchmark tools' model spend in its train phases and in its held-out phase, as
     /// totals (never per held-out task); operator only.
     public var trainCostUSD: Double?
@@ -308,8 +314,6 @@ public struct ExperimentState: Sendable {
     public var clusterProposals: [(time: String, record: ClusterProposalRecord)] = []
     /// Rolling batches in order (empty: batches never began, every train task is visible).
     public var batches: [Batch] = []
-    /// `timeout_policy: infra`: the baseline's and accepted gates' per-task held-out results.
-    public var heldOutResults: [HeldOutResultsRecord] = []
     /// The benchmark tools' model spend, as they reported it: on train tasks and on held-out
     /// ones (the baseline's and gates'), over the experiment and in the open run.
     public var benchmarkCost = BenchmarkCost()
@@ -346,13 +350,6 @@ public struct ExperimentState: Sendable {
         public var attempts: [Int] = []
         /// Train runs recorded since it was revealed (0: its tasks have not run yet).
         public var trainRuns = 0
-    }
-
-    /// The held-out run the next gate is compared with under `timeout_policy: infra`: the last
-    /// accepted gate's, else the baseline's (nil if none was kept: the policy was off then).
-    public var heldOutIncumbent: HeldOutResultsRecord? {
-        let attempt = gateAttempts.last(where: \.accepted)?.attempt
-        return heldOutResults.last { $0.attempt == attempt }
     }
 
     /// The batch gates and train runs now belong to: the last revealed, unless it ended.
@@ -412,7 +409,6 @@ public struct ExperimentState: Sendable {
             case .failureEvidence:
                 failureEvents.append(.evidence(seq: r.seq, time: r.time, try r.decode(FailureEvidenceRecord.self)))
             case .clusterProposal: clusterProposals.append((r.time, try r.decode(ClusterProposalRecord.self)))
-            case .heldOutResults: heldOutResults.append(try r.decode(HeldOutResultsRecord.self))
             case .batchRevealed: batches.append(Batch(revealed: try r.decode(BatchRevealedRecord.self)))
             case .batchEnded:
                 let e = try r.decode(BatchEndedRecord.self)

@@ -13,8 +13,10 @@ public struct Explorer: Sendable {
         public var suiteTotal: Int
         public var promoted: [String]
         public var batch: Int?
-        /// `timeout_policy: infra`: held-out tasks it timed out on, left out of both means.
-        public var heldOutLeftOut: Int?
+        /// `timeout_policy: infra`: the mean over the held-out tasks that finished, and how
+        /// many timed out.
+        public var valScoreFinished: Double?
+        public var heldOutTimedOut: Int?
         public var agentSHA256: String
         /// The accepted iteration it is compared with (0: the baseline).
         public var baseIteration: Int
@@ -43,7 +45,7 @@ public struct Explorer: Sendable {
         for a in s.gateAttempts {
             let diff = text(base.sha).flatMap { old in text(a.agentSHA256).map { LineDiff(old: old, new: $0) } }
             out.append(Entry(attempt: a.attempt, outcome: a.verdict, reason: a.reason, valScore: a.valScore, bestBefore: a.bestBefore,
-                             suitePassed: a.suitePassed, suiteTotal: a.suiteTotal, promoted: a.promoted, batch: a.batch, heldOutLeftOut: a.heldOutLeftOut,
+                             suitePassed: a.suitePassed, suiteTotal: a.suiteTotal, promoted: a.promoted, batch: a.batch, valScoreFinished: a.valScoreFinished, heldOutTimedOut: a.heldOutTimedOut,
                              agentSHA256: a.agentSHA256, baseIteration: base.iteration, diff: diff,
                              resolved: changes[a.attempt]?.resolved ?? [], broken: changes[a.attempt]?.broken ?? []))
             if a.accepted, let it = a.iteration { base = (it, a.agentSHA256) }
@@ -51,23 +53,30 @@ public struct Explorer: Sendable {
         entries = out
     }
 
-    /// Per gate attempt with train evidence: the clusters it resolved and broke, from the
-    /// failure book just before its rows and just after them.
+    /// Per gate attempt with train evidence: the clusters it resolved and broke, from one
+    /// replay of the failure events, looked at just before its rows (its acceptance precedes
+    /// its evidence) and just after.
     static func clusterChanges(_ s: ExperimentState) -> [Int: (resolved: [String], broken: [String])] {
         var out: [Int: (resolved: [String], broken: [String])] = [:]
         let events = s.failureEvents
+        var replay = FailureBook.Replay(train: Set(s.split?.train ?? []))
+        var before: (open: Set<String>, unresolved: Set<String>)?
         for (i, e) in events.enumerated() {
-            guard case .evidence(_, _, let row) = e, row.source == "gate", let attempt = row.attempt else { continue }
-            // An accepted gate's acceptance precedes its evidence: both are its rows.
-            var start = i
-            if i > 0, case .accepted(let a, _) = events[i - 1], a == attempt { start = i - 1 }
-            var before = s, after = s
-            before.failureEvents = Array(events[..<start])
-            after.failureEvents = Array(events[...i])
-            let b = FailureBook(before), f = FailureBook(after)
-            let wasOpen = Set(b.records.filter { $0.state == .open }.map { $0.task + "\u{0}" + $0.cluster })
-            let broken = Set(f.records.filter { $0.state == .open && !wasOpen.contains($0.task + "\u{0}" + $0.cluster) }.map(\.cluster))
-            out[attempt] = (FailureBook.resolved(from: b, to: f), broken.sorted())
+            // The gate whose rows start here: an accepted one's acceptance, else its evidence.
+            var starting: Int?
+            if case .accepted(let a, _) = e { starting = a }
+            if case .evidence(_, _, let row) = e, row.source == "gate", let a = row.attempt {
+                let afterAcceptance: Bool
+                if i > 0, case .accepted(let b, _) = events[i - 1], b == a { afterAcceptance = true } else { afterAcceptance = false }
+                if !afterAcceptance { starting = a }
+            }
+            if starting != nil { before = (replay.openKeys, replay.unresolvedClusters) }
+            replay.apply(e)
+            guard case .evidence(_, _, let row) = e, row.source == "gate", let attempt = row.attempt, let b = before else { continue }
+            let open = replay.openKeys, unresolved = replay.unresolvedClusters
+            let broken = Set(open.subtracting(b.open).compactMap { replay.byKey[$0]?.cluster })
+            out[attempt] = (b.unresolved.subtracting(unresolved).sorted(), broken.sorted())
+            before = nil
         }
         return out
     }

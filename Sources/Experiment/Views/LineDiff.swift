@@ -21,15 +21,32 @@ public struct LineDiff: Sendable, Equatable {
     public var hunks: [Hunk]
     public var added: Int
     public var removed: Int
+    /// The changed region was over `maxChanged` lines: no hunks, the counts are its sizes.
+    public var tooLarge = false
+
+    /// Lines of the changed region (after the common prefix and suffix) the diff works on at
+    /// most: the edit script costs about (N+M)·D, quadratic for a rewrite.
+    public static let maxChanged = 10_000
 
     public init(old: String, new: String, context: Int = 3) {
         let a = Self.lines(old), b = Self.lines(new)
-        let diff = b.difference(from: a)
+        // The common prefix and suffix are unchanged lines whatever the script: only the
+        // region between them is diffed.
+        var prefix = 0
+        while prefix < a.count && prefix < b.count && a[prefix] == b[prefix] { prefix += 1 }
+        var suffix = 0
+        while suffix < a.count - prefix && suffix < b.count - prefix && a[a.count - 1 - suffix] == b[b.count - 1 - suffix] { suffix += 1 }
+        let midA = a[prefix..<(a.count - suffix)], midB = b[prefix..<(b.count - suffix)]
+        guard midA.count + midB.count <= Self.maxChanged else {
+            (hunks, added, removed, tooLarge) = ([], midB.count, midA.count, true)
+            return
+        }
+        let diff = Array(midB).difference(from: Array(midA))
         var removedAt = Set<Int>(), insertedAt = Set<Int>()
         for change in diff {
             switch change {
-            case .remove(let offset, _, _): removedAt.insert(offset)
-            case .insert(let offset, _, _): insertedAt.insert(offset)
+            case .remove(let offset, _, _): removedAt.insert(prefix + offset)
+            case .insert(let offset, _, _): insertedAt.insert(prefix + offset)
             }
         }
         // Removals index the old text, insertions the new: walking both in step gives the

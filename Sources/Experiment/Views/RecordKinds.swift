@@ -20,7 +20,6 @@ extension RecordKind {
     public static let clusterProposal: RecordKind = "cluster_proposal"
     public static let batchRevealed: RecordKind = "batch_revealed"
     public static let batchEnded: RecordKind = "batch_ended"
-    public static let heldOutResults: RecordKind = "held_out_results"
 }
 
 extension Set<RecordKind> {
@@ -28,6 +27,6 @@ extension Set<RecordKind> {
     public static let experiment: Set<RecordKind> = [
         .experimentCreated, .split, .baseline, .trainRun, .gateStarted, .gateAttempt, .iteration, .suitePromotion,
         .violation, .note, .runStarted, .runEnded, .agentSession, .failureEvidence, .clusterProposal,
-        .batchRevealed, .batchEnded, .heldOutResults,
+        .batchRevealed, .batchEnded,
     ]
 }

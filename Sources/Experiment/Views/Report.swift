@@ -107,7 +107,9 @@ public enum Report {
         body += "<h2>Violations</h2>\n<table>\n\(vrows)</table>\n"
         return """
             <!DOCTYPE html>
-            <html lang="en"><head><meta charset="utf-8"/><title>\(esc(title))</title>
+            <html lang="en"><head><meta charset="utf-8"/>
+            <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src 'none'"/>
+            <title>\(esc(title))</title>
             <style>
             body{font:14px/1.4 system-ui,sans-serif;margin:2em auto;max-width:980px;color:#222}
             h1{font-size:1.5em}h2{font-size:1.15em;margin-top:1.6em}.summary{color:#444}
@@ -144,7 +146,9 @@ public enum Report {
             if e.outcome != .accepted && e.outcome != .interrupted { summary += ": \(esc(e.reason))" }
             if let v = e.valScore { summary += " · val_score \(String(format: "%.4f", v))" }
             if let b = e.bestBefore { summary += " (best before \(String(format: "%.4f", b)))" }
-            if let n = e.heldOutLeftOut, n > 0 { summary += " · \(n) held-out task(s) timed out, left out (timeout_policy: infra)" }
+            if let n = e.heldOutTimedOut {
+                summary += " · \(n) held-out timeout(s); over the tasks that finished \(e.valScoreFinished.map { String(format: "%.4f", $0) } ?? "–") (timeout_policy: infra)"
+            }
             if e.outcome != .interrupted { summary += " · suite \(e.suitePassed)/\(e.suiteTotal)" }
             if !e.promoted.isEmpty { summary += " · \(e.promoted.count) promoted" }
             if let b = e.batch { summary += " · batch \(b)" }
@@ -157,6 +161,11 @@ public enum Report {
             out += "</p>\n"
             guard let d = e.diff else {
                 out += "<p class=\"note\">agent.py snapshot not available</p></details>\n"
+                continue
+            }
+            if d.tooLarge {
+                out += "<p class=\"note\">\(d.removed) line(s) replaced by \(d.added) against iteration \(e.baseIteration): "
+                    + "over \(LineDiff.maxChanged) changed lines, not shown here (git diff shows them)</p></details>\n"
                 continue
             }
             guard !d.hunks.isEmpty else {
@@ -275,17 +284,21 @@ public enum Report {
         return out + esc(String(rest))
     }
 
+    /// HTML-escaped text. Per Unicode scalar, never per Character: a grapheme cluster can hold
+    /// a markup byte behind another scalar (U+0600 followed by `<` is one Character, which
+    /// compares equal to neither), and the browser parses scalars.
     static func esc(_ s: String) -> String {
-        var out = ""
-        for c in s {
-            switch c {
-            case "<": out += "&lt;"
-            case ">": out += "&gt;"
-            case "&": out += "&amp;"
-            case "\"": out += "&quot;"
-            default: out.append(c)
+        var out = String.UnicodeScalarView()
+        for u in s.unicodeScalars {
+            switch u {
+            case "<": out.append(contentsOf: "&lt;".unicodeScalars)
+            case ">": out.append(contentsOf: "&gt;".unicodeScalars)
+            case "&": out.append(contentsOf: "&amp;".unicodeScalars)
+            case "\"": out.append(contentsOf: "&quot;".unicodeScalars)
+            case "'": out.append(contentsOf: "&#39;".unicodeScalars)
+            default: out.append(u)
             }
         }
-        return out
+        return String(out)
     }
 }
