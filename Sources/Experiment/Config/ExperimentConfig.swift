@@ -152,7 +152,7 @@ public struct ExperimentConfig: Sendable, Equatable {
 
     /// The improvement a gate must exceed, given the test split's size.
     public func requiredImprovement(testTasks: Int) -> Double {
-        minImprovement ?? (testTasks > 0 ? 1.0 / Double(testTasks) : 0)
+        GateRules.requiredImprovement(testTasks: testTasks, minImprovement: minImprovement)
     }
 
     public init(benchmark: String, dataset: String? = nil) {

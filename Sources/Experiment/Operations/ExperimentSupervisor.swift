@@ -431,67 +431,47 @@ public final class ExperimentSupervisor {
                        started: Double, recorded: inout Bool, heldOutBegan: inout Bool, beforeHeldOut: () throws -> Void) throws -> GateResult {
         var result = GateResult(attempt: attempt, agentSHA256: snap.sha256, accepted: false, reason: "", suitePassed: 0,
                                 suiteTotal: s.suite.count, valScore: nil, bestBefore: s.best, promoted: [], commit: nil, iteration: nil)
-        let batched = s.currentBatch != nil
-        let before = FailureBook(s)
         result.batch = s.currentBatch?.revealed.batch
 
-        // (1) regression suite, train split
-        let suiteOutcomes = try run(s.suite, agent: snap.directory, audit: audit, traces: { _ in nil })
-        var promotionOutcomes: [TaskOutcome] = []
-        result.suitePassed = suiteOutcomes.filter(\.passed).count
-        let rate = s.suite.isEmpty ? 1.0 : Double(result.suitePassed) / Double(s.suite.count)
-        var lastResults = Dictionary(uniqueKeysWithValues: suiteOutcomes.map { ($0.id, $0.reward) })
-
-        if rate < config.threshold {
-            result.reason = "suite pass rate \(result.suitePassed)/\(result.suiteTotal) below threshold \(config.threshold)"
-            result.outcome = .suiteBelowThreshold
-        } else {
-            // (2) held-out test split: traces never persist, only rewards come back
-            try beforeHeldOut()
-            heldOutBegan = true
-            let testOutcomes = try runHeldOut(split.test, agent: snap.directory, audit: heldOutAudit)
-            result.heldOutCostUSD = TaskOutcome.cost(testOutcomes)
-            // Every task of the split counts under either policy (`HeldOutScore`); infra adds
-            // the operator's view of the tasks that finished.
-            let val = HeldOutScore.val(split.test, testOutcomes)
-            result.valScore = val
-            if config.timeoutPolicy == .infra { (result.valScoreFinished, result.heldOutTimedOut) = HeldOutScore.finished(split.test, testOutcomes) }
-            let best = s.best ?? 0
-            let needed = config.requiredImprovement(testTasks: split.test.count)
-            if val - best <= needed + 1e-9 {
-                result.reason = needed > 0
-                    ? "val_score did not beat the best accepted score by more than min_improvement \(String(format: "%.4f", needed))"
-                    : "val_score did not beat the best accepted score"
-                result.outcome = .scoreNotImproved
-                result.requiredImprovement = needed > 0 ? needed : nil
-            } else {
-                // (3) promotion: failing train tasks outside the suite, re-run (with rolling
-                // batches, also those of clusters not resolved yet: `RollingBatches`)
-                let candidates = batched ? RollingBatches.candidates(s, book: before)
-                                         : split.train.filter { !s.suite.contains($0) && (s.latestTrainRewards[$0] ?? 0) < 0.5 }
-                promotionOutcomes = try run(candidates, agent: snap.directory, audit: audit, traces: { _ in nil })
-                result.accepted = true
-                result.reason = "accepted"
-                result.outcome = .accepted
+        // The rules are `GateRules.decide`, a pure function of what ran so far; this runs what
+        // it asks for next, in order: the suite (train), the held-out split (traces never
+        // persist, only rewards come back), the promotion candidates (train).
+        var phases = GateRules.Phases(suite: try run(s.suite, agent: snap.directory, audit: audit, traces: { _ in nil }))
+        result.suitePassed = phases.suite.filter(\.passed).count
+        var resolvedClusters: [String] = []
+        decided: while true {
+            switch GateRules.decide(s, config: config, attempt: attempt, agentSHA256: snap.sha256, phases: phases) {
+            case .runHeldOut:
+                try beforeHeldOut()
+                heldOutBegan = true
+                let outcomes = try runHeldOut(split.test, agent: snap.directory, audit: heldOutAudit)
+                phases.heldOut = outcomes
+                result.heldOutCostUSD = TaskOutcome.cost(outcomes)
+                result.valScore = HeldOutScore.val(split.test, outcomes)
+                // `timeout_policy: infra`: the operator's view of the tasks that finished.
+                if config.timeoutPolicy == .infra { (result.valScoreFinished, result.heldOutTimedOut) = HeldOutScore.finished(split.test, outcomes) }
+            case .runPromotion(let candidates):
+                phases.promotion = try run(candidates, agent: snap.directory, audit: audit, traces: { _ in nil })
+            case .rejected(let outcome, let reason, let required):
+                (result.outcome, result.reason, result.requiredImprovement) = (outcome, reason, required)
+                break decided
+            case .accepted(let promoted, let resolved):
+                (result.accepted, result.outcome, result.reason, result.promoted) = (true, .accepted, "accepted", promoted)
+                resolvedClusters = resolved
+                break decided
             }
         }
-        result.trainCostUSD = TaskOutcome.cost(suiteOutcomes + promotionOutcomes)
+        let promotionOutcomes = phases.promotion ?? []
+        var lastResults = Dictionary(uniqueKeysWithValues: phases.suite.map { ($0.id, $0.reward) })
+        let promotedSet = Set(result.promoted)
+        for o in promotionOutcomes where promotedSet.contains(o.id) { lastResults[o.id] = o.reward }
+        result.trainCostUSD = TaskOutcome.cost(phases.suite + promotionOutcomes)
         // What the suite and promotion phases (train tasks only) showed failing; recorded after
         // the attempt's row, so an accepted gate's passing runs resolve records by this attempt.
-        let evidence = FailureEvidenceRecord.observed(suiteOutcomes + promotionOutcomes, train: Set(split.train), source: "gate",
+        let evidence = FailureEvidenceRecord.observed(phases.suite + promotionOutcomes, train: Set(split.train), source: "gate",
                                                       attempt: attempt, agentSHA256: snap.sha256, batch: result.batch)
-        let after = batched ? FailureBook(RollingBatches.after(s, accepted: result.accepted ? (attempt, snap.sha256) : nil,
-                                                               evidence: evidence, time: isoTimestamp())) : nil
-        var resolvedClusters: [String] = []
-        if result.accepted {
-            if let after {
-                (result.promoted, resolvedClusters) = RollingBatches.promotions(candidates: promotionOutcomes, before: before, after: after)
-            } else {
-                result.promoted = promotionOutcomes.filter(\.passed).map(\.id).sorted()
-            }
-            let promoted = Set(result.promoted)
-            for o in promotionOutcomes where promoted.contains(o.id) { lastResults[o.id] = o.reward }
-        }
+        let after = s.currentBatch == nil ? nil : FailureBook(RollingBatches.after(s, accepted: result.accepted ? (attempt, snap.sha256) : nil,
+                                                                                   evidence: evidence, time: isoTimestamp()))
         // The batch ends here when this attempt was accepted or was its last; the next is revealed.
         var batchRows: [(RecordKind, any Encodable)] = []
         if let after, let (ended, next) = RollingBatches.end(s, attempt: attempt, accepted: result.accepted, promoted: result.promoted,

@@ -1,0 +1,99 @@
+import Benchmark
+
+// The gate's rules, as one pure function of values: the ledger's state, the config, and the
+// outcomes of the phases run so far. `ExperimentSupervisor.judge` is the sequencer around it:
+// it runs what the decision asks for next (the held-out split, the promotion candidates),
+// calls it again with the new outcomes, and records the final decision. Nothing here runs a
+// task, reads a file or writes a row.
+//
+//   1. suite      the regression suite's pass rate (train) must reach `threshold`; an empty
+//                 suite passes.
+//   2. held-out   val_score, the mean over every test task (`HeldOutScore.val`), must beat the
+//                 best accepted score by more than `gate.min_improvement` (auto: one test
+//                 task's worth). A tie never passes.
+//   3. promotion  only if both pass: train tasks outside the suite that failed are re-run and
+//                 those that pass now are promoted; with rolling batches, at cluster level
+//                 (`RollingBatches`).
+
+/// What the gate does next, or what it decided.
+public enum GateDecision: Equatable, Sendable {
+    /// Step 1 passed: run the held-out split, then decide again with its outcomes.
+    case runHeldOut
+    /// Step 2 passed: run these train tasks, then decide again with their outcomes.
+    case runPromotion([String])
+    /// A closed reason, the wording the ledger and the operator see (`GateDisclosure.reason`
+    /// words it for the coding agent under `gate.disclosure`).
+    case rejected(GateOutcome, reason: String, requiredImprovement: Double?)
+    /// Promoted train tasks (sorted) and, with rolling batches, the clusters this gate resolved.
+    case accepted(promoted: [String], resolvedClusters: [String])
+}
+
+public enum GateRules {
+    /// The outcomes of a gate's phases so far (nil: not run).
+    public struct Phases: Sendable {
+        public var suite: [TaskOutcome]
+        public var heldOut: [TaskOutcome]?
+        public var promotion: [TaskOutcome]?
+        public init(suite: [TaskOutcome], heldOut: [TaskOutcome]? = nil, promotion: [TaskOutcome]? = nil) {
+            self.suite = suite
+            self.heldOut = heldOut
+            self.promotion = promotion
+        }
+    }
+
+    /// Attempt `attempt` of agent.py `agentSHA256`, judged on `phases` against `s` (the state
+    /// before the attempt).
+    public static func decide(_ s: ExperimentState, config: ExperimentConfig, attempt: Int, agentSHA256: String, phases: Phases) -> GateDecision {
+        let split = s.split ?? SplitRecord(train: [], test: [], seed: 0)
+        let passed = phases.suite.filter(\.passed).count
+        if let rejection = suite(passed: passed, total: s.suite.count, threshold: config.threshold) { return rejection }
+        guard let heldOut = phases.heldOut else { return .runHeldOut }
+        let val = HeldOutScore.val(split.test, heldOut)
+        if let rejection = improvement(val: val, best: s.best, testTasks: split.test.count, minImprovement: config.minImprovement) {
+            return rejection
+        }
+        guard s.currentBatch != nil else {
+            guard let promotion = phases.promotion else { return .runPromotion(candidates(s)) }
+            return .accepted(promoted: promotion.filter(\.passed).map(\.id).sorted(), resolvedClusters: [])
+        }
+        let book = FailureBook(s)
+        guard let promotion = phases.promotion else { return .runPromotion(RollingBatches.candidates(s, book: book)) }
+        let evidence = FailureEvidenceRecord.observed(phases.suite + promotion, train: Set(split.train), source: "gate", attempt: attempt,
+                                                      agentSHA256: agentSHA256, batch: s.currentBatch?.revealed.batch)
+        let after = FailureBook(RollingBatches.after(s, accepted: (attempt, agentSHA256), evidence: evidence, time: ""))
+        let p = RollingBatches.promotions(candidates: promotion, before: book, after: after)
+        return .accepted(promoted: p.promoted, resolvedClusters: p.resolved)
+    }
+
+    /// Step 1: nil when the suite's pass rate reaches `threshold` (an empty suite does).
+    static func suite(passed: Int, total: Int, threshold: Double) -> GateDecision? {
+        let rate = total == 0 ? 1.0 : Double(passed) / Double(total)
+        guard rate < threshold else { return nil }
+        return .rejected(.suiteBelowThreshold, reason: "suite pass rate \(passed)/\(total) below threshold \(threshold)", requiredImprovement: nil)
+    }
+
+    /// The improvement step 2 requires: `gate.min_improvement` as set, else one test task's
+    /// worth (1/N); 0 means strictly greater.
+    public static func requiredImprovement(testTasks: Int, minImprovement: Double?) -> Double {
+        minImprovement ?? (testTasks > 0 ? 1.0 / Double(testTasks) : 0)
+    }
+
+    /// Step 2: nil when `val` beats `best` (none yet: 0) by more than the required improvement.
+    /// The comparison allows for floating-point noise in the means (1e-9), never for a tie.
+    static func improvement(val: Double, best: Double?, testTasks: Int, minImprovement: Double?) -> GateDecision? {
+        let needed = requiredImprovement(testTasks: testTasks, minImprovement: minImprovement)
+        guard val - (best ?? 0) <= needed + 1e-9 else { return nil }
+        return .rejected(.scoreNotImproved,
+                         reason: needed > 0
+                             ? "val_score did not beat the best accepted score by more than min_improvement \(String(format: "%.4f", needed))"
+                             : "val_score did not beat the best accepted score",
+                         requiredImprovement: needed > 0 ? needed : nil)
+    }
+
+    /// Step 3's candidates without batches (upstream's rule): train tasks outside the suite
+    /// whose latest train run failed them, or that never ran.
+    static func candidates(_ s: ExperimentState) -> [String] {
+        let suite = Set(s.suite)
+        return (s.split?.train ?? []).filter { !suite.contains($0) && (s.latestTrainRewards[$0] ?? 0) < TaskOutcome.passThreshold }
+    }
+}

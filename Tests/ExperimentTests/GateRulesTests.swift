@@ -1,0 +1,122 @@
+import Benchmark
+@testable import Experiment
+import Foundation
+import Testing
+
+// The gate's rules as a pure function (`GateRules.decide`): every rule in a table, and the
+// order in which it asks for the phases. (End to end, with real sandboxes: ExperimentTests.)
+
+@Suite("Gate rules")
+struct GateRulesTests {
+    @Test("step 1: the suite's pass rate must reach the threshold; an empty suite passes", arguments: [
+        (4, 5, 0.8, nil),
+        (3, 5, 0.8, "suite pass rate 3/5 below threshold 0.8"),
+        (0, 0, 1.0, nil),
+        (0, 1, 0.0, nil),
+        (9, 10, 1.0, "suite pass rate 9/10 below threshold 1.0"),
+    ] as [(Int, Int, Double, String?)])
+    func suite(_ c: (Int, Int, Double, String?)) {
+        let d = GateRules.suite(passed: c.0, total: c.1, threshold: c.2)
+        if let reason = c.3 {
+            #expect(d == .rejected(.suiteBelowThreshold, reason: reason, requiredImprovement: nil))
+        } else {
+            #expect(d == nil)
+        }
+    }
+
+    @Test("step 2: val_score must beat the best by more than min_improvement (auto: one task of N); a tie never passes", arguments: [
+        // val, best, N, min_improvement, required if rejected (0: a plain tie rule), accepted
+        (0.75, 0.5, 4, nil, 0.25, false),    // exactly one task better: not more than 1/N
+        (1.0, 0.5, 4, nil, 0.25, true),      // two tasks better
+        (0.5, 0.5, 4, 0.0, 0.0, false),      // a tie, strictly greater required
+        (0.5001, 0.5, 4, 0.0, 0.0, true),
+        (0.3 + 1e-12, 0.3, 10, 0.0, 0.0, false),  // floating-point noise is no improvement
+        (0.25, nil, 4, nil, 0.25, false),    // no best yet: against 0
+        (0.5, nil, 4, nil, 0.25, true),
+        (0.9, 0.5, 4, 0.5, 0.5, false),      // a set margin
+        (0.0, 0.0, 0, nil, 0.0, false),      // an empty test split never improves
+    ] as [(Double, Double?, Int, Double?, Double, Bool)])
+    func improvement(_ c: (Double, Double?, Int, Double?, Double, Bool)) {
+        let d = GateRules.improvement(val: c.0, best: c.1, testTasks: c.2, minImprovement: c.3)
+        if c.5 {
+            #expect(d == nil)
+        } else {
+            let reason = c.4 > 0 ? "val_score did not beat the best accepted score by more than min_improvement \(String(format: "%.4f", c.4))"
+                                 : "val_score did not beat the best accepted score"
+            #expect(d == .rejected(.scoreNotImproved, reason: reason, requiredImprovement: c.4 > 0 ? c.4 : nil))
+        }
+    }
+
+    static func o(_ id: String, _ reward: Double) -> TaskOutcome { TaskOutcome(id: id, reward: reward, status: reward >= 0.5 ? .passed : .failed) }
+
+    /// Train a…d, test x, y; suite [a]; b failed its latest train run, c passed it, d never ran.
+    static func state(best: Double? = 0.5) throws -> ExperimentState {
+        var s = try ExperimentState(records: [])
+        s.split = SplitRecord(train: ["a", "b", "c", "d"], test: ["x", "y"], seed: 1)
+        s.suite = ["a"]
+        s.latestTrainRewards = ["a": 1, "b": 0, "c": 1]
+        if let best { s.iterations = [IterationRecord(iteration: 0, valScore: best, commit: "baseline", evalsPassed: 0, evalsTotal: 0, timestamp: "t", agentSHA256: "v0")] }
+        return s
+    }
+
+    @Test("the phases in order: the suite decides first (no held-out look after a failing one), then the held-out split, then promotion of what failed and passes now")
+    func sequence() throws {
+        let s = try Self.state()
+        var config = ExperimentConfig(benchmark: "local")
+        config.minImprovement = 0
+        func decide(_ p: GateRules.Phases) -> GateDecision { GateRules.decide(s, config: config, attempt: 1, agentSHA256: "v1", phases: p) }
+        #expect(decide(.init(suite: [Self.o("a", 0)])) == .rejected(.suiteBelowThreshold, reason: "suite pass rate 0/1 below threshold 0.8", requiredImprovement: nil))
+        #expect(decide(.init(suite: [Self.o("a", 0)], heldOut: [Self.o("x", 1), Self.o("y", 1)])).isRejection, "a failing suite ends it whatever else ran")
+        #expect(decide(.init(suite: [Self.o("a", 1)])) == .runHeldOut)
+        #expect(decide(.init(suite: [Self.o("a", 1)], heldOut: [Self.o("x", 1), Self.o("y", 0)])) == .rejected(.scoreNotImproved, reason: "val_score did not beat the best accepted score", requiredImprovement: nil))
+        let passing = GateRules.Phases(suite: [Self.o("a", 1)], heldOut: [Self.o("x", 1), Self.o("y", 1)])
+        #expect(decide(passing) == .runPromotion(["b", "d"]), "failed or never ran, outside the suite")
+        var done = passing
+        done.promotion = [Self.o("b", 1), Self.o("d", 0)]
+        #expect(decide(done) == .accepted(promoted: ["b"], resolvedClusters: []))
+        // A held-out task with no outcome counts 0.
+        #expect(decide(.init(suite: [Self.o("a", 1)], heldOut: [Self.o("x", 1)])).isRejection)
+    }
+
+    @Test("with rolling batches, promotion is the cluster rule: candidates are tasks that ever failed, and a task enters with its whole cluster")
+    func batched() throws {
+        let x = FailureEvidence(check: "x", errorClass: "E", excerpt: "x failed")
+        var s = try Self.state(best: 0)
+        s.suite = []
+        s.latestTrainRewards = [:]
+        s.batches = [ExperimentState.Batch(revealed: BatchRevealedRecord(batch: 1, tasks: ["a", "b", "c"], iterations: 3))]
+        s.failureEvents = [.evidence(seq: 1, time: "t", FailureEvidenceRecord(source: "train run", agentSHA256: "v0", tasks: ["a": [x], "b": [x], "c": []]))]
+        let config = ExperimentConfig(benchmark: "local")
+        let passing = GateRules.Phases(suite: [], heldOut: [Self.o("x", 1), Self.o("y", 1)])
+        #expect(GateRules.decide(s, config: config, attempt: 1, agentSHA256: "v1", phases: passing) == .runPromotion(["a", "b"]),
+                "c never failed; d is not revealed")
+        var half = passing
+        var stillFailing = Self.o("b", 0)
+        stillFailing.failures = [x]
+        half.promotion = [Self.o("a", 1), stillFailing]
+        #expect(GateRules.decide(s, config: config, attempt: 1, agentSHA256: "v1", phases: half) == .accepted(promoted: [], resolvedClusters: []),
+                "b still fails x: a waits for its cluster")
+        var all = passing
+        all.promotion = [Self.o("a", 1), Self.o("b", 1)]
+        let cluster = FailureSignature.clusterID(FailureSignature.of(x))
+        #expect(GateRules.decide(s, config: config, attempt: 1, agentSHA256: "v1", phases: all) == .accepted(promoted: ["a", "b"], resolvedClusters: [cluster]))
+    }
+
+    @Test("an attempt cut off has no decision: recorded as interrupted, counted; the gate budget is spent at its limit")
+    func interruptedAndBudget() {
+        let r = GateAttemptRecord.interrupted(attempt: 7, agentSHA256: "v")
+        #expect(r.verdict == .interrupted && !r.accepted && r.valScore == nil && r.promoted.isEmpty)
+        var config = ExperimentConfig(benchmark: "local")
+        config.gateBudget = 3
+        var used = RunCounters()
+        used.gates = 2
+        func budget() -> RunBudget { RunBudget.all(config: config, maxIterations: nil, maxHours: nil, used: used).first { $0.kind == .gateBudget }! }
+        #expect(!budget().spent)
+        used.gates = 3
+        #expect(budget().spent && budget().stopReason == "gate budget 3 spent")
+    }
+}
+
+extension GateDecision {
+    var isRejection: Bool { if case .rejected = self { return true } else { return false } }
+}
