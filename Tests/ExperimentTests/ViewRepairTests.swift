@@ -109,6 +109,26 @@ struct ViewRepairTests {
         #expect(c.behind.isEmpty && c.tampered.isEmpty, "\(c)")
     }
 
+    @Test("a view replaced by a FIFO, a link to a secret or an oversized file is tampered; the check neither blocks, follows nor reads it whole")
+    func viewsReadAsUntrusted() throws {
+        let p = try Published()
+        try p.publish()
+        // A FIFO nobody writes: a read that opened it blocking would never return.
+        try FileManager.default.removeItem(atPath: p.layout.resultsTSV)
+        #expect(mkfifo(p.layout.resultsTSV, 0o644) == 0)
+        // A link to the current bytes of the view elsewhere: equal content, still not the view.
+        let elsewhere = p.layout.root + "/copy-of-suite.json"
+        try FileManager.default.copyItem(atPath: p.layout.suiteJSON, toPath: elsewhere)
+        try FileManager.default.removeItem(atPath: p.layout.suiteJSON)
+        try FileManager.default.createSymbolicLink(atPath: p.layout.suiteJSON, withDestinationPath: elsewhere)
+        // Larger than any view is read back: a sparse file over the cap.
+        let big = open(p.layout.trainResultsJSON, O_WRONLY | O_TRUNC)
+        #expect(big >= 0 && ftruncate(big, off_t(Views.maxViewBytes + 1)) == 0)
+        close(big)
+        let c = try p.check()
+        #expect(Set(c.tampered) == [p.layout.resultsTSV, p.layout.suiteJSON, p.layout.trainResultsJSON], "\(c)")
+    }
+
     @Test("a recorded head the ledger does not hold vouches for nothing; with no head recorded only a view never written is behind")
     func headMustBeTheLedgers() throws {
         let p = try Published()

@@ -103,6 +103,22 @@ struct ArchitectureTests {
         for target in ["SupervisorIO", "Sandbox", "Benchmark"] {
             for (path, text) in Self.files(target) where text.contains("FileManager") { Issue.record("\(path) uses FileManager") }
         }
+        // Foundation's whole-file reads follow links, block on a FIFO and have no cap: above
+        // SupervisorIO they read only files the operator or autoharness itself provides, named
+        // here with why. Everything a sandbox wrote or could replace (a view in the agent's
+        // workspace, a sandbox's output, a snapshot of agent.py) goes through InputFile.
+        let operatorFiles: [String: String] = [
+            "Experiment/Operations/Initialize.swift": "the shipped templates",
+            "Experiment/Config/AdapterFactory.swift": "the benchmark tool's requirements file, from its install",
+            "autoharness/RunCommand.swift": "the demo's config, which it just wrote",
+        ]
+        for target in ["Experiment", "autoharness"] {
+            for (path, text) in Self.files(target) where operatorFiles[path] == nil {
+                for call in ["Data(contentsOf:", "String(contentsOfFile:", ".contents(atPath:", "FileHandle(forReadingAtPath:"] where text.contains(call) {
+                    Issue.record("\(path) reads a file with \(call): use SupervisorIO's InputFile (capped, no link followed)")
+                }
+            }
+        }
         // The coding agent's staging copy and home are handled by these files; they must not
         // reach for Foundation's file calls.
         for path in ["Experiment/Run/Staging.swift"] {

@@ -616,12 +616,21 @@ public final class ExperimentSupervisor {
     /// A snapshot's agent.py by its sha256, as text (the report's explorer); nil if it is
     /// missing or not a regular file of at most the agent file's cap.
     public func snapshotSource(_ sha256: String) -> String? {
-        guard sha256.count == 64, sha256.allSatisfy(\.isHexDigit) else { return nil }
-        let dir = open(layout.snapshotDirectory(sha256: sha256), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard dir >= 0 else { return nil }
+        (try? snapshotBytes(sha256)).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// A snapshot's agent.py by its sha256: a regular file of at most the agent file's cap,
+    /// no link followed (the bytes came from the coding agent).
+    public func snapshotBytes(_ sha256: String) throws -> [UInt8] {
+        guard sha256.count == 64, sha256.allSatisfy(\.isHexDigit) else { throw ExperimentError(.state, "not a snapshot: \(printable(sha256))") }
+        let path = layout.snapshotDirectory(sha256: sha256)
+        let dir = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard dir >= 0 else { throw ExperimentError(.io, "\(path): \(String(cString: strerror(errno)))") }
         defer { close(dir) }
-        guard case .success(let bytes) = AgentFile.read(directoryFD: dir, maxBytes: AgentFile.maxBytes) else { return nil }
-        return String(decoding: bytes, as: UTF8.self)
+        switch AgentFile.read(directoryFD: dir, maxBytes: AgentFile.maxBytes) {
+        case .success(let bytes): return bytes
+        case .failure(let why): throw ExperimentError(.io, "\(path)/agent.py \(why.reason)")
+        }
     }
 
     public func regenerateViews() throws { try Views.regenerate(layout, try state(), config: config, beforeEach: beforeViewWrite) }

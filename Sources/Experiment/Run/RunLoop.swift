@@ -683,7 +683,7 @@ public final class RunLoop: @unchecked Sendable {
             violation("repeat_gate", "gate requested for an agent.py already judged in attempt \(earlier.attempt) (sha256 \(snap.sha256.prefix(12)))")
             return BrokerReply(stderr: "autoharness: refused: this exact agent.py was already judged (gate attempt \(earlier.attempt), \(earlier.accepted ? "accepted" : "rejected")); change it before gating again; this request was recorded\n", exit: 2)
         }
-        let bytes = try Array(Data(contentsOf: URL(fileURLWithPath: snap.directory + "/agent.py")))
+        let bytes = try supervisor.snapshotBytes(snap.sha256)
         try AtomicFile.write(bytes, to: layout.agentFile, mode: 0o644)
         // The coding agent is frozen for the whole gate: held-out tasks run while none of its
         // processes can run, so nothing they do in the kernel's shared state (file locks on
@@ -745,7 +745,7 @@ public final class RunLoop: @unchecked Sendable {
         } else {
             nonImproving += 1
             if config.onReject == .revert, let last = try supervisor.state().iterations.last {
-                let kept = try Array(Data(contentsOf: URL(fileURLWithPath: layout.snapshotDirectory(sha256: last.agentSHA256) + "/agent.py")))
+                let kept = try supervisor.snapshotBytes(last.agentSHA256)
                 try AtomicFile.write(kept, to: layout.agentFile, mode: 0o644)
                 try staging.replaceAgent(with: kept)
                 extra = "agent/agent.py was restored to the last accepted version (iteration \(last.iteration)); gate.on_reject: revert\n"
@@ -807,6 +807,9 @@ public final class RunLoop: @unchecked Sendable {
         return (snap, notice)
     }
 
+    /// The end of the compile sandbox's output read for its error lines.
+    static let compileOutputTail = 64 << 10
+
     /// `compile()` of the candidate in a throwaway sandbox (the `base` policy, no network):
     /// the parser never runs in the supervisor, and nothing of the candidate is executed.
     func compileCheck(_ snap: ExperimentSupervisor.Snapshot) throws -> String? {
@@ -825,7 +828,13 @@ public final class RunLoop: @unchecked Sendable {
             options.stdio = (-1, fd, fd)
             let r = try SandboxRunner.run(plan, options: options)
             if r.exitCode == 0 { return nil }
-            let text = (try? String(contentsOfFile: out, encoding: .utf8)) ?? ""
+            // What the sandbox wrote, read through the descriptor the supervisor opened: the
+            // last 64 KiB at most (the lines shown are the last eight).
+            var st = stat()
+            let size = fstat(fd, &st) == 0 ? Int(st.st_size) : 0
+            lseek(fd, off_t(max(0, size - Self.compileOutputTail)), SEEK_SET)
+            let tail = (try? InputFile.read(descriptor: fd, cap: Self.compileOutputTail).get()) ?? []
+            let text = String(decoding: tail, as: UTF8.self)
             let lines = text.split(separator: "\n").suffix(8).joined(separator: "\n")
             return lines.isEmpty ? "python3 \(Self.describe(r))" : lines
         } catch {

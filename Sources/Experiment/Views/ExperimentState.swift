@@ -506,6 +506,9 @@ public enum Views {
         return d
     }
 
+    /// The largest view the supervisor reads back to compare (failures.json grows with records).
+    static let maxViewBytes = 256 << 20
+
     /// The views as the ledger state `s` renders them, in the order they are published.
     static func rendered(_ layout: ExperimentLayout, _ s: ExperimentState, config: ExperimentConfig) throws -> [(path: String, bytes: Data)] {
         // One derivation of the failure records for both of their views (this runs once per
@@ -540,7 +543,7 @@ public enum Views {
     /// The head the views were last completely published from; nil if they never were (or
     /// the record is unreadable, which only narrows what counts as behind).
     static func publishedHead(_ layout: ExperimentLayout) -> LedgerHead? {
-        FileManager.default.contents(atPath: layout.viewsHead).flatMap { try? JSONDecoder().decode(LedgerHead.self, from: $0) }
+        (try? InputFile.read(layout.viewsHead, cap: 4096).get()).flatMap { try? JSONDecoder().decode(LedgerHead.self, from: Data($0)) }
     }
 
     /// How the views on disk stand against the ledger.
@@ -569,7 +572,9 @@ public enum Views {
         let expected = try rendered(layout, current, config: config)
         var differing: [(path: String, onDisk: Data?)] = []
         for (path, bytes) in expected {
-            let onDisk = FileManager.default.contents(atPath: path)
+            // A view is in the coding agent's workspace: read as a file a sandbox could have
+            // touched (no link followed, no FIFO, capped); one that cannot be read differs.
+            let onDisk = (try? InputFile.read(at: AT_FDCWD, path, cap: Self.maxViewBytes).get()).map { Data($0) }
             if onDisk != bytes { differing.append((path, onDisk)) }
         }
         var behind: Set<String> = []
