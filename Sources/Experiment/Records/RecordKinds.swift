@@ -1,7 +1,7 @@
 import Ledger
 
 // The kinds of row an experiment's ledger records, one per payload type of
-// ExperimentState.swift. The names are stored and hashed: add, never rename.
+// Records.swift (replayed by ExperimentState.swift, beside it). The names are stored and hashed: add, never rename.
 extension RecordKind {
     public static let experimentCreated: RecordKind = "experiment_created"
     public static let split: RecordKind = "split"

@@ -1,0 +1,267 @@
+import Benchmark
+import Foundation
+import Ledger
+import SupervisorIO
+
+// Ledger payloads. Each is one record kind; the experiment's state is what replaying them in
+// order gives, and the workspace views are rendered from that state alone.
+
+public struct ExperimentCreated: Codable, Sendable {
+    public var benchmark: String
+    public var dataset: String
+}
+
+public struct SplitRecord: Codable, Sendable {
+    public var train: [String]
+    public var test: [String]
+    public var seed: UInt64
+}
+
+public struct BaselineRecord: Codable, Sendable {
+    public var valScore: Double
+    public var testTasks: Int
+    public var tasksPassed: Int
+    public var tasksTotal: Int
+    public var agentSHA256: String
+    /// The benchmark tools' model spend over every task (`TaskOutcome.cost`); operator only.
+    public var costUSD: Double? = nil
+    /// `timeout_policy: infra`, operator only: the mean over the test tasks that finished, and
+    /// how many timed out (`HeldOutScore.finished`).
+    public var valScoreFinished: Double? = nil
+    public var heldOutTimedOut: Int? = nil
+}
+
+public struct TrainRunRecord: Codable, Sendable {
+    public var timestamp: String
+    public var agentSHA256: String
+    public var results: [String: Double]
+    public var statuses: [String: String]
+    /// The benchmark tools' model spend for the run (`TaskOutcome.cost`); operator only.
+    public var costUSD: Double? = nil
+}
+
+public struct GateStartedRecord: Codable, Sendable {
+    public var attempt: Int
+    public var agentSHA256: String
+}
+
+public struct GateAttemptRecord: Codable, Sendable {
+    public var attempt: Int
+    public var agentSHA256: String
+    public var accepted: Bool
+    /// "accepted", "suite below threshold", "val_score did not beat best", "interrupted"
+    public var reason: String
+    public var suitePassed: Int
+    public var suiteTotal: Int
+    public var valScore: Double?
+    public var bestBefore: Double?
+    public var promoted: [String]
+    public var commit: String?
+    /// The iteration number an accepted attempt was recorded as.
+    public var iteration: Int?
+    /// How it ended (absent in records written before outcomes were: see `verdict`).
+    public var outcome: GateOutcome?
+    /// The improvement over the best score step 2 required, when more than a tie.
+    public var requiredImprovement: Double?
+    /// The rolling batch it ran in (absent: batches off).
+    public var batch: Int?
+    /// The batch it revealed, when it ended its own (accepted, or the last attempt allowed).
+    public var revealedBatch: Int?
+    /// How many train tasks that batch revealed (0 once every one is).
+    public var revealedTasks: Int?
+    /// `timeout_policy: infra`, operator only: the mean over the held-out tasks that finished,
+    /// and how many timed out (never disclosed: a count of held-out tasks agent.py chose).
+    public var valScoreFinished: Double?
+    public var heldOutTimedOut: Int?
+    /// The benchmark tools' model spend in its train phases and in its held-out phase, as
+    /// totals (never per held-out task); operator only.
+    public var trainCostUSD: Double?
+    public var heldOutCostUSD: Double?
+
+    /// How the attempt ended, for records of any age.
+    public var verdict: GateOutcome { outcome ?? GateOutcome(legacyReason: reason, accepted: accepted) }
+
+    /// An attempt with no decision: cut off by a crash or a failed write.
+    static func interrupted(attempt: Int, agentSHA256: String) -> GateAttemptRecord {
+        GateAttemptRecord(attempt: attempt, agentSHA256: agentSHA256, accepted: false, reason: "interrupted", suitePassed: 0, suiteTotal: 0,
+                          valScore: nil, bestBefore: nil, promoted: [], commit: nil, iteration: nil, outcome: .interrupted)
+    }
+}
+
+public struct IterationRecord: Codable, Sendable {
+    public var iteration: Int
+    public var valScore: Double
+    public var commit: String
+    public var evalsPassed: Int
+    public var evalsTotal: Int
+    public var timestamp: String
+    public var agentSHA256: String
+}
+
+public struct SuitePromotionRecord: Codable, Sendable {
+    public var added: [String]
+    /// Latest suite-step rewards of every suite task (upstream's `last_results`).
+    public var lastResults: [String: Double]
+}
+
+/// The failing checks of every train task one run observed, from the benchmark's own results
+/// (`FailureEvidence`): a train run, or a gate's suite and promotion phases. Supervisor-written,
+/// train tasks only: never a held-out task, whatever the adapter returned.
+public struct FailureEvidenceRecord: Codable, Sendable {
+    /// `train run` or `gate`.
+    public var source: String
+    /// The gate attempt, for a gate's.
+    public var attempt: Int?
+    public var agentSHA256: String
+    /// The rolling batch revealed when it ran (absent: batches off).
+    public var batch: Int?
+    /// Task id → its failing checks; empty for a task that passed.
+    public var tasks: [String: [FailureEvidence]]
+
+    public init(source: String, attempt: Int? = nil, agentSHA256: String, batch: Int? = nil, tasks: [String: [FailureEvidence]]) {
+        self.source = source
+        self.attempt = attempt
+        self.agentSHA256 = agentSHA256
+        self.batch = batch
+        self.tasks = tasks
+    }
+}
+
+/// A rolling batch of train tasks made visible (`loop.batch_size`): from this row on, train
+/// runs, records and views cover these tasks too. The tasks are drawn, seeded, from the train
+/// tasks not revealed yet (`RollingBatches.draw`); a batch may be empty once all are.
+public struct BatchRevealedRecord: Codable, Sendable, Equatable {
+    public var batch: Int
+    public var tasks: [String]
+    /// `loop.batch_iterations` when it was revealed: the gate attempts it may take.
+    public var iterations: Int
+}
+
+/// How a rolling batch ended: with an accepted gate (whose promotions are this batch's, made
+/// at cluster level) or with its gate attempts spent. What the explorer charts per batch.
+public struct BatchEndedRecord: Codable, Sendable, Equatable {
+    public var batch: Int
+    /// `accepted` or `iterations`.
+    public var endedBy: String
+    public var attempts: [Int]
+    /// Train tasks promoted into the suite at this end (those of clusters it resolved).
+    public var promoted: [String]
+    /// Clusters the accepted gate resolved.
+    public var clustersResolved: [String]
+    /// Clusters unresolved and resolved after it.
+    public var clustersOpen: Int
+    public var clustersClosed: Int
+    public var suiteSize: Int
+    /// Train tasks revealed so far.
+    public var revealed: Int
+}
+
+/// The coding agent's proposal about a failure cluster: a label, or that it has the same root
+/// cause as another. Recorded as the agent's and shown as such; it never changes what a
+/// cluster counts or what the gate decides.
+public struct ClusterProposalRecord: Codable, Sendable {
+    public var actor: String
+    public var cluster: String
+    public var label: String?
+    public var mergeWith: String?
+}
+
+/// Something the operator should know that nobody did wrong (e.g. a gate refused because the
+/// coding agent could not be frozen).
+public struct NoteRecord: Codable, Sendable {
+    public var text: String
+    public init(text: String) { self.text = text }
+}
+
+public struct ViolationRecord: Codable, Sendable {
+    /// "coding agent", "agent.py (train run)", "agent.py (gate)", "cli"
+    public var actor: String
+    public var kind: String
+    public var detail: String
+    /// From a run over held-out tasks (the baseline or a gate's test phase). Kept in the
+    /// ledger for the operator; never shown in the coding agent's view of `status`, since
+    /// which calls a test task made (and how often) is a channel out of the test split.
+    public var heldOut: Bool?
+    /// How many times it happened (absent in older records, whose detail ends `×N`).
+    public var count: Int?
+
+    /// How many times it happened, for records of any age.
+    public var occurrences: Int {
+        if let count { return count }
+        // Older records: the `×N` the detail ends with (1 if none). The only place a count
+        // is read back out of text.
+        guard let r = detail.range(of: " ×", options: .backwards), let n = Int(detail[r.upperBound...]) else { return 1 }
+        return n
+    }
+
+    /// Details carry what a sandbox chose (task ids, file names, syscall arguments): every
+    /// control character is escaped, so a newline cannot forge a line in `status
+    /// --operator`, the report or the history, and a row holds at most 4 KiB of it.
+    public static let maxDetail = 4096
+
+    public init(actor: String, kind: String, detail: String, heldOut: Bool? = nil, count: Int? = nil) {
+        self.actor = actor
+        self.kind = kind
+        self.detail = printable(detail, limit: Self.maxDetail)
+        self.heldOut = heldOut
+        self.count = count
+    }
+}
+
+/// `autoharness run` started, or resumed an unfinished run (same `runID`).
+public struct RunStartedRecord: Codable, Sendable {
+    public var runID: String
+    public var resumed: Bool
+    public var command: [String]
+    public var maxIterations: Int?
+    public var maxHours: Double?
+    public var gateBudget: Int
+}
+
+/// `autoharness run` stopped, and why.
+public struct RunEndedRecord: Codable, Sendable {
+    public var runID: String
+    public var reason: String
+    public var gates: Int
+    public var accepted: Int
+    public var agentStarts: Int
+    /// It stopped because nothing was left to do (a budget spent before it began, or the
+    /// coding agent's sessions stopped making progress); absent otherwise.
+    public var nothingLeft: Bool?
+}
+
+/// One start of the coding agent ended: how long it ran, how, and what its CLI reported using.
+/// The fields after `usage` are absent in rows written before they were recorded.
+public struct AgentSessionRecord: Codable, Sendable {
+    public var runID: String
+    public var start: Int
+    public var seconds: Double
+    public var exit: String
+    public var usage: AgentUsage
+    /// What the session came to for the run's limits (`SessionOutcome`).
+    public var outcome: SessionOutcome?
+    /// Requests it made through the broker.
+    public var requests: Int?
+    /// After this session: sessions in a row without progress (crashes not counted), and
+    /// crashes in a row. A resumed run continues from them.
+    public var withoutProgress: Int?
+    public var crashes: Int?
+    /// Seconds the run waited before starting the agent again; absent when it stopped.
+    public var restartAfter: Double?
+}
+
+/// How a session of the coding agent ended, for the limits on restarting it.
+public enum SessionOutcome: String, Codable, Sendable {
+    /// A request ran something new: a gate, or a benchmark of an agent.py not benchmarked
+    /// before.
+    case progress
+    /// No accepted change and nothing new run: only refused, repeated (a gate or benchmark
+    /// of bytes already judged or run) or status requests, or none. Counts toward
+    /// `coding_agent.max_restarts`.
+    case noProgress = "no_progress"
+    /// An exit within `quick_exit_seconds` that failed or made no request. Counts toward
+    /// `coding_agent.max_crashes`.
+    case crash
+    /// Ended by the supervisor: the run was stopping, or the agent was stopped for a gate.
+    case stopped
+}
