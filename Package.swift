@@ -154,6 +154,8 @@ let package = Package(
         // Shared helpers of the test targets: locating the built binaries, running them, temp dirs.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "SupervisorIOTests", dependencies: ["SupervisorIO", "TestSupport"]),
+        // Reads Sources/ and holds every target to README's Architecture table.
+        .testTarget(name: "ArchitectureTests"),
         .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy", "SupervisorIO"]),
         .testTarget(name: "SandboxTests", dependencies: ["Sandbox", "SandboxPolicy", "CSandboxLaunch", "CSandboxSpawn", "CSystemCalls", "TestSupport"]),
         .testTarget(name: "BenchmarkTests", dependencies: ["Benchmark", "Sandbox", "SandboxPolicy", "TestSupport"],

@@ -3,8 +3,8 @@ import Testing
 
 /// Regression tests for the findings of the adversarial review of the sandbox core. Each one
 /// replays the attack that worked before its fix.
-@Suite("Adversarial review findings")
-struct ReviewFindingTests {
+@Suite("Sandbox hardening: links in bind sources, audit floods, stacked filters, verifier links, argv")
+struct HardeningTests {
     @Test("a bind source through a symlink planted by an earlier sandbox is refused")
     func plantedSymlinkSourceRefused() throws {
         try requireRoot()
