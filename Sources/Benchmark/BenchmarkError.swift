@@ -35,3 +35,7 @@ public struct BenchmarkError: Error, CustomStringConvertible, Sendable {
 
     public var description: String { message }
 }
+
+extension BenchmarkError: AutoharnessError {
+    public var category: ErrorCategory { code == .io ? .io : .usage }
+}

@@ -39,20 +39,22 @@ public enum Exit {
     public static func code(for error: any Error) -> Int32 {
         switch error {
         case let e as ExitCode: return e.rawValue
-        case is LedgerError, is IOFailure: return ioError
-        case let e as ExperimentError: return e.kind == .locked ? lockBusy : e.kind == .io ? ioError : usage
-        case let e as BenchmarkError: return e.code == .io ? ioError : usage
-        case let e as SandboxError:
-            switch e.code {
-            case .invalidPolicy, .invalidArgument, .sourceMissing: return usage
-            case .io: return ioError
-            default: return sandboxSetup
-            }
-        case is ConfigErrors, is ConfigError, is PolicyDiagnostics, is PolicyError: return usage
-        // Every error type of ours is named above; what is left comes from Foundation's file
-        // and process calls (CocoaError, POSIXError): the system failed an operation. (The
-        // CLI sorts ArgumentParser's own errors out first: `Exit.code(forCommandLine:)`.)
+        case let e as any AutoharnessError: return code(for: e.category)
+        // Every error type of ours has a category (ArchitectureTests holds them to it); what
+        // is left comes from Foundation's file and process calls (CocoaError, POSIXError):
+        // the system failed an operation. (The CLI sorts ArgumentParser's own errors out
+        // first: `Exit.code(forCommandLine:)`.)
         default: return ioError
+        }
+    }
+
+    /// The status of each category of failure.
+    public static func code(for category: ErrorCategory) -> Int32 {
+        switch category {
+        case .usage, .state, .refused: return usage
+        case .locked: return lockBusy
+        case .io: return ioError
+        case .sandboxSetup: return sandboxSetup
         }
     }
 

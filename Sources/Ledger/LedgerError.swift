@@ -50,3 +50,8 @@ public struct LedgerError: Error, CustomStringConvertible, Sendable {
         return text
     }
 }
+
+extension LedgerError: AutoharnessError {
+    /// Every ledger failure leaves the record as it was: the system's (or the file's) fault.
+    public var category: ErrorCategory { .io }
+}

@@ -1,3 +1,4 @@
+import SupervisorIO
 /// The one error type of the Sandbox library: a code callers can switch on, a message a
 /// person can act on (it names the file, path or value at fault), and the underlying errno
 /// when there is one.
@@ -42,4 +43,14 @@ public struct SandboxError: Error, CustomStringConvertible, Sendable {
     }
 
     public var description: String { message }
+}
+
+extension SandboxError: AutoharnessError {
+    public var category: ErrorCategory {
+        switch code {
+        case .invalidPolicy, .invalidArgument, .sourceMissing: return .usage
+        case .io: return .io
+        default: return .sandboxSetup
+        }
+    }
 }

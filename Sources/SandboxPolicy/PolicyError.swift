@@ -1,3 +1,4 @@
+import SupervisorIO
 // Errors from loading a policy. Every error that can be pinned to a line carries its
 // `file:line`, because an operator fixing a policy at night needs the line, not a guess.
 
@@ -34,4 +35,12 @@ public struct PolicyDiagnostics: Error, CustomStringConvertible, Sendable {
     public var description: String {
         errors.map(\.description).joined(separator: "\n")
     }
+}
+
+extension PolicyError: AutoharnessError {
+    public var category: ErrorCategory { .usage }
+}
+
+extension PolicyDiagnostics: AutoharnessError {
+    public var category: ErrorCategory { .usage }
 }

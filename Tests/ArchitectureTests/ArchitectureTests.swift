@@ -74,6 +74,34 @@ struct ArchitectureTests {
         }
     }
 
+    @Test("every public error type has the project's one shape (AutoharnessError: a category the exit status follows from, a description, a cause)")
+    func errorShape() {
+        // Reasons inside a Result, never thrown to a caller: BrokerWire's RequestError (the
+        // wire's parse result, answered over the socket; BrokerWire imports only Glibc), and
+        // InputFile's and SandboxPath's Problem (their callers name the path and throw their
+        // target's error).
+        let exempt: Set<String> = ["RequestError", "Problem"]
+        var declared: [(type: String, path: String)] = []
+        var conforming: Set<String> = []
+        for target in Self.allowed.keys {
+            for (path, text) in Self.files(target) {
+                for line in text.split(separator: "\n") {
+                    let words = line.split(whereSeparator: { " :,{".contains($0) }).map(String.init)
+                    if words.count >= 3, words[0] == "public", ["struct", "enum"].contains(words[1]), words.dropFirst(3).contains("Error") {
+                        declared.append((words[2], path))
+                    }
+                    if line.hasPrefix("extension "), line.contains(": AutoharnessError"), words.count > 1 {
+                        conforming.insert(String(words[1].split(separator: ".").last!))
+                    }
+                }
+            }
+        }
+        #expect(declared.count >= 9, "the scan finds the error types: \(declared)")
+        for d in declared where !conforming.contains(d.type) && !exempt.contains(d.type) {
+            Issue.record("\(d.path): \(d.type) is an Error without `extension \(d.type): AutoharnessError`")
+        }
+    }
+
     @Test("TLS (OpenSSL) is imported only by the proxy's inference gate (Sandbox/Network/Inference)")
     func tlsStaysInTheInferenceGate() {
         for target in Self.allowed.keys {

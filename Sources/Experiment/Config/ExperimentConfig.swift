@@ -546,3 +546,11 @@ private final class Reader {
 
     private func fmt(_ x: Double) -> String { x == x.rounded() ? String(Int(x)) : String(x) }
 }
+
+extension ConfigError: AutoharnessError {
+    public var category: ErrorCategory { .usage }
+}
+
+extension ConfigErrors: AutoharnessError {
+    public var category: ErrorCategory { .usage }
+}

@@ -1,6 +1,7 @@
 import Benchmark
 import Foundation
 import Sandbox
+import SupervisorIO
 
 /// What the supervisor asks of the guest: which held-out tasks to run, and with what. It travels
 /// inside the initramfs (host to guest only); every path in it is a host path, which the guest
@@ -189,4 +190,9 @@ public struct GuestAnswer: Sendable, Equatable {
 public struct AnswerError: Error, CustomStringConvertible, Sendable {
     public var description: String
     init(_ d: String) { description = d }
+}
+
+extension AnswerError: AutoharnessError {
+    /// A guest's answer that does not parse: the gate ends as interrupted, the system's fault.
+    public var category: ErrorCategory { .io }
 }

@@ -20,6 +20,18 @@ public struct ExperimentError: Error, CustomStringConvertible, Sendable {
     public var description: String { message }
 }
 
+extension ExperimentError: AutoharnessError {
+    public var category: ErrorCategory {
+        switch kind {
+        case .usage: return .usage
+        case .refused: return .refused
+        case .state: return .state
+        case .io: return .io
+        case .locked: return .locked
+        }
+    }
+}
+
 /// What `gate()` decided: the attempt exactly as it is recorded in the ledger.
 public typealias GateResult = GateAttemptRecord
 

@@ -1,4 +1,5 @@
 import Foundation
+import SupervisorIO
 
 /// The experiment's git repository, driven only by the supervisor.
 ///
@@ -14,7 +15,7 @@ public struct Git: Sendable {
         self.privateIndex = privateIndex
     }
 
-    public struct Failure: Error, CustomStringConvertible {
+    public struct Failure: Error, CustomStringConvertible, Sendable {
         public var command: String
         public var output: String
         public var description: String { "git \(command): \(output.trimmingCharacters(in: .whitespacesAndNewlines))" }
@@ -84,4 +85,9 @@ public struct Git: Sendable {
 
     /// Whether `commit` is an ancestor of (or equal to) HEAD.
     public func isPublished(_ commit: String) -> Bool { (try? run(["merge-base", "--is-ancestor", commit, "HEAD"])) != nil }
+}
+
+extension Git.Failure: AutoharnessError {
+    /// git refusing the supervisor's own commit: the repository's or the system's fault.
+    public var category: ErrorCategory { .io }
 }
