@@ -348,6 +348,24 @@ struct ExperimentTests {
         let g = try exp.run("gate")
         #expect(g.stdout.contains("did not beat the best"))
         #expect(try exp.file("workspace/results.tsv").contains("fake") == false)  // regenerated from the ledger
+
+        // A fake that *lowers* the bar tells the two apart: after a real accepted score, the
+        // view claims the best is 0; the same behaviour again would beat the view's best by far,
+        // and ties the ledger's.
+        try exp.setAgent(Agents.addOnly)
+        let accepted = try exp.run("gate")
+        #expect(accepted.status == 0, "\(accepted.stdout)")
+        let real = try exp.file("workspace/results.tsv")
+        let lowered = real.split(separator: "\n").map { line -> String in
+            var f = line.split(separator: "\t", omittingEmptySubsequences: false).map(String.init)
+            if f.first == "1" { f[1] = "0.0000" }
+            return f.joined(separator: "\t")
+        }.joined(separator: "\n") + "\n"
+        #expect(lowered != real)
+        try lowered.write(toFile: exp.root + "/workspace/results.tsv", atomically: true, encoding: .utf8)
+        try exp.setAgent(Agents.addOnly + "\n# the same behaviour, new bytes\n")
+        let again = try exp.run("gate")
+        #expect(again.status == 1 && again.stdout.contains("did not beat the best"), "the gate read the ledger's best, not the view's: \(again.stdout)")
     }
 
     @Test("edited, deleted and reordered ledger rows are detected and named")
