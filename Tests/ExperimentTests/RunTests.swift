@@ -649,6 +649,16 @@ struct ReportTests {
         #expect(dom.stdout.contains("<span class=\"py-k\">def</span>") && dom.stdout.contains("<span class=\"py-c\">#"))
         #expect(dom.stdout.contains("<span class=\"py-s\">\"&lt;/span&gt;&lt;b id='injected'&gt;bold&lt;/b&gt;\"</span>"))
         #expect(dom.stdout.components(separatedBy: "<span class=\"d-a\">").count - 1 >= 3)
+
+        // The second wall: were anything to get past the escaping, the page's CSP runs no
+        // script. A copy of the report with a script planted in its body keeps its title.
+        let html = try exp.file("report.html")
+        let planted = exp.root + "/planted.html"
+        try html.replacingOccurrences(of: "<h2>Explorer</h2>", with: "<script>document.title='CSP-BROKEN'</script><h2>Explorer</h2>")
+            .write(toFile: planted, atomically: true, encoding: .utf8)
+        let wall = try runProcess(chromium, ["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", "file://" + planted])
+        #expect(wall.status == 0 && wall.stdout.contains("<script>document.title='CSP-BROKEN'</script>"), "the planted script is in the page")
+        #expect(!wall.stdout.contains("<title>CSP-BROKEN</title>") && wall.stdout.contains("<title>autoharness report"), "it did not run")
     }
 }
 

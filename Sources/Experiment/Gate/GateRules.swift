@@ -58,11 +58,17 @@ public enum GateRules {
         }
         let book = FailureBook(s)
         guard let promotion = phases.promotion else { return .runPromotion(RollingBatches.candidates(s, book: book)) }
-        let evidence = FailureEvidenceRecord.observed(phases.suite + promotion, train: Set(split.train), source: "gate", attempt: attempt,
-                                                      agentSHA256: agentSHA256, batch: s.currentBatch?.revealed.batch)
-        let after = FailureBook(RollingBatches.after(s, accepted: (attempt, agentSHA256), evidence: evidence, time: ""))
+        let after = FailureBook(RollingBatches.after(s, accepted: (attempt, agentSHA256),
+                                                     evidence: evidence(s, phases: phases, attempt: attempt, agentSHA256: agentSHA256), time: ""))
         let p = RollingBatches.promotions(candidates: promotion, before: book, after: after)
         return .accepted(promoted: p.promoted, resolvedClusters: p.resolved)
+    }
+
+    /// What a gate's train phases (suite, promotion) showed failing: its `failure_evidence`
+    /// row, recorded after the attempt's, and what the cluster rule judges.
+    public static func evidence(_ s: ExperimentState, phases: Phases, attempt: Int, agentSHA256: String) -> FailureEvidenceRecord? {
+        FailureEvidenceRecord.observed(phases.suite + (phases.promotion ?? []), train: Set(s.split?.train ?? []), source: "gate",
+                                       attempt: attempt, agentSHA256: agentSHA256, batch: s.currentBatch?.revealed.batch)
     }
 
     /// Step 1: nil when the suite's pass rate reaches `threshold` (an empty suite does).

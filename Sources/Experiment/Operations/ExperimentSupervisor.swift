@@ -152,7 +152,7 @@ public final class ExperimentSupervisor {
     /// than the best so far, so a small split runs out of room fast (or never has any).
     public static func smallSplitWarning(testTasks n: Int, testPassed: Int, minImprovement: Double?) -> String? {
         guard n > 0 else { return nil }
-        let m = minImprovement ?? 1.0 / Double(n)
+        let m = GateRules.requiredImprovement(testTasks: n, minImprovement: minImprovement)
         // Tasks one acceptance needs beyond the best, with pass/fail rewards: more than m·N.
         let step = Int((m * Double(n) + 1e-9).rounded(.down)) + 1
         let room = n - testPassed
@@ -249,8 +249,7 @@ public final class ExperimentSupervisor {
     /// task — unknown or held out, deliberately indistinguishable — refuses the whole request
     /// and is recorded as a violation.
     public func runBenchmark(taskIDs: [String]?, oracle: Bool = false, actor: String = "cli", agent: Snapshot? = nil) throws -> [TaskOutcome] {
-        guard try state().prepared else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
-        return try runTrain(taskIDs: taskIDs, oracle: oracle, actor: actor, agent: agent, state: try settleBatches())
+        try runTrain(taskIDs: taskIDs, oracle: oracle, actor: actor, agent: agent, state: try settleBatches())
     }
 
     /// `runBenchmark` once the batches are settled.
@@ -381,7 +380,6 @@ public final class ExperimentSupervisor {
     /// `beforeHeldOut` runs just before the first held-out task and may refuse (throw): the
     /// run loop checks there that the coding agent is still frozen.
     public func gate(actor: String = "cli", agent: Snapshot? = nil, beforeHeldOut: () throws -> Void = {}) throws -> GateResult {
-        guard try state().prepared else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
         let s = try settleBatches()
         guard let split = s.split else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
         // Numbered and counted by its start row, appended (and synced) before any task runs:
@@ -480,8 +478,7 @@ public final class ExperimentSupervisor {
         result.trainCostUSD = TaskOutcome.cost(phases.suite + promotionOutcomes)
         // What the suite and promotion phases (train tasks only) showed failing; recorded after
         // the attempt's row, so an accepted gate's passing runs resolve records by this attempt.
-        let evidence = FailureEvidenceRecord.observed(phases.suite + promotionOutcomes, train: Set(split.train), source: "gate",
-                                                      attempt: attempt, agentSHA256: snap.sha256, batch: result.batch)
+        let evidence = GateRules.evidence(s, phases: phases, attempt: attempt, agentSHA256: snap.sha256)
         let after = s.currentBatch == nil ? nil : FailureBook(RollingBatches.after(s, accepted: result.accepted ? (attempt, snap.sha256) : nil,
                                                                                    evidence: evidence, time: isoTimestamp()))
         // The batch ends here when this attempt was accepted or was its last; the next is revealed.
