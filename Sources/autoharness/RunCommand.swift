@@ -269,7 +269,8 @@ struct DemoCommand: ParsableCommand {
         let report = try loop.run()
         print(RunCommand.text(report, disclosure: .score))
         let html = layout.root + "/report.html"
-        try AtomicFile.write(Array(Report.html(try s.state(), config: s.config, title: "autoharness demo", agentSource: s.snapshotSource).utf8), to: html, mode: 0o644)
+        let page = try loop.withSupervisor { s in Report.html(try s.state(), config: s.config, title: "autoharness demo", agentSource: s.snapshotSource) }
+        try AtomicFile.write(Array(page.utf8), to: html, mode: 0o644)
         print("demo: the coding agent's own account: \(report.agentLog)")
         print("demo: report: \(html)")
         // A demo whose loop failed (the agent never got going) is not a demo that worked.

@@ -18,8 +18,8 @@ struct ArchitectureTests {
         "Sandbox": ["Glibc", "PolicyModel", "SupervisorIO", "CSandboxLaunch", "CSandboxSpawn", "CSystemCalls", "CSeccomp", "CCap", "CTLS", "Logging"],
         "Benchmark": ["Glibc", "Dispatch", "FoundationEssentials", "Sandbox", "SandboxPolicy", "SupervisorIO"],
         "Ledger": ["Glibc", "Foundation", "GRDB", "Crypto", "SupervisorIO"],
-        "Experiment": ["Glibc", "Foundation", "ArgumentParser", "Yams", "Crypto", "Benchmark", "Ledger", "Sandbox",
-                       "SandboxPolicy", "SupervisorIO", "BrokerWire"],
+        "Experiment": ["Glibc", "Foundation", "Dispatch", "Synchronization", "ArgumentParser", "Yams", "Crypto", "Benchmark", "Ledger",
+                       "Sandbox", "SandboxPolicy", "SupervisorIO", "BrokerWire"],
         "autoharness": ["Glibc", "Foundation", "ArgumentParser", "Logging", "Benchmark", "Experiment", "Ledger", "Sandbox",
                         "SandboxPolicy", "SupervisorIO"],
         "BrokerWire": ["Glibc"],
@@ -58,6 +58,28 @@ struct ArchitectureTests {
             for (path, text) in Self.files(target) {
                 for module in Self.imports(text) where !(Self.allowed[target] ?? []).contains(module) {
                     Issue.record("\(path) imports \(module), which \(target) may not")
+                }
+            }
+        }
+    }
+
+    /// `autoharness run` is a sequencer over parts with one concern each (RunLoop.swift's
+    /// header names them): the compiler checks who shares what, and nothing stops a run by
+    /// sleeping.
+    @Test("Experiment/Run: no file over 400 lines, no @unchecked Sendable, no implicitly unwrapped state, no sleeping or detached threads")
+    func runIsASequencer() {
+        let run = Self.files("Experiment").filter { $0.path.hasPrefix("Experiment/Run/") }
+        #expect(run.count >= 8, "the run's parts: \(run.map(\.path))")
+        for (path, text) in run {
+            let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+            #expect(lines.count <= 400, "\(path) has \(lines.count) lines")
+            for (n, line) in lines.enumerated() {
+                let code = line.split(separator: "//", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
+                for banned in ["@unchecked Sendable", "Thread.detachNewThread", "Thread.sleep", "usleep(", " sleep(", "NSLock"] where code.contains(banned) {
+                    Issue.record("\(path):\(n + 1) uses \(banned)")
+                }
+                if code.range(of: #"(var|let)\s+\w+\s*:\s*[\w<>.\[\]]+!"#, options: .regularExpression) != nil {
+                    Issue.record("\(path):\(n + 1) declares implicitly unwrapped state: \(line)")
                 }
             }
         }

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Synchronization
 
 /// Tokens and cost of coding-agent sessions, as the agent's CLI reported them on its own
 /// output (the run's agent log).
@@ -82,83 +83,28 @@ public struct TokenPrice: Sendable, Equatable {
 ///   Codex `exec --json`: `{"type":"turn.completed","usage":{input_tokens (cached included),
 ///     cached_input_tokens, cache_write_input_tokens, output_tokens}}` per turn; no cost.
 /// Anything else on the output is ignored; so is a line longer than `maxLine`.
-public final class UsageMeter: @unchecked Sendable {
+public final class UsageMeter: Sendable {
     let path: String
-    let price: TokenPrice?
-    private var offset: off_t
-    private var pending: [UInt8] = []
-    private var skipping = false
+    /// `poll` (the run's cost timer, the session's end) and `usage` (the desk) may run on
+    /// different threads: the reader's state is behind one lock.
+    private let reader: Synchronization.Mutex<Reader>
     static let maxLine = 4 << 20
-    /// `poll` (the run's cost watchdog, the session's end) and `usage` (the broker) may run
-    /// on different threads.
-    private let lock = NSLock()
-
-    /// Settled by `result` lines (Claude Code) or turns (Codex).
-    private var settled = AgentUsage()
-    /// Claude Code messages since the last `result`: id -> (input, cacheRead, cacheWrite, output).
-    private var messages: [String: [Int]] = [:]
-    private var model: String?
 
     /// Starts reading `path` at its current end (what a new session appends).
     public init(path: String, price: TokenPrice?) {
         self.path = path
-        self.price = price
         var st = stat()
-        offset = stat(path, &st) == 0 ? st.st_size : 0
+        reader = Synchronization.Mutex(Reader(price: price, offset: stat(path, &st) == 0 ? st.st_size : 0))
     }
 
     /// Reads what was appended since the last call.
     public func poll() {
-        lock.lock()
-        defer { lock.unlock() }
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return }
-        defer { close(fd) }
-        var buffer = [UInt8](repeating: 0, count: 1 << 16)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, offset) }
-            guard n > 0 else { return }
-            offset += off_t(n)
-            for byte in buffer[0..<n] {
-                if byte == 0x0A {
-                    if !skipping { line(pending) }
-                    pending.removeAll(keepingCapacity: true)
-                    skipping = false
-                } else if !skipping {
-                    pending.append(byte)
-                    if pending.count > Self.maxLine {
-                        pending.removeAll()
-                        skipping = true
-                    }
-                }
-            }
-        }
+        reader.withLock { $0.poll(path) }
     }
 
     /// What the session has used so far.
     public var usage: AgentUsage {
-        lock.lock()
-        defer { lock.unlock() }
-        var u = settled
-        for c in messages.values {
-            u.inputTokens += c[0]
-            u.cacheReadTokens += c[1]
-            u.cacheWriteTokens += c[2]
-            u.outputTokens += c[3]
-            add(cost: nil, tokens: c, to: &u)
-        }
-        u.model = model ?? settled.model
-        return u
-    }
-
-    private func add(cost: Double?, tokens c: [Int], to u: inout AgentUsage) {
-        if let cost {
-            u.costUSD = (u.costUSD ?? 0) + cost
-        } else if let price {
-            u.costUSD = (u.costUSD ?? 0) + price.cost(input: c[0], cacheRead: c[1], cacheWrite: c[2], output: c[3])
-        } else {
-            u.uncostedTokens += c.reduce(0, +)
-        }
+        reader.withLock { $0.usage }
     }
 
     /// The most one line may claim, for tokens and dollars: the numbers come from the
@@ -166,59 +112,125 @@ public final class UsageMeter: @unchecked Sendable {
     static let maxTokens = 1_000_000_000_000.0
     static let maxCost = 1_000_000_000.0
 
-    private static func int(_ o: [String: Any], _ keys: String...) -> Int {
-        for k in keys { if let n = o[k] as? NSNumber { return Int(clamp(n.doubleValue, maxTokens)) } }
-        return 0
-    }
-
     static func clamp(_ x: Double, _ limit: Double) -> Double { x.isNaN ? 0 : min(max(x, 0), limit) }
 
-    private func line(_ bytes: [UInt8]) {
-        guard bytes.first == UInt8(ascii: "{"),
-              let o = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
-              let type = o["type"] as? String else { return }
-        switch type {
-        case "system":
-            if let m = o["model"] as? String { model = m }
-        case "assistant":
-            guard let m = o["message"] as? [String: Any], let id = m["id"] as? String, let u = m["usage"] as? [String: Any] else { return }
-            if let name = m["model"] as? String { model = name }
-            messages[id] = [Self.int(u, "input_tokens"), Self.int(u, "cache_read_input_tokens"),
-                        Self.int(u, "cache_creation_input_tokens"), Self.int(u, "output_tokens")]
-        case "result":
-            // The session's own total: per model when given (side models included), else its usage.
-            var c = [0, 0, 0, 0]
-            if let per = o["modelUsage"] as? [String: Any], !per.isEmpty {
-                for case let m as [String: Any] in per.values {
-                    c[0] += Self.int(m, "inputTokens")
-                    c[1] += Self.int(m, "cacheReadInputTokens")
-                    c[2] += Self.int(m, "cacheCreationInputTokens")
-                    c[3] += Self.int(m, "outputTokens")
+    /// The log read so far and what its lines said.
+    struct Reader {
+        let price: TokenPrice?
+        var offset: off_t
+        var pending: [UInt8] = []
+        var skipping = false
+        /// Settled by `result` lines (Claude Code) or turns (Codex).
+        var settled = AgentUsage()
+        /// Claude Code messages since the last `result`: id -> (input, cacheRead, cacheWrite, output).
+        var messages: [String: [Int]] = [:]
+        var model: String?
+
+        init(price: TokenPrice?, offset: off_t) {
+            self.price = price
+            self.offset = offset
+        }
+
+        mutating func poll(_ path: String) {
+            let fd = open(path, O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else { return }
+            defer { close(fd) }
+            var buffer = [UInt8](repeating: 0, count: 1 << 16)
+            while true {
+                let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, offset) }
+                guard n > 0 else { return }
+                offset += off_t(n)
+                for byte in buffer[0..<n] {
+                    if byte == 0x0A {
+                        if !skipping { line(pending) }
+                        pending.removeAll(keepingCapacity: true)
+                        skipping = false
+                    } else if !skipping {
+                        pending.append(byte)
+                        if pending.count > UsageMeter.maxLine {
+                            pending.removeAll()
+                            skipping = true
+                        }
+                    }
                 }
-            } else if let u = o["usage"] as? [String: Any] {
-                c = [Self.int(u, "input_tokens"), Self.int(u, "cache_read_input_tokens"),
-                     Self.int(u, "cache_creation_input_tokens"), Self.int(u, "output_tokens")]
+            }
+        }
+
+        var usage: AgentUsage {
+            var u = settled
+            for c in messages.values {
+                u.inputTokens += c[0]
+                u.cacheReadTokens += c[1]
+                u.cacheWriteTokens += c[2]
+                u.outputTokens += c[3]
+                add(cost: nil, tokens: c, to: &u)
+            }
+            u.model = model ?? settled.model
+            return u
+        }
+
+        private func add(cost: Double?, tokens c: [Int], to u: inout AgentUsage) {
+            if let cost {
+                u.costUSD = (u.costUSD ?? 0) + cost
+            } else if let price {
+                u.costUSD = (u.costUSD ?? 0) + price.cost(input: c[0], cacheRead: c[1], cacheWrite: c[2], output: c[3])
             } else {
+                u.uncostedTokens += c.reduce(0, +)
+            }
+        }
+
+        private static func int(_ o: [String: Any], _ keys: String...) -> Int {
+            for k in keys { if let n = o[k] as? NSNumber { return Int(UsageMeter.clamp(n.doubleValue, UsageMeter.maxTokens)) } }
+            return 0
+        }
+
+        private mutating func line(_ bytes: [UInt8]) {
+            guard bytes.first == UInt8(ascii: "{"),
+                  let o = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
+                  let type = o["type"] as? String else { return }
+            switch type {
+            case "system":
+                if let m = o["model"] as? String { model = m }
+            case "assistant":
+                guard let m = o["message"] as? [String: Any], let id = m["id"] as? String, let u = m["usage"] as? [String: Any] else { return }
+                if let name = m["model"] as? String { model = name }
+                messages[id] = [Self.int(u, "input_tokens"), Self.int(u, "cache_read_input_tokens"),
+                            Self.int(u, "cache_creation_input_tokens"), Self.int(u, "output_tokens")]
+            case "result":
+                // The session's own total: per model when given (side models included), else its usage.
+                var c = [0, 0, 0, 0]
+                if let per = o["modelUsage"] as? [String: Any], !per.isEmpty {
+                    for case let m as [String: Any] in per.values {
+                        c[0] += Self.int(m, "inputTokens")
+                        c[1] += Self.int(m, "cacheReadInputTokens")
+                        c[2] += Self.int(m, "cacheCreationInputTokens")
+                        c[3] += Self.int(m, "outputTokens")
+                    }
+                } else if let u = o["usage"] as? [String: Any] {
+                    c = [Self.int(u, "input_tokens"), Self.int(u, "cache_read_input_tokens"),
+                         Self.int(u, "cache_creation_input_tokens"), Self.int(u, "output_tokens")]
+                } else {
+                    return
+                }
+                settle(c, cost: (o["total_cost_usd"] as? NSNumber).map { UsageMeter.clamp($0.doubleValue, UsageMeter.maxCost) })
+                messages.removeAll()
+            case "turn.completed":
+                guard let u = o["usage"] as? [String: Any] else { return }
+                let cached = Self.int(u, "cached_input_tokens")
+                let write = Self.int(u, "cache_write_input_tokens")
+                let input = max(0, Self.int(u, "input_tokens") - cached - write)
+                settle([input, cached, write, Self.int(u, "output_tokens")], cost: nil)
+            default:
                 return
             }
-            settle(c, cost: (o["total_cost_usd"] as? NSNumber).map { Self.clamp($0.doubleValue, Self.maxCost) })
-            messages.removeAll()
-        case "turn.completed":
-            guard let u = o["usage"] as? [String: Any] else { return }
-            let cached = Self.int(u, "cached_input_tokens")
-            let write = Self.int(u, "cache_write_input_tokens")
-            let input = max(0, Self.int(u, "input_tokens") - cached - write)
-            settle([input, cached, write, Self.int(u, "output_tokens")], cost: nil)
-        default:
-            return
         }
-    }
 
-    private func settle(_ c: [Int], cost: Double?) {
-        settled.inputTokens += c[0]
-        settled.cacheReadTokens += c[1]
-        settled.cacheWriteTokens += c[2]
-        settled.outputTokens += c[3]
-        add(cost: cost, tokens: c, to: &settled)
+        private mutating func settle(_ c: [Int], cost: Double?) {
+            settled.inputTokens += c[0]
+            settled.cacheReadTokens += c[1]
+            settled.cacheWriteTokens += c[2]
+            settled.outputTokens += c[3]
+            add(cost: cost, tokens: c, to: &settled)
+        }
     }
 }

@@ -2,6 +2,7 @@ import BrokerWire
 import Foundation
 import Glibc
 import SupervisorIO
+import Synchronization
 
 /// Who sent a broker request, as the kernel says (SO_PEERCRED; host pid and uid).
 public struct BrokerPeer: Sendable {
@@ -28,16 +29,14 @@ public struct BrokerReply: Sendable {
 /// in the listen backlog. A client gets 5 seconds to send its request and must keep reading
 /// its answer: a stalled or silent peer cannot hold the broker. Requests are bounded
 /// (`BrokerWire.maxRequest`) and decoded without interpretation; the handler decides.
-final class BrokerServer: @unchecked Sendable {
-    typealias Handler = (Result<[String], BrokerWire.RequestError>, BrokerPeer) -> BrokerReply
+final class BrokerServer: Sendable {
+    typealias Handler = @Sendable (Result<[String], BrokerWire.RequestError>, BrokerPeer) -> BrokerReply
 
     let path: String
     private let listener: Int32
     private let handler: Handler
     private let done = DispatchSemaphore(value: 0)
-    private let stateLock = NSLock()
-    private var stopping = false
-    private var current: Int32 = -1
+    private let stopping = Synchronization.Mutex(false)
 
     /// Binds a fresh socket at `path` (a stale socket from a killed run is replaced; any
     /// other file there is an error) with mode 0666: its directory is what confines it.
@@ -81,8 +80,8 @@ final class BrokerServer: @unchecked Sendable {
 
     /// Stops accepting; a request being answered is finished first (this waits for it).
     func stop() {
-        stateLock.withLock {
-            stopping = true
+        stopping.withLock {
+            $0 = true
             shutdown(listener, Int32(SHUT_RDWR))
         }
         done.wait()
@@ -97,7 +96,7 @@ final class BrokerServer: @unchecked Sendable {
                 if errno == EINTR || errno == ECONNABORTED { continue }
                 return
             }
-            let stop = stateLock.withLock { stopping }
+            let stop = stopping.withLock { $0 }
             if stop {
                 close(c)
                 return
