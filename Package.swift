@@ -2,26 +2,10 @@
 // autoharness: a supervisor for self-improving agents whose sandbox, gate and ledger
 // do not depend on the coding agent's good behaviour.
 //
-// The trust boundary is visible in the target list (README "Architecture" has the table):
-//   CSandboxLaunch  — the only code that runs between fork and exec (C, no C library calls).
-//   CSandboxSpawn   — the supervisor's side of a sandbox's start (C): spawns the monitor.
-//   CSystemCalls    — system calls the Glibc module hides (C shims; never in the fork window).
-//   CTLS            — the egress proxy's inference gate's TLS (OpenSSL): a per-run CA, both sides.
-//   SupervisorIO    — the only code that opens, reads, copies or removes files a sandbox may
-//                     have written: fd-relative, no symlink following, capped, IOFailure errors.
-//   PolicyModel     — the policy schema as types, and path and size syntax (no Foundation, no YAML).
-//   SandboxPolicy   — YAML loading and validation into PolicyModel's types (no syscalls but
-//                     reading files); re-exports PolicyModel.
-//   Sandbox         — compiles a policy into a launch plan (mounts, seccomp BPF, limits),
-//                     runs it, supervises it (cgroups, seccomp notifications, audit).
-//   autoharness-launch — CSandboxLaunch as a small executable: the sandbox's monitor, started
-//                     by the supervisor with the plan as bytes instead of as a copy of itself.
-//   Benchmark       — local (Harbor-layout) benchmarks: each task's agent run and its verifier
-//                     run in separate sandboxes; only a reward crosses back.
-//   Ledger          — the supervisor's hash-chained SQLite record; views are derived from it.
-//   Experiment      — experiment layout, config, split, and the gate (what decides an edit).
-//   autoharness     — the command-line tool.
-//   sandbox-probe   — test-only attack probe run *inside* sandboxes by the escape suite.
+// The targets, what each holds and what each may import: docs/architecture.md, "Targets"
+// (ArchitectureTests.targetTable holds that table to this file). The trust boundary is in
+// the list: only SupervisorIO reads what a sandbox wrote; only the launch C code runs
+// between fork and exec.
 import PackageDescription
 
 let package = Package(
@@ -154,7 +138,7 @@ let package = Package(
         // Shared helpers of the test targets: locating the built binaries, running them, temp dirs.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "SupervisorIOTests", dependencies: ["SupervisorIO", "TestSupport"]),
-        // Reads Sources/ and holds every target to README's Architecture table.
+        // Reads Sources/ and holds every target to docs/architecture.md's rules.
         .testTarget(name: "ArchitectureTests"),
         .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy", "SupervisorIO"]),
         .testTarget(name: "SandboxTests", dependencies: ["Sandbox", "SandboxPolicy", "CSandboxLaunch", "CSandboxSpawn", "CSystemCalls", "TestSupport"]),

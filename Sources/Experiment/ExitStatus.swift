@@ -6,7 +6,7 @@ import SandboxPolicy
 import SupervisorIO
 
 /// Exit statuses: the one table for the CLI and for the coding agent's requests through the
-/// broker (README "Exit codes" and `--help` repeat it). Sandboxed commands pass theirs through (`sandbox exec`: see `SandboxResult.exitCode`
+/// broker (docs/operations.md "Exit codes" and `--help` repeat it). Sandboxed commands pass theirs through (`sandbox exec`: see `SandboxResult.exitCode`
 /// for 124-127 and 128+N).
 public enum Exit {
     /// Success; `gate`: accepted; `run`: ended by one of its limits after working.

@@ -27,7 +27,7 @@ struct Autoharness: ParsableCommand {
 
             Sandboxes need root (user/mount/pid/net namespaces, id maps, cgroups).
 
-            Exit status, for every command (README "Exit codes"):
+            Exit status, for every command (docs/operations.md "Exit codes"):
               0    success; gate: accepted
               1    gate: rejected; a check failed (status --verify, policy check, doctor);
                    run: the coding agent crashed in a loop

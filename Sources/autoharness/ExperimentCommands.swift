@@ -82,7 +82,7 @@ struct InitCommand: ParsableCommand {
     @Argument(help: "Directory to create (must not exist or be empty).")
     var directory: String
 
-    @Option(help: "Benchmark: local, terminal-bench, tau-bench, bird-interact or command.")
+    @Option(help: "Benchmark: \(ExperimentConfig.supportedBenchmarks.joined(separator: ", ")).")
     var benchmark: String = "local"
 
     @Option(help: "local: the benchmark directory (tasks/<id>/instruction.md, tests/test.sh, ...). terminal-bench: a Harbor registry dataset (default terminal-bench@2.0; name@version or org/name@ref), a directory of Harbor tasks, or the directory `harbor download -o DIR` wrote. tau-bench: tau2's data directory (default $TAU2_DATA_DIR). bird-interact: lite or full.")

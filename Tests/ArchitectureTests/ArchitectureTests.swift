@@ -1,14 +1,14 @@
 import Foundation
 import Testing
 
-/// The rules of README "Architecture", read from the sources: which target may import what,
+/// The rules of docs/architecture.md, read from the sources: which target may import what,
 /// and that only SupervisorIO touches files the way a sandbox-written tree needs.
 @Suite("Architecture: what each target may import and touch")
 struct ArchitectureTests {
     static let sources = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
         .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Sources").path
 
-    /// The README's table, as data. A target not listed here fails the test: a new target
+    /// docs/architecture.md's import rules, as data. A target not listed here fails the test: a new target
     /// gets its row in both places.
     static let allowed: [String: Set<String>] = [
         "SupervisorIO": ["Glibc", "CSystemCalls"],
@@ -85,6 +85,59 @@ struct ArchitectureTests {
         }
     }
 
+    /// Adding a benchmark touches one folder (Experiment/Benchmarks: a BenchmarkKind and its
+    /// entry in `BenchmarkKinds.all`) and its templates; nothing else switches on its name.
+    @Test("benchmarks are registered in one place: every BenchmarkKind is in BenchmarkKinds.all with its templates, and no other code compares benchmark names")
+    func benchmarksRegisteredOnce() throws {
+        let kinds = Self.files("Experiment").filter { $0.path.hasPrefix("Experiment/Benchmarks/") }
+        let registry = try #require(kinds.first { $0.path.hasSuffix("/BenchmarkKind.swift") }).text
+        var names: [String] = []
+        for (path, text) in kinds {
+            for m in text.matches(of: #/struct (\w+): BenchmarkKind \{\n(?:.*\n)*?    let name = "([a-z0-9-]+)"/#) {
+                #expect(registry.contains(String(m.1) + "()"), "\(path): \(m.1) is not in BenchmarkKinds.all")
+                names.append(String(m.2))
+            }
+        }
+        #expect(Set(names) == ["local", "terminal-bench", "tau-bench", "bird-interact", "command"], "kinds found: \(names)")
+        let templates = URL(fileURLWithPath: Self.sources).deletingLastPathComponent().path + "/templates/"
+        for name in names {
+            for file in ["keys.yaml", "runner.yaml", "PROGRAM.md", "agent.py"] {
+                #expect(FileManager.default.fileExists(atPath: templates + name + "/" + file), "templates/\(name)/\(file) is missing")
+            }
+        }
+        let external = names.filter { $0.contains("-") }.map { "\"" + $0 + "\"" }
+        let targets = try FileManager.default.contentsOfDirectory(atPath: Self.sources)
+        for target in targets {
+            for (path, text) in Self.files(target) where !path.hasPrefix("Experiment/Benchmarks/") && !path.hasPrefix("Benchmark/Adapters/") {
+                for (n, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+                    if line.contains(#/benchmark\s*[!=]=\s*"/#) { Issue.record("\(path):\(n + 1) compares a benchmark's name: \(line)") }
+                    for name in external where line.contains(name) { Issue.record("\(path):\(n + 1) names the benchmark \(name)") }
+                }
+            }
+        }
+    }
+
+    /// docs/architecture.md's "Targets" is the one target table: every target of
+    /// Package.swift, in its order, of the kind Package.swift declares.
+    @Test("docs/architecture.md's target table lists exactly Package.swift's targets, in order, with their kinds")
+    func targetTable() throws {
+        let root = URL(fileURLWithPath: Self.sources).deletingLastPathComponent().path
+        let manifest = try String(contentsOfFile: root + "/Package.swift", encoding: .utf8)
+        let declared = manifest.matches(of: #/\.(target|executableTarget|systemLibrary|testTarget)\(\s*name:\s*"([^"]+)"/#)
+            .map { (name: String($0.2), kind: String($0.1)) }
+        #expect(declared.count > 20, "targets read from Package.swift: \(declared.map(\.name))")
+        let doc = try String(contentsOfFile: root + "/docs/architecture.md", encoding: .utf8)
+        let section = try #require(doc.components(separatedBy: "\n## Targets\n").dropFirst().first?.components(separatedBy: "\n## ").first)
+        let rows = section.matches(of: #/\n\| `([^`]+)` \| ([a-zA-Z ]+) \|/#).map { (name: String($0.1), kind: String($0.2)) }
+        #expect(rows.map(\.name) == declared.map(\.name), "the table's targets vs Package.swift's, in order")
+        let kinds = ["systemLibrary": ["system library"], "executableTarget": ["executable"], "testTarget": ["test"], "target": ["library", "C"]]
+        for row in rows {
+            guard let d = declared.first(where: { $0.name == row.name }) else { continue }
+            #expect(kinds[d.kind]?.contains(row.kind) == true, "\(row.name): the table says \(row.kind), Package.swift declares .\(d.kind)")
+        }
+        #expect(doc.components(separatedBy: "| target | kind |").count == 2, "one target table")
+    }
+
     @Test("the launch C modules are imported only by the launch code (Sandbox/Launch)")
     func launchModuleStaysInLaunch() {
         for target in Self.allowed.keys {
@@ -159,7 +212,7 @@ struct ArchitectureTests {
         // workspace, a sandbox's output, a snapshot of agent.py) goes through InputFile.
         let operatorFiles: [String: String] = [
             "Experiment/Operations/Initialize.swift": "the shipped templates",
-            "Experiment/Config/AdapterFactory.swift": "the benchmark tool's requirements file, from its install",
+            "Experiment/Benchmarks/ToolCheck.swift": "the benchmark tool's requirements file, from its install",
             "autoharness/RunCommand.swift": "the demo's config, which it just wrote",
         ]
         for target in ["Experiment", "autoharness"] {

@@ -72,9 +72,30 @@ struct ExperimentInputTests {
         ("pg_port: 70000\n", "pg_port: must be a whole number from 1 to 65535 (got '70000')"),
         ("patience: -1\n", "patience: must be a whole number from 0 to 100 (got '-1')"),
         ("per_task_timeout: 1e300\n", "per_task_timeout: must be a number from 1 to 86400 (got '1e300')"),
+        ("system_agent_port: 80\n", "system_agent_port: must be a whole number from 1024 to 65535 (got '80')"),
     ])
     func boundedUpstreamNumbers(line: String, message: String) throws {
         #expect(try Self.refusal(line) == "exp/experiment_config.yaml:3: \(message)")
+    }
+
+    @Test("upstream keys are typed where they are read: a choice outside its list is refused at file:line; values reach the adapters' fields typed")
+    func typedUpstreamKeys() throws {
+        let refused = try #require(try Self.refusal("mode: x-interact\n"))
+        #expect(refused.hasPrefix("exp/experiment_config.yaml:3: mode:") && refused.contains("a-interact") && refused.contains("c-interact"), "\(refused)")
+        let c = try ExperimentConfig.parse("""
+            benchmark: local
+            dataset: d
+            mode: c-interact
+            seed: 300
+            pg_port: 5433
+            agent_timeout_multiplier: 2.5
+            user_model: m
+            reasoning_effort: high
+            """, file: "f")
+        var expected = UpstreamSettings()
+        (expected.mode, expected.seed, expected.pgPort, expected.agentTimeoutMultiplier) = ("c-interact", 300, 5433, 2.5)
+        (expected.userModel, expected.reasoningEffort) = ("m", "high")
+        #expect(c.upstream == expected)
     }
 
     /// The errors a local config with `yaml` after its first two lines is refused with (nil:

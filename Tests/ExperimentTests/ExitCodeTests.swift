@@ -3,7 +3,7 @@ import Glibc
 import Testing
 import TestSupport
 
-/// The exit-code table (`Exit`, README "Exit codes", `autoharness --help`): each code provoked
+/// The exit-code table (`Exit`, docs/operations.md "Exit codes", `autoharness --help`): each code provoked
 /// for real through the built binary. 3 (`run` with nothing left to do) is tested with the
 /// run's stopping (StoppingTests, RunTests).
 @Suite("Exit codes: one table, each code provoked for real")

@@ -8,7 +8,7 @@ import SupervisorIO
 import Testing
 
 // One error shape (`AutoharnessError`), one exit table (`Exit`): every error type of the
-// project reaches the status README's "Exit codes" names through its category.
+// project reaches the status docs/operations.md's "Exit codes" names through its category.
 
 @Suite("Exit statuses by error category")
 struct ExitStatusTests {

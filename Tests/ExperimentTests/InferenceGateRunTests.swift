@@ -208,7 +208,7 @@ struct InferenceGateRunTests {
         return (n(split.test), n(split.train), numbers("openai"), numbers("anthropic"), model.requests())
     }
 
-    @Test("prompt cache: a held-out run's Anthropic breakpoints and OpenAI cache keys are removed, so its prompts are not cached for a train run; OpenAI's automatic cache still shows them within one account (the README's residual)")
+    @Test("prompt cache: a held-out run's Anthropic breakpoints and OpenAI cache keys are removed, so its prompts are not cached for a train run; OpenAI's automatic cache still shows them within one account (the residual docs/benchmarks.md states)")
     func promptCacheSameAccount() throws {
         try requireRoot()
         let r = try cacheProbe(heldOutKeys: false)

@@ -11,7 +11,7 @@
 //                    /work/out/traces/<task id>/ is copied into the task's trace; failing
 //                    checks: /work/out/failures.json, `FailureParsers.command`)
 // The rewards come from the command's own word: if agent.py runs inside the command's
-// process, it could write them. README's threat model says so; the other adapters re-score.
+// process, it could write them. docs/threat-model.md says so; the other adapters re-score.
 
 import FoundationEssentials
 import Glibc

@@ -22,7 +22,7 @@
 //   - a requested task with no trial scores 0;
 //   - task names not requested are ignored (and noted), so a forged extra trial changes nothing.
 // The residual risk (agent.py in the harbor process could write both files of its own trial)
-// is stated in README's threat model.
+// is stated in docs/threat-model.md.
 
 import FoundationEssentials
 import Glibc

@@ -336,7 +336,7 @@ extension ToolRun {
 
     /// `bytes` with every verbatim occurrence of a secret (an API key passed into the
     /// sandbox) replaced by `[NAME]`. Train traces are read by the coding agent; agent.py can
-    /// print its environment. Verbatim only: an encoded key is not caught (README).
+    /// print its environment. Verbatim only: an encoded key is not caught (docs/threat-model.md).
     static func redact(_ bytes: [UInt8], _ secrets: [(String, [UInt8])]) -> [UInt8] {
         var out = bytes
         for (name, secret) in secrets where !secret.isEmpty && out.count >= secret.count {

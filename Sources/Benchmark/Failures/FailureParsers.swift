@@ -203,7 +203,7 @@ public enum FailureParsers {
     /// `failures.json` of the `command` adapter, beside rewards.json:
     /// `{"<task id>": [{"check": "...", "error_class": "...", "message": "..."}, ...]}`.
     /// Ids not requested and malformed entries are ignored. The command's own word, like its
-    /// rewards (README).
+    /// rewards (docs/loop.md).
     static func command(_ bytes: [UInt8], ids: Set<String>) -> [String: [FailureEvidence]] {
         guard let object = JSONValue.parse(bytes)?.object else { return [:] }
         var out: [String: [FailureEvidence]] = [:]

@@ -84,9 +84,9 @@ public struct ExperimentConfig: Sendable, Equatable {
     public var domain: String?
     /// How the benchmark's tool is run: `runner:`.
     public var runner = Runner()
-    /// Other upstream keys by name (`n_concurrent`, `agent_timeout_multiplier`, `user_model`,
-    /// `seed`, `mode`, ...), validated by the adapter that reads them.
-    public var upstream: [String: String] = [:]
+    /// The benchmarks' own upstream keys (`agent_timeout_multiplier`, `user_model`, `seed`,
+    /// `mode`, ...), typed; each benchmark lists the keys it reads (`BenchmarkKind.keys`).
+    public var upstream = UpstreamSettings()
 
     /// A host of a model vendor's domain (any port, any label under it, a trailing dot), which
     /// `runner.network.allow` refuses: it belongs in `runner.network.inference`.
@@ -160,7 +160,7 @@ public struct ExperimentConfig: Sendable, Equatable {
         self.dataset = dataset
     }
 
-    public static let supportedBenchmarks = ["local", "terminal-bench", "tau-bench", "bird-interact", "command"]
+    public static var supportedBenchmarks: [String] { BenchmarkKinds.names }
 }
 
 /// A config problem: `file:line: key: message`.
@@ -217,7 +217,7 @@ extension ExperimentConfig {
         r.mapping(root, "the config", allowed: ["benchmark", "dataset", "agent_model", "split", "gate_split", "threshold",
                                                 "max_concurrency", "per_task_timeout", "sandbox", "coding_agent", "gate",
                                                 "parallel_gate", "env_provider", "domain", "tasks", "tasks_file", "runner", "budget", "loop", "timeout_policy"]
-                                                + ExperimentConfig.upstreamKeys) { key, v in
+                                                + BenchmarkKinds.upstreamKeys.map(\.name)) { key, v in
             switch key {
             case "benchmark":
                 if let s = r.string(v, key) {
@@ -276,11 +276,15 @@ extension ExperimentConfig {
                     default: if let s = r.string(v, name) { c.runner.scorerPolicy = s }
                     }
                 }
-            case let k where ExperimentConfig.upstreamKeys.contains(k):
-                // Numbers are bounded here, where the line is known; the adapter reads them.
-                if let range = ExperimentConfig.upstreamIntegers[k], r.integer(v, k, range) == nil { return }
-                if let range = ExperimentConfig.upstreamNumbers[k], r.number(v, k, range) == nil { return }
-                if let s = v.scalar?.string { c.upstream[k] = s } else { r.error(v, "\(k): expected a single value") }
+            case let k where BenchmarkKinds.upstreamKeys.contains { $0.name == k }:
+                // Typed here, where the line is known; the adapter reads the field.
+                switch BenchmarkKinds.upstreamKeys.first(where: { $0.name == k })!.value {
+                case .text(let field):
+                    if let s = v.scalar?.string { c.upstream[keyPath: field] = s } else { r.error(v, "\(k): expected a single value") }
+                case .choice(let field, let allowed): if let s = r.oneOf(v, k, allowed) { c.upstream[keyPath: field] = s }
+                case .integer(let field, let range): if let x = r.integer(v, k, range) { c.upstream[keyPath: field] = x }
+                case .number(let field, let range): if let x = r.number(v, k, range) { c.upstream[keyPath: field] = x }
+                }
             case "parallel_gate": break  // upstream: the gate's concurrency; ours is max_concurrency
             case "budget":
                 r.mapping(v, key, allowed: ["max_cost_usd"]) { _, v in
@@ -409,10 +413,10 @@ extension ExperimentConfig {
         if c.benchmark.isEmpty && r.errors.isEmpty {
             r.errors.append(ConfigError(file: file, line: nil, message: "benchmark: missing (allowed: \(supportedBenchmarks.joined(separator: ", ")))"))
         }
-        if c.heldOutRuntime == .vm && !HeldOutVM.supportedBenchmarks.contains(c.benchmark) && r.errors.isEmpty {
-            r.errors.append(ConfigError(file: file, line: nil, message: "gate.held_out_runtime: vm runs the \(HeldOutVM.supportedBenchmarks.joined(separator: " and ")) benchmarks so far; '\(c.benchmark)' needs its tool's install in the guest (not built yet): use host"))
+        if c.heldOutRuntime == .vm && !BenchmarkKinds.inVM.contains(c.benchmark) && r.errors.isEmpty {
+            r.errors.append(ConfigError(file: file, line: nil, message: "gate.held_out_runtime: vm runs the \(BenchmarkKinds.inVM.joined(separator: " and ")) benchmarks so far; '\(c.benchmark)' needs its tool's install in the guest (not built yet): use host"))
         }
-        if c.benchmark == "local" && c.dataset == nil && r.errors.isEmpty {
+        if c.runsOwnTasks && c.dataset == nil && r.errors.isEmpty {
             r.errors.append(ConfigError(file: file, line: nil, message: "dataset: missing; a local benchmark needs the path of its directory (with tasks/<id>/)"))
         }
         guard r.errors.isEmpty else { throw ConfigErrors(r.errors) }

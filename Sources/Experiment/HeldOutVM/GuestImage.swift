@@ -42,7 +42,7 @@ struct GuestImage {
         // The held-out policies' bind sources (placeholders are filled per task, in the guest,
         // with its own scratch and the snapshot copied below): a local benchmark's task and
         // verifier, or a tool's runner and scorer with the tool's own binds.
-        let local = config.benchmark == "local"
+        let local = config.runsOwnTasks
         for name in local ? [config.taskPolicy, config.verifierPolicy] : [config.runner.policy, config.runner.scorerPolicy] {
             let policy: Policy
             do {

@@ -18,7 +18,7 @@ import SupervisorIO
 ///
 /// What the host still shares with the guest: the read-only 9p shares (qemu reads them
 /// through the host's page cache, so the caller evicts them afterwards as it does for host
-/// runs), the gate's wall time (README: gate timing), and the answer.
+/// runs), the gate's wall time (docs/held-out.md: gate.reply_time), and the answer.
 public final class HeldOutVM {
     let settings: VMSettings
     let kernel: GuestKernel
@@ -27,7 +27,7 @@ public final class HeldOutVM {
     let accel: VMSettings.Accel
     let log: (@Sendable (String) -> Void)?
 
-    static let supportedBenchmarks = ["local", "command", "tau-bench"]
+    static var supportedBenchmarks: [String] { BenchmarkKinds.inVM }
     static let workPrefix = "held-out-vm-"
     static let qemuSandbox = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
     static let qemuBinary = "/usr/bin/qemu-system-x86_64"
@@ -96,14 +96,14 @@ public final class HeldOutVM {
     }
 
     /// The start-up line of a supervisor whose held-out phases run on the host: why, and what
-    /// they can still carry to later runs through the shared kernel (README: "Host-wide
+    /// they can still carry to later runs through the shared kernel (docs/held-out.md: "Host-wide
     /// counters", measured here: ~290,000 memfds/s against ~17,000 of scrambling noise per CPU).
     static func hostRuntimeLine(why: String) -> String {
         let cpus = Double(max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))))
         func bits(_ seconds: Double) -> Int { Int(log2(1 + 290_000 * seconds / (17_000 * cpus)).rounded()) }
         return "held-out runtime: host (\(why)); through the shared kernel a held-out phase can still move the inode-number "
             + "counters by what it creates, about \(bits(10)) bits per gate for a 10 s phase and \(bits(600)) at 600 s on \(Int(cpus)) CPU(s) "
-            + "(README: Host-wide counters), and its duration is gate.reply_time's to hide; gate.held_out_runtime: vm closes the kernel's channels"
+            + "(docs/held-out.md: Host-wide counters), and its duration is gate.reply_time's to hide; gate.held_out_runtime: vm closes the kernel's channels"
     }
 
     struct Run {

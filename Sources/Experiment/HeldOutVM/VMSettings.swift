@@ -1,6 +1,6 @@
 // Where a gate's held-out phase runs, and the virtual machine's settings.
 //
-// `host`: in sandboxes on the supervisor's own kernel (the shared-kernel channels of README's
+// `host`: in sandboxes on the supervisor's own kernel (the shared-kernel channels of docs/held-out.md's
 // threat model remain, with their stated capacity). `vm`: in a fresh virtual machine per gate,
 // destroyed afterwards, whose kernel, page cache, counters, lock tables and clocks nothing
 // later ever shares (`HeldOutVM`). `auto` (the default): `vm` where a KVM guest really boots

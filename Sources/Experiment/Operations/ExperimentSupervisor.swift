@@ -404,7 +404,7 @@ public final class ExperimentSupervisor {
             if !config.runner.networkInference.isEmpty && config.heldOutEnv.isEmpty {
                 log?("held-out and train runs reach the model APIs with the same keys: OpenAI caches long prompts per organisation "
                      + "whatever a request says, so a train run's usage can show which prompts a held-out run sent; give held-out runs "
-                     + "another organisation's key with gate.held_out_env (README: The inference gate)")
+                     + "another organisation's key with gate.held_out_env (docs/benchmarks.md: The inference gate)")
             }
             heldOutRuntimeSettled = true
         }
@@ -718,13 +718,13 @@ public final class ExperimentSupervisor {
         guard !ids.isEmpty else { return [] }
         var request = GuestRequest(experimentRoot: layout.root, configPath: layout.config, policySearchPaths: policyLoader.searchPaths,
                                    agentDirectory: agent, ids: ids, concurrency: config.maxConcurrency)
-        let benchmarkRoot = config.benchmark == "local" ? config.dataset.map { $0.hasPrefix("/") ? $0 : layout.root + "/" + $0 } : nil
+        let benchmarkRoot = config.runsOwnTasks ? config.dataset.map { $0.hasPrefix("/") ? $0 : layout.root + "/" + $0 } : nil
         // A tool's sandboxes in the guest reach the network only through the host's proxies
         // (its allowlist, a gate of the host's for model APIs, its audit), over the egress
         // port; the keys they pass are the held-out run's.
         var egress: VMEgress?
         var trustBundle: [UInt8]?
-        if config.benchmark != "local" {
+        if !config.runsOwnTasks {
             let tool = config.toolSettings(config.runner.command ?? [])
             var gate: InferenceGate?
             do {
@@ -786,7 +786,7 @@ public final class ExperimentSupervisor {
         }
         let spread = (each.reduce(0, +) / Double(max(1, config.maxConcurrency))) + (each.max() ?? 0)
         // A tool runs the tasks in one process, which its own timeout bounds.
-        if config.benchmark != "local", let t = config.runner.timeout { return max(spread, t + 120) }
+        if !config.runsOwnTasks, let t = config.runner.timeout { return max(spread, t + 120) }
         return spread
     }
 

@@ -45,8 +45,8 @@ extension ExperimentSupervisor {
     /// with its ledger. The benchmark's tool and data are checked first.
     public static func initialize(directory: String, _ o: InitOptions) throws -> ExperimentLayout {
         let fm = FileManager.default
-        guard ExperimentConfig.supportedBenchmarks.contains(o.benchmark) else {
-            throw ExperimentError(.usage, "--benchmark \(o.benchmark): unknown (one of: \(ExperimentConfig.supportedBenchmarks.joined(separator: ", ")))")
+        guard let kind = BenchmarkKinds.named(o.benchmark) else {
+            throw ExperimentError(.usage, "--benchmark \(o.benchmark): unknown (one of: \(BenchmarkKinds.names.joined(separator: ", ")))")
         }
         var root = directory.hasPrefix("/") ? directory : fm.currentDirectoryPath + "/" + directory
         while root.count > 1 && root.hasSuffix("/") { root.removeLast() }
@@ -73,116 +73,32 @@ extension ExperimentSupervisor {
                   o.benchmark + "/agent.py"] where !fm.fileExists(atPath: t + "/" + f) {
             throw ExperimentError(.io, "template \(t)/\(f) is missing (looked in \(t))")
         }
-        var dataset = o.dataset ?? ExperimentConfig.defaultDataset[o.benchmark] ?? ""
-        if o.benchmark == "local" {
-            guard !dataset.isEmpty else { throw ExperimentError(.usage, "--dataset is required for a local benchmark (its directory, with tasks/<id>/)") }
-            if !dataset.hasPrefix("/") { dataset = fm.currentDirectoryPath + "/" + dataset }
-            // Fail now, not at prepare: later commands run a broken task as a 0, but an
-            // experiment should not start with one.
-            let problems: [String]
-            do {
-                problems = try LocalBenchmark(directory: dataset).problems
-            } catch {
-                throw ExperimentError(.usage, "--dataset \(o.dataset ?? ""): \(error)")
-            }
-            guard problems.isEmpty else { throw ExperimentError(.usage, "--dataset \(o.dataset ?? ""): \(problems.joined(separator: "\n"))") }
-        }
         let preset = try CodingAgentPreset.make(o.codingAgent, binary: o.codingAgentBinary)
-        var tool = o.tool ?? ExperimentConfig.defaultTool[o.benchmark] ?? ""
-        if let name = ExperimentConfig.defaultTool[o.benchmark] {
+        var tool = o.tool ?? kind.defaultTool ?? ""
+        if let name = kind.defaultTool {
             guard let found = ToolCheck.locate(tool) else {
-                throw ExperimentError(.usage, "\(tool) not found\(o.tool == nil ? " on PATH" : ""): \(ExperimentConfig.installHint[o.benchmark] ?? "install \(name)") (or pass --tool PATH)")
+                throw ExperimentError(.usage, "\(tool) not found\(o.tool == nil ? " on PATH" : ""): \(kind.installHint) (or pass --tool PATH, the \(name) to use)")
             }
             // The sandbox's PATH is not the operator's: the config names the tool by path.
             tool = found.hasPrefix("/") ? found : fm.currentDirectoryPath + "/" + found
         }
-        var tau2Data = ""
-        if o.benchmark == "tau-bench" {
-            guard let d = o.dataset ?? ProcessInfo.processInfo.environment["TAU2_DATA_DIR"] else {
-                throw ExperimentError(.usage, "tau-bench needs tau2's data directory: --dataset /path/to/tau2-bench/data (or export TAU2_DATA_DIR)")
-            }
-            tau2Data = d.hasPrefix("/") ? d : fm.currentDirectoryPath + "/" + d
-            guard fm.fileExists(atPath: tau2Data + "/tau2/domains") else {
-                throw ExperimentError(.usage, "\(tau2Data) has no tau2/domains/: give tau2-bench's data directory (\(ExperimentConfig.installHint["tau-bench"]!))")
-            }
-            dataset = ""
-        }
-        var birdRepo = ""
-        if o.benchmark == "bird-interact" {
-            guard let r = o.repo ?? ProcessInfo.processInfo.environment["BIRD_REPO"] else {
-                throw ExperimentError(.usage, "bird-interact needs the BIRD-Interact checkout: --repo /path/to/BIRD-Interact (or export BIRD_REPO); \(ExperimentConfig.installHint["bird-interact"]!)")
-            }
-            birdRepo = r.hasPrefix("/") ? r : fm.currentDirectoryPath + "/" + r
-            guard fm.fileExists(atPath: birdRepo + "/orchestrator/runner.py") || fm.fileExists(atPath: birdRepo + "/BIRD-Interact-ADK/orchestrator/runner.py") else {
-                throw ExperimentError(.usage, "\(birdRepo) has no BIRD-Interact-ADK (orchestrator/runner.py): \(ExperimentConfig.installHint["bird-interact"]!)")
-            }
-            dataset = o.dataset ?? "lite"
-            try ToolCheck.postgresClients()
-            let adk = fm.fileExists(atPath: birdRepo + "/BIRD-Interact-ADK/orchestrator/runner.py") ? birdRepo + "/BIRD-Interact-ADK" : birdRepo
-            try ToolCheck.pythonRequirements(python: tool, file: adk + "/requirements.txt")
-        }
-        // terminal-bench: the dataset in any form Harbor takes, checked now; a directory is
-        // written as the task directory itself (the inner one of a `harbor download` tree).
-        var harborKeys = "# registry_path: registry.json  # a local Harbor registry the dataset name@version is resolved from (no network)"
-        var harborAllow: [String] = []
-        if o.benchmark != "terminal-bench" && (o.registryPath != nil || o.registryURL != nil) {
+        if kind.name != TerminalBenchKind().name && (o.registryPath != nil || o.registryURL != nil) {
             throw ExperimentError(.usage, "--registry-path and --registry-url are for --benchmark terminal-bench (Harbor's registry)")
         }
-        if o.benchmark == "terminal-bench" {
-            if o.registryPath != nil && o.dataset == nil {
-                throw ExperimentError(.usage, "--registry-path needs --dataset NAME@VERSION, the dataset to take from it")
-            }
-            if !dataset.hasPrefix("/"), fm.fileExists(atPath: fm.currentDirectoryPath + "/" + dataset) { dataset = fm.currentDirectoryPath + "/" + dataset }
-            let registry = o.registryPath.map { $0.hasPrefix("/") ? $0 : fm.currentDirectoryPath + "/" + $0 }
-            switch try HarborDataset.resolve(dataset, root: fm.currentDirectoryPath, registryPath: registry) {
-            case .directory(let dir, let tasks):
-                dataset = dir
-                do {
-                    _ = try HarborTaskNames(ids: tasks.map(\.id), declared: Dictionary(tasks.compactMap { t in t.declaredName.map { (t.id, $0) } }, uniquingKeysWith: { a, _ in a }))
-                } catch {
-                    throw ExperimentError(.usage, "--dataset \(dir): \(error.message)")
-                }
-            case .registry(let reference, let r, _):
-                if let r {
-                    if o.registryURL != nil { throw ExperimentError(.usage, "--registry-url and --registry-path: give one registry") }
-                    // What a run's harbor must reach to fetch the registry's git tasks.
-                    harborKeys = "registry_path: \(r.path)  # the local Harbor registry \(dataset) is resolved from (no network)"
-                    harborAllow = r.gitHosts
-                } else {
-                    // Downloaded now, once, by the operator's harbor; the experiment then holds
-                    // a task directory like any other, and no run needs the registry.
-                    let target = layout.privateDirectory + "/dataset"
-                    try fm.createDirectory(atPath: root, withIntermediateDirectories: true)
-                    try ensurePrivateDirectory(layout)
-                    try HarborDataset.download(reference, harbor: tool, registryURL: o.registryURL, into: target)
-                    guard case .directory(let dir, let tasks) = try HarborDataset.resolve(target, root: root, registryPath: nil) else {
-                        throw ExperimentError(.usage, "harbor download \(reference) wrote no task directories into \(target)")
-                    }
-                    do {
-                        _ = try HarborTaskNames(ids: tasks.map(\.id), declared: Dictionary(tasks.compactMap { t in t.declaredName.map { (t.id, $0) } }, uniquingKeysWith: { a, _ in a }))
-                    } catch {
-                        throw ExperimentError(.usage, "\(reference) as downloaded into \(dir): \(error.message)")
-                    }
-                    harborKeys = "# \(reference): downloaded by init with `harbor download` into the directory above (no run needs the registry)"
-                    dataset = dir
-                }
-            }
-            if o.registryURL != nil && o.registryPath == nil && !HarborDataset.isReference(o.dataset ?? ExperimentConfig.defaultDataset["terminal-bench"]!) {
-                throw ExperimentError(.usage, "--registry-url is for a registry dataset (name@version), not a directory")
-            }
-        }
+        let values = try kind.initialize(o, tool: tool, layout: layout)
+        let dataset = values.dataset
+        var placeholders = values.placeholders
+        placeholders["benchmark"] = o.benchmark
+        placeholders["dataset"] = dataset
+        placeholders["tool"] = tool
+        placeholders["python"] = ToolCheck.interpreter(of: tool) ?? (tool.split(separator: "/").last?.hasPrefix("python") == true ? tool : "python3")
+        placeholders["templates"] = t
+        placeholders["tool_binds"] = ToolCheck.installRoots(of: tool).map { "\"\($0)\"" }.joined(separator: ", ")
+        /// A template with its placeholders filled; one left unfilled is a template bug.
         func text(_ f: String) throws -> String {
-            try String(contentsOfFile: f, encoding: .utf8)
-                .replacingOccurrences(of: "{{benchmark}}", with: o.benchmark)
-                .replacingOccurrences(of: "{{dataset}}", with: dataset)
-                .replacingOccurrences(of: "{{tool}}", with: tool)
-                .replacingOccurrences(of: "{{python}}", with: ToolCheck.interpreter(of: tool) ?? (tool.split(separator: "/").last?.hasPrefix("python") == true ? tool : "python3"))
-                .replacingOccurrences(of: "{{templates}}", with: t)
-                .replacingOccurrences(of: "{{tau2_data}}", with: tau2Data)
-                .replacingOccurrences(of: "{{bird_repo}}", with: birdRepo)
-                .replacingOccurrences(of: "{{harbor_registry}}", with: harborKeys)
-                .replacingOccurrences(of: "{{harbor_allow}}", with: harborAllow.map { ", " + $0 }.joined())
-                .replacingOccurrences(of: "{{tool_binds}}", with: ToolCheck.installRoots(of: tool).map { "\"\($0)\"" }.joined(separator: ", "))
+            var s = try String(contentsOfFile: f, encoding: .utf8)
+            for (name, value) in placeholders { s = s.replacingOccurrences(of: "{{\(name)}}", with: value) }
+            return s
         }
         try fm.createDirectory(atPath: layout.agentDirectory, withIntermediateDirectories: true)
         try fm.createDirectory(atPath: layout.workspace, withIntermediateDirectories: true)
@@ -192,8 +108,14 @@ extension ExperimentSupervisor {
             .replacingOccurrences(of: "{{agent_allow}}", with: preset.allow.joined(separator: ", "))
             .replacingOccurrences(of: "{{benchmark_keys}}", with: try text(bench + "/keys.yaml"))
             .replacingOccurrences(of: "{{runner}}", with: runner.isEmpty ? "" : runner + "\n")
+        let program = try text(t + "/PROGRAM.md") + "\n" + (try text(bench + "/PROGRAM.md"))
+        for (file, content) in [(layout.config, configText), (layout.program, program)] {
+            if let left = content.range(of: #"\{\{[a-z0-9_]+\}\}"#, options: .regularExpression) {
+                throw ExperimentError(.io, "templates for \(o.benchmark): \(content[left]) is not filled in \(file) (a template names a placeholder \(o.benchmark)'s BenchmarkKind does not give)")
+            }
+        }
         try configText.write(toFile: layout.config, atomically: true, encoding: .utf8)
-        try (try text(t + "/PROGRAM.md") + "\n" + (try text(bench + "/PROGRAM.md"))).write(toFile: layout.program, atomically: true, encoding: .utf8)
+        try program.write(toFile: layout.program, atomically: true, encoding: .utf8)
         try fm.copyItem(atPath: bench + "/agent.py", toPath: layout.agentFile)
         var committed = [".gitignore", "experiment_config.yaml", "PROGRAM.md", "agent/agent.py", "workspace/learnings.md"]
         for (rel, content) in preset.homeFiles {

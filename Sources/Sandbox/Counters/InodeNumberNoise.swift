@@ -16,7 +16,7 @@ import Glibc
 /// (sandboxes inherit its CPUs): a uniform amount below 1024 plus a uniform number of whole
 /// batches below `extraBatches`. The position within each CPU's batch, the precise channel, is
 /// then uniformly random whatever the held-out tasks did (a one-time pad per CPU); what the
-/// counters' coarse advance still carries is stated in README ("Host-wide counters").
+/// counters' coarse advance still carries is stated in docs/held-out.md ("Host-wide counters").
 public enum InodeNumberNoise {
     /// Whole batches of 1024 numbers, below this many, added per CPU and counter.
     public static let extraBatches = 16

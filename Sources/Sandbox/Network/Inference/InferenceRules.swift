@@ -21,7 +21,7 @@
 /// at `cache_control` breakpoints, which are removed (so a held-out prompt is never cached);
 /// OpenAI's `prompt_cache_key` and `prompt_cache_retention` are removed. OpenAI caches long
 /// prompts (1,024 tokens and more) whatever the request says: only a key of another
-/// organisation for held-out runs (`gate.held_out_env`) separates that (README).
+/// organisation for held-out runs (`gate.held_out_env`) separates that (docs/benchmarks.md: The inference gate).
 enum InferenceRules {
     enum Endpoint: Equatable {
         case anthropicMessages, anthropicCountTokens

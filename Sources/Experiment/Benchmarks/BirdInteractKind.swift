@@ -1,0 +1,90 @@
+import Benchmark
+import Foundation
+
+/// `bird-interact`: BIRD-Interact-ADK's orchestrator with agent.py as the system agent, its
+/// user simulator and DB environment beside it, PostgreSQL through a Unix socket.
+struct BirdInteractKind: BenchmarkKind {
+    static let hint = "git clone https://github.com/bird-bench/BIRD-Interact, set up BIRD-Interact-ADK as its README says (venv, dataset with the ground truth merged, PostgreSQL), then give the checkout as --repo (bird_repo)"
+    let name = "bird-interact"
+    let defaultTool: String? = "python3"
+    var installHint: String { Self.hint }
+    var keys: [UpstreamKey] {
+        [UpstreamKey("user_model", .text(\.userModel)), UpstreamKey("mode", .choice(\.mode, ["a-interact", "c-interact"])),
+         UpstreamKey("patience", .integer(\.patience, 0...100)), UpstreamKey("bird_repo", .text(\.birdRepo)),
+         UpstreamKey("bird_python_bin", .text(\.birdPythonBin)), UpstreamKey("bird_data_path", .text(\.birdDataPath)),
+         UpstreamKey("system_agent_port", .integer(\.systemAgentPort, UpstreamKey.portRange)),
+         UpstreamKey("user_sim_port", .integer(\.userSimPort, UpstreamKey.portRange)),
+         UpstreamKey("db_env_port", .integer(\.dbEnvPort, UpstreamKey.portRange)), UpstreamKey("pg_host", .text(\.pgHost)),
+         UpstreamKey("pg_port", .integer(\.pgPort, 1...65535)), UpstreamKey("pg_user", .text(\.pgUser)),
+         UpstreamKey("pg_password", .text(\.pgPassword))]
+    }
+
+    func initialize(_ o: ExperimentSupervisor.InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues {
+        let fm = FileManager.default
+        guard let r = o.repo ?? ProcessInfo.processInfo.environment["BIRD_REPO"] else {
+            throw ExperimentError(.usage, "bird-interact needs the BIRD-Interact checkout: --repo /path/to/BIRD-Interact (or export BIRD_REPO); \(Self.hint)")
+        }
+        let birdRepo = r.hasPrefix("/") ? r : fm.currentDirectoryPath + "/" + r
+        guard fm.fileExists(atPath: birdRepo + "/orchestrator/runner.py") || fm.fileExists(atPath: birdRepo + "/BIRD-Interact-ADK/orchestrator/runner.py") else {
+            throw ExperimentError(.usage, "\(birdRepo) has no BIRD-Interact-ADK (orchestrator/runner.py): \(Self.hint)")
+        }
+        try ToolCheck.postgresClients()
+        let adk = fm.fileExists(atPath: birdRepo + "/BIRD-Interact-ADK/orchestrator/runner.py") ? birdRepo + "/BIRD-Interact-ADK" : birdRepo
+        try ToolCheck.pythonRequirements(python: tool, file: adk + "/requirements.txt")
+        return InitValues(dataset: o.dataset ?? "lite", placeholders: ["bird_repo": birdRepo])
+    }
+
+    func adapter(_ config: ExperimentConfig, root: String, checkTools: Bool) throws -> any BenchmarkAdapter {
+        try config.birdAdapter(root: root, checkTools: checkTools)
+    }
+}
+
+extension ExperimentConfig {
+    func birdAdapter(root: String, checkTools: Bool) throws -> BirdAdapter {
+        func path(_ p: String) -> String { p.hasPrefix("/") ? p : root + "/" + p }
+        let argv = runner.command ?? [upstream.birdPythonBin ?? "python3"]
+        if checkTools {
+            _ = try ToolCheck.tool(argv, default: "python3", hint: "runner.command must be the Python with the BIRD-Interact-ADK requirements installed")
+            try ToolCheck.environment(runner.envPass, for: "BIRD-Interact (the system agent's and the user simulator's model APIs)")
+            try ToolCheck.postgresClients()
+        }
+        guard let repo = upstream.birdRepo else {
+            throw ExperimentError(.usage, "bird_repo: missing; \(BirdInteractKind.hint)")
+        }
+        var adk = URL(fileURLWithPath: path(repo)).resolvingSymlinksInPath().path
+        if FileManager.default.fileExists(atPath: adk + "/BIRD-Interact-ADK/orchestrator/runner.py") { adk += "/BIRD-Interact-ADK" }
+        if checkTools { try ToolCheck.pythonRequirements(python: argv[0], file: adk + "/requirements.txt") }
+        let set = dataset ?? "lite"
+        let data = URL(fileURLWithPath: upstream.birdDataPath.map(path) ?? adk + "/bird-interact-\(set)/bird_interact_data.jsonl")
+            .resolvingSymlinksInPath().path
+        guard let scripts = runner.scripts else {
+            throw ExperimentError(.usage, "runner.scripts: missing; it names the directory of autoharness_bird_services.py and autoharness_bird_run.py (templates/bird-interact)")
+        }
+        guard let pg = upstream.pgHost, pg.hasPrefix("/") else {
+            throw ExperimentError(.usage, """
+                pg_host: must be the directory of PostgreSQL's Unix socket (e.g. /run/bird-pg, with the BIRD container started \
+                with -v /run/bird-pg:/var/run/postgresql): the DB environment runs in a sandbox whose only network is the egress proxy
+                """)
+        }
+        let exposes = "exposes the BIRD-Interact data or ADK directory (gold SQL, hidden knowledge) to agent.py; bind only the Python install"
+        try RunnerBinds.refuse(runner.binds, exposing: [.init(path: data, what: exposes), .init(path: adk, what: exposes, inside: false)])
+        var adapter: BirdAdapter
+        do {
+            adapter = try BirdAdapter(adkDirectory: adk, dataPath: data, scriptsDirectory: scripts, tool: toolSettings(argv))
+        } catch {
+            throw ExperimentError(.usage, error.message)
+        }
+        if let m = upstream.mode { adapter.mode = m }
+        adapter.ports = (upstream.systemAgentPort ?? 6100, upstream.userSimPort ?? 6101, upstream.dbEnvPort ?? 6102)
+        adapter.concurrency = maxConcurrency
+        adapter.postgresSocketDirectory = pg
+        var env = agentEnvironment() + ["DATASET=\(set)", "PATIENCE=\(upstream.patience ?? 3)", "PG_HOST=\(pg)"]
+        if let m = agentModel, m != "none" { env.append("SYSTEM_AGENT_MODEL=\(m)") }
+        if let m = upstream.userModel { env.append("USER_SIM_MODEL=\(m)") }
+        if let x = upstream.pgPort { env.append("PG_PORT=\(x)") }
+        if let x = upstream.pgUser { env.append("PG_USER=\(x)") }
+        if let x = upstream.pgPassword { env.append("PG_PASSWORD=\(x)") }
+        adapter.environment = env
+        return adapter
+    }
+}

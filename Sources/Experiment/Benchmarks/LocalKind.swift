@@ -1,0 +1,62 @@
+import Benchmark
+import Foundation
+
+/// `local`: a directory of Harbor-layout tasks, each run by autoharness itself (the agent
+/// and its verifier in separate sandboxes).
+struct LocalKind: BenchmarkKind {
+    let name = "local"
+    let installHint = "a local benchmark needs python3 for its tasks; give its directory with --dataset"
+    let runsInVM = true
+    let runsOwnTasks = true
+
+    func initialize(_ o: ExperimentSupervisor.InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues {
+        guard var dataset = o.dataset, !dataset.isEmpty else {
+            throw ExperimentError(.usage, "--dataset is required for a local benchmark (its directory, with tasks/<id>/)")
+        }
+        if !dataset.hasPrefix("/") { dataset = FileManager.default.currentDirectoryPath + "/" + dataset }
+        // Fail now, not at prepare: later commands run a broken task as a 0, but an
+        // experiment should not start with one.
+        let problems: [String]
+        do {
+            problems = try LocalBenchmark(directory: dataset).problems
+        } catch {
+            throw ExperimentError(.usage, "--dataset \(o.dataset ?? ""): \(error)")
+        }
+        guard problems.isEmpty else { throw ExperimentError(.usage, "--dataset \(o.dataset ?? ""): \(problems.joined(separator: "\n"))") }
+        return InitValues(dataset: dataset)
+    }
+
+    func adapter(_ config: ExperimentConfig, root: String, checkTools: Bool) throws -> any BenchmarkAdapter {
+        let dataset = config.dataset ?? ""
+        var local = LocalAdapter(benchmark: try LocalBenchmark(directory: dataset.hasPrefix("/") ? dataset : root + "/" + dataset))
+        local.taskPolicy = config.taskPolicy
+        local.verifierPolicy = config.verifierPolicy
+        local.defaultAgentTimeout = config.perTaskTimeout
+        return local
+    }
+}
+
+/// `command`: any program that runs the task ids it is given and writes their rewards.
+struct CommandKind: BenchmarkKind {
+    let name = "command"
+    let installHint = "install python3 or set runner.command"
+    let runsInVM = true
+
+    func initialize(_ o: ExperimentSupervisor.InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues {
+        InitValues(dataset: o.dataset ?? "")
+    }
+
+    func adapter(_ config: ExperimentConfig, root: String, checkTools: Bool) throws -> any BenchmarkAdapter {
+        guard let argv = config.runner.command, !argv.isEmpty else {
+            throw ExperimentError(.usage, "benchmark: command needs runner.command, the argv that runs {task_ids_file} and writes {output} (see docs/benchmarks.md, 'command')")
+        }
+        guard argv.contains(where: { $0.contains("{output}") }) else {
+            throw ExperimentError(.usage, "runner.command must name {output}, the file where it writes {\"task id\": reward}")
+        }
+        if checkTools {
+            _ = try ToolCheck.tool(argv, default: argv[0], hint: "runner.command's first word must be an executable on PATH or a path (bind its directory with runner.binds)")
+            try ToolCheck.environment(config.runner.envPass, for: "the command")
+        }
+        return CommandAdapter(taskIDs: try config.taskList(root: root), tool: config.toolSettings(argv))
+    }
+}

@@ -1,0 +1,68 @@
+import Benchmark
+import Foundation
+
+/// `tau-bench`: tau2-bench's simulations (retail, airline, telecom), run by its own runner
+/// with agent.py as the agent; the data directory, which holds every task's expected
+/// actions, is never bound into a run.
+struct TauBenchKind: BenchmarkKind {
+    static let hint = "install tau2-bench: `git clone https://github.com/sierra-research/tau2-bench && cd tau2-bench && pip install -e .`"
+    let name = "tau-bench"
+    let defaultTool: String? = "tau2"
+    var installHint: String { Self.hint }
+    let runsInVM = true
+    var keys: [UpstreamKey] {
+        [UpstreamKey("tau2_data_dir", .text(\.tau2DataDir)), UpstreamKey("user_model", .text(\.userModel)),
+         UpstreamKey("seed", .integer(\.seed, 0...4_294_967_295))]
+    }
+
+    func initialize(_ o: ExperimentSupervisor.InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues {
+        let fm = FileManager.default
+        guard let d = o.dataset ?? ProcessInfo.processInfo.environment["TAU2_DATA_DIR"] else {
+            throw ExperimentError(.usage, "tau-bench needs tau2's data directory: --dataset /path/to/tau2-bench/data (or export TAU2_DATA_DIR)")
+        }
+        let tau2Data = d.hasPrefix("/") ? d : fm.currentDirectoryPath + "/" + d
+        guard fm.fileExists(atPath: tau2Data + "/tau2/domains") else {
+            throw ExperimentError(.usage, "\(tau2Data) has no tau2/domains/: give tau2-bench's data directory (\(Self.hint))")
+        }
+        return InitValues(dataset: "", placeholders: ["tau2_data": tau2Data])
+    }
+
+    func adapter(_ config: ExperimentConfig, root: String, checkTools: Bool) throws -> any BenchmarkAdapter {
+        try config.tau2Adapter(root: root, checkTools: checkTools)
+    }
+}
+
+extension ExperimentConfig {
+    func tau2Adapter(root: String, checkTools: Bool) throws -> Tau2Adapter {
+        let argv = runner.command ?? ["python3"]
+        if checkTools {
+            _ = try ToolCheck.tool(argv, default: "python3", hint: TauBenchKind.hint)
+            try ToolCheck.environment(runner.envPass, for: "tau2 (the agent's and the user simulator's model API)")
+        }
+        guard let domain, ["retail", "airline", "telecom"].contains(domain) else {
+            throw ExperimentError(.usage, "domain: tau-bench needs one of retail, airline, telecom (got \(domain.map { "'\($0)'" } ?? "nothing"))")
+        }
+        guard let data = upstream.tau2DataDir ?? ProcessInfo.processInfo.environment["TAU2_DATA_DIR"] else {
+            throw ExperimentError(.usage, "tau2_data_dir: missing; set it to tau2-bench's data directory (the one holding tau2/domains/), or export TAU2_DATA_DIR")
+        }
+        let dataDir = data.hasPrefix("/") ? data : root + "/" + data
+        guard let scripts = runner.scripts else {
+            throw ExperimentError(.usage, "runner.scripts: missing; it names the directory of autoharness_tau2_run.py and autoharness_tau2_score.py (templates/tau-bench)")
+        }
+        // The runner must never see the real data: it holds every task's expected actions.
+        let real = URL(fileURLWithPath: dataDir).resolvingSymlinksInPath().path
+        try RunnerBinds.refuse(runner.binds, exposing: [.init(path: real, what: "contains tau2_data_dir (\(dataDir)), whose tasks.json holds the expected actions of every test task; bind only the tau2 install (its src/ for an editable install), never the data")])
+        var adapter: Tau2Adapter
+        do {
+            adapter = try Tau2Adapter(domain: domain, dataDirectory: real, scriptsDirectory: scripts, tool: toolSettings(argv))
+        } catch {
+            throw ExperimentError(.usage, error.message)
+        }
+        adapter.agentModel = agentModel == "none" ? nil : agentModel
+        adapter.userModel = upstream.userModel
+        if let seed = upstream.seed { adapter.seed = UInt64(seed) }
+        adapter.concurrency = maxConcurrency
+        adapter.environment = agentEnvironment()
+        return adapter
+    }
+}
