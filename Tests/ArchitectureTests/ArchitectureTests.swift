@@ -138,6 +138,50 @@ struct ArchitectureTests {
         #expect(doc.components(separatedBy: "| target | kind |").count == 2, "one target table")
     }
 
+    /// The docs back each claim with a test, written `(test: File.swift, name, "display name")`:
+    /// every one named must exist, so a renamed or deleted test cannot leave a claim unbacked.
+    @Test("every test docs/ and README cite exists: the file under Tests/, and each function or display name in it")
+    func docsCiteRealTests() throws {
+        let root = URL(fileURLWithPath: Self.sources).deletingLastPathComponent().path
+        var testFiles: [String: String] = [:]
+        let walker = FileManager.default.enumerator(atPath: root + "/Tests")
+        while let rel = walker?.nextObject() as? String {
+            guard rel.hasSuffix(".swift"), let text = try? String(contentsOfFile: root + "/Tests/" + rel, encoding: .utf8) else { continue }
+            testFiles[URL(fileURLWithPath: rel).lastPathComponent, default: ""] += text
+        }
+        let pages = try FileManager.default.contentsOfDirectory(atPath: root + "/docs").filter { $0.hasSuffix(".md") }.map { "docs/" + $0 } + ["README.md"]
+        var cited = 0
+        for page in pages {
+            let text = try String(contentsOfFile: root + "/" + page, encoding: .utf8)
+                .replacing(#/\s*\n\s*/#, with: " ")
+            for m in text.matches(of: #/test: (\w+\.swift), ((?:"[^"]*"|[^;)"])+)/#) {
+                let file = String(m.1)
+                guard let source = testFiles[file] else {
+                    Issue.record("\(page) cites \(file), which is not under Tests/")
+                    continue
+                }
+                // Names separated by commas; the first thing that is not one (prose after the
+                // names) ends the list.
+                var rest = Substring(String(m.2))
+                while !rest.isEmpty {
+                    if let quoted = rest.prefixMatch(of: #/\s*"([^"]*)"(\s*,)?/#) {
+                        cited += 1
+                        if !source.contains(String(quoted.1)) { Issue.record("\(page): \(file) has no test named \"\(quoted.1)\"") }
+                        rest = quoted.2 == nil ? "" : rest[quoted.range.upperBound...]
+                    } else if let named = rest.prefixMatch(of: #/\s*([A-Za-z_][\w.]*)\s*(?:,|$)/#) {
+                        cited += 1
+                        let function = named.1.split(separator: ".").last ?? named.1
+                        if !source.contains("func \(function)(") { Issue.record("\(page): \(file) has no test function \(named.1)") }
+                        rest = rest[named.range.upperBound...]
+                    } else {
+                        break
+                    }
+                }
+            }
+        }
+        #expect(cited > 300, "citations read: \(cited)")
+    }
+
     @Test("the launch C modules are imported only by the launch code (Sandbox/Launch)")
     func launchModuleStaysInLaunch() {
         for target in Self.allowed.keys {
