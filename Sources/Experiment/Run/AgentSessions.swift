@@ -24,7 +24,7 @@ extension RunLoop {
     /// without the desk: the broker answers the agent meanwhile).
     func launchAgent(command: [String], policy: Policy, resumed: Bool) throws -> AgentSession {
         let (starts, answer, audit) = desk.withLock { d in
-            let begun = d.beginSession(logPath: paths.agentLog)
+            let begun = d.beginSession()
             return (begun.start, begun.missedAnswer, d.audit)
         }
         var prompt = starts == 1 && !resumed ? config.codingAgent.prompt : config.codingAgent.continuePrompt
@@ -67,6 +67,7 @@ extension RunLoop {
         }
         let t0 = Date()
         settings.log("coding agent start \(starts) (log: \(paths.agentLog))")
+        desk.withLock { $0.startMeter(logPath: paths.agentLog) }
         do throws(SandboxError) {
             let plan = try PlanCompiler.compile(policy: policy, command: argv, overrides: ov, hostEnvironment: settings.hostEnvironment)
             var options = RunOptions(audit: audit)

@@ -8,7 +8,12 @@ import SupervisorIO
 extension RunDesk {
     mutating func handle(_ request: Result<[String], BrokerWire.RequestError>, peer: BrokerPeer) -> BrokerReply {
         tally.requestsThisStart += 1
-        defer { flushAudit() }
+        defer {
+            flushAudit()
+            // A benchmark's or gate's model spend (and the agent's own meanwhile) ends the
+            // run as soon as the request that reached the budget has its answer.
+            if stop.reason == nil, let why = costSpent() { stop.requestAfterReply(why) }
+        }
         let argv: [String]
         switch request {
         case .failure(let e):

@@ -124,14 +124,19 @@ struct RunDesk {
     // MARK: - sessions
 
     /// Counts a new start of the coding agent; returns its number and a gate's answer it
-    /// missed while stopped.
-    mutating func beginSession(logPath: String) -> (start: Int, missedAnswer: String?) {
+    /// missed while stopped. (Its usage account starts later, `startMeter`, after the
+    /// session's header line: the prompt in it is not the CLI's output.)
+    mutating func beginSession() -> (start: Int, missedAnswer: String?) {
         tally.agentStarts += 1
         tally.requestsThisStart = 0
         tally.progressThisStart = false
-        meter = UsageMeter(path: logPath, price: config.codingAgent.price)
         defer { undeliveredAnswer = nil }
         return (tally.agentStarts, undeliveredAnswer)
+    }
+
+    /// Starts the session's usage account at the log's current end.
+    mutating func startMeter(logPath: String) {
+        meter = UsageMeter(path: logPath, price: config.codingAgent.price)
     }
 
     /// Ends the usage account of the session that just ended (`meter` was read to its

@@ -148,8 +148,8 @@ public final class RunLoop: Sendable {
 
     /// `--max-hours` (every second, never waiting for the desk: a gate holds it for its
     /// whole length, and the deadline does not wait for a gate) and `budget.max_cost_usd`
-    /// (every 2 seconds; a tick that finds the desk held by a request is skipped, the
-    /// request's end checks the budget itself).
+    /// (every 2 seconds, on its own queue: a tick waits for a request in progress, and each
+    /// request checks the budget as it ends too).
     private func startTimers(started: Date) -> [any DispatchSourceTimer] {
         var timers: [any DispatchSourceTimer] = []
         if let maxHours = settings.maxHours {
@@ -161,9 +161,9 @@ public final class RunLoop: Sendable {
         }
         if config.maxCostUSD > 0 {
             timers.append(Self.every(2) { [self] in
-                guard stop.reason == nil, let meter = desk.withLockIfAvailable({ $0.meter }) else { return }
-                meter?.poll()  // reading the log holds only the meter's own lock
-                if let why = desk.withLockIfAvailable({ $0.costSpent() }) ?? nil { stop.request(why) }
+                guard stop.reason == nil else { return }
+                desk.withLock { $0.meter }?.poll()  // reading the log holds only the meter's own lock
+                if let why = desk.withLock({ $0.costSpent() }) { stop.request(why) }
             })
         }
         return timers
