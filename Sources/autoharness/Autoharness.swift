@@ -44,7 +44,7 @@ struct Autoharness: ParsableCommand {
                    signal; sandbox exec: the command was killed by signal N
             """,
         subcommands: [InitCommand.self, PrepareCommand.self, BenchmarkCommand.self, GateCommand.self, StatusCommand.self, FailuresCommand.self, RunCommand.self, ReportCommand.self, DemoCommand.self,
-                      SandboxCommand.self, PolicyCommand.self, DoctorCommand.self, VMGuestCommand.self, VMExecCommand.self]
+                      SandboxCommand.self, PolicyCommand.self, DoctorCommand.self, WorkerCommand.self, WorkerKeyCommand.self, VMGuestCommand.self, VMExecCommand.self]
     )
 
     static func main() {

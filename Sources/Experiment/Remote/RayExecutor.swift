@@ -1,0 +1,187 @@
+import Benchmark
+import Crypto
+import Foundation
+import Glibc
+import SupervisorIO
+import Synchronization
+
+/// The supervisor's side of remote work: requests built and signed here, sent through the Ray
+/// driver (templates/ray/autoharness_ray.py, a Python process of the supervisor's: Ray has no
+/// Swift API), and every answer checked before anything of it is used.
+public struct RemoteWork {
+    public var key: Curve25519.Signing.PrivateKey
+    public var policySearchPaths: [String]
+    public var taskPolicy = "benchmark-task"
+    public var verifierPolicy = "verifier"
+    public var defaultAgentTimeout: Double?
+
+    public init(key: Curve25519.Signing.PrivateKey, policySearchPaths: [String]) {
+        self.key = key
+        self.policySearchPaths = policySearchPaths
+    }
+
+    /// A request for `tasks` of a local benchmark with `agentPy`: the tasks' files (but
+    /// `solution/`, which only oracle runs read), this binary's and these policies' digests,
+    /// a fresh nonce.
+    public func request(_ tasks: [BenchmarkTask], agentPy: [UInt8], heldOut: Bool, concurrency: Int) throws -> WorkRequest {
+        var work: [WorkTask] = []
+        for t in tasks {
+            let files = try RemoteWorker.collect(t.directory).filter { !$0.path.hasPrefix("solution/") }
+            work.append(WorkTask(id: t.id, files: files))
+        }
+        var nonce = [UInt8](repeating: 0, count: 16)
+        for i in nonce.indices { nonce[i] = UInt8.random(in: 0...255) }
+        var r = WorkRequest(nonce: WorkDigest.hex(nonce), heldOut: heldOut, binarySHA256: try WorkDigest.executable(),
+                            policiesSHA256: try WorkDigest.policies(policySearchPaths), taskPolicy: taskPolicy,
+                            verifierPolicy: verifierPolicy, concurrency: concurrency, agentPy: Data(agentPy), tasks: work)
+        r.defaultAgentTimeout = defaultAgentTimeout
+        return r
+    }
+
+    public func sign(_ r: WorkRequest) throws -> [UInt8] { try WorkKey.sign(r, with: key) }
+
+    /// The node's answer to `request`, if it is one: its nonce, exactly the requested ids in
+    /// order, finite rewards in [0, 1] consistent with their statuses, no traces for held-out
+    /// tasks, and no trace file outside its task. Anything else is an error naming what.
+    public static func check(_ bytes: [UInt8], for request: WorkRequest) throws -> WorkAnswer {
+        guard bytes.count <= WorkLimits.maxAnswer else { throw ExperimentError(.refused, "the answer is over \(WorkLimits.maxAnswer) bytes") }
+        let answer: WorkAnswer
+        do { answer = try JSONDecoder().decode(WorkAnswer.self, from: Data(bytes)) } catch {
+            throw ExperimentError(.refused, "the answer does not decode: \(error)")
+        }
+        guard answer.nonce == request.nonce else { throw ExperimentError(.refused, "the answer is to another request (nonce \(printable(String(answer.nonce.prefix(32)))))") }
+        guard answer.outcomes.map(\.id) == request.tasks.map(\.id) else { throw ExperimentError(.refused, "the answer's tasks are not the request's") }
+        for o in answer.outcomes {
+            guard o.reward.isFinite, (0...1).contains(o.reward), o.passed == (o.reward >= TaskOutcome.passThreshold),
+                  [.passed, .failed].contains(o.status) || o.reward == 0 else {
+                throw ExperimentError(.refused, "task \(o.id): reward \(o.reward) with status \(o.status.rawValue) is not a valid outcome")
+            }
+        }
+        if request.heldOut {
+            guard answer.traces.isEmpty else { throw ExperimentError(.refused, "the answer to a held-out request carries traces") }
+        } else {
+            for (id, files) in answer.traces {
+                guard request.tasks.contains(where: { $0.id == id }), files.allSatisfy({ RemoteWorker.isPlainRelative($0.path) }) else {
+                    throw ExperimentError(.refused, "the answer's trace for '\(printable(id))' names a task or path outside the request")
+                }
+            }
+        }
+        return answer
+    }
+}
+
+/// What the driver reported for one request.
+public enum RemoteResult: Sendable {
+    /// The node's `autoharness worker` ran and exited with `exit`; `answer` is its stdout.
+    case ran(node: String, exit: Int32, answer: [UInt8], stderr: String)
+    /// Ray lost the task (its node died, the task was cancelled).
+    case lost(String)
+}
+
+/// One Ray driver process for a batch of requests.
+public struct RayExecutor: Sendable {
+    /// The Python that has `ray` (pinned), and the driver script.
+    public var python: String
+    public var driver: String
+    public var address: String
+    /// RAY_AUTH_MODE, RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) and PATH for the driver.
+    public var environment: [String: String]
+    public var timeout: Double = 3600
+
+    public init(python: String, driver: String, address: String, environment: [String: String]) {
+        self.python = python
+        self.driver = driver
+        self.address = address
+        self.environment = environment
+    }
+
+    /// Sends every request and returns one result per request, in order. Throws when the
+    /// driver refuses the cluster (no token authentication) or cannot reach it.
+    public func run(_ signed: [[UInt8]]) throws -> [RemoteResult] {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: python)
+        p.arguments = [driver]
+        p.environment = environment
+        let input = Pipe(), output = Pipe(), errors = Pipe()
+        p.standardInput = input
+        p.standardOutput = output
+        p.standardError = errors
+        do { try p.run() } catch { throw ExperimentError(.io, "the Ray driver (\(python) \(driver)): \(error)") }
+        defer {
+            if p.isRunning { kill(p.processIdentifier, SIGKILL) }
+            p.waitUntilExit()
+        }
+        // The driver's stderr is drained meanwhile (Ray is talkative); its tail explains a failure.
+        let stderrTail = DriverLog()
+        let drain = Thread { stderrTail.consume(errors.fileHandleForReading) }
+        drain.start()
+        let lines = LineReader(output.fileHandleForReading.fileDescriptor, maxLine: WorkLimits.maxAnswer * 4 / 3 + 65536)
+        func send(_ object: [String: Any]) throws {
+            let data = try JSONSerialization.data(withJSONObject: object) + Data("\n".utf8)
+            input.fileHandleForWriting.write(data)
+        }
+        try send(["address": address, "num_cpus": 1, "timeout": timeout])
+        guard let first = lines.next(), let hello = try? JSONSerialization.jsonObject(with: Data(first)) as? [String: Any] else {
+            throw ExperimentError(.io, "the Ray driver ended before it was ready: \(stderrTail.tail)")
+        }
+        if let fatal = hello["fatal"] as? String { throw ExperimentError(.refused, "Ray: \(fatal)") }
+        for (i, request) in signed.enumerated() { try send(["id": i, "request": Data(request).base64EncodedString()]) }
+        try send(["end": true])
+        try? input.fileHandleForWriting.close()
+        var results = [RemoteResult?](repeating: nil, count: signed.count)
+        while results.contains(where: { $0 == nil }), let line = lines.next() {
+            guard let o = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any], let i = o["id"] as? Int,
+                  results.indices.contains(i), results[i] == nil else { continue }
+            if let why = o["error"] as? String {
+                results[i] = .lost(why)
+            } else {
+                let answer = (o["answer"] as? String).flatMap { Data(base64Encoded: $0) }.map(Array.init) ?? []
+                results[i] = .ran(node: o["node"] as? String ?? "?", exit: Int32(o["exit"] as? Int ?? -1), answer: answer,
+                                  stderr: o["stderr"] as? String ?? "")
+            }
+        }
+        return results.map { $0 ?? .lost("the Ray driver ended without an answer: \(stderrTail.tail)") }
+    }
+}
+
+/// The last 4 KiB of what the driver wrote on stderr.
+final class DriverLog: Sendable {
+    private let text = Synchronization.Mutex("")
+    func consume(_ handle: FileHandle) {
+        while true {
+            let chunk = handle.availableData
+            if chunk.isEmpty { return }
+            text.withLock { $0 = String(($0 + String(decoding: chunk, as: UTF8.self)).suffix(4096)) }
+        }
+    }
+    var tail: String { text.withLock { $0 } }
+}
+
+/// Lines from a descriptor, each at most `maxLine` bytes (a longer one ends the reading).
+final class LineReader {
+    let fd: Int32
+    let maxLine: Int
+    private var buffer: [UInt8] = []
+    private var ended = false
+
+    init(_ fd: Int32, maxLine: Int) {
+        self.fd = fd
+        self.maxLine = maxLine
+    }
+
+    func next() -> [UInt8]? {
+        while true {
+            if let nl = buffer.firstIndex(of: 0x0A) {
+                let line = Array(buffer[..<nl])
+                buffer.removeSubrange(...nl)
+                return line
+            }
+            if ended || buffer.count > maxLine { return nil }
+            var chunk = [UInt8](repeating: 0, count: 1 << 16)
+            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { ended = true; continue }
+            buffer += chunk[..<n]
+        }
+    }
+}

@@ -1,0 +1,167 @@
+import Benchmark
+import Foundation
+import Glibc
+import Sandbox
+import SandboxPolicy
+import SupervisorIO
+
+/// A node's side of remote work (`autoharness worker`): one signed request in, one answer
+/// out, nothing of the experiment kept.
+///
+/// Before anything runs: the signature must be the supervisor's (`WorkKey.open`), the nonce
+/// new on this node, this node's autoharness binary and policies the ones the supervisor
+/// named. Then the tasks are written to a private directory and run by the local adapter,
+/// exactly as on the supervisor's host (task sandbox, then verifier sandbox, with this
+/// node's cgroups and audit); the directory is removed before the answer is written.
+public enum RemoteWorker {
+    public struct Settings: Sendable {
+        /// The supervisor's public key (base64).
+        public var trustedKey: String
+        public var policySearchPaths: [String]
+        /// Root-owned: nonces seen, and each request's private directory while it runs.
+        public var stateDirectory: String
+        /// Per-task tmpfs scratch (as `sandbox.scratch` on the supervisor).
+        public var scratchRoot: String
+        public var log: @Sendable (String) -> Void = { _ in }
+
+        public init(trustedKey: String, policySearchPaths: [String], stateDirectory: String, scratchRoot: String) {
+            self.trustedKey = trustedKey
+            self.policySearchPaths = policySearchPaths
+            self.stateDirectory = stateDirectory
+            self.scratchRoot = scratchRoot
+        }
+    }
+
+    public static func serve(_ input: [UInt8], _ s: Settings) throws -> WorkAnswer {
+        let request = try WorkKey.open(input, trusted: s.trustedKey)
+        let binary = try WorkDigest.executable()
+        guard binary == request.binarySHA256 else {
+            throw ExperimentError(.refused, "this node's autoharness (sha256 \(binary.prefix(16))) is not the supervisor's (\(request.binarySHA256.prefix(16))): refused, nothing ran")
+        }
+        let policies = try WorkDigest.policies(s.policySearchPaths)
+        guard policies == request.policiesSHA256 else {
+            throw ExperimentError(.refused, "this node's policies (sha256 \(policies.prefix(16)), from \(s.policySearchPaths.joined(separator: ", "))) are not the supervisor's (\(request.policiesSHA256.prefix(16))): refused, nothing ran")
+        }
+        guard request.nonce.count == 32, request.nonce.allSatisfy({ $0.isHexDigit }) else {
+            throw ExperimentError(.refused, "the request's nonce is not 32 hex digits")
+        }
+        guard (1...64).contains(request.concurrency), !request.tasks.isEmpty else {
+            throw ExperimentError(.refused, "the request names no task or a concurrency outside 1...64")
+        }
+        try claimNonce(request.nonce, in: s.stateDirectory)
+
+        let work = s.stateDirectory + "/work-" + request.nonce
+        if let e = FileSystem.makeDirectories(work, mode: 0o711) { throw ExperimentError(.io, "\(work): \(ErrnoName.describe(e))") }
+        defer { _ = FileSystem.removeTree(work) }
+        try materialize(request, in: work)
+
+        let bench: LocalBenchmark
+        do { bench = try LocalBenchmark(directory: work + "/benchmark") } catch { throw ExperimentError(.refused, "the request's tasks: \(error)") }
+        var adapter = LocalAdapter(benchmark: bench)
+        adapter.taskPolicy = request.taskPolicy
+        adapter.verifierPolicy = request.verifierPolicy
+        adapter.defaultAgentTimeout = request.defaultAgentTimeout
+        let agent = AuditLog(), tool = AuditLog()
+        let heldOut = request.heldOut
+        var context = AdapterRunContext(policyLoader: PolicyLoader(searchPaths: s.policySearchPaths), agentDirectory: work + "/agent",
+                                        scratchRoot: s.scratchRoot, audit: agent, heldOut: heldOut, concurrency: request.concurrency,
+                                        traceDirectory: { heldOut ? nil : work + "/traces/" + $0 })
+        context.toolAudit = tool
+        context.log = s.log
+        let ids = request.tasks.map(\.id)
+        let outcomes: [TaskOutcome]
+        do { outcomes = try adapter.run(ids, context) } catch { throw ExperimentError(.io, "running the tasks: \(error)") }
+        if let failure = context.writeFailures.failure { throw ExperimentError(.io, "\(failure)") }
+        let byID = Dictionary(outcomes.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        var answer = WorkAnswer(nonce: request.nonce, outcomes: ids.map { byID[$0] ?? TaskOutcome(id: $0, reward: 0, status: .missingResult) })
+        answer.violations = counts(agent)
+        answer.toolViolations = counts(tool)
+        if !heldOut {
+            for id in ids { answer.traces[id] = try collect(work + "/traces/" + id) }
+        }
+        return answer
+    }
+
+    /// A nonce is run once on a node: its marker is created exclusively.
+    static func claimNonce(_ nonce: String, in state: String) throws {
+        let dir = state + "/nonces"
+        if let e = FileSystem.makeDirectories(dir, mode: 0o700) { throw ExperimentError(.io, "\(dir): \(ErrnoName.describe(e))") }
+        let fd = open(dir + "/" + nonce, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else {
+            if errno == EEXIST { throw ExperimentError(.refused, "request \(nonce) was run on this node before: a replay, refused") }
+            throw ExperimentError(.io, "\(dir)/\(nonce): \(ErrnoName.describe(errno))")
+        }
+        close(fd)
+    }
+
+    /// Whether `path` is a relative path of plain names (no `.`, `..`, empty or over-long
+    /// component, at most 32 deep).
+    static func isPlainRelative(_ path: String) -> Bool {
+        let parts = path.split(separator: "/", omittingEmptySubsequences: false)
+        return !path.isEmpty && parts.count <= 32 && !path.utf8.contains(0)
+            && parts.allSatisfy { !$0.isEmpty && $0 != "." && $0 != ".." && $0.utf8.count <= 255 }
+    }
+
+    /// The request's agent.py and tasks as files: `agent/agent.py`, `benchmark/tasks/<id>/...`.
+    static func materialize(_ r: WorkRequest, in work: String) throws {
+        func write(_ bytes: Data, _ path: String, mode: mode_t) throws {
+            let parent = (path as NSString).deletingLastPathComponent
+            if let e = FileSystem.makeDirectories(parent, mode: 0o755) { throw ExperimentError(.io, "\(parent): \(ErrnoName.describe(e))") }
+            do throws(IOFailure) { try AtomicFile.write(Array(bytes), to: path, mode: mode) } catch { throw ExperimentError(.io, "\(error)") }
+        }
+        guard r.agentPy.count <= AgentFile.maxBytes else { throw ExperimentError(.refused, "agent.py is over \(AgentFile.maxBytes) bytes") }
+        try write(r.agentPy, work + "/agent/agent.py", mode: 0o644)
+        var seen = Set<String>()
+        for task in r.tasks {
+            guard BenchmarkTask.isValidID(task.id), seen.insert(task.id).inserted else {
+                throw ExperimentError(.refused, "task id '\(printable(task.id))' is not valid or named twice")
+            }
+            guard task.files.count <= WorkLimits.maxFilesPerTask else { throw ExperimentError(.refused, "task \(task.id): over \(WorkLimits.maxFilesPerTask) files") }
+            for f in task.files {
+                guard isPlainRelative(f.path), f.bytes.count <= WorkLimits.maxFile else {
+                    throw ExperimentError(.refused, "task \(task.id): file '\(printable(f.path))' is not a plain relative path under \(WorkLimits.maxFile) bytes")
+                }
+                try write(f.bytes, work + "/benchmark/tasks/" + task.id + "/" + f.path, mode: f.executable ? 0o755 : 0o644)
+            }
+        }
+        if let e = FileSystem.makeDirectories(work + "/traces", mode: 0o700) { throw ExperimentError(.io, "\(work)/traces: \(ErrnoName.describe(e))") }
+    }
+
+    /// The regular files under `root` (no link followed), capped in count and size.
+    static func collect(_ root: String) throws -> [WorkFile] {
+        var out: [WorkFile] = []
+        var total = 0
+        func walk(_ dir: Int32, _ prefix: String) throws {
+            guard let names = FileSystem.entries(of: dir) else { return }
+            for name in names.sorted(by: { FileSystem.display($0) < FileSystem.display($1) }) {
+                let shown = FileSystem.display(name)
+                guard let st = FileSystem.entryStatus(at: dir, name) else { continue }
+                if FileSystem.isDirectory(st) {
+                    let sub = FileSystem.openDirectory(at: dir, name)
+                    guard sub >= 0 else { continue }
+                    defer { close(sub) }
+                    try walk(sub, prefix + shown + "/")
+                } else if FileSystem.isRegular(st) {
+                    guard out.count < WorkLimits.maxFilesPerTask, let bytes = FileSystem.readCapped(at: dir, shown, cap: WorkLimits.maxFile) else { continue }
+                    total += bytes.count
+                    guard total <= WorkLimits.maxAnswer / 2 else { throw ExperimentError(.io, "the traces are over \(WorkLimits.maxAnswer / 2) bytes") }
+                    out.append(WorkFile(path: prefix + shown, executable: st.st_mode & 0o111 != 0, bytes: Data(bytes)))
+                }
+            }
+        }
+        let fd = FileSystem.openDirectory(root)
+        guard fd >= 0 else { return [] }
+        defer { close(fd) }
+        try walk(fd, "")
+        return out
+    }
+
+    /// Violations by kind and name, as the supervisor's ledger rows name them.
+    static func counts(_ audit: AuditLog) -> [String: Int] {
+        var out: [String: Int] = [:]
+        for e in audit.events where e.isViolation {
+            out["\(e.countedKind.rawValue) \(e.name)", default: 0] += e.count ?? 1
+        }
+        return out
+    }
+}

@@ -1,0 +1,189 @@
+import Benchmark
+import Crypto
+import Foundation
+import SupervisorIO
+
+/// Tasks the supervisor sends to a worker node (through Ray) and the node's answer.
+///
+/// The node runs a request only if it is signed with the key the node trusts (the
+/// supervisor's, `autoharness worker --supervisor-key`), its own autoharness binary is the
+/// supervisor's byte for byte, and its policies are the supervisor's: it then runs the tasks
+/// with the same launcher, policies, cgroups and audit as a local run, and keeps nothing.
+public struct WorkRequest: Codable, Sendable, Equatable {
+    public static let version = 1
+    public var version = WorkRequest.version
+    /// Fresh per request: the answer names it, and a node refuses one it has run.
+    public var nonce: String
+    /// Held-out tasks: the answer carries rewards, statuses and violation counts only.
+    public var heldOut: Bool
+    /// SHA-256 (hex) of the supervisor's autoharness executable and of its policies.
+    public var binarySHA256: String
+    public var policiesSHA256: String
+    public var taskPolicy: String
+    public var verifierPolicy: String
+    public var defaultAgentTimeout: Double?
+    public var concurrency: Int
+    /// The agent.py under evaluation.
+    public var agentPy: Data
+    /// The requested tasks' directories (local benchmark layout), file by file.
+    public var tasks: [WorkTask]
+
+    public init(nonce: String, heldOut: Bool, binarySHA256: String, policiesSHA256: String, taskPolicy: String,
+                verifierPolicy: String, concurrency: Int, agentPy: Data, tasks: [WorkTask]) {
+        self.nonce = nonce
+        self.heldOut = heldOut
+        self.binarySHA256 = binarySHA256
+        self.policiesSHA256 = policiesSHA256
+        self.taskPolicy = taskPolicy
+        self.verifierPolicy = verifierPolicy
+        self.concurrency = concurrency
+        self.agentPy = agentPy
+        self.tasks = tasks
+    }
+}
+
+public struct WorkTask: Codable, Sendable, Equatable {
+    public var id: String
+    public var files: [WorkFile]
+    public init(id: String, files: [WorkFile]) {
+        self.id = id
+        self.files = files
+    }
+}
+
+/// One regular file, by its path relative to its task (or trace) directory.
+public struct WorkFile: Codable, Sendable, Equatable {
+    public var path: String
+    public var executable: Bool
+    public var bytes: Data
+    public init(path: String, executable: Bool, bytes: Data) {
+        self.path = path
+        self.executable = executable
+        self.bytes = bytes
+    }
+}
+
+/// A request as it travels: its JSON bytes and their Ed25519 signature.
+public struct SignedWork: Codable, Sendable {
+    public var body: Data
+    public var signature: Data
+}
+
+/// What a node answers.
+public struct WorkAnswer: Codable, Sendable, Equatable {
+    public var nonce: String
+    /// One per requested task, in the request's order.
+    public var outcomes: [TaskOutcome]
+    /// Train requests only: each task's trace, file by file.
+    public var traces: [String: [WorkFile]] = [:]
+    /// The node's sandboxes' refusals and limits, by kind (agent.py's and the verifier's).
+    public var violations: [String: Int] = [:]
+    public var toolViolations: [String: Int] = [:]
+}
+
+/// The limits a node and the supervisor hold each other to.
+public enum WorkLimits {
+    /// A signed request (tasks and agent.py, base64 in JSON).
+    public static let maxRequest = 64 << 20
+    /// An answer (train traces included).
+    public static let maxAnswer = 64 << 20
+    /// One file of a task or a trace.
+    public static let maxFile = 16 << 20
+    public static let maxFilesPerTask = 10_000
+}
+
+/// The experiment's signing key for work requests: Ed25519, created on first use in the
+/// experiment's private directory (0600); nodes trust its public half.
+public enum WorkKey {
+    public static func load(orCreateAt path: String) throws -> Curve25519.Signing.PrivateKey {
+        switch InputFile.read(path, cap: 4096) {
+        case .success(let bytes):
+            guard let key = try? Curve25519.Signing.PrivateKey(rawRepresentation: bytes) else {
+                throw ExperimentError(.state, "\(path) is not an Ed25519 private key (32 bytes)")
+            }
+            return key
+        case .failure:
+            let key = Curve25519.Signing.PrivateKey()
+            try AtomicFile.write(Array(key.rawRepresentation), to: path, mode: 0o600)
+            return key
+        }
+    }
+
+    /// The public half as operators write it into a node's key file (base64, one line).
+    public static func publicText(_ key: Curve25519.Signing.PrivateKey) -> String {
+        key.publicKey.rawRepresentation.base64EncodedString()
+    }
+
+    public static func sign(_ request: WorkRequest, with key: Curve25519.Signing.PrivateKey) throws -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        let body = try encoder.encode(request)
+        let signed = SignedWork(body: body, signature: try key.signature(for: body))
+        return Array(try JSONEncoder().encode(signed))
+    }
+
+    /// The request, if `bytes` is one signed by `trusted` (base64 public key); otherwise an
+    /// error saying what is wrong (and nothing of the request is used).
+    public static func open(_ bytes: [UInt8], trusted: String) throws -> WorkRequest {
+        guard let raw = Data(base64Encoded: trusted.trimmingCharacters(in: .whitespacesAndNewlines)),
+              let key = try? Curve25519.Signing.PublicKey(rawRepresentation: raw) else {
+            throw ExperimentError(.usage, "the supervisor key is not a base64 Ed25519 public key")
+        }
+        guard let signed = try? JSONDecoder().decode(SignedWork.self, from: Data(bytes)) else {
+            throw ExperimentError(.refused, "the request is not a signed work request")
+        }
+        guard key.isValidSignature(signed.signature, for: signed.body) else {
+            throw ExperimentError(.refused, "the request's signature is not the supervisor's: refused, nothing ran")
+        }
+        let request: WorkRequest
+        do {
+            request = try JSONDecoder().decode(WorkRequest.self, from: signed.body)
+        } catch {
+            throw ExperimentError(.refused, "the signed request does not decode: \(error)")
+        }
+        guard request.version == WorkRequest.version else {
+            throw ExperimentError(.refused, "request version \(request.version); this node speaks \(WorkRequest.version)")
+        }
+        return request
+    }
+}
+
+/// The digests a node and the supervisor compare: the running executable, and the policy
+/// files the loader would read.
+public enum WorkDigest {
+    public static func hex(_ bytes: some Sequence<UInt8>) -> String {
+        bytes.map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// SHA-256 of the running executable (read through /proc/self/exe).
+    public static func executable() throws -> String { try file("/proc/self/exe") }
+
+    /// SHA-256 of a file (an executable: up to 1 GiB).
+    public static func file(_ path: String) throws -> String {
+        switch InputFile.read(path, cap: 1 << 30) {
+        case .success(let bytes): return hex(SHA256.hash(data: bytes))
+        case .failure(let p): throw ExperimentError(.io, "\(path): \(p.explanation("an executable"))")
+        }
+    }
+
+    /// SHA-256 over every `*.yaml` of the search paths' directories, by name (first found
+    /// wins, as the loader resolves them) and content.
+    public static func policies(_ searchPaths: [String]) throws -> String {
+        var seen: [String: [UInt8]] = [:]
+        for dir in searchPaths {
+            for name in FileSystem.names(in: dir).sorted() where name.hasSuffix(".yaml") && seen[name] == nil {
+                switch InputFile.read(dir + "/" + name, cap: 4 << 20) {
+                case .success(let bytes): seen[name] = bytes
+                case .failure(let p): throw ExperimentError(.io, "\(dir)/\(name): \(p.explanation("a policy"))")
+                }
+            }
+        }
+        var hasher = SHA256()
+        for name in seen.keys.sorted() {
+            hasher.update(data: Array(name.utf8) + [0])
+            hasher.update(data: Array(String(seen[name]!.count).utf8) + [0])
+            hasher.update(data: seen[name]!)
+        }
+        return hex(hasher.finalize())
+    }
+}

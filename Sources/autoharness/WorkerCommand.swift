@@ -1,0 +1,67 @@
+import ArgumentParser
+import Experiment
+import Foundation
+import SupervisorIO
+
+/// `autoharness worker`: on a node of a Ray cluster, run one signed work request from the
+/// supervisor (stdin) and write the answer (stdout, JSON). Started by the node's Ray task
+/// (templates/ray/autoharness_ray.py), or by hand to test a node.
+struct WorkerCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "worker",
+        abstract: "On a worker node: run one signed work request (stdin) and answer (stdout).",
+        discussion: """
+            The request runs only if its signature is the supervisor's (--supervisor-key, the \
+            base64 public key `autoharness worker-key` prints on the supervisor's host), it was \
+            never run on this node, and this node's autoharness binary and policies are the \
+            supervisor's, byte for byte. Its tasks run with this node's sandboxes, exactly as \
+            on the supervisor's host; nothing of them is kept. Exit status: 0 answered, 2 \
+            refused (signature, replay, digests, a malformed request), 5 I/O.
+            """)
+
+    @Option(help: "File holding the supervisor's public key (base64, from `autoharness worker-key`).")
+    var supervisorKey: String
+
+    @Option(help: "Directory for the node's state (nonces seen, each request's private directory while it runs).")
+    var state = "/var/lib/autoharness/worker"
+
+    @Option(help: "Per-task tmpfs scratch root.")
+    var scratch = "/dev/shm/autoharness"
+
+    @Option(name: .customLong("policy-dir"), help: "Directory of sandbox policies, searched before the built-in ones.")
+    var policyDirs: [String] = []
+
+    func run() throws {
+        let key: String
+        switch InputFile.read(supervisorKey, cap: 4096) {
+        case .success(let bytes): key = String(decoding: bytes, as: UTF8.self)
+        case .failure(let p): throw ExperimentError(.usage, "--supervisor-key \(supervisorKey): \(p.explanation("the key"))")
+        }
+        var input: [UInt8] = []
+        switch InputFile.read(descriptor: 0, cap: WorkLimits.maxRequest) {
+        case .success(let bytes): input = bytes
+        case .failure(let p): throw ExperimentError(.refused, "the request on stdin: \(p.explanation("a work request"))")
+        }
+        var settings = RemoteWorker.Settings(trustedKey: key, policySearchPaths: PolicyLocator.searchPaths(explicit: policyDirs),
+                                             stateDirectory: state, scratchRoot: scratch)
+        settings.log = { printErr("autoharness worker: \($0)") }
+        let answer = try RemoteWorker.serve(input, settings)
+        let data = try JSONEncoder().encode(answer)
+        FileHandle.standardOutput.write(data)
+    }
+}
+
+/// `autoharness worker-key`: the experiment's work-signing key's public half, for the nodes'
+/// operators (created on first use, in the experiment's private directory).
+struct WorkerKeyCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "worker-key",
+        abstract: "Print the public key worker nodes trust for this experiment's work requests.")
+
+    @OptionGroup var experiment: ExperimentOptions
+
+    func run() throws {
+        let layout = try experiment.layout()
+        print(WorkKey.publicText(try WorkKey.load(orCreateAt: layout.privateDirectory + "/work-key")))
+    }
+}

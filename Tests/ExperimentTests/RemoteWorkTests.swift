@@ -1,0 +1,151 @@
+import Benchmark
+import Crypto
+import Foundation
+import Testing
+import TestSupport
+@testable import Experiment
+
+/// `autoharness worker`, the node's side of remote work, run as the real binary: a request
+/// runs only when signed by the key the node trusts, never twice, and only on a node whose
+/// binary and policies are the supervisor's; its tasks run in this node's sandboxes and
+/// nothing of them stays. `RemoteWork.check` holds answers to the same standard.
+@Suite("Remote work: the node's autoharness worker and the checks on its answers", .serialized)
+struct RemoteWorkTests {
+    /// A node: its key file, its state directory, and how to hand it a request.
+    struct Node {
+        let temp: TempDir
+        let key = Curve25519.Signing.PrivateKey()
+        var keyFile: String { temp.file("supervisor.pub") }
+        var state: String { temp.file("state") }
+
+        init() throws {
+            temp = try TempDir()
+            try WorkKey.publicText(key).write(toFile: keyFile, atomically: true, encoding: .utf8)
+        }
+
+        /// A request for `ids` of the arith fixture with `agent`, as the supervisor builds it,
+        /// naming the built CLI's digest (the node's binary) and the checkout's policies.
+        func request(_ ids: [String], agent: String = Agents.addOnly, heldOut: Bool = false) throws -> WorkRequest {
+            let bench = try LocalBenchmark(directory: Experiment.fixture)
+            var work = RemoteWork(key: key, policySearchPaths: [Built.packageRoot + "/policies"])
+            work.defaultAgentTimeout = 60
+            var r = try work.request(ids.compactMap { bench.task($0) }, agentPy: Array(agent.utf8), heldOut: heldOut, concurrency: 2)
+            r.binarySHA256 = try WorkDigest.file(Built.autoharness)
+            return r
+        }
+
+        func sign(_ r: WorkRequest, with other: Curve25519.Signing.PrivateKey? = nil) throws -> [UInt8] {
+            try WorkKey.sign(r, with: other ?? key)
+        }
+
+        /// Runs `autoharness worker` with `bytes` on its stdin.
+        func serve(_ bytes: [UInt8]) throws -> Run {
+            let input = temp.file("request-\(UUID().uuidString)")
+            FileManager.default.createFile(atPath: input, contents: Data(bytes))
+            return try runProcess(Built.autoharness, ["worker", "--supervisor-key", keyFile, "--state", state,
+                                                      "--policy-dir", Built.packageRoot + "/policies"], stdinPath: input)
+        }
+
+        var nonces: [String] { (try? FileManager.default.contentsOfDirectory(atPath: state + "/nonces")) ?? [] }
+        var workDirectories: [String] { ((try? FileManager.default.contentsOfDirectory(atPath: state)) ?? []).filter { $0.hasPrefix("work-") } }
+    }
+
+    @Test("a signed train request runs its tasks in this node's sandboxes: the rewards a local run gives, each task's trace, nothing left on the node")
+    func trainRequestRuns() throws {
+        try requireRoot()
+        let node = try Node()
+        let request = try node.request(["add-0", "add-1", "mul-0"])
+        let r = try node.serve(try node.sign(request))
+        #expect(r.status == 0, "\(r.stderr)")
+        let answer = try RemoteWork.check(Array(r.stdout.utf8), for: request)
+        #expect(answer.outcomes.map(\.id) == ["add-0", "add-1", "mul-0"])
+        #expect(answer.outcomes.map(\.reward) == [1, 1, 0], "\(answer.outcomes)")
+        #expect(answer.outcomes.map(\.status) == [.passed, .passed, .failed])
+        #expect(Set(answer.traces.keys) == ["add-0", "add-1", "mul-0"] && answer.traces.values.allSatisfy { !$0.isEmpty }, "\(answer.traces.mapValues { $0.map(\.path) })")
+        #expect(node.nonces == [request.nonce] && node.workDirectories.isEmpty, "\(node.workDirectories)")
+    }
+
+    @Test("a held-out request answers rewards and statuses only: no trace, and its private directory is gone")
+    func heldOutAnswersRewardsOnly() throws {
+        try requireRoot()
+        let node = try Node()
+        let request = try node.request(["add-2", "mul-1"], heldOut: true)
+        let r = try node.serve(try node.sign(request))
+        #expect(r.status == 0, "\(r.stderr)")
+        let answer = try RemoteWork.check(Array(r.stdout.utf8), for: request)
+        #expect(answer.outcomes.map(\.reward) == [1, 0] && answer.traces.isEmpty)
+        #expect(node.workDirectories.isEmpty)
+    }
+
+    @Test("refused before anything runs: another key's signature, a body changed after signing, a replay, another binary, other policies, a path out of its task")
+    func forgedRequestsRefused() throws {
+        try requireRoot()
+        let node = try Node()
+        let request = try node.request(["add-0"])
+
+        let foreign = try node.serve(try node.sign(request, with: Curve25519.Signing.PrivateKey()))
+        #expect(foreign.status == 2 && foreign.stderr.contains("signature is not the supervisor's") && foreign.stdout.isEmpty, "\(foreign.stderr)")
+
+        // The signed body with agent.py swapped afterwards (same length, so only the signature can tell).
+        var envelope = try JSONDecoder().decode(SignedWork.self, from: Data(try node.sign(request)))
+        var body = try JSONDecoder().decode(WorkRequest.self, from: envelope.body)
+        body.agentPy = Data(Agents.all.utf8)
+        envelope.body = try JSONEncoder().encode(body)
+        let swapped = try node.serve(Array(try JSONEncoder().encode(envelope)))
+        #expect(swapped.status == 2 && swapped.stderr.contains("signature is not the supervisor's"), "\(swapped.stderr)")
+        #expect(node.nonces.isEmpty, "a refused request left its nonce: \(node.nonces)")
+
+        var other = request
+        other.binarySHA256 = String(repeating: "0", count: 64)
+        let binary = try node.serve(try node.sign(other))
+        #expect(binary.status == 2 && binary.stderr.contains("is not the supervisor's (0000000000000000)"), "\(binary.stderr)")
+
+        var policies = request
+        policies.policiesSHA256 = String(repeating: "f", count: 64)
+        let policy = try node.serve(try node.sign(policies))
+        #expect(policy.status == 2 && policy.stderr.contains("this node's policies"), "\(policy.stderr)")
+
+        var escape = try node.request(["add-1"])
+        escape.tasks[0].files.append(WorkFile(path: "../../escaped", executable: false, bytes: Data("x".utf8)))
+        let path = try node.serve(try node.sign(escape))
+        #expect(path.status == 2 && path.stderr.contains("is not a plain relative path"), "\(path.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: node.state + "/escaped") && node.workDirectories.isEmpty)
+
+        let signed = try node.sign(request)
+        #expect(try node.serve(signed).status == 0)
+        let replay = try node.serve(signed)
+        #expect(replay.status == 2 && replay.stderr.contains("was run on this node before: a replay"), "\(replay.stderr)")
+    }
+
+    @Test("an answer is used only when it is one: its nonce, the requested ids in order, valid rewards, no held-out traces, no path outside its task")
+    func answersChecked() throws {
+        let request = WorkRequest(nonce: String(repeating: "a", count: 32), heldOut: true, binarySHA256: "", policiesSHA256: "",
+                                  taskPolicy: "t", verifierPolicy: "v", concurrency: 1, agentPy: Data(),
+                                  tasks: [WorkTask(id: "x", files: []), WorkTask(id: "y", files: [])])
+        let good = WorkAnswer(nonce: request.nonce, outcomes: [TaskOutcome(id: "x", reward: 1, status: .passed), TaskOutcome(id: "y", reward: 0, status: .failed)])
+        func bytes(_ a: WorkAnswer) throws -> [UInt8] { Array(try JSONEncoder().encode(a)) }
+        #expect(try RemoteWork.check(try bytes(good), for: request) == good)
+        var wrongNonce = good
+        wrongNonce.nonce = String(repeating: "b", count: 32)
+        var missing = good
+        missing.outcomes.removeLast()
+        var reordered = good
+        reordered.outcomes.reverse()
+        var inflated = good
+        inflated.outcomes[1] = TaskOutcome(id: "y", reward: 1, status: .agentTimeout)
+        var outOfRange = good
+        outOfRange.outcomes[0].reward = 2
+        var traced = good
+        traced.traces = ["x": [WorkFile(path: "result.json", executable: false, bytes: Data())]]
+        for (name, bad) in [("nonce", wrongNonce), ("missing", missing), ("reordered", reordered), ("inflated", inflated),
+                            ("out of range", outOfRange), ("held-out trace", traced)] {
+            #expect(throws: ExperimentError.self, "\(name)") { try RemoteWork.check(try bytes(bad), for: request) }
+        }
+        var train = request
+        train.heldOut = false
+        var outside = good
+        outside.traces = ["x": [WorkFile(path: "../x", executable: false, bytes: Data())]]
+        #expect(throws: ExperimentError.self) { try RemoteWork.check(try bytes(outside), for: train) }
+        #expect(throws: ExperimentError.self) { try RemoteWork.check(Array(repeating: 0x20, count: WorkLimits.maxAnswer + 1), for: train) }
+    }
+}
