@@ -25,6 +25,7 @@ struct ExperimentOptions: ParsableArguments {
     func supervisor(_ purpose: String, exclusive: Bool = true) throws -> ExperimentSupervisor {
         let s = try ExperimentSupervisor(layout: try layout(), policySearchPaths: PolicyLocator.searchPaths(explicit: policyDirs),
                                          purpose: purpose, exclusive: exclusive)
+        s.templatesDirectory = PolicyLocator.templatesDirectory()
         for note in s.recoveryNotes { printErr("autoharness: \(note)") }
         for problem in s.benchmarkProblems { printErr("autoharness: warning: \(problem)") }
         if !s.benchmarkProblems.isEmpty { printErr("autoharness: warning: a task that does not load scores 0 (setup_failed) when run; the others are unaffected") }

@@ -138,13 +138,77 @@ struct RayTests {
             #expect(answer.traces.isEmpty == request.heldOut)
         }
         let state = node.temp.file("node-state")
-        let left = ((try? FileManager.default.contentsOfDirectory(atPath: state)) ?? []).filter { $0 != "nonces" }
+        let left = ((try? FileManager.default.contentsOfDirectory(atPath: state)) ?? []).filter { $0 != "nonces" && $0 != "node.lock" }
         #expect(left.isEmpty, "the node kept \(left)")
         #expect(Set((try? FileManager.default.contentsOfDirectory(atPath: state + "/nonces")) ?? []) == [train.nonce, heldOut.nonce])
         let running = head.members().count
         head.stop()
         #expect(head.namespace != nil && running > 3, "Ray's processes: \(running) in \(head.namespace ?? "no namespace")")
         #expect(head.members().isEmpty, "Ray processes outlived the cluster: \(head.members())")
+    }
+
+    @Test("prepare, a benchmark and a gate with executor: ray give what one machine gives: the same baseline, split, train outcomes and traces, and the same gate (suite, val_score, promotions)")
+    func gateAcrossTheCluster() throws {
+        try requireRoot()
+        let python = try Self.python()
+        let local = try Experiment()
+        let remote = try Experiment(prepare: false)
+        let key = try autoharness(["worker-key", "-C", remote.root])
+        try #require(key.status == 0, "\(key.stderr)")
+        let keyFile = remote.temp.file("supervisor.pub")
+        try key.stdout.write(toFile: keyFile, atomically: true, encoding: .utf8)
+        let token = String(UUID().uuidString.filter(\.isHexDigit).prefix(32))
+        let head = try Head(python: python, token: token, keyFile: keyFile, temp: remote.temp)
+        let config = remote.root + "/experiment_config.yaml"
+        try (try String(contentsOfFile: config, encoding: .utf8) + "\nexecutor:\n  kind: ray\n  address: \(head.address)\n  python: \(python)\n  tasks_per_request: 3\n")
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        var env = ProcessInfo.processInfo.environment
+        env["RAY_AUTH_TOKEN"] = token
+        func onCluster(_ args: String...) throws -> Run { try autoharness(args + ["-C", remote.root], environment: env) }
+
+        let prepared = try Self.whenUp(head, python: python) { () throws -> Run in
+            let r = try onCluster("prepare")
+            if r.status != 0 && r.stderr.contains("could not connect") { throw ExperimentError(.io, r.stderr) }
+            return r
+        }
+        #expect(prepared.status == 0, "\(prepared.stdout) \(prepared.stderr)")
+        #expect(prepared.stderr.contains("executor: ray: "), "\(prepared.stderr)")
+        #expect(try remote.split() == local.split())
+        let baseline = { (e: Experiment) throws -> [String] in
+            let b = try #require(try e.rows("baseline").first)
+            return ["valScore", "tasksPassed", "tasksTotal", "testTasks"].map { "\(b[$0] ?? "nil")" }
+        }
+        #expect(try baseline(remote) == baseline(local))
+
+        let train = Array(try local.split().train.prefix(4))
+        for e in [local, remote] { try e.setAgent(Agents.all) }
+        let here = try local.run(["benchmark", "--task-ids"] + train)
+        let there = try autoharness(["benchmark", "--task-ids"] + train + ["-C", remote.root], environment: env)
+        #expect(here.status == 0 && there.status == 0, "\(there.stderr)")
+        #expect(here.stdout == there.stdout, "\(here.stdout)\n---\n\(there.stdout)")
+        // Each trace's result.json the same but for the wall-clock times.
+        func untimed(_ text: String?) -> String? {
+            text?.split(separator: "\n").filter { !$0.contains("_seconds") }.joined(separator: "\n")
+        }
+        for id in train {
+            let there = untimed(remote.traceFile(id, "result.json")), here = untimed(local.traceFile(id, "result.json"))
+            #expect(there != nil && there == here, "\(id): \(there ?? "no trace") vs \(here ?? "no trace")")
+        }
+
+        let gateHere = try local.run("gate")
+        let gateThere = try onCluster("gate")
+        // The same answer but for the commit's hash.
+        let uncommitted = { (s: String) in s.replacing(#/committed as [0-9a-f]+/#, with: "committed as X") }
+        #expect(gateHere.status == gateThere.status && uncommitted(gateHere.stdout) == uncommitted(gateThere.stdout), "\(gateHere.stdout)\n---\n\(gateThere.stdout) \(gateThere.stderr)")
+        let attempt = { (e: Experiment) throws -> [String] in
+            let a = try #require(try e.rows("gate_attempt").last)
+            return ["accepted", "suitePassed", "suiteTotal", "valScore", "promoted"].map { "\(a[$0] ?? "nil")" }
+        }
+        #expect(try attempt(remote) == attempt(local))
+        #expect(try attempt(remote).first == "1", "the gate was to accept the solver")
+        // Every request went to the node and was answered there.
+        let nonces = (try? FileManager.default.contentsOfDirectory(atPath: remote.temp.file("node-state") + "/nonces")) ?? []
+        #expect(nonces.count >= 5, "\(nonces.count) requests reached the node")
     }
 
     @Test("a driver with a wrong token is refused by the cluster, and a cluster without token authentication is refused by the driver")

@@ -74,7 +74,10 @@ struct RemoteWorkTests {
         #expect(r.status == 0, "\(r.stderr)")
         let answer = try RemoteWork.check(Array(r.stdout.utf8), for: request)
         #expect(answer.outcomes.map(\.reward) == [1, 0] && answer.traces.isEmpty)
+        #expect(answer.outcomes.allSatisfy { $0.detail == nil && $0.agentSeconds == 0 && $0.verifierSeconds == 0 && $0.failures == nil }, "\(answer.outcomes)")
         #expect(node.workDirectories.isEmpty)
+        // The node's kernel after held-out tasks: their pages were evicted (its journal says so).
+        #expect(r.stderr.contains("held-out tasks done; dropped ") && r.stderr.contains("from the page cache"), "\(r.stderr)")
     }
 
     @Test("refused before anything runs: another key's signature, a body changed after signing, a replay, another binary, other policies, a path out of its task")
@@ -111,6 +114,11 @@ struct RemoteWorkTests {
         #expect(path.status == 2 && path.stderr.contains("is not a plain relative path"), "\(path.stderr)")
         #expect(!FileManager.default.fileExists(atPath: node.state + "/escaped") && node.workDirectories.isEmpty)
 
+        var stale = try node.request(["add-2"])
+        stale.expires = Date().timeIntervalSince1970 - 1
+        let expired = try node.serve(try node.sign(stale))
+        #expect(expired.status == 2 && expired.stderr.contains("the request expired"), "\(expired.stderr)")
+
         let signed = try node.sign(request)
         #expect(try node.serve(signed).status == 0)
         let replay = try node.serve(signed)
@@ -137,8 +145,15 @@ struct RemoteWorkTests {
         outOfRange.outcomes[0].reward = 2
         var traced = good
         traced.traces = ["x": [WorkFile(path: "result.json", executable: false, bytes: Data())]]
+        var timed = good
+        timed.outcomes[0].agentSeconds = 12.5
+        var detailed = good
+        detailed.outcomes[1].detail = "expected 42, got 41"
+        var flooded = good
+        flooded.violations = [WorkViolation(agent: true, kind: "syscall", name: "ptrace", count: Int.max)]
         for (name, bad) in [("nonce", wrongNonce), ("missing", missing), ("reordered", reordered), ("inflated", inflated),
-                            ("out of range", outOfRange), ("held-out trace", traced)] {
+                            ("out of range", outOfRange), ("held-out trace", traced), ("held-out timing", timed),
+                            ("held-out detail", detailed), ("uncapped count", flooded)] {
             #expect(throws: ExperimentError.self, "\(name)") { try RemoteWork.check(try bytes(bad), for: request) }
         }
         var train = request

@@ -14,8 +14,13 @@ Each request runs as one Ray task on some node: that task runs the node's own
 supervisor's public key the node's operator installed (AUTOHARNESS_SUPERVISOR_KEY, a file)
 and its state directory (AUTOHARNESS_WORKER_STATE, optional), the signed request on its stdin. Ray moves bytes; the node's autoharness checks and runs.
 
-Before connecting, the cluster must refuse a client with a wrong token: a cluster without
-token authentication lets anyone who reaches it run code on every node, so it is refused.
+Before connecting, the cluster must refuse a client with a wrong token, in Ray's own words
+(InvalidAuthToken): a cluster without token authentication lets anyone who reaches it run
+code on every node, so it is refused, and one that cannot be checked is not used.
+
+Known limit: Ray returns each task's result to this process by unpickling it, so a node
+compromised as root could run code here; this driver runs outside autoharness's sandboxes
+(docs/past-one-machine.md).
 """
 import base64
 import json
@@ -23,6 +28,7 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 
 MAX_ANSWER = 64 << 20
 
@@ -40,18 +46,32 @@ def token_configured():
     return None
 
 
-def cluster_refuses_wrong_token(address, timeout):
-    """True when a client with a random token cannot connect (the cluster checks tokens)."""
+def probe_wrong_token(address, timeout):
+    """How the cluster treats a client with a random token: "refused" only when Ray itself
+    says the token is invalid, "accepted" when the client connects, "unknown" otherwise (an
+    unreachable or slow cluster proves nothing, and is not taken as a refusal)."""
     env = dict(os.environ)
     env["RAY_AUTH_MODE"] = "token"
     env["RAY_AUTH_TOKEN"] = secrets.token_hex(16)
     env.pop("RAY_AUTH_TOKEN_PATH", None)
-    probe = "import ray; ray.init(address=%r, log_to_driver=False); print('CONNECTED')" % address
+    probe = "import ray; ray.init(address=%r, log_to_driver=False); print('CONNECTED', flush=True)" % address
+    p = subprocess.Popen([sys.executable, "-c", probe], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + timeout
+    verdict = "unknown"
     try:
-        p = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return True
-    return "CONNECTED" not in p.stdout
+        for line in p.stdout:
+            if "InvalidAuthToken" in line or "Unauthenticated" in line:
+                verdict = "refused"
+                break
+            if line.startswith("CONNECTED"):
+                verdict = "accepted"
+                break
+            if time.monotonic() > deadline:
+                break
+    finally:
+        p.kill()
+        p.wait()
+    return verdict
 
 
 def main():
@@ -62,9 +82,13 @@ def main():
         emit({"fatal": "refused: the cluster's token is not configured for the driver (%s)" % why})
         return 1
     timeout = float(first.get("timeout", 3600))
-    if not cluster_refuses_wrong_token(address, 60):
+    verdict = probe_wrong_token(address, 60)
+    if verdict == "accepted":
         emit({"fatal": "refused: the Ray cluster at %s accepted a client with a wrong token: it runs without token "
                        "authentication (start it with RAY_AUTH_MODE=token)" % address})
+        return 1
+    if verdict != "refused":
+        emit({"fatal": "could not connect to the Ray cluster at %s to check that it refuses a wrong token" % address})
         return 1
 
     import ray

@@ -84,6 +84,21 @@ public struct ExperimentConfig: Sendable, Equatable {
     public var domain: String?
     /// How the benchmark's tool is run: `runner:`.
     public var runner = Runner()
+    /// Where tasks run: `executor:` (this host, or the nodes of a Ray cluster).
+    public var executor = Executor()
+
+    /// `executor:` in the experiment config.
+    public struct Executor: Sendable, Equatable {
+        public enum Kind: String, Sendable, CaseIterable { case local, ray }
+        public var kind = Kind.local
+        /// `executor.address`: the Ray cluster's GCS address (host:port).
+        public var address: String?
+        /// `executor.python`: the Python that has `ray` (the driver runs with it).
+        public var python = "python3"
+        /// `executor.tasks_per_request`: tasks sent to a node in one signed request.
+        public var tasksPerRequest = 1
+        public init() {}
+    }
     /// The benchmarks' own upstream keys (`agent_timeout_multiplier`, `user_model`, `seed`,
     /// `mode`, ...), typed; each benchmark lists the keys it reads (`BenchmarkKind.keys`).
     public var upstream = UpstreamSettings()
@@ -216,7 +231,7 @@ extension ExperimentConfig {
         var replyMode: (String, Node)?, replyAfter: (Double, Node)?, heldOutEnvNode: Node?
         r.mapping(root, "the config", allowed: ["benchmark", "dataset", "agent_model", "split", "gate_split", "threshold",
                                                 "max_concurrency", "per_task_timeout", "sandbox", "coding_agent", "gate",
-                                                "parallel_gate", "env_provider", "domain", "tasks", "tasks_file", "runner", "budget", "loop", "timeout_policy"]
+                                                "parallel_gate", "env_provider", "domain", "tasks", "tasks_file", "runner", "budget", "loop", "timeout_policy", "executor"]
                                                 + BenchmarkKinds.upstreamKeys.map(\.name)) { key, v in
             switch key {
             case "benchmark":
@@ -292,6 +307,15 @@ extension ExperimentConfig {
                 }
             case "timeout_policy":
                 if let p = r.oneOf(v, key, TimeoutPolicy.allCases.map(\.rawValue)) { c.timeoutPolicy = TimeoutPolicy(rawValue: p)! }
+            case "executor":
+                r.mapping(v, key, allowed: ["kind", "address", "python", "tasks_per_request"]) { k, v in
+                    switch k {
+                    case "kind": if let s = r.oneOf(v, "executor.kind", Executor.Kind.allCases.map(\.rawValue)) { c.executor.kind = Executor.Kind(rawValue: s)! }
+                    case "address": c.executor.address = r.string(v, "executor.address")
+                    case "python": if let s = r.string(v, "executor.python") { c.executor.python = s }
+                    default: if let x = r.integer(v, "executor.tasks_per_request", 1...10_000) { c.executor.tasksPerRequest = x }
+                    }
+                }
             case "loop":
                 r.mapping(v, key, allowed: ["batch_size", "batch_iterations"]) { k, v in
                     switch k {
@@ -412,6 +436,15 @@ extension ExperimentConfig {
         }
         if c.benchmark.isEmpty && r.errors.isEmpty {
             r.errors.append(ConfigError(file: file, line: nil, message: "benchmark: missing (allowed: \(supportedBenchmarks.joined(separator: ", ")))"))
+        }
+        if c.executor.kind == .ray && r.errors.isEmpty {
+            if !c.runsOwnTasks {
+                r.errors.append(ConfigError(file: file, line: nil, message: "executor: ray runs a local benchmark's tasks on the cluster's nodes so far; '\(c.benchmark)' runs its own tool (not built yet): use executor: local"))
+            } else if c.heldOutRuntime == .vm {
+                r.errors.append(ConfigError(file: file, line: nil, message: "executor: ray runs held-out tasks in the nodes' sandboxes; a VM per gate on a node (gate.held_out_runtime: vm) is not built yet: use host or auto"))
+            } else if (c.executor.address ?? "").isEmpty {
+                r.errors.append(ConfigError(file: file, line: nil, message: "executor.address: missing; executor: ray needs the cluster's address (host:port of its head)"))
+            }
         }
         if c.heldOutRuntime == .vm && !BenchmarkKinds.inVM.contains(c.benchmark) && r.errors.isEmpty {
             r.errors.append(ConfigError(file: file, line: nil, message: "gate.held_out_runtime: vm runs the \(BenchmarkKinds.inVM.joined(separator: " and ")) benchmarks so far; '\(c.benchmark)' needs its tool's install in the guest (not built yet): use host"))

@@ -49,6 +49,8 @@ public final class ExperimentSupervisor {
     /// The held-out VM's checked settings, made at the first gate (`gate.held_out_runtime: vm`).
     var heldOutVM: HeldOutVM?
     var heldOutRuntimeSettled = false
+    /// Where the shipped templates are (the Ray driver, `executor: ray`); set by the CLI.
+    public var templatesDirectory: String?
     /// Called after each task (serially), e.g. for a progress line. The outcome is nil for
     /// held-out tasks: not even a progress line may say which test task passed.
     public var progress: ((_ done: Int, _ total: Int, _ outcome: TaskOutcome?) -> Void)?
@@ -391,7 +393,10 @@ public final class ExperimentSupervisor {
         // Where held-out tasks run, settled once per supervisor: a VM that cannot run here is
         // refused before the gate counts (nothing looked yet); `auto` takes one where a KVM
         // guest boots, and the host says what it leaves open.
-        if !heldOutRuntimeSettled {
+        if !heldOutRuntimeSettled && config.executor.kind == .ray {
+            log?("held-out runtime: the sandboxes of the Ray cluster's nodes (executor: ray; each node evicts what they read and moves its inode counters after them)")
+            heldOutRuntimeSettled = true
+        } else if !heldOutRuntimeSettled {
             switch config.heldOutRuntime {
             case .vm: heldOutVM = try HeldOutVM(settings: config.vm, log: log)
             case .auto:
@@ -651,6 +656,10 @@ public final class ExperimentSupervisor {
     func run(_ ids: [String], agent: String, audit: RunAudit, oracle: Bool = false, heldOut: Bool = false,
              operatorDiagnostics: Bool = false, traces: @escaping (String) -> String?) throws -> [TaskOutcome] {
         guard !ids.isEmpty else { return [] }
+        // Oracle runs read `solution/`, which no node is sent: they stay on this host.
+        if config.executor.kind == .ray && !oracle {
+            return try runRemote(ids, agent: agent, audit: audit, heldOut: heldOut, traces: traces)
+        }
         try FileManager.default.createDirectory(atPath: config.scratch, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         var context = AdapterRunContext(policyLoader: policyLoader, agentDirectory: agent, scratchRoot: config.scratch, audit: audit.agent,
                                         heldOut: heldOut, concurrency: config.maxConcurrency, traceDirectory: traces)

@@ -2,6 +2,7 @@ import Benchmark
 import Crypto
 import Foundation
 import Glibc
+import Sandbox
 import SupervisorIO
 import Synchronization
 
@@ -23,10 +24,10 @@ public struct RemoteWork {
     /// A request for `tasks` of a local benchmark with `agentPy`: the tasks' files (but
     /// `solution/`, which only oracle runs read), this binary's and these policies' digests,
     /// a fresh nonce.
-    public func request(_ tasks: [BenchmarkTask], agentPy: [UInt8], heldOut: Bool, concurrency: Int) throws -> WorkRequest {
+    public func request(_ tasks: [BenchmarkTask], agentPy: [UInt8], heldOut: Bool, concurrency: Int, validFor seconds: Double = 86_400) throws -> WorkRequest {
         var work: [WorkTask] = []
         for t in tasks {
-            let files = try RemoteWorker.collect(t.directory).filter { !$0.path.hasPrefix("solution/") }
+            let files = try RemoteWorker.collect(t.directory, strict: true).filter { !$0.path.hasPrefix("solution/") }
             work.append(WorkTask(id: t.id, files: files))
         }
         var nonce = [UInt8](repeating: 0, count: 16)
@@ -35,6 +36,7 @@ public struct RemoteWork {
                             policiesSHA256: try WorkDigest.policies(policySearchPaths), taskPolicy: taskPolicy,
                             verifierPolicy: verifierPolicy, concurrency: concurrency, agentPy: Data(agentPy), tasks: work)
         r.defaultAgentTimeout = defaultAgentTimeout
+        r.expires = Date().timeIntervalSince1970 + seconds
         return r
     }
 
@@ -57,11 +59,24 @@ public struct RemoteWork {
                 throw ExperimentError(.refused, "task \(o.id): reward \(o.reward) with status \(o.status.rawValue) is not a valid outcome")
             }
         }
+        guard answer.violations.count <= WorkLimits.maxViolations,
+              answer.violations.allSatisfy({ AuditEvent.Kind(rawValue: $0.kind) != nil && GuestAnswer.isName($0.name) && $0.name.utf8.count <= WorkLimits.maxName
+                                             && (0...WorkLimits.maxViolationCount).contains($0.count) }) else {
+            throw ExperimentError(.refused, "the answer's violations are not valid counts")
+        }
+        for o in answer.outcomes where !((0...86_400 * 7).contains(o.agentSeconds) && (0...86_400 * 7).contains(o.verifierSeconds))
+            || (o.detail?.utf8.count ?? 0) > 4096 || (o.failures?.count ?? 0) > 1000 {
+            throw ExperimentError(.refused, "task \(o.id): its times, detail or failures are out of bounds")
+        }
         if request.heldOut {
-            guard answer.traces.isEmpty else { throw ExperimentError(.refused, "the answer to a held-out request carries traces") }
+            // Rewards and status classes only, as from a held-out VM.
+            guard answer.traces.isEmpty, answer.outcomes.allSatisfy({ $0.failures == nil && $0.detail == nil && $0.agentSeconds == 0 && $0.verifierSeconds == 0 }) else {
+                throw ExperimentError(.refused, "the answer to a held-out request carries more than rewards and statuses (traces, details, timings or failure evidence)")
+            }
         } else {
             for (id, files) in answer.traces {
-                guard request.tasks.contains(where: { $0.id == id }), files.allSatisfy({ RemoteWorker.isPlainRelative($0.path) }) else {
+                guard request.tasks.contains(where: { $0.id == id }), files.count <= WorkLimits.maxFilesPerTask,
+                      Set(files.map(\.path)).count == files.count, files.allSatisfy({ RemoteWorker.isPlainRelative($0.path) }) else {
                     throw ExperimentError(.refused, "the answer's trace for '\(printable(id))' names a task or path outside the request")
                 }
             }
@@ -111,6 +126,11 @@ public struct RayExecutor: Sendable {
             if p.isRunning { kill(p.processIdentifier, SIGKILL) }
             p.waitUntilExit()
         }
+        // A bound on the whole batch: tasks Ray never schedules do not hold the supervisor.
+        let pid = p.processIdentifier
+        let watchdog = DispatchWorkItem { kill(pid, SIGKILL) }
+        DispatchQueue.global().asyncAfter(deadline: .now() + timeout + 300, execute: watchdog)
+        defer { watchdog.cancel() }
         // The driver's stderr is drained meanwhile (Ray is talkative); its tail explains a failure.
         let stderrTail = DriverLog()
         let drain = Thread { stderrTail.consume(errors.fileHandleForReading) }
@@ -118,7 +138,9 @@ public struct RayExecutor: Sendable {
         let lines = LineReader(output.fileHandleForReading.fileDescriptor, maxLine: WorkLimits.maxAnswer * 4 / 3 + 65536)
         func send(_ object: [String: Any]) throws {
             let data = try JSONSerialization.data(withJSONObject: object) + Data("\n".utf8)
-            input.fileHandleForWriting.write(data)
+            do { try input.fileHandleForWriting.write(contentsOf: data) } catch {
+                throw ExperimentError(.io, "the Ray driver stopped reading its requests (\(error)): \(stderrTail.tail)")
+            }
         }
         try send(["address": address, "num_cpus": 1, "timeout": timeout])
         guard let first = lines.next(), let hello = try? JSONSerialization.jsonObject(with: Data(first)) as? [String: Any] else {
@@ -136,7 +158,7 @@ public struct RayExecutor: Sendable {
                 results[i] = .lost(why)
             } else {
                 let answer = (o["answer"] as? String).flatMap { Data(base64Encoded: $0) }.map(Array.init) ?? []
-                results[i] = .ran(node: o["node"] as? String ?? "?", exit: Int32(o["exit"] as? Int ?? -1), answer: answer,
+                results[i] = .ran(node: o["node"] as? String ?? "?", exit: (o["exit"] as? Int).flatMap { Int32(exactly: $0) } ?? -1, answer: answer,
                                   stderr: o["stderr"] as? String ?? "")
             }
         }

@@ -48,6 +48,15 @@ public enum RemoteWorker {
         guard (1...64).contains(request.concurrency), !request.tasks.isEmpty else {
             throw ExperimentError(.refused, "the request names no task or a concurrency outside 1...64")
         }
+        guard request.expires > Date().timeIntervalSince1970 else {
+            throw ExperimentError(.refused, "the request expired at \(Int(request.expires)) (unix time): refused, nothing ran")
+        }
+        try checkStateDirectory(s.stateDirectory)
+        // Held-out tasks run alone on this node: no train task of any request runs beside
+        // them, and the next one starts after their pages are evicted (the lock is released
+        // when this process ends, however it ends).
+        try lockNode(s.stateDirectory, exclusive: request.heldOut)
+        sweepAbandoned(s.stateDirectory)
         try claimNonce(request.nonce, in: s.stateDirectory)
 
         let work = s.stateDirectory + "/work-" + request.nonce
@@ -68,18 +77,64 @@ public enum RemoteWorker {
                                         traceDirectory: { heldOut ? nil : work + "/traces/" + $0 })
         context.toolAudit = tool
         context.log = s.log
+        // Held-out tasks leave this node's kernel as the supervisor's host would be left:
+        // their pages evicted, the inode-number counters moved, before anything runs again.
+        let cache = heldOut ? PageCacheEviction(journal: s.stateDirectory + "/held-out-pages") : nil
+        context.pageCache = cache
         let ids = request.tasks.map(\.id)
         let outcomes: [TaskOutcome]
-        do { outcomes = try adapter.run(ids, context) } catch { throw ExperimentError(.io, "running the tasks: \(error)") }
+        do {
+            defer { if let cache { settle(cache, log: s.log) } }
+            outcomes = try adapter.run(ids, context)
+        } catch {
+            throw ExperimentError(.io, "running the tasks: \(error)")
+        }
         if let failure = context.writeFailures.failure { throw ExperimentError(.io, "\(failure)") }
         let byID = Dictionary(outcomes.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
-        var answer = WorkAnswer(nonce: request.nonce, outcomes: ids.map { byID[$0] ?? TaskOutcome(id: $0, reward: 0, status: .missingResult) })
-        answer.violations = counts(agent)
-        answer.toolViolations = counts(tool)
+        let all = ids.map { byID[$0] ?? TaskOutcome(id: $0, reward: 0, status: .missingResult) }
+        // A held-out answer is what a held-out VM's is: each task's reward and status class,
+        // and counts of refusals by kind and name; no detail, no timing, no evidence.
+        var answer = WorkAnswer(nonce: request.nonce, outcomes: heldOut ? all.map { TaskOutcome(id: $0.id, reward: $0.reward, status: $0.status) } : all)
+        answer.violations = counts(agent, agent: true) + counts(tool, agent: false)
         if !heldOut {
             for id in ids { answer.traces[id] = try collect(work + "/traces/" + id) }
         }
         return answer
+    }
+
+    /// The state directory holds the nonces and held-out files: root's alone, never a link.
+    static func checkStateDirectory(_ path: String) throws {
+        if let e = FileSystem.makeDirectories(path, mode: 0o700) { throw ExperimentError(.io, "\(path): \(ErrnoName.describe(e))") }
+        var st = stat()
+        guard lstat(path, &st) == 0, FileSystem.isDirectory(st), st.st_uid == getuid(), st.st_mode & 0o077 == 0 else {
+            throw ExperimentError(.refused, "the worker's state directory \(path) must be a directory of this user's with mode 0700, not a link")
+        }
+    }
+
+    /// Shared for train requests, exclusive for held-out ones: `node.lock` in the state
+    /// directory, held until this process exits.
+    static func lockNode(_ state: String, exclusive: Bool) throws {
+        let fd = open(state + "/node.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw ExperimentError(.io, "\(state)/node.lock: \(ErrnoName.describe(errno))") }
+        while flock(fd, exclusive ? LOCK_EX : LOCK_SH) != 0 {
+            guard errno == EINTR else { throw ExperimentError(.io, "\(state)/node.lock: \(ErrnoName.describe(errno))") }
+        }
+        // Deliberately not closed: the lock lasts as long as this worker.
+    }
+
+    /// Private directories of workers that were killed (their `defer` never ran). Only an
+    /// exclusive holder may remove them; a shared one leaves them for the next.
+    static func sweepAbandoned(_ state: String) {
+        let probe = open(state + "/node.lock", O_RDWR | O_NOFOLLOW | O_CLOEXEC)
+        guard probe >= 0 else { return }
+        defer { close(probe) }
+        // Our own lock is on another descriptor: a non-blocking exclusive lock on this one
+        // succeeds only if no other worker holds any.
+        guard flock(probe, LOCK_EX | LOCK_NB) == 0 else { return }
+        defer { flock(probe, LOCK_UN) }
+        for name in FileSystem.names(in: state) where name.hasPrefix("work-") {
+            _ = FileSystem.removeTree(state + "/" + name)
+        }
     }
 
     /// A nonce is run once on a node: its marker is created exclusively.
@@ -127,8 +182,10 @@ public enum RemoteWorker {
         if let e = FileSystem.makeDirectories(work + "/traces", mode: 0o700) { throw ExperimentError(.io, "\(work)/traces: \(ErrnoName.describe(e))") }
     }
 
-    /// The regular files under `root` (no link followed), capped in count and size.
-    static func collect(_ root: String) throws -> [WorkFile] {
+    /// The regular files under `root` (no link followed), capped in count and size. `strict`
+    /// (a task sent to a node): anything not sent whole (a link, a special file, a file over
+    /// the cap, one too many) is an error instead of being left out.
+    static func collect(_ root: String, strict: Bool = false) throws -> [WorkFile] {
         var out: [WorkFile] = []
         var total = 0
         func walk(_ dir: Int32, _ prefix: String) throws {
@@ -136,6 +193,13 @@ public enum RemoteWorker {
             for name in names.sorted(by: { FileSystem.display($0) < FileSystem.display($1) }) {
                 let shown = FileSystem.display(name)
                 guard let st = FileSystem.entryStatus(at: dir, name) else { continue }
+                if strict && !(FileSystem.isDirectory(st) || (FileSystem.isRegular(st) && Int(st.st_size) <= WorkLimits.maxFile)) {
+                    throw ExperimentError(.usage, "\(root)/\(prefix + shown): not a regular file under \(WorkLimits.maxFile) bytes; a task sent to a node goes whole or not at all")
+                }
+                let raw = name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }
+                if strict && (Array(shown.utf8) != raw || out.count >= WorkLimits.maxFilesPerTask) {
+                    throw ExperimentError(.usage, "\(root): over \(WorkLimits.maxFilesPerTask) files, or a name that is not UTF-8")
+                }
                 if FileSystem.isDirectory(st) {
                     let sub = FileSystem.openDirectory(at: dir, name)
                     guard sub >= 0 else { continue }
@@ -156,12 +220,24 @@ public enum RemoteWorker {
         return out
     }
 
-    /// Violations by kind and name, as the supervisor's ledger rows name them.
-    static func counts(_ audit: AuditLog) -> [String: Int] {
-        var out: [String: Int] = [:]
+    /// Violations by kind and name, as the supervisor's ledger rows count them.
+    static func counts(_ audit: AuditLog, agent: Bool) -> [WorkViolation] {
+        var out: [String: WorkViolation] = [:]
         for e in audit.events where e.isViolation {
-            out["\(e.countedKind.rawValue) \(e.name)", default: 0] += e.count ?? 1
+            let kind = e.countedKind.rawValue, name = String(e.name.prefix(WorkLimits.maxName))
+            // A name is a syscall, a limit or a host:port; anything else is folded.
+            let shown = GuestAnswer.isName(name) ? name : "other"
+            let key = kind + "\u{1F}" + shown
+            let now = out[key, default: WorkViolation(agent: agent, kind: kind, name: shown, count: 0)].count
+            out[key]!.count = min(now + (e.count ?? 1), WorkLimits.maxViolationCount)
         }
-        return out
+        return out.keys.sorted().prefix(WorkLimits.maxViolations / 2).map { out[$0]! }
+    }
+
+    /// After held-out tasks: their pages out of this node's page cache and the inode-number
+    /// counters moved (as `ExperimentSupervisor.settleHeldOut` does on the supervisor's host).
+    static func settle(_ cache: PageCacheEviction, log: @Sendable (String) -> Void) {
+        log("held-out tasks done; \(cache.evict())")
+        log("held-out tasks done; \(InodeNumberNoise.perturb())")
     }
 }

@@ -14,6 +14,8 @@ public struct WorkRequest: Codable, Sendable, Equatable {
     public var version = WorkRequest.version
     /// Fresh per request: the answer names it, and a node refuses one it has run.
     public var nonce: String
+    /// Unix time after which no node runs it (a request captured on the way is useless later).
+    public var expires: Double = 0
     /// Held-out tasks: the answer carries rewards, statuses and violation counts only.
     public var heldOut: Bool
     /// SHA-256 (hex) of the supervisor's autoharness executable and of its policies.
@@ -76,9 +78,17 @@ public struct WorkAnswer: Codable, Sendable, Equatable {
     public var outcomes: [TaskOutcome]
     /// Train requests only: each task's trace, file by file.
     public var traces: [String: [WorkFile]] = [:]
-    /// The node's sandboxes' refusals and limits, by kind (agent.py's and the verifier's).
-    public var violations: [String: Int] = [:]
-    public var toolViolations: [String: Int] = [:]
+    /// The node's sandboxes' refusals and limits (agent.py's and the verifier's), counted.
+    public var violations: [WorkViolation] = []
+}
+
+/// Refusals and limit events of one kind and name on a node.
+public struct WorkViolation: Codable, Sendable, Equatable {
+    /// In a sandbox holding agent.py (else the verifier's).
+    public var agent: Bool
+    public var kind: String
+    public var name: String
+    public var count: Int
 }
 
 /// The limits a node and the supervisor hold each other to.
@@ -90,6 +100,10 @@ public enum WorkLimits {
     /// One file of a task or a trace.
     public static let maxFile = 16 << 20
     public static let maxFilesPerTask = 10_000
+    /// Violation lines in one answer, and the length of a violation's name.
+    public static let maxViolations = 1000
+    public static let maxName = 128
+    public static let maxViolationCount = 1_000_000_000
 }
 
 /// The experiment's signing key for work requests: Ed25519, created on first use in the
@@ -102,7 +116,12 @@ public enum WorkKey {
                 throw ExperimentError(.state, "\(path) is not an Ed25519 private key (32 bytes)")
             }
             return key
-        case .failure:
+        case .failure(let p):
+            // Only a key that does not exist yet is made: any other failure would replace the
+            // key every node trusts.
+            guard access(path, F_OK) != 0 && errno == ENOENT else {
+                throw ExperimentError(.io, "\(path): \(p.explanation("the work-signing key"))")
+            }
             let key = Curve25519.Signing.PrivateKey()
             try AtomicFile.write(Array(key.rawRepresentation), to: path, mode: 0o600)
             return key
@@ -114,11 +133,15 @@ public enum WorkKey {
         key.publicKey.rawRepresentation.base64EncodedString()
     }
 
+    /// What the signature covers besides the body: its purpose, so a signature made with the
+    /// key for anything else is never a work request's.
+    static let domain = Array("autoharness work request v1\0".utf8)
+
     public static func sign(_ request: WorkRequest, with key: Curve25519.Signing.PrivateKey) throws -> [UInt8] {
         let encoder = JSONEncoder()
         encoder.outputFormatting = .sortedKeys
         let body = try encoder.encode(request)
-        let signed = SignedWork(body: body, signature: try key.signature(for: body))
+        let signed = SignedWork(body: body, signature: try key.signature(for: domain + Array(body)))
         return Array(try JSONEncoder().encode(signed))
     }
 
@@ -132,7 +155,7 @@ public enum WorkKey {
         guard let signed = try? JSONDecoder().decode(SignedWork.self, from: Data(bytes)) else {
             throw ExperimentError(.refused, "the request is not a signed work request")
         }
-        guard key.isValidSignature(signed.signature, for: signed.body) else {
+        guard key.isValidSignature(signed.signature, for: domain + Array(signed.body)) else {
             throw ExperimentError(.refused, "the request's signature is not the supervisor's: refused, nothing ran")
         }
         let request: WorkRequest
