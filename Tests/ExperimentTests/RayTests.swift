@@ -8,9 +8,11 @@ import TestSupport
 
 /// The real Ray (pinned, `scripts/install-ray`) as the transport of remote work: a head started
 /// here with token authentication on loopback, its node running `autoharness worker` for each
-/// request. A missing install fails the test: CI installs it first.
+/// request. A missing install fails the test: CI installs it first. Run alone (after the
+/// parallel suite, see RunAloneInodeCounterTests): a Ray cluster's start-up takes both cores
+/// for seconds, which the timing tests running beside it would feel.
 @Suite("Ray: remote work through a real Ray cluster with token authentication", .serialized)
-struct RayTests {
+struct RunAloneRayTests {
     static func python() throws -> String {
         let r = try runProcess("/bin/bash", [Built.packageRoot + "/scripts/install-ray", "--print"])
         let path = r.stdout.split(separator: " ").last.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
@@ -232,4 +234,178 @@ struct RayTests {
         #expect(Date().timeIntervalSince(refused) < 120)
         #expect(((try? FileManager.default.contentsOfDirectory(atPath: open.temp.file("node-state"))) ?? []).isEmpty, "a request reached the node")
     }
+
+    /// A cluster of this test's own across network namespaces: the head on a bridge of the
+    /// host's (the supervisor's host, no CPUs: no task runs there), and each worker node in a
+    /// network namespace joined to the bridge by a veth pair, in a PID namespace of its own.
+    /// Every process, namespace and link is removed by `stop()`.
+    final class Cluster {
+        let temp: TempDir
+        let tag = String(UUID().uuidString.filter(\.isHexDigit).prefix(6)).lowercased()
+        let subnet = "10.\(Int.random(in: 100...250)).\(Int.random(in: 1...250))"
+        let port = Int.random(in: 20000...29999)
+        let token = String(UUID().uuidString.filter(\.isHexDigit).prefix(32))
+        var address: String { "\(subnet).1:\(port)" }
+        var bridge: String { "ahbr" + tag }
+        var namespaces: [String] = []
+        var head: Process?
+        var workers: [Process] = []
+
+        init(python: String, keyFile: String, temp: TempDir, workers count: Int) throws {
+            self.temp = temp
+            let ray = (python as NSString).deletingLastPathComponent + "/ray"
+            try Self.ip("link", "add", bridge, "type", "bridge")
+            try Self.ip("addr", "add", "\(subnet).1/24", "dev", bridge)
+            try Self.ip("link", "set", bridge, "up")
+            head = try launch(ray, ["start", "--head", "--port=\(port)", "--node-ip-address=\(subnet).1", "--num-cpus=0", "--include-dashboard=false"],
+                              name: "head", namespace: nil, keyFile: keyFile)
+            for n in 1...count {
+                let ns = "ahray\(tag)\(n)", veth = "ahv\(tag)\(n)"
+                try Self.ip("netns", "add", ns)
+                namespaces.append(ns)
+                try Self.ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+                try Self.ip("link", "set", veth, "master", bridge)
+                try Self.ip("link", "set", veth, "up")
+                try Self.ip("-n", ns, "addr", "add", "\(subnet).\(n + 1)/24", "dev", "eth0")
+                try Self.ip("-n", ns, "link", "set", "eth0", "up")
+                try Self.ip("-n", ns, "link", "set", "lo", "up")
+            }
+            // The workers join once the head listens.
+            usleep(8_000_000)
+            for n in 1...count {
+                workers.append(try launch(ray, ["start", "--address=\(address)", "--node-ip-address=\(subnet).\(n + 1)", "--num-cpus=1"],
+                                          name: "w\(n)", namespace: namespaces[n - 1], keyFile: keyFile))
+            }
+            usleep(3_000_000)
+            try #require(workers.allSatisfy(\.isRunning) && head?.isRunning == true, "a Ray node did not start (see \(temp.path)/ray-*)")
+        }
+
+        static func ip(_ args: String...) throws {
+            let r = try runProcess("/usr/sbin/ip", args)
+            try #require(r.status == 0, "ip \(args.joined(separator: " ")): \(r.stderr)")
+        }
+
+        /// Where node `name` keeps its worker state.
+        func state(_ name: String) -> String { temp.file("state-" + name) }
+
+        func launch(_ ray: String, _ args: [String], name: String, namespace: String?, keyFile: String) throws -> Process {
+            var env = ProcessInfo.processInfo.environment
+            env["AUTOHARNESS_WORKER_BIN"] = Built.autoharness
+            env["AUTOHARNESS_SUPERVISOR_KEY"] = keyFile
+            env["AUTOHARNESS_WORKER_STATE"] = state(name)
+            env["AUTOHARNESS_POLICY_DIR"] = Built.packageRoot + "/policies"
+            env["RAY_USAGE_STATS_ENABLED"] = "0"
+            env["RAY_AUTH_MODE"] = "token"
+            env["RAY_AUTH_TOKEN"] = token
+            let p = Process()
+            let start = ["/usr/bin/unshare", "--pid", "--fork", "--kill-child", "--mount-proc", ray] + args
+                + ["--block", "--disable-usage-stats", "--temp-dir=" + temp.file("ray-" + name)]
+            // nsenter, not `ip netns exec`: that remounts /sys for the namespace, and the node's
+            // sandboxes need the host's cgroup mounts under it.
+            let argv = namespace.map { ["--net=/run/netns/" + $0] + start } ?? Array(start.dropFirst())
+            p.executableURL = URL(fileURLWithPath: namespace == nil ? "/usr/bin/unshare" : "/usr/bin/nsenter")
+            p.arguments = argv
+            p.environment = env
+            p.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
+            p.standardError = FileHandle(forWritingAtPath: "/dev/null")
+            try p.run()
+            return p
+        }
+
+        /// Kills worker `n` (1-based) and every process of its node.
+        func killWorker(_ n: Int) {
+            let p = workers[n - 1]
+            if p.isRunning { kill(p.processIdentifier, SIGKILL) }
+            p.waitUntilExit()
+        }
+
+        func stop() {
+            for p in workers + [head].compactMap({ $0 }) where p.isRunning { kill(p.processIdentifier, SIGKILL) }
+            for p in workers + [head].compactMap({ $0 }) { p.waitUntilExit() }
+            for ns in namespaces { _ = try? runProcess("/usr/sbin/ip", ["netns", "del", ns]) }
+            _ = try? runProcess("/usr/sbin/ip", ["link", "del", bridge])
+            namespaces = []
+        }
+
+        deinit { stop() }
+    }
+
+    /// An unprepared experiment and the file holding its work key's public half (what a
+    /// node's operator installs).
+    static func rayExperiment() throws -> (Experiment, String) {
+        let remote = try Experiment(prepare: false)
+        let key = try autoharness(["worker-key", "-C", remote.root])
+        try #require(key.status == 0, "\(key.stderr)")
+        let keyFile = remote.temp.file("supervisor.pub")
+        try key.stdout.write(toFile: keyFile, atomically: true, encoding: .utf8)
+        return (remote, keyFile)
+    }
+
+    @Test("across two worker nodes in network namespaces of their own: prepare and a gate give one machine's results, both nodes ran requests; a node killed mid-gate interrupts the gate, which counts")
+    func twoNodesAndAFault() throws {
+        try requireRoot()
+        let python = try Self.python()
+        let local = try Experiment()
+        let (remote, keyFile) = try Self.rayExperiment()
+        let cluster = try Cluster(python: python, keyFile: keyFile, temp: remote.temp, workers: 2)
+        defer { cluster.stop() }
+        let config = remote.root + "/experiment_config.yaml"
+        try (try String(contentsOfFile: config, encoding: .utf8) + "\nexecutor:\n  kind: ray\n  address: \(cluster.address)\n  python: \(python)\n")
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        var env = ProcessInfo.processInfo.environment
+        env["RAY_AUTH_TOKEN"] = cluster.token
+        func onCluster(_ args: String...) throws -> Run { try autoharness(args + ["-C", remote.root], environment: env) }
+
+        let prepared = try Self.whenUpOnCluster { try onCluster("prepare") }
+        #expect(prepared.status == 0, "\(prepared.stdout) \(prepared.stderr)")
+        #expect(try remote.split() == local.split())
+        for e in [local, remote] { try e.setAgent(Agents.all) }
+        let gateHere = try local.run("gate"), gateThere = try onCluster("gate")
+        let uncommitted = { (s: String) in s.replacing(#/committed as [0-9a-f]+/#, with: "committed as X") }
+        #expect(gateThere.status == 0 && uncommitted(gateHere.stdout) == uncommitted(gateThere.stdout), "\(gateThere.stdout) \(gateThere.stderr)")
+        let ran = (1...2).map { ((try? FileManager.default.contentsOfDirectory(atPath: cluster.state("w\($0)") + "/nonces")) ?? []).count }
+        #expect(ran.allSatisfy { $0 > 0 }, "requests per worker node: \(ran)")
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: cluster.state("head") + "/nonces")) ?? []).isEmpty, "a task ran on the head")
+
+        // A slow agent.py, a gate in the background, and worker 1 killed once it holds a request.
+        try remote.setAgent(Agents.slow)
+        let gate = Process()
+        gate.executableURL = URL(fileURLWithPath: Built.autoharness)
+        gate.arguments = ["gate", "-C", remote.root]
+        gate.environment = env
+        let err = Pipe()
+        gate.standardError = err
+        gate.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
+        try gate.run()
+        var busy = false
+        for _ in 0..<600 where !busy {
+            usleep(100_000)
+            busy = FileSystemProbe.names(cluster.state("w1")).contains { $0.hasPrefix("work-") }
+        }
+        #expect(busy, "worker 1 never held a request")
+        cluster.killWorker(1)
+        let stderr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        gate.waitUntilExit()
+        #expect(gate.terminationStatus == 5, "\(stderr)")
+        #expect(stderr.contains("was lost (NodeDiedError") && stderr.contains("a gate it belongs to ends as interrupted (it was counted)"), "\(stderr)")
+        let st = try #require(JSONSerialization.jsonObject(with: Data(try remote.run("status", "--json").stdout.utf8)) as? [String: Any])
+        let attempts = st["gate_attempts"] as? [[String: Any]] ?? []
+        #expect(attempts.count == 2 && attempts.last?["reason"] as? String == "interrupted", "\(attempts)")
+    }
+
+    /// Retries `body` while the cluster is still coming up.
+    static func whenUpOnCluster(_ body: () throws -> Run) throws -> Run {
+        let deadline = Date().addingTimeInterval(120)
+        var r = try body()
+        while r.status != 0 && (r.stderr.contains("could not connect") || r.stderr.contains("no node can run")) && Date() < deadline {
+            sleep(3)
+            r = try body()
+        }
+        return r
+    }
+}
+
+/// Directory entries, for polling a node's state from the test.
+enum FileSystemProbe {
+    static func names(_ path: String) -> [String] { (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? [] }
 }

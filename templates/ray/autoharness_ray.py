@@ -124,6 +124,11 @@ def main():
         return {"node": node, "exit": p.returncode, "answer": b64.b64encode(out).decode(),
                 "stderr": p.stderr[-4000:].decode("utf-8", "replace")}
 
+    # A task no node can take would wait forever: a cluster without a CPU for one is refused.
+    cpus = ray.cluster_resources().get("CPU", 0)
+    if cpus < float(first.get("num_cpus", 1)):
+        emit({"fatal": "the Ray cluster at %s has %s CPU(s) in all: no node can run a request (start worker nodes)" % (address, cpus)})
+        return 1
     emit({"ready": True, "nodes": len([n for n in ray.nodes() if n.get("Alive")])})
     pending = {}
     ended = False

@@ -42,7 +42,7 @@ extension ExperimentSupervisor {
                                    environment: environment)
         log?("executor: ray: \(known.count) task(s) in \(requests.count) signed request(s) to \(address)")
         let results = try executor.run(try requests.map(work.sign))
-        let ending = heldOut ? "the gate is interrupted (it was counted)" : "nothing of this run is recorded"
+        let ending = "nothing of this run is recorded, and a gate it belongs to ends as interrupted (it was counted)"
         var byID: [String: TaskOutcome] = [:]
         for (request, result) in zip(requests, results) {
             let names = request.tasks.count == 1 || !heldOut ? request.tasks.map(\.id).joined(separator: ", ") : "\(request.tasks.count) tasks"
