@@ -5,9 +5,9 @@ Run by the supervisor (never in a sandbox), with the cluster's token in its envi
 
   stdin, first line   {"address": "HOST:PORT", "num_cpus": 1, "timeout": SECONDS}
   stdout              {"ready": true, "nodes": N}  or  {"fatal": "why"} (then it exits 1)
-  stdin, then         {"id": N, "request": "<base64 signed work request>"} ... and {"end": true}
+  stdin, then         {"id": N, "request": "<base64 signed work request>", "retries": R} ... and {"end": true}
   stdout, then        {"id": N, "node": "<node id>", "exit": CODE, "answer": "<base64>", "stderr": "..."}
-                      or {"id": N, "error": "why"} (the node died, Ray lost the task)
+                      or {"id": N, "error": "why"} (the node died, Ray lost the task, R more times)
 
 Each request runs as one Ray task on some node: that task runs the node's own
 `autoharness worker` (AUTOHARNESS_WORKER_BIN, default `autoharness` on PATH) with the
@@ -142,17 +142,24 @@ def main():
             if msg.get("end"):
                 ended = True
                 continue
-            pending[run_on_node.remote(msg["request"])] = msg["id"]
+            pending[run_on_node.remote(msg["request"])] = (msg["id"], msg["request"], int(msg.get("retries", 0)))
             continue
         done, _ = ray.wait(list(pending), num_returns=1)
         for ref in done:
-            n = pending.pop(ref)
+            n, request, retries = pending.pop(ref)
             try:
                 result = ray.get(ref)
                 result["id"] = n
                 emit(result)
             except Exception as e:  # noqa: BLE001 - a lost node or task is an answer too
-                emit({"id": n, "error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")})
+                why = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+                if retries > 0:
+                    # Lost, not answered: the same signed request again, wherever Ray puts it
+                    # (a node that had claimed its nonce refuses it as a replay).
+                    sys.stderr.write("request %s lost (%s); sent again\n" % (n, why))
+                    pending[run_on_node.remote(request)] = (n, request, retries - 1)
+                    continue
+                emit({"id": n, "error": why})
     return 0
 
 

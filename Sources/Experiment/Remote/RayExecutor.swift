@@ -110,9 +110,10 @@ public struct RayExecutor: Sendable {
         self.environment = environment
     }
 
-    /// Sends every request and returns one result per request, in order. Throws when the
-    /// driver refuses the cluster (no token authentication) or cannot reach it.
-    public func run(_ signed: [[UInt8]]) throws -> [RemoteResult] {
+    /// Sends every request and returns one result per request, in order. A request Ray loses
+    /// (its node died) is sent again up to `retries` times. Throws when the driver refuses the
+    /// cluster (no token authentication) or cannot reach it.
+    public func run(_ signed: [[UInt8]], retries: Int = 0) throws -> [RemoteResult] {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: python)
         p.arguments = [driver]
@@ -147,7 +148,7 @@ public struct RayExecutor: Sendable {
             throw ExperimentError(.io, "the Ray driver ended before it was ready: \(stderrTail.tail)")
         }
         if let fatal = hello["fatal"] as? String { throw ExperimentError(.refused, "Ray: \(fatal)") }
-        for (i, request) in signed.enumerated() { try send(["id": i, "request": Data(request).base64EncodedString()]) }
+        for (i, request) in signed.enumerated() { try send(["id": i, "request": Data(request).base64EncodedString(), "retries": retries]) }
         try send(["end": true])
         try? input.fileHandleForWriting.close()
         var results = [RemoteResult?](repeating: nil, count: signed.count)

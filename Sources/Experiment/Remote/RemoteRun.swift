@@ -6,7 +6,8 @@ import SupervisorIO
 extension ExperimentSupervisor {
     /// `executor: ray`: the tasks run on the cluster's nodes, a signed request of
     /// `executor.tasks_per_request` tasks at a time, and only checked answers come back.
-    /// Any request lost (a node died) or answered badly ends the whole run with an I/O error:
+    /// Any request lost (a node died; a train request after one retry) or answered badly ends
+    /// the whole run with an I/O error:
     /// nothing of it is recorded, and a gate ends as interrupted (it was counted before it
     /// began), never as a silent 0.
     func runRemote(_ ids: [String], agent: String, audit: RunAudit, heldOut: Bool, traces: (String) -> String?) throws -> [TaskOutcome] {
@@ -41,7 +42,9 @@ extension ExperimentSupervisor {
         let executor = RayExecutor(python: config.executor.python, driver: templates + "/ray/autoharness_ray.py", address: address,
                                    environment: environment)
         log?("executor: ray: \(known.count) task(s) in \(requests.count) signed request(s) to \(address)")
-        let results = try executor.run(try requests.map(work.sign))
+        // A train request whose node died is sent once more, to whichever node Ray picks; a
+        // held-out one never is: its loss interrupts the gate, which has counted.
+        let results = try executor.run(try requests.map(work.sign), retries: heldOut ? 0 : 1)
         let ending = "nothing of this run is recorded, and a gate it belongs to ends as interrupted (it was counted)"
         var byID: [String: TaskOutcome] = [:]
         for (request, result) in zip(requests, results) {
