@@ -222,18 +222,28 @@ struct InferenceAuthorityTests {
         let dir = try TempDir()
         let ca = try dir.file("ca.pem", String(decoding: authority.certificatePEM, as: UTF8.self))
         let trust = try TLSUpstreamTrust(extraCAFile: ca)
+        // The server thread ends before the socket pair is closed: a thread left running would
+        // shut down whatever another test's descriptor of the same number is by then.
+        let serverDone = DispatchSemaphore(value: 0)
+        // Whichever side closes first, the other's close_notify meets a closed peer: EPIPE, as
+        // in the supervisor (which ignores SIGPIPE too), not a signal that ends the test run.
+        signal(SIGPIPE, SIG_IGN)
         let server = Thread { [fds] in
             if case .success(let c) = authority.accept(fds[0], host: minted) { c.close() }
             shutdown(fds[0], Int32(SHUT_RDWR))
+            serverDone.signal()
         }
         server.start()
+        let result: Result<Void, TLSFailure>
         switch trust.connect(fds[1], host: asked) {
         case .success(let c):
             c.close()
-            return .success(())
+            result = .success(())
         case .failure(let f):
-            return .failure(f)
+            result = .failure(f)
         }
+        #expect(serverDone.wait(timeout: .now() + 30) == .success, "the TLS server side did not end")
+        return result
     }
 
     @Test("its leaves verify for its hosts; a leaf it signed for any other name fails on its name constraints")
