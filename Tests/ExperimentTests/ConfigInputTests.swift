@@ -100,7 +100,7 @@ struct ExperimentInputTests {
 
     @Test("executor: ray is refused without its address, with a held-out VM, and for a benchmark that runs its own tool")
     func rayExecutorChecked() throws {
-        #expect(try Self.refusal("executor:\n  kind: ray\n")?.contains("executor.address: missing") == true)
+        #expect(try Self.refusal("executor:\n  kind: ray\n")?.hasPrefix("exp/experiment_config.yaml:4: executor.address: missing") == true)
         #expect(try Self.refusal("executor:\n  kind: ray\n  address: 10.0.0.5:6379\ngate:\n  held_out_runtime: vm\n")?.contains("gate.held_out_runtime: vm) is not built yet") == true)
         #expect(try Self.refusal("executor:\n  kind: ray\n  address: 10.0.0.5:6379\n") == nil)
         #expect(try Self.refusal("executor:\n  kind: kubernetes\n")?.contains("executor.kind") == true)

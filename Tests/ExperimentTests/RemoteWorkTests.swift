@@ -27,11 +27,10 @@ struct RemoteWorkTests {
         /// naming the built CLI's digest (the node's binary) and the checkout's policies.
         func request(_ ids: [String], agent: String = Agents.addOnly, heldOut: Bool = false) throws -> WorkRequest {
             let bench = try LocalBenchmark(directory: Experiment.fixture)
-            var work = RemoteWork(key: key, policySearchPaths: [Built.packageRoot + "/policies"])
+            var work = try RemoteWork(key: key, policySearchPaths: [Built.packageRoot + "/policies"])
             work.defaultAgentTimeout = 60
-            var r = try work.request(ids.compactMap { bench.task($0) }, agentPy: Array(agent.utf8), heldOut: heldOut, concurrency: 2)
-            r.binarySHA256 = try WorkDigest.file(Built.autoharness)
-            return r
+            work.binarySHA256 = try WorkDigest.file(Built.autoharness)
+            return try work.request(ids.compactMap { bench.task($0) }, agentPy: Array(agent.utf8), heldOut: heldOut, concurrency: 2)
         }
 
         func sign(_ r: WorkRequest, with other: Curve25519.Signing.PrivateKey? = nil) throws -> [UInt8] {
@@ -86,6 +85,12 @@ struct RemoteWorkTests {
         let node = try Node()
         let request = try node.request(["add-0"])
 
+        // The right key over the body alone, without the purpose label a work request is signed under.
+        var unlabelled = try JSONDecoder().decode(SignedWork.self, from: Data(try node.sign(request)))
+        unlabelled.signature = try node.key.signature(for: unlabelled.body)
+        let bare = try node.serve(Array(try JSONEncoder().encode(unlabelled)))
+        #expect(bare.status == 2 && bare.stderr.contains("signature is not the supervisor's"), "\(bare.stderr)")
+
         let foreign = try node.serve(try node.sign(request, with: Curve25519.Signing.PrivateKey()))
         #expect(foreign.status == 2 && foreign.stderr.contains("signature is not the supervisor's") && foreign.stdout.isEmpty, "\(foreign.stderr)")
 
@@ -123,6 +128,44 @@ struct RemoteWorkTests {
         #expect(try node.serve(signed).status == 0)
         let replay = try node.serve(signed)
         #expect(replay.status == 2 && replay.stderr.contains("was run on this node before: a replay"), "\(replay.stderr)")
+    }
+
+    @Test("the node's state: a directory others can read is refused; a killed worker's private directory is swept by the next worker that runs alone")
+    func nodeState() throws {
+        try requireRoot()
+        let node = try Node()
+        try FileManager.default.createDirectory(atPath: node.state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+        let open = try node.serve(try node.sign(try node.request(["add-0"])))
+        #expect(open.status == 2 && open.stderr.contains("must be a directory of this user's with mode 0700"), "\(open.stderr)")
+        #expect(node.nonces.isEmpty)
+        chmod(node.state, 0o700)
+        let abandoned = node.state + "/work-" + String(repeating: "c", count: 32)
+        try FileManager.default.createDirectory(atPath: abandoned + "/benchmark/tasks/add-9/tests", withIntermediateDirectories: true)
+        #expect(try node.serve(try node.sign(try node.request(["add-0"]))).status == 0)
+        #expect(!FileManager.default.fileExists(atPath: abandoned), "a killed worker's held-out files stayed")
+    }
+
+    @Test("a held-out request waits while a train request holds the node, and runs once it is done")
+    func heldOutRunsAlone() throws {
+        try requireRoot()
+        let node = try Node()
+        try FileManager.default.createDirectory(atPath: node.state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        // A train worker in progress, as the node sees it: its shared lock on node.lock.
+        let train = open(node.state + "/node.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        #expect(train >= 0 && flock(train, LOCK_SH) == 0)
+        let input = node.temp.file("held-out-request")
+        FileManager.default.createFile(atPath: input, contents: Data(try node.sign(try node.request(["add-1"], heldOut: true))))
+        let worker = Process()
+        worker.executableURL = URL(fileURLWithPath: Built.autoharness)
+        worker.arguments = ["worker", "--supervisor-key", node.keyFile, "--state", node.state, "--policy-dir", Built.packageRoot + "/policies"]
+        worker.standardInput = FileHandle(forReadingAtPath: input)
+        worker.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
+        try worker.run()
+        usleep(3_000_000)
+        #expect(worker.isRunning && node.nonces.isEmpty, "the held-out request ran beside a train request")
+        close(train)
+        worker.waitUntilExit()
+        #expect(worker.terminationStatus == 0 && node.nonces.count == 1)
     }
 
     @Test("an answer is used only when it is one: its nonce, the requested ids in order, valid rewards, no held-out traces, no path outside its task")

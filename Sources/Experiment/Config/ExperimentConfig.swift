@@ -228,7 +228,7 @@ extension ExperimentConfig {
             throw ConfigErrors([ConfigError(file: file, line: Reader.line(of: e), message: "not valid YAML: \(e)")])
         }
         var c = ExperimentConfig(benchmark: "")
-        var replyMode: (String, Node)?, replyAfter: (Double, Node)?, heldOutEnvNode: Node?
+        var replyMode: (String, Node)?, replyAfter: (Double, Node)?, heldOutEnvNode: Node?, executorNode: Node?
         r.mapping(root, "the config", allowed: ["benchmark", "dataset", "agent_model", "split", "gate_split", "threshold",
                                                 "max_concurrency", "per_task_timeout", "sandbox", "coding_agent", "gate",
                                                 "parallel_gate", "env_provider", "domain", "tasks", "tasks_file", "runner", "budget", "loop", "timeout_policy", "executor"]
@@ -308,6 +308,7 @@ extension ExperimentConfig {
             case "timeout_policy":
                 if let p = r.oneOf(v, key, TimeoutPolicy.allCases.map(\.rawValue)) { c.timeoutPolicy = TimeoutPolicy(rawValue: p)! }
             case "executor":
+                executorNode = v
                 r.mapping(v, key, allowed: ["kind", "address", "python", "tasks_per_request"]) { k, v in
                     switch k {
                     case "kind": if let s = r.oneOf(v, "executor.kind", Executor.Kind.allCases.map(\.rawValue)) { c.executor.kind = Executor.Kind(rawValue: s)! }
@@ -437,13 +438,13 @@ extension ExperimentConfig {
         if c.benchmark.isEmpty && r.errors.isEmpty {
             r.errors.append(ConfigError(file: file, line: nil, message: "benchmark: missing (allowed: \(supportedBenchmarks.joined(separator: ", ")))"))
         }
-        if c.executor.kind == .ray && r.errors.isEmpty {
+        if c.executor.kind == .ray && r.errors.isEmpty, let node = executorNode {
             if !c.runsOwnTasks {
-                r.errors.append(ConfigError(file: file, line: nil, message: "executor: ray runs a local benchmark's tasks on the cluster's nodes so far; '\(c.benchmark)' runs its own tool (not built yet): use executor: local"))
+                r.error(node, "executor: ray runs a local benchmark's tasks on the cluster's nodes so far; '\(c.benchmark)' runs its own tool (not built yet): use executor: local")
             } else if c.heldOutRuntime == .vm {
-                r.errors.append(ConfigError(file: file, line: nil, message: "executor: ray runs held-out tasks in the nodes' sandboxes; a VM per gate on a node (gate.held_out_runtime: vm) is not built yet: use host or auto"))
+                r.error(node, "executor: ray runs held-out tasks in the nodes' sandboxes; a VM per gate on a node (gate.held_out_runtime: vm) is not built yet: use host or auto")
             } else if (c.executor.address ?? "").isEmpty {
-                r.errors.append(ConfigError(file: file, line: nil, message: "executor.address: missing; executor: ray needs the cluster's address (host:port of its head)"))
+                r.error(node, "executor.address: missing; executor: ray needs the cluster's address (host:port of its head)")
             }
         }
         if c.heldOutRuntime == .vm && !BenchmarkKinds.inVM.contains(c.benchmark) && r.errors.isEmpty {

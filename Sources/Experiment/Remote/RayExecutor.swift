@@ -11,14 +11,17 @@ import Synchronization
 /// Swift API), and every answer checked before anything of it is used.
 public struct RemoteWork {
     public var key: Curve25519.Signing.PrivateKey
-    public var policySearchPaths: [String]
+    /// What every node's binary and policies must hash to: this process's, taken once.
+    public var binarySHA256: String
+    public var policiesSHA256: String
     public var taskPolicy = "benchmark-task"
     public var verifierPolicy = "verifier"
     public var defaultAgentTimeout: Double?
 
-    public init(key: Curve25519.Signing.PrivateKey, policySearchPaths: [String]) {
+    public init(key: Curve25519.Signing.PrivateKey, policySearchPaths: [String]) throws {
         self.key = key
-        self.policySearchPaths = policySearchPaths
+        binarySHA256 = try WorkDigest.executable()
+        policiesSHA256 = try WorkDigest.policies(policySearchPaths)
     }
 
     /// A request for `tasks` of a local benchmark with `agentPy`: the tasks' files (but
@@ -32,8 +35,8 @@ public struct RemoteWork {
         }
         var nonce = [UInt8](repeating: 0, count: 16)
         for i in nonce.indices { nonce[i] = UInt8.random(in: 0...255) }
-        var r = WorkRequest(nonce: WorkDigest.hex(nonce), heldOut: heldOut, binarySHA256: try WorkDigest.executable(),
-                            policiesSHA256: try WorkDigest.policies(policySearchPaths), taskPolicy: taskPolicy,
+        var r = WorkRequest(nonce: WorkDigest.hex(nonce), heldOut: heldOut, binarySHA256: binarySHA256,
+                            policiesSHA256: policiesSHA256, taskPolicy: taskPolicy,
                             verifierPolicy: verifierPolicy, concurrency: concurrency, agentPy: Data(agentPy), tasks: work)
         r.defaultAgentTimeout = defaultAgentTimeout
         r.expires = Date().timeIntervalSince1970 + seconds

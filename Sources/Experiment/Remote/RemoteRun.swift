@@ -22,7 +22,7 @@ extension ExperimentSupervisor {
         guard host["RAY_AUTH_TOKEN"] != nil || host["RAY_AUTH_TOKEN_PATH"] != nil else {
             throw ExperimentError(.usage, "executor: ray needs the cluster's token in this process's environment: export RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH)")
         }
-        var work = RemoteWork(key: try WorkKey.load(orCreateAt: layout.privateDirectory + "/work-key"), policySearchPaths: policyLoader.searchPaths)
+        var work = try RemoteWork(key: try WorkKey.load(orCreateAt: layout.privateDirectory + "/work-key"), policySearchPaths: policyLoader.searchPaths)
         work.taskPolicy = local.taskPolicy
         work.verifierPolicy = local.verifierPolicy
         work.defaultAgentTimeout = local.defaultAgentTimeout

@@ -56,7 +56,6 @@ public enum RemoteWorker {
         // them, and the next one starts after their pages are evicted (the lock is released
         // when this process ends, however it ends).
         try lockNode(s.stateDirectory, exclusive: request.heldOut)
-        sweepAbandoned(s.stateDirectory)
         try claimNonce(request.nonce, in: s.stateDirectory)
 
         let work = s.stateDirectory + "/work-" + request.nonce
@@ -112,29 +111,27 @@ public enum RemoteWorker {
     }
 
     /// Shared for train requests, exclusive for held-out ones: `node.lock` in the state
-    /// directory, held until this process exits.
+    /// directory, held until this process exits. A worker that finds no other running first
+    /// removes the private directories of workers that were killed (their `defer` never ran):
+    /// only then can no directory there be in use.
     static func lockNode(_ state: String, exclusive: Bool) throws {
         let fd = open(state + "/node.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw ExperimentError(.io, "\(state)/node.lock: \(ErrnoName.describe(errno))") }
-        while flock(fd, exclusive ? LOCK_EX : LOCK_SH) != 0 {
-            guard errno == EINTR else { throw ExperimentError(.io, "\(state)/node.lock: \(ErrnoName.describe(errno))") }
+        func lock(_ operation: Int32) -> Bool {
+            while flock(fd, operation) != 0 { if errno != EINTR { return false } }
+            return true
         }
-        // Deliberately not closed: the lock lasts as long as this worker.
-    }
-
-    /// Private directories of workers that were killed (their `defer` never ran). Only an
-    /// exclusive holder may remove them; a shared one leaves them for the next.
-    static func sweepAbandoned(_ state: String) {
-        let probe = open(state + "/node.lock", O_RDWR | O_NOFOLLOW | O_CLOEXEC)
-        guard probe >= 0 else { return }
-        defer { close(probe) }
-        // Our own lock is on another descriptor: a non-blocking exclusive lock on this one
-        // succeeds only if no other worker holds any.
-        guard flock(probe, LOCK_EX | LOCK_NB) == 0 else { return }
-        defer { flock(probe, LOCK_UN) }
-        for name in FileSystem.names(in: state) where name.hasPrefix("work-") {
-            _ = FileSystem.removeTree(state + "/" + name)
+        if lock(LOCK_EX | LOCK_NB) {
+            for name in FileSystem.names(in: state) where name.hasPrefix("work-") { _ = FileSystem.removeTree(state + "/" + name) }
+            // A train request goes on under a shared lock (a conversion: held-out workers
+            // waiting meanwhile may get in first, which only delays this one).
+            if exclusive || lock(LOCK_SH) { return }  // fd deliberately left open: the lock lasts as long as this worker
+        } else if errno == EWOULDBLOCK, lock(exclusive ? LOCK_EX : LOCK_SH) {
+            return
         }
+        let e = errno
+        close(fd)
+        throw ExperimentError(.io, "\(state)/node.lock: \(ErrnoName.describe(e))")
     }
 
     /// A nonce is run once on a node: its marker is created exclusively.
