@@ -15,12 +15,14 @@ struct WorkerCommand: ParsableCommand {
             base64 public key `autoharness worker-key` prints on the supervisor's host), it was \
             never run on this node, and this node's autoharness binary and policies are the \
             supervisor's, byte for byte. Its tasks run with this node's sandboxes, exactly as \
-            on the supervisor's host; nothing of them is kept. Exit status: 0 answered, 2 \
+            on the supervisor's host; nothing of them is kept. A held-out request runs only if \
+            this host passes the checks `--check` reports (the driver sends held-out requests \
+            only to nodes whose report passed). Exit status: 0 answered, 2 \
             refused (signature, replay, digests, a malformed request), 5 I/O.
             """)
 
-    @Option(help: "File holding the supervisor's public key (base64, from `autoharness worker-key`).")
-    var supervisorKey: String
+    @Option(help: "File holding the supervisor's public key (base64, from `autoharness worker-key`); required but with --check.")
+    var supervisorKey: String?
 
     @Option(help: "Directory for the node's state (nonces seen, each request's private directory while it runs).")
     var state = "/var/lib/autoharness/worker"
@@ -31,7 +33,20 @@ struct WorkerCommand: ParsableCommand {
     @Option(name: .customLong("policy-dir"), help: "Directory of sandbox policies, searched before the built-in ones.")
     var policyDirs: [String] = []
 
+    @Flag(help: "Print this node's report (its binary's and policies' digests, what the host checks find missing for --check-policy) as JSON and exit; no request is read.")
+    var check = false
+
+    @Option(name: .customLong("check-policy"), help: "With --check: a policy requests will run under (repeatable; default benchmark-task and verifier).")
+    var checkPolicies: [String] = []
+
     func run() throws {
+        let searchPaths = PolicyLocator.searchPaths(explicit: policyDirs)
+        if check {
+            let report = try NodeCheck.report(policies: checkPolicies.isEmpty ? ["benchmark-task", "verifier"] : checkPolicies, searchPaths: searchPaths)
+            FileHandle.standardOutput.write(try JSONEncoder().encode(report))
+            return
+        }
+        guard let supervisorKey else { throw ExperimentError(.usage, "--supervisor-key: missing (the file with the supervisor's public key)") }
         let key: String
         switch InputFile.read(supervisorKey, cap: 4096) {
         case .success(let bytes): key = String(decoding: bytes, as: UTF8.self)
@@ -42,7 +57,7 @@ struct WorkerCommand: ParsableCommand {
         case .success(let bytes): input = bytes
         case .failure(let p): throw ExperimentError(.refused, "the request on stdin: \(p.explanation("a work request"))")
         }
-        var settings = RemoteWorker.Settings(trustedKey: key, policySearchPaths: PolicyLocator.searchPaths(explicit: policyDirs),
+        var settings = RemoteWorker.Settings(trustedKey: key, policySearchPaths: searchPaths,
                                              stateDirectory: state, scratchRoot: scratch)
         settings.log = { printErr("autoharness worker: \($0)") }
         let answer = try RemoteWorker.serve(input, settings)

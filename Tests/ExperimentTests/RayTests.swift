@@ -127,10 +127,10 @@ struct RunAloneRayTests {
         let head = try Head(python: python, token: String(UUID().uuidString.filter(\.isHexDigit).prefix(32)), keyFile: node.keyFile, temp: node.temp)
         let train = try node.request(["add-0", "mul-0"])
         let heldOut = try node.request(["add-3", "mul-3"], heldOut: true)
-        let results = try Self.whenUp(head, python: python) { try Self.executor(head, python: python).run([try node.sign(train), try node.sign(heldOut)]) }
+        let results = try Self.whenUp(head, python: python) { try Self.executor(head, python: python).runAll([try node.sign(train), try node.sign(heldOut)]) }
         #expect(results.count == 2)
         for (request, result) in zip([train, heldOut], results) {
-            guard case .ran(let nodeID, let exit, let bytes, let stderr) = result else {
+            guard case .ran(let nodeID, let exit, let bytes, _, let stderr) = result else {
                 Issue.record("request \(request.tasks.map(\.id)) was lost: \(result)")
                 continue
             }
@@ -220,15 +220,15 @@ struct RunAloneRayTests {
         let node = try RemoteWorkTests.Node()
         let head = try Head(python: python, token: String(UUID().uuidString.filter(\.isHexDigit).prefix(32)), keyFile: node.keyFile, temp: node.temp)
         // Up first, with the right token (no request), so the refusal below is the token's.
-        _ = try Self.whenUp(head, python: python) { try Self.executor(head, python: python).run([]) }
+        _ = try Self.whenUp(head, python: python) { try Self.executor(head, python: python).runAll([]) }
         var wrong = Self.executor(head, python: python, token: String(repeating: "0", count: 32))
         wrong.timeout = 60
-        #expect { try wrong.run([]) } throws: { "\($0)".contains("could not connect to the Ray cluster") }
+        #expect { try wrong.runAll([]) } throws: { "\($0)".contains("could not connect to the Ray cluster") }
 
         let open = try RemoteWorkTests.Node()
         let unauthenticated = try Head(python: python, token: nil, keyFile: open.keyFile, temp: open.temp)
         let refused = Date()
-        #expect { try Self.whenUp(unauthenticated, python: python) { try Self.executor(unauthenticated, python: python, token: "0123456789abcdef0123456789abcdef").run([try open.sign(try open.request(["add-0"]))]) } } throws: {
+        #expect { try Self.whenUp(unauthenticated, python: python) { try Self.executor(unauthenticated, python: python, token: "0123456789abcdef0123456789abcdef").runAll([try open.sign(try open.request(["add-0"]))]) } } throws: {
             "\($0)".contains("accepted a client with a wrong token: it runs without token authentication")
         }
         #expect(Date().timeIntervalSince(refused) < 120)
@@ -251,7 +251,9 @@ struct RunAloneRayTests {
         var head: Process?
         var workers: [Process] = []
 
-        init(python: String, keyFile: String, temp: TempDir, workers count: Int) throws {
+        /// `binaries[n]`: worker node n's AUTOHARNESS_WORKER_BIN (default the built CLI);
+        /// `before[n]`: a shell command run in its mount namespace before Ray starts.
+        init(python: String, keyFile: String, temp: TempDir, workers count: Int, binaries: [Int: String] = [:], before: [Int: String] = [:]) throws {
             self.temp = temp
             let ray = (python as NSString).deletingLastPathComponent + "/ray"
             try Self.ip("link", "add", bridge, "type", "bridge")
@@ -274,7 +276,7 @@ struct RunAloneRayTests {
             usleep(8_000_000)
             for n in 1...count {
                 workers.append(try launch(ray, ["start", "--address=\(address)", "--node-ip-address=\(subnet).\(n + 1)", "--num-cpus=1"],
-                                          name: "w\(n)", namespace: namespaces[n - 1], keyFile: keyFile))
+                                          name: "w\(n)", namespace: namespaces[n - 1], keyFile: keyFile, binary: binaries[n], before: before[n]))
             }
             usleep(3_000_000)
             try #require(workers.allSatisfy(\.isRunning) && head?.isRunning == true, "a Ray node did not start (see \(temp.path)/ray-*)")
@@ -288,9 +290,9 @@ struct RunAloneRayTests {
         /// Where node `name` keeps its worker state.
         func state(_ name: String) -> String { temp.file("state-" + name) }
 
-        func launch(_ ray: String, _ args: [String], name: String, namespace: String?, keyFile: String) throws -> Process {
+        func launch(_ ray: String, _ args: [String], name: String, namespace: String?, keyFile: String, binary: String? = nil, before: String? = nil) throws -> Process {
             var env = ProcessInfo.processInfo.environment
-            env["AUTOHARNESS_WORKER_BIN"] = Built.autoharness
+            env["AUTOHARNESS_WORKER_BIN"] = binary ?? Built.autoharness
             env["AUTOHARNESS_SUPERVISOR_KEY"] = keyFile
             env["AUTOHARNESS_WORKER_STATE"] = state(name)
             env["AUTOHARNESS_POLICY_DIR"] = Built.packageRoot + "/policies"
@@ -298,7 +300,8 @@ struct RunAloneRayTests {
             env["RAY_AUTH_MODE"] = "token"
             env["RAY_AUTH_TOKEN"] = token
             let p = Process()
-            let start = ["/usr/bin/unshare", "--pid", "--fork", "--kill-child", "--mount-proc", ray] + args
+            let prefix = before.map { ["/bin/sh", "-c", $0 + " && exec \"$0\" \"$@\""] } ?? []
+            let start = ["/usr/bin/unshare", "--pid", "--fork", "--kill-child", "--mount-proc"] + prefix + [ray] + args
                 + ["--block", "--disable-usage-stats", "--object-store-memory=200000000", "--temp-dir=" + temp.file("ray-" + name)]
             // nsenter, not `ip netns exec`: that remounts /sys for the namespace, and the node's
             // sandboxes need the host's cgroup mounts under it.
@@ -349,11 +352,7 @@ struct RunAloneRayTests {
         let (remote, keyFile) = try Self.rayExperiment()
         let cluster = try Cluster(python: python, keyFile: keyFile, temp: remote.temp, workers: 3)
         defer { cluster.stop() }
-        let config = remote.root + "/experiment_config.yaml"
-        try (try String(contentsOfFile: config, encoding: .utf8) + "\nexecutor:\n  kind: ray\n  address: \(cluster.address)\n  python: \(python)\n")
-            .write(toFile: config, atomically: true, encoding: .utf8)
-        var env = ProcessInfo.processInfo.environment
-        env["RAY_AUTH_TOKEN"] = cluster.token
+        let env = try Self.useCluster(remote, cluster, python: python)
         func onCluster(_ args: String...) throws -> Run { try autoharness(args + ["-C", remote.root], environment: env) }
 
         let prepared = try Self.whenUpOnCluster { try onCluster("prepare") }
@@ -424,6 +423,71 @@ struct RunAloneRayTests {
         #expect(attempts.count == 1 && attempts.last?["reason"] as? String == "interrupted", "\(attempts)")
     }
 
+    @Test("a node that answers a request badly is recorded and excluded, its train request answered by another node, with one machine's results; a node that fails the host checks is given no request")
+    func badAndUnfitNodes() throws {
+        try requireRoot()
+        let python = try Self.python()
+        let local = try Experiment()
+        let (remote, keyFile) = try Self.rayExperiment()
+        // Node 2 runs held-out requests faithfully and answers every train request with an
+        // answer to another request; node 3 cannot enforce the policies' pids limits.
+        let lies = remote.temp.file("node-2-lies")
+        let liar = remote.temp.file("lying-autoharness")
+        try """
+            #!/bin/sh
+            case " $* " in *" --check "*) exec \(Built.autoharness) "$@";; esac
+            request=$(mktemp)
+            cat > "$request"
+            if /usr/bin/python3 -c 'import base64, json, sys; body = json.load(open(sys.argv[1]))["body"]; sys.exit(0 if json.loads(base64.b64decode(body))["heldOut"] else 1)' "$request"; then
+                exec \(Built.autoharness) "$@" < "$request"
+            fi
+            echo train >> \(lies)
+            printf '{"nonce":"%032d","outcomes":[],"traces":{},"violations":[]}' 0
+            """.write(toFile: liar, atomically: true, encoding: .utf8)
+        chmod(liar, 0o755)
+        let cluster = try Cluster(python: python, keyFile: keyFile, temp: remote.temp, workers: 3, binaries: [2: liar], before: [3: "umount -l /sys/fs/cgroup/pids"])
+        defer { cluster.stop() }
+        let env = try Self.useCluster(remote, cluster, python: python)
+        func onCluster(_ args: String...) throws -> Run { try autoharness(args + ["-C", remote.root], environment: env) }
+        func lied() -> Int { ((try? String(contentsOfFile: lies, encoding: .utf8)) ?? "").split(separator: "\n").count }
+
+        let prepared = try Self.whenUpOnCluster { try onCluster("prepare") }
+        #expect(prepared.status == 0, "\(prepared.stdout) \(prepared.stderr)")
+        #expect(prepared.stderr.contains("node \(cluster.subnet).4 (") && prepared.stderr.contains("not used: it fails the host checks: policy benchmark-task: limits.pids cannot be enforced"), "\(prepared.stderr)")
+        #expect(try remote.split() == local.split())
+        let train = try remote.split().train
+        for e in [local, remote] { try e.setAgent(Agents.all) }
+        let here = try local.run(["benchmark"])
+        let there = try onCluster("benchmark")
+        #expect(here.status == 0 && there.status == 0, "\(there.stderr)")
+        #expect(here.stdout == there.stdout, "\(here.stdout)\n---\n\(there.stdout)")
+        #expect(train.count > 2)
+        // The liar was given one train request at most once, then nothing: one record.
+        #expect(lied() == 1, "train requests node 2 answered badly: \(lied())")
+        let rows = try remote.rows("node_excluded")
+        #expect(rows.count == 1 && rows.first?["address"] as? String == "\(cluster.subnet).3", "\(rows)")
+        #expect((rows.first?["reason"] as? String)?.contains("the answer is to another request") == true, "\(rows)")
+        #expect(there.stderr.contains("answered badly") && there.stderr.contains("excluded from this experiment"), "\(there.stderr)")
+        // Recorded, so a later run leaves it out from the start.
+        let again = try onCluster("benchmark")
+        #expect(again.status == 0 && again.stdout == here.stdout, "\(again.stderr)")
+        #expect(again.stderr.contains("node \(cluster.subnet).3 (") && again.stderr.contains("not used: excluded: it answered a request badly before"), "\(again.stderr)")
+        #expect(lied() == 1)
+        #expect(FileSystemProbe.names(cluster.state("w3") + "/nonces").isEmpty, "the node that fails the host checks ran a request")
+        #expect(try remote.rows("node_excluded").count == 1)
+    }
+
+    /// Points `remote`'s config at `cluster` (`executor: ray`); the environment a command
+    /// then needs (the cluster's token).
+    static func useCluster(_ remote: Experiment, _ cluster: Cluster, python: String) throws -> [String: String] {
+        let config = remote.root + "/experiment_config.yaml"
+        try (try String(contentsOfFile: config, encoding: .utf8) + "\nexecutor:\n  kind: ray\n  address: \(cluster.address)\n  python: \(python)\n")
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        var env = ProcessInfo.processInfo.environment
+        env["RAY_AUTH_TOKEN"] = cluster.token
+        return env
+    }
+
     /// Retries `body` while the cluster is still coming up.
     static func whenUpOnCluster(_ body: () throws -> Run) throws -> Run {
         let deadline = Date().addingTimeInterval(120)
@@ -433,6 +497,18 @@ struct RunAloneRayTests {
             r = try body()
         }
         return r
+    }
+}
+
+extension RayExecutor {
+    /// Every request once, on any node whose check reported, each result as it came.
+    func runAll(_ signed: [[UInt8]]) throws -> [RemoteResult] {
+        var out = [RemoteResult?](repeating: nil, count: signed.count)
+        try run(signed, choose: { $0.filter { $0.report != nil }.map(\.node) }, settle: { i, r in
+            out[i] = r
+            return .done
+        })
+        return out.map { $0! }
     }
 }
 

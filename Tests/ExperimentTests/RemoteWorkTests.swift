@@ -130,6 +130,41 @@ struct RemoteWorkTests {
         #expect(replay.status == 2 && replay.stderr.contains("was run on this node before: a replay"), "\(replay.stderr)")
     }
 
+    @Test("a node whose host cannot enforce a policy's limits says so in its check, and refuses a held-out request before it claims the nonce or writes a file")
+    func unfitHostRefusesHeldOut() throws {
+        try requireRoot()
+        let node = try Node()
+        let request = try node.request(["add-2"], heldOut: true)
+        let bytes = try node.sign(request)
+        let input = node.temp.file("held-out-request")
+        FileManager.default.createFile(atPath: input, contents: Data(bytes))
+        let policies = Built.packageRoot + "/policies"
+        // The same host with its pids controller gone, in a mount namespace of the worker's
+        // own: what a node that cannot limit a task's processes looks like.
+        try #require(try runProcess("/usr/bin/mountpoint", ["-q", "/sys/fs/cgroup/pids"]).status == 0, "this host has no cgroup v1 pids mount to take away")
+        func unfit(_ argv: String) throws -> Run {
+            try runProcess("/usr/bin/unshare", ["--mount", "/bin/sh", "-c", "umount -l /sys/fs/cgroup/pids && exec \(Built.autoharness) worker \(argv) --policy-dir \(policies)"], stdinPath: input)
+        }
+        let fit = try runProcess(Built.autoharness, ["worker", "--check", "--policy-dir", policies])
+        let healthy = try JSONDecoder().decode(NodeReport.self, from: Data(fit.stdout.utf8))
+        #expect(healthy.problems.isEmpty, "\(healthy.problems)")
+        let check = try unfit("--check")
+        #expect(check.status == 0, "\(check.stderr)")
+        let report = try JSONDecoder().decode(NodeReport.self, from: Data(check.stdout.utf8))
+        #expect(report.problems.contains("policy benchmark-task: limits.pids cannot be enforced"), "\(report.problems)")
+        #expect(report.binarySHA256 == healthy.binarySHA256 && report.policiesSHA256 == healthy.policiesSHA256)
+        #expect(NodeCheck.unusable(report, binarySHA256: healthy.binarySHA256, policiesSHA256: healthy.policiesSHA256)?.contains("fails the host checks") == true)
+        #expect(NodeCheck.unusable(healthy, binarySHA256: healthy.binarySHA256, policiesSHA256: healthy.policiesSHA256) == nil)
+
+        let refused = try unfit("--supervisor-key \(node.keyFile) --state \(node.state)")
+        #expect(refused.status == 2 && refused.stderr.contains("fails the host checks a held-out request needs") && refused.stderr.contains("limits.pids"), "\(refused.status) \(refused.stderr)")
+        #expect(node.nonces.isEmpty && node.workDirectories.isEmpty, "the refused request left \(node.nonces) \(node.workDirectories)")
+        // The same request on the host as it is runs (its nonce was never claimed).
+        let ran = try node.serve(bytes)
+        #expect(ran.status == 0, "\(ran.stderr)")
+        #expect(try RemoteWork.check(Array(ran.stdout.utf8), for: request).outcomes.map(\.reward) == [1])
+    }
+
     @Test("the node's state: a directory others can read is refused; a killed worker's private directory is swept by the next worker that runs alone")
     func nodeState() throws {
         try requireRoot()

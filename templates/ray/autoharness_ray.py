@@ -1,18 +1,33 @@
 """autoharness's Ray driver: the supervisor's work requests to a Ray cluster and back.
 
 Run by the supervisor (never in a sandbox), with the cluster's token in its environment
-(RAY_AUTH_MODE=token and RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH). It speaks JSON lines:
+(RAY_AUTH_MODE=token and RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH). It moves bytes and places
+requests; every decision (which node may work, whether an answer counts, what is sent again)
+is the supervisor's. JSON lines:
 
-  stdin, first line   {"address": "HOST:PORT", "num_cpus": 1, "timeout": SECONDS}
-  stdout              {"ready": true, "nodes": N}  or  {"fatal": "why"} (then it exits 1)
-  stdin, then         {"id": N, "request": "<base64 signed work request>", "retries": R} ... and {"end": true}
-  stdout, then        {"id": N, "node": "<node id>", "exit": CODE, "answer": "<base64>", "stderr": "..."}
-                      or {"id": N, "error": "why"} (the node died, Ray lost the task, R more times)
+  stdin   {"address": "HOST:PORT", "num_cpus": 1, "timeout": SECONDS, "max_in_flight": N,
+           "check_policies": ["benchmark-task", "verifier"]}
+  stdout  {"nodes": [{"node": ID, "address": IP, "report": "<worker --check JSON>"} or
+                     {"node": ID, "address": IP, "error": "why"}, ...]}
+          or {"fatal": "why"} (then it exits 1)
+  stdin   {"use": [ID, ...]}                 the nodes the supervisor accepts
+  stdout  {"ready": true, "nodes": N}
+  stdin   {"id": N, "request": "<base64 signed work request>", "avoid": [ID, ...]}
+          {"exclude": ID}                    no request goes to that node any more
+          {"settled": N}                     result N judged: its node may take another request
+          {"end": true}                      once every answer the supervisor needs is in
+  stdout  {"id": N, "node": ID, "exit": CODE, "answer": "<base64>", "oversized": BOOL, "stderr": "..."}
+          or {"id": N, "node": ID, "error": "why"} (the node died, Ray lost the task, no node is left)
 
-Each request runs as one Ray task on some node: that task runs the node's own
-`autoharness worker` (AUTOHARNESS_WORKER_BIN, default `autoharness` on PATH) with the
-supervisor's public key the node's operator installed (AUTOHARNESS_SUPERVISOR_KEY, a file)
-and its state directory (AUTOHARNESS_WORKER_STATE, optional), the signed request on its stdin. Ray moves bytes; the node's autoharness checks and runs.
+Every request is placed by this driver on one accepted node (the least loaded, never one
+the request must avoid or one excluded), pinned there (a hard node affinity), at most
+max_in_flight at a time: so the node named in a result is where the request ran, whatever
+that node says of itself. The task runs the node's own `autoharness worker`
+(AUTOHARNESS_WORKER_BIN, default `autoharness` on PATH) with the supervisor's public key the
+node's operator installed (AUTOHARNESS_SUPERVISOR_KEY, a file) and its state directory
+(AUTOHARNESS_WORKER_STATE, optional), the signed request on its stdin. Before any request,
+each node with a CPU for one runs `autoharness worker --check`, whose report the supervisor
+judges.
 
 Before connecting, the cluster must refuse a client with a wrong token, in Ray's own words
 (InvalidAuthToken): a cluster without token authentication lets anyone who reaches it run
@@ -25,9 +40,11 @@ compromised as root could run code here; this driver runs outside autoharness's 
 import base64
 import json
 import os
+import queue
 import secrets
 import subprocess
 import sys
+import threading
 import time
 
 MAX_ANSWER = 64 << 20
@@ -74,6 +91,13 @@ def probe_wrong_token(address, timeout):
     return verdict
 
 
+def worker_argv(o, extra):
+    argv = [o.environ.get("AUTOHARNESS_WORKER_BIN", "autoharness"), "worker"] + extra
+    if o.environ.get("AUTOHARNESS_WORKER_STATE"):
+        argv += ["--state", o.environ["AUTOHARNESS_WORKER_STATE"]]
+    return argv
+
+
 def main():
     first = json.loads(sys.stdin.readline())
     address = first["address"]
@@ -82,6 +106,8 @@ def main():
         emit({"fatal": "refused: the cluster's token is not configured for the driver (%s)" % why})
         return 1
     timeout = float(first.get("timeout", 3600))
+    num_cpus = float(first.get("num_cpus", 1))
+    max_in_flight = max(1, int(first.get("max_in_flight", 1)))
     verdict = probe_wrong_token(address, 60)
     if verdict == "accepted":
         emit({"fatal": "refused: the Ray cluster at %s accepted a client with a wrong token: it runs without token "
@@ -92,6 +118,7 @@ def main():
         return 1
 
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     try:
         ray.init(address=address, log_to_driver=False, logging_level="ERROR")
@@ -99,67 +126,135 @@ def main():
         emit({"fatal": "could not connect to the Ray cluster at %s: %s" % (address, str(e).splitlines()[-1] if str(e) else type(e).__name__)})
         return 1
 
-    @ray.remote(num_cpus=float(first.get("num_cpus", 1)), max_retries=0)
+    @ray.remote(num_cpus=num_cpus, max_retries=0)
+    def check_node(policies):
+        import os as o
+        import subprocess as sp
+
+        argv = worker_argv(o, ["--check"] + [a for p in policies for a in ("--check-policy", p)])
+        try:
+            p = sp.run(argv, capture_output=True, timeout=120)
+        except (OSError, sp.TimeoutExpired) as e:
+            return {"error": str(e)}
+        if p.returncode != 0 or len(p.stdout) > 65536:
+            return {"error": "`autoharness worker --check` exited %d: %s" % (p.returncode, p.stderr[-600:].decode("utf-8", "replace"))}
+        return {"report": p.stdout.decode("utf-8", "replace")}
+
+    @ray.remote(num_cpus=num_cpus, max_retries=0)
     def run_on_node(request_b64):
         import base64 as b64
         import os as o
         import subprocess as sp
 
-        import ray as r
-
-        node = r.get_runtime_context().get_node_id()
-        binary = o.environ.get("AUTOHARNESS_WORKER_BIN", "autoharness")
         key = o.environ.get("AUTOHARNESS_SUPERVISOR_KEY")
         if not key:
-            return {"node": node, "exit": 2, "answer": "", "stderr": "AUTOHARNESS_SUPERVISOR_KEY is not set on this node"}
-        argv = [binary, "worker", "--supervisor-key", key]
-        if o.environ.get("AUTOHARNESS_WORKER_STATE"):
-            argv += ["--state", o.environ["AUTOHARNESS_WORKER_STATE"]]
+            return {"exit": 2, "answer": "", "stderr": "AUTOHARNESS_SUPERVISOR_KEY is not set on this node"}
         try:
-            p = sp.run(argv, input=b64.b64decode(request_b64),
+            p = sp.run(worker_argv(o, ["--supervisor-key", key]), input=b64.b64decode(request_b64),
                        capture_output=True, timeout=timeout)
         except (OSError, sp.TimeoutExpired) as e:
-            return {"node": node, "exit": 1, "answer": "", "stderr": str(e)}
-        out = p.stdout if len(p.stdout) <= MAX_ANSWER else b""
-        return {"node": node, "exit": p.returncode, "answer": b64.b64encode(out).decode(),
+            return {"exit": 1, "answer": "", "stderr": str(e)}
+        oversized = len(p.stdout) > MAX_ANSWER
+        return {"exit": p.returncode, "answer": "" if oversized else b64.b64encode(p.stdout).decode(), "oversized": oversized,
                 "stderr": p.stderr[-4000:].decode("utf-8", "replace")}
 
-    # A task no node can take would wait forever: a cluster without a CPU for one is refused.
-    cpus = ray.cluster_resources().get("CPU", 0)
-    if cpus < float(first.get("num_cpus", 1)):
-        emit({"fatal": "the Ray cluster at %s has %s CPU(s) in all: no node can run a request (start worker nodes)" % (address, cpus)})
+    def pinned(node):
+        return NodeAffinitySchedulingStrategy(node_id=node, soft=False)
+
+    # Every live node with a CPU for a request checks itself first; the supervisor judges.
+    nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= num_cpus]
+    if not nodes:
+        cpus = ray.cluster_resources().get("CPU", 0)
+        emit({"fatal": "the Ray cluster at %s has %s CPU(s) in all and no node with %s: no node can run a request (start worker nodes)" % (address, cpus, num_cpus)})
         return 1
-    emit({"ready": True, "nodes": len([n for n in ray.nodes() if n.get("Alive")])})
-    pending = {}
+    checks = {check_node.options(scheduling_strategy=pinned(n["NodeID"])).remote(first.get("check_policies", [])): n for n in nodes}
+    done, _ = ray.wait(list(checks), num_returns=len(checks), timeout=180)
+    reports = []
+    for ref, n in checks.items():
+        entry = {"node": n["NodeID"], "address": n.get("NodeManagerAddress", "?")}
+        if ref in done:
+            try:
+                entry.update(ray.get(ref))
+            except Exception as e:  # noqa: BLE001 - a node lost while checking is reported, not used
+                entry["error"] = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+        else:
+            entry["error"] = "no answer to the check in 180 s"
+            ray.cancel(ref, force=True)
+        reports.append(entry)
+    emit({"nodes": reports})
+
+    inbox = queue.Queue()
+
+    def read_stdin():
+        for line in sys.stdin:
+            inbox.put(json.loads(line))
+        inbox.put({"end": True})
+
+    threading.Thread(target=read_stdin, daemon=True).start()
+    use = inbox.get()
+    usable = [n for n in use.get("use", []) if any(r["node"] == n for r in reports)]
+    emit({"ready": True, "nodes": len(usable)})
+    load = {n: 0 for n in usable}
+    excluded = set()
+    waiting = []      # (id, request, avoid)
+    in_flight = {}    # ref -> (id, node)
+    unsettled = {}    # id -> node, answered but not yet judged by the supervisor
     ended = False
-    while not ended or pending:
-        if not ended:
-            line = sys.stdin.readline()
-            if not line:
-                ended = True
+
+    def take(msg):
+        nonlocal ended
+        if msg.get("end"):
+            ended = True
+        elif "exclude" in msg:
+            excluded.add(msg["exclude"])
+        elif "settled" in msg:
+            # A node's slot is free once the supervisor has judged its last answer (and
+            # excluded the node if it answered badly): never before.
+            node = unsettled.pop(msg["settled"], None)
+            if node in load:
+                load[node] -= 1
+        elif "id" in msg:
+            waiting.append((msg["id"], msg["request"], set(msg.get("avoid", []))))
+
+    def alive():
+        return {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+
+    live = alive()
+    while not ended or waiting or in_flight:
+        while True:
+            try:
+                take(inbox.get_nowait())
+            except queue.Empty:
+                break
+        while waiting and len(in_flight) + len(unsettled) < max_in_flight:
+            n, request, avoid = waiting.pop(0)
+            free = [x for x in usable if x not in excluded and x not in avoid and x in live]
+            if not free:
+                emit({"id": n, "node": "", "error": "no accepted node is left to run it (excluded, avoided or dead)"})
                 continue
-            msg = json.loads(line)
-            if msg.get("end"):
-                ended = True
-                continue
-            pending[run_on_node.remote(msg["request"])] = (msg["id"], msg["request"], int(msg.get("retries", 0)))
+            node = min(free, key=lambda x: load[x])
+            load[node] += 1
+            in_flight[run_on_node.options(scheduling_strategy=pinned(node)).remote(request)] = (n, node)
+        if not in_flight:
+            if ended and not waiting:
+                break
+            try:
+                take(inbox.get(timeout=0.5))
+            except queue.Empty:
+                pass
             continue
-        done, _ = ray.wait(list(pending), num_returns=1)
+        done, _ = ray.wait(list(in_flight), num_returns=1, timeout=0.5)
         for ref in done:
-            n, request, retries = pending.pop(ref)
+            n, node = in_flight.pop(ref)
+            unsettled[n] = node
             try:
                 result = ray.get(ref)
                 result["id"] = n
+                result["node"] = node
                 emit(result)
             except Exception as e:  # noqa: BLE001 - a lost node or task is an answer too
-                why = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
-                if retries > 0:
-                    # Lost, not answered: the same signed request again, wherever Ray puts it
-                    # (a node that had claimed its nonce refuses it as a replay).
-                    sys.stderr.write("request %s lost (%s); sent again\n" % (n, why))
-                    pending[run_on_node.remote(request)] = (n, request, retries - 1)
-                    continue
-                emit({"id": n, "error": why})
+                live = alive()
+                emit({"id": n, "node": node, "error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")})
     return 0
 
 

@@ -51,6 +51,9 @@ public struct ExperimentState: Sendable {
     public var clusterProposals: [(time: String, record: ClusterProposalRecord)] = []
     /// Rolling batches in order (empty: batches never began, every train task is visible).
     public var batches: [Batch] = []
+    /// Worker nodes (`executor: ray`) that answered badly: no request of this experiment goes
+    /// to their address again.
+    public var excludedNodes: [NodeExcludedRecord] = []
     /// The benchmark tools' model spend, as they reported it: on train tasks and on held-out
     /// ones (the baseline's and gates'), over the experiment and in the open run.
     public var benchmarkCost = BenchmarkCost()
@@ -150,6 +153,7 @@ public struct ExperimentState: Sendable {
             case .batchEnded:
                 let e = try r.decode(BatchEndedRecord.self)
                 if let i = batches.lastIndex(where: { $0.revealed.batch == e.batch }) { batches[i].ended = e }
+            case .nodeExcluded: excludedNodes.append(try r.decode(NodeExcludedRecord.self))
             case .runStarted:
                 let run = try r.decode(RunStartedRecord.self)
                 if openRun?.runID != run.runID {

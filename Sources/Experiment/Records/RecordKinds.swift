@@ -20,6 +20,7 @@ extension RecordKind {
     public static let clusterProposal: RecordKind = "cluster_proposal"
     public static let batchRevealed: RecordKind = "batch_revealed"
     public static let batchEnded: RecordKind = "batch_ended"
+    public static let nodeExcluded: RecordKind = "node_excluded"
 }
 
 extension Set<RecordKind> {
@@ -27,6 +28,6 @@ extension Set<RecordKind> {
     public static let experiment: Set<RecordKind> = [
         .experimentCreated, .split, .baseline, .trainRun, .gateStarted, .gateAttempt, .iteration, .suitePromotion,
         .violation, .note, .runStarted, .runEnded, .agentSession, .failureEvidence, .clusterProposal,
-        .batchRevealed, .batchEnded,
+        .batchRevealed, .batchEnded, .nodeExcluded,
     ]
 }

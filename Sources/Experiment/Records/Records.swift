@@ -265,3 +265,15 @@ public enum SessionOutcome: String, Codable, Sendable {
     /// Ended by the supervisor: the run was stopping, or the agent was stopped for a gate.
     case stopped
 }
+
+/// A worker node (`executor: ray`) that answered a request badly (an answer that does not
+/// decode, is oversized, or is not an answer to what was asked): it gets no request of this
+/// experiment again, under any node id, while it has this address.
+public struct NodeExcludedRecord: Codable, Sendable {
+    /// The node's address as Ray reports it (NodeManagerAddress), and its Ray node id then.
+    public var address: String
+    public var node: String
+    public var reason: String
+    /// The request was held-out (the reason then names no task).
+    public var heldOut: Bool
+}

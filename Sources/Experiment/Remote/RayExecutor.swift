@@ -90,10 +90,40 @@ public struct RemoteWork {
 
 /// What the driver reported for one request.
 public enum RemoteResult: Sendable {
-    /// The node's `autoharness worker` ran and exited with `exit`; `answer` is its stdout.
-    case ran(node: String, exit: Int32, answer: [UInt8], stderr: String)
-    /// Ray lost the task (its node died, the task was cancelled).
-    case lost(String)
+    /// The node's `autoharness worker` ran and exited with `exit`; `answer` is its stdout
+    /// (empty and `oversized` when it was over `WorkLimits.maxAnswer`).
+    case ran(node: String, exit: Int32, answer: [UInt8], oversized: Bool, stderr: String)
+    /// Ray lost the task (its node died, the task was cancelled), or no accepted node was left.
+    case lost(node: String, why: String)
+
+    public var node: String {
+        switch self {
+        case .ran(let node, _, _, _, _), .lost(let node, _): return node
+        }
+    }
+}
+
+/// A node of the cluster as the driver found it: its own `autoharness worker --check` report,
+/// or why there is none.
+public struct NodeSeen: Sendable {
+    public var node: String
+    public var address: String
+    public var report: NodeReport?
+    public var error: String?
+}
+
+/// What the supervisor makes of one result.
+public struct Settlement: Sendable {
+    /// No request goes to this node again in this batch.
+    public var exclude: String?
+    /// Send the request again, to a node it has not run on.
+    public var resend = false
+
+    public static let done = Settlement()
+    public init(exclude: String? = nil, resend: Bool = false) {
+        self.exclude = exclude
+        self.resend = resend
+    }
 }
 
 /// One Ray driver process for a batch of requests.
@@ -105,6 +135,10 @@ public struct RayExecutor: Sendable {
     /// RAY_AUTH_MODE, RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) and PATH for the driver.
     public var environment: [String: String]
     public var timeout: Double = 3600
+    /// Requests running at once, cluster-wide.
+    public var maxInFlight = 1
+    /// The policies nodes check they can enforce (`worker --check --check-policy`).
+    public var checkPolicies = ["benchmark-task", "verifier"]
 
     public init(python: String, driver: String, address: String, environment: [String: String]) {
         self.python = python
@@ -113,10 +147,12 @@ public struct RayExecutor: Sendable {
         self.environment = environment
     }
 
-    /// Sends every request and returns one result per request, in order. A request Ray loses
-    /// (its node died) is sent again up to `retries` times. Throws when the driver refuses the
-    /// cluster (no token authentication) or cannot reach it.
-    public func run(_ signed: [[UInt8]], retries: Int = 0) throws -> [RemoteResult] {
+    /// Runs a batch: the cluster's nodes check themselves, `choose` picks the ones requests
+    /// may go to (throwing when none will do), every request is sent, and `settle` decides on
+    /// each result as it arrives: done, or sent again (never to a node it ran on), and
+    /// whether its node is excluded. Throws when the driver refuses the cluster (no token
+    /// authentication), cannot reach it, or `settle` throws.
+    public func run(_ signed: [[UInt8]], choose: ([NodeSeen]) throws -> [String], settle: (Int, RemoteResult) throws -> Settlement) throws {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: python)
         p.arguments = [driver]
@@ -127,6 +163,7 @@ public struct RayExecutor: Sendable {
         p.standardError = errors
         do { try p.run() } catch { throw ExperimentError(.io, "the Ray driver (\(python) \(driver)): \(error)") }
         defer {
+            try? input.fileHandleForWriting.close()
             if p.isRunning { kill(p.processIdentifier, SIGKILL) }
             p.waitUntilExit()
         }
@@ -146,27 +183,49 @@ public struct RayExecutor: Sendable {
                 throw ExperimentError(.io, "the Ray driver stopped reading its requests (\(error)): \(stderrTail.tail)")
             }
         }
-        try send(["address": address, "num_cpus": 1, "timeout": timeout])
-        guard let first = lines.next(), let hello = try? JSONSerialization.jsonObject(with: Data(first)) as? [String: Any] else {
-            throw ExperimentError(.io, "the Ray driver ended before it was ready: \(stderrTail.tail)")
+        func receive(_ what: String) throws -> [String: Any] {
+            guard let line = lines.next(), let o = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any] else {
+                throw ExperimentError(.io, "the Ray driver ended before \(what): \(stderrTail.tail)")
+            }
+            if let fatal = o["fatal"] as? String { throw ExperimentError(.refused, "Ray: \(fatal)") }
+            return o
         }
-        if let fatal = hello["fatal"] as? String { throw ExperimentError(.refused, "Ray: \(fatal)") }
-        for (i, request) in signed.enumerated() { try send(["id": i, "request": Data(request).base64EncodedString(), "retries": retries]) }
-        try send(["end": true])
-        try? input.fileHandleForWriting.close()
-        var results = [RemoteResult?](repeating: nil, count: signed.count)
-        while results.contains(where: { $0 == nil }), let line = lines.next() {
-            guard let o = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any], let i = o["id"] as? Int,
-                  results.indices.contains(i), results[i] == nil else { continue }
+        try send(["address": address, "num_cpus": 1, "timeout": timeout, "max_in_flight": maxInFlight, "check_policies": checkPolicies])
+        let seen = (try receive("it listed the cluster's nodes")["nodes"] as? [[String: Any]] ?? []).map { n in
+            NodeSeen(node: n["node"] as? String ?? "?", address: n["address"] as? String ?? "?",
+                     report: (n["report"] as? String).flatMap { try? JSONDecoder().decode(NodeReport.self, from: Data($0.utf8)) },
+                     error: n["error"] as? String ?? ((n["report"] as? String) == nil ? nil : "its report does not decode"))
+        }.map { s in s.report == nil && s.error == nil ? NodeSeen(node: s.node, address: s.address, report: nil, error: "no report") : s }
+        try send(["use": try choose(seen)])
+        _ = try receive("it was ready")
+        var ranOn = [[String]](repeating: [], count: signed.count)
+        var open = Set(signed.indices)
+        for (i, request) in signed.enumerated() { try send(["id": i, "request": Data(request).base64EncodedString(), "avoid": [String]()]) }
+        while !open.isEmpty {
+            guard let line = lines.next() else {
+                throw ExperimentError(.io, "the Ray driver ended with \(open.count) request(s) unanswered: \(stderrTail.tail)")
+            }
+            guard let o = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any], let i = o["id"] as? Int, open.contains(i) else { continue }
+            let node = o["node"] as? String ?? ""
+            let result: RemoteResult
             if let why = o["error"] as? String {
-                results[i] = .lost(why)
+                result = .lost(node: node, why: why)
             } else {
                 let answer = (o["answer"] as? String).flatMap { Data(base64Encoded: $0) }.map(Array.init) ?? []
-                results[i] = .ran(node: o["node"] as? String ?? "?", exit: (o["exit"] as? Int).flatMap { Int32(exactly: $0) } ?? -1, answer: answer,
-                                  stderr: o["stderr"] as? String ?? "")
+                result = .ran(node: node, exit: (o["exit"] as? Int).flatMap { Int32(exactly: $0) } ?? -1, answer: answer,
+                              oversized: o["oversized"] as? Bool ?? false, stderr: o["stderr"] as? String ?? "")
+            }
+            if !node.isEmpty { ranOn[i].append(node) }
+            let s = try settle(i, result)
+            if let bad = s.exclude { try send(["exclude": bad]) }
+            try send(["settled": i])
+            if s.resend {
+                try send(["id": i, "request": Data(signed[i]).base64EncodedString(), "avoid": ranOn[i]])
+            } else {
+                open.remove(i)
             }
         }
-        return results.map { $0 ?? .lost("the Ray driver ended without an answer: \(stderrTail.tail)") }
+        try send(["end": true])
     }
 }
 

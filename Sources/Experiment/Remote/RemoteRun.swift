@@ -6,10 +6,13 @@ import SupervisorIO
 extension ExperimentSupervisor {
     /// `executor: ray`: the tasks run on the cluster's nodes, a signed request of
     /// `executor.tasks_per_request` tasks at a time, and only checked answers come back.
-    /// Any request lost (a node died; a train request after one retry) or answered badly ends
-    /// the whole run with an I/O error:
-    /// nothing of it is recorded, and a gate ends as interrupted (it was counted before it
-    /// began), never as a silent 0.
+    /// Requests go only to nodes whose own check passed (this binary, these policies, the
+    /// host checks) and that never answered this experiment badly. A node that answers
+    /// badly is recorded (`node_excluded`) and excluded. A train request lost (its node died)
+    /// or refused is sent once more to another node, one answered badly to another node; a
+    /// held-out request is never sent twice. Any other loss ends the whole run with an I/O
+    /// error: nothing of it is recorded, and a gate ends as interrupted (it was counted
+    /// before it began), never as a silent 0.
     func runRemote(_ ids: [String], agent: String, audit: RunAudit, heldOut: Bool, traces: (String) -> String?) throws -> [TaskOutcome] {
         guard let local = adapter as? LocalAdapter else {
             throw ExperimentError(.usage, "executor: ray runs a local benchmark's tasks; \(adapter.name) runs its own tool")
@@ -39,29 +42,79 @@ extension ExperimentSupervisor {
         var environment = ["PATH": host["PATH"] ?? "/usr/local/bin:/usr/bin:/bin", "HOME": host["HOME"] ?? "/root", "RAY_AUTH_MODE": "token",
                            "RAY_USAGE_STATS_ENABLED": "0"]
         for name in ["RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"] { environment[name] = host[name] }
-        let executor = RayExecutor(python: config.executor.python, driver: templates + "/ray/autoharness_ray.py", address: address,
+        var executor = RayExecutor(python: config.executor.python, driver: templates + "/ray/autoharness_ray.py", address: address,
                                    environment: environment)
+        executor.maxInFlight = config.maxConcurrency
+        executor.checkPolicies = [local.taskPolicy, local.verifierPolicy]
         log?("executor: ray: \(known.count) task(s) in \(requests.count) signed request(s) to \(address)")
-        // A train request whose node died is sent once more, to whichever node Ray picks; a
-        // held-out one never is: its loss interrupts the gate, which has counted.
-        let results = try executor.run(try requests.map(work.sign), retries: heldOut ? 0 : 1)
+        let signed = try requests.map(work.sign)
         let ending = "nothing of this run is recorded, and a gate it belongs to ends as interrupted (it was counted)"
+        let excluded = Dictionary(try state().excludedNodes.map { ($0.address, $0) }, uniquingKeysWith: { a, _ in a })
+        var addresses: [String: String] = [:]
         var byID: [String: TaskOutcome] = [:]
-        for (request, result) in zip(requests, results) {
+        var attempts = [Int](repeating: 0, count: requests.count)
+        try executor.run(signed, choose: { seen in
+            // Only nodes that run this binary and these policies, pass the host checks, and
+            // never answered this experiment badly: train and held-out requests alike.
+            var use: [String] = [], refused: [String] = []
+            for n in seen {
+                addresses[n.node] = n.address
+                let why: String?
+                if let e = excluded[n.address] {
+                    why = "excluded: it answered a request badly before (\(e.reason))"
+                } else if let r = n.report {
+                    why = NodeCheck.unusable(r, binarySHA256: work.binarySHA256, policiesSHA256: work.policiesSHA256)
+                } else {
+                    why = "it did not report (\(n.error ?? "no report"))"
+                }
+                if let why {
+                    refused.append("\(n.address) (\(n.node.prefix(12))): \(why)")
+                    log?("executor: ray: node \(n.address) (\(n.node.prefix(12))) not used: \(why)")
+                } else {
+                    use.append(n.node)
+                }
+            }
+            guard !use.isEmpty else {
+                throw ExperimentError(.io, "executor: ray: no node of the cluster at \(address) can take a request: \(refused.joined(separator: "; ")); \(ending)")
+            }
+            return use
+        }, settle: { i, result in
+            let request = requests[i]
+            attempts[i] += 1
             let names = request.tasks.count == 1 || !heldOut ? request.tasks.map(\.id).joined(separator: ", ") : "\(request.tasks.count) tasks"
+            let node = result.node, at = addresses[node] ?? "?"
             let answer: WorkAnswer
             switch result {
-            case .lost(let why):
+            case .lost(_, let why):
+                // A train request whose node died is sent once more, to another node; a
+                // held-out one never is: its loss interrupts the gate, which has counted.
+                if !heldOut && attempts[i] <= 1 && !node.isEmpty {
+                    log?("executor: ray: request (\(names)) lost on node \(at) (\(why)); sent to another node")
+                    return Settlement(resend: true)
+                }
                 throw ExperimentError(.io, "executor: ray: a request (\(heldOut ? "held-out" : names)) was lost (\(why)); \(ending)")
-            case .ran(let node, let exit, let bytes, let stderr):
+            case .ran(_, let exit, let bytes, let oversized, let stderr):
                 guard exit == 0 else {
                     // A held-out run's node output stays on the node: it could name test tasks.
-                    throw ExperimentError(.io, "executor: ray: node \(node.prefix(16)) did not run a request (exit \(exit))\(heldOut ? "" : ": " + String(stderr.suffix(600))); \(ending)")
+                    if !heldOut && attempts[i] <= 1 {
+                        log?("executor: ray: node \(at) did not run request (\(names)) (exit \(exit)): \(stderr.suffix(600)); sent to another node")
+                        return Settlement(resend: true)
+                    }
+                    throw ExperimentError(.io, "executor: ray: node \(at) (\(node.prefix(12))) did not run a request (exit \(exit))\(heldOut ? "" : ": " + String(stderr.suffix(600))); \(ending)")
                 }
                 do {
+                    if oversized { throw ExperimentError(.refused, "the answer is over \(WorkLimits.maxAnswer) bytes") }
                     answer = try RemoteWork.check(bytes, for: request)
                 } catch {
-                    throw ExperimentError(.io, "executor: ray: node \(node.prefix(16)) answered badly: \(error); \(ending)")
+                    // A node that answers badly is recorded and gets nothing of this
+                    // experiment again; a train request goes to another node, a held-out
+                    // one ends the gate (its tasks ran: running them again would be a
+                    // second look). The record of a held-out answer names no task.
+                    let reason = heldOut ? "a held-out answer that is not valid\(oversized ? " (oversized)" : "")" : "\(error)"
+                    _ = try ledger.append(.nodeExcluded, NodeExcludedRecord(address: at, node: node, reason: String(reason.prefix(600)), heldOut: heldOut))
+                    log?("executor: ray: node \(at) (\(node.prefix(12))) answered badly (\(error)); excluded from this experiment")
+                    if !heldOut { return Settlement(exclude: node, resend: true) }
+                    throw ExperimentError(.io, "executor: ray: node \(at) (\(node.prefix(12))) answered a held-out request badly and is excluded; \(ending)")
                 }
             }
             for v in answer.violations {
@@ -69,12 +122,14 @@ extension ExperimentSupervisor {
                                                                        action: "refused on a worker node", count: v.count))
             }
             for o in answer.outcomes { byID[o.id] = o }
-            guard !heldOut else { continue }
-            for (id, files) in answer.traces {
-                guard let dir = traces(id) else { continue }
-                try writeTrace(files, to: dir)
+            if !heldOut {
+                for (id, files) in answer.traces {
+                    guard let dir = traces(id) else { continue }
+                    try writeTrace(files, to: dir)
+                }
             }
-        }
+            return .done
+        })
         let all = ids.map { byID[$0] ?? TaskOutcome(id: $0, reward: 0, status: .missingResult, detail: "no such task in the benchmark") }
         return heldOut ? Self.withoutEvidence(all) : all
     }

@@ -51,6 +51,15 @@ public enum RemoteWorker {
         guard request.expires > Date().timeIntervalSince1970 else {
             throw ExperimentError(.refused, "the request expired at \(Int(request.expires)) (unix time): refused, nothing ran")
         }
+        // Held-out tasks run only where the supervisor's own host checks pass (the driver
+        // sends them only to nodes whose `--check` report passed; this is the node's own
+        // refusal if the host changed since).
+        if request.heldOut {
+            let problems = NodeCheck.problems(policies: [request.taskPolicy, request.verifierPolicy], loader: PolicyLoader(searchPaths: s.policySearchPaths))
+            guard problems.isEmpty else {
+                throw ExperimentError(.refused, "this node fails the host checks a held-out request needs (\(problems.joined(separator: "; "))): refused, nothing ran")
+            }
+        }
         try checkStateDirectory(s.stateDirectory)
         // Held-out tasks run alone on this node: no train task of any request runs beside
         // them, and the next one starts after their pages are evicted (the lock is released

@@ -1,0 +1,56 @@
+import Foundation
+import Sandbox
+import SandboxPolicy
+import SupervisorIO
+
+/// What a worker node says of itself before it is given any request (`autoharness worker
+/// --check`): its binary's and policies' digests, and what the supervisor's own start-up
+/// check (`doctor`'s summary) finds missing on it for the policies the requests run under.
+public struct NodeReport: Codable, Sendable, Equatable {
+    public var binarySHA256: String
+    public var policiesSHA256: String
+    /// Empty when the node can enforce everything those policies ask.
+    public var problems: [String]
+
+    public init(binarySHA256: String, policiesSHA256: String, problems: [String]) {
+        self.binarySHA256 = binarySHA256
+        self.policiesSHA256 = policiesSHA256
+        self.problems = problems
+    }
+}
+
+public enum NodeCheck {
+    /// What `doctor` counts as a problem on this host, for `policies`: a kernel facility the
+    /// sandbox needs (privileges, namespaces, seccomp with user_notif), or a limit of one of
+    /// the policies that no cgroup here can enforce.
+    public static func problems(policies: [String], loader: PolicyLoader, host: CgroupHost = .current) -> [String] {
+        var out: [String] = []
+        for f in HostInspection.inspect(host: host).findings where f.status == .missing && !f.topic.hasPrefix("  ") {
+            out.append("\(f.topic): \(f.detail)")
+        }
+        for name in policies {
+            do {
+                let limits = try loader.load(name, requireAllPlaceholders: false).limits
+                let bad = HostInspection.unenforceable(limits, host: host)
+                if !bad.isEmpty { out.append("policy \(name): \(bad.joined(separator: ", ")) cannot be enforced") }
+            } catch {
+                out.append("policy \(name): \(error)")
+            }
+        }
+        return out
+    }
+
+    public static func report(policies: [String], searchPaths: [String]) throws -> NodeReport {
+        NodeReport(binarySHA256: try WorkDigest.executable(), policiesSHA256: try WorkDigest.policies(searchPaths),
+                   problems: problems(policies: policies, loader: PolicyLoader(searchPaths: searchPaths)))
+    }
+
+    /// Why the supervisor gives a node no request, or nil when it is usable: its own report
+    /// must name this binary and these policies, and no problem.
+    public static func unusable(_ report: NodeReport, binarySHA256: String, policiesSHA256: String) -> String? {
+        if report.binarySHA256 != binarySHA256 { return "its autoharness (sha256 \(report.binarySHA256.prefix(16))) is not the supervisor's (\(binarySHA256.prefix(16)))" }
+        if report.policiesSHA256 != policiesSHA256 { return "its policies (sha256 \(report.policiesSHA256.prefix(16))) are not the supervisor's (\(policiesSHA256.prefix(16)))" }
+        if !report.problems.isEmpty { return "it fails the host checks: \(report.problems.joined(separator: "; "))" }
+        return nil
+    }
+}
