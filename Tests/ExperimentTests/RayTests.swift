@@ -261,25 +261,32 @@ struct RunAloneRayTests {
             try Self.ip("link", "set", bridge, "up")
             head = try launch(ray, ["start", "--head", "--port=\(port)", "--node-ip-address=\(subnet).1", "--num-cpus=0", "--include-dashboard=false"],
                               name: "head", namespace: nil, keyFile: keyFile)
-            for n in 1...count {
-                let ns = "ahray\(tag)\(n)", veth = "ahv\(tag)\(n)"
-                try Self.ip("netns", "add", ns)
-                namespaces.append(ns)
-                try Self.ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-                try Self.ip("link", "set", veth, "master", bridge)
-                try Self.ip("link", "set", veth, "up")
-                try Self.ip("-n", ns, "addr", "add", "\(subnet).\(n + 1)/24", "dev", "eth0")
-                try Self.ip("-n", ns, "link", "set", "eth0", "up")
-                try Self.ip("-n", ns, "link", "set", "lo", "up")
-            }
+            for _ in 0..<count { try addNamespace() }
             // The workers join once the head listens.
             usleep(8_000_000)
-            for n in 1...count {
+            for n in stride(from: 1, through: count, by: 1) {
                 workers.append(try launch(ray, ["start", "--address=\(address)", "--node-ip-address=\(subnet).\(n + 1)", "--num-cpus=1"],
                                           name: "w\(n)", namespace: namespaces[n - 1], keyFile: keyFile, binary: binaries[n], before: before[n]))
             }
-            usleep(3_000_000)
+            if count > 0 { usleep(3_000_000) }
             try #require(workers.allSatisfy(\.isRunning) && head?.isRunning == true, "a Ray node did not start (see \(temp.path)/ray-*)")
+        }
+
+        /// One more network namespace on the bridge (its address `subnet.N+1` for the Nth);
+        /// returns its name.
+        @discardableResult
+        func addNamespace() throws -> String {
+            let n = namespaces.count + 1
+            let ns = "ahray\(tag)\(n)", veth = "ahv\(tag)\(n)"
+            try Self.ip("netns", "add", ns)
+            namespaces.append(ns)
+            try Self.ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            try Self.ip("link", "set", veth, "master", bridge)
+            try Self.ip("link", "set", veth, "up")
+            try Self.ip("-n", ns, "addr", "add", "\(subnet).\(n + 1)/24", "dev", "eth0")
+            try Self.ip("-n", ns, "link", "set", "eth0", "up")
+            try Self.ip("-n", ns, "link", "set", "lo", "up")
+            return ns
         }
 
         static func ip(_ args: String...) throws {

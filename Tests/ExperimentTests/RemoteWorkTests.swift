@@ -37,11 +37,15 @@ struct RemoteWorkTests {
             try WorkKey.sign(r, with: other ?? key)
         }
 
-        /// Runs `autoharness worker` with `bytes` on its stdin.
+        /// Runs `autoharness worker` with `bytes` on its stdin, its scratch root a directory
+        /// that does not exist yet (as on a fresh node: the worker makes it).
         func serve(_ bytes: [UInt8]) throws -> Run {
             let input = temp.file("request-\(UUID().uuidString)")
             FileManager.default.createFile(atPath: input, contents: Data(bytes))
-            return try runProcess(Built.autoharness, ["worker", "--supervisor-key", keyFile, "--state", state,
+            // On tmpfs, as the worker requires (held-out work never reaches a disk).
+            let scratch = "/dev/shm/ah-test-worker-" + UUID().uuidString
+            defer { try? FileManager.default.removeItem(atPath: scratch) }
+            return try runProcess(Built.autoharness, ["worker", "--supervisor-key", keyFile, "--state", state, "--scratch", scratch,
                                                       "--policy-dir", Built.packageRoot + "/policies"], stdinPath: input)
         }
 

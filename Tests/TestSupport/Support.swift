@@ -25,6 +25,12 @@ public struct Run {
     public var stdout: String
     public var stderr: String
 
+    public init(status: Int32, stdout: String, stderr: String) {
+        self.status = status
+        self.stdout = stdout
+        self.stderr = stderr
+    }
+
     /// The probe's `RESULT` line split into words (after the action name).
     public var result: [String] {
         guard let line = stdout.split(separator: "\n").first(where: { $0.hasPrefix("RESULT ") }) else { return [] }

@@ -72,6 +72,9 @@ public enum RemoteWorker {
         defer { _ = FileSystem.removeTree(work) }
         try materialize(request, in: work)
 
+        // The per-task tmpfs mounts go under the scratch root, which a fresh node (a new
+        // container) does not have yet: made as the supervisor makes its own.
+        if let e = FileSystem.makeDirectories(s.scratchRoot, mode: 0o700) { throw ExperimentError(.io, "\(s.scratchRoot): \(ErrnoName.describe(e))") }
         let bench: LocalBenchmark
         do { bench = try LocalBenchmark(directory: work + "/benchmark") } catch { throw ExperimentError(.refused, "the request's tasks: \(error)") }
         var adapter = LocalAdapter(benchmark: bench)
