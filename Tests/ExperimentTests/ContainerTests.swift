@@ -113,21 +113,13 @@ struct RunAloneContainerTests {
         let prepared = try inContainer(["prepare", "-C", remote.root])
         #expect(prepared.status == 0, "\(prepared.stdout) \(prepared.stderr)")
         #expect(try remote.split() == local.split())
-        let baseline = { (e: Experiment) throws -> [String] in
-            let b = try #require(try e.rows("baseline").first)
-            return ["valScore", "tasksPassed", "tasksTotal", "testTasks"].map { "\(b[$0] ?? "nil")" }
-        }
-        #expect(try baseline(remote) == baseline(local))
+        #expect(try remote.baselineScores() == local.baselineScores())
         for e in [local, remote] { try e.setAgent(Agents.all) }
         let gateHere = try local.run("gate")
         let gateThere = try inContainer(["gate", "-C", remote.root])
         let uncommitted = { (s: String) in s.replacing(#/committed as [0-9a-f]+/#, with: "committed as X") }
         #expect(gateHere.status == gateThere.status && uncommitted(gateHere.stdout) == uncommitted(gateThere.stdout), "\(gateHere.stdout)\n---\n\(gateThere.stdout) \(gateThere.stderr)")
-        let attempt = { (e: Experiment) throws -> [String] in
-            let a = try #require(try e.rows("gate_attempt").last)
-            return ["accepted", "suitePassed", "suiteTotal", "valScore", "promoted"].map { "\(a[$0] ?? "nil")" }
-        }
-        #expect(try attempt(remote) == attempt(local) && attempt(remote).first == "1")
+        #expect(try remote.lastGateScores() == local.lastGateScores() && remote.lastGateScores().first == "1")
         // The sandboxes' cgroups were made below the container's, below the test's, and are gone.
         cgroup.remove()
         #expect(cgroup.left.isEmpty, "cgroups left: \(cgroup.left)")
@@ -165,11 +157,7 @@ struct RunAloneContainerTests {
         let logs = { (try? Self.podman(["logs", "--tail", "30", name]))?.stderr ?? "" }
         #expect(prepared.status == 0, "\(prepared.stdout) \(prepared.stderr)\nthe container: \(logs())")
         #expect(try remote.split() == local.split())
-        let baseline = { (e: Experiment) throws -> [String] in
-            let b = try #require(try e.rows("baseline").first)
-            return ["valScore", "tasksPassed", "tasksTotal", "testTasks"].map { "\(b[$0] ?? "nil")" }
-        }
-        #expect(try baseline(remote) == baseline(local))
+        #expect(try remote.baselineScores() == local.baselineScores())
         for e in [local, remote] { try e.setAgent(Agents.all) }
         let here = try local.run(["benchmark"])
         let there = try onCluster("benchmark")

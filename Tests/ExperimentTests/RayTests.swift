@@ -176,11 +176,7 @@ struct RunAloneRayTests {
         #expect(prepared.status == 0, "\(prepared.stdout) \(prepared.stderr)")
         #expect(prepared.stderr.contains("executor: ray: "), "\(prepared.stderr)")
         #expect(try remote.split() == local.split())
-        let baseline = { (e: Experiment) throws -> [String] in
-            let b = try #require(try e.rows("baseline").first)
-            return ["valScore", "tasksPassed", "tasksTotal", "testTasks"].map { "\(b[$0] ?? "nil")" }
-        }
-        #expect(try baseline(remote) == baseline(local))
+        #expect(try remote.baselineScores() == local.baselineScores())
 
         let train = Array(try local.split().train.prefix(4))
         for e in [local, remote] { try e.setAgent(Agents.all) }
@@ -202,12 +198,8 @@ struct RunAloneRayTests {
         // The same answer but for the commit's hash.
         let uncommitted = { (s: String) in s.replacing(#/committed as [0-9a-f]+/#, with: "committed as X") }
         #expect(gateHere.status == gateThere.status && uncommitted(gateHere.stdout) == uncommitted(gateThere.stdout), "\(gateHere.stdout)\n---\n\(gateThere.stdout) \(gateThere.stderr)")
-        let attempt = { (e: Experiment) throws -> [String] in
-            let a = try #require(try e.rows("gate_attempt").last)
-            return ["accepted", "suitePassed", "suiteTotal", "valScore", "promoted"].map { "\(a[$0] ?? "nil")" }
-        }
-        #expect(try attempt(remote) == attempt(local))
-        #expect(try attempt(remote).first == "1", "the gate was to accept the solver")
+        #expect(try remote.lastGateScores() == local.lastGateScores())
+        #expect(try remote.lastGateScores().first == "1", "the gate was to accept the solver")
         // Every request went to the node and was answered there.
         let nonces = (try? FileManager.default.contentsOfDirectory(atPath: remote.temp.file("node-state") + "/nonces")) ?? []
         #expect(nonces.count >= 5, "\(nonces.count) requests reached the node")
@@ -365,11 +357,7 @@ struct RunAloneRayTests {
         let prepared = try Self.whenUpOnCluster { try onCluster("prepare") }
         #expect(prepared.status == 0, "\(prepared.stdout) \(prepared.stderr)")
         #expect(try remote.split() == local.split())
-        let baseline = { (e: Experiment) throws -> [String] in
-            let b = try #require(try e.rows("baseline").first)
-            return ["valScore", "tasksPassed", "tasksTotal", "testTasks"].map { "\(b[$0] ?? "nil")" }
-        }
-        #expect(try baseline(remote) == baseline(local))
+        #expect(try remote.baselineScores() == local.baselineScores())
         func nonces(_ node: Int) -> Set<String> { Set(FileSystemProbe.names(cluster.state("w\(node)") + "/nonces")) }
         let ran = (1...3).map { nonces($0).count }
         #expect(ran.filter { $0 > 0 }.count >= 2, "requests per worker node: \(ran)")
@@ -516,6 +504,20 @@ extension RayExecutor {
             return .done
         })
         return out.map { $0! }
+    }
+}
+
+extension Experiment {
+    /// The baseline's scores, to compare two experiments' `prepare`.
+    func baselineScores() throws -> [String] {
+        let b = try #require(try rows("baseline").first)
+        return ["valScore", "tasksPassed", "tasksTotal", "testTasks"].map { "\(b[$0] ?? "nil")" }
+    }
+
+    /// The last gate's decision and scores, to compare two experiments' gates.
+    func lastGateScores() throws -> [String] {
+        let a = try #require(try rows("gate_attempt").last)
+        return ["accepted", "suitePassed", "suiteTotal", "valScore", "promoted"].map { "\(a[$0] ?? "nil")" }
     }
 }
 
