@@ -412,7 +412,7 @@ struct RunAloneRayTests {
         let stderr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         gate.waitUntilExit()
         #expect(gate.terminationStatus == 5, "\(stderr)")
-        #expect(stderr.contains("was lost (NodeDiedError") && stderr.contains("a gate it belongs to ends as interrupted (it was counted)"), "\(stderr)")
+        #expect(stderr.contains("lost on node") && stderr.contains("NodeDiedError") && stderr.contains("a gate it belongs to ends as interrupted (it was counted)"), "\(stderr)")
         let st = try #require(JSONSerialization.jsonObject(with: Data(try remote.run("status", "--json").stdout.utf8)) as? [String: Any])
         let attempts = st["gate_attempts"] as? [[String: Any]] ?? []
         #expect(attempts.count == 1 && attempts.last?["reason"] as? String == "interrupted", "\(attempts)")
@@ -440,7 +440,24 @@ struct RunAloneRayTests {
             printf '{"nonce":"%032d","outcomes":[],"traces":{},"violations":[]}' 0
             """.write(toFile: liar, atomically: true, encoding: .utf8)
         chmod(liar, 0o755)
-        let cluster = try Cluster(python: python, keyFile: keyFile, temp: remote.temp, workers: 3, binaries: [2: liar], before: [3: "umount -l /sys/fs/cgroup/pids"])
+        // Node 4 is honest until `flag` exists; then it answers held-out requests badly,
+        // noting each such request's nonce.
+        let flag = remote.temp.file("node-4-lies"), liedTo = remote.temp.file("node-4-nonces")
+        let heldOutLiar = remote.temp.file("held-out-liar")
+        try """
+            #!/bin/sh
+            case " $* " in *" --check "*) exec \(Built.autoharness) "$@";; esac
+            request=$(mktemp)
+            cat > "$request"
+            if [ -e \(flag) ] && /usr/bin/python3 -c 'import base64, json, sys; r = json.loads(base64.b64decode(json.load(open(sys.argv[1]))["body"])); r["heldOut"] and open(sys.argv[2], "a").write(r["nonce"] + "\\n"); sys.exit(0 if r["heldOut"] else 1)' "$request" \(liedTo); then
+                printf '{"nonce":"%032d","outcomes":[],"traces":{},"violations":[]}' 0
+                exit 0
+            fi
+            exec \(Built.autoharness) "$@" < "$request"
+            """.write(toFile: heldOutLiar, atomically: true, encoding: .utf8)
+        chmod(heldOutLiar, 0o755)
+        let cluster = try Cluster(python: python, keyFile: keyFile, temp: remote.temp, workers: 4, binaries: [2: liar, 4: heldOutLiar],
+                                  before: [3: "umount -l /sys/fs/cgroup/pids"])
         defer { cluster.stop() }
         let env = try Self.useCluster(remote, cluster, python: python)
         func onCluster(_ args: String...) throws -> Run { try autoharness(args + ["-C", remote.root], environment: env) }
@@ -470,6 +487,23 @@ struct RunAloneRayTests {
         #expect(lied() == 1)
         #expect(FileSystemProbe.names(cluster.state("w3") + "/nonces").isEmpty, "the node that fails the host checks ran a request")
         #expect(try remote.rows("node_excluded").count == 1)
+
+        // Node 4 now answers held-out requests badly: the gate ends interrupted and counted,
+        // node 4 is recorded without a task named, and the request it held never runs again
+        // (on node 1, the only other node left).
+        FileManager.default.createFile(atPath: flag, contents: Data())
+        let gate = try onCluster("gate")
+        #expect(gate.status == 5 && gate.stderr.contains("answered a held-out request badly and is excluded"), "\(gate.status) \(gate.stderr)")
+        let both = try remote.rows("node_excluded")
+        let heldOutRow = try #require(both.last, "no node_excluded row for node 4")
+        #expect(both.count == 2 && heldOutRow["address"] as? String == "\(cluster.subnet).5" && heldOutRow["heldOut"] as? Bool == true, "\(both)")
+        let reason = heldOutRow["reason"] as? String ?? ""
+        let testIDs = try remote.split().test
+        #expect(reason == "a held-out answer that is not valid" && !testIDs.contains { reason.contains($0) || gate.stdout.contains($0) }, "\(reason)")
+        let lied = Set(((try? String(contentsOfFile: liedTo, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init))
+        #expect(!lied.isEmpty && lied.isDisjoint(with: FileSystemProbe.names(cluster.state("w1") + "/nonces")), "a held-out request node 4 answered badly ran again on node 1: \(lied)")
+        let attempts = try remote.rows("gate_attempt")
+        #expect(attempts.count == 1 && attempts.last?["reason"] as? String == "interrupted", "\(attempts)")
     }
 
     /// Points `remote`'s config at `cluster` (`executor: ray`); the environment a command

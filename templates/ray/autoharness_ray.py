@@ -91,6 +91,17 @@ def probe_wrong_token(address, timeout):
     return verdict
 
 
+def typed(result, n, node):
+    """What a node's task returned, as the supervisor reads it: these fields with these types
+    only (a node's dict is the node's to fill); anything else is an empty answer."""
+    ok = (isinstance(result, dict) and isinstance(result.get("exit"), int) and isinstance(result.get("answer"), str)
+          and isinstance(result.get("stderr", ""), str) and isinstance(result.get("oversized", False), bool))
+    if not ok:
+        return {"id": n, "node": node, "exit": 0, "answer": "", "oversized": False, "stderr": ""}
+    return {"id": n, "node": node, "exit": result["exit"], "answer": result["answer"],
+            "oversized": result.get("oversized", False), "stderr": result.get("stderr", "")[-4000:]}
+
+
 def worker_argv(o, extra):
     argv = [o.environ.get("AUTOHARNESS_WORKER_BIN", "autoharness"), "worker"] + extra
     if o.environ.get("AUTOHARNESS_WORKER_STATE"):
@@ -249,12 +260,15 @@ def main():
             unsettled[n] = node
             try:
                 result = ray.get(ref)
-                result["id"] = n
-                result["node"] = node
-                emit(result)
+            except ray.exceptions.RayTaskError:
+                # The task itself raised on the node: the node's doing, an answer that is
+                # not one (the supervisor judges it), never taken for a lost node.
+                result = None
             except Exception as e:  # noqa: BLE001 - a lost node or task is an answer too
                 live = alive()
-                emit({"id": n, "node": node, "error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")})
+                emit({"id": n, "node": node, "error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:300] if str(e) else "")})
+                continue
+            emit(typed(result, n, node))
     return 0
 
 

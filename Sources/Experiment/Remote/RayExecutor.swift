@@ -114,13 +114,13 @@ public struct NodeSeen: Sendable {
 
 /// What the supervisor makes of one result.
 public struct Settlement: Sendable {
-    /// No request goes to this node again in this batch.
-    public var exclude: String?
+    /// No request goes to these nodes again in this batch.
+    public var exclude: [String] = []
     /// Send the request again, to a node it has not run on.
     public var resend = false
 
     public static let done = Settlement()
-    public init(exclude: String? = nil, resend: Bool = false) {
+    public init(exclude: [String] = [], resend: Bool = false) {
         self.exclude = exclude
         self.resend = resend
     }
@@ -168,9 +168,11 @@ public struct RayExecutor: Sendable {
             p.waitUntilExit()
         }
         // A bound on the whole batch: tasks Ray never schedules do not hold the supervisor.
+        // Requests run `maxInFlight` at a time, each within `timeout`, and some once more.
         let pid = p.processIdentifier
         let watchdog = DispatchWorkItem { kill(pid, SIGKILL) }
-        DispatchQueue.global().asyncAfter(deadline: .now() + timeout + 300, execute: watchdog)
+        let rounds = Double((signed.count + maxInFlight - 1) / max(1, maxInFlight) + 2)
+        DispatchQueue.global().asyncAfter(deadline: .now() + timeout * rounds + 300, execute: watchdog)
         defer { watchdog.cancel() }
         // The driver's stderr is drained meanwhile (Ray is talkative); its tail explains a failure.
         let stderrTail = DriverLog()
@@ -217,7 +219,7 @@ public struct RayExecutor: Sendable {
             }
             if !node.isEmpty { ranOn[i].append(node) }
             let s = try settle(i, result)
-            if let bad = s.exclude { try send(["exclude": bad]) }
+            for bad in Set(s.exclude) { try send(["exclude": bad]) }
             try send(["settled": i])
             if s.resend {
                 try send(["id": i, "request": Data(signed[i]).base64EncodedString(), "avoid": ranOn[i]])

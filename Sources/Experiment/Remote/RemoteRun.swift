@@ -52,11 +52,19 @@ extension ExperimentSupervisor {
         let excluded = Dictionary(try state().excludedNodes.map { ($0.address, $0) }, uniquingKeysWith: { a, _ in a })
         var addresses: [String: String] = [:]
         var byID: [String: TaskOutcome] = [:]
-        var attempts = [Int](repeating: 0, count: requests.count)
+        // Per request: losses and refusals so far (a train request is sent once more after
+        // the first), and whether one of its answers already cost a node its place (a second
+        // bad answer to the same request is the request's doing, not another node's).
+        var losses = [Int](repeating: 0, count: requests.count)
+        var excludedFor = [Bool](repeating: false, count: requests.count)
+        var outOfBatch = Set<String>()
+        // What a node says is the operator's to read (this log), never the coding agent's:
+        // errors thrown here reach the agent through the gate's answer, so they carry no node text.
+        func shown(_ text: String) -> String { printable(String(text.suffix(600)), limit: 600) }
         try executor.run(signed, choose: { seen in
             // Only nodes that run this binary and these policies, pass the host checks, and
             // never answered this experiment badly: train and held-out requests alike.
-            var use: [String] = [], refused: [String] = []
+            var use: [String] = []
             for n in seen {
                 addresses[n.node] = n.address
                 let why: String?
@@ -68,53 +76,67 @@ extension ExperimentSupervisor {
                     why = "it did not report (\(n.error ?? "no report"))"
                 }
                 if let why {
-                    refused.append("\(n.address) (\(n.node.prefix(12))): \(why)")
-                    log?("executor: ray: node \(n.address) (\(n.node.prefix(12))) not used: \(why)")
+                    log?("executor: ray: node \(shown(n.address)) (\(n.node.prefix(12))) not used: \(shown(why))")
                 } else {
                     use.append(n.node)
                 }
             }
             guard !use.isEmpty else {
-                throw ExperimentError(.io, "executor: ray: no node of the cluster at \(address) can take a request: \(refused.joined(separator: "; ")); \(ending)")
+                throw ExperimentError(.io, "executor: ray: no node of the cluster at \(address) can take a request (of \(seen.count) node(s); why each was not used: the supervisor's log); \(ending)")
             }
             return use
         }, settle: { i, result in
             let request = requests[i]
-            attempts[i] += 1
             let names = request.tasks.count == 1 || !heldOut ? request.tasks.map(\.id).joined(separator: ", ") : "\(request.tasks.count) tasks"
-            let node = result.node, at = addresses[node] ?? "?"
+            let node = result.node, at = shown(addresses[node] ?? "?")
             let answer: WorkAnswer
+            // A node excluded meanwhile: what else it answers is not used.
+            if outOfBatch.contains(node) {
+                if !heldOut { return Settlement(resend: true) }
+                throw ExperimentError(.io, "executor: ray: node \(at) answered a held-out request after it was excluded; \(ending)")
+            }
             switch result {
             case .lost(_, let why):
                 // A train request whose node died is sent once more, to another node; a
                 // held-out one never is: its loss interrupts the gate, which has counted.
-                if !heldOut && attempts[i] <= 1 && !node.isEmpty {
-                    log?("executor: ray: request (\(names)) lost on node \(at) (\(why)); sent to another node")
-                    return Settlement(resend: true)
+                // The node gets nothing more of this batch.
+                losses[i] += 1
+                log?("executor: ray: request (\(heldOut ? "held-out" : names)) lost on node \(at): \(shown(why))")
+                if !node.isEmpty { outOfBatch.insert(node) }
+                if !heldOut && losses[i] <= 1 && !node.isEmpty {
+                    return Settlement(exclude: [node], resend: true)
                 }
-                throw ExperimentError(.io, "executor: ray: a request (\(heldOut ? "held-out" : names)) was lost (\(why)); \(ending)")
+                throw ExperimentError(.io, "executor: ray: a request (\(heldOut ? "held-out" : names)) was lost on node \(at); \(ending)")
             case .ran(_, let exit, let bytes, let oversized, let stderr):
                 guard exit == 0 else {
                     // A held-out run's node output stays on the node: it could name test tasks.
-                    if !heldOut && attempts[i] <= 1 {
-                        log?("executor: ray: node \(at) did not run request (\(names)) (exit \(exit)): \(stderr.suffix(600)); sent to another node")
-                        return Settlement(resend: true)
-                    }
-                    throw ExperimentError(.io, "executor: ray: node \(at) (\(node.prefix(12))) did not run a request (exit \(exit))\(heldOut ? "" : ": " + String(stderr.suffix(600))); \(ending)")
+                    losses[i] += 1
+                    outOfBatch.insert(node)
+                    log?("executor: ray: node \(at) (\(node.prefix(12))) did not run a request (exit \(exit))\(heldOut ? "" : ": " + shown(stderr))")
+                    if !heldOut && losses[i] <= 1 { return Settlement(exclude: [node], resend: true) }
+                    throw ExperimentError(.io, "executor: ray: node \(at) did not run a request (exit \(exit)); \(ending)")
                 }
                 do {
                     if oversized { throw ExperimentError(.refused, "the answer is over \(WorkLimits.maxAnswer) bytes") }
                     answer = try RemoteWork.check(bytes, for: request)
                 } catch {
                     // A node that answers badly is recorded and gets nothing of this
-                    // experiment again; a train request goes to another node, a held-out
-                    // one ends the gate (its tasks ran: running them again would be a
-                    // second look). The record of a held-out answer names no task.
+                    // experiment again, at its address; a train request goes to another
+                    // node, a held-out one ends the gate (its tasks ran: running them again
+                    // would be a second look). Neither record nor log of a held-out answer
+                    // names a task. A request answered badly twice excludes no second node.
                     let reason = heldOut ? "a held-out answer that is not valid\(oversized ? " (oversized)" : "")" : "\(error)"
-                    _ = try ledger.append(.nodeExcluded, NodeExcludedRecord(address: at, node: node, reason: String(reason.prefix(600)), heldOut: heldOut))
-                    log?("executor: ray: node \(at) (\(node.prefix(12))) answered badly (\(error)); excluded from this experiment")
-                    if !heldOut { return Settlement(exclude: node, resend: true) }
-                    throw ExperimentError(.io, "executor: ray: node \(at) (\(node.prefix(12))) answered a held-out request badly and is excluded; \(ending)")
+                    guard !excludedFor[i] else {
+                        throw ExperimentError(.io, "executor: ray: a request (\(heldOut ? "held-out" : names)) was answered badly by a second node (\(at)); no node is excluded for it; \(ending)")
+                    }
+                    excludedFor[i] = true
+                    let address = addresses[node] ?? "?"
+                    _ = try ledger.append(.nodeExcluded, NodeExcludedRecord(address: address, node: node, reason: String(reason.prefix(600)), heldOut: heldOut))
+                    log?("executor: ray: node \(at) (\(node.prefix(12))) answered badly (\(shown(reason))); excluded from this experiment")
+                    let sameAddress = addresses.filter { $0.value == address }.map(\.key)
+                    outOfBatch.formUnion(sameAddress + [node])
+                    if !heldOut { return Settlement(exclude: sameAddress + [node], resend: true) }
+                    throw ExperimentError(.io, "executor: ray: node \(at) answered a held-out request badly and is excluded; \(ending)")
                 }
             }
             for v in answer.violations {

@@ -108,7 +108,20 @@ public enum RemoteWorker {
         var answer = WorkAnswer(nonce: request.nonce, outcomes: heldOut ? all.map { TaskOutcome(id: $0.id, reward: $0.reward, status: $0.status) } : all)
         answer.violations = counts(agent, agent: true) + counts(tool, agent: false)
         if !heldOut {
-            for id in ids { answer.traces[id] = try collect(work + "/traces/" + id) }
+            // The whole answer stays under the supervisor's limit whatever agent.py wrote:
+            // traces past the budget are left out (the outcomes stay), so an answer is never
+            // oversized by a task's own output and no node is excluded for it.
+            var budget = WorkLimits.maxAnswer / 2
+            for id in ids {
+                let files = try collect(work + "/traces/" + id)
+                let size = files.reduce(0) { $0 + $1.bytes.count + $1.path.utf8.count + 64 }
+                if size > budget {
+                    s.log("task \(id): its trace (\(size) bytes) is left out of the answer: the traces of this request are over \(WorkLimits.maxAnswer / 2) bytes")
+                    continue
+                }
+                budget -= size
+                answer.traces[id] = files
+            }
         }
         return answer
     }
