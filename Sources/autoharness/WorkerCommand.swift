@@ -33,7 +33,7 @@ struct WorkerCommand: ParsableCommand {
     @Option(name: .customLong("policy-dir"), help: "Directory of sandbox policies, searched before the built-in ones.")
     var policyDirs: [String] = []
 
-    @Flag(help: "Print this node's report (its binary's and policies' digests, what the host checks find missing for --check-policy) as JSON and exit; no request is read.")
+    @Flag(help: "Print this node's report (its binary's and policies' digests, what the host checks find missing for --check-policy, its sealing key's public half, made in --state on first use) as JSON and exit; no request is read.")
     var check = false
 
     @Option(name: .customLong("check-policy"), help: "With --check: a policy requests will run under (repeatable; default benchmark-task and verifier).")
@@ -42,7 +42,8 @@ struct WorkerCommand: ParsableCommand {
     func run() throws {
         let searchPaths = PolicyLocator.searchPaths(explicit: policyDirs)
         if check {
-            let report = try NodeCheck.report(policies: checkPolicies.isEmpty ? ["benchmark-task", "verifier"] : checkPolicies, searchPaths: searchPaths)
+            let report = try NodeCheck.report(policies: checkPolicies.isEmpty ? ["benchmark-task", "verifier"] : checkPolicies, searchPaths: searchPaths,
+                                              stateDirectory: state)
             FileHandle.standardOutput.write(try JSONEncoder().encode(report))
             return
         }

@@ -36,7 +36,7 @@ struct RunAloneRayTests {
             var env = ProcessInfo.processInfo.environment
             env["AUTOHARNESS_WORKER_BIN"] = Built.autoharness
             env["AUTOHARNESS_SUPERVISOR_KEY"] = keyFile
-            env["AUTOHARNESS_WORKER_STATE"] = temp.file("node-state")
+            env["AUTOHARNESS_WORKER_STATE"] = temp.file("state")
             env["AUTOHARNESS_POLICY_DIR"] = Built.packageRoot + "/policies"
             env["RAY_USAGE_STATS_ENABLED"] = "0"
             if let token {
@@ -139,8 +139,8 @@ struct RunAloneRayTests {
             #expect(answer.outcomes.map(\.reward) == [1, 0], "\(answer.outcomes)")
             #expect(answer.traces.isEmpty == request.heldOut)
         }
-        let state = node.temp.file("node-state")
-        let left = ((try? FileManager.default.contentsOfDirectory(atPath: state)) ?? []).filter { $0 != "nonces" && $0 != "node.lock" }
+        let state = node.temp.file("state")
+        let left = ((try? FileManager.default.contentsOfDirectory(atPath: state)) ?? []).filter { $0 != "nonces" && $0 != "node.lock" && $0 != "node-key" }
         #expect(left.isEmpty, "the node kept \(left)")
         #expect(Set((try? FileManager.default.contentsOfDirectory(atPath: state + "/nonces")) ?? []) == [train.nonce, heldOut.nonce])
         let running = head.members().count
@@ -201,7 +201,7 @@ struct RunAloneRayTests {
         #expect(try remote.lastGateScores() == local.lastGateScores())
         #expect(try remote.lastGateScores().first == "1", "the gate was to accept the solver")
         // Every request went to the node and was answered there.
-        let nonces = (try? FileManager.default.contentsOfDirectory(atPath: remote.temp.file("node-state") + "/nonces")) ?? []
+        let nonces = (try? FileManager.default.contentsOfDirectory(atPath: remote.temp.file("state") + "/nonces")) ?? []
         #expect(nonces.count >= 5, "\(nonces.count) requests reached the node")
     }
 
@@ -224,7 +224,7 @@ struct RunAloneRayTests {
             "\($0)".contains("accepted a client with a wrong token: it runs without token authentication")
         }
         #expect(Date().timeIntervalSince(refused) < 120)
-        #expect(((try? FileManager.default.contentsOfDirectory(atPath: open.temp.file("node-state"))) ?? []).isEmpty, "a request reached the node")
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: open.temp.file("state"))) ?? []).isEmpty, "a request reached the node")
     }
 
     /// A cluster of this test's own across network namespaces: the head on a bridge of the
@@ -433,23 +433,24 @@ struct RunAloneRayTests {
             case " $* " in *" --check "*) exec \(Built.autoharness) "$@";; esac
             request=$(mktemp)
             cat > "$request"
-            if /usr/bin/python3 -c 'import base64, json, sys; body = json.load(open(sys.argv[1]))["body"]; sys.exit(0 if json.loads(base64.b64decode(body))["heldOut"] else 1)' "$request"; then
+            if /usr/bin/python3 -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1])).get("sealed") else 1)' "$request"; then
                 exec \(Built.autoharness) "$@" < "$request"
             fi
             echo train >> \(lies)
             printf '{"nonce":"%032d","outcomes":[],"traces":{},"violations":[]}' 0
             """.write(toFile: liar, atomically: true, encoding: .utf8)
         chmod(liar, 0o755)
-        // Node 4 is honest until `flag` exists; then it answers held-out requests badly,
-        // noting each such request's nonce.
-        let flag = remote.temp.file("node-4-lies"), liedTo = remote.temp.file("node-4-nonces")
+        // Node 4 is honest until `flag` exists; then it runs each held-out request (sealed:
+        // only it can open one; its nonce is then among its own) and answers it badly.
+        let flag = remote.temp.file("node-4-lies")
         let heldOutLiar = remote.temp.file("held-out-liar")
         try """
             #!/bin/sh
             case " $* " in *" --check "*) exec \(Built.autoharness) "$@";; esac
             request=$(mktemp)
             cat > "$request"
-            if [ -e \(flag) ] && /usr/bin/python3 -c 'import base64, json, sys; r = json.loads(base64.b64decode(json.load(open(sys.argv[1]))["body"])); r["heldOut"] and open(sys.argv[2], "a").write(r["nonce"] + "\\n"); sys.exit(0 if r["heldOut"] else 1)' "$request" \(liedTo); then
+            if [ -e \(flag) ] && /usr/bin/python3 -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1])).get("sealed") else 1)' "$request"; then
+                \(Built.autoharness) "$@" < "$request" > /dev/null
                 printf '{"nonce":"%032d","outcomes":[],"traces":{},"violations":[]}' 0
                 exit 0
             fi
@@ -491,6 +492,7 @@ struct RunAloneRayTests {
         // Node 4 now answers held-out requests badly: the gate ends interrupted and counted,
         // node 4 is recorded without a task named, and the request it held never runs again
         // (on node 1, the only other node left).
+        let honest = Set(FileSystemProbe.names(cluster.state("w4") + "/nonces"))
         FileManager.default.createFile(atPath: flag, contents: Data())
         let gate = try onCluster("gate")
         #expect(gate.status == 5 && gate.stderr.contains("answered a held-out request badly and is excluded"), "\(gate.status) \(gate.stderr)")
@@ -500,7 +502,7 @@ struct RunAloneRayTests {
         let reason = heldOutRow["reason"] as? String ?? ""
         let testIDs = try remote.split().test
         #expect(reason == "a held-out answer that is not valid" && !testIDs.contains { reason.contains($0) || gate.stdout.contains($0) }, "\(reason)")
-        let lied = Set(((try? String(contentsOfFile: liedTo, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init))
+        let lied = Set(FileSystemProbe.names(cluster.state("w4") + "/nonces")).subtracting(honest)
         #expect(!lied.isEmpty && lied.isDisjoint(with: FileSystemProbe.names(cluster.state("w1") + "/nonces")), "a held-out request node 4 answered badly ran again on node 1: \(lied)")
         let attempts = try remote.rows("gate_attempt")
         #expect(attempts.count == 1 && attempts.last?["reason"] as? String == "interrupted", "\(attempts)")
@@ -533,7 +535,7 @@ extension RayExecutor {
     /// Every request once, on any node whose check reported, each result as it came.
     func runAll(_ signed: [[UInt8]]) throws -> [RemoteResult] {
         var out = [RemoteResult?](repeating: nil, count: signed.count)
-        try run(signed, choose: { $0.filter { $0.report != nil }.map(\.node) }, settle: { i, r in
+        try run(signed.count, choose: { $0.filter { $0.report != nil }.map(\.node) }, prepare: { (signed[$0], nil) }, settle: { i, r in
             out[i] = r
             return .done
         })

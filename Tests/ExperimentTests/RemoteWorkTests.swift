@@ -33,8 +33,15 @@ struct RemoteWorkTests {
             return try work.request(ids.compactMap { bench.task($0) }, agentPy: Array(agent.utf8), heldOut: heldOut, concurrency: 2)
         }
 
+        /// The node's sealing key, made as the worker makes it (in its state directory).
+        func sealKey() throws -> Curve25519.KeyAgreement.PrivateKey {
+            try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            return try NodeSealKey.load(orCreateAt: state + "/node-key")
+        }
+
+        /// Signed as the supervisor signs it: a held-out request sealed to this node.
         func sign(_ r: WorkRequest, with other: Curve25519.Signing.PrivateKey? = nil) throws -> [UInt8] {
-            try WorkKey.sign(r, with: other ?? key)
+            try WorkKey.sign(r, with: other ?? key, sealTo: r.heldOut ? NodeSealKey.publicText(try sealKey()) : nil)
         }
 
         /// Runs `autoharness worker` with `bytes` on its stdin, its scratch root a directory
@@ -149,10 +156,10 @@ struct RemoteWorkTests {
         func unfit(_ argv: String) throws -> Run {
             try runProcess("/usr/bin/unshare", ["--mount", "/bin/sh", "-c", "umount -l /sys/fs/cgroup/pids && exec \(Built.autoharness) worker \(argv) --policy-dir \(policies)"], stdinPath: input)
         }
-        let fit = try runProcess(Built.autoharness, ["worker", "--check", "--policy-dir", policies])
+        let fit = try runProcess(Built.autoharness, ["worker", "--check", "--state", node.state, "--policy-dir", policies])
         let healthy = try JSONDecoder().decode(NodeReport.self, from: Data(fit.stdout.utf8))
         #expect(healthy.problems.isEmpty, "\(healthy.problems)")
-        let check = try unfit("--check")
+        let check = try unfit("--check --state \(node.state)")
         #expect(check.status == 0, "\(check.stderr)")
         let report = try JSONDecoder().decode(NodeReport.self, from: Data(check.stdout.utf8))
         #expect(report.problems.contains("policy benchmark-task: limits.pids cannot be enforced"), "\(report.problems)")
@@ -164,6 +171,25 @@ struct RemoteWorkTests {
         #expect(refused.status == 2 && refused.stderr.contains("fails the host checks a held-out request needs") && refused.stderr.contains("limits.pids"), "\(refused.status) \(refused.stderr)")
         #expect(node.nonces.isEmpty && node.workDirectories.isEmpty, "the refused request left \(node.nonces) \(node.workDirectories)")
         // The same request on the host as it is runs (its nonce was never claimed).
+        let ran = try node.serve(bytes)
+        #expect(ran.status == 0, "\(ran.stderr)")
+        #expect(try RemoteWork.check(Array(ran.stdout.utf8), for: request).outcomes.map(\.reward) == [1])
+    }
+
+    @Test("a held-out request travels sealed to its node: its task files are not in its bytes, a node that trusts the same supervisor but holds another key cannot open it, and a held-out request that is not sealed is refused")
+    func heldOutSealedToItsNode() throws {
+        try requireRoot()
+        let node = try Node(), other = try Node()
+        try WorkKey.publicText(node.key).write(toFile: other.keyFile, atomically: true, encoding: .utf8)
+        let request = try node.request(["add-2"], heldOut: true)
+        let bytes = try node.sign(request)
+        let instruction = try #require(request.tasks.first?.files.first { $0.path == "instruction.md" }?.bytes)
+        #expect(Data(bytes).range(of: instruction) == nil && Data(bytes).range(of: instruction.base64EncodedData()) == nil, "the task's instruction travels in the clear")
+        let elsewhere = try other.serve(bytes)
+        #expect(elsewhere.status == 2 && elsewhere.stderr.contains("sealed to another node"), "\(elsewhere.status) \(elsewhere.stderr)")
+        let unsealed = try node.serve(try WorkKey.sign(request, with: node.key))
+        #expect(unsealed.status == 2 && unsealed.stderr.contains("a held-out request must be sealed to this node"), "\(unsealed.status) \(unsealed.stderr)")
+        #expect(node.nonces.isEmpty && other.nonces.isEmpty)
         let ran = try node.serve(bytes)
         #expect(ran.status == 0, "\(ran.stderr)")
         #expect(try RemoteWork.check(Array(ran.stdout.utf8), for: request).outcomes.map(\.reward) == [1])

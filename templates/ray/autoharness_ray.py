@@ -12,17 +12,20 @@ is the supervisor's. JSON lines:
           or {"fatal": "why"} (then it exits 1)
   stdin   {"use": [ID, ...]}                 the nodes the supervisor accepts
   stdout  {"ready": true, "nodes": N}
-  stdin   {"id": N, "request": "<base64 signed work request>", "avoid": [ID, ...]}
+  stdin   {"id": N, "request": "<base64 signed work request>", "avoid": [ID, ...], "node": ID}
+                                             ("node", optional: the only node it may run on;
+                                             a held-out request is sealed to that node)
           {"exclude": ID}                    no request goes to that node any more
           {"settled": N}                     result N judged: its node may take another request
           {"end": true}                      once every answer the supervisor needs is in
   stdout  {"id": N, "node": ID, "exit": CODE, "answer": "<base64>", "oversized": BOOL, "stderr": "..."}
           or {"id": N, "node": ID, "error": "why"} (the node died, Ray lost the task, no node is left)
 
-Every request is placed by this driver on one accepted node (the least loaded, never one
-the request must avoid or one excluded), pinned there (a hard node affinity), at most
-max_in_flight at a time: so the node named in a result is where the request ran, whatever
-that node says of itself. The task runs the node's own `autoharness worker`
+Every request is placed by this driver on one accepted node (the least loaded, then the one
+given fewest requests so far; never one the request must avoid or one excluded; for a
+held-out request, the node the supervisor sealed it to), pinned there (a hard node
+affinity), at most max_in_flight at a time: so the node named in a result is where the
+request ran, whatever that node says of itself. The task runs the node's own `autoharness worker`
 (AUTOHARNESS_WORKER_BIN, default `autoharness` on PATH) with the supervisor's public key the
 node's operator installed (AUTOHARNESS_SUPERVISOR_KEY, a file) and its state directory
 (AUTOHARNESS_WORKER_STATE, optional), the signed request on its stdin. Before any request,
@@ -206,6 +209,7 @@ def main():
     usable = [n for n in use.get("use", []) if any(r["node"] == n for r in reports)]
     emit({"ready": True, "nodes": len(usable)})
     load = {n: 0 for n in usable}
+    given = {n: 0 for n in usable}
     excluded = set()
     waiting = []      # (id, request, avoid)
     in_flight = {}    # ref -> (id, node)
@@ -225,7 +229,7 @@ def main():
             if node in load:
                 load[node] -= 1
         elif "id" in msg:
-            waiting.append((msg["id"], msg["request"], set(msg.get("avoid", []))))
+            waiting.append((msg["id"], msg["request"], set(msg.get("avoid", [])), msg.get("node")))
 
     def alive():
         return {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
@@ -238,13 +242,16 @@ def main():
             except queue.Empty:
                 break
         while waiting and len(in_flight) + len(unsettled) < max_in_flight:
-            n, request, avoid = waiting.pop(0)
-            free = [x for x in usable if x not in excluded and x not in avoid and x in live]
+            n, request, avoid, bound = waiting.pop(0)
+            free = [x for x in usable if x not in excluded and x not in avoid and x in live and (bound is None or x == bound)]
             if not free:
-                emit({"id": n, "node": "", "error": "no accepted node is left to run it (excluded, avoided or dead)"})
+                emit({"id": n, "node": "", "error": "no accepted node is left to run it (excluded, avoided or dead)" if bound is None
+                      else "the node it is sealed to is no longer accepted or alive"})
                 continue
-            node = min(free, key=lambda x: load[x])
+            # The least loaded, then the one given fewest so far: idle nodes take turns.
+            node = min(free, key=lambda x: (load[x], given[x]))
             load[node] += 1
+            given[node] += 1
             in_flight[run_on_node.options(scheduling_strategy=pinned(node)).remote(request)] = (n, node)
         if not in_flight:
             if ended and not waiting:

@@ -11,11 +11,14 @@ public struct NodeReport: Codable, Sendable, Equatable {
     public var policiesSHA256: String
     /// Empty when the node can enforce everything those policies ask.
     public var problems: [String]
+    /// The public half of the node's sealing key (base64): held-out requests are sealed to it.
+    public var sealKey: String
 
-    public init(binarySHA256: String, policiesSHA256: String, problems: [String]) {
+    public init(binarySHA256: String, policiesSHA256: String, problems: [String], sealKey: String) {
         self.binarySHA256 = binarySHA256
         self.policiesSHA256 = policiesSHA256
         self.problems = problems
+        self.sealKey = sealKey
     }
 }
 
@@ -40,9 +43,12 @@ public enum NodeCheck {
         return out
     }
 
-    public static func report(policies: [String], searchPaths: [String]) throws -> NodeReport {
-        NodeReport(binarySHA256: try WorkDigest.executable(), policiesSHA256: try WorkDigest.policies(searchPaths),
-                   problems: problems(policies: policies, loader: PolicyLoader(searchPaths: searchPaths)))
+    /// The node's report; its sealing key is made in `stateDirectory` on first use.
+    public static func report(policies: [String], searchPaths: [String], stateDirectory: String) throws -> NodeReport {
+        try RemoteWorker.checkStateDirectory(stateDirectory)
+        let key = try NodeSealKey.load(orCreateAt: stateDirectory + "/node-key")
+        return NodeReport(binarySHA256: try WorkDigest.executable(), policiesSHA256: try WorkDigest.policies(searchPaths),
+                          problems: problems(policies: policies, loader: PolicyLoader(searchPaths: searchPaths)), sealKey: NodeSealKey.publicText(key))
     }
 
     /// Why the supervisor gives a node no request, or nil when it is usable: its own report

@@ -43,7 +43,7 @@ public struct RemoteWork {
         return r
     }
 
-    public func sign(_ r: WorkRequest) throws -> [UInt8] { try WorkKey.sign(r, with: key) }
+    public func sign(_ r: WorkRequest, sealTo node: String? = nil) throws -> [UInt8] { try WorkKey.sign(r, with: key, sealTo: node) }
 
     /// The node's answer to `request`, if it is one: its nonce, exactly the requested ids in
     /// order, finite rewards in [0, 1] consistent with their statuses, no traces for held-out
@@ -147,12 +147,14 @@ public struct RayExecutor: Sendable {
         self.environment = environment
     }
 
-    /// Runs a batch: the cluster's nodes check themselves, `choose` picks the ones requests
-    /// may go to (throwing when none will do), every request is sent, and `settle` decides on
-    /// each result as it arrives: done, or sent again (never to a node it ran on), and
-    /// whether its node is excluded. Throws when the driver refuses the cluster (no token
-    /// authentication), cannot reach it, or `settle` throws.
-    public func run(_ signed: [[UInt8]], choose: ([NodeSeen]) throws -> [String], settle: (Int, RemoteResult) throws -> Settlement) throws {
+    /// Runs a batch of `count` requests: the cluster's nodes check themselves, `choose` picks
+    /// the ones requests may go to (throwing when none will do), each request is sent as
+    /// `prepare` makes it (its bytes, and the node it must run on if it is bound to one),
+    /// and `settle` decides on each result as it arrives: done, or sent again (never to a
+    /// node it ran on), and whether its node is excluded. Throws when the driver refuses the
+    /// cluster (no token authentication), cannot reach it, or a closure throws.
+    public func run(_ count: Int, choose: ([NodeSeen]) throws -> [String], prepare: (Int) throws -> (bytes: [UInt8], node: String?),
+                    settle: (Int, RemoteResult) throws -> Settlement) throws {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: python)
         p.arguments = [driver]
@@ -171,7 +173,7 @@ public struct RayExecutor: Sendable {
         // Requests run `maxInFlight` at a time, each within `timeout`, and some once more.
         let pid = p.processIdentifier
         let watchdog = DispatchWorkItem { kill(pid, SIGKILL) }
-        let rounds = Double((signed.count + maxInFlight - 1) / max(1, maxInFlight) + 2)
+        let rounds = Double((count + maxInFlight - 1) / max(1, maxInFlight) + 2)
         DispatchQueue.global().asyncAfter(deadline: .now() + timeout * rounds + 300, execute: watchdog)
         defer { watchdog.cancel() }
         // The driver's stderr is drained meanwhile (Ray is talkative); its tail explains a failure.
@@ -200,9 +202,15 @@ public struct RayExecutor: Sendable {
         }.map { s in s.report == nil && s.error == nil ? NodeSeen(node: s.node, address: s.address, report: nil, error: "no report") : s }
         try send(["use": try choose(seen)])
         _ = try receive("it was ready")
-        var ranOn = [[String]](repeating: [], count: signed.count)
-        var open = Set(signed.indices)
-        for (i, request) in signed.enumerated() { try send(["id": i, "request": Data(request).base64EncodedString(), "avoid": [String]()]) }
+        var ranOn = [[String]](repeating: [], count: count)
+        var open = Set(0..<count)
+        func submit(_ i: Int) throws {
+            let (bytes, node) = try prepare(i)
+            var message: [String: Any] = ["id": i, "request": Data(bytes).base64EncodedString(), "avoid": ranOn[i]]
+            if let node { message["node"] = node }
+            try send(message)
+        }
+        for i in 0..<count { try submit(i) }
         while !open.isEmpty {
             guard let line = lines.next() else {
                 throw ExperimentError(.io, "the Ray driver ended with \(open.count) request(s) unanswered: \(stderrTail.tail)")
@@ -222,7 +230,7 @@ public struct RayExecutor: Sendable {
             for bad in Set(s.exclude) { try send(["exclude": bad]) }
             try send(["settled": i])
             if s.resend {
-                try send(["id": i, "request": Data(signed[i]).base64EncodedString(), "avoid": ranOn[i]])
+                try submit(i)
             } else {
                 open.remove(i)
             }

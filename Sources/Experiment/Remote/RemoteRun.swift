@@ -47,7 +47,12 @@ extension ExperimentSupervisor {
         executor.maxInFlight = config.maxConcurrency
         executor.checkPolicies = [local.taskPolicy, local.verifierPolicy]
         log?("executor: ray: \(known.count) task(s) in \(requests.count) signed request(s) to \(address)")
-        let signed = try requests.map(work.sign)
+        // Train requests are signed once (a lost one goes to another node as it is); each
+        // held-out request is sealed to the node chosen for it, which alone can open it.
+        let signed = heldOut ? [] : try requests.map { try work.sign($0) }
+        var sealKeys: [String: String] = [:]
+        var accepted: [String] = []
+        var turn = 0
         let ending = "nothing of this run is recorded, and a gate it belongs to ends as interrupted (it was counted)"
         let excluded = Dictionary(try state().excludedNodes.map { ($0.address, $0) }, uniquingKeysWith: { a, _ in a })
         var addresses: [String: String] = [:]
@@ -61,7 +66,7 @@ extension ExperimentSupervisor {
         // What a node says is the operator's to read (this log), never the coding agent's:
         // errors thrown here reach the agent through the gate's answer, so they carry no node text.
         func shown(_ text: String) -> String { printable(String(text.suffix(600)), limit: 600) }
-        try executor.run(signed, choose: { seen in
+        try executor.run(requests.count, choose: { seen in
             // Only nodes that run this binary and these policies, pass the host checks, and
             // never answered this experiment badly: train and held-out requests alike.
             var use: [String] = []
@@ -79,12 +84,21 @@ extension ExperimentSupervisor {
                     log?("executor: ray: node \(shown(n.address)) (\(n.node.prefix(12))) not used: \(shown(why))")
                 } else {
                     use.append(n.node)
+                    sealKeys[n.node] = n.report?.sealKey
                 }
             }
             guard !use.isEmpty else {
                 throw ExperimentError(.io, "executor: ray: no node of the cluster at \(address) can take a request (of \(seen.count) node(s); why each was not used: the supervisor's log); \(ending)")
             }
+            accepted = use
             return use
+        }, prepare: { i in
+            guard heldOut else { return (signed[i], nil) }
+            let open = accepted.filter { !outOfBatch.contains($0) }
+            guard !open.isEmpty else { throw ExperimentError(.io, "executor: ray: no accepted node is left for a held-out request; \(ending)") }
+            let node = open[turn % open.count]
+            turn += 1
+            return (try work.sign(requests[i], sealTo: sealKeys[node]), node)
         }, settle: { i, result in
             let request = requests[i]
             let names = request.tasks.count == 1 || !heldOut ? request.tasks.map(\.id).joined(separator: ", ") : "\(request.tasks.count) tasks"

@@ -33,7 +33,8 @@ public enum RemoteWorker {
     }
 
     public static func serve(_ input: [UInt8], _ s: Settings) throws -> WorkAnswer {
-        let request = try WorkKey.open(input, trusted: s.trustedKey)
+        try checkStateDirectory(s.stateDirectory)
+        let request = try WorkKey.open(input, trusted: s.trustedKey, node: try NodeSealKey.load(orCreateAt: s.stateDirectory + "/node-key"))
         let binary = try WorkDigest.executable()
         guard binary == request.binarySHA256 else {
             throw ExperimentError(.refused, "this node's autoharness (sha256 \(binary.prefix(16))) is not the supervisor's (\(request.binarySHA256.prefix(16))): refused, nothing ran")
@@ -60,7 +61,6 @@ public enum RemoteWorker {
                 throw ExperimentError(.refused, "this node fails the host checks a held-out request needs (\(problems.joined(separator: "; "))): refused, nothing ran")
             }
         }
-        try checkStateDirectory(s.stateDirectory)
         // Held-out tasks run alone on this node: no train task of any request runs beside
         // them, and the next one starts after their pages are evicted (the lock is released
         // when this process ends, however it ends).

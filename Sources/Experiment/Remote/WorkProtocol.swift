@@ -1,6 +1,7 @@
 import Benchmark
 import Crypto
 import Foundation
+import Glibc
 import SupervisorIO
 
 /// Tasks the supervisor sends to a worker node (through Ray) and the node's answer.
@@ -24,6 +25,9 @@ public struct WorkRequest: Codable, Sendable, Equatable {
     public var taskPolicy: String
     public var verifierPolicy: String
     public var defaultAgentTimeout: Double?
+    /// A held-out request's node: the public half of its sealing key (base64), the only key
+    /// that opens the request, signed in so that no other node runs it.
+    public var sealedTo: String?
     public var concurrency: Int
     /// The agent.py under evaluation.
     public var agentPy: Data
@@ -65,10 +69,76 @@ public struct WorkFile: Codable, Sendable, Equatable {
     }
 }
 
-/// A request as it travels: its JSON bytes and their Ed25519 signature.
+/// A request as it travels: its JSON bytes and their Ed25519 signature; a held-out request's
+/// bytes sealed to its node (`sealed`, `body` then empty), so that neither Ray's object store
+/// nor a disk it spills to holds held-out task files in the clear.
 public struct SignedWork: Codable, Sendable {
     public var body: Data
     public var signature: Data
+    public var sealed: SealedBody?
+}
+
+/// A body only one node can open: X25519 with a fresh ephemeral key, HKDF-SHA256, ChaCha20-Poly1305.
+public struct SealedBody: Codable, Sendable {
+    public var ephemeral: Data
+    public var box: Data
+}
+
+/// A worker node's sealing key (X25519), made on first use in its state directory (0600);
+/// `autoharness worker --check` reports the public half.
+public enum NodeSealKey {
+    static let info = Array("autoharness sealed work request v1".utf8)
+
+    public static func load(orCreateAt path: String) throws -> Curve25519.KeyAgreement.PrivateKey {
+        try KeyFile.load(path, what: "the node's sealing key", parse: { try? Curve25519.KeyAgreement.PrivateKey(rawRepresentation: $0) },
+                         make: { Curve25519.KeyAgreement.PrivateKey() }, raw: { $0.rawRepresentation })
+    }
+
+    public static func publicText(_ key: Curve25519.KeyAgreement.PrivateKey) -> String {
+        key.publicKey.rawRepresentation.base64EncodedString()
+    }
+
+    static func symmetric(_ secret: SharedSecret, ephemeral: Data, recipient: Data) -> SymmetricKey {
+        secret.hkdfDerivedSymmetricKey(using: SHA256.self, salt: ephemeral + recipient, sharedInfo: info, outputByteCount: 32)
+    }
+
+    /// `body` sealed to the node whose public key is `recipient` (base64).
+    static func seal(_ body: Data, to recipient: String) throws -> SealedBody {
+        guard let raw = Data(base64Encoded: recipient), let key = try? Curve25519.KeyAgreement.PublicKey(rawRepresentation: raw) else {
+            throw ExperimentError(.refused, "the node's sealing key is not a base64 X25519 public key")
+        }
+        let ephemeral = Curve25519.KeyAgreement.PrivateKey()
+        let secret = try ephemeral.sharedSecretFromKeyAgreement(with: key)
+        let box = try ChaChaPoly.seal(body, using: symmetric(secret, ephemeral: ephemeral.publicKey.rawRepresentation, recipient: raw))
+        return SealedBody(ephemeral: ephemeral.publicKey.rawRepresentation, box: box.combined)
+    }
+
+    /// The body, if `sealed` was sealed to `key`; nil otherwise.
+    static func open(_ sealed: SealedBody, with key: Curve25519.KeyAgreement.PrivateKey) -> Data? {
+        guard let peer = try? Curve25519.KeyAgreement.PublicKey(rawRepresentation: sealed.ephemeral),
+              let secret = try? key.sharedSecretFromKeyAgreement(with: peer),
+              let box = try? ChaChaPoly.SealedBox(combined: sealed.box) else { return nil }
+        return try? ChaChaPoly.open(box, using: symmetric(secret, ephemeral: sealed.ephemeral, recipient: key.publicKey.rawRepresentation))
+    }
+}
+
+/// A private key kept in a file of its own (0600): read, or made when (and only when) the
+/// file does not exist, never silently replaced.
+enum KeyFile {
+    static func load<Key>(_ path: String, what: String, parse: (Data) -> Key?, make: () -> Key, raw: (Key) -> Data) throws -> Key {
+        switch InputFile.read(path, cap: 4096) {
+        case .success(let bytes):
+            guard let key = parse(Data(bytes)) else { throw ExperimentError(.state, "\(path) is not \(what) (32 bytes)") }
+            return key
+        case .failure(let p):
+            guard access(path, F_OK) != 0 && errno == ENOENT else {
+                throw ExperimentError(.io, "\(path): \(p.explanation(what))")
+            }
+            let key = make()
+            try AtomicFile.write(Array(raw(key)), to: path, mode: 0o600)
+            return key
+        }
+    }
 }
 
 /// What a node answers.
@@ -110,22 +180,8 @@ public enum WorkLimits {
 /// experiment's private directory (0600); nodes trust its public half.
 public enum WorkKey {
     public static func load(orCreateAt path: String) throws -> Curve25519.Signing.PrivateKey {
-        switch InputFile.read(path, cap: 4096) {
-        case .success(let bytes):
-            guard let key = try? Curve25519.Signing.PrivateKey(rawRepresentation: bytes) else {
-                throw ExperimentError(.state, "\(path) is not an Ed25519 private key (32 bytes)")
-            }
-            return key
-        case .failure(let p):
-            // Only a key that does not exist yet is made: any other failure would replace the
-            // key every node trusts.
-            guard access(path, F_OK) != 0 && errno == ENOENT else {
-                throw ExperimentError(.io, "\(path): \(p.explanation("the work-signing key"))")
-            }
-            let key = Curve25519.Signing.PrivateKey()
-            try AtomicFile.write(Array(key.rawRepresentation), to: path, mode: 0o600)
-            return key
-        }
+        try KeyFile.load(path, what: "an Ed25519 private key", parse: { try? Curve25519.Signing.PrivateKey(rawRepresentation: $0) },
+                         make: { Curve25519.Signing.PrivateKey() }, raw: { $0.rawRepresentation })
     }
 
     /// The public half as operators write it into a node's key file (base64, one line).
@@ -137,17 +193,23 @@ public enum WorkKey {
     /// key for anything else is never a work request's.
     static let domain = Array("autoharness work request v1\0".utf8)
 
-    public static func sign(_ request: WorkRequest, with key: Curve25519.Signing.PrivateKey) throws -> [UInt8] {
+    /// The request signed; sealed to the node whose sealing key is `sealTo` (base64), which
+    /// is signed in as `sealedTo`.
+    public static func sign(_ request: WorkRequest, with key: Curve25519.Signing.PrivateKey, sealTo: String? = nil) throws -> [UInt8] {
+        var request = request
+        request.sealedTo = sealTo
         let encoder = JSONEncoder()
         encoder.outputFormatting = .sortedKeys
         let body = try encoder.encode(request)
-        let signed = SignedWork(body: body, signature: try key.signature(for: domain + Array(body)))
-        return Array(try JSONEncoder().encode(signed))
+        let signature = try key.signature(for: domain + Array(body))
+        guard let sealTo else { return Array(try JSONEncoder().encode(SignedWork(body: body, signature: signature))) }
+        return Array(try JSONEncoder().encode(SignedWork(body: Data(), signature: signature, sealed: try NodeSealKey.seal(body, to: sealTo))))
     }
 
-    /// The request, if `bytes` is one signed by `trusted` (base64 public key); otherwise an
-    /// error saying what is wrong (and nothing of the request is used).
-    public static func open(_ bytes: [UInt8], trusted: String) throws -> WorkRequest {
+    /// The request, if `bytes` is one signed by `trusted` (base64 public key) and, if sealed,
+    /// sealed to `node`; otherwise an error saying what is wrong (and nothing of the request
+    /// is used). A held-out request must be sealed to this node.
+    public static func open(_ bytes: [UInt8], trusted: String, node: Curve25519.KeyAgreement.PrivateKey? = nil) throws -> WorkRequest {
         guard let raw = Data(base64Encoded: trusted.trimmingCharacters(in: .whitespacesAndNewlines)),
               let key = try? Curve25519.Signing.PublicKey(rawRepresentation: raw) else {
             throw ExperimentError(.usage, "the supervisor key is not a base64 Ed25519 public key")
@@ -155,17 +217,31 @@ public enum WorkKey {
         guard let signed = try? JSONDecoder().decode(SignedWork.self, from: Data(bytes)) else {
             throw ExperimentError(.refused, "the request is not a signed work request")
         }
-        guard key.isValidSignature(signed.signature, for: domain + Array(signed.body)) else {
+        var body = signed.body
+        if let sealed = signed.sealed {
+            guard let node, let opened = NodeSealKey.open(sealed, with: node) else {
+                throw ExperimentError(.refused, "the request is sealed to another node: refused, nothing ran")
+            }
+            body = opened
+        }
+        guard key.isValidSignature(signed.signature, for: domain + Array(body)) else {
             throw ExperimentError(.refused, "the request's signature is not the supervisor's: refused, nothing ran")
         }
         let request: WorkRequest
         do {
-            request = try JSONDecoder().decode(WorkRequest.self, from: signed.body)
+            request = try JSONDecoder().decode(WorkRequest.self, from: body)
         } catch {
             throw ExperimentError(.refused, "the signed request does not decode: \(error)")
         }
         guard request.version == WorkRequest.version else {
             throw ExperimentError(.refused, "request version \(request.version); this node speaks \(WorkRequest.version)")
+        }
+        // Signed for one node: no other runs it, sealed or not.
+        if let to = request.sealedTo, to != node.map(NodeSealKey.publicText) {
+            throw ExperimentError(.refused, "the request is for another node: refused, nothing ran")
+        }
+        guard !request.heldOut || (signed.sealed != nil && request.sealedTo != nil) else {
+            throw ExperimentError(.refused, "a held-out request must be sealed to this node: refused, nothing ran")
         }
         return request
     }
