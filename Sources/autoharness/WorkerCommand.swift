@@ -61,9 +61,7 @@ struct WorkerCommand: ParsableCommand {
         var settings = RemoteWorker.Settings(trustedKey: key, policySearchPaths: searchPaths,
                                              stateDirectory: state, scratchRoot: scratch)
         settings.log = { printErr("autoharness worker: \($0)") }
-        let answer = try RemoteWorker.serve(input, settings)
-        let data = try JSONEncoder().encode(answer)
-        FileHandle.standardOutput.write(data)
+        FileHandle.standardOutput.write(Data(try RemoteWorker.answer(input, settings)))
     }
 }
 

@@ -135,7 +135,7 @@ struct RunAloneRayTests {
                 continue
             }
             #expect(exit == 0 && !nodeID.isEmpty, "\(stderr)")
-            let answer = try RemoteWork.check(bytes, for: request)
+            let answer = try RemoteWork.check(bytes, for: request, answerKey: node.answerKey)
             #expect(answer.outcomes.map(\.reward) == [1, 0], "\(answer.outcomes)")
             #expect(answer.traces.isEmpty == request.heldOut)
         }
@@ -442,7 +442,7 @@ struct RunAloneRayTests {
         chmod(liar, 0o755)
         // Node 4 is honest until `flag` exists; then it runs each held-out request (sealed:
         // only it can open one; its nonce is then among its own) and answers it badly.
-        let flag = remote.temp.file("node-4-lies")
+        let flag = remote.temp.file("node-4-lies"), liedTo = remote.temp.file("node-4-nonces")
         let heldOutLiar = remote.temp.file("held-out-liar")
         try """
             #!/bin/sh
@@ -450,7 +450,9 @@ struct RunAloneRayTests {
             request=$(mktemp)
             cat > "$request"
             if [ -e \(flag) ] && /usr/bin/python3 -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1])).get("sealed") else 1)' "$request"; then
+                ls "$AUTOHARNESS_WORKER_STATE/nonces" | sort > "$request.before"
                 \(Built.autoharness) "$@" < "$request" > /dev/null
+                ls "$AUTOHARNESS_WORKER_STATE/nonces" | sort | comm -13 "$request.before" - >> \(liedTo)
                 printf '{"nonce":"%032d","outcomes":[],"traces":{},"violations":[]}' 0
                 exit 0
             fi
@@ -492,7 +494,6 @@ struct RunAloneRayTests {
         // Node 4 now answers held-out requests badly: the gate ends interrupted and counted,
         // node 4 is recorded without a task named, and the request it held never runs again
         // (on node 1, the only other node left).
-        let honest = Set(FileSystemProbe.names(cluster.state("w4") + "/nonces"))
         FileManager.default.createFile(atPath: flag, contents: Data())
         let gate = try onCluster("gate")
         #expect(gate.status == 5 && gate.stderr.contains("answered a held-out request badly and is excluded"), "\(gate.status) \(gate.stderr)")
@@ -502,7 +503,7 @@ struct RunAloneRayTests {
         let reason = heldOutRow["reason"] as? String ?? ""
         let testIDs = try remote.split().test
         #expect(reason == "a held-out answer that is not valid" && !testIDs.contains { reason.contains($0) || gate.stdout.contains($0) }, "\(reason)")
-        let lied = Set(FileSystemProbe.names(cluster.state("w4") + "/nonces")).subtracting(honest)
+        let lied = Set(((try? String(contentsOfFile: liedTo, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init))
         #expect(!lied.isEmpty && lied.isDisjoint(with: FileSystemProbe.names(cluster.state("w1") + "/nonces")), "a held-out request node 4 answered badly ran again on node 1: \(lied)")
         let attempts = try remote.rows("gate_attempt")
         #expect(attempts.count == 1 && attempts.last?["reason"] as? String == "interrupted", "\(attempts)")

@@ -15,6 +15,8 @@ struct RemoteWorkTests {
     struct Node {
         let temp: TempDir
         let key = Curve25519.Signing.PrivateKey()
+        /// The supervisor's key for held-out answers (one per batch).
+        let answerKey = Curve25519.KeyAgreement.PrivateKey()
         var keyFile: String { temp.file("supervisor.pub") }
         var state: String { temp.file("state") }
 
@@ -30,7 +32,8 @@ struct RemoteWorkTests {
             var work = try RemoteWork(key: key, policySearchPaths: [Built.packageRoot + "/policies"])
             work.defaultAgentTimeout = 60
             work.binarySHA256 = try WorkDigest.file(Built.autoharness)
-            return try work.request(ids.compactMap { bench.task($0) }, agentPy: Array(agent.utf8), heldOut: heldOut, concurrency: 2)
+            return try work.request(ids.compactMap { bench.task($0) }, agentPy: Array(agent.utf8), heldOut: heldOut, concurrency: 2,
+                                    answerTo: heldOut ? NodeSealKey.publicText(answerKey) : nil)
         }
 
         /// The node's sealing key, made as the worker makes it (in its state directory).
@@ -82,7 +85,7 @@ struct RemoteWorkTests {
         let request = try node.request(["add-2", "mul-1"], heldOut: true)
         let r = try node.serve(try node.sign(request))
         #expect(r.status == 0, "\(r.stderr)")
-        let answer = try RemoteWork.check(Array(r.stdout.utf8), for: request)
+        let answer = try RemoteWork.check(Array(r.stdout.utf8), for: request, answerKey: node.answerKey)
         #expect(answer.outcomes.map(\.reward) == [1, 0] && answer.traces.isEmpty)
         #expect(answer.outcomes.allSatisfy { $0.detail == nil && $0.agentSeconds == 0 && $0.verifierSeconds == 0 && $0.failures == nil }, "\(answer.outcomes)")
         #expect(node.workDirectories.isEmpty)
@@ -173,26 +176,39 @@ struct RemoteWorkTests {
         // The same request on the host as it is runs (its nonce was never claimed).
         let ran = try node.serve(bytes)
         #expect(ran.status == 0, "\(ran.stderr)")
-        #expect(try RemoteWork.check(Array(ran.stdout.utf8), for: request).outcomes.map(\.reward) == [1])
+        #expect(try RemoteWork.check(Array(ran.stdout.utf8), for: request, answerKey: node.answerKey).outcomes.map(\.reward) == [1])
     }
 
-    @Test("a held-out request travels sealed to its node: its task files are not in its bytes, a node that trusts the same supervisor but holds another key cannot open it, and a held-out request that is not sealed is refused")
+    @Test("a held-out request travels sealed to its node and its answer sealed to the supervisor: a node that trusts the same supervisor but holds another key cannot open it, nor run it sealed again to it, and a held-out request that is not sealed is refused")
     func heldOutSealedToItsNode() throws {
         try requireRoot()
         let node = try Node(), other = try Node()
         try WorkKey.publicText(node.key).write(toFile: other.keyFile, atomically: true, encoding: .utf8)
         let request = try node.request(["add-2"], heldOut: true)
         let bytes = try node.sign(request)
-        let instruction = try #require(request.tasks.first?.files.first { $0.path == "instruction.md" }?.bytes)
-        #expect(Data(bytes).range(of: instruction) == nil && Data(bytes).range(of: instruction.base64EncodedData()) == nil, "the task's instruction travels in the clear")
+        // Only ciphertext travels: no body in the clear, the sealed box instead.
+        let envelope = try JSONDecoder().decode(SignedWork.self, from: Data(bytes))
+        #expect(envelope.body.isEmpty && envelope.sealed != nil, "the request travels in the clear")
         let elsewhere = try other.serve(bytes)
         #expect(elsewhere.status == 2 && elsewhere.stderr.contains("sealed to another node"), "\(elsewhere.status) \(elsewhere.stderr)")
+        // The plaintext (as the node it was sealed to could open it) sealed again to another
+        // node: that node opens it, and refuses it, as it was signed for the first.
+        let box = try #require(envelope.sealed)
+        let nodeKey = try node.sealKey()
+        let body = try #require(NodeSealKey.open(box, with: nodeKey))
+        let resealed = SignedWork(body: Data(), signature: envelope.signature, sealed: try NodeSealKey.seal(body, to: NodeSealKey.publicText(try other.sealKey())))
+        let forwarded = try other.serve(Array(try JSONEncoder().encode(resealed)))
+        #expect(forwarded.status == 2 && forwarded.stderr.contains("the request is for another node"), "\(forwarded.status) \(forwarded.stderr)")
         let unsealed = try node.serve(try WorkKey.sign(request, with: node.key))
         #expect(unsealed.status == 2 && unsealed.stderr.contains("a held-out request must be sealed to this node"), "\(unsealed.status) \(unsealed.stderr)")
         #expect(node.nonces.isEmpty && other.nonces.isEmpty)
         let ran = try node.serve(bytes)
         #expect(ran.status == 0, "\(ran.stderr)")
-        #expect(try RemoteWork.check(Array(ran.stdout.utf8), for: request).outcomes.map(\.reward) == [1])
+        // The answer is sealed to the supervisor: no task id or reward in the clear, and
+        // another key cannot open it.
+        #expect(!ran.stdout.contains("add-2") && (try? JSONDecoder().decode(SealedAnswer.self, from: Data(ran.stdout.utf8))) != nil, "\(ran.stdout.prefix(200))")
+        #expect(throws: ExperimentError.self) { try RemoteWork.check(Array(ran.stdout.utf8), for: request, answerKey: Curve25519.KeyAgreement.PrivateKey()) }
+        #expect(try RemoteWork.check(Array(ran.stdout.utf8), for: request, answerKey: node.answerKey).outcomes.map(\.reward) == [1])
     }
 
     @Test("the node's state: a directory others can read is refused; a killed worker's private directory is swept by the next worker that runs alone")

@@ -212,7 +212,7 @@ def main():
     given = {n: 0 for n in usable}
     excluded = set()
     waiting = []      # (id, request, avoid)
-    in_flight = {}    # ref -> (id, node)
+    in_flight = {}    # ref -> (id, node, sealed to it)
     unsettled = {}    # id -> node, answered but not yet judged by the supervisor
     ended = False
 
@@ -252,7 +252,7 @@ def main():
             node = min(free, key=lambda x: (load[x], given[x]))
             load[node] += 1
             given[node] += 1
-            in_flight[run_on_node.options(scheduling_strategy=pinned(node)).remote(request)] = (n, node)
+            in_flight[run_on_node.options(scheduling_strategy=pinned(node)).remote(request)] = (n, node, bound is not None)
         if not in_flight:
             if ended and not waiting:
                 break
@@ -263,7 +263,7 @@ def main():
             continue
         done, _ = ray.wait(list(in_flight), num_returns=1, timeout=0.5)
         for ref in done:
-            n, node = in_flight.pop(ref)
+            n, node, sealed = in_flight.pop(ref)
             unsettled[n] = node
             try:
                 result = ray.get(ref)
@@ -275,7 +275,10 @@ def main():
                 live = alive()
                 emit({"id": n, "node": node, "error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:300] if str(e) else "")})
                 continue
-            emit(typed(result, n, node))
+            answer = typed(result, n, node)
+            if sealed:
+                answer["stderr"] = ""  # a held-out run's node output stays on the node
+            emit(answer)
     return 0
 
 

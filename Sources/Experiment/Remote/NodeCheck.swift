@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Sandbox
 import SandboxPolicy
@@ -57,6 +58,9 @@ public enum NodeCheck {
         if report.binarySHA256 != binarySHA256 { return "its autoharness (sha256 \(report.binarySHA256.prefix(16))) is not the supervisor's (\(binarySHA256.prefix(16)))" }
         if report.policiesSHA256 != policiesSHA256 { return "its policies (sha256 \(report.policiesSHA256.prefix(16))) are not the supervisor's (\(policiesSHA256.prefix(16)))" }
         if !report.problems.isEmpty { return "it fails the host checks: \(report.problems.joined(separator: "; "))" }
+        guard let raw = Data(base64Encoded: report.sealKey), (try? Curve25519.KeyAgreement.PublicKey(rawRepresentation: raw)) != nil else {
+            return "its sealing key is not an X25519 public key"
+        }
         return nil
     }
 }

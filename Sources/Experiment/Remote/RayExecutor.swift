@@ -27,7 +27,8 @@ public struct RemoteWork {
     /// A request for `tasks` of a local benchmark with `agentPy`: the tasks' files (but
     /// `solution/`, which only oracle runs read), this binary's and these policies' digests,
     /// a fresh nonce.
-    public func request(_ tasks: [BenchmarkTask], agentPy: [UInt8], heldOut: Bool, concurrency: Int, validFor seconds: Double = 86_400) throws -> WorkRequest {
+    public func request(_ tasks: [BenchmarkTask], agentPy: [UInt8], heldOut: Bool, concurrency: Int, answerTo: String? = nil,
+                        validFor seconds: Double = 86_400) throws -> WorkRequest {
         var work: [WorkTask] = []
         for t in tasks {
             let files = try RemoteWorker.collect(t.directory, strict: true).filter { !$0.path.hasPrefix("solution/") }
@@ -39,6 +40,7 @@ public struct RemoteWork {
                             policiesSHA256: policiesSHA256, taskPolicy: taskPolicy,
                             verifierPolicy: verifierPolicy, concurrency: concurrency, agentPy: Data(agentPy), tasks: work)
         r.defaultAgentTimeout = defaultAgentTimeout
+        r.answerTo = answerTo
         r.expires = Date().timeIntervalSince1970 + seconds
         return r
     }
@@ -48,8 +50,17 @@ public struct RemoteWork {
     /// The node's answer to `request`, if it is one: its nonce, exactly the requested ids in
     /// order, finite rewards in [0, 1] consistent with their statuses, no traces for held-out
     /// tasks, and no trace file outside its task. Anything else is an error naming what.
-    public static func check(_ bytes: [UInt8], for request: WorkRequest) throws -> WorkAnswer {
+    public static func check(_ bytes: [UInt8], for request: WorkRequest, answerKey: Curve25519.KeyAgreement.PrivateKey? = nil) throws -> WorkAnswer {
         guard bytes.count <= WorkLimits.maxAnswer else { throw ExperimentError(.refused, "the answer is over \(WorkLimits.maxAnswer) bytes") }
+        var bytes = bytes
+        if let to = request.answerTo {
+            guard let key = answerKey, NodeSealKey.publicText(key) == to,
+                  let envelope = try? JSONDecoder().decode(SealedAnswer.self, from: Data(bytes)),
+                  let opened = NodeSealKey.open(envelope.sealed, with: key, info: NodeSealKey.answerInfo) else {
+                throw ExperimentError(.refused, "the answer is not sealed to this supervisor's key")
+            }
+            bytes = Array(opened)
+        }
         let answer: WorkAnswer
         do { answer = try JSONDecoder().decode(WorkAnswer.self, from: Data(bytes)) } catch {
             throw ExperimentError(.refused, "the answer does not decode: \(error)")

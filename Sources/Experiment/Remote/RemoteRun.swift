@@ -1,4 +1,5 @@
 import Benchmark
+import Crypto
 import Foundation
 import Sandbox
 import SupervisorIO
@@ -38,7 +39,11 @@ extension ExperimentSupervisor {
         let chunks = stride(from: 0, to: known.count, by: config.executor.tasksPerRequest).map {
             Array(known[$0..<min($0 + config.executor.tasksPerRequest, known.count)])
         }
-        let requests = try chunks.map { try work.request($0, agentPy: agentPy, heldOut: heldOut, concurrency: 1) }
+        // Held-out answers come back sealed to a key of this batch's, which never leaves here.
+        let answerKey = Curve25519.KeyAgreement.PrivateKey()
+        let requests = try chunks.map {
+            try work.request($0, agentPy: agentPy, heldOut: heldOut, concurrency: 1, answerTo: heldOut ? NodeSealKey.publicText(answerKey) : nil)
+        }
         var environment = ["PATH": host["PATH"] ?? "/usr/local/bin:/usr/bin:/bin", "HOME": host["HOME"] ?? "/root", "RAY_AUTH_MODE": "token",
                            "RAY_USAGE_STATS_ENABLED": "0"]
         for name in ["RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"] { environment[name] = host[name] }
@@ -80,7 +85,10 @@ extension ExperimentSupervisor {
                 } else {
                     why = "it did not report (\(n.error ?? "no report"))"
                 }
-                if let why {
+                // Two nodes with one sealing key (a cloned state volume) would open each
+                // other's held-out requests: neither is used.
+                let twin = n.report.map { r in seen.contains { $0.node != n.node && $0.report?.sealKey == r.sealKey } } ?? false
+                if let why = why ?? (twin ? "its sealing key is another node's too (a shared or cloned state directory)" : nil) {
                     log?("executor: ray: node \(shown(n.address)) (\(n.node.prefix(12))) not used: \(shown(why))")
                 } else {
                     use.append(n.node)
@@ -98,7 +106,8 @@ extension ExperimentSupervisor {
             guard !open.isEmpty else { throw ExperimentError(.io, "executor: ray: no accepted node is left for a held-out request; \(ending)") }
             let node = open[turn % open.count]
             turn += 1
-            return (try work.sign(requests[i], sealTo: sealKeys[node]), node)
+            guard let key = sealKeys[node] else { throw ExperimentError(.io, "executor: ray: node \(node.prefix(12)) has no sealing key; \(ending)") }
+            return (try work.sign(requests[i], sealTo: key), node)
         }, settle: { i, result in
             let request = requests[i]
             let names = request.tasks.count == 1 || !heldOut ? request.tasks.map(\.id).joined(separator: ", ") : "\(request.tasks.count) tasks"
@@ -132,7 +141,7 @@ extension ExperimentSupervisor {
                 }
                 do {
                     if oversized { throw ExperimentError(.refused, "the answer is over \(WorkLimits.maxAnswer) bytes") }
-                    answer = try RemoteWork.check(bytes, for: request)
+                    answer = try RemoteWork.check(bytes, for: request, answerKey: answerKey)
                 } catch {
                     // A node that answers badly is recorded and gets nothing of this
                     // experiment again, at its address; a train request goes to another

@@ -32,7 +32,16 @@ public enum RemoteWorker {
         }
     }
 
-    public static func serve(_ input: [UInt8], _ s: Settings) throws -> WorkAnswer {
+    /// The bytes to answer `input` with: the answer as JSON, sealed to the supervisor's key
+    /// for a request that names one (every held-out request).
+    public static func answer(_ input: [UInt8], _ s: Settings) throws -> [UInt8] {
+        let (request, answer) = try serve(input, s)
+        let json = try JSONEncoder().encode(answer)
+        guard let to = request.answerTo else { return Array(json) }
+        return Array(try JSONEncoder().encode(SealedAnswer(sealed: try NodeSealKey.seal(json, to: to, info: NodeSealKey.answerInfo))))
+    }
+
+    static func serve(_ input: [UInt8], _ s: Settings) throws -> (WorkRequest, WorkAnswer) {
         try checkStateDirectory(s.stateDirectory)
         let request = try WorkKey.open(input, trusted: s.trustedKey, node: try NodeSealKey.load(orCreateAt: s.stateDirectory + "/node-key"))
         let binary = try WorkDigest.executable()
@@ -123,7 +132,7 @@ public enum RemoteWorker {
                 answer.traces[id] = files
             }
         }
-        return answer
+        return (request, answer)
     }
 
     /// The state directory holds the nonces and held-out files: root's alone, never a link.

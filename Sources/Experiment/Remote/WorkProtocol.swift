@@ -28,6 +28,9 @@ public struct WorkRequest: Codable, Sendable, Equatable {
     /// A held-out request's node: the public half of its sealing key (base64), the only key
     /// that opens the request, signed in so that no other node runs it.
     public var sealedTo: String?
+    /// A held-out request's answer is sealed to this key (base64 X25519, the supervisor's for
+    /// this batch): ids, rewards and statuses cross Ray only as ciphertext.
+    public var answerTo: String?
     public var concurrency: Int
     /// The agent.py under evaluation.
     public var agentPy: Data
@@ -84,10 +87,16 @@ public struct SealedBody: Codable, Sendable {
     public var box: Data
 }
 
+/// An answer only the supervisor that asked can open (to a request with `answerTo`).
+public struct SealedAnswer: Codable, Sendable {
+    public var sealed: SealedBody
+}
+
 /// A worker node's sealing key (X25519), made on first use in its state directory (0600);
 /// `autoharness worker --check` reports the public half.
 public enum NodeSealKey {
     static let info = Array("autoharness sealed work request v1".utf8)
+    static let answerInfo = Array("autoharness sealed work answer v1".utf8)
 
     public static func load(orCreateAt path: String) throws -> Curve25519.KeyAgreement.PrivateKey {
         try KeyFile.load(path, what: "the node's sealing key", parse: { try? Curve25519.KeyAgreement.PrivateKey(rawRepresentation: $0) },
@@ -98,27 +107,27 @@ public enum NodeSealKey {
         key.publicKey.rawRepresentation.base64EncodedString()
     }
 
-    static func symmetric(_ secret: SharedSecret, ephemeral: Data, recipient: Data) -> SymmetricKey {
+    static func symmetric(_ secret: SharedSecret, ephemeral: Data, recipient: Data, info: [UInt8]) -> SymmetricKey {
         secret.hkdfDerivedSymmetricKey(using: SHA256.self, salt: ephemeral + recipient, sharedInfo: info, outputByteCount: 32)
     }
 
-    /// `body` sealed to the node whose public key is `recipient` (base64).
-    static func seal(_ body: Data, to recipient: String) throws -> SealedBody {
+    /// `body` sealed to the holder of the X25519 key whose public half is `recipient` (base64).
+    static func seal(_ body: Data, to recipient: String, info: [UInt8] = NodeSealKey.info) throws -> SealedBody {
         guard let raw = Data(base64Encoded: recipient), let key = try? Curve25519.KeyAgreement.PublicKey(rawRepresentation: raw) else {
             throw ExperimentError(.refused, "the node's sealing key is not a base64 X25519 public key")
         }
         let ephemeral = Curve25519.KeyAgreement.PrivateKey()
         let secret = try ephemeral.sharedSecretFromKeyAgreement(with: key)
-        let box = try ChaChaPoly.seal(body, using: symmetric(secret, ephemeral: ephemeral.publicKey.rawRepresentation, recipient: raw))
+        let box = try ChaChaPoly.seal(body, using: symmetric(secret, ephemeral: ephemeral.publicKey.rawRepresentation, recipient: raw, info: info))
         return SealedBody(ephemeral: ephemeral.publicKey.rawRepresentation, box: box.combined)
     }
 
     /// The body, if `sealed` was sealed to `key`; nil otherwise.
-    static func open(_ sealed: SealedBody, with key: Curve25519.KeyAgreement.PrivateKey) -> Data? {
+    static func open(_ sealed: SealedBody, with key: Curve25519.KeyAgreement.PrivateKey, info: [UInt8] = NodeSealKey.info) -> Data? {
         guard let peer = try? Curve25519.KeyAgreement.PublicKey(rawRepresentation: sealed.ephemeral),
               let secret = try? key.sharedSecretFromKeyAgreement(with: peer),
               let box = try? ChaChaPoly.SealedBox(combined: sealed.box) else { return nil }
-        return try? ChaChaPoly.open(box, using: symmetric(secret, ephemeral: sealed.ephemeral, recipient: key.publicKey.rawRepresentation))
+        return try? ChaChaPoly.open(box, using: symmetric(secret, ephemeral: sealed.ephemeral, recipient: key.publicKey.rawRepresentation, info: info))
     }
 }
 
