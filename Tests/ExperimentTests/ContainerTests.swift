@@ -153,6 +153,7 @@ struct RunAloneContainerTests {
             cgroup.remove()
         }
         try #require(started.status == 0, "podman run: \(started.stderr)")
+        try cluster.waitForNodes(1, python: python)
 
         // The supervisor is the binary baked into the image (a node runs only the
         // supervisor's own binary), with its policies and templates beside it.

@@ -260,8 +260,28 @@ struct RunAloneRayTests {
                 workers.append(try launch(ray, ["start", "--address=\(address)", "--node-ip-address=\(subnet).\(n + 1)", "--num-cpus=1"],
                                           name: "w\(n)", namespace: namespaces[n - 1], keyFile: keyFile, binary: binaries[n], before: before[n]))
             }
-            if count > 0 { usleep(3_000_000) }
             try #require(workers.allSatisfy(\.isRunning) && head?.isRunning == true, "a Ray node did not start (see \(temp.path)/ray-*)")
+            if count > 0 { try waitForNodes(count, python: python) }
+        }
+
+        /// Waits (up to two minutes) until `count` worker nodes are alive in the cluster: a
+        /// test that names each node's part must not start while one is still joining.
+        func waitForNodes(_ count: Int, python: String) throws {
+            let probe = "import ray; ray.init(address='\(address)', log_to_driver=False, logging_level='ERROR'); "
+                + "print('ALIVE', sum(1 for n in ray.nodes() if n['Alive'] and n['Resources'].get('CPU', 0) > 0))"
+            var env = ProcessInfo.processInfo.environment
+            env["RAY_AUTH_MODE"] = "token"
+            env["RAY_AUTH_TOKEN"] = token
+            env["RAY_USAGE_STATS_ENABLED"] = "0"
+            let deadline = Date().addingTimeInterval(120)
+            var last = ""
+            while Date() < deadline {
+                let r = try runProcess(python, ["-c", probe], environment: env)
+                last = r.stdout + r.stderr.suffix(300)
+                if let line = r.stdout.split(separator: "\n").first(where: { $0.hasPrefix("ALIVE ") }), Int(line.dropFirst(6)) ?? 0 >= count { return }
+                sleep(2)
+            }
+            Issue.record("the cluster did not reach \(count) worker node(s) in two minutes: \(last)")
         }
 
         /// One more network namespace on the bridge (its address `subnet.N+1` for the Nth);
