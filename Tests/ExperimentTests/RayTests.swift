@@ -344,6 +344,9 @@ struct RunAloneRayTests {
         func stop() {
             for p in workers + [head].compactMap({ $0 }) where p.isRunning { kill(p.processIdentifier, SIGKILL) }
             for p in workers + [head].compactMap({ $0 }) { p.waitUntilExit() }
+            // The host ends of the veth pairs too: a namespace still held for a moment after
+            // its processes died would keep its pair.
+            for n in namespaces.indices { _ = try? runProcess("/usr/sbin/ip", ["link", "del", "ahv\(tag)\(n + 1)"]) }
             for ns in namespaces { _ = try? runProcess("/usr/sbin/ip", ["netns", "del", ns]) }
             _ = try? runProcess("/usr/sbin/ip", ["link", "del", bridge])
             namespaces = []
