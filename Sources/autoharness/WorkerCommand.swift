@@ -17,7 +17,9 @@ struct WorkerCommand: ParsableCommand {
             supervisor's, byte for byte. Its tasks run with this node's sandboxes, exactly as \
             on the supervisor's host; nothing of them is kept. A held-out request runs only if \
             this host passes the checks `--check` reports (the driver sends held-out requests \
-            only to nodes whose report passed). Exit status: 0 answered, 2 \
+            only to nodes whose report passed); one that names VM settings runs in a fresh \
+            virtual machine on this node (the guest kernel in the settings' kernel directory, \
+            qemu from scripts/install-vm), destroyed before the answer. Exit status: 0 answered, 2 \
             refused (signature, replay, digests, a malformed request), 5 I/O.
             """)
 
@@ -39,11 +41,20 @@ struct WorkerCommand: ParsableCommand {
     @Option(name: .customLong("check-policy"), help: "With --check: a policy requests will run under (repeatable; default benchmark-task and verifier).")
     var checkPolicies: [String] = []
 
+    @Option(name: .customLong("check-vm"), help: "With --check: the held-out VM settings (JSON, as the supervisor sends them for gate.held_out_runtime: vm); the report then says whether such a VM can run here (qemu, the guest kernel, KVM or consent to emulate).")
+    var checkVM: String?
+
     func run() throws {
         let searchPaths = PolicyLocator.searchPaths(explicit: policyDirs)
         if check {
+            var vm: VMSettings?
+            if let checkVM {
+                do { vm = try JSONDecoder().decode(VMSettings.self, from: Data(checkVM.utf8)) } catch {
+                    throw ExperimentError(.usage, "--check-vm: not the VM settings' JSON: \(error)")
+                }
+            }
             let report = try NodeCheck.report(policies: checkPolicies.isEmpty ? ["benchmark-task", "verifier"] : checkPolicies, searchPaths: searchPaths,
-                                              stateDirectory: state)
+                                              stateDirectory: state, vm: vm)
             FileHandle.standardOutput.write(try JSONEncoder().encode(report))
             return
         }

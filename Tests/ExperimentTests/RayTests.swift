@@ -205,6 +205,49 @@ struct RunAloneRayTests {
         #expect(nonces.count >= 5, "\(nonces.count) requests reached the node")
     }
 
+    @Test("with gate.held_out_runtime: vm, a gate's held-out tasks run in a fresh VM on the node (another kernel: the agent that solves only there is accepted, its train tasks on the node's kernel fail); a node that cannot boot the experiment's VM is given no request")
+    func heldOutVMOnTheCluster() throws {
+        try HeldOutVMTests.requireVM()
+        let python = try Self.python()
+        let remote = try Experiment(prepare: false, config: HeldOutVMTests.vm)
+        let key = try autoharness(["worker-key", "-C", remote.root])
+        try #require(key.status == 0, "\(key.stderr)")
+        let keyFile = remote.temp.file("supervisor.pub")
+        try key.stdout.write(toFile: keyFile, atomically: true, encoding: .utf8)
+        let token = String(UUID().uuidString.filter(\.isHexDigit).prefix(32))
+        let head = try Head(python: python, token: token, keyFile: keyFile, temp: remote.temp)
+        let config = remote.root + "/experiment_config.yaml"
+        let base = try String(contentsOfFile: config, encoding: .utf8) + "\nexecutor:\n  kind: ray\n  address: \(head.address)\n  python: \(python)\n  tasks_per_request: 100\n"
+        try base.write(toFile: config, atomically: true, encoding: .utf8)
+        var env = ProcessInfo.processInfo.environment
+        env["RAY_AUTH_TOKEN"] = token
+        func onCluster(_ args: String...) throws -> Run { try autoharness(args + ["-C", remote.root], environment: env) }
+        let prepared = try Self.whenUp(head, python: python) { () throws -> Run in
+            let r = try onCluster("prepare")
+            if r.status != 0 && r.stderr.contains("could not connect") { throw ExperimentError(.io, r.stderr) }
+            return r
+        }
+        #expect(prepared.status == 0, "\(prepared.stdout) \(prepared.stderr)")
+        let (train, test) = try remote.split()
+        try remote.setAgent(HeldOutVMTests.solver("if open('/proc/sys/kernel/random/boot_id').read().strip() == '\(HeldOutVMTests.hostBootID)':\n    return"))
+        let gate = try onCluster("gate")
+        #expect(gate.status == 0 && gate.stdout.contains("ACCEPTED") && gate.stdout.contains("val_score: 1.00"), "\(gate.stdout)\n\(gate.stderr)")
+        #expect(gate.stderr.contains("held-out runtime: a fresh VM per held-out request"), "\(gate.stderr)")
+        // The train tasks ran on the node's own kernel, where this agent fails every one.
+        #expect(gate.stdout.contains("0 task(s) promoted"), "\(gate.stdout)")
+        let nonces = (try? FileManager.default.contentsOfDirectory(atPath: remote.temp.file("state") + "/nonces")) ?? []
+        #expect(!test.isEmpty && !train.isEmpty && nonces.count >= 3, "\(nonces.count) requests reached the node")
+
+        // The experiment's VM names a guest kernel the node does not have: its check fails and
+        // it is given nothing, train work included.
+        try base.replacingOccurrences(of: "allow_emulation: true", with: "allow_emulation: true, kernel_dir: /nonexistent/kernel")
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        let refused = try onCluster("benchmark", "--task-ids", train[0])
+        #expect(refused.status != 0 && refused.stderr.contains("not used: it fails the host checks: held-out VM") && refused.stderr.contains("/nonexistent/kernel"),
+                "\(refused.status) \(refused.stderr)")
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: remote.temp.file("state") + "/nonces")) ?? []).count == nonces.count)
+    }
+
     @Test("a driver with a wrong token is refused by the cluster, and a cluster without token authentication is refused by the driver")
     func tokensRequired() throws {
         try requireRoot()

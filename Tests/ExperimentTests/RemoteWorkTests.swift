@@ -52,8 +52,9 @@ struct RemoteWorkTests {
         func serve(_ bytes: [UInt8]) throws -> Run {
             let input = temp.file("request-\(UUID().uuidString)")
             FileManager.default.createFile(atPath: input, contents: Data(bytes))
-            // On tmpfs, as the worker requires (held-out work never reaches a disk).
-            let scratch = "/dev/shm/ah-test-worker-" + UUID().uuidString
+            // On tmpfs, as the worker requires (held-out work never reaches a disk); short, as
+            // a held-out VM's sockets go below it (a socket path is at most 107 bytes).
+            let scratch = "/dev/shm/ahw-" + UUID().uuidString.prefix(8)
             defer { try? FileManager.default.removeItem(atPath: scratch) }
             return try runProcess(Built.autoharness, ["worker", "--supervisor-key", keyFile, "--state", state, "--scratch", scratch,
                                                       "--policy-dir", Built.packageRoot + "/policies"], stdinPath: input)
@@ -177,6 +178,53 @@ struct RemoteWorkTests {
         let ran = try node.serve(bytes)
         #expect(ran.status == 0, "\(ran.stderr)")
         #expect(try RemoteWork.check(Array(ran.stdout.utf8), for: request, answerKey: node.answerKey).outcomes.map(\.reward) == [1])
+    }
+
+    @Test("a held-out request naming a VM runs in a fresh one on its node (its tasks see another kernel; the same tasks on the node's kernel fail), and leaves nothing; a node that cannot boot that VM says so in its check and refuses the request before its nonce; a train request naming a VM is refused")
+    func heldOutInNodeVM() throws {
+        try HeldOutVMTests.requireVM()
+        let node = try Node()
+        var vm = VMSettings()
+        (vm.accel, vm.allowEmulation, vm.memoryMiB) = (.tcg, true, 1536)
+        // Solves a task only where the kernel is not the node's (its boot id differs).
+        let agent = HeldOutVMTests.solver("if open('/proc/sys/kernel/random/boot_id').read().strip() == '\(HeldOutVMTests.hostBootID)':\n    return")
+        func request(_ settings: VMSettings?, heldOut: Bool = true) throws -> WorkRequest {
+            var r = try node.request(["add-2", "mul-1"], agent: agent, heldOut: heldOut)
+            r.vm = settings
+            return r
+        }
+        let inVM = try request(vm)
+        let r = try node.serve(try node.sign(inVM))
+        #expect(r.status == 0, "\(r.stderr)")
+        #expect(try RemoteWork.check(Array(r.stdout.utf8), for: inVM, answerKey: node.answerKey).outcomes.map(\.reward) == [1, 1], "\(r.stderr)")
+        #expect(r.stderr.contains("held-out VM: 2 task(s) answered") && r.stderr.contains("held-out VM done; dropped "), "\(r.stderr)")
+        #expect(node.workDirectories.isEmpty, "\(node.workDirectories)")
+        // The control: the same tasks in the node's own sandboxes fail.
+        let onHost = try request(nil)
+        let h = try node.serve(try node.sign(onHost))
+        #expect(h.status == 0, "\(h.stderr)")
+        #expect(try RemoteWork.check(Array(h.stdout.utf8), for: onHost, answerKey: node.answerKey).outcomes.map(\.reward) == [0, 0])
+
+        // A guest kernel that is not there: the check names it and the request is refused
+        // before its nonce is taken.
+        var broken = vm
+        broken.kernelDirectory = node.temp.file("no-kernel")
+        let policies = Built.packageRoot + "/policies"
+        let json = String(decoding: try JSONEncoder().encode(broken), as: UTF8.self)
+        let check = try runProcess(Built.autoharness, ["worker", "--check", "--state", node.state, "--policy-dir", policies, "--check-vm", json])
+        #expect(check.status == 0, "\(check.stderr)")
+        let report = try JSONDecoder().decode(NodeReport.self, from: Data(check.stdout.utf8))
+        #expect(report.problems.contains { $0.contains("held-out VM") && $0.contains("no-kernel") }, "\(report.problems)")
+        let good = try runProcess(Built.autoharness, ["worker", "--check", "--state", node.state, "--policy-dir", policies,
+                                                      "--check-vm", String(decoding: try JSONEncoder().encode(vm), as: UTF8.self)])
+        #expect(try JSONDecoder().decode(NodeReport.self, from: Data(good.stdout.utf8)).problems.isEmpty, "\(good.stdout) \(good.stderr)")
+        let cannot = try request(broken)
+        let refused = try node.serve(try node.sign(cannot))
+        #expect(refused.status == 2 && refused.stderr.contains("cannot run the request's held-out VM"), "\(refused.status) \(refused.stderr)")
+        let train = try request(vm, heldOut: false)
+        let trainRefused = try node.serve(try node.sign(train))
+        #expect(trainRefused.status == 2 && trainRefused.stderr.contains("a train request names a VM"), "\(trainRefused.status) \(trainRefused.stderr)")
+        #expect(Set(node.nonces) == [inVM.nonce, onHost.nonce], "\(node.nonces)")
     }
 
     @Test("a held-out request travels sealed to its node and its answer sealed to the supervisor: a node that trusts the same supervisor but holds another key cannot open it, nor run it sealed again to it, and a held-out request that is not sealed is refused")

@@ -6,7 +6,7 @@ requests; every decision (which node may work, whether an answer counts, what is
 is the supervisor's. JSON lines:
 
   stdin   {"address": "HOST:PORT", "num_cpus": 1, "timeout": SECONDS, "max_in_flight": N,
-           "check_policies": ["benchmark-task", "verifier"]}
+           "check_policies": ["benchmark-task", "verifier"], "check_vm": "<VM settings JSON>" (optional)}
   stdout  {"nodes": [{"node": ID, "address": IP, "report": "<worker --check JSON>"} or
                      {"node": ID, "address": IP, "error": "why"}, ...]}
           or {"fatal": "why"} (then it exits 1)
@@ -105,6 +105,23 @@ def typed(result, n, node):
             "oversized": result.get("oversized", False), "stderr": result.get("stderr", "")[-4000:]}
 
 
+def result_line(get, n, node, sealed, task_error):
+    """The line for request n's result, which `get` fetches (raising as ray.get does). A task
+    that raised on the node (`task_error`) is the node's doing: an empty answer, which the
+    supervisor judges bad, never taken for a lost node. Any other exception is a loss. A
+    held-out run's stderr (sealed) stays on the node: it could name test tasks."""
+    try:
+        result = get()
+    except task_error:
+        result = None
+    except Exception as e:  # noqa: BLE001 - a lost node or task is an answer too
+        return {"id": n, "node": node, "error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:300] if str(e) else "")}
+    answer = typed(result, n, node)
+    if sealed:
+        answer["stderr"] = ""
+    return answer
+
+
 def worker_argv(o, extra):
     argv = [o.environ.get("AUTOHARNESS_WORKER_BIN", "autoharness"), "worker"] + extra
     if o.environ.get("AUTOHARNESS_WORKER_STATE"):
@@ -141,11 +158,11 @@ def main():
         return 1
 
     @ray.remote(num_cpus=num_cpus, max_retries=0)
-    def check_node(policies):
+    def check_node(policies, vm):
         import os as o
         import subprocess as sp
 
-        argv = worker_argv(o, ["--check"] + [a for p in policies for a in ("--check-policy", p)])
+        argv = worker_argv(o, ["--check"] + [a for p in policies for a in ("--check-policy", p)] + (["--check-vm", vm] if vm else []))
         try:
             p = sp.run(argv, capture_output=True, timeout=120)
         except (OSError, sp.TimeoutExpired) as e:
@@ -181,7 +198,7 @@ def main():
         cpus = ray.cluster_resources().get("CPU", 0)
         emit({"fatal": "the Ray cluster at %s has %s CPU(s) in all and no node with %s: no node can run a request (start worker nodes)" % (address, cpus, num_cpus)})
         return 1
-    checks = {check_node.options(scheduling_strategy=pinned(n["NodeID"])).remote(first.get("check_policies", [])): n for n in nodes}
+    checks = {check_node.options(scheduling_strategy=pinned(n["NodeID"])).remote(first.get("check_policies", []), first.get("check_vm")): n for n in nodes}
     done, _ = ray.wait(list(checks), num_returns=len(checks), timeout=180)
     reports = []
     for ref, n in checks.items():
@@ -265,20 +282,10 @@ def main():
         for ref in done:
             n, node, sealed = in_flight.pop(ref)
             unsettled[n] = node
-            try:
-                result = ray.get(ref)
-            except ray.exceptions.RayTaskError:
-                # The task itself raised on the node: the node's doing, an answer that is
-                # not one (the supervisor judges it), never taken for a lost node.
-                result = None
-            except Exception as e:  # noqa: BLE001 - a lost node or task is an answer too
+            line = result_line(lambda: ray.get(ref), n, node, sealed, ray.exceptions.RayTaskError)
+            if "error" in line:
                 live = alive()
-                emit({"id": n, "node": node, "error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:300] if str(e) else "")})
-                continue
-            answer = typed(result, n, node)
-            if sealed:
-                answer["stderr"] = ""  # a held-out run's node output stays on the node
-            emit(answer)
+            emit(line)
     return 0
 
 

@@ -15,9 +15,9 @@ public enum HeldOutRuntime: String, Sendable, CaseIterable, Equatable {
 }
 
 /// `gate.vm:` in the experiment config.
-public struct VMSettings: Sendable, Equatable {
+public struct VMSettings: Codable, Sendable, Equatable {
     /// `gate.vm.accel`: how qemu runs the guest.
-    public enum Accel: String, Sendable, CaseIterable, Equatable {
+    public enum Accel: String, Codable, Sendable, CaseIterable, Equatable {
         /// KVM when a probe boot succeeds, otherwise emulation if `allow_emulation` permits.
         case auto
         case kvm

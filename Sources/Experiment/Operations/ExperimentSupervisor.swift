@@ -394,7 +394,9 @@ public final class ExperimentSupervisor {
         // refused before the gate counts (nothing looked yet); `auto` takes one where a KVM
         // guest boots, and the host says what it leaves open.
         if !heldOutRuntimeSettled && config.executor.kind == .ray {
-            log?("held-out runtime: the sandboxes of the Ray cluster's nodes (executor: ray; each node evicts what they read and moves its inode counters after them)")
+            log?(config.heldOutRuntime == .vm
+                 ? "held-out runtime: a fresh VM per held-out request on the Ray node it is sealed to (executor: ray, gate.held_out_runtime: vm; nodes that cannot boot one are not used)"
+                 : "held-out runtime: the sandboxes of the Ray cluster's nodes (executor: ray; each node evicts what they read and moves its inode counters after them)")
             heldOutRuntimeSettled = true
         } else if !heldOutRuntimeSettled {
             switch config.heldOutRuntime {
@@ -782,21 +784,27 @@ public final class ExperimentSupervisor {
         return outcomes
     }
 
-    /// The longest the held-out tasks can take at `max_concurrency`, from each task's own
-    /// limits as the runner applies them (task.toml's, else `per_task_timeout`, else the
-    /// default) plus a minute of setup each: any schedule of them fits in the sum spread over
-    /// the workers plus the longest one.
+    /// The longest the held-out tasks can take at `max_concurrency` (`heldOutBound(_:tasks:fallback:concurrency:)`);
+    /// a tool runs the tasks in one process, which its own timeout bounds.
     func heldOutBound(_ ids: [String], benchmarkRoot: String?) -> Double {
-        let fallback = config.perTaskTimeout ?? LocalBenchmark.defaultTimeout
-        let tasks = benchmarkRoot.flatMap { try? LocalBenchmark(directory: $0) }.map { Dictionary($0.tasks.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a }) } ?? [:]
-        let each = ids.map { id -> Double in
-            guard let t = tasks[id] else { return fallback * 2 + 60 }
-            return (t.agentTimeoutDeclared ? t.agentTimeout : fallback) + t.verifierTimeout + 60
-        }
-        let spread = (each.reduce(0, +) / Double(max(1, config.maxConcurrency))) + (each.max() ?? 0)
-        // A tool runs the tasks in one process, which its own timeout bounds.
+        let tasks = benchmarkRoot.flatMap { try? LocalBenchmark(directory: $0) }?.tasks ?? []
+        let spread = Self.heldOutBound(ids, tasks: tasks, fallback: config.perTaskTimeout ?? LocalBenchmark.defaultTimeout,
+                                       concurrency: config.maxConcurrency)
         if !config.runsOwnTasks, let t = config.runner.timeout { return max(spread, t + 120) }
         return spread
+    }
+
+    /// From each task's own limits as the runner applies them (task.toml's, else `fallback`)
+    /// plus a minute of setup each: any schedule of them, `concurrency` at a time, fits in the
+    /// sum spread over the workers plus the longest one. An id with no task counts twice the
+    /// fallback. (A worker node bounds its held-out VM with it too.)
+    static func heldOutBound(_ ids: [String], tasks: [BenchmarkTask], fallback: Double, concurrency: Int) -> Double {
+        let byID = Dictionary(tasks.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        let each = ids.map { id -> Double in
+            guard let t = byID[id] else { return fallback * 2 + 60 }
+            return (t.agentTimeoutDeclared ? t.agentTimeout : fallback) + t.verifierTimeout + 60
+        }
+        return (each.reduce(0, +) / Double(max(1, concurrency))) + (each.max() ?? 0)
     }
 
     /// Refused syscalls and limit events of a run, as ledger violation records (one per kind

@@ -44,12 +44,28 @@ public enum NodeCheck {
         return out
     }
 
-    /// The node's report; its sealing key is made in `stateDirectory` on first use.
-    public static func report(policies: [String], searchPaths: [String], stateDirectory: String) throws -> NodeReport {
+    /// The node's report; its sealing key is made in `stateDirectory` on first use. With
+    /// `vm` (the experiment's `gate.held_out_runtime: vm`), whether a held-out VM of those
+    /// settings can run here (qemu, the guest kernel, KVM or the consent to emulate) is a check
+    /// too: a node that cannot is not used.
+    public static func report(policies: [String], searchPaths: [String], stateDirectory: String, vm: VMSettings? = nil) throws -> NodeReport {
         try RemoteWorker.checkStateDirectory(stateDirectory)
         let key = try NodeSealKey.load(orCreateAt: stateDirectory + "/node-key")
+        var found = problems(policies: policies, loader: PolicyLoader(searchPaths: searchPaths))
+        if let vm, let why = vmProblem(vm) { found.append(why) }
         return NodeReport(binarySHA256: try WorkDigest.executable(), policiesSHA256: try WorkDigest.policies(searchPaths),
-                          problems: problems(policies: policies, loader: PolicyLoader(searchPaths: searchPaths)), sealKey: NodeSealKey.publicText(key))
+                          problems: found, sealKey: NodeSealKey.publicText(key))
+    }
+
+    /// Why a held-out VM of `settings` cannot run on this host, or nil when it can.
+    static func vmProblem(_ settings: VMSettings) -> String? {
+        do {
+            _ = try HeldOutVM(settings: settings, log: nil)
+            return nil
+        } catch {
+            let text = "\(error)"
+            return text.hasPrefix("held-out VM") ? text : "held-out VM: " + text
+        }
     }
 
     /// Why the supervisor gives a node no request, or nil when it is usable: its own report

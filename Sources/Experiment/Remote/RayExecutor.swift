@@ -150,6 +150,9 @@ public struct RayExecutor: Sendable {
     public var maxInFlight = 1
     /// The policies nodes check they can enforce (`worker --check --check-policy`).
     public var checkPolicies = ["benchmark-task", "verifier"]
+    /// The held-out VM's settings nodes check they can run (`worker --check --check-vm`), when
+    /// held-out requests run in one.
+    public var checkVM: VMSettings?
 
     public init(python: String, driver: String, address: String, environment: [String: String]) {
         self.python = python
@@ -205,7 +208,9 @@ public struct RayExecutor: Sendable {
             if let fatal = o["fatal"] as? String { throw ExperimentError(.refused, "Ray: \(fatal)") }
             return o
         }
-        try send(["address": address, "num_cpus": 1, "timeout": timeout, "max_in_flight": maxInFlight, "check_policies": checkPolicies])
+        var first: [String: Any] = ["address": address, "num_cpus": 1, "timeout": timeout, "max_in_flight": maxInFlight, "check_policies": checkPolicies]
+        if let checkVM { first["check_vm"] = String(decoding: try JSONEncoder().encode(checkVM), as: UTF8.self) }
+        try send(first)
         let seen = (try receive("it listed the cluster's nodes")["nodes"] as? [[String: Any]] ?? []).map { n in
             NodeSeen(node: n["node"] as? String ?? "?", address: n["address"] as? String ?? "?",
                      report: (n["report"] as? String).flatMap { try? JSONDecoder().decode(NodeReport.self, from: Data($0.utf8)) },

@@ -58,6 +58,9 @@ public enum RemoteWorker {
         guard (1...64).contains(request.concurrency), !request.tasks.isEmpty else {
             throw ExperimentError(.refused, "the request names no task or a concurrency outside 1...64")
         }
+        guard request.vm == nil || request.heldOut else {
+            throw ExperimentError(.refused, "a train request names a VM (only held-out requests run in one)")
+        }
         guard request.expires > Date().timeIntervalSince1970 else {
             throw ExperimentError(.refused, "the request expired at \(Int(request.expires)) (unix time): refused, nothing ran")
         }
@@ -68,6 +71,14 @@ public enum RemoteWorker {
             let problems = NodeCheck.problems(policies: [request.taskPolicy, request.verifierPolicy], loader: PolicyLoader(searchPaths: s.policySearchPaths))
             guard problems.isEmpty else {
                 throw ExperimentError(.refused, "this node fails the host checks a held-out request needs (\(problems.joined(separator: "; "))): refused, nothing ran")
+            }
+        }
+        // A held-out VM this node cannot boot (no qemu or guest kernel, no KVM and no consent
+        // to emulate) is refused here too, before the nonce: the request can run elsewhere.
+        var machine: HeldOutVM?
+        if let settings = request.vm {
+            do { machine = try HeldOutVM(settings: settings, log: s.log) } catch {
+                throw ExperimentError(.refused, "this node cannot run the request's held-out VM (\(error)): refused, nothing ran")
             }
         }
         // Held-out tasks run alone on this node: no train task of any request runs beside
@@ -97,19 +108,23 @@ public enum RemoteWorker {
                                         traceDirectory: { heldOut ? nil : work + "/traces/" + $0 })
         context.toolAudit = tool
         context.log = s.log
-        // Held-out tasks leave this node's kernel as the supervisor's host would be left:
-        // their pages evicted, the inode-number counters moved, before anything runs again.
-        let cache = heldOut ? PageCacheEviction(journal: s.stateDirectory + "/held-out-pages") : nil
-        context.pageCache = cache
         let ids = request.tasks.map(\.id)
         let outcomes: [TaskOutcome]
-        do {
-            defer { if let cache { settle(cache, log: s.log) } }
-            outcomes = try adapter.run(ids, context)
-        } catch {
-            throw ExperimentError(.io, "running the tasks: \(error)")
+        if let machine {
+            outcomes = try runInVM(request, machine, work: work, benchmark: bench, s, agent: agent, tool: tool)
+        } else {
+            // Held-out tasks leave this node's kernel as the supervisor's host would be left:
+            // their pages evicted, the inode-number counters moved, before anything runs again.
+            let cache = heldOut ? PageCacheEviction(journal: s.stateDirectory + "/held-out-pages") : nil
+            context.pageCache = cache
+            do {
+                defer { if let cache { settle(cache, log: s.log) } }
+                outcomes = try adapter.run(ids, context)
+            } catch {
+                throw ExperimentError(.io, "running the tasks: \(error)")
+            }
+            if let failure = context.writeFailures.failure { throw ExperimentError(.io, "\(failure)") }
         }
-        if let failure = context.writeFailures.failure { throw ExperimentError(.io, "\(failure)") }
         let byID = Dictionary(outcomes.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         let all = ids.map { byID[$0] ?? TaskOutcome(id: $0, reward: 0, status: .missingResult) }
         // A held-out answer is what a held-out VM's is: each task's reward and status class,
@@ -133,6 +148,41 @@ public enum RemoteWorker {
             }
         }
         return (request, answer)
+    }
+
+    /// A held-out request's tasks in a fresh VM on this node (`HeldOutVM`, as a gate with
+    /// `held_out_runtime: vm` boots on the supervisor's host): the guest reads this request's
+    /// tasks, agent.py and a config naming its policies through read-only shares, and answers
+    /// rewards, status classes and violation counts. What qemu read of the shares for it is
+    /// evicted from this node's page cache before the answer.
+    static func runInVM(_ request: WorkRequest, _ vm: HeldOutVM, work: String, benchmark: LocalBenchmark, _ s: Settings,
+                        agent: AuditLog, tool: AuditLog) throws -> [TaskOutcome] {
+        // The guest loads an experiment config as the supervisor's guest does: this request's.
+        func quoted(_ text: String) -> String { String(decoding: try! JSONEncoder().encode(text), as: UTF8.self) }
+        var yaml = "benchmark: local\ndataset: benchmark\n"
+        if let t = request.defaultAgentTimeout { yaml += "per_task_timeout: \(t)\n" }
+        yaml += "sandbox:\n  task_policy: \(quoted(request.taskPolicy))\n  verifier_policy: \(quoted(request.verifierPolicy))\n"
+            + "  scratch: \(quoted(s.scratchRoot))\n"
+        let configPath = work + "/experiment_config.yaml"
+        do throws(IOFailure) { try AtomicFile.write(Array(yaml.utf8), to: configPath, mode: 0o644) } catch { throw ExperimentError(.io, "\(error)") }
+        let config: ExperimentConfig
+        do { config = try ExperimentConfig.load(configPath) } catch { throw ExperimentError(.refused, "the request's VM config: \(error)") }
+        let ids = request.tasks.map(\.id)
+        let guest = GuestRequest(experimentRoot: work, configPath: configPath, policySearchPaths: s.policySearchPaths,
+                                 agentDirectory: work + "/agent", ids: ids, concurrency: request.concurrency)
+        let loader = PolicyLoader(searchPaths: s.policySearchPaths)
+        let image = try GuestImage.plan(request: guest, config: config, policyLoader: loader, adapterPaths: [benchmark.directory], scratch: s.scratchRoot)
+        let cache = PageCacheEviction(journal: s.stateDirectory + "/held-out-pages")
+        defer { s.log("held-out VM done; \(cache.evict())") }
+        let bound = ExperimentSupervisor.heldOutBound(ids, tasks: benchmark.tasks, fallback: request.defaultAgentTimeout ?? LocalBenchmark.defaultTimeout,
+                                                      concurrency: request.concurrency)
+        let result = try vm.run(guest, image: image, scratch: s.scratchRoot, privateDirectory: s.stateDirectory,
+                                deadline: vm.settings.bootTimeout + bound) { shares in
+            do { try cache.record(sources: shares) } catch { throw ExperimentError(.io, "\(error)") }
+        }
+        result.answer.record(agent: agent, tool: tool)
+        s.log("held-out VM: \(ids.count) task(s) answered; boot \(String(format: "%.1f", result.bootSeconds)) s, whole VM \(String(format: "%.1f", result.totalSeconds)) s")
+        return result.answer.outcomes
     }
 
     /// The state directory holds the nonces and held-out files: root's alone, never a link.

@@ -31,6 +31,10 @@ public struct WorkRequest: Codable, Sendable, Equatable {
     /// A held-out request's answer is sealed to this key (base64 X25519, the supervisor's for
     /// this batch): ids, rewards and statuses cross Ray only as ciphertext.
     public var answerTo: String?
+    /// A held-out request's VM (`gate.held_out_runtime: vm`): the node runs its tasks in a
+    /// fresh virtual machine of these settings (its kernel from `kernelDirectory` on the node),
+    /// destroyed before the answer; nil runs them in the node's own sandboxes.
+    public var vm: VMSettings?
     public var concurrency: Int
     /// The agent.py under evaluation.
     public var agentPy: Data

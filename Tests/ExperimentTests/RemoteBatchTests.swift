@@ -1,0 +1,208 @@
+import Benchmark
+import Crypto
+import Foundation
+import Testing
+import TestSupport
+@testable import Experiment
+
+/// `RemoteBatch`, the supervisor's rules for a batch of remote requests, driven without Ray:
+/// each test feeds it what the driver would report and checks the decision (the Ray tests
+/// show the same rules end to end on a real cluster).
+@Suite("Remote batch: which nodes work and what a lost or bad answer means")
+struct RemoteBatchTests {
+    /// A fake cluster's view: nodes with reports, requests, and answers made as a node makes them.
+    struct Fixture {
+        let answerKey = Curve25519.KeyAgreement.PrivateKey()
+        var requests: [WorkRequest]
+        let heldOut: Bool
+        init(heldOut: Bool, count: Int = 3) {
+            self.heldOut = heldOut
+            let to = heldOut ? NodeSealKey.publicText(answerKey) : nil
+            requests = (0..<count).map { i in
+                var r = WorkRequest(nonce: String(repeating: String(i), count: 32), heldOut: heldOut, binarySHA256: "bin", policiesSHA256: "pol",
+                                    taskPolicy: "benchmark-task", verifierPolicy: "verifier", concurrency: 1, agentPy: Data(),
+                                    tasks: [WorkTask(id: "task-\(i)", files: [])])
+                r.answerTo = to
+                return r
+            }
+        }
+
+        static func report(binary: String = "bin", problems: [String] = [], sealKey: String? = nil) -> NodeReport {
+            NodeReport(binarySHA256: binary, policiesSHA256: "pol", problems: problems,
+                       sealKey: sealKey ?? NodeSealKey.publicText(Curve25519.KeyAgreement.PrivateKey()))
+        }
+
+        static func node(_ id: String, _ address: String, _ report: NodeReport?) -> NodeSeen {
+            NodeSeen(node: id, address: address, report: report, error: report == nil ? "Timeout: no answer" : nil)
+        }
+
+        func batch(excluded: [NodeExcludedRecord] = []) -> RemoteBatch {
+            RemoteBatch(requests: requests, heldOut: heldOut, binarySHA256: "bin", policiesSHA256: "pol", excluded: excluded,
+                        answerKey: heldOut ? answerKey : nil, address: "10.0.0.1:6379")
+        }
+
+        /// The bytes a node answers request `i` with (the answer to request `to` if given),
+        /// sealed as the worker seals a held-out answer unless `unsealed`.
+        func answer(_ i: Int, to: Int? = nil, reward: Double = 1, unsealed: Bool = false) throws -> [UInt8] {
+            let r = requests[to ?? i]
+            let a = WorkAnswer(nonce: r.nonce, outcomes: r.tasks.map { TaskOutcome(id: $0.id, reward: reward, status: reward == 1 ? .passed : .failed) })
+            let json = try JSONEncoder().encode(a)
+            guard heldOut && !unsealed else { return Array(json) }
+            return Array(try JSONEncoder().encode(SealedAnswer(sealed: try NodeSealKey.seal(json, to: requests[i].answerTo!, info: NodeSealKey.answerInfo))))
+        }
+    }
+
+    /// What a batch logged and recorded.
+    final class Kept: @unchecked Sendable {
+        var records: [NodeExcludedRecord] = []
+        var log: [String] = []
+    }
+
+    static func wired(_ f: Fixture, excluded: [NodeExcludedRecord] = []) -> (RemoteBatch, Kept) {
+        let kept = Kept()
+        var b = f.batch(excluded: excluded)
+        b.log = { kept.log.append($0) }
+        b.record = { kept.records.append($0) }
+        return (b, kept)
+    }
+
+    @Test("only nodes whose check names this binary and policies with no host problem, that reported, were never excluded at their address, and share their sealing key with no other node get work; none left is an error that names no node's words")
+    func nodesChosen() throws {
+        let f = Fixture(heldOut: false)
+        let shared = NodeSealKey.publicText(Curve25519.KeyAgreement.PrivateKey())
+        let before = NodeExcludedRecord(address: "10.0.0.9", node: "old", reason: "the answer is to another request", heldOut: false)
+        var (b, kept) = Self.wired(f, excluded: [before])
+        let use = try b.choose([
+            Fixture.node("good", "10.0.0.2", Fixture.report()),
+            Fixture.node("other-binary", "10.0.0.3", Fixture.report(binary: "evil")),
+            Fixture.node("no-pids", "10.0.0.4", Fixture.report(problems: ["policy benchmark-task: limits.pids cannot be enforced"])),
+            Fixture.node("silent", "10.0.0.5", nil),
+            Fixture.node("twin-a", "10.0.0.6", Fixture.report(sealKey: shared)),
+            Fixture.node("twin-b", "10.0.0.7", Fixture.report(sealKey: shared)),
+            Fixture.node("liar", "10.0.0.9", Fixture.report()),
+            Fixture.node("bad-key", "10.0.0.8", Fixture.report(sealKey: "bm90IGEga2V5")),
+        ])
+        #expect(use == ["good"])
+        let log = kept.log.joined(separator: "\n")
+        for (node, why) in [("10.0.0.3", "is not the supervisor's"), ("10.0.0.4", "limits.pids cannot be enforced"), ("10.0.0.5", "did not report"),
+                            ("10.0.0.6", "sealing key is another node's too"), ("10.0.0.7", "sealing key is another node's too"),
+                            ("10.0.0.9", "excluded: it answered a request badly before"), ("10.0.0.8", "not an X25519 public key")] {
+            #expect(kept.log.contains { $0.contains("node \(node) ") && $0.contains(why) }, "\(node): \(log)")
+        }
+        var (none, _) = Self.wired(f)
+        #expect {
+            _ = try none.choose([Fixture.node("x", "10.0.0.3", Fixture.report(problems: ["SECRET-NODE-WORDS"]))])
+        } throws: { "\($0)".contains("no node of the cluster") && !"\($0)".contains("SECRET-NODE-WORDS") }
+    }
+
+    @Test("held-out requests are sealed to the accepted nodes in turn, skipping a node out of the batch; with none left the run ends; train requests are bound to no node")
+    func heldOutTargets() throws {
+        let f = Fixture(heldOut: true, count: 4)
+        var (b, _) = Self.wired(f)
+        let ka = Fixture.report(), kb = Fixture.report()
+        _ = try b.choose([Fixture.node("a", "10.0.0.2", ka), Fixture.node("b", "10.0.0.3", kb)])
+        let first = try #require(try b.target(0)), second = try #require(try b.target(1))
+        #expect(first.node == "a" && first.sealKey == ka.sealKey && second.node == "b" && second.sealKey == kb.sealKey)
+        // Node a's answer to request 0 is bad: the gate ends, and a is out of the batch.
+        #expect(throws: ExperimentError.self) { try b.settle(0, .ran(node: "a", exit: 0, answer: Array("junk".utf8), oversized: false, stderr: "")) }
+        #expect(try b.target(2)?.node == "b" && b.target(3)?.node == "b")
+        _ = try? b.settle(1, .lost(node: "b", why: "node died"))
+        #expect { _ = try b.target(3) } throws: { "\($0)".contains("no accepted node is left") }
+        var (train, _) = Self.wired(Fixture(heldOut: false))
+        _ = try train.choose([Fixture.node("a", "10.0.0.2", Fixture.report())])
+        #expect(try train.target(0) == nil)
+    }
+
+    @Test("a train request lost with its node, or refused by it, is sent once more to another node and the first is out of the batch; a second loss ends the run; a held-out request is never sent again")
+    func lossesAndRefusals() throws {
+        let f = Fixture(heldOut: false)
+        var (b, kept) = Self.wired(f)
+        _ = try b.choose(["a", "b", "c"].enumerated().map { Fixture.node($1, "10.0.0.\($0 + 2)", Fixture.report()) })
+        let first = try b.settle(0, .lost(node: "a", why: "ActorDiedError"))
+        #expect(first.answer == nil && first.settlement.resend && first.settlement.exclude == ["a"])
+        #expect { _ = try b.settle(0, .lost(node: "b", why: "again")) } throws: { "\($0)".contains("was lost on node") }
+        // A refusal (the worker exited 2) is a loss too; its stderr goes to the log for a train request.
+        let refused = try b.settle(1, .ran(node: "c", exit: 2, answer: [], oversized: false, stderr: "policies differ"))
+        #expect(refused.settlement.resend && refused.settlement.exclude == ["c"] && kept.log.contains { $0.contains("policies differ") })
+        #expect(kept.records.isEmpty, "a lost node is not excluded from the experiment")
+
+        let h = Fixture(heldOut: true)
+        var (held, heldKept) = Self.wired(h)
+        _ = try held.choose([Fixture.node("a", "10.0.0.2", Fixture.report()), Fixture.node("b", "10.0.0.3", Fixture.report())])
+        #expect(throws: ExperimentError.self) { try held.settle(0, .lost(node: "a", why: "ActorDiedError")) }
+        // A held-out refusal: its node's words (which could name test tasks) are not logged.
+        #expect(throws: ExperimentError.self) { try held.settle(1, .ran(node: "b", exit: 2, answer: [], oversized: false, stderr: "task-1 SECRET")) }
+        #expect(!heldKept.log.joined().contains("SECRET"), "\(heldKept.log)")
+    }
+
+    @Test("a bad train answer records its node first, excludes every node at its address and sends the request to another; a second bad answer to the same request ends the run and excludes no one more")
+    func badTrainAnswers() throws {
+        let f = Fixture(heldOut: false)
+        var (b, kept) = Self.wired(f)
+        _ = try b.choose([Fixture.node("a", "10.0.0.2", Fixture.report()), Fixture.node("a2", "10.0.0.2", Fixture.report()),
+                          Fixture.node("b", "10.0.0.3", Fixture.report()), Fixture.node("c", "10.0.0.4", Fixture.report())])
+        let good = try b.settle(1, .ran(node: "b", exit: 0, answer: try f.answer(1), oversized: false, stderr: ""))
+        #expect(good.answer?.outcomes.map(\.id) == ["task-1"] && !good.settlement.resend)
+        // Node a answers request 0 with request 2's answer.
+        let bad = try b.settle(0, .ran(node: "a", exit: 0, answer: try f.answer(0, to: 2), oversized: false, stderr: ""))
+        #expect(bad.answer == nil && bad.settlement.resend && bad.settlement.exclude == ["a", "a2"])
+        #expect(kept.records.count == 1 && kept.records[0].address == "10.0.0.2" && kept.records[0].reason.contains("another request") && !kept.records[0].heldOut)
+        // Whatever a2 (the same address) answers meanwhile is not used.
+        let late = try b.settle(2, .ran(node: "a2", exit: 0, answer: try f.answer(2), oversized: false, stderr: ""))
+        #expect(late.answer == nil && late.settlement.resend)
+        // The same request answered badly again (oversized this time): the request's doing.
+        #expect { _ = try b.settle(0, .ran(node: "b", exit: 0, answer: [], oversized: true, stderr: "")) } throws: { "\($0)".contains("answered badly by a second node") }
+        #expect(kept.records.count == 1, "\(kept.records)")
+    }
+
+    @Test("a held-out answer is used only sealed to the batch's key; a bad one records its node with a reason naming no task and ends the run; a node out of the batch that answers a held-out request ends it too")
+    func badHeldOutAnswers() throws {
+        let f = Fixture(heldOut: true)
+        var (b, kept) = Self.wired(f)
+        _ = try b.choose([Fixture.node("a", "10.0.0.2", Fixture.report()), Fixture.node("b", "10.0.0.3", Fixture.report())])
+        let good = try b.settle(0, .ran(node: "a", exit: 0, answer: try f.answer(0), oversized: false, stderr: ""))
+        #expect(good.answer?.outcomes.map(\.reward) == [1])
+        #expect { _ = try b.settle(1, .ran(node: "b", exit: 0, answer: try f.answer(1, unsealed: true), oversized: false, stderr: "")) } throws: {
+            "\($0)".contains("answered a held-out request badly") && !"\($0)".contains("task-1")
+        }
+        #expect(kept.records.count == 1 && kept.records[0].heldOut && !kept.records[0].reason.contains("task-") && kept.records[0].node == "b")
+        #expect(!kept.log.joined().contains("task-1"), "\(kept.log)")
+        #expect { _ = try b.settle(2, .ran(node: "b", exit: 0, answer: try f.answer(2), oversized: false, stderr: "")) } throws: {
+            "\($0)".contains("after it was excluded")
+        }
+    }
+
+    /// The driver's judgement of one Ray result (`result_line` in templates/ray/autoharness_ray.py),
+    /// run by the system's Python with stand-ins for what `ray.get` returns or raises.
+    static func driverLine(_ python: String) throws -> [String: Any] {
+        let script = """
+            import json, sys
+            sys.path.insert(0, sys.argv[1])
+            import autoharness_ray as d
+            class TaskError(Exception): pass
+            def raises(e):
+                def get(): raise e
+                return get
+            \(python)
+            print(json.dumps(line))
+            """
+        let r = try runProcess("/usr/bin/python3", ["-c", script, Built.packageRoot + "/templates/ray"])
+        try #require(r.status == 0, "\(r.stderr)")
+        return try #require(try JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any])
+    }
+
+    @Test("the driver passes a node's result on only as typed fields, takes a task that raised on the node for an empty answer (not a lost node), a lost task for a loss, and drops a held-out run's stderr")
+    func driverJudgesResults() throws {
+        let ok = try Self.driverLine("line = d.result_line(lambda: {'exit': 0, 'answer': 'QUJD', 'stderr': 'note', 'oversized': False, 'extra': 'x'}, 3, 'n1', False, TaskError)")
+        #expect(ok["answer"] as? String == "QUJD" && ok["stderr"] as? String == "note" && ok["exit"] as? Int == 0 && ok["extra"] == nil && ok["id"] as? Int == 3)
+        // A node's dict with a field of another type: nothing of it passes.
+        let odd = try Self.driverLine("line = d.result_line(lambda: {'exit': '0', 'answer': 'QUJD'}, 3, 'n1', False, TaskError)")
+        #expect(odd["answer"] as? String == "" && odd["exit"] as? Int == 0 && odd["error"] == nil, "\(odd)")
+        let raised = try Self.driverLine("line = d.result_line(raises(TaskError('boom on the node')), 3, 'n1', False, TaskError)")
+        #expect(raised["answer"] as? String == "" && raised["error"] == nil, "an exception raised by the task is an empty answer: \(raised)")
+        let lost = try Self.driverLine("line = d.result_line(raises(RuntimeError('node died')), 3, 'n1', False, TaskError)")
+        #expect((lost["error"] as? String)?.contains("node died") == true && lost["answer"] == nil)
+        let sealed = try Self.driverLine("line = d.result_line(lambda: {'exit': 2, 'answer': '', 'stderr': 'task-7 refused'}, 3, 'n1', True, TaskError)")
+        #expect(sealed["stderr"] as? String == "" && sealed["exit"] as? Int == 2)
+    }
+}
