@@ -54,7 +54,7 @@ struct WorkerCommand: ParsableCommand {
                 }
             }
             let report = try NodeCheck.report(policies: checkPolicies.isEmpty ? ["benchmark-task", "verifier"] : checkPolicies, searchPaths: searchPaths,
-                                              stateDirectory: state, vm: vm)
+                                              stateDirectory: state, vm: vm, scratchRoot: scratch)
             FileHandle.standardOutput.write(try JSONEncoder().encode(report))
             return
         }

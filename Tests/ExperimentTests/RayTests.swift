@@ -149,30 +149,20 @@ struct RunAloneRayTests {
         #expect(head.members().isEmpty, "Ray processes outlived the cluster: \(head.members())")
     }
 
-    @Test("prepare, a benchmark and a gate with executor: ray give what one machine gives: the same baseline, split, train outcomes and traces, and the same gate (suite, val_score, promotions)")
+    @Test("prepare, a benchmark and a gate with executor: ray across two worker nodes in network namespaces give what one machine gives: the same baseline, split, train outcomes and traces, and the same gate (suite, val_score, promotions)")
     func gateAcrossTheCluster() throws {
         try requireRoot()
         let python = try Self.python()
         let local = try Experiment()
-        let remote = try Experiment(prepare: false)
-        let key = try autoharness(["worker-key", "-C", remote.root])
-        try #require(key.status == 0, "\(key.stderr)")
-        let keyFile = remote.temp.file("supervisor.pub")
-        try key.stdout.write(toFile: keyFile, atomically: true, encoding: .utf8)
-        let token = String(UUID().uuidString.filter(\.isHexDigit).prefix(32))
-        let head = try Head(python: python, token: token, keyFile: keyFile, temp: remote.temp)
+        let (remote, keyFile) = try Self.rayExperiment()
+        let cluster = try Cluster(python: python, keyFile: keyFile, temp: remote.temp, workers: 2)
+        defer { cluster.stop() }
+        let env = try Self.useCluster(remote, cluster, python: python)
         let config = remote.root + "/experiment_config.yaml"
-        try (try String(contentsOfFile: config, encoding: .utf8) + "\nexecutor:\n  kind: ray\n  address: \(head.address)\n  python: \(python)\n  tasks_per_request: 3\n")
-            .write(toFile: config, atomically: true, encoding: .utf8)
-        var env = ProcessInfo.processInfo.environment
-        env["RAY_AUTH_TOKEN"] = token
+        try (try String(contentsOfFile: config, encoding: .utf8) + "  tasks_per_request: 3\n").write(toFile: config, atomically: true, encoding: .utf8)
         func onCluster(_ args: String...) throws -> Run { try autoharness(args + ["-C", remote.root], environment: env) }
 
-        let prepared = try Self.whenUp(head, python: python) { () throws -> Run in
-            let r = try onCluster("prepare")
-            if r.status != 0 && r.stderr.contains("could not connect") { throw ExperimentError(.io, r.stderr) }
-            return r
-        }
+        let prepared = try Self.whenUpOnCluster { try onCluster("prepare") }
         #expect(prepared.status == 0, "\(prepared.stdout) \(prepared.stderr)")
         #expect(prepared.stderr.contains("executor: ray: "), "\(prepared.stderr)")
         #expect(try remote.split() == local.split())
@@ -200,9 +190,10 @@ struct RunAloneRayTests {
         #expect(gateHere.status == gateThere.status && uncommitted(gateHere.stdout) == uncommitted(gateThere.stdout), "\(gateHere.stdout)\n---\n\(gateThere.stdout) \(gateThere.stderr)")
         #expect(try remote.lastGateScores() == local.lastGateScores())
         #expect(try remote.lastGateScores().first == "1", "the gate was to accept the solver")
-        // Every request went to the node and was answered there.
-        let nonces = (try? FileManager.default.contentsOfDirectory(atPath: remote.temp.file("state") + "/nonces")) ?? []
-        #expect(nonces.count >= 5, "\(nonces.count) requests reached the node")
+        // Every request went to a worker node and both took their share; none ran on the head.
+        let ran = [1, 2].map { FileSystemProbe.names(cluster.state("w\($0)") + "/nonces").count }
+        #expect(ran.allSatisfy { $0 > 0 } && ran.reduce(0, +) >= 5, "requests per worker node: \(ran)")
+        #expect(FileSystemProbe.names(cluster.state("head") + "/nonces").isEmpty, "a task ran on the head")
     }
 
     @Test("with gate.held_out_runtime: vm, a gate's held-out tasks run in a fresh VM on the node (another kernel: the agent that solves only there is accepted, its train tasks on the node's kernel fail); a node that cannot boot the experiment's VM is given no request")

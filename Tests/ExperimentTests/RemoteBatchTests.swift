@@ -43,9 +43,9 @@ struct RemoteBatchTests {
 
         /// The bytes a node answers request `i` with (the answer to request `to` if given),
         /// sealed as the worker seals a held-out answer unless `unsealed`.
-        func answer(_ i: Int, to: Int? = nil, reward: Double = 1, unsealed: Bool = false) throws -> [UInt8] {
+        func answer(_ i: Int, to: Int? = nil, reward: Double = 1, status: TaskStatus? = nil, unsealed: Bool = false) throws -> [UInt8] {
             let r = requests[to ?? i]
-            let a = WorkAnswer(nonce: r.nonce, outcomes: r.tasks.map { TaskOutcome(id: $0.id, reward: reward, status: reward == 1 ? .passed : .failed) })
+            let a = WorkAnswer(nonce: r.nonce, outcomes: r.tasks.map { TaskOutcome(id: $0.id, reward: reward, status: status ?? (reward == 1 ? .passed : .failed)) })
             let json = try JSONEncoder().encode(a)
             guard heldOut && !unsealed else { return Array(json) }
             return Array(try JSONEncoder().encode(SealedAnswer(sealed: try NodeSealKey.seal(json, to: requests[i].answerTo!, info: NodeSealKey.answerInfo))))
@@ -125,14 +125,17 @@ struct RemoteBatchTests {
         let refused = try b.settle(1, .ran(node: "c", exit: 2, answer: [], oversized: false, stderr: "policies differ"))
         #expect(refused.settlement.resend && refused.settlement.exclude == ["c"] && kept.log.contains { $0.contains("policies differ") })
         #expect(kept.records.isEmpty, "a lost node is not excluded from the experiment")
+        // Lost with no node to name (none was left to run it): the run ends.
+        #expect { _ = try b.settle(2, .lost(node: "", why: "no accepted node is left")) } throws: { "\($0)".contains("was lost") }
 
         let h = Fixture(heldOut: true)
         var (held, heldKept) = Self.wired(h)
         _ = try held.choose([Fixture.node("a", "10.0.0.2", Fixture.report()), Fixture.node("b", "10.0.0.3", Fixture.report())])
-        #expect(throws: ExperimentError.self) { try held.settle(0, .lost(node: "a", why: "ActorDiedError")) }
+        // Neither error names the held-out task (they reach the coding agent).
+        #expect { _ = try held.settle(0, .lost(node: "a", why: "ActorDiedError")) } throws: { "\($0)".contains("held-out") && !"\($0)".contains("task-") }
         // A held-out refusal: its node's words (which could name test tasks) are not logged.
-        #expect(throws: ExperimentError.self) { try held.settle(1, .ran(node: "b", exit: 2, answer: [], oversized: false, stderr: "task-1 SECRET")) }
-        #expect(!heldKept.log.joined().contains("SECRET"), "\(heldKept.log)")
+        #expect { _ = try held.settle(1, .ran(node: "b", exit: 2, answer: [], oversized: false, stderr: "task-1 SECRET")) } throws: { !"\($0)".contains("task-") }
+        #expect(!heldKept.log.joined().contains("SECRET") && !heldKept.log.joined().contains("task-"), "\(heldKept.log)")
     }
 
     @Test("a bad train answer records its node first, excludes every node at its address and sends the request to another; a second bad answer to the same request ends the run and excludes no one more")
@@ -162,11 +165,20 @@ struct RemoteBatchTests {
         _ = try b.choose([Fixture.node("a", "10.0.0.2", Fixture.report()), Fixture.node("b", "10.0.0.3", Fixture.report())])
         let good = try b.settle(0, .ran(node: "a", exit: 0, answer: try f.answer(0), oversized: false, stderr: ""))
         #expect(good.answer?.outcomes.map(\.reward) == [1])
-        #expect { _ = try b.settle(1, .ran(node: "b", exit: 0, answer: try f.answer(1, unsealed: true), oversized: false, stderr: "")) } throws: {
+        // Sealed, but a reward over 1: the check's own words name the task.
+        let invalid = try f.answer(1, reward: 2, status: .passed)
+        #expect { _ = try RemoteWork.check(invalid, for: f.requests[1], answerKey: f.answerKey) } throws: { "\($0)".contains("task-1") }
+        #expect { _ = try b.settle(1, .ran(node: "b", exit: 0, answer: invalid, oversized: false, stderr: "")) } throws: {
             "\($0)".contains("answered a held-out request badly") && !"\($0)".contains("task-1")
         }
         #expect(kept.records.count == 1 && kept.records[0].heldOut && !kept.records[0].reason.contains("task-") && kept.records[0].node == "b")
         #expect(!kept.log.joined().contains("task-1"), "\(kept.log)")
+        // An unsealed held-out answer is bad too, whatever it holds.
+        var (other, _) = Self.wired(f)
+        _ = try other.choose([Fixture.node("c", "10.0.0.4", Fixture.report())])
+        #expect { _ = try other.settle(0, .ran(node: "c", exit: 0, answer: try f.answer(0, unsealed: true), oversized: false, stderr: "")) } throws: {
+            "\($0)".contains("answered a held-out request badly")
+        }
         #expect { _ = try b.settle(2, .ran(node: "b", exit: 0, answer: try f.answer(2), oversized: false, stderr: "")) } throws: {
             "\($0)".contains("after it was excluded")
         }

@@ -23,7 +23,7 @@ is the supervisor's. JSON lines:
 
 Every request is placed by this driver on one accepted node (the least loaded, then the one
 given fewest requests so far; never one the request must avoid or one excluded; for a
-held-out request, the node the supervisor sealed it to), pinned there (a hard node
+held-out request, the node the supervisor sealed it to, once that node is idle), pinned there (a hard node
 affinity), at most max_in_flight at a time: so the node named in a result is where the
 request ran, whatever that node says of itself. The task runs the node's own `autoharness worker`
 (AUTOHARNESS_WORKER_BIN, default `autoharness` on PATH) with the supervisor's public key the
@@ -172,7 +172,7 @@ def main():
         return {"report": p.stdout.decode("utf-8", "replace")}
 
     @ray.remote(num_cpus=num_cpus, max_retries=0)
-    def run_on_node(request_b64):
+    def run_on_node(request_b64, sealed):
         import base64 as b64
         import os as o
         import subprocess as sp
@@ -186,8 +186,9 @@ def main():
         except (OSError, sp.TimeoutExpired) as e:
             return {"exit": 1, "answer": "", "stderr": str(e)}
         oversized = len(p.stdout) > MAX_ANSWER
+        # A held-out run's own output stays on its node: it never crosses Ray in the clear.
         return {"exit": p.returncode, "answer": "" if oversized else b64.b64encode(p.stdout).decode(), "oversized": oversized,
-                "stderr": p.stderr[-4000:].decode("utf-8", "replace")}
+                "stderr": "" if sealed else p.stderr[-4000:].decode("utf-8", "replace")}
 
     def pinned(node):
         return NodeAffinitySchedulingStrategy(node_id=node, soft=False)
@@ -259,17 +260,30 @@ def main():
             except queue.Empty:
                 break
         while waiting and len(in_flight) + len(unsettled) < max_in_flight:
-            n, request, avoid, bound = waiting.pop(0)
-            free = [x for x in usable if x not in excluded and x not in avoid and x in live and (bound is None or x == bound)]
-            if not free:
-                emit({"id": n, "node": "", "error": "no accepted node is left to run it (excluded, avoided or dead)" if bound is None
-                      else "the node it is sealed to is no longer accepted or alive"})
-                continue
-            # The least loaded, then the one given fewest so far: idle nodes take turns.
-            node = min(free, key=lambda x: (load[x], given[x]))
-            load[node] += 1
-            given[node] += 1
-            in_flight[run_on_node.options(scheduling_strategy=pinned(node)).remote(request)] = (n, node, bound is not None)
+            placed = False
+            for k, (n, request, avoid, bound) in enumerate(waiting):
+                able = [x for x in usable if x not in excluded and x not in avoid and x in live and (bound is None or x == bound)]
+                if not able:
+                    waiting.pop(k)
+                    emit({"id": n, "node": "", "error": "no accepted node is left to run it (excluded, avoided or dead)" if bound is None
+                          else "the node it is sealed to is no longer accepted or alive"})
+                    placed = True
+                    break
+                # A held-out request waits until its node is idle: sent earlier, it would only
+                # queue on the node's exclusive lock while its time ran. Others go past it.
+                free = [x for x in able if bound is None or load[x] == 0]
+                if not free:
+                    continue
+                waiting.pop(k)
+                # The least loaded, then the one given fewest so far: idle nodes take turns.
+                node = min(free, key=lambda x: (load[x], given[x]))
+                load[node] += 1
+                given[node] += 1
+                in_flight[run_on_node.options(scheduling_strategy=pinned(node)).remote(request, bound is not None)] = (n, node, bound is not None)
+                placed = True
+                break
+            if not placed:
+                break
         if not in_flight:
             if ended and not waiting:
                 break

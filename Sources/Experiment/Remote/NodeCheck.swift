@@ -48,19 +48,31 @@ public enum NodeCheck {
     /// `vm` (the experiment's `gate.held_out_runtime: vm`), whether a held-out VM of those
     /// settings can run here (qemu, the guest kernel, KVM or the consent to emulate) is a check
     /// too: a node that cannot is not used.
-    public static func report(policies: [String], searchPaths: [String], stateDirectory: String, vm: VMSettings? = nil) throws -> NodeReport {
+    public static func report(policies: [String], searchPaths: [String], stateDirectory: String, vm: VMSettings? = nil,
+                              scratchRoot: String = "/dev/shm/autoharness") throws -> NodeReport {
         try RemoteWorker.checkStateDirectory(stateDirectory)
         let key = try NodeSealKey.load(orCreateAt: stateDirectory + "/node-key")
         var found = problems(policies: policies, loader: PolicyLoader(searchPaths: searchPaths))
-        if let vm, let why = vmProblem(vm) { found.append(why) }
+        if let vm, let why = vmProblem(vm, scratchRoot: scratchRoot) { found.append(why) }
         return NodeReport(binarySHA256: try WorkDigest.executable(), policiesSHA256: try WorkDigest.policies(searchPaths),
                           problems: found, sealKey: NodeSealKey.publicText(key))
     }
 
     /// Why a held-out VM of `settings` cannot run on this host, or nil when it can.
-    static func vmProblem(_ settings: VMSettings) -> String? {
+    static func vmProblem(_ settings: VMSettings, scratchRoot: String) -> String? {
         do {
-            _ = try HeldOutVM(settings: settings, log: nil)
+            let vm = try HeldOutVM(settings: settings, log: nil)
+            // `accel: kvm` is taken on the operator's word where the supervisor runs it; a
+            // node proves it: a guest must boot (the probe, remembered until the next boot).
+            if settings.accel == .kvm {
+                let probe = HeldOutVM.probeKVMCached(kernel: vm.kernel, qemu: vm.qemu)
+                if !probe.works { return "held-out VM: gate.vm.accel is kvm and no KVM guest boots here (\(probe.why))" }
+            }
+            // Its sockets go below the scratch root (`HeldOutVM.run`): a path the kernel takes.
+            let longest = scratchRoot + "/" + HeldOutVM.workPrefix + ProcessIdentity.current.tag + "-ffffffffffffffff/results.sock"
+            if longest.utf8.count > 107 {
+                return "held-out VM: the scratch root \(scratchRoot) is too long for the VM's sockets (\(longest.utf8.count) bytes of the 107 a socket path may have)"
+            }
             return nil
         } catch {
             let text = "\(error)"

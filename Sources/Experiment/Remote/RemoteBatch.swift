@@ -111,8 +111,8 @@ struct RemoteBatch {
     /// happens instead (sent again, nodes excluded); throws when the run must end.
     mutating func settle(_ i: Int, _ result: RemoteResult) throws -> (settlement: Settlement, answer: WorkAnswer?) {
         let request = requests[i]
-        let names = request.tasks.count == 1 || !heldOut ? request.tasks.map(\.id).joined(separator: ", ") : "\(request.tasks.count) tasks"
-        let what = heldOut ? "held-out" : names
+        // A held-out request is named by its kind only: these errors reach the coding agent.
+        let what = heldOut ? "held-out" : request.tasks.map(\.id).joined(separator: ", ")
         let node = result.node, at = Self.shown(addresses[node] ?? "?")
         if outOfBatch.contains(node) {
             if !heldOut { return (Settlement(resend: true), nil) }

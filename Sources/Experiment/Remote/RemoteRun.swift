@@ -50,6 +50,11 @@ extension ExperimentSupervisor {
         var executor = RayExecutor(python: config.executor.python, driver: templates + "/ray/autoharness_ray.py", address: address,
                                    environment: environment)
         executor.maxInFlight = config.maxConcurrency
+        // A request's run on its node is bounded as the node bounds it (its tasks' own limits,
+        // a VM's boot), with room for its setup and eviction: never cut short by the driver.
+        let fallback = config.perTaskTimeout ?? LocalBenchmark.defaultTimeout
+        let longest = chunks.map { Self.heldOutBound($0.map(\.id), tasks: $0, fallback: fallback, concurrency: 1) }.max() ?? 0
+        executor.timeout = longest + (vm?.bootTimeout ?? 0) + 300
         executor.checkPolicies = [local.taskPolicy, local.verifierPolicy]
         // Every node is checked for the VM (train and held-out requests alike go only to nodes
         // that pass every check).

@@ -74,7 +74,8 @@ public enum RemoteWorker {
             }
         }
         // A held-out VM this node cannot boot (no qemu or guest kernel, no KVM and no consent
-        // to emulate) is refused here too, before the nonce: the request can run elsewhere.
+        // to emulate) is refused here too, before the nonce (the driver's check should have
+        // kept the request from this node; its refusal still interrupts the gate).
         var machine: HeldOutVM?
         if let settings = request.vm {
             do { machine = try HeldOutVM(settings: settings, log: s.log) } catch {
@@ -84,7 +85,7 @@ public enum RemoteWorker {
         // Held-out tasks run alone on this node: no train task of any request runs beside
         // them, and the next one starts after their pages are evicted (the lock is released
         // when this process ends, however it ends).
-        try lockNode(s.stateDirectory, exclusive: request.heldOut)
+        for line in try lockNode(s.stateDirectory, scratchRoot: s.scratchRoot, exclusive: request.heldOut) { s.log(line) }
         try claimNonce(request.nonce, in: s.stateDirectory)
 
         let work = s.stateDirectory + "/work-" + request.nonce
@@ -176,7 +177,9 @@ public enum RemoteWorker {
         defer { s.log("held-out VM done; \(cache.evict())") }
         let bound = ExperimentSupervisor.heldOutBound(ids, tasks: benchmark.tasks, fallback: request.defaultAgentTimeout ?? LocalBenchmark.defaultTimeout,
                                                       concurrency: request.concurrency)
-        let result = try vm.run(guest, image: image, scratch: s.scratchRoot, privateDirectory: s.stateDirectory,
+        // A failed boot's console goes to the request's directory, removed with it: nothing of
+        // a held-out run stays on the node.
+        let result = try vm.run(guest, image: image, scratch: s.scratchRoot, privateDirectory: work,
                                 deadline: vm.settings.bootTimeout + bound) { shares in
             do { try cache.record(sources: shares) } catch { throw ExperimentError(.io, "\(error)") }
         }
@@ -196,9 +199,12 @@ public enum RemoteWorker {
 
     /// Shared for train requests, exclusive for held-out ones: `node.lock` in the state
     /// directory, held until this process exits. A worker that finds no other running first
-    /// removes the private directories of workers that were killed (their `defer` never ran):
-    /// only then can no directory there be in use.
-    static func lockNode(_ state: String, exclusive: Bool) throws {
+    /// cleans up after workers that were killed (their `defer` never ran): their private
+    /// directories, their held-out VMs' work directories, and what their held-out runs left
+    /// in the page cache (their journal); only then can none of it be in use. Returns what it
+    /// cleaned up.
+    static func lockNode(_ state: String, scratchRoot: String, exclusive: Bool) throws -> [String] {
+        var cleaned: [String] = []
         let fd = open(state + "/node.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw ExperimentError(.io, "\(state)/node.lock: \(ErrnoName.describe(errno))") }
         func lock(_ operation: Int32) -> Bool {
@@ -207,11 +213,13 @@ public enum RemoteWorker {
         }
         if lock(LOCK_EX | LOCK_NB) {
             for name in FileSystem.names(in: state) where name.hasPrefix("work-") { _ = FileSystem.removeTree(state + "/" + name) }
+            cleaned += Leftovers.sweepVMWork(scratchRoot)
+            if let r = PageCacheEviction.evictLeftover(journal: state + "/held-out-pages") { cleaned.append("a held-out run was cut off; \(r)") }
             // A train request goes on under a shared lock (a conversion: held-out workers
             // waiting meanwhile may get in first, which only delays this one).
-            if exclusive || lock(LOCK_SH) { return }  // fd deliberately left open: the lock lasts as long as this worker
+            if exclusive || lock(LOCK_SH) { return cleaned }  // fd deliberately left open: the lock lasts as long as this worker
         } else if errno == EWOULDBLOCK, lock(exclusive ? LOCK_EX : LOCK_SH) {
-            return
+            return cleaned
         }
         let e = errno
         close(fd)

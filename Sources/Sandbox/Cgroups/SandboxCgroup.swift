@@ -30,11 +30,19 @@ final class SandboxCgroup {
     /// `freezable`, the sandbox also gets a freezer cgroup (v2 `cgroup.freeze` where the
     /// unified hierarchy is mounted, else the v1 freezer); `freezer` stays nil if the host
     /// has neither.
+    /// With `accountPages` (a held-out sandbox), the sandbox gets a memory cgroup even
+    /// without a memory limit: the page cache it brings in is charged there, and reclaimed
+    /// from there once the held-out sandboxes are gone (`PageCacheEviction`).
     init(id: String, limits: Limits, host: CgroupHost = .current, allowUnenforced: Bool,
-         freezable: Bool = false) throws(SandboxError) {
+         freezable: Bool = false, accountPages: Bool = false) throws(SandboxError) {
         let name = "autoharness-\(id).\(Self.ownerTag)"
         let wanted = CgroupHost.requested(limits)
         var placed = host.plan(for: limits)
+        if accountPages && !placed.contains(where: { $0.controller == "memory" }) {
+            var memoryOnly = Limits()
+            memoryOnly.memory = 0
+            placed += host.plan(for: memoryOnly)
+        }
         if freezable, let f = host.freezerParent() { placed.append(("freezer", f.version, f.parent)) }
         Self.sweepOrphans(host)
         for c in wanted where !placed.contains(where: { $0.controller == c }) {
@@ -60,6 +68,8 @@ final class SandboxCgroup {
                     if p.version == 1 || access(dir + "/cgroup.freeze", F_OK) == 0 { freezer = (p.version, dir) }
                     continue
                 }
+                // A memory cgroup made only to account pages has no limit to apply.
+                if p.controller == "memory" && limits.memory == nil { continue }
                 try Self.apply(controller: p.controller, version: p.version, dir: dir, limits: limits)
                 enforcement.append(.init(limit: Self.key(p.controller), value: Self.value(p.controller, limits),
                                          mechanism: "cgroup v\(p.version) \(p.controller) (\(dir))"))
@@ -207,13 +217,25 @@ final class SandboxCgroup {
         readText(dir + "/cgroup.procs").split(separator: "\n").compactMap { pid_t($0) }.filter { $0 > 0 }
     }
 
+    /// The memory cgroup's directory, if the sandbox has one.
+    var memoryDirectory: (version: Int, path: String)? {
+        directories.first { $0.controller == "memory" }.map { ($0.version, $0.path) }
+    }
+
     /// Removes the cgroups. Every process in them descends from this sandbox's monitor; any
     /// straggler is killed by pid before the directory is removed. Returns what could not be
-    /// removed.
+    /// removed. `keeping`: a directory left in place, emptied of processes (the memory
+    /// cgroup whose charged pages are reclaimed later; on v2 it is the sandbox's one directory).
     @discardableResult
-    func remove() -> [String] {
+    func remove(keeping: String? = nil) -> [String] {
         var failed: [String] = []
         var seen: Set<String> = []
+        if let keeping {
+            seen.insert(keeping)
+            if !Self.emptied(keeping, version: directories.first { $0.path == keeping }?.version ?? 1, killing: killListed, thawing: thaw) {
+                failed.append(keeping)
+            }
+        }
         for d in directories.reversed() where seen.insert(d.path).inserted {
             // v2 (5.14+): one write kills every process in the cgroup, including any forked
             // after we listed them. The pid loop below stays for v1 and older kernels.
@@ -233,6 +255,63 @@ final class SandboxCgroup {
         directories.removeAll()
         freezer = nil
         return failed
+    }
+
+    /// `remove()`, but a held-out sandbox's memory cgroup is kept, emptied, and handed to
+    /// `cache`, which reclaims the page cache charged to it and removes it (`evict()`).
+    @discardableResult
+    func removeHandingOver(to cache: PageCacheEviction?) -> [String] {
+        guard let cache else { return remove() }
+        let memory = memoryDirectory
+        let failed = remove(keeping: memory?.path)
+        // A cgroup with a process left in it cannot be shown to hold only what it charged.
+        cache.ended(charging: memory.flatMap { failed.contains($0.path) ? nil : $0 })
+        return failed
+    }
+
+    /// Waits until `dir` holds no process, killing stragglers by pid (every process there
+    /// descends from the sandbox's monitor); false if some remain after about half a second.
+    static func emptied(_ dir: String, version: Int, killing: () -> Void, thawing: () -> Void) -> Bool {
+        if version == 2, !processes(in: dir).isEmpty { _ = CgroupHost.writeErrno(dir + "/cgroup.kill", "1") }
+        for attempt in 0..<50 {
+            if processes(in: dir).isEmpty { return true }
+            killing()
+            if attempt == 0 { thawing() }
+            usleep(useconds_t(attempt < 10 ? 1000 : 10_000))
+        }
+        return processes(in: dir).isEmpty
+    }
+
+    /// The file pages (page cache, not tmpfs) charged to the memory cgroup at `dir`, in bytes,
+    /// as its `memory.stat` says; nil when that cannot be read. The kernel folds its per-CPU
+    /// counts into these figures in batches (at the latest every 2 s), so a recent change
+    /// can be missing from them: a figure for the log, never a proof.
+    static func chargedFilePages(_ dir: String) -> UInt64? {
+        let stat = readText(dir + "/memory.stat")
+        // v1 names all file-backed pages `cache`, v2 `file`; both count tmpfs pages in them
+        // too, which `shmem` counts alone (tmpfs pages are the sandbox's own, freed with it).
+        guard let all = field(stat, "cache") ?? field(stat, "file"), let shmem = field(stat, "shmem") else { return nil }
+        return UInt64(max(0, all - shmem))
+    }
+
+    /// Reclaims what the empty memory cgroup at `dir` holds: v1 `memory.force_empty` (which
+    /// reclaims until nothing is charged or nothing more can be), v2 `memory.reclaim` (5.19
+    /// and later) for all it holds. Every page that can be reclaimed is; one that cannot is
+    /// mapped by a live process or dirty, which no held-out sandbox can make a shared file's
+    /// page (their shared sources are read-only, and none of their processes outlives them).
+    /// Returns the file pages it held (`chargedFilePages`) and why it could not reclaim.
+    static func reclaimFilePages(_ dir: String, version: Int) -> (bytes: UInt64, failure: String?) {
+        guard let before = chargedFilePages(dir) else { return (0, "\(dir)/memory.stat cannot be read") }
+        if version == 1 {
+            let e = CgroupHost.writeErrno(dir + "/memory.force_empty", "0")
+            return (before, e == 0 ? nil : "\(dir)/memory.force_empty: \(String(cString: strerror(e)))")
+        }
+        guard access(dir + "/memory.reclaim", F_OK) == 0 else { return (before, "no memory.reclaim in \(dir) (a kernel before 5.19)") }
+        let current = Self.trimmed(readText(dir + "/memory.current"))
+        guard let held = UInt64(current), held > 0 else { return (before, nil) }
+        // EAGAIN: less than asked could be reclaimed, as expected (tmpfs, kernel memory).
+        let e = CgroupHost.writeErrno(dir + "/memory.reclaim", "\(held)")
+        return (before, e == 0 || e == EAGAIN ? nil : "\(dir)/memory.reclaim: \(String(cString: strerror(e)))")
     }
 
     /// `oPID-STARTTIME-PIDNS` of this process (`ProcessIdentity.tag`): names every sandbox

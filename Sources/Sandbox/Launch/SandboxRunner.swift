@@ -80,7 +80,8 @@ public enum SandboxRunner {
         let log = options.logger
         try options.pageCache?.record(plan)
         let cgroup = try SandboxCgroup(id: plan.sandboxID, limits: plan.limits, host: options.cgroupHost ?? .current,
-                                       allowUnenforced: options.allowUnenforcedLimits, freezable: options.control != nil)
+                                       allowUnenforced: options.allowUnenforcedLimits, freezable: options.control != nil,
+                                       accountPages: options.pageCache != nil)
         for line in SandboxCgroup.sweepNow(options.cgroupHost ?? .current) { log.warning("\(line)") }
         Timing.mark("cgroups created")
         var enforcement = cgroup.enforcement
@@ -121,7 +122,7 @@ public enum SandboxRunner {
         if intoFD >= 0 { close(intoFD) }
         if netns >= 0 { close(netns) }
         guard rc == 0 else {
-            cgroup.remove()
+            cgroup.removeHandingOver(to: options.pageCache)
             throw SandboxError(.launch, "fork: \(String(cString: strerror(rc)))", errno: rc)
         }
         Timing.mark((child.born_in_cgroup != 0 ? "monitor cloned into its cgroup" : "monitor forked") + (launcher != nil ? " (launcher)" : ""))

@@ -67,7 +67,7 @@ struct Session {
         let pidsHit = cgroup.pidsLimitHit()
         if memHit { record(.memoryLimit, "memory limit reached; the kernel killed a process", action: "kill") }
         if pidsHit { record(.pidsLimit, "pids limit reached; fork/clone failed", action: "EAGAIN") }
-        let leftovers = cgroup.remove()
+        let leftovers = cgroup.removeHandingOver(to: options.pageCache)
         options.audit.finish(sandbox: plan.sandboxID)
         Timing.mark("cleaned up")
         NamespaceRelease.release(payloadMountNS)

@@ -22,31 +22,79 @@ import SupervisorIO
 /// evicts. So each source is also appended to a journal before the sandbox that reads it
 /// starts, and the next supervisor of the experiment evicts what a journal left behind
 /// (`evictLeftover`) before it runs anything untrusted.
+///
+/// Proportional eviction: each held-out sandbox has a memory cgroup, so the pages it brings
+/// into the page cache are charged there (pages cached before it ran stay charged where they
+/// were). Its cgroup is kept, emptied of processes, until `evict()`, which reclaims what each
+/// holds and walks nothing: the page cache is then as it was before the held-out sandboxes
+/// ran, for every file, at a cost proportional to what they read. The walk above is the
+/// fallback, whenever that cannot be shown:
+///   - a held-out sandbox had no memory cgroup, or its pages could not all be reclaimed;
+///   - the kernel reclaimed pages outside a cgroup's own limit meanwhile (global memory
+///     pressure, which held-out allocations can cause, evicts other files' pages: the
+///     global `pgsteal_*` counters of /proc/vmstat, which cgroup-targeted reclaim leaves
+///     alone, must not move between the first held-out sandbox and `evict()`);
+///   - something else read for held-out work (a VM's shares, `record(sources:)`);
+///   - a supervisor died (its journal is walked).
 public final class PageCacheEviction: @unchecked Sendable {
     private let lock = Mutex()
     private var sources: Set<String> = []
     private let journal: String?
+    /// Held-out sandboxes recorded, and the memory cgroups handed over after they ended (nil:
+    /// a sandbox without one).
+    private var sandboxes = 0
+    private var charged: [(version: Int, path: String)?] = []
+    /// The global reclaim counter when the first held-out sandbox was recorded.
+    private var globalReclaimAtStart: UInt64?
+    /// Why the walk is needed whatever the cgroups hold.
+    private var walkReason: String?
+
+    /// Reads the kernel's count of pages reclaimed outside cgroup limits (`globalReclaim`).
+    private let reclaimCounter: @Sendable () -> UInt64?
 
     /// `journal`: a file in the supervisor's private directory (created on first use,
-    /// removed by `evict()`).
-    public init(journal: String? = nil) {
+    /// removed by `evict()`). `reclaimCounter`: tests stand in for the kernel's counter.
+    public init(journal: String? = nil, reclaimCounter: @escaping @Sendable () -> UInt64? = PageCacheEviction.globalReclaim) {
         self.journal = journal
+        self.reclaimCounter = reclaimCounter
+    }
+
+    /// Cgroups handed over but never reclaimed (no `evict()`): removed, their pages then
+    /// charged to the parent (the journal, left in place, has the next supervisor walk them).
+    deinit {
+        for case let c? in charged { _ = rmdir(c.path) }
     }
 
     /// Records the read-only bind sources of a sandbox about to run, in the journal too,
     /// before the sandbox exists. A journal that cannot be written (a full disk) refuses the
     /// sandbox: a held-out run that a crash could leave un-evicted does not start.
     func record(_ plan: LaunchPlan) throws(SandboxError) {
-        try record(sources: plan.mounts.compactMap { m -> String? in
+        try journal(plan.mounts.compactMap { m -> String? in
             if case .bind(let source, true, _, _, _, _) = m.kind { return source }
             return nil
         })
+        lock.withLock {
+            if sandboxes == 0 { globalReclaimAtStart = reclaimCounter() }
+            sandboxes += 1
+        }
+    }
+
+    /// A recorded held-out sandbox ended: its memory cgroup (emptied of processes, not yet
+    /// removed), or nil if it had none. `evict()` reclaims and removes it.
+    func ended(charging cgroup: (version: Int, path: String)?) {
+        lock.withLock { charged.append(cgroup) }
     }
 
     /// Records host paths something held-out will read through the host's page cache (the
     /// held-out VM's read-only shares, which qemu reads on the guest's behalf), in the
-    /// journal too, before that starts.
+    /// journal too, before that starts. Their pages are charged to no sandbox of ours, so
+    /// `evict()` walks them.
     public func record(sources ro: [String]) throws(SandboxError) {
+        try journal(ro)
+        lock.withLock { walkReason = walkReason ?? "a held-out VM read them through qemu" }
+    }
+
+    private func journal(_ ro: [String]) throws(SandboxError) {
         var failure: SandboxError?
         lock.withLock {
             let new = ro.filter { !sources.contains($0) }
@@ -94,20 +142,87 @@ public final class PageCacheEviction: @unchecked Sendable {
         public var seconds = 0.0
         /// Paths that could not be opened or advised, with the errno name (at most 20).
         public var failures: [String] = []
+        /// Proportional: the held-out sandboxes whose charged pages were reclaimed (nothing
+        /// was walked). Nil: the sources were walked.
+        public var reclaimedSandboxes: Int?
+        /// Why the sources were walked although held-out sandboxes were accounted.
+        public var walked: String?
         public var description: String {
             let hundredths = Int((seconds * 100).rounded())
             let time = "\(hundredths / 100).\(hundredths % 100 < 10 ? "0" : "")\(hundredths % 100)"
+            if let n = reclaimedSandboxes {
+                return "dropped \(bytes >> 10) KiB charged to \(n) held-out sandbox(es) from the page cache in \(time) s "
+                    + "(reclaimed from their memory cgroups, nothing else reclaimed meanwhile)"
+            }
             return "dropped \(files) files (\(bytes >> 20) MiB) from the page cache in \(time) s"
+                + (walked.map { " (every file under their sources: \($0))" } ?? "")
                 + (failures.isEmpty ? "" : "; could not: \(failures.joined(separator: ", "))")
         }
     }
 
-    /// Drops the cached pages of every regular file under the recorded sources, then
-    /// forgets them. Never follows a symbolic link (inside a sandbox a link resolves within
-    /// its own root, to a path that is a source of its own if it is readable at all).
+    /// Takes out of the page cache what the held-out sandboxes brought in: by reclaiming
+    /// their memory cgroups where that provably suffices, else by dropping the cached pages
+    /// of every regular file under the recorded sources (see the type's comment). Then
+    /// forgets them and removes the cgroups.
     public func evict() -> Report {
         let start = monotonicNow()
+        let (count, cgroups, reclaimAtStart, reason) = lock.withLock { (sandboxes, charged, globalReclaimAtStart, walkReason) }
+        var why = reason
+        // Read before any reclaim of ours (cgroup-targeted: not counted there anyway).
+        let reclaimNow = reclaimCounter()
+        if why == nil, cgroups.count != count { why = "\(count - cgroups.count) held-out sandbox(es) were not handed over" }
+        if why == nil, cgroups.contains(where: { $0 == nil }) { why = "a held-out sandbox had no memory cgroup" }
+        if why == nil, reclaimAtStart == nil || reclaimNow == nil { why = "/proc/vmstat has no reclaim counters" }
+        if why == nil, reclaimAtStart != reclaimNow {
+            why = "the kernel reclaimed pages outside the sandboxes' own limits meanwhile (memory pressure), so other files' pages may have gone"
+        }
+        var reclaimed: UInt64 = 0
+        for case let c? in cgroups {
+            let r = SandboxCgroup.reclaimFilePages(c.path, version: c.version)
+            reclaimed += r.bytes
+            if why == nil, let failure = r.failure { why = failure }
+            _ = rmdir(c.path)
+        }
         var report = Report()
+        if count > 0 && why == nil {
+            report.reclaimedSandboxes = count
+            report.bytes = reclaimed
+        } else {
+            report.walked = count > 0 ? why : nil
+            walk(&report)
+        }
+        lock.withLock {
+            sources = []
+            sandboxes = 0
+            charged = []
+            globalReclaimAtStart = nil
+            walkReason = nil
+        }
+        // Only now: a supervisor that dies meanwhile leaves the journal for the next.
+        if let journal { unlink(journal) }
+        report.seconds = monotonicNow() - start
+        return report
+    }
+
+    /// Pages the kernel reclaimed outside any cgroup's own limit since boot: kswapd, direct
+    /// reclaim under global pressure, khugepaged, system-wide proactive reclaim. Reclaim
+    /// aimed at a cgroup (its limit, `memory.force_empty`, `memory.reclaim`) is not counted.
+    public static func globalReclaim() -> UInt64? {
+        var total: UInt64 = 0, found = false
+        for line in SmallFile.contents(of: "/proc/vmstat").split(separator: "\n") {
+            let parts = line.split(separator: " ")
+            guard parts.count == 2, parts[0].hasPrefix("pgsteal_"), parts[0] != "pgsteal_anon", parts[0] != "pgsteal_file",
+                  let n = UInt64(parts[1]) else { continue }
+            total &+= n
+            found = true
+        }
+        return found ? total : nil
+    }
+
+    /// Drops the cached pages of every regular file under the recorded sources. Never follows
+    /// a symbolic link (inside a sandbox a link resolves within its own root, to a path that
+    /// is a source of its own if it is readable at all).
+    private func walk(_ report: inout Report) {
         var seenDirectories: Set<DeviceInode> = []
         for source in recordedSources {
             let fd = open(source, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
@@ -117,11 +232,6 @@ public final class PageCacheEviction: @unchecked Sendable {
             }
             Self.drop(fd: fd, path: { source }, depth: 0, report: &report, seen: &seenDirectories)
         }
-        lock.withLock { sources = [] }
-        // Only now: a supervisor that dies during the walk leaves the journal for the next.
-        if let journal { unlink(journal) }
-        report.seconds = monotonicNow() - start
-        return report
     }
 
     /// Takes ownership of `fd`. `path` is made only when a failure is noted: the walk

@@ -1,0 +1,127 @@
+import Foundation
+@testable import Sandbox
+import SandboxPolicy
+import Testing
+import TestSupport
+
+/// Held-out page cache taken back from the sandboxes' memory cgroups (`PageCacheEviction`):
+/// what a held-out sandbox brought into the page cache is reclaimed, what was cached before it
+/// stays, and the full walk is used whenever that cannot be shown to suffice.
+@Suite("Held-out page cache reclaimed from the sandboxes' memory cgroups", .serialized)
+struct PageCacheReclaimTests {
+    static let size = 8 << 20
+
+    /// A directory with two files: `read`, which the held-out sandbox reads whole, and
+    /// `before`, which the host reads before the sandbox runs; both start out of the cache.
+    struct Files {
+        let dir: TempDir
+        var read: String { dir.file("shared/read") }
+        var before: String { dir.file("shared/before") }
+
+        init() throws {
+            dir = try TempDir()
+            try FileManager.default.createDirectory(atPath: dir.file("shared"), withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+            for path in [dir.file("shared/read"), dir.file("shared/before")] {
+                var bytes = [UInt8](repeating: 0, count: PageCacheReclaimTests.size)
+                for i in stride(from: 0, to: bytes.count, by: 512) { bytes[i] = UInt8.random(in: 1...255) }
+                try Data(bytes).write(to: URL(fileURLWithPath: path))
+                chmod(path, 0o644)
+                // Written pages are dirty: out to disk first, so that they can be dropped.
+                let fd = open(path, O_RDONLY)
+                fsync(fd)
+                posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED)
+                close(fd)
+            }
+        }
+
+        /// Held-out sandboxes recorded in `cache`, each reading `read` whole.
+        func runHeldOut(_ cache: PageCacheEviction, count: Int = 1) throws {
+            var limits = Limits()
+            limits.timeoutSeconds = 30
+            let policy = Policy(name: "held-out-reader", mounts: minimalMounts + [MountSpec(kind: .readOnly(source: dir.file("shared")), destination: "/shared")],
+                                limits: limits)
+            for _ in 0..<count {
+                let plan = try PlanCompiler.compile(policy: policy, command: ["/usr/bin/python3", "-c", "open('/shared/read', 'rb').read()"], hostEnvironment: [:])
+                var options = RunOptions()
+                options.pageCache = cache
+                let r = try SandboxRunner.run(plan, options: options)
+                #expect(r.termination == .exited(0), "\(r.termination)")
+            }
+        }
+    }
+
+    /// Pages of `path` in the page cache now, by mincore(2) from the host.
+    static func resident(_ path: String) -> Int {
+        let fd = open(path, O_RDONLY)
+        guard fd >= 0 else { return -1 }
+        defer { close(fd) }
+        guard let p = mmap(nil, size, PROT_READ, MAP_SHARED, fd, 0), p != MAP_FAILED else { return -1 }
+        defer { munmap(p, size) }
+        var vector = [UInt8](repeating: 0, count: size / 4096)
+        guard mincore(p, size, &vector) == 0 else { return -1 }
+        return vector.filter { $0 & 1 != 0 }.count
+    }
+
+    static func readWhole(_ path: String) {
+        _ = FileManager.default.contents(atPath: path)
+    }
+
+    /// The memory cgroups of this process's sandboxes now.
+    static func sandboxMemoryCgroups() -> [String] {
+        guard let parent = CgroupHost.current.plan(for: Limits(memory: 1)).first?.parent else { return [] }
+        return ((try? FileManager.default.contentsOfDirectory(atPath: parent)) ?? [])
+            .filter { $0.hasPrefix("autoharness-") && $0.hasSuffix("." + SandboxCgroup.ownerTag) }
+    }
+
+    @Test("what held-out sandboxes read is reclaimed from their memory cgroups and nothing is walked: the file they read is out of the page cache, a file cached before they ran is still cached, and their cgroups are gone")
+    func reclaimedProportionally() throws {
+        try requireRoot()
+        let f = try Files()
+        Self.readWhole(f.before)
+        try #require(Self.resident(f.before) == Self.size / 4096 && Self.resident(f.read) == 0, "the files did not start as set up")
+        let cache = PageCacheEviction()
+        let cgroupsBefore = Set(Self.sandboxMemoryCgroups())
+        try f.runHeldOut(cache, count: 2)
+        #expect(Self.resident(f.read) == Self.size / 4096, "the sandboxes did not read the file")
+        // Kept, emptied, until the eviction.
+        #expect(Set(Self.sandboxMemoryCgroups()).subtracting(cgroupsBefore).count == 2)
+        let report = cache.evict()
+        #expect(report.reclaimedSandboxes == 2 && report.files == 0 && report.bytes >= UInt64(Self.size), "\(report)")
+        #expect(report.description.contains("charged to 2 held-out sandbox(es) from the page cache in "), "\(report)")
+        #expect(Self.resident(f.read) == 0, "held-out pages left in the page cache")
+        #expect(Self.resident(f.before) == Self.size / 4096, "a file cached before the held-out sandboxes was dropped")
+        #expect(Set(Self.sandboxMemoryCgroups()) == cgroupsBefore, "a held-out sandbox's cgroup was left behind")
+    }
+
+    @Test("the sources are walked instead when the kernel reclaimed pages outside the cgroups meanwhile (memory pressure could have dropped other files' pages), and when a held-out VM read them: both files out of the page cache")
+    func walkedWhenReclaimIsNotEnough() throws {
+        try requireRoot()
+        let f = try Files()
+        let counter = Counter()
+        let cache = PageCacheEviction(reclaimCounter: { counter.next() })
+        Self.readWhole(f.before)
+        try f.runHeldOut(cache)
+        let report = cache.evict()
+        #expect(report.reclaimedSandboxes == nil && report.walked?.contains("memory pressure") == true && report.files >= 2, "\(report)")
+        #expect(Self.resident(f.read) == 0 && Self.resident(f.before) == 0)
+
+        let vm = PageCacheEviction()
+        Self.readWhole(f.read)
+        try vm.record(sources: [f.dir.file("shared")])
+        let walked = vm.evict()
+        #expect(walked.reclaimedSandboxes == nil && walked.files == 2, "\(walked)")
+        #expect(Self.resident(f.read) == 0)
+    }
+
+    /// A kernel counter that moves at every read.
+    final class Counter: @unchecked Sendable {
+        private let lock = NSLock()
+        private var value: UInt64 = 0
+        func next() -> UInt64? {
+            lock.lock()
+            defer { lock.unlock() }
+            value += 1
+            return value
+        }
+    }
+}
