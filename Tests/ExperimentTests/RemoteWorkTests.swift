@@ -1,6 +1,7 @@
 import Benchmark
 import Crypto
 import Foundation
+import Sandbox
 import Testing
 import TestSupport
 @testable import Experiment
@@ -49,13 +50,13 @@ struct RemoteWorkTests {
 
         /// Runs `autoharness worker` with `bytes` on its stdin, its scratch root a directory
         /// that does not exist yet (as on a fresh node: the worker makes it).
-        func serve(_ bytes: [UInt8]) throws -> Run {
+        func serve(_ bytes: [UInt8], scratch given: String? = nil) throws -> Run {
             let input = temp.file("request-\(UUID().uuidString)")
             FileManager.default.createFile(atPath: input, contents: Data(bytes))
             // On tmpfs, as the worker requires (held-out work never reaches a disk); short, as
             // a held-out VM's sockets go below it (a socket path is at most 107 bytes).
-            let scratch = "/dev/shm/ahw-" + UUID().uuidString.prefix(8)
-            defer { try? FileManager.default.removeItem(atPath: scratch) }
+            let scratch = given ?? "/dev/shm/ahw-" + UUID().uuidString.prefix(8)
+            defer { if given == nil { try? FileManager.default.removeItem(atPath: scratch) } }
             return try runProcess(Built.autoharness, ["worker", "--supervisor-key", keyFile, "--state", state, "--scratch", scratch,
                                                       "--policy-dir", Built.packageRoot + "/policies"], stdinPath: input)
         }
@@ -259,7 +260,7 @@ struct RemoteWorkTests {
         #expect(try RemoteWork.check(Array(ran.stdout.utf8), for: request, answerKey: node.answerKey).outcomes.map(\.reward) == [1])
     }
 
-    @Test("the node's state: a directory others can read is refused; a killed worker's private directory is swept by the next worker that runs alone")
+    @Test("the node's state: a directory others can read is refused; what a killed worker left (its private directory, its held-out VM's work directory, its held-out pages) is cleaned up by the next worker that runs alone")
     func nodeState() throws {
         try requireRoot()
         let node = try Node()
@@ -270,8 +271,31 @@ struct RemoteWorkTests {
         chmod(node.state, 0o700)
         let abandoned = node.state + "/work-" + String(repeating: "c", count: 32)
         try FileManager.default.createDirectory(atPath: abandoned + "/benchmark/tasks/add-9/tests", withIntermediateDirectories: true)
-        #expect(try node.serve(try node.sign(try node.request(["add-0"]))).status == 0)
+        // A killed worker's held-out VM work directory (its initramfs holds the held-out ids)
+        // under the scratch root, and the journal of its held-out pages.
+        let scratch = "/dev/shm/ahw-" + UUID().uuidString.prefix(8)
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let gone = Process()
+        gone.executableURL = URL(fileURLWithPath: "/bin/true")
+        try gone.run()
+        gone.waitUntilExit()
+        let deadOwner = "o\(gone.processIdentifier)-1-" + ProcessIdentity.current.tag.split(separator: "-").last!
+        let vmWork = scratch + "/" + HeldOutVM.workPrefix + deadOwner + "-0123456789abcdef"
+        try FileManager.default.createDirectory(atPath: vmWork, withIntermediateDirectories: true)
+        FileManager.default.createFile(atPath: vmWork + "/initramfs", contents: Data("held-out ids".utf8))
+        let read = node.temp.file("shared")
+        try FileManager.default.createDirectory(atPath: read, withIntermediateDirectories: true)
+        try Data(repeating: 7, count: 64 << 10).write(to: URL(fileURLWithPath: read + "/page"))
+        _ = try runProcess("/bin/sync", [])
+        _ = FileManager.default.contents(atPath: read + "/page")
+        try #require(!(try PageCacheTests.resident(read + "/page")).isEmpty)
+        try (read + "\n").write(toFile: node.state + "/held-out-pages", atomically: true, encoding: .utf8)
+        let next = try node.serve(try node.sign(try node.request(["add-0"])), scratch: scratch)
+        #expect(next.status == 0, "\(next.stderr)")
         #expect(!FileManager.default.fileExists(atPath: abandoned), "a killed worker's held-out files stayed")
+        #expect(!FileManager.default.fileExists(atPath: vmWork), "a killed worker's held-out VM work directory stayed")
+        #expect(!FileManager.default.fileExists(atPath: node.state + "/held-out-pages") && next.stderr.contains("a held-out run was cut off; dropped "), "\(next.stderr)")
+        #expect(try PageCacheTests.resident(read + "/page").isEmpty, "a killed worker's held-out pages stayed cached")
     }
 
     @Test("a held-out request waits while a train request holds the node, and runs once it is done")

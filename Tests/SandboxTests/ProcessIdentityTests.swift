@@ -1,6 +1,8 @@
 import Foundation
-import Sandbox
+import Glibc
+@testable import Sandbox
 import Testing
+import TestSupport
 
 @Suite("Owners of leftovers: pid, start time and pid namespace")
 struct ProcessIdentityTests {
@@ -19,9 +21,41 @@ struct ProcessIdentityTests {
         // A process that now has this pid but started at another time is not the owner.
         let reused = ProcessIdentity(pid: me.pid, startTime: me.startTime - 1, pidNamespace: me.pidNamespace)
         #expect(!reused.isAlive)
-        // A pid of another pid namespace cannot be checked from here: left alone.
-        let elsewhere = ProcessIdentity(pid: 999_999, startTime: 1, pidNamespace: me.pidNamespace + 1)
-        #expect(elsewhere.isAlive)
+    }
+
+    @Test("an owner numbered in another pid namespace is alive while a process of that namespace has its pid, and gone once it ends (seen from the initial pid namespace)")
+    func ownerInAnotherPidNamespace() throws {
+        try requireRoot()
+        try #require(ProcessIdentity.current.pidNamespace == ProcessIdentity.initialPidNamespace, "these tests run in the initial pid namespace")
+        // A process that is pid 1 of a pid namespace of its own.
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
+        p.arguments = ["--pid", "--fork", "--kill-child", "/bin/sleep", "30"]
+        try p.run()
+        defer { if p.isRunning { kill(p.processIdentifier, SIGKILL) }; p.waitUntilExit() }
+        var inner: (ns: UInt64, start: UInt64)?
+        for _ in 0..<100 where inner == nil {
+            usleep(20_000)
+            for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
+                guard let pid = Int32(entry), let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8) else { continue }
+                let fields = text.split(separator: ")").last?.split(separator: " ") ?? []
+                guard fields.count > 19, Int32(fields[1]) == p.processIdentifier, let start = UInt64(fields[19]) else { continue }
+                // "pid:[INODE]"
+                if let link = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/ns/pid"),
+                   let ino = UInt64(link.filter(\.isNumber)) { inner = (ino, start) }
+            }
+        }
+        let (ns, start) = try #require(inner, "unshare's child did not start")
+        #expect(ns != ProcessIdentity.current.pidNamespace)
+        let owner = ProcessIdentity(pid: 1, startTime: start, pidNamespace: ns)
+        #expect(owner.isAlive)
+        #expect(!ProcessIdentity(pid: 2, startTime: start, pidNamespace: ns).isAlive, "no pid 2 there")
+        kill(p.processIdentifier, SIGKILL)
+        p.waitUntilExit()
+        for _ in 0..<100 where owner.isAlive { usleep(20_000) }
+        #expect(!owner.isAlive, "the namespace's only process ended")
+        // A namespace no process is in.
+        #expect(!ProcessIdentity(pid: 999_999, startTime: 1, pidNamespace: ProcessIdentity.current.pidNamespace + 1).isAlive)
     }
 
     @Test("the tag written into names reads back as the same identity; anything else is no owner")

@@ -30,11 +30,39 @@ public struct ProcessIdentity: Sendable, Equatable {
     }
 
     /// Whether the process still runs. One numbered in another pid namespace (a supervisor in
-    /// a container that shares this host's /dev/shm or cgroup tree) is taken to be alive: its
-    /// pid means nothing here, and leaving its things alone is the safe mistake.
+    /// a container, or a Ray worker's, sharing this host's /dev/shm or cgroup tree) is looked
+    /// for among every process when this one is in the initial pid namespace, which sees them
+    /// all: a process of that namespace whose innermost pid (`NSpid`) is its.
+    /// From any other namespace it cannot be seen and is taken to be alive: leaving its things
+    /// alone is the safe mistake.
     public var isAlive: Bool {
-        guard pidNamespace == Self.ownPidNamespace else { return true }
+        guard pidNamespace == Self.ownPidNamespace else {
+            guard Self.ownPidNamespace == Self.initialPidNamespace else { return true }
+            return Self.runsElsewhere(self)
+        }
         return Self.startTime(of: pid) == startTime
+    }
+
+    /// The initial pid namespace's inode (the kernel's constant PROC_PID_INIT_INO).
+    static let initialPidNamespace: UInt64 = 0xEFFF_FFFC
+
+    /// Whether some process here is `owner`, numbered in another pid namespace.
+    static func runsElsewhere(_ owner: ProcessIdentity) -> Bool {
+        guard let dir = opendir("/proc") else { return true }
+        defer { closedir(dir) }
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            guard let pid = pid_t(name) else { continue }
+            var st = stat()
+            guard stat("/proc/\(pid)/ns/pid", &st) == 0, UInt64(st.st_ino) == owner.pidNamespace else { continue }
+            let status = readText("/proc/\(pid)/status")
+            guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("NSpid:") }),
+                  let inner = line.split(whereSeparator: { $0 == " " || $0 == "\t" }).last.flatMap({ pid_t($0) }) else { continue }
+            // The pid alone: a start time read from here can differ from the one the owner read
+            // (a time namespace shifts it), and a pid reused there only keeps things longer.
+            if inner == owner.pid { return true }
+        }
+        return false
     }
 
     /// `oPID-START-PIDNS`: the identity as part of a file or cgroup name. A name is created
