@@ -294,24 +294,73 @@ final class SandboxCgroup {
         return UInt64(max(0, all - shmem))
     }
 
-    /// Reclaims what the empty memory cgroup at `dir` holds: v1 `memory.force_empty` (which
-    /// reclaims until nothing is charged or nothing more can be), v2 `memory.reclaim` (5.19
-    /// and later) for all it holds. Every page that can be reclaimed is; one that cannot is
-    /// mapped by a live process or dirty, which no held-out sandbox can make a shared file's
-    /// page (their shared sources are read-only, and none of their processes outlives them).
-    /// Returns the file pages it held (`chargedFilePages`) and why it could not reclaim.
+    /// Reclaims what the empty memory cgroup at `dir` holds: v1 `memory.force_empty`; v2
+    /// `memory.reclaim` where the kernel has it (5.19), then `memory.high` set to 0 (the writer
+    /// reclaims down to it before the write returns, on every v2 kernel). Each reclaims until
+    /// nothing is charged or nothing more can be; neither reports what it could not take, so
+    /// what stays charged is read back (`leftCharged`). Returns the file pages it held
+    /// (`chargedFilePages`) and why the reclaim is not shown complete (nil: it is).
     static func reclaimFilePages(_ dir: String, version: Int) -> (bytes: UInt64, failure: String?) {
         guard let before = chargedFilePages(dir) else { return (0, "\(dir)/memory.stat cannot be read") }
-        if version == 1 {
-            let e = CgroupHost.writeErrno(dir + "/memory.force_empty", "0")
-            return (before, e == 0 ? nil : "\(dir)/memory.force_empty: \(String(cString: strerror(e)))")
+        var failure: String?
+        for attempt in 0..<4 {
+            if version == 1 {
+                let e = CgroupHost.writeErrno(dir + "/memory.force_empty", "0")
+                if e != 0 { return (before, "\(dir)/memory.force_empty: \(String(cString: strerror(e)))") }
+            } else {
+                // memory.reclaim drains the CPUs' page batches on its way; EAGAIN: less than
+                // asked could be reclaimed (tmpfs, kernel memory), as expected.
+                if access(dir + "/memory.reclaim", F_OK) == 0 {
+                    let e = CgroupHost.writeErrno(dir + "/memory.reclaim", "1G")
+                    if e != 0 && e != EAGAIN { return (before, "\(dir)/memory.reclaim: \(String(cString: strerror(e)))") }
+                }
+                // The cgroup is removed right after: this limit never applies to anything.
+                let e = CgroupHost.writeErrno(dir + "/memory.high", "0")
+                if e != 0 { return (before, "\(dir)/memory.high: \(String(cString: strerror(e)))") }
+            }
+            failure = leftCharged(dir, version: version)
+            if failure == nil { break }
+            usleep(useconds_t(1000 << attempt))
         }
-        guard access(dir + "/memory.reclaim", F_OK) == 0 else { return (before, "no memory.reclaim in \(dir) (a kernel before 5.19)") }
-        let current = Self.trimmed(readText(dir + "/memory.current"))
-        guard let held = UInt64(current), held > 0 else { return (before, nil) }
-        // EAGAIN: less than asked could be reclaimed, as expected (tmpfs, kernel memory).
-        let e = CgroupHost.writeErrno(dir + "/memory.reclaim", "\(held)")
-        return (before, e == 0 || e == EAGAIN ? nil : "\(dir)/memory.reclaim: \(String(cString: strerror(e)))")
+        return (before, failure)
+    }
+
+    /// What is still charged to the emptied memory cgroup at `dir` besides kernel memory, or
+    /// nil if nothing is. v1: `memory.usage_in_bytes` less `memory.kmem.usage_in_bytes`, both
+    /// exact page counters. v2 has no exact counter without kernel memory in it: `memory.stat`'s
+    /// file pages (less tmpfs'), which the kernel brings up to date at least every 2 s.
+    static func leftCharged(_ dir: String, version: Int) -> String? {
+        if version == 1 {
+            guard let usage = UInt64(trimmed(readText(dir + "/memory.usage_in_bytes"))) else { return "\(dir)/memory.usage_in_bytes cannot be read" }
+            let kernel = UInt64(trimmed(readText(dir + "/memory.kmem.usage_in_bytes"))) ?? 0
+            return usage > kernel ? "\((usage - kernel) >> 10) KiB stayed charged to \(dir) after its reclaim" : nil
+        }
+        guard let file = chargedFilePages(dir) else { return "\(dir)/memory.stat cannot be read" }
+        return file > 0 ? "\(file >> 10) KiB of page cache stayed charged to \(dir) after its reclaim" : nil
+    }
+
+    /// The first cgroup from `dir`'s parent up to its hierarchy's root with a memory limit, and
+    /// the limit, or nil if none has one. Reclaim a limit forces on a cgroup takes pages of
+    /// every cgroup below it, and is not counted where global reclaim is (/proc/vmstat).
+    static func limitedAncestor(of dir: String, version: Int) -> String? {
+        var path = String(dir[..<(dir.lastIndex(of: "/") ?? dir.endIndex)])
+        let unlimited: UInt64 = 1 << 62
+        while path.count > 1 {
+            if version == 1 {
+                guard access(path + "/memory.limit_in_bytes", F_OK) == 0 else { return nil }
+                for name in ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"] {
+                    if let v = UInt64(trimmed(readText(path + "/" + name))), v < unlimited { return "\(path)/\(name) is \(v)" }
+                }
+            } else {
+                guard access(path + "/cgroup.controllers", F_OK) == 0 else { return nil }
+                for name in ["memory.max", "memory.high"] {
+                    let v = trimmed(readText(path + "/" + name))
+                    if !v.isEmpty && v != "max" { return "\(path)/\(name) is \(v)" }
+                }
+            }
+            path = String(path[..<(path.lastIndex(of: "/") ?? path.startIndex)])
+        }
+        return nil
     }
 
     /// `oPID-STARTTIME-PIDNS` of this process (`ProcessIdentity.tag`): names every sandbox

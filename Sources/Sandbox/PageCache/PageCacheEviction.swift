@@ -168,13 +168,13 @@ public final class PageCacheEviction: @unchecked Sendable {
         let start = monotonicNow()
         let (count, cgroups, reclaimAtStart, reason) = lock.withLock { (sandboxes, charged, globalReclaimAtStart, walkReason) }
         var why = reason
-        // Read before any reclaim of ours (cgroup-targeted: not counted there anyway).
-        let reclaimNow = reclaimCounter()
         if why == nil, cgroups.count != count { why = "\(count - cgroups.count) held-out sandbox(es) were not handed over" }
         if why == nil, cgroups.contains(where: { $0 == nil }) { why = "a held-out sandbox had no memory cgroup" }
-        if why == nil, reclaimAtStart == nil || reclaimNow == nil { why = "/proc/vmstat has no reclaim counters" }
-        if why == nil, reclaimAtStart != reclaimNow {
-            why = "the kernel reclaimed pages outside the sandboxes' own limits meanwhile (memory pressure), so other files' pages may have gone"
+        // A limit above the sandboxes makes the kernel reclaim every cgroup below it, other
+        // files' pages too, in an order their use sets, and it is counted nowhere global: a
+        // pattern a later run could read. Only the walk leaves none.
+        if why == nil, let c = cgroups.first ?? nil, let limited = SandboxCgroup.limitedAncestor(of: c.path, version: c.version) {
+            why = "a memory limit above the sandboxes (\(limited)) reclaims other cgroups' pages too"
         }
         var reclaimed: UInt64 = 0
         for case let c? in cgroups {
@@ -182,6 +182,12 @@ public final class PageCacheEviction: @unchecked Sendable {
             reclaimed += r.bytes
             if why == nil, let failure = r.failure { why = failure }
             _ = rmdir(c.path)
+        }
+        // Read after the reclaims (theirs are aimed at cgroups: not counted there).
+        let reclaimNow = reclaimCounter()
+        if why == nil, reclaimAtStart == nil || reclaimNow == nil { why = "/proc/vmstat has no reclaim counters" }
+        if why == nil, reclaimAtStart != reclaimNow {
+            why = "the kernel reclaimed pages outside the sandboxes' own limits, or collapsed pages into huge pages, meanwhile (so other files' pages may have gone)"
         }
         var report = Report()
         if count > 0 && why == nil {
@@ -204,14 +210,17 @@ public final class PageCacheEviction: @unchecked Sendable {
         return report
     }
 
-    /// Pages the kernel reclaimed outside any cgroup's own limit since boot: kswapd, direct
-    /// reclaim under global pressure, khugepaged, system-wide proactive reclaim. Reclaim
-    /// aimed at a cgroup (its limit, `memory.force_empty`, `memory.reclaim`) is not counted.
+    /// Pages the kernel reclaimed outside any cgroup's own limit since boot (kswapd, direct
+    /// reclaim under global pressure, khugepaged, system-wide proactive reclaim), plus huge
+    /// pages made by collapsing small ones (khugepaged, MADV_COLLAPSE: one made from a file's
+    /// pages, some cached before, would be charged, and reclaimed, whole). Reclaim aimed at a
+    /// cgroup (its limit, `memory.force_empty`, `memory.high`) is not counted.
     public static func globalReclaim() -> UInt64? {
         var total: UInt64 = 0, found = false
         for line in SmallFile.contents(of: "/proc/vmstat").split(separator: "\n") {
             let parts = line.split(separator: " ")
-            guard parts.count == 2, parts[0].hasPrefix("pgsteal_"), parts[0] != "pgsteal_anon", parts[0] != "pgsteal_file",
+            guard parts.count == 2, (parts[0].hasPrefix("pgsteal_") && parts[0] != "pgsteal_anon" && parts[0] != "pgsteal_file")
+                    || parts[0] == "thp_collapse_alloc",
                   let n = UInt64(parts[1]) else { continue }
             total &+= n
             found = true
