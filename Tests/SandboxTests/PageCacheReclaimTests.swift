@@ -81,7 +81,7 @@ struct PageCacheReclaimTests {
         let f = try Files()
         Self.readWhole(f.before)
         try #require(Self.resident(f.before) == Self.size / 4096 && Self.resident(f.read) == 0, "the files did not start as set up")
-        let cache = PageCacheEviction()
+        let cache = PageCacheEviction(untrustedMemory: 1 << 30)
         let cgroupsBefore = Set(Self.sandboxMemoryCgroups())
         try f.runHeldOut(cache, count: 2)
         #expect(Self.resident(f.read) == Self.size / 4096, "the sandboxes did not read the file")
@@ -100,7 +100,7 @@ struct PageCacheReclaimTests {
         try requireRoot()
         let f = try Files()
         let counter = Counter()
-        let cache = PageCacheEviction(reclaimCounter: { counter.next() })
+        let cache = PageCacheEviction(untrustedMemory: 1 << 30, reclaimCounter: { counter.next() })
         Self.readWhole(f.before)
         try f.runHeldOut(cache)
         let report = cache.evict()
@@ -109,7 +109,7 @@ struct PageCacheReclaimTests {
 
         // A held-out sandbox and a VM's shares in one phase: qemu's reads are charged to no
         // sandbox, so the shares are walked.
-        let vm = PageCacheEviction()
+        let vm = PageCacheEviction(untrustedMemory: 1 << 30)
         Self.readWhole(f.before)
         try f.runHeldOut(vm)
         try vm.record(sources: [f.dir.file("shared")])
@@ -130,12 +130,28 @@ struct PageCacheReclaimTests {
         let host = CgroupHost(v1: ["memory": CgroupHost.Hierarchy(ownDirectory: parent, controllers: ["memory"])], v2: nil)
         let f = try Files()
         Self.readWhole(f.before)
-        let cache = PageCacheEviction()
+        let cache = PageCacheEviction(untrustedMemory: 1 << 30)
         try f.runHeldOut(cache, host: host)
         let report = cache.evict()
         #expect(report.reclaimedSandboxes == nil && report.walked?.contains("memory.limit_in_bytes") == true && report.files >= 2, "\(report)")
         #expect(Self.resident(f.read) == 0 && Self.resident(f.before) == 0)
         #expect(((try? FileManager.default.contentsOfDirectory(atPath: parent)) ?? []).allSatisfy { !$0.hasPrefix("autoharness-") }, "a sandbox cgroup was left")
+    }
+
+    @Test("the sources are walked when later untrusted runs could fill the host's free memory (reclaim across the host would read back the order the held-out runs left), or when what they can hold is unbounded")
+    func walkedWithoutFreeMemory() throws {
+        try requireRoot()
+        let f = try Files()
+        let total = try #require(UInt64(String(decoding: FileManager.default.contents(atPath: "/proc/meminfo") ?? Data(), as: UTF8.self)
+            .split(separator: "\n").first { $0.hasPrefix("MemTotal:") }?.split(separator: " ").dropFirst().first ?? ""))
+        for (bound, why) in [(Optional(total << 10), "free memory"), (nil, "not bounded")] {
+            Self.readWhole(f.before)
+            let cache = PageCacheEviction(untrustedMemory: bound)
+            try f.runHeldOut(cache)
+            let report = cache.evict()
+            #expect(report.reclaimedSandboxes == nil && report.walked?.contains(why) == true, "\(report)")
+            #expect(Self.resident(f.read) == 0 && Self.resident(f.before) == 0)
+        }
     }
 
     @Test("a reclaim that leaves pages charged is not taken for complete: file pages a process outside still holds (spliced into its pipe) are read back as left")

@@ -672,7 +672,7 @@ public final class ExperimentSupervisor {
         context.log = { [log] line in log?(line) }
         // Before anything untrusted runs again (a train task, the thawed coding agent),
         // whatever the held-out sandboxes could have brought into the page cache leaves it.
-        let cache = heldOut ? PageCacheEviction(journal: layout.heldOutJournal) : nil
+        let cache = heldOut ? PageCacheEviction(journal: layout.heldOutJournal, untrustedMemory: untrustedMemoryBound) : nil
         context.pageCache = cache
         let outcomes: [TaskOutcome]
         do {
@@ -703,6 +703,20 @@ public final class ExperimentSupervisor {
             o.failures = nil
             return o
         }
+    }
+
+    /// The most memory this experiment's untrusted processes can hold at once: `max_concurrency`
+    /// sandboxes of each kind its tasks run in, at their policies' `limits.memory`, and the
+    /// coding agent's; nil if one of those policies sets no memory limit.
+    var untrustedMemoryBound: UInt64? {
+        let names = config.runsOwnTasks ? [config.taskPolicy, config.verifierPolicy] : [config.runner.policy, config.runner.scorerPolicy]
+        var total: UInt64 = 0
+        for name in names {
+            guard let m = (try? policyLoader.load(name, requireAllPlaceholders: false))?.limits.memory else { return nil }
+            total += m * UInt64(max(1, config.maxConcurrency))
+        }
+        guard let agent = (try? policyLoader.load(config.codingAgentPolicy, requireAllPlaceholders: false))?.limits.memory else { return nil }
+        return total + agent
     }
 
     /// What the held-out sandboxes on the host leave in kernel state shared with later ones,

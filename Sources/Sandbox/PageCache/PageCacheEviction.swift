@@ -52,10 +52,18 @@ public final class PageCacheEviction: @unchecked Sendable {
     /// Reads the kernel's count of pages reclaimed outside cgroup limits (`globalReclaim`).
     private let reclaimCounter: @Sendable () -> UInt64?
 
+    /// The most memory untrusted processes can hold at once after the held-out phase (every
+    /// sandbox of the experiment at its `limits.memory`); nil: unbounded, or not known.
+    private let untrustedMemory: UInt64?
+
     /// `journal`: a file in the supervisor's private directory (created on first use,
-    /// removed by `evict()`). `reclaimCounter`: tests stand in for the kernel's counter.
-    public init(journal: String? = nil, reclaimCounter: @escaping @Sendable () -> UInt64? = PageCacheEviction.globalReclaim) {
+    /// removed by `evict()`). `untrustedMemory`: what later untrusted runs can allocate at
+    /// once; without it (nil) the walk is always used. `reclaimCounter`: tests stand in for
+    /// the kernel's counter.
+    public init(journal: String? = nil, untrustedMemory: UInt64? = nil,
+                reclaimCounter: @escaping @Sendable () -> UInt64? = PageCacheEviction.globalReclaim) {
         self.journal = journal
+        self.untrustedMemory = untrustedMemory
         self.reclaimCounter = reclaimCounter
     }
 
@@ -170,6 +178,10 @@ public final class PageCacheEviction: @unchecked Sendable {
         var why = reason
         if why == nil, cgroups.count != count { why = "\(count - cgroups.count) held-out sandbox(es) were not handed over" }
         if why == nil, cgroups.contains(where: { $0 == nil }) { why = "a held-out sandbox had no memory cgroup" }
+        // Reclaim across the whole host after this reads back which cached pages the held-out
+        // runs touched (their LRU order, which the reclaim keeps and the walk erases): untrusted
+        // runs must not be able to cause it, with free memory to spare.
+        if why == nil { why = Self.notEnoughFree(for: untrustedMemory) }
         // A limit above the sandboxes makes the kernel reclaim every cgroup below it, other
         // files' pages too, in an order their use sets, and it is counted nowhere global: a
         // pattern a later run could read. Only the walk leaves none.
@@ -208,6 +220,23 @@ public final class PageCacheEviction: @unchecked Sendable {
         if let journal { unlink(journal) }
         report.seconds = monotonicNow() - start
         return report
+    }
+
+    /// Why untrusted runs holding `untrusted` bytes could push this host into reclaim across all
+    /// its cgroups, or nil if they cannot: free memory (not counting the page cache) must hold
+    /// it with a twentieth of the host's memory to spare (the kernel's watermarks are below that).
+    static func notEnoughFree(for untrusted: UInt64?) -> String? {
+        guard let untrusted else { return "the memory later untrusted runs can hold is not bounded (a policy without limits.memory)" }
+        let info = SmallFile.contents(of: "/proc/meminfo")
+        func kib(_ key: String) -> UInt64? {
+            guard let line = info.split(separator: "\n").first(where: { $0.hasPrefix(key + ":") }) else { return nil }
+            return line.split(separator: " ").dropFirst().first.flatMap { UInt64($0) }.map { $0 << 10 }
+        }
+        guard let free = kib("MemFree"), let total = kib("MemTotal") else { return "/proc/meminfo cannot be read" }
+        guard free >= untrusted + total / 20 else {
+            return "free memory (\(free >> 20) MiB) cannot hold what untrusted runs may allocate (\(untrusted >> 20) MiB) without reclaim across the host"
+        }
+        return nil
     }
 
     /// Pages the kernel reclaimed outside any cgroup's own limit since boot (kswapd, direct
