@@ -188,7 +188,10 @@ struct IsolationTests {
             seenScratch.append(listing(dir).joined(separator: ","))
         }
         let benchBefore = listing(bench.directory), agentBefore = listing(h.agent!.path)
-        let shmBefore = Set(listing("/dev/shm").filter { !$0.contains("/") })
+        // Top-level names only: a recursive listing fails whole when a concurrent test removes
+        // a directory under it, and an empty "before" made everything look new.
+        func shmNames() -> Set<String> { Set((try? FileManager.default.contentsOfDirectory(atPath: "/dev/shm")) ?? []) }
+        let shmBefore = shmNames()
         let outcomes = h.runAll(bench.tasks, concurrency: 2)
         #expect(outcomes.first { $0.id == "answer-42" }?.status == .passed)
         // The scratch directories existed while the tasks ran, and are gone now.
@@ -198,7 +201,7 @@ struct IsolationTests {
         #expect(listing(h.agent!.path) == agentBefore)
         // Nothing new in /dev/shm next to the scratch root (tests running meanwhile may add their
         // own roots: ah-bench-*, adapter tests' ah-test-*, and experiments' default /dev/shm/autoharness).
-        let shmNew = Set(listing("/dev/shm").filter { !$0.contains("/") }).subtracting(shmBefore)
+        let shmNew = shmNames().subtracting(shmBefore)
         #expect(shmNew.allSatisfy { $0.hasPrefix("ah-bench-") || $0.hasPrefix("ah-test-") || $0 == "autoharness" }, "\(shmNew)")
     }
 
