@@ -2,6 +2,7 @@ import Benchmark
 import Crypto
 import Foundation
 import Sandbox
+import SandboxPolicy
 import Testing
 import TestSupport
 @testable import Experiment
@@ -226,6 +227,19 @@ struct RemoteWorkTests {
         let trainRefused = try node.serve(try node.sign(train))
         #expect(trainRefused.status == 2 && trainRefused.stderr.contains("a train request names a VM"), "\(trainRefused.status) \(trainRefused.stderr)")
         #expect(Set(node.nonces) == [inVM.nonce, onHost.nonce], "\(node.nonces)")
+    }
+
+    @Test("a node's bound on what later untrusted runs can hold, for the page cache's reclaim: a request per CPU, each with its task's and its verifier's memory limits; none where a policy has no memory limit")
+    func nodeUntrustedMemory() throws {
+        let shipped = PolicyLoader(searchPaths: [Built.packageRoot + "/policies"])
+        let task = try #require(try shipped.load("benchmark-task", requireAllPlaceholders: false).limits.memory)
+        let verifier = try #require(try shipped.load("verifier", requireAllPlaceholders: false).limits.memory)
+        #expect(RemoteWorker.untrustedMemory(taskPolicy: "benchmark-task", verifierPolicy: "verifier", loader: shipped, cpus: 3) == 3 * (task + verifier))
+        let temp = try TempDir()
+        _ = try temp.file("unlimited.yaml", "filesystem:\n  mounts:\n    - rw: \"{workdir}:/app\"\nlimits:\n  pids: 64\n")
+        let mixed = PolicyLoader(searchPaths: [temp.path, Built.packageRoot + "/policies"])
+        #expect(try mixed.load("unlimited", requireAllPlaceholders: false).limits.memory == nil)
+        #expect(RemoteWorker.untrustedMemory(taskPolicy: "unlimited", verifierPolicy: "verifier", loader: mixed, cpus: 3) == nil)
     }
 
     @Test("a held-out request travels sealed to its node and its answer sealed to the supervisor: a node that trusts the same supervisor but holds another key cannot open it, nor run it sealed again to it, and a held-out request that is not sealed is refused")

@@ -116,7 +116,9 @@ public enum RemoteWorker {
         } else {
             // Held-out tasks leave this node's kernel as the supervisor's host would be left:
             // their pages evicted, the inode-number counters moved, before anything runs again.
-            let cache = heldOut ? PageCacheEviction(journal: s.stateDirectory + "/held-out-pages") : nil
+            let bound = untrustedMemory(taskPolicy: request.taskPolicy, verifierPolicy: request.verifierPolicy,
+                                        loader: PolicyLoader(searchPaths: s.policySearchPaths), cpus: Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+            let cache = heldOut ? PageCacheEviction(journal: s.stateDirectory + "/held-out-pages", untrustedMemory: bound) : nil
             context.pageCache = cache
             do {
                 defer { if let cache { settle(cache, log: s.log) } }
@@ -149,6 +151,17 @@ public enum RemoteWorker {
             }
         }
         return (request, answer)
+    }
+
+    /// The most memory later untrusted runs on this node can hold at once: a request per CPU
+    /// (the driver asks Ray for one CPU per request), each with its task's and its verifier's
+    /// sandbox at their policies' `limits.memory`; nil if either policy has none. The
+    /// held-out pages are reclaimed rather than walked only where free memory holds it
+    /// (`PageCacheEviction`).
+    static func untrustedMemory(taskPolicy: String, verifierPolicy: String, loader: PolicyLoader, cpus: Int) -> UInt64? {
+        guard let task = (try? loader.load(taskPolicy, requireAllPlaceholders: false))?.limits.memory,
+              let verifier = (try? loader.load(verifierPolicy, requireAllPlaceholders: false))?.limits.memory else { return nil }
+        return UInt64(max(1, cpus)) * (task + verifier)
     }
 
     /// A held-out request's tasks in a fresh VM on this node (`HeldOutVM`, as a gate with
