@@ -2,6 +2,7 @@ import Benchmark
 import Foundation
 import Testing
 import TestSupport
+import Sandbox
 import SupervisorIO
 @testable import Experiment
 
@@ -359,6 +360,14 @@ struct GuestAnswerTests {
         let long = 4000.0 + 20 + 60, short = 20.0 + 20 + 60
         // Two workers: the sum spread over them, plus the longest task.
         #expect(s.heldOutBound(["add-0", "add-1"], benchmarkRoot: bench.directory) == (long + short) / 2 + long)
+    }
+
+    @Test("a scratch root too long for the VM's sockets is named before anything boots (a node's check reports it); the default leaves room")
+    func socketRoom() {
+        #expect(HeldOutVM.socketRoom(scratch: "/dev/shm/autoharness") == nil)
+        let long = "/dev/shm/" + String(repeating: "s", count: 60)
+        #expect(HeldOutVM.socketRoom(scratch: long)?.contains(long) == true)
+        #expect(HeldOutVM.workDirectory(in: long, random: .max).hasPrefix(long + "/" + HeldOutVM.workPrefix + ProcessIdentity.current.tag + "-"))
     }
 
     @Test("busybox must be static: an ELF with a PT_INTERP header is refused")

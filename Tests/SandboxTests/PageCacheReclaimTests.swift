@@ -68,6 +68,14 @@ struct PageCacheReclaimTests {
         _ = FileManager.default.contents(atPath: path)
     }
 
+    /// A v1 memory cgroup made for a test inside this process's own (the caller removes it).
+    static func memoryCgroup(_ name: String) throws -> String {
+        let own = try #require(CgroupHost.current.v1["memory"], "this test needs the cgroup v1 memory controller (CI's host)")
+        let dir = own.ownDirectory + "/ah-test-\(name)-" + String(UUID().uuidString.prefix(8))
+        try #require(mkdir(dir, 0o755) == 0, "mkdir \(dir): \(errno)")
+        return dir
+    }
+
     /// The memory cgroups of this process's sandboxes now.
     static func sandboxMemoryCgroups() -> [String] {
         guard let parent = CgroupHost.current.plan(for: Limits(memory: 1)).first?.parent else { return [] }
@@ -123,10 +131,8 @@ struct PageCacheReclaimTests {
     @Test("the sources are walked when a cgroup above the held-out sandboxes has a memory limit (its reclaim takes other cgroups' pages too, and is counted nowhere global): both files out of the page cache, the sandboxes' cgroups gone")
     func walkedUnderALimitedAncestor() throws {
         try requireRoot()
-        let own = try #require(CgroupHost.current.v1["memory"], "this test needs the cgroup v1 memory controller (CI's host)")
         // A parent with a limit, made for this test inside this process's own cgroup.
-        let parent = own.ownDirectory + "/ah-test-limited-" + String(UUID().uuidString.prefix(8))
-        try #require(mkdir(parent, 0o755) == 0, "mkdir \(parent): \(errno)")
+        let parent = try Self.memoryCgroup("limited")
         defer { rmdir(parent) }
         try "\(1 << 30)".write(toFile: parent + "/memory.limit_in_bytes", atomically: false, encoding: .utf8)
         let host = CgroupHost(v1: ["memory": CgroupHost.Hierarchy(ownDirectory: parent, controllers: ["memory"])], v2: nil)
@@ -144,9 +150,8 @@ struct PageCacheReclaimTests {
     func walkedWithoutFreeMemory() throws {
         try requireRoot()
         let f = try Files()
-        let total = try #require(UInt64(String(decoding: FileManager.default.contents(atPath: "/proc/meminfo") ?? Data(), as: UTF8.self)
-            .split(separator: "\n").first { $0.hasPrefix("MemTotal:") }?.split(separator: " ").dropFirst().first ?? ""))
-        for (bound, why) in [(Optional(total << 10), "free memory"), (nil, "not bounded")] {
+        let total = try #require(hostMemory("MemTotal"))
+        for (bound, why) in [(Optional(total), "free memory"), (nil, "not bounded")] {
             Self.readWhole(f.before)
             let cache = PageCacheEviction(untrustedMemory: bound)
             try f.runHeldOut(cache)
@@ -159,9 +164,7 @@ struct PageCacheReclaimTests {
     @Test("a reclaim that leaves pages charged is not taken for complete: file pages a process outside still holds (spliced into its pipe) are read back as left")
     func pagesLeftAreSeen() throws {
         try requireRoot()
-        let own = try #require(CgroupHost.current.v1["memory"], "this test needs the cgroup v1 memory controller (CI's host)")
-        let dir = own.ownDirectory + "/ah-test-pinned-" + String(UUID().uuidString.prefix(8))
-        try #require(mkdir(dir, 0o755) == 0, "mkdir \(dir): \(errno)")
+        let dir = try Self.memoryCgroup("pinned")
         defer { rmdir(dir) }
         let f = try Files()
         // A process in the cgroup reads 64 KiB of the file into a pipe whose other end this
@@ -181,6 +184,23 @@ struct PageCacheReclaimTests {
         _ = pipe.fileHandleForReading.readData(ofLength: 65536)
         try? pipe.fileHandleForReading.close()
         #expect(SandboxCgroup.reclaimFilePages(dir, version: 1).failure == nil)
+    }
+
+    @Test("the counter that must not move during the held-out phase: reclaim outside any cgroup's limit (kswapd, direct, khugepaged, proactive) and huge-page collapses, not the per-type totals cgroup-aimed reclaim also adds to")
+    func globalReclaimCounted() {
+        let vmstat = """
+            nr_free_pages 100
+            pgsteal_kswapd 1
+            pgsteal_direct 20
+            pgsteal_khugepaged 300
+            pgsteal_proactive 4000
+            pgsteal_anon 50000
+            pgsteal_file 600000
+            thp_collapse_alloc 7000000
+            thp_collapse_alloc_failed 80000000
+            """
+        #expect(PageCacheEviction.globalReclaim(in: vmstat) == 7_004_321)
+        #expect(PageCacheEviction.globalReclaim(in: "nr_free_pages 1\n") == nil)
     }
 
     /// A kernel counter that moves at every read.

@@ -122,9 +122,7 @@ public final class HeldOutVM {
     func run(_ request: GuestRequest, image: GuestImage, scratch: String, privateDirectory: String,
              deadline seconds: Double, egress: VMEgress? = nil, beforeBoot: ([String]) throws -> Void) throws -> Run {
         let start = monotonicSeconds()
-        // Named by its owner (pid, start time, pid namespace: no earlier supervisor with this pid
-        // holds it), so the next start removes it if this process dies (Leftovers.sweepVMWork).
-        let work = scratch + "/" + Self.workPrefix + ProcessIdentity.current.tag + "-" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+        let work = Self.workDirectory(in: scratch)
         guard mkdir(work, 0o700) == 0 else {
             throw ExperimentError(.io, "held-out VM: mkdir \(work): \(ErrnoName.describe(errno))")
         }
@@ -233,6 +231,22 @@ public final class HeldOutVM {
             throw failure("a malformed answer", detail: "\(error)")
         }
         return Run(answer: answer, bootSeconds: boot ?? total, totalSeconds: total, shares: image.shares.map(\.path))
+    }
+
+    /// The directory `run` works in below `scratch`. Named by its owner (pid, start time, pid
+    /// namespace: no earlier supervisor with this pid holds it), so the next start removes it
+    /// if this process dies (Leftovers.sweepVMWork).
+    static func workDirectory(in scratch: String, random: UInt64 = .random(in: 0...UInt64.max)) -> String {
+        scratch + "/" + workPrefix + ProcessIdentity.current.tag + "-" + String(random, radix: 16)
+    }
+
+    /// Why `run` cannot make its sockets below `scratch` (their paths would be longer than a
+    /// Unix socket's address holds), or nil.
+    static func socketRoom(scratch: String) -> String? {
+        let longest = workDirectory(in: scratch, random: .max) + "/results.sock"
+        let room = MemoryLayout.size(ofValue: sockaddr_un().sun_path) - 1
+        guard longest.utf8.count > room else { return nil }
+        return "held-out VM: the scratch root \(scratch) is too long for the VM's sockets (\(longest.utf8.count) bytes of the \(room) a socket path may have)"
     }
 
     /// A value inside one of qemu's `key=value,...` options: a comma is written twice.

@@ -710,13 +710,18 @@ public final class ExperimentSupervisor {
     /// coding agent's; nil if one of those policies sets no memory limit.
     var untrustedMemoryBound: UInt64? {
         let names = config.runsOwnTasks ? [config.taskPolicy, config.verifierPolicy] : [config.runner.policy, config.runner.scorerPolicy]
+        return Self.memoryBound(each: names, times: config.maxConcurrency, once: [config.codingAgentPolicy], loader: policyLoader)
+    }
+
+    /// `times` sandboxes under each of the policies `each` and one under each of `once`, at
+    /// their `limits.memory`; nil if one of them sets no memory limit (or does not load).
+    static func memoryBound(each: [String], times: Int, once: [String] = [], loader: PolicyLoader) -> UInt64? {
         var total: UInt64 = 0
-        for name in names {
-            guard let m = (try? policyLoader.load(name, requireAllPlaceholders: false))?.limits.memory else { return nil }
-            total += m * UInt64(max(1, config.maxConcurrency))
+        for (name, count) in each.map({ ($0, max(1, times)) }) + once.map({ ($0, 1) }) {
+            guard let m = (try? loader.load(name, requireAllPlaceholders: false))?.limits.memory else { return nil }
+            total += m * UInt64(count)
         }
-        guard let agent = (try? policyLoader.load(config.codingAgentPolicy, requireAllPlaceholders: false))?.limits.memory else { return nil }
-        return total + agent
+        return total
     }
 
     /// What the held-out sandboxes on the host leave in kernel state shared with later ones,

@@ -68,12 +68,7 @@ public enum NodeCheck {
                 let probe = HeldOutVM.probeKVMCached(kernel: vm.kernel, qemu: vm.qemu)
                 if !probe.works { return "held-out VM: gate.vm.accel is kvm and no KVM guest boots here (\(probe.why))" }
             }
-            // Its sockets go below the scratch root (`HeldOutVM.run`): a path the kernel takes.
-            let longest = scratchRoot + "/" + HeldOutVM.workPrefix + ProcessIdentity.current.tag + "-ffffffffffffffff/results.sock"
-            if longest.utf8.count > 107 {
-                return "held-out VM: the scratch root \(scratchRoot) is too long for the VM's sockets (\(longest.utf8.count) bytes of the 107 a socket path may have)"
-            }
-            return nil
+            return HeldOutVM.socketRoom(scratch: scratchRoot)
         } catch {
             let text = "\(error)"
             return text.hasPrefix("held-out VM") ? text : "held-out VM: " + text

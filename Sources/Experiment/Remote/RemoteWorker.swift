@@ -116,9 +116,9 @@ public enum RemoteWorker {
         } else {
             // Held-out tasks leave this node's kernel as the supervisor's host would be left:
             // their pages evicted, the inode-number counters moved, before anything runs again.
-            let bound = untrustedMemory(taskPolicy: request.taskPolicy, verifierPolicy: request.verifierPolicy,
-                                        loader: PolicyLoader(searchPaths: s.policySearchPaths), cpus: Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
-            let cache = heldOut ? PageCacheEviction(journal: s.stateDirectory + "/held-out-pages", untrustedMemory: bound) : nil
+            let cache = heldOut ? PageCacheEviction(journal: s.stateDirectory + "/held-out-pages", untrustedMemory:
+                untrustedMemory(taskPolicy: request.taskPolicy, verifierPolicy: request.verifierPolicy,
+                                loader: PolicyLoader(searchPaths: s.policySearchPaths), cpus: Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))) : nil
             context.pageCache = cache
             do {
                 defer { if let cache { settle(cache, log: s.log) } }
@@ -159,9 +159,7 @@ public enum RemoteWorker {
     /// held-out pages are reclaimed rather than walked only where free memory holds it
     /// (`PageCacheEviction`).
     static func untrustedMemory(taskPolicy: String, verifierPolicy: String, loader: PolicyLoader, cpus: Int) -> UInt64? {
-        guard let task = (try? loader.load(taskPolicy, requireAllPlaceholders: false))?.limits.memory,
-              let verifier = (try? loader.load(verifierPolicy, requireAllPlaceholders: false))?.limits.memory else { return nil }
-        return UInt64(max(1, cpus)) * (task + verifier)
+        ExperimentSupervisor.memoryBound(each: [taskPolicy, verifierPolicy], times: cpus, loader: loader)
     }
 
     /// A held-out request's tasks in a fresh VM on this node (`HeldOutVM`, as a gate with

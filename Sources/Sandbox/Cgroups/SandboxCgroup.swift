@@ -475,6 +475,13 @@ final class SandboxCgroup {
 /// Reads a small text file (procfs, cgroupfs); empty on error.
 func readText(_ path: String) -> String { SmallFile.contents(of: path) }
 
+/// A field of /proc/meminfo (`MemTotal`, `MemFree`, ...) in bytes; nil if it is not there.
+func hostMemory(_ key: String) -> UInt64? {
+    guard let line = readText("/proc/meminfo").split(separator: "\n").first(where: { $0.hasPrefix(key + ":") }),
+          let kb = UInt64(line.split(separator: " ").dropFirst().first ?? "") else { return nil }
+    return kb << 10
+}
+
 /// Small kernel-interface files (procfs, cgroupfs) and supervisor-owned state files.
 public enum SmallFile {
     /// The whole file as text, without following a final symlink; empty on any error.

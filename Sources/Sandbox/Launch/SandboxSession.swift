@@ -386,12 +386,7 @@ struct Session {
     }()
 
     /// MemTotal of the host in bytes, as the sandbox's /proc/meminfo shows it.
-    static let hostMemoryTotal: UInt64 = {
-        let text = readText("/proc/meminfo")
-        guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("MemTotal:") }),
-              let kb = UInt64(line.split(separator: " ").dropFirst().first ?? "") else { return 0 }
-        return kb * 1024
-    }()
+    static let hostMemoryTotal: UInt64 = hostMemory("MemTotal") ?? 0
 
     mutating func record(_ kind: AuditEvent.Kind, _ name: String, number: Int32? = nil, pid: Int32? = nil,
                          sandboxPID: Int32? = nil, arguments: [UInt64] = [], action: String) {

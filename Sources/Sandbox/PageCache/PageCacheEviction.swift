@@ -28,14 +28,8 @@ import SupervisorIO
 /// were). Its cgroup is kept, emptied of processes, until `evict()`, which reclaims what each
 /// holds and walks nothing: the page cache is then as it was before the held-out sandboxes
 /// ran, for every file, at a cost proportional to what they read. The walk above is the
-/// fallback, whenever that cannot be shown:
-///   - a held-out sandbox had no memory cgroup, or its pages could not all be reclaimed;
-///   - the kernel reclaimed pages outside a cgroup's own limit meanwhile (global memory
-///     pressure, which held-out allocations can cause, evicts other files' pages: the
-///     global `pgsteal_*` counters of /proc/vmstat, which cgroup-targeted reclaim leaves
-///     alone, must not move between the first held-out sandbox and `evict()`);
-///   - something else read for held-out work (a VM's shares, `record(sources:)`);
-///   - a supervisor died (its journal is walked).
+/// fallback whenever that cannot be shown (the conditions are `evict()`'s), after anything a
+/// held-out VM read (`record(sources:)`), and after a supervisor died (its journal).
 public final class PageCacheEviction: @unchecked Sendable {
     private let lock = Mutex()
     private var sources: Set<String> = []
@@ -227,12 +221,7 @@ public final class PageCacheEviction: @unchecked Sendable {
     /// it with a twentieth of the host's memory to spare (the kernel's watermarks are below that).
     static func notEnoughFree(for untrusted: UInt64?) -> String? {
         guard let untrusted else { return "the memory later untrusted runs can hold is not bounded (a policy without limits.memory)" }
-        let info = SmallFile.contents(of: "/proc/meminfo")
-        func kib(_ key: String) -> UInt64? {
-            guard let line = info.split(separator: "\n").first(where: { $0.hasPrefix(key + ":") }) else { return nil }
-            return line.split(separator: " ").dropFirst().first.flatMap { UInt64($0) }.map { $0 << 10 }
-        }
-        guard let free = kib("MemFree"), let total = kib("MemTotal") else { return "/proc/meminfo cannot be read" }
+        guard let free = hostMemory("MemFree"), let total = hostMemory("MemTotal") else { return "/proc/meminfo cannot be read" }
         guard free >= untrusted + total / 20 else {
             return "free memory (\(free >> 20) MiB) cannot hold what untrusted runs may allocate (\(untrusted >> 20) MiB) without reclaim across the host"
         }
@@ -244,9 +233,12 @@ public final class PageCacheEviction: @unchecked Sendable {
     /// pages made by collapsing small ones (khugepaged, MADV_COLLAPSE: one made from a file's
     /// pages, some cached before, would be charged, and reclaimed, whole). Reclaim aimed at a
     /// cgroup (its limit, `memory.force_empty`, `memory.high`) is not counted.
-    public static func globalReclaim() -> UInt64? {
+    public static func globalReclaim() -> UInt64? { globalReclaim(in: SmallFile.contents(of: "/proc/vmstat")) }
+
+    /// `globalReclaim()` from the text of /proc/vmstat.
+    static func globalReclaim(in vmstat: String) -> UInt64? {
         var total: UInt64 = 0, found = false
-        for line in SmallFile.contents(of: "/proc/vmstat").split(separator: "\n") {
+        for line in vmstat.split(separator: "\n") {
             let parts = line.split(separator: " ")
             guard parts.count == 2, (parts[0].hasPrefix("pgsteal_") && parts[0] != "pgsteal_anon" && parts[0] != "pgsteal_file")
                     || parts[0] == "thp_collapse_alloc",
