@@ -16,6 +16,7 @@ let package = Package(
         .executable(name: "sandbox-probe", targets: ["sandbox-probe"]),
         .executable(name: "autoharness-client", targets: ["autoharness-client"]),
         .executable(name: "autoharness-launch", targets: ["autoharness-launch"]),
+        .executable(name: "autoharness-front", targets: ["autoharness-front"]),
         .library(name: "SandboxPolicy", targets: ["SandboxPolicy"]),
         .library(name: "Sandbox", targets: ["Sandbox"]),
         .library(name: "Experiment", targets: ["Experiment"]),
@@ -67,9 +68,15 @@ let package = Package(
             name: "PolicyModel",
             dependencies: ["SupervisorIO"]
         ),
+        // Finding policy files and the cache of loaded policies: no YAML and no Foundation, so
+        // that the `sandbox exec` front can use a cached policy.
+        .target(
+            name: "PolicyStore",
+            dependencies: ["PolicyModel", "SupervisorIO"]
+        ),
         .target(
             name: "SandboxPolicy",
-            dependencies: ["PolicyModel", "SupervisorIO", .product(name: "Yams", package: "Yams")]
+            dependencies: ["PolicyModel", "PolicyStore", "SupervisorIO", .product(name: "Yams", package: "Yams")]
         ),
         .target(
             name: "Sandbox",
@@ -77,6 +84,12 @@ let package = Package(
                 "PolicyModel", "SupervisorIO", "CSandboxLaunch", "CSandboxSpawn", "CSystemCalls", "CSeccomp", "CCap", "CTLS",
                 .product(name: "Logging", package: "swift-log"),
             ]
+        ),
+        // `sandbox exec` once its policy is loaded: the full CLI and its front both run it. No
+        // Foundation and no YAML, which the front must not link.
+        .target(
+            name: "SandboxCLI",
+            dependencies: ["Sandbox", "PolicyModel", "PolicyStore", "SupervisorIO", .product(name: "Logging", package: "swift-log")]
         ),
         .target(
             name: "Benchmark",
@@ -103,10 +116,19 @@ let package = Package(
         .executableTarget(
             name: "autoharness",
             dependencies: [
-                "Sandbox", "SandboxPolicy", "SupervisorIO", "Experiment", "Benchmark", "Ledger", "BrokerWire",
+                "Sandbox", "SandboxCLI", "SandboxPolicy", "SupervisorIO", "Experiment", "Benchmark", "Ledger", "BrokerWire",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
+        ),
+        // `autoharness sandbox exec` where the policy is cached: a static executable without
+        // Foundation, YAML or ArgumentParser, which starts in a fraction of the full CLI's time.
+        // Anything else, and a miss, it hands to the full CLI (`autoharness` beside it, or
+        // `../libexec/autoharness/autoharness` where `scripts/install` puts it).
+        .executableTarget(
+            name: "autoharness-front",
+            dependencies: ["SandboxCLI", "Sandbox", "PolicyModel", "PolicyStore", "SupervisorIO", "CSystemCalls"],
+            linkerSettings: [.unsafeFlags(["-static-executable"])]
         ),
         // The broker's wire format: no Foundation, shared by the supervisor and the client.
         .target(name: "BrokerWire"),
@@ -140,7 +162,7 @@ let package = Package(
         .testTarget(name: "SupervisorIOTests", dependencies: ["SupervisorIO", "TestSupport"]),
         // Reads Sources/ and holds every target to docs/architecture.md's rules.
         .testTarget(name: "ArchitectureTests"),
-        .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy", "SupervisorIO"]),
+        .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy", "PolicyStore", "SupervisorIO"]),
         .testTarget(name: "SandboxTests", dependencies: ["Sandbox", "SandboxPolicy", "CSandboxLaunch", "CSandboxSpawn", "CSystemCalls", "TestSupport"]),
         .testTarget(name: "BenchmarkTests", dependencies: ["Benchmark", "Sandbox", "SandboxPolicy", "TestSupport"],
                     exclude: ["Fixtures"]),

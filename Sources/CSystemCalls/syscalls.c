@@ -103,6 +103,10 @@ int ahs_readonly_clone(const char *path) {
 
 int ahs_open_path(const char *path) { return open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC); }
 
+int ahs_execveat_fd(int fd, char *const argv[], char *const envp[]) {
+    return (int)syscall(SYS_execveat, fd, "", argv, envp, AT_EMPTY_PATH);
+}
+
 int ahs_accept_cloexec(int listener) { return accept4(listener, NULL, NULL, SOCK_CLOEXEC); }
 
 int ahs_peer_credentials(int fd, int *pid, unsigned *uid) {

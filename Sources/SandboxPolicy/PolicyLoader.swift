@@ -4,8 +4,8 @@
 // to trust: a policy that loads is one whose every mount, limit and name has been validated,
 // and every rejection says `file:line` so it can be fixed without guessing.
 
-import Foundation
 import Glibc
+import PolicyStore
 import SupervisorIO
 
 /// Loads YAML sandbox policies into `Policy` values.
@@ -35,7 +35,7 @@ public struct PolicyLoader: Sendable {
         _ nameOrPath: String, variables: [String: String] = [:], requireAllPlaceholders: Bool = true
     ) throws -> Policy {
         var errors: [PolicyError] = []
-        let top: PolicyFile
+        let top: PolicyFiles.File
         do {
             top = try locate(nameOrPath, besideDirectory: nil)
         } catch {
@@ -44,7 +44,7 @@ public struct PolicyLoader: Sendable {
         let cacheKey = usesCache && cacheDirectory != nil
             ? PolicyCache.key(searchPaths: searchPaths, nameOrPath: nameOrPath, variables: variables, strict: requireAllPlaceholders)
             : nil
-        if let cacheKey, let cached = PolicyCache.lookup(key: cacheKey, top: top, loader: self, in: cacheDirectory) {
+        if let cacheKey, let cached = PolicyCache.lookup(key: cacheKey, top: top, files: files, in: cacheDirectory) {
             return cached
         }
         var read: [PolicyCache.Layer] = []
@@ -52,13 +52,13 @@ public struct PolicyLoader: Sendable {
         // Walk up the chain, child first. Keep reading past a file with errors so that one
         // run reports problems in the parents too.
         var layers: [PolicyLayer] = []
-        var chain: [(file: PolicyFile, identity: String)] = []
+        var chain: [(file: PolicyFiles.File, identity: String)] = []
         var current = top
         while true {
             chain.append((current, Self.identity(ofFile: current.path)))
             let text: String
             do {
-                text = try Self.read(current.path)
+                text = try PolicyFiles.read(current.path)
             } catch {
                 errors.append(error)
                 break
@@ -70,9 +70,9 @@ public struct PolicyLoader: Sendable {
             layers.append(layer)
             read.append(PolicyCache.Layer(path: current.path, name: current.name, extends: layer.extends?.value, text: text))
             guard let extends = layer.extends else { break }
-            let parent: PolicyFile
+            let parent: PolicyFiles.File
             do {
-                parent = try locate(extends.value, besideDirectory: Self.directory(of: current.path))
+                parent = try locate(extends.value, besideDirectory: PolicyFiles.directory(of: current.path))
             } catch {
                 errors.append(PolicyError(error.message, at: extends.location))
                 break
@@ -121,89 +121,20 @@ public struct PolicyLoader: Sendable {
 
     // MARK: - Finding files
 
-    struct PolicyFile {
-        var path: String
-        /// How it was referred to: the bare name, or the path as given.
-        var name: String
-    }
+    var files: PolicyFiles { PolicyFiles(searchPaths: searchPaths) }
 
-    /// Bare names are looked up as `NAME.yaml` in `besideDirectory` (the extending file's
-    /// directory, so a policy set can be moved as a unit), then in `searchPaths`. Relative
-    /// paths in `extends:` are relative to the extending file, not the working directory.
-    func locate(_ reference: String, besideDirectory directory: String?) throws(PolicyError) -> PolicyFile {
-        guard !reference.isEmpty else { throw PolicyError("empty policy name") }
-        if reference.contains("/") || reference.hasSuffix(".yaml") || reference.hasSuffix(".yml") {
-            let path = reference.hasPrefix("/") ? reference : directory.map { Self.join($0, reference) } ?? reference
-            guard Self.isRegularFile(path) else { throw PolicyError("policy file \(path) does not exist") }
-            return PolicyFile(path: path, name: reference)
-        }
-        guard Self.isValidName(reference) else {
-            throw PolicyError(
-                "'\(reference)' is neither a policy name ([A-Za-z0-9_-], then also '.') nor a path ending in .yaml")
-        }
-        let directories = (directory.map { [$0] } ?? []) + searchPaths
-        for candidate in directories.map({ Self.join($0, reference + ".yaml") }) where Self.isRegularFile(candidate) {
-            return PolicyFile(path: candidate, name: reference)
-        }
-        guard !directories.isEmpty else {
-            throw PolicyError("no policy named '\(reference)': no policy directories are configured")
-        }
-        let available = Set(directories.flatMap(Self.policyNames(in:))).sorted()
-        let availableNote = available.isEmpty ? "none found" : available.joined(separator: ", ")
-        throw PolicyError(
-            "no policy named '\(reference)' (looked for \(reference).yaml in \(directories.joined(separator: ", ")); available: \(availableNote))")
-    }
-
-    static func isValidName(_ name: String) -> Bool {
-        guard let first = name.unicodeScalars.first, first != "." else { return false }
-        return name.unicodeScalars.allSatisfy {
-            ("a"..."z").contains($0) || ("A"..."Z").contains($0) || ("0"..."9").contains($0)
-                || $0 == "_" || $0 == "-" || $0 == "."
-        }
-    }
-
-    private static func policyNames(in directory: String) -> [String] {
-        let entries = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
-        return entries.filter { $0.hasSuffix(".yaml") && !$0.hasPrefix(".") }.map { String($0.dropLast(5)) }
-    }
-
-    // Plain libc here: policies are loaded on every sandbox launch, and Foundation's file
-    // APIs cost more to warm up than the whole read.
-    private static func isRegularFile(_ path: String) -> Bool {
-        var st = stat()
-        return stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG
+    func locate(_ reference: String, besideDirectory directory: String?) throws(PolicyError) -> PolicyFiles.File {
+        try files.locate(reference, besideDirectory: directory)
     }
 
     /// Largest policy file read.
-    public static let maxFileBytes = 1 << 20
-
-    static func read(_ path: String) throws(PolicyError) -> String {
-        let bytes: [UInt8]
-        switch InputFile.read(path, cap: maxFileBytes) {
-        case .success(let b): bytes = b
-        case .failure(let problem): throw PolicyError("policy file \(path): \(problem.explanation("a policy file"))")
-        }
-        guard let text = String(validating: bytes, as: UTF8.self) else {
-            throw PolicyError("policy file \(path) is not valid UTF-8")
-        }
-        return text
-    }
+    public static let maxFileBytes = PolicyFiles.maxFileBytes
 
     /// What makes two spellings the same file, for cycle detection (`./a.yaml`, `a`, a symlink).
     private static func identity(ofFile path: String) -> String {
         var st = stat()
         guard stat(path, &st) == 0 else { return path }
         return "\(st.st_dev):\(st.st_ino)"
-    }
-
-    static func directory(of path: String) -> String {
-        guard let slash = path.lastIndex(of: "/") else { return "." }
-        return slash == path.startIndex ? "/" : String(path[..<slash])
-    }
-
-    static func join(_ directory: String, _ name: String) -> String {
-        if directory == "." || directory.isEmpty { return name }
-        return directory.hasSuffix("/") ? directory + name : directory + "/" + name
     }
 
     /// Errors grouped by file (the loaded file first, then its parents), each file's by line.

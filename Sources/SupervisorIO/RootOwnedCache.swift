@@ -167,9 +167,13 @@ public enum RootOwnedCache {
     /// loader or compiler may differ, never reuses an older one's entries.
     /// The change time is in it because no tool can set it: an in-place overwrite that keeps
     /// the size and the modification time (`cp -p` onto the same inode) still changes it.
-    public static let binaryIdentity: String = {
+    public static let binaryIdentity: String = identity(ofFile: "/proc/self/exe") ?? "unknown-\(getpid())-\(time(nil))"
+
+    /// `binaryIdentity` of the executable at `path` (the `sandbox exec` front looks up what
+    /// the full CLI stored), or nil if it cannot be read.
+    public static func identity(ofFile path: String) -> String? {
         var st = stat()
-        guard stat("/proc/self/exe", &st) == 0 else { return "unknown-\(getpid())-\(time(nil))" }
+        guard stat(path, &st) == 0 else { return nil }
         return "\(st.st_dev):\(st.st_ino):\(st.st_size):\(st.st_mtim.tv_sec).\(st.st_mtim.tv_nsec):\(st.st_ctim.tv_sec).\(st.st_ctim.tv_nsec)"
-    }()
+    }
 }

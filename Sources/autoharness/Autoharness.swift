@@ -1,3 +1,4 @@
+import SandboxCLI
 import Glibc
 import ArgumentParser
 import Benchmark
@@ -82,7 +83,7 @@ struct Autoharness: ParsableCommand {
             SharedTrees.install()
         }
         do {
-            if args.count >= 2, args[0] == "sandbox", args[1] == "exec", let request = SandboxExecArguments.parse(args.dropFirst(2)) {
+            if args.count >= 2, args[0] == "sandbox", args[1] == "exec", let request = ExecArguments.parse(args.dropFirst(2)) {
                 try SandboxExec.execute(request)
                 return
             }

@@ -1,3 +1,4 @@
+import SandboxCLI
 import Experiment
 import ArgumentParser
 import Foundation

@@ -1,3 +1,4 @@
+import SandboxCLI
 import ArgumentParser
 import Experiment
 

@@ -13,15 +13,20 @@ struct ArchitectureTests {
     static let allowed: [String: Set<String>] = [
         "SupervisorIO": ["Glibc", "CSystemCalls"],
         "PolicyModel": ["SupervisorIO"],
-        "SandboxPolicy": ["Glibc", "Foundation", "Yams", "PolicyModel", "SupervisorIO"],
+        // No YAML and no Foundation: the `sandbox exec` front finds cached policies with it.
+        "PolicyStore": ["Glibc", "PolicyModel", "SupervisorIO"],
+        "SandboxPolicy": ["Glibc", "Foundation", "Yams", "PolicyModel", "PolicyStore", "SupervisorIO"],
         // No SandboxPolicy (which imports Foundation): a launch needs the model, not the loader.
         "Sandbox": ["Glibc", "PolicyModel", "SupervisorIO", "CSandboxLaunch", "CSandboxSpawn", "CSystemCalls", "CSeccomp", "CCap", "CTLS", "Logging"],
         "Benchmark": ["Glibc", "Dispatch", "FoundationEssentials", "Sandbox", "SandboxPolicy", "SupervisorIO"],
         "Ledger": ["Glibc", "Foundation", "GRDB", "Crypto", "SupervisorIO"],
         "Experiment": ["Glibc", "Foundation", "Dispatch", "Synchronization", "ArgumentParser", "Yams", "Crypto", "Benchmark", "Ledger",
                        "Sandbox", "SandboxPolicy", "SupervisorIO", "BrokerWire"],
+        // What the full CLI and its front share of `sandbox exec`: nothing the front must not link.
+        "SandboxCLI": ["Glibc", "Logging", "PolicyModel", "PolicyStore", "Sandbox", "SupervisorIO"],
         "autoharness": ["Glibc", "Foundation", "ArgumentParser", "Logging", "Benchmark", "Experiment", "Ledger", "Sandbox",
-                        "SandboxPolicy", "SupervisorIO"],
+                        "SandboxCLI", "SandboxPolicy", "SupervisorIO"],
+        "autoharness-front": ["Glibc", "CSystemCalls", "PolicyModel", "PolicyStore", "Sandbox", "SandboxCLI", "SupervisorIO"],
         "BrokerWire": ["Glibc"],
         "autoharness-client": ["Glibc", "BrokerWire"],
     ]

@@ -1,5 +1,6 @@
 import Foundation
 import PolicyModel
+import PolicyStore
 import SupervisorIO
 import Testing
 

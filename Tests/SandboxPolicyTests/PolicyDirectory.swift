@@ -1,4 +1,5 @@
 import Foundation
+import PolicyStore
 import Testing
 
 @testable import SandboxPolicy
@@ -23,7 +24,7 @@ final class PolicyDirectory {
     func write(_ name: String, _ text: String) throws {
         let file = path + "/" + name
         try FileManager.default.createDirectory(
-            atPath: PolicyLoader.directory(of: file), withIntermediateDirectories: true)
+            atPath: PolicyFiles.directory(of: file), withIntermediateDirectories: true)
         try text.write(toFile: file, atomically: true, encoding: .utf8)
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import PolicyModel
 @testable import Sandbox
 import SupervisorIO
 import Testing
@@ -97,5 +98,41 @@ struct FilterCacheTests {
         FilterCache.store(key: "k", bpf: bpf, in: dir.path)
         chmod(dir.path, 0o777)
         #expect(FilterCache.load(key: "k", in: dir.path) == nil)
+    }
+
+    @Test("a whole compiled section is read back as compiled, under its own key only")
+    func sectionRoundTrip() throws {
+        try requireRoot()
+        let dir = try TempDir(mode: 0o700)
+        let spec = SeccompSpec(allow: ["mincore"], deny: ["socket"], quiet: ["inotify_init1"])
+        let fresh = try SeccompCompiler.compileUncached(spec)
+        let key = FilterCache.sectionKey(spec)
+        FilterCache.storeSection(key: key, filter: fresh, in: dir.path)
+        let back = try #require(FilterCache.loadSection(key: key, in: dir.path))
+        #expect(back.bpf == fresh.bpf)
+        #expect(back.allowedNames == fresh.allowedNames)
+        #expect(back.denied == fresh.denied)
+        #expect(back.unresolved == fresh.unresolved)
+        #expect(back.eperm == fresh.eperm)
+        #expect(back.enosys == fresh.enosys)
+        #expect(back.emulated == fresh.emulated)
+        #expect(back.quiet == fresh.quiet)
+        #expect(back.quietNumbers == fresh.quietNumbers)
+        #expect(back.defaultAction == fresh.defaultAction)
+        // Every part of the section is in the key: the same names moved to another list, or
+        // another default action, is another entry.
+        let others = [SeccompSpec(allow: ["mincore"], deny: [], quiet: ["socket", "inotify_init1"]),
+                      SeccompSpec(allow: ["mincore", "socket"], deny: [], quiet: ["inotify_init1"]),
+                      SeccompSpec(defaultAction: .kill, allow: ["mincore"], deny: ["socket"], quiet: ["inotify_init1"])]
+        for other in others {
+            #expect(FilterCache.sectionKey(other) != key)
+            #expect(FilterCache.loadSection(key: FilterCache.sectionKey(other), in: dir.path) == nil)
+        }
+        // A damaged body is not a filter.
+        let file = dir.path + "/" + RootOwnedCache.fileName(key, suffix: ".section")
+        var bytes = try #require(FileManager.default.contents(atPath: file))
+        bytes[bytes.count - 3] ^= 0xff
+        try bytes.write(to: URL(fileURLWithPath: file))
+        #expect(FilterCache.loadSection(key: key, in: dir.path) == nil)
     }
 }

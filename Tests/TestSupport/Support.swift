@@ -14,6 +14,8 @@ public enum Built {
         return dir.path
     }()
     public static var autoharness: String { directory + "/autoharness" }
+    /// `sandbox exec`'s front, which hands everything else to the `autoharness` beside it.
+    public static var front: String { directory + "/autoharness-front" }
     public static var probe: String { directory + "/sandbox-probe" }
     public static var packageRoot: String {
         URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path

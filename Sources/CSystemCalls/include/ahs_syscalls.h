@@ -21,6 +21,10 @@ int ahs_perturb_inode_numbers(const int *cpus, const long *pipes, const long *me
 int ahs_readonly_clone(const char *path);
 /// open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC) (O_PATH is hidden by the Glibc module).
 int ahs_open_path(const char *path);
+
+/// execveat(fd, "", argv, envp, AT_EMPTY_PATH): runs the file `fd` (an O_PATH descriptor
+/// checked before) without looking its path up again. Returns only on failure (-1, errno).
+int ahs_execveat_fd(int fd, char *const argv[], char *const envp[]);
 /// The f_type of the file system holding `fd` (fstatfs, whose <sys/vfs.h> the Glibc module
 /// does not export), or -1 with errno.
 long ahs_filesystem_type(int fd);

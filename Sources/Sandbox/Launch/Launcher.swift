@@ -30,7 +30,10 @@ public struct Launcher: Sendable {
 
     private static let located = find()
 
-    struct Problem: Error { var message: String }
+    public struct Problem: Error {
+        public var message: String
+        public init(message: String) { self.message = message }
+    }
 
     static func find() -> Result<Launcher, Problem> {
         var candidates: [String] = []
@@ -52,8 +55,9 @@ public struct Launcher: Sendable {
 
     /// Opens `path` (O_PATH, not following a final symlink) and checks what it is, and that
     /// only root can change which file the name in its directory is (a directory others may
-    /// write could hold a link to any root-owned program under that name).
-    static func open(path: String) -> Result<Launcher, Problem> {
+    /// write could hold a link to any root-owned program under that name). Also how the
+    /// `sandbox exec` front (autoharness-front) opens the full CLI it hands over to.
+    public static func open(path: String) -> Result<Launcher, Problem> {
         let dir = path.lastIndex(of: "/").map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
         var dst = stat()
         guard stat(dir, &dst) == 0 else { return .failure(Problem(message: "\(dir): \(String(cString: strerror(errno)))")) }

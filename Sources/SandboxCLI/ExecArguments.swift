@@ -1,15 +1,17 @@
 /// `sandbox exec`'s options read without ArgumentParser, whose reflection over every option
 /// of the command (Mirror, protocol conformance lookups in a 100 MB binary) cost about 4 ms
-/// of every launch: more than half a bubblewrap sandbox.
+/// of every launch: more than half a bubblewrap sandbox. The full CLI and its front
+/// (autoharness-front) both read them here.
 ///
 /// Only the plain spellings are read here: `--name VALUE`, `--name=VALUE`, the two flags,
 /// and the command after `--` or at the first word that is not an option. Anything else
 /// (an unknown or repeated single-value option, a value that looks like an option, `-h`)
 /// returns nil, and ArgumentParser parses the same arguments with its own rules and
-/// messages, so both paths accept and refuse exactly the same command lines.
-enum SandboxExecArguments {
-    static func parse(_ arguments: ArraySlice<String>) -> SandboxExec.Request? {
-        var r = SandboxExec.Request()
+/// messages, so both paths accept and refuse exactly the same command lines (the front
+/// hands such a line to the full CLI).
+public enum ExecArguments {
+    public static func parse(_ arguments: ArraySlice<String>) -> ExecRequest? {
+        var r = ExecRequest()
         var seen: Set<String> = []
         var i = arguments.startIndex
         while i < arguments.endIndex {

@@ -4,10 +4,13 @@ import SupervisorIO
 
 /// Loaded policies kept between runs (`PolicyLoader.usesCache`, `RootOwnedCache`'s
 /// `policy/`), so that a one-shot `sandbox exec` does not parse and merge the same YAML
-/// layers on every launch.
+/// layers on every launch. No YAML and no Foundation here: `sandbox exec`'s front
+/// (autoharness-front) looks entries up itself and hands a miss to the full CLI, which
+/// loads the policy and stores it.
 ///
 /// An entry is used only when every input of the load it records is unchanged:
-/// - the key: this binary (`RootOwnedCache.binaryIdentity`), the search paths, the name or
+/// - the key: the binary that stored it (the full CLI; `RootOwnedCache.binaryIdentity` there,
+///   its file's identity in the front), the search paths, the name or
 ///   path asked for, the variables, and whether placeholders must all resolve;
 /// - the chain: each layer's path, name, `extends:` reference and full text. The top is found
 ///   again by the same lookup a load makes, each parent by looking up the recorded reference
@@ -15,18 +18,26 @@ import SupervisorIO
 ///   new file that now shadows one (an earlier search path, beside the child), or a layer
 ///   removed is a miss.
 /// Only loads that succeeded are stored; a miss loads afresh (with full diagnostics).
-enum PolicyCache {
-    struct Layer: Equatable {
-        var path: String
-        var name: String
-        var extends: String?
-        var text: String
+public enum PolicyCache {
+    public struct Layer: Equatable {
+        public var path: String
+        public var name: String
+        public var extends: String?
+        public var text: String
+
+        public init(path: String, name: String, extends: String?, text: String) {
+            self.path = path
+            self.name = name
+            self.extends = extends
+            self.text = text
+        }
     }
 
-    static let suffix = ".policy"
+    public static let suffix = ".policy"
 
-    static func key(searchPaths: [String], nameOrPath: String, variables: [String: String], strict: Bool) -> String {
-        var key = "autoharness policy \(PolicyCoding.version)\n" + RootOwnedCache.frame(RootOwnedCache.binaryIdentity)
+    public static func key(searchPaths: [String], nameOrPath: String, variables: [String: String], strict: Bool,
+                           binary: String = RootOwnedCache.binaryIdentity) -> String {
+        var key = "autoharness policy \(PolicyCoding.version)\n" + RootOwnedCache.frame(binary)
         key += "\nsearch " + searchPaths.map(RootOwnedCache.frame).joined()
         key += "\nname " + RootOwnedCache.frame(nameOrPath)
         key += "\nstrict \(strict ? 1 : 0)\nvars"
@@ -34,8 +45,9 @@ enum PolicyCache {
         return key
     }
 
-    /// The recorded policy, if the layers `loader` finds now are exactly the recorded ones.
-    static func lookup(key: String, top: PolicyLoader.PolicyFile, loader: PolicyLoader, in dir: String?) -> Policy? {
+    /// The recorded policy, if the layers `files` finds now, from `top`, are exactly the
+    /// recorded ones.
+    public static func lookup(key: String, top: PolicyFiles.File, files: PolicyFiles, in dir: String?) -> Policy? {
         guard let body = RootOwnedCache.load(key: key, suffix: suffix, in: dir, maxBytes: 64 << 20) else { return nil }
         var r = ByteReader(body)
         guard let count = r.count(), count > 0 else { return nil }
@@ -54,17 +66,17 @@ enum PolicyCache {
         var expected = top
         for (i, layer) in layers.enumerated() {
             guard same(expected.path, layer.path), same(expected.name, layer.name),
-                  let text = try? PolicyLoader.read(expected.path), same(text, layer.text) else { return nil }
+                  let text = try? PolicyFiles.read(expected.path), same(text, layer.text) else { return nil }
             if let reference = layer.extends {
                 guard i + 1 < layers.count,
-                      let parent = try? loader.locate(reference, besideDirectory: PolicyLoader.directory(of: expected.path)) else { return nil }
+                      let parent = try? files.locate(reference, besideDirectory: PolicyFiles.directory(of: expected.path)) else { return nil }
                 expected = parent
             }
         }
         return PolicyCoding.decode(r.rest())
     }
 
-    static func store(key: String, layers: [Layer], policy: Policy, in dir: String?) {
+    public static func store(key: String, layers: [Layer], policy: Policy, in dir: String?) {
         var w = ByteWriter()
         w.count(layers.count)
         for l in layers {

@@ -1,0 +1,48 @@
+// autoharness-front: `autoharness sandbox exec` without the full CLI's start-up.
+//
+// The full CLI is a 120 MB static executable (Foundation, YAML, SQLite, ArgumentParser); its
+// start-up and the first use of its generic types, looked up among all its conformances, cost
+// more than a millisecond of every one-shot launch. This front links only what a launch needs
+// (SandboxCLI, Sandbox, PolicyModel) and runs a launch itself when:
+// - the command line is `sandbox exec` in the plain spellings `ExecArguments` reads;
+// - the policy it names is in the full CLI's policy cache (`PolicyCache`): stored by that very
+//   binary (its file's identity is in the key), with every layer file found again by the same
+//   lookup and equal byte for byte;
+// - the plan compiles (sources resolved afresh, as on every launch).
+// Everything else, and every failure before the launch, goes to the full CLI unchanged
+// (`execveat` of the checked file), which answers as it always has: help, errors, every other
+// command, and a miss, after which it stores the policy for the next launch.
+//
+// Installed by scripts/install as `bin/autoharness`, with the full CLI in
+// `libexec/autoharness/autoharness`; in a build directory it is `autoharness-front` and the full
+// CLI is the `autoharness` beside it.
+import CSystemCalls
+import Glibc
+import PolicyModel
+import PolicyStore
+import Sandbox
+import SandboxCLI
+import SupervisorIO
+
+Timing.mark("process started (loader, static initialisers)")
+// As in the full CLI: a closed pipe fails a write with EPIPE instead of killing the supervisor.
+signal(SIGPIPE, SIG_IGN)
+
+let fullCLI: Launcher
+switch FullCLI.locate() {
+case .success(let found): fullCLI = found
+case .failure(let problem):
+    printErr("autoharness: cannot find the full command line this front hands over to: \(problem.message)")
+    exit(2)
+}
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+if let prepared = FullCLI.preparedLaunch(arguments, fullCLI: fullCLI) {
+    // The first change to the host: as the full CLI does before any `sandbox` command.
+    let host = CgroupHost.current
+    if let done = host.delegation { printErr("autoharness: \(done)") }
+    for line in host.endOrphanedSandboxes() { printErr("autoharness: \(line)") }
+    Timing.mark("cgroup host detected, orphans swept")
+    exit(SandboxExecution.launch(prepared))
+}
+FullCLI.handOver(fullCLI)

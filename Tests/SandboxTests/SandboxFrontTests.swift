@@ -1,0 +1,136 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// autoharness-front runs `sandbox exec` itself only from the full CLI's policy cache, and
+/// hands everything else to the full CLI unchanged. These tests fail if the front uses a
+/// policy the full CLI would not load now, answers differently from it, or runs a full CLI
+/// anyone but root could have replaced.
+@Suite("sandbox exec's front")
+struct SandboxFrontTests {
+    /// A private cache, and timing marks on stderr that say which path a launch took.
+    static func environment(cache: String) -> [String: String] {
+        var env = ProcessInfo.processInfo.environment
+        env["AUTOHARNESS_CACHE_DIR"] = cache
+        env["AUTOHARNESS_TIMING"] = "1"
+        return env
+    }
+
+    static func handedOver(_ r: Run) -> Bool { r.stderr.contains("timing: handed over to the full CLI") }
+
+    @Test("after the full CLI cached the policy, the front launches itself, with the full CLI's output and status")
+    func cachedLaunchRunsInTheFront() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        let cache = dir.path + "/cache"
+        #expect(mkdir(cache, 0o700) == 0)
+        let env = Self.environment(cache: cache)
+        let command = ["sandbox", "exec", "-v", "--policy", "base", "--env", "GREETING=hi", "--",
+                       "/bin/sh", "-c", "echo $GREETING; id -u; exit 7"]
+        let first = try runProcess(Built.front, command, environment: env)
+        #expect(Self.handedOver(first), "an empty cache must be a miss: \(first.stderr)")
+        let full = try runProcess(Built.autoharness, command, environment: env)
+        let second = try runProcess(Built.front, command, environment: env)
+        #expect(!Self.handedOver(second) && second.stderr.contains("sandbox exec by the front: policy base"), "\(second.stderr)")
+        for r in [first, full, second] {
+            #expect(r.status == 7 && r.stdout == full.stdout && r.stdout.hasPrefix("hi\n"), "\(r.status) \(r.stdout) \(r.stderr)")
+        }
+        // The front's sandbox is the full CLI's: the same uid, and a refused call reported.
+        let probe = ["sandbox", "exec", "--policy", "base", "--ro", Built.probe + ":/probe", "--", "/probe", "mount"]
+        _ = try runProcess(Built.autoharness, probe, environment: env)
+        let refused = try runProcess(Built.front, probe, environment: env)
+        #expect(!Self.handedOver(refused) && refused.errnoName == "EPERM" && refused.stderr.contains("1 audit event: mount"), "\(refused.stdout) \(refused.stderr)")
+    }
+
+    @Test("an edited layer, or a new file that shadows one, is a miss: the next launch through the front gets the new policy")
+    func editedOrShadowedPolicyIsAMiss() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        let data = dir.path + "/data"
+        try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
+        try "SECRET".write(toFile: data + "/secret", atomically: false, encoding: .utf8)
+        let cache = dir.path + "/cache"
+        #expect(mkdir(cache, 0o700) == 0)
+        let early = dir.path + "/early", late = dir.path + "/late"
+        for d in [early, late] { try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true) }
+        let open = "extends: base\nfilesystem:\n  mounts:\n    - ro: \(data)\n"
+        let hidden = open + "    - hide: \(data)/secret\n"
+        try open.write(toFile: late + "/p.yaml", atomically: false, encoding: .utf8)
+        let env = Self.environment(cache: cache)
+        let command = ["sandbox", "exec", "--policy-dir", early, "--policy-dir", late, "--policy", "p", "--", "/usr/bin/cat", data + "/secret"]
+
+        _ = try runProcess(Built.autoharness, command, environment: env)
+        let cached = try runProcess(Built.front, command, environment: env)
+        #expect(!Self.handedOver(cached) && cached.status == 0 && cached.stdout == "SECRET", "\(cached.stderr)")
+
+        // Shadowed: the same name, now found in a directory searched earlier.
+        try hidden.write(toFile: early + "/p.yaml", atomically: false, encoding: .utf8)
+        let shadowed = try runProcess(Built.front, command, environment: env)
+        #expect(Self.handedOver(shadowed) && shadowed.status != 0 && !shadowed.stdout.contains("SECRET"), "\(shadowed.stdout) \(shadowed.stderr)")
+
+        // Edited in place, after the full CLI cached the shadowing file.
+        #expect(unlink(early + "/p.yaml") == 0)
+        _ = try runProcess(Built.autoharness, command, environment: env)
+        #expect(!Self.handedOver(try runProcess(Built.front, command, environment: env)))
+        try hidden.write(toFile: late + "/p.yaml", atomically: false, encoding: .utf8)
+        let edited = try runProcess(Built.front, command, environment: env)
+        #expect(Self.handedOver(edited) && edited.status != 0 && !edited.stdout.contains("SECRET"), "\(edited.stdout) \(edited.stderr)")
+    }
+
+    @Test("what the front does not run itself, the full CLI answers exactly as when called directly")
+    func everythingElseIsTheFullCLI() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        let cache = dir.path + "/cache"
+        #expect(mkdir(cache, 0o700) == 0)
+        var env = ProcessInfo.processInfo.environment
+        env["AUTOHARNESS_CACHE_DIR"] = cache
+        let lines: [[String]] = [
+            ["sandbox", "exec", "--help"],
+            ["sandbox", "exec", "--no-such-option", "--", "/bin/true"],
+            ["sandbox", "exec", "--policy", "base"],
+            ["sandbox", "exec", "--policy", "no-such-policy", "--", "/bin/true"],
+            ["sandbox", "exec", "--var", "novalue", "--", "/bin/true"],
+            ["sandbox", "exec", "--ro", "/no/such/source", "--", "/bin/true"],
+            ["policy", "show", "base"],
+            ["--version"],
+            [],
+        ]
+        for line in lines {
+            let full = try runProcess(Built.autoharness, line, environment: env)
+            let front = try runProcess(Built.front, line, environment: env)
+            #expect(front.status == full.status && front.stdout == full.stdout && front.stderr == full.stderr,
+                    "\(line): front \(front.status) \(front.stderr) / full \(full.status) \(full.stderr)")
+        }
+    }
+
+    @Test("the front runs no full CLI that someone other than root could have replaced, and says why it cannot run")
+    func fullCLIMustBeRoots() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        let bin = dir.path + "/bin"
+        #expect(mkdir(bin, 0o755) == 0)
+        let front = bin + "/autoharness-front", full = bin + "/autoharness"
+        try FileManager.default.copyItem(atPath: Built.front, toPath: front)
+        let alone = try runProcess(front, ["sandbox", "exec", "--", "/bin/true"])
+        #expect(alone.status == 2 && alone.stderr.contains("cannot find the full command line") && alone.stderr.contains(full), "\(alone.stderr)")
+
+        // mkdir where the full CLI should be: handed the front's arguments, it makes the
+        // marker directory, so the marker exists only if it passed the checks and ran.
+        let marker = dir.path + "/ran"
+        try FileManager.default.copyItem(atPath: "/usr/bin/mkdir", toPath: full)
+        chmod(full, 0o755)
+        #expect(try runProcess(front, [marker]).status == 0 && FileManager.default.fileExists(atPath: marker))
+        #expect(rmdir(marker) == 0)
+        let changes: [(String, () -> Int32)] = [
+            ("writable by others", { chmod(full, 0o757) }),
+            ("owned by another user", { chmod(full, 0o755); return chown(full, 65534, 65534) }),
+            ("in a directory others may write", { chown(full, 0, 0); return chmod(bin, 0o777) }),
+        ]
+        for (what, change) in changes {
+            #expect(change() == 0)
+            let r = try runProcess(front, [marker])
+            #expect(r.status == 2 && r.stderr.contains(full) && !FileManager.default.fileExists(atPath: marker), "\(what): \(r.status) \(r.stderr)")
+        }
+    }
+}
