@@ -16,6 +16,7 @@
 #include <sched.h>
 #include <stdint.h>
 #include <string.h>
+#include <stdlib.h>
 #include <sys/ioctl.h>
 #include <sys/vfs.h>
 #include <sys/auxv.h>
@@ -36,45 +37,67 @@ int ahs_allowed_cpus(int *cpus, int max) {
     return n;
 }
 
+/// One CPU's share: `pipes` pipes and `memfds` memfds made and closed on that CPU.
 struct noise_job {
-    const int *cpus;
-    const long *pipes, *memfds;
-    int n, failed_cpu, error;
+    int cpu;
+    long pipes, memfds;
+    int error;
 };
 
 static void *noise_thread(void *arg) {
     struct noise_job *job = arg;
-    for (int i = 0; i < job->n; i++) {
-        job->failed_cpu = job->cpus[i];
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(job->cpus[i], &set);
-        if (sched_setaffinity(0, sizeof set, &set) < 0) { job->error = errno; return NULL; }
-        for (long k = 0; k < job->pipes[i]; k++) {
-            int p[2];
-            if (pipe2(p, O_CLOEXEC) < 0) { job->error = errno; return NULL; }
-            close(p[0]);
-            close(p[1]);
-        }
-        for (long k = 0; k < job->memfds[i]; k++) {
-            int fd = memfd_create("ah-noise", MFD_CLOEXEC);
-            if (fd < 0) { job->error = errno; return NULL; }
-            close(fd);
-        }
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(job->cpu, &set);
+    if (sched_setaffinity(0, sizeof set, &set) < 0) { job->error = errno; return NULL; }
+    for (long k = 0; k < job->pipes; k++) {
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0) { job->error = errno; return NULL; }
+        close(p[0]);
+        close(p[1]);
     }
-    job->failed_cpu = -1;
+    for (long k = 0; k < job->memfds; k++) {
+        int fd = memfd_create("ah-noise", MFD_CLOEXEC);
+        if (fd < 0) { job->error = errno; return NULL; }
+        close(fd);
+    }
     return NULL;
 }
 
 int ahs_perturb_inode_numbers(const int *cpus, const long *pipes, const long *memfds, int n, int *failed_cpu) {
-    // A thread of its own, so that pinning it pins no thread the supervisor keeps.
-    struct noise_job job = {cpus, pipes, memfds, n, -1, 0};
-    pthread_t t;
-    int rc = pthread_create(&t, NULL, noise_thread, &job);
-    if (rc != 0) { *failed_cpu = -1; return -rc; }
-    pthread_join(t, NULL);
-    *failed_cpu = job.failed_cpu;
-    return -job.error;
+    // A thread per CPU, pinned there, all at once: each CPU's counters move only through work
+    // on that CPU, and the CPUs work side by side (the wall time of one CPU's share, not the
+    // sum). Threads of their own, so that pinning them pins no thread the supervisor keeps.
+    struct noise_job *jobs = calloc((size_t)n, sizeof *jobs);
+    pthread_t *threads = calloc((size_t)n, sizeof *threads);
+    int *started = calloc((size_t)n, sizeof *started);
+    if (!jobs || !threads || !started) {
+        free(jobs); free(threads); free(started);
+        *failed_cpu = -1;
+        return -ENOMEM;
+    }
+    int rc = 0;
+    *failed_cpu = -1;
+    for (int i = 0; i < n; i++) {
+        jobs[i] = (struct noise_job){cpus[i], pipes[i], memfds[i], 0};
+        int e = pthread_create(&threads[i], NULL, noise_thread, &jobs[i]);
+        if (e == 0) {
+            started[i] = 1;
+        } else if (rc == 0) {
+            rc = -e;
+            *failed_cpu = cpus[i];
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (!started[i]) continue;
+        pthread_join(threads[i], NULL);
+        if (jobs[i].error && rc == 0) {
+            rc = -jobs[i].error;
+            *failed_cpu = cpus[i];
+        }
+    }
+    free(jobs); free(threads); free(started);
+    return rc;
 }
 
 const char *ahs_libc_version(void) { return gnu_get_libc_version(); }

@@ -32,14 +32,18 @@ enum FullCLI {
         return .failure(Launcher.Problem(message: problems.joined(separator: "; ")))
     }
 
+    /// Whether `arguments` are `sandbox exec` with something to run and no request for help.
+    static func asksForLaunch(_ arguments: [String]) -> Bool {
+        guard arguments.count > 2, arguments[0] == "sandbox", arguments[1] == "exec" else { return false }
+        let options = arguments.dropFirst(2).prefix { $0 != "--" && !$0.hasPrefix("/") }
+        return !options.contains { $0 == "-h" || $0 == "--help" }
+    }
+
     /// The launch `arguments` ask for, prepared, if the front can run it: `sandbox exec` in
     /// the plain spellings, a policy cached by `cli`, a plan that compiles. Nil hands the
     /// line to the full CLI. Nothing on the host changes here.
     static func preparedLaunch(_ arguments: [String], fullCLI cli: Launcher) -> SandboxExecution.Prepared? {
-        guard arguments.count > 2, arguments[0] == "sandbox", arguments[1] == "exec" else { return nil }
-        let options = arguments.dropFirst(2).prefix { $0 != "--" && !$0.hasPrefix("/") }
-        guard !options.contains(where: { $0 == "-h" || $0 == "--help" }),
-              let request = ExecArguments.parse(arguments.dropFirst(2)), request.benchRepeat == 1,
+        guard asksForLaunch(arguments), let request = ExecArguments.parse(arguments.dropFirst(2)), request.benchRepeat == 1,
               let command = try? SandboxExecution.command(of: request),
               let variables = try? SandboxExecution.variables(of: request) else { return nil }
         Timing.mark("arguments parsed")

@@ -11,7 +11,7 @@ int ahs_memfd(const char *name);
 /* The CPUs the calling thread may run on, at most `max` of them, into `cpus`; returns how
    many, or -errno. */
 int ahs_allowed_cpus(int *cpus, int max);
-/* On a thread of its own, pinned to each of `cpus[0..n)` in turn: takes `pipes[i]` numbers
+/* On a thread of its own per CPU, pinned to cpus[i], all at once: takes `pipes[i]` numbers
    from the kernel's shared inode-number counter (get_next_ino: pipes, sockets, mqueue inodes)
    and `memfds[i]` from the internal shmem mount's (memfd, SysV shm) on cpus[i], closing every
    object at once. 0, or -errno with the CPU it failed on in *failed_cpu. */
