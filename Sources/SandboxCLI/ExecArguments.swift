@@ -10,6 +10,12 @@
 /// messages, so both paths accept and refuse exactly the same command lines (the front
 /// hands such a line to the full CLI).
 public enum ExecArguments {
+    /// Whether `sandbox exec`'s options (the words after `exec`, up to the command) ask for
+    /// help: `-h` or `--help` among them, not in the command's own arguments.
+    public static func asksForHelp(_ arguments: ArraySlice<String>) -> Bool {
+        arguments.prefix { $0 != "--" && !$0.hasPrefix("/") }.contains { $0 == "-h" || $0 == "--help" }
+    }
+
     public static func parse(_ arguments: ArraySlice<String>) -> ExecRequest? {
         var r = ExecRequest()
         var seen: Set<String> = []

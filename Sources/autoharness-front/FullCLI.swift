@@ -34,9 +34,7 @@ enum FullCLI {
 
     /// Whether `arguments` are `sandbox exec` with something to run and no request for help.
     static func asksForLaunch(_ arguments: [String]) -> Bool {
-        guard arguments.count > 2, arguments[0] == "sandbox", arguments[1] == "exec" else { return false }
-        let options = arguments.dropFirst(2).prefix { $0 != "--" && !$0.hasPrefix("/") }
-        return !options.contains { $0 == "-h" || $0 == "--help" }
+        arguments.count > 2 && arguments[0] == "sandbox" && arguments[1] == "exec" && !ExecArguments.asksForHelp(arguments.dropFirst(2))
     }
 
     /// The launch `arguments` ask for, prepared, if the front can run it: `sandbox exec` in
@@ -51,13 +49,16 @@ enum FullCLI {
         // file and its identity, read through the descriptor that would be executed.
         let descriptor = "/proc/self/fd/\(cli.fd)"
         guard let binary = RootOwnedCache.identity(ofFile: descriptor), let path = readLink(descriptor) else { return nil }
-        let searchPaths = PolicySearch.paths(explicit: request.policyDirs, executableDirectory: PolicySearch.directory(of: path))
+        let directory = PolicySearch.directory(of: path)
+        let searchPaths = PolicySearch.paths(explicit: request.policyDirs, executableDirectory: directory)
         let files = PolicyFiles(searchPaths: searchPaths)
         let key = PolicyCache.key(searchPaths: searchPaths, nameOrPath: request.policy, variables: variables, strict: true, binary: binary)
         guard let top = try? files.locate(request.policy, besideDirectory: nil),
               let policy = PolicyCache.lookup(key: key, top: top, files: files, in: RootOwnedCache.directory("policy")) else { return nil }
         Timing.mark("policy loaded")
         guard let prepared = try? SandboxExecution.prepare(request, command: command, policy: policy) else { return nil }
+        // The monitor the full CLI would start, not one that happens to lie beside the front.
+        Launcher.lookBeside(executableIn: directory)
         if request.debug {
             printErr("autoharness[debug]: sandbox exec by the front: policy \(policy.name) from the cache of \(path)")
         }

@@ -32,7 +32,7 @@ let fullCLI: Launcher
 switch FullCLI.locate() {
 case .success(let found): fullCLI = found
 case .failure(let problem):
-    printErr("autoharness: cannot find the full command line this front hands over to: \(problem.message)")
+    printErr("autoharness: cannot find the full command line this front hands over to (the full CLI must be root's and writable only by root, in a directory the same holds for): \(problem.message)")
     exit(2)
 }
 

@@ -58,8 +58,7 @@ struct Autoharness: ParsableCommand {
         // --help given before the command: answer it here.
         let args = Array(CommandLine.arguments.dropFirst())
         if args.count >= 2, args[0] == "sandbox", args[1] == "exec" {
-            let options = args.dropFirst(2).prefix { $0 != "--" && !$0.hasPrefix("/") }
-            if args.count == 2 || options.contains(where: { $0 == "-h" || $0 == "--help" }) {
+            if args.count == 2 || ExecArguments.asksForHelp(args.dropFirst(2)) {
                 print(SandboxExec.helpMessage(for: SandboxExec.self, columns: nil))
                 return
             }
@@ -68,8 +67,10 @@ struct Autoharness: ParsableCommand {
         // for its sandboxes before the first one starts; say so once, up front.
         // Likewise, sandboxes a killed supervisor left frozen end now, even if this command
         // launches none (a resumed run whose budget is spent).
-        if let verb = args.first, ["sandbox", "prepare", "benchmark", "gate", "run", "demo", "doctor"].contains(verb),
-           !args.contains("-h"), !args.contains("--help") {
+        // (`sandbox exec`'s help is asked before its command: a `-h` after it is the command's.)
+        let asksForHelp = args.starts(with: ["sandbox", "exec"]) ? args.count == 2 || ExecArguments.asksForHelp(args.dropFirst(2))
+            : args.contains("-h") || args.contains("--help")
+        if let verb = args.first, ["sandbox", "prepare", "benchmark", "gate", "run", "demo", "doctor"].contains(verb), !asksForHelp {
             let host = CgroupHost.current
             if let done = host.delegation { printErr("autoharness: \(done)") }
             for line in host.endOrphanedSandboxes() { printErr("autoharness: \(line)") }

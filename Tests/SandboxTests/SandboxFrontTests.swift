@@ -87,6 +87,7 @@ struct SandboxFrontTests {
         env["AUTOHARNESS_CACHE_DIR"] = cache
         let lines: [[String]] = [
             ["sandbox", "exec", "--help"],
+            ["sandbox", "exec", "--", "/bin/echo", "-h"],
             ["sandbox", "exec", "--no-such-option", "--", "/bin/true"],
             ["sandbox", "exec", "--policy", "base"],
             ["sandbox", "exec", "--policy", "no-such-policy", "--", "/bin/true"],
@@ -132,5 +133,30 @@ struct SandboxFrontTests {
             let r = try runProcess(front, [marker])
             #expect(r.status == 2 && r.stderr.contains(full) && !FileManager.default.fileExists(atPath: marker), "\(what): \(r.status) \(r.stderr)")
         }
+    }
+
+    @Test("installed as scripts/install lays it out, the front launches with the monitor the full CLI would use, not one beside the front")
+    func installedLayoutUsesTheFullCLIsLauncher() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        chmod(dir.path, 0o755)
+        let bin = dir.path + "/bin", libexec = dir.path + "/libexec/autoharness"
+        for d in [bin, dir.path + "/libexec", libexec] { #expect(mkdir(d, 0o755) == 0) }
+        // Hard links: the same files, so the full CLI's identity (and its cache key) is the build's.
+        for (from, to) in [(Built.front, bin + "/autoharness"), (Built.autoharness, libexec + "/autoharness"),
+                           (Built.directory + "/autoharness-launch", libexec + "/autoharness-launch"),
+                           // A root-owned program under the launcher's name beside the front.
+                           ("/usr/bin/false", bin + "/autoharness-launch")] {
+            #expect(link(from, to) == 0, "link \(from): \(String(cString: strerror(errno)))")
+        }
+        let cache = dir.path + "/cache"
+        #expect(mkdir(cache, 0o700) == 0)
+        var env = Self.environment(cache: cache)
+        env.removeValue(forKey: "AUTOHARNESS_LAUNCHER")
+        let command = ["sandbox", "exec", "--policy-dir", Built.packageRoot + "/policies", "--", "/bin/sh", "-c", "echo ran"]
+        let first = try runProcess(bin + "/autoharness", command, environment: env)
+        #expect(Self.handedOver(first) && first.status == 0 && first.stdout == "ran\n", "\(first.status) \(first.stderr)")
+        let second = try runProcess(bin + "/autoharness", command, environment: env)
+        #expect(!Self.handedOver(second) && second.status == 0 && second.stdout == "ran\n", "\(second.status) \(second.stderr)")
     }
 }

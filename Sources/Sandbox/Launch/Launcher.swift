@@ -30,6 +30,14 @@ public struct Launcher: Sendable {
 
     private static let located = find()
 
+    /// Where the launcher is looked for instead of this executable's directory: the
+    /// `sandbox exec` front names the full CLI's, so both find the same launcher. Set before
+    /// the first launch (the lookup happens once).
+    public static func lookBeside(executableIn directory: String) {
+        besideOverride.withLock { besideOverride.value = directory }
+    }
+    private static let besideOverride = Locked<String?>(nil)
+
     public struct Problem: Error {
         public var message: String
         public init(message: String) { self.message = message }
@@ -40,7 +48,7 @@ public struct Launcher: Sendable {
         if let env = getenv("AUTOHARNESS_LAUNCHER") {
             candidates = [String(cString: env)]
         } else {
-            let dir = executableDirectory()
+            let dir = besideOverride.withLock { besideOverride.value } ?? executableDirectory()
             candidates = [dir + "/autoharness-launch", dir + "/../libexec/autoharness/autoharness-launch"]
         }
         var problems: [String] = []
