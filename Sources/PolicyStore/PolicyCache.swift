@@ -10,7 +10,8 @@ import SupervisorIO
 ///
 /// An entry is used only when every input of the load it records is unchanged:
 /// - the key: the binary that stored it (the full CLI; `RootOwnedCache.binaryIdentity` there,
-///   its file's identity in the front), the search paths, the name or
+///   its file's identity in the front) and, for `sandbox exec`, the build of the launch code
+///   (`LaunchCode.digest`: the front launches with its own), the search paths, the name or
 ///   path asked for, the variables, and whether placeholders must all resolve;
 /// - the chain: each layer's path, name, `extends:` reference and full text. The top is found
 ///   again by the same lookup a load makes, each parent by looking up the recorded reference
@@ -36,8 +37,9 @@ public enum PolicyCache {
     public static let suffix = ".policy"
 
     public static func key(searchPaths: [String], nameOrPath: String, variables: [String: String], strict: Bool,
-                           binary: String = RootOwnedCache.binaryIdentity) -> String {
+                           binary: String = RootOwnedCache.binaryIdentity, launchCode: String = "") -> String {
         var key = "autoharness policy \(PolicyCoding.version)\n" + RootOwnedCache.frame(binary)
+        key += "\nlaunch code " + RootOwnedCache.frame(launchCode)
         key += "\nsearch " + searchPaths.map(RootOwnedCache.frame).joined()
         key += "\nname " + RootOwnedCache.frame(nameOrPath)
         key += "\nstrict \(strict ? 1 : 0)\nvars"

@@ -1,4 +1,5 @@
 import Glibc
+import LaunchCode
 import Logging
 import PolicyModel
 import Sandbox
@@ -42,6 +43,11 @@ extension ExecUsageError: AutoharnessError {
 /// (autoharness-front): `prepare` reads the request and compiles the plan, changing nothing
 /// on the host; `launch` runs it and returns the exit status.
 public enum SandboxExecution {
+    /// This binary's build of the launch code, for the policy cache's key: the full CLI stores
+    /// entries under it and the front looks them up under its own, so a front from another
+    /// build hands every launch to the full CLI.
+    public static var launchCode: String { LaunchCode.digest }
+
     /// The command to run: the words after `--`.
     public static func command(of r: ExecRequest) throws(ExecUsageError) -> [String] {
         var cmd = r.command

@@ -15,6 +15,9 @@ public struct PolicyLoader: Sendable {
     /// Whether `load` keeps what it loaded in `RootOwnedCache`'s `policy/` and uses it while
     /// every layer file is unchanged (`PolicyCache`): one-shot `sandbox exec` sets it.
     public var usesCache = false
+    /// Part of every cache key: `sandbox exec` puts its launch code's build there
+    /// (`LaunchCode.digest`), which its front must share to use the entry.
+    public var cacheKeyLaunchCode = ""
     /// Where cached policies live; nil: no cache (not root).
     public var cacheDirectory: String? = RootOwnedCache.directory("policy")
 
@@ -42,7 +45,8 @@ public struct PolicyLoader: Sendable {
             throw PolicyDiagnostics(errors: [error])
         }
         let cacheKey = usesCache && cacheDirectory != nil
-            ? PolicyCache.key(searchPaths: searchPaths, nameOrPath: nameOrPath, variables: variables, strict: requireAllPlaceholders)
+            ? PolicyCache.key(searchPaths: searchPaths, nameOrPath: nameOrPath, variables: variables, strict: requireAllPlaceholders,
+                              launchCode: cacheKeyLaunchCode)
             : nil
         if let cacheKey, let cached = PolicyCache.lookup(key: cacheKey, top: top, files: files, in: cacheDirectory) {
             return cached

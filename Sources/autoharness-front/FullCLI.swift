@@ -52,7 +52,8 @@ enum FullCLI {
         let directory = PolicySearch.directory(of: path)
         let searchPaths = PolicySearch.paths(explicit: request.policyDirs, executableDirectory: directory)
         let files = PolicyFiles(searchPaths: searchPaths)
-        let key = PolicyCache.key(searchPaths: searchPaths, nameOrPath: request.policy, variables: variables, strict: true, binary: binary)
+        let key = PolicyCache.key(searchPaths: searchPaths, nameOrPath: request.policy, variables: variables, strict: true,
+                                  binary: binary, launchCode: SandboxExecution.launchCode)
         guard let top = try? files.locate(request.policy, besideDirectory: nil),
               let policy = PolicyCache.lookup(key: key, top: top, files: files, in: RootOwnedCache.directory("policy")) else { return nil }
         Timing.mark("policy loaded")

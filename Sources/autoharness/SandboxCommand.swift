@@ -99,6 +99,7 @@ struct SandboxExec: ParsableCommand {
             // A one-shot launch loads its policy from the cache while no layer file has changed.
             var loader = PolicyLocator.loader(r.policyDirs)
             loader.usesCache = true
+            loader.cacheKeyLaunchCode = SandboxExecution.launchCode
             let policy = try loader.load(r.policy, variables: vars, requireAllPlaceholders: true)
             Timing.mark("policy loaded")
             prepared = try SandboxExecution.prepare(r, command: command, policy: policy)

@@ -22,8 +22,11 @@ struct ArchitectureTests {
         "Ledger": ["Glibc", "Foundation", "GRDB", "Crypto", "SupervisorIO"],
         "Experiment": ["Glibc", "Foundation", "Dispatch", "Synchronization", "ArgumentParser", "Yams", "Crypto", "Benchmark", "Ledger",
                        "Sandbox", "SandboxPolicy", "SupervisorIO", "BrokerWire"],
+        // The digest of the launch code's sources (generated), and the plugin that makes it.
+        "LaunchCode": [],
+        "LaunchCodeDigestPlugin": ["Foundation", "PackagePlugin"],
         // What the full CLI and its front share of `sandbox exec`: nothing the front must not link.
-        "SandboxCLI": ["Glibc", "Logging", "PolicyModel", "PolicyStore", "Sandbox", "SupervisorIO"],
+        "SandboxCLI": ["Glibc", "LaunchCode", "Logging", "PolicyModel", "PolicyStore", "Sandbox", "SupervisorIO"],
         "autoharness": ["Glibc", "Foundation", "ArgumentParser", "Logging", "Benchmark", "Experiment", "Ledger", "Sandbox",
                         "SandboxCLI", "SandboxPolicy", "SupervisorIO"],
         "autoharness-front": ["Glibc", "CSystemCalls", "PolicyModel", "PolicyStore", "Sandbox", "SandboxCLI", "SupervisorIO"],
@@ -128,14 +131,15 @@ struct ArchitectureTests {
     func targetTable() throws {
         let root = URL(fileURLWithPath: Self.sources).deletingLastPathComponent().path
         let manifest = try String(contentsOfFile: root + "/Package.swift", encoding: .utf8)
-        let declared = manifest.matches(of: #/\.(target|executableTarget|systemLibrary|testTarget)\(\s*name:\s*"([^"]+)"/#)
+        let declared = manifest.matches(of: #/\.(target|executableTarget|systemLibrary|testTarget|plugin)\(\s*name:\s*"([^"]+)"/#)
             .map { (name: String($0.2), kind: String($0.1)) }
         #expect(declared.count > 20, "targets read from Package.swift: \(declared.map(\.name))")
         let doc = try String(contentsOfFile: root + "/docs/architecture.md", encoding: .utf8)
         let section = try #require(doc.components(separatedBy: "\n## Targets\n").dropFirst().first?.components(separatedBy: "\n## ").first)
         let rows = section.matches(of: #/\n\| `([^`]+)` \| ([a-zA-Z ]+) \|/#).map { (name: String($0.1), kind: String($0.2)) }
         #expect(rows.map(\.name) == declared.map(\.name), "the table's targets vs Package.swift's, in order")
-        let kinds = ["systemLibrary": ["system library"], "executableTarget": ["executable"], "testTarget": ["test"], "target": ["library", "C"]]
+        let kinds = ["systemLibrary": ["system library"], "executableTarget": ["executable"], "testTarget": ["test"], "target": ["library", "C"],
+                     "plugin": ["build tool plugin"]]
         for row in rows {
             guard let d = declared.first(where: { $0.name == row.name }) else { continue }
             #expect(kinds[d.kind]?.contains(row.kind) == true, "\(row.name): the table says \(row.kind), Package.swift declares .\(d.kind)")

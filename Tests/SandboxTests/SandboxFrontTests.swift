@@ -159,4 +159,48 @@ struct SandboxFrontTests {
         let second = try runProcess(bin + "/autoharness", command, environment: env)
         #expect(!Self.handedOver(second) && second.status == 0 && second.stdout == "ran\n", "\(second.status) \(second.stderr)")
     }
+
+    @Test("a front of another build of the launch code than the full CLI's hands every launch over, never using the full CLI's entries")
+    func frontOfAnotherBuildHandsOver() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        chmod(dir.path, 0o755)
+        let libexec = dir.path + "/libexec/autoharness"
+        for d in [dir.path + "/bin", dir.path + "/other", dir.path + "/libexec", libexec] { #expect(mkdir(d, 0o755) == 0) }
+        for (from, to) in [(Built.front, dir.path + "/bin/autoharness"), (Built.autoharness, libexec + "/autoharness"),
+                           (Built.directory + "/autoharness-launch", libexec + "/autoharness-launch")] {
+            #expect(link(from, to) == 0, "link \(from): \(String(cString: strerror(errno)))")
+        }
+        // The same front with another digest of the launch code: one hex digit changed.
+        var bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: Built.front)))
+        let marker = Array("autoharness-launch-code:".utf8)
+        var patched = 0
+        var i = 0
+        while i + marker.count < bytes.count {
+            if bytes[i] == marker[0], Array(bytes[i..<i + marker.count]) == marker {
+                let at = i + marker.count
+                bytes[at] = bytes[at] == UInt8(ascii: "0") ? UInt8(ascii: "1") : UInt8(ascii: "0")
+                patched += 1
+                i = at
+            }
+            i += 1
+        }
+        #expect(patched >= 1, "the front carries no launch-code digest")
+        let other = dir.path + "/other/autoharness"
+        try Data(bytes).write(to: URL(fileURLWithPath: other))
+        chmod(other, 0o755)
+
+        let cache = dir.path + "/cache"
+        #expect(mkdir(cache, 0o700) == 0)
+        var env = Self.environment(cache: cache)
+        env.removeValue(forKey: "AUTOHARNESS_LAUNCHER")
+        let command = ["sandbox", "exec", "--policy-dir", Built.packageRoot + "/policies", "--", "/bin/sh", "-c", "echo ran"]
+        for _ in 0..<2 {
+            let r = try runProcess(other, command, environment: env)
+            #expect(Self.handedOver(r) && r.status == 0 && r.stdout == "ran\n", "\(r.status) \(r.stderr)")
+        }
+        // The entry is there, and a front of the full CLI's own build uses it.
+        let same = try runProcess(dir.path + "/bin/autoharness", command, environment: env)
+        #expect(!Self.handedOver(same) && same.status == 0 && same.stdout == "ran\n", "\(same.status) \(same.stderr)")
+    }
 }
