@@ -89,10 +89,7 @@ public struct PolicyFiles: Sendable {
         return text
     }
 
-    public static func directory(of path: String) -> String {
-        guard let slash = path.lastIndex(of: "/") else { return "." }
-        return slash == path.startIndex ? "/" : String(path[..<slash])
-    }
+    public static func directory(of path: String) -> String { POSIX.split(path).directory }
 
     public static func join(_ directory: String, _ name: String) -> String {
         if directory == "." || directory.isEmpty { return name }

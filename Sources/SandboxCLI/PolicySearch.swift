@@ -16,9 +16,12 @@ public enum PolicySearch {
         return paths
     }
 
-    /// `share/autoharness/NAME` of an installation, canonical, or nil.
+    /// `share/autoharness/NAME` of an installation, canonical, or nil: beside the binary's
+    /// `bin/`, or, for the full CLI in `libexec/autoharness/` (behind its front), beside that
+    /// `libexec/`.
     public static func installed(_ name: String, executableDirectory dir: String) -> String? {
-        canonical(dir + "/../share/autoharness/" + name) ?? canonical(dir + "/../../share/autoharness/" + name)
+        let prefix = dir.hasSuffix("/libexec/autoharness") ? dir + "/../.." : dir + "/.."
+        return canonical(prefix + "/share/autoharness/" + name)
     }
 
     /// `path` with `..`, `.` and symlinks resolved, or nil if it does not exist.
@@ -38,22 +41,5 @@ public enum PolicySearch {
             dir = slash == dir.startIndex ? "/" : String(dir[..<slash])
         }
         return nil
-    }
-
-    /// The directory of the running executable (`/proc/self/exe`).
-    public static func executableDirectory() -> String {
-        directory(of: executablePath() ?? ".")
-    }
-
-    public static func executablePath() -> String? {
-        var buf = [CChar](repeating: 0, count: 4096)
-        let n = readlink("/proc/self/exe", &buf, 4095)
-        guard n > 0 else { return nil }
-        return String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    }
-
-    public static func directory(of path: String) -> String {
-        guard let slash = path.lastIndex(of: "/") else { return "." }
-        return slash == path.startIndex ? "/" : String(path[..<slash])
     }
 }

@@ -89,6 +89,15 @@ public enum POSIX {
         _ = Glibc.unlink(path)
     }
 
+    /// What the symbolic link `path` holds (for /proc's magic links, the kernel's name of the
+    /// file), or nil.
+    public static func readLink(_ path: String) -> String? {
+        var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let n = Glibc.readlink(path, &buf, Int(PATH_MAX))
+        guard n > 0 else { return nil }
+        return String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
     /// Splits `path` into its directory ("." when there is none) and last component.
     public static func split(_ path: String) -> (directory: String, name: String) {
         guard let slash = path.lastIndex(of: "/") else { return (".", path) }

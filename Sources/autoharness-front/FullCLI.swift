@@ -13,7 +13,7 @@ enum FullCLI {
     /// launcher is (`Launcher.open`): a regular file owned by root and writable by no one
     /// else, in a directory the same holds for, executed through the descriptor checked.
     static func locate() -> Result<Launcher, Launcher.Problem> {
-        let dir = PolicySearch.executableDirectory()
+        let dir = Launcher.executableDirectory()
         var problems: [String] = []
         for path in [dir + "/../libexec/autoharness/autoharness", dir + "/autoharness"] {
             switch Launcher.open(path: path) {
@@ -48,8 +48,8 @@ enum FullCLI {
         // What the full CLI computes from its own /proc/self/exe: the kernel's name for the
         // file and its identity, read through the descriptor that would be executed.
         let descriptor = "/proc/self/fd/\(cli.fd)"
-        guard let binary = RootOwnedCache.identity(ofFile: descriptor), let path = readLink(descriptor) else { return nil }
-        let directory = PolicySearch.directory(of: path)
+        guard let binary = RootOwnedCache.identity(ofFile: descriptor), let path = POSIX.readLink(descriptor) else { return nil }
+        let directory = POSIX.split(path).directory
         let searchPaths = PolicySearch.paths(explicit: request.policyDirs, executableDirectory: directory)
         let files = PolicyFiles(searchPaths: searchPaths)
         let key = PolicyCache.key(searchPaths: searchPaths, nameOrPath: request.policy, variables: variables, strict: true,
@@ -74,12 +74,5 @@ enum FullCLI {
         _ = ahs_execveat_fd(cli.fd, argv, environ)
         printErr("autoharness: cannot run the full command line \(cli.path): \(String(cString: strerror(errno)))")
         exit(2)
-    }
-
-    private static func readLink(_ path: String) -> String? {
-        var buf = [CChar](repeating: 0, count: 4097)
-        let n = readlink(path, &buf, 4096)
-        guard n > 0 else { return nil }
-        return String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }

@@ -1,6 +1,7 @@
 import Experiment
 import SandboxCLI
 import Glibc
+import Sandbox
 import SandboxPolicy
 
 /// Where bare policy names (`base`, `benchmark-task`) and templates are looked up, for this
@@ -10,7 +11,7 @@ enum PolicyLocator {
         PolicySearch.paths(explicit: explicit, executableDirectory: executableDirectory())
     }
 
-    static func executableDirectory() -> String { PolicySearch.executableDirectory() }
+    static func executableDirectory() -> String { Launcher.executableDirectory() }
 
     /// The static broker client bound into the coding agent's sandbox as `autoharness`:
     /// `$AUTOHARNESS_CLIENT`, or `autoharness-client` next to this binary, or in `bin/` of an
@@ -18,10 +19,11 @@ enum PolicyLocator {
     static func clientBinary() -> String {
         if let env = getenv("AUTOHARNESS_CLIENT") { return String(cString: env) }
         let dir = executableDirectory()
-        let beside = dir + "/autoharness-client"
         // Canonical: it is bound into the sandbox, where a source with `..` is refused.
-        guard access(beside, F_OK) != 0, let installed = PolicySearch.canonical(dir + "/../../bin/autoharness-client") else { return beside }
-        return installed
+        if dir.hasSuffix("/libexec/autoharness"), let installed = PolicySearch.canonical(dir + "/../../bin/autoharness-client") {
+            return installed
+        }
+        return dir + "/autoharness-client"
     }
 
     static func loader(_ explicit: [String]) -> PolicyLoader {

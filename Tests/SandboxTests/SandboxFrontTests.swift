@@ -18,12 +18,32 @@ struct SandboxFrontTests {
 
     static func handedOver(_ r: Run) -> Bool { r.stderr.contains("timing: handed over to the full CLI") }
 
+    /// A cache directory of the test's own, root's alone.
+    static func privateCache(in dir: TempDir) throws -> String {
+        let path = dir.path + "/cache"
+        try #require(mkdir(path, 0o700) == 0)
+        return path
+    }
+
+    /// `dir` laid out as `scripts/install` lays out a prefix, with hard links (the same files,
+    /// so the full CLI's identity, and its cache key, are the build's): `bin/autoharness` the
+    /// front, `libexec/autoharness/` the full CLI and its launcher. Returns `bin`.
+    static func installedLayout(in dir: TempDir) -> String {
+        chmod(dir.path, 0o755)
+        let bin = dir.path + "/bin", libexec = dir.path + "/libexec/autoharness"
+        for d in [bin, dir.path + "/libexec", libexec] { #expect(mkdir(d, 0o755) == 0) }
+        for (from, to) in [(Built.front, bin + "/autoharness"), (Built.autoharness, libexec + "/autoharness"),
+                           (Built.directory + "/autoharness-launch", libexec + "/autoharness-launch")] {
+            #expect(link(from, to) == 0, "link \(from): \(String(cString: strerror(errno)))")
+        }
+        return bin
+    }
+
     @Test("after the full CLI cached the policy, the front launches itself, with the full CLI's output and status")
     func cachedLaunchRunsInTheFront() throws {
         try requireRoot()
         let dir = try TempDir()
-        let cache = dir.path + "/cache"
-        #expect(mkdir(cache, 0o700) == 0)
+        let cache = try Self.privateCache(in: dir)
         let env = Self.environment(cache: cache)
         let command = ["sandbox", "exec", "-v", "--policy", "base", "--env", "GREETING=hi", "--",
                        "/bin/sh", "-c", "echo $GREETING; id -u; exit 7"]
@@ -49,8 +69,7 @@ struct SandboxFrontTests {
         let data = dir.path + "/data"
         try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
         try "SECRET".write(toFile: data + "/secret", atomically: false, encoding: .utf8)
-        let cache = dir.path + "/cache"
-        #expect(mkdir(cache, 0o700) == 0)
+        let cache = try Self.privateCache(in: dir)
         let early = dir.path + "/early", late = dir.path + "/late"
         for d in [early, late] { try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true) }
         let open = "extends: base\nfilesystem:\n  mounts:\n    - ro: \(data)\n"
@@ -81,8 +100,7 @@ struct SandboxFrontTests {
     func everythingElseIsTheFullCLI() throws {
         try requireRoot()
         let dir = try TempDir()
-        let cache = dir.path + "/cache"
-        #expect(mkdir(cache, 0o700) == 0)
+        let cache = try Self.privateCache(in: dir)
         var env = ProcessInfo.processInfo.environment
         env["AUTOHARNESS_CACHE_DIR"] = cache
         let lines: [[String]] = [
@@ -115,6 +133,11 @@ struct SandboxFrontTests {
         try FileManager.default.copyItem(atPath: Built.front, toPath: front)
         let alone = try runProcess(front, ["sandbox", "exec", "--", "/bin/true"])
         #expect(alone.status == 2 && alone.stderr.contains("cannot find the full command line") && alone.stderr.contains(full), "\(alone.stderr)")
+        // Installed under the full CLI's name, alone: it never runs itself (it would forever).
+        let own = dir.path + "/own"
+        #expect(mkdir(own, 0o755) == 0 && link(Built.front, own + "/autoharness") == 0)
+        let itself = try runProcess(own + "/autoharness", ["--version"])
+        #expect(itself.status == 2 && itself.stderr.contains(own + "/autoharness: is this front"), "\(itself.status) \(itself.stderr)")
 
         // mkdir where the full CLI should be: handed the front's arguments, it makes the
         // marker directory, so the marker exists only if it passed the checks and ran.
@@ -139,18 +162,10 @@ struct SandboxFrontTests {
     func installedLayoutUsesTheFullCLIsLauncher() throws {
         try requireRoot()
         let dir = try TempDir()
-        chmod(dir.path, 0o755)
-        let bin = dir.path + "/bin", libexec = dir.path + "/libexec/autoharness"
-        for d in [bin, dir.path + "/libexec", libexec] { #expect(mkdir(d, 0o755) == 0) }
-        // Hard links: the same files, so the full CLI's identity (and its cache key) is the build's.
-        for (from, to) in [(Built.front, bin + "/autoharness"), (Built.autoharness, libexec + "/autoharness"),
-                           (Built.directory + "/autoharness-launch", libexec + "/autoharness-launch"),
-                           // A root-owned program under the launcher's name beside the front.
-                           ("/usr/bin/false", bin + "/autoharness-launch")] {
-            #expect(link(from, to) == 0, "link \(from): \(String(cString: strerror(errno)))")
-        }
-        let cache = dir.path + "/cache"
-        #expect(mkdir(cache, 0o700) == 0)
+        let bin = Self.installedLayout(in: dir)
+        // A root-owned program under the launcher's name beside the front.
+        #expect(link("/usr/bin/false", bin + "/autoharness-launch") == 0)
+        let cache = try Self.privateCache(in: dir)
         var env = Self.environment(cache: cache)
         env.removeValue(forKey: "AUTOHARNESS_LAUNCHER")
         let command = ["sandbox", "exec", "--policy-dir", Built.packageRoot + "/policies", "--", "/bin/sh", "-c", "echo ran"]
@@ -164,13 +179,8 @@ struct SandboxFrontTests {
     func frontOfAnotherBuildHandsOver() throws {
         try requireRoot()
         let dir = try TempDir()
-        chmod(dir.path, 0o755)
-        let libexec = dir.path + "/libexec/autoharness"
-        for d in [dir.path + "/bin", dir.path + "/other", dir.path + "/libexec", libexec] { #expect(mkdir(d, 0o755) == 0) }
-        for (from, to) in [(Built.front, dir.path + "/bin/autoharness"), (Built.autoharness, libexec + "/autoharness"),
-                           (Built.directory + "/autoharness-launch", libexec + "/autoharness-launch")] {
-            #expect(link(from, to) == 0, "link \(from): \(String(cString: strerror(errno)))")
-        }
+        let bin = Self.installedLayout(in: dir)
+        #expect(mkdir(dir.path + "/other", 0o755) == 0)
         // The same front with another digest of the launch code: one hex digit changed.
         var bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: Built.front)))
         let marker = Array("autoharness-launch-code:".utf8)
@@ -190,8 +200,7 @@ struct SandboxFrontTests {
         try Data(bytes).write(to: URL(fileURLWithPath: other))
         chmod(other, 0o755)
 
-        let cache = dir.path + "/cache"
-        #expect(mkdir(cache, 0o700) == 0)
+        let cache = try Self.privateCache(in: dir)
         var env = Self.environment(cache: cache)
         env.removeValue(forKey: "AUTOHARNESS_LAUNCHER")
         let command = ["sandbox", "exec", "--policy-dir", Built.packageRoot + "/policies", "--", "/bin/sh", "-c", "echo ran"]
@@ -200,7 +209,7 @@ struct SandboxFrontTests {
             #expect(Self.handedOver(r) && r.status == 0 && r.stdout == "ran\n", "\(r.status) \(r.stderr)")
         }
         // The entry is there, and a front of the full CLI's own build uses it.
-        let same = try runProcess(dir.path + "/bin/autoharness", command, environment: env)
+        let same = try runProcess(bin + "/autoharness", command, environment: env)
         #expect(!Self.handedOver(same) && same.status == 0 && same.stdout == "ran\n", "\(same.status) \(same.stderr)")
     }
 }

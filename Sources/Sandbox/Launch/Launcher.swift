@@ -1,5 +1,6 @@
 import CSystemCalls
 import Glibc
+import SupervisorIO
 
 /// The launcher executable (`autoharness-launch`) that becomes a sandbox's monitor.
 ///
@@ -97,12 +98,8 @@ public struct Launcher: Sendable {
         return .success(Launcher(fd: fd, path: path))
     }
 
-    static func executableDirectory() -> String {
-        var buf = [CChar](repeating: 0, count: 4096)
-        let n = readlink("/proc/self/exe", &buf, 4095)
-        guard n > 0 else { return "." }
-        let path = String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        guard let slash = path.lastIndex(of: "/") else { return "." }
-        return String(path[..<slash])
+    /// The directory of the running executable (`/proc/self/exe`).
+    public static func executableDirectory() -> String {
+        POSIX.readLink("/proc/self/exe").map { POSIX.split($0).directory } ?? "."
     }
 }
