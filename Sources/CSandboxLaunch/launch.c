@@ -39,7 +39,7 @@
 #undef htons
 #undef htonl
 #pragma GCC poison errno open openat close close_range dup dup2 read write pread fcntl fstat fstatat mkdirat
-#pragma GCC poison unlinkat symlinkat chdir pipe2 ioctl mount umount2 open_tree move_mount fsopen fsconfig fsmount
+#pragma GCC poison unlinkat symlinkat chdir fchdir pipe2 ioctl mount umount2 open_tree move_mount fsopen fsconfig fsmount
 #pragma GCC poison mount_setattr _Fork fork waitpid kill setsid unshare setns sethostname prctl setrlimit execve
 #pragma GCC poison sched_getaffinity sigaction sigprocmask signalfd poll socket bind listen send recv sendmsg
 #pragma GCC poison syscall _exit malloc free calloc realloc sigfillset sigemptyset htons htonl
@@ -197,6 +197,16 @@ static void close_keep_errno(int fd) {
 // ---------------------------------------------------------------------------------------
 // Filesystem construction (runs in init, pid 1, inside all namespaces)
 
+/// Who owns what walk_create and mount_symlink create: -1, whoever creates it (init, as the
+/// sandbox's uid); a template root (built by the supervisor, host root) sets the sandbox's
+/// host ids, so its mount points and links look as they do in a root init built.
+static int64_t creator_uid = -1, creator_gid = -1;
+
+static int own_created(int dir, const char *name) {
+    if (creator_uid < 0) return 0;
+    return sys_fchownat(dir, name, (unsigned)creator_uid, (unsigned)creator_gid, AT_SYMLINK_NOFOLLOW);
+}
+
 /// Walks `path` (absolute) below dirfd one component at a time, never following a symlink,
 /// creating missing directories. Returns an O_PATH fd for the final component, which is
 /// created as a directory (want_dir) or an empty file. A planted symlink anywhere on the
@@ -221,7 +231,9 @@ static int walk_create(int rootfd, const char *path, int want_dir, int create_la
         if (!last || want_dir) {
             next = sys_openat(cur, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
             if (next < 0 && ahl_errno == ENOENT && (create_last || !last)) {
-                if (sys_mkdirat(cur, comp, 0755) < 0 && ahl_errno != EEXIST) { close_keep_errno(cur); return -1; }
+                if (sys_mkdirat(cur, comp, 0755) < 0) {
+                    if (ahl_errno != EEXIST) { close_keep_errno(cur); return -1; }
+                } else if (own_created(cur, comp) < 0) { close_keep_errno(cur); return -1; }
                 next = sys_openat(cur, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
             }
         } else {
@@ -230,6 +242,7 @@ static int walk_create(int rootfd, const char *path, int want_dir, int create_la
                 int f = sys_openat(cur, comp, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0444);
                 if (f < 0 && ahl_errno != EEXIST) { close_keep_errno(cur); return -1; }
                 if (f >= 0) sys_close(f);
+                if (f >= 0 && own_created(cur, comp) < 0) { close_keep_errno(cur); return -1; }
                 next = sys_openat(cur, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC, 0);
             }
             if (next >= 0) {
@@ -348,6 +361,15 @@ static int open_source(const struct ahl_mount *m) {
     return tree;
 }
 
+/// The monitor's clone of the plan's template root (-1: none, build the root per sandbox);
+/// init, its fork, attaches it as the new root.
+static int root_clone = -1;
+
+/// Whether entry `m` is in the cloned template root (and so not mounted again).
+static int templated(const struct ahl_mount *m) {
+    return root_clone >= 0 && (m->flags & AHL_MOUNT_IN_TEMPLATE);
+}
+
 static int mount_bind(const struct ahl_mount *m, int tree, int newroot) {
     int target = walk_create(newroot, m->dest, (m->flags & AHL_MOUNT_SOURCE_DIR) != 0, 1);
     if (target < 0) return -1;
@@ -393,6 +415,7 @@ static int mount_symlink(const struct ahl_mount *m, int newroot) {
     int parent = walk_parent(newroot, m->dest, last, sizeof last);
     if (parent < 0) return -1;
     int r = sys_symlinkat(m->source, parent, last);
+    if (r == 0) r = own_created(parent, last);
     close_keep_errno(parent);
     return r;
 }
@@ -585,6 +608,23 @@ static int cover(int mfd, const char *name, int procfd, const char *target) {
     return r < 0 && ahl_errno == ENOENT ? 0 : r;
 }
 
+/// The same cover as a classic bind mount from `dir`/`name`, a path of a masks mount attached
+/// in this namespace, onto `target`, relative to the working directory (the fresh /proc). One
+/// system call where the clone takes three, and no anonymous mount namespace made and freed
+/// per cover: 22 covers took 0.12 ms this way against 0.32-0.42 ms (Linux 6.18). The bind
+/// keeps the masks mount's read-only, nosuid, nodev and noexec flags, as the clone does. The
+/// targets are the kernel's own names in a /proc nothing else has touched.
+static int cover_bound(const char *dir, const char *name, const char *target) {
+    char src[64];
+    size_t dl = strlen(dir), nl = strlen(name);
+    if (dl + nl + 2 > sizeof src) { ahl_errno = ENAMETOOLONG; return -1; }
+    memcpy(src, dir, dl);
+    src[dl] = '/';
+    memcpy(src + dl + 1, name, nl + 1);
+    int r = sys_mount(src, target, NULL, MS_BIND, NULL);
+    return r < 0 && ahl_errno == ENOENT ? 0 : r;
+}
+
 // The covering files live in a small tmpfs attached for a moment inside the new root (kernels
 // before 6.x cannot clone from a detached mount), then detached and its mount point removed.
 static const char masks_dir[] = "/.autoharness-masks";
@@ -624,25 +664,48 @@ static int write_masks(int mfd, int procfd) {
     return set_attrs(mfd, SAFE | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY, 0);
 }
 
+static const char *const covered_same[] = {"stat", "meminfo", "loadavg", "uptime"};
+static const char *const covered_empty[] = {
+    "vmstat", "schedstat", "diskstats", "softirqs", "interrupts", "locks", "zoneinfo", "buddyinfo",
+    "pagetypeinfo", "slabinfo", "vmallocinfo", "key-users", "sys/fs/inode-nr", "sys/fs/inode-state",
+    "sys/fs/dentry-state", "sys/fs/file-nr", "sys/kernel/random/entropy_avail"};
+#define COUNT(a) (sizeof (a) / sizeof (a)[0])
+
 /// Covers the host-wide counters of the fresh /proc `procfd` with files of the masks mount.
 static int cover_counters(int mfd, int procfd) {
-    static const char *const same[] = {"stat", "meminfo", "loadavg", "uptime"};
-    for (unsigned i = 0; i < sizeof same / sizeof same[0]; i++)
-        if (cover(mfd, same[i], procfd, same[i]) < 0) return -1;
-    static const char *const emptied[] = {
-        "vmstat", "schedstat", "diskstats", "softirqs", "interrupts", "locks", "zoneinfo", "buddyinfo",
-        "pagetypeinfo", "slabinfo", "vmallocinfo", "key-users", "sys/fs/inode-nr", "sys/fs/inode-state",
-        "sys/fs/dentry-state", "sys/fs/file-nr", "sys/kernel/random/entropy_avail"};
-    for (unsigned i = 0; i < sizeof emptied / sizeof emptied[0]; i++)
-        if (cover(mfd, "empty", procfd, emptied[i]) < 0) return -1;
+    for (unsigned i = 0; i < COUNT(covered_same); i++)
+        if (cover(mfd, covered_same[i], procfd, covered_same[i]) < 0) return -1;
+    for (unsigned i = 0; i < COUNT(covered_empty); i++)
+        if (cover(mfd, "empty", procfd, covered_empty[i]) < 0) return -1;
     return cover(mfd, "emptydir", procfd, "pressure");
+}
+
+/// The masks tree of a sandbox (a clone of the supervisor's), attached on the host tree's /dev
+/// of init's namespace, which the pivot detaches with the rest of the host tree; the covers are
+/// bound from there (cover_bound). Init's view before the pivot: the host tree, with the new
+/// root on /tmp. -1 where the host tree has no /dev: the covers are then cloned one by one.
+static const char masks_spot[] = "/dev";
+
+static int cover_counters_bound(int masks_fd, int procfd) {
+    int spot = sys_open(masks_spot, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (spot < 0) return cover_counters(masks_fd, procfd);
+    int clone = sys_open_tree(masks_fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+    if (clone < 0) { close_keep_errno(spot); return -1; }
+    if (attach_close(clone, spot) < 0) return -1;
+    if (sys_fchdir(procfd) < 0) return -1;
+    for (unsigned i = 0; i < COUNT(covered_same); i++)
+        if (cover_bound(masks_spot, covered_same[i], covered_same[i]) < 0) return -1;
+    for (unsigned i = 0; i < COUNT(covered_empty); i++)
+        if (cover_bound(masks_spot, "empty", covered_empty[i]) < 0) return -1;
+    if (cover_bound(masks_spot, "emptydir", "pressure") < 0) return -1;
+    return sys_chdir("/");
 }
 
 /// The covers come from the supervisor's shared masks mount (`masks_fd`, read-only) where the
 /// kernel clones from detached mounts; otherwise from a masks tmpfs made here, attached for
 /// the moment of the clones.
 static int mask_host_counters(int newroot, int procfd, int masks_fd) {
-    if (masks_fd >= 0) return cover_counters(masks_fd, procfd);
+    if (masks_fd >= 0) return cover_counters_bound(masks_fd, procfd);
     int mfd = new_fs("tmpfs", 1 << 20, 0755, SAFE | MOUNT_ATTR_NOEXEC);
     if (mfd < 0) return -1;
     int spot = walk_create(newroot, masks_dir, 1, 1);
@@ -690,7 +753,7 @@ static void setup_filesystem(const struct ahl_plan *p, int rep, const int *trees
     // The sandbox root: an empty tmpfs that holds only mount points and ends read-only. It
     // is attached over /tmp of this private namespace just long enough to pivot into it.
     uint64_t rs = p->root_size ? p->root_size : (4ull << 20);
-    int rootm = new_fs("tmpfs", rs, 0755, SAFE);
+    int rootm = root_clone >= 0 ? root_clone : new_fs("tmpfs", rs, 0755, SAFE);
     if (rootm < 0) fail(rep, AHL_STAGE_MOUNT_ROOT, 0);
     int spot = sys_open("/tmp", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (spot < 0 || attach(rootm, spot) < 0) fail(rep, AHL_STAGE_MOUNT_ROOT, 0);
@@ -701,6 +764,7 @@ static void setup_filesystem(const struct ahl_plan *p, int rep, const int *trees
 
     for (uint32_t i = 0; i < p->n_mounts; i++) {
         const struct ahl_mount *m = &p->mounts[i];
+        if (templated(m)) continue;
         int r;
         switch (m->kind) {
         case AHL_MOUNT_BIND: r = mount_bind(m, trees[i], newroot); break;
@@ -768,6 +832,72 @@ int ahl_build_shared(int *masks_out) {
         return e;
     }
     *masks_out = masks;
+    return 0;
+}
+
+// --- template roots ------------------------------------------------------------------------
+// A long-lived supervisor launches the same plan's read-only binds and symlinks for every
+// sandbox. It builds them once into a template root (ahl_build_template, below), and each
+// sandbox's monitor clones that whole tree in one call (`root_clone`) where init would make a
+// root tmpfs and walk, create and attach every entry. What the sandbox gets is the same tree:
+// the template's root is the read-only root every sandbox had, holding only mount points and
+// symlinks; its binds are clones of the same sources, checked against the plan's st_dev/st_ino
+// the same way. Everything a sandbox writes to (tmpfs, read-write binds), /dev and /proc stays
+// the sandbox's own and is mounted by init as before, on mount points the template holds.
+
+int ahl_build_template(const struct ahl_plan *p, int *template_out) {
+    *template_out = -1;
+    ahl_errno = 0;
+    uint64_t rs = p->root_size ? p->root_size : (4ull << 20);
+    int root = new_fs("tmpfs", rs, 0755, SAFE);
+    if (root < 0) return ahl_errno ? ahl_errno : EIO;
+    creator_uid = p->host_uid;
+    creator_gid = p->host_gid;
+    int r = sys_fchownat(root, "", p->host_uid, p->host_gid, 0x1000 /* AT_EMPTY_PATH */);
+    for (uint32_t i = 0; i < p->n_mounts && r == 0; i++) {
+        const struct ahl_mount *m = &p->mounts[i];
+        if (m->flags & AHL_MOUNT_IN_TEMPLATE) {
+            if (m->kind == AHL_MOUNT_BIND && (m->flags & AHL_MOUNT_READONLY)) {
+                int tree = open_source(m);
+                r = tree < 0 ? -1 : mount_bind(m, tree, root);
+                if (tree >= 0) close_keep_errno(tree);
+            } else if (m->kind == AHL_MOUNT_SYMLINK) {
+                r = mount_symlink(m, root);
+            } else {
+                // Only what no sandbox can write to is shared.
+                ahl_errno = EINVAL;
+                r = -1;
+            }
+        } else if (m->flags & AHL_MOUNT_POINT_IN_TEMPLATE) {
+            int dir = m->kind == AHL_MOUNT_TMPFS || (m->kind == AHL_MOUNT_BIND && (m->flags & AHL_MOUNT_SOURCE_DIR));
+            if (m->kind != AHL_MOUNT_BIND && m->kind != AHL_MOUNT_TMPFS) {
+                ahl_errno = EINVAL;
+                r = -1;
+            } else {
+                int fd = walk_create(root, m->dest, dir, 1);
+                if (fd < 0) r = -1;
+                else sys_close(fd);
+            }
+        }
+    }
+    static const char *const points[] = {"/dev", "/proc"};
+    for (unsigned i = 0; i < 2 && r == 0; i++) {
+        int fd = walk_create(root, points[i], 1, 1);
+        if (fd < 0) r = -1;
+        else sys_close(fd);
+    }
+    creator_uid = creator_gid = -1;
+    // Read-only now rather than at the end of each sandbox's build: init only mounts on it.
+    if (r == 0) r = set_attrs(root, SAFE | MOUNT_ATTR_RDONLY, 0);
+    // The kernel must clone from it too (see ahl_build_shared).
+    int probe = r == 0 ? sys_open_tree(root, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH) : -1;
+    if (probe < 0) {
+        int e = ahl_errno ? ahl_errno : EIO;
+        sys_close(root);
+        return e;
+    }
+    sys_close(probe);
+    *template_out = root;
     return 0;
 }
 
@@ -1198,16 +1328,23 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
 
     // stdio 0-2 of the supervisor are inherited when the plan does not override them; the
     // shared masks tree is init's to clone from.
-    int keep_all[9] = {0, 1, 2, rep, ctl, p->stdio[0], p->stdio[1], p->stdio[2], p->masks_fd};
-    close_all_except(keep_all, 9);
+    int keep_all[10] = {0, 1, 2, rep, ctl, p->stdio[0], p->stdio[1], p->stdio[2], p->masks_fd, p->template_fd};
+    close_all_except(keep_all, 10);
 
     // Bind sources and device nodes are cloned now, as host root in the host's mount
     // namespace; init attaches the detached trees once the new root exists.
     int *trees = p->scratch_fds;
     int *device_trees = p->scratch_fds + p->n_mounts;
+    // The template root, whole: its binds were cloned and checked when it was built.
+    if (p->template_fd >= 0) {
+        if (p->masks_fd < 0) { ahl_errno = EINVAL; fail(rep, AHL_STAGE_MOUNT_ROOT, 1); }
+        root_clone = sys_open_tree(p->template_fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH);
+        if (root_clone < 0) fail(rep, AHL_STAGE_MOUNT_ROOT, 1);
+        sys_close(p->template_fd);
+    }
     for (uint32_t i = 0; i < p->n_mounts; i++) {
         trees[i] = -1;
-        if (p->mounts[i].kind == AHL_MOUNT_BIND && (trees[i] = open_source(&p->mounts[i])) < 0)
+        if (p->mounts[i].kind == AHL_MOUNT_BIND && !templated(&p->mounts[i]) && (trees[i] = open_source(&p->mounts[i])) < 0)
             fail(rep, AHL_STAGE_OPEN_SOURCE, (int32_t)i);
     }
     // /dev with nodes of its own; without CAP_MKNOD (or where an LSM refuses), binds of the
@@ -1282,6 +1419,7 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
         if (device_trees[i] >= 0) sys_close(device_trees[i]);
     if (dev_tree >= 0) sys_close(dev_tree);
     if (p->masks_fd >= 0) sys_close(p->masks_fd);
+    if (root_clone >= 0) sys_close(root_clone);
     send_msg(rep, AHL_MSG_INIT_PID, 0, 0, 0, init);
 
     int pfd = (int)AHL_SYS2(SYS_pidfd_open, init, 0);

@@ -87,10 +87,12 @@ static inline int sys_fstatfs(int fd, struct statfs *st) { return (int)AHL_SYS2(
 static inline int sys_mkdirat(int dir, const char *path, unsigned mode) { return (int)AHL_SYS3(SYS_mkdirat, dir, path, mode); }
 static inline int sys_fchmod(int fd, unsigned mode) { return (int)AHL_SYS2(SYS_fchmod, fd, mode); }
 static inline int sys_fchmodat(int dir, const char *path, unsigned mode) { return (int)AHL_SYS3(SYS_fchmodat, dir, path, mode); }
+static inline int sys_fchownat(int dir, const char *path, unsigned uid, unsigned gid, int flags) { return (int)AHL_SYS5(SYS_fchownat, dir, path, uid, gid, flags); }
 static inline int sys_mknodat(int dir, const char *path, unsigned mode, unsigned long dev) { return (int)AHL_SYS4(SYS_mknodat, dir, path, mode, dev); }
 static inline int sys_unlinkat(int dir, const char *path, int flags) { return (int)AHL_SYS3(SYS_unlinkat, dir, path, flags); }
 static inline int sys_symlinkat(const char *target, int dir, const char *path) { return (int)AHL_SYS3(SYS_symlinkat, target, dir, path); }
 static inline int sys_chdir(const char *path) { return (int)AHL_SYS1(SYS_chdir, path); }
+static inline int sys_fchdir(int fd) { return (int)AHL_SYS1(SYS_fchdir, fd); }
 static inline int sys_pipe2(int fds[2], int flags) { return (int)AHL_SYS2(SYS_pipe2, fds, flags); }
 static inline void *sys_mmap(size_t len, int prot, int flags, int fd) {
     long r = AHL_SYS6(SYS_mmap, 0, len, prot, flags, fd, 0);

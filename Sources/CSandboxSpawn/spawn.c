@@ -139,24 +139,24 @@ int ahl_spawn(const struct ahl_plan *plan, struct ahl_child *out) {
 struct exec_args {
     int launcher_fd, plan_fd, rep, ctl;
     int stdio[3];
-    int netns, masks;
+    int netns, masks, template_root;
     const char *mode;  // "into": clone3 already placed this process in the cgroup_into_join cgroup
 };
 
 static int exec_launcher(void *arg) {
     const struct exec_args *a = arg;
-    int src[8] = {a->plan_fd, a->rep, a->ctl, a->stdio[0], a->stdio[1], a->stdio[2], a->netns, a->masks};
-    int dst[8] = {LAUNCHER_PLAN_FD, LAUNCHER_REPORT_FD, LAUNCHER_CONTROL_FD, LAUNCHER_STDIO_FD, LAUNCHER_STDIO_FD + 1,
-                  LAUNCHER_STDIO_FD + 2, LAUNCHER_NETNS_FD, LAUNCHER_MASKS_FD};
-    int tmp[8];
+    int src[9] = {a->plan_fd, a->rep, a->ctl, a->stdio[0], a->stdio[1], a->stdio[2], a->netns, a->masks, a->template_root};
+    int dst[9] = {LAUNCHER_PLAN_FD, LAUNCHER_REPORT_FD, LAUNCHER_CONTROL_FD, LAUNCHER_STDIO_FD, LAUNCHER_STDIO_FD + 1,
+                  LAUNCHER_STDIO_FD + 2, LAUNCHER_NETNS_FD, LAUNCHER_MASKS_FD, LAUNCHER_TEMPLATE_FD};
+    int tmp[9];
     // The launcher's own descriptor may be one of the target numbers too.
     int launcher = fcntl(a->launcher_fd, F_DUPFD_CLOEXEC, 64);
     if (launcher < 0) goto failed;
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < 9; i++) {
         tmp[i] = src[i] < 0 ? -1 : fcntl(src[i], F_DUPFD_CLOEXEC, 64);
         if (src[i] >= 0 && tmp[i] < 0) goto failed;
     }
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 9; i++)
         if (tmp[i] >= 0 && dup2(tmp[i], dst[i]) < 0) goto failed;
     {
         char *const argv[] = {(char *)"sandbox-init", (char *)a->mode, NULL};
@@ -196,7 +196,7 @@ int ahl_spawn_exec(const struct ahl_plan *plan, int launcher_fd, struct ahl_chil
         return e;
     }
     struct exec_args a = {launcher_fd, pfd, rep[1], ctl[0], {plan->stdio[0], plan->stdio[1], plan->stdio[2]},
-                         plan->netns_fd, plan->masks_fd, "fork"};
+                         plan->netns_fd, plan->masks_fd, plan->template_fd, "fork"};
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);

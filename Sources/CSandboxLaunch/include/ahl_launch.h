@@ -38,6 +38,11 @@ enum {
     AHL_MOUNT_READONLY = 1u << 0,
     AHL_MOUNT_SOURCE_DIR = 1u << 1,  // binds: the source is a directory
     AHL_MOUNT_NO_SYMLINKS = 1u << 2, // binds: MOUNT_ATTR_NOSYMFOLLOW
+    // With a template root (ahl_plan.template_fd): the entry is already in the template and the
+    // sandbox mounts nothing for it; or the template holds its mount point, and the sandbox
+    // mounts it there.
+    AHL_MOUNT_IN_TEMPLATE = 1u << 3,
+    AHL_MOUNT_POINT_IN_TEMPLATE = 1u << 4,
 };
 
 struct ahl_mount {
@@ -92,6 +97,11 @@ struct ahl_plan {
                                   // 2: after seccomp (the filter allows recvfrom), before exec
     int32_t masks_fd;             // >= 0: the supervisor's shared, read-only tree (ahl_build_shared):
                                   // /proc's covering files, cloned instead of built
+    uint32_t host_uid, host_gid;  // the host ids uid and gid map to (template roots' owner; not
+                                  // sent to the launcher)
+    int32_t template_fd;          // >= 0: a template root for this plan (ahl_build_template): the
+                                  // sandbox's root is a clone of it, holding the mounts flagged
+                                  // AHL_MOUNT_IN_TEMPLATE; needs masks_fd
     uint64_t wipe_start[2];       // the supervisor's argv and environment blocks (arg_start,
     uint64_t wipe_end[2];         // env_start / arg_end, env_end of /proc/self/stat), zeroed
                                   // in the children: init's /proc/1/cmdline is world-readable
@@ -107,14 +117,15 @@ struct ahl_plan {
 __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *plan, int rep, int ctl, int32_t joined);
 
 /// main() of the launcher: plan on fd 3 (a sealed memfd), report socket on 4, control socket
-/// on 5, stdio at 6-8, the plan's network namespace (if any) at 9, its shared trees at 10, 11.
+/// on 5, stdio at 6-8, the plan's network namespace (if any) at 9, the shared masks at 10, its
+/// template root at 11.
 int ahl_launcher_main(int argc, char **argv);
 /// What the launcher's own entry point and allocator need (it has no C library): exit_group,
 /// and fresh anonymous read-write pages (NULL on failure).
 __attribute__((noreturn)) void ahl_exit(int status);
 void *ahl_map_pages(size_t len);
 enum { LAUNCHER_PLAN_FD = 3, LAUNCHER_REPORT_FD = 4, LAUNCHER_CONTROL_FD = 5, LAUNCHER_STDIO_FD = 6, LAUNCHER_NETNS_FD = 9,
-       LAUNCHER_MASKS_FD = 10 };
+       LAUNCHER_MASKS_FD = 10, LAUNCHER_TEMPLATE_FD = 11 };
 
 /// The read-only tree every sandbox of this process clones instead of building it: the files
 /// that cover /proc's host-wide counters. A detached mount, close-on-exec. Needs a kernel that
@@ -123,8 +134,17 @@ enum { LAUNCHER_PLAN_FD = 3, LAUNCHER_REPORT_FD = 4, LAUNCHER_CONTROL_FD = 5, LA
 /// process-wide errno.
 int ahl_build_shared(int *masks_fd);
 
+/// A template root for `plan`, built in the caller's (the supervisor's) mount namespace: a
+/// detached read-only tmpfs holding the entries flagged AHL_MOUNT_IN_TEMPLATE (read-only binds
+/// and symlinks, each cloned and checked as a sandbox would) and the mount points of those
+/// flagged AHL_MOUNT_POINT_IN_TEMPLATE, /dev and /proc. A sandbox clones it whole (one call)
+/// where it would make a root and mount each entry. 0, or an errno value and -1 (EINVAL: the
+/// kernel cannot attach to a detached mount). One thread at a time, as ahl_build_shared.
+int ahl_build_template(const struct ahl_plan *plan, int *template_fd);
+
 /// The plan as bytes (malloc'd; stdio descriptors renumbered from stdio_base, the network
-/// namespace to stdio_base + 3, the shared masks tree to stdio_base + 4) and back
+/// namespace to stdio_base + 3, the shared masks tree to stdio_base + 4, the template root to
+/// stdio_base + 5) and back
 /// (pointers into `bytes`, which must outlive the plan). 0 or an errno value.
 int ahl_plan_pack(const struct ahl_plan *plan, int stdio_base, uint8_t **bytes, size_t *len);
 int ahl_plan_unpack(const uint8_t *bytes, size_t len, struct ahl_plan *plan);

@@ -84,10 +84,27 @@ final class CPlan {
         plan.cgroup_into_join = -1
         plan.netns_fd = -1
         plan.masks_fd = -1
+        plan.template_fd = -1
+        plan.host_uid = p.identity.hostUID
+        plan.host_gid = p.identity.hostGID
         plan.landlock = p.landlock == .off ? 0 : p.landlock == .required ? 2 : 1
         let block = Self.argumentBlocks
         plan.wipe_start = (block.argStart, block.envStart)
         plan.wipe_end = (block.argEnd, block.envEnd)
+    }
+
+    /// Marks each mount's place in a template root (`TemplateLayout`), index for index.
+    func flagMounts(_ roles: [TemplateLayout.Role]) {
+        let clear = ~(UInt32(AHL_MOUNT_IN_TEMPLATE) | UInt32(AHL_MOUNT_POINT_IN_TEMPLATE))
+        for (i, role) in roles.enumerated() where i < Int(plan.n_mounts) {
+            var f = mounts[i].flags & clear
+            switch role {
+            case .inTemplate: f |= UInt32(AHL_MOUNT_IN_TEMPLATE)
+            case .mountPointInTemplate: f |= UInt32(AHL_MOUNT_POINT_IN_TEMPLATE)
+            case .perSandbox: break
+            }
+            mounts[i].flags = f
+        }
     }
 
     /// arg_start, arg_end, env_start, env_end: fields 48-51 of /proc/self/stat.

@@ -110,8 +110,12 @@ public enum SandboxRunner {
         // Ours to close once the monitor holds it (after the spawn): never another sandbox's.
         let netns = options.networkNamespaces?.take() ?? -1
         storage.plan.netns_fd = netns
+        // The template root (if the plan has one) must stay open until the launcher holds it.
+        var template: TemplateRoot?
         if let shared = options.sharedTrees {
             storage.plan.masks_fd = shared.masks
+            template = shared.template(for: plan, in: storage)
+            storage.plan.template_fd = template?.fd ?? -1
         }
         // Held after seccomp where the filter lets the wait's recvfrom through (no argument
         // rule applies to it): its load, ~0.2 ms, then happens before the go-ahead.
@@ -121,6 +125,7 @@ public enum SandboxRunner {
         let rc = withUnsafePointer(to: &storage.plan) { p in launcher.map { ahl_spawn_exec(p, $0.fd, &child) } ?? ahl_spawn(p, &child) }
         if intoFD >= 0 { close(intoFD) }
         if netns >= 0 { close(netns) }
+        withExtendedLifetime(template) {}
         guard rc == 0 else {
             cgroup.removeHandingOver(to: options.pageCache)
             throw SandboxError(.launch, "fork: \(String(cString: strerror(rc)))", errno: rc)
@@ -129,6 +134,7 @@ public enum SandboxRunner {
         log.debug("sandbox \(plan.sandboxID): monitor \(launcher.map { "is the launcher \($0.path)" } ?? "forked from the supervisor (\(options.useLauncher ? Launcher.unavailableReason ?? "" : "launcher turned off"))")")
         log.debug("sandbox \(plan.sandboxID): network namespace \(netns >= 0 ? "made ahead of time by the supervisor" : "unshared by the monitor")")
         log.debug("sandbox \(plan.sandboxID): /proc covers \(options.sharedTrees != nil ? "cloned from the supervisor's shared tree" : "built by the sandbox")")
+        log.debug("sandbox \(plan.sandboxID): root \(template.map { "cloned from a template root holding \($0.entries) of its \(plan.mounts.count) mounts" } ?? "built by the sandbox")")
         if child.born_in_cgroup != 0 {
             log.debug("sandbox \(plan.sandboxID): monitor created inside \(cgroup.cloneTarget!.directory) by clone3(CLONE_INTO_CGROUP)")
         }

@@ -20,6 +20,13 @@ import Glibc
 public final class SharedTrees: @unchecked Sendable {
     /// Detached mounts, close-on-exec, open for the life of the process.
     public let masks: Int32
+    /// Template roots by `TemplateLayout.key` (TemplateRoots.swift).
+    let templates = Locked<[String: TemplateRoot]>([:])
+    /// Template roots built, and builds that failed (the sandbox then built its own root).
+    let templateBuilds = Locked(0)
+    let templateFailures = Locked(0)
+    public var templatesBuilt: Int { templateBuilds.withLock { templateBuilds.value } }
+    public var templatesFailed: Int { templateFailures.withLock { templateFailures.value } }
 
     private init(masks: Int32) {
         self.masks = masks
