@@ -150,6 +150,7 @@ const char *ahl_stage_name(int32_t stage) {
     case AHL_STAGE_LOCK_MOUNTS: return "lock mounts (nested user namespace)";
     case AHL_STAGE_EXEC_LAUNCHER: return "start the sandbox launcher (autoharness-launch)";
     case AHL_STAGE_ENTER_NETNS: return "enter the network namespace made for this sandbox";
+    case AHL_STAGE_ENTER_USERNS: return "enter the user namespace made for this sandbox";
     default: return "sandbox setup";
     }
 }
@@ -166,11 +167,11 @@ static void reset_signal_dispositions(void) {
     }
 }
 
-/// Closes every descriptor except those in keep[0..n) (n <= 12).
+/// Closes every descriptor except those in keep[0..n) (n <= 16).
 static void close_all_except(const int *keep, int n) {
-    int k[12];
+    int k[16];
     int m = 0;
-    for (int i = 0; i < n && m < 12; i++)
+    for (int i = 0; i < n && m < 16; i++)
         if (keep[i] >= 0) k[m++] = keep[i];
     for (int i = 1; i < m; i++) {  // insertion sort, tiny n
         int v = k[i], j = i - 1;
@@ -845,6 +846,17 @@ int ahl_build_shared(int *masks_out) {
 // the same way. Everything a sandbox writes to (tmpfs, read-write binds), /dev and /proc stays
 // the sandbox's own and is mounted by init as before, on mount points the template holds.
 
+int ahl_park(void *unused) {
+    (void)unused;
+    for (;;) ahl_raw6(SYS_pause, 0, 0, 0, 0, 0, 0);
+}
+
+int ahl_build_dev(int *dev_out) {
+    ahl_errno = 0;
+    *dev_out = own_dev();
+    return *dev_out >= 0 ? 0 : ahl_errno ? ahl_errno : EIO;
+}
+
 int ahl_build_template(const struct ahl_plan *p, int *template_out) {
     *template_out = -1;
     ahl_errno = 0;
@@ -1328,8 +1340,8 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
 
     // stdio 0-2 of the supervisor are inherited when the plan does not override them; the
     // shared masks tree is init's to clone from.
-    int keep_all[10] = {0, 1, 2, rep, ctl, p->stdio[0], p->stdio[1], p->stdio[2], p->masks_fd, p->template_fd};
-    close_all_except(keep_all, 10);
+    int keep_all[12] = {0, 1, 2, rep, ctl, p->stdio[0], p->stdio[1], p->stdio[2], p->masks_fd, p->template_fd, p->dev_fd, p->userns_fd};
+    close_all_except(keep_all, 12);
 
     // Bind sources and device nodes are cloned now, as host root in the host's mount
     // namespace; init attaches the detached trees once the new root exists.
@@ -1349,7 +1361,7 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
     }
     // /dev with nodes of its own; without CAP_MKNOD (or where an LSM refuses), binds of the
     // host's nodes instead.
-    int dev_tree = own_dev();
+    int dev_tree = p->dev_fd >= 0 ? p->dev_fd : own_dev();
     if (dev_tree < 0 && ahl_errno != EPERM && ahl_errno != EACCES) fail(rep, AHL_STAGE_MOUNT_DEV, -1);
     for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++) {
         device_trees[i] = -1;
@@ -1377,17 +1389,28 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
     // threads, which do not exist here: the broadcast would wait for them forever. This
     // process is single-threaded; the kernel's per-thread credentials are exactly right.
     if (AHL_SYS2(SYS_setgroups, 0, 0) < 0) fail(rep, AHL_STAGE_SETGROUPS, 0);
-    int ns = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
+    int ns = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
     if (p->netns_fd < 0) ns |= CLONE_NEWNET;
+    // A user namespace made ahead of time for this sandbox has its id maps already (written
+    // by the supervisor, as it would write them now): entered, it makes this process what
+    // unsharing one and waiting for the maps would, and the namespaces below are its own.
+    if (p->userns_fd >= 0) {
+        if (sys_setns(p->userns_fd, CLONE_NEWUSER) < 0) fail(rep, AHL_STAGE_ENTER_USERNS, 0);
+        sys_close(p->userns_fd);
+    } else {
+        ns |= CLONE_NEWUSER;
+    }
     if (sys_unshare(ns) < 0) fail(rep, AHL_STAGE_UNSHARE, 0);
     send_msg(rep, AHL_MSG_UNSHARED, 0, 0, 0, 0);
 
-    char go = 0;
-    ssize_t n;
-    do {
-        n = sys_read(ctl, &go, 1);
-    } while (n < 0 && ahl_errno == EINTR);
-    if (n != 1 || go != AHL_CTL_GO) { ahl_errno = ECANCELED; fail(rep, AHL_STAGE_WAIT_MAPS, 0); }
+    if (p->userns_fd < 0) {
+        char go = 0;
+        ssize_t n;
+        do {
+            n = sys_read(ctl, &go, 1);
+        } while (n < 0 && ahl_errno == EINTR);
+        if (n != 1 || go != AHL_CTL_GO) { ahl_errno = ECANCELED; fail(rep, AHL_STAGE_WAIT_MAPS, 0); }
+    }
 
     if (AHL_SYS3(SYS_setresgid, p->gid, p->gid, p->gid) < 0 || AHL_SYS3(SYS_setresuid, p->uid, p->uid, p->uid) < 0)
         fail(rep, AHL_STAGE_SETID, 0);

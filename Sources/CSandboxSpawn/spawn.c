@@ -6,11 +6,13 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define SETUP_FAILED 125
@@ -139,24 +141,27 @@ int ahl_spawn(const struct ahl_plan *plan, struct ahl_child *out) {
 struct exec_args {
     int launcher_fd, plan_fd, rep, ctl;
     int stdio[3];
-    int netns, masks, template_root;
+    int netns, masks, template_root, dev, userns;
     const char *mode;  // "into": clone3 already placed this process in the cgroup_into_join cgroup
 };
 
 static int exec_launcher(void *arg) {
     const struct exec_args *a = arg;
-    int src[9] = {a->plan_fd, a->rep, a->ctl, a->stdio[0], a->stdio[1], a->stdio[2], a->netns, a->masks, a->template_root};
-    int dst[9] = {LAUNCHER_PLAN_FD, LAUNCHER_REPORT_FD, LAUNCHER_CONTROL_FD, LAUNCHER_STDIO_FD, LAUNCHER_STDIO_FD + 1,
-                  LAUNCHER_STDIO_FD + 2, LAUNCHER_NETNS_FD, LAUNCHER_MASKS_FD, LAUNCHER_TEMPLATE_FD};
-    int tmp[9];
+    enum { N = 11 };
+    int src[N] = {a->plan_fd, a->rep, a->ctl, a->stdio[0], a->stdio[1], a->stdio[2], a->netns, a->masks, a->template_root,
+                  a->dev, a->userns};
+    int dst[N] = {LAUNCHER_PLAN_FD, LAUNCHER_REPORT_FD, LAUNCHER_CONTROL_FD, LAUNCHER_STDIO_FD, LAUNCHER_STDIO_FD + 1,
+                  LAUNCHER_STDIO_FD + 2, LAUNCHER_NETNS_FD, LAUNCHER_MASKS_FD, LAUNCHER_TEMPLATE_FD, LAUNCHER_DEV_FD,
+                  LAUNCHER_USERNS_FD};
+    int tmp[N];
     // The launcher's own descriptor may be one of the target numbers too.
     int launcher = fcntl(a->launcher_fd, F_DUPFD_CLOEXEC, 64);
     if (launcher < 0) goto failed;
-    for (int i = 0; i < 9; i++) {
+    for (int i = 0; i < N; i++) {
         tmp[i] = src[i] < 0 ? -1 : fcntl(src[i], F_DUPFD_CLOEXEC, 64);
         if (src[i] >= 0 && tmp[i] < 0) goto failed;
     }
-    for (int i = 0; i < 9; i++)
+    for (int i = 0; i < N; i++)
         if (tmp[i] >= 0 && dup2(tmp[i], dst[i]) < 0) goto failed;
     {
         char *const argv[] = {(char *)"sandbox-init", (char *)a->mode, NULL};
@@ -196,7 +201,7 @@ int ahl_spawn_exec(const struct ahl_plan *plan, int launcher_fd, struct ahl_chil
         return e;
     }
     struct exec_args a = {launcher_fd, pfd, rep[1], ctl[0], {plan->stdio[0], plan->stdio[1], plan->stdio[2]},
-                         plan->netns_fd, plan->masks_fd, plan->template_fd, "fork"};
+                         plan->netns_fd, plan->masks_fd, plan->template_fd, plan->dev_fd, plan->userns_fd, "fork"};
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -222,4 +227,65 @@ int ahl_spawn_exec(const struct ahl_plan *plan, int launcher_fd, struct ahl_chil
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     close(pfd);
     return spawned(pid, e, rep, ctl, joined, out);
+}
+
+// ---------------------------------------------------------------------------------------
+// User namespaces made ahead of time (UserNamespacePool)
+
+static int write_proc_file(const char *path, const char *text) {
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return errno;
+    size_t n = strlen(text);
+    ssize_t w = write(fd, text, n);
+    int e = w < 0 ? errno : (size_t)w != n ? EIO : 0;
+    close(fd);
+    return e;
+}
+
+int ahl_make_userns(uint32_t uid, uint32_t gid, uint32_t host_uid, uint32_t host_gid, int *out) {
+    *out = -1;
+    size_t size = 64 << 10;
+    void *stack = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED) return errno;
+    // The child starts with every signal blocked (SIGKILL ends it): no handler of this
+    // process runs on its stack.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t pid = clone(ahl_park, (char *)stack + size, CLONE_VM | CLONE_NEWUSER | SIGCHLD, NULL);
+    int e = pid < 0 ? errno : 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (pid < 0) {
+        munmap(stack, size);
+        return e;
+    }
+    char path[64], map[64];
+    snprintf(path, sizeof path, "/proc/%d/setgroups", (int)pid);
+    e = write_proc_file(path, "deny");
+    if (!e) {
+        snprintf(path, sizeof path, "/proc/%d/uid_map", (int)pid);
+        snprintf(map, sizeof map, "%u %u 1\n", uid, host_uid);
+        e = write_proc_file(path, map);
+    }
+    if (!e) {
+        snprintf(path, sizeof path, "/proc/%d/gid_map", (int)pid);
+        snprintf(map, sizeof map, "%u %u 1\n", gid, host_gid);
+        e = write_proc_file(path, map);
+    }
+    int fd = -1;
+    if (!e) {
+        snprintf(path, sizeof path, "/proc/%d/ns/user", (int)pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) e = errno;
+    }
+    kill(pid, SIGKILL);
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
+    // Only now: the child ran on it.
+    munmap(stack, size);
+    if (e) {
+        if (fd >= 0) close(fd);
+        return e;
+    }
+    *out = fd;
+    return 0;
 }

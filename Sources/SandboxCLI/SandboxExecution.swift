@@ -107,6 +107,10 @@ public enum SandboxExecution {
             let pool = NetworkNamespacePool.install()
             _ = pool.waitUntilReady(pool.capacity)
             options.networkNamespaces = pool
+            let parts = SandboxPartsPool.install()
+            parts.prepare(for: p.plan.identity)
+            _ = parts.waitUntilReady(for: p.plan.identity)
+            options.parts = parts
             options.sharedTrees = SharedTrees.install()
         }
         let result: SandboxResult
@@ -174,7 +178,11 @@ public enum SandboxExecution {
             p.failure.map { "; no network namespaces ahead of time: \($0)" } ?? "; \(p.counts.handedOut) network namespaces made ahead of time"
         } ?? ""
         let trees = options.sharedTrees != nil ? "; /proc covers cloned from a shared tree" : "; \(SharedTrees.unavailableReason ?? "no shared trees")"
-        printErr("bench: \(count - 1) in-process launches, mean \(Int(total / Double(count - 1) * 1e6)) us\(pool)\(trees)")
+        let parts = options.parts.map { p in
+            let c = p.counts
+            return "; \(c.devices) /dev trees and \(c.namespaces) user namespaces made ahead of time" + p.failures.map { " (\($0))" }.joined()
+        } ?? ""
+        printErr("bench: \(count - 1) in-process launches, mean \(Int(total / Double(count - 1) * 1e6)) us\(pool)\(parts)\(trees)")
     }
 
     private static func bind(_ s: String, readOnly: Bool) throws(ExecUsageError) -> MountSpec {

@@ -76,11 +76,13 @@ struct Autoharness: ParsableCommand {
             for line in host.endOrphanedSandboxes() { printErr("autoharness: \(line)") }
             Timing.mark("cgroup host detected, orphans swept")
         }
-        // Commands that launch sandboxes by the hundred keep network namespaces ready, made
-        // while the current sandbox runs (NetworkNamespacePool), and clone /proc's
+        // Commands that launch sandboxes by the hundred keep network namespaces, /dev trees and
+        // user namespaces ready, made while the current sandbox runs (NetworkNamespacePool,
+        // SandboxPartsPool), and clone /proc's
         // covers from trees built once (SharedTrees); `sandbox exec` launches one.
         if let verb = args.first, ["prepare", "benchmark", "gate", "run", "demo"].contains(verb) {
             NetworkNamespacePool.install()
+            SandboxPartsPool.install()
             SharedTrees.install()
         }
         do {

@@ -10,7 +10,7 @@ import TestSupport
 @Suite("/proc's covers every sandbox clones, and the /dev each makes", .serialized)
 struct SharedTreesTests {
     /// Runs `script` (python3) with `trees`; /out is `out`, read-write. Returns what it printed.
-    static func run(_ script: String, out: String, trees: SharedTrees?, useLauncher: Bool = true) throws -> String {
+    static func run(_ script: String, out: String, trees: SharedTrees?, parts: SandboxPartsPool? = nil, useLauncher: Bool = true) throws -> String {
         let name = "script-\(UUID().uuidString).py"
         try script.write(toFile: out + "/" + name, atomically: false, encoding: .utf8)
         var limits = Limits()
@@ -20,6 +20,7 @@ struct SharedTreesTests {
         let plan = try PlanCompiler.compile(policy: policy, command: ["/usr/bin/python3", "/out/" + name], hostEnvironment: [:])
         var options = RunOptions()
         options.sharedTrees = trees
+        options.parts = parts
         options.useLauncher = useLauncher
         let log = out + "/" + name + ".log"
         let fd = open(log, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
@@ -145,10 +146,14 @@ struct SharedTreesTests {
         #expect(r.stdout.contains("WRITE-OK"), "\(r.stdout)")
     }
 
-    @Test("two sandboxes running at once share no /dev inode: one's lock on /dev/null is not seen by the other", arguments: [true, false])
-    func devNotShared(sharedTrees: Bool) throws {
+    @Test("two sandboxes running at once share no /dev inode: one's lock on /dev/null is not seen by the other (/dev made by the monitor, or ahead of time by the supervisor)",
+          arguments: [(true, false), (false, false), (true, true)])
+    func devNotShared(sharedTrees: Bool, devicesAhead: Bool) throws {
         try requireRoot()
         let trees = sharedTrees ? try #require(SharedTrees.install(), "\(SharedTrees.unavailableReason ?? "")") : nil
+        let parts = devicesAhead ? SandboxPartsPool(capacity: 2) : nil
+        defer { parts?.close() }
+        if let parts { #expect(parts.waitUntilReady() && parts.failures.isEmpty, "\(parts.failures)") }
         let out = try TempDir(mode: 0o777)
         // A locks /dev/null and waits for B; B tries the same lock without waiting. Through
         // shared inodes (the host's nodes bound in, or one shared /dev) B got EAGAIN.
@@ -175,13 +180,14 @@ struct SharedTreesTests {
         let outputs = Outputs()
         let dir = out.path
         DispatchQueue.concurrentPerform(iterations: 2) { i in
-            let text = (try? Self.run(i == 0 ? holder : tester, out: dir, trees: trees)) ?? "run failed"
+            let text = (try? Self.run(i == 0 ? holder : tester, out: dir, trees: trees, parts: parts)) ?? "run failed"
             outputs.lock.lock()
             outputs.text[i] = text
             outputs.lock.unlock()
         }
         #expect(outputs.text[0].contains("HOLDER"), "\(outputs.text[0])")
         #expect(outputs.text[1].contains("LOCK null ok"), "\(outputs.text[1])")
+        if let parts { #expect(parts.counts.devices == 2, "both sandboxes took a /dev made ahead") }
     }
 
     @Test("the shared covers are readable in the sandbox whatever the supervisor's umask (077 made them root's 0400)")

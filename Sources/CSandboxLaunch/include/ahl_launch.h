@@ -97,6 +97,11 @@ struct ahl_plan {
                                   // 2: after seccomp (the filter allows recvfrom), before exec
     int32_t masks_fd;             // >= 0: the supervisor's shared, read-only tree (ahl_build_shared):
                                   // /proc's covering files, cloned instead of built
+    int32_t dev_fd;               // >= 0: this sandbox's /dev, made ahead of time (ahl_build_dev) for
+                                  // it alone; the monitor attaches it instead of making one
+    int32_t userns_fd;            // >= 0: this sandbox's user namespace, made ahead of time with its
+                                  // id maps written (ahl_make_userns) for it alone: the monitor
+                                  // enters it instead of unsharing one and waiting for the maps
     uint32_t host_uid, host_gid;  // the host ids uid and gid map to (template roots' owner; not
                                   // sent to the launcher)
     int32_t template_fd;          // >= 0: a template root for this plan (ahl_build_template): the
@@ -118,14 +123,14 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *plan, int
 
 /// main() of the launcher: plan on fd 3 (a sealed memfd), report socket on 4, control socket
 /// on 5, stdio at 6-8, the plan's network namespace (if any) at 9, the shared masks at 10, its
-/// template root at 11.
+/// template root at 11, its /dev at 12, its user namespace at 13.
 int ahl_launcher_main(int argc, char **argv);
 /// What the launcher's own entry point and allocator need (it has no C library): exit_group,
 /// and fresh anonymous read-write pages (NULL on failure).
 __attribute__((noreturn)) void ahl_exit(int status);
 void *ahl_map_pages(size_t len);
 enum { LAUNCHER_PLAN_FD = 3, LAUNCHER_REPORT_FD = 4, LAUNCHER_CONTROL_FD = 5, LAUNCHER_STDIO_FD = 6, LAUNCHER_NETNS_FD = 9,
-       LAUNCHER_MASKS_FD = 10, LAUNCHER_TEMPLATE_FD = 11 };
+       LAUNCHER_MASKS_FD = 10, LAUNCHER_TEMPLATE_FD = 11, LAUNCHER_DEV_FD = 12, LAUNCHER_USERNS_FD = 13 };
 
 /// The read-only tree every sandbox of this process clones instead of building it: the files
 /// that cover /proc's host-wide counters. A detached mount, close-on-exec. Needs a kernel that
@@ -142,9 +147,18 @@ int ahl_build_shared(int *masks_fd);
 /// kernel cannot attach to a detached mount). One thread at a time, as ahl_build_shared.
 int ahl_build_template(const struct ahl_plan *plan, int *template_fd);
 
+/// One sandbox's /dev, made ahead of time by the supervisor (host root): the detached read-only
+/// tmpfs with its own six device nodes that the monitor would otherwise make (own_dev). 0, or
+/// an errno value and -1 (EPERM: no CAP_MKNOD). One thread at a time, as ahl_build_shared.
+int ahl_build_dev(int *dev_fd);
+
+/// The body of ahl_make_userns's child, which shares the supervisor's memory: waits to be
+/// killed, by direct system calls only (no C library: its thread-local state is the caller's).
+int ahl_park(void *unused);
+
 /// The plan as bytes (malloc'd; stdio descriptors renumbered from stdio_base, the network
 /// namespace to stdio_base + 3, the shared masks tree to stdio_base + 4, the template root to
-/// stdio_base + 5) and back
+/// stdio_base + 5, the /dev to stdio_base + 6, the user namespace to stdio_base + 7) and back
 /// (pointers into `bytes`, which must outlive the plan). 0 or an errno value.
 int ahl_plan_pack(const struct ahl_plan *plan, int stdio_base, uint8_t **bytes, size_t *len);
 int ahl_plan_unpack(const uint8_t *bytes, size_t len, struct ahl_plan *plan);
@@ -158,7 +172,8 @@ enum { AHL_CTL_GO = 'G', AHL_CTL_KILL = 'K' };
 enum { AHL_CTL_RUN = 'R' };
 
 enum ahl_msg_kind {
-    AHL_MSG_UNSHARED = 1,     // namespaces exist; the supervisor may write id maps now
+    AHL_MSG_UNSHARED = 1,     // namespaces exist; the supervisor may write id maps now (not with
+                              // a user namespace made ahead, whose maps are written)
     AHL_MSG_INIT_PID = 2,     // value: host pid of the sandbox's init
     AHL_MSG_LISTENER = 3,     // carries the seccomp notification fd (SCM_RIGHTS)
     AHL_MSG_SETUP_ERROR = 4,  // stage, err, index (mount index for mount stages)
@@ -206,6 +221,7 @@ enum ahl_stage {
     AHL_STAGE_EXEC_LAUNCHER,     // index: 0 moving descriptors or exec, 1 reading the plan
     AHL_STAGE_ENTER_NETNS,       // setns into the plan's network namespace
     AHL_STAGE_HOLD,              // held plans: waiting for AHL_CTL_RUN
+    AHL_STAGE_ENTER_USERNS,      // setns into the user namespace made for this sandbox
     AHL_STAGE_COUNT
 };
 

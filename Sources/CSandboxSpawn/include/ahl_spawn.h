@@ -39,6 +39,14 @@ int ahl_spawn_exec(const struct ahl_plan *plan, int launcher_fd, struct ahl_chil
 /// Returns the byte count (0 at EOF) or -1 with errno set.
 ssize_t ahl_recv_msg(int report_fd, struct ahl_msg *msg, int *fd);
 
+/// A user namespace for one sandbox, made ahead of time: its one uid and one gid mapped to the
+/// host ids (`uid host_uid 1`, `gid host_gid 1`) and setgroups denied, exactly as the supervisor
+/// writes them for a monitor that unshared its own; owned by this process's euid (host root),
+/// its parent the initial user namespace. A short-lived child (CLONE_VM: no copy of this
+/// process's memory) holds it while the maps are written and is killed by pid once its
+/// /proc/PID/ns/user is open. 0 and a close-on-exec descriptor, or an errno value.
+int ahl_make_userns(uint32_t uid, uint32_t gid, uint32_t host_uid, uint32_t host_gid, int *userns_fd);
+
 #ifdef __cplusplus
 }
 #endif

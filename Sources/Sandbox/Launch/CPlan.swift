@@ -85,6 +85,8 @@ final class CPlan {
         plan.netns_fd = -1
         plan.masks_fd = -1
         plan.template_fd = -1
+        plan.dev_fd = -1
+        plan.userns_fd = -1
         plan.host_uid = p.identity.hostUID
         plan.host_gid = p.identity.hostGID
         plan.landlock = p.landlock == .off ? 0 : p.landlock == .required ? 2 : 1

@@ -32,6 +32,9 @@ public struct RunOptions: @unchecked Sendable {
     /// Network namespaces made ahead of time (one per sandbox); nil: each launcher unshares
     /// its own. Defaults to the process's installed pool.
     public var networkNamespaces: NetworkNamespacePool? = NetworkNamespacePool.installed
+    /// Each sandbox's /dev and user namespace made ahead of time (`SandboxPartsPool`); nil: the
+    /// monitor makes its own. Defaults to the process's installed pool.
+    public var parts: SandboxPartsPool? = SandboxPartsPool.installed
     /// /proc's covering files cloned from a tree built once (`SharedTrees`); nil: each
     /// sandbox builds its own. Defaults to the process's installed trees.
     public var sharedTrees: SharedTrees? = SharedTrees.installed
@@ -110,6 +113,11 @@ public enum SandboxRunner {
         // Ours to close once the monitor holds it (after the spawn): never another sandbox's.
         let netns = options.networkNamespaces?.take() ?? -1
         storage.plan.netns_fd = netns
+        // Also ours to close once the monitor holds them: made for this sandbox alone.
+        let dev = options.parts?.takeDevice() ?? -1
+        let userns = options.parts?.takeUserNamespace(for: plan.identity) ?? -1
+        storage.plan.dev_fd = dev
+        storage.plan.userns_fd = userns
         // The template root (if the plan has one) must stay open until the launcher holds it.
         var template: TemplateRoot?
         if let shared = options.sharedTrees {
@@ -125,6 +133,8 @@ public enum SandboxRunner {
         let rc = withUnsafePointer(to: &storage.plan) { p in launcher.map { ahl_spawn_exec(p, $0.fd, &child) } ?? ahl_spawn(p, &child) }
         if intoFD >= 0 { close(intoFD) }
         if netns >= 0 { close(netns) }
+        if dev >= 0 { close(dev) }
+        if userns >= 0 { close(userns) }
         withExtendedLifetime(template) {}
         guard rc == 0 else {
             cgroup.removeHandingOver(to: options.pageCache)
@@ -133,13 +143,16 @@ public enum SandboxRunner {
         Timing.mark((child.born_in_cgroup != 0 ? "monitor cloned into its cgroup" : "monitor forked") + (launcher != nil ? " (launcher)" : ""))
         log.debug("sandbox \(plan.sandboxID): monitor \(launcher.map { "is the launcher \($0.path)" } ?? "forked from the supervisor (\(options.useLauncher ? Launcher.unavailableReason ?? "" : "launcher turned off"))")")
         log.debug("sandbox \(plan.sandboxID): network namespace \(netns >= 0 ? "made ahead of time by the supervisor" : "unshared by the monitor")")
+        log.debug("sandbox \(plan.sandboxID): /dev \(dev >= 0 ? "made ahead of time by the supervisor" : "made by the monitor"); user namespace \(userns >= 0 ? "made ahead of time with its id maps" : "unshared by the monitor, id maps written by the supervisor")")
         log.debug("sandbox \(plan.sandboxID): /proc covers \(options.sharedTrees != nil ? "cloned from the supervisor's shared tree" : "built by the sandbox")")
         log.debug("sandbox \(plan.sandboxID): root \(template.map { "cloned from a template root holding \($0.entries) of its \(plan.mounts.count) mounts" } ?? "built by the sandbox")")
         if child.born_in_cgroup != 0 {
             log.debug("sandbox \(plan.sandboxID): monitor created inside \(cgroup.cloneTarget!.directory) by clone3(CLONE_INTO_CGROUP)")
         }
         options.control?.attach(cgroup)
-        return Started(session: Session(plan: plan, child: child, cgroup: cgroup, options: options),
+        var session = Session(plan: plan, child: child, cgroup: cgroup, options: options)
+        session.mapsWritten = userns >= 0
+        return Started(session: session,
                        enforcement: enforcement, storage: storage)
     }
 
@@ -154,6 +167,7 @@ public enum SandboxRunner {
             var r = session.supervise()
             session.options.control?.detach()
             session.options.networkNamespaces?.refill()  // also when the payload never started
+            session.options.parts?.refill()
             r.enforcement = enforcement
             r.bornInCgroup = session.child.born_in_cgroup != 0
             withExtendedLifetime(storage) {}

@@ -32,6 +32,10 @@ struct Session {
         self.options = options
     }
 
+    /// The monitor entered a user namespace made ahead of time, whose id maps are written: the
+    /// handshake has nothing to write and the monitor waits for no go-ahead.
+    var mapsWritten = false
+
     /// Why the supervisor gave the sandbox up (reported as a setup failure).
     var ownError: String?
     /// Held plans: the handshake is done (`prepare`), and whether the payload said it waits.
@@ -156,6 +160,7 @@ struct Session {
             return "sandbox monitor did not start"
         }
         Timing.mark("namespaces unshared")
+        if mapsWritten { return nil }
         let pid = child.pid
         let id = plan.identity
         do throws(SandboxError) {
@@ -209,6 +214,7 @@ struct Session {
                 // and for the caller's.
                 quietAfter = nil
                 options.networkNamespaces?.refill()
+                options.parts?.refill()
                 options.whenQuiet?()
             }
             if n <= 0 { continue }
@@ -285,7 +291,7 @@ struct Session {
             // been quiet for a moment (eventLoop), not at once: making one holds a core for
             // 0.5 ms in the kernel, and the payload's first seccomp notification (sysinfo,
             // from python and bash at start-up) then waited that long for the supervisor.
-            if options.networkNamespaces != nil || options.whenQuiet != nil { quietAfter = monotonicNow() + Self.quietBeforeRefill }
+            if options.networkNamespaces != nil || options.parts != nil || options.whenQuiet != nil { quietAfter = monotonicNow() + Self.quietBeforeRefill }
         default:
             if fd >= 0 { close(fd) }
         }

@@ -59,7 +59,7 @@ public final class SharedTrees: @unchecked Sendable {
     private static let built: Result<SharedTrees, Problem> = {
         guard geteuid() == 0 else { return .failure(Problem(message: "needs root")) }
         var masks: Int32 = -1
-        let rc = ahl_build_shared(&masks)
+        let rc = LaunchCodeLock.shared.withLock { ahl_build_shared(&masks) }
         guard rc == 0 else {
             let why = rc == EINVAL ? "this kernel does not clone from detached mounts" : String(cString: strerror(rc))
             return .failure(Problem(message: "shared /proc covers: \(why); each sandbox builds its own"))

@@ -129,9 +129,7 @@ extension SharedTrees {
             }
             cache.value[key] = nil
             var fd: Int32 = -1
-            // ahl_build_template reports through CSandboxLaunch's one errno: one build at a time
-            // (this lock is the process's only caller).
-            let rc = withUnsafePointer(to: &storage.plan) { ahl_build_template($0, &fd) }
+            let rc = LaunchCodeLock.shared.withLock { withUnsafePointer(to: &storage.plan) { ahl_build_template($0, &fd) } }
             guard rc == 0 else {
                 templateFailures.withLock { templateFailures.value += 1 }
                 return nil

@@ -1,0 +1,99 @@
+import CSandboxSpawn
+import Foundation
+@testable import Sandbox
+import SandboxPolicy
+import Testing
+import TestSupport
+
+/// Each sandbox's /dev and user namespace made ahead of time (`SandboxPartsPool`).
+@Suite("Sandbox parts made ahead of time: /dev and the user namespace with its id maps", .serialized)
+struct SandboxPartsPoolTests {
+    static func run(_ script: String, identity: Identity = Identity(), out: String, parts: SandboxPartsPool?) throws -> (SandboxResult, String) {
+        var limits = Limits()
+        limits.timeoutSeconds = 30
+        let policy = Policy(name: "parts", mounts: minimalMounts + [MountSpec(kind: .readWrite(source: out), destination: "/out")],
+                            identity: identity, limits: limits)
+        let plan = try PlanCompiler.compile(policy: policy, command: ["/bin/sh", "-c", script], hostEnvironment: [:])
+        var options = RunOptions()
+        options.parts = parts
+        let log = out + "/log-\(UUID().uuidString)"
+        let fd = open(log, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
+        defer { close(fd) }
+        options.stdio = (-1, fd, fd)
+        let r = try SandboxRunner.run(plan, options: options)
+        return (r, (try? String(contentsOfFile: log, encoding: .utf8)) ?? "")
+    }
+
+    /// What the sandbox's user namespace is: its init's maps (as the payload's nested namespace
+    /// sees them), setgroups, the ids inside, and a file it creates (owned by the host ids).
+    static let probe = "id -u; id -g; id -G; cat /proc/1/uid_map /proc/1/gid_map /proc/1/setgroups; touch /out/made-$$; echo PID $$"
+
+    @Test("a sandbox in a user namespace made ahead has exactly its plan's identity: the maps, setgroups denied, the ids inside and on the host, no supplementary groups",
+          arguments: [Identity(), Identity(uid: 2000, gid: 3000, hostUID: 61000, hostGID: 62000)])
+    func sameIdentity(identity: Identity) throws {
+        try requireRoot()
+        let out = try TempDir(mode: 0o777)
+        let parts = SandboxPartsPool(capacity: 2)
+        defer { parts.close() }
+        parts.prepare(for: identity)
+        #expect(parts.waitUntilReady(for: identity) && parts.failures.isEmpty, "\(parts.failures)")
+        let (ahead, text) = try Self.run(Self.probe, identity: identity, out: out.path, parts: parts)
+        #expect(parts.counts.namespaces == 1, "the sandbox took a namespace made ahead")
+        #expect(ahead.termination == .exited(0), "\(text)")
+        // The same sandbox with the namespace unshared by the monitor and mapped by the supervisor.
+        let (own, ownText) = try Self.run(Self.probe, identity: identity, out: out.path, parts: nil)
+        #expect(own.termination == .exited(0), "\(ownText)")
+        func lines(_ t: String) -> [Substring] { t.split(separator: "\n").filter { !$0.hasPrefix("PID ") } }
+        #expect(lines(text) == lines(ownText), "\(text)\n---\n\(ownText)")
+        // Seen from inside, the maps' outside ids read as the payload's own (its nested namespace
+        // maps them to themselves); the host ids show in what the sandbox made (below).
+        let inside = "\(identity.uid) \(identity.uid) 1"
+        #expect(text.split(separator: "\n").contains { $0.split(separator: " ", omittingEmptySubsequences: true).joined(separator: " ") == inside }, "\(text)")
+        #expect(text.contains("deny"), "\(text)")
+        #expect(text.hasPrefix("\(identity.uid)\n\(identity.gid)\n\(identity.gid)\n"), "\(text)")
+        // On the host, what it made belongs to the host ids.
+        let pid = try #require(text.split(separator: "\n").first { $0.hasPrefix("PID ") }?.dropFirst(4))
+        var st = stat()
+        #expect(stat(out.path + "/made-\(pid)", &st) == 0 && st.st_uid == identity.hostUID && st.st_gid == identity.hostGID)
+    }
+
+    @Test("namespaces made ahead are each for one sandbox and one identity: never the same one twice, never another identity's")
+    func oneEach() throws {
+        try requireRoot()
+        let a = Identity(), b = Identity(uid: 2000, gid: 2000, hostUID: 61000, hostGID: 61000)
+        let parts = SandboxPartsPool(capacity: 2)
+        defer { parts.close() }
+        parts.prepare(for: a)
+        #expect(parts.waitUntilReady(for: a))
+        // Nothing made for b yet: b's first sandbox gets none (and its monitor unshares its own).
+        #expect(parts.takeUserNamespace(for: b) == nil)
+        let first = try #require(parts.takeUserNamespace(for: a))
+        let second = try #require(parts.takeUserNamespace(for: a))
+        defer { close(first); close(second) }
+        var s1 = stat(), s2 = stat()
+        #expect(fstat(first, &s1) == 0 && fstat(second, &s2) == 0)
+        #expect(s1.st_ino != s2.st_ino, "two different namespaces")
+        #expect(parts.takeUserNamespace(for: a) == nil, "taken ones are gone until a refill")
+        #expect(fcntl(first, F_GETFD) & FD_CLOEXEC != 0, "ready descriptors are close-on-exec")
+        parts.refill()
+        #expect(parts.waitUntilReady(for: b), "b is kept ready once asked for")
+    }
+
+    @Test("the /dev made ahead is the sandbox's own: its own device number, the six nodes, read-only, and two sandboxes never get the same")
+    func ownDevice() throws {
+        try requireRoot()
+        let out = try TempDir(mode: 0o777)
+        let parts = SandboxPartsPool(capacity: 2)
+        defer { parts.close() }
+        #expect(parts.waitUntilReady() && parts.failures.isEmpty, "\(parts.failures)")
+        let script = "stat -c %d /dev; ls -l /dev/null /dev/zero /dev/full /dev/random /dev/urandom /dev/tty | cut -c1-10,30-36; touch /dev/x 2>&1"
+        let (_, one) = try Self.run(script, out: out.path, parts: parts)
+        let (_, two) = try Self.run(script, out: out.path, parts: parts)
+        #expect(parts.counts.devices == 2)
+        let d1 = one.split(separator: "\n").first, d2 = two.split(separator: "\n").first
+        #expect(d1 != nil && d1 != d2, "\(one)\n\(two)")
+        #expect(one.contains("crw-rw-rw-") && one.contains("Read-only file system"), "\(one)")
+        let (_, own) = try Self.run(script, out: out.path, parts: nil)
+        #expect(Array(own.split(separator: "\n").dropFirst()) == Array(one.split(separator: "\n").dropFirst()), "\(own)\n---\n\(one)")
+    }
+}
