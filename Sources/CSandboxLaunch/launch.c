@@ -530,15 +530,14 @@ static int setup_dev(int newroot, int dev_tree, const int *device_trees) {
     return 0;
 }
 
-/// Re-binds a subtree of the fresh /proc onto itself read-only (kernel knobs stay unwritable
-/// even for a process that somehow regained privileges in the namespace).
-static int proc_readonly(int procfd, const char *sub) {
-    int tree = sys_open_tree(procfd, sub, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
-    if (tree < 0) return ahl_errno == ENOENT ? 0 : -1;
-    if (set_attrs(tree, SAFE | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY, 1) < 0) { close_keep_errno(tree); return -1; }
-    int target = sys_openat(procfd, sub, O_PATH | O_NOFOLLOW | O_CLOEXEC, 0);
-    if (target < 0) { close_keep_errno(tree); return -1; }
-    return attach_close(tree, target);
+/// Re-binds a subtree of the fresh /proc (the working directory) onto itself read-only (kernel
+/// knobs stay unwritable even for a process that somehow regained privileges in the
+/// namespace). Classic mount calls, as for the covers (cover_bound): a bind and a remount of it,
+/// where a clone, its attributes, the target's descriptor and the attach took five calls. The
+/// subtree holds no mount yet, so the bind is the only one there to make read-only.
+static int proc_readonly(const char *sub) {
+    if (sys_mount(sub, sub, NULL, MS_BIND | MS_REC, NULL) < 0) return ahl_errno == ENOENT ? 0 : -1;
+    return sys_mount(NULL, sub, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
 }
 
 // --- host-wide counters in /proc ---------------------------------------------------------
@@ -731,12 +730,13 @@ static int setup_proc(int newroot, int masks_fd) {
     if (attach_close(mfd, target) < 0) return -1;
     int procfd = walk_create(newroot, "/proc", 1, 0);
     if (procfd < 0) return -1;
+    if (sys_fchdir(procfd) < 0) { close_keep_errno(procfd); return -1; }
     static const char *const ro[] = {"sys", "sysrq-trigger", "irq", "bus", "fs"};
     for (unsigned i = 0; i < sizeof ro / sizeof ro[0]; i++)
-        if (proc_readonly(procfd, ro[i]) < 0) { close_keep_errno(procfd); return -1; }
+        if (proc_readonly(ro[i]) < 0) { close_keep_errno(procfd); return -1; }
     if (LAYER_ON(LAYER_COVERS) && mask_host_counters(newroot, procfd, masks_fd) < 0) { close_keep_errno(procfd); return -1; }
     sys_close(procfd);
-    return 0;
+    return sys_chdir("/");
 }
 
 static int make_readonly(int newroot, const char *path, uint64_t attrs) {
@@ -846,8 +846,11 @@ int ahl_build_shared(int *masks_out) {
 // the same way. Everything a sandbox writes to (tmpfs, read-write binds), /dev and /proc stays
 // the sandbox's own and is mounted by init as before, on mount points the template holds.
 
-int ahl_park(void *unused) {
-    (void)unused;
+int ahl_park(void *parent) {
+    // Dies with the thread that made it: a supervisor that exits or is killed between the clone
+    // and the kill would otherwise leave it parked for ever (holding the descriptors it shares).
+    ahl_raw6(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0, 0);
+    if (ahl_raw6(SYS_getppid, 0, 0, 0, 0, 0, 0) != (long)(intptr_t)parent) ahl_raw6(SYS_exit, 0, 0, 0, 0, 0, 0);
     for (;;) ahl_raw6(SYS_pause, 0, 0, 0, 0, 0, 0);
 }
 

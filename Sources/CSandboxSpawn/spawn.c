@@ -252,7 +252,9 @@ int ahl_make_userns(uint32_t uid, uint32_t gid, uint32_t host_uid, uint32_t host
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    pid_t pid = clone(ahl_park, (char *)stack + size, CLONE_VM | CLONE_NEWUSER | SIGCHLD, NULL);
+    // CLONE_FILES: the descriptor table is shared, not copied (nothing of it is closed or kept
+    // when the child ends).
+    pid_t pid = clone(ahl_park, (char *)stack + size, CLONE_VM | CLONE_FILES | CLONE_NEWUSER | SIGCHLD, (void *)(intptr_t)getpid());
     int e = pid < 0 ? errno : 0;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (pid < 0) {

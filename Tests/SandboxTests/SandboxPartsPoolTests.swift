@@ -97,3 +97,38 @@ struct SandboxPartsPoolTests {
         #expect(Array(own.split(separator: "\n").dropFirst()) == Array(one.split(separator: "\n").dropFirst()), "\(own)\n---\n\(one)")
     }
 }
+
+extension SandboxPartsPoolTests {
+    @Test("a supervisor that exits while its pool makes a user namespace leaves no process behind (the namespace's holder dies with it)")
+    func nothingOutlivesTheSupervisor() throws {
+        try requireRoot()
+        // `--bench-repeat` installs the pool and exits right after its last launch, often while
+        // the pool thread refills: an earlier build left the parked child running there.
+        // Output to /dev/null and a plain wait: a process left behind holding the supervisor's
+        // descriptors must not keep the test waiting for an end of file.
+        for _ in 0..<40 {
+            var pid: pid_t = 0
+            var actions: posix_spawn_file_actions_t = posix_spawn_file_actions_t()
+            posix_spawn_file_actions_init(&actions)
+            defer { posix_spawn_file_actions_destroy(&actions) }
+            for fd: Int32 in [0, 1, 2] { posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0) }
+            let argv = [Built.autoharness, "sandbox", "exec", "--bench-repeat", "2", "--policy", "base", "--", "/bin/true"]
+            var cargs = argv.map { strdup($0) } + [nil]
+            defer { for a in cargs { free(a) } }
+            #expect(posix_spawn(&pid, Built.autoharness, &actions, nil, &cargs, environ) == 0)
+            var status: Int32 = 0
+            while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+            #expect(status == 0)
+        }
+        usleep(300_000)
+        var orphans: [String] = []
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] where Int32(name) != nil {
+            guard let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(name)/exe"), exe == Built.autoharness,
+                  let stat = try? String(contentsOfFile: "/proc/\(name)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { continue }
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            if fields.count > 1, fields[1] == "1" { orphans.append("\(name): \(stat.prefix(80))") }
+        }
+        #expect(orphans.isEmpty, "\(orphans)")
+    }
+}

@@ -154,7 +154,8 @@ int ahl_build_dev(int *dev_fd);
 
 /// The body of ahl_make_userns's child, which shares the supervisor's memory: waits to be
 /// killed, by direct system calls only (no C library: its thread-local state is the caller's).
-int ahl_park(void *unused);
+/// `parent`: the caller's pid; the child dies with the calling thread (PR_SET_PDEATHSIG).
+int ahl_park(void *parent);
 
 /// The plan as bytes (malloc'd; stdio descriptors renumbered from stdio_base, the network
 /// namespace to stdio_base + 3, the shared masks tree to stdio_base + 4, the template root to
