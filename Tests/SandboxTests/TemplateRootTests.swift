@@ -70,7 +70,7 @@ struct TemplateRootTests {
     /// What a sandbox sees of its tree. /proc's link count is left out: it moves with the number
     /// of processes on the host between any two runs.
     static let look = """
-        ls -la --time-style=+ / /etc /tmp | sed 's/^dr-xr-xr-x *[0-9]* \\(.*proc\\)$/dr-xr-xr-x N \\1/'; stat -c '%n %u %g %a %F' / /etc /tmp /bin /etc/hostname /out
+        ls -la --time-style=+ / /etc /tmp | tr -s ' ' | sed 's/^dr-xr-xr-x *[0-9]* \\(.*proc\\)$/dr-xr-xr-x N \\1/'; stat -c '%n %u %g %a %F' / /etc /tmp /bin /etc/hostname /out
         cut -d' ' -f4-6 /proc/self/mountinfo | sort
         touch /planted 2>&1; mkdir /etc/planted 2>&1; ln -s x /tmp/../planted 2>&1
         echo mine > /tmp/mine; ls /tmp
