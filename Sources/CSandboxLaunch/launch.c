@@ -1325,6 +1325,8 @@ static void enter_network_namespace(const struct ahl_plan *p, int rep) {
 }
 
 __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int rep, int ctl, int32_t joined) {
+    // A fork of the supervisor (no launcher) may copy a template build's owner mid-way.
+    creator_uid = creator_gid = -1;
     reset_signal_dispositions();
 #ifdef AHL_BENCH_LAYERS
     read_layers_off();

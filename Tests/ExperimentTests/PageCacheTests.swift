@@ -137,6 +137,11 @@ struct PageCacheTests {
         try s.exp.setAgent(Self.toucher)
         let g = try s.exp.run("gate")
         #expect(g.stderr.contains("held-out sandboxes done; dropped "), "\(g.stderr)")
+        // What the gate made ahead and the template roots it built carry when they were made,
+        // which the held-out sandboxes' ends decided: thrown away (the held-out tasks used one).
+        let discarded = g.stderr.split(separator: "\n").first { $0.contains("discarded (they carry when they were made)") }
+        let roots = discarded.flatMap { line in line.split(separator: " ").firstIndex(of: "template").map { Int(line.split(separator: " ")[$0 - 1]) ?? 0 } } ?? 0
+        #expect(roots >= 1, "\(g.stderr)")
         let left = try Self.resident(s.blob)
         #expect(left.isDisjoint(with: s.heldOutPages), "held-out pages still cached after the gate: \(left.intersection(s.heldOutPages).sorted())")
         // What a later train run can measure: every page cold, touched by a held-out task or not.

@@ -132,3 +132,30 @@ extension SandboxPartsPoolTests {
         #expect(orphans.isEmpty, "\(orphans)")
     }
 }
+
+extension SandboxPartsPoolTests {
+    @Test("parts made ahead are thrown away on request (they carry the time they were made), and those made after are new")
+    func discardedPartsAreRemade() throws {
+        try requireRoot()
+        let identity = Identity()
+        let parts = SandboxPartsPool(capacity: 2)
+        defer { parts.close() }
+        parts.prepare(for: identity)
+        #expect(parts.waitUntilReady(for: identity))
+        usleep(50_000)  // the parts made before are now 50 ms old
+        #expect(parts.discardReady() == 4)
+        #expect(parts.takeDevice() == nil && parts.takeUserNamespace(for: identity) == nil, "nothing made before is handed out")
+        // tmpfs stamps its inodes from the coarse clock.
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME_COARSE, &now)
+        parts.refill()
+        #expect(parts.waitUntilReady(for: identity))
+        let dev = try #require(parts.takeDevice())
+        defer { close(dev) }
+        var st = stat()
+        #expect(fstatat(dev, "null", &st, 0) == 0)
+        let made = Double(st.st_ctim.tv_sec) + Double(st.st_ctim.tv_nsec) / 1e9
+        let discarded = Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+        #expect(made >= discarded - 0.005, "made after the discard: \(made) against \(discarded)")
+    }
+}

@@ -37,6 +37,8 @@ public final class SandboxPartsPool: @unchecked Sendable {
     private var namespaces: [IdentityKey: [Int32]] = [:]
     private var namespacesStopped: String?
     private var handedOut = (devices: 0, namespaces: 0)
+    /// Bumped by `discardReady()`: a part made under an older generation is thrown away.
+    private var generation = 0
 
     /// A user namespace's identity: the ids inside and the host ids they map to.
     struct IdentityKey: Hashable {
@@ -118,6 +120,24 @@ public final class SandboxPartsPool: @unchecked Sendable {
         locked { pthread_cond_signal(&wake) }
     }
 
+    /// Throws away every ready part, and any being made now, keeping the identities asked for.
+    /// A part's inodes carry the time it was made (a /dev's nodes: ctime, mtime and birth time,
+    /// to the nanosecond), and it is made when an earlier sandbox went quiet or ended: made
+    /// while held-out sandboxes ran, it would show a later sandbox when one of them did. The
+    /// supervisor calls this once the held-out sandboxes are gone (`settleHeldOut`).
+    /// Returns how many were ready.
+    @discardableResult
+    public func discardReady() -> Int {
+        locked {
+            generation += 1
+            let ready = devices + namespaces.values.flatMap({ $0 })
+            for fd in ready { Glibc.close(fd) }
+            devices.removeAll()
+            for key in namespaces.keys { namespaces[key] = [] }
+            return ready.count
+        }
+    }
+
     /// Why a kind of part is no longer made, if it is not.
     public var failures: [String] { locked { [devicesStopped, namespacesStopped].compactMap { $0 } } }
 
@@ -155,30 +175,30 @@ public final class SandboxPartsPool: @unchecked Sendable {
 
     private func fill() {
         while true {
-            let job = locked { () -> Job? in
+            let picked = locked { () -> (Job, Int)? in
                 while true {
                     if closed { return nil }
-                    if devicesStopped == nil && devices.count < capacity { return .device }
+                    if devicesStopped == nil && devices.count < capacity { return (.device, generation) }
                     if namespacesStopped == nil, let key = namespaces.first(where: { $0.value.count < capacity })?.key {
-                        return .namespace(key)
+                        return (.namespace(key), generation)
                     }
                     pthread_cond_wait(&wake, &mutex)
                 }
             }
-            guard let job else { return }
+            guard let (job, made) = picked else { return }
             var fd: Int32 = -1
             switch job {
             case .device:
                 let rc = LaunchCodeLock.shared.withLock { ahl_build_dev(&fd) }
                 locked {
                     if rc != 0 { devicesStopped = "/dev ahead of time: \(String(cString: strerror(rc))); each monitor makes its own" }
-                    else if closed { Glibc.close(fd) } else { devices.append(fd) }
+                    else if closed || made != generation { Glibc.close(fd) } else { devices.append(fd) }
                 }
             case .namespace(let key):
                 let rc = ahl_make_userns(key.uid, key.gid, key.hostUID, key.hostGID, &fd)
                 locked {
                     if rc != 0 { namespacesStopped = "user namespaces ahead of time: \(String(cString: strerror(rc))); each monitor unshares its own" }
-                    else if closed || namespaces[key] == nil { Glibc.close(fd) } else { namespaces[key]!.append(fd) }
+                    else if closed || made != generation || namespaces[key] == nil { Glibc.close(fd) } else { namespaces[key]!.append(fd) }
                 }
             }
         }

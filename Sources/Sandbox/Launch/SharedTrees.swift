@@ -21,7 +21,7 @@ public final class SharedTrees: @unchecked Sendable {
     /// Detached mounts, close-on-exec, open for the life of the process.
     public let masks: Int32
     /// Template roots by `TemplateLayout.key` (TemplateRoots.swift).
-    let templates = Locked<[String: TemplateRoot]>([:])
+    let templates = Locked<[[UInt8]: TemplateRoot]>([:])
     /// Template roots built, and builds that failed (the sandbox then built its own root).
     let templateBuilds = Locked(0)
     let templateFailures = Locked(0)

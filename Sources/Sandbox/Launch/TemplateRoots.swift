@@ -51,6 +51,10 @@ public struct TemplateLayout: Equatable, Sendable {
                 roles.append(.mountPointInTemplate)
             } else if !underAny, case .tmpfs = m.kind {
                 roles.append(.mountPointInTemplate)
+            } else if !underAny {
+                // A hide directly in the root: its missing parents would have to be made at
+                // launch, in a root that is read-only by then. Such a plan builds its own.
+                return nil
             } else {
                 roles.append(.perSandbox)
             }
@@ -60,15 +64,20 @@ public struct TemplateLayout: Equatable, Sendable {
 
     /// Whether `path` is `above` or lies beneath it (both absolute and normalised).
     static func covers(_ above: String, _ path: String) -> Bool {
-        if above == path || above == "/" { return true }
-        guard path.utf8.count > above.utf8.count, path.hasPrefix(above) else { return false }
-        return path.utf8[path.utf8.index(path.utf8.startIndex, offsetBy: above.utf8.count)] == UInt8(ascii: "/")
+        let a = above.utf8, p = path.utf8
+        if a.elementsEqual(p) || a.elementsEqual("/".utf8) { return true }
+        guard p.count > a.count, p.starts(with: a) else { return false }
+        return p[p.index(p.startIndex, offsetBy: a.count)] == UInt8(ascii: "/")
     }
 
     /// Everything the template's content depends on: entries at the same index with the same
     /// role, kind, destination, source and (for binds) the st_dev/st_ino the plan checked, the
     /// root's size and owner. A source swapped since gives another key, so another template.
-    func key(_ plan: LaunchPlan, rootSize: UInt64) -> String {
+    func key(_ plan: LaunchPlan, rootSize: UInt64) -> [UInt8] { Array(text(plan, rootSize: rootSize).utf8) }
+
+    /// The key as text. Compared as its UTF-8 bytes (`key`): Swift's `String` equality treats
+    /// canonically equivalent texts as equal, and two paths that differ only so are two paths.
+    func text(_ plan: LaunchPlan, rootSize: UInt64) -> String {
         var k = "v1 root \(rootSize) owner \(plan.identity.hostUID):\(plan.identity.hostGID)"
         for (m, role) in zip(plan.mounts, roles) where role != .perSandbox {
             k += "\n\(role.rawValue) \(m.destination.utf8.count):\(m.destination) "
@@ -111,6 +120,19 @@ extension SharedTrees {
     static let templateMaxAge = 30.0
     /// Templates kept at once (a supervisor runs a handful of policies).
     static let templateLimit = 8
+
+    /// Forgets every template. Their inodes carry the time they were built, at the launch of
+    /// the first sandbox that needed one, which an earlier sandbox's end decided: built while
+    /// held-out sandboxes ran, a template would show later sandboxes when one of them ended. The
+    /// supervisor calls this once the held-out sandboxes are gone (`settleHeldOut`).
+    /// Returns how many there were.
+    @discardableResult
+    public func dropTemplates() -> Int {
+        templates.withLock {
+            defer { templates.value.removeAll() }
+            return templates.value.count
+        }
+    }
 
     /// The template root for `plan`, built on first use (and after `templateMaxAge`); nil when
     /// the plan has none (`TemplateLayout.of`) or it cannot be built, and the sandbox then
