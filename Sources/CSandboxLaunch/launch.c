@@ -836,15 +836,7 @@ int ahl_build_shared(int *masks_out) {
     return 0;
 }
 
-// --- template roots ------------------------------------------------------------------------
-// A long-lived supervisor launches the same plan's read-only binds and symlinks for every
-// sandbox. It builds them once into a template root (ahl_build_template, below), and each
-// sandbox's monitor clones that whole tree in one call (`root_clone`) where init would make a
-// root tmpfs and walk, create and attach every entry. What the sandbox gets is the same tree:
-// the template's root is the read-only root every sandbox had, holding only mount points and
-// symlinks; its binds are clones of the same sources, checked against the plan's st_dev/st_ino
-// the same way. Everything a sandbox writes to (tmpfs, read-write binds), /dev and /proc stays
-// the sandbox's own and is mounted by init as before, on mount points the template holds.
+// --- parts made ahead of time (SandboxPartsPool) ------------------------------------------
 
 int ahl_park(void *parent) {
     // Dies with the thread that made it: a supervisor that exits or is killed between the clone
@@ -859,6 +851,16 @@ int ahl_build_dev(int *dev_out) {
     *dev_out = own_dev();
     return *dev_out >= 0 ? 0 : ahl_errno ? ahl_errno : EIO;
 }
+
+// --- template roots ------------------------------------------------------------------------
+// A long-lived supervisor launches the same plan's read-only binds and symlinks for every
+// sandbox. It builds them once into a template root (ahl_build_template, below), and each
+// sandbox's monitor clones that whole tree in one call (`root_clone`) where init would make a
+// root tmpfs and walk, create and attach every entry. What the sandbox gets is the same tree:
+// the template's root is the read-only root every sandbox had, holding only mount points and
+// symlinks; its binds are clones of the same sources, checked against the plan's st_dev/st_ino
+// the same way. Everything a sandbox writes to (tmpfs, read-write binds), /dev and /proc stays
+// the sandbox's own and is mounted by init as before, on mount points the template holds.
 
 int ahl_build_template(const struct ahl_plan *p, int *template_out) {
     *template_out = -1;

@@ -230,7 +230,7 @@ int ahl_spawn_exec(const struct ahl_plan *plan, int launcher_fd, struct ahl_chil
 }
 
 // ---------------------------------------------------------------------------------------
-// User namespaces made ahead of time (UserNamespacePool)
+// User namespaces made ahead of time (SandboxPartsPool)
 
 static int write_proc_file(const char *path, const char *text) {
     int fd = open(path, O_WRONLY | O_CLOEXEC);

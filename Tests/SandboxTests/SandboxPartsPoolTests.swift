@@ -9,19 +9,9 @@ import TestSupport
 @Suite("Sandbox parts made ahead of time: /dev and the user namespace with its id maps", .serialized)
 struct SandboxPartsPoolTests {
     static func run(_ script: String, identity: Identity = Identity(), out: String, parts: SandboxPartsPool?) throws -> (SandboxResult, String) {
-        var limits = Limits()
-        limits.timeoutSeconds = 30
-        let policy = Policy(name: "parts", mounts: minimalMounts + [MountSpec(kind: .readWrite(source: out), destination: "/out")],
-                            identity: identity, limits: limits)
-        let plan = try PlanCompiler.compile(policy: policy, command: ["/bin/sh", "-c", script], hostEnvironment: [:])
         var options = RunOptions()
         options.parts = parts
-        let log = out + "/log-\(UUID().uuidString)"
-        let fd = open(log, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
-        defer { close(fd) }
-        options.stdio = (-1, fd, fd)
-        let r = try SandboxRunner.run(plan, options: options)
-        return (r, (try? String(contentsOfFile: log, encoding: .utf8)) ?? "")
+        return try runCapturing(try shellPlan(script, mounts: minimalMounts, out: out, identity: identity), out: out, options: options)
     }
 
     /// What the sandbox's user namespace is: its init's maps (as the payload's nested namespace

@@ -60,19 +60,12 @@ struct TemplateRootTests {
 
     /// Runs `script` (sh) under `policy`'s mounts plus /out read-write; returns its output.
     static func run(_ script: String, mounts: [MountSpec], out: String, trees: SharedTrees?, useLauncher: Bool = true) throws -> (SandboxResult, String, LaunchPlan) {
-        var limits = Limits()
-        limits.timeoutSeconds = 30
-        let policy = Policy(name: "template", mounts: mounts + [MountSpec(kind: .readWrite(source: out), destination: "/out")], limits: limits)
-        let plan = try PlanCompiler.compile(policy: policy, command: ["/bin/sh", "-c", script], hostEnvironment: [:])
+        let plan = try shellPlan(script, mounts: mounts, out: out)
         var options = RunOptions()
         options.sharedTrees = trees
         options.useLauncher = useLauncher
-        let log = out + "/log-\(UUID().uuidString)"
-        let fd = open(log, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
-        defer { close(fd) }
-        options.stdio = (-1, fd, fd)
-        let r = try SandboxRunner.run(plan, options: options)
-        return (r, (try? String(contentsOfFile: log, encoding: .utf8)) ?? "", plan)
+        let (r, text) = try runCapturing(plan, out: out, options: options)
+        return (r, text, plan)
     }
 
     /// The template `trees` holds for `plan` (nil: none).
@@ -167,12 +160,7 @@ struct TemplateRootTests {
         func launch(_ plan: LaunchPlan) throws -> (SandboxResult, String) {
             var options = RunOptions()
             options.sharedTrees = trees
-            let log = out.path + "/log-\(UUID().uuidString)"
-            let fd = open(log, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
-            defer { close(fd) }
-            options.stdio = (-1, fd, fd)
-            let r = try SandboxRunner.run(plan, options: options)
-            return (r, (try? String(contentsOfFile: log, encoding: .utf8)) ?? "")
+            return try runCapturing(plan, out: out.path, options: options)
         }
         let stale = try PlanCompiler.compile(policy: policy, command: ["/bin/cat", "/data"], hostEnvironment: [:])
         #expect(try launch(stale).1 == "old\n")

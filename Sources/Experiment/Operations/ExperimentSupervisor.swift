@@ -734,16 +734,8 @@ public final class ExperimentSupervisor {
         log?("held-out sandboxes done; \(evicted)")
         let noise = InodeNumberNoise.perturb()
         log?("held-out sandboxes done; \(noise)")
-        log?("held-out sandboxes done; \(Self.discardTimedParts())")
+        log?("held-out sandboxes done; \(SandboxPartsPool.discardTimedParts())")
         return noise.failure.map { "moving the inode-number counters failed: \($0)" }
-    }
-
-    /// Parts made ahead and template roots carry the times they were made at, which held-out
-    /// sandboxes' ends decided while they ran: none is kept for a later sandbox.
-    static func discardTimedParts() -> String {
-        let parts = SandboxPartsPool.installed?.discardReady() ?? 0
-        let roots = SharedTrees.installed?.dropTemplates() ?? 0
-        return "\(parts) part\(parts == 1 ? "" : "s") made ahead and \(roots) template root\(roots == 1 ? "" : "s") discarded (they carry when they were made)"
     }
 
     /// The gate's held-out tasks, on the configured runtime: the host's sandboxes (`run`), or

@@ -339,6 +339,6 @@ public enum RemoteWorker {
     static func settle(_ cache: PageCacheEviction, log: @Sendable (String) -> Void) {
         log("held-out tasks done; \(cache.evict())")
         log("held-out tasks done; \(InodeNumberNoise.perturb())")
-        log("held-out tasks done; \(ExperimentSupervisor.discardTimedParts())")
+        log("held-out tasks done; \(SandboxPartsPool.discardTimedParts())")
     }
 }

@@ -138,6 +138,15 @@ public final class SandboxPartsPool: @unchecked Sendable {
         }
     }
 
+    /// What the supervisor calls once held-out sandboxes are gone: the installed pool's ready
+    /// parts and the installed template roots, which carry the times they were made at (decided
+    /// by those sandboxes' ends), are thrown away. Says what it did, for the log.
+    public static func discardTimedParts() -> String {
+        let parts = installed?.discardReady() ?? 0
+        let roots = SharedTrees.installed?.dropTemplates() ?? 0
+        return "\(parts) part\(parts == 1 ? "" : "s") made ahead and \(roots) template root\(roots == 1 ? "" : "s") discarded (they carry when they were made)"
+    }
+
     /// Why a kind of part is no longer made, if it is not.
     public var failures: [String] { locked { [devicesStopped, namespacesStopped].compactMap { $0 } } }
 
