@@ -100,7 +100,7 @@ let package = Package(
         // Foundation and no YAML, which the front must not link.
         .target(
             name: "SandboxCLI",
-            dependencies: ["Sandbox", "PolicyModel", "PolicyStore", "SupervisorIO", "LaunchCode", .product(name: "Logging", package: "swift-log")]
+            dependencies: ["Sandbox", "PolicyModel", "PolicyStore", "SupervisorIO", "CSystemCalls", "LaunchCode", .product(name: "Logging", package: "swift-log")]
         ),
         .target(
             name: "Benchmark",
@@ -138,8 +138,14 @@ let package = Package(
         // `../libexec/autoharness/autoharness` where `scripts/install` puts it).
         .executableTarget(
             name: "autoharness-front",
-            dependencies: ["SandboxCLI", "Sandbox", "PolicyModel", "PolicyStore", "SupervisorIO", "CSystemCalls"],
+            dependencies: ["SandboxCLI", "Sandbox", "PolicyModel", "PolicyStore", "SupervisorIO", "CSystemCalls", "CFrontStart"],
             linkerSettings: [.unsafeFlags(["-static-executable"])]
+        ),
+        // The front's first act, before the Swift runtime starts: a launch handed to a launch
+        // service (`autoharness sandbox serve`), when one answers and takes it.
+        .target(
+            name: "CFrontStart",
+            dependencies: ["CSystemCalls", "LaunchCode"]
         ),
         // The broker's wire format: no Foundation, shared by the supervisor and the client.
         .target(name: "BrokerWire"),
@@ -174,7 +180,7 @@ let package = Package(
         // Reads Sources/ and holds every target to docs/architecture.md's rules.
         .testTarget(name: "ArchitectureTests"),
         .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy", "PolicyStore", "SupervisorIO"]),
-        .testTarget(name: "SandboxTests", dependencies: ["Sandbox", "SandboxPolicy", "CSandboxLaunch", "CSandboxSpawn", "CSystemCalls", "TestSupport"]),
+        .testTarget(name: "SandboxTests", dependencies: ["Sandbox", "SandboxPolicy", "LaunchCode", "CSandboxLaunch", "CSandboxSpawn", "CSystemCalls", "TestSupport"]),
         .testTarget(name: "BenchmarkTests", dependencies: ["Benchmark", "Sandbox", "SandboxPolicy", "TestSupport"],
                     exclude: ["Fixtures"]),
         .testTarget(name: "LedgerTests", dependencies: ["Ledger", "SupervisorIO", "TestSupport"]),

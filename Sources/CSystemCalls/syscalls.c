@@ -21,6 +21,8 @@
 #include <sys/vfs.h>
 #include <sys/auxv.h>
 #include <gnu/libc-version.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 
 #ifndef SYS_landlock_create_ruleset
 #define SYS_landlock_create_ruleset 444
@@ -259,3 +261,103 @@ int ahs_exec_with_readonly_shares(const char *const *sources, const char *const 
         usleep(100000);
     }
 }
+
+static int unix_address(const char *path, struct sockaddr_un *a) {
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof a->sun_path) { errno = ENAMETOOLONG; return -1; }
+    memcpy(a->sun_path, path, n);
+    return 0;
+}
+
+int ahs_unix_listen(const char *path, unsigned mode, int backlog) {
+    struct sockaddr_un a;
+    if (unix_address(path, &a) < 0) return -1;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    // The socket file is made with the umask's bits cleared from 0777: clear all of them for
+    // the bind, then set exactly `mode` before anyone could connect (listen comes after).
+    mode_t old = umask(0777);
+    int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+    int saved = errno;
+    umask(old);
+    if (rc < 0 || chmod(path, mode) < 0 || listen(fd, backlog) < 0) {
+        if (rc == 0) { saved = errno; unlink(path); }
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
+
+int ahs_unix_connect(const char *path) {
+    struct sockaddr_un a;
+    if (unix_address(path, &a) < 0) return -1;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
+
+long ahs_send_with_fds(int sock, const void *buf, unsigned long len, const int *fds, int nfds) {
+    struct iovec iov = { (void *)buf, len };
+    struct msghdr m = { 0 };
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    char control[CMSG_SPACE(sizeof(int) * 8)];
+    if (nfds > 8) { errno = EINVAL; return -1; }
+    if (nfds > 0) {
+        memset(control, 0, sizeof control);
+        m.msg_control = control;
+        m.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+        memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+    }
+    ssize_t n;
+    do { n = sendmsg(sock, &m, MSG_NOSIGNAL); } while (n < 0 && errno == EINTR);
+    return n;
+}
+
+long ahs_recv_with_fds(int sock, void *buf, unsigned long len, int *fds, int maxfds, int *nfds) {
+    struct iovec iov = { buf, len };
+    struct msghdr m = { 0 };
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    char control[CMSG_SPACE(sizeof(int) * 8)];
+    if (maxfds > 8) { errno = EINVAL; return -1; }
+    m.msg_control = control;
+    m.msg_controllen = sizeof control;
+    *nfds = 0;
+    ssize_t n;
+    do { n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC); } while (n < 0 && errno == EINTR);
+    if (n < 0) return -1;
+    int bad = (m.msg_flags & MSG_CTRUNC) != 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) { bad = 1; continue; }
+        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+            if (*nfds < maxfds) fds[(*nfds)++] = fd;
+            else { close(fd); bad = 1; }
+        }
+    }
+    if (bad) {
+        for (int i = 0; i < *nfds; i++) close(fds[i]);
+        *nfds = 0;
+        errno = EBADMSG;
+        return -1;
+    }
+    return n;
+}
+
+int ahs_unshare_fs(void) { return unshare(CLONE_FS); }

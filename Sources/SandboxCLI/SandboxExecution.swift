@@ -79,8 +79,10 @@ public enum SandboxExecution {
     }
 
     /// The launch plan for `r` under `policy`: its command-line additions read, its sources
-    /// resolved, its seccomp program made. Nothing on the host changes.
-    public static func prepare(_ r: ExecRequest, command: [String], policy: Policy) throws -> Prepared {
+    /// resolved, its seccomp program made. `environment` is the caller's (`--env NAME` and the
+    /// policy's passed variables come from it). Nothing on the host changes.
+    public static func prepare(_ r: ExecRequest, command: [String], policy: Policy,
+                               environment: [String: String] = hostEnvironment()) throws -> Prepared {
         var overrides = PlanOverrides()
         for s in r.readOnly { overrides.mounts.append(try bind(s, readOnly: true)) }
         for s in r.readWrite { overrides.mounts.append(try bind(s, readOnly: false)) }
@@ -88,19 +90,39 @@ public enum SandboxExecution {
         overrides.workingDirectory = r.chdir
         overrides.environment = r.env
         overrides.timeoutSeconds = r.timeout
-        let plan = try PlanCompiler.compile(policy: policy, command: command, overrides: overrides, hostEnvironment: hostEnvironment())
+        let plan = try PlanCompiler.compile(policy: policy, command: command, overrides: overrides, hostEnvironment: environment)
         Timing.mark("plan compiled (sources resolved, seccomp exported)")
         return Prepared(request: r, policy: policy, plan: plan)
+    }
+
+    /// Where a launch's payload reads and writes, where `sandbox exec` reports, and who may
+    /// signal the payload: this process's own (`.process`), or those of the client a launch
+    /// service runs it for (`LaunchService`).
+    public struct LaunchIO: Sendable {
+        /// The payload's stdin, stdout and stderr (-1: this process's own).
+        public var stdio: (Int32, Int32, Int32)
+        /// Where `sandbox exec`'s own messages and debug log go.
+        public var errors: Int32
+        /// The payload's signals: nil relays this process's own (SIGINT, SIGTERM, ...).
+        public var signals: SandboxSignals?
+
+        public static var process: LaunchIO { LaunchIO(stdio: (-1, -1, -1), errors: 2, signals: nil) }
+
+        public init(stdio: (Int32, Int32, Int32), errors: Int32, signals: SandboxSignals?) {
+            (self.stdio, self.errors, self.signals) = (stdio, errors, signals)
+        }
     }
 
     /// Runs the prepared sandbox to its end and says what happened on stderr. Returns the
     /// exit status: the command's own, 128+N for a signal, 124 for the timeout, 125 when the
     /// sandbox could not be set up (`sandbox exec --help`).
-    public static func launch(_ p: Prepared) -> Int32 {
+    public static func launch(_ p: Prepared, io: LaunchIO = .process) -> Int32 {
         let r = p.request
-        var logger = Logger(label: "autoharness.sandbox") { StderrLogHandler(label: $0) }
+        let printErr = { (s: String) in SandboxCLI.printErr(s, to: io.errors) }
+        var logger = Logger(label: "autoharness.sandbox") { StderrLogHandler(label: $0, fd: io.errors) }
         logger.logLevel = r.debug ? .debug : .warning
         var options = RunOptions(logger: logger)
+        options.stdio = io.stdio
         options.allowUnenforcedLimits = r.allowUnenforcedLimits
         // --bench-repeat measures what a long-lived supervisor pays per launch, pool included.
         if r.benchRepeat > 1 {
@@ -115,8 +137,13 @@ public enum SandboxExecution {
         }
         let result: SandboxResult
         do {
-            let signals = try SandboxSignals()
-            signals.relay(processSignals: [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2])
+            let signals: SandboxSignals
+            if let given = io.signals {
+                signals = given
+            } else {
+                signals = try SandboxSignals()
+                signals.relay(processSignals: [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2])
+            }
             options.signals = signals
             if let audit = r.audit {
                 // Fail closed: a sandbox whose audit file refuses a line (a full disk) is killed
@@ -215,9 +242,9 @@ public func hostEnvironment() -> [String: String] {
     return env
 }
 
-public func printErr(_ s: String) {
+public func printErr(_ s: String, to fd: Int32 = 2) {
     let line = s + "\n"
-    _ = line.withCString { write(2, $0, strlen($0)) }
+    _ = line.withCString { write(fd, $0, strlen($0)) }
 }
 
 public func monotonicSeconds() -> Double {

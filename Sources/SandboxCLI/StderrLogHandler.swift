@@ -1,15 +1,18 @@
 import Glibc
 import Logging
 
-/// Writes each log line straight to fd 2 with one write(2), so lines appear in order with
-/// the sandboxed command's own output and survive an abrupt exit.
+/// Writes each log line straight to fd 2 (or the client's stderr, for a served launch) with one
+/// write(2), so lines appear in order with the sandboxed command's own output and survive an
+/// abrupt exit.
 public struct StderrLogHandler: LogHandler {
     public var metadata: Logger.Metadata = [:]
     public var logLevel: Logger.Level = .info
     public let label: String
+    public let fd: Int32
 
-    public init(label: String) {
+    public init(label: String, fd: Int32 = 2) {
         self.label = label
+        self.fd = fd
     }
 
     public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
@@ -19,6 +22,6 @@ public struct StderrLogHandler: LogHandler {
 
     public func log(event: LogEvent) {
         let line = "autoharness[\(event.level)]: \(event.message)\n"
-        _ = line.withCString { write(2, $0, strlen($0)) }
+        _ = line.withCString { write(fd, $0, strlen($0)) }
     }
 }

@@ -9,6 +9,9 @@
 //   binary (its file's identity is in the key), with every layer file found again by the same
 //   lookup and equal byte for byte;
 // - the plan compiles (sources resolved afresh, as on every launch).
+// Before all this, before even the Swift runtime starts, a launch service (`autoharness sandbox
+// serve`, `LaunchService`) answering at its socket is asked to run the launch (Sources/
+// CFrontStart); it declines what it would not run as this front would, and nothing has run then.
 // Everything else, and every failure before the launch, goes to the full CLI unchanged
 // (`execveat` of the checked file), which answers as it always has: help, errors, every other
 // command, and a miss, after which it stores the policy for the next launch.

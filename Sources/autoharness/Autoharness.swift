@@ -79,8 +79,10 @@ struct Autoharness: ParsableCommand {
         // Commands that launch sandboxes by the hundred keep network namespaces, /dev trees and
         // user namespaces ready, made while the current sandbox runs (NetworkNamespacePool,
         // SandboxPartsPool), and clone /proc's
-        // covers from trees built once (SharedTrees); `sandbox exec` launches one.
-        if let verb = args.first, ["prepare", "benchmark", "gate", "run", "demo"].contains(verb) {
+        // covers from trees built once (SharedTrees); `sandbox exec` launches one, and
+        // `sandbox serve` launches them for the front.
+        if let verb = args.first, ["prepare", "benchmark", "gate", "run", "demo"].contains(verb)
+            || (args.starts(with: ["sandbox", "serve"]) && !asksForHelp) {
             NetworkNamespacePool.install()
             SandboxPartsPool.install()
             SharedTrees.install()

@@ -10,7 +10,7 @@ struct SandboxCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "sandbox",
         abstract: "Run commands in policy-defined sandboxes.",
-        subcommands: [SandboxExec.self]
+        subcommands: [SandboxExec.self, SandboxServe.self]
     )
 }
 
@@ -107,5 +107,64 @@ struct SandboxExec: ParsableCommand {
             throw ValidationError(e.message)
         }
         throw ExitCode(SandboxExecution.launch(prepared))
+    }
+}
+
+struct SandboxServe: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve",
+        abstract: "Run `sandbox exec` launches for the front, with parts made ahead.",
+        discussion: """
+            A resident supervisor for one-shot launches. `autoharness sandbox exec` (the front \
+            that scripts/install puts in bin/) hands each launch to the service answering at the \
+            socket, and stands in for its sandbox as before: the command reads and writes the \
+            caller's own stdin, stdout and stderr, the caller's signals reach it, its exit status \
+            is the caller's, and the caller's end kills the sandbox. Every layer is built per \
+            launch as in a one-shot launch; the service has ready what a long-lived supervisor \
+            makes once or ahead of time (the policy's load, network namespaces, /dev trees, user \
+            namespaces, template roots and /proc's covers), so a launch takes about half the time.
+
+            Served only: clients of this user (SO_PEERCRED), running this very build, whose \
+            AUTOHARNESS_* settings equal the service's, with a command line in the plain \
+            spellings. Anything else, and every launch while no service answers, the front runs \
+            itself. A served sandbox runs in the service's cgroup subtree, with the service's \
+            resource limits where the policy sets none, the caller's umask and working \
+            directory.
+
+            The socket's directory must be this user's and writable by no one else. The front \
+            looks at $AUTOHARNESS_LAUNCH_SERVICE when set (a socket path, or `off`). SIGINT or \
+            SIGTERM stop the service: launches under way are killed and cleaned up first.
+
+            Examples:
+              autoharness sandbox serve &
+              AUTOHARNESS_LAUNCH_SERVICE=/tmp/ah/launch.sock autoharness sandbox serve --socket /tmp/ah/launch.sock
+            """
+    )
+
+    @Option(name: .long, help: "The socket to listen at.")
+    var socket: String = LaunchService.defaultSocket
+
+    func run() throws {
+        let stop = ProcessSignals.channel([SIGINT, SIGTERM, SIGHUP])
+        let server: LaunchServer
+        do {
+            server = try LaunchServer(path: socket) { request, environment in
+                guard let command = try? SandboxExecution.command(of: request),
+                      let variables = try? SandboxExecution.variables(of: request) else { return nil }
+                var loader = PolicyLocator.loader(request.policyDirs)
+                loader.usesCache = true
+                loader.cacheKeyLaunchCode = SandboxExecution.launchCode
+                guard let policy = try? loader.load(request.policy, variables: variables, requireAllPlaceholders: true) else { return nil }
+                Timing.mark("policy loaded")
+                let prepared = try? SandboxExecution.prepare(request, command: command, policy: policy, environment: environment)
+                if let prepared { SandboxPartsPool.installed?.prepare(for: prepared.plan.identity) }
+                return prepared
+            }
+        } catch {
+            throw ExperimentError(.usage, "sandbox serve: \(error.description)")
+        }
+        printErr("autoharness: serving sandbox exec at \(server.path) (pid \(getpid())); SIGINT or SIGTERM stops")
+        let done = server.serve(stop: stop)
+        printErr("autoharness: stopped serving at \(server.path): \(done.served) launches served, \(done.declined) declined, \(done.refused) connections refused")
     }
 }

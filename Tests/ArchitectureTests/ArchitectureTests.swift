@@ -26,7 +26,7 @@ struct ArchitectureTests {
         "LaunchCode": [],
         "LaunchCodeDigestPlugin": ["Foundation", "PackagePlugin"],
         // What the full CLI and its front share of `sandbox exec`: nothing the front must not link.
-        "SandboxCLI": ["Glibc", "LaunchCode", "Logging", "PolicyModel", "PolicyStore", "Sandbox", "SupervisorIO"],
+        "SandboxCLI": ["Glibc", "CSystemCalls", "LaunchCode", "Logging", "PolicyModel", "PolicyStore", "Sandbox", "SupervisorIO"],
         "autoharness": ["Glibc", "Foundation", "ArgumentParser", "Logging", "Benchmark", "Experiment", "Ledger", "Sandbox",
                         "SandboxCLI", "SandboxPolicy", "SupervisorIO"],
         "autoharness-front": ["Glibc", "CSystemCalls", "PolicyModel", "PolicyStore", "Sandbox", "SandboxCLI", "SupervisorIO"],

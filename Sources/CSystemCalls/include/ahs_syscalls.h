@@ -55,6 +55,34 @@ int ahs_range_writable(int maps_fd, unsigned long long addr, unsigned long long 
 /// notifying task's CPU and back (SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP, Linux 6.6): 0, or -1
 /// with errno (EINVAL: an older kernel; notifications then work as before, only slower).
 int ahs_seccomp_sync_wakeup(int listener);
+
+/// A Unix stream socket (close-on-exec) listening at `path`, created with `mode` (the
+/// process's umask set aside for the bind), or -1 with errno (ENAMETOOLONG: the path does not
+/// fit a sockaddr_un). An existing file at `path` is an error (EADDRINUSE), not replaced.
+int ahs_unix_listen(const char *path, unsigned mode, int backlog);
+/// A Unix stream socket (close-on-exec) connected to `path`, or -1 with errno.
+int ahs_unix_connect(const char *path);
+/// sendmsg(sock) of `len` bytes with `nfds` descriptors attached (SCM_RIGHTS), MSG_NOSIGNAL:
+/// the bytes sent, or -1 with errno.
+long ahs_send_with_fds(int sock, const void *buf, unsigned long len, const int *fds, int nfds);
+/// recvmsg(sock) of up to `len` bytes and up to `maxfds` descriptors (close-on-exec): the
+/// bytes read (0 at the end), their descriptors in fds and their count in *nfds; or -1 with
+/// errno. More descriptors than `maxfds`, or any that were not descriptors, is EBADMSG, with
+/// every descriptor received already closed.
+long ahs_recv_with_fds(int sock, void *buf, unsigned long len, int *fds, int maxfds, int *nfds);
+/// unshare(CLONE_FS): the calling thread's own working directory, root and umask from now on
+/// (a thread of a multi-threaded process may). 0, or -1 with errno.
+int ahs_unshare_fs(void);
+
+/// Where `autoharness sandbox serve` listens unless told otherwise, and the front looks.
+#define AHS_LAUNCH_SERVICE_SOCKET "/run/autoharness/launch.sock"
+/// The front's client of the launch service (`autoharness sandbox serve`; launch_client.c):
+/// hands `sandbox exec ARGS...` (argv[0..argc), the words after `exec`) to the service at
+/// $AUTOHARNESS_LAUNCH_SERVICE (`off` or empty: none), else at `default_socket`, and waits for
+/// the sandbox's end, passing this process's signals on. Returns the exit status of a launch
+/// the service ran, or -1 when none ran: no service answered, it runs as another user, or it
+/// declined the launch (the caller then launches itself).
+int ahs_launch_via_service(const char *default_socket, const char *launch_code, int argc, char *const argv[]);
 #ifdef __cplusplus
 }
 #endif

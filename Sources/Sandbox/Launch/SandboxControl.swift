@@ -92,6 +92,9 @@ public final class SandboxControl: @unchecked Sendable {
 public final class SandboxSignals: @unchecked Sendable {
     let readFD: Int32
     private let writeFD: Int32
+    /// The channel's end (every sender gone, or an error) kills the sandbox: set for a
+    /// connection whose other end is the process the sandbox was launched for.
+    let killsOnHangUp: Bool
 
     public init() throws(SandboxError) {
         var fds: [Int32] = [-1, -1]
@@ -100,21 +103,43 @@ public final class SandboxSignals: @unchecked Sendable {
         }
         readFD = fds[0]
         writeFD = fds[1]
+        killsOnHangUp = false
+    }
+
+    /// The signals of a process at the other end of `connection` (a stream socket, which
+    /// stays the caller's to close): each byte it sends is a request as `send` makes them, and
+    /// its end, when that process is gone or the caller shuts the socket's reading side down,
+    /// kills the whole sandbox (`sandbox serve`: a launch does not outlive its client).
+    public init(connection: Int32) {
+        readFD = connection
+        writeFD = -1
+        killsOnHangUp = true
     }
 
     deinit {
-        close(readFD)
-        close(writeFD)
+        if writeFD >= 0 {
+            close(readFD)
+            close(writeFD)
+        }
     }
 
-    /// Forwards `signal` (1-64) to the payload, as if sent to it directly.
+    /// Forwards `signal` (1-64) to the payload, as if sent to it directly (on a client's
+    /// connection only the client does).
     public func send(_ signal: Int32) {
-        guard (1...64).contains(signal) else { return }
+        guard (1...64).contains(signal), writeFD >= 0 else { return }
         put(UInt8(signal))
     }
 
     /// Kills the whole sandbox (its init, and with it the pid namespace), as a timeout does.
-    public func kill() { put(UInt8(AHL_CTL_KILL)) }
+    /// On a client's connection: shuts its reading side down, which the sandbox's supervisor
+    /// sees as the client's end.
+    public func kill() {
+        if writeFD < 0 {
+            shutdown(readFD, Int32(SHUT_RD))
+        } else {
+            put(UInt8(AHL_CTL_KILL))
+        }
+    }
 
     private func put(_ byte: UInt8) {
         var b = byte

@@ -238,7 +238,10 @@ struct Session {
                     var b: UInt8 = 0
                     if read(signalFD, &b, 1) == 1 {
                         if SandboxSignals.isRequest(b) { sendControl(b) }
-                    } else { signalOpen = false }
+                    } else {
+                        signalOpen = false
+                        if options.signals?.killsOnHangUp == true { sendControl(UInt8(AHL_CTL_KILL)) }
+                    }
                 }
             }
         }

@@ -449,8 +449,9 @@ final class HostAddresses: @unchecked Sendable {
 }
 
 /// Runs `body` on a new detached pthread (the proxy's blocking I/O must not occupy the
-/// cooperative pool).
-func detachedThread(_ body: @escaping @Sendable () -> Void) {
+/// cooperative pool). False when the thread could not be made (`body` never runs).
+@discardableResult
+public func detachedThread(_ body: @escaping @Sendable () -> Void) -> Bool {
     final class Box: @unchecked Sendable {
         let body: @Sendable () -> Void
         init(_ b: @escaping @Sendable () -> Void) { body = b }
@@ -467,4 +468,5 @@ func detachedThread(_ body: @escaping @Sendable () -> Void) {
     }, box)
     pthread_attr_destroy(&attr)
     if rc != 0 { Unmanaged<AnyObject>.fromOpaque(box).release() }
+    return rc == 0
 }

@@ -1,0 +1,322 @@
+import CSystemCalls
+import Glibc
+import Sandbox
+import SupervisorIO
+
+/// `sandbox exec` run by a resident supervisor (`autoharness sandbox serve`) for the front.
+///
+/// A one-shot launch pays for what a long-lived supervisor makes once or ahead of time: the
+/// policy's load and plan, the cgroup host's facts, a network namespace, the /dev tree and
+/// user namespace (`SandboxPartsPool`), the template root and /proc's covers (`SharedTrees`).
+/// The service is such a supervisor. The front hands it the launch and stands in for the
+/// sandbox as before: the payload reads and writes the front's own stdin, stdout and stderr
+/// (the descriptors themselves, passed over the socket), the front's signals reach the payload,
+/// its exit status is the front's, and the front's end ends the sandbox. Every layer is built
+/// per launch exactly as in a one-shot launch; only the parts a supervisor makes ahead differ.
+///
+/// The wire, over a Unix stream socket (0600, root's, in a directory no one else may write):
+/// - client to service, once: "AHLS", the version and the body's length (u32, little-endian),
+///   the body. Four descriptors ride on its first byte: stdin, stdout, stderr and the working
+///   directory (O_PATH). The body is NUL-terminated strings: the client's launch code
+///   (`SandboxExecution.launchCode`), its umask (octal), the number of arguments, the
+///   arguments after `sandbox exec`, then the client's environment.
+/// - client to service, afterwards: one byte per signal the client received (its number).
+/// - service to client: 'D' (declined: nothing ran, the client launches itself) or 'X' with the
+///   exit status, as a u32 little-endian, then the end of the connection.
+///
+/// Only a client of the service's own user is served, and a client uses only a service of its
+/// own user (SO_PEERCRED on both ends): a sandboxed process, root in its user namespace, is
+/// another user on the host. The client is C, run before the front's Swift runtime starts
+/// (Sources/CFrontStart, Sources/CSystemCalls/launch_client.c).
+public enum LaunchService {
+    /// Where `sandbox serve` listens and the front looks, unless `$AUTOHARNESS_LAUNCH_SERVICE`
+    /// names another socket (or is `off`).
+    public static let defaultSocket = AHS_LAUNCH_SERVICE_SOCKET
+
+    static let magic: [UInt8] = Array("AHLS".utf8)
+    static let version: UInt32 = 1
+    static let headerSize = 12
+    /// The body's limit: the kernel's own for a command line and its environment.
+    static let bodyLimit = 2 << 20
+    /// stdin, stdout, stderr, the working directory.
+    static let descriptorCount = 4
+    static let declined = UInt8(ascii: "D")
+    static let exited = UInt8(ascii: "X")
+
+    /// Environment variables that steer this program itself (where policies, caches and the
+    /// launcher are found): a launch is served only when the client's equal the service's.
+    /// The timing marks and the service's own address are the client's business.
+    static func steering(_ name: String) -> Bool {
+        name.hasPrefix("AUTOHARNESS_") && name != "AUTOHARNESS_TIMING" && name != "AUTOHARNESS_LAUNCH_SERVICE"
+    }
+
+    static func le32(_ v: UInt32) -> [UInt8] { (0..<4).map { UInt8(truncatingIfNeeded: v >> (8 * $0)) } }
+    static func le32<C: Collection>(_ b: C) -> UInt32 where C.Element == UInt8 {
+        b.enumerated().reduce(0) { $0 | UInt32($1.element) << (8 * $1.offset) }
+    }
+
+    /// Writes all of `bytes` (a stream socket may take fewer per call).
+    @discardableResult
+    static func sendAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
+        var done = 0
+        while done < bytes.count {
+            let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + done, bytes.count - done, Int32(MSG_NOSIGNAL)) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return false }
+            done += n
+        }
+        return true
+    }
+}
+
+/// The service's side (`autoharness sandbox serve`): accepts launches on a Unix socket, each
+/// on a thread of its own, with the process's pools and shared trees.
+public final class LaunchServer: @unchecked Sendable {
+    /// The launch a request asks for, loaded and compiled as `sandbox exec` would in the
+    /// client's working directory and with its environment; nil declines it (the client then
+    /// launches itself and reports any error as it always has). Runs on the request's thread.
+    public typealias Prepare = @Sendable (_ request: ExecRequest, _ environment: [String: String]) -> SandboxExecution.Prepared?
+
+    public struct Failure: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    public let path: String
+    private let listener: Int32
+    private let socketIdentity: (dev: UInt64, ino: UInt64)
+    private let prepare: Prepare
+    private let ownEnvironment: [String: String]
+    private var lock = pthread_mutex_t()
+    private var idle = pthread_cond_t()
+    /// The connections of launches under way, by descriptor.
+    private var active: [Int32: SandboxSignals] = [:]
+    /// Connections accepted and not yet closed (read, declined, launched or answered).
+    private var busy = 0
+    private var stopping = false
+    private var counts = (served: 0, declined: 0, refused: 0)
+    /// At most this many launches at once; more are declined (their clients launch themselves).
+    public static let concurrentLaunches = 32
+
+    /// Listens at `path`: its directory made if missing (0755) and refused if anyone but this
+    /// user could write it, and a socket left by a service that ended replaced; a service
+    /// answering there already is an error.
+    public init(path: String, prepare: @escaping Prepare) throws(Failure) {
+        let dir = POSIX.split(path).directory
+        if mkdir(dir, 0o755) != 0 && errno != EEXIST {
+            throw Failure(description: "\(dir): cannot make the socket's directory: \(String(cString: strerror(errno)))")
+        }
+        var st = stat()
+        guard lstat(dir, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
+            throw Failure(description: "\(dir): not a directory")
+        }
+        guard st.st_uid == geteuid(), st.st_mode & 0o022 == 0 else {
+            throw Failure(description: "\(dir): owned by uid \(st.st_uid), mode \(String(st.st_mode & 0o7777, radix: 8)); another user could replace the socket (it must be this user's and writable by no one else)")
+        }
+        if lstat(path, &st) == 0 {
+            guard st.st_mode & S_IFMT == S_IFSOCK else { throw Failure(description: "\(path): exists and is not a socket") }
+            let probe = ahs_unix_connect(path)
+            if probe >= 0 {
+                let pid = UnixSocket.peer(probe)?.pid ?? 0
+                close(probe)
+                throw Failure(description: "\(path): a launch service (pid \(pid)) already answers there")
+            }
+            unlink(path)
+        }
+        let fd = ahs_unix_listen(path, 0o600, 64)
+        guard fd >= 0 else { throw Failure(description: "\(path): cannot listen: \(String(cString: strerror(errno)))") }
+        guard lstat(path, &st) == 0 else { throw Failure(description: "\(path): gone after bind: \(String(cString: strerror(errno)))") }
+        self.path = path
+        listener = fd
+        socketIdentity = (UInt64(st.st_dev), UInt64(st.st_ino))
+        self.prepare = prepare
+        ownEnvironment = hostEnvironment().filter { LaunchService.steering($0.key) }
+        pthread_mutex_init(&lock, nil)
+        pthread_cond_init(&idle, nil)
+    }
+
+    /// Serves until a byte arrives on `stop` (a `ProcessSignals` channel): then stops
+    /// listening, removes the socket, kills the sandboxes under way, waits for them to be
+    /// cleaned up, and returns what it did.
+    public func serve(stop: Int32) -> (served: Int, declined: Int, refused: Int) {
+        spawnWorker()
+        var p = pollfd(fd: stop, events: Int16(POLLIN), revents: 0)
+        while poll(&p, 1, -1) < 0 && errno == EINTR {}
+        // Every worker waiting in accept(2) returns (EINVAL) and ends. The descriptor stays
+        // open: a number closed under a thread in accept could be another file's by then.
+        shutdown(listener, Int32(SHUT_RDWR))
+        var st = stat()
+        if lstat(path, &st) == 0, UInt64(st.st_dev) == socketIdentity.dev, UInt64(st.st_ino) == socketIdentity.ino { unlink(path) }
+        // Clients whose request is still being read get 'D' (and launch themselves).
+        return locked {
+            stopping = true
+            for signals in active.values { signals.kill() }
+            while busy > 0 { pthread_cond_wait(&idle, &lock) }
+            return counts
+        }
+    }
+
+    /// Threads waiting in accept(2) for the next client. Each client is taken by a thread
+    /// already waiting (no hand-over, no thread made on the launch's path); the thread that
+    /// takes the last waiting place starts another, and a thread that finds two others waiting
+    /// when its client is done ends.
+    private var waiting = 0
+
+    private func spawnWorker() {
+        locked { waiting += 1 }
+        if !detachedThread({ [self] in work() }) { locked { waiting -= 1 } }
+    }
+
+    private func work() {
+        // The thread's own working directory and umask, set to each client's in turn.
+        let ownDirectory = ahs_unshare_fs() == 0
+        while true {
+            let conn = UnixSocket.accept(listener)
+            if conn < 0 {
+                if errno == EINTR || errno == ECONNABORTED { continue }
+                // EINVAL: the service stopped. Out of descriptors or memory: let the others try.
+                if errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == ENOBUFS { usleep(10_000); continue }
+                break
+            }
+            let another = locked {
+                waiting -= 1
+                busy += 1
+                return waiting == 0
+            }
+            if another { spawnWorker() }
+            handle(conn, ownDirectory: ownDirectory)
+            let surplus = locked {
+                if waiting >= 2 { return true }
+                waiting += 1
+                return false
+            }
+            if surplus { return }
+        }
+        locked { waiting -= 1 }
+    }
+
+    private func locked<T>(_ body: () -> T) -> T {
+        pthread_mutex_lock(&lock)
+        defer { pthread_mutex_unlock(&lock) }
+        return body()
+    }
+
+    /// One connection, start to end, on its own thread.
+    private func handle(_ conn: Int32, ownDirectory: Bool) {
+        Timing.mark("served: connection accepted")
+        defer {
+            close(conn)
+            locked {
+                busy -= 1
+                if busy == 0 { pthread_cond_broadcast(&idle) }
+            }
+        }
+        guard let peer = UnixSocket.peer(conn), peer.uid == geteuid() else {
+            locked { counts.refused += 1 }
+            let who = UnixSocket.peer(conn).map { "pid \($0.pid), uid \($0.uid)" } ?? "an unknown peer"
+            printErr("autoharness: refused a launch from \(who): only uid \(geteuid()) is served")
+            return
+        }
+        // A client that connects and sends nothing must not hold a thread for ever.
+        var limit = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+        guard let request = Self.receive(conn) else { return }
+        Timing.mark("served: request read")
+        defer { for fd in request.fds { close(fd) } }
+        limit = timeval(tv_sec: 0, tv_usec: 0)
+        setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+
+        let signals = SandboxSignals(connection: conn)
+        guard ownDirectory, let prepared = admit(request, signals: signals, conn: conn) else {
+            locked { counts.declined += 1 }
+            LaunchService.sendAll(conn, [LaunchService.declined] + LaunchService.le32(0))
+            return
+        }
+        if prepared.request.debug {
+            printErr("autoharness[debug]: sandbox exec by the launch service at \(path) (pid \(getpid()))", to: request.fds[2])
+        }
+        let io = SandboxExecution.LaunchIO(stdio: (request.fds[0], request.fds[1], request.fds[2]), errors: request.fds[2], signals: signals)
+        let status = SandboxExecution.launch(prepared, io: io)
+        locked {
+            active[conn] = nil
+            counts.served += 1
+        }
+        LaunchService.sendAll(conn, [LaunchService.exited] + LaunchService.le32(UInt32(bitPattern: status)))
+    }
+
+    /// The launch `request` asks for, registered as under way, or nil (declined, nothing ran).
+    /// The thread takes the client's working directory and umask as its own here (they are the
+    /// thread's alone: `unshare(CLONE_FS)` in `work`).
+    private func admit(_ request: Request, signals: SandboxSignals, conn: Int32) -> SandboxExecution.Prepared? {
+        guard request.launchCode == SandboxExecution.launchCode,
+              request.arguments.count > 0, !ExecArguments.asksForHelp(request.arguments[...]),
+              let exec = ExecArguments.parse(request.arguments[...]), exec.benchRepeat == 1,
+              request.environment.filter({ LaunchService.steering($0.key) }) == ownEnvironment else { return nil }
+        guard fchdir(request.fds[3]) == 0 else { return nil }
+        umask(request.umask)
+        let admitted = locked {
+            guard !stopping, active.count < Self.concurrentLaunches else { return false }
+            active[conn] = signals
+            return true
+        }
+        guard admitted else { return nil }
+        guard let prepared = prepare(exec, request.environment) else {
+            locked { active[conn] = nil }
+            return nil
+        }
+        return prepared
+    }
+
+    struct Request {
+        var launchCode: String
+        var umask: mode_t
+        var arguments: [String]
+        var environment: [String: String]
+        var fds: [Int32]
+    }
+
+    /// Reads one request (header, body, the four descriptors), or nil for anything else, with
+    /// any descriptor received closed.
+    static func receive(_ conn: Int32) -> Request? {
+        var fds = [Int32](repeating: -1, count: LaunchService.descriptorCount)
+        var nfds: Int32 = 0
+        var header = [UInt8](repeating: 0, count: LaunchService.headerSize)
+        let n = header.withUnsafeMutableBytes { ahs_recv_with_fds(conn, $0.baseAddress, UInt(LaunchService.headerSize), &fds, Int32(fds.count), &nfds) }
+        let received = Array(fds[..<Int(max(nfds, 0))])
+        func refuse() -> Request? {
+            for fd in received { close(fd) }
+            return nil
+        }
+        guard n > 0, nfds == Int32(LaunchService.descriptorCount) else { return refuse() }
+        var have = n
+        while have < LaunchService.headerSize {
+            let m = header.withUnsafeMutableBytes { read(conn, $0.baseAddress! + have, LaunchService.headerSize - have) }
+            if m < 0 && errno == EINTR { continue }
+            guard m > 0 else { return refuse() }
+            have += m
+        }
+        guard Array(header[0..<4]) == LaunchService.magic, LaunchService.le32(header[4..<8]) == LaunchService.version else { return refuse() }
+        let length = Int(LaunchService.le32(header[8..<12]))
+        guard length <= LaunchService.bodyLimit else { return refuse() }
+        var body = [UInt8](repeating: 0, count: length)
+        var got = 0
+        while got < length {
+            let m = body.withUnsafeMutableBytes { read(conn, $0.baseAddress! + got, length - got) }
+            if m < 0 && errno == EINTR { continue }
+            guard m > 0 else { return refuse() }
+            got += m
+        }
+        // The working directory must be one.
+        var st = stat()
+        guard fstat(received[3], &st) == 0, st.st_mode & S_IFMT == S_IFDIR else { return refuse() }
+        guard body.last == 0 || body.isEmpty else { return refuse() }
+        let strings = body.split(separator: 0, omittingEmptySubsequences: false).dropLast().map { String(decoding: $0, as: UTF8.self) }
+        guard strings.count >= 3, let mask = mode_t(strings[1], radix: 8), mask <= 0o777,
+              let argc = Int(strings[2]), argc >= 0, strings.count >= 3 + argc else { return refuse() }
+        var environment: [String: String] = [:]
+        for entry in strings[(3 + argc)...] {
+            guard let eq = entry.firstIndex(of: "=") else { continue }
+            environment[String(entry[..<eq])] = String(entry[entry.index(after: eq)...])
+        }
+        return Request(launchCode: strings[0], umask: mask, arguments: Array(strings[3..<(3 + argc)]), environment: environment, fds: received)
+    }
+}

@@ -1,0 +1,292 @@
+import Foundation
+import LaunchCode
+import Testing
+import TestSupport
+
+/// `autoharness sandbox serve` runs the front's launches: these fail if a served launch differs
+/// from a one-shot one in what the caller sees (output, status, signals, working directory,
+/// umask, relative paths), if a sandbox outlives its caller or the service, or if anyone but
+/// the service's own user gets a launch out of it, or the front's launch out of an impostor.
+@Suite("sandbox exec through the launch service")
+struct LaunchServiceTests {
+    /// A service of the test's own, on a socket in `dir`, with a private policy cache.
+    final class Service {
+        let socket: String
+        let log: String
+        let process = Process()
+        let environment: [String: String]
+
+        init(in dir: TempDir, name: String = "svc") throws {
+            socket = try LaunchServiceTests.directory(dir.file(name), mode: 0o755) + "/launch.sock"
+            log = dir.file(name + ".log")
+            var env = ProcessInfo.processInfo.environment
+            env["AUTOHARNESS_CACHE_DIR"] = try LaunchServiceTests.privateCache(in: dir)
+            env["AUTOHARNESS_LAUNCH_SERVICE"] = nil
+            env["AUTOHARNESS_TIMING"] = nil
+            environment = env
+            FileManager.default.createFile(atPath: log, contents: nil)
+            process.executableURL = URL(fileURLWithPath: Built.autoharness)
+            process.arguments = ["sandbox", "serve", "--socket", socket]
+            process.environment = env
+            process.standardInput = FileHandle.nullDevice
+            process.standardOutput = FileHandle(forWritingAtPath: log)
+            process.standardError = FileHandle(forWritingAtPath: log)
+            try process.run()
+            let deadline = Date().addingTimeInterval(20)
+            while !output.contains("serving sandbox exec at"), process.isRunning, Date() < deadline { usleep(20_000) }
+            try #require(output.contains("serving sandbox exec at \(socket)"), "the service did not start: \(output)")
+        }
+
+        var output: String { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
+
+        /// The front's environment: this service, and timing marks that say which path ran.
+        var clientEnvironment: [String: String] {
+            var env = environment
+            env["AUTOHARNESS_LAUNCH_SERVICE"] = socket
+            env["AUTOHARNESS_TIMING"] = "1"
+            return env
+        }
+
+        /// Stops the service as an operator would, and returns its log. A service that has
+        /// not ended 30 s later is a failure, and is killed.
+        @discardableResult
+        func stop() -> String {
+            if process.isRunning {
+                kill(process.processIdentifier, SIGTERM)
+                let deadline = Date().addingTimeInterval(30)
+                while process.isRunning, Date() < deadline { usleep(20_000) }
+                if process.isRunning {
+                    Issue.record("the service did not stop within 30 s of SIGTERM: \(output)")
+                    kill(process.processIdentifier, SIGKILL)
+                }
+                process.waitUntilExit()
+            }
+            return output
+        }
+
+        deinit { stop() }
+    }
+
+    /// `path` made, with exactly `mode`.
+    @discardableResult
+    static func directory(_ path: String, mode: mode_t) throws -> String {
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        try #require(chmod(path, mode) == 0)
+        return path
+    }
+
+    static func privateCache(in dir: TempDir) throws -> String {
+        let path = dir.path + "/cache"
+        if mkdir(path, 0o700) != 0 { try #require(errno == EEXIST) }
+        return path
+    }
+
+    static func served(_ r: Run) -> Bool { r.stderr.contains("timing: served by the launch service") }
+
+    /// `front sandbox exec ARGS` run by /bin/sh from `directory` with `umask`.
+    static func front(in directory: String, umask: String, _ args: [String], environment: [String: String]) throws -> Run {
+        let quoted = args.map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
+        return try runProcess("/bin/sh", ["-c", "cd '\(directory)' && umask \(umask) && exec '\(Built.front)' sandbox exec \(quoted)"], environment: environment)
+    }
+
+    @Test("a served launch is the one-shot launch as its caller sees it: output, status, audit, working directory, umask and relative paths")
+    func servedLaunchIsTheOneShotLaunch() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        let service = try Service(in: dir)
+        let work = dir.file("work")
+        try Self.directory(work + "/pol", mode: 0o755)
+        try Self.directory(work + "/out", mode: 0o777)
+        try "extends: base\n".write(toFile: work + "/pol/p.yaml", atomically: false, encoding: .utf8)
+        let input = try dir.file("input", "from stdin\n")
+        // Relative --policy-dir and --audit are the caller's; the umask is the caller's; the
+        // probe's refused mount is reported on the caller's stderr.
+        let args = ["-v", "--policy-dir", "pol", "--policy", "p", "--audit", "audit.jsonl", "--env", "GREETING=hi",
+                    "--rw", work + "/out:/out", "--ro", Built.probe + ":/probe", "--",
+                    "/bin/sh", "-c", "echo $GREETING; umask; cat; echo x > /out/f; /probe mount; exit 7"]
+        let quoted = args.map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
+        func launch(_ env: [String: String]) throws -> Run {
+            try runProcess("/bin/sh", ["-c", "cd '\(work)' && umask 077 && exec '\(Built.front)' sandbox exec \(quoted) < '\(input)'"], environment: env)
+        }
+        var oneShotEnv = service.clientEnvironment
+        oneShotEnv["AUTOHARNESS_LAUNCH_SERVICE"] = "off"
+        let oneShot = try launch(oneShotEnv)
+        let oneShotMode = try permissions(work + "/out/f")
+        try FileManager.default.removeItem(atPath: work + "/out/f")
+        let audited = try auditEvents(work + "/audit.jsonl").count
+        let viaService = try launch(service.clientEnvironment)
+        #expect(!Self.served(oneShot) && Self.served(viaService), "\(oneShot.stderr)\n---\n\(viaService.stderr)")
+        #expect(viaService.stderr.contains("sandbox exec by the launch service at \(service.socket)"), "\(viaService.stderr)")
+        for r in [oneShot, viaService] {
+            #expect(r.status == 7, "\(r.status) \(r.stderr)")
+            #expect(r.stdout.hasPrefix("hi\n0077\nfrom stdin\nRESULT mount errno EPERM"), "\(r.stdout)")
+            #expect(r.stderr.contains("1 audit event: mount") && r.stderr.contains("(audit: audit.jsonl)"), "\(r.stderr)")
+        }
+        let servedMode = try permissions(work + "/out/f")
+        #expect(oneShotMode == 0o600 && servedMode == 0o600)
+        #expect(try auditEvents(work + "/audit.jsonl").count == audited + 1, "the served launch appends to the caller's relative audit file")
+        let log = service.stop()
+        #expect(log.contains("1 launches served, 0 declined, 0 connections refused"), "\(log)")
+    }
+
+    @Test("lines the service would not run as the front would are declined and run by the front, with its answers")
+    func declinedLinesRunAsBefore() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        let service = try Service(in: dir)
+        // A relative bind source, refused by the plan: the same error either way.
+        let relative = try Self.front(in: dir.path, umask: "022", ["--ro", ".:/x", "--", "/bin/true"], environment: service.clientEnvironment)
+        #expect(relative.status == 125 && relative.stderr.contains("must be an absolute path") && !Self.served(relative), "\(relative.status) \(relative.stderr)")
+        // Help, asked before the command.
+        let help = try Self.front(in: dir.path, umask: "022", ["--help", "--", "/bin/true"], environment: service.clientEnvironment)
+        #expect(help.status == 0 && help.stdout.contains("USAGE") && !Self.served(help), "\(help.stdout) \(help.stderr)")
+        // Settings that steer this program differ from the service's: the front's own launch.
+        var steered = service.clientEnvironment
+        steered["AUTOHARNESS_POLICY_DIR"] = dir.path
+        let own = try Self.front(in: dir.path, umask: "022", ["--", "/bin/sh", "-c", "exit 3"], environment: steered)
+        #expect(own.status == 3 && !Self.served(own), "\(own.stderr)")
+        let served = try Self.front(in: dir.path, umask: "022", ["--", "/bin/sh", "-c", "exit 3"], environment: service.clientEnvironment)
+        #expect(served.status == 3 && Self.served(served), "\(served.stderr)")
+        let log = service.stop()
+        #expect(log.contains("1 launches served, 3 declined"), "\(log)")
+    }
+
+    /// The front running `script` in a sandbox through `service`, its stdout in `out`.
+    static func startFront(_ service: Service, script: String, out: String) throws -> Process {
+        FileManager.default.createFile(atPath: out, contents: nil)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: Built.front)
+        p.arguments = ["sandbox", "exec", "--policy", "base", "--", "/bin/sh", "-c", script]
+        p.environment = service.clientEnvironment
+        p.standardInput = FileHandle.nullDevice
+        p.standardOutput = FileHandle(forWritingAtPath: out)
+        p.standardError = FileHandle(forWritingAtPath: out + ".err")
+        FileManager.default.createFile(atPath: out + ".err", contents: nil)
+        try p.run()
+        let deadline = Date().addingTimeInterval(20)
+        while !((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").contains("ready"), p.isRunning, Date() < deadline { usleep(20_000) }
+        return p
+    }
+
+    static func gone(_ marker: String, within seconds: Double = 10) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while !hostProcesses(containing: marker).isEmpty, Date() < deadline { usleep(20_000) }
+        return hostProcesses(containing: marker).isEmpty
+    }
+
+    @Test("the caller's signals reach the payload, and the caller's end, or the service's, ends the sandbox")
+    func signalsAndEnds() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        let service = try Service(in: dir)
+        // SIGTERM to the front is the payload's.
+        let trapped = try Self.startFront(service, script: "trap 'echo term; exit 3' TERM; echo ready; while :; do sleep 0.05; done", out: dir.file("o1"))
+        try #require(trapped.isRunning, "the served sandbox did not start: \((try? String(contentsOfFile: dir.file("o1.err"), encoding: .utf8)) ?? "")")
+        kill(trapped.processIdentifier, SIGTERM)
+        trapped.waitUntilExit()
+        let said = try String(contentsOfFile: dir.file("o1"), encoding: .utf8)
+        #expect(trapped.terminationStatus == 3 && said.contains("term"), "\(trapped.terminationStatus) \(said)")
+        // The front killed outright: its sandbox goes with it.
+        let marker = "4711.\(getpid())"
+        let orphaned = try Self.startFront(service, script: "echo ready; exec sleep \(marker)", out: dir.file("o2"))
+        try #require(orphaned.isRunning && !hostProcesses(containing: marker).isEmpty)
+        kill(orphaned.processIdentifier, SIGKILL)
+        orphaned.waitUntilExit()
+        #expect(Self.gone(marker), "the sandbox outlived its caller")
+        // The service stopped: launches under way are killed, the caller told, the socket gone.
+        let marker2 = "4712.\(getpid())"
+        let running = try Self.startFront(service, script: "echo ready; exec sleep \(marker2)", out: dir.file("o3"))
+        try #require(running.isRunning && !hostProcesses(containing: marker2).isEmpty)
+        let log = service.stop()
+        running.waitUntilExit()
+        #expect(running.terminationStatus != 0 && Self.gone(marker2))
+        #expect(access(service.socket, F_OK) != 0 && errno == ENOENT, "the socket outlived the service")
+        #expect(service.process.terminationStatus == 0 && log.contains("3 launches served"), "\(log)")
+    }
+
+    @Test("a sandboxed process that reaches the service's socket is refused: only the service's own user is served")
+    func sandboxedClientRefused() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        let service = try Service(in: dir)
+        // An operator opened the socket up; the peer check still stands.
+        #expect(chmod(service.socket, 0o666) == 0)
+        let host = try Self.directory(dir.file("host"), mode: 0o777)
+        // A well-formed request from inside a sandbox: this build's launch code, the service's
+        // settings, a launch that binds a host directory read-write and writes a marker there.
+        let script = """
+            import array, os, socket, sys
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect("/svc/launch.sock")
+            print("connected", flush=True)
+            code, host, env = sys.argv[1], sys.argv[2], sys.argv[3:]
+            args = ["--rw", host + ":/host", "--", "/bin/sh", "-c", "echo owned > /host/marker"]
+            strings = [code, "22", str(len(args))] + args + env
+            body = b"".join(x.encode() + b"\\0" for x in strings)
+            msg = b"AHLS" + (1).to_bytes(4, "little") + len(body).to_bytes(4, "little") + body
+            cwd = os.open("/", os.O_PATH)
+            try:
+                s.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2, cwd]))])
+                print("answer", s.recv(5), flush=True)
+            except OSError as e:  # the service may hang up before the request is sent or read
+                print("answer", type(e).__name__, flush=True)
+            """
+        let steering = service.environment.filter { $0.key.hasPrefix("AUTOHARNESS_") }.map { "\($0.key)=\($0.value)" }
+        var env = service.environment
+        env["AUTOHARNESS_LAUNCH_SERVICE"] = "off"
+        let r = try runProcess(Built.front, ["sandbox", "exec", "--policy", "base", "--ro", dir.file("svc") + ":/svc", "--",
+                                             "/usr/bin/python3", "-c", script, LaunchCode.digest, host] + steering, environment: env)
+        // Connected, then the end of the connection: no answer ('D' or 'X'), whatever the timing.
+        let answered = ["b''", "ConnectionResetError", "BrokenPipeError"].contains { r.stdout.contains("connected\nanswer \($0)\n") }
+        #expect(answered, "the attack did not get as far as the service: \(r.stdout) \(r.stderr)")
+        #expect(access(host + "/marker", F_OK) != 0, "a sandboxed process got a launch out of the service")
+        let log = service.stop()
+        #expect(log.contains("refused a launch from pid") && log.contains("0 launches served, 0 declined, 1 connections refused"), "\(log)")
+    }
+
+    @Test("the front gives nothing to a service run by another user, and launches itself")
+    func impostorServiceGetsNothing() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        let fake = try Self.directory(dir.file("fake"), mode: 0o777)
+        let record = dir.file("record")
+        // nobody listens where the front looks, and writes down whatever reaches it.
+        let script = """
+            import socket, sys
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.bind(sys.argv[1]); s.listen(1)
+            c, _ = s.accept()
+            data, anc, _, _ = c.recvmsg(1 << 16, socket.CMSG_SPACE(64))
+            open(sys.argv[2], "w").write(f"bytes={len(data)} descriptors={len(anc)}\\n")
+            """
+        chmod(dir.path, 0o777)
+        let listener = Process()
+        listener.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+        listener.arguments = ["--reuid", "65534", "--regid", "65534", "--clear-groups", "/usr/bin/python3", "-c", script, fake + "/launch.sock", dir.file("record")]
+        try listener.run()
+        defer { if listener.isRunning { kill(listener.processIdentifier, SIGKILL) } }
+        let deadline = Date().addingTimeInterval(10)
+        while access(fake + "/launch.sock", F_OK) != 0, Date() < deadline { usleep(20_000) }
+        var env = ProcessInfo.processInfo.environment
+        env["AUTOHARNESS_CACHE_DIR"] = try Self.privateCache(in: dir)
+        env["AUTOHARNESS_LAUNCH_SERVICE"] = fake + "/launch.sock"
+        let r = try runProcess(Built.front, ["sandbox", "exec", "--policy", "base", "--", "/bin/sh", "-c", "echo local; exit 4"], environment: env)
+        #expect(r.status == 4 && r.stdout == "local\n", "\(r.status) \(r.stdout) \(r.stderr)")
+        #expect(r.stderr.contains("not using the launch service at \(fake)/launch.sock: it runs as uid 65534"), "\(r.stderr)")
+        listener.waitUntilExit()
+        #expect((try? String(contentsOfFile: record, encoding: .utf8)) == "bytes=0 descriptors=0\n", "the impostor received something")
+    }
+
+    @Test("the service refuses a socket directory others may write, and a socket another service answers at")
+    func unsafeOrTakenSocketRefused() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        let open = try Self.directory(dir.file("open"), mode: 0o1777)
+        let refused = try autoharness(["sandbox", "serve", "--socket", open + "/launch.sock"])
+        #expect(refused.status != 0 && refused.stderr.contains("another user could replace the socket"), "\(refused.status) \(refused.stderr)")
+        let service = try Service(in: dir)
+        let second = try autoharness(["sandbox", "serve", "--socket", service.socket], environment: service.environment)
+        #expect(second.status != 0 && second.stderr.contains("already answers there"), "\(second.status) \(second.stderr)")
+        #expect(service.process.isRunning)
+    }
+}
