@@ -232,9 +232,12 @@ static int walk_create(int rootfd, const char *path, int want_dir, int create_la
         if (!last || want_dir) {
             next = sys_openat(cur, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
             if (next < 0 && ahl_errno == ENOENT && (create_last || !last)) {
+                // 0755 whatever the creator's umask: a template root is built under whichever
+                // thread's comes first (a launch service's workers take their clients'), and
+                // is shared by the sandboxes after it.
                 if (sys_mkdirat(cur, comp, 0755) < 0) {
                     if (ahl_errno != EEXIST) { close_keep_errno(cur); return -1; }
-                } else if (own_created(cur, comp) < 0) { close_keep_errno(cur); return -1; }
+                } else if (sys_fchmodat(cur, comp, 0755) < 0 || own_created(cur, comp) < 0) { close_keep_errno(cur); return -1; }
                 next = sys_openat(cur, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
             }
         } else {
@@ -242,6 +245,7 @@ static int walk_create(int rootfd, const char *path, int want_dir, int create_la
             if (next < 0 && ahl_errno == ENOENT && create_last) {
                 int f = sys_openat(cur, comp, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0444);
                 if (f < 0 && ahl_errno != EEXIST) { close_keep_errno(cur); return -1; }
+                if (f >= 0 && sys_fchmod(f, 0444) < 0) { close_keep_errno(f); close_keep_errno(cur); return -1; }
                 if (f >= 0) sys_close(f);
                 if (f >= 0 && own_created(cur, comp) < 0) { close_keep_errno(cur); return -1; }
                 next = sys_openat(cur, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC, 0);

@@ -90,13 +90,15 @@ int ahs_launch_via_service(const char *default_socket, const char *launch_code, 
     // The payload's stdio is this process's: all three must be open to be passed.
     for (int fd = 0; fd <= 2; fd++)
         if (fcntl(fd, F_GETFD) < 0) return -1;
+    // Sandboxes need root; so does a service that launches them (never an overflow id).
+    if (geteuid() != 0) return -1;
     int conn = ahs_unix_connect(path);
     if (conn < 0) return -1;
     int pid = 0;
     unsigned uid = 0;
-    if (ahs_peer_credentials(conn, &pid, &uid) < 0 || uid != geteuid()) {
-        // Whoever made that socket is not us: it gets nothing of ours (stdio, environment).
-        fprintf(stderr, "autoharness: not using the launch service at %s: it runs as uid %u (pid %d), not as this user\n", path, uid, pid);
+    if (ahs_peer_credentials(conn, &pid, &uid) < 0 || uid != 0) {
+        // Whoever made that socket is not root: it gets nothing of ours (stdio, environment).
+        fprintf(stderr, "autoharness: not using the launch service at %s: it runs as uid %u (pid %d), not as root\n", path, uid, pid);
         close(conn);
         return -1;
     }
@@ -141,7 +143,10 @@ int ahs_launch_via_service(const char *default_socket, const char *launch_code, 
     }
     close(sfd);
     close(conn);
-    if (have == sizeof answer && answer[0] == 'X') return (int)get32(answer + 1);
+    if (have == sizeof answer && answer[0] == 'X') {
+        uint32_t status = get32(answer + 1);
+        return status <= 255 ? (int)status : 125;
+    }
     sigprocmask(SIG_SETMASK, &old, NULL);
     if (have == sizeof answer && answer[0] == 'D') {
         // Nothing ran: a signal that came meanwhile was meant to stop this command.

@@ -23,6 +23,7 @@
 #include <gnu/libc-version.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <stdio.h>
 
 #ifndef SYS_landlock_create_ruleset
 #define SYS_landlock_create_ruleset 444
@@ -271,23 +272,30 @@ static int unix_address(const char *path, struct sockaddr_un *a) {
     return 0;
 }
 
-int ahs_unix_listen(const char *path, unsigned mode, int backlog) {
+int ahs_unix_listen(const char *dir, const char *name, unsigned mode, int backlog) {
+    char tmp[4096], at[4096], final[4096];
     struct sockaddr_un a;
-    if (unix_address(path, &a) < 0) return -1;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
-    // The socket file is made with the umask's bits cleared from 0777: clear all of them for
-    // the bind, then set exactly `mode` before anyone could connect (listen comes after).
-    mode_t old = umask(0777);
-    int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
-    int saved = errno;
-    umask(old);
-    if (rc < 0 || chmod(path, mode) < 0 || listen(fd, backlog) < 0) {
-        if (rc == 0) { saved = errno; unlink(path); }
+    if ((size_t)snprintf(final, sizeof final, "%s/%s", dir, name) >= sizeof final ||
+        (size_t)snprintf(tmp, sizeof tmp, "%s/.%s.XXXXXX", dir, name) >= sizeof tmp ||
+        unix_address(final, &a) < 0) { errno = ENAMETOOLONG; return -1; }
+    // Bound in a directory of our own (mkdtemp: 0700), where the mode is set by path with no
+    // one else able to swap the file, whatever the umask; then renamed into place, never over
+    // a file there. The umask is not touched: it is the whole process's.
+    if (!mkdtemp(tmp)) return -1;
+    int fd = -1, saved = 0;
+    if ((size_t)snprintf(at, sizeof at, "%s/s", tmp) >= sizeof at || unix_address(at, &a) < 0) { saved = ENAMETOOLONG; goto out; }
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) { saved = errno; goto out; }
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || chmod(at, mode) < 0 || listen(fd, backlog) < 0 ||
+        renameat2(AT_FDCWD, at, AT_FDCWD, final, RENAME_NOREPLACE) < 0) {
+        saved = errno;
+        unlink(at);
         close(fd);
-        errno = saved;
-        return -1;
+        fd = -1;
     }
+out:
+    rmdir(tmp);
+    if (fd < 0) errno = saved;
     return fd;
 }
 

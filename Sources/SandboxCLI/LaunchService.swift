@@ -24,10 +24,12 @@ import SupervisorIO
 /// - service to client: 'D' (declined: nothing ran, the client launches itself) or 'X' with the
 ///   exit status, as a u32 little-endian, then the end of the connection.
 ///
-/// Only a client of the service's own user is served, and a client uses only a service of its
-/// own user (SO_PEERCRED on both ends): a sandboxed process, root in its user namespace, is
-/// another user on the host. The client is C, run before the front's Swift runtime starts
-/// (Sources/CFrontStart, Sources/CSystemCalls/launch_client.c).
+/// Only root clients are served, and a client uses only a root service (SO_PEERCRED on both
+/// ends): a sandboxed process, root in its user namespace, is another user on the host. A root
+/// client confined otherwise than the service (its namespaces, root directory, capabilities,
+/// no_new_privs or seccomp filters: `PeerConfinement`) is declined and launches itself. The
+/// client is C, run before the front's Swift runtime starts (Sources/CFrontStart,
+/// Sources/CSystemCalls/launch_client.c).
 public enum LaunchService {
     /// Where `sandbox serve` listens and the front looks, unless `$AUTOHARNESS_LAUNCH_SERVICE`
     /// names another socket (or is `off`).
@@ -86,6 +88,11 @@ public final class LaunchServer: @unchecked Sendable {
     private let socketIdentity: (dev: UInt64, ino: UInt64)
     private let prepare: Prepare
     private let ownEnvironment: [String: String]
+    /// The service's own namespaces, root, capabilities and filters: a client's must match.
+    private let own: PeerConfinement?
+    /// The service's working directory and umask, given back to a thread after each client.
+    private let home: Int32
+    private let homeMask: mode_t
     private var lock = pthread_mutex_t()
     private var idle = pthread_cond_t()
     /// The connections of launches under way, by descriptor.
@@ -97,21 +104,23 @@ public final class LaunchServer: @unchecked Sendable {
     /// At most this many launches at once; more are declined (their clients launch themselves).
     public static let concurrentLaunches = 32
 
-    /// Listens at `path`: its directory made if missing (0755) and refused if anyone but this
-    /// user could write it, and a socket left by a service that ended replaced; a service
-    /// answering there already is an error.
-    public init(path: String, prepare: @escaping Prepare) throws(Failure) {
-        let dir = POSIX.split(path).directory
-        if mkdir(dir, 0o755) != 0 && errno != EEXIST {
-            throw Failure(description: "\(dir): cannot make the socket's directory: \(String(cString: strerror(errno)))")
+    /// Listens at `path`: its directory made if missing (0755) and refused if anyone but root
+    /// could write it or any directory above it (a sticky one aside), and a socket left by a
+    /// service that ended replaced; a service answering there already is an error.
+    public init(path requested: String, prepare: @escaping Prepare) throws(Failure) {
+        guard geteuid() == 0 else { throw Failure(description: "sandbox serve needs root, as every sandbox launch does") }
+        let asked = POSIX.split(requested)
+        if mkdir(asked.directory, 0o755) != 0 && errno != EEXIST {
+            throw Failure(description: "\(asked.directory): cannot make the socket's directory: \(String(cString: strerror(errno)))")
         }
+        guard let dir = PolicySearch.canonical(asked.directory) else {
+            throw Failure(description: "\(asked.directory): \(String(cString: strerror(errno)))")
+        }
+        if let unsafe = Self.writableByOthers(dir) {
+            throw Failure(description: "\(unsafe); another user could replace the socket (the directory must be root's and writable by no one else, and so must every directory above it unless sticky)")
+        }
+        let path = dir + "/" + asked.name
         var st = stat()
-        guard lstat(dir, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
-            throw Failure(description: "\(dir): not a directory")
-        }
-        guard st.st_uid == geteuid(), st.st_mode & 0o022 == 0 else {
-            throw Failure(description: "\(dir): owned by uid \(st.st_uid), mode \(String(st.st_mode & 0o7777, radix: 8)); another user could replace the socket (it must be this user's and writable by no one else)")
-        }
         if lstat(path, &st) == 0 {
             guard st.st_mode & S_IFMT == S_IFSOCK else { throw Failure(description: "\(path): exists and is not a socket") }
             let probe = ahs_unix_connect(path)
@@ -122,7 +131,7 @@ public final class LaunchServer: @unchecked Sendable {
             }
             unlink(path)
         }
-        let fd = ahs_unix_listen(path, 0o600, 64)
+        let fd = ahs_unix_listen(dir, asked.name, 0o600, 64)
         guard fd >= 0 else { throw Failure(description: "\(path): cannot listen: \(String(cString: strerror(errno)))") }
         guard lstat(path, &st) == 0 else { throw Failure(description: "\(path): gone after bind: \(String(cString: strerror(errno)))") }
         self.path = path
@@ -130,8 +139,33 @@ public final class LaunchServer: @unchecked Sendable {
         socketIdentity = (UInt64(st.st_dev), UInt64(st.st_ino))
         self.prepare = prepare
         ownEnvironment = hostEnvironment().filter { LaunchService.steering($0.key) }
+        own = PeerConfinement.of("self")
+        home = ahs_open_path(".")
+        homeMask = umask(0o022)
+        umask(homeMask)
         pthread_mutex_init(&lock, nil)
         pthread_cond_init(&idle, nil)
+    }
+
+    /// The first of `dir` and the directories above it that someone other than root could
+    /// change under the socket, described; nil when there is none. A sticky directory (/tmp)
+    /// lets no one else rename what is ours in it; the socket's own directory must not be
+    /// writable by others at all.
+    static func writableByOthers(_ dir: String) -> String? {
+        var path = dir
+        var own = true
+        while true {
+            var st = stat()
+            guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else { return "\(path): not a directory" }
+            let writable = st.st_mode & 0o022 != 0
+            if st.st_uid != 0 || (writable && (own || st.st_mode & S_ISVTX == 0)) {
+                return "\(path): owned by uid \(st.st_uid), mode \(String(st.st_mode & 0o7777, radix: 8))"
+            }
+            if path == "/" { return nil }
+            path = POSIX.split(path).directory
+            if path.isEmpty { path = "/" }
+            own = false
+        }
     }
 
     /// Serves until a byte arrives on `stop` (a `ProcessSignals` channel): then stops
@@ -141,16 +175,16 @@ public final class LaunchServer: @unchecked Sendable {
         spawnWorker()
         var p = pollfd(fd: stop, events: Int16(POLLIN), revents: 0)
         while poll(&p, 1, -1) < 0 && errno == EINTR {}
-        // Every worker waiting in accept(2) returns (EINVAL) and ends. The descriptor stays
-        // open: a number closed under a thread in accept could be another file's by then.
-        shutdown(listener, Int32(SHUT_RDWR))
         var st = stat()
         if lstat(path, &st) == 0, UInt64(st.st_dev) == socketIdentity.dev, UInt64(st.st_ino) == socketIdentity.ino { unlink(path) }
-        // Clients whose request is still being read get 'D' (and launch themselves).
+        locked { stopping = true }
+        // Every worker in accept(2) takes what is queued (declined: 'D', the client launches
+        // itself), then gets EINVAL and ends. The descriptor stays open: a number closed under
+        // a thread in accept could be another file's by then.
+        shutdown(listener, Int32(SHUT_RDWR))
         return locked {
-            stopping = true
             for signals in active.values { signals.kill() }
-            while busy > 0 { pthread_cond_wait(&idle, &lock) }
+            while busy > 0 || waiting > 0 { pthread_cond_wait(&idle, &lock) }
             return counts
         }
     }
@@ -172,10 +206,11 @@ public final class LaunchServer: @unchecked Sendable {
         while true {
             let conn = UnixSocket.accept(listener)
             if conn < 0 {
-                if errno == EINTR || errno == ECONNABORTED { continue }
-                // EINVAL: the service stopped. Out of descriptors or memory: let the others try.
-                if errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == ENOBUFS { usleep(10_000); continue }
-                break
+                // The service stopped (EINVAL after the shutdown); anything else (out of
+                // descriptors or memory) passes: the thread never leaves while the service runs.
+                if errno == EINVAL && locked({ stopping }) { break }
+                if errno != EINTR && errno != ECONNABORTED { usleep(10_000) }
+                continue
             }
             let another = locked {
                 waiting -= 1
@@ -184,6 +219,11 @@ public final class LaunchServer: @unchecked Sendable {
             }
             if another { spawnWorker() }
             handle(conn, ownDirectory: ownDirectory)
+            // The service's own directory and umask again: no client's directory stays in use.
+            if ownDirectory {
+                _ = fchdir(home)
+                umask(homeMask)
+            }
             let surplus = locked {
                 if waiting >= 2 { return true }
                 waiting += 1
@@ -191,7 +231,10 @@ public final class LaunchServer: @unchecked Sendable {
             }
             if surplus { return }
         }
-        locked { waiting -= 1 }
+        locked {
+            waiting -= 1
+            if waiting == 0 { pthread_cond_broadcast(&idle) }
+        }
     }
 
     private func locked<T>(_ body: () -> T) -> T {
@@ -210,27 +253,33 @@ public final class LaunchServer: @unchecked Sendable {
                 if busy == 0 { pthread_cond_broadcast(&idle) }
             }
         }
-        guard let peer = UnixSocket.peer(conn), peer.uid == geteuid() else {
+        guard let peer = UnixSocket.peer(conn), peer.uid == 0 else {
             locked { counts.refused += 1 }
             let who = UnixSocket.peer(conn).map { "pid \($0.pid), uid \($0.uid)" } ?? "an unknown peer"
-            printErr("autoharness: refused a launch from \(who): only uid \(geteuid()) is served")
+            printErr("autoharness: refused a launch from \(who): only root is served")
             return
         }
         // A client that connects and sends nothing must not hold a thread for ever.
         var limit = timeval(tv_sec: 10, tv_usec: 0)
         setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
-        guard let request = Self.receive(conn) else { return }
+        let decline = { [self] in
+            locked { counts.declined += 1 }
+            LaunchService.sendAll(conn, [LaunchService.declined] + LaunchService.le32(0))
+        }
+        // A request that cannot be read (too many descriptors open here, a truncated message)
+        // is declined: whatever it was, nothing of it ran.
+        guard let request = Self.receive(conn) else { return decline() }
         Timing.mark("served: request read")
         defer { for fd in request.fds { close(fd) } }
         limit = timeval(tv_sec: 0, tv_usec: 0)
         setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
 
+        // A caller confined otherwise than the service (other namespaces, a chroot, fewer
+        // capabilities, filters of its own) is declined: its paths, network and limits are not
+        // the service's, and its own launch keeps them.
+        guard let own, PeerConfinement.of(String(peer.pid)) == own else { return decline() }
         let signals = SandboxSignals(connection: conn)
-        guard ownDirectory, let prepared = admit(request, signals: signals, conn: conn) else {
-            locked { counts.declined += 1 }
-            LaunchService.sendAll(conn, [LaunchService.declined] + LaunchService.le32(0))
-            return
-        }
+        guard ownDirectory, let prepared = admit(request, signals: signals, conn: conn) else { return decline() }
         if prepared.request.debug {
             printErr("autoharness[debug]: sandbox exec by the launch service at \(path) (pid \(getpid()))", to: request.fds[2])
         }
@@ -311,12 +360,45 @@ public final class LaunchServer: @unchecked Sendable {
         guard body.last == 0 || body.isEmpty else { return refuse() }
         let strings = body.split(separator: 0, omittingEmptySubsequences: false).dropLast().map { String(decoding: $0, as: UTF8.self) }
         guard strings.count >= 3, let mask = mode_t(strings[1], radix: 8), mask <= 0o777,
-              let argc = Int(strings[2]), argc >= 0, strings.count >= 3 + argc else { return refuse() }
+              let argc = Int(strings[2]), argc >= 0, argc <= strings.count - 3 else { return refuse() }
         var environment: [String: String] = [:]
         for entry in strings[(3 + argc)...] {
             guard let eq = entry.firstIndex(of: "=") else { continue }
             environment[String(entry[..<eq])] = String(entry[entry.index(after: eq)...])
         }
         return Request(launchCode: strings[0], umask: mask, arguments: Array(strings[3..<(3 + argc)]), environment: environment, fds: received)
+    }
+}
+
+/// What confines a process as far as a launch goes: its namespaces and root directory (where
+/// its paths lead, which network it has, which cgroup it is in) and what it may do (effective
+/// capabilities, no_new_privs, seccomp filters). A launch service serves a client only when
+/// the two are equal: another confinement's launch is the client's own to make.
+struct PeerConfinement: Equatable {
+    /// (st_dev, st_ino) of each namespace, then of the root directory.
+    var identities: [UInt64]
+    /// The CapEff, NoNewPrivs, Seccomp and Seccomp_filters lines of /proc/PID/status.
+    var status: [String]
+
+    static let namespaces = ["mnt", "net", "pid", "user", "ipc", "uts", "cgroup"]
+    static let statusFields = ["CapEff:", "NoNewPrivs:", "Seccomp:", "Seccomp_filters:"]
+
+    /// The confinement of /proc/`pid` (a number, or "self"), or nil if any part is unreadable.
+    static func of(_ pid: String) -> PeerConfinement? {
+        var identities: [UInt64] = []
+        for entry in namespaces.map({ "ns/" + $0 }) + ["root"] {
+            var st = stat()
+            guard stat("/proc/\(pid)/\(entry)", &st) == 0 else { return nil }
+            identities += [UInt64(st.st_dev), UInt64(st.st_ino)]
+        }
+        let fd = open("/proc/\(pid)/status", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var bytes = [UInt8](repeating: 0, count: 8192)
+        let n = read(fd, &bytes, bytes.count)
+        guard n > 0 else { return nil }
+        let lines = String(decoding: bytes[..<n], as: UTF8.self).split(separator: "\n")
+        let status = statusFields.map { field in lines.first { $0.hasPrefix(field) }.map(String.init) ?? "" }
+        return PeerConfinement(identities: identities, status: status)
     }
 }

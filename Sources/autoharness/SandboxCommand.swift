@@ -124,14 +124,16 @@ struct SandboxServe: ParsableCommand {
             makes once or ahead of time (the policy's load, network namespaces, /dev trees, user \
             namespaces, template roots and /proc's covers), so a launch takes about half the time.
 
-            Served only: clients of this user (SO_PEERCRED), running this very build, whose \
-            AUTOHARNESS_* settings equal the service's, with a command line in the plain \
-            spellings. Anything else, and every launch while no service answers, the front runs \
-            itself. A served sandbox runs in the service's cgroup subtree, with the service's \
-            resource limits where the policy sets none, the caller's umask and working \
+            Served only: root clients (SO_PEERCRED) in the service's namespaces and root \
+            directory, with its capabilities, no_new_privs and seccomp filters, running this very \
+            build, whose AUTOHARNESS_* settings equal the service's, with a command line in the \
+            plain spellings. Anything else, and every launch while no service answers, the front \
+            runs itself. A served sandbox runs in the service's cgroup subtree, with the \
+            service's resource limits where the policy sets none, the caller's umask and working \
             directory.
 
-            The socket's directory must be this user's and writable by no one else. The front \
+            The socket's directory must be root's and writable by no one else, and so must every \
+            directory above it (a sticky one aside). The front \
             looks at $AUTOHARNESS_LAUNCH_SERVICE when set (a socket path, or `off`). SIGINT or \
             SIGTERM stop the service: launches under way are killed and cleaned up first.
 

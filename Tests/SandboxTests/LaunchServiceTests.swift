@@ -103,7 +103,7 @@ struct LaunchServiceTests {
         // probe's refused mount is reported on the caller's stderr.
         let args = ["-v", "--policy-dir", "pol", "--policy", "p", "--audit", "audit.jsonl", "--env", "GREETING=hi",
                     "--rw", work + "/out:/out", "--ro", Built.probe + ":/probe", "--",
-                    "/bin/sh", "-c", "echo $GREETING; umask; cat; echo x > /out/f; /probe mount; exit 7"]
+                    "/bin/sh", "-c", "echo $GREETING; umask; stat -c %a /etc; cat; echo x > /out/f; /probe mount; exit 7"]
         let quoted = args.map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
         func launch(_ env: [String: String]) throws -> Run {
             try runProcess("/bin/sh", ["-c", "cd '\(work)' && umask 077 && exec '\(Built.front)' sandbox exec \(quoted) < '\(input)'"], environment: env)
@@ -119,7 +119,9 @@ struct LaunchServiceTests {
         #expect(viaService.stderr.contains("sandbox exec by the launch service at \(service.socket)"), "\(viaService.stderr)")
         for r in [oneShot, viaService] {
             #expect(r.status == 7, "\(r.status) \(r.stderr)")
-            #expect(r.stdout.hasPrefix("hi\n0077\nfrom stdin\nRESULT mount errno EPERM"), "\(r.stdout)")
+            // The sandbox's own directories (/etc: a mount point's parent, made by init or in the
+            // template root a service shares) are 0755 whatever the caller's umask.
+            #expect(r.stdout.hasPrefix("hi\n0077\n755\nfrom stdin\nRESULT mount errno EPERM"), "\(r.stdout)")
             #expect(r.stderr.contains("1 audit event: mount") && r.stderr.contains("(audit: audit.jsonl)"), "\(r.stderr)")
         }
         let servedMode = try permissions(work + "/out/f")
@@ -129,7 +131,7 @@ struct LaunchServiceTests {
         #expect(log.contains("1 launches served, 0 declined, 0 connections refused"), "\(log)")
     }
 
-    @Test("lines the service would not run as the front would are declined and run by the front, with its answers")
+    @Test("lines the service would not run as the front would, and callers confined otherwise, are declined and run by the front")
     func declinedLinesRunAsBefore() throws {
         try requireRoot()
         let dir = try TempDir()
@@ -145,10 +147,15 @@ struct LaunchServiceTests {
         steered["AUTOHARNESS_POLICY_DIR"] = dir.path
         let own = try Self.front(in: dir.path, umask: "022", ["--", "/bin/sh", "-c", "exit 3"], environment: steered)
         #expect(own.status == 3 && !Self.served(own), "\(own.stderr)")
+        // A caller in a network namespace of its own (`ip netns exec`, a unit's private
+        // network): its launch is its own, or the sandbox would egress from the service's.
+        let elsewhere = try runProcess("/usr/bin/unshare", ["--net", Built.front, "sandbox", "exec", "--", "/bin/sh", "-c", "exit 5"],
+                                       environment: service.clientEnvironment)
+        #expect(elsewhere.status == 5 && !Self.served(elsewhere), "\(elsewhere.stderr)")
         let served = try Self.front(in: dir.path, umask: "022", ["--", "/bin/sh", "-c", "exit 3"], environment: service.clientEnvironment)
         #expect(served.status == 3 && Self.served(served), "\(served.stderr)")
         let log = service.stop()
-        #expect(log.contains("1 launches served, 3 declined"), "\(log)")
+        #expect(log.contains("1 launches served, 4 declined"), "\(log)")
     }
 
     /// The front running `script` in a sandbox through `service`, its stdout in `out`.
@@ -277,13 +284,17 @@ struct LaunchServiceTests {
         #expect((try? String(contentsOfFile: record, encoding: .utf8)) == "bytes=0 descriptors=0\n", "the impostor received something")
     }
 
-    @Test("the service refuses a socket directory others may write, and a socket another service answers at")
+    @Test("the service refuses a socket directory others may write, or one under such a directory, and a socket another service answers at")
     func unsafeOrTakenSocketRefused() throws {
         try requireRoot()
         let dir = try TempDir()
         let open = try Self.directory(dir.file("open"), mode: 0o1777)
         let refused = try autoharness(["sandbox", "serve", "--socket", open + "/launch.sock"])
         #expect(refused.status != 0 && refused.stderr.contains("another user could replace the socket"), "\(refused.status) \(refused.stderr)")
+        // A safe directory under one anyone may write (not sticky): renamed away under the socket.
+        let under = try Self.directory(try Self.directory(dir.file("writable"), mode: 0o777) + "/svc", mode: 0o755)
+        let above = try autoharness(["sandbox", "serve", "--socket", under + "/launch.sock"])
+        #expect(above.status != 0 && above.stderr.contains("\(dir.file("writable")): owned by uid 0, mode 777"), "\(above.status) \(above.stderr)")
         let service = try Service(in: dir)
         let second = try autoharness(["sandbox", "serve", "--socket", service.socket], environment: service.environment)
         #expect(second.status != 0 && second.stderr.contains("already answers there"), "\(second.status) \(second.stderr)")

@@ -56,10 +56,11 @@ int ahs_range_writable(int maps_fd, unsigned long long addr, unsigned long long 
 /// with errno (EINVAL: an older kernel; notifications then work as before, only slower).
 int ahs_seccomp_sync_wakeup(int listener);
 
-/// A Unix stream socket (close-on-exec) listening at `path`, created with `mode` (the
-/// process's umask set aside for the bind), or -1 with errno (ENAMETOOLONG: the path does not
-/// fit a sockaddr_un). An existing file at `path` is an error (EADDRINUSE), not replaced.
-int ahs_unix_listen(const char *path, unsigned mode, int backlog);
+/// A Unix stream socket (close-on-exec) listening at `dir`/`name` with exactly `mode`, or -1
+/// with errno (ENAMETOOLONG: the path does not fit a sockaddr_un; EEXIST: a file is there, not
+/// replaced). `dir` must be one no one else may write: the socket is bound in a private
+/// directory made in it and renamed into place.
+int ahs_unix_listen(const char *dir, const char *name, unsigned mode, int backlog);
 /// A Unix stream socket (close-on-exec) connected to `path`, or -1 with errno.
 int ahs_unix_connect(const char *path);
 /// sendmsg(sock) of `len` bytes with `nfds` descriptors attached (SCM_RIGHTS), MSG_NOSIGNAL:
