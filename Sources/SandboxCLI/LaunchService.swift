@@ -197,7 +197,12 @@ public final class LaunchServer: @unchecked Sendable {
 
     private func spawnWorker() {
         locked { waiting += 1 }
-        if !detachedThread({ [self] in work() }) { locked { waiting -= 1 } }
+        if !detachedThread({ [self] in work() }) {
+            locked {
+                waiting -= 1
+                if waiting == 0 { pthread_cond_broadcast(&idle) }
+            }
+        }
     }
 
     private func work() {
