@@ -122,7 +122,7 @@ struct SandboxServe: ParsableCommand {
             is the caller's, and the caller's end kills the sandbox. Every layer is built per \
             launch as in a one-shot launch; the service has ready what a long-lived supervisor \
             makes once or ahead of time (the policy's load, network namespaces, /dev trees, user \
-            namespaces, template roots and /proc's covers), so a launch takes about half the time.
+            namespaces, template roots and /proc's covers), so a launch takes about two thirds of the time.
 
             Served only: root clients (SO_PEERCRED) in the service's namespaces and root \
             directory, with its capabilities, no_new_privs and seccomp filters, running this very \
@@ -139,7 +139,8 @@ struct SandboxServe: ParsableCommand {
 
             Examples:
               autoharness sandbox serve &
-              AUTOHARNESS_LAUNCH_SERVICE=/tmp/ah/launch.sock autoharness sandbox serve --socket /tmp/ah/launch.sock
+              autoharness sandbox serve --socket /srv/ah/launch.sock &
+              AUTOHARNESS_LAUNCH_SERVICE=/srv/ah/launch.sock autoharness sandbox exec -- id -u
             """
     )
 
