@@ -51,12 +51,20 @@ static int send_all(int fd, const unsigned char *p, size_t len) {
 }
 
 /// The request: header, then the body (launch code, umask, argument count, arguments,
-/// environment), the four descriptors on its first byte. 0, or -1 (nothing was served).
-static int send_request(int conn, const char *launch_code, int argc, char *const argv[]) {
+/// environment), the five descriptors on its first byte. 0, or -1 (nothing was served).
+static int send_request(int conn, int service_pid, const char *launch_code, int argc, char *const argv[]) {
+    // The service's working directory, opened by this process: a directory no path leads to,
+    // which the kernel opens through /proc only for a caller that may inspect the service
+    // (ptrace read access). One confined by Landlock, or by an LSM's ptrace rules, may not; its
+    // launch is its own to make.
+    char cwd_link[64];
+    snprintf(cwd_link, sizeof cwd_link, "/proc/%d/cwd", service_pid);
+    int proof = open(cwd_link, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (proof < 0) return -1;
     int cwd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (cwd < 0) return -1;
+    if (cwd < 0) { close(proof); return -1; }
     unsigned char *message = malloc(header_size + body_limit);
-    if (!message) { close(cwd); return -1; }
+    if (!message) { close(cwd); close(proof); return -1; }
     unsigned char *body = message + header_size;
     size_t len = 0;
     char number[32];
@@ -74,12 +82,13 @@ static int send_request(int conn, const char *launch_code, int argc, char *const
         memcpy(message, "AHLS", 4);
         put32(message + 4, wire_version);
         put32(message + 8, (uint32_t)len);
-        int fds[4] = { 0, 1, 2, cwd };
-        long sent = ahs_send_with_fds(conn, message, header_size + len, fds, 4);
+        int fds[5] = { 0, 1, 2, cwd, proof };
+        long sent = ahs_send_with_fds(conn, message, header_size + len, fds, 5);
         if (sent > 0 && send_all(conn, message + sent, header_size + len - (size_t)sent) == 0) rc = 0;
     }
     free(message);
     close(cwd);
+    close(proof);
     return rc;
 }
 
@@ -111,7 +120,7 @@ int ahs_launch_via_service(const char *default_socket, const char *launch_code, 
     for (unsigned i = 0; i < sizeof relay / sizeof relay[0]; i++) sigaddset(&relayed, relay[i]);
     sigprocmask(SIG_BLOCK, &relayed, &old);
     int sfd = signalfd(-1, &relayed, SFD_CLOEXEC);
-    if (sfd < 0 || send_request(conn, launch_code, argc, argv) < 0) {
+    if (sfd < 0 || send_request(conn, pid, launch_code, argc, argv) < 0) {
         if (sfd >= 0) close(sfd);
         close(conn);
         sigprocmask(SIG_SETMASK, &old, NULL);

@@ -369,3 +369,21 @@ long ahs_recv_with_fds(int sock, void *buf, unsigned long len, int *fds, int max
 }
 
 int ahs_unshare_fs(void) { return unshare(CLONE_FS); }
+
+int ahs_detached_directory(void) {
+    int fs = (int)syscall(SYS_fsopen, "tmpfs", 1 /* FSOPEN_CLOEXEC */);
+    if (fs < 0) return -1;
+    // 6: FSCONFIG_CMD_CREATE; 1: FSCONFIG_SET_STRING.
+    if (syscall(SYS_fsconfig, fs, 1, "size", "4k", 0) < 0 || syscall(SYS_fsconfig, fs, 6, NULL, NULL, 0) < 0) {
+        int saved = errno;
+        close(fs);
+        errno = saved;
+        return -1;
+    }
+    // 1: FSMOUNT_CLOEXEC; read-only, nosuid, nodev, noexec (0x1 | 0x2 | 0x4 | 0x8).
+    int m = (int)syscall(SYS_fsmount, fs, 1, 0xf);
+    int saved = errno;
+    close(fs);
+    errno = saved;
+    return m;
+}

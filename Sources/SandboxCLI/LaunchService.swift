@@ -16,8 +16,11 @@ import SupervisorIO
 ///
 /// The wire, over a Unix stream socket (0600, root's, in a directory no one else may write):
 /// - client to service, once: "AHLS", the version and the body's length (u32, little-endian),
-///   the body. Four descriptors ride on its first byte: stdin, stdout, stderr and the working
-///   directory (O_PATH). The body is NUL-terminated strings: the client's launch code
+///   the body. Five descriptors ride on its first byte: stdin, stdout, stderr, the working
+///   directory (O_PATH) and the service's own working directory (/proc/SERVICE/cwd). That one is
+///   a detached tmpfs no path leads to, which the kernel opens through /proc only for a client
+///   that may inspect the service (ptrace read access): one confined by Landlock, or by an LSM's
+///   ptrace rules, may not, and is not served. The body is NUL-terminated strings: the client's launch code
 ///   (`SandboxExecution.launchCode`), its umask (octal), the number of arguments, the
 ///   arguments after `sandbox exec`, then the client's environment.
 /// - client to service, afterwards: one byte per signal the client received (its number).
@@ -40,8 +43,8 @@ public enum LaunchService {
     static let headerSize = 12
     /// The body's limit: the kernel's own for a command line and its environment.
     static let bodyLimit = 2 << 20
-    /// stdin, stdout, stderr, the working directory.
-    static let descriptorCount = 4
+    /// stdin, stdout, stderr, the working directory, the service's working directory.
+    static let descriptorCount = 5
     static let declined = UInt8(ascii: "D")
     static let exited = UInt8(ascii: "X")
 
@@ -103,6 +106,9 @@ public final class LaunchServer: @unchecked Sendable {
     private var counts = (served: 0, declined: 0, refused: 0)
     /// At most this many launches at once; more are declined (their clients launch themselves).
     public static let concurrentLaunches = 32
+    /// POLLRDHUP (<poll.h> under _GNU_SOURCE, which the Glibc module does not export): the peer
+    /// closed its end.
+    static let pollReadHangUp: Int32 = 0x2000
 
     /// Listens at `path`: its directory made if missing (0755) and refused if anyone but root
     /// could write it or any directory above it (a sticky one aside), and a socket left by a
@@ -110,6 +116,11 @@ public final class LaunchServer: @unchecked Sendable {
     public init(path requested: String, prepare: @escaping Prepare) throws(Failure) {
         guard geteuid() == 0 else { throw Failure(description: "sandbox serve needs root, as every sandbox launch does") }
         let asked = POSIX.split(requested)
+        // Nothing is made under a directory that fails the check below.
+        if access(asked.directory, F_OK) != 0, let parent = PolicySearch.canonical(POSIX.split(asked.directory).directory),
+           let unsafe = Self.writableByOthers(parent, stickyAllowed: true) {
+            throw Failure(description: "\(unsafe); another user could replace the socket (the directory must be root's and writable by no one else, and so must every directory above it unless sticky)")
+        }
         if mkdir(asked.directory, 0o755) != 0 && errno != EEXIST {
             throw Failure(description: "\(asked.directory): cannot make the socket's directory: \(String(cString: strerror(errno)))")
         }
@@ -140,7 +151,12 @@ public final class LaunchServer: @unchecked Sendable {
         self.prepare = prepare
         ownEnvironment = hostEnvironment().filter { LaunchService.steering($0.key) }
         own = PeerConfinement.of("self")
-        home = ahs_open_path(".")
+        // The service's working directory, and each worker's between clients: an empty tmpfs
+        // attached nowhere, reachable only through /proc/SERVICE/cwd (see the wire above).
+        home = ahs_detached_directory()
+        guard home >= 0, fchdir(home) == 0 else {
+            throw Failure(description: "cannot make the service's working directory (a detached tmpfs): \(String(cString: strerror(errno)))")
+        }
         homeMask = umask(0o022)
         umask(homeMask)
         pthread_mutex_init(&lock, nil)
@@ -151,9 +167,9 @@ public final class LaunchServer: @unchecked Sendable {
     /// change under the socket, described; nil when there is none. A sticky directory (/tmp)
     /// lets no one else rename what is ours in it; the socket's own directory must not be
     /// writable by others at all.
-    static func writableByOthers(_ dir: String) -> String? {
+    static func writableByOthers(_ dir: String, stickyAllowed: Bool = false) -> String? {
         var path = dir
-        var own = true
+        var own = !stickyAllowed
         while true {
             var st = stat()
             guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else { return "\(path): not a directory" }
@@ -206,8 +222,10 @@ public final class LaunchServer: @unchecked Sendable {
     }
 
     private func work() {
-        // The thread's own working directory and umask, set to each client's in turn.
-        let ownDirectory = ahs_unshare_fs() == 0
+        // The thread's own working directory and umask, set to each client's in turn. Made by a
+        // thread serving a client, it starts with that client's: the service's own first.
+        let ownDirectory = ahs_unshare_fs() == 0 && fchdir(home) == 0
+        if ownDirectory { umask(homeMask) }
         while true {
             let conn = UnixSocket.accept(listener)
             if conn < 0 {
@@ -282,9 +300,16 @@ public final class LaunchServer: @unchecked Sendable {
         // A caller confined otherwise than the service (other namespaces, a chroot, fewer
         // capabilities, filters of its own) is declined: its paths, network and limits are not
         // the service's, and its own launch keeps them.
-        guard let own, PeerConfinement.of(String(peer.pid)) == own else { return decline() }
+        guard let own, PeerConfinement.of(String(peer.pid)) == own, isHome(request.fds[4]) else { return decline() }
         let signals = SandboxSignals(connection: conn)
         guard ownDirectory, let prepared = admit(request, signals: signals, conn: conn) else { return decline() }
+        // A client gone while its launch was prepared: nothing is started for it (one gone
+        // later has its sandbox killed by the hang-up).
+        var hangUp = pollfd(fd: conn, events: Int16(Self.pollReadHangUp), revents: 0)
+        if poll(&hangUp, 1, 0) > 0, hangUp.revents & Int16(Self.pollReadHangUp | Int32(POLLHUP) | Int32(POLLERR)) != 0 {
+            locked { active[conn] = nil }
+            return decline()
+        }
         if prepared.request.debug {
             printErr("autoharness[debug]: sandbox exec by the launch service at \(path) (pid \(getpid()))", to: request.fds[2])
         }
@@ -318,6 +343,13 @@ public final class LaunchServer: @unchecked Sendable {
             return nil
         }
         return prepared
+    }
+
+    /// Whether `fd` is the service's working directory (`home`): the client could open it, so
+    /// it may inspect the service (no Landlock domain, no LSM rule keeps it from the service).
+    func isHome(_ fd: Int32) -> Bool {
+        var given = stat(), own = stat()
+        return fstat(fd, &given) == 0 && fstat(home, &own) == 0 && given.st_dev == own.st_dev && given.st_ino == own.st_ino
     }
 
     struct Request {

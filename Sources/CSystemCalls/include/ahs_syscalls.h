@@ -75,6 +75,10 @@ long ahs_recv_with_fds(int sock, void *buf, unsigned long len, int *fds, int max
 /// (a thread of a multi-threaded process may). 0, or -1 with errno.
 int ahs_unshare_fs(void);
 
+/// An empty read-only tmpfs attached nowhere: a directory descriptor (close-on-exec) that no
+/// path leads to, or -1 with errno.
+int ahs_detached_directory(void);
+
 /// Where `autoharness sandbox serve` listens unless told otherwise, and the front looks.
 #define AHS_LAUNCH_SERVICE_SOCKET "/run/autoharness/launch.sock"
 /// The front's client of the launch service (`autoharness sandbox serve`; launch_client.c):
