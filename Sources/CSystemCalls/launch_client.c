@@ -30,10 +30,10 @@ static uint32_t get32(const unsigned char *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/// Appends `s` and its NUL to the body; 0, or -1 once the body would pass its limit.
-static int put_string(unsigned char *body, size_t *len, const char *s) {
+/// Appends `s` and its NUL to the body; 0, or -1 once the body would pass its `capacity`.
+static int put_string(unsigned char *body, size_t capacity, size_t *len, const char *s) {
     size_t n = strlen(s) + 1;
-    if (*len + n > body_limit) return -1;
+    if (*len + n > capacity) return -1;
     memcpy(body + *len, s, n);
     *len += n;
     return 0;
@@ -63,20 +63,25 @@ static int send_request(int conn, int service_pid, const char *launch_code, int 
     if (proof < 0) return -1;
     int cwd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (cwd < 0) { close(proof); return -1; }
-    unsigned char *message = malloc(header_size + body_limit);
+    char number[32];
+    // The body's size first (the launch code, two numbers, the words), to allocate it once.
+    size_t need = strlen(launch_code) + 1 + 2 * sizeof number;
+    for (int i = 0; i < argc; i++) need += strlen(argv[i]) + 1;
+    for (char **e = environ; *e; e++) need += strlen(*e) + 1;
+    if (need > body_limit) { close(cwd); close(proof); return -1; }
+    unsigned char *message = malloc(header_size + need);
     if (!message) { close(cwd); close(proof); return -1; }
     unsigned char *body = message + header_size;
     size_t len = 0;
-    char number[32];
     mode_t mask = umask(022);
     umask(mask);
-    int bad = put_string(body, &len, launch_code);
+    int bad = put_string(body, need, &len, launch_code);
     snprintf(number, sizeof number, "%o", (unsigned)mask);
-    bad |= put_string(body, &len, number);
+    bad |= put_string(body, need, &len, number);
     snprintf(number, sizeof number, "%d", argc);
-    bad |= put_string(body, &len, number);
-    for (int i = 0; i < argc; i++) bad |= put_string(body, &len, argv[i]);
-    for (char **e = environ; *e; e++) bad |= put_string(body, &len, *e);
+    bad |= put_string(body, need, &len, number);
+    for (int i = 0; i < argc; i++) bad |= put_string(body, need, &len, argv[i]);
+    for (char **e = environ; *e; e++) bad |= put_string(body, need, &len, *e);
     int rc = -1;
     if (!bad) {
         memcpy(message, "AHLS", 4);

@@ -119,7 +119,7 @@ public final class LaunchServer: @unchecked Sendable {
         // Nothing is made under a directory that fails the check below.
         if access(asked.directory, F_OK) != 0, let parent = PolicySearch.canonical(POSIX.split(asked.directory).directory),
            let unsafe = Self.writableByOthers(parent, stickyAllowed: true) {
-            throw Failure(description: "\(unsafe); another user could replace the socket (the directory must be root's and writable by no one else, and so must every directory above it unless sticky)")
+            throw Failure(description: unsafe + Self.replaceable)
         }
         if mkdir(asked.directory, 0o755) != 0 && errno != EEXIST {
             throw Failure(description: "\(asked.directory): cannot make the socket's directory: \(String(cString: strerror(errno)))")
@@ -127,9 +127,7 @@ public final class LaunchServer: @unchecked Sendable {
         guard let dir = PolicySearch.canonical(asked.directory) else {
             throw Failure(description: "\(asked.directory): \(String(cString: strerror(errno)))")
         }
-        if let unsafe = Self.writableByOthers(dir) {
-            throw Failure(description: "\(unsafe); another user could replace the socket (the directory must be root's and writable by no one else, and so must every directory above it unless sticky)")
-        }
+        if let unsafe = Self.writableByOthers(dir) { throw Failure(description: unsafe + Self.replaceable) }
         let path = dir + "/" + asked.name
         var st = stat()
         if lstat(path, &st) == 0 {
@@ -162,6 +160,8 @@ public final class LaunchServer: @unchecked Sendable {
         pthread_mutex_init(&lock, nil)
         pthread_cond_init(&idle, nil)
     }
+
+    static let replaceable = "; another user could replace the socket (the directory must be root's and writable by no one else, and so must every directory above it unless sticky)"
 
     /// The first of `dir` and the directories above it that someone other than root could
     /// change under the socket, described; nil when there is none. A sticky directory (/tmp)
@@ -360,7 +360,7 @@ public final class LaunchServer: @unchecked Sendable {
         var fds: [Int32]
     }
 
-    /// Reads one request (header, body, the four descriptors), or nil for anything else, with
+    /// Reads one request (header, body, the five descriptors), or nil for anything else, with
     /// any descriptor received closed.
     static func receive(_ conn: Int32) -> Request? {
         var fds = [Int32](repeating: -1, count: LaunchService.descriptorCount)

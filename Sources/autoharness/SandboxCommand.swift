@@ -94,19 +94,25 @@ struct SandboxExec: ParsableCommand {
         Timing.mark("arguments parsed")
         let prepared: SandboxExecution.Prepared
         do {
-            let command = try SandboxExecution.command(of: r)
-            let vars = try SandboxExecution.variables(of: r)
-            // A one-shot launch loads its policy from the cache while no layer file has changed.
-            var loader = PolicyLocator.loader(r.policyDirs)
-            loader.usesCache = true
-            loader.cacheKeyLaunchCode = SandboxExecution.launchCode
-            let policy = try loader.load(r.policy, variables: vars, requireAllPlaceholders: true)
-            Timing.mark("policy loaded")
-            prepared = try SandboxExecution.prepare(r, command: command, policy: policy)
+            prepared = try prepare(r)
         } catch let e as ExecUsageError {
             throw ValidationError(e.message)
         }
         throw ExitCode(SandboxExecution.launch(prepared))
+    }
+
+    /// `r`'s policy loaded (from the cache while no layer file has changed) and its plan
+    /// compiled, with `environment` as the caller's: for a one-shot launch and for one the
+    /// launch service runs.
+    static func prepare(_ r: ExecRequest, environment: [String: String] = hostEnvironment()) throws -> SandboxExecution.Prepared {
+        let command = try SandboxExecution.command(of: r)
+        let vars = try SandboxExecution.variables(of: r)
+        var loader = PolicyLocator.loader(r.policyDirs)
+        loader.usesCache = true
+        loader.cacheKeyLaunchCode = SandboxExecution.launchCode
+        let policy = try loader.load(r.policy, variables: vars, requireAllPlaceholders: true)
+        Timing.mark("policy loaded")
+        return try SandboxExecution.prepare(r, command: command, policy: policy, environment: environment)
     }
 }
 
@@ -151,18 +157,8 @@ struct SandboxServe: ParsableCommand {
         let stop = ProcessSignals.channel([SIGINT, SIGTERM, SIGHUP])
         let server: LaunchServer
         do {
-            server = try LaunchServer(path: socket) { request, environment in
-                guard let command = try? SandboxExecution.command(of: request),
-                      let variables = try? SandboxExecution.variables(of: request) else { return nil }
-                var loader = PolicyLocator.loader(request.policyDirs)
-                loader.usesCache = true
-                loader.cacheKeyLaunchCode = SandboxExecution.launchCode
-                guard let policy = try? loader.load(request.policy, variables: variables, requireAllPlaceholders: true) else { return nil }
-                Timing.mark("policy loaded")
-                let prepared = try? SandboxExecution.prepare(request, command: command, policy: policy, environment: environment)
-                if let prepared { SandboxPartsPool.installed?.prepare(for: prepared.plan.identity) }
-                return prepared
-            }
+            // Any failure declines: the front then reports it as a one-shot launch does.
+            server = try LaunchServer(path: socket) { request, environment in try? SandboxExec.prepare(request, environment: environment) }
         } catch {
             throw ExperimentError(.usage, "sandbox serve: \(error.description)")
         }

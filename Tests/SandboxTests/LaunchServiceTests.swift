@@ -147,15 +147,21 @@ struct LaunchServiceTests {
         steered["AUTOHARNESS_POLICY_DIR"] = dir.path
         let own = try Self.front(in: dir.path, umask: "022", ["--", "/bin/sh", "-c", "exit 3"], environment: steered)
         #expect(own.status == 3 && !Self.served(own), "\(own.stderr)")
-        // A caller in a network namespace of its own (`ip netns exec`, a unit's private
-        // network): its launch is its own, or the sandbox would egress from the service's.
-        let elsewhere = try runProcess("/usr/bin/unshare", ["--net", Built.front, "sandbox", "exec", "--", "/bin/sh", "-c", "exit 5"],
-                                       environment: service.clientEnvironment)
-        #expect(elsewhere.status == 5 && !Self.served(elsewhere), "\(elsewhere.stderr)")
+        // Callers confined otherwise: a network namespace of their own (`ip netns exec`, a
+        // unit's private network: the sandbox would egress from the service's), a mount
+        // namespace of their own (`PrivateTmp=`), a capability less (a unit's bounding set),
+        // no_new_privs. Each launch is the caller's own, under its confinement.
+        let confinements = [["/usr/bin/unshare", "--net"], ["/usr/bin/unshare", "--mount"],
+                            ["/usr/bin/setpriv", "--bounding-set", "-net_raw"], ["/usr/bin/setpriv", "--no-new-privs"]]
+        for wrapper in confinements {
+            let elsewhere = try runProcess(wrapper[0], Array(wrapper.dropFirst()) + [Built.front, "sandbox", "exec", "--", "/bin/sh", "-c", "exit 5"],
+                                           environment: service.clientEnvironment)
+            #expect(elsewhere.status == 5 && !Self.served(elsewhere), "\(wrapper): \(elsewhere.stderr)")
+        }
         let served = try Self.front(in: dir.path, umask: "022", ["--", "/bin/sh", "-c", "exit 3"], environment: service.clientEnvironment)
         #expect(served.status == 3 && Self.served(served), "\(served.stderr)")
         let log = service.stop()
-        #expect(log.contains("1 launches served, 4 declined"), "\(log)")
+        #expect(log.contains("1 launches served, 7 declined"), "\(log)")
     }
 
     /// The front running `script` in a sandbox through `service`, its stdout in `out`.
