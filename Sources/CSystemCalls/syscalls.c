@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <stdio.h>
+#include <linux/bpf.h>
 
 #ifndef SYS_landlock_create_ruleset
 #define SYS_landlock_create_ruleset 444
@@ -386,4 +387,19 @@ int ahs_detached_directory(void) {
     close(fs);
     errno = saved;
     return m;
+}
+
+int ahs_cgroup_bpf_effective(int cgroup_fd, unsigned attach_type, unsigned *ids, unsigned *count)
+{
+    union bpf_attr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.query.target_fd = (uint32_t)cgroup_fd;
+    attr.query.attach_type = attach_type;
+    attr.query.query_flags = BPF_F_QUERY_EFFECTIVE;
+    attr.query.prog_ids = (uint64_t)(uintptr_t)ids;
+    attr.query.prog_cnt = *count;
+    long r = syscall(SYS_bpf, BPF_PROG_QUERY, &attr, sizeof attr);
+    int err = errno;
+    *count = attr.query.prog_cnt;
+    return r < 0 ? -err : 0;
 }

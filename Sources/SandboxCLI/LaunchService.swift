@@ -300,7 +300,8 @@ public final class LaunchServer: @unchecked Sendable {
         // A caller confined otherwise than the service (other namespaces, a chroot, fewer
         // capabilities, filters of its own) is declined: its paths, network and limits are not
         // the service's, and its own launch keeps them.
-        guard let own, PeerConfinement.of(String(peer.pid)) == own, isHome(request.fds[4]) else { return decline() }
+        guard let own, let theirs = PeerConfinement.of(String(peer.pid)), own.admits(theirs, pid: peer.pid),
+              isHome(request.fds[4]) else { return decline() }
         let signals = SandboxSignals(connection: conn)
         guard ownDirectory, let prepared = admit(request, signals: signals, conn: conn) else { return decline() }
         // A client gone while its launch was prepared: nothing is started for it (one gone
@@ -411,11 +412,13 @@ public final class LaunchServer: @unchecked Sendable {
 /// its paths lead, which network it has, which cgroup it is in) and what it may do (effective
 /// capabilities, no_new_privs, seccomp filters). A launch service serves a client only when
 /// the two are equal: another confinement's launch is the client's own to make.
-struct PeerConfinement: Equatable {
+struct PeerConfinement {
     /// (st_dev, st_ino) of each namespace, then of the root directory.
     var identities: [UInt64]
     /// The CapEff, NoNewPrivs, Seccomp and Seccomp_filters lines of /proc/PID/status.
     var status: [String]
+    /// The process's cgroup v2 path and v1 `devices` path: where `CgroupFilters` apply.
+    var cgroups: [String?]
 
     static let namespaces = ["mnt", "net", "pid", "user", "ipc", "uts", "cgroup"]
     static let statusFields = ["CapEff:", "NoNewPrivs:", "Seccomp:", "Seccomp_filters:"]
@@ -436,6 +439,65 @@ struct PeerConfinement: Equatable {
         guard n > 0 else { return nil }
         let lines = String(decoding: bytes[..<n], as: UTF8.self).split(separator: "\n")
         let status = statusFields.map { field in lines.first { $0.hasPrefix(field) }.map(String.init) ?? "" }
-        return PeerConfinement(identities: identities, status: status)
+        let cgroups = CgroupHost.memberships(of: pid)
+        return PeerConfinement(identities: identities, status: status, cgroups: [cgroups[""], cgroups["devices"]])
+    }
+
+    /// Whether process `pid`, confined as `client`, is confined as this one (the service's,
+    /// read from "self"): same namespaces, root, capabilities and filters; the same v1
+    /// `devices` cgroup, or the root one (which nothing restricts: a cgroup's `devices.list`
+    /// does not show what it denies when it allows by default, so lists cannot be compared);
+    /// and, when its v2 cgroup is not the service's, the same BPF programs in effect there.
+    func admits(_ client: PeerConfinement, pid: pid_t) -> Bool {
+        guard client.identities == identities, client.status == status else { return false }
+        guard client.cgroups[1] == cgroups[1] || client.cgroups[1] == "/" else { return false }
+        if client.cgroups[0] == cgroups[0] { return true }
+        guard let theirs = CgroupFilters.of(String(pid)), let ours = CgroupFilters.of("self") else { return false }
+        return theirs == ours
+    }
+}
+
+/// The BPF programs a process's cgroup v2 cgroup applies to it and to every process it starts
+/// (systemd's `IPAddressDeny=`, `DeviceAllow=`, `SocketBindDeny=` and
+/// `RestrictNetworkInterfaces=` are such programs). A one-shot launch's sandbox is made under
+/// its caller's cgroup, where they apply; a served one under the service's, so a client whose
+/// programs differ is declined. Limits (memory, pids, cpu) are not filters: each sandbox has
+/// the policy's own.
+struct CgroupFilters: Equatable {
+    /// Per attach type: the program ids in effect, or the query's errno.
+    var programs: [UInt32: [UInt32]]
+
+    /// The cgroup attach types (enum bpf_attach_type, include/uapi/linux/bpf.h; the kernel's
+    /// bpf_prog_query answers these for a cgroup): INET_INGRESS 0 to SOCK_OPS 3, DEVICE 6,
+    /// INET4/6_BIND 8-9, INET4/6_CONNECT 10-11, INET4/6_POST_BIND 12-13, UDP4/6_SENDMSG 14-15,
+    /// SYSCTL 18, UDP4/6_RECVMSG 19-20, GET/SETSOCKOPT 21-22, INET4/6_GETPEERNAME and
+    /// GETSOCKNAME 29-32, INET_SOCK_RELEASE 34, LSM_CGROUP 43, UNIX_CONNECT to
+    /// UNIX_GETSOCKNAME 49-53 (Linux 6.7). A kernel without one answers EINVAL for both sides
+    /// alike. Other types' queries take the descriptor as an interface index: never asked.
+    static let attachTypes: [UInt32] = [0, 1, 2, 3, 6, 8, 9, 10, 11, 12, 13, 14, 15, 18, 19, 20, 21, 22,
+                                        29, 30, 31, 32, 34, 43, 49, 50, 51, 52, 53]
+
+    /// The programs in effect for /proc/`pid`'s cgroup, or nil if they cannot be read: a
+    /// cgroup this mount namespace does not show, a query refused.
+    static func of(_ pid: String) -> CgroupFilters? {
+        var programs: [UInt32: [UInt32]] = [:]
+        if let path = CgroupHost.memberships(of: pid)[""] {
+            guard let dir = CgroupHost.mounts().lazy.compactMap({ $0.type == "cgroup2" ? $0.directory(of: path) : nil }).first else { return nil }
+            let fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            guard fd >= 0 else { return nil }
+            defer { close(fd) }
+            for type in attachTypes {
+                var ids = [UInt32](repeating: 0, count: 64)
+                var count = UInt32(ids.count)
+                var r = ahs_cgroup_bpf_effective(fd, type, &ids, &count)
+                if r == -ENOSPC {
+                    ids = [UInt32](repeating: 0, count: Int(count))
+                    r = ahs_cgroup_bpf_effective(fd, type, &ids, &count)
+                }
+                if r == -EPERM || r == -EBADF || r == -ENOSPC { return nil }
+                programs[type] = r == 0 ? Array(ids.prefix(Int(count))) : [UInt32(bitPattern: r)]
+            }
+        }
+        return CgroupFilters(programs: programs)
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import LaunchCode
+import Sandbox
 import Testing
 import TestSupport
 
@@ -305,6 +306,89 @@ struct LaunchServiceTests {
         let log = service.stop()
         // Both declined: the front could not open the service's directory and sent no request.
         #expect(log.contains("0 launches served, 2 declined"), "\(log)")
+    }
+
+    @Test("a caller whose cgroups filter it (a BPF program, a device list) is not served; one in other cgroups that filter nothing more is")
+    func cgroupFilteredCallerNotServed() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        let service = try Service(in: dir)
+        // Cgroups of the test's own, under its own, one per case: a v2 one, a v1 devices one.
+        let own = CgroupHost.memberships()
+        let mounts = CgroupHost.mounts()
+        let v2 = try #require(own[""].flatMap { p in mounts.lazy.compactMap { $0.type == "cgroup2" ? $0.directory(of: p) : nil }.first },
+                              "no cgroup v2 mount shows this process's cgroup")
+        let v1 = try #require(own["devices"].flatMap { p in mounts.lazy.compactMap { $0.type == "cgroup" && $0.options.contains("devices") ? $0.directory(of: p) : nil }.first },
+                              "no v1 devices hierarchy shows this process's cgroup")
+        // The caller moves itself into the case's cgroups, sets up its filter there, and
+        // runs the front: a sandbox that makes an inet socket and reads /dev/urandom.
+        //   bpf:     a program that refuses every inet socket (BPF_PROG_TYPE_CGROUP_SOCK at
+        //            BPF_CGROUP_INET_SOCK_CREATE, "r0 = 0; exit"), what systemd's
+        //            RestrictAddressFamilies-like unit filters are made of;
+        //   devices: /dev/urandom (c 1:9) denied (any v1 devices cgroup but the service's or
+        //            the root is declined: what one denies is not shown while it allows the
+        //            rest by default, so it cannot be compared);
+        //   plain:   another v2 cgroup with the same programs in effect as the service's.
+        // Only the devices case leaves the service's (root) devices cgroup.
+        let script = """
+            import ctypes, os, struct, sys
+            libc = ctypes.CDLL(None, use_errno=True)
+            case, v2, v1 = sys.argv[1:4]
+            if case == "bpf":
+                insns = ctypes.create_string_buffer(struct.pack("<BBhiBBhi", 0xb7, 0, 0, 0, 0x95, 0, 0, 0), 16)
+                lic = ctypes.create_string_buffer(b"GPL")
+                attr = ctypes.create_string_buffer(struct.pack("<IIQQIIQII16sII", 9, 2, ctypes.addressof(insns), ctypes.addressof(lic),
+                                                               0, 0, 0, 0, 0, b"", 0, 2), 144)
+                prog = libc.syscall(321, 5, attr, 144)
+                if prog < 0:
+                    sys.exit("BPF_PROG_LOAD: errno %d" % ctypes.get_errno())
+                cg = os.open(v2, os.O_RDONLY | os.O_DIRECTORY)
+                attach = ctypes.create_string_buffer(struct.pack("<IIII", cg, prog, 2, 2), 144)
+                if libc.syscall(321, 8, attach, 144) != 0:
+                    sys.exit("BPF_PROG_ATTACH: errno %d" % ctypes.get_errno())
+            elif case == "devices":
+                open(v1 + "/devices.deny", "w").write("c 1:9 rwm")
+            open(v2 + "/cgroup.procs", "w").write(str(os.getpid()))
+            if case == "devices":
+                open(v1 + "/cgroup.procs", "w").write(str(os.getpid()))
+            os.execv(sys.argv[4], sys.argv[4:])
+            """
+        let payload = """
+            import socket
+            try:
+                socket.socket(socket.AF_INET, socket.SOCK_DGRAM); print("socket made")
+            except OSError as e:
+                print("socket errno", e.errno)
+            try:
+                open("/dev/urandom", "rb").read(1); print("urandom read")
+            except OSError as e:
+                print("urandom errno", e.errno)
+            """
+        var made: [String] = []
+        defer {
+            // Emptied when the front has ended; a program attached goes with its cgroup.
+            for path in made.reversed() {
+                var tries = 0
+                while rmdir(path) != 0, errno == EBUSY, tries < 200 { usleep(10_000); tries += 1 }
+            }
+        }
+        var outputs: [String: Run] = [:]
+        for name in ["bpf", "devices", "plain"] {
+            let cg = (v2 + "/ah-test-filters-\(getpid())-" + name, v1 + "/ah-test-filters-\(getpid())-" + name)
+            for path in [cg.0, cg.1] {
+                try #require(mkdir(path, 0o755) == 0, "mkdir \(path): \(String(cString: strerror(errno)))")
+                made.append(path)
+            }
+            outputs[name] = try runProcess("/usr/bin/python3", ["-c", script, name, cg.0, cg.1, Built.front, "sandbox", "exec", "--policy", "base",
+                                                                "--", "/usr/bin/python3", "-c", payload], environment: service.clientEnvironment)
+        }
+        // Each filter holds in the caller's own launch (EPERM), which is what the caller got.
+        let bpf = try #require(outputs["bpf"]), devices = try #require(outputs["devices"]), plain = try #require(outputs["plain"])
+        #expect(bpf.stdout == "socket errno 1\nurandom read\n" && !Self.served(bpf), "\(bpf.stdout) \(bpf.stderr)")
+        #expect(devices.stdout == "socket made\nurandom errno 1\n" && !Self.served(devices), "\(devices.stdout) \(devices.stderr)")
+        #expect(plain.stdout == "socket made\nurandom read\n" && Self.served(plain), "\(plain.stdout) \(plain.stderr)")
+        let log = service.stop()
+        #expect(log.contains("1 launches served, 2 declined"), "\(log)")
     }
 
     @Test("the front gives nothing to a service run by another user, and launches itself")

@@ -79,6 +79,12 @@ int ahs_unshare_fs(void);
 /// path leads to, or -1 with errno.
 int ahs_detached_directory(void);
 
+/// The ids of the BPF programs in effect for cgroup v2 directory `cgroup_fd` at `attach_type`
+/// (BPF_PROG_QUERY with BPF_F_QUERY_EFFECTIVE: those attached to it and inherited from above),
+/// at most `*count` of them into `ids`. 0 with `*count` set to how many there are (ENOSPC:
+/// more than room, `*count` is the number needed), or -errno.
+int ahs_cgroup_bpf_effective(int cgroup_fd, unsigned attach_type, unsigned *ids, unsigned *count);
+
 /// Where `autoharness sandbox serve` listens unless told otherwise, and the front looks.
 #define AHS_LAUNCH_SERVICE_SOCKET "/run/autoharness/launch.sock"
 /// The front's client of the launch service (`autoharness sandbox serve`; launch_client.c):

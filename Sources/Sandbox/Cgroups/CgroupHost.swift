@@ -57,8 +57,35 @@ public struct CgroupHost: Sendable {
 
     /// Reads /proc/self/cgroup and /proc/self/mountinfo. Changes nothing.
     public static func detect() -> CgroupHost {
-        var own: [String: String] = [:]  // "memory" or "" (v2) -> path
-        for line in readText("/proc/self/cgroup").split(separator: "\n") {
+        let own = memberships()
+        var v1: [String: Hierarchy] = [:]
+        var v2: Hierarchy?
+        for mount in mounts() {
+            if mount.type == "cgroup2", v2 == nil, let p = own[""], var d = mount.directory(of: p) {
+                // Started inside an earlier supervisor's leaf (e.g. from a shell it moved
+                // there): sandboxes go beside the leaf, where that supervisor enabled the
+                // controllers, not below it.
+                if d != mount.mountPoint, d.hasSuffix("/" + supervisorLeaf) {
+                    d = String(d.dropLast(supervisorLeaf.count + 1))
+                }
+                v2 = Hierarchy(ownDirectory: d, controllers: words(d + "/cgroup.subtree_control"),
+                               available: words(d + "/cgroup.controllers"))
+            } else if mount.type == "cgroup" {
+                for c in ["memory", "pids", "cpu", "freezer"] where mount.options.contains(c) {
+                    if let p = own[c], let d = mount.directory(of: p), v1[c] == nil {
+                        v1[c] = Hierarchy(ownDirectory: d, controllers: Set(mount.options))
+                    }
+                }
+            }
+        }
+        return CgroupHost(v1: v1, v2: v2)
+    }
+
+    /// The cgroups `process` ("self" or a pid) is in, from /proc/PROCESS/cgroup: "" for the
+    /// v2 hierarchy, each v1 controller by name (a v1 hierarchy's named ones as "name=X").
+    public static func memberships(of process: String = "self") -> [String: String] {
+        var own: [String: String] = [:]
+        for line in readText("/proc/\(process)/cgroup").split(separator: "\n") {
             let f = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
             guard f.count == 3 else { continue }
             let path = String(f[2])
@@ -66,41 +93,41 @@ public struct CgroupHost: Sendable {
                 for c in f[1].split(separator: ",") { own[String(c)] = path }
             }
         }
-        var v1: [String: Hierarchy] = [:]
-        var v2: Hierarchy?
+        return own
+    }
+
+    /// A cgroup filesystem mounted in this process's mount namespace.
+    public struct Mount: Sendable {
+        /// "cgroup2", or "cgroup" for a v1 hierarchy.
+        public var type: String
+        /// Its super options: a v1 hierarchy's controllers among them.
+        public var options: [String]
+        /// The cgroup the mount shows at `mountPoint` (a bind of a subtree shows less than `/`).
+        public var root: String
+        public var mountPoint: String
+
+        /// The directory that shows cgroup `path` of this hierarchy, if the mount shows it.
+        public func directory(of path: String) -> String? {
+            guard path == root || path.hasPrefix(root == "/" ? "/" : root + "/") else { return nil }
+            let rel = root == "/" ? path : String(path.dropFirst(root.count))
+            return rel == "/" || rel.isEmpty ? mountPoint : mountPoint + rel
+        }
+    }
+
+    /// The cgroup filesystems in /proc/self/mountinfo, in its order.
+    public static func mounts() -> [Mount] {
+        var out: [Mount] = []
         for line in readText("/proc/self/mountinfo").split(separator: "\n") {
             // `PRE - POST`; the optional fields in PRE end at a lone "-" (proc(5) mountinfo).
             let fields = line.split(separator: " ")
             guard let dash = fields.firstIndex(of: "-") else { continue }
-            let pre = Array(fields[..<dash])
+            let pre = fields[..<dash]
             let post = Array(fields[(dash + 1)...])
-            guard pre.count >= 5, post.count >= 3 else { continue }
-            let root = String(pre[3]), mountPoint = String(pre[4])
-            func dir(_ path: String) -> String? {
-                // The mount shows the hierarchy from `root` down; our path must lie inside it.
-                guard path == root || path.hasPrefix(root == "/" ? "/" : root + "/") else { return nil }
-                let rel = root == "/" ? path : String(path.dropFirst(root.count))
-                return rel == "/" || rel.isEmpty ? mountPoint : mountPoint + rel
-            }
-            if post[0] == "cgroup2", v2 == nil, let p = own[""], var d = dir(p) {
-                // Started inside an earlier supervisor's leaf (e.g. from a shell it moved
-                // there): sandboxes go beside the leaf, where that supervisor enabled the
-                // controllers, not below it.
-                if d != mountPoint, d.hasSuffix("/" + supervisorLeaf) {
-                    d = String(d.dropLast(supervisorLeaf.count + 1))
-                }
-                v2 = Hierarchy(ownDirectory: d, controllers: words(d + "/cgroup.subtree_control"),
-                               available: words(d + "/cgroup.controllers"))
-            } else if post[0] == "cgroup" {
-                let opts = post[2].split(separator: ",").map(String.init)
-                for c in ["memory", "pids", "cpu", "freezer"] where opts.contains(c) {
-                    if let p = own[c], let d = dir(p), v1[c] == nil {
-                        v1[c] = Hierarchy(ownDirectory: d, controllers: Set(opts))
-                    }
-                }
-            }
+            guard pre.count >= 5, post.count >= 3, post[0] == "cgroup2" || post[0] == "cgroup" else { continue }
+            out.append(Mount(type: String(post[0]), options: post[2].split(separator: ",").map(String.init),
+                             root: String(pre[pre.startIndex + 3]), mountPoint: String(pre[pre.startIndex + 4])))
         }
-        return CgroupHost(v1: v1, v2: v2)
+        return out
     }
 
     /// Ends the sandboxes a dead supervisor left (a kill -9 mid-gate leaves the coding agent
