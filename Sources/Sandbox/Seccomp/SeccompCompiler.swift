@@ -82,7 +82,20 @@ public enum SeccompCompiler {
     /// Sections compiled by this process, most 16.
     private static let compiled = Locked<[(spec: SeccompSpec, filter: CompiledFilter)]>([])
 
-    static func compileUncached(_ spec: SeccompSpec) throws(SandboxError) -> CompiledFilter {
+    /// What a section allows, and how.
+    struct RuleSets {
+        var allow: Set<String>
+        /// Allowed with argument checks (`FilterEmitter.condition`).
+        var conditional: Set<String>
+        var denied: Set<String>
+        var quiet: Set<String>
+        /// The numbers allowed outright, sorted.
+        var unconditional: [Int32]
+        /// Names this host cannot resolve, sorted.
+        var unresolved: [String]
+    }
+
+    static func ruleSets(_ spec: SeccompSpec) throws(SandboxError) -> RuleSets {
         guard spec.profile == "default" else {
             throw SandboxError(.invalidPolicy, "seccomp.profile: unknown profile '\(spec.profile)' (allowed: default)")
         }
@@ -103,9 +116,6 @@ public enum SeccompCompiler {
         // Without `seccomp`, prctl(PR_SET_SECCOMP) is the other way to stack a filter (one
         // whose errno answers would take precedence over ours and hide calls from the audit).
         if !allow.contains("seccomp") && allow.contains("prctl") { conditional.insert("prctl") }
-
-        let denied = SyscallProfile.hardDenied.union(deny)
-        let refusedForms = denied.union(conditional)  // conditional: their refused argument forms
         var unresolved: [String] = []
         var unconditional: [Int32] = []
         for name in allow where !conditional.contains(name) {
@@ -115,9 +125,18 @@ public enum SeccompCompiler {
         // integers is a fraction of sorting the names.
         unconditional.sort()
         unresolved.sort()
+        return RuleSets(allow: allow, conditional: conditional, denied: SyscallProfile.hardDenied.union(deny), quiet: quiet,
+                        unconditional: unconditional, unresolved: unresolved)
+    }
+
+    static func compileUncached(_ spec: SeccompSpec) throws(SandboxError) -> CompiledFilter {
+        let rules = try ruleSets(spec)
+        let (allow, conditional, denied, quiet, unconditional, unresolved) =
+            (rules.allow, rules.conditional, rules.denied, rules.quiet, rules.unconditional, rules.unresolved)
+        let refusedForms = denied.union(conditional)  // conditional: their refused argument forms
         let v = seccomp_version().pointee
         let key = """
-            autoharness seccomp v2 \(RootOwnedCache.frame(RootOwnedCache.binaryIdentity))
+            autoharness seccomp v3 \(RootOwnedCache.frame(RootOwnedCache.binaryIdentity))
             libseccomp \(v.major).\(v.minor).\(v.micro) arch \(seccomp_arch_native())
             allow \(unconditional.map(String.init).joined(separator: " "))
             conditional \(conditional.sorted().joined(separator: " "))
@@ -131,7 +150,11 @@ public enum SeccompCompiler {
         if let cached = FilterCache.lookup(key: key) {
             bpf = cached
         } else {
-            bpf = try build(unconditional: unconditional, conditional: conditional)
+            if let own = emit(unconditional: unconditional, conditional: conditional) {
+                bpf = own
+            } else {
+                bpf = try build(unconditional: unconditional, conditional: conditional)
+            }
             FilterCache.store(key: key, bpf: bpf)
             FilterCache.remember(key: key, bpf: bpf)
         }
@@ -149,7 +172,20 @@ public enum SeccompCompiler {
         )
     }
 
-    private static func build(unconditional: [Int32], conditional: Set<String>) throws(SandboxError) -> [UInt8] {
+    /// The program written here (`FilterEmitter`), or nil where it does not fit (libseccomp's
+    /// is used then).
+    static func emit(unconditional: [Int32], conditional: Set<String>) -> [UInt8]? {
+        var conditions: [Int32: FilterEmitter.Condition] = [:]
+        for name in conditional {
+            guard let nr = resolve(name) else { continue }
+            guard let c = FilterEmitter.condition(for: name) else { return nil }
+            conditions[nr] = c
+        }
+        return FilterEmitter.emit(allow: unconditional, conditional: conditions)
+    }
+
+    /// libseccomp's program for the same rules.
+    static func build(unconditional: [Int32], conditional: Set<String>) throws(SandboxError) -> [UInt8] {
         guard let ctx = seccomp_init(ahs_act_notify()) else {
             throw SandboxError(.seccomp, "seccomp_init failed")
         }
