@@ -3,11 +3,12 @@ import Foundation
 import SandboxPolicy
 import Testing
 
-/// The sandbox's mounts are locked by the kernel, not only by the seccomp filter: the
-/// payload lives in a user and mount namespace of its own, copied from init's, so every
-/// mount is MNT_LOCKED. To try the attack with the capabilities regained (the filter
-/// refuses every route to them from inside), the test joins the payload's namespaces from
-/// the host, which gives it every capability of the payload's user namespace.
+/// The sandbox's mounts are out of the payload's reach by the kernel, not only by the seccomp
+/// filter: the payload lives in a user namespace of its own, in init's mount namespace, which
+/// init's user namespace owns; a copy of it the payload made would have every mount
+/// MNT_LOCKED. To try the attack with the capabilities regained (the filter refuses every
+/// route to them from inside), the test joins the payload's namespaces from the host, which
+/// gives it every capability of the payload's user namespace.
 @Suite("Locked mounts")
 struct MountLockTests {
     /// Joins the user and mount namespaces of PID (argv[1]) and tries to undo the sandbox's
@@ -19,10 +20,12 @@ struct MountLockTests {
         libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
         pid = sys.argv[1]
         # Both opened first: once in the sandbox's user namespace this process has no
-        # capability over the host's /proc any more.
+        # capability over the host's /proc any more. The mount namespace is joined first,
+        # while this process is still host root (joining one needs CAP_SYS_ADMIN in the user
+        # namespace that owns it); then the user namespace, with every capability in it.
         fds = {ns: os.open(f"/proc/{pid}/ns/{ns}", os.O_RDONLY) for ns in ("user", "mnt")}
         status = open("/proc/self/status")
-        for ns in ("user", "mnt"):
+        for ns in ("mnt", "user"):
             if libc.setns(fds[ns], 0) != 0:
                 print("setns-" + ns, errno.errorcode[ctypes.get_errno()]); sys.exit(2)
             if ns == "user":
@@ -31,6 +34,7 @@ struct MountLockTests {
         def attempt(name, rc):
             print(name, "ok" if rc == 0 else errno.errorcode[ctypes.get_errno()])
         MS_RDONLY, MS_REMOUNT, MS_BIND, MS_MOVE, MNT_DETACH = 1, 32, 4096, 8192, 2
+        CLONE_NEWNS, OPEN_TREE_CLONE, AT_FDCWD = 0x20000, 1, -100
         if sys.argv[2:] == ["umount-only"]:
             attempt("umount", libc.umount2(b"/usr", MNT_DETACH)); sys.exit(0)
         # remount the read-only /usr writable
@@ -39,9 +43,17 @@ struct MountLockTests {
         attempt("move", libc.mount(b"/usr", b"/proc", None, MS_MOVE, None))
         # unmount /usr, revealing what is beneath it
         attempt("umount", libc.umount2(b"/usr", MNT_DETACH))
+        # clone /proc without the covers on it (open_tree, not recursive): the real counters
+        fd = libc.syscall(428, AT_FDCWD, b"/proc", OPEN_TREE_CLONE)
+        attempt("clone-proc", 0 if fd >= 0 else -1)
+        # a mount namespace of its own, copied from the sandbox's: its mounts locked there
+        attempt("unshare-mnt", libc.unshare(CLONE_NEWNS))
+        attempt("copy-umount", libc.umount2(b"/usr", MNT_DETACH))
+        fd = libc.syscall(428, AT_FDCWD, b"/proc", OPEN_TREE_CLONE)
+        attempt("copy-clone-proc", 0 if fd >= 0 else -1)
         """
 
-    @Test("with every capability of the payload's user namespace, its mounts cannot be remounted writable, moved or unmounted; in the namespace init owns the same attack works")
+    @Test("with every capability of the payload's user namespace, its mounts cannot be remounted writable, moved, unmounted or cloned without their covers, nor in a copy of its mount namespace; with init's the same attack works")
     func mountsLocked() throws {
         try requireRoot()
         let sandbox = try SleepingSandbox(seconds: 10, timeout: 20)
@@ -66,11 +78,17 @@ struct MountLockTests {
             return out
         }
         let locked = try attack(pid)
-        // Full capabilities in the payload's namespace: the refusals below are the lock's.
+        // Full capabilities in the payload's namespace: the refusals below are the kernel's.
         #expect(locked["caps"].map { $0.hasSuffix("ffffffff") } == true, "\(locked)")
-        #expect(locked["remount-rw"] == "EPERM", "\(locked)")
-        #expect(locked["move"] == "EINVAL", "\(locked)")
-        #expect(locked["umount"] == "EINVAL", "\(locked)")
+        // init's user namespace owns the mount namespace: no change without its CAP_SYS_ADMIN.
+        for attempt in ["remount-rw", "move", "umount", "clone-proc"] {
+            #expect(locked[attempt] == "EPERM", "\(attempt): \(locked)")
+        }
+        // A copy the payload may make is its own, in a less privileged user namespace: every
+        // mount in it locked (EINVAL), /proc not clonable apart from its covers.
+        #expect(locked["unshare-mnt"] == "ok", "\(locked)")
+        #expect(locked["copy-umount"] == "EINVAL", "\(locked)")
+        #expect(locked["copy-clone-proc"] == "EINVAL", "\(locked)")
 
         // The same attack in init's namespaces, where the sandbox itself made the mounts: it
         // works, so the refusals above are not an accident of the attack.
