@@ -633,11 +633,44 @@ static int cover_bound(const char *dir, const char *name, const char *target) {
 // before 6.x cannot clone from a detached mount), then detached and its mount point removed.
 static const char masks_dir[] = "/.autoharness-masks";
 
+/// /proc/cgroups of `procfd` with every controller's cgroup count 1: the counts are of the
+/// whole host (how many sandboxes run now); the controllers and hierarchies stay.
+static void copy_cgroups(int procfd, struct ahl_buf *o) {
+    struct ahl_buf in;
+    int fd = sys_openat(procfd, "cgroups", O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0) return;
+    ssize_t r = sys_read(fd, in.b, sizeof in.b - 1);
+    sys_close(fd);
+    if (r <= 0) return;
+    in.b[r] = 0;
+    for (char *line = in.b; *line;) {
+        char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        if (line[0] == '#') {
+            for (size_t k = 0; k < len && o->n < sizeof o->b - 1; k++) o->b[o->n++] = line[k];
+        } else {
+            // name TAB hierarchy TAB num_cgroups TAB enabled: the third field becomes 1.
+            int field = 0;
+            for (size_t k = 0; k < len && o->n < sizeof o->b - 1; k++) {
+                if (line[k] == '\t') field++;
+                if (field == 2 && line[k] != '\t') {
+                    if (k > 0 && line[k - 1] == '\t') o->b[o->n++] = '1';
+                    continue;
+                }
+                o->b[o->n++] = line[k];
+            }
+        }
+        if (o->n < sizeof o->b - 1) o->b[o->n++] = '\n';
+        if (!nl) break;
+        line = nl + 1;
+    }
+}
+
 /// Writes the covering files into the masks tmpfs `mfd` (the root of a fresh one), reading
 /// the values that never move from `procfd`, and makes the mount read-only: every cover
 /// cloned from it inherits that.
 static int write_masks(int mfd, int procfd) {
-    struct ahl_buf stat = {.n = 0}, mem = {.n = 0}, load = {.n = 0}, up = {.n = 0}, empty = {.n = 0};
+    struct ahl_buf stat = {.n = 0}, mem = {.n = 0}, load = {.n = 0}, up = {.n = 0}, empty = {.n = 0}, cgroups = {.n = 0};
     cpu_set_t cpus;
     int ncpu = 0;
     int got = sys_sched_getaffinity(sizeof cpus, &cpus);
@@ -658,9 +691,10 @@ static int write_masks(int mfd, int procfd) {
                   "SwapTotal:             0 kB\nSwapFree:              0 kB\nShmem:                 0 kB\n");
     buf_put(&load, "0.00 0.00 0.00 1/1 1\n");
     buf_put(&up, "1000.00 0.00\n");
+    copy_cgroups(procfd, &cgroups);
     int dir = sys_openat(mfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
     int ok = dir >= 0 && put_file(dir, "stat", &stat) == 0 && put_file(dir, "meminfo", &mem) == 0 &&
-             put_file(dir, "loadavg", &load) == 0 && put_file(dir, "uptime", &up) == 0 &&
+             put_file(dir, "loadavg", &load) == 0 && put_file(dir, "uptime", &up) == 0 && put_file(dir, "cgroups", &cgroups) == 0 &&
              put_file(dir, "empty", &empty) == 0 && sys_mkdirat(dir, "emptydir", 0555) == 0 &&
              sys_fchmodat(dir, "emptydir", 0555) == 0;
     if (dir >= 0) sys_close(dir);
@@ -668,11 +702,17 @@ static int write_masks(int mfd, int procfd) {
     return set_attrs(mfd, SAFE | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY, 0);
 }
 
-static const char *const covered_same[] = {"stat", "meminfo", "loadavg", "uptime"};
+static const char *const covered_same[] = {"stat", "meminfo", "loadavg", "uptime", "cgroups"};
 static const char *const covered_empty[] = {
     "vmstat", "schedstat", "diskstats", "softirqs", "interrupts", "locks", "zoneinfo", "buddyinfo",
     "pagetypeinfo", "slabinfo", "vmallocinfo", "key-users", "sys/fs/inode-nr", "sys/fs/inode-state",
     "sys/fs/dentry-state", "sys/fs/file-nr", "sys/kernel/random/entropy_avail"};
+/// Directories of host-wide counters, covered by an empty directory: pressure stall totals;
+/// each interrupt's counts (irq/N/spurious: what the interrupts cover hides); filesystems'
+/// own statistics (fs/ext4/DEV/es_shrinker_info moves with any sandbox's reads); the quota
+/// subsystem's counters (sys/fs/quota/syncs moves by 2 with every sync(2) of any process:
+/// a channel between sandboxes, found by an attack review).
+static const char *const covered_dirs[] = {"pressure", "irq", "fs", "sys/fs/quota"};
 #define COUNT(a) (sizeof (a) / sizeof (a)[0])
 
 /// Covers the host-wide counters of the fresh /proc `procfd` with files of the masks mount.
@@ -681,7 +721,9 @@ static int cover_counters(int mfd, int procfd) {
         if (cover(mfd, covered_same[i], procfd, covered_same[i]) < 0) return -1;
     for (unsigned i = 0; i < COUNT(covered_empty); i++)
         if (cover(mfd, "empty", procfd, covered_empty[i]) < 0) return -1;
-    return cover(mfd, "emptydir", procfd, "pressure");
+    for (unsigned i = 0; i < COUNT(covered_dirs); i++)
+        if (cover(mfd, "emptydir", procfd, covered_dirs[i]) < 0) return -1;
+    return 0;
 }
 
 /// The masks tree of a sandbox (a clone of the supervisor's), attached on the host tree's /dev
@@ -701,7 +743,8 @@ static int cover_counters_bound(int masks_fd, int procfd) {
         if (cover_bound(masks_spot, covered_same[i], covered_same[i]) < 0) return -1;
     for (unsigned i = 0; i < COUNT(covered_empty); i++)
         if (cover_bound(masks_spot, "empty", covered_empty[i]) < 0) return -1;
-    if (cover_bound(masks_spot, "emptydir", "pressure") < 0) return -1;
+    for (unsigned i = 0; i < COUNT(covered_dirs); i++)
+        if (cover_bound(masks_spot, "emptydir", covered_dirs[i]) < 0) return -1;
     return sys_chdir("/");
 }
 
@@ -735,7 +778,8 @@ static int setup_proc(int newroot, int masks_fd) {
     int procfd = walk_create(newroot, "/proc", 1, 0);
     if (procfd < 0) return -1;
     if (sys_fchdir(procfd) < 0) { close_keep_errno(procfd); return -1; }
-    static const char *const ro[] = {"sys", "sysrq-trigger", "irq", "bus", "fs"};
+    // irq and fs are covered whole (covered_dirs).
+    static const char *const ro[] = {"sys", "sysrq-trigger", "bus"};
     for (unsigned i = 0; i < sizeof ro / sizeof ro[0]; i++)
         if (proc_readonly(ro[i]) < 0) { close_keep_errno(procfd); return -1; }
     if (LAYER_ON(LAYER_COVERS) && mask_host_counters(newroot, procfd, masks_fd) < 0) { close_keep_errno(procfd); return -1; }

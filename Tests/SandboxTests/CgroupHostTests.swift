@@ -311,7 +311,8 @@ struct HostCountersTests {
             for line in open('/proc/self/mountinfo'):
                 f = line.split()
                 if f[4] in ('/proc/stat', '/proc/meminfo', '/proc/loadavg', '/proc/uptime', '/proc/vmstat',
-                            '/proc/locks', '/proc/sys/fs/file-nr', '/proc/sys/kernel/random/entropy_avail', '/proc/pressure'):
+                            '/proc/locks', '/proc/sys/fs/file-nr', '/proc/sys/kernel/random/entropy_avail', '/proc/pressure',
+                            '/proc/cgroups', '/proc/irq', '/proc/fs', '/proc/sys/fs/quota'):
                     print(f[4], f[5])
             """
         let r = try autoharness(["sandbox", "exec", "--", "python3", "-c", script])
@@ -321,10 +322,38 @@ struct HostCountersTests {
             let parts = line.split(separator: " ")
             if parts.count == 2 { seen[String(parts[0])] = Set(parts[1].split(separator: ",")) }
         }
-        #expect(seen.count == 9, "\(r.stdout)")
+        #expect(seen.count == 13, "\(r.stdout)")
         for (path, options) in seen {
             #expect(options.isSuperset(of: ["ro", "nosuid", "nodev", "noexec"]), "\(path): \(options.sorted())")
         }
+    }
+
+    @Test("sync(2) in one sandbox, which moves the host's quota sync counter, shows in no other; /proc/irq, /proc/fs and the quota counters are empty, /proc/cgroups counts one cgroup per controller")
+    func syncCounterAndDirectoriesCovered() throws {
+        try requireRoot()
+        let syncs = "/proc/sys/fs/quota/syncs"
+        let hostBefore = try String(contentsOfFile: syncs, encoding: .utf8)
+        // The sender: 20 syncs (each moves the host's count by 2).
+        let sender = try autoharness(["sandbox", "exec", "--", "python3", "-c", "import os\nfor _ in range(20): os.sync()"])
+        #expect(sender.status == 0, "\(sender.stderr)")
+        let hostAfter = try String(contentsOfFile: syncs, encoding: .utf8)
+        let moved = (Int(hostAfter.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0) - (Int(hostBefore.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0)
+        #expect(moved >= 40, "the syncs ran: the host's counter moved by \(moved)")
+        // The receiver sees no counter to read, and the other covered directories empty.
+        let script = """
+            import os
+            for d in ('/proc/sys/fs/quota', '/proc/irq', '/proc/fs'):
+                print(d, len(os.listdir(d)))
+            try:
+                open('/proc/sys/fs/quota/syncs').read(); print('syncs readable')
+            except OSError as e:
+                print('syncs', e.errno)
+            rows = [l.split('\\t') for l in open('/proc/cgroups') if not l.startswith('#')]
+            print('cgroups', len(rows) > 0 and all(r[2] == '1' for r in rows))
+            """
+        let r = try autoharness(["sandbox", "exec", "--", "python3", "-c", script])
+        #expect(r.status == 0, "\(r.stderr)")
+        #expect(r.stdout == "/proc/sys/fs/quota 0\n/proc/irq 0\n/proc/fs 0\nsyncs 2\ncgroups True\n", "\(r.stdout)")
     }
 
     @Test("/proc/stat, loadavg, meminfo, sysinfo(2) and friends do not move inside a sandbox while the host forks hundreds of processes; ps and free still work")

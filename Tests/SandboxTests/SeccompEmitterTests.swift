@@ -183,6 +183,17 @@ struct SeccompEmitterTests {
         }
     }
 
+    @Test("a search too wide for 8-bit jumps is not written here (libseccomp's program is used), and one that fits answers by its runs")
+    func tooWideFallsBack() throws {
+        // Every other number allowed up to 1200: 1200 runs, jumps past 255 instructions.
+        #expect(FilterEmitter.emit(allow: stride(from: 0, to: 1200, by: 2).map { Int32($0) }, conditional: [:]) == nil)
+        let small = try #require(FilterEmitter.emit(allow: [0, 1, 2, 10, 11, 400], conditional: [:]))
+        let native = seccomp_arch_native()
+        for nr: UInt32 in [0, 1, 2, 10, 11, 400] { #expect(Self.run(small, Call(nr: nr, arch: native)) == .ret(ahs_act_allow())) }
+        for nr: UInt32 in [3, 9, 12, 399, 401, 1023, FilterEmitter.x32Bit] { #expect(Self.run(small, Call(nr: nr, arch: native)) == .ret(ahs_act_notify())) }
+        #expect(Self.run(small, Call(nr: 0, arch: ahs_arch_x86())) == .ret(ahs_act_notify()))
+    }
+
     @Test("the interpreter is strict: a changed answer, jump or compare in the program written here is a difference")
     func comparisonCatchesChanges() throws {
         let (own, _) = try Self.programs(SeccompSpec())
