@@ -302,6 +302,25 @@ struct OrphanSweepTests {
     }
 }
 
+@Suite("cgroup counter files")
+struct CgroupFieldTests {
+    @Test("a counter line is found by its whole key, at a line's start, with digits only")
+    func fieldParsing() {
+        let oom = "oom_kill_disable 0\nunder_oom 1\noom_kill 2\n"
+        #expect(SandboxCgroup.field(oom, "oom_kill") == 2)
+        #expect(SandboxCgroup.field(oom, "under_oom") == 1)
+        #expect(SandboxCgroup.field(oom, "oom_kill_disable") == 0)
+        #expect(SandboxCgroup.field(oom, "oom") == nil)
+        #expect(SandboxCgroup.field("max 0", "max") == 0)
+        #expect(SandboxCgroup.field("cache 4096\nrss 8192\nshmem 12\n", "shmem") == 12)
+        #expect(SandboxCgroup.field("", "max") == nil)
+        #expect(SandboxCgroup.field("max \n", "max") == nil)
+        #expect(SandboxCgroup.field("max 12x\n", "max") == nil)
+        #expect(SandboxCgroup.field("max 99999999999999999999999\n", "max") == nil)
+        #expect(SandboxCgroup.field("xmax 5\nmax 7", "max") == 7)
+    }
+}
+
 @Suite("Host-wide counters in /proc")
 struct HostCountersTests {
     @Test("every file and directory covering a host-wide counter is its own read-only, nosuid, nodev, noexec mount")

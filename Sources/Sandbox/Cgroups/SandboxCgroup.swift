@@ -455,12 +455,37 @@ final class SandboxCgroup {
         return text[first...last]
     }
 
+    /// The value of the line `KEY N` in a cgroup file (`memory.events`, `pids.events`,
+    /// `memory.stat`), or nil. Read as bytes: every launch reads two such files on its way out,
+    /// and splitting them into Swift strings cost more than reading them.
     static func field(_ text: String, _ key: String) -> Int? {
-        for line in text.split(separator: "\n") {
-            let parts = line.split(separator: " ")
-            if parts.count == 2, parts[0] == key { return Int(parts[1]) }
+        var text = text
+        return text.withUTF8 { bytes -> Int? in
+            let k = Array(key.utf8)
+            var i = 0
+            while i < bytes.count {
+                var end = i
+                while end < bytes.count && bytes[end] != UInt8(ascii: "\n") { end += 1 }
+                // KEY, one space, then digits to the line's end.
+                if end - i > k.count + 1, bytes[i + k.count] == UInt8(ascii: " "), k.indices.allSatisfy({ bytes[i + $0] == k[$0] }) {
+                    var value = 0
+                    var j = i + k.count + 1
+                    guard j < end else { return nil }
+                    while j < end {
+                        let d = bytes[j]
+                        guard d >= UInt8(ascii: "0"), d <= UInt8(ascii: "9") else { return nil }
+                        let (m, o1) = value.multipliedReportingOverflow(by: 10)
+                        let (a, o2) = m.addingReportingOverflow(Int(d - UInt8(ascii: "0")))
+                        guard !o1, !o2 else { return nil }
+                        value = a
+                        j += 1
+                    }
+                    return value
+                }
+                i = end + 1
+            }
+            return nil
         }
-        return nil
     }
 
     static func write(_ path: String, _ value: String) throws(SandboxError) {
