@@ -137,6 +137,7 @@ const char *ahl_stage_name(int32_t stage) {
     case AHL_STAGE_LOOPBACK: return "bring up loopback";
     case AHL_STAGE_SIGNALFD: return "signalfd";
     case AHL_STAGE_HOLD: return "wait to be run (sandbox built ahead)";
+    case AHL_STAGE_ENTER_SEED: return "enter the seed mount namespace";
     case AHL_STAGE_FORK_PAYLOAD: return "fork payload";
     case AHL_STAGE_STDIO: return "set up stdio";
     case AHL_STAGE_RLIMIT: return "setrlimit";
@@ -1400,8 +1401,9 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
 
     // stdio 0-2 of the supervisor are inherited when the plan does not override them; the
     // shared masks tree is init's to clone from.
-    int keep_all[12] = {0, 1, 2, rep, ctl, p->stdio[0], p->stdio[1], p->stdio[2], p->masks_fd, p->template_fd, p->dev_fd, p->userns_fd};
-    close_all_except(keep_all, 12);
+    int keep_all[13] = {0, 1, 2, rep, ctl, p->stdio[0], p->stdio[1], p->stdio[2], p->masks_fd, p->template_fd, p->dev_fd, p->userns_fd,
+                        p->seed_fd};
+    close_all_except(keep_all, 13);
 
     // Bind sources and device nodes are cloned now, as host root in the host's mount
     // namespace; init attaches the detached trees once the new root exists.
@@ -1449,6 +1451,13 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
     // threads, which do not exist here: the broadcast would wait for them forever. This
     // process is single-threaded; the kernel's per-thread credentials are exactly right.
     if (AHL_SYS2(SYS_setgroups, 0, 0) < 0) fail(rep, AHL_STAGE_SETGROUPS, 0);
+    // The mount namespace the one below is copied from: the seed's two mounts rather than the
+    // host's whole table (every path this process needs was opened above, as host root in the
+    // host's namespace).
+    if (p->seed_fd >= 0) {
+        if (sys_setns(p->seed_fd, CLONE_NEWNS) < 0) fail(rep, AHL_STAGE_ENTER_SEED, 0);
+        sys_close(p->seed_fd);
+    }
     int ns = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
     if (p->netns_fd < 0) ns |= CLONE_NEWNET;
     // A user namespace made ahead of time for this sandbox has its id maps already (written

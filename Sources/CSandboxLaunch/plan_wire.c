@@ -11,7 +11,7 @@
 #include <string.h>
 
 #define AHL_WIRE_MAGIC 0x504c4841u  // "AHLP"
-#define AHL_WIRE_VERSION 7u
+#define AHL_WIRE_VERSION 8u
 
 struct ahl_wire {
     uint32_t magic, version;
@@ -19,7 +19,7 @@ struct ahl_wire {
     uint32_t n_argv, n_envp, n_mounts, n_rlimits, n_join, bpf_len;
     uint64_t argv, envp, search_path, cwd, hostname, mounts, rlimits, bpf, join;  // offsets
     uint32_t uid, gid, seccomp_flags, cap_last;
-    int32_t loopback_up, landlock, cgroup_into_join, stdio[3], netns, hold, masks, template_root, dev, userns;
+    int32_t loopback_up, landlock, cgroup_into_join, stdio[3], netns, hold, masks, template_root, dev, userns, seed;
     uint64_t root_size;
     uint16_t proxy_port;
 };
@@ -114,6 +114,7 @@ int ahl_plan_pack(const struct ahl_plan *p, int stdio_base, uint8_t **out, size_
     w.template_root = p->template_fd >= 0 ? stdio_base + 5 : -1;
     w.dev = p->dev_fd >= 0 ? stdio_base + 6 : -1;
     w.userns = p->userns_fd >= 0 ? stdio_base + 7 : -1;
+    w.seed = p->seed_fd >= 0 ? stdio_base + 8 : -1;
     w.hold = p->hold;
     w.root_size = p->root_size;
     w.proxy_port = p->proxy_port;
@@ -204,6 +205,7 @@ int ahl_plan_unpack(const uint8_t *d, size_t len, struct ahl_plan *p) {
     p->template_fd = w.template_root;
     p->dev_fd = w.dev;
     p->userns_fd = w.userns;
+    p->seed_fd = w.seed;
     p->hold = w.hold;
     p->root_size = w.root_size;
     p->proxy_port = w.proxy_port;

@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -141,18 +144,18 @@ int ahl_spawn(const struct ahl_plan *plan, struct ahl_child *out) {
 struct exec_args {
     int launcher_fd, plan_fd, rep, ctl;
     int stdio[3];
-    int netns, masks, template_root, dev, userns;
+    int netns, masks, template_root, dev, userns, seed;
     const char *mode;  // "into": clone3 already placed this process in the cgroup_into_join cgroup
 };
 
 static int exec_launcher(void *arg) {
     const struct exec_args *a = arg;
-    enum { N = 11 };
+    enum { N = 12 };
     int src[N] = {a->plan_fd, a->rep, a->ctl, a->stdio[0], a->stdio[1], a->stdio[2], a->netns, a->masks, a->template_root,
-                  a->dev, a->userns};
+                  a->dev, a->userns, a->seed};
     int dst[N] = {LAUNCHER_PLAN_FD, LAUNCHER_REPORT_FD, LAUNCHER_CONTROL_FD, LAUNCHER_STDIO_FD, LAUNCHER_STDIO_FD + 1,
                   LAUNCHER_STDIO_FD + 2, LAUNCHER_NETNS_FD, LAUNCHER_MASKS_FD, LAUNCHER_TEMPLATE_FD, LAUNCHER_DEV_FD,
-                  LAUNCHER_USERNS_FD};
+                  LAUNCHER_USERNS_FD, LAUNCHER_SEED_FD};
     int tmp[N];
     // The launcher's own descriptor may be one of the target numbers too.
     int launcher = fcntl(a->launcher_fd, F_DUPFD_CLOEXEC, 64);
@@ -201,7 +204,7 @@ int ahl_spawn_exec(const struct ahl_plan *plan, int launcher_fd, struct ahl_chil
         return e;
     }
     struct exec_args a = {launcher_fd, pfd, rep[1], ctl[0], {plan->stdio[0], plan->stdio[1], plan->stdio[2]},
-                         plan->netns_fd, plan->masks_fd, plan->template_fd, plan->dev_fd, plan->userns_fd, "fork"};
+                         plan->netns_fd, plan->masks_fd, plan->template_fd, plan->dev_fd, plan->userns_fd, plan->seed_fd, "fork"};
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -289,5 +292,38 @@ int ahl_make_userns(uint32_t uid, uint32_t gid, uint32_t host_uid, uint32_t host
         return e;
     }
     *out = fd;
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// The seed mount namespace
+
+struct seed_job { int fd, err; };
+
+static void *build_seed(void *arg) {
+    struct seed_job *job = arg;
+    job->fd = -1;
+    // This thread's own mount namespace (and, with it, its own root and working directory);
+    // the process's other threads keep the host's.
+    int ok = unshare(CLONE_NEWNS) == 0 && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
+             mount("seed", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16k,mode=0755") == 0 &&
+             mkdir("/tmp/tmp", 0755) == 0 && mkdir("/tmp/dev", 0755) == 0 && mkdir("/tmp/proc", 0755) == 0 &&
+             mount("proc", "/tmp/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) == 0 &&
+             chdir("/tmp") == 0 && syscall(SYS_pivot_root, ".", ".") == 0 && umount2(".", MNT_DETACH) == 0 &&
+             chdir("/") == 0 && mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) == 0;
+    if (ok) job->fd = open("/proc/thread-self/ns/mnt", O_RDONLY | O_CLOEXEC);
+    job->err = job->fd >= 0 ? 0 : errno ? errno : EIO;
+    return NULL;
+}
+
+int ahl_build_seed(int *out) {
+    *out = -1;
+    struct seed_job job = {-1, 0};
+    pthread_t t;
+    int e = pthread_create(&t, NULL, build_seed, &job);
+    if (e) return e;
+    pthread_join(t, NULL);
+    if (job.err) return job.err;
+    *out = job.fd;
     return 0;
 }

@@ -112,6 +112,38 @@ struct SharedTreesTests {
         }
     }
 
+    @Test("the seed mount namespace monitors copy holds two mounts, a read-only empty root and a procfs, nothing of the host's; sandboxes built from it, by the launcher or by a fork, are whole")
+    func seedNamespace() throws {
+        try requireRoot()
+        let trees = try #require(SharedTrees.install(), "\(SharedTrees.unavailableReason ?? "")")
+        try #require(trees.seed >= 0, "\(trees.seedProblem ?? "")")
+        // Joined from the host: what a monitor copies.
+        let script = """
+            import ctypes, os, sys
+            fd = os.open(sys.argv[1], os.O_RDONLY)
+            if ctypes.CDLL(None, use_errno=True).setns(fd, 0x20000) != 0:
+                sys.exit('setns: errno %d' % ctypes.get_errno())
+            for line in open('/proc/self/mountinfo'):
+                f = line.split()
+                print(f[4], f[5].split(',')[0], f[f.index('-') + 1])
+            print('ROOT', sorted(os.listdir('/')))
+            try:
+                open('/x', 'w'); print('root writable')
+            except OSError as e:
+                print('root', e.errno)
+            """
+        let r = try runProcess("/usr/bin/python3", ["-c", script, "/proc/\(getpid())/fd/\(trees.seed)"])
+        #expect(r.status == 0, "\(r.stderr)")
+        #expect(r.stdout == "/ ro tmpfs\n/proc rw proc\nROOT ['dev', 'proc', 'tmp']\nroot 30\n", "\(r.stdout)")
+        // Sandboxes copied from it have their whole tree, launched either way.
+        let out = try TempDir(mode: 0o777)
+        let check = "import os\nprint(sorted(os.listdir('/'))[:3], os.path.exists('/proc/self/status'), open('/proc/stat').readline().split()[1])"
+        for useLauncher in [true, false] {
+            let text = try Self.run(check, out: out.path, trees: trees, useLauncher: useLauncher)
+            #expect(text == "['bin', 'dev', 'lib'] True 0\n", "launcher \(useLauncher): \(text)")
+        }
+    }
+
     @Test("without the shared tree each sandbox builds its own covers, and they read the same")
     func builtPerSandbox() throws {
         try requireRoot()

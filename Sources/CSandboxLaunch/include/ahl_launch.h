@@ -99,6 +99,9 @@ struct ahl_plan {
                                   // /proc's covering files, cloned instead of built
     int32_t dev_fd;               // >= 0: this sandbox's /dev, made ahead of time (ahl_build_dev) for
                                   // it alone; the monitor attaches it instead of making one
+    int32_t seed_fd;              // >= 0: a mount namespace holding only an empty root with /tmp, /dev
+                                  // and /proc (ahl_build_seed): the monitor copies it instead of the
+                                  // host's, whose mounts init would detach again at once
     int32_t userns_fd;            // >= 0: this sandbox's user namespace, made ahead of time with its
                                   // id maps written (ahl_make_userns) for it alone: the monitor
                                   // enters it instead of unsharing one and waiting for the maps
@@ -130,7 +133,8 @@ int ahl_launcher_main(int argc, char **argv);
 __attribute__((noreturn)) void ahl_exit(int status);
 void *ahl_map_pages(size_t len);
 enum { LAUNCHER_PLAN_FD = 3, LAUNCHER_REPORT_FD = 4, LAUNCHER_CONTROL_FD = 5, LAUNCHER_STDIO_FD = 6, LAUNCHER_NETNS_FD = 9,
-       LAUNCHER_MASKS_FD = 10, LAUNCHER_TEMPLATE_FD = 11, LAUNCHER_DEV_FD = 12, LAUNCHER_USERNS_FD = 13 };
+       LAUNCHER_MASKS_FD = 10, LAUNCHER_TEMPLATE_FD = 11, LAUNCHER_DEV_FD = 12, LAUNCHER_USERNS_FD = 13,
+       LAUNCHER_SEED_FD = 14 };
 
 /// The read-only tree every sandbox of this process clones instead of building it: the files
 /// that cover /proc's host-wide counters. A detached mount, close-on-exec. Needs a kernel that
@@ -223,6 +227,7 @@ enum ahl_stage {
     AHL_STAGE_ENTER_NETNS,       // setns into the plan's network namespace
     AHL_STAGE_HOLD,              // held plans: waiting for AHL_CTL_RUN
     AHL_STAGE_ENTER_USERNS,      // setns into the user namespace made for this sandbox
+    AHL_STAGE_ENTER_SEED,        // setns into the seed mount namespace
     AHL_STAGE_COUNT
 };
 

@@ -35,6 +35,15 @@ int ahl_spawn(const struct ahl_plan *plan, struct ahl_child *out);
 /// setup stage (AHL_STAGE_EXEC_LAUNCHER). Same protocol afterwards.
 int ahl_spawn_exec(const struct ahl_plan *plan, int launcher_fd, struct ahl_child *out);
 
+/// A mount namespace for monitors to copy instead of the host's (`ahl_plan.seed_fd`): an empty
+/// read-only tmpfs root holding /tmp (where init attaches the new root before its pivot), /dev
+/// (where it attaches the /proc covers) and /proc (a procfs of the initial pid namespace,
+/// nosuid, nodev, noexec, nothing on it: the kernel lets a user namespace mount a proc only
+/// where a fully visible one is present). Built once, on a thread of its own that unshares its
+/// mount namespace and pivots into the tmpfs; nothing ever enters it but for the moment it
+/// takes a monitor to copy it. 0 and a close-on-exec descriptor, or an errno value.
+int ahl_build_seed(int *seed_fd);
+
 /// Receives one message; if it carries a file descriptor it is stored in *fd (else -1).
 /// Returns the byte count (0 at EOF) or -1 with errno set.
 ssize_t ahl_recv_msg(int report_fd, struct ahl_msg *msg, int *fd);

@@ -87,6 +87,7 @@ final class CPlan {
         plan.template_fd = -1
         plan.dev_fd = -1
         plan.userns_fd = -1
+        plan.seed_fd = -1
         plan.host_uid = p.identity.hostUID
         plan.host_gid = p.identity.hostGID
         plan.landlock = p.landlock == .off ? 0 : p.landlock == .required ? 2 : 1

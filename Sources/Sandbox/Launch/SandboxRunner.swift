@@ -122,6 +122,7 @@ public enum SandboxRunner {
         var template: TemplateRoot?
         if let shared = options.sharedTrees {
             storage.plan.masks_fd = shared.masks
+            storage.plan.seed_fd = shared.seed
             template = shared.template(for: plan, in: storage)
             storage.plan.template_fd = template?.fd ?? -1
         }

@@ -1,4 +1,5 @@
 import CSandboxLaunch
+import CSandboxSpawn
 import Glibc
 
 /// The read-only tree every sandbox of this process clones instead of building it: the files
@@ -20,6 +21,11 @@ import Glibc
 public final class SharedTrees: @unchecked Sendable {
     /// Detached mounts, close-on-exec, open for the life of the process.
     public let masks: Int32
+    /// The mount namespace monitors copy instead of the host's (`ahl_build_seed`), or -1 when
+    /// it could not be made (each monitor then copies the host's, as before).
+    public let seed: Int32
+    /// Why there is no seed, if there is none.
+    public let seedProblem: String?
     /// Template roots by `TemplateLayout.key` (TemplateRoots.swift).
     let templates = Locked<[[UInt8]: TemplateRoot]>([:])
     /// Template roots built, and builds that failed (the sandbox then built its own root).
@@ -30,6 +36,10 @@ public final class SharedTrees: @unchecked Sendable {
 
     private init(masks: Int32) {
         self.masks = masks
+        var fd: Int32 = -1
+        let rc = ahl_build_seed(&fd)
+        seed = rc == 0 ? fd : -1
+        seedProblem = rc == 0 ? nil : "seed mount namespace: \(String(cString: strerror(rc))); each monitor copies the host's"
     }
 
     /// The process's trees, which `RunOptions` uses by default once installed: by the commands
