@@ -727,10 +727,11 @@ static int cover_counters(int mfd, int procfd) {
     return 0;
 }
 
-/// The masks tree of a sandbox (a clone of the supervisor's), attached on the host tree's /dev
-/// of init's namespace, which the pivot detaches with the rest of the host tree; the covers are
-/// bound from there (cover_bound). Init's view before the pivot: the host tree, with the new
-/// root on /tmp. -1 where the host tree has no /dev: the covers are then cloned one by one.
+/// The masks tree of a sandbox (a clone of the supervisor's), attached on /dev of the tree init
+/// starts in (the copy of the seed namespace, or of the host's), which the pivot detaches with
+/// the rest of that tree; the covers are bound from there (cover_bound). Init's view before the
+/// pivot: that tree, with the new root on /tmp. -1 where it has no /dev: the covers are then
+/// cloned one by one.
 static const char masks_spot[] = "/dev";
 
 static int cover_counters_bound(int masks_fd, int procfd) {
@@ -769,8 +770,9 @@ static int mask_host_counters(int newroot, int procfd, int masks_fd) {
 }
 
 static int setup_proc(int newroot, int masks_fd) {
-    // Must happen before the host root is detached: the kernel lets a user namespace mount
-    // proc only while a fully visible proc is present in the mount namespace.
+    // Must happen before the old tree (the seed's or the host's) is detached: the kernel lets
+    // a user namespace mount proc only while a fully visible proc is present in the mount
+    // namespace.
     int mfd = new_fs("proc", 0, UINT32_MAX, SAFE | MOUNT_ATTR_NOEXEC);
     if (mfd < 0) return -1;
     int target = walk_create(newroot, "/proc", 1, 1);
@@ -827,8 +829,8 @@ static void setup_filesystem(const struct ahl_plan *p, int rep, const int *trees
         if (m->kind == AHL_MOUNT_BIND) sys_close(trees[i]);
     }
     if (setup_dev(newroot, dev_tree, device_trees) < 0) fail(rep, AHL_STAGE_MOUNT_DEV, 0);
-    // Before the host tree is detached: the kernel lets a user namespace mount proc only
-    // while a fully visible proc exists in its mount namespace.
+    // Before the old tree (the seed's or the host's) is detached: the kernel lets a user
+    // namespace mount proc only while a fully visible proc exists in its mount namespace.
     if (setup_proc(newroot, p->masks_fd) < 0) fail(rep, AHL_STAGE_MOUNT_PROC, 0);
     // The monitor's /dev holds its own device nodes, so it is not nodev (own_dev); one built
     // here is, and its nodes are binds of the host's.
@@ -838,7 +840,7 @@ static void setup_filesystem(const struct ahl_plan *p, int rep, const int *trees
     sys_close(newroot);
 
     // pivot_root(".", ".") stacks the old root on top of the new one; detaching it drops
-    // the whole host tree from this namespace.
+    // the whole old tree (the seed's copy, or the host's) from this namespace.
     if (sys_chdir("/tmp") < 0) fail(rep, AHL_STAGE_PIVOT_ROOT, 0);
     if (sys_pivot_root(".", ".") < 0) fail(rep, AHL_STAGE_PIVOT_ROOT, 0);
     if (sys_umount2(".", MNT_DETACH) < 0) fail(rep, AHL_STAGE_DETACH_OLD_ROOT, 0);

@@ -204,7 +204,9 @@ public enum SandboxExecution {
         let pool = options.networkNamespaces.map { p in
             p.failure.map { "; no network namespaces ahead of time: \($0)" } ?? "; \(p.counts.handedOut) network namespaces made ahead of time"
         } ?? ""
-        let trees = options.sharedTrees != nil ? "; /proc covers cloned from a shared tree" : "; \(SharedTrees.unavailableReason ?? "no shared trees")"
+        let trees = options.sharedTrees.map { t in
+            "; /proc covers cloned from a shared tree; " + (t.seed >= 0 ? "mount namespaces copied from a seed" : t.seedProblem ?? "no seed")
+        } ?? "; \(SharedTrees.unavailableReason ?? "no shared trees")"
         let parts = options.parts.map { p in
             let c = p.counts
             return "; \(c.devices) /dev trees and \(c.namespaces) user namespaces made ahead of time" + p.failures.map { " (\($0))" }.joined()

@@ -172,9 +172,11 @@ struct HeldSandboxTests {
         let deadline = Date().addingTimeInterval(3)
         while NamespaceRelease.releasedCount < before + 2 && Date() < deadline { usleep(5_000) }
         #expect(NamespaceRelease.releasedCount >= before + 2, "init's and the payload's mount namespaces")
-        // Nothing of the sandbox's stays open in the supervisor.
+        // Nothing of the sandbox's stays open in the supervisor (the seed mount namespace of
+        // shared trees another test installed is the supervisor's own, not a sandbox's).
         let own = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/ns/mnt")
-        let fds = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")
+        let seed = SharedTrees.installed.map { String($0.seed) }
+        let fds = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").filter { $0 != seed }
         let mountNamespaces = fds.compactMap { try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + $0) }
             .filter { $0.hasPrefix("mnt:") && $0 != own }
         #expect(mountNamespaces.isEmpty, "\(mountNamespaces)")

@@ -40,8 +40,9 @@ int ahl_spawn_exec(const struct ahl_plan *plan, int launcher_fd, struct ahl_chil
 /// (where it attaches the /proc covers) and /proc (a procfs of the initial pid namespace,
 /// nosuid, nodev, noexec, nothing on it: the kernel lets a user namespace mount a proc only
 /// where a fully visible one is present). Built once, on a thread of its own that unshares its
-/// mount namespace and pivots into the tmpfs; nothing ever enters it but for the moment it
-/// takes a monitor to copy it. 0 and a close-on-exec descriptor, or an errno value.
+/// mount namespace and pivots into the tmpfs. No sandbox process ever enters it: a monitor does,
+/// as host root before it runs anything of the sandbox, only to copy it; host root can, through
+/// the supervisor's descriptor. 0 and a close-on-exec descriptor, or an errno value.
 int ahl_build_seed(int *seed_fd);
 
 /// Receives one message; if it carries a file descriptor it is stored in *fd (else -1).

@@ -146,6 +146,7 @@ public enum SandboxRunner {
         log.debug("sandbox \(plan.sandboxID): network namespace \(netns >= 0 ? "made ahead of time by the supervisor" : "unshared by the monitor")")
         log.debug("sandbox \(plan.sandboxID): /dev \(dev >= 0 ? "made ahead of time by the supervisor" : "made by the monitor"); user namespace \(userns >= 0 ? "made ahead of time with its id maps" : "unshared by the monitor, id maps written by the supervisor")")
         log.debug("sandbox \(plan.sandboxID): /proc covers \(options.sharedTrees != nil ? "cloned from the supervisor's shared tree" : "built by the sandbox")")
+        log.debug("sandbox \(plan.sandboxID): mount namespace copied from \(storage.plan.seed_fd >= 0 ? "the supervisor's seed (two mounts)" : options.sharedTrees?.seedProblem.map { "the host's (\($0))" } ?? "the host's")")
         log.debug("sandbox \(plan.sandboxID): root \(template.map { "cloned from a template root holding \($0.entries) of its \(plan.mounts.count) mounts" } ?? "built by the sandbox")")
         if child.born_in_cgroup != 0 {
             log.debug("sandbox \(plan.sandboxID): monitor created inside \(cgroup.cloneTarget!.directory) by clone3(CLONE_INTO_CGROUP)")
