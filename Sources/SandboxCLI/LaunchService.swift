@@ -417,8 +417,9 @@ struct PeerConfinement {
     var identities: [UInt64]
     /// The CapEff, NoNewPrivs, Seccomp and Seccomp_filters lines of /proc/PID/status.
     var status: [String]
-    /// The process's cgroup v2 path and v1 `devices` path: where `CgroupFilters` apply.
-    var cgroups: [String?]
+    /// The process's cgroup v2 path (where `CgroupFilters` apply) and v1 `devices` path.
+    var v2Cgroup: String?
+    var devicesCgroup: String?
 
     static let namespaces = ["mnt", "net", "pid", "user", "ipc", "uts", "cgroup"]
     static let statusFields = ["CapEff:", "NoNewPrivs:", "Seccomp:", "Seccomp_filters:"]
@@ -440,7 +441,7 @@ struct PeerConfinement {
         let lines = String(decoding: bytes[..<n], as: UTF8.self).split(separator: "\n")
         let status = statusFields.map { field in lines.first { $0.hasPrefix(field) }.map(String.init) ?? "" }
         let cgroups = CgroupHost.memberships(of: pid)
-        return PeerConfinement(identities: identities, status: status, cgroups: [cgroups[""], cgroups["devices"]])
+        return PeerConfinement(identities: identities, status: status, v2Cgroup: cgroups[""], devicesCgroup: cgroups["devices"])
     }
 
     /// Whether process `pid`, confined as `client`, is confined as this one (the service's,
@@ -450,9 +451,10 @@ struct PeerConfinement {
     /// and, when its v2 cgroup is not the service's, the same BPF programs in effect there.
     func admits(_ client: PeerConfinement, pid: pid_t) -> Bool {
         guard client.identities == identities, client.status == status else { return false }
-        guard client.cgroups[1] == cgroups[1] || client.cgroups[1] == "/" else { return false }
-        if client.cgroups[0] == cgroups[0] { return true }
-        guard let theirs = CgroupFilters.of(String(pid)), let ours = CgroupFilters.of("self") else { return false }
+        guard client.devicesCgroup == devicesCgroup || client.devicesCgroup == "/" else { return false }
+        if client.v2Cgroup == v2Cgroup { return true }
+        let mounts = CgroupHost.mounts()
+        guard let theirs = CgroupFilters.of(client.v2Cgroup, in: mounts), let ours = CgroupFilters.of(v2Cgroup, in: mounts) else { return false }
         return theirs == ours
     }
 }
@@ -477,12 +479,12 @@ struct CgroupFilters: Equatable {
     static let attachTypes: [UInt32] = [0, 1, 2, 3, 6, 8, 9, 10, 11, 12, 13, 14, 15, 18, 19, 20, 21, 22,
                                         29, 30, 31, 32, 34, 43, 49, 50, 51, 52, 53]
 
-    /// The programs in effect for /proc/`pid`'s cgroup, or nil if they cannot be read: a
-    /// cgroup this mount namespace does not show, a query refused.
-    static func of(_ pid: String) -> CgroupFilters? {
+    /// The programs in effect for the v2 cgroup at `path` (none without one), or nil if they
+    /// cannot be read: a cgroup none of `mounts` shows, a query refused.
+    static func of(_ path: String?, in mounts: [CgroupHost.Mount]) -> CgroupFilters? {
         var programs: [UInt32: [UInt32]] = [:]
-        if let path = CgroupHost.memberships(of: pid)[""] {
-            guard let dir = CgroupHost.mounts().lazy.compactMap({ $0.type == "cgroup2" ? $0.directory(of: path) : nil }).first else { return nil }
+        if let path {
+            guard let dir = CgroupHost.directory(of: path, in: mounts) else { return nil }
             let fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
             guard fd >= 0 else { return nil }
             defer { close(fd) }

@@ -316,9 +316,8 @@ struct LaunchServiceTests {
         // Cgroups of the test's own, under its own, one per case: a v2 one, a v1 devices one.
         let own = CgroupHost.memberships()
         let mounts = CgroupHost.mounts()
-        let v2 = try #require(own[""].flatMap { p in mounts.lazy.compactMap { $0.type == "cgroup2" ? $0.directory(of: p) : nil }.first },
-                              "no cgroup v2 mount shows this process's cgroup")
-        let v1 = try #require(own["devices"].flatMap { p in mounts.lazy.compactMap { $0.type == "cgroup" && $0.options.contains("devices") ? $0.directory(of: p) : nil }.first },
+        let v2 = try #require(own[""].flatMap { CgroupHost.directory(of: $0, in: mounts) }, "no cgroup v2 mount shows this process's cgroup")
+        let v1 = try #require(own["devices"].flatMap { CgroupHost.directory(of: $0, controller: "devices", in: mounts) },
                               "no v1 devices hierarchy shows this process's cgroup")
         // The caller moves itself into the case's cgroups, sets up its filter there, and
         // runs the front: a sandbox that makes an inet socket and reads /dev/urandom.

@@ -114,6 +114,14 @@ public struct CgroupHost: Sendable {
         }
     }
 
+    /// The directory of the first of `mounts` that shows cgroup `path`: of the v2 hierarchy
+    /// (`controller` nil), or of the v1 hierarchy holding `controller`.
+    public static func directory(of path: String, controller: String? = nil, in mounts: [Mount]) -> String? {
+        mounts.lazy.compactMap { m in
+            (controller.map { m.type == "cgroup" && m.options.contains($0) } ?? (m.type == "cgroup2")) ? m.directory(of: path) : nil
+        }.first
+    }
+
     /// The cgroup filesystems in /proc/self/mountinfo, in its order.
     public static func mounts() -> [Mount] {
         var out: [Mount] = []

@@ -8,7 +8,7 @@ import Glibc
 /// for `benchmark-task` is 734 instructions: a binary tree with one compare per allowed
 /// number and a rule per argument form (the prctl and getsockopt complements alone are 64
 /// rules of two 32-bit compares). This one is 197, with the same answer
-/// for every input (test: SeccompCompilerTests.emitterMatchesLibseccomp runs both through a
+/// for every input (test: SeccompEmitterTests.emitterMatchesLibseccomp runs both through a
 /// BPF interpreter over every syscall number, both foreign ABIs and each conditional call's
 /// argument forms):
 /// - the architecture and the x32 bit first, as libseccomp does;
@@ -20,7 +20,7 @@ import Glibc
 /// for a policy whose search does not fit cBPF's 8-bit jumps (`emit` returns nil).
 enum FilterEmitter {
     /// One test of a syscall argument. The kernel passes each as 64 bits: two 32-bit words.
-    enum ArgCheck: Equatable {
+    enum ArgCheck {
         /// The low 32 bits are one of `values` (the kernel reads the argument as an int).
         case low(arg: Int, in: [UInt32])
         /// The low 32 bits are none of `values`.
@@ -230,7 +230,7 @@ enum FilterEmitter {
                     func target(_ w: Way, _ isTrue: Bool) -> Target {
                         switch w {
                         case .next: return .next
-                        case .pass: return end == out.count + 1 ? .next : .at(end)
+                        case .pass: return .at(end)
                         case .fail:
                             failing.append((out.count, isTrue))
                             return .next  // fixed below
