@@ -180,7 +180,7 @@ let package = Package(
         // Reads Sources/ and holds every target to docs/architecture.md's rules.
         .testTarget(name: "ArchitectureTests"),
         .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy", "PolicyStore", "SupervisorIO"]),
-        .testTarget(name: "SandboxTests", dependencies: ["Sandbox", "SandboxPolicy", "LaunchCode", "CSandboxLaunch", "CSandboxSpawn", "CSystemCalls", "TestSupport"]),
+        .testTarget(name: "SandboxTests", dependencies: ["Sandbox", "SandboxPolicy", "SupervisorIO", "LaunchCode", "CSandboxLaunch", "CSandboxSpawn", "CSystemCalls", "TestSupport"]),
         .testTarget(name: "BenchmarkTests", dependencies: ["Benchmark", "Sandbox", "SandboxPolicy", "TestSupport"],
                     exclude: ["Fixtures"]),
         .testTarget(name: "LedgerTests", dependencies: ["Ledger", "SupervisorIO", "TestSupport"]),

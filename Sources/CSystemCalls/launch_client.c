@@ -20,7 +20,7 @@
 
 extern char **environ;
 
-enum { body_limit = 2 << 20, header_size = 12, wire_version = 1 };
+enum { body_limit = 2 << 20, header_size = 12 };
 
 static void put32(unsigned char *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
@@ -85,7 +85,7 @@ static int send_request(int conn, int service_pid, const char *launch_code, int 
     int rc = -1;
     if (!bad) {
         memcpy(message, "AHLS", 4);
-        put32(message + 4, wire_version);
+        put32(message + 4, AHS_LAUNCH_WIRE_VERSION);
         put32(message + 8, (uint32_t)len);
         int fds[5] = { 0, 1, 2, cwd, proof };
         long sent = ahs_send_with_fds(conn, message, header_size + len, fds, 5);
@@ -131,8 +131,10 @@ int ahs_launch_via_service(const char *default_socket, const char *launch_code, 
         sigprocmask(SIG_SETMASK, &old, NULL);
         return -1;
     }
+    // 'D' (declined), or 'S' (the launch starts) and then 'X' and the status.
     unsigned char answer[5];
     size_t have = 0;
+    int started = 0;
     int received[8], count = 0;
     while (have < sizeof answer) {
         struct pollfd p[2] = { { conn, POLLIN, 0 }, { sfd, POLLIN, 0 } };
@@ -152,6 +154,12 @@ int ahs_launch_via_service(const char *default_socket, const char *launch_code, 
             ssize_t n = read(conn, answer + have, sizeof answer - have);
             if (n < 0 && errno == EINTR) continue;
             if (n <= 0) break;
+            if (!started && have == 0 && answer[0] == 'S') {
+                started = 1;
+                // 'X' may have come with it.
+                memmove(answer, answer + 1, (size_t)n - 1);
+                n--;
+            }
             have += (size_t)n;
         }
     }
@@ -162,8 +170,12 @@ int ahs_launch_via_service(const char *default_socket, const char *launch_code, 
         return status <= 255 ? (int)status : 125;
     }
     sigprocmask(SIG_SETMASK, &old, NULL);
-    if (have == sizeof answer && answer[0] == 'D') {
-        // Nothing ran: a signal that came meanwhile was meant to stop this command.
+    if (!started && ((have == sizeof answer && answer[0] == 'D') || have == 0)) {
+        // Nothing ran (declined, or the connection ended before the launch started: a service
+        // that could not start, or was stopped): a signal that came meanwhile was meant to stop
+        // this command.
+        if (have == 0)
+            fprintf(stderr, "autoharness: the launch service at %s closed the connection before launching; launching here\n", path);
         for (int i = 0; i < count; i++) raise(received[i]);
         return -1;
     }

@@ -23,6 +23,7 @@
 #include <gnu/libc-version.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <linux/bpf.h>
 
@@ -298,6 +299,36 @@ out:
     rmdir(tmp);
     if (fd < 0) errno = saved;
     return fd;
+}
+
+int ahs_unix_adopt_listener(int fd, int backlog, char *path, unsigned long capacity) {
+    int value = 0;
+    socklen_t len = sizeof value;
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &value, &len) < 0) return -1;
+    if (value != AF_UNIX) { errno = EAFNOSUPPORT; return -1; }
+    len = sizeof value;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &value, &len) < 0) return -1;
+    if (value != SOCK_STREAM) { errno = ESOCKTNOSUPPORT; return -1; }
+    len = sizeof value;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &value, &len) < 0) return -1;
+    if (!value) { errno = EINVAL; return -1; }
+    struct sockaddr_un a;
+    socklen_t alen = sizeof a;
+    memset(&a, 0, sizeof a);
+    if (getsockname(fd, (struct sockaddr *)&a, &alen) < 0) return -1;
+    // An abstract address (a leading NUL) or none: no file whose owner and mode say who may
+    // connect.
+    size_t n = alen > offsetof(struct sockaddr_un, sun_path) ? alen - offsetof(struct sockaddr_un, sun_path) : 0;
+    if (n == 0 || a.sun_path[0] != '/') { errno = EADDRNOTAVAIL; return -1; }
+    size_t plen = strnlen(a.sun_path, n);
+    if (plen + 1 > capacity) { errno = ENAMETOOLONG; return -1; }
+    memcpy(path, a.sun_path, plen);
+    path[plen] = 0;
+    int flags = fcntl(fd, F_GETFD);
+    if (flags < 0 || fcntl(fd, F_SETFD, flags | FD_CLOEXEC) < 0) return -1;
+    flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) return -1;
+    return listen(fd, backlog);
 }
 
 int ahs_unix_connect(const char *path) {

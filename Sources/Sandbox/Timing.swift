@@ -1,4 +1,5 @@
 import Glibc
+import SupervisorIO
 
 /// Phase timings for `AUTOHARNESS_TIMING=1` (stderr), used by scripts/bench-sandbox to show
 /// where a launch spends its time. A no-op unless the variable is set.

@@ -24,8 +24,11 @@ import SupervisorIO
 ///   (`SandboxExecution.launchCode`), its umask (octal), the number of arguments, the
 ///   arguments after `sandbox exec`, then the client's environment.
 /// - client to service, afterwards: one byte per signal the client received (its number).
-/// - service to client: 'D' (declined: nothing ran, the client launches itself) or 'X' with the
-///   exit status, as a u32 little-endian, then the end of the connection.
+/// - service to client: 'D' (declined: nothing ran, the client launches itself), or 'S' just
+///   before the launch starts and then 'X' with the exit status, as a u32 little-endian; then
+///   the end of the connection. A connection that ends before 'S' ran nothing (a service that
+///   failed to start, or was killed while reading): the client launches itself. One that ends
+///   after 'S' without 'X' took the sandbox with it: the client reports that (status 125).
 ///
 /// Only root clients are served, and a client uses only a root service (SO_PEERCRED on both
 /// ends): a sandboxed process, root in its user namespace, is another user on the host. A root
@@ -39,13 +42,14 @@ public enum LaunchService {
     public static let defaultSocket = AHS_LAUNCH_SERVICE_SOCKET
 
     static let magic: [UInt8] = Array("AHLS".utf8)
-    static let version: UInt32 = 1
+    static let version = UInt32(AHS_LAUNCH_WIRE_VERSION)
     static let headerSize = 12
     /// The body's limit: the kernel's own for a command line and its environment.
     static let bodyLimit = 2 << 20
     /// stdin, stdout, stderr, the working directory, the service's working directory.
     static let descriptorCount = 5
     static let declined = UInt8(ascii: "D")
+    static let launching = UInt8(ascii: "S")
     static let exited = UInt8(ascii: "X")
 
     /// Environment variables that steer this program itself (where policies, caches and the
@@ -89,6 +93,14 @@ public final class LaunchServer: @unchecked Sendable {
     public let path: String
     private let listener: Int32
     private let socketIdentity: (dev: UInt64, ino: UInt64)
+    /// The socket was passed down by systemd (socket activation), which keeps it: the service
+    /// neither removes it nor shuts it down when it stops, and what is queued on it when the
+    /// service ends is the next instance's to serve. Its workers wait in poll(2) on it and on
+    /// `wake` (readable once the service stops), and accept without blocking.
+    public let activated: Bool
+    private var wake: (read: Int32, write: Int32) = (-1, -1)
+    /// When the last connection was accepted or ended (monotonic seconds): `--idle-exit`.
+    private var lastActivity = monotonicNow()
     private let prepare: Prepare
     private let ownEnvironment: [String: String]
     /// The service's own namespaces, root, capabilities and filters: a client's must match.
@@ -113,7 +125,7 @@ public final class LaunchServer: @unchecked Sendable {
     /// Listens at `path`: its directory made if missing (0755) and refused if anyone but root
     /// could write it or any directory above it (a sticky one aside), and a socket left by a
     /// service that ended replaced; a service answering there already is an error.
-    public init(path requested: String, prepare: @escaping Prepare) throws(Failure) {
+    public convenience init(path requested: String, prepare: @escaping Prepare) throws(Failure) {
         guard geteuid() == 0 else { throw Failure(description: "sandbox serve needs root, as every sandbox launch does") }
         let asked = POSIX.split(requested)
         // Nothing is made under a directory that fails the check below.
@@ -140,12 +152,80 @@ public final class LaunchServer: @unchecked Sendable {
             }
             unlink(path)
         }
-        let fd = ahs_unix_listen(dir, asked.name, 0o600, 64)
+        let fd = ahs_unix_listen(dir, asked.name, 0o600, Self.backlog)
         guard fd >= 0 else { throw Failure(description: "\(path): cannot listen: \(String(cString: strerror(errno)))") }
         guard lstat(path, &st) == 0 else { throw Failure(description: "\(path): gone after bind: \(String(cString: strerror(errno)))") }
+        try self.init(listener: fd, path: path, identity: (UInt64(st.st_dev), UInt64(st.st_ino)), activated: false, prepare: prepare)
+    }
+
+    /// Serves on `fd`, a listening socket systemd passed down (`LISTEN_FDS`; see
+    /// `Self.passedSocket`). It is held to what the service asks of a socket it makes: a Unix
+    /// stream socket bound to a path, the socket root's and writable by root alone (no one else
+    /// may connect), in a directory root's and writable by no one else, as is every directory
+    /// above it unless sticky. `expected`: the path it must be bound to (`--socket`), if given.
+    /// The service listens on it again, so that clients' SO_PEERCRED names the service, not
+    /// systemd: the front proves it may inspect the service through `/proc/PID/cwd` of that
+    /// pid (see the wire above).
+    public convenience init(passed fd: Int32, expected: String?, prepare: @escaping Prepare) throws(Failure) {
+        guard geteuid() == 0 else { throw Failure(description: "sandbox serve needs root, as every sandbox launch does") }
+        var buffer = [CChar](repeating: 0, count: 4096)
+        guard ahs_unix_adopt_listener(fd, Self.backlog, &buffer, UInt(buffer.count)) == 0 else {
+            throw Failure(description: "the socket passed down (descriptor \(fd), LISTEN_FDS) is not usable: \(Self.adoptionProblem(errno))")
+        }
+        let path = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        if let expected, PolicySearch.canonical(POSIX.split(expected).directory).map({ $0 + "/" + POSIX.split(expected).name }) != path {
+            throw Failure(description: "the socket passed down is bound to \(path), not to --socket \(expected)")
+        }
+        var st = stat()
+        guard lstat(path, &st) == 0 else { throw Failure(description: "\(path): the socket passed down has no file there: \(String(cString: strerror(errno)))") }
+        // connect(2) needs write permission on the socket's file.
+        guard st.st_mode & S_IFMT == S_IFSOCK, st.st_uid == 0, st.st_mode & 0o022 == 0 else {
+            throw Failure(description: "\(path): owned by uid \(st.st_uid), mode \(String(st.st_mode & 0o7777, radix: 8)); the socket must be root's and writable by root alone (SocketMode=0600), or others could connect")
+        }
+        if let unsafe = Self.writableByOthers(POSIX.split(path).directory) { throw Failure(description: unsafe + Self.replaceable) }
+        try self.init(listener: fd, path: path, identity: (UInt64(st.st_dev), UInt64(st.st_ino)), activated: true, prepare: prepare)
+    }
+
+    static func adoptionProblem(_ e: Int32) -> String {
+        switch e {
+        case ENOTSOCK: return "not a socket"
+        case EAFNOSUPPORT: return "not a Unix socket"
+        case ESOCKTNOSUPPORT: return "not a stream socket (ListenStream=)"
+        case EINVAL: return "not listening"
+        case EADDRNOTAVAIL: return "not bound to a path (an abstract or unnamed socket has no owner and mode to check)"
+        default: return String(cString: strerror(e))
+        }
+    }
+
+    /// The socket systemd passed down for this process (`sd_listen_fds(3)`'s protocol:
+    /// `LISTEN_PID` is this process, `LISTEN_FDS` counts descriptors from 3), or nil when there
+    /// is none. The variables are removed, so nothing started from here sees them. More than
+    /// one socket is an error: the service listens at one.
+    public static func passedSocket() throws(Failure) -> Int32? {
+        defer { for name in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] { unsetenv(name) } }
+        guard let pid = getenv("LISTEN_PID").flatMap({ pid_t(String(cString: $0)) }), pid == getpid(),
+              let text = getenv("LISTEN_FDS").map({ String(cString: $0) }) else { return nil }
+        guard let count = Int(text), count >= 1 else { throw Failure(description: "LISTEN_FDS=\(text): expected one socket") }
+        guard count == 1 else { throw Failure(description: "LISTEN_FDS=\(text): systemd passed \(count) sockets; the service listens at one (one ListenStream= in the socket unit)") }
+        return 3
+    }
+
+    static let backlog: Int32 = 64
+
+    private init(listener fd: Int32, path: String, identity: (dev: UInt64, ino: UInt64), activated: Bool,
+                 prepare: @escaping Prepare) throws(Failure) {
         self.path = path
         listener = fd
-        socketIdentity = (UInt64(st.st_dev), UInt64(st.st_ino))
+        socketIdentity = identity
+        self.activated = activated
+        if activated {
+            var p: [Int32] = [0, 0]
+            guard pipe(&p) == 0 else { throw Failure(description: "pipe: \(String(cString: strerror(errno)))") }
+            // The service starts no process of its own but the launcher, which closes what it
+            // was not given; close-on-exec all the same.
+            for fd in p { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+            wake = (p[0], p[1])
+        }
         self.prepare = prepare
         ownEnvironment = hostEnvironment().filter { LaunchService.steering($0.key) }
         own = PeerConfinement.of("self")
@@ -187,21 +267,64 @@ public final class LaunchServer: @unchecked Sendable {
     /// Serves until a byte arrives on `stop` (a `ProcessSignals` channel): then stops
     /// listening, removes the socket, kills the sandboxes under way, waits for them to be
     /// cleaned up, and returns what it did.
-    public func serve(stop: Int32) -> (served: Int, declined: Int, refused: Int) {
+    ///
+    /// `idleExit`: seconds without a connection (and none under way) after which the service
+    /// stops by itself. Under socket activation systemd starts it again at the next client.
+    public func serve(stop: Int32, idleExit: Double? = nil) -> (served: Int, declined: Int, refused: Int, idle: Bool) {
         spawnWorker()
         var p = pollfd(fd: stop, events: Int16(POLLIN), revents: 0)
-        while poll(&p, 1, -1) < 0 && errno == EINTR {}
-        var st = stat()
-        if lstat(path, &st) == 0, UInt64(st.st_dev) == socketIdentity.dev, UInt64(st.st_ino) == socketIdentity.ino { unlink(path) }
+        var idled = false
+        while true {
+            var timeout: Int32 = -1
+            if let idleExit {
+                let left = locked { busy > 0 ? idleExit : lastActivity + idleExit - monotonicNow() }
+                if left <= 0 {
+                    idled = true
+                    break
+                }
+                timeout = Int32(min(left * 1000 + 1, 60_000))
+            }
+            let n = poll(&p, 1, timeout)
+            if n > 0 || (n < 0 && errno != EINTR) { break }
+        }
         locked { stopping = true }
-        // Every worker in accept(2) takes what is queued (declined: 'D', the client launches
-        // itself), then gets EINVAL and ends. The descriptor stays open: a number closed under
-        // a thread in accept could be another file's by then.
-        shutdown(listener, Int32(SHUT_RDWR))
+        if activated {
+            // systemd's socket, not ours: left listening, with whatever is queued on it for the
+            // next instance. The workers see `wake` readable and end.
+            var b: UInt8 = 1
+            _ = write(wake.write, &b, 1)
+        } else {
+            var st = stat()
+            if lstat(path, &st) == 0, UInt64(st.st_dev) == socketIdentity.dev, UInt64(st.st_ino) == socketIdentity.ino { unlink(path) }
+            // Every worker in accept(2) takes what is queued (declined: 'D', the client launches
+            // itself), then gets EINVAL and ends. The descriptor stays open: a number closed under
+            // a thread in accept could be another file's by then.
+            shutdown(listener, Int32(SHUT_RDWR))
+        }
         return locked {
             for signals in active.values { signals.kill() }
             while busy > 0 || waiting > 0 { pthread_cond_wait(&idle, &lock) }
-            return counts
+            return (counts.served, counts.declined, counts.refused, idled)
+        }
+    }
+
+    /// The next client, or -1 with errno (EINVAL once the service stops). A passed-down
+    /// socket is not shut down at the end (it is systemd's): its workers wait in poll(2) for
+    /// it or for `wake`, and accept without blocking, since another worker may take the client.
+    private func nextConnection() -> Int32 {
+        guard activated else { return UnixSocket.accept(listener) }
+        while true {
+            var fds = [pollfd(fd: listener, events: Int16(POLLIN), revents: 0), pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0)]
+            if poll(&fds, 2, -1) < 0 {
+                if errno == EINTR { continue }
+                return -1
+            }
+            if fds[1].revents != 0 {
+                errno = EINVAL
+                return -1
+            }
+            let conn = UnixSocket.accept(listener)
+            if conn >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK) { return conn }
         }
     }
 
@@ -227,7 +350,7 @@ public final class LaunchServer: @unchecked Sendable {
         let ownDirectory = ahs_unshare_fs() == 0 && fchdir(home) == 0
         if ownDirectory { umask(homeMask) }
         while true {
-            let conn = UnixSocket.accept(listener)
+            let conn = nextConnection()
             if conn < 0 {
                 // The service stopped (EINVAL after the shutdown); anything else (out of
                 // descriptors or memory) passes: the thread never leaves while the service runs.
@@ -238,6 +361,7 @@ public final class LaunchServer: @unchecked Sendable {
             let another = locked {
                 waiting -= 1
                 busy += 1
+                lastActivity = monotonicNow()
                 return waiting == 0
             }
             if another { spawnWorker() }
@@ -273,6 +397,7 @@ public final class LaunchServer: @unchecked Sendable {
             close(conn)
             locked {
                 busy -= 1
+                lastActivity = monotonicNow()
                 if busy == 0 { pthread_cond_broadcast(&idle) }
             }
         }
@@ -313,6 +438,12 @@ public final class LaunchServer: @unchecked Sendable {
         }
         if prepared.request.debug {
             printErr("autoharness[debug]: sandbox exec by the launch service at \(path) (pid \(getpid()))", to: request.fds[2])
+        }
+        // From here on the client knows a sandbox may run: an end of the connection no longer
+        // means "launch it yourself".
+        guard LaunchService.sendAll(conn, [LaunchService.launching]) else {
+            locked { active[conn] = nil }
+            return decline()
         }
         let io = SandboxExecution.LaunchIO(stdio: (request.fds[0], request.fds[1], request.fds[2]), errors: request.fds[2], signals: signals)
         let status = SandboxExecution.launch(prepared, io: io)

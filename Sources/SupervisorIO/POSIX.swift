@@ -105,3 +105,11 @@ public enum POSIX {
         return (dir.isEmpty ? "/" : dir, String(path[path.index(after: slash)...]))
     }
 }
+
+/// CLOCK_MONOTONIC in seconds: deadlines and intervals that a change of the wall clock must
+/// not move.
+public func monotonicNow() -> Double {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+}

@@ -143,27 +143,53 @@ struct SandboxServe: ParsableCommand {
             looks at $AUTOHARNESS_LAUNCH_SERVICE when set (a socket path, or `off`). SIGINT or \
             SIGTERM stop the service: launches under way are killed and cleaned up first.
 
+            Socket activation: started by systemd with a socket passed down (LISTEN_FDS; \
+            templates/systemd, `scripts/install --service`), the service serves on that socket \
+            instead of making one. It must be a Unix stream socket bound to a path, root's with \
+            mode 0600, in a directory as above. systemd keeps it: a service that stops leaves it \
+            listening, and systemd starts the service again at the next client.
+
             Examples:
               autoharness sandbox serve &
               autoharness sandbox serve --socket /srv/ah/launch.sock &
               AUTOHARNESS_LAUNCH_SERVICE=/srv/ah/launch.sock autoharness sandbox exec -- id -u
+              autoharness sandbox serve --idle-exit 600      # as the systemd unit runs it
             """
     )
 
-    @Option(name: .long, help: "The socket to listen at.")
-    var socket: String = LaunchService.defaultSocket
+    @Option(name: .long, help: "The socket to listen at (default \(LaunchService.defaultSocket)); with a socket passed down by systemd, the path it must be bound to.")
+    var socket: String?
+
+    @Option(name: .customLong("idle-exit"), help: ArgumentHelp("Stop after this long with no launch under way and no new client (600, 10m, 1h).", valueName: "duration"))
+    var idleExitText: String?
+
+    var idleExit: Double? { idleExitText.flatMap(DurationString.parse) }
+
+    func validate() throws {
+        if let idleExitText, !(idleExit.map { $0 > 0 } ?? false) {
+            throw ExperimentError(.usage, "sandbox serve: --idle-exit \(idleExitText): expected a duration above 0 (seconds, or with s, m or h)")
+        }
+    }
 
     func run() throws {
         let stop = ProcessSignals.channel([SIGINT, SIGTERM, SIGHUP])
         let server: LaunchServer
+        // Any failure declines: the front then reports it as a one-shot launch does.
+        let prepare: LaunchServer.Prepare = { request, environment in try? SandboxExec.prepare(request, environment: environment) }
         do {
-            // Any failure declines: the front then reports it as a one-shot launch does.
-            server = try LaunchServer(path: socket) { request, environment in try? SandboxExec.prepare(request, environment: environment) }
+            if let passed = try LaunchServer.passedSocket() {
+                server = try LaunchServer(passed: passed, expected: socket, prepare: prepare)
+            } else {
+                server = try LaunchServer(path: socket ?? LaunchService.defaultSocket, prepare: prepare)
+            }
         } catch {
             throw ExperimentError(.usage, "sandbox serve: \(error.description)")
         }
-        printErr("autoharness: serving sandbox exec at \(server.path) (pid \(getpid())); SIGINT or SIGTERM stops")
-        let done = server.serve(stop: stop)
-        printErr("autoharness: stopped serving at \(server.path): \(done.served) launches served, \(done.declined) declined, \(done.refused) connections refused")
+        let origin = server.activated ? " (a socket passed down by systemd)" : ""
+        let idle = idleExit.map { "; stops after \(DurationString.format($0)) without a launch" } ?? ""
+        printErr("autoharness: serving sandbox exec at \(server.path)\(origin) (pid \(getpid())); SIGINT or SIGTERM stops\(idle)")
+        let done = server.serve(stop: stop, idleExit: idleExit)
+        let why = done.idle ? " (idle for \(DurationString.format(idleExit ?? 0)))" : ""
+        printErr("autoharness: stopped serving at \(server.path)\(why): \(done.served) launches served, \(done.declined) declined, \(done.refused) connections refused")
     }
 }

@@ -1,3 +1,4 @@
+import CSystemCalls
 import Foundation
 import LaunchCode
 import Sandbox
@@ -237,7 +238,7 @@ struct LaunchServiceTests {
             args = ["--rw", host + ":/host", "--", "/bin/sh", "-c", "echo owned > /host/marker"]
             strings = [code, "22", str(len(args))] + args + env
             body = b"".join(x.encode() + b"\\0" for x in strings)
-            msg = b"AHLS" + (1).to_bytes(4, "little") + len(body).to_bytes(4, "little") + body
+            msg = b"AHLS" + (\(AHS_LAUNCH_WIRE_VERSION)).to_bytes(4, "little") + len(body).to_bytes(4, "little") + body
             cwd = os.open("/", os.O_PATH)
             try:
                 s.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2, cwd]))])
@@ -289,7 +290,7 @@ struct LaunchServiceTests {
             env = ["%s=%s" % kv for kv in os.environ.items()]
             strings = [code, "22", str(len(args))] + args + env
             body = b"".join(x.encode() + b"\\0" for x in strings)
-            msg = b"AHLS" + (1).to_bytes(4, "little") + len(body).to_bytes(4, "little") + body
+            msg = b"AHLS" + (\(AHS_LAUNCH_WIRE_VERSION)).to_bytes(4, "little") + len(body).to_bytes(4, "little") + body
             fds = [0, 1, 2, os.open(".", os.O_PATH), os.open("/proc/self/ns/mnt", os.O_RDONLY)]
             s.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
             print("answer", s.recv(5), flush=True)

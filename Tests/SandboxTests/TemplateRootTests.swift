@@ -2,6 +2,7 @@ import CSandboxLaunch
 import Foundation
 @testable import Sandbox
 import SandboxPolicy
+import SupervisorIO
 import Testing
 import TestSupport
 

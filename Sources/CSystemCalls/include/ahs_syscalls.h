@@ -61,6 +61,14 @@ int ahs_seccomp_sync_wakeup(int listener);
 /// replaced). `dir` must be one no one else may write: the socket is bound in a private
 /// directory made in it and renamed into place.
 int ahs_unix_listen(const char *dir, const char *name, unsigned mode, int backlog);
+/// Takes over `fd`, a listening socket another process made and passed down (systemd's socket
+/// activation): checks that it is a listening Unix stream socket bound to a path, and writes
+/// that path (NUL-terminated) to `path`. Then listens on it again (`backlog`), which makes this
+/// process the one a client's SO_PEERCRED names: the kernel records the listener's credentials
+/// at listen(2) and copies them to each connection. Also makes `fd` close-on-exec and
+/// non-blocking. 0, or -1 with errno (ENOTSOCK, EAFNOSUPPORT: not a Unix socket, ESOCKTNOSUPPORT:
+/// not a stream, EINVAL: not listening, EADDRNOTAVAIL: not bound to a path, ENAMETOOLONG).
+int ahs_unix_adopt_listener(int fd, int backlog, char *path, unsigned long capacity);
 /// A Unix stream socket (close-on-exec) connected to `path`, or -1 with errno.
 int ahs_unix_connect(const char *path);
 /// sendmsg(sock) of `len` bytes with `nfds` descriptors attached (SCM_RIGHTS), MSG_NOSIGNAL:
@@ -87,6 +95,9 @@ int ahs_cgroup_bpf_effective(int cgroup_fd, unsigned attach_type, unsigned *ids,
 
 /// Where `autoharness sandbox serve` listens unless told otherwise, and the front looks.
 #define AHS_LAUNCH_SERVICE_SOCKET "/run/autoharness/launch.sock"
+/// The launch service's wire version (Sources/SandboxCLI/LaunchService.swift): the client and the
+/// service are one build, so a version mismatch is a front of another build, and declined.
+#define AHS_LAUNCH_WIRE_VERSION 2
 /// The front's client of the launch service (`autoharness sandbox serve`; launch_client.c):
 /// hands `sandbox exec ARGS...` (argv[0..argc), the words after `exec`) to the service at
 /// $AUTOHARNESS_LAUNCH_SERVICE (`off` or empty: none), else at `default_socket`, and waits for

@@ -1,5 +1,6 @@
 import CSandboxLaunch
 import Glibc
+import SupervisorIO
 
 /// Freezes and thaws a running sandbox from another thread (e.g. the coding agent while a
 /// gate's held-out tasks run, so nothing it does can overlap them).

@@ -2,6 +2,7 @@ import CSandboxLaunch
 import CSandboxSpawn
 import Glibc
 import PolicyModel
+import SupervisorIO
 
 /// Parts of a sandbox made ahead of time, each for exactly one sandbox: its /dev and its user
 /// namespace. As with `NetworkNamespacePool`, a long-lived supervisor makes them on a thread of

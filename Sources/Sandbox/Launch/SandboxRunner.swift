@@ -250,9 +250,3 @@ public final class HeldSandbox: @unchecked Sendable {
 
     deinit { discard() }
 }
-
-func monotonicNow() -> Double {
-    var ts = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
-}

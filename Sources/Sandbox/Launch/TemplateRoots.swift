@@ -1,6 +1,7 @@
 import CSandboxLaunch
 import Glibc
 import PolicyModel
+import SupervisorIO
 
 /// Which of a plan's mounts a template root holds (`SharedTrees.template(for:in:)`).
 ///

@@ -1,5 +1,6 @@
 import CSystemCalls
 import Glibc
+import SupervisorIO
 
 /// The HTTP CONNECT proxy of a `network: proxy` sandbox.
 ///

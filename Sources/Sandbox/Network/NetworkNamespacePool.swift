@@ -1,5 +1,6 @@
 import CSystemCalls
 import Glibc
+import SupervisorIO
 
 /// Network namespaces made ahead of time, each handed to exactly one sandbox.
 ///
