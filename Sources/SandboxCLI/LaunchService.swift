@@ -277,7 +277,13 @@ public final class LaunchServer: @unchecked Sendable {
         while true {
             var timeout: Int32 = -1
             if let idleExit {
-                let left = locked { busy > 0 ? idleExit : lastActivity + idleExit - monotonicNow() }
+                // Decided and marked under one lock: a client accepted after this is declined
+                // (admit), never started and then killed by the stop.
+                let left = locked {
+                    let left = busy > 0 ? idleExit : lastActivity + idleExit - monotonicNow()
+                    if left <= 0 { stopping = true }
+                    return left
+                }
                 if left <= 0 {
                     idled = true
                     break

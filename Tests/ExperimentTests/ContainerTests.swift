@@ -13,7 +13,7 @@ struct RunAloneContainerTests {
     /// What `scripts/build-images --print` names: the staging directory whose binaries are
     /// in the images, the two images, and the flags this host needs for `podman run`.
     struct Images {
-        var stage = "", supervisor = "", worker = ""
+        var stage = "", supervisor = "", worker = "", systemd = ""
         var flags: [String] = []
         /// The supervisor binary baked into both images, run from the staging directory.
         var autoharness: String { stage + "/usr/local/bin/autoharness" }
@@ -29,6 +29,7 @@ struct RunAloneContainerTests {
                 case "stage": i.stage = parts[1]
                 case "supervisor": i.supervisor = parts[1]
                 case "worker": i.worker = parts[1]
+                case "systemd": i.systemd = parts[1]
                 case "flags": i.flags = parts[1].split(separator: " ").map(String.init)
                 default: break
                 }
