@@ -23,6 +23,11 @@
 #include <gnu/libc-version.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/sysmacros.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <linux/sock_diag.h>
+#include <linux/unix_diag.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <linux/bpf.h>
@@ -316,6 +321,9 @@ int ahs_unix_adopt_listener(int fd, int backlog, char *path, unsigned long capac
     socklen_t alen = sizeof a;
     memset(&a, 0, sizeof a);
     if (getsockname(fd, (struct sockaddr *)&a, &alen) < 0) return -1;
+    // A name that filled sun_path has no NUL, and the kernel says so by a length past the
+    // structure: such a path (and anything longer) is refused, never read past its end.
+    if (alen >= sizeof a) { errno = ENAMETOOLONG; return -1; }
     // An abstract address (a leading NUL) or none: no file whose owner and mode say who may
     // connect.
     size_t n = alen > offsetof(struct sockaddr_un, sun_path) ? alen - offsetof(struct sockaddr_un, sun_path) : 0;
@@ -329,6 +337,62 @@ int ahs_unix_adopt_listener(int fd, int backlog, char *path, unsigned long capac
     flags = fcntl(fd, F_GETFL);
     if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) return -1;
     return listen(fd, backlog);
+}
+
+int ahs_unix_bound_file(int fd, unsigned long long *dev, unsigned *ino) {
+    struct stat st;
+    if (fstat(fd, &st) < 0) return -1;
+    int nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+    if (nl < 0) return -1;
+    struct {
+        struct nlmsghdr h;
+        struct unix_diag_req r;
+    } req;
+    memset(&req, 0, sizeof req);
+    req.h.nlmsg_len = sizeof req;
+    req.h.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+    req.h.nlmsg_flags = NLM_F_REQUEST;
+    req.r.sdiag_family = AF_UNIX;
+    req.r.udiag_states = ~0U;
+    req.r.udiag_ino = (unsigned)st.st_ino;
+    req.r.udiag_show = UDIAG_SHOW_VFS;
+    req.r.udiag_cookie[0] = req.r.udiag_cookie[1] = ~0U;  // no cookie: look up by inode
+    struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
+    if (sendto(nl, &req, sizeof req, 0, (struct sockaddr *)&kernel, sizeof kernel) < 0) {
+        int saved = errno;
+        close(nl);
+        errno = saved;
+        return -1;
+    }
+    long buf[1024];
+    ssize_t len = recv(nl, buf, sizeof buf, 0);
+    int saved = errno;
+    close(nl);
+    if (len < 0) { errno = saved; return -1; }
+    for (struct nlmsghdr *h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)len); h = NLMSG_NEXT(h, len)) {
+        if (h->nlmsg_type == NLMSG_ERROR) {
+            struct nlmsgerr *e = NLMSG_DATA(h);
+            errno = e->error ? -e->error : ENOENT;
+            return -1;
+        }
+        if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY) continue;
+        struct unix_diag_msg *m = NLMSG_DATA(h);
+        if (m->udiag_ino != (unsigned)st.st_ino) continue;
+        int attrs = (int)(h->nlmsg_len - NLMSG_LENGTH(sizeof *m));
+        for (struct rtattr *at = (struct rtattr *)(m + 1); RTA_OK(at, attrs); at = RTA_NEXT(at, attrs)) {
+            if (at->rta_type != UNIX_DIAG_VFS || RTA_PAYLOAD(at) < sizeof(struct unix_diag_vfs)) continue;
+            struct unix_diag_vfs *v = RTA_DATA(at);
+            // The kernel's own dev_t (20 bits of minor), as stat(2) encodes it.
+            *dev = makedev(v->udiag_vfs_dev >> 20, v->udiag_vfs_dev & 0xfffff);
+            *ino = v->udiag_vfs_ino;
+            return 0;
+        }
+        // Bound to no file (abstract, or not bound).
+        errno = EADDRNOTAVAIL;
+        return -1;
+    }
+    errno = ENOENT;
+    return -1;
 }
 
 int ahs_unix_connect(const char *path) {

@@ -169,7 +169,7 @@ public final class LaunchServer: @unchecked Sendable {
     public convenience init(passed fd: Int32, expected: String?, prepare: @escaping Prepare) throws(Failure) {
         guard geteuid() == 0 else { throw Failure(description: "sandbox serve needs root, as every sandbox launch does") }
         var buffer = [CChar](repeating: 0, count: 4096)
-        guard ahs_unix_adopt_listener(fd, Self.backlog, &buffer, UInt(buffer.count)) == 0 else {
+        guard ahs_unix_adopt_listener(fd, Self.passedBacklog, &buffer, UInt(buffer.count)) == 0 else {
             throw Failure(description: "the socket passed down (descriptor \(fd), LISTEN_FDS) is not usable: \(Self.adoptionProblem(errno))")
         }
         let path = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
@@ -178,6 +178,17 @@ public final class LaunchServer: @unchecked Sendable {
         }
         var st = stat()
         guard lstat(path, &st) == 0 else { throw Failure(description: "\(path): the socket passed down has no file there: \(String(cString: strerror(errno)))") }
+        // The file at that path must be the one this socket is bound to: a socket file renamed
+        // away (into a directory others may reach) or unlinked, with another file made at its
+        // old path, would pass the checks below on a file clients never use.
+        var boundDevice: UInt64 = 0
+        var boundInode: UInt32 = 0
+        guard ahs_unix_bound_file(fd, &boundDevice, &boundInode) == 0 else {
+            throw Failure(description: "\(path): cannot tell which file the socket passed down is bound to (sock_diag): \(String(cString: strerror(errno)))")
+        }
+        guard UInt64(st.st_dev) == boundDevice, UInt32(truncatingIfNeeded: st.st_ino) == boundInode else {
+            throw Failure(description: "\(path): not the file the socket passed down is bound to (it was renamed or removed, and this is another)")
+        }
         // connect(2) needs write permission on the socket's file.
         guard st.st_mode & S_IFMT == S_IFSOCK, st.st_uid == 0, st.st_mode & 0o022 == 0 else {
             throw Failure(description: "\(path): owned by uid \(st.st_uid), mode \(String(st.st_mode & 0o7777, radix: 8)); the socket must be root's and writable by root alone (SocketMode=0600), or others could connect")
@@ -211,6 +222,10 @@ public final class LaunchServer: @unchecked Sendable {
     }
 
     static let backlog: Int32 = 64
+    /// Listening again sets the backlog of systemd's socket for good: as large as the kernel
+    /// allows (systemd's own default, Backlog=SOMAXCONN), so clients queued while no service
+    /// runs are not held in connect(2) at 64.
+    static let passedBacklog: Int32 = 4096
 
     private init(listener fd: Int32, path: String, identity: (dev: UInt64, ino: UInt64), activated: Bool,
                  prepare: @escaping Prepare) throws(Failure) {

@@ -171,10 +171,27 @@ struct LaunchServiceActivationTests {
                 s.listen()
             else:
                 s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM if kind == "datagram" else socket.SOCK_STREAM)
-                s.bind(path)
+                if kind == "long":
+                    # 108 bytes and no NUL: python's bind refuses that, the kernel does not.
+                    import ctypes
+                    addr = socket.AF_UNIX.to_bytes(2, "little") + path.encode()
+                    if ctypes.CDLL(None, use_errno=True).bind(s.fileno(), addr, len(addr)) != 0:
+                        sys.exit("bind: errno %d" % ctypes.get_errno())
+                else:
+                    s.bind(path)
                 os.chmod(path, mode)
-                if kind in ("stream", "two"):
+                if kind in ("stream", "two", "renamed", "replaced", "long"):
                     s.listen()
+                if kind in ("renamed", "replaced"):
+                    # The socket's file moved away (or removed), and a decoy, root's and 0600,
+                    # made at its old path.
+                    if kind == "renamed":
+                        os.rename(path, path + ".moved")
+                    else:
+                        os.unlink(path)
+                    decoy = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    decoy.bind(path)
+                    os.chmod(path, 0o600)
             # dup2 onto itself (the socket may be descriptor 3 already) keeps close-on-exec.
             if s.fileno() != 3:
                 os.dup2(s.fileno(), 3)
@@ -214,12 +231,18 @@ struct LaunchServiceActivationTests {
             ("datagram", 0o600, "not a stream socket"),
             ("bound", 0o600, "not listening"),
             ("two", 0o600, "LISTEN_FDS=2"),
+            ("renamed", 0o600, "not the file the socket passed down is bound to"),
+            ("replaced", 0o600, "not the file the socket passed down is bound to"),
         ]
         for c in cases {
             let r = try Self.serveOnPassed(c.kind, path: next(), mode: c.mode, environment: env)
             #expect(r.status != 0 && r.stderr.contains(c.expected), "\(c.kind) \(String(c.mode, radix: 8)): \(r.status) \(r.stderr)")
             #expect(!r.stderr.contains("serving sandbox exec"), "\(c.kind): served on \(r.stderr)")
         }
+        // A path that fills sun_path (108 bytes, no NUL): refused, not read past its end.
+        let long = run + "/" + String(repeating: "l", count: 108 - run.utf8.count - 1)
+        let filled = try Self.serveOnPassed("long", path: long, environment: env)
+        #expect(filled.status != 0 && filled.stderr.contains("File name too long"), "\(filled.status) \(filled.stderr)")
         // A socket in a directory others may write: it could be replaced under the service.
         let open = try LaunchServiceTests.directory(dir.file("open"), mode: 0o777)
         let unsafe = try Self.serveOnPassed("stream", path: open + "/launch.sock", environment: env)

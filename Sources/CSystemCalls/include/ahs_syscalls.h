@@ -69,6 +69,11 @@ int ahs_unix_listen(const char *dir, const char *name, unsigned mode, int backlo
 /// non-blocking. 0, or -1 with errno (ENOTSOCK, EAFNOSUPPORT: not a Unix socket, ESOCKTNOSUPPORT:
 /// not a stream, EINVAL: not listening, EADDRNOTAVAIL: not bound to a path, ENAMETOOLONG).
 int ahs_unix_adopt_listener(int fd, int backlog, char *path, unsigned long capacity);
+/// The file a Unix socket is bound to, as the kernel holds it (sock_diag, UNIX_DIAG_VFS): its
+/// device (as stat(2) gives st_dev) and the low 32 bits of its inode number. 0, or -1 with
+/// errno (EADDRNOTAVAIL: bound to no file; ENOENT: the kernel does not know the socket, e.g.
+/// one of another network namespace).
+int ahs_unix_bound_file(int fd, unsigned long long *dev, unsigned *ino);
 /// A Unix stream socket (close-on-exec) connected to `path`, or -1 with errno.
 int ahs_unix_connect(const char *path);
 /// sendmsg(sock) of `len` bytes with `nfds` descriptors attached (SCM_RIGHTS), MSG_NOSIGNAL:
