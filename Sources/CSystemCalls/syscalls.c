@@ -306,7 +306,7 @@ out:
     return fd;
 }
 
-int ahs_unix_adopt_listener(int fd, int backlog, char *path, unsigned long capacity) {
+int ahs_unix_listener_path(int fd, char *path, unsigned long capacity) {
     int value = 0;
     socklen_t len = sizeof value;
     if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &value, &len) < 0) return -1;
@@ -332,6 +332,10 @@ int ahs_unix_adopt_listener(int fd, int backlog, char *path, unsigned long capac
     if (plen + 1 > capacity) { errno = ENAMETOOLONG; return -1; }
     memcpy(path, a.sun_path, plen);
     path[plen] = 0;
+    return 0;
+}
+
+int ahs_unix_adopt_listener(int fd, int backlog) {
     int flags = fcntl(fd, F_GETFD);
     if (flags < 0 || fcntl(fd, F_SETFD, flags | FD_CLOEXEC) < 0) return -1;
     flags = fcntl(fd, F_GETFL);

@@ -169,7 +169,7 @@ public final class LaunchServer: @unchecked Sendable {
     public convenience init(passed fd: Int32, expected: String?, prepare: @escaping Prepare) throws(Failure) {
         guard geteuid() == 0 else { throw Failure(description: "sandbox serve needs root, as every sandbox launch does") }
         var buffer = [CChar](repeating: 0, count: 4096)
-        guard ahs_unix_adopt_listener(fd, Self.passedBacklog, &buffer, UInt(buffer.count)) == 0 else {
+        guard ahs_unix_listener_path(fd, &buffer, UInt(buffer.count)) == 0 else {
             throw Failure(description: "the socket passed down (descriptor \(fd), LISTEN_FDS) is not usable: \(Self.adoptionProblem(errno))")
         }
         let path = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
@@ -194,6 +194,10 @@ public final class LaunchServer: @unchecked Sendable {
             throw Failure(description: "\(path): owned by uid \(st.st_uid), mode \(String(st.st_mode & 0o7777, radix: 8)); the socket must be root's and writable by root alone (SocketMode=0600), or others could connect")
         }
         if let unsafe = Self.writableByOthers(POSIX.split(path).directory) { throw Failure(description: unsafe + Self.replaceable) }
+        // Only a socket that passed every check is changed: a refused one stays as systemd made it.
+        guard ahs_unix_adopt_listener(fd, Self.passedBacklog) == 0 else {
+            throw Failure(description: "\(path): cannot listen on the socket passed down: \(String(cString: strerror(errno)))")
+        }
         try self.init(listener: fd, path: path, identity: (UInt64(st.st_dev), UInt64(st.st_ino)), activated: true, prepare: prepare)
     }
 

@@ -145,15 +145,16 @@ struct SandboxServe: ParsableCommand {
 
             Socket activation: started by systemd with a socket passed down (LISTEN_FDS; \
             templates/systemd, `scripts/install --service`), the service serves on that socket \
-            instead of making one. It must be a Unix stream socket bound to a path, root's with \
-            mode 0600, in a directory as above. systemd keeps it: a service that stops leaves it \
+            instead of making one. It must be a listening Unix stream socket bound to a path, \
+            the file there root's and writable by root alone (SocketMode=0600), in a directory \
+            as above. systemd keeps it: a service that stops leaves it \
             listening, and systemd starts the service again at the next client.
 
             Examples:
               autoharness sandbox serve &
               autoharness sandbox serve --socket /srv/ah/launch.sock &
               AUTOHARNESS_LAUNCH_SERVICE=/srv/ah/launch.sock autoharness sandbox exec -- id -u
-              autoharness sandbox serve --idle-exit 600      # as the systemd unit runs it
+              autoharness sandbox serve --idle-exit 10m      # as the systemd unit runs it
             """
     )
 

@@ -11,7 +11,8 @@ import TestSupport
 @Suite("Containers: the supervisor's and a worker node's images under podman", .serialized)
 struct RunAloneContainerTests {
     /// What `scripts/build-images --print` names: the staging directory whose binaries are
-    /// in the images, the two images, and the flags this host needs for `podman run`.
+    /// in the images, the supervisor's, the worker's and the systemd image (SystemdServiceTests),
+    /// and the flags this host needs for `podman run`.
     struct Images {
         var stage = "", supervisor = "", worker = "", systemd = ""
         var flags: [String] = []

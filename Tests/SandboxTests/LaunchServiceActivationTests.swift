@@ -239,6 +239,15 @@ struct LaunchServiceActivationTests {
             #expect(r.status != 0 && r.stderr.contains(c.expected), "\(c.kind) \(String(c.mode, radix: 8)): \(r.status) \(r.stderr)")
             #expect(!r.stderr.contains("serving sandbox exec"), "\(c.kind): served on \(r.stderr)")
         }
+        // A refused socket is left as systemd made it (the file description is shared): still
+        // blocking, its listener's credentials still this process's.
+        let refusedPath = next()
+        let held = try Self.listen(at: refusedPath)
+        defer { close(held) }
+        #expect(chmod(refusedPath, 0o666) == 0)
+        let refused = try Activated(socket: held, arguments: ["sandbox", "serve"], environment: env, log: dir.file("refused.log"))
+        #expect(refused.ended(within: 20) != 0 && refused.output.contains("writable by root alone"), "\(refused.output)")
+        #expect(fcntl(held, F_GETFL) & O_NONBLOCK == 0, "a refused socket was changed")
         // A path that fills sun_path (108 bytes, no NUL): refused, not read past its end.
         let long = run + "/" + String(repeating: "l", count: 108 - run.utf8.count - 1)
         let filled = try Self.serveOnPassed("long", path: long, environment: env)

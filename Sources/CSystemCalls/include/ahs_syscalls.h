@@ -61,14 +61,17 @@ int ahs_seccomp_sync_wakeup(int listener);
 /// replaced). `dir` must be one no one else may write: the socket is bound in a private
 /// directory made in it and renamed into place.
 int ahs_unix_listen(const char *dir, const char *name, unsigned mode, int backlog);
-/// Takes over `fd`, a listening socket another process made and passed down (systemd's socket
+/// For `fd`, a listening socket another process made and passed down (systemd's socket
 /// activation): checks that it is a listening Unix stream socket bound to a path, and writes
-/// that path (NUL-terminated) to `path`. Then listens on it again (`backlog`), which makes this
-/// process the one a client's SO_PEERCRED names: the kernel records the listener's credentials
-/// at listen(2) and copies them to each connection. Also makes `fd` close-on-exec and
-/// non-blocking. 0, or -1 with errno (ENOTSOCK, EAFNOSUPPORT: not a Unix socket, ESOCKTNOSUPPORT:
-/// not a stream, EINVAL: not listening, EADDRNOTAVAIL: not bound to a path, ENAMETOOLONG).
-int ahs_unix_adopt_listener(int fd, int backlog, char *path, unsigned long capacity);
+/// that path (NUL-terminated) to `path`. Changes nothing. 0, or -1 with errno (ENOTSOCK,
+/// EAFNOSUPPORT: not a Unix socket, ESOCKTNOSUPPORT: not a stream, EINVAL: not listening,
+/// EADDRNOTAVAIL: not bound to a path, ENAMETOOLONG).
+int ahs_unix_listener_path(int fd, char *path, unsigned long capacity);
+/// Takes over `fd`, a passed-down listening socket that passed the checks: makes it
+/// close-on-exec and non-blocking, and listens on it again (`backlog`), which makes this
+/// process the one a client's SO_PEERCRED names (the kernel records the listener's credentials
+/// at listen(2) and copies them to each connection). 0, or -1 with errno.
+int ahs_unix_adopt_listener(int fd, int backlog);
 /// The file a Unix socket is bound to, as the kernel holds it (sock_diag, UNIX_DIAG_VFS): its
 /// device (as stat(2) gives st_dev) and the low 32 bits of its inode number. 0, or -1 with
 /// errno (EADDRNOTAVAIL: bound to no file; ENOENT: the kernel does not know the socket, e.g.
