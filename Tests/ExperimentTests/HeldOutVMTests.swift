@@ -79,7 +79,7 @@ struct HeldOutVMTests {
             let trace = files(under: exp.root + "/workspace/traces/latest/\(train)", containing: "INO ").first
             let text = try String(contentsOfFile: try #require(trace, "no trace with the inode number"), encoding: .utf8)
             let line = try #require(text.split(separator: "\n").first { $0.hasPrefix("INO ") })
-            return try #require(Int(line.dropFirst(4).trimmingCharacters(in: .whitespaces)))
+            return try #require(Int(line.split(separator: " ")[1]), "\(line)")
         }
         let before = try probe()
         let g = try exp.run("gate")
@@ -87,14 +87,50 @@ struct HeldOutVMTests {
         return try probe() - before
     }
 
+    /// memfds one held-out task of `counterAgent` makes.
+    static let counterBurst = 16384
+
+    /// An agent whose held-out tasks make `counterBurst` memfds each, and whose every task
+    /// prints `INO n`: the highest memfd inode number it saw on any of its CPUs. Memfd numbers
+    /// come from per-CPU batches of 1024 taken from one shared counter, so one memfd's number
+    /// says where its CPU's batch is, which can trail another CPU's by thousands after a burst;
+    /// the highest over every CPU is within a batch of the shared counter.
     static func counterAgent(consumeIn test: [String]) -> String {
         let markers = test.map { "'MARKER-\($0)-a91f'" }.joined(separator: ", ")
         return solver("""
             if any(m in instruction for m in [\(markers)]):
-                for _ in range(4096):
+                for _ in range(\(counterBurst)):
                     os.close(os.memfd_create('x'))
-            fd = os.memfd_create('probe')
-            print('INO', os.fstat(fd).st_ino)
+            import ctypes, time
+            getcpu = ctypes.CDLL(None).sched_getcpu
+            cpus = os.sched_getaffinity(0)
+            seen = {}
+            for _ in range(40):
+                # As many busy processes as CPUs, so that each runs on its own; each reads its
+                # CPU's position with one memfd (a few in all, not thousands in one place).
+                r, w = os.pipe()
+                kids = []
+                for _ in cpus:
+                    pid = os.fork()
+                    if pid == 0:
+                        os.close(r)
+                        end = time.monotonic() + 0.01
+                        while time.monotonic() < end:
+                            pass
+                        c = getcpu(); fd = os.memfd_create('probe'); n = os.fstat(fd).st_ino
+                        if getcpu() == c:
+                            os.write(w, b'%d %d\\n' % (c, n))
+                        os._exit(0)
+                    kids.append(pid)
+                os.close(w)
+                for k in kids:
+                    os.waitpid(k, 0)
+                for line in os.fdopen(r).read().splitlines():
+                    c, n = map(int, line.split())
+                    seen[c] = max(seen.get(c, 0), n)
+                if set(seen) >= cpus:
+                    break
+            print('INO', max(seen.values()), 'CPUS', sorted(seen))
             """)
     }
 

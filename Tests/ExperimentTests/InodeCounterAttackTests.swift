@@ -101,14 +101,20 @@ struct RunAloneInodeCounterTests {
         let (hostTrain, hostTest) = try host.split()
         try host.setAgent(HeldOutVMTests.counterAgent(consumeIn: hostTest))
         let hostDelta = try HeldOutVMTests.inodeDelta(host, train: hostTrain[0])
-        // 4096 per held-out task: the control proves the attack reads the counter.
-        #expect(hostDelta >= 4096 * hostTest.count, "host runtime: the counter moved by \(hostDelta)")
+        // Every held-out task's burst: the control proves the attack reads the counter.
+        let burst = HeldOutVMTests.counterBurst
+        #expect(hostDelta >= burst * hostTest.count - 1024, "host runtime: the counter moved by \(hostDelta)")
 
         let vm = try Experiment(config: HeldOutVMTests.vm)
         let (vmTrain, vmTest) = try vm.split()
         try vm.setAgent(HeldOutVMTests.counterAgent(consumeIn: vmTest))
         let vmDelta = try HeldOutVMTests.inodeDelta(vm, train: vmTrain[0])
-        // What the gate's own host sandboxes (promotion) used, well under one held-out task.
-        #expect(vmDelta < 2048, "vm runtime: the counter moved by \(vmDelta) (host runtime: \(hostDelta))")
+        // What the gate's own host sandboxes (promotion) used: each CPU may take one more batch
+        // of 1024, and the probe reads within a batch of the shared counter. A quarter of one
+        // held-out task's burst, so one held-out task's burst would fail this.
+        print("memfd counter moved by \(hostDelta) (host runtime) and \(vmDelta) (vm runtime)")
+        let cpus = ProcessInfo.processInfo.activeProcessorCount
+        #expect(1024 * (cpus + 1) < burst / 4)
+        #expect(vmDelta < 1024 * (cpus + 1), "vm runtime: the counter moved by \(vmDelta) (host runtime: \(hostDelta))")
     }
 }
