@@ -184,7 +184,7 @@ let package = Package(
         .testTarget(name: "BenchmarkTests", dependencies: ["Benchmark", "Sandbox", "SandboxPolicy", "TestSupport"],
                     exclude: ["Fixtures"]),
         .testTarget(name: "LedgerTests", dependencies: ["Ledger", "SupervisorIO", "TestSupport"]),
-        .testTarget(name: "ExperimentTests", dependencies: ["Experiment", "Benchmark", "Ledger", "Sandbox", "SandboxPolicy", "SupervisorIO", "BrokerWire", "TestSupport"],
+        .testTarget(name: "ExperimentTests", dependencies: ["Experiment", "Benchmark", "Ledger", "Sandbox", "SandboxCLI", "SandboxPolicy", "SupervisorIO", "BrokerWire", "TestSupport"],
                     exclude: ["Fixtures"]),
     ]
 )

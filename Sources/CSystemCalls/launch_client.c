@@ -16,9 +16,19 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 extern char **environ;
+
+static int service_absent;
+
+int ahs_launch_service_absent(void) { return service_absent; }
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
 
 enum { body_limit = 2 << 20, header_size = 12 };
 
@@ -107,7 +117,10 @@ int ahs_launch_via_service(const char *default_socket, const char *launch_code, 
     // Sandboxes need root; so does a service that launches them (never an overflow id).
     if (geteuid() != 0) return -1;
     int conn = ahs_unix_connect(path);
-    if (conn < 0) return -1;
+    if (conn < 0) {
+        service_absent = errno == ENOENT || errno == ECONNREFUSED;
+        return -1;
+    }
     int pid = 0;
     unsigned uid = 0;
     if (ahs_peer_credentials(conn, &pid, &uid) < 0 || uid != 0) {
@@ -181,4 +194,33 @@ int ahs_launch_via_service(const char *default_socket, const char *launch_code, 
     }
     fprintf(stderr, "autoharness: the launch service at %s ended before the sandbox did; the sandbox ended with it\n", path);
     return 125;
+}
+
+int ahs_start_detached(int exe_fd, char *const argv[], char *const envp[]) {
+    // _Fork: no atfork handlers (a runtime's could wait on a lock another thread holds).
+    pid_t child = _Fork();
+    if (child < 0) return errno;
+    if (child == 0) {
+        // The intermediate process: its child is reparented when it exits, so this process
+        // never waits for, nor reaps, what it started.
+        pid_t started = _Fork();
+        if (started != 0) _exit(started < 0 ? 1 : 0);
+        setsid();
+        int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+        // dup2 clears close-on-exec on the copies: stdio is /dev/null, not the caller's pipes
+        // (a caller reading the front's output to its end would wait for this process).
+        if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0) _exit(127);
+        if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
+            for (int fd = 3; fd < 1024; fd++) if (fd != exe_fd) close(fd);
+        }
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        syscall(SYS_execveat, exe_fd, "", argv, envp, AT_EMPTY_PATH);
+        _exit(127);
+    }
+    int status;
+    while (waitpid(child, &status, 0) < 0)
+        if (errno != EINTR) return errno;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : ECHILD;
 }

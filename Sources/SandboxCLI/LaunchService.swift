@@ -59,6 +59,41 @@ public enum LaunchService {
         name.hasPrefix("AUTOHARNESS_") && name != "AUTOHARNESS_TIMING" && name != "AUTOHARNESS_LAUNCH_SERVICE"
     }
 
+    /// The socket the front asks: `$AUTOHARNESS_LAUNCH_SERVICE`, else the default; nil when
+    /// that is `off` or empty.
+    public static func frontSocket(_ environment: [String: String] = hostEnvironment()) -> String? {
+        let path = environment["AUTOHARNESS_LAUNCH_SERVICE"] ?? defaultSocket
+        return path.isEmpty || path == "off" ? nil : path
+    }
+
+    /// How long a service the front started waits without a launch before it stops.
+    public static let frontIdleExit = "60s"
+
+    /// What the front runs when no service answers at `socket` (`ahs_launch_service_absent`):
+    /// `sandbox serve` of the full CLI, at that socket, for this caller's next launches, while
+    /// this one goes on by itself. It serves only clients in the cgroup it started in (the
+    /// front's), stops after `frontIdleExit` without a launch, and writes its messages to
+    /// `SOCKET.log`. Its environment is PATH and the variables that steer this program, which a
+    /// client's must equal to be served. The arguments (argv[0] first) and the environment.
+    public static func frontStart(socket: String, fullCLI: String, environment: [String: String]) -> (arguments: [String], environment: [String]) {
+        let arguments = [fullCLI, "sandbox", "serve", "--socket", socket, "--idle-exit", frontIdleExit, "--same-cgroup", "--log", socket + ".log"]
+        var env = environment.filter { steering($0.key) }
+        env["PATH"] = environment["PATH"] ?? "/usr/sbin:/usr/bin:/sbin:/bin"
+        return (arguments, env.sorted { $0.key < $1.key }.map { $0.key + "=" + $0.value })
+    }
+
+    /// /proc/`pid`/cgroup by hierarchy (`CgroupHost.memberships`), with the supervisor's own
+    /// leaf (`CgroupHost.supervisorLeaf`, which a supervisor moves into on a cgroup v2 host)
+    /// taken off: a client and a service started from the same cgroup compare equal.
+    static func cgroupMemberships(of pid: String) -> [String: String] {
+        CgroupHost.memberships(of: pid).mapValues { path in
+            path.hasSuffix("/" + CgroupHost.supervisorLeaf) ? String(path.dropLast(CgroupHost.supervisorLeaf.count + 1)) : path
+        }
+    }
+
+    /// The cgroups this service started in, for `LaunchServer.onlyCgroups` (`--same-cgroup`).
+    public static func ownCgroups() -> [String: String] { cgroupMemberships(of: "self") }
+
     static func le32(_ v: UInt32) -> [UInt8] { (0..<4).map { UInt8(truncatingIfNeeded: v >> (8 * $0)) } }
     static func le32<C: Collection>(_ b: C) -> UInt32 where C.Element == UInt8 {
         b.enumerated().reduce(0) { $0 | UInt32($1.element) << (8 * $1.offset) }
@@ -102,6 +137,12 @@ public final class LaunchServer: @unchecked Sendable {
     /// When the last connection was accepted or ended (monotonic seconds): `--idle-exit`.
     private var lastActivity = monotonicNow()
     private let prepare: Prepare
+    /// Held (flock) for the service's life beside a socket it made, `PATH.lock`: one service
+    /// per socket, however many fronts start one at once.
+    private let lockFD: Int32
+    /// Set before `serve`: only clients in these cgroups are served (`cgroupMemberships`; the
+    /// service a front starts, whose sandboxes then go where the client's own would).
+    public var onlyCgroups: [String: String]?
     private let ownEnvironment: [String: String]
     /// The service's own namespaces, root, capabilities and filters: a client's must match.
     private let own: PeerConfinement?
@@ -141,21 +182,38 @@ public final class LaunchServer: @unchecked Sendable {
         }
         if let unsafe = Self.writableByOthers(dir) { throw Failure(description: unsafe + Self.replaceable) }
         let path = dir + "/" + asked.name
+        // Before the socket is looked at: two services starting at once would otherwise both
+        // find no one answering, and the second would remove the first one's socket.
+        let lock = open(path + ".lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard lock >= 0 else { throw Failure(description: "\(path).lock: cannot open the service's lock: \(String(cString: strerror(errno)))") }
+        guard flock(lock, LOCK_EX | LOCK_NB) == 0 else {
+            let e = errno
+            close(lock)
+            throw Failure(description: e == EWOULDBLOCK ? "\(path): another launch service is starting or serving there (it holds \(path).lock)"
+                                                        : "\(path).lock: \(String(cString: strerror(e)))")
+        }
         var st = stat()
         if lstat(path, &st) == 0 {
-            guard st.st_mode & S_IFMT == S_IFSOCK else { throw Failure(description: "\(path): exists and is not a socket") }
+            guard st.st_mode & S_IFMT == S_IFSOCK else {
+                close(lock)
+                throw Failure(description: "\(path): exists and is not a socket")
+            }
             let probe = ahs_unix_connect(path)
             if probe >= 0 {
                 let pid = UnixSocket.peer(probe)?.pid ?? 0
                 close(probe)
+                close(lock)
                 throw Failure(description: "\(path): a launch service (pid \(pid)) already answers there")
             }
             unlink(path)
         }
         let fd = ahs_unix_listen(dir, asked.name, 0o600, Self.backlog)
-        guard fd >= 0 else { throw Failure(description: "\(path): cannot listen: \(String(cString: strerror(errno)))") }
-        guard lstat(path, &st) == 0 else { throw Failure(description: "\(path): gone after bind: \(String(cString: strerror(errno)))") }
-        try self.init(listener: fd, path: path, identity: (UInt64(st.st_dev), UInt64(st.st_ino)), activated: false, prepare: prepare)
+        guard fd >= 0, lstat(path, &st) == 0 else {
+            let e = errno
+            close(lock)
+            throw Failure(description: "\(path): cannot listen: \(String(cString: strerror(e)))")
+        }
+        try self.init(listener: fd, path: path, identity: (UInt64(st.st_dev), UInt64(st.st_ino)), activated: false, fileLock: lock, prepare: prepare)
     }
 
     /// Serves on `fd`, a listening socket systemd passed down (`LISTEN_FDS`; see
@@ -198,7 +256,7 @@ public final class LaunchServer: @unchecked Sendable {
         guard ahs_unix_adopt_listener(fd, Self.passedBacklog) == 0 else {
             throw Failure(description: "\(path): cannot listen on the socket passed down: \(String(cString: strerror(errno)))")
         }
-        try self.init(listener: fd, path: path, identity: (UInt64(st.st_dev), UInt64(st.st_ino)), activated: true, prepare: prepare)
+        try self.init(listener: fd, path: path, identity: (UInt64(st.st_dev), UInt64(st.st_ino)), activated: true, fileLock: -1, prepare: prepare)
     }
 
     static func adoptionProblem(_ e: Int32) -> String {
@@ -231,10 +289,11 @@ public final class LaunchServer: @unchecked Sendable {
     /// runs are not held in connect(2) at 64.
     static let passedBacklog: Int32 = 4096
 
-    private init(listener fd: Int32, path: String, identity: (dev: UInt64, ino: UInt64), activated: Bool,
+    private init(listener fd: Int32, path: String, identity: (dev: UInt64, ino: UInt64), activated: Bool, fileLock: Int32,
                  prepare: @escaping Prepare) throws(Failure) {
         self.path = path
         listener = fd
+        lockFD = fileLock
         socketIdentity = identity
         self.activated = activated
         if activated {
@@ -386,7 +445,6 @@ public final class LaunchServer: @unchecked Sendable {
             let another = locked {
                 waiting -= 1
                 busy += 1
-                lastActivity = monotonicNow()
                 return waiting == 0
             }
             if another { spawnWorker() }
@@ -418,11 +476,14 @@ public final class LaunchServer: @unchecked Sendable {
     /// One connection, start to end, on its own thread.
     private func handle(_ conn: Int32, ownDirectory: Bool) {
         Timing.mark("served: connection accepted")
+        // Only launches keep the service from its idle exit: one that declines every client
+        // (of another build, cgroup or confinement) is of no use to them, and ends.
+        var launched = false
         defer {
             close(conn)
             locked {
                 busy -= 1
-                lastActivity = monotonicNow()
+                if launched { lastActivity = monotonicNow() }
                 if busy == 0 { pthread_cond_broadcast(&idle) }
             }
         }
@@ -452,6 +513,10 @@ public final class LaunchServer: @unchecked Sendable {
         // the service's, and its own launch keeps them.
         guard let own, let theirs = PeerConfinement.of(String(peer.pid)), own.admits(theirs, pid: peer.pid),
               isHome(request.fds[4]) else { return decline() }
+        // A service a front started serves that front's cgroup alone: a sandbox is made under
+        // its launcher's cgroup, and a client elsewhere would otherwise have its sandboxes
+        // counted, limited and ended (with the service) where the first client ran.
+        if let onlyCgroups, LaunchService.cgroupMemberships(of: String(peer.pid)) != onlyCgroups { return decline() }
         let signals = SandboxSignals(connection: conn)
         guard ownDirectory, let prepared = admit(request, signals: signals, conn: conn) else { return decline() }
         // A client gone while its launch was prepared: nothing is started for it (one gone
@@ -470,6 +535,7 @@ public final class LaunchServer: @unchecked Sendable {
             locked { active[conn] = nil }
             return decline()
         }
+        launched = true
         let io = SandboxExecution.LaunchIO(stdio: (request.fds[0], request.fds[1], request.fds[2]), errors: request.fds[2], signals: signals)
         let status = SandboxExecution.launch(prepared, io: io)
         locked {

@@ -41,6 +41,16 @@ case .failure(let problem):
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 if let prepared = FullCLI.preparedLaunch(arguments, fullCLI: fullCLI) {
+    // No launch service answered at its socket (Sources/CFrontStart): one is started there for
+    // the next launches, as Bazel's client starts its server; this launch goes on here.
+    if ahs_launch_service_absent() != 0, let socket = LaunchService.frontSocket() {
+        let start = LaunchService.frontStart(socket: socket, fullCLI: fullCLI.path, environment: hostEnvironment())
+        let argv = start.arguments.map { strdup($0) } + [nil]
+        let envp = start.environment.map { strdup($0) } + [nil]
+        let e = ahs_start_detached(fullCLI.fd, argv, envp)
+        if e != 0 { printErr("autoharness: could not start a launch service at \(socket) (this launch runs here): \(String(cString: strerror(e)))") }
+        Timing.mark("launch service started for the next launches")
+    }
     // The first change to the host: as the full CLI does before any `sandbox` command.
     let host = CgroupHost.current
     if let done = host.delegation { printErr("autoharness: \(done)") }

@@ -141,7 +141,16 @@ struct SandboxServe: ParsableCommand {
             The socket's directory must be root's and writable by no one else, and so must every \
             directory above it (a sticky one aside). The front \
             looks at $AUTOHARNESS_LAUNCH_SERVICE when set (a socket path, or `off`). SIGINT or \
-            SIGTERM stop the service: launches under way are killed and cleaned up first.
+            SIGTERM stop the service: launches under way are killed and cleaned up first. One \
+            service per socket: it holds SOCKET.lock while it runs.
+
+            Started by the front: when no service answers at the socket, the front starts one \
+            there (`--same-cgroup --idle-exit 60s --log SOCKET.log`, in a session of its own) and \
+            runs that launch itself; the launches after it are served. It serves only clients \
+            in the cgroup it started in, so sandboxes are made where the caller's own would be, \
+            and stops after 60 s without a launch. $AUTOHARNESS_LAUNCH_SERVICE=off turns both \
+            off. A service that only declines (another build, cgroup or confinement) counts \
+            as idle.
 
             Socket activation: started by systemd with a socket passed down (LISTEN_FDS; \
             templates/systemd, `scripts/install --service`), the service serves on that socket \
@@ -164,6 +173,12 @@ struct SandboxServe: ParsableCommand {
     @Option(name: .customLong("idle-exit"), help: ArgumentHelp("Stop after this long with no launch under way and no new client (600, 10m, 1h).", valueName: "duration"))
     var idleExitText: String?
 
+    @Flag(name: .customLong("same-cgroup"), help: "Serve only clients in the cgroup this service started in; others launch themselves. The front starts its service so.")
+    var sameCgroup = false
+
+    @Option(name: .long, help: ArgumentHelp("Append the service's messages to this file (made 0600 if missing) instead of stderr, once it listens.", valueName: "file"))
+    var log: String?
+
     var idleExit: Double? { idleExitText.flatMap(DurationString.parse) }
 
     func validate() throws {
@@ -173,6 +188,7 @@ struct SandboxServe: ParsableCommand {
     }
 
     func run() throws {
+        let startedIn = LaunchService.ownCgroups()
         let stop = ProcessSignals.channel([SIGINT, SIGTERM, SIGHUP])
         let server: LaunchServer
         // Any failure declines: the front then reports it as a one-shot launch does.
@@ -186,6 +202,14 @@ struct SandboxServe: ParsableCommand {
         } catch {
             throw ExperimentError(.usage, "sandbox serve: \(error.description)")
         }
+        if let log {
+            let fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0o600)
+            guard fd >= 0, dup2(fd, 1) >= 0, dup2(fd, 2) >= 0 else {
+                throw ExperimentError(.usage, "sandbox serve: --log \(log): \(String(cString: strerror(errno)))")
+            }
+            close(fd)
+        }
+        if sameCgroup { server.onlyCgroups = startedIn }
         let origin = server.activated ? " (a socket passed down by systemd)" : ""
         let idle = idleExit.map { "; stops after \(DurationString.format($0)) without a launch" } ?? ""
         printErr("autoharness: serving sandbox exec at \(server.path)\(origin) (pid \(getpid())); SIGINT or SIGTERM stops\(idle)")

@@ -424,7 +424,7 @@ struct LaunchServiceTests {
         #expect((try? String(contentsOfFile: record, encoding: .utf8)) == "bytes=0 descriptors=0\n", "the impostor received something")
     }
 
-    @Test("the service refuses a socket directory others may write, or one under such a directory, and a socket another service answers at")
+    @Test("the service refuses a socket directory others may write, or one under such a directory, and a socket another service holds or answers at")
     func unsafeOrTakenSocketRefused() throws {
         try requireRoot()
         let dir = try TempDir()
@@ -437,7 +437,15 @@ struct LaunchServiceTests {
         #expect(above.status != 0 && above.stderr.contains("\(dir.file("writable")): owned by uid 0, mode 777"), "\(above.status) \(above.stderr)")
         let service = try Service(in: dir)
         let second = try autoharness(["sandbox", "serve", "--socket", service.socket], environment: service.environment)
-        #expect(second.status != 0 && second.stderr.contains("already answers there"), "\(second.status) \(second.stderr)")
+        #expect(second.status != 0 && second.stderr.contains("another launch service is starting or serving there (it holds \(service.socket).lock)"),
+                "\(second.status) \(second.stderr)")
         #expect(service.process.isRunning)
+        // One that holds no lock (a service of systemd's, at its socket) is asked: it answers.
+        let activated = try LaunchServiceTests.directory(dir.file("activated"), mode: 0o755) + "/launch.sock"
+        let fd = try LaunchServiceActivationTests.listen(at: activated)
+        defer { close(fd) }
+        let third = try autoharness(["sandbox", "serve", "--socket", activated], environment: service.environment)
+        #expect(third.status != 0 && third.stderr.contains("\(activated): a launch service (pid \(getpid())) already answers there"), "\(third.status) \(third.stderr)")
+        #expect(LaunchServiceActivationTests.listening(fd), "the probe changed the socket")
     }
 }

@@ -8,11 +8,14 @@ import TestSupport
 /// anyone but root could have replaced.
 @Suite("sandbox exec's front")
 struct SandboxFrontTests {
-    /// A private cache, and timing marks on stderr that say which path a launch took.
+    /// A private cache, timing marks on stderr that say which path a launch took, and no
+    /// launch service.
     static func environment(cache: String) -> [String: String] {
         var env = ProcessInfo.processInfo.environment
         env["AUTOHARNESS_CACHE_DIR"] = cache
         env["AUTOHARNESS_TIMING"] = "1"
+        // The front's own launches: no launch service (nor one it would start for the next).
+        env["AUTOHARNESS_LAUNCH_SERVICE"] = "off"
         return env
     }
 
@@ -106,6 +109,7 @@ struct SandboxFrontTests {
         let cache = try Self.privateCache(in: dir)
         var env = ProcessInfo.processInfo.environment
         env["AUTOHARNESS_CACHE_DIR"] = cache
+        env["AUTOHARNESS_LAUNCH_SERVICE"] = "off"
         let lines: [[String]] = [
             ["sandbox", "exec", "--help"],
             ["sandbox", "exec", "--", "/bin/echo", "-h"],

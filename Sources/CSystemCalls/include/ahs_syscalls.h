@@ -113,6 +113,16 @@ int ahs_cgroup_bpf_effective(int cgroup_fd, unsigned attach_type, unsigned *ids,
 /// the service ran, or -1 when none ran: no service answered, it runs as another user, or it
 /// declined the launch (the caller then launches itself).
 int ahs_launch_via_service(const char *default_socket, const char *launch_code, int argc, char *const argv[]);
+/// Whether `ahs_launch_via_service` found nothing listening at the socket it used (no file
+/// there, or a socket no process listens on): the front then starts a service there for its
+/// next launches (`LaunchService.frontStart`). 0 when it was `off`, the caller is not root, or
+/// a service answered (whether or not it served).
+int ahs_launch_service_absent(void);
+/// Runs the executable `exe_fd` (an O_PATH descriptor of a checked file) with `argv` and
+/// `envp` as a process of its own session that is no child of this one: stdin, stdout and
+/// stderr /dev/null, every other descriptor closed, no signal blocked. Waits only for the
+/// intermediate process that makes it (which exits at once). 0, or an errno.
+int ahs_start_detached(int exe_fd, char *const argv[], char *const envp[]);
 #ifdef __cplusplus
 }
 #endif

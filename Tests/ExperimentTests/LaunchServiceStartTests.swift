@@ -1,0 +1,192 @@
+import Foundation
+import Glibc
+import SandboxCLI
+import Testing
+import TestSupport
+
+/// The front starts a launch service when none answers at its socket (`LaunchService.frontStart`):
+/// these fail if the launch that starts it is not run by itself as before, if the service
+/// holds the caller's output or stays its child, if it serves a client in another cgroup, if
+/// two services can serve one socket, or if a service that only declines never idles out.
+@Suite("the front starts a launch service for the launches after it")
+struct LaunchServiceStartTests {
+    /// A socket of the test's own (its directory not made: the service makes it), a private
+    /// policy cache, and timing marks that say which path ran.
+    struct Setup {
+        let dir: TempDir
+        let socket: String
+        let environment: [String: String]
+
+        init() throws {
+            try requireRoot()
+            dir = try TempDir(mode: 0o700)
+            socket = dir.file("svc") + "/launch.sock"
+            try FileManager.default.createDirectory(atPath: dir.file("cache"), withIntermediateDirectories: false)
+            var env = ProcessInfo.processInfo.environment
+            env["AUTOHARNESS_CACHE_DIR"] = dir.file("cache")
+            env["AUTOHARNESS_LAUNCH_SERVICE"] = socket
+            env["AUTOHARNESS_TIMING"] = "1"
+            environment = env
+        }
+
+        var log: String { (try? String(contentsOfFile: socket + ".log", encoding: .utf8)) ?? "" }
+
+        /// The pid the service's log names once it listens, or nil after `seconds`.
+        func servicePid(within seconds: Double = 20) -> pid_t? {
+            let deadline = Date().addingTimeInterval(seconds)
+            while Date() < deadline {
+                if let line = log.split(separator: "\n").first(where: { $0.contains("serving sandbox exec at \(socket) (pid ") }),
+                   let pid = line.split(separator: "(pid ").last?.split(separator: ")").first.flatMap({ pid_t($0) }) {
+                    return pid
+                }
+                usleep(20_000)
+            }
+            return nil
+        }
+
+        /// `front sandbox exec ARGS | cat`, run by /bin/sh (optionally wrapped, e.g. into a
+        /// cgroup): the pipeline ends only once every holder of the pipe has closed it. The
+        /// status is the front's; stdout has its stdout and stderr.
+        func front(_ args: [String], wrap: ((String, [String]) -> (exe: String, args: [String]))? = nil) throws -> (run: Run, seconds: Double) {
+            let quoted = (["sandbox", "exec"] + args).map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
+            let line = "{ '\(Built.front)' \(quoted); echo \"front exited $?\"; } 2>&1 | cat"
+            let (exe, argv) = wrap?("/bin/sh", ["-c", line]) ?? ("/bin/sh", ["-c", line])
+            let started = Date()
+            var r = try runProcess(exe, argv, environment: environment)
+            let seconds = Date().timeIntervalSince(started)
+            let exit = r.stdout.split(separator: "\n").last { $0.hasPrefix("front exited ") }
+            r.status = exit.flatMap { Int32($0.dropFirst("front exited ".count)) } ?? -1
+            return (r, seconds)
+        }
+
+        /// Ends the service `pid` (the front started it for this test) and waits for its log's
+        /// last line.
+        func stop(_ pid: pid_t) {
+            kill(pid, SIGTERM)
+            let deadline = Date().addingTimeInterval(30)
+            while kill(pid, 0) == 0, Date() < deadline { usleep(20_000) }
+            if kill(pid, 0) == 0 {
+                Issue.record("the service \(pid) did not stop within 30 s of SIGTERM: \(log)")
+                kill(pid, SIGKILL)
+            }
+        }
+    }
+
+    static func served(_ r: Run) -> Bool { r.stdout.contains("timing: served by the launch service") }
+
+    @Test("the first launch with no service starts one and runs by itself, without holding the caller's output; the next is served; a client in another cgroup is declined and launches itself")
+    func frontStartsService() throws {
+        let s = try Setup()
+        // A miss in the policy cache: the full CLI runs it (and fills the cache); no service.
+        let miss = try s.front(["--", "/bin/echo", "one"])
+        #expect(miss.run.status == 0 && miss.run.stdout.contains("one"), "\(miss.run.stdout)")
+        #expect(!FileManager.default.fileExists(atPath: s.socket))
+
+        let first = try s.front(["--", "/bin/echo", "two"])
+        #expect(first.run.status == 0 && first.run.stdout.contains("two"), "\(first.run.stdout)")
+        #expect(first.run.stdout.contains("timing: launch service started for the next launches"), "\(first.run.stdout)")
+        #expect(!Self.served(first.run))
+        // The pipe's reader saw its end with the launch: the service holds none of it.
+        #expect(first.seconds < 10, "the caller's pipe stayed open \(first.seconds) s after the launch")
+        let pid = try #require(s.servicePid(), "no service listened: \(s.log)")
+        defer { s.stop(pid) }
+
+        // A process of its own session, no child of the front, with /dev/null and its log as stdio.
+        let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
+        let fields = stat.split(separator: ")").last!.split(separator: " ")
+        #expect(Int32(fields[3]) == pid, "its session: \(stat)")
+        #expect(try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/0") == "/dev/null")
+        #expect(try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/2") == s.socket + ".log")
+        let args = (try String(contentsOfFile: "/proc/\(pid)/cmdline", encoding: .utf8)).split(separator: "\0").map(String.init)
+        #expect(Array(args.dropFirst()) == ["sandbox", "serve", "--socket", s.socket, "--idle-exit", LaunchService.frontIdleExit,
+                                            "--same-cgroup", "--log", s.socket + ".log"], "\(args)")
+
+        let second = try s.front(["--", "/bin/echo", "three"])
+        #expect(second.run.status == 0 && second.run.stdout.contains("three"), "\(second.run.stdout)")
+        #expect(Self.served(second.run), "\(second.run.stdout)\n\(s.log)")
+        #expect(!second.run.stdout.contains("launch service started"))
+
+        // From a cgroup of its own: declined, launched by the front itself, with its status.
+        let elsewhere = try CgroupEnclosure()
+        let declined = try s.front(["--", "/bin/sh", "-c", "echo four; exit 3"], wrap: elsewhere.wrap)
+        #expect(declined.run.status == 3 && declined.run.stdout.contains("four"), "\(declined.run.stdout)")
+        #expect(!Self.served(declined.run), "\(declined.run.stdout)")
+
+        s.stop(pid)
+        #expect(s.log.contains("1 launches served, 1 declined"), "\(s.log)")
+    }
+
+    @Test("services started at once at one socket: one serves, the others say another holds it")
+    func oneServicePerSocket() throws {
+        let s = try Setup()
+        let services = try (0..<4).map { _ in
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: Built.autoharness)
+            p.arguments = ["sandbox", "serve", "--socket", s.socket, "--same-cgroup", "--idle-exit", "60s"]
+            p.environment = s.environment
+            p.standardInput = FileHandle.nullDevice
+            p.standardOutput = FileHandle.nullDevice
+            let err = Pipe()
+            p.standardError = err
+            try p.run()
+            return (p, err)
+        }
+        defer { for (p, _) in services where p.isRunning { kill(p.processIdentifier, SIGKILL) } }
+        // The three that lose end at once; the winner's first line says it serves.
+        var ended: [String] = []
+        let deadline = Date().addingTimeInterval(30)
+        while services.filter({ !$0.0.isRunning }).count < 3, Date() < deadline { usleep(20_000) }
+        for (p, err) in services where !p.isRunning {
+            #expect(p.terminationStatus != 0)
+            ended.append(String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self))
+        }
+        #expect(ended.count == 3 && ended.allSatisfy { $0.contains("another launch service is starting or serving there") }, "\(ended)")
+        let winner = try #require(services.first { $0.0.isRunning })
+        let served = try s.front(["--", "/bin/echo", "served"])
+        #expect(served.run.status == 0 && Self.served(served.run) && served.run.stdout.contains("served"), "\(served.run.stdout)")
+        kill(winner.0.processIdentifier, SIGTERM)
+        winner.0.waitUntilExit()
+        let log = String(decoding: winner.1.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(log.contains("1 launches served, 0 declined"), "\(log)")
+    }
+
+    @Test("a service that only declines goes idle: clients it declines do not keep it running")
+    func declinesAreIdle() throws {
+        let s = try Setup()
+        _ = try s.front(["--", "/bin/true"])  // the cache, filled by a miss
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: Built.autoharness)
+        p.arguments = ["sandbox", "serve", "--socket", s.socket, "--same-cgroup", "--idle-exit", "3", "--log", s.socket + ".log"]
+        p.environment = s.environment
+        p.standardInput = FileHandle.nullDevice
+        p.standardOutput = FileHandle.nullDevice
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        defer { if p.isRunning { kill(p.processIdentifier, SIGKILL) } }
+        _ = try #require(s.servicePid(), "no service listened: \(s.log)")
+        let started = Date()
+        // Declined launches every half second, for longer than the idle time.
+        let elsewhere = try CgroupEnclosure()
+        var declined = 0
+        while p.isRunning, Date().timeIntervalSince(started) < 8 {
+            let r = try s.front(["--", "/bin/true"], wrap: elsewhere.wrap)
+            #expect(r.run.status == 0 && !Self.served(r.run), "\(r.run.stdout)")
+            if r.run.status == 0 { declined += 1 }
+            usleep(500_000)
+        }
+        p.waitUntilExit()
+        let lasted = Date().timeIntervalSince(started)
+        #expect(declined >= 2 && lasted < 7, "the service lasted \(lasted) s through \(declined) declined launches: \(s.log)")
+        #expect(s.log.contains("(idle for 3s)"), "\(s.log)")
+    }
+
+    @Test("the socket the front uses: the variable, else the default; none when off or empty")
+    func frontSocket() {
+        #expect(LaunchService.frontSocket([:]) == LaunchService.defaultSocket)
+        #expect(LaunchService.frontSocket(["AUTOHARNESS_LAUNCH_SERVICE": "/srv/l.sock"]) == "/srv/l.sock")
+        #expect(LaunchService.frontSocket(["AUTOHARNESS_LAUNCH_SERVICE": "off"]) == nil)
+        #expect(LaunchService.frontSocket(["AUTOHARNESS_LAUNCH_SERVICE": ""]) == nil)
+        let start = LaunchService.frontStart(socket: "/s", fullCLI: "/x", environment: ["AUTOHARNESS_CACHE_DIR": "/c", "AUTOHARNESS_TIMING": "1", "HOME": "/root", "PATH": "/bin"])
+        #expect(start.environment == ["AUTOHARNESS_CACHE_DIR=/c", "PATH=/bin"])
+    }
+}
