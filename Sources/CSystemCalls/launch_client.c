@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -196,6 +198,59 @@ int ahs_launch_via_service(const char *default_socket, const char *launch_code, 
     return 125;
 }
 
+enum { ioprio_who_process = 1, rlimit_count = 16 };
+
+int ahs_process_attributes(int pid, struct ahs_process_attributes *out) {
+    memset(out, 0, sizeof *out);
+    errno = 0;
+    out->nice = getpriority(PRIO_PROCESS, (id_t)pid);
+    if (out->nice == -1 && errno) return -1;
+    long io = syscall(SYS_ioprio_get, ioprio_who_process, pid);
+    if (io < 0) return -1;
+    out->ioprio = (int)io;
+    if (sched_getaffinity(pid, sizeof out->affinity, (cpu_set_t *)out->affinity) < 0) return -1;
+    for (int r = 0; r < rlimit_count; r++) {
+        struct rlimit l;
+        if (prlimit(pid, r, NULL, &l) < 0) {
+            if (errno == EINVAL) { out->soft[r] = out->hard[r] = RLIM_INFINITY; continue; }  // a kernel without it
+            return -1;
+        }
+        out->soft[r] = l.rlim_cur;
+        out->hard[r] = l.rlim_max;
+    }
+    char path[64], text[16] = { 0 };
+    snprintf(path, sizeof path, pid ? "/proc/%d/oom_score_adj" : "/proc/self/oom_score_adj", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0) { errno = EIO; return -1; }
+    out->oom_score_adj = atoi(text);
+    return 0;
+}
+
+/// Closes every descriptor from 3 on but `keep`, as close_range(2) does where it is missing
+/// (before Linux 5.9): the entries of /proc/self/fd, read with getdents64 into a buffer on the
+/// stack (nothing here may allocate: a lock another thread of the caller held stays held).
+static void close_all_but(int keep) {
+    int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0) return;
+    char buf[4096];
+    for (;;) {
+        long n = syscall(SYS_getdents64, dir, buf, sizeof buf);
+        if (n <= 0) break;
+        for (long off = 0; off < n;) {
+            unsigned short reclen = *(unsigned short *)(buf + off + 16);
+            const char *name = buf + off + 19;
+            int fd = 0, digits = 0;
+            for (; name[digits] >= '0' && name[digits] <= '9'; digits++) fd = fd * 10 + (name[digits] - '0');
+            if (digits > 0 && !name[digits] && fd > 2 && fd != keep && fd != dir) close(fd);
+            off += reclen;
+        }
+    }
+    close(dir);
+}
+
 int ahs_start_detached(int exe_fd, char *const argv[], char *const envp[]) {
     // _Fork: no atfork handlers (a runtime's could wait on a lock another thread holds).
     pid_t child = _Fork();
@@ -210,9 +265,7 @@ int ahs_start_detached(int exe_fd, char *const argv[], char *const envp[]) {
         // dup2 clears close-on-exec on the copies: stdio is /dev/null, not the caller's pipes
         // (a caller reading the front's output to its end would wait for this process).
         if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0) _exit(127);
-        if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
-            for (int fd = 3; fd < 1024; fd++) if (fd != exe_fd) close(fd);
-        }
+        if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) close_all_but(exe_fd);
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);

@@ -43,7 +43,7 @@ let arguments = Array(CommandLine.arguments.dropFirst())
 if let prepared = FullCLI.preparedLaunch(arguments, fullCLI: fullCLI) {
     // No launch service answered at its socket (Sources/CFrontStart): one is started there for
     // the next launches, as Bazel's client starts its server; this launch goes on here.
-    if ahs_launch_service_absent() != 0, let socket = LaunchService.frontSocket() {
+    if ahs_launch_service_absent() != 0, let socket = LaunchService.frontSocket(), LaunchService.frontStarts(at: socket) {
         let start = LaunchService.frontStart(socket: socket, fullCLI: fullCLI.path, environment: hostEnvironment())
         let argv = start.arguments.map { strdup($0) } + [nil]
         let envp = start.environment.map { strdup($0) } + [nil]

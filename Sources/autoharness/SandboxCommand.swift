@@ -145,12 +145,14 @@ struct SandboxServe: ParsableCommand {
             service per socket: it holds SOCKET.lock while it runs.
 
             Started by the front: when no service answers at the socket, the front starts one \
-            there (`--same-cgroup --idle-exit 60s --log SOCKET.log`, in a session of its own) and \
-            runs that launch itself; the launches after it are served. It serves only clients \
-            in the cgroup it started in, so sandboxes are made where the caller's own would be, \
-            and stops after 60 s without a launch. $AUTOHARNESS_LAUNCH_SERVICE=off turns both \
-            off. A service that only declines (another build, cgroup or confinement) counts \
-            as idle.
+            there (`--same-cgroup --same-settings --idle-exit 60s --log`, in a session of its \
+            own) and runs that launch itself; the launches after it are served. It serves only \
+            clients in the cgroup it started in and with its nice value, I/O priority, CPUs, \
+            oom_score_adj and resource limits, so a sandbox is made where, and with what, the \
+            caller's own would be; it stops after 60 s without a launch. None is started for a \
+            relative socket path or by a caller with a CPU time limit. \
+            $AUTOHARNESS_LAUNCH_SERVICE=off turns both off. A service that only declines \
+            (another build, cgroup, settings or confinement) counts as idle.
 
             Socket activation: started by systemd with a socket passed down (LISTEN_FDS; \
             templates/systemd, `scripts/install --service`), the service serves on that socket \
@@ -176,8 +178,11 @@ struct SandboxServe: ParsableCommand {
     @Flag(name: .customLong("same-cgroup"), help: "Serve only clients in the cgroup this service started in; others launch themselves. The front starts its service so.")
     var sameCgroup = false
 
-    @Option(name: .long, help: ArgumentHelp("Append the service's messages to this file (made 0600 if missing) instead of stderr, once it listens.", valueName: "file"))
-    var log: String?
+    @Flag(name: .customLong("same-settings"), help: "Serve only clients with this service's nice value, I/O priority, CPUs, oom_score_adj and resource limits; others launch themselves. The front starts its service so.")
+    var sameSettings = false
+
+    @Flag(name: .long, help: "Append the service's messages to SOCKET.log beside its socket (made 0600) instead of stderr, once it listens.")
+    var log = false
 
     var idleExit: Double? { idleExitText.flatMap(DurationString.parse) }
 
@@ -202,14 +207,11 @@ struct SandboxServe: ParsableCommand {
         } catch {
             throw ExperimentError(.usage, "sandbox serve: \(error.description)")
         }
-        if let log {
-            let fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0o600)
-            guard fd >= 0, dup2(fd, 1) >= 0, dup2(fd, 2) >= 0 else {
-                throw ExperimentError(.usage, "sandbox serve: --log \(log): \(String(cString: strerror(errno)))")
-            }
-            close(fd)
+        if log {
+            do { try server.logBesideSocket() } catch { throw ExperimentError(.usage, "sandbox serve: --log: \(error.description)") }
         }
         if sameCgroup { server.onlyCgroups = startedIn }
+        server.sameSettings = sameSettings
         let origin = server.activated ? " (a socket passed down by systemd)" : ""
         let idle = idleExit.map { "; stops after \(DurationString.format($0)) without a launch" } ?? ""
         printErr("autoharness: serving sandbox exec at \(server.path)\(origin) (pid \(getpid())); SIGINT or SIGTERM stops\(idle)")

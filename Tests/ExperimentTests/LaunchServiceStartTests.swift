@@ -6,8 +6,10 @@ import TestSupport
 
 /// The front starts a launch service when none answers at its socket (`LaunchService.frontStart`):
 /// these fail if the launch that starts it is not run by itself as before, if the service
-/// holds the caller's output or stays its child, if it serves a client in another cgroup, if
-/// two services can serve one socket, or if a service that only declines never idles out.
+/// holds the caller's output or stays its child, if it serves a client in another cgroup or
+/// with other scheduling or resource settings, if two services can serve one socket, if one is
+/// started where it could not serve (a relative path, a CPU time limit), or if a service that
+/// only declines never idles out.
 @Suite("the front starts a launch service for the launches after it")
 struct LaunchServiceStartTests {
     /// A socket of the test's own (its directory not made: the service makes it), a private
@@ -99,7 +101,7 @@ struct LaunchServiceStartTests {
         #expect(try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/2") == s.socket + ".log")
         let args = (try String(contentsOfFile: "/proc/\(pid)/cmdline", encoding: .utf8)).split(separator: "\0").map(String.init)
         #expect(Array(args.dropFirst()) == ["sandbox", "serve", "--socket", s.socket, "--idle-exit", LaunchService.frontIdleExit,
-                                            "--same-cgroup", "--log", s.socket + ".log"], "\(args)")
+                                            "--same-cgroup", "--same-settings", "--log"], "\(args)")
 
         let second = try s.front(["--", "/bin/echo", "three"])
         #expect(second.run.status == 0 && second.run.stdout.contains("three"), "\(second.run.stdout)")
@@ -112,8 +114,30 @@ struct LaunchServiceStartTests {
         #expect(declined.run.status == 3 && declined.run.stdout.contains("four"), "\(declined.run.stdout)")
         #expect(!Self.served(declined.run), "\(declined.run.stdout)")
 
+        // With a nice value of its own (a setting every process it starts inherits): declined,
+        // and its own launch runs at its nice value.
+        let nicer = try s.front(["--", "/usr/bin/awk", "{ print \"nice\", $19 }", "/proc/self/stat"],
+                                wrap: { exe, args in ("/usr/bin/nice", ["-n", "5", exe] + args) })
+        #expect(nicer.run.status == 0 && nicer.run.stdout.contains("nice 5\n"), "\(nicer.run.stdout)")
+        #expect(!Self.served(nicer.run), "\(nicer.run.stdout)")
+
         s.stop(pid)
-        #expect(s.log.contains("1 launches served, 1 declined"), "\(s.log)")
+        #expect(s.log.contains("1 launches served, 2 declined"), "\(s.log)")
+    }
+
+    @Test("no service is started for a relative socket path, nor by a caller with a CPU time limit")
+    func notStarted() throws {
+        let s = try Setup()
+        _ = try s.front(["--", "/bin/true"])  // the cache, filled by a miss
+        let limited = try s.front(["--", "/bin/true"], wrap: { exe, args in ("/usr/bin/prlimit", ["--cpu=100000", exe] + args) })
+        #expect(limited.run.status == 0 && !limited.run.stdout.contains("launch service started"), "\(limited.run.stdout)")
+        var relative = s.environment
+        relative["AUTOHARNESS_LAUNCH_SERVICE"] = "svc/launch.sock"
+        let r = try runProcess("/bin/sh", ["-c", "cd '\(s.dir.path)' && exec '\(Built.front)' sandbox exec -- /bin/true"], environment: relative)
+        #expect(r.status == 0 && !r.stderr.contains("launch service started"), "\(r.stderr)")
+        usleep(500_000)
+        #expect(!FileManager.default.fileExists(atPath: s.socket) && !FileManager.default.fileExists(atPath: s.socket + ".lock"))
+        #expect(!LaunchService.frontStarts(at: "svc/launch.sock") && LaunchService.frontStarts(at: s.socket))
     }
 
     @Test("services started at once at one socket: one serves, the others say another holds it")
@@ -122,7 +146,7 @@ struct LaunchServiceStartTests {
         let services = try (0..<4).map { _ in
             let p = Process()
             p.executableURL = URL(fileURLWithPath: Built.autoharness)
-            p.arguments = ["sandbox", "serve", "--socket", s.socket, "--same-cgroup", "--idle-exit", "60s"]
+            p.arguments = ["sandbox", "serve", "--socket", s.socket, "--same-cgroup", "--same-settings", "--idle-exit", "60s"]
             p.environment = s.environment
             p.standardInput = FileHandle.nullDevice
             p.standardOutput = FileHandle.nullDevice
@@ -156,7 +180,7 @@ struct LaunchServiceStartTests {
         _ = try s.front(["--", "/bin/true"])  // the cache, filled by a miss
         let p = Process()
         p.executableURL = URL(fileURLWithPath: Built.autoharness)
-        p.arguments = ["sandbox", "serve", "--socket", s.socket, "--same-cgroup", "--idle-exit", "3", "--log", s.socket + ".log"]
+        p.arguments = ["sandbox", "serve", "--socket", s.socket, "--same-cgroup", "--same-settings", "--idle-exit", "3", "--log"]
         p.environment = s.environment
         p.standardInput = FileHandle.nullDevice
         p.standardOutput = FileHandle.nullDevice
@@ -165,18 +189,20 @@ struct LaunchServiceStartTests {
         defer { if p.isRunning { kill(p.processIdentifier, SIGKILL) } }
         _ = try #require(s.servicePid(), "no service listened: \(s.log)")
         let started = Date()
-        // Declined launches every half second, for longer than the idle time.
+        // Declined launches one after another, for longer than the idle time.
         let elsewhere = try CgroupEnclosure()
         var declined = 0
         while p.isRunning, Date().timeIntervalSince(started) < 8 {
             let r = try s.front(["--", "/bin/true"], wrap: elsewhere.wrap)
             #expect(r.run.status == 0 && !Self.served(r.run), "\(r.run.stdout)")
             if r.run.status == 0 { declined += 1 }
-            usleep(500_000)
+            usleep(300_000)
         }
         p.waitUntilExit()
+        // Counted as activity, the declines (the last one at 8 s at the latest) would keep it
+        // to 11 s.
         let lasted = Date().timeIntervalSince(started)
-        #expect(declined >= 2 && lasted < 7, "the service lasted \(lasted) s through \(declined) declined launches: \(s.log)")
+        #expect(declined >= 1 && lasted < 7, "the service lasted \(lasted) s through \(declined) declined launches: \(s.log)")
         #expect(s.log.contains("(idle for 3s)"), "\(s.log)")
     }
 
@@ -188,5 +214,6 @@ struct LaunchServiceStartTests {
         #expect(LaunchService.frontSocket(["AUTOHARNESS_LAUNCH_SERVICE": ""]) == nil)
         let start = LaunchService.frontStart(socket: "/s", fullCLI: "/x", environment: ["AUTOHARNESS_CACHE_DIR": "/c", "AUTOHARNESS_TIMING": "1", "HOME": "/root", "PATH": "/bin"])
         #expect(start.environment == ["AUTOHARNESS_CACHE_DIR=/c", "PATH=/bin"])
+        #expect(start.arguments == ["/x", "sandbox", "serve", "--socket", "/s", "--idle-exit", "60s", "--same-cgroup", "--same-settings", "--log"])
     }
 }

@@ -120,9 +120,26 @@ int ahs_launch_via_service(const char *default_socket, const char *launch_code, 
 int ahs_launch_service_absent(void);
 /// Runs the executable `exe_fd` (an O_PATH descriptor of a checked file) with `argv` and
 /// `envp` as a process of its own session that is no child of this one: stdin, stdout and
-/// stderr /dev/null, every other descriptor closed, no signal blocked. Waits only for the
+/// stderr /dev/null, every other descriptor closed, no signal blocked. It keeps its caller's
+/// scheduling and resource settings (`ahs_process_attributes`). Waits only for the
 /// intermediate process that makes it (which exits at once). 0, or an errno.
 int ahs_start_detached(int exe_fd, char *const argv[], char *const envp[]);
+
+/// What a process passes to every process it starts and a sandbox's policy does not set:
+/// scheduling and resource settings.
+struct ahs_process_attributes {
+    int nice;
+    /// ioprio_get(IOPRIO_WHO_PROCESS): class << 13 | level; 0 when none was set.
+    int ioprio;
+    int oom_score_adj;
+    /// sched_getaffinity's mask, for up to 1024 CPUs.
+    unsigned long affinity[16];
+    /// Soft and hard resource limits, RLIMIT_CPU (0) to RLIMIT_RTTIME (15).
+    unsigned long long soft[16];
+    unsigned long long hard[16];
+};
+/// Reads process `pid`'s attributes (0: the caller). 0, or -1 with errno.
+int ahs_process_attributes(int pid, struct ahs_process_attributes *out);
 #ifdef __cplusplus
 }
 #endif
