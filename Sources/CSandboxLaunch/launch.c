@@ -1382,6 +1382,39 @@ static void enter_network_namespace(const struct ahl_plan *p, int rep) {
     if ((p->loopback_up || p->proxy_port) && loopback_up() < 0) fail(rep, AHL_STAGE_LOOPBACK, 0);
 }
 
+/// The caller's settings (`ahl_settings`), for the monitor and so for everything it starts.
+/// Each is the caller's where the kernel lets this process take it; where it does not (raising
+/// a limit needs CAP_SYS_RESOURCE, a higher priority CAP_SYS_NICE, which a container may lack),
+/// the monitor keeps its own, which is then the stricter one: a limit is lowered to the
+/// caller's but never raised past this process's hard limit, a nice value or oom_score_adj
+/// only goes up, a CPU mask only narrows. So the sandbox never gets more than its caller had.
+static void take_settings(const struct ahl_settings *s) {
+    if (!s->given) return;
+    for (int r = 0; r < 16; r++) {
+        uint64_t rl[2] = {s->soft[r], s->hard[r]};
+        if (sys_prlimit(r, rl) == 0) continue;
+        uint64_t cur[2];
+        if (AHL_SYS4(SYS_prlimit64, 0, r, 0, cur) < 0) continue;  // a resource this kernel lacks
+        if (rl[1] > cur[1]) rl[1] = cur[1];
+        if (rl[0] > rl[1]) rl[0] = rl[1];
+        (void)sys_prlimit(r, rl);
+    }
+    // Each refused only where it would give more than this process has (see above).
+    (void)AHL_SYS3(SYS_setpriority, PRIO_PROCESS, 0, s->nice);
+    (void)AHL_SYS3(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, 0, s->ioprio);
+    (void)AHL_SYS3(SYS_sched_setaffinity, 0, sizeof s->affinity, s->affinity);
+    char text[16], digits[12];
+    int n = 0, d = 0, v = s->oom_score_adj < 0 ? -s->oom_score_adj : s->oom_score_adj;
+    do { digits[d++] = (char)('0' + v % 10); v /= 10; } while (v && d < 11);
+    if (s->oom_score_adj < 0) text[n++] = '-';
+    while (d) text[n++] = digits[--d];
+    int fd = sys_open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)sys_write(fd, text, (size_t)n);
+        sys_close(fd);
+    }
+}
+
 __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int rep, int ctl, int32_t joined) {
     // A fork of the supervisor (no launcher) may copy a template build's owner mid-way.
     creator_uid = creator_gid = -1;
@@ -1389,6 +1422,7 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
 #ifdef AHL_BENCH_LAYERS
     read_layers_off();
 #endif
+    take_settings(&p->settings);
     // Out of the caller's session: a terminal's ^C goes to the supervisor, which forwards it
     // exactly once, rather than to every process of the sandbox.
     (void)sys_setsid();

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #define AHL_WIRE_MAGIC 0x504c4841u  // "AHLP"
-#define AHL_WIRE_VERSION 8u
+#define AHL_WIRE_VERSION 9u
 
 struct ahl_wire {
     uint32_t magic, version;
@@ -22,6 +22,7 @@ struct ahl_wire {
     int32_t loopback_up, landlock, cgroup_into_join, stdio[3], netns, hold, masks, template_root, dev, userns, seed;
     uint64_t root_size;
     uint16_t proxy_port;
+    struct ahl_settings settings;
 };
 
 struct ahl_wire_mount {
@@ -118,6 +119,7 @@ int ahl_plan_pack(const struct ahl_plan *p, int stdio_base, uint8_t **out, size_
     w.hold = p->hold;
     w.root_size = p->root_size;
     w.proxy_port = p->proxy_port;
+    w.settings = p->settings;
     w.total = b.len;
     if (b.failed) { free(b.data); return ENOMEM; }
     memcpy(b.data, &w, sizeof w);
@@ -209,6 +211,7 @@ int ahl_plan_unpack(const uint8_t *d, size_t len, struct ahl_plan *p) {
     p->hold = w.hold;
     p->root_size = w.root_size;
     p->proxy_port = w.proxy_port;
+    p->settings = w.settings;
     p->scratch_fds = scratch;
     return 0;
 }

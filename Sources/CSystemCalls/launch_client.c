@@ -229,6 +229,27 @@ int ahs_process_attributes(int pid, struct ahs_process_attributes *out) {
     return 0;
 }
 
+/// The detached process's own settings: none of its caller's (see ahs_start_detached), as far
+/// as the kernel lets it raise them (limits above its caller's need CAP_SYS_RESOURCE). Each
+/// launch it runs takes its own caller's (CallerSettings.swift).
+static void neutral_settings(void) {
+    setpriority(PRIO_PROCESS, 0, 0);
+    syscall(SYS_ioprio_set, ioprio_who_process, 0, 0);
+    int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)!write(fd, "0", 1);
+        close(fd);
+    }
+    // The kernel keeps the CPUs the cpuset allows of a mask of all.
+    unsigned long all[16];
+    memset(all, 0xff, sizeof all);
+    sched_setaffinity(0, sizeof all, (cpu_set_t *)all);
+    for (int r = 0; r < rlimit_count; r++) {
+        struct rlimit l;
+        if (prlimit(1, r, NULL, &l) == 0) setrlimit(r, &l);
+    }
+}
+
 /// Closes every descriptor from 3 on but `keep`, as close_range(2) does where it is missing
 /// (before Linux 5.9): the entries of /proc/self/fd, read with getdents64 into a buffer on the
 /// stack (nothing here may allocate: a lock another thread of the caller held stays held).
@@ -266,6 +287,12 @@ int ahs_start_detached(int exe_fd, char *const argv[], char *const envp[]) {
         // (a caller reading the front's output to its end would wait for this process).
         if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0) _exit(127);
         if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) close_all_but(exe_fd);
+        neutral_settings();
+        // Where its caller's CPU time limit could not be raised (no CAP_SYS_RESOURCE), a
+        // service would be killed once its launches together had used it, and the launches
+        // under way with it: none is started.
+        struct rlimit cpu;
+        if (getrlimit(RLIMIT_CPU, &cpu) < 0 || cpu.rlim_cur != RLIM_INFINITY) _exit(0);
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);

@@ -67,11 +67,8 @@ public enum LaunchService {
     }
 
     /// Whether the front starts a service at `socket` when none answers there: only at an
-    /// absolute path (the service's working directory is not the caller's), and only for a
-    /// caller without a CPU time limit (`InheritedSettings.limitsCPUTime`).
-    public static func frontStarts(at socket: String) -> Bool {
-        socket.hasPrefix("/") && !(InheritedSettings.of(0)?.limitsCPUTime ?? true)
-    }
+    /// absolute path (the service's working directory is not the caller's).
+    public static func frontStarts(at socket: String) -> Bool { socket.hasPrefix("/") }
 
     /// How long a service the front started waits without a launch before it stops.
     public static let frontIdleExit = "60s"
@@ -79,12 +76,13 @@ public enum LaunchService {
     /// What the front runs when no service answers at `socket` (`ahs_launch_service_absent`):
     /// `sandbox serve` of the full CLI, at that socket, for this caller's next launches, while
     /// this one goes on by itself. It serves only clients in the cgroup it started in (the
-    /// front's) and with its scheduling and resource settings (the front's), stops after
-    /// `frontIdleExit` without a launch, and writes its messages to `SOCKET.log`. Its
-    /// environment is PATH and the variables that steer this program, which a client's must
-    /// equal to be served. The arguments (argv[0] first) and the environment.
+    /// front's), stops after `frontIdleExit` without a launch, and writes its messages to
+    /// `SOCKET.log`. It has none of the front's scheduling and resource settings
+    /// (`ahs_start_detached`; each launch has its caller's). Its environment is PATH and the
+    /// variables that steer this program, which a client's must equal to be served. The
+    /// arguments (argv[0] first) and the environment.
     public static func frontStart(socket: String, fullCLI: String, environment: [String: String]) -> (arguments: [String], environment: [String]) {
-        let arguments = [fullCLI, "sandbox", "serve", "--socket", socket, "--idle-exit", frontIdleExit, "--same-cgroup", "--same-settings", "--log"]
+        let arguments = [fullCLI, "sandbox", "serve", "--socket", socket, "--idle-exit", frontIdleExit, "--same-cgroup", "--log"]
         var env = environment.filter { steering($0.key) }
         env["PATH"] = environment["PATH"] ?? "/usr/sbin:/usr/bin:/sbin:/bin"
         return (arguments, env.sorted { $0.key < $1.key }.map { $0.key + "=" + $0.value })
@@ -151,14 +149,9 @@ public final class LaunchServer: @unchecked Sendable {
     /// Set before `serve`: only clients in these cgroups are served (`cgroupMemberships`; the
     /// service a front starts, whose sandboxes then go where the client's own would).
     public var onlyCgroups: [String: String]?
-    /// Set before `serve`: only clients whose scheduling and resource settings are the
-    /// service's are served (`InheritedSettings`; the service a front starts).
-    public var sameSettings = false
     private let ownEnvironment: [String: String]
     /// The service's own namespaces, root, capabilities and filters: a client's must match.
     private let own: PeerConfinement?
-    /// The service's scheduling and resource settings (`sameSettings`).
-    private let ownSettings: InheritedSettings?
     /// The service's working directory and umask, given back to a thread after each client.
     private let home: Int32
     private let homeMask: mode_t
@@ -320,7 +313,6 @@ public final class LaunchServer: @unchecked Sendable {
         self.prepare = prepare
         ownEnvironment = hostEnvironment().filter { LaunchService.steering($0.key) }
         own = PeerConfinement.of("self")
-        ownSettings = InheritedSettings.of(0)
         // The service's working directory, and each worker's between clients: an empty tmpfs
         // attached nowhere, reachable only through /proc/SERVICE/cwd (see the wire above).
         home = ahs_detached_directory()
@@ -550,10 +542,8 @@ public final class LaunchServer: @unchecked Sendable {
         // counted, limited and ended (with the service) where the first client ran.
         if let onlyCgroups, LaunchService.cgroupMemberships(of: String(peer.pid)) != onlyCgroups { return decline() }
         // A sandbox inherits its launcher's nice value, I/O priority, CPUs, oom_score_adj and
-        // resource limits where its policy sets none: a service a front started (with that
-        // front's settings) serves only callers with the same, so that no caller's launch runs
-        // with another's.
-        if sameSettings, InheritedSettings.of(peer.pid) != ownSettings { return decline() }
+        // resource limits where its policy sets none: the caller's, as in its own launch.
+        guard let settings = CallerSettings.of(peer.pid) else { return decline() }
         let signals = SandboxSignals(connection: conn)
         guard ownDirectory, let prepared = admit(request, signals: signals, conn: conn) else { return decline() }
         // A client gone while its launch was prepared: nothing is started for it (one gone
@@ -573,7 +563,8 @@ public final class LaunchServer: @unchecked Sendable {
             return decline()
         }
         launched = true
-        let io = SandboxExecution.LaunchIO(stdio: (request.fds[0], request.fds[1], request.fds[2]), errors: request.fds[2], signals: signals)
+        let io = SandboxExecution.LaunchIO(stdio: (request.fds[0], request.fds[1], request.fds[2]), errors: request.fds[2], signals: signals,
+                                           settings: settings)
         let status = SandboxExecution.launch(prepared, io: io)
         locked {
             active[conn] = nil
@@ -716,27 +707,6 @@ struct PeerConfinement {
         guard let theirs = CgroupFilters.of(client.v2Cgroup, in: mounts), let ours = CgroupFilters.of(v2Cgroup, in: mounts) else { return false }
         return theirs == ours
     }
-}
-
-/// The scheduling and resource settings a process passes to every process it starts, which a
-/// sandbox's policy does not set (or sets only below them): its nice value, I/O priority,
-/// allowed CPUs, oom_score_adj and resource limits (`ahs_process_attributes`).
-struct InheritedSettings: Equatable {
-    var raw: ahs_process_attributes
-
-    /// The settings of process `pid` (0: this one), or nil if they cannot be read.
-    static func of(_ pid: pid_t) -> InheritedSettings? {
-        var raw = ahs_process_attributes()
-        return ahs_process_attributes(pid, &raw) == 0 ? InheritedSettings(raw: raw) : nil
-    }
-
-    static func == (a: InheritedSettings, b: InheritedSettings) -> Bool {
-        withUnsafeBytes(of: a.raw) { x in withUnsafeBytes(of: b.raw) { y in x.elementsEqual(y) } }
-    }
-
-    /// Whether a CPU time limit is set (RLIMIT_CPU's soft limit): a service with one would be
-    /// killed once its launches together had used it, and the launches under way with it.
-    var limitsCPUTime: Bool { raw.soft.0 != UInt64(bitPattern: -1) }
 }
 
 /// The BPF programs a process's cgroup v2 cgroup applies to it and to every process it starts

@@ -105,11 +105,13 @@ public enum SandboxExecution {
         public var errors: Int32
         /// The payload's signals: nil relays this process's own (SIGINT, SIGTERM, ...).
         public var signals: SandboxSignals?
+        /// The caller's scheduling and resource settings, when it is another process.
+        public var settings: CallerSettings?
 
         public static var process: LaunchIO { LaunchIO(stdio: (-1, -1, -1), errors: 2, signals: nil) }
 
-        public init(stdio: (Int32, Int32, Int32), errors: Int32, signals: SandboxSignals?) {
-            (self.stdio, self.errors, self.signals) = (stdio, errors, signals)
+        public init(stdio: (Int32, Int32, Int32), errors: Int32, signals: SandboxSignals?, settings: CallerSettings? = nil) {
+            (self.stdio, self.errors, self.signals, self.settings) = (stdio, errors, signals, settings)
         }
     }
 
@@ -123,6 +125,7 @@ public enum SandboxExecution {
         logger.logLevel = r.debug ? .debug : .warning
         var options = RunOptions(logger: logger)
         options.stdio = io.stdio
+        options.callerSettings = io.settings
         options.allowUnenforcedLimits = r.allowUnenforcedLimits
         // --bench-repeat measures what a long-lived supervisor pays per launch, pool included.
         if r.benchRepeat > 1 {

@@ -145,14 +145,15 @@ struct SandboxServe: ParsableCommand {
             service per socket: it holds SOCKET.lock while it runs.
 
             Started by the front: when no service answers at the socket, the front starts one \
-            there (`--same-cgroup --same-settings --idle-exit 60s --log`, in a session of its \
-            own) and runs that launch itself; the launches after it are served. It serves only \
-            clients in the cgroup it started in and with its nice value, I/O priority, CPUs, \
-            oom_score_adj and resource limits, so a sandbox is made where, and with what, the \
-            caller's own would be; it stops after 60 s without a launch. None is started for a \
-            relative socket path or by a caller with a CPU time limit. \
-            $AUTOHARNESS_LAUNCH_SERVICE=off turns both off. A service that only declines \
-            (another build, cgroup, settings or confinement) counts as idle.
+            there (`--same-cgroup --idle-exit 60s --log`, in a session of its own, with PID 1's \
+            resource limits and no nice value, I/O priority, CPU mask or oom_score_adj of the \
+            caller's) and runs that launch itself; the launches after it are served. It serves \
+            only clients in the cgroup it started in, so a sandbox is made where the caller's \
+            own would be, and stops after 60 s without a launch; none is started for a \
+            relative socket path. $AUTOHARNESS_LAUNCH_SERVICE=off turns both off. A service \
+            that only declines (another build, cgroup or confinement) counts as idle. Every \
+            served sandbox has its caller's nice value, I/O priority, CPUs, oom_score_adj and \
+            resource limits, as in the caller's own launch.
 
             Socket activation: started by systemd with a socket passed down (LISTEN_FDS; \
             templates/systemd, `scripts/install --service`), the service serves on that socket \
@@ -177,9 +178,6 @@ struct SandboxServe: ParsableCommand {
 
     @Flag(name: .customLong("same-cgroup"), help: "Serve only clients in the cgroup this service started in; others launch themselves. The front starts its service so.")
     var sameCgroup = false
-
-    @Flag(name: .customLong("same-settings"), help: "Serve only clients with this service's nice value, I/O priority, CPUs, oom_score_adj and resource limits; others launch themselves. The front starts its service so.")
-    var sameSettings = false
 
     @Flag(name: .long, help: "Append the service's messages to SOCKET.log beside its socket (made 0600) instead of stderr, once it listens.")
     var log = false
@@ -211,7 +209,6 @@ struct SandboxServe: ParsableCommand {
             do { try server.logBesideSocket() } catch { throw ExperimentError(.usage, "sandbox serve: --log: \(error.description)") }
         }
         if sameCgroup { server.onlyCgroups = startedIn }
-        server.sameSettings = sameSettings
         let origin = server.activated ? " (a socket passed down by systemd)" : ""
         let idle = idleExit.map { "; stops after \(DurationString.format($0)) without a launch" } ?? ""
         printErr("autoharness: serving sandbox exec at \(server.path)\(origin) (pid \(getpid())); SIGINT or SIGTERM stops\(idle)")

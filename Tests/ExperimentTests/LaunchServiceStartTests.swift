@@ -6,10 +6,11 @@ import TestSupport
 
 /// The front starts a launch service when none answers at its socket (`LaunchService.frontStart`):
 /// these fail if the launch that starts it is not run by itself as before, if the service
-/// holds the caller's output or stays its child, if it serves a client in another cgroup or
-/// with other scheduling or resource settings, if two services can serve one socket, if one is
-/// started where it could not serve (a relative path, a CPU time limit), or if a service that
-/// only declines never idles out.
+/// holds the caller's output or stays its child, if it serves a client in another cgroup, if a
+/// served sandbox has other scheduling or resource settings than the caller's own launch, if
+/// the service keeps its starter's, if two services can serve one socket, if one is started
+/// where it could not serve (a relative path), or if a service that only declines never idles
+/// out.
 @Suite("the front starts a launch service for the launches after it")
 struct LaunchServiceStartTests {
     /// A socket of the test's own (its directory not made: the service makes it), a private
@@ -18,6 +19,8 @@ struct LaunchServiceStartTests {
         let dir: TempDir
         let socket: String
         let environment: [String: String]
+        /// Another AUTOHARNESS_LAUNCH_SERVICE for `front` (`off`: the front's own launch).
+        var environmentOverride: String?
 
         init() throws {
             try requireRoot()
@@ -54,7 +57,9 @@ struct LaunchServiceStartTests {
             let line = "{ '\(Built.front)' \(quoted); echo \"front exited $?\"; } 2>&1 | cat"
             let (exe, argv) = wrap?("/bin/sh", ["-c", line]) ?? ("/bin/sh", ["-c", line])
             let started = Date()
-            var r = try runProcess(exe, argv, environment: environment)
+            var env = environment
+            if let environmentOverride { env["AUTOHARNESS_LAUNCH_SERVICE"] = environmentOverride }
+            var r = try runProcess(exe, argv, environment: env)
             let seconds = Date().timeIntervalSince(started)
             let exit = r.stdout.split(separator: "\n").last { $0.hasPrefix("front exited ") }
             r.status = exit.flatMap { Int32($0.dropFirst("front exited ".count)) } ?? -1
@@ -101,7 +106,7 @@ struct LaunchServiceStartTests {
         #expect(try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/2") == s.socket + ".log")
         let args = (try String(contentsOfFile: "/proc/\(pid)/cmdline", encoding: .utf8)).split(separator: "\0").map(String.init)
         #expect(Array(args.dropFirst()) == ["sandbox", "serve", "--socket", s.socket, "--idle-exit", LaunchService.frontIdleExit,
-                                            "--same-cgroup", "--same-settings", "--log"], "\(args)")
+                                            "--same-cgroup", "--log"], "\(args)")
 
         let second = try s.front(["--", "/bin/echo", "three"])
         #expect(second.run.status == 0 && second.run.stdout.contains("three"), "\(second.run.stdout)")
@@ -114,23 +119,80 @@ struct LaunchServiceStartTests {
         #expect(declined.run.status == 3 && declined.run.stdout.contains("four"), "\(declined.run.stdout)")
         #expect(!Self.served(declined.run), "\(declined.run.stdout)")
 
-        // With a nice value of its own (a setting every process it starts inherits): declined,
-        // and its own launch runs at its nice value.
-        let nicer = try s.front(["--", "/usr/bin/awk", "{ print \"nice\", $19 }", "/proc/self/stat"],
-                                wrap: { exe, args in ("/usr/bin/nice", ["-n", "5", exe] + args) })
-        #expect(nicer.run.status == 0 && nicer.run.stdout.contains("nice 5\n"), "\(nicer.run.stdout)")
-        #expect(!Self.served(nicer.run), "\(nicer.run.stdout)")
+        // Settings every process passes to those it starts, of the caller's own: its served
+        // sandbox has them, as its own launch has.
+        let wrap: (String, [String]) -> (exe: String, args: [String]) = { exe, args in
+            ("/usr/bin/nice", ["-n", "5", "/usr/bin/prlimit", "--stack=4194304:16777216", "--cpu=100000", "--",
+                               "/usr/bin/taskset", "-c", "0", "/bin/sh", "-c", "echo 300 > /proc/self/oom_score_adj && exec \"$0\" \"$@\"", exe] + args)
+        }
+        let probe = ["--", "/bin/sh", "-c",
+                     "awk '{ print \"nice\", $19 }' /proc/self/stat; grep -E '^Cpus_allowed_list' /proc/self/status; "
+                     + "echo oom $(cat /proc/self/oom_score_adj); echo stack $(ulimit -Ss) $(ulimit -Hs); echo cpu $(ulimit -t)"]
+        let served = try s.front(probe, wrap: wrap)
+        var oneShotSetup = s
+        oneShotSetup.environmentOverride = "off"
+        let own = try oneShotSetup.front(probe, wrap: wrap)
+        #expect(Self.served(served.run) && !Self.served(own.run), "\(served.run.stdout)\n\(own.run.stdout)")
+        let settings = { (r: Run) in r.stdout.split(separator: "\n").filter { !$0.hasPrefix("timing:") && !$0.hasPrefix("front exited") } }
+        #expect(settings(served.run) == settings(own.run), "served: \(settings(served.run)); its own: \(settings(own.run))")
+        #expect(settings(own.run) == ["nice 5", "Cpus_allowed_list:\t0", "oom 300", "stack 4096 16384", "cpu 100000"], "\(settings(own.run))")
 
         s.stop(pid)
-        #expect(s.log.contains("1 launches served, 2 declined"), "\(s.log)")
+        #expect(s.log.contains("2 launches served, 1 declined"), "\(s.log)")
     }
 
-    @Test("no service is started for a relative socket path, nor by a caller with a CPU time limit")
+    /// Whether this process may raise its resource limits (CAP_SYS_RESOURCE; this development
+    /// VM, like a default container, runs without it).
+    static var mayRaiseLimits: Bool {
+        let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
+        let eff = status.split(separator: "\n").first { $0.hasPrefix("CapEff:") }.flatMap { UInt64($0.split(separator: "\t").last ?? "", radix: 16) } ?? 0
+        return eff & (1 << 24) != 0
+    }
+
+    @Test("a service started by a caller under nice, a CPU mask and low limits has none of them where the kernel allows; under a CPU time limit that stays, none is started")
+    func startedNeutral() throws {
+        let s = try Setup()
+        _ = try s.front(["--", "/bin/true"])  // the cache, filled by a miss
+        let started = try s.front(["--", "/bin/true"], wrap: { exe, args in
+            ("/usr/bin/nice", ["-n", "7", "/usr/bin/prlimit", "--nofile=512:4096", "--", "/usr/bin/taskset", "-c", "0",
+                               "/bin/sh", "-c", "echo 200 > /proc/self/oom_score_adj && exec \"$0\" \"$@\"", exe] + args)
+        })
+        #expect(started.run.status == 0 && started.run.stdout.contains("launch service started"), "\(started.run.stdout)")
+        let pid = try #require(s.servicePid(), "no service listened: \(s.log)")
+        let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8).split(separator: ")").last!.split(separator: " ")
+        #expect(stat[16] == "0", "nice \(stat[16])")
+        #expect(try String(contentsOfFile: "/proc/\(pid)/oom_score_adj", encoding: .utf8) == "0\n")
+        let cpus = { (pid: String) in
+            (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8))?.split(separator: "\n").first { $0.hasPrefix("Cpus_allowed_list") }
+        }
+        #expect(cpus(String(pid)) == cpus("self"), "\(String(describing: cpus(String(pid))))")
+        let files = { (pid: String) in
+            (try? String(contentsOfFile: "/proc/\(pid)/limits", encoding: .utf8))?.split(separator: "\n").first { $0.hasPrefix("Max open files") }
+        }
+        // PID 1's where it may raise them, else the caller's (only lowering is allowed then).
+        let expected = Self.mayRaiseLimits ? files("1") : Substring("Max open files            512                  4096                 files     ")
+        #expect(files(String(pid)) == expected, "\(String(describing: files(String(pid))))")
+        s.stop(pid)
+
+        let other = try Setup()
+        _ = try other.front(["--", "/bin/true"])
+        let limited = try other.front(["--", "/bin/true"], wrap: { exe, args in ("/usr/bin/prlimit", ["--cpu=100000", "--", exe] + args) })
+        #expect(limited.run.status == 0 && limited.run.stdout.contains("launch service started"), "\(limited.run.stdout)")
+        if Self.mayRaiseLimits {
+            let cpuPid = try #require(other.servicePid(), "no service listened: \(other.log)")
+            let limits = try String(contentsOfFile: "/proc/\(cpuPid)/limits", encoding: .utf8)
+            #expect(limits.contains("Max cpu time              unlimited"), "\(limits)")
+            other.stop(cpuPid)
+        } else {
+            #expect(other.servicePid(within: 2) == nil, "a service started with a CPU time limit: \(other.log)")
+            #expect(!FileManager.default.fileExists(atPath: other.socket))
+        }
+    }
+
+    @Test("no service is started for a relative socket path")
     func notStarted() throws {
         let s = try Setup()
         _ = try s.front(["--", "/bin/true"])  // the cache, filled by a miss
-        let limited = try s.front(["--", "/bin/true"], wrap: { exe, args in ("/usr/bin/prlimit", ["--cpu=100000", exe] + args) })
-        #expect(limited.run.status == 0 && !limited.run.stdout.contains("launch service started"), "\(limited.run.stdout)")
         var relative = s.environment
         relative["AUTOHARNESS_LAUNCH_SERVICE"] = "svc/launch.sock"
         let r = try runProcess("/bin/sh", ["-c", "cd '\(s.dir.path)' && exec '\(Built.front)' sandbox exec -- /bin/true"], environment: relative)
@@ -146,7 +208,7 @@ struct LaunchServiceStartTests {
         let services = try (0..<4).map { _ in
             let p = Process()
             p.executableURL = URL(fileURLWithPath: Built.autoharness)
-            p.arguments = ["sandbox", "serve", "--socket", s.socket, "--same-cgroup", "--same-settings", "--idle-exit", "60s"]
+            p.arguments = ["sandbox", "serve", "--socket", s.socket, "--same-cgroup", "--idle-exit", "60s"]
             p.environment = s.environment
             p.standardInput = FileHandle.nullDevice
             p.standardOutput = FileHandle.nullDevice
@@ -180,7 +242,7 @@ struct LaunchServiceStartTests {
         _ = try s.front(["--", "/bin/true"])  // the cache, filled by a miss
         let p = Process()
         p.executableURL = URL(fileURLWithPath: Built.autoharness)
-        p.arguments = ["sandbox", "serve", "--socket", s.socket, "--same-cgroup", "--same-settings", "--idle-exit", "3", "--log"]
+        p.arguments = ["sandbox", "serve", "--socket", s.socket, "--same-cgroup", "--idle-exit", "3", "--log"]
         p.environment = s.environment
         p.standardInput = FileHandle.nullDevice
         p.standardOutput = FileHandle.nullDevice
@@ -214,6 +276,6 @@ struct LaunchServiceStartTests {
         #expect(LaunchService.frontSocket(["AUTOHARNESS_LAUNCH_SERVICE": ""]) == nil)
         let start = LaunchService.frontStart(socket: "/s", fullCLI: "/x", environment: ["AUTOHARNESS_CACHE_DIR": "/c", "AUTOHARNESS_TIMING": "1", "HOME": "/root", "PATH": "/bin"])
         #expect(start.environment == ["AUTOHARNESS_CACHE_DIR=/c", "PATH=/bin"])
-        #expect(start.arguments == ["/x", "sandbox", "serve", "--socket", "/s", "--idle-exit", "60s", "--same-cgroup", "--same-settings", "--log"])
+        #expect(start.arguments == ["/x", "sandbox", "serve", "--socket", "/s", "--idle-exit", "60s", "--same-cgroup", "--log"])
     }
 }

@@ -62,6 +62,16 @@ struct ahl_rlimit {
     uint64_t hard;
 };
 
+/// A caller's scheduling and resource settings, which the sandbox gets instead of its
+/// launcher's: a launch the launch service runs for the front (LaunchService.swift) is the
+/// front's launch, and a one-shot one inherits them from the front.
+struct ahl_settings {
+    int32_t given;                // 0: the sandbox keeps its launcher's
+    int32_t nice, ioprio, oom_score_adj;
+    uint64_t affinity[16];        // sched_setaffinity's mask, up to 1024 CPUs
+    uint64_t soft[16], hard[16];  // RLIMIT_CPU (0) to RLIMIT_RTTIME (15)
+};
+
 struct ahl_plan {
     const char *const *argv;      // NULL-terminated; argv[0] is looked up in search_path if it has no '/'
     const char *const *envp;      // NULL-terminated; the payload's whole environment
@@ -113,6 +123,7 @@ struct ahl_plan {
     uint64_t wipe_start[2];       // the supervisor's argv and environment blocks (arg_start,
     uint64_t wipe_end[2];         // env_start / arg_end, env_end of /proc/self/stat), zeroed
                                   // in the children: init's /proc/1/cmdline is world-readable
+    struct ahl_settings settings; // the caller's, set by the monitor before anything else
 };
 
 /// /dev holds exactly these host nodes: null, zero, full, random, urandom, tty.

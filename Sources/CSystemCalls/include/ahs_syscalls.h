@@ -120,8 +120,10 @@ int ahs_launch_via_service(const char *default_socket, const char *launch_code, 
 int ahs_launch_service_absent(void);
 /// Runs the executable `exe_fd` (an O_PATH descriptor of a checked file) with `argv` and
 /// `envp` as a process of its own session that is no child of this one: stdin, stdout and
-/// stderr /dev/null, every other descriptor closed, no signal blocked. It keeps its caller's
-/// scheduling and resource settings (`ahs_process_attributes`). Waits only for the
+/// stderr /dev/null, every other descriptor closed, no signal blocked, and none of its caller's
+/// scheduling and resource settings (`ahs_process_attributes`): nice 0, no I/O priority,
+/// oom_score_adj 0, every CPU its cpuset allows, and PID 1's resource limits where they may be
+/// raised to them; not started at all where a CPU time limit stays. Waits only for the
 /// intermediate process that makes it (which exits at once). 0, or an errno.
 int ahs_start_detached(int exe_fd, char *const argv[], char *const envp[]);
 

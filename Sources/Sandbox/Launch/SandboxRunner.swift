@@ -14,6 +14,9 @@ public struct RunOptions: @unchecked Sendable {
     public var allowUnenforcedLimits = false
     /// Supervisor fds for the payload's stdin/stdout/stderr (-1: inherit).
     public var stdio: (Int32, Int32, Int32) = (-1, -1, -1)
+    /// The settings the sandbox takes instead of this process's (nil: this process's): a
+    /// launch run for another process (`LaunchServer`).
+    public var callerSettings: CallerSettings?
     /// Signals for the payload and the order to kill the sandbox, from other threads.
     public var signals: SandboxSignals?
     /// The cgroup layout to use; nil means this process's own (`CgroupHost.current`).
@@ -101,6 +104,7 @@ public enum SandboxRunner {
         log.debug("sandbox \(plan.sandboxID): policy \(plan.policyName); limits: \(enforcement.map(\.description).joined(separator: "; "))")
 
         let storage = CPlan(plan, stdio: options.stdio, cgroupJoin: cgroup.selfJoinFiles)
+        if let settings = options.callerSettings { storage.plan.settings = settings.plan }
         // The v2 directory held open across the fork: clone3 places the monitor by this fd.
         var intoFD: Int32 = -1
         if options.cloneIntoCgroup, let target = cgroup.cloneTarget {

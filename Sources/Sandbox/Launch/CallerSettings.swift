@@ -1,0 +1,39 @@
+import CSandboxLaunch
+import CSystemCalls
+import Glibc
+
+/// A process's scheduling and resource settings, which every process it starts inherits and a
+/// sandbox's policy does not set (or sets only below them): its nice value, I/O priority,
+/// allowed CPUs, oom_score_adj and resource limits (`ahs_process_attributes`).
+///
+/// A one-shot `sandbox exec` passes its caller's to the sandbox through the launcher. A launch
+/// the launch service runs for a front is that front's launch, so the service reads the
+/// front's and the sandbox's monitor takes them before anything else (`ahl_settings`; the
+/// monitor is root in the initial namespaces then, so the caller's are taken whether they are
+/// above or below the service's own).
+public struct CallerSettings: Sendable, Equatable {
+    var raw: ahs_process_attributes
+
+    /// The settings of process `pid` (0: this one), or nil if they cannot be read.
+    public static func of(_ pid: pid_t) -> CallerSettings? {
+        var raw = ahs_process_attributes()
+        return ahs_process_attributes(pid, &raw) == 0 ? CallerSettings(raw: raw) : nil
+    }
+
+    public static func == (a: CallerSettings, b: CallerSettings) -> Bool {
+        withUnsafeBytes(of: a.raw) { x in withUnsafeBytes(of: b.raw) { y in x.elementsEqual(y) } }
+    }
+
+    /// For the launcher's plan.
+    var plan: ahl_settings {
+        var s = ahl_settings()
+        s.given = 1
+        s.nice = raw.nice
+        s.ioprio = raw.ioprio
+        s.oom_score_adj = raw.oom_score_adj
+        withUnsafeMutableBytes(of: &s.affinity) { to in withUnsafeBytes(of: raw.affinity) { to.copyMemory(from: $0) } }
+        withUnsafeMutableBytes(of: &s.soft) { to in withUnsafeBytes(of: raw.soft) { to.copyMemory(from: $0) } }
+        withUnsafeMutableBytes(of: &s.hard) { to in withUnsafeBytes(of: raw.hard) { to.copyMemory(from: $0) } }
+        return s
+    }
+}
