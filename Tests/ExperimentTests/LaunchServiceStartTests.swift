@@ -122,12 +122,13 @@ struct LaunchServiceStartTests {
         // Settings every process passes to those it starts, of the caller's own: its served
         // sandbox has them, as its own launch has.
         let wrap: (String, [String]) -> (exe: String, args: [String]) = { exe, args in
-            ("/usr/bin/nice", ["-n", "5", "/usr/bin/prlimit", "--stack=4194304:16777216", "--cpu=100000", "--",
+            ("/usr/bin/nice", ["-n", "5", "/usr/bin/prlimit", "--stack=4194304:16777216", "--cpu=100000", "--nofile=256:512", "--",
                                "/usr/bin/taskset", "-c", "0", "/bin/sh", "-c", "echo 300 > /proc/self/oom_score_adj && exec \"$0\" \"$@\"", exe] + args)
         }
         let probe = ["--", "/bin/sh", "-c",
                      "awk '{ print \"nice\", $19 }' /proc/self/stat; grep -E '^Cpus_allowed_list' /proc/self/status; "
-                     + "echo oom $(cat /proc/self/oom_score_adj); echo stack $(ulimit -Ss) $(ulimit -Hs); echo cpu $(ulimit -t)"]
+                     + "echo oom $(cat /proc/self/oom_score_adj); echo stack $(ulimit -Ss) $(ulimit -Hs); echo cpu $(ulimit -t); "
+                     + "echo nofile $(ulimit -Sn) $(ulimit -Hn)"]
         let served = try s.front(probe, wrap: wrap)
         var oneShotSetup = s
         oneShotSetup.environmentOverride = "off"
@@ -135,7 +136,9 @@ struct LaunchServiceStartTests {
         #expect(Self.served(served.run) && !Self.served(own.run), "\(served.run.stdout)\n\(own.run.stdout)")
         let settings = { (r: Run) in r.stdout.split(separator: "\n").filter { !$0.hasPrefix("timing:") && !$0.hasPrefix("front exited") } }
         #expect(settings(served.run) == settings(own.run), "served: \(settings(served.run)); its own: \(settings(own.run))")
-        #expect(settings(own.run) == ["nice 5", "Cpus_allowed_list:\t0", "oom 300", "stack 4096 16384", "cpu 100000"], "\(settings(own.run))")
+        // The policy's nofile (1024) bounded by the caller's hard limit, in both.
+        #expect(settings(own.run) == ["nice 5", "Cpus_allowed_list:\t0", "oom 300", "stack 4096 16384", "cpu 100000", "nofile 512 512"],
+                "\(settings(own.run))")
 
         s.stop(pid)
         #expect(s.log.contains("2 launches served, 1 declined"), "\(s.log)")

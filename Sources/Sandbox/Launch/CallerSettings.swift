@@ -24,6 +24,12 @@ public struct CallerSettings: Sendable, Equatable {
         withUnsafeBytes(of: a.raw) { x in withUnsafeBytes(of: b.raw) { y in x.elementsEqual(y) } }
     }
 
+    /// The hard limit of `resource` (RLIMIT_*), unlimited for one it does not know.
+    public func hardLimit(_ resource: Int32) -> UInt64 {
+        guard resource >= 0, resource < 16 else { return .max }
+        return withUnsafeBytes(of: raw.hard) { $0.bindMemory(to: UInt64.self)[Int(resource)] }
+    }
+
     /// For the launcher's plan.
     var plan: ahl_settings {
         var s = ahl_settings()

@@ -79,7 +79,17 @@ public enum SandboxRunner {
         HeldSandbox(try start(plan, options: options, hold: true))
     }
 
-    static func start(_ plan: LaunchPlan, options: RunOptions, hold: Bool) throws(SandboxError) -> Started {
+    static func start(_ given: LaunchPlan, options: RunOptions, hold: Bool) throws(SandboxError) -> Started {
+        // A caller's own hard limits bound the policy's, as in the caller's own launch (the
+        // sandbox takes them: CallerSettings).
+        var plan = given
+        if let settings = options.callerSettings {
+            plan.rlimits = plan.rlimits.map { r in
+                var r = r
+                r.value = min(r.value, settings.hardLimit(r.resource))
+                return r
+            }
+        }
         guard geteuid() == 0 else {
             throw SandboxError(.notPrivileged, "sandboxes need root (CAP_SYS_ADMIN, CAP_SETUID, CAP_SETGID in the initial namespaces) to build namespaces and write id maps")
         }
