@@ -54,12 +54,20 @@ struct RunAloneContainerTests {
             path = (own == "/" ? "" : own) + "/ah-test-podman-" + UUID().uuidString.prefix(8).lowercased()
         }
 
+        /// Removes what is left, again for up to 10 s while it is not empty: after `podman rm`
+        /// returns, the container's last processes (conmon, a systemd's scope) may still be
+        /// exiting, and their cgroups are busy until they have (seen once in a RunAlone run).
         func remove() {
-            for h in FileSystemProbe.names("/sys/fs/cgroup") + [""] {
-                let dir = "/sys/fs/cgroup/" + h + path
-                guard access(dir, F_OK) == 0 else { continue }
-                _ = try? runProcess("/usr/bin/find", [dir, "-depth", "-type", "d", "-exec", "rmdir", "{}", "+"])
-            }
+            let deadline = Date().addingTimeInterval(10)
+            repeat {
+                for h in FileSystemProbe.names("/sys/fs/cgroup") + [""] {
+                    let dir = "/sys/fs/cgroup/" + h + path
+                    guard access(dir, F_OK) == 0 else { continue }
+                    _ = try? runProcess("/usr/bin/find", [dir, "-depth", "-type", "d", "-exec", "rmdir", "{}", "+"])
+                }
+                if left.isEmpty { return }
+                usleep(100_000)
+            } while Date() < deadline
         }
 
         /// Directories of it that are still there.
