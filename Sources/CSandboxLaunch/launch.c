@@ -1399,7 +1399,15 @@ static void take_settings(const struct ahl_settings *s) {
         if (rl[0] > rl[1]) rl[0] = rl[1];
         (void)sys_prlimit(r, rl);
     }
-    // Each refused only where it would give more than this process has (see above).
+    // Each refused only where it would give more than this process has (see above). The
+    // policy first (SCHED_IDLE, BATCH, a real-time one), with the caller's nice value; where
+    // that nice value is refused (lower than this process's), the policy alone.
+    struct { uint32_t size, policy; uint64_t flags; int32_t nice; uint32_t priority; uint64_t runtime, deadline, period; } sa = {
+        48, (uint32_t)s->sched_policy, s->sched_reset_on_fork ? 1u : 0u, s->nice, (uint32_t)s->sched_priority, 0, 0, 0};
+    if (AHL_SYS3(SYS_sched_setattr, 0, &sa, 0) < 0) {
+        sa.nice = 20 - (int32_t)AHL_SYS2(SYS_getpriority, PRIO_PROCESS, 0);
+        (void)AHL_SYS3(SYS_sched_setattr, 0, &sa, 0);
+    }
     (void)AHL_SYS3(SYS_setpriority, PRIO_PROCESS, 0, s->nice);
     (void)AHL_SYS3(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, 0, s->ioprio);
     (void)AHL_SYS3(SYS_sched_setaffinity, 0, sizeof s->affinity, s->affinity);

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #define AHL_WIRE_MAGIC 0x504c4841u  // "AHLP"
-#define AHL_WIRE_VERSION 9u
+#define AHL_WIRE_VERSION 10u
 
 struct ahl_wire {
     uint32_t magic, version;

@@ -208,6 +208,14 @@ int ahs_process_attributes(int pid, struct ahs_process_attributes *out) {
     long io = syscall(SYS_ioprio_get, ioprio_who_process, pid);
     if (io < 0) return -1;
     out->ioprio = (int)io;
+    // struct sched_attr's first fields (SCHED_ATTR_SIZE_VER0, 48 bytes): size, policy, flags,
+    // nice, priority.
+    struct { uint32_t size, policy; uint64_t flags; int32_t nice; uint32_t priority; uint64_t runtime, deadline, period; } sa;
+    memset(&sa, 0, sizeof sa);
+    if (syscall(SYS_sched_getattr, pid, &sa, sizeof sa, 0) < 0) return -1;
+    out->sched_policy = (int)sa.policy;
+    out->sched_priority = (int)sa.priority;
+    out->sched_reset_on_fork = (sa.flags & 1) != 0;
     if (sched_getaffinity(pid, sizeof out->affinity, (cpu_set_t *)out->affinity) < 0) return -1;
     for (int r = 0; r < rlimit_count; r++) {
         struct rlimit l;

@@ -543,7 +543,9 @@ public final class LaunchServer: @unchecked Sendable {
         if let onlyCgroups, LaunchService.cgroupMemberships(of: String(peer.pid)) != onlyCgroups { return decline() }
         // A sandbox inherits its launcher's nice value, I/O priority, CPUs, oom_score_adj and
         // resource limits where its policy sets none: the caller's, as in its own launch.
-        guard let settings = CallerSettings.of(peer.pid) else { return decline() }
+        // A caller that may use a CPU the service may not (another cpuset) is declined: its
+        // sandbox would otherwise run on the service's CPUs, not on its own.
+        guard let settings = CallerSettings.of(peer.pid), let mine = CallerSettings.of(0), settings.cpus(within: mine) else { return decline() }
         let signals = SandboxSignals(connection: conn)
         guard ownDirectory, let prepared = admit(request, signals: signals, conn: conn) else { return decline() }
         // A client gone while its launch was prepared: nothing is started for it (one gone

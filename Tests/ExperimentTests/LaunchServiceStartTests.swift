@@ -119,14 +119,15 @@ struct LaunchServiceStartTests {
         #expect(declined.run.status == 3 && declined.run.stdout.contains("four"), "\(declined.run.stdout)")
         #expect(!Self.served(declined.run), "\(declined.run.stdout)")
 
-        // Settings every process passes to those it starts, of the caller's own: its served
-        // sandbox has them, as its own launch has.
+        // Settings every process passes to those it starts, of the caller's own (SCHED_IDLE,
+        // policy 5, among them): its served sandbox has them, as its own launch has.
         let wrap: (String, [String]) -> (exe: String, args: [String]) = { exe, args in
             ("/usr/bin/nice", ["-n", "5", "/usr/bin/prlimit", "--stack=4194304:16777216", "--cpu=100000", "--nofile=256:512", "--",
-                               "/usr/bin/taskset", "-c", "0", "/bin/sh", "-c", "echo 300 > /proc/self/oom_score_adj && exec \"$0\" \"$@\"", exe] + args)
+                               "/usr/bin/taskset", "-c", "0", "/usr/bin/chrt", "-i", "0",
+                               "/bin/sh", "-c", "echo 300 > /proc/self/oom_score_adj && exec \"$0\" \"$@\"", exe] + args)
         }
         let probe = ["--", "/bin/sh", "-c",
-                     "awk '{ print \"nice\", $19 }' /proc/self/stat; grep -E '^Cpus_allowed_list' /proc/self/status; "
+                     "awk '{ print \"nice\", $19; print \"policy\", $41 }' /proc/self/stat; grep -E '^Cpus_allowed_list' /proc/self/status; "
                      + "echo oom $(cat /proc/self/oom_score_adj); echo stack $(ulimit -Ss) $(ulimit -Hs); echo cpu $(ulimit -t); "
                      + "echo nofile $(ulimit -Sn) $(ulimit -Hn)"]
         let served = try s.front(probe, wrap: wrap)
@@ -137,7 +138,7 @@ struct LaunchServiceStartTests {
         let settings = { (r: Run) in r.stdout.split(separator: "\n").filter { !$0.hasPrefix("timing:") && !$0.hasPrefix("front exited") } }
         #expect(settings(served.run) == settings(own.run), "served: \(settings(served.run)); its own: \(settings(own.run))")
         // The policy's nofile (1024) bounded by the caller's hard limit, in both.
-        #expect(settings(own.run) == ["nice 5", "Cpus_allowed_list:\t0", "oom 300", "stack 4096 16384", "cpu 100000", "nofile 512 512"],
+        #expect(settings(own.run) == ["nice 5", "policy 5", "Cpus_allowed_list:\t0", "oom 300", "stack 4096 16384", "cpu 100000", "nofile 512 512"],
                 "\(settings(own.run))")
 
         s.stop(pid)
@@ -237,6 +238,29 @@ struct LaunchServiceStartTests {
         winner.0.waitUntilExit()
         let log = String(decoding: winner.1.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         #expect(log.contains("1 launches served, 0 declined"), "\(log)")
+    }
+
+    @Test("a caller that may use a CPU the service may not is declined (its sandbox would run on the service's CPUs); one within them is served on its own")
+    func cpusOutsideTheServiceDeclined() throws {
+        let s = try Setup()
+        try #require(ProcessInfo.processInfo.activeProcessorCount >= 2, "needs two CPUs to give the service fewer than its callers")
+        _ = try s.front(["--", "/bin/true"])  // the cache, filled by a miss
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/taskset")
+        p.arguments = ["-c", "0", Built.autoharness, "sandbox", "serve", "--socket", s.socket, "--log"]
+        p.environment = s.environment
+        p.standardInput = FileHandle.nullDevice
+        p.standardOutput = FileHandle.nullDevice
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        defer { if p.isRunning { kill(p.processIdentifier, SIGKILL) } }
+        let pid = try #require(s.servicePid(), "no service listened: \(s.log)")
+        defer { s.stop(pid) }
+        let probe = ["--", "/bin/grep", "Cpus_allowed_list", "/proc/self/status"]
+        let wide = try s.front(probe)
+        #expect(wide.run.status == 0 && !Self.served(wide.run), "\(wide.run.stdout)")
+        let narrow = try s.front(probe, wrap: { exe, args in ("/usr/bin/taskset", ["-c", "0", exe] + args) })
+        #expect(narrow.run.status == 0 && Self.served(narrow.run) && narrow.run.stdout.contains("Cpus_allowed_list:\t0\n"), "\(narrow.run.stdout)")
     }
 
     @Test("a service that only declines goes idle: clients it declines do not keep it running")

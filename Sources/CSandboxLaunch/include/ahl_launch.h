@@ -67,6 +67,7 @@ struct ahl_rlimit {
 /// front's launch, and a one-shot one inherits them from the front.
 struct ahl_settings {
     int32_t given;                // 0: the sandbox keeps its launcher's
+    int32_t sched_policy, sched_priority, sched_reset_on_fork;  // sched_setattr's
     int32_t nice, ioprio, oom_score_adj;
     uint64_t affinity[16];        // sched_setaffinity's mask, up to 1024 CPUs
     uint64_t soft[16], hard[16];  // RLIMIT_CPU (0) to RLIMIT_RTTIME (15)

@@ -130,6 +130,9 @@ int ahs_start_detached(int exe_fd, char *const argv[], char *const envp[]);
 /// What a process passes to every process it starts and a sandbox's policy does not set:
 /// scheduling and resource settings.
 struct ahs_process_attributes {
+    /// sched_getattr's policy (SCHED_OTHER 0, FIFO 1, RR 2, BATCH 3, IDLE 5), real-time
+    /// priority, and whether SCHED_FLAG_RESET_ON_FORK is set (1).
+    int sched_policy, sched_priority, sched_reset_on_fork;
     int nice;
     /// ioprio_get(IOPRIO_WHO_PROCESS): class << 13 | level; 0 when none was set.
     int ioprio;

@@ -24,6 +24,18 @@ public struct CallerSettings: Sendable, Equatable {
         withUnsafeBytes(of: a.raw) { x in withUnsafeBytes(of: b.raw) { y in x.elementsEqual(y) } }
     }
 
+    /// Whether every CPU this process may use is one `other` may use: a launcher with
+    /// `other`'s cpuset can then take this mask (the kernel refuses a mask with none of its
+    /// CPUs, and the launcher would keep its own).
+    public func cpus(within other: CallerSettings) -> Bool {
+        withUnsafeBytes(of: raw.affinity) { mine in
+            withUnsafeBytes(of: other.raw.affinity) { theirs in
+                let a = mine.bindMemory(to: UInt.self), b = theirs.bindMemory(to: UInt.self)
+                return a.indices.allSatisfy { a[$0] & ~b[$0] == 0 }
+            }
+        }
+    }
+
     /// The hard limit of `resource` (RLIMIT_*), unlimited for one it does not know.
     public func hardLimit(_ resource: Int32) -> UInt64 {
         guard resource >= 0, resource < 16 else { return .max }
@@ -34,6 +46,9 @@ public struct CallerSettings: Sendable, Equatable {
     var plan: ahl_settings {
         var s = ahl_settings()
         s.given = 1
+        s.sched_policy = raw.sched_policy
+        s.sched_priority = raw.sched_priority
+        s.sched_reset_on_fork = raw.sched_reset_on_fork
         s.nice = raw.nice
         s.ioprio = raw.ioprio
         s.oom_score_adj = raw.oom_score_adj
