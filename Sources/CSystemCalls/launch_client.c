@@ -258,6 +258,11 @@ static void neutral_settings(void) {
     }
 }
 
+int ahs_own_affinity(unsigned long mask[16]) {
+    memset(mask, 0, 16 * sizeof *mask);
+    return sched_getaffinity(0, 16 * sizeof *mask, (cpu_set_t *)mask);
+}
+
 /// Closes every descriptor from 3 on but `keep`, as close_range(2) does where it is missing
 /// (before Linux 5.9): the entries of /proc/self/fd, read with getdents64 into a buffer on the
 /// stack (nothing here may allocate: a lock another thread of the caller held stays held).

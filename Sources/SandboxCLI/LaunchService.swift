@@ -545,7 +545,7 @@ public final class LaunchServer: @unchecked Sendable {
         // resource limits where its policy sets none: the caller's, as in its own launch.
         // A caller that may use a CPU the service may not (another cpuset) is declined: its
         // sandbox would otherwise run on the service's CPUs, not on its own.
-        guard let settings = CallerSettings.of(peer.pid), let mine = CallerSettings.of(0), settings.cpus(within: mine) else { return decline() }
+        guard let settings = CallerSettings.of(peer.pid), settings.cpusWithinThisProcess() else { return decline() }
         let signals = SandboxSignals(connection: conn)
         guard ownDirectory, let prepared = admit(request, signals: signals, conn: conn) else { return decline() }
         // A client gone while its launch was prepared: nothing is started for it (one gone

@@ -66,6 +66,21 @@ struct LaunchServiceStartTests {
             return (r, seconds)
         }
 
+        /// `autoharness sandbox serve --socket SOCKET ARGUMENTS` started by this test (under
+        /// `prefix`, e.g. taskset), stdin and stdout /dev/null, stderr to `stderr` if given.
+        func serve(_ arguments: [String], prefix: [String] = [], stderr: Pipe? = nil) throws -> Process {
+            let p = Process()
+            let command = prefix + [Built.autoharness, "sandbox", "serve", "--socket", socket] + arguments
+            p.executableURL = URL(fileURLWithPath: command[0])
+            p.arguments = Array(command.dropFirst())
+            p.environment = environment
+            p.standardInput = FileHandle.nullDevice
+            p.standardOutput = FileHandle.nullDevice
+            p.standardError = stderr ?? FileHandle.nullDevice
+            try p.run()
+            return p
+        }
+
         /// Ends the service `pid` (the front started it for this test) and waits for its log's
         /// last line.
         func stop(_ pid: pid_t) {
@@ -193,6 +208,28 @@ struct LaunchServiceStartTests {
         }
     }
 
+    @Test("--log never follows a symbolic link at SOCKET.log: the service says which file it could not open, exits, and leaves no socket")
+    func logThroughSymlinkRefused() throws {
+        let s = try Setup()
+        try FileManager.default.createDirectory(atPath: s.dir.file("svc"), withIntermediateDirectories: false)
+        chmod(s.dir.file("svc"), 0o755)
+        let target = s.dir.file("elsewhere.log")
+        #expect(symlink(target, s.socket + ".log") == 0)
+        let err = Pipe()
+        let p = try s.serve(["--log"], stderr: err)
+        let deadline = Date().addingTimeInterval(20)
+        while p.isRunning, Date() < deadline { usleep(20_000) }
+        if p.isRunning {
+            Issue.record("the service went on serving with its log through a link")
+            kill(p.processIdentifier, SIGKILL)
+        }
+        p.waitUntilExit()
+        let text = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(p.terminationStatus != 0 && text.contains("--log: \(s.socket).log: Too many levels of symbolic links"), "\(text)")
+        #expect(!FileManager.default.fileExists(atPath: target), "the log was written through the link")
+        #expect(access(s.socket, F_OK) != 0, "the socket of a service that did not serve was left")
+    }
+
     @Test("no service is started for a relative socket path")
     func notStarted() throws {
         let s = try Setup()
@@ -210,16 +247,8 @@ struct LaunchServiceStartTests {
     func oneServicePerSocket() throws {
         let s = try Setup()
         let services = try (0..<4).map { _ in
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: Built.autoharness)
-            p.arguments = ["sandbox", "serve", "--socket", s.socket, "--same-cgroup", "--idle-exit", "60s"]
-            p.environment = s.environment
-            p.standardInput = FileHandle.nullDevice
-            p.standardOutput = FileHandle.nullDevice
             let err = Pipe()
-            p.standardError = err
-            try p.run()
-            return (p, err)
+            return (try s.serve(["--same-cgroup", "--idle-exit", "60s"], stderr: err), err)
         }
         defer { for (p, _) in services where p.isRunning { kill(p.processIdentifier, SIGKILL) } }
         // The three that lose end at once; the winner's first line says it serves.
@@ -245,14 +274,7 @@ struct LaunchServiceStartTests {
         let s = try Setup()
         try #require(ProcessInfo.processInfo.activeProcessorCount >= 2, "needs two CPUs to give the service fewer than its callers")
         _ = try s.front(["--", "/bin/true"])  // the cache, filled by a miss
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/taskset")
-        p.arguments = ["-c", "0", Built.autoharness, "sandbox", "serve", "--socket", s.socket, "--log"]
-        p.environment = s.environment
-        p.standardInput = FileHandle.nullDevice
-        p.standardOutput = FileHandle.nullDevice
-        p.standardError = FileHandle.nullDevice
-        try p.run()
+        let p = try s.serve(["--log"], prefix: ["/usr/bin/taskset", "-c", "0"])
         defer { if p.isRunning { kill(p.processIdentifier, SIGKILL) } }
         let pid = try #require(s.servicePid(), "no service listened: \(s.log)")
         defer { s.stop(pid) }
@@ -267,14 +289,7 @@ struct LaunchServiceStartTests {
     func declinesAreIdle() throws {
         let s = try Setup()
         _ = try s.front(["--", "/bin/true"])  // the cache, filled by a miss
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: Built.autoharness)
-        p.arguments = ["sandbox", "serve", "--socket", s.socket, "--same-cgroup", "--idle-exit", "3", "--log"]
-        p.environment = s.environment
-        p.standardInput = FileHandle.nullDevice
-        p.standardOutput = FileHandle.nullDevice
-        p.standardError = FileHandle.nullDevice
-        try p.run()
+        let p = try s.serve(["--same-cgroup", "--idle-exit", "3", "--log"])
         defer { if p.isRunning { kill(p.processIdentifier, SIGKILL) } }
         _ = try #require(s.servicePid(), "no service listened: \(s.log)")
         let started = Date()

@@ -145,6 +145,8 @@ struct ahs_process_attributes {
 };
 /// Reads process `pid`'s attributes (0: the caller). 0, or -1 with errno.
 int ahs_process_attributes(int pid, struct ahs_process_attributes *out);
+/// sched_getaffinity of the caller into `mask` (up to 1024 CPUs). 0, or -1 with errno.
+int ahs_own_affinity(unsigned long mask[16]);
 #ifdef __cplusplus
 }
 #endif

@@ -24,12 +24,15 @@ public struct CallerSettings: Sendable, Equatable {
         withUnsafeBytes(of: a.raw) { x in withUnsafeBytes(of: b.raw) { y in x.elementsEqual(y) } }
     }
 
-    /// Whether every CPU this process may use is one `other` may use: a launcher with
-    /// `other`'s cpuset can then take this mask (the kernel refuses a mask with none of its
-    /// CPUs, and the launcher would keep its own).
-    public func cpus(within other: CallerSettings) -> Bool {
-        withUnsafeBytes(of: raw.affinity) { mine in
-            withUnsafeBytes(of: other.raw.affinity) { theirs in
+    /// Whether every CPU these settings allow is one the calling process may use: a launcher
+    /// it starts can then take this mask (the kernel refuses a mask with none of its CPUs, and
+    /// the launcher would keep its own). False if its own mask cannot be read.
+    public func cpusWithinThisProcess() -> Bool {
+        var own = raw.affinity
+        let read = withUnsafeMutablePointer(to: &own) { $0.withMemoryRebound(to: UInt.self, capacity: 16) { ahs_own_affinity($0) } }
+        guard read == 0 else { return false }
+        return withUnsafeBytes(of: raw.affinity) { mine in
+            withUnsafeBytes(of: own) { theirs in
                 let a = mine.bindMemory(to: UInt.self), b = theirs.bindMemory(to: UInt.self)
                 return a.indices.allSatisfy { a[$0] & ~b[$0] == 0 }
             }
