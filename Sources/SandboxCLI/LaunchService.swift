@@ -541,6 +541,15 @@ public final class LaunchServer: @unchecked Sendable {
         // its launcher's cgroup, and a client elsewhere would otherwise have its sandboxes
         // counted, limited and ended (with the service) where the first client ran.
         if let onlyCgroups, LaunchService.cgroupMemberships(of: String(peer.pid)) != onlyCgroups { return decline() }
+        // Any other service (systemd's): a caller limited where the service is not (memory,
+        // pids, CPU quota, I/O, in a cgroup of its own or an ancestor below where the two part)
+        // is declined. Its own launch makes the sandbox inside those limits; served, the sandbox
+        // would be outside them, under the service's cgroup.
+        if onlyCgroups == nil, let limit = CgroupLimits.between(client: CgroupHost.memberships(of: String(peer.pid)),
+                                                                service: CgroupHost.memberships(of: "self")) {
+            printErr("autoharness: declined a launch from pid \(peer.pid), which launches it itself: \(limit), the service has no such limit")
+            return decline()
+        }
         // A sandbox inherits its launcher's nice value, I/O priority, CPUs, oom_score_adj and
         // resource limits where its policy sets none: the caller's, as in its own launch.
         // A caller that may use a CPU the service may not (another cpuset) is declined: its
@@ -708,6 +717,66 @@ struct PeerConfinement {
         let mounts = CgroupHost.mounts()
         guard let theirs = CgroupFilters.of(client.v2Cgroup, in: mounts), let ours = CgroupFilters.of(v2Cgroup, in: mounts) else { return false }
         return theirs == ours
+    }
+}
+
+/// The cgroup limits a client has and the service does not. A one-shot launch's sandbox is
+/// made under its caller's cgroup, so inside every limit of that cgroup and its ancestors; a
+/// served one under the service's. The limits that matter are those on the client's path below
+/// where it parts from the service's, in each hierarchy that limits: v1 memory, pids and cpu,
+/// and v2.
+public enum CgroupLimits {
+    /// The first such limit, as "FILE is VALUE" (or why the client's cgroups cannot be
+    /// checked); nil when the client has none the service does not also have.
+    public static func between(client: [String: String], service: [String: String], mounts: @autoclosure () -> [CgroupHost.Mount] = CgroupHost.mounts()) -> String? {
+        var found: [CgroupHost.Mount]?
+        for key in ["", "memory", "pids", "cpu"] {
+            guard let path = client[key] else { continue }
+            let theirs = path.split(separator: "/")
+            let ours = (service[key] ?? "/").split(separator: "/")
+            var shared = 0
+            while shared < min(theirs.count, ours.count) && theirs[shared] == ours[shared] { shared += 1 }
+            guard shared < theirs.count else { continue }
+            let shown = found ?? mounts()
+            found = shown
+            for depth in (shared + 1)...theirs.count {
+                let cgroup = "/" + theirs[..<depth].joined(separator: "/")
+                guard let dir = CgroupHost.directory(of: cgroup, controller: key.isEmpty ? nil : key, in: shown) else {
+                    return "its \(key.isEmpty ? "v2" : key) cgroup \(cgroup) is not visible here"
+                }
+                if let limit = limit(in: dir, key: key) { return limit }
+            }
+        }
+        return nil
+    }
+
+    /// A limit set in the cgroup directory `dir` of hierarchy `key` ("" for v2), if any.
+    /// Files a hierarchy lacks (a controller not enabled there) set none.
+    static func limit(in dir: String, key: String) -> String? {
+        let value = { (name: String) -> Substring? in
+            guard access(dir + "/" + name, F_OK) == 0 else { return nil }
+            let text = SmallFile.contents(of: dir + "/" + name)
+            let isSpace = { (c: Character) in c == " " || c == "\n" }
+            guard let first = text.firstIndex(where: { !isSpace($0) }), let last = text.lastIndex(where: { !isSpace($0) }) else { return "" }
+            return text[first...last]
+        }
+        var checks: [(String, (Substring) -> Bool)] = []
+        let unlimited: UInt64 = 1 << 62
+        switch key {
+        case "memory":
+            checks = [("memory.limit_in_bytes", { (UInt64($0) ?? 0) < unlimited }), ("memory.memsw.limit_in_bytes", { (UInt64($0) ?? 0) < unlimited })]
+        case "pids":
+            checks = [("pids.max", { $0 != "max" })]
+        case "cpu":
+            checks = [("cpu.cfs_quota_us", { $0 != "-1" })]
+        default:
+            checks = [("memory.max", { $0 != "max" }), ("memory.high", { $0 != "max" }), ("memory.swap.max", { $0 != "max" }),
+                      ("pids.max", { $0 != "max" }), ("cpu.max", { !$0.hasPrefix("max ") && $0 != "max" }), ("io.max", { !$0.isEmpty })]
+        }
+        for (name, limits) in checks {
+            if let v = value(name), limits(v) { return "\(dir)/\(name) is \(v.isEmpty ? "set" : String(v.split(separator: "\n").first ?? ""))" }
+        }
+        return nil
     }
 }
 

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Sandbox
 import SandboxCLI
 import Testing
 import TestSupport
@@ -283,6 +284,71 @@ struct LaunchServiceStartTests {
         #expect(wide.run.status == 0 && !Self.served(wide.run), "\(wide.run.stdout)")
         let narrow = try s.front(probe, wrap: { exe, args in ("/usr/bin/taskset", ["-c", "0", exe] + args) })
         #expect(narrow.run.status == 0 && Self.served(narrow.run) && narrow.run.stdout.contains("Cpus_allowed_list:\t0\n"), "\(narrow.run.stdout)")
+    }
+
+    @Test("a caller limited in a cgroup it does not share with a service (its own, or an ancestor below where they part) is declined and launches itself, inside the limit; one without a limit is served")
+    func limitedCallerDeclined() throws {
+        let s = try Setup()
+        _ = try s.front(["--", "/bin/true"])  // the cache, filled by a miss
+        // A service as systemd's is: any cgroup's callers (no --same-cgroup).
+        let p = try s.serve(["--log"])
+        defer { if p.isRunning { kill(p.processIdentifier, SIGKILL) } }
+        let pid = try #require(s.servicePid(), "no service listened: \(s.log)")
+        defer { s.stop(pid) }
+        let enclosure = try CgroupEnclosure()
+        // Every hierarchy's enclosure has a child the caller runs in: the limit is set on the
+        // enclosure, its ancestor.
+        let children = enclosure.directories.map { $0 + "/caller" }
+        for c in children { #expect(mkdir(c, 0o755) == 0, "mkdir \(c)") }
+        defer { for c in children { rmdir(c) } }
+        let inChild: (String, [String]) -> (exe: String, args: [String]) = { exe, args in
+            let moves = children.map { "echo $$ > '\($0)/cgroup.procs' || exit 125" }.joined(separator: "; ")
+            return ("/bin/sh", ["-c", moves + "; exec \"$@\"", "sh", exe] + args)
+        }
+        let free = try s.front(["--", "/bin/echo", "free"], wrap: inChild)
+        #expect(free.run.status == 0 && Self.served(free.run), "no limit, so served: \(free.run.stdout) \(s.log)")
+
+        let pids = try #require(enclosure.directories.first { FileManager.default.fileExists(atPath: $0 + "/pids.max") }, "no pids cgroup")
+        try "64".write(toFile: pids + "/pids.max", atomically: false, encoding: .utf8)
+        let limited = try s.front(["--", "/bin/sh", "-c", "echo limited; exit 4"], wrap: inChild)
+        #expect(limited.run.status == 4 && limited.run.stdout.contains("limited") && !Self.served(limited.run), "\(limited.run.stdout)")
+        #expect(s.log.contains("declined a launch from pid") && s.log.contains(pids + "/pids.max is 64"), "\(s.log)")
+    }
+
+    @Test("the limits between a caller and a service: only those on the caller's path below where the two part, in each hierarchy")
+    func limitsBetween() throws {
+        let root = try TempDir()
+        func dir(_ rel: String, _ files: [String: String]) throws {
+            try FileManager.default.createDirectory(atPath: root.path + rel, withIntermediateDirectories: true)
+            for (name, value) in files { try value.write(toFile: root.path + rel + "/" + name, atomically: false, encoding: .utf8) }
+        }
+        try dir("/pids/a", ["pids.max": "max\n"])
+        try dir("/pids/a/b", ["pids.max": "max\n"])
+        try dir("/pids/a/c", ["pids.max": "30\n"])
+        try dir("/pids/lim", ["pids.max": "40\n"])
+        try dir("/pids/lim/x", ["pids.max": "max\n"])
+        try dir("/unified/s", ["memory.max": "max\n", "cpu.max": "max 100000\n", "io.max": ""])
+        try dir("/unified/t", ["memory.max": "max\n", "cpu.max": "50000 100000\n", "io.max": ""])
+        let mounts = [CgroupHost.Mount(type: "cgroup", options: ["rw", "pids"], root: "/", mountPoint: root.path + "/pids"),
+                      CgroupHost.Mount(type: "cgroup2", options: ["rw"], root: "/", mountPoint: root.path + "/unified")]
+        func between(_ client: [String: String], _ service: [String: String]) -> String? {
+            CgroupLimits.between(client: client, service: service, mounts: mounts)
+        }
+        // The same cgroup, or one above the service's: nothing of the caller's is outside it.
+        #expect(between(["pids": "/a/c"], ["pids": "/a/c"]) == nil)
+        #expect(between(["pids": "/a"], ["pids": "/a/c"]) == nil)
+        // Below where they part: unlimited, then limited.
+        #expect(between(["pids": "/a/b"], ["pids": "/a/c"]) == nil)
+        #expect(between(["pids": "/a/c"], ["pids": "/a/b"]) == root.path + "/pids/a/c/pids.max is 30")
+        // A limited ancestor the service does not share.
+        #expect(between(["pids": "/lim/x"], ["pids": "/a/b"]) == root.path + "/pids/lim/pids.max is 40")
+        // A limited ancestor the service shares limits it too.
+        #expect(between(["pids": "/lim/x"], ["pids": "/lim"]) == nil)
+        // v2: a CPU quota counts, an unlimited cpu.max and an empty io.max do not.
+        #expect(between(["": "/s"], ["": "/"]) == nil)
+        #expect(between(["": "/t"], ["": "/s"]) == root.path + "/unified/t/cpu.max is 50000 100000")
+        // A cgroup no mount shows cannot be checked: declined.
+        #expect(between(["memory": "/m"], ["memory": "/"])?.contains("not visible") == true)
     }
 
     @Test("a service that only declines goes idle: clients it declines do not keep it running")

@@ -106,6 +106,10 @@ public struct CgroupHost: Sendable {
         public var root: String
         public var mountPoint: String
 
+        public init(type: String, options: [String], root: String, mountPoint: String) {
+            (self.type, self.options, self.root, self.mountPoint) = (type, options, root, mountPoint)
+        }
+
         /// The directory that shows cgroup `path` of this hierarchy, if the mount shows it.
         public func directory(of path: String) -> String? {
             guard path == root || path.hasPrefix(root == "/" ? "/" : root + "/") else { return nil }
