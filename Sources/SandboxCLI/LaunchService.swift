@@ -511,6 +511,8 @@ public final class LaunchServer: @unchecked Sendable {
                 if busy == 0 { pthread_cond_broadcast(&idle) }
             }
         }
+        let peerProcess = UnixSocket.peerPidfd(conn)
+        defer { if let peerProcess, peerProcess >= 0 { close(peerProcess) } }
         guard let peer = UnixSocket.peer(conn), peer.uid == 0 else {
             locked { counts.refused += 1 }
             let who = UnixSocket.peer(conn).map { "pid \($0.pid), uid \($0.uid)" } ?? "an unknown peer"
@@ -547,7 +549,7 @@ public final class LaunchServer: @unchecked Sendable {
         // would be outside them, under the service's cgroup.
         if onlyCgroups == nil, let limit = CgroupLimits.between(client: CgroupHost.memberships(of: String(peer.pid)),
                                                                 service: CgroupHost.memberships(of: "self")) {
-            printErr("autoharness: declined a launch from pid \(peer.pid), which launches it itself: \(limit), the service has no such limit")
+            printErr("autoharness: declined a launch from pid \(peer.pid), which launches it itself, inside its cgroup's limit: \(limit)")
             return decline()
         }
         // A sandbox inherits its launcher's nice value, I/O priority, CPUs, oom_score_adj and
@@ -555,6 +557,13 @@ public final class LaunchServer: @unchecked Sendable {
         // A caller that may use a CPU the service may not (another cpuset) is declined: its
         // sandbox would otherwise run on the service's CPUs, not on its own.
         guard let settings = CallerSettings.of(peer.pid), settings.cpusWithinThisProcess() else { return decline() }
+        // All of the above was read from /proc/PID of the peer's pid. Where the kernel gives the
+        // peer as a pidfd, the process that connected must still be alive now, so the pid was
+        // not freed and taken by another process while it was read (a client that exits right
+        // after connecting could otherwise have its pid reused by one in other cgroups).
+        if let peerProcess {
+            guard peerProcess >= 0, ahs_pidfd_kill(peerProcess, 0) == 0 else { return decline() }
+        }
         let signals = SandboxSignals(connection: conn)
         guard ownDirectory, let prepared = admit(request, signals: signals, conn: conn) else { return decline() }
         // A client gone while its launch was prepared: nothing is started for it (one gone
@@ -624,7 +633,20 @@ public final class LaunchServer: @unchecked Sendable {
 
     /// Reads one request (header, body, the five descriptors), or nil for anything else, with
     /// any descriptor received closed.
-    static func receive(_ conn: Int32) -> Request? {
+    static func receive(_ conn: Int32, within seconds: Double = 10) -> Request? {
+        // One deadline for the whole request: each read waits only for what is left of it, so
+        // a client sending a byte at a time cannot hold a thread longer.
+        let deadline = monotonicNow() + seconds
+        func ready() -> Bool {
+            var p = pollfd(fd: conn, events: Int16(POLLIN), revents: 0)
+            while true {
+                let left = deadline - monotonicNow()
+                guard left > 0 else { return false }
+                let r = poll(&p, 1, Int32(left * 1000) + 1)
+                if r < 0 && errno == EINTR { continue }
+                return r > 0
+            }
+        }
         var fds = [Int32](repeating: -1, count: LaunchService.descriptorCount)
         var nfds: Int32 = 0
         var header = [UInt8](repeating: 0, count: LaunchService.headerSize)
@@ -637,6 +659,7 @@ public final class LaunchServer: @unchecked Sendable {
         guard n > 0, nfds == Int32(LaunchService.descriptorCount) else { return refuse() }
         var have = n
         while have < LaunchService.headerSize {
+            guard ready() else { return refuse() }
             let m = header.withUnsafeMutableBytes { read(conn, $0.baseAddress! + have, LaunchService.headerSize - have) }
             if m < 0 && errno == EINTR { continue }
             guard m > 0 else { return refuse() }
@@ -648,6 +671,7 @@ public final class LaunchServer: @unchecked Sendable {
         var body = [UInt8](repeating: 0, count: length)
         var got = 0
         while got < length {
+            guard ready() else { return refuse() }
             let m = body.withUnsafeMutableBytes { read(conn, $0.baseAddress! + got, length - got) }
             if m < 0 && errno == EINTR { continue }
             guard m > 0 else { return refuse() }
@@ -722,61 +746,134 @@ struct PeerConfinement {
 
 /// The cgroup limits a client has and the service does not. A one-shot launch's sandbox is
 /// made under its caller's cgroup, so inside every limit of that cgroup and its ancestors; a
-/// served one under the service's. The limits that matter are those on the client's path below
-/// where it parts from the service's, in each hierarchy that limits: v1 memory, pids and cpu,
-/// and v2.
+/// served one under the service's. A client is served only where no limit of its path is
+/// tighter than the service's path's, in each hierarchy that limits: v2, and v1 memory,
+/// pids, cpu, blkio and hugetlb.
 public enum CgroupLimits {
-    /// The first such limit, as "FILE is VALUE" (or why the client's cgroups cannot be
-    /// checked); nil when the client has none the service does not also have.
+    /// The first limit of the client's that is tighter than the service's, as "FILE is VALUE
+    /// (the service's: ...)", or why the client's cgroups cannot be checked; nil when there is
+    /// none.
     public static func between(client: [String: String], service: [String: String], mounts: @autoclosure () -> [CgroupHost.Mount] = CgroupHost.mounts()) -> String? {
-        var found: [CgroupHost.Mount]?
-        for key in ["", "memory", "pids", "cpu"] {
+        var shown: [CgroupHost.Mount]?
+        for key in ["", "memory", "pids", "cpu", "blkio", "hugetlb"] {
             guard let path = client[key] else { continue }
-            let theirs = path.split(separator: "/")
-            let ours = (service[key] ?? "/").split(separator: "/")
-            var shared = 0
-            while shared < min(theirs.count, ours.count) && theirs[shared] == ours[shared] { shared += 1 }
-            guard shared < theirs.count else { continue }
-            let shown = found ?? mounts()
-            found = shown
-            for depth in (shared + 1)...theirs.count {
-                let cgroup = "/" + theirs[..<depth].joined(separator: "/")
-                guard let dir = CgroupHost.directory(of: cgroup, controller: key.isEmpty ? nil : key, in: shown) else {
-                    return "its \(key.isEmpty ? "v2" : key) cgroup \(cgroup) is not visible here"
+            let theirs = path.split(separator: "/").map(String.init)
+            let ours = (service[key] ?? "/").split(separator: "/").map(String.init)
+            // The client's cgroup is the service's or an ancestor of it: its limits hold the
+            // service's sandboxes too.
+            if theirs.count <= ours.count && Array(ours.prefix(theirs.count)) == theirs { continue }
+            let m = shown ?? mounts()
+            shown = m
+            let hierarchy = key.isEmpty ? "v2" : key
+            guard let clientDirs = directories(theirs, key: key, in: m) else {
+                return "its \(hierarchy) cgroup \(path) is not visible here"
+            }
+            // The service's own cgroup, when it cannot be read, has no limit to compare with.
+            let serviceDirs = directories(ours, key: key, in: m) ?? []
+            for limit in limits(key, in: clientDirs + serviceDirs) {
+                guard let theirs = tightest(limit, clientDirs) else { continue }
+                let oursValue = tightest(limit, serviceDirs)
+                if theirs.value < oursValue?.value ?? .infinity {
+                    return "\(theirs.file) is \(theirs.text) (the service's: \(oursValue.map { "\($0.file) is \($0.text)" } ?? "none"))"
                 }
-                if let limit = limit(in: dir, key: key) { return limit }
+            }
+            // Per-device I/O limits are not one number: any below where the paths part.
+            var parted = 0
+            while parted < min(theirs.count, ours.count) && theirs[parted] == ours[parted] { parted += 1 }
+            for dir in clientDirs[parted...] {
+                for name in ["io.max", "blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
+                             "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device"] {
+                    if let v = value(dir, name), !v.isEmpty { return "\(dir)/\(name) is \(v.split(separator: "\n").first ?? "")" }
+                }
             }
         }
         return nil
     }
 
-    /// A limit set in the cgroup directory `dir` of hierarchy `key` ("" for v2), if any.
-    /// Files a hierarchy lacks (a controller not enabled there) set none.
-    static func limit(in dir: String, key: String) -> String? {
-        let value = { (name: String) -> Substring? in
-            guard access(dir + "/" + name, F_OK) == 0 else { return nil }
-            let text = SmallFile.contents(of: dir + "/" + name)
-            let isSpace = { (c: Character) in c == " " || c == "\n" }
-            guard let first = text.firstIndex(where: { !isSpace($0) }), let last = text.lastIndex(where: { !isSpace($0) }) else { return "" }
-            return text[first...last]
+    /// A limit of one number per cgroup, smaller being tighter (nil: unlimited).
+    struct Limit {
+        var name: String
+        var read: (_ dir: String) -> (value: Double, text: String)??
+    }
+
+    /// The limits of hierarchy `key` ("" for v2), those named per huge page size found in `dirs`.
+    static func limits(_ key: String, in dirs: [String]) -> [Limit] {
+        let bytes = { (name: String) in
+            Limit(name: name) { dir in value(dir, name).map { v in UInt64(v).map { $0 >= 1 << 62 ? nil : (Double($0), String(v)) } ?? (0, String(v)) } }
         }
-        var checks: [(String, (Substring) -> Bool)] = []
-        let unlimited: UInt64 = 1 << 62
+        let maxOrNumber = { (name: String) in
+            Limit(name: name) { dir in value(dir, name).map { v in v == "max" ? nil : (Double(UInt64(v) ?? 0), String(v)) } }
+        }
+        let hugePages = { (suffix: String, make: (String) -> Limit) -> [Limit] in
+            Set(dirs.flatMap { dir in directoryNames(dir).filter { $0.hasPrefix("hugetlb.") && $0.hasSuffix(suffix) } }).sorted().map(make)
+        }
         switch key {
         case "memory":
-            checks = [("memory.limit_in_bytes", { (UInt64($0) ?? 0) < unlimited }), ("memory.memsw.limit_in_bytes", { (UInt64($0) ?? 0) < unlimited })]
+            return ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes", "memory.kmem.tcp.limit_in_bytes"].map(bytes)
         case "pids":
-            checks = [("pids.max", { $0 != "max" })]
+            return [maxOrNumber("pids.max")]
         case "cpu":
-            checks = [("cpu.cfs_quota_us", { $0 != "-1" })]
+            return [Limit(name: "cpu.cfs_quota_us") { dir in
+                guard let q = value(dir, "cpu.cfs_quota_us") else { return nil }
+                guard let quota = Double(q), quota >= 0 else { return .some(nil) }
+                let period = value(dir, "cpu.cfs_period_us").flatMap { Double($0) } ?? 100_000
+                return (quota / max(period, 1), "\(q) of \(Int(period)) us")
+            }]
+        case "hugetlb":
+            return hugePages(".limit_in_bytes", bytes)
+        case "":
+            return ["memory.max", "memory.high", "memory.swap.max", "pids.max"].map(maxOrNumber) + hugePages(".max", maxOrNumber) + [
+                Limit(name: "cpu.max") { dir in
+                    guard let v = value(dir, "cpu.max") else { return nil }
+                    let f = v.split(separator: " ")
+                    guard let q = f.first, q != "max" else { return .some(nil) }
+                    let quota = Double(q) ?? 0, period = f.count > 1 ? Double(f[1]) ?? 100_000 : 100_000
+                    return (quota / max(period, 1), String(v))
+                }]
         default:
-            checks = [("memory.max", { $0 != "max" }), ("memory.high", { $0 != "max" }), ("memory.swap.max", { $0 != "max" }),
-                      ("pids.max", { $0 != "max" }), ("cpu.max", { !$0.hasPrefix("max ") && $0 != "max" }), ("io.max", { !$0.isEmpty })]
+            return []
         }
-        for (name, limits) in checks {
-            if let v = value(name), limits(v) { return "\(dir)/\(name) is \(v.isEmpty ? "set" : String(v.split(separator: "\n").first ?? ""))" }
+    }
+
+    /// The tightest value of `limit` along `dirs`, and the file that sets it.
+    static func tightest(_ limit: Limit, _ dirs: [String]) -> (value: Double, text: String, file: String)? {
+        var best: (value: Double, text: String, file: String)?
+        for dir in dirs {
+            guard let read = limit.read(dir), let v = read else { continue }
+            if v.value < best?.value ?? .infinity { best = (v.value, v.text, dir + "/" + limit.name) }
         }
-        return nil
+        return best
+    }
+
+    /// The directory of each cgroup on `path` (its components), root excluded, or nil when one
+    /// is not a directory any mount shows.
+    static func directories(_ path: [String], key: String, in mounts: [CgroupHost.Mount]) -> [String]? {
+        var dirs: [String] = []
+        for depth in stride(from: 1, through: path.count, by: 1) {
+            let cgroup = "/" + path[..<depth].joined(separator: "/")
+            var st = stat()
+            guard let dir = CgroupHost.directory(of: cgroup, controller: key.isEmpty ? nil : key, in: mounts),
+                  stat(dir, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else { return nil }
+            dirs.append(dir)
+        }
+        return dirs
+    }
+
+    /// The text of `dir/name` without surrounding blanks; nil when there is no such file.
+    static func value(_ dir: String, _ name: String) -> Substring? {
+        guard access(dir + "/" + name, F_OK) == 0 else { return nil }
+        let text = SmallFile.contents(of: dir + "/" + name)
+        let isSpace = { (c: Character) in c == " " || c == "\n" }
+        guard let first = text.firstIndex(where: { !isSpace($0) }), let last = text.lastIndex(where: { !isSpace($0) }) else { return "" }
+        return text[first...last]
+    }
+
+    static func directoryNames(_ dir: String) -> [String] {
+        guard let d = opendir(dir) else { return [] }
+        defer { closedir(d) }
+        var out: [String] = []
+        while let e = readdir(d) { out.append(DirectoryEntry.name(e)) }
+        return out
     }
 }
 

@@ -14,4 +14,14 @@ public enum UnixSocket {
         guard ahs_peer_credentials(fd, &pid, &uid) == 0 else { return nil }
         return (pid, uid)
     }
+
+    /// A pidfd of the process at the other end (SO_PEERPIDFD, Linux 6.5): the process that
+    /// connected, not whatever now has its pid. nil where the kernel has no such option
+    /// (ENOPROTOOPT); -1 when it has but the peer is gone.
+    public static func peerPidfd(_ fd: Int32) -> Int32? {
+        var pidfd: Int32 = -1
+        var len = socklen_t(MemoryLayout<Int32>.size)
+        if getsockopt(fd, SOL_SOCKET, 77 /* SO_PEERPIDFD */, &pidfd, &len) == 0 { return pidfd }
+        return errno == ENOPROTOOPT ? nil : -1
+    }
 }

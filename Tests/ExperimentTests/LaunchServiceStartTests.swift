@@ -82,6 +82,18 @@ struct LaunchServiceStartTests {
             return p
         }
 
+        /// Fills the policy cache (a front's miss), then runs `body` with a service serving any
+        /// cgroup's callers (no --same-cgroup, as systemd's), started under `prefix`; the
+        /// service is stopped after.
+        func withService(prefix: [String] = [], _ body: (pid_t) throws -> Void) throws {
+            _ = try front(["--", "/bin/true"])
+            let p = try serve(["--log"], prefix: prefix)
+            defer { if p.isRunning { kill(p.processIdentifier, SIGKILL) } }
+            let pid = try #require(servicePid(), "no service listened: \(log)")
+            defer { stop(pid) }
+            try body(pid)
+        }
+
         /// Ends the service `pid` (the front started it for this test) and waits for its log's
         /// last line.
         func stop(_ pid: pid_t) {
@@ -274,48 +286,140 @@ struct LaunchServiceStartTests {
     func cpusOutsideTheServiceDeclined() throws {
         let s = try Setup()
         try #require(ProcessInfo.processInfo.activeProcessorCount >= 2, "needs two CPUs to give the service fewer than its callers")
-        _ = try s.front(["--", "/bin/true"])  // the cache, filled by a miss
-        let p = try s.serve(["--log"], prefix: ["/usr/bin/taskset", "-c", "0"])
-        defer { if p.isRunning { kill(p.processIdentifier, SIGKILL) } }
-        let pid = try #require(s.servicePid(), "no service listened: \(s.log)")
-        defer { s.stop(pid) }
-        let probe = ["--", "/bin/grep", "Cpus_allowed_list", "/proc/self/status"]
-        let wide = try s.front(probe)
-        #expect(wide.run.status == 0 && !Self.served(wide.run), "\(wide.run.stdout)")
-        let narrow = try s.front(probe, wrap: { exe, args in ("/usr/bin/taskset", ["-c", "0", exe] + args) })
-        #expect(narrow.run.status == 0 && Self.served(narrow.run) && narrow.run.stdout.contains("Cpus_allowed_list:\t0\n"), "\(narrow.run.stdout)")
+        try s.withService(prefix: ["/usr/bin/taskset", "-c", "0"]) { _ in
+            let probe = ["--", "/bin/grep", "Cpus_allowed_list", "/proc/self/status"]
+            let wide = try s.front(probe)
+            #expect(wide.run.status == 0 && !Self.served(wide.run), "\(wide.run.stdout)")
+            let narrow = try s.front(probe, wrap: { exe, args in ("/usr/bin/taskset", ["-c", "0", exe] + args) })
+            #expect(narrow.run.status == 0 && Self.served(narrow.run) && narrow.run.stdout.contains("Cpus_allowed_list:\t0\n"), "\(narrow.run.stdout)")
+        }
     }
 
     @Test("a caller limited in a cgroup it does not share with a service (its own, or an ancestor below where they part) is declined and launches itself, inside the limit; one without a limit is served")
     func limitedCallerDeclined() throws {
         let s = try Setup()
-        _ = try s.front(["--", "/bin/true"])  // the cache, filled by a miss
-        // A service as systemd's is: any cgroup's callers (no --same-cgroup).
-        let p = try s.serve(["--log"])
-        defer { if p.isRunning { kill(p.processIdentifier, SIGKILL) } }
-        let pid = try #require(s.servicePid(), "no service listened: \(s.log)")
-        defer { s.stop(pid) }
-        let enclosure = try CgroupEnclosure()
-        // Every hierarchy's enclosure has a child the caller runs in: the limit is set on the
-        // enclosure, its ancestor.
-        let children = enclosure.directories.map { $0 + "/caller" }
-        for c in children { #expect(mkdir(c, 0o755) == 0, "mkdir \(c)") }
-        defer { for c in children { rmdir(c) } }
-        let inChild: (String, [String]) -> (exe: String, args: [String]) = { exe, args in
-            let moves = children.map { "echo $$ > '\($0)/cgroup.procs' || exit 125" }.joined(separator: "; ")
-            return ("/bin/sh", ["-c", moves + "; exec \"$@\"", "sh", exe] + args)
-        }
-        let free = try s.front(["--", "/bin/echo", "free"], wrap: inChild)
-        #expect(free.run.status == 0 && Self.served(free.run), "no limit, so served: \(free.run.stdout) \(s.log)")
+        try s.withService { _ in
+            let enclosure = try CgroupEnclosure()
+            // Every hierarchy's enclosure has a child the caller runs in: the limit is set on the
+            // enclosure, its ancestor.
+            let children = enclosure.directories.map { $0 + "/caller" }
+            for c in children { #expect(mkdir(c, 0o755) == 0, "mkdir \(c)") }
+            defer { for c in children { rmdir(c) } }
+            let inChild: (String, [String]) -> (exe: String, args: [String]) = { exe, args in
+                let moves = children.map { "echo $$ > '\($0)/cgroup.procs' || exit 125" }.joined(separator: "; ")
+                return ("/bin/sh", ["-c", moves + "; exec \"$@\"", "sh", exe] + args)
+            }
+            let free = try s.front(["--", "/bin/echo", "free"], wrap: inChild)
+            #expect(free.run.status == 0 && Self.served(free.run), "no limit, so served: \(free.run.stdout) \(s.log)")
 
-        let pids = try #require(enclosure.directories.first { FileManager.default.fileExists(atPath: $0 + "/pids.max") }, "no pids cgroup")
-        try "64".write(toFile: pids + "/pids.max", atomically: false, encoding: .utf8)
-        let limited = try s.front(["--", "/bin/sh", "-c", "echo limited; exit 4"], wrap: inChild)
-        #expect(limited.run.status == 4 && limited.run.stdout.contains("limited") && !Self.served(limited.run), "\(limited.run.stdout)")
-        #expect(s.log.contains("declined a launch from pid") && s.log.contains(pids + "/pids.max is 64"), "\(s.log)")
+            let pids = try #require(enclosure.directories.first { FileManager.default.fileExists(atPath: $0 + "/pids.max") }, "no pids cgroup")
+            try "64".write(toFile: pids + "/pids.max", atomically: false, encoding: .utf8)
+            let limited = try s.front(["--", "/bin/sh", "-c", "echo limited; exit 4"], wrap: inChild)
+            #expect(limited.run.status == 4 && limited.run.stdout.contains("limited") && !Self.served(limited.run), "\(limited.run.stdout)")
+            #expect(s.log.contains("declined a launch from pid") && s.log.contains(pids + "/pids.max is 64 (the service's: none)"), "\(s.log)")
+        }
     }
 
-    @Test("the limits between a caller and a service: only those on the caller's path below where the two part, in each hierarchy")
+    /// A client that connects from a process that then exits, and has that pid taken by a
+    /// thread of the service before the service reads /proc/PID (a relay between a real front
+    /// and the service: ns_last_pid, and idle connections that start service threads).
+    static let pidReuse = #"""
+    import os, socket, sys, time, select
+    svc, spid, front, relay, command = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); listener.bind(relay); listener.listen(1)
+    child = os.fork()
+    if child == 0:
+        env = dict(os.environ, AUTOHARNESS_LAUNCH_SERVICE=relay, AUTOHARNESS_TIMING='1')
+        os.execve(front, ['autoharness', 'sandbox', 'exec', '--', '/bin/sh', '-c', command], env)
+    f, _ = listener.accept()
+    head, fds, _, _ = socket.recv_fds(f, 12, 5)
+    while len(head) < 12: head += f.recv(12 - len(head))
+    length = int.from_bytes(head[8:12], 'little')
+    body = b''
+    while len(body) < length: body += f.recv(length - len(body))
+    request = head + body
+    os.close(fds[4]); fds[4] = os.open(f'/proc/{spid}/cwd', os.O_RDONLY | os.O_DIRECTORY)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    peer = os.fork()
+    if peer == 0:
+        s.connect(svc)
+        socket.send_fds(s, [request[:1]], fds)
+        os._exit(0)
+    os.waitpid(peer, 0)
+    def tgid(pid):
+        try:
+            return next(int(l.split()[1]) for l in open(f'/proc/{pid}/status') if l.startswith('Tgid:'))
+        except (OSError, StopIteration):
+            return None
+    sent, idle = 1, []
+    for _ in range(60):
+        if tgid(peer) == spid: break
+        if sent < 11: s.send(request[sent:sent + 1]); sent += 1
+        open('/proc/sys/kernel/ns_last_pid', 'w').write(str(peer - 1))
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); c.connect(svc); idle.append(c)
+        time.sleep(0.05)
+    print('reused:', 'yes' if tgid(peer) == spid else 'no', flush=True)
+    s.sendall(request[sent:])
+    for c in idle: c.close()
+    while True:
+        r, _, _ = select.select([f, s], [], [])
+        d = (f if f in r else s).recv(65536)
+        if not d: break
+        (s if f in r else f).sendall(d)
+    f.close(); s.close()
+    print('front exited', os.waitpid(child, 0)[1] >> 8, flush=True)
+    """#
+
+    @Test("a limited caller whose pid is taken by another process (a service thread) before the service reads it is not served: the process that connected must still be alive after the reads")
+    func reusedPeerPidNotServed() throws {
+        let s = try Setup()
+        try s.withService { pid in
+            let enclosure = try CgroupEnclosure()
+            let pids = try #require(enclosure.directories.first { FileManager.default.fileExists(atPath: $0 + "/pids.max") }, "no pids cgroup")
+            try "64".write(toFile: pids + "/pids.max", atomically: false, encoding: .utf8)
+            let script = s.dir.path + "/reuse.py"
+            try Self.pidReuse.write(toFile: script, atomically: false, encoding: .utf8)
+            let (exe, args) = enclosure.wrap("/usr/bin/python3", [script, s.socket, String(pid), Built.front, s.dir.path + "/relay.sock", "echo ran"])
+            let r = try runProcess(exe, args, environment: s.environment)
+            let out = r.stdout + r.stderr
+            #expect(out.contains("reused: yes"), "the peer's pid was not taken by a service thread, so nothing was tried: \(out)")
+            #expect(out.contains("ran") && out.contains("front exited 0"), "\(out)")
+            #expect(!out.contains("timing: served by the launch service"), "served through a reused pid: \(out)")
+        }
+    }
+
+    @Test("a client that sends its request a byte at a time is cut off 10 s after it began, not 10 s after each byte")
+    func dribblingClientCut() throws {
+        let s = try Setup()
+        try s.withService { pid in
+            // The header's first byte with five descriptors, then a byte every 2 s: each read waits
+            // less than 10 s, so only a deadline for the whole request ends it (the header is
+            // complete after 22 s).
+            let script = """
+            import socket, sys, time, os
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); c.connect(sys.argv[1])
+            start = time.monotonic()
+            socket.send_fds(c, [b'A'], [0, 1, 2, os.open('/', os.O_RDONLY), os.open('/', os.O_RDONLY)])
+            c.settimeout(2)
+            for i in range(15):
+                try:
+                    if c.recv(16) == b'' or True:
+                        break
+                except socket.timeout:
+                    pass
+                try:
+                    c.send(b'B')
+                except OSError:
+                    break
+            print('cut after %.1f s' % (time.monotonic() - start))
+            """
+            let r = try runProcess("/usr/bin/python3", ["-c", script, s.socket])
+            let seconds = r.stdout.split(separator: " ").dropFirst(2).first.flatMap { Double($0) }
+            #expect(seconds.map { $0 >= 9 && $0 < 14 } == true, "\(r.stdout) \(r.stderr)")
+        }
+    }
+
+    @Test("the limits between a caller and a service: a caller is declined only for a limit tighter than the service's path has, or one it cannot show")
     func limitsBetween() throws {
         let root = try TempDir()
         func dir(_ rel: String, _ files: [String: String]) throws {
@@ -327,28 +431,49 @@ struct LaunchServiceStartTests {
         try dir("/pids/a/c", ["pids.max": "30\n"])
         try dir("/pids/lim", ["pids.max": "40\n"])
         try dir("/pids/lim/x", ["pids.max": "max\n"])
-        try dir("/unified/s", ["memory.max": "max\n", "cpu.max": "max 100000\n", "io.max": ""])
+        try dir("/pids/svc", ["pids.max": "300\n"])
+        try dir("/pids/loose", ["pids.max": "1000\n"])
+        try dir("/memory/m", ["memory.limit_in_bytes": "9223372036854771712\n", "memory.kmem.tcp.limit_in_bytes": "4096\n"])
+        try dir("/cpu/q", ["cpu.cfs_quota_us": "50000\n", "cpu.cfs_period_us": "100000\n"])
+        try dir("/cpu/r", ["cpu.cfs_quota_us": "-1\n", "cpu.cfs_period_us": "100000\n"])
+        try dir("/unified/s", ["memory.max": "max\n", "cpu.max": "max 100000\n", "io.max": "", "hugetlb.2MB.max": "max\n"])
         try dir("/unified/t", ["memory.max": "max\n", "cpu.max": "50000 100000\n", "io.max": ""])
+        try dir("/unified/u", ["io.max": "253:0 rbps=1048576 wbps=max riops=max wiops=max\n"])
+        try dir("/unified/h", ["hugetlb.2MB.max": "4194304\n"])
         let mounts = [CgroupHost.Mount(type: "cgroup", options: ["rw", "pids"], root: "/", mountPoint: root.path + "/pids"),
+                      CgroupHost.Mount(type: "cgroup", options: ["rw", "memory"], root: "/", mountPoint: root.path + "/memory"),
+                      CgroupHost.Mount(type: "cgroup", options: ["rw", "cpu", "cpuacct"], root: "/", mountPoint: root.path + "/cpu"),
                       CgroupHost.Mount(type: "cgroup2", options: ["rw"], root: "/", mountPoint: root.path + "/unified")]
         func between(_ client: [String: String], _ service: [String: String]) -> String? {
             CgroupLimits.between(client: client, service: service, mounts: mounts)
         }
-        // The same cgroup, or one above the service's: nothing of the caller's is outside it.
+        let at = { (rel: String) in root.path + rel }
+        // The same cgroup, or one above the service's: its limits hold the service's sandboxes.
         #expect(between(["pids": "/a/c"], ["pids": "/a/c"]) == nil)
         #expect(between(["pids": "/a"], ["pids": "/a/c"]) == nil)
-        // Below where they part: unlimited, then limited.
+        // Elsewhere: unlimited, then limited where the service is not.
         #expect(between(["pids": "/a/b"], ["pids": "/a/c"]) == nil)
-        #expect(between(["pids": "/a/c"], ["pids": "/a/b"]) == root.path + "/pids/a/c/pids.max is 30")
-        // A limited ancestor the service does not share.
-        #expect(between(["pids": "/lim/x"], ["pids": "/a/b"]) == root.path + "/pids/lim/pids.max is 40")
-        // A limited ancestor the service shares limits it too.
+        #expect(between(["pids": "/a/c"], ["pids": "/a/b"]) == at("/pids/a/c/pids.max") + " is 30 (the service's: none)")
+        // An ancestor's limit counts; one the service shares does not make the client tighter.
+        #expect(between(["pids": "/lim/x"], ["pids": "/a/b"]) == at("/pids/lim/pids.max") + " is 40 (the service's: none)")
         #expect(between(["pids": "/lim/x"], ["pids": "/lim"]) == nil)
-        // v2: a CPU quota counts, an unlimited cpu.max and an empty io.max do not.
+        // By value: looser than the service's is served, tighter is not.
+        #expect(between(["pids": "/loose"], ["pids": "/svc"]) == nil)
+        #expect(between(["pids": "/lim"], ["pids": "/svc"]) == at("/pids/lim/pids.max") + " is 40 (the service's: " + at("/pids/svc/pids.max") + " is 300)")
+        // v1 memory: the unlimited value is none; the TCP buffer limit counts.
+        #expect(between(["memory": "/m"], ["memory": "/"]) == at("/memory/m/memory.kmem.tcp.limit_in_bytes") + " is 4096 (the service's: none)")
+        // v1 cpu (co-mounted with cpuacct): a quota is a share of a CPU.
+        #expect(between(["cpu": "/q", "cpuacct": "/q"], ["cpu": "/r"])?.hasPrefix(at("/cpu/q/cpu.cfs_quota_us") + " is 50000 of 100000 us") == true)
+        #expect(between(["cpu": "/r"], ["cpu": "/q"]) == nil)
+        // v2: an unlimited cpu.max and an empty io.max are none; a quota, a per-device I/O
+        // limit and a huge page limit count.
         #expect(between(["": "/s"], ["": "/"]) == nil)
-        #expect(between(["": "/t"], ["": "/s"]) == root.path + "/unified/t/cpu.max is 50000 100000")
-        // A cgroup no mount shows cannot be checked: declined.
-        #expect(between(["memory": "/m"], ["memory": "/"])?.contains("not visible") == true)
+        #expect(between(["": "/t"], ["": "/s"]) == at("/unified/t/cpu.max") + " is 50000 100000 (the service's: none)")
+        #expect(between(["": "/u"], ["": "/s"]) == at("/unified/u/io.max") + " is 253:0 rbps=1048576 wbps=max riops=max wiops=max")
+        #expect(between(["": "/h"], ["": "/s"]) == at("/unified/h/hugetlb.2MB.max") + " is 4194304 (the service's: none)")
+        // A cgroup no mount shows, or that is not there, cannot be checked: declined.
+        #expect(between(["pids": "/gone"], ["pids": "/"])?.contains("not visible") == true)
+        #expect(between(["blkio": "/b"], ["blkio": "/"])?.contains("not visible") == true)
     }
 
     @Test("a service that only declines goes idle: clients it declines do not keep it running")

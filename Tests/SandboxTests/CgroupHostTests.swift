@@ -5,6 +5,13 @@ import Testing
 
 @Suite("cgroup placement and autoharness doctor")
 struct CgroupHostTests {
+    @Test("mountinfo paths are read as the paths they are (\\040 a space, \\011 a tab, \\012 a newline, \\134 a backslash)")
+    func mountinfoPathsUnescaped() {
+        #expect(CgroupHost.unescaped("/sys/fs/cgroup/my\\040dir\\011x\\012y\\134z") == "/sys/fs/cgroup/my dir\tx\ny\\z")
+        #expect(CgroupHost.unescaped("/plain") == "/plain")
+        #expect(CgroupHost.unescaped("/end\\04") == "/end\\04")
+    }
+
     @Test("a v2 controller that is available but not yet enabled counts only when delegation is assumed")
     func planAssumingDelegation() {
         let host = CgroupHost(v1: [:], v2: .init(ownDirectory: "/sys/fs/cgroup/svc", controllers: [], available: ["memory", "pids", "cpu"]))

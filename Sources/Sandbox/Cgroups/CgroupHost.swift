@@ -126,6 +126,25 @@ public struct CgroupHost: Sendable {
         }.first
     }
 
+    /// A mountinfo path field as the path it is: the kernel writes a space, tab, newline and
+    /// backslash in one as `\040`, `\011`, `\012` and `\134`.
+    static func unescaped(_ field: Substring) -> String {
+        guard field.contains("\\") else { return String(field) }
+        var bytes: [UInt8] = []
+        let u = Array(field.utf8)
+        var i = 0
+        while i < u.count {
+            if u[i] == UInt8(ascii: "\\"), i + 3 < u.count, let v = UInt8(String(decoding: u[(i + 1)...(i + 3)], as: UTF8.self), radix: 8) {
+                bytes.append(v)
+                i += 4
+            } else {
+                bytes.append(u[i])
+                i += 1
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
     /// The cgroup filesystems in /proc/self/mountinfo, in its order.
     public static func mounts() -> [Mount] {
         var out: [Mount] = []
@@ -137,7 +156,7 @@ public struct CgroupHost: Sendable {
             let post = Array(fields[(dash + 1)...])
             guard pre.count >= 5, post.count >= 3, post[0] == "cgroup2" || post[0] == "cgroup" else { continue }
             out.append(Mount(type: String(post[0]), options: post[2].split(separator: ",").map(String.init),
-                             root: String(pre[pre.startIndex + 3]), mountPoint: String(pre[pre.startIndex + 4])))
+                             root: unescaped(pre[pre.startIndex + 3]), mountPoint: unescaped(pre[pre.startIndex + 4])))
         }
         return out
     }
