@@ -70,6 +70,69 @@ public enum LaunchService {
     /// absolute path (the service's working directory is not the caller's).
     public static func frontStarts(at socket: String) -> Bool { socket.hasPrefix("/") }
 
+    /// What listens at `socket`, for `doctor`, found without connecting (a connection would
+    /// start a socket-activated service): the listening socket in /proc/net/unix, and the
+    /// processes holding it (systemd's socket unit holds it in PID 1; a service, in itself).
+    public static func state(at socket: String?) -> String {
+        guard let socket else { return "off (AUTOHARNESS_LAUNCH_SERVICE=off): every sandbox exec launches by itself" }
+        var st = stat()
+        guard lstat(socket, &st) == 0 else {
+            return frontStarts(at: socket)
+                ? "none at \(socket): the next sandbox exec starts one there, for its own cgroup (--same-cgroup), which stops after \(frontIdleExit) without a launch"
+                : "none at \(socket), and none is started at a relative path: every sandbox exec launches by itself"
+        }
+        guard st.st_mode & S_IFMT == S_IFSOCK else { return "\(socket) is not a socket: every sandbox exec launches by itself" }
+        // /proc/net/unix: Num RefCount Protocol Flags Type St Inode Path; a listener's flags
+        // have __SO_ACCEPTCON (0x10000). Its path is the one it was bound at: the socket's own
+        // for systemd's, `DIR/.NAME.XXXXXX/s` for a service's (ahs_unix_listen binds there and
+        // renames the file into place).
+        let slash = socket.lastIndex(of: "/")
+        let staged = slash.map { String(socket[..<$0]) + "/." + String(socket[socket.index(after: $0)...]) + "." }
+        let listening = SmallFile.contents(of: "/proc/net/unix").split(separator: "\n").compactMap { line -> String? in
+            let f = line.split(separator: " ", maxSplits: 7, omittingEmptySubsequences: true)
+            guard f.count == 8, let flags = UInt32(f[3], radix: 16), flags & 0x10000 != 0 else { return nil }
+            let bound = String(f[7])
+            let ours = staged.map { bound.hasPrefix($0) && bound.hasSuffix("/s") && bound.count == $0.count + 8 } ?? false
+            return bound == socket || ours ? String(f[6]) : nil
+        }
+        guard let inode = listening.first else { return "\(socket) is left from a service that ended (nothing listens): the next sandbox exec starts one" }
+        let holders = socketHolders(inode: inode)
+        let described = holders.map { pid -> String in
+            if pid == 1 { return "PID 1 (systemd's socket unit; the service starts on the first launch)" }
+            let cmdline = SmallFile.contents(of: "/proc/\(pid)/cmdline").split(separator: "\0").map(String.init)
+            let whose = cmdline.contains("--same-cgroup") ? "started by a front, serving its cgroup alone" : "serving any cgroup's callers within its limits"
+            return "pid \(pid) (\(cmdline.prefix(3).joined(separator: " ")): \(whose))"
+        }
+        return "listening at \(socket), held by " + (described.isEmpty ? "no process this one can see" : described.joined(separator: " and "))
+    }
+
+    /// The pids whose descriptors include the socket with inode `inode`.
+    static func socketHolders(inode: String) -> [Int32] {
+        let target = "socket:[\(inode)]"
+        var pids: [Int32] = []
+        guard let proc = opendir("/proc") else { return [] }
+        defer { closedir(proc) }
+        while let e = readdir(proc) {
+            let name = DirectoryEntry.name(e)
+            guard let pid = Int32(name) else { continue }
+            guard let fds = opendir("/proc/\(name)/fd") else { continue }
+            defer { closedir(fds) }
+            var buf = [CChar](repeating: 0, count: 64)
+            while let f = readdir(fds) {
+                let fd = DirectoryEntry.name(f)
+                guard fd != ".", fd != ".." else { continue }
+                let n = readlink("/proc/\(name)/fd/\(fd)", &buf, buf.count - 1)
+                guard n > 0 else { continue }
+                buf[n] = 0
+                if String(cString: buf) == target {
+                    pids.append(pid)
+                    break
+                }
+            }
+        }
+        return pids.sorted()
+    }
+
     /// How long a service the front started waits without a launch before it stops.
     public static let frontIdleExit = "60s"
 

@@ -2,6 +2,7 @@ import Experiment
 import ArgumentParser
 import Foundation
 import Sandbox
+import SandboxCLI
 import SandboxPolicy
 
 struct DoctorCommand: ParsableCommand {
@@ -15,8 +16,11 @@ struct DoctorCommand: ParsableCommand {
             for every policy in use (default: every shipped policy), whether its limits can be \
             enforced here. Then the held-out VM runtime (gate.held_out_runtime: vm): qemu, the \
             guest kernel, KVM (a probe boot of up to 20 s when /dev/kvm opens) and what a gate \
-            would use; informational, as experiments choose it. Exit 0 when everything a policy \
-            in use needs is available, 1 otherwise.
+            would use; informational, as experiments choose it. Also informational: how \
+            sandboxes start here, and what listens at the launch service's socket \
+            (AUTOHARNESS_LAUNCH_SERVICE, default /run/autoharness/launch.sock), found without \
+            connecting: nothing, systemd's socket unit, a service and whose. Exit 0 when \
+            everything a policy in use needs is available, 1 otherwise.
 
             A supervisor placed in a delegated cgroup v2 (systemd Delegate=yes, a container's \
             own cgroup namespace) moves itself into a leaf `autoharness-supervisor` and enables \
@@ -53,6 +57,7 @@ struct DoctorCommand: ParsableCommand {
             let monitor = Launcher.shared.map { "monitor \($0.path)" } ?? "monitor forked from the supervisor (\(Launcher.unavailableReason ?? ""))"
             let trees = SharedTrees.install() != nil ? "/proc covers cloned from a tree built once; /dev made per sandbox" : SharedTrees.unavailableReason ?? ""
             lines.append(("launch", "info", "\(monitor); \(trees)"))
+            lines.append(("launch service", "info", LaunchService.state(at: LaunchService.frontSocket())))
         }
         let host = geteuid() == 0 ? CgroupHost.current : CgroupHost.detect()
         let report = HostInspection.inspect(host: host)

@@ -501,6 +501,22 @@ struct LaunchServiceStartTests {
         #expect(s.log.contains("(idle for 3s)"), "\(s.log)")
     }
 
+    @Test("doctor's line on the launch service, found without connecting: none, a front's service with its pid, a socket left by a service killed, off")
+    func stateForDoctor() throws {
+        let s = try Setup()
+        #expect(LaunchService.state(at: s.socket).hasPrefix("none at \(s.socket): the next sandbox exec starts one"))
+        #expect(LaunchService.state(at: "rel.sock").contains("none is started at a relative path"))
+        #expect(LaunchService.state(at: nil).hasPrefix("off"))
+        _ = try s.front(["--", "/bin/true"])  // the cache, filled by a miss
+        _ = try s.front(["--", "/bin/true"])  // starts the service
+        let pid = try #require(s.servicePid(), "no service listened: \(s.log)")
+        let running = LaunchService.state(at: s.socket)
+        #expect(running.contains("listening at \(s.socket), held by pid \(pid) (") && running.contains("started by a front, serving its cgroup alone"), "\(running) (pid \(pid))")
+        kill(pid, SIGKILL)
+        while kill(pid, 0) == 0 { usleep(10_000) }
+        #expect(LaunchService.state(at: s.socket).contains("left from a service that ended"), "\(LaunchService.state(at: s.socket))")
+    }
+
     @Test("the socket the front uses: the variable, else the default; none when off or empty")
     func frontSocket() {
         #expect(LaunchService.frontSocket([:]) == LaunchService.defaultSocket)

@@ -59,6 +59,10 @@ struct RunAloneSystemdServiceTests {
         let socketStatus = try inContainer(["systemctl", "status", "--no-pager", "autoharness-launch.socket"])
         try #require(listening, "autoharness-launch.socket never became active: \(boot.stdout) \(socketStatus.stdout)")
         #expect(try state("autoharness-launch.service") == "inactive")
+        // doctor says who holds the socket, without connecting (which would start the service).
+        let asleep = try inContainer(["autoharness", "doctor"])
+        #expect(asleep.stdout.contains("listening at \(Self.socket), held by PID 1 (systemd's socket unit"), "doctor: \(asleep.stdout)")
+        #expect(try state("autoharness-launch.service") == "inactive", "doctor started the service")
 
         // The first launch wakes the service: it connected while systemd held the socket, so the
         // service (whose clients must see its own SO_PEERCRED) declines it and the front runs it
@@ -74,6 +78,9 @@ struct RunAloneSystemdServiceTests {
         #expect(try state("autoharness-launch.service") == "active")
         let status = try inContainer(["systemctl", "status", "--no-pager", "autoharness-launch.service"])
         #expect(status.status == 0 && status.stdout.contains("Active: active (running)"), "\(status.stdout) \(status.stderr)")
+        let awake = try inContainer(["autoharness", "doctor"])
+        #expect(awake.stdout.contains("held by PID 1 (systemd's socket unit; the service starts on the first launch) and pid ")
+                && awake.stdout.contains("sandbox serve: serving any cgroup's callers within its limits)"), "doctor: \(awake.stdout)")
         let adopted = "serving sandbox exec at \(Self.socket) (a socket passed down by systemd)"
         var journal = Run(status: 0, stdout: "", stderr: "")
         let logged = try eventually(20) {
