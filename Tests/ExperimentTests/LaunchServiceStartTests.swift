@@ -339,25 +339,30 @@ struct LaunchServiceStartTests {
     while len(body) < length: body += f.recv(length - len(body))
     request = head + body
     os.close(fds[4]); fds[4] = os.open(f'/proc/{spid}/cwd', os.O_RDONLY | os.O_DIRECTORY)
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    peer = os.fork()
-    if peer == 0:
-        s.connect(svc)
-        socket.send_fds(s, [request[:1]], fds)
-        os._exit(0)
-    os.waitpid(peer, 0)
     def tgid(pid):
         try:
             return next(int(l.split()[1]) for l in open(f'/proc/{pid}/status') if l.startswith('Tgid:'))
         except (OSError, StopIteration):
             return None
-    sent, idle = 1, []
-    for _ in range(60):
+    # Another process on a busy host may take the freed pid first: up to three peers.
+    for attempt in range(3):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        peer = os.fork()
+        if peer == 0:
+            s.connect(svc)
+            socket.send_fds(s, [request[:1]], fds)
+            os._exit(0)
+        os.waitpid(peer, 0)
+        sent, idle = 1, []
+        for _ in range(60):
+            if tgid(peer) == spid: break
+            if sent < 11: s.send(request[sent:sent + 1]); sent += 1
+            open('/proc/sys/kernel/ns_last_pid', 'w').write(str(peer - 1))
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); c.connect(svc); idle.append(c)
+            time.sleep(0.05)
         if tgid(peer) == spid: break
-        if sent < 11: s.send(request[sent:sent + 1]); sent += 1
-        open('/proc/sys/kernel/ns_last_pid', 'w').write(str(peer - 1))
-        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); c.connect(svc); idle.append(c)
-        time.sleep(0.05)
+        s.close()
+        for c in idle: c.close()
     print('reused:', 'yes' if tgid(peer) == spid else 'no', flush=True)
     s.sendall(request[sent:])
     for c in idle: c.close()
