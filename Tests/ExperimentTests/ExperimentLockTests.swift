@@ -65,6 +65,25 @@ struct ExperimentLockTests {
         #expect(mine.holder.pid == getpid())
     }
 
+    @Test("a lock whose holder wrote nothing and lets go within a second (a child's copy of a released lock's descriptor, until its exec) is taken after it, not refused")
+    func briefNamelessHolderWaitedFor() throws {
+        let dir = try TempDir()
+        let path = dir.file("experiment.lock")
+        let holder = Process()
+        holder.executableURL = URL(fileURLWithPath: "/bin/sh")
+        holder.arguments = ["-c", #"exec 9>>"$1" && flock -n 9 && echo locked && exec sleep 0.3"#, "sh", path]
+        let out = Pipe()
+        holder.standardOutput = out
+        try holder.run()
+        defer { if holder.isRunning { kill(holder.processIdentifier, SIGKILL) }; holder.waitUntilExit() }
+        _ = out.fileHandleForReading.availableData  // "locked"
+        let started = Date()
+        let lock = try ExperimentLock(path: path, purpose: "after a brief holder")
+        let waited = Date().timeIntervalSince(started)
+        #expect(lock.holder.pid == getpid())
+        #expect(waited > 0.1 && waited < 1, "waited \(waited) s")
+    }
+
     @Test("a lock held by some other program is refused even though it wrote no details",
           .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/flock")))
     func heldByOtherProgram() throws {

@@ -39,13 +39,25 @@ public final class ExperimentLock: @unchecked Sendable {
         self.path = path
         let fd: Int32
         do throws(IOFailure) { fd = try POSIX.open(path, O_RDWR | O_CREAT | O_NOFOLLOW, mode: 0o600) } catch { throw ExperimentError(error) }
+        let patience = monotonicNow() + 1
         while flock(fd, LOCK_EX | LOCK_NB) != 0 {
             let code = errno
             if code == EINTR { continue }
-            defer { POSIX.close(fd) }
             if code == EWOULDBLOCK {
-                throw ExperimentError(.locked, Self.refusal(path: path, holder: Self.readHolder(fd, path)))
+                let holder = Self.readHolder(fd, path)
+                // A lock released a moment ago (its record emptied first) stays held while a
+                // child some thread of the releasing process is starting still has a copy of
+                // its descriptor, between that child's fork and its exec (which closes it):
+                // seen under load, with a second supervisor in the same process. A holder
+                // that says who it is is refused at once.
+                if holder == nil && monotonicNow() < patience {
+                    usleep(10_000)
+                    continue
+                }
+                POSIX.close(fd)
+                throw ExperimentError(.locked, Self.refusal(path: path, holder: holder))
             }
+            POSIX.close(fd)
             throw ExperimentError(IOFailure("cannot lock", path, errno: code))
         }
         holder = Holder(pid: getpid(), purpose: purpose, since: Timestamp.format(Date()))
