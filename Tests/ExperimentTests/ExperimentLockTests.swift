@@ -65,18 +65,25 @@ struct ExperimentLockTests {
         #expect(mine.holder.pid == getpid())
     }
 
+    /// One process that takes the lock at `path` without writing who it is and keeps it for
+    /// `seconds` (exec keeps fd 9, so killing it drops it); returned once it holds it.
+    static func namelessHolder(_ path: String, seconds: String) throws -> Process {
+        let holder = Process()
+        holder.executableURL = URL(fileURLWithPath: "/bin/sh")
+        holder.arguments = ["-c", #"exec 9>>"$1" && flock -n 9 && echo locked && exec sleep "$2""#, "sh", path, seconds]
+        let out = Pipe()
+        holder.standardOutput = out
+        try holder.run()
+        #expect(String(decoding: out.fileHandleForReading.availableData, as: UTF8.self) == "locked\n")
+        return holder
+    }
+
     @Test("a lock whose holder wrote nothing and lets go within a second (a child's copy of a released lock's descriptor, until its exec) is taken after it, not refused")
     func briefNamelessHolderWaitedFor() throws {
         let dir = try TempDir()
         let path = dir.file("experiment.lock")
-        let holder = Process()
-        holder.executableURL = URL(fileURLWithPath: "/bin/sh")
-        holder.arguments = ["-c", #"exec 9>>"$1" && flock -n 9 && echo locked && exec sleep 0.3"#, "sh", path]
-        let out = Pipe()
-        holder.standardOutput = out
-        try holder.run()
+        let holder = try Self.namelessHolder(path, seconds: "0.3")
         defer { if holder.isRunning { kill(holder.processIdentifier, SIGKILL) }; holder.waitUntilExit() }
-        _ = out.fileHandleForReading.availableData  // "locked"
         let started = Date()
         let lock = try ExperimentLock(path: path, purpose: "after a brief holder")
         let waited = Date().timeIntervalSince(started)
@@ -89,15 +96,8 @@ struct ExperimentLockTests {
     func heldByOtherProgram() throws {
         let dir = try TempDir()
         let path = dir.file("experiment.lock")
-        // One process that takes the lock and keeps it (exec keeps fd 9), so killing it drops it.
-        let holder = Process()
-        holder.executableURL = URL(fileURLWithPath: "/bin/sh")
-        holder.arguments = ["-c", #"exec 9>>"$1" && flock -n 9 && echo locked && exec sleep 60"#, "sh", path]
-        let out = Pipe()
-        holder.standardOutput = out
-        try holder.run()
+        let holder = try Self.namelessHolder(path, seconds: "60")
         defer { kill(holder.processIdentifier, SIGKILL); holder.waitUntilExit() }
-        #expect(String(decoding: out.fileHandleForReading.availableData, as: UTF8.self) == "locked\n")
 
         let error = #expect(throws: ExperimentError.self) { _ = try ExperimentLock(path: path, purpose: "run") }
         #expect(error?.kind == .locked)
