@@ -95,7 +95,9 @@ public enum LaunchService {
             let ours = staged.map { bound.hasPrefix($0) && bound.hasSuffix("/s") && bound.count == $0.count + 8 } ?? false
             return bound == socket || ours ? String(f[6]) : nil
         }
-        guard let inode = listening.first else { return "\(socket) is left from a service that ended (nothing listens): the next sandbox exec starts one" }
+        guard let inode = listening.first else {
+            return "\(socket) is left from a service that ended (nothing listens): " + (frontStarts(at: socket) ? "the next sandbox exec starts one" : "every sandbox exec launches by itself")
+        }
         let holders = socketHolders(inode: inode)
         let described = holders.map { pid -> String in
             if pid == 1 { return "PID 1 (systemd's socket unit; the service starts on the first launch)" }

@@ -153,7 +153,10 @@ struct SandboxServe: ParsableCommand {
             relative socket path. $AUTOHARNESS_LAUNCH_SERVICE=off turns both off. A service \
             that only declines (another build, cgroup or confinement) counts as idle. Every \
             served sandbox has its caller's nice value, I/O priority, CPUs, oom_score_adj and \
-            resource limits, as in the caller's own launch.
+            resource limits, as in the caller's own launch. A service without --same-cgroup \
+            (systemd's) declines a caller whose cgroup limits (memory, pids, CPU quota, huge \
+            pages, I/O) are tighter than its own: served, its sandbox would be made outside \
+            them; the log names the file and both values.
 
             Socket activation: started by systemd with a socket passed down (LISTEN_FDS; \
             templates/systemd, `scripts/install --service`), the service serves on that socket \

@@ -518,7 +518,9 @@ struct LaunchServiceStartTests {
         let running = LaunchService.state(at: s.socket)
         #expect(running.contains("listening at \(s.socket), held by pid \(pid) (") && running.contains("started by a front, serving its cgroup alone"), "\(running) (pid \(pid))")
         kill(pid, SIGKILL)
-        while kill(pid, 0) == 0 { usleep(10_000) }
+        // Its listening socket goes with its descriptors at its death (reaped or not).
+        let deadline = Date().addingTimeInterval(10)
+        while !LaunchService.state(at: s.socket).contains("left from a service that ended"), Date() < deadline { usleep(10_000) }
         #expect(LaunchService.state(at: s.socket).contains("left from a service that ended"), "\(LaunchService.state(at: s.socket))")
     }
 

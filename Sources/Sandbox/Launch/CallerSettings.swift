@@ -11,17 +11,13 @@ import Glibc
 /// front's and the sandbox's monitor takes them before anything else (`ahl_settings`; the
 /// monitor is root in the initial namespaces then, so the caller's are taken whether they are
 /// above or below the service's own).
-public struct CallerSettings: Sendable, Equatable {
+public struct CallerSettings: Sendable {
     var raw: ahs_process_attributes
 
     /// The settings of process `pid` (0: this one), or nil if they cannot be read.
     public static func of(_ pid: pid_t) -> CallerSettings? {
         var raw = ahs_process_attributes()
         return ahs_process_attributes(pid, &raw) == 0 ? CallerSettings(raw: raw) : nil
-    }
-
-    public static func == (a: CallerSettings, b: CallerSettings) -> Bool {
-        withUnsafeBytes(of: a.raw) { x in withUnsafeBytes(of: b.raw) { y in x.elementsEqual(y) } }
     }
 
     /// Whether every CPU these settings allow is one the calling process may use: a launcher
