@@ -449,7 +449,6 @@ public final class TaskRunner: Sendable {
             var options = RunOptions(audit: audit)
             options.stdio = (stdin, out, err)
             options.pageCache = configuration.pageCache
-            options.releaseNamespacesLater = true  // the next sandbox or task follows at once
             return .success(PreparedSandbox(plan: plan, options: options, stdio: (stdin, out, err), start: start))
         } catch {
             for fd in [stdin, out, err] where fd >= 0 { close(fd) }

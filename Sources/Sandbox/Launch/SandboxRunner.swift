@@ -41,9 +41,10 @@ public struct RunOptions: @unchecked Sendable {
     /// /proc's covering files cloned from a tree built once (`SharedTrees`); nil: each
     /// sandbox builds its own. Defaults to the process's installed trees.
     public var sharedTrees: SharedTrees? = SharedTrees.installed
-    /// Hold the sandbox's mount namespaces and let them go on a thread of their own once it
-    /// ended (`NamespaceRelease`): for callers with other work to do right after a sandbox.
-    public var releaseNamespacesLater = false
+    /// Hold the sandbox's mount namespaces and let them go on a thread of their own when the
+    /// next payload starts (`NamespaceRelease`), not in its processes' exits, which the
+    /// supervisor waits for. False: torn down by those exits, before the result is returned.
+    public var releaseNamespacesLater = true
     /// Called once on the supervising thread, when the payload has run for a moment without
     /// needing the supervisor (3 ms without a message or notification): the caller's chance to
     /// do work of its own (build the next sandbox) without delaying the launch. Not called for
@@ -182,8 +183,10 @@ public enum SandboxRunner {
         mutating func finish() -> SandboxResult {
             var r = session.supervise()
             session.options.control?.detach()
-            session.options.networkNamespaces?.refill()  // also when the payload never started
-            session.options.parts?.refill()
+            if !session.refilled {  // not done as the payload started
+                session.options.networkNamespaces?.refill()
+                session.options.parts?.refill()
+            }
             r.enforcement = enforcement
             r.bornInCgroup = session.child.born_in_cgroup != 0
             withExtendedLifetime(storage) {}

@@ -24,6 +24,8 @@ struct Session {
     /// run (nil: not yet, or done).
     var quietAfter: Double?
     static let quietBeforeRefill = 0.003
+    /// The pools were told to refill when the payload was about to exec.
+    var refilled = false
 
     init(plan: LaunchPlan, child: ahl_child, cgroup: SandboxCgroup, options: RunOptions) {
         self.plan = plan
@@ -257,7 +259,19 @@ struct Session {
             // to us on its CPU and back, rather than wake us wherever we last ran (measured in
             // `prepare`: sysinfo at python's and bash's start-up took ~0.45 ms, most of it
             // waiting for this thread to be scheduled). Older kernels: as before.
-            if fd >= 0 { _ = ahs_seccomp_sync_wakeup(fd) }
+            let switchesToUs = fd >= 0 && ahs_seccomp_sync_wakeup(fd) == 0
+            // The payload is about to exec and this launch's building is over: the moment for
+            // the mount namespaces earlier sandboxes left (`NamespaceRelease`) and, where the
+            // kernel switches straight to us for the payload's notifications (so the pools'
+            // kernel work on the other core does not delay the answers), for the pools to make
+            // this launch's parts again. Both then run beside the payload, not beside the next
+            // launch's start. Elsewhere the pools wait for a quiet payload or its end.
+            NamespaceRelease.payloadStarting()
+            if switchesToUs {
+                options.networkNamespaces?.refill()
+                options.parts?.refill()
+                refilled = true
+            }
             // The payload has its own mount namespace by now (it sends this after that); it
             // is init's only child until it execs. Any later child of init is an orphan of
             // the payload, in the same namespace: holding that one instead is as good.
@@ -290,10 +304,11 @@ struct Session {
             waitStatus = Int32(truncatingIfNeeded: m.value)
         case AHL_MSG_STARTED.rawValue:
             Timing.mark("filesystem built, payload forked")
-            // The launch is over: the pool may make the next namespace once the payload has
-            // been quiet for a moment (eventLoop), not at once: making one holds a core for
-            // 0.5 ms in the kernel, and the payload's first seccomp notification (sysinfo,
-            // from python and bash at start-up) then waited that long for the supervisor.
+            // Where the pools did not refill as the payload started (LISTENER), they may once
+            // it has been quiet for a moment (eventLoop), not at once: making a namespace holds
+            // a core for 0.5 ms in the kernel, and the payload's first seccomp notification
+            // (sysinfo, from python and bash at start-up) then waited that long for a
+            // supervisor the kernel does not switch to directly.
             if options.networkNamespaces != nil || options.parts != nil || options.whenQuiet != nil { quietAfter = monotonicNow() + Self.quietBeforeRefill }
         default:
             if fd >= 0 { close(fd) }

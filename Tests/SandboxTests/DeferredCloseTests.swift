@@ -1,0 +1,81 @@
+import Foundation
+@testable import Sandbox
+import Testing
+
+/// `DeferredClose`, which holds finished sandboxes' mount namespaces (`NamespaceRelease`) until
+/// a payload starts: a descriptor handed over stays open until `closeHeld()` or until the
+/// oldest held one has waited `settleSeconds`. Each test watches a pipe's read end for the
+/// hang-up that the write end's close makes.
+@Suite("Descriptors closed later, by a thread of their own")
+struct DeferredCloseTests {
+    /// A pipe whose write end is handed over: `closed` says whether it was closed yet.
+    struct Watched {
+        let readEnd: Int32
+        let writeEnd: Int32
+        init() throws {
+            var p: [Int32] = [-1, -1]
+            guard pipe(&p) == 0 else { throw POSIXError(.EMFILE) }
+            (readEnd, writeEnd) = (p[0], p[1])
+        }
+        var closed: Bool {
+            var p = pollfd(fd: readEnd, events: 0, revents: 0)
+            return poll(&p, 1, 0) == 1 && p.revents & Int16(POLLHUP) != 0
+        }
+        /// Seconds until `closed`, at most `limit` (nil: still open then).
+        func secondsUntilClosed(limit: Double) -> Double? {
+            let start = Date()
+            while Date().timeIntervalSince(start) < limit {
+                if closed { return Date().timeIntervalSince(start) }
+                usleep(2_000)
+            }
+            return closed ? Date().timeIntervalSince(start) : nil
+        }
+    }
+
+    @Test("held until closeHeld(), then closed at once")
+    func heldUntilAsked() throws {
+        let releaser = DeferredClose(settleSeconds: 30)
+        let a = try Watched(), b = try Watched()
+        defer { close(a.readEnd); close(b.readEnd) }
+        releaser.close(a.writeEnd)
+        releaser.close(b.writeEnd)
+        usleep(200_000)
+        #expect(!a.closed && !b.closed, "closed before it was asked to (the old release closed at once)")
+        #expect(releaser.closedCount == 0)
+        releaser.closeHeld()
+        #expect(a.secondsUntilClosed(limit: 5) != nil)
+        #expect(b.secondsUntilClosed(limit: 5) != nil)
+        #expect(releaser.closedCount == 2)
+    }
+
+    @Test("without closeHeld(), closed once the oldest has waited settleSeconds")
+    func closedAfterSettling() throws {
+        let releaser = DeferredClose(settleSeconds: 0.5)
+        let a = try Watched(), b = try Watched()
+        defer { close(a.readEnd); close(b.readEnd) }
+        let start = Date()
+        releaser.close(a.writeEnd)
+        usleep(300_000)
+        // A later arrival does not push the first one's deadline back.
+        releaser.close(b.writeEnd)
+        #expect(!a.closed)
+        #expect(a.secondsUntilClosed(limit: 10) != nil)
+        let waited = Date().timeIntervalSince(start)
+        #expect(waited >= 0.45, "closed after \(waited) s")
+        #expect(waited < 5, "closed after \(waited) s: the deadline was pushed back")
+        #expect(b.secondsUntilClosed(limit: 5) != nil)
+    }
+
+    @Test("closeHeld() with nothing held is harmless; the thread keeps working")
+    func emptyCloseHeld() throws {
+        let releaser = DeferredClose(settleSeconds: 30)
+        releaser.closeHeld()
+        let a = try Watched()
+        defer { close(a.readEnd) }
+        releaser.close(a.writeEnd)
+        usleep(100_000)
+        #expect(!a.closed)
+        releaser.closeHeld()
+        #expect(a.secondsUntilClosed(limit: 5) != nil)
+    }
+}
