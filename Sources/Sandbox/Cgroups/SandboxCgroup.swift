@@ -95,7 +95,7 @@ final class SandboxCgroup {
         case ("memory", 1):
             try write(dir + "/memory.limit_in_bytes", "\(limits.memory!)")
             // Without a swap limit a hog could page out instead of being stopped.
-            if access(dir + "/memory.memsw.limit_in_bytes", F_OK) == 0 {
+            if hasMemsw(dir) {
                 try write(dir + "/memory.memsw.limit_in_bytes", "\(limits.memory!)")
             }
         case ("memory", _):
@@ -114,6 +114,18 @@ final class SandboxCgroup {
             break
         }
     }
+
+    /// Whether v1 memory cgroups have `memory.memsw.*` (swap accounting, decided when the
+    /// kernel boots): looked up in the first one made, then known.
+    private static func hasMemsw(_ dir: String) -> Bool {
+        memsw.withLock {
+            if let known = memsw.value { return known }
+            let found = access(dir + "/memory.memsw.limit_in_bytes", F_OK) == 0
+            memsw.value = found
+            return found
+        }
+    }
+    private static let memsw = Locked<Bool?>(nil)
 
     /// The files the monitor writes "0" into to join its cgroups by itself, before it forks
     /// anything: v1 `tasks` (one thread: the monitor is single-threaded), v2 `cgroup.procs`.
@@ -136,8 +148,9 @@ final class SandboxCgroup {
         for d in directories where d.controller == "memory" {
             let text = readText(d.path + (d.version == 1 ? "/memory.oom_control" : "/memory.events"))
             if let v = Self.field(text, "oom_kill"), v > 0 { return true }
-            if d.version == 1, let v = Int(Self.trimmed(readText(d.path + "/memory.failcnt"))), v > 0,
-               Self.field(text, "under_oom") == 1 { return true }
+            // memory.failcnt is read only when the cgroup says it is under OOM.
+            if d.version == 1, Self.field(text, "under_oom") == 1,
+               let v = Int(Self.trimmed(readText(d.path + "/memory.failcnt"))), v > 0 { return true }
         }
         return false
     }
