@@ -66,10 +66,29 @@ struct DeferredCloseTests {
         #expect(b.secondsUntilClosed(limit: 5) != nil)
     }
 
+    @Test("closeNow() closes what is held before it returns (the held-out eviction needs the sandboxes' tmpfs pages freed)")
+    func closedNow() throws {
+        let releaser = DeferredClose(settleSeconds: 30)
+        let a = try Watched(), b = try Watched()
+        defer { close(a.readEnd); close(b.readEnd) }
+        releaser.close(a.writeEnd)
+        releaser.close(b.writeEnd)
+        #expect(!a.closed && !b.closed)
+        releaser.closeNow()
+        #expect(a.closed && b.closed, "still open when closeNow() returned")
+        #expect(releaser.closedCount == 2)
+        // Nothing is closed twice afterwards (the thread's turn finds nothing).
+        releaser.closeHeld()
+        usleep(100_000)
+        #expect(releaser.closedCount == 2)
+    }
+
     @Test("closeHeld() with nothing held is harmless; the thread keeps working")
     func emptyCloseHeld() throws {
         let releaser = DeferredClose(settleSeconds: 30)
         releaser.closeHeld()
+        // (A descriptor handed over before the thread has read that request would go with it.)
+        usleep(100_000)
         let a = try Watched()
         defer { close(a.readEnd) }
         releaser.close(a.writeEnd)

@@ -45,7 +45,11 @@ struct PageCacheReclaimTests {
             let policy = Policy(name: "held-out-reader", mounts: minimalMounts + [MountSpec(kind: .readOnly(source: dir.file("shared")), destination: "/shared")],
                                 limits: limits)
             for _ in 0..<count {
-                let plan = try PlanCompiler.compile(policy: policy, command: ["/usr/bin/python3", "-c", "open('/shared/read', 'rb').read()"], hostEnvironment: [:])
+                // Also 256 KiB into the sandbox's own tmpfs (/dev/shm), charged to its cgroup
+                // and freed only with its mount namespaces: the eviction must not read it as
+                // left after the reclaim.
+                let script = "open('/shared/read', 'rb').read(); open('/dev/shm/scratch', 'wb').write(b'x' * 262144)"
+                let plan = try PlanCompiler.compile(policy: policy, command: ["/usr/bin/python3", "-c", script], hostEnvironment: [:])
                 var options = RunOptions()
                 options.pageCache = cache
                 options.cgroupHost = host

@@ -38,6 +38,12 @@ enum NamespaceRelease {
     /// A payload is about to exec: the thread closes what it holds now.
     static func payloadStarting() { shared.closeHeld() }
 
+    /// Closes what is held now, on the caller's thread, and returns once the namespaces are
+    /// torn down: for what needs the sandboxes' memory back at once (the held-out page-cache
+    /// eviction reads what stays charged to their cgroups, and their tmpfs pages stay charged
+    /// while a namespace holds their mounts).
+    static func releaseNow() { shared.closeNow() }
+
     /// How many references the thread has closed (tests).
     static var releasedCount: Int { shared.closedCount }
 
@@ -45,86 +51,96 @@ enum NamespaceRelease {
 }
 
 /// Descriptors closed by a thread of its own, not at once: when `closeHeld()` is called, or
-/// once the oldest of them has waited `settleSeconds`. Without the thread (no socket pair),
-/// `close` closes at once.
+/// once the oldest of them has waited `settleSeconds`; or by the caller, `closeNow()`. Without
+/// the thread (no socket pair), `close` closes at once.
 final class DeferredClose: @unchecked Sendable {
     let settleSeconds: Double
-    /// The end of the socket pair the thread reads from (-1: no thread). Records of 4 bytes:
-    /// an fd number to hold, or `closeMark`.
-    private let queue: Int32
+    /// What is held, and when the first of it arrived.
+    private let held = Locked<(fds: [Int32], since: Double)>(([], 0))
+    /// The end of the socket pair that wakes the thread (-1: no thread): `arrived` when the
+    /// first descriptor is held (the thread then waits at most until `since + settleSeconds`),
+    /// `closeMark` to close everything now.
+    private let wake: Int32
     private let closed = Locked(0)
-    private static let closeMark: Int32 = -1
+    private static let arrived: UInt8 = 1
+    private static let closeMark: UInt8 = 2
 
     init(settleSeconds: Double) {
         self.settleSeconds = settleSeconds
         var p: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &p) == 0 else {
-            queue = -1
+            wake = -1
             return
         }
         let readEnd = p[0]
         let settle = settleSeconds
-        let count = closed
+        let (held, closed) = (self.held, self.closed)
         let started = detachedThread {
-            var held: [Int32] = []
-            var oldest = 0.0  // when the first of `held` arrived
-            func closeAll() {
-                for fd in held { Glibc.close(fd) }
-                count.withLock { count.value += held.count }
-                held.removeAll()
-            }
             while true {
+                let since = held.withLock { held.value.fds.isEmpty ? nil : held.value.since }
+                let wait = since.map { Int32(max(0, ($0 + settle - monotonicNow()) * 1000).rounded(.up)) } ?? -1
                 var p = pollfd(fd: readEnd, events: Int16(POLLIN), revents: 0)
-                let wait = held.isEmpty ? -1 : Int32(max(0, (oldest + settle - monotonicNow()) * 1000).rounded(.up))
                 let ready = poll(&p, 1, wait)
-                if ready == 0 {
-                    closeAll()
-                    continue
+                if ready < 0 { if errno == EINTR { continue } else { return } }
+                var now = ready == 0  // the oldest has waited long enough
+                if ready > 0 {
+                    var byte: UInt8 = 0
+                    let n = read(readEnd, &byte, 1)
+                    if n == 0 || (n < 0 && errno != EINTR) { return }
+                    now = now || byte == Self.closeMark
                 }
-                if ready < 0 && errno == EINTR { continue }
-                var record: Int32 = 0
-                let n = ready < 0 ? -1 : read(readEnd, &record, 4)
-                if n == 4 {
-                    if record == Self.closeMark {
-                        closeAll()
-                    } else {
-                        if held.isEmpty { oldest = monotonicNow() }
-                        held.append(record)
-                    }
-                } else if n < 0 && errno == EINTR {
-                    continue
-                } else {
-                    closeAll()
-                    return
-                }
+                if now { Self.closeAll(held, counting: closed) }
             }
         }
         if started {
-            queue = p[1]
+            wake = p[1]
         } else {
             Glibc.close(p[0])
             Glibc.close(p[1])
-            queue = -1
+            wake = -1
         }
     }
 
     /// Hands `fd` over; closed here at once when there is no thread.
     func close(_ fd: Int32) {
         guard fd >= 0 else { return }
-        var v = fd
-        if queue < 0 || write(queue, &v, 4) != 4 {
+        guard wake >= 0 else {
             Glibc.close(fd)
             closed.withLock { closed.value += 1 }
+            return
         }
+        let first = held.withLock { () -> Bool in
+            let first = held.value.fds.isEmpty
+            if first { held.value.since = monotonicNow() }
+            held.value.fds.append(fd)
+            return first
+        }
+        if first { signal(Self.arrived) }
     }
 
     /// Has the thread close everything it holds now.
     func closeHeld() {
-        guard queue >= 0 else { return }
-        var v = Self.closeMark
-        _ = write(queue, &v, 4)
+        if wake >= 0 { signal(Self.closeMark) }
     }
+
+    /// Closes everything held now, on the calling thread.
+    func closeNow() { Self.closeAll(held, counting: closed) }
 
     /// How many descriptors were closed so far.
     var closedCount: Int { closed.withLock { closed.value } }
+
+    private func signal(_ byte: UInt8) {
+        var b = byte
+        _ = send(wake, &b, 1, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
+    }
+
+    private static func closeAll(_ held: Locked<(fds: [Int32], since: Double)>, counting closed: Locked<Int>) {
+        let fds = held.withLock { () -> [Int32] in
+            defer { held.value.fds.removeAll() }
+            return held.value.fds
+        }
+        guard !fds.isEmpty else { return }
+        for fd in fds { Glibc.close(fd) }
+        closed.withLock { closed.value += fds.count }
+    }
 }

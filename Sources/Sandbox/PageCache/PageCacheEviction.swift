@@ -168,6 +168,9 @@ public final class PageCacheEviction: @unchecked Sendable {
     /// forgets them and removes the cgroups.
     public func evict() -> Report {
         let start = monotonicNow()
+        // Finished sandboxes' mount namespaces may still be held (`NamespaceRelease`); their
+        // tmpfs pages, charged to the same cgroups, would read as left after the reclaim.
+        NamespaceRelease.releaseNow()
         let (count, cgroups, reclaimAtStart, reason) = lock.withLock { (sandboxes, charged, globalReclaimAtStart, walkReason) }
         var why = reason
         if why == nil, cgroups.count != count { why = "\(count - cgroups.count) held-out sandbox(es) were not handed over" }
