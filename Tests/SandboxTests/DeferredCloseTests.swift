@@ -9,7 +9,7 @@ import Testing
 @Suite("Descriptors closed later, by a thread of their own")
 struct DeferredCloseTests {
     /// A pipe whose write end is handed over: `closed` says whether it was closed yet.
-    struct Watched {
+    final class Watched {
         let readEnd: Int32
         let writeEnd: Int32
         init() throws {
@@ -17,6 +17,7 @@ struct DeferredCloseTests {
             guard pipe(&p) == 0 else { throw POSIXError(.EMFILE) }
             (readEnd, writeEnd) = (p[0], p[1])
         }
+        deinit { close(readEnd) }
         var closed: Bool {
             var p = pollfd(fd: readEnd, events: 0, revents: 0)
             return poll(&p, 1, 0) == 1 && p.revents & Int16(POLLHUP) != 0
@@ -32,13 +33,18 @@ struct DeferredCloseTests {
         }
     }
 
+    /// Two pipes whose write ends are handed to `releaser`.
+    static func twoHandedOver(to releaser: DeferredClose) throws -> (Watched, Watched) {
+        let a = try Watched(), b = try Watched()
+        releaser.close(a.writeEnd)
+        releaser.close(b.writeEnd)
+        return (a, b)
+    }
+
     @Test("held until closeHeld(), then closed at once")
     func heldUntilAsked() throws {
         let releaser = DeferredClose(settleSeconds: 30)
-        let a = try Watched(), b = try Watched()
-        defer { close(a.readEnd); close(b.readEnd) }
-        releaser.close(a.writeEnd)
-        releaser.close(b.writeEnd)
+        let (a, b) = try Self.twoHandedOver(to: releaser)
         usleep(200_000)
         #expect(!a.closed && !b.closed, "closed before it was asked to (the old release closed at once)")
         #expect(releaser.closedCount == 0)
@@ -52,7 +58,6 @@ struct DeferredCloseTests {
     func closedAfterSettling() throws {
         let releaser = DeferredClose(settleSeconds: 0.5)
         let a = try Watched(), b = try Watched()
-        defer { close(a.readEnd); close(b.readEnd) }
         let start = Date()
         releaser.close(a.writeEnd)
         usleep(300_000)
@@ -69,10 +74,7 @@ struct DeferredCloseTests {
     @Test("closeNow() closes what is held before it returns (the held-out eviction needs the sandboxes' tmpfs pages freed)")
     func closedNow() throws {
         let releaser = DeferredClose(settleSeconds: 30)
-        let a = try Watched(), b = try Watched()
-        defer { close(a.readEnd); close(b.readEnd) }
-        releaser.close(a.writeEnd)
-        releaser.close(b.writeEnd)
+        let (a, b) = try Self.twoHandedOver(to: releaser)
         #expect(!a.closed && !b.closed)
         releaser.closeNow()
         #expect(a.closed && b.closed, "still open when closeNow() returned")
@@ -90,7 +92,6 @@ struct DeferredCloseTests {
         // (A descriptor handed over before the thread has read that request would go with it.)
         usleep(100_000)
         let a = try Watched()
-        defer { close(a.readEnd) }
         releaser.close(a.writeEnd)
         usleep(100_000)
         #expect(!a.closed)
