@@ -62,6 +62,9 @@ final class DeferredClose: @unchecked Sendable {
     /// `closeMark` to close everything now.
     private let wake: Int32
     private let closed = Locked(0)
+    /// Held while descriptors taken from `held` are being closed: `closeNow()` returns only
+    /// once a close the thread began has finished too.
+    private let closing = Mutex()
     private static let arrived: UInt8 = 1
     private static let closeMark: UInt8 = 2
 
@@ -74,7 +77,7 @@ final class DeferredClose: @unchecked Sendable {
         }
         let readEnd = p[0]
         let settle = settleSeconds
-        let (held, closed) = (self.held, self.closed)
+        let (held, closed, closing) = (self.held, self.closed, self.closing)
         let started = detachedThread {
             while true {
                 let since = held.withLock { held.value.fds.isEmpty ? nil : held.value.since }
@@ -89,7 +92,7 @@ final class DeferredClose: @unchecked Sendable {
                     if n == 0 || (n < 0 && errno != EINTR) { return }
                     now = now || byte == Self.closeMark
                 }
-                if now { Self.closeAll(held, counting: closed) }
+                if now { Self.closeAll(held, counting: closed, closing: closing) }
             }
         }
         if started {
@@ -123,8 +126,9 @@ final class DeferredClose: @unchecked Sendable {
         if wake >= 0 { signal(Self.closeMark) }
     }
 
-    /// Closes everything held now, on the calling thread.
-    func closeNow() { Self.closeAll(held, counting: closed) }
+    /// Closes everything held now, on the calling thread, and returns once every descriptor
+    /// handed over before the call is closed (a close the thread is doing included).
+    func closeNow() { Self.closeAll(held, counting: closed, closing: closing) }
 
     /// How many descriptors were closed so far.
     var closedCount: Int { closed.withLock { closed.value } }
@@ -134,13 +138,17 @@ final class DeferredClose: @unchecked Sendable {
         _ = send(wake, &b, 1, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
     }
 
-    private static func closeAll(_ held: Locked<(fds: [Int32], since: Double)>, counting closed: Locked<Int>) {
-        let fds = held.withLock { () -> [Int32] in
-            defer { held.value.fds.removeAll() }
-            return held.value.fds
+    private static func closeAll(_ held: Locked<(fds: [Int32], since: Double)>, counting closed: Locked<Int>, closing: Mutex) {
+        closing.withLock {
+            let fds = held.withLock { () -> [Int32] in
+                defer { held.value.fds.removeAll() }
+                return held.value.fds
+            }
+            guard !fds.isEmpty else { return }
+            // Each close tears its namespace down before it returns (the kernel's deferred
+            // work for the last reference runs on this thread's way back from the call).
+            for fd in fds { Glibc.close(fd) }
+            closed.withLock { closed.value += fds.count }
         }
-        guard !fds.isEmpty else { return }
-        for fd in fds { Glibc.close(fd) }
-        closed.withLock { closed.value += fds.count }
     }
 }
