@@ -54,7 +54,6 @@ enum NamespaceRelease {
 /// once the oldest of them has waited `settleSeconds`; or by the caller, `closeNow()`. Without
 /// the thread (no socket pair), `close` closes at once.
 final class DeferredClose: @unchecked Sendable {
-    let settleSeconds: Double
     /// What is held, and when the first of it arrived.
     private let held = Locked<(fds: [Int32], since: Double)>(([], 0))
     /// The end of the socket pair that wakes the thread (-1: no thread): `arrived` when the
@@ -69,19 +68,17 @@ final class DeferredClose: @unchecked Sendable {
     private static let closeMark: UInt8 = 2
 
     init(settleSeconds: Double) {
-        self.settleSeconds = settleSeconds
         var p: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &p) == 0 else {
             wake = -1
             return
         }
         let readEnd = p[0]
-        let settle = settleSeconds
         let (held, closed, closing) = (self.held, self.closed, self.closing)
         let started = detachedThread {
             while true {
                 let since = held.withLock { held.value.fds.isEmpty ? nil : held.value.since }
-                let wait = since.map { Int32(max(0, ($0 + settle - monotonicNow()) * 1000).rounded(.up)) } ?? -1
+                let wait = since.map { Int32(max(0, ($0 + settleSeconds - monotonicNow()) * 1000).rounded(.up)) } ?? -1
                 var p = pollfd(fd: readEnd, events: Int16(POLLIN), revents: 0)
                 let ready = poll(&p, 1, wait)
                 if ready < 0 { if errno == EINTR { continue } else { return } }
@@ -121,9 +118,11 @@ final class DeferredClose: @unchecked Sendable {
         if first { signal(Self.arrived) }
     }
 
-    /// Has the thread close everything it holds now.
+    /// Has the thread close everything it holds now (nothing to wake it for when it holds
+    /// nothing: this is on every launch's path).
     func closeHeld() {
-        if wake >= 0 { signal(Self.closeMark) }
+        guard wake >= 0, held.withLock({ !held.value.fds.isEmpty }) else { return }
+        signal(Self.closeMark)
     }
 
     /// Closes everything held now, on the calling thread, and returns once every descriptor

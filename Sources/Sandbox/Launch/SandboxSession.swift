@@ -215,8 +215,10 @@ struct Session {
                 // Nothing to answer for a while: a good moment for the pool's kernel work,
                 // and for the caller's.
                 quietAfter = nil
-                options.networkNamespaces?.refill()
-                options.parts?.refill()
+                if !refilled {  // not already as the payload started
+                    options.networkNamespaces?.refill()
+                    options.parts?.refill()
+                }
                 options.whenQuiet?()
             }
             if n <= 0 { continue }
