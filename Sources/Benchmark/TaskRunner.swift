@@ -4,11 +4,13 @@
 //   1. a fresh, randomly named scratch directory (nothing from an earlier task, nothing that
 //      names the task or the split);
 //   2. agent.py runs in the `benchmark-task` sandbox with /app and a read-only /agent only
-//      — no tests, no solution, no logs directory, no other task, no network;
+//      — no tests, no solution, no logs directory, no other task, no network (or a tool runs
+//      it over /app in sandboxes of its own: `ExternalAgentPhase`, Harbor's agent phase);
 //   3. only after that sandbox is gone (its whole pid namespace killed) does the verifier
 //      run, in its own sandbox, with the tests mounted for the first time;
 //   4. the supervisor reads the reward itself, defensively, from the verifier's logs
-//      directory;
+//      directory, a tmpfs of its own where only the test script's process may have written
+//      it (`RewardWriters`);
 //   5. train runs copy a bounded trace out; test runs copy nothing;
 //   6. the scratch directory is removed, whatever happened.
 // The agent and the scorer therefore never share a process, and never share a writable
@@ -57,6 +59,9 @@ public struct TaskRunConfiguration: Sendable {
     /// Build each task's verifier sandbox while its agent runs (`HeldSandbox`), where its
     /// build writes nothing the agent can reach; off: after the agent, always.
     public var buildVerifierAhead = true
+    /// Runs each task's agent in place of `taskPolicy`'s sandbox (Harbor's agent phase);
+    /// nil: agent.py under `agentRunner`. Not used for `oracle` runs.
+    var externalAgent: (any ExternalAgentPhase)?
 
     /// Tests only: called with the task's scratch directory just before it is removed (the
     /// only way to look at what a test-split run produced, since nothing of it persists).
@@ -220,6 +225,7 @@ public final class TaskRunner: Sendable {
         // sandbox's host uid (its writes land as that uid); the logs directory, owned by the
         // verifier's. Dockerfile is left out: it describes an image, it is not task data.
         let stdinFD: Int32
+        let rewardWatch: ChangeWatch
         do throws(BenchmarkError) {
             let app = try scratch.makeSandboxDirectory("app", owner: (taskPolicy.identity.hostUID, taskPolicy.identity.hostGID))
             defer { close(app) }
@@ -232,7 +238,14 @@ public final class TaskRunner: Sendable {
                                             skip: ["Dockerfile"])
                 } catch { throw BenchmarkError(error) }
             }
-            close(try scratch.makeSandboxDirectory("logs", owner: (verifierPolicy.identity.hostUID, verifierPolicy.identity.hostGID)))
+            // The verifier's logs: a file system of its own, watched from now on, so every
+            // change to a reward file is known with the process that made it (`RewardWriters`).
+            try scratch.makeLogsFilesystem(owner: (verifierPolicy.identity.hostUID, verifierPolicy.identity.hostGID))
+            do throws(SandboxError) {
+                rewardWatch = try ChangeWatch(directory: scratch.logsPath)
+            } catch {
+                throw BenchmarkError(.configuration, "\(error.message): who writes the reward could not be watched")
+            }
             stdinFD = try instructionInput(task, scratch: scratch, run: &run)
         } catch {
             return run.finish(.setupFailed, "task \(task.id): \(error.message)")
@@ -269,31 +282,54 @@ public final class TaskRunner: Sendable {
         } else {
             command = ["python3", "-c", Self.agentRunner]
         }
-        let agent = sandbox(taskPolicy, command, overrides, stdin: stdinFD, stdout: "agent.stdout", stderr: "agent.stderr",
-                            scratch: scratch, audit: configuration.audit,
-                            whenQuiet: configuration.buildVerifierAhead ? buildAhead : nil,
-                            compiled: { ahead.agentWrites = $0.writableSources })
-        run.agentSeconds = agent.seconds
         var agentProblem: String?
-        switch agent.result {
-        case .failure(let failure):
-            if failure.supervisor { run.supervisorFailure = "agent sandbox: \(failure.message)" }
-            return run.finish(.setupFailed, "agent sandbox: \(failure.message)")
-        case .success(let r):
-            switch r.termination {
-            case .exited(0):
-                break
-            case .exited(let code):
-                agentProblem = "agent exited \(code)"
-            case .signaled(let signal):
-                agentProblem = "agent killed by signal \(signal)\(r.memoryLimitHit ? " (memory limit)" : "")"
-            case .timedOut:
-                // The tree is dead and half-done work is not graded: a timed-out agent scores 0.
-                return run.finish(.agentTimeout, "agent timed out after \(Self.seconds(agentTimeout))")
-            case .setupFailed(let message, _):
-                return run.finish(.setupFailed, "agent sandbox setup: \(message)")
-            case .execFailed(let e):
-                return run.finish(.agentCrashed, "agent could not be executed: \(FileSystem.errorText(e))")
+        // A reward below the pass threshold after an agent problem takes this status.
+        var problemStatus = TaskStatus.agentCrashed
+        if let external = configuration.externalAgent, !configuration.oracle {
+            // The tool's sandboxes are gone when this returns; the verifier is built after.
+            close(stdinFD)
+            let start = Self.now()
+            let end = external.run(task, workdir: scratch.appPath)
+            run.agentSeconds = Self.now() - start
+            run.extraTrace = end.trace
+            run.costUSD = end.costUSD
+            if !end.failures.isEmpty { run.agentFailures = end.failures }
+            if let f = end.supervisorFailure { run.supervisorFailure = f }
+            switch end.kind {
+            case .finished:
+                if let d = end.detail { run.note(d) }
+            case .failed(let status):
+                agentProblem = end.detail ?? "the agent failed"
+                problemStatus = status
+            case .ungraded(let status):
+                return run.finish(status, end.detail)
+            }
+        } else {
+            let agent = sandbox(taskPolicy, command, overrides, stdin: stdinFD, stdout: "agent.stdout", stderr: "agent.stderr",
+                                scratch: scratch, audit: configuration.audit,
+                                whenQuiet: configuration.buildVerifierAhead ? buildAhead : nil,
+                                compiled: { ahead.agentWrites = $0.writableSources })
+            run.agentSeconds = agent.seconds
+            switch agent.result {
+            case .failure(let failure):
+                if failure.supervisor { run.supervisorFailure = "agent sandbox: \(failure.message)" }
+                return run.finish(.setupFailed, "agent sandbox: \(failure.message)")
+            case .success(let r):
+                switch r.termination {
+                case .exited(0):
+                    break
+                case .exited(let code):
+                    agentProblem = "agent exited \(code)"
+                case .signaled(let signal):
+                    agentProblem = "agent killed by signal \(signal)\(r.memoryLimitHit ? " (memory limit)" : "")"
+                case .timedOut:
+                    // The tree is dead and half-done work is not graded: a timed-out agent scores 0.
+                    return run.finish(.agentTimeout, "agent timed out after \(Self.seconds(agentTimeout))")
+                case .setupFailed(let message, _):
+                    return run.finish(.setupFailed, "agent sandbox setup: \(message)")
+                case .execFailed(let e):
+                    return run.finish(.agentCrashed, "agent could not be executed: \(FileSystem.errorText(e))")
+                }
             }
         }
 
@@ -313,16 +349,21 @@ public final class TaskRunner: Sendable {
             let empty = PayloadInput.empty()
             guard empty >= 0 else { return run.finish(.setupFailed, "the verifier's stdin (/dev/null through a read-only mount): \(FileSystem.errorText())") }
             verifier = sandbox(verifierPolicy, Self.verifierCommand, verifierOverrides, stdin: empty,
-                               stdout: "verifier.stdout", stderr: "verifier.stderr", scratch: scratch, audit: verifierAudit)
+                               stdout: "verifier.stdout", stderr: "verifier.stderr", scratch: scratch, audit: verifierAudit,
+                               findPayloadPID: true)
         }
         run.verifierSeconds = verifier.seconds
         if let agentProblem { run.note(agentProblem) }
         var verifierExit: Int32 = 0
+        var testScript: Int32?
+        var verifierSandbox = ""
         switch verifier.result {
         case .failure(let failure):
             if failure.supervisor { run.supervisorFailure = "verifier sandbox: \(failure.message)" }
             return run.finish(.setupFailed, "verifier sandbox: \(failure.message)")
         case .success(let r):
+            testScript = r.payloadPID
+            verifierSandbox = r.sandboxID
             switch r.termination {
             case .exited(let code):
                 verifierExit = code
@@ -347,6 +388,19 @@ public final class TaskRunner: Sendable {
         if configuration.collectFailures, case .success(let report) = FileSystem.readSmallFile(at: logs, "ctrf.json", limit: FailureParsers.reportLimit) {
             run.failures = FailureParsers.ctrf(report)
         }
+        // Only the test script's own process may have written the reward (`RewardWriters`).
+        let changes: [ChangeWatch.Change]
+        do throws(SandboxError) {
+            changes = try rewardWatch.changes()
+        } catch {
+            return run.finish(.invalidReward, "\(error.message): the reward's writer is unknown")
+        }
+        if let (path, why) = RewardWriters.problem(changes, payload: testScript, logs: logs) {
+            var event = AuditEvent(sandbox: verifierSandbox, kind: .rewardTampering, name: path, action: "void")
+            event.detail = why
+            configuration.audit.record(event)
+            return run.finish(.invalidReward, why)
+        }
         switch Reward.read(logs: logs) {
         case .missing:
             if verifierExit != 0 { return run.finish(.verifierCrashed, "verifier exited \(verifierExit) without a reward") }
@@ -361,7 +415,7 @@ public final class TaskRunner: Sendable {
                 run.finish(.passed, nil, reward: reward)
             } else if agentProblem != nil {
                 // An error scores 0: partial credit is for agents that finish their run.
-                run.finish(.agentCrashed, "verifier reward \(reward)")
+                run.finish(problemStatus, "verifier reward \(reward)")
             } else {
                 run.finish(.failed, nil, reward: reward)
             }
@@ -394,9 +448,10 @@ public final class TaskRunner: Sendable {
     /// afterwards (including `stdin`), reporting to `audit`. Blocks until the sandbox is gone.
     private func sandbox(_ policy: Policy, _ command: [String], _ overrides: PlanOverrides, stdin: Int32,
                          stdout: String, stderr: String, scratch: TaskScratch, audit: AuditLog,
-                         whenQuiet: (() -> Void)? = nil, compiled: (LaunchPlan) -> Void = { _ in })
+                         whenQuiet: (() -> Void)? = nil, compiled: (LaunchPlan) -> Void = { _ in }, findPayloadPID: Bool = false)
                          -> (result: Result<SandboxResult, SandboxFailure>, seconds: Double) {
-        switch prepareSandbox(policy, command, overrides, stdin: stdin, stdout: stdout, stderr: stderr, scratch: scratch, audit: audit) {
+        switch prepareSandbox(policy, command, overrides, stdin: stdin, stdout: stdout, stderr: stderr, scratch: scratch, audit: audit,
+                              findPayloadPID: findPayloadPID) {
         case .failure(let f): return (.failure(f.failure), f.seconds)
         case .success(var prepared):
             defer { prepared.close() }
@@ -427,7 +482,7 @@ public final class TaskRunner: Sendable {
     /// close (closed here on failure).
     private func prepareSandbox(_ policy: Policy, _ command: [String], _ overrides: PlanOverrides, stdin: Int32,
                                 stdout: String, stderr: String, scratch: TaskScratch,
-                                audit: AuditLog) -> Result<PreparedSandbox, TimedFailure> {
+                                audit: AuditLog, findPayloadPID: Bool = false) -> Result<PreparedSandbox, TimedFailure> {
         let start = Self.now()
         var out: Int32 = -1, err: Int32 = -1
         do throws(SandboxFailure) {
@@ -449,6 +504,7 @@ public final class TaskRunner: Sendable {
             var options = RunOptions(audit: audit)
             options.stdio = (stdin, out, err)
             options.pageCache = configuration.pageCache
+            options.findPayloadPID = findPayloadPID
             return .success(PreparedSandbox(plan: plan, options: options, stdio: (stdin, out, err), start: start))
         } catch {
             for fd in [stdin, out, err] where fd >= 0 { close(fd) }
@@ -470,7 +526,7 @@ public final class TaskRunner: Sendable {
     private func buildVerifierAhead(_ policy: Policy, _ overrides: PlanOverrides, stdin: Int32,
                                     scratch: TaskScratch, audit: AuditLog, agentWrites: [String]?) -> (HeldSandbox, PreparedSandbox)? {
         switch prepareSandbox(policy, Self.verifierCommand, overrides, stdin: stdin, stdout: "verifier.stdout",
-                              stderr: "verifier.stderr", scratch: scratch, audit: audit) {
+                              stderr: "verifier.stderr", scratch: scratch, audit: audit, findPayloadPID: true) {
         case .failure:
             Self.removeVerifierOutputs(scratch)
             return nil
@@ -573,6 +629,10 @@ struct TaskExecution {
     /// A write of the supervisor's own failed (the trace, the scratch directory): not the
     /// task's doing, so the operation fails rather than score it (`WriteFailures`).
     var supervisorFailure: String?
+    /// An external agent phase's own trace files and account (`ExternalAgentEnd`).
+    var extraTrace: [(String, [UInt8])] = []
+    var agentFailures: [FailureEvidence]?
+    var costUSD: Double?
 
     init(task: BenchmarkTask) { self.task = task }
 
@@ -588,7 +648,9 @@ struct TaskExecution {
     var outcome: TaskOutcome {
         var o = TaskOutcome(id: task.id, reward: reward, status: status, agentSeconds: agentSeconds, verifierSeconds: verifierSeconds,
                             detail: notes.isEmpty ? nil : String(notes.joined(separator: "; ").prefix(500)))
-        if !o.passed, let failures, !failures.isEmpty { o.failures = failures }
+        let all = (agentFailures ?? []) + (failures ?? [])
+        if !o.passed, !all.isEmpty { o.failures = FailureEvidence.bounded(FailureEvidence.unique(all)) }
+        o.costUSD = costUSD
         return o
     }
 }

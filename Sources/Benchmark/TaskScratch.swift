@@ -202,6 +202,19 @@ struct TaskScratch {
         return d
     }
 
+    /// Makes `logs` a tmpfs of its own owned by the verifier's host identity: the only file
+    /// system a change watch on it sees (`RewardWriters`).
+    func makeLogsFilesystem(owner: (uid_t, gid_t)) throws(BenchmarkError) {
+        guard let d = FileSystem.makeDirectory(at: fd, "logs", mode: 0o755, owner: nil) else {
+            throw BenchmarkError(.io, "\(logsPath): \(FileSystem.errorText())")
+        }
+        close(d)
+        guard mount("tmpfs", logsPath, "tmpfs", UInt(MS_NOSUID | MS_NODEV),
+                    "\(RewardWriters.logsOptions),uid=\(owner.0),gid=\(owner.1)") == 0 else {
+            throw BenchmarkError(.io, "cannot mount the verifier's logs tmpfs on \(logsPath): \(FileSystem.errorText())")
+        }
+    }
+
     /// A new root-only file in `out/` for the supervisor to hand to a sandbox as a stdio fd.
     /// Mode 0600 root: a sandbox holding the fd cannot reopen it through /proc/self/fd for
     /// reading (the reopen is permission-checked against its unprivileged host uid).

@@ -46,6 +46,9 @@ extension TaskExecution {
             guard put(name, outputs >= 0 ? FileSystem.readCapped(at: outputs, name, cap: TaskRunner.traceCap) : nil) else { return }
         }
         guard put("reward.txt", rewardRaw) else { return }
+        for (name, bytes) in extraTrace {
+            guard put(name, bytes) else { return }
+        }
         do {
             _ = put("result.json", try TraceJSON.encode(outcome))
         } catch {

@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <linux/bpf.h>
+#include <sys/fanotify.h>
 
 #ifndef SYS_landlock_create_ruleset
 #define SYS_landlock_create_ruleset 444
@@ -501,4 +502,104 @@ int ahs_cgroup_bpf_effective(int cgroup_fd, unsigned attach_type, unsigned *ids,
     int err = errno;
     *count = attr.query.prog_cnt;
     return r < 0 ? -err : 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// Who changed a verifier's reward files: fanotify on the logs directory's own file system.
+
+enum { AHS_HANDLE_CAP = 132 };
+
+/// `fh` (a struct file_handle) as type then bytes; 0 when it does not fit.
+static unsigned put_handle(const struct file_handle *fh, unsigned char *out) {
+    if (fh->handle_bytes + 4 > AHS_HANDLE_CAP) return 0;
+    memcpy(out, &fh->handle_type, 4);
+    memcpy(out + 4, fh->f_handle, fh->handle_bytes);
+    return fh->handle_bytes + 4;
+}
+
+int ahs_file_handle(int dirfd, const char *name, unsigned char *out, unsigned cap) {
+    union {
+        struct file_handle fh;
+        unsigned char room[sizeof(struct file_handle) + 128];
+    } h;
+    int mount_id;
+    h.fh.handle_bytes = 128;
+    int flags = name[0] ? 0 : AT_EMPTY_PATH;
+    if (name_to_handle_at(dirfd, name, &h.fh, &mount_id, flags) < 0) return -1;
+    if (cap < AHS_HANDLE_CAP) { errno = EINVAL; return -1; }
+    unsigned n = put_handle(&h.fh, out);
+    if (!n) { errno = EOVERFLOW; return -1; }
+    return (int)n;
+}
+
+int ahs_change_watch(const char *dir, unsigned char *top, unsigned *top_len) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int n = ahs_file_handle(fd, "", top, AHS_HANDLE_CAP);
+    int e = errno;
+    close(fd);
+    if (n < 0) { errno = e; return -1; }
+    *top_len = (unsigned)n;
+    unsigned base = FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_REPORT_DFID_NAME | FAN_REPORT_FID;
+    // The target of a create or move by its own handle too (Linux 5.17); without it those
+    // are known by name alone.
+    int group = fanotify_init(base | FAN_REPORT_TARGET_FID, O_RDONLY | O_CLOEXEC);
+    if (group < 0 && errno == EINVAL) group = fanotify_init(base, O_RDONLY | O_CLOEXEC);
+    if (group < 0) return -1;
+    uint64_t mask = FAN_MODIFY | FAN_ATTRIB | FAN_CLOSE_WRITE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_CREATE | FAN_DELETE |
+                    FAN_DELETE_SELF | FAN_MOVE_SELF | FAN_ONDIR;
+    if (fanotify_mark(group, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, mask, AT_FDCWD, dir) < 0) {
+        e = errno;
+        close(group);
+        errno = e;
+        return -1;
+    }
+    return group;
+}
+
+int ahs_changes_read(int group, const unsigned char *top, unsigned top_len, struct ahs_change *out, int max) {
+    // Whole events only: the kernel never splits one across reads, and one is far smaller.
+    static __thread unsigned char buf[8192] __attribute__((aligned(8)));
+    // Every event read is returned: room for as many as the smallest fit in the buffer.
+    if (max < (int)(sizeof buf / sizeof(struct fanotify_event_metadata))) { errno = EINVAL; return -1; }
+    ssize_t len = read(group, buf, sizeof buf);
+    if (len < 0) return errno == EAGAIN ? 0 : -1;
+    int count = 0;
+    const struct fanotify_event_metadata *m = (const struct fanotify_event_metadata *)buf;
+    while (count < max && FAN_EVENT_OK(m, len)) {
+        struct ahs_change *c = &out[count++];
+        memset(c, 0, sizeof *c);
+        c->mask = m->mask;
+        c->pid = m->pid;
+        if (m->fd >= 0) close(m->fd);
+        const unsigned char *p = (const unsigned char *)m + m->metadata_len;
+        const unsigned char *end = (const unsigned char *)m + m->event_len;
+        while (p + sizeof(struct fanotify_event_info_header) <= end) {
+            const struct fanotify_event_info_header *h = (const void *)p;
+            if (h->len < sizeof *h || p + h->len > end) break;
+            if (h->info_type == FAN_EVENT_INFO_TYPE_FID || h->info_type == FAN_EVENT_INFO_TYPE_DFID_NAME ||
+                h->info_type == FAN_EVENT_INFO_TYPE_DFID) {
+                const struct fanotify_event_info_fid *f = (const void *)p;
+                const struct file_handle *fh = (const void *)f->handle;
+                unsigned char handle[AHS_HANDLE_CAP];
+                unsigned n = put_handle(fh, handle);
+                if (h->info_type == FAN_EVENT_INFO_TYPE_FID) {
+                    memcpy(c->object, handle, n);
+                    c->object_len = n;
+                } else {
+                    c->in_top = n && n == top_len && memcmp(handle, top, n) == 0;
+                    if (h->info_type == FAN_EVENT_INFO_TYPE_DFID_NAME) {
+                        const char *name = (const char *)fh->f_handle + fh->handle_bytes;
+                        size_t room = (size_t)(end - (const unsigned char *)name);
+                        size_t k = strnlen(name, room < sizeof c->name ? room : sizeof c->name - 1);
+                        memcpy(c->name, name, k);
+                        c->name[k] = 0;
+                    }
+                }
+            }
+            p += h->len;
+        }
+        m = FAN_EVENT_NEXT(m, len);
+    }
+    return count;
 }

@@ -266,13 +266,14 @@ struct CrossTaskChannelTests {
         try bench.file("tasks/stamp/instruction.md", "Nothing to do.\n")
         try bench.file("tasks/stamp/tests/test.sh", """
             #!/bin/bash
-            python3 -c '
+            r=$(python3 -c '
             import errno, os, stat
             try:
                 os.utime(0)
                 print(0)  # stamped
             except OSError as e:
-                print(1 if e.errno == errno.EROFS and stat.S_ISCHR(os.fstat(0).st_mode) else 0)' > /logs/verifier/reward.txt
+                print(1 if e.errno == errno.EROFS and stat.S_ISCHR(os.fstat(0).st_mode) else 0)')
+            echo "$r" > /logs/verifier/reward.txt
             """, mode: 0o755)
         var before = stat()
         try #require(stat("/dev/null", &before) == 0)

@@ -89,6 +89,38 @@ struct TaskRunnerTests {
         #expect(listing(h.scratch.path).isEmpty)
     }
 
+    @Test("only the test script's own process writes the reward: a child's write, rename, chmod or removal voids it and is recorded against agent.py; the script's own write, an exec'd grader and a child's other logs count", arguments: [
+        ("echo 1 > /logs/verifier/reward.txt", TaskStatus.passed, nil as String?),
+        ("exec python3 -c 'open(\"/logs/verifier/reward.txt\", \"w\").write(\"1\")'", .passed, nil),
+        ("python3 -c 'open(\"/logs/verifier/ctrf.json\", \"w\").write(\"{}\")'; echo 1 > /logs/verifier/reward.txt", .passed, nil),
+        ("r=$(python3 -c 'print(1)'); echo \"$r\" > /logs/verifier/reward.txt", .passed, nil),
+        ("python3 -c 'print(1)' > /logs/verifier/reward.txt", .invalidReward, "/logs/verifier/reward.txt created by pid"),
+        ("sh -c 'echo 1 > /logs/verifier/reward.json'; echo 0 > /logs/verifier/reward.txt", .invalidReward, "/logs/verifier/reward.json created by pid"),
+        ("echo 1 > /logs/verifier/reward.txt; chmod 444 /logs/verifier/reward.txt", .invalidReward, "/logs/verifier/reward.txt changed (metadata) by pid"),
+        ("echo 1 > /logs/verifier/x; mv /logs/verifier/x /logs/verifier/reward.txt", .invalidReward, "/logs/verifier/reward.txt renamed by pid"),
+        ("echo 1 > /logs/verifier/reward.txt; mkdir /logs/verifier/d; ln /logs/verifier/reward.txt /logs/verifier/d/r; echo 1 >> /logs/verifier/d/r", .invalidReward, "/logs/verifier/reward.txt"),
+        ("echo 1 > /logs/verifier/reward.json; rm /logs/verifier/reward.json; echo 1 > /logs/verifier/reward.txt", .invalidReward, "/logs/verifier/reward.json removed by pid"),
+        ("(sleep 0.2; echo 1 > /logs/verifier/reward.json) & echo 0 > /logs/verifier/reward.txt; wait", .invalidReward, "/logs/verifier/reward.json created by pid"),
+    ])
+    func onlyTheTestScriptWritesTheReward(script: String, status: TaskStatus, detail: String?) throws {
+        try requireRoot()
+        let bench = try TempDir()
+        try bench.file("tasks/t/instruction.md", "Nothing to do.\n")
+        try bench.file("tasks/t/tests/test.sh", "#!/bin/bash\n\(script)\n", mode: 0o755)
+        let audit = AuditLog()
+        let h = try Harness(agent: "class HarnessAgent:\n    def run(self, i, w): pass\n", configure: { $0.audit = audit })
+        let o = h.run(try #require(try LocalBenchmark(directory: bench.path).task("t")))
+        #expect(o.status == status, "\(script): \(o)")
+        let tampering = audit.events.filter { $0.kind == .rewardTampering }
+        if let detail {
+            #expect(o.reward == 0 && (o.detail ?? "").contains(detail) && (o.detail ?? "").contains("only the test script's own process"), "\(o)")
+            #expect(tampering.count == 1 && tampering.first.map { detail.hasPrefix($0.name) } == true, "\(tampering)")
+        } else {
+            #expect(o.reward == 1 && tampering.isEmpty, "\(o) \(tampering)")
+        }
+        #expect(listing(h.scratch.path).isEmpty)
+    }
+
     @Test("details say why: verifier exit codes and invalid reward text are reported")
     func verdictDetails() throws {
         try requireRoot()

@@ -109,7 +109,9 @@ struct RealHarborDatasetTests {
             #expect(ours.contains("no API key: ANTHROPIC_API_KEY is not set"), "\(ours)")
         }
 
-        // Each task: one bash call that solves it, then a final answer.
+        // Each task: one bash call that solves it, then a final answer. The fake model answers
+        // in order, so the tasks run one at a time (each has a Harbor of its own otherwise).
+        try exp.set("max_concurrency", "1")
         let solve: [[String: Any]] = [["tool": "bash", "input": ["command": "cp seed.txt out.txt && cat out.txt"]]]
         let model = try FakeModel(turns: Array(repeating: [solve, [["text": "done"]]], count: 10).flatMap { $0 })
         var config = try exp.file("experiment_config.yaml")

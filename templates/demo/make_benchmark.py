@@ -30,7 +30,8 @@ TEST_SH = """#!/bin/bash
 got=$(tr -d " \\n" < /app/answer.txt 2>/dev/null)
 echo "expected: {expected}"
 echo "got: ${{got:-<nothing>}}"
-python3 - "$got" <<'PY'
+# The reward is written by this script itself: only the test script's own process may write it.
+ok=$(python3 - "$got" <<'PY'
 import json, sys
 got = sys.argv[1]
 try:
@@ -43,8 +44,10 @@ if not ok:
     test["trace"] = "E   AssertionError: expected {expected}, got %s\\ntests/test.sh:4: AssertionError" % (got or "nothing")
 report = {{"results": {{"tool": {{"name": "demo"}}, "summary": {{"tests": 1, "passed": int(ok), "failed": int(not ok)}}, "tests": [test]}}}}
 json.dump(report, open("/logs/verifier/ctrf.json", "w"))
-open("/logs/verifier/reward.txt", "w").write("1\\n" if ok else "0\\n")
+print(1 if ok else 0)
 PY
+)
+echo "${{ok:-0}}" > /logs/verifier/reward.txt
 """
 
 

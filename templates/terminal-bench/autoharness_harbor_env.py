@@ -1,12 +1,12 @@
 """`env_provider: local`: Harbor's task environment without Docker, inside autoharness's sandbox.
 
-autoharness runs `harbor run -e autoharness_harbor_env:SandboxEnvironment` in its
-benchmark-runner sandbox and gives that sandbox the container paths a Harbor task uses —
-/app (the task's working directory), /tests, /solution and /logs — as empty private tmpfs
-directories. This environment then runs a trial's commands (the agent's and the verifier's)
-as plain processes in that sandbox, at those real paths: nothing is rewritten, and nothing
-reaches the host's disk or outlives the run. Trials run one at a time (autoharness passes
-`-n 1`), since they share those paths.
+autoharness runs `harbor run --disable-verification -e autoharness_harbor_env:SandboxEnvironment`
+once per task, in a benchmark-runner sandbox that holds the task's working copy at /app and a
+private /logs. This environment runs the agent's commands as plain processes in that sandbox,
+at those real paths: nothing is rewritten. Harbor runs no verifier: once this sandbox is gone
+(every process in it), autoharness runs the task's tests over /app in a sandbox of its own, so
+nothing Harbor's process, agent.py or the agent's commands do reaches the reward. /tests and
+/solution do not exist here.
 
 What a Docker image would provide is not built: the task's programs must be in the sandbox
 (the host's /usr, and `runner.binds`). The files of the task's environment/ directory other
@@ -14,9 +14,9 @@ than its Dockerfile are copied into the working directory at the start, as autoh
 runner does. `user` is not switched (everything runs as the sandbox's one unprivileged user).
 
 Written against harbor 0.24.0: harbor/environments/base.py (BaseEnvironment, ExecResult, the
-abstract methods and `_merge_env`), harbor/verifier/verifier.py (tests uploaded to /tests,
-`/logs/verifier` downloaded into the trial when the environment is not `mounted`), and
-harbor/environments/docker/docker.py (a timed-out exec raises RuntimeError).
+abstract methods and `_merge_env`), harbor/trial/single_step.py (no verifier when
+`verifier.disable`), and harbor/environments/docker/docker.py (a timed-out exec raises
+RuntimeError).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from pathlib import Path
 from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.capabilities import EnvironmentCapabilities
 
-# The container paths autoharness mounts in the runner sandbox (HarborAdapter.localPaths).
-CONTAINER_PATHS = ("/app", "/tests", "/solution", "/logs")
+# The container paths autoharness mounts in the runner sandbox (HarborAgentPhase).
+CONTAINER_PATHS = ("/app", "/logs")
 
 
 def _empty(directory: str) -> None:
@@ -71,7 +71,7 @@ class SandboxEnvironment(BaseEnvironment):
     async def start(self, force_build: bool) -> None:
         for path in CONTAINER_PATHS:
             _empty(path)
-        for sub in ("agent", "verifier", "artifacts"):
+        for sub in ("agent", "artifacts"):
             os.makedirs(f"/logs/{sub}", exist_ok=True)
         os.makedirs(self._workdir, exist_ok=True)
         source = Path(self.environment_dir)
@@ -92,9 +92,8 @@ class SandboxEnvironment(BaseEnvironment):
             except ProcessLookupError:
                 pass
         self._groups.clear()
-        if delete:
-            for path in CONTAINER_PATHS:
-                _empty(path)
+        # `delete` empties nothing: /app is what autoharness's verifier grades once this
+        # sandbox is gone, and /logs goes with the sandbox.
 
     async def upload_file(self, source_path, target_path: str):
         os.makedirs(os.path.dirname(target_path) or "/", exist_ok=True)

@@ -3,9 +3,13 @@
 //   harbor run -d DATASET --agent-import-path agent.agent:HarnessAgent --model M --env PROVIDER
 //              --agent-timeout-multiplier X --jobs-dir /work/out/jobs -y -n N -i TASK ...
 //
-// Harbor imports agent.py into its own process, which also drives the task environment and
-// writes the jobs directory, so the score cannot be made independent of that process here.
-// What the adapter does instead:
+// With `env_provider: local` each task's agent phase runs through Harbor and its verifier in
+// a sandbox of autoharness's own (`HarborAgentPhase`): no reward comes from Harbor's process.
+//
+// With a remote provider (e2b, daytona, docker, ...) Harbor imports agent.py into its own
+// process, which also drives the task environment, runs the verifier there and writes the
+// jobs directory, so the score cannot be made independent of that process. What the
+// adapter does for those:
 //   - results are keyed on `task_name` inside each trial's result.json (trial directory
 //     names are the task name cut to 32 characters plus a suffix, so they are never parsed);
 //   - the reward is read from the trial's `verifier/reward.txt` (or reward.json), the file
@@ -21,8 +25,8 @@
 //     a local task's `get_name`); both map to the directory id;
 //   - a requested task with no trial scores 0;
 //   - task names not requested are ignored (and noted), so a forged extra trial changes nothing.
-// The residual risk (agent.py in the harbor process could write both files of its own trial)
-// is stated in docs/threat-model.md.
+// The residual risk of remote providers (agent.py in the harbor process could write both files
+// of its own trial) is stated in docs/benchmarks.md.
 
 import FoundationEssentials
 import Glibc
@@ -58,9 +62,6 @@ public struct HarborAdapter: BenchmarkAdapter {
     /// `env_provider: local`: the directory of autoharness_harbor_env.py (runner.scripts).
     public var scriptsDirectory: String?
 
-    /// The task paths of Harbor's containers, private tmpfs directories of the runner
-    /// sandbox under `env_provider: local`.
-    static let localPaths = ["/app", "/tests", "/solution", "/logs"]
     static let localModule = "autoharness_harbor_env.py"
     static let localModuleDirectory = "/opt/autoharness-harbor"
 
@@ -71,19 +72,26 @@ public struct HarborAdapter: BenchmarkAdapter {
     /// `name = "..."` in the `[task]` table of a task.toml, if any (a line scan: registry
     /// task.toml files hold arrays and tables this needs no parser for).
     public static func declaredName(taskToml text: String) -> String? {
-        var inTask = false
+        guard let value = tableValue(taskToml: text, table: "task", key: "name"),
+              value.count >= 2, let q = value.first, q == "\"" || q == "'", value.last == q else { return nil }
+        return String(value.dropFirst().dropLast())
+    }
+
+    /// The text of `key = ...` in `[table]` of a task.toml, comment cut, or nil (a line
+    /// scan, like `declaredName`).
+    static func tableValue(taskToml text: String, table: String, key: String) -> String? {
+        var inTable = false
         for raw in text.split(separator: "\n", omittingEmptySubsequences: false) {
             let line = raw.trimmingCharacters(in: .whitespaces)
             if line.hasPrefix("[") {
-                inTask = line.hasPrefix("[task]")
+                inTable = line.hasPrefix("[\(table)]")
                 continue
             }
-            guard inTask, line.hasPrefix("name"), let eq = line.firstIndex(of: "=") else { continue }
-            guard line[..<eq].trimmingCharacters(in: .whitespaces) == "name" else { continue }
+            guard inTable, line.hasPrefix(key), let eq = line.firstIndex(of: "=") else { continue }
+            guard line[..<eq].trimmingCharacters(in: .whitespaces) == key else { continue }
             var value = line[line.index(after: eq)...].trimmingCharacters(in: .whitespaces)
             if let hash = value.range(of: " #") { value = String(value[..<hash.lowerBound]).trimmingCharacters(in: .whitespaces) }
-            guard value.count >= 2, let q = value.first, q == "\"" || q == "'", value.last == q else { return nil }
-            return String(value.dropFirst().dropLast())
+            return value
         }
         return nil
     }
@@ -140,18 +148,17 @@ public struct HarborAdapter: BenchmarkAdapter {
             a += ["--agent", Self.agentImportPath]  // harbor 0.24.0: an import path is -a/--agent (--agent-import-path is deprecated)
             if let m = model { a += ["--model", m] }
         }
-        a += ["--env", environmentProvider == "local" ? "autoharness_harbor_env:SandboxEnvironment" : environmentProvider]
+        a += ["--env", environmentProvider]
         if let x = agentTimeoutMultiplier { a += ["--agent-timeout-multiplier", String(format: "%.2f", x)] }
-        // Local trials share the sandbox's /app, /tests, /logs: one at a time.
-        let n = environmentProvider == "local" ? 1 : min(concurrency ?? 1, ids.count)
-        a += ["--jobs-dir", jobs, "-y", "-n", String(n)]
+        a += ["--jobs-dir", jobs, "-y", "-n", String(min(concurrency ?? 1, ids.count))]
         for id in ids { a += ["-i", id] }
         return a
     }
 
     public func run(_ ids: [String], _ context: AdapterRunContext) throws(BenchmarkError) -> [TaskOutcome] {
         guard !ids.isEmpty else { return [] }
-        if context.oracle { throw BenchmarkError(.configuration, "--oracle is only for local benchmarks (Harbor has its own: harbor run --agent oracle)") }
+        if environmentProvider == "local" { return try runLocally(ids, context) }
+        if context.oracle { throw BenchmarkError(.configuration, "--oracle is only for local benchmarks and env_provider: local (Harbor has its own: harbor run --agent oracle)") }
         let run = try ToolRun(settings: tool, context: context)
         defer { run.finish() }
         let jobs = jobsDirectory(run)
@@ -160,14 +167,6 @@ public struct HarborAdapter: BenchmarkAdapter {
         inv.environment = environment + Self.quietEnvironment
         if environmentProvider == "docker" {
             inv.extraMounts = [MountSpecs.readWrite(run.scratch.path + "/app")]
-        }
-        if environmentProvider == "local", let scripts = scriptsDirectory {
-            // The module alone, in a directory of its own: beside it in the templates is the
-            // template agent.py, and a plain `agent` module anywhere on sys.path would shadow
-            // the namespace package /work/agent that `agent.agent:HarnessAgent` names.
-            inv.extraMounts += [MountSpec(kind: .readOnly(source: scripts + "/" + Self.localModule), destination: Self.localModuleDirectory + "/" + Self.localModule)]
-                + Self.localPaths.map { MountSpec(kind: .tmpfs(size: 1 << 30, mode: 0o755), destination: $0) }
-            inv.environment.append("PYTHONPATH=/work:\(Self.localModuleDirectory)")
         }
         // A local dataset is bound task by task, at its host path (Docker resolves build
         // contexts there): a train run's harbor, and agent.py inside it, must not see the
@@ -193,6 +192,59 @@ public struct HarborAdapter: BenchmarkAdapter {
             }
         }
         return run.outcomes(ids, results, toolExit: exit, seconds: exit.seconds)
+    }
+
+    /// `env_provider: local`: each task's agent phase through `harbor run`, its verifier
+    /// run by `TaskRunner` in a sandbox of its own (`HarborAgentPhase`). `--oracle` runs each
+    /// task's solution/solve.sh in place of Harbor, as for a local benchmark.
+    func runLocally(_ ids: [String], _ context: AdapterRunContext) throws(BenchmarkError) -> [TaskOutcome] {
+        var cfg = TaskRunConfiguration(policyLoader: context.policyLoader, agentDirectory: context.agentDirectory,
+                                       scratchRoot: context.scratchRoot, audit: context.audit)
+        cfg.verifierAudit = context.toolAudit
+        cfg.oracle = context.oracle
+        cfg.pageCache = context.pageCache
+        cfg.writeFailures = context.writeFailures
+        cfg.collectFailures = !context.heldOut
+        cfg.externalAgent = HarborAgentPhase(adapter: self, context: context)
+        let runner = try TaskRunner(configuration: cfg)
+        let tasks = ids.map(localTask)
+        context.log("harbor: \(ids.count) task(s), each agent phase through harbor, each verifier in a sandbox of its own")
+        let heldOut = context.heldOut
+        let progress = context.progress
+        return runner.runAll(tasks, concurrency: context.concurrency, traceDirectory: { context.traceDirectory($0.id) }) { done, total, last in
+            progress(done, total, heldOut ? nil : last)
+        }
+    }
+
+    /// The directory of task `id` on this host: under `-p`, or a registry's local task.
+    func hostDirectory(_ id: String) -> String? {
+        if let dir = datasetPath { return dir + "/" + id }
+        return registry?.localTasks[id]
+    }
+
+    /// Task `id` as the verifier needs it: its tests/test.sh, its `[verifier] timeout_sec`
+    /// (Harbor's default, 600 s, when none), whether it has a solution for `--oracle`. A task
+    /// that cannot be scored carries its problem and scores 0 as setup_failed.
+    func localTask(_ id: String) -> BenchmarkTask {
+        guard let dir = hostDirectory(id) else {
+            var t = BenchmarkTask(id: id, directory: "/nonexistent")
+            t.problem = "task \(id) has no directory on this host (a registry task fetched from git): env_provider local runs tasks that are on disk"
+            return t
+        }
+        var task = BenchmarkTask(id: id, directory: dir)
+        task.hasSolution = LocalBenchmark.kind(dir + "/solution/solve.sh") == S_IFREG
+        guard LocalBenchmark.kind(dir + "/tests/test.sh") == S_IFREG else {
+            task.problem = "task \(id): \(dir)/tests/test.sh is missing or not a regular file"
+            return task
+        }
+        if case .success(let bytes) = InputFile.read(dir + "/task.toml", cap: LocalBenchmark.maxTaskTomlBytes),
+           let text = String(validating: bytes, as: UTF8.self),
+           let value = Self.tableValue(taskToml: text, table: "verifier", key: "timeout_sec"),
+           let seconds = Double(value), seconds > 0, seconds <= LocalBenchmark.maxTimeout {
+            task.verifierTimeout = seconds
+            task.verifierTimeoutDeclared = true
+        }
+        return task
     }
 
     static let resultLimit = 16 << 20

@@ -93,8 +93,14 @@ public struct HarborRegistry: Sendable, Equatable {
 
     /// A registry.json with this dataset cut down to `ids`: what a run's harbor reads, so it
     /// never learns the other tasks' names or paths.
-    func filtered(_ ids: [String]) -> [UInt8] {
-        let tasks = ids.compactMap { entries[$0] }
+    /// `path`, if given, replaces each task's path (a copy of the task made for the run).
+    func filtered(_ ids: [String], path: ((String) -> String)? = nil) -> [UInt8] {
+        let tasks = ids.compactMap { id -> JSONValue? in
+            guard let entry = entries[id] else { return nil }
+            guard let path, case .object(var fields) = entry else { return entry }
+            fields["path"] = .string(path(id))
+            return .object(fields)
+        }
         let spec: JSONValue = .object(["name": .string(name), "version": .string(version), "description": .string(description),
                                        "tasks": .array(tasks)])
         return (try? JSONEncoder().encode(JSONValue.array([spec]))).map(Array.init) ?? []

@@ -410,6 +410,15 @@ extension ToolRun {
         return outcomes
     }
 
+    /// The API keys passed into the tool's sandbox (`envPass`, 8 bytes or longer): what
+    /// `redact` takes out of train traces, which the coding agent reads.
+    func secretValues() -> [(String, [UInt8])] {
+        settings.envPass.compactMap { name -> (String, [UInt8])? in
+            guard let v = getenv(name), strlen(v) >= 8 else { return nil }
+            return (name, Array(String(cString: v).utf8))
+        }
+    }
+
     /// The trace directory is the supervisor's: the first write that fails goes to
     /// `context.writeFailures` (the operation fails) and the trace gets no `result.json`.
     private func writeTrace(_ directory: String, outcome: TaskOutcome, files: [(String, [UInt8])]) {
@@ -420,10 +429,7 @@ extension ToolRun {
         let d = FileSystem.openDirectory(directory)
         guard d >= 0 else { return failures.record("trace \(directory): \(ErrnoName.describe(errno))") }
         defer { close(d) }
-        let secrets = settings.envPass.compactMap { name -> (String, [UInt8])? in
-            guard let v = getenv(name), strlen(v) >= 8 else { return nil }
-            return (name, Array(String(cString: v).utf8))
-        }
+        let secrets = secretValues()
         for (name, bytes) in files {
             if let e = FileSystem.writeFile(at: d, name, Self.redact(bytes, secrets), mode: 0o644) {
                 return failures.record("trace \(directory)/\(name): \(ErrnoName.describe(e))")

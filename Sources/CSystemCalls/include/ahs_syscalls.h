@@ -147,6 +147,32 @@ struct ahs_process_attributes {
 int ahs_process_attributes(int pid, struct ahs_process_attributes *out);
 /// sched_getaffinity of the caller into `mask` (up to 1024 CPUs). 0, or -1 with errno.
 int ahs_own_affinity(unsigned long mask[16]);
+
+/// One change fanotify reported on a watched file system (`ahs_change_watch`).
+struct ahs_change {
+    /// FAN_* bits (FAN_Q_OVERFLOW: changes were lost; nothing else is set then).
+    unsigned long long mask;
+    /// The process that made the change (its thread group), in this process's pid namespace.
+    int pid;
+    /// 1 when the entry `name` is directly in the watched directory.
+    int in_top;
+    /// The entry the change names ("" when the event names none).
+    char name[256];
+    /// The changed object's file handle (handle type, 4 bytes, then its bytes); 0: none.
+    unsigned object_len;
+    unsigned char object[132];
+};
+/// A fanotify group (non-blocking, close-on-exec) watching every change on the file system
+/// that holds the directory `dir`, with each event's directory, name and object reported by
+/// file handle; `top` (capacity 132) receives `dir`'s own handle, `top_len` its length. The
+/// group fd, or -1 with errno. Needs CAP_SYS_ADMIN in the initial user namespace.
+int ahs_change_watch(const char *dir, unsigned char *top, unsigned *top_len);
+/// Reads the changes queued on `group` into `out` (`max` at least 512: one read returns up
+/// to 8 KiB of whole events): how many, 0 when none is left, or -1 with errno.
+int ahs_changes_read(int group, const unsigned char *top, unsigned top_len, struct ahs_change *out, int max);
+/// The file handle of `name` in `dirfd` (not followed if a link), as `ahs_change` holds it:
+/// its length, or -1 with errno.
+int ahs_file_handle(int dirfd, const char *name, unsigned char *out, unsigned cap);
 #ifdef __cplusplus
 }
 #endif

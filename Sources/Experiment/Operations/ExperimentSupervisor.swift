@@ -851,7 +851,8 @@ public final class ExperimentSupervisor {
         var destinations = 0
         // Connections the allowlist let through (a runner's model API) are not violations.
         for e in audit.events where e.isViolation {
-            var key = e.countedKind == .syscall ? "syscall \(e.name)" : e.countedKind.rawValue
+            // A refused syscall and a voided reward name what (the call, the reward file's path).
+            var key = e.countedKind == .syscall || e.countedKind == .rewardTampering ? "\(e.countedKind.rawValue) \(e.name)" : e.countedKind.rawValue
             // A refused connection names where it went (the first 20 destinations; a flood
             // of distinct ones is folded into one row).
             if e.countedKind == .egress {
@@ -866,8 +867,11 @@ public final class ExperimentSupervisor {
             if counts[key] == nil { order.append(key) }
             counts[key, default: 0] += e.count ?? 1
         }
-        return order.map { (.violation, ViolationRecord(actor: actor, kind: $0.hasPrefix("syscall") ? "syscall" : $0.hasPrefix("egress") ? "egress" : $0,
-                                                        detail: "\($0) ×\(counts[$0]!)", heldOut: heldOut ? true : nil, count: counts[$0]!)) }
+        let named = ["syscall", "egress", AuditEvent.Kind.rewardTampering.rawValue]
+        return order.map { key in
+            (.violation, ViolationRecord(actor: actor, kind: named.first { key.hasPrefix($0) } ?? key,
+                                         detail: "\(key) ×\(counts[key]!)", heldOut: heldOut ? true : nil, count: counts[key]!))
+        }
     }
 
     // MARK: - snapshots

@@ -17,6 +17,9 @@ public struct AuditEvent: Sendable, Equatable {
         case repeated
         /// A request to the egress proxy, allowed or denied (`name` is host:port).
         case egress
+        /// A verifier's reward file changed by a process other than its test script (`name`
+        /// is the file's path in the verifier's sandbox); the reward is void.
+        case rewardTampering = "reward_tampering"
     }
 
     public var time: String

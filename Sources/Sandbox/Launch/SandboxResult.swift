@@ -36,4 +36,7 @@ public struct SandboxResult: Sendable {
     /// The monitor was created inside its cgroup v2 directory by clone3(CLONE_INTO_CGROUP)
     /// rather than joining it as its first act after a fork.
     public var bornInCgroup = false
+    /// The payload's pid as the supervisor sees it, where `RunOptions.findPayloadPID` asked
+    /// for it and it was found; nil otherwise.
+    public var payloadPID: Int32?
 }

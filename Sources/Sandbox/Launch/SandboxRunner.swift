@@ -57,6 +57,10 @@ public struct RunOptions: @unchecked Sendable {
     /// host's proxy (which applies the allowlist and the gate), tagged with the sandbox's
     /// class (`agent` or `tool`); the allowlist and gate above are then not used here.
     public var egressLink: (link: EgressLink, tag: String)?
+    /// Learn the payload's pid (`SandboxResult.payloadPID`): what a verifier's reward files are
+    /// checked against (only the test script's own process may write them). Off by default:
+    /// it costs a /proc read per launch.
+    public var findPayloadPID = false
 
     public init(audit: AuditLog = AuditLog(), logger: Logger = Logger(label: "autoharness.sandbox")) {
         self.audit = audit

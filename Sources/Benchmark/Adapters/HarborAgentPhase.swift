@@ -1,0 +1,165 @@
+// `env_provider: local`: Harbor runs the agent, autoharness runs the verifier.
+//
+// Harbor imports agent.py into `harbor run`, and that process drives the task environment
+// and writes the trial's result. Nothing it writes can be a reward, so for each task:
+//   1. `TaskRunner` makes the task's working copy (its environment/, on the task's tmpfs);
+//   2. `harbor run --disable-verification` runs the agent phase alone, in a runner sandbox
+//      that holds that one task as Harbor loads it (task.toml, instruction.md, environment/:
+//      never tests/ or solution/, never another task), the working copy at /app and a
+//      private /logs; the agent's commands run as processes of that sandbox;
+//   3. once that sandbox is gone (its pid namespace, so every process Harbor or agent.py
+//      started, daemons included), `TaskRunner` scores /app in a fresh `verifier` sandbox of
+//      its own: its own /tmp and HOME, an environment from the policy alone, the task's
+//      tests mounted for the first time, /logs/verifier empty, the reward read by the
+//      supervisor. As in Harbor, an agent that timed out or failed is still graded.
+// Harbor's own result.json supplies only the agent's account (its exception, its cost) and
+// train traces; it was written by agent.py's process.
+//
+// Written against harbor 0.24.0: harbor/cli/jobs.py (`--disable-verification` sets
+// `verifier.disable`), harbor/trial/single_step.py (`_run_verifier` returns at once when
+// disabled; `_run_agent` records AgentTimeoutError and NonZeroAgentExitCodeError as the
+// trial's exception_info), harbor/models/task/task.py (with verification disabled a task
+// loads without tests/).
+
+import Glibc
+import SandboxPolicy
+import SupervisorIO
+
+final class HarborAgentPhase: ExternalAgentPhase, @unchecked Sendable {
+    let adapter: HarborAdapter
+    let context: AdapterRunContext
+
+    init(adapter: HarborAdapter, context: AdapterRunContext) {
+        self.adapter = adapter
+        self.context = context
+    }
+
+    /// Where the run's copy of the task is inside the runner sandbox (`-p`).
+    static let taskParent = "/work/in/tasks"
+    /// What of a task directory Harbor's agent phase is given.
+    static let agentPhaseEntries: Set<String> = ["task.toml", "instruction.md", "environment"]
+
+    func argv(_ id: String) -> [String] {
+        var a = adapter.tool.command + ["run"]
+        if let dataset = adapter.dataset, adapter.registry != nil {
+            // The registry's dataset, cut down to this task at the run's copy of it.
+            a += ["-d", dataset, "--registry-path", HarborAdapter.registryCopy]
+        } else {
+            a += ["-p", Self.taskParent]
+        }
+        if adapter.jobConfig() != nil {
+            a += ["-c", HarborAdapter.jobConfigPath]
+        } else {
+            a += ["--agent", HarborAdapter.agentImportPath]
+            if let m = adapter.model { a += ["--model", m] }
+        }
+        a += ["--env", "autoharness_harbor_env:SandboxEnvironment", "--disable-verification"]
+        if let x = adapter.agentTimeoutMultiplier { a += ["--agent-timeout-multiplier", String(format: "%.2f", x)] }
+        a += ["--jobs-dir", "/work/out/jobs", "-y", "-n", "1", "-i", id]
+        return a
+    }
+
+    func run(_ task: BenchmarkTask, workdir: String) -> ExternalAgentEnd {
+        let run: ToolRun
+        do {
+            run = try ToolRun(settings: adapter.tool, context: context)
+        } catch {
+            return ExternalAgentEnd(.ungraded(.setupFailed), "harbor: \(error.message)")
+        }
+        defer { run.finish() }
+        do throws(BenchmarkError) {
+            try copyForAgent(task, into: run)
+            if let config = adapter.jobConfig() { try run.writeInput("harbor-job.json", config) }
+            if let registry = adapter.registry {
+                try run.writeInput("registry.json", registry.filtered([task.id], path: { Self.taskParent + "/" + $0 }))
+            }
+        } catch {
+            return ExternalAgentEnd(.ungraded(.setupFailed), "task \(task.id): \(error.message)")
+        }
+        var inv = ToolInvocation(policy: adapter.tool.runnerPolicy, argv: argv(task.id), withAgent: true, label: "harbor")
+        inv.environment = adapter.environment + HarborAdapter.quietEnvironment
+            + ["PYTHONPATH=/work:\(HarborAdapter.localModuleDirectory)"]
+        if let scripts = adapter.scriptsDirectory {
+            // The module alone, in a directory of its own: beside it in the templates is the
+            // template agent.py, and a plain `agent` module anywhere on sys.path would shadow
+            // the namespace package /work/agent that `agent.agent:HarnessAgent` names.
+            inv.extraMounts.append(MountSpec(kind: .readOnly(source: scripts + "/" + HarborAdapter.localModule),
+                                             destination: HarborAdapter.localModuleDirectory + "/" + HarborAdapter.localModule))
+        }
+        inv.extraMounts += [
+            MountSpec(kind: .readWrite(source: workdir), destination: "/app"),
+            MountSpec(kind: .tmpfs(size: 1 << 30, mode: 0o755), destination: "/logs"),
+        ]
+        let exit = run.launch(inv, total: 1)
+        run.reportFailure("harbor", exit)
+        if case .timedOut? = exit.termination {
+            // Killed on runner.timeout, mid-agent: half-done work is not graded, as for a
+            // local task's agent.
+            return ExternalAgentEnd(.ungraded(.agentTimeout), "harbor timed out (runner.timeout)")
+        }
+        let out = run.openOutput()
+        defer { if out >= 0 { close(out) } }
+        var end = (out >= 0 ? trial(task.id, out) : nil)
+            ?? ExternalAgentEnd(.ungraded(.missingResult), "harbor wrote no trial result for the task (harbor \(exit.summary))")
+        if !context.heldOut {
+            let secrets = run.secretValues()
+            end.trace = (end.trace + run.logs()).map { ($0.0, ToolRun.redact($0.1, secrets)) }
+        } else {
+            end.trace = []
+            end.failures = []
+        }
+        return end
+    }
+
+    /// task.toml, instruction.md and environment/ into `in/tasks/<id>/`, read-only in the
+    /// sandbox: Harbor reads its copy, the agent never sees tests/ or solution/.
+    private func copyForAgent(_ task: BenchmarkTask, into run: ToolRun) throws(BenchmarkError) {
+        guard let tasks = FileSystem.makeDirectory(at: run.inputFD, "tasks", mode: 0o755, owner: nil) else {
+            throw BenchmarkError(.io, "\(run.scratch.path)/in/tasks: \(FileSystem.errorText())")
+        }
+        defer { close(tasks) }
+        guard let copy = FileSystem.makeDirectory(at: tasks, task.id, mode: 0o755, owner: nil) else {
+            throw BenchmarkError(.io, "\(run.scratch.path)/in/tasks/\(task.id): \(FileSystem.errorText())")
+        }
+        defer { close(copy) }
+        let source = FileSystem.openDirectory(task.directory)
+        guard source >= 0 else { throw BenchmarkError(.io, "\(task.directory): \(FileSystem.errorText())") }
+        defer { close(source) }
+        do throws(IOFailure) {
+            try FileSystem.copyTree(from: source, to: copy, owner: (0, 0), skip: [],
+                                    include: { relative in Self.agentPhaseEntries.contains(String(relative.split(separator: "/").first ?? "")) },
+                                    label: task.directory)
+        } catch {
+            throw BenchmarkError(error)
+        }
+    }
+
+    /// The trial Harbor recorded for `id`: its exception (the agent's end), cost and trace.
+    private func trial(_ id: String, _ out: Int32) -> ExternalAgentEnd? {
+        let names: Set<String> = [id, adapter.taskNames[id]].compactMap { $0 }.reduce(into: []) { $0.insert($1) }
+        var found: ExternalAgentEnd?
+        HarborAdapter.forEachTrial(out) { dir, _ in
+            guard found == nil,
+                  case .success(let bytes) = FileSystem.readSmallFile(at: dir, "result.json", limit: HarborAdapter.resultLimit),
+                  let json = JSONValue.parse(bytes), let task = json["task_name"]?.string,
+                  names.contains(task) || HarborTaskNames.harborName(taskID: json["task_id"]).map(names.contains) == true
+            else { return }
+            var end = ExternalAgentEnd(.finished)
+            if let e = json["exception_info"], !e.isNull {
+                let type = e["exception_type"]?.string ?? "exception"
+                let message = e["exception_message"]?.string ?? ""
+                let status: TaskStatus = type.lowercased().contains("timeout") ? .agentTimeout : .agentCrashed
+                end = ExternalAgentEnd(.failed(status), "harbor: \(type)\(message.isEmpty ? "" : ": " + message.prefix(200)) (the verifier still ran, as in Harbor)")
+                if let evidence = FailureParsers.harborException(json) { end.failures = [evidence] }
+            }
+            end.costUSD = HarborAdapter.cost(json)
+            end.trace = [("harbor-result.json", bytes)]
+            for f in ["trial.log", "exception.txt"] {
+                if let b = FileSystem.readCapped(at: dir, f, cap: TaskRunner.traceCap) { end.trace.append(("harbor-" + f, b)) }
+            }
+            end.trace += TraceCopy.directory(at: dir, "agent", prefix: "agent-")
+            found = end
+        }
+        return found
+    }
+}
