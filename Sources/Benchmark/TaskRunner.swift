@@ -7,7 +7,8 @@
 //      — no tests, no solution, no logs directory, no other task, no network (or a tool runs
 //      it over /app in sandboxes of its own: `ExternalAgentPhase`, Harbor's agent phase);
 //   3. only after that sandbox is gone (its whole pid namespace killed) does the verifier
-//      run, in its own sandbox, with the tests mounted for the first time;
+//      run, in its own sandbox, with the tests mounted for the first time, over an /app
+//      whose git configuration names no command (`GitConfigs`);
 //   4. the supervisor reads the reward itself, defensively, from the verifier's logs
 //      directory, a tmpfs of its own where only the test script's process may have written
 //      it (`RewardWriters`);
@@ -59,6 +60,9 @@ public struct TaskRunConfiguration: Sendable {
     /// Build each task's verifier sandbox while its agent runs (`HeldSandbox`), where its
     /// build writes nothing the agent can reach; off: after the agent, always.
     public var buildVerifierAhead = true
+    /// Rewrite the git configuration in /app before the verifier (`GitConfigs`). Off only in
+    /// tests that show what the verifier's policy does on its own.
+    var sanitizesGitConfigs = true
     /// Runs each task's agent in place of `taskPolicy`'s sandbox (Harbor's agent phase);
     /// nil: agent.py under `agentRunner`. Not used for `oracle` runs.
     var externalAgent: (any ExternalAgentPhase)?
@@ -332,6 +336,14 @@ public final class TaskRunner: Sendable {
                 }
             }
         }
+
+        // What of /app git would run as code is gone before any test sees it (`GitConfigs`).
+        let app = FileSystem.openDirectory(at: scratch.fd, FileSystem.name("app"))
+        guard app >= 0 else { return run.finish(.setupFailed, "app directory: \(FileSystem.errorText())") }
+        let sanitized = configuration.sanitizesGitConfigs
+            ? GitConfigs.sanitize(app: app, owner: (taskPolicy.identity.hostUID, taskPolicy.identity.hostGID)) : .success(0)
+        close(app)
+        if case .failure(let e) = sanitized { return run.finish(.setupFailed, e.message) }
 
         // Step 3: the verifier. A crashed agent may still have finished the work, so it is
         // graded; only its status records the crash.

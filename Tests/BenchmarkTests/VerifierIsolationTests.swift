@@ -92,7 +92,9 @@ struct VerifierIsolationTests {
             """
     }
 
-    func outcome(_ vector: Vector, verifierPolicy: String, policyDirs: [String]) throws -> TaskOutcome {
+    /// `sanitizesGitConfigs` off: the control shows what the verifier policy alone does
+    /// (GitConfigsTests shows the rewrite).
+    func outcome(_ vector: Vector, verifierPolicy: String, policyDirs: [String], sanitizesGitConfigs: Bool = true) throws -> TaskOutcome {
         let dir = try TempDir()
         let bench = try Self.benchmark(dir)
         let agent = try makeAgent(Self.agent())
@@ -100,6 +102,7 @@ struct VerifierIsolationTests {
         var config = TaskRunConfiguration(policyLoader: PolicyLoader(searchPaths: policyDirs + [Paths.policies]),
                                           agentDirectory: agent.path, scratchRoot: scratch.path)
         config.verifierPolicy = verifierPolicy
+        config.sanitizesGitConfigs = sanitizesGitConfigs
         let runner = try TaskRunner(configuration: config)
         let task = try #require(bench.task(vector.id))
         return withExtendedLifetime((agent, scratch, dir)) { runner.run(task, traceDirectory: nil) }
@@ -124,7 +127,7 @@ struct VerifierIsolationTests {
                 PYTHONSAFEPATH: ""
                 GIT_CONFIG_COUNT: "0"
             """)
-        let control = try outcome(vector, verifierPolicy: "weak-verifier", policyDirs: [weak.path])
+        let control = try outcome(vector, verifierPolicy: "weak-verifier", policyDirs: [weak.path], sanitizesGitConfigs: false)
         if vector.weakFalls {
             #expect(control.reward == 1, "\(vector.id): the attack did not work even against the weakened verifier, so this test proves nothing (\(control.status) \(control.detail ?? ""))")
         } else {

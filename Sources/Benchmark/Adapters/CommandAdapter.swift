@@ -10,8 +10,12 @@
 //   {output_dir}     /work/out, for anything else the command wants to keep (train traces:
 //                    /work/out/traces/<task id>/ is copied into the task's trace; failing
 //                    checks: /work/out/failures.json, `FailureParsers.command`)
-// The rewards come from the command's own word: if agent.py runs inside the command's
-// process, it could write them. docs/threat-model.md says so; the other adapters re-score.
+// Without a scorer the rewards come from the command's own word: if agent.py runs inside the
+// command's process, it could write them, and the experiment is shown as unverified. With
+// `runner.scorer`, a second command reads the runner's outputs read-only at /work/run, in the
+// `benchmark-scorer` sandbox (no agent.py, nothing of the runner's but those outputs) once
+// every process of the runner is gone, and only its {output} counts. The scorer's argv takes
+// the same placeholders, plus {run_dir} (/work/run); its /work/out is its own.
 
 import FoundationEssentials
 import Glibc
@@ -21,6 +25,12 @@ import SupervisorIO
 public struct CommandAdapter: BenchmarkAdapter {
     public let taskIDs: [String]
     public let tool: ToolSettings
+    /// `runner.scorer`: the argv that scores the runner's outputs without agent.py.
+    public var scorer: [String]?
+    /// `runner.scorer_binds`: host paths bound read-only in the scorer's sandbox alone.
+    public var scorerBinds: [String] = []
+
+    public var hostPaths: [String] { scorerBinds }
 
     public var name: String { "command" }
 
@@ -37,23 +47,54 @@ public struct CommandAdapter: BenchmarkAdapter {
         let run = try ToolRun(settings: tool, context: context)
         defer { run.finish() }
         try run.writeTaskIDs(ids)
-        let argv = tool.command.map { arg -> String in
+        context.log("command: \(ids.count) task(s)\(scorer == nil ? " (unverified: no runner.scorer)" : "")")
+        let exit = run.launch(ToolInvocation(policy: tool.runnerPolicy, argv: Self.expand(tool.command, ids), withAgent: true, label: "command"),
+                              total: ids.count)
+        run.reportFailure("command", exit)
+        var toolExit = exit
+        var seconds = exit.seconds
+        if let scorer {
+            // The runner's sandbox is gone (its pid namespace): nothing of agent.py's can
+            // still write what the scorer reads.
+            var inv = ToolInvocation(policy: tool.scorerPolicy, argv: Self.expand(scorer, ids), withAgent: false, label: "scorer")
+            inv.runDirectory = run.scratch.path + "/app"
+            inv.extraMounts = scorerBinds.map { MountSpec(kind: .readOnly(source: $0), destination: $0) }
+            inv.outputName = "score"
+            let scored = run.launch(inv, total: ids.count)
+            run.reportFailure("scorer", scored)
+            if exit.succeeded { toolExit = scored }
+            seconds += scored.seconds
+        }
+        let out = run.openOutput(scorer == nil ? "app" : "score")
+        defer { if out >= 0 { close(out) } }
+        var results = out >= 0 ? Self.parse(out, ids: Set(ids), traces: !context.heldOut) : [:]
+        // Train runs: the failing checks reported in failures.json, if any.
+        if !context.heldOut, out >= 0, let bytes = FailureParsers.report(at: out, [], "failures.json") {
+            for (id, evidence) in FailureParsers.command(bytes, ids: Set(ids)) where results[id] != nil { results[id]?.failures = evidence }
+        }
+        if scorer != nil {
+            // The runner's own traces and model spend (its account, not a score).
+            let runOut = run.openOutput()
+            if runOut >= 0 {
+                for (id, usd) in Self.costs(runOut, ids: Set(ids)) { results[id]?.costUSD = usd }
+                if !context.heldOut {
+                    for id in results.keys { results[id]?.trace += TraceCopy.directory(at: runOut, "traces/" + TraceName.encode(id), prefix: "run-") }
+                }
+                close(runOut)
+            }
+        }
+        return run.outcomes(ids, results, toolExit: toolExit, seconds: seconds)
+    }
+
+    /// `argv` with the placeholders filled.
+    static func expand(_ argv: [String], _ ids: [String]) -> [String] {
+        argv.map { arg -> String in
             arg.replacingOccurrences(of: "{task_ids_file}", with: "/work/in/task_ids.txt")
                 .replacingOccurrences(of: "{task_ids}", with: ids.joined(separator: ","))
                 .replacingOccurrences(of: "{output_dir}", with: "/work/out")
                 .replacingOccurrences(of: "{output}", with: "/work/out/rewards.json")
+                .replacingOccurrences(of: "{run_dir}", with: "/work/run")
         }
-        context.log("command: \(ids.count) task(s)")
-        let exit = run.launch(ToolInvocation(policy: tool.runnerPolicy, argv: argv, withAgent: true, label: "command"), total: ids.count)
-        run.reportFailure("command", exit)
-        let out = run.openOutput()
-        defer { if out >= 0 { close(out) } }
-        var results = out >= 0 ? Self.parse(out, ids: Set(ids), traces: !context.heldOut) : [:]
-        // Train runs: the failing checks the command reported in failures.json, if it did.
-        if !context.heldOut, out >= 0, let bytes = FailureParsers.report(at: out, [], "failures.json") {
-            for (id, evidence) in FailureParsers.command(bytes, ids: Set(ids)) where results[id] != nil { results[id]?.failures = evidence }
-        }
-        return run.outcomes(ids, results, toolExit: exit, seconds: exit.seconds)
     }
 
     /// Reads `rewards.json` from the output directory: a number in [0, 1] is the reward, null

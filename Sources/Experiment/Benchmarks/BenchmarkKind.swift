@@ -29,9 +29,13 @@ protocol BenchmarkKind: Sendable {
     /// The adapter, with every tool, file and key it needs checked now (unless `checkTools`
     /// is false: reading the record needs no tool).
     func adapter(_ config: ExperimentConfig, root: String, checkTools: Bool) throws -> any BenchmarkAdapter
+    /// Why the rewards this configuration produces are not independent of agent.py's process
+    /// (shown in `status`, the gate's answer and the report), or nil when they are.
+    func unverified(_ config: ExperimentConfig) -> String?
 }
 
 extension BenchmarkKind {
+    func unverified(_ config: ExperimentConfig) -> String? { nil }
     var defaultTool: String? { nil }
     var defaultDataset: String? { nil }
     var keys: [UpstreamKey] { [] }
@@ -42,6 +46,9 @@ extension BenchmarkKind {
 extension ExperimentConfig {
     /// The configured benchmark runs each task itself (`BenchmarkKind.runsOwnTasks`).
     var runsOwnTasks: Bool { BenchmarkKinds.named(benchmark)?.runsOwnTasks ?? false }
+
+    /// Why this configuration's rewards are unverified (`BenchmarkKind.unverified`), or nil.
+    var unverifiedRewards: String? { BenchmarkKinds.named(benchmark)?.unverified(self) }
 }
 
 /// What `init` writes for a benchmark: the config's `dataset:` and the placeholders of its

@@ -50,13 +50,33 @@ struct CommandKind: BenchmarkKind {
         guard let argv = config.runner.command, !argv.isEmpty else {
             throw ExperimentError(.usage, "benchmark: command needs runner.command, the argv that runs {task_ids_file} and writes {output} (see docs/benchmarks.md, 'command')")
         }
-        guard argv.contains(where: { $0.contains("{output}") }) else {
-            throw ExperimentError(.usage, "runner.command must name {output}, the file where it writes {\"task id\": reward}")
+        guard config.runner.scorer != nil || argv.contains(where: { $0.contains("{output}") }) else {
+            throw ExperimentError(.usage, "runner.command must name {output}, the file where it writes {\"task id\": reward} (or set runner.scorer, which then writes it)")
         }
         if checkTools {
             _ = try ToolCheck.tool(argv, default: argv[0], hint: "runner.command's first word must be an executable on PATH or a path (bind its directory with runner.binds)")
             try ToolCheck.environment(config.runner.envPass, for: "the command")
         }
-        return CommandAdapter(taskIDs: try config.taskList(root: root), tool: config.toolSettings(argv))
+        if config.runner.scorer == nil && !config.runner.scorerBinds.isEmpty {
+            throw ExperimentError(.usage, "runner.scorer_binds is only for runner.scorer, which is not set")
+        }
+        if let scorer = config.runner.scorer {
+            guard !scorer.isEmpty, scorer.contains(where: { $0.contains("{output}") }) else {
+                throw ExperimentError(.usage, "runner.scorer must name {output}, the file where it writes {\"task id\": reward} from what it reads in {run_dir}")
+            }
+            if checkTools {
+                _ = try ToolCheck.tool(scorer, default: scorer[0], hint: "runner.scorer's first word must be an executable on PATH or a path (bind its directory with runner.binds)")
+            }
+        }
+        var adapter = CommandAdapter(taskIDs: try config.taskList(root: root), tool: config.toolSettings(argv))
+        adapter.scorer = config.runner.scorer
+        adapter.scorerBinds = config.runner.scorerBinds
+        return adapter
+    }
+
+    func unverified(_ config: ExperimentConfig) -> String? {
+        config.runner.scorer == nil
+            ? "benchmark: command without runner.scorer: the rewards are the command's own, written by the process agent.py may run in"
+            : nil
     }
 }

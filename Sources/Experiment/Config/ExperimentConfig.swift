@@ -126,6 +126,13 @@ public struct ExperimentConfig: Sendable, Equatable {
         public var timeout: Double?
         public var policy = "benchmark-runner"
         public var scorerPolicy = "benchmark-scorer"
+        /// `command`: the argv that scores the runner's outputs in a sandbox of its own,
+        /// without agent.py (placeholders as `command`'s, plus `{run_dir}`); nil: the
+        /// command's own rewards count, shown as unverified.
+        public var scorer: [String]?
+        /// Host paths bound read-only in the scorer's sandbox alone (the answers it checks
+        /// against), never in the runner's.
+        public var scorerBinds: [String] = []
         /// Where autoharness's helper scripts for the tool are (tau2: run and re-score).
         public var scripts: String?
         public init() {}
@@ -256,10 +263,14 @@ extension ExperimentConfig {
                 for t in c.tasks ?? [] where !BenchmarkTask.isValidID(t) { r.error(v, "tasks: '\(t)' is not a valid task id (letters, digits, '.', '_', '-')") }
             case "tasks_file": c.tasksFile = r.string(v, key)
             case "runner":
-                r.mapping(v, key, allowed: ["command", "binds", "env_pass", "network", "timeout", "policy", "scorer_policy", "scripts"]) { k, v in
+                r.mapping(v, key, allowed: ["command", "binds", "env_pass", "network", "timeout", "policy", "scorer_policy", "scripts", "scorer", "scorer_binds"]) { k, v in
                     let name = "runner.\(k)"
                     switch k {
                     case "command": c.runner.command = r.strings(v, name)
+                    case "scorer": c.runner.scorer = r.strings(v, name)
+                    case "scorer_binds":
+                        c.runner.scorerBinds = r.strings(v, name) ?? []
+                        for b in c.runner.scorerBinds where !b.hasPrefix("/") { r.error(v, "\(name): '\(b)' must be an absolute path") }
                     case "binds":
                         c.runner.binds = r.strings(v, name) ?? []
                         for b in c.runner.binds where !b.hasPrefix("/") { r.error(v, "\(name): '\(b)' must be an absolute path") }

@@ -19,6 +19,7 @@ public enum AgentText {
     /// The gate's answer and exit status (0 accepted, 1 rejected or interrupted).
     public static func gate(_ g: GateDisclosure) -> (text: String, exit: Int32) {
         var out = "gate attempt \(g.attempt): \(g.accepted ? "ACCEPTED" : "REJECTED")\n"
+        if let u = g.unverified { out += "rewards: UNVERIFIED (\(u))\n" }
         out += "suite: \(g.suitePassed)/\(g.suiteTotal) (threshold \(g.threshold))\n"
         if let s = g.score { out += "val_score: \(s.text)\n" }
         if g.accepted {
@@ -75,6 +76,7 @@ public enum AgentText {
             "suite": f.suite,
             "gate_attempts": f.gates.map { ["attempt": $0.attempt, "accepted": $0.accepted, "reason": $0.reason, "suite": "\($0.suitePassed)/\($0.suiteTotal)"] },
             "violations": f.violations.map { ["time": $0.time, "actor": $0.actor, "kind": $0.kind, "detail": $0.detail] },
+            "unverified_rewards": f.unverified ?? NSNull() as Any,
             "budgets": f.budgets.map {
                 ["setting": $0.setting, "counts": $0.counts, "limit": $0.limit ?? NSNull() as Any, "used": $0.used ?? NSNull() as Any, "spent": $0.spent]
             },
@@ -89,6 +91,7 @@ public enum AgentText {
 
     private static func statusText(_ f: StatusFacts, root: String, operator op: OperatorStatus?) -> String {
         var out = "experiment \(root)\n"
+        if let u = f.unverified { out += "rewards: UNVERIFIED (\(u))\n" }
         guard f.prepared else { return out + "not prepared yet: run `autoharness prepare`\n" }
         out += "iterations: \(f.iterations.count - 1) accepted (plus baseline)\n"
         if let best = f.best { out += "best val_score: \(best.fixed4)\n" } else if !f.iterations.isEmpty { out += "best val_score: -\n" }

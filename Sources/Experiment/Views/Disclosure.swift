@@ -80,6 +80,9 @@ public struct GateDisclosure: Equatable, Sendable {
     public var batch: Int? = nil
     public var revealedBatch: Int? = nil
     public var revealedTasks: Int? = nil
+    /// Why the rewards behind this answer are not independent of agent.py's process
+    /// (`BenchmarkKind.unverified`), or nil.
+    public var unverified: String? = nil
 
     public var accepted: Bool { outcome == .accepted }
 
@@ -129,6 +132,8 @@ public struct StatusFacts: Sendable {
     public let openRunID: String?
     /// Rolling batches, when on: the current one, train tasks revealed, its gate attempts.
     public var batch: BatchLine? = nil
+    /// Why this experiment's rewards are unverified (`BenchmarkKind.unverified`), or nil.
+    public var unverified: String? = nil
 
     public struct BatchLine: Sendable {
         public let number: Int
@@ -183,7 +188,7 @@ public enum Disclosure {
                               requiredImprovement: outcome == .scoreNotImproved ? r.requiredImprovement.flatMap { $0 > 0 ? $0 : nil } : nil,
                               iteration: r.iteration, commit: r.commit.map { String($0.prefix(7)) }, promoted: r.promoted.count,
                               decisionOnly: level == .decision, batch: r.batch, revealedBatch: r.revealedBatch,
-                              revealedTasks: r.revealedTasks)
+                              revealedTasks: r.revealedTasks, unverified: config.unverifiedRewards)
     }
 
     /// `status` for the coding agent: scores as disclosed, no held-out run's violations, no
@@ -220,6 +225,7 @@ public enum Disclosure {
             },
             budgets: budgets.filter { cost || $0.agentMaySee }, openRunID: s.openRun?.runID,
             batch: s.batches.last.map { .init(number: $0.revealed.batch, revealed: s.visibleTrain.count, attemptsUsed: $0.attempts.count,
-                                              attemptsAllowed: $0.revealed.iterations) })
+                                              attemptsAllowed: $0.revealed.iterations) },
+            unverified: config.unverifiedRewards)
     }
 }

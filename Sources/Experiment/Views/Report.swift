@@ -10,6 +10,9 @@ public enum Report {
         let explorer = Explorer(s, source: agentSource)
         var body = "<h1>\(esc(title))</h1>\n"
         let best = s.best.map { String(format: "%.4f", $0) } ?? "–"
+        if let u = config.unverifiedRewards {
+            body += "<p class=\"summary\"><b>rewards UNVERIFIED</b>: \(esc(u))</p>\n"
+        }
         body += "<p class=\"summary\">benchmark <b>\(esc(config.benchmark))</b> · \(s.iterations.count - 1) accepted iteration(s) · "
         body += "best val_score <b>\(best)</b> · \(s.gateAttempts.count) gate attempt(s) · suite \(s.suite.count) task(s) · "
         body += "\(s.violations.count) violation record(s)</p>\n"
