@@ -581,6 +581,10 @@ int ahs_changes_read(int group, const unsigned char *top, unsigned top_len, stru
                 h->info_type == FAN_EVENT_INFO_TYPE_DFID) {
                 const struct fanotify_event_info_fid *f = (const void *)p;
                 const struct file_handle *fh = (const void *)f->handle;
+                // The record must hold its handle whole (the kernel's always does; checked
+                // anyway, so nothing here reads past a record).
+                size_t fixed = sizeof *f + sizeof(struct file_handle);
+                if (h->len < fixed || fh->handle_bytes > h->len - fixed) break;
                 unsigned char handle[AHS_HANDLE_CAP];
                 unsigned n = put_handle(fh, handle);
                 if (h->info_type == FAN_EVENT_INFO_TYPE_FID) {
@@ -590,7 +594,8 @@ int ahs_changes_read(int group, const unsigned char *top, unsigned top_len, stru
                     c->in_top = n && n == top_len && memcmp(handle, top, n) == 0;
                     if (h->info_type == FAN_EVENT_INFO_TYPE_DFID_NAME) {
                         const char *name = (const char *)fh->f_handle + fh->handle_bytes;
-                        size_t room = (size_t)(end - (const unsigned char *)name);
+                        const unsigned char *record_end = p + h->len;
+                        size_t room = (size_t)(record_end - (const unsigned char *)name);
                         size_t k = strnlen(name, room < sizeof c->name ? room : sizeof c->name - 1);
                         memcpy(c->name, name, k);
                         c->name[k] = 0;
