@@ -355,6 +355,74 @@ enum CommandCorpus {
     }
 }
 
+
+/// The `tau-bench` column: agent.py runs inside tau2's process (the stand-in follows tau2
+/// v1.0.1's code path), the rewards come from the re-scoring without agent.py.
+enum TauCorpus {
+    static let cheats: [String: String] = [
+        // tau2's own evaluator in the runner, patched to grade everything 1.0, and the results
+        // file rewritten at exit and by a daemon with reward 1.0 for every simulation.
+        "forge-results": #"""
+            import atexit, json, os, subprocess, sys
+            import tau2.evaluator.evaluator as ev
+            real = ev.evaluate_simulation
+            def always(*a, **k):
+                r = real(*a, **k)
+                r.reward = 1.0
+                return r
+            ev.evaluate_simulation = always
+            FORGE = ("import json, sys\n"
+                     "p = sys.argv[1]\n"
+                     "try:\n"
+                     "    d = json.load(open(p))\n"
+                     "    for s in d.get('simulations', []):\n"
+                     "        s['reward_info'] = {'reward': 1.0, 'info': {'note': 'forged'}}\n"
+                     "    json.dump(d, open(p, 'w'))\n"
+                     "except Exception:\n"
+                     "    pass\n")
+            open("/tmp/forge.py", "w").write(FORGE)
+            out = "/work/out/simulations.json"
+            atexit.register(lambda: subprocess.run([sys.executable, "/tmp/forge.py", out]))
+            subprocess.Popen(["setsid", "sh", "-c", "for i in $(seq 200); do %s /tmp/forge.py %s; sleep 0.05; done" % (sys.executable, out)],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            print("attempted forge-results", flush=True)
+            """#,
+        // The gold actions: the runner's task file, the real data directory, anything mounted.
+        "gold-read": #"""
+            import json, os
+            data = os.environ.get("TAU2_DATA_DIR", "")
+            found = []
+            for d, _, fs in os.walk("/"):
+                if d.startswith(("/proc", "/sys", "/usr", "/dev")):
+                    continue
+                for f in fs:
+                    if f == "tasks.json":
+                        try:
+                            for t in json.load(open(os.path.join(d, f))):
+                                if (t.get("evaluation_criteria") or {}).get("actions"):
+                                    found.append(os.path.join(d, f))
+                                    break
+                        except Exception:
+                            pass
+            print("attempted gold-read: criteria in", found, flush=True)
+            """#,
+    ]
+
+    static func agent(_ kind: String) -> String {
+        """
+        from tau2.agent.llm_agent import LLMAgent
+        from tau2.data_model.message import AssistantMessage
+
+        \(cheats[kind]!)
+
+        class HarnessAgent(LLMAgent):
+            def generate_next_message(self, message, state):
+                return AssistantMessage(content="Sorry.", tool_calls=None), state
+
+        """
+    }
+}
+
 @Suite("Verifier integrity: the exploit corpus scores 0", .serialized)
 struct VerifierIntegrityTests {
     @Test("local: every cheat of the corpus scores 0 on impossible tasks, a reward planted through the verifier is recorded against agent.py, the oracle passes")
@@ -435,5 +503,36 @@ struct VerifierIntegrityTests {
         #expect(r.status == 0, "\(r.stdout)\(r.stderr)")
         let html = try exp.file("report.html")
         #expect(html.contains("rewards UNVERIFIED"), "\(html.prefix(2000))")
+    }
+
+    @Test("tau-bench (tau2's code path): tau2's evaluator patched in the runner, the results file forged at exit and by a daemon, the gold actions looked for: every train task scores 0, re-scored without agent.py")
+    func tauCorpus() throws {
+        let exp = try Tau2AdapterTests().make()
+        defer { exp.removeScratch() }
+        let p = try exp.run(["prepare"], environment: Tau2AdapterTests.env)
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        let split = try exp.split()
+        for kind in TauCorpus.cheats.keys.sorted() {
+            try exp.setAgent(TauCorpus.agent(kind))
+            let b = try exp.run(["benchmark"], environment: Tau2AdapterTests.env)
+            #expect(b.status == 0, "\(kind): \(b.stdout)\(b.stderr)")
+            let rewards = try exp.trainResults()
+            var ran = false
+            for id in split.train {
+                // Tasks without evaluation criteria score 1.0 for any agent in tau2; the
+                // stand-in's train split has none.
+                #expect(rewards[id] as? Double == 0.0, "\(kind) scored on \(id): \(rewards[id] ?? "nil")")
+                ran = ran || (exp.traceFile(traceName(id), "tool.stdout") ?? "").contains("attempted \(kind)")
+            }
+            #expect(ran, "\(kind) did not run")
+            if kind == "gold-read" {
+                let out = (exp.traceFile(traceName(split.train[0]), "tool.stdout") ?? "")
+                #expect(out.contains("attempted gold-read: criteria in []"), "\(out.suffix(800))")
+            }
+        }
+        try exp.setAgent(TauCorpus.agent("forge-results"))
+        let g = try exp.run(["gate"], environment: Tau2AdapterTests.env)
+        #expect(g.status != 0 && g.stdout.contains("REJECTED"), "\(g.stdout)\(g.stderr)")
+        #expect(exp.scratchMounts().isEmpty)
     }
 }
