@@ -42,8 +42,9 @@ enum GitConfigs {
     static let entryLimit = 1_000_000
     static let depthLimit = 64
 
-    /// Rewrites every git configuration file under `app` (a directory holding `HEAD` and
-    /// `config` is a git directory; its `config` is rewritten, a `config.worktree` removed),
+    /// Rewrites every git configuration file under `app` (a directory holding `config` and
+    /// any of `HEAD`, `objects`, `refs`, `commondir` is a git directory; its `config` is
+    /// rewritten, a `config.worktree` removed),
     /// giving the new files `owner`. Returns how many were rewritten, or why /app could not be
     /// made safe (more than `entryLimit` entries, a write that failed).
     static func sanitize(app: Int32, owner: (uid_t, gid_t)) -> Result<Int, BenchmarkError> {
@@ -55,8 +56,10 @@ enum GitConfigs {
             guard seen <= entryLimit else {
                 throw BenchmarkError(.io, "/app holds more than \(entryLimit) entries: its git repositories could not all be checked")
             }
+            // A git directory holds HEAD, or is the common directory a linked worktree's
+            // `commondir` names (objects/ and refs/, possibly no HEAD): git reads its config.
             let display = Set(names.map(FileSystem.display))
-            if display.contains("HEAD") && display.contains("config") {
+            if display.contains("config") && !display.isDisjoint(with: ["HEAD", "objects", "refs", "commondir"]) {
                 try rewrite(dir, path: path)
                 rewritten += 1
             }

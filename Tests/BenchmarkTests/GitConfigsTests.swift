@@ -105,13 +105,32 @@ struct GitConfigsTests {
             try "data\n".write(toFile: dir + "/f", atomically: true, encoding: .utf8)
             try "[filter \"x\"]\n\tclean = \(driver)\n".write(toFile: dir + "/.git/config.worktree", atomically: true, encoding: .utf8)
         }
-        try "deep/\nbare.git/\nnotes.txt\nfilter-ran\n".write(toFile: app.path + "/.gitignore", atomically: true, encoding: .utf8)
+        try "deep/\nbare.git/\nnotes.txt\nfilter-ran\nlinked/\ncommon/\nwtgit/\n".write(toFile: app.path + "/.gitignore", atomically: true, encoding: .utf8)
         // A bare repository whose config is a link to agent-written text.
         let bare = app.path + "/bare.git"
         #expect(try git(["init", "-q", "--bare", bare], in: app.path).status == 0)
         try "[core]\n\tbare = true\n[alias]\n\tx = !touch \(marker)\n".write(toFile: app.path + "/notes.txt", atomically: true, encoding: .utf8)
         try FileManager.default.removeItem(atPath: bare + "/config")
         try FileManager.default.createSymbolicLink(atPath: bare + "/config", withDestinationPath: app.path + "/notes.txt")
+        // A linked worktree whose common directory has no HEAD: git still reads its config.
+        let wt = app.path + "/linked"
+        try FileManager.default.createDirectory(atPath: wt, withIntermediateDirectories: true)
+        let common = app.path + "/common"
+        #expect(try git(["init", "-q", "--bare", common], in: app.path).status == 0)
+        #expect(try git(["config", "filter.x.clean", driver], in: common).status == 0)
+        #expect(try git(["config", "core.bare", "false"], in: common).status == 0)
+        try FileManager.default.removeItem(atPath: common + "/HEAD")
+        let gitdir = app.path + "/wtgit"
+        try FileManager.default.createDirectory(atPath: gitdir, withIntermediateDirectories: true)
+        try "ref: refs/heads/main\n".write(toFile: gitdir + "/HEAD", atomically: true, encoding: .utf8)
+        try "\(common)\n".write(toFile: gitdir + "/commondir", atomically: true, encoding: .utf8)
+        try "\(wt)/.git\n".write(toFile: gitdir + "/gitdir", atomically: true, encoding: .utf8)
+        try "gitdir: \(gitdir)\n".write(toFile: wt + "/.git", atomically: true, encoding: .utf8)
+        try "* filter=x\n".write(toFile: wt + "/.gitattributes", atomically: true, encoding: .utf8)
+        try "data\n".write(toFile: wt + "/f", atomically: true, encoding: .utf8)
+        #expect(try git(["add", "-A"], in: wt).status == 0)
+        #expect(FileManager.default.fileExists(atPath: marker), "the linked worktree's filter did not run before the rewrite: the test proves nothing")
+        try FileManager.default.removeItem(atPath: marker)
         // Without the rewrite the filter runs (the check is live).
         #expect(try git(["add", "-A"], in: app.path + "/deep/nested/repo").status == 0)
         #expect(FileManager.default.fileExists(atPath: marker), "the filter did not run before the rewrite: the test proves nothing")
@@ -120,7 +139,9 @@ struct GitConfigsTests {
         let fd = open(app.path, O_RDONLY | O_DIRECTORY)
         defer { close(fd) }
         let result = GitConfigs.sanitize(app: fd, owner: (getuid(), getgid()))
-        #expect((try? result.get()) == 3, "\(result)")
+        #expect((try? result.get()) == 4, "\(result)")
+        #expect(try git(["add", "-A"], in: wt).status == 0)
+        #expect(!FileManager.default.fileExists(atPath: marker), "the linked worktree's common directory kept its filter")
         for dir in [app.path, app.path + "/deep/nested/repo"] {
             let add = try git(["add", "-A"], in: dir)
             #expect(add.status == 0, "\(add.out)")
