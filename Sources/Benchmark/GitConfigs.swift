@@ -37,16 +37,16 @@ enum GitConfigs {
         "branch": ["remote": .text, "merge": .text],
     ]
 
-    /// How many entries of /app are looked at, at most (more: the task is not graded), and
-    /// how deep.
+    /// How many entries of /app are looked at, at most, and how deep (more, or deeper: the
+    /// task is not graded).
     static let entryLimit = 1_000_000
-    static let depthLimit = 64
+    static let depthLimit = 128
 
     /// Rewrites every git configuration file under `app` (a directory holding `config` and
     /// any of `HEAD`, `objects`, `refs`, `commondir` is a git directory; its `config` is
     /// rewritten, a `config.worktree` removed),
     /// giving the new files `owner`. Returns how many were rewritten, or why /app could not be
-    /// made safe (more than `entryLimit` entries, a write that failed).
+    /// made safe (more than `entryLimit` entries, deeper than `depthLimit`, a write that failed).
     static func sanitize(app: Int32, owner: (uid_t, gid_t)) -> Result<Int, BenchmarkError> {
         var seen = 0
         var rewritten = 0
@@ -56,6 +56,12 @@ enum GitConfigs {
             guard seen <= entryLimit else {
                 throw BenchmarkError(.io, "/app holds more than \(entryLimit) entries: its git repositories could not all be checked")
             }
+            // A git directory at any depth can be the one git uses (a gitfile at /app/.git
+            // names it), so a tree too deep to look through is not graded (an adversarial
+            // review reached git through a repository 70 levels down).
+            guard depth < depthLimit else {
+                throw BenchmarkError(.io, "/app is deeper than \(depthLimit) levels: its git repositories could not all be checked")
+            }
             // A git directory holds HEAD, or is the common directory a linked worktree's
             // `commondir` names (objects/ and refs/, possibly no HEAD): git reads its config.
             let display = Set(names.map(FileSystem.display))
@@ -63,9 +69,6 @@ enum GitConfigs {
                 try rewrite(dir, path: path)
                 rewritten += 1
             }
-            // Below `depthLimit` nothing is looked at: git finds a repository from where a test
-            // runs it upwards, and no test runs git that deep in /app.
-            guard depth < depthLimit else { return }
             for n in names {
                 guard let st = FileSystem.entryStatus(at: dir, n), FileSystem.isDirectory(st) else { continue }
                 let sub = FileSystem.openDirectory(at: dir, n)

@@ -126,8 +126,9 @@ struct PrepareCommand: ParsableCommand {
     @OptionGroup var experiment: ExperimentOptions
 
     func run() throws {
-        let (_, r) = try experiment.perform("prepare") { try $0.prepare() }
+        let (s, r) = try experiment.perform("prepare") { try $0.prepare() }
         print("baseline: \(r.passed)/\(r.tasks) tasks pass")
+        if let u = s.config.unverifiedRewards { print("rewards: UNVERIFIED (\(u))") }
         print("split: \(r.train) train, \(r.test) test (\(r.splitOrigin))")
         print("iteration 0: val_score \(String(format: "%.4f", r.baselineScore)) on the test split")
         for w in r.warnings { printErr("autoharness: warning: \(w)") }
@@ -149,10 +150,10 @@ struct BenchmarkCommand: ParsableCommand {
     var oracle = false
 
     func run() throws {
-        let (_, outcomes) = try experiment.perform("benchmark") {
+        let (s, outcomes) = try experiment.perform("benchmark") {
             try $0.runBenchmark(taskIDs: taskIDs.isEmpty ? nil : taskIDs, oracle: oracle)
         }
-        print(AgentText.benchmark(outcomes), terminator: "")
+        print(AgentText.benchmark(outcomes, unverified: s.config.unverifiedRewards), terminator: "")
     }
 }
 

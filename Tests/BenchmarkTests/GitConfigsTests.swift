@@ -153,4 +153,19 @@ struct GitConfigsTests {
         #expect(lstat(bare + "/config", &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG)
         #expect(try String(contentsOfFile: bare + "/config", encoding: .utf8) == "")
     }
+
+    @Test("a tree deeper than the rewrite looks through is not graded: git reaches a repository at any depth through a gitfile at /app/.git")
+    func tooDeep() throws {
+        let app = try TempDir()
+        let deep = app.path + "/" + Array(repeating: "d", count: GitConfigs.depthLimit + 2).joined(separator: "/")
+        try FileManager.default.createDirectory(atPath: deep + "/g", withIntermediateDirectories: true)
+        for name in ["HEAD", "config"] { try "x\n".write(toFile: deep + "/g/" + name, atomically: true, encoding: .utf8) }
+        try "gitdir: \(deep)/g\n".write(toFile: app.path + "/.git", atomically: true, encoding: .utf8)
+        let fd = open(app.path, O_RDONLY | O_DIRECTORY)
+        defer { close(fd) }
+        switch GitConfigs.sanitize(app: fd, owner: (getuid(), getgid())) {
+        case .success(let n): Issue.record("rewrote \(n) and went on: the deep repository stays unchecked")
+        case .failure(let e): #expect(e.message.contains("deeper than \(GitConfigs.depthLimit) levels"), "\(e.message)")
+        }
+    }
 }

@@ -230,7 +230,8 @@ struct IsolationTests {
                     os.chmod("locked", 0)
             """)
         let o = h.run(try #require(try fixtureBenchmark("basic").task("answer-42")))
-        #expect(o.status == .failed, "\(o)")
+        // 3000 levels are more than the verifier's git rewrite looks through: not graded.
+        #expect(o.status == .setupFailed && o.reward == 0 && (o.detail ?? "").contains("deeper than 128 levels"), "\(o)")
         #expect(listing(h.scratch.path).isEmpty)
         #expect(read(canaryFile) == "keep me\n")
         #expect(listing(canary.path) == ["canary.txt"])

@@ -329,6 +329,25 @@ enum CommandCorpus {
         "class HarnessAgent:\n    def run(self, instruction):\n" + Corpus.indent(Corpus.indent(cheats[kind]!)) + "\n        return answer\n"
     }
 
+    /// The runner's answers file replaced at exit by a link to the gold, whose host path this
+    /// agent was told (an attacker who guessed it; found by an adversarial review).
+    static func linkingGold(_ goldDir: String) -> String {
+        """
+        import atexit, os
+        def swap():
+            try:
+                os.unlink("/work/out/answers.json")
+            except OSError:
+                pass
+            os.symlink("\(goldDir)/gold.json", "/work/out/answers.json")
+        atexit.register(swap)
+        print("attempted link-gold")
+        class HarnessAgent:
+            def run(self, instruction):
+                return "?"
+        """
+    }
+
     /// An agent that knows the gold (the honest control: the scorer does score).
     static func knowing(_ gold: [String: String]) -> String {
         let table = gold.map { "\"\($0.key)\": \"\($0.value)\"" }.joined(separator: ", ")
@@ -456,7 +475,6 @@ struct VerifierIntegrityTests {
         try requireRoot()
         let (exp, gold, goldDir) = try CommandCorpus.make(scorer: true)
         defer { exp.removeScratch() }
-        withExtendedLifetime(goldDir) {}
         let p = try exp.run(["prepare"], environment: [:])
         try #require(p.status == 0 && p.stdout.contains("baseline: 0/6 tasks pass"), "\(p.stdout)\(p.stderr)")
         let split = try exp.split()
@@ -471,6 +489,12 @@ struct VerifierIntegrityTests {
             }
             #expect(!b.stdout.contains("UNVERIFIED"))
         }
+        // A link to the gold in the runner's output: the scorer does not follow it.
+        try exp.setAgent(CommandCorpus.linkingGold(goldDir.path))
+        let l = try exp.run(["benchmark"], environment: [:])
+        let linked = try exp.trainResults()
+        for id in split.train { #expect(linked[id] as? Double == 0.0, "link-gold scored on \(id): \(l.stdout)") }
+        #expect((exp.traceFile(traceName(split.train[0]), "tool.stdout") ?? "").contains("attempted link-gold"))
         try exp.setAgent(CommandCorpus.agent("rewards-file"))
         let g = try exp.run(["gate"], environment: [:])
         #expect(g.status != 0 && g.stdout.contains("val_score: 0.00") && !g.stdout.contains("UNVERIFIED"), "\(g.stdout)\(g.stderr)")
@@ -480,6 +504,7 @@ struct VerifierIntegrityTests {
         let k = try exp.run(["gate"], environment: [:])
         #expect(k.status == 0 && k.stdout.contains("ACCEPTED") && k.stdout.contains("val_score: 1.0"), "\(k.stdout)\(k.stderr)")
         #expect(exp.scratchMounts().isEmpty)
+        withExtendedLifetime(goldDir) {}
     }
 
     @Test("command without runner.scorer: the command's own rewards are shown as unverified in status, the gate's answer and the report; there the rewards the runner forges count")
@@ -492,7 +517,9 @@ struct VerifierIntegrityTests {
         let p = try exp.run(["prepare"], environment: [:])
         try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
         // What the unverified label warns of: agent.py's forged rewards.json is the score.
-        #expect(p.stdout.contains("baseline: 6/6 tasks pass"), "\(p.stdout)")
+        #expect(p.stdout.contains("baseline: 6/6 tasks pass") && p.stdout.contains("rewards: UNVERIFIED ("), "\(p.stdout)")
+        let b = try exp.run(["benchmark"], environment: [:])
+        #expect(b.stdout.contains("rewards: UNVERIFIED ("), "\(b.stdout)")
         let s = try exp.run(["status"], environment: [:])
         #expect(s.stdout.contains("rewards: UNVERIFIED (benchmark: command without runner.scorer"), "\(s.stdout)")
         let j = try exp.run(["status", "--json"], environment: [:])

@@ -48,7 +48,7 @@ extension ExperimentConfig {
     var runsOwnTasks: Bool { BenchmarkKinds.named(benchmark)?.runsOwnTasks ?? false }
 
     /// Why this configuration's rewards are unverified (`BenchmarkKind.unverified`), or nil.
-    var unverifiedRewards: String? { BenchmarkKinds.named(benchmark)?.unverified(self) }
+    public var unverifiedRewards: String? { BenchmarkKinds.named(benchmark)?.unverified(self) }
 }
 
 /// What `init` writes for a benchmark: the config's `dataset:` and the placeholders of its

@@ -55,7 +55,7 @@ extension RunDesk {
                 let outcomes = try supervisor.runBenchmark(taskIDs: ids, actor: "coding agent", agent: snap)
                 tally.benchmarkSpend = (try? supervisor.state().openRunBenchmarkCost.total) ?? tally.benchmarkSpend
                 if !repeated { tally.progressThisStart = true }
-                return BrokerReply(stdout: AgentText.benchmark(outcomes), stderr: notice, exit: 0)
+                return BrokerReply(stdout: AgentText.benchmark(outcomes, unverified: config.unverifiedRewards), stderr: notice, exit: 0)
             case .gate:
                 return try gate()
             }

@@ -5,14 +5,16 @@ import Foundation
 /// the coding agent's client (the broker calls these directly). Formatting only: what may be
 /// shown was decided by `Disclosure`.
 public enum AgentText {
-    /// Train outcomes (nothing held out ever reaches this).
-    public static func benchmark(_ outcomes: [TaskOutcome]) -> String {
+    /// Train outcomes (nothing held out ever reaches this); `unverified`: why the rewards are
+    /// not independent of agent.py's process (`BenchmarkKind.unverified`).
+    public static func benchmark(_ outcomes: [TaskOutcome], unverified: String? = nil) -> String {
         var out = ""
         for o in outcomes {
             let detail = o.status == .passed || o.status == .failed ? "" : " (\(o.status.rawValue)\(o.detail.map { ": \($0)" } ?? ""))"
             out += "\(o.passed ? "PASS" : "FAIL")  \(o.id)  reward \(String(format: "%.2f", o.reward))\(detail)\n"
         }
         out += "train: \(outcomes.filter(\.passed).count)/\(outcomes.count) passed; traces in workspace/traces/latest/\n"
+        if let unverified { out += "rewards: UNVERIFIED (\(unverified))\n" }
         return out
     }
 
