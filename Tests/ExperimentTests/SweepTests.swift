@@ -36,6 +36,12 @@ private func mounted(under root: String) -> [String] {
 
 @Suite("Leftovers of a supervisor killed with SIGKILL", .serialized)
 struct SweepTests {
+    /// The scratch directory a mount under `scratch` belongs to (a task's scratch holds the
+    /// verifier's logs tmpfs as a mount of its own).
+    static func scratchName(_ mount: String, under scratch: String) -> String {
+        String(mount.dropFirst(scratch.count + 1).split(separator: "/").first ?? "")
+    }
+
     @Test("killed mid task run, mid gate and mid session, then started again: no process, cgroup, mount, scratch directory or socket of the dead supervisor is left, and a live supervisor's are untouched")
     func killedSupervisorsLeaveNothing() throws {
         try requireRoot()
@@ -113,7 +119,7 @@ struct SweepTests {
             // What it left (so that what follows shows a sweep, not a supervisor that tidied up).
             #expect(!enclosure.sandboxCgroups(ownedBy: pid).isEmpty, "\(point): no sandbox cgroup left by the kill")
             if point != "session" {
-                #expect(!scratchEntries(scratch, ownedBy: pid).isEmpty && !mounted(under: scratch).filter { !liveScratch.contains(String($0.dropFirst(scratch.count + 1))) }.isEmpty,
+                #expect(!scratchEntries(scratch, ownedBy: pid).isEmpty && !mounted(under: scratch).filter { !liveScratch.contains(Self.scratchName($0, under: scratch)) }.isEmpty,
                         "\(point): no scratch left by the kill")
             }
             if point != "task run" {
@@ -129,7 +135,7 @@ struct SweepTests {
             #expect(scratchEntries(scratch, ownedBy: pid).isEmpty, "\(point): scratch left: \(scratchEntries(scratch, ownedBy: pid))")
             let names = Set((try? FileManager.default.contentsOfDirectory(atPath: scratch)) ?? [])
             #expect(names == liveScratch, "\(point): under the scratch root: \(names.subtracting(liveScratch))")
-            #expect(Set(mounted(under: scratch).map { String($0.dropFirst(scratch.count + 1)) }).isSubset(of: liveScratch))
+            #expect(Set(mounted(under: scratch).map { Self.scratchName($0, under: scratch) }).isSubset(of: liveScratch))
             #expect(!((try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? "").contains(exp.root), "\(point): a mount under the experiment")
             let run = (try? FileManager.default.contentsOfDirectory(atPath: exp.root + "/.autoharness/run")) ?? []
             #expect(!run.contains { $0.hasPrefix("broker.sock") }, "\(point): \(run)")

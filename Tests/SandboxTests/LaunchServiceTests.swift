@@ -402,6 +402,7 @@ struct LaunchServiceTests {
             import socket, sys
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.bind(sys.argv[1]); s.listen(1)
+            open(sys.argv[3], "w").close()
             c, _ = s.accept()
             data, anc, _, _ = c.recvmsg(1 << 16, socket.CMSG_SPACE(64))
             open(sys.argv[2], "w").write(f"bytes={len(data)} descriptors={len(anc)}\\n")
@@ -409,17 +410,29 @@ struct LaunchServiceTests {
         chmod(dir.path, 0o777)
         let listener = Process()
         listener.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-        listener.arguments = ["--reuid", "65534", "--regid", "65534", "--clear-groups", "/usr/bin/python3", "-c", script, fake + "/launch.sock", dir.file("record")]
+        // Listening, not only bound: a connect between bind and listen is refused, and the
+        // front would take the socket for a service that is not there (seen once under load).
+        let listening = fake + "/listening"
+        listener.arguments = ["--reuid", "65534", "--regid", "65534", "--clear-groups", "/usr/bin/python3", "-c", script, fake + "/launch.sock", dir.file("record"),
+                              listening]
         try listener.run()
         defer { if listener.isRunning { kill(listener.processIdentifier, SIGKILL) } }
         let deadline = Date().addingTimeInterval(10)
-        while access(fake + "/launch.sock", F_OK) != 0, Date() < deadline { usleep(20_000) }
+        while access(listening, F_OK) != 0, Date() < deadline { usleep(20_000) }
         var env = ProcessInfo.processInfo.environment
         env["AUTOHARNESS_CACHE_DIR"] = try Self.privateCache(in: dir)
         env["AUTOHARNESS_LAUNCH_SERVICE"] = fake + "/launch.sock"
         let r = try runProcess(Built.front, ["sandbox", "exec", "--policy", "base", "--", "/bin/sh", "-c", "echo local; exit 4"], environment: env)
         #expect(r.status == 4 && r.stdout == "local\n", "\(r.status) \(r.stdout) \(r.stderr)")
         #expect(r.stderr.contains("not using the launch service at \(fake)/launch.sock: it runs as uid 65534"), "\(r.stderr)")
+        // The impostor ends once the front's connection closes; never wait on it for ever (its
+        // signals are blocked by Foundation's launch, so only SIGKILL ends it).
+        let end = Date().addingTimeInterval(20)
+        while listener.isRunning && Date() < end { usleep(50_000) }
+        if listener.isRunning {
+            Issue.record("the impostor still holds a connection from the front 20 s after it exited")
+            kill(listener.processIdentifier, SIGKILL)
+        }
         listener.waitUntilExit()
         #expect((try? String(contentsOfFile: record, encoding: .utf8)) == "bytes=0 descriptors=0\n", "the impostor received something")
     }
