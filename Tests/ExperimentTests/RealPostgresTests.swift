@@ -103,12 +103,9 @@ final class PostgresServer {
 @Suite("Adapters: bird-interact on a real PostgreSQL", .serialized,
        .enabled(if: RealPostgres.binDirectory != nil || RealPostgres.inCI, "Debian's postgresql is not installed (CI installs it and fails without it)"))
 struct RealPostgresTests {
-    @Test("init → prepare → benchmark → gate: the graders' sandbox works on a private PostgreSQL through pg_host, a Unix socket")
-    func loop() throws {
-        try requireRoot()
-        let pg = try PostgresServer()
-        defer { pg.stop() }
-        // A tiny BIRD-style database: the DB environment copies <db>_template for each task.
+    /// A tiny BIRD-style database on `pg` (the DB environment copies <db>_template for each
+    /// task) and a bird-interact experiment whose graders reach it through pg_host.
+    static func experiment(on pg: PostgresServer) throws -> Experiment {
         _ = try pg.psql("postgres", "CREATE DATABASE space_template")
         var ddl = ""
         for (k, t) in BirdAgents.tables.enumerated() {
@@ -117,15 +114,23 @@ struct RealPostgresTests {
         }
         _ = try pg.psql("space_template", ddl)
         _ = try pg.psql("postgres", "UPDATE pg_database SET datistemplate = true WHERE datname = 'space_template'")
-
         let exp = try BirdAdapterTests().make()
-        defer { exp.removeScratch() }
         let data = exp.temp.path + "/bird_interact_data.jsonl"
         try BirdPhaseTwo.data().write(toFile: data, atomically: true, encoding: .utf8)
         try exp.uncomment("bird_data_path", data)
         try exp.set("pg_host", pg.socketDirectory)
         try exp.uncomment("pg_user", PostgresServer.user)
         try exp.uncomment("pg_password", "\"\(PostgresServer.password)\"")
+        return exp
+    }
+
+    @Test("init → prepare → benchmark → gate: the graders' sandbox works on a private PostgreSQL through pg_host, a Unix socket")
+    func loop() throws {
+        try requireRoot()
+        let pg = try PostgresServer()
+        defer { pg.stop() }
+        let exp = try Self.experiment(on: pg)
+        defer { exp.removeScratch() }
 
         // The stock system agent submits SELECT 1: its result is no table's count.
         let p = try exp.run(["prepare"], environment: BirdAdapterTests.env)
@@ -183,6 +188,62 @@ struct RealPostgresTests {
         #expect(log.contains("p1snap"), "\(log.suffix(2000))")
         let left = try pg.psql("postgres", "SELECT datname FROM pg_database ORDER BY datname").split(separator: "\n")
         #expect(left == ["postgres", "space_template", "template0", "template1"], "\(left)")
+        #expect(exp.scratchMounts().isEmpty)
+    }
+
+    /// A system agent whose SQL, submitted through the DB environment as upstream's does, makes
+    /// a role and an ALTER SYSTEM setting before it answers correctly.
+    static let stateLeaker = """
+        import re
+        from shared import client
+
+        def app(method, path, body):
+            if path == "/health":
+                return 200, {"status": "ok"}
+            if path == "/init_session":
+                return 200, {"status": "ok"}
+            if path != "/run_session":
+                return 404, {}
+            tid = body["task_id"]
+            answer = client.user("/ask", {"task_id": tid, "question": "Which table do you mean?"})["answer"]
+            table = answer.rsplit(" ", 1)[-1]
+            client.db("/submit", {"task_id": tid, "sql": "CREATE ROLE leak_%s LOGIN" % re.sub(r"[^a-z0-9]", "_", tid.lower())})
+            client.db("/submit", {"task_id": tid, "sql": "ALTER SYSTEM SET work_mem = '7MB'"})
+            v = client.db("/submit", {"task_id": tid, "sql": "SELECT COUNT(*) FROM %s" % table})
+            print("LEAKER %s %s" % (tid, v.get("passed")), flush=True)
+            return 200, {"state": {"total_reward": v["reward"], "phase1_completed": v["passed"], "phase2_completed": False},
+                         "dialogue_history": [], "tool_trajectory": [], "final_response": "done"}
+        """
+
+    @Test("SQL that leaves state in the cluster (a role, an ALTER SYSTEM setting) voids the run's scores, is recorded against agent.py and is undone before the next run")
+    func sharedStateChangeVoidsTheRun() throws {
+        try requireRoot()
+        let pg = try PostgresServer()
+        defer { pg.stop() }
+        let exp = try Self.experiment(on: pg)
+        defer { exp.removeScratch() }
+        let p = try exp.run(["prepare"], environment: BirdAdapterTests.env)
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        let before = try pg.psql("postgres", "SELECT count(*) FROM pg_roles")
+        try exp.setAgent(Self.stateLeaker)
+        let b = try exp.run(["benchmark"], environment: BirdAdapterTests.env)
+        try #require(b.status == 0, "\(b.stdout)\(b.stderr)")
+        let train = try exp.split().train
+        // The correct answer was submitted (the leak did not stop the grading) ...
+        let stdout = try #require(exp.traceFile(train[0], "tool.stdout"))
+        #expect(stdout.contains("LEAKER \(train[0]) True"), "\(stdout.suffix(1500))")
+        // ... and still nothing scores.
+        let rewards = try exp.trainResults()
+        for id in train { #expect(rewards[id] as? Double == 0.0, "\(id): \(rewards[id] ?? "nil")") }
+        #expect(try exp.statuses(train).values.allSatisfy { $0 == "invalid_reward" })
+        let rows = try exp.rows("violation")
+        for kind in ["roles", "configuration_files"] {
+            #expect(rows.contains { $0["kind"] as? String == "shared_state_changed" && ($0["detail"] as? String ?? "").contains(kind)
+                && ($0["actor"] as? String ?? "").hasPrefix("agent.py") }, "\(kind): \(rows)")
+        }
+        // Undone: no role of the run's, no ALTER SYSTEM setting left for a later run.
+        #expect(try pg.psql("postgres", "SELECT count(*) FROM pg_roles") == before)
+        #expect(try pg.psql("postgres", "SELECT count(*) FROM pg_file_settings WHERE name = 'work_mem'").trimmingCharacters(in: .whitespacesAndNewlines) == "0")
         #expect(exp.scratchMounts().isEmpty)
     }
 }

@@ -22,7 +22,14 @@ this script has relayed, and nothing before a passed phase 1. For the same reaso
 simulator's /phase_transition (which switches its reference SQL to the follow-up's) is
 refused until then. The DB environment's /init_task is served once per task and run: a second
 one (it resets the task's submission counters, and with them the first-try reward) is refused.
-Runs until SIGTERM.
+With PostgreSQL (PG_HOST a socket directory), the cluster's shared state is read before the
+services start and after they stop: roles and their memberships, settings written to its
+configuration files (ALTER SYSTEM), per-database and per-role settings, tablespaces. SQL that
+agent.py submits runs in the DB environment, and state it left there would outlive the task:
+a later task (a train one after a held-out one) could read it. Any difference is appended to R
+as {"violation": KIND, "count": N} (the kind only: the names are agent.py's choice) and
+undone where that is safe (new roles dropped, ALTER SYSTEM settings reset); the supervisor
+then voids the run's scores. Runs until SIGTERM.
 """
 import argparse
 import json
@@ -62,6 +69,78 @@ with open(args.data, encoding="utf-8") as f:
             if str(t["instance_id"]) in wanted:
                 gold[str(t["instance_id"])] = t
 
+def pg_configured():
+    host, port = os.environ.get("PG_HOST", ""), os.environ.get("PG_PORT", "5432")
+    return host.startswith("/") and os.path.exists(os.path.join(host, ".s.PGSQL." + port))
+
+
+def psql(sql):
+    """Lines psql prints for `sql` on the maintenance database, as the configured user."""
+    env = dict(os.environ)
+    env["PGPASSWORD"] = os.environ.get("PG_PASSWORD", "")
+    r = subprocess.run(["psql", "-h", os.environ["PG_HOST"], "-p", os.environ.get("PG_PORT", "5432"), "-U", os.environ.get("PG_USER", "root"),
+                        "-d", "postgres", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql],
+                       env=env, capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr.strip() or "psql exited %d" % r.returncode)
+    return [line for line in r.stdout.splitlines() if line]
+
+
+# What of the cluster outlives a database: each query's rows, compared as sets.
+SHARED_STATE = {
+    "roles": "SELECT format('%s super=%s createdb=%s createrole=%s login=%s replication=%s bypassrls=%s', rolname, rolsuper, rolcreatedb,"
+             " rolcreaterole, rolcanlogin, rolreplication, rolbypassrls) FROM pg_roles",
+    "role_memberships": "SELECT format('%s>%s', roleid::regrole, member::regrole) FROM pg_auth_members",
+    "configuration_files": "SELECT format('%s:%s=%s', sourcefile, name, setting) FROM pg_file_settings",
+    "database_role_settings": "SELECT format('%s/%s:%s', coalesce(d.datname, '*'), coalesce(r.rolname, '*'), array_to_string(s.setconfig, ','))"
+                              " FROM pg_db_role_setting s LEFT JOIN pg_database d ON d.oid = s.setdatabase LEFT JOIN pg_roles r ON r.oid = s.setrole",
+    "tablespaces": "SELECT spcname FROM pg_tablespace",
+}
+
+
+def shared_state():
+    return {k: set(psql(q)) for k, q in SHARED_STATE.items()}
+
+
+def settle_shared_state(before):
+    """Records what changed since `before` in R, and undoes new roles and ALTER SYSTEM settings."""
+    try:
+        after = shared_state()
+    except Exception as e:
+        after = None
+        changes = {"unreadable": 1}
+        print("autoharness: the cluster's shared state could not be read after the run: %s" % e, file=sys.stderr)
+    if after is not None:
+        changes = {k: len(after[k] ^ before[k]) for k in before if after[k] != before[k]}
+        old_roles = {line.split(" ", 1)[0] for line in before["roles"]}
+        for line in after["roles"] - before["roles"]:
+            name = line.split(" ", 1)[0]
+            if name not in old_roles:
+                try:
+                    psql('DROP ROLE "%s"' % name.replace('"', '""'))
+                except Exception as e:
+                    print("autoharness: a role the run made could not be dropped: %s" % e, file=sys.stderr)
+        auto = [line for line in after["configuration_files"] - before["configuration_files"] if line.split(":", 1)[0].endswith("postgresql.auto.conf")]
+        for line in auto:
+            name = line.split(":", 1)[1].split("=", 1)[0]
+            if name.replace("_", "").replace(".", "").isalnum():
+                try:
+                    psql("ALTER SYSTEM RESET %s" % name)
+                except Exception as e:
+                    print("autoharness: an ALTER SYSTEM setting could not be reset: %s" % e, file=sys.stderr)
+        if auto:
+            psql("SELECT pg_reload_conf()")
+    if changes:
+        with record_lock, open(args.record, "a", encoding="utf-8") as f:
+            for kind, count in sorted(changes.items()):
+                f.write(json.dumps({"violation": kind, "count": count}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+record_lock = threading.Lock()
+state_before = shared_state() if pg_configured() else None
+
 env = dict(os.environ)
 env["PYTHONPATH"] = args.adk + os.pathsep + env.get("PYTHONPATH", "")
 children = []
@@ -78,13 +157,14 @@ def stop(*_):
             c.wait(timeout=10)
         except subprocess.TimeoutExpired:
             c.kill()
+    if state_before is not None:
+        settle_shared_state(state_before)
     os._exit(0)
 
 
 signal.signal(signal.SIGTERM, stop)
 signal.signal(signal.SIGINT, stop)
 
-record_lock = threading.Lock()
 # task id -> the follow-up question, set when the DB environment passes phase 1 of a task
 # that has one (never from the gold record directly: only what the DB environment revealed).
 revealed = {}

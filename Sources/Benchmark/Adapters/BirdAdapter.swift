@@ -28,6 +28,7 @@
 
 import FoundationEssentials
 import Glibc
+import Sandbox
 import SandboxPolicy
 import SupervisorIO
 
@@ -180,9 +181,36 @@ public struct BirdAdapter: BenchmarkAdapter {
             if record >= 0 { close(record) }
             if session >= 0 { close(session) }
         }
-        let results = Self.score(record: record, sessions: session, ids: Set(ids), traces: !context.heldOut)
+        var results = Self.score(record: record, sessions: session, ids: Set(ids), traces: !context.heldOut)
+        // SQL agent.py submitted left state in the cluster that outlives its task: the run's
+        // scores are void, and what changed (its kind, never the names agent.py chose) is
+        // recorded against agent.py. The graders undid what they safely could.
+        let changed = Self.sharedStateChanges(record)
+        if !changed.isEmpty {
+            for (kind, count) in changed {
+                var e = AuditEvent(sandbox: "bird-interact", kind: .sharedStateChanged, name: kind, action: "void")
+                e.count = count
+                e.detail = "the database cluster's \(kind) changed during the run"
+                context.audit.record(e)
+            }
+            let why = "the run changed the database cluster's shared state (\(changed.map(\.0).joined(separator: ", "))): every score of the run is void"
+            for id in ids { results[id] = ToolTaskResult(reward: 0, status: .invalidReward, detail: why) }
+        }
         let exit = runExit.succeeded ? servicesExit : runExit
         return run.outcomes(ids, results, toolExit: exit, seconds: runExit.seconds)
+    }
+
+    /// The graders' report of the cluster's shared state changing during the run (lines
+    /// `{"violation": KIND, "count": N}` of the record): kind and count, in order.
+    static func sharedStateChanges(_ record: Int32) -> [(String, Int)] {
+        guard record >= 0, case .success(let bytes) = FileSystem.readSmallFile(at: record, "submits.jsonl", limit: 64 << 20) else { return [] }
+        var out: [(String, Int)] = []
+        for line in bytes.split(separator: 0x0A) {
+            guard let v = JSONValue.parse(Array(line)), let kind = v["violation"]?.string else { continue }
+            let known = ["roles", "role_memberships", "configuration_files", "database_role_settings", "tablespaces", "unreadable"]
+            out.append((known.contains(kind) ? kind : "other", Int(v["count"]?.number ?? 1)))
+        }
+        return out
     }
 
     /// Rewards from the DB environment's record: per task, the best phase-1 reward plus the

@@ -20,6 +20,9 @@ public struct AuditEvent: Sendable, Equatable {
         /// A verifier's reward file changed by a process other than its test script (`name`
         /// is the file's path in the verifier's sandbox); the reward is void.
         case rewardTampering = "reward_tampering"
+        /// State shared by every task of a benchmark (a database cluster's roles or settings)
+        /// changed during a run (`name` is what kind of state); the run's scores are void.
+        case sharedStateChanged = "shared_state_changed"
     }
 
     public var time: String
