@@ -700,14 +700,50 @@ enum BirdAgents {
     static let adk = fixture + "/BIRD-Interact/BIRD-Interact-ADK"
     static let tables = ["aliens", "comets", "stars", "moons", "planets", "nebulae", "quasars", "pulsars", "asteroids", "galaxies"]
 
+    /// A system agent service (`agent.agent:app`): health and session routes, and for each
+    /// `/run_session` the user asked which table is meant, then `session` (Python at no
+    /// indentation, with `tid`, `answer` and `table` set; it returns the session's reply).
+    /// `first`: a line run before that (no indentation).
+    static func systemAgent(imports: String, session: String, before: String = "", first: String = "") -> String {
+        """
+        \(imports)
+        from shared import client
+
+        \(before)
+
+        def app(method, path, body):
+            if path == "/health":
+                return 200, {"status": "ok"}
+            if path == "/init_session":
+                return 200, {"status": "ok"}
+            if path != "/run_session":
+                return 404, {}
+            \(first)
+            tid = body["task_id"]
+            answer = client.user("/ask", {"task_id": tid, "question": "Which table do you mean?"})["answer"]
+            table = answer.rsplit(" ", 1)[-1]
+        \(session.split(separator: "\n", omittingEmptySubsequences: false).map { $0.isEmpty ? "" : "    " + $0 }.joined(separator: "\n"))
+        """
+    }
+
     /// A system agent service that asks the user which table is meant and submits a count
     /// for the tables it knows (and the follow-up when `followUp`).
     static func solver(tables: [String], followUp: Bool = true, snoop: Bool = false) -> String {
         let list = tables.map { "\"\($0)\"" }.joined(separator: ", ")
-        return """
-            import errno, os
-            from shared import client
-
+        return systemAgent(imports: "import errno, os", session: """
+            total, p1, p2, traj = 0.0, False, False, []
+            if table in [\(list)]:
+                v = client.db("/submit", {"task_id": tid, "sql": "SELECT COUNT(*) FROM %s" % table})
+                traj.append({"type": "tool", "tool": "submit_sql", "result": v["message"]})
+                total, p1 = total + v["reward"], v["passed"]
+                if v.get("has_follow_up") and \(followUp ? "True" : "False"):
+                    w = client.db("/submit", {"task_id": tid, "sql": "SELECT MAX(id) FROM %s" % table})
+                    traj.append({"type": "tool", "tool": "submit_sql", "result": w["message"]})
+                    total, p2 = total + w["reward"], w["passed"]
+            return 200, {"state": {"total_reward": total, "phase1_completed": p1, "phase2_completed": p2},
+                         "dialogue_history": [{"role": "agent", "content": "Which table do you mean?"}, {"role": "user", "content": answer}],
+                         "tool_trajectory": traj, "final_response": "done"}
+            """, before: """
             def snoop():
                 try:
                     open("\(adk)/bird-interact-lite/bird_interact_data.jsonl").read()
@@ -726,32 +762,7 @@ enum BirdAgents {
                     except Exception:
                         pass
                 print("SNOOP served=%s" % ",".join(sorted(served)), flush=True)
-
-            def app(method, path, body):
-                if path == "/health":
-                    return 200, {"status": "ok"}
-                if path == "/init_session":
-                    return 200, {"status": "ok"}
-                if path != "/run_session":
-                    return 404, {}
-                if \(snoop ? "True" : "False"):
-                    snoop()
-                tid = body["task_id"]
-                answer = client.user("/ask", {"task_id": tid, "question": "Which table do you mean?"})["answer"]
-                table = answer.rsplit(" ", 1)[-1]
-                total, p1, p2, traj = 0.0, False, False, []
-                if table in [\(list)]:
-                    v = client.db("/submit", {"task_id": tid, "sql": "SELECT COUNT(*) FROM %s" % table})
-                    traj.append({"type": "tool", "tool": "submit_sql", "result": v["message"]})
-                    total, p1 = total + v["reward"], v["passed"]
-                    if v.get("has_follow_up") and \(followUp ? "True" : "False"):
-                        w = client.db("/submit", {"task_id": tid, "sql": "SELECT MAX(id) FROM %s" % table})
-                        traj.append({"type": "tool", "tool": "submit_sql", "result": w["message"]})
-                        total, p2 = total + w["reward"], w["passed"]
-                return 200, {"state": {"total_reward": total, "phase1_completed": p1, "phase2_completed": p2},
-                             "dialogue_history": [{"role": "agent", "content": "Which table do you mean?"}, {"role": "user", "content": answer}],
-                             "tool_trajectory": traj, "final_response": "done"}
-            """
+            """, first: snoop ? "snoop()" : "")
     }
 }
 

@@ -124,13 +124,20 @@ struct RealPostgresTests {
         return exp
     }
 
-    @Test("init → prepare → benchmark → gate: the graders' sandbox works on a private PostgreSQL through pg_host, a Unix socket")
-    func loop() throws {
+    /// `body` with a server of its own and `experiment(on:)` over it, both gone after.
+    static func withExperiment(_ body: (PostgresServer, Experiment) throws -> Void) throws {
         try requireRoot()
         let pg = try PostgresServer()
         defer { pg.stop() }
-        let exp = try Self.experiment(on: pg)
+        let exp = try experiment(on: pg)
         defer { exp.removeScratch() }
+        try body(pg, exp)
+    }
+
+    @Test("init → prepare → benchmark → gate: the graders' sandbox works on a private PostgreSQL through pg_host, a Unix socket")
+    func loop() throws { try Self.withExperiment(loop) }
+
+    func loop(_ pg: PostgresServer, _ exp: Experiment) throws {
 
         // The stock system agent submits SELECT 1: its result is no table's count.
         let p = try exp.run(["prepare"], environment: BirdAdapterTests.env)
@@ -193,35 +200,19 @@ struct RealPostgresTests {
 
     /// A system agent whose SQL, submitted through the DB environment as upstream's does, makes
     /// a role and an ALTER SYSTEM setting before it answers correctly.
-    static let stateLeaker = """
-        import re
-        from shared import client
-
-        def app(method, path, body):
-            if path == "/health":
-                return 200, {"status": "ok"}
-            if path == "/init_session":
-                return 200, {"status": "ok"}
-            if path != "/run_session":
-                return 404, {}
-            tid = body["task_id"]
-            answer = client.user("/ask", {"task_id": tid, "question": "Which table do you mean?"})["answer"]
-            table = answer.rsplit(" ", 1)[-1]
+    static let stateLeaker = BirdAgents.systemAgent(imports: "import re", session: """
             client.db("/submit", {"task_id": tid, "sql": "CREATE ROLE leak_%s LOGIN" % re.sub(r"[^a-z0-9]", "_", tid.lower())})
             client.db("/submit", {"task_id": tid, "sql": "ALTER SYSTEM SET work_mem = '7MB'"})
             v = client.db("/submit", {"task_id": tid, "sql": "SELECT COUNT(*) FROM %s" % table})
             print("LEAKER %s %s" % (tid, v.get("passed")), flush=True)
             return 200, {"state": {"total_reward": v["reward"], "phase1_completed": v["passed"], "phase2_completed": False},
                          "dialogue_history": [], "tool_trajectory": [], "final_response": "done"}
-        """
+            """)
 
     @Test("SQL that leaves state in the cluster (a role, an ALTER SYSTEM setting) voids the run's scores, is recorded against agent.py and is undone before the next run")
-    func sharedStateChangeVoidsTheRun() throws {
-        try requireRoot()
-        let pg = try PostgresServer()
-        defer { pg.stop() }
-        let exp = try Self.experiment(on: pg)
-        defer { exp.removeScratch() }
+    func sharedStateChangeVoidsTheRun() throws { try Self.withExperiment(sharedStateChangeVoidsTheRun) }
+
+    func sharedStateChangeVoidsTheRun(_ pg: PostgresServer, _ exp: Experiment) throws {
         let p = try exp.run(["prepare"], environment: BirdAdapterTests.env)
         try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
         let before = try pg.psql("postgres", "SELECT count(*) FROM pg_roles")
