@@ -25,10 +25,10 @@ static void send_msg(int fd, int32_t kind, int32_t stage, int32_t err, int32_t i
     (void)send(fd, &m, sizeof m, MSG_NOSIGNAL);
 }
 
-ssize_t ahl_recv_msg(int report_fd, struct ahl_msg *msg, int *fd) {
+ssize_t ahl_recv_msg(int report_fd, struct ahl_msg *msg, int *fd, int32_t *sender) {
     struct iovec iov = {msg, sizeof *msg};
     union {
-        char buf[CMSG_SPACE(sizeof(int))];
+        char buf[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(struct ucred))];
         struct cmsghdr align;
     } u;
     struct msghdr mh = {0};
@@ -37,6 +37,7 @@ ssize_t ahl_recv_msg(int report_fd, struct ahl_msg *msg, int *fd) {
     mh.msg_control = u.buf;
     mh.msg_controllen = sizeof u.buf;
     *fd = -1;
+    *sender = 0;
     ssize_t n;
     do {
         n = recvmsg(report_fd, &mh, MSG_CMSG_CLOEXEC);
@@ -44,6 +45,11 @@ ssize_t ahl_recv_msg(int report_fd, struct ahl_msg *msg, int *fd) {
     if (n <= 0) return n;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) memcpy(fd, CMSG_DATA(c), sizeof(int));
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS) {
+            struct ucred cred;
+            memcpy(&cred, CMSG_DATA(c), sizeof cred);
+            *sender = cred.pid;
+        }
     }
     return n;
 }
@@ -72,6 +78,15 @@ static pid_t fork_into_cgroup(int dirfd) {
 /// The report socket pair and the control socket pair: 0, or an errno value and nothing open.
 static int open_channels(int rep[2], int ctl[2]) {
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, rep) < 0) return errno;
+    // Each message carries its sender's pid, as this process sees it (SCM_CREDENTIALS): the
+    // payload's own message names the payload even if it has ended by the time it is read.
+    int one = 1;
+    if (setsockopt(rep[0], SOL_SOCKET, SO_PASSCRED, &one, sizeof one) < 0) {
+        int e = errno;
+        close(rep[0]);
+        close(rep[1]);
+        return e;
+    }
     // A socket rather than a pipe: the supervisor can send with MSG_NOSIGNAL after the
     // monitor is gone, and closing its end still reads as EOF here.
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl) < 0) {

@@ -45,9 +45,10 @@ int ahl_spawn_exec(const struct ahl_plan *plan, int launcher_fd, struct ahl_chil
 /// the supervisor's descriptor. 0 and a close-on-exec descriptor, or an errno value.
 int ahl_build_seed(int *seed_fd);
 
-/// Receives one message; if it carries a file descriptor it is stored in *fd (else -1).
+/// Receives one message; if it carries a file descriptor it is stored in *fd (else -1), and
+/// *sender is the pid of the process that sent it, as this process sees it (0: unknown).
 /// Returns the byte count (0 at EOF) or -1 with errno set.
-ssize_t ahl_recv_msg(int report_fd, struct ahl_msg *msg, int *fd);
+ssize_t ahl_recv_msg(int report_fd, struct ahl_msg *msg, int *fd, int32_t *sender);
 
 /// A user namespace for one sandbox, made ahead of time: its one uid and one gid mapped to the
 /// host ids (`uid host_uid 1`, `gid host_gid 1`) and setgroups denied, exactly as the supervisor

@@ -61,6 +61,9 @@ public struct RunOptions: @unchecked Sendable {
     /// checked against (only the test script's own process may write them). Off by default:
     /// it costs a /proc read per launch.
     public var findPayloadPID = false
+    /// Tests only: seconds the supervisor waits when init reports the payload's fork, before
+    /// it reads on (a supervisor slow to read its reports, as under load).
+    var delayAtPayloadStartForTests: Double = 0
 
     public init(audit: AuditLog = AuditLog(), logger: Logger = Logger(label: "autoharness.sandbox")) {
         self.audit = audit

@@ -130,12 +130,13 @@ struct Session {
             if n == 0 || (n < 0 && errno == EINTR) { continue }
             var m = ahl_msg()
             var fd: Int32 = -1
-            guard n > 0, ahl_recv_msg(child.report_fd, &m, &fd) > 0 else {
+            var sender: Int32 = 0
+            guard n > 0, ahl_recv_msg(child.report_fd, &m, &fd, &sender) > 0 else {
                 // eventLoop reads the end again (a closed socket stays readable).
                 reportEnded = true
                 return false
             }
-            handle(m, fd: fd)
+            handle(m, fd: fd, sender: sender)
             if setupError != nil || execErrno != nil || waitStatus != nil { return false }
         }
         return true
@@ -228,11 +229,12 @@ struct Session {
                 if p.fd == child.report_fd {
                     var m = ahl_msg()
                     var fd: Int32 = -1
-                    let got = ahl_recv_msg(child.report_fd, &m, &fd)
+                    var sender: Int32 = 0
+                    let got = ahl_recv_msg(child.report_fd, &m, &fd, &sender)
                     if got <= 0 {
                         reportOpen = false
                         Timing.mark("sandbox processes gone")
-                    } else { handle(m, fd: fd) }
+                    } else { handle(m, fd: fd, sender: sender) }
                 } else if p.fd == notifyFD {
                     if p.revents & Int16(POLLIN) != 0, let req, let resp {
                         answerNotification(req, resp)
@@ -253,10 +255,13 @@ struct Session {
         }
     }
 
-    mutating func handle(_ m: ahl_msg, fd: Int32) {
+    mutating func handle(_ m: ahl_msg, fd: Int32, sender: Int32 = 0) {
         switch UInt32(m.kind) {
         case AHL_MSG_LISTENER.rawValue:
             Timing.mark("payload privileges dropped, seccomp installed")
+            // The payload sends this itself, just before its exec: the kernel's record of the
+            // sender is the payload's pid, whenever this is read (it may have ended since).
+            if options.findPayloadPID && sender > 0 { payloadPID = sender }
             findPayloadPID()
             if notifyFD >= 0 { close(notifyFD) }
             notifyFD = fd
@@ -309,6 +314,7 @@ struct Session {
             waitStatus = Int32(truncatingIfNeeded: m.value)
         case AHL_MSG_STARTED.rawValue:
             Timing.mark("filesystem built, payload forked")
+            if options.delayAtPayloadStartForTests > 0 { usleep(UInt32(options.delayAtPayloadStartForTests * 1e6)) }
             findPayloadPID()
             // Where the pools did not refill as the payload started (LISTENER), they may once
             // it has been quiet for a moment (eventLoop), not at once: making a namespace holds
@@ -321,11 +327,11 @@ struct Session {
         }
     }
 
-    /// Where asked for (`RunOptions.findPayloadPID`): the payload's pid. It is the child of
-    /// init that is pid 2 in the sandbox's namespace (the last of its NSpid), looked for at
-    /// both messages that come before its exec, while it is alive: the second is sent by the
-    /// payload itself, and a payload whose first notified call waits for our answer cannot
-    /// have ended before we read. Orphans reparented to init have other pids; not found, it
+    /// Where asked for (`RunOptions.findPayloadPID`) and not known from the payload's own
+    /// message (a sandbox without a seccomp listener sends none): the child of init that is
+    /// pid 2 in the sandbox's namespace (the last of its NSpid), looked for when init reports
+    /// the fork. That is a race with the payload's end (a short test script can be gone before
+    /// the message is read: seen under load), so the sender's pid comes first. Not found, it
     /// stays nil (and a verifier's reward then counts as written by someone else).
     mutating func findPayloadPID() {
         guard options.findPayloadPID, payloadPID == nil, initPID > 0 else { return }
@@ -464,7 +470,8 @@ struct Session {
         guard r > 0 else { return .timeout }
         var m = ahl_msg()
         var fd: Int32 = -1
-        guard ahl_recv_msg(child.report_fd, &m, &fd) > 0 else { return .eof }
+        var sender: Int32 = 0
+        guard ahl_recv_msg(child.report_fd, &m, &fd, &sender) > 0 else { return .eof }
         if fd >= 0 { close(fd) }
         return .message(m)
     }
