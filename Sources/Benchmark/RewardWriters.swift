@@ -24,8 +24,9 @@ import SupervisorIO
 enum RewardWriters {
     /// The files `Reward.read` takes a reward from.
     static let names: Set<String> = ["reward.txt", "reward.json"]
-    /// The logs file system: small (it holds a reward and reports), few inodes.
-    static let logsOptions = "size=256m,nr_inodes=4096,mode=0755"
+    /// The logs file system: a reward and the verifier's reports and logs, few files. A cap,
+    /// not an allocation (tmpfs takes memory as it is written).
+    static let logsOptions = "size=1g,nr_inodes=4096,mode=0755"
 
     /// Why the reward in `logs` cannot be trusted, or nil when every change to a reward file
     /// was the test script's (`payload`: its pid, nil when unknown).

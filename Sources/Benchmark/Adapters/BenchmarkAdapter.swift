@@ -131,20 +131,31 @@ public struct LocalAdapter: BenchmarkAdapter {
     public func run(_ ids: [String], _ context: AdapterRunContext) throws(BenchmarkError) -> [TaskOutcome] {
         let tasks = ids.compactMap { benchmark.task($0) }
         guard !tasks.isEmpty else { return [] }
-        var cfg = TaskRunConfiguration(policyLoader: context.policyLoader, agentDirectory: context.agentDirectory,
-                                       scratchRoot: context.scratchRoot, audit: context.audit)
-        cfg.verifierAudit = context.toolAudit
-        cfg.taskPolicy = taskPolicy
-        cfg.verifierPolicy = verifierPolicy
-        cfg.oracle = context.oracle
-        cfg.pageCache = context.pageCache
-        cfg.writeFailures = context.writeFailures
-        cfg.collectFailures = !context.heldOut
-        if let t = defaultAgentTimeout { cfg.defaultAgentTimeout = t }
+        return try context.runTasks(tasks) { cfg in
+            cfg.taskPolicy = taskPolicy
+            cfg.verifierPolicy = verifierPolicy
+            if let t = defaultAgentTimeout { cfg.defaultAgentTimeout = t }
+        }
+    }
+}
+
+extension AdapterRunContext {
+    /// Runs `tasks` with a `TaskRunner` set up for this run (its audits, oracle, page cache,
+    /// write failures; failure evidence for train runs), after `configure` has had its say;
+    /// progress names no task of a held-out run.
+    func runTasks(_ tasks: [BenchmarkTask], configure: (inout TaskRunConfiguration) -> Void) throws(BenchmarkError) -> [TaskOutcome] {
+        var cfg = TaskRunConfiguration(policyLoader: policyLoader, agentDirectory: agentDirectory, scratchRoot: scratchRoot, audit: audit)
+        cfg.verifierAudit = toolAudit
+        cfg.oracle = oracle
+        cfg.pageCache = pageCache
+        cfg.writeFailures = writeFailures
+        cfg.collectFailures = !heldOut
+        configure(&cfg)
         let runner = try TaskRunner(configuration: cfg)
-        let heldOut = context.heldOut
-        let progress = context.progress
-        return runner.runAll(tasks, concurrency: context.concurrency, traceDirectory: { context.traceDirectory($0.id) }) { done, total, last in
+        let heldOut = self.heldOut
+        let progress = self.progress
+        let traceDirectory = self.traceDirectory
+        return runner.runAll(tasks, concurrency: concurrency, traceDirectory: { traceDirectory($0.id) }) { done, total, last in
             progress(done, total, heldOut ? nil : last)
         }
     }

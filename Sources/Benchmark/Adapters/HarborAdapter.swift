@@ -135,22 +135,30 @@ public struct HarborAdapter: BenchmarkAdapter {
     }
 
     func argv(_ ids: [String], jobs: String) -> [String] {
-        var a = tool.command + ["run"]
+        var source: [String] = []
         if let p = datasetPath {
-            a += ["-p", p]
+            source = ["-p", p]
         } else if let d = dataset {
-            a += ["-d", d]
-            if registry != nil { a += ["--registry-path", Self.registryCopy] }
+            source = ["-d", d] + (registry != nil ? ["--registry-path", Self.registryCopy] : [])
         }
+        return runArguments(source: source, environment: ["--env", environmentProvider], jobs: jobs,
+                            trials: min(concurrency ?? 1, ids.count), ids: ids)
+    }
+
+    /// `harbor run` over the tasks `source` selects (`-p`/`-d`), with the agent (its model, or
+    /// the job config that names both), the environment flags, the timeout multiplier, the jobs
+    /// directory, `trials` at a time, and `ids`.
+    func runArguments(source: [String], environment: [String], jobs: String, trials: Int, ids: [String]) -> [String] {
+        var a = tool.command + ["run"] + source
         if jobConfig() != nil {
             a += ["-c", Self.jobConfigPath]
         } else {
             a += ["--agent", Self.agentImportPath]  // harbor 0.24.0: an import path is -a/--agent (--agent-import-path is deprecated)
             if let m = model { a += ["--model", m] }
         }
-        a += ["--env", environmentProvider]
+        a += environment
         if let x = agentTimeoutMultiplier { a += ["--agent-timeout-multiplier", String(format: "%.2f", x)] }
-        a += ["--jobs-dir", jobs, "-y", "-n", String(min(concurrency ?? 1, ids.count))]
+        a += ["--jobs-dir", jobs, "-y", "-n", String(trials)]
         for id in ids { a += ["-i", id] }
         return a
     }
@@ -198,22 +206,8 @@ public struct HarborAdapter: BenchmarkAdapter {
     /// run by `TaskRunner` in a sandbox of its own (`HarborAgentPhase`). `--oracle` runs each
     /// task's solution/solve.sh in place of Harbor, as for a local benchmark.
     func runLocally(_ ids: [String], _ context: AdapterRunContext) throws(BenchmarkError) -> [TaskOutcome] {
-        var cfg = TaskRunConfiguration(policyLoader: context.policyLoader, agentDirectory: context.agentDirectory,
-                                       scratchRoot: context.scratchRoot, audit: context.audit)
-        cfg.verifierAudit = context.toolAudit
-        cfg.oracle = context.oracle
-        cfg.pageCache = context.pageCache
-        cfg.writeFailures = context.writeFailures
-        cfg.collectFailures = !context.heldOut
-        cfg.externalAgent = HarborAgentPhase(adapter: self, context: context)
-        let runner = try TaskRunner(configuration: cfg)
-        let tasks = ids.map(localTask)
         context.log("harbor: \(ids.count) task(s), each agent phase through harbor, each verifier in a sandbox of its own")
-        let heldOut = context.heldOut
-        let progress = context.progress
-        return runner.runAll(tasks, concurrency: context.concurrency, traceDirectory: { context.traceDirectory($0.id) }) { done, total, last in
-            progress(done, total, heldOut ? nil : last)
-        }
+        return try context.runTasks(ids.map(localTask)) { $0.externalAgent = HarborAgentPhase(adapter: self, context: context) }
     }
 
     /// The directory of task `id` on this host: under `-p`, or a registry's local task.
@@ -239,8 +233,11 @@ public struct HarborAdapter: BenchmarkAdapter {
         }
         if case .success(let bytes) = InputFile.read(dir + "/task.toml", cap: LocalBenchmark.maxTaskTomlBytes),
            let text = String(validating: bytes, as: UTF8.self),
-           let value = Self.tableValue(taskToml: text, table: "verifier", key: "timeout_sec"),
-           let seconds = Double(value), seconds > 0, seconds <= LocalBenchmark.maxTimeout {
+           let value = Self.tableValue(taskToml: text, table: "verifier", key: "timeout_sec") {
+            guard let seconds = Double(value.replacingOccurrences(of: "_", with: "")), seconds > 0, seconds <= LocalBenchmark.maxTimeout else {
+                task.problem = "\(dir)/task.toml: [verifier] timeout_sec must be a positive number of seconds, at most \(Int(LocalBenchmark.maxTimeout)) (got \(value))"
+                return task
+            }
             task.verifierTimeout = seconds
             task.verifierTimeoutDeclared = true
         }
@@ -354,6 +351,26 @@ public struct HarborAdapter: BenchmarkAdapter {
         return (results, ignored)
     }
 
+    /// The agent's exception Harbor recorded in a trial's result.json: a status (a timeout, or
+    /// any other failure as a crash) and a line for the operator; nil when there is none.
+    static func agentException(_ json: JSONValue) -> (status: TaskStatus, line: String)? {
+        guard let e = json["exception_info"], !e.isNull else { return nil }
+        let type = e["exception_type"]?.string ?? "exception"
+        let message = e["exception_message"]?.string ?? ""
+        return (type.lowercased().contains("timeout") ? .agentTimeout : .agentCrashed,
+                "harbor: \(type)\(message.isEmpty ? "" : ": " + message.prefix(200))")
+    }
+
+    /// The train-trace files of a trial's agent side: Harbor's result.json (`result`), its
+    /// trial.log and exception.txt, and the agent's logs directory, bounded.
+    static func agentTrace(_ dir: Int32, result: [UInt8]) -> [(String, [UInt8])] {
+        var trace = [("harbor-result.json", result)]
+        for f in ["trial.log", "exception.txt"] {
+            if let b = FileSystem.readCapped(at: dir, f, cap: TaskRunner.traceCap) { trace.append(("harbor-" + f, b)) }
+        }
+        return trace + TraceCopy.directory(at: dir, "agent", prefix: "agent-")
+    }
+
     /// A trial directory's result.json and verifier reward, cross-checked. A result.json that
     /// cannot be read or parsed adds why to `unreadable` (without the trial's name, which
     /// names its task: held-out runs tell nothing per task).
@@ -373,21 +390,14 @@ public struct HarborAdapter: BenchmarkAdapter {
         }
         var trial = Trial(task: task, harborName: HarborTaskNames.harborName(taskID: json["task_id"]), reward: nil, status: .missingResult, detail: nil, trace: [])
         if traces {
-            trial.trace = [("harbor-result.json", bytes)]
-            for f in ["trial.log", "exception.txt"] {
-                if let b = FileSystem.readCapped(at: dir, f, cap: TaskRunner.traceCap) { trial.trace.append(("harbor-" + f, b)) }
-            }
-            trial.trace += TraceCopy.directory(at: dir, "agent", prefix: "agent-")
-            trial.trace += TraceCopy.directory(at: dir, "verifier", prefix: "verifier-")
+            trial.trace = agentTrace(dir, result: bytes) + TraceCopy.directory(at: dir, "verifier", prefix: "verifier-")
         }
         trial.costUSD = Self.cost(json)
         var exception: String?
-        if let e = json["exception_info"], !e.isNull {
-            let type = e["exception_type"]?.string ?? "exception"
-            let message = e["exception_message"]?.string ?? ""
-            exception = "harbor: \(type)\(message.isEmpty ? "" : ": " + message.prefix(200))"
+        if let e = agentException(json) {
+            exception = e.line
             if traces, let evidence = FailureParsers.harborException(json) { trial.failures.append(evidence) }
-            trial.status = type.lowercased().contains("timeout") ? .agentTimeout : .agentCrashed
+            trial.status = e.status
             trial.detail = exception
             // Harbor ran the verifier anyway when it recorded a reward; otherwise 0.
             guard json.path("verifier_result", "rewards", "reward") != nil else { return trial }

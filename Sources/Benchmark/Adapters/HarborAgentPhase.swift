@@ -40,23 +40,11 @@ final class HarborAgentPhase: ExternalAgentPhase, @unchecked Sendable {
     static let agentPhaseEntries: Set<String> = ["task.toml", "instruction.md", "environment"]
 
     func argv(_ id: String) -> [String] {
-        var a = adapter.tool.command + ["run"]
-        if let dataset = adapter.dataset, adapter.registry != nil {
-            // The registry's dataset, cut down to this task at the run's copy of it.
-            a += ["-d", dataset, "--registry-path", HarborAdapter.registryCopy]
-        } else {
-            a += ["-p", Self.taskParent]
-        }
-        if adapter.jobConfig() != nil {
-            a += ["-c", HarborAdapter.jobConfigPath]
-        } else {
-            a += ["--agent", HarborAdapter.agentImportPath]
-            if let m = adapter.model { a += ["--model", m] }
-        }
-        a += ["--env", "autoharness_harbor_env:SandboxEnvironment", "--disable-verification"]
-        if let x = adapter.agentTimeoutMultiplier { a += ["--agent-timeout-multiplier", String(format: "%.2f", x)] }
-        a += ["--jobs-dir", "/work/out/jobs", "-y", "-n", "1", "-i", id]
-        return a
+        // The registry's dataset, cut down to this task at the run's copy of it; else the copy.
+        let source = adapter.dataset.flatMap { d in adapter.registry.map { _ in ["-d", d, "--registry-path", HarborAdapter.registryCopy] } }
+            ?? ["-p", Self.taskParent]
+        return adapter.runArguments(source: source, environment: ["--env", "autoharness_harbor_env:SandboxEnvironment", "--disable-verification"],
+                                    jobs: "/work/out/jobs", trials: 1, ids: [id])
     }
 
     func run(_ task: BenchmarkTask, workdir: String) -> ExternalAgentEnd {
@@ -99,14 +87,11 @@ final class HarborAgentPhase: ExternalAgentPhase, @unchecked Sendable {
         }
         let out = run.openOutput()
         defer { if out >= 0 { close(out) } }
-        var end = (out >= 0 ? trial(task.id, out) : nil)
+        var end = (out >= 0 ? trial(task.id, out, traces: !context.heldOut) : nil)
             ?? ExternalAgentEnd(.ungraded(.missingResult), "harbor wrote no trial result for the task (harbor \(exit.summary))")
         if !context.heldOut {
             let secrets = run.secretValues()
             end.trace = (end.trace + run.logs()).map { ($0.0, ToolRun.redact($0.1, secrets)) }
-        } else {
-            end.trace = []
-            end.failures = []
         }
         return end
     }
@@ -134,8 +119,9 @@ final class HarborAgentPhase: ExternalAgentPhase, @unchecked Sendable {
         }
     }
 
-    /// The trial Harbor recorded for `id`: its exception (the agent's end), cost and trace.
-    private func trial(_ id: String, _ out: Int32) -> ExternalAgentEnd? {
+    /// The trial Harbor recorded for `id`: its exception (the agent's end), cost and, for train
+    /// runs (`traces`), its evidence and trace.
+    private func trial(_ id: String, _ out: Int32, traces: Bool) -> ExternalAgentEnd? {
         let names: Set<String> = [id, adapter.taskNames[id]].compactMap { $0 }.reduce(into: []) { $0.insert($1) }
         var found: ExternalAgentEnd?
         HarborAdapter.forEachTrial(out) { dir, _ in
@@ -145,19 +131,12 @@ final class HarborAgentPhase: ExternalAgentPhase, @unchecked Sendable {
                   names.contains(task) || HarborTaskNames.harborName(taskID: json["task_id"]).map(names.contains) == true
             else { return }
             var end = ExternalAgentEnd(.finished)
-            if let e = json["exception_info"], !e.isNull {
-                let type = e["exception_type"]?.string ?? "exception"
-                let message = e["exception_message"]?.string ?? ""
-                let status: TaskStatus = type.lowercased().contains("timeout") ? .agentTimeout : .agentCrashed
-                end = ExternalAgentEnd(.failed(status), "harbor: \(type)\(message.isEmpty ? "" : ": " + message.prefix(200)) (the verifier still ran, as in Harbor)")
-                if let evidence = FailureParsers.harborException(json) { end.failures = [evidence] }
+            if let e = HarborAdapter.agentException(json) {
+                end = ExternalAgentEnd(.failed(e.status), e.line + " (the verifier still ran, as in Harbor)")
+                if traces, let evidence = FailureParsers.harborException(json) { end.failures = [evidence] }
             }
             end.costUSD = HarborAdapter.cost(json)
-            end.trace = [("harbor-result.json", bytes)]
-            for f in ["trial.log", "exception.txt"] {
-                if let b = FileSystem.readCapped(at: dir, f, cap: TaskRunner.traceCap) { end.trace.append(("harbor-" + f, b)) }
-            }
-            end.trace += TraceCopy.directory(at: dir, "agent", prefix: "agent-")
+            if traces { end.trace = HarborAdapter.agentTrace(dir, result: bytes) }
             found = end
         }
         return found

@@ -57,9 +57,9 @@ public struct RunOptions: @unchecked Sendable {
     /// host's proxy (which applies the allowlist and the gate), tagged with the sandbox's
     /// class (`agent` or `tool`); the allowlist and gate above are then not used here.
     public var egressLink: (link: EgressLink, tag: String)?
-    /// Learn the payload's pid (`SandboxResult.payloadPID`): what a verifier's reward files are
-    /// checked against (only the test script's own process may write them). Off by default:
-    /// it costs a /proc read per launch.
+    /// Learn the payload's pid (`SandboxResult.payloadPID`, from the kernel's record of who
+    /// sent the payload's last report before its exec): what a verifier's reward files are
+    /// checked against (only the test script's own process may write them).
     public var findPayloadPID = false
     /// Tests only: seconds the supervisor waits when init reports the payload's fork, before
     /// it reads on (a supervisor slow to read its reports, as under load).

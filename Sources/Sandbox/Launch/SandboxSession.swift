@@ -50,7 +50,12 @@ struct Session {
     var initMountNS: Int32 = -1
     var payloadMountNS: Int32 = -1
     var initPID: Int32 = 0
-    /// The payload's pid as this process sees it (`RunOptions.findPayloadPID`).
+    /// The payload's pid as this process sees it (`RunOptions.findPayloadPID`): the sender of
+    /// the report the payload makes itself just before its exec (the seccomp listener), taken
+    /// from the kernel's record of it, which holds even if the payload has ended by the time
+    /// the report is read. A sandbox without a listener leaves it nil (a verifier's reward then
+    /// counts as written by someone else). Init's children, read when the fork is reported,
+    /// raced a short payload's end under load.
     var payloadPID: Int32?
 
     mutating func supervise() -> SandboxResult {
@@ -262,7 +267,6 @@ struct Session {
             // The payload sends this itself, just before its exec: the kernel's record of the
             // sender is the payload's pid, whenever this is read (it may have ended since).
             if options.findPayloadPID && sender > 0 { payloadPID = sender }
-            findPayloadPID()
             if notifyFD >= 0 { close(notifyFD) }
             notifyFD = fd
             // The payload waits in the kernel for each answer: have the kernel switch straight
@@ -315,7 +319,6 @@ struct Session {
         case AHL_MSG_STARTED.rawValue:
             Timing.mark("filesystem built, payload forked")
             if options.delayAtPayloadStartForTests > 0 { usleep(UInt32(options.delayAtPayloadStartForTests * 1e6)) }
-            findPayloadPID()
             // Where the pools did not refill as the payload started (LISTENER), they may once
             // it has been quiet for a moment (eventLoop), not at once: making a namespace holds
             // a core for 0.5 ms in the kernel, and the payload's first seccomp notification
@@ -324,24 +327,6 @@ struct Session {
             if options.networkNamespaces != nil || options.parts != nil || options.whenQuiet != nil { quietAfter = monotonicNow() + Self.quietBeforeRefill }
         default:
             if fd >= 0 { close(fd) }
-        }
-    }
-
-    /// Where asked for (`RunOptions.findPayloadPID`) and not known from the payload's own
-    /// message (a sandbox without a seccomp listener sends none): the child of init that is
-    /// pid 2 in the sandbox's namespace (the last of its NSpid), looked for when init reports
-    /// the fork. That is a race with the payload's end (a short test script can be gone before
-    /// the message is read: seen under load), so the sender's pid comes first. Not found, it
-    /// stays nil (and a verifier's reward then counts as written by someone else).
-    mutating func findPayloadPID() {
-        guard options.findPayloadPID, payloadPID == nil, initPID > 0 else { return }
-        for child in readText("/proc/\(initPID)/task/\(initPID)/children").split(separator: " ") {
-            guard let pid = Int32(child) else { continue }
-            let line = readText("/proc/\(pid)/status").split(separator: "\n").first { $0.hasPrefix("NSpid:") }
-            if line?.split(whereSeparator: { $0 == " " || $0 == "\t" }).last == "2" {
-                payloadPID = pid
-                return
-            }
         }
     }
 
