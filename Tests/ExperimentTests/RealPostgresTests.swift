@@ -209,15 +209,92 @@ struct RealPostgresTests {
                          "dialogue_history": [], "tool_trajectory": [], "final_response": "done"}
             """)
 
-    @Test("SQL that leaves state in the cluster (a role, an ALTER SYSTEM setting) voids the run's scores, is recorded against agent.py and is undone before the next run")
+    /// What a task's SQL tries beyond its own database, each submitted through the DB
+    /// environment (name, SQL), and what PostgreSQL answers a role without privileges. Upstream
+    /// runs each submission in a transaction (psycopg2's default), so ALTER SYSTEM, CREATE
+    /// DATABASE and CREATE TABLESPACE fail there whoever runs them; these run in one.
+    static let attacks: [(name: String, sql: String, refusal: String)] = [
+        ("create_role", "CREATE ROLE leak LOGIN", "permission denied to create role"),
+        ("alter_superuser", "ALTER ROLE root SET work_mem = '7MB'", "must be superuser to alter superusers"),
+        ("other_database_setting", "ALTER DATABASE postgres SET work_mem = '7MB'", "must be owner of database postgres"),
+        ("grant_server_files", "GRANT pg_read_server_files TO CURRENT_USER", "must have admin option on role"),
+        ("read_server_file", "SELECT pg_read_file('PG_VERSION')", "permission denied for function pg_read_file"),
+        ("import_server_file", "SELECT lo_import('/etc/passwd')", "permission denied for function lo_import"),
+        ("server_program", "COPY (SELECT 1) TO PROGRAM 'true'", "pg_execute_server_program"),
+        ("untrusted_extension", "CREATE EXTENSION dblink", "permission denied to create extension"),
+        ("server_setting", "SET log_statement = 'none'", "permission denied to set parameter"),
+        ("set_role", "SET ROLE root", "permission denied to set role"),
+        ("superuser_session", "SET SESSION AUTHORIZATION root", "permission denied to set session authorization"),
+        ("other_database", "SELECT count(*) FROM space_template.public.aliens", "cross-database references are not implemented"),
+    ]
+
+    static let attacker = BirdAgents.systemAgent(imports: "import json", session: """
+            for name, sql in \(attacks.map { "(\"\($0.name)\", \"\($0.sql)\")" }.joined(separator: ", ")),:
+                v = client.db("/submit", {"task_id": tid, "sql": sql})
+                print("ATTACK %s %s %s" % (tid, name, json.dumps(v.get("message"))), flush=True)
+            who = client.db("/execute", {"task_id": tid, "sql": "SELECT current_user, rolsuper, pg_has_role(current_user, 'pg_read_server_files', 'USAGE') FROM pg_roles WHERE rolname = current_user"})
+            print("WHO %s %s" % (tid, json.dumps(who)), flush=True)
+            client.db("/submit", {"task_id": tid, "sql": "ALTER ROLE CURRENT_USER SET work_mem = '7MB'"})
+            kept = client.db("/execute", {"task_id": tid, "sql": "SELECT current_setting('work_mem')"})
+            print("KEPT %s %s" % (tid, json.dumps(kept)), flush=True)
+            own = client.db("/submit", {"task_id": tid, "sql": "ALTER TABLE %s ADD COLUMN extra integer; CREATE TABLE mine (x integer)" % table})
+            print("OWN %s %s" % (tid, json.dumps(own.get("message"))), flush=True)
+            v = client.db("/submit", {"task_id": tid, "sql": "SELECT COUNT(*) FROM %s" % table})
+            return 200, {"state": {"total_reward": v["reward"], "phase1_completed": v["passed"], "phase2_completed": False},
+                         "dialogue_history": [], "tool_trajectory": [], "final_response": "done"}
+            """)
+
+    @Test("a task's SQL runs as a role of its own: what reaches beyond its database (roles, superusers' and other databases' settings, server files and programs, untrusted extensions, other databases, the superuser) is refused by PostgreSQL, its own DDL works, and correct answers still score")
+    func taskSQLRunsAsItsOwnRole() throws { try Self.withExperiment(taskSQLRunsAsItsOwnRole) }
+
+    func taskSQLRunsAsItsOwnRole(_ pg: PostgresServer, _ exp: Experiment) throws {
+        let p = try exp.run(["prepare"], environment: BirdAdapterTests.env)
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        let roles = try pg.psql("postgres", "SELECT rolname FROM pg_roles ORDER BY 1")
+        try exp.setAgent(Self.attacker)
+        let b = try exp.run(["benchmark"], environment: BirdAdapterTests.env)
+        try #require(b.status == 0, "\(b.stdout)\(b.stderr)")
+        let train = try exp.split().train
+        let stdout = try #require(exp.traceFile(train[0], "tool.stdout"))
+        // Each statement ran and PostgreSQL refused it (the submission's execution error).
+        for id in train {
+            for a in Self.attacks {
+                let line = stdout.split(separator: "\n").first { $0.hasPrefix("ATTACK \(id) \(a.name) ") }.map(String.init) ?? ""
+                #expect(line.contains("exec_err_flg") && line.contains(a.refusal), "\(id) \(a.name): \(line)")
+            }
+            // The SQL ran as a task role: not a superuser, no server-file role.
+            let who = stdout.split(separator: "\n").first { $0.hasPrefix("WHO \(id) ") }.map(String.init) ?? ""
+            #expect(who.contains("ah_task_") && who.contains("| False | False"), "\(id): \(who)")
+            // A setting the role gave itself in one submission is gone by the next session
+            // (the gold SQL's, then /execute's).
+            let kept = stdout.split(separator: "\n").first { $0.hasPrefix("KEPT \(id) ") }.map(String.init) ?? ""
+            #expect(kept.contains("\"result\": \"4MB\""), "\(id): \(kept)")
+            // Its own DDL ran (no execution error; just not the answer).
+            let own = stdout.split(separator: "\n").first { $0.hasPrefix("OWN \(id) ") }.map(String.init) ?? ""
+            #expect(own.contains("not correct") && !own.contains("exec_err_flg"), "\(id): \(own)")
+        }
+        // Nothing changed in the cluster, so the correct answers count.
+        let rewards = try exp.trainResults()
+        for id in train { #expect(rewards[id] as? Double == 0.7, "\(id): \(rewards[id] ?? "nil")") }
+        #expect(try exp.rows("violation").filter { $0["kind"] as? String == "shared_state_changed" }.isEmpty)
+        // The task roles and their databases are gone after the run.
+        #expect(try pg.psql("postgres", "SELECT rolname FROM pg_roles ORDER BY 1") == roles)
+        let left = try pg.psql("postgres", "SELECT datname FROM pg_database ORDER BY datname").split(separator: "\n")
+        #expect(left == ["postgres", "space_template", "template0", "template1"], "\(left)")
+    }
+
+    @Test("a DB environment that runs SQL as the configured user (not through psycopg2, so without task roles): SQL that leaves state in the cluster (a role, an ALTER SYSTEM setting) voids the run's scores, is recorded against agent.py and is undone before the next run")
     func sharedStateChangeVoidsTheRun() throws { try Self.withExperiment(sharedStateChangeVoidsTheRun) }
 
     func sharedStateChangeVoidsTheRun(_ pg: PostgresServer, _ exp: Experiment) throws {
-        let p = try exp.run(["prepare"], environment: BirdAdapterTests.env)
+        try exp.set("env_pass", "[FAKE_MODE, PYTHONPATH, FAKE_DB_ENV]", in: "runner")
+        var env = BirdAdapterTests.env
+        env["FAKE_DB_ENV"] = "psql"
+        let p = try exp.run(["prepare"], environment: env)
         try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
         let before = try pg.psql("postgres", "SELECT count(*) FROM pg_roles")
         try exp.setAgent(Self.stateLeaker)
-        let b = try exp.run(["benchmark"], environment: BirdAdapterTests.env)
+        let b = try exp.run(["benchmark"], environment: env)
         try #require(b.status == 0, "\(b.stdout)\(b.stderr)")
         let train = try exp.split().train
         // The correct answer was submitted (the leak did not stop the grading) ...

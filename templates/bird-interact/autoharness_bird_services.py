@@ -143,10 +143,37 @@ state_before = shared_state() if pg_configured() else None
 
 env = dict(os.environ)
 env["PYTHONPATH"] = args.adk + os.pathsep + env.get("PYTHONPATH", "")
+# With PostgreSQL the DB environment starts through autoharness_bird_roles.py: its SQL runs as
+# a role per task database (no superuser), named in ROLES as they are made.
+ROLES = os.path.join(os.path.dirname(os.path.abspath(args.record)), "task_roles.txt")
 children = []
 for module, port in (("db_environment.server", args.db_port), ("user_simulator.server", args.user_port)):
-    children.append(subprocess.Popen([sys.executable, "-m", "uvicorn", module + ":app", "--host", "127.0.0.1", "--port", str(port),
-                                      "--log-level", "warning"], cwd=args.adk, env=env))
+    serve = [module + ":app", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    if module.startswith("db_") and state_before is not None:
+        argv = [sys.executable, os.path.join(HERE, "autoharness_bird_roles.py"), "--roles-file", ROLES, "--"] + serve
+    else:
+        argv = [sys.executable, "-m", "uvicorn"] + serve
+    children.append(subprocess.Popen(argv, cwd=args.adk, env=env))
+
+
+def drop_task_roles():
+    """Drops the task roles of the run, and the databases they still own (a task's copy
+    that the DB environment did not drop, e.g. after a crash); before the shared state is
+    compared, so a role that stays is reported there."""
+    try:
+        with open(ROLES, encoding="utf-8") as f:
+            names = [line.strip() for line in f if line.strip()]
+    except FileNotFoundError:
+        return
+    for role in names:
+        ident = '"%s"' % role.replace('"', '""')
+        try:
+            for db in psql("SELECT datname FROM pg_database WHERE datdba = '%s'::regrole" % role.replace("'", "''")):
+                psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '%s'" % db.replace("'", "''"))
+                psql('DROP DATABASE IF EXISTS "%s"' % db.replace('"', '""'))
+            psql("DROP ROLE IF EXISTS %s" % ident)
+        except RuntimeError as e:
+            print("autoharness: a task role could not be dropped: %s" % e, file=sys.stderr)
 
 
 def stop(*_):
@@ -158,6 +185,7 @@ def stop(*_):
         except subprocess.TimeoutExpired:
             c.kill()
     if state_before is not None:
+        drop_task_roles()
         settle_shared_state(state_before)
     os._exit(0)
 

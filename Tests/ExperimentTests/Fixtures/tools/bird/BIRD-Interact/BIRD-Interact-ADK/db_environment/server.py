@@ -6,17 +6,15 @@ has_follow_up and follow_up_query; rewards 0.7 and 0.3, in c-interact 0.5 and 0.
 phase's first try.
 
 With PostgreSQL (a server socket in PG_HOST for PG_PORT), it does what upstream's does
-through shared/db_utils.py: /init_task makes the task's database <db>__<id> from
-<db>_template with psql, dropdb and createdb (as _drop_and_create_db); a submission runs on
-a fresh copy (phase 1 from the template, phase 2 from the phase-1 snapshot) and passes when
-its result equals the gold SQL's (as upstream's test_case_default: rows compared as sets unless
-conditions.order); a passed phase 1 is applied and snapshotted to <task db>__p1snap;
-/execute runs SELECT-only SQL; /cleanup_task drops both. Queries run through psql where
-upstream uses psycopg2 (both libpq, over the same socket). Without PostgreSQL it compares
-SQL text with the gold."""
+through shared/db_utils.py (the stand-in beside this one: psycopg2 pools per database, psql,
+dropdb and createdb for copies): /init_task makes the task's database <db>__<id> from
+<db>_template (create_task_db); a submission runs on a fresh copy (phase 1 from the template,
+phase 2 from the phase-1 snapshot, reset_task_db) and passes when its result equals the gold
+SQL's (as upstream's test_case_default: rows compared as sets unless conditions.order); a
+passed phase 1 is applied and snapshotted to <task db>__p1snap (create_task_db with the task
+database as template); /execute runs SELECT-only SQL; /cleanup_task drops both
+(drop_task_db). Without PostgreSQL it compares SQL text with the gold."""
 import os
-import re
-import subprocess
 
 TASKS = {}
 ATTEMPTS = {}
@@ -27,35 +25,28 @@ def pg_socket():
     return host if host.startswith("/") and os.path.exists(os.path.join(host, ".s.PGSQL." + port)) else None
 
 
-def pg_args():
-    return ["-h", os.environ["PG_HOST"], "-p", os.environ.get("PG_PORT", "5432"), "-U", os.environ.get("PG_USER", "root")]
+def db():
+    """shared.db_utils, imported only with PostgreSQL (it needs psycopg2, as upstream's)."""
+    from shared import db_utils
+    return db_utils
 
 
-def pg_env():
-    env = dict(os.environ)
-    env["PGPASSWORD"] = os.environ.get("PG_PASSWORD", "123123")
-    return env
-
-
-def psql(db, sql):
-    """(rows, error): rows as tuples of text."""
-    r = subprocess.run(["psql", *pg_args(), "-d", db, "-X", "-q", "-A", "-t", "-F", "\x1f", "-v", "ON_ERROR_STOP=1", "-c", sql],
-                       env=pg_env(), capture_output=True, text=True, timeout=60)
-    if r.returncode != 0:
-        return None, r.stderr.strip() or "psql exited %d" % r.returncode
-    return [tuple(line.split("\x1f")) for line in r.stdout.splitlines() if line], None
-
-
-def recreate(db, template):
-    subprocess.run(["psql", *pg_args(), "-d", "postgres", "-X", "-q", "-c",
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '%s' AND pid <> pg_backend_pid();" % db],
-                   env=pg_env(), check=True, capture_output=True, timeout=60)
-    subprocess.run(["dropdb", "--if-exists", *pg_args(), db], env=pg_env(), check=True, capture_output=True, timeout=60)
-    subprocess.run(["createdb", *pg_args(), db, "--template", template], env=pg_env(), check=True, capture_output=True, timeout=60)
-
-
-def drop(db):
-    subprocess.run(["dropdb", "--if-exists", *pg_args(), db], env=pg_env(), check=True, capture_output=True, timeout=60)
+def run_sql(task_db, sql):
+    """(rows, error) of `sql` on `task_db` through the database's pool. FAKE_DB_ENV=psql: with
+    the psql program as PG_USER instead, like a DB environment that does not use psycopg2
+    (autoharness's task roles do not reach it; the shared-state check still must)."""
+    if os.environ.get("FAKE_DB_ENV") == "psql":
+        import subprocess
+        env = dict(os.environ, PGPASSWORD=os.environ.get("PG_PASSWORD", "123123"))
+        r = subprocess.run(["psql", "-h", os.environ["PG_HOST"], "-p", os.environ.get("PG_PORT", "5432"), "-U", os.environ.get("PG_USER", "root"),
+                            "-d", task_db, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql], env=env, capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            return None, r.stderr.strip()
+        return [tuple(line.split("|")) for line in r.stdout.splitlines() if line], None
+    rows, err, timeout, _ = db().execute_queries(sql, task_db)
+    if timeout:
+        return None, "timeout"
+    return (rows or []), err
 
 
 def grade(task, phase, sql):
@@ -68,13 +59,14 @@ def grade(task, phase, sql):
         return False, "Test case execution failed."
     if not pg_socket():
         return sql.strip().lower() == gold[0].lower(), "Your SQL is not correct."
-    db = task["_task_db"]
-    recreate(db, task["selected_database"] + "_template" if phase == 1 else task["_snapshot_db"])
-    pred, err = psql(db, sql)
+    task_db = task["_task_db"]
+    source = task["selected_database"] + "_template" if phase == 1 else task["_snapshot_db"]
+    db().reset_task_db(task_db, source)
+    pred, err = run_sql(task_db, sql)
     if err:
         return False, "[exec_err_flg] Error executing submitted SQL: " + err
-    recreate(db, task["selected_database"] + "_template" if phase == 1 else task["_snapshot_db"])
-    want, err = psql(db, gold[0])
+    db().reset_task_db(task_db, source)
+    want, err = run_sql(task_db, gold[0])
     if err:
         return False, "Your SQL is not correct."
     ordered = (gold_task.get("conditions") or task.get("conditions") or {}).get("order")
@@ -90,8 +82,7 @@ def app(method, path, body):
         TASKS[tid] = task
         ATTEMPTS[tid] = {1: 0, 2: 0}
         if pg_socket():
-            task["_task_db"] = "%s__%s" % (task["selected_database"], re.sub(r"[^A-Za-z0-9_]", "_", tid))
-            recreate(task["_task_db"], task["selected_database"] + "_template")
+            task["_task_db"] = db().create_task_db(task["selected_database"], tid)
         return 200, {"status": "ok", "task_id": tid}
     if path == "/execute":
         task = TASKS.get(body["task_id"])
@@ -101,10 +92,10 @@ def app(method, path, body):
             return 200, {"result": "", "success": False, "error": "no database"}
         if not body["sql"].strip().upper().startswith(("SELECT", "WITH", "EXPLAIN")):
             return 200, {"result": "", "success": False, "error": "Only SELECT queries allowed in execute_sql"}
-        rows, err = psql(task["_task_db"], body["sql"])
+        rows, err = run_sql(task["_task_db"], body["sql"])
         if err:
             return 200, {"result": "", "success": False, "error": "SQL error: " + err}
-        return 200, {"result": "\n".join(" | ".join(r) for r in rows), "success": True}
+        return 200, {"result": "\n".join(" | ".join(str(v) for v in r) for r in rows), "success": True}
     if path == "/submit":
         tid, sql = body["task_id"], body["sql"]
         task = TASKS.get(tid)
@@ -123,10 +114,10 @@ def app(method, path, body):
             return 200, {"passed": True, "message": "Phase 2 correct! (Reward: %s). Task finished." % reward, "reward": reward,
                          "phase_completed": 2, "has_follow_up": False, "follow_up_query": None}
         if pg_socket():
-            recreate(task["_task_db"], task["selected_database"] + "_template")
-            psql(task["_task_db"], sql)
-            task["_snapshot_db"] = task["_task_db"] + "__p1snap"
-            recreate(task["_snapshot_db"], task["_task_db"])
+            db().reset_task_db(task["_task_db"], task["selected_database"] + "_template")
+            run_sql(task["_task_db"], sql)
+            db().close_pool(task["_task_db"])
+            task["_snapshot_db"] = db().create_task_db(task["_task_db"], "p1snap", template=task["_task_db"])
         follow = task.get("follow_up") or {}
         if follow.get("sol_sql"):
             task["_current_phase"] = 2
@@ -139,8 +130,8 @@ def app(method, path, body):
     if path == "/cleanup_task":
         task = TASKS.pop(body.get("task_id"), None)
         if task and pg_socket():
-            for db in (task.get("_snapshot_db"), task.get("_task_db")):
-                if db:
-                    drop(db)
+            for name in (task.get("_snapshot_db"), task.get("_task_db")):
+                if name:
+                    db().drop_task_db(name)
         return 200, {"status": "ok", "task_id": body.get("task_id")}
     return 404, {"detail": "not found"}

@@ -1,0 +1,106 @@
+"""Stand-in for BIRD-Interact-ADK/shared/db_utils.py (bird-bench/BIRD-Interact at
+451fe2c3518ee1cf908d8139e2913483bd519381), the code paths the DB environment takes:
+queries through a psycopg2 ThreadedConnectionPool per database (`_get_or_init_pool`, keyed by
+database name, connecting as PG_USER with PG_PASSWORD to PG_HOST:PG_PORT), each with a 60 s
+statement timeout and a commit; databases dropped and made again from a template with the
+psql, dropdb and createdb programs (`_drop_and_create_db`, after closing that database's
+pool); a task's database named <base>__<task id with - and . as _> (`create_task_db`)."""
+import os
+import subprocess
+import threading
+
+import psycopg2
+from psycopg2.pool import ThreadedConnectionPool
+
+_pools = {}
+_pools_lock = threading.Lock()
+
+
+def _settings():
+    return {"host": os.environ.get("PG_HOST", "127.0.0.1"), "port": int(os.environ.get("PG_PORT", "5432")),
+            "user": os.environ.get("PG_USER", "root"), "password": os.environ.get("PG_PASSWORD", "123123")}
+
+
+def _get_or_init_pool(db_name):
+    with _pools_lock:
+        pool = _pools.get(db_name)
+        if pool is None:
+            pool = _pools[db_name] = ThreadedConnectionPool(1, 5, dbname=db_name, **_settings())
+        return pool
+
+
+def close_pool(db_name):
+    with _pools_lock:
+        pool = _pools.pop(db_name, None)
+    if pool is not None:
+        pool.closeall()
+
+
+def execute_queries(queries, db_name, conn=None):
+    """(rows of the last query or None, error text or None, timed out, cursor description)."""
+    if isinstance(queries, str):
+        queries = [queries]
+    pool = _get_or_init_pool(db_name)
+    own = conn is None
+    if own:
+        conn = pool.getconn()
+    rows, desc = None, None
+    try:
+        for q in queries:
+            if not q or not q.strip():
+                continue
+            cur = conn.cursor()
+            try:
+                cur.execute("SET statement_timeout = '60s';")
+                cur.execute(q)
+                conn.commit()
+                rows = cur.fetchall() if cur.description is not None else None
+                desc = cur.description
+            except psycopg2.errors.QueryCanceled:
+                conn.rollback()
+                return None, None, True, None
+            except psycopg2.Error as e:
+                conn.rollback()
+                return None, str(e).strip(), False, None
+            finally:
+                cur.close()
+        return rows, None, False, desc
+    finally:
+        if own:
+            pool.putconn(conn)
+
+
+def _pg_args():
+    s = _settings()
+    env = dict(os.environ)
+    env["PGPASSWORD"] = s["password"]
+    return ["-h", s["host"], "-p", str(s["port"]), "-U", s["user"]], env
+
+
+def _drop_and_create_db(db_name, template_db):
+    args, env = _pg_args()
+    close_pool(db_name)
+    subprocess.run(["psql", *args, "-d", "postgres", "-X", "-q", "-c",
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '%s' AND pid <> pg_backend_pid();" % db_name],
+                   env=env, check=True, capture_output=True, timeout=60)
+    subprocess.run(["dropdb", "--if-exists", *args, db_name], env=env, check=True, capture_output=True, timeout=60)
+    subprocess.run(["createdb", *args, db_name, "--template", template_db], env=env, check=True, capture_output=True, timeout=60)
+
+
+def create_task_db(base_db, task_id, template=None):
+    task_db = "%s__%s" % (base_db, task_id.replace("-", "_").replace(".", "_"))
+    _drop_and_create_db(task_db, template or base_db + "_template")
+    return task_db
+
+
+def reset_task_db(task_db, template_source):
+    _drop_and_create_db(task_db, template_source)
+
+
+def drop_task_db(task_db):
+    args, env = _pg_args()
+    close_pool(task_db)
+    subprocess.run(["psql", *args, "-d", "postgres", "-X", "-q", "-c",
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '%s' AND pid <> pg_backend_pid();" % task_db],
+                   env=env, check=True, capture_output=True, timeout=60)
+    subprocess.run(["dropdb", "--if-exists", *args, task_db], env=env, check=True, capture_output=True, timeout=60)
