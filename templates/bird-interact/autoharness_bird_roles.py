@@ -33,13 +33,6 @@ import sys
 import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
-
-p = argparse.ArgumentParser()
-p.add_argument("--roles-file", required=True)
-p.add_argument("uvicorn_args", nargs=argparse.REMAINDER)
-args = p.parse_args()
-uvicorn_args = args.uvicorn_args[1:] if args.uvicorn_args[:1] == ["--"] else args.uvicorn_args
 
 try:
     import psycopg2
@@ -50,6 +43,10 @@ except ImportError as e:
     print("autoharness: the BIRD graders' Python has no psycopg2 (%s): install the ADK's requirements "
           "(pip install -r BIRD-Interact-ADK/requirements.txt, or Debian's python3-psycopg2)" % e, file=sys.stderr)
     sys.exit(2)
+
+# Where the names of the roles made are appended (set by main(), or by the services script
+# when it imports this file for its re-grading).
+ROLES_FILE = None
 
 real_connect = psycopg2.connect
 ADMIN = {"host": os.environ.get("PG_HOST", "127.0.0.1"), "port": int(os.environ.get("PG_PORT", "5432")),
@@ -141,7 +138,7 @@ def role_for(dbname):
                                         "NOBYPASSRLS").format(sql.Identifier(role), sql.Literal(password)))
             finally:
                 c.close()
-            with open(args.roles_file, "a", encoding="utf-8") as f:
+            with open(ROLES_FILE, "a", encoding="utf-8") as f:
                 f.write(role + "\n")
             roles[dbname] = (role, password)
         role, password = roles[dbname]
@@ -173,6 +170,19 @@ def connect(dsn=None, connection_factory=None, cursor_factory=None, **kwargs):
     return real_connect(connection_factory=connection_factory, cursor_factory=cursor_factory, **params)
 
 
-psycopg2.connect = connect
-sys.argv = ["uvicorn"] + uvicorn_args
-runpy.run_module("uvicorn", run_name="__main__", alter_sys=True)
+def main():
+    global ROLES_FILE
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
+    p = argparse.ArgumentParser()
+    p.add_argument("--roles-file", required=True)
+    p.add_argument("uvicorn_args", nargs=argparse.REMAINDER)
+    args = p.parse_args()
+    ROLES_FILE = args.roles_file
+    uvicorn_args = args.uvicorn_args[1:] if args.uvicorn_args[:1] == ["--"] else args.uvicorn_args
+    psycopg2.connect = connect
+    sys.argv = ["uvicorn"] + uvicorn_args
+    runpy.run_module("uvicorn", run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()

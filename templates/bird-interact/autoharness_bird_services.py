@@ -29,7 +29,12 @@ agent.py submits runs in the DB environment, and state it left there would outli
 a later task (a train one after a held-out one) could read it. Any difference is appended to R
 as {"violation": KIND, "count": N} (the kind only: the names are agent.py's choice) and
 undone where that is safe (new roles dropped, ALTER SYSTEM settings reset); the supervisor
-then voids the run's scores. Runs until SIGTERM.
+then voids the run's scores. With PostgreSQL the DB environment starts through
+autoharness_bird_roles.py (each task database's SQL as a role of its own), and every submission
+the DB environment passes in a query task is graded again (regrade(): the submission and the
+gold SQL each on a fresh copy, where upstream runs the gold on the copy the submission just
+changed); a pass that does not hold there is recorded failed, with "regrade", and ends that
+task's grading in the run. Runs until SIGTERM.
 """
 import argparse
 import json
@@ -156,6 +161,87 @@ for module, port in (("db_environment.server", args.db_port), ("user_simulator.s
     children.append(subprocess.Popen(argv, cwd=args.adk, env=env))
 
 
+def load_roles_module():
+    """autoharness_bird_roles.py as a library (its task roles, for the re-grading), or None
+    without PostgreSQL."""
+    if state_before is None:
+        return None
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("autoharness_bird_roles", os.path.join(HERE, "autoharness_bird_roles.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.ROLES_FILE = ROLES
+    return module
+
+
+roles_module = load_roles_module()
+regrade_lock = threading.Lock()
+
+
+def regrade(tid, phase, submitted):
+    """Upstream's DB environment grades a query task by running the submission and then the
+    gold SQL on the same connection and copy of the database (_submit_sql_sync,
+    test_case_default), so a submission that changes what the gold reads (deletes rows, sets
+    search_path to tables of its own) can make the gold's result equal its own. A submission
+    it passed is run again here, the submission and the gold each on a fresh copy of the same
+    source, each as a task role of its own, and compared as upstream compares them (the ADK's
+    own remove_comments/remove_distinct/remove_round and preprocess_results). None if they
+    agree (or the task is not a query task: its test cases read the state the submission
+    made, by design); otherwise why not."""
+    task = gold[tid]
+    gold_task = task if phase == 1 else (task.get("follow_up") or {})
+    if (gold_task.get("category") or task.get("category") or "Query") != "Query" and gold_task.get("test_cases"):
+        return None
+    sols = gold_task.get("sol_sql") or []
+    sols = [sols] if isinstance(sols, str) else list(sols)
+    base = task["selected_database"]
+    task_db = "%s__%s" % (base, tid.replace("-", "_").replace(".", "_"))
+    source = base + "_template" if phase == 1 else task_db + "__p1snap"
+    if args.adk not in sys.path:
+        sys.path.insert(0, args.adk)
+    from shared import db_utils as u  # the ADK's own
+    clean = lambda sqls: u.remove_round(u.remove_distinct(u.remove_comments(sqls)))
+    results = []
+    for sqls in (clean([submitted]), clean(sols)):
+        name, role = "ah_regrade_" + roles_module.secrets.token_hex(6), None
+        psql('CREATE DATABASE "%s" TEMPLATE "%s"' % (name, source.replace('"', '""')))
+        try:
+            role, password = roles_module.role_for(name)
+            c = roles_module.real_connect(dbname=name, user=role, password=password, host=roles_module.ADMIN["host"], port=roles_module.ADMIN["port"])
+            try:
+                rows = None
+                with c.cursor() as cur:
+                    cur.execute("SET statement_timeout = '60s'")
+                    for q in sqls:
+                        if q and q.strip():
+                            cur.execute(q)
+                            rows = cur.fetchall() if cur.description is not None else None
+                c.commit()
+            except roles_module.psycopg2.Error as e:
+                return "on a fresh copy it fails: %s" % str(e).strip()[:300]
+            finally:
+                c.close()
+            results.append(u.preprocess_results(rows))
+        finally:
+            psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '%s'" % name)
+            psql('DROP DATABASE IF EXISTS "%s"' % name)
+            if role is not None:
+                psql('DROP ROLE IF EXISTS "%s"' % role)
+                roles_module.roles.pop(name, None)
+    pred, want = results
+    if not pred or not want:
+        return "on fresh copies one side has no rows"
+    ordered = (gold_task.get("conditions") or task.get("conditions") or {}).get("order")
+    if (pred == want) if ordered else (set(pred) == set(want)):
+        return None
+    return "on fresh copies its result is not the gold SQL's"
+
+
+# Tasks whose passed submission failed the re-grading: the DB environment has moved on (phase 2,
+# a snapshot), so nothing more of theirs is graded in this run.
+overturned = set()
+
+
 def drop_task_roles():
     """Drops the task roles of the run, and the databases they still own (a task's copy
     that the DB environment did not drop, e.g. after a crash); before the shared state is
@@ -248,6 +334,13 @@ def make_handler(port, grades):
                     if not allowed:
                         self.reply(403, {"detail": "phase 1 has not passed"})
                         continue
+                if grades and route == "/submit":
+                    tid = str((payload or {}).get("task_id") or "")
+                    with revealed_lock:
+                        ended = tid in overturned
+                    if ended:
+                        self.reply(409, {"detail": "this task's grading ended: a passed submission failed autoharness's re-grading"})
+                        continue
                 if route == "/init_task" and isinstance(payload, dict):
                     posted = payload.get("task_data")
                     tid = str((posted or {}).get("instance_id") or payload.get("task_id") or "")
@@ -282,6 +375,19 @@ def make_handler(port, grades):
                                  "reward": float(v.get("reward") or 0.0), "message": str(v.get("message", ""))[:500], "ts": time.time()}
                     except (ValueError, TypeError, AttributeError) as e:
                         entry = {"task_id": str(payload.get("task_id")), "passed": False, "reward": 0.0, "message": "unreadable verdict: %s" % e}
+                    if entry.get("passed") and roles_module is not None and entry["task_id"] in gold:
+                        try:
+                            with regrade_lock:
+                                why = regrade(entry["task_id"], entry.get("phase") or 1, str(payload.get("sql") or ""))
+                        except Exception as e:  # noqa: BLE001 -- a re-grading that cannot run does not pass
+                            why = "the re-grading could not run: %s" % e
+                        if why is not None:
+                            entry.update(passed=False, reward=0.0, regrade=why[:500])
+                            with revealed_lock:
+                                overturned.add(entry["task_id"])
+                            data = json.dumps({"passed": False, "message": "SQL failed Phase %s. Your SQL is not correct." % (entry.get("phase") or 1),
+                                               "reward": 0.0, "phase_completed": None, "has_follow_up": False, "follow_up_query": None}).encode()
+                            v = {}
                     if entry.get("passed") and entry.get("phase") == 1 and v.get("has_follow_up"):
                         with revealed_lock:
                             revealed[entry["task_id"]] = str(v.get("follow_up_query") or "")

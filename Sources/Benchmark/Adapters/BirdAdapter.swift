@@ -196,6 +196,16 @@ public struct BirdAdapter: BenchmarkAdapter {
             let why = "the run changed the database cluster's shared state (\(changed.map(\.0).joined(separator: ", "))): every score of the run is void"
             for id in ids { results[id] = ToolTaskResult(reward: 0, status: .invalidReward, detail: why) }
         }
+        // Passed submissions the graders' re-grading overturned (their results differ when
+        // the submission and the gold run on fresh copies: the submission changed what the
+        // gold read). Those verdicts are already failed in the record.
+        let overturned = Self.overturned(record, ids: Set(ids))
+        if overturned > 0 {
+            var e = AuditEvent(sandbox: "bird-interact", kind: .rewardTampering, name: "gold_state", action: "refused")
+            e.count = overturned
+            e.detail = "\(overturned) passed submission(s) gave another result than the gold SQL's on fresh copies of the database: the submission changed what the gold SQL read"
+            context.audit.record(e)
+        }
         let exit = runExit.succeeded ? servicesExit : runExit
         return run.outcomes(ids, results, toolExit: exit, seconds: runExit.seconds)
     }
@@ -211,6 +221,15 @@ public struct BirdAdapter: BenchmarkAdapter {
             out.append((known.contains(kind) ? kind : "other", Int(v["count"]?.number ?? 1)))
         }
         return out
+    }
+
+    /// Verdicts of `ids` in the record that the graders' re-grading overturned (`"regrade"`).
+    static func overturned(_ record: Int32, ids: Set<String>) -> Int {
+        guard record >= 0, case .success(let bytes) = FileSystem.readSmallFile(at: record, "submits.jsonl", limit: 64 << 20) else { return 0 }
+        return bytes.split(separator: 0x0A).filter { line in
+            guard let v = JSONValue.parse(Array(line)), let id = v["task_id"]?.string else { return false }
+            return ids.contains(id) && v["regrade"]?.string != nil
+        }.count
     }
 
     /// Rewards from the DB environment's record: per task, the best phase-1 reward plus the

@@ -59,19 +59,37 @@ def grade(task, phase, sql):
         return False, "Test case execution failed."
     if not pg_socket():
         return sql.strip().lower() == gold[0].lower(), "Your SQL is not correct."
+    # As upstream's _submit_sql_sync: a fresh copy, the submission run once to see that it
+    # executes, then test_case_default on the same connection and copy (the submission again,
+    # then the gold, on the state the submission left).
     task_db = task["_task_db"]
     source = task["selected_database"] + "_template" if phase == 1 else task["_snapshot_db"]
-    db().reset_task_db(task_db, source)
-    pred, err = run_sql(task_db, sql)
-    if err:
-        return False, "[exec_err_flg] Error executing submitted SQL: " + err
-    db().reset_task_db(task_db, source)
-    want, err = run_sql(task_db, gold[0])
-    if err:
-        return False, "Your SQL is not correct."
-    ordered = (gold_task.get("conditions") or task.get("conditions") or {}).get("order")
-    same = pred == want if ordered else sorted(set(pred)) == sorted(set(want))
-    return same, "SQL passed test case." if same else "Your SQL is not correct."
+    u = db()
+    if os.environ.get("FAKE_DB_ENV") == "psql":
+        u.reset_task_db(task_db, source)
+        pred, err = run_sql(task_db, sql)
+        if err:
+            return False, "[exec_err_flg] Error executing submitted SQL: " + err
+        want, err = run_sql(task_db, gold[0])
+        ordered = (gold_task.get("conditions") or task.get("conditions") or {}).get("order")
+        same = not err and bool(pred) and (pred == want if ordered else sorted(set(pred)) == sorted(set(want)))
+        return same, "SQL passed test case." if same else "Your SQL is not correct."
+    u.reset_task_db(task_db, source)
+    pool = u._get_or_init_pool(task_db)
+    conn = pool.getconn()
+    try:
+        _, err, timeout, _ = u.execute_queries([sql], task_db, conn)
+        if err:
+            return False, "[exec_err_flg] Error executing submitted SQL: " + err
+        if timeout:
+            return False, "[exec_err_flg] Submitted SQL execution timed out"
+        try:
+            u.test_case_default([sql], gold, task_db, conn, gold_task.get("conditions") or task.get("conditions") or {})
+            return True, "SQL passed test case."
+        except AssertionError:
+            return False, "Your SQL is not correct."
+    finally:
+        pool.putconn(conn)
 
 
 def app(method, path, body):
