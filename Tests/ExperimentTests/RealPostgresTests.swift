@@ -234,9 +234,11 @@ struct RealPostgresTests {
                 print("ATTACK %s %s %s" % (tid, name, json.dumps(v.get("message"))), flush=True)
             who = client.db("/execute", {"task_id": tid, "sql": "SELECT current_user, rolsuper, pg_has_role(current_user, 'pg_read_server_files', 'USAGE') FROM pg_roles WHERE rolname = current_user"})
             print("WHO %s %s" % (tid, json.dumps(who)), flush=True)
-            client.db("/submit", {"task_id": tid, "sql": "ALTER ROLE CURRENT_USER SET work_mem = '7MB'"})
-            kept = client.db("/execute", {"task_id": tid, "sql": "SELECT current_setting('work_mem')"})
+            client.db("/submit", {"task_id": tid, "sql": "ALTER ROLE CURRENT_USER SET work_mem = '7MB'; ALTER ROLE CURRENT_USER IN DATABASE postgres SET application_name = 'left by %s'" % tid})
+            kept = client.db("/execute", {"task_id": tid, "sql": "SELECT current_setting('work_mem'), (SELECT count(*) FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = s.setrole WHERE r.rolname = current_user)"})
             print("KEPT %s %s" % (tid, json.dumps(kept)), flush=True)
+            template = client.db("/submit", {"task_id": tid, "sql": "ALTER DATABASE %s IS_TEMPLATE true" % client.db("/execute", {"task_id": tid, "sql": "SELECT current_database()"})["result"]})
+            print("TEMPLATE %s %s" % (tid, json.dumps(template.get("message"))), flush=True)
             own = client.db("/submit", {"task_id": tid, "sql": "ALTER TABLE %s ADD COLUMN extra integer; CREATE TABLE mine (x integer)" % table})
             print("OWN %s %s" % (tid, json.dumps(own.get("message"))), flush=True)
             v = client.db("/submit", {"task_id": tid, "sql": "SELECT COUNT(*) FROM %s" % table})
@@ -265,10 +267,13 @@ struct RealPostgresTests {
             // The SQL ran as a task role: not a superuser, no server-file role.
             let who = stdout.split(separator: "\n").first { $0.hasPrefix("WHO \(id) ") }.map(String.init) ?? ""
             #expect(who.contains("ah_task_") && who.contains("| False | False"), "\(id): \(who)")
-            // A setting the role gave itself in one submission is gone by the next session
-            // (the gold SQL's, then /execute's).
+            // Settings the role gave itself in one submission, its own and in another database
+            // (a shared catalog any role reads), are gone by the next session.
             let kept = stdout.split(separator: "\n").first { $0.hasPrefix("KEPT \(id) ") }.map(String.init) ?? ""
-            #expect(kept.contains("\"result\": \"4MB\""), "\(id): \(kept)")
+            #expect(kept.contains("\"result\": \"4MB | 0\""), "\(id): \(kept)")
+            // Not the database's owner: it cannot make its copy a template nothing may drop.
+            let template = stdout.split(separator: "\n").first { $0.hasPrefix("TEMPLATE \(id) ") }.map(String.init) ?? ""
+            #expect(template.contains("exec_err_flg") && template.contains("must be owner of database"), "\(id): \(template)")
             // Its own DDL ran (no execution error; just not the answer).
             let own = stdout.split(separator: "\n").first { $0.hasPrefix("OWN \(id) ") }.map(String.init) ?? ""
             #expect(own.contains("not correct") && !own.contains("exec_err_flg"), "\(id): \(own)")

@@ -12,14 +12,16 @@ configured user (PG_USER, `root` in upstream's container: a superuser). Here psy
     template, `<db>__<task>`, made by createdb as upstream does) is made as a role of that
     database's own: LOGIN with a random password, nothing else (no superuser, CREATEDB,
     CREATEROLE, REPLICATION, BYPASSRLS, no membership, so no pg_read_server_files,
-    pg_write_server_files or pg_execute_server_program). Before that connection the role is made
-    the owner of the database and of every object in it not in a system schema or an
-    extension (createdb makes them the configured user's), so the task's own DDL works;
+    pg_write_server_files or pg_execute_server_program). Before each such connection the role is given
+    CONNECT, CREATE and TEMPORARY on the database (not its ownership) and made the owner of
+    every object in it outside the system schemas and extensions (createdb made them the
+    configured user's), so the task's own DDL works; its settings in every database, and its
+    password, are set again;
   - a connection to any database that existed before (the maintenance database, templates,
     other data) is refused: upstream's DB environment never opens one, and SQL run there would
     run as the configured user.
 The roles made are appended to F (one name per line) as they are made; the services script
-drops them, and databases they own, when the run ends, before it compares the cluster's
+drops them (rolling back what they left prepared), when the run ends, before it compares the cluster's
 shared state with the one before the run. Copies, drops and the admin work itself still run as
 the configured user (psql, createdb, dropdb, and this file's own connections), on the
 maintenance database or with a search_path of pg_catalog only: nothing agent.py's SQL created
@@ -56,9 +58,14 @@ roles = {}  # database -> (role, password)
 
 
 def admin(dbname, search_path_catalog_only=False):
+    # Bounded waits: a task's SQL can hold a lock on its own role's row or its database's
+    # objects (an open transaction, a prepared one); the admin work then fails that task's
+    # connection instead of stalling every task's behind the lock.
     kw = dict(ADMIN, dbname=dbname)
+    options = "-c lock_timeout=10s -c statement_timeout=60s"
     if search_path_catalog_only:
-        kw["options"] = "-c search_path=pg_catalog,pg_temp"
+        options += " -c search_path=pg_catalog,pg_temp"
+    kw["options"] = options
     c = real_connect(**kw)
     c.autocommit = True
     return c
@@ -89,7 +96,7 @@ SELECT 'SEQUENCE', n.nspname, c.relname, NULL FROM pg_catalog.pg_class c JOIN pg
  WHERE c.relkind = 'S' AND c.relowner <> %(role)s::regrole %(user_ns)s
    AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid AND d.deptype IN ('a', 'i', 'e'))
 UNION ALL
-SELECT 'ROUTINE', n.nspname, p.proname, pg_catalog.pg_get_function_identity_arguments(p.oid) FROM pg_catalog.pg_proc p
+SELECT 'ROUTINE', NULL, NULL, p.oid::pg_catalog.regprocedure::pg_catalog.text FROM pg_catalog.pg_proc p
   JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
  WHERE p.proowner <> %(role)s::regrole %(user_ns)s
    AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d WHERE d.classid = 'pg_catalog.pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e')
@@ -107,21 +114,29 @@ USER_NS = "AND n.nspname <> 'information_schema' AND n.nspname NOT LIKE 'pg\\_%%
 
 
 def hand_over(dbname, role):
-    """Makes `role` the owner of `dbname` and of what is in it (see OBJECTS)."""
+    """Gives `role` what it needs in `dbname` and the ownership of what is in it (see OBJECTS)."""
+    # Not the database's owner: an owner may mark it a template (then nothing drops it, and the
+    # role and database outlive the run), set per-database settings, or lock everyone out.
+    # CREATE and TEMPORARY are what its own DDL needs; the schemas are handed over below.
     c = admin("postgres")
     try:
         with c.cursor() as cur:
-            cur.execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(sql.Identifier(dbname), sql.Identifier(role)))
+            cur.execute(sql.SQL("GRANT CONNECT, CREATE, TEMPORARY ON DATABASE {} TO {}").format(sql.Identifier(dbname), sql.Identifier(role)))
     finally:
         c.close()
     c = admin(dbname, search_path_catalog_only=True)
     try:
         with c.cursor() as cur:
             cur.execute(OBJECTS.replace("%(user_ns)s", USER_NS), {"role": role})
-            for kind, schema, name, arguments in cur.fetchall():
-                target = sql.Identifier(name) if schema is None else sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(name))
-                if arguments is not None:
-                    target = sql.SQL("{}({})").format(target, sql.SQL(arguments))
+            for kind, schema, name, routine in cur.fetchall():
+                if routine is not None:
+                    # regprocedure's text: the routine's name and argument types, quoted and
+                    # schema-qualified by PostgreSQL itself (the search path is pg_catalog).
+                    target = sql.SQL(routine)
+                elif schema is None:
+                    target = sql.Identifier(name)
+                else:
+                    target = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(name))
                 cur.execute(sql.SQL("ALTER " + kind + " {} OWNER TO {}").format(target, sql.Identifier(role)))
     finally:
         c.close()
@@ -149,6 +164,13 @@ def role_for(dbname):
         c = admin("postgres")
         try:
             with c.cursor() as cur:
+                # Every database's (ALTER ROLE CURRENT_USER IN DATABASE postgres SET ...: a
+                # row in a shared catalog any role reads, which SQL run during the gold's
+                # session could fill with the gold's text), then the role-wide ones.
+                cur.execute("SELECT d.datname FROM pg_catalog.pg_db_role_setting s JOIN pg_catalog.pg_database d ON d.oid = s.setdatabase "
+                            "WHERE s.setrole = %s::pg_catalog.regrole", (role,))
+                for (other,) in cur.fetchall():
+                    cur.execute(sql.SQL("ALTER ROLE {} IN DATABASE {} RESET ALL").format(sql.Identifier(role), sql.Identifier(other)))
                 cur.execute(sql.SQL("ALTER ROLE {} RESET ALL").format(sql.Identifier(role)))
                 cur.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(sql.Identifier(role), sql.Literal(password)))
         finally:

@@ -79,12 +79,12 @@ def pg_configured():
     return host.startswith("/") and os.path.exists(os.path.join(host, ".s.PGSQL." + port))
 
 
-def psql(sql):
-    """Lines psql prints for `sql` on the maintenance database, as the configured user."""
+def psql(sql, db="postgres"):
+    """Lines psql prints for `sql` on `db` (the maintenance database), as the configured user."""
     env = dict(os.environ)
     env["PGPASSWORD"] = os.environ.get("PG_PASSWORD", "")
     r = subprocess.run(["psql", "-h", os.environ["PG_HOST"], "-p", os.environ.get("PG_PORT", "5432"), "-U", os.environ.get("PG_USER", "root"),
-                        "-d", "postgres", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql],
+                        "-d", db, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql],
                        env=env, capture_output=True, text=True, timeout=60)
     if r.returncode != 0:
         raise RuntimeError(r.stderr.strip() or "psql exited %d" % r.returncode)
@@ -237,6 +237,22 @@ def regrade(tid, phase, submitted):
     return "on fresh copies its result is not the gold SQL's"
 
 
+RESET_ROLE_SETTINGS = r"""DO $$ DECLARE r record; BEGIN
+FOR r IN SELECT ro.rolname, d.datname FROM pg_catalog.pg_db_role_setting s JOIN pg_catalog.pg_roles ro ON ro.oid = s.setrole
+         LEFT JOIN pg_catalog.pg_database d ON d.oid = s.setdatabase WHERE ro.rolname LIKE 'ah\_task\_%' LOOP
+  IF r.datname IS NULL THEN EXECUTE pg_catalog.format('ALTER ROLE %I RESET ALL', r.rolname);
+  ELSE EXECUTE pg_catalog.format('ALTER ROLE %I IN DATABASE %I RESET ALL', r.rolname, r.datname); END IF;
+END LOOP; END $$"""
+
+
+def reset_role_settings():
+    """Every task role's settings, in every database, reset: SQL that ran in the gold's
+    session can write its text into one (ALTER ROLE CURRENT_USER IN DATABASE postgres SET
+    application_name = ...), a shared catalog any role reads. Done after every request to the
+    DB environment, before its answer reaches agent.py, whatever connections it keeps."""
+    psql(RESET_ROLE_SETTINGS)
+
+
 # Tasks whose passed submission failed the re-grading: the DB environment has moved on (phase 2,
 # a snapshot), so nothing more of theirs is graded in this run.
 overturned = set()
@@ -254,6 +270,12 @@ def drop_task_roles():
     for role in names:
         ident = '"%s"' % role.replace('"', '""')
         try:
+            if not psql("SELECT 1 FROM pg_roles WHERE rolname = '%s'" % role.replace("'", "''")):
+                continue
+            # A transaction the role prepared (PREPARE TRANSACTION, where the server allows
+            # them) outlives its session and blocks dropping its database and the role.
+            for gid, db in (line.split("\x1f", 1) for line in psql("SELECT gid || chr(31) || database FROM pg_prepared_xacts WHERE owner = '%s'" % role.replace("'", "''"))):
+                psql("ROLLBACK PREPARED '%s'" % gid.replace("'", "''"), db=db)
             for db in psql("SELECT datname FROM pg_database WHERE datdba = '%s'::regrole" % role.replace("'", "''")):
                 psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '%s'" % db.replace("'", "''"))
                 psql('DROP DATABASE IF EXISTS "%s"' % db.replace('"', '""'))
@@ -288,6 +310,8 @@ revealed_lock = threading.Lock()
 # one would let agent.py turn a failed phase-1 try into a "first try" again (c-interact pays
 # 0.7 for a first try, 0.5 after it). The orchestrator initialises each task once.
 initialised = set()
+# task id -> the lock its requests to the DB environment take (one at a time per task)
+task_locks = {}
 
 
 def read_request(rfile):
@@ -334,68 +358,88 @@ def make_handler(port, grades):
                     if not allowed:
                         self.reply(403, {"detail": "phase 1 has not passed"})
                         continue
-                if grades and route == "/submit":
-                    tid = str((payload or {}).get("task_id") or "")
+                # One request per task at a time: a second session of the task's role beside
+                # the gold SQL's would see its text in pg_stat_activity.
+                task_lock = None
+                if grades and isinstance(payload, dict) and str(payload.get("task_id")) in gold:
                     with revealed_lock:
-                        ended = tid in overturned
-                    if ended:
-                        self.reply(409, {"detail": "this task's grading ended: a passed submission failed autoharness's re-grading"})
-                        continue
-                if route == "/init_task" and isinstance(payload, dict):
-                    posted = payload.get("task_data")
-                    tid = str((posted or {}).get("instance_id") or payload.get("task_id") or "")
-                    if tid not in gold:
-                        self.reply(404, {"detail": "unknown task"})
-                        continue
-                    if grades:
-                        with revealed_lock:
-                            again = tid in initialised
-                            initialised.add(tid)
-                        if again:
-                            self.reply(409, {"detail": "task already initialised in this run"})
-                            continue
-                    # Nothing posted is kept: the DB environment's `_` keys are its own state and
-                    # rules (`_interact_mode` decides first-try vs debug rewards), and agent.py can
-                    # post here before the orchestrator does. The mode is the run's.
-                    merged = dict(gold[tid])
-                    merged["_interact_mode"] = args.mode
-                    payload["task_data"] = merged
-                    body = json.dumps(payload).encode()
-                req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), data=body if method != "GET" else None,
-                                             method=method, headers={"Content-Type": "application/json"})
+                        task_lock = task_locks.setdefault(str(payload.get("task_id")), threading.Lock())
+                    task_lock.acquire()
                 try:
-                    with urllib.request.urlopen(req, timeout=600) as r:
-                        status, data = r.status, r.read()
-                except urllib.error.HTTPError as e:
-                    status, data = e.code, e.read()
-                if grades and route == "/submit" and isinstance(payload, dict) and status == 200:
+                    self.relay(method, path, route, headers, body, payload, port, grades)
+                finally:
+                    if task_lock is not None:
+                        task_lock.release()
+
+        def relay(self, method, path, route, headers, body, payload, port, grades):
+            if grades and route == "/submit":
+                tid = str((payload or {}).get("task_id") or "")
+                with revealed_lock:
+                    ended = tid in overturned
+                if ended:
+                    self.reply(409, {"detail": "this task's grading ended: a passed submission failed autoharness's re-grading"})
+                    return
+            if route == "/init_task" and isinstance(payload, dict):
+                posted = payload.get("task_data")
+                tid = str((posted or {}).get("instance_id") or payload.get("task_id") or "")
+                if tid not in gold:
+                    self.reply(404, {"detail": "unknown task"})
+                    return
+                if grades:
+                    with revealed_lock:
+                        again = tid in initialised
+                        initialised.add(tid)
+                    if again:
+                        self.reply(409, {"detail": "task already initialised in this run"})
+                        return
+                # Nothing posted is kept: the DB environment's `_` keys are its own state and
+                # rules (`_interact_mode` decides first-try vs debug rewards), and agent.py can
+                # post here before the orchestrator does. The mode is the run's.
+                merged = dict(gold[tid])
+                merged["_interact_mode"] = args.mode
+                payload["task_data"] = merged
+                body = json.dumps(payload).encode()
+            req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), data=body if method != "GET" else None,
+                                         method=method, headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=600) as r:
+                    status, data = r.status, r.read()
+            except urllib.error.HTTPError as e:
+                status, data = e.code, e.read()
+            if grades and roles_module is not None:
+                try:
+                    reset_role_settings()
+                except RuntimeError as e:
+                    print("autoharness: the task roles' settings could not be reset: %s" % e, file=sys.stderr)
+                    status, data = 503, json.dumps({"detail": "autoharness: the graders could not reset the task roles' settings"}).encode()
+            if grades and route == "/submit" and isinstance(payload, dict) and status == 200:
+                try:
+                    v = json.loads(data)
+                    entry = {"task_id": str(payload.get("task_id")), "phase": v.get("phase_completed"), "passed": bool(v.get("passed")),
+                             "reward": float(v.get("reward") or 0.0), "message": str(v.get("message", ""))[:500], "ts": time.time()}
+                except (ValueError, TypeError, AttributeError) as e:
+                    entry = {"task_id": str(payload.get("task_id")), "passed": False, "reward": 0.0, "message": "unreadable verdict: %s" % e}
+                if entry.get("passed") and roles_module is not None and entry["task_id"] in gold:
                     try:
-                        v = json.loads(data)
-                        entry = {"task_id": str(payload.get("task_id")), "phase": v.get("phase_completed"), "passed": bool(v.get("passed")),
-                                 "reward": float(v.get("reward") or 0.0), "message": str(v.get("message", ""))[:500], "ts": time.time()}
-                    except (ValueError, TypeError, AttributeError) as e:
-                        entry = {"task_id": str(payload.get("task_id")), "passed": False, "reward": 0.0, "message": "unreadable verdict: %s" % e}
-                    if entry.get("passed") and roles_module is not None and entry["task_id"] in gold:
-                        try:
-                            with regrade_lock:
-                                why = regrade(entry["task_id"], entry.get("phase") or 1, str(payload.get("sql") or ""))
-                        except Exception as e:  # noqa: BLE001 -- a re-grading that cannot run does not pass
-                            why = "the re-grading could not run: %s" % e
-                        if why is not None:
-                            entry.update(passed=False, reward=0.0, regrade=why[:500])
-                            with revealed_lock:
-                                overturned.add(entry["task_id"])
-                            data = json.dumps({"passed": False, "message": "SQL failed Phase %s. Your SQL is not correct." % (entry.get("phase") or 1),
-                                               "reward": 0.0, "phase_completed": None, "has_follow_up": False, "follow_up_query": None}).encode()
-                            v = {}
-                    if entry.get("passed") and entry.get("phase") == 1 and v.get("has_follow_up"):
+                        with regrade_lock:
+                            why = regrade(entry["task_id"], entry.get("phase") or 1, str(payload.get("sql") or ""))
+                    except Exception as e:  # noqa: BLE001 -- a re-grading that cannot run does not pass
+                        why = "the re-grading could not run: %s" % e
+                    if why is not None:
+                        entry.update(passed=False, reward=0.0, regrade=why[:500])
                         with revealed_lock:
-                            revealed[entry["task_id"]] = str(v.get("follow_up_query") or "")
-                    with record_lock, open(args.record, "a", encoding="utf-8") as f:
-                        f.write(json.dumps(entry) + "\n")
-                        f.flush()
-                        os.fsync(f.fileno())
-                self.wfile.write(b"HTTP/1.1 %d OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (status, len(data)) + data)
+                            overturned.add(entry["task_id"])
+                        data = json.dumps({"passed": False, "message": "SQL failed Phase %s. Your SQL is not correct." % (entry.get("phase") or 1),
+                                           "reward": 0.0, "phase_completed": None, "has_follow_up": False, "follow_up_query": None}).encode()
+                        v = {}
+                if entry.get("passed") and entry.get("phase") == 1 and v.get("has_follow_up"):
+                    with revealed_lock:
+                        revealed[entry["task_id"]] = str(v.get("follow_up_query") or "")
+                with record_lock, open(args.record, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(entry) + "\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+            self.wfile.write(b"HTTP/1.1 %d OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (status, len(data)) + data)
 
         def reply(self, status, obj):
             data = json.dumps(obj).encode()

@@ -92,6 +92,12 @@ def grade(task, phase, sql):
         pool.putconn(conn)
 
 
+def restore(task, phase):
+    """After a failed submission, as upstream's: the task's copy made again from its source."""
+    if pg_socket() and os.environ.get("FAKE_DB_ENV") != "psql":
+        db().reset_task_db(task["_task_db"], task["selected_database"] + "_template" if phase == 1 else task["_snapshot_db"])
+
+
 def app(method, path, body):
     if path == "/health":
         return 200, {"status": "ok"}
@@ -123,6 +129,7 @@ def app(method, path, body):
         ATTEMPTS[tid][phase] += 1
         passed, message = grade(task, phase, sql)
         if not passed:
+            restore(task, phase)
             return 200, {"passed": False, "message": "SQL failed Phase %d. %s" % (phase, message), "reward": 0.0,
                          "phase_completed": None, "has_follow_up": False, "follow_up_query": None}
         first = ATTEMPTS[tid][phase] == 1
