@@ -261,21 +261,21 @@ struct RealPostgresTests {
         // Each statement ran and PostgreSQL refused it (the submission's execution error).
         for id in train {
             for a in Self.attacks {
-                let line = stdout.split(separator: "\n").first { $0.hasPrefix("ATTACK \(id) \(a.name) ") }.map(String.init) ?? ""
+                let line = Self.line(stdout, "ATTACK \(id) \(a.name) ")
                 #expect(line.contains("exec_err_flg") && line.contains(a.refusal), "\(id) \(a.name): \(line)")
             }
             // The SQL ran as a task role: not a superuser, no server-file role.
-            let who = stdout.split(separator: "\n").first { $0.hasPrefix("WHO \(id) ") }.map(String.init) ?? ""
+            let who = Self.line(stdout, "WHO \(id) ")
             #expect(who.contains("ah_task_") && who.contains("| False | False"), "\(id): \(who)")
             // Settings the role gave itself in one submission, its own and in another database
             // (a shared catalog any role reads), are gone by the next session.
-            let kept = stdout.split(separator: "\n").first { $0.hasPrefix("KEPT \(id) ") }.map(String.init) ?? ""
+            let kept = Self.line(stdout, "KEPT \(id) ")
             #expect(kept.contains("\"result\": \"4MB | 0\""), "\(id): \(kept)")
             // Not the database's owner: it cannot make its copy a template nothing may drop.
-            let template = stdout.split(separator: "\n").first { $0.hasPrefix("TEMPLATE \(id) ") }.map(String.init) ?? ""
+            let template = Self.line(stdout, "TEMPLATE \(id) ")
             #expect(template.contains("exec_err_flg") && template.contains("must be owner of database"), "\(id): \(template)")
             // Its own DDL ran (no execution error; just not the answer).
-            let own = stdout.split(separator: "\n").first { $0.hasPrefix("OWN \(id) ") }.map(String.init) ?? ""
+            let own = Self.line(stdout, "OWN \(id) ")
             #expect(own.contains("not correct") && !own.contains("exec_err_flg"), "\(id): \(own)")
         }
         // Nothing changed in the cluster, so the correct answers count.
@@ -290,6 +290,11 @@ struct RealPostgresTests {
 
     /// A system agent that solves nothing: it empties the table it was asked about and
     /// answers 0, which is what upstream's gold SQL then counts on the same copy.
+    /// The first line of `stdout` that starts with `prefix` ("" if none).
+    static func line(_ stdout: String, _ prefix: String) -> String {
+        stdout.split(separator: "\n").first { $0.hasPrefix(prefix) }.map(String.init) ?? ""
+    }
+
     static let goldRewriter = BirdAgents.systemAgent(imports: "import json, urllib.error", session: """
             v = client.db("/submit", {"task_id": tid, "sql": "DELETE FROM %s; SELECT 0" % table})
             print("REWRITER %s %s" % (tid, json.dumps(v)), flush=True)
@@ -314,10 +319,10 @@ struct RealPostgresTests {
         let train = try exp.split().train
         let stdout = try #require(exp.traceFile(train[0], "tool.stdout"))
         for id in train {
-            let line = stdout.split(separator: "\n").first { $0.hasPrefix("REWRITER \(id) ") }.map(String.init) ?? ""
+            let line = Self.line(stdout, "REWRITER \(id) ")
             #expect(line.contains("\"passed\": false") && line.contains("not correct"), "\(id): \(line)")
             // The DB environment moved on; nothing more of the task is graded.
-            let again = stdout.split(separator: "\n").first { $0.hasPrefix("AGAIN \(id) ") }.map(String.init) ?? ""
+            let again = Self.line(stdout, "AGAIN \(id) ")
             #expect(again.contains("409") && again.contains("re-grading"), "\(id): \(again)")
         }
         let rewards = try exp.trainResults()

@@ -82,13 +82,19 @@ def _pg_args():
     return ["-h", s["host"], "-p", str(s["port"]), "-U", s["user"]], env
 
 
-def _drop_and_create_db(db_name, template_db):
+def drop_task_db(db_name):
+    """Closes the database's pool, ends its other sessions and drops it."""
     args, env = _pg_args()
     close_pool(db_name)
     subprocess.run(["psql", *args, "-d", "postgres", "-X", "-q", "-c",
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '%s' AND pid <> pg_backend_pid();" % db_name],
                    env=env, check=True, capture_output=True, timeout=60)
     subprocess.run(["dropdb", "--if-exists", *args, db_name], env=env, check=True, capture_output=True, timeout=60)
+
+
+def _drop_and_create_db(db_name, template_db):
+    drop_task_db(db_name)
+    args, env = _pg_args()
     subprocess.run(["createdb", *args, db_name, "--template", template_db], env=env, check=True, capture_output=True, timeout=60)
 
 
@@ -101,14 +107,6 @@ def create_task_db(base_db, task_id, template=None):
 def reset_task_db(task_db, template_source):
     _drop_and_create_db(task_db, template_source)
 
-
-def drop_task_db(task_db):
-    args, env = _pg_args()
-    close_pool(task_db)
-    subprocess.run(["psql", *args, "-d", "postgres", "-X", "-q", "-c",
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '%s' AND pid <> pg_backend_pid();" % task_db],
-                   env=env, check=True, capture_output=True, timeout=60)
-    subprocess.run(["dropdb", "--if-exists", *args, task_db], env=env, check=True, capture_output=True, timeout=60)
 
 
 # The comparison upstream's test_case_default makes (ex_base): both sides' SQL without
