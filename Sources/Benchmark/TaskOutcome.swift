@@ -51,11 +51,22 @@ public struct TaskOutcome: Sendable, Codable, Equatable {
     /// (Harbor's `agent_result.cost_usd`, tau2's agent and user costs, a command's costs.json);
     /// nil when it reported none. The operator's account: never written into a trace.
     public var costUSD: Double?
+    /// What of the working copy (/app, which agent.py wrote) the verifier executed or opened as
+    /// code, one line each (`AgentCodeRuns`); nil when nothing, or when autoharness did not
+    /// run the verifier. A flag to look at, not a verdict: the reward stands.
+    public var verifierRanAgentCode: [String]?
 
     /// The sum of what the tool reported for `outcomes`; nil when it reported nothing.
     public static func cost(_ outcomes: [TaskOutcome]) -> Double? {
         let known = outcomes.compactMap(\.costUSD)
         return known.isEmpty ? nil : known.reduce(0, +)
+    }
+
+    /// Task id → what its verifier ran of agent code (`verifierRanAgentCode`), for the tasks
+    /// that have any; nil when none did.
+    public static func agentCode(_ outcomes: [TaskOutcome]) -> [String: [String]]? {
+        let flagged = outcomes.compactMap { o in o.verifierRanAgentCode.map { (o.id, $0) } }
+        return flagged.isEmpty ? nil : Dictionary(flagged, uniquingKeysWith: { a, _ in a })
     }
 
     /// The pass threshold on a task's reward.
@@ -74,6 +85,7 @@ public struct TaskOutcome: Sendable, Codable, Equatable {
 
     enum CodingKeys: String, CodingKey {
         case id, reward, status, passed, detail, failures
+        case verifierRanAgentCode = "verifier_ran_agent_code"
         case agentSeconds = "agent_seconds"
         case verifierSeconds = "verifier_seconds"
     }

@@ -60,6 +60,9 @@ public struct TaskRunConfiguration: Sendable {
     /// Build each task's verifier sandbox while its agent runs (`HeldSandbox`), where its
     /// build writes nothing the agent can reach; off: after the agent, always.
     public var buildVerifierAhead = true
+    /// What each verifier gets read-only instead of fetching it (uv, pytest's wheels, the
+    /// `curl`/`apt-get` shims: `VerifierTools`); nil: nothing.
+    public var verifierTools: VerifierTools?
     /// Rewrite the git configuration in /app before the verifier (`GitConfigs`). Off only in
     /// tests that show what the verifier's policy does on its own.
     var sanitizesGitConfigs = true
@@ -261,6 +264,10 @@ public final class TaskRunner: Sendable {
         let verifierTimeout = task.verifierTimeoutDeclared ? task.verifierTimeout : configuration.defaultVerifierTimeout
         var verifierOverrides = PlanOverrides()
         verifierOverrides.timeoutSeconds = verifierTimeout
+        if let tools = configuration.verifierTools {
+            verifierOverrides.mounts += tools.mounts
+            verifierOverrides.environment += tools.environment(policyPath: verifierPolicy.env.set["PATH"])
+        }
         let verifierAudit = configuration.verifierAudit ?? configuration.audit
         let ahead = VerifierAhead()
         let buildAhead = { [self] in
@@ -345,6 +352,16 @@ public final class TaskRunner: Sendable {
         close(app)
         if case .failure(let e) = sanitized { return run.finish(.setupFailed, e.message) }
 
+        // Which agent code the verifier runs (`AgentCodeRuns`), watched from here to its end.
+        let appPath = scratch.appPath
+        let codeWatch: OpenWatch?
+        do throws(SandboxError) {
+            codeWatch = try OpenWatch(directory: appPath) { AgentCodeRuns.counts($0, app: appPath) }
+        } catch {
+            codeWatch = nil
+            run.note("\(error.message): which code from /app the verifier ran is not known")
+        }
+
         // Step 3: the verifier. A crashed agent may still have finished the work, so it is
         // graded; only its status records the crash.
         let verifier: (result: Result<SandboxResult, SandboxFailure>, seconds: Double)
@@ -365,6 +382,7 @@ public final class TaskRunner: Sendable {
                                findPayloadPID: true)
         }
         run.verifierSeconds = verifier.seconds
+        if let codeWatch { run.agentCode = AgentCodeRuns.lines(codeWatch.stop(), app: appPath) }
         if let agentProblem { run.note(agentProblem) }
         var verifierExit: Int32 = 0
         var testScript: Int32?
@@ -645,6 +663,8 @@ struct TaskExecution {
     var extraTrace: [(String, [UInt8])] = []
     var agentFailures: [FailureEvidence]?
     var costUSD: Double?
+    /// What of /app the verifier executed or opened as code (`AgentCodeRuns`).
+    var agentCode: [String]?
 
     init(task: BenchmarkTask) { self.task = task }
 
@@ -663,6 +683,7 @@ struct TaskExecution {
         let all = (agentFailures ?? []) + (failures ?? [])
         if !o.passed, !all.isEmpty { o.failures = FailureEvidence.bounded(FailureEvidence.unique(all)) }
         o.costUSD = costUSD
+        o.verifierRanAgentCode = agentCode
         return o
     }
 }

@@ -608,3 +608,57 @@ int ahs_changes_read(int group, const unsigned char *top, unsigned top_len, stru
     }
     return count;
 }
+
+// ---------------------------------------------------------------------------------------
+// What a verifier opened and executed of the task's working copy: fanotify on /app's file
+// system, each event read with its opener's executable while that process most likely still
+// exists.
+
+int ahs_open_watch(const char *dir) {
+    int group = fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK, O_RDONLY | O_LARGEFILE | O_CLOEXEC);
+    if (group < 0) return -1;
+    if (fanotify_mark(group, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, FAN_OPEN | FAN_OPEN_EXEC, AT_FDCWD, dir) < 0) {
+        int e = errno;
+        close(group);
+        errno = e;
+        return -1;
+    }
+    return group;
+}
+
+int ahs_cloexec_pipe(int fds[2]) { return pipe2(fds, O_CLOEXEC); }
+
+int ahs_opens_read(int group, struct ahs_open *out, int max) {
+    static __thread unsigned char buf[8192] __attribute__((aligned(8)));
+    if (max < (int)(sizeof buf / sizeof(struct fanotify_event_metadata))) { errno = EINVAL; return -1; }
+    ssize_t len = read(group, buf, sizeof buf);
+    if (len < 0) return errno == EAGAIN ? 0 : -1;
+    int count = 0;
+    const struct fanotify_event_metadata *m = (const struct fanotify_event_metadata *)buf;
+    while (count < max && FAN_EVENT_OK(m, len)) {
+        struct ahs_open *o = &out[count++];
+        memset(o, 0, sizeof *o);
+        o->mask = m->mask;
+        o->pid = m->pid;
+        if (m->fd >= 0) {
+            char link[64];
+            snprintf(link, sizeof link, "/proc/self/fd/%d", m->fd);
+            ssize_t n = readlink(link, o->path, sizeof o->path - 1);
+            o->path[n > 0 ? n : 0] = 0;
+            close(m->fd);
+        }
+        if (m->pid > 0) {
+            char link[64], exe[1024];
+            snprintf(link, sizeof link, "/proc/%d/exe", m->pid);
+            ssize_t n = readlink(link, exe, sizeof exe - 1);
+            if (n > 0) {
+                exe[n] = 0;
+                const char *base = strrchr(exe, '/');
+                base = base ? base + 1 : exe;
+                snprintf(o->exe, sizeof o->exe, "%s", base);
+            }
+        }
+        m = FAN_EVENT_NEXT(m, len);
+    }
+    return count;
+}

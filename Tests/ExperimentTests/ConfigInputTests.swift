@@ -25,6 +25,30 @@ struct ConfigInputTests {
     }
 }
 
+@Suite("sandbox.verifier_tools")
+struct VerifierToolsConfigTests {
+    static func refusal(_ text: String) -> String? {
+        do {
+            _ = try ExperimentConfig.parse(text, file: "exp/experiment_config.yaml").makeAdapter(root: "/nonexistent-root", checkTools: false)
+            return nil
+        } catch {
+            return "\(error)"
+        }
+    }
+
+    @Test("refused where autoharness runs no verifier (it would be silently ignored), and where the directory holds no toolbox")
+    func checked() throws {
+        let command = Self.refusal("benchmark: command\ntasks: [a]\nrunner:\n  command: [python3, r.py, \"{output}\"]\nsandbox:\n  verifier_tools: /nonexistent\n")
+        #expect(command?.contains("sandbox.verifier_tools: only the verifiers autoharness runs get it") == true
+                    && command?.contains("benchmark: command grades elsewhere") == true, "\(command ?? "accepted")")
+        let remote = Self.refusal("benchmark: terminal-bench\ndataset: /nonexistent\nenv_provider: e2b\nsandbox:\n  verifier_tools: /nonexistent\n")
+        #expect(remote?.contains("benchmark: terminal-bench with env_provider: e2b grades elsewhere") == true, "\(remote ?? "accepted")")
+        let empty = Self.refusal("benchmark: local\ndataset: \(Experiment.fixture)\nsandbox:\n  verifier_tools: /nonexistent\n")
+        #expect(empty?.contains("/nonexistent/bin/uv (uv) is missing") == true && empty?.contains("scripts/install-verifier-tools") == true,
+                "\(empty ?? "accepted")")
+    }
+}
+
 /// A copy of the `arith` fixture benchmark that a test may change, and an experiment on it.
 struct EditableBenchmark {
     let temp: TempDir

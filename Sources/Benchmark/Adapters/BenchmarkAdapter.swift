@@ -119,6 +119,8 @@ public struct LocalAdapter: BenchmarkAdapter {
     public var taskPolicy = "benchmark-task"
     public var verifierPolicy = "verifier"
     public var defaultAgentTimeout: Double?
+    /// Given to each verifier read-only (`sandbox.verifier_tools`).
+    public var verifierTools: VerifierTools?
 
     public init(benchmark: LocalBenchmark) { self.benchmark = benchmark }
 
@@ -126,7 +128,7 @@ public struct LocalAdapter: BenchmarkAdapter {
     public var taskIDs: [String] { benchmark.tasks.map(\.id) }
     public var problems: [String] { benchmark.problems }
     public var toolActor: String { "verifier" }
-    public var hostPaths: [String] { [benchmark.directory] }
+    public var hostPaths: [String] { [benchmark.directory] + (verifierTools?.hostPaths ?? []) }
 
     public func run(_ ids: [String], _ context: AdapterRunContext) throws(BenchmarkError) -> [TaskOutcome] {
         let tasks = ids.compactMap { benchmark.task($0) }
@@ -134,6 +136,7 @@ public struct LocalAdapter: BenchmarkAdapter {
         return try context.runTasks(tasks) { cfg in
             cfg.taskPolicy = taskPolicy
             cfg.verifierPolicy = verifierPolicy
+            cfg.verifierTools = verifierTools
             if let t = defaultAgentTimeout { cfg.defaultAgentTimeout = t }
         }
     }

@@ -61,6 +61,8 @@ public struct HarborAdapter: BenchmarkAdapter {
     public var taskNames: [String: String] = [:]
     /// `env_provider: local`: the directory of autoharness_harbor_env.py (runner.scripts).
     public var scriptsDirectory: String?
+    /// `env_provider: local`: given to each verifier read-only (`sandbox.verifier_tools`).
+    public var verifierTools: VerifierTools?
 
     static let localModule = "autoharness_harbor_env.py"
     static let localModuleDirectory = "/opt/autoharness-harbor"
@@ -207,7 +209,10 @@ public struct HarborAdapter: BenchmarkAdapter {
     /// task's solution/solve.sh in place of Harbor, as for a local benchmark.
     func runLocally(_ ids: [String], _ context: AdapterRunContext) throws(BenchmarkError) -> [TaskOutcome] {
         context.log("harbor: \(ids.count) task(s), each agent phase through harbor, each verifier in a sandbox of its own")
-        return try context.runTasks(ids.map(localTask)) { $0.externalAgent = HarborAgentPhase(adapter: self, context: context) }
+        return try context.runTasks(ids.map(localTask)) {
+            $0.externalAgent = HarborAgentPhase(adapter: self, context: context)
+            $0.verifierTools = verifierTools
+        }
     }
 
     /// The directory of task `id` on this host: under `-p`, or a registry's local task.

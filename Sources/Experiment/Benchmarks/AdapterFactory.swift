@@ -11,6 +11,13 @@ extension ExperimentConfig {
         guard let kind = BenchmarkKinds.named(benchmark) else {
             throw ExperimentError(.usage, "benchmark: \(benchmark) is not available in this build")
         }
+        // The toolbox is for the verifiers autoharness runs itself; elsewhere it would be
+        // silently ignored, and an operator would believe tasks were graded with it.
+        if verifierTools != nil && !kind.runsVerifiers(self) {
+            throw ExperimentError(.usage, "sandbox.verifier_tools: only the verifiers autoharness runs get it (benchmark: local, "
+                + "or terminal-bench with env_provider: local); benchmark: \(benchmark)\(envProvider.map { " with env_provider: \($0)" } ?? "") "
+                + "grades elsewhere: remove the key")
+        }
         return try kind.adapter(self, root: root, checkTools: checkTools)
     }
 

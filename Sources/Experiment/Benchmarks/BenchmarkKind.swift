@@ -32,6 +32,9 @@ protocol BenchmarkKind: Sendable {
     /// Why the rewards this configuration produces are not independent of agent.py's process
     /// (shown in `status`, the gate's answer and the report), or nil when they are.
     func unverified(_ config: ExperimentConfig) -> String?
+    /// autoharness runs this configuration's verifiers itself, so `sandbox.verifier_tools`
+    /// applies to them.
+    func runsVerifiers(_ config: ExperimentConfig) -> Bool
 }
 
 extension BenchmarkKind {
@@ -41,6 +44,7 @@ extension BenchmarkKind {
     var keys: [UpstreamKey] { [] }
     var runsInVM: Bool { false }
     var runsOwnTasks: Bool { false }
+    func runsVerifiers(_ config: ExperimentConfig) -> Bool { false }
 }
 
 extension ExperimentConfig {

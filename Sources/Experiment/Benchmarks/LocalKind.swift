@@ -23,14 +23,17 @@ struct LocalKind: BenchmarkKind {
             throw ExperimentError(.usage, "--dataset \(o.dataset ?? ""): \(error)")
         }
         guard problems.isEmpty else { throw ExperimentError(.usage, "--dataset \(o.dataset ?? ""): \(problems.joined(separator: "\n"))") }
-        return InitValues(dataset: dataset)
+        return InitValues(dataset: dataset, placeholders: ["verifier_tools": ExperimentSupervisor.verifierToolsLine(when: nil)])
     }
+
+    func runsVerifiers(_ config: ExperimentConfig) -> Bool { true }
 
     func adapter(_ config: ExperimentConfig, root: String, checkTools: Bool) throws -> any BenchmarkAdapter {
         let dataset = config.dataset ?? ""
         var local = LocalAdapter(benchmark: try LocalBenchmark(directory: dataset.hasPrefix("/") ? dataset : root + "/" + dataset))
         local.taskPolicy = config.taskPolicy
         local.verifierPolicy = config.verifierPolicy
+        local.verifierTools = try config.verifierToolbox()
         local.defaultAgentTimeout = config.perTaskTimeout
         return local
     }

@@ -60,8 +60,11 @@ struct TerminalBenchKind: BenchmarkKind {
         if o.registryURL != nil && o.registryPath == nil && !HarborDataset.isReference(o.dataset ?? Self.dataset) {
             throw ExperimentError(.usage, "--registry-url is for a registry dataset (name@version), not a directory")
         }
-        return InitValues(dataset: dataset, placeholders: ["harbor_registry": harborKeys, "harbor_allow": harborAllow.map { ", " + $0 }.joined()])
+        return InitValues(dataset: dataset, placeholders: ["harbor_registry": harborKeys, "harbor_allow": harborAllow.map { ", " + $0 }.joined(),
+                                                           "verifier_tools": ExperimentSupervisor.verifierToolsLine(when: "env_provider: local")])
     }
+
+    func runsVerifiers(_ config: ExperimentConfig) -> Bool { (config.envProvider ?? "e2b") == "local" }
 
     /// Every task of the dataset has a name Harbor can be asked for, and no two share one.
     static func checkNames(_ tasks: [HarborDataset.Task], of what: String) throws {
@@ -155,6 +158,7 @@ extension ExperimentConfig {
         adapter.model = agentModel == "none" ? nil : agentModel
         adapter.environmentProvider = provider
         adapter.scriptsDirectory = runner.scripts
+        adapter.verifierTools = try verifierToolbox()
         // Harbor multiplies each task's own agent timeout (900 s for Terminal-Bench 2.0 tasks).
         // Upstream derived the multiplier from per_task_timeout / 180, which overshoots 5×;
         // here it is explicit.
@@ -163,6 +167,16 @@ extension ExperimentConfig {
         adapter.concurrency = maxConcurrency
         adapter.environment = agentEnvironment()
         return adapter
+    }
+
+    /// `sandbox.verifier_tools`, checked; nil when the config names none.
+    func verifierToolbox() throws -> VerifierTools? {
+        guard let dir = verifierTools else { return nil }
+        do {
+            return try VerifierTools(directory: dir)
+        } catch {
+            throw ExperimentError(.usage, error.message)
+        }
     }
 
     /// A remote environment provider keeps state (sandboxes, files, snapshots) that anyone

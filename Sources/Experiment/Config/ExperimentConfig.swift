@@ -28,6 +28,9 @@ public struct ExperimentConfig: Sendable, Equatable {
     // sandbox:
     public var taskPolicy = "benchmark-task"
     public var verifierPolicy = "verifier"
+    /// `sandbox.verifier_tools`: the toolbox every verifier gets read-only
+    /// (scripts/install-verifier-tools; `VerifierTools`).
+    public var verifierTools: String?
     public var policyDirectory: String?
     public var scratch = "/dev/shm/autoharness"
     /// `host:port` pairs the coding agent's egress proxy may connect to.
@@ -336,7 +339,7 @@ extension ExperimentConfig {
                     }
                 }
             case "sandbox":
-                r.mapping(v, key, allowed: ["task_policy", "verifier_policy", "coding_agent_policy", "policy_dir", "scratch", "network"]) { k, v in
+                r.mapping(v, key, allowed: ["task_policy", "verifier_policy", "verifier_tools", "coding_agent_policy", "policy_dir", "scratch", "network"]) { k, v in
                     switch k {
                     case "task_policy": if let s = r.string(v, "sandbox.\(k)") { c.taskPolicy = s }
                     case "coding_agent_policy": if let s = r.string(v, "sandbox.\(k)") { c.codingAgentPolicy = s }
@@ -346,6 +349,7 @@ extension ExperimentConfig {
                         }
                     case "verifier_policy": if let s = r.string(v, "sandbox.\(k)") { c.verifierPolicy = s }
                     case "policy_dir": c.policyDirectory = r.string(v, "sandbox.\(k)")
+                    case "verifier_tools": c.verifierTools = r.absolutePath(v, "sandbox.\(k)")
                     default: if let s = r.absolutePath(v, "sandbox.\(k)") { c.scratch = s }
                     }
                 }

@@ -217,7 +217,8 @@ public final class ExperimentSupervisor {
         try AtomicFile.write([UInt8](split.encoded()), to: layout.split, mode: 0o600)
         let val = HeldOutScore.val(split.test, outcomes)
         var baselineRecord = BaselineRecord(valScore: val, testTasks: split.test.count, tasksPassed: outcomes.filter(\.passed).count,
-                                            tasksTotal: outcomes.count, agentSHA256: snap.sha256, costUSD: TaskOutcome.cost(outcomes))
+                                            tasksTotal: outcomes.count, agentSHA256: snap.sha256, costUSD: TaskOutcome.cost(outcomes),
+                                            agentCode: TaskOutcome.agentCode(outcomes))
         if config.timeoutPolicy == .infra { (baselineRecord.valScoreFinished, baselineRecord.heldOutTimedOut) = HeldOutScore.finished(split.test, outcomes) }
         var items: [(RecordKind, any Encodable)] = [
             (.split, SplitRecord(train: split.train, test: split.test, seed: split.metadata.seed)),
@@ -297,7 +298,7 @@ public final class ExperimentSupervisor {
                 timestamp: isoTimestamp(), agentSHA256: snap.sha256,
                 results: Dictionary(uniqueKeysWithValues: outcomes.map { ($0.id, $0.reward) }),
                 statuses: Dictionary(uniqueKeysWithValues: outcomes.map { ($0.id, $0.status.rawValue) }),
-                costUSD: TaskOutcome.cost(outcomes)))]
+                costUSD: TaskOutcome.cost(outcomes), agentCode: TaskOutcome.agentCode(outcomes)))]
             if let evidence = FailureEvidenceRecord.observed(outcomes, train: train, source: "train run", agentSHA256: snap.sha256,
                                                              batch: s.batches.last?.revealed.batch) {
                 items.append((.failureEvidence, evidence))
@@ -483,6 +484,7 @@ public final class ExperimentSupervisor {
         let promotedSet = Set(result.promoted)
         for o in promotionOutcomes where promotedSet.contains(o.id) { lastResults[o.id] = o.reward }
         result.trainCostUSD = TaskOutcome.cost(phases.suite + promotionOutcomes)
+        result.agentCode = TaskOutcome.agentCode(phases.suite + (phases.heldOut ?? []) + promotionOutcomes)
         // What the suite and promotion phases (train tasks only) showed failing; recorded after
         // the attempt's row, so an accepted gate's passing runs resolve records by this attempt.
         let evidence = GateRules.evidence(s, phases: phases, attempt: attempt, agentSHA256: snap.sha256)

@@ -93,6 +93,7 @@ extension ExperimentSupervisor {
         placeholders["tool"] = tool
         placeholders["python"] = ToolCheck.interpreter(of: tool) ?? (tool.split(separator: "/").last?.hasPrefix("python") == true ? tool : "python3")
         placeholders["templates"] = t
+        if placeholders["verifier_tools"] == nil { placeholders["verifier_tools"] = "" }
         placeholders["tool_binds"] = ToolCheck.installRoots(of: tool).map { "\"\($0)\"" }.joined(separator: ", ")
         /// A template with its placeholders filled; one left unfilled is a template bug.
         func text(_ f: String) throws -> String {
@@ -146,5 +147,21 @@ extension ExperimentSupervisor {
         _ = try ledger.append(.experimentCreated, ExperimentCreated(benchmark: o.benchmark, dataset: dataset))
         created = true
         return layout
+    }
+
+    /// The toolbox scripts/install-verifier-tools makes, where it makes it.
+    static var defaultVerifierTools: String {
+        (ProcessInfo.processInfo.environment["AUTOHARNESS_CACHE"].flatMap { $0.isEmpty ? nil : $0 } ?? "/var/cache/autoharness") + "/verifier-tools"
+    }
+
+    /// The config's `sandbox.verifier_tools` line for a benchmark whose verifiers autoharness
+    /// runs: set when the toolbox is installed, a comment saying how otherwise; `condition`
+    /// (e.g. `env_provider: local`) makes it a comment naming when it applies.
+    static func verifierToolsLine(when condition: String?) -> String {
+        let dir = defaultVerifierTools
+        let what = "uv, pytest's wheels, curl and apt-get shims, read-only in each verifier: Terminal-Bench 2.0's test scripts fetch them"
+        if let condition { return "  # verifier_tools: \(dir)  # with \(condition): \(what) (scripts/install-verifier-tools)\n" }
+        if (try? VerifierTools(directory: dir)) != nil { return "  verifier_tools: \(dir)  # \(what)\n" }
+        return "  # verifier_tools: \(dir)  # \(what); scripts/install-verifier-tools installs it\n"
     }
 }

@@ -29,6 +29,8 @@ public struct BaselineRecord: Codable, Sendable {
     /// how many timed out (`HeldOutScore.finished`).
     public var valScoreFinished: Double? = nil
     public var heldOutTimedOut: Int? = nil
+    /// Tasks whose verifier ran agent code (`TaskOutcome.agentCode`); operator only.
+    public var agentCode: [String: [String]]? = nil
 }
 
 public struct TrainRunRecord: Codable, Sendable {
@@ -38,6 +40,8 @@ public struct TrainRunRecord: Codable, Sendable {
     public var statuses: [String: String]
     /// The benchmark tools' model spend for the run (`TaskOutcome.cost`); operator only.
     public var costUSD: Double? = nil
+    /// Tasks whose verifier ran agent code (`TaskOutcome.agentCode`).
+    public var agentCode: [String: [String]]? = nil
 }
 
 public struct GateStartedRecord: Codable, Sendable {
@@ -77,6 +81,9 @@ public struct GateAttemptRecord: Codable, Sendable {
     /// totals (never per held-out task); operator only.
     public var trainCostUSD: Double?
     public var heldOutCostUSD: Double?
+    /// Tasks of any of its phases (held-out ones included) whose verifier ran agent code
+    /// (`TaskOutcome.agentCode`); operator only, never in the gate's answer.
+    public var agentCode: [String: [String]]?
 
     /// How the attempt ended, for records of any age.
     public var verdict: GateOutcome { outcome ?? GateOutcome(legacyReason: reason, accepted: accepted) }

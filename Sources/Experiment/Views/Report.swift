@@ -102,6 +102,7 @@ public enum Report {
         }
         body += "<h2>Iterations</h2>\n<table>\n\(rows)</table>\n"
         body += explorerSection(explorer)
+        body += agentCodeSection(s)
         var vrows = "<tr><th>time</th><th>actor</th><th>kind</th><th>detail</th></tr>\n"
         for v in s.violations {
             vrows += "<tr><td>\(esc(v.time))</td><td>\(esc(v.record.actor))\(v.record.heldOut == true ? " (held-out)" : "")</td>"
@@ -132,6 +133,27 @@ public enum Report {
             \(body)</body></html>
 
             """
+    }
+
+    /// Every task whose verifier ran agent code (`AgentCodeRuns`), per run: the baseline, each
+    /// train run, each gate attempt (its held-out tasks marked).
+    static func agentCodeSection(_ s: ExperimentState) -> String {
+        let test = Set(s.split?.test ?? [])
+        var rows = ""
+        func add(_ when: String, _ code: [String: [String]]?) {
+            for (id, lines) in (code ?? [:]).sorted(by: { $0.key < $1.key }) {
+                rows += "<tr><td>\(esc(when))</td><td>\(esc(id))\(test.contains(id) ? " (held-out)" : "")</td>"
+                rows += "<td>\(lines.map { readable($0) }.joined(separator: "<br/>"))</td></tr>\n"
+            }
+        }
+        add("baseline", s.baseline?.agentCode)
+        for (i, r) in s.trainRuns.enumerated() { add("train run \(i + 1)", r.agentCode) }
+        for a in s.gateAttempts { add("gate attempt \(a.attempt)", a.agentCode) }
+        let note = "tasks whose verifier executed a file from /app, or opened a code file there other than through git: code agent.py "
+            + "wrote ran before the verdict, and a test that trusts what it returns can be fooled. A reason to look, not a verdict: "
+            + "the rewards stand (docs/benchmarks.md, verifier integrity)"
+        return "<h2>Verifiers that ran agent code</h2>\n<p class=\"note\">\(note)</p>\n"
+            + (rows.isEmpty ? "<p class=\"note\">none</p>\n" : "<table>\n<tr><th>run</th><th>task</th><th>what ran</th></tr>\n\(rows)</table>\n")
     }
 
     /// Diff lines shown per attempt; the rest is counted.

@@ -1,0 +1,85 @@
+// What a verifier needs is provided, not fetched.
+//
+// Terminal-Bench 2.0's test scripts begin by fetching their judge: `apt-get install curl`, uv's
+// installer piped from `curl` into `sh`, `source $HOME/.local/bin/env`, then `uvx -p 3.13 -w
+// pytest==8.4.1 -w pytest-json-ctrf==0.3.5 pytest ...`, which downloads a Python and pytest.
+// A verifier has no network, so all of it failed and every such task scored 0; and whatever
+// that preamble runs is whatever the environment hands it. The verifier tools
+// (scripts/install-verifier-tools) are that preamble's answers, read-only at `mountPoint`:
+// uv and uvx, a link to a Python 3.13, pinned wheels of pytest and its plugin, and shims for
+// `curl` (uv's installer URL alone is answered, from the toolbox) and `apt-get` (installs
+// nothing). uv then runs offline on those wheels only, and reads no configuration file: a
+// `uv.toml` or `pyproject.toml` agent.py left in /app could otherwise name its own index or
+// wheels, and so its own pytest.
+
+import Glibc
+import SandboxPolicy
+import SupervisorIO
+
+public struct VerifierTools: Sendable, Equatable {
+    /// Where the toolbox is inside a verifier sandbox.
+    public static let mountPoint = "/opt/autoharness/verifier-tools"
+    static let manifestCap = 64 << 10
+
+    /// The toolbox on this host.
+    public let directory: String
+    /// The Python's prefix, bound read-only at its own path (the interpreter's library path
+    /// is absolute in a pyenv build); nil when it is under /usr, which every sandbox has.
+    public let pythonHome: String?
+
+    /// Checks `directory` holds an installed toolbox; the error names what is missing and how
+    /// to install it.
+    public init(directory: String) throws(BenchmarkError) {
+        let hint = "run scripts/install-verifier-tools, which prints the directory to give"
+        guard directory.hasPrefix("/") else {
+            throw BenchmarkError(.configuration, "sandbox.verifier_tools: '\(directory)' is not an absolute path (\(hint))")
+        }
+        for (path, kind, what) in [("bin/uv", S_IFREG, "uv"), ("bin/uvx", S_IFREG, "uvx"), ("bin/curl", S_IFREG, "the curl shim"),
+                                   ("bin/apt-get", S_IFREG, "the apt-get shim"), ("share/uv-install.sh", S_IFREG, "uv's offline installer"),
+                                   ("wheels", S_IFDIR, "the wheels directory")] {
+            guard LocalBenchmark.kind(directory + "/" + path) == kind else {
+                throw BenchmarkError(.configuration, "sandbox.verifier_tools: \(directory)/\(path) (\(what)) is missing: \(hint)")
+            }
+        }
+        guard access(directory + "/bin/python3.13", X_OK) == 0 else {
+            throw BenchmarkError(.configuration, "sandbox.verifier_tools: \(directory)/bin/python3.13 does not lead to an interpreter (\(FileSystem.errorText())): \(hint)")
+        }
+        self.directory = directory
+        switch InputFile.read(directory + "/python-home", cap: Self.manifestCap) {
+        case .failure(.missing):
+            pythonHome = nil
+        case .failure(let problem):
+            throw BenchmarkError(.configuration, "sandbox.verifier_tools: \(directory)/python-home: \(problem.explanation("a path"))")
+        case .success(let bytes):
+            let text = String(decoding: bytes, as: UTF8.self)
+            let home = text.hasSuffix("\n") ? String(text.dropLast()) : text
+            guard home.hasPrefix("/"), !home.contains("\n"), !home.contains("\0"), LocalBenchmark.kind(home) == S_IFDIR else {
+                throw BenchmarkError(.configuration, "sandbox.verifier_tools: \(directory)/python-home: '\(home.prefix(200))' is not an absolute path to a directory (\(hint))")
+            }
+            pythonHome = home
+        }
+    }
+
+    /// The binds of a verifier sandbox: the toolbox, and the interpreter's prefix.
+    public var mounts: [MountSpec] {
+        [MountSpec(kind: .readOnly(source: directory), destination: Self.mountPoint)]
+            + (pythonHome.map { [MountSpec(kind: .readOnly(source: $0), destination: $0)] } ?? [])
+    }
+
+    /// What a held-out VM must share for the same verifier to run in it.
+    public var hostPaths: [String] { [directory] + (pythonHome.map { [$0] } ?? []) }
+
+    /// The verifier's environment on top of its policy's: the toolbox first on `PATH` (so
+    /// its `curl` and `apt-get` answer the preamble), uv offline on the toolbox's wheels.
+    /// `UV_NO_CONFIG` is the verifier policy's, for every verifier (policies/verifier.yaml).
+    public func environment(policyPath: String?) -> [String] {
+        [
+            "PATH=\(Self.mountPoint)/bin:\(policyPath ?? "/usr/local/bin:/usr/bin:/bin")",
+            "UV_OFFLINE=1",
+            "UV_NO_INDEX=1",
+            "UV_FIND_LINKS=\(Self.mountPoint)/wheels",
+            "UV_PYTHON_DOWNLOADS=never",
+            "UV_PYTHON_PREFERENCE=only-system",
+        ]
+    }
+}

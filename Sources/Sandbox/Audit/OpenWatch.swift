@@ -1,0 +1,117 @@
+import CSystemCalls
+import Glibc
+
+/// What was opened and executed on one file system while it was watched: fanotify on the file
+/// system that holds a directory, read on a thread of its own as the events arrive, so that
+/// each opener's executable is read while the opener most likely still exists (a process that
+/// was already gone has none) and the kernel's queue does not overflow on a long run. Which
+/// opens matter is `keep`'s call; at most `limit` distinct (path, executed) pairs are kept,
+/// the rest only counted. Needs CAP_SYS_ADMIN in the initial user namespace.
+public final class OpenWatch: @unchecked Sendable {
+    public struct Open: Sendable, Equatable {
+        /// The file's path as the supervisor sees it.
+        public var path: String
+        /// Executed (execve of the file itself), not only opened.
+        public var executed: Bool
+        /// The opener's executable's name ("" when it was gone).
+        public var exe: String
+    }
+
+    /// What the watch saw, once stopped.
+    public struct Seen: Sendable {
+        public var opens: [Open]
+        /// Kept opens beyond `limit`, not listed.
+        public var more: Int
+        /// The kernel dropped events: what ran cannot be told whole.
+        public var overflowed: Bool
+    }
+
+    // linux/fanotify.h
+    static let openExec: UInt64 = 0x1000
+    static let overflow: UInt64 = 0x4000
+
+    private let group: Int32
+    private let stopPipe: (read: Int32, write: Int32)
+    private let keep: @Sendable (Open) -> Bool
+    private let limit: Int
+    private var seen = Seen(opens: [], more: 0, overflowed: false)
+    private var keys = Set<String>()
+    private let done = OneShot()
+
+    /// Starts watching the file system that holds `directory`.
+    /// - Throws: `SandboxError` (`.io`) naming the directory and errno.
+    public init(directory: String, limit: Int = 200, keep: @escaping @Sendable (Open) -> Bool) throws(SandboxError) {
+        let g = ahs_open_watch(directory)
+        guard g >= 0 else { throw SandboxError(.io, "fanotify (opens) on \(directory): \(String(cString: strerror(errno)))") }
+        var fds: [Int32] = [-1, -1]
+        guard ahs_cloexec_pipe(&fds) == 0 else {
+            let e = errno
+            close(g)
+            throw SandboxError(.io, "pipe for the open watch: \(String(cString: strerror(e)))")
+        }
+        group = g
+        stopPipe = (fds[0], fds[1])
+        self.keep = keep
+        self.limit = limit
+        guard detachedThread({ [self] in loop() }) else {
+            close(g)
+            close(fds[0])
+            close(fds[1])
+            throw SandboxError(.io, "no thread for the open watch")
+        }
+    }
+
+    /// Stops watching and returns what was seen, every queued event read.
+    public func stop() -> Seen {
+        var byte: UInt8 = 1
+        _ = write(stopPipe.write, &byte, 1)
+        done.wait()
+        close(group)
+        close(stopPipe.read)
+        close(stopPipe.write)
+        return seen
+    }
+
+    private func loop() {
+        var buffer = [ahs_open](repeating: ahs_open(), count: 512)
+        var stopping = false
+        while true {
+            var fds = [pollfd(fd: group, events: Int16(POLLIN), revents: 0), pollfd(fd: stopPipe.read, events: Int16(POLLIN), revents: 0)]
+            if !stopping {
+                let r = poll(&fds, 2, -1)
+                if r < 0 && errno == EINTR { continue }
+                if r < 0 { seen.overflowed = true; break }
+                if fds[1].revents != 0 { stopping = true }
+            }
+            let n = ahs_opens_read(group, &buffer, Int32(buffer.count))
+            if n < 0 { seen.overflowed = true; break }
+            if n == 0 {
+                if stopping { break }
+                continue
+            }
+            for i in 0..<Int(n) { take(&buffer[i]) }
+        }
+        done.signal()
+    }
+
+    private func take(_ e: inout ahs_open) {
+        if e.mask & Self.overflow != 0 { seen.overflowed = true; return }
+        let path = withUnsafeBytes(of: &e.path) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        let exe = withUnsafeBytes(of: &e.exe) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        let open = Open(path: path, executed: e.mask & Self.openExec != 0, exe: exe)
+        guard keep(open) else { return }
+        let key = (open.executed ? "x:" : "r:") + path
+        guard keys.insert(key).inserted else { return }
+        if seen.opens.count < limit { seen.opens.append(open) } else { seen.more += 1 }
+    }
+}
+
+/// A one-shot signal between the watch's thread and `stop` (Glibc's semaphore: this target
+/// has no Dispatch).
+private final class OneShot: @unchecked Sendable {
+    private var sem = sem_t()
+    init() { sem_init(&sem, 0, 0) }
+    deinit { sem_destroy(&sem) }
+    func signal() { sem_post(&sem) }
+    func wait() { while sem_wait(&sem) != 0 && errno == EINTR {} }
+}

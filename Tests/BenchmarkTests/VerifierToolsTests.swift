@@ -1,0 +1,302 @@
+import Foundation
+import Sandbox
+import SandboxPolicy
+import Testing
+import TestSupport
+
+@testable import Benchmark
+
+/// What the verifier needs is provided, not fetched (issue 53): Terminal-Bench 2.0's test
+/// script, as its tasks ship it, runs offline on the verifier tools that
+/// scripts/install-verifier-tools installs (uv 0.9.5, a Python 3.13, pytest 8.4.1 and
+/// pytest-json-ctrf 0.3.5 wheels, curl and apt-get shims), and uv takes nothing agent.py left
+/// in /app.
+@Suite("The verifier tools: Terminal-Bench 2.0's test script runs offline, on nothing agent.py chose")
+struct VerifierToolsTests {
+    /// The test.sh of a Terminal-Bench 2.0 task, as the dataset has it (e.g.
+    /// terminal-bench-2 `*/tests/test.sh`): apt-get, uv's installer through curl and sh, its
+    /// env file, uvx on pinned pytest wheels, the reward from pytest's exit.
+    static let tb2TestScript = """
+        #!/bin/bash
+
+        # Install curl
+        apt-get update
+        apt-get install -y curl
+
+        # Install uv
+        curl -LsSf https://astral.sh/uv/0.9.5/install.sh | sh
+
+        source $HOME/.local/bin/env
+
+        # Check if we're in a valid working directory
+        if [ "$PWD" = "/" ]; then
+            echo "Error: No working directory set. Please set a WORKDIR in your Dockerfile before running this script."
+            exit 1
+        fi
+
+        uvx \\
+          -p 3.13 \\
+          -w pytest==8.4.1 \\
+          -w pytest-json-ctrf==0.3.5 \\
+          pytest --ctrf /logs/verifier/ctrf.json /tests/test_outputs.py -rA
+
+
+        if [ $? -eq 0 ]; then
+          echo 1 > /logs/verifier/reward.txt
+        else
+          echo 0 > /logs/verifier/reward.txt
+        fi
+
+        """
+
+    static let testOutputs = """
+        from pathlib import Path
+
+
+        def test_answer_exists():
+            assert Path("/app/answer.txt").exists()
+
+
+        def test_answer_is_right():
+            assert Path("/app/answer.txt").read_text().strip() == "forty-two"
+
+        """
+
+    /// The installed toolbox; a test without it fails (scripts/test installs it).
+    static func toolbox() throws -> VerifierTools {
+        let r = try runProcess("/bin/bash", [Paths.packageRoot + "/scripts/install-verifier-tools", "--print"])
+        let dir = r.stdout.split(separator: " ").last.map { String($0).trimmingCharacters(in: .whitespacesAndNewlines) }
+        let path = try #require(r.status == 0 ? dir : nil, "the verifier tools are not installed: run scripts/install-verifier-tools (\(r.stderr))")
+        return try VerifierTools(directory: path)
+    }
+
+    /// A benchmark whose tasks answer with the instruction's word; `script` is every task's test.sh.
+    static func benchmark(_ dir: TempDir, script: String, tasks: [String: String]) throws -> LocalBenchmark {
+        for (id, word) in tasks {
+            try dir.file("tasks/\(id)/instruction.md", "Write the answer to /app/answer.txt.\nanswer: \(word)\n")
+            try dir.file("tasks/\(id)/task.toml", "[verifier]\ntimeout_sec = 120.0\n")
+            try dir.file("tasks/\(id)/tests/test.sh", script, mode: 0o755)
+            try dir.file("tasks/\(id)/tests/test_outputs.py", testOutputs)
+        }
+        return try LocalBenchmark(directory: dir.path)
+    }
+
+    /// agent.py: writes the word its instruction names, then runs `extra` (Python).
+    static func agent(extra: String = "") -> String {
+        """
+        import os, zipfile
+
+        class HarnessAgent:
+            def run(self, instruction, workdir):
+                word = instruction.split("answer: ")[1].strip()
+                open(os.path.join(workdir, "answer.txt"), "w").write(word + "\\n")
+        \(extra.split(separator: "\n", omittingEmptySubsequences: false).map { $0.isEmpty ? "" : "        " + $0 }.joined(separator: "\n"))
+
+        """
+    }
+
+    @Test("Terminal-Bench 2.0's test script, offline: the right answer scores 1, a wrong one 0 with pytest's failing test; without the tools both score 0")
+    func tb2ScriptRunsOffline() throws {
+        try requireRoot()
+        let tools = try Self.toolbox()
+        let dir = try TempDir()
+        let bench = try Self.benchmark(dir, script: Self.tb2TestScript, tasks: ["right": "forty-two", "wrong": "forty-one"])
+        let traces = try TempDir()
+        let h = try Harness(agent: Self.agent(), configure: {
+            $0.verifierTools = tools
+            $0.collectFailures = true
+        })
+        let right = h.run(try #require(bench.task("right")), trace: traces.path + "/right")
+        #expect(right.status == .passed && right.reward == 1, "\(right.status) \(right.detail ?? "")\n\(read(traces.path + "/right/verifier.stdout") ?? "")\(read(traces.path + "/right/verifier.stderr") ?? "")")
+        let stdout = read(traces.path + "/right/verifier.stdout") ?? ""
+        // The judge is the pinned pytest on the toolbox's Python, installed by uv's stand-in installer.
+        #expect(stdout.contains("Python 3.13") && stdout.contains("pytest-8.4.1") && stdout.contains("json-ctrf-0.3.5"), "\(stdout)")
+        #expect(stdout.contains("installing to /tmp/.local/bin"), "\(stdout)")
+        #expect((read(traces.path + "/right/verifier.stderr") ?? "").contains("apt-get install curl: already provided"))
+
+        let wrong = h.run(try #require(bench.task("wrong")), trace: traces.path + "/wrong")
+        #expect(wrong.status == .failed && wrong.reward == 0, "\(wrong.status) \(wrong.detail ?? "")")
+        // pytest-json-ctrf's report names the failing test: the failure record a coding agent reads.
+        #expect(wrong.failures?.map(\.check) == ["test_outputs.py::test_answer_is_right"], "\(String(describing: wrong.failures))")
+
+        // Without the tools the same script has no uv to run (no network): 0 for the right answer.
+        let bare = try Harness(agent: Self.agent())
+        let offline = bare.run(try #require(bench.task("right")), trace: traces.path + "/bare")
+        #expect(offline.reward == 0, "\(offline.status) \(offline.detail ?? "")")
+        let said = (read(traces.path + "/bare/verifier.stdout") ?? "") + (read(traces.path + "/bare/verifier.stderr") ?? "")
+        #expect(said.contains("uvx: command not found"), "\(said)")
+    }
+
+    /// A test that runs uv from /app (`cd /app && uv run ... pytest`): uv would read the
+    /// uv.toml agent.py left there, whose index is agent.py's wheels, so its own "pytest".
+    /// (uvx reads no configuration from the working directory: checked by hand, uv 0.9.5.)
+    static let uvRunFromApp = """
+        #!/bin/bash
+        curl -LsSf https://astral.sh/uv/0.9.5/install.sh | sh
+        source $HOME/.local/bin/env
+        cd /app
+        uv run -p 3.13 --with pytest==8.4.1 --with pytest-json-ctrf==0.3.5 pytest /tests/test_outputs.py -rA
+        if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+
+        """
+
+    /// agent.py's side: a pytest 8.4.1 wheel whose pytest passes everything, and the uv.toml
+    /// and pyproject.toml that make /app/wheels uv's only index.
+    static let plantIndex = #"""
+        def wheel(path, name, version, files, entry=None):
+            dist = name.replace("-", "_") + "-" + version + ".dist-info"
+            with zipfile.ZipFile(path, "w") as z:
+                for n, t in files.items():
+                    z.writestr(n, t)
+                z.writestr(dist + "/METADATA", "Metadata-Version: 2.1\nName: %s\nVersion: %s\n" % (name, version))
+                z.writestr(dist + "/WHEEL", "Wheel-Version: 1.0\nGenerator: x\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+                if entry:
+                    z.writestr(dist + "/entry_points.txt", entry)
+                z.writestr(dist + "/RECORD", "")
+        os.makedirs("/app/wheels", exist_ok=True)
+        wheel("/app/wheels/pytest-8.4.1-py3-none-any.whl", "pytest", "8.4.1",
+              {"pytest/__init__.py": "import sys\ndef console_main():\n    print('PLANTED PYTEST')\n    sys.exit(0)\n"},
+              "[console_scripts]\npytest = pytest:console_main\n")
+        wheel("/app/wheels/pytest_json_ctrf-0.3.5-py3-none-any.whl", "pytest-json-ctrf", "0.3.5", {"pytest_json_ctrf/__init__.py": ""})
+        open("/app/uv.toml", "w").write('no-index = true\nfind-links = ["/app/wheels"]\n')
+        print("planted an index in /app")
+        """#
+
+    @Test("uv run from /app takes no index, wheels or settings from a uv.toml agent.py left there (UV_NO_CONFIG); against a verifier without it, the planted pytest passes the task")
+    func uvReadsNoConfigFromApp() throws {
+        try requireRoot()
+        let tools = try Self.toolbox()
+        let dir = try TempDir()
+        let bench = try Self.benchmark(dir, script: Self.uvRunFromApp, tasks: ["wrong": "forty-one"])
+        let task = try #require(bench.task("wrong"))
+        let traces = try TempDir()
+        let shipped = try Harness(agent: Self.agent(extra: Self.plantIndex), configure: { $0.verifierTools = tools })
+        let outcome = shipped.run(task, trace: traces.path + "/shipped")
+        let out = read(traces.path + "/shipped/verifier.stdout") ?? ""
+        #expect((read(traces.path + "/shipped/agent.stdout") ?? "").contains("planted an index in /app"))
+        #expect(outcome.status == .failed && outcome.reward == 0, "\(outcome.status) \(outcome.detail ?? "")\n\(out)")
+        #expect(out.contains("pytest-8.4.1") && !out.contains("PLANTED PYTEST"), "\(out)")
+
+        // The control: the same verifier with uv's configuration files read again.
+        let weak = try TempDir()
+        try weak.file("uv-config-verifier.yaml", """
+            extends: verifier
+            description: "the verifier with uv reading configuration files (test control only)"
+            env:
+              set:
+                UV_NO_CONFIG: "0"
+            """)
+        let control = try Harness(agent: Self.agent(extra: Self.plantIndex), configure: {
+            $0.verifierTools = tools
+            $0.policyLoader = PolicyLoader(searchPaths: [weak.path, Paths.policies])
+            $0.verifierPolicy = "uv-config-verifier"
+        })
+        let fooled = control.run(task, trace: traces.path + "/control")
+        #expect(fooled.reward == 1, "the planted index was not used even without UV_NO_CONFIG, so this test proves nothing: \(fooled.status) \(read(traces.path + "/control/verifier.stdout") ?? "")\(read(traces.path + "/control/verifier.stderr") ?? "")")
+        #expect((read(traces.path + "/control/verifier.stdout") ?? "").contains("PLANTED PYTEST"))
+    }
+
+    @Test("the shims: apt-get installs nothing and names what it cannot provide; curl hands out uv's installer alone and passes other URLs to the host's curl")
+    func shims() throws {
+        let tools = try Self.toolbox()
+        let bin = tools.directory + "/bin/"
+        let update = try runProcess(bin + "apt-get", ["update"])
+        #expect(update.status == 0)
+        let install = try runProcess(bin + "apt-get", ["install", "-y", "--no-install-recommends", "bash", "no-such-package-xyz"])
+        #expect(install.status == 100 && install.stderr.contains("Unable to locate package no-such-package-xyz"), "\(install.stderr)")
+        #expect(!install.stderr.contains("bash (the verifier"), "\(install.stderr)")
+        let options = try runProcess(bin + "apt-get", ["-o", "Dpkg::Options::=--force-confdef", "install", "-y", "bash"])
+        #expect(options.status == 0, "\(options.stderr)")
+        let installer = try runProcess(bin + "curl", ["-LsSf", "https://astral.sh/uv/0.9.5/install.sh"])
+        #expect(installer.status == 0 && installer.stdout.contains(tools.directory + "/bin/uv") && !installer.stdout.contains("@TOOLS@"))
+        let out = try TempDir()
+        let saved = try runProcess(bin + "curl", ["-sSf", "https://astral.sh/uv/install.sh", "-o", out.path + "/i.sh"])
+        #expect(saved.status == 0 && (read(out.path + "/i.sh") ?? "").contains("uvx"))
+        // Anything else is the host's curl's business (here: a file URL it reads).
+        try out.file("data.txt", "plain\n")
+        let other = try runProcess(bin + "curl", ["-s", "file://" + out.path + "/data.txt"])
+        #expect(other.status == 0 && other.stdout == "plain\n", "\(other.stdout)\(other.stderr)")
+    }
+
+    @Test("a toolbox that is not installed, or whose python-home is not a directory, is refused naming the file and the install script")
+    func toolboxChecked() throws {
+        #expect(throws: BenchmarkError.self) { try VerifierTools(directory: "relative/tools") }
+        let dir = try TempDir()
+        do {
+            _ = try VerifierTools(directory: dir.path)
+            Issue.record("an empty directory was taken as a toolbox")
+        } catch {
+            #expect(error.message.contains("\(dir.path)/bin/uv") && error.message.contains("scripts/install-verifier-tools"), "\(error.message)")
+        }
+        let tools = try Self.toolbox()
+        // A copy of the real toolbox (links to its files) with a bad python-home.
+        for name in ["bin", "share", "wheels"] { try FileManager.default.createSymbolicLink(atPath: dir.path + "/" + name, withDestinationPath: tools.directory + "/" + name) }
+        try dir.file("python-home", "not/absolute\n")
+        do {
+            _ = try VerifierTools(directory: dir.path)
+            Issue.record("a relative python-home was taken")
+        } catch {
+            #expect(error.message.contains("\(dir.path)/python-home") && error.message.contains("not/absolute"), "\(error.message)")
+        }
+        try dir.file("python-home", (tools.pythonHome ?? "/usr") + "\n")
+        let copy = try VerifierTools(directory: dir.path)
+        #expect(copy.pythonHome == tools.pythonHome ?? "/usr")
+        #expect(copy.mounts.first?.destination == VerifierTools.mountPoint)
+    }
+}
+
+/// The report's flag on tasks whose verifier ran agent code (`AgentCodeRuns`): what a test
+/// executes or imports from /app is listed with the program that did it; what it reads as
+/// data, and what git reads, is not.
+@Suite("Verifiers that ran agent code are flagged")
+struct AgentCodeRunsTests {
+    struct Case: Sendable, CustomTestStringConvertible {
+        var id: String
+        /// test.sh's check (exit 0 → reward 1).
+        var test: String
+        /// What the flag must list (substrings), or empty: no flag.
+        var flagged: [String]
+        var testDescription: String { id }
+    }
+
+    static let cases: [Case] = [
+        .init(id: "imports-solution", test: "python3 -c 'import sys; sys.path.insert(0, \"/app\"); import solution; sys.exit(0 if solution.answer() == 42 else 1)'",
+              flagged: ["opened /app/solution.py (python3"]),
+        .init(id: "runs-program", test: "/app/prog", flagged: ["executed /app/prog (bash)"]),
+        .init(id: "sources-script", test: "source /app/env.sh && test \"$ANSWER\" = 42", flagged: ["opened /app/env.sh (bash)"]),
+        .init(id: "reads-data", test: "test \"$(cat /app/answer.txt)\" = 42", flagged: []),
+        .init(id: "git-reads-code", test: "git -C /app add -A && test \"$(cat /app/answer.txt)\" = 42", flagged: []),
+    ]
+
+    static let agent = """
+        import os, subprocess
+
+        class HarnessAgent:
+            def run(self, instruction, workdir):
+                open("/app/answer.txt", "w").write("42\\n")
+                open("/app/solution.py", "w").write("def answer():\\n    return 42\\n")
+                open("/app/env.sh", "w").write("ANSWER=42\\n")
+                open("/app/prog", "w").write("#!/bin/bash\\nexit 0\\n")
+                os.chmod("/app/prog", 0o755)
+                subprocess.run(["git", "init", "-q", "/app"], check=True)
+        """
+
+    @Test("the flag lists what the verifier executed or imported from /app, with the program; data reads and git's reads are not flagged", arguments: cases)
+    func flagged(_ c: Case) throws {
+        try requireRoot()
+        let dir = try TempDir()
+        try dir.file("tasks/\(c.id)/instruction.md", "Answer 42.\n")
+        try dir.file("tasks/\(c.id)/tests/test.sh", "#!/bin/bash\nif \(c.test); then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n", mode: 0o755)
+        let bench = try LocalBenchmark(directory: dir.path)
+        let h = try Harness(agent: Self.agent)
+        let outcome = h.run(try #require(bench.task(c.id)))
+        // Each task passes: the flag is about how, not whether.
+        #expect(outcome.status == .passed, "\(c.id): \(outcome.status) \(outcome.detail ?? "")")
+        let lines = outcome.verifierRanAgentCode ?? []
+        if c.flagged.isEmpty {
+            #expect(lines.isEmpty, "\(c.id): \(lines)")
+        } else {
+            for want in c.flagged { #expect(lines.contains { $0.hasPrefix(want) }, "\(c.id): \(lines)") }
+        }
+    }
+}
