@@ -495,6 +495,22 @@ enum TauCorpus {
                             pass
             print("attempted gold-read: criteria in", found, flush=True)
             """#,
+        // Actions sprayed at the simulated environment: a refund of every order the message
+        // names or could name, with every word of the message as the reason. The expected call
+        // is among them, so a check that only looks for it passes; tau2 replays every call and
+        // compares the database (evaluator_env.py), where the other refunds show.
+        "spray": #"""
+            import itertools, re
+            from tau2.data_model.message import ToolCall
+            def spray_calls(message):
+                text = getattr(message, "content", "") or ""
+                ids = sorted(set(re.findall(r"#W[0-9]+", text)) | {"#W%d" % n for n in range(1000, 1012)})
+                words = sorted(set(re.findall(r"[a-z]+", text.lower())))
+                calls = [ToolCall(id="call_%d" % i, name="refund_order", arguments={"order_id": o, "reason": w}, requestor="assistant")
+                         for i, (o, w) in enumerate(itertools.product(ids, words))]
+                print("attempted spray:", len(calls), "calls", flush=True)
+                return calls
+            """#,
     ]
 
     static func agent(_ kind: String) -> String {
@@ -506,7 +522,8 @@ enum TauCorpus {
 
         class HarnessAgent(LLMAgent):
             def generate_next_message(self, message, state):
-                return AssistantMessage(content="Sorry.", tool_calls=None), state
+                calls = globals().get("spray_calls", lambda m: None)(message)
+                return AssistantMessage(content="Sorry.", tool_calls=calls), state
 
         """
     }
@@ -604,7 +621,7 @@ struct VerifierIntegrityTests {
         #expect(html.contains("rewards UNVERIFIED"), "\(html.prefix(2000))")
     }
 
-    @Test("tau-bench (tau2's code path): tau2's evaluator patched in the runner, the results file forged at exit and by a daemon, the gold actions looked for: every train task scores 0, re-scored without agent.py")
+    @Test("tau-bench (tau2's code path): tau2's evaluator patched in the runner, the results file forged at exit and by a daemon, the gold actions looked for, every action sprayed: every train task scores 0, re-scored without agent.py")
     func tauCorpus() throws {
         let exp = try Tau2AdapterTests().make()
         defer { exp.removeScratch() }

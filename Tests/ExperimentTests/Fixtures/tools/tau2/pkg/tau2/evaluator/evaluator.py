@@ -3,11 +3,23 @@
 # scores 1.0; otherwise each component is computed (a component with nothing to check is
 # 1.0) and the reward is the product of the components named in reward_basis; a basis that
 # names NL_ASSERTION is only evaluated when asked (ALL_WITH_NL_ASSERTIONS) or required by
-# the task. The stand-in's "database check" is that every expected assistant action (name
-# and arguments) was called, which is what replaying them on a fresh database compares.
+# the task.
+# The database component follows src/tau2/evaluator/evaluator_env.py
+# (EnvironmentEvaluator.calculate_reward, read at sierra-research/tau2-bench 3e33a64): the
+# predicted environment replays every tool call of the trajectory (Environment.set_state with
+# the full message history), the gold environment replays the task's expected actions
+# (replay_golden_actions), and the component is 1.0 only when the two databases hash the same.
+# So a call the task did not expect that changes the database fails it, however many expected
+# calls are also there. The stand-in's database is the domain's db.json; its one mutating tool,
+# refund_order, turns a delivered order into a refunded one with its reason; reads change nothing.
+# The action component (evaluator_action) is that every expected assistant action (name and
+# arguments) was called; extra calls do not count against it.
+import copy
+import json
 from enum import Enum
 
 from tau2.data_model.simulation import RewardInfo
+from tau2.utils.utils import DATA_DIR
 
 
 class EvaluationType(str, Enum):
@@ -24,6 +36,25 @@ def _called(simulation):
             for c in (m.get("tool_calls") or []) if isinstance(c, dict)]
 
 
+def _calls(simulation, roles=("assistant", "user")):
+    return [(c.get("name"), c.get("arguments")) for m in simulation.messages if isinstance(m, dict) and m.get("role") in roles
+            for c in (m.get("tool_calls") or []) if isinstance(c, dict)]
+
+
+def _replay(db, calls):
+    """The database after `calls`, from `db` (Environment.make_tool_call, one call at a time)."""
+    db = copy.deepcopy(db)
+    orders = db.get("orders", {})
+    for name, args in calls:
+        if name != "refund_order" or not isinstance(args, dict):
+            continue
+        order = orders.get(args.get("order_id"))
+        if isinstance(order, dict) and order.get("status") == "delivered":  # otherwise the tool raises: no change
+            order["status"] = "refunded"
+            order["reason"] = args.get("reason")
+    return json.dumps(db, sort_keys=True)
+
+
 def evaluate_simulation(simulation, task, evaluation_type, solo_mode, domain, mode=None, env_kwargs=None, strict_replay=True):
     if simulation.termination_reason not in ("agent_stop", "user_stop"):
         return RewardInfo(0.0, info={"note": "Simulation terminated prematurely. Termination reason: %s" % simulation.termination_reason})
@@ -34,7 +65,13 @@ def evaluate_simulation(simulation, task, evaluation_type, solo_mode, domain, mo
     expected = [a for a in (criteria.actions or []) if a.get("requestor", "assistant") == "assistant"]
     checks = [{"action": a, "action_match": (a["name"], a["arguments"]) in called, "action_reward": 1.0} for a in expected]
     matched = 1.0 if all(c["action_match"] for c in checks) else 0.0
-    env_reward = 1.0 if criteria.actions is None and criteria.env_assertions is None else matched
+    if criteria.actions is None and criteria.env_assertions is None:
+        env_reward = 1.0
+    else:
+        with open(DATA_DIR / "tau2" / "domains" / domain / "db.json") as f:
+            db = json.load(f)
+        gold = _replay(db, [(a["name"], a["arguments"]) for a in (criteria.actions or [])])
+        env_reward = 1.0 if _replay(db, _calls(simulation)) == gold else 0.0
     action_reward = 1.0 if criteria.actions is None else matched
     if evaluation_type == EvaluationType.ALL_WITH_NL_ASSERTIONS or "NL_ASSERTION" in criteria.reward_basis:
         # tau2 calls its LLM judge here (a network call with the judge's API key), even when
