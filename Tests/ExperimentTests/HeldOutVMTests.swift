@@ -395,7 +395,7 @@ struct GuestAnswerTests {
         let s = try ExperimentSupervisor(layout: ExperimentLayout(root: exp.root), policySearchPaths: [Built.packageRoot + "/policies"], purpose: "test")
         let long = 4000.0 + 20 + 60, short = 20.0 + 20 + 60
         // Two workers: the sum spread over them, plus the longest task.
-        #expect(s.heldOutBound(["add-0", "add-1"], benchmarkRoot: bench.directory) == (long + short) / 2 + long)
+        #expect(ExecutionBounds.phase(["add-0", "add-1"], config: s.config, benchmarkRoot: bench.directory) == (long + short) / 2 + long)
     }
 
     @Test("a scratch root too long for the VM's sockets is named before anything boots (a node's check reports it); the default leaves room")

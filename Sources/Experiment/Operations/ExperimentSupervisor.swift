@@ -46,9 +46,8 @@ public final class ExperimentSupervisor {
     let adapter: any BenchmarkAdapter
     let policyLoader: PolicyLoader
     let git: Git
-    /// The held-out VM's checked settings, made at the first gate (`gate.held_out_runtime: vm`).
-    var heldOutVM: HeldOutVM?
-    var heldOutRuntimeSettled = false
+    /// Where runs go (`Executors`), with the held-out runtime settled at the first gate.
+    let executors = Executors()
     /// Where the shipped templates are (the Ray driver, `executor: ray`); set by the CLI.
     public var templatesDirectory: String?
     /// Called after each task (serially), e.g. for a progress line. The outcome is nil for
@@ -199,7 +198,7 @@ public final class ExperimentSupervisor {
         let audit = RunAudit()
         let outcomes: [TaskOutcome]
         do {
-            outcomes = try run(adapter.taskIDs, agent: snap.directory, audit: audit, heldOut: true, operatorDiagnostics: true, traces: { _ in nil })
+            outcomes = try run(adapter.taskIDs, agent: snap.directory, audit: audit, split: .baseline, operatorDiagnostics: true, traces: { _ in nil })
         } catch {
             recordViolations(violations(audit, during: "baseline", heldOut: true))
             throw error
@@ -284,7 +283,7 @@ public final class ExperimentSupervisor {
         do {
             try TraceFiles.makeDirectories(layout.latestTraces)
             for t in tasks { try TraceFiles.remove(layout.latestTraces + "/" + TraceName.encode(t)) }
-            let outcomes = try run(tasks, agent: snap.directory, audit: audit, oracle: oracle,
+            let outcomes = try run(tasks, agent: snap.directory, audit: audit, split: .train, oracle: oracle,
                                    traces: { [layout] in layout.latestTraces + "/" + TraceName.encode($0) })
             if firstRun {
                 try TraceFiles.makeDirectories(layout.baselineTraces)
@@ -392,30 +391,8 @@ public final class ExperimentSupervisor {
         let started = monotonicSeconds()
         let snap = try agent ?? snapshotAgent()
         // Where held-out tasks run, settled once per supervisor: a VM that cannot run here is
-        // refused before the gate counts (nothing looked yet); `auto` takes one where a KVM
-        // guest boots, and the host says what it leaves open.
-        if !heldOutRuntimeSettled && config.executor.kind == .ray {
-            log?(config.heldOutRuntime == .vm
-                 ? "held-out runtime: a fresh VM per held-out request on the Ray node it is sealed to (executor: ray, gate.held_out_runtime: vm; nodes that cannot boot one are not used)"
-                 : "held-out runtime: the sandboxes of the Ray cluster's nodes (executor: ray; each node evicts what they read and moves its inode counters after them)")
-            heldOutRuntimeSettled = true
-        } else if !heldOutRuntimeSettled {
-            switch config.heldOutRuntime {
-            case .vm: heldOutVM = try HeldOutVM(settings: config.vm, log: log)
-            case .auto:
-                let r = HeldOutVM.resolveAuto(settings: config.vm, benchmark: config.benchmark, log: log)
-                heldOutVM = r.vm
-                log?(r.vm == nil ? HeldOutVM.hostRuntimeLine(why: "auto: " + r.why) : "held-out runtime: vm (auto: \(r.why))")
-            case .host: log?(HeldOutVM.hostRuntimeLine(why: "gate.held_out_runtime: host"))
-            }
-            // The one vendor state the inference gate cannot keep apart within an account.
-            if !config.runner.networkInference.isEmpty && config.heldOutEnv.isEmpty {
-                log?("held-out and train runs reach the model APIs with the same keys: OpenAI caches long prompts per organisation "
-                     + "whatever a request says, so a train run's usage can show which prompts a held-out run sent; give held-out runs "
-                     + "another organisation's key with gate.held_out_env (docs/benchmarks.md: The inference gate)")
-            }
-            heldOutRuntimeSettled = true
-        }
+        // refused before the gate counts (nothing looked yet).
+        try executors.settleHeldOut(executorEnvironment)
         _ = try ledger.append(.gateStarted, GateStartedRecord(attempt: attempt, agentSHA256: snap.sha256))
         let audit = RunAudit()
         let heldOutAudit = RunAudit()
@@ -454,7 +431,7 @@ public final class ExperimentSupervisor {
         // The rules are `GateRules.decide`, a pure function of what ran so far; this runs what
         // it asks for next, in order: the suite (train), the held-out split (traces never
         // persist, only rewards come back), the promotion candidates (train).
-        var phases = GateRules.Phases(suite: try run(s.suite, agent: snap.directory, audit: audit, traces: { _ in nil }))
+        var phases = GateRules.Phases(suite: try run(s.suite, agent: snap.directory, audit: audit, split: .train, traces: { _ in nil }))
         result.suitePassed = phases.suite.filter(\.passed).count
         var resolvedClusters: [String] = []
         decided: while true {
@@ -462,14 +439,14 @@ public final class ExperimentSupervisor {
             case .runHeldOut:
                 try beforeHeldOut()
                 heldOutBegan = true
-                let outcomes = try runHeldOut(split.test, agent: snap.directory, audit: heldOutAudit)
+                let outcomes = try run(split.test, agent: snap.directory, audit: heldOutAudit, split: .heldOut, traces: { _ in nil })
                 phases.heldOut = outcomes
                 result.heldOutCostUSD = TaskOutcome.cost(outcomes)
                 result.valScore = HeldOutScore.val(split.test, outcomes)
                 // `timeout_policy: infra`: the operator's view of the tasks that finished.
                 if config.timeoutPolicy == .infra { (result.valScoreFinished, result.heldOutTimedOut) = HeldOutScore.finished(split.test, outcomes) }
             case .runPromotion(let candidates):
-                phases.promotion = try run(candidates, agent: snap.directory, audit: audit, traces: { _ in nil })
+                phases.promotion = try run(candidates, agent: snap.directory, audit: audit, split: .train, traces: { _ in nil })
             case .rejected(let outcome, let reason, let required):
                 (result.outcome, result.reason, result.requiredImprovement) = (outcome, reason, required)
                 break decided
@@ -655,46 +632,27 @@ public final class ExperimentSupervisor {
 
     // MARK: - running tasks
 
-    /// Runs `ids` through the benchmark's adapter: one outcome per id, in order (a task the
-    /// adapter could not score is 0, never missing).
-    func run(_ ids: [String], agent: String, audit: RunAudit, oracle: Bool = false, heldOut: Bool = false,
+    /// Runs `ids` where the configuration says (`Executors`): one outcome per id, in order (a
+    /// task the executor did not score is 0, never missing).
+    func run(_ ids: [String], agent: String, audit: RunAudit, split: SplitClass, oracle: Bool = false,
              operatorDiagnostics: Bool = false, traces: @escaping (String) -> String?) throws -> [TaskOutcome] {
         guard !ids.isEmpty else { return [] }
-        // Oracle runs read `solution/`, which no node is sent: they stay on this host.
-        if config.executor.kind == .ray && !oracle {
-            return try runRemote(ids, agent: agent, audit: audit, heldOut: heldOut, traces: traces)
-        }
-        try FileManager.default.createDirectory(atPath: config.scratch, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        var context = AdapterRunContext(policyLoader: policyLoader, agentDirectory: agent, scratchRoot: config.scratch, audit: audit.agent,
-                                        heldOut: heldOut, concurrency: config.maxConcurrency, traceDirectory: traces)
-        context.oracle = oracle
-        context.operatorDiagnostics = operatorDiagnostics
-        context.toolAudit = audit.tool
-        context.progress = { [progress] done, total, last in progress?(done, total, heldOut ? nil : last) }
-        context.log = { [log] line in log?(line) }
-        // Before anything untrusted runs again (a train task, the thawed coding agent),
-        // whatever the held-out sandboxes could have brought into the page cache leaves it.
-        let cache = heldOut ? PageCacheEviction(journal: layout.heldOutJournal, untrustedMemory: untrustedMemoryBound) : nil
-        context.pageCache = cache
-        let outcomes: [TaskOutcome]
-        do {
-            outcomes = try adapter.run(ids, context)
-        } catch {
-            if let cache { _ = settleHeldOut(cache) }
-            throw error
-        }
-        if let cache, let failure = settleHeldOut(cache) {
-            throw ExperimentError(.io, "after the held-out sandboxes: \(failure); their results were not recorded")
-        }
-        // A write of the supervisor's own failed (a trace, a scratch directory): the tasks it
-        // cut short are not the agent's failures, so nothing of this run is scored.
-        if let failure = context.writeFailures.failure {
-            throw ExperimentError(.io, "\(failure); the run was stopped and its results were not recorded")
-        }
-        // Whatever the adapter did, the mean is over every requested id.
+        let request = TaskRun(ids: ids, split: split, agent: agent, audit: audit, oracle: oracle, operatorDiagnostics: operatorDiagnostics, traces: traces)
+        let environment = executorEnvironment
+        let outcomes = try executors.executor(for: request, environment) {
+            RayNodeExecutor(environment: environment, templatesDirectory: templatesDirectory,
+                            excludedNodes: { [unowned self] in try state().excludedNodes },
+                            recordExclusion: { [ledger] in _ = try ledger.append(.nodeExcluded, $0) })
+        }.run(request)
+        // Whatever the executor did, the mean is over every requested id.
         let byID = Dictionary(outcomes.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         let all = ids.map { byID[$0] ?? TaskOutcome(id: $0, reward: 0, status: .missingResult, detail: "no outcome from the \(adapter.name) adapter") }
-        return heldOut ? Self.withoutEvidence(all) : all
+        return split.keepsNothing ? Self.withoutEvidence(all) : all
+    }
+
+    /// What the executors need of this experiment, with the operator's current callbacks.
+    var executorEnvironment: ExecutorEnvironment {
+        ExecutorEnvironment(config: config, layout: layout, adapter: adapter, policyLoader: policyLoader, log: log, progress: progress)
     }
 
     /// A held-out task's failing checks are test data: none leaves `run`, whatever an adapter
@@ -705,128 +663,6 @@ public final class ExperimentSupervisor {
             o.failures = nil
             return o
         }
-    }
-
-    /// The most memory this experiment's untrusted processes can hold at once: `max_concurrency`
-    /// sandboxes of each kind its tasks run in, at their policies' `limits.memory`, and the
-    /// coding agent's; nil if one of those policies sets no memory limit.
-    var untrustedMemoryBound: UInt64? {
-        let names = config.runsOwnTasks ? [config.taskPolicy, config.verifierPolicy] : [config.runner.policy, config.runner.scorerPolicy]
-        return Self.memoryBound(each: names, times: config.maxConcurrency, once: [config.codingAgentPolicy], loader: policyLoader)
-    }
-
-    /// `times` sandboxes under each of the policies `each` and one under each of `once`, at
-    /// their `limits.memory`; nil if one of them sets no memory limit (or does not load).
-    static func memoryBound(each: [String], times: Int, once: [String] = [], loader: PolicyLoader) -> UInt64? {
-        var total: UInt64 = 0
-        for (name, count) in each.map({ ($0, max(1, times)) }) + once.map({ ($0, 1) }) {
-            guard let m = (try? loader.load(name, requireAllPlaceholders: false))?.limits.memory else { return nil }
-            total += m * UInt64(count)
-        }
-        return total
-    }
-
-    /// What the held-out sandboxes on the host leave in kernel state shared with later ones,
-    /// removed or scrambled once the last is gone: their pages in the page cache, and the
-    /// position of the inode-number counters. Returns what failed (nothing untrusted may run
-    /// until it is fixed).
-    func settleHeldOut(_ cache: PageCacheEviction) -> String? {
-        // Done whether or not anyone listens: `log?(…)` alone would skip the call.
-        let evicted = cache.evict()
-        log?("held-out sandboxes done; \(evicted)")
-        let noise = InodeNumberNoise.perturb()
-        log?("held-out sandboxes done; \(noise)")
-        log?("held-out sandboxes done; \(SandboxPartsPool.discardTimedParts())")
-        return noise.failure.map { "moving the inode-number counters failed: \($0)" }
-    }
-
-    /// The gate's held-out tasks, on the configured runtime: the host's sandboxes (`run`), or
-    /// a fresh VM of their own (`HeldOutVM`) whose answer is only rewards, status classes and
-    /// violation counts. Either way, what the held-out runs could have brought into the host's
-    /// page cache is evicted before anything untrusted runs again.
-    func runHeldOut(_ ids: [String], agent: String, audit: RunAudit) throws -> [TaskOutcome] {
-        guard let vm = heldOutVM else {
-            return try run(ids, agent: agent, audit: audit, heldOut: true, traces: { _ in nil })
-        }
-        guard !ids.isEmpty else { return [] }
-        var request = GuestRequest(experimentRoot: layout.root, configPath: layout.config, policySearchPaths: policyLoader.searchPaths,
-                                   agentDirectory: agent, ids: ids, concurrency: config.maxConcurrency)
-        let benchmarkRoot = config.runsOwnTasks ? config.dataset.map { $0.hasPrefix("/") ? $0 : layout.root + "/" + $0 } : nil
-        // A tool's sandboxes in the guest reach the network only through the host's proxies
-        // (its allowlist, a gate of the host's for model APIs, its audit), over the egress
-        // port; the keys they pass are the held-out run's.
-        var egress: VMEgress?
-        var trustBundle: [UInt8]?
-        if !config.runsOwnTasks {
-            let tool = config.toolSettings(config.runner.command ?? [])
-            var gate: InferenceGate?
-            do {
-                if let (g, bundle) = try tool.inferenceGate(heldOut: true) {
-                    gate = g
-                    trustBundle = bundle
-                }
-            } catch {
-                throw ExperimentError(.state, error.message)
-            }
-            // A proxy only for the sandbox classes whose policy has network (a stream the guest
-            // opens for another is refused): the runner's (agent.py), the scorer's (tool).
-            func proxy(_ policy: String, _ log: AuditLog) throws -> EgressProxy? {
-                let p: Policy
-                do { p = try policyLoader.load(policy, requireAllPlaceholders: false) } catch {
-                    throw ExperimentError(.state, "held-out VM: policy \(policy): \(error)")
-                }
-                guard p.network.mode == .proxy else { return nil }
-                return EgressProxy(allow: tool.networkAllow, inference: gate, audit: log, sandbox: VMEgress.sandbox)
-            }
-            egress = VMEgress(agent: try proxy(tool.runnerPolicy, audit.agent), tool: try proxy(tool.scorerPolicy, audit.tool),
-                              agentAudit: audit.agent, toolAudit: audit.tool)
-            request.environment = tool.passedValues(heldOut: true)
-            request.egress = true
-            request.trustBundle = trustBundle == nil ? nil : GuestRequest.trustBundlePath
-        }
-        var image = try GuestImage.plan(request: request, config: config, policyLoader: policyLoader,
-                                        adapterPaths: adapter.hostPaths, scratch: config.scratch)
-        image.trustBundle = trustBundle
-        try FileManager.default.createDirectory(atPath: config.scratch, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        // qemu reads the shares through the host's page cache on the guest's behalf.
-        let cache = PageCacheEviction(journal: layout.heldOutJournal)
-        defer { log?("held-out VM done; \(cache.evict())") }
-        // A bound on the whole phase (each task's own limits hold inside the guest): the
-        // boot, then every task's agent and verifier limits, run `max_concurrency` at a time.
-        let result = try vm.run(request, image: image, scratch: config.scratch, privateDirectory: layout.privateDirectory,
-                                deadline: config.vm.bootTimeout + heldOutBound(ids, benchmarkRoot: benchmarkRoot), egress: egress) { shares in
-            do { try cache.record(sources: shares) } catch { throw ExperimentError(.io, "\(error)") }
-        }
-        result.answer.record(agent: audit.agent, tool: audit.tool)
-        log?("held-out VM: \(ids.count) task(s) answered; boot \(String(format: "%.1f", result.bootSeconds)) s, whole VM \(String(format: "%.1f", result.totalSeconds)) s")
-        // The guest sends the tools' spend as one total (nothing per held-out task crosses
-        // back): carried on the first outcome, so the phase's sum is that total.
-        var outcomes = result.answer.outcomes
-        if let cost = result.answer.costUSD, !outcomes.isEmpty { outcomes[0].costUSD = cost }
-        return outcomes
-    }
-
-    /// The longest the held-out tasks can take at `max_concurrency` (`heldOutBound(_:tasks:fallback:concurrency:)`);
-    /// a tool runs the tasks in one process, which its own timeout bounds.
-    func heldOutBound(_ ids: [String], benchmarkRoot: String?) -> Double {
-        let tasks = benchmarkRoot.flatMap { try? LocalBenchmark(directory: $0) }?.tasks ?? []
-        let spread = Self.heldOutBound(ids, tasks: tasks, fallback: config.perTaskTimeout ?? LocalBenchmark.defaultTimeout,
-                                       concurrency: config.maxConcurrency)
-        if !config.runsOwnTasks, let t = config.runner.timeout { return max(spread, t + 120) }
-        return spread
-    }
-
-    /// From each task's own limits as the runner applies them (task.toml's, else `fallback`)
-    /// plus a minute of setup each: any schedule of them, `concurrency` at a time, fits in the
-    /// sum spread over the workers plus the longest one. An id with no task counts twice the
-    /// fallback. (A worker node bounds its held-out VM with it too.)
-    static func heldOutBound(_ ids: [String], tasks: [BenchmarkTask], fallback: Double, concurrency: Int) -> Double {
-        let byID = Dictionary(tasks.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
-        let each = ids.map { id -> Double in
-            guard let t = byID[id] else { return fallback * 2 + 60 }
-            return (t.agentTimeoutDeclared ? t.agentTimeout : fallback) + t.verifierTimeout + 60
-        }
-        return (each.reduce(0, +) / Double(max(1, concurrency))) + (each.max() ?? 0)
     }
 
     /// Refused syscalls and limit events of a run, as ledger violation records (one per kind

@@ -5,7 +5,7 @@ import SupervisorIO
 
 /// The supervisor's decisions for one batch of remote requests, apart from Ray: which nodes
 /// may work, which node each held-out request is sealed to, and what each result means
-/// (used, sent again, its node excluded, or the end of the run). `runRemote` hands these to
+/// (used, sent again, its node excluded, or the end of the run). `RayNodeExecutor` hands these to
 /// `RayExecutor.run` as its `choose`, `prepare` and `settle`; the tests drive them directly.
 ///
 /// The rules:

@@ -159,7 +159,7 @@ public enum RemoteWorker {
     /// held-out pages are reclaimed rather than walked only where free memory holds it
     /// (`PageCacheEviction`).
     static func untrustedMemory(taskPolicy: String, verifierPolicy: String, loader: PolicyLoader, cpus: Int) -> UInt64? {
-        ExperimentSupervisor.memoryBound(each: [taskPolicy, verifierPolicy], times: cpus, loader: loader)
+        ExecutionBounds.memory(each: [taskPolicy, verifierPolicy], times: cpus, loader: loader)
     }
 
     /// A held-out request's tasks in a fresh VM on this node (`HeldOutVM`, as a gate with
@@ -186,7 +186,7 @@ public enum RemoteWorker {
         let image = try GuestImage.plan(request: guest, config: config, policyLoader: loader, adapterPaths: [benchmark.directory], scratch: s.scratchRoot)
         let cache = PageCacheEviction(journal: s.stateDirectory + "/held-out-pages")
         defer { s.log("held-out VM done; \(cache.evict())") }
-        let bound = ExperimentSupervisor.heldOutBound(ids, tasks: benchmark.tasks, fallback: request.defaultAgentTimeout ?? LocalBenchmark.defaultTimeout,
+        let bound = ExecutionBounds.heldOut(ids, tasks: benchmark.tasks, fallback: request.defaultAgentTimeout ?? LocalBenchmark.defaultTimeout,
                                                       concurrency: request.concurrency)
         // A failed boot's console goes to the request's directory, removed with it: nothing of
         // a held-out run stays on the node.
@@ -335,7 +335,7 @@ public enum RemoteWorker {
     }
 
     /// After held-out tasks: their pages out of this node's page cache and the inode-number
-    /// counters moved (as `ExperimentSupervisor.settleHeldOut` does on the supervisor's host).
+    /// counters moved (as `HostExecutor.settle` does on the supervisor's host).
     static func settle(_ cache: PageCacheEviction, log: @Sendable (String) -> Void) {
         log("held-out tasks done; \(cache.evict())")
         log("held-out tasks done; \(InodeNumberNoise.perturb())")

@@ -4,15 +4,26 @@ import Foundation
 import Sandbox
 import SupervisorIO
 
-extension ExperimentSupervisor {
-    /// `executor: ray`: the tasks run on the cluster's nodes, a signed request of
-    /// `executor.tasks_per_request` tasks at a time, and only checked answers come back.
-    /// Which nodes work, where a held-out request is sealed to, and what a lost or bad answer
-    /// means are `RemoteBatch`'s rules; a run they end records nothing, and a gate it belongs
-    /// to ends as interrupted (it was counted before it began), never as a silent 0.
-    func runRemote(_ ids: [String], agent: String, audit: RunAudit, heldOut: Bool, traces: (String) -> String?) throws -> [TaskOutcome] {
-        guard let local = adapter as? LocalAdapter else {
-            throw ExperimentError(.usage, "executor: ray runs a local benchmark's tasks; \(adapter.name) runs its own tool")
+/// `executor: ray`: the tasks run on the cluster's nodes, a signed request of
+/// `executor.tasks_per_request` tasks at a time, and only checked answers come back; with
+/// `held_out_runtime: vm` each held-out request runs in a fresh VM on its node. Which nodes
+/// work, where a held-out request is sealed to, and what a lost or bad answer means are
+/// `RemoteBatch`'s rules; a run they end records nothing, and a gate it belongs to ends as
+/// interrupted (it was counted before it began), never as a silent 0. Held-out answers come
+/// back sealed to a key of the batch's, which never leaves this executor.
+struct RayNodeExecutor: TaskExecutor {
+    let environment: ExecutorEnvironment
+    /// Where the shipped templates are (the Ray driver).
+    let templatesDirectory: String?
+    /// The nodes the experiment has excluded so far, and how a new exclusion is recorded.
+    let excludedNodes: () throws -> [NodeExcludedRecord]
+    let recordExclusion: (NodeExcludedRecord) throws -> Void
+
+    func run(_ run: TaskRun) throws -> [TaskOutcome] {
+        let (config, layout, log) = (environment.config, environment.layout, environment.log)
+        let (ids, agent, audit, heldOut, traces) = (run.ids, run.agent, run.audit, run.split.keepsNothing, run.traces)
+        guard let local = environment.adapter as? LocalAdapter else {
+            throw ExperimentError(.usage, "executor: ray runs a local benchmark's tasks; \(environment.adapter.name) runs its own tool")
         }
         guard let address = config.executor.address else { throw ExperimentError(.usage, "executor.address: missing") }
         guard let templates = templatesDirectory else {
@@ -22,7 +33,7 @@ extension ExperimentSupervisor {
         guard host["RAY_AUTH_TOKEN"] != nil || host["RAY_AUTH_TOKEN_PATH"] != nil else {
             throw ExperimentError(.usage, "executor: ray needs the cluster's token in this process's environment: export RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH)")
         }
-        var work = try RemoteWork(key: try WorkKey.load(orCreateAt: layout.privateDirectory + "/work-key"), policySearchPaths: policyLoader.searchPaths)
+        var work = try RemoteWork(key: try WorkKey.load(orCreateAt: layout.privateDirectory + "/work-key"), policySearchPaths: environment.policyLoader.searchPaths)
         work.taskPolicy = local.taskPolicy
         work.verifierPolicy = local.verifierPolicy
         work.defaultAgentTimeout = local.defaultAgentTimeout
@@ -53,7 +64,7 @@ extension ExperimentSupervisor {
         // A request's run on its node is bounded as the node bounds it (its tasks' own limits,
         // a VM's boot), with room for its setup and eviction: never cut short by the driver.
         let fallback = config.perTaskTimeout ?? LocalBenchmark.defaultTimeout
-        let longest = chunks.map { Self.heldOutBound($0.map(\.id), tasks: $0, fallback: fallback, concurrency: 1) }.max() ?? 0
+        let longest = chunks.map { ExecutionBounds.heldOut($0.map(\.id), tasks: $0, fallback: fallback, concurrency: 1) }.max() ?? 0
         executor.timeout = longest + (vm?.bootTimeout ?? 0) + 300
         executor.checkPolicies = [local.taskPolicy, local.verifierPolicy]
         // Every node is checked for the VM (train and held-out requests alike go only to nodes
@@ -64,9 +75,9 @@ extension ExperimentSupervisor {
         // held-out request is sealed to the node chosen for it, which alone can open it.
         let signed = heldOut ? [] : try requests.map { try work.sign($0) }
         var batch = RemoteBatch(requests: requests, heldOut: heldOut, binarySHA256: work.binarySHA256, policiesSHA256: work.policiesSHA256,
-                                excluded: try state().excludedNodes, answerKey: heldOut ? answerKey : nil, address: address)
+                                excluded: try excludedNodes(), answerKey: heldOut ? answerKey : nil, address: address)
         batch.log = { [log] in log?($0) }
-        batch.record = { [ledger] in _ = try ledger.append(.nodeExcluded, $0) }
+        batch.record = { [recordExclusion] in try recordExclusion($0) }
         var byID: [String: TaskOutcome] = [:]
         try executor.run(requests.count, choose: { try batch.choose($0) }, prepare: { i in
             guard let (node, key) = try batch.target(i) else { return (signed[i], nil) }
@@ -88,7 +99,7 @@ extension ExperimentSupervisor {
             return settlement
         })
         let all = ids.map { byID[$0] ?? TaskOutcome(id: $0, reward: 0, status: .missingResult, detail: "no such task in the benchmark") }
-        return heldOut ? Self.withoutEvidence(all) : all
+        return all
     }
 
     /// A node's trace of one task, replacing what `dir` held.

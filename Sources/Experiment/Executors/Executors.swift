@@ -1,0 +1,51 @@
+import Benchmark
+import Foundation
+
+/// Which executor each run goes to: the one place that asks which runtime is configured.
+/// The held-out runtime is settled once per supervisor, at its first gate (`settleHeldOut`):
+/// a VM that cannot run here is refused before the gate counts.
+final class Executors {
+    /// The held-out VM's checked settings, made at the first gate (`gate.held_out_runtime: vm`,
+    /// or `auto` where a KVM guest boots).
+    private(set) var heldOutVM: HeldOutVM?
+    private var settled = false
+
+    /// The executor for `run`. Oracle runs read `solution/`, which no node is sent: they stay
+    /// on this host. A gate's held-out phase goes to the VM once one is settled; prepare's
+    /// baseline, which scores every task before any split exists, runs where train runs do.
+    /// `ray` makes the cluster's executor when that is the one.
+    func executor(for run: TaskRun, _ environment: ExecutorEnvironment, ray: () -> RayNodeExecutor) -> any TaskExecutor {
+        if environment.config.executor.kind == .ray && !run.oracle { return ray() }
+        if run.split == .heldOut, let vm = heldOutVM { return HeldOutVMExecutor(environment: environment, vm: vm) }
+        return HostExecutor(environment: environment)
+    }
+
+    /// Where a gate's held-out tasks run, settled at the first gate and said once.
+    func settleHeldOut(_ environment: ExecutorEnvironment) throws {
+        guard !settled else { return }
+        let config = environment.config
+        let log = environment.log
+        if config.executor.kind == .ray {
+            log?(config.heldOutRuntime == .vm
+                 ? "held-out runtime: a fresh VM per held-out request on the Ray node it is sealed to (executor: ray, gate.held_out_runtime: vm; nodes that cannot boot one are not used)"
+                 : "held-out runtime: the sandboxes of the Ray cluster's nodes (executor: ray; each node evicts what they read and moves its inode counters after them)")
+            settled = true
+            return
+        }
+        switch config.heldOutRuntime {
+        case .vm: heldOutVM = try HeldOutVM(settings: config.vm, log: log)
+        case .auto:
+            let r = HeldOutVM.resolveAuto(settings: config.vm, benchmark: config.benchmark, log: log)
+            heldOutVM = r.vm
+            log?(r.vm == nil ? HeldOutVM.hostRuntimeLine(why: "auto: " + r.why) : "held-out runtime: vm (auto: \(r.why))")
+        case .host: log?(HeldOutVM.hostRuntimeLine(why: "gate.held_out_runtime: host"))
+        }
+        // The one vendor state the inference gate cannot keep apart within an account.
+        if !config.runner.networkInference.isEmpty && config.heldOutEnv.isEmpty {
+            log?("held-out and train runs reach the model APIs with the same keys: OpenAI caches long prompts per organisation "
+                 + "whatever a request says, so a train run's usage can show which prompts a held-out run sent; give held-out runs "
+                 + "another organisation's key with gate.held_out_env (docs/benchmarks.md: The inference gate)")
+        }
+        settled = true
+    }
+}

@@ -1,0 +1,87 @@
+import Benchmark
+import Foundation
+import Sandbox
+import SandboxPolicy
+
+/// A gate's held-out phase in a fresh VM of its own (`HeldOutVM`), whose answer is only
+/// rewards, status classes and violation counts. A tool's sandboxes in the guest reach the
+/// network only through this host's proxies, made for the phase and gone with it; what qemu
+/// read through the host's page cache on the guest's behalf is evicted before anything
+/// untrusted runs again.
+struct HeldOutVMExecutor: TaskExecutor {
+    let environment: ExecutorEnvironment
+    let vm: HeldOutVM
+
+    func run(_ run: TaskRun) throws -> [TaskOutcome] {
+        let env = environment
+        let (config, layout, audit, ids) = (env.config, env.layout, run.audit, run.ids)
+        var request = GuestRequest(experimentRoot: layout.root, configPath: layout.config, policySearchPaths: env.policyLoader.searchPaths,
+                                   agentDirectory: run.agent, ids: ids, concurrency: config.maxConcurrency)
+        let benchmarkRoot = config.runsOwnTasks ? config.dataset.map { $0.hasPrefix("/") ? $0 : layout.root + "/" + $0 } : nil
+        // A tool's sandboxes in the guest reach the network only through the host's proxies
+        // (its allowlist, a gate of the host's for model APIs, its audit), over the egress
+        // port; the keys they pass are the held-out run's.
+        var egress: VMEgress?
+        var trustBundle: [UInt8]?
+        if !config.runsOwnTasks {
+            let tool = config.toolSettings(config.runner.command ?? [])
+            var gate: InferenceGate?
+            do {
+                if let (g, bundle) = try tool.inferenceGate(heldOut: true) {
+                    gate = g
+                    trustBundle = bundle
+                }
+            } catch {
+                throw ExperimentError(.state, error.message)
+            }
+            // A proxy only for the sandbox classes whose policy has network (a stream the guest
+            // opens for another is refused): the runner's (agent.py), the scorer's (tool).
+            func proxy(_ policy: String, _ log: AuditLog) throws -> EgressProxy? {
+                let p: Policy
+                do { p = try env.policyLoader.load(policy, requireAllPlaceholders: false) } catch {
+                    throw ExperimentError(.state, "held-out VM: policy \(policy): \(error)")
+                }
+                guard p.network.mode == .proxy else { return nil }
+                return EgressProxy(allow: tool.networkAllow, inference: gate, audit: log, sandbox: VMEgress.sandbox)
+            }
+            egress = VMEgress(agent: try proxy(tool.runnerPolicy, audit.agent), tool: try proxy(tool.scorerPolicy, audit.tool),
+                              agentAudit: audit.agent, toolAudit: audit.tool)
+            request.environment = tool.passedValues(heldOut: true)
+            request.egress = true
+            request.trustBundle = trustBundle == nil ? nil : GuestRequest.trustBundlePath
+        }
+        var image = try GuestImage.plan(request: request, config: config, policyLoader: env.policyLoader,
+                                        adapterPaths: env.adapter.hostPaths, scratch: config.scratch)
+        image.trustBundle = trustBundle
+        try FileManager.default.createDirectory(atPath: config.scratch, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        // qemu reads the shares through the host's page cache on the guest's behalf.
+        let cache = PageCacheEviction(journal: layout.heldOutJournal)
+        defer { env.log?("held-out VM done; \(cache.evict())") }
+        // A bound on the whole phase (each task's own limits hold inside the guest): the
+        // boot, then every task's agent and verifier limits, run `max_concurrency` at a time.
+        let result = try vm.run(request, image: image, scratch: config.scratch, privateDirectory: layout.privateDirectory,
+                                deadline: config.vm.bootTimeout + ExecutionBounds.phase(ids, config: config, benchmarkRoot: benchmarkRoot),
+                                egress: egress) { shares in
+            do { try cache.record(sources: shares) } catch { throw ExperimentError(.io, "\(error)") }
+        }
+        result.answer.record(agent: audit.agent, tool: audit.tool)
+        env.log?("held-out VM: \(ids.count) task(s) answered; boot \(String(format: "%.1f", result.bootSeconds)) s, whole VM \(String(format: "%.1f", result.totalSeconds)) s")
+        // The guest sends the tools' spend as one total (nothing per held-out task crosses
+        // back): carried on the first outcome, so the phase's sum is that total.
+        var outcomes = result.answer.outcomes
+        if let cost = result.answer.costUSD, !outcomes.isEmpty { outcomes[0].costUSD = cost }
+        return outcomes
+    }
+}
+
+extension ExecutionBounds {
+    /// The longest `ids` can take at `max_concurrency` (`heldOut`); a tool runs the tasks in
+    /// one process, which its own timeout bounds.
+    static func phase(_ ids: [String], config: ExperimentConfig, benchmarkRoot: String?) -> Double {
+        let tasks = benchmarkRoot.flatMap { try? LocalBenchmark(directory: $0) }?.tasks ?? []
+        let spread = heldOut(ids, tasks: tasks, fallback: config.perTaskTimeout ?? LocalBenchmark.defaultTimeout,
+                             concurrency: config.maxConcurrency)
+        if !config.runsOwnTasks, let t = config.runner.timeout { return max(spread, t + 120) }
+        return spread
+    }
+}

@@ -1,0 +1,61 @@
+// Where tasks run.
+//
+// Every run of the benchmark's tasks (prepare's baseline, a train run, a gate's suite,
+// held-out and promotion phases) goes through one `TaskExecutor`, chosen by `Executors` from
+// the configuration: the host's sandboxes (`HostExecutor`), a fresh VM per held-out phase
+// (`HeldOutVMExecutor`), or a Ray cluster's nodes, each request in a VM of its own there when
+// `held_out_runtime: vm` (`RayNodeExecutor`). An executor takes the run's task ids and its
+// split class and returns one outcome per task it ran; it owns what its runtime leaves behind
+// for later runs (page-cache eviction, the inode counters' noise, the VM's egress proxies, a
+// node's answer keys). `ExperimentSupervisor` sequences prepare, benchmark and gate on top and
+// never asks which runtime it is.
+
+import Benchmark
+import Foundation
+import SandboxPolicy
+
+/// What a run's tasks are to the experiment.
+enum SplitClass: Sendable {
+    /// Train tasks: traces are kept, failures recorded.
+    case train
+    /// Prepare's baseline: every task, before the split exists; nothing but rewards is kept.
+    case baseline
+    /// A gate's held-out phase: nothing but rewards, status classes and violation counts.
+    case heldOut
+
+    /// Nothing of the run persists but its rewards.
+    var keepsNothing: Bool { self != .train }
+}
+
+/// One run's tasks, as the supervisor hands them to an executor.
+struct TaskRun {
+    var ids: [String]
+    var split: SplitClass
+    /// The snapshot directory holding the agent.py under evaluation.
+    var agent: String
+    var audit: ExperimentSupervisor.RunAudit
+    /// `solution/solve.sh` in place of agent.py (`benchmark --oracle`).
+    var oracle = false
+    /// A failing tool's stderr reaches the operator (prepare's baseline).
+    var operatorDiagnostics = false
+    /// Where a train task's trace goes (nil: none).
+    var traces: (String) -> String?
+}
+
+/// A place tasks run.
+protocol TaskExecutor {
+    /// Runs `run.ids`; the outcomes of the tasks it ran (the supervisor scores a missing one 0).
+    func run(_ run: TaskRun) throws -> [TaskOutcome]
+}
+
+/// What every executor needs of the experiment.
+struct ExecutorEnvironment {
+    let config: ExperimentConfig
+    let layout: ExperimentLayout
+    let adapter: any BenchmarkAdapter
+    let policyLoader: PolicyLoader
+    /// Operator lines (from any thread).
+    let log: (@Sendable (String) -> Void)?
+    /// After each task; the outcome is nil for runs that keep nothing.
+    let progress: ((_ done: Int, _ total: Int, _ outcome: TaskOutcome?) -> Void)?
+}
