@@ -1,25 +1,38 @@
 // Which verifiers ran agent code.
 //
-// A test that imports what agent.py wrote in /app, or runs a program it built there, runs
-// agent code with the verifier's rights, before the verdict: an `__eq__` that is always
-// true, an `os._exit(0)`, a file that reads the test's own expected values. Nothing outside
-// the test script can tell that from solving; it is the task's design (docs/benchmarks.md,
-// the "code under test" row). What can be told is that it happened: while each verifier
-// runs, fanotify on /app's file system (the task's own tmpfs, nothing else on it moves)
-// reports every file executed and every code file opened there, with the opener's program
-// (`OpenWatch`). A task whose verifier executed a file from /app, or opened one whose name
-// is code (.py, .so, .sh, ...) from any program but git (whose `git add` reads every file as
-// data), is flagged: in the task's outcome, the run's and the gate's records, and the report.
-// A flag is a reason to look, not a verdict: the rewards stand.
+// A test that imports what agent.py wrote in /app, or builds and runs a program from it, runs
+// agent code with the verifier's rights, before the verdict: an `__eq__` that is always true,
+// an `os._exit(0)`, a file that reads the test's own expected values. Nothing outside the
+// test script can tell that from solving; it is the task's design (docs/benchmarks.md, the
+// "code under test" row). What can be told is that it happened: while each verifier runs,
+// fanotify on /app's file system (the task's own tmpfs, nothing else on it moves) reports
+// every file opened there with the opener's program, each opener held until both are read
+// where the kernel allows (`OpenWatch`). Counted as agent code run: a file executed from /app;
+// any file there a compiler, linker, build tool or the dynamic loader opened; a file whose
+// name is code (sources, scripts, bytecode, pickles, build files) opened by any program but
+// those that only read bytes (git, grep, checksums, diff). A flag is a reason to look, not a
+// verdict: the rewards stand. Not seen: code copied out of /app before it runs (the copy runs
+// from the verifier's /tmp), and code read under a name that is not code (`bash /app/run`).
 
 import Sandbox
 
 enum AgentCodeRuns {
-    /// Names that are code to their usual reader (an interpreter, the loader, a shell).
-    static let codeSuffixes = [".py", ".pyc", ".pth", ".so", ".sh", ".bash", ".js", ".mjs", ".cjs", ".ts", ".rb", ".pl", ".pm",
-                               ".php", ".lua", ".jar", ".class", ".wasm", ".r", ".jl"]
-    /// Programs that read every file of a tree as data.
-    static let dataReaders: Set<String> = ["git"]
+    /// Names that are code to their usual reader (an interpreter, a compiler, the loader, a
+    /// shell, a build tool, pickle).
+    static let codeSuffixes = [".py", ".pyc", ".pyz", ".pth", ".pkl", ".pickle", ".joblib", ".so", ".sh", ".bash", ".zsh",
+                               ".js", ".mjs", ".cjs", ".ts", ".rb", ".pl", ".pm", ".php", ".lua", ".tcl", ".r", ".jl",
+                               ".jar", ".class", ".wasm", ".c", ".h", ".cc", ".cpp", ".cxx", ".hpp", ".hh", ".rs", ".go",
+                               ".java", ".kt", ".scala", ".swift", ".zig", ".ml", ".hs", ".cs", ".f90", ".f", ".cob",
+                               ".cbl", ".v", ".sv", ".vhd", ".s", ".asm", ".mk", ".cmake"]
+    static let codeNames: Set<String> = ["makefile", "gnumakefile", "cmakelists.txt", "pyproject.toml", "setup.cfg", "cargo.toml",
+                                         "build.gradle", "pom.xml", "package.json", "conftest.py"]
+    /// Programs whose every open of a file is building or loading code.
+    static let codeReaders: Set<String> = ["cc1", "cc1plus", "cc1obj", "as", "ld", "ld.bfd", "ld.gold", "collect2", "rustc",
+                                           "javac", "make", "gmake", "cmake", "ninja", "ld-linux-x86-64.so.2",
+                                           "ld-linux-aarch64.so.1", "ld-linux.so.2", "ld.so", "compile", "link"]
+    /// Programs that read a file's bytes and run nothing of it.
+    static let dataReaders: Set<String> = ["git", "grep", "egrep", "fgrep", "rg", "sha1sum", "sha256sum", "sha512sum", "md5sum",
+                                           "b2sum", "cksum", "wc", "diff", "cmp"]
     /// Lines kept per task.
     static let limit = 20
 
@@ -28,6 +41,8 @@ enum AgentCodeRuns {
     /// path in the verifier's mount namespace (`/app/...`); one opened on the host, by its
     /// host path under `app`.
     static func inApp(_ path: String, app: String) -> String? {
+        // A file removed while it was open reads as "PATH (deleted)": it is PATH.
+        let path = path.hasSuffix(" (deleted)") ? String(path.dropLast(10)) : path
         if path.hasPrefix("/app/") { return path }
         if path.hasPrefix(app + "/") { return "/app" + path.dropFirst(app.count) }
         return nil
@@ -36,10 +51,10 @@ enum AgentCodeRuns {
     /// Whether an open of the working copy (`app`: its host path) is agent code run.
     static func counts(_ open: OpenWatch.Open, app: String) -> Bool {
         guard let path = inApp(open.path, app: app) else { return false }
-        if open.executed { return true }
+        if open.executed || codeReaders.contains(open.exe) { return true }
         if dataReaders.contains(open.exe) { return false }
         let name = path[path.index(after: path.lastIndex(of: "/")!)...].lowercased()
-        return codeSuffixes.contains { name.hasSuffix($0) } || name.contains(".so.")
+        return codeNames.contains(name) || codeSuffixes.contains { name.hasSuffix($0) } || name.contains(".so.")
     }
 
     /// One line per file (`/app/...` as the verifier saw it), nil when nothing ran.
@@ -50,6 +65,9 @@ enum AgentCodeRuns {
         let more = seen.more + max(0, seen.opens.count - limit)
         if more > 0 { out.append("and \(more) more") }
         if seen.overflowed { out.append("more opens than could be read: the list is incomplete") }
+        if !seen.blocking && !out.isEmpty {
+            out.append("(this kernel has no fanotify permission events: opens were read after the fact, a quick one may be missing)")
+        }
         return out.isEmpty ? nil : out
     }
 }

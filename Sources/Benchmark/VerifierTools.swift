@@ -26,6 +26,10 @@ public struct VerifierTools: Sendable, Equatable {
     /// The Python's prefix, bound read-only at its own path (the interpreter's library path
     /// is absolute in a pyenv build); nil when it is under /usr, which every sandbox has.
     public let pythonHome: String?
+    /// The toolbox has an empty virtual environment (`venv/`), given as `VIRTUAL_ENV`: uv takes
+    /// the active environment before a `.venv` in the working directory, so `uv run` from /app
+    /// never runs the interpreter of a /app/.venv agent.py left (it runs it to ask what it is).
+    public let hasVirtualEnvironment: Bool
 
     /// Checks `directory` holds an installed toolbox; the error names what is missing and how
     /// to install it.
@@ -45,6 +49,7 @@ public struct VerifierTools: Sendable, Equatable {
             throw BenchmarkError(.configuration, "sandbox.verifier_tools: \(directory)/bin/python3.13 does not lead to an interpreter (\(FileSystem.errorText())): \(hint)")
         }
         self.directory = directory
+        hasVirtualEnvironment = LocalBenchmark.kind(directory + "/venv/pyvenv.cfg") == S_IFREG
         switch InputFile.read(directory + "/python-home", cap: Self.manifestCap) {
         case .failure(.missing):
             pythonHome = nil
@@ -80,6 +85,6 @@ public struct VerifierTools: Sendable, Equatable {
             "UV_FIND_LINKS=\(Self.mountPoint)/wheels",
             "UV_PYTHON_DOWNLOADS=never",
             "UV_PYTHON_PREFERENCE=only-system",
-        ]
+        ] + (hasVirtualEnvironment ? ["VIRTUAL_ENV=\(Self.mountPoint)/venv"] : [])
     }
 }

@@ -611,25 +611,35 @@ int ahs_changes_read(int group, const unsigned char *top, unsigned top_len, stru
 
 // ---------------------------------------------------------------------------------------
 // What a verifier opened and executed of the task's working copy: fanotify on /app's file
-// system, each event read with its opener's executable while that process most likely still
-// exists.
+// system. As permission events where the kernel has them: the opener is held until its path
+// and program are read, so it can neither rename the file nor exec another program first.
 
-int ahs_open_watch(const char *dir) {
-    int group = fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK, O_RDONLY | O_LARGEFILE | O_CLOEXEC);
-    if (group < 0) return -1;
-    if (fanotify_mark(group, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, FAN_OPEN | FAN_OPEN_EXEC, AT_FDCWD, dir) < 0) {
-        int e = errno;
+int ahs_open_watch(const char *dir, int *blocking) {
+    static const struct { unsigned cls; uint64_t mask; } kinds[] = {
+        {FAN_CLASS_CONTENT, FAN_OPEN_PERM | FAN_OPEN_EXEC_PERM},
+        {FAN_CLASS_NOTIF, FAN_OPEN | FAN_OPEN_EXEC},
+    };
+    int e = EINVAL;
+    for (unsigned k = 0; k < 2; k++) {
+        int group = fanotify_init(kinds[k].cls | FAN_CLOEXEC | FAN_NONBLOCK, O_RDONLY | O_LARGEFILE | O_CLOEXEC);
+        if (group < 0) { e = errno; continue; }
+        if (fanotify_mark(group, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, kinds[k].mask, AT_FDCWD, dir) == 0) {
+            *blocking = k == 0;
+            return group;
+        }
+        e = errno;
         close(group);
-        errno = e;
-        return -1;
+        // Only a kernel without permission events is worth the second try.
+        if (e != EINVAL && e != EPERM) break;
     }
-    return group;
+    errno = e;
+    return -1;
 }
 
 int ahs_cloexec_pipe(int fds[2]) { return pipe2(fds, O_CLOEXEC); }
 
 int ahs_opens_read(int group, struct ahs_open *out, int max) {
-    static __thread unsigned char buf[8192] __attribute__((aligned(8)));
+    static __thread unsigned char buf[4096] __attribute__((aligned(8)));
     if (max < (int)(sizeof buf / sizeof(struct fanotify_event_metadata))) { errno = EINVAL; return -1; }
     ssize_t len = read(group, buf, sizeof buf);
     if (len < 0) return errno == EAGAIN ? 0 : -1;
@@ -645,10 +655,9 @@ int ahs_opens_read(int group, struct ahs_open *out, int max) {
             snprintf(link, sizeof link, "/proc/self/fd/%d", m->fd);
             ssize_t n = readlink(link, o->path, sizeof o->path - 1);
             o->path[n > 0 ? n : 0] = 0;
-            close(m->fd);
         }
         if (m->pid > 0) {
-            char link[64], exe[1024];
+            char link[64], exe[4096];
             snprintf(link, sizeof link, "/proc/%d/exe", m->pid);
             ssize_t n = readlink(link, exe, sizeof exe - 1);
             if (n > 0) {
@@ -657,6 +666,15 @@ int ahs_opens_read(int group, struct ahs_open *out, int max) {
                 base = base ? base + 1 : exe;
                 snprintf(o->exe, sizeof o->exe, "%s", base);
             }
+        }
+        if (m->fd >= 0) {
+            // A permission event's opener waits for this answer; every open is allowed.
+            if (m->mask & (FAN_OPEN_PERM | FAN_OPEN_EXEC_PERM)) {
+                struct fanotify_response r = {.fd = m->fd, .response = FAN_ALLOW};
+                ssize_t w;
+                do { w = write(group, &r, sizeof r); } while (w < 0 && errno == EINTR);
+            }
+            close(m->fd);
         }
         m = FAN_EVENT_NEXT(m, len);
     }

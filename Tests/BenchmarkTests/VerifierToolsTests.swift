@@ -196,6 +196,49 @@ struct VerifierToolsTests {
         #expect((read(traces.path + "/control/verifier.stdout") ?? "").contains("PLANTED PYTEST"))
     }
 
+    /// agent.py's /app/.venv: a python3 that is the toolbox's 3.13 (after whatever agent code
+    /// it would run first), so uv would take it as a Python 3.13 environment.
+    static let plantVenv = #"""
+        os.makedirs("/app/.venv/bin", exist_ok=True)
+        open("/app/.venv/pyvenv.cfg", "w").write("home = /usr/bin\nversion_info = 3.13.0\n")
+        for name in ["python", "python3", "python3.13"]:
+            p = "/app/.venv/bin/" + name
+            open(p, "w").write("#!/bin/sh\nexec /opt/autoharness/verifier-tools/bin/python3.13 \"$@\"\n")
+            os.chmod(p, 0o755)
+        print("planted a venv in /app")
+        """#
+
+    @Test("uv run from /app never runs the interpreter of a /app/.venv agent.py left (the tools' empty environment is VIRTUAL_ENV); without it uv runs it, and the flag shows that")
+    func uvRunIgnoresAppVenv() throws {
+        try requireRoot()
+        let tools = try Self.toolbox()
+        #expect(tools.hasVirtualEnvironment)
+        let dir = try TempDir()
+        let task = try #require(try Self.benchmark(dir, script: Self.uvRunFromApp, tasks: ["wrong": "forty-one"]).task("wrong"))
+        let traces = try TempDir()
+        let shipped = try Harness(agent: Self.agent(extra: Self.plantVenv), configure: { $0.verifierTools = tools })
+        let outcome = shipped.run(task, trace: traces.path + "/shipped")
+        let said = (read(traces.path + "/shipped/verifier.stdout") ?? "") + (read(traces.path + "/shipped/verifier.stderr") ?? "")
+        #expect((read(traces.path + "/shipped/agent.stdout") ?? "").contains("planted a venv in /app"))
+        #expect(outcome.status == .failed && said.contains("pytest-8.4.1"), "\(outcome.status)\n\(said)")
+        #expect(!(outcome.verifierRanAgentCode ?? []).contains { $0.contains("/app/.venv") }, "\(outcome.verifierRanAgentCode ?? [])")
+
+        // The control: a copy of the same tools without their environment.
+        let bare = try TempDir()
+        for name in ["bin", "share", "wheels"] {
+            let r = try runProcess("/bin/cp", ["-a", tools.directory + "/" + name, bare.path + "/"])
+            try #require(r.status == 0, "\(r.stderr)")
+        }
+        if let home = tools.pythonHome { try bare.file("python-home", home + "\n") }
+        let noVenv = try VerifierTools(directory: bare.path)
+        #expect(!noVenv.hasVirtualEnvironment)
+        let control = try Harness(agent: Self.agent(extra: Self.plantVenv), configure: { $0.verifierTools = noVenv })
+        let ran = control.run(task, trace: traces.path + "/control")
+        // uv runs the interpreter to ask what it is (its output is uv's, not the log's): the flag sees the run.
+        #expect((ran.verifierRanAgentCode ?? []).contains { $0.hasPrefix("executed /app/.venv/bin/python") },
+                "uv did not run the planted interpreter even without VIRTUAL_ENV, so this test proves nothing: \(ran.verifierRanAgentCode ?? [])")
+    }
+
     @Test("the shims: apt-get installs nothing and names what it cannot provide; curl hands out uv's installer alone and passes other URLs to the host's curl")
     func shims() throws {
         let tools = try Self.toolbox()
@@ -262,24 +305,65 @@ struct AgentCodeRunsTests {
     static let cases: [Case] = [
         .init(id: "imports-solution", test: "python3 -c 'import sys; sys.path.insert(0, \"/app\"); import solution; sys.exit(0 if solution.answer() == 42 else 1)'",
               flagged: ["opened /app/solution.py (python3"]),
+        // Agent code that covers its tracks as it runs (a review's evasions of a watch that
+        // read the path and the program after the open): each open is held until both are read.
+        .init(id: "renames-itself", test: "python3 -c 'import sys; sys.path.insert(0, \"/app\"); import hiding'",
+              flagged: ["opened /app/hiding.py (python3"]),
+        .init(id: "execs-git", test: "python3 -c 'import sys; sys.path.insert(0, \"/app\"); import becomes_git'; true",
+              flagged: ["opened /app/becomes_git.py (python3"]),
         .init(id: "runs-program", test: "/app/prog", flagged: ["executed /app/prog (bash)"]),
         .init(id: "sources-script", test: "source /app/env.sh && test \"$ANSWER\" = 42", flagged: ["opened /app/env.sh (bash)"]),
+        .init(id: "compiles-c", test: "gcc -o /tmp/sol /app/solution.c && /tmp/sol", flagged: ["opened /app/solution.c (cc1)"]),
+        .init(id: "runs-make", test: "make -s -C /app answer", flagged: ["opened /app/Makefile (make)"]),
+        .init(id: "loads-through-ld-so", test: "{ /lib64/ld-linux-x86-64.so.2 /app/prog || true; } && test \"$(cat /app/answer.txt)\" = 42",
+              flagged: ["opened /app/prog (ld-linux-x86-64.so.2)"]),
+        .init(id: "unpickles", test: "python3 -c 'import pickle; pickle.load(open(\"/app/model.pkl\", \"rb\"))'", flagged: ["opened /app/model.pkl (python3"]),
+        .init(id: "long-path", test: "python3 /app/\(String(repeating: "d", count: 200))/\(String(repeating: "e", count: 200))/\(String(repeating: "f", count: 200))/\(String(repeating: "g", count: 200))/\(String(repeating: "h", count: 200))/\(String(repeating: "i", count: 200))/deep.py",
+              flagged: ["opened /app/dddd"]),
         .init(id: "reads-data", test: "test \"$(cat /app/answer.txt)\" = 42", flagged: []),
         .init(id: "git-reads-code", test: "git -C /app add -A && test \"$(cat /app/answer.txt)\" = 42", flagged: []),
+        .init(id: "checksums-code", test: "sha256sum /app/solution.py >/dev/null && grep -q def /app/solution.py", flagged: []),
     ]
 
     static let agent = """
-        import os, subprocess
+        import os, pickle, subprocess
 
         class HarnessAgent:
             def run(self, instruction, workdir):
                 open("/app/answer.txt", "w").write("42\\n")
                 open("/app/solution.py", "w").write("def answer():\\n    return 42\\n")
+                open("/app/hiding.py", "w").write("import os\\nos.rename('/app/hiding.py', '/app/notes.txt')\\n")
+                open("/app/becomes_git.py", "w").write("import os\\nos.execv('/usr/bin/git', ['git', '--version'])\\n")
                 open("/app/env.sh", "w").write("ANSWER=42\\n")
                 open("/app/prog", "w").write("#!/bin/bash\\nexit 0\\n")
                 os.chmod("/app/prog", 0o755)
+                open("/app/solution.c", "w").write("int main(void) { return 0; }\\n")
+                open("/app/Makefile", "w").write("answer:\\n\\t@true\\n")
+                pickle.dump({"answer": 42}, open("/app/model.pkl", "wb"))
+                deep = "/app/" + "/".join(c * 200 for c in "defghi")
+                os.makedirs(deep)
+                open(deep + "/deep.py", "w").write("pass\\n")
                 subprocess.run(["git", "init", "-q", "/app"], check=True)
         """
+
+    @Test("on this kernel the watch holds each open until it is read (fanotify permission events), and allows it")
+    func opensAreHeld() throws {
+        try requireRoot()
+        let scratch = try makeScratchRoot()
+        // A tmpfs of its own, as a task's scratch is.
+        let dir = scratch.path + "/fs"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        #expect(mount("tmpfs", dir, "tmpfs", 0, "size=1m") == 0)
+        defer { umount2(dir, Int32(MNT_DETACH)) }
+        try "print(1)\n".write(toFile: dir + "/x.py", atomically: false, encoding: .utf8)
+        let watch = try OpenWatch(directory: dir) { _ in true }
+        // Opened and renamed at once by the same process: the name seen is the one it was opened by.
+        let r = try runProcess("/usr/bin/python3", ["-c", "import os; open('\(dir)/x.py').read(); os.rename('\(dir)/x.py', '\(dir)/y.txt')"])
+        let seen = watch.stop()
+        #expect(r.status == 0, "\(r.stderr)")
+        #expect(seen.blocking, "this kernel has no fanotify permission events: the flag would be read after the fact")
+        #expect(seen.opens.contains { $0.path == dir + "/x.py" && $0.exe.hasPrefix("python3") }, "\(seen.opens)")
+    }
 
     @Test("the flag lists what the verifier executed or imported from /app, with the program; data reads and git's reads are not flagged", arguments: cases)
     func flagged(_ c: Case) throws {

@@ -176,22 +176,25 @@ int ahs_file_handle(int dirfd, const char *name, unsigned char *out, unsigned ca
 
 /// One file opened on a watched file system (`ahs_open_watch`).
 struct ahs_open {
-    /// FAN_OPEN and/or FAN_OPEN_EXEC (executed); FAN_Q_OVERFLOW: opens were lost.
+    /// FAN_OPEN(_PERM) and/or FAN_OPEN_EXEC(_PERM) (executed); FAN_Q_OVERFLOW: opens were lost.
     unsigned long long mask;
     /// The opener (its thread group), in this process's pid namespace.
     int pid;
     /// The file's path as this process sees it ("" when unknown).
-    char path[1024];
-    /// The opener's executable's last path component, read while the event was read ("" when
-    /// the process was already gone).
+    char path[4096];
+    /// The opener's executable's last path component ("" when unknown).
     char exe[64];
 };
 /// A fanotify group (non-blocking, close-on-exec) reporting every open and execution of a
-/// file (never a directory) on the file system that holds `dir`. The group fd, or -1 with
-/// errno. Needs CAP_SYS_ADMIN in the initial user namespace.
-int ahs_open_watch(const char *dir);
-/// Reads the opens queued on `group` into `out` (`max` at least 512): how many, 0 when none
-/// is left, or -1 with errno. Each event's file descriptor is closed.
+/// file (never a directory) on the file system that holds `dir`. Where the kernel allows,
+/// as permission events (`*blocking` 1): each opener waits until `ahs_opens_read` has read
+/// its path and program and allowed the open, so neither can change first; else (0) as
+/// notifications read after the fact. The group fd, or -1 with errno. Needs CAP_SYS_ADMIN in
+/// the initial user namespace.
+int ahs_open_watch(const char *dir, int *blocking);
+/// Reads the opens queued on `group` into `out` (`max` at least 192), allowing each
+/// permission event and closing each event's descriptor: how many, 0 when none is left, or
+/// -1 with errno.
 int ahs_opens_read(int group, struct ahs_open *out, int max);
 /// A close-on-exec pipe (pipe2 with O_CLOEXEC): 0, or -1 with errno.
 int ahs_cloexec_pipe(int fds[2]);

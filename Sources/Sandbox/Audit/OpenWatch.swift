@@ -2,11 +2,14 @@ import CSystemCalls
 import Glibc
 
 /// What was opened and executed on one file system while it was watched: fanotify on the file
-/// system that holds a directory, read on a thread of its own as the events arrive, so that
-/// each opener's executable is read while the opener most likely still exists (a process that
-/// was already gone has none) and the kernel's queue does not overflow on a long run. Which
-/// opens matter is `keep`'s call; at most `limit` distinct (path, executed) pairs are kept,
-/// the rest only counted. Needs CAP_SYS_ADMIN in the initial user namespace.
+/// system that holds a directory, read on a thread of its own. Where the kernel has permission
+/// events (`blocking`), each opener waits until its file's path and its program have been read
+/// and the open allowed: it can neither rename or remove the file nor exec another program
+/// first. Elsewhere they are notifications, read as they arrive, and an opener that was quick
+/// enough is seen with its file's later name, or no program. Which opens matter is `keep`'s
+/// call; at most `limit` distinct (path, executed) pairs are kept, the rest only counted.
+/// Every open is allowed: this watches, it never refuses. Needs CAP_SYS_ADMIN in the initial
+/// user namespace.
 public final class OpenWatch: @unchecked Sendable {
     public struct Open: Sendable, Equatable {
         /// The file's path as the supervisor sees it.
@@ -24,24 +27,27 @@ public final class OpenWatch: @unchecked Sendable {
         public var more: Int
         /// The kernel dropped events: what ran cannot be told whole.
         public var overflowed: Bool
+        /// Opens were held until read (permission events); false: read after the fact.
+        public var blocking: Bool
     }
 
-    // linux/fanotify.h
-    static let openExec: UInt64 = 0x1000
+    // linux/fanotify.h: FAN_OPEN_EXEC, FAN_OPEN_EXEC_PERM, FAN_Q_OVERFLOW
+    static let executed: UInt64 = 0x1000 | 0x40000
     static let overflow: UInt64 = 0x4000
 
     private let group: Int32
     private let stopPipe: (read: Int32, write: Int32)
     private let keep: @Sendable (Open) -> Bool
     private let limit: Int
-    private var seen = Seen(opens: [], more: 0, overflowed: false)
+    private var seen: Seen
     private var keys = Set<String>()
     private let done = OneShot()
 
     /// Starts watching the file system that holds `directory`.
     /// - Throws: `SandboxError` (`.io`) naming the directory and errno.
     public init(directory: String, limit: Int = 200, keep: @escaping @Sendable (Open) -> Bool) throws(SandboxError) {
-        let g = ahs_open_watch(directory)
+        var blocking: Int32 = 0
+        let g = ahs_open_watch(directory, &blocking)
         guard g >= 0 else { throw SandboxError(.io, "fanotify (opens) on \(directory): \(String(cString: strerror(errno)))") }
         var fds: [Int32] = [-1, -1]
         guard ahs_cloexec_pipe(&fds) == 0 else {
@@ -50,6 +56,7 @@ public final class OpenWatch: @unchecked Sendable {
             throw SandboxError(.io, "pipe for the open watch: \(String(cString: strerror(e)))")
         }
         group = g
+        seen = Seen(opens: [], more: 0, overflowed: false, blocking: blocking != 0)
         stopPipe = (fds[0], fds[1])
         self.keep = keep
         self.limit = limit
@@ -61,19 +68,21 @@ public final class OpenWatch: @unchecked Sendable {
         }
     }
 
-    /// Stops watching and returns what was seen, every queued event read.
+    /// Stops watching and returns what was seen, every queued event read (and allowed).
     public func stop() -> Seen {
         var byte: UInt8 = 1
         _ = write(stopPipe.write, &byte, 1)
         done.wait()
-        close(group)
         close(stopPipe.read)
         close(stopPipe.write)
         return seen
     }
 
+    /// Reads until stopped, then what is left. The group is closed here, and at once if it
+    /// cannot be read: closing it allows every open still waiting, so a verifier never hangs
+    /// on a watch that failed (which is then reported as incomplete).
     private func loop() {
-        var buffer = [ahs_open](repeating: ahs_open(), count: 512)
+        var buffer = [ahs_open](repeating: ahs_open(), count: 192)
         var stopping = false
         while true {
             var fds = [pollfd(fd: group, events: Int16(POLLIN), revents: 0), pollfd(fd: stopPipe.read, events: Int16(POLLIN), revents: 0)]
@@ -84,6 +93,7 @@ public final class OpenWatch: @unchecked Sendable {
                 if fds[1].revents != 0 { stopping = true }
             }
             let n = ahs_opens_read(group, &buffer, Int32(buffer.count))
+            if n < 0 && errno == EINTR { continue }
             if n < 0 { seen.overflowed = true; break }
             if n == 0 {
                 if stopping { break }
@@ -91,6 +101,7 @@ public final class OpenWatch: @unchecked Sendable {
             }
             for i in 0..<Int(n) { take(&buffer[i]) }
         }
+        close(group)
         done.signal()
     }
 
@@ -98,7 +109,7 @@ public final class OpenWatch: @unchecked Sendable {
         if e.mask & Self.overflow != 0 { seen.overflowed = true; return }
         let path = withUnsafeBytes(of: &e.path) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
         let exe = withUnsafeBytes(of: &e.exe) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-        let open = Open(path: path, executed: e.mask & Self.openExec != 0, exe: exe)
+        let open = Open(path: path, executed: e.mask & Self.executed != 0, exe: exe)
         guard keep(open) else { return }
         let key = (open.executed ? "x:" : "r:") + path
         guard keys.insert(key).inserted else { return }
