@@ -1,0 +1,199 @@
+import Benchmark
+import Foundation
+import Ledger
+import SupervisorIO
+
+// `autoharness gate`: the suite, the held-out split, promotion, the record and the commit.
+
+/// What `gate()` decided: the attempt exactly as it is recorded in the ledger.
+public typealias GateResult = GateAttemptRecord
+
+extension ExperimentSupervisor {
+    /// Judges a snapshot of agent.py: (1) regression suite on train ≥ threshold; (2) test
+    /// val_score beats the best accepted score by more than `gate.min_improvement` (a tie
+    /// fails; every test task counts, errors as 0); (3) only if both pass, failing non-suite
+    /// train tasks are re-run and newly passing ones promoted. On acceptance the supervisor
+    /// commits the snapshot and records the iteration; a rejection is recorded too.
+    /// `beforeHeldOut` runs just before the first held-out task and may refuse (throw): the
+    /// run loop checks there that the coding agent is still frozen.
+    public func gate(actor: String = "cli", agent: Snapshot? = nil, beforeHeldOut: () throws -> Void = {}) throws -> GateResult {
+        let s = try settleBatches()
+        guard let split = s.split else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
+        // Numbered and counted by its start row, appended (and synced) before any task runs:
+        // a gate whose outcome is lost still used its look at the held-out split.
+        let attempt = s.lastAttempt + 1
+        // The gate's clock: its answer is held to `config.replyTime` counted from here.
+        let started = monotonicSeconds()
+        let snap = try agent ?? snapshotAgent()
+        // Where held-out tasks run, settled once per supervisor: a VM that cannot run here is
+        // refused before the gate counts (nothing looked yet).
+        try executors.settleHeldOut(executorEnvironment)
+        _ = try ledger.append(.gateStarted, GateStartedRecord(attempt: attempt, agentSHA256: snap.sha256))
+        let audit = RunAudit()
+        let heldOutAudit = RunAudit()
+        var recorded = false
+        var heldOutBegan = false
+        do {
+            let result = try judge(s, split: split, attempt: attempt, snap: snap, audit: audit, heldOutAudit: heldOutAudit,
+                                   started: started, recorded: &recorded, heldOutBegan: &heldOutBegan, beforeHeldOut: beforeHeldOut)
+            // The batch this gate revealed runs now, with the agent.py the gate left standing; a
+            // failure here (recorded gate, unrecorded run) is the caller's error, and the next
+            // train run or gate runs the batch first (`settleBatches`).
+            if result.revealedBatch != nil { try runRevealedBatch() }
+            return result
+        } catch {
+            // The attempt counted from its start row; it ends as interrupted, as a crash would
+            // (recovery does the same if even this cannot be written), and what its
+            // sandboxes did is recorded. A failure once held-out tasks ran is held to the
+            // reply grid too: when agent.py makes a held-out run fail is as much a channel.
+            if heldOutBegan && !recorded { _ = holdReply(since: started) }
+            if !recorded {
+                recordViolations(Self.interruptedRows(s, attempt: attempt, agentSHA256: snap.sha256, config: config)
+                    + violations(audit, during: "gate") + violations(heldOutAudit, during: "gate, held-out split", heldOut: true))
+            }
+            throw error
+        }
+    }
+
+    /// The gate's three steps and their record (`gate`); `recorded` is set once the ledger
+    /// holds the attempt.
+    private func judge(_ s: ExperimentState, split: SplitRecord, attempt: Int, snap: Snapshot, audit: RunAudit, heldOutAudit: RunAudit,
+                       started: Double, recorded: inout Bool, heldOutBegan: inout Bool, beforeHeldOut: () throws -> Void) throws -> GateResult {
+        var result = GateResult(attempt: attempt, agentSHA256: snap.sha256, accepted: false, reason: "", suitePassed: 0,
+                                suiteTotal: s.suite.count, valScore: nil, bestBefore: s.best, promoted: [], commit: nil, iteration: nil)
+        result.batch = s.currentBatch?.revealed.batch
+
+        // The rules are `GateRules.decide`, a pure function of what ran so far; this runs what
+        // it asks for next, in order: the suite (train), the held-out split (traces never
+        // persist, only rewards come back), the promotion candidates (train).
+        var phases = GateRules.Phases(suite: try run(s.suite, agent: snap.directory, audit: audit, split: .train, traces: { _ in nil }))
+        result.suitePassed = phases.suite.filter(\.passed).count
+        var resolvedClusters: [String] = []
+        decided: while true {
+            switch GateRules.decide(s, config: config, attempt: attempt, agentSHA256: snap.sha256, phases: phases) {
+            case .runHeldOut:
+                try beforeHeldOut()
+                heldOutBegan = true
+                let outcomes = try run(split.test, agent: snap.directory, audit: heldOutAudit, split: .heldOut, traces: { _ in nil })
+                phases.heldOut = outcomes
+                result.heldOutCostUSD = TaskOutcome.cost(outcomes)
+                result.valScore = HeldOutScore.val(split.test, outcomes)
+                // `timeout_policy: infra`: the operator's view of the tasks that finished.
+                if config.timeoutPolicy == .infra { (result.valScoreFinished, result.heldOutTimedOut) = HeldOutScore.finished(split.test, outcomes) }
+            case .runPromotion(let candidates):
+                phases.promotion = try run(candidates, agent: snap.directory, audit: audit, split: .train, traces: { _ in nil })
+            case .rejected(let outcome, let reason, let required):
+                (result.outcome, result.reason, result.requiredImprovement) = (outcome, reason, required)
+                break decided
+            case .accepted(let promoted, let resolved):
+                (result.accepted, result.outcome, result.reason, result.promoted) = (true, .accepted, "accepted", promoted)
+                resolvedClusters = resolved
+                break decided
+            }
+        }
+        let promotionOutcomes = phases.promotion ?? []
+        var lastResults = Dictionary(uniqueKeysWithValues: phases.suite.map { ($0.id, $0.reward) })
+        let promotedSet = Set(result.promoted)
+        for o in promotionOutcomes where promotedSet.contains(o.id) { lastResults[o.id] = o.reward }
+        result.trainCostUSD = TaskOutcome.cost(phases.suite + promotionOutcomes)
+        result.agentCode = TaskOutcome.agentCode(phases.suite + (phases.heldOut ?? []) + promotionOutcomes)
+        // What the suite and promotion phases (train tasks only) showed failing; recorded after
+        // the attempt's row, so an accepted gate's passing runs resolve records by this attempt.
+        let evidence = GateRules.evidence(s, phases: phases, attempt: attempt, agentSHA256: snap.sha256)
+        let after = s.currentBatch == nil ? nil : FailureBook(RollingBatches.after(s, accepted: result.accepted ? (attempt, snap.sha256) : nil,
+                                                                                   evidence: evidence, time: isoTimestamp()))
+        // The batch ends here when this attempt was accepted or was its last; the next is revealed.
+        var batchRows: [(RecordKind, any Encodable)] = []
+        if let after, let (ended, next) = RollingBatches.end(s, attempt: attempt, accepted: result.accepted, promoted: result.promoted,
+                                                            resolved: resolvedClusters, after: after, config: config) {
+            result.revealedBatch = next.batch
+            result.revealedTasks = next.tasks.count
+            batchRows = [(.batchEnded, ended), (.batchRevealed, next)]
+        }
+
+        // Nothing of the outcome (its rows' times, the commit's date, the reply) exists before
+        // the configured instant.
+        var items: [(RecordKind, any Encodable)] = []
+        if heldOutBegan, let overrun = holdReply(since: started) { items.append((.note, NoteRecord(text: overrun))) }
+        if result.accepted, let val = result.valScore {
+            let iteration = s.iterations.count
+            let head = try ledger.head
+            let message = """
+                autoharness: iteration \(iteration), val_score \(Views.disclosed(val, config.disclosure)) (best before \(Views.disclosed(s.best ?? 0, config.disclosure)))
+
+                Gate attempt \(attempt) accepted: suite \(result.suitePassed)/\(result.suiteTotal), \(result.promoted.count) task(s) promoted.
+
+                Agent-SHA256: \(snap.sha256)
+                Ledger-Head: \(head.seq):\(head.hash)
+                """
+            let commit = try git.prepareCommit(file: snap.directory + "/agent.py", at: "agent/agent.py", message: message)
+            result.commit = commit
+            result.iteration = iteration
+            items.append((.gateAttempt, result))
+            items.append((.iteration, IterationRecord(iteration: iteration, valScore: val, commit: String(commit.prefix(7)),
+                                                      evalsPassed: result.suitePassed, evalsTotal: result.suiteTotal,
+                                                      timestamp: isoTimestamp(), agentSHA256: snap.sha256)))
+            items.append((.suitePromotion, SuitePromotionRecord(added: result.promoted, lastResults: lastResults)))
+        } else {
+            items.append((.gateAttempt, result))
+        }
+        if let evidence { items.append((.failureEvidence, evidence)) }
+        items += batchRows
+        items += violations(audit, during: "gate")
+        items += violations(heldOutAudit, during: "gate, held-out split", heldOut: true)
+        _ = try ledger.appendAll(items)
+        recorded = true
+        // Published only once the ledger holds the iteration; a crash in between is rolled
+        // forward by recover().
+        if let c = result.commit { try git.publish(c) }
+        try regenerateViews()
+        return result
+    }
+
+    /// An interrupted attempt's rows: the attempt, and (when it was its batch's last allowed
+    /// attempt: it looked at the held-out split like any other) the batch's end and the next
+    /// batch, revealed in the same append; the next train run or gate runs it.
+    static func interruptedRows(_ s: ExperimentState, attempt: Int, agentSHA256: String, config: ExperimentConfig) -> [(RecordKind, any Encodable)] {
+        var record = GateAttemptRecord.interrupted(attempt: attempt, agentSHA256: agentSHA256)
+        record.batch = s.currentBatch?.revealed.batch
+        guard let (ended, next) = RollingBatches.end(s, attempt: attempt, accepted: false, promoted: [], resolved: [], after: FailureBook(s), config: config) else {
+            return [(.gateAttempt, record)]
+        }
+        record.revealedBatch = next.batch
+        record.revealedTasks = next.tasks.count
+        return [(.gateAttempt, record), (.batchEnded, ended), (.batchRevealed, next)]
+    }
+
+    /// Runs the latest revealed batch as a train run (traces, records, views) with the agent.py
+    /// the experiment stands on: the last accepted one (the baseline's before any).
+    func runRevealedBatch() throws {
+        let s = try state()
+        guard let batch = s.batches.last, !batch.revealed.tasks.isEmpty, let sha = s.iterations.last?.agentSHA256 else { return }
+        let snap = Snapshot(sha256: sha, directory: layout.snapshotDirectory(sha256: sha))
+        guard access(snap.directory + "/agent.py", R_OK) == 0 else {
+            throw ExperimentError(.io, "batch \(batch.revealed.batch) cannot run: the accepted agent.py's snapshot \(snap.directory)/agent.py is gone")
+        }
+        log?("batch \(batch.revealed.batch) revealed: running its \(batch.revealed.tasks.count) train task(s) with the accepted agent.py")
+        _ = try runTrain(taskIDs: batch.revealed.tasks, oracle: false, actor: "supervisor", agent: snap, state: s)
+    }
+
+    /// Sleeps until the instant `config.replyTime` sets for a gate that started at `started`
+    /// (monotonic seconds). Returns a note for the ledger when the gate ran past
+    /// `gate.reply_after`.
+    func holdReply(since started: Double) -> String? {
+        let elapsed = monotonicSeconds() - started
+        let release = config.replyTime.release(after: elapsed)
+        if release - elapsed > 0.05 {
+            log?("gate: answer held \(String(format: "%.1f", release - elapsed)) s, to \(Int(release)) s after the gate began (gate.reply_time: \(config.replyTime.name))")
+        }
+        while true {
+            let left = release - (monotonicSeconds() - started)
+            if left <= 0 { break }
+            Thread.sleep(forTimeInterval: left)
+        }
+        guard config.replyTime.overran(elapsed) else { return nil }
+        let why = "gate ran \(String(format: "%.1f", elapsed)) s, past gate.reply_after; it answered on the padded grid (\(Int(release)) s), which says up to about \(String(format: "%.1f", config.replyTime.capacityBits(worst: elapsed))) bits: raise gate.reply_after"
+        log?(why)
+        return why
+    }
+}

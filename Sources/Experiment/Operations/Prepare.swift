@@ -1,0 +1,117 @@
+import Benchmark
+import Foundation
+import Ledger
+import SupervisorIO
+
+// `autoharness prepare`: the baseline over every task, the split, the first iteration.
+
+extension ExperimentSupervisor {
+    public struct PrepareSummary: Sendable {
+        public var tasks: Int
+        public var passed: Int
+        public var train: Int
+        public var test: Int
+        public var baselineScore: Double
+        /// How the split was made, for the operator.
+        public var splitOrigin: String
+        /// What the operator should change before running (a test split too small to gate).
+        public var warnings: [String] = []
+    }
+
+    /// A test split on which the gate's improvement rule can accept few or no gates. With
+    /// `min_improvement: auto` (1/N) each acceptance needs two more held-out tasks to pass
+    /// than the best so far, so a small split runs out of room fast (or never has any).
+    public static func smallSplitWarning(testTasks n: Int, testPassed: Int, minImprovement: Double?) -> String? {
+        guard n > 0 else { return nil }
+        let m = GateRules.requiredImprovement(testTasks: n, minImprovement: minImprovement)
+        // Tasks one acceptance needs beyond the best, with pass/fail rewards: more than m·N.
+        let step = Int((m * Double(n) + 1e-9).rounded(.down)) + 1
+        let room = n - testPassed
+        let possible = room / step
+        guard n < 10 || possible == 0 else { return nil }
+        let setting = minImprovement == nil ? "min_improvement auto is 1/\(n)" : "min_improvement is \(minImprovement!)"
+        var text = "the test split has \(n) task(s) and \(setting): a gate is accepted only when at least \(step) more held-out task(s) pass than the best so far; "
+        text += "from this baseline (\(testPassed)/\(n) pass) "
+        text += possible == 0 ? "no gate can ever be accepted. " : "at most \(possible) gate(s) can ever be accepted. "
+        if step > 1 { text += "`gate.min_improvement: 0` accepts any strictly higher score (one more task); " }
+        text += "a benchmark with more tasks gives a finer held-out score."
+        return text
+    }
+
+    /// Statuses that say the benchmark's machinery, not agent.py, failed the task.
+    static let infrastructureFailures: Set<TaskStatus> = [.setupFailed, .missingResult, .verifierCrashed, .verifierTimeout, .noReward, .invalidReward]
+
+    /// A baseline where every task failed for the machinery's reasons measures nothing: it is
+    /// refused (nothing recorded) with the counts and the first reasons, instead of becoming
+    /// a 0/N starting point every later gate would "beat".
+    static func refuseBrokenBaseline(_ outcomes: [TaskOutcome]) throws {
+        guard !outcomes.isEmpty, outcomes.allSatisfy({ infrastructureFailures.contains($0.status) }) else { return }
+        var counts: [TaskStatus: Int] = [:]
+        for o in outcomes { counts[o.status, default: 0] += 1 }
+        let byStatus = counts.sorted { $0.key.rawValue < $1.key.rawValue }.map { "\($0.value) \($0.key.rawValue)" }.joined(separator: ", ")
+        let reasons = Array(Set(outcomes.compactMap(\.detail))).sorted().prefix(3).map { "  \($0)" }.joined(separator: "\n")
+        throw ExperimentError(.state, """
+            every task of the baseline failed before agent.py could be judged (\(byStatus)); nothing was recorded. \
+            Fix the benchmark's setup and run `autoharness prepare` again. First reasons:
+            \(reasons)
+            """)
+    }
+
+    /// Runs the baseline over every task with nothing persisted (the split does not exist yet,
+    /// so every task is treated as a test task), derives the split, records iteration 0.
+    public func prepare() throws -> PrepareSummary {
+        let s = try state()
+        guard !s.prepared else {
+            throw ExperimentError(.state, "experiment already prepared (split recorded in the ledger); nothing was run")
+        }
+        let snap = try snapshotAgent()
+        let audit = RunAudit()
+        let outcomes: [TaskOutcome]
+        do {
+            outcomes = try run(adapter.taskIDs, agent: snap.directory, audit: audit, split: .baseline, operatorDiagnostics: true, traces: { _ in nil })
+        } catch {
+            recordViolations(violations(audit, during: "baseline", heldOut: true))
+            throw error
+        }
+        try Self.refuseBrokenBaseline(outcomes)
+        var passed: [String: Bool] = [:]
+        for o in outcomes { passed[o.id] = o.passed }
+        let split: SplitFile
+        if let fixed = adapter.fixedSplit {
+            split = SplitFile(train: fixed.train.sorted(), test: fixed.test.sorted(),
+                              metadata: .init(created: isoTimestamp(), totalTasks: fixed.train.count + fixed.test.count, seed: fixed.seed))
+        } else {
+            split = SplitFile.make(baselinePassed: passed, created: isoTimestamp())
+        }
+        try AtomicFile.write([UInt8](split.encoded()), to: layout.split, mode: 0o600)
+        let val = HeldOutScore.val(split.test, outcomes)
+        var baselineRecord = BaselineRecord(valScore: val, testTasks: split.test.count, tasksPassed: outcomes.filter(\.passed).count,
+                                            tasksTotal: outcomes.count, agentSHA256: snap.sha256, costUSD: TaskOutcome.cost(outcomes),
+                                            agentCode: TaskOutcome.agentCode(outcomes))
+        if config.timeoutPolicy == .infra { (baselineRecord.valScoreFinished, baselineRecord.heldOutTimedOut) = HeldOutScore.finished(split.test, outcomes) }
+        var items: [(RecordKind, any Encodable)] = [
+            (.split, SplitRecord(train: split.train, test: split.test, seed: split.metadata.seed)),
+            (.baseline, baselineRecord),
+            (.iteration, IterationRecord(iteration: 0, valScore: val, commit: "baseline", evalsPassed: 0, evalsTotal: 0,
+                                         timestamp: isoTimestamp(), agentSHA256: snap.sha256)),
+        ]
+        let splitRecord = SplitRecord(train: split.train, test: split.test, seed: split.metadata.seed)
+        if let first = RollingBatches.first(splitRecord, config: config) { items.append((.batchRevealed, first)) }
+        items += violations(audit, during: "baseline", heldOut: true)
+        _ = try ledger.appendAll(items)
+        try regenerateViews()
+        // The first rolling batch's tasks run as a train run with the baseline agent.py: its
+        // failures are there when the coding agent starts.
+        _ = try settleBatches()
+        var summary = PrepareSummary(tasks: outcomes.count, passed: outcomes.filter(\.passed).count, train: split.train.count,
+                                     test: split.test.count, baselineScore: val,
+                                     splitOrigin: adapter.fixedSplit != nil
+                                         ? "the benchmark's own split, seed \(split.metadata.seed)"
+                                         : "stratified on baseline pass/fail, seed \(split.metadata.seed)")
+        let testPassed = split.test.filter { passed[$0] == true }.count
+        if let w = Self.smallSplitWarning(testTasks: split.test.count, testPassed: testPassed, minImprovement: config.minImprovement) {
+            summary.warnings.append(w)
+        }
+        return summary
+    }
+}

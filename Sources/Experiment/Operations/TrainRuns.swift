@@ -1,0 +1,133 @@
+import Benchmark
+import Foundation
+import Ledger
+import SupervisorIO
+
+// `autoharness benchmark`: train runs, rolling batches, a cluster's proposal.
+
+extension ExperimentSupervisor {
+    /// Runs train tasks (all, or `taskIDs`), keeping their traces. Any id that is not a train
+    /// task — unknown or held out, deliberately indistinguishable — refuses the whole request
+    /// and is recorded as a violation.
+    public func runBenchmark(taskIDs: [String]?, oracle: Bool = false, actor: String = "cli", agent: Snapshot? = nil) throws -> [TaskOutcome] {
+        try runTrain(taskIDs: taskIDs, oracle: oracle, actor: actor, agent: agent, state: try settleBatches())
+    }
+
+    /// `runBenchmark` once the batches are settled.
+    func runTrain(taskIDs: [String]?, oracle: Bool, actor: String, agent: Snapshot?, state s: ExperimentState) throws -> [TaskOutcome] {
+        guard let split = s.split else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
+        // With rolling batches, a train task of a batch not revealed yet is as unknown here
+        // as a held-out one (the refusal below reads the same for all three).
+        let train = Set(s.visibleTrain)
+        // Another name of a task (Harbor's [task] name, org/name@ref) is its id; a name that
+        // is no task's stays as given. Refusals repeat the names as given: naming the task
+        // an alias maps to would tell a held-out task from an unknown name.
+        let given = taskIDs
+        let taskIDs = taskIDs.map { $0.map { adapter.canonicalTaskID($0) ?? $0 } }
+        if let ids = taskIDs, let given {
+            let refused = zip(given, ids).filter { !train.contains($0.1) }.map(\.0)
+            if !refused.isEmpty {
+                _ = try ledger.append(.violation, ViolationRecord(
+                    actor: actor, kind: "refused_task_ids",
+                    detail: "benchmark requested \(refused.count) id\(refused.count == 1 ? "" : "s") outside the train split: \(refused.prefix(20).joined(separator: ", "))\(refused.count > 20 ? ", …" : "")",
+                    count: 1))
+                throw ExperimentError(.refused, "not \(s.batches.isEmpty ? "train tasks (unknown or held out)" : "revealed train tasks (unknown, held out, or in a batch not revealed yet)"): \(printable(refused.prefix(20).joined(separator: ", "), limit: 2000))\(refused.count > 20 ? " and \(refused.count - 20) more" : ""); nothing was run; this request was recorded")
+            }
+        }
+        let tasks = (taskIDs.map(Set.init) ?? train).sorted()
+        let snap = try agent ?? snapshotAgent()
+        let firstRun = s.latestTrainRun == nil
+        let audit = RunAudit()
+        var recorded = false
+        do {
+            try TraceFiles.makeDirectories(layout.latestTraces)
+            for t in tasks { try TraceFiles.remove(layout.latestTraces + "/" + TraceName.encode(t)) }
+            let outcomes = try run(tasks, agent: snap.directory, audit: audit, split: .train, oracle: oracle,
+                                   traces: { [layout] in layout.latestTraces + "/" + TraceName.encode($0) })
+            if firstRun {
+                try TraceFiles.makeDirectories(layout.baselineTraces)
+                for t in tasks {
+                    let dst = layout.baselineTraces + "/" + TraceName.encode(t)
+                    try TraceFiles.remove(dst)
+                    try TraceFiles.copy(layout.latestTraces + "/" + TraceName.encode(t), to: dst)
+                }
+            }
+            var items: [(RecordKind, any Encodable)] = [(.trainRun, TrainRunRecord(
+                timestamp: isoTimestamp(), agentSHA256: snap.sha256,
+                results: Dictionary(uniqueKeysWithValues: outcomes.map { ($0.id, $0.reward) }),
+                statuses: Dictionary(uniqueKeysWithValues: outcomes.map { ($0.id, $0.status.rawValue) }),
+                costUSD: TaskOutcome.cost(outcomes), agentCode: TaskOutcome.agentCode(outcomes)))]
+            if let evidence = FailureEvidenceRecord.observed(outcomes, train: train, source: "train run", agentSHA256: snap.sha256,
+                                                             batch: s.batches.last?.revealed.batch) {
+                items.append((.failureEvidence, evidence))
+            }
+            items += violations(audit, during: "train run")
+            _ = try ledger.appendAll(items)
+            recorded = true
+            try regenerateViews()
+            return outcomes
+        } catch {
+            // A train run whose traces could not be kept is not recorded; what its sandboxes
+            // did is (if the ledger still takes it).
+            if !recorded { recordViolations(violations(audit, during: "train run")) }
+            throw error
+        }
+    }
+
+    /// Brings rolling batches to where the ledger says they should be, before a train run or
+    /// a gate: reveals the first batch (prepare's, or of an experiment whose config turned
+    /// batches on before anything ran), and runs a revealed batch whose tasks have not run
+    /// yet (a supervisor stopped before it could). Returns the state after.
+    func settleBatches() throws -> ExperimentState {
+        var s = try state()
+        if let first = RollingBatches.first(s, config: config) {
+            // Turned on after train runs or gates, batches would hide what the coding agent
+            // already saw and strand suite tasks outside every batch.
+            guard s.trainRuns.isEmpty && s.gatesStarted == 0 else {
+                throw ExperimentError(.state, "\(layout.config): loop.batch_size \(config.batchSize) was set after this experiment's train split was "
+                    + "visible (\(s.trainRuns.count) train run(s), \(s.gatesStarted) gate(s)); rolling batches must be set before prepare. "
+                    + "Set loop.batch_size: 0, or start a new experiment; nothing was run")
+            }
+            _ = try ledger.append(.batchRevealed, first)
+            log?("rolling batches begin: batch 1 reveals \(first.tasks.count) of \(s.split?.train.count ?? 0) train task(s) (loop.batch_size \(config.batchSize))")
+            try regenerateViews()
+            s = try state()
+        }
+        if let batch = s.batches.last, batch.trainRuns == 0, !batch.revealed.tasks.isEmpty {
+            try runRevealedBatch()
+            s = try state()
+        }
+        return s
+    }
+
+    /// Proposals recorded at most, over the experiment: each is a ledger row.
+    static let maxClusterProposals = 1000
+
+    /// Records `actor`'s proposal about a failure cluster (a label, or that it shares its root
+    /// cause with `mergeWith`): shown beside the cluster, counted nowhere.
+    public func proposeCluster(_ cluster: String, label: String?, mergeWith: String?, actor: String) throws {
+        let s = try state()
+        let book = FailureBook(s)
+        guard book.cluster(cluster) != nil else {
+            throw ExperimentError(.usage, "no failure cluster \(printable(cluster)): `autoharness failures` lists them")
+        }
+        if let m = mergeWith {
+            guard m != cluster, book.cluster(m) != nil else {
+                throw ExperimentError(.usage, "--merge-with \(printable(m)): not another existing cluster")
+            }
+        }
+        guard s.clusterProposals.count < Self.maxClusterProposals else {
+            throw ExperimentError(.refused, "\(Self.maxClusterProposals) proposals are already recorded; no more are kept")
+        }
+        _ = try ledger.append(.clusterProposal, ClusterProposalRecord(actor: actor, cluster: cluster,
+                                                                      label: label.map { printable($0, limit: 200) }, mergeWith: mergeWith))
+        try regenerateViews()
+    }
+
+    /// Appends what a failed operation's sandboxes did, if the ledger takes it: the
+    /// operation's own error is what the caller reports.
+    func recordViolations(_ items: [(RecordKind, any Encodable)]) {
+        guard !items.isEmpty else { return }
+        if (try? ledger.appendAll(items)) == nil { log?("the violations of the failed operation could not be recorded either") }
+    }
+}
