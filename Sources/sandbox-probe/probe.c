@@ -360,9 +360,11 @@ int main(int argc, char **argv) {
     if (IS("socket-netlink-audit")) return report(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, 9 /* NETLINK_AUDIT */));
     if (IS("socket-netlink-uevent")) return report(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, 15 /* NETLINK_KOBJECT_UEVENT */));
     // Socket options that return host-wide identifiers (the socket-cookie and network
-    // namespace-cookie counters), and harmless ones that must still pass. The raw syscall
-    // carries garbage above the 32 bits the kernel reads, as an attacker would.
-    if (IS("so-cookie") || IS("so-netns-cookie") || IS("so-cookie-highbits") || IS("getsockopt-sndbuf") ||
+    // namespace-cookie counters, a pidfd whose inode number counts the host's processes, a
+    // NAPI queue id), one no kernel has yet, and harmless ones that must still pass. The raw
+    // syscall carries garbage above the 32 bits the kernel reads, as an attacker would.
+    if (IS("so-cookie") || IS("so-netns-cookie") || IS("so-cookie-highbits") || IS("so-peerpidfd") || IS("so-napi-id") ||
+        IS("so-future-option") || IS("getsockopt-sndbuf") || IS("getsockopt-error") || IS("getsockopt-protocol") ||
         IS("getsockopt-tcp-nodelay")) {
         int s = socket(AF_INET, SOCK_STREAM, 0);
         if (s < 0) return report_errno(errno);
@@ -370,6 +372,11 @@ int main(int argc, char **argv) {
         socklen_t len = sizeof v;
         long level = SOL_SOCKET, name = 57 /* SO_COOKIE */;
         if (IS("so-netns-cookie")) name = 71 /* SO_NETNS_COOKIE */;
+        if (IS("so-peerpidfd")) name = 77 /* SO_PEERPIDFD */;
+        if (IS("so-napi-id")) name = 56 /* SO_INCOMING_NAPI_ID */;
+        if (IS("so-future-option")) name = 200;
+        if (IS("getsockopt-error")) name = SO_ERROR;
+        if (IS("getsockopt-protocol")) name = 38 /* SO_PROTOCOL */;
         if (IS("so-cookie-highbits")) { level |= 0x100000000L; name |= 0x700000000L; }
         if (IS("getsockopt-sndbuf")) name = SO_SNDBUF;
         if (IS("getsockopt-tcp-nodelay")) { level = IPPROTO_TCP; name = 1; /* TCP_NODELAY */ }

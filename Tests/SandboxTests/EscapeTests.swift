@@ -67,6 +67,9 @@ struct SeccompEscapeTests {
         .init(action: "so-cookie", errno: "EPERM", audited: "getsockopt"),
         .init(action: "so-netns-cookie", errno: "EPERM", audited: "getsockopt"),
         .init(action: "so-cookie-highbits", errno: "EPERM", audited: "getsockopt"),
+        .init(action: "so-peerpidfd", errno: "EPERM", audited: "getsockopt"),
+        .init(action: "so-napi-id", errno: "EPERM", audited: "getsockopt"),
+        .init(action: "so-future-option", errno: "EPERM", audited: "getsockopt"),
         .init(action: "sched-setaffinity", errno: "ENOSYS", audited: "sched_setaffinity"),
     ]
 
@@ -96,7 +99,7 @@ struct SeccompEscapeTests {
 
     @Test("the harmless forms of fadvise, preadv2, netlink, socketpair and getsockopt pass the filter and are not reported",
           arguments: ["fadvise-sequential", "preadv2", "socket-netlink-route", "socketpair-unix", "getsockopt-sndbuf",
-                      "getsockopt-tcp-nodelay"])
+                      "getsockopt-error", "getsockopt-protocol", "getsockopt-tcp-nodelay"])
     func harmlessPageCacheCallsAllowed(_ action: String) throws {
         try requireRoot()
         let r = try probe(action)

@@ -341,16 +341,30 @@ struct InferenceExchangeTests {
         #expect(!chunked.dialled && chunked.outcome.detail.contains("already holds"), "\(chunked.outcome.detail)")
     }
 
-    @Test("what goes upstream: the sandbox's own headers but those that change how a server reads the request; Host, type and length the gate's")
+    @Test("what goes upstream: the sandbox's key, API version, beta, accept and user agent headers only (no method override, no Idempotency-Key, no SDK counters); Host, type and length the gate's")
     func forwardedHead() {
         let req = HTTPRequest(method: "POST", target: "/v1/messages?beta=true", headers: [
             ("x-api-key", "k"), ("anthropic-version", "2023-06-01"), ("Content-Type", "application/x-www-form-urlencoded"),
             ("X-HTTP-Method-Override", "GET"), ("X-Original-URL", "/v1/files"), ("Content-Encoding", "identity"),
             ("Connection", "keep-alive"), ("Host", "api.test"), ("Content-Length", "999"), ("Forwarded", "for=x"),
+            ("Idempotency-Key", "held-out-answer-42"), ("x-stainless-retry-count", "3"), ("User-Agent", "Anthropic/Python 0.40.0"),
+            ("X-Anything-New", "later"),
         ], body: [])
         let head = String(decoding: req.forwardedHead(host: "api.test", port: 443, bodyLength: 2), as: UTF8.self)
         #expect(head == "POST /v1/messages?beta=true HTTP/1.1\r\nx-api-key: k\r\nanthropic-version: 2023-06-01\r\n"
+                + "User-Agent: Anthropic/Python 0.40.0\r\n"
                 + "Host: api.test\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n", "\(head)")
+    }
+
+    @Test("what comes back: the vendor's status, body headers and request id; its rate-limit counters, retry-after, timing, cookies and connection headers stay at the gate")
+    func relayedHead() {
+        let vendor = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 17\r\nrequest-id: req_1\r\n"
+            + "x-ratelimit-remaining-tokens: 149982\r\nanthropic-ratelimit-requests-remaining: 49\r\nanthropic-ratelimit-tokens-reset: 2026-11-27T08:00:00Z\r\n"
+            + "retry-after: 7\r\nopenai-processing-ms: 412\r\nSet-Cookie: __cf_bm=abc\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n"
+            + "Transfer-Encoding: chunked\r\n"
+        let head = String(decoding: InferenceExchange.relayedHead(Array(vendor.utf8)), as: UTF8.self)
+        #expect(head == "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 17\r\nrequest-id: req_1\r\n"
+                + "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n", "\(head)")
     }
 
     @Test("a whole request, by Content-Length or chunked, is judged and only then sent on")

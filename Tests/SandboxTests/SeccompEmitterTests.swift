@@ -100,6 +100,9 @@ struct SeccompEmitterTests {
             low.formUnion([v, v + 1])
         }
         for bit in 0..<32 { low.insert(UInt64(1) << UInt64(bit)) }
+        for r in ArgumentRules.allowedSocketOptionRanges {
+            low.formUnion([UInt64(max(r.lowerBound, 1) - 1), UInt64(r.lowerBound), UInt64(r.upperBound), UInt64(r.upperBound) + 1])
+        }
         low.insert(ArgumentRules.namespaceFlags)
         low.insert(0x0001_1200)  // CLONE_VM|CLONE_FS-style flags without namespaces
         var all = low

@@ -155,13 +155,13 @@ extension ExperimentSupervisor {
     }
 
     /// The config's `sandbox.verifier_tools` line for a benchmark whose verifiers autoharness
-    /// runs: set when the toolbox is installed, a comment saying how otherwise; `condition`
-    /// (e.g. `env_provider: local`) makes it a comment naming when it applies.
+    /// runs, always a comment: the tools are a host path, and an experiment moved to a host or
+    /// a container without them must still open. `condition` (e.g. `env_provider: local`) says
+    /// when it applies.
     static func verifierToolsLine(when condition: String?) -> String {
         let dir = defaultVerifierTools
-        let what = "uv, pytest's wheels, curl and apt-get shims, read-only in each verifier: Terminal-Bench 2.0's test scripts fetch them"
-        if let condition { return "  # verifier_tools: \(dir)  # with \(condition): \(what) (scripts/install-verifier-tools)\n" }
-        if (try? VerifierTools(directory: dir)) != nil { return "  verifier_tools: \(dir)  # \(what)\n" }
-        return "  # verifier_tools: \(dir)  # \(what); scripts/install-verifier-tools installs it\n"
+        let what = "uv, pytest's wheels, curl and apt-get shims, read-only in each verifier, for test scripts that fetch them (Terminal-Bench 2.0's)"
+        let state = (try? VerifierTools(directory: dir)) != nil ? "installed here" : "scripts/install-verifier-tools installs it"
+        return "  # verifier_tools: \(dir)  # \(condition.map { "with \($0): " } ?? "")\(what); \(state)\n"
     }
 }

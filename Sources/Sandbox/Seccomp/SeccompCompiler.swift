@@ -144,7 +144,7 @@ public enum SeccompCompiler {
             personality \(ArgumentRules.allowedPersonalities.map { String($0) }.joined(separator: ","))
             socket \(ArgumentRules.allowedSocketFamilies.map { String($0) }.joined(separator: ",")) netlink \(ArgumentRules.netlinkFamily)/\(ArgumentRules.netlinkRoute) socketpair \(ArgumentRules.allowedSocketpairFamilies.map { String($0) }.joined(separator: ","))
             fadvise \(ArgumentRules.allowedFadvice.map { String($0) }.joined(separator: ",")) rwf-nowait \(ArgumentRules.rwfNowait)
-            getsockopt-refused \(ArgumentRules.solSocket):\(ArgumentRules.refusedSocketOptions.map { String($0) }.joined(separator: ","))
+            getsockopt-allowed \(ArgumentRules.solSocket):\(ArgumentRules.allowedSocketOptionRanges.map { "\($0.lowerBound)-\($0.upperBound)" }.joined(separator: ","))
             """
         let bpf: [UInt8]
         if let cached = FilterCache.lookup(key: key) {
@@ -234,13 +234,13 @@ public enum SeccompCompiler {
                                             ahs_arg(2, SCMP_CMP_EQ, ArgumentRules.netlinkRoute, 0)])
         }
         if conditional.contains("getsockopt"), let nr = resolve("getsockopt") {
-            // Any level but SOL_SOCKET; or SOL_SOCKET with any option but the refused ones.
+            // Any level but SOL_SOCKET; or SOL_SOCKET with an option it allows.
             for r in ArgumentRules.complementPrefixes(excluding: [ArgumentRules.solSocket]) {
                 try addRule(ctx, nr, "getsockopt", [ahs_arg(1, SCMP_CMP_MASKED_EQ, UInt64(r.mask), UInt64(r.match))])
             }
-            for r in ArgumentRules.complementPrefixes(excluding: ArgumentRules.refusedSocketOptions) {
+            for option in ArgumentRules.allowedSocketOptions {
                 try addRule(ctx, nr, "getsockopt", [ahs_arg(1, SCMP_CMP_MASKED_EQ, 0xFFFF_FFFF, UInt64(ArgumentRules.solSocket)),
-                                                    ahs_arg(2, SCMP_CMP_MASKED_EQ, UInt64(r.mask), UInt64(r.match))])
+                                                    ahs_arg(2, SCMP_CMP_MASKED_EQ, 0xFFFF_FFFF, UInt64(option))])
             }
         }
         if conditional.contains("socketpair"), let nr = resolve("socketpair") {

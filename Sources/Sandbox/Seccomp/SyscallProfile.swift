@@ -209,13 +209,25 @@ public enum ArgumentRules {
     /// RWF_NOWAIT: a read that fails instead of waiting for a page not in the cache.
     public static let rwfNowait: UInt64 = 0x8
 
-    /// getsockopt(2) options refused at level SOL_SOCKET: SO_COOKIE (57) numbers every socket
-    /// from one kernel-wide counter, SO_NETNS_COOKIE (71) every network namespace likewise. A
-    /// held-out task that consumed cookies left its instruction's hash in the counter, and a
-    /// later train task read it back (~33 bits per gate, measured for issue 33). Every other
-    /// option passes (the kernel reads level and name as 32-bit ints, and so does the filter).
+    /// getsockopt(2) options allowed at level SOL_SOCKET, an allowlist: every other one is
+    /// refused. Several read kernel-wide state: SO_COOKIE (57) numbers every socket from one
+    /// counter, SO_NETNS_COOKIE (71) every network namespace (a held-out task left its
+    /// instruction's hash in the first and a later train task read it back, ~33 bits per
+    /// gate, issue 33); SO_PEERPIDFD (77, Linux 6.5) hands out a pidfd whose inode number
+    /// counts every process and thread created anywhere (6.5 bits per gate decoded, issue 54);
+    /// SO_INCOMING_NAPI_ID (56), SO_INCOMING_CPU (49) and SO_MEMINFO (55) name host queues,
+    /// CPUs and memory. A list of refusals had to grow with each one found, and new options
+    /// come with new kernels, so what passes is the options of Linux 2.6.32 and before that
+    /// describe the socket itself, 0-39: DEBUG, REUSEADDR, TYPE, ERROR, DONTROUTE, BROADCAST,
+    /// SNDBUF, RCVBUF, KEEPALIVE, OOBINLINE, NO_CHECK, PRIORITY, LINGER, BSDCOMPAT, REUSEPORT,
+    /// PASSCRED, PEERCRED, RCVLOWAT, SNDLOWAT, RCVTIMEO, SNDTIMEO, the security and filter
+    /// options, PEERNAME, TIMESTAMP, ACCEPTCONN, PEERSEC, the buffer overrides, PASSSEC,
+    /// TIMESTAMPNS, MARK, TIMESTAMPING, PROTOCOL, DOMAIN (0 is no option: the kernel answers
+    /// ENOPROTOOPT). None of them reads a counter or another process. The kernel reads level
+    /// and name as 32-bit ints, and so does the filter.
     public static let solSocket: UInt32 = 1
-    public static let refusedSocketOptions: [UInt32] = [57, 71]
+    public static let allowedSocketOptionRanges: [ClosedRange<UInt32>] = [0...39]
+    public static var allowedSocketOptions: [UInt32] { allowedSocketOptionRanges.flatMap { Array($0) } }
 
     /// Socket address families allowed: AF_UNIX, AF_INET, AF_INET6, and AF_NETLINK only with
     /// protocol NETLINK_ROUTE (what getifaddrs and `ip` use; audit, netfilter, uevent and

@@ -168,11 +168,7 @@ struct InferenceExchange {
             refuse(tls, status: 502, "autoharness: no response head from \(host)")
             return 0
         }
-        let lines = String(decoding: head, as: UTF8.self).split(separator: "\r\n", omittingEmptySubsequences: false).filter { l in
-            let name = l.split(separator: ":", maxSplits: 1).first.map { $0.lowercased() } ?? ""
-            return name != "connection" && name != "keep-alive"
-        }
-        let rewritten = Array((lines.joined(separator: "\r\n") + "\r\nConnection: close\r\n\r\n").utf8)
+        let rewritten = Self.relayedHead(head)
         guard tls.write(rewritten) else { return 0 }
         var total = rewritten.count
         if !reader.buffered.isEmpty {
@@ -187,6 +183,26 @@ struct InferenceExchange {
             total += n
         }
         return total
+    }
+
+    /// Response headers a client gets from the vendor: what it needs to read the body, and the
+    /// request's id. Everything else is dropped, by allowlist: the vendors' rate-limit headers
+    /// (`x-ratelimit-remaining-tokens`, `anthropic-ratelimit-*`, `retry-after`) count what
+    /// every run on the same key spent, so a train agent.py could read how many tokens a
+    /// held-out run had just used; a timing header or a cookie is a channel of the same kind.
+    static let relayedResponseHeaders: Set<String> = ["content-type", "content-length", "transfer-encoding", "content-encoding",
+                                                      "date", "request-id", "x-request-id", "cache-control", "vary"]
+
+    /// The vendor's response head as the client gets it: the status line, the allowed headers,
+    /// and `Connection: close`.
+    static func relayedHead(_ head: [UInt8]) -> [UInt8] {
+        var lines = String(decoding: head, as: UTF8.self).split(separator: "\r\n", omittingEmptySubsequences: true)
+        guard !lines.isEmpty else { return Array("\r\n".utf8) }
+        let status = lines.removeFirst()
+        let kept = lines.filter { l in
+            relayedResponseHeaders.contains(l.split(separator: ":", maxSplits: 1).first.map { $0.trimmingSpaces().lowercased() } ?? "")
+        }
+        return Array(([String(status)] + kept.map(String.init) + ["Connection: close", "", ""]).joined(separator: "\r\n").utf8)
     }
 
     private func refuse(_ tls: TLSConnection, status: Int, _ why: String) {
@@ -323,14 +339,15 @@ struct HTTPRequest {
     var headers: [(String, String)]
     var body: [UInt8]
 
-    /// Headers the gate sets itself or that describe the hop, not the request.
-    /// And headers that would make a server read the request as another: its method, its
-    /// URL, its body's type or coding (the gate sets `Content-Type: application/json`).
-    static let hopHeaders: Set<String> = ["connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer",
-                                          "transfer-encoding", "upgrade", "content-length", "expect", "host",
-                                          "content-type", "content-encoding", "x-http-method-override", "x-http-method",
-                                          "x-method-override", "x-original-url", "x-rewrite-url", "forwarded", "x-forwarded-for",
-                                          "x-forwarded-host", "x-forwarded-proto"]
+    /// The sandbox's headers that go upstream, by allowlist: the key, the API's version and
+    /// beta features, what the client accepts and who it is. Everything else stays here: the
+    /// hop's own headers and those the gate sets (Host, type, length), those that would make
+    /// a server read the request as another (method overrides, rewritten URLs, forwarding),
+    /// and those that leave state at the vendor for a later request to find (`Idempotency-Key`
+    /// stores a response under a key of the client's choosing).
+    static let forwardedHeaders: Set<String> = ["authorization", "x-api-key", "api-key", "anthropic-version", "anthropic-beta",
+                                                "openai-beta", "openai-organization", "openai-project", "accept", "accept-encoding",
+                                                "user-agent"]
 
     static func read(_ r: inout TLSReader, headCap: Int, bodyCap: Int, hold: ByteBudget.Hold,
                      continueTo tls: TLSConnection) -> Result<HTTPRequest, GateRefusal> {
@@ -425,11 +442,11 @@ struct HTTPRequest {
         return expected.contains(h) ? nil : "Host \(h.prefix(80)) is not the tunnel's host \(host)"
     }
 
-    /// The head sent upstream: the request line, the sandbox's end-to-end headers, then
+    /// The head sent upstream: the request line, the sandbox's allowed headers, then
     /// Host, Content-Length of the judged body, and Connection: close.
     func forwardedHead(host: String, port: UInt16, bodyLength: Int) -> [UInt8] {
         var text = "\(method) \(target) HTTP/1.1\r\n"
-        for (name, value) in headers where !Self.hopHeaders.contains(name.lowercased()) {
+        for (name, value) in headers where Self.forwardedHeaders.contains(name.lowercased()) {
             text += "\(name): \(value)\r\n"
         }
         text += "Host: \(port == 443 ? host : "\(host):\(port)")\r\nContent-Type: application/json\r\n"

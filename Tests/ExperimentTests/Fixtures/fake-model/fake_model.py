@@ -152,6 +152,9 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
+        # As the vendors do: per-key counters the inference gate must not relay.
+        self.send_header("x-ratelimit-remaining-tokens", "149982")
+        self.send_header("anthropic-ratelimit-requests-remaining", "49")
         self.end_headers()
         self.wfile.write(data)
 
