@@ -87,4 +87,14 @@ public struct VerifierTools: Sendable, Equatable {
             "UV_PYTHON_PREFERENCE=only-system",
         ] + (hasVirtualEnvironment ? ["VIRTUAL_ENV=\(Self.mountPoint)/venv"] : [])
     }
+
+    /// The scripts among `paths` that fetch uv or run uvx (Terminal-Bench 2.0's preamble):
+    /// without the tools they score 0 offline. The first 64 KiB of each is read.
+    public static func fetchingScripts(_ paths: [String]) -> [String] {
+        paths.filter { path in
+            guard case .success(let bytes) = InputFile.read(path, cap: 1 << 20) else { return false }
+            let text = String(decoding: bytes.prefix(64 << 10), as: UTF8.self)
+            return text.contains("astral.sh/uv") || text.contains("uvx ")
+        }
+    }
 }

@@ -49,6 +49,33 @@ struct VerifierToolsConfigTests {
     }
 }
 
+@Suite("prepare warns of test scripts that fetch their judge")
+struct VerifierToolsWarningTests {
+    @Test("a task whose test.sh fetches uv: prepare says it scores 0 offline and how to provide the tools; with sandbox.verifier_tools set it says nothing")
+    func fetchingScriptsWarned() throws {
+        let bench = try EditableBenchmark()
+        try bench.write("tasks/add-0/tests/test.sh", "#!/bin/bash\ncurl -LsSf https://astral.sh/uv/0.9.5/install.sh | sh\nsource $HOME/.local/bin/env\n"
+                        + "uvx -p 3.13 -w pytest==8.4.1 pytest /tests/test_outputs.py -rA\n")
+        let warned = try bench.experiment()
+        let p = try warned.run("prepare")
+        #expect(p.status == 0 && (p.stdout + p.stderr).contains("1 task(s) have test scripts that fetch uv or run uvx ("), "\(p.stdout)\(p.stderr)")
+        #expect((p.stdout + p.stderr).contains("scripts/install-verifier-tools"))
+
+        let r = try runProcess("/bin/bash", [Built.packageRoot + "/scripts/install-verifier-tools", "--print"])
+        let tools = try #require(r.status == 0 ? r.stdout.split(separator: " ").last?.trimmingCharacters(in: .whitespacesAndNewlines) : nil,
+                                 "the verifier tools are not installed: run scripts/install-verifier-tools")
+        let quiet = try EditableBenchmark()
+        try quiet.write("tasks/add-0/tests/test.sh", "#!/bin/bash\nuvx -p 3.13 -w pytest==8.4.1 pytest /tests/test_outputs.py -rA\n")
+        let exp = try quiet.experiment()
+        let path = exp.root + "/experiment_config.yaml"
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false).map { $0.contains("verifier_tools:") ? "  verifier_tools: \(tools)" : String($0) }
+        try lines.joined(separator: "\n").write(toFile: path, atomically: true, encoding: .utf8)
+        let q = try exp.run("prepare")
+        #expect(q.status == 0 && !(q.stdout + q.stderr).contains("fetch uv or run uvx"), "\(q.stdout)\(q.stderr)")
+    }
+}
+
 /// A copy of the `arith` fixture benchmark that a test may change, and an experiment on it.
 struct EditableBenchmark {
     let temp: TempDir

@@ -103,6 +103,9 @@ public protocol BenchmarkAdapter: Sendable {
     /// mounts and `ToolSettings.binds` (a local benchmark's tasks, tau2's data and scripts): what
     /// a held-out VM must share for the same adapter to run in it.
     var hostPaths: [String] { get }
+    /// The test scripts autoharness's own verifiers run (each task's tests/test.sh on this
+    /// host), for checks of what they need; empty when a tool grades.
+    var verifierScripts: [String] { get }
 }
 
 extension BenchmarkAdapter {
@@ -110,6 +113,7 @@ extension BenchmarkAdapter {
     public var problems: [String] { [] }
     public var toolActor: String { "benchmark tool" }
     public var hostPaths: [String] { [] }
+    public var verifierScripts: [String] { [] }
     public func canonicalTaskID(_ given: String) -> String? { taskIDs.contains(given) ? given : nil }
 }
 
@@ -129,6 +133,7 @@ public struct LocalAdapter: BenchmarkAdapter {
     public var problems: [String] { benchmark.problems }
     public var toolActor: String { "verifier" }
     public var hostPaths: [String] { [benchmark.directory] + (verifierTools?.hostPaths ?? []) }
+    public var verifierScripts: [String] { benchmark.tasks.map { $0.testsDirectory + "/test.sh" } }
 
     public func run(_ ids: [String], _ context: AdapterRunContext) throws(BenchmarkError) -> [TaskOutcome] {
         let tasks = ids.compactMap { benchmark.task($0) }

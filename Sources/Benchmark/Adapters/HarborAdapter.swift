@@ -215,6 +215,11 @@ public struct HarborAdapter: BenchmarkAdapter {
         }
     }
 
+    /// `env_provider: local` grades with autoharness's verifier: each task's test.sh.
+    public var verifierScripts: [String] {
+        environmentProvider == "local" ? taskIDs.compactMap { hostDirectory($0).map { $0 + "/tests/test.sh" } } : []
+    }
+
     /// The directory of task `id` on this host: under `-p`, or a registry's local task.
     func hostDirectory(_ id: String) -> String? {
         if let dir = datasetPath { return dir + "/" + id }

@@ -18,6 +18,15 @@ extension ExperimentSupervisor {
         public var warnings: [String] = []
     }
 
+    /// Tasks whose test scripts fetch their judge (uv, pytest) score 0 in an offline verifier
+    /// whatever agent.py does: said at prepare, with what to do, when the tools are not set.
+    static func verifierToolsWarning(_ fetching: [String]) -> String? {
+        guard let first = fetching.first else { return nil }
+        return "\(fetching.count) task(s) have test scripts that fetch uv or run uvx (\(first)): the verifier is offline, so they "
+            + "score 0 whatever agent.py does. Run scripts/install-verifier-tools and set sandbox.verifier_tools to the directory "
+            + "it prints (docs/benchmarks.md: What the verifier needs is provided)"
+    }
+
     /// A test split on which the gate's improvement rule can accept few or no gates. With
     /// `min_improvement: auto` (1/N) each acceptance needs two more held-out tasks to pass
     /// than the best so far, so a small split runs out of room fast (or never has any).
@@ -110,6 +119,9 @@ extension ExperimentSupervisor {
                                          : "stratified on baseline pass/fail, seed \(split.metadata.seed)")
         let testPassed = split.test.filter { passed[$0] == true }.count
         if let w = Self.smallSplitWarning(testTasks: split.test.count, testPassed: testPassed, minImprovement: config.minImprovement) {
+            summary.warnings.append(w)
+        }
+        if config.verifierTools == nil, let w = Self.verifierToolsWarning(VerifierTools.fetchingScripts(adapter.verifierScripts)) {
             summary.warnings.append(w)
         }
         return summary
