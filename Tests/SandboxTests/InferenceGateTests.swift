@@ -356,7 +356,7 @@ struct InferenceExchangeTests {
                 + "Host: api.test\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n", "\(head)")
     }
 
-    @Test("what comes back: the vendor's status, body headers and request id; its rate-limit counters, retry-after, timing, cookies and connection headers stay at the gate")
+    @Test("what comes back: the vendor's status, body headers and request id; its rate-limit counters, retry-after, timing, cookies and connection headers stay at the gate, and a 429's body is the gate's")
     func relayedHead() {
         let vendor = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 17\r\nrequest-id: req_1\r\n"
             + "x-ratelimit-remaining-tokens: 149982\r\nanthropic-ratelimit-requests-remaining: 49\r\nanthropic-ratelimit-tokens-reset: 2026-11-27T08:00:00Z\r\n"
@@ -365,6 +365,14 @@ struct InferenceExchangeTests {
         let head = String(decoding: InferenceExchange.relayedHead(Array(vendor.utf8)), as: UTF8.self)
         #expect(head == "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 17\r\nrequest-id: req_1\r\n"
                 + "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n", "\(head)")
+        // A header hidden behind a bare LF or CR inside an allowed line is a line of its own.
+        let hidden = "HTTP/1.1 200 OK\r\nContent-Type: application/json\nx-ratelimit-remaining-tokens: 7\r\nVary: a\rretry-after: 3\r\n"
+        let judged = String(decoding: InferenceExchange.relayedHead(Array(hidden.utf8)), as: UTF8.self)
+        #expect(judged == "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nVary: a\r\nConnection: close\r\n\r\n", "\(judged)")
+        // A rate-limit refusal is answered by the gate (its body counts the key's use).
+        #expect(InferenceExchange.replacement(forHead: Array("HTTP/1.1 429 Too Many Requests\r\nretry-after: 3\r\n".utf8))?.status == 429)
+        #expect(InferenceExchange.replacement(forHead: Array("HTTP/1.1 200 OK\r\n".utf8)) == nil)
+        #expect(InferenceExchange.status(Array("HTTP/2 200\r\n".utf8)) == 200)
     }
 
     @Test("a whole request, by Content-Length or chunked, is judged and only then sent on")

@@ -168,6 +168,12 @@ struct InferenceExchange {
             refuse(tls, status: 502, "autoharness: no response head from \(host)")
             return 0
         }
+        // A rate-limit refusal's body counts the key's use ("Limit L, Used U"): the client gets
+        // the status alone, with a message of the gate's.
+        if let (status, message) = Self.replacement(forHead: head) {
+            refuse(tls, status: status, message)
+            return 0
+        }
         let rewritten = Self.relayedHead(head)
         guard tls.write(rewritten) else { return 0 }
         var total = rewritten.count
@@ -196,7 +202,8 @@ struct InferenceExchange {
     /// The vendor's response head as the client gets it: the status line, the allowed headers,
     /// and `Connection: close`.
     static func relayedHead(_ head: [UInt8]) -> [UInt8] {
-        var lines = String(decoding: head, as: UTF8.self).split(separator: "\r\n", omittingEmptySubsequences: true)
+        // A bare CR or LF ends a line too: a header after one is judged as a line of its own.
+        var lines = String(decoding: head, as: UTF8.self).split(whereSeparator: { $0 == "\r\n" || $0 == "\n" || $0 == "\r" })
         guard !lines.isEmpty else { return Array("\r\n".utf8) }
         let status = lines.removeFirst()
         let kept = lines.filter { l in
@@ -205,8 +212,23 @@ struct InferenceExchange {
         return Array(([String(status)] + kept.map(String.init) + ["Connection: close", "", ""]).joined(separator: "\r\n").utf8)
     }
 
+    /// The gate's own answer in place of the vendor's, for a response whose body reads account
+    /// state: a rate-limit refusal (429), whose message counts the key's use.
+    static func replacement(forHead head: [UInt8]) -> (status: Int, message: String)? {
+        status(head) == 429
+            ? (429, "the model API refused the request for its rate limit (its message, which counts the key's use, is not relayed)")
+            : nil
+    }
+
+    /// The status code of a response head, or nil.
+    static func status(_ head: [UInt8]) -> Int? {
+        let line = head.prefix { $0 != 13 && $0 != 10 }
+        let parts = String(decoding: line, as: UTF8.self).split(separator: " ")
+        return parts.count >= 2 && parts[0].hasPrefix("HTTP/") ? Int(parts[1]) : nil
+    }
+
     private func refuse(_ tls: TLSConnection, status: Int, _ why: String) {
-        let reason = status == 403 ? "Forbidden" : status == 400 ? "Bad Request" : "Bad Gateway"
+        let reason = status == 403 ? "Forbidden" : status == 400 ? "Bad Request" : status == 429 ? "Too Many Requests" : "Bad Gateway"
         let message = String(why.prefix(300)).unicodeScalars.map { u -> String in
             u == "\"" || u == "\\" ? "\\\(u)" : u.value < 0x20 ? " " : String(u)
         }.joined()
