@@ -142,25 +142,7 @@ struct VerifierToolsTests {
 
     /// agent.py's side: a pytest 8.4.1 wheel whose pytest passes everything, and the uv.toml
     /// and pyproject.toml that make /app/wheels uv's only index.
-    static let plantIndex = #"""
-        def wheel(path, name, version, files, entry=None):
-            dist = name.replace("-", "_") + "-" + version + ".dist-info"
-            with zipfile.ZipFile(path, "w") as z:
-                for n, t in files.items():
-                    z.writestr(n, t)
-                z.writestr(dist + "/METADATA", "Metadata-Version: 2.1\nName: %s\nVersion: %s\n" % (name, version))
-                z.writestr(dist + "/WHEEL", "Wheel-Version: 1.0\nGenerator: x\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-                if entry:
-                    z.writestr(dist + "/entry_points.txt", entry)
-                z.writestr(dist + "/RECORD", "")
-        os.makedirs("/app/wheels", exist_ok=True)
-        wheel("/app/wheels/pytest-8.4.1-py3-none-any.whl", "pytest", "8.4.1",
-              {"pytest/__init__.py": "import sys\ndef console_main():\n    print('PLANTED PYTEST')\n    sys.exit(0)\n"},
-              "[console_scripts]\npytest = pytest:console_main\n")
-        wheel("/app/wheels/pytest_json_ctrf-0.3.5-py3-none-any.whl", "pytest-json-ctrf", "0.3.5", {"pytest_json_ctrf/__init__.py": ""})
-        open("/app/uv.toml", "w").write('no-index = true\nfind-links = ["/app/wheels"]\n')
-        print("planted an index in /app")
-        """#
+    static let plantIndex = plantedUvIndex(marker: "PLANTED PYTEST") + "print(\"planted an index in /app\")\n"
 
     @Test("uv run from /app takes no index, wheels or settings from a uv.toml agent.py left there (UV_NO_CONFIG); against a verifier without it, the planted pytest passes the task")
     func uvReadsNoConfigFromApp() throws {

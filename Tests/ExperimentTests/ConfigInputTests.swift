@@ -149,12 +149,14 @@ struct ExperimentInputTests {
         #expect(c.upstream == expected)
     }
 
-    @Test("executor: ray is refused without its address and for a benchmark that runs its own tool; with a held-out VM it is taken")
+    @Test("executor: ray is refused without its address, for a benchmark that runs its own tool and with the verifier tools; with a held-out VM it is taken")
     func rayExecutorChecked() throws {
         #expect(try Self.refusal("executor:\n  kind: ray\n")?.hasPrefix("exp/experiment_config.yaml:4: executor.address: missing") == true)
         #expect(try Self.refusal("executor:\n  kind: ray\n  address: 10.0.0.5:6379\ngate:\n  held_out_runtime: vm\n") == nil)
         #expect(try Self.refusal("executor:\n  kind: ray\n  address: 10.0.0.5:6379\n") == nil)
         #expect(try Self.refusal("executor:\n  kind: kubernetes\n")?.contains("executor.kind") == true)
+        #expect(try Self.refusal("sandbox:\n  verifier_tools: /opt/tools\nexecutor:\n  kind: ray\n  address: 10.0.0.5:6379\n")?
+            .hasPrefix("exp/experiment_config.yaml:6: executor: ray with sandbox.verifier_tools: worker nodes do not get the verifier tools yet") == true)
         let tau = try? ExperimentConfig.parse("benchmark: command\nrunner:\n  command: [x, '{output}']\ntasks: [a]\nexecutor:\n  kind: ray\n  address: h:1\n", file: "f")
         #expect(tau == nil, "a tool's benchmark on Ray")
     }

@@ -458,6 +458,9 @@ extension ExperimentConfig {
                 r.error(node, "executor: ray runs a local benchmark's tasks on the cluster's nodes so far; '\(c.benchmark)' runs its own tool (not built yet): use executor: local")
             } else if (c.executor.address ?? "").isEmpty {
                 r.error(node, "executor.address: missing; executor: ray needs the cluster's address (host:port of its head)")
+            } else if c.verifierTools != nil {
+                // A node's verifiers would run without them and score such tasks 0.
+                r.error(node, "executor: ray with sandbox.verifier_tools: worker nodes do not get the verifier tools yet; use executor: local, or remove sandbox.verifier_tools")
             }
         }
         if c.heldOutRuntime == .vm && !BenchmarkKinds.inVM.contains(c.benchmark) && r.errors.isEmpty {
