@@ -63,6 +63,20 @@ public struct Policy: Sendable, Equatable {
         self.chdir = chdir
         self.landlock = landlock
     }
+
+    /// The seccomp section as launched: without NETLINK_ROUTE sockets where the network mode
+    /// is `none`. A route or neighbour lookup through one (RTM_GETROUTE with an input
+    /// interface, RTM_GETNEIGH) moves statistics the kernel keeps per CPU for the whole host
+    /// (/proc/net/stat/rt_cache, the neighbour tables' lookups), which any sandbox reads: a
+    /// review moved in_slow_tot by a chosen amount from a sandbox with `lo` down and read it
+    /// exactly in a later one (about 21 bits in a 10 s held-out phase). A namespace with no
+    /// interface up has no address or route to ask about, and glibc's getaddrinfo takes a
+    /// refused netlink socket as "both address families may be used".
+    public var effectiveSeccomp: SeccompSpec {
+        var s = seccomp
+        if network.mode == .none { s.netlinkRoute = false }
+        return s
+    }
 }
 
 /// `filesystem.landlock`: a second wall under the mount table. With it, the payload can
@@ -196,16 +210,21 @@ public struct SeccompSpec: Sendable, Equatable {
     /// for calls that benign programs probe and fall back from (libuv's pidfd_open, file
     /// watchers' inotify), so an ordinary session records no violations.
     public var quiet: [String]
+    /// Whether `socket(AF_NETLINK, _, NETLINK_ROUTE)` passes (what getifaddrs and `ip` use).
+    /// Not a policy key: `Policy.effectiveSeccomp` turns it off where `network.mode` is
+    /// `none`, since there is nothing there to ask about.
+    public var netlinkRoute: Bool
 
     public init(
         profile: String = "default", defaultAction: SeccompAction = .errno(38 /* ENOSYS */),
-        allow: [String] = [], deny: [String] = [], quiet: [String] = []
+        allow: [String] = [], deny: [String] = [], quiet: [String] = [], netlinkRoute: Bool = true
     ) {
         self.profile = profile
         self.defaultAction = defaultAction
         self.allow = allow
         self.deny = deny
         self.quiet = quiet
+        self.netlinkRoute = netlinkRoute
     }
 }
 

@@ -11,7 +11,7 @@ import SupervisorIO
 
 public enum PolicyCoding {
     /// Bumped whenever the layout changes (older entries then miss: their key differs).
-    public static let version = 1
+    public static let version = 2
 
     public static func encode(_ p: Policy) -> [UInt8] {
         var w = ByteWriter()
@@ -33,6 +33,7 @@ public enum PolicyCoding {
         w.strings(p.seccomp.allow)
         w.strings(p.seccomp.deny)
         w.strings(p.seccomp.quiet)
+        w.u8(p.seccomp.netlinkRoute ? 1 : 0)
         w.string(p.network.mode.rawValue)
         w.strings(p.network.allow)
         for v in [p.limits.nofile, p.limits.nproc, p.limits.fsize, p.limits.cpuSeconds, p.limits.memory, p.limits.pids] {
@@ -119,7 +120,7 @@ extension ByteReader {
         case 1: defaultAction = .kill
         default: return nil
         }
-        guard let allow = strings(), let deny = strings(), let quiet = strings(),
+        guard let allow = strings(), let deny = strings(), let quiet = strings(), let netlink = u8(), netlink <= 1,
               let modeName = string(), let mode = NetworkSpec.Mode(rawValue: modeName), let networkAllow = strings() else { return nil }
         var counts: [UInt64?] = []
         for _ in 0..<6 {
@@ -136,7 +137,7 @@ extension ByteReader {
         return Policy(
             name: name, description: description, lineage: lineage, mounts: mounts,
             identity: Identity(uid: uid, gid: gid, hostUID: hostUID, hostGID: hostGID, hostname: hostname),
-            seccomp: SeccompSpec(profile: profile, defaultAction: defaultAction, allow: allow, deny: deny, quiet: quiet),
+            seccomp: SeccompSpec(profile: profile, defaultAction: defaultAction, allow: allow, deny: deny, quiet: quiet, netlinkRoute: netlink == 1),
             network: NetworkSpec(mode: mode, allow: networkAllow),
             limits: Limits(nofile: counts[0], nproc: counts[1], fsize: counts[2], cpuSeconds: counts[3], memory: counts[4],
                            pids: counts[5], cpus: cpus.map { Double(bitPattern: $0) }, timeoutSeconds: timeout.map { Double(bitPattern: $0) }),

@@ -32,7 +32,7 @@ struct PolicyCheck: ParsableCommand {
         for name in policies {
             do {
                 let p = try loader.load(name, requireAllPlaceholders: false)
-                _ = try SeccompCompiler.compile(p.seccomp)
+                _ = try SeccompCompiler.compile(p.effectiveSeccomp)
                 print("\(name): ok (\(p.lineage.joined(separator: " <- ")))")
             } catch let d as PolicyDiagnostics {
                 bad += 1
@@ -73,7 +73,7 @@ struct PolicyShow: ParsableCommand {
         let loader = PolicyLocator.loader(policyDirs)
         let p = try loader.load(policy, variables: vars, requireAllPlaceholders: false)
         let filter: CompiledFilter
-        do { filter = try SeccompCompiler.compile(p.seccomp) } catch {
+        do { filter = try SeccompCompiler.compile(p.effectiveSeccomp) } catch {
             // A syscall this architecture lacks is a mistake in the policy, not in a sandbox.
             throw PolicyError("\(policy): \(error.message)")
         }
@@ -136,7 +136,7 @@ struct PolicyShow: ParsableCommand {
                 "network": ["mode": p.network.mode.rawValue, "allow": p.network.allow],
                 "seccomp": ["profile": p.seccomp.profile, "default_action": p.seccomp.defaultAction.description,
                             "allowed": filter.allowed, "denied_eperm": filter.denied,
-                            "argument_rules": argumentRules(), "bpf_instructions": filter.instructionCount,
+                            "argument_rules": argumentRules(p), "bpf_instructions": filter.instructionCount,
                             "unresolved_on_this_host": filter.unresolved],
                 "limits": limitRows.map { ["limit": $0.0, "value": $0.1, "enforced_by": $0.2] },
                 "env": ["set": p.env.set, "pass": p.env.pass],
@@ -157,7 +157,7 @@ struct PolicyShow: ParsableCommand {
         for r in limitRows { print("  \(pad(r.0, 12)) \(pad(r.1, 8)) \(r.2)") }
         print("\nseccomp: profile \(p.seccomp.profile), default \(p.seccomp.defaultAction), \(filter.instructionCount) BPF instructions; refused calls are reported")
         print("  allowed (\(filter.allowed.count)): \(filter.allowed.joined(separator: " "))")
-        print("  argument rules: \(argumentRules().joined(separator: "; "))")
+        print("  argument rules: \(argumentRules(p).joined(separator: "; "))")
         print("  denied with EPERM (\(filter.denied.count)): \(filter.denied.joined(separator: " "))")
         let emulated = SyscallProfile.emulated.subtracting(filter.denied).subtracting(filter.allowed).sorted()
         if !filter.quiet.isEmpty { print("  refused with ENOSYS, not reported (seccomp.quiet): \(filter.quiet.joined(separator: " "))") }
@@ -169,13 +169,13 @@ struct PolicyShow: ParsableCommand {
         if !p.env.pass.isEmpty { print("  passed from the supervisor: \(p.env.pass.joined(separator: " "))") }
     }
 
-    private func argumentRules() -> [String] {
+    private func argumentRules(_ p: Policy) -> [String] {
         [
             "clone only without namespace flags",
             "clone3 -> ENOSYS (libc falls back to clone)",
             "ioctl only " + ArgumentRules.allowedIoctls.map(\.name).joined(separator: ", "),
             "personality only PER_LINUX, ADDR_NO_RANDOMIZE or query",
-            "socket only AF_UNIX, AF_INET, AF_INET6, AF_NETLINK with NETLINK_ROUTE",
+            "socket only AF_UNIX, AF_INET, AF_INET6" + (p.effectiveSeccomp.netlinkRoute ? ", AF_NETLINK with NETLINK_ROUTE" : " (no netlink: network none)"),
             "socketpair only AF_UNIX",
             "fadvise64 without WILLNEED/DONTNEED; preadv2/pwritev2 without RWF_NOWAIT",
         ]

@@ -53,7 +53,7 @@ struct PolicyCodingTests {
         #expect(Mirror(reflecting: MountSpec(kind: .hide, destination: "/x")).children.count == 6)
         #expect(Mirror(reflecting: SourceLocation(file: "f", line: 1)).children.count == 3)
         #expect(Mirror(reflecting: Identity()).children.count == 5)
-        #expect(Mirror(reflecting: SeccompSpec()).children.count == 5)
+        #expect(Mirror(reflecting: SeccompSpec()).children.count == 6)
         #expect(Mirror(reflecting: NetworkSpec()).children.count == 2)
         #expect(Mirror(reflecting: Limits()).children.count == 8)
         #expect(Mirror(reflecting: EnvSpec()).children.count == 2)

@@ -85,8 +85,8 @@ struct SeccompEmitterTests {
     /// Both programs for `spec`'s rules.
     static func programs(_ spec: SeccompSpec) throws -> (own: [UInt8], libseccomp: [UInt8]) {
         let rules = try SeccompCompiler.ruleSets(spec)
-        let own = try #require(SeccompCompiler.emit(unconditional: rules.unconditional, conditional: rules.conditional))
-        let reference = try SeccompCompiler.build(unconditional: rules.unconditional, conditional: rules.conditional)
+        let own = try #require(SeccompCompiler.emit(unconditional: rules.unconditional, conditional: rules.conditional, netlinkRoute: spec.netlinkRoute))
+        let reference = try SeccompCompiler.build(unconditional: rules.unconditional, conditional: rules.conditional, netlinkRoute: spec.netlinkRoute)
         return (own, reference)
     }
 
@@ -176,6 +176,7 @@ struct SeccompEmitterTests {
     func emitterMatchesForPolicies() throws {
         let specs = [
             SeccompSpec(deny: ["seccomp"]),
+            SeccompSpec(netlinkRoute: false),
             SeccompSpec(deny: ["getcpu", "ioctl", "socket", "read"], quiet: ["clone"]),
             SeccompSpec(allow: ["sysfs"].filter { SeccompCompiler.resolve($0) != nil && !SyscallProfile.hardDenied.contains($0) }, quiet: ["getsockopt", "prctl"]),
             SeccompSpec(allow: ["seccomp"].filter { !SyscallProfile.hardDenied.contains($0) }),

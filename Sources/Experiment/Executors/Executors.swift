@@ -37,8 +37,8 @@ final class Executors {
         case .auto:
             let r = HeldOutVM.resolveAuto(settings: config.vm, benchmark: config.benchmark, log: log)
             heldOutVM = r.vm
-            log?(r.vm == nil ? HeldOutVM.hostRuntimeLine(why: "auto: " + r.why) : "held-out runtime: vm (auto: \(r.why))")
-        case .host: log?(HeldOutVM.hostRuntimeLine(why: "gate.held_out_runtime: host"))
+            log?(r.vm == nil ? HeldOutVM.hostRuntimeLine(why: "auto: " + r.why, networked: !config.runsOwnTasks) : "held-out runtime: vm (auto: \(r.why))")
+        case .host: log?(HeldOutVM.hostRuntimeLine(why: "gate.held_out_runtime: host", networked: !config.runsOwnTasks))
         }
         // The one vendor state the inference gate cannot keep apart within an account.
         if !config.runner.networkInference.isEmpty && config.heldOutEnv.isEmpty {

@@ -217,7 +217,7 @@ public enum PlanCompiler {
         Timing.mark("mounts resolved")
         let filter: CompiledFilter
         do {
-            filter = try SeccompCompiler.compile(policy.seccomp)
+            filter = try SeccompCompiler.compile(policy.effectiveSeccomp)
         } catch {
             // The compiler sees only the seccomp section; name the policy it came from.
             throw SandboxError(error.code, "policy \(policy.lineage.last ?? policy.name): \(error.message)", errno: error.errno)

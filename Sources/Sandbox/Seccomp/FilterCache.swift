@@ -48,7 +48,7 @@ enum FilterCache {
         let v = seccomp_version().pointee
         var key = "autoharness seccomp section v1 " + RootOwnedCache.frame(RootOwnedCache.binaryIdentity)
         key += "\nlibseccomp \(v.major).\(v.minor).\(v.micro) arch \(seccomp_arch_native())"
-        key += "\nprofile " + RootOwnedCache.frame(spec.profile) + " default \(spec.defaultAction)"
+        key += "\nprofile " + RootOwnedCache.frame(spec.profile) + " default \(spec.defaultAction) netlink-route \(spec.netlinkRoute)"
         for (name, list) in [("allow", spec.allow), ("deny", spec.deny), ("quiet", spec.quiet)] {
             key += "\n" + name + " " + list.map(RootOwnedCache.frame).joined()
         }

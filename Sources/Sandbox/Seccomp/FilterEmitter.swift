@@ -40,7 +40,7 @@ enum FilterEmitter {
 
     /// The argument rules of `SyscallProfile.conditional` (and prctl when `seccomp` is
     /// denied), as `SeccompCompiler.build` gives them to libseccomp.
-    static func condition(for name: String) -> Condition? {
+    static func condition(for name: String, netlinkRoute: Bool = true) -> Condition? {
         switch name {
         case "clone": return [[.clear(arg: 0, mask: ArgumentRules.namespaceFlags)]]
         case "ioctl": return [[.low(arg: 1, in: ArgumentRules.allowedIoctls.map(\.value))]]
@@ -49,8 +49,8 @@ enum FilterEmitter {
         case "fadvise64": return [[.full(arg: 3, in: ArgumentRules.allowedFadvice)]]
         case "preadv2", "pwritev2": return [[.clear(arg: 5, mask: ArgumentRules.rwfNowait)]]
         case "socket":
-            return [[.full(arg: 0, in: ArgumentRules.allowedSocketFamilies)],
-                    [.full(arg: 0, in: [ArgumentRules.netlinkFamily]), .full(arg: 2, in: [ArgumentRules.netlinkRoute])]]
+            let families: Condition = [[.full(arg: 0, in: ArgumentRules.allowedSocketFamilies)]]
+            return netlinkRoute ? families + [[.full(arg: 0, in: [ArgumentRules.netlinkFamily]), .full(arg: 2, in: [ArgumentRules.netlinkRoute])]] : families
         case "getsockopt":
             // Any level but SOL_SOCKET, or an option SOL_SOCKET allows.
             return [[.lowNot(arg: 1, in: [ArgumentRules.solSocket])], [.lowRanges(arg: 2, ArgumentRules.allowedSocketOptionRanges)]]

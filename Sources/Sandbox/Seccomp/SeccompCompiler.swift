@@ -142,7 +142,7 @@ public enum SeccompCompiler {
             conditional \(conditional.sorted().joined(separator: " "))
             clone-mask \(ArgumentRules.namespaceFlags) ioctl-allow \(ArgumentRules.allowedIoctls.map { String($0.value) }.joined(separator: ","))
             personality \(ArgumentRules.allowedPersonalities.map { String($0) }.joined(separator: ","))
-            socket \(ArgumentRules.allowedSocketFamilies.map { String($0) }.joined(separator: ",")) netlink \(ArgumentRules.netlinkFamily)/\(ArgumentRules.netlinkRoute) socketpair \(ArgumentRules.allowedSocketpairFamilies.map { String($0) }.joined(separator: ","))
+            socket \(ArgumentRules.allowedSocketFamilies.map { String($0) }.joined(separator: ",")) netlink \(spec.netlinkRoute ? "\(ArgumentRules.netlinkFamily)/\(ArgumentRules.netlinkRoute)" : "none") socketpair \(ArgumentRules.allowedSocketpairFamilies.map { String($0) }.joined(separator: ","))
             fadvise \(ArgumentRules.allowedFadvice.map { String($0) }.joined(separator: ",")) rwf-nowait \(ArgumentRules.rwfNowait)
             getsockopt-allowed \(ArgumentRules.solSocket):\(ArgumentRules.allowedSocketOptionRanges.map { "\($0.lowerBound)-\($0.upperBound)" }.joined(separator: ","))
             """
@@ -150,10 +150,10 @@ public enum SeccompCompiler {
         if let cached = FilterCache.lookup(key: key) {
             bpf = cached
         } else {
-            if let own = emit(unconditional: unconditional, conditional: conditional) {
+            if let own = emit(unconditional: unconditional, conditional: conditional, netlinkRoute: spec.netlinkRoute) {
                 bpf = own
             } else {
-                bpf = try build(unconditional: unconditional, conditional: conditional)
+                bpf = try build(unconditional: unconditional, conditional: conditional, netlinkRoute: spec.netlinkRoute)
             }
             FilterCache.store(key: key, bpf: bpf)
             FilterCache.remember(key: key, bpf: bpf)
@@ -174,18 +174,18 @@ public enum SeccompCompiler {
 
     /// The program written here (`FilterEmitter`), or nil where it does not fit (libseccomp's
     /// is used then).
-    static func emit(unconditional: [Int32], conditional: Set<String>) -> [UInt8]? {
+    static func emit(unconditional: [Int32], conditional: Set<String>, netlinkRoute: Bool = true) -> [UInt8]? {
         var conditions: [Int32: FilterEmitter.Condition] = [:]
         for name in conditional {
             guard let nr = resolve(name) else { continue }
-            guard let c = FilterEmitter.condition(for: name) else { return nil }
+            guard let c = FilterEmitter.condition(for: name, netlinkRoute: netlinkRoute) else { return nil }
             conditions[nr] = c
         }
         return FilterEmitter.emit(allow: unconditional, conditional: conditions)
     }
 
     /// libseccomp's program for the same rules.
-    static func build(unconditional: [Int32], conditional: Set<String>) throws(SandboxError) -> [UInt8] {
+    static func build(unconditional: [Int32], conditional: Set<String>, netlinkRoute: Bool = true) throws(SandboxError) -> [UInt8] {
         guard let ctx = seccomp_init(ahs_act_notify()) else {
             throw SandboxError(.seccomp, "seccomp_init failed")
         }
@@ -230,8 +230,10 @@ public enum SeccompCompiler {
             for v in ArgumentRules.allowedSocketFamilies {
                 try addRule(ctx, nr, "socket", [ahs_arg(0, SCMP_CMP_EQ, v, 0)])
             }
-            try addRule(ctx, nr, "socket", [ahs_arg(0, SCMP_CMP_EQ, ArgumentRules.netlinkFamily, 0),
-                                            ahs_arg(2, SCMP_CMP_EQ, ArgumentRules.netlinkRoute, 0)])
+            if netlinkRoute {
+                try addRule(ctx, nr, "socket", [ahs_arg(0, SCMP_CMP_EQ, ArgumentRules.netlinkFamily, 0),
+                                                ahs_arg(2, SCMP_CMP_EQ, ArgumentRules.netlinkRoute, 0)])
+            }
         }
         if conditional.contains("getsockopt"), let nr = resolve("getsockopt") {
             // Any level but SOL_SOCKET; or SOL_SOCKET with an option it allows.
