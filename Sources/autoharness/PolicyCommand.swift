@@ -177,6 +177,9 @@ struct PolicyShow: ParsableCommand {
             "personality only PER_LINUX, ADDR_NO_RANDOMIZE or query",
             "socket only AF_UNIX, AF_INET, AF_INET6" + (p.effectiveSeccomp.netlinkRoute ? ", AF_NETLINK with NETLINK_ROUTE" : " (no netlink: network none)"),
             "socketpair only AF_UNIX",
+            "prctl only " + ArgumentRules.allowedPrctlOptions.map(\.name).joined(separator: ", ") + (p.seccomp.deny.contains("seccomp") ? "" : ", PR_SET_SECCOMP"),
+            "fcntl only " + ArgumentRules.allowedFcntlCommands.map(\.name).joined(separator: ", "),
+            "getsockopt, setsockopt at SOL_SOCKET only options " + ArgumentRules.allowedSocketOptionRanges.map { "\($0.lowerBound)-\($0.upperBound)" }.joined(separator: ", "),
             "fadvise64 without WILLNEED/DONTNEED; preadv2/pwritev2 without RWF_NOWAIT",
         ]
     }

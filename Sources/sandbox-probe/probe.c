@@ -382,6 +382,72 @@ int main(int argc, char **argv) {
         if (IS("getsockopt-tcp-nodelay")) { level = IPPROTO_TCP; name = 1; /* TCP_NODELAY */ }
         return report(syscall(SYS_getsockopt, s, level, name, &v, &len));
     }
+    // SCM_PIDFD: with SO_PASSPIDFD (76, Linux 6.5) set, every message received on a Unix
+    // socket carries a pidfd of its sender, whose inode number counts the host's processes.
+    // The probe asks for it on a socketpair of its own, sends itself a byte and prints the
+    // pidfd's inode number when one arrives. Harmless options must still pass.
+    if (IS("so-passpidfd") || IS("setsockopt-future-option") || IS("setsockopt-reuseaddr") || IS("setsockopt-keepalive") ||
+        IS("setsockopt-rcvtimeo") || IS("setsockopt-tcp-nodelay")) {
+        int sv[2];
+        if (IS("so-passpidfd") && socketpair(AF_UNIX, SOCK_DGRAM, 0, sv) != 0) return report_errno(errno);
+        if (!IS("so-passpidfd")) { sv[0] = socket(AF_INET, SOCK_STREAM, 0); if (sv[0] < 0) return report_errno(errno); }
+        int one = 1;
+        struct timeval tv = { 5, 0 };
+        long level = SOL_SOCKET, name = 76 /* SO_PASSPIDFD */;
+        const void *value = &one;
+        socklen_t len = sizeof one;
+        if (IS("setsockopt-future-option")) name = 200;
+        if (IS("setsockopt-reuseaddr")) name = SO_REUSEADDR;
+        if (IS("setsockopt-keepalive")) name = SO_KEEPALIVE;
+        if (IS("setsockopt-rcvtimeo")) { name = SO_RCVTIMEO; value = &tv; len = sizeof tv; }
+        if (IS("setsockopt-tcp-nodelay")) { level = IPPROTO_TCP; name = 1; }
+        if (syscall(SYS_setsockopt, sv[0], level, name, value, len) != 0) return report_errno(errno);
+        if (!IS("so-passpidfd")) return report(0);
+        if (send(sv[1], "x", 1, 0) != 1) return report_errno(errno);
+        char byte, control[CMSG_SPACE(sizeof(int))];
+        struct iovec iov = { &byte, 1 };
+        struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof control };
+        if (recvmsg(sv[0], &msg, 0) != 1) return report_errno(errno);
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+            if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == 0x04 /* SCM_PIDFD */) {
+                int fd;
+                memcpy(&fd, CMSG_DATA(c), sizeof fd);
+                struct stat st;
+                if (fstat(fd, &st) != 0) return report_errno(errno);
+                printf("ok %llu\n", (unsigned long long)st.st_ino);
+                return 0;
+            }
+        }
+        printf("ok no-pidfd\n");
+        return 0;
+    }
+    // prctl and fcntl by allowlist: options nobody's runtime asks (core-scheduling cookies,
+    // dnotify on a shared directory, leases) and ones a later kernel adds are refused; the
+    // ordinary ones pass. The raw syscall carries garbage above the 32 bits the kernel reads.
+    if (IS("prctl-sched-core")) return report(syscall(SYS_prctl, 62 /* PR_SCHED_CORE */, 0 /* GET */, 0, 0 /* PIDTYPE_PID */, 0));
+    if (IS("prctl-future-option")) return report(syscall(SYS_prctl, 0x700000000L | 200, 0, 0, 0, 0));
+    if (IS("prctl-set-name")) return report(syscall(SYS_prctl, 15 /* PR_SET_NAME */, "probe-thread", 0, 0, 0));
+    if (IS("prctl-set-vma")) {
+        void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        long r = syscall(SYS_prctl, 0x53564d41 /* PR_SET_VMA */, 0 /* ANON_NAME */, p, 4096, "probe");
+        // Kernels built without CONFIG_ANON_VMA_NAME answer EINVAL: the filter let it through.
+        return report(r != 0 && errno == EINVAL ? 0 : r);
+    }
+    if (IS("fcntl-notify") || IS("fcntl-setlease") || IS("fcntl-future") || IS("fcntl-ofd-lock") || IS("fcntl-pipe-size")) {
+        int fd = IS("fcntl-notify") ? open("/tmp", O_RDONLY | O_DIRECTORY) : open("/tmp/probe-fcntl", O_RDWR | O_CREAT, 0600);
+        if (fd < 0) return report_errno(errno);
+        if (IS("fcntl-notify")) return report(syscall(SYS_fcntl, fd, 1026 /* F_NOTIFY */, 0x1 /* DN_ACCESS */));
+        if (IS("fcntl-setlease")) return report(syscall(SYS_fcntl, fd, 1024 /* F_SETLEASE */, F_RDLCK));
+        if (IS("fcntl-future")) return report(syscall(SYS_fcntl, fd, 0x700000000L | 2000, 0));
+        if (IS("fcntl-pipe-size")) {
+            int pfd[2];
+            if (pipe(pfd) != 0) return report_errno(errno);
+            long r = syscall(SYS_fcntl, pfd[0], 1031 /* F_SETPIPE_SZ */, 65536);
+            return report(r > 0 ? 0 : r);
+        }
+        struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+        return report(syscall(SYS_fcntl, fd, 37 /* F_OFD_SETLK */, &fl));
+    }
     if (IS("sched-setaffinity")) {
         cpu_set_t set;
         CPU_ZERO(&set);

@@ -73,6 +73,16 @@ struct SeccompEscapeTests {
         .init(action: "so-peerpidfd", errno: "EPERM", audited: "getsockopt"),
         .init(action: "so-napi-id", errno: "EPERM", audited: "getsockopt"),
         .init(action: "so-future-option", errno: "EPERM", audited: "getsockopt"),
+        // setsockopt by the same allowlist: SO_PASSPIDFD hands every received message's
+        // sender as a pidfd (SCM_PIDFD), whose inode number is the host's process serial.
+        .init(action: "so-passpidfd", errno: "EPERM", audited: "setsockopt"),
+        .init(action: "setsockopt-future-option", errno: "EPERM", audited: "setsockopt"),
+        // prctl and fcntl by allowlist (ArgumentRules.allowedPrctlOptions, allowedFcntlCommands).
+        .init(action: "prctl-sched-core", errno: "EPERM", audited: "prctl"),
+        .init(action: "prctl-future-option", errno: "EPERM", audited: "prctl"),
+        .init(action: "fcntl-notify", errno: "EPERM", audited: "fcntl"),
+        .init(action: "fcntl-setlease", errno: "EPERM", audited: "fcntl"),
+        .init(action: "fcntl-future", errno: "EPERM", audited: "fcntl"),
         .init(action: "sched-setaffinity", errno: "ENOSYS", audited: "sched_setaffinity"),
     ]
 
@@ -102,7 +112,9 @@ struct SeccompEscapeTests {
 
     @Test("the harmless forms of fadvise, preadv2, netlink, socketpair and getsockopt pass the filter and are not reported",
           arguments: ["fadvise-sequential", "preadv2", "socket-netlink-route", "socketpair-unix", "getsockopt-sndbuf",
-                      "getsockopt-error", "getsockopt-protocol", "getsockopt-tcp-nodelay"])
+                      "getsockopt-error", "getsockopt-protocol", "getsockopt-tcp-nodelay", "setsockopt-reuseaddr",
+                      "setsockopt-keepalive", "setsockopt-rcvtimeo", "setsockopt-tcp-nodelay", "prctl-set-name", "prctl-set-vma",
+                      "fcntl-ofd-lock", "fcntl-pipe-size"])
     func harmlessPageCacheCallsAllowed(_ action: String) throws {
         try requireRoot()
         // NETLINK_ROUTE passes only where an interface is up (network loopback or proxy).

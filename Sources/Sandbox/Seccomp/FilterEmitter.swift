@@ -22,7 +22,7 @@ import Glibc
 /// for a policy whose search does not fit cBPF's 8-bit jumps (`emit` returns nil).
 enum FilterEmitter {
     /// One test of a syscall argument. The kernel passes each as 64 bits: two 32-bit words.
-    enum ArgCheck {
+    enum ArgCheck: Hashable {
         /// The low 32 bits are one of `values` (the kernel reads the argument as an int).
         case low(arg: Int, in: [UInt32])
         /// The low 32 bits are none of `values`.
@@ -40,18 +40,20 @@ enum FilterEmitter {
 
     /// The argument rules of `SyscallProfile.conditional` (and prctl when `seccomp` is
     /// denied), as `SeccompCompiler.build` gives them to libseccomp.
-    static func condition(for name: String, netlinkRoute: Bool = true) -> Condition? {
+    static func condition(for name: String, netlinkRoute: Bool = true, seccompAllowed: Bool = false) -> Condition? {
         switch name {
         case "clone": return [[.clear(arg: 0, mask: ArgumentRules.namespaceFlags)]]
         case "ioctl": return [[.low(arg: 1, in: ArgumentRules.allowedIoctls.map(\.value))]]
-        case "prctl": return [[.lowNot(arg: 0, in: [ArgumentRules.prctlSetSeccomp])]]
+        case "prctl":
+            return [[.low(arg: 0, in: ArgumentRules.allowedPrctlOptions.map(\.value) + (seccompAllowed ? [ArgumentRules.prctlSetSeccomp] : []))]]
+        case "fcntl": return [[.low(arg: 1, in: ArgumentRules.allowedFcntlCommands.map(\.value))]]
         case "personality": return [[.full(arg: 0, in: ArgumentRules.allowedPersonalities)]]
         case "fadvise64": return [[.full(arg: 3, in: ArgumentRules.allowedFadvice)]]
         case "preadv2", "pwritev2": return [[.clear(arg: 5, mask: ArgumentRules.rwfNowait)]]
         case "socket":
             let families: Condition = [[.full(arg: 0, in: ArgumentRules.allowedSocketFamilies)]]
             return netlinkRoute ? families + [[.full(arg: 0, in: [ArgumentRules.netlinkFamily]), .full(arg: 2, in: [ArgumentRules.netlinkRoute])]] : families
-        case "getsockopt":
+        case "getsockopt", "setsockopt":
             // Any level but SOL_SOCKET, or an option SOL_SOCKET allows.
             return [[.lowNot(arg: 1, in: [ArgumentRules.solSocket])], [.lowRanges(arg: 2, ArgumentRules.allowedSocketOptionRanges)]]
         case "socketpair": return [[.full(arg: 0, in: ArgumentRules.allowedSocketpairFamilies)]]
@@ -101,7 +103,13 @@ enum FilterEmitter {
         guard 1.littleEndian == 1 else { return nil }
         var answer: [Int32: Target] = [:]
         for nr in allow { answer[nr] = .allow }
-        for nr in conditional.keys { answer[nr] = .block(nr) }
+        // Calls with the same checks (getsockopt and setsockopt) share one block: the lowest
+        // number of them names it.
+        var shared: [Int32: Int32] = [:]
+        for nr in conditional.keys.sorted() {
+            shared[nr] = conditional.keys.sorted().first { conditional[$0]! == conditional[nr]! }!
+            answer[nr] = .block(shared[nr]!)
+        }
         // Runs of numbers with one answer, each from its first number; from 0, the last one
         // (above the highest number listed) notifying.
         var runs: [(from: UInt32, to: Target)] = []
@@ -145,7 +153,7 @@ enum FilterEmitter {
         code.append(Insn(code: ret, k: ahs_act_allow()))
         places[.notify] = code.count
         code.append(Insn(code: ret, k: ahs_act_notify()))
-        for nr in conditional.keys.sorted() {
+        for nr in conditional.keys.sorted() where shared[nr] == nr {
             guard let block = checks(conditional[nr]!) else { return nil }
             let base = code.count
             places[.block(nr)] = base
@@ -187,6 +195,15 @@ enum FilterEmitter {
         return at > i ? at - (i + 1) : nil
     }
 
+    /// `values` as runs of consecutive numbers, highest first.
+    static func runs(_ values: [UInt32]) -> [ClosedRange<UInt32>] {
+        var out: [ClosedRange<UInt32>] = []
+        for v in Set(values).sorted(by: >) {
+            if let r = out.last, r.lowerBound > 0, r.lowerBound - 1 == v { out[out.count - 1] = v...r.upperBound } else { out.append(v...v) }
+        }
+        return out
+    }
+
     /// Where a check's compare goes: on to the instruction after the check, to the next
     /// alternative (or the refusal), or to the next instruction.
     private enum Way { case pass, fail, next }
@@ -203,8 +220,21 @@ enum FilterEmitter {
                 func load(_ offset: UInt32) { part.append((Insn(code: ldAbs, k: offset), .next, .next)) }
                 switch check {
                 case .low(let arg, let values):
+                    // Highest first; three or more consecutive values are one range of two
+                    // compares: above it fails, as every higher value was compared already.
                     load(low(arg))
-                    for (i, v) in values.enumerated() { part.append((Insn(code: jeq, k: v), .pass, i == values.count - 1 ? .fail : .next)) }
+                    let runs = Self.runs(values)
+                    for (i, r) in runs.enumerated() {
+                        let last = i == runs.count - 1
+                        if r.upperBound - r.lowerBound >= 2 {
+                            part.append((Insn(code: jgt, k: r.upperBound), .fail, .next))
+                            part.append((Insn(code: jge, k: r.lowerBound), .pass, last ? .fail : .next))
+                        } else {
+                            for v in [r.upperBound, r.lowerBound].uniqued() {
+                                part.append((Insn(code: jeq, k: v), .pass, last && v == r.lowerBound ? .fail : .next))
+                            }
+                        }
+                    }
                 case .lowNot(let arg, let values):
                     load(low(arg))
                     for v in values { part.append((Insn(code: jeq, k: v), .fail, .next)) }
@@ -265,5 +295,13 @@ enum FilterEmitter {
             }
         }
         return out
+    }
+}
+
+private extension Array where Element == UInt32 {
+    /// The elements without repeats, in order.
+    func uniqued() -> [UInt32] {
+        var seen = Set<UInt32>()
+        return filter { seen.insert($0).inserted }
     }
 }

@@ -113,9 +113,10 @@ public enum SeccompCompiler {
         var allow = Set(SyscallProfile.defaultAllow).union(spec.allow).subtracting(deny).subtracting(quiet)
         allow.subtract(SyscallProfile.hardDenied)
         var conditional = SyscallProfile.conditional.subtracting(deny).subtracting(quiet)
-        // Without `seccomp`, prctl(PR_SET_SECCOMP) is the other way to stack a filter (one
-        // whose errno answers would take precedence over ours and hide calls from the audit).
-        if !allow.contains("seccomp") && allow.contains("prctl") { conditional.insert("prctl") }
+        // prctl by option (ArgumentRules.allowedPrctlOptions). Without `seccomp`,
+        // prctl(PR_SET_SECCOMP) is the other way to stack a filter (one whose errno answers
+        // would take precedence over ours and hide calls from the audit): not in the list then.
+        if allow.contains("prctl") { conditional.insert("prctl") }
         var unresolved: [String] = []
         var unconditional: [Int32] = []
         for name in allow where !conditional.contains(name) {
@@ -144,16 +145,19 @@ public enum SeccompCompiler {
             personality \(ArgumentRules.allowedPersonalities.map { String($0) }.joined(separator: ","))
             socket \(ArgumentRules.allowedSocketFamilies.map { String($0) }.joined(separator: ",")) netlink \(spec.netlinkRoute ? "\(ArgumentRules.netlinkFamily)/\(ArgumentRules.netlinkRoute)" : "none") socketpair \(ArgumentRules.allowedSocketpairFamilies.map { String($0) }.joined(separator: ","))
             fadvise \(ArgumentRules.allowedFadvice.map { String($0) }.joined(separator: ",")) rwf-nowait \(ArgumentRules.rwfNowait)
-            getsockopt-allowed \(ArgumentRules.solSocket):\(ArgumentRules.allowedSocketOptionRanges.map { "\($0.lowerBound)-\($0.upperBound)" }.joined(separator: ","))
+            prctl-allow \(ArgumentRules.allowedPrctlOptions.map { String($0.value) }.joined(separator: ","))
+            fcntl-allow \(ArgumentRules.allowedFcntlCommands.map { String($0.value) }.joined(separator: ","))
+            getsockopt-setsockopt-allowed \(ArgumentRules.solSocket):\(ArgumentRules.allowedSocketOptionRanges.map { "\($0.lowerBound)-\($0.upperBound)" }.joined(separator: ","))
             """
         let bpf: [UInt8]
         if let cached = FilterCache.lookup(key: key) {
             bpf = cached
         } else {
-            if let own = emit(unconditional: unconditional, conditional: conditional, netlinkRoute: spec.netlinkRoute) {
+            let seccompAllowed = allow.contains("seccomp")
+            if let own = emit(unconditional: unconditional, conditional: conditional, netlinkRoute: spec.netlinkRoute, seccompAllowed: seccompAllowed) {
                 bpf = own
             } else {
-                bpf = try build(unconditional: unconditional, conditional: conditional, netlinkRoute: spec.netlinkRoute)
+                bpf = try build(unconditional: unconditional, conditional: conditional, netlinkRoute: spec.netlinkRoute, seccompAllowed: seccompAllowed)
             }
             FilterCache.store(key: key, bpf: bpf)
             FilterCache.remember(key: key, bpf: bpf)
@@ -174,18 +178,18 @@ public enum SeccompCompiler {
 
     /// The program written here (`FilterEmitter`), or nil where it does not fit (libseccomp's
     /// is used then).
-    static func emit(unconditional: [Int32], conditional: Set<String>, netlinkRoute: Bool = true) -> [UInt8]? {
+    static func emit(unconditional: [Int32], conditional: Set<String>, netlinkRoute: Bool = true, seccompAllowed: Bool = false) -> [UInt8]? {
         var conditions: [Int32: FilterEmitter.Condition] = [:]
         for name in conditional {
             guard let nr = resolve(name) else { continue }
-            guard let c = FilterEmitter.condition(for: name, netlinkRoute: netlinkRoute) else { return nil }
+            guard let c = FilterEmitter.condition(for: name, netlinkRoute: netlinkRoute, seccompAllowed: seccompAllowed) else { return nil }
             conditions[nr] = c
         }
         return FilterEmitter.emit(allow: unconditional, conditional: conditions)
     }
 
     /// libseccomp's program for the same rules.
-    static func build(unconditional: [Int32], conditional: Set<String>, netlinkRoute: Bool = true) throws(SandboxError) -> [UInt8] {
+    static func build(unconditional: [Int32], conditional: Set<String>, netlinkRoute: Bool = true, seccompAllowed: Bool = false) throws(SandboxError) -> [UInt8] {
         guard let ctx = seccomp_init(ahs_act_notify()) else {
             throw SandboxError(.seccomp, "seccomp_init failed")
         }
@@ -207,8 +211,13 @@ public enum SeccompCompiler {
             }
         }
         if conditional.contains("prctl"), let nr = resolve("prctl") {
-            for r in ArgumentRules.complementPrefixes(excluding: [ArgumentRules.prctlSetSeccomp]) {
-                try addRule(ctx, nr, "prctl", [ahs_arg(0, SCMP_CMP_MASKED_EQ, UInt64(r.mask), UInt64(r.match))])
+            for v in ArgumentRules.allowedPrctlOptions.map(\.value) + (seccompAllowed ? [ArgumentRules.prctlSetSeccomp] : []) {
+                try addRule(ctx, nr, "prctl", [ahs_arg(0, SCMP_CMP_MASKED_EQ, 0xFFFF_FFFF, UInt64(v))])
+            }
+        }
+        if conditional.contains("fcntl"), let nr = resolve("fcntl") {
+            for v in ArgumentRules.allowedFcntlCommands.map(\.value) {
+                try addRule(ctx, nr, "fcntl", [ahs_arg(1, SCMP_CMP_MASKED_EQ, 0xFFFF_FFFF, UInt64(v))])
             }
         }
         if conditional.contains("personality"), let nr = resolve("personality") {
@@ -235,14 +244,15 @@ public enum SeccompCompiler {
                                                 ahs_arg(2, SCMP_CMP_EQ, ArgumentRules.netlinkRoute, 0)])
             }
         }
-        if conditional.contains("getsockopt"), let nr = resolve("getsockopt") {
+        for name in ["getsockopt", "setsockopt"] where conditional.contains(name) {
+            guard let nr = resolve(name) else { continue }
             // Any level but SOL_SOCKET; or SOL_SOCKET with an option it allows.
             for r in ArgumentRules.complementPrefixes(excluding: [ArgumentRules.solSocket]) {
-                try addRule(ctx, nr, "getsockopt", [ahs_arg(1, SCMP_CMP_MASKED_EQ, UInt64(r.mask), UInt64(r.match))])
+                try addRule(ctx, nr, name, [ahs_arg(1, SCMP_CMP_MASKED_EQ, UInt64(r.mask), UInt64(r.match))])
             }
             for option in ArgumentRules.allowedSocketOptions {
-                try addRule(ctx, nr, "getsockopt", [ahs_arg(1, SCMP_CMP_MASKED_EQ, 0xFFFF_FFFF, UInt64(ArgumentRules.solSocket)),
-                                                    ahs_arg(2, SCMP_CMP_MASKED_EQ, 0xFFFF_FFFF, UInt64(option))])
+                try addRule(ctx, nr, name, [ahs_arg(1, SCMP_CMP_MASKED_EQ, 0xFFFF_FFFF, UInt64(ArgumentRules.solSocket)),
+                                            ahs_arg(2, SCMP_CMP_MASKED_EQ, 0xFFFF_FFFF, UInt64(option))])
             }
         }
         if conditional.contains("socketpair"), let nr = resolve("socketpair") {

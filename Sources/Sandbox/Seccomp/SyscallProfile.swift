@@ -45,7 +45,7 @@ public enum SyscallProfile {
 
     /// Allowed only with the argument rules in `ArgumentRules` (the filter inspects them).
     public static let conditional: Set<String> = ["clone", "ioctl", "personality", "socket", "socketpair",
-                                                  "fadvise64", "preadv2", "pwritev2", "getsockopt"]
+                                                  "fadvise64", "preadv2", "pwritev2", "getsockopt", "setsockopt", "fcntl"]
 
     /// Ways to ask the kernel whether a page of a file is in the page cache, or to evict one.
     /// Sandboxes share the page cache of every file they can all read (/usr, the runtime),
@@ -199,8 +199,81 @@ public enum ArgumentRules {
     /// personality(2) values allowed: PER_LINUX, PER_LINUX|ADDR_NO_RANDOMIZE, and the query.
     public static let allowedPersonalities: [UInt64] = [0, 0x0004_0000, 0xFFFF_FFFF]
 
-    /// prctl's PR_SET_SECCOMP option, refused when a policy denies `seccomp`.
+    /// prctl's PR_SET_SECCOMP option, allowed only when a policy allows `seccomp`.
     public static let prctlSetSeccomp: UInt32 = 22
+
+    /// The only prctl options that pass (PR_SET_SECCOMP besides where a policy allows
+    /// `seccomp`); every other is refused with EPERM and recorded. prctl is a multiplexer the
+    /// kernel grows every few releases (core-scheduling cookies, KSM merging, syscall user
+    /// dispatch, futex hashing, ...), so what passes is what runtimes ask at start-up and
+    /// for their threads and children.
+    public static let allowedPrctlOptions: [(name: String, value: UInt32, reason: String)] = [
+        ("PR_SET_PDEATHSIG", 1, "a child's signal when its parent dies (node, Python's subprocess users, Rust's command runners)"),
+        ("PR_GET_PDEATHSIG", 2, "its query"),
+        ("PR_GET_DUMPABLE", 3, "whether the process may dump core / be traced"),
+        ("PR_SET_DUMPABLE", 4, "Codex CLI and other agents turn it off for themselves"),
+        ("PR_GET_KEEPCAPS", 7, "capability flags (the sandbox has no capabilities)"),
+        ("PR_SET_KEEPCAPS", 8, "the same"),
+        // 5, 6 and 9-12 are other architectures' (EINVAL on x86_64), 13-14 the legacy
+        // timing mode: nothing behind them, and with them 1-16 is one range compare.
+        ("PR_GET_UNALIGN", 5, "other architectures' (EINVAL here)"),
+        ("PR_SET_UNALIGN", 6, "other architectures' (EINVAL here)"),
+        ("PR_GET_FPEMU", 9, "other architectures' (EINVAL here)"),
+        ("PR_SET_FPEMU", 10, "other architectures' (EINVAL here)"),
+        ("PR_GET_FPEXC", 11, "other architectures' (EINVAL here)"),
+        ("PR_SET_FPEXC", 12, "other architectures' (EINVAL here)"),
+        ("PR_GET_TIMING", 13, "legacy: always statistical timing"),
+        ("PR_SET_TIMING", 14, "legacy: only statistical timing is accepted"),
+        ("PR_SET_NAME", 15, "thread names: Python, node, Rust, Go, Java"),
+        ("PR_GET_NAME", 16, "thread names"),
+        ("PR_GET_SECCOMP", 21, "whether a filter is on"),
+        ("PR_CAPBSET_READ", 23, "libcap, capsh: read the bounding set"),
+        ("PR_CAPBSET_DROP", 24, "sandboxing helpers drop bounding capabilities (EPERM without CAP_SETPCAP)"),
+        ("PR_GET_TSC", 25, "whether rdtsc traps"),
+        ("PR_SET_TSC", 26, "make rdtsc trap (narrows the caller's own timing)"),
+        ("PR_GET_SECUREBITS", 27, "libcap"),
+        ("PR_SET_SECUREBITS", 28, "libcap (EPERM without CAP_SETPCAP)"),
+        ("PR_SET_TIMERSLACK", 29, "timer slack of the calling thread"),
+        ("PR_GET_TIMERSLACK", 30, "its query"),
+        ("PR_SET_CHILD_SUBREAPER", 36, "init-like programs (tini, dumb-init, test runners) reap orphans"),
+        ("PR_GET_CHILD_SUBREAPER", 37, "its query"),
+        ("PR_SET_NO_NEW_PRIVS", 38, "every sandboxing helper sets it (already set)"),
+        ("PR_GET_NO_NEW_PRIVS", 39, "its query"),
+        ("PR_GET_TID_ADDRESS", 40, "checkpoint and debugging tools"),
+        ("PR_SET_THP_DISABLE", 41, "transparent huge pages off for the process (databases, JVMs)"),
+        ("PR_GET_THP_DISABLE", 42, "its query"),
+        ("PR_CAP_AMBIENT", 47, "libcap reads and clears the ambient set"),
+        ("PR_GET_SPECULATION_CTRL", 52, "browsers and JITs ask about speculative-store mitigation"),
+        ("PR_SET_SPECULATION_CTRL", 53, "and turn it on for themselves"),
+        ("PR_SET_MDWE", 65, "memory-deny-write-execute for the process (systemd services)"),
+        ("PR_GET_MDWE", 66, "its query"),
+        ("PR_GET_SHADOW_STACK_STATUS", 74, "shadow stacks (glibc with CET)"),
+        ("PR_SET_SHADOW_STACK_STATUS", 75, "the same"),
+        ("PR_LOCK_SHADOW_STACK_STATUS", 76, "the same"),
+        ("PR_GET_AUXV", 0x4155_5856, "the auxiliary vector"),
+        ("PR_SET_VMA", 0x5356_4D41, "names of anonymous mappings (glibc ≥ 2.39, Go, JVMs)"),
+        ("PR_SET_PTRACER", 0x5961_6D61, "Yama: who may trace the process (crash handlers; ptrace itself is refused)"),
+    ]
+
+    /// The only fcntl commands that pass; every other is refused with EPERM and recorded:
+    /// what libc, Python, node, git and databases use on descriptors, locks and pipes and
+    /// seals. Not passed: F_NOTIFY (dnotify: watch another process's accesses to a shared
+    /// directory), the leases F_SETLEASE/F_GETLEASE (see another process open a file),
+    /// F_CANCELLK, and whatever a later kernel adds.
+    public static let allowedFcntlCommands: [(name: String, value: UInt32, reason: String)] = [
+        ("F_DUPFD", 0, "dup to a number at or above"), ("F_GETFD", 1, "close-on-exec"), ("F_SETFD", 2, "close-on-exec"),
+        ("F_GETFL", 3, "status flags"), ("F_SETFL", 4, "non-blocking, append"),
+        ("F_GETLK", 5, "record locks (sqlite, git, pip)"), ("F_SETLK", 6, "record locks"), ("F_SETLKW", 7, "record locks"),
+        ("F_SETOWN", 8, "SIGIO owner"), ("F_GETOWN", 9, "SIGIO owner"), ("F_SETSIG", 10, "SIGIO signal"), ("F_GETSIG", 11, "SIGIO signal"),
+        ("F_SETOWN_EX", 15, "SIGIO owner"), ("F_GETOWN_EX", 16, "SIGIO owner"),
+        ("F_OFD_GETLK", 36, "open-file-description locks (sqlite, glibc's lockf users)"), ("F_OFD_SETLK", 37, "the same"), ("F_OFD_SETLKW", 38, "the same"),
+        ("F_DUPFD_QUERY", 1027, "whether two descriptors share a file"), ("F_CREATED_QUERY", 1028, "whether an open created the file"),
+        ("F_DUPFD_CLOEXEC", 1030, "dup with close-on-exec: everywhere"),
+        ("F_SETPIPE_SZ", 1031, "pipe buffer size (node, Python's subprocess)"), ("F_GETPIPE_SZ", 1032, "its query"),
+        ("F_ADD_SEALS", 1033, "memfd seals"), ("F_GET_SEALS", 1034, "memfd seals"),
+        ("F_GET_RW_HINT", 1035, "write-life hints"), ("F_SET_RW_HINT", 1036, "write-life hints"),
+        ("F_GET_FILE_RW_HINT", 1037, "write-life hints"), ("F_SET_FILE_RW_HINT", 1038, "write-life hints"),
+    ]
 
     /// posix_fadvise advice allowed (argument 3 of fadvise64 on x86_64): NORMAL, RANDOM,
     /// SEQUENTIAL, NOREUSE. WILLNEED (3) fills the page cache, DONTNEED (4) evicts from it.
@@ -225,6 +298,12 @@ public enum ArgumentRules {
     /// TIMESTAMPNS, MARK, TIMESTAMPING, PROTOCOL, DOMAIN (0 is no option: the kernel answers
     /// ENOPROTOOPT). None of them reads a counter or another process. The kernel reads level
     /// and name as 32-bit ints, and so does the filter.
+    ///
+    /// setsockopt(2) at SOL_SOCKET passes the same options: SO_PASSPIDFD (76, Linux 6.5) makes
+    /// every message a Unix socket receives carry a pidfd of its sender (SCM_PIDFD), the same
+    /// host-wide serial SO_PEERPIDFD handed out (a sandbox with no network read it, 5 apart
+    /// from one launch to the next); SO_INCOMING_CPU, SO_ATTACH_REUSEPORT_*, SO_ZEROCOPY, the
+    /// busy-poll and pacing options and whatever a later kernel adds reach per-host queues.
     public static let solSocket: UInt32 = 1
     public static let allowedSocketOptionRanges: [ClosedRange<UInt32>] = [0...39]
     public static var allowedSocketOptions: [UInt32] { allowedSocketOptionRanges.flatMap { Array($0) } }
