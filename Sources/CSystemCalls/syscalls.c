@@ -48,12 +48,15 @@ int ahs_allowed_cpus(int *cpus, int max) {
     return n;
 }
 
-/// One CPU's share: `pipes` pipes and `memfds` memfds made and closed on that CPU.
+/// One CPU's share: `pipes` pipes and `memfds` memfds made and closed on that CPU, and
+/// `threads` threads started and joined from it.
 struct noise_job {
     int cpu;
-    long pipes, memfds;
+    long pipes, memfds, threads;
     int error;
 };
+
+static void *noise_nothing(void *arg) { return arg; }
 
 static void *noise_thread(void *arg) {
     struct noise_job *job = arg;
@@ -72,10 +75,35 @@ static void *noise_thread(void *arg) {
         if (fd < 0) { job->error = errno; return NULL; }
         close(fd);
     }
+    // Each thread takes a number from the host's process serial (a pidfd's inode number).
+    for (long k = 0; k < job->threads; k++) {
+        pthread_t t;
+        int e = pthread_create(&t, NULL, noise_nothing, NULL);
+        if (e != 0) { job->error = e; return NULL; }
+        pthread_join(t, NULL);
+    }
     return NULL;
 }
 
-int ahs_perturb_inode_numbers(const int *cpus, const long *pipes, const long *memfds, int n, int *failed_cpu) {
+long long ahs_pid_serial(void) {
+    // A pid's number is fixed when it is made: a child made now (it exits at once and is
+    // reaped after) shows where the serial stands.
+    pid_t pid = vfork();
+    if (pid == 0) _exit(0);
+    if (pid < 0) return -errno;
+    int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+    int e = errno;
+    long long out = -e;
+    if (fd >= 0) {
+        struct stat st;
+        out = fstat(fd, &st) < 0 ? -errno : (long long)st.st_ino;
+        close(fd);
+    }
+    waitpid(pid, NULL, 0);
+    return out;
+}
+
+int ahs_perturb_inode_numbers(const int *cpus, const long *pipes, const long *memfds, const long *thread_counts, int n, int *failed_cpu) {
     // A thread per CPU, pinned there, all at once: each CPU's counters move only through work
     // on that CPU, and the CPUs work side by side (the wall time of one CPU's share, not the
     // sum). Threads of their own, so that pinning them pins no thread the supervisor keeps.
@@ -90,7 +118,7 @@ int ahs_perturb_inode_numbers(const int *cpus, const long *pipes, const long *me
     int rc = 0;
     *failed_cpu = -1;
     for (int i = 0; i < n; i++) {
-        jobs[i] = (struct noise_job){cpus[i], pipes[i], memfds[i], 0};
+        jobs[i] = (struct noise_job){cpus[i], pipes[i], memfds[i], thread_counts[i], 0};
         int e = pthread_create(&threads[i], NULL, noise_thread, &jobs[i]);
         if (e == 0) {
             started[i] = 1;

@@ -338,6 +338,12 @@ int main(int argc, char **argv) {
         if (r == 0) _exit(0);
         return report(r);
     }
+    if (IS("clone-pidfd")) {  // a pidfd of the child, written to *parent_tid (its inode: the host's pid serial)
+        int pidfd = -1;
+        long r = syscall(SYS_clone, CLONE_PIDFD | SIGCHLD, 0, &pidfd, 0, 0);
+        if (r == 0) _exit(0);
+        return report(r);
+    }
     if (IS("thread")) {  // an ordinary clone (what pthread_create does) must work
         pid_t c = fork();
         if (c == 0) _exit(7);

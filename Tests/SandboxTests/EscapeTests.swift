@@ -45,6 +45,8 @@ struct SeccompEscapeTests {
         // back to clone); the supervisor reads the flags and reports namespace requests.
         .init(action: "clone3-newuser", errno: "ENOSYS", audited: "clone3"),
         .init(action: "clone-newuser", errno: "EPERM", audited: "clone"),
+        // A pidfd of the child: its inode number is the host's process serial.
+        .init(action: "clone-pidfd", errno: "EPERM", audited: "clone"),
         .init(action: "mbind-move", errno: "EPERM", audited: "mbind"),
         .init(action: "chroot", errno: "EPERM", audited: "chroot"),
         .init(action: "personality", errno: "EPERM", audited: "personality"),

@@ -297,8 +297,8 @@ struct InferenceExchangeTests {
 
     /// `raw` sent over TLS (trusting the gate's CA) to a gate for api.test:443 on a socket
     /// pair. No vendor behind it: a request that passes is dialled, and the dial fails.
-    func exchange(_ raw: String, bodyBudget: Int = 96 << 20) throws -> (outcome: InferenceExchange.Outcome, reply: String, dialled: Bool) {
-        let gate = try InferenceGate(targets: ["api.test:443"], bodyBudget: bodyBudget)
+    func exchange(_ raw: String, bodyBudget: Int = 96 << 20, credentials: Set<String> = []) throws -> (outcome: InferenceExchange.Outcome, reply: String, dialled: Bool) {
+        let gate = try InferenceGate(targets: ["api.test:443"], bodyBudget: bodyBudget, credentials: credentials)
         var fds: [Int32] = [0, 0]
         try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
         defer { close(fds[0]); close(fds[1]) }
@@ -341,14 +341,14 @@ struct InferenceExchangeTests {
         #expect(!chunked.dialled && chunked.outcome.detail.contains("already holds"), "\(chunked.outcome.detail)")
     }
 
-    @Test("what goes upstream: the sandbox's key, API version, beta, accept and user agent headers only (no method override, no Idempotency-Key, no SDK counters); Host, type and length the gate's")
+    @Test("what goes upstream: the sandbox's key, API version, beta, accept and user agent headers only (no method override, no Idempotency-Key, no SDK counters, no organisation or project); Host, type and length the gate's")
     func forwardedHead() {
         let req = HTTPRequest(method: "POST", target: "/v1/messages?beta=true", headers: [
             ("x-api-key", "k"), ("anthropic-version", "2023-06-01"), ("Content-Type", "application/x-www-form-urlencoded"),
             ("X-HTTP-Method-Override", "GET"), ("X-Original-URL", "/v1/files"), ("Content-Encoding", "identity"),
             ("Connection", "keep-alive"), ("Host", "api.test"), ("Content-Length", "999"), ("Forwarded", "for=x"),
             ("Idempotency-Key", "held-out-answer-42"), ("x-stainless-retry-count", "3"), ("User-Agent", "Anthropic/Python 0.40.0"),
-            ("X-Anything-New", "later"),
+            ("X-Anything-New", "later"), ("OpenAI-Organization", "org-train"), ("OpenAI-Project", "proj_train"),
         ], body: [])
         let head = String(decoding: req.forwardedHead(host: "api.test", port: 443, bodyLength: 2), as: UTF8.self)
         #expect(head == "POST /v1/messages?beta=true HTTP/1.1\r\nx-api-key: k\r\nanthropic-version: 2023-06-01\r\n"
@@ -385,6 +385,27 @@ struct InferenceExchangeTests {
         let chunked = try exchange("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\n\r\n"
                                    + "\(String(a.utf8.count, radix: 16))\r\n\(a)\r\n\(String(b.utf8.count, radix: 16))\r\n\(b)\r\n0\r\n\r\n")
         #expect(chunked.dialled && chunked.outcome.detail.contains("store forced false"), "\(chunked.outcome.detail)")
+    }
+
+    @Test("a request that presents a credential the run was not given (a held-out agent.py carrying the train key) is refused before any vendor is dialled; the run's own key passes; without keys to check nothing is")
+    func credentialsChecked() throws {
+        let body = Self.body.utf8.count
+        func raw(_ header: String) -> String {
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\n\(header)Content-Length: \(body)\r\n\r\n\(Self.body)"
+        }
+        let held: Set<String> = ["sk-held-out"]
+        for header in ["Authorization: Bearer sk-train\r\n", "x-api-key: sk-train\r\n", "api-key: sk-train\r\n",
+                       "Authorization: Bearer sk-held-out\r\nX-Api-Key: sk-train\r\n", "authorization: sk-train\r\n"] {
+            let r = try exchange(raw(header), credentials: held)
+            #expect(!r.dialled && !r.outcome.allowed && r.reply.hasPrefix("HTTP/1.1 403"), "\(header): \(r.outcome.detail)")
+            #expect(r.outcome.detail.contains("carries a credential this run was not given"), "\(r.outcome.detail)")
+            #expect(!r.outcome.detail.contains("sk-train"), "the refusal repeats the key: \(r.outcome.detail)")
+        }
+        for header in ["Authorization: Bearer sk-held-out\r\n", "authorization: bearer  sk-held-out\r\n", "x-api-key: sk-held-out\r\n", ""] {
+            let r = try exchange(raw(header), credentials: held)
+            #expect(r.dialled, "\(header): \(r.outcome.detail)")
+        }
+        #expect(try exchange(raw("Authorization: Bearer sk-anything\r\n")).dialled)
     }
 
     @Test("refused on the wire before any vendor is dialled", arguments: [

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import TestSupport
 
+import CSystemCalls
 @testable import Sandbox
 
 /// The inode-number counters a held-out task can move and a later task can read (pipes,
@@ -73,5 +74,22 @@ struct RunAloneInodeNumberNoiseTests {
             // On average 512 + 7.5 batches per counter and round.
             #expect(total > 10 * 2 * 2048, "CPU \(cpu): \(total)")
         }
+    }
+
+    @Test("after perturb() the host's process serial (a pidfd's inode number, Linux 6.5+) has moved by a random count of threads, at least what the report says")
+    func perturbMovesThePidSerial() throws {
+        try requireRoot()
+        var moved: Set<Int> = []
+        for _ in 0..<3 {
+            let before = ahs_pid_serial()
+            try #require(before > 0, "no pidfd inode numbers on this kernel (\(before)): pidfs is Linux 6.5+")
+            let report = InodeNumberNoise.perturb()
+            let after = ahs_pid_serial()
+            #expect(report.failure == nil, "\(report)")
+            #expect(Int(after - before) >= report.threads, "serial moved \(after - before), report \(report)")
+            moved.insert(report.threads)
+        }
+        // Uniform draws below 16,384 per CPU: three equal in a row would be a fixed amount.
+        #expect(moved.count >= 2, "\(moved)")
     }
 }

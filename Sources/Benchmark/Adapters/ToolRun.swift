@@ -54,7 +54,7 @@ extension ToolSettings {
         guard !networkInference.isEmpty else { return nil }
         let gate: InferenceGate
         do {
-            gate = try InferenceGate(targets: networkInference, upstreamCAFile: upstreamCA, heldOut: heldOut)
+            gate = try InferenceGate(targets: networkInference, upstreamCAFile: upstreamCA, heldOut: heldOut, credentials: credentials(heldOut: heldOut))
         } catch {
             throw BenchmarkError(.configuration, "runner.network.inference: \(error.message)")
         }
@@ -64,6 +64,16 @@ extension ToolSettings {
         case .success(let bundle): return (gate, bundle)
         case .failure(let e): throw BenchmarkError(.configuration, "runner.env_pass: \(e.message)")
         }
+    }
+
+    /// The API keys a run of this kind is given (the values of `envPass`'s credential
+    /// variables; a held-out run's from `heldOutEnv`): its gate passes these and no other.
+    public func credentials(heldOut: Bool) -> Set<String> {
+        var keys: Set<String> = []
+        for name in envPass where InferenceGate.isCredentialVariable(name) {
+            if let v = getenv(heldOut ? heldOutEnv[name] ?? name : name) { keys.insert(String(cString: v)) }
+        }
+        return keys
     }
 
     /// The variables `envPass` names with the values a run of this kind gives them: for a

@@ -16,6 +16,12 @@ import Synchronization
 ///   AgentSessions    one start of the agent, what it came to, when the next one starts
 ///   RunDirectories   the agent sandbox's policy and the run's directories
 ///   RunStop          whether and why the run stops, from any thread, with no sleeping thread
+///   Budgets          what the run has used of its limits (hours, cost, sessions), as status shows it
+///   AgentUsage       tokens and cost of the agent's sessions, from its CLI's own output
+///   BrokerServer     the Unix socket the agent's `autoharness` talks to, and who sent each request
+///   BrokerGrammar    the verbs the agent may send, parsed as the CLI parses them
+///   RunTypes         the request and answer types the files above pass around
+///   Staging          agent.py read and written through a descriptor of a directory the agent controls
 ///
 /// Threads: the caller's runs the agent's sessions one after another; the broker's answers
 /// requests one at a time; dispatch timers check `--max-hours` and the cost budget.

@@ -21,16 +21,23 @@ public enum InodeNumberNoise {
     /// Whole batches of 1024 numbers, below this many, added per CPU and counter.
     public static let extraBatches = 16
     static let batch = 1024
+    /// Threads started per CPU, below this many: each moves the host's process serial (a
+    /// pidfd's inode number, Linux 6.5+) by one. No sandbox can get a pidfd (pidfd_open,
+    /// CLONE_PIDFD, SO_PEERPIDFD and SO_PASSPIDFD are refused), so this is the second wall:
+    /// were a route found, a held-out phase's own count would be read against up to
+    /// 16,384 × CPUs of noise (about half a second per gate here).
+    public static let threadNoise = 16_384
 
     public struct Report: Sendable, CustomStringConvertible {
         public var cpus = 0
         public var consumed = 0
+        public var threads = 0
         public var seconds = 0.0
         public var failure: String?
         public init() {}
         public var description: String {
             if let failure { return "moving the inode-number counters FAILED: \(failure)" }
-            return "moved the inode-number counters by \(consumed) on \(cpus) CPU(s) in \(Int(seconds * 1000)) ms"
+            return "moved the inode-number counters by \(consumed) and the process serial by \(threads) on \(cpus) CPU(s) in \(Int(seconds * 1000)) ms"
         }
     }
 
@@ -48,11 +55,13 @@ public enum InodeNumberNoise {
         // Drawn from the system's generator (getrandom).
         let pipes = cpus.map { _ in Int.random(in: 0..<batch) + batch * Int.random(in: 0..<extraBatches) }
         let memfds = cpus.map { _ in Int.random(in: 0..<batch) + batch * Int.random(in: 0..<extraBatches) }
+        let threads = cpus.map { _ in Int.random(in: 0..<threadNoise) }
         var failedCPU: Int32 = -1
-        let rc = ahs_perturb_inode_numbers(cpus, pipes, memfds, n, &failedCPU)
+        let rc = ahs_perturb_inode_numbers(cpus, pipes, memfds, threads, n, &failedCPU)
         if rc < 0 { report.failure = "CPU \(failedCPU): \(String(cString: strerror(-rc)))" }
         report.cpus = Int(n)
         report.consumed = pipes.reduce(0, +) + memfds.reduce(0, +)
+        report.threads = threads.reduce(0, +)
         report.seconds = monotonic() - start
         return report
     }

@@ -23,6 +23,21 @@ public final class InferenceGate: @unchecked Sendable {
     /// A held-out run's gate: requests also leave nothing in the vendor's prompt cache that
     /// the gate can keep out of it (`InferenceRules`).
     public let heldOut: Bool
+    /// The credentials this gate's run was given (the values of its API-key variables: a
+    /// held-out run's from `gate.held_out_env` where that is set). A request that presents
+    /// any other in a credential header is refused before the vendor is dialled: a held-out
+    /// agent.py that carries the train key (train runs print it; redaction is verbatim only)
+    /// would otherwise spend in, and cache prompts for, the train account. Empty: not checked.
+    public let credentials: Set<String>
+
+    /// The request headers that carry a credential (a bearer token, an API key).
+    static let credentialHeaders: Set<String> = ["authorization", "x-api-key", "api-key"]
+
+    /// Whether a variable the tool is passed holds a credential the gate checks: names that
+    /// end in `_KEY` or `_TOKEN` (OPENAI_API_KEY, ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN).
+    public static func isCredentialVariable(_ name: String) -> Bool {
+        name.hasSuffix("_KEY") || name.hasSuffix("_TOKEN")
+    }
 
     /// The variables that tell common TLS clients which CAs to trust: OpenSSL and Python's
     /// ssl, httpx and requests, curl, Node (which adds to its own store).
@@ -30,9 +45,11 @@ public final class InferenceGate: @unchecked Sendable {
     /// Debian's bundle of the system store.
     public static let systemBundle = "/etc/ssl/certs/ca-certificates.crt"
 
-    public init(targets: [String], upstreamCAFile: String? = nil, bodyBudget: Int = 96 << 20, heldOut: Bool = false) throws(SandboxError) {
+    public init(targets: [String], upstreamCAFile: String? = nil, bodyBudget: Int = 96 << 20, heldOut: Bool = false,
+                credentials: Set<String> = []) throws(SandboxError) {
         bodies = ByteBudget(limit: bodyBudget)
         self.heldOut = heldOut
+        self.credentials = credentials.filter { !$0.isEmpty }
         var hosts: [String] = []
         for t in targets {
             guard let (host, _) = EgressProxy.split(t.lowercased()) else {
@@ -116,6 +133,10 @@ struct InferenceExchange {
         }
         let line = "\(request.method) \(request.target.prefix(120))"
         if let why = request.hostMismatch(host: host, port: port) {
+            refuse(tls, status: 403, why)
+            return Outcome(allowed: false, detail: "inference refused: \(line): \(why)")
+        }
+        if let why = request.foreignCredential(allowed: gate.credentials) {
             refuse(tls, status: 403, why)
             return Outcome(allowed: false, detail: "inference refused: \(line): \(why)")
         }
@@ -367,9 +388,27 @@ struct HTTPRequest {
     /// a server read the request as another (method overrides, rewritten URLs, forwarding),
     /// and those that leave state at the vendor for a later request to find (`Idempotency-Key`
     /// stores a response under a key of the client's choosing).
+    /// No `OpenAI-Organization` or `OpenAI-Project`: with a key that belongs to several
+    /// organisations, they would choose the train one for a held-out request (the key
+    /// chooses its own default; project keys are bound to theirs).
     static let forwardedHeaders: Set<String> = ["authorization", "x-api-key", "api-key", "anthropic-version", "anthropic-beta",
-                                                "openai-beta", "openai-organization", "openai-project", "accept", "accept-encoding",
-                                                "user-agent"]
+                                                "openai-beta", "accept", "accept-encoding", "user-agent"]
+
+    /// Why the request presents a credential the run was not given, or nil. Each credential
+    /// header counts (a bearer token after its scheme); none at all is the vendor's to refuse.
+    func foreignCredential(allowed: Set<String>) -> String? {
+        guard !allowed.isEmpty else { return nil }
+        for (name, value) in headers where InferenceGate.credentialHeaders.contains(name.lowercased()) {
+            var token = value
+            if let space = value.firstIndex(of: " "), value[..<space].lowercased() == "bearer" {
+                token = String(value[value.index(after: space)...]).trimmingSpaces()
+            }
+            if !allowed.contains(token) {
+                return "the \(name) header carries a credential this run was not given (the gate passes only the keys autoharness passed in)"
+            }
+        }
+        return nil
+    }
 
     static func read(_ r: inout TLSReader, headCap: Int, bodyCap: Int, hold: ByteBudget.Hold,
                      continueTo tls: TLSConnection) -> Result<HTTPRequest, GateRefusal> {
