@@ -137,6 +137,13 @@ struct InferenceGateRunTests {
     /// Every task sends a long prompt naming its instruction to both vendors (Anthropic with a
     /// `cache_control` breakpoint). Then one train task probes every task's prompt and says
     /// which the vendors had cached.
+    static func signaller(carryingTrainKey: Bool = false) -> String {
+        carryingTrainKey
+            ? signaller.replacingOccurrences(of: #"api_key=os.environ["OPENAI_API_KEY"]"#, with: #"api_key="sk-train""#)
+                .replacingOccurrences(of: #"api_key=os.environ["ANTHROPIC_API_KEY"]"#, with: #"api_key="sk-ant-train""#)
+            : signaller
+    }
+
     static let signaller = """
         import os, anthropic, openai
 
@@ -159,7 +166,10 @@ struct InferenceGateRunTests {
             def run(self, instruction):
                 o, a = clients()
                 if os.environ.get("PROBE") != "1":
-                    send(o, a, instruction)
+                    try:
+                        send(o, a, instruction)
+                    except (openai.PermissionDeniedError, anthropic.PermissionDeniedError) as e:
+                        print("refused:", e)
                     return ""
                 if instruction != "square 1":
                     return ""
@@ -174,7 +184,10 @@ struct InferenceGateRunTests {
     /// prepare (its baseline runs every task as held out: the split is not made yet), a train
     /// run and a gate (each task signals through its run's gate), then a train run of sq-1
     /// that probes. Returns the held-out and train numbers, and what the probe saw.
-    func cacheProbe(heldOutKeys: Bool) throws -> (test: Set<Int>, train: Set<Int>, openai: Set<Int>, anthropic: Set<Int>, requests: [[String: Any]]) {
+    /// `carryingTrainKey`: agent.py sends with the train keys written into it (a coding agent
+    /// that read them in a train trace), whatever its run was given.
+    func cacheProbe(heldOutKeys: Bool, carryingTrainKey: Bool = false)
+        throws -> (test: Set<Int>, train: Set<Int>, openai: Set<Int>, anthropic: Set<Int>, requests: [[String: Any]], violations: [[String: Any]]) {
         let model = try FakeModel(turns: [])
         let exp = try make(model, through: "inference")
         defer { exp.removeScratch() }
@@ -182,7 +195,7 @@ struct InferenceGateRunTests {
         if heldOutKeys {
             try exp.set("held_out_runtime", "host\n  held_out_env: {OPENAI_API_KEY: HELD_OUT_OPENAI_KEY, ANTHROPIC_API_KEY: HELD_OUT_ANTHROPIC_KEY}", in: "gate")
         }
-        try exp.setAgent(Self.signaller)
+        try exp.setAgent(Self.signaller(carryingTrainKey: carryingTrainKey))
         var env = ["FAKE_MODEL": model.address, "OPENAI_API_KEY": "sk-train", "ANTHROPIC_API_KEY": "sk-ant-train",
                    "HELD_OUT_OPENAI_KEY": "sk-held-out", "HELD_OUT_ANTHROPIC_KEY": "sk-ant-held-out", "PROBE": "0"]
         let p = try exp.run(["prepare"], environment: env)
@@ -205,7 +218,7 @@ struct InferenceGateRunTests {
             return Set(list.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) })
         }
         func n(_ ids: [String]) -> Set<Int> { Set(ids.compactMap { Int($0.dropFirst(3)) }) }
-        return (n(split.test), n(split.train), numbers("openai"), numbers("anthropic"), model.requests())
+        return (n(split.test), n(split.train), numbers("openai"), numbers("anthropic"), model.requests(), try exp.rows("violation"))
     }
 
     @Test("prompt cache: a held-out run's Anthropic breakpoints and OpenAI cache keys are removed, so its prompts are not cached for a train run; OpenAI's automatic cache still shows them within one account (the residual docs/benchmarks.md states)")
@@ -231,5 +244,18 @@ struct InferenceGateRunTests {
         let r = try cacheProbe(heldOutKeys: true)
         #expect(r.train.isSubset(of: r.openai) && r.train.isSubset(of: r.anthropic), "\(r.openai) \(r.anthropic)")
         #expect(r.openai.isDisjoint(with: r.test) && r.anthropic.isDisjoint(with: r.test), "\(r.openai) \(r.anthropic) \(r.test)")
+    }
+
+    @Test("prompt cache: a held-out agent.py that carries the train keys (read in a train trace) is refused at the gate, recorded, and leaves no prompt in the train account's cache")
+    func trainKeyCarriedIntoHeldOut() throws {
+        try requireRoot()
+        let r = try cacheProbe(heldOutKeys: true, carryingTrainKey: true)
+        #expect(r.train.isSubset(of: r.openai) && r.train.isSubset(of: r.anthropic), "\(r.openai) \(r.anthropic)")
+        #expect(r.openai.isDisjoint(with: r.test) && r.anthropic.isDisjoint(with: r.test), "\(r.openai) \(r.anthropic) \(r.test)")
+        // Each held-out task's first request was refused: an egress violation of the gate's
+        // held-out split per task, with no key in the ledger.
+        let refused = r.violations.filter { ($0["kind"] as? String) == "egress" && ($0["actor"] as? String)?.contains("gate, held-out split") == true }
+        #expect(refused.count == 1 && (refused.first?["count"] as? Int) == r.test.count, "\(r.violations)")
+        #expect(!r.violations.contains { "\($0)".contains("sk-") }, "a key in the ledger: \(r.violations)")
     }
 }
