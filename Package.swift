@@ -61,18 +61,18 @@ let package = Package(
         // No Foundation: it sits on the per-task path and under everything else.
         .target(
             name: "SupervisorIO",
-            dependencies: ["CSystemCalls"]
+            dependencies: ["CSystemCalls", "WireCoding"]
         ),
         // No Foundation and no YAML: what the sandbox needs of a policy, nothing of loading one.
         .target(
             name: "PolicyModel",
-            dependencies: ["SupervisorIO"]
+            dependencies: ["SupervisorIO", "WireCoding"]
         ),
         // Finding policy files and the cache of loaded policies: no YAML and no Foundation, so
         // that the `sandbox exec` front can use a cached policy.
         .target(
             name: "PolicyStore",
-            dependencies: ["PolicyModel", "SupervisorIO"]
+            dependencies: ["PolicyModel", "SupervisorIO", "WireCoding"]
         ),
         .target(
             name: "SandboxPolicy",
@@ -81,7 +81,7 @@ let package = Package(
         .target(
             name: "Sandbox",
             dependencies: [
-                "PolicyModel", "SupervisorIO", "CSandboxLaunch", "CSandboxSpawn", "CSystemCalls", "CSeccomp", "CCap", "CTLS",
+                "PolicyModel", "SupervisorIO", "WireCoding", "CSandboxLaunch", "CSandboxSpawn", "CSystemCalls", "CSeccomp", "CCap", "CTLS",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -100,7 +100,7 @@ let package = Package(
         // Foundation and no YAML, which the front must not link.
         .target(
             name: "SandboxCLI",
-            dependencies: ["Sandbox", "PolicyModel", "PolicyStore", "SupervisorIO", "CSystemCalls", "LaunchCode", .product(name: "Logging", package: "swift-log")]
+            dependencies: ["Sandbox", "PolicyModel", "PolicyStore", "SupervisorIO", "WireCoding", "CSystemCalls", "LaunchCode", .product(name: "Logging", package: "swift-log")]
         ),
         .target(
             name: "Benchmark",
@@ -147,8 +147,11 @@ let package = Package(
             name: "CFrontStart",
             dependencies: ["CSystemCalls", "LaunchCode"]
         ),
+        // The one byte codec (little-endian integers, length-prefixed strings and frames):
+        // the supervisor's cache files, the broker's wire, the launch service's. No Foundation.
+        .target(name: "WireCoding"),
         // The broker's wire format: no Foundation, shared by the supervisor and the client.
-        .target(name: "BrokerWire"),
+        .target(name: "BrokerWire", dependencies: ["WireCoding"]),
         // The `autoharness` inside the coding agent's sandbox: a static client of the broker,
         // a static executable (no loader, no shared libraries: it needs nothing of the /usr it
         // is bound into, and it starts in a fraction of a millisecond per broker request).
@@ -184,7 +187,7 @@ let package = Package(
         .testTarget(name: "BenchmarkTests", dependencies: ["Benchmark", "Sandbox", "SandboxPolicy", "TestSupport"],
                     exclude: ["Fixtures"]),
         .testTarget(name: "LedgerTests", dependencies: ["Ledger", "SupervisorIO", "TestSupport"]),
-        .testTarget(name: "ExperimentTests", dependencies: ["Experiment", "Benchmark", "Ledger", "Sandbox", "SandboxCLI", "SandboxPolicy", "SupervisorIO", "BrokerWire", "TestSupport"],
+        .testTarget(name: "ExperimentTests", dependencies: ["Experiment", "Benchmark", "Ledger", "Sandbox", "SandboxCLI", "SandboxPolicy", "SupervisorIO", "BrokerWire", "WireCoding", "TestSupport"],
                     exclude: ["Fixtures"]),
     ]
 )

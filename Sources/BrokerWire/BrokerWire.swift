@@ -1,4 +1,5 @@
 import Glibc
+import WireCoding
 
 /// The broker's wire format, shared by the supervisor and the in-sandbox client. It is
 /// deliberately tiny (no Foundation, no JSON) so the client stays a small static binary and
@@ -6,15 +7,17 @@ import Glibc
 ///
 /// Request (client → supervisor), one per connection:
 ///
-///     "AHB1" | u32 big-endian length N (≤ maxRequest) | N bytes: argv joined by NUL
+///     "AHB2" | u32 length N (≤ maxRequest) | N bytes: argv joined by NUL
 ///
 /// Reply (supervisor → client), a sequence of frames ending with exactly one exit frame:
 ///
-///     kind (1 byte: 'o' stdout, 'e' stderr, 'x' exit) | u32 big-endian length | bytes
+///     kind (1 byte: 'o' stdout, 'e' stderr, 'x' exit) | u32 length | bytes
+///
+/// Both are `WireCoding.Frame`s (little-endian; "AHB1" was the big-endian framing before).
 ///
 /// The exit frame's bytes are the decimal exit status. Anything else is a protocol error.
 public enum BrokerWire {
-    public static let magic: [UInt8] = Array("AHB1".utf8)
+    public static let magic: [UInt8] = Array("AHB2".utf8)
     public static let maxRequest = 64 * 1024
     public static let maxArguments = 256
     public static let maxFrame = 16 * 1024 * 1024
@@ -34,7 +37,7 @@ public enum BrokerWire {
             if i > 0 { body.append(0) }
             body += Array(a.utf8)
         }
-        return magic + be32(UInt32(body.count)) + body
+        return Frame.tagged(magic, body)
     }
 
     public enum RequestError: Error, Equatable, Sendable, CustomStringConvertible {
@@ -55,7 +58,8 @@ public enum BrokerWire {
     public static func bodyLength(header: [UInt8]) -> Result<Int, RequestError> {
         guard header.count == 8 else { return .failure(.truncated) }
         guard Array(header[0..<4]) == magic else { return .failure(.badMagic) }
-        let n = Int(readBE32(header, at: 4))
+        guard let length = Frame.u32(header[4...]) else { return .failure(.truncated) }
+        let n = Int(length)
         guard n <= maxRequest else { return .failure(.tooLarge(n)) }
         return .success(n)
     }
@@ -73,15 +77,12 @@ public enum BrokerWire {
     }
 
     public static func frame(_ kind: FrameKind, _ bytes: [UInt8]) -> [UInt8] {
-        [kind.rawValue] + be32(UInt32(bytes.count)) + bytes
+        Frame.tagged([kind.rawValue], bytes)
     }
 
-    public static func be32(_ v: UInt32) -> [UInt8] {
-        [UInt8(v >> 24), UInt8((v >> 16) & 0xFF), UInt8((v >> 8) & 0xFF), UInt8(v & 0xFF)]
-    }
-
-    public static func readBE32(_ b: [UInt8], at i: Int) -> UInt32 {
-        UInt32(b[i]) << 24 | UInt32(b[i + 1]) << 16 | UInt32(b[i + 2]) << 8 | UInt32(b[i + 3])
+    /// The length in a reply frame's five-byte header (kind, u32), or nil if it is short.
+    public static func frameLength(header: [UInt8]) -> Int? {
+        header.count == 5 ? Frame.u32(header[1...]).map(Int.init) : nil
     }
 
     /// Writes everything or returns false (EINTR retried; EPIPE is not raised as a signal).

@@ -10,7 +10,7 @@ import PackagePlugin
 @main
 struct LaunchCodeDigestPlugin: BuildToolPlugin {
     static let launchTargets: Set<String> = [
-        "SupervisorIO", "PolicyModel", "PolicyStore", "Sandbox", "SandboxCLI",
+        "WireCoding", "SupervisorIO", "PolicyModel", "PolicyStore", "Sandbox", "SandboxCLI",
         "CSandboxLaunch", "CSandboxSpawn", "CSystemCalls", "CTLS", "CFrontStart",
     ]
 

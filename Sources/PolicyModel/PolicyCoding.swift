@@ -1,4 +1,5 @@
 import SupervisorIO
+import WireCoding
 
 // A compact binary form of `Policy`, for the loaded-policy cache (`PolicyLoader.usesCache`):
 // decoding one takes microseconds, where loading its YAML layers takes about a millisecond of

@@ -1,6 +1,7 @@
 import Glibc
 import PolicyModel
 import SupervisorIO
+import WireCoding
 
 /// Loaded policies kept between runs (`PolicyLoader.usesCache`, `RootOwnedCache`'s
 /// `policy/`), so that a one-shot `sandbox exec` does not parse and merge the same YAML

@@ -2,6 +2,7 @@ import CSystemCalls
 import Glibc
 import Sandbox
 import SupervisorIO
+import WireCoding
 
 /// `sandbox exec` run by a resident supervisor (`autoharness sandbox serve`) for the front.
 ///
@@ -164,11 +165,6 @@ public enum LaunchService {
 
     /// The cgroups this service started in, for `LaunchServer.onlyCgroups` (`--same-cgroup`).
     public static func ownCgroups() -> [String: String] { cgroupMemberships(of: "self") }
-
-    static func le32(_ v: UInt32) -> [UInt8] { (0..<4).map { UInt8(truncatingIfNeeded: v >> (8 * $0)) } }
-    static func le32<C: Collection>(_ b: C) -> UInt32 where C.Element == UInt8 {
-        b.enumerated().reduce(0) { $0 | UInt32($1.element) << (8 * $1.offset) }
-    }
 
     /// Writes all of `bytes` (a stream socket may take fewer per call).
     @discardableResult
@@ -589,7 +585,7 @@ public final class LaunchServer: @unchecked Sendable {
         setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
         let decline = { [self] in
             locked { counts.declined += 1 }
-            LaunchService.sendAll(conn, [LaunchService.declined] + LaunchService.le32(0))
+            LaunchService.sendAll(conn, [LaunchService.declined] + Frame.u32(0))
         }
         // A request that cannot be read (too many descriptors open here, a truncated message)
         // is declined: whatever it was, nothing of it ran.
@@ -655,7 +651,7 @@ public final class LaunchServer: @unchecked Sendable {
             active[conn] = nil
             counts.served += 1
         }
-        LaunchService.sendAll(conn, [LaunchService.exited] + LaunchService.le32(UInt32(bitPattern: status)))
+        LaunchService.sendAll(conn, [LaunchService.exited] + Frame.u32(UInt32(bitPattern: status)))
     }
 
     /// The launch `request` asks for, registered as under way, or nil (declined, nothing ran).
@@ -730,8 +726,8 @@ public final class LaunchServer: @unchecked Sendable {
             guard m > 0 else { return refuse() }
             have += m
         }
-        guard Array(header[0..<4]) == LaunchService.magic, LaunchService.le32(header[4..<8]) == LaunchService.version else { return refuse() }
-        let length = Int(LaunchService.le32(header[8..<12]))
+        guard Array(header[0..<4]) == LaunchService.magic, Frame.u32(header[4..<8]) == LaunchService.version,
+              let length = Frame.u32(header[8..<12]).map(Int.init) else { return refuse() }
         guard length <= LaunchService.bodyLimit else { return refuse() }
         var body = [UInt8](repeating: 0, count: length)
         var got = 0

@@ -1,4 +1,5 @@
 import Glibc
+import WireCoding
 
 /// Files the supervisor derives from its inputs and keeps between runs (compiled seccomp
 /// programs, loaded policies), under `$AUTOHARNESS_CACHE_DIR` or `/var/cache/autoharness`.

@@ -35,8 +35,7 @@ guard BrokerWire.writeAll(fd, BrokerWire.encodeRequest(Array(CommandLine.argumen
 }
 while true {
     guard let header = BrokerWire.readExact(fd, 5) else { die("the broker closed the connection without an answer") }
-    let length = Int(BrokerWire.readBE32(header, at: 1))
-    guard length <= BrokerWire.maxFrame, let body = BrokerWire.readExact(fd, length) else { die("malformed answer from the broker") }
+    guard let length = BrokerWire.frameLength(header: header), length <= BrokerWire.maxFrame, let body = BrokerWire.readExact(fd, length) else { die("malformed answer from the broker") }
     switch BrokerWire.FrameKind(rawValue: header[0]) {
     case .stdout?: _ = body.withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
     case .stderr?: _ = body.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }

@@ -3,6 +3,7 @@ import BrokerWire
 import Foundation
 import Testing
 import TestSupport
+import WireCoding
 
 // Copy-back is the only way anything written by the coding agent reaches the supervisor:
 // each refusal below is one decision of `AgentFile.read`, tested on real files.
@@ -130,7 +131,7 @@ struct BrokerWireTests {
     @Test("bad magic, oversized bodies, too many arguments and invalid UTF-8 are refused")
     func refusals() {
         #expect(BrokerWire.bodyLength(header: Array("GET / HT".utf8)) == .failure(.badMagic))
-        #expect(BrokerWire.bodyLength(header: BrokerWire.magic + BrokerWire.be32(UInt32(BrokerWire.maxRequest + 1)))
+        #expect(BrokerWire.bodyLength(header: BrokerWire.magic + Frame.u32(UInt32(BrokerWire.maxRequest + 1)))
                 == .failure(.tooLarge(BrokerWire.maxRequest + 1)))
         #expect(BrokerWire.bodyLength(header: Array("AHB1".utf8)) == .failure(.truncated))
         let many = [UInt8](repeating: 0, count: BrokerWire.maxArguments)

@@ -180,8 +180,9 @@ struct RunTests {
         // Broker: test ids, symlinked agent.py, forged messages, unknown verbs all refused.
         #expect(a["test_ids"] == "exit 2")
         #expect(a["symlink_agent"] == "exit 2")
-        #expect(a["forged_bad_magic"]?.hasSuffix("x\\x00\\x00\\x00\\x012'") == true, "\(a["forged_bad_magic"] ?? "")")
-        #expect(a["forged_oversized"]?.hasSuffix("x\\x00\\x00\\x00\\x012'") == true)
+        // The exit frame: 'x', its length 1 (u32, little-endian), status 2.
+        #expect(a["forged_bad_magic"]?.hasSuffix("x\\x01\\x00\\x00\\x002'") == true, "\(a["forged_bad_magic"] ?? "")")
+        #expect(a["forged_oversized"]?.hasSuffix("x\\x01\\x00\\x00\\x002'") == true)
         #expect(a["broker_peer_pid"] == "0", "the supervisor must not be visible from the sandbox")
         #expect(a["unknown_verb"] == "exit 2" && a["status_operator"] == "exit 2")
         // A client that never sends is dropped after 5 s; the next request is answered.

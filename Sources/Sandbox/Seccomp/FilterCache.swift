@@ -2,6 +2,7 @@ import CSeccomp
 import Glibc
 import PolicyModel
 import SupervisorIO
+import WireCoding
 
 /// An on-disk cache of exported seccomp programs (libseccomp's rule database and BPF export
 /// cost ~2 ms, paid by every `sandbox exec` otherwise).

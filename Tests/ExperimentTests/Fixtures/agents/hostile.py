@@ -109,7 +109,7 @@ def raw(payload):
 pid, answer = raw(b"GET / HTTP/1.0\r\n\r\n")
 report("forged_bad_magic", f"answer {answer[-10:]!r}")
 report("broker_peer_pid", str(pid))
-pid, answer = raw(b"AHB1" + struct.pack(">I", 1 << 30))
+pid, answer = raw(b"AHB2" + struct.pack("<I", 1 << 30))
 report("forged_oversized", f"answer {answer[-10:]!r}")
 # A client that trickles its request a byte every 2 s (each read is quick, the whole is not):
 # the broker gives a request 5 s in all, then serves the next one.
@@ -120,7 +120,7 @@ stall.connect("/run/autoharness/broker.sock")
 
 def trickle():
     try:
-        for b in b"AHB1\x00\x00\x00\x06status":
+        for b in b"AHB2\x06\x00\x00\x00status":
             stall.send(bytes([b]))
             time.sleep(2)
     except OSError:

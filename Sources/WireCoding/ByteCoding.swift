@@ -1,6 +1,10 @@
-// Little-endian, length-prefixed binary writing and reading, for the supervisor's own cache
-// files (RootOwnedCache entries): no Foundation, and a reader that returns nil on any
-// malformed or truncated input instead of trapping.
+// The one byte codec of autoharness's own formats: little-endian integers, length-prefixed
+// strings and frames, a reader that returns nil on any malformed or truncated input instead of
+// trapping, and no Foundation (the broker's in-sandbox client is a small static binary).
+// Used by the supervisor's cache files (RootOwnedCache entries, policies, seccomp programs),
+// the broker's wire (BrokerWire) and the launch service's (LaunchService, whose C client,
+// CFrontStart, writes the same little-endian u32s). The launcher's plan (plan_wire.c) is C on
+// both ends and keeps its own packing.
 
 public struct ByteWriter {
     public private(set) var bytes: [UInt8] = []
@@ -93,5 +97,28 @@ public struct ByteReader {
         case 1: return body(&self).map { .some($0) }
         default: return nil
         }
+    }
+}
+
+/// Frames: a tag (a magic or a one-byte kind), a u32 length, the bytes.
+public enum Frame {
+    public static func u32(_ v: UInt32) -> [UInt8] {
+        var w = ByteWriter()
+        w.u32(v)
+        return w.bytes
+    }
+
+    /// The u32 in the first four of `bytes`, or nil if there are fewer.
+    public static func u32<C: Collection>(_ bytes: C) -> UInt32? where C.Element == UInt8 {
+        var r = ByteReader(Array(bytes.prefix(4)))
+        return r.u32()
+    }
+
+    public static func tagged(_ tag: [UInt8], _ body: [UInt8]) -> [UInt8] {
+        var w = ByteWriter()
+        w.raw(tag)
+        w.count(body.count)
+        w.raw(body)
+        return w.bytes
     }
 }
