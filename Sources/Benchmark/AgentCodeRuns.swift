@@ -19,8 +19,12 @@ import Sandbox
 enum AgentCodeRuns {
     /// Names that are code to their usual reader (an interpreter, a compiler, the loader, a
     /// shell, a build tool, pickle).
-    static let codeSuffixes = [".py", ".pyc", ".pyz", ".pth", ".pkl", ".pickle", ".joblib", ".so", ".sh", ".bash", ".zsh",
-                               ".js", ".mjs", ".cjs", ".ts", ".rb", ".pl", ".pm", ".php", ".lua", ".tcl", ".r", ".jl",
+    /// Serialized objects whose loading runs code (pickle and its kin: torch checkpoints,
+    /// numpy with allow_pickle, joblib, dill, compressed pickles) count as code.
+    static let codeSuffixes = [".py", ".pyc", ".pyz", ".pth", ".pyx", ".ipynb", ".pkl", ".pickle", ".joblib", ".dill", ".sav",
+                               ".pt", ".ckpt", ".npy", ".npz", ".h5", ".keras", ".pkl.gz", ".pkl.bz2", ".pkl.xz", ".so", ".sh",
+                               ".bash", ".zsh", ".awk", ".sql",
+                               ".js", ".mjs", ".cjs", ".ts", ".tsx", ".jsx", ".rb", ".pl", ".pm", ".php", ".lua", ".tcl", ".r", ".jl",
                                ".jar", ".class", ".wasm", ".c", ".h", ".cc", ".cpp", ".cxx", ".hpp", ".hh", ".rs", ".go",
                                ".java", ".kt", ".scala", ".swift", ".zig", ".ml", ".hs", ".cs", ".f90", ".f", ".cob",
                                ".cbl", ".v", ".sv", ".vhd", ".s", ".asm", ".mk", ".cmake"]

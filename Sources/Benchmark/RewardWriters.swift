@@ -8,10 +8,14 @@
 // is gone every change to `reward.txt` or `reward.json` — by name in that directory, or to
 // the files themselves through any other name — must have been made by the test script's
 // own process (the sandbox's payload, `bash /tests/test.sh`). Test scripts write their reward
-// themselves (`echo 1 > /logs/verifier/reward.txt`); a reward created, written, truncated,
-// renamed, made read-only or removed by any other process is void, whatever the test script
-// did after, and the change is recorded against agent.py. A queue that overflowed voids it
-// too (it cannot be vouched for).
+// themselves (`echo 1 > /logs/verifier/reward.txt`); a reward created, opened, written,
+// truncated, renamed, made read-only or removed by any other process is void, whatever the
+// test script did after, and the change is recorded against agent.py. Opens count because a
+// write through a shared mapping raises no modify event and the close that would name the
+// writer can be delayed past the verifier's end (a review did both: the descriptor in flight
+// at the bottom of a chain of Unix sockets a garbage cycle holds, closed by a kernel worker a
+// second later; the gate accepted at 1.00). A queue that overflowed voids it too (it cannot
+// be vouched for).
 //
 // What this does not close: code that runs inside the test script's own process (a test
 // script that sources a file from /app), and a test that trusts what agent code returns or
@@ -37,7 +41,7 @@ enum RewardWriters {
         // The reward files as they are now, by handle: a change made through another name (a
         // hard link, the name a file had before it was renamed into place) is theirs too.
         let files = names.sorted().compactMap { name in ChangeWatch.handle(at: logs, name).map { (name, $0) } }
-        for c in changes where c.mask & ChangeWatch.anyChange != 0 && c.pid != payload {
+        for c in changes where c.mask & ChangeWatch.changeOrOpen != 0 && c.pid != payload {
             let target: String
             var through = ""
             if c.inTop && names.contains(c.name) {
@@ -60,6 +64,7 @@ enum RewardWriters {
         if mask & (ChangeWatch.movedTo | ChangeWatch.movedFrom | ChangeWatch.moveSelf) != 0 { return "renamed" }
         if mask & (ChangeWatch.delete | ChangeWatch.deleteSelf) != 0 { return "removed" }
         if mask & ChangeWatch.attrib != 0 { return "changed (metadata)" }
+        if mask & (ChangeWatch.modify | ChangeWatch.closeWrite) == 0 && mask & ChangeWatch.open != 0 { return "opened" }
         return "written"
     }
 }

@@ -574,8 +574,11 @@ int ahs_change_watch(const char *dir, unsigned char *top, unsigned *top_len) {
     int group = fanotify_init(base | FAN_REPORT_TARGET_FID, O_RDONLY | O_CLOEXEC);
     if (group < 0 && errno == EINVAL) group = fanotify_init(base, O_RDONLY | O_CLOEXEC);
     if (group < 0) return -1;
-    uint64_t mask = FAN_MODIFY | FAN_ATTRIB | FAN_CLOSE_WRITE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_CREATE | FAN_DELETE |
-                    FAN_DELETE_SELF | FAN_MOVE_SELF | FAN_ONDIR;
+    // Opens too: a write through a shared mapping raises no FAN_MODIFY, and the close that
+    // would name its writer can be put off (a descriptor in flight in a Unix socket that a
+    // garbage cycle holds is closed by a kernel worker, later); the open happens at once.
+    uint64_t mask = FAN_OPEN | FAN_MODIFY | FAN_ATTRIB | FAN_CLOSE_WRITE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_CREATE |
+                    FAN_DELETE | FAN_DELETE_SELF | FAN_MOVE_SELF | FAN_ONDIR;
     if (fanotify_mark(group, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, mask, AT_FDCWD, dir) < 0) {
         e = errno;
         close(group);

@@ -89,7 +89,7 @@ struct TaskRunnerTests {
         #expect(listing(h.scratch.path).isEmpty)
     }
 
-    @Test("only the test script's own process writes the reward: a child's write, rename, chmod or removal voids it and is recorded against agent.py; the script's own write, an exec'd grader and a child's other logs count", arguments: [
+    @Test("only the test script's own process writes the reward: a child's write, rename, chmod, removal or open (a write through a mapping raises no modify event) voids it and is recorded against agent.py; the script's own write, an exec'd grader and a child's other logs count", arguments: [
         ("echo 1 > /logs/verifier/reward.txt", TaskStatus.passed, nil as String?),
         ("exec python3 -c 'open(\"/logs/verifier/reward.txt\", \"w\").write(\"1\")'", .passed, nil),
         ("python3 -c 'open(\"/logs/verifier/ctrf.json\", \"w\").write(\"{}\")'; echo 1 > /logs/verifier/reward.txt", .passed, nil),
@@ -101,6 +101,12 @@ struct TaskRunnerTests {
         ("echo 1 > /logs/verifier/reward.txt; mkdir /logs/verifier/d; ln /logs/verifier/reward.txt /logs/verifier/d/r; echo 1 >> /logs/verifier/d/r", .invalidReward, "/logs/verifier/reward.txt"),
         ("echo 1 > /logs/verifier/reward.json; rm /logs/verifier/reward.json; echo 1 > /logs/verifier/reward.txt", .invalidReward, "/logs/verifier/reward.json removed by pid"),
         ("(sleep 0.2; echo 1 > /logs/verifier/reward.json) & echo 0 > /logs/verifier/reward.txt; wait", .invalidReward, "/logs/verifier/reward.json created by pid"),
+        // A write through a shared mapping raises no modify event; its close does (merged with
+        // the open here), but a close can be put off past the verifier's end: the corpus's
+        // post-grading-mmap, where only the open names the writer. A plain read counts too.
+        ("echo 0 > /logs/verifier/reward.txt; python3 -c 'import mmap, os; m = mmap.mmap(os.open(\"/logs/verifier/reward.txt\", os.O_RDWR), 1); m[0:1] = b\"1\"'",
+         .invalidReward, "/logs/verifier/reward.txt written by pid"),
+        ("echo 1 > /logs/verifier/reward.txt; cat /logs/verifier/reward.txt", .invalidReward, "/logs/verifier/reward.txt opened by pid"),
     ])
     func onlyTheTestScriptWritesTheReward(script: String, status: TaskStatus, detail: String?) throws {
         try requireRoot()

@@ -300,6 +300,9 @@ struct AgentCodeRunsTests {
         .init(id: "loads-through-ld-so", test: "{ /lib64/ld-linux-x86-64.so.2 /app/prog || true; } && test \"$(cat /app/answer.txt)\" = 42",
               flagged: ["opened /app/prog (ld-linux-x86-64.so.2)"]),
         .init(id: "unpickles", test: "python3 -c 'import pickle; pickle.load(open(\"/app/model.pkl\", \"rb\"))'", flagged: ["opened /app/model.pkl (python3"]),
+        // A checkpoint is a pickle by another name (torch.load), compressed ones too.
+        .init(id: "loads-checkpoint", test: "python3 -c 'import gzip, pickle; pickle.load(open(\"/app/model.pt\", \"rb\")); pickle.load(gzip.open(\"/app/m.pkl.gz\"))'",
+              flagged: ["opened /app/model.pt (python3", "opened /app/m.pkl.gz (python3"]),
         .init(id: "long-path", test: "python3 /app/\(String(repeating: "d", count: 200))/\(String(repeating: "e", count: 200))/\(String(repeating: "f", count: 200))/\(String(repeating: "g", count: 200))/\(String(repeating: "h", count: 200))/\(String(repeating: "i", count: 200))/deep.py",
               flagged: ["opened /app/dddd"]),
         .init(id: "reads-data", test: "test \"$(cat /app/answer.txt)\" = 42", flagged: []),
@@ -322,6 +325,9 @@ struct AgentCodeRunsTests {
                 open("/app/solution.c", "w").write("int main(void) { return 0; }\\n")
                 open("/app/Makefile", "w").write("answer:\\n\\t@true\\n")
                 pickle.dump({"answer": 42}, open("/app/model.pkl", "wb"))
+                pickle.dump({"answer": 42}, open("/app/model.pt", "wb"))
+                import gzip
+                pickle.dump({"answer": 42}, gzip.open("/app/m.pkl.gz", "wb"))
                 deep = "/app/" + "/".join(c * 200 for c in "defghi")
                 os.makedirs(deep)
                 open(deep + "/deep.py", "w").write("pass\\n")

@@ -27,6 +27,7 @@ public final class ChangeWatch {
     public static let modify: UInt64 = 0x2
     public static let attrib: UInt64 = 0x4
     public static let closeWrite: UInt64 = 0x8
+    public static let open: UInt64 = 0x20
     public static let movedFrom: UInt64 = 0x40
     public static let movedTo: UInt64 = 0x80
     public static let create: UInt64 = 0x100
@@ -36,6 +37,9 @@ public final class ChangeWatch {
     public static let overflow: UInt64 = 0x4000
     /// Every kind of change watched (the object's content, its metadata, its name).
     public static let anyChange: UInt64 = modify | attrib | closeWrite | movedFrom | movedTo | create | delete | deleteSelf | moveSelf
+    /// A change, or an open (of any mode: what a process may do with the descriptor, a write
+    /// through a mapping included, is not reported as it happens).
+    public static let changeOrOpen: UInt64 = anyChange | open
 
     private let group: Int32
     private let top: [UInt8]
