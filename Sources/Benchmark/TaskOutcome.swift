@@ -69,6 +69,19 @@ public struct TaskOutcome: Sendable, Codable, Equatable {
         return flagged.isEmpty ? nil : Dictionary(flagged, uniquingKeysWith: { a, _ in a })
     }
 
+    /// The flag of a held-out task whose verifier ran where its lines stay (a held-out VM, a
+    /// node): how many there were, nothing of the paths and programs a held-out agent.py chose.
+    public static func countedFlag(_ lines: Int, where place: String) -> [String] {
+        ["\(lines) line(s) of agent code the verifier ran \(place) (which files and programs stay there)"]
+    }
+
+    /// The count of a flag `countedFlag` made for `place`, or nil if it is anything else.
+    public static func flagCount(_ flag: [String], where place: String) -> Int? {
+        guard flag.count == 1, let n = flag[0].split(separator: " ").first.flatMap({ Int($0) }), (1...1000).contains(n),
+              flag == countedFlag(n, where: place) else { return nil }
+        return n
+    }
+
     /// The pass threshold on a task's reward.
     public static let passThreshold = 0.5
 

@@ -360,6 +360,23 @@ struct GuestAnswerTests {
         }
     }
 
+    @Test("a held-out task whose verifier ran agent code is flagged on the host too, by a count: no path or program crosses back")
+    func flagCrosses() throws {
+        var a = TaskOutcome(id: "a", reward: 0, status: .failed)
+        a.verifierRanAgentCode = ["opened /app/secret-answer-42.py (python3)", "executed /app/prog (bash)"]
+        let body = GuestAnswer.encodeBody([a, .init(id: "b", reward: 0, status: .failed)], agent: .init(), tool: .init())
+        #expect(body.contains("flag a 2\n") && !body.contains("secret-answer") && !body.contains("flag b"), "\(body)")
+        let parsed = try Self.parse(GuestAnswer.header + body).get()
+        #expect(parsed.outcomes.first { $0.id == "a" }?.verifierRanAgentCode.flatMap { TaskOutcome.flagCount($0, where: "in the held-out VM") } == 2)
+        #expect(TaskOutcome.flagCount(["2 line(s) of agent code: opened /app/x.py"], where: "in the held-out VM") == nil)
+        #expect(parsed.outcomes.first { $0.id == "b" }?.verifierRanAgentCode == nil)
+        for bad in ["flag a 2\noutcome a 0 failed", "outcome a 0 failed\nflag a 2\nflag a 3", "outcome a 0 failed\nflag a /app/x.py",
+                    "outcome a 0 failed\nflag a 0", "outcome a 0 failed\nflag a 2 x"] {
+            let text = "ahvm1 begin\n\(bad)\noutcome b 0 failed\nahvm1 end 2\n"
+            if case .success = Self.parse(text) { Issue.record("accepted: \(bad)") }
+        }
+    }
+
     @Test("an answer over the cap is refused before it is read as text")
     func tooLarge() {
         let big = [UInt8](repeating: 0x61, count: GuestAnswer.maxBytes + 1)

@@ -96,6 +96,25 @@ struct RemoteWorkTests {
         #expect(r.stderr.contains("held-out tasks done; dropped ") && r.stderr.contains("from the page cache"), "\(r.stderr)")
     }
 
+    @Test("a held-out answer's agent-code flag crosses as a count only: one naming what the verifier ran is refused")
+    func heldOutFlagIsACount() throws {
+        try requireRoot()
+        let node = try Node()
+        var request = try node.request(["add-2", "mul-1"], heldOut: true)
+        request.answerTo = nil  // the check of what the answer holds, without its seal
+        func answer(_ flag: [String]?) throws -> [UInt8] {
+            var a = TaskOutcome(id: "add-2", reward: 0, status: .failed)
+            a.verifierRanAgentCode = flag
+            return Array(try JSONEncoder().encode(WorkAnswer(nonce: request.nonce, outcomes: [a, TaskOutcome(id: "mul-1", reward: 0, status: .failed)])))
+        }
+        let counted = try RemoteWork.check(try answer(TaskOutcome.countedFlag(3, where: "on the node")), for: request)
+        #expect(counted.outcomes[0].verifierRanAgentCode.flatMap { TaskOutcome.flagCount($0, where: "on the node") } == 3)
+        for flag in [["opened /app/held-out-answer.py (python3)"], TaskOutcome.countedFlag(3, where: "on the node") + ["x"],
+                     TaskOutcome.countedFlag(3, where: "in the held-out VM")] {
+            #expect(throws: ExperimentError.self, "\(flag)") { try RemoteWork.check(try answer(flag), for: request) }
+        }
+    }
+
     @Test("refused before anything runs: another key's signature, a body changed after signing, a replay, another binary, other policies, a path out of its task")
     func forgedRequestsRefused() throws {
         try requireRoot()

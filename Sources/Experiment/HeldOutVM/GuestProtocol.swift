@@ -74,6 +74,8 @@ public struct GuestAnswer: Sendable, Equatable {
     /// count near Int.max would trap (no sandbox refuses a billion calls in a gate).
     static let maxViolationCount = 1_000_000_000
     static let maxViolations = 400
+    /// The most a flag line counts (the host keeps `AgentCodeRuns.limit` lines and a total).
+    static let maxFlagLines = 1000
 
     /// What the guest writes as soon as it runs (the host measures its boot by it).
     public static let header = "ahvm1 begin\n"
@@ -83,6 +85,9 @@ public struct GuestAnswer: Sendable, Equatable {
         var lines: [String] = []
         for o in outcomes {
             lines.append("outcome \(o.id) \(String(format: "%.6f", o.reward)) \(o.status.rawValue)")
+            // That the verifier ran agent code, and how many lines the flag had: never the paths
+            // or programs (strings a held-out agent.py chose).
+            if let flag = o.verifierRanAgentCode, !flag.isEmpty { lines.append("flag \(o.id) \(min(flag.count, maxFlagLines))") }
         }
         var rows = 0
         for (actor, log) in [("agent", agent), ("tool", tool)] {
@@ -154,6 +159,12 @@ public struct GuestAnswer: Sendable, Equatable {
                 default: scored = 0
                 }
                 outcomes.append(TaskOutcome(id: f[1], reward: scored, status: status, detail: "in the held-out VM"))
+            case "flag":
+                guard f.count == 3, let at = outcomes.lastIndex(where: { $0.id == f[1] }), outcomes[at].verifierRanAgentCode == nil,
+                      let n = Int(f[2]), n > 0, n <= maxFlagLines else {
+                    throw AnswerError("line \(i + 1): a malformed flag (after its task's outcome, once, a count)")
+                }
+                outcomes[at].verifierRanAgentCode = TaskOutcome.countedFlag(n, where: "in the held-out VM")
             case "violation":
                 guard f.count == 5, f[1] == "agent" || f[1] == "tool", let kind = AuditEvent.Kind(rawValue: f[2]),
                       isName(f[3]), let n = Int(f[4]), n > 0, n <= maxViolationCount else {

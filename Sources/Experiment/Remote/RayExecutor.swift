@@ -84,8 +84,9 @@ public struct RemoteWork {
         }
         if request.heldOut {
             // Rewards and status classes only, as from a held-out VM.
-            guard answer.traces.isEmpty, answer.outcomes.allSatisfy({ $0.failures == nil && $0.detail == nil && $0.agentSeconds == 0 && $0.verifierSeconds == 0 }) else {
-                throw ExperimentError(.refused, "the answer to a held-out request carries more than rewards and statuses (traces, details, timings or failure evidence)")
+            guard answer.traces.isEmpty, answer.outcomes.allSatisfy({ $0.failures == nil && $0.detail == nil && $0.agentSeconds == 0 && $0.verifierSeconds == 0
+                    && $0.verifierRanAgentCode.map { TaskOutcome.flagCount($0, where: "on the node") != nil } ?? true }) else {
+                throw ExperimentError(.refused, "the answer to a held-out request carries more than rewards, statuses and flag counts (traces, details, timings, failure evidence or what a verifier ran)")
             }
         } else {
             for (id, files) in answer.traces {

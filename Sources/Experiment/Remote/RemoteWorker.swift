@@ -132,7 +132,12 @@ public enum RemoteWorker {
         let all = ids.map { byID[$0] ?? TaskOutcome(id: $0, reward: 0, status: .missingResult) }
         // A held-out answer is what a held-out VM's is: each task's reward and status class,
         // and counts of refusals by kind and name; no detail, no timing, no evidence.
-        var answer = WorkAnswer(nonce: request.nonce, outcomes: heldOut ? all.map { TaskOutcome(id: $0.id, reward: $0.reward, status: $0.status) } : all)
+        // The agent-code flag crosses as its count.
+        var answer = WorkAnswer(nonce: request.nonce, outcomes: heldOut ? all.map { o in
+            var kept = TaskOutcome(id: o.id, reward: o.reward, status: o.status)
+            if let flag = o.verifierRanAgentCode, !flag.isEmpty { kept.verifierRanAgentCode = TaskOutcome.countedFlag(min(flag.count, 1000), where: "on the node") }
+            return kept
+        } : all)
         answer.violations = counts(agent, agent: true) + counts(tool, agent: false)
         if !heldOut {
             // The whole answer stays under the supervisor's limit whatever agent.py wrote:
