@@ -6,43 +6,7 @@
 // sys.h, and the only other functions used are memcpy, memset, strlen and their kin (the
 // launcher brings its own). No malloc, no stdio, no locks. Every failure is reported as
 // (stage, errno) over the report socket and ends the child with status 125.
-#include "ahl_launch.h"
-
-#include <errno.h>
-#include <fcntl.h>
-#include <linux/capability.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <net/if.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sched.h>
-#include <signal.h>
-#include <stdint.h>
-#include <string.h>
-#include <sys/ioctl.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/signalfd.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/mman.h>
-#include <sys/mount.h>
-#include <sys/vfs.h>
-#include <linux/magic.h>
-#include <sys/wait.h>
-
-#include "sys.h"
-
-// A C library call slipping back in fails the build here (and the launcher's link).
-#undef errno
-#undef htons
-#undef htonl
-#pragma GCC poison errno open openat close close_range dup dup2 read write pread fcntl fstat fstatat mkdirat
-#pragma GCC poison unlinkat symlinkat chdir fchdir pipe2 ioctl mount umount2 open_tree move_mount fsopen fsconfig fsmount
-#pragma GCC poison mount_setattr _Fork fork waitpid kill setsid unshare setns sethostname prctl setrlimit execve
-#pragma GCC poison sched_getaffinity sigaction sigprocmask signalfd poll socket bind listen send recv sendmsg
-#pragma GCC poison syscall _exit malloc free calloc realloc sigfillset sigemptyset htons htonl
+#include "launch_internal.h"
 
 int ahl_errno;
 
@@ -87,7 +51,7 @@ static void send_msg(int fd, int32_t kind, int32_t stage, int32_t err, int32_t i
     (void)sys_send(fd, &m, sizeof m, MSG_NOSIGNAL);
 }
 
-__attribute__((noreturn)) static void fail(int rep, int32_t stage, int32_t index) {
+__attribute__((noreturn)) void ahl_fail(int rep, int32_t stage, int32_t index) {
     send_msg(rep, AHL_MSG_SETUP_ERROR, stage, ahl_errno, index, 0);
     sys_exit(SETUP_FAILED);
 }
@@ -800,19 +764,19 @@ static int make_readonly(int newroot, const char *path, uint64_t attrs) {
 
 static void setup_filesystem(const struct ahl_plan *p, int rep, const int *trees, int dev_tree, const int *device_trees) {
     // Stop mount events propagating between the host and the sandbox in either direction.
-    if (sys_mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) fail(rep, AHL_STAGE_MOUNT_PRIVATE, 0);
+    if (sys_mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) ahl_fail(rep, AHL_STAGE_MOUNT_PRIVATE, 0);
 
     // The sandbox root: an empty tmpfs that holds only mount points and ends read-only. It
     // is attached over /tmp of this private namespace just long enough to pivot into it.
     uint64_t rs = p->root_size ? p->root_size : (4ull << 20);
     int rootm = root_clone >= 0 ? root_clone : new_fs("tmpfs", rs, 0755, SAFE);
-    if (rootm < 0) fail(rep, AHL_STAGE_MOUNT_ROOT, 0);
+    if (rootm < 0) ahl_fail(rep, AHL_STAGE_MOUNT_ROOT, 0);
     int spot = sys_open("/tmp", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (spot < 0 || attach(rootm, spot) < 0) fail(rep, AHL_STAGE_MOUNT_ROOT, 0);
+    if (spot < 0 || attach(rootm, spot) < 0) ahl_fail(rep, AHL_STAGE_MOUNT_ROOT, 0);
     sys_close(spot);
     sys_close(rootm);
     int newroot = sys_open("/tmp", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (newroot < 0) fail(rep, AHL_STAGE_MOUNT_ROOT, 0);
+    if (newroot < 0) ahl_fail(rep, AHL_STAGE_MOUNT_ROOT, 0);
 
     for (uint32_t i = 0; i < p->n_mounts; i++) {
         const struct ahl_mount *m = &p->mounts[i];
@@ -825,26 +789,26 @@ static void setup_filesystem(const struct ahl_plan *p, int rep, const int *trees
         case AHL_MOUNT_SYMLINK: r = mount_symlink(m, newroot); break;
         default: ahl_errno = EINVAL; r = -1;
         }
-        if (r < 0) fail(rep, AHL_STAGE_MOUNT_ENTRY, (int32_t)i);
+        if (r < 0) ahl_fail(rep, AHL_STAGE_MOUNT_ENTRY, (int32_t)i);
         if (m->kind == AHL_MOUNT_BIND) sys_close(trees[i]);
     }
-    if (setup_dev(newroot, dev_tree, device_trees) < 0) fail(rep, AHL_STAGE_MOUNT_DEV, 0);
+    if (setup_dev(newroot, dev_tree, device_trees) < 0) ahl_fail(rep, AHL_STAGE_MOUNT_DEV, 0);
     // Before the old tree (the seed's or the host's) is detached: the kernel lets a user
     // namespace mount proc only while a fully visible proc exists in its mount namespace.
-    if (setup_proc(newroot, p->masks_fd) < 0) fail(rep, AHL_STAGE_MOUNT_PROC, 0);
+    if (setup_proc(newroot, p->masks_fd) < 0) ahl_fail(rep, AHL_STAGE_MOUNT_PROC, 0);
     // The monitor's /dev holds its own device nodes, so it is not nodev (own_dev); one built
     // here is, and its nodes are binds of the host's.
     uint64_t dev_attrs = dev_tree >= 0 ? MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC : SAFE | MOUNT_ATTR_NOEXEC;
-    if (make_readonly(newroot, "/dev", dev_attrs) < 0) fail(rep, AHL_STAGE_MOUNT_READONLY, 0);
-    if (make_readonly(newroot, "/", SAFE) < 0) fail(rep, AHL_STAGE_MOUNT_READONLY, 0);
+    if (make_readonly(newroot, "/dev", dev_attrs) < 0) ahl_fail(rep, AHL_STAGE_MOUNT_READONLY, 0);
+    if (make_readonly(newroot, "/", SAFE) < 0) ahl_fail(rep, AHL_STAGE_MOUNT_READONLY, 0);
     sys_close(newroot);
 
     // pivot_root(".", ".") stacks the old root on top of the new one; detaching it drops
     // the whole old tree (the seed's copy, or the host's) from this namespace.
-    if (sys_chdir("/tmp") < 0) fail(rep, AHL_STAGE_PIVOT_ROOT, 0);
-    if (sys_pivot_root(".", ".") < 0) fail(rep, AHL_STAGE_PIVOT_ROOT, 0);
-    if (sys_umount2(".", MNT_DETACH) < 0) fail(rep, AHL_STAGE_DETACH_OLD_ROOT, 0);
-    if (sys_chdir("/") < 0) fail(rep, AHL_STAGE_PIVOT_ROOT, 0);
+    if (sys_chdir("/tmp") < 0) ahl_fail(rep, AHL_STAGE_PIVOT_ROOT, 0);
+    if (sys_pivot_root(".", ".") < 0) ahl_fail(rep, AHL_STAGE_PIVOT_ROOT, 0);
+    if (sys_umount2(".", MNT_DETACH) < 0) ahl_fail(rep, AHL_STAGE_DETACH_OLD_ROOT, 0);
+    if (sys_chdir("/") < 0) ahl_fail(rep, AHL_STAGE_PIVOT_ROOT, 0);
 }
 
 static int loopback_up(void) {
@@ -970,177 +934,6 @@ int ahl_build_template(const struct ahl_plan *p, int *template_out) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Capabilities
-
-static int drop_all_caps(uint32_t cap_last, int bounding) {
-    if (bounding) {
-        for (uint32_t c = 0; c <= cap_last; c++)
-            if (sys_prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && ahl_errno != EINVAL) return -1;
-        if (sys_prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && ahl_errno != EINVAL) return -1;
-    }
-    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
-    struct __user_cap_data_struct d[2];
-    memset(d, 0, sizeof d);
-    return (int)AHL_SYS2(SYS_capset, &h, d);
-}
-
-/// The value of `key` (e.g. "CapBnd:") in /proc/PID/status text: the characters after the
-/// key's tab up to the end of its line, or NULL when the key is not at the start of a line.
-static const char *status_field(const char *text, size_t len, const char *key, size_t *vlen) {
-    size_t kl = strlen(key);
-    for (size_t i = 0; i + kl < len; i++) {
-        if ((i == 0 || text[i - 1] == '\n') && strncmp(text + i, key, kl) == 0 && text[i + kl] == '\t') {
-            size_t v = i + kl + 1, e = v;
-            while (e < len && text[e] != '\n') e++;
-            *vlen = e - v;
-            return text + v;
-        }
-    }
-    return NULL;
-}
-
-int ahl_status_caps_empty(const char *text, size_t len) {
-    static const char *const sets[] = {"CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"};
-    size_t n;
-    for (unsigned i = 0; i < sizeof sets / sizeof sets[0]; i++) {
-        // The kernel writes each set as 16 lower-case hex digits; anything else is no answer.
-        const char *v = status_field(text, len, sets[i], &n);
-        if (!v || n != 16) return -1;
-        int nonzero = 0;
-        for (size_t k = 0; k < n; k++) {
-            if ((v[k] < '0' || v[k] > '9') && (v[k] < 'a' || v[k] > 'f')) return -1;
-            if (v[k] != '0') nonzero = 1;
-        }
-        if (nonzero) return 0;
-    }
-    const char *v = status_field(text, len, "NoNewPrivs:", &n);
-    if (!v || n == 0) return -1;
-    return n == 1 && v[0] == '1' ? 1 : 0;
-}
-
-int ahl_status_file_caps_empty(const char *path, int32_t tid) {
-    char buf[4096];
-    int fd = sys_open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return -1;
-    // Only procfs's answer counts: a file on any other filesystem is not read at all.
-    struct statfs fs;
-    if (sys_fstatfs(fd, &fs) < 0 || fs.f_type != PROC_SUPER_MAGIC) {
-        sys_close(fd);
-        return -1;
-    }
-    size_t got = 0;
-    ssize_t r;
-    while (got < sizeof buf && (r = sys_read(fd, buf + got, sizeof buf - got)) > 0) got += (size_t)r;
-    sys_close(fd);
-    if (got >= sizeof buf) return -1;
-    // And only about the caller: the Pid line of /proc/thread-self/status is the calling
-    // thread's id (another process's or thread's status bound over it names another).
-    size_t n;
-    const char *v = status_field(buf, got, "Pid:", &n);
-    if (!v || n == 0 || n > 10) return -1;
-    int64_t pid = 0;
-    for (size_t k = 0; k < n; k++) {
-        if (v[k] < '0' || v[k] > '9') return -1;
-        pid = pid * 10 + (v[k] - '0');
-    }
-    if (pid != tid) return -1;
-    return ahl_status_caps_empty(buf, got);
-}
-
-/// Whether the calling thread holds no capability in any set (effective, permitted,
-/// inheritable, bounding, ambient) and has no_new_privs, as the kernel reports it. One read
-/// of /proc/thread-self/status answers all six where 83 system calls did (capget, then
-/// PR_CAPBSET_READ and PR_CAP_AMBIENT_IS_SET for each capability); capabilities and
-/// no_new_privs are per thread, so it is the calling thread's file, and its Pid line must name
-/// the caller. Where it cannot be read or is not that (no /proc where the caller looks: the
-/// monitor once init has pivoted their shared mount namespace, a host without /proc), the
-/// system calls answer.
-static int caps_are_empty(uint32_t cap_last) {
-    int verdict = ahl_status_file_caps_empty("/proc/thread-self/status", (int32_t)AHL_SYS0(SYS_gettid));
-    if (verdict >= 0) return verdict;
-    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
-    struct __user_cap_data_struct d[2];
-    if (AHL_SYS2(SYS_capget, &h, d) < 0) return 0;
-    for (int i = 0; i < 2; i++)
-        if (d[i].effective || d[i].permitted || d[i].inheritable) return 0;
-    for (uint32_t c = 0; c <= cap_last; c++) {
-        if (sys_prctl(PR_CAPBSET_READ, c, 0, 0, 0) != 0) return 0;
-        if (sys_prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, c, 0, 0) > 0) return 0;
-    }
-    return sys_prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1;
-}
-
-// ---------------------------------------------------------------------------------------
-// Landlock: a second wall under the mounts. Defined here rather than taken from
-// <linux/landlock.h>, whose copy on older build hosts lacks the newer rights; the kernel
-// accepts the smaller ruleset struct and reports its ABI, and only rights it knows are used.
-
-#ifndef SYS_landlock_create_ruleset
-#define SYS_landlock_create_ruleset 444
-#define SYS_landlock_add_rule 445
-#define SYS_landlock_restrict_self 446
-#endif
-#define AHL_LL_WRITE_FILE (1ULL << 1)
-#define AHL_LL_REMOVE_DIR (1ULL << 4)
-#define AHL_LL_REMOVE_FILE (1ULL << 5)
-#define AHL_LL_MAKE_CHAR (1ULL << 6)
-#define AHL_LL_MAKE_DIR (1ULL << 7)
-#define AHL_LL_MAKE_REG (1ULL << 8)
-#define AHL_LL_MAKE_SOCK (1ULL << 9)
-#define AHL_LL_MAKE_FIFO (1ULL << 10)
-#define AHL_LL_MAKE_BLOCK (1ULL << 11)
-#define AHL_LL_MAKE_SYM (1ULL << 12)
-#define AHL_LL_REFER (1ULL << 13)     // ABI 2
-#define AHL_LL_TRUNCATE (1ULL << 14)  // ABI 3
-
-struct ahl_ll_ruleset { uint64_t handled_access_fs; };
-struct ahl_ll_path_beneath { uint64_t allowed_access; int32_t parent_fd; } __attribute__((packed));
-
-static int ll_allow(int ruleset, const char *path, uint64_t access, uint64_t file_rights) {
-    int fd = sys_open(path, O_PATH | O_CLOEXEC);
-    if (fd < 0) return -1;
-    struct stat st;
-    if (sys_fstat(fd, &st) < 0) { sys_close(fd); return -1; }
-    // A rule on a file may name only rights that apply to files.
-    struct ahl_ll_path_beneath rule = {S_ISDIR(st.st_mode) ? access : (access & file_rights), fd};
-    long r = AHL_SYS4(SYS_landlock_add_rule, ruleset, 1 /* LANDLOCK_RULE_PATH_BENEATH */, &rule, 0);
-    int e = ahl_errno;
-    sys_close(fd);
-    ahl_errno = e;
-    return r < 0 ? -1 : 0;
-}
-
-// Writes (create, write, truncate, remove, rename in, link in) are allowed only beneath the
-// plan's read-write binds and tmpfs mounts, plus writing (not creating) the device nodes under
-// /dev. Reads and execution are not Landlock's business here: the mounts decide those.
-static void apply_landlock(const struct ahl_plan *p, int rep) {
-    if (!p->landlock) return;
-    long abi = AHL_SYS3(SYS_landlock_create_ruleset, 0, 0, 1U /* LANDLOCK_CREATE_RULESET_VERSION */);
-    if (abi < 1) {
-        if (p->landlock == 2) fail(rep, AHL_STAGE_LANDLOCK, -1);
-        return;
-    }
-    uint64_t handled = AHL_LL_WRITE_FILE | AHL_LL_REMOVE_DIR | AHL_LL_REMOVE_FILE | AHL_LL_MAKE_CHAR |
-                       AHL_LL_MAKE_DIR | AHL_LL_MAKE_REG | AHL_LL_MAKE_SOCK | AHL_LL_MAKE_FIFO |
-                       AHL_LL_MAKE_BLOCK | AHL_LL_MAKE_SYM;
-    if (abi >= 2) handled |= AHL_LL_REFER;
-    if (abi >= 3) handled |= AHL_LL_TRUNCATE;
-    uint64_t file_rights = handled & (AHL_LL_WRITE_FILE | AHL_LL_TRUNCATE);
-    struct ahl_ll_ruleset attr = {handled};
-    int rs = (int)AHL_SYS3(SYS_landlock_create_ruleset, &attr, sizeof attr, 0);
-    if (rs < 0) fail(rep, AHL_STAGE_LANDLOCK, -1);
-    for (uint32_t i = 0; i < p->n_mounts; i++) {
-        const struct ahl_mount *m = &p->mounts[i];
-        int writable = m->kind == AHL_MOUNT_TMPFS || (m->kind == AHL_MOUNT_BIND && !(m->flags & AHL_MOUNT_READONLY));
-        if (writable && ll_allow(rs, m->dest, handled, file_rights) < 0) fail(rep, AHL_STAGE_LANDLOCK, (int32_t)i);
-    }
-    if (ll_allow(rs, "/dev", file_rights, file_rights) < 0) fail(rep, AHL_STAGE_LANDLOCK, -2);
-    (void)ll_allow(rs, "/dev/shm", handled, file_rights);  // present when init made it
-    if (AHL_SYS2(SYS_landlock_restrict_self, rs, 0) < 0) fail(rep, AHL_STAGE_LANDLOCK, -1);
-    sys_close(rs);
-}
-
-// ---------------------------------------------------------------------------------------
 // The payload (pid 2)
 
 static int write_self(const char *file, const char *text) {
@@ -1185,14 +978,14 @@ static void lock_mounts(const struct ahl_plan *p, int rep) {
     // The id change in the monitor left this process non-dumpable, which makes its /proc
     // files root's, and once in the new namespace it has no capability over them. exec
     // makes it dumpable anyway; doing it now lets it write its own id maps.
-    if (sys_prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0) fail(rep, AHL_STAGE_LOCK_MOUNTS, 0);
-    if (sys_unshare(CLONE_NEWUSER) < 0) fail(rep, AHL_STAGE_LOCK_MOUNTS, 0);
+    if (sys_prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0) ahl_fail(rep, AHL_STAGE_LOCK_MOUNTS, 0);
+    if (sys_unshare(CLONE_NEWUSER) < 0) ahl_fail(rep, AHL_STAGE_LOCK_MOUNTS, 0);
     char map[32];
-    if (write_self("/proc/self/setgroups", "deny") < 0) fail(rep, AHL_STAGE_LOCK_MOUNTS, 1);
+    if (write_self("/proc/self/setgroups", "deny") < 0) ahl_fail(rep, AHL_STAGE_LOCK_MOUNTS, 1);
     put_id_map(map, p->uid);
-    if (write_self("/proc/self/uid_map", map) < 0) fail(rep, AHL_STAGE_LOCK_MOUNTS, 2);
+    if (write_self("/proc/self/uid_map", map) < 0) ahl_fail(rep, AHL_STAGE_LOCK_MOUNTS, 2);
     put_id_map(map, p->gid);
-    if (write_self("/proc/self/gid_map", map) < 0) fail(rep, AHL_STAGE_LOCK_MOUNTS, 3);
+    if (write_self("/proc/self/gid_map", map) < 0) ahl_fail(rep, AHL_STAGE_LOCK_MOUNTS, 3);
 }
 
 /// A sandbox built ahead (plan.hold): everything is in place but the exec, and seccomp when
@@ -1209,30 +1002,30 @@ static void hold(int rep) {
     } while (n < 0 && ahl_errno == EINTR);
     if (n != 1 || go != AHL_CTL_RUN) {
         if (n >= 0) ahl_errno = ECANCELED;
-        fail(rep, AHL_STAGE_HOLD, 0);
+        ahl_fail(rep, AHL_STAGE_HOLD, 0);
     }
 }
 
 __attribute__((noreturn)) static void payload_main(const struct ahl_plan *p, int rep) {
-    if (sys_setsid() < 0) fail(rep, AHL_STAGE_STDIO, 0);
+    if (sys_setsid() < 0) ahl_fail(rep, AHL_STAGE_STDIO, 0);
     for (int i = 0; i < 3; i++)
-        if (p->stdio[i] >= 0 && p->stdio[i] != i && sys_dup3(p->stdio[i], i, 0) < 0) fail(rep, AHL_STAGE_STDIO, i);
+        if (p->stdio[i] >= 0 && p->stdio[i] != i && sys_dup3(p->stdio[i], i, 0) < 0) ahl_fail(rep, AHL_STAGE_STDIO, i);
     int keep[4] = {0, 1, 2, rep};
     close_all_except(keep, 4);
 
     for (uint32_t i = 0; i < p->n_rlimits; i++) {
         uint64_t rl[2] = {p->rlimits[i].soft, p->rlimits[i].hard};
-        if (sys_prlimit(p->rlimits[i].resource, rl) < 0) fail(rep, AHL_STAGE_RLIMIT, (int32_t)i);
+        if (sys_prlimit(p->rlimits[i].resource, rl) < 0) ahl_fail(rep, AHL_STAGE_RLIMIT, (int32_t)i);
     }
     if (LAYER_ON(LAYER_LOCK_MOUNTS)) lock_mounts(p, rep);
-    if (sys_chdir(p->cwd) < 0) fail(rep, AHL_STAGE_CHDIR, 0);
+    if (sys_chdir(p->cwd) < 0) ahl_fail(rep, AHL_STAGE_CHDIR, 0);
 
-    if (sys_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) fail(rep, AHL_STAGE_NO_NEW_PRIVS, 0);
-    if (drop_all_caps(p->cap_last, 1) < 0) fail(rep, AHL_STAGE_DROP_CAPS, 0);
-    if (LAYER_ON(LAYER_VERIFY_CAPS) && !caps_are_empty(p->cap_last)) { ahl_errno = EPERM; fail(rep, AHL_STAGE_VERIFY_CAPS, 0); }
+    if (sys_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) ahl_fail(rep, AHL_STAGE_NO_NEW_PRIVS, 0);
+    if (ahl_drop_all_caps(p->cap_last, 1) < 0) ahl_fail(rep, AHL_STAGE_DROP_CAPS, 0);
+    if (LAYER_ON(LAYER_VERIFY_CAPS) && !ahl_caps_are_empty(p->cap_last)) { ahl_errno = EPERM; ahl_fail(rep, AHL_STAGE_VERIFY_CAPS, 0); }
     // After no-new-privs (which landlock_restrict_self requires without CAP_SYS_ADMIN), and
     // before seccomp, so the filter never has to allow the ruleset calls for the setup.
-    if (LAYER_ON(LAYER_LANDLOCK)) apply_landlock(p, rep);
+    if (LAYER_ON(LAYER_LANDLOCK)) ahl_apply_landlock(p, rep);
 
     uint64_t none = 0;
     (void)sys_sigprocmask(SIG_SETMASK, &none, NULL);
@@ -1243,8 +1036,8 @@ __attribute__((noreturn)) static void payload_main(const struct ahl_plan *p, int
     if (p->bpf_len && LAYER_ON(LAYER_SECCOMP)) {
         struct sock_fprog prog = {(unsigned short)p->bpf_len, (struct sock_filter *)p->bpf};
         long lfd = AHL_SYS3(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER | p->seccomp_flags, &prog);
-        if (lfd < 0) fail(rep, AHL_STAGE_SECCOMP, 0);
-        if (send_fd(rep, (int)lfd, AHL_MSG_LISTENER) < 0) fail(rep, AHL_STAGE_SEND_LISTENER, 0);
+        if (lfd < 0) ahl_fail(rep, AHL_STAGE_SECCOMP, 0);
+        if (send_fd(rep, (int)lfd, AHL_MSG_LISTENER) < 0) ahl_fail(rep, AHL_STAGE_SEND_LISTENER, 0);
         sys_close((int)lfd);
     }
     // The filter allows the wait's recv (the supervisor checked): the filter's load is done
@@ -1296,16 +1089,16 @@ __attribute__((noreturn)) static void init_main(const struct ahl_plan *p, int re
         if (device_trees[i] >= 0) sys_close(device_trees[i]);
     if (dev_tree >= 0) sys_close(dev_tree);
     if (p->masks_fd >= 0) sys_close(p->masks_fd);
-    if (p->hostname && sys_sethostname(p->hostname, strlen(p->hostname)) < 0) fail(rep, AHL_STAGE_HOSTNAME, 0);
+    if (p->hostname && sys_sethostname(p->hostname, strlen(p->hostname)) < 0) ahl_fail(rep, AHL_STAGE_HOSTNAME, 0);
     // A namespace made ahead of time had lo brought up by the monitor; init has no say over it.
-    if (p->loopback_up && p->netns_fd < 0 && loopback_up() < 0) fail(rep, AHL_STAGE_LOOPBACK, 0);
+    if (p->loopback_up && p->netns_fd < 0 && loopback_up() < 0) ahl_fail(rep, AHL_STAGE_LOOPBACK, 0);
 
     uint64_t all = ~0ull;
     int sfd = sys_signalfd(&all, SFD_CLOEXEC);
-    if (sfd < 0) fail(rep, AHL_STAGE_SIGNALFD, 0);
+    if (sfd < 0) ahl_fail(rep, AHL_STAGE_SIGNALFD, 0);
 
     pid_t child = sys_fork();  // async-signal-safe: no atfork handlers in a forked child
-    if (child < 0) fail(rep, AHL_STAGE_FORK_PAYLOAD, 0);
+    if (child < 0) ahl_fail(rep, AHL_STAGE_FORK_PAYLOAD, 0);
     if (child == 0) {
         sys_close(sfd);
         sys_close(life);
@@ -1317,9 +1110,9 @@ __attribute__((noreturn)) static void init_main(const struct ahl_plan *p, int re
     // opened through /proc/1/mem) before anything else, then no capabilities and no new
     // privileges. If that cannot be done, the sandbox does not run.
     if (sys_prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 || sys_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-        drop_all_caps(p->cap_last, 1) < 0) {
+        ahl_drop_all_caps(p->cap_last, 1) < 0) {
         (void)sys_kill(child, SIGKILL);
-        fail(rep, AHL_STAGE_DROP_CAPS, -1);
+        ahl_fail(rep, AHL_STAGE_DROP_CAPS, -1);
     }
 
     struct pollfd fds[2] = {{sfd, POLLIN, 0}, {life, POLLIN, 0}};
@@ -1368,7 +1161,7 @@ static void open_proxy_listener(const struct ahl_plan *p, int rep) {
     sa.sin_addr.s_addr = __builtin_bswap32(INADDR_LOOPBACK);
     if (ls < 0 || sys_bind(ls, (struct sockaddr *)&sa, sizeof sa) < 0 || sys_listen(ls, 64) < 0 ||
         send_fd(rep, ls, AHL_MSG_PROXY_LISTENER) < 0)
-        fail(rep, AHL_STAGE_PROXY_LISTENER, 0);
+        ahl_fail(rep, AHL_STAGE_PROXY_LISTENER, 0);
     sys_close(ls);
 }
 
@@ -1377,9 +1170,9 @@ static void open_proxy_listener(const struct ahl_plan *p, int rep) {
 /// made it), so lo is brought up here; nothing in the sandbox's own user namespace can
 /// reconfigure it afterwards.
 static void enter_network_namespace(const struct ahl_plan *p, int rep) {
-    if (sys_setns(p->netns_fd, CLONE_NEWNET) < 0) fail(rep, AHL_STAGE_ENTER_NETNS, 0);
+    if (sys_setns(p->netns_fd, CLONE_NEWNET) < 0) ahl_fail(rep, AHL_STAGE_ENTER_NETNS, 0);
     sys_close(p->netns_fd);
-    if ((p->loopback_up || p->proxy_port) && loopback_up() < 0) fail(rep, AHL_STAGE_LOOPBACK, 0);
+    if ((p->loopback_up || p->proxy_port) && loopback_up() < 0) ahl_fail(rep, AHL_STAGE_LOOPBACK, 0);
 }
 
 /// The caller's settings (`ahl_settings`), for the monitor and so for everything it starts.
@@ -1455,23 +1248,23 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
     int *device_trees = p->scratch_fds + p->n_mounts;
     // The template root, whole: its binds were cloned and checked when it was built.
     if (p->template_fd >= 0) {
-        if (p->masks_fd < 0) { ahl_errno = EINVAL; fail(rep, AHL_STAGE_MOUNT_ROOT, 1); }
+        if (p->masks_fd < 0) { ahl_errno = EINVAL; ahl_fail(rep, AHL_STAGE_MOUNT_ROOT, 1); }
         root_clone = sys_open_tree(p->template_fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH);
-        if (root_clone < 0) fail(rep, AHL_STAGE_MOUNT_ROOT, 1);
+        if (root_clone < 0) ahl_fail(rep, AHL_STAGE_MOUNT_ROOT, 1);
         sys_close(p->template_fd);
     }
     for (uint32_t i = 0; i < p->n_mounts; i++) {
         trees[i] = -1;
         if (p->mounts[i].kind == AHL_MOUNT_BIND && !templated(&p->mounts[i]) && (trees[i] = open_source(&p->mounts[i])) < 0)
-            fail(rep, AHL_STAGE_OPEN_SOURCE, (int32_t)i);
+            ahl_fail(rep, AHL_STAGE_OPEN_SOURCE, (int32_t)i);
     }
     // /dev with nodes of its own; without CAP_MKNOD (or where an LSM refuses), binds of the
     // host's nodes instead.
     int dev_tree = p->dev_fd >= 0 ? p->dev_fd : own_dev();
-    if (dev_tree < 0 && ahl_errno != EPERM && ahl_errno != EACCES) fail(rep, AHL_STAGE_MOUNT_DEV, -1);
+    if (dev_tree < 0 && ahl_errno != EPERM && ahl_errno != EACCES) ahl_fail(rep, AHL_STAGE_MOUNT_DEV, -1);
     for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++) {
         device_trees[i] = -1;
-        if (dev_tree < 0 && (device_trees[i] = open_device(device_nodes[i])) < 0) fail(rep, AHL_STAGE_OPEN_DEVICE, (int32_t)i);
+        if (dev_tree < 0 && (device_trees[i] = open_device(device_nodes[i])) < 0) ahl_fail(rep, AHL_STAGE_OPEN_DEVICE, (int32_t)i);
     }
 
     // Join the sandbox's cgroups before anything else is forked, so every process of the
@@ -1483,7 +1276,7 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
         for (int32_t i = 0; p->cgroup_join[i]; i++) {
             if (i == joined) continue;
             int f = sys_open(p->cgroup_join[i], O_WRONLY | O_CLOEXEC);
-            if (f < 0 || sys_write(f, "0", 1) != 1) fail(rep, AHL_STAGE_JOIN_CGROUP, i);
+            if (f < 0 || sys_write(f, "0", 1) != 1) ahl_fail(rep, AHL_STAGE_JOIN_CGROUP, i);
             sys_close(f);
         }
     }
@@ -1494,12 +1287,12 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
     // believes the process has, and after sys_fork() that list still names the supervisor's
     // threads, which do not exist here: the broadcast would wait for them forever. This
     // process is single-threaded; the kernel's per-thread credentials are exactly right.
-    if (AHL_SYS2(SYS_setgroups, 0, 0) < 0) fail(rep, AHL_STAGE_SETGROUPS, 0);
+    if (AHL_SYS2(SYS_setgroups, 0, 0) < 0) ahl_fail(rep, AHL_STAGE_SETGROUPS, 0);
     // The mount namespace the one below is copied from: the seed's two mounts rather than the
     // host's whole table (every path this process needs was opened above, as host root in the
     // host's namespace).
     if (p->seed_fd >= 0) {
-        if (sys_setns(p->seed_fd, CLONE_NEWNS) < 0) fail(rep, AHL_STAGE_ENTER_SEED, 0);
+        if (sys_setns(p->seed_fd, CLONE_NEWNS) < 0) ahl_fail(rep, AHL_STAGE_ENTER_SEED, 0);
         sys_close(p->seed_fd);
     }
     int ns = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
@@ -1508,12 +1301,12 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
     // by the supervisor, as it would write them now): entered, it makes this process what
     // unsharing one and waiting for the maps would, and the namespaces below are its own.
     if (p->userns_fd >= 0) {
-        if (sys_setns(p->userns_fd, CLONE_NEWUSER) < 0) fail(rep, AHL_STAGE_ENTER_USERNS, 0);
+        if (sys_setns(p->userns_fd, CLONE_NEWUSER) < 0) ahl_fail(rep, AHL_STAGE_ENTER_USERNS, 0);
         sys_close(p->userns_fd);
     } else {
         ns |= CLONE_NEWUSER;
     }
-    if (sys_unshare(ns) < 0) fail(rep, AHL_STAGE_UNSHARE, 0);
+    if (sys_unshare(ns) < 0) ahl_fail(rep, AHL_STAGE_UNSHARE, 0);
     send_msg(rep, AHL_MSG_UNSHARED, 0, 0, 0, 0);
 
     if (p->userns_fd < 0) {
@@ -1522,25 +1315,25 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
         do {
             n = sys_read(ctl, &go, 1);
         } while (n < 0 && ahl_errno == EINTR);
-        if (n != 1 || go != AHL_CTL_GO) { ahl_errno = ECANCELED; fail(rep, AHL_STAGE_WAIT_MAPS, 0); }
+        if (n != 1 || go != AHL_CTL_GO) { ahl_errno = ECANCELED; ahl_fail(rep, AHL_STAGE_WAIT_MAPS, 0); }
     }
 
     if (AHL_SYS3(SYS_setresgid, p->gid, p->gid, p->gid) < 0 || AHL_SYS3(SYS_setresuid, p->uid, p->uid, p->uid) < 0)
-        fail(rep, AHL_STAGE_SETID, 0);
+        ahl_fail(rep, AHL_STAGE_SETID, 0);
     // After joining the sandbox cgroups, so they become its cgroup namespace root.
-    if (sys_unshare(CLONE_NEWCGROUP) < 0) fail(rep, AHL_STAGE_UNSHARE_CGROUP, 0);
+    if (sys_unshare(CLONE_NEWCGROUP) < 0) ahl_fail(rep, AHL_STAGE_UNSHARE_CGROUP, 0);
 
     if (p->proxy_port) {
         // A namespace unshared above is owned by the new user namespace, where this process
         // now has the capabilities to bring lo up; one made ahead of time has it up already.
-        if (p->netns_fd < 0 && loopback_up() < 0) fail(rep, AHL_STAGE_PROXY_LISTENER, 0);
+        if (p->netns_fd < 0 && loopback_up() < 0) ahl_fail(rep, AHL_STAGE_PROXY_LISTENER, 0);
         open_proxy_listener(p, rep);
     }
 
     int life[2];
-    if (sys_pipe2(life, O_CLOEXEC) < 0) fail(rep, AHL_STAGE_FORK_INIT, 0);
+    if (sys_pipe2(life, O_CLOEXEC) < 0) ahl_fail(rep, AHL_STAGE_FORK_INIT, 0);
     pid_t init = sys_fork();
-    if (init < 0) fail(rep, AHL_STAGE_FORK_INIT, 0);
+    if (init < 0) ahl_fail(rep, AHL_STAGE_FORK_INIT, 0);
     if (init == 0) {
         sys_close(life[1]);
         sys_close(ctl);
@@ -1562,16 +1355,16 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
     if (pfd < 0) {
         // Without it the monitor could not notice init's exit; never run unsupervised.
         (void)sys_kill(init, SIGKILL);
-        fail(rep, AHL_STAGE_FORK_INIT, 0);
+        ahl_fail(rep, AHL_STAGE_FORK_INIT, 0);
     }
     // Setup is over. From here the monitor only waits for init and relays signals to it
     // (same uid: no capability needed), so it keeps none: with every capability of the
     // sandbox's user namespace it could remount the sandbox's tree, and it lives where the
     // sandbox cannot see it, but it should not be worth taking over either.
     if (sys_prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 || sys_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-        drop_all_caps(p->cap_last, 1) < 0 || (LAYER_ON(LAYER_VERIFY_CAPS) && !caps_are_empty(p->cap_last))) {
+        ahl_drop_all_caps(p->cap_last, 1) < 0 || (LAYER_ON(LAYER_VERIFY_CAPS) && !ahl_caps_are_empty(p->cap_last))) {
         (void)sys_kill(init, SIGKILL);
-        fail(rep, AHL_STAGE_DROP_CAPS, -2);
+        ahl_fail(rep, AHL_STAGE_DROP_CAPS, -2);
     }
     struct pollfd fds[2] = {{pfd, POLLIN, 0}, {ctl, POLLIN, 0}};
     int nfds = 2;
@@ -1627,7 +1420,7 @@ int ahl_launcher_main(int argc, char **argv) {
     int e = bytes ? ahl_plan_unpack(bytes, size, &plan) : ahl_errno;
     if (e) {
         ahl_errno = e;
-        fail(LAUNCHER_REPORT_FD, AHL_STAGE_EXEC_LAUNCHER, 1);
+        ahl_fail(LAUNCHER_REPORT_FD, AHL_STAGE_EXEC_LAUNCHER, 1);
     }
     int32_t joined = argc > 1 && strcmp(argv[1], "into") == 0 ? plan.cgroup_into_join : -1;
     ahl_monitor_main(&plan, LAUNCHER_REPORT_FD, LAUNCHER_CONTROL_FD, joined);

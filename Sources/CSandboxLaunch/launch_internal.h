@@ -1,0 +1,62 @@
+// What the launch's facilities (launch.c and the files beside it, one per facility, as
+// nsjail keeps mnt.cc, user.cc, net.cc) share. Hidden symbols: nothing here is an interface of
+// the target. The same rules as launch.c: no C library function, system calls through sys.h.
+#ifndef AHL_LAUNCH_INTERNAL_H
+#define AHL_LAUNCH_INTERNAL_H
+
+#include "ahl_launch.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/vfs.h>
+#include <linux/magic.h>
+#include <sys/wait.h>
+
+#include "sys.h"
+
+// A C library call slipping back in fails the build here (and the launcher's link).
+#undef errno
+#undef htons
+#undef htonl
+#pragma GCC poison errno open openat close close_range dup dup2 read write pread fcntl fstat fstatat mkdirat
+#pragma GCC poison unlinkat symlinkat chdir fchdir pipe2 ioctl mount umount2 open_tree move_mount fsopen fsconfig fsmount
+#pragma GCC poison mount_setattr _Fork fork waitpid kill setsid unshare setns sethostname prctl setrlimit execve
+#pragma GCC poison sched_getaffinity sigaction sigprocmask signalfd poll socket bind listen send recv sendmsg
+#pragma GCC poison syscall _exit malloc free calloc realloc sigfillset sigemptyset htons htonl
+
+
+#define AHL_HIDDEN __attribute__((visibility("hidden")))
+
+/// Reports (stage, errno, index) over the report socket and ends the process with status 125.
+AHL_HIDDEN __attribute__((noreturn)) void ahl_fail(int rep, int32_t stage, int32_t index);
+
+// caps.c
+/// Drops every capability (and, with `bounding`, the bounding and ambient sets): 0, or -1.
+AHL_HIDDEN int ahl_drop_all_caps(uint32_t cap_last, int bounding);
+/// Whether the calling thread holds no capability in any set and has no_new_privs.
+AHL_HIDDEN int ahl_caps_are_empty(uint32_t cap_last);
+
+// landlock.c
+/// Landlock under the mounts, as the plan asks (`landlock`: 0 off, 1 where the kernel has it,
+/// 2 required); a failure ends the process through `ahl_fail`.
+AHL_HIDDEN void ahl_apply_landlock(const struct ahl_plan *p, int rep);
+
+#endif
