@@ -175,7 +175,7 @@ struct PolicyShow: ParsableCommand {
             "clone3 -> ENOSYS (libc falls back to clone)",
             "ioctl only " + ArgumentRules.allowedIoctls.map(\.name).joined(separator: ", "),
             "personality only PER_LINUX, ADDR_NO_RANDOMIZE or query",
-            "socket only AF_UNIX, AF_INET, AF_INET6" + (p.effectiveSeccomp.netlinkRoute ? ", AF_NETLINK with NETLINK_ROUTE" : " (no netlink: network none)"),
+            "socket only AF_UNIX, AF_INET, AF_INET6 with protocol 0, ICMP, TCP, UDP, ICMPv6 or MPTCP" + (p.effectiveSeccomp.netlinkRoute ? ", AF_NETLINK with NETLINK_ROUTE" : " (no netlink: network none)"),
             "socketpair only AF_UNIX",
             "prctl only " + ArgumentRules.allowedPrctlOptions.map(\.name).joined(separator: ", ") + (p.seccomp.deny.contains("seccomp") ? "" : ", PR_SET_SECCOMP"),
             "fcntl only " + ArgumentRules.allowedFcntlCommands.map(\.name).joined(separator: ", "),

@@ -363,6 +363,10 @@ int main(int argc, char **argv) {
     if (IS("mknod")) return report(mknod(a2 ? a2 : "/tmp/probe-null", S_IFCHR | 0666, makedev(1, 3)));
     if (IS("socket-packet")) return report(socket(AF_PACKET, SOCK_RAW, 0));
     if (IS("socket-netlink-route")) return report(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, 0 /* NETLINK_ROUTE */));
+    // A protocol the kernel may lack: on a kernel with modules, asking loads its module.
+    if (IS("socket-sctp")) return report(socket(AF_INET, SOCK_STREAM, 132 /* IPPROTO_SCTP */));
+    if (IS("socket-dccp-highbits")) return report(syscall(SYS_socket, AF_INET6, SOCK_DCCP, 0x100000000L | 33 /* IPPROTO_DCCP */));
+    if (IS("socket-udp")) return report(socket(AF_INET, SOCK_DGRAM, 17 /* IPPROTO_UDP */));
     if (IS("socket-netlink-audit")) return report(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, 9 /* NETLINK_AUDIT */));
     if (IS("socket-netlink-uevent")) return report(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, 15 /* NETLINK_KOBJECT_UEVENT */));
     // Socket options that return host-wide identifiers (the socket-cookie and network

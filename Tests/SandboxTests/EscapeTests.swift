@@ -56,6 +56,9 @@ struct SeccompEscapeTests {
         // NETLINK_ROUTE where the network mode is none (base): its route and neighbour
         // lookups move statistics the kernel keeps for the whole host (Policy.effectiveSeccomp).
         .init(action: "socket-netlink-route", errno: "EPERM", audited: "socket"),
+        // Protocols by allowlist: a module the kernel would load for any sandbox after.
+        .init(action: "socket-sctp", errno: "EPERM", audited: "socket"),
+        .init(action: "socket-dccp-highbits", errno: "EPERM", audited: "socket"),
         .init(action: "socketpair-inet", errno: "EPERM", audited: "socketpair"),
         // Page-cache residency oracles and eviction (a held-out task's pattern of resident
         // pages in a shared file must not be readable by a later sandbox).
@@ -113,7 +116,7 @@ struct SeccompEscapeTests {
     }
 
     @Test("the harmless forms of fadvise, preadv2, netlink, socketpair and getsockopt pass the filter and are not reported",
-          arguments: ["fadvise-sequential", "preadv2", "socket-netlink-route", "socketpair-unix", "getsockopt-sndbuf",
+          arguments: ["fadvise-sequential", "preadv2", "socket-netlink-route", "socket-udp", "socketpair-unix", "getsockopt-sndbuf",
                       "getsockopt-error", "getsockopt-protocol", "getsockopt-tcp-nodelay", "setsockopt-reuseaddr",
                       "setsockopt-keepalive", "setsockopt-rcvtimeo", "setsockopt-tcp-nodelay", "prctl-set-name", "prctl-set-vma",
                       "fcntl-ofd-lock", "fcntl-pipe-size"])

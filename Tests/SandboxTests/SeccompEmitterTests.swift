@@ -101,6 +101,7 @@ struct SeccompEmitterTests {
         for r in ArgumentRules.allowedIoctls + ArgumentRules.allowedPrctlOptions + ArgumentRules.allowedFcntlCommands {
             low.formUnion([UInt64(r.value), UInt64(r.value) + 1, UInt64(r.value) &- 1])
         }
+        for v in ArgumentRules.allowedSocketProtocols { low.formUnion([UInt64(v), UInt64(v) + 1, UInt64(v) | 0x1_0000_0000]) }
         for v in ArgumentRules.allowedPersonalities + ArgumentRules.allowedFadvice + ArgumentRules.allowedSocketFamilies {
             low.formUnion([v, v + 1])
         }

@@ -51,7 +51,7 @@ enum FilterEmitter {
         case "fadvise64": return [[.full(arg: 3, in: ArgumentRules.allowedFadvice)]]
         case "preadv2", "pwritev2": return [[.clear(arg: 5, mask: ArgumentRules.rwfNowait)]]
         case "socket":
-            let families: Condition = [[.full(arg: 0, in: ArgumentRules.allowedSocketFamilies)]]
+            let families: Condition = [[.full(arg: 0, in: ArgumentRules.allowedSocketFamilies), .low(arg: 2, in: ArgumentRules.allowedSocketProtocols)]]
             return netlinkRoute ? families + [[.full(arg: 0, in: [ArgumentRules.netlinkFamily]), .full(arg: 2, in: [ArgumentRules.netlinkRoute])]] : families
         case "getsockopt", "setsockopt":
             // Any level but SOL_SOCKET, or an option SOL_SOCKET allows.

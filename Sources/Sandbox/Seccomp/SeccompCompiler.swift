@@ -143,7 +143,7 @@ public enum SeccompCompiler {
             conditional \(conditional.sorted().joined(separator: " "))
             clone-mask \(ArgumentRules.namespaceFlags) ioctl-allow \(ArgumentRules.allowedIoctls.map { String($0.value) }.joined(separator: ","))
             personality \(ArgumentRules.allowedPersonalities.map { String($0) }.joined(separator: ","))
-            socket \(ArgumentRules.allowedSocketFamilies.map { String($0) }.joined(separator: ",")) netlink \(spec.netlinkRoute ? "\(ArgumentRules.netlinkFamily)/\(ArgumentRules.netlinkRoute)" : "none") socketpair \(ArgumentRules.allowedSocketpairFamilies.map { String($0) }.joined(separator: ","))
+            socket \(ArgumentRules.allowedSocketFamilies.map { String($0) }.joined(separator: ",")) protocols \(ArgumentRules.allowedSocketProtocols.map { String($0) }.joined(separator: ",")) netlink \(spec.netlinkRoute ? "\(ArgumentRules.netlinkFamily)/\(ArgumentRules.netlinkRoute)" : "none") socketpair \(ArgumentRules.allowedSocketpairFamilies.map { String($0) }.joined(separator: ","))
             fadvise \(ArgumentRules.allowedFadvice.map { String($0) }.joined(separator: ",")) rwf-nowait \(ArgumentRules.rwfNowait)
             prctl-allow \(ArgumentRules.allowedPrctlOptions.map { String($0.value) }.joined(separator: ","))
             fcntl-allow \(ArgumentRules.allowedFcntlCommands.map { String($0.value) }.joined(separator: ","))
@@ -237,7 +237,9 @@ public enum SeccompCompiler {
         }
         if conditional.contains("socket"), let nr = resolve("socket") {
             for v in ArgumentRules.allowedSocketFamilies {
-                try addRule(ctx, nr, "socket", [ahs_arg(0, SCMP_CMP_EQ, v, 0)])
+                for proto in ArgumentRules.allowedSocketProtocols {
+                    try addRule(ctx, nr, "socket", [ahs_arg(0, SCMP_CMP_EQ, v, 0), ahs_arg(2, SCMP_CMP_MASKED_EQ, 0xFFFF_FFFF, UInt64(proto))])
+                }
             }
             if netlinkRoute {
                 try addRule(ctx, nr, "socket", [ahs_arg(0, SCMP_CMP_EQ, ArgumentRules.netlinkFamily, 0),

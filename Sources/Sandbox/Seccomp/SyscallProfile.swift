@@ -312,6 +312,13 @@ public enum ArgumentRules {
     /// protocol NETLINK_ROUTE (what getifaddrs and `ip` use; audit, netfilter, uevent and
     /// the other netlink families reach kernel state no payload needs).
     public static let allowedSocketFamilies: [UInt64] = [1, 2, 10]
+    /// socket(2) protocols allowed with those families: the default (0), ICMP and ICMPv6 (ping
+    /// sockets), TCP, UDP and MPTCP (built into the kernel, Go's listeners try it). Any other
+    /// (SCTP, DCCP, UDP-Lite, ...) is refused and recorded: on a kernel with loadable modules,
+    /// asking for a protocol the kernel lacks loads its module, for every sandbox after and
+    /// with a module's attack surface, and shows in /proc/net/protocols (a review's note).
+    /// The kernel reads the protocol as an int, and so does the filter.
+    public static let allowedSocketProtocols: [UInt32] = [0, 1, 6, 17, 58, 262]
     public static let netlinkFamily: UInt64 = 16
     public static let netlinkRoute: UInt64 = 0
 
