@@ -201,6 +201,13 @@ int ahs_open_watch(const char *dir, int *blocking);
 int ahs_opens_read(int group, struct ahs_open *out, int max);
 /// A close-on-exec pipe (pipe2 with O_CLOEXEC): 0, or -1 with errno.
 int ahs_cloexec_pipe(int fds[2]);
+/// `path` opened O_PATH beneath `root` as if `root` were the root (openat2 RESOLVE_IN_ROOT,
+/// no magic links): the descriptor, or -1 with errno.
+int ahs_open_path_in_root(int root, const char *path);
+/// fstatfs(fd) with its size counts replaced (blocks, free and available: `bytes` in the
+/// filesystem's blocks; files and free files: `inodes`), as the caller's struct statfs into
+/// `out`: its size, or -errno.
+int ahs_statfs_sizes_constant(int fd, unsigned char *out, int cap, unsigned long long bytes, unsigned long long inodes);
 #ifdef __cplusplus
 }
 #endif

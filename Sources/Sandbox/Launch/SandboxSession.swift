@@ -348,10 +348,16 @@ struct Session {
             return
         }
         if native && plan.filter.emulated.contains(d.nr) {
-            // sysinfo: constants instead of the host's counters (not a violation).
-            let ok = Self.writeSysinfo(pid: req.pointee.pid, address: args[0], notifyFD: notifyFD, id: req.pointee.id)
+            // sysinfo, statfs, fstatfs: constants instead of the host's counters (not a violation).
+            let error: Int32
+            if d.nr == StatfsAnswer.statfsNumber || d.nr == StatfsAnswer.fstatfsNumber {
+                error = StatfsAnswer.answer(pid: req.pointee.pid, path: d.nr == StatfsAnswer.statfsNumber, args: args,
+                                            notifyFD: notifyFD, id: req.pointee.id)
+            } else {
+                error = Self.writeSysinfo(pid: req.pointee.pid, address: args[0], notifyFD: notifyFD, id: req.pointee.id) ? 0 : EFAULT
+            }
             resp.pointee.val = 0
-            resp.pointee.error = ok ? 0 : -EFAULT
+            resp.pointee.error = -error
             _ = seccomp_notify_respond(notifyFD, resp)
             return
         }
@@ -391,6 +397,12 @@ struct Session {
     /// itself may not (a read-only page, its code, the vDSO), so the range must lie in
     /// writable mappings, as the kernel's own copy-out requires; otherwise EFAULT.
     static func writeSysinfo(pid: UInt32, address: UInt64, notifyFD: Int32, id: UInt64) -> Bool {
+        writeCaller(pid: pid, address: address, bytes: sysinfoReply, notifyFD: notifyFD, id: id)
+    }
+
+    /// `bytes` written into the caller's memory at `address`, as the kernel's copy-out would
+    /// (see `writeSysinfo`).
+    static func writeCaller(pid: UInt32, address: UInt64, bytes: [UInt8], notifyFD: Int32, id: UInt64) -> Bool {
         let fd = open("/proc/\(pid)/mem", O_RDWR | O_CLOEXEC)
         guard fd >= 0 else { return false }
         defer { close(fd) }
@@ -400,13 +412,14 @@ struct Session {
         guard seccomp_notify_id_valid(notifyFD, id) == 0 else { return false }
         // One PROCMAP_QUERY ioctl per mapping the range touches (Linux 6.11+); older kernels:
         // the whole maps file, read and parsed.
-        switch ahs_range_writable(mapsFD, address, 112) {
+        let count = UInt64(bytes.count)
+        switch ahs_range_writable(mapsFD, address, count) {
         case 1: break
         case 0: return false
-        default: guard mappingsWritable(maps: readAllBytes(mapsFD), from: address, count: 112) else { return false }
+        default: guard mappingsWritable(maps: readAllBytes(mapsFD), from: address, count: count) else { return false }
         }
-        let n = sysinfoReply.withUnsafeBytes { pwrite(fd, $0.baseAddress, 112, off_t(Int64(bitPattern: address))) }
-        return n == 112
+        let n = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, bytes.count, off_t(Int64(bitPattern: address))) }
+        return n == bytes.count
     }
 
     /// The answer, the same for every sandbox on this host: built once.

@@ -41,7 +41,7 @@ public enum SyscallProfile {
     /// supervisor writes constants matching the sandbox's `/proc/meminfo`, `/proc/uptime` and
     /// `/proc/loadavg` (total memory real, all of it free, no load, one process), which is
     /// what glibc's `sysconf(_SC_PHYS_PAGES)` and friends need.
-    public static let emulated: Set<String> = ["sysinfo"]
+    public static let emulated: Set<String> = ["sysinfo", "statfs", "fstatfs"]
 
     /// Allowed only with the argument rules in `ArgumentRules` (the filter inspects them).
     public static let conditional: Set<String> = ["clone", "ioctl", "personality", "socket", "socketpair",
@@ -73,7 +73,7 @@ public enum SyscallProfile {
         "sync", "syncfs", "sync_file_range", "truncate", "ftruncate", "fallocate",
         "copy_file_range", "sendfile", "splice", "tee", "vmsplice",
         // metadata and directories
-        "stat", "fstat", "lstat", "newfstatat", "statx", "statfs", "fstatfs", "access",
+        "stat", "fstat", "lstat", "newfstatat", "statx", "access",
         "faccessat", "faccessat2", "readlink", "readlinkat", "getdents", "getdents64", "mkdir",
         "mkdirat", "rmdir", "unlink", "unlinkat", "rename", "renameat", "renameat2", "link",
         "linkat", "symlink", "symlinkat", "chmod", "fchmod", "fchmodat", "fchmodat2", "chown",
