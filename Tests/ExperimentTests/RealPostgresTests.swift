@@ -393,13 +393,8 @@ struct RealPostgresTests {
                 "except OSError:",
                 "    pass",
                 ""])
-            home = os.path.expanduser("~")
-            user_site = os.path.join(home, ".local/lib/python%d.%d/site-packages" % sys.version_info[:2])
-            try:
-                os.makedirs(user_site, exist_ok=True)
-            except OSError:
-                pass
-            for d in sorted({p for p in sys.path if p and os.path.isdir(p)} | {home, user_site, "/tmp", os.getcwd(), "SCRIPTS"}):
+            \#(plantDirectories(["\"/tmp\"", "os.getcwd()", "\"SCRIPTS\""]))
+            for d in PLANT_DIRS:
                 for name, text in (("sitecustomize.py", FORGE), ("usercustomize.py", FORGE), (".psqlrc", "CREATE ROLE trojan_ran;\n"), (".pgpass", "*:*:*:*:x\n")):
                     try:
                         with open(os.path.join(d, name), "w") as f:

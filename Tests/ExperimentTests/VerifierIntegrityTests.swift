@@ -356,6 +356,22 @@ enum Corpus {
 }
 
 
+/// Python (no indentation) that sets `PLANT_DIRS`: where a start-up file planted by agent.py
+/// would be run by another Python or shell sharing something with its sandbox: every
+/// directory of its Python path, its HOME and user site (made), and `extra` (Python string
+/// expressions). Used by the `command` and `bird-interact` corpus cases.
+func plantDirectories(_ extra: [String]) -> String {
+    """
+    home = os.path.expanduser("~")
+    user_site = os.path.join(home, ".local/lib/python%d.%d/site-packages" % sys.version_info[:2])
+    try:
+        os.makedirs(user_site, exist_ok=True)
+    except OSError:
+        pass
+    PLANT_DIRS = sorted({p for p in sys.path if p and os.path.isdir(p)} | {home, user_site, \(extra.joined(separator: ", "))})
+    """
+}
+
 /// The `command` column: agent.py runs inside the command's process (secret_runner.py), the
 /// rewards come from `runner.scorer` (secret_scorer.py) in a sandbox without agent.py, with the
 /// gold bound there alone (`runner.scorer_binds`).
@@ -391,14 +407,9 @@ enum CommandCorpus {
                 "    if '--out' in sys.argv:",
                 "        json.dump({'secret-%d' % i: 1.0 for i in range(1, 7)}, open(sys.argv[sys.argv.index('--out') + 1], 'w'))",
                 "atexit.register(forge)", ""])
-            home = os.path.expanduser("~")
-            user_site = os.path.join(home, ".local/lib/python%d.%d/site-packages" % sys.version_info[:2])
-            try:
-                os.makedirs(user_site, exist_ok=True)
-            except OSError:
-                pass
+            \#(plantDirectories(["\"/tmp\"", "\"/work/run\"", "\"/work/out\""]))
             planted = []
-            for d in sorted({p for p in sys.path if p and os.path.isdir(p)} | {home, user_site, "/tmp", "/work/run", "/work/out"}):
+            for d in PLANT_DIRS:
                 for name in ("sitecustomize.py", "usercustomize.py", ".bashrc", ".profile"):
                     try:
                         with open(os.path.join(d, name), "w") as f:
