@@ -270,10 +270,15 @@ struct HeldOutVMTests {
         #expect(g.stderr.contains("held-out VM: \(test.count) task(s) answered"), "\(g.stderr)")
     }
 
-    @Test("auto keeps a benchmark the guest cannot run yet on the host, and says so")
+    @Test("auto keeps a configuration that needs something of the host's on the host, and says why; vm refuses it at load")
     func autoUnsupportedBenchmark() throws {
-        let r = HeldOutVM.resolveAuto(settings: VMSettings(), benchmark: "bird-interact", log: nil)
-        #expect(r.vm == nil && r.why.contains("does not run in the held-out VM yet"), "\(r.why)")
+        let docker = try ExperimentConfig.parse("benchmark: terminal-bench\ndataset: d\nenv_provider: docker\n", file: "f")
+        let r = HeldOutVM.resolveAuto(settings: VMSettings(), config: docker, log: nil)
+        #expect(r.vm == nil && r.why.contains("env_provider: docker drives this host's Docker daemon"), "\(r.why)")
+        #expect(BenchmarkKinds.notInVM(try ExperimentConfig.parse("benchmark: terminal-bench\ndataset: d\nenv_provider: local\n", file: "f")) == nil)
+        #expect(throws: ConfigErrors.self) {
+            _ = try ExperimentConfig.parse("benchmark: terminal-bench\ndataset: d\nenv_provider: docker\ngate:\n  held_out_runtime: vm\n", file: "f")
+        }
         #expect(HeldOutVM.hostRuntimeLine(why: r.why, networked: false).contains("bits per gate"))
         #expect(!HeldOutVM.hostRuntimeLine(why: r.why, networked: false).contains("rt_cache"))
         #expect(HeldOutVM.hostRuntimeLine(why: r.why, networked: true).contains("route-lookup statistics (/proc/net/stat/rt_cache), about 22 bits for a 10 s phase"))

@@ -174,4 +174,44 @@ struct RealHarborTests {
         for id in split.test { #expect(exp.filesContaining("HARBORMARK-\(id)").isEmpty, "\(id)") }
         #expect(!exp.filesContaining("HARBORMARK-\(split.train[0])").isEmpty, "the scan finds train evidence")
     }
+
+    @Test("gate.held_out_runtime: vm with the real harbor: the held-out tasks' agent phases (Harbor) and verifiers run in the guest's kernel, the train tasks on the host's; a gate accepted, a tie rejected, nothing held-out on the host")
+    func heldOutInTheVM() throws {
+        try HeldOutVMTests.requireVM()
+        let harbor = try Self.harbor()
+        let data = try TempDir()
+        _ = try Self.dataset(in: data.path)
+        let exp = try Self.localExperiment(harbor: harbor, dataset: data.path)
+        defer { exp.removeScratch() }
+        try exp.set("held_out_runtime", "vm\n  vm: {accel: tcg, allow_emulation: true, memory_mib: 1536}", in: "gate")
+        // Solves a task only where the kernel is not the host's, and leaves the task's
+        // instruction (which names a marker) in /app, /tmp and /logs.
+        try exp.setAgent(Self.harborAgent(run: """
+            boot = (await environment.exec("cat /proc/sys/kernel/random/boot_id")).stdout.strip()
+            await environment.exec("echo LEFT-BEHIND-$(cat /app/seed.txt) > /app/vm-mark.txt; cp /app/vm-mark.txt /tmp/vm-mark.txt")
+            if boot != "\(HeldOutVMTests.hostBootID)":
+                await environment.exec("cp seed.txt out.txt")
+            """))
+        let p = try exp.run(["prepare"], environment: [:])
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        #expect(p.stdout.contains("baseline: 0/6 tasks pass"), "\(p.stdout)\(p.stderr)")
+        let split = try exp.split()
+        let g = try exp.run(["gate"], environment: [:])
+        #expect(g.status == 0 && g.stdout.contains("ACCEPTED") && g.stdout.contains("val_score: 1.00"), "\(g.stdout)\n\(g.stderr)")
+        #expect(g.stderr.contains("held-out VM: \(split.test.count) task(s) answered"), "\(g.stderr)")
+        let again = try exp.run(["gate"], environment: [:])
+        #expect(again.status != 0 && again.stdout.contains("REJECTED") && again.stdout.contains("did not beat"), "\(again.stdout)\n\(again.stderr)")
+        #expect(again.stderr.contains("held-out VM: \(split.test.count) task(s) answered"), "\(again.stderr)")
+        #expect(try exp.rows("violation").isEmpty)
+        // Each held-out task's seed word (in its instruction's files) and its verifier's
+        // HARBORMARK: nowhere under the experiment, its scratch root or /tmp.
+        for id in split.test {
+            let k = id.split(separator: "-").last.map(String.init) ?? ""
+            #expect(exp.filesContaining("LEFT-BEHIND-word-\(k)").isEmpty, "\(id)")
+            #expect(exp.filesContaining("HARBORMARK-\(id)").isEmpty, "\(id)")
+            #expect(files(under: exp.scratch, containing: "LEFT-BEHIND-word-\(k)").isEmpty, "\(id)")
+            #expect(!((try? String(contentsOfFile: "/tmp/vm-mark.txt", encoding: .utf8)) ?? "").contains("word-\(k)\n"), "\(id)")
+        }
+        #expect(exp.scratchMounts().isEmpty)
+    }
 }

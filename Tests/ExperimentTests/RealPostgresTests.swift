@@ -455,6 +455,41 @@ struct RealPostgresTests {
         #expect(try exp.rows("violation").filter { $0["kind"] as? String == "shared_state_changed" }.isEmpty)
     }
 
+    @Test("gate.held_out_runtime: vm: the held-out tasks are graded in the guest on a PostgreSQL server of its own, built from the operator's template databases; the gate accepted at the guest's score, and the operator's server never sees a held-out task")
+    func heldOutInTheVM() throws { try Self.withExperiment(heldOutInTheVM) }
+
+    func heldOutInTheVM(_ pg: PostgresServer, _ exp: Experiment) throws {
+        try HeldOutVMTests.requireVM()
+        try exp.set("held_out_runtime", "vm\n  vm: {accel: tcg, allow_emulation: true, memory_mib: 1536}", in: "gate")
+        let p = try exp.run(["prepare"], environment: BirdAdapterTests.env)
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        let test = try exp.split().test
+        // From here on, nothing of a held-out task may reach the operator's server.
+        let logged = try String(contentsOfFile: pg.log, encoding: .utf8).utf8.count
+        try exp.setAgent(BirdPhaseTwo.solver(followUp: "right", phase1: "SELECT count(id) FROM %s",
+                                             phase2: "SELECT id FROM %s ORDER BY id DESC LIMIT 1", execute: true))
+        let g = try exp.run(["gate"], environment: BirdAdapterTests.env)
+        let console = (try? String(contentsOfFile: exp.root + "/.autoharness/held-out-vm-console.log", encoding: .utf8)) ?? ""
+        #expect(g.status == 0 && g.stdout.contains("ACCEPTED"), "\(g.stdout)\n\(g.stderr)\n\(console.suffix(3000))")
+        #expect(g.stderr.contains("held-out VM: \(test.count) task(s) answered"), "\(g.stderr)")
+        #expect(g.stderr.contains("held-out VM: 1 database(s) dumped from the server at \(pg.socketDirectory)"), "\(g.stderr)")
+        // Scored by the guest's graders on the guest's copy of space_template: each held-out
+        // task's phase 1 and, where it has one, phase 2.
+        let expected = test.map { BirdPhaseTwo.hasFollowUp($0) ? 1.0 : 0.7 }.reduce(0, +) / Double(test.count)
+        #expect(g.stdout.contains("val_score: " + String(format: "%.2f", expected)), "\(expected): \(g.stdout)")
+        // (One gate: under emulation the graders' services take about 50 s a task in the guest;
+        // a rejected VM gate is RealHarborTests.heldOutInTheVM's and HeldOutVMTests'.)
+        // The operator's server: dumped from, and no held-out task's database, ever.
+        let after = String(decoding: Array(try String(contentsOfFile: pg.log, encoding: .utf8).utf8).dropFirst(logged), as: UTF8.self)
+        for id in test { #expect(!after.contains(id), "\(id) reached the operator's server: \(after.suffix(2000))") }
+        let left = try pg.psql("postgres", "SELECT datname FROM pg_database ORDER BY datname").split(separator: "\n")
+        #expect(left == ["postgres", "space_template", "template0", "template1"], "\(left)")
+        #expect(try exp.rows("violation").isEmpty)
+        #expect(exp.scratchMounts().isEmpty)
+        let leftovers = (try? FileManager.default.contentsOfDirectory(atPath: exp.scratch)) ?? []
+        #expect(leftovers.isEmpty, "\(leftovers)")
+    }
+
     @Test("a DB environment that runs SQL as the configured user (not through psycopg2, so without task roles): SQL that leaves state in the cluster (a role, an ALTER SYSTEM setting) voids the run's scores, is recorded against agent.py and is undone before the next run")
     func sharedStateChangeVoidsTheRun() throws { try Self.withExperiment(sharedStateChangeVoidsTheRun) }
 

@@ -53,6 +53,17 @@ public struct BirdAdapter: BenchmarkAdapter {
 
     public var name: String { "bird-interact" }
 
+    /// The ADK, the merged data file (copied into the guest) and the wrapper scripts: what the
+    /// held-out VM shares for the same graders to run in it. The task databases reach the
+    /// guest as dumps (its own server), never through `postgresSocketDirectory`.
+    public var hostPaths: [String] { [adkDirectory, dataPath, scriptsDirectory] }
+
+    /// The databases the DB environment copies a task's from (`<selected_database>_template`,
+    /// BIRD-Interact-ADK shared/db_utils.py), for every task of the dataset.
+    public var templateDatabases: [String] {
+        Set(records.values.compactMap { $0["selected_database"]?.string }).map { $0 + "_template" }.sorted()
+    }
+
     public init(adkDirectory: String, dataPath: String, scriptsDirectory: String, tool: ToolSettings) throws(BenchmarkError) {
         self.adkDirectory = adkDirectory
         self.dataPath = dataPath

@@ -220,6 +220,20 @@ public struct HarborAdapter: BenchmarkAdapter {
         environmentProvider == "local" ? taskIDs.compactMap { hostDirectory($0).map { $0 + "/tests/test.sh" } } : []
     }
 
+    /// What the held-out VM shares for Harbor to run in it: the dataset (or the registry file
+    /// and its tasks on this host), autoharness_harbor_env.py's directory and
+    /// the verifier tools. Harbor itself is the runner's command, under `runner.binds`.
+    public var hostPaths: [String] {
+        var paths: [String] = []
+        if let dir = datasetPath { paths.append(dir) }
+        if let registry {
+            paths += registry.localTasks.values.sorted()
+            paths.append(registry.path)
+        }
+        if let scripts = scriptsDirectory { paths.append(scripts) }
+        return paths + (verifierTools?.hostPaths ?? [])
+    }
+
     /// The directory of task `id` on this host: under `-p`, or a registry's local task.
     func hostDirectory(_ id: String) -> String? {
         if let dir = datasetPath { return dir + "/" + id }

@@ -17,8 +17,9 @@ protocol BenchmarkKind: Sendable {
     var installHint: String { get }
     /// The upstream keys it reads besides the common ones (`UpstreamKey.common`).
     var keys: [UpstreamKey] { get }
-    /// Its held-out split can run in a VM (the guest image holds what it runs).
-    var runsInVM: Bool { get }
+    /// Why this configuration's held-out split cannot run in the held-out VM (something only
+    /// the host has), or nil: the guest then gets what it runs as read-only shares.
+    func notInVM(_ config: ExperimentConfig) -> String?
     /// autoharness runs each task itself (the agent, then the verifier, each in a sandbox
     /// of the task and verifier policies), from a dataset directory; otherwise a tool runs
     /// the tasks under `runner:`.
@@ -35,6 +36,10 @@ protocol BenchmarkKind: Sendable {
     /// autoharness runs this configuration's verifiers itself, so `sandbox.verifier_tools`
     /// applies to them.
     func runsVerifiers(_ config: ExperimentConfig) -> Bool
+    /// What the held-out VM must run beside the tasks (a database server), built by the host
+    /// from nothing held-out in directories `inputs` makes and shares read-only.
+    func guestServices(_ config: ExperimentConfig, adapter: any BenchmarkAdapter, inputs: GuestInputs,
+                       log: (@Sendable (String) -> Void)?) throws -> GuestServices
 }
 
 extension BenchmarkKind {
@@ -42,9 +47,10 @@ extension BenchmarkKind {
     var defaultTool: String? { nil }
     var defaultDataset: String? { nil }
     var keys: [UpstreamKey] { [] }
-    var runsInVM: Bool { false }
     var runsOwnTasks: Bool { false }
     func runsVerifiers(_ config: ExperimentConfig) -> Bool { false }
+    func guestServices(_ config: ExperimentConfig, adapter: any BenchmarkAdapter, inputs: GuestInputs,
+                       log: (@Sendable (String) -> Void)?) throws -> GuestServices { GuestServices() }
 }
 
 extension ExperimentConfig {
@@ -70,8 +76,11 @@ enum BenchmarkKinds {
 
     static func named(_ name: String) -> (any BenchmarkKind)? { all.first { $0.name == name } }
 
-    /// The benchmarks whose held-out split runs in a VM.
-    static var inVM: [String] { all.filter(\.runsInVM).map(\.name) }
+    /// Why `config`'s held-out split cannot run in the VM, or nil (`BenchmarkKind.notInVM`).
+    static func notInVM(_ config: ExperimentConfig) -> String? {
+        guard let kind = named(config.benchmark) else { return "benchmark '\(config.benchmark)' is not one this build runs" }
+        return kind.notInVM(config)
+    }
 
     /// Every upstream key some benchmark reads, with the common ones.
     static var upstreamKeys: [UpstreamKey] {

@@ -8,6 +8,20 @@ struct BirdInteractKind: BenchmarkKind {
     let name = "bird-interact"
     let defaultTool: String? = "python3"
     var installHint: String { Self.hint }
+    func notInVM(_ config: ExperimentConfig) -> String? { nil }
+
+    /// A PostgreSQL server of the guest's own, holding copies of the task databases.
+    func guestServices(_ config: ExperimentConfig, adapter: any BenchmarkAdapter, inputs: GuestInputs,
+                       log: (@Sendable (String) -> Void)?) throws -> GuestServices {
+        guard let bird = adapter as? BirdAdapter, let socket = bird.postgresSocketDirectory else { return GuestServices() }
+        let dir = try inputs.directory("postgres")
+        var services = GuestServices()
+        services.postgres = try GuestPostgres.dump(
+            from: .init(socketDirectory: socket, port: config.upstream.pgPort ?? 5432, user: config.upstream.pgUser ?? "root",
+                        password: config.upstream.pgPassword ?? "123123"),  // the ADK's default (shared/db_utils.py)
+            databases: bird.templateDatabases, into: dir.host, guestDirectory: dir.guest, log: log)
+        return services
+    }
     var keys: [UpstreamKey] {
         [UpstreamKey("user_model", .text(\.userModel)), UpstreamKey("mode", .choice(\.mode, ["a-interact", "c-interact"])),
          UpstreamKey("patience", .integer(\.patience, 0...100)), UpstreamKey("bird_repo", .text(\.birdRepo)),

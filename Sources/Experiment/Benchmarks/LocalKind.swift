@@ -6,7 +6,7 @@ import Foundation
 struct LocalKind: BenchmarkKind {
     let name = "local"
     let installHint = "a local benchmark needs python3 for its tasks; give its directory with --dataset"
-    let runsInVM = true
+    func notInVM(_ config: ExperimentConfig) -> String? { nil }
     let runsOwnTasks = true
 
     func initialize(_ o: ExperimentSupervisor.InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues {
@@ -43,7 +43,7 @@ struct LocalKind: BenchmarkKind {
 struct CommandKind: BenchmarkKind {
     let name = "command"
     let installHint = "install python3 or set runner.command"
-    let runsInVM = true
+    func notInVM(_ config: ExperimentConfig) -> String? { nil }
 
     func initialize(_ o: ExperimentSupervisor.InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues {
         InitValues(dataset: o.dataset ?? "")

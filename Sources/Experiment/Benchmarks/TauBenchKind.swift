@@ -9,7 +9,7 @@ struct TauBenchKind: BenchmarkKind {
     let name = "tau-bench"
     let defaultTool: String? = "tau2"
     var installHint: String { Self.hint }
-    let runsInVM = true
+    func notInVM(_ config: ExperimentConfig) -> String? { nil }
     var keys: [UpstreamKey] {
         [UpstreamKey("tau2_data_dir", .text(\.tau2DataDir)), UpstreamKey("user_model", .text(\.userModel)),
          UpstreamKey("seed", .integer(\.seed, 0...4_294_967_295))]

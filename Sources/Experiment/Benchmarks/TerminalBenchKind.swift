@@ -66,6 +66,14 @@ struct TerminalBenchKind: BenchmarkKind {
 
     func runsVerifiers(_ config: ExperimentConfig) -> Bool { (config.envProvider ?? "e2b") == "local" }
 
+    /// Harbor, its Python, the dataset and the verifier tools are directories the guest gets
+    /// read-only; the task environments are either the guest's own sandboxes (`local`) or a
+    /// remote provider's machines, reached through the host's proxy like any egress. Only the
+    /// docker provider needs something of the host's: its Docker daemon.
+    func notInVM(_ config: ExperimentConfig) -> String? {
+        (config.envProvider ?? "e2b") == "docker" ? "env_provider: docker drives this host's Docker daemon, which the guest does not have" : nil
+    }
+
     /// Every task of the dataset has a name Harbor can be asked for, and no two share one.
     static func checkNames(_ tasks: [HarborDataset.Task], of what: String) throws {
         do {

@@ -463,8 +463,8 @@ extension ExperimentConfig {
                 r.error(node, "executor: ray with sandbox.verifier_tools: worker nodes do not get the verifier tools yet; use executor: local, or remove sandbox.verifier_tools")
             }
         }
-        if c.heldOutRuntime == .vm && !BenchmarkKinds.inVM.contains(c.benchmark) && r.errors.isEmpty {
-            r.errors.append(ConfigError(file: file, line: nil, message: "gate.held_out_runtime: vm runs the \(BenchmarkKinds.inVM.joined(separator: " and ")) benchmarks so far; '\(c.benchmark)' needs its tool's install in the guest (not built yet): use host"))
+        if c.heldOutRuntime == .vm && r.errors.isEmpty, let why = BenchmarkKinds.notInVM(c) {
+            r.errors.append(ConfigError(file: file, line: nil, message: "gate.held_out_runtime: vm: \(why); use host"))
         }
         if c.runsOwnTasks && c.dataset == nil && r.errors.isEmpty {
             r.errors.append(ConfigError(file: file, line: nil, message: "dataset: missing; a local benchmark needs the path of its directory (with tasks/<id>/)"))

@@ -35,7 +35,7 @@ final class Executors {
         switch config.heldOutRuntime {
         case .vm: heldOutVM = try HeldOutVM(settings: config.vm, log: log)
         case .auto:
-            let r = HeldOutVM.resolveAuto(settings: config.vm, benchmark: config.benchmark, log: log)
+            let r = HeldOutVM.resolveAuto(settings: config.vm, config: config, log: log)
             heldOutVM = r.vm
             log?(r.vm == nil ? HeldOutVM.hostRuntimeLine(why: "auto: " + r.why, networked: !config.runsOwnTasks) : "held-out runtime: vm (auto: \(r.why))")
         case .host: log?(HeldOutVM.hostRuntimeLine(why: "gate.held_out_runtime: host", networked: !config.runsOwnTasks))

@@ -50,10 +50,18 @@ struct HeldOutVMExecutor: TaskExecutor {
             request.egress = true
             request.trustBundle = trustBundle == nil ? nil : GuestRequest.trustBundlePath
         }
+        try FileManager.default.createDirectory(atPath: config.scratch, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        // What runs beside the tasks in the guest (bird-interact's database server), built
+        // here from nothing held-out and shared read-only.
+        let inputs = try GuestInputs(scratch: config.scratch)
+        defer { inputs.remove() }
+        if let kind = BenchmarkKinds.named(config.benchmark) {
+            request.services = try kind.guestServices(config, adapter: env.adapter, inputs: inputs, log: env.log)
+        }
         var image = try GuestImage.plan(request: request, config: config, policyLoader: env.policyLoader,
                                         adapterPaths: env.adapter.hostPaths, scratch: config.scratch)
+        for dir in inputs.made { _ = try image.addInput(dir.path, name: dir.name) }
         image.trustBundle = trustBundle
-        try FileManager.default.createDirectory(atPath: config.scratch, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         // qemu reads the shares through the host's page cache on the guest's behalf.
         let cache = PageCacheEviction(journal: layout.heldOutJournal)
         defer { env.log?("held-out VM done; \(cache.evict())") }

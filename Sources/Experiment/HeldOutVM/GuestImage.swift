@@ -15,8 +15,10 @@ import SupervisorIO
 /// Nothing else of the host exists in the guest, and nothing the guest writes reaches the
 /// host: every writable place in it is guest memory.
 struct GuestImage {
-    /// `(tag, host directory)`: each one a read-only 9p device, mounted at the same path.
-    var shares: [(tag: String, path: String)] = []
+    /// `(tag, host directory, guest directory)`: each one a read-only 9p device, mounted in
+    /// the guest at the same path as on the host, except a service's inputs (`GuestServices`),
+    /// which are made on the host's scratch tmpfs and mounted under `/.ahvm/in`.
+    var shares: [(tag: String, path: String, at: String)] = []
     var files: [(path: String, bytes: [UInt8], mode: UInt32)] = []
     var symlinks: [(path: String, target: String)] = []
     /// The host's `/proc/self/exe`, run in the guest as `vm-guest`.
@@ -41,9 +43,13 @@ struct GuestImage {
         var singleFiles: [String] = []
         // The held-out policies' bind sources (placeholders are filled per task, in the guest,
         // with its own scratch and the snapshot copied below): a local benchmark's task and
-        // verifier, or a tool's runner and scorer with the tool's own binds.
+        // verifier, or a tool's runner and scorer with the tool's own binds; a tool whose
+        // verifier with the tool's own binds; a tool whose verifiers autoharness runs itself
+        // (Harbor's local environments) needs both.
         let local = config.runsOwnTasks
-        for name in local ? [config.taskPolicy, config.verifierPolicy] : [config.runner.policy, config.runner.scorerPolicy] {
+        let ownVerifiers = local || BenchmarkKinds.named(config.benchmark)?.runsVerifiers(config) == true
+        let policies = (local ? [] : [config.runner.policy, config.runner.scorerPolicy]) + (ownVerifiers ? [config.taskPolicy, config.verifierPolicy] : [])
+        for name in policies {
             let policy: Policy
             do {
                 policy = try policyLoader.load(name, requireAllPlaceholders: false)
@@ -81,17 +87,18 @@ struct GuestImage {
             }
         }
         for path in adapterPaths {
-            guard let real = canonical(path), isDirectory(real) else {
-                throw ExperimentError(.state, "held-out VM: the benchmark reads \(path), which is not a directory")
+            guard let real = canonical(path) else {
+                throw ExperimentError(.state, "held-out VM: the benchmark reads \(path), which does not exist")
             }
-            directories.append(real)
+            if isDirectory(real) { directories.append(real) } else { singleFiles.append(real) }
+            if real != path { image.symlinks.append((path, real)) }
         }
         directories += request.policySearchPaths.filter { isDirectory($0) }
         // The binaries (autoharness, autoharness-launch beside it) and every shared library
         // this process has mapped (a debug build links the Swift runtime from the toolchain).
         directories.append(String(binary[..<binary.lastIndex(of: "/")!]))
         directories += mappedLibraryDirectories()
-        image.shares = outermost(directories).enumerated().map { ("ah\($0.offset)", $0.element) }
+        image.shares = outermost(directories).enumerated().map { ("ah\($0.offset)", $0.element, $0.element) }
         guard image.shares.count <= 28 else {
             throw ExperimentError(.state, "held-out VM: \(image.shares.count) directories to share (at most 28): \(image.shares.map(\.path).joined(separator: ", "))")
         }
@@ -118,8 +125,19 @@ struct GuestImage {
     }
 
     func isShared(_ path: String) -> Bool {
-        shares.contains { path == $0.path || path.hasPrefix($0.path == "/" ? "/" : $0.path + "/") }
+        shares.contains { path == $0.at || path.hasPrefix($0.at == "/" ? "/" : $0.at + "/") }
     }
+
+    /// Shares `directory` (made by the host for this phase) read-only at `/.ahvm/in/<name>`,
+    /// and returns that guest path.
+    mutating func addInput(_ directory: String, name: String) throws -> String {
+        guard shares.count < 28 else { throw ExperimentError(.state, "held-out VM: no room for another share (at most 28)") }
+        let at = Self.inputRoot + "/" + name
+        shares.append(("ah\(shares.count)", directory, at))
+        return at
+    }
+
+    static let inputRoot = "/.ahvm/in"
 
     /// The initramfs: busybox and the two init stages under `/.ahvm`, the kernel modules, the
     /// request, and the copies.
@@ -134,7 +152,7 @@ struct GuestImage {
         r.file("/.ahvm/stage2", Array(stage2.utf8), mode: 0o755)
         r.file("/.ahvm/request", request, mode: 0o600)
         if let trustBundle { r.file(GuestRequest.trustBundlePath, trustBundle, mode: 0o644) }
-        r.file("/.ahvm/shares", Array(shares.map { "\($0.tag) \($0.path)\n" }.joined().utf8), mode: 0o600)
+        r.file("/.ahvm/shares", Array(shares.map { "\($0.tag) \($0.at)\n" }.joined().utf8), mode: 0o600)
         var order = ""
         for (name, bytes) in kernel.modules {
             r.file("/.ahvm/modules/\(name)", bytes, mode: 0o600)

@@ -7,7 +7,7 @@ import SupervisorIO
 /// inside the initramfs (host to guest only); every path in it is a host path, which the guest
 /// sees at the same place (a read-only share, or a copy in the initramfs).
 public struct GuestRequest: Codable, Sendable, Equatable {
-    public static let version = 2
+    public static let version = 3
     public var version = GuestRequest.version
     /// The experiment's root and config (the config's copy is in the initramfs).
     public var experimentRoot: String
@@ -24,6 +24,8 @@ public struct GuestRequest: Codable, Sendable, Equatable {
     public var egress = false
     /// The host gate's CA bundle, in the initramfs, when the config names model APIs.
     public var trustBundle: String?
+    /// What runs beside the tasks in the guest (a benchmark's database server).
+    public var services = GuestServices()
 
     public static let trustBundlePath = "/.ahvm/inference-ca.pem"
 

@@ -37,6 +37,7 @@ public enum HeldOutGuest {
             egress = link
         }
         defer { egress?.stop() }
+        try request.services.start(log: log)
         let config = try ExperimentConfig.load(request.configPath)
         let adapter = try config.makeAdapter(root: request.experimentRoot, checkTools: false)
         let agent = AuditLog(), tool = AuditLog()

@@ -27,7 +27,6 @@ public final class HeldOutVM {
     let accel: VMSettings.Accel
     let log: (@Sendable (String) -> Void)?
 
-    static var supportedBenchmarks: [String] { BenchmarkKinds.inVM }
     static let workPrefix = "held-out-vm-"
     static let qemuSandbox = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
     static let qemuBinary = "/usr/bin/qemu-system-x86_64"
@@ -62,13 +61,11 @@ public final class HeldOutVM {
         }
     }
 
-    /// `gate.held_out_runtime: auto`: a VM where this benchmark runs in one and qemu, the
+    /// `gate.held_out_runtime: auto`: a VM where this configuration runs in one and qemu, the
     /// guest kernel and KVM (or the operator's `allow_emulation`) are there; otherwise nil (the
     /// host runtime) and why.
-    static func resolveAuto(settings: VMSettings, benchmark: String, log: (@Sendable (String) -> Void)?) -> (vm: HeldOutVM?, why: String) {
-        guard supportedBenchmarks.contains(benchmark) else {
-            return (nil, "benchmark '\(benchmark)' does not run in the held-out VM yet")
-        }
+    static func resolveAuto(settings: VMSettings, config: ExperimentConfig, log: (@Sendable (String) -> Void)?) -> (vm: HeldOutVM?, why: String) {
+        if let why = BenchmarkKinds.notInVM(config) { return (nil, why) }
         guard access(qemuBinary, X_OK) == 0 else { return (nil, "no \(qemuBinary) (scripts/install-vm)") }
         let kernel: GuestKernel
         do { kernel = try GuestKernel.load(settings.kernelDirectory) } catch { return (nil, "no usable guest kernel (\(error))") }

@@ -38,7 +38,7 @@ extension HeldOutVM {
         if !haveQEMU || kernel == nil {
             use = "gate.held_out_runtime: vm cannot run here (\(hint)); auto (the default) uses host"
         } else if kvm.works {
-            use = "gate.held_out_runtime: vm runs each gate's held-out split in a fresh KVM guest; auto (the default) uses it for the \(supportedBenchmarks.joined(separator: ", ")) benchmarks"
+            use = "gate.held_out_runtime: vm runs each gate's held-out split in a fresh KVM guest; auto (the default) uses it for every benchmark that needs nothing of the host's (not bird-interact yet, nor Harbor's docker provider)"
         } else {
             use = "gate.held_out_runtime: vm runs only emulated here (gate.vm.allow_emulation: true; 10-50x slower per task); auto (the default) uses host unless allow_emulation is set"
         }
