@@ -67,6 +67,48 @@ struct HeldOutVMTests {
         }
     }
 
+    /// A held-out agent.py that finds, and then leaves, what a guest kernel keeps after a
+    /// task: its inode counter (the first memfd's number; a fresh guest here starts between
+    /// 1024 and 2048) moved past 4096 by 4096 memfds, and files in /tmp and /dev/shm. It
+    /// solves its task only when it finds none of that. Run one task at a time, so in one
+    /// guest the first task solves and every later one finds the first's counter.
+    static let markerAgent = solver("""
+        fd = os.memfd_create('probe')
+        first = os.fstat(fd).st_ino
+        os.close(fd)
+        found = first >= 4096 or any(os.path.exists(p) for p in ('/tmp/ahvm-left', '/dev/shm/ahvm-left'))
+        for p in ('/tmp/ahvm-left', '/dev/shm/ahvm-left'):
+            open(p, 'w').write('LEFT')
+        for _ in range(4096):
+            os.close(os.memfd_create('burn'))
+        if found:
+            return
+        """)
+
+    @Test("every gate's guest is restored from one saved before any gate: what a held-out task left in its guest (the inode counter moved, files in /tmp and /dev/shm) is not in the next gate's guest")
+    func snapshotGuestsStartFresh() throws {
+        try Self.requireVM()
+        let snapshots = try TempDir(mode: 0o700)
+        let config = ["held_out_runtime": "vm\n  vm: {accel: tcg, allow_emulation: true, memory_mib: 1536, snapshot_dir: \(snapshots.path)/saved}",
+                      "max_concurrency": "1", "disclosure": "score"]
+        let exp = try Experiment(config: config)
+        let (_, test) = try exp.split()
+        let one = String(format: "%.4f", 1 / Double(test.count))
+        try exp.setAgent(Self.markerAgent)
+        // In one guest, the first task finds nothing and every later one finds the first's
+        // counter (the control: what one kernel keeps is found): one task of the split solved.
+        let g = try exp.run("gate")
+        #expect(g.stdout.contains("val_score: \(one)"), "\(g.stdout)\n\(g.stderr)")
+        #expect(g.stderr.contains("held-out VM: saving a booted guest") && g.stderr.contains("held-out VM: restoring its saved guest"), "\(g.stderr)")
+        let saved = (try? FileManager.default.contentsOfDirectory(atPath: snapshots.path + "/saved")) ?? []
+        #expect(saved.count == 1 && saved[0].hasSuffix(".state"), "\(saved)")
+        // The next gate's guest, restored from the same saved state (not saved again), finds
+        // nothing of the first gate's: its first task solves again.
+        let again = try exp.run("gate")
+        #expect(again.stdout.contains("val_score: \(one)"), "\(again.stdout)\n\(again.stderr)")
+        #expect(!again.stderr.contains("saving a booted guest") && again.stderr.contains("held-out VM: \(test.count) task(s) answered; restored in "), "\(again.stderr)")
+    }
+
     /// A held-out agent.py that advances the kernel's shared-memory inode counter (memfd
     /// inodes are numbered from one counter per kernel, handed out in per-CPU batches), and a
     /// train agent.py that prints the next number into its trace: the channel the issue
@@ -438,3 +480,4 @@ struct GuestAnswerTests {
         #expect(!GuestKernel.isStaticELF(Array(dynamic)))
     }
 }
+

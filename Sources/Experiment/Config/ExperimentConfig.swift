@@ -414,7 +414,7 @@ extension ExperimentConfig {
                     case "held_out_runtime":
                         if let s = r.oneOf(v, "gate.held_out_runtime", HeldOutRuntime.allCases.map(\.rawValue)) { c.heldOutRuntime = HeldOutRuntime(rawValue: s)! }
                     case "vm":
-                        r.mapping(v, "gate.vm", allowed: ["accel", "allow_emulation", "memory_mib", "cpus", "kernel_dir", "boot_timeout"]) { k, v in
+                        r.mapping(v, "gate.vm", allowed: ["accel", "allow_emulation", "memory_mib", "cpus", "kernel_dir", "boot_timeout", "snapshot", "snapshot_dir"]) { k, v in
                             let name = "gate.vm.\(k)"
                             switch k {
                             case "accel": if let s = r.oneOf(v, name, VMSettings.Accel.allCases.map(\.rawValue)) { c.vm.accel = VMSettings.Accel(rawValue: s)! }
@@ -422,6 +422,8 @@ extension ExperimentConfig {
                             case "memory_mib": if let x = r.integer(v, name, 256...1_048_576) { c.vm.memoryMiB = x }
                             case "cpus": if let x = r.integer(v, name, 1...256) { c.vm.cpus = x }
                             case "kernel_dir": if let s = r.absolutePath(v, name) { c.vm.kernelDirectory = s }
+                            case "snapshot": if let s = r.oneOf(v, name, ["true", "false"]) { c.vm.snapshot = s == "true" }
+                            case "snapshot_dir": if let s = r.absolutePath(v, name) { c.vm.snapshotDirectory = s }
                             default: if let x = r.number(v, name, 5...3600) { c.vm.bootTimeout = x }
                             }
                         }

@@ -73,7 +73,9 @@ struct HeldOutVMExecutor: TaskExecutor {
             do { try cache.record(sources: shares) } catch { throw ExperimentError(.io, "\(error)") }
         }
         result.answer.record(agent: audit.agent, tool: audit.tool)
-        env.log?("held-out VM: \(ids.count) task(s) answered; boot \(String(format: "%.1f", result.bootSeconds)) s, whole VM \(String(format: "%.1f", result.totalSeconds)) s")
+        env.log?("held-out VM: \(ids.count) task(s) answered; "
+                 + (result.restoreSeconds.map { "restored in \(String(format: "%.2f", $0)) s, " } ?? "")
+                 + "guest supervisor up after \(String(format: "%.2f", result.bootSeconds)) s, whole VM \(String(format: "%.1f", result.totalSeconds)) s")
         // The guest sends the tools' spend as one total (nothing per held-out task crosses
         // back): carried on the first outcome, so the phase's sum is that total.
         var outcomes = result.answer.outcomes

@@ -139,34 +139,65 @@ struct GuestImage {
 
     static let inputRoot = "/.ahvm/in"
 
-    /// The initramfs: busybox and the two init stages under `/.ahvm`, the kernel modules, the
-    /// request, and the copies.
-    func initramfs(kernel: GuestKernel, request: [UInt8]) -> [UInt8] {
+    /// The initramfs, the same for every gate (so a guest booted from it can be saved once and
+    /// restored for each: `VMSnapshot`): busybox, the two init stages under `/.ahvm`, the kernel
+    /// modules. Nothing of a gate is in it; the gate's files reach the guest through the export
+    /// (`writeGate`) after it is up.
+    static func initramfs(kernel: GuestKernel) -> [UInt8] {
         var r = Initramfs()
         r.characterDevice("/dev/console", major: 5, minor: 1)
         for d in ["/proc", "/sys", "/dev", "/tmp", "/run", "/newroot"] { r.directory(d) }
         r.directory("/.ahvm", mode: 0o700)
         r.file("/.ahvm/busybox", kernel.busybox, mode: 0o755)
         // At /init: busybox switch_root checks that it runs from an initramfs by that file.
-        r.file("/init", Array(Self.stage1.utf8), mode: 0o755)
+        r.file("/init", Array(stage1.utf8), mode: 0o755)
         r.file("/.ahvm/stage2", Array(stage2.utf8), mode: 0o755)
-        r.file("/.ahvm/request", request, mode: 0o600)
-        if let trustBundle { r.file(GuestRequest.trustBundlePath, trustBundle, mode: 0o644) }
-        r.file("/.ahvm/shares", Array(shares.map { "\($0.tag) \($0.at)\n" }.joined().utf8), mode: 0o600)
         var order = ""
         for (name, bytes) in kernel.modules {
             r.file("/.ahvm/modules/\(name)", bytes, mode: 0o600)
             order += name + "\n"
         }
         r.file("/.ahvm/modules/order", Array(order.utf8), mode: 0o600)
-        for s in symlinks where !isShared(s.path) { r.symlink(s.path, to: s.target) }
-        for f in files { r.file(f.path, f.bytes, mode: f.mode) }
         return r.archive()
+    }
+
+    /// The gate's part of the export, in `directory` (on the host's scratch tmpfs, read-only
+    /// to qemu): `request`; `shares`, a line `<subdirectory> <guest path>` per share; `scratch`
+    /// and `binary`, a line each; `root/`, the copies and symlinks at their guest paths (and
+    /// the CA bundle), copied onto the guest's root before the shares are mounted.
+    func writeGate(_ directory: String, request: [UInt8]) throws {
+        func write(_ path: String, _ bytes: [UInt8], mode: mode_t = 0o600) throws {
+            let parent = String(path[..<path.lastIndex(of: "/")!])
+            try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+            try AtomicFile.write(bytes, to: path, mode: mode)
+        }
+        do {
+            try write(directory + "/request", request)
+            try write(directory + "/shares", Array(shares.enumerated().map { "s\($0.offset) \($0.element.at)\n" }.joined().utf8))
+            try write(directory + "/scratch", Array((scratch + "\n").utf8))
+            try write(directory + "/binary", Array((binary + "\n").utf8))
+            let root = directory + "/root"
+            try FileManager.default.createDirectory(atPath: root + "/.ahvm", withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            chmod(root, 0o755)
+            if let trustBundle { try write(root + GuestRequest.trustBundlePath, trustBundle, mode: 0o644) }
+            for f in files { try write(root + f.path, f.bytes, mode: mode_t(f.mode)) }
+            for l in symlinks where !isShared(l.path) {
+                let parent = String((root + l.path)[..<(root + l.path).lastIndex(of: "/")!])
+                try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+                guard symlink(l.target, root + l.path) == 0 || errno == EEXIST else {
+                    throw ExperimentError(.io, "symlink \(root + l.path): \(ErrnoName.describe(errno))")
+                }
+            }
+        } catch let e as ExperimentError {
+            throw e
+        } catch {
+            throw ExperimentError(.io, "held-out VM: \(directory): \(error)")
+        }
     }
 
     /// Stage 1, PID 1 in the initramfs. The kernel unpacks the initramfs into rootfs, which
     /// pivot_root cannot leave, and every sandbox in the guest ends in pivot_root; so the tree
-    /// is copied onto a real tmpfs, the shares are mounted there, and switch_root moves in.
+    /// is copied onto a real tmpfs and switch_root moves in.
     /// A failure powers off without an answer, which the host reads as an interrupted gate.
     static let stage1 = """
         #!/.ahvm/busybox sh
@@ -180,11 +211,6 @@ struct GuestImage {
             $B cp -a "$e" /newroot/ || fail "copy $e"
         done
         $B mkdir -p /newroot/proc /newroot/sys /newroot/dev
-        # cache=loose: the guest keeps what it read in its own page cache (the shares do not
-        # change during a gate); without it every stat is a round trip to the host.
-        while read -r tag path; do
-            $B mkdir -p "/newroot$path" && $B mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000 "$tag" "/newroot$path" || fail "share $path"
-        done < /.ahvm/shares
         $B umount /proc /sys /dev
         exec $B switch_root /newroot /.ahvm/stage2
         fail "switch_root"
@@ -192,10 +218,15 @@ struct GuestImage {
         """
 
     /// Stage 2, PID 1 on the tmpfs root: the kernel filesystems a supervisor needs (cgroup v2
-    /// alone: the kernel runs with cgroup_no_v1=all), the scratch tmpfs, the results port,
-    /// then `autoharness vm-guest`, and power off whatever it did.
-    var stage2: String {
-        """
+    /// alone: the kernel runs with cgroup_no_v1=all), then `ready` on the control port and a
+    /// wait for the host's `go <seconds since 1970> <seed>`: up to here every guest is the same,
+    /// and a snapshot is taken here (`VMSnapshot`). Then the clock is set and the seed mixed
+    /// into the kernel's pool; the export is mounted, the gate's copies laid on the root and
+    /// each share bound at its path (cache=loose: the guest keeps what it read in its own page
+    /// cache, the shares do not change during a gate; without it every stat is a round trip to
+    /// the host); the scratch tmpfs, then `autoharness vm-guest` (which reseeds the kernel's
+    /// generator from the pool first), and power off whatever it did.
+    static let stage2 = """
         #!/.ahvm/busybox sh
         B=/.ahvm/busybox
         fail() { echo "ahvm: $*"; $B poweroff -f; }
@@ -207,24 +238,38 @@ struct GuestImage {
         # hide the copies and shares of host paths under them (an experiment in /tmp).
         $B mkdir -p /tmp /run && $B chmod 1777 /tmp
         $B mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup || fail "cgroup2"
-        $B mkdir -p \(Self.quoted(scratch)) && $B mount -t tmpfs -o mode=0700 tmpfs \(Self.quoted(scratch)) || fail "scratch"
         $B ip link set lo up
-        port=
+        port= ctl= egress=
         for p in /sys/class/virtio-ports/*; do
-            [ "$($B cat "$p/name" 2>/dev/null)" = ah.results ] && port="/dev/${p##*/}"
+            case "$($B cat "$p/name" 2>/dev/null)" in
+                ah.results) port="/dev/${p##*/}" ;;
+                ah.control) ctl="/dev/${p##*/}" ;;
+                ah.egress) egress="/dev/${p##*/}" ;;
+            esac
         done
-        [ -n "$port" ] || fail "no results port"
-        set -- --request /.ahvm/request --answer "$port"
-        for p in /sys/class/virtio-ports/*; do
-            [ "$($B cat "$p/name" 2>/dev/null)" = ah.egress ] && set -- "$@" --egress "/dev/${p##*/}"
-        done
-        $B env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 \(Self.quoted(binary)) vm-guest "$@"
+        [ -n "$port" ] && [ -n "$ctl" ] || fail "no results or control port"
+        echo ready > "$ctl"
+        read -r word now seed < "$ctl"
+        [ "$word" = go ] || fail "no go from the host"
+        $B date -s "@$now" > /dev/null || fail "clock"
+        echo "$seed" > /dev/urandom
+        X=/.ahvm/x
+        $B mkdir -p $X && $B mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000 ahx $X || fail "export"
+        $B cp -a $X/gate/root/. / || fail "the gate's files"
+        while read -r sub path; do
+            $B mkdir -p "$path" && $B mount --bind "$X/$sub" "$path" || fail "share $path"
+        done < $X/gate/shares
+        read -r scratch < $X/gate/scratch
+        read -r binary < $X/gate/binary
+        $B mkdir -p "$scratch" && $B mount -t tmpfs -o mode=0700 tmpfs "$scratch" || fail "scratch"
+        set -- --request $X/gate/request --answer "$port"
+        [ -n "$egress" ] && set -- "$@" --egress "$egress"
+        $B env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 "$binary" vm-guest "$@"
         echo "ahvm: vm-guest exited $?"
         $B sync
         $B poweroff -f
 
         """
-    }
 
     static func quoted(_ s: String) -> String { "'" + s.replacingOccurrences(of: "'", with: "'\\''") + "'" }
 

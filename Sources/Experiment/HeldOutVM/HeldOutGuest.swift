@@ -11,6 +11,9 @@ public enum HeldOutGuest {
     /// Runs the request at `requestPath` and writes the answer to `answerPath` (the results
     /// port). Throws when there is nothing to answer; the host then reads a missing `end`.
     public static func serve(requestPath: String, answerPath: String, egressPath: String?, log: @escaping @Sendable (String) -> Void) throws {
+        // A guest restored from a saved state has the saved generator: reseed it from the pool,
+        // into which stage 2 mixed the host's fresh bytes, before anything draws from it.
+        reseedRandom()
         let port = open(answerPath, O_WRONLY | O_NOCTTY | O_CLOEXEC)
         guard port >= 0 else { throw ExperimentError(.io, "\(answerPath): \(ErrnoName.describe(errno))") }
         defer { close(port) }
@@ -53,6 +56,14 @@ public enum HeldOutGuest {
         let byID = Dictionary(outcomes.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         let all = request.ids.map { byID[$0] ?? TaskOutcome(id: $0, reward: 0, status: .missingResult) }
         try write(port, GuestAnswer.encodeBody(all, agent: agent, tool: tool))
+    }
+
+    /// RNDRESEEDCRNG on /dev/urandom (Linux 4.17+; root in the guest).
+    static func reseedRandom() {
+        let fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        _ = ioctl(fd, UInt(0x5207))
+        close(fd)
     }
 
     static func write(_ fd: Int32, _ text: String) throws {

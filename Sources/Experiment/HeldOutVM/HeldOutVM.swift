@@ -112,112 +112,197 @@ public final class HeldOutVM {
     struct Run {
         var answer: GuestAnswer
         /// From qemu's start to the guest's first byte on the results port (its kernel, init
-        /// and `vm-guest` start), and to qemu's exit.
+        /// and `vm-guest` start, or the snapshot's restore and `vm-guest`'s start), and to
+        /// qemu's exit.
         var bootSeconds: Double
         var totalSeconds: Double
         var shares: [String]
+        /// From qemu's start to the restored guest's running (nil: booted cold).
+        var restoreSeconds: Double?
     }
 
-    /// Boots a guest for `request`, waits for its answer and its exit, and parses the
-    /// answer. `beforeBoot` gets the host directories qemu will read (the caller records them
-    /// for page-cache eviction before anything reads them). Throws on any failure: the gate
-    /// ends as interrupted (it was counted when it started).
-    func run(_ request: GuestRequest, image: GuestImage, scratch: String, privateDirectory: String,
-             deadline seconds: Double, egress: VMEgress? = nil, beforeBoot: ([String]) throws -> Void) throws -> Run {
-        let start = monotonicSeconds()
-        let work = Self.workDirectory(in: scratch)
-        guard mkdir(work, 0o700) == 0 else {
-            throw ExperimentError(.io, "held-out VM: mkdir \(work): \(ErrnoName.describe(errno))")
-        }
-        defer { try? FileManager.default.removeItem(atPath: work) }
-        // qemu sees each share at an empty staging directory, where `vm-exec` binds it
-        // read-only and noatime in qemu's own mount namespace (ReadOnlyShares).
-        var staged: [(source: String, target: String)] = []
-        for s in image.shares {
-            let target = work + "/shares/" + s.tag
-            guard mkdir(work + "/shares", 0o700) == 0 || errno == EEXIST, mkdir(target, 0o700) == 0 else {
-                throw ExperimentError(.io, "held-out VM: mkdir \(target): \(ErrnoName.describe(errno))")
-            }
-            staged.append((s.path, target))
-        }
-        let requestBytes = Array(try JSONEncoder().encode(request))
-        do {
-            try AtomicFile.write(image.initramfs(kernel: kernel, request: requestBytes), to: work + "/initramfs", mode: 0o600)
-        } catch {
-            throw ExperimentError(.io, "held-out VM: \(work)/initramfs: \(error)")
-        }
-        let listener = try ResultsPort(path: work + "/results.sock")
-        defer { listener.close() }
-        // The guest sandboxes' egress, when the request has any: a second port, whose streams
-        // the host's proxies serve (`EgressLink`); stopped, with every connection recorded,
-        // before the answer counts.
-        let egressPort = try egress.map { try EgressPort(path: work + "/egress.sock", proxies: $0) }
-        var egressFinished = false
-        defer { if !egressFinished { _ = egressPort?.finish() } }
-        try beforeBoot(image.shares.map(\.path))
+    /// qemu's arguments for a guest working in `work`: the same devices whether it boots or is
+    /// restored (a snapshot holds their state; `VMSnapshot.layout` names them): a virtio-serial
+    /// controller with the results, egress and control ports (each a Unix socket of the
+    /// host's that qemu connects to), one read-only 9p export (`work/export`: the gate's files
+    /// and every share, bound below it by `vm-exec`; inode numbers remapped, as the binds are
+    /// other filesystems), and the monitor.
+    func qemuArguments(work: String, cpus: Int) -> [String] {
+        let w = Self.optionValue(work)
+        return ["-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+                // qemu's own seccomp filter, as a second wall behind the guest kernel: an
+                // escape into the qemu process cannot exec, fork, change credentials or
+                // scheduling, nor make the obsolete calls.
+                "-sandbox", Self.qemuSandbox,
+                "-accel", accel.rawValue, "-cpu", accel == .kvm ? "host" : "max",
+                "-m", "\(settings.memoryMiB)", "-smp", "\(cpus)",
+                "-kernel", kernel.vmlinuz, "-initrd", work + "/initramfs",
+                // quiet: only the init stages' own lines reach the console; cgroup_no_v1:
+                // the guest's supervisor uses cgroup v2 alone.
+                "-append", "console=ttyS0 panic=-1 quiet cgroup_no_v1=all",
+                "-serial", "stdio",
+                "-device", "virtio-serial-pci",
+                "-chardev", "socket,id=ah,path=\(w)/results.sock", "-device", "virtserialport,chardev=ah,name=ah.results",
+                "-chardev", "socket,id=eg,path=\(w)/egress.sock", "-device", "virtserialport,chardev=eg,name=ah.egress",
+                "-chardev", "socket,id=ctl,path=\(w)/control.sock", "-device", "virtserialport,chardev=ctl,name=ah.control",
+                "-virtfs", "local,path=\(w)/export,mount_tag=ahx,security_model=none,readonly=on,multidevs=remap",
+                "-qmp", "unix:\(w)/qmp.sock,server=on,wait=off"]
+    }
 
-        let cpus = min(settings.cpus ?? request.concurrency, max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))))
-        var args = ["-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
-                    // qemu's own seccomp filter, as a second wall behind the guest kernel: an
-                    // escape into the qemu process cannot exec, fork, change credentials or
-                    // scheduling, nor make the obsolete calls.
-                    "-sandbox", Self.qemuSandbox,
-                    "-accel", accel.rawValue, "-cpu", accel == .kvm ? "host" : "max",
-                    "-m", "\(settings.memoryMiB)", "-smp", "\(cpus)",
-                    "-kernel", kernel.vmlinuz, "-initrd", work + "/initramfs",
-                    // quiet: only the init stages' own lines reach the console; cgroup_no_v1:
-                    // the guest's supervisor uses cgroup v2 alone.
-                    "-append", "console=ttyS0 panic=-1 quiet cgroup_no_v1=all",
-                    "-serial", "stdio",
-                    "-device", "virtio-serial-pci",
-                    "-chardev", "socket,id=ah,path=\(Self.optionValue(work))/results.sock",
-                    "-device", "virtserialport,chardev=ah,name=ah.results"]
-        if egressPort != nil {
-            args += ["-chardev", "socket,id=eg,path=\(Self.optionValue(work))/egress.sock",
-                     "-device", "virtserialport,chardev=eg,name=ah.egress"]
-        }
-        for (s, stage) in zip(image.shares, staged) {
-            args += ["-virtfs", "local,path=\(Self.optionValue(stage.target)),mount_tag=\(s.tag),security_model=none,readonly=on"]
-        }
-        egressPort?.start()
+    /// qemu under `vm-exec` (every `shares` pair bound read-only and noatime in its mount
+    /// namespace; qemu dies with it), its console drained into `tail`.
+    func launch(_ args: [String], shares: [(source: String, target: String)], binary: String, tail: ConsoleTail) throws -> Process {
         let p = Process()
-        p.executableURL = URL(fileURLWithPath: image.binary)
-        p.arguments = ["vm-exec"] + staged.flatMap { ["--share", "\($0.source)=\($0.target)"] } + ["--", qemu] + args
+        p.executableURL = URL(fileURLWithPath: binary)
+        p.arguments = ["vm-exec"] + shares.flatMap { ["--share", "\($0.source)=\($0.target)"] } + ["--", qemu] + args
         p.environment = ["PATH": "/usr/bin:/bin"]
         p.standardInput = FileHandle.nullDevice
         let console = Pipe()
         p.standardOutput = console
         p.standardError = console
-        let tail = ConsoleTail()
         let reader = Thread { tail.drain(console.fileHandleForReading) }
         reader.start()
         do { try p.run() } catch {
             throw ExperimentError(.io, "held-out VM: cannot start \(qemu): \(error)")
         }
+        return p
+    }
+
+    /// The guest's `ready` on the control port (accepted from `listener`): the connection,
+    /// or nil when `deadline` passed or qemu closed it first.
+    static func awaitReady(_ listener: Int32, deadline: Double) -> Int32? {
+        var conn: Int32 = -1
+        var got: [UInt8] = []
+        while monotonicSeconds() < deadline {
+            var pfd = pollfd(fd: conn >= 0 ? conn : listener, events: Int16(POLLIN), revents: 0)
+            guard poll(&pfd, 1, 200) > 0 else { continue }
+            if conn < 0 {
+                conn = accept(listener, nil, nil)
+                continue
+            }
+            var b = [UInt8](repeating: 0, count: 64)
+            let n = b.withUnsafeMutableBytes { Glibc.read(conn, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { close(conn); return nil }
+            got += b[0..<n]
+            if got.count > 64 { close(conn); return nil }
+            if String(decoding: got, as: UTF8.self).contains("ready\n") { return conn }
+        }
+        if conn >= 0 { close(conn) }
+        return nil
+    }
+
+    /// The host's `go` on the control port: the time (rounded up, so a certificate made this
+    /// second is valid) and 32 fresh random bytes for the guest's pool.
+    static func sendGo(_ conn: Int32) -> Bool {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        var generator = SystemRandomNumberGenerator()
+        let seed = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        let line = Array("go \(now.tv_sec + 1) \(seed.map { String(format: "%02x", $0) }.joined())\n".utf8)
+        return line.withUnsafeBytes { Glibc.write(conn, $0.baseAddress, $0.count) } == line.count
+    }
+
+    /// Boots a guest for `request` (from the saved state when `gate.vm.snapshot` is on: made
+    /// now if there is none), waits for its answer and its exit, and parses the answer.
+    /// `beforeBoot` gets the host directories qemu will read (the caller records them for
+    /// page-cache eviction before anything reads them). Throws on any failure: the gate ends
+    /// as interrupted (it was counted when it started).
+    func run(_ request: GuestRequest, image: GuestImage, scratch: String, privateDirectory: String,
+             deadline seconds: Double, egress: VMEgress? = nil, beforeBoot: ([String]) throws -> Void) throws -> Run {
+        let cpus = min(settings.cpus ?? request.concurrency, max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))))
+        let initramfs = GuestImage.initramfs(kernel: kernel)
+        var snapshot: VMSnapshot?
+        if settings.snapshot {
+            let s = try VMSnapshot.locate(directory: settings.snapshotDirectory, qemu: qemu, kernel: kernel, initramfs: initramfs,
+                                          memoryMiB: settings.memoryMiB, cpus: cpus, accel: accel)
+            if !s.exists { try save(s, initramfs: initramfs, cpus: cpus, scratch: scratch, binary: image.binary, privateDirectory: privateDirectory) }
+            snapshot = s
+        }
+        let start = monotonicSeconds()
+        let work = Self.workDirectory(in: scratch)
+        guard mkdir(work, 0o700) == 0, mkdir(work + "/export", 0o700) == 0 else {
+            throw ExperimentError(.io, "held-out VM: mkdir \(work): \(ErrnoName.describe(errno))")
+        }
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        // qemu exports `export`; each share is bound read-only and noatime below it, in qemu's
+        // own mount namespace, by `vm-exec` (ReadOnlyShares).
+        var staged: [(source: String, target: String)] = []
+        for (k, s) in image.shares.enumerated() {
+            let target = work + "/export/s\(k)"
+            guard mkdir(target, 0o700) == 0 else { throw ExperimentError(.io, "held-out VM: mkdir \(target): \(ErrnoName.describe(errno))") }
+            staged.append((s.path, target))
+        }
+        do {
+            try image.writeGate(work + "/export/gate", request: Array(try JSONEncoder().encode(request)))
+            try AtomicFile.write(initramfs, to: work + "/initramfs", mode: 0o600)
+        } catch let e as ExperimentError { throw e } catch {
+            throw ExperimentError(.io, "held-out VM: \(work): \(error)")
+        }
+        let listener = try ResultsPort(path: work + "/results.sock")
+        defer { listener.close() }
+        let control = try ResultsPort.listen(work + "/control.sock")
+        defer { close(control) }
+        // The guest sandboxes' egress, when the request has any: the port's streams go to the
+        // host's proxies (`EgressLink`), stopped, with every connection recorded, before the
+        // answer counts. Without it the port's socket only listens: nothing is read from it.
+        let egressPort = try egress.map { try EgressPort(path: work + "/egress.sock", proxies: $0) }
+        let idleEgress = egressPort == nil ? try ResultsPort.listen(work + "/egress.sock") : -1
+        defer { if idleEgress >= 0 { close(idleEgress) } }
+        var egressFinished = false
+        defer { if !egressFinished { _ = egressPort?.finish() } }
+        try beforeBoot(image.shares.map(\.path))
+
+        var args = qemuArguments(work: work, cpus: cpus)
+        if snapshot != nil { args += ["-incoming", "unix:" + Self.optionValue(work) + "/incoming.sock"] }
+        egressPort?.start()
+        let tail = ConsoleTail()
+        let p = try launch(args, shares: staged, binary: image.binary, tail: tail)
         // Only this qemu, by pid, whatever happens from here.
         let pid = p.processIdentifier
-        var killed = false
         defer {
-            if p.isRunning { kill(pid, SIGKILL); killed = true }
+            if p.isRunning { kill(pid, SIGKILL) }
             p.waitUntilExit()
         }
-        log?("held-out VM: booting (\(accel == .kvm ? "KVM" : "emulated"), kernel \(kernel.version), \(cpus) CPU(s), \(settings.memoryMiB) MiB, \(image.shares.count) read-only shares)")
-
-        let read = listener.read(bootDeadline: start + settings.bootTimeout, deadline: start + seconds, cap: GuestAnswer.maxBytes)
-        let boot = read.firstByte.map { $0 - start }
-        if read.outcome != .complete, p.isRunning { kill(pid, SIGKILL); killed = true }
-        p.waitUntilExit()
-        _ = killed
-        let total = monotonicSeconds() - start
-        // What failed, as a fixed phrase: the message reaches the coding agent (an interrupted
-        // gate's reply), so anything the guest chose (a line number, a stream id, the time it
-        // took) goes only to the console log, the operator's.
+        log?("held-out VM: \(snapshot == nil ? "booting" : "restoring its saved guest") (\(accel == .kvm ? "KVM" : "emulated"), kernel \(kernel.version), \(cpus) CPU(s), \(settings.memoryMiB) MiB, \(image.shares.count) read-only shares)")
         func failure(_ what: String, detail: String = "") -> ExperimentError {
+            // What failed, as a fixed phrase: the message reaches the coding agent (an
+            // interrupted gate's reply), so anything the guest chose (a line number, a stream
+            // id, the time it took) goes only to the console log, the operator's.
+            let total = monotonicSeconds() - start
             let logPath = privateDirectory + "/held-out-vm-console.log"
             let note = "\n[autoharness] held-out VM: \(what) after \(Int(total)) s\(detail.isEmpty ? "" : ": " + detail)\n"
             try? AtomicFile.write(tail.bytes + Array(note.utf8), to: logPath, mode: 0o600)
             return ExperimentError(.io, "held-out VM: \(what); its console is in \(logPath); the gate's held-out phase did not finish and nothing of it was scored")
         }
+        var restored: Double?
+        var go: Int32 = -1
+        defer { if go >= 0 { close(go) } }
+        if let snapshot {
+            do {
+                try Self.restore(snapshot, into: work, deadline: start + settings.bootTimeout)
+            } catch {
+                if p.isRunning { kill(pid, SIGKILL) }
+                throw failure("the saved guest could not be restored", detail: "\(error)")
+            }
+            restored = monotonicSeconds() - start
+            // The restored guest waits in its read of the control port; qemu connected it as
+            // it started.
+            go = Self.acceptOne(control, deadline: start + settings.bootTimeout)
+        } else if let c = Self.awaitReady(control, deadline: start + settings.bootTimeout) {
+            go = c
+        }
+        guard go >= 0, Self.sendGo(go) else {
+            if p.isRunning { kill(pid, SIGKILL) }
+            p.waitUntilExit()
+            throw failure("the guest did not become ready within gate.vm.boot_timeout (\(Int(settings.bootTimeout)) s)")
+        }
+
+        let read = listener.read(bootDeadline: start + settings.bootTimeout, deadline: start + seconds, cap: GuestAnswer.maxBytes)
+        let boot = read.firstByte.map { $0 - start }
+        if read.outcome != .complete, p.isRunning { kill(pid, SIGKILL) }
+        p.waitUntilExit()
+        let total = monotonicSeconds() - start
         // qemu has exited: the link ends with its socket; every connection is served to its
         // end (and recorded) before the answer is taken.
         egressFinished = true
@@ -233,7 +318,123 @@ public final class HeldOutVM {
         do { answer = try GuestAnswer.parse(read.bytes, requested: request.ids) } catch {
             throw failure("a malformed answer", detail: "\(error)")
         }
-        return Run(answer: answer, bootSeconds: boot ?? total, totalSeconds: total, shares: image.shares.map(\.path))
+        return Run(answer: answer, bootSeconds: boot ?? total, totalSeconds: total, shares: image.shares.map(\.path), restoreSeconds: restored)
+    }
+
+    /// One connection accepted from `listener`, or -1 at `deadline`.
+    static func acceptOne(_ listener: Int32, deadline: Double) -> Int32 {
+        while monotonicSeconds() < deadline {
+            var pfd = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
+            guard poll(&pfd, 1, 100) > 0 else { continue }
+            let c = accept(listener, nil, nil)
+            if c >= 0 { return c }
+        }
+        return -1
+    }
+
+    /// Streams the saved state into the qemu that listens at `work/incoming.sock`, and lets
+    /// the guest run once it is in.
+    static func restore(_ snapshot: VMSnapshot, into work: String, deadline: Double) throws {
+        var sock: Int32 = -1
+        while sock < 0 {
+            sock = try QMP.connect(work + "/incoming.sock")
+            if sock < 0 {
+                guard monotonicSeconds() < deadline else { throw ExperimentError(.io, "qemu did not listen for the saved state") }
+                usleep(5_000)
+            }
+        }
+        let file = open(snapshot.path, O_RDONLY | O_CLOEXEC)
+        guard file >= 0 else { close(sock); throw ExperimentError(.io, "\(snapshot.path): \(ErrnoName.describe(errno))") }
+        defer { close(file) }
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { Glibc.read(file, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            guard n >= 0 else { close(sock); throw ExperimentError(.io, "\(snapshot.path): \(ErrnoName.describe(errno))") }
+            if n == 0 { break }
+            var off = 0
+            while off < n {
+                let w = buffer.withUnsafeBytes { Glibc.write(sock, $0.baseAddress! + off, n - off) }
+                if w < 0 && errno == EINTR { continue }
+                guard w > 0 else { close(sock); throw ExperimentError(.io, "qemu stopped reading the saved state: \(ErrnoName.describe(errno))") }
+                off += w
+            }
+        }
+        close(sock)
+        let qmp = try QMP(path: work + "/qmp.sock", deadline: deadline)
+        if try qmp.waitForStatus(["paused", "running"], deadline: deadline) == "paused" {
+            try qmp.execute("cont", deadline: deadline)
+        }
+    }
+
+    /// Boots the generic guest to its `ready`, stops it and saves its state into `snapshot`
+    /// (written beside it and renamed: a concurrent supervisor sees a whole file or none).
+    func save(_ snapshot: VMSnapshot, initramfs: [UInt8], cpus: Int, scratch: String, binary: String, privateDirectory: String) throws {
+        let start = monotonicSeconds()
+        log?("held-out VM: saving a booted guest for every gate to start from (once for this qemu, kernel, memory and CPU count)")
+        let work = Self.workDirectory(in: scratch)
+        guard mkdir(work, 0o700) == 0, mkdir(work + "/export", 0o700) == 0 else {
+            throw ExperimentError(.io, "held-out VM: mkdir \(work): \(ErrnoName.describe(errno))")
+        }
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        try AtomicFile.write(initramfs, to: work + "/initramfs", mode: 0o600)
+        var listeners: [Int32] = []
+        defer { listeners.forEach { close($0) } }
+        for name in ["results", "egress"] { listeners.append(try ResultsPort.listen(work + "/\(name).sock")) }
+        let control = try ResultsPort.listen(work + "/control.sock")
+        listeners.append(control)
+        let tail = ConsoleTail()
+        let p = try launch(qemuArguments(work: work, cpus: cpus), shares: [], binary: binary, tail: tail)
+        defer {
+            if p.isRunning { kill(p.processIdentifier, SIGKILL) }
+            p.waitUntilExit()
+        }
+        let deadline = start + settings.bootTimeout
+        func failure(_ what: String) -> ExperimentError {
+            let logPath = privateDirectory + "/held-out-vm-console.log"
+            try? AtomicFile.write(tail.bytes + Array("\n[autoharness] held-out VM: saving the guest: \(what)\n".utf8), to: logPath, mode: 0o600)
+            return ExperimentError(.io, "held-out VM: the guest to save \(what); its console is in \(logPath) (gate.vm.snapshot: false boots each gate's guest instead)")
+        }
+        guard let ready = Self.awaitReady(control, deadline: deadline) else { throw failure("did not become ready within gate.vm.boot_timeout") }
+        defer { close(ready) }
+        let temp = snapshot.path + ".\(getpid()).partial"
+        do {
+            let qmp = try QMP(path: work + "/qmp.sock", deadline: deadline)
+            try qmp.execute("stop", deadline: deadline)
+            let incoming = try ResultsPort.listen(work + "/migrate.sock")
+            listeners.append(incoming)
+            try qmp.execute("migrate", ["uri": "unix:" + work + "/migrate.sock"], deadline: deadline)
+            let conn = Self.acceptOne(incoming, deadline: deadline)
+            guard conn >= 0 else { throw ExperimentError(.io, "qemu did not send its state") }
+            defer { close(conn) }
+            let out = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+            guard out >= 0 else { throw ExperimentError(.io, "\(temp): \(ErrnoName.describe(errno))") }
+            var ok = false
+            defer { close(out); if !ok { unlink(temp) } }
+            var buffer = [UInt8](repeating: 0, count: 1 << 20)
+            var total = 0
+            while true {
+                let n = buffer.withUnsafeMutableBytes { Glibc.read(conn, $0.baseAddress, $0.count) }
+                if n < 0 && errno == EINTR { continue }
+                guard n >= 0 else { throw ExperimentError(.io, "reading qemu's state: \(ErrnoName.describe(errno))") }
+                if n == 0 { break }
+                total += n
+                guard total < (settings.memoryMiB + 512) << 20 else { throw ExperimentError(.io, "qemu's state is larger than its memory") }
+                var off = 0
+                while off < n {
+                    let w = buffer.withUnsafeBytes { Glibc.write(out, $0.baseAddress! + off, n - off) }
+                    guard w > 0 else { throw ExperimentError(.io, "\(temp): \(ErrnoName.describe(errno))") }
+                    off += w
+                }
+            }
+            let status = (try qmp.execute("query-migrate", deadline: deadline) as? [String: Any])?["status"] as? String
+            guard status == "completed" else { throw ExperimentError(.io, "qemu's migration ended \(status ?? "unknown")") }
+            guard fsync(out) == 0, rename(temp, snapshot.path) == 0 else { throw ExperimentError(.io, "\(snapshot.path): \(ErrnoName.describe(errno))") }
+            ok = true
+            log?("held-out VM: saved \(total >> 20) MiB of guest state in \(String(format: "%.1f", monotonicSeconds() - start)) s to \(snapshot.path)")
+        } catch let e as ExperimentError {
+            throw failure("could not be saved: \(e.message)")
+        }
     }
 
     /// The directory `run` works in below `scratch`. Named by its owner (pid, start time, pid

@@ -38,6 +38,13 @@ public struct VMSettings: Codable, Sendable, Equatable {
     /// Seconds from qemu's start to the guest's first line on the results port.
     public var bootTimeout = 180.0
 
+    /// Each gate's guest starts from a guest saved once where it waits for its first gate
+    /// (`VMSnapshot`), instead of booting.
+    public var snapshot = true
+    /// Where saved guests are kept: root's, writable by no one else.
+    public var snapshotDirectory = VMSettings.defaultSnapshotDirectory
+
     public static let defaultKernelDirectory = "/var/cache/autoharness/vm/kernel"
+    public static let defaultSnapshotDirectory = "/var/cache/autoharness/vm/snapshots"
     public init() {}
 }
