@@ -64,13 +64,31 @@ struct HeldOutVMExecutor: TaskExecutor {
         image.trustBundle = trustBundle
         // qemu reads the shares through the host's page cache on the guest's behalf.
         let cache = PageCacheEviction(journal: layout.heldOutJournal)
-        defer { env.log?("held-out VM done; \(cache.evict())") }
+        // After the VM: what qemu read on the guest's behalf leaves the host's page cache, and
+        // the host's process serial, which qemu moved with the guest's load (its 9p server
+        // starts and retires threads), is moved by noise, as after a host phase (the inode
+        // counters the guest cannot move are left: InodeCounterAttackTests).
+        func settle() -> String? {
+            env.log?("held-out VM done; \(cache.evict())")
+            let noise = InodeNumberNoise.perturb(inodeCounters: false)
+            env.log?("held-out VM done; \(noise)")
+            return noise.failure
+        }
         // A bound on the whole phase (each task's own limits hold inside the guest): the
         // boot, then every task's agent and verifier limits, run `max_concurrency` at a time.
-        let result = try vm.run(request, image: image, scratch: config.scratch, privateDirectory: layout.privateDirectory,
-                                deadline: config.vm.bootTimeout + ExecutionBounds.phase(ids, config: config, benchmarkRoot: benchmarkRoot),
-                                egress: egress) { shares in
-            do { try cache.record(sources: shares) } catch { throw ExperimentError(.io, "\(error)") }
+        let result: HeldOutVM.Run
+        do {
+            result = try vm.run(request, image: image, scratch: config.scratch, privateDirectory: layout.privateDirectory,
+                                    deadline: config.vm.bootTimeout + ExecutionBounds.phase(ids, config: config, benchmarkRoot: benchmarkRoot),
+                                    egress: egress) { shares in
+                do { try cache.record(sources: shares) } catch { throw ExperimentError(.io, "\(error)") }
+            }
+        } catch {
+            _ = settle()
+            throw error
+        }
+        if let failure = settle() {
+            throw ExperimentError(.io, "after the held-out VM: moving the process serial failed: \(failure); its results were not recorded")
         }
         result.answer.record(agent: audit.agent, tool: audit.tool)
         env.log?("held-out VM: \(ids.count) task(s) answered; "

@@ -171,6 +171,10 @@ struct GuestImage {
             try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
             try AtomicFile.write(bytes, to: path, mode: mode)
         }
+        // One line each, read by stage 2's `read -r`: a path with a line break would be two.
+        for path in shares.map(\.at) + [scratch, binary] where path.contains("\n") || path.contains("\r") || !path.hasPrefix("/") {
+            throw ExperimentError(.state, "held-out VM: \(path.debugDescription) cannot be given to the guest (an absolute path without line breaks is needed)")
+        }
         do {
             try write(directory + "/request", request)
             try write(directory + "/shares", Array(shares.enumerated().map { "s\($0.offset) \($0.element.at)\n" }.joined().utf8))

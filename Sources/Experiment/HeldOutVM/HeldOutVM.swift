@@ -398,6 +398,7 @@ public final class HeldOutVM {
         guard let ready = Self.awaitReady(control, deadline: deadline) else { throw failure("did not become ready within gate.vm.boot_timeout") }
         defer { close(ready) }
         let temp = snapshot.path + ".\(getpid()).partial"
+        VMSnapshot.removeAbandoned(in: String(snapshot.path[..<snapshot.path.lastIndex(of: "/")!]))
         do {
             let qmp = try QMP(path: work + "/qmp.sock", deadline: deadline)
             try qmp.execute("stop", deadline: deadline)

@@ -51,6 +51,15 @@ struct VMSnapshot {
         }
     }
 
+    /// Partial states (`<name>.<pid>.partial`) of savers that are gone (killed mid-save).
+    static func removeAbandoned(in directory: String) {
+        for name in FileSystem.names(in: directory) where name.hasSuffix(".partial") {
+            let parts = name.split(separator: ".")
+            guard parts.count >= 3, let pid = Int32(parts[parts.count - 2]), pid != getpid() else { continue }
+            if kill(pid, 0) != 0 && errno == ESRCH { unlink(directory + "/" + name) }
+        }
+    }
+
     /// The saved state, if there is one that is root's and only root's.
     var exists: Bool {
         var st = stat()

@@ -41,8 +41,11 @@ public enum InodeNumberNoise {
         }
     }
 
-    /// Perturbs both counters on every CPU this process may run on.
-    public static func perturb() -> Report {
+    /// Perturbs both counters and the process serial on every CPU this process may run on;
+    /// with `inodeCounters: false`, the process serial alone (after a VM's phase: the guest's
+    /// load moved no inode counter of the host's, but the threads qemu starts and retires
+    /// with it move the serial).
+    public static func perturb(inodeCounters: Bool = true) -> Report {
         let start = monotonic()
         var report = Report()
         var cpus = [Int32](repeating: 0, count: 4096)
@@ -53,8 +56,8 @@ public enum InodeNumberNoise {
         }
         cpus = Array(cpus.prefix(Int(n)))
         // Drawn from the system's generator (getrandom).
-        let pipes = cpus.map { _ in Int.random(in: 0..<batch) + batch * Int.random(in: 0..<extraBatches) }
-        let memfds = cpus.map { _ in Int.random(in: 0..<batch) + batch * Int.random(in: 0..<extraBatches) }
+        let pipes = cpus.map { _ in inodeCounters ? Int.random(in: 0..<batch) + batch * Int.random(in: 0..<extraBatches) : 0 }
+        let memfds = cpus.map { _ in inodeCounters ? Int.random(in: 0..<batch) + batch * Int.random(in: 0..<extraBatches) : 0 }
         let threads = cpus.map { _ in Int.random(in: 0..<threadNoise) }
         var failedCPU: Int32 = -1
         let rc = ahs_perturb_inode_numbers(cpus, pipes, memfds, threads, n, &failedCPU)
