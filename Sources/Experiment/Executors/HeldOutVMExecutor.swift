@@ -53,7 +53,7 @@ struct HeldOutVMExecutor: TaskExecutor {
         try FileManager.default.createDirectory(atPath: config.scratch, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         // What runs beside the tasks in the guest (bird-interact's database server), built
         // here from nothing held-out and shared read-only.
-        let inputs = try GuestInputs(scratch: config.scratch)
+        let inputs = GuestInputs(scratch: config.scratch)
         defer { inputs.remove() }
         if let kind = BenchmarkKinds.named(config.benchmark) {
             request.services = try kind.guestServices(config, adapter: env.adapter, inputs: inputs, log: env.log)

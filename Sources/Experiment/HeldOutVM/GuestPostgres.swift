@@ -20,21 +20,26 @@ public struct GuestServices: Codable, Sendable, Equatable {
 final class GuestInputs {
     let root: String
     private(set) var made: [(name: String, path: String)] = []
+    private var created = false
 
-    init(scratch: String) throws {
+    /// Nothing is made until a service asks for a directory.
+    init(scratch: String) {
         root = HeldOutVM.workDirectory(in: scratch)
-        guard mkdir(root, 0o711) == 0 else { throw ExperimentError(.io, "held-out VM: mkdir \(root): \(ErrnoName.describe(errno))") }
     }
 
     /// A new directory `name` (host path), and where the guest sees it.
     func directory(_ name: String) throws -> (host: String, guest: String) {
+        if !created {
+            guard mkdir(root, 0o711) == 0 else { throw ExperimentError(.io, "held-out VM: mkdir \(root): \(ErrnoName.describe(errno))") }
+            created = true
+        }
         let path = root + "/" + name
         guard mkdir(path, 0o711) == 0 else { throw ExperimentError(.io, "held-out VM: mkdir \(path): \(ErrnoName.describe(errno))") }
         made.append((name, path))
         return (path, GuestImage.inputRoot + "/" + name)
     }
 
-    func remove() { try? FileManager.default.removeItem(atPath: root) }
+    func remove() { if created { try? FileManager.default.removeItem(atPath: root) } }
 }
 
 /// A PostgreSQL server of the guest's own, for bird-interact: the task databases a held-out
