@@ -16,8 +16,7 @@ int ahl_errno;
 // for use (scripts/build-release, swift build) has none of this: every layer below is
 // unconditional there (LauncherTests checks the binaries for the switch's name).
 #ifdef AHL_BENCH_LAYERS
-enum { LAYER_COVERS = 1, LAYER_SECCOMP = 2, LAYER_LOCK_MOUNTS = 4, LAYER_LANDLOCK = 8, LAYER_VERIFY_CAPS = 16 };
-static int layers_off;
+int ahl_layers_off;
 static void read_layers_off(void) {
     int f = sys_open("/run/autoharness-bench-layers", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (f < 0) return;
@@ -32,12 +31,9 @@ static void read_layers_off(void) {
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++) {
         size_t n = strlen(names[i].name);
         for (const char *q = b; *q; q++)
-            if (strncmp(q, names[i].name, n) == 0) { layers_off |= names[i].bit; break; }
+            if (strncmp(q, names[i].name, n) == 0) { ahl_layers_off |= names[i].bit; break; }
     }
 }
-#define LAYER_ON(bit) (!(layers_off & (bit)))
-#else
-#define LAYER_ON(bit) 1
 #endif
 
 #define SETUP_FAILED 125
@@ -154,7 +150,7 @@ static void close_all_except(const int *keep, int n) {
 static size_t str_len(const char *s) { return s ? strlen(s) : 0; }
 
 /// close() that leaves ahl_errno as the failure being reported.
-static void close_keep_errno(int fd) {
+void ahl_close_keep_errno(int fd) {
     int s = ahl_errno;
     sys_close(fd);
     ahl_errno = s;
@@ -177,7 +173,7 @@ static int own_created(int dir, const char *name) {
 /// creating missing directories. Returns an O_PATH fd for the final component, which is
 /// created as a directory (want_dir) or an empty file. A planted symlink anywhere on the
 /// way fails with ELOOP instead of redirecting the mount.
-static int walk_create(int rootfd, const char *path, int want_dir, int create_last) {
+int ahl_walk_create(int rootfd, const char *path, int want_dir, int create_last) {
     char comp[256];
     int cur = sys_dup(rootfd);
     if (cur < 0) return -1;
@@ -201,18 +197,18 @@ static int walk_create(int rootfd, const char *path, int want_dir, int create_la
                 // thread's comes first (a launch service's workers take their clients'), and
                 // is shared by the sandboxes after it.
                 if (sys_mkdirat(cur, comp, 0755) < 0) {
-                    if (ahl_errno != EEXIST) { close_keep_errno(cur); return -1; }
-                } else if (sys_fchmodat(cur, comp, 0755) < 0 || own_created(cur, comp) < 0) { close_keep_errno(cur); return -1; }
+                    if (ahl_errno != EEXIST) { ahl_close_keep_errno(cur); return -1; }
+                } else if (sys_fchmodat(cur, comp, 0755) < 0 || own_created(cur, comp) < 0) { ahl_close_keep_errno(cur); return -1; }
                 next = sys_openat(cur, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
             }
         } else {
             next = sys_openat(cur, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC, 0);
             if (next < 0 && ahl_errno == ENOENT && create_last) {
                 int f = sys_openat(cur, comp, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0444);
-                if (f < 0 && ahl_errno != EEXIST) { close_keep_errno(cur); return -1; }
-                if (f >= 0 && sys_fchmod(f, 0444) < 0) { close_keep_errno(f); close_keep_errno(cur); return -1; }
+                if (f < 0 && ahl_errno != EEXIST) { ahl_close_keep_errno(cur); return -1; }
+                if (f >= 0 && sys_fchmod(f, 0444) < 0) { ahl_close_keep_errno(f); ahl_close_keep_errno(cur); return -1; }
                 if (f >= 0) sys_close(f);
-                if (f >= 0 && own_created(cur, comp) < 0) { close_keep_errno(cur); return -1; }
+                if (f >= 0 && own_created(cur, comp) < 0) { ahl_close_keep_errno(cur); return -1; }
                 next = sys_openat(cur, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC, 0);
             }
             if (next >= 0) {
@@ -250,10 +246,10 @@ static int walk_parent(int rootfd, const char *path, char *last, size_t lastsz) 
     if (pn >= sizeof parent) { ahl_errno = ENAMETOOLONG; return -1; }
     memcpy(parent, path, pn);
     parent[pn] = 0;
-    return walk_create(rootfd, pn ? parent : "/", 1, 1);
+    return ahl_walk_create(rootfd, pn ? parent : "/", 1, 1);
 }
 
-static int set_attrs(int mfd, uint64_t set, int recursive) {
+int ahl_set_attrs(int mfd, uint64_t set, int recursive) {
     struct mount_attr a;
     memset(&a, 0, sizeof a);
     a.attr_set = set;
@@ -261,20 +257,20 @@ static int set_attrs(int mfd, uint64_t set, int recursive) {
     return sys_mount_setattr(mfd, "", AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0), &a, sizeof a);
 }
 
-static int attach(int mfd, int targetfd) {
+int ahl_attach(int mfd, int targetfd) {
     return sys_move_mount(mfd, "", targetfd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH);
 }
 
-/// attach(), then close both descriptors, keeping attach's error.
-static int attach_close(int mfd, int targetfd) {
-    int r = attach(mfd, targetfd);
-    close_keep_errno(targetfd);
-    close_keep_errno(mfd);
+/// ahl_attach(), then close both descriptors, keeping attach's error.
+int ahl_attach_close(int mfd, int targetfd) {
+    int r = ahl_attach(mfd, targetfd);
+    ahl_close_keep_errno(targetfd);
+    ahl_close_keep_errno(mfd);
     return r;
 }
 
 /// A detached tmpfs (or other simple fs) mount fd.
-static int new_fs(const char *type, uint64_t size, uint32_t mode, uint64_t attrs) {
+int ahl_new_fs(const char *type, uint64_t size, uint32_t mode, uint64_t attrs) {
     int fs = sys_fsopen(type, FSOPEN_CLOEXEC);
     if (fs < 0) return -1;
     char buf[32];
@@ -300,14 +296,13 @@ static int new_fs(const char *type, uint64_t size, uint32_t mode, uint64_t attrs
     }
     if (sys_fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0) goto bad;
     int m = sys_fsmount(fs, FSMOUNT_CLOEXEC, (unsigned)attrs);
-    close_keep_errno(fs);
+    ahl_close_keep_errno(fs);
     return m;
 bad:
-    close_keep_errno(fs);
+    ahl_close_keep_errno(fs);
     return -1;
 }
 
-static const uint64_t SAFE = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
 
 /// Clones a bind source while the monitor is still fully privileged in the host's mount
 /// namespace, so any host path the policy names is reachable (as with a root-run bwrap) and
@@ -317,7 +312,7 @@ static int open_source(const struct ahl_mount *m) {
     int tree = sys_open_tree(AT_FDCWD, m->source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_SYMLINK_NOFOLLOW);
     if (tree < 0) return -1;
     struct stat st;
-    if (sys_fstat(tree, &st) < 0) { close_keep_errno(tree); return -1; }
+    if (sys_fstat(tree, &st) < 0) { ahl_close_keep_errno(tree); return -1; }
     if ((uint64_t)st.st_dev != m->dev || (uint64_t)st.st_ino != m->ino) {
         // The path now names a different object than the one the policy was compiled
         // against (swapped between planning and mounting): refuse rather than mount it.
@@ -325,9 +320,9 @@ static int open_source(const struct ahl_mount *m) {
         ahl_errno = ESTALE;
         return -1;
     }
-    uint64_t attrs = SAFE | ((m->flags & AHL_MOUNT_READONLY) ? MOUNT_ATTR_RDONLY : 0) |
+    uint64_t attrs = AHL_SAFE | ((m->flags & AHL_MOUNT_READONLY) ? MOUNT_ATTR_RDONLY : 0) |
                      ((m->flags & AHL_MOUNT_NO_SYMLINKS) ? MOUNT_ATTR_NOSYMFOLLOW : 0);
-    if (set_attrs(tree, attrs, 1) < 0) { close_keep_errno(tree); return -1; }
+    if (ahl_set_attrs(tree, attrs, 1) < 0) { ahl_close_keep_errno(tree); return -1; }
     return tree;
 }
 
@@ -341,30 +336,30 @@ static int templated(const struct ahl_mount *m) {
 }
 
 static int mount_bind(const struct ahl_mount *m, int tree, int newroot) {
-    int target = walk_create(newroot, m->dest, (m->flags & AHL_MOUNT_SOURCE_DIR) != 0, 1);
+    int target = ahl_walk_create(newroot, m->dest, (m->flags & AHL_MOUNT_SOURCE_DIR) != 0, 1);
     if (target < 0) return -1;
-    int r = attach(tree, target);
-    close_keep_errno(target);
+    int r = ahl_attach(tree, target);
+    ahl_close_keep_errno(target);
     return r;
 }
 
-static int mount_tmpfs_at(int newroot, const char *dest, uint64_t size, uint32_t mode, uint64_t attrs) {
-    int mfd = new_fs("tmpfs", size ? size : (64ull << 20), mode, attrs);
+int ahl_mount_tmpfs_at(int newroot, const char *dest, uint64_t size, uint32_t mode, uint64_t attrs) {
+    int mfd = ahl_new_fs("tmpfs", size ? size : (64ull << 20), mode, attrs);
     if (mfd < 0) return -1;
-    int target = walk_create(newroot, dest, 1, 1);
-    if (target < 0) { close_keep_errno(mfd); return -1; }
-    return attach_close(mfd, target);
+    int target = ahl_walk_create(newroot, dest, 1, 1);
+    if (target < 0) { ahl_close_keep_errno(mfd); return -1; }
+    return ahl_attach_close(mfd, target);
 }
 
 static int mount_hide(const struct ahl_mount *m, int newroot) {
     // Only existing objects (provided by an earlier bind) are hidden; nothing to do otherwise.
-    int target = walk_create(newroot, m->dest, 0, 0);
-    if (target < 0 && ahl_errno == EISDIR) target = walk_create(newroot, m->dest, 1, 0);
+    int target = ahl_walk_create(newroot, m->dest, 0, 0);
+    if (target < 0 && ahl_errno == EISDIR) target = ahl_walk_create(newroot, m->dest, 1, 0);
     if (target < 0) return ahl_errno == ENOENT ? 0 : -1;
     struct stat st;
-    if (sys_fstat(target, &st) < 0) { close_keep_errno(target); return -1; }
+    if (sys_fstat(target, &st) < 0) { ahl_close_keep_errno(target); return -1; }
     // Hidden things read as "Permission denied": mode 0, owned by nobody the payload can act as.
-    int mfd = new_fs("tmpfs", 4096, 0, SAFE | MOUNT_ATTR_NOEXEC | (S_ISDIR(st.st_mode) ? MOUNT_ATTR_RDONLY : 0));
+    int mfd = ahl_new_fs("tmpfs", 4096, 0, AHL_SAFE | MOUNT_ATTR_NOEXEC | (S_ISDIR(st.st_mode) ? MOUNT_ATTR_RDONLY : 0));
     if (mfd >= 0 && !S_ISDIR(st.st_mode)) {
         // An empty mode-0 file on a private, never-attached tmpfs, bound over the target.
         int f = sys_openat(mfd, "empty", O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0000);
@@ -373,11 +368,11 @@ static int mount_hide(const struct ahl_mount *m, int newroot) {
         int s = ahl_errno;
         sys_close(mfd);
         mfd = file;
-        if (mfd >= 0 && set_attrs(mfd, SAFE | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOEXEC, 0) < 0) { s = ahl_errno; sys_close(mfd); mfd = -1; }
+        if (mfd >= 0 && ahl_set_attrs(mfd, AHL_SAFE | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOEXEC, 0) < 0) { s = ahl_errno; sys_close(mfd); mfd = -1; }
         ahl_errno = s;
     }
-    if (mfd < 0) { close_keep_errno(target); return -1; }
-    return attach_close(mfd, target);
+    if (mfd < 0) { ahl_close_keep_errno(target); return -1; }
+    return ahl_attach_close(mfd, target);
 }
 
 static int mount_symlink(const struct ahl_mount *m, int newroot) {
@@ -386,379 +381,17 @@ static int mount_symlink(const struct ahl_mount *m, int newroot) {
     if (parent < 0) return -1;
     int r = sys_symlinkat(m->source, parent, last);
     if (r == 0) r = own_created(parent, last);
-    close_keep_errno(parent);
+    ahl_close_keep_errno(parent);
     return r;
 }
 
-static const char *const device_nodes[AHL_DEVICE_COUNT] = {"null", "zero", "full", "random", "urandom", "tty"};
 
-/// Monitor, still privileged: clone the host's harmless device nodes. They need a mount
-/// without nodev; they stay nosuid/noexec/read-only (writes to a device node are not
-/// blocked by a read-only mount, so /dev/null still works).
-static int open_device(const char *name) {
-    char src[32] = "/dev/";
-    size_t n = strlen(name);
-    memcpy(src + 5, name, n + 1);
-    int tree = sys_open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-    if (tree < 0) return -1;
-    if (set_attrs(tree, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY, 0) < 0) { close_keep_errno(tree); return -1; }
-    return tree;
-}
-
-static int bind_device(int devdir, const char *name, int tree) {
-    int f = sys_openat(devdir, name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0444);
-    if (f >= 0) sys_close(f);
-    int target = sys_openat(devdir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC, 0);
-    if (target < 0) return -1;
-    int r = attach(tree, target);
-    close_keep_errno(target);
-    return r;
-}
-
-static const char *const device_links[][2] = {
-    {"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"}, {"/proc/self/fd/1", "stdout"},
-    {"/proc/self/fd/2", "stderr"}, {"pts/ptmx", "ptmx"}};
-
-/// The device numbers of the nodes above (Linux's fixed assignments, devices.txt): char 1:3
-/// null, 1:5 zero, 1:7 full, 1:8 random, 1:9 urandom, 5:0 tty.
-static const unsigned device_numbers[AHL_DEVICE_COUNT][2] = {{1, 3}, {1, 5}, {1, 7}, {1, 8}, {1, 9}, {5, 0}};
-
-/// Fills a fresh /dev tmpfs (`dir`, its root): the device nodes, the links, and the mount
-/// points of /dev/shm and /dev/pts. The nodes are binds of the host's (`device_trees`, one
-/// mount each), or, with NULL, nodes made here (mknod: host root only; the monitor, own_dev).
-static int fill_dev(int dir, const int *device_trees) {
-    for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++) {
-        if (device_trees) {
-            if (bind_device(dir, device_nodes[i], device_trees[i]) < 0) return -1;
-        } else {
-            unsigned long dev = ((unsigned long)device_numbers[i][0] << 8) | device_numbers[i][1];
-            // 0666 whatever the supervisor's umask, as the host's are.
-            if (sys_mknodat(dir, device_nodes[i], S_IFCHR | 0666, dev) < 0 || sys_fchmodat(dir, device_nodes[i], 0666) < 0) return -1;
-        }
-    }
-    for (unsigned i = 0; i < sizeof device_links / sizeof device_links[0]; i++)
-        if (sys_symlinkat(device_links[i][0], dir, device_links[i][1]) < 0) return -1;
-    if (sys_mkdirat(dir, "shm", 0755) < 0 || sys_mkdirat(dir, "pts", 0755) < 0) return -1;
-    return 0;
-}
-
-/// This sandbox's /dev, made by the monitor while it is still host root (only the initial
-/// user namespace may make device nodes): a detached tmpfs holding the six nodes (mknod, by
-/// their fixed numbers, 0666), the links, and the mount points of shm and pts; read-only,
-/// nosuid, noexec, and not nodev, so that its nodes work. One mount, where binds of the
-/// host's nodes were seven; and its inodes are this sandbox's alone: a lock, an inotify watch
-/// or the times the tty driver writes into /dev/tty's inode reach no other sandbox, where
-/// the host's shared nodes carried them between sandboxes, and to later ones. -1 with
-/// ahl_errno set when it cannot be made (EPERM: no CAP_MKNOD, as in a container).
-static int own_dev(void) {
-    uint64_t attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC;
-    int dev = new_fs("tmpfs", 1 << 20, 0755, attrs);
-    int dir = dev >= 0 ? sys_openat(dev, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0) : -1;
-    int ok = dir >= 0 && fill_dev(dir, NULL) == 0 && set_attrs(dev, attrs | MOUNT_ATTR_RDONLY, 0) == 0;
-    int e = ahl_errno;
-    if (dir >= 0) sys_close(dir);
-    if (!ok && dev >= 0) { sys_close(dev); dev = -1; }
-    ahl_errno = e;
-    return dev;
-}
-
-/// /dev: the tmpfs the monitor made for this sandbox with its own device nodes (`dev_tree`,
-/// detached, read-only: attached as it is), or, where the monitor could not make nodes, a
-/// tmpfs built here holding binds of the host's nodes the monitor cloned. Either way /dev/shm
-/// is a tmpfs of this sandbox's own and /dev/pts a devpts instance of its own.
-static int setup_dev(int newroot, int dev_tree, const int *device_trees) {
-    if (dev_tree >= 0) {
-        int target = walk_create(newroot, "/dev", 1, 1);
-        if (target < 0) return -1;
-        int r = attach(dev_tree, target);
-        close_keep_errno(target);
-        if (r < 0) return -1;
-    } else {
-        if (mount_tmpfs_at(newroot, "/dev", 1 << 20, 0755, SAFE | MOUNT_ATTR_NOEXEC) < 0) return -1;
-        int dir = walk_create(newroot, "/dev", 1, 0);
-        if (dir < 0) return -1;
-        int r = fill_dev(dir, device_trees);
-        close_keep_errno(dir);
-        if (r < 0) return -1;
-    }
-    if (mount_tmpfs_at(newroot, "/dev/shm", 64ull << 20, 01777, SAFE | MOUNT_ATTR_NOEXEC) < 0) return -1;
-    // A private devpts instance so ptys work without exposing the host's.
-    int fs = sys_fsopen("devpts", FSOPEN_CLOEXEC);
-    if (fs >= 0) {
-        int ok = sys_fsconfig(fs, FSCONFIG_SET_STRING, "ptmxmode", "0666", 0) == 0 &&
-                 sys_fsconfig(fs, FSCONFIG_SET_STRING, "mode", "0620", 0) == 0 &&
-                 sys_fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) == 0;
-        int m = ok ? sys_fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC) : -1;
-        sys_close(fs);
-        if (m >= 0) {
-            int t = walk_create(newroot, "/dev/pts", 1, 1);
-            if (t >= 0) { (void)attach(m, t); sys_close(t); }
-            sys_close(m);
-        }
-    }
-    return 0;
-}
-
-/// Re-binds a subtree of the fresh /proc (the working directory) onto itself read-only (kernel
-/// knobs stay unwritable even for a process that somehow regained privileges in the
-/// namespace). Classic mount calls, as for the covers (cover_bound): a bind and a remount of it,
-/// where a clone, its attributes, the target's descriptor and the attach took five calls. The
-/// subtree holds no mount yet, so the bind is the only one there to make read-only.
-static int proc_readonly(const char *sub) {
-    if (sys_mount(sub, sub, NULL, MS_BIND | MS_REC, NULL) < 0) return ahl_errno == ENOENT ? 0 : -1;
-    return sys_mount(NULL, sub, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
-}
-
-// --- host-wide counters in /proc ---------------------------------------------------------
-// /proc is the sandbox's own, but some of its files count for the whole host: forks and
-// context switches since boot, cpu time, memory in use, load, open files and inodes, the
-// lock table. A held-out task can move them on purpose and a later sandbox can read them
-// (a review recovered held-out operands from /proc/stat's fork count), so each is covered by
-// a file that never changes: plausible where tools parse it (ps, free, os.cpus), empty
-// elsewhere. Values that do not move with activity (boot time, total memory, cpu count) are
-// copied from the real files.
-
-struct ahl_buf { char b[8192]; size_t n; };
-
-static void buf_put(struct ahl_buf *o, const char *s) {
-    while (*s && o->n < sizeof o->b - 1) o->b[o->n++] = *s++;
-}
-
-static void buf_num(struct ahl_buf *o, uint64_t v) {
-    char tmp[24];
-    int i = 0;
-    do { tmp[i++] = (char)('0' + v % 10); v /= 10; } while (v && i < 23);
-    while (i && o->n < sizeof o->b - 1) o->b[o->n++] = tmp[--i];
-}
-
-/// The line of `procfd/name` starting with `key`, including its newline, appended to `o`.
-static void copy_line(int procfd, const char *name, const char *key, struct ahl_buf *o) {
-    struct ahl_buf in;
-    int fd = sys_openat(procfd, name, O_RDONLY | O_CLOEXEC, 0);
-    if (fd < 0) return;
-    ssize_t r = sys_read(fd, in.b, sizeof in.b - 1);
-    sys_close(fd);
-    if (r <= 0) return;
-    in.b[r] = 0;
-    size_t kl = strlen(key);
-    for (char *line = in.b; line && *line;) {
-        char *nl = strchr(line, '\n');
-        if (strncmp(line, key, kl) == 0) {
-            size_t len = nl ? (size_t)(nl - line) + 1 : strlen(line);
-            for (size_t i = 0; i < len && o->n < sizeof o->b - 1; i++) o->b[o->n++] = line[i];
-            return;
-        }
-        line = nl ? nl + 1 : NULL;
-    }
-}
-
-static int put_file(int dirfd, const char *name, const struct ahl_buf *content) {
-    int fd = sys_openat(dirfd, name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0444);
-    if (fd < 0) return -1;
-    // 0444 whatever the creator's umask (the supervisor's, for the shared masks tree): under
-    // 077 the covers were root's 0400, unreadable in every sandbox.
-    if (sys_fchmod(fd, 0444) < 0) { close_keep_errno(fd); return -1; }
-    ssize_t w = content->n ? sys_write(fd, content->b, content->n) : 0;
-    sys_close(fd);
-    return w == (ssize_t)content->n ? 0 : -1;
-}
-
-/// Covers `procfd/target` (if it exists) with `name` from the masks tmpfs `mfd`. The clone
-/// is read-only, nosuid, nodev and noexec because the masks mount is (a clone keeps its
-/// source mount's flags), which saves a mount_setattr per cover (22 per sandbox). The target
-/// is named relative to the /proc just mounted, whose names are the kernel's: move_mount
-/// follows no final symlink without MOVE_MOUNT_T_SYMLINKS, and opening the target first
-/// would cost two system calls per cover.
-static int cover(int mfd, const char *name, int procfd, const char *target) {
-    int tree = sys_open_tree(mfd, name, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-    if (tree < 0) return -1;
-    int r = sys_move_mount(tree, "", procfd, target, MOVE_MOUNT_F_EMPTY_PATH);
-    close_keep_errno(tree);
-    return r < 0 && ahl_errno == ENOENT ? 0 : r;
-}
-
-/// The same cover as a classic bind mount from `dir`/`name`, a path of a masks mount attached
-/// in this namespace, onto `target`, relative to the working directory (the fresh /proc). One
-/// system call where the clone takes three, and no anonymous mount namespace made and freed
-/// per cover: 22 covers took 0.12 ms this way against 0.32-0.42 ms (Linux 6.18). The bind
-/// keeps the masks mount's read-only, nosuid, nodev and noexec flags, as the clone does. The
-/// targets are the kernel's own names in a /proc nothing else has touched.
-static int cover_bound(const char *dir, const char *name, const char *target) {
-    char src[64];
-    size_t dl = strlen(dir), nl = strlen(name);
-    if (dl + nl + 2 > sizeof src) { ahl_errno = ENAMETOOLONG; return -1; }
-    memcpy(src, dir, dl);
-    src[dl] = '/';
-    memcpy(src + dl + 1, name, nl + 1);
-    int r = sys_mount(src, target, NULL, MS_BIND, NULL);
-    return r < 0 && ahl_errno == ENOENT ? 0 : r;
-}
-
-// The covering files live in a small tmpfs attached for a moment inside the new root (kernels
-// before 6.x cannot clone from a detached mount), then detached and its mount point removed.
-static const char masks_dir[] = "/.autoharness-masks";
-
-/// /proc/cgroups of `procfd` with every controller's cgroup count 1: the counts are of the
-/// whole host (how many sandboxes run now); the controllers and hierarchies stay.
-static void copy_cgroups(int procfd, struct ahl_buf *o) {
-    struct ahl_buf in;
-    int fd = sys_openat(procfd, "cgroups", O_RDONLY | O_CLOEXEC, 0);
-    if (fd < 0) return;
-    ssize_t r = sys_read(fd, in.b, sizeof in.b - 1);
-    sys_close(fd);
-    if (r <= 0) return;
-    in.b[r] = 0;
-    for (char *line = in.b; *line;) {
-        char *nl = strchr(line, '\n');
-        size_t len = nl ? (size_t)(nl - line) : strlen(line);
-        if (line[0] == '#') {
-            for (size_t k = 0; k < len && o->n < sizeof o->b - 1; k++) o->b[o->n++] = line[k];
-        } else {
-            // name TAB hierarchy TAB num_cgroups TAB enabled: the third field becomes 1.
-            int field = 0;
-            for (size_t k = 0; k < len && o->n < sizeof o->b - 1; k++) {
-                if (line[k] == '\t') field++;
-                if (field == 2 && line[k] != '\t') {
-                    if (k > 0 && line[k - 1] == '\t') o->b[o->n++] = '1';
-                    continue;
-                }
-                o->b[o->n++] = line[k];
-            }
-        }
-        if (o->n < sizeof o->b - 1) o->b[o->n++] = '\n';
-        if (!nl) break;
-        line = nl + 1;
-    }
-}
-
-/// Writes the covering files into the masks tmpfs `mfd` (the root of a fresh one), reading
-/// the values that never move from `procfd`, and makes the mount read-only: every cover
-/// cloned from it inherits that.
-static int write_masks(int mfd, int procfd) {
-    struct ahl_buf stat = {.n = 0}, mem = {.n = 0}, load = {.n = 0}, up = {.n = 0}, empty = {.n = 0}, cgroups = {.n = 0};
-    cpu_set_t cpus;
-    int ncpu = 0;
-    int got = sys_sched_getaffinity(sizeof cpus, &cpus);
-    for (int i = 0; i < got; i++) ncpu += __builtin_popcount(((const unsigned char *)&cpus)[i]);
-    if (ncpu == 0) ncpu = 1;
-    buf_put(&stat, "cpu  0 0 0 0 0 0 0 0 0 0\n");
-    for (int i = 0; i < ncpu; i++) { buf_put(&stat, "cpu"); buf_num(&stat, (uint64_t)i); buf_put(&stat, " 0 0 0 0 0 0 0 0 0 0\n"); }
-    buf_put(&stat, "intr 0\nctxt 0\n");
-    copy_line(procfd, "stat", "btime ", &stat);
-    buf_put(&stat, "processes 0\nprocs_running 1\nprocs_blocked 0\nsoftirq 0 0 0 0 0 0 0 0 0 0 0\n");
-    struct ahl_buf total = {.n = 0};
-    copy_line(procfd, "meminfo", "MemTotal:", &total);
-    const char *kb = total.n > 9 ? total.b + 9 : " 0 kB\n";  // " <n> kB\n" after the key
-    buf_put(&mem, "MemTotal:"); buf_put(&mem, kb);
-    buf_put(&mem, "MemFree:"); buf_put(&mem, kb);
-    buf_put(&mem, "MemAvailable:"); buf_put(&mem, kb);
-    buf_put(&mem, "Buffers:               0 kB\nCached:                0 kB\nSwapCached:            0 kB\n"
-                  "SwapTotal:             0 kB\nSwapFree:              0 kB\nShmem:                 0 kB\n");
-    buf_put(&load, "0.00 0.00 0.00 1/1 1\n");
-    buf_put(&up, "1000.00 0.00\n");
-    copy_cgroups(procfd, &cgroups);
-    int dir = sys_openat(mfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
-    int ok = dir >= 0 && put_file(dir, "stat", &stat) == 0 && put_file(dir, "meminfo", &mem) == 0 &&
-             put_file(dir, "loadavg", &load) == 0 && put_file(dir, "uptime", &up) == 0 && put_file(dir, "cgroups", &cgroups) == 0 &&
-             put_file(dir, "empty", &empty) == 0 && sys_mkdirat(dir, "emptydir", 0555) == 0 &&
-             sys_fchmodat(dir, "emptydir", 0555) == 0;
-    if (dir >= 0) sys_close(dir);
-    if (!ok) return -1;
-    return set_attrs(mfd, SAFE | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_RDONLY, 0);
-}
-
-static const char *const covered_same[] = {"stat", "meminfo", "loadavg", "uptime", "cgroups"};
-static const char *const covered_empty[] = {
-    "vmstat", "schedstat", "diskstats", "softirqs", "interrupts", "locks", "zoneinfo", "buddyinfo",
-    "pagetypeinfo", "slabinfo", "vmallocinfo", "key-users", "sys/fs/inode-nr", "sys/fs/inode-state",
-    "sys/fs/dentry-state", "sys/fs/file-nr", "sys/kernel/random/entropy_avail"};
-/// Directories of host-wide counters, covered by an empty directory: pressure stall totals;
-/// each interrupt's counts (irq/N/spurious: what the interrupts cover hides); filesystems'
-/// own statistics (fs/ext4/DEV/es_shrinker_info moves with any sandbox's reads); the quota
-/// subsystem's counters (sys/fs/quota/syncs moves by 2 with every sync(2) of any process:
-/// a channel between sandboxes, found by an attack review).
-static const char *const covered_dirs[] = {"pressure", "irq", "fs", "sys/fs/quota"};
-#define COUNT(a) (sizeof (a) / sizeof (a)[0])
-
-/// Covers the host-wide counters of the fresh /proc `procfd` with files of the masks mount.
-static int cover_counters(int mfd, int procfd) {
-    for (unsigned i = 0; i < COUNT(covered_same); i++)
-        if (cover(mfd, covered_same[i], procfd, covered_same[i]) < 0) return -1;
-    for (unsigned i = 0; i < COUNT(covered_empty); i++)
-        if (cover(mfd, "empty", procfd, covered_empty[i]) < 0) return -1;
-    for (unsigned i = 0; i < COUNT(covered_dirs); i++)
-        if (cover(mfd, "emptydir", procfd, covered_dirs[i]) < 0) return -1;
-    return 0;
-}
-
-/// The masks tree of a sandbox (a clone of the supervisor's), attached on /dev of the tree init
-/// starts in (the copy of the seed namespace, or of the host's), which the pivot detaches with
-/// the rest of that tree; the covers are bound from there (cover_bound). Init's view before the
-/// pivot: that tree, with the new root on /tmp. -1 where it has no /dev: the covers are then
-/// cloned one by one.
-static const char masks_spot[] = "/dev";
-
-static int cover_counters_bound(int masks_fd, int procfd) {
-    int spot = sys_open(masks_spot, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (spot < 0) return cover_counters(masks_fd, procfd);
-    int clone = sys_open_tree(masks_fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
-    if (clone < 0) { close_keep_errno(spot); return -1; }
-    if (attach_close(clone, spot) < 0) return -1;
-    if (sys_fchdir(procfd) < 0) return -1;
-    for (unsigned i = 0; i < COUNT(covered_same); i++)
-        if (cover_bound(masks_spot, covered_same[i], covered_same[i]) < 0) return -1;
-    for (unsigned i = 0; i < COUNT(covered_empty); i++)
-        if (cover_bound(masks_spot, "empty", covered_empty[i]) < 0) return -1;
-    for (unsigned i = 0; i < COUNT(covered_dirs); i++)
-        if (cover_bound(masks_spot, "emptydir", covered_dirs[i]) < 0) return -1;
-    return sys_chdir("/");
-}
-
-/// The covers come from the supervisor's shared masks mount (`masks_fd`, read-only) where the
-/// kernel clones from detached mounts; otherwise from a masks tmpfs made here, attached for
-/// the moment of the clones.
-static int mask_host_counters(int newroot, int procfd, int masks_fd) {
-    if (masks_fd >= 0) return cover_counters_bound(masks_fd, procfd);
-    int mfd = new_fs("tmpfs", 1 << 20, 0755, SAFE | MOUNT_ATTR_NOEXEC);
-    if (mfd < 0) return -1;
-    int spot = walk_create(newroot, masks_dir, 1, 1);
-    if (spot < 0) { close_keep_errno(mfd); return -1; }
-    if (attach_close(mfd, spot) < 0) return -1;
-    mfd = walk_create(newroot, masks_dir, 1, 0);
-    if (mfd < 0) return -1;
-    if (write_masks(mfd, procfd) < 0 || cover_counters(mfd, procfd) < 0) { close_keep_errno(mfd); return -1; }
-    sys_close(mfd);
-    // init's view: the new root is attached at /tmp until the pivot.
-    if (sys_umount2("/tmp/.autoharness-masks", MNT_DETACH) < 0) return -1;
-    return sys_unlinkat(newroot, masks_dir + 1, AT_REMOVEDIR);
-}
-
-static int setup_proc(int newroot, int masks_fd) {
-    // Must happen before the old tree (the seed's or the host's) is detached: the kernel lets
-    // a user namespace mount proc only while a fully visible proc is present in the mount
-    // namespace.
-    int mfd = new_fs("proc", 0, UINT32_MAX, SAFE | MOUNT_ATTR_NOEXEC);
-    if (mfd < 0) return -1;
-    int target = walk_create(newroot, "/proc", 1, 1);
-    if (target < 0) { close_keep_errno(mfd); return -1; }
-    if (attach_close(mfd, target) < 0) return -1;
-    int procfd = walk_create(newroot, "/proc", 1, 0);
-    if (procfd < 0) return -1;
-    if (sys_fchdir(procfd) < 0) { close_keep_errno(procfd); return -1; }
-    // irq and fs are covered whole (covered_dirs).
-    static const char *const ro[] = {"sys", "sysrq-trigger", "bus"};
-    for (unsigned i = 0; i < sizeof ro / sizeof ro[0]; i++)
-        if (proc_readonly(ro[i]) < 0) { close_keep_errno(procfd); return -1; }
-    if (LAYER_ON(LAYER_COVERS) && mask_host_counters(newroot, procfd, masks_fd) < 0) { close_keep_errno(procfd); return -1; }
-    sys_close(procfd);
-    return sys_chdir("/");
-}
 
 static int make_readonly(int newroot, const char *path, uint64_t attrs) {
-    int fd = walk_create(newroot, path, 1, 0);
+    int fd = ahl_walk_create(newroot, path, 1, 0);
     if (fd < 0) return -1;
-    int r = set_attrs(fd, attrs | MOUNT_ATTR_RDONLY, 0);
-    close_keep_errno(fd);
+    int r = ahl_set_attrs(fd, attrs | MOUNT_ATTR_RDONLY, 0);
+    ahl_close_keep_errno(fd);
     return r;
 }
 
@@ -769,10 +402,10 @@ static void setup_filesystem(const struct ahl_plan *p, int rep, const int *trees
     // The sandbox root: an empty tmpfs that holds only mount points and ends read-only. It
     // is attached over /tmp of this private namespace just long enough to pivot into it.
     uint64_t rs = p->root_size ? p->root_size : (4ull << 20);
-    int rootm = root_clone >= 0 ? root_clone : new_fs("tmpfs", rs, 0755, SAFE);
+    int rootm = root_clone >= 0 ? root_clone : ahl_new_fs("tmpfs", rs, 0755, AHL_SAFE);
     if (rootm < 0) ahl_fail(rep, AHL_STAGE_MOUNT_ROOT, 0);
     int spot = sys_open("/tmp", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (spot < 0 || attach(rootm, spot) < 0) ahl_fail(rep, AHL_STAGE_MOUNT_ROOT, 0);
+    if (spot < 0 || ahl_attach(rootm, spot) < 0) ahl_fail(rep, AHL_STAGE_MOUNT_ROOT, 0);
     sys_close(spot);
     sys_close(rootm);
     int newroot = sys_open("/tmp", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -784,7 +417,7 @@ static void setup_filesystem(const struct ahl_plan *p, int rep, const int *trees
         int r;
         switch (m->kind) {
         case AHL_MOUNT_BIND: r = mount_bind(m, trees[i], newroot); break;
-        case AHL_MOUNT_TMPFS: r = mount_tmpfs_at(newroot, m->dest, m->size, m->mode, SAFE); break;
+        case AHL_MOUNT_TMPFS: r = ahl_mount_tmpfs_at(newroot, m->dest, m->size, m->mode, AHL_SAFE); break;
         case AHL_MOUNT_HIDE: r = mount_hide(m, newroot); break;
         case AHL_MOUNT_SYMLINK: r = mount_symlink(m, newroot); break;
         default: ahl_errno = EINVAL; r = -1;
@@ -792,15 +425,15 @@ static void setup_filesystem(const struct ahl_plan *p, int rep, const int *trees
         if (r < 0) ahl_fail(rep, AHL_STAGE_MOUNT_ENTRY, (int32_t)i);
         if (m->kind == AHL_MOUNT_BIND) sys_close(trees[i]);
     }
-    if (setup_dev(newroot, dev_tree, device_trees) < 0) ahl_fail(rep, AHL_STAGE_MOUNT_DEV, 0);
+    if (ahl_setup_dev(newroot, dev_tree, device_trees) < 0) ahl_fail(rep, AHL_STAGE_MOUNT_DEV, 0);
     // Before the old tree (the seed's or the host's) is detached: the kernel lets a user
     // namespace mount proc only while a fully visible proc exists in its mount namespace.
-    if (setup_proc(newroot, p->masks_fd) < 0) ahl_fail(rep, AHL_STAGE_MOUNT_PROC, 0);
+    if (ahl_setup_proc(newroot, p->masks_fd) < 0) ahl_fail(rep, AHL_STAGE_MOUNT_PROC, 0);
     // The monitor's /dev holds its own device nodes, so it is not nodev (own_dev); one built
     // here is, and its nodes are binds of the host's.
-    uint64_t dev_attrs = dev_tree >= 0 ? MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC : SAFE | MOUNT_ATTR_NOEXEC;
+    uint64_t dev_attrs = dev_tree >= 0 ? MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC : AHL_SAFE | MOUNT_ATTR_NOEXEC;
     if (make_readonly(newroot, "/dev", dev_attrs) < 0) ahl_fail(rep, AHL_STAGE_MOUNT_READONLY, 0);
-    if (make_readonly(newroot, "/", SAFE) < 0) ahl_fail(rep, AHL_STAGE_MOUNT_READONLY, 0);
+    if (make_readonly(newroot, "/", AHL_SAFE) < 0) ahl_fail(rep, AHL_STAGE_MOUNT_READONLY, 0);
     sys_close(newroot);
 
     // pivot_root(".", ".") stacks the old root on top of the new one; detaching it drops
@@ -835,7 +468,7 @@ int ahl_build_shared(int *masks_out) {
     *masks_out = -1;
     int masks = -1, procfd = -1;
     int ok = (procfd = sys_open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC)) >= 0 &&
-             (masks = new_fs("tmpfs", 1 << 20, 0755, SAFE | MOUNT_ATTR_NOEXEC)) >= 0 && write_masks(masks, procfd) == 0;
+             (masks = ahl_new_fs("tmpfs", 1 << 20, 0755, AHL_SAFE | MOUNT_ATTR_NOEXEC)) >= 0 && ahl_write_masks(masks, procfd) == 0;
     // Older kernels refuse to clone from a mount that is attached nowhere (EINVAL): then each
     // sandbox builds its own, as before.
     int probe = ok ? sys_open_tree(masks, "empty", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC) : -1;
@@ -863,7 +496,7 @@ int ahl_park(void *parent) {
 
 int ahl_build_dev(int *dev_out) {
     ahl_errno = 0;
-    *dev_out = own_dev();
+    *dev_out = ahl_own_dev();
     return *dev_out >= 0 ? 0 : ahl_errno ? ahl_errno : EIO;
 }
 
@@ -881,7 +514,7 @@ int ahl_build_template(const struct ahl_plan *p, int *template_out) {
     *template_out = -1;
     ahl_errno = 0;
     uint64_t rs = p->root_size ? p->root_size : (4ull << 20);
-    int root = new_fs("tmpfs", rs, 0755, SAFE);
+    int root = ahl_new_fs("tmpfs", rs, 0755, AHL_SAFE);
     if (root < 0) return ahl_errno ? ahl_errno : EIO;
     creator_uid = p->host_uid;
     creator_gid = p->host_gid;
@@ -892,7 +525,7 @@ int ahl_build_template(const struct ahl_plan *p, int *template_out) {
             if (m->kind == AHL_MOUNT_BIND && (m->flags & AHL_MOUNT_READONLY)) {
                 int tree = open_source(m);
                 r = tree < 0 ? -1 : mount_bind(m, tree, root);
-                if (tree >= 0) close_keep_errno(tree);
+                if (tree >= 0) ahl_close_keep_errno(tree);
             } else if (m->kind == AHL_MOUNT_SYMLINK) {
                 r = mount_symlink(m, root);
             } else {
@@ -906,7 +539,7 @@ int ahl_build_template(const struct ahl_plan *p, int *template_out) {
                 ahl_errno = EINVAL;
                 r = -1;
             } else {
-                int fd = walk_create(root, m->dest, dir, 1);
+                int fd = ahl_walk_create(root, m->dest, dir, 1);
                 if (fd < 0) r = -1;
                 else sys_close(fd);
             }
@@ -914,13 +547,13 @@ int ahl_build_template(const struct ahl_plan *p, int *template_out) {
     }
     static const char *const points[] = {"/dev", "/proc"};
     for (unsigned i = 0; i < 2 && r == 0; i++) {
-        int fd = walk_create(root, points[i], 1, 1);
+        int fd = ahl_walk_create(root, points[i], 1, 1);
         if (fd < 0) r = -1;
         else sys_close(fd);
     }
     creator_uid = creator_gid = -1;
     // Read-only now rather than at the end of each sandbox's build: init only mounts on it.
-    if (r == 0) r = set_attrs(root, SAFE | MOUNT_ATTR_RDONLY, 0);
+    if (r == 0) r = ahl_set_attrs(root, AHL_SAFE | MOUNT_ATTR_RDONLY, 0);
     // The kernel must clone from it too (see ahl_build_shared).
     int probe = r == 0 ? sys_open_tree(root, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH) : -1;
     if (probe < 0) {
@@ -941,7 +574,7 @@ static int write_self(const char *file, const char *text) {
     if (fd < 0) return -1;
     size_t n = strlen(text);
     ssize_t w = sys_write(fd, text, n);
-    close_keep_errno(fd);
+    ahl_close_keep_errno(fd);
     if (w < 0) return -1;
     if ((size_t)w != n) { ahl_errno = EIO; return -1; }
     return 0;
@@ -1260,11 +893,11 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
     }
     // /dev with nodes of its own; without CAP_MKNOD (or where an LSM refuses), binds of the
     // host's nodes instead.
-    int dev_tree = p->dev_fd >= 0 ? p->dev_fd : own_dev();
+    int dev_tree = p->dev_fd >= 0 ? p->dev_fd : ahl_own_dev();
     if (dev_tree < 0 && ahl_errno != EPERM && ahl_errno != EACCES) ahl_fail(rep, AHL_STAGE_MOUNT_DEV, -1);
     for (unsigned i = 0; i < AHL_DEVICE_COUNT; i++) {
         device_trees[i] = -1;
-        if (dev_tree < 0 && (device_trees[i] = open_device(device_nodes[i])) < 0) ahl_fail(rep, AHL_STAGE_OPEN_DEVICE, (int32_t)i);
+        if (dev_tree < 0 && (device_trees[i] = ahl_open_device(ahl_device_nodes[i])) < 0) ahl_fail(rep, AHL_STAGE_OPEN_DEVICE, (int32_t)i);
     }
 
     // Join the sandbox's cgroups before anything else is forked, so every process of the

@@ -59,4 +59,40 @@ AHL_HIDDEN int ahl_caps_are_empty(uint32_t cap_last);
 /// 2 required); a failure ends the process through `ahl_fail`.
 AHL_HIDDEN void ahl_apply_landlock(const struct ahl_plan *p, int rep);
 
+// Benchmark builds only (AHL_BENCH_LAYERS): layers switched off to measure each one's cost.
+#ifdef AHL_BENCH_LAYERS
+enum { LAYER_COVERS = 1, LAYER_SECCOMP = 2, LAYER_LOCK_MOUNTS = 4, LAYER_LANDLOCK = 8, LAYER_VERIFY_CAPS = 16 };
+AHL_HIDDEN extern int ahl_layers_off;
+#define LAYER_ON(bit) (!(ahl_layers_off & (bit)))
+#else
+#define LAYER_ON(bit) 1
+#endif
+
+/// What every mount of the sandbox's carries.
+#define AHL_SAFE ((uint64_t)(MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV))
+
+// launch.c: mount building blocks (the new mount API), for the facilities beside it.
+/// Opens (creating, as the sandbox's creator, when `create_last`) `path` below `rootfd`.
+AHL_HIDDEN int ahl_walk_create(int rootfd, const char *path, int want_dir, int create_last);
+AHL_HIDDEN int ahl_set_attrs(int mfd, uint64_t set, int recursive);
+AHL_HIDDEN int ahl_attach(int mfd, int targetfd);
+/// ahl_attach(), then both descriptors closed, keeping its error.
+AHL_HIDDEN int ahl_attach_close(int mfd, int targetfd);
+/// A detached tmpfs (or other simple fs) mount fd.
+AHL_HIDDEN int ahl_new_fs(const char *type, uint64_t size, uint32_t mode, uint64_t attrs);
+AHL_HIDDEN int ahl_mount_tmpfs_at(int newroot, const char *dest, uint64_t size, uint32_t mode, uint64_t attrs);
+/// close() that leaves ahl_errno as the failure being reported.
+AHL_HIDDEN void ahl_close_keep_errno(int fd);
+
+// dev.c
+AHL_HIDDEN extern const char *const ahl_device_nodes[AHL_DEVICE_COUNT];
+/// The monitor, still privileged: a clone of the host's device node `name`.
+AHL_HIDDEN int ahl_open_device(const char *name);
+AHL_HIDDEN int ahl_own_dev(void);
+AHL_HIDDEN int ahl_setup_dev(int newroot, int dev_tree, const int *device_trees);
+
+// proc.c
+AHL_HIDDEN int ahl_write_masks(int mfd, int procfd);
+AHL_HIDDEN int ahl_setup_proc(int newroot, int masks_fd);
+
 #endif
