@@ -71,7 +71,18 @@ AHL_HIDDEN extern int ahl_layers_off;
 /// What every mount of the sandbox's carries.
 #define AHL_SAFE ((uint64_t)(MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV))
 
-// launch.c: mount building blocks (the new mount API), for the facilities beside it.
+// mounts.c
+/// Who files the sandbox creates are owned by (the payload's ids; -1: not set yet).
+AHL_HIDDEN extern int64_t ahl_creator_uid, ahl_creator_gid;
+/// The template root's clone this sandbox's root is made from, or -1.
+AHL_HIDDEN extern int ahl_root_clone;
+/// The monitor, still privileged: a detached clone of a bind mount's source.
+AHL_HIDDEN int ahl_open_source(const struct ahl_mount *m);
+/// Whether the template root already holds this mount.
+AHL_HIDDEN int ahl_templated(const struct ahl_mount *m);
+/// Init: the sandbox's whole filesystem, as the plan says; a failure ends it through ahl_fail.
+AHL_HIDDEN void ahl_setup_filesystem(const struct ahl_plan *p, int rep, const int *trees, int dev_tree, const int *device_trees);
+// The mount building blocks, for the facilities beside mounts.c.
 /// Opens (creating, as the sandbox's creator, when `create_last`) `path` below `rootfd`.
 AHL_HIDDEN int ahl_walk_create(int rootfd, const char *path, int want_dir, int create_last);
 AHL_HIDDEN int ahl_set_attrs(int mfd, uint64_t set, int recursive);
