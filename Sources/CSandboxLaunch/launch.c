@@ -52,7 +52,7 @@ __attribute__((noreturn)) void ahl_fail(int rep, int32_t stage, int32_t index) {
     sys_exit(SETUP_FAILED);
 }
 
-static int send_fd(int rep, int fd, int32_t kind) {
+int ahl_send_fd(int rep, int fd, int32_t kind) {
     struct ahl_msg m = {kind, 0, 0, 0, 0};
     struct iovec iov = {&m, sizeof m};
     union {
@@ -154,23 +154,6 @@ void ahl_close_keep_errno(int fd) {
     int s = ahl_errno;
     sys_close(fd);
     ahl_errno = s;
-}
-
-static int loopback_up(void) {
-    int s = sys_socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (s < 0) return -1;
-    struct ifreq ifr;
-    memset(&ifr, 0, sizeof ifr);
-    memcpy(ifr.ifr_name, "lo", 3);
-    int r = sys_ioctl(s, SIOCGIFFLAGS, &ifr);
-    if (r == 0) {
-        ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-        r = sys_ioctl(s, SIOCSIFFLAGS, &ifr);
-    }
-    int e = ahl_errno;
-    sys_close(s);
-    ahl_errno = e;
-    return r;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -316,7 +299,7 @@ __attribute__((noreturn)) static void payload_main(const struct ahl_plan *p, int
         struct sock_fprog prog = {(unsigned short)p->bpf_len, (struct sock_filter *)p->bpf};
         long lfd = AHL_SYS3(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER | p->seccomp_flags, &prog);
         if (lfd < 0) ahl_fail(rep, AHL_STAGE_SECCOMP, 0);
-        if (send_fd(rep, (int)lfd, AHL_MSG_LISTENER) < 0) ahl_fail(rep, AHL_STAGE_SEND_LISTENER, 0);
+        if (ahl_send_fd(rep, (int)lfd, AHL_MSG_LISTENER) < 0) ahl_fail(rep, AHL_STAGE_SEND_LISTENER, 0);
         sys_close((int)lfd);
     }
     // The filter allows the wait's recv (the supervisor checked): the filter's load is done
@@ -370,7 +353,7 @@ __attribute__((noreturn)) static void init_main(const struct ahl_plan *p, int re
     if (p->masks_fd >= 0) sys_close(p->masks_fd);
     if (p->hostname && sys_sethostname(p->hostname, strlen(p->hostname)) < 0) ahl_fail(rep, AHL_STAGE_HOSTNAME, 0);
     // A namespace made ahead of time had lo brought up by the monitor; init has no say over it.
-    if (p->loopback_up && p->netns_fd < 0 && loopback_up() < 0) ahl_fail(rep, AHL_STAGE_LOOPBACK, 0);
+    if (p->loopback_up && p->netns_fd < 0 && ahl_loopback_up() < 0) ahl_fail(rep, AHL_STAGE_LOOPBACK, 0);
 
     uint64_t all = ~0ull;
     int sfd = sys_signalfd(&all, SFD_CLOEXEC);
@@ -425,34 +408,6 @@ __attribute__((noreturn)) static void init_main(const struct ahl_plan *p, int re
 
 // ---------------------------------------------------------------------------------------
 // monitor (host pid namespace)
-
-/// Egress proxy: the only way out of a `proxy` sandbox is a socket that listens on the
-/// sandbox's own loopback but is served by the supervisor, which dials out from the host
-/// namespace to allowlisted destinations only. Made by the monitor in the sandbox's network
-/// namespace once the supervisor has written the id maps (it reads nothing else before), and
-/// handed over. Port 3128 needs no capability; lo is up by then.
-static void open_proxy_listener(const struct ahl_plan *p, int rep) {
-    int ls = sys_socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_port = __builtin_bswap16(p->proxy_port);  // network byte order (little-endian hosts)
-    sa.sin_addr.s_addr = __builtin_bswap32(INADDR_LOOPBACK);
-    if (ls < 0 || sys_bind(ls, (struct sockaddr *)&sa, sizeof sa) < 0 || sys_listen(ls, 64) < 0 ||
-        send_fd(rep, ls, AHL_MSG_PROXY_LISTENER) < 0)
-        ahl_fail(rep, AHL_STAGE_PROXY_LISTENER, 0);
-    sys_close(ls);
-}
-
-/// A network namespace made ahead of time for this sandbox alone (NetworkNamespacePool):
-/// entered while the monitor is still host root, which owns it (the initial user namespace
-/// made it), so lo is brought up here; nothing in the sandbox's own user namespace can
-/// reconfigure it afterwards.
-static void enter_network_namespace(const struct ahl_plan *p, int rep) {
-    if (sys_setns(p->netns_fd, CLONE_NEWNET) < 0) ahl_fail(rep, AHL_STAGE_ENTER_NETNS, 0);
-    sys_close(p->netns_fd);
-    if ((p->loopback_up || p->proxy_port) && loopback_up() < 0) ahl_fail(rep, AHL_STAGE_LOOPBACK, 0);
-}
 
 /// The caller's settings (`ahl_settings`), for the monitor and so for everything it starts.
 /// Each is the caller's where the kernel lets this process take it; where it does not (raising
@@ -513,7 +468,7 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
         if (p->wipe_start[i] && p->wipe_end[i] > p->wipe_start[i])
             memset((void *)(uintptr_t)p->wipe_start[i], 0, (size_t)(p->wipe_end[i] - p->wipe_start[i]));
     (void)sys_prctl(PR_SET_NAME, (unsigned long)"sandbox-init", 0, 0, 0);
-    if (p->netns_fd >= 0) enter_network_namespace(p, rep);
+    if (p->netns_fd >= 0) ahl_enter_network_namespace(p, rep);
 
     // stdio 0-2 of the supervisor are inherited when the plan does not override them; the
     // shared masks tree is init's to clone from.
@@ -605,8 +560,8 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
     if (p->proxy_port) {
         // A namespace unshared above is owned by the new user namespace, where this process
         // now has the capabilities to bring lo up; one made ahead of time has it up already.
-        if (p->netns_fd < 0 && loopback_up() < 0) ahl_fail(rep, AHL_STAGE_PROXY_LISTENER, 0);
-        open_proxy_listener(p, rep);
+        if (p->netns_fd < 0 && ahl_loopback_up() < 0) ahl_fail(rep, AHL_STAGE_PROXY_LISTENER, 0);
+        ahl_open_proxy_listener(p, rep);
     }
 
     int life[2];

@@ -48,6 +48,16 @@
 /// Reports (stage, errno, index) over the report socket and ends the process with status 125.
 AHL_HIDDEN __attribute__((noreturn)) void ahl_fail(int rep, int32_t stage, int32_t index);
 
+/// Hands `fd` to the supervisor over the report socket (a message of `kind`): 0, or -1.
+AHL_HIDDEN int ahl_send_fd(int rep, int fd, int32_t kind);
+
+// net.c
+AHL_HIDDEN int ahl_loopback_up(void);
+/// The monitor, in the sandbox's network namespace: the proxy's listener, handed over.
+AHL_HIDDEN void ahl_open_proxy_listener(const struct ahl_plan *p, int rep);
+/// The monitor, still host root: enters the namespace made for this sandbox, lo up.
+AHL_HIDDEN void ahl_enter_network_namespace(const struct ahl_plan *p, int rep);
+
 // caps.c
 /// Drops every capability (and, with `bounding`, the bounding and ambient sets): 0, or -1.
 AHL_HIDDEN int ahl_drop_all_caps(uint32_t cap_last, int bounding);
