@@ -94,6 +94,20 @@ struct ArchitectureTests {
         }
     }
 
+    /// A newcomer reads RunLoop.swift's header to find a run's parts: it names every file of
+    /// `Run/` (the header's lines are `///   Name   what it does`).
+    @Test("RunLoop.swift's header names every other file in Experiment/Run, and only those")
+    func runLoopHeaderNamesEveryFile() throws {
+        let run = Self.files("Experiment").filter { $0.path.hasPrefix("Experiment/Run/") }
+        let loop = try #require(run.first { $0.path.hasSuffix("/RunLoop.swift") }).text
+        let named = Set(loop.split(separator: "\n").compactMap { line -> String? in
+            guard let m = line.firstMatch(of: #/^///   ([A-Z]\w+) /#) else { return nil }
+            return String(m.1)
+        })
+        let files = Set(run.map { String($0.path.split(separator: "/").last!.dropLast(".swift".count)) }).subtracting(["RunLoop"])
+        #expect(named == files, "named but missing: \(named.subtracting(files).sorted()); not named: \(files.subtracting(named).sorted())")
+    }
+
     /// Adding a benchmark touches one folder (Experiment/Benchmarks: a BenchmarkKind and its
     /// entry in `BenchmarkKinds.all`) and its templates; nothing else switches on its name.
     @Test("benchmarks are registered in one place: every BenchmarkKind is in BenchmarkKinds.all with its templates, and no other code compares benchmark names")
