@@ -149,6 +149,9 @@ public final class PageCacheEviction: @unchecked Sendable {
         public var reclaimedSandboxes: Int?
         /// Why the sources were walked although held-out sandboxes were accounted.
         public var walked: String?
+        /// After a walk: "" when the host's dentry and inode caches were dropped, else why not;
+        /// nil when they were not to be.
+        public var namesDropped: String?
         public var description: String {
             let hundredths = Int((seconds * 100).rounded())
             let time = "\(hundredths / 100).\(hundredths % 100 < 10 ? "0" : "")\(hundredths % 100)"
@@ -158,6 +161,7 @@ public final class PageCacheEviction: @unchecked Sendable {
             }
             return "dropped \(files) files (\(bytes >> 20) MiB) from the page cache in \(time) s"
                 + (walked.map { " (every file under their sources: \($0))" } ?? "")
+                + (namesDropped.map { $0.isEmpty ? ", and the host's dentry and inode caches" : "; the host's dentry cache NOT dropped: \($0)" } ?? "")
                 + (failures.isEmpty ? "" : "; could not: \(failures.joined(separator: ", "))")
         }
     }
@@ -205,6 +209,11 @@ public final class PageCacheEviction: @unchecked Sendable {
         } else {
             report.walked = count > 0 ? why : nil
             walk(&report)
+            // The names they looked up stay cached too, as dentries, the absent ones included
+            // (a negative dentry makes the next lookup of that name faster: a later run can time
+            // which names a held-out run tried, one bit per name). Only the reclaim frees them
+            // per cgroup; after the walk they are dropped host-wide, with the inodes.
+            if !recordedSources.isEmpty { report.namesDropped = Self.dropNameCaches() }
         }
         lock.withLock {
             sources = []
@@ -217,6 +226,12 @@ public final class PageCacheEviction: @unchecked Sendable {
         if let journal { unlink(journal) }
         report.seconds = monotonicNow() - start
         return report
+    }
+
+    /// Drops every unused dentry and inode on the host (`vm.drop_caches` = 2): "" or why not.
+    static func dropNameCaches() -> String {
+        let e = CgroupHost.writeErrno("/proc/sys/vm/drop_caches", "2")
+        return e == 0 ? "" : "/proc/sys/vm/drop_caches: \(ErrnoName.describe(e))"
     }
 
     /// Why untrusted runs holding `untrusted` bytes could push this host into reclaim across all
