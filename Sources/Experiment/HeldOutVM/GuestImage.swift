@@ -256,15 +256,19 @@ struct GuestImage {
         read -r word now seed < "$ctl"
         [ "$word" = go ] || fail "no go from the host"
         $B date -s "@$now" > /dev/null || fail "clock"
-        echo "$seed" > /dev/urandom
+        # vm-guest credits it to the kernel's pool and reseeds from it (RNDADDENTROPY, then
+        # RNDRESEEDCRNG) before anything of the gate runs.
+        echo "$seed" > /.ahvm/seed
         X=/.ahvm/x
         $B mkdir -p $X && $B mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000 ahx $X || fail "export"
         $B cp -a $X/gate/root/. / || fail "the gate's files"
-        while read -r sub path; do
+        # Whole lines (IFS= keeps a path's own spaces): the subdirectory, a space, the path.
+        while IFS= read -r line; do
+            sub="${line%% *}" path="${line#* }"
             $B mkdir -p "$path" && $B mount --bind "$X/$sub" "$path" || fail "share $path"
         done < $X/gate/shares
-        read -r scratch < $X/gate/scratch
-        read -r binary < $X/gate/binary
+        IFS= read -r scratch < $X/gate/scratch
+        IFS= read -r binary < $X/gate/binary
         $B mkdir -p "$scratch" && $B mount -t tmpfs -o mode=0700 tmpfs "$scratch" || fail "scratch"
         set -- --request $X/gate/request --answer "$port"
         [ -n "$egress" ] && set -- "$@" --egress "$egress"

@@ -11,9 +11,10 @@ public enum HeldOutGuest {
     /// Runs the request at `requestPath` and writes the answer to `answerPath` (the results
     /// port). Throws when there is nothing to answer; the host then reads a missing `end`.
     public static func serve(requestPath: String, answerPath: String, egressPath: String?, log: @escaping @Sendable (String) -> Void) throws {
-        // A guest restored from a saved state has the saved generator: reseed it from the pool,
-        // into which stage 2 mixed the host's fresh bytes, before anything draws from it.
-        reseedRandom()
+        // A guest restored from a saved state has the saved generator: the host's fresh bytes
+        // (stage 2 left them in /.ahvm/seed) are credited to the pool and the generator is
+        // reseeded from it, before the gate's code draws from it.
+        try reseedRandom(seedFile: "/.ahvm/seed")
         let port = open(answerPath, O_WRONLY | O_NOCTTY | O_CLOEXEC)
         guard port >= 0 else { throw ExperimentError(.io, "\(answerPath): \(ErrnoName.describe(errno))") }
         defer { close(port) }
@@ -58,12 +59,33 @@ public enum HeldOutGuest {
         try write(port, GuestAnswer.encodeBody(all, agent: agent, tool: tool))
     }
 
-    /// RNDRESEEDCRNG on /dev/urandom (Linux 4.17+; root in the guest).
-    static func reseedRandom() {
+    /// The hex seed in `seedFile` credited to the kernel's pool (RNDADDENTROPY, 8 bits a
+    /// byte) and the generator reseeded from the pool (RNDRESEEDCRNG, Linux 4.17+); root in
+    /// the guest. The file is removed. A failure fails the phase.
+    static func reseedRandom(seedFile: String) throws {
+        guard case .success(let text) = InputFile.read(seedFile, cap: 4096) else {
+            throw ExperimentError(.state, "\(seedFile): no seed from the host")
+        }
+        unlink(seedFile)
+        let hex = String(decoding: text, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        var seed: [UInt8] = []
+        var i = hex.startIndex
+        while i < hex.endIndex, let j = hex.index(i, offsetBy: 2, limitedBy: hex.endIndex), let b = UInt8(hex[i..<j], radix: 16) {
+            seed.append(b)
+            i = j
+        }
+        guard seed.count >= 32 else { throw ExperimentError(.state, "\(seedFile): the host's seed is \(seed.count) bytes, not 32") }
         let fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC)
-        guard fd >= 0 else { return }
-        _ = ioctl(fd, UInt(0x5207))
-        close(fd)
+        guard fd >= 0 else { throw ExperimentError(.io, "/dev/urandom: \(ErrnoName.describe(errno))") }
+        defer { close(fd) }
+        // struct rand_pool_info: entropy_count (bits), buf_size (bytes), then the bytes.
+        var info = [UInt8](repeating: 0, count: 8 + seed.count)
+        withUnsafeBytes(of: Int32(seed.count * 8).littleEndian) { info.replaceSubrange(0..<4, with: $0) }
+        withUnsafeBytes(of: Int32(seed.count).littleEndian) { info.replaceSubrange(4..<8, with: $0) }
+        info.replaceSubrange(8..., with: seed)
+        let added = info.withUnsafeMutableBytes { ioctl(fd, UInt(0x4008_5203), $0.baseAddress!) }
+        guard added == 0 else { throw ExperimentError(.io, "RNDADDENTROPY: \(ErrnoName.describe(errno))") }
+        guard ioctl(fd, UInt(0x5207)) == 0 else { throw ExperimentError(.io, "RNDRESEEDCRNG: \(ErrnoName.describe(errno))") }
     }
 
     static func write(_ fd: Int32, _ text: String) throws {

@@ -219,6 +219,25 @@ public final class HeldOutVM {
             if !s.exists { try save(s, initramfs: initramfs, cpus: cpus, scratch: scratch, binary: image.binary, privateDirectory: privateDirectory) }
             snapshot = s
         }
+        do {
+            return try boot(request, image: image, from: snapshot, initramfs: initramfs, cpus: cpus, scratch: scratch,
+                            privateDirectory: privateDirectory, deadline: seconds, egress: egress, beforeBoot: beforeBoot)
+        } catch let failure as RestoreFailure {
+            // Before `go`: the guest had nothing of the gate. The state goes aside (the next
+            // gate saves another) and this gate's guest boots.
+            let aside = snapshot?.quarantine() ?? ""
+            log?("held-out VM: the saved guest did not restore (\(failure.detail)); moved to \(aside); booting this gate's guest instead")
+            return try boot(request, image: image, from: nil, initramfs: initramfs, cpus: cpus, scratch: scratch,
+                            privateDirectory: privateDirectory, deadline: seconds, egress: egress, beforeBoot: beforeBoot)
+        }
+    }
+
+    /// A saved guest that did not come back (thrown before anything of the gate reached it).
+    struct RestoreFailure: Error { var detail: String }
+
+    /// One guest for `request`: restored from `snapshot`, or booted when it is nil.
+    private func boot(_ request: GuestRequest, image: GuestImage, from snapshot: VMSnapshot?, initramfs: [UInt8], cpus: Int, scratch: String,
+                      privateDirectory: String, deadline seconds: Double, egress: VMEgress?, beforeBoot: ([String]) throws -> Void) throws -> Run {
         let start = monotonicSeconds()
         let work = Self.workDirectory(in: scratch)
         guard mkdir(work, 0o700) == 0, mkdir(work + "/export", 0o700) == 0 else {
@@ -254,7 +273,8 @@ public final class HeldOutVM {
         try beforeBoot(image.shares.map(\.path))
 
         var args = qemuArguments(work: work, cpus: cpus)
-        if snapshot != nil { args += ["-incoming", "unix:" + Self.optionValue(work) + "/incoming.sock"] }
+        // Not an option list: a comma is not doubled here.
+        if snapshot != nil { args += ["-incoming", "unix:" + work + "/incoming.sock"] }
         egressPort?.start()
         let tail = ConsoleTail()
         let p = try launch(args, shares: staged, binary: image.binary, tail: tail)
@@ -279,11 +299,14 @@ public final class HeldOutVM {
         var go: Int32 = -1
         defer { if go >= 0 { close(go) } }
         if let snapshot {
+            snapshot.markUsed()
             do {
-                try Self.restore(snapshot, into: work, deadline: start + settings.bootTimeout)
+                try Self.restore(snapshot, into: work, deadline: start + settings.bootTimeout, alive: { p.isRunning })
             } catch {
                 if p.isRunning { kill(pid, SIGKILL) }
-                throw failure("the saved guest could not be restored", detail: "\(error)")
+                p.waitUntilExit()
+                _ = failure("the saved guest could not be restored", detail: "\(error)")
+                throw RestoreFailure(detail: "\(error)")
             }
             restored = monotonicSeconds() - start
             // The restored guest waits in its read of the control port; qemu connected it as
@@ -334,11 +357,12 @@ public final class HeldOutVM {
 
     /// Streams the saved state into the qemu that listens at `work/incoming.sock`, and lets
     /// the guest run once it is in.
-    static func restore(_ snapshot: VMSnapshot, into work: String, deadline: Double) throws {
+    static func restore(_ snapshot: VMSnapshot, into work: String, deadline: Double, alive: () -> Bool) throws {
         var sock: Int32 = -1
         while sock < 0 {
             sock = try QMP.connect(work + "/incoming.sock")
             if sock < 0 {
+                guard alive() else { throw ExperimentError(.io, "qemu exited before it listened for the saved state") }
                 guard monotonicSeconds() < deadline else { throw ExperimentError(.io, "qemu did not listen for the saved state") }
                 usleep(5_000)
             }
@@ -354,15 +378,15 @@ public final class HeldOutVM {
             if n == 0 { break }
             var off = 0
             while off < n {
-                let w = buffer.withUnsafeBytes { Glibc.write(sock, $0.baseAddress! + off, n - off) }
+                let w = buffer.withUnsafeBytes { send(sock, $0.baseAddress! + off, n - off, Int32(MSG_NOSIGNAL)) }
                 if w < 0 && errno == EINTR { continue }
                 guard w > 0 else { close(sock); throw ExperimentError(.io, "qemu stopped reading the saved state: \(ErrnoName.describe(errno))") }
                 off += w
             }
         }
         close(sock)
-        let qmp = try QMP(path: work + "/qmp.sock", deadline: deadline)
-        if try qmp.waitForStatus(["paused", "running"], deadline: deadline) == "paused" {
+        let qmp = try QMP(path: work + "/qmp.sock", deadline: deadline, alive: alive)
+        if try qmp.waitForStatus(["paused", "running"], deadline: deadline, alive: alive) == "paused" {
             try qmp.execute("cont", deadline: deadline)
         }
     }
@@ -397,7 +421,7 @@ public final class HeldOutVM {
         }
         guard let ready = Self.awaitReady(control, deadline: deadline) else { throw failure("did not become ready within gate.vm.boot_timeout") }
         defer { close(ready) }
-        let temp = snapshot.path + ".\(getpid()).partial"
+        let temp = snapshot.partialPath
         VMSnapshot.removeAbandoned(in: String(snapshot.path[..<snapshot.path.lastIndex(of: "/")!]))
         do {
             let qmp = try QMP(path: work + "/qmp.sock", deadline: deadline)
@@ -432,6 +456,7 @@ public final class HeldOutVM {
             guard status == "completed" else { throw ExperimentError(.io, "qemu's migration ended \(status ?? "unknown")") }
             guard fsync(out) == 0, rename(temp, snapshot.path) == 0 else { throw ExperimentError(.io, "\(snapshot.path): \(ErrnoName.describe(errno))") }
             ok = true
+            VMSnapshot.removeUnused(in: String(snapshot.path[..<snapshot.path.lastIndex(of: "/")!]), keeping: snapshot.path)
             log?("held-out VM: saved \(total >> 20) MiB of guest state in \(String(format: "%.1f", monotonicSeconds() - start)) s to \(snapshot.path)")
         } catch let e as ExperimentError {
             throw failure("could not be saved: \(e.message)")
@@ -448,7 +473,7 @@ public final class HeldOutVM {
     /// Why `run` cannot make its sockets below `scratch` (their paths would be longer than a
     /// Unix socket's address holds), or nil.
     static func socketRoom(scratch: String) -> String? {
-        let longest = workDirectory(in: scratch, random: .max) + "/results.sock"
+        let longest = workDirectory(in: scratch, random: .max) + "/incoming.sock"
         let room = MemoryLayout.size(ofValue: sockaddr_un().sun_path) - 1
         guard longest.utf8.count > room else { return nil }
         return "held-out VM: the scratch root \(scratch) is too long for the VM's sockets (\(longest.utf8.count) bytes of the \(room) a socket path may have)"

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Sandbox
 import SupervisorIO
 
 /// A guest saved once, where it waits for its first gate, and restored for every gate.
@@ -31,6 +32,26 @@ struct VMSnapshot {
         var key = SHA256()
         key.update(data: Array("\(layout)\nqemu \(qemu) \(st.st_dev) \(st.st_ino) \(st.st_size) \(st.st_mtim.tv_sec).\(st.st_mtim.tv_nsec)\n".utf8))
         key.update(data: Array("memory \(memoryMiB) cpus \(cpus) accel \(accel.rawValue)\n".utf8))
+        // The firmware and option ROMs qemu loads (their sizes are in the state: another
+        // seabios or ipxe package refuses it), and under KVM the host kernel and CPU (the
+        // guest's CPUID is the host's).
+        for dir in ["/usr/share/qemu", "/usr/share/seabios", "/usr/lib/ipxe/qemu"] {
+            for name in FileSystem.names(in: dir).sorted() {
+                var f = stat()
+                if stat(dir + "/" + name, &f) == 0 {
+                    key.update(data: Array("\(dir)/\(name) \(f.st_dev) \(f.st_ino) \(f.st_size) \(f.st_mtim.tv_sec)\n".utf8))
+                }
+            }
+        }
+        if accel == .kvm {
+            var u = utsname()
+            uname(&u)
+            let release = withUnsafeBytes(of: &u.release) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            key.update(data: Array("kernel \(release)\n".utf8))
+            if case .success(let cpu) = InputFile.read("/proc/cpuinfo", cap: 4 << 20) {
+                key.update(data: cpu.split(separator: 0x0A).filter { $0.starts(with: Array("flags".utf8)) || $0.starts(with: Array("model".utf8)) }.prefix(3).flatMap { $0 })
+            }
+        }
         switch InputFile.read(kernel.vmlinuz, cap: 64 << 20) {
         case .success(let bytes): key.update(data: bytes)
         case .failure(let p): throw ExperimentError(.state, "held-out VM: \(kernel.vmlinuz): \(p.explanation("the guest kernel"))")
@@ -51,13 +72,41 @@ struct VMSnapshot {
         }
     }
 
-    /// Partial states (`<name>.<pid>.partial`) of savers that are gone (killed mid-save).
+    /// Where a saver writes before renaming: named by its owner (pid, start time, pid
+    /// namespace) and a random part, so two savers never share one and a dead one's is known.
+    var partialPath: String { path + "." + ProcessIdentity.current.tag + "-" + String(UInt64.random(in: 0...UInt64.max), radix: 16) + ".partial" }
+
+    /// Partial states of savers that are gone (killed mid-save).
     static func removeAbandoned(in directory: String) {
         for name in FileSystem.names(in: directory) where name.hasSuffix(".partial") {
-            let parts = name.split(separator: ".")
-            guard parts.count >= 3, let pid = Int32(parts[parts.count - 2]), pid != getpid() else { continue }
-            if kill(pid, 0) != 0 && errno == ESRCH { unlink(directory + "/" + name) }
+            let parts = name.dropLast(".partial".count).split(separator: ".")
+            guard parts.count >= 2, let dash = parts[parts.count - 1].lastIndex(of: "-"),
+                  let owner = ProcessIdentity(tag: parts[parts.count - 1][..<dash]), !owner.isAlive else { continue }
+            unlink(directory + "/" + name)
         }
+    }
+
+    /// Each restore marks its state used (its modification time), so states no gate has used
+    /// for a week (another qemu, kernel, memory size or CPU count) can go.
+    func markUsed() { _ = utimensat(AT_FDCWD, path, nil, 0) }
+
+    /// Removes saved states (and ones moved aside) unused for `days`, all but `keeping`.
+    static func removeUnused(in directory: String, keeping: String, days: Double = 7) {
+        let cutoff = Double(time(nil)) - days * 86_400
+        for name in FileSystem.names(in: directory) where name.hasSuffix(".state") || name.hasSuffix(".state.failed") {
+            let path = directory + "/" + name
+            var st = stat()
+            guard path != keeping, lstat(path, &st) == 0, Double(st.st_mtim.tv_sec) < cutoff else { continue }
+            unlink(path)
+        }
+    }
+
+    /// A saved state that did not restore (qemu or its firmware changed in a way the name
+    /// does not see): moved aside, so the next gate saves a new one. Returns where it went.
+    func quarantine() -> String {
+        let aside = path + ".failed"
+        unlink(aside)
+        return rename(path, aside) == 0 ? aside : path
     }
 
     /// The saved state, if there is one that is root's and only root's.
@@ -74,11 +123,12 @@ final class QMP {
 
     /// Connects to qemu's QMP socket (made as qemu starts: tried until `deadline`) and leaves
     /// its capabilities negotiation.
-    init(path: String, deadline: Double) throws {
+    init(path: String, deadline: Double, alive: () -> Bool = { true }) throws {
         var fd: Int32 = -1
         while true {
             fd = try Self.connect(path)
             if fd >= 0 { break }
+            guard alive() else { throw ExperimentError(.io, "held-out VM: qemu exited") }
             guard monotonicSeconds() < deadline else { throw ExperimentError(.io, "held-out VM: qemu's monitor did not start") }
             usleep(10_000)
         }
@@ -91,12 +141,15 @@ final class QMP {
 
     /// A connected stream socket to `path`, or -1 while nothing listens there yet.
     static func connect(_ path: String) throws -> Int32 {
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw ExperimentError(.io, "held-out VM: socket: \(ErrnoName.describe(errno))") }
         var addr = sockaddr_un()
         addr.sun_family = sa_family_t(AF_UNIX)
+        guard path.utf8.count < MemoryLayout.size(ofValue: addr.sun_path) else {
+            throw ExperimentError(.io, "held-out VM: socket path too long: \(path)")
+        }
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw ExperimentError(.io, "held-out VM: socket: \(ErrnoName.describe(errno))") }
         withUnsafeMutableBytes(of: &addr.sun_path) { raw in
-            for (i, b) in path.utf8.prefix(raw.count - 1).enumerated() { raw[i] = b }
+            for (i, b) in path.utf8.enumerated() { raw[i] = b }
         }
         let ok = withUnsafePointer(to: &addr) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
@@ -117,7 +170,7 @@ final class QMP {
         try data.withUnsafeBytes { raw in
             var off = 0
             while off < raw.count {
-                let n = Glibc.write(fd, raw.baseAddress! + off, raw.count - off)
+                let n = send(fd, raw.baseAddress! + off, raw.count - off, Int32(MSG_NOSIGNAL))
                 if n < 0 { if errno == EINTR { continue }; throw ExperimentError(.io, "held-out VM: qemu's monitor: \(ErrnoName.describe(errno))") }
                 off += n
             }
@@ -154,8 +207,9 @@ final class QMP {
 
     /// Waits until the guest's run state is `status` (e.g. `paused` once an incoming state is
     /// in), polling.
-    func waitForStatus(_ wanted: Set<String>, deadline: Double) throws -> String {
+    func waitForStatus(_ wanted: Set<String>, deadline: Double, alive: () -> Bool = { true }) throws -> String {
         while true {
+            guard alive() else { throw ExperimentError(.io, "held-out VM: qemu exited") }
             let r = try execute("query-status", deadline: deadline)
             if let s = (r as? [String: Any])?["status"] as? String, wanted.contains(s) { return s }
             guard monotonicSeconds() < deadline else { throw ExperimentError(.io, "held-out VM: the guest did not reach \(wanted.sorted()) in time") }
