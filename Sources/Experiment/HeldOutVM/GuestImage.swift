@@ -252,8 +252,12 @@ struct GuestImage {
             esac
         done
         [ -n "$port" ] && [ -n "$ctl" ] || fail "no results or control port"
-        echo ready > "$ctl"
-        read -r word now seed < "$ctl"
+        # The port stays open from `ready` to `go`: the guest's kernel drops what arrives on a
+        # port no process has open, so reopening it to read could lose a quick `go`.
+        exec 3<>"$ctl"
+        echo ready >&3
+        read -r word now seed <&3
+        exec 3<&-
         [ "$word" = go ] || fail "no go from the host"
         $B date -s "@$now" > /dev/null || fail "clock"
         # vm-guest credits it to the kernel's pool and reseeds from it (RNDADDENTROPY, then
