@@ -180,7 +180,13 @@ struct RealHarborTests {
         try HeldOutVMTests.requireVM()
         let harbor = try Self.harbor()
         let data = try TempDir()
-        _ = try Self.dataset(in: data.path)
+        // Emulated, an agent's few commands can take longer than the sleepy tasks' 2 s: every
+        // task gets 120 s here (this test is about where tasks run, not about timeouts).
+        for id in try Self.dataset(in: data.path) {
+            let toml = data.path + "/" + id + "/task.toml"
+            try String(contentsOfFile: toml, encoding: .utf8).replacingOccurrences(of: "[agent]\ntimeout_sec = 2.0", with: "[agent]\ntimeout_sec = 120.0")
+                .write(toFile: toml, atomically: true, encoding: .utf8)
+        }
         let exp = try Self.localExperiment(harbor: harbor, dataset: data.path)
         defer { exp.removeScratch() }
         try exp.set("held_out_runtime", "vm\n  vm: {accel: tcg, allow_emulation: true, memory_mib: 1536}", in: "gate")
