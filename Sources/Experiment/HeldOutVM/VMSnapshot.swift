@@ -63,8 +63,8 @@ struct VMSnapshot {
 
     /// Made if missing: root's, and writable by no one else (the state is guest memory).
     static func checkDirectory(_ directory: String) throws {
-        if mkdir(directory, 0o700) != 0 && errno != EEXIST {
-            throw ExperimentError(.state, "held-out VM: gate.vm.snapshot_dir \(directory): \(ErrnoName.describe(errno))")
+        if let e = FileSystem.makeDirectories(directory, mode: 0o700) {
+            throw ExperimentError(.state, "held-out VM: gate.vm.snapshot_dir \(directory): \(ErrnoName.describe(e))")
         }
         var st = stat()
         guard lstat(directory, &st) == 0, st.st_mode & S_IFMT == S_IFDIR, st.st_uid == 0, st.st_mode & 0o022 == 0 else {
