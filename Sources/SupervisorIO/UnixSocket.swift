@@ -15,6 +15,26 @@ public enum UnixSocket {
         return (pid, uid)
     }
 
+    /// `path` as a socket address, or nil when it does not fit (`sun_path`: 107 bytes and a NUL).
+    public static func address(_ path: String) -> sockaddr_un? {
+        var addr = sockaddr_un()
+        addr.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: addr.sun_path) else { return nil }
+        withUnsafeMutableBytes(of: &addr.sun_path) { raw in for (i, b) in bytes.enumerated() { raw[i] = b } }
+        return addr
+    }
+
+    /// bind(2) of `fd` to `address`: 0, or -1 with errno.
+    public static func bind(_ fd: Int32, _ address: sockaddr_un) -> Int32 {
+        withUnsafePointer(to: address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+    }
+
+    /// connect(2) of `fd` to `address`: 0, or -1 with errno.
+    public static func connect(_ fd: Int32, _ address: sockaddr_un) -> Int32 {
+        withUnsafePointer(to: address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+    }
+
     /// A pidfd of the process at the other end (SO_PEERPIDFD, Linux 6.5): the process that
     /// connected, not whatever now has its pid. nil where the kernel has no such option
     /// (ENOPROTOOPT); -1 when it has but the peer is gone.

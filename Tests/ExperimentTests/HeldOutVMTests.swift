@@ -553,3 +553,42 @@ struct GuestAnswerTests {
     }
 }
 
+
+@Suite("Held-out VM: what the host hands the guest, and where it keeps a saved guest")
+struct GuestHandOverTests {
+    @Test("a path with a line break is refused before the guest could read it as two lines (stage 2 reads one path a line)")
+    func lineBreaksRefused() throws {
+        let dir = try TempDir()
+        for bad in ["/usr\n/etc", "/opt/a\rb"] {
+            var image = GuestImage(binary: "/usr/bin/autoharness", scratch: "/dev/shm/ah")
+            image.shares = [("ah0", "/usr", bad)]
+            #expect(throws: ExperimentError.self) { try image.writeGate(dir.path + "/gate-\(bad.utf8.count)", request: []) }
+            image.shares = []
+            image.scratch = bad
+            #expect(throws: ExperimentError.self) { try image.writeGate(dir.path + "/gate-s\(bad.utf8.count)", request: []) }
+        }
+        // The same image with plain paths, spaces kept, is written.
+        var good = GuestImage(binary: "/usr/bin/autoharness", scratch: "/dev/shm/ah")
+        good.shares = [("ah0", "/opt/with space", "/opt/with space")]
+        try good.writeGate(dir.path + "/gate-ok", request: Array("{}".utf8))
+        #expect(try String(contentsOfFile: dir.path + "/gate-ok/shares", encoding: .utf8) == "s0 /opt/with space\n")
+    }
+
+    @Test("a saved guest is trusted as its kernel is: a directory others can write, or a state not root's alone, is not used")
+    func savedGuestOwnership() throws {
+        try requireRoot()
+        let dir = try TempDir(mode: 0o700)
+        let saved = dir.path + "/saved"
+        try VMSnapshot.checkDirectory(saved)
+        #expect(chmod(saved, 0o770) == 0)
+        #expect(throws: ExperimentError.self) { try VMSnapshot.checkDirectory(saved) }
+        #expect(chmod(saved, 0o700) == 0)
+        let state = VMSnapshot(path: saved + "/x.state")
+        #expect(FileManager.default.createFile(atPath: state.path, contents: Data([1]), attributes: [.posixPermissions: 0o600]))
+        #expect(state.exists)
+        #expect(chmod(state.path, 0o644) == 0)
+        #expect(!state.exists, "a state others can read (or write) is not used")
+        #expect(chmod(state.path, 0o600) == 0 && chown(state.path, 65534, 65534) == 0)
+        #expect(!state.exists, "a state not root's is not used")
+    }
+}

@@ -283,8 +283,6 @@ struct GuestImage {
 
         """
 
-    static func quoted(_ s: String) -> String { "'" + s.replacingOccurrences(of: "'", with: "'\\''") + "'" }
-
     /// Directories, without any that lies inside another.
     static func outermost(_ paths: [String]) -> [String] {
         var out: [String] = []

@@ -1,47 +1,6 @@
 import Foundation
 import SupervisorIO
 
-/// What a benchmark's held-out tasks need running in the guest beside them, made by the host
-/// for each phase from nothing held-out, shared read-only, and started by `vm-guest` before
-/// the adapter runs (`BenchmarkKind.guestServices`).
-public struct GuestServices: Codable, Sendable, Equatable {
-    public var postgres: GuestPostgres?
-    public init() {}
-
-    /// In the guest, before the adapter runs.
-    func start(log: @escaping @Sendable (String) -> Void) throws {
-        try postgres?.start(log: log)
-    }
-}
-
-/// The directories a phase's services are built in on the host: below the scratch root,
-/// named by their owner like the VM's work directory (the next start removes them if this
-/// supervisor dies), each shared read-only at `/.ahvm/in/<name>`; removed after the VM.
-final class GuestInputs {
-    let root: String
-    private(set) var made: [(name: String, path: String)] = []
-    private var created = false
-
-    /// Nothing is made until a service asks for a directory.
-    init(scratch: String) {
-        root = HeldOutVM.workDirectory(in: scratch)
-    }
-
-    /// A new directory `name` (host path), and where the guest sees it.
-    func directory(_ name: String) throws -> (host: String, guest: String) {
-        if !created {
-            guard mkdir(root, 0o711) == 0 else { throw ExperimentError(.io, "held-out VM: mkdir \(root): \(ErrnoName.describe(errno))") }
-            created = true
-        }
-        let path = root + "/" + name
-        guard mkdir(path, 0o711) == 0 else { throw ExperimentError(.io, "held-out VM: mkdir \(path): \(ErrnoName.describe(errno))") }
-        made.append((name, path))
-        return (path, GuestImage.inputRoot + "/" + name)
-    }
-
-    func remove() { if created { try? FileManager.default.removeItem(atPath: root) } }
-}
-
 /// A PostgreSQL server of the guest's own, for bird-interact: the task databases a held-out
 /// task reads and writes, and the cluster-wide state it moves (WAL position, statistics,
 /// object ids, the next database's oid), live in guest memory and go with the VM. On the host

@@ -171,15 +171,12 @@ public final class HeldOutVM {
     /// The guest's `ready` on the control port (accepted from `listener`): the connection,
     /// or nil when `deadline` passed or qemu closed it first.
     static func awaitReady(_ listener: Int32, deadline: Double) -> Int32? {
-        var conn: Int32 = -1
+        let conn = acceptOne(listener, deadline: deadline)
+        guard conn >= 0 else { return nil }
         var got: [UInt8] = []
         while monotonicSeconds() < deadline {
-            var pfd = pollfd(fd: conn >= 0 ? conn : listener, events: Int16(POLLIN), revents: 0)
+            var pfd = pollfd(fd: conn, events: Int16(POLLIN), revents: 0)
             guard poll(&pfd, 1, 200) > 0 else { continue }
-            if conn < 0 {
-                conn = accept(listener, nil, nil)
-                continue
-            }
             var b = [UInt8](repeating: 0, count: 64)
             let n = b.withUnsafeMutableBytes { Glibc.read(conn, $0.baseAddress, $0.count) }
             if n < 0 && errno == EINTR { continue }
@@ -188,7 +185,7 @@ public final class HeldOutVM {
             if got.count > 64 { close(conn); return nil }
             if String(decoding: got, as: UTF8.self).contains("ready\n") { return conn }
         }
-        if conn >= 0 { close(conn) }
+        close(conn)
         return nil
     }
 
@@ -344,12 +341,28 @@ public final class HeldOutVM {
         return Run(answer: answer, bootSeconds: boot ?? total, totalSeconds: total, shares: image.shares.map(\.path), restoreSeconds: restored)
     }
 
+    /// Copies `source` to its end into `destination`; the bytes copied. More than `limit`
+    /// bytes, or a failed read or write, throws naming the side.
+    static func copyStream(from source: Int32, named what: String, to destination: Int32, named where_: String, limit: Int = .max) throws -> Int {
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        var total = 0
+        while true {
+            let n = buffer.withUnsafeMutableBytes { Glibc.read(source, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            guard n >= 0 else { throw ExperimentError(.io, "reading \(what): \(ErrnoName.describe(errno))") }
+            if n == 0 { return total }
+            total += n
+            guard total <= limit else { throw ExperimentError(.io, "\(what) is over \(limit >> 20) MiB") }
+            if let e = FileSystem.writeAll(destination, buffer[0..<n]) { throw ExperimentError(.io, "writing \(where_): \(ErrnoName.describe(e))") }
+        }
+    }
+
     /// One connection accepted from `listener`, or -1 at `deadline`.
     static func acceptOne(_ listener: Int32, deadline: Double) -> Int32 {
         while monotonicSeconds() < deadline {
             var pfd = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
             guard poll(&pfd, 1, 100) > 0 else { continue }
-            let c = accept(listener, nil, nil)
+            let c = UnixSocket.accept(listener)
             if c >= 0 { return c }
         }
         return -1
@@ -367,24 +380,13 @@ public final class HeldOutVM {
                 usleep(5_000)
             }
         }
+        defer { close(sock) }
         let file = open(snapshot.path, O_RDONLY | O_CLOEXEC)
-        guard file >= 0 else { close(sock); throw ExperimentError(.io, "\(snapshot.path): \(ErrnoName.describe(errno))") }
+        guard file >= 0 else { throw ExperimentError(.io, "\(snapshot.path): \(ErrnoName.describe(errno))") }
         defer { close(file) }
-        var buffer = [UInt8](repeating: 0, count: 1 << 20)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { Glibc.read(file, $0.baseAddress, $0.count) }
-            if n < 0 && errno == EINTR { continue }
-            guard n >= 0 else { close(sock); throw ExperimentError(.io, "\(snapshot.path): \(ErrnoName.describe(errno))") }
-            if n == 0 { break }
-            var off = 0
-            while off < n {
-                let w = buffer.withUnsafeBytes { send(sock, $0.baseAddress! + off, n - off, Int32(MSG_NOSIGNAL)) }
-                if w < 0 && errno == EINTR { continue }
-                guard w > 0 else { close(sock); throw ExperimentError(.io, "qemu stopped reading the saved state: \(ErrnoName.describe(errno))") }
-                off += w
-            }
-        }
-        close(sock)
+        // The CLI ignores SIGPIPE: a qemu that stops reading is an EPIPE here.
+        _ = try copyStream(from: file, named: snapshot.path, to: sock, named: "qemu's incoming state")
+        shutdown(sock, Int32(SHUT_WR))
         let qmp = try QMP(path: work + "/qmp.sock", deadline: deadline, alive: alive)
         if try qmp.waitForStatus(["paused", "running"], deadline: deadline, alive: alive) == "paused" {
             try qmp.execute("cont", deadline: deadline)
@@ -436,22 +438,7 @@ public final class HeldOutVM {
             guard out >= 0 else { throw ExperimentError(.io, "\(temp): \(ErrnoName.describe(errno))") }
             var ok = false
             defer { close(out); if !ok { unlink(temp) } }
-            var buffer = [UInt8](repeating: 0, count: 1 << 20)
-            var total = 0
-            while true {
-                let n = buffer.withUnsafeMutableBytes { Glibc.read(conn, $0.baseAddress, $0.count) }
-                if n < 0 && errno == EINTR { continue }
-                guard n >= 0 else { throw ExperimentError(.io, "reading qemu's state: \(ErrnoName.describe(errno))") }
-                if n == 0 { break }
-                total += n
-                guard total < (settings.memoryMiB + 512) << 20 else { throw ExperimentError(.io, "qemu's state is larger than its memory") }
-                var off = 0
-                while off < n {
-                    let w = buffer.withUnsafeBytes { Glibc.write(out, $0.baseAddress! + off, n - off) }
-                    guard w > 0 else { throw ExperimentError(.io, "\(temp): \(ErrnoName.describe(errno))") }
-                    off += w
-                }
-            }
+            let total = try Self.copyStream(from: conn, named: "qemu's state", to: out, named: temp, limit: (settings.memoryMiB + 512) << 20)
             let status = (try qmp.execute("query-migrate", deadline: deadline) as? [String: Any])?["status"] as? String
             guard status == "completed" else { throw ExperimentError(.io, "qemu's migration ended \(status ?? "unknown")") }
             guard fsync(out) == 0, rename(temp, snapshot.path) == 0 else { throw ExperimentError(.io, "\(snapshot.path): \(ErrnoName.describe(errno))") }

@@ -50,20 +50,11 @@ final class ResultsPort {
     static func listen(_ path: String) throws -> Int32 {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw ExperimentError(.io, "held-out VM: socket: \(ErrnoName.describe(errno))") }
-        var addr = sockaddr_un()
-        addr.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: addr.sun_path) else {
+        guard let addr = UnixSocket.address(path) else {
             Glibc.close(fd)
             throw ExperimentError(.io, "held-out VM: socket path too long: \(path)")
         }
-        withUnsafeMutableBytes(of: &addr.sun_path) { raw in
-            for (i, b) in bytes.enumerated() { raw[i] = b }
-        }
-        let ok = withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        guard ok == 0, Glibc.listen(fd, 1) == 0 else {
+        guard UnixSocket.bind(fd, addr) == 0, Glibc.listen(fd, 1) == 0 else {
             let e = errno
             Glibc.close(fd)
             throw ExperimentError(.io, "held-out VM: bind \(path): \(ErrnoName.describe(e))")

@@ -141,20 +141,10 @@ final class QMP {
 
     /// A connected stream socket to `path`, or -1 while nothing listens there yet.
     static func connect(_ path: String) throws -> Int32 {
-        var addr = sockaddr_un()
-        addr.sun_family = sa_family_t(AF_UNIX)
-        guard path.utf8.count < MemoryLayout.size(ofValue: addr.sun_path) else {
-            throw ExperimentError(.io, "held-out VM: socket path too long: \(path)")
-        }
+        guard let addr = UnixSocket.address(path) else { throw ExperimentError(.io, "held-out VM: socket path too long: \(path)") }
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw ExperimentError(.io, "held-out VM: socket: \(ErrnoName.describe(errno))") }
-        withUnsafeMutableBytes(of: &addr.sun_path) { raw in
-            for (i, b) in path.utf8.enumerated() { raw[i] = b }
-        }
-        let ok = withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        if ok == 0 { return fd }
+        if UnixSocket.connect(fd, addr) == 0 { return fd }
         let e = errno
         close(fd)
         if e == ENOENT || e == ECONNREFUSED { return -1 }
@@ -167,14 +157,7 @@ final class QMP {
         var object: [String: Any] = ["execute": command]
         if !arguments.isEmpty { object["arguments"] = arguments }
         let data = try JSONSerialization.data(withJSONObject: object) + Data("\n".utf8)
-        try data.withUnsafeBytes { raw in
-            var off = 0
-            while off < raw.count {
-                let n = send(fd, raw.baseAddress! + off, raw.count - off, Int32(MSG_NOSIGNAL))
-                if n < 0 { if errno == EINTR { continue }; throw ExperimentError(.io, "held-out VM: qemu's monitor: \(ErrnoName.describe(errno))") }
-                off += n
-            }
-        }
+        if let e = FileSystem.writeAll(fd, Array(data)[...]) { throw ExperimentError(.io, "held-out VM: qemu's monitor: \(ErrnoName.describe(e))") }
         while true {
             let reply = try line(deadline: deadline)
             if let error = reply["error"] as? [String: Any] {

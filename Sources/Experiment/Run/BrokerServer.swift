@@ -50,18 +50,11 @@ final class BrokerServer: Sendable {
         }
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw ExperimentError(.io, "broker socket: \(String(cString: strerror(errno)))") }
-        var addr = sockaddr_un()
-        addr.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: addr.sun_path) else {
+        guard let addr = UnixSocket.address(path) else {
             close(fd)
-            throw ExperimentError(.io, "broker socket path too long (\(bytes.count) bytes): \(path)")
+            throw ExperimentError(.io, "broker socket path too long (\(path.utf8.count) bytes): \(path)")
         }
-        withUnsafeMutableBytes(of: &addr.sun_path) { raw in for (i, b) in bytes.enumerated() { raw[i] = b } }
-        let bound = withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        guard bound == 0, chmod(path, 0o666) == 0, listen(fd, 16) == 0 else {
+        guard UnixSocket.bind(fd, addr) == 0, chmod(path, 0o666) == 0, listen(fd, 16) == 0 else {
             let e = String(cString: strerror(errno))
             close(fd)
             throw ExperimentError(.io, "broker socket \(path): \(e)")
