@@ -379,7 +379,9 @@ enum CommandCorpus {
     static let ids = (1...6).map { "secret-\($0)" }
 
     static let cheats: [String: String] = [
-        // The runner's {output}, written early and again at exit (atexit), and by a daemon.
+        // The runner's {output}, written early and again at exit (atexit), and by a daemon that
+        // replaces it whole (a rename: a daemon that truncated in place could be stopped between
+        // the truncation and the write, leaving an empty file and a flaky unverified test).
         "rewards-file": #"""
             import atexit, json, os, subprocess
             def forge():
@@ -391,7 +393,7 @@ enum CommandCorpus {
                         pass
             forge()
             atexit.register(forge)
-            subprocess.Popen(["setsid", "python3", "-c", "import time, json\nfor _ in range(600):\n    json.dump({'secret-%d' % i: 1.0 for i in range(1, 7)}, open('/work/out/rewards.json', 'w')); time.sleep(0.05)"],
+            subprocess.Popen(["setsid", "python3", "-c", "import time, json, os\nfor _ in range(600):\n    json.dump({'secret-%d' % i: 1.0 for i in range(1, 7)}, open('/work/out/.r', 'w')); os.replace('/work/out/.r', '/work/out/rewards.json'); time.sleep(0.05)"],
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
             print("attempted rewards-file")
             answer = "?"
