@@ -667,6 +667,11 @@ int ahs_open_watch(const char *dir, int *blocking) {
     return -1;
 }
 
+int ahs_fanotify_flush(int group) {
+    // The path is not looked up for a flush; "/" keeps older kernels' checks content.
+    return fanotify_mark(group, FAN_MARK_FLUSH | FAN_MARK_FILESYSTEM, 0, AT_FDCWD, "/");
+}
+
 int ahs_cloexec_pipe(int fds[2]) { return pipe2(fds, O_CLOEXEC); }
 
 int ahs_statfs_sizes_constant(int fd, unsigned char *out, int cap, unsigned long long bytes, unsigned long long inodes) {

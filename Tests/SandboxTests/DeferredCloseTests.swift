@@ -1,6 +1,8 @@
+import CSystemCalls
 import Foundation
 @testable import Sandbox
 import Testing
+import TestSupport
 
 /// `DeferredClose`, which holds finished sandboxes' mount namespaces (`NamespaceRelease`) until
 /// a payload starts: a descriptor handed over stays open until `closeHeld()` or until the
@@ -95,5 +97,47 @@ struct DeferredCloseTests {
         #expect(!a.closed)
         releaser.closeHeld()
         #expect(a.secondsUntilClosed(limit: 5) != nil)
+    }
+
+    @Test("a fanotify group waiting to be closed holds no open: FanotifyRelease flushes its marks first (unflushed and unread, the same group held an open)")
+    func fanotifyGroupsFlushedBeforeTheyWait() throws {
+        try requireRoot()
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("ah-fanotify-\(getpid())").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        #expect(mount("tmpfs", dir, "tmpfs", 0, "size=1m") == 0)
+        defer { umount2(dir, Int32(MNT_DETACH)); rmdir(dir) }
+        try "x\n".write(toFile: dir + "/f", atomically: false, encoding: .utf8)
+        var blocking: Int32 = 0
+        let group = ahs_open_watch(dir, &blocking)
+        try #require(group >= 0 && blocking == 1, "no fanotify permission events here (errno \(errno))")
+        // Whatever happens below, closing the group lets every held open go (an opener held by
+        // a permission event cannot be killed: it waits uninterruptibly).
+        let closer = DeferredClose(settleSeconds: 30)
+        var handedOver = false
+        defer { if handedOver { closer.closeNow() } else { close(group) } }
+        func cat() throws -> Process {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: "/usr/bin/cat")
+            p.arguments = [dir + "/f"]
+            p.standardOutput = FileHandle.nullDevice
+            try p.run()
+            return p
+        }
+        func exits(_ p: Process, within seconds: Double) -> Bool {
+            let end = Date().addingTimeInterval(seconds)
+            while p.isRunning && Date() < end { usleep(10_000) }
+            return !p.isRunning
+        }
+        // The control: the group, unread, holds an open.
+        let first = try cat()
+        #expect(!exits(first, within: 1), "an unread permission group did not hold the open")
+        // Handed to a closer that waits 30 s: a new open goes through at once.
+        FanotifyRelease.release(group, to: closer)
+        handedOver = true
+        let second = try cat()
+        #expect(exits(second, within: 5) && second.terminationStatus == 0, "held by a group waiting to be closed")
+        closer.closeNow()
+        #expect(exits(first, within: 5) && first.terminationStatus == 0, "the held open was not let go when the group closed")
+        #expect(closer.closedCount == 1)
     }
 }

@@ -199,6 +199,11 @@ int ahs_open_watch(const char *dir, int *blocking);
 /// permission event and closing each event's descriptor: how many, 0 when none is left, or
 /// -1 with errno.
 int ahs_opens_read(int group, struct ahs_open *out, int max);
+
+/// Removes every file-system mark of a fanotify group (FAN_MARK_FLUSH): no event is queued
+/// after it returns, and it does not wait, unlike closing the group (an SRCU grace period,
+/// 2-10 ms here). 0, or -1 with errno.
+int ahs_fanotify_flush(int group);
 /// A close-on-exec pipe (pipe2 with O_CLOEXEC): 0, or -1 with errno.
 int ahs_cloexec_pipe(int fds[2]);
 /// `path` opened O_PATH beneath `root` as if `root` were the root (openat2 RESOLVE_IN_ROOT,

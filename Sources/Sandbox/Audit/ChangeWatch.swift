@@ -55,7 +55,7 @@ public final class ChangeWatch {
         top = Array(handle.prefix(Int(length)))
     }
 
-    deinit { close(group) }
+    deinit { FanotifyRelease.release(group) }
 
     /// Every change queued since the last call (or `init`).
     /// - Throws: `SandboxError` (`.io`) when the queue cannot be read.

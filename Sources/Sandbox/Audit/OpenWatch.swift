@@ -78,9 +78,9 @@ public final class OpenWatch: @unchecked Sendable {
         return seen
     }
 
-    /// Reads until stopped, then what is left. The group is closed here, and at once if it
-    /// cannot be read: closing it allows every open still waiting, so a verifier never hangs
-    /// on a watch that failed (which is then reported as incomplete).
+    /// Reads until stopped, then what is left. The group is closed at once if it cannot be
+    /// read: closing it allows every open still waiting, so a verifier never hangs on a watch
+    /// that failed (which is then reported as incomplete).
     private func loop() {
         var buffer = [ahs_open](repeating: ahs_open(), count: 192)
         var stopping = false
@@ -90,7 +90,8 @@ public final class OpenWatch: @unchecked Sendable {
                 let r = poll(&fds, 2, -1)
                 if r < 0 && errno == EINTR { continue }
                 if r < 0 { seen.overflowed = true; break }
-                if fds[1].revents != 0 { stopping = true }
+                // Stopping: the marks go first, so what is queued now is all there will be.
+                if fds[1].revents != 0 { stopping = true; _ = ahs_fanotify_flush(group) }
             }
             let n = ahs_opens_read(group, &buffer, Int32(buffer.count))
             if n < 0 && errno == EINTR { continue }
@@ -101,7 +102,9 @@ public final class OpenWatch: @unchecked Sendable {
             }
             for i in 0..<Int(n) { take(&buffer[i]) }
         }
-        close(group)
+        // Read whole: let go of off the verifier's path (`FanotifyRelease`); a group that
+        // could not be read is closed here and now, which allows every open still waiting.
+        if seen.overflowed { close(group) } else { FanotifyRelease.release(group) }
         done.signal()
     }
 
