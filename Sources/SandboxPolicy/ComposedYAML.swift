@@ -23,12 +23,7 @@ enum ComposedYAML {
         try store.withLock { trees in
             let key = Exact(text)
             if let hit = trees[key] { return body(hit) }
-            // UTF-8 explicitly: the default consults an environment variable and prints.
-            // The basic resolver tags every plain scalar as a string; the default one runs a
-            // set of regular expressions over each scalar, which cost milliseconds per
-            // launch. The only implicit types a policy uses, bool and null, are recognised by
-            // spelling (YAML 1.2 core schema).
-            let root = try Yams.compose(yaml: text, .basic, .default, .utf8)
+            let root = try YAMLReader.tree(text)
             if trees.count >= capacity { trees.removeAll() }
             trees[key] = root
             return body(root)

@@ -77,7 +77,15 @@ struct LayerParser {
     let file: String
     let variables: [String: String]
     let requireAllPlaceholders: Bool
-    private(set) var errors: [PolicyError] = []
+    /// The shapes and the problems found (`YAMLReader`).
+    let reader: YAMLReader
+
+    init(file: String, variables: [String: String], requireAllPlaceholders: Bool) {
+        self.file = file
+        self.variables = variables
+        self.requireAllPlaceholders = requireAllPlaceholders
+        reader = YAMLReader(file: file)
+    }
 
     static let topLevelKeys = ["extends", "description", "filesystem", "identity", "seccomp", "network", "limits", "env"]
     static let filesystemKeys = ["chdir", "landlock", "mounts"]
@@ -116,28 +124,25 @@ struct LayerParser {
                 if let root { parser.readPolicy(root, into: &layer) }
             }
         } catch {
-            return (layer, [parser.syntaxError(error, in: text)])
+            let problem = YAMLReader.problem(of: error, in: text, file: file, document: "a policy file")
+            return (layer, [PolicyError(problem.message, at: problem.location)])
         }
-        let sorted = parser.errors.enumerated().sorted {
-            let a = $0.element.location, b = $1.element.location
-            return (a?.line ?? 0, a?.column ?? 0, $0.offset) < (b?.line ?? 0, b?.column ?? 0, $1.offset)
-        }
-        return (layer, sorted.map(\.element))
+        return (layer, parser.reader.sortedProblems.map { PolicyError($0.message, at: $0.location) })
     }
 
     // MARK: - Sections
 
     private mutating func readPolicy(_ root: Node, into layer: inout PolicyLayer) {
-        guard let top = fields(of: root, in: "the top level", allowed: Self.topLevelKeys) else { return }
-        if let node = top["extends"], let ref = text(node, "extends") {
+        guard let top = reader.fields(of: root, in: "the top level", allowed: Self.topLevelKeys) else { return }
+        if let node = top["extends"], let ref = reader.text(node, "extends") {
             if ref.isEmpty {
-                error(at: node, "extends needs a policy name or path")
+                reader.error(at: node, "extends needs a policy name or path")
             } else {
-                layer.extends = Located(value: ref, location: location(of: node))
+                layer.extends = Located(value: ref, location: reader.location(of: node))
             }
         }
         if let node = top["description"] {
-            layer.description = text(node, "description")
+            layer.description = reader.text(node, "description")
         }
         if let node = top["filesystem"] { readFilesystem(node, into: &layer) }
         if let node = top["identity"] { readIdentity(node, into: &layer) }
@@ -148,20 +153,20 @@ struct LayerParser {
     }
 
     private mutating func readFilesystem(_ node: Node, into layer: inout PolicyLayer) {
-        guard let fs = fields(of: node, in: "filesystem", allowed: Self.filesystemKeys) else { return }
-        if let node = fs["chdir"], let literal = text(node, "filesystem.chdir"),
+        guard let fs = reader.fields(of: node, in: "filesystem", allowed: Self.filesystemKeys) else { return }
+        if let node = fs["chdir"], let literal = reader.text(node, "filesystem.chdir"),
             let path = path(literal, at: node, what: "chdir", placeholderHint: "PATH")
         {
-            layer.chdir = Located(value: path, location: location(of: node))
+            layer.chdir = Located(value: path, location: reader.location(of: node))
         }
-        if let node = fs["landlock"], let spelled = text(node, "filesystem.landlock") {
+        if let node = fs["landlock"], let spelled = reader.text(node, "filesystem.landlock") {
             if let mode = LandlockMode(rawValue: spelled) {
                 layer.landlock = mode
             } else {
-                error(at: node, "unknown landlock mode '\(spelled)' (allowed: \(LandlockMode.allCases.map(\.rawValue).joined(separator: ", ")))")
+                reader.error(at: node, "unknown landlock mode '\(spelled)' (allowed: \(LandlockMode.allCases.map(\.rawValue).joined(separator: ", ")))")
             }
         }
-        guard let node = fs["mounts"], let entries = list(node, "filesystem.mounts") else { return }
+        guard let node = fs["mounts"], let entries = reader.list(node, "filesystem.mounts") else { return }
         var byDestination: [String: ParsedMount] = [:]
         for entry in entries {
             guard let mount = readMount(entry) else { continue }
@@ -169,13 +174,13 @@ struct LayerParser {
             // one file it can only be a mistake, and which entry wins would be arbitrary.
             if let first = byDestination[mount.destination] {
                 if mount.spec.kind == .hide && first.spec.kind != .hide {
-                    error(at: mount.location,
+                    reader.error(at: mount.location,
                           "hide \(mount.destination) is at exactly the destination of the \(first.spec.kindName) mount at \(first.location): hide punches holes strictly inside a bind")
                 } else if first.spec.kind == .hide && mount.spec.kind != .hide {
-                    error(at: mount.location,
+                    reader.error(at: mount.location,
                           "\(mount.spec.kindName) \(mount.destination) is at exactly the destination of the hide at \(first.location): hide punches holes strictly inside a bind")
                 } else {
-                    error(at: mount.location, "duplicate mount destination \(mount.destination) (first at \(first.location))")
+                    reader.error(at: mount.location, "duplicate mount destination \(mount.destination) (first at \(first.location))")
                 }
                 continue
             }
@@ -186,11 +191,11 @@ struct LayerParser {
 
     /// One `filesystem.mounts` entry: exactly one kind key plus the modifiers that kind takes.
     private mutating func readMount(_ node: Node) -> ParsedMount? {
-        guard let entry = fields(of: node, in: "a mount entry", allowed: Self.mountKeys) else { return nil }
+        guard let entry = reader.fields(of: node, in: "a mount entry", allowed: Self.mountKeys) else { return nil }
         let kinds = Self.mountKinds.filter { entry[$0] != nil }
         guard kinds.count == 1, let kind = kinds.first, let valueNode = entry[kind] else {
             let found = kinds.isEmpty ? "found none" : "found \(kinds.joined(separator: " and "))"
-            error(at: node, "a mount entry needs exactly one of \(Self.mountKinds.joined(separator: ", ")) (\(found))")
+            reader.error(at: node, "a mount entry needs exactly one of \(Self.mountKinds.joined(separator: ", ")) (\(found))")
             return nil
         }
         let modifiers: [String: [String]] = [
@@ -207,18 +212,18 @@ struct LayerParser {
             case "size", "mode": appliesTo = "tmpfs"
             default: appliesTo = "symlink"
             }
-            error(at: entry.keyNode(key) ?? node, "'\(key)' applies only to \(appliesTo), not to \(kind)")
+            reader.error(at: entry.keyNode(key) ?? node, "'\(key)' applies only to \(appliesTo), not to \(kind)")
             valid = false
         }
-        guard let value = text(valueNode, kind) else { return nil }
-        let loc = location(of: node)
+        guard let value = reader.text(valueNode, kind) else { return nil }
+        let loc = reader.location(of: node)
 
         switch kind {
         case "ro", "rw":
             guard let (source, destination) = bindPaths(value, at: valueNode, kind: kind) else { return nil }
-            let optional = entry["optional"].flatMap { bool($0, "optional") } ?? false
-            let keepSymlink = entry["keep_symlink"].flatMap { bool($0, "keep_symlink") } ?? false
-            let noSymlinks = entry["no_symlinks"].flatMap { bool($0, "no_symlinks") } ?? false
+            let optional = entry["optional"].flatMap { reader.bool($0, "optional") } ?? false
+            let keepSymlink = entry["keep_symlink"].flatMap { reader.bool($0, "keep_symlink") } ?? false
+            let noSymlinks = entry["no_symlinks"].flatMap { reader.bool($0, "no_symlinks") } ?? false
             guard valid else { return nil }
             let mountKind: MountSpec.Kind =
                 kind == "ro" ? .readOnly(source: source.path) : .readWrite(source: source.path)
@@ -240,12 +245,12 @@ struct LayerParser {
                 mountKind = .hide
             default:
                 guard let targetNode = entry["target"] else {
-                    error(at: node, "symlink \(destination.path) needs a 'target' (the link text, e.g. usr/bin)")
+                    reader.error(at: node, "symlink \(destination.path) needs a 'target' (the link text, e.g. usr/bin)")
                     return nil
                 }
-                guard let target = text(targetNode, "symlink target") else { return nil }
+                guard let target = reader.text(targetNode, "symlink target") else { return nil }
                 if target.isEmpty {
-                    error(at: targetNode, "symlink target must not be empty")
+                    reader.error(at: targetNode, "symlink target must not be empty")
                     return nil
                 }
                 mountKind = .symlink(target: target)
@@ -262,7 +267,7 @@ struct LayerParser {
     private mutating func bindPaths(_ value: String, at node: Node, kind: String) -> (ResolvedPath, ResolvedPath)? {
         let parts = value.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
         guard parts.count <= 2, parts.allSatisfy({ !$0.isEmpty }) else {
-            error(at: node, "\(kind) takes SRC or SRC:DST with absolute paths (got '\(value)')")
+            reader.error(at: node, "\(kind) takes SRC or SRC:DST with absolute paths (got '\(value)')")
             return nil
         }
         guard let source = path(parts[0], at: node, what: "\(kind) source", placeholderHint: "PATH") else { return nil }
@@ -276,7 +281,7 @@ struct LayerParser {
             destination = source
         }
         if source.path.hasPrefix("/"), let reason = SandboxPath.forbiddenReason(forSource: source.path) {
-            error(at: node, reason)
+            reader.error(at: node, reason)
             return nil
         }
         guard checkDestination(destination, at: node) else { return nil }
@@ -286,7 +291,7 @@ struct LayerParser {
     /// The single path of a tmpfs, hide or symlink entry.
     private mutating func destinationOnly(_ value: String, at node: Node, kind: String) -> ResolvedPath? {
         guard !value.contains(":") else {
-            error(at: node, "\(kind) takes one destination path, not SRC:DST (got '\(value)')")
+            reader.error(at: node, "\(kind) takes one destination path, not SRC:DST (got '\(value)')")
             return nil
         }
         guard let destination = path(value, at: node, what: "\(kind) destination", placeholderHint: "PATH"),
@@ -300,18 +305,18 @@ struct LayerParser {
         // prefix such as "/proc/{x}" can be judged already.
         guard destination.path.hasPrefix("/"), let reason = SandboxPath.reservedReason(forDestination: destination.path)
         else { return true }
-        error(at: node, reason)
+        reader.error(at: node, reason)
         return false
     }
 
     private mutating func readIdentity(_ node: Node, into layer: inout PolicyLayer) {
-        guard let identity = fields(of: node, in: "identity", allowed: Self.identityKeys) else { return }
+        guard let identity = reader.fields(of: node, in: "identity", allowed: Self.identityKeys) else { return }
         // 2^32-1 is the kernel's "no id" value (-1), which id maps refuse.
         let maxID = UInt64(UInt32.max - 1)
         for (key, keyPath) in [("uid", \Identity.uid), ("gid", \Identity.gid)] {
             guard let node = identity[key], let id = integer(node, "identity.\(key)", min: 0, max: maxID) else { continue }
             if id == 0 {
-                error(at: node, "identity.\(key) must not be 0: the payload never runs as root, not even namespaced root")
+                reader.error(at: node, "identity.\(key) must not be 0: the payload never runs as root, not even namespaced root")
                 continue
             }
             layer.identity[keyPath: keyPath] = UInt32(id)
@@ -320,14 +325,14 @@ struct LayerParser {
         for (key, keyPath) in [("host_uid", \Identity.hostUID), ("host_gid", \Identity.hostGID)] {
             guard let node = identity[key], let id = integer(node, "identity.\(key)", min: 0, max: maxID) else { continue }
             if id == 0 {
-                error(at: node,
+                reader.error(at: node,
                       "identity.\(key) must not be 0: files the sandbox writes in rw binds would belong to host root (use an unprivileged id such as 65534)")
                 continue
             }
             layer.identity[keyPath: keyPath] = UInt32(id)
             layer.identityKeys.insert(key)
         }
-        if let node = identity["hostname"], let hostname = text(node, "identity.hostname") {
+        if let node = identity["hostname"], let hostname = reader.text(node, "identity.hostname") {
             let allowed = hostname.unicodeScalars.allSatisfy {
                 ("a"..."z").contains($0) || ("A"..."Z").contains($0) || ("0"..."9").contains($0) || $0 == "." || $0 == "-"
             }
@@ -335,24 +340,24 @@ struct LayerParser {
                 layer.identity.hostname = hostname
                 layer.identityKeys.insert("hostname")
             } else {
-                error(at: node, "identity.hostname must be 1 to 64 characters from [A-Za-z0-9.-] (got '\(hostname)')")
+                reader.error(at: node, "identity.hostname must be 1 to 64 characters from [A-Za-z0-9.-] (got '\(hostname)')")
             }
         }
     }
 
     private mutating func readSeccomp(_ node: Node, into layer: inout PolicyLayer) {
-        guard let seccomp = fields(of: node, in: "seccomp", allowed: Self.seccompKeys) else { return }
-        if let node = seccomp["profile"], let profile = text(node, "seccomp.profile") {
+        guard let seccomp = reader.fields(of: node, in: "seccomp", allowed: Self.seccompKeys) else { return }
+        if let node = seccomp["profile"], let profile = reader.text(node, "seccomp.profile") {
             if Self.seccompProfiles.contains(profile) {
                 layer.seccompProfile = profile
             } else {
-                error(at: node, "unknown seccomp profile '\(profile)' (allowed: \(Self.seccompProfiles.joined(separator: ", ")))")
+                reader.error(at: node, "unknown seccomp profile '\(profile)' (allowed: \(Self.seccompProfiles.joined(separator: ", ")))")
             }
         }
-        if let node = seccomp["default_action"], let spelled = text(node, "seccomp.default_action") {
+        if let node = seccomp["default_action"], let spelled = reader.text(node, "seccomp.default_action") {
             switch SeccompActionSyntax.parse(spelled) {
             case .success(let action): layer.defaultAction = action
-            case .failure(let problem): error(at: node, problem.message)
+            case .failure(let problem): reader.error(at: node, problem.message)
             }
         }
         let allow = syscallNames(seccomp["allow"], "seccomp.allow")
@@ -361,7 +366,7 @@ struct LayerParser {
         let named = Dictionary((allow + deny).map { ($0.value, $0.location) }, uniquingKeysWith: { first, _ in first })
         for name in quiet {
             if let other = named[name.value] {
-                error(at: name.location, "syscall '\(name.value)' is in seccomp.quiet and also in seccomp.allow or seccomp.deny (at \(other))")
+                reader.error(at: name.location, "syscall '\(name.value)' is in seccomp.quiet and also in seccomp.allow or seccomp.deny (at \(other))")
             }
         }
         layer.seccompQuiet = quiet.map(\.value).filter { named[$0] == nil }
@@ -369,7 +374,7 @@ struct LayerParser {
         let denied = Dictionary(deny.map { ($0.value, $0.location) }, uniquingKeysWith: { first, _ in first })
         for name in allow {
             if let other = denied[name.value] {
-                error(at: name.location, "syscall '\(name.value)' is in both seccomp.allow and seccomp.deny (deny at \(other))")
+                reader.error(at: name.location, "syscall '\(name.value)' is in both seccomp.allow and seccomp.deny (deny at \(other))")
             }
         }
         layer.seccompAllow = allow.map(\.value).filter { denied[$0] == nil }
@@ -378,52 +383,52 @@ struct LayerParser {
     }
 
     private mutating func syscallNames(_ node: Node?, _ what: String) -> [Located<String>] {
-        guard let node, let items = list(node, what) else { return [] }
+        guard let node, let items = reader.list(node, what) else { return [] }
         var names: [Located<String>] = []
         var seen: Set<String> = []
         for item in items {
-            guard let name = text(item, "\(what) entry") else { continue }
+            guard let name = reader.text(item, "\(what) entry") else { continue }
             let valid = !name.isEmpty && name.unicodeScalars.allSatisfy {
                 ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "_"
             }
             guard valid else {
-                error(at: item, "'\(name)' is not a syscall name (names match [a-z0-9_]+)")
+                reader.error(at: item, "'\(name)' is not a syscall name (names match [a-z0-9_]+)")
                 continue
             }
             if seen.insert(name).inserted {
-                names.append(Located(value: name, location: location(of: item)))
+                names.append(Located(value: name, location: reader.location(of: item)))
             }
         }
         return names
     }
 
     private mutating func readNetwork(_ node: Node, into layer: inout PolicyLayer) {
-        guard let network = fields(of: node, in: "network", allowed: Self.networkKeys) else { return }
-        if let node = network["mode"], let spelled = text(node, "network.mode") {
+        guard let network = reader.fields(of: node, in: "network", allowed: Self.networkKeys) else { return }
+        if let node = network["mode"], let spelled = reader.text(node, "network.mode") {
             if let mode = NetworkSpec.Mode(rawValue: spelled) {
-                layer.networkMode = Located(value: mode, location: location(of: node))
+                layer.networkMode = Located(value: mode, location: reader.location(of: node))
             } else {
                 let allowed = NetworkSpec.Mode.allCases.map(\.rawValue).joined(separator: ", ")
-                error(at: node, "unknown network mode '\(spelled)' (allowed: \(allowed))")
+                reader.error(at: node, "unknown network mode '\(spelled)' (allowed: \(allowed))")
             }
         }
-        if let node = network["allow"], let items = list(node, "network.allow") {
+        if let node = network["allow"], let items = reader.list(node, "network.allow") {
             var endpoints: [String] = []
             var seen: Set<String> = []
             for item in items {
-                guard let spelled = text(item, "network.allow entry") else { continue }
+                guard let spelled = reader.text(item, "network.allow entry") else { continue }
                 guard let endpoint = HostPort.normalize(spelled) else {
-                    error(at: item, "'\(spelled)' is not host:port (a DNS name, IPv4 address or [IPv6] address, port 1-65535)")
+                    reader.error(at: item, "'\(spelled)' is not host:port (a DNS name, IPv4 address or [IPv6] address, port 1-65535)")
                     continue
                 }
                 if seen.insert(endpoint).inserted { endpoints.append(endpoint) }
             }
-            layer.networkAllow = Located(value: endpoints, location: location(of: node))
+            layer.networkAllow = Located(value: endpoints, location: reader.location(of: node))
         }
     }
 
     private mutating func readLimits(_ node: Node, into layer: inout PolicyLayer) {
-        guard let limits = fields(of: node, in: "limits", allowed: Self.limitKeys) else { return }
+        guard let limits = reader.fields(of: node, in: "limits", allowed: Self.limitKeys) else { return }
         // `none` says "unlimited" explicitly, so a child can lift a limit it inherits.
         func isNone(_ node: Node) -> Bool {
             if case .scalar(let s) = node, s.string == "none" { return true }
@@ -452,7 +457,7 @@ struct LayerParser {
                 layer.limits[keyPath: keyPath] = nil
             } else if let value = byteSize(node, "limits.\(key)") {
                 guard value >= minimum else {
-                    error(at: node, "limits.\(key) must be at least \(ByteSize.format(minimum)) (got \(ByteSize.format(value)))")
+                    reader.error(at: node, "limits.\(key) must be at least \(ByteSize.format(minimum)) (got \(ByteSize.format(value)))")
                     continue
                 }
                 layer.limits[keyPath: keyPath] = value
@@ -465,12 +470,12 @@ struct LayerParser {
             if isNone(node) {
                 layer.limits.cpus = nil
                 layer.limitKeys.insert("cpus")
-            } else if let spelled = text(node, "limits.cpus") {
+            } else if let spelled = reader.text(node, "limits.cpus") {
                 if let cpus = DecimalNumber.parse(spelled), cpus > 0, cpus <= Limits.maxCPUs {
                     layer.limits.cpus = cpus
                     layer.limitKeys.insert("cpus")
                 } else {
-                    error(at: node, "limits.cpus must be a number of cores greater than 0 and at most \(Int(Limits.maxCPUs)), e.g. 0.5 or 2 (got '\(spelled)')")
+                    reader.error(at: node, "limits.cpus must be a number of cores greater than 0 and at most \(Int(Limits.maxCPUs)), e.g. 0.5 or 2 (got '\(spelled)')")
                 }
             }
         }
@@ -478,44 +483,44 @@ struct LayerParser {
             if isNone(node) {
                 layer.limits.timeoutSeconds = nil
                 layer.limitKeys.insert("timeout")
-            } else if let spelled = text(node, "limits.timeout") {
+            } else if let spelled = reader.text(node, "limits.timeout") {
                 if let seconds = DurationString.parse(spelled), seconds > 0, seconds <= Limits.maxTimeoutSeconds {
                     layer.limits.timeoutSeconds = seconds
                     layer.limitKeys.insert("timeout")
                 } else {
-                    error(at: node, "limits.timeout must be seconds or a duration such as 90s, 10m, 2h, at most \(DurationString.format(Limits.maxTimeoutSeconds)), or none (got '\(spelled)')")
+                    reader.error(at: node, "limits.timeout must be seconds or a duration such as 90s, 10m, 2h, at most \(DurationString.format(Limits.maxTimeoutSeconds)), or none (got '\(spelled)')")
                 }
             }
         }
     }
 
     private mutating func readEnv(_ node: Node, into layer: inout PolicyLayer) {
-        guard let env = fields(of: node, in: "env", allowed: Self.envKeys) else { return }
+        guard let env = reader.fields(of: node, in: "env", allowed: Self.envKeys) else { return }
         var setAt: [String: SourceLocation] = [:]
-        if let node = env["set"], let pairs = mapping(node, "env.set") {
+        if let node = env["set"], let pairs = reader.pairs(node, "env.set") {
             for (keyNode, valueNode) in pairs {
-                guard let name = text(keyNode, "env.set name") else { continue }
+                guard let name = reader.text(keyNode, "env.set name") else { continue }
                 guard Self.isEnvName(name) else {
-                    error(at: keyNode, "'\(name)' is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+                    reader.error(at: keyNode, "'\(name)' is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
                     continue
                 }
-                guard let literal = text(valueNode, "env.set.\(name)"),
+                guard let literal = reader.text(valueNode, "env.set.\(name)"),
                     let value = substitute(literal, at: valueNode, placeholderHint: "VALUE")
                 else { continue }
                 layer.envSet[name] = value.text
-                setAt[name] = location(of: keyNode)
+                setAt[name] = reader.location(of: keyNode)
             }
         }
-        if let node = env["pass"], let items = list(node, "env.pass") {
+        if let node = env["pass"], let items = reader.list(node, "env.pass") {
             var passed: Set<String> = []
             for item in items {
-                guard let name = text(item, "env.pass entry") else { continue }
+                guard let name = reader.text(item, "env.pass entry") else { continue }
                 guard Self.isEnvName(name) else {
-                    error(at: item, "'\(name)' is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+                    reader.error(at: item, "'\(name)' is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
                     continue
                 }
                 if let other = setAt[name] {
-                    error(at: item, "\(name) is both passed and set (set at \(other))")
+                    reader.error(at: item, "\(name) is both passed and set (set at \(other))")
                     continue
                 }
                 if passed.insert(name).inserted { layer.envPass.append(name) }
@@ -536,13 +541,13 @@ struct LayerParser {
         do {
             template = try Template(parsing: literal)
         } catch {
-            self.error(at: node, error.message)
+            reader.error(at: node, error.message)
             return nil
         }
         let result = template.substitute(variables)
         if requireAllPlaceholders && !result.unresolved.isEmpty {
             for name in result.unresolved {
-                error(at: node, "placeholder {\(name)} has no value (pass --var \(name)=\(placeholderHint))")
+                reader.error(at: node, "placeholder {\(name)} has no value (pass --var \(name)=\(placeholderHint))")
             }
             return nil
         }
@@ -556,132 +561,44 @@ struct LayerParser {
     {
         // Judge the text as written first: "relative/{x}" can never become absolute.
         guard literal.hasPrefix("/") || literal.hasPrefix("{") else {
-            error(at: node, "\(what) '\(literal)' must be an absolute path")
+            reader.error(at: node, "\(what) '\(literal)' must be an absolute path")
             return nil
         }
         guard let (text, unresolved) = substitute(literal, at: node, placeholderHint: placeholderHint) else { return nil }
         let origin = text == literal ? "" : " (from '\(literal)')"
         if unresolved.isEmpty && !text.hasPrefix("/") {
-            error(at: node, "\(what) '\(text)'\(origin) must be an absolute path")
+            reader.error(at: node, "\(what) '\(text)'\(origin) must be an absolute path")
             return nil
         }
         do {
             return ResolvedPath(path: try SandboxPath.normalize(text), isConcrete: unresolved.isEmpty)
         } catch {
             switch error {
-            case .dotDot: self.error(at: node, "\(what) '\(text)'\(origin) has a '..' component; write the path without it")
-            case .nul: self.error(at: node, "\(what)\(origin) contains a NUL byte")
-            case .tooLong: self.error(at: node, "\(what)\(origin) is longer than PATH_MAX")
+            case .dotDot: reader.error(at: node, "\(what) '\(text)'\(origin) has a '..' component; write the path without it")
+            case .nul: reader.error(at: node, "\(what)\(origin) contains a NUL byte")
+            case .tooLong: reader.error(at: node, "\(what)\(origin) is longer than PATH_MAX")
             }
             return nil
         }
     }
 
-    // MARK: - YAML shapes
-
-    /// The keys of a mapping, with unknown keys reported (listing the allowed ones).
-    struct Fields {
-        private var entries: [String: (key: Node, value: Node)] = [:]
-        private(set) var keys: [String] = []
-
-        subscript(_ key: String) -> Node? { entries[key]?.value }
-        func keyNode(_ key: String) -> Node? { entries[key]?.key }
-
-        fileprivate mutating func add(_ key: String, _ keyNode: Node, _ value: Node) {
-            entries[key] = (keyNode, value)
-            keys.append(key)
-        }
-    }
-
-    /// A mapping with a fixed set of keys. An empty value (`filesystem:` with nothing under it)
-    /// counts as an empty mapping.
-    private mutating func fields(of node: Node, in context: String, allowed: [String]) -> Fields? {
-        guard let pairs = mapping(node, context) else { return nil }
-        var fields = Fields()
-        for (keyNode, value) in pairs {
-            guard case .scalar(let scalar) = keyNode else {
-                error(at: keyNode, "keys in \(context) must be plain words")
-                continue
-            }
-            guard allowed.contains(scalar.string) else {
-                error(at: keyNode, "unknown key '\(scalar.string)' in \(context) (allowed: \(allowed.joined(separator: ", ")))")
-                continue
-            }
-            fields.add(scalar.string, keyNode, value)
-        }
-        return fields
-    }
-
-    private mutating func mapping(_ node: Node, _ what: String) -> [(Node, Node)]? {
-        if isNull(node) { return [] }
-        guard case .mapping(let mapping) = node else {
-            error(at: node, "\(what) must be a mapping of key: value, not \(shape(of: node))")
-            return nil
-        }
-        return mapping.map { ($0.key, $0.value) }
-    }
-
-    private mutating func list(_ node: Node, _ what: String) -> [Node]? {
-        if isNull(node) { return [] }
-        guard case .sequence(let sequence) = node else {
-            error(at: node, "\(what) must be a list, not \(shape(of: node))")
-            return nil
-        }
-        return Array(sequence)
-    }
-
-    /// A scalar's text exactly as written (so `mode: 0755` stays "0755" and `PORT: 08` stays
-    /// "08"); YAML's own typing is used only to tell an empty value from an empty string.
-    private mutating func text(_ node: Node, _ what: String) -> String? {
-        guard case .scalar(let scalar) = node else {
-            var message = "\(what) must be a single value, not \(shape(of: node))"
-            // `ro: {workdir}` parses as the mapping {workdir: null}.
-            if case .mapping(let m) = node, m.count == 1, let value = m.first?.value, isNull(value) {
-                message += " (quote values that start with '{': \"{name}...\")"
-            }
-            error(at: node, message)
-            return nil
-        }
-        if isNull(node) {
-            error(at: node, "\(what) needs a value")
-            return nil
-        }
-        if scalar.string.contains("\0") {
-            error(at: node, "\(what) contains a NUL byte")
-            return nil
-        }
-        return scalar.string
-    }
-
-    private mutating func bool(_ node: Node, _ what: String) -> Bool? {
-        if node.tag.rawValue == Tag.Name.bool.rawValue, let value = node.bool { return value }
-        if let s = node.scalar, s.style == .plain || s.style == .any {
-            switch s.string {
-            case "true", "True", "TRUE": return true
-            case "false", "False", "FALSE": return false
-            default: break
-            }
-        }
-        let spelled = node.scalar.map { " (got '\($0.string)')" } ?? ""
-        error(at: node, "\(what) must be true or false\(spelled)")
-        return nil
-    }
+    // MARK: - Values of a policy's own kinds
 
     /// A decimal integer in `min...max`.
     private mutating func integer(_ node: Node, _ what: String, min: UInt64, max: UInt64) -> UInt64? {
-        guard let spelled = text(node, what) else { return nil }
+        guard let spelled = reader.text(node, what) else { return nil }
         guard spelled.allSatisfy(\.isASCIIDigit), let value = UInt64(spelled), (min...max).contains(value) else {
             let range = min == 1 ? "a positive integer" : "an integer"
-            error(at: node, "\(what) must be \(range) no larger than \(max) (got '\(spelled)')")
+            reader.error(at: node, "\(what) must be \(range) no larger than \(max) (got '\(spelled)')")
             return nil
         }
         return value
     }
 
     private mutating func byteSize(_ node: Node, _ what: String) -> UInt64? {
-        guard let spelled = text(node, what) else { return nil }
+        guard let spelled = reader.text(node, what) else { return nil }
         guard let value = ByteSize.parse(spelled), value > 0, value <= Limits.maxBytes else {
-            error(at: node, "\(what) must be a positive size such as 1024, 512K, 64M or 1.5G, at most \(ByteSize.format(Limits.maxBytes)) (got '\(spelled)')")
+            reader.error(at: node, "\(what) must be a positive size such as 1024, 512K, 64M or 1.5G, at most \(ByteSize.format(Limits.maxBytes)) (got '\(spelled)')")
             return nil
         }
         return value
@@ -690,81 +607,15 @@ struct LayerParser {
     /// Permission bits in octal, as `chmod` takes them: `1777`, `"0755"`, `0o700`. The digits
     /// are read as octal even when YAML would call them a decimal integer.
     private mutating func fileMode(_ node: Node) -> UInt32? {
-        guard let spelled = text(node, "tmpfs mode") else { return nil }
+        guard let spelled = reader.text(node, "tmpfs mode") else { return nil }
         let digits = spelled.hasPrefix("0o") ? String(spelled.dropFirst(2)) : spelled
         guard !digits.isEmpty, digits.allSatisfy({ ("0"..."7").contains($0) }), let mode = UInt32(digits, radix: 8),
             mode <= 0o7777
         else {
-            error(at: node, "tmpfs mode must be octal permission bits such as 1777 or 0755 (got '\(spelled)')")
+            reader.error(at: node, "tmpfs mode must be octal permission bits such as 1777 or 0755 (got '\(spelled)')")
             return nil
         }
         return mode
-    }
-
-    private func isNull(_ node: Node) -> Bool {
-        guard case .scalar(let s) = node else { return false }
-        if node.tag.rawValue == Tag.Name.null.rawValue { return true }
-        return (s.style == .plain || s.style == .any) && ["", "~", "null", "Null", "NULL"].contains(s.string)
-    }
-
-    private func shape(of node: Node) -> String {
-        switch node {
-        case .mapping: return "a mapping"
-        case .sequence: return "a list"
-        case .scalar, .alias: return "a single value"
-        }
-    }
-
-    // MARK: - Diagnostics
-
-    private func location(of node: Node) -> SourceLocation {
-        SourceLocation(file: file, line: node.mark?.line ?? 0, column: node.mark?.column ?? 1)
-    }
-
-    private mutating func error(at node: Node, _ message: String) {
-        error(at: location(of: node), message)
-    }
-
-    private mutating func error(at location: SourceLocation, _ message: String) {
-        errors.append(PolicyError(message, at: location))
-    }
-
-    /// A Yams error as a `file:line` error.
-    private func syntaxError(_ error: any Error, in text: String) -> PolicyError {
-        guard let yamlError = error as? YamlError else {
-            return PolicyError("YAML: \(error)", at: SourceLocation(file: file, line: 1))
-        }
-        func at(_ mark: Mark) -> SourceLocation { SourceLocation(file: file, line: mark.line, column: mark.column) }
-        func detail(_ context: YamlError.Context?, _ problem: String) -> String {
-            guard let context, !context.text.isEmpty else { return "YAML syntax error: \(problem)" }
-            return "YAML syntax error: \(problem) (\(context.text) at line \(context.mark.line))"
-        }
-        switch yamlError {
-        case .composer(_, "but found another document", let mark, _):
-            return PolicyError("a policy file holds one YAML document; remove this second '---' document", at: at(mark))
-        case .scanner(let context, let problem, let mark, _),
-            .parser(let context, let problem, let mark, _),
-            .composer(let context, let problem, let mark, _):
-            return PolicyError(detail(context, problem), at: at(mark))
-        case .reader(let problem, let offset, _, _):
-            let line = offset.map { offset in 1 + text.prefix(offset).filter { $0 == "\n" }.count } ?? 1
-            return PolicyError("cannot read YAML: \(problem)", at: SourceLocation(file: file, line: line))
-        case .duplicatedKeysInMapping(let duplicates, let context):
-            return duplicateKeyError(duplicates, firstAt: context.mark, in: text)
-        default:
-            return PolicyError("YAML: \(yamlError)", at: SourceLocation(file: file, line: 1))
-        }
-    }
-
-    private func duplicateKeyError(_ duplicates: [String], firstAt mark: Mark, in text: String) -> PolicyError {
-        let key = duplicates.first ?? "?"
-        let first = SourceLocation(file: file, line: mark.line, column: mark.column)
-        let others = duplicates.dropFirst().map { "'\($0)'" }
-        let also = others.isEmpty ? "" : " (also repeated: \(others.joined(separator: ", ")))"
-        if let line = YAMLDuplicateKey.repeatLine(of: key, firstAt: mark.line, column: mark.column, in: text) {
-            return PolicyError("duplicate key '\(key)' (first at \(first))\(also)", at: SourceLocation(file: file, line: line, column: mark.column))
-        }
-        return PolicyError("duplicate key '\(key)' in this mapping\(also)", at: first)
     }
 }
 

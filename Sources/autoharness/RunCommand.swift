@@ -291,15 +291,8 @@ struct DemoCommand: ParsableCommand {
     }
 
     static func shell(_ exe: String, _ args: [String]) throws -> String {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: exe)
-        p.arguments = args
-        let out = Pipe()
-        p.standardOutput = out
-        try p.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        guard p.terminationStatus == 0 else { throw ExperimentError(.io, "\(exe) \(args.joined(separator: " ")) failed") }
-        return String(decoding: data, as: UTF8.self)
+        let r = try ChildProcess.run([exe] + args, standardError: .inherited)
+        guard r.succeeded else { throw ExperimentError(.io, "\(exe) \(args.joined(separator: " ")) failed") }
+        return r.output
     }
 }

@@ -223,8 +223,8 @@ struct ArchitectureTests {
         // Reasons inside a Result, never thrown to a caller: BrokerWire's RequestError (the
         // wire's parse result, answered over the socket; BrokerWire imports only Glibc), and
         // InputFile's and SandboxPath's Problem (their callers name the path and throw their
-        // target's error).
-        let exempt: Set<String> = ["RequestError", "Problem"]
+        // target's error), and YAMLReader's YAMLProblem (each reader turns it into its own).
+        let exempt: Set<String> = ["RequestError", "Problem", "YAMLProblem"]
         var declared: [(type: String, path: String)] = []
         var conforming: Set<String> = []
         for target in Self.allowed.keys {
@@ -243,6 +243,22 @@ struct ArchitectureTests {
         #expect(declared.count >= 9, "the scan finds the error types: \(declared)")
         for d in declared where !conforming.contains(d.type) && !exempt.contains(d.type) {
             Issue.record("\(d.path): \(d.type) is an Error without `extension \(d.type): AutoharnessError`")
+        }
+    }
+
+    @Test("one YAML reader: only SandboxPolicy/YAMLReader.swift composes YAML, and no other file reads nodes into errors of its own (policies and the experiment config share its shapes and messages)")
+    func oneYAMLReader() {
+        for target in Self.allowed.keys {
+            for (path, text) in Self.files(target) {
+                if text.contains("Yams.compose(") || text.contains("Yams.load(") {
+                    #expect(path == "SandboxPolicy/YAMLReader.swift", "\(path) composes YAML itself")
+                }
+                // A typed read of a node that reports shapes by itself: the two readers before.
+                for shape in ["must be a mapping of key: value", "must be a list, not", "expected a mapping of keys", "expected a list of strings"]
+                where text.contains(shape) {
+                    #expect(path == "SandboxPolicy/YAMLReader.swift", "\(path) words a YAML shape itself: '\(shape)'")
+                }
+            }
         }
     }
 

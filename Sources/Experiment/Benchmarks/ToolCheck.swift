@@ -6,23 +6,8 @@ import SupervisorIO
 enum ToolCheck {
     /// The first line `binary --version` prints (within 30 s), or nil.
     static func version(of binary: String) -> String? {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: binary)
-        p.arguments = ["--version"]
-        let out = Pipe()
-        p.standardOutput = out
-        p.standardError = FileHandle.nullDevice
-        p.standardInput = FileHandle.nullDevice
-        do { try p.run() } catch { return nil }
-        let deadline = Date().addingTimeInterval(30)
-        while p.isRunning && Date() < deadline { usleep(20_000) }
-        if p.isRunning {
-            kill(p.processIdentifier, SIGKILL)
-            p.waitUntilExit()
-            return nil
-        }
-        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        guard p.terminationStatus == 0, let line = text.split(separator: "\n").first else { return nil }
+        guard let r = try? ChildProcess.run([binary, "--version"], standardError: .discarded, timeout: 30, outputCap: 65536),
+              r.succeeded, let line = r.output.split(separator: "\n").first else { return nil }
         return String(line).trimmingCharacters(in: .whitespaces)
     }
 
@@ -84,16 +69,12 @@ enum ToolCheck {
                 return False
             print(" ".join(n for n in sys.argv[1:] if not has(n)))
             """
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: locate(python) ?? python)
-        p.arguments = ["-c", probe] + names
-        let out = Pipe()
-        p.standardOutput = out
-        p.standardError = FileHandle.nullDevice
-        do { try p.run() } catch { throw ExperimentError(.usage, "\(python): cannot run it to check \(file): \(error)") }
-        let missing = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).split(separator: " ").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }.filter { !$0.isEmpty }
-        p.waitUntilExit()
-        guard p.terminationStatus == 0 else { throw ExperimentError(.usage, "\(python) could not check \(file) (exit \(p.terminationStatus))") }
+        let r: ChildProcess.Finished
+        do { r = try ChildProcess.run([locate(python) ?? python, "-c", probe] + names, standardError: .discarded) } catch {
+            throw ExperimentError(.usage, "\(python): cannot run it to check \(file): \(error)")
+        }
+        let missing = r.output.split(separator: " ").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }.filter { !$0.isEmpty }
+        guard r.succeeded else { throw ExperimentError(.usage, "\(python) could not check \(file) (exit \(r.status))") }
         guard missing.isEmpty else {
             throw ExperimentError(.usage, "\(python) lacks \(missing.joined(separator: ", ")), named in \(file): install them into that Python (\(python) -m pip install -r \(file)) or name the Python that has them (--tool, runner.command)")
         }

@@ -221,21 +221,13 @@ extension ExperimentConfig {
     public static func parse(_ text: String, file: String) throws -> ExperimentConfig {
         let r = Reader(file: file)
         let root: Node
-        do {
-            guard let n = try Yams.compose(yaml: text, .basic, .default, .utf8) else {
-                throw ConfigErrors([ConfigError(file: file, line: nil, message: "the config is empty; it needs at least `benchmark:`")])
-            }
+        switch YAMLReader.compose(text, file: file, document: "an experiment config") {
+        case .failure(let problem):
+            throw ConfigErrors([ConfigError(file: file, line: problem.location.line, message: problem.message, column: problem.location.column)])
+        case .success(nil):
+            throw ConfigErrors([ConfigError(file: file, line: nil, message: "the config is empty; it needs at least `benchmark:`")])
+        case .success(let n?):
             root = n
-        } catch YamlError.duplicatedKeysInMapping(let duplicates, let context) {
-            // Yams's message quotes the whole file; the operator needs the repeated key's line.
-            let key = duplicates.first ?? "?"
-            let first = "line \(context.mark.line), column \(context.mark.column)"
-            if let line = YAMLDuplicateKey.repeatLine(of: key, firstAt: context.mark.line, column: context.mark.column, in: text) {
-                throw ConfigErrors([ConfigError(file: file, line: line, message: "duplicate key '\(key)' (first at \(first))", column: context.mark.column)])
-            }
-            throw ConfigErrors([ConfigError(file: file, line: context.mark.line, message: "duplicate key '\(key)' in this mapping", column: context.mark.column)])
-        } catch let e as YamlError {
-            throw ConfigErrors([ConfigError(file: file, line: Reader.line(of: e), message: "not valid YAML: \(e)")])
         }
         var c = ExperimentConfig(benchmark: "")
         var replyMode: (String, Node)?, replyAfter: (Double, Node)?, heldOutEnvNode: Node?, executorNode: Node?
@@ -453,7 +445,7 @@ extension ExperimentConfig {
         default: break
         }
         if c.benchmark.isEmpty && r.errors.isEmpty {
-            r.errors.append(ConfigError(file: file, line: nil, message: "benchmark: missing (allowed: \(supportedBenchmarks.joined(separator: ", ")))"))
+            r.fileError("benchmark: missing (allowed: \(supportedBenchmarks.joined(separator: ", ")))")
         }
         if c.executor.kind == .ray && r.errors.isEmpty, let node = executorNode {
             if !c.runsOwnTasks {
@@ -466,10 +458,10 @@ extension ExperimentConfig {
             }
         }
         if c.heldOutRuntime == .vm && r.errors.isEmpty, let why = BenchmarkKinds.notInVM(c) {
-            r.errors.append(ConfigError(file: file, line: nil, message: "gate.held_out_runtime: vm: \(why); use host"))
+            r.fileError("gate.held_out_runtime: vm: \(why); use host")
         }
         if c.runsOwnTasks && c.dataset == nil && r.errors.isEmpty {
-            r.errors.append(ConfigError(file: file, line: nil, message: "dataset: missing; a local benchmark needs the path of its directory (with tasks/<id>/)"))
+            r.fileError("dataset: missing; a local benchmark needs the path of its directory (with tasks/<id>/)")
         }
         guard r.errors.isEmpty else { throw ConfigErrors(r.errors) }
         return c
@@ -484,50 +476,32 @@ public struct ConfigErrors: Error, CustomStringConvertible, Sendable, Expressibl
     public var description: String { errors.map(\.description).joined(separator: "\n") }
 }
 
-/// Typed reads of YAML nodes that record `file:line` errors instead of throwing.
+/// The config's own kinds of value, read over `YAMLReader`'s shapes; problems are recorded
+/// with their `file:line`, never thrown.
 private final class Reader {
-    let file: String
-    var errors: [ConfigError] = []
+    let yaml: YAMLReader
+    /// Problems of the whole file (a key that is missing), with no line.
+    private var unplaced: [ConfigError] = []
 
-    init(file: String) { self.file = file }
+    init(file: String) { yaml = YAMLReader(file: file) }
 
-    static func line(of e: YamlError) -> Int? {
-        switch e {
-        case .scanner(_, _, let mark, _), .parser(_, _, let mark, _), .composer(_, _, let mark, _): return mark.line
-        default: return nil
-        }
+    var errors: [ConfigError] {
+        yaml.problems.map { ConfigError(file: $0.location.file, line: $0.location.line, message: $0.message) } + unplaced
     }
 
-    func error(_ node: Node, _ message: String) {
-        errors.append(ConfigError(file: file, line: node.mark?.line, message: message))
-    }
+    func error(_ node: Node, _ message: String) { yaml.error(at: node, message) }
+
+    func fileError(_ message: String) { unplaced.append(ConfigError(file: yaml.file, line: nil, message: message)) }
 
     /// `allowed: nil` accepts any key (a free-form map such as an environment).
     func mapping(_ node: Node, _ what: String, allowed: [String]?, _ each: (String, Node) -> Void) {
-        guard case .mapping(let m) = node else {
-            error(node, "\(what): expected a mapping of keys")
-            return
-        }
-        var seen: Set<String> = []
-        for (k, v) in m {
-            guard let key = k.scalar?.string else {
-                error(k, "\(what): keys must be plain names")
-                continue
-            }
-            if let allowed, !allowed.contains(key) {
-                error(k, "unknown key '\(key)' in \(what) (allowed: \(allowed.joined(separator: ", ")))")
-                continue
-            }
-            guard seen.insert(key).inserted else {
-                error(k, "\(key): given twice")
-                continue
-            }
-            each(key, v)
-        }
+        guard let fields = yaml.fields(of: node, in: what, allowed: allowed) else { return }
+        for key in fields.keys { if let value = fields[key] { each(key, value) } }
     }
 
     func string(_ node: Node, _ key: String) -> String? {
-        guard let s = node.scalar?.string, !s.isEmpty else {
+        guard let s = yaml.text(node, key) else { return nil }
+        guard !s.isEmpty else {
             error(node, "\(key): expected a non-empty string")
             return nil
         }
@@ -585,19 +559,8 @@ private final class Reader {
     }
 
     func strings(_ node: Node, _ key: String) -> [String]? {
-        guard case .sequence(let seq) = node else {
-            error(node, "\(key): expected a list of strings")
-            return nil
-        }
-        var out: [String] = []
-        for item in seq {
-            guard let s = item.scalar?.string else {
-                error(item, "\(key): expected a string")
-                continue
-            }
-            out.append(s)
-        }
-        return out
+        guard let items = yaml.list(node, key) else { return nil }
+        return items.compactMap { yaml.text($0, key) }
     }
 
     private func fmt(_ x: Double) -> String { x == x.rounded() ? String(Int(x)) : String(x) }

@@ -58,7 +58,7 @@ public struct GuestPostgres: Codable, Sendable, Equatable {
         guard let pw = getpwnam("postgres") ?? getpwnam("nobody") else {
             throw ExperimentError(.state, "held-out VM: no postgres or nobody user for the guest's PostgreSQL server to run as")
         }
-        let start = monotonicSeconds()
+        let start = monotonicNow()
         let env = ["PATH": "/usr/bin:/bin", "LANG": "C", "PGCONNECT_TIMEOUT": "30", "PGPASSWORD": source.password]
         let remote = ["-h", source.socketDirectory, "-p", String(source.port), "-U", source.user]
         var out: [Database] = []
@@ -72,7 +72,7 @@ public struct GuestPostgres: Codable, Sendable, Equatable {
             try step("pg_dump \(db)", [bin + "/pg_dump"] + remote + ["-d", db, "--no-owner", "--no-privileges", "-f", directory + "/" + file], env: env)
             out.append(Database(name: db, dump: guestDirectory + "/" + file, isTemplate: istemplate == "t"))
         }
-        log?("held-out VM: \(databases.count) database(s) dumped from the server at \(source.socketDirectory) for the guest's own, in \(String(format: "%.1f", monotonicSeconds() - start)) s")
+        log?("held-out VM: \(databases.count) database(s) dumped from the server at \(source.socketDirectory) for the guest's own, in \(String(format: "%.1f", monotonicNow() - start)) s")
         return GuestPostgres(databases: out, socketDirectory: source.socketDirectory, port: source.port, user: source.user, password: source.password,
                              uid: pw.pointee.pw_uid, gid: pw.pointee.pw_gid, binDirectory: bin)
     }
@@ -90,18 +90,8 @@ public struct GuestPostgres: Codable, Sendable, Equatable {
     }
 
     static func run(_ argv: [String], env: [String: String] = defaultEnvironment) throws -> (status: Int32, output: String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: argv[0])
-        p.arguments = Array(argv.dropFirst())
-        p.environment = env
-        let out = Pipe()
-        p.standardOutput = out
-        p.standardError = out
-        p.standardInput = FileHandle.nullDevice
-        try p.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+        let r = try ChildProcess.run(argv, environment: env)
+        return (r.signaled ? 128 + r.status : r.status, r.output)
     }
 
     /// In the guest: a cluster in guest memory, the server started on it as the postgres
@@ -109,7 +99,7 @@ public struct GuestPostgres: Codable, Sendable, Equatable {
     /// database is there. The server's log goes to the guest's console (the operator's, kept
     /// when a phase fails).
     func start(log: @escaping @Sendable (String) -> Void) throws {
-        let start = monotonicSeconds()
+        let start = monotonicNow()
         let data = "/run/ahvm-postgres"
         // initdb needs the user to have a name: the guest's /etc holds copies only.
         if getpwuid(uid) == nil {
@@ -140,9 +130,9 @@ public struct GuestPostgres: Codable, Sendable, Equatable {
         server.environment = Self.defaultEnvironment
         server.standardInput = FileHandle.nullDevice
         try server.run()
-        let deadline = monotonicSeconds() + 300
+        let deadline = monotonicNow() + 300
         while try Self.run([binDirectory + "/pg_isready", "-q", "-h", socketDirectory, "-p", String(port)]).status != 0 {
-            guard server.isRunning, monotonicSeconds() < deadline else {
+            guard server.isRunning, monotonicNow() < deadline else {
                 throw ExperimentError(.state, "guest PostgreSQL did not start (its log is on the console)")
             }
             usleep(100_000)
@@ -158,6 +148,6 @@ public struct GuestPostgres: Codable, Sendable, Equatable {
                 try Self.step("marking \(db.name) a template", local + ["-d", "postgres", "-c", "ALTER DATABASE \(quoted) WITH IS_TEMPLATE true"], env: env)
             }
         }
-        log("guest PostgreSQL: \(databases.count) database(s) ready in \(String(format: "%.1f", monotonicSeconds() - start)) s")
+        log("guest PostgreSQL: \(databases.count) database(s) ready in \(String(format: "%.1f", monotonicNow() - start)) s")
     }
 }

@@ -174,7 +174,7 @@ public final class HeldOutVM {
         let conn = acceptOne(listener, deadline: deadline)
         guard conn >= 0 else { return nil }
         var got: [UInt8] = []
-        while monotonicSeconds() < deadline {
+        while monotonicNow() < deadline {
             var pfd = pollfd(fd: conn, events: Int16(POLLIN), revents: 0)
             guard poll(&pfd, 1, 200) > 0 else { continue }
             var b = [UInt8](repeating: 0, count: 64)
@@ -235,7 +235,7 @@ public final class HeldOutVM {
     /// One guest for `request`: restored from `snapshot`, or booted when it is nil.
     private func boot(_ request: GuestRequest, image: GuestImage, from snapshot: VMSnapshot?, initramfs: [UInt8], cpus: Int, scratch: String,
                       privateDirectory: String, deadline seconds: Double, egress: VMEgress?, beforeBoot: ([String]) throws -> Void) throws -> Run {
-        let start = monotonicSeconds()
+        let start = monotonicNow()
         let work = Self.workDirectory(in: scratch)
         guard mkdir(work, 0o700) == 0, mkdir(work + "/export", 0o700) == 0 else {
             throw ExperimentError(.io, "held-out VM: mkdir \(work): \(ErrnoName.describe(errno))")
@@ -286,7 +286,7 @@ public final class HeldOutVM {
             // What failed, as a fixed phrase: the message reaches the coding agent (an
             // interrupted gate's reply), so anything the guest chose (a line number, a stream
             // id, the time it took) goes only to the console log, the operator's.
-            let total = monotonicSeconds() - start
+            let total = monotonicNow() - start
             let logPath = privateDirectory + "/held-out-vm-console.log"
             let note = "\n[autoharness] held-out VM: \(what) after \(Int(total)) s\(detail.isEmpty ? "" : ": " + detail)\n"
             try? AtomicFile.write(tail.bytes + Array(note.utf8), to: logPath, mode: 0o600)
@@ -305,7 +305,7 @@ public final class HeldOutVM {
                 _ = failure("the saved guest could not be restored", detail: "\(error)")
                 throw RestoreFailure(detail: "\(error)")
             }
-            restored = monotonicSeconds() - start
+            restored = monotonicNow() - start
             // The restored guest waits in its read of the control port; qemu connected it as
             // it started.
             go = Self.acceptOne(control, deadline: start + settings.bootTimeout)
@@ -322,7 +322,7 @@ public final class HeldOutVM {
         let boot = read.firstByte.map { $0 - start }
         if read.outcome != .complete, p.isRunning { kill(pid, SIGKILL) }
         p.waitUntilExit()
-        let total = monotonicSeconds() - start
+        let total = monotonicNow() - start
         // qemu has exited: the link ends with its socket; every connection is served to its
         // end (and recorded) before the answer is taken.
         egressFinished = true
@@ -359,7 +359,7 @@ public final class HeldOutVM {
 
     /// One connection accepted from `listener`, or -1 at `deadline`.
     static func acceptOne(_ listener: Int32, deadline: Double) -> Int32 {
-        while monotonicSeconds() < deadline {
+        while monotonicNow() < deadline {
             var pfd = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
             guard poll(&pfd, 1, 100) > 0 else { continue }
             let c = UnixSocket.accept(listener)
@@ -376,7 +376,7 @@ public final class HeldOutVM {
             sock = try QMP.connect(work + "/incoming.sock")
             if sock < 0 {
                 guard alive() else { throw ExperimentError(.io, "qemu exited before it listened for the saved state") }
-                guard monotonicSeconds() < deadline else { throw ExperimentError(.io, "qemu did not listen for the saved state") }
+                guard monotonicNow() < deadline else { throw ExperimentError(.io, "qemu did not listen for the saved state") }
                 usleep(5_000)
             }
         }
@@ -396,7 +396,7 @@ public final class HeldOutVM {
     /// Boots the generic guest to its `ready`, stops it and saves its state into `snapshot`
     /// (written beside it and renamed: a concurrent supervisor sees a whole file or none).
     func save(_ snapshot: VMSnapshot, initramfs: [UInt8], cpus: Int, scratch: String, binary: String, privateDirectory: String) throws {
-        let start = monotonicSeconds()
+        let start = monotonicNow()
         log?("held-out VM: saving a booted guest for every gate to start from (once for this qemu, kernel, memory and CPU count)")
         let work = Self.workDirectory(in: scratch)
         guard mkdir(work, 0o700) == 0, mkdir(work + "/export", 0o700) == 0 else {
@@ -444,7 +444,7 @@ public final class HeldOutVM {
             guard fsync(out) == 0, rename(temp, snapshot.path) == 0 else { throw ExperimentError(.io, "\(snapshot.path): \(ErrnoName.describe(errno))") }
             ok = true
             VMSnapshot.removeUnused(in: String(snapshot.path[..<snapshot.path.lastIndex(of: "/")!]), keeping: snapshot.path)
-            log?("held-out VM: saved \(total >> 20) MiB of guest state in \(String(format: "%.1f", monotonicSeconds() - start)) s to \(snapshot.path)")
+            log?("held-out VM: saved \(total >> 20) MiB of guest state in \(String(format: "%.1f", monotonicNow() - start)) s to \(snapshot.path)")
         } catch let e as ExperimentError {
             throw failure("could not be saved: \(e.message)")
         }
@@ -468,10 +468,4 @@ public final class HeldOutVM {
 
     /// A value inside one of qemu's `key=value,...` options: a comma is written twice.
     static func optionValue(_ s: String) -> String { s.replacingOccurrences(of: ",", with: ",,") }
-}
-
-func monotonicSeconds() -> Double {
-    var ts = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
 }

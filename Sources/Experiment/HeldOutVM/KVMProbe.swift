@@ -99,8 +99,8 @@ extension HeldOutVM {
         let reader = Thread { tail.drain(out.fileHandleForReading) }
         reader.start()
         do { try p.run() } catch { return (false, "cannot start qemu: \(error)") }
-        let end = monotonicSeconds() + timeout
-        while p.isRunning && monotonicSeconds() < end { usleep(50_000) }
+        let end = monotonicNow() + timeout
+        while p.isRunning && monotonicNow() < end { usleep(50_000) }
         if p.isRunning { kill(p.processIdentifier, SIGKILL) }
         p.waitUntilExit()
         let text = String(decoding: tail.bytes, as: UTF8.self)

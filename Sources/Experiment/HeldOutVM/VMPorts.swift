@@ -76,7 +76,7 @@ final class ResultsPort {
         var first: Double?
         var buffer = [UInt8](repeating: 0, count: 65536)
         while true {
-            let now = monotonicSeconds()
+            let now = monotonicNow()
             let limit = first == nil ? min(bootDeadline, deadline) : deadline
             if now >= limit { return (first == nil ? .bootTimeout : .timeout, out, first) }
             var pfd = pollfd(fd: conn >= 0 ? conn : fd, events: Int16(POLLIN), revents: 0)
@@ -91,7 +91,7 @@ final class ResultsPort {
             let n = buffer.withUnsafeMutableBytes { Glibc.read(conn, $0.baseAddress, $0.count) }
             if n < 0 { if errno == EINTR || errno == EAGAIN { continue }; return (.closed, out, first) }
             if n == 0 { return (Self.isComplete(out) ? .complete : .closed, out, first) }
-            if first == nil { first = monotonicSeconds() }
+            if first == nil { first = monotonicNow() }
             out += buffer[0..<n]
             if out.count > cap { return (.tooLarge, out, first) }
         }
@@ -167,8 +167,8 @@ final class EgressPort: @unchecked Sendable {
         // The acceptor leaves within its poll interval; only then is the listener closed (a
         // number it might still use cannot be reused meanwhile).
         shutdown(listener, Int32(SHUT_RDWR))
-        let end = monotonicSeconds() + 5
-        while !acceptorDone.withLock({ acceptorDone.value }) && monotonicSeconds() < end { usleep(5_000) }
+        let end = monotonicNow() + 5
+        while !acceptorDone.withLock({ acceptorDone.value }) && monotonicNow() < end { usleep(5_000) }
         close(listener)
         unlink(path)
         var problem: String?

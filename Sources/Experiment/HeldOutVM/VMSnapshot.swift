@@ -129,7 +129,7 @@ final class QMP {
             fd = try Self.connect(path)
             if fd >= 0 { break }
             guard alive() else { throw ExperimentError(.io, "held-out VM: qemu exited") }
-            guard monotonicSeconds() < deadline else { throw ExperimentError(.io, "held-out VM: qemu's monitor did not start") }
+            guard monotonicNow() < deadline else { throw ExperimentError(.io, "held-out VM: qemu's monitor did not start") }
             usleep(10_000)
         }
         self.fd = fd
@@ -177,7 +177,7 @@ final class QMP {
                 guard let object = try? JSONSerialization.jsonObject(with: Data(text)) as? [String: Any] else { continue }
                 return object
             }
-            let now = monotonicSeconds()
+            let now = monotonicNow()
             guard now < deadline else { throw ExperimentError(.io, "held-out VM: qemu's monitor did not answer in time") }
             var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
             guard poll(&pfd, 1, Int32(max(1, min(1000, (deadline - now) * 1000)))) > 0 else { continue }
@@ -195,7 +195,7 @@ final class QMP {
             guard alive() else { throw ExperimentError(.io, "held-out VM: qemu exited") }
             let r = try execute("query-status", deadline: deadline)
             if let s = (r as? [String: Any])?["status"] as? String, wanted.contains(s) { return s }
-            guard monotonicSeconds() < deadline else { throw ExperimentError(.io, "held-out VM: the guest did not reach \(wanted.sorted()) in time") }
+            guard monotonicNow() < deadline else { throw ExperimentError(.io, "held-out VM: the guest did not reach \(wanted.sorted()) in time") }
             usleep(5_000)
         }
     }

@@ -23,7 +23,7 @@ extension ExperimentSupervisor {
         // a gate whose outcome is lost still used its look at the held-out split.
         let attempt = s.lastAttempt + 1
         // The gate's clock: its answer is held to `config.replyTime` counted from here.
-        let started = monotonicSeconds()
+        let started = monotonicNow()
         let snap = try agent ?? snapshotAgent()
         // Where held-out tasks run, settled once per supervisor: a VM that cannot run here is
         // refused before the gate counts (nothing looked yet).
@@ -181,13 +181,13 @@ extension ExperimentSupervisor {
     /// (monotonic seconds). Returns a note for the ledger when the gate ran past
     /// `gate.reply_after`.
     func holdReply(since started: Double) -> String? {
-        let elapsed = monotonicSeconds() - started
+        let elapsed = monotonicNow() - started
         let release = config.replyTime.release(after: elapsed)
         if release - elapsed > 0.05 {
             log?("gate: answer held \(String(format: "%.1f", release - elapsed)) s, to \(Int(release)) s after the gate began (gate.reply_time: \(config.replyTime.name))")
         }
         while true {
-            let left = release - (monotonicSeconds() - started)
+            let left = release - (monotonicNow() - started)
             if left <= 0 { break }
             Thread.sleep(forTimeInterval: left)
         }

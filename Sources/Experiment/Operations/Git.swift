@@ -23,30 +23,16 @@ public struct Git: Sendable {
 
     @discardableResult
     func run(_ args: [String], input: String? = nil, env: [String: String] = [:]) throws -> String {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/git")
-        p.arguments = ["-C", root, "-c", "user.name=autoharness", "-c", "user.email=supervisor@autoharness.invalid",
-                       "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null"] + args
         var environment = ProcessInfo.processInfo.environment
         for (k, v) in env { environment[k] = v }
         // Never let a repository config or hook run code: the supervisor is root.
         environment["GIT_CONFIG_NOSYSTEM"] = "1"
-        p.environment = environment
-        let out = Pipe()
-        p.standardOutput = out
-        p.standardError = out
-        let inPipe = Pipe()
-        p.standardInput = input == nil ? FileHandle.nullDevice : inPipe
-        try p.run()
-        if let input {
-            inPipe.fileHandleForWriting.write(Data(input.utf8))
-            try inPipe.fileHandleForWriting.close()
-        }
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        let text = String(decoding: data, as: UTF8.self)
-        guard p.terminationStatus == 0 else { throw Failure(command: args.joined(separator: " "), output: text) }
-        return text.trimmingCharacters(in: .whitespacesAndNewlines)
+        let r = try ChildProcess.run(
+            ["/usr/bin/git", "-C", root, "-c", "user.name=autoharness", "-c", "user.email=supervisor@autoharness.invalid",
+             "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null"] + args,
+            environment: environment, input: input)
+        guard r.succeeded else { throw Failure(command: args.joined(separator: " "), output: r.output) }
+        return r.output.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
     /// `git init` and a first commit of the files given (paths relative to the root).
