@@ -285,6 +285,20 @@ int main(int argc, char **argv) {
         unsigned long ctx = 0;
         return report(syscall(SYS_io_setup, 1, &ctx));
     }
+    // statx by mask: STATX_MNT_ID_UNIQUE (0x4000) reads a host-wide mount serial; the rest
+    // (the basic fields, STATX_MNT_ID 0x1000) describe the file.
+    if (IS("statx-mnt-id-unique") || IS("statx-mnt-id") || IS("statx-basic")) {
+        unsigned char stx[256];
+        unsigned mask = IS("statx-mnt-id-unique") ? 0x4000 | 0x7ff : IS("statx-mnt-id") ? 0x1000 | 0x7ff : 0x7ff;
+        return report(syscall(SYS_statx, AT_FDCWD, "/", 0, mask, stx));
+    }
+    // inotify by event mask: the rename pair's cookie is a host-wide counter.
+    if (IS("inotify-moves") || IS("inotify-modify")) {
+        int in = (int)syscall(SYS_inotify_init1, 02000000 /* IN_CLOEXEC */);
+        if (in < 0) return report_errno(errno);
+        unsigned mask = IS("inotify-moves") ? 0x40 | 0x80 | 0x2 : 0x2 | 0x4 | 0x100 | 0x200 | 0x400 | 0x800;
+        return report(syscall(SYS_inotify_add_watch, in, "/tmp", mask));
+    }
     if (IS("tiocsti")) {
         char c = 'x';
         return report(ioctl(0, TIOCSTI, &c));

@@ -81,6 +81,10 @@ struct SeccompEscapeTests {
         // setsockopt by the same allowlist: SO_PASSPIDFD hands every received message's
         // sender as a pidfd (SCM_PIDFD), whose inode number is the host's process serial.
         .init(action: "so-passpidfd", errno: "EPERM", audited: "setsockopt"),
+        // statx's unique mount id: a host-wide serial of every mount made (Linux 6.8).
+        .init(action: "statx-mnt-id-unique", errno: "EPERM", audited: "statx"),
+        // inotify's rename cookie: a host-wide serial of every rename made.
+        .init(action: "inotify-moves", errno: "EPERM", audited: "inotify_add_watch"),
         .init(action: "setsockopt-future-option", errno: "EPERM", audited: "setsockopt"),
         // prctl and fcntl by allowlist (ArgumentRules.allowedPrctlOptions, allowedFcntlCommands).
         .init(action: "prctl-sched-core", errno: "EPERM", audited: "prctl"),
@@ -115,11 +119,11 @@ struct SeccompEscapeTests {
         #expect(!r.stderr.contains("audit event"))
     }
 
-    @Test("the harmless forms of fadvise, preadv2, netlink, socketpair and getsockopt pass the filter and are not reported",
+    @Test("the harmless forms of fadvise, preadv2, netlink, socketpair, getsockopt, statx and inotify pass the filter and are not reported",
           arguments: ["fadvise-sequential", "preadv2", "socket-netlink-route", "socket-udp", "socketpair-unix", "getsockopt-sndbuf",
                       "getsockopt-error", "getsockopt-protocol", "getsockopt-tcp-nodelay", "setsockopt-reuseaddr",
                       "setsockopt-keepalive", "setsockopt-rcvtimeo", "setsockopt-tcp-nodelay", "prctl-set-name", "prctl-set-vma",
-                      "fcntl-ofd-lock", "fcntl-pipe-size"])
+                      "fcntl-ofd-lock", "fcntl-pipe-size", "statx-basic", "statx-mnt-id", "inotify-modify"])
     func harmlessPageCacheCallsAllowed(_ action: String) throws {
         try requireRoot()
         // NETLINK_ROUTE passes only where an interface is up (network loopback or proxy).

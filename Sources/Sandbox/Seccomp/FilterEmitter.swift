@@ -50,6 +50,8 @@ enum FilterEmitter {
         case "personality": return [[.full(arg: 0, in: ArgumentRules.allowedPersonalities)]]
         case "fadvise64": return [[.full(arg: 3, in: ArgumentRules.allowedFadvice)]]
         case "preadv2", "pwritev2": return [[.clear(arg: 5, mask: ArgumentRules.rwfNowait)]]
+        case "statx": return [[.clear(arg: 3, mask: ArgumentRules.statxUniqueMountID)]]
+        case "inotify_add_watch": return [[.clear(arg: 2, mask: ArgumentRules.inotifyMoveEvents)]]
         case "socket":
             let families: Condition = [[.full(arg: 0, in: ArgumentRules.allowedSocketFamilies), .low(arg: 2, in: ArgumentRules.allowedSocketProtocols)]]
             return netlinkRoute ? families + [[.full(arg: 0, in: [ArgumentRules.netlinkFamily]), .full(arg: 2, in: [ArgumentRules.netlinkRoute])]] : families

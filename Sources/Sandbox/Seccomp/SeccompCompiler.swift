@@ -144,7 +144,7 @@ public enum SeccompCompiler {
             clone-mask \(ArgumentRules.namespaceFlags) ioctl-allow \(ArgumentRules.allowedIoctls.map { String($0.value) }.joined(separator: ","))
             personality \(ArgumentRules.allowedPersonalities.map { String($0) }.joined(separator: ","))
             socket \(ArgumentRules.allowedSocketFamilies.map { String($0) }.joined(separator: ",")) protocols \(ArgumentRules.allowedSocketProtocols.map { String($0) }.joined(separator: ",")) netlink \(spec.netlinkRoute ? "\(ArgumentRules.netlinkFamily)/\(ArgumentRules.netlinkRoute)" : "none") socketpair \(ArgumentRules.allowedSocketpairFamilies.map { String($0) }.joined(separator: ","))
-            fadvise \(ArgumentRules.allowedFadvice.map { String($0) }.joined(separator: ",")) rwf-nowait \(ArgumentRules.rwfNowait)
+            fadvise \(ArgumentRules.allowedFadvice.map { String($0) }.joined(separator: ",")) rwf-nowait \(ArgumentRules.rwfNowait) statx-refused \(ArgumentRules.statxUniqueMountID) inotify-refused \(ArgumentRules.inotifyMoveEvents)
             prctl-allow \(ArgumentRules.allowedPrctlOptions.map { String($0.value) }.joined(separator: ","))
             fcntl-allow \(ArgumentRules.allowedFcntlCommands.map { String($0.value) }.joined(separator: ","))
             getsockopt-setsockopt-allowed \(ArgumentRules.solSocket):\(ArgumentRules.allowedSocketOptionRanges.map { "\($0.lowerBound)-\($0.upperBound)" }.joined(separator: ","))
@@ -229,6 +229,12 @@ public enum SeccompCompiler {
             for v in ArgumentRules.allowedFadvice {
                 try addRule(ctx, nr, "fadvise64", [ahs_arg(3, SCMP_CMP_EQ, v, 0)])
             }
+        }
+        if conditional.contains("statx"), let nr = resolve("statx") {
+            try addRule(ctx, nr, "statx", [ahs_arg(3, SCMP_CMP_MASKED_EQ, ArgumentRules.statxUniqueMountID, 0)])
+        }
+        if conditional.contains("inotify_add_watch"), let nr = resolve("inotify_add_watch") {
+            try addRule(ctx, nr, "inotify_add_watch", [ahs_arg(2, SCMP_CMP_MASKED_EQ, ArgumentRules.inotifyMoveEvents, 0)])
         }
         for name in ["preadv2", "pwritev2"] where conditional.contains(name) {
             if let nr = resolve(name) {

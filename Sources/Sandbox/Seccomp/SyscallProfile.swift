@@ -45,7 +45,8 @@ public enum SyscallProfile {
 
     /// Allowed only with the argument rules in `ArgumentRules` (the filter inspects them).
     public static let conditional: Set<String> = ["clone", "ioctl", "personality", "socket", "socketpair",
-                                                  "fadvise64", "preadv2", "pwritev2", "getsockopt", "setsockopt", "fcntl"]
+                                                  "fadvise64", "preadv2", "pwritev2", "getsockopt", "setsockopt", "fcntl", "statx",
+                                                  "inotify_add_watch"]
 
     /// Ways to ask the kernel whether a page of a file is in the page cache, or to evict one.
     /// Sandboxes share the page cache of every file they can all read (/usr, the runtime),
@@ -73,7 +74,7 @@ public enum SyscallProfile {
         "sync", "syncfs", "sync_file_range", "truncate", "ftruncate", "fallocate",
         "copy_file_range", "sendfile", "splice", "tee", "vmsplice",
         // metadata and directories
-        "stat", "fstat", "lstat", "newfstatat", "statx", "access",
+        "stat", "fstat", "lstat", "newfstatat", "access",
         "faccessat", "faccessat2", "readlink", "readlinkat", "getdents", "getdents64", "mkdir",
         "mkdirat", "rmdir", "unlink", "unlinkat", "rename", "renameat", "renameat2", "link",
         "linkat", "symlink", "symlinkat", "chmod", "fchmod", "fchmodat", "fchmodat2", "chown",
@@ -83,7 +84,7 @@ public enum SyscallProfile {
         "removexattr", "lremovexattr", "fremovexattr", "getxattrat", "listxattrat",
         "setxattrat", "removexattrat", "file_getattr", "file_setattr",
         // event and wait primitives
-        "inotify_init", "inotify_init1", "inotify_add_watch", "inotify_rm_watch",
+        "inotify_init", "inotify_init1", "inotify_rm_watch",
         "memfd_create", "eventfd", "eventfd2", "signalfd", "signalfd4", "timerfd_create",
         "timerfd_settime", "timerfd_gettime", "epoll_create", "epoll_create1", "epoll_ctl",
         "epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "select", "pselect6",
@@ -281,6 +282,26 @@ public enum ArgumentRules {
 
     /// RWF_NOWAIT: a read that fails instead of waiting for a page not in the cache.
     public static let rwfNowait: UInt64 = 0x8
+
+    /// STATX_MNT_ID_UNIQUE (Linux 6.8): statx(2) then reports a mount's 64-bit id, which one
+    /// host-wide counter hands out to every mount made anywhere (each sandbox's dozens, and
+    /// every copy of a mount tree), never reused. Read from inside two sandboxes launched one
+    /// after the other it was 69 apart on this host; a held-out agent.py that chose whether its
+    /// task's verifier ran at all (by timing out while busy) moved it by a verifier's mounts, a
+    /// bit per task a later train sandbox could count. A statx asking for it is refused with
+    /// EPERM; every other mask bit passes (STATX_MNT_ID, 0x1000, is the reused small id that
+    /// /proc/self/mountinfo shows).
+    public static let statxUniqueMountID: UInt64 = 0x4000
+
+    /// IN_MOVED_FROM | IN_MOVED_TO: inotify pairs the two halves of a rename with a cookie
+    /// from one host-wide counter that every rename on the host moves (fsnotify_get_cookie),
+    /// watched or not. A sandbox that renamed 100,000 times moved the cookie the next sandbox
+    /// read by 100,031 (session 23): a held-out agent.py's chosen count, read exactly. A watch
+    /// asking for either event is refused with EPERM and recorded; watches for changes,
+    /// creation, deletion, attributes and a watched file's own move (no cookie) pass, so
+    /// `tail -f` still follows a file, while a watcher that tracks renames (libuv's fs.watch,
+    /// Python's watchdog) gets the refusal.
+    public static let inotifyMoveEvents: UInt64 = 0x40 | 0x80
 
     /// getsockopt(2) options allowed at level SOL_SOCKET, an allowlist: every other one is
     /// refused. Several read kernel-wide state: SO_COOKIE (57) numbers every socket from one
