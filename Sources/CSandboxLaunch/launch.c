@@ -352,8 +352,7 @@ __attribute__((noreturn)) static void init_main(const struct ahl_plan *p, int re
     if (dev_tree >= 0) sys_close(dev_tree);
     if (p->masks_fd >= 0) sys_close(p->masks_fd);
     if (p->hostname && sys_sethostname(p->hostname, strlen(p->hostname)) < 0) ahl_fail(rep, AHL_STAGE_HOSTNAME, 0);
-    // A namespace made ahead of time had lo brought up by the monitor; init has no say over it.
-    if (p->loopback_up && p->netns_fd < 0 && ahl_loopback_up() < 0) ahl_fail(rep, AHL_STAGE_LOOPBACK, 0);
+    // The monitor brought lo up in the network namespace (net.c); init has no say over it.
 
     uint64_t all = ~0ull;
     int sfd = sys_signalfd(&all, SFD_CLOEXEC);
@@ -468,7 +467,7 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
         if (p->wipe_start[i] && p->wipe_end[i] > p->wipe_start[i])
             memset((void *)(uintptr_t)p->wipe_start[i], 0, (size_t)(p->wipe_end[i] - p->wipe_start[i]));
     (void)sys_prctl(PR_SET_NAME, (unsigned long)"sandbox-init", 0, 0, 0);
-    if (p->netns_fd >= 0) ahl_enter_network_namespace(p, rep);
+    ahl_enter_network_namespace(p, rep);
 
     // stdio 0-2 of the supervisor are inherited when the plan does not override them; the
     // shared masks tree is init's to clone from.
@@ -529,8 +528,8 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
         if (sys_setns(p->seed_fd, CLONE_NEWNS) < 0) ahl_fail(rep, AHL_STAGE_ENTER_SEED, 0);
         sys_close(p->seed_fd);
     }
+    // Not the network: the monitor has made or entered it already (net.c).
     int ns = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
-    if (p->netns_fd < 0) ns |= CLONE_NEWNET;
     // A user namespace made ahead of time for this sandbox has its id maps already (written
     // by the supervisor, as it would write them now): entered, it makes this process what
     // unsharing one and waiting for the maps would, and the namespaces below are its own.
@@ -557,12 +556,8 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
     // After joining the sandbox cgroups, so they become its cgroup namespace root.
     if (sys_unshare(CLONE_NEWCGROUP) < 0) ahl_fail(rep, AHL_STAGE_UNSHARE_CGROUP, 0);
 
-    if (p->proxy_port) {
-        // A namespace unshared above is owned by the new user namespace, where this process
-        // now has the capabilities to bring lo up; one made ahead of time has it up already.
-        if (p->netns_fd < 0 && ahl_loopback_up() < 0) ahl_fail(rep, AHL_STAGE_PROXY_LISTENER, 0);
-        ahl_open_proxy_listener(p, rep);
-    }
+    // lo is up already (net.c).
+    if (p->proxy_port) ahl_open_proxy_listener(p, rep);
 
     int life[2];
     if (sys_pipe2(life, O_CLOEXEC) < 0) ahl_fail(rep, AHL_STAGE_FORK_INIT, 0);

@@ -37,12 +37,47 @@ void ahl_open_proxy_listener(const struct ahl_plan *p, int rep) {
     sys_close(ls);
 }
 
-/// A network namespace made ahead of time for this sandbox alone (NetworkNamespacePool):
-/// entered while the monitor is still host root, which owns it (the initial user namespace
-/// made it), so lo is brought up here; nothing in the sandbox's own user namespace can
-/// reconfigure it afterwards.
+/// Entries every network namespace's /proc/net shows that print the host's counters, not the
+/// namespace's: every loopback packet of any namespace moves softnet_stat's first column (a
+/// sandbox read another's 1,234 datagrams as +1,245), route lookups rt_cache, neighbour
+/// lookups arp_cache and ndisc_cache, and sockstat, sockstat6 and protocols hold the host's
+/// socket memory. A cover cannot hide them (/proc/net is each process's /proc/PID/net); the
+/// kernel keeps an entry's mode per namespace, so each sandbox's copy is made mode 0 by its
+/// owner, and nothing in the sandbox can read it or make it readable again.
+static const char *const host_counters[] = {"softnet_stat", "stat/rt_cache", "stat/arp_cache", "stat/ndisc_cache",
+                                            "sockstat", "sockstat6", "protocols"};
+
+int ahl_hide_net_counters(int netdir) {
+    for (unsigned i = 0; i < sizeof host_counters / sizeof host_counters[0]; i++) {
+        if (sys_fchmodat(netdir, host_counters[i], 0) == 0) continue;
+        if (ahl_errno == ENOENT) continue;  // not on this kernel
+        // A namespace made ahead of time: the monitor, its owner, did it before.
+        struct stat st;
+        int e = ahl_errno;
+        if (sys_fstatat(netdir, host_counters[i], &st, 0) == 0 && (st.st_mode & 07777) == 0) continue;
+        ahl_errno = e;
+        return -1;
+    }
+    return 0;
+}
+
+/// The sandbox's network namespace, always owned by the initial user namespace: one made
+/// ahead of time for this sandbox alone (NetworkNamespacePool) entered, or a new one made
+/// here, while the monitor is still host root. So lo is brought up here and the host counters
+/// hidden (the entries belong to host root: the sandbox's own root could not change them);
+/// nothing in the sandbox's own user namespace can reconfigure it afterwards.
 void ahl_enter_network_namespace(const struct ahl_plan *p, int rep) {
-    if (sys_setns(p->netns_fd, CLONE_NEWNET) < 0) ahl_fail(rep, AHL_STAGE_ENTER_NETNS, 0);
-    sys_close(p->netns_fd);
+    if (p->netns_fd >= 0) {
+        if (sys_setns(p->netns_fd, CLONE_NEWNET) < 0) ahl_fail(rep, AHL_STAGE_ENTER_NETNS, 0);
+        sys_close(p->netns_fd);
+    } else if (sys_unshare(CLONE_NEWNET) < 0) {
+        ahl_fail(rep, AHL_STAGE_UNSHARE, 0);
+    }
     if ((p->loopback_up || p->proxy_port) && ahl_loopback_up() < 0) ahl_fail(rep, AHL_STAGE_LOOPBACK, 0);
+    if (LAYER_ON(LAYER_COVERS)) {
+        // The host's /proc still: this thread's entry is the namespace just entered.
+        int net = sys_open("/proc/thread-self/net", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (net < 0 || ahl_hide_net_counters(net) < 0) ahl_fail(rep, AHL_STAGE_ENTER_NETNS, 0);
+        sys_close(net);
+    }
 }
