@@ -18,7 +18,8 @@ import SupervisorIO
 ///   monitor, still host root, brings lo up and opens the proxy's listener there; nothing in
 ///   the sandbox, whatever capabilities it holds in its own user namespace, can add
 ///   interfaces, change addresses or routes, or take lo down.
-/// - An empty pool costs nothing but the old path: the launcher unshares a namespace itself.
+/// - An empty pool costs nothing but the old path: the launcher's monitor unshares a namespace
+///   itself, as host root too (net.c), so it belongs to the initial user namespace as well.
 ///   A pool that cannot make namespaces (a kernel limit, a restricted container) stops and
 ///   says why (`failure`); launches go on without it.
 public final class NetworkNamespacePool: @unchecked Sendable {
