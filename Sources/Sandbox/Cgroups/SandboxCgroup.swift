@@ -207,14 +207,17 @@ final class SandboxCgroup {
 
     /// SIGKILL to every process listed in the sandbox's cgroups, through a pidfd taken before
     /// the listing is read again: a pid that was listed, exited and was reused by some other
-    /// process on the host in between is never signalled.
+    /// process on the host in between is never signalled. Every one is stopped (SIGSTOP)
+    /// before any is killed: killed one by one, a process could run between another's death
+    /// and its own and act on it (a coding agent whose `autoharness gate` client died first
+    /// went on and wrote, under load, after pids had wrapped and the client's was the lower).
     func killListed() {
         let fds = remainingProcesses().map { (pid: $0, fd: ahs_pidfd_open($0)) }.filter { $0.fd >= 0 }
         let listed = Set(remainingProcesses())
-        for (pid, fd) in fds {
-            if listed.contains(pid) { _ = ahs_pidfd_kill(fd, SIGKILL) }
-            close(fd)
-        }
+        let targets = fds.filter { listed.contains($0.pid) }
+        for t in targets { _ = ahs_pidfd_kill(t.fd, SIGSTOP) }
+        for t in targets { _ = ahs_pidfd_kill(t.fd, SIGKILL) }
+        for f in fds { close(f.fd) }
     }
 
     /// Processes still inside (there should be none once init has exited).
