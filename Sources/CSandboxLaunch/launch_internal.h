@@ -58,9 +58,6 @@ AHL_HIDDEN void ahl_open_proxy_listener(const struct ahl_plan *p, int rep);
 /// The monitor, still host root: enters the namespace made for this sandbox (or makes one),
 /// lo up, the host counters of its /proc/net hidden.
 AHL_HIDDEN void ahl_enter_network_namespace(const struct ahl_plan *p, int rep);
-/// Mode 0 on the /proc/net entries that print host-wide counters, in the namespace whose
-/// net directory `netdir` is (or already so); -1 with ahl_errno when one stays readable.
-AHL_HIDDEN int ahl_hide_net_counters(int netdir);
 
 // caps.c
 /// Drops every capability (and, with `bounding`, the bounding and ambient sets): 0, or -1.

@@ -42,22 +42,14 @@ void ahl_open_proxy_listener(const struct ahl_plan *p, int rep) {
 /// sandbox read another's 1,234 datagrams as +1,245), route lookups rt_cache, neighbour
 /// lookups arp_cache and ndisc_cache, and sockstat, sockstat6 and protocols hold the host's
 /// socket memory. A cover cannot hide them (/proc/net is each process's /proc/PID/net); the
-/// kernel keeps an entry's mode per namespace, so each sandbox's copy is made mode 0 by its
-/// owner, and nothing in the sandbox can read it or make it readable again.
+/// kernel keeps an entry's mode per namespace, so each sandbox's copy is made mode 0 by host
+/// root, its owner, and nothing in the sandbox can read it or make it readable again.
 static const char *const host_counters[] = {"softnet_stat", "stat/rt_cache", "stat/arp_cache", "stat/ndisc_cache",
                                             "sockstat", "sockstat6", "protocols"};
 
-int ahl_hide_net_counters(int netdir) {
-    for (unsigned i = 0; i < sizeof host_counters / sizeof host_counters[0]; i++) {
-        if (sys_fchmodat(netdir, host_counters[i], 0) == 0) continue;
-        if (ahl_errno == ENOENT) continue;  // not on this kernel
-        // A namespace made ahead of time: the monitor, its owner, did it before.
-        struct stat st;
-        int e = ahl_errno;
-        if (sys_fstatat(netdir, host_counters[i], &st, 0) == 0 && (st.st_mode & 07777) == 0) continue;
-        ahl_errno = e;
-        return -1;
-    }
+static int hide_net_counters(int netdir) {
+    for (unsigned i = 0; i < sizeof host_counters / sizeof host_counters[0]; i++)
+        if (sys_fchmodat(netdir, host_counters[i], 0) < 0 && ahl_errno != ENOENT) return -1;  // ENOENT: not on this kernel
     return 0;
 }
 
@@ -77,7 +69,7 @@ void ahl_enter_network_namespace(const struct ahl_plan *p, int rep) {
     if (LAYER_ON(LAYER_COVERS)) {
         // The host's /proc still: this thread's entry is the namespace just entered.
         int net = sys_open("/proc/thread-self/net", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (net < 0 || ahl_hide_net_counters(net) < 0) ahl_fail(rep, AHL_STAGE_ENTER_NETNS, 0);
+        if (net < 0 || hide_net_counters(net) < 0) ahl_fail(rep, AHL_STAGE_ENTER_NETNS, 0);
         sys_close(net);
     }
 }

@@ -253,13 +253,6 @@ int ahl_setup_proc(int newroot, int masks_fd) {
     for (unsigned i = 0; i < sizeof ro / sizeof ro[0]; i++)
         if (proc_readonly(ro[i]) < 0) { ahl_close_keep_errno(procfd); return -1; }
     if (LAYER_ON(LAYER_COVERS) && mask_host_counters(newroot, procfd, masks_fd) < 0) { ahl_close_keep_errno(procfd); return -1; }
-    // The sandbox's own network namespace (unshared here, or made ahead and done by the
-    // monitor): its /proc/net entries that print host counters (net.c).
-    if (LAYER_ON(LAYER_COVERS)) {
-        int net = sys_openat(procfd, "self/net", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
-        if (net < 0 || ahl_hide_net_counters(net) < 0) { ahl_close_keep_errno(procfd); return -1; }
-        sys_close(net);
-    }
     sys_close(procfd);
     return sys_chdir("/");
 }

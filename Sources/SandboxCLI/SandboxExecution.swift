@@ -198,11 +198,11 @@ public enum SandboxExecution {
     private static func benchmark(_ plan: LaunchPlan, repeat count: Int, options: RunOptions) throws(SandboxError) {
         var total = 0.0
         for _ in 1..<count {
-            let t0 = monotonicSeconds()
+            let t0 = monotonicNow()
             var p = plan
             p.sandboxID = SandboxID.make()
             _ = try SandboxRunner.run(p, options: options)
-            total += monotonicSeconds() - t0
+            total += monotonicNow() - t0
         }
         let pool = options.networkNamespaces.map { p in
             p.failure.map { "; no network namespaces ahead of time: \($0)" } ?? "; \(p.counts.handedOut) network namespaces made ahead of time"
@@ -252,8 +252,3 @@ public func printErr(_ s: String, to fd: Int32 = 2) {
     _ = line.withCString { write(fd, $0, strlen($0)) }
 }
 
-public func monotonicSeconds() -> Double {
-    var ts = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
-}

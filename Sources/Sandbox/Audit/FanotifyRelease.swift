@@ -19,8 +19,5 @@ enum FanotifyRelease {
         closer.close(group)
     }
 
-    /// How many groups the thread has closed (tests).
-    static var releasedCount: Int { closer.closedCount }
-
     private static let closer = DeferredClose(settleSeconds: 0)
 }
