@@ -94,6 +94,74 @@ struct RunAloneInodeCounterTests {
         #expect(distances.contains { $0 >= 16 }, "held-out positions read back: \(distances) (control \(control))")
     }
 
+    /// An agent.py whose `setters` make `sessions` sessions each (a child per `setsid`, as
+    /// Python's `start_new_session` does) and whose `reader` prints its own autogroup's id
+    /// (`/proc/self/autogroup`: the launcher made the session it runs in).
+    static func sessionAgent(sessions: Int, setters: [String], reader: String) -> String {
+        let marks = setters.map { "'MARKER-\($0)-a91f'" }.joined(separator: ", ")
+        return """
+            import os
+            class HarnessAgent:
+                def run(self, instruction, workdir):
+                    if 'MARKER-\(reader)-a91f' in instruction:
+                        print('AG', open('/proc/self/autogroup').read().split()[0].split('-')[1])
+                    elif any(m in instruction for m in [\(marks)]):
+                        for _ in range(\(sessions)):
+                            pid = os.fork()
+                            if pid == 0:
+                                os.setsid(); os._exit(0)
+                            os.waitpid(pid, 0)
+            """
+    }
+
+    /// The autogroup id the reader's sandbox got.
+    static func sessionID(_ exp: Experiment, reader: String) throws -> Int {
+        let b = try exp.run("benchmark", "--task-ids", reader)
+        #expect(b.status == 0 || b.status == 1, "\(b.stdout) \(b.stderr)")
+        let trace = files(under: exp.root + "/workspace/traces/latest/\(reader)", containing: "AG ").first
+        let text = try String(contentsOfFile: try #require(trace, "no trace with the autogroup id"), encoding: .utf8)
+        let line = try #require(text.split(separator: "\n").first { $0.hasPrefix("AG ") })
+        return try #require(Int(line.dropFirst(3)), "\(line)")
+    }
+
+    @Test("the session serial: train to train a reader reads a setter's count of setsid calls exactly; across a gate whose held-out tasks made them, the count is buried in noise")
+    func heldOutSessionsScrambled() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        let (train, test) = try exp.split()
+        let setter = train[0], reader = train[1]
+        // Control: the reader's id moves by what the setter's run made, plus the sessions the
+        // launches in between made (the same each time): a difference of two runs decodes it.
+        func trainDelta(_ sessions: Int) throws -> Int {
+            try exp.setAgent(Self.sessionAgent(sessions: sessions, setters: [setter], reader: reader))
+            let before = try Self.sessionID(exp, reader: reader)
+            let s = try exp.run("benchmark", "--task-ids", setter)
+            #expect(s.status == 0 || s.status == 1, "\(s.stderr)")
+            return try Self.sessionID(exp, reader: reader) - before
+        }
+        var control: [Int] = []
+        for _ in 0..<3 where !control.contains(where: { abs($0 - 300) < 8 }) {
+            control.append(try trainDelta(300) - trainDelta(0))
+        }
+        #expect(control.contains { abs($0 - 300) < 8 }, "control: a train setter's 300 sessions read back as \(control)")
+        // The attack: held-out tasks make 0, then 300 sessions each; the reader's ids around
+        // each gate. The gates do the same work but for the sessions (neither is accepted).
+        func gateDelta(_ sessions: Int) throws -> Int {
+            try exp.setAgent(Self.sessionAgent(sessions: sessions, setters: test, reader: reader))
+            let before = try Self.sessionID(exp, reader: reader)
+            let g = try exp.run("gate")
+            #expect(g.stderr.contains("and the session serial by"), "\(g.stderr)")
+            return try Self.sessionID(exp, reader: reader) - before
+        }
+        let sent = 300 * test.count
+        var decoded: [Int] = []
+        for _ in 0..<2 { decoded.append(try gateDelta(300) - gateDelta(0)) }
+        print("session serial: train control \(control) for 300; held-out \(decoded) for \(sent)")
+        // Noise of two uniform draws below 16,384 per CPU: within 8 of the truth by chance
+        // about once in 2,000 per try, twice in a row never.
+        #expect(decoded.contains { abs($0 - sent) >= 8 }, "held-out sessions read back: \(decoded) for \(sent) (control \(control))")
+    }
+
     @Test("a held-out agent.py that advances the kernel's memfd inode counter moves the host's counter under the host runtime (control) and not under the VM")
     func inodeCounterChannelClosedByVM() throws {
         try HeldOutVMTests.requireVM()

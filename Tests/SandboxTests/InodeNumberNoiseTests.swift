@@ -92,4 +92,34 @@ struct RunAloneInodeNumberNoiseTests {
         // Uniform draws below 16,384 per CPU: three equal in a row would be a fixed amount.
         #expect(moved.count >= 2, "\(moved)")
     }
+
+    @Test("after perturb() the host's session serial (/proc/PID/autogroup's id, moved by every setsid) has moved by a random count, exactly what the report says; after a VM's phase it is left")
+    func perturbMovesTheSessionSerial() throws {
+        try requireRoot()
+        // Control: with nothing in between, the next session's id is the one after (the
+        // serial is what a sandbox reads, and nothing else on the host moved it).
+        var still: [Int64] = []
+        for _ in 0..<3 {
+            let a = ahs_autogroup_serial()
+            try #require(a > 0, "no autogroup ids on this kernel (\(a)): CONFIG_SCHED_AUTOGROUP")
+            still.append(ahs_autogroup_serial() - a)
+        }
+        #expect(still.contains(1), "\(still)")
+        var moved: Set<Int> = []
+        for _ in 0..<3 {
+            let before = ahs_autogroup_serial()
+            let report = InodeNumberNoise.perturb()
+            let after = ahs_autogroup_serial()
+            #expect(report.failure == nil, "\(report)")
+            // Every process the noise made made its session (not fewer: a setsid that failed
+            // would leave the serial where a held-out phase put it).
+            #expect(Int(after - before) - 1 >= report.sessions, "serial moved \(after - before), report \(report)")
+            #expect(report.description.contains("the session serial by \(report.sessions) on"), "\(report)")
+            moved.insert(report.sessions)
+        }
+        #expect(moved.count >= 2, "\(moved)")
+        // After a VM's phase the sessions its guest made were the guest kernel's.
+        let vm = InodeNumberNoise.perturb(inodeCounters: false)
+        #expect(vm.sessions == 0 && vm.failure == nil, "\(vm)")
+    }
 }

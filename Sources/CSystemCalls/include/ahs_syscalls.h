@@ -14,11 +14,17 @@ int ahs_allowed_cpus(int *cpus, int max);
 /* On a thread of its own per CPU, pinned to cpus[i], all at once: takes `pipes[i]` numbers
    from the kernel's shared inode-number counter (get_next_ino: pipes, sockets, mqueue inodes)
    and `memfds[i]` from the internal shmem mount's (memfd, SysV shm) on cpus[i], closing every
-   object at once. 0, or -errno with the CPU it failed on in *failed_cpu. */
-int ahs_perturb_inode_numbers(const int *cpus, const long *pipes, const long *memfds, const long *thread_counts, int n, int *failed_cpu);
+   object at once; starts and joins `thread_counts[i]` threads (the process serial) and
+   `session_counts[i]` processes that each make a session (the autogroup serial) from there.
+   0, or -errno with the CPU it failed on in *failed_cpu. (counter_noise.c) */
+int ahs_perturb_inode_numbers(const int *cpus, const long *pipes, const long *memfds, const long *thread_counts,
+                              const long *session_counts, int n, int *failed_cpu);
 /// The host's process serial as this kernel shows it: the inode number of a pidfd of a child
 /// made for the purpose (Linux 6.5+, pidfs), or -errno.
 long long ahs_pid_serial(void);
+/// The host's autogroup serial as a sandbox can read it: the id of the autogroup a child gets
+/// from setsid() (/proc/self/autogroup), or -errno (-ENOENT without CONFIG_SCHED_AUTOGROUP).
+long long ahs_autogroup_serial(void);
 /// A detached clone of the mount of `path` (a file), read-only, nosuid, noexec: a descriptor
 /// (close-on-exec) to reopen through /proc/self/fd, or -1 with errno.
 int ahs_readonly_clone(const char *path);

@@ -17,6 +17,8 @@ import Glibc
 /// batches below `extraBatches`. The position within each CPU's batch, the precise channel, is
 /// then uniformly random whatever the held-out tasks did (a one-time pad per CPU); what the
 /// counters' coarse advance still carries is stated in docs/held-out.md ("Host-wide counters").
+/// Two host-wide serials get noise of the same kind: the process serial (threads) and the
+/// session serial (sessions), each a uniform count per CPU (C side: counter_noise.c).
 public enum InodeNumberNoise {
     /// Whole batches of 1024 numbers, below this many, added per CPU and counter.
     public static let extraBatches = 16
@@ -27,24 +29,33 @@ public enum InodeNumberNoise {
     /// were a route found, a held-out phase's own count would be read against up to
     /// 16,384 × CPUs of noise (about half a second per gate here).
     public static let threadNoise = 16_384
+    /// Sessions made per CPU, below this many, each by a process made for it: every `setsid()`
+    /// on the host moves the autogroup serial by one, and any sandbox reads it exactly
+    /// (`/proc/self/autogroup` of a process that made a session, or of its own, which the
+    /// launcher makes). Neither side can be refused without breaking real programs (Python's
+    /// `start_new_session`, node's `detached`, daemons), so a held-out phase's own count of
+    /// sessions is read against this noise (about 50 us a session here: ~0.4 s per gate on
+    /// average, the CPUs side by side).
+    public static let sessionNoise = 16_384
 
     public struct Report: Sendable, CustomStringConvertible {
         public var cpus = 0
         public var consumed = 0
         public var threads = 0
+        public var sessions = 0
         public var seconds = 0.0
         public var failure: String?
         public init() {}
         public var description: String {
             if let failure { return "moving the inode-number counters FAILED: \(failure)" }
-            return "moved the inode-number counters by \(consumed) and the process serial by \(threads) on \(cpus) CPU(s) in \(Int(seconds * 1000)) ms"
+            return "moved the inode-number counters by \(consumed), the process serial by \(threads + sessions) and the session serial by \(sessions) on \(cpus) CPU(s) in \(Int(seconds * 1000)) ms"
         }
     }
 
-    /// Perturbs both counters and the process serial on every CPU this process may run on;
-    /// with `inodeCounters: false`, the process serial alone (after a VM's phase: the guest's
-    /// load moved no inode counter of the host's, but the threads qemu starts and retires
-    /// with it move the serial).
+    /// Perturbs both counters, the process serial and the session serial on every CPU this
+    /// process may run on; with `inodeCounters: false`, the process serial alone (after a VM's
+    /// phase: the guest's load moved no inode counter or session serial of the host's, but the
+    /// threads qemu starts and retires with it move the process serial).
     public static func perturb(inodeCounters: Bool = true) -> Report {
         let start = monotonic()
         var report = Report()
@@ -59,12 +70,14 @@ public enum InodeNumberNoise {
         let pipes = cpus.map { _ in inodeCounters ? Int.random(in: 0..<batch) + batch * Int.random(in: 0..<extraBatches) : 0 }
         let memfds = cpus.map { _ in inodeCounters ? Int.random(in: 0..<batch) + batch * Int.random(in: 0..<extraBatches) : 0 }
         let threads = cpus.map { _ in Int.random(in: 0..<threadNoise) }
+        let sessions = cpus.map { _ in inodeCounters ? Int.random(in: 0..<sessionNoise) : 0 }
         var failedCPU: Int32 = -1
-        let rc = ahs_perturb_inode_numbers(cpus, pipes, memfds, threads, n, &failedCPU)
+        let rc = ahs_perturb_inode_numbers(cpus, pipes, memfds, threads, sessions, n, &failedCPU)
         if rc < 0 { report.failure = "CPU \(failedCPU): \(String(cString: strerror(-rc)))" }
         report.cpus = Int(n)
         report.consumed = pipes.reduce(0, +) + memfds.reduce(0, +)
         report.threads = threads.reduce(0, +)
+        report.sessions = sessions.reduce(0, +)
         report.seconds = monotonic() - start
         return report
     }
