@@ -23,65 +23,6 @@ import Sandbox
 import SandboxPolicy
 import SupervisorIO
 
-/// What a `TaskRunner` needs: where policies, the agent and scratch space are.
-public struct TaskRunConfiguration: Sendable {
-    /// Finds `taskPolicy` and `verifierPolicy`.
-    public var policyLoader: PolicyLoader
-    /// Policy of the agent's sandbox; placeholders `{workdir}` (→ /app) and `{agent_dir}`.
-    public var taskPolicy = "benchmark-task"
-    /// Policy of the verifier's sandbox; placeholders `{workdir}`, `{tests_dir}`, `{logs_dir}`.
-    public var verifierPolicy = "verifier"
-    /// Host directory holding `agent.py`: the read-only snapshot the supervisor took of the
-    /// agent under evaluation. May be empty in oracle mode.
-    public var agentDirectory: String
-    /// Where per-task scratch directories are made, for both splits. Must be on tmpfs, so
-    /// nothing a test task wrote ever reaches a disk, and root-owned and not writable by
-    /// others (unless sticky), so no one else can plant names in it.
-    public var scratchRoot: String
-    /// Receives every refused syscall, timeout and limit hit of the agent's sandboxes.
-    public var audit: AuditLog
-    /// Receives the verifier sandboxes' own (a verifier that runs out of memory or time did
-    /// so itself, whatever agent.py left in /app); nil: `audit`.
-    public var verifierAudit: AuditLog?
-    /// Set for held-out runs: collects what their sandboxes could read (see `RunOptions`).
-    public var pageCache: PageCacheEviction?
-    /// Where a failed write of the supervisor's own goes (`WriteFailures`); once one is
-    /// there, no further task starts.
-    public var writeFailures: WriteFailures?
-    /// Run `solution/solve.sh` instead of agent.py, to check that a benchmark's tasks are
-    /// solvable and its verifiers score a correct solution 1.
-    public var oracle: Bool = false
-    /// Agent time limit for tasks whose task.toml declares none.
-    public var defaultAgentTimeout: Double = LocalBenchmark.defaultTimeout
-    /// Verifier time limit for tasks whose task.toml declares none.
-    public var defaultVerifierTimeout: Double = LocalBenchmark.defaultTimeout
-    /// Read the failing checks of each failed task (`FailureEvidence`): train runs only.
-    public var collectFailures = false
-    /// Build each task's verifier sandbox while its agent runs (`HeldSandbox`), where its
-    /// build writes nothing the agent can reach; off: after the agent, always.
-    public var buildVerifierAhead = true
-    /// What each verifier gets read-only instead of fetching it (uv, pytest's wheels, the
-    /// `curl`/`apt-get` shims: `VerifierTools`); nil: nothing.
-    public var verifierTools: VerifierTools?
-    /// Rewrite the git configuration in /app before the verifier (`GitConfigs`). Off only in
-    /// tests that show what the verifier's policy does on its own.
-    var sanitizesGitConfigs = true
-    /// Runs each task's agent in place of `taskPolicy`'s sandbox (Harbor's agent phase);
-    /// nil: agent.py under `agentRunner`. Not used for `oracle` runs.
-    var externalAgent: (any ExternalAgentPhase)?
-
-    /// Tests only: called with the task's scratch directory just before it is removed (the
-    /// only way to look at what a test-split run produced, since nothing of it persists).
-    var scratchObserver: (@Sendable (_ taskID: String, _ scratchDirectory: String) -> Void)?
-
-    public init(policyLoader: PolicyLoader, agentDirectory: String, scratchRoot: String, audit: AuditLog = AuditLog()) {
-        self.policyLoader = policyLoader
-        self.agentDirectory = agentDirectory
-        self.scratchRoot = scratchRoot
-        self.audit = audit
-    }
-}
-
 /// Runs benchmark tasks, each in its own agent sandbox and verifier sandbox.
 public final class TaskRunner: Sendable {
     public let configuration: TaskRunConfiguration
@@ -641,49 +582,5 @@ public final class TaskRunner: Sendable {
 
     static func seconds(_ s: Double) -> String {
         s == s.rounded() && s < 1e15 ? "\(Int(s))s" : "\(s)s"
-    }
-}
-
-/// One task's run as it accumulates: timings, notes, the reward's raw bytes for the trace.
-struct TaskExecution {
-    let task: BenchmarkTask
-    var agentSeconds: Double = 0
-    var verifierSeconds: Double = 0
-    var notes: [String] = []
-    var status: TaskStatus = .setupFailed
-    var reward: Double = 0
-    var instruction: [UInt8]?
-    var rewardRaw: [UInt8]?
-    /// The verifier's failed tests (`TaskRunConfiguration.collectFailures`).
-    var failures: [FailureEvidence]?
-    /// A write of the supervisor's own failed (the trace, the scratch directory): not the
-    /// task's doing, so the operation fails rather than score it (`WriteFailures`).
-    var supervisorFailure: String?
-    /// An external agent phase's own trace files and account (`ExternalAgentEnd`).
-    var extraTrace: [(String, [UInt8])] = []
-    var agentFailures: [FailureEvidence]?
-    var costUSD: Double?
-    /// What of /app the verifier executed or opened as code (`AgentCodeRuns`).
-    var agentCode: [String]?
-
-    init(task: BenchmarkTask) { self.task = task }
-
-    mutating func note(_ s: String) { notes.append(s) }
-
-    /// Sets the final status and reward (0 unless given: every error scores 0).
-    mutating func finish(_ status: TaskStatus, _ note: String?, reward: Double = 0) {
-        self.status = status
-        self.reward = reward
-        if let note { notes.append(note) }
-    }
-
-    var outcome: TaskOutcome {
-        var o = TaskOutcome(id: task.id, reward: reward, status: status, agentSeconds: agentSeconds, verifierSeconds: verifierSeconds,
-                            detail: notes.isEmpty ? nil : String(notes.joined(separator: "; ").prefix(500)))
-        let all = (agentFailures ?? []) + (failures ?? [])
-        if !o.passed, !all.isEmpty { o.failures = FailureEvidence.bounded(FailureEvidence.unique(all)) }
-        o.costUSD = costUSD
-        o.verifierRanAgentCode = agentCode
-        return o
     }
 }

@@ -36,86 +36,6 @@ static void read_layers_off(void) {
 }
 #endif
 
-#define SETUP_FAILED 125
-
-// ---------------------------------------------------------------------------------------
-// Reporting
-
-static void send_msg(int fd, int32_t kind, int32_t stage, int32_t err, int32_t index, int64_t value) {
-    struct ahl_msg m = {kind, stage, err, index, value};
-    // SOCK_SEQPACKET: one record per send, atomically; a dead supervisor just means EPIPE.
-    (void)sys_send(fd, &m, sizeof m, MSG_NOSIGNAL);
-}
-
-__attribute__((noreturn)) void ahl_fail(int rep, int32_t stage, int32_t index) {
-    send_msg(rep, AHL_MSG_SETUP_ERROR, stage, ahl_errno, index, 0);
-    sys_exit(SETUP_FAILED);
-}
-
-int ahl_send_fd(int rep, int fd, int32_t kind) {
-    struct ahl_msg m = {kind, 0, 0, 0, 0};
-    struct iovec iov = {&m, sizeof m};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } u;
-    memset(&u, 0, sizeof u);
-    struct msghdr mh = {0};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = u.buf;
-    mh.msg_controllen = sizeof u.buf;
-    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof(int));
-    return sys_sendmsg(rep, &mh, MSG_NOSIGNAL) < 0 ? -1 : 0;
-}
-
-const char *ahl_stage_name(int32_t stage) {
-    switch (stage) {
-    case AHL_STAGE_SETGROUPS: return "drop supplementary groups";
-    case AHL_STAGE_UNSHARE: return "unshare namespaces";
-    case AHL_STAGE_WAIT_MAPS: return "wait for id maps";
-    case AHL_STAGE_SETID: return "switch to sandbox uid/gid";
-    case AHL_STAGE_UNSHARE_CGROUP: return "unshare cgroup namespace";
-    case AHL_STAGE_FORK_INIT: return "fork init";
-    case AHL_STAGE_MOUNT_PRIVATE: return "make mounts private";
-    case AHL_STAGE_OPEN_SOURCE: return "open bind source";
-    case AHL_STAGE_OPEN_DEVICE: return "clone device node";
-    case AHL_STAGE_JOIN_CGROUP: return "join cgroup";
-    case AHL_STAGE_PROXY_LISTENER: return "open the egress proxy's listening socket";
-    case AHL_STAGE_MOUNT_ROOT: return "mount root tmpfs";
-    case AHL_STAGE_MOUNT_ENTRY: return "mount";
-    case AHL_STAGE_MOUNT_DEV: return "mount /dev";
-    case AHL_STAGE_MOUNT_PROC: return "mount /proc";
-    case AHL_STAGE_MOUNT_READONLY: return "make root read-only";
-    case AHL_STAGE_DETACH_OLD_ROOT: return "detach host root";
-    case AHL_STAGE_PIVOT_ROOT: return "pivot_root";
-    case AHL_STAGE_HOSTNAME: return "sethostname";
-    case AHL_STAGE_LOOPBACK: return "bring up loopback";
-    case AHL_STAGE_SIGNALFD: return "signalfd";
-    case AHL_STAGE_HOLD: return "wait to be run (sandbox built ahead)";
-    case AHL_STAGE_ENTER_SEED: return "enter the seed mount namespace";
-    case AHL_STAGE_FORK_PAYLOAD: return "fork payload";
-    case AHL_STAGE_STDIO: return "set up stdio";
-    case AHL_STAGE_RLIMIT: return "setrlimit";
-    case AHL_STAGE_CHDIR: return "chdir";
-    case AHL_STAGE_NO_NEW_PRIVS: return "set no_new_privs";
-    case AHL_STAGE_DROP_CAPS: return "drop capabilities";
-    case AHL_STAGE_VERIFY_CAPS: return "verify capabilities are empty";
-    case AHL_STAGE_LANDLOCK: return "apply landlock ruleset";
-    case AHL_STAGE_SECCOMP: return "install seccomp filter";
-    case AHL_STAGE_SEND_LISTENER: return "hand seccomp listener to supervisor";
-    case AHL_STAGE_LOCK_MOUNTS: return "lock mounts (nested user namespace)";
-    case AHL_STAGE_EXEC_LAUNCHER: return "start the sandbox launcher (autoharness-launch)";
-    case AHL_STAGE_ENTER_NETNS: return "enter the network namespace made for this sandbox";
-    case AHL_STAGE_ENTER_USERNS: return "enter the user namespace made for this sandbox";
-    default: return "sandbox setup";
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // Small async-signal-safe helpers
 
@@ -256,7 +176,7 @@ static void lock_mounts(const struct ahl_plan *p, int rep) {
 /// policy's filter allows; hold 2 after it, for filters that allow recvfrom. No untrusted
 /// code has run yet. EOF or any other byte: the supervisor dropped the sandbox.
 static void hold(int rep) {
-    send_msg(rep, AHL_MSG_HELD, 0, 0, 0, 0);
+    ahl_send_msg(rep, AHL_MSG_HELD, 0, 0, 0, 0);
     char go = 0;
     ssize_t n;
     do {
@@ -334,7 +254,7 @@ __attribute__((noreturn)) static void payload_main(const struct ahl_plan *p, int
         }
         if (saw_eacces) err = EACCES;
     }
-    send_msg(rep, AHL_MSG_EXEC_ERROR, 0, err, 0, 0);
+    ahl_send_msg(rep, AHL_MSG_EXEC_ERROR, 0, err, 0, 0);
     sys_exit(err == ENOENT || err == ENOTDIR ? 127 : 126);
 }
 
@@ -365,7 +285,7 @@ __attribute__((noreturn)) static void init_main(const struct ahl_plan *p, int re
         sys_close(life);
         payload_main(p, rep);
     }
-    send_msg(rep, AHL_MSG_STARTED, 0, 0, child, 0);
+    ahl_send_msg(rep, AHL_MSG_STARTED, 0, 0, child, 0);
 
     // init keeps nothing the payload could borrow: not dumpable (so its memory cannot be
     // opened through /proc/1/mem) before anything else, then no capabilities and no new
@@ -381,9 +301,9 @@ __attribute__((noreturn)) static void init_main(const struct ahl_plan *p, int re
         int n = sys_ppoll(fds, 2);
         if (n < 0) {
             if (ahl_errno == EINTR) continue;
-            sys_exit(SETUP_FAILED);
+            sys_exit(AHL_SETUP_FAILED);
         }
-        if (fds[1].revents) sys_exit(SETUP_FAILED);  // monitor gone: take the sandbox down
+        if (fds[1].revents) sys_exit(AHL_SETUP_FAILED);  // monitor gone: take the sandbox down
         if (fds[0].revents & POLLIN) {
             struct signalfd_siginfo si;
             if (sys_read(sfd, &si, sizeof si) != sizeof si) continue;
@@ -392,7 +312,7 @@ __attribute__((noreturn)) static void init_main(const struct ahl_plan *p, int re
                 pid_t w;
                 while ((w = sys_wait4(-1, &st, WNOHANG)) > 0) {
                     if (w == child) {
-                        send_msg(rep, AHL_MSG_EXIT, 0, 0, 0, st);
+                        ahl_send_msg(rep, AHL_MSG_EXIT, 0, 0, 0, st);
                         // Exiting kills every process left in the namespace, including
                         // daemonised grandchildren.
                         sys_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
@@ -540,7 +460,7 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
         ns |= CLONE_NEWUSER;
     }
     if (sys_unshare(ns) < 0) ahl_fail(rep, AHL_STAGE_UNSHARE, 0);
-    send_msg(rep, AHL_MSG_UNSHARED, 0, 0, 0, 0);
+    ahl_send_msg(rep, AHL_MSG_UNSHARED, 0, 0, 0, 0);
 
     if (p->userns_fd < 0) {
         char go = 0;
@@ -578,7 +498,7 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
     if (dev_tree >= 0) sys_close(dev_tree);
     if (p->masks_fd >= 0) sys_close(p->masks_fd);
     if (ahl_root_clone >= 0) sys_close(ahl_root_clone);
-    send_msg(rep, AHL_MSG_INIT_PID, 0, 0, 0, init);
+    ahl_send_msg(rep, AHL_MSG_INIT_PID, 0, 0, 0, init);
 
     int pfd = (int)AHL_SYS2(SYS_pidfd_open, init, 0);
     if (pfd < 0) {
@@ -634,12 +554,12 @@ int ahl_launcher_main(int argc, char **argv) {
     // The sockets arrive without close-on-exec (dup2 clears it); the payload keeps the report
     // socket until its exec and must not keep it past: it could speak for init.
     if (sys_fcntl(LAUNCHER_REPORT_FD, F_SETFD, FD_CLOEXEC) < 0 || sys_fcntl(LAUNCHER_CONTROL_FD, F_SETFD, FD_CLOEXEC) < 0)
-        return SETUP_FAILED;
+        return AHL_SETUP_FAILED;
     struct stat st;
     if (sys_fstat(LAUNCHER_PLAN_FD, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 || st.st_size > (64 << 20)) {
         static const char msg[] = "autoharness-launch: started without a plan; it is run by autoharness, not by hand\n";
         (void)sys_write(2, msg, sizeof msg - 1);
-        return SETUP_FAILED;
+        return AHL_SETUP_FAILED;
     }
     // The memfd is sealed against writes: mapping it is reading it.
     size_t size = (size_t)st.st_size;

@@ -45,6 +45,11 @@
 
 #define AHL_HIDDEN __attribute__((visibility("hidden")))
 
+// report.c
+/// The status a process of the launch ends with when its setup failed.
+#define AHL_SETUP_FAILED 125
+/// One message to the supervisor over the report socket (a dead supervisor is ignored).
+AHL_HIDDEN void ahl_send_msg(int fd, int32_t kind, int32_t stage, int32_t err, int32_t index, int64_t value);
 /// Reports (stage, errno, index) over the report socket and ends the process with status 125.
 AHL_HIDDEN __attribute__((noreturn)) void ahl_fail(int rep, int32_t stage, int32_t index);
 

@@ -208,3 +208,28 @@ public final class YAMLReader {
         }
     }
 }
+
+/// Yams reports where a duplicated key first appears; the operator needs the repeat (the line
+/// to delete). Used for policies and experiment configs alike.
+public enum YAMLDuplicateKey {
+    /// The 1-based line of the repeat of `key`, whose first occurrence is at `line`:`column`
+    /// (1-based). In block style the repeat starts in the same column further down, before any
+    /// line indented less (which would have left the mapping); nil if it is not found there
+    /// (e.g. flow style).
+    public static func repeatLine(of key: String, firstAt line: Int, column: Int, in text: String) -> Int? {
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+        // `line` is 1-based, so as an index it is the line after the first occurrence.
+        for index in lines.indices where index >= line {
+            let l = lines[index]
+            let indent = l.prefix { $0 == " " }.count
+            let content = l.dropFirst(indent)
+            if content.isEmpty || content.hasPrefix("#") { continue }
+            if indent < column - 1 { break }
+            guard indent == column - 1 else { continue }
+            for spelling in [key, "\"\(key)\"", "'\(key)'"] where content.hasPrefix(spelling) {
+                if content.dropFirst(spelling.count).drop(while: { $0 == " " }).first == ":" { return index + 1 }
+            }
+        }
+        return nil
+    }
+}

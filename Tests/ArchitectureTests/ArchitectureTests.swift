@@ -140,6 +140,47 @@ struct ArchitectureTests {
         }
     }
 
+    /// Files stay a size a reader takes in at once: a file that grows past these is split by
+    /// concern (as launch.c, the config reader and the launch service were).
+    @Test("no Swift file under Sources/Experiment is over 400 lines, and no Swift or C file under Sources over 650")
+    func filesStaySmall() throws {
+        let walker = FileManager.default.enumerator(atPath: Self.sources)
+        var checked = 0
+        while let rel = walker?.nextObject() as? String {
+            guard rel.hasSuffix(".swift") || rel.hasSuffix(".c") || rel.hasSuffix(".h"),
+                  let text = try? String(contentsOfFile: Self.sources + "/" + rel, encoding: .utf8) else { continue }
+            checked += 1
+            let lines = text.split(separator: "\n", omittingEmptySubsequences: false).count - 1
+            let cap = rel.hasPrefix("Experiment/") ? 400 : 650
+            #expect(lines <= cap, "Sources/\(rel) has \(lines) lines (at most \(cap))")
+        }
+        #expect(checked > 200, "files checked: \(checked)")
+    }
+
+    /// A benchmark's own keys are declared by its settings type, in its kind's file, and read
+    /// nowhere else: the config reader takes every key from the kinds (`BenchmarkKinds
+    /// .settingKeyNames`) and a kind reads its fields through `settings(_:)`.
+    @Test("each benchmark's keys are declared once, by its kind's settings type, and no other code of the supervisor names them")
+    func benchmarkKeysOwnedByTheirKind() throws {
+        let experiment = Self.files("Experiment")
+        var declaring: [String: Set<String>] = [:]
+        for (path, text) in experiment where path.hasPrefix("Experiment/Benchmarks/") {
+            let keys = text.matches(of: #/SettingKey\("([a-z0-9_]+)"/#).map { String($0.1) }
+            if !keys.isEmpty {
+                #expect(text.contains("struct Settings: BenchmarkSettings {"), "\(path) declares keys outside a settings type")
+            }
+            for key in keys { declaring[key, default: []].insert(path) }
+        }
+        #expect(declaring.count >= 19 && declaring["env_provider"] != nil && declaring["seed"] != nil, "keys found: \(declaring.keys.sorted())")
+        // One-word keys (seed, mode, domain, patience) are also ordinary words of other files
+        // (the split's seed): the compound ones are checked.
+        for (path, text) in experiment {
+            for (key, owners) in declaring where key.contains("_") && !owners.contains(path) && text.contains("\"\(key)\"") {
+                Issue.record("\(path) names \(key), a key of \(owners.sorted().joined(separator: ", "))")
+            }
+        }
+    }
+
     /// docs/architecture.md's "Targets" is the one target table: every target of
     /// Package.swift, in its order, of the kind Package.swift declares.
     @Test("docs/architecture.md's target table lists exactly Package.swift's targets, in order, with their kinds")

@@ -129,24 +129,33 @@ struct ExperimentInputTests {
         #expect(try Self.refusal(line) == "exp/experiment_config.yaml:3: \(message)")
     }
 
-    @Test("upstream keys are typed where they are read: a choice outside its list is refused at file:line; values reach the adapters' fields typed")
+    @Test("a benchmark's own keys are typed by its settings type where they are read: a choice outside its list is refused at file:line even for another benchmark; values reach only the configured benchmark's fields")
     func typedUpstreamKeys() throws {
         let refused = try #require(try Self.refusal("mode: x-interact\n"))
         #expect(refused.hasPrefix("exp/experiment_config.yaml:3: mode:") && refused.contains("a-interact") && refused.contains("c-interact"), "\(refused)")
-        let c = try ExperimentConfig.parse("""
-            benchmark: local
-            dataset: d
+        let keys = """
             mode: c-interact
             seed: 300
             pg_port: 5433
             agent_timeout_multiplier: 2.5
+            env_provider: local
             user_model: m
             reasoning_effort: high
-            """, file: "f")
-        var expected = UpstreamSettings()
-        (expected.mode, expected.seed, expected.pgPort, expected.agentTimeoutMultiplier) = ("c-interact", 300, 5433, 2.5)
-        (expected.userModel, expected.reasoningEffort) = ("m", "high")
-        #expect(c.upstream == expected)
+            """
+        let bird = try ExperimentConfig.parse("benchmark: bird-interact\n" + keys, file: "f")
+        var expected = BirdInteractKind.Settings()
+        (expected.mode, expected.pgPort, expected.userModel) = ("c-interact", 5433, "m")
+        #expect(BirdInteractKind().settings(bird) == expected)
+        #expect(bird.reasoningEffort == "high")
+        let tau = try ExperimentConfig.parse("benchmark: tau-bench\n" + keys, file: "f")
+        #expect(TauBenchKind().settings(tau).seed == 300 && TauBenchKind().settings(tau).userModel == "m")
+        let harbor = try ExperimentConfig.parse("benchmark: terminal-bench\n" + keys, file: "f")
+        #expect(TerminalBenchKind().settings(harbor).agentTimeoutMultiplier == 2.5 && TerminalBenchKind().settings(harbor).provider == "local")
+        #expect(TerminalBenchKind().configured(harbor) == "benchmark: terminal-bench with env_provider: local")
+        // Another benchmark's settings are not the configured one's: the defaults.
+        #expect(BirdInteractKind().settings(harbor) == BirdInteractKind.Settings())
+        let local = try ExperimentConfig.parse("benchmark: local\ndataset: d\n" + keys, file: "f")
+        #expect(local.benchmarkSettings == BenchmarkSettingsBox(NoSettings()) && local != harbor)
     }
 
     @Test("executor: ray is refused without its address, for a benchmark that runs its own tool and with the verifier tools; with a held-out VM it is taken")

@@ -15,7 +15,7 @@ extension ExperimentConfig {
         // silently ignored, and an operator would believe tasks were graded with it.
         if verifierTools != nil && !kind.runsVerifiers(self) {
             throw ExperimentError(.usage, "sandbox.verifier_tools: only the verifiers autoharness runs get it (benchmark: local, "
-                + "or terminal-bench with env_provider: local); benchmark: \(benchmark)\(envProvider.map { " with env_provider: \($0)" } ?? "") "
+                + "or terminal-bench with env_provider: local); \(kind.configured(self)) "
                 + "grades elsewhere: remove the key")
         }
         return try kind.adapter(self, root: root, checkTools: checkTools)
@@ -25,7 +25,7 @@ extension ExperimentConfig {
     func agentEnvironment() -> [String] {
         var env: [String] = []
         if let m = agentModel, m != "none" { env.append("AGENT_MODEL=\(m)") }
-        if let r = upstream.reasoningEffort { env.append("AGENT_REASONING_EFFORT=\(r)") }
+        if let r = reasoningEffort { env.append("AGENT_REASONING_EFFORT=\(r)") }
         return env
     }
 

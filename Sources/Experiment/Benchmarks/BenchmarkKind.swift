@@ -4,9 +4,10 @@ import Foundation
 /// One benchmark autoharness runs, in one place: its name, tool, dataset default, the
 /// upstream keys it reads, what `init` checks and writes, and how its adapter is made.
 ///
-/// Adding a benchmark: a type conforming here (a file beside this one), its entry in
-/// `BenchmarkKinds.all`, and `templates/<name>/` (keys.yaml, runner.yaml, PROGRAM.md,
-/// agent.py). Nothing else names benchmarks (ArchitectureTests.benchmarksRegisteredOnce).
+/// Adding a benchmark: a type conforming here with its settings type (a file beside this one),
+/// its entry in `BenchmarkKinds.all`, and `templates/<name>/` (keys.yaml, runner.yaml,
+/// PROGRAM.md, agent.py). Nothing else names benchmarks or their keys
+/// (ArchitectureTests.benchmarksRegisteredOnce).
 protocol BenchmarkKind: Sendable {
     /// `benchmark:` in experiment_config.yaml, `init --benchmark`, `templates/<name>/`.
     var name: String { get }
@@ -15,8 +16,9 @@ protocol BenchmarkKind: Sendable {
     var defaultDataset: String? { get }
     /// One sentence: how to install what the benchmark runs.
     var installHint: String { get }
-    /// The upstream keys it reads besides the common ones (`UpstreamKey.common`).
-    var keys: [UpstreamKey] { get }
+    /// The keys of experiment_config.yaml this benchmark reads besides the common ones, typed
+    /// (a struct in the kind's own file; `NoSettings` for none).
+    associatedtype Settings: BenchmarkSettings = NoSettings
     /// Why this configuration's held-out split cannot run in the held-out VM (something only
     /// the host has), or nil: the guest then gets what it runs as read-only shares.
     func notInVM(_ config: ExperimentConfig) -> String?
@@ -40,15 +42,18 @@ protocol BenchmarkKind: Sendable {
     /// from nothing held-out in directories `inputs` makes and shares read-only.
     func guestServices(_ config: ExperimentConfig, adapter: any BenchmarkAdapter, inputs: GuestInputs,
                        log: (@Sendable (String) -> Void)?) throws -> GuestServices
+    /// The benchmark as the operator configured it, for messages ("benchmark: NAME", plus
+    /// what among its settings the message depends on).
+    func configured(_ config: ExperimentConfig) -> String
 }
 
 extension BenchmarkKind {
     func unverified(_ config: ExperimentConfig) -> String? { nil }
     var defaultTool: String? { nil }
     var defaultDataset: String? { nil }
-    var keys: [UpstreamKey] { [] }
     var runsOwnTasks: Bool { false }
     func runsVerifiers(_ config: ExperimentConfig) -> Bool { false }
+    func configured(_ config: ExperimentConfig) -> String { "benchmark: \(name)" }
     func guestServices(_ config: ExperimentConfig, adapter: any BenchmarkAdapter, inputs: GuestInputs,
                        log: (@Sendable (String) -> Void)?) throws -> GuestServices { GuestServices() }
 }
@@ -81,64 +86,4 @@ enum BenchmarkKinds {
         guard let kind = named(config.benchmark) else { return "benchmark '\(config.benchmark)' is not one this build runs" }
         return kind.notInVM(config)
     }
-
-    /// Every upstream key some benchmark reads, with the common ones.
-    static var upstreamKeys: [UpstreamKey] {
-        var seen = Set<String>()
-        return (UpstreamKey.common + all.flatMap(\.keys)).filter { seen.insert($0.name).inserted }
-    }
-}
-
-/// Upstream auto-harness's per-benchmark keys, typed. The config parser checks each value
-/// where its line is known (numbers bounded, choices named); adapters read the fields.
-public struct UpstreamSettings: Sendable, Equatable {
-    /// terminal-bench: Harbor's multiplier of each task's own agent timeout.
-    public var agentTimeoutMultiplier: Double?
-    /// Passed to agent.py as AGENT_REASONING_EFFORT.
-    public var reasoningEffort: String?
-    /// tau-bench, bird-interact: the user simulator's model.
-    public var userModel: String?
-    /// tau-bench: the simulations' seed.
-    public var seed: Int?
-    /// bird-interact: a-interact or c-interact.
-    public var mode: String?
-    public var patience: Int?
-    public var birdRepo: String?
-    public var birdPythonBin: String?
-    public var birdDataPath: String?
-    public var systemAgentPort: Int?
-    public var userSimPort: Int?
-    public var dbEnvPort: Int?
-    /// bird-interact: the directory of PostgreSQL's Unix socket.
-    public var pgHost: String?
-    public var pgPort: Int?
-    public var pgUser: String?
-    public var pgPassword: String?
-    /// tau-bench: tau2's data directory (never bound into a run).
-    public var tau2DataDir: String?
-    /// terminal-bench: a local Harbor registry.json.
-    public var registryPath: String?
-    public init() {}
-}
-
-/// One upstream key: its name in experiment_config.yaml and the typed field it fills.
-struct UpstreamKey {
-    enum Value {
-        case text(WritableKeyPath<UpstreamSettings, String?>)
-        case choice(WritableKeyPath<UpstreamSettings, String?>, [String])
-        case integer(WritableKeyPath<UpstreamSettings, Int?>, ClosedRange<Int>)
-        case number(WritableKeyPath<UpstreamSettings, Double?>, ClosedRange<Double>)
-    }
-    let name: String
-    let value: Value
-
-    init(_ name: String, _ value: Value) {
-        self.name = name
-        self.value = value
-    }
-
-    /// Keys every benchmark reads.
-    static var common: [UpstreamKey] { [UpstreamKey("reasoning_effort", .text(\.reasoningEffort))] }
-
-    static let portRange = 1024...65535
 }

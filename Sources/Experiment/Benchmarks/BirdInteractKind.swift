@@ -17,20 +17,39 @@ struct BirdInteractKind: BenchmarkKind {
         let dir = try inputs.directory("postgres")
         var services = GuestServices()
         services.postgres = try GuestPostgres.dump(
-            from: .init(socketDirectory: socket, port: config.upstream.pgPort ?? 5432, user: config.upstream.pgUser ?? "root",
-                        password: config.upstream.pgPassword ?? "123123"),  // the ADK's default (shared/db_utils.py)
+            from: .init(socketDirectory: socket, port: settings(config).pgPort ?? 5432, user: settings(config).pgUser ?? "root",
+                        password: settings(config).pgPassword ?? "123123"),  // the ADK's default (shared/db_utils.py)
             databases: bird.templateDatabases, into: dir.host, guestDirectory: dir.guest, log: log)
         return services
     }
-    var keys: [UpstreamKey] {
-        [UpstreamKey("user_model", .text(\.userModel)), UpstreamKey("mode", .choice(\.mode, ["a-interact", "c-interact"])),
-         UpstreamKey("patience", .integer(\.patience, 0...100)), UpstreamKey("bird_repo", .text(\.birdRepo)),
-         UpstreamKey("bird_python_bin", .text(\.birdPythonBin)), UpstreamKey("bird_data_path", .text(\.birdDataPath)),
-         UpstreamKey("system_agent_port", .integer(\.systemAgentPort, UpstreamKey.portRange)),
-         UpstreamKey("user_sim_port", .integer(\.userSimPort, UpstreamKey.portRange)),
-         UpstreamKey("db_env_port", .integer(\.dbEnvPort, UpstreamKey.portRange)), UpstreamKey("pg_host", .text(\.pgHost)),
-         UpstreamKey("pg_port", .integer(\.pgPort, 1...65535)), UpstreamKey("pg_user", .text(\.pgUser)),
-         UpstreamKey("pg_password", .text(\.pgPassword))]
+
+    struct Settings: BenchmarkSettings {
+        /// The user simulator's model.
+        var userModel: String?
+        /// a-interact or c-interact.
+        var mode: String?
+        var patience: Int?
+        var birdRepo: String?
+        var birdPythonBin: String?
+        var birdDataPath: String?
+        var systemAgentPort: Int?
+        var userSimPort: Int?
+        var dbEnvPort: Int?
+        /// The directory of PostgreSQL's Unix socket.
+        var pgHost: String?
+        var pgPort: Int?
+        var pgUser: String?
+        var pgPassword: String?
+        static var keys: [SettingKey<Self>] {
+            [SettingKey("user_model", .text(\.userModel)), SettingKey("mode", .choice(\.mode, ["a-interact", "c-interact"])),
+             SettingKey("patience", .integer(\.patience, 0...100)), SettingKey("bird_repo", .text(\.birdRepo)),
+             SettingKey("bird_python_bin", .text(\.birdPythonBin)), SettingKey("bird_data_path", .text(\.birdDataPath)),
+             SettingKey("system_agent_port", .integer(\.systemAgentPort, SettingKey<Self>.portRange)),
+             SettingKey("user_sim_port", .integer(\.userSimPort, SettingKey<Self>.portRange)),
+             SettingKey("db_env_port", .integer(\.dbEnvPort, SettingKey<Self>.portRange)), SettingKey("pg_host", .text(\.pgHost)),
+             SettingKey("pg_port", .integer(\.pgPort, 1...65535)), SettingKey("pg_user", .text(\.pgUser)),
+             SettingKey("pg_password", .text(\.pgPassword))]
+        }
     }
 
     func initialize(_ o: ExperimentSupervisor.InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues {
@@ -56,6 +75,7 @@ struct BirdInteractKind: BenchmarkKind {
 extension ExperimentConfig {
     func birdAdapter(root: String, checkTools: Bool) throws -> BirdAdapter {
         func path(_ p: String) -> String { p.hasPrefix("/") ? p : root + "/" + p }
+        let upstream = BirdInteractKind().settings(self)
         let argv = runner.command ?? [upstream.birdPythonBin ?? "python3"]
         if checkTools {
             _ = try ToolCheck.tool(argv, default: "python3", hint: "runner.command must be the Python with the BIRD-Interact-ADK requirements installed")

@@ -10,9 +10,20 @@ struct TauBenchKind: BenchmarkKind {
     let defaultTool: String? = "tau2"
     var installHint: String { Self.hint }
     func notInVM(_ config: ExperimentConfig) -> String? { nil }
-    var keys: [UpstreamKey] {
-        [UpstreamKey("tau2_data_dir", .text(\.tau2DataDir)), UpstreamKey("user_model", .text(\.userModel)),
-         UpstreamKey("seed", .integer(\.seed, 0...4_294_967_295))]
+
+    struct Settings: BenchmarkSettings {
+        /// retail, airline or telecom.
+        var domain: String?
+        /// tau2's data directory (never bound into a run).
+        var tau2DataDir: String?
+        /// The user simulator's model.
+        var userModel: String?
+        /// The simulations' seed.
+        var seed: Int?
+        static var keys: [SettingKey<Self>] {
+            [SettingKey("domain", .text(\.domain)), SettingKey("tau2_data_dir", .text(\.tau2DataDir)),
+             SettingKey("user_model", .text(\.userModel)), SettingKey("seed", .integer(\.seed, 0...4_294_967_295))]
+        }
     }
 
     func initialize(_ o: ExperimentSupervisor.InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues {
@@ -39,8 +50,9 @@ extension ExperimentConfig {
             _ = try ToolCheck.tool(argv, default: "python3", hint: TauBenchKind.hint)
             try ToolCheck.environment(runner.envPass, for: "tau2 (the agent's and the user simulator's model API)")
         }
-        guard let domain, ["retail", "airline", "telecom"].contains(domain) else {
-            throw ExperimentError(.usage, "domain: tau-bench needs one of retail, airline, telecom (got \(domain.map { "'\($0)'" } ?? "nothing"))")
+        let upstream = TauBenchKind().settings(self)
+        guard let domain = upstream.domain, ["retail", "airline", "telecom"].contains(domain) else {
+            throw ExperimentError(.usage, "domain: tau-bench needs one of retail, airline, telecom (got \(upstream.domain.map { "'\($0)'" } ?? "nothing"))")
         }
         guard let data = upstream.tau2DataDir ?? ProcessInfo.processInfo.environment["TAU2_DATA_DIR"] else {
             throw ExperimentError(.usage, "tau2_data_dir: missing; set it to tau2-bench's data directory (the one holding tau2/domains/), or export TAU2_DATA_DIR")

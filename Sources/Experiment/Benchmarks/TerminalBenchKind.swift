@@ -10,9 +10,21 @@ struct TerminalBenchKind: BenchmarkKind {
     let defaultTool: String? = "harbor"
     let defaultDataset: String? = Self.dataset
     var installHint: String { Self.hint }
-    var keys: [UpstreamKey] {
-        [UpstreamKey("agent_timeout_multiplier", .number(\.agentTimeoutMultiplier, 0.01...100)),
-         UpstreamKey("registry_path", .text(\.registryPath))]
+
+    struct Settings: BenchmarkSettings {
+        /// Harbor's environment provider (upstream's key): local (autoharness's sandbox),
+        /// docker, daytona, e2b (the default), modal, runloop.
+        var envProvider: String?
+        /// Harbor's multiplier of each task's own agent timeout.
+        var agentTimeoutMultiplier: Double?
+        /// A local Harbor registry.json.
+        var registryPath: String?
+        var provider: String { envProvider ?? "e2b" }
+        static var keys: [SettingKey<Self>] {
+            [SettingKey("env_provider", .text(\.envProvider)),
+             SettingKey("agent_timeout_multiplier", .number(\.agentTimeoutMultiplier, 0.01...100)),
+             SettingKey("registry_path", .text(\.registryPath))]
+        }
     }
 
     /// The keys each Harbor environment provider reads (harbor 0.24.0, harbor/environments/:
@@ -64,14 +76,16 @@ struct TerminalBenchKind: BenchmarkKind {
                                                            "verifier_tools": ExperimentSupervisor.verifierToolsLine(when: "env_provider: local")])
     }
 
-    func runsVerifiers(_ config: ExperimentConfig) -> Bool { (config.envProvider ?? "e2b") == "local" }
+    func runsVerifiers(_ config: ExperimentConfig) -> Bool { settings(config).provider == "local" }
+
+    func configured(_ config: ExperimentConfig) -> String { "benchmark: \(name) with env_provider: \(settings(config).provider)" }
 
     /// Harbor, its Python, the dataset and the verifier tools are directories the guest gets
     /// read-only; the task environments are either the guest's own sandboxes (`local`) or a
     /// remote provider's machines, reached through the host's proxy like any egress. Only the
     /// docker provider needs something of the host's: its Docker daemon.
     func notInVM(_ config: ExperimentConfig) -> String? {
-        (config.envProvider ?? "e2b") == "docker" ? "env_provider: docker drives this host's Docker daemon, which the guest does not have" : nil
+        settings(config).provider == "docker" ? "env_provider: docker drives this host's Docker daemon, which the guest does not have" : nil
     }
 
     /// Every task of the dataset has a name Harbor can be asked for, and no two share one.
@@ -91,10 +105,10 @@ struct TerminalBenchKind: BenchmarkKind {
 extension ExperimentConfig {
     func harborAdapter(root: String, checkTools: Bool) throws -> HarborAdapter {
         let argv = runner.command ?? ["harbor"]
+        let upstream = TerminalBenchKind().settings(self), provider = upstream.provider
         if checkTools {
             _ = try ToolCheck.tool(argv, default: "harbor", hint: TerminalBenchKind.hint)
             // The template passes every provider's key; only the one in use must be set.
-            let provider = envProvider ?? "e2b"
             let unused = TerminalBenchKind.providerKeys.filter { $0.key != provider }.values.flatMap { $0 }
             try ToolCheck.environment(runner.envPass.filter { !unused.contains($0) }, for: "Harbor (the agent's model API, env_provider \(provider))")
             try checkHeldOutAccount(provider: provider, keys: TerminalBenchKind.providerKeys[provider] ?? [])
@@ -103,7 +117,6 @@ extension ExperimentConfig {
             throw ExperimentError(.usage, "dataset: missing; terminal-bench needs a Harbor dataset (terminal-bench@2.0) or a local directory of Harbor tasks")
         }
         let tool = toolSettings(argv)
-        let provider = envProvider ?? "e2b"
         guard ["local", "docker", "daytona", "e2b", "modal", "runloop"].contains(provider) else {
             throw ExperimentError(.usage, "env_provider: '\(provider)' is not one Harbor supports (docker, daytona, e2b, modal, runloop) nor autoharness's local (the task's commands in autoharness's sandbox)")
         }

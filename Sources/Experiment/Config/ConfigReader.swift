@@ -1,0 +1,93 @@
+import Foundation
+import SandboxPolicy
+import Yams
+
+/// The config's own kinds of value, read over `YAMLReader`'s shapes; problems are recorded
+/// with their `file:line`, never thrown.
+final class ConfigReader {
+    let yaml: YAMLReader
+    /// Problems of the whole file (a key that is missing), with no line.
+    private var unplaced: [ConfigError] = []
+
+    init(file: String) { yaml = YAMLReader(file: file) }
+
+    var errors: [ConfigError] {
+        yaml.problems.map { ConfigError(file: $0.location.file, line: $0.location.line, message: $0.message) } + unplaced
+    }
+
+    func error(_ node: Node, _ message: String) { yaml.error(at: node, message) }
+
+    func fileError(_ message: String) { unplaced.append(ConfigError(file: yaml.file, line: nil, message: message)) }
+
+    /// `allowed: nil` accepts any key (a free-form map such as an environment).
+    func mapping(_ node: Node, _ what: String, allowed: [String]?, _ each: (String, Node) -> Void) {
+        guard let fields = yaml.fields(of: node, in: what, allowed: allowed) else { return }
+        for key in fields.keys { if let value = fields[key] { each(key, value) } }
+    }
+
+    func string(_ node: Node, _ key: String) -> String? {
+        guard let s = yaml.text(node, key) else { return nil }
+        guard !s.isEmpty else {
+            error(node, "\(key): expected a non-empty string")
+            return nil
+        }
+        return s
+    }
+
+    func oneOf(_ node: Node, _ key: String, _ allowed: [String]) -> String? {
+        guard let s = string(node, key) else { return nil }
+        guard allowed.contains(s) else {
+            error(node, "\(key): '\(s)' is not allowed (allowed: \(allowed.joined(separator: ", ")))")
+            return nil
+        }
+        return s
+    }
+
+    func number(_ node: Node, _ key: String, _ range: ClosedRange<Double>) -> Double? {
+        guard let s = string(node, key) else { return nil }
+        guard let x = Double(s), x.isFinite, range.contains(x) else {
+            error(node, "\(key): must be a number from \(fmt(range.lowerBound)) to \(fmt(range.upperBound)) (got '\(s)')")
+            return nil
+        }
+        return x
+    }
+
+    func integer(_ node: Node, _ key: String, _ range: ClosedRange<Int>) -> Int? {
+        guard let s = string(node, key) else { return nil }
+        guard let x = Int(s), range.contains(x) else {
+            error(node, "\(key): must be a whole number from \(range.lowerBound) to \(range.upperBound) (got '\(s)')")
+            return nil
+        }
+        return x
+    }
+
+    /// A list of `host:port` strings (port 1-65535, host without scheme or path).
+    func hostPorts(_ node: Node, _ key: String) -> [String]? {
+        guard let items = strings(node, key) else { return nil }
+        for item in items {
+            guard let colon = item.lastIndex(of: ":"), let port = Int(item[item.index(after: colon)...]), (1...65535).contains(port),
+                  item[item.index(after: colon)...].first != "0",
+                  colon != item.startIndex, !item.contains("/"), !item.contains(" ") else {
+                error(node, "\(key): '\(item)' is not host:port (e.g. api.anthropic.com:443)")
+                continue
+            }
+        }
+        return items
+    }
+
+    func absolutePath(_ node: Node, _ key: String) -> String? {
+        guard let s = string(node, key) else { return nil }
+        guard s.hasPrefix("/") else {
+            error(node, "\(key): must be an absolute path (got '\(s)')")
+            return nil
+        }
+        return s
+    }
+
+    func strings(_ node: Node, _ key: String) -> [String]? {
+        guard let items = yaml.list(node, key) else { return nil }
+        return items.compactMap { yaml.text($0, key) }
+    }
+
+    private func fmt(_ x: Double) -> String { x == x.rounded() ? String(Int(x)) : String(x) }
+}

@@ -1,0 +1,268 @@
+import Benchmark
+import Foundation
+import SandboxPolicy
+import SupervisorIO
+import Yams
+
+extension ExperimentConfig {
+    /// Loads and validates a config file; every problem found is reported at once.
+    public static func load(_ path: String) throws -> ExperimentConfig {
+        let bytes: [UInt8]
+        switch InputFile.read(path, cap: maxBytes) {
+        case .success(let b): bytes = b
+        case .failure(let problem):
+            throw ConfigErrors([ConfigError(file: path, line: nil, message: "cannot read the experiment config: \(problem.explanation("an experiment config"))")])
+        }
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            throw ConfigErrors([ConfigError(file: path, line: nil, message: "the experiment config is not valid UTF-8")])
+        }
+        return try parse(text, file: path)
+    }
+
+    /// Largest experiment config read (a real one is a few KiB; policies have the same cap).
+    public static let maxBytes = PolicyLoader.maxFileBytes
+
+    public static func parse(_ text: String, file: String) throws -> ExperimentConfig {
+        let r = ConfigReader(file: file)
+        let root: Node
+        switch YAMLReader.compose(text, file: file, document: "an experiment config") {
+        case .failure(let problem):
+            throw ConfigErrors([ConfigError(file: file, line: problem.location.line, message: problem.message, column: problem.location.column)])
+        case .success(nil):
+            throw ConfigErrors([ConfigError(file: file, line: nil, message: "the config is empty; it needs at least `benchmark:`")])
+        case .success(let n?):
+            root = n
+        }
+        var c = ExperimentConfig(benchmark: "")
+        var replyMode: (String, Node)?, replyAfter: (Double, Node)?, heldOutEnvNode: Node?, executorNode: Node?
+        var benchmarkKeys: [(key: String, node: Node)] = []
+        r.mapping(root, "the config", allowed: ["benchmark", "dataset", "agent_model", "split", "gate_split", "threshold",
+                                                "max_concurrency", "per_task_timeout", "sandbox", "coding_agent", "gate",
+                                                "parallel_gate", "reasoning_effort", "tasks", "tasks_file", "runner", "budget", "loop", "timeout_policy", "executor"]
+                                                + BenchmarkKinds.settingKeyNames) { key, v in
+            switch key {
+            case "benchmark":
+                if let s = r.string(v, key) {
+                    if ExperimentConfig.supportedBenchmarks.contains(s) {
+                        c.benchmark = s
+                    } else {
+                        r.error(v, "benchmark: unknown benchmark '\(s)' (allowed: \(ExperimentConfig.supportedBenchmarks.joined(separator: ", ")))")
+                    }
+                }
+            case "dataset": c.dataset = r.string(v, key)
+            case "agent_model": c.agentModel = r.string(v, key)
+            case "split": if let s = r.oneOf(v, key, ["train"]) { c.split = s }
+            case "gate_split": if let s = r.oneOf(v, key, ["test"]) { c.gateSplit = s }
+            case "threshold": if let x = r.number(v, key, 0...1) { c.threshold = x }
+            case "max_concurrency": if let x = r.integer(v, key, 1...256) { c.maxConcurrency = x }
+            case "per_task_timeout": if let x = r.number(v, key, 1...LocalBenchmark.maxTimeout) { c.perTaskTimeout = x }
+            case "reasoning_effort": c.reasoningEffort = r.string(v, key)
+            case "tasks":
+                c.tasks = r.strings(v, key)
+                for t in c.tasks ?? [] where !BenchmarkTask.isValidID(t) { r.error(v, "tasks: '\(t)' is not a valid task id (letters, digits, '.', '_', '-')") }
+            case "tasks_file": c.tasksFile = r.string(v, key)
+            case "runner":
+                r.mapping(v, key, allowed: ["command", "binds", "env_pass", "network", "timeout", "policy", "scorer_policy", "scripts", "scorer", "scorer_binds"]) { k, v in
+                    let name = "runner.\(k)"
+                    switch k {
+                    case "command": c.runner.command = r.strings(v, name)
+                    case "scorer": c.runner.scorer = r.strings(v, name)
+                    case "scorer_binds":
+                        c.runner.scorerBinds = r.strings(v, name) ?? []
+                        for b in c.runner.scorerBinds where !b.hasPrefix("/") { r.error(v, "\(name): '\(b)' must be an absolute path") }
+                    case "binds":
+                        c.runner.binds = r.strings(v, name) ?? []
+                        for b in c.runner.binds where !b.hasPrefix("/") { r.error(v, "\(name): '\(b)' must be an absolute path") }
+                    case "env_pass":
+                        c.runner.envPass = r.strings(v, name) ?? []
+                        for n in c.runner.envPass where !EnvSpec.isVariableName(n) { r.error(v, "\(name): '\(n)' is not a variable name") }
+                    case "network":
+                        r.mapping(v, name, allowed: ["allow", "inference", "upstream_ca"]) { k, w in
+                            switch k {
+                            case "allow": c.runner.networkAllow = r.hostPorts(w, "runner.network.allow") ?? []
+                            case "inference":
+                                c.runner.networkInference = r.hostPorts(w, "runner.network.inference") ?? []
+                                for t in c.runner.networkInference where t.contains("*") {
+                                    r.error(w, "runner.network.inference: '\(t)' is a pattern; the inference gate takes exact host:port pairs")
+                                }
+                            default: c.runner.upstreamCA = r.absolutePath(w, "runner.network.upstream_ca")
+                            }
+                        }
+                        let tunnelled = Set(c.runner.networkAllow.map { $0.lowercased() })
+                        for t in c.runner.networkInference where tunnelled.contains(t.lowercased()) {
+                            r.error(v, "runner.network: \(t) is in both allow and inference; list it once (inference: only stateless model calls pass)")
+                        }
+                        for t in c.runner.networkAllow where ExperimentConfig.isModelAPI(t) {
+                            r.error(v, "runner.network.allow: \(t) is a model API: list it under runner.network.inference instead, where only stateless inference calls pass (a plain tunnel would let a held-out run leave stored completions, files or responses that a train run lists)")
+                        }
+                    case "timeout": if let x = r.number(v, name, 1...Limits.maxTimeoutSeconds) { c.runner.timeout = x }
+                    case "policy": if let s = r.string(v, name) { c.runner.policy = s }
+                    case "scripts": c.runner.scripts = r.absolutePath(v, name)
+                    default: if let s = r.string(v, name) { c.runner.scorerPolicy = s }
+                    }
+                }
+            case let k where BenchmarkKinds.settingKeyNames.contains(k):
+                // Typed once the benchmark is known, each at its own line (below).
+                benchmarkKeys.append((k, v))
+            case "parallel_gate": break  // upstream: the gate's concurrency; ours is max_concurrency
+            case "budget":
+                r.mapping(v, key, allowed: ["max_cost_usd"]) { _, v in
+                    if let x = r.number(v, "budget.max_cost_usd", 0...1_000_000) { c.maxCostUSD = x }
+                }
+            case "timeout_policy":
+                if let p = r.oneOf(v, key, TimeoutPolicy.allCases.map(\.rawValue)) { c.timeoutPolicy = TimeoutPolicy(rawValue: p)! }
+            case "executor":
+                executorNode = v
+                r.mapping(v, key, allowed: ["kind", "address", "python", "tasks_per_request"]) { k, v in
+                    switch k {
+                    case "kind": if let s = r.oneOf(v, "executor.kind", Executor.Kind.allCases.map(\.rawValue)) { c.executor.kind = Executor.Kind(rawValue: s)! }
+                    case "address": c.executor.address = r.string(v, "executor.address")
+                    case "python": if let s = r.string(v, "executor.python") { c.executor.python = s }
+                    default: if let x = r.integer(v, "executor.tasks_per_request", 1...10_000) { c.executor.tasksPerRequest = x }
+                    }
+                }
+            case "loop":
+                r.mapping(v, key, allowed: ["batch_size", "batch_iterations"]) { k, v in
+                    switch k {
+                    case "batch_size": if let x = r.integer(v, "loop.batch_size", 0...100_000) { c.batchSize = x }
+                    default: if let x = r.integer(v, "loop.batch_iterations", 1...100_000) { c.batchIterations = x }
+                    }
+                }
+            case "sandbox":
+                r.mapping(v, key, allowed: ["task_policy", "verifier_policy", "verifier_tools", "coding_agent_policy", "policy_dir", "scratch", "network"]) { k, v in
+                    switch k {
+                    case "task_policy": if let s = r.string(v, "sandbox.\(k)") { c.taskPolicy = s }
+                    case "coding_agent_policy": if let s = r.string(v, "sandbox.\(k)") { c.codingAgentPolicy = s }
+                    case "network":
+                        r.mapping(v, "sandbox.network", allowed: ["allow"]) { _, v in
+                            c.networkAllow = r.hostPorts(v, "sandbox.network.allow") ?? []
+                        }
+                    case "verifier_policy": if let s = r.string(v, "sandbox.\(k)") { c.verifierPolicy = s }
+                    case "policy_dir": c.policyDirectory = r.string(v, "sandbox.\(k)")
+                    case "verifier_tools": c.verifierTools = r.absolutePath(v, "sandbox.\(k)")
+                    default: if let s = r.absolutePath(v, "sandbox.\(k)") { c.scratch = s }
+                    }
+                }
+            case "coding_agent":
+                r.mapping(v, key, allowed: ["command", "env_pass", "env", "home_seed", "binds", "prompt", "continue_prompt",
+                                            "restart_backoff", "quick_exit_seconds", "max_crashes", "max_restarts", "price_usd_per_mtok"]) { k, v in
+                    let name = "coding_agent.\(k)"
+                    switch k {
+                    case "command": c.codingAgent.command = r.strings(v, name) ?? []
+                    case "env_pass":
+                        c.codingAgent.envPass = r.strings(v, name) ?? []
+                        for n in c.codingAgent.envPass where !EnvSpec.isVariableName(n) {
+                            r.error(v, "\(name): '\(n)' is not a variable name")
+                        }
+                    case "env":
+                        r.mapping(v, name, allowed: nil) { n, value in
+                            guard EnvSpec.isVariableName(n) else { return r.error(value, "\(name): '\(n)' is not a variable name") }
+                            guard let s = value.scalar?.string else { return r.error(value, "\(name).\(n): expected a string value") }
+                            guard !n.hasPrefix("AUTOHARNESS_") else { return r.error(value, "\(name).\(n): AUTOHARNESS_ variables are set by the supervisor") }
+                            c.codingAgent.env[n] = s
+                        }
+                    case "home_seed": if let s = r.string(v, name) { c.codingAgent.homeSeed = s }
+                    case "binds":
+                        c.codingAgent.binds = r.strings(v, name) ?? []
+                        for b in c.codingAgent.binds where !b.hasPrefix("/") { r.error(v, "\(name): '\(b)' must be an absolute path") }
+                    case "prompt": if let s = r.string(v, name) { c.codingAgent.prompt = s }
+                    case "continue_prompt": if let s = r.string(v, name) { c.codingAgent.continuePrompt = s }
+                    case "restart_backoff": if let x = r.number(v, name, 0...300) { c.codingAgent.restartBackoff = x }
+                    case "quick_exit_seconds": if let x = r.number(v, name, 0...86_400) { c.codingAgent.quickExitSeconds = x }
+                    case "max_restarts": if let x = r.integer(v, name, 0...1000) { c.codingAgent.maxRestarts = x }
+                    case "price_usd_per_mtok":
+                        var p: [String: Double] = [:]
+                        r.mapping(v, name, allowed: ["input", "output", "cache_read", "cache_write"]) { k, v in
+                            if let x = r.number(v, "\(name).\(k)", 0...1_000_000) { p[k] = x }
+                        }
+                        if let i = p["input"], let o = p["output"] {
+                            c.codingAgent.price = TokenPrice(input: i, output: o, cacheRead: p["cache_read"], cacheWrite: p["cache_write"])
+                        } else if case .mapping = v {
+                            r.error(v, "\(name): needs both input and output (USD per million tokens; cache_read and cache_write default to input)")
+                        }
+                    default: if let x = r.integer(v, name, 1...1000) { c.codingAgent.maxCrashes = x }
+                    }
+                }
+                for n in c.codingAgent.envPass where c.codingAgent.env[n] != nil {
+                    r.error(v, "coding_agent: \(n) is in both env and env_pass; set it or pass it, not both")
+                }
+            default:  // gate
+                r.mapping(v, key, allowed: ["disclosure", "budget", "min_improvement", "on_reject", "max_non_improving",
+                                            "held_out_runtime", "vm", "reply_time", "reply_after", "held_out_env"]) { k, v in
+                    switch k {
+                    case "held_out_env":
+                        r.mapping(v, "gate.held_out_env", allowed: nil) { name, source in
+                            guard let src = r.string(source, "gate.held_out_env.\(name)") else { return }
+                            for n in [name, src] where !EnvSpec.isVariableName(n) {
+                                r.error(source, "gate.held_out_env: '\(n)' is not a variable name")
+                            }
+                            c.heldOutEnv[name] = src
+                            heldOutEnvNode = v
+                        }
+                    case "reply_time": if let m = r.oneOf(v, "gate.reply_time", ["padded", "worst_case"]) { replyMode = (m, v) }
+                    case "reply_after": if let x = r.number(v, "gate.reply_after", 1...604_800) { replyAfter = (x, v) }
+                    case "held_out_runtime":
+                        if let s = r.oneOf(v, "gate.held_out_runtime", HeldOutRuntime.allCases.map(\.rawValue)) { c.heldOutRuntime = HeldOutRuntime(rawValue: s)! }
+                    case "vm":
+                        r.mapping(v, "gate.vm", allowed: ["accel", "allow_emulation", "memory_mib", "cpus", "kernel_dir", "boot_timeout", "snapshot", "snapshot_dir"]) { k, v in
+                            let name = "gate.vm.\(k)"
+                            switch k {
+                            case "accel": if let s = r.oneOf(v, name, VMSettings.Accel.allCases.map(\.rawValue)) { c.vm.accel = VMSettings.Accel(rawValue: s)! }
+                            case "allow_emulation": if let s = r.oneOf(v, name, ["true", "false"]) { c.vm.allowEmulation = s == "true" }
+                            case "memory_mib": if let x = r.integer(v, name, 256...1_048_576) { c.vm.memoryMiB = x }
+                            case "cpus": if let x = r.integer(v, name, 1...256) { c.vm.cpus = x }
+                            case "kernel_dir": if let s = r.absolutePath(v, name) { c.vm.kernelDirectory = s }
+                            case "snapshot": if let s = r.oneOf(v, name, ["true", "false"]) { c.vm.snapshot = s == "true" }
+                            case "snapshot_dir": if let s = r.absolutePath(v, name) { c.vm.snapshotDirectory = s }
+                            default: if let x = r.number(v, name, 5...3600) { c.vm.bootTimeout = x }
+                            }
+                        }
+                    case "disclosure":
+                        if let s = r.oneOf(v, "gate.disclosure", Disclosure.allCases.map(\.rawValue)) { c.disclosure = Disclosure(rawValue: s)! }
+                    case "budget": if let x = r.integer(v, "gate.budget", 0...1_000_000) { c.gateBudget = x }
+                    case "min_improvement":
+                        if v.scalar?.string != "auto", let x = r.number(v, "gate.min_improvement", 0...1) { c.minImprovement = x }
+                    case "max_non_improving": if let x = r.integer(v, "gate.max_non_improving", 0...1_000_000) { c.maxNonImproving = x }
+                    default:
+                        if let s = r.oneOf(v, "gate.on_reject", OnReject.allCases.map(\.rawValue)) { c.onReject = OnReject(rawValue: s)! }
+                    }
+                }
+            }
+        }
+        if let node = heldOutEnvNode {
+            for name in c.heldOutEnv.keys.sorted() where !c.runner.envPass.contains(name) {
+                r.error(node, "gate.held_out_env: \(name) is not in runner.env_pass (only a variable passed to the runner can be given another value for held-out runs)")
+            }
+        }
+        switch (replyMode, replyAfter) {
+        case (("worst_case", _)?, (let seconds, _)?): c.replyTime = .worstCase(seconds: seconds)
+        case (("worst_case", let node)?, nil):
+            r.error(node, "gate.reply_time: worst_case needs gate.reply_after: the seconds every gate takes (at least its longest run)")
+        case (_, (_, let node)?):
+            r.error(node, "gate.reply_after: used only with gate.reply_time: worst_case (padded rounds each gate up to a power of two seconds)")
+        default: break
+        }
+        c.benchmarkSettings = BenchmarkKinds.readSettings(for: c.benchmark, benchmarkKeys, r)
+        if c.benchmark.isEmpty && r.errors.isEmpty {
+            r.fileError("benchmark: missing (allowed: \(supportedBenchmarks.joined(separator: ", ")))")
+        }
+        if c.executor.kind == .ray && r.errors.isEmpty, let node = executorNode {
+            if !c.runsOwnTasks {
+                r.error(node, "executor: ray runs a local benchmark's tasks on the cluster's nodes so far; '\(c.benchmark)' runs its own tool (not built yet): use executor: local")
+            } else if (c.executor.address ?? "").isEmpty {
+                r.error(node, "executor.address: missing; executor: ray needs the cluster's address (host:port of its head)")
+            } else if c.verifierTools != nil {
+                // A node's verifiers would run without them and score such tasks 0.
+                r.error(node, "executor: ray with sandbox.verifier_tools: worker nodes do not get the verifier tools yet; use executor: local, or remove sandbox.verifier_tools")
+            }
+        }
+        if c.heldOutRuntime == .vm && r.errors.isEmpty, let why = BenchmarkKinds.notInVM(c) {
+            r.fileError("gate.held_out_runtime: vm: \(why); use host")
+        }
+        if c.runsOwnTasks && c.dataset == nil && r.errors.isEmpty {
+            r.fileError("dataset: missing; a local benchmark needs the path of its directory (with tasks/<id>/)")
+        }
+        guard r.errors.isEmpty else { throw ConfigErrors(r.errors) }
+        return c
+    }
+}
