@@ -54,6 +54,9 @@ struct Autoharness: ParsableCommand {
         // it by closing the other end: writes fail with EPIPE instead, and are checked. The
         // launcher resets every disposition before a sandboxed payload runs.
         signal(SIGPIPE, SIG_IGN)
+        // Before any sandbox: every one inherits a set audit loginuid, so none can move the
+        // host's audit session counter (`LoginUID`).
+        if let failure = LoginUID.pin() { printErr("autoharness: warning: the audit loginuid could not be set (\(failure))") }
         // `sandbox exec` captures its command for passthrough, which would also swallow a
         // --help given before the command: answer it here.
         let args = Array(CommandLine.arguments.dropFirst())

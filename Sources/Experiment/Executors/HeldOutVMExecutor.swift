@@ -69,10 +69,9 @@ struct HeldOutVMExecutor: TaskExecutor {
         // starts and retires threads), is moved by noise, as after a host phase (the inode
         // counters the guest cannot move are left: InodeCounterAttackTests).
         func settle() -> String? {
-            env.log?("held-out VM done; \(cache.evict())")
-            let noise = InodeNumberNoise.perturb(inodeCounters: false)
-            env.log?("held-out VM done; \(noise)")
-            return noise.failure
+            let settled = HeldOutSettle.settle(cache, inodeCounters: false)
+            for line in settled.lines { env.log?("held-out VM done; \(line)") }
+            return settled.failure
         }
         // A bound on the whole phase (each task's own limits hold inside the guest): the
         // boot, then every task's agent and verifier limits, run `max_concurrency` at a time.
@@ -88,7 +87,7 @@ struct HeldOutVMExecutor: TaskExecutor {
             throw error
         }
         if let failure = settle() {
-            throw ExperimentError(.io, "after the held-out VM: moving the process serial failed: \(failure); its results were not recorded")
+            throw ExperimentError(.io, "after the held-out VM: \(failure); its results were not recorded")
         }
         result.answer.record(agent: audit.agent, tool: audit.tool)
         env.log?("held-out VM: \(ids.count) task(s) answered; "

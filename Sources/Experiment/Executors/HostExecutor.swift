@@ -59,12 +59,10 @@ struct HostExecutor: TaskExecutor {
     func settle(_ cache: PageCacheEviction) -> String? {
         let log = environment.log
         // Done whether or not anyone listens: `log?(…)` alone would skip the call.
-        let evicted = cache.evict()
-        log?("held-out sandboxes done; \(evicted)")
-        let noise = InodeNumberNoise.perturb()
-        log?("held-out sandboxes done; \(noise)")
+        let settled = HeldOutSettle.settle(cache)
+        for line in settled.lines { log?("held-out sandboxes done; \(line)") }
         log?("held-out sandboxes done; \(SandboxPartsPool.discardTimedParts())")
-        return noise.failure.map { "moving the inode-number counters failed: \($0)" }
+        return settled.failure
     }
 }
 

@@ -94,7 +94,7 @@ public final class HeldOutVM {
 
     /// The start-up line of a supervisor whose held-out phases run on the host: why, and what
     /// they can still carry to later runs through the shared kernel (docs/held-out.md: "Host-wide
-    /// counters", measured here: ~290,000 memfds/s against ~17,000 of scrambling noise per CPU).
+    /// counters", measured here: ~290,000 memfds/s against scrambling noise over 16,384 × CPUs).
     /// `networked`: held-out sandboxes have `lo` up (a tool's runner, not a local benchmark's
     /// tasks), so the host's route-lookup statistics are theirs to move too (~300,000
     /// lookups/s with no noise in the review: log2 of the count).

@@ -79,8 +79,11 @@ public final class ExperimentSupervisor {
         recoveryNotes += Leftovers.sweep(layout, scratchRoot: config.scratch)
         // A supervisor that died during held-out runs left their page-cache traces: gone
         // before anything untrusted of this experiment runs again.
-        if let r = PageCacheEviction.evictLeftover(journal: layout.heldOutJournal) {
-            recoveryNotes.append("a held-out run was cut off; \(r); \(InodeNumberNoise.perturb())")
+        if let settled = HeldOutSettle.settleLeftover(journal: layout.heldOutJournal) {
+            recoveryNotes += settled.lines
+            if let failure = settled.failure {
+                throw ExperimentError(.io, "the clean-up of a held-out run is still owed: \(failure); nothing untrusted of this experiment runs until it succeeds (it is tried again at every start)")
+            }
         }
         let s = try state()
         var changed = false

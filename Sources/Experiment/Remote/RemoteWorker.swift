@@ -120,9 +120,12 @@ public enum RemoteWorker {
                 untrustedMemory(taskPolicy: request.taskPolicy, verifierPolicy: request.verifierPolicy,
                                 loader: PolicyLoader(searchPaths: s.policySearchPaths), cpus: Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))) : nil
             context.pageCache = cache
+            let ran = Result { try adapter.run(ids, context) }
+            if let cache, let failure = settle(cache, log: s.log) {
+                throw ExperimentError(.io, "after the held-out tasks: \(failure); their results were not sent")
+            }
             do {
-                defer { if let cache { settle(cache, log: s.log) } }
-                outcomes = try adapter.run(ids, context)
+                outcomes = try ran.get()
             } catch {
                 throw ExperimentError(.io, "running the tasks: \(error)")
             }
@@ -190,15 +193,25 @@ public enum RemoteWorker {
         let loader = PolicyLoader(searchPaths: s.policySearchPaths)
         let image = try GuestImage.plan(request: guest, config: config, policyLoader: loader, adapterPaths: [benchmark.directory], scratch: s.scratchRoot)
         let cache = PageCacheEviction(journal: s.stateDirectory + "/held-out-pages")
-        defer { s.log("held-out VM done; \(cache.evict())") }
+        // What qemu read for the guest leaves the page cache, and the process serial its
+        // threads moved gets noise, before the answer goes back.
+        func settle() -> String? {
+            let settled = HeldOutSettle.settle(cache, inodeCounters: false)
+            for line in settled.lines { s.log("held-out VM done; \(line)") }
+            return settled.failure
+        }
         let bound = ExecutionBounds.heldOut(ids, tasks: benchmark.tasks, fallback: request.defaultAgentTimeout ?? LocalBenchmark.defaultTimeout,
                                                       concurrency: request.concurrency)
         // A failed boot's console goes to the request's directory, removed with it: nothing of
         // a held-out run stays on the node.
-        let result = try vm.run(guest, image: image, scratch: s.scratchRoot, privateDirectory: work,
-                                deadline: vm.settings.bootTimeout + bound) { shares in
-            do { try cache.record(sources: shares) } catch { throw ExperimentError(.io, "\(error)") }
+        let ran = Result {
+            try vm.run(guest, image: image, scratch: s.scratchRoot, privateDirectory: work,
+                       deadline: vm.settings.bootTimeout + bound) { shares in
+                do { try cache.record(sources: shares) } catch { throw ExperimentError(.io, "\(error)") }
+            }
         }
+        if let failure = settle() { throw ExperimentError(.io, "after the held-out VM: \(failure); its results were not sent") }
+        let result = try ran.get()
         result.answer.record(agent: agent, tool: tool)
         s.log("held-out VM: \(ids.count) task(s) answered; boot \(String(format: "%.1f", result.bootSeconds)) s, whole VM \(String(format: "%.1f", result.totalSeconds)) s")
         return result.answer.outcomes
@@ -230,7 +243,13 @@ public enum RemoteWorker {
         if lock(LOCK_EX | LOCK_NB) {
             for name in FileSystem.names(in: state) where name.hasPrefix("work-") { _ = FileSystem.removeTree(state + "/" + name) }
             cleaned += Leftovers.sweepVMWork(scratchRoot)
-            if let r = PageCacheEviction.evictLeftover(journal: state + "/held-out-pages") { cleaned.append("a held-out run was cut off; \(r)") }
+            if let settled = HeldOutSettle.settleLeftover(journal: state + "/held-out-pages") {
+                cleaned += settled.lines
+                if let failure = settled.failure {
+                    close(fd)
+                    throw ExperimentError(.io, "the clean-up of a held-out run on this node is still owed: \(failure); no task runs here until it succeeds")
+                }
+            }
             // A train request goes on under a shared lock (a conversion: held-out workers
             // waiting meanwhile may get in first, which only delays this one).
             if exclusive || lock(LOCK_SH) { return cleaned }  // fd deliberately left open: the lock lasts as long as this worker
@@ -339,11 +358,12 @@ public enum RemoteWorker {
         return out.keys.sorted().prefix(WorkLimits.maxViolations / 2).map { out[$0]! }
     }
 
-    /// After held-out tasks: their pages out of this node's page cache and the inode-number
-    /// counters moved (as `HostExecutor.settle` does on the supervisor's host).
-    static func settle(_ cache: PageCacheEviction, log: @Sendable (String) -> Void) {
-        log("held-out tasks done; \(cache.evict())")
-        log("held-out tasks done; \(InodeNumberNoise.perturb())")
+    /// After held-out tasks: their pages out of this node's page cache and the host's counters
+    /// moved (as `HostExecutor.settle` does on the supervisor's host). Returns what failed.
+    static func settle(_ cache: PageCacheEviction, log: @Sendable (String) -> Void) -> String? {
+        let settled = HeldOutSettle.settle(cache)
+        for line in settled.lines { log("held-out tasks done; \(line)") }
         log("held-out tasks done; \(SandboxPartsPool.discardTimedParts())")
+        return settled.failure
     }
 }

@@ -52,7 +52,18 @@ extension RunDesk {
         let r: GateResult
         do {
             defer {
-                if !stopped { try? agentControl.thaw() }
+                // A held-out phase whose clean-up failed left the host's kernel as it was
+                // (its journal says so): the agent is ended, not thawed, and the run stops;
+                // the next start does the clean-up again before anything untrusted runs.
+                if HeldOutSettle.owed(journal: layout.heldOutJournal) {
+                    agentControl.kill()
+                    let why = "the clean-up after the held-out phase failed; the coding agent was ended rather than thawed, and nothing untrusted runs until a start of autoharness finishes that clean-up"
+                    _ = try? append([(.note, NoteRecord(text: why))])
+                    settings.log(why)
+                    stop.requestAfterReply(why)
+                } else if !stopped {
+                    try? agentControl.thaw()
+                }
                 // Counted from the ledger's start rows, so a gate that failed after it began
                 // (a full disk, a crashed tool) still spent budget.
                 recount()

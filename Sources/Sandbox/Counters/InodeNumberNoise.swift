@@ -13,24 +13,27 @@ import Glibc
 ///
 /// After the last held-out sandbox is gone, and before anything untrusted runs again, the
 /// supervisor takes a random count of numbers from both counters on every CPU it may run on
-/// (sandboxes inherit its CPUs): a uniform amount below 1024 plus a uniform number of whole
-/// batches below `extraBatches`. The position within each CPU's batch, the precise channel, is
+/// (sandboxes inherit its CPUs): a uniform amount below 1024 on each, plus whole batches, a
+/// uniform number below `extraBatches` × CPUs spread across them. The position within each CPU's batch, the precise channel, is
 /// then uniformly random whatever the held-out tasks did (a one-time pad per CPU); what the
 /// counters' coarse advance still carries is stated in docs/held-out.md ("Host-wide counters").
 /// Two host-wide serials get noise of the same kind: the process serial (threads) and the
-/// session serial (sessions), each a uniform count per CPU (C side: counter_noise.c).
+/// session serial (sessions), each one uniform count spread across the CPUs (C side:
+/// counter_noise.c).
 public enum InodeNumberNoise {
-    /// Whole batches of 1024 numbers, below this many, added per CPU and counter.
+    /// Whole batches of 1024 numbers added to each counter, below this many per CPU (one
+    /// uniform draw per counter, spread across the CPUs).
     public static let extraBatches = 16
     static let batch = 1024
-    /// Threads started per CPU, below this many: each moves the host's process serial (a
-    /// pidfd's inode number, Linux 6.5+) by one. No sandbox can get a pidfd (pidfd_open,
+    /// Threads started, below this many per CPU (one uniform draw for all): each moves the
+    /// host's process serial (a pidfd's inode number, Linux 6.5+) by one. No sandbox can get a pidfd (pidfd_open,
     /// CLONE_PIDFD, SO_PEERPIDFD and SO_PASSPIDFD are refused), so this is the second wall:
     /// were a route found, a held-out phase's own count would be read against up to
     /// 16,384 × CPUs of noise (about half a second per gate here).
     public static let threadNoise = 16_384
-    /// Sessions made per CPU, below this many, each by a process made for it: every `setsid()`
-    /// on the host moves the autogroup serial by one, and any sandbox reads it exactly
+    /// Sessions made, below this many per CPU (one uniform draw for all), each by a process
+    /// made for it: every `setsid()` on the host moves the autogroup serial by one, and any
+    /// sandbox reads it exactly
     /// (`/proc/self/autogroup` of a process that made a session, or of its own, which the
     /// launcher makes). Neither side can be refused without breaking real programs (Python's
     /// `start_new_session`, node's `detached`, daemons), so a held-out phase's own count of
@@ -59,6 +62,14 @@ public enum InodeNumberNoise {
     public static func perturb(inodeCounters: Bool = true) -> Report {
         let start = monotonic()
         var report = Report()
+        #if DEBUG
+        // Tests of the fail-closed paths (HeldOutSettle, RunDesk.gate): a debug build only;
+        // the release build (scripts/build-release) has no such switch.
+        if getenv("AUTOHARNESS_TEST_NOISE_FAILS") != nil {
+            report.failure = "failed on purpose (AUTOHARNESS_TEST_NOISE_FAILS, a debug build's test switch)"
+            return report
+        }
+        #endif
         var cpus = [Int32](repeating: 0, count: 4096)
         let n = ahs_allowed_cpus(&cpus, Int32(cpus.count))
         guard n > 0 else {
@@ -66,11 +77,8 @@ public enum InodeNumberNoise {
             return report
         }
         cpus = Array(cpus.prefix(Int(n)))
-        // Drawn from the system's generator (getrandom).
-        let pipes = cpus.map { _ in inodeCounters ? Int.random(in: 0..<batch) + batch * Int.random(in: 0..<extraBatches) : 0 }
-        let memfds = cpus.map { _ in inodeCounters ? Int.random(in: 0..<batch) + batch * Int.random(in: 0..<extraBatches) : 0 }
-        let threads = cpus.map { _ in Int.random(in: 0..<threadNoise) }
-        let sessions = cpus.map { _ in inodeCounters ? Int.random(in: 0..<sessionNoise) : 0 }
+        let d = draw(cpus: Int(n), inodeCounters: inodeCounters)
+        let (pipes, memfds, threads, sessions) = (d.pipes, d.memfds, d.threads, d.sessions)
         var failedCPU: Int32 = -1
         let rc = ahs_perturb_inode_numbers(cpus, pipes, memfds, threads, sessions, n, &failedCPU)
         if rc < 0 { report.failure = "CPU \(failedCPU): \(String(cString: strerror(-rc)))" }
@@ -80,6 +88,30 @@ public enum InodeNumberNoise {
         report.sessions = sessions.reduce(0, +)
         report.seconds = monotonic() - start
         return report
+    }
+
+    /// The amounts for `cpus` CPUs, each CPU's share.
+    static func draw(cpus count: Int, inodeCounters: Bool) -> (pipes: [Int], memfds: [Int], threads: [Int], sessions: [Int]) {
+        // Drawn from the system's generator (getrandom). A shared counter's reader sees only
+        // the sum over CPUs, and a sum of per-CPU draws clusters in the middle (triangular on 2
+        // CPUs, nearly normal on many: issue 54's review decoded 12 of 12 bits where the
+        // uniform width promised a third of one): so each shared amount is one uniform draw
+        // over the whole width, spread across the CPUs. Only the position within each CPU's
+        // own batch is drawn per CPU.
+        let none = Array(repeating: 0, count: count)
+        func inodes() -> [Int] {
+            guard inodeCounters else { return none }
+            return spread(Int.random(in: 0..<extraBatches * count), over: count).map { Int.random(in: 0..<batch) + batch * $0 }
+        }
+        let pipes = inodes(), memfds = inodes()
+        let threads = spread(Int.random(in: 0..<threadNoise * count), over: count)
+        let sessions = inodeCounters ? spread(Int.random(in: 0..<sessionNoise * count), over: count) : none
+        return (pipes, memfds, threads, sessions)
+    }
+
+    /// `total` in `parts` shares differing by at most one.
+    static func spread(_ total: Int, over parts: Int) -> [Int] {
+        (0..<parts).map { total / parts + ($0 < total % parts ? 1 : 0) }
     }
 
     private static func monotonic() -> Double {

@@ -116,16 +116,30 @@ public final class PageCacheEviction: @unchecked Sendable {
         if let failure { throw failure }
     }
 
-    /// Evicts what a dead supervisor's journal names, if there is one, and removes it.
+    /// Evicts what a dead supervisor's journal names, if there is one, and removes it (unless
+    /// `keepingJournal`: `HeldOutSettle` removes it once the counters are moved too).
     /// Returns the report, or nil when there was nothing to do.
-    public static func evictLeftover(journal: String) -> Report? {
+    public static func evictLeftover(journal: String, keepingJournal: Bool = false) -> Report? {
         let text = SmallFile.contents(of: journal)
         guard access(journal, F_OK) == 0 else { return nil }
         let cache = PageCacheEviction(journal: journal)
         cache.lock.withLock {
             for line in text.split(separator: "\n") where line.hasPrefix("/") { cache.sources.insert(String(line)) }
         }
-        return cache.evict()
+        return cache.evict(keepingJournal: keepingJournal)
+    }
+
+    /// Makes the journal exist (empty if nothing was recorded): the mark that the held-out
+    /// phase's clean-up is owed, until `removeJournal`.
+    func markOwed() {
+        guard let journal else { return }
+        let fd = open(journal, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        if fd >= 0 { close(fd) }
+    }
+
+    /// Removes the journal: the held-out phase's clean-up is done.
+    func removeJournal() {
+        if let journal { unlink(journal) }
     }
 
     /// The recorded sources, outermost only (a source inside another is walked with it).
@@ -170,7 +184,7 @@ public final class PageCacheEviction: @unchecked Sendable {
     /// their memory cgroups where that provably suffices, else by dropping the cached pages
     /// of every regular file under the recorded sources (see the type's comment). Then
     /// forgets them and removes the cgroups.
-    public func evict() -> Report {
+    public func evict(keepingJournal: Bool = false) -> Report {
         let start = monotonicNow()
         // Finished sandboxes' mount namespaces may still be held (`NamespaceRelease`); their
         // tmpfs pages, charged to the same cgroups, would read as left after the reclaim.
@@ -223,7 +237,7 @@ public final class PageCacheEviction: @unchecked Sendable {
             walkReason = nil
         }
         // Only now: a supervisor that dies meanwhile leaves the journal for the next.
-        if let journal { unlink(journal) }
+        if !keepingJournal { removeJournal() }
         report.seconds = monotonicNow() - start
         return report
     }
