@@ -131,6 +131,7 @@ struct PrepareCommand: ParsableCommand {
         if let u = s.config.unverifiedRewards { print("rewards: UNVERIFIED (\(u))") }
         print("split: \(r.train) train, \(r.test) test (\(r.splitOrigin))")
         print("iteration 0: val_score \(String(format: "%.4f", r.baselineScore)) on the test split")
+        print(r.gateRule)
         for w in r.warnings { printErr("autoharness: warning: \(w)") }
     }
 }

@@ -158,6 +158,19 @@ struct ExperimentInputTests {
         #expect(local.benchmarkSettings == BenchmarkSettingsBox(NoSettings()) && local != harbor)
     }
 
+    @Test("gate.accept: margin or at_least_best; min_improvement only with margin, refused at its own line")
+    func acceptRule() throws {
+        #expect(try Self.refusal("gate:\n  accept: at_least_best\n") == nil)
+        #expect(try Self.refusal("gate:\n  accept: sometimes\n")?.hasPrefix("exp/experiment_config.yaml:4: gate.accept:") == true)
+        let both = try Self.refusal("gate:\n  accept: at_least_best\n  min_improvement: 0.1\n")
+        #expect(both?.hasPrefix("exp/experiment_config.yaml:5: gate.min_improvement: only with gate.accept: margin") == true, "\(both ?? "accepted")")
+        let c = try ExperimentConfig.parse("benchmark: local\ndataset: d\ngate:\n  accept: at_least_best\n", file: "f")
+        #expect(c.acceptRule == .atLeastBest)
+        #expect(ExperimentSupervisor.gateRule(testTasks: 4, config: c).contains("a tie passes"))
+        #expect(ExperimentSupervisor.gateRule(testTasks: 4, config: ExperimentConfig(benchmark: "local"))
+            == "gate.accept: margin (min_improvement auto = 1/4): a gate is accepted when at least 2 more held-out task(s) pass than under the best accepted agent.py (a tie fails)")
+    }
+
     @Test("executor: ray is refused without its address, for a benchmark that runs its own tool and with the verifier tools; with a held-out VM it is taken")
     func rayExecutorChecked() throws {
         #expect(try Self.refusal("executor:\n  kind: ray\n")?.hasPrefix("exp/experiment_config.yaml:4: executor.address: missing") == true)

@@ -228,6 +228,40 @@ struct ExperimentTests {
         #expect(g.stdout.contains("val_score: \(expected)"), "\(g.stdout)")
     }
 
+    @Test("the ratchet follows PROGRAM.md's flow: a candidate benchmarked before its gate (its run marks the tasks it fixed as passing) still has them promoted")
+    func ratchetAfterCandidateBenchmark() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        let (train, _) = try exp.split()
+        // The template agent.py fails every train task; then the candidate, benchmarked as
+        // PROGRAM.md step 4 says, passes them all, and its gate is accepted.
+        let baseline = try exp.run("benchmark")
+        #expect(baseline.stdout.contains("0/8 passed"), "\(baseline.stdout)")
+        try exp.setAgent(Agents.all)
+        #expect(try exp.run("benchmark").status == 0)
+        let g = try exp.run("gate")
+        #expect(g.stdout.contains("ACCEPTED"), "\(g.stdout) \(g.stderr)")
+        let suite = try #require(JSONSerialization.jsonObject(with: Data(try exp.file("workspace/suite.json").utf8)) as? [String: Any])
+        #expect(Set(suite["tasks"] as? [String] ?? []) == Set(train), "promoted: \(suite["tasks"] ?? "none")")
+    }
+
+    @Test("gate.accept: at_least_best accepts a tie with the best (NeoSigma's rule), and prepare and status state the rule in force")
+    func atLeastBestAcceptsATie() throws {
+        try requireRoot()
+        let exp = try Experiment(prepare: false)
+        let path = exp.root + "/experiment_config.yaml"
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        try text.replacingOccurrences(of: "\n  accept: margin ", with: "\n  accept: at_least_best ")
+            .replacingOccurrences(of: "\n  min_improvement: auto", with: "\n  # min_improvement: auto")
+            .write(toFile: path, atomically: true, encoding: .utf8)
+        let p = try exp.run("prepare")
+        #expect(p.status == 0 && p.stdout.contains("gate.accept: at_least_best"), "\(p.stdout) \(p.stderr)")
+        try exp.setAgent(Agents.none + "\n# new bytes, the baseline's behaviour\n")
+        let g = try exp.run("gate")
+        #expect(g.stdout.contains("ACCEPTED"), "a tie passes: \(g.stdout) \(g.stderr)")
+        #expect(try exp.run("status").stdout.contains("gate rule: gate.accept: at_least_best"))
+    }
+
     @Test("a rejected gate promotes nothing and commits nothing")
     func rejectedGatePromotesNothing() throws {
         try requireRoot()

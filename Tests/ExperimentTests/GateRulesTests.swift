@@ -55,8 +55,38 @@ struct GateRulesTests {
         s.split = SplitRecord(train: ["a", "b", "c", "d"], test: ["x", "y"], seed: 1)
         s.suite = ["a"]
         s.latestTrainRewards = ["a": 1, "b": 0, "c": 1]
+        s.failedTrain = ["b"]
         if let best { s.iterations = [IterationRecord(iteration: 0, valScore: best, commit: "baseline", evalsPassed: 0, evalsTotal: 0, timestamp: "t", agentSHA256: "v0")] }
         return s
+    }
+
+    @Test("the ratchet: a train task some recorded run failed stays a promotion candidate after a later run (the candidate's own benchmark) passed it; one never seen failing is not")
+    func ratchetCandidates() throws {
+        var s = try Self.state()
+        #expect(GateRules.candidates(s) == ["b", "d"])
+        s.failedTrain.insert("c")  // failed once, passing in the latest run
+        #expect(GateRules.candidates(s) == ["b", "c", "d"])
+        // Replayed from the ledger's rows: the set grows with every failing train run.
+        let rows = try ExperimentState(records: [])
+        #expect(rows.failedTrain.isEmpty)
+    }
+
+    @Test("gate.accept: at_least_best passes a tie (NeoSigma's val_score >= best_seen) and rejects a lower score with its own outcome; margin rejects the tie")
+    func acceptAtLeastBest() throws {
+        let s = try Self.state(best: 0.5)
+        var config = ExperimentConfig(benchmark: "local")
+        config.acceptRule = .atLeastBest
+        func decide(_ heldOut: [TaskOutcome]) -> GateDecision {
+            GateRules.decide(s, config: config, attempt: 1, agentSHA256: "v1", phases: .init(suite: [Self.o("a", 1)], heldOut: heldOut))
+        }
+        let tie = [Self.o("x", 1), Self.o("y", 0)]
+        #expect(decide(tie) == .runPromotion(["b", "d"]))
+        #expect(decide([Self.o("x", 0), Self.o("y", 0)]) == .rejected(.scoreBelowBest, reason: "val_score is below the best accepted score", requiredImprovement: nil))
+        config.acceptRule = .margin
+        #expect(decide(tie).isRejection)
+        #expect(config.requiredImprovement(testTasks: 2) == 0.5)
+        config.acceptRule = .atLeastBest
+        #expect(config.requiredImprovement(testTasks: 2) == 0)
     }
 
     @Test("the phases in order: the suite decides first (no held-out look after a failing one), then the held-out split, then promotion of what failed and passes now")

@@ -42,8 +42,18 @@ public struct ExperimentConfig: Sendable, Equatable {
     public var disclosure: Disclosure = .rounded
     /// Gate calls allowed per `autoharness run` (0: unlimited).
     public var gateBudget = 0
-    /// A new val_score must exceed the best by more than this; nil means one task's worth
-    /// (1 / number of test tasks). Either way a tie never passes.
+    /// `gate.accept`: what a held-out score must do against the best accepted one.
+    public var acceptRule: AcceptRule = .margin
+    public enum AcceptRule: String, Sendable, CaseIterable {
+        /// Beat it by more than `minImprovement` (a tie never passes): the default, a guard
+        /// against fitting the held-out split one lucky task at a time (docs/loop.md).
+        case margin
+        /// Reach it (NeoSigma's `val_score >= best_seen`; a tie passes). The same agent.py
+        /// bytes still cannot be gated twice.
+        case atLeastBest = "at_least_best"
+    }
+    /// With `acceptRule` margin: a new val_score must exceed the best by more than this; nil
+    /// means one task's worth (1 / number of test tasks). Either way a tie never passes.
     public var minImprovement: Double?
     public var onReject: OnReject = .revert
     /// Where the held-out phase of each gate runs (`gate.held_out_runtime`).
@@ -176,7 +186,7 @@ public struct ExperimentConfig: Sendable, Equatable {
 
     /// The improvement a gate must exceed, given the test split's size.
     public func requiredImprovement(testTasks: Int) -> Double {
-        GateRules.requiredImprovement(testTasks: testTasks, minImprovement: minImprovement)
+        acceptRule == .atLeastBest ? 0 : GateRules.requiredImprovement(testTasks: testTasks, minImprovement: minImprovement)
     }
 
     public init(benchmark: String, dataset: String? = nil) {

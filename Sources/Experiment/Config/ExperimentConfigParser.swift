@@ -36,6 +36,7 @@ extension ExperimentConfig {
         var c = ExperimentConfig(benchmark: "")
         var replyMode: (String, Node)?, replyAfter: (Double, Node)?, heldOutEnvNode: Node?, executorNode: Node?
         var benchmarkKeys: [(key: String, node: Node)] = []
+        var minImprovementNode: Node?
         r.mapping(root, "the config", allowed: ["benchmark", "dataset", "agent_model", "split", "gate_split", "threshold",
                                                 "max_concurrency", "per_task_timeout", "sandbox", "coding_agent", "gate",
                                                 "parallel_gate", "reasoning_effort", "tasks", "tasks_file", "runner", "budget", "loop", "timeout_policy", "executor"]
@@ -187,7 +188,7 @@ extension ExperimentConfig {
                     r.error(v, "coding_agent: \(n) is in both env and env_pass; set it or pass it, not both")
                 }
             default:  // gate
-                r.mapping(v, key, allowed: ["disclosure", "budget", "min_improvement", "on_reject", "max_non_improving",
+                r.mapping(v, key, allowed: ["disclosure", "budget", "accept", "min_improvement", "on_reject", "max_non_improving",
                                             "held_out_runtime", "vm", "reply_time", "reply_after", "held_out_env"]) { k, v in
                     switch k {
                     case "held_out_env":
@@ -220,7 +221,10 @@ extension ExperimentConfig {
                     case "disclosure":
                         if let s = r.oneOf(v, "gate.disclosure", Disclosure.allCases.map(\.rawValue)) { c.disclosure = Disclosure(rawValue: s)! }
                     case "budget": if let x = r.integer(v, "gate.budget", 0...1_000_000) { c.gateBudget = x }
+                    case "accept":
+                        if let s = r.oneOf(v, "gate.accept", AcceptRule.allCases.map(\.rawValue)) { c.acceptRule = AcceptRule(rawValue: s)! }
                     case "min_improvement":
+                        minImprovementNode = v
                         if v.scalar?.string != "auto", let x = r.number(v, "gate.min_improvement", 0...1) { c.minImprovement = x }
                     case "max_non_improving": if let x = r.integer(v, "gate.max_non_improving", 0...1_000_000) { c.maxNonImproving = x }
                     default:
@@ -243,6 +247,9 @@ extension ExperimentConfig {
         default: break
         }
         c.benchmarkSettings = BenchmarkKinds.readSettings(for: c.benchmark, benchmarkKeys, r)
+        if c.acceptRule == .atLeastBest, let node = minImprovementNode {
+            r.error(node, "gate.min_improvement: only with gate.accept: margin (at_least_best accepts any score that reaches the best, a tie included)")
+        }
         if c.benchmark.isEmpty && r.errors.isEmpty {
             r.fileError("benchmark: missing (allowed: \(supportedBenchmarks.joined(separator: ", ")))")
         }

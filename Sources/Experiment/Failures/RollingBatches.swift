@@ -65,8 +65,8 @@ public enum RollingBatches {
     }
 
     /// An accepted gate's promotion candidates with batches on: every visible train task
-    /// outside the suite that ever failed (it has a failure record, or its latest train run
-    /// failed it), whatever its records' state now. Re-running all of them with the accepted
+    /// outside the suite that ever failed (it has a failure record, or a train run failed
+    /// it), whatever its records' state now. Re-running all of them with the accepted
     /// agent.py (the suite runs anyway) leaves no record of an unresolved cluster behind on an
     /// earlier agent.py's run, so "resolved" below is exact; and a task that waited for its
     /// cluster is still a candidate when a train run of an accepted agent.py resolved it. A
@@ -74,7 +74,7 @@ public enum RollingBatches {
     static func candidates(_ s: ExperimentState, book: FailureBook) -> [String] {
         let suite = Set(s.suite)
         let failed = Set(book.records.map(\.task))
-        return s.visibleTrain.filter { !suite.contains($0) && (failed.contains($0) || (s.latestTrainRewards[$0].map { $0 < 0.5 } ?? false)) }
+        return s.visibleTrain.filter { !suite.contains($0) && (failed.contains($0) || s.failedTrain.contains($0)) }
     }
 
     /// The rows that end `batch` with gate attempt `attempt` and reveal the next, when that

@@ -10,10 +10,11 @@ import Benchmark
 //                 suite passes.
 //   2. held-out   val_score, the mean over every test task (`HeldOutScore.val`), must beat the
 //                 best accepted score by more than `gate.min_improvement` (auto: one test
-//                 task's worth). A tie never passes.
-//   3. promotion  only if both pass: train tasks outside the suite that failed are re-run and
-//                 those that pass now are promoted; with rolling batches, at cluster level
-//                 (`RollingBatches`).
+//                 task's worth; a tie never passes), or with `gate.accept: at_least_best`
+//                 reach it (a tie passes).
+//   3. promotion  only if both pass: train tasks outside the suite that ever failed (or never
+//                 ran) are re-run and those that pass now are promoted; with rolling batches,
+//                 at cluster level (`RollingBatches`).
 
 /// What the gate does next, or what it decided.
 public enum GateDecision: Equatable, Sendable {
@@ -49,7 +50,12 @@ public enum GateRules {
         if let rejection = suite(passed: passed, total: s.suite.count, threshold: config.threshold) { return rejection }
         guard let heldOut = phases.heldOut else { return .runHeldOut }
         let val = HeldOutScore.val(split.test, heldOut)
-        if let rejection = improvement(val: val, best: s.best, testTasks: split.test.count, minImprovement: config.minImprovement) {
+        if config.acceptRule == .atLeastBest {
+            // Floating-point noise in the means (1e-9) never turns a tie into a rejection.
+            if val < (s.best ?? 0) - 1e-9 {
+                return .rejected(.scoreBelowBest, reason: "val_score is below the best accepted score", requiredImprovement: nil)
+            }
+        } else if let rejection = improvement(val: val, best: s.best, testTasks: split.test.count, minImprovement: config.minImprovement) {
             return rejection
         }
         guard s.currentBatch != nil else {
@@ -96,10 +102,13 @@ public enum GateRules {
                          requiredImprovement: needed > 0 ? needed : nil)
     }
 
-    /// Step 3's candidates without batches (upstream's rule): train tasks outside the suite
-    /// whose latest train run failed them, or that never ran.
+    /// Step 3's candidates without batches: train tasks outside the suite that a recorded
+    /// train run ever failed, or that never ran. Not upstream's "failing in the latest run":
+    /// the coding agent is told to benchmark its candidate before gating (PROGRAM.md), and that
+    /// run marks the tasks it fixed as passing, so the latest run's view would promote none
+    /// of them and the suite would stop growing.
     static func candidates(_ s: ExperimentState) -> [String] {
         let suite = Set(s.suite)
-        return (s.split?.train ?? []).filter { !suite.contains($0) && (s.latestTrainRewards[$0] ?? 0) < TaskOutcome.passThreshold }
+        return (s.split?.train ?? []).filter { !suite.contains($0) && (s.failedTrain.contains($0) || s.latestTrainRewards[$0] == nil) }
     }
 }

@@ -16,6 +16,21 @@ extension ExperimentSupervisor {
         public var splitOrigin: String
         /// What the operator should change before running (a test split too small to gate).
         public var warnings: [String] = []
+        /// The gate's acceptance rule in force, with its numbers (`gateRule`).
+        public var gateRule = ""
+    }
+
+    /// The acceptance rule in force, in held-out tasks: what `prepare` and `status` say.
+    public static func gateRule(testTasks n: Int, config: ExperimentConfig) -> String {
+        switch config.acceptRule {
+        case .atLeastBest:
+            return "gate.accept: at_least_best: a gate is accepted when its val_score reaches the best accepted score (a tie passes; the same agent.py cannot be gated twice)"
+        case .margin:
+            let m = GateRules.requiredImprovement(testTasks: n, minImprovement: config.minImprovement)
+            let step = Int((m * Double(max(n, 1)) + 1e-9).rounded(.down)) + 1
+            let setting = config.minImprovement == nil ? "min_improvement auto = 1/\(n)" : "min_improvement \(config.minImprovement!)"
+            return "gate.accept: margin (\(setting)): a gate is accepted when at least \(step) more held-out task(s) pass than under the best accepted agent.py (a tie fails)"
+        }
     }
 
     /// Tasks whose test scripts fetch their judge (uv, pytest) score 0 in an offline verifier
@@ -118,7 +133,8 @@ extension ExperimentSupervisor {
                                          ? "the benchmark's own split, seed \(split.metadata.seed)"
                                          : "stratified on baseline pass/fail, seed \(split.metadata.seed)")
         let testPassed = split.test.filter { passed[$0] == true }.count
-        if let w = Self.smallSplitWarning(testTasks: split.test.count, testPassed: testPassed, minImprovement: config.minImprovement) {
+        summary.gateRule = Self.gateRule(testTasks: split.test.count, config: config)
+        if config.acceptRule == .margin, let w = Self.smallSplitWarning(testTasks: split.test.count, testPassed: testPassed, minImprovement: config.minImprovement) {
             summary.warnings.append(w)
         }
         if config.verifierTools == nil, let w = Self.verifierToolsWarning(VerifierTools.fetchingScripts(adapter.verifierScripts)) {

@@ -20,8 +20,11 @@ public struct ExperimentState: Sendable {
     public var latestTrainRun: TrainRunRecord?
     /// Every train run, oldest first.
     public var trainRuns: [TrainRunRecord] = []
-    /// Latest reward of every train task across all runs (the promotion step's "failing").
+    /// Latest reward of every train task across all runs.
     public var latestTrainRewards: [String: Double] = [:]
+    /// Train tasks some recorded train run failed: the ratchet's candidates for promotion
+    /// (`GateRules.candidates`), whatever a later run of another agent.py gave them.
+    public var failedTrain: Set<String> = []
     public var gateAttempts: [GateAttemptRecord] = []
     /// Gates started (each counted before any task of it ran), whatever became of them.
     public var gatesStarted = 0
@@ -119,6 +122,7 @@ public struct ExperimentState: Sendable {
                 latestTrainRun = run
                 trainRuns.append(run)
                 latestTrainRewards.merge(run.results) { $1 }
+                for (id, reward) in run.results where reward < TaskOutcome.passThreshold { failedTrain.insert(id) }
                 benchmarkCost.add(train: run.costUSD, heldOut: nil)
                 if openRun != nil { openRunBenchmarkCost.add(train: run.costUSD, heldOut: nil) }
                 if let i = batches.indices.last { batches[i].trainRuns += 1 }

@@ -79,6 +79,7 @@ public enum AgentText {
             "gate_attempts": f.gates.map { ["attempt": $0.attempt, "accepted": $0.accepted, "reason": $0.reason, "suite": "\($0.suitePassed)/\($0.suiteTotal)"] },
             "violations": f.violations.map { ["time": $0.time, "actor": $0.actor, "kind": $0.kind, "detail": $0.detail] },
             "unverified_rewards": f.unverified ?? NSNull() as Any,
+            "gate_rule": f.gateRule ?? NSNull() as Any,
             "budgets": f.budgets.map {
                 ["setting": $0.setting, "counts": $0.counts, "limit": $0.limit ?? NSNull() as Any, "used": $0.used ?? NSNull() as Any, "spent": $0.spent]
             },
@@ -98,6 +99,7 @@ public enum AgentText {
         out += "iterations: \(f.iterations.count - 1) accepted (plus baseline)\n"
         if let best = f.best { out += "best val_score: \(best.fixed4)\n" } else if !f.iterations.isEmpty { out += "best val_score: -\n" }
         out += "suite: \(f.suite.count) task(s)\n"
+        if let rule = f.gateRule { out += "gate rule: \(rule)\n" }
         if let b = f.batch {
             out += "rolling batch \(b.number): \(b.revealed) train task(s) revealed, gate attempts \(b.attemptsUsed) of \(b.attemptsAllowed)\n"
         }

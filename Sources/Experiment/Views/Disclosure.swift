@@ -17,6 +17,8 @@ public enum GateOutcome: String, Codable, CaseIterable, Sendable {
     /// Step 2: val_score did not beat the best accepted score (by more than the required
     /// improvement, when there is one).
     case scoreNotImproved = "score_not_improved"
+    /// Step 2 under `gate.accept: at_least_best`: val_score was below the best accepted score.
+    case scoreBelowBest = "score_below_best"
     /// Cut off (a crash, a failed write): no decision.
     case interrupted
 
@@ -96,6 +98,8 @@ public struct GateDisclosure: Equatable, Sendable {
             if decisionOnly { return "held-out score did not improve" }
             if let r = requiredImprovement { return "val_score did not beat the best accepted score by more than min_improvement \(String(format: "%.4f", r))" }
             return "val_score did not beat the best accepted score"
+        case .scoreBelowBest:
+            return decisionOnly ? "held-out score did not improve" : "val_score is below the best accepted score"
         }
     }
 }
@@ -134,6 +138,8 @@ public struct StatusFacts: Sendable {
     public var batch: BatchLine? = nil
     /// Why this experiment's rewards are unverified (`BenchmarkKind.unverified`), or nil.
     public var unverified: String? = nil
+    /// The gate's acceptance rule in force, with its numbers (`ExperimentSupervisor.gateRule`).
+    public var gateRule: String? = nil
 
     public struct BatchLine: Sendable {
         public let number: Int
@@ -226,6 +232,7 @@ public enum Disclosure {
             budgets: budgets.filter { cost || $0.agentMaySee }, openRunID: s.openRun?.runID,
             batch: s.batches.last.map { .init(number: $0.revealed.batch, revealed: s.visibleTrain.count, attemptsUsed: $0.attempts.count,
                                               attemptsAllowed: $0.revealed.iterations) },
-            unverified: config.unverifiedRewards)
+            unverified: config.unverifiedRewards,
+            gateRule: s.split.map { ExperimentSupervisor.gateRule(testTasks: $0.test.count, config: config) })
     }
 }
