@@ -133,6 +133,10 @@ struct ExperimentInputTests {
     func typedUpstreamKeys() throws {
         let refused = try #require(try Self.refusal("mode: x-interact\n"))
         #expect(refused.hasPrefix("exp/experiment_config.yaml:3: mode:") && refused.contains("a-interact") && refused.contains("c-interact"), "\(refused)")
+        // Harbor's provider and tau2's domain are choices too, refused at their line rather than
+        // when the adapter is made.
+        #expect(try Self.refusal("env_provider: k8s\n") == "exp/experiment_config.yaml:3: env_provider: 'k8s' is not allowed (allowed: local, docker, daytona, e2b, modal, runloop)")
+        #expect(try Self.refusal("domain: mall\n") == "exp/experiment_config.yaml:3: domain: 'mall' is not allowed (allowed: retail, airline, telecom)")
         let keys = """
             mode: c-interact
             seed: 300
@@ -166,8 +170,8 @@ struct ExperimentInputTests {
         #expect(both?.hasPrefix("exp/experiment_config.yaml:5: gate.min_improvement: only with gate.accept: margin") == true, "\(both ?? "accepted")")
         let c = try ExperimentConfig.parse("benchmark: local\ndataset: d\ngate:\n  accept: at_least_best\n", file: "f")
         #expect(c.acceptRule == .atLeastBest)
-        #expect(ExperimentSupervisor.gateRule(testTasks: 4, config: c).contains("a tie passes"))
-        #expect(ExperimentSupervisor.gateRule(testTasks: 4, config: ExperimentConfig(benchmark: "local"))
+        #expect(GateRules.ruleText(testTasks: 4, config: c).contains("a tie passes"))
+        #expect(GateRules.ruleText(testTasks: 4, config: ExperimentConfig(benchmark: "local"))
             == "gate.accept: margin (min_improvement auto = 1/4): a gate is accepted when at least 2 more held-out task(s) pass than under the best accepted agent.py (a tie fails)")
     }
 

@@ -22,10 +22,10 @@ struct HeldOutSettleTests {
         let dir = try TempDir()
         let journal = dir.path + "/held-out-sources"
         let cache = PageCacheEviction(journal: journal)
-        let failed = HeldOutSettle.settle(cache, noise: Self.noise(failing: true))
+        let failed = HeldOutSettle.settle(cache, onHost: true, noise: Self.noise(failing: true))
         #expect(failed.failure?.contains("no threads left") == true, "\(failed)")
         #expect(HeldOutSettle.owed(journal: journal), "a failed clean-up must leave its mark")
-        let done = HeldOutSettle.settle(PageCacheEviction(journal: journal), noise: Self.noise(failing: false))
+        let done = HeldOutSettle.settle(PageCacheEviction(journal: journal), onHost: false, noise: Self.noise(failing: false))
         #expect(done.failure == nil && !HeldOutSettle.owed(journal: journal), "\(done)")
         #expect(done.lines.count == 2, "\(done.lines)")
     }
@@ -36,13 +36,13 @@ struct HeldOutSettleTests {
         let journal = dir.path + "/held-out-sources"
         #expect(HeldOutSettle.settleLeftover(journal: journal, noise: Self.noise(failing: false)) == nil)
         try "/nonexistent-source\n".write(toFile: journal, atomically: true, encoding: .utf8)
-        final class Asked: @unchecked Sendable { var inodeCounters: [Bool] = [] }
+        final class Asked: @unchecked Sendable { var onHost: [Bool] = [] }
         let asked = Asked()
-        let failing: HeldOutSettle.Noise = { ic in asked.inodeCounters.append(ic); var r = InodeNumberNoise.Report(); r.failure = "x"; return r }
+        let failing: HeldOutSettle.Noise = { ic in asked.onHost.append(ic); var r = InodeNumberNoise.Report(); r.failure = "x"; return r }
         let again = try #require(HeldOutSettle.settleLeftover(journal: journal, noise: failing))
         #expect(again.failure != nil && HeldOutSettle.owed(journal: journal), "\(again)")
         // Full noise: whether the phase ran here or in a VM is not known.
-        #expect(asked.inodeCounters == [true])
+        #expect(asked.onHost == [true])
         let done = try #require(HeldOutSettle.settleLeftover(journal: journal, noise: Self.noise(failing: false)))
         #expect(done.failure == nil && !HeldOutSettle.owed(journal: journal), "\(done)")
     }
@@ -52,7 +52,7 @@ struct HeldOutSettleTests {
         let cpus = 32, rounds = 4000
         var low = (threads: 0, sessions: 0, batches: 0)
         for _ in 0..<rounds {
-            let d = InodeNumberNoise.draw(cpus: cpus, inodeCounters: true)
+            let d = InodeNumberNoise.draw(cpus: cpus, onHost: true)
             #expect(d.threads.count == cpus && d.sessions.count == cpus && d.pipes.count == cpus)
             // The lowest tenth of each width: a tenth of the draws land there when the total
             // is uniform; a sum of 32 per-CPU draws lands there about never.
@@ -65,7 +65,7 @@ struct HeldOutSettleTests {
         }
         #expect(InodeNumberNoise.spread(10, over: 4) == [3, 3, 2, 2])
         // After a VM's phase only the process serial moves.
-        let vm = InodeNumberNoise.draw(cpus: 2, inodeCounters: false)
+        let vm = InodeNumberNoise.draw(cpus: 2, onHost: false)
         #expect(vm.sessions == [0, 0] && vm.pipes == [0, 0] && vm.memfds == [0, 0])
     }
 }

@@ -119,7 +119,7 @@ struct RunAloneInodeNumberNoiseTests {
         }
         #expect(moved.count >= 2, "\(moved)")
         // After a VM's phase the sessions its guest made were the guest kernel's.
-        let vm = InodeNumberNoise.perturb(inodeCounters: false)
+        let vm = InodeNumberNoise.perturb(onHost: false)
         #expect(vm.sessions == 0 && vm.failure == nil, "\(vm)")
     }
 }

@@ -7,12 +7,14 @@ import Foundation
 struct TauBenchKind: BenchmarkKind {
     static let hint = "install tau2-bench: `git clone https://github.com/sierra-research/tau2-bench && cd tau2-bench && pip install -e .`"
     let name = "tau-bench"
+    /// tau2's domains this runner scores.
+    static let domains = ["retail", "airline", "telecom"]
     let defaultTool: String? = "tau2"
     var installHint: String { Self.hint }
     func notInVM(_ config: ExperimentConfig) -> String? { nil }
 
     struct Settings: BenchmarkSettings {
-        /// retail, airline or telecom.
+        /// One of `domains`; required.
         var domain: String?
         /// tau2's data directory (never bound into a run).
         var tau2DataDir: String?
@@ -21,7 +23,7 @@ struct TauBenchKind: BenchmarkKind {
         /// The simulations' seed.
         var seed: Int?
         static var keys: [SettingKey<Self>] {
-            [SettingKey("domain", .text(\.domain)), SettingKey("tau2_data_dir", .text(\.tau2DataDir)),
+            [SettingKey("domain", .choice(\.domain, TauBenchKind.domains)), SettingKey("tau2_data_dir", .text(\.tau2DataDir)),
              SettingKey("user_model", .text(\.userModel)), SettingKey("seed", .integer(\.seed, 0...4_294_967_295))]
         }
     }
@@ -51,8 +53,8 @@ extension ExperimentConfig {
             try ToolCheck.environment(runner.envPass, for: "tau2 (the agent's and the user simulator's model API)")
         }
         let upstream = TauBenchKind().settings(self)
-        guard let domain = upstream.domain, ["retail", "airline", "telecom"].contains(domain) else {
-            throw ExperimentError(.usage, "domain: tau-bench needs one of retail, airline, telecom (got \(upstream.domain.map { "'\($0)'" } ?? "nothing"))")
+        guard let domain = upstream.domain else {
+            throw ExperimentError(.usage, "domain: missing; tau-bench needs one of \(TauBenchKind.domains.joined(separator: ", "))")
         }
         guard let data = upstream.tau2DataDir ?? ProcessInfo.processInfo.environment["TAU2_DATA_DIR"] else {
             throw ExperimentError(.usage, "tau2_data_dir: missing; set it to tau2-bench's data directory (the one holding tau2/domains/), or export TAU2_DATA_DIR")

@@ -12,8 +12,7 @@ struct TerminalBenchKind: BenchmarkKind {
     var installHint: String { Self.hint }
 
     struct Settings: BenchmarkSettings {
-        /// Harbor's environment provider (upstream's key): local (autoharness's sandbox),
-        /// docker, daytona, e2b (the default), modal, runloop.
+        /// Harbor's environment provider (upstream's key): one of `providers`, e2b when unset.
         var envProvider: String?
         /// Harbor's multiplier of each task's own agent timeout.
         var agentTimeoutMultiplier: Double?
@@ -21,11 +20,15 @@ struct TerminalBenchKind: BenchmarkKind {
         var registryPath: String?
         var provider: String { envProvider ?? "e2b" }
         static var keys: [SettingKey<Self>] {
-            [SettingKey("env_provider", .text(\.envProvider)),
+            [SettingKey("env_provider", .choice(\.envProvider, TerminalBenchKind.providers)),
              SettingKey("agent_timeout_multiplier", .number(\.agentTimeoutMultiplier, 0.01...100)),
              SettingKey("registry_path", .text(\.registryPath))]
         }
     }
+
+    /// Where Harbor's task environments run: Harbor's own providers, and autoharness's `local`
+    /// (the task's commands in autoharness's sandbox).
+    static let providers = ["local", "docker", "daytona", "e2b", "modal", "runloop"]
 
     /// The keys each Harbor environment provider reads (harbor 0.24.0, harbor/environments/:
     /// e2b.py, daytona.py, modal.py (Modal's client reads MODAL_TOKEN_ID/SECRET), runloop.py).
@@ -117,9 +120,6 @@ extension ExperimentConfig {
             throw ExperimentError(.usage, "dataset: missing; terminal-bench needs a Harbor dataset (terminal-bench@2.0) or a local directory of Harbor tasks")
         }
         let tool = toolSettings(argv)
-        guard ["local", "docker", "daytona", "e2b", "modal", "runloop"].contains(provider) else {
-            throw ExperimentError(.usage, "env_provider: '\(provider)' is not one Harbor supports (docker, daytona, e2b, modal, runloop) nor autoharness's local (the task's commands in autoharness's sandbox)")
-        }
         if provider == "local" {
             guard let scripts = runner.scripts, FileManager.default.fileExists(atPath: scripts + "/autoharness_harbor_env.py") else {
                 throw ExperimentError(.usage, "env_provider: local needs runner.scripts, the directory of autoharness_harbor_env.py (templates/terminal-bench)")

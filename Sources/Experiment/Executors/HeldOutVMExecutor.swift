@@ -68,11 +68,7 @@ struct HeldOutVMExecutor: TaskExecutor {
         // the host's process serial, which qemu moved with the guest's load (its 9p server
         // starts and retires threads), is moved by noise, as after a host phase (the inode
         // counters the guest cannot move are left: InodeCounterAttackTests).
-        func settle() -> String? {
-            let settled = HeldOutSettle.settle(cache, inodeCounters: false)
-            for line in settled.lines { env.log?("held-out VM done; \(line)") }
-            return settled.failure
-        }
+        func settle() -> String? { HeldOutSettle.settle(cache, onHost: false, log: env.log, prefix: "held-out VM done; ") }
         // A bound on the whole phase (each task's own limits hold inside the guest): the
         // boot, then every task's agent and verifier limits, run `max_concurrency` at a time.
         let result: HeldOutVM.Run

@@ -57,12 +57,7 @@ struct HostExecutor: TaskExecutor {
     /// removed or scrambled once the last is gone. Returns what failed (nothing untrusted may
     /// run until it is fixed).
     func settle(_ cache: PageCacheEviction) -> String? {
-        let log = environment.log
-        // Done whether or not anyone listens: `log?(…)` alone would skip the call.
-        let settled = HeldOutSettle.settle(cache)
-        for line in settled.lines { log?("held-out sandboxes done; \(line)") }
-        log?("held-out sandboxes done; \(SandboxPartsPool.discardTimedParts())")
-        return settled.failure
+        HeldOutSettle.settle(cache, onHost: true, log: environment.log, prefix: "held-out sandboxes done; ")
     }
 }
 

@@ -90,6 +90,25 @@ public enum GateRules {
         minImprovement ?? (testTasks > 0 ? 1.0 / Double(testTasks) : 0)
     }
 
+    /// The acceptance rule in force, in held-out tasks: what `prepare` and `status` say.
+    public static func ruleText(testTasks n: Int, config: ExperimentConfig) -> String {
+        switch config.acceptRule {
+        case .atLeastBest:
+            return "gate.accept: at_least_best: a gate is accepted when its val_score reaches the best accepted score (a tie passes; the same agent.py cannot be gated twice)"
+        case .margin:
+            let step = tasksNeeded(testTasks: n, minImprovement: config.minImprovement)
+            let setting = config.minImprovement == nil ? "min_improvement auto = 1/\(n)" : "min_improvement \(config.minImprovement!)"
+            return "gate.accept: margin (\(setting)): a gate is accepted when at least \(step) more held-out task(s) pass than under the best accepted agent.py (a tie fails)"
+        }
+    }
+
+    /// How many more held-out tasks than under the best must pass for step 2 to accept, with
+    /// pass/fail rewards: more than `requiredImprovement` × N, so its floor plus one.
+    public static func tasksNeeded(testTasks: Int, minImprovement: Double?) -> Int {
+        let m = requiredImprovement(testTasks: testTasks, minImprovement: minImprovement)
+        return Int((m * Double(max(testTasks, 1)) + 1e-9).rounded(.down)) + 1
+    }
+
     /// Step 2: nil when `val` beats `best` (none yet: 0) by more than the required improvement.
     /// The comparison allows for floating-point noise in the means (1e-9), never for a tie.
     static func improvement(val: Double, best: Double?, testTasks: Int, minImprovement: Double?) -> GateDecision? {

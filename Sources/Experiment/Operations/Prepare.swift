@@ -16,21 +16,8 @@ extension ExperimentSupervisor {
         public var splitOrigin: String
         /// What the operator should change before running (a test split too small to gate).
         public var warnings: [String] = []
-        /// The gate's acceptance rule in force, with its numbers (`gateRule`).
+        /// The gate's acceptance rule in force, with its numbers (`GateRules.ruleText`).
         public var gateRule = ""
-    }
-
-    /// The acceptance rule in force, in held-out tasks: what `prepare` and `status` say.
-    public static func gateRule(testTasks n: Int, config: ExperimentConfig) -> String {
-        switch config.acceptRule {
-        case .atLeastBest:
-            return "gate.accept: at_least_best: a gate is accepted when its val_score reaches the best accepted score (a tie passes; the same agent.py cannot be gated twice)"
-        case .margin:
-            let m = GateRules.requiredImprovement(testTasks: n, minImprovement: config.minImprovement)
-            let step = Int((m * Double(max(n, 1)) + 1e-9).rounded(.down)) + 1
-            let setting = config.minImprovement == nil ? "min_improvement auto = 1/\(n)" : "min_improvement \(config.minImprovement!)"
-            return "gate.accept: margin (\(setting)): a gate is accepted when at least \(step) more held-out task(s) pass than under the best accepted agent.py (a tie fails)"
-        }
     }
 
     /// Tasks whose test scripts fetch their judge (uv, pytest) score 0 in an offline verifier
@@ -47,9 +34,7 @@ extension ExperimentSupervisor {
     /// than the best so far, so a small split runs out of room fast (or never has any).
     public static func smallSplitWarning(testTasks n: Int, testPassed: Int, minImprovement: Double?) -> String? {
         guard n > 0 else { return nil }
-        let m = GateRules.requiredImprovement(testTasks: n, minImprovement: minImprovement)
-        // Tasks one acceptance needs beyond the best, with pass/fail rewards: more than m·N.
-        let step = Int((m * Double(n) + 1e-9).rounded(.down)) + 1
+        let step = GateRules.tasksNeeded(testTasks: n, minImprovement: minImprovement)
         let room = n - testPassed
         let possible = room / step
         guard n < 10 || possible == 0 else { return nil }
@@ -133,7 +118,7 @@ extension ExperimentSupervisor {
                                          ? "the benchmark's own split, seed \(split.metadata.seed)"
                                          : "stratified on baseline pass/fail, seed \(split.metadata.seed)")
         let testPassed = split.test.filter { passed[$0] == true }.count
-        summary.gateRule = Self.gateRule(testTasks: split.test.count, config: config)
+        summary.gateRule = GateRules.ruleText(testTasks: split.test.count, config: config)
         if config.acceptRule == .margin, let w = Self.smallSplitWarning(testTasks: split.test.count, testPassed: testPassed, minImprovement: config.minImprovement) {
             summary.warnings.append(w)
         }

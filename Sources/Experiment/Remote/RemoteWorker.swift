@@ -121,7 +121,7 @@ public enum RemoteWorker {
                                 loader: PolicyLoader(searchPaths: s.policySearchPaths), cpus: Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))) : nil
             context.pageCache = cache
             let ran = Result { try adapter.run(ids, context) }
-            if let cache, let failure = settle(cache, log: s.log) {
+            if let cache, let failure = HeldOutSettle.settle(cache, onHost: true, log: s.log, prefix: "held-out tasks done; ") {
                 throw ExperimentError(.io, "after the held-out tasks: \(failure); their results were not sent")
             }
             do {
@@ -195,11 +195,7 @@ public enum RemoteWorker {
         let cache = PageCacheEviction(journal: s.stateDirectory + "/held-out-pages")
         // What qemu read for the guest leaves the page cache, and the process serial its
         // threads moved gets noise, before the answer goes back.
-        func settle() -> String? {
-            let settled = HeldOutSettle.settle(cache, inodeCounters: false)
-            for line in settled.lines { s.log("held-out VM done; \(line)") }
-            return settled.failure
-        }
+        func settle() -> String? { HeldOutSettle.settle(cache, onHost: false, log: s.log, prefix: "held-out VM done; ") }
         let bound = ExecutionBounds.heldOut(ids, tasks: benchmark.tasks, fallback: request.defaultAgentTimeout ?? LocalBenchmark.defaultTimeout,
                                                       concurrency: request.concurrency)
         // A failed boot's console goes to the request's directory, removed with it: nothing of
@@ -356,14 +352,5 @@ public enum RemoteWorker {
             out[key]!.count = min(now + (e.count ?? 1), WorkLimits.maxViolationCount)
         }
         return out.keys.sorted().prefix(WorkLimits.maxViolations / 2).map { out[$0]! }
-    }
-
-    /// After held-out tasks: their pages out of this node's page cache and the host's counters
-    /// moved (as `HostExecutor.settle` does on the supervisor's host). Returns what failed.
-    static func settle(_ cache: PageCacheEviction, log: @Sendable (String) -> Void) -> String? {
-        let settled = HeldOutSettle.settle(cache)
-        for line in settled.lines { log("held-out tasks done; \(line)") }
-        log("held-out tasks done; \(SandboxPartsPool.discardTimedParts())")
-        return settled.failure
     }
 }

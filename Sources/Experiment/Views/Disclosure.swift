@@ -138,7 +138,7 @@ public struct StatusFacts: Sendable {
     public var batch: BatchLine? = nil
     /// Why this experiment's rewards are unverified (`BenchmarkKind.unverified`), or nil.
     public var unverified: String? = nil
-    /// The gate's acceptance rule in force, with its numbers (`ExperimentSupervisor.gateRule`).
+    /// The gate's acceptance rule in force, with its numbers (`GateRules.ruleText`).
     public var gateRule: String? = nil
 
     public struct BatchLine: Sendable {
@@ -233,6 +233,6 @@ public enum Disclosure {
             batch: s.batches.last.map { .init(number: $0.revealed.batch, revealed: s.visibleTrain.count, attemptsUsed: $0.attempts.count,
                                               attemptsAllowed: $0.revealed.iterations) },
             unverified: config.unverifiedRewards,
-            gateRule: s.split.map { ExperimentSupervisor.gateRule(testTasks: $0.test.count, config: config) })
+            gateRule: s.split.map { GateRules.ruleText(testTasks: $0.test.count, config: config) })
     }
 }

@@ -14,9 +14,10 @@ import Glibc
 /// After the last held-out sandbox is gone, and before anything untrusted runs again, the
 /// supervisor takes a random count of numbers from both counters on every CPU it may run on
 /// (sandboxes inherit its CPUs): a uniform amount below 1024 on each, plus whole batches, a
-/// uniform number below `extraBatches` × CPUs spread across them. The position within each CPU's batch, the precise channel, is
-/// then uniformly random whatever the held-out tasks did (a one-time pad per CPU); what the
-/// counters' coarse advance still carries is stated in docs/held-out.md ("Host-wide counters").
+/// uniform number below `extraBatches` × CPUs spread across them. The position within each
+/// CPU's batch, the precise channel, is then uniformly random whatever the held-out tasks did
+/// (a one-time pad per CPU); what the counters' coarse advance still carries is stated in
+/// docs/held-out.md ("Host-wide counters").
 /// Two host-wide serials get noise of the same kind: the process serial (threads) and the
 /// session serial (sessions), each one uniform count spread across the CPUs (C side:
 /// counter_noise.c).
@@ -26,16 +27,15 @@ public enum InodeNumberNoise {
     public static let extraBatches = 16
     static let batch = 1024
     /// Threads started, below this many per CPU (one uniform draw for all): each moves the
-    /// host's process serial (a pidfd's inode number, Linux 6.5+) by one. No sandbox can get a pidfd (pidfd_open,
-    /// CLONE_PIDFD, SO_PEERPIDFD and SO_PASSPIDFD are refused), so this is the second wall:
-    /// were a route found, a held-out phase's own count would be read against up to
-    /// 16,384 × CPUs of noise (about half a second per gate here).
+    /// host's process serial (a pidfd's inode number, Linux 6.5+) by one. No sandbox can get a
+    /// pidfd (pidfd_open, CLONE_PIDFD, SO_PEERPIDFD and SO_PASSPIDFD are refused), so this is
+    /// the second wall: were a route found, a held-out phase's own count would be read against
+    /// up to 16,384 × CPUs of noise (about half a second per gate here).
     public static let threadNoise = 16_384
     /// Sessions made, below this many per CPU (one uniform draw for all), each by a process
     /// made for it: every `setsid()` on the host moves the autogroup serial by one, and any
-    /// sandbox reads it exactly
-    /// (`/proc/self/autogroup` of a process that made a session, or of its own, which the
-    /// launcher makes). Neither side can be refused without breaking real programs (Python's
+    /// sandbox reads it exactly (`/proc/self/autogroup` of a process that made a session, or
+    /// of its own, which the launcher makes). Neither side can be refused without breaking real programs (Python's
     /// `start_new_session`, node's `detached`, daemons), so a held-out phase's own count of
     /// sessions is read against this noise (about 50 us a session here: ~0.4 s per gate on
     /// average, the CPUs side by side).
@@ -55,11 +55,12 @@ public enum InodeNumberNoise {
         }
     }
 
-    /// Perturbs both counters, the process serial and the session serial on every CPU this
-    /// process may run on; with `inodeCounters: false`, the process serial alone (after a VM's
-    /// phase: the guest's load moved no inode counter or session serial of the host's, but the
-    /// threads qemu starts and retires with it move the process serial).
-    public static func perturb(inodeCounters: Bool = true) -> Report {
+    /// After a held-out phase on this host: perturbs both inode counters, the process serial
+    /// and the session serial on every CPU this process may run on. After a phase in a VM
+    /// (`onHost: false`), the process serial alone: the guest's load moved no inode counter or
+    /// session serial of the host's, but the threads qemu starts and retires with it move the
+    /// process serial.
+    public static func perturb(onHost: Bool = true) -> Report {
         let start = monotonic()
         var report = Report()
         #if DEBUG
@@ -77,7 +78,7 @@ public enum InodeNumberNoise {
             return report
         }
         cpus = Array(cpus.prefix(Int(n)))
-        let d = draw(cpus: Int(n), inodeCounters: inodeCounters)
+        let d = draw(cpus: Int(n), onHost: onHost)
         let (pipes, memfds, threads, sessions) = (d.pipes, d.memfds, d.threads, d.sessions)
         var failedCPU: Int32 = -1
         let rc = ahs_perturb_inode_numbers(cpus, pipes, memfds, threads, sessions, n, &failedCPU)
@@ -91,7 +92,7 @@ public enum InodeNumberNoise {
     }
 
     /// The amounts for `cpus` CPUs, each CPU's share.
-    static func draw(cpus count: Int, inodeCounters: Bool) -> (pipes: [Int], memfds: [Int], threads: [Int], sessions: [Int]) {
+    static func draw(cpus count: Int, onHost: Bool) -> (pipes: [Int], memfds: [Int], threads: [Int], sessions: [Int]) {
         // Drawn from the system's generator (getrandom). A shared counter's reader sees only
         // the sum over CPUs, and a sum of per-CPU draws clusters in the middle (triangular on 2
         // CPUs, nearly normal on many: issue 54's review decoded 12 of 12 bits where the
@@ -100,12 +101,12 @@ public enum InodeNumberNoise {
         // own batch is drawn per CPU.
         let none = Array(repeating: 0, count: count)
         func inodes() -> [Int] {
-            guard inodeCounters else { return none }
+            guard onHost else { return none }
             return spread(Int.random(in: 0..<extraBatches * count), over: count).map { Int.random(in: 0..<batch) + batch * $0 }
         }
         let pipes = inodes(), memfds = inodes()
         let threads = spread(Int.random(in: 0..<threadNoise * count), over: count)
-        let sessions = inodeCounters ? spread(Int.random(in: 0..<sessionNoise * count), over: count) : none
+        let sessions = onHost ? spread(Int.random(in: 0..<sessionNoise * count), over: count) : none
         return (pipes, memfds, threads, sessions)
     }
 

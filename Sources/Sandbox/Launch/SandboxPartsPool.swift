@@ -125,7 +125,7 @@ public final class SandboxPartsPool: @unchecked Sendable {
     /// A part's inodes carry the time it was made (a /dev's nodes: ctime, mtime and birth time,
     /// to the nanosecond), and it is made when an earlier sandbox went quiet or ended: made
     /// while held-out sandboxes ran, it would show a later sandbox when one of them did. The
-    /// supervisor calls this once the held-out sandboxes are gone (`HostExecutor.settle`).
+    /// supervisor calls this once the held-out sandboxes are gone (`HeldOutSettle.settle`).
     /// Returns how many were ready.
     @discardableResult
     public func discardReady() -> Int {

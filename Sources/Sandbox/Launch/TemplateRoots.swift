@@ -125,7 +125,7 @@ extension SharedTrees {
     /// Forgets every template. Their inodes carry the time they were built, at the launch of
     /// the first sandbox that needed one, which an earlier sandbox's end decided: built while
     /// held-out sandboxes ran, a template would show later sandboxes when one of them ended. The
-    /// supervisor calls this once the held-out sandboxes are gone (`HostExecutor.settle`).
+    /// supervisor calls this once the held-out sandboxes are gone (`HeldOutSettle.settle`).
     /// Returns how many there were.
     @discardableResult
     public func dropTemplates() -> Int {

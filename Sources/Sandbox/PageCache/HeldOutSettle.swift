@@ -19,15 +19,26 @@ public enum HeldOutSettle {
         public var failure: String?
     }
 
-    public typealias Noise = @Sendable (_ inodeCounters: Bool) -> InodeNumberNoise.Report
+    public typealias Noise = @Sendable (_ onHost: Bool) -> InodeNumberNoise.Report
 
-    /// After a held-out phase on this host (`inodeCounters: true`) or in a VM (false: the
-    /// guest moved no inode counter or session serial of the host's, only the process serial
-    /// through qemu's threads). `noise`: tests stand in a failing one.
-    public static func settle(_ cache: PageCacheEviction, inodeCounters: Bool = true,
-                              noise: Noise = { InodeNumberNoise.perturb(inodeCounters: $0) }) -> Outcome {
+    /// After a held-out phase on this host (`onHost`) or in a VM (the guest moved no inode
+    /// counter or session serial of the host's, only the process serial through qemu's
+    /// threads). `noise`: tests stand in a failing one.
+    public static func settle(_ cache: PageCacheEviction, onHost: Bool,
+                              noise: Noise = { InodeNumberNoise.perturb(onHost: $0) }) -> Outcome {
         cache.markOwed()
-        return finish(evicted: "\(cache.evict(keepingJournal: true))", noise(inodeCounters), removeJournal: cache.removeJournal)
+        var o = finish(evicted: "\(cache.evict(keepingJournal: true))", noise(onHost), removeJournal: cache.removeJournal)
+        // Parts built while the held-out sandboxes ran carry their timing (SandboxPartsPool).
+        if onHost { o.lines.append(SandboxPartsPool.discardTimedParts()) }
+        return o
+    }
+
+    /// `settle`, its lines logged after `prefix` (whether or not anyone listens, the work is
+    /// done); returns why the clean-up is not done, or nil.
+    public static func settle(_ cache: PageCacheEviction, onHost: Bool, log: ((String) -> Void)?, prefix: String) -> String? {
+        let o = settle(cache, onHost: onHost)
+        for line in o.lines { log?(prefix + line) }
+        return o.failure
     }
 
     /// The outcome of an eviction and the noise after it; the journal removed only if the
@@ -46,7 +57,7 @@ public enum HeldOutSettle {
     /// phase left owed (its journal), done now with the full noise (it is not known whether
     /// the phase ran here or in a VM). nil when nothing was owed.
     public static func settleLeftover(journal: String,
-                                      noise: Noise = { InodeNumberNoise.perturb(inodeCounters: $0) }) -> Outcome? {
+                                      noise: Noise = { InodeNumberNoise.perturb(onHost: $0) }) -> Outcome? {
         guard let evicted = PageCacheEviction.evictLeftover(journal: journal, keepingJournal: true) else { return nil }
         return finish(evicted: "a held-out run was cut off; \(evicted)", noise(true), removeJournal: { _ = unlink(journal) })
     }
