@@ -87,6 +87,23 @@ struct FailureEvidenceTests {
                 == [FailureEvidence(check: "phase 2", errorClass: "phase2_not_passed", excerpt: "2 submission(s), 1 not accepted; last: follow-up: wrong columns")])
     }
 
+    @Test("bfcl: the checker's error type is the class, its check the part before the colon; a parallel check's per-call sub-errors join its message; a passing verdict is none")
+    func bfcl() throws {
+        let simple = Array(#"{"valid": false, "category": "simple_python", "error_type": "type_error:simple", "error": ["Incorrect type for parameter 'x'. Expected type integer, got str. Parameter value: '4'."]}"#.utf8)
+        #expect(FailureParsers.bfcl(simple) == [FailureEvidence(check: "type_error", errorClass: "type_error:simple",
+                                                               excerpt: "Incorrect type for parameter 'x'. Expected type integer, got str. Parameter value: '4'.")])
+        let parallel = Array(#"""
+            {"valid": false, "error_type": "parallel_function_checker_no_order:cannot_find_match",
+             "error": ["Could not find a matching function among index [1] of model output for index 1 of possible answers.",
+                       {"Model Result Index 1": {"sub_error": ["Unexpected parameter: 'permeability'."], "sub_error_type": "simple_function_checker:unexpected_param"}}]}
+            """#.utf8)
+        #expect(FailureParsers.bfcl(parallel) == [FailureEvidence(
+            check: "parallel_function_checker_no_order", errorClass: "parallel_function_checker_no_order:cannot_find_match",
+            excerpt: "Could not find a matching function among index [1] of model output for index 1 of possible answers. Unexpected parameter: 'permeability'.")])
+        #expect(FailureParsers.bfcl(Array(#"{"valid": true, "error_type": null, "error": []}"#.utf8)) == nil)
+        #expect(FailureParsers.bfcl(Array("not json".utf8)) == nil)
+    }
+
     @Test("command: failures.json entries for requested ids only, malformed ones skipped")
     func command() {
         let bytes = Array(#"{"a": [{"check": "unit test 3", "error_class": "ValueError", "message": "bad"}, {"nope": 1}], "zz": [{"check": "x"}], "b": "text"}"#.utf8)

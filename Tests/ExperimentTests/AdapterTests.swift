@@ -923,7 +923,7 @@ struct AdapterInitTests {
         (["--benchmark", "bird-interact", "--tool", "/usr/bin/python3"], "BIRD-Interact checkout"),
         (["--benchmark", "bird-interact", "--tool", "/usr/bin/python3", "--repo", "/nonexistent"], "git clone"),
         (["--benchmark", "tau-bench", "--tool", "/nonexistent/tau2", "--dataset", Tools.root + "/tau2/data"], "pip install"),
-        (["--benchmark", "nonsense"], "one of: local, terminal-bench, tau-bench, bird-interact, command"),
+        (["--benchmark", "nonsense"], "one of: local, terminal-bench, tau-bench, bird-interact, command, bfcl"),
     ])
     func missing(args: [String], hint: String) throws {
         let temp = try TempDir()

@@ -27,14 +27,16 @@ final class FakeModel {
     var logPath: String { dir.path + "/requests.jsonl" }
     var address: String { "127.0.0.2:\(port)" }
 
-    init(turns: [[[String: Any]]]) throws {
+    /// `answers`: `{"when": text, "turn": [...]}` rules answering any Chat request whose last
+    /// user message contains the text (fake_model.py's header).
+    init(turns: [[[String: Any]]], answers: [[String: Any]] = []) throws {
         dir = try TempDir(mode: 0o755)
         let server = Fixtures.root + "/fake-model/fake_model.py"
         let made = try runProcess("/usr/bin/python3", [server, "--make-certs", dir.path + "/certs"])
         try #require(made.status == 0, "certificates: \(made.stderr)")
         chmod(dir.path + "/certs", 0o755)
         chmod(dir.path + "/certs/ca.pem", 0o644)
-        let script = try JSONSerialization.data(withJSONObject: ["turns": turns])
+        let script = try JSONSerialization.data(withJSONObject: ["turns": turns, "answers": answers])
         try script.write(to: URL(fileURLWithPath: dir.path + "/script.json"))
         process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
         process.arguments = [server, "--script", dir.path + "/script.json", "--cert", dir.path + "/certs/server.pem",

@@ -110,6 +110,27 @@ public enum FailureParsers {
                                excerpt: message.isEmpty ? lastLines(e["exception_traceback"]?.string ?? "", 2) : message)
     }
 
+    // MARK: BFCL (the checker's verdict.json)
+
+    /// The verdict BFCL's checker gave one task, as autoharness_bfcl_score.py writes it from
+    /// bfcl-eval 2026.3.23 eval_checker/eval_runner.py (`_evaluate_single_ast_entry`,
+    /// `_evaluate_single_relevance_entry`): `valid`, `error_type` (`type_error:simple`,
+    /// `simple_function_checker:missing_required`, `irrelevance_error:decoder_success`, ...)
+    /// and `error`, its list of messages. nil: not a verdict, or a passing one.
+    public static func bfcl(_ bytes: [UInt8]) -> [FailureEvidence]? {
+        guard let v = JSONValue.parse(bytes), v["valid"] == .bool(false) else { return nil }
+        let type = v["error_type"]?.string ?? "invalid"
+        // Each message is a string, or (parallel and multiple checks) an object per model call
+        // tried, whose `sub_error` says why that call did not match.
+        let messages = (v["error"]?.array ?? v["error"].map { [$0] } ?? []).flatMap { item -> [String] in
+            if let s = item.string { return [s] }
+            return (item.object ?? [:]).sorted { $0.key < $1.key }.flatMap { $0.value["sub_error"]?.array?.compactMap(\.string) ?? [] }
+        }
+        // The checker's own kinds are `<check>:<error>`: the check is the part before the colon.
+        let check = type.split(separator: ":", maxSplits: 1).first.map(String.init) ?? "checker"
+        return [FailureEvidence(check: check, errorClass: type, excerpt: messages.joined(separator: " "))]
+    }
+
     // MARK: tau2 (the scorer's reward_info.json)
 
     /// The failed checks of tau2's reward breakdown, as its scorer wrote it

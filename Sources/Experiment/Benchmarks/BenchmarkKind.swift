@@ -75,7 +75,7 @@ struct InitValues {
 
 /// Every benchmark this build runs.
 enum BenchmarkKinds {
-    static let all: [any BenchmarkKind] = [LocalKind(), TerminalBenchKind(), TauBenchKind(), BirdInteractKind(), CommandKind()]
+    static let all: [any BenchmarkKind] = [LocalKind(), TerminalBenchKind(), TauBenchKind(), BirdInteractKind(), CommandKind(), BfclKind()]
 
     static var names: [String] { all.map(\.name) }
 

@@ -23,6 +23,8 @@ struct SettingKey<Settings> {
         /// Any non-empty string.
         case text(WritableKeyPath<Settings, String?>)
         case choice(WritableKeyPath<Settings, String?>, [String])
+        /// A non-empty list, each item one of the choices, none twice.
+        case choices(WritableKeyPath<Settings, [String]?>, [String])
         case integer(WritableKeyPath<Settings, Int?>, ClosedRange<Int>)
         case number(WritableKeyPath<Settings, Double?>, ClosedRange<Double>)
     }
@@ -41,6 +43,7 @@ struct SettingKey<Settings> {
         switch value {
         case .text(let field): if let s = r.string(node, name) { settings[keyPath: field] = s }
         case .choice(let field, let allowed): if let s = r.oneOf(node, name, allowed) { settings[keyPath: field] = s }
+        case .choices(let field, let allowed): if let s = r.subset(node, name, allowed) { settings[keyPath: field] = s }
         case .integer(let field, let range): if let x = r.integer(node, name, range) { settings[keyPath: field] = x }
         case .number(let field, let range): if let x = r.number(node, name, range) { settings[keyPath: field] = x }
         }

@@ -43,6 +43,24 @@ final class ConfigReader {
         return s
     }
 
+    /// A non-empty list of distinct items, each one of `allowed`.
+    func subset(_ node: Node, _ key: String, _ allowed: [String]) -> [String]? {
+        guard let items = strings(node, key) else { return nil }
+        guard !items.isEmpty else {
+            error(node, "\(key): expected at least one of \(allowed.joined(separator: ", "))")
+            return nil
+        }
+        if let bad = items.first(where: { !allowed.contains($0) }) {
+            error(node, "\(key): '\(bad)' is not allowed (allowed: \(allowed.joined(separator: ", ")))")
+            return nil
+        }
+        if let twice = items.enumerated().first(where: { items[..<$0.offset].contains($0.element) })?.element {
+            error(node, "\(key): '\(twice)' is listed twice")
+            return nil
+        }
+        return items
+    }
+
     func number(_ node: Node, _ key: String, _ range: ClosedRange<Double>) -> Double? {
         guard let s = string(node, key) else { return nil }
         guard let x = Double(s), x.isFinite, range.contains(x) else {

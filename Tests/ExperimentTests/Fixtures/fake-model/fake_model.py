@@ -16,13 +16,16 @@ GET /v1/chat/completions (with their metadata) and GET /v1/responses/<id>; POST 
 keeps a file that GET /v1/files lists. Every request is logged with its method, path, Host
 header and the `store` value it carried.
 
-What the "model" says is a script (JSON): {"turns": [TURN, ...]}; a TURN is a list of blocks,
+What the "model" says is a script (JSON): {"turns": [TURN, ...], "answers": [{"when": TEXT,
+"turn": TURN}, ...]}; a TURN is a list of blocks,
 {"text": "..."} or {"tool": NAME, "input": {...}}. Each request of the agent's main loop
 (one that offers tools) gets the next turn; once the script is spent, a final text turn. A
 request without tools (titles, summaries, quota probes) gets a short text and does not advance
 the script. Every request is logged as one JSON line (path, model, whether it was streamed,
 the tool results and text the agent sent back since the last turn), so a test can assert what
-the agent saw, e.g. the gate's verdict.
+the agent saw, e.g. the gate's verdict. An OpenAI Chat request offering tools whose last user
+message contains an `answers` rule's TEXT gets that rule's TURN instead (the script does not
+advance).
 
   python3 fake_model.py --make-certs DIR
   python3 fake_model.py --script S.json --cert DIR/server.pem --key DIR/server.key \
@@ -60,9 +63,20 @@ def make_certs(directory):
 class Script:
     def __init__(self, path):
         with open(path) as f:
-            self.turns = json.load(f)["turns"]
+            script = json.load(f)
+        self.turns = script["turns"]
+        self.answers = script.get("answers", [])
         self.next = 0
         self.lock = threading.Lock()
+
+    def answer(self, messages):
+        """The turn of the first `answers` rule whose `when` is in the last user message (a
+        model that answers each prompt the same way, whatever order they come in: BFCL's
+        tasks), or None."""
+        last = next((m.get("content") for m in reversed(messages or []) if m.get("role") == "user"), None)
+        if not isinstance(last, str):
+            return None
+        return next((r["turn"] for r in self.answers if r["when"] in last), None)
 
     def take(self):
         with self.lock:
@@ -279,7 +293,9 @@ class Handler(BaseHTTPRequestHandler):
         the agent has answered twice."""
         messages = req.get("messages") or []
         system = " ".join(m.get("content") or "" for m in messages if m.get("role") == "system" and isinstance(m.get("content"), str))
-        if req.get("tools"):
+        if req.get("tools") and self.server.script.answer(messages) is not None:
+            role, n, turn = "agent", 0, self.server.script.answer(messages)
+        elif req.get("tools"):
             role = "agent"
             n, turn = self.server.script.take()
         elif "metExpectation" in system:

@@ -1,0 +1,111 @@
+"""Grades BFCL answers with bfcl-eval's own checker, in the benchmark-scorer sandbox
+(autoharness, benchmark: bfcl). agent.py is not in this sandbox and this process never imports
+it; the answers are data it reads, JSON only.
+
+  autoharness_bfcl_score.py --package DIR --task-ids-file IDS --answers ANSWERS.json
+                            --out REWARDS.json [--traces DIR]
+
+The tasks and their possible answers come from the installed package (DIR/data/BFCL_v4_*.json
+and DIR/data/possible_answer/), never from the runner's copy. Each answer is graded as
+bfcl-eval 2026.3.23's eval_checker/eval_runner.py grades a function-calling model's result:
+`_evaluate_single_ast_entry` (decode_ast of BFCL's OpenAI function-calling handler, then
+ast_checker) for the AST categories, `_evaluate_single_relevance_entry` for relevance and
+irrelevance. MODEL_CONFIG names the registry entry whose handler decodes the answers: an
+OpenAI function-calling model, whose tools cannot have "." in their names
+(underscore_to_dot), as agent.py's tools do not.
+
+REWARDS.json: {"<id>": 1.0 | 0.0 | null}; null when the runner has no answer for the task or
+agent.py raised on it. --traces (train runs only): DIR/<id>/verdict.json, the checker's
+verdict ({"valid", "error_type", "error"}), and answer.json, what was graded.
+"""
+import argparse
+import json
+import os
+import re
+import sys
+
+from bfcl_eval.constants.enums import Language, ReturnFormat
+from bfcl_eval.eval_checker import eval_runner
+
+MODEL_CONFIG = "gpt-5-mini-2025-08-07-FC"
+RELEVANCE = ("irrelevance", "live_irrelevance", "live_relevance")
+
+
+def category(task_id):
+    m = re.fullmatch(r"(.+)_[0-9][0-9-]*", task_id)
+    return m.group(1) if m else None
+
+
+def read_lines(path):
+    out = {}
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                entry = json.loads(line)
+                out[entry["id"]] = entry
+    return out
+
+
+def trace_name(task_id):
+    """The trace directory autoharness reads for a task (TraceName.encode): bytes outside
+    [A-Za-z0-9_-], and a leading ".", written %XX."""
+    plain = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+    return "".join(chr(b) if b in plain or (b == 0x2E and n > 0) else "%%%02X" % b
+                   for n, b in enumerate(task_id.encode()))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--package", required=True)
+    p.add_argument("--task-ids-file", required=True)
+    p.add_argument("--answers", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--traces")
+    a = p.parse_args()
+    with open(a.task_ids_file) as f:
+        ids = [line.strip() for line in f if line.strip()]
+    try:
+        with open(a.answers) as f:
+            answers = json.load(f)
+        if not isinstance(answers, dict):
+            answers = {}
+    except (OSError, ValueError) as e:
+        print("bfcl checker: no answers (%s)" % e, file=sys.stderr)
+        answers = {}
+    data = os.path.join(a.package, "data")
+    tasks, truths = {}, {}
+    for c in sorted({category(i) for i in ids} - {None}):
+        tasks.update(read_lines(os.path.join(data, "BFCL_v4_%s.json" % c)))
+        if c not in RELEVANCE:
+            truths.update(read_lines(os.path.join(data, "possible_answer", "BFCL_v4_%s.json" % c)))
+    handler = eval_runner.get_handler(MODEL_CONFIG)
+    rewards = {}
+    for task_id in ids:
+        c, task, answer = category(task_id), tasks.get(task_id), answers.get(task_id)
+        if task is None or not isinstance(answer, dict) or "result" not in answer:
+            rewards[task_id] = None
+            continue
+        result = answer["result"]
+        if c in RELEVANCE:
+            verdict = eval_runner._evaluate_single_relevance_entry(handler, task_id, result, task, MODEL_CONFIG, c)
+        else:
+            verdict = eval_runner._evaluate_single_ast_entry(
+                handler, task_id, result, truths[task_id]["ground_truth"], task, MODEL_CONFIG, c,
+                Language.PYTHON, ReturnFormat.PYTHON)
+        rewards[task_id] = 1.0 if verdict.get("valid") is True else 0.0
+        if a.traces:
+            d = os.path.join(a.traces, trace_name(task_id))
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, "verdict.json"), "w") as f:
+                json.dump({"valid": verdict.get("valid") is True, "category": c,
+                           "error_type": verdict.get("error_type"), "error": verdict.get("error", [])}, f, indent=1, default=str)
+            with open(os.path.join(d, "answer.json"), "w") as f:
+                json.dump({"question": task["question"], "function": task["function"], "result": result}, f, indent=1, default=str)
+    with open(a.out, "w") as f:
+        json.dump(rewards, f)
+    passed = sum(1 for r in rewards.values() if r == 1.0)
+    print("bfcl checker: %d of %d task(s) passed" % (passed, len(ids)), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
