@@ -25,7 +25,7 @@ enum Reward {
     }
 
     /// Reads `reward.json`, else `reward.txt`, from the logs directory `logs` (an fd): the
-    /// precedence of Harbor's own verifier (harbor 0.24.0, harbor/verifier/verifier.py,
+    /// precedence of Harbor's own verifier (harbor 0.25.0, harbor/verifier/verifier.py,
     /// `Verifier.verify`: reward_json_path is checked before reward_text_path).
     static func read(logs: Int32) -> Reading {
         for file in ["reward.json", "reward.txt"] {

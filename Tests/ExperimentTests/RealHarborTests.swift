@@ -17,7 +17,9 @@ struct RealHarborTests {
     /// Six tasks in Harbor's layout: registry-style `[task] name` (`autoharness-test/...`) on
     /// all but one, environment/ with a Dockerfile (not built) and a seed file, a verifier
     /// that checks /app/out.txt against the seed. The `sleepy-*` tasks' agent timeout is 2 s:
-    /// the solving agent writes its answer and then sleeps past it.
+    /// the solving agent writes its answer and then sleeps past it. hello-3 asks for half a CPU
+    /// (harbor 0.25 accepts `cpus = 0.5`; the local environment applies no CPU count, and a
+    /// refusal would end its whole `harbor run` with no trial).
     static func dataset(in dir: String) throws -> [String] {
         var ids: [String] = []
         for (k, kind) in ["hello", "hello", "hello", "sleepy", "sleepy", "sleepy"].enumerated() {
@@ -26,7 +28,8 @@ struct RealHarborTests {
             let t = dir + "/" + id
             for d in ["environment", "tests", "solution"] { try FileManager.default.createDirectory(atPath: t + "/" + d, withIntermediateDirectories: true) }
             let name = k == 0 ? "" : "[task]\nname = \"autoharness-test/\(id)\"\ndescription = \"generated\"\nkeywords = [\"test\", \"local\"]\n\n"
-            try "schema_version = \"1.4\"\n\n\(name)[agent]\ntimeout_sec = \(kind == "sleepy" ? 2.0 : 60.0)\n\n[verifier]\ntimeout_sec = 30.0\n"
+            let environment = k == 2 ? "\n[environment]\ncpus = 0.5\n" : ""
+            try "schema_version = \"1.4\"\n\n\(name)[agent]\ntimeout_sec = \(kind == "sleepy" ? 2.0 : 60.0)\n\n[verifier]\ntimeout_sec = 30.0\n\(environment)"
                 .write(toFile: t + "/task.toml", atomically: true, encoding: .utf8)
             try "Copy the word in /app/seed.txt into /app/out.txt.\(kind == "sleepy" ? " SLEEP" : "")\n".write(toFile: t + "/instruction.md", atomically: true, encoding: .utf8)
             try "FROM ubuntu:24.04\nWORKDIR /app\nCOPY seed.txt /app/seed.txt\n".write(toFile: t + "/environment/Dockerfile", atomically: true, encoding: .utf8)

@@ -13,10 +13,10 @@ What a Docker image would provide is not built: the task's programs must be in t
 than its Dockerfile are copied into the working directory at the start, as autoharness's local
 runner does. `user` is not switched (everything runs as the sandbox's one unprivileged user).
 
-Written against harbor 0.24.0: harbor/environments/base.py (BaseEnvironment, ExecResult, the
-abstract methods and `_merge_env`), harbor/trial/single_step.py (no verifier when
-`verifier.disable`), and harbor/environments/docker/docker.py (a timed-out exec raises
-RuntimeError).
+Written against harbor 0.25.0, and runs unchanged under 0.24.0: harbor/environments/base.py
+(BaseEnvironment, ExecResult, the abstract methods and `_merge_env`, the constructor's
+capability checks), harbor/trial/single_step.py (no verifier when `verifier.disable`), and
+harbor/environments/docker/docker.py (a timed-out exec raises RuntimeError).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import signal
 from pathlib import Path
 
 from harbor.environments.base import BaseEnvironment, ExecResult
-from harbor.environments.capabilities import EnvironmentCapabilities
+from harbor.environments.capabilities import EnvironmentCapabilities, EnvironmentResourceCapabilities
 
 # The container paths autoharness mounts in the runner sandbox (HarborAgentPhase).
 CONTAINER_PATHS = ("/app", "/logs")
@@ -54,9 +54,24 @@ class SandboxEnvironment(BaseEnvironment):
 
     @property
     def capabilities(self) -> EnvironmentCapabilities:
-        # Not `mounted`: Harbor downloads /logs/{agent,verifier} into the trial itself. No
-        # internet: the sandbox reaches only the proxy's allowlist.
+        # Not `mounted`: Harbor downloads /logs/{agent,verifier} into the trial itself (0.25
+        # also refuses `--ek auto_mounting=true` for it, rather than bind nothing). No
+        # internet: the sandbox reaches only the proxy's allowlist. Not
+        # `dynamic_network_policy`: 0.25 folds a task's per-phase policies into the one the
+        # environment starts with and refuses a task whose agent phase is narrower than its
+        # setup; the verifier phase is not among them, Harbor's verifier being disabled.
         return EnvironmentCapabilities(mounted=False, disable_internet=True)
+
+    @classmethod
+    def resource_capabilities(cls) -> EnvironmentResourceCapabilities:
+        # The task's `cpus` and `memory_mb` are not applied (the sandbox's limits are
+        # autoharness's, whatever the task asks), so a fractional CPU count is no less
+        # honoured than a whole one. Without this, 0.25 (which accepts `cpus = 0.5` in
+        # task.toml) refuses such a task in the constructor, which ends the whole `harbor run`
+        # with no trial result. Declaring no limits or requests also refuses an explicit
+        # `--cpus`/`--memory` enforcement policy instead of ignoring it. (0.24 has no
+        # fractional_cpus and ignores the field.)
+        return EnvironmentResourceCapabilities(fractional_cpus=True)
 
     def _validate_definition(self):
         for path in CONTAINER_PATHS:

@@ -17,7 +17,7 @@
 //     `verifier_result.rewards.reward` in result.json; a disagreement scores 0 and says so;
 //   - a trial with `exception_info` scores its verifier's reward when the verifier still ran
 //     and wrote one (Harbor runs it after an AgentTimeoutError or a non-zero agent exit:
-//     harbor 0.24.0, harbor/trial/single_step.py `_run_agent` records the exception and
+//     harbor 0.25.0, harbor/trial/single_step.py `_run_agent` records the exception and
 //     `_run` goes on to `_run_verifier`), and 0 otherwise;
 //   - tasks are named as Harbor names them in result.json (`[task] name` of task.toml, e.g.
 //     `org/name`; the directory name when there is none: harbor/models/task/task.py
@@ -38,7 +38,7 @@ public struct HarborAdapter: BenchmarkAdapter {
     public let tool: ToolSettings
     /// `-d` registry dataset (`terminal-bench@2.0`, `org/name@ref`), or nil with `datasetPath`.
     public var dataset: String?
-    /// `registry_path`: the local registry.json `dataset` is resolved from (harbor 0.24.0,
+    /// `registry_path`: the local registry.json `dataset` is resolved from (harbor 0.25.0,
     /// harbor/registry/client/factory.py: `--registry-path` selects JsonRegistryClient, no
     /// network). A run's harbor gets a copy cut down to the requested tasks.
     public var registry: HarborRegistry?
@@ -50,7 +50,7 @@ public struct HarborAdapter: BenchmarkAdapter {
     public var agentTimeoutMultiplier: Double?
     /// `per_task_timeout`: seconds for each task's agent run, replacing the task's own
     /// `[agent] timeout_sec`. Harbor has no flag for it: it is the job config's
-    /// `agents[].override_timeout_sec` (harbor 0.24.0, harbor/models/trial/config.py
+    /// `agents[].override_timeout_sec` (harbor 0.25.0, harbor/models/trial/config.py
     /// AgentConfig; harbor/trial/trial.py `_compute_agent_timeout_sec`).
     public var agentTimeout: Double?
     public var concurrency: Int?
@@ -68,7 +68,11 @@ public struct HarborAdapter: BenchmarkAdapter {
     static let localModuleDirectory = "/opt/autoharness-harbor"
 
     /// Switches for Harbor's own traffic: its PostHog telemetry (harbor/telemetry.py reads
-    /// HARBOR_TELEMETRY), and LiteLLM's fetch of its price list on import (agents that use it).
+    /// HARBOR_TELEMETRY), and LiteLLM's fetch of its price list on import. Since harbor 0.25.0
+    /// Harbor imports LiteLLM itself whenever a model is named, for any agent (the agent
+    /// preflight and BaseAgent's model info parse the name with it:
+    /// harbor/agents/agent_auth_resolution.py `parse_model_name`), so without the second every
+    /// `harbor run --model M` would reach for the network.
     static let quietEnvironment = ["HARBOR_TELEMETRY=0", "LITELLM_LOCAL_MODEL_COST_MAP=True"]
 
     /// `name = "..."` in the `[task]` table of a task.toml, if any (a line scan: registry
@@ -112,6 +116,9 @@ public struct HarborAdapter: BenchmarkAdapter {
     /// Where the jobs directory is inside the sandbox. With the docker provider the daemon
     /// (outside the sandbox) resolves the trial directories Harbor mounts into task
     /// containers, so the output directory is also bound at its host path and used there.
+    /// (harbor 0.25.0 mounts them only with `--ek auto_mounting=true`, which autoharness does
+    /// not pass, and copies the logs out otherwise: harbor/environments/base.py `_host_mounts`.
+    /// The binding is kept for that case; it costs nothing otherwise.)
     func jobsDirectory(_ run: ToolRun) -> String {
         environmentProvider == "docker" ? run.scratch.path + "/app/jobs" : "/work/out/jobs"
     }
@@ -122,7 +129,7 @@ public struct HarborAdapter: BenchmarkAdapter {
 
     /// The job config handed with `-c` when the agent needs a setting Harbor's flags lack
     /// (`override_timeout_sec`). It names the agent itself: `-a` would replace the config's
-    /// whole `agents` list (harbor 0.24.0, harbor/cli/jobs.py `start`: `config["agents"] = []`
+    /// whole `agents` list (harbor 0.25.0, harbor/cli/jobs.py `start`: `config["agents"] = []`
     /// when --agent is given), dropping the override.
     func jobConfig() -> [UInt8]? {
         struct Agent: Encodable {
@@ -155,7 +162,7 @@ public struct HarborAdapter: BenchmarkAdapter {
         if jobConfig() != nil {
             a += ["-c", Self.jobConfigPath]
         } else {
-            a += ["--agent", Self.agentImportPath]  // harbor 0.24.0: an import path is -a/--agent (--agent-import-path is deprecated)
+            a += ["--agent", Self.agentImportPath]  // harbor 0.25.0: an import path is -a/--agent (--agent-import-path is deprecated)
             if let m = model { a += ["--model", m] }
         }
         a += environment

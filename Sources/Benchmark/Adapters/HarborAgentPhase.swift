@@ -15,11 +15,11 @@
 // Harbor's own result.json supplies only the agent's account (its exception, its cost) and
 // train traces; it was written by agent.py's process.
 //
-// Written against harbor 0.24.0: harbor/cli/jobs.py (`--disable-verification` sets
-// `verifier.disable`), harbor/trial/single_step.py (`_run_verifier` returns at once when
-// disabled; `_run_agent` records AgentTimeoutError and NonZeroAgentExitCodeError as the
-// trial's exception_info), harbor/models/task/task.py (with verification disabled a task
-// loads without tests/).
+// Written against harbor 0.25.0 (the same in 0.24.0): harbor/cli/jobs.py
+// (`--disable-verification` sets `verifier.disable`), harbor/trial/single_step.py
+// (`_run_verifier` returns at once when disabled; `_run_agent` records AgentTimeoutError and
+// NonZeroAgentExitCodeError as the trial's exception_info), harbor/models/task/task.py (with
+// verification disabled a task loads without tests/).
 
 import Glibc
 import SandboxPolicy

@@ -1,4 +1,4 @@
-// A Harbor legacy registry file (`registry.json`, harbor 0.24.0 harbor/models/registry.py:
+// A Harbor legacy registry file (`registry.json`, harbor 0.25.0 harbor/models/registry.py:
 // a list of DatasetSpec {name, version, description, tasks: [RegistryTaskId {name,
 // git_url, git_commit_id, path}]}), read for one dataset. Harbor reads it with
 // `--registry-path` and no network (harbor/registry/client/factory.py →

@@ -1,7 +1,7 @@
 // The names one Harbor task goes by, and the one id autoharness keys it on.
 //
 // Harbor itself uses three: the task's directory name (what `-i` matches for a local or
-// git task: harbor 0.24.0, harbor/models/task/id.py `LocalTaskId.get_name` /
+// git task: harbor 0.25.0, harbor/models/task/id.py `LocalTaskId.get_name` /
 // `GitTaskId.get_name`), the `[task] name` of its task.toml (what result.json calls
 // `task_name`: harbor/models/task/task.py `Task.__init__`), and for registry packages
 // `org/name`, written `org/name@ref` with a version (harbor/models/task/id.py

@@ -99,7 +99,7 @@ public enum FailureParsers {
 
     // MARK: Harbor (a trial's result.json)
 
-    /// The exception Harbor recorded for a trial: harbor 0.24.0, harbor/models/trial/result.py,
+    /// The exception Harbor recorded for a trial: harbor 0.25.0, harbor/models/trial/result.py,
     /// `ExceptionInfo` (`exception_type`, `exception_message`, `exception_traceback`,
     /// `occurred_at`), the `exception_info` of `TrialResult`. nil: none recorded.
     static func harborException(_ result: JSONValue) -> FailureEvidence? {

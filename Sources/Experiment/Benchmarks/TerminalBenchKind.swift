@@ -30,7 +30,7 @@ struct TerminalBenchKind: BenchmarkKind {
     /// (the task's commands in autoharness's sandbox).
     static let providers = ["local", "docker", "daytona", "e2b", "modal", "runloop"]
 
-    /// The keys each Harbor environment provider reads (harbor 0.24.0, harbor/environments/:
+    /// The keys each Harbor environment provider reads (harbor 0.25.0, harbor/environments/:
     /// e2b.py, daytona.py, modal.py (Modal's client reads MODAL_TOKEN_ID/SECRET), runloop.py).
     static let providerKeys = ["e2b": ["E2B_API_KEY"], "daytona": ["DAYTONA_API_KEY"],
                                "modal": ["MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET"], "runloop": ["RUNLOOP_API_KEY"]]

@@ -20,7 +20,7 @@ enum HarborDataset {
     }
 
     /// Registry references as `harbor run -d` / `harbor download` take them: `name`,
-    /// `name@version`, `org/name`, `org/name@ref` (harbor 0.24.0, harbor/cli/download.py and
+    /// `name@version`, `org/name`, `org/name@ref` (harbor 0.25.0, harbor/cli/download.py and
     /// harbor/cli/jobs.py: `/` in the name makes it a package, else a legacy registry dataset).
     static func isReference(_ s: String) -> Bool {
         let parts = s.split(separator: "@", omittingEmptySubsequences: false)
@@ -45,7 +45,7 @@ enum HarborDataset {
     }
 
     /// Downloads registry dataset `reference` with the operator's own harbor, as a user would:
-    /// `harbor download REF -o DIR` (harbor 0.24.0, harbor/cli/download.py: a `name@version`
+    /// `harbor download REF -o DIR` (harbor 0.25.0, harbor/cli/download.py: a `name@version`
     /// through the legacy registry client, `--registry-url` or the default one; an `org/name@ref`
     /// package through the hub), which writes `DIR/<dataset>/<task>/`. This runs on the host, at
     /// `init`, before any agent.py exists: it is the operator's trusted tool fetching public
@@ -130,7 +130,7 @@ enum HarborDataset {
             let direct = tasks(in: dir)
             if !direct.isEmpty { return .directory(dir, direct) }
             // `harbor download REF -o DIR` exports into DIR/<dataset name>/<task>/ (harbor
-            // 0.24.0, harbor/cli/download.py `_download_dataset`: output_dir / name.split("/")[-1];
+            // 0.25.0, harbor/cli/download.py `_download_dataset`: output_dir / name.split("/")[-1];
             // harbor/tasks/client.py `download_tasks` with export=True: one directory per task).
             let downloaded = names.sorted().filter { !$0.hasPrefix(".") && !tasks(in: dir + "/" + $0).isEmpty }
             if downloaded.count == 1 { return .directory(dir + "/" + downloaded[0], tasks(in: dir + "/" + downloaded[0])) }
