@@ -1,11 +1,16 @@
 import Foundation
 import Testing
 import TestSupport
+@testable import Experiment
 
 /// BFCL from the real `bfcl-eval` package (scripts/install-bfcl: its task files, possible
 /// answers and checker), agent.py the template's function-calling harness, the model a fake
 /// vendor reached through the inference gate that answers each request as a plan says.
 /// A missing install fails the test: CI installs it first.
+enum BfclAdapterNames {
+    static let multiTurn = ["multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context"]
+}
+
 enum Bfcl {
     /// `scripts/install-bfcl --print`: the virtual environment.
     static func install() throws -> String {
@@ -192,6 +197,108 @@ struct BfclTests {
         #expect(abs((attempt["valScore"] as? Double ?? -1) - Double(after) / Double(split.test.count)) < 1e-9, "\(attempt)")
         #expect(try exp.rows("violation").isEmpty)
         #expect(exp.scratchMounts().isEmpty)
+    }
+
+    /// A multi-turn agent.py that puts code where BFCL's checker builds a call to pass to
+    /// `eval` (the function's name and an argument's key): run there, it would rewrite the
+    /// scorer's rewards at exit. It also fails every task (raises) if any of the package
+    /// beyond its back-end code is in its sandbox.
+    static let injector = #"""
+        import os
+
+        SITE = [p for p in os.environ.get("PYTHONPATH", "").split(":") if p]
+        for site in SITE:
+            for d, dirs, files in os.walk(site):
+                if "possible_answer" in dirs or d.endswith("/bfcl_eval/data") or "multi_turn_checker.py" in files:
+                    raise RuntimeError("FOUND " + d)
+
+        FORGE = ("__import__('atexit').register(lambda: open('/work/out/rewards.json', 'w').write("
+                 "__import__('json').dumps(dict.fromkeys(open('/work/in/task_ids.txt').read().split(), 1.0))))")
+
+
+        class HarnessAgent:
+            def run(self, messages, functions):
+                if messages[-1].get("role") == "tool":
+                    return "Done."
+                # ls() returns a non-empty dict, so `and` goes on to the forgery.
+                return [{"name": "ls(a=True) and " + FORGE + " and ls", "arguments": {}},
+                        {"name": "ls", "arguments": {"a=True, **{}) and " + FORGE + " and ls(a": True}}]
+        """#
+
+    @Test("multi-turn: agent.py's calls run against BFCL's back-ends turn by turn (their results fed back), BFCL's checker compares state and output; a call whose name or key is code is never given to the checker's eval")
+    func multiTurn() throws {
+        let venv = try Bfcl.install()
+        let plan = (0..<6).map { ("multi_turn_base_\($0)", $0 < 3 ? "right" : "short") }
+        let model = try FakeModel(turns: [], answers: try Bfcl.answers(plan, package: try Bfcl.package(venv)))
+        let exp = try make(model)
+        defer { exp.removeScratch() }
+        try exp.set("categories", "[multi_turn_base]")
+        let p = try exp.run(["prepare"], environment: env(model))
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        #expect(p.stdout.contains("baseline: 3/6 tasks pass"), "\(p.stdout)")
+        // The back-ends' results went back to the model as tool results.
+        #expect(model.toolResults().count >= 6, "\(model.toolResults().prefix(3))")
+        let split = try exp.split()
+        let b = try exp.run(["benchmark"], environment: env(model))
+        #expect(b.status == 0, "\(b.stderr)")
+        let rewards = try exp.trainResults()
+        let book = try #require(try JSONSerialization.jsonObject(with: Data(try exp.file("workspace/failures.json").utf8)) as? [String: Any])
+        let records = try #require(book["records"] as? [[String: Any]])
+        for (id, kind) in plan where split.train.contains(id) {
+            #expect((rewards[id] as? Double) == (kind == "right" ? 1 : 0), "\(id): \(rewards[id] ?? "nil")")
+            if kind == "short" {
+                let record = records.first { $0["task"] as? String == id }
+                #expect((record?["error_class"] as? String)?.hasPrefix("multi_turn:") == true, "\(id): \(record ?? [:])")
+            }
+        }
+
+        // The injection: every train task fails (graded, not crashed: nothing of the package
+        // but its back-ends was found), and no reward was forged.
+        try exp.setAgent(Self.injector)
+        let i = try exp.run(["benchmark"], environment: env(model))
+        #expect(i.status == 0, "\(i.stderr)")
+        let forged = try exp.trainResults()
+        for id in split.train { #expect((forged[id] as? Double) == 0, "\(id): \(forged[id] ?? "nil")") }
+        let statuses = try exp.statuses(split.train)
+        #expect(statuses.values.allSatisfy { $0 == "failed" }, "\(statuses)")
+        #expect(exp.scratchMounts().isEmpty)
+    }
+
+    @Test("--oracle on the multi-turn categories: BFCL's possible answers played turn by turn through the back-ends score every task")
+    func oracleMultiTurn() throws {
+        try requireRoot()
+        let venv = try Bfcl.install()
+        let exp = try Experiment(benchmark: "bfcl", extraArgs: ["--tool", venv + "/bin/bfcl"])
+        defer { exp.removeScratch() }
+        try exp.set("categories", "[\(BfclAdapterNames.multiTurn.joined(separator: ", "))]")
+        try exp.setAgent("class HarnessAgent:\n    def run(self, messages, functions):\n        return 'no call'\n")
+        let env = ["OPENAI_API_KEY": "unused"]
+        let p = try exp.run(["prepare"], environment: env)
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        #expect(p.stdout.contains("/800 tasks pass"), "\(p.stdout)")
+        let o = try exp.run(["benchmark", "--oracle"], environment: env)
+        #expect(o.status == 0, "\(o.stderr)")
+        let train = try exp.split().train
+        #expect(o.stdout.contains("train: \(train.count)/\(train.count) passed"), "\(o.stdout.suffix(2000))")
+    }
+
+    @Test("runner.binds that would show agent.py the install (and with it every possible answer) are refused; so is a bfcl_python outside a virtual environment holding bfcl-eval")
+    func installNeverBound() throws {
+        let venv = try Bfcl.install()
+        func refusal(binds: String, python: String = venv + "/bin/python3") -> String? {
+            let text = "benchmark: bfcl\nbfcl_python: \(python)\nrunner:\n  command: [/usr/bin/python3]\n  scripts: \(Built.packageRoot)/templates/bfcl\n  binds: \(binds)\n"
+            do {
+                _ = try ExperimentConfig.parse(text, file: "f").makeAdapter(root: "/nonexistent-root", checkTools: false)
+                return nil
+            } catch {
+                return "\(error)"
+            }
+        }
+        #expect(refusal(binds: "[]") == nil)
+        let parent = (venv as NSString).deletingLastPathComponent
+        #expect(refusal(binds: "[\(parent)]")?.contains("contains bfcl-eval's install (\(venv))") == true, "\(refusal(binds: "[\(parent)]") ?? "accepted")")
+        #expect(refusal(binds: "[\(try Bfcl.package(venv))/data]")?.contains("lies inside \(venv)") == true)
+        #expect(refusal(binds: "[]", python: "/usr/bin/python3")?.contains("not the Python of a virtual environment") == true)
     }
 
     /// agent.py as an attacker on BFCL: it looks for the possible answers, forges the rewards

@@ -137,6 +137,13 @@ struct ExperimentInputTests {
         // when the adapter is made.
         #expect(try Self.refusal("env_provider: k8s\n") == "exp/experiment_config.yaml:3: env_provider: 'k8s' is not allowed (allowed: local, docker, daytona, e2b, modal, runloop)")
         #expect(try Self.refusal("domain: mall\n") == "exp/experiment_config.yaml:3: domain: 'mall' is not allowed (allowed: retail, airline, telecom)")
+        // BFCL's categories: a list, each one BFCL's, none twice, not empty.
+        #expect(try Self.refusal("categories: [simple_python, simple_java]\n")?.hasPrefix("exp/experiment_config.yaml:3: categories: 'simple_java' is not allowed (allowed: simple_python, multiple,") == true)
+        #expect(try Self.refusal("categories: [irrelevance, irrelevance]\n") == "exp/experiment_config.yaml:3: categories: 'irrelevance' is listed twice")
+        #expect(try Self.refusal("categories: []\n")?.hasPrefix("exp/experiment_config.yaml:3: categories: expected at least one of simple_python") == true)
+        #expect(try Self.refusal("tasks_per_category: 0\n") == "exp/experiment_config.yaml:3: tasks_per_category: must be a whole number from 1 to 100000 (got '0')")
+        let bfcl = try ExperimentConfig.parse("benchmark: bfcl\ncategories: [multi_turn_base, irrelevance]\ntasks_per_category: 7\nbfcl_python: /v/bin/python3\n", file: "f")
+        #expect(BfclKind().settings(bfcl) == BfclKind.Settings(categories: ["multi_turn_base", "irrelevance"], tasksPerCategory: 7, bfclPython: "/v/bin/python3"))
         let keys = """
             mode: c-interact
             seed: 300

@@ -3,14 +3,23 @@
   autoharness_bfcl_run.py --tasks TASKS.jsonl --out ANSWERS.json [--max-concurrency N]
                           [--oracle POSSIBLE_ANSWER_DIR]
 
-TASKS.jsonl holds only this run's tasks, each {"id", "question", "function"} (the supervisor
-wrote it; nothing of BFCL's possible answers is in this sandbox). For each task it calls
-HarnessAgent().run(question's first turn, function) and writes ANSWERS.json:
-  {"<id>": {"result": [{"<name>": "<arguments as JSON>"}, ...] | "<text>"} | {"error": "..."}}
-`result` is what BFCL's function-calling handlers store for a model's reply (a list of calls
-in OpenAI's form, or the text when it called nothing), so the checker reads it as it reads
-theirs. A task whose agent raised, or returned something that is neither, gets `error`: it
-scores 0 (never "no call").
+TASKS.jsonl holds only this run's tasks, each {"id", "question", "function"} (and, for a
+multi-turn task, its back-ends' initial state, their names and the functions held back until a
+later turn); the supervisor wrote it, and nothing of BFCL's possible answers is in this sandbox.
+For a single-turn task it calls HarnessAgent().run(question's first turn, function) once. A
+multi-turn task is a conversation of several user turns, driven as bfcl-eval's
+function-calling handlers drive one (model_handler/base_handler.py, inference_multi_turn_FC):
+each turn, agent.py is called again with the whole conversation (OpenAI chat messages: its
+calls as `tool_calls`, their results as `tool` messages) until it answers without a call, at
+most 20 calls per turn (BFCL's step limit: past it the task is over and fails); its calls run
+against BFCL's own back-end classes (bound read-only from the install: their code only).
+ANSWERS.json:
+  {"<id>": {"result": RESULT} | {"error": "..."}}
+RESULT is what BFCL's handlers store for a model: for a single-turn task its reply (a list of
+calls in OpenAI's form, [{"<name>": "<arguments as JSON>"}], or its text when it called
+nothing); for a multi-turn task a list per turn of those replies, one per step. A task whose
+agent raised, or returned something that is neither, gets `error`: it scores 0 (never "no
+call").
 
 --oracle plays BFCL's possible answers back instead of importing agent.py (the first
 acceptable value of each parameter, optional ones left out): a check that the checker and the
@@ -18,6 +27,7 @@ package agree.
 """
 import argparse
 import concurrent.futures
+import copy
 import json
 import os
 import sys
@@ -84,6 +94,14 @@ def oracle_answers(directory, tasks):
                         by_id[entry["id"]] = entry["ground_truth"]
     for task in tasks:
         truth = by_id.get(task["id"])
+        if "involved_classes" in task:
+            # Each turn's calls, all at once, then a text reply to end the turn.
+            def played(messages, functions, turn, truth=truth):
+                if messages[-1].get("role") == "tool" or turn >= len(truth) or not truth[turn]:
+                    return "Done."
+                return [parse_call(c, functions) for c in truth[turn]]
+            answers[task["id"]] = {"result": converse(task, played)}
+            continue
         if truth is None:
             # The relevance categories have no possible answers: irrelevance is passed by no
             # call, relevance by any call at all (BFCL checks only that one decodes).
@@ -99,6 +117,94 @@ def oracle_answers(directory, tasks):
             calls.append({"name": name.replace(".", "_"), "arguments": chosen(params, required)})
         answers[task["id"]] = {"result": as_result(calls)}
     return answers
+
+
+# bfcl-eval's multi-turn back-ends: class name -> module of func_source_code (2026.3.23,
+# constants/executable_backend_config.py); MathAPI keeps no state.
+BACKENDS = {"GorillaFileSystem": "gorilla_file_system", "MathAPI": "math_api", "MessageAPI": "message_api",
+            "TwitterAPI": "posting_api", "TicketAPI": "ticket_api", "TradingBot": "trading_bot",
+            "TravelAPI": "travel_booking", "VehicleControlAPI": "vehicle_control"}
+STEP_LIMIT = 20
+# What BFCL says when a turn brings the held-back functions (constants/default_prompts.py).
+MORE_FUNCTIONS = "I have updated some more functions you can choose from. What about now?"
+
+
+def backends(task):
+    import importlib
+    out = []
+    for name in task["involved_classes"]:
+        module = importlib.import_module("bfcl_eval.eval_checker.multi_turn_eval.func_source_code." + BACKENDS[name])
+        instance = getattr(module, name)()
+        if name != "MathAPI":
+            instance._load_scenario(copy.deepcopy(task.get("initial_config", {}).get(name, {})),
+                                    long_context=task["id"].startswith("multi_turn_long_context"))
+        out.append(instance)
+    return out
+
+
+def execute(instances, call):
+    """One call against the back-ends, its result as the text BFCL's executor gives a model."""
+    name = call["name"]
+    method = None if name.startswith("_") else next((getattr(i, name) for i in instances if callable(getattr(i, name, None))), None)
+    if method is None:
+        return "Error during execution: name '%s' is not defined" % name
+    try:
+        result = method(**call["arguments"])
+    except Exception as e:
+        return "Error during execution: %s" % e
+    if isinstance(result, str):
+        return result
+    if isinstance(result, dict):
+        try:
+            return json.dumps(result)
+        except (TypeError, ValueError):
+            pass
+    return str(result)
+
+
+def converse(task, answer):
+    """A multi-turn task: `answer(messages, functions)` is agent.py (or the oracle) for one
+    step; returns the result per turn and step."""
+    instances = backends(task)
+    functions = list(task["function"])
+    missed = task.get("missed_function") or {}
+    messages, turns = [], []
+    for index, turn in enumerate(task["question"]):
+        if str(index) in missed:
+            functions += missed[str(index)]
+            turn = [{"role": "user", "content": MORE_FUNCTIONS}]
+        messages += turn
+        steps = []
+        while True:
+            result = as_result(answer(messages, functions, index))
+            steps.append(result)
+            if isinstance(result, str) or not result:
+                messages.append({"role": "assistant", "content": result or ""})
+                break
+            calls = [{"id": "call_%d_%d_%d" % (index, len(steps), n), "name": name, "arguments": json.loads(arguments)}
+                     for n, c in enumerate(result) for name, arguments in c.items()]
+            messages.append({"role": "assistant", "content": None, "tool_calls": [
+                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}} for c in calls]})
+            for c in calls:
+                messages.append({"role": "tool", "tool_call_id": c["id"], "content": execute(instances, c)})
+            if len(steps) > STEP_LIMIT:
+                turns.append(steps)
+                return turns  # forced to quit: fewer turns than the task has, and it fails
+        turns.append(steps)
+    return turns
+
+
+def parse_call(text, functions):
+    """A possible answer's call, `name(arg=value, ...)` (positional arguments in the order of
+    the function's documented parameters), as {"name", "arguments"}."""
+    import ast
+    node = ast.parse(text, mode="eval").body
+    name = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+    doc = next((f for f in functions if f["name"] == name), {})
+    order = list(doc.get("parameters", {}).get("properties", {}))
+    arguments = {order[i]: ast.literal_eval(a) for i, a in enumerate(node.args)}
+    arguments.update({k.arg: ast.literal_eval(k.value) for k in node.keywords})
+    return {"name": name, "arguments": arguments}
 
 
 def main():
@@ -118,6 +224,9 @@ def main():
 
         def one(task):
             try:
+                if "involved_classes" in task:
+                    agent = HarnessAgent()
+                    return task["id"], {"result": converse(task, lambda messages, functions, turn: agent.run(list(messages), list(functions)))}
                 return task["id"], {"result": as_result(HarnessAgent().run(task["question"][0], task["function"]))}
             except Exception as e:
                 traceback.print_exc()

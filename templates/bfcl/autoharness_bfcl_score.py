@@ -10,7 +10,9 @@ and DIR/data/possible_answer/), never from the runner's copy. Each answer is gra
 bfcl-eval 2026.3.23's eval_checker/eval_runner.py grades a function-calling model's result:
 `_evaluate_single_ast_entry` (decode_ast of BFCL's OpenAI function-calling handler, then
 ast_checker) for the AST categories, `_evaluate_single_relevance_entry` for relevance and
-irrelevance. MODEL_CONFIG names the registry entry whose handler decodes the answers: an
+irrelevance, `_evaluate_single_multi_turn_entry` (decode_execute, then multi_turn_checker,
+which executes the calls and the possible answer's on BFCL's back-ends and compares their
+state and output turn by turn) for multi-turn. MODEL_CONFIG names the registry entry whose handler decodes the answers: an
 OpenAI function-calling model, whose tools cannot have "." in their names
 (underscore_to_dot), as agent.py's tools do not.
 
@@ -29,6 +31,42 @@ from bfcl_eval.eval_checker import eval_runner
 
 MODEL_CONFIG = "gpt-5-mini-2025-08-07-FC"
 RELEVANCE = ("irrelevance", "live_irrelevance", "live_relevance")
+MULTI_TURN = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
+# bfcl-eval 2026.3.23 constants/executable_backend_config.py, MULTI_TURN_FUNC_DOC_FILE_MAPPING.
+FUNCTION_DOCS = {"GorillaFileSystem": "gorilla_file_system.json", "MathAPI": "math_api.json", "MessageAPI": "message_api.json",
+                 "TwitterAPI": "posting_api.json", "TicketAPI": "ticket_api.json", "TradingBot": "trading_bot.json",
+                 "TravelAPI": "travel_booking.json", "VehicleControlAPI": "vehicle_control.json"}
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def multi_turn_result(result, names):
+    """agent.py's multi-turn answer, with every call BFCL's checker could not run as a call
+    made text. The checker builds `name(key=repr(value), ...)` from each call and passes it to
+    eval (multi_turn_eval/multi_turn_utils.py, execute_multi_turn_func_call): a name or key
+    agent.py chose that is not a plain identifier would be code run here, where the rewards
+    are written. Only the task's own functions, called with identifier keys and JSON values,
+    reach it; anything else is a step that made no call (the checker skips those)."""
+    if not isinstance(result, list):
+        return result
+    turns = []
+    for turn in result:
+        steps = []
+        for step in turn if isinstance(turn, list) else []:
+            if isinstance(step, list) and all(isinstance(c, dict) and len(c) == 1 for c in step):
+                ok = True
+                for call in step:
+                    (name, arguments), = call.items()
+                    try:
+                        decoded = json.loads(arguments) if isinstance(arguments, str) else None
+                    except ValueError:
+                        decoded = None
+                    ok = ok and name in names and isinstance(decoded, dict) and all(
+                        isinstance(k, str) and IDENTIFIER.fullmatch(k) for k in decoded)
+                steps.append(step if ok else "a call that is not one of the task's functions")
+            else:
+                steps.append(step if isinstance(step, str) else "")
+        turns.append(steps)
+    return turns
 
 
 def category(task_id):
@@ -74,8 +112,13 @@ def main():
         answers = {}
     data = os.path.join(a.package, "data")
     tasks, truths = {}, {}
+    docs = {}
     for c in sorted({category(i) for i in ids} - {None}):
         tasks.update(read_lines(os.path.join(data, "BFCL_v4_%s.json" % c)))
+        if c in MULTI_TURN and not docs:
+            for backend, file in FUNCTION_DOCS.items():
+                with open(os.path.join(data, "multi_turn_func_doc", file)) as f:
+                    docs[backend] = {json.loads(line)["name"] for line in f if line.strip()}
         if c not in RELEVANCE:
             truths.update(read_lines(os.path.join(data, "possible_answer", "BFCL_v4_%s.json" % c)))
     handler = eval_runner.get_handler(MODEL_CONFIG)
@@ -88,6 +131,13 @@ def main():
         result = answer["result"]
         if c in RELEVANCE:
             verdict = eval_runner._evaluate_single_relevance_entry(handler, task_id, result, task, MODEL_CONFIG, c)
+        elif c in MULTI_TURN:
+            names = set().union(*(docs.get(b, set()) for b in task.get("involved_classes", [])))
+            verdict = eval_runner._evaluate_single_multi_turn_entry(
+                handler, task_id, multi_turn_result(result, names), truths[task_id]["ground_truth"], dict(task), MODEL_CONFIG, c)
+            if isinstance(verdict.get("error"), dict):  # the multi-turn checker nests its verdict
+                verdict["error_type"] = verdict["error"].get("error_type")
+                verdict["error"] = verdict["error"].get("error_message", [])
         else:
             verdict = eval_runner._evaluate_single_ast_entry(
                 handler, task_id, result, truths[task_id]["ground_truth"], task, MODEL_CONFIG, c,
@@ -100,7 +150,7 @@ def main():
                 json.dump({"valid": verdict.get("valid") is True, "category": c,
                            "error_type": verdict.get("error_type"), "error": verdict.get("error", [])}, f, indent=1, default=str)
             with open(os.path.join(d, "answer.json"), "w") as f:
-                json.dump({"question": task["question"], "function": task["function"], "result": result}, f, indent=1, default=str)
+                json.dump({"question": task["question"], "function": task.get("function"), "result": result}, f, indent=1, default=str)
     with open(a.out, "w") as f:
         json.dump(rewards, f)
     passed = sum(1 for r in rewards.values() if r == 1.0)

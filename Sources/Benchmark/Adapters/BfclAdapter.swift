@@ -1,5 +1,6 @@
-// `benchmark: bfcl` — the Berkeley Function Calling Leaderboard's single-turn categories, from
-// the installed `bfcl-eval` package (its task files, its possible answers, its own checker).
+// `benchmark: bfcl` — the Berkeley Function Calling Leaderboard's single- and multi-turn
+// categories, from the installed `bfcl-eval` package (its task files, its possible answers, its
+// own checker, its multi-turn back-ends).
 //
 // Each task is a conversation and a list of function documents; the answer is the function
 // calls the model makes (or, for the irrelevance categories, that it makes none). The
@@ -15,6 +16,9 @@
 //      checks, which call ast_checker), against the tasks and possible answers it reads from
 //      the package itself (never from the runner's copy), and writes `{task id: reward}` and
 //      each train task's verdict (BFCL's error type and messages).
+// A multi-turn task's calls run in the runner against bfcl-eval's back-end classes (their code
+// bound alone) so agent.py sees their results, and again in the scorer, where the checker runs
+// them and the possible answer's on fresh back-ends.
 // A task agent.py raised on, or gave no answer for, scores 0 (missing_result): an
 // irrelevance task is passed only by an answer that makes no call, never by a crash.
 
@@ -46,17 +50,27 @@ public struct BfclAdapter: BenchmarkAdapter {
     public var name: String { "bfcl" }
     public var hostPaths: [String] { [environmentDirectory, scriptsDirectory] }
 
-    /// The categories whose answers BFCL's AST checker grades, and the two whose answer is
-    /// whether a call was made at all (relevance: one must be; irrelevance: none may be).
-    /// Multi-turn, memory, web-search and the Java/JavaScript categories are not run here.
+    /// The categories whose answers BFCL's AST checker grades, the three whose answer is
+    /// whether a call was made at all (relevance: one must be; irrelevance: none may be), and
+    /// the multi-turn ones, whose calls are executed against BFCL's stateful back-ends (a file
+    /// system, a trading bot, ...) and compared by state and output with the possible answer's.
+    /// Memory, web-search, format-sensitivity and the Java/JavaScript categories are not run.
     public static let astCategories = ["simple_python", "multiple", "parallel", "parallel_multiple",
                                        "live_simple", "live_multiple", "live_parallel", "live_parallel_multiple"]
     public static let relevanceCategories = ["irrelevance", "live_irrelevance", "live_relevance"]
-    public static var categoryNames: [String] { astCategories + relevanceCategories }
+    public static let multiTurnCategories = ["multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context"]
+    public static var categoryNames: [String] { astCategories + relevanceCategories + multiTurnCategories }
+    /// Each multi-turn back-end class and its function documents' file in data/multi_turn_func_doc/
+    /// (bfcl-eval 2026.3.23 constants/executable_backend_config.py, MULTI_TURN_FUNC_DOC_FILE_MAPPING).
+    static let backendDocs = ["GorillaFileSystem": "gorilla_file_system.json", "MathAPI": "math_api.json", "MessageAPI": "message_api.json",
+                              "TwitterAPI": "posting_api.json", "TicketAPI": "ticket_api.json", "TradingBot": "trading_bot.json",
+                              "TravelAPI": "travel_booking.json", "VehicleControlAPI": "vehicle_control.json"]
     /// What `init` writes: BFCL's non-live single-turn categories.
     public static let defaultCategories = ["simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance"]
-    /// The fields of a task the runner gets: what BFCL's own inference sends a model.
-    static let runnerFields: Set<String> = ["id", "question", "function"]
+    /// The fields of a task the runner gets: what BFCL's own inference uses. Not a multi-turn
+    /// task's `path` (the functions its possible answer calls, in order) or
+    /// `excluded_function`.
+    static let runnerFields: Set<String> = ["id", "question", "function", "initial_config", "involved_classes", "missed_function"]
     /// Largest category file read (live_multiple is 3.9 MB in 2026.3.23).
     static let categoryFileLimit = 64 << 20
 
@@ -78,6 +92,7 @@ public struct BfclAdapter: BenchmarkAdapter {
         defer { close(fd) }
         var lines: [String: [UInt8]] = [:]
         var ids: [String] = []
+        var docs: [String: [JSONValue]] = [:]
         for category in categories {
             guard Self.categoryNames.contains(category) else {
                 throw BenchmarkError(.configuration, "bfcl: category \(category) is not one autoharness runs (\(Self.categoryNames.joined(separator: ", ")))")
@@ -91,9 +106,14 @@ public struct BfclAdapter: BenchmarkAdapter {
             var kept = 0
             for (n, line) in bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true).enumerated() {
                 if let limit = perCategory, kept >= limit { break }
-                guard case .object(let task)? = JSONValue.parse(Array(line)), let id = task["id"]?.string,
-                      task["question"]?.array != nil, task["function"]?.array != nil else {
-                    throw BenchmarkError(.invalidBenchmark, "\(dataDir)/\(file):\(n + 1): not a BFCL task (an object with id, question and function)")
+                guard case .object(var task)? = JSONValue.parse(Array(line)), let id = task["id"]?.string, task["question"]?.array != nil else {
+                    throw BenchmarkError(.invalidBenchmark, "\(dataDir)/\(file):\(n + 1): not a BFCL task (an object with id and question)")
+                }
+                if Self.multiTurnCategories.contains(category) {
+                    try Self.addFunctions(to: &task, docs: &docs, dataDir: dataDir, at: "\(file):\(n + 1)")
+                }
+                guard task["function"]?.array != nil else {
+                    throw BenchmarkError(.invalidBenchmark, "\(dataDir)/\(file):\(n + 1): task \(id) has no function list")
                 }
                 guard TraceName.isAcceptableID(id), Self.category(of: id) == category, lines[id] == nil else {
                     throw BenchmarkError(.invalidBenchmark, "\(dataDir)/\(file):\(n + 1): task id \(id.debugDescription) is unusable, repeated or not of \(category)")
@@ -117,6 +137,42 @@ public struct BfclAdapter: BenchmarkAdapter {
         guard !ids.isEmpty else { throw BenchmarkError(.configuration, "bfcl: no tasks in \(categories.joined(separator: ", "))") }
         taskIDs = ids.sorted()
         runnerLines = lines.filter { Set(ids).contains($0.key) }
+    }
+
+    /// A multi-turn task's function documents, as bfcl-eval gives them to a model
+    /// (utils.py, populate_test_cases_with_predefined_functions): every function of its
+    /// involved classes, those of `missed_function` held back and added at the turn it names.
+    static func addFunctions(to task: inout [String: JSONValue], docs: inout [String: [JSONValue]], dataDir: String, at place: String) throws(BenchmarkError) {
+        var functions: [JSONValue] = []
+        for case .string(let backend) in task["involved_classes"]?.array ?? [] {
+            guard let file = backendDocs[backend] else {
+                throw BenchmarkError(.invalidBenchmark, "\(dataDir)/\(place): back-end \(backend) is not one autoharness knows the functions of")
+            }
+            if docs[backend] == nil {
+                let path = dataDir + "/multi_turn_func_doc/" + file
+                switch InputFile.read(path, cap: categoryFileLimit) {
+                case .success(let bytes):
+                    docs[backend] = try bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true).map { line throws(BenchmarkError) in
+                        guard let doc = JSONValue.parse(Array(line)), doc["name"]?.string != nil else {
+                            throw BenchmarkError(.invalidBenchmark, "\(path): a line is not a function document")
+                        }
+                        return doc
+                    }
+                case .failure(let problem): throw BenchmarkError(.invalidBenchmark, "\(path): \(problem.explanation("a BFCL function document file"))")
+                }
+            }
+            functions += docs[backend] ?? []
+        }
+        if case .object(let missed)? = task["missed_function"] {
+            var held: [String: JSONValue] = [:]
+            for (turn, names) in missed {
+                let wanted = Set((names.array ?? []).compactMap(\.string))
+                held[turn] = .array(functions.filter { wanted.contains($0["name"]?.string ?? "") })
+                functions.removeAll { wanted.contains($0["name"]?.string ?? "") }
+            }
+            task["missed_function"] = .object(held)
+        }
+        task["function"] = .array(functions)
     }
 
     /// A task's category, from its id: `simple_python_12` → simple_python,
@@ -143,6 +199,16 @@ public struct BfclAdapter: BenchmarkAdapter {
             withAgent: true, label: "bfcl")
         runner.environment = environment
         runner.extraMounts = [scripts]
+        if ids.contains(where: { Self.category(of: $0).map(Self.multiTurnCategories.contains) == true }) {
+            // The back-ends agent.py's calls run against: bfcl-eval's func_source_code (and
+            // mpmath, which its MathAPI imports), each bound alone at its path in the
+            // install, so nothing else of the package (data/, the possible answers) is there.
+            let site = String(packageDirectory[..<(packageDirectory.lastIndex(of: "/") ?? packageDirectory.endIndex)])
+            for dir in [packageDirectory + "/eval_checker/multi_turn_eval/func_source_code", site + "/mpmath"] {
+                runner.extraMounts.append(MountSpec(kind: .readOnly(source: dir), destination: dir))
+            }
+            runner.environment.append("PYTHONPATH=" + site)
+        }
         let lines = ids.compactMap { runnerLines[$0] }
         guard lines.count == ids.count else {
             throw BenchmarkError(.configuration, "bfcl: asked for tasks this experiment does not have: \(ids.filter { runnerLines[$0] == nil }.prefix(3).joined(separator: ", "))")

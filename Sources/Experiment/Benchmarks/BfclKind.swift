@@ -1,7 +1,7 @@
 import Benchmark
 import Foundation
 
-/// `bfcl`: the Berkeley Function Calling Leaderboard's single-turn categories, from the
+/// `bfcl`: the Berkeley Function Calling Leaderboard's single- and multi-turn categories, from the
 /// installed `bfcl-eval` package (scripts/install-bfcl); agent.py answers in the runner,
 /// BFCL's own checker grades in the scorer, where the package (and with it every possible
 /// answer) is bound and agent.py is not.

@@ -72,11 +72,15 @@ class Script:
     def answer(self, messages):
         """The turn of the first `answers` rule whose `when` is in the last user message (a
         model that answers each prompt the same way, whatever order they come in: BFCL's
-        tasks), or None."""
+        tasks), or None; once that turn's calls have run (the last message is a tool result),
+        a text that ends the turn."""
         last = next((m.get("content") for m in reversed(messages or []) if m.get("role") == "user"), None)
         if not isinstance(last, str):
             return None
-        return next((r["turn"] for r in self.answers if r["when"] in last), None)
+        turn = next((r["turn"] for r in self.answers if r["when"] in last), None)
+        if turn is not None and messages and messages[-1].get("role") == "tool":
+            return [{"text": "Done."}]  # the calls ran: the turn ends
+        return turn
 
     def take(self):
         with self.lock:
@@ -307,7 +311,12 @@ class Handler(BaseHTTPRequestHandler):
             role, n = "user", 0
             answered = sum(1 for m in messages if m.get("role") == "user")  # the agent's turns, as the simulator sees them
             turn = [{"text": "Thank you, that is all. ###STOP###" if answered >= 2 else "Hi, I need help with an order of mine."}]
-        self.record({"method": "POST", "path": path, "vendor": "openai-chat", "role": role, "model": req.get("model"),
+        feedback = []
+        for m in reversed(messages):
+            if m.get("role") != "tool":
+                break
+            feedback.insert(0, {"tool_result": m.get("content")})
+        self.record({"method": "POST", "path": path, "vendor": "openai-chat", "role": role, "model": req.get("model"), "feedback": feedback,
                      "prompt_cache_key": "prompt_cache_key" in req,
                      "stream": bool(req.get("stream")), "turn": n, "tools": [t.get("function", {}).get("name") for t in req.get("tools") or []]})
         text = "".join(b.get("text", "") for b in turn if "text" in b) or None

@@ -7,6 +7,8 @@ Kinds: right (the possible answer's first acceptable values, as the oracle plays
 stringly (the same, every number written as a string: BFCL's type check fails, an agent.py
 that coerces to the documented types passes), missing (a required parameter left out), extra
 (the right call made twice), call (a call where none fits: an irrelevance task), text (no call).
+A multi-turn task gets a rule per turn, keyed by that turn's request: `right` makes the possible
+answer's calls of the turn, `short` leaves out each turn's last call.
 Prints the rules as JSON.
 """
 import importlib.util
@@ -26,10 +28,25 @@ def lines(path):
     return {e["id"]: e for e in (json.loads(l) for l in open(path) if l.strip())}
 
 
+DOCS = {"GorillaFileSystem": "gorilla_file_system.json", "MathAPI": "math_api.json", "MessageAPI": "message_api.json",
+        "TwitterAPI": "posting_api.json", "TicketAPI": "ticket_api.json", "TradingBot": "trading_bot.json",
+        "TravelAPI": "travel_booking.json", "VehicleControlAPI": "vehicle_control.json"}
+
 rules = []
 for task_id, kind in plan:
     category = task_id.rsplit("_", 1)[0]
     task = lines(os.path.join(data, "BFCL_v4_%s.json" % category))[task_id]
+    if category.startswith("multi_turn"):
+        functions = [json.loads(l) for b in task["involved_classes"]
+                     for l in open(os.path.join(data, "multi_turn_func_doc", DOCS[b])) if l.strip()]
+        truth = lines(os.path.join(data, "possible_answer", "BFCL_v4_%s.json" % category))[task_id]["ground_truth"]
+        for turn, calls in zip(task["question"], truth):
+            parsed = [run.parse_call(c, functions) for c in calls]
+            if kind == "short":
+                parsed = parsed[:-1]
+            rules.append({"when": turn[-1]["content"],
+                          "turn": [{"tool": c["name"], "input": c["arguments"]} for c in parsed] or [{"text": "Nothing to do."}]})
+        continue
     calls = []
     truth_path = os.path.join(data, "possible_answer", "BFCL_v4_%s.json" % category)
     if os.path.exists(truth_path):
