@@ -166,8 +166,12 @@ struct GateCommand: ParsableCommand {
 
     @OptionGroup var experiment: ExperimentOptions
 
+    @Option(name: [.customShort("m"), .customLong("message")],
+            help: "What the change is and why (one line, at most 500 characters kept): the commit's body, results.tsv's description, the report's title for this attempt.")
+    var message: String?
+
     func run() throws {
-        let (s, r) = try experiment.perform("gate") { try $0.gate() }
+        let (s, r) = try experiment.perform("gate") { try $0.gate(message: message) }
         let (text, code) = AgentText.gate(Disclosure.gate(r, config: s.config))
         print(text, terminator: "")
         if code != 0 { throw ExitCode(code) }
@@ -224,6 +228,23 @@ struct FailuresCommand: ParsableCommand {
     }
 }
 
+struct NeedsHumanCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "needs-human",
+        abstract: "Leave the operator a note: something only a human can give (a key, a decision, a broken task).",
+        discussion: "Recorded in the ledger (one line, at most 500 characters kept) and shown by `status --operator` and the report; nothing acts on it. Inside `autoharness run` the coding agent's sandbox sends the same request to the supervisor.")
+
+    @OptionGroup var experiment: ExperimentOptions
+
+    @Argument(help: "What is needed.")
+    var text: String
+
+    func run() throws {
+        _ = try experiment.perform("needs-human") { try $0.needsHuman(text, actor: "cli") }
+        print("recorded for the operator (status --operator, the report)")
+    }
+}
+
 struct ReportCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "report",
@@ -239,7 +260,8 @@ struct ReportCommand: ParsableCommand {
         let s = try experiment.supervisor("report", exclusive: false)
         let state = try s.state()
         let path = out ?? s.layout.root + "/report.html"
-        let html = Report.html(state, config: s.config, title: "autoharness report: \(s.layout.root)", agentSource: s.snapshotSource)
+        let html = Report.html(state, config: s.config, title: "autoharness report: \(s.layout.root)", agentSource: s.snapshotSource,
+                               learnings: s.learningsText())
         try AtomicFile.write(html, to: path, mode: 0o644)
         print(path)
     }

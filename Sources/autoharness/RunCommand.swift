@@ -270,7 +270,7 @@ struct DemoCommand: ParsableCommand {
         let report = try loop.run()
         print(RunCommand.text(report, disclosure: .score))
         let html = layout.root + "/report.html"
-        let page = try loop.withSupervisor { s in Report.html(try s.state(), config: s.config, title: "autoharness demo", agentSource: s.snapshotSource) }
+        let page = try loop.withSupervisor { s in Report.html(try s.state(), config: s.config, title: "autoharness demo", agentSource: s.snapshotSource, learnings: s.learningsText()) }
         try AtomicFile.write(Array(page.utf8), to: html, mode: 0o644)
         print("demo: the coding agent's own account: \(report.agentLog)")
         print("demo: report: \(html)")

@@ -142,7 +142,7 @@ struct ArchitectureTests {
 
     /// Files stay a size a reader takes in at once: a file that grows past these is split by
     /// concern (as launch.c, the config reader and the launch service were).
-    @Test("no Swift file under Sources/Experiment is over 400 lines, and no Swift or C file under Sources over 650")
+    @Test("no Swift file under Sources/Experiment is over 400 lines, and no Swift or C file under Sources over 600")
     func filesStaySmall() throws {
         let walker = FileManager.default.enumerator(atPath: Self.sources)
         var checked = 0
@@ -151,7 +151,7 @@ struct ArchitectureTests {
                   let text = try? String(contentsOfFile: Self.sources + "/" + rel, encoding: .utf8) else { continue }
             checked += 1
             let lines = text.split(separator: "\n", omittingEmptySubsequences: false).count - 1
-            let cap = rel.hasPrefix("Experiment/") ? 400 : 650
+            let cap = rel.hasPrefix("Experiment/") ? 400 : 600
             #expect(lines <= cap, "Sources/\(rel) has \(lines) lines (at most \(cap))")
         }
         #expect(checked > 200, "files checked: \(checked)")

@@ -7,7 +7,9 @@ import Testing
 struct BrokerGrammarTests {
     @Test("benchmark, gate and status parse to their verbs")
     func verbs() {
-        #expect(BrokerGrammar.parse(["gate"]).verb == .gate)
+        #expect(BrokerGrammar.parse(["gate"]).verb == .gate(message: nil))
+        #expect(BrokerGrammar.parse(["gate", "-m", "coerce numbers"]).verb == .gate(message: "coerce numbers"))
+        #expect(BrokerGrammar.parse(["needs-human", "the test split's key expired"]).verb == .needsHuman(text: "the test split's key expired"))
         #expect(BrokerGrammar.parse(["status", "--json"]).verb == .status(json: true))
         #expect(BrokerGrammar.parse(["benchmark"]).verb == .benchmark(taskIDs: nil))
         #expect(BrokerGrammar.parse(["benchmark", "--task-ids", "a", "b"]).verb == .benchmark(taskIDs: ["a", "b"]))

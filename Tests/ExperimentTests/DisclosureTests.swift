@@ -96,5 +96,27 @@ struct DisclosureTests {
         #expect(json.contains("0.1235") && !json.contains("0.123456"), "\(json)")
         let op = AgentText.status(Disclosure.operatorStatus(state, config: cfg), root: "/exp", json: false, verify: nil)
         #expect(op.contains("best val_score: 0.1235") && op.contains("syscall ×3") && op.contains("max_cost_usd"), "\(op)")
+        // What the coding agent asked a human for: the operator's status only.
+        state.needsHuman = [("t3", NeedsHumanRecord(actor: "coding agent", text: "the BFCL install lacks live_multiple"))]
+        let asked = AgentText.status(Disclosure.operatorStatus(state, config: cfg), root: "/exp", json: false, verify: nil)
+        #expect(asked.contains("needs from a human (the coding agent's notes, newest last): 1\n  t3 the BFCL install lacks live_multiple\n"), "\(asked)")
+        #expect(!AgentText.status(Disclosure.agentStatus(state, config: cfg), root: "/work", json: false).contains("BFCL install"))
+        let askedJSON = AgentText.status(Disclosure.operatorStatus(state, config: cfg), root: "/exp", json: true, verify: nil)
+        #expect(askedJSON.contains("\"needs_human\"") && askedJSON.contains("lacks live_multiple"), "\(askedJSON)")
+    }
+
+    @Test("results.tsv: upstream's six columns, then the accepted gate's description; the score as disclosed, empty under decision")
+    func resultsColumns() throws {
+        var state = try ExperimentState(records: [])
+        state.iterations = [IterationRecord(iteration: 0, valScore: 0.123456, commit: "baseline", evalsPassed: 0, evalsTotal: 0, timestamp: "t0", agentSHA256: ""),
+                            IterationRecord(iteration: 1, valScore: 0.5, commit: "abc1234", evalsPassed: 2, evalsTotal: 3, timestamp: "t1", agentSHA256: "",
+                                            description: "coerce numbers")]
+        let header = "iteration\tval_score\tcommit\tevals_passed\tevals_total\ttimestamp\tdescription\n"
+        #expect(Views.resultsTSV(state, disclosure: .score) == header + "0\t0.1235\tbaseline\t0\t0\tt0\t\n1\t0.5000\tabc1234\t2\t3\tt1\tcoerce numbers\n")
+        #expect(Views.resultsTSV(state, disclosure: .decision) == header + "0\t\tbaseline\t0\t0\tt0\t\n1\t\tabc1234\t2\t3\tt1\tcoerce numbers\n")
+        // A requester's message as kept: one line, control characters spaced, capped.
+        #expect(ExperimentSupervisor.gateMessage("a\tb\r\n\u{2028}c\u{1b}[31m") == "a b c [31m")
+        #expect(ExperimentSupervisor.gateMessage(" \n\t ") == nil)
+        #expect(ExperimentSupervisor.gateMessage(String(repeating: "x", count: 900))?.count == ExperimentSupervisor.maxGateMessage)
     }
 }

@@ -323,18 +323,28 @@ struct ExperimentTests {
         #expect(!FileManager.default.fileExists(atPath: supervisor.layout.heldOutJournal))
     }
 
-    @Test("with disclosure decision no score appears in status or the commit message (review F3)")
+    @Test("with disclosure decision no score appears in status or the commit message (review F3); results.tsv still reads with upstream's reader, and gate -m is the commit's body and its description")
     func decisionDisclosureHidesScores() throws {
         try requireRoot()
         let exp = try Experiment(config: ["disclosure": "decision"])
         try exp.setAgent(Agents.addOnly)
-        #expect(try exp.run("gate").status == 0)
+        #expect(try exp.run("gate", "-m", "adds first:\tthe rest\nnext").status == 0)
         let st = try #require(JSONSerialization.jsonObject(with: Data(try exp.run("status", "--json").stdout.utf8)) as? [String: Any])
         #expect(st["best"] is NSNull)
         #expect((st["iterations"] as? [[String: Any]])?.allSatisfy { $0["val_score"] is NSNull } == true)
         let message = try runProcess("/usr/bin/git", ["-C", exp.root, "log", "-1", "--format=%B"]).stdout
         #expect(!message.contains("0."), "\(message)")
-        #expect(try exp.file("workspace/results.tsv").contains("\t-\t"))
+        // The message, one line (its tab and line break made spaces), as the commit's body.
+        #expect(message.split(separator: "\n", omittingEmptySubsequences: false).dropFirst().prefix(3).contains("adds first: the rest next"), "\(message)")
+        // Upstream's reader (gating.py, best_val_score) skips the empty score instead of
+        // failing on it, and sees the description column.
+        let read = try runProcess("/usr/bin/python3", ["-c", """
+            import csv, sys
+            rows = list(csv.DictReader(open(sys.argv[1], newline=""), delimiter="\\t"))
+            scores = [float(r["val_score"]) for r in rows if r.get("val_score")]
+            print(len(rows), scores, rows[-1]["description"])
+            """, exp.root + "/workspace/results.tsv"])
+        #expect(read.status == 0 && read.stdout == "2 [] adds first: the rest next\n", "\(read.stdout)\(read.stderr)")
     }
 
     @Test("a symlink in place of agent/agent.py is refused, not followed to its target")

@@ -115,9 +115,15 @@ struct RunTests {
         #expect(log.contains("$ autoharness status -> 0") && log.contains("held-out runs' are withheld"), "\(log)")
         #expect(log.contains("gate attempt 1: ACCEPTED") && log.contains("gate attempt 2: ACCEPTED"), "\(log)")
 
-        // The history: baseline + two iterations, committed by the supervisor, verifiable.
+        // The history: baseline + two iterations, committed by the supervisor, verifiable; the
+        // second gate's message is its description and its commit's body.
         let rows = try exp.file("workspace/results.tsv").split(separator: "\n")
         #expect(rows.count == 4)
+        #expect(rows.last?.hasSuffix("\tteach every operation") == true && rows[2].hasSuffix("\t"), "\(rows)")
+        #expect(try runProcess("/usr/bin/git", ["-C", exp.root, "log", "-1", "--format=%b"]).stdout.hasPrefix("teach every operation\n"))
+        // The note for a human: taken (not a violation), shown to the operator only.
+        #expect(log.contains("$ autoharness needs-human a key for the held-out account, please -> 0"), "\(log)")
+        #expect(try exp.run("status", "--operator").stdout.contains("a key for the held-out account, please"))
         let st = try exp.statusJSON("--verify")
         #expect((st["verify"] as? [String: Any])?["ok"] as? Bool == true)
         #expect(st["best"] as? Double == 1.0)
@@ -609,6 +615,11 @@ struct ReportTests {
         #expect(html.components(separatedBy: "<circle class=\"ok\"").count - 1 >= 2)
         #expect(html.components(separatedBy: "<circle class=\"no\"").count - 1 == 1)
         #expect(html.contains("attempt 3: 1.0000 rejected"))
+        // The record-keeping: the gate's message as its explorer title and its iteration's
+        // description, the coding agent's note for a human, learnings.md (as text).
+        #expect(html.contains("<b>#2</b> “teach every operation” · accepted") && html.contains("<td>teach every operation</td>"), "\(html)")
+        #expect(html.contains("<h2>Needs from a human</h2>") && html.contains("a key for the held-out account, please"))
+        #expect(html.contains("<h2>Learnings</h2>") && html.contains("learned: all operations"))
         // Tables: every iteration with its commit and diff stat; the violation.
         let st = try exp.statusJSON()
         for it in st["iterations"] as? [[String: Any]] ?? [] {

@@ -159,6 +159,13 @@ public final class ExperimentSupervisor {
         return full
     }
 
+    /// workspace/learnings.md as text (the report), at most 256 KiB, no link followed (the
+    /// coding agent writes it); nil when it is missing, a link, or larger.
+    public func learningsText() -> String? {
+        guard case .success(let bytes) = InputFile.read(at: AT_FDCWD, layout.learnings, cap: 256 << 10) else { return nil }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
     /// A snapshot's agent.py by its sha256, as text (the report's explorer); nil if it is
     /// missing or not a regular file of at most the agent file's cap.
     public func snapshotSource(_ sha256: String) -> String? {

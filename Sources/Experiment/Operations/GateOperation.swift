@@ -15,8 +15,11 @@ extension ExperimentSupervisor {
     /// train tasks are re-run and newly passing ones promoted. On acceptance the supervisor
     /// commits the snapshot and records the iteration; a rejection is recorded too.
     /// `beforeHeldOut` runs just before the first held-out task and may refuse (throw): the
-    /// run loop checks there that the coding agent is still frozen.
-    public func gate(actor: String = "cli", agent: Snapshot? = nil, beforeHeldOut: () throws -> Void = {}) throws -> GateResult {
+    /// run loop checks there that the coding agent is still frozen. `message` (`gate -m`):
+    /// what the change is and why, kept as one printable line of at most
+    /// `maxGateMessage` characters in the attempt's record, the commit's body and results.tsv.
+    public func gate(actor: String = "cli", agent: Snapshot? = nil, message: String? = nil,
+                     beforeHeldOut: () throws -> Void = {}) throws -> GateResult {
         let s = try settleBatches()
         guard let split = s.split else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
         // Numbered and counted by its start row, appended (and synced) before any task runs:
@@ -34,8 +37,9 @@ extension ExperimentSupervisor {
         var recorded = false
         var heldOutBegan = false
         do {
-            let result = try judge(s, split: split, attempt: attempt, snap: snap, audit: audit, heldOutAudit: heldOutAudit,
-                                   started: started, recorded: &recorded, heldOutBegan: &heldOutBegan, beforeHeldOut: beforeHeldOut)
+            let result = try judge(s, split: split, attempt: attempt, snap: snap, message: message.flatMap(Self.gateMessage),
+                                   audit: audit, heldOutAudit: heldOutAudit, started: started, recorded: &recorded,
+                                   heldOutBegan: &heldOutBegan, beforeHeldOut: beforeHeldOut)
             // The batch this gate revealed runs now, with the agent.py the gate left standing; a
             // failure here (recorded gate, unrecorded run) is the caller's error, and the next
             // train run or gate runs the batch first (`settleBatches`).
@@ -57,11 +61,23 @@ extension ExperimentSupervisor {
 
     /// The gate's three steps and their record (`gate`); `recorded` is set once the ledger
     /// holds the attempt.
-    private func judge(_ s: ExperimentState, split: SplitRecord, attempt: Int, snap: Snapshot, audit: RunAudit, heldOutAudit: RunAudit,
+    /// The longest `gate -m` message kept, in characters.
+    public static let maxGateMessage = 500
+
+    /// A requester's message as kept: control characters (tabs and line breaks included) made
+    /// spaces, runs of spaces folded, capped.
+    static func gateMessage(_ text: String) -> String? {
+        let flat = String(text.unicodeScalars.map { $0.properties.generalCategory == .control || $0 == "\u{2028}" || $0 == "\u{2029}" ? " " : Character($0) })
+        let words = flat.split(separator: " ", omittingEmptySubsequences: true).joined(separator: " ")
+        return words.isEmpty ? nil : String(words.prefix(maxGateMessage))
+    }
+
+    private func judge(_ s: ExperimentState, split: SplitRecord, attempt: Int, snap: Snapshot, message: String?, audit: RunAudit, heldOutAudit: RunAudit,
                        started: Double, recorded: inout Bool, heldOutBegan: inout Bool, beforeHeldOut: () throws -> Void) throws -> GateResult {
         var result = GateResult(attempt: attempt, agentSHA256: snap.sha256, accepted: false, reason: "", suitePassed: 0,
                                 suiteTotal: s.suite.count, valScore: nil, bestBefore: s.best, promoted: [], commit: nil, iteration: nil)
         result.batch = s.currentBatch?.revealed.batch
+        result.message = message
 
         // The rules are `GateRules.decide`, a pure function of what ran so far; this runs what
         // it asks for next, in order: the suite (train), the held-out split (traces never
@@ -118,21 +134,21 @@ extension ExperimentSupervisor {
         if result.accepted, let val = result.valScore {
             let iteration = s.iterations.count
             let head = try ledger.head
-            let message = """
+            let commitMessage = """
                 autoharness: iteration \(iteration), val_score \(Views.disclosed(val, config.disclosure)) (best before \(Views.disclosed(s.best ?? 0, config.disclosure)))
 
-                Gate attempt \(attempt) accepted: suite \(result.suitePassed)/\(result.suiteTotal), \(result.promoted.count) task(s) promoted.
+                \(message.map { $0 + "\n\n" } ?? "")Gate attempt \(attempt) accepted: suite \(result.suitePassed)/\(result.suiteTotal), \(result.promoted.count) task(s) promoted.
 
                 Agent-SHA256: \(snap.sha256)
                 Ledger-Head: \(head.seq):\(head.hash)
                 """
-            let commit = try git.prepareCommit(file: snap.directory + "/agent.py", at: "agent/agent.py", message: message)
+            let commit = try git.prepareCommit(file: snap.directory + "/agent.py", at: "agent/agent.py", message: commitMessage)
             result.commit = commit
             result.iteration = iteration
             items.append((.gateAttempt, result))
             items.append((.iteration, IterationRecord(iteration: iteration, valScore: val, commit: String(commit.prefix(7)),
                                                       evalsPassed: result.suitePassed, evalsTotal: result.suiteTotal,
-                                                      timestamp: isoTimestamp(), agentSHA256: snap.sha256)))
+                                                      timestamp: isoTimestamp(), agentSHA256: snap.sha256, description: message)))
             items.append((.suitePromotion, SuitePromotionRecord(added: result.promoted, lastResults: lastResults)))
         } else {
             items.append((.gateAttempt, result))

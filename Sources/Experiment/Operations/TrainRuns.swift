@@ -124,6 +124,20 @@ extension ExperimentSupervisor {
         try regenerateViews()
     }
 
+    static let maxNeedsHuman = 1000
+
+    /// Records that `actor` (the coding agent) needs something from a human: shown to the
+    /// operator in `status --operator` and the report; nothing acts on it.
+    public func needsHuman(_ text: String, actor: String) throws {
+        guard let kept = Self.gateMessage(text) else {
+            throw ExperimentError(.usage, "needs-human: say what you need from a human (a non-empty text)")
+        }
+        guard try state().needsHuman.count < Self.maxNeedsHuman else {
+            throw ExperimentError(.refused, "\(Self.maxNeedsHuman) notes for a human are already recorded; no more are kept")
+        }
+        _ = try ledger.append(.needsHuman, NeedsHumanRecord(actor: actor, text: kept))
+    }
+
     /// Appends what a failed operation's sandboxes did, if the ledger takes it: the
     /// operation's own error is what the caller reports.
     func recordViolations(_ items: [(RecordKind, any Encodable)]) {

@@ -52,6 +52,8 @@ public struct ExperimentState: Sendable {
     public var failureEvents: [FailureEvent] = []
     /// Proposals about clusters, in ledger order.
     public var clusterProposals: [(time: String, record: ClusterProposalRecord)] = []
+    /// What the coding agent asked a human for, in order.
+    public var needsHuman: [(time: String, record: NeedsHumanRecord)] = []
     /// Rolling batches in order (empty: batches never began, every train task is visible).
     public var batches: [Batch] = []
     /// Worker nodes (`executor: ray`) that answered badly: no request of this experiment goes
@@ -153,6 +155,7 @@ public struct ExperimentState: Sendable {
             case .failureEvidence:
                 failureEvents.append(.evidence(seq: r.seq, time: r.time, try r.decode(FailureEvidenceRecord.self)))
             case .clusterProposal: clusterProposals.append((r.time, try r.decode(ClusterProposalRecord.self)))
+            case .needsHuman: needsHuman.append((r.time, try r.decode(NeedsHumanRecord.self)))
             case .batchRevealed: batches.append(Batch(revealed: try r.decode(BatchRevealedRecord.self)))
             case .batchEnded:
                 let e = try r.decode(BatchEndedRecord.self)

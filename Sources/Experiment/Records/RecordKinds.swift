@@ -21,6 +21,7 @@ extension RecordKind {
     public static let batchRevealed: RecordKind = "batch_revealed"
     public static let batchEnded: RecordKind = "batch_ended"
     public static let nodeExcluded: RecordKind = "node_excluded"
+    public static let needsHuman: RecordKind = "needs_human"
 }
 
 extension Set<RecordKind> {
@@ -28,6 +29,6 @@ extension Set<RecordKind> {
     public static let experiment: Set<RecordKind> = [
         .experimentCreated, .split, .baseline, .trainRun, .gateStarted, .gateAttempt, .iteration, .suitePromotion,
         .violation, .note, .runStarted, .runEnded, .agentSession, .failureEvidence, .clusterProposal,
-        .batchRevealed, .batchEnded, .nodeExcluded,
+        .batchRevealed, .batchEnded, .nodeExcluded, .needsHuman,
     ]
 }

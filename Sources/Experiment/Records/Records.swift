@@ -84,6 +84,8 @@ public struct GateAttemptRecord: Codable, Sendable {
     /// Tasks of any of its phases (held-out ones included) whose verifier ran agent code
     /// (`TaskOutcome.agentCode`); operator only, never in the gate's answer.
     public var agentCode: [String: [String]]?
+    /// What the gate's requester said the change is and why (`gate -m`), one printable line.
+    public var message: String?
 
     /// How the attempt ended, for records of any age.
     public var verdict: GateOutcome { outcome ?? GateOutcome(legacyReason: reason, accepted: accepted) }
@@ -103,6 +105,8 @@ public struct IterationRecord: Codable, Sendable {
     public var evalsTotal: Int
     public var timestamp: String
     public var agentSHA256: String
+    /// The accepted gate's `-m` message (results.tsv's description).
+    public var description: String?
 }
 
 public struct SuitePromotionRecord: Codable, Sendable {
@@ -166,6 +170,13 @@ public struct BatchEndedRecord: Codable, Sendable, Equatable {
 /// The coding agent's proposal about a failure cluster: a label, or that it has the same root
 /// cause as another. Recorded as the agent's and shown as such; it never changes what a
 /// cluster counts or what the gate decides.
+/// Something the coding agent needs from a human (`autoharness needs-human TEXT`): shown to the
+/// operator (`status --operator`, the report), never acted on by the supervisor.
+public struct NeedsHumanRecord: Codable, Sendable {
+    public var actor: String
+    public var text: String
+}
+
 public struct ClusterProposalRecord: Codable, Sendable {
     public var actor: String
     public var cluster: String

@@ -8,7 +8,7 @@ struct BrokerRoot: ParsableCommand {
         commandName: "autoharness",
         abstract: "Requests to the supervisor of this run (you are inside the coding agent's sandbox).",
         discussion: "Benchmarks, gates and status are run by the supervisor outside this sandbox; it records and commits. Only agent/agent.py is taken from agent/.",
-        subcommands: [BrokerBenchmark.self, BrokerGate.self, BrokerStatus.self, BrokerFailures.self])
+        subcommands: [BrokerBenchmark.self, BrokerGate.self, BrokerStatus.self, BrokerFailures.self, BrokerNeedsHuman.self])
 }
 
 struct BrokerBenchmark: ParsableCommand {
@@ -19,6 +19,17 @@ struct BrokerBenchmark: ParsableCommand {
 
 struct BrokerGate: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "gate", abstract: "Ask the supervisor to judge agent/agent.py (suite, held-out score, promotion).")
+    @Option(name: [.customShort("m"), .customLong("message")],
+            help: "What the change is and why (one line, at most 500 characters kept): the commit's body, results.tsv's description, the report's title for this attempt.")
+    var message: String?
+}
+
+struct BrokerNeedsHuman: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "needs-human",
+        abstract: "Leave the operator a note: something only a human can give (a key, a decision, a broken task).",
+        discussion: "Shown to the operator (status --operator, the report); the run goes on, and nothing acts on the note.")
+    @Argument(help: "What you need (one line, at most 500 characters kept).") var text: String
 }
 
 struct BrokerStatus: ParsableCommand {
@@ -44,7 +55,7 @@ struct BrokerFailures: ParsableCommand {
 
 /// The broker's grammar: what the coding agent's `autoharness` may ask.
 enum BrokerGrammar {
-    static let verbs = ["benchmark", "gate", "status", "failures"]
+    static let verbs = ["benchmark", "gate", "status", "failures", "needs-human"]
 
     static func parse(_ argv: [String]) -> BrokerParse {
         if let verb = argv.first, !verb.hasPrefix("-"), !Self.verbs.contains(verb), verb != "help" {
@@ -54,7 +65,8 @@ enum BrokerGrammar {
             let c = try BrokerRoot.parseAsRoot(argv)
             switch c {
             case let b as BrokerBenchmark: return .verb(.benchmark(taskIDs: b.taskIDs.isEmpty ? nil : b.taskIDs))
-            case is BrokerGate: return .verb(.gate)
+            case let g as BrokerGate: return .verb(.gate(message: g.message))
+            case let n as BrokerNeedsHuman: return .verb(.needsHuman(text: n.text))
             case let s as BrokerStatus: return .verb(.status(json: s.json))
             case let f as BrokerFailures:
                 if f.label != nil || f.mergeWith != nil, let c = f.cluster {

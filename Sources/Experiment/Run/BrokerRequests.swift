@@ -31,7 +31,7 @@ extension RunDesk {
         case .verb(let v): verb = v
         }
         if let why = stop.reason {
-            if verb == .gate, let spent = budgetSpent() {
+            if case .gate = verb, let spent = budgetSpent() {
                 violation("gate_budget", "gate requested after the run's budget was spent: \(spent)")
                 return BrokerReply(stderr: "autoharness: refused: \(spent); the run is stopping; this request was recorded\n", exit: 2)
             }
@@ -56,8 +56,11 @@ extension RunDesk {
                 tally.benchmarkSpend = (try? supervisor.state().openRunBenchmarkCost.total) ?? tally.benchmarkSpend
                 if !repeated { tally.progressThisStart = true }
                 return BrokerReply(stdout: AgentText.benchmark(outcomes, unverified: config.unverifiedRewards), stderr: notice, exit: 0)
-            case .gate:
-                return try gate()
+            case .gate(let message):
+                return try gate(message: message)
+            case .needsHuman(let text):
+                try supervisor.needsHuman(text, actor: "coding agent")
+                return BrokerReply(stdout: "recorded for the operator (status --operator, the report); the run goes on\n", exit: 0)
             }
         } catch {
             let code = Exit.code(for: error)

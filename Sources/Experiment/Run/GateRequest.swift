@@ -7,7 +7,7 @@ import SupervisorIO
 /// frozen (or, with no freezer, stopped) for the whole gate, the supervisor's gate run, the
 /// agent thawed, and the answer as `gate.disclosure` allows.
 extension RunDesk {
-    mutating func gate() throws -> BrokerReply {
+    mutating func gate(message: String?) throws -> BrokerReply {
         if let why = budgetSpent() {
             violation("gate_budget", "gate requested after the run's budget was spent: \(why)")
             stop.requestAfterReply(why)
@@ -70,7 +70,7 @@ extension RunDesk {
             }
             // Checked again as the held-out phase begins: the kernel must still say frozen
             // (or, stopped, not one process of the agent may be left).
-            r = try supervisor.gate(actor: "coding agent", agent: snap) { [agentControl] in
+            r = try supervisor.gate(actor: "coding agent", agent: snap, message: message) { [agentControl] in
                 if stopped {
                     guard agentControl.processIDs.isEmpty else {
                         throw ExperimentError(.io, "a process of the stopped coding agent is still alive; the held-out split was not run")

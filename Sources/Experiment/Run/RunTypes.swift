@@ -2,10 +2,11 @@
 /// that records, commits, edits the suite or touches the test split.
 public enum BrokerVerb: Sendable, Equatable {
     case benchmark(taskIDs: [String]?)
-    case gate
+    case gate(message: String?)
     case status(json: Bool)
     case failures(cluster: String?, json: Bool)
     case proposeCluster(cluster: String, label: String?, mergeWith: String?)
+    case needsHuman(text: String)
 }
 
 /// How a request's arguments parse (the CLI's own parser decides, so the sandbox's

@@ -55,6 +55,7 @@ public enum AgentText {
         let accepted = s.facts.iterations.count - 1
         usage["cost_per_accepted_usd"] = u.costUSD.map { accepted > 0 ? $0 / Double(accepted) as Any : NSNull() } ?? NSNull()
         extra["coding_agent_usage"] = usage
+        extra["needs_human"] = s.needsHuman.map { ["time": $0.time, "text": $0.text] }
         let c = s.benchmarkCost
         extra["benchmark_cost_usd"] = c.reported ? ["train": c.train, "held_out": c.heldOut] as Any : NSNull()
         return statusJSON(s.facts, extra: extra)
@@ -121,6 +122,10 @@ public enum AgentText {
         if let op, op.benchmarkCost.reported {
             let c = op.benchmarkCost
             out += "benchmark model spend: train \(AgentUsage.dollars(c.train)), held-out \(AgentUsage.dollars(c.heldOut)) (as its tools reported it)\n"
+        }
+        if let op, !op.needsHuman.isEmpty {
+            out += "needs from a human (the coding agent's notes, newest last): \(op.needsHuman.count)\n"
+            for n in op.needsHuman.suffix(5) { out += "  \(n.time) \(n.text)\n" }
         }
         if let run = f.openRunID { out += "run \(run) in progress or interrupted (`autoharness run` resumes it)\n" }
         if let op, f.openRunID == nil, let end = op.lastRunEnd {

@@ -166,6 +166,8 @@ public struct OperatorStatus: Sendable {
     /// `timeout_policy: infra`: the latest held-out run's mean over the tasks that finished and
     /// its timeouts (the baseline's or the last scored gate's).
     public var finished: (attempt: Int?, val: Double?, timedOut: Int)? = nil
+    /// What the coding agent said it needs from a human (`needs-human`), newest last.
+    public var needsHuman: [(time: String, text: String)] = []
     fileprivate init(facts: StatusFacts, lastRunEnd: RunEndedRecord?, sessions: Int, usage: AgentUsage, benchmarkCost: ExperimentState.BenchmarkCost) {
         self.facts = facts
         self.lastRunEnd = lastRunEnd
@@ -212,6 +214,7 @@ public enum Disclosure {
         } else if let b = s.baseline, let n = b.heldOutTimedOut {
             o.finished = (nil, b.valScoreFinished, n)
         }
+        o.needsHuman = s.needsHuman.map { ($0.time, $0.record.text) }
         return o
     }
 

@@ -26,6 +26,8 @@ public struct Explorer: Sendable {
         public var resolved: [String]
         /// Clusters with a record its train phases opened: a new failure, or one seen again.
         public var broken: [String]
+        /// Its requester's `gate -m` message: the attempt's title.
+        public var message: String?
     }
 
     public var entries: [Entry]
@@ -47,7 +49,7 @@ public struct Explorer: Sendable {
             out.append(Entry(attempt: a.attempt, outcome: a.verdict, reason: a.reason, valScore: a.valScore, bestBefore: a.bestBefore,
                              suitePassed: a.suitePassed, suiteTotal: a.suiteTotal, promoted: a.promoted, batch: a.batch, valScoreFinished: a.valScoreFinished, heldOutTimedOut: a.heldOutTimedOut,
                              agentSHA256: a.agentSHA256, baseIteration: base.iteration, diff: diff,
-                             resolved: changes[a.attempt]?.resolved ?? [], broken: changes[a.attempt]?.broken ?? []))
+                             resolved: changes[a.attempt]?.resolved ?? [], broken: changes[a.attempt]?.broken ?? [], message: a.message))
             if a.accepted, let it = a.iteration { base = (it, a.agentSHA256) }
         }
         entries = out

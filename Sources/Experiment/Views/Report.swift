@@ -5,8 +5,10 @@ import Foundation
 /// written outside anything a sandbox mounts.
 public enum Report {
     /// `agentSource` gives a snapshot's agent.py by sha256 (`ExperimentSupervisor.snapshotSource`),
-    /// for the explorer's diffs.
-    public static func html(_ s: ExperimentState, config: ExperimentConfig, title: String, agentSource: (String) -> String? = { _ in nil }) -> String {
+    /// for the explorer's diffs; `learnings` is workspace/learnings.md as the coding agent left it
+    /// (`ExperimentSupervisor.learningsText`).
+    public static func html(_ s: ExperimentState, config: ExperimentConfig, title: String, agentSource: (String) -> String? = { _ in nil },
+                            learnings: String? = nil) -> String {
         let explorer = Explorer(s, source: agentSource)
         var body = "<h1>\(esc(title))</h1>\n"
         let best = s.best.map { String(format: "%.4f", $0) } ?? "–"
@@ -95,12 +97,22 @@ public enum Report {
         for e in explorer.entries where e.outcome == .accepted {
             if let it = s.gateAttempts.first(where: { $0.attempt == e.attempt })?.iteration, let d = e.diff { diffOf[it] = d }
         }
-        var rows = "<tr><th>iteration</th><th>val_score</th><th>commit</th><th>suite</th><th>agent.py lines vs the previous</th><th>time</th></tr>\n"
+        var rows = "<tr><th>iteration</th><th>val_score</th><th>commit</th><th>suite</th><th>agent.py lines vs the previous</th><th>time</th><th>description (gate -m)</th></tr>\n"
         for it in s.iterations {
             rows += "<tr><td>\(it.iteration)</td><td>\(String(format: "%.4f", it.valScore))</td><td><code>\(esc(it.commit))</code></td>"
-            rows += "<td>\(it.evalsPassed)/\(it.evalsTotal)</td><td>\(diffOf[it.iteration].map { "+\($0.added) −\($0.removed)" } ?? "–")</td><td>\(esc(it.timestamp))</td></tr>\n"
+            rows += "<td>\(it.evalsPassed)/\(it.evalsTotal)</td><td>\(diffOf[it.iteration].map { "+\($0.added) −\($0.removed)" } ?? "–")</td><td>\(esc(it.timestamp))</td>"
+            rows += "<td>\(esc(it.description ?? ""))</td></tr>\n"
         }
         body += "<h2>Iterations</h2>\n<table>\n\(rows)</table>\n"
+        if !s.needsHuman.isEmpty {
+            body += "<h2>Needs from a human</h2>\n<p class=\"note\">what the coding agent asked for (`autoharness needs-human`), oldest first</p>\n<table>\n"
+            for n in s.needsHuman { body += "<tr><td>\(esc(n.time))</td><td>\(esc(n.record.actor))</td><td>\(esc(n.record.text))</td></tr>\n" }
+            body += "</table>\n"
+        }
+        if let learnings, !learnings.isEmpty {
+            body += "<h2>Learnings</h2>\n<p class=\"note\">workspace/learnings.md, the coding agent's notes as it left them (shown as text)</p>\n"
+            body += "<pre class=\"learn\">\(esc(learnings))</pre>\n"
+        }
         body += explorerSection(explorer)
         body += agentCodeSection(s)
         var vrows = "<tr><th>time</th><th>actor</th><th>kind</th><th>detail</th></tr>\n"
@@ -125,6 +137,7 @@ public enum Report {
             details.att{border:1px solid #ddd;border-left:5px solid #999;margin:4px 0;padding:2px 8px}
             details.att.ok{border-left-color:#2a9d4b}details.att.no{border-left-color:#d33}
             summary{cursor:pointer;font-size:13px}.tag{font-size:11px;color:#555}
+            pre.learn{font:12px/1.35 ui-monospace,monospace;background:#fcfcfc;white-space:pre-wrap;border:1px solid #ddd;padding:6px}
             pre.diff{font:12px/1.35 ui-monospace,monospace;background:#fcfcfc;overflow-x:auto;margin:6px 0;padding:4px 0}
             pre.diff>span{display:block;white-space:pre;padding:0 6px}.d-a{background:#e6ffec}.d-r{background:#ffebe9}
             .d-h{color:#6f42c1;background:#f5f0ff}.ln{color:#999;display:inline-block;min-width:3.5em}
@@ -167,7 +180,8 @@ public enum Report {
         if explorer.entries.isEmpty { return out + "<p class=\"note\">no gate attempt yet</p>\n" }
         for e in explorer.entries {
             let cls = e.outcome == .accepted ? "ok" : e.outcome == .interrupted ? "none" : "no"
-            var summary = "<b>#\(e.attempt)</b> \(esc(e.outcome.rawValue.replacingOccurrences(of: "_", with: " ")))"
+            var summary = "<b>#\(e.attempt)</b> " + (e.message.map { "“\(esc($0))” · " } ?? "")
+                + esc(e.outcome.rawValue.replacingOccurrences(of: "_", with: " "))
             if e.outcome != .accepted && e.outcome != .interrupted { summary += ": \(esc(e.reason))" }
             if let v = e.valScore { summary += " · val_score \(String(format: "%.4f", v))" }
             if let b = e.bestBefore { summary += " (best before \(String(format: "%.4f", b)))" }

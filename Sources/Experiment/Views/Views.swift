@@ -6,13 +6,16 @@ import SupervisorIO
 /// The files the coding agent may read about the experiment, rendered from the ledger: the three
 /// of upstream's format and the failure views.
 public enum Views {
-    /// results.tsv: `iteration val_score commit evals_passed evals_total timestamp`.
-    /// val_score as disclosed: `score` %.4f (upstream); `rounded` the 2-decimal value, still
-    /// printed with 4 decimals so the column parses the same; `decision` a dash.
+    /// results.tsv: `iteration val_score commit evals_passed evals_total timestamp`, upstream's
+    /// columns, then `description` (the accepted gate's `-m` message). val_score as disclosed:
+    /// `score` %.4f (upstream); `rounded` the 2-decimal value, still printed with 4 decimals so
+    /// the column parses the same; `decision` empty, which upstream's reader (gating.py,
+    /// `best_val_score`: `float(r["val_score"]) for r in rows if r.get("val_score")`) skips.
     public static func resultsTSV(_ s: ExperimentState, disclosure: ExperimentConfig.Disclosure) -> String {
-        var out = "iteration\tval_score\tcommit\tevals_passed\tevals_total\ttimestamp\n"
+        var out = "iteration\tval_score\tcommit\tevals_passed\tevals_total\ttimestamp\tdescription\n"
         for it in s.iterations {
-            out += "\(it.iteration)\t\(disclosed(it.valScore, disclosure))\t\(it.commit)\t\(it.evalsPassed)\t\(it.evalsTotal)\t\(it.timestamp)\n"
+            let score = DisclosedScore(it.valScore, disclosure)?.fixed4 ?? ""
+            out += "\(it.iteration)\t\(score)\t\(it.commit)\t\(it.evalsPassed)\t\(it.evalsTotal)\t\(it.timestamp)\t\(it.description ?? "")\n"
         }
         return out
     }

@@ -3,7 +3,8 @@
 Start 1: reads status, runs the train benchmark, reads the failing traces, teaches agent.py
 the first operation it sees failing (saving like an editor: temp file + rename), gates,
 writes a note, and exits as if its session ended. Start 2 (the supervisor's restart, with
-the continuation prompt): reads its notes, teaches the remaining operations, gates again.
+the continuation prompt): reads its notes, teaches the remaining operations, leaves the
+operator a note, gates again with a message.
 """
 import os
 import subprocess
@@ -69,6 +70,7 @@ else:
     print("history shows the ledger head:", "Ledger-Head" in history, flush=True)
     ah("benchmark")
     save(solver(["add", "multiply"]))
-    ah("gate")
+    ah("needs-human", "a key for the held-out account, please")
+    ah("gate", "-m", "teach every operation")
     with open("workspace/learnings.md", "a") as f:
         f.write("learned: all operations\n")

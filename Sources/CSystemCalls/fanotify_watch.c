@@ -1,0 +1,194 @@
+// The fanotify watches on a verifier's file systems, for the supervisor: who changed its reward
+// files (the logs directory), and what it opened and executed of the task's working copy (/app).
+// Nothing here runs between fork and exec.
+#include "ahs_syscalls.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/fanotify.h>
+#include <unistd.h>
+
+// ---------------------------------------------------------------------------------------
+// Who changed a verifier's reward files: fanotify on the logs directory's own file system.
+
+enum { AHS_HANDLE_CAP = 132 };
+
+/// `fh` (a struct file_handle) as type then bytes; 0 when it does not fit.
+static unsigned put_handle(const struct file_handle *fh, unsigned char *out) {
+    if (fh->handle_bytes + 4 > AHS_HANDLE_CAP) return 0;
+    memcpy(out, &fh->handle_type, 4);
+    memcpy(out + 4, fh->f_handle, fh->handle_bytes);
+    return fh->handle_bytes + 4;
+}
+
+int ahs_file_handle(int dirfd, const char *name, unsigned char *out, unsigned cap) {
+    union {
+        struct file_handle fh;
+        unsigned char room[sizeof(struct file_handle) + 128];
+    } h;
+    int mount_id;
+    h.fh.handle_bytes = 128;
+    int flags = name[0] ? 0 : AT_EMPTY_PATH;
+    if (name_to_handle_at(dirfd, name, &h.fh, &mount_id, flags) < 0) return -1;
+    if (cap < AHS_HANDLE_CAP) { errno = EINVAL; return -1; }
+    unsigned n = put_handle(&h.fh, out);
+    if (!n) { errno = EOVERFLOW; return -1; }
+    return (int)n;
+}
+
+int ahs_change_watch(const char *dir, unsigned char *top, unsigned *top_len) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int n = ahs_file_handle(fd, "", top, AHS_HANDLE_CAP);
+    int e = errno;
+    close(fd);
+    if (n < 0) { errno = e; return -1; }
+    *top_len = (unsigned)n;
+    unsigned base = FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_REPORT_DFID_NAME | FAN_REPORT_FID;
+    // The target of a create or move by its own handle too (Linux 5.17); without it those
+    // are known by name alone.
+    int group = fanotify_init(base | FAN_REPORT_TARGET_FID, O_RDONLY | O_CLOEXEC);
+    if (group < 0 && errno == EINVAL) group = fanotify_init(base, O_RDONLY | O_CLOEXEC);
+    if (group < 0) return -1;
+    // Opens too: a write through a shared mapping raises no FAN_MODIFY, and the close that
+    // would name its writer can be put off (a descriptor in flight in a Unix socket that a
+    // garbage cycle holds is closed by a kernel worker, later); the open happens at once.
+    uint64_t mask = FAN_OPEN | FAN_MODIFY | FAN_ATTRIB | FAN_CLOSE_WRITE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_CREATE |
+                    FAN_DELETE | FAN_DELETE_SELF | FAN_MOVE_SELF | FAN_ONDIR;
+    if (fanotify_mark(group, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, mask, AT_FDCWD, dir) < 0) {
+        e = errno;
+        close(group);
+        errno = e;
+        return -1;
+    }
+    return group;
+}
+
+int ahs_changes_read(int group, const unsigned char *top, unsigned top_len, struct ahs_change *out, int max) {
+    // Whole events only: the kernel never splits one across reads, and one is far smaller.
+    static __thread unsigned char buf[8192] __attribute__((aligned(8)));
+    // Every event read is returned: room for as many as the smallest fit in the buffer.
+    if (max < (int)(sizeof buf / sizeof(struct fanotify_event_metadata))) { errno = EINVAL; return -1; }
+    ssize_t len = read(group, buf, sizeof buf);
+    if (len < 0) return errno == EAGAIN ? 0 : -1;
+    int count = 0;
+    const struct fanotify_event_metadata *m = (const struct fanotify_event_metadata *)buf;
+    while (count < max && FAN_EVENT_OK(m, len)) {
+        struct ahs_change *c = &out[count++];
+        memset(c, 0, sizeof *c);
+        c->mask = m->mask;
+        c->pid = m->pid;
+        if (m->fd >= 0) close(m->fd);
+        const unsigned char *p = (const unsigned char *)m + m->metadata_len;
+        const unsigned char *end = (const unsigned char *)m + m->event_len;
+        while (p + sizeof(struct fanotify_event_info_header) <= end) {
+            const struct fanotify_event_info_header *h = (const void *)p;
+            if (h->len < sizeof *h || p + h->len > end) break;
+            if (h->info_type == FAN_EVENT_INFO_TYPE_FID || h->info_type == FAN_EVENT_INFO_TYPE_DFID_NAME ||
+                h->info_type == FAN_EVENT_INFO_TYPE_DFID) {
+                const struct fanotify_event_info_fid *f = (const void *)p;
+                const struct file_handle *fh = (const void *)f->handle;
+                // The record must hold its handle whole (the kernel's always does; checked
+                // anyway, so nothing here reads past a record).
+                size_t fixed = sizeof *f + sizeof(struct file_handle);
+                if (h->len < fixed || fh->handle_bytes > h->len - fixed) break;
+                unsigned char handle[AHS_HANDLE_CAP];
+                unsigned n = put_handle(fh, handle);
+                if (h->info_type == FAN_EVENT_INFO_TYPE_FID) {
+                    memcpy(c->object, handle, n);
+                    c->object_len = n;
+                } else {
+                    c->in_top = n && n == top_len && memcmp(handle, top, n) == 0;
+                    if (h->info_type == FAN_EVENT_INFO_TYPE_DFID_NAME) {
+                        const char *name = (const char *)fh->f_handle + fh->handle_bytes;
+                        const unsigned char *record_end = p + h->len;
+                        size_t room = (size_t)(record_end - (const unsigned char *)name);
+                        size_t k = strnlen(name, room < sizeof c->name ? room : sizeof c->name - 1);
+                        memcpy(c->name, name, k);
+                        c->name[k] = 0;
+                    }
+                }
+            }
+            p += h->len;
+        }
+        m = FAN_EVENT_NEXT(m, len);
+    }
+    return count;
+}
+
+// ---------------------------------------------------------------------------------------
+// What a verifier opened and executed of the task's working copy: fanotify on /app's file
+// system. As permission events where the kernel has them: the opener is held until its path
+// and program are read, so it can neither rename the file nor exec another program first.
+
+int ahs_open_watch(const char *dir, int *blocking) {
+    static const struct { unsigned cls; uint64_t mask; } kinds[] = {
+        {FAN_CLASS_CONTENT, FAN_OPEN_PERM | FAN_OPEN_EXEC_PERM},
+        {FAN_CLASS_NOTIF, FAN_OPEN | FAN_OPEN_EXEC},
+    };
+    int e = EINVAL;
+    for (unsigned k = 0; k < 2; k++) {
+        int group = fanotify_init(kinds[k].cls | FAN_CLOEXEC | FAN_NONBLOCK, O_RDONLY | O_LARGEFILE | O_CLOEXEC);
+        if (group < 0) { e = errno; continue; }
+        if (fanotify_mark(group, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, kinds[k].mask, AT_FDCWD, dir) == 0) {
+            *blocking = k == 0;
+            return group;
+        }
+        e = errno;
+        close(group);
+        // Only a kernel without permission events is worth the second try.
+        if (e != EINVAL && e != EPERM) break;
+    }
+    errno = e;
+    return -1;
+}
+
+int ahs_fanotify_flush(int group) {
+    // The path is not looked up for a flush; "/" keeps older kernels' checks content.
+    return fanotify_mark(group, FAN_MARK_FLUSH | FAN_MARK_FILESYSTEM, 0, AT_FDCWD, "/");
+}
+
+int ahs_opens_read(int group, struct ahs_open *out, int max) {
+    static __thread unsigned char buf[4096] __attribute__((aligned(8)));
+    if (max < (int)(sizeof buf / sizeof(struct fanotify_event_metadata))) { errno = EINVAL; return -1; }
+    ssize_t len = read(group, buf, sizeof buf);
+    if (len < 0) return errno == EAGAIN ? 0 : -1;
+    int count = 0;
+    const struct fanotify_event_metadata *m = (const struct fanotify_event_metadata *)buf;
+    while (count < max && FAN_EVENT_OK(m, len)) {
+        struct ahs_open *o = &out[count++];
+        memset(o, 0, sizeof *o);
+        o->mask = m->mask;
+        o->pid = m->pid;
+        if (m->fd >= 0) {
+            char link[64];
+            snprintf(link, sizeof link, "/proc/self/fd/%d", m->fd);
+            ssize_t n = readlink(link, o->path, sizeof o->path - 1);
+            o->path[n > 0 ? n : 0] = 0;
+        }
+        if (m->pid > 0) {
+            char link[64], exe[4096];
+            snprintf(link, sizeof link, "/proc/%d/exe", m->pid);
+            ssize_t n = readlink(link, exe, sizeof exe - 1);
+            if (n > 0) {
+                exe[n] = 0;
+                const char *base = strrchr(exe, '/');
+                base = base ? base + 1 : exe;
+                snprintf(o->exe, sizeof o->exe, "%s", base);
+            }
+        }
+        if (m->fd >= 0) {
+            // A permission event's opener waits for this answer; every open is allowed.
+            if (m->mask & (FAN_OPEN_PERM | FAN_OPEN_EXEC_PERM)) {
+                struct fanotify_response r = {.fd = m->fd, .response = FAN_ALLOW};
+                ssize_t w;
+                do { w = write(group, &r, sizeof r); } while (w < 0 && errno == EINTR);
+            }
+            close(m->fd);
+        }
+        m = FAN_EVENT_NEXT(m, len);
+    }
+    return count;
+}
