@@ -228,6 +228,29 @@ struct FailuresCommand: ParsableCommand {
     }
 }
 
+struct SuiteCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "suite",
+        abstract: "The operator's review of the regression suite: approve pending promotions, retire tasks.",
+        discussion: "With loop.review: operator an accepted gate's promotions wait (status --operator lists them) until `suite approve` takes them in (every pending task when none is named). `suite retire` takes tasks out of the suite, or refuses a pending promotion, for good: no gate promotes them again. Each decision is a ledger row with its reason, shown in the report. Not available to the coding agent.")
+
+    @OptionGroup var experiment: ExperimentOptions
+
+    @Argument(help: "approve or retire.")
+    var action: String
+
+    @Argument(help: "Task ids (approve: default every pending one).")
+    var tasks: [String] = []
+
+    @Option(help: "Why (kept with the decision).")
+    var reason: String
+
+    func run() throws {
+        let (_, done) = try experiment.perform("suite") { try $0.reviewSuite(action, tasks: tasks, reason: reason, actor: "operator") }
+        print("\(action == "approve" ? "approved into" : "retired from") the suite: \(done.joined(separator: ", "))")
+    }
+}
+
 struct NeedsHumanCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "needs-human",

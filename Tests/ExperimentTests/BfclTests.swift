@@ -199,6 +199,42 @@ struct BfclTests {
         #expect(exp.scratchMounts().isEmpty)
     }
 
+    @Test("agent.py is asked in a random order, not in the order of the run's ids it can read in /work/in/task_ids.txt (counting its requests would name each task's category)")
+    func requestOrder() throws {
+        let venv = try Bfcl.install()
+        let model = try FakeModel(turns: [])
+        let exp = try make(model)
+        defer { exp.removeScratch() }
+        try exp.set("max_concurrency", "1")  // one agent.py process: it sees the driver's order
+        try exp.setAgent("""
+            import sys
+            class HarnessAgent:
+                def run(self, messages, functions):
+                    print("ASKED " + messages[-1]["content"], file=sys.stderr, flush=True)
+                    return "no call"
+            """)
+        let p = try exp.run(["prepare"], environment: env(model))
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        let b = try exp.run(["benchmark"], environment: env(model))
+        #expect(b.status == 0, "\(b.stderr)")
+        let train = try exp.split().train
+        let stderr = try #require(exp.traceFile(train[0], "tool.stderr"))
+        let asked = stderr.split(separator: "\n").filter { $0.hasPrefix("ASKED ") }.map { String($0.dropFirst(6)) }
+        // Each train task's question, in the order of the run's ids.
+        var question: [String: String] = [:]
+        for category in Self.categories {
+            let text = try String(contentsOfFile: try Bfcl.package(venv) + "/data/BFCL_v4_\(category).json", encoding: .utf8)
+            for line in text.split(separator: "\n") {
+                let task = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+                let turns = try #require(task["question"] as? [[[String: Any]]])
+                question[task["id"] as? String ?? ""] = turns[0].last?["content"] as? String
+            }
+        }
+        let inIDOrder = train.compactMap { question[$0] }
+        #expect(asked.count == train.count && Set(asked) == Set(inIDOrder), "\(asked.count) asked for \(train.count)")
+        #expect(asked != inIDOrder, "asked in the ids' order")
+    }
+
     /// A multi-turn agent.py that puts code where BFCL's checker builds a call to pass to
     /// `eval` (the function's name and an argument's key): run there, it would rewrite the
     /// scorer's rewards at exit. It also fails every task (raises) if any of the package
@@ -301,10 +337,12 @@ struct BfclTests {
         #expect(refusal(binds: "[]", python: "/usr/bin/python3")?.contains("not the Python of a virtual environment") == true)
     }
 
-    /// agent.py as an attacker on BFCL: it looks for the possible answers, forges the rewards
-    /// file in its own output, plants Python start-up files where it can write, leaves a
-    /// process behind to rewrite its answers once it has exited, and answers with objects that
-    /// compare equal to anything.
+    /// agent.py as an attacker on BFCL: it looks for the possible answers and for its tasks'
+    /// ids (the tasks file, the driver's stack, memory, environment and descriptors: an id names
+    /// its category, and an irrelevance task is passed by not calling), forges the rewards file
+    /// in its own output, plants Python start-up files where it can write, leaves a process
+    /// behind to rewrite its answers once it has exited, and answers with objects that compare
+    /// equal to anything.
     static let cheater = #"""
         import json, os, subprocess, sys
 
@@ -324,7 +362,7 @@ struct BfclTests {
                 return 0
 
 
-        IDS = [json.loads(l)["id"] for l in open("/work/out/tasks.jsonl") if l.strip()]
+        IDS = [l.strip() for l in open("/work/in/task_ids.txt") if l.strip()]
         FORGED = "import json\nopen('/work/out/rewards.json','w').write(json.dumps(dict.fromkeys(%r, 1.0)))\n" % IDS
         for d in ["/work/out", "/tmp", os.path.expanduser("~")]:
             for name in ["sitecustomize.py", "usercustomize.py"]:
@@ -334,22 +372,55 @@ struct BfclTests {
                 except OSError:
                     pass
         exec(FORGED)
+        # A survivor that rewrites the driver's answers the moment they are written: every task
+        # answered without a call passes the irrelevance ones.
+        REWRITE = ("import json,os,time\nids=%r\nfor _ in range(60000):\n time.sleep(0.001)\n try:\n"
+                   "  if os.path.getsize('/work/out/answers.json') > 2:\n"
+                   "   open('/work/out/answers.json','w').write(json.dumps({i: {'result': 'no call'} for i in ids}))\n"
+                   " except OSError: pass\n") % IDS
+        subprocess.Popen([sys.executable, "-c", REWRITE], start_new_session=True)
         # A survivor that keeps forging the rewards for a minute, past the runner's end.
         subprocess.Popen([sys.executable, "-c", "import time\nfor _ in range(600):\n time.sleep(0.1)\n try:\n  " + FORGED.replace("\n", "\n  ") + "\n except Exception: pass"],
                          start_new_session=True)
 
 
+        def task_ids():
+            """Anything that names this run's tasks (their ids name their categories): the
+            tasks file, the driver's stack, the driver's memory, environment and descriptors."""
+            seen = []
+            try:
+                seen.append(open("/work/out/tasks.jsonl").read(200))
+            except OSError:
+                pass
+            frame = sys._getframe()
+            while frame is not None:
+                if "task" in frame.f_locals or "tasks" in frame.f_locals:
+                    seen.append("frame " + frame.f_code.co_name)
+                frame = frame.f_back
+            for name in ["maps", "environ", "mem"]:
+                try:
+                    with open("/proc/%d/%s" % (os.getppid(), name), "rb") as f:
+                        seen.append(name + repr(f.read(64)))
+                except OSError:
+                    pass
+            try:
+                seen.append("fds %s" % os.listdir("/proc/%d/fd" % os.getppid()))
+            except OSError:
+                pass
+            return seen
+
+
         class HarnessAgent:
             def run(self, messages, functions):
-                if FOUND:  # would pass every irrelevance task: the test sees a score
-                    return "FOUND %s" % FOUND[:3]
+                if FOUND or task_ids():  # would pass every irrelevance task: the test sees a score
+                    return "FOUND %s %s" % (FOUND[:3], task_ids()[:3])
                 # A call where none fits (irrelevance), always-equal values everywhere else.
                 f = functions[0]
                 names = list(f.get("parameters", {}).get("properties", {}))
                 return [{"name": f["name"].replace(".", "_"), "arguments": {n: AlwaysEqual("x") for n in names}}]
         """#
 
-    @Test("verifier-integrity corpus, BFCL: answers looked for, rewards forged, start-up files planted, a survivor and always-equal objects: every task 0")
+    @Test("verifier-integrity corpus, BFCL: answers and task ids looked for, rewards forged, start-up files planted, a survivor and always-equal objects: every task 0")
     func corpus() throws {
         let model = try FakeModel(turns: [])
         let exp = try make(model)

@@ -136,7 +136,7 @@ struct ExperimentTests {
         #expect(Set(split.train).isDisjoint(with: split.test))
         let splitAttrs = try FileManager.default.attributesOfItem(atPath: exp.root + "/.autoharness/split.json")
         #expect((splitAttrs[.posixPermissions] as? Int) == 0o600)
-        #expect(try exp.file("workspace/results.tsv").hasPrefix("iteration\tval_score\tcommit\tevals_passed\tevals_total\ttimestamp\n0\t0.0000\tbaseline\t0\t0\t"))
+        #expect(try exp.file("workspace/results.tsv").hasPrefix("iteration\tval_score\tcommit\tevals_passed\tevals_total\ttimestamp\tdescription\n0\t0.0000\tbaseline\t0\t0\t"))
 
         // First train run: nothing passes; traces go to latest/ and baseline/.
         let b = try exp.run("benchmark")
@@ -243,6 +243,46 @@ struct ExperimentTests {
         #expect(g.stdout.contains("ACCEPTED"), "\(g.stdout) \(g.stderr)")
         let suite = try #require(JSONSerialization.jsonObject(with: Data(try exp.file("workspace/suite.json").utf8)) as? [String: Any])
         #expect(Set(suite["tasks"] as? [String] ?? []) == Set(train), "promoted: \(suite["tasks"] ?? "none")")
+    }
+
+    @Test("loop.review: operator: an accepted gate's promotions wait for the operator (listed by status --operator, not promoted again meanwhile); suite approve takes them in, suite retire takes a task out for good; each decision a ledger row in the report")
+    func operatorReview() throws {
+        try requireRoot()
+        let exp = try Experiment(config: ["review": "operator", "min_improvement": "0"])
+        let train = try exp.split().train
+        func suite() throws -> Set<String> {
+            let j = try #require(JSONSerialization.jsonObject(with: Data(try exp.file("workspace/suite.json").utf8)) as? [String: Any])
+            return Set(j["tasks"] as? [String] ?? [])
+        }
+        try exp.setAgent(Agents.addOnly)
+        #expect(try exp.run("gate").stdout.contains("ACCEPTED"))
+        let first = Set(try #require(try exp.rows("gate_attempt").last?["promoted"] as? [String]))
+        let afterFirst = try suite()
+        #expect(!first.isEmpty && first.allSatisfy { $0.hasPrefix("add") } && afterFirst.isEmpty, "\(first)")
+        let op = try exp.run("status", "--operator").stdout
+        #expect(op.contains("waiting for your review") && first.allSatisfy(op.contains), "\(op)")
+        // Pending tasks are not candidates again: the next accepted gate promotes the others.
+        try exp.setAgent(Agents.all)
+        #expect(try exp.run("gate").stdout.contains("ACCEPTED"))
+        let second = Set(try #require(try exp.rows("gate_attempt").last?["promoted"] as? [String]))
+        #expect(second.isDisjoint(with: first) && first.union(second) == Set(train), "\(second)")
+        let afterSecond = try suite()
+        #expect(afterSecond.isEmpty)
+        // The operator's review.
+        let approve = try exp.run("suite", "approve", "--reason", "read every trace")
+        let approved = try suite()
+        #expect(approve.status == 0 && approved == Set(train), "\(approve.stdout)\(approve.stderr)")
+        let retired = try #require(first.sorted().first)
+        #expect(try exp.run("suite", "retire", retired, "--reason", "flaky verifier").status == 0)
+        let afterRetire = try suite()
+        #expect(afterRetire == Set(train).subtracting([retired]))
+        let again = try exp.run("suite", "approve", retired, "--reason", "changed my mind")
+        #expect(again.status != 0 && again.stderr.contains("is not waiting for approval"), "\(again.stderr)")
+        let reviews = try exp.rows("suite_review")
+        #expect(reviews.count == train.count + 1 && reviews.last?["action"] as? String == "retire" && reviews.last?["reason"] as? String == "flaky verifier")
+        #expect(try exp.run("report").status == 0)
+        let html = try exp.file("report.html")
+        #expect(html.contains("<h2>Suite review</h2>") && html.contains("flaky verifier") && html.contains("read every trace"))
     }
 
     @Test("gate.accept: at_least_best accepts a tie with the best (NeoSigma's rule), and prepare and status state the rule in force")

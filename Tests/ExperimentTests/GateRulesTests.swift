@@ -66,6 +66,10 @@ struct GateRulesTests {
         #expect(GateRules.candidates(s) == ["b", "d"])
         s.failedTrain.insert("c")  // failed once, passing in the latest run
         #expect(GateRules.candidates(s) == ["b", "c", "d"])
+        // Waiting for the operator's review, or retired by them: not a candidate.
+        s.pendingSuite = ["b"]
+        s.retiredSuite = ["d"]
+        #expect(GateRules.candidates(s) == ["c"])
         // Replayed from the ledger's rows: the set grows with every failing train run.
         let rows = try ExperimentState(records: [])
         #expect(rows.failedTrain.isEmpty)

@@ -6,14 +6,22 @@
 TASKS.jsonl holds only this run's tasks, each {"id", "question", "function"} (and, for a
 multi-turn task, its back-ends' initial state, their names and the functions held back until a
 later turn); the supervisor wrote it, and nothing of BFCL's possible answers is in this sandbox.
-For a single-turn task it calls HarnessAgent().run(question's first turn, function) once. A
+
+This process is the driver; agent.py never runs in it. The driver reads the tasks, removes the
+file, makes itself non-dumpable (no other process of the sandbox may read its memory or its
+/proc entries) and starts worker processes (this file with --worker) that import agent.py.
+A worker is sent, per call, only what a model would see: the conversation so far and the
+functions offered so far, never a task's id (the id names its category, and the category
+decides the answer class of the relevance ones), its later turns or its held-back functions.
+For a single-turn task the driver asks once (the question's first turn, its functions). A
 multi-turn task is a conversation of several user turns, driven as bfcl-eval's
 function-calling handlers drive one (model_handler/base_handler.py, inference_multi_turn_FC):
 each turn, agent.py is called again with the whole conversation (OpenAI chat messages: its
 calls as `tool_calls`, their results as `tool` messages) until it answers without a call, at
-most 20 calls per turn (BFCL's step limit: past it the task is over and fails); its calls run
-against BFCL's own back-end classes (bound read-only from the install: their code only).
-ANSWERS.json:
+most 20 calls per turn (BFCL's step limit: past it the task is over and fails); its calls run,
+in the driver, against BFCL's own back-end classes (bound read-only from the install: their
+code only). Once every task is answered the driver kills every other process of the sandbox
+and only then writes ANSWERS.json:
   {"<id>": {"result": RESULT} | {"error": "..."}}
 RESULT is what BFCL's handlers store for a model: for a single-turn task its reply (a list of
 calls in OpenAI's form, [{"<name>": "<arguments as JSON>"}], or its text when it called
@@ -28,9 +36,15 @@ package agree.
 import argparse
 import concurrent.futures
 import copy
+import ctypes
 import json
 import os
+import queue
+import random
+import signal
+import subprocess
 import sys
+import time
 import traceback
 
 
@@ -207,7 +221,120 @@ def parse_call(text, functions):
     return {"name": name, "arguments": arguments}
 
 
+class Worker:
+    """One agent.py process: a request is a line of JSON {"new", "messages", "functions"}
+    ("new": a fresh HarnessAgent for a new task), a reply a line {"answer"} or {"error"} on a
+    pipe of its own (agent.py's prints go to the run's output)."""
+
+    def __init__(self):
+        replies_r, replies_w = os.pipe()
+        self.process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", str(replies_w)],
+                                        stdin=subprocess.PIPE, pass_fds=(replies_w,), close_fds=True, text=True)
+        os.close(replies_w)
+        self.replies = os.fdopen(replies_r, "r")
+
+    def ask(self, messages, functions, new=False):
+        self.process.stdin.write(json.dumps({"new": new, "messages": messages, "functions": functions}) + "\n")
+        self.process.stdin.flush()
+        line = self.replies.readline()
+        if not line:
+            raise RuntimeError("agent.py's process ended (exit %s)" % self.process.poll())
+        reply = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError(reply["error"])
+        return reply["answer"]
+
+
+def worker(reply_fd):
+    """A worker: imports agent.py and answers the driver's requests."""
+    replies = os.fdopen(reply_fd, "w")
+    sys.path.insert(0, "/work/agent")
+    from agent import HarnessAgent
+    agent = None
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            if request["new"] or agent is None:
+                agent = HarnessAgent()
+            answer = agent.run(request["messages"], request["functions"])
+            text = json.dumps({"answer": answer})
+        except Exception as e:
+            traceback.print_exc()
+            text = json.dumps({"error": "%s: %s" % (type(e).__name__, e)})
+        replies.write(text + "\n")
+        replies.flush()
+
+
+def own_pid_namespace():
+    """Whether this process is in a PID namespace below the host's (NSpid lists a pid per
+    level): only there does kill(-1) reach no process but the sandbox's."""
+    with open("/proc/self/status") as f:
+        line = next((l for l in f if l.startswith("NSpid:")), "")
+    return len(line.split()) > 2
+
+
+def kill_others():
+    """Ends every process of the sandbox but this one (and its init): agent.py's workers and
+    anything they left behind, so nothing rewrites the answers once they are written."""
+    if not own_pid_namespace():
+        print("bfcl: not in a PID namespace of its own: agent.py's processes are not ended", file=sys.stderr)
+        return
+    me = os.getpid()
+    for _ in range(100):
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG) == (0, 0):
+                    break
+            except ChildProcessError:
+                break
+        alive = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (me, 1)]
+        if not alive:
+            return
+        time.sleep(0.05)
+    raise RuntimeError("processes of agent.py survived SIGKILL: %s" % alive[:5])
+
+
+def drive(tasks, concurrency):
+    """Every task answered by agent.py in worker processes; the answers by task id. The tasks
+    go out in a random order: the run's ids are in /work/in/task_ids.txt, in the order the
+    supervisor wrote the tasks, so asking in that order would tell agent.py which id (and
+    category) each question has by counting."""
+    tasks = list(tasks)
+    random.SystemRandom().shuffle(tasks)
+    workers = queue.Queue()
+    for _ in range(max(1, min(concurrency, len(tasks)))):
+        workers.put(Worker())
+
+    def one(task):
+        w = workers.get()
+        try:
+            if "involved_classes" in task:
+                first = [True]
+
+                def step(messages, functions, turn):
+                    new, first[0] = first[0], False
+                    return w.ask(messages, functions, new=new)
+                return task["id"], {"result": converse(task, step)}
+            return task["id"], {"result": as_result(w.ask(task["question"][0], task["function"], new=True))}
+        except Exception as e:
+            traceback.print_exc()
+            if w.process.poll() is not None:
+                w = Worker()  # the task's agent.py ended: the next task gets a fresh one
+            return task["id"], {"error": "%s: %s" % (type(e).__name__, e)}
+        finally:
+            workers.put(w)
+
+    with concurrent.futures.ThreadPoolExecutor(workers.qsize()) as pool:
+        return dict(pool.map(one, tasks))
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
+        return worker(int(sys.argv[2]))
     p = argparse.ArgumentParser()
     p.add_argument("--tasks", required=True)
     p.add_argument("--out", required=True)
@@ -219,23 +346,21 @@ def main():
     if a.oracle:
         answers = oracle_answers(a.oracle, tasks)
     else:
-        sys.path.insert(0, "/work/agent")
-        from agent import HarnessAgent
-
-        def one(task):
-            try:
-                if "involved_classes" in task:
-                    agent = HarnessAgent()
-                    return task["id"], {"result": converse(task, lambda messages, functions, turn: agent.run(list(messages), list(functions)))}
-                return task["id"], {"result": as_result(HarnessAgent().run(task["question"][0], task["function"]))}
-            except Exception as e:
-                traceback.print_exc()
-                return task["id"], {"error": "%s: %s" % (type(e).__name__, e)}
-
-        with concurrent.futures.ThreadPoolExecutor(max(1, a.max_concurrency)) as pool:
-            answers = dict(pool.map(one, tasks))
-    with open(a.out, "w") as f:
-        json.dump(answers, f)
+        os.unlink(a.tasks)
+        if ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE, 0
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0)")
+        answers = drive(tasks, a.max_concurrency)
+        kill_others()
+    text = {}
+    for task_id, answer in answers.items():
+        try:
+            text[task_id] = json.dumps(answer)
+        except (TypeError, ValueError, RecursionError) as e:
+            text[task_id] = json.dumps({"error": "the answer does not encode: %s" % type(e).__name__})
+    if os.path.lexists(a.out):
+        os.unlink(a.out)
+    with os.fdopen(os.open(a.out, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "w") as f:
+        f.write("{" + ", ".join("%s: %s" % (json.dumps(k), v) for k, v in text.items()) + "}")
     failed = sum(1 for v in answers.values() if "error" in v)
     print("bfcl: %d task(s) answered, %d raised" % (len(answers) - failed, failed), file=sys.stderr)
 

@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import re
+import stat
 import sys
 
 from bfcl_eval.constants.enums import Language, ReturnFormat
@@ -103,12 +104,16 @@ def main():
     with open(a.task_ids_file) as f:
         ids = [line.strip() for line in f if line.strip()]
     try:
-        with open(a.answers) as f:
+        # Not blocking on a FIFO, and only a regular file: the runner's sandbox made it.
+        fd = os.open(a.answers, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        with os.fdopen(fd) as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ValueError("not a regular file")
             answers = json.load(f)
         if not isinstance(answers, dict):
             answers = {}
-    except (OSError, ValueError) as e:
-        print("bfcl checker: no answers (%s)" % e, file=sys.stderr)
+    except (OSError, ValueError, RecursionError) as e:
+        print("bfcl checker: no answers (%s)" % type(e).__name__, file=sys.stderr)
         answers = {}
     data = os.path.join(a.package, "data")
     tasks, truths = {}, {}
@@ -129,32 +134,48 @@ def main():
             rewards[task_id] = None
             continue
         result = answer["result"]
-        if c in RELEVANCE:
-            verdict = eval_runner._evaluate_single_relevance_entry(handler, task_id, result, task, MODEL_CONFIG, c)
-        elif c in MULTI_TURN:
-            names = set().union(*(docs.get(b, set()) for b in task.get("involved_classes", [])))
-            verdict = eval_runner._evaluate_single_multi_turn_entry(
-                handler, task_id, multi_turn_result(result, names), truths[task_id]["ground_truth"], dict(task), MODEL_CONFIG, c)
-            if isinstance(verdict.get("error"), dict):  # the multi-turn checker nests its verdict
-                verdict["error_type"] = verdict["error"].get("error_type")
-                verdict["error"] = verdict["error"].get("error_message", [])
-        else:
-            verdict = eval_runner._evaluate_single_ast_entry(
-                handler, task_id, result, truths[task_id]["ground_truth"], task, MODEL_CONFIG, c,
-                Language.PYTHON, ReturnFormat.PYTHON)
+        try:
+            verdict = grade(handler, task_id, c, task, result, truths, docs)
+        except RecursionError:
+            verdict = {"valid": False, "error_type": "autoharness:answer_too_deep", "error": ["the answer nests too deeply to check"]}
         rewards[task_id] = 1.0 if verdict.get("valid") is True else 0.0
         if a.traces:
-            d = os.path.join(a.traces, trace_name(task_id))
-            os.makedirs(d, exist_ok=True)
-            with open(os.path.join(d, "verdict.json"), "w") as f:
-                json.dump({"valid": verdict.get("valid") is True, "category": c,
-                           "error_type": verdict.get("error_type"), "error": verdict.get("error", [])}, f, indent=1, default=str)
-            with open(os.path.join(d, "answer.json"), "w") as f:
-                json.dump({"question": task["question"], "function": task.get("function"), "result": result}, f, indent=1, default=str)
+            trace(a.traces, task_id, c, task, result, verdict)
     with open(a.out, "w") as f:
         json.dump(rewards, f)
     passed = sum(1 for r in rewards.values() if r == 1.0)
     print("bfcl checker: %d of %d task(s) passed" % (passed, len(ids)), file=sys.stderr)
+
+
+def grade(handler, task_id, c, task, result, truths, docs):
+    """BFCL's verdict on one answer."""
+    if c in RELEVANCE:
+        return eval_runner._evaluate_single_relevance_entry(handler, task_id, result, task, MODEL_CONFIG, c)
+    if c in MULTI_TURN:
+        names = set().union(*(docs.get(b, set()) for b in task.get("involved_classes", [])))
+        verdict = eval_runner._evaluate_single_multi_turn_entry(
+            handler, task_id, multi_turn_result(result, names), truths[task_id]["ground_truth"], dict(task), MODEL_CONFIG, c)
+        if isinstance(verdict.get("error"), dict):  # the multi-turn checker nests its verdict
+            verdict["error_type"] = verdict["error"].get("error_type")
+            verdict["error"] = verdict["error"].get("error_message", [])
+        return verdict
+    return eval_runner._evaluate_single_ast_entry(
+        handler, task_id, result, truths[task_id]["ground_truth"], task, MODEL_CONFIG, c, Language.PYTHON, ReturnFormat.PYTHON)
+
+
+def trace(directory, task_id, c, task, result, verdict):
+    """A train task's trace: the checker's verdict and what it graded."""
+    d = os.path.join(directory, trace_name(task_id))
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "verdict.json"), "w") as f:
+        json.dump({"valid": verdict.get("valid") is True, "category": c,
+                   "error_type": verdict.get("error_type"), "error": verdict.get("error", [])}, f, indent=1, default=str)
+    try:
+        text = json.dumps({"question": task["question"], "function": task.get("function"), "result": result}, indent=1, default=str)
+    except RecursionError:
+        text = json.dumps({"question": task["question"], "function": task.get("function"), "result": "(nested too deeply to show)"}, indent=1)
+    with open(os.path.join(d, "answer.json"), "w") as f:
+        f.write(text)
 
 
 if __name__ == "__main__":

@@ -84,6 +84,10 @@ public struct ExperimentConfig: Sendable, Equatable {
     /// `loop.batch_iterations`: gate attempts a batch may take before the next batch is
     /// revealed without an accepted gate.
     public var batchIterations = 5
+    /// `loop.review`: `auto` (an accepted gate's promotions join the suite) or `operator`
+    /// (they wait for `autoharness suite approve`).
+    public var review = Review.auto
+    public enum Review: String, Sendable, CaseIterable { case auto, `operator` }
     // budget:
     /// `autoharness run` stops once the coding agent's reported cost in this run reaches this
     /// many dollars (0: no limit).

@@ -65,14 +65,14 @@ public enum RollingBatches {
     }
 
     /// An accepted gate's promotion candidates with batches on: every visible train task
-    /// outside the suite that ever failed (it has a failure record, or a train run failed
+    /// outside the suite (and not waiting for the operator or retired by them) that ever failed (it has a failure record, or a train run failed
     /// it), whatever its records' state now. Re-running all of them with the accepted
     /// agent.py (the suite runs anyway) leaves no record of an unresolved cluster behind on an
     /// earlier agent.py's run, so "resolved" below is exact; and a task that waited for its
     /// cluster is still a candidate when a train run of an accepted agent.py resolved it. A
     /// task never seen failing (revealed but not run, or passing from its first run) is not.
     static func candidates(_ s: ExperimentState, book: FailureBook) -> [String] {
-        let suite = Set(s.suite)
+        let suite = Set(s.suite + s.pendingSuite).union(s.retiredSuite)
         let failed = Set(book.records.map(\.task))
         return s.visibleTrain.filter { !suite.contains($0) && (failed.contains($0) || s.failedTrain.contains($0)) }
     }

@@ -121,13 +121,14 @@ public enum GateRules {
                          requiredImprovement: needed > 0 ? needed : nil)
     }
 
-    /// Step 3's candidates without batches: train tasks outside the suite that a recorded
-    /// train run ever failed, or that never ran. Not upstream's "failing in the latest run":
+    /// Step 3's candidates without batches: train tasks outside the suite (not waiting for the
+    /// operator's review, not retired by them) that a recorded train run ever failed, or that
+    /// never ran. Not upstream's "failing in the latest run":
     /// the coding agent is told to benchmark its candidate before gating (PROGRAM.md), and that
     /// run marks the tasks it fixed as passing, so the latest run's view would promote none
     /// of them and the suite would stop growing.
     static func candidates(_ s: ExperimentState) -> [String] {
-        let suite = Set(s.suite)
-        return (s.split?.train ?? []).filter { !suite.contains($0) && (s.failedTrain.contains($0) || s.latestTrainRewards[$0] == nil) }
+        let outside = Set(s.suite + s.pendingSuite).union(s.retiredSuite)
+        return (s.split?.train ?? []).filter { !outside.contains($0) && (s.failedTrain.contains($0) || s.latestTrainRewards[$0] == nil) }
     }
 }

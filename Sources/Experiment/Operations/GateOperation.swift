@@ -149,7 +149,8 @@ extension ExperimentSupervisor {
             items.append((.iteration, IterationRecord(iteration: iteration, valScore: val, commit: String(commit.prefix(7)),
                                                       evalsPassed: result.suitePassed, evalsTotal: result.suiteTotal,
                                                       timestamp: isoTimestamp(), agentSHA256: snap.sha256, description: message)))
-            items.append((.suitePromotion, SuitePromotionRecord(added: result.promoted, lastResults: lastResults)))
+            items.append((.suitePromotion, SuitePromotionRecord(added: result.promoted, lastResults: lastResults,
+                                                                pending: config.review == .operator ? true : nil)))
         } else {
             items.append((.gateAttempt, result))
         }

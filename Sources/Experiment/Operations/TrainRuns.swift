@@ -124,6 +124,35 @@ extension ExperimentSupervisor {
         try regenerateViews()
     }
 
+    /// The operator's review of the suite (`autoharness suite approve|retire`): `approve` takes
+    /// tasks an accepted gate promoted under `loop.review: operator` into the suite; `retire`
+    /// takes tasks out of the suite (or refuses a pending promotion) for good. `tasks` empty
+    /// with `approve` means every pending one. Returns the tasks reviewed.
+    @discardableResult
+    public func reviewSuite(_ action: String, tasks: [String], reason: String, actor: String) throws -> [String] {
+        let s = try state()
+        guard s.prepared else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
+        guard let why = Self.gateMessage(reason) else { throw ExperimentError(.usage, "--reason: say why (a non-empty text)") }
+        let chosen: [String]
+        switch action {
+        case "approve":
+            chosen = tasks.isEmpty ? s.pendingSuite : tasks
+            if let other = chosen.first(where: { !s.pendingSuite.contains($0) }) {
+                throw ExperimentError(.usage, "\(printable(other)) is not waiting for approval (pending: \(s.pendingSuite.isEmpty ? "none" : s.pendingSuite.joined(separator: ", ")))")
+            }
+        case "retire":
+            chosen = tasks
+            if let other = chosen.first(where: { !s.suite.contains($0) && !s.pendingSuite.contains($0) }) {
+                throw ExperimentError(.usage, "\(printable(other)) is neither in the suite nor waiting for approval")
+            }
+        default: throw ExperimentError(.usage, "suite: approve or retire, not \(printable(action))")
+        }
+        guard !chosen.isEmpty else { throw ExperimentError(.usage, "no task to \(action): name one or more") }
+        _ = try ledger.appendAll(chosen.map { (.suiteReview, SuiteReviewRecord(actor: actor, action: action, task: $0, reason: why) as any Encodable) })
+        try regenerateViews()
+        return chosen
+    }
+
     static let maxNeedsHuman = 1000
 
     /// Records that `actor` (the coding agent) needs something from a human: shown to the

@@ -16,6 +16,11 @@ public struct ExperimentState: Sendable {
     public var baseline: BaselineRecord?
     public var iterations: [IterationRecord] = []
     public var suite: [String] = []
+    /// `loop.review: operator`: promoted by accepted gates, waiting for the operator.
+    public var pendingSuite: [String] = []
+    /// Retired by the operator: out of the suite, never promoted again.
+    public var retiredSuite: Set<String> = []
+    public var suiteReviews: [(time: String, record: SuiteReviewRecord)] = []
     public var suiteLastResults: [String: Double] = [:]
     public var latestTrainRun: TrainRunRecord?
     /// Every train run, oldest first.
@@ -148,8 +153,24 @@ public struct ExperimentState: Sendable {
             case .iteration: iterations.append(try r.decode(IterationRecord.self))
             case .suitePromotion:
                 let p = try r.decode(SuitePromotionRecord.self)
-                for id in p.added where !suite.contains(id) { suite.append(id) }
+                for id in p.added where !suite.contains(id) && !retiredSuite.contains(id) {
+                    if p.pending == true {
+                        if !pendingSuite.contains(id) { pendingSuite.append(id) }
+                    } else {
+                        suite.append(id)
+                    }
+                }
                 suiteLastResults = p.lastResults
+            case .suiteReview:
+                let v = try r.decode(SuiteReviewRecord.self)
+                suiteReviews.append((r.time, v))
+                pendingSuite.removeAll { $0 == v.task }
+                if v.action == "approve" {
+                    if !suite.contains(v.task) { suite.append(v.task) }
+                } else {
+                    suite.removeAll { $0 == v.task }
+                    retiredSuite.insert(v.task)
+                }
             case .violation: violations.append((r.time, try r.decode(ViolationRecord.self)))
             case .note: break
             case .failureEvidence:

@@ -22,6 +22,7 @@ extension RecordKind {
     public static let batchEnded: RecordKind = "batch_ended"
     public static let nodeExcluded: RecordKind = "node_excluded"
     public static let needsHuman: RecordKind = "needs_human"
+    public static let suiteReview: RecordKind = "suite_review"
 }
 
 extension Set<RecordKind> {
@@ -29,6 +30,6 @@ extension Set<RecordKind> {
     public static let experiment: Set<RecordKind> = [
         .experimentCreated, .split, .baseline, .trainRun, .gateStarted, .gateAttempt, .iteration, .suitePromotion,
         .violation, .note, .runStarted, .runEnded, .agentSession, .failureEvidence, .clusterProposal,
-        .batchRevealed, .batchEnded, .nodeExcluded, .needsHuman,
+        .batchRevealed, .batchEnded, .nodeExcluded, .needsHuman, .suiteReview,
     ]
 }

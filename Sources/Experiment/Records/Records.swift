@@ -113,6 +113,8 @@ public struct SuitePromotionRecord: Codable, Sendable {
     public var added: [String]
     /// Latest suite-step rewards of every suite task (upstream's `last_results`).
     public var lastResults: [String: Double]
+    /// `loop.review: operator`: the tasks wait for the operator's approval instead of joining.
+    public var pending: Bool?
 }
 
 /// The failing checks of every train task one run observed, from the benchmark's own results
@@ -170,6 +172,17 @@ public struct BatchEndedRecord: Codable, Sendable, Equatable {
 /// The coding agent's proposal about a failure cluster: a label, or that it has the same root
 /// cause as another. Recorded as the agent's and shown as such; it never changes what a
 /// cluster counts or what the gate decides.
+/// The operator's decision about one task of the suite (`autoharness suite approve|retire`):
+/// a pending promotion approved, or a task retired from the suite (or its promotion refused),
+/// never to be promoted again.
+public struct SuiteReviewRecord: Codable, Sendable {
+    public var actor: String
+    /// `approve` or `retire`.
+    public var action: String
+    public var task: String
+    public var reason: String
+}
+
 /// Something the coding agent needs from a human (`autoharness needs-human TEXT`): shown to the
 /// operator (`status --operator`, the report), never acted on by the supervisor.
 public struct NeedsHumanRecord: Codable, Sendable {

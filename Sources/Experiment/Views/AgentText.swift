@@ -56,6 +56,7 @@ public enum AgentText {
         usage["cost_per_accepted_usd"] = u.costUSD.map { accepted > 0 ? $0 / Double(accepted) as Any : NSNull() } ?? NSNull()
         extra["coding_agent_usage"] = usage
         extra["needs_human"] = s.needsHuman.map { ["time": $0.time, "text": $0.text] }
+        extra["pending_suite"] = s.pendingSuite
         let c = s.benchmarkCost
         extra["benchmark_cost_usd"] = c.reported ? ["train": c.train, "held_out": c.heldOut] as Any : NSNull()
         return statusJSON(s.facts, extra: extra)
@@ -122,6 +123,9 @@ public enum AgentText {
         if let op, op.benchmarkCost.reported {
             let c = op.benchmarkCost
             out += "benchmark model spend: train \(AgentUsage.dollars(c.train)), held-out \(AgentUsage.dollars(c.heldOut)) (as its tools reported it)\n"
+        }
+        if let op, !op.pendingSuite.isEmpty {
+            out += "waiting for your review (loop.review: operator; `autoharness suite approve|retire`): \(op.pendingSuite.joined(separator: ", "))\n"
         }
         if let op, !op.needsHuman.isEmpty {
             out += "needs from a human (the coding agent's notes, newest last): \(op.needsHuman.count)\n"

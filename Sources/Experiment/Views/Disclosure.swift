@@ -168,6 +168,8 @@ public struct OperatorStatus: Sendable {
     public var finished: (attempt: Int?, val: Double?, timedOut: Int)? = nil
     /// What the coding agent said it needs from a human (`needs-human`), newest last.
     public var needsHuman: [(time: String, text: String)] = []
+    /// `loop.review: operator`: promotions waiting for `suite approve`.
+    public var pendingSuite: [String] = []
     fileprivate init(facts: StatusFacts, lastRunEnd: RunEndedRecord?, sessions: Int, usage: AgentUsage, benchmarkCost: ExperimentState.BenchmarkCost) {
         self.facts = facts
         self.lastRunEnd = lastRunEnd
@@ -215,6 +217,7 @@ public enum Disclosure {
             o.finished = (nil, b.valScoreFinished, n)
         }
         o.needsHuman = s.needsHuman.map { ($0.time, $0.record.text) }
+        o.pendingSuite = s.pendingSuite
         return o
     }
 

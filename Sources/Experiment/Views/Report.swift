@@ -104,6 +104,13 @@ public enum Report {
             rows += "<td>\(esc(it.description ?? ""))</td></tr>\n"
         }
         body += "<h2>Iterations</h2>\n<table>\n\(rows)</table>\n"
+        if !s.suiteReviews.isEmpty || !s.pendingSuite.isEmpty {
+            body += "<h2>Suite review</h2>\n<p class=\"note\">the operator's decisions (`autoharness suite`); waiting: \(s.pendingSuite.isEmpty ? "none" : esc(s.pendingSuite.joined(separator: ", ")))</p>\n<table>\n"
+            for r in s.suiteReviews {
+                body += "<tr><td>\(esc(r.time))</td><td>\(esc(r.record.actor))</td><td>\(esc(r.record.action))</td><td>\(esc(r.record.task))</td><td>\(esc(r.record.reason))</td></tr>\n"
+            }
+            body += "</table>\n"
+        }
         if !s.needsHuman.isEmpty {
             body += "<h2>Needs from a human</h2>\n<p class=\"note\">what the coding agent asked for (`autoharness needs-human`), oldest first</p>\n<table>\n"
             for n in s.needsHuman { body += "<tr><td>\(esc(n.time))</td><td>\(esc(n.record.actor))</td><td>\(esc(n.record.text))</td></tr>\n" }
