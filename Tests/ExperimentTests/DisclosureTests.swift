@@ -115,8 +115,8 @@ struct DisclosureTests {
         #expect(Views.resultsTSV(state, disclosure: .score) == header + "0\t0.1235\tbaseline\t0\t0\tt0\t\n1\t0.5000\tabc1234\t2\t3\tt1\tcoerce numbers\n")
         #expect(Views.resultsTSV(state, disclosure: .decision) == header + "0\t\tbaseline\t0\t0\tt0\t\n1\t\tabc1234\t2\t3\tt1\tcoerce numbers\n")
         // A requester's message as kept: one line, control characters spaced, capped.
-        #expect(ExperimentSupervisor.gateMessage("a\tb\r\n\u{2028}c\u{1b}[31m") == "a b c [31m")
-        #expect(ExperimentSupervisor.gateMessage(" \n\t ") == nil)
-        #expect(ExperimentSupervisor.gateMessage(String(repeating: "x", count: 900))?.count == ExperimentSupervisor.maxGateMessage)
+        #expect(noteLine("a\tb\r\n\u{2028}c\u{1b}[31m") == "a b c [31m")
+        #expect(noteLine(" \n\t ") == nil)
+        #expect(noteLine(String(repeating: "x", count: 900))?.count == maxNoteLength)
     }
 }

@@ -28,15 +28,12 @@ import stat
 import sys
 
 from bfcl_eval.constants.enums import Language, ReturnFormat
+from bfcl_eval.constants.executable_backend_config import MULTI_TURN_FUNC_DOC_FILE_MAPPING
 from bfcl_eval.eval_checker import eval_runner
 
 MODEL_CONFIG = "gpt-5-mini-2025-08-07-FC"
 RELEVANCE = ("irrelevance", "live_irrelevance", "live_relevance")
 MULTI_TURN = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
-# bfcl-eval 2026.3.23 constants/executable_backend_config.py, MULTI_TURN_FUNC_DOC_FILE_MAPPING.
-FUNCTION_DOCS = {"GorillaFileSystem": "gorilla_file_system.json", "MathAPI": "math_api.json", "MessageAPI": "message_api.json",
-                 "TwitterAPI": "posting_api.json", "TicketAPI": "ticket_api.json", "TradingBot": "trading_bot.json",
-                 "TravelAPI": "travel_booking.json", "VehicleControlAPI": "vehicle_control.json"}
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -121,7 +118,7 @@ def main():
     for c in sorted({category(i) for i in ids} - {None}):
         tasks.update(read_lines(os.path.join(data, "BFCL_v4_%s.json" % c)))
         if c in MULTI_TURN and not docs:
-            for backend, file in FUNCTION_DOCS.items():
+            for backend, file in MULTI_TURN_FUNC_DOC_FILE_MAPPING.items():
                 with open(os.path.join(data, "multi_turn_func_doc", file)) as f:
                     docs[backend] = {json.loads(line)["name"] for line in f if line.strip()}
         if c not in RELEVANCE:

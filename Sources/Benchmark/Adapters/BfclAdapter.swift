@@ -136,7 +136,8 @@ public struct BfclAdapter: BenchmarkAdapter {
         }
         guard !ids.isEmpty else { throw BenchmarkError(.configuration, "bfcl: no tasks in \(categories.joined(separator: ", "))") }
         taskIDs = ids.sorted()
-        runnerLines = lines.filter { Set(ids).contains($0.key) }
+        let kept = Set(ids)
+        runnerLines = lines.filter { kept.contains($0.key) }
     }
 
     /// A multi-turn task's function documents, as bfcl-eval gives them to a model
@@ -245,22 +246,8 @@ public struct BfclAdapter: BenchmarkAdapter {
         scorer.extraMounts = [scripts, MountSpec(kind: .readOnly(source: environmentDirectory), destination: environmentDirectory)]
         scorer.runDirectory = run.scratch.path + "/app"
         scorer.outputName = "score"
-        let scoreExit = run.launch(scorer, total: ids.count)
-        run.reportFailure("bfcl checker", scoreExit)
-
-        let out = run.openOutput("score")
-        defer { if out >= 0 { close(out) } }
-        var results = out >= 0
-            ? CommandAdapter.parse(out, ids: Set(ids), traces: !context.heldOut, nullDetail: "no answer from agent.py (bfcl run \(runExit.summary))")
-            : [:]
-        if !context.heldOut && out >= 0 {
-            for (id, r) in results where r.status != .passed {
-                if let bytes = FailureParsers.report(at: out, ["traces", TraceName.encode(id)], "verdict.json") {
-                    results[id]?.failures = FailureParsers.bfcl(bytes)
-                }
-            }
-        }
-        let exit = runExit.succeeded ? scoreExit : runExit
-        return run.outcomes(ids, results, toolExit: exit, seconds: runExit.seconds + scoreExit.seconds)
+        // Train runs: BFCL's verdict (its error type and messages) is each failing task's record.
+        return run.score(ids, with: scorer, after: runExit, nullDetail: "no answer from agent.py (bfcl run \(runExit.summary))",
+                         evidence: ("verdict.json", FailureParsers.bfcl))
     }
 }

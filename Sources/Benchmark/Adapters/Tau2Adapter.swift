@@ -124,25 +124,10 @@ public struct Tau2Adapter: BenchmarkAdapter {
         scorer.extraMounts = [scripts, MountSpec(kind: .readOnly(source: dataDirectory), destination: dataDirectory)]
         scorer.runDirectory = run.scratch.path + "/app"
         scorer.outputName = "score"
-        let scoreExit = run.launch(scorer, total: ids.count)
-        run.reportFailure("tau2 scorer", scoreExit)
-
-        let out = run.openOutput("score")
-        defer { if out >= 0 { close(out) } }
-        var results = out >= 0
-            ? CommandAdapter.parse(out, ids: Set(ids), traces: !context.heldOut, nullDetail: "no scorable simulation (tau2 run \(runExit.summary))")
-            : [:]
         // Train runs: which checks of tau2's reward breakdown failed, from the scorer's
         // reward_info.json (the scorer ran without agent.py, against the full task).
-        if !context.heldOut && out >= 0 {
-            for (id, r) in results where r.status != .passed {
-                if let bytes = FailureParsers.report(at: out, ["traces", TraceName.encode(id)], "reward_info.json") {
-                    results[id]?.failures = FailureParsers.tau2(bytes)
-                }
-            }
-        }
-        let exit = runExit.succeeded ? scoreExit : runExit
-        return run.outcomes(ids, results, toolExit: exit, seconds: runExit.seconds + scoreExit.seconds)
+        return run.score(ids, with: scorer, after: runExit, nullDetail: "no scorable simulation (tau2 run \(runExit.summary))",
+                         evidence: ("reward_info.json", FailureParsers.tau2))
     }
 
     /// What of tau2's data directory the runner may see, by name: the files tau2 v1.0.1 opens

@@ -330,6 +330,29 @@ final class ToolRun {
 }
 
 extension ToolRun {
+    /// The second sandbox of a benchmark scored without agent.py (tau2, BFCL): `scorer` reads
+    /// what the runner left (read-only at /work/run) and writes rewards.json to its own output;
+    /// those rewards are the outcomes. On train runs each task that did not pass gets its
+    /// failure record from `evidence.file` in its trace directory of the scorer's output, read
+    /// by `evidence.parse`. `nullDetail` says why a task the scorer gave null scores 0.
+    func score(_ ids: [String], with scorer: ToolInvocation, after runExit: ToolExit, nullDetail: String,
+               evidence: (file: String, parse: ([UInt8]) -> [FailureEvidence]?)) -> [TaskOutcome] {
+        let scoreExit = launch(scorer, total: ids.count)
+        reportFailure(scorer.label, scoreExit)
+        let out = openOutput(scorer.outputName)
+        defer { if out >= 0 { close(out) } }
+        var results = out >= 0 ? CommandAdapter.parse(out, ids: Set(ids), traces: !context.heldOut, nullDetail: nullDetail) : [:]
+        if !context.heldOut && out >= 0 {
+            for (id, r) in results where r.status != .passed {
+                if let bytes = FailureParsers.report(at: out, ["traces", TraceName.encode(id)], evidence.file) {
+                    results[id]?.failures = evidence.parse(bytes)
+                }
+            }
+        }
+        let exit = runExit.succeeded ? scoreExit : runExit
+        return outcomes(ids, results, toolExit: exit, seconds: runExit.seconds + scoreExit.seconds)
+    }
+
     /// `text` safe for the operator's terminal: control characters but newline and tab (an
     /// escape sequence from a tool's stderr, which agent.py can write) shown as `\u{..}`.
     static func printable(_ text: String) -> String {

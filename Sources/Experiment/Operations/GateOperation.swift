@@ -16,8 +16,8 @@ extension ExperimentSupervisor {
     /// commits the snapshot and records the iteration; a rejection is recorded too.
     /// `beforeHeldOut` runs just before the first held-out task and may refuse (throw): the
     /// run loop checks there that the coding agent is still frozen. `message` (`gate -m`):
-    /// what the change is and why, kept as one printable line of at most
-    /// `maxGateMessage` characters in the attempt's record, the commit's body and results.tsv.
+    /// what the change is and why, kept as `noteLine` keeps it in the attempt's record, the
+    /// commit's body and results.tsv.
     public func gate(actor: String = "cli", agent: Snapshot? = nil, message: String? = nil,
                      beforeHeldOut: () throws -> Void = {}) throws -> GateResult {
         let s = try settleBatches()
@@ -37,7 +37,7 @@ extension ExperimentSupervisor {
         var recorded = false
         var heldOutBegan = false
         do {
-            let result = try judge(s, split: split, attempt: attempt, snap: snap, message: message.flatMap(Self.gateMessage),
+            let result = try judge(s, split: split, attempt: attempt, snap: snap, message: message.flatMap { noteLine($0) },
                                    audit: audit, heldOutAudit: heldOutAudit, started: started, recorded: &recorded,
                                    heldOutBegan: &heldOutBegan, beforeHeldOut: beforeHeldOut)
             // The batch this gate revealed runs now, with the agent.py the gate left standing; a
@@ -61,16 +61,6 @@ extension ExperimentSupervisor {
 
     /// The gate's three steps and their record (`gate`); `recorded` is set once the ledger
     /// holds the attempt.
-    /// The longest `gate -m` message kept, in characters.
-    public static let maxGateMessage = 500
-
-    /// A requester's message as kept: control characters (tabs and line breaks included) made
-    /// spaces, runs of spaces folded, capped.
-    static func gateMessage(_ text: String) -> String? {
-        let flat = String(text.unicodeScalars.map { $0.properties.generalCategory == .control || $0 == "\u{2028}" || $0 == "\u{2029}" ? " " : Character($0) })
-        let words = flat.split(separator: " ", omittingEmptySubsequences: true).joined(separator: " ")
-        return words.isEmpty ? nil : String(words.prefix(maxGateMessage))
-    }
 
     private func judge(_ s: ExperimentState, split: SplitRecord, attempt: Int, snap: Snapshot, message: String?, audit: RunAudit, heldOutAudit: RunAudit,
                        started: Double, recorded: inout Bool, heldOutBegan: inout Bool, beforeHeldOut: () throws -> Void) throws -> GateResult {

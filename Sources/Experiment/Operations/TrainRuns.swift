@@ -132,7 +132,7 @@ extension ExperimentSupervisor {
     public func reviewSuite(_ action: String, tasks: [String], reason: String, actor: String) throws -> [String] {
         let s = try state()
         guard s.prepared else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
-        guard let why = Self.gateMessage(reason) else { throw ExperimentError(.usage, "--reason: say why (a non-empty text)") }
+        guard let why = noteLine(reason) else { throw ExperimentError(.usage, "--reason: say why (a non-empty text)") }
         let chosen: [String]
         switch action {
         case "approve":
@@ -158,7 +158,7 @@ extension ExperimentSupervisor {
     /// Records that `actor` (the coding agent) needs something from a human: shown to the
     /// operator in `status --operator` and the report; nothing acts on it.
     public func needsHuman(_ text: String, actor: String) throws {
-        guard let kept = Self.gateMessage(text) else {
+        guard let kept = noteLine(text) else {
             throw ExperimentError(.usage, "needs-human: say what you need from a human (a non-empty text)")
         }
         guard try state().needsHuman.count < Self.maxNeedsHuman else {

@@ -170,6 +170,18 @@ public enum Views {
     }
 }
 
+/// The longest note kept (`gate -m`, `needs-human`, a suite review's reason), in characters.
+let maxNoteLength = 500
+
+/// Someone's note as kept in rows and views (results.tsv's description among them): one line,
+/// control characters (tabs and line breaks included) made spaces, runs of spaces folded,
+/// capped at `maxNoteLength`; nil when nothing is left.
+func noteLine(_ text: String) -> String? {
+    let flat = String(text.unicodeScalars.map { $0.properties.generalCategory == .control || $0 == "\u{2028}" || $0 == "\u{2029}" ? " " : Character($0) })
+    let words = flat.split(separator: " ", omittingEmptySubsequences: true).joined(separator: " ")
+    return words.isEmpty ? nil : String(words.prefix(maxNoteLength))
+}
+
 /// Text a sandbox chose, as it may appear in a one-line record: control characters escaped,
 /// length capped (in characters).
 func printable(_ s: String, limit: Int = 200) -> String {
