@@ -171,10 +171,34 @@ struct GateCommand: ParsableCommand {
     var message: String?
 
     func run() throws {
-        let (s, r) = try experiment.perform("gate") { try $0.gate(message: message) }
+        let (s, (ranking, r)) = try experiment.perform("gate") { s -> (CandidatesRankedRecord?, GateResult) in
+            guard try !s.state().pendingCandidates.isEmpty else { return (nil, try s.gate(message: message)) }
+            let g = try s.gateCandidates(actor: "cli", message: message)
+            // What was gated is what agent/ holds from now on, as inside `autoharness run`.
+            try AtomicFile.write(try s.snapshotBytes(g.result.agentSHA256), to: s.layout.agentFile, mode: 0o644)
+            return (g.ranking, g.result)
+        }
         let (text, code) = AgentText.gate(Disclosure.gate(r, config: s.config))
-        print(text, terminator: "")
+        print((ranking.map(AgentText.ranking) ?? "") + text, terminator: "")
         if code != 0 { throw ExitCode(code) }
+    }
+}
+
+struct CandidateCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "candidate",
+        abstract: "Submit agent/agent.py as one of several candidates for the next gate (loop.candidates).",
+        discussion: "With loop.candidates: K (2 to 8) up to K candidates wait for the next `autoharness gate`, which runs each on the train split (every revealed train task), ranks them there (suite threshold met, then train score, then suite tasks passed, then the order submitted) and judges only the best: one gate is one look at the held-out split whatever K is. The others are recorded as explored with their train numbers (status, the report, the explorer). The gated candidate becomes agent/agent.py. Submitting an agent.py already waiting changes nothing; one already judged by a gate is refused.")
+
+    @OptionGroup var experiment: ExperimentOptions
+
+    @Option(name: [.customShort("m"), .customLong("message")],
+            help: "What this candidate tries (one line, at most 500 characters kept): the gate's message if it is the one gated.")
+    var message: String?
+
+    func run() throws {
+        let (s, c) = try experiment.perform("candidate") { try $0.submitCandidate(message: message, actor: "cli") }
+        print(AgentText.candidate(c, of: s.config.candidates), terminator: "")
     }
 }
 

@@ -55,6 +55,7 @@ struct GateRulesTests {
         s.split = SplitRecord(train: ["a", "b", "c", "d"], test: ["x", "y"], seed: 1)
         s.suite = ["a"]
         s.latestTrainRewards = ["a": 1, "b": 0, "c": 1]
+        s.trainRuns = [TrainRunRecord(timestamp: "t", agentSHA256: "v0", results: s.latestTrainRewards, statuses: [:])]
         s.failedTrain = ["b"]
         if let best { s.iterations = [IterationRecord(iteration: 0, valScore: best, commit: "baseline", evalsPassed: 0, evalsTotal: 0, timestamp: "t", agentSHA256: "v0")] }
         return s
@@ -62,8 +63,13 @@ struct GateRulesTests {
 
     @Test("the ratchet: a train task some recorded run failed stays a promotion candidate after a later run (the candidate's own benchmark) passed it; one never seen failing is not")
     func ratchetCandidates() throws {
-        var s = try Self.state()
+        var s = try Self.state(best: 0)
         #expect(GateRules.candidates(s) == ["b", "d"])
+        // Passed only by agent.py files no gate accepted (a candidate's benchmark, the
+        // candidates a gate ranked): still a candidate, as if it never ran.
+        s.trainRuns[0].agentSHA256 = "not accepted"
+        #expect(GateRules.candidates(s) == ["b", "c", "d"])
+        s.trainRuns[0].agentSHA256 = "v0"
         s.failedTrain.insert("c")  // failed once, passing in the latest run
         #expect(GateRules.candidates(s) == ["b", "c", "d"])
         // Waiting for the operator's review, or retired by them: not a candidate.

@@ -88,6 +88,10 @@ public struct ExperimentConfig: Sendable, Equatable {
     /// (they wait for `autoharness suite approve`).
     public var review = Review.auto
     public enum Review: String, Sendable, CaseIterable { case auto, `operator` }
+    /// `loop.candidates`: candidate agent.py files one gate may rank (`autoharness candidate`);
+    /// only the best on train and the suite is judged on the held-out split.
+    public var candidates = 1
+    public static let maxCandidates = 8
     // budget:
     /// `autoharness run` stops once the coding agent's reported cost in this run reaches this
     /// many dollars (0: no limit).

@@ -123,8 +123,9 @@ extension ExperimentConfig {
                     }
                 }
             case "loop":
-                r.mapping(v, key, allowed: ["batch_size", "batch_iterations", "review"]) { k, v in
+                r.mapping(v, key, allowed: ["batch_size", "batch_iterations", "review", "candidates"]) { k, v in
                     switch k {
+                    case "candidates": if let x = r.integer(v, "loop.candidates", 1...ExperimentConfig.maxCandidates) { c.candidates = x }
                     case "batch_size": if let x = r.integer(v, "loop.batch_size", 0...100_000) { c.batchSize = x }
                     case "review": if let x = r.oneOf(v, "loop.review", ExperimentConfig.Review.allCases.map(\.rawValue)) { c.review = .init(rawValue: x)! }
                     default: if let x = r.integer(v, "loop.batch_iterations", 1...100_000) { c.batchIterations = x }

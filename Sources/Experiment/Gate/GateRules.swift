@@ -123,12 +123,15 @@ public enum GateRules {
 
     /// Step 3's candidates without batches: train tasks outside the suite (not waiting for the
     /// operator's review, not retired by them) that a recorded train run ever failed, or that
-    /// never ran. Not upstream's "failing in the latest run":
-    /// the coding agent is told to benchmark its candidate before gating (PROGRAM.md), and that
-    /// run marks the tasks it fixed as passing, so the latest run's view would promote none
-    /// of them and the suite would stop growing.
+    /// no accepted agent.py ever ran (never ran at all, or only under agent.py files no gate
+    /// accepted). Not upstream's "failing in the latest run": the coding agent is told to
+    /// benchmark its candidate before gating (PROGRAM.md), and a gate of several candidates
+    /// runs each on train first, and those runs mark the tasks they fixed as passing, so the
+    /// latest run's view would promote none of them and the suite would stop growing.
     static func candidates(_ s: ExperimentState) -> [String] {
         let outside = Set(s.suite + s.pendingSuite).union(s.retiredSuite)
-        return (s.split?.train ?? []).filter { !outside.contains($0) && (s.failedTrain.contains($0) || s.latestTrainRewards[$0] == nil) }
+        let accepted = Set(s.iterations.map(\.agentSHA256))
+        let ranUnderAccepted = Set(s.trainRuns.filter { accepted.contains($0.agentSHA256) }.flatMap(\.results.keys))
+        return (s.split?.train ?? []).filter { !outside.contains($0) && (s.failedTrain.contains($0) || !ranUnderAccepted.contains($0)) }
     }
 }

@@ -57,6 +57,11 @@ public struct ExperimentState: Sendable {
     public var failureEvents: [FailureEvent] = []
     /// Proposals about clusters, in ledger order.
     public var clusterProposals: [(time: String, record: ClusterProposalRecord)] = []
+    /// `autoharness candidate`: the candidates waiting for the next gate (a gate's start takes
+    /// them all, whatever becomes of it).
+    public var pendingCandidates: [CandidateRecord] = []
+    /// Every gate's ranking of its candidates, in order.
+    public var rankings: [CandidatesRankedRecord] = []
     /// What the coding agent asked a human for, in order.
     public var needsHuman: [(time: String, record: NeedsHumanRecord)] = []
     /// Rolling batches in order (empty: batches never began, every train task is visible).
@@ -136,6 +141,7 @@ public struct ExperimentState: Sendable {
             case .gateStarted:
                 let g = try r.decode(GateStartedRecord.self)
                 openGates.append(g)
+                pendingCandidates = []
                 gatesStarted += 1
                 lastAttempt = max(lastAttempt, g.attempt)
                 if openRun != nil { openRunGates += 1 }
@@ -176,6 +182,8 @@ public struct ExperimentState: Sendable {
             case .failureEvidence:
                 failureEvents.append(.evidence(seq: r.seq, time: r.time, try r.decode(FailureEvidenceRecord.self)))
             case .clusterProposal: clusterProposals.append((r.time, try r.decode(ClusterProposalRecord.self)))
+            case .candidate: pendingCandidates.append(try r.decode(CandidateRecord.self))
+            case .candidatesRanked: rankings.append(try r.decode(CandidatesRankedRecord.self))
             case .needsHuman: needsHuman.append((r.time, try r.decode(NeedsHumanRecord.self)))
             case .batchRevealed: batches.append(Batch(revealed: try r.decode(BatchRevealedRecord.self)))
             case .batchEnded:

@@ -23,6 +23,8 @@ extension RecordKind {
     public static let nodeExcluded: RecordKind = "node_excluded"
     public static let needsHuman: RecordKind = "needs_human"
     public static let suiteReview: RecordKind = "suite_review"
+    public static let candidate: RecordKind = "candidate"
+    public static let candidatesRanked: RecordKind = "candidates_ranked"
 }
 
 extension Set<RecordKind> {
@@ -30,6 +32,6 @@ extension Set<RecordKind> {
     public static let experiment: Set<RecordKind> = [
         .experimentCreated, .split, .baseline, .trainRun, .gateStarted, .gateAttempt, .iteration, .suitePromotion,
         .violation, .note, .runStarted, .runEnded, .agentSession, .failureEvidence, .clusterProposal,
-        .batchRevealed, .batchEnded, .nodeExcluded, .needsHuman, .suiteReview,
+        .batchRevealed, .batchEnded, .nodeExcluded, .needsHuman, .suiteReview, .candidate, .candidatesRanked,
     ]
 }

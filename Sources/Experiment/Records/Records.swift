@@ -169,9 +169,6 @@ public struct BatchEndedRecord: Codable, Sendable, Equatable {
     public var revealed: Int
 }
 
-/// The coding agent's proposal about a failure cluster: a label, or that it has the same root
-/// cause as another. Recorded as the agent's and shown as such; it never changes what a
-/// cluster counts or what the gate decides.
 /// The operator's decision about one task of the suite (`autoharness suite approve|retire`):
 /// a pending promotion approved, or a task retired from the suite (or its promotion refused),
 /// never to be promoted again.
@@ -183,6 +180,43 @@ public struct SuiteReviewRecord: Codable, Sendable {
     public var reason: String
 }
 
+/// An agent.py submitted for the next gate to rank (`autoharness candidate`, `loop.candidates`).
+public struct CandidateRecord: Codable, Sendable, Equatable {
+    public var actor: String
+    public var agentSHA256: String
+    /// What it is and why (`candidate -m`, kept as `noteLine` keeps it).
+    public var message: String?
+    /// Its number among the candidates waiting for the next gate (from 1).
+    public var number: Int
+}
+
+/// One candidate as a gate's ranking saw it: train-split numbers only.
+public struct RankedCandidate: Codable, Sendable, Equatable {
+    public var number: Int
+    public var agentSHA256: String
+    public var message: String?
+    /// Over every train task the coding agent can see (the revealed batches').
+    public var trainPassed: Int
+    public var trainTotal: Int
+    /// The mean reward over those tasks (partial rewards count).
+    public var trainScore: Double
+    public var suitePassed: Int
+    public var suiteTotal: Int
+    /// The suite's pass rate reaches `threshold`: the gate's first step would pass.
+    public var meetsThreshold: Bool
+}
+
+/// A gate's ranking of the waiting candidates, recorded before the gate starts: every
+/// candidate ran on the train split, and only the first of `ranked` (`chosen`) is judged by
+/// gate attempt `attempt`; the others are recorded as explored.
+public struct CandidatesRankedRecord: Codable, Sendable {
+    public var attempt: Int
+    public var chosen: String
+    /// Best first (`CandidateRanking.rank`).
+    public var ranked: [RankedCandidate]
+    public var explored: [RankedCandidate] { ranked.filter { $0.agentSHA256 != chosen } }
+}
+
 /// Something the coding agent needs from a human (`autoharness needs-human TEXT`): shown to the
 /// operator (`status --operator`, the report), never acted on by the supervisor.
 public struct NeedsHumanRecord: Codable, Sendable {
@@ -190,6 +224,9 @@ public struct NeedsHumanRecord: Codable, Sendable {
     public var text: String
 }
 
+/// The coding agent's proposal about a failure cluster: a label, or that it has the same root
+/// cause as another. Recorded as the agent's and shown as such; it never changes what a
+/// cluster counts or what the gate decides.
 public struct ClusterProposalRecord: Codable, Sendable {
     public var actor: String
     public var cluster: String

@@ -8,7 +8,7 @@ struct BrokerRoot: ParsableCommand {
         commandName: "autoharness",
         abstract: "Requests to the supervisor of this run (you are inside the coding agent's sandbox).",
         discussion: "Benchmarks, gates and status are run by the supervisor outside this sandbox; it records and commits. Only agent/agent.py is taken from agent/.",
-        subcommands: [BrokerBenchmark.self, BrokerGate.self, BrokerStatus.self, BrokerFailures.self, BrokerNeedsHuman.self])
+        subcommands: [BrokerBenchmark.self, BrokerGate.self, BrokerCandidate.self, BrokerStatus.self, BrokerFailures.self, BrokerNeedsHuman.self])
 }
 
 struct BrokerBenchmark: ParsableCommand {
@@ -21,6 +21,16 @@ struct BrokerGate: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "gate", abstract: "Ask the supervisor to judge agent/agent.py (suite, held-out score, promotion).")
     @Option(name: [.customShort("m"), .customLong("message")],
             help: "What the change is and why (one line, at most 500 characters kept): the commit's body, results.tsv's description, the report's title for this attempt.")
+    var message: String?
+}
+
+struct BrokerCandidate: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "candidate",
+        abstract: "Submit agent/agent.py as one of several candidates for the next gate (loop.candidates).",
+        discussion: "The next `autoharness gate` runs every waiting candidate on the train split, ranks them there and judges only the best on the held-out split; the gated one becomes agent/agent.py. Refused when loop.candidates is 1, when that many are waiting, and for an agent.py a gate already judged.")
+    @Option(name: [.customShort("m"), .customLong("message")],
+            help: "What this candidate tries (one line, at most 500 characters kept): the gate's message if it is the one gated.")
     var message: String?
 }
 
@@ -55,7 +65,7 @@ struct BrokerFailures: ParsableCommand {
 
 /// The broker's grammar: what the coding agent's `autoharness` may ask.
 enum BrokerGrammar {
-    static let verbs = ["benchmark", "gate", "status", "failures", "needs-human"]
+    static let verbs = ["benchmark", "gate", "candidate", "status", "failures", "needs-human"]
 
     static func parse(_ argv: [String]) -> BrokerParse {
         if let verb = argv.first, !verb.hasPrefix("-"), !Self.verbs.contains(verb), verb != "help" {
@@ -66,6 +76,7 @@ enum BrokerGrammar {
             switch c {
             case let b as BrokerBenchmark: return .verb(.benchmark(taskIDs: b.taskIDs.isEmpty ? nil : b.taskIDs))
             case let g as BrokerGate: return .verb(.gate(message: g.message))
+            case let c as BrokerCandidate: return .verb(.candidate(message: c.message))
             case let n as BrokerNeedsHuman: return .verb(.needsHuman(text: n.text))
             case let s as BrokerStatus: return .verb(.status(json: s.json))
             case let f as BrokerFailures:

@@ -58,6 +58,10 @@ extension RunDesk {
                 return BrokerReply(stdout: AgentText.benchmark(outcomes, unverified: config.unverifiedRewards), stderr: notice, exit: 0)
             case .gate(let message):
                 return try gate(message: message)
+            case .candidate(let message):
+                let (snap, notice) = try candidate()
+                let c = try supervisor.submitCandidate(agent: snap, message: message, actor: "coding agent")
+                return BrokerReply(stdout: AgentText.candidate(c, of: config.candidates), stderr: notice, exit: 0)
             case .needsHuman(let text):
                 try supervisor.needsHuman(text, actor: "coding agent")
                 return BrokerReply(stdout: "recorded for the operator (status --operator, the report); the run goes on\n", exit: 0)

@@ -13,14 +13,21 @@ extension RunDesk {
             stop.requestAfterReply(why)
             return BrokerReply(stderr: "autoharness: refused: \(why); the run is stopping; this request was recorded\n", exit: 2)
         }
-        let (snap, notice) = try candidate()
-        let s = try supervisor.state()
-        if let earlier = s.gateAttempts.last(where: { $0.agentSHA256 == snap.sha256 && $0.verdict != .interrupted }) {
-            violation("repeat_gate", "gate requested for an agent.py already judged in attempt \(earlier.attempt) (sha256 \(snap.sha256.prefix(12)))")
-            return BrokerReply(stderr: "autoharness: refused: this exact agent.py was already judged (gate attempt \(earlier.attempt), \(earlier.accepted ? "accepted" : "rejected")); change it before gating again; this request was recorded\n", exit: 2)
+        // With candidates waiting (`autoharness candidate`), the gate ranks them and judges the
+        // best; agent/agent.py as it is now is not one unless it was submitted.
+        let candidates = try !supervisor.state().pendingCandidates.isEmpty
+        var snap: ExperimentSupervisor.Snapshot?
+        var notice = ""
+        if !candidates {
+            let taken = try candidate()
+            (snap, notice) = (taken.snapshot, taken.notice)
+            let sha = taken.snapshot.sha256
+            if let earlier = try supervisor.state().gateAttempts.last(where: { $0.agentSHA256 == sha && $0.verdict != .interrupted }) {
+                violation("repeat_gate", "gate requested for an agent.py already judged in attempt \(earlier.attempt) (sha256 \(sha.prefix(12)))")
+                return BrokerReply(stderr: "autoharness: refused: this exact agent.py was already judged (gate attempt \(earlier.attempt), \(earlier.accepted ? "accepted" : "rejected")); change it before gating again; this request was recorded\n", exit: 2)
+            }
+            try AtomicFile.write(try supervisor.snapshotBytes(sha), to: layout.agentFile, mode: 0o644)
         }
-        let bytes = try supervisor.snapshotBytes(snap.sha256)
-        try AtomicFile.write(bytes, to: layout.agentFile, mode: 0o644)
         // The coding agent is frozen for the whole gate: held-out tasks run while none of its
         // processes can run, so nothing they do in the kernel's shared state (file locks on
         // /usr, say) can be observed as it happens. If it cannot be frozen, no gate runs. On
@@ -50,6 +57,7 @@ extension RunDesk {
             }
         }
         let r: GateResult
+        var ranking = ""
         do {
             defer {
                 // A held-out phase whose clean-up failed left the host's kernel as it was
@@ -70,7 +78,7 @@ extension RunDesk {
             }
             // Checked again as the held-out phase begins: the kernel must still say frozen
             // (or, stopped, not one process of the agent may be left).
-            r = try supervisor.gate(actor: "coding agent", agent: snap, message: message) { [agentControl] in
+            let stillHeld: () throws -> Void = { [agentControl] in
                 if stopped {
                     guard agentControl.processIDs.isEmpty else {
                         throw ExperimentError(.io, "a process of the stopped coding agent is still alive; the held-out split was not run")
@@ -80,6 +88,17 @@ extension RunDesk {
                         throw ExperimentError(.io, "the coding agent is no longer frozen; the held-out split was not run")
                     }
                 }
+            }
+            if let snap {
+                r = try supervisor.gate(actor: "coding agent", agent: snap, message: message, beforeHeldOut: stillHeld)
+            } else {
+                // Every candidate runs (train) with the agent already frozen, and the one
+                // gated becomes the agent's agent.py.
+                let g = try supervisor.gateCandidates(actor: "coding agent", message: message, beforeHeldOut: stillHeld)
+                let chosen = try supervisor.snapshotBytes(g.result.agentSHA256)
+                try AtomicFile.write(chosen, to: layout.agentFile, mode: 0o644)
+                try staging.replaceAgent(with: chosen)
+                (r, ranking) = (g.result, g.ranking.map(AgentText.ranking) ?? "")
             }
         }
         tally.progressThisStart = true
@@ -102,7 +121,7 @@ extension RunDesk {
             stop.requestAfterReply(why)
             extra += "this was the run's last gate: \(why)\n"
         }
-        if stopped { undeliveredAnswer = text + extra + notice }
-        return BrokerReply(stdout: text + extra, stderr: notice, exit: code)
+        if stopped { undeliveredAnswer = ranking + text + extra + notice }
+        return BrokerReply(stdout: ranking + text + extra, stderr: notice, exit: code)
     }
 }

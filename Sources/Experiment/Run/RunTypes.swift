@@ -3,6 +3,7 @@
 public enum BrokerVerb: Sendable, Equatable {
     case benchmark(taskIDs: [String]?)
     case gate(message: String?)
+    case candidate(message: String?)
     case status(json: Bool)
     case failures(cluster: String?, json: Bool)
     case proposeCluster(cluster: String, label: String?, mergeWith: String?)

@@ -38,6 +38,22 @@ public enum AgentText {
         return (out, g.accepted ? 0 : 1)
     }
 
+    /// A gate's ranking of candidates (train numbers only, which the coding agent may see),
+    /// printed before the gate's own answer.
+    public static func ranking(_ r: CandidatesRankedRecord) -> String {
+        var out = "\(r.ranked.count) candidates ran on the train split; only the first below meets the held-out split:\n"
+        for (i, c) in r.ranked.enumerated() {
+            out += "  \(i + 1). candidate \(c.number) \(c.agentSHA256.prefix(12)): train \(c.trainPassed)/\(c.trainTotal) (score \(String(format: "%.3f", c.trainScore))), suite \(c.suitePassed)/\(c.suiteTotal)\(c.meetsThreshold ? "" : " below threshold")\(i == 0 ? "  <- gated" : "  explored")\(c.message.map { " - " + $0 } ?? "")\n"
+        }
+        out += "agent/agent.py is now candidate \(r.ranked[0].number), the one gated\n"
+        return out
+    }
+
+    /// The answer to `autoharness candidate`.
+    public static func candidate(_ c: CandidateRecord, of limit: Int) -> String {
+        "candidate \(c.number) of at most \(limit) waiting (\(c.agentSHA256.prefix(12))): the next `autoharness gate` runs every waiting candidate on the train split, ranks them there and judges only the best on the held-out split\n"
+    }
+
     /// The coding agent's `status` (the broker never passes `verify`; the operator's CLI may).
     public static func status(_ s: AgentStatus, root: String, json: Bool, verify report: ExperimentSupervisor.VerifyReport? = nil) -> String {
         json ? statusJSON(s.facts, extra: verifyJSON(report)) : statusText(s.facts, root: root, operator: nil) + (report.map(verifyText) ?? "")
@@ -86,6 +102,16 @@ public enum AgentText {
                 ["setting": $0.setting, "counts": $0.counts, "limit": $0.limit ?? NSNull() as Any, "used": $0.used ?? NSNull() as Any, "spent": $0.spent]
             },
         ]
+        if f.candidateLimit > 1 {
+            obj["candidates_waiting"] = f.candidatesWaiting.map { ["number": $0.number, "agent_sha256": $0.agentSHA256, "message": $0.message ?? NSNull() as Any] }
+            obj["candidate_rankings"] = f.rankings.map { r in
+                ["attempt": r.attempt, "chosen": r.chosen, "ranked": r.ranked.map {
+                    ["number": $0.number, "agent_sha256": $0.agentSHA256, "message": $0.message ?? NSNull() as Any, "train_passed": $0.trainPassed,
+                     "train_total": $0.trainTotal, "train_score": $0.trainScore, "suite_passed": $0.suitePassed, "suite_total": $0.suiteTotal,
+                     "meets_threshold": $0.meetsThreshold, "gated": $0.agentSHA256 == r.chosen] as [String: Any]
+                }] as [String: Any]
+            }
+        }
         if let b = f.batch {
             obj["batch"] = ["number": b.number, "revealed": b.revealed, "gate_attempts_used": b.attemptsUsed, "gate_attempts_allowed": b.attemptsAllowed]
         }
@@ -109,6 +135,15 @@ public enum AgentText {
         if !recent.isEmpty {
             out += "recent gate attempts:\n"
             for g in recent { out += "  #\(g.attempt) \(g.accepted ? "accepted" : "rejected: \(g.reason)") (suite \(g.suitePassed)/\(g.suiteTotal))\n" }
+        }
+        if f.candidateLimit > 1 {
+            out += "candidates waiting for the next gate: \(f.candidatesWaiting.count) of at most \(f.candidateLimit)"
+                + (f.candidatesWaiting.isEmpty ? "" : " (" + f.candidatesWaiting.map { "#\($0.number) \($0.agentSHA256.prefix(12))" }.joined(separator: ", ") + ")") + "\n"
+            for r in f.rankings.suffix(3) {
+                let line = { (c: RankedCandidate) in "#\(c.number) train \(c.trainPassed)/\(c.trainTotal)" }
+                out += "  gate attempt \(r.attempt) ranked \(r.ranked.count) on train: gated \(line(r.ranked[0]))"
+                    + (r.explored.isEmpty ? "" : "; explored " + r.explored.map(line).joined(separator: ", ")) + "\n"
+            }
         }
         if let op, op.sessions > 0 {
             out += "coding agent: \(op.sessions) session(s), \(op.usage.summary) (as its CLI reported it)\n"

@@ -140,6 +140,11 @@ public struct StatusFacts: Sendable {
     public var unverified: String? = nil
     /// The gate's acceptance rule in force, with its numbers (`GateRules.ruleText`).
     public var gateRule: String? = nil
+    /// `loop.candidates`: the candidates waiting for the next gate, and the last five gates'
+    /// rankings (train numbers only: the coding agent may see them all).
+    public var candidatesWaiting: [CandidateRecord] = []
+    public var candidateLimit = 1
+    public var rankings: [CandidatesRankedRecord] = []
 
     public struct BatchLine: Sendable {
         public let number: Int
@@ -239,6 +244,7 @@ public enum Disclosure {
             batch: s.batches.last.map { .init(number: $0.revealed.batch, revealed: s.visibleTrain.count, attemptsUsed: $0.attempts.count,
                                               attemptsAllowed: $0.revealed.iterations) },
             unverified: config.unverifiedRewards,
-            gateRule: s.split.map { GateRules.ruleText(testTasks: $0.test.count, config: config) })
+            gateRule: s.split.map { GateRules.ruleText(testTasks: $0.test.count, config: config) },
+            candidatesWaiting: s.pendingCandidates, candidateLimit: config.candidates, rankings: Array(s.rankings.suffix(5)))
     }
 }

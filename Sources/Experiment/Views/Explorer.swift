@@ -28,6 +28,10 @@ public struct Explorer: Sendable {
         public var broken: [String]
         /// Its requester's `gate -m` message: the attempt's title.
         public var message: String?
+        /// `loop.candidates`: the ranking it was chosen by, and each explored candidate's
+        /// agent.py against the same base (nil: a snapshot could not be read).
+        public var ranking: CandidatesRankedRecord?
+        public var exploredDiffs: [String: LineDiff] = [:]
     }
 
     public var entries: [Entry]
@@ -44,12 +48,18 @@ public struct Explorer: Sendable {
             return t
         }
         var out: [Entry] = []
+        let rankings = Dictionary(s.rankings.map { ($0.attempt, $0) }) { $1 }
         for a in s.gateAttempts {
-            let diff = text(base.sha).flatMap { old in text(a.agentSHA256).map { LineDiff(old: old, new: $0) } }
+            func against(_ sha: String) -> LineDiff? { text(base.sha).flatMap { old in text(sha).map { LineDiff(old: old, new: $0) } } }
+            let diff = against(a.agentSHA256)
+            let ranking = rankings[a.attempt].flatMap { $0.chosen == a.agentSHA256 ? $0 : nil }
+            var explored: [String: LineDiff] = [:]
+            for c in ranking?.explored ?? [] { explored[c.agentSHA256] = against(c.agentSHA256) }
             out.append(Entry(attempt: a.attempt, outcome: a.verdict, reason: a.reason, valScore: a.valScore, bestBefore: a.bestBefore,
                              suitePassed: a.suitePassed, suiteTotal: a.suiteTotal, promoted: a.promoted, batch: a.batch, valScoreFinished: a.valScoreFinished, heldOutTimedOut: a.heldOutTimedOut,
                              agentSHA256: a.agentSHA256, baseIteration: base.iteration, diff: diff,
-                             resolved: changes[a.attempt]?.resolved ?? [], broken: changes[a.attempt]?.broken ?? [], message: a.message))
+                             resolved: changes[a.attempt]?.resolved ?? [], broken: changes[a.attempt]?.broken ?? [], message: a.message,
+                             ranking: ranking, exploredDiffs: explored))
             if a.accepted, let it = a.iteration { base = (it, a.agentSHA256) }
         }
         entries = out

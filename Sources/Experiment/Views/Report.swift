@@ -199,43 +199,62 @@ public enum Report {
             if !e.promoted.isEmpty { summary += " · \(e.promoted.count) promoted" }
             if let b = e.batch { summary += " · batch \(b)" }
             summary += e.diff.map { " · <span class=\"tag\">+\($0.added) −\($0.removed) vs iteration \(e.baseIteration)</span>" } ?? ""
+            if let r = e.ranking { summary += " · best of \(r.ranked.count) candidates on train" }
             if !e.resolved.isEmpty { summary += " · resolved \(esc(e.resolved.joined(separator: ", ")))" }
             if !e.broken.isEmpty { summary += " · broke \(esc(e.broken.joined(separator: ", ")))" }
             out += "<details class=\"att \(cls)\" id=\"attempt-\(e.attempt)\"><summary>\(summary)</summary>\n"
             out += "<p class=\"note\">agent.py sha256 <code>\(esc(String(e.agentSHA256.prefix(16))))</code>"
             if !e.promoted.isEmpty { out += "; promoted: \(esc(e.promoted.joined(separator: ", ")))" }
             out += "</p>\n"
-            guard let d = e.diff else {
-                out += "<p class=\"note\">agent.py snapshot not available</p></details>\n"
-                continue
-            }
-            if d.tooLarge {
-                out += "<p class=\"note\">\(d.removed) line(s) replaced by \(d.added) against iteration \(e.baseIteration): "
-                    + "over \(LineDiff.maxChanged) changed lines, not shown here (git diff shows them)</p></details>\n"
-                continue
-            }
-            guard !d.hunks.isEmpty else {
-                out += "<p class=\"note\">the same agent.py as iteration \(e.baseIteration)</p></details>\n"
-                continue
-            }
-            out += "<pre class=\"diff\">"
-            var shown = 0, total = 0
-            for h in d.hunks {
-                total += h.lines.count + 1
-                guard shown < explorerLines else { continue }
-                out += "<span class=\"d-h\">\(esc(h.header))</span>"
-                shown += 1
-                for l in h.lines {
-                    guard shown < explorerLines else { break }
-                    let (c, mark, n) = l.kind == .added ? ("d-a", "+", l.new) : l.kind == .removed ? ("d-r", "-", l.old) : ("d-s", " ", l.new)
-                    out += "<span class=\"\(c)\"><span class=\"ln\">\(n.map(String.init) ?? "")</span>\(mark) \(PythonHighlight.html(l.text))</span>"
-                    shown += 1
-                }
-            }
-            out += "</pre>\n"
-            if total > shown { out += "<p class=\"note\">…\(total - shown) more diff line(s) not shown</p>\n" }
-            out += "</details>\n"
+            if let r = e.ranking { out += candidatesTable(r, diffs: e.exploredDiffs, base: e.baseIteration) }
+            out += diffHTML(e.diff, base: e.baseIteration) + "</details>\n"
         }
+        return out
+    }
+
+    /// A gate's ranking of its candidates (`loop.candidates`): train numbers, and each explored
+    /// one's agent.py against the same base, folded.
+    static func candidatesTable(_ r: CandidatesRankedRecord, diffs: [String: LineDiff], base: Int) -> String {
+        var out = "<p class=\"note\">\(r.ranked.count) candidates ran on the train split and were ranked there; only the first met the held-out split</p>\n<table>\n"
+        out += "<tr><th>rank</th><th>candidate</th><th>agent.py</th><th>train</th><th>suite</th><th></th><th>message (candidate -m)</th></tr>\n"
+        for (i, c) in r.ranked.enumerated() {
+            out += "<tr><td>\(i + 1)</td><td>\(c.number)</td><td><code>\(esc(String(c.agentSHA256.prefix(12))))</code></td>"
+            out += "<td>\(c.trainPassed)/\(c.trainTotal) (\(String(format: "%.3f", c.trainScore)))</td><td>\(c.suitePassed)/\(c.suiteTotal)\(c.meetsThreshold ? "" : " below threshold")</td>"
+            out += "<td>\(i == 0 ? "gated" : "explored")</td><td>\(esc(c.message ?? ""))</td></tr>\n"
+        }
+        out += "</table>\n"
+        for c in r.explored {
+            let d = diffs[c.agentSHA256]
+            out += "<details class=\"att none\"><summary>explored candidate \(c.number)\(d.map { " · <span class=\"tag\">+\($0.added) −\($0.removed) vs iteration \(base)</span>" } ?? "")</summary>\n"
+            out += diffHTML(d, base: base) + "</details>\n"
+        }
+        return out
+    }
+
+    /// An agent.py's diff against iteration `base`, as the explorer shows it.
+    static func diffHTML(_ diff: LineDiff?, base: Int) -> String {
+        guard let d = diff else { return "<p class=\"note\">agent.py snapshot not available</p>\n" }
+        if d.tooLarge {
+            return "<p class=\"note\">\(d.removed) line(s) replaced by \(d.added) against iteration \(base): "
+                + "over \(LineDiff.maxChanged) changed lines, not shown here (git diff shows them)</p>\n"
+        }
+        guard !d.hunks.isEmpty else { return "<p class=\"note\">the same agent.py as iteration \(base)</p>\n" }
+        var out = "<pre class=\"diff\">"
+        var shown = 0, total = 0
+        for h in d.hunks {
+            total += h.lines.count + 1
+            guard shown < explorerLines else { continue }
+            out += "<span class=\"d-h\">\(esc(h.header))</span>"
+            shown += 1
+            for l in h.lines {
+                guard shown < explorerLines else { break }
+                let (c, mark, n) = l.kind == .added ? ("d-a", "+", l.new) : l.kind == .removed ? ("d-r", "-", l.old) : ("d-s", " ", l.new)
+                out += "<span class=\"\(c)\"><span class=\"ln\">\(n.map(String.init) ?? "")</span>\(mark) \(PythonHighlight.html(l.text))</span>"
+                shown += 1
+            }
+        }
+        out += "</pre>\n"
+        if total > shown { out += "<p class=\"note\">…\(total - shown) more diff line(s) not shown</p>\n" }
         return out
     }
 

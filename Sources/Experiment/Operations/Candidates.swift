@@ -1,0 +1,74 @@
+import Benchmark
+import Foundation
+import Ledger
+import SupervisorIO
+
+// Several candidates per gate (`loop.candidates: K`, issue 56). The coding agent submits up to
+// K agent.py files with `autoharness candidate`; the next `autoharness gate` runs each on the
+// train split it can see, ranks them there (`CandidateRanking`) and judges only the best:
+// one gate is one look at the held-out split whatever K is, and the others are recorded as
+// explored, with their train numbers. The design is the agent's own several tries, not K
+// coding-agent sessions side by side: the same freeze covers every candidate (they all come
+// from the one sandbox), and K sessions would cost K times the model spend for the same
+// one look per gate.
+
+extension ExperimentSupervisor {
+    /// Records `agent` (default: a snapshot of agent/agent.py) as a candidate for the next
+    /// gate. Returns its record: an agent.py already waiting is not added twice (its earlier
+    /// record comes back).
+    @discardableResult
+    public func submitCandidate(agent: Snapshot? = nil, message: String?, actor: String) throws -> CandidateRecord {
+        let s = try state()
+        guard s.prepared else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
+        guard config.candidates > 1 else {
+            throw ExperimentError(.usage, "\(layout.config): loop.candidates is 1, so a gate judges agent/agent.py alone: gate it, or set loop.candidates (2 to \(ExperimentConfig.maxCandidates)) to rank several")
+        }
+        let snap = try agent ?? snapshotAgent()
+        if let waiting = s.pendingCandidates.first(where: { $0.agentSHA256 == snap.sha256 }) { return waiting }
+        if let earlier = s.gateAttempts.last(where: { $0.agentSHA256 == snap.sha256 && $0.verdict != .interrupted }) {
+            throw ExperimentError(.refused, "this exact agent.py was already judged (gate attempt \(earlier.attempt), \(earlier.accepted ? "accepted" : "rejected")); change it before submitting it again")
+        }
+        guard s.pendingCandidates.count < config.candidates else {
+            throw ExperimentError(.refused, "\(config.candidates) candidates are already waiting for the next gate (loop.candidates \(config.candidates)); gate them first")
+        }
+        let record = CandidateRecord(actor: actor, agentSHA256: snap.sha256, message: message.flatMap { noteLine($0) },
+                                     number: s.pendingCandidates.count + 1)
+        _ = try ledger.append(.candidate, record)
+        return record
+    }
+
+    /// The gate of the candidates waiting (`submitCandidate`): each runs on the visible train
+    /// split (a recorded train run, whose cost counts like any other), the ranking is recorded,
+    /// and the best is gated (`gate`; its own message, else `message`). The caller puts the
+    /// gated agent.py (`result.agentSHA256`) where the coding agent works. The ranking is nil
+    /// when one candidate was waiting.
+    public func gateCandidates(actor: String, message: String? = nil,
+                               beforeHeldOut: () throws -> Void = {}) throws -> (ranking: CandidatesRankedRecord?, result: GateResult) {
+        let waiting = try settleBatches().pendingCandidates
+        guard let first = waiting.first else { throw ExperimentError(.state, "no candidate is waiting: `autoharness candidate` submits one") }
+        // One candidate has nothing to be ranked against: it is gated as it is.
+        if waiting.count == 1 {
+            let snap = Snapshot(sha256: first.agentSHA256, directory: layout.snapshotDirectory(sha256: first.agentSHA256))
+            return (nil, try gate(actor: actor, agent: snap, message: first.message ?? message, beforeHeldOut: beforeHeldOut))
+        }
+        var standings: [RankedCandidate] = []
+        for c in waiting {
+            let snap = Snapshot(sha256: c.agentSHA256, directory: layout.snapshotDirectory(sha256: c.agentSHA256))
+            guard access(snap.directory + "/agent.py", R_OK) == 0 else {
+                throw ExperimentError(.io, "candidate \(c.number)'s snapshot \(snap.directory)/agent.py is gone; nothing was gated")
+            }
+            log?("candidate \(c.number) of \(waiting.count) (\(c.agentSHA256.prefix(12))): running the train split")
+            let s = try state()
+            let outcomes = try runTrain(taskIDs: nil, oracle: false, actor: actor, agent: snap, state: s)
+            standings.append(CandidateRanking.standing(c, outcomes: outcomes, suite: s.suite, threshold: config.threshold))
+        }
+        let ranked = CandidateRanking.rank(standings)
+        let best = ranked[0]
+        let ranking = CandidatesRankedRecord(attempt: try state().lastAttempt + 1, chosen: best.agentSHA256, ranked: ranked)
+        _ = try ledger.append(.candidatesRanked, ranking)
+        log?("candidates ranked on train: \(ranked.map { "#\($0.number) \($0.trainPassed)/\($0.trainTotal)" }.joined(separator: ", ")); gating #\(best.number)")
+        let snap = Snapshot(sha256: best.agentSHA256, directory: layout.snapshotDirectory(sha256: best.agentSHA256))
+        let result = try gate(actor: actor, agent: snap, message: best.message ?? message, beforeHeldOut: beforeHeldOut)
+        return (ranking, result)
+    }
+}
