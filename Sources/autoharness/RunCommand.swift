@@ -220,7 +220,9 @@ struct DemoCommand: ParsableCommand {
             and an experiment DIR/exp whose agent.py knows three conversions, prepares it, and runs \
             `autoharness run` with templates/demo/demo_agent.py as the coding agent: a scripted \
             stand-in for Claude Code or Codex (no LLM, no network) that learns conversion factors \
-            from the train traces, gates through the broker, and tries a few cheats, which are \
+            from the train traces, submits three candidate edits per gate (loop.candidates: 3: \
+            each runs on the train split, only the best meets the held-out split), gates through \
+            the broker, and tries a few cheats, which are \
             refused and recorded. The train split is revealed in rolling batches of 8 (each gate \
             ends a batch), so failures arrive batch by batch. Ends with DIR/exp/report.html.
             """)
@@ -249,7 +251,7 @@ struct DemoCommand: ParsableCommand {
         var config = try String(contentsOfFile: layout.config, encoding: .utf8)
         for (key, value) in [("command", "[python3, \"\(demo)/demo_agent.py\"]"), ("binds", "[\"\(demo)\"]"),
                              ("min_improvement", "0"), ("max_non_improving", "2"), ("restart_backoff", "0.5"),
-                             ("batch_size", "8"), ("batch_iterations", "1")] {
+                             ("batch_size", "8"), ("batch_iterations", "1"), ("candidates", "3")] {
             config = Self.set(key, value, in: config)
         }
         try config.write(toFile: layout.config, atomically: true, encoding: .utf8)

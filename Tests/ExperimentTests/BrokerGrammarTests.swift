@@ -9,6 +9,8 @@ struct BrokerGrammarTests {
     func verbs() {
         #expect(BrokerGrammar.parse(["gate"]).verb == .gate(message: nil))
         #expect(BrokerGrammar.parse(["gate", "-m", "coerce numbers"]).verb == .gate(message: "coerce numbers"))
+        #expect(BrokerGrammar.parse(["candidate"]).verb == .candidate(message: nil))
+        #expect(BrokerGrammar.parse(["candidate", "-m", "half the batch"]).verb == .candidate(message: "half the batch"))
         #expect(BrokerGrammar.parse(["needs-human", "the test split's key expired"]).verb == .needsHuman(text: "the test split's key expired"))
         #expect(BrokerGrammar.parse(["status", "--json"]).verb == .status(json: true))
         #expect(BrokerGrammar.parse(["benchmark"]).verb == .benchmark(taskIDs: nil))
@@ -22,7 +24,7 @@ struct BrokerGrammarTests {
 
     @Test("anything that records, commits, reads the test split or names another experiment is refused", arguments: [
         ["record"], ["prepare"], ["report"], ["run"], ["suite", "approve", "--reason", "x"], ["gate", "-C", "/exp"], ["status", "--operator"], ["benchmark", "--oracle"],
-        ["status", "--verify"], ["gate", "extra"], ["init", "x"], ["failures", "--label", "x"], ["failures", "--cluster", "c1", "--label", ""],
+        ["status", "--verify"], ["gate", "extra"], ["candidate", "extra"], ["candidate", "-C", "/exp"], ["init", "x"], ["failures", "--label", "x"], ["failures", "--cluster", "c1", "--label", ""],
         ["failures", "-C", "/exp"],
     ])
     func refused(_ argv: [String]) {

@@ -141,6 +141,14 @@ struct CandidateTests {
 
 @Suite("The ranking of candidates")
 struct CandidateRankingTests {
+    @Test("loop.candidates is read and bounded (1 to 8), naming the line")
+    func config() throws {
+        #expect(try ExperimentConfig.parse("benchmark: local\ndataset: d\nloop:\n  candidates: 3\n", file: "c.yaml").candidates == 3)
+        #expect(try ExperimentConfig.parse("benchmark: local\ndataset: d\n", file: "c.yaml").candidates == 1, "one by default")
+        let bad = #expect(throws: ConfigErrors.self) { try ExperimentConfig.parse("benchmark: local\ndataset: d\nloop:\n  candidates: 9\n", file: "c.yaml") }
+        #expect(bad?.description.contains("c.yaml:4") == true && bad?.description.contains("loop.candidates") == true, "\(String(describing: bad))")
+    }
+
     func c(_ n: Int, score: Double, suite: Int, meets: Bool = true) -> RankedCandidate {
         RankedCandidate(number: n, agentSHA256: "sha\(n)", message: nil, trainPassed: Int(score * 10), trainTotal: 10, trainScore: score,
                         suitePassed: suite, suiteTotal: 5, meetsThreshold: meets)
