@@ -44,7 +44,7 @@ struct Autoharness: ParsableCommand {
               128+N  interrupted by signal N (130 SIGINT): run abandoned on a second
                    signal; sandbox exec: the command was killed by signal N
             """,
-        subcommands: [InitCommand.self, PrepareCommand.self, BenchmarkCommand.self, GateCommand.self, CandidateCommand.self, StatusCommand.self, FailuresCommand.self, SuiteCommand.self, NeedsHumanCommand.self, RunCommand.self, ReportCommand.self, DemoCommand.self,
+        subcommands: [InitCommand.self, PrepareCommand.self, BenchmarkCommand.self, GateCommand.self, CandidateCommand.self, TriageCommand.self, StatusCommand.self, FailuresCommand.self, SuiteCommand.self, NeedsHumanCommand.self, RunCommand.self, ReportCommand.self, DemoCommand.self,
                       SandboxCommand.self, PolicyCommand.self, DoctorCommand.self, WorkerCommand.self, WorkerKeyCommand.self, VMGuestCommand.self, VMExecCommand.self]
     )
 
@@ -73,7 +73,7 @@ struct Autoharness: ParsableCommand {
         // (`sandbox exec`'s help is asked before its command: a `-h` after it is the command's.)
         let asksForHelp = args.starts(with: ["sandbox", "exec"]) ? args.count == 2 || ExecArguments.asksForHelp(args.dropFirst(2))
             : args.contains("-h") || args.contains("--help")
-        if let verb = args.first, ["sandbox", "prepare", "benchmark", "gate", "run", "demo", "doctor"].contains(verb), !asksForHelp {
+        if let verb = args.first, ["sandbox", "prepare", "benchmark", "gate", "run", "demo", "doctor", "triage"].contains(verb), !asksForHelp {
             let host = CgroupHost.current
             if let done = host.delegation { printErr("autoharness: \(done)") }
             for line in host.endOrphanedSandboxes() { printErr("autoharness: \(line)") }

@@ -184,6 +184,23 @@ struct GateCommand: ParsableCommand {
     }
 }
 
+struct TriageCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "triage",
+        abstract: "Run the triage command (triage: in experiment_config.yaml) over the train split's failure records now.",
+        discussion: "The command runs in a sandbox of its own (policy `triage`): the records that are not resolved at /work/in/records.json, the train traces read-only at /work/run, its model API only through the proxy's inference gate (triage.network.inference). It writes /work/out/triage.json: a hypothesis, a label and a severity per record. Each entry is checked (a known record id, once; one printable line; a label of at most 80 characters; low|medium|high|critical) before a `triage` row records it; refusals are counted with their reasons. failures.md then shows the hypotheses and ranks clusters with the same label as one. It also runs after each revealed batch (triage.after: batch) or train run (train_run). Not available to the coding agent.")
+
+    @OptionGroup var experiment: ExperimentOptions
+
+    func run() throws {
+        let (_, r) = try experiment.perform("triage") { try $0.runTriage(trigger: "operator") }
+        guard let r else { print("triage: no failure record to read"); return }
+        print("triage (\(r.exit)): \(r.records) record(s) given, \(r.entries.count) entr\(r.entries.count == 1 ? "y" : "ies") kept, \(r.refused) refused")
+        for p in r.problems { print("  refused: \(p)") }
+        if r.entries.isEmpty { throw ExitCode(Exit.failure) }
+    }
+}
+
 struct CandidateCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "candidate",

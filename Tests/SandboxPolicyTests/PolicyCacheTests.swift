@@ -6,7 +6,7 @@ import Testing
 
 @testable import SandboxPolicy
 
-private let allShipped = ["base", "benchmark-task", "verifier", "coding-agent", "benchmark-runner", "benchmark-scorer"]
+private let allShipped = ["base", "benchmark-task", "verifier", "coding-agent", "benchmark-runner", "benchmark-scorer", "triage"]
 
 /// A policy directory and a cache directory of the test's own (root-owned, 0700).
 private final class Scratch {

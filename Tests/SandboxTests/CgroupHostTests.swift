@@ -88,7 +88,7 @@ struct CgroupHostTests {
         #expect(row("sandbox")?.hasPrefix("ok started /bin/true under the base policy") == true, "\(r.stdout)")
         #expect(row("seccomp")?.hasPrefix("ok ") == true)
         #expect(row("freeze")?.hasPrefix("ok a test sandbox") == true, "\(r.stdout)")
-        for policy in ["base", "benchmark-task", "verifier", "coding-agent", "benchmark-runner", "benchmark-scorer"] {
+        for policy in ["base", "benchmark-task", "verifier", "coding-agent", "benchmark-runner", "benchmark-scorer", "triage"] {
             #expect(r.stdout.contains("policy \(policy)"), "\(policy) not checked")
         }
         // The held-out VM runtime: qemu and the guest kernel from scripts/install-vm, KVM by a

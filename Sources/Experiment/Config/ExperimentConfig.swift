@@ -104,6 +104,20 @@ public struct ExperimentConfig: Sendable, Equatable {
     public var runner = Runner()
     /// Where tasks run: `executor:` (this host, or the nodes of a Ray cluster).
     public var executor = Executor()
+    /// `triage:`: a command that reads the train split's failure records in a sandbox of its
+    /// own and writes a hypothesis, a label and a severity per record (nil: no triage).
+    public var triage: Triage?
+
+    /// `triage:` in the experiment config: the tool's settings as `runner:` has them (its
+    /// policy `triage`, its model API behind the inference gate) and when it runs.
+    public struct Triage: Sendable, Equatable {
+        public var tool = Runner()
+        public enum After: String, Sendable, CaseIterable { case batch, trainRun = "train_run" }
+        /// `triage.after`: after each revealed batch's run (`batch`), or after every train run
+        /// the coding agent or the operator asks for (`train_run`); `autoharness triage` any time.
+        public var after = After.batch
+        public init() { tool.policy = "triage" }
+    }
 
     /// `executor:` in the experiment config.
     public struct Executor: Sendable, Equatable {

@@ -39,7 +39,7 @@ extension ExperimentConfig {
         var minImprovementNode: Node?
         r.mapping(root, "the config", allowed: ["benchmark", "dataset", "agent_model", "split", "gate_split", "threshold",
                                                 "max_concurrency", "per_task_timeout", "sandbox", "coding_agent", "gate",
-                                                "parallel_gate", "reasoning_effort", "tasks", "tasks_file", "runner", "budget", "loop", "timeout_policy", "executor"]
+                                                "parallel_gate", "reasoning_effort", "tasks", "tasks_file", "runner", "budget", "loop", "timeout_policy", "executor", "triage"]
                                                 + BenchmarkKinds.settingKeyNames) { key, v in
             switch key {
             case "benchmark":
@@ -66,42 +66,26 @@ extension ExperimentConfig {
                 r.mapping(v, key, allowed: ["command", "binds", "env_pass", "network", "timeout", "policy", "scorer_policy", "scripts", "scorer", "scorer_binds"]) { k, v in
                     let name = "runner.\(k)"
                     switch k {
-                    case "command": c.runner.command = r.strings(v, name)
                     case "scorer": c.runner.scorer = r.strings(v, name)
                     case "scorer_binds":
                         c.runner.scorerBinds = r.strings(v, name) ?? []
                         for b in c.runner.scorerBinds where !b.hasPrefix("/") { r.error(v, "\(name): '\(b)' must be an absolute path") }
-                    case "binds":
-                        c.runner.binds = r.strings(v, name) ?? []
-                        for b in c.runner.binds where !b.hasPrefix("/") { r.error(v, "\(name): '\(b)' must be an absolute path") }
-                    case "env_pass":
-                        c.runner.envPass = r.strings(v, name) ?? []
-                        for n in c.runner.envPass where !EnvSpec.isVariableName(n) { r.error(v, "\(name): '\(n)' is not a variable name") }
-                    case "network":
-                        r.mapping(v, name, allowed: ["allow", "inference", "upstream_ca"]) { k, w in
-                            switch k {
-                            case "allow": c.runner.networkAllow = r.hostPorts(w, "runner.network.allow") ?? []
-                            case "inference":
-                                c.runner.networkInference = r.hostPorts(w, "runner.network.inference") ?? []
-                                for t in c.runner.networkInference where t.contains("*") {
-                                    r.error(w, "runner.network.inference: '\(t)' is a pattern; the inference gate takes exact host:port pairs")
-                                }
-                            default: c.runner.upstreamCA = r.absolutePath(w, "runner.network.upstream_ca")
-                            }
-                        }
-                        let tunnelled = Set(c.runner.networkAllow.map { $0.lowercased() })
-                        for t in c.runner.networkInference where tunnelled.contains(t.lowercased()) {
-                            r.error(v, "runner.network: \(t) is in both allow and inference; list it once (inference: only stateless model calls pass)")
-                        }
-                        for t in c.runner.networkAllow where ExperimentConfig.isModelAPI(t) {
-                            r.error(v, "runner.network.allow: \(t) is a model API: list it under runner.network.inference instead, where only stateless inference calls pass (a plain tunnel would let a held-out run leave stored completions, files or responses that a train run lists)")
-                        }
-                    case "timeout": if let x = r.number(v, name, 1...Limits.maxTimeoutSeconds) { c.runner.timeout = x }
-                    case "policy": if let s = r.string(v, name) { c.runner.policy = s }
                     case "scripts": c.runner.scripts = r.absolutePath(v, name)
-                    default: if let s = r.string(v, name) { c.runner.scorerPolicy = s }
+                    case "scorer_policy": if let s = r.string(v, name) { c.runner.scorerPolicy = s }
+                    default: Self.tool(r, k, v, section: "runner", into: &c.runner)
                     }
                 }
+            case "triage":
+                var t = ExperimentConfig.Triage()
+                r.mapping(v, key, allowed: ["command", "binds", "env_pass", "network", "timeout", "policy", "after"]) { k, v in
+                    if k == "after" {
+                        if let x = r.oneOf(v, "triage.after", ExperimentConfig.Triage.After.allCases.map(\.rawValue)) { t.after = .init(rawValue: x)! }
+                    } else {
+                        Self.tool(r, k, v, section: "triage", into: &t.tool)
+                    }
+                }
+                if t.tool.command?.isEmpty ?? true { r.error(v, "triage.command: the triage command's argv (a list) is required") }
+                c.triage = t
             case let k where BenchmarkKinds.settingKeyNames.contains(k):
                 // Typed once the benchmark is known, each at its own line (below).
                 benchmarkKeys.append((k, v))
@@ -273,5 +257,41 @@ extension ExperimentConfig {
         }
         guard r.errors.isEmpty else { throw ConfigErrors(r.errors) }
         return c
+    }
+
+    /// A tool's keys as `runner:` and `triage:` share them (command, binds, env_pass, network,
+    /// timeout, policy), read into `tool`, each error naming `section.key`.
+    static func tool(_ r: ConfigReader, _ k: String, _ v: Node, section: String, into tool: inout ExperimentConfig.Runner) {
+        let name = "\(section).\(k)"
+        switch k {
+        case "command": tool.command = r.strings(v, name)
+        case "binds":
+            tool.binds = r.strings(v, name) ?? []
+            for b in tool.binds where !b.hasPrefix("/") { r.error(v, "\(name): '\(b)' must be an absolute path") }
+        case "env_pass":
+            tool.envPass = r.strings(v, name) ?? []
+            for n in tool.envPass where !EnvSpec.isVariableName(n) { r.error(v, "\(name): '\(n)' is not a variable name") }
+        case "network":
+            r.mapping(v, name, allowed: ["allow", "inference", "upstream_ca"]) { k, w in
+                switch k {
+                case "allow": tool.networkAllow = r.hostPorts(w, "\(name).allow") ?? []
+                case "inference":
+                    tool.networkInference = r.hostPorts(w, "\(name).inference") ?? []
+                    for t in tool.networkInference where t.contains("*") {
+                        r.error(w, "\(name).inference: '\(t)' is a pattern; the inference gate takes exact host:port pairs")
+                    }
+                default: tool.upstreamCA = r.absolutePath(w, "\(name).upstream_ca")
+                }
+            }
+            let tunnelled = Set(tool.networkAllow.map { $0.lowercased() })
+            for t in tool.networkInference where tunnelled.contains(t.lowercased()) {
+                r.error(v, "\(name): \(t) is in both allow and inference; list it once (inference: only stateless model calls pass)")
+            }
+            for t in tool.networkAllow where ExperimentConfig.isModelAPI(t) {
+                r.error(v, "\(name).allow: \(t) is a model API: list it under \(name).inference instead, where only stateless inference calls pass (a plain tunnel would let a held-out run leave stored completions, files or responses that a train run lists)")
+            }
+        case "timeout": if let x = r.number(v, name, 1...Limits.maxTimeoutSeconds) { tool.timeout = x }
+        default: if let s = r.string(v, name) { tool.policy = s }
+        }
     }
 }

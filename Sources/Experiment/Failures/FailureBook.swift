@@ -87,6 +87,23 @@ public struct FailureBook: Sendable {
         public var examples: [Example]
         /// The coding agent's proposals about it, oldest first (never counted).
         public var proposals: [Proposal]
+        /// What the latest triage said of its records (nil: none triaged).
+        public var triage: Triage?
+
+        /// A triage's reading of a cluster: the label most of its records got (clusters with
+        /// the same label are one root cause: ranked together, `mergedWith` the others), the
+        /// highest severity, and up to three distinct hypotheses.
+        public struct Triage: Codable, Sendable, Equatable {
+            public var label: String?
+            public var severity: TriageSeverity?
+            public var hypotheses: [String]
+            public var mergedWith: [String]
+
+            enum CodingKeys: String, CodingKey {
+                case label, severity, hypotheses
+                case mergedWith = "merged_with"
+            }
+        }
 
         public struct Example: Codable, Sendable, Equatable {
             public var task: String
@@ -95,7 +112,7 @@ public struct FailureBook: Sendable {
         }
 
         enum CodingKeys: String, CodingKey {
-            case id, rank, signature, check, tasks, records, open, resolved, unresolved, examples, proposals
+            case id, rank, signature, check, tasks, records, open, resolved, unresolved, examples, proposals, triage
             case errorClass = "error_class"
             case totalFailures = "total_failures"
             case resolutionRate = "resolution_rate"
@@ -110,7 +127,7 @@ public struct FailureBook: Sendable {
     public init(_ s: ExperimentState) {
         var replay = Replay(train: Set(s.split?.train ?? []))
         for event in s.failureEvents { replay.apply(event) }
-        self.init(replay: replay, proposals: s.clusterProposals)
+        self.init(replay: replay, proposals: s.clusterProposals, triage: s.triage)
     }
 
     /// The records' life, event by event (`FailureEvent`): a book is one replay of every
@@ -195,7 +212,7 @@ public struct FailureBook: Sendable {
         var unresolvedClusters: Set<String> { Set(byKey.values.filter { $0.state != .resolved }.map(\.cluster)) }
     }
 
-    init(replay: Replay, proposals given: [(time: String, record: ClusterProposalRecord)]) {
+    init(replay: Replay, proposals given: [(time: String, record: ClusterProposalRecord)], triage: [String: TriageEntry] = [:]) {
         records = replay.order.map { replay.byKey[$0]! }.sorted { ($0.task, $0.cluster) < ($1.task, $1.cluster) }
         let signatures = replay.signatures
         var proposals: [String: [Proposal]] = [:]
@@ -212,17 +229,71 @@ public struct FailureBook: Sendable {
                                  tasks: Set(members.map(\.task)).sorted(), records: members.count, open: open, resolved: resolved,
                                  totalFailures: members.reduce(0) { $0 + $1.occurrences },
                                  resolutionRate: Double(resolved) / Double(members.count), unresolved: open > 0,
-                                 examples: Array(examples), proposals: proposals[id] ?? []))
+                                 examples: Array(examples), proposals: proposals[id] ?? [],
+                                 triage: Self.triage(of: members, triage)))
         }
-        built.sort { a, b in
+        Self.merge(&built)
+        clusters = Self.ranked(built)
+    }
+
+    /// A cluster's triage from its records' entries (nil when none was triaged).
+    static func triage(of members: [Record], _ entries: [String: TriageEntry]) -> Cluster.Triage? {
+        let mine = members.compactMap { entries[TriageSchema.key(cluster: $0.cluster, task: $0.task)] }
+        guard !mine.isEmpty else { return nil }
+        var votes: [String: (count: Int, shown: String)] = [:]
+        for l in mine.compactMap(\.label) { votes[TriageSchema.mergeKey(l), default: (0, l)].count += 1 }
+        let label = votes.max { ($0.value.count, $1.key) < ($1.value.count, $0.key) }?.value.shown
+        var hypotheses: [String] = []
+        for h in mine.map(\.hypothesis) where !hypotheses.contains(h) && hypotheses.count < 3 { hypotheses.append(h) }
+        return Cluster.Triage(label: label, severity: mine.compactMap(\.severity).max(), hypotheses: hypotheses, mergedWith: [])
+    }
+
+    /// Clusters whose triage labels match (`TriageSchema.mergeKey`) are one root cause: each
+    /// lists the others.
+    static func merge(_ clusters: inout [Cluster]) {
+        var byLabel: [String: [String]] = [:]
+        for c in clusters { if let l = c.triage?.label { byLabel[TriageSchema.mergeKey(l), default: []].append(c.id) } }
+        for i in clusters.indices {
+            let id = clusters[i].id
+            guard let l = clusters[i].triage?.label, let group = byLabel[TriageSchema.mergeKey(l)], group.count > 1 else { continue }
+            clusters[i].triage?.mergedWith = group.filter { $0 != id }.sorted()
+        }
+    }
+
+    /// The ranking: clusters merged by a triage label rank as one (their counts summed, the
+    /// highest severity), each group in the order below, its members together:
+    /// unresolved first, then higher severity (a triaged one before one without), more open
+    /// records, more failures seen, lower resolution rate, id.
+    static func ranked(_ clusters: [Cluster]) -> [Cluster] {
+        func before(_ a: Cluster, _ b: Cluster) -> Bool {
             if a.unresolved != b.unresolved { return a.unresolved }
+            let (sa, sb) = (a.triage?.severity, b.triage?.severity)
+            if sa != sb {
+                guard let sa else { return false }
+                guard let sb else { return true }
+                return sa > sb
+            }
             if a.open != b.open { return a.open > b.open }
             if a.totalFailures != b.totalFailures { return a.totalFailures > b.totalFailures }
             if a.resolutionRate != b.resolutionRate { return a.resolutionRate < b.resolutionRate }
             return a.id < b.id
         }
-        for i in built.indices { built[i].rank = i + 1 }
-        clusters = built
+        // A group's standing: its members' counts as one cluster.
+        var groups: [String: [Cluster]] = [:]
+        for c in clusters { groups[c.triage.flatMap { $0.mergedWith.isEmpty ? nil : $0.label.map(TriageSchema.mergeKey) } ?? "\u{0}" + c.id, default: []].append(c) }
+        let standing = groups.mapValues { members -> Cluster in
+            var g = members.sorted(by: before)[0]
+            g.unresolved = members.contains(where: \.unresolved)
+            g.open = members.reduce(0) { $0 + $1.open }
+            g.totalFailures = members.reduce(0) { $0 + $1.totalFailures }
+            g.records = members.reduce(0) { $0 + $1.records }
+            g.resolutionRate = Double(members.reduce(0) { $0 + $1.resolved }) / Double(max(1, g.records))
+            g.triage?.severity = members.compactMap { $0.triage?.severity }.max()
+            return g
+        }
+        var out = groups.sorted { before(standing[$0.key]!, standing[$1.key]!) }.flatMap { $0.value.sorted(by: before) }
+        for i in out.indices { out[i].rank = i + 1 }
+        return out
     }
 
     private static func stateOrder(_ s: State) -> Int { s == .open ? 0 : s == .fixed ? 1 : 2 }

@@ -110,6 +110,13 @@ extension Views {
         var out = "## \(c.rank). \(c.id): \(c.errorClass) in `\(c.check)`\n\n"
         out += "\(c.tasks.count) task(s), \(c.totalFailures) failure(s) seen, \(c.open) open, resolved \(c.resolved)/\(c.records) (\(rate)%)\n"
         out += "signature: `\(c.signature)`\n"
+        if let t = c.triage {
+            var head = "triage (a model's reading of the train evidence): "
+            head += [t.label.map { "label \"\($0)\"" }, t.severity.map { "severity \($0.rawValue)" }].compactMap { $0 }.joined(separator: ", ")
+            if !t.mergedWith.isEmpty { head += "; one root cause with \(t.mergedWith.joined(separator: ", ")) (same label), ranked together" }
+            out += head + "\n"
+            for h in t.hypotheses { out += "hypothesis: \(h)\n" }
+        }
         if let records {
             for r in records {
                 out += "- \(r.task) (\(r.state.rawValue), seen \(r.occurrences)×, first \(r.firstSeen.time), last \(r.lastSeen.time)"

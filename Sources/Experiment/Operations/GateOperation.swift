@@ -182,6 +182,7 @@ extension ExperimentSupervisor {
         }
         log?("batch \(batch.revealed.batch) revealed: running its \(batch.revealed.tasks.count) train task(s) with the accepted agent.py")
         _ = try runTrain(taskIDs: batch.revealed.tasks, oracle: false, actor: "supervisor", agent: snap, state: s)
+        triageAfter(.batch, trigger: "batch \(batch.revealed.batch)")
     }
 
     /// Sleeps until the instant `config.replyTime` sets for a gate that started at `started`

@@ -9,8 +9,11 @@ extension ExperimentSupervisor {
     /// Runs train tasks (all, or `taskIDs`), keeping their traces. Any id that is not a train
     /// task — unknown or held out, deliberately indistinguishable — refuses the whole request
     /// and is recorded as a violation.
+    /// With `triage.after: train_run` the triage command reads the records after it.
     public func runBenchmark(taskIDs: [String]?, oracle: Bool = false, actor: String = "cli", agent: Snapshot? = nil) throws -> [TaskOutcome] {
-        try runTrain(taskIDs: taskIDs, oracle: oracle, actor: actor, agent: agent, state: try settleBatches())
+        let outcomes = try runTrain(taskIDs: taskIDs, oracle: oracle, actor: actor, agent: agent, state: try settleBatches())
+        if !oracle { triageAfter(.trainRun, trigger: "train run") }
+        return outcomes
     }
 
     /// `runBenchmark` once the batches are settled.

@@ -62,6 +62,10 @@ public struct ExperimentState: Sendable {
     public var pendingCandidates: [CandidateRecord] = []
     /// Every gate's ranking of its candidates, in order.
     public var rankings: [CandidatesRankedRecord] = []
+    /// The latest triage entry of each failure record (`TriageSchema.key`), and every triage
+    /// run in order.
+    public var triage: [String: TriageEntry] = [:]
+    public var triageRuns: [(time: String, record: TriageRecord)] = []
     /// What the coding agent asked a human for, in order.
     public var needsHuman: [(time: String, record: NeedsHumanRecord)] = []
     /// Rolling batches in order (empty: batches never began, every train task is visible).
@@ -184,6 +188,10 @@ public struct ExperimentState: Sendable {
             case .clusterProposal: clusterProposals.append((r.time, try r.decode(ClusterProposalRecord.self)))
             case .candidate: pendingCandidates.append(try r.decode(CandidateRecord.self))
             case .candidatesRanked: rankings.append(try r.decode(CandidatesRankedRecord.self))
+            case .triage:
+                let t = try r.decode(TriageRecord.self)
+                triageRuns.append((r.time, t))
+                for e in t.entries { triage[TriageSchema.key(cluster: e.cluster, task: e.task)] = e }
             case .needsHuman: needsHuman.append((r.time, try r.decode(NeedsHumanRecord.self)))
             case .batchRevealed: batches.append(Batch(revealed: try r.decode(BatchRevealedRecord.self)))
             case .batchEnded:

@@ -25,6 +25,7 @@ extension RecordKind {
     public static let suiteReview: RecordKind = "suite_review"
     public static let candidate: RecordKind = "candidate"
     public static let candidatesRanked: RecordKind = "candidates_ranked"
+    public static let triage: RecordKind = "triage"
 }
 
 extension Set<RecordKind> {
@@ -32,6 +33,6 @@ extension Set<RecordKind> {
     public static let experiment: Set<RecordKind> = [
         .experimentCreated, .split, .baseline, .trainRun, .gateStarted, .gateAttempt, .iteration, .suitePromotion,
         .violation, .note, .runStarted, .runEnded, .agentSession, .failureEvidence, .clusterProposal,
-        .batchRevealed, .batchEnded, .nodeExcluded, .needsHuman, .suiteReview, .candidate, .candidatesRanked,
+        .batchRevealed, .batchEnded, .nodeExcluded, .needsHuman, .suiteReview, .candidate, .candidatesRanked, .triage,
     ]
 }

@@ -111,6 +111,19 @@ public enum Report {
             }
             body += "</table>\n"
         }
+        if let last = s.triageRuns.last {
+            let triaged = FailureBook(s).clusters.filter { $0.triage != nil }
+            body += "<h2>Triage</h2>\n<p class=\"note\">the triage command's reading of the train failure records (`triage:`), \(s.triageRuns.count) run(s); "
+                + "the latest (\(esc(last.record.trigger)), \(esc(last.record.exit))): \(last.record.entries.count) of \(last.record.records) record(s) kept, \(last.record.refused) refused; "
+                + "clusters with the same label rank as one</p>\n<table>\n<tr><th>rank</th><th>cluster</th><th>label</th><th>severity</th><th>ranked with</th><th>open</th><th>hypotheses</th></tr>\n"
+            for c in triaged.prefix(40) {
+                let t = c.triage!
+                body += "<tr><td>\(c.rank)</td><td><code>\(esc(c.id))</code></td><td>\(esc(t.label ?? ""))</td><td>\(esc(t.severity?.rawValue ?? ""))</td>"
+                body += "<td>\(esc(t.mergedWith.joined(separator: ", ")))</td><td>\(c.open)</td><td>\(esc(t.hypotheses.joined(separator: " · ")))</td></tr>\n"
+            }
+            body += "</table>\n"
+            for p in last.record.problems { body += "<p class=\"note\">refused: \(esc(p))</p>\n" }
+        }
         if !s.needsHuman.isEmpty {
             body += "<h2>Needs from a human</h2>\n<p class=\"note\">what the coding agent asked for (`autoharness needs-human`), oldest first</p>\n<table>\n"
             for n in s.needsHuman { body += "<tr><td>\(esc(n.time))</td><td>\(esc(n.record.actor))</td><td>\(esc(n.record.text))</td></tr>\n" }

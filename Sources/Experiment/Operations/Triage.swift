@@ -1,0 +1,92 @@
+import Benchmark
+import Foundation
+import Ledger
+import Sandbox
+import SupervisorIO
+
+// `triage:` (issue 56, point 2): a model-driven reading of the train split's failure records.
+// The configured command runs in a sandbox of its own (policy `triage`): the records that are
+// not resolved at /work/in/records.json, the train traces read-only at /work/run, its model API
+// behind the proxy's inference gate, nothing else. What it writes is checked against
+// `TriageSchema` before a `triage` row records it; the failure views then show each
+// cluster's hypotheses, label and severity, and rank clusters with the same label as one.
+// The held-out split is dark here by the same three walls as the records: only train tasks
+// ever become records (FailureBook's replay), the input holds only records, and the sandbox
+// mounts nothing else (test: TriageTests.swift, heldOutDark).
+
+extension ExperimentSupervisor {
+    /// Runs the triage command once over the current records (`trigger` says why: `operator`,
+    /// `batch N`, `train run`). Returns its row, or nil when there is nothing to triage. A
+    /// command that fails or writes nothing acceptable is recorded as such, not thrown: the
+    /// train run it follows is recorded already.
+    @discardableResult
+    public func runTriage(trigger: String) throws -> TriageRecord? {
+        guard let triage = config.triage, let argv = triage.tool.command, !argv.isEmpty else {
+            throw ExperimentError(.usage, "\(layout.config): no triage command (set triage.command)")
+        }
+        let s = try state()
+        let (input, known) = TriageSchema.input(FailureBook(s))
+        guard !known.isEmpty else {
+            log?("triage: no failure record to read (every record is resolved, or none was seen)")
+            return nil
+        }
+        try TraceFiles.makeDirectories(layout.latestTraces)
+        var settings = ToolSettings(command: argv)
+        settings.binds = triage.tool.binds
+        settings.envPass = triage.tool.envPass
+        settings.networkAllow = triage.tool.networkAllow
+        settings.networkInference = triage.tool.networkInference
+        settings.upstreamCA = triage.tool.upstreamCA
+        settings.timeout = triage.tool.timeout
+        settings.runnerPolicy = triage.tool.policy
+        let audit = AuditLog()
+        var context = AdapterRunContext(policyLoader: policyLoader, agentDirectory: "", scratchRoot: config.scratch, audit: audit, heldOut: false,
+                                        concurrency: 1, traceDirectory: { _ in nil })
+        if let log { context.log = log }
+        log?("triage: \(known.count) failure record(s) to \(argv[0])")
+        let result: EvidenceTool.Result
+        do throws(BenchmarkError) {
+            result = try EvidenceTool.run(settings: settings, context: context, argv: argv.map { $0 == "{prompt}" ? Self.triagePrompt : $0 },
+                                          environment: ["AUTOHARNESS_TRIAGE_INPUT=/work/in/records.json", "AUTOHARNESS_TRIAGE_OUTPUT=/work/out/triage.json",
+                                                        "AUTOHARNESS_TRACES=/work/run"],
+                                          inputs: [("records.json", input)], tree: layout.latestTraces,
+                                          output: "triage.json", cap: TriageSchema.maxOutputBytes, label: "triage")
+        } catch {
+            throw ExperimentError(error.code == .io ? .io : .usage, "triage: \(error.message)")
+        }
+        var record = TriageRecord(actor: "triage", trigger: trigger, records: known.count, entries: [], refused: 0, problems: [], exit: result.exit)
+        switch result.output {
+        case .success(let bytes):
+            (record.entries, record.refused, record.problems) = TriageSchema.check(bytes, known: known)
+        case .failure(let problem):
+            record.problems = ["/work/out/triage.json: \(problem.explanation("a triage's output"))"]
+        }
+        if !result.succeeded, !result.stderrTail.isEmpty { log?("triage \(result.exit): \(String(result.stderrTail.suffix(300)))") }
+        log?("triage \(result.exit) in \(Int(result.seconds)) s: \(record.entries.count) entr\(record.entries.count == 1 ? "y" : "ies") kept, \(record.refused) refused"
+             + (record.problems.first.map { " (\($0))" } ?? ""))
+        _ = try ledger.appendAll([(.triage, record)] + violations(audit, actor: "triage"))
+        try regenerateViews()
+        return record
+    }
+
+    /// What a preset's `{prompt}` becomes: the task, the files and the format.
+    static let triagePrompt = """
+        You are triaging failures of a benchmark's train split. /work/in/records.json lists failure records \
+        (each with an id, the task, the failing check and an excerpt) and names each task's trace directory under \
+        /work/run. For every record, find the root cause and write /work/out/triage.json as \
+        {"triage": [{"record": ID, "hypothesis": ONE LINE, "label": SHORT NAME, "severity": "low|medium|high|critical"}]}. \
+        Give records with the same root cause the same label. Write nothing else.
+        """
+
+    /// Triage after a train run or a batch's run, as `triage.after` says; a failure is the
+    /// operator's to read, never the run's end.
+    func triageAfter(_ moment: ExperimentConfig.Triage.After, trigger: String) {
+        guard let t = config.triage, t.after == moment else { return }
+        do {
+            try runTriage(trigger: trigger)
+        } catch {
+            log?("triage after the \(trigger) failed: \(error)")
+            _ = try? ledger.append(.note, NoteRecord(text: "triage after the \(trigger) failed: \(printable("\(error)", limit: 400))"))
+        }
+    }
+}

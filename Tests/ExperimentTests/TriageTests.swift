@@ -1,0 +1,144 @@
+import Benchmark
+import Foundation
+import Testing
+import TestSupport
+
+@testable import Experiment
+
+/// An experiment on the arith fixture whose `triage:` is Fixtures/tools/triage.py, its model
+/// the fake vendor behind the inference gate.
+func triageExperiment(_ model: FakeModel, after: String = "train_run", config: [String: String] = [:]) throws -> Experiment {
+    let exp = try Experiment(config: config)
+    let path = exp.root + "/experiment_config.yaml"
+    var text = try String(contentsOfFile: path, encoding: .utf8)
+    text += """
+
+        triage:
+          command: [python3, \(Fixtures.root)/tools/triage.py]
+          binds: [\(Fixtures.root)/tools]
+          env_pass: [OPENAI_API_KEY, MODEL_URL, TRIAGE_BAD]
+          network:
+            inference: ["\(model.address)"]
+            upstream_ca: \(model.caFile)
+          after: \(after)
+
+        """
+    try text.write(toFile: path, atomically: true, encoding: .utf8)
+    return exp
+}
+
+/// What the triage needs in its environment (passed by name).
+func triageEnvironment(_ model: FakeModel, bad: Bool = false) -> [String: String] {
+    ["OPENAI_API_KEY": "sk-test-triage", "MODEL_URL": "https://\(model.address)/v1", "TRIAGE_BAD": bad ? "1" : "0"]
+}
+
+/// agent.py that answers additions wrongly and multiplications not at all: two failure
+/// clusters (a wrong answer, no answer file).
+let twoWaysWrong = """
+    import os
+    class HarnessAgent:
+        def run(self, instruction, workdir):
+            _, op, a, b = instruction.splitlines()[0].split()
+            if op == "add":
+                with open(os.path.join(workdir, "answer.txt"), "w") as f:
+                    f.write("-1")
+    """
+
+@Suite("Triage: a model's reading of the train failures, sandboxed and checked")
+struct TriageTests {
+    static func turn(_ label: String, _ hypothesis: String, _ severity: String) -> [[String: Any]] {
+        [["tool": "triage", "input": ["label": label, "hypothesis": hypothesis, "severity": severity]]]
+    }
+
+    @Test("after a train run, through the inference gate: hypotheses, labels and severities recorded per record; failures.md and the report show them; the held-out split stays dark (no test marker readable in its sandbox)")
+    func throughTheGate() throws {
+        try requireRoot()
+        let model = try FakeModel(turns: [Self.turn("agent writes no answer", "agent.py never writes answer.txt for some operations", "high"),
+                                          Self.turn("Agent writes no answer", "the same root cause, seen from the verifier", "medium")])
+        let exp = try triageExperiment(model)
+        try exp.setAgent(twoWaysWrong)
+        let b = try exp.run(["benchmark"], environment: triageEnvironment(model))
+        #expect(b.status == 0, "\(b.stdout)\(b.stderr)")
+        let rows = try exp.rows("triage")
+        let row = try #require(rows.last, "no triage row: \(b.stderr)")
+        let entries = try #require(row["entries"] as? [[String: Any]])
+        #expect(row["trigger"] as? String == "train run" && row["refused"] as? Int == 0 && row["exit"] as? String == "exited 0", "\(row)")
+        #expect(entries.count == 8 && entries.count == row["records"] as? Int, "\(entries)")
+        // The model was reached, and only through the gate (its address is not on any allowlist).
+        let asked = model.requests().filter { $0["path"] as? String == "/v1/chat/completions" }
+        #expect(asked.count == 1, "\(model.requests())")
+
+        // The held-out split stays dark: every train marker it could read, no test marker.
+        let (train, test) = try exp.split()
+        let first = try #require(entries.first?["hypothesis"] as? String)
+        let seen = Set(first.components(separatedBy: "markers seen: ").last!.split(separator: ",").map(String.init))
+        #expect(Set(train).isSubset(of: seen) && seen.isDisjoint(with: test), "seen \(seen); test \(test)")
+
+        // The cluster shows what the triage said (the fixture's failures are one cluster:
+        // the merge by label is `mergeByLabel` below).
+        let f = try #require(JSONSerialization.jsonObject(with: Data(try exp.file("workspace/failures.json").utf8)) as? [String: Any])
+        let triage = try #require((f["clusters"] as? [[String: Any]])?.first?["triage"] as? [String: Any])
+        #expect(triage["label"] as? String == "agent writes no answer" && triage["severity"] as? String == "high", "\(triage)")
+        let md = try exp.file("workspace/failures.md")
+        #expect(md.contains("hypothesis: agent.py never writes answer.txt") && md.contains("label \"agent writes no answer\", severity high"), "\(md)")
+        #expect(try exp.run("report").status == 0)
+        let html = try exp.file("report.html")
+        #expect(html.contains("<h2>Triage</h2>") && html.contains("agent.py never writes answer.txt for some operations"))
+    }
+
+    @Test("clusters whose records a triage labelled alike (case aside) rank as one, each naming the others; severity ranks before open records; without triage the old order")
+    func mergeByLabel() throws {
+        let ev = { (check: String) in FailureEvidence(check: check, errorClass: "AssertionError", excerpt: "expected 1, got 2") }
+        let run = FailureEvent.evidence(seq: 1, time: "t1", FailureEvidenceRecord(source: "train run", attempt: nil, agentSHA256: "v0", tasks: [
+            "a": [ev("x"), ev("y")], "b": [ev("y"), ev("z")], "c": [ev("z")], "d": [ev("z")],
+        ]))
+        var s = try ExperimentState(records: [])
+        s.split = SplitRecord(train: ["a", "b", "c", "d"], test: ["h"], seed: 1)
+        s.failureEvents = [run]
+        let plain = FailureBook(s)
+        let id = { (check: String) in plain.clusters.first { $0.check == check }!.id }
+        #expect(plain.clusters.map(\.check) == ["z", "y", "x"], "open records first: z 3, y 2, x 1")
+        for (check, task, label, severity) in [("x", "a", "Wrong unit", TriageSeverity.high), ("y", "a", "wrong unit", .low), ("y", "b", "wrong UNIT", .low)] {
+            s.triage[TriageSchema.key(cluster: id(check), task: task)] = TriageEntry(task: task, cluster: id(check), hypothesis: "h", label: label, severity: severity)
+        }
+        let book = FailureBook(s)
+        #expect(book.clusters.map(\.check) == ["x", "y", "z"], "the labelled group ranks by its highest severity, x before y within it")
+        #expect(book.cluster(id("x"))?.triage?.mergedWith == [id("y")] && book.cluster(id("y"))?.triage?.mergedWith == [id("x")])
+        #expect(book.cluster(id("y"))?.triage?.label?.lowercased() == "wrong unit" && book.cluster(id("z"))?.triage == nil)
+    }
+
+    @Test("the supervisor checks what the triage wrote: unknown records, a record twice, a severity outside the list and an unknown key refused and counted with their reasons; control and bidi characters flattened")
+    func schemaChecked() throws {
+        try requireRoot()
+        let model = try FakeModel(turns: [Self.turn("a", "one", "low"), Self.turn("b", "two", "low")])
+        let exp = try triageExperiment(model, after: "batch")
+        try exp.setAgent(twoWaysWrong)
+        #expect(try exp.run(["benchmark"], environment: triageEnvironment(model, bad: true)).status == 0)
+        #expect(try exp.rows("triage").isEmpty, "triage.after: batch does not run after a train run")
+        let t = try exp.run(["triage"], environment: triageEnvironment(model, bad: true))
+        #expect(t.status == 0 && t.stdout.contains("4 refused"), "\(t.stdout)\(t.stderr)")
+        let row = try #require(try exp.rows("triage").last)
+        let problems = try #require(row["problems"] as? [String])
+        #expect(problems.contains { $0.contains("c0000000/not-a-record is not a record of this triage's input") }, "\(problems)")
+        #expect(problems.contains { $0.contains("a second time") } && problems.contains { $0.contains("severity must be one of low, medium, high, critical") }
+                && problems.contains { $0.contains("unknown key score") }, "\(problems)")
+        let entries = try #require(row["entries"] as? [[String: Any]])
+        #expect(entries.count == 7 && row["trigger"] as? String == "operator")
+        let flat = try #require(entries.first?["hypothesis"] as? String)
+        #expect(flat.hasPrefix("line one line two reversed "), "\(flat.debugDescription)")
+        #expect(!flat.unicodeScalars.contains { $0.properties.generalCategory == .control || $0.properties.generalCategory == .format })
+    }
+
+    @Test("triage: is read and checked, naming the line (a command is required; after: batch | train_run)")
+    func config() throws {
+        let c = try ExperimentConfig.parse("benchmark: local\ndataset: d\ntriage:\n  command: [python3, t.py]\n  network: {inference: [\"api.openai.com:443\"]}\n  after: train_run\n", file: "c.yaml")
+        #expect(c.triage?.tool.command == ["python3", "t.py"] && c.triage?.after == .trainRun && c.triage?.tool.policy == "triage")
+        #expect(c.triage?.tool.networkInference == ["api.openai.com:443"])
+        let missing = #expect(throws: ConfigErrors.self) { try ExperimentConfig.parse("benchmark: local\ndataset: d\ntriage:\n  after: batch\n", file: "c.yaml") }
+        #expect(missing?.description.contains("triage.command") == true, "\(String(describing: missing))")
+        let tunnel = #expect(throws: ConfigErrors.self) {
+            try ExperimentConfig.parse("benchmark: local\ndataset: d\ntriage:\n  command: [t]\n  network: {allow: [\"api.openai.com:443\"]}\n", file: "c.yaml")
+        }
+        #expect(tunnel?.description.contains("triage.network.allow: api.openai.com:443 is a model API") == true, "\(String(describing: tunnel))")
+    }
+}
