@@ -253,7 +253,7 @@ struct FailuresCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "failures",
         abstract: "Failure records and clusters of the train split, ranked (what workspace/failures.md shows the coding agent).",
-        discussion: "A failure record is one failing check of one train task, from the benchmark's own results (a test report, tau2's reward breakdown, Harbor's exception, BIRD's phases), followed across runs: open, fixed by an agent.py not yet accepted, or resolved by an accepted gate. A cluster is every record with one signature (error class, failing check, message with numbers, ids, paths and quoted values stripped), ranked unresolved first, then by open records, total failures and lowest resolution rate. Held-out tasks never have records. Takes no lock and changes nothing.")
+        discussion: "A failure record is one failing check of one train task, from the benchmark's own results (a test report, tau2's reward breakdown, Harbor's exception, BIRD's phases), followed across runs: open, fixed by an agent.py not yet accepted, or resolved by an accepted gate. A cluster is every record with one signature (error class, failing check, message with numbers, ids, paths and quoted values stripped), ranked unresolved first, then by open records, total failures and lowest resolution rate. Held-out tasks never have records. With a triage (`triage:`), each cluster shows its hypotheses, label and severity, and clusters labelled alike rank as one. The operator decides groupings with --cluster ID --label TEXT | --merge ID2 | --split, or --accept-triage (with loop.review: operator the triage's labels merge nothing until then), each with --reason: a ledger row, shown in the report. Without those it takes no lock and changes nothing.")
 
     @OptionGroup var experiment: ExperimentOptions
 
@@ -263,7 +263,40 @@ struct FailuresCommand: ParsableCommand {
     @Flag(help: "Machine-readable output.")
     var json = false
 
+    @Option(help: "With --cluster: name its root cause; clusters with the same label (yours, or an accepted triage's) are one, ranked together.")
+    var label: String?
+
+    @Option(help: "With --cluster: it has the same root cause as this cluster.")
+    var merge: String?
+
+    @Flag(help: "With --cluster: it stands alone, whatever the triage's label says.")
+    var split = false
+
+    @Flag(name: .customLong("accept-triage"), help: "Accept the latest triage's labels for every cluster you have not decided (loop.review: operator: until then they merge nothing).")
+    var acceptTriage = false
+
+    @Option(help: "Why (kept with the decision; required with --label, --merge, --split, --accept-triage).")
+    var reason: String?
+
+    func validate() throws {
+        let decisions = [label != nil, merge != nil, split, acceptTriage].filter { $0 }.count
+        if decisions > 1 { throw ValidationError("one of --label, --merge, --split, --accept-triage at a time") }
+        if decisions == 1 && reason == nil { throw ValidationError("--reason: say why") }
+        if (label != nil || merge != nil || split) && cluster == nil { throw ValidationError("--label, --merge and --split need --cluster") }
+    }
+
     func run() throws {
+        if acceptTriage {
+            let (_, done) = try experiment.perform("failures") { try $0.acceptTriage(reason: reason!, actor: "operator") }
+            print("accepted the triage's labels of \(done.count) cluster(s): \(done.joined(separator: ", "))")
+            return
+        }
+        if let cluster, label != nil || merge != nil || split {
+            let action: ClusterReviewRecord.Action = label != nil ? .label : merge != nil ? .merge : .split
+            _ = try experiment.perform("failures") { try $0.reviewCluster(cluster, action: action, label: label, with: merge, reason: reason!, actor: "operator") }
+            print("recorded: \(cluster) \(action.rawValue)\(label.map { " \"\($0)\"" } ?? "")\(merge.map { " with \($0)" } ?? "")")
+            return
+        }
         let s = try experiment.supervisor("failures", exclusive: false)
         print(try Views.failuresText(try s.state(), cluster: cluster, json: json), terminator: "")
     }

@@ -90,19 +90,19 @@ public struct FailureBook: Sendable {
         /// What the latest triage said of its records (nil: none triaged).
         public var triage: Triage?
 
-        /// A triage's reading of a cluster: the label most of its records got (clusters with
-        /// the same label are one root cause: ranked together, `mergedWith` the others), the
-        /// highest severity, and up to three distinct hypotheses.
+        /// The other clusters it is one root cause with (ranked together): by the triage's
+        /// label (with `loop.review: operator`, once the operator accepted it) or the
+        /// operator's decisions (`ClusterGrouping`).
+        public var mergedWith: [String] = []
+        /// Why it is grouped as it is: "triage label", "operator: ...", or nil.
+        public var grouping: String?
+
+        /// A triage's reading of a cluster: the label most of its records got, the highest
+        /// severity, and up to three distinct hypotheses.
         public struct Triage: Codable, Sendable, Equatable {
             public var label: String?
             public var severity: TriageSeverity?
             public var hypotheses: [String]
-            public var mergedWith: [String]
-
-            enum CodingKeys: String, CodingKey {
-                case label, severity, hypotheses
-                case mergedWith = "merged_with"
-            }
         }
 
         public struct Example: Codable, Sendable, Equatable {
@@ -112,7 +112,8 @@ public struct FailureBook: Sendable {
         }
 
         enum CodingKeys: String, CodingKey {
-            case id, rank, signature, check, tasks, records, open, resolved, unresolved, examples, proposals, triage
+            case id, rank, signature, check, tasks, records, open, resolved, unresolved, examples, proposals, triage, grouping
+            case mergedWith = "merged_with"
             case errorClass = "error_class"
             case totalFailures = "total_failures"
             case resolutionRate = "resolution_rate"
@@ -123,11 +124,15 @@ public struct FailureBook: Sendable {
     public private(set) var records: [Record] = []
     /// Every cluster, ranked.
     public private(set) var clusters: [Cluster] = []
+    /// `loop.review: operator`: the groups the latest triage's labels would form, waiting
+    /// for the operator (`ClusterGrouping.pending`).
+    public private(set) var pendingMerges: [[String]] = []
 
     public init(_ s: ExperimentState) {
         var replay = Replay(train: Set(s.split?.train ?? []))
         for event in s.failureEvents { replay.apply(event) }
-        self.init(replay: replay, proposals: s.clusterProposals, triage: s.triage)
+        self.init(replay: replay, proposals: s.clusterProposals, triage: s.triage,
+                  grouping: ClusterGrouping(reviews: s.clusterReviews.map(\.record), triagePending: s.triageMergesPending))
     }
 
     /// The records' life, event by event (`FailureEvent`): a book is one replay of every
@@ -212,7 +217,8 @@ public struct FailureBook: Sendable {
         var unresolvedClusters: Set<String> { Set(byKey.values.filter { $0.state != .resolved }.map(\.cluster)) }
     }
 
-    init(replay: Replay, proposals given: [(time: String, record: ClusterProposalRecord)], triage: [String: TriageEntry] = [:]) {
+    init(replay: Replay, proposals given: [(time: String, record: ClusterProposalRecord)], triage: [String: TriageEntry] = [:],
+         grouping: ClusterGrouping = ClusterGrouping()) {
         records = replay.order.map { replay.byKey[$0]! }.sorted { ($0.task, $0.cluster) < ($1.task, $1.cluster) }
         let signatures = replay.signatures
         var proposals: [String: [Proposal]] = [:]
@@ -232,8 +238,17 @@ public struct FailureBook: Sendable {
                                  examples: Array(examples), proposals: proposals[id] ?? [],
                                  triage: Self.triage(of: members, triage)))
         }
-        Self.merge(&built)
-        clusters = Self.ranked(built)
+        let keys = grouping.keys(built)
+        var members: [String: [String]] = [:]
+        for c in built { if let k = keys[c.id] { members[k, default: []].append(c.id) } }
+        for i in built.indices {
+            let id = built[i].id
+            guard let k = keys[id], let group = members[k], group.count > 1 else { continue }
+            built[i].mergedWith = group.filter { $0 != id }.sorted()
+            built[i].grouping = grouping.reason(id)
+        }
+        clusters = Self.ranked(built, keys: keys)
+        pendingMerges = grouping.pending(built)
     }
 
     /// A cluster's triage from its records' entries (nil when none was triaged).
@@ -245,26 +260,14 @@ public struct FailureBook: Sendable {
         let label = votes.max { ($0.value.count, $1.key) < ($1.value.count, $0.key) }?.value.shown
         var hypotheses: [String] = []
         for h in mine.map(\.hypothesis) where !hypotheses.contains(h) && hypotheses.count < 3 { hypotheses.append(h) }
-        return Cluster.Triage(label: label, severity: mine.compactMap(\.severity).max(), hypotheses: hypotheses, mergedWith: [])
+        return Cluster.Triage(label: label, severity: mine.compactMap(\.severity).max(), hypotheses: hypotheses)
     }
 
-    /// Clusters whose triage labels match (`TriageSchema.mergeKey`) are one root cause: each
-    /// lists the others.
-    static func merge(_ clusters: inout [Cluster]) {
-        var byLabel: [String: [String]] = [:]
-        for c in clusters { if let l = c.triage?.label { byLabel[TriageSchema.mergeKey(l), default: []].append(c.id) } }
-        for i in clusters.indices {
-            let id = clusters[i].id
-            guard let l = clusters[i].triage?.label, let group = byLabel[TriageSchema.mergeKey(l)], group.count > 1 else { continue }
-            clusters[i].triage?.mergedWith = group.filter { $0 != id }.sorted()
-        }
-    }
-
-    /// The ranking: clusters merged by a triage label rank as one (their counts summed, the
-    /// highest severity), each group in the order below, its members together:
+    /// The ranking: clusters merged (`keys`: one group per key) rank as one (their counts
+    /// summed, the highest severity), each group in the order below, its members together:
     /// unresolved first, then higher severity (a triaged one before one without), more open
     /// records, more failures seen, lower resolution rate, id.
-    static func ranked(_ clusters: [Cluster]) -> [Cluster] {
+    static func ranked(_ clusters: [Cluster], keys: [String: String]) -> [Cluster] {
         func before(_ a: Cluster, _ b: Cluster) -> Bool {
             if a.unresolved != b.unresolved { return a.unresolved }
             let (sa, sb) = (a.triage?.severity, b.triage?.severity)
@@ -280,7 +283,7 @@ public struct FailureBook: Sendable {
         }
         // A group's standing: its members' counts as one cluster.
         var groups: [String: [Cluster]] = [:]
-        for c in clusters { groups[c.triage.flatMap { $0.mergedWith.isEmpty ? nil : $0.label.map(TriageSchema.mergeKey) } ?? "\u{0}" + c.id, default: []].append(c) }
+        for c in clusters { groups[c.mergedWith.isEmpty ? "\u{0}" + c.id : keys[c.id]!, default: []].append(c) }
         let standing = groups.mapValues { members -> Cluster in
             var g = members.sorted(by: before)[0]
             g.unresolved = members.contains(where: \.unresolved)

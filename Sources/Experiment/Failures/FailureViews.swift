@@ -113,9 +113,11 @@ extension Views {
         if let t = c.triage {
             var head = "triage (a model's reading of the train evidence): "
             head += [t.label.map { "label \"\($0)\"" }, t.severity.map { "severity \($0.rawValue)" }].compactMap { $0 }.joined(separator: ", ")
-            if !t.mergedWith.isEmpty { head += "; one root cause with \(t.mergedWith.joined(separator: ", ")) (same label), ranked together" }
             out += head + "\n"
             for h in t.hypotheses { out += "hypothesis: \(h)\n" }
+        }
+        if !c.mergedWith.isEmpty {
+            out += "one root cause with \(c.mergedWith.joined(separator: ", ")) (\(c.grouping ?? "merged")), ranked together\n"
         }
         if let records {
             for r in records {

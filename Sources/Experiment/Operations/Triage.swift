@@ -54,7 +54,8 @@ extension ExperimentSupervisor {
         } catch {
             throw ExperimentError(error.code == .io ? .io : .usage, "triage: \(error.message)")
         }
-        var record = TriageRecord(actor: "triage", trigger: trigger, records: known.count, entries: [], refused: 0, problems: [], exit: result.exit)
+        var record = TriageRecord(actor: "triage", trigger: trigger, records: known.count, entries: [], refused: 0, problems: [], exit: result.exit,
+                                  mergesPending: config.review == .operator ? true : nil)
         switch result.output {
         case .success(let bytes):
             (record.entries, record.refused, record.problems) = TriageSchema.check(bytes, known: known)
@@ -67,6 +68,44 @@ extension ExperimentSupervisor {
         _ = try ledger.appendAll([(.triage, record)] + violations(audit, actor: "triage"))
         try regenerateViews()
         return record
+    }
+
+    /// The operator's decision about cluster `cluster`'s grouping (`failures --label | --merge
+    /// | --split`), a `cluster_review` row.
+    public func reviewCluster(_ cluster: String, action: ClusterReviewRecord.Action, label: String? = nil, with other: String? = nil,
+                              reason: String, actor: String) throws {
+        let book = FailureBook(try state())
+        guard book.cluster(cluster) != nil else { throw ExperimentError(.usage, "no failure cluster \(printable(cluster)): `autoharness failures` lists them") }
+        guard let why = noteLine(reason) else { throw ExperimentError(.usage, "--reason: say why (a non-empty text)") }
+        var row = ClusterReviewRecord(actor: actor, cluster: cluster, action: action, label: nil, with: nil, reason: why)
+        switch action {
+        case .label:
+            guard let l = label.flatMap({ TriageSchema.text($0, limit: TriageSchema.maxLabel) }) else { throw ExperimentError(.usage, "--label: a non-empty name") }
+            row.label = l
+        case .merge:
+            guard let other, other != cluster, book.cluster(other) != nil else { throw ExperimentError(.usage, "--merge \(printable(other ?? "")): not another existing cluster") }
+            row.with = other
+        case .split: break
+        }
+        _ = try ledger.append(.clusterReview, row)
+        try regenerateViews()
+    }
+
+    /// Accepts the latest triage's labels for every cluster it labelled that has no decision
+    /// of the operator's yet (one `label` row each). Returns the clusters decided.
+    @discardableResult
+    public func acceptTriage(reason: String, actor: String) throws -> [String] {
+        let s = try state()
+        guard let why = noteLine(reason) else { throw ExperimentError(.usage, "--reason: say why (a non-empty text)") }
+        let decided = Set(s.clusterReviews.map(\.record.cluster))
+        let rows = FailureBook(s).clusters.compactMap { c -> ClusterReviewRecord? in
+            guard !decided.contains(c.id), let l = c.triage?.label else { return nil }
+            return ClusterReviewRecord(actor: actor, cluster: c.id, action: .label, label: l, with: nil, reason: why)
+        }
+        guard !rows.isEmpty else { throw ExperimentError(.usage, "no triage label waits for a decision") }
+        _ = try ledger.appendAll(rows.map { (.clusterReview, $0 as any Encodable) })
+        try regenerateViews()
+        return rows.map(\.cluster)
     }
 
     /// What a preset's `{prompt}` becomes: the task, the files and the format.

@@ -66,6 +66,10 @@ public struct ExperimentState: Sendable {
     /// run in order.
     public var triage: [String: TriageEntry] = [:]
     public var triageRuns: [(time: String, record: TriageRecord)] = []
+    /// The latest triage's labels wait for the operator (`loop.review: operator`).
+    public var triageMergesPending = false
+    /// The operator's decisions about clusters' grouping, in order.
+    public var clusterReviews: [(time: String, record: ClusterReviewRecord)] = []
     /// What the coding agent asked a human for, in order.
     public var needsHuman: [(time: String, record: NeedsHumanRecord)] = []
     /// Rolling batches in order (empty: batches never began, every train task is visible).
@@ -191,7 +195,9 @@ public struct ExperimentState: Sendable {
             case .triage:
                 let t = try r.decode(TriageRecord.self)
                 triageRuns.append((r.time, t))
+                triageMergesPending = t.mergesPending == true
                 for e in t.entries { triage[TriageSchema.key(cluster: e.cluster, task: e.task)] = e }
+            case .clusterReview: clusterReviews.append((r.time, try r.decode(ClusterReviewRecord.self)))
             case .needsHuman: needsHuman.append((r.time, try r.decode(NeedsHumanRecord.self)))
             case .batchRevealed: batches.append(Batch(revealed: try r.decode(BatchRevealedRecord.self)))
             case .batchEnded:

@@ -26,6 +26,7 @@ extension RecordKind {
     public static let candidate: RecordKind = "candidate"
     public static let candidatesRanked: RecordKind = "candidates_ranked"
     public static let triage: RecordKind = "triage"
+    public static let clusterReview: RecordKind = "cluster_review"
 }
 
 extension Set<RecordKind> {
@@ -33,6 +34,6 @@ extension Set<RecordKind> {
     public static let experiment: Set<RecordKind> = [
         .experimentCreated, .split, .baseline, .trainRun, .gateStarted, .gateAttempt, .iteration, .suitePromotion,
         .violation, .note, .runStarted, .runEnded, .agentSession, .failureEvidence, .clusterProposal,
-        .batchRevealed, .batchEnded, .nodeExcluded, .needsHuman, .suiteReview, .candidate, .candidatesRanked, .triage,
+        .batchRevealed, .batchEnded, .nodeExcluded, .needsHuman, .suiteReview, .candidate, .candidatesRanked, .triage, .clusterReview,
     ]
 }

@@ -248,6 +248,21 @@ public struct TriageRecord: Codable, Sendable {
     public var problems: [String]
     /// How its sandbox ended.
     public var exit: String
+    /// `loop.review: operator`: its labels merge no cluster until the operator accepts them.
+    public var mergesPending: Bool?
+}
+
+/// The operator's decision about a failure cluster's grouping (`autoharness failures
+/// --cluster ID --label TEXT | --merge ID2 | --split`, `--accept-triage`).
+public struct ClusterReviewRecord: Codable, Sendable {
+    public enum Action: String, Codable, Sendable { case label, merge, split }
+    public var actor: String
+    public var cluster: String
+    public var action: Action
+    public var label: String?
+    /// `merge`: the cluster it joins.
+    public var with: String?
+    public var reason: String
 }
 
 /// Something the coding agent needs from a human (`autoharness needs-human TEXT`): shown to the

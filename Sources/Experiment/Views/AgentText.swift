@@ -73,6 +73,7 @@ public enum AgentText {
         extra["coding_agent_usage"] = usage
         extra["needs_human"] = s.needsHuman.map { ["time": $0.time, "text": $0.text] }
         extra["pending_suite"] = s.pendingSuite
+        extra["pending_merges"] = s.pendingMerges
         let c = s.benchmarkCost
         extra["benchmark_cost_usd"] = c.reported ? ["train": c.train, "held_out": c.heldOut] as Any : NSNull()
         return statusJSON(s.facts, extra: extra)
@@ -161,6 +162,10 @@ public enum AgentText {
         }
         if let op, !op.pendingSuite.isEmpty {
             out += "waiting for your review (loop.review: operator; `autoharness suite approve|retire`): \(op.pendingSuite.joined(separator: ", "))\n"
+        }
+        if let op, !op.pendingMerges.isEmpty {
+            out += "triage merges waiting for your review (loop.review: operator; `autoharness failures --accept-triage` or --cluster ID --merge|--split): "
+                + op.pendingMerges.map { $0.joined(separator: " + ") }.joined(separator: "; ") + "\n"
         }
         if let op, !op.needsHuman.isEmpty {
             out += "needs from a human (the coding agent's notes, newest last): \(op.needsHuman.count)\n"

@@ -175,6 +175,9 @@ public struct OperatorStatus: Sendable {
     public var needsHuman: [(time: String, text: String)] = []
     /// `loop.review: operator`: promotions waiting for `suite approve`.
     public var pendingSuite: [String] = []
+    /// `loop.review: operator`: clusters the latest triage would merge, waiting for
+    /// `failures --accept-triage` or a decision per cluster.
+    public var pendingMerges: [[String]] = []
     fileprivate init(facts: StatusFacts, lastRunEnd: RunEndedRecord?, sessions: Int, usage: AgentUsage, benchmarkCost: ExperimentState.BenchmarkCost) {
         self.facts = facts
         self.lastRunEnd = lastRunEnd
@@ -223,6 +226,7 @@ public enum Disclosure {
         }
         o.needsHuman = s.needsHuman.map { ($0.time, $0.record.text) }
         o.pendingSuite = s.pendingSuite
+        o.pendingMerges = FailureBook(s).pendingMerges
         return o
     }
 

@@ -119,10 +119,18 @@ public enum Report {
             for c in triaged.prefix(40) {
                 let t = c.triage!
                 body += "<tr><td>\(c.rank)</td><td><code>\(esc(c.id))</code></td><td>\(esc(t.label ?? ""))</td><td>\(esc(t.severity?.rawValue ?? ""))</td>"
-                body += "<td>\(esc(t.mergedWith.joined(separator: ", ")))</td><td>\(c.open)</td><td>\(esc(t.hypotheses.joined(separator: " · ")))</td></tr>\n"
+                body += "<td>\(esc(c.mergedWith.joined(separator: ", ")))</td><td>\(c.open)</td><td>\(esc(t.hypotheses.joined(separator: " · ")))</td></tr>\n"
             }
             body += "</table>\n"
             for p in last.record.problems { body += "<p class=\"note\">refused: \(esc(p))</p>\n" }
+        }
+        if !s.clusterReviews.isEmpty {
+            body += "<h2>Cluster review</h2>\n<p class=\"note\">the operator's decisions about which failure clusters are one root cause (`autoharness failures`)</p>\n<table>\n"
+            for r in s.clusterReviews {
+                let what = r.record.label.map { "label “\($0)”" } ?? r.record.with.map { "merge with \($0)" } ?? r.record.action.rawValue
+                body += "<tr><td>\(esc(r.time))</td><td>\(esc(r.record.actor))</td><td><code>\(esc(r.record.cluster))</code></td><td>\(esc(what))</td><td>\(esc(r.record.reason))</td></tr>\n"
+            }
+            body += "</table>\n"
         }
         if !s.needsHuman.isEmpty {
             body += "<h2>Needs from a human</h2>\n<p class=\"note\">what the coding agent asked for (`autoharness needs-human`), oldest first</p>\n<table>\n"
