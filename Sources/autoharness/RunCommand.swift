@@ -224,7 +224,12 @@ struct DemoCommand: ParsableCommand {
             each runs on the train split, only the best meets the held-out split), gates through \
             the broker, and tries a few cheats, which are \
             refused and recorded. The train split is revealed in rolling batches of 8 (each gate \
-            ends a batch), so failures arrive batch by batch. Ends with DIR/exp/report.html.
+            ends a batch), so failures arrive batch by batch; after each batch a scripted triage \
+            (templates/demo/demo_triage.py, in its own sandbox) asks a stand-in model API \
+            (templates/demo/demo_model.py on 127.0.0.2, reached only through the inference gate) \
+            for a hypothesis, a label and a severity per failure. After the loop the demo plays \
+            the operator's review (the triage's labels kept, a suite task retired, each with its \
+            reason). Ends with DIR/exp/report.html.
             """)
 
     @Option(help: "Directory to create (default: ./autoharness-demo).")
@@ -254,8 +259,26 @@ struct DemoCommand: ParsableCommand {
                              ("batch_size", "8"), ("batch_iterations", "1"), ("candidates", "3")] {
             config = Self.set(key, value, in: config)
         }
+        // The triage: templates/demo/demo_triage.py in its own sandbox, its "model" the demo's
+        // stand-in API on 127.0.0.2, reached only through the inference gate.
+        let model = try DemoModel.start(script: demo + "/demo_model.py", directory: root + "/model")
+        defer { model.stop() }
+        setenv("OPENAI_API_KEY", "sk-demo-offline-not-a-key", 1)
+        setenv("MODEL_URL", "https://\(model.address)/v1", 1)
+        config += """
+
+            triage:
+              command: [python3, "\(demo)/demo_triage.py"]
+              binds: ["\(demo)"]
+              env_pass: [OPENAI_API_KEY, MODEL_URL]
+              network:
+                inference: ["\(model.address)"]
+                upstream_ca: \(model.directory)/ca.pem
+              after: batch
+
+            """
         try config.write(toFile: layout.config, atomically: true, encoding: .utf8)
-        print("demo: experiment \(layout.root)")
+        print("demo: experiment \(layout.root); triage through the inference gate to the demo's model at \(model.address)")
 
         let s = try ExperimentSupervisor(layout: layout, policySearchPaths: PolicyLocator.searchPaths(explicit: []), purpose: "demo")
         let progress = ProgressLine("baseline")
@@ -271,6 +294,16 @@ struct DemoCommand: ParsableCommand {
         }
         let report = try loop.run()
         print(RunCommand.text(report, disclosure: .score))
+        // The operator's review, as a person would do it after a night's run: keep the
+        // triage's labels (each a cluster_review row) and retire one suite task, with reasons.
+        try loop.withSupervisor { s in
+            let kept = (try? s.acceptTriage(reason: "demo: the operator read the triage's hypotheses and keeps its labels", actor: "operator")) ?? []
+            print("demo: operator review: kept the triage's labels of \(kept.count) cluster(s)")
+            if let task = try s.state().suite.first {
+                try s.reviewSuite("retire", tasks: [task], reason: "demo: the operator retires one suite task to show the review row", actor: "operator")
+                print("demo: operator review: retired \(task) from the suite")
+            }
+        }
         let html = layout.root + "/report.html"
         let page = try loop.withSupervisor { s in Report.html(try s.state(), config: s.config, title: "autoharness demo", agentSource: s.snapshotSource, learnings: s.learningsText()) }
         try AtomicFile.write(Array(page.utf8), to: html, mode: 0o644)
@@ -280,6 +313,36 @@ struct DemoCommand: ParsableCommand {
         if report.failed || report.gates == 0 {
             printErr("autoharness: the demo's loop did not run as it should (\(report.reason); \(report.gates) gates); see \(report.agentLog)")
             throw ExitCode(Exit.failure)
+        }
+    }
+
+    /// The demo's stand-in model API (templates/demo/demo_model.py), a child of this process.
+    struct DemoModel {
+        let process: Process
+        let directory: String
+        let address: String
+
+        static func start(script: String, directory: String) throws -> DemoModel {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+            p.arguments = [script, directory]
+            p.standardOutput = FileHandle.nullDevice
+            try p.run()
+            for _ in 0..<400 {
+                if let text = try? String(contentsOfFile: directory + "/port", encoding: .utf8), let port = Int(text) {
+                    return DemoModel(process: p, directory: directory, address: "127.0.0.2:\(port)")
+                }
+                guard p.isRunning else { break }
+                usleep(25_000)
+            }
+            if p.isRunning { kill(p.processIdentifier, SIGKILL) }
+            throw ExperimentError(.io, "the demo's model (\(script)) did not start (it needs python3 and openssl)")
+        }
+
+        /// Ends it (by the pid this process started).
+        func stop() {
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+            process.waitUntilExit()
         }
     }
 

@@ -706,6 +706,18 @@ struct DemoTests {
         #expect(reported.count >= 5, "\(reported)")
         #expect(FileManager.default.fileExists(atPath: root + "/exp/report.html"))
         #expect(r.stdout.contains("demo: report: \(root)/exp/report.html"))
+        // The decision layer (issue 56): three candidates per gate, only the best gated; a
+        // triage after each batch whose model (the demo's stand-in) was reached through the
+        // inference gate; the operator's review rows.
+        let rankings = try exp.rows("candidates_ranked")
+        #expect(!rankings.isEmpty && rankings.allSatisfy { ($0["ranked"] as? [Any])?.count == 3 }, "\(rankings)")
+        let triages = try exp.rows("triage")
+        #expect(!triages.isEmpty && triages.allSatisfy { $0["refused"] as? Int == 0 && !($0["entries"] as? [Any] ?? []).isEmpty }, "\(triages)")
+        let asked = (try? String(contentsOfFile: root + "/model/requests.log", encoding: .utf8))?.split(separator: "\n").count ?? 0
+        #expect(asked > 0, "the demo's model was never asked")
+        #expect(try exp.rows("cluster_review").count > 0 && exp.rows("suite_review").count == 1)
+        let html = try exp.file("report.html")
+        #expect(html.contains("explored candidate") && html.contains("<h2>Triage</h2>") && html.contains("<h2>Cluster review</h2>"))
 
         // Honest improvement: every conversion the final agent.py knows beyond the baseline's
         // three occurs in a train task (the only traces the agent was shown).

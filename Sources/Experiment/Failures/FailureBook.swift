@@ -283,7 +283,8 @@ public struct FailureBook: Sendable {
         }
         // A group's standing: its members' counts as one cluster.
         var groups: [String: [Cluster]] = [:]
-        for c in clusters { groups[c.mergedWith.isEmpty ? "\u{0}" + c.id : keys[c.id]!, default: []].append(c) }
+        // (A resolved cluster never ranks above an unresolved one for sharing its root cause.)
+        for c in clusters { groups[(c.mergedWith.isEmpty ? "\u{0}" + c.id : keys[c.id]!) + (c.unresolved ? "\u{1}u" : "\u{1}r"), default: []].append(c) }
         let standing = groups.mapValues { members -> Cluster in
             var g = members.sorted(by: before)[0]
             g.unresolved = members.contains(where: \.unresolved)

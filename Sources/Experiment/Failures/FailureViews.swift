@@ -117,7 +117,7 @@ extension Views {
             for h in t.hypotheses { out += "hypothesis: \(h)\n" }
         }
         if !c.mergedWith.isEmpty {
-            out += "one root cause with \(c.mergedWith.joined(separator: ", ")) (\(c.grouping ?? "merged")), ranked together\n"
+            out += "one root cause with \(Self.idList(c.mergedWith)) (\(c.grouping ?? "merged")), ranked together\n"
         }
         if let records {
             for r in records {
@@ -136,6 +136,11 @@ extension Views {
             out += "proposed by the \(p.by) at \(p.time), not counted: \(what.joined(separator: "; "))\n"
         }
         return out
+    }
+
+    /// Cluster ids, the first eight and how many more.
+    static func idList(_ ids: [String]) -> String {
+        ids.prefix(8).joined(separator: ", ") + (ids.count > 8 ? " and \(ids.count - 8) more" : "")
     }
 
     /// The `failures` request's answer: failures.md's page, or one cluster with every record.

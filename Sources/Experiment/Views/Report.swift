@@ -119,7 +119,7 @@ public enum Report {
             for c in triaged.prefix(40) {
                 let t = c.triage!
                 body += "<tr><td>\(c.rank)</td><td><code>\(esc(c.id))</code></td><td>\(esc(t.label ?? ""))</td><td>\(esc(t.severity?.rawValue ?? ""))</td>"
-                body += "<td>\(esc(c.mergedWith.joined(separator: ", ")))</td><td>\(c.open)</td><td>\(esc(t.hypotheses.joined(separator: " · ")))</td></tr>\n"
+                body += "<td>\(esc(Views.idList(c.mergedWith)))</td><td>\(c.open)</td><td>\(esc(t.hypotheses.joined(separator: " · ")))</td></tr>\n"
             }
             body += "</table>\n"
             for p in last.record.problems { body += "<p class=\"note\">refused: \(esc(p))</p>\n" }
