@@ -108,14 +108,20 @@ ahs_tls_authority *ahs_tls_authority_new(const char *const *permitted, int n, in
         snprintf(err, errlen, "an authority needs at least one permitted host and a validity");
         return NULL;
     }
-    // "critical,permitted;DNS:a,permitted;IP:1.2.3.4/255.255.255.255,..."
-    size_t cap = 16 + (size_t)n * (300 + 80);
+    // "critical,permitted;DNS:a,permitted;DNS:b,...". Address literals get no subtree: a CA
+    // whose constraints list any IP range is refused outright by some clients whatever the
+    // leaf (Claude Code's, measured: a gate for 127.0.0.2 could not be used at all), so IP
+    // names stay unconstrained (the gate mints leaves only for its targets; the key never
+    // leaves this process) while DNS names stay locked: with no named host, to `invalid`
+    // (RFC 6761), which no real name is under.
+    size_t cap = 48 + (size_t)n * (300 + 80);
     char *constraints = malloc(cap);
     if (!constraints) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
     size_t used = (size_t)snprintf(constraints, cap, "critical");
+    int named = 0;
     for (int i = 0; i < n; i++) {
         const char *h = permitted[i];
         int family = 0;
@@ -124,12 +130,12 @@ ahs_tls_authority *ahs_tls_authority_new(const char *const *permitted, int n, in
             free(constraints);
             return NULL;
         }
-        if (ip_literal(h, &family))
-            used += (size_t)snprintf(constraints + used, cap - used, ",permitted;IP:%s/%s", h,
-                                     family == AF_INET ? "255.255.255.255" : "FFFF:FFFF:FFFF:FFFF:FFFF:FFFF:FFFF:FFFF");
-        else
+        if (!ip_literal(h, &family)) {
             used += (size_t)snprintf(constraints + used, cap - used, ",permitted;DNS:%s", h);
+            named++;
+        }
     }
+    if (named == 0) used += (size_t)snprintf(constraints + used, cap - used, ",permitted;DNS:invalid");
 
     ahs_tls_authority *a = calloc(1, sizeof *a);
     if (!a) {

@@ -174,3 +174,65 @@ struct TriageTests {
         #expect(tunnel?.description.contains("triage.network.allow: api.openai.com:443 is a model API") == true, "\(String(describing: tunnel))")
     }
 }
+
+/// The coding-agent presets as the triage command: the real CLIs (scripts/install-agents),
+/// their vendor's wire format from the fake server, reached only through the inference gate.
+@Suite("Triage with the real coding-agent CLIs", .serialized)
+struct RealTriageTests {
+    /// A prepared experiment whose train split failed in two clusters, and the entries a
+    /// triage should write for its records (what the fake model tells the CLI to write).
+    func failed() throws -> (Experiment, String) {
+        let exp = try Experiment()
+        try exp.setAgent(twoWaysWrong)
+        #expect(try exp.run("benchmark").status == 0)
+        let f = try #require(JSONSerialization.jsonObject(with: Data(try exp.file("workspace/failures.json").utf8)) as? [String: Any])
+        let records = try #require(f["records"] as? [[String: Any]])
+        let entries = records.map { r -> [String: Any] in
+            let cluster = r["cluster"] as! String, task = r["task"] as! String
+            let crashed = (r["error_class"] as? String) == "agent_crashed"
+            return ["record": "\(cluster)/\(task)", "hypothesis": crashed ? "agent.py raises on additions" : "agent.py writes no answer for multiplications",
+                    "label": crashed ? "crash" : "no answer", "severity": crashed ? "critical" : "high"]
+        }
+        let json = String(decoding: try JSONSerialization.data(withJSONObject: ["triage": entries], options: [.sortedKeys]), as: UTF8.self)
+        return (exp, json)
+    }
+
+    func configure(_ exp: Experiment, preset: String, binary: String, model: FakeModel, env: [String: String]) throws {
+        let path = exp.root + "/experiment_config.yaml"
+        var text = try String(contentsOfFile: path, encoding: .utf8)
+        text += "\ntriage:\n  preset: \(preset)\n  bin: \(binary)\n  env:\n"
+        for (k, v) in env.sorted(by: { $0.key < $1.key }) { text += "    \(k): \"\(v)\"\n" }
+        text += "  network:\n    inference: [\"\(model.address)\"]\n    upstream_ca: \(model.caFile)\n"
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+    }
+
+    func expectTriaged(_ exp: Experiment, _ r: Run, key: String) throws {
+        #expect(r.status == 0, "\(r.stdout)\(r.stderr)")
+        let row = try #require(try exp.rows("triage").last)
+        let entries = try #require(row["entries"] as? [[String: Any]])
+        #expect(entries.count == row["records"] as? Int && row["refused"] as? Int == 0, "\(row)")
+        #expect(Set(entries.compactMap { $0["severity"] as? String }) == ["critical", "high"])
+        let md = try exp.file("workspace/failures.md")
+        #expect(md.contains("hypothesis: agent.py raises on additions") && md.contains("severity critical"), "\(md)")
+        let grep = try runProcess("/bin/grep", ["-rla", "--", key, exp.root])
+        #expect(grep.stdout.isEmpty, "the API key was written to: \(grep.stdout)")
+    }
+
+    @Test("triage.preset: claude: the real Claude Code, its prompt the triage's, writes triage.json with its own Write tool through the inference gate; every entry kept; its key written nowhere")
+    func claude() throws {
+        try requireRoot()
+        let (exp, json) = try failed()
+        let model = try FakeModel(turns: [
+            [["text": "I will read the records."], ["tool": "Read", "input": ["file_path": "/work/in/records.json"]]],
+            [["tool": "Write", "input": ["file_path": "/work/out/triage.json", "content": json]]],
+        ])
+        try configure(exp, preset: "claude", binary: try RealAgent.binary("claude-code"), model: model,
+                      env: ["ANTHROPIC_BASE_URL": "https://\(model.address)"])
+        let key = "sk-ant-triage-" + UUID().uuidString
+        let r = try exp.run(["triage"], environment: ["ANTHROPIC_API_KEY": key])
+        try expectTriaged(exp, r, key: key)
+        let asked = model.requests().filter { ($0["path"] as? String)?.hasSuffix("/v1/messages") == true }
+        #expect(asked.count >= 2, "\(model.requests())")
+        #expect(model.toolResults().contains { $0.contains("records") }, "Claude Code never read the records: \(model.toolResults())")
+    }
+}

@@ -246,11 +246,22 @@ struct InferenceAuthorityTests {
         return result
     }
 
-    @Test("its leaves verify for its hosts; a leaf it signed for any other name fails on its name constraints")
+    @Test("its leaves verify for its hosts; a leaf it signed for any other name fails on its name constraints; an authority for an address alone still locks names, and lists no IP range (some clients refuse any CA that does)")
     func nameConstraints() throws {
         let authority = try TLSAuthority(hosts: ["api.test", "127.0.0.2"])
         #expect(throws: Never.self) { try handshake(authority: authority, minted: "api.test", asked: "api.test").get() }
         #expect(throws: Never.self) { try handshake(authority: authority, minted: "127.0.0.2", asked: "127.0.0.2").get() }
+        let addressOnly = try TLSAuthority(hosts: ["127.0.0.2"])
+        #expect(throws: Never.self) { try handshake(authority: addressOnly, minted: "127.0.0.2", asked: "127.0.0.2").get() }
+        guard case .failure(let n) = try handshake(authority: addressOnly, minted: "api.test", asked: "api.test") else {
+            Issue.record("an authority for an address alone vouched for a name")
+            return
+        }
+        #expect(n.message.contains("permitted subtree violation"), "\(n.message)")
+        let dir = try TempDir()
+        let pem = try dir.file("ca.pem", String(decoding: authority.certificatePEM, as: UTF8.self))
+        let text = try runProcess("/usr/bin/openssl", ["x509", "-in", pem, "-noout", "-text"]).stdout
+        #expect(text.contains("DNS:api.test") && !text.contains("IP:"), "\(text)")
         // The gate mints only for its targets; were it made to mint for another host, every
         // client that checks constraints (OpenSSL, Python, Node, Go, rustls) refuses it.
         guard case .failure(let f) = try handshake(authority: authority, minted: "evil.test", asked: "evil.test") else {

@@ -15,8 +15,10 @@ public enum EvidenceTool {
         /// How the sandbox ended ("exited 0", "timed out", ...), and whether it exited 0.
         public var exit: String
         public var succeeded: Bool
-        /// The end of its stderr (train evidence only went in: the operator may read it).
+        /// The ends of its stderr and stdout (train evidence only went in: the operator may
+        /// read them).
         public var stderrTail: String
+        public var stdoutTail: String
         public var seconds: Double
     }
 
@@ -35,7 +37,8 @@ public enum EvidenceTool {
         let dir = run.openOutput()
         defer { if dir >= 0 { close(dir) } }
         let taken: Swift.Result<[UInt8], InputFile.Problem> = dir < 0 ? .failure(.missing) : InputFile.read(at: dir, output, cap: cap, strict: true)
+        let out = FileSystem.readCapped(at: run.scratch.outFD, "app.stdout", cap: 1 << 20).map { String(decoding: $0.suffix(2048), as: UTF8.self) } ?? ""
         return Result(output: taken, exit: exit.summary, succeeded: exit.succeeded, stderrTail: ToolRun.printable(exit.stderrTail),
-                      seconds: exit.seconds)
+                      stdoutTail: ToolRun.printable(out), seconds: exit.seconds)
     }
 }

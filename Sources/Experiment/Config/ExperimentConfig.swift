@@ -116,6 +116,12 @@ public struct ExperimentConfig: Sendable, Equatable {
         /// `triage.after`: after each revealed batch's run (`batch`), or after every train run
         /// the coding agent or the operator asks for (`train_run`); `autoharness triage` any time.
         public var after = After.batch
+        /// `triage.preset: claude | codex`: the command, switches, install and model API of the
+        /// coding-agent preset (`CodingAgentPreset`), with a triage prompt; `triage.bin` the CLI.
+        public var preset: String?
+        public var bin: String?
+        /// `triage.env`: constant variables (switches; never secrets).
+        public var env: [String: String] = [:]
         public init() { tool.policy = "triage" }
     }
 

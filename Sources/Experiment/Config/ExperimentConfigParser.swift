@@ -77,14 +77,19 @@ extension ExperimentConfig {
                 }
             case "triage":
                 var t = ExperimentConfig.Triage()
-                r.mapping(v, key, allowed: ["command", "binds", "env_pass", "network", "timeout", "policy", "after"]) { k, v in
-                    if k == "after" {
+                r.mapping(v, key, allowed: ["command", "binds", "env_pass", "env", "network", "timeout", "policy", "after", "preset", "bin"]) { k, v in
+                    switch k {
+                    case "after":
                         if let x = r.oneOf(v, "triage.after", ExperimentConfig.Triage.After.allCases.map(\.rawValue)) { t.after = .init(rawValue: x)! }
-                    } else {
-                        Self.tool(r, k, v, section: "triage", into: &t.tool)
+                    case "preset": t.preset = r.oneOf(v, "triage.preset", ["claude", "codex"])
+                    case "bin": t.bin = r.string(v, "triage.bin")
+                    case "env": t.env = Self.constants(r, v, "triage.env")
+                    default: Self.tool(r, k, v, section: "triage", into: &t.tool)
                     }
                 }
-                if t.tool.command?.isEmpty ?? true { r.error(v, "triage.command: the triage command's argv (a list) is required") }
+                if t.preset == nil && (t.tool.command?.isEmpty ?? true) {
+                    r.error(v, "triage.command: the triage command's argv (a list) is required, or a preset (triage.preset: claude | codex)")
+                }
                 c.triage = t
             case let k where BenchmarkKinds.settingKeyNames.contains(k):
                 // Typed once the benchmark is known, each at its own line (below).
@@ -141,13 +146,7 @@ extension ExperimentConfig {
                         for n in c.codingAgent.envPass where !EnvSpec.isVariableName(n) {
                             r.error(v, "\(name): '\(n)' is not a variable name")
                         }
-                    case "env":
-                        r.mapping(v, name, allowed: nil) { n, value in
-                            guard EnvSpec.isVariableName(n) else { return r.error(value, "\(name): '\(n)' is not a variable name") }
-                            guard let s = value.scalar?.string else { return r.error(value, "\(name).\(n): expected a string value") }
-                            guard !n.hasPrefix("AUTOHARNESS_") else { return r.error(value, "\(name).\(n): AUTOHARNESS_ variables are set by the supervisor") }
-                            c.codingAgent.env[n] = s
-                        }
+                    case "env": c.codingAgent.env = Self.constants(r, v, name)
                     case "home_seed": if let s = r.string(v, name) { c.codingAgent.homeSeed = s }
                     case "binds":
                         c.codingAgent.binds = r.strings(v, name) ?? []
@@ -257,6 +256,19 @@ extension ExperimentConfig {
         }
         guard r.errors.isEmpty else { throw ConfigErrors(r.errors) }
         return c
+    }
+
+    /// Constant environment variables (`coding_agent.env`, `triage.env`): names checked, string
+    /// values, none of the supervisor's own AUTOHARNESS_ ones.
+    static func constants(_ r: ConfigReader, _ v: Node, _ name: String) -> [String: String] {
+        var out: [String: String] = [:]
+        r.mapping(v, name, allowed: nil) { n, value in
+            guard EnvSpec.isVariableName(n) else { return r.error(value, "\(name): '\(n)' is not a variable name") }
+            guard let s = value.scalar?.string else { return r.error(value, "\(name).\(n): expected a string value") }
+            guard !n.hasPrefix("AUTOHARNESS_") else { return r.error(value, "\(name).\(n): AUTOHARNESS_ variables are set by the supervisor") }
+            out[n] = s
+        }
+        return out
     }
 
     /// A tool's keys as `runner:` and `triage:` share them (command, binds, env_pass, network,

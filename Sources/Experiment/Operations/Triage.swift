@@ -21,8 +21,8 @@ extension ExperimentSupervisor {
     /// train run it follows is recorded already.
     @discardableResult
     public func runTriage(trigger: String) throws -> TriageRecord? {
-        guard let triage = config.triage, let argv = triage.tool.command, !argv.isEmpty else {
-            throw ExperimentError(.usage, "\(layout.config): no triage command (set triage.command)")
+        guard let triage = config.triage else {
+            throw ExperimentError(.usage, "\(layout.config): no triage command (set triage.command, or triage.preset: claude | codex)")
         }
         let s = try state()
         let (input, known) = TriageSchema.input(FailureBook(s))
@@ -31,14 +31,9 @@ extension ExperimentSupervisor {
             return nil
         }
         try TraceFiles.makeDirectories(layout.latestTraces)
-        var settings = ToolSettings(command: argv)
-        settings.binds = triage.tool.binds
-        settings.envPass = triage.tool.envPass
-        settings.networkAllow = triage.tool.networkAllow
-        settings.networkInference = triage.tool.networkInference
-        settings.upstreamCA = triage.tool.upstreamCA
-        settings.timeout = triage.tool.timeout
-        settings.runnerPolicy = triage.tool.policy
+        let launch = try Self.triageLaunch(triage)
+        let argv = launch.settings.command
+        let settings = launch.settings
         let audit = AuditLog()
         var context = AdapterRunContext(policyLoader: policyLoader, agentDirectory: "", scratchRoot: config.scratch, audit: audit, heldOut: false,
                                         concurrency: 1, traceDirectory: { _ in nil })
@@ -47,9 +42,9 @@ extension ExperimentSupervisor {
         let result: EvidenceTool.Result
         do throws(BenchmarkError) {
             result = try EvidenceTool.run(settings: settings, context: context, argv: argv.map { $0 == "{prompt}" ? Self.triagePrompt : $0 },
-                                          environment: ["AUTOHARNESS_TRIAGE_INPUT=/work/in/records.json", "AUTOHARNESS_TRIAGE_OUTPUT=/work/out/triage.json",
-                                                        "AUTOHARNESS_TRACES=/work/run"],
-                                          inputs: [("records.json", input)], tree: layout.latestTraces,
+                                          environment: launch.environment + ["AUTOHARNESS_TRIAGE_INPUT=/work/in/records.json",
+                                                                             "AUTOHARNESS_TRIAGE_OUTPUT=/work/out/triage.json", "AUTOHARNESS_TRACES=/work/run"],
+                                          inputs: [("records.json", input)] + launch.inputs, tree: layout.latestTraces,
                                           output: "triage.json", cap: TriageSchema.maxOutputBytes, label: "triage")
         } catch {
             throw ExperimentError(error.code == .io ? .io : .usage, "triage: \(error.message)")
@@ -62,7 +57,10 @@ extension ExperimentSupervisor {
         case .failure(let problem):
             record.problems = ["/work/out/triage.json: \(problem.explanation("a triage's output"))"]
         }
-        if !result.succeeded, !result.stderrTail.isEmpty { log?("triage \(result.exit): \(String(result.stderrTail.suffix(300)))") }
+        if !result.succeeded {
+            let tail = (result.stderrTail.isEmpty ? result.stdoutTail : result.stderrTail).suffix(600)
+            log?("triage \(result.exit)\(tail.isEmpty ? "" : ": " + tail)")
+        }
         log?("triage \(result.exit) in \(Int(result.seconds)) s: \(record.entries.count) entr\(record.entries.count == 1 ? "y" : "ies") kept, \(record.refused) refused"
              + (record.problems.first.map { " (\($0))" } ?? ""))
         _ = try ledger.appendAll([(.triage, record)] + violations(audit, actor: "triage"))
@@ -106,6 +104,40 @@ extension ExperimentSupervisor {
         _ = try ledger.appendAll(rows.map { (.clusterReview, $0 as any Encodable) })
         try regenerateViews()
         return rows.map(\.cluster)
+    }
+
+    /// How the triage is launched: `triage:` as written, or with `triage.preset` the coding
+    /// agent preset's command (its `{prompt}` the triage prompt), switches, install and vendor
+    /// API (behind the inference gate unless `triage.network.inference` names another), each
+    /// extended by what `triage:` adds. Codex reads its config.toml from its home (/tmp in the
+    /// sandbox): it is put there from /work/in before Codex starts.
+    static func triageLaunch(_ t: ExperimentConfig.Triage) throws -> (settings: ToolSettings, environment: [String], inputs: [(name: String, bytes: [UInt8])]) {
+        var argv = t.tool.command ?? []
+        var envPass = t.tool.envPass, binds = t.tool.binds, inference = t.tool.networkInference
+        var constants = t.env
+        var inputs: [(name: String, bytes: [UInt8])] = []
+        if let name = t.preset {
+            let p = try CodingAgentPreset.make(name, binary: t.bin)
+            if argv.isEmpty { argv = p.command }
+            envPass = p.envPass + envPass.filter { !p.envPass.contains($0) }
+            binds = p.binds + binds.filter { !p.binds.contains($0) }
+            for (k, v, _) in p.env where constants[k] == nil { constants[k] = v }
+            if inference.isEmpty { inference = p.allow }
+            if name == "codex" {
+                inputs.append(("codex-config.toml", Array(CodingAgentPreset.codexConfig.utf8)))
+                argv = ["/bin/sh", "-c", "mkdir -p \"$HOME/.codex\" && cp /work/in/codex-config.toml \"$HOME/.codex/config.toml\" && exec \"$@\"", "triage"] + argv
+            }
+        }
+        guard !argv.isEmpty else { throw ExperimentError(.usage, "triage: no command (set triage.command, or triage.preset: claude | codex)") }
+        var settings = ToolSettings(command: argv)
+        settings.binds = binds
+        settings.envPass = envPass
+        settings.networkAllow = t.tool.networkAllow
+        settings.networkInference = inference
+        settings.upstreamCA = t.tool.upstreamCA
+        settings.timeout = t.tool.timeout
+        settings.runnerPolicy = t.tool.policy
+        return (settings, constants.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }, inputs)
     }
 
     /// What a preset's `{prompt}` becomes: the task, the files and the format.
