@@ -197,10 +197,12 @@ struct RealTriageTests {
         return (exp, json)
     }
 
-    func configure(_ exp: Experiment, preset: String, binary: String, model: FakeModel, env: [String: String]) throws {
+    func configure(_ exp: Experiment, preset: String, binary: String, model: FakeModel, env: [String: String], command: [String]? = nil) throws {
         let path = exp.root + "/experiment_config.yaml"
         var text = try String(contentsOfFile: path, encoding: .utf8)
-        text += "\ntriage:\n  preset: \(preset)\n  bin: \(binary)\n  env:\n"
+        text += "\ntriage:\n  preset: \(preset)\n  bin: \(binary)\n"
+        if let command { text += "  command: [\(command.map { "'" + $0.replacingOccurrences(of: "'", with: "''") + "'" }.joined(separator: ", "))]\n" }
+        text += "  env:\n"
         for (k, v) in env.sorted(by: { $0.key < $1.key }) { text += "    \(k): \"\(v)\"\n" }
         text += "  network:\n    inference: [\"\(model.address)\"]\n    upstream_ca: \(model.caFile)\n"
         try text.write(toFile: path, atomically: true, encoding: .utf8)
@@ -234,5 +236,28 @@ struct RealTriageTests {
         let asked = model.requests().filter { ($0["path"] as? String)?.hasSuffix("/v1/messages") == true }
         #expect(asked.count >= 2, "\(model.requests())")
         #expect(model.toolResults().contains { $0.contains("records") }, "Claude Code never read the records: \(model.toolResults())")
+    }
+
+    @Test("triage.preset: codex: the real Codex CLI (its config.toml put in its home, the gate's CA through CODEX_CA_CERTIFICATE) writes triage.json with its shell through the inference gate; every entry kept; its key written nowhere")
+    func codex() throws {
+        try requireRoot()
+        let (exp, json) = try failed()
+        let model = try FakeModel(turns: [
+            [["tool": "exec_command", "input": ["cmd": "head -c 300 /work/in/records.json"]]],
+            [["tool": "exec_command", "input": ["cmd": "cat > /work/out/triage.json <<'EOF'\n\(json)\nEOF\necho written-$?"]]],
+            [["text": "The triage is written."]],
+        ])
+        let binary = try RealAgent.binary("codex")
+        // The preset's command, pointed at the fake vendor (a Responses provider of its own).
+        let command = [binary, "exec", "--dangerously-bypass-approvals-and-sandbox", "--skip-git-repo-check", "--json",
+                       "-c", "model=\"gpt-5-codex\"", "-c", "model_provider=\"fake\"",
+                       "-c", "model_providers.fake={ name = \"fake\", base_url = \"https://\(model.address)/v1\", env_key = \"OPENAI_API_KEY\", wire_api = \"responses\" }",
+                       "{prompt}"]
+        try configure(exp, preset: "codex", binary: binary, model: model, env: [:], command: command)
+        let key = "sk-triage-" + UUID().uuidString
+        let r = try exp.run(["triage"], environment: ["OPENAI_API_KEY": key])
+        try expectTriaged(exp, r, key: key)
+        #expect(model.requests().contains { ($0["path"] as? String)?.hasSuffix("/v1/responses") == true }, "\(model.requests())")
+        #expect(model.toolResults().contains { $0.contains("written-0") }, "\(model.toolResults())")
     }
 }

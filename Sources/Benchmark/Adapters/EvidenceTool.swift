@@ -9,6 +9,9 @@ import SupervisorIO
 /// read after the sandbox is gone, relative to the output directory, without following a
 /// link, capped; then the tmpfs is unmounted.
 public enum EvidenceTool {
+    /// Where the sandbox finds the CA bundle that trusts the inference gate.
+    public static let trustBundlePath = ToolRun.trustBundlePath
+
     public struct Result: Sendable {
         /// The output file's bytes, or why it could not be taken.
         public var output: Swift.Result<[UInt8], InputFile.Problem>

@@ -86,6 +86,10 @@ public struct CodingAgentPreset: Sendable {
         #                              chatgpt.com) and the featured-plugins cache (chatgpt.com)
         #   unbounded_connection_retries  an unreachable endpoint fails the turn instead of
         #                              retrying forever (the run restarts the agent)
+        #   web_search                 the vendor's search tool runs at the vendor, with its own
+        #                              reach: off (the inference gate refuses it anyway)
+
+        web_search = "disabled"
 
         [analytics]
         enabled = false

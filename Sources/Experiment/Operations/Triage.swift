@@ -58,8 +58,9 @@ extension ExperimentSupervisor {
             record.problems = ["/work/out/triage.json: \(problem.explanation("a triage's output"))"]
         }
         if !result.succeeded {
-            let tail = (result.stderrTail.isEmpty ? result.stdoutTail : result.stderrTail).suffix(600)
-            log?("triage \(result.exit)\(tail.isEmpty ? "" : ": " + tail)")
+            for (name, tail) in [("stderr", result.stderrTail), ("stdout", result.stdoutTail)] where !tail.isEmpty {
+                log?("triage \(result.exit), the end of its \(name): \(tail.suffix(600))")
+            }
         }
         log?("triage \(result.exit) in \(Int(result.seconds)) s: \(record.entries.count) entr\(record.entries.count == 1 ? "y" : "ies") kept, \(record.refused) refused"
              + (record.problems.first.map { " (\($0))" } ?? ""))
@@ -124,6 +125,8 @@ extension ExperimentSupervisor {
             for (k, v, _) in p.env where constants[k] == nil { constants[k] = v }
             if inference.isEmpty { inference = p.allow }
             if name == "codex" {
+                // Codex trusts the gate's CA through its own variable, not SSL_CERT_FILE.
+                if constants["CODEX_CA_CERTIFICATE"] == nil { constants["CODEX_CA_CERTIFICATE"] = EvidenceTool.trustBundlePath }
                 inputs.append(("codex-config.toml", Array(CodingAgentPreset.codexConfig.utf8)))
                 argv = ["/bin/sh", "-c", "mkdir -p \"$HOME/.codex\" && cp /work/in/codex-config.toml \"$HOME/.codex/config.toml\" && exec \"$@\"", "triage"] + argv
             }

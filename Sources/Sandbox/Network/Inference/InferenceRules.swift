@@ -212,10 +212,16 @@ enum InferenceRules {
         }
     }
 
-    static func openAITools(_ tools: StrictJSON?, path: String) -> String? {
+    static func openAITools(_ tools: StrictJSON?, path: String, nested: Bool = false) -> String? {
         guard let items = toolList(tools) else { return "\(path): `tools` is not a list" }
         for tool in items {
             guard case .string(let type)? = tool["type"] else { return "\(path): a tool without a `type`" }
+            // A namespace groups tools under one name (Codex 0.163 sends its sub-agent tools
+            // so): it passes when every tool in it would, one level deep.
+            if type == "namespace" && !nested {
+                if let why = openAITools(tool["tools"], path: path, nested: true) { return why }
+                continue
+            }
             if !openAIClientTools.contains(type) {
                 return "\(path): tool type `\(type.prefix(60))` runs at the vendor (only tools the client runs pass)"
             }
