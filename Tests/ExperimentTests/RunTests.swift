@@ -402,6 +402,26 @@ struct RunTests {
         #expect(gap > gate - 1.0, "max gap \(gap)s in a \(gate)s gate: the agent ran during the gate")
     }
 
+    @Test("with candidates (loop.candidates) the coding agent is frozen from the ranking's first train task to the gate's answer; the gated candidate becomes its agent.py")
+    func frozenDuringCandidates() throws {
+        try requireRoot()
+        let exp = try Experiment(config: ["candidates": "2", "on_reject": "keep"])
+        try exp.configureRun(command: ["python3", Fixtures.agents + "/candidate_ticker.py"], values: ["max_non_improving": "1"])
+        let r = try exp.run("run", "--max-hours", "0.1")
+        #expect(r.status == 0, "\(r.stdout) \(r.stderr)")
+        let log = exp.agentLog
+        #expect(log.contains("CANDIDATE-EXIT 0 candidate 1 of at most 2") && log.contains("CANDIDATE-EXIT 0 candidate 2 of at most 2"), "\(log)")
+        #expect(log.contains("2 candidates ran on the train split") && log.contains("AGENT-PY # candidate 1"), "\(log)")
+        let line = try #require(log.split(separator: "\n").first { $0.hasPrefix("GATE ") }, "\(log)")
+        let f = line.split(separator: " ")
+        let gate = try #require(Double(f[1])), gap = try #require(Double(f[3]))
+        // Two candidates on 8 train tasks and one on 4 held-out ones, 0.5 s each at
+        // concurrency 2: over 4 s, during which the ticker must not have run.
+        #expect(gate > 4.0)
+        #expect(gap > gate - 1.0, "max gap \(gap)s in a \(gate)s gate: the agent ran during the gate")
+        #expect(try exp.rows("candidates_ranked").count == 1 && exp.rows("gate_started").count == 1)
+    }
+
     @Test("the freeze holds a zombie-leader process that re-arms SIGCONT to itself and a fork loop for the whole gate")
     func freezeHoldsEvaders() throws {
         try requireRoot()
