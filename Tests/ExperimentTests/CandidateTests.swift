@@ -139,6 +139,30 @@ struct CandidateTests {
     }
 }
 
+extension CandidateTests {
+    @Test("a spent budget ends the ranking between two candidates: no gate starts, no look at the held-out split, the candidates still wait")
+    func budgetBetweenCandidates() throws {
+        try requireRoot()
+        let exp = try Experiment(config: ["candidates": "2"])
+        for n in 1...2 {
+            try exp.setAgent(Agents.addOnly + "\n# \(n)\n")
+            #expect(try exp.run("candidate").status == 0)
+        }
+        let supervisor = try ExperimentSupervisor(layout: ExperimentLayout(root: exp.root), policySearchPaths: [Built.packageRoot + "/policies"], purpose: "test")
+        final class Asked: @unchecked Sendable { var n = 0 }
+        let asked = Asked()
+        #expect(throws: ExperimentError.self) {
+            _ = try supervisor.gateCandidates(actor: "test", overBudget: {
+                asked.n += 1
+                return asked.n > 1 ? "budget.max_cost_usd 1 was reached" : nil
+            })
+        }
+        #expect(asked.n == 2)
+        #expect(try exp.rows("gate_started").isEmpty && exp.rows("train_run").count == 1)
+        #expect(try supervisor.state().pendingCandidates.count == 2)
+    }
+}
+
 @Suite("The ranking of candidates")
 struct CandidateRankingTests {
     @Test("loop.candidates is read and bounded (1 to 8), naming the line")

@@ -110,9 +110,11 @@ struct CopyBackTests {
         #expect(String(decoding: bytes, as: UTF8.self) == "restored\n")
     }
 
-    @Test("a name with control characters is escaped before it is recorded")
+    @Test("a name with control characters is escaped before it is recorded: C0, DEL, C1 (U+009B is a terminal's CSI), bidi overrides and line separators")
     func printableNames() {
         #expect(printable("a\nb\u{1B}[2J") == "a\\x0ab\\x1b[2J")
+        #expect(printable("x\u{9B}2Jy\u{202E}z\u{2028}") == "x\\u{009b}2Jy\\u{202e}z\\u{2028}")
+        #expect(noteLine("a\u{9B}b\u{202E}c") == "a bc", "a note: C1 made a space, a bidi override dropped")
         #expect(printable(String(repeating: "x", count: 500)).count == 201)
     }
 }

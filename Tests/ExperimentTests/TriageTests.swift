@@ -78,10 +78,14 @@ struct TriageTests {
         #expect(clusters.count == 2 && clusters.allSatisfy { ($0["merged_with"] as? [String])?.count == 1 }, "\(clusters)")
         #expect(Set(clusters.compactMap { ($0["triage"] as? [String: Any])?["severity"] as? String }) == ["high", "medium"])
         let md = try exp.file("workspace/failures.md")
-        #expect(md.contains("hypothesis: agent.py never writes answer.txt") && md.contains("(the triage's label), ranked together"), "\(md)")
+        #expect(md.contains("hypothesis: `agent.py never writes answer.txt") && md.contains("(the triage's label), ranked together"), "\(md)")
         #expect(try exp.run("report").status == 0)
         let html = try exp.file("report.html")
         #expect(html.contains("<h2>Triage</h2>") && html.contains("the same root cause, seen from the verifier"))
+        // Benchmarking the same failures again gives the triage nothing new to read: however
+        // often the coding agent runs the benchmark, each failure is triaged once.
+        #expect(try exp.run(["benchmark", "--task-ids", train[0]], environment: triageEnvironment(model)).status == 0)
+        #expect(try exp.rows("triage").count == 1 && model.requests().count == 2)
     }
 
     @Test("loop.review: operator: the triage's labels merge nothing until the operator accepts them (status --operator lists them); --split, --merge and --label are the operator's, each a row with its reason, in the report")
@@ -161,11 +165,32 @@ struct TriageTests {
         #expect(!flat.unicodeScalars.contains { $0.properties.generalCategory == .control || $0.properties.generalCategory == .format })
     }
 
+    @Test("a triage bind that reaches the dataset (the held-out tasks), the experiment or the scorer's answers is refused before anything runs, naming the bind")
+    func bindsChecked() throws {
+        try requireRoot()
+        let model = try FakeModel(turns: [])
+        let exp = try triageExperiment(model)
+        let path = exp.root + "/experiment_config.yaml"
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        try text.replacingOccurrences(of: "  binds: [\(Fixtures.root)/tools]", with: "  binds: [\(Fixtures.root)/tools, \(Experiment.fixture)]")
+            .write(toFile: path, atomically: true, encoding: .utf8)
+        try exp.setAgent(twoWaysWrong)
+        _ = try exp.run(["benchmark"], environment: triageEnvironment(model))
+        let t = try exp.run(["triage"], environment: triageEnvironment(model))
+        #expect(t.status == 2 && t.stderr.contains("triage.binds: \(Experiment.fixture) contains the benchmark's tasks"), "\(t.stdout)\(t.stderr)")
+        #expect(try exp.rows("triage").isEmpty && model.requests().isEmpty)
+        // The per-benchmark check (RunnerBinds, as for runner.binds) names the setting too.
+        #expect(throws: ExperimentError.self) {
+            try RunnerBinds.refuse([("triage.binds", Experiment.fixture + "/tasks")], exposing: [.init(path: Experiment.fixture, what: "contains the data")])
+        }
+    }
+
     @Test("triage: is read and checked, naming the line (a command is required; after: batch | train_run)")
     func config() throws {
         let c = try ExperimentConfig.parse("benchmark: local\ndataset: d\ntriage:\n  command: [python3, t.py]\n  network: {inference: [\"api.openai.com:443\"]}\n  after: train_run\n", file: "c.yaml")
         #expect(c.triage?.tool.command == ["python3", "t.py"] && c.triage?.after == .trainRun && c.triage?.tool.policy == "triage")
-        #expect(c.triage?.tool.networkInference == ["api.openai.com:443"])
+        #expect(c.triage?.tool.networkInference == ["api.openai.com:443"] && c.triage?.maxRecords == 200)
+        #expect(try ExperimentConfig.parse("benchmark: local\ndataset: d\ntriage:\n  preset: claude\n  max_records: 50\n", file: "c.yaml").triage?.maxRecords == 50)
         let missing = #expect(throws: ConfigErrors.self) { try ExperimentConfig.parse("benchmark: local\ndataset: d\ntriage:\n  after: batch\n", file: "c.yaml") }
         #expect(missing?.description.contains("triage.command") == true, "\(String(describing: missing))")
         let tunnel = #expect(throws: ConfigErrors.self) {
@@ -215,7 +240,7 @@ struct RealTriageTests {
         #expect(entries.count == row["records"] as? Int && row["refused"] as? Int == 0, "\(row)")
         #expect(Set(entries.compactMap { $0["severity"] as? String }) == ["critical", "high"])
         let md = try exp.file("workspace/failures.md")
-        #expect(md.contains("hypothesis: agent.py raises on additions") && md.contains("severity critical"), "\(md)")
+        #expect(md.contains("hypothesis: `agent.py raises on additions") && md.contains("severity critical"), "\(md)")
         let grep = try runProcess("/bin/grep", ["-rla", "--", key, exp.root])
         #expect(grep.stdout.isEmpty, "the API key was written to: \(grep.stdout)")
     }

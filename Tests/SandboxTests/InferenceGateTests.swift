@@ -164,6 +164,7 @@ struct InferenceRulesTests {
         ("/v1/responses", #"[{"type": "namespace", "name": "n", "tools": [{"type": "function", "name": "f"}, {"type": "web_search"}]}]"#, false),
         ("/v1/responses", #"[{"type": "namespace", "name": "n", "tools": [{"type": "namespace", "name": "m", "tools": []}]}]"#, false),
         ("/v1/responses", #"[{"type": "namespace", "name": "n", "tools": {"type": "function"}}]"#, false),
+        ("/v1/responses", #"[{"type": "namespace", "name": "n", "server_url": "https://x.example", "tools": []}]"#, false),
         ("/v1/chat/completions", #"[{"type": "function", "function": {"name": "f"}}]"#, true),
         ("/v1/chat/completions", #"{"type": "function"}"#, false),
         ("/v1/messages", #"[{"name": "get_weather", "input_schema": {}}, {"type": "custom", "name": "c", "input_schema": {}}]"#, true),

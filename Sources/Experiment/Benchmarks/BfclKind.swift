@@ -56,7 +56,7 @@ struct BfclKind: BenchmarkKind {
             throw ExperimentError(.usage, "runner.scripts: missing; it names the directory of autoharness_bfcl_run.py and autoharness_bfcl_score.py (templates/bfcl)")
         }
         // The runner must never see the package: it holds every task's possible answers.
-        try RunnerBinds.refuse(config.runner.binds, exposing: [.init(path: venv, what: "contains bfcl-eval's install (\(venv)), whose data/possible_answer/ holds every task's answer; agent.py's runner needs none of it")])
+        try RunnerBinds.refuse(config.toolBinds, exposing: [.init(path: venv, what: "contains bfcl-eval's install (\(venv)), whose data/possible_answer/ holds every task's answer; agent.py's runner needs none of it")])
         var adapter: BfclAdapter
         do {
             adapter = try BfclAdapter(packageDirectory: package, environmentDirectory: venv, checkerPython: python, scriptsDirectory: scripts,

@@ -101,7 +101,7 @@ extension ExperimentConfig {
                 """)
         }
         let exposes = "exposes the BIRD-Interact data or ADK directory (gold SQL, hidden knowledge) to agent.py; bind only the Python install"
-        try RunnerBinds.refuse(runner.binds, exposing: [.init(path: data, what: exposes), .init(path: adk, what: exposes, inside: false)])
+        try RunnerBinds.refuse(toolBinds, exposing: [.init(path: data, what: exposes), .init(path: adk, what: exposes, inside: false)])
         var adapter: BirdAdapter
         do {
             adapter = try BirdAdapter(adkDirectory: adk, dataPath: data, scriptsDirectory: scripts, tool: toolSettings(argv))

@@ -19,21 +19,26 @@ enum RunnerBinds {
     }
 
     /// Throws a usage error naming the first bind that is, contains or (`inside`) lies in a
-    /// protected path.
-    static func refuse(_ binds: [String], exposing protected: [Protected]) throws {
+    /// protected path, and the setting it came from.
+    static func refuse(_ binds: [(setting: String, path: String)], exposing protected: [Protected]) throws {
         for p in protected {
             let real = resolved(p.path)
             let ancestors = Set(lineage(real).compactMap(identity))
-            for b in binds {
+            for (setting, b) in binds {
                 let rb = resolved(b)
                 if within(real, rb) || identity(rb).map({ ancestors.contains($0) }) == true {
-                    throw ExperimentError(.usage, "runner.binds: \(b) \(p.what)")
+                    throw ExperimentError(.usage, "\(setting): \(b) \(p.what)")
                 }
                 if p.inside, within(rb, real) || identity(real).map({ Set(lineage(rb).compactMap(identity)).contains($0) }) == true {
-                    throw ExperimentError(.usage, "runner.binds: \(b) lies inside \(p.path), which agent.py's runner must never see; bind only the tool's install")
+                    throw ExperimentError(.usage, "\(setting): \(b) lies inside \(p.path), which \(setting == "runner.binds" ? "agent.py's runner" : "the triage") must never see; bind only the tool's install")
                 }
             }
         }
+    }
+
+    /// `runner.binds` alone (the setting named in refusals).
+    static func refuse(_ binds: [String], exposing protected: [Protected]) throws {
+        try refuse(binds.map { ("runner.binds", $0) }, exposing: protected)
     }
 
     /// Whether `path` is `directory` or lies below it (by name).

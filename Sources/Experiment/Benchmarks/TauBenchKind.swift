@@ -65,7 +65,7 @@ extension ExperimentConfig {
         }
         // The runner must never see the real data: it holds every task's expected actions.
         let real = URL(fileURLWithPath: dataDir).resolvingSymlinksInPath().path
-        try RunnerBinds.refuse(runner.binds, exposing: [.init(path: real, what: "contains tau2_data_dir (\(dataDir)), whose tasks.json holds the expected actions of every test task; bind only the tau2 install (its src/ for an editable install), never the data")])
+        try RunnerBinds.refuse(toolBinds, exposing: [.init(path: real, what: "contains tau2_data_dir (\(dataDir)), whose tasks.json holds the expected actions of every test task; bind only the tau2 install (its src/ for an editable install), never the data")])
         var adapter: Tau2Adapter
         do {
             adapter = try Tau2Adapter(domain: domain, dataDirectory: real, scriptsDirectory: scripts, tool: toolSettings(argv))

@@ -137,7 +137,7 @@ extension ExperimentConfig {
         var adapter: HarborAdapter
         switch try HarborDataset.resolve(dataset, root: root, registryPath: upstream.registryPath) {
         case .directory(let dir, let tasks):
-            try RunnerBinds.refuse(runner.binds, exposing: [.init(path: dir, what: "contains the dataset \(dir): every run would see the held-out tasks' files (autoharness binds the requested tasks itself)")])
+            try RunnerBinds.refuse(toolBinds, exposing: [.init(path: dir, what: "contains the dataset \(dir): every run would see the held-out tasks' files (autoharness binds the requested tasks itself)")])
             ids = tasks.map(\.id)
             adapter = HarborAdapter(taskIDs: ids, tool: tool)
             adapter.datasetPath = dir

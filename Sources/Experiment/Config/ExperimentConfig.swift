@@ -104,6 +104,13 @@ public struct ExperimentConfig: Sendable, Equatable {
     public var runner = Runner()
     /// Where tasks run: `executor:` (this host, or the nodes of a Ray cluster).
     public var executor = Executor()
+    /// The host paths bound into the sandboxes of tools that must never see a benchmark's
+    /// answers (agent.py's runner, the triage), with the setting each came from: what each
+    /// benchmark's `RunnerBinds.refuse` checks.
+    var toolBinds: [(setting: String, path: String)] {
+        runner.binds.map { ("runner.binds", $0) } + (triage?.tool.binds ?? []).map { ("triage.binds", $0) }
+    }
+
     /// `triage:`: a command that reads the train split's failure records in a sandbox of its
     /// own and writes a hypothesis, a label and a severity per record (nil: no triage).
     public var triage: Triage?
@@ -122,6 +129,9 @@ public struct ExperimentConfig: Sendable, Equatable {
         public var bin: String?
         /// `triage.env`: constant variables (switches; never secrets).
         public var env: [String: String] = [:]
+        /// `triage.max_records`: records one automatic run reads at most (the newest failures
+        /// first wait for the next).
+        public var maxRecords = 200
         public init() { tool.policy = "triage" }
     }
 

@@ -77,8 +77,9 @@ extension ExperimentConfig {
                 }
             case "triage":
                 var t = ExperimentConfig.Triage()
-                r.mapping(v, key, allowed: ["command", "binds", "env_pass", "env", "network", "timeout", "policy", "after", "preset", "bin"]) { k, v in
+                r.mapping(v, key, allowed: ["command", "binds", "env_pass", "env", "network", "timeout", "policy", "after", "preset", "bin", "max_records"]) { k, v in
                     switch k {
+                    case "max_records": if let x = r.integer(v, "triage.max_records", 1...TriageSchema.maxRecords) { t.maxRecords = x }
                     case "after":
                         if let x = r.oneOf(v, "triage.after", ExperimentConfig.Triage.After.allCases.map(\.rawValue)) { t.after = .init(rawValue: x)! }
                     case "preset": t.preset = r.oneOf(v, "triage.preset", ["claude", "codex"])

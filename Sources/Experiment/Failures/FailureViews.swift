@@ -112,9 +112,9 @@ extension Views {
         out += "signature: `\(c.signature)`\n"
         if let t = c.triage {
             var head = "triage (a model's reading of the train evidence): "
-            head += [t.label.map { "label \"\($0)\"" }, t.severity.map { "severity \($0.rawValue)" }].compactMap { $0 }.joined(separator: ", ")
+            head += [t.label.map { "label \(Self.code($0))" }, t.severity.map { "severity \($0.rawValue)" }].compactMap { $0 }.joined(separator: ", ")
             out += head + "\n"
-            for h in t.hypotheses { out += "hypothesis: \(h)\n" }
+            for h in t.hypotheses { out += "hypothesis: \(Self.code(h))\n" }
         }
         if !c.mergedWith.isEmpty {
             out += "one root cause with \(Self.idList(c.mergedWith)) (\(c.grouping ?? "merged")), ranked together\n"
@@ -137,6 +137,10 @@ extension Views {
         }
         return out
     }
+
+    /// A model's text in Markdown as literal text (a code span: no link, image or heading of
+    /// its making is rendered).
+    static func code(_ text: String) -> String { "`" + text.replacingOccurrences(of: "`", with: "'") + "`" }
 
     /// Cluster ids, the first eight and how many more.
     static func idList(_ ids: [String]) -> String {

@@ -23,14 +23,14 @@ public enum TriageSchema {
     /// A record's id in a triage's input and output.
     public static func key(cluster: String, task: String) -> String { cluster + "/" + task }
 
-    /// The input document: the records not resolved (open first, then by cluster rank), at
-    /// most `maxRecords`, with what the command must write.
-    static func input(_ book: FailureBook) -> (bytes: [UInt8], known: [String: (task: String, cluster: String)]) {
+    /// The input document: the records not resolved (open first, then by cluster rank) and
+    /// not in `skip`, at most `limit`, with what the command must write.
+    static func input(_ book: FailureBook, skip: Set<String> = [], limit: Int = maxRecords) -> (bytes: [UInt8], known: [String: (task: String, cluster: String)]) {
         let rank = Dictionary(uniqueKeysWithValues: book.clusters.map { ($0.id, $0.rank) })
         let signature = Dictionary(uniqueKeysWithValues: book.clusters.map { ($0.id, $0.signature) })
-        let chosen = book.records.filter { $0.state != .resolved }
+        let chosen = book.records.filter { $0.state != .resolved && !skip.contains(key(cluster: $0.cluster, task: $0.task)) }
             .sorted { ($0.state == .open ? 0 : 1, rank[$0.cluster] ?? 0, $0.task) < ($1.state == .open ? 0 : 1, rank[$1.cluster] ?? 0, $1.task) }
-            .prefix(maxRecords)
+            .prefix(min(limit, maxRecords))
         var known: [String: (task: String, cluster: String)] = [:]
         let records: [[String: Any]] = chosen.map { r in
             let id = key(cluster: r.cluster, task: r.task)
@@ -97,11 +97,10 @@ public enum TriageSchema {
         return (entries, refused, problems)
     }
 
-    /// One printable line: control characters become spaces, format characters (bidi
-    /// overrides, zero-width marks) are dropped, runs of spaces collapse; nil when empty.
+    /// One printable line (`noteLine`: control characters become spaces, format characters
+    /// are dropped, runs of spaces collapse), at most `limit` characters; nil when empty.
     static func text(_ s: String, limit: Int) -> String? {
-        let kept = String(String.UnicodeScalarView(s.unicodeScalars.filter { $0.properties.generalCategory != .format }))
-        return noteLine(kept).map { String($0.prefix(limit)) }
+        noteLine(s).map { String($0.prefix(limit)) }
     }
 
     /// Labels merge clusters when they match this way (case and spacing aside).

@@ -39,10 +39,11 @@ extension ExperimentSupervisor {
 
     /// The gate of the candidates waiting (`submitCandidate`): each runs on the visible train
     /// split (a recorded train run, whose cost counts like any other), the ranking is recorded,
-    /// and the best is gated (`gate`; its own message, else `message`). The caller puts the
+    /// and the best is gated (`gate`; its own message, else `message`); `overBudget` is asked
+    /// before each candidate's run (the run's cost budget). The caller puts the
     /// gated agent.py (`result.agentSHA256`) where the coding agent works. The ranking is nil
     /// when one candidate was waiting.
-    public func gateCandidates(actor: String, message: String? = nil,
+    public func gateCandidates(actor: String, message: String? = nil, overBudget: () -> String? = { nil },
                                beforeHeldOut: () throws -> Void = {}) throws -> (ranking: CandidatesRankedRecord?, result: GateResult) {
         let waiting = try settleBatches().pendingCandidates
         guard let first = waiting.first else { throw ExperimentError(.state, "no candidate is waiting: `autoharness candidate` submits one") }
@@ -57,6 +58,8 @@ extension ExperimentSupervisor {
             guard access(snap.directory + "/agent.py", R_OK) == 0 else {
                 throw ExperimentError(.io, "candidate \(c.number)'s snapshot \(snap.directory)/agent.py is gone; nothing was gated")
             }
+            // A spent budget ends the ranking between two candidates: no gate starts.
+            if let why = overBudget() { throw ExperimentError(.refused, "\(why) while ranking the candidates; no gate ran and they still wait") }
             log?("candidate \(c.number) of \(waiting.count) (\(c.agentSHA256.prefix(12))): running the train split")
             let s = try state()
             let outcomes = try runTrain(taskIDs: nil, oracle: false, actor: actor, agent: snap, state: s)

@@ -16,22 +16,35 @@ import SupervisorIO
 
 extension ExperimentSupervisor {
     /// Runs the triage command once over the current records (`trigger` says why: `operator`,
-    /// `batch N`, `train run`). Returns its row, or nil when there is nothing to triage. A
-    /// command that fails or writes nothing acceptable is recorded as such, not thrown: the
-    /// train run it follows is recorded already.
+    /// `batch N`, `train run`): every record not resolved, or with `onlyNew` (the automatic
+    /// runs) those no triage has read yet, at most `triage.max_records`, so however often the
+    /// coding agent runs the benchmark the triage reads each failure once. Returns its row, or
+    /// nil when there is nothing to triage. A command that fails or writes nothing acceptable
+    /// is recorded as such, not thrown: the train run it follows is recorded already.
     @discardableResult
-    public func runTriage(trigger: String) throws -> TriageRecord? {
+    public func runTriage(trigger: String, onlyNew: Bool = false) throws -> TriageRecord? {
         guard let triage = config.triage else {
             throw ExperimentError(.usage, "\(layout.config): no triage command (set triage.command, or triage.preset: claude | codex)")
         }
         let s = try state()
-        let (input, known) = TriageSchema.input(FailureBook(s))
+        let (input, known) = onlyNew ? TriageSchema.input(FailureBook(s), skip: Set(s.triage.keys), limit: triage.maxRecords)
+                                     : TriageSchema.input(FailureBook(s))
         guard !known.isEmpty else {
-            log?("triage: no failure record to read (every record is resolved, or none was seen)")
+            log?("triage: no failure record to read (every record is resolved\(onlyNew ? " or read by a triage already" : ""), or none was seen)")
             return nil
         }
         try TraceFiles.makeDirectories(layout.latestTraces)
         let launch = try Self.triageLaunch(triage)
+        // The triage sees what the coding agent sees of the train split, and nothing of what
+        // the benchmark keeps from agent.py: no bind (its own or its preset's) may reach this
+        // experiment, the dataset or the scorer's answers (each benchmark's own paths are
+        // checked with runner.binds when the supervisor starts: `toolBinds`).
+        var protected: [RunnerBinds.Protected] = [.init(path: layout.root, what: "contains this experiment (its ledger, split and snapshots)")]
+        for d in [config.dataset, config.tasksFile].compactMap({ $0 }) {
+            protected.append(.init(path: d.hasPrefix("/") ? d : layout.root + "/" + d, what: "contains the benchmark's tasks, the held-out ones included"))
+        }
+        for b in config.runner.scorerBinds { protected.append(.init(path: b, what: "is the scorer's alone (the answers it checks against)")) }
+        try RunnerBinds.refuse(launch.settings.binds.map { ("triage.binds", $0) }, exposing: protected)
         let argv = launch.settings.command
         let settings = launch.settings
         let audit = AuditLog()
@@ -157,7 +170,7 @@ extension ExperimentSupervisor {
     func triageAfter(_ moment: ExperimentConfig.Triage.After, trigger: String) {
         guard let t = config.triage, t.after == moment else { return }
         do {
-            try runTriage(trigger: trigger)
+            try runTriage(trigger: trigger, onlyNew: true)
         } catch {
             log?("triage after the \(trigger) failed: \(error)")
             _ = try? ledger.append(.note, NoteRecord(text: "triage after the \(trigger) failed: \(printable("\(error)", limit: 400))"))

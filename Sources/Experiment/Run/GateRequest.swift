@@ -94,7 +94,14 @@ extension RunDesk {
             } else {
                 // Every candidate runs (train) with the agent already frozen, and the one
                 // gated becomes the agent's agent.py.
-                let g = try supervisor.gateCandidates(actor: "coding agent", message: message, beforeHeldOut: stillHeld)
+                // budget.max_cost_usd, counted as `costSpent` counts it, between candidates.
+                let agentCost = (tally.usage + (meter?.usage ?? AgentUsage())).costUSD ?? 0
+                let limit = config.maxCostUSD
+                let overBudget: () -> String? = { [supervisor] in
+                    guard limit > 0, let spent = try? supervisor.state().openRunBenchmarkCost.total, agentCost + spent >= limit else { return nil }
+                    return "budget.max_cost_usd \(limit) was reached (\(AgentUsage.dollars(agentCost + spent)) spent)"
+                }
+                let g = try supervisor.gateCandidates(actor: "coding agent", message: message, overBudget: overBudget, beforeHeldOut: stillHeld)
                 let chosen = try supervisor.snapshotBytes(g.result.agentSHA256)
                 try AtomicFile.write(chosen, to: layout.agentFile, mode: 0o644)
                 try staging.replaceAgent(with: chosen)

@@ -219,6 +219,9 @@ enum InferenceRules {
             // A namespace groups tools under one name (Codex 0.163 sends its sub-agent tools
             // so): it passes when every tool in it would, one level deep.
             if type == "namespace" && !nested {
+                guard case .object(let fields) = tool, fields.allSatisfy({ ["type", "name", "description", "tools"].contains($0.key) }) else {
+                    return "\(path): a namespace tool with keys other than type, name, description and tools"
+                }
                 if let why = openAITools(tool["tools"], path: path, nested: true) { return why }
                 continue
             }
