@@ -220,7 +220,7 @@ struct DemoCommand: ParsableCommand {
             and an experiment DIR/exp whose agent.py knows three conversions, prepares it, and runs \
             `autoharness run` with templates/demo/demo_agent.py as the coding agent: a scripted \
             stand-in for Claude Code or Codex (no LLM, no network) that learns conversion factors \
-            from the train traces, submits three candidate edits per gate (loop.candidates: 3: \
+            from the train traces, submits three candidate edits per gate in its first sessions (loop.candidates: 3: \
             each runs on the train split, only the best meets the held-out split), gates through \
             the broker, and tries a few cheats, which are \
             refused and recorded. The train split is revealed in rolling batches of 8 (each gate \

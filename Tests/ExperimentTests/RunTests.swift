@@ -738,6 +738,7 @@ struct DemoTests {
         #expect(try exp.rows("cluster_review").count > 0 && exp.rows("suite_review").count == 1)
         let html = try exp.file("report.html")
         #expect(html.contains("explored candidate") && html.contains("<h2>Triage</h2>") && html.contains("<h2>Cluster review</h2>"))
+        #expect(html.contains("(triage): "), "the explorer shows no hypothesis beside a cluster an attempt resolved")
 
         // Honest improvement: every conversion the final agent.py knows beyond the baseline's
         // three occurs in a train task (the only traces the agent was shown).

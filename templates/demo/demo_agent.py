@@ -3,8 +3,8 @@
 It behaves like a real one would: it reads only what its sandbox shows it (the train traces
 under workspace/traces, train_results.json, its notes), learns conversion factors from the
 train traces' expected values, edits agent/agent.py with an editor's atomic save, submits
-three candidate edits at a time (`autoharness candidate`) and asks the supervisor for gates
-through `autoharness gate`, and keeps notes in workspace/learnings.md.
+three candidate edits at a time in its first sessions (`autoharness candidate`) and asks the
+supervisor for gates through `autoharness gate`, and keeps notes in workspace/learnings.md.
 It also tries a handful of cheats, every one of which the supervisor refuses and records.
 Its improvements are real: a held-out task is solved only if its unit pair was learned from
 a train trace.
@@ -143,15 +143,22 @@ if START == 2:
     ah("gate")
     note("- dropping the baseline's units: rejected (the supervisor restored agent.py)")
     factors = read_factors()
-# Three candidates for one gate (loop.candidates: 3), as an agent unsure which edit is best
-# would try: the whole batch, half of it, and the whole batch with coarser rounding. The
-# supervisor runs each on the train split and gates only the best there.
+# In its first sessions, three candidates for one gate (loop.candidates: 3), as an agent
+# unsure which edit is best would try: the whole batch, half of it, and the whole batch with
+# coarser rounding; the supervisor runs each on the train split and gates only the best there.
+# Later, sure of the recipe, one edit per gate (each candidate costs a train run).
 pairs = ", ".join(f"{a}->{b}" for a, b in batch)
-half = batch[: max(1, len(batch) // 2)]
-for chosen, rounding, why in [(batch, 2, f"learned {pairs}"),
-                              (half, 2, f"learned only {', '.join(f'{a}->{b}' for a, b in half)}"),
-                              (batch, 1, f"learned {pairs}, rounded to 1 decimal")]:
-    write_agent({**factors, **{k: learned[k] for k in chosen}}, rounding=rounding)
-    ah("candidate", "-m", why)
-r = ah("gate")
-note(f"- learned {pairs} (best of three candidates): gate {'accepted' if r.returncode == 0 else 'rejected'}")
+if START <= 3:
+    half = batch[: max(1, len(batch) // 2)]
+    for chosen, rounding, why in [(batch, 2, f"learned {pairs}"),
+                                  (half, 2, f"learned only {', '.join(f'{a}->{b}' for a, b in half)}"),
+                                  (batch, 1, f"learned {pairs}, rounded to 1 decimal")]:
+        write_agent({**factors, **{k: learned[k] for k in chosen}}, rounding=rounding)
+        ah("candidate", "-m", why)
+    r = ah("gate")
+    note(f"- learned {pairs} (best of three candidates): gate {'accepted' if r.returncode == 0 else 'rejected'}")
+else:
+    factors.update({k: learned[k] for k in batch})
+    write_agent(factors)
+    r = ah("gate", "-m", f"learned {pairs}")
+    note(f"- learned {pairs}: gate {'accepted' if r.returncode == 0 else 'rejected'}")

@@ -35,6 +35,9 @@ public struct Explorer: Sendable {
     }
 
     public var entries: [Entry]
+    /// What the latest triage said of each cluster an entry names (its label and first
+    /// hypothesis), shown beside the cluster's id.
+    public var triage: [String: (label: String?, hypothesis: String?)] = [:]
 
     /// `source` gives a snapshot's agent.py by its sha256 (nil if it cannot be read).
     public init(_ s: ExperimentState, source: (String) -> String?) {
@@ -63,6 +66,7 @@ public struct Explorer: Sendable {
             if a.accepted, let it = a.iteration { base = (it, a.agentSHA256) }
         }
         entries = out
+        for c in FailureBook(s).clusters { if let t = c.triage { triage[c.id] = (t.label, t.hypotheses.first) } }
     }
 
     /// Per gate attempt with train evidence: the clusters it resolved and broke, from one

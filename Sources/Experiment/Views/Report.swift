@@ -221,12 +221,16 @@ public enum Report {
             if let b = e.batch { summary += " · batch \(b)" }
             summary += e.diff.map { " · <span class=\"tag\">+\($0.added) −\($0.removed) vs iteration \(e.baseIteration)</span>" } ?? ""
             if let r = e.ranking { summary += " · best of \(r.ranked.count) candidates on train" }
-            if !e.resolved.isEmpty { summary += " · resolved \(esc(e.resolved.joined(separator: ", ")))" }
-            if !e.broken.isEmpty { summary += " · broke \(esc(e.broken.joined(separator: ", ")))" }
+            let named = { (ids: [String]) in ids.map { id in explorer.triage[id]?.label.map { "\(id) “\($0)”" } ?? id }.joined(separator: ", ") }
+            if !e.resolved.isEmpty { summary += " · resolved \(esc(named(e.resolved)))" }
+            if !e.broken.isEmpty { summary += " · broke \(esc(named(e.broken)))" }
             out += "<details class=\"att \(cls)\" id=\"attempt-\(e.attempt)\"><summary>\(summary)</summary>\n"
             out += "<p class=\"note\">agent.py sha256 <code>\(esc(String(e.agentSHA256.prefix(16))))</code>"
             if !e.promoted.isEmpty { out += "; promoted: \(esc(e.promoted.joined(separator: ", ")))" }
             out += "</p>\n"
+            for id in e.resolved + e.broken {
+                if let h = explorer.triage[id]?.hypothesis { out += "<p class=\"note\"><code>\(esc(id))</code> (triage): \(esc(h))</p>\n" }
+            }
             if let r = e.ranking { out += candidatesTable(r, diffs: e.exploredDiffs, base: e.baseIteration) }
             out += diffHTML(e.diff, base: e.baseIteration) + "</details>\n"
         }
