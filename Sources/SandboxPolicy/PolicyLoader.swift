@@ -127,7 +127,7 @@ public struct PolicyLoader: Sendable {
 
     var files: PolicyFiles { PolicyFiles(searchPaths: searchPaths) }
 
-    func locate(_ reference: String, besideDirectory directory: String?) throws(PolicyError) -> PolicyFiles.File {
+    public func locate(_ reference: String, besideDirectory directory: String?) throws(PolicyError) -> PolicyFiles.File {
         try files.locate(reference, besideDirectory: directory)
     }
 

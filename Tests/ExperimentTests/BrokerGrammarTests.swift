@@ -23,7 +23,7 @@ struct BrokerGrammarTests {
     }
 
     @Test("anything that records, commits, reads the test split or names another experiment is refused", arguments: [
-        ["record"], ["prepare"], ["report"], ["run"], ["suite", "approve", "--reason", "x"], ["gate", "-C", "/exp"], ["status", "--operator"], ["benchmark", "--oracle"],
+        ["record"], ["prepare"], ["report"], ["run"], ["evidence", "export"], ["evidence", "key"], ["suite", "approve", "--reason", "x"], ["gate", "-C", "/exp"], ["status", "--operator"], ["benchmark", "--oracle"],
         ["status", "--verify"], ["gate", "extra"], ["candidate", "extra"], ["candidate", "-C", "/exp"], ["init", "x"], ["failures", "--label", "x"], ["failures", "--cluster", "c1", "--label", ""],
         ["failures", "-C", "/exp"],
     ])

@@ -57,6 +57,14 @@ struct HeldOutVMTests {
         let again = try exp.run("gate")
         #expect(again.status != 0 && again.stdout.contains("REJECTED") && again.stdout.contains("did not beat"), "\(again.stdout)\n\(again.stderr)")
         #expect(again.stderr.contains("held-out VM: \(test.count) task(s) answered"), "\(again.stderr)")
+        // The evidence signs the guest that ran it: Debian's kernel image by digest, its initramfs.
+        let bundle = try exp.run("evidence", "export", "1", "-o", "-")
+        let payload = try #require((try JSONSerialization.jsonObject(with: Data(bundle.stdout.utf8)) as? [String: Any])
+            .flatMap { ($0["dsseEnvelope"] as? [String: Any])?["payload"] as? String }.flatMap { Data(base64Encoded: $0) })
+        let runtime = try #require(((try JSONSerialization.jsonObject(with: payload) as? [String: Any])?["predicate"] as? [String: Any])?["heldOutRuntime"] as? [String: Any])
+        let vmlinuz = try runProcess("/usr/bin/sha256sum", [VMSettings.defaultKernelDirectory + "/vmlinuz"]).stdout.prefix(64)
+        #expect(runtime["kind"] as? String == "vm" && runtime["kernelSHA256"] as? String == String(vmlinuz), "\(runtime)")
+        #expect((runtime["initramfsSHA256"] as? String)?.count == 64 && runtime["acceleration"] != nil, "\(runtime)")
         // Every held-out instruction carries a marker; none of them was written anywhere the
         // host keeps (the experiment, its scratch root, /tmp).
         for id in test {

@@ -31,7 +31,10 @@ extension ExperimentSupervisor {
         // Where held-out tasks run, settled once per supervisor: a VM that cannot run here is
         // refused before the gate counts (nothing looked yet).
         try executors.settleHeldOut(executorEnvironment)
-        _ = try ledger.append(.gateStarted, GateStartedRecord(attempt: attempt, agentSHA256: snap.sha256))
+        // Its criteria are in that row: registered before any of its tasks runs (evidence bundles
+        // sign them as such).
+        _ = try ledger.append(.gateStarted, GateStartedRecord(attempt: attempt, agentSHA256: snap.sha256,
+                                                              criteria: gateCriteria(s, testTasks: split.test.count)))
         let audit = RunAudit()
         let heldOutAudit = RunAudit()
         var recorded = false
@@ -145,6 +148,9 @@ extension ExperimentSupervisor {
             items.append((.gateAttempt, result))
         }
         if let evidence { items.append((.failureEvidence, evidence)) }
+        // What `evidence export` signs about this attempt (held-out leaves only in the ledger).
+        items.append((.gateEvidence, evidenceRecord(attempt: attempt, train: phases.suite + promotionOutcomes,
+                                                    heldOut: phases.heldOut.map { (split.test, $0) })))
         items += batchRows
         items += violations(audit, during: "gate")
         items += violations(heldOutAudit, during: "gate, held-out split", heldOut: true)

@@ -98,14 +98,23 @@ extension ExperimentSupervisor {
                                             tasksTotal: outcomes.count, agentSHA256: snap.sha256, costUSD: TaskOutcome.cost(outcomes),
                                             agentCode: TaskOutcome.agentCode(outcomes))
         if config.timeoutPolicy == .infra { (baselineRecord.valScoreFinished, baselineRecord.heldOutTimedOut) = HeldOutScore.finished(split.test, outcomes) }
+        // The split is committed to here (salted, the salt kept in the ledger): every evidence
+        // bundle signs the commitment, so the split cannot be redrawn after the fact unseen.
+        let salt = SplitCommitment.newSalt()
+        var committed = SplitRecord(train: split.train, test: split.test, seed: split.metadata.seed)
+        committed.commitment = SplitCommitment.commit(train: split.train, test: split.test, salt: salt)
+        committed.commitmentSalt = WorkDigest.hex(salt)
+        let trainIDs = Set(split.train)
         var items: [(RecordKind, any Encodable)] = [
-            (.split, SplitRecord(train: split.train, test: split.test, seed: split.metadata.seed)),
+            (.split, committed),
             (.baseline, baselineRecord),
             (.iteration, IterationRecord(iteration: 0, valScore: val, commit: "baseline", evalsPassed: 0, evalsTotal: 0,
                                          timestamp: isoTimestamp(), agentSHA256: snap.sha256)),
         ]
         let splitRecord = SplitRecord(train: split.train, test: split.test, seed: split.metadata.seed)
         if let first = RollingBatches.first(splitRecord, config: config) { items.append((.batchRevealed, first)) }
+        items.append((.gateEvidence, evidenceRecord(attempt: 0, train: outcomes.filter { trainIDs.contains($0.id) },
+                                                    heldOut: (split.test, outcomes.filter { !trainIDs.contains($0.id) }))))
         items += violations(audit, during: "baseline", heldOut: true)
         _ = try ledger.appendAll(items)
         try regenerateViews()

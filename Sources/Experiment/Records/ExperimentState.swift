@@ -186,7 +186,8 @@ public struct ExperimentState: Sendable {
                     retiredSuite.insert(v.task)
                 }
             case .violation: violations.append((r.time, try r.decode(ViolationRecord.self)))
-            case .note: break
+            // Read by `evidence export` from the ledger itself: nothing of it is state.
+            case .note, .gateEvidence: break
             case .failureEvidence:
                 failureEvents.append(.evidence(seq: r.seq, time: r.time, try r.decode(FailureEvidenceRecord.self)))
             case .clusterProposal: clusterProposals.append((r.time, try r.decode(ClusterProposalRecord.self)))

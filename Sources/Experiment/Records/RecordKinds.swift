@@ -27,6 +27,7 @@ extension RecordKind {
     public static let candidatesRanked: RecordKind = "candidates_ranked"
     public static let triage: RecordKind = "triage"
     public static let clusterReview: RecordKind = "cluster_review"
+    public static let gateEvidence: RecordKind = "gate_evidence"
 }
 
 extension Set<RecordKind> {
@@ -35,5 +36,6 @@ extension Set<RecordKind> {
         .experimentCreated, .split, .baseline, .trainRun, .gateStarted, .gateAttempt, .iteration, .suitePromotion,
         .violation, .note, .runStarted, .runEnded, .agentSession, .failureEvidence, .clusterProposal,
         .batchRevealed, .batchEnded, .nodeExcluded, .needsHuman, .suiteReview, .candidate, .candidatesRanked, .triage, .clusterReview,
+        .gateEvidence,
     ]
 }

@@ -15,6 +15,11 @@ public struct SplitRecord: Codable, Sendable {
     public var train: [String]
     public var test: [String]
     public var seed: UInt64
+    /// The split's commitment (`SplitCommitment`), made at `prepare` and signed into every
+    /// evidence bundle, and its salt (hex), revealed only by `evidence export --reveal-split`.
+    /// Absent in experiments prepared before evidence bundles.
+    public var commitment: String? = nil
+    public var commitmentSalt: String? = nil
 }
 
 public struct BaselineRecord: Codable, Sendable {
@@ -47,6 +52,9 @@ public struct TrainRunRecord: Codable, Sendable {
 public struct GateStartedRecord: Codable, Sendable {
     public var attempt: Int
     public var agentSHA256: String
+    /// The criteria the gate is judged by, recorded before any of its tasks runs (absent in
+    /// rows written before evidence bundles).
+    public var criteria: GateCriteria? = nil
 }
 
 public struct GateAttemptRecord: Codable, Sendable {
@@ -215,54 +223,6 @@ public struct CandidatesRankedRecord: Codable, Sendable {
     /// Best first (`CandidateRanking.rank`).
     public var ranked: [RankedCandidate]
     public var explored: [RankedCandidate] { ranked.filter { $0.agentSHA256 != chosen } }
-}
-
-/// How bad a triage judged a failure: what the ranking adds after "unresolved".
-public enum TriageSeverity: String, Codable, Sendable, CaseIterable, Comparable {
-    case low, medium, high, critical
-    public static func < (a: Self, b: Self) -> Bool { allCases.firstIndex(of: a)! < allCases.firstIndex(of: b)! }
-}
-
-/// A triage's reading of one failure record (task and cluster): checked by `TriageSchema`.
-public struct TriageEntry: Codable, Sendable, Equatable {
-    public var task: String
-    public var cluster: String
-    /// Its root cause as the triage sees it (one printable line).
-    public var hypothesis: String
-    /// A name for the root cause: clusters whose records carry the same label merge.
-    public var label: String?
-    public var severity: TriageSeverity?
-}
-
-/// One run of the `triage:` command (`autoharness triage`, or after a batch or train run):
-/// what it was given, what passed the schema, what was refused and why.
-public struct TriageRecord: Codable, Sendable {
-    public var actor: String
-    /// What started it: `operator`, `batch N`, `train run`.
-    public var trigger: String
-    /// Records it was given.
-    public var records: Int
-    public var entries: [TriageEntry]
-    public var refused: Int
-    /// The first refusals' reasons.
-    public var problems: [String]
-    /// How its sandbox ended.
-    public var exit: String
-    /// `loop.review: operator`: its labels merge no cluster until the operator accepts them.
-    public var mergesPending: Bool?
-}
-
-/// The operator's decision about a failure cluster's grouping (`autoharness failures
-/// --cluster ID --label TEXT | --merge ID2 | --split`, `--accept-triage`).
-public struct ClusterReviewRecord: Codable, Sendable {
-    public enum Action: String, Codable, Sendable { case label, merge, split }
-    public var actor: String
-    public var cluster: String
-    public var action: Action
-    public var label: String?
-    /// `merge`: the cluster it joins.
-    public var with: String?
-    public var reason: String
 }
 
 /// Something the coding agent needs from a human (`autoharness needs-human TEXT`): shown to the

@@ -1,0 +1,272 @@
+import Crypto
+import Foundation
+import SupervisorIO
+
+// The evidence a bundle signs: an in-toto Statement v1 (in-toto/attestation spec/v1/
+// statement.md) whose subject is the agent.py a gate judged (or `prepare` ran) and whose
+// predicate is what that judgement stood on. Its claims follow the eval-result predicate
+// proposed in in-toto/attestation PR 575 (issue 565): `metric comparator threshold`, `passed`,
+// `sampleSize`, salted commitments, a per-sample RFC 6962 root, an issuer-declared assurance
+// level; its criteria, registered before the held-out phase ran, follow PR 587's idea of
+// pre-registration. Field names are ours where those are still proposals.
+
+public enum EvidenceFormat {
+    public static let statementType = "https://in-toto.io/Statement/v1"
+    /// DSSE's payload type for in-toto Statements (spec/v1/envelope.md).
+    public static let payloadType = "application/vnd.in-toto+json"
+    public static let predicateType = "https://autoharness.dev/attestation/gate/v0.1"
+    public static let bundleMediaType = "application/vnd.autoharness.evidence.v1+json"
+}
+
+public struct Statement: Codable, Sendable, Equatable {
+    public struct Subject: Codable, Sendable, Equatable {
+        public var name: String
+        public var digest: [String: String]
+    }
+    public var type = EvidenceFormat.statementType
+    public var subject: [Subject]
+    public var predicateType = EvidenceFormat.predicateType
+    public var predicate: GatePredicate
+
+    enum CodingKeys: String, CodingKey {
+        case type = "_type"
+        case subject, predicateType, predicate
+    }
+}
+
+/// One ledger row the predicate points at: a third party holding the ledger finds it by
+/// `seq` and checks it by `hash` (and the chain up to `head` with `status --verify`).
+public struct LedgerPointer: Codable, Sendable, Equatable {
+    public var seq: Int64
+    public var hash: String
+}
+
+/// `metric comparator threshold` over `sampleSize` samples, and whether it held (PR 575).
+public struct EvidenceClaim: Codable, Sendable, Equatable {
+    public var metric: String
+    public var comparator: String
+    public var threshold: Double
+    public var value: Double
+    public var passed: Bool
+    public var sampleSize: Int
+}
+
+/// The gate's criteria as they stood when it started (its `gate_started` row), before any
+/// task of it ran.
+public struct GateCriteria: Codable, Sendable, Equatable {
+    /// `margin` or `at_least_best` (`gate.accept`).
+    public var acceptRule: String
+    /// The suite's pass rate that step 1 needs (`threshold`).
+    public var suiteThreshold: Double
+    /// What step 2 must beat: the best accepted score, and by how much (margin; 0 with
+    /// at_least_best, where a tie passes).
+    public var bestBefore: Double
+    public var requiredImprovement: Double
+    public var testTasks: Int
+    /// `agent` or `infra` (`timeout_policy`).
+    public var timeoutPolicy: String
+    /// The rule in words (`GateRules.ruleText`).
+    public var rule: String
+}
+
+/// A file as it was measured.
+public struct FileDigest: Codable, Sendable, Equatable {
+    public var name: String
+    public var sha256: String
+}
+
+/// A policy in use, as the sandboxes got it: the digest of its resolved form (after
+/// `extends:`, `PolicyCoding`'s encoding at `encoding`) and of the file naming it.
+public struct PolicyDigest: Codable, Sendable, Equatable {
+    /// What it confines: `task`, `verifier`, `coding agent`, `runner`, `scorer`, `triage`.
+    public var role: String
+    public var name: String
+    public var lineage: [String]
+    public var file: String
+    public var fileSHA256: String
+    public var resolvedSHA256: String
+    public var encoding: Int
+}
+
+/// Where the gate's held-out phase ran, measured when it ran.
+public struct HeldOutRuntimeMeasurement: Codable, Sendable, Equatable {
+    /// `vm`, `host` or `ray` (`ray-vm`: a VM on a Ray node, measured there, not here).
+    public var kind: String
+    public var kernelVersion: String?
+    public var kernelSHA256: String?
+    public var initramfsSHA256: String?
+    /// `kvm` or `tcg`.
+    public var acceleration: String?
+}
+
+/// A directory of task files: the SHA-256 of its manifest, the lines `sha256sum` prints for
+/// every regular file under it (`HEX  PATH\n`, PATH relative, lines in byte order of PATH;
+/// symbolic links left out), so that `find . -type f -printf '%P\0' | LC_ALL=C sort -z |
+/// xargs -0 sha256sum | sha256sum` in the directory gives the same digest.
+public struct TaskFilesDigest: Codable, Sendable, Equatable {
+    public var path: String
+    public var files: Int
+    public var manifestSHA256: String
+}
+
+/// The RFC 6962 root over one split's per-task reward leaves (`RewardLeaf`), sorted by task.
+public struct RewardTree: Codable, Sendable, Equatable {
+    public var root: String
+    public var size: Int
+}
+
+/// The split as committed at `prepare`: SHA-256(salt ‖ `SplitCommitment.message`); the salt
+/// is revealed only with `--reveal-split`.
+public struct SplitDigest: Codable, Sendable, Equatable {
+    public var commitment: String
+    public var train: Int
+    public var test: Int
+    public var committedAt: LedgerPointer
+}
+
+public struct GatePredicate: Codable, Sendable, Equatable {
+    public struct Harness: Codable, Sendable, Equatable {
+        public var name = "autoharness"
+        /// The running `autoharness` (`/proc/self/exe`) and the programs beside it.
+        public var binaries: [FileDigest]
+    }
+    public struct Gate: Codable, Sendable, Equatable {
+        public var attempt: Int
+        public var outcome: String
+        public var accepted: Bool
+        public var reason: String
+        public var commit: String?
+        public var iteration: Int?
+        public var message: String?
+        public var started: LedgerPointer
+        public var decided: LedgerPointer
+    }
+    public struct Ledger: Codable, Sendable, Equatable {
+        public var head: LedgerPointer
+        public var rows: Int64
+    }
+    public struct Host: Codable, Sendable, Equatable {
+        /// `uname -r` and doctor's findings (topic: ok, degraded, missing), measured when the
+        /// bundle was exported, on the exporting host.
+        public var kernel: String
+        public var findings: [String: String]
+        public var measuredAt: String
+    }
+
+    /// `gate` or `prepare`.
+    public var kind: String
+    public var benchmark: String
+    public var harness: Harness
+    public var gate: Gate?
+    public var claims: [EvidenceClaim]
+    public var criteria: GateCriteria?
+    public var policies: [PolicyDigest]
+    public var heldOutRuntime: HeldOutRuntimeMeasurement?
+    public var taskFiles: [TaskFilesDigest]
+    public var split: SplitDigest?
+    /// `train` and `held-out`, when the gate ran them.
+    public var rewards: [String: RewardTree]
+    public var ledger: Ledger
+    public var host: Host
+    /// Every violation recorded up to this point, counted by kind.
+    public var violations: [String: Int]
+    /// Issuer-declared (PR 575): the operator's own supervisor signed it.
+    public var assuranceLevel = "self_attested"
+    public var exportedAt: String
+}
+
+/// One task's reward as a leaf: the exact JSON text hashed, `{"reward":R,"salt":HEX,"task":ID}`
+/// (sorted keys). The salt (16 random bytes per leaf) keeps a leaf that is not revealed from
+/// being guessed from the few rewards a task can have.
+public enum RewardLeaf {
+    struct Fields: Codable { var reward: Double; var salt: String; var task: String }
+
+    public static func make(task: String, reward: Double) -> String {
+        var salt = SystemRandomNumberGenerator()
+        let bytes = (0..<16).map { _ in UInt8.random(in: 0...255, using: &salt) }
+        let e = JSONEncoder()
+        e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let data = (try? e.encode(Fields(reward: reward, salt: WorkDigest.hex(bytes), task: task))) ?? Data()
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    /// The leaves of `rewards`, in task order.
+    public static func leaves(_ rewards: [String: Double]) -> [String] {
+        rewards.keys.sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }.map { make(task: $0, reward: rewards[$0]!) }
+    }
+
+    /// The task and reward a leaf's text holds.
+    public static func read(_ leaf: String) -> (task: String, reward: Double)? {
+        guard let f = try? JSONDecoder().decode(Fields.self, from: Data(leaf.utf8)) else { return nil }
+        return (f.task, f.reward)
+    }
+}
+
+/// The split's commitment: SHA-256 over the salt's 32 bytes followed by the message
+/// `{"test":[…],"train":[…]}` (ids sorted by their UTF-8 bytes, no whitespace, as
+/// `json.dumps(…, separators=(",", ":"), sort_keys=True, ensure_ascii=False)` writes it).
+public enum SplitCommitment {
+    public static func message(train: [String], test: [String]) -> [UInt8] {
+        func list(_ ids: [String]) -> String {
+            "[" + ids.sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }.map(jsonString).joined(separator: ",") + "]"
+        }
+        return Array(("{\"test\":" + list(test) + ",\"train\":" + list(train) + "}").utf8)
+    }
+
+    public static func commit(train: [String], test: [String], salt: [UInt8]) -> String {
+        WorkDigest.hex(SHA256.hash(data: salt + message(train: train, test: test)))
+    }
+
+    public static func newSalt() -> [UInt8] {
+        var g = SystemRandomNumberGenerator()
+        return (0..<32).map { _ in UInt8.random(in: 0...255, using: &g) }
+    }
+
+    /// A JSON string as Python's json.dumps(ensure_ascii=False) writes it.
+    static func jsonString(_ s: String) -> String {
+        var out = "\""
+        for u in s.unicodeScalars {
+            switch u {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case "\u{08}": out += "\\b"
+            case "\u{0C}": out += "\\f"
+            default:
+                if u.value < 0x20 { out += String(format: "\\u%04x", u.value) } else { out.unicodeScalars.append(u) }
+            }
+        }
+        return out + "\""
+    }
+}
+
+/// What a bundle file holds: the signed envelope, the key it verifies with, and what the
+/// exporter chose to reveal (checked against the signed commitments, never trusted alone).
+public struct EvidenceBundle: Codable, Sendable, Equatable {
+    public struct SplitReveal: Codable, Sendable, Equatable {
+        /// Hex of the 32-byte salt.
+        public var salt: String
+        public var train: [String]
+        public var test: [String]
+    }
+    /// One leaf shown with its audit path.
+    public struct RewardReveal: Codable, Sendable, Equatable {
+        /// `train` or `held-out`.
+        public var tree: String
+        public var index: Int
+        public var leaf: String
+        /// Hex hashes, leaf side first.
+        public var path: [String]
+    }
+    public struct Reveal: Codable, Sendable, Equatable {
+        public var split: SplitReveal?
+        public var rewards: [RewardReveal]?
+    }
+
+    public var mediaType = EvidenceFormat.bundleMediaType
+    public var dsseEnvelope: DSSEEnvelope
+    public var verificationKey: SSLibKey
+    public var reveal: Reveal?
+}

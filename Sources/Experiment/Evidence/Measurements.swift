@@ -1,0 +1,70 @@
+import Crypto
+import Foundation
+import Glibc
+import SupervisorIO
+
+// What an evidence bundle measures on this host: task files, binaries, policies, the
+// held-out runtime.
+
+extension HeldOutVM {
+    /// The guest a gate's held-out phase boots: its kernel image and the initramfs built from
+    /// it (deterministic: the same kernel directory gives the same bytes), by digest.
+    func measurement() -> HeldOutRuntimeMeasurement {
+        HeldOutRuntimeMeasurement(kind: "vm", kernelVersion: kernel.version, kernelSHA256: try? WorkDigest.file(kernel.vmlinuz),
+                                  initramfsSHA256: WorkDigest.hex(SHA256.hash(data: GuestImage.initramfs(kernel: kernel))),
+                                  acceleration: accel.rawValue)
+    }
+}
+
+extension Executors {
+    /// Where held-out tasks run, as settled (`settleHeldOut`).
+    func heldOutMeasurement(_ config: ExperimentConfig) -> HeldOutRuntimeMeasurement {
+        if config.executor.kind == .ray { return HeldOutRuntimeMeasurement(kind: config.heldOutRuntime == .vm ? "ray-vm" : "ray") }
+        return heldOutVM?.measurement() ?? HeldOutRuntimeMeasurement(kind: "host")
+    }
+}
+
+public enum EvidenceMeasure {
+    /// Files larger than this are measured by size only (`TaskFilesDigest` says how many).
+    static let maxTaskFile = 256 << 20
+
+    /// The `sha256sum`-style manifest digest of every regular file under `root`.
+    public static func taskFiles(_ root: String) -> TaskFilesDigest? {
+        var lines: [(path: [UInt8], line: String)] = []
+        func walk(_ dir: Int32, _ prefix: String) {
+            guard let names = FileSystem.entries(of: dir) else { return }
+            for name in names {
+                let shown = FileSystem.display(name)
+                guard let st = FileSystem.entryStatus(at: dir, name) else { continue }
+                if FileSystem.isDirectory(st) {
+                    let sub = FileSystem.openDirectory(at: dir, name)
+                    guard sub >= 0 else { continue }
+                    defer { close(sub) }
+                    walk(sub, prefix + shown + "/")
+                } else if FileSystem.isRegular(st), let bytes = FileSystem.readCapped(at: dir, shown, cap: maxTaskFile) {
+                    let path = prefix + shown
+                    lines.append((Array(path.utf8), WorkDigest.hex(SHA256.hash(data: bytes)) + "  " + path + "\n"))
+                }
+            }
+        }
+        let fd = FileSystem.openDirectory(root)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        walk(fd, "")
+        lines.sort { $0.path.lexicographicallyPrecedes($1.path) }
+        let manifest = lines.map(\.line).joined()
+        return TaskFilesDigest(path: root, files: lines.count, manifestSHA256: WorkDigest.hex(SHA256.hash(data: Array(manifest.utf8))))
+    }
+
+    /// The running executable and the programs installed beside it.
+    public static func binaries() -> [FileDigest] {
+        var out: [FileDigest] = []
+        if let me = try? WorkDigest.executable() { out.append(FileDigest(name: "autoharness", sha256: me)) }
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? ""
+        let dir = (exe as NSString).deletingLastPathComponent
+        for name in ["autoharness-launch", "autoharness-client", "autoharness-front", "sandbox-probe"] {
+            if let d = try? WorkDigest.file(dir + "/" + name) { out.append(FileDigest(name: name, sha256: d)) }
+        }
+        return out
+    }
+}
