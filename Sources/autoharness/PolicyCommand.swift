@@ -4,12 +4,13 @@ import ArgumentParser
 import Foundation
 import Sandbox
 import SandboxPolicy
+import SupervisorIO
 
 struct PolicyCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "policy",
         abstract: "Check and inspect sandbox policies.",
-        subcommands: [PolicyCheck.self, PolicyShow.self]
+        subcommands: [PolicyCheck.self, PolicyShow.self, PolicyExport.self]
     )
 }
 
@@ -185,4 +186,43 @@ struct PolicyShow: ParsableCommand {
     }
 
     private func pad(_ s: String, _ n: Int) -> String { s.count >= n ? s : s + String(repeating: " ", count: n - s.count) }
+}
+
+struct PolicyExport: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "export",
+        abstract: "Write a policy's seccomp allowlist for another engine: an OCI runtime-spec seccomp profile (JSON).",
+        discussion: """
+            The same allowlist and argument rules the sandbox's own filter is built from, as a \
+            profile runc, crun, podman (--security-opt seccomp=FILE) and Kubernetes (a localhost \
+            profile) load. What the format cannot express is printed on standard error: refused \
+            calls are not recorded (no supervisor sees them), the syscalls our supervisor answers \
+            itself are refused, calls from other ABIs get the runtime's action. Checked under \
+            podman against our own refusals on the escape suite's syscalls (test: \
+            OCISeccompTests.swift, podmanRefusesWhatWeRefuse).
+            """)
+
+    @Option(name: .customLong("policy-dir"), help: "Directory of policy files, searched first.")
+    var policyDirs: [String] = []
+
+    @Option(help: "The output format; only oci-seccomp.")
+    var format: String = "oci-seccomp"
+
+    @Option(name: [.customShort("o"), .customLong("out")], help: "Where to write it (default: standard output).")
+    var out: String?
+
+    @Argument(help: "Policy name or file.")
+    var policy: String
+
+    func run() throws {
+        guard format == "oci-seccomp" else { throw ValidationError("--format \(format): the only format is oci-seccomp") }
+        let p = try PolicyLocator.loader(policyDirs).load(policy, requireAllPlaceholders: false)
+        let export: OCISeccompProfile.Export
+        do { export = try OCISeccompProfile.export(p.effectiveSeccomp) } catch { throw PolicyError("\(policy): \(error.message)") }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+        let bytes = Array(try encoder.encode(export.profile)) + [0x0A]
+        for n in export.notes { printErr("policy export: \(p.name): \(n)") }
+        if let out { try AtomicFile.write(bytes, to: out, mode: 0o644) } else { FileHandle.standardOutput.write(Data(bytes)) }
+    }
 }

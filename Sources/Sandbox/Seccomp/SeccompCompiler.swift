@@ -200,73 +200,11 @@ public enum SeccompCompiler {
         for nr in unconditional {
             try check(seccomp_rule_add_array(ctx, ahs_act_allow(), nr, 0, nil), "allow syscall \(nr)")
         }
-        if conditional.contains("clone"), let nr = resolve("clone") {
-            try addRule(ctx, nr, "clone", [ahs_arg(0, SCMP_CMP_MASKED_EQ, ArgumentRules.namespaceFlags, 0)])
-        }
-        if conditional.contains("ioctl"), let nr = resolve("ioctl") {
-            // The kernel reads the request as 32 bits, so only those are compared: garbage
-            // above them cannot turn a refused request into an allowed one or back.
-            for r in ArgumentRules.allowedIoctls {
-                try addRule(ctx, nr, "ioctl", [ahs_arg(1, SCMP_CMP_MASKED_EQ, 0xFFFF_FFFF, UInt64(r.value))])
-            }
-        }
-        if conditional.contains("prctl"), let nr = resolve("prctl") {
-            for v in ArgumentRules.allowedPrctlOptions.map(\.value) + (seccompAllowed ? [ArgumentRules.prctlSetSeccomp] : []) {
-                try addRule(ctx, nr, "prctl", [ahs_arg(0, SCMP_CMP_MASKED_EQ, 0xFFFF_FFFF, UInt64(v))])
-            }
-        }
-        if conditional.contains("fcntl"), let nr = resolve("fcntl") {
-            for v in ArgumentRules.allowedFcntlCommands.map(\.value) {
-                try addRule(ctx, nr, "fcntl", [ahs_arg(1, SCMP_CMP_MASKED_EQ, 0xFFFF_FFFF, UInt64(v))])
-            }
-        }
-        if conditional.contains("personality"), let nr = resolve("personality") {
-            for v in ArgumentRules.allowedPersonalities {
-                try addRule(ctx, nr, "personality", [ahs_arg(0, SCMP_CMP_EQ, v, 0)])
-            }
-        }
-        if conditional.contains("fadvise64"), let nr = resolve("fadvise64") {
-            for v in ArgumentRules.allowedFadvice {
-                try addRule(ctx, nr, "fadvise64", [ahs_arg(3, SCMP_CMP_EQ, v, 0)])
-            }
-        }
-        if conditional.contains("statx"), let nr = resolve("statx") {
-            try addRule(ctx, nr, "statx", [ahs_arg(3, SCMP_CMP_MASKED_EQ, ArgumentRules.statxUniqueMountID, 0)])
-        }
-        if conditional.contains("inotify_add_watch"), let nr = resolve("inotify_add_watch") {
-            try addRule(ctx, nr, "inotify_add_watch", [ahs_arg(2, SCMP_CMP_MASKED_EQ, ArgumentRules.inotifyMoveEvents, 0)])
-        }
-        for name in ["preadv2", "pwritev2"] where conditional.contains(name) {
-            if let nr = resolve(name) {
-                try addRule(ctx, nr, name, [ahs_arg(5, SCMP_CMP_MASKED_EQ, ArgumentRules.rwfNowait, 0)])
-            }
-        }
-        if conditional.contains("socket"), let nr = resolve("socket") {
-            for v in ArgumentRules.allowedSocketFamilies {
-                for proto in ArgumentRules.allowedSocketProtocols {
-                    try addRule(ctx, nr, "socket", [ahs_arg(0, SCMP_CMP_EQ, v, 0), ahs_arg(2, SCMP_CMP_MASKED_EQ, 0xFFFF_FFFF, UInt64(proto))])
-                }
-            }
-            if netlinkRoute {
-                try addRule(ctx, nr, "socket", [ahs_arg(0, SCMP_CMP_EQ, ArgumentRules.netlinkFamily, 0),
-                                                ahs_arg(2, SCMP_CMP_EQ, ArgumentRules.netlinkRoute, 0)])
-            }
-        }
-        for name in ["getsockopt", "setsockopt"] where conditional.contains(name) {
-            guard let nr = resolve(name) else { continue }
-            // Any level but SOL_SOCKET; or SOL_SOCKET with an option it allows.
-            for r in ArgumentRules.complementPrefixes(excluding: [ArgumentRules.solSocket]) {
-                try addRule(ctx, nr, name, [ahs_arg(1, SCMP_CMP_MASKED_EQ, UInt64(r.mask), UInt64(r.match))])
-            }
-            for option in ArgumentRules.allowedSocketOptions {
-                try addRule(ctx, nr, name, [ahs_arg(1, SCMP_CMP_MASKED_EQ, 0xFFFF_FFFF, UInt64(ArgumentRules.solSocket)),
-                                            ahs_arg(2, SCMP_CMP_MASKED_EQ, 0xFFFF_FFFF, UInt64(option))])
-            }
-        }
-        if conditional.contains("socketpair"), let nr = resolve("socketpair") {
-            for v in ArgumentRules.allowedSocketpairFamilies {
-                try addRule(ctx, nr, "socketpair", [ahs_arg(0, SCMP_CMP_EQ, v, 0)])
-            }
+        for rule in ArgumentRuleList.rules(conditional: conditional, netlinkRoute: netlinkRoute, seccompAllowed: seccompAllowed) {
+            guard let nr = resolve(rule.name) else { continue }
+            try addRule(ctx, nr, rule.name, rule.comparisons.map { c in
+                c.mask.map { ahs_arg(c.index, SCMP_CMP_MASKED_EQ, $0, c.value) } ?? ahs_arg(c.index, SCMP_CMP_EQ, c.value, 0)
+            })
         }
         return try export(ctx)
     }
