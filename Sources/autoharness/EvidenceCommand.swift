@@ -1,6 +1,7 @@
 import ArgumentParser
 import Experiment
 import Foundation
+import SandboxCLI
 import SupervisorIO
 
 struct EvidenceCommand: ParsableCommand {
@@ -161,5 +162,56 @@ struct EvidenceKeyCommand: ParsableCommand {
         }
         print("keyid \(EvidenceKey.keyID(key))")
         print(EvidenceKey.pem(key), terminator: "")
+    }
+}
+
+struct AuditCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "audit",
+        abstract: "Export the audit in OCSF 1.8 (JSON lines) for a SIEM or a security lake.",
+        subcommands: [AuditExport.self])
+}
+
+struct AuditExport: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "export",
+        abstract: "Write a sandbox audit log (--audit FILE) or an experiment's ledger as OCSF 1.8 events.",
+        discussion: """
+            Refused syscalls, voided rewards and limits become Detection Findings (2004), egress \
+            through the proxy Network Activity (4001) with the sandbox and destination, requests \
+            the inference gate judged API Activity (6003), and an experiment's gates (start, \
+            held-out phase, decision) API Activity with their ledger row. Operator only: an \
+            experiment's export holds held-out violations. Validated against OCSF's 1.8.0 schema \
+            in CI (test: OCSFTests.swift, validates).
+            """)
+
+    @OptionGroup var experiment: ExperimentOptions
+
+    @Option(help: "A sandbox audit log (`sandbox exec --audit FILE`) to convert instead of the experiment's ledger.")
+    var audit: String?
+
+    @Option(help: "The output format; only ocsf.")
+    var format: String = "ocsf"
+
+    @Option(name: [.customShort("o"), .customLong("out")], help: "Where to write the events (default: standard output).")
+    var out: String?
+
+    func run() throws {
+        guard format == "ocsf" else { throw ValidationError("--format \(format): the only format is ocsf") }
+        let events: [[String: Any]]
+        if let audit {
+            switch InputFile.read(audit, cap: 1 << 30) {
+            case .success(let bytes):
+                let r = OCSF.events(auditLog: bytes)
+                if r.skipped > 0 { printErr("audit export: \(audit): \(r.skipped) line(s) that are not audit events skipped") }
+                events = r.events
+            case .failure(let p): throw ValidationError("\(audit): \(p.explanation("an audit log"))")
+            }
+        } else {
+            let s = try experiment.supervisor("audit export", exclusive: false)
+            events = OCSF.events(ledger: try s.ledger.records())
+        }
+        let bytes = try OCSF.lines(events)
+        if let out { try AtomicFile.write(bytes, to: out, mode: 0o600) } else { FileHandle.standardOutput.write(Data(bytes)) }
     }
 }
