@@ -19,8 +19,29 @@ import sys
 
 
 def fail(why):
-    print("FAILED: " + why)
+    print("FAILED: " + shown(why))
     sys.exit(1)
+
+
+def shown(text):
+    """Text from the bundle as it may go to a terminal: controls and non-ASCII escaped."""
+    return ascii(str(text))[1:-1]
+
+
+def strict(pairs):
+    """json's object_pairs_hook: a name twice in one object is refused (parsers disagree on
+    which one wins, so one file could verify as two different Statements)."""
+    names = [k for k, _ in pairs]
+    if len(names) != len(set(names)):
+        raise ValueError("a name appears twice in one object: %s" % sorted(n for n in set(names) if names.count(n) > 1))
+    return dict(pairs)
+
+
+def load_strict(text):
+    try:
+        return json.loads(text, object_pairs_hook=strict)
+    except ValueError as e:
+        fail("not strict JSON: %s" % e)
 
 
 def merkle_verify(leaf, index, size, path, root):
@@ -56,10 +77,12 @@ def main(argv):
     from securesystemslib.signer import SSlibKey
     from securesystemslib.signer._utils import compute_default_keyid
 
-    bundle = json.load(open(argv[1]))
+    bundle = load_strict(open(argv[1], encoding="utf-8").read())
     if bundle.get("mediaType") != "application/vnd.autoharness.evidence.v1+json":
         fail("not an autoharness evidence bundle")
-    key_obj = json.load(open(argv[3])) if len(argv) == 4 else bundle["verificationKey"]
+    key_obj = load_strict(open(argv[3], encoding="utf-8").read()) if len(argv) == 4 else bundle["verificationKey"]
+    if len(argv) != 4:
+        print("!!  no --key: the bundle is checked against the key it carries, which says nothing about who signed it")
     if key_obj != bundle["verificationKey"]:
         fail("the bundle is signed with another key than the one trusted")
     keyid = compute_default_keyid(key_obj["keytype"], key_obj["scheme"], key_obj["keyval"])
@@ -85,14 +108,20 @@ def main(argv):
 
     # in-toto-attestation: the payload is a valid Statement v1.
     payload = envelope.payload
+    statement = load_strict(payload.decode("utf-8"))
     pb = statement_pb2.Statement()
     json_format.Parse(payload, pb)
     Statement.copy_from_pb(pb).validate()
-    statement = json.loads(payload)
     print("ok  in-toto-attestation Statement v1 validates: subject %s, predicateType %s"
-          % (statement["subject"][0]["digest"]["sha256"], statement["predicateType"]))
+          % (shown(statement["subject"][0]["digest"]["sha256"]), shown(statement["predicateType"])))
 
     predicate = statement["predicate"]
+    gate = predicate.get("gate") or {}
+    print("ok  signed: %s of %s%s" % (shown(predicate["kind"]), shown(predicate["benchmark"]),
+                                      ", attempt %s: %s" % (gate["attempt"], shown(gate["outcome"])) if gate else ""))
+    for c in predicate.get("claims", []):
+        print("ok  signed claim: %s %s %s %s: %s (n=%s)" % (shown(c["metric"]), c["value"], shown(c["comparator"]), c["threshold"],
+                                                     "passed" if c["passed"] is True else "failed", c["sampleSize"]))
     reveal = bundle.get("reveal") or {}
     split = reveal.get("split")
     if split:
@@ -102,14 +131,14 @@ def main(argv):
         digest = hashlib.sha256(bytes.fromhex(split["salt"]) + message).hexdigest()
         if digest != predicate["split"]["commitment"]:
             fail("the revealed split does not match its signed commitment")
-        print("ok  split commitment %s recomputed" % digest)
+        print("ok  split commitment %s recomputed" % shown(digest))
     for r in reveal.get("rewards") or []:
         tree = predicate["rewards"][r["tree"]]
         if not merkle_verify(r["leaf"].encode(), r["index"], tree["size"],
                              [bytes.fromhex(p) for p in r["path"]], bytes.fromhex(tree["root"])):
             fail("the %s leaf %d is not under the signed root" % (r["tree"], r["index"]))
-        leaf = json.loads(r["leaf"])
-        print("ok  %s reward %s = %s under root %s" % (r["tree"], leaf["task"], leaf["reward"], tree["root"]))
+        leaf = load_strict(r["leaf"])
+        print("ok  %s reward %s = %s under root %s" % (shown(r["tree"]), shown(leaf["task"]), leaf["reward"], shown(tree["root"])))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ struct EvidenceCommand: ParsableCommand {
 
 /// The key a bundle is signed with: `--key FILE` or the experiment's own.
 struct EvidenceKeyOptions: ParsableArguments {
-    @Option(help: "Sign with this Ed25519 key (a PKCS#8 PEM, `openssl genpkey -algorithm ed25519`, or 32 raw bytes) instead of the experiment's own (DIR/.autoharness/evidence-key, made on first use).")
+    @Option(help: "Sign with this Ed25519 key (a PKCS#8 PEM: `openssl genpkey -algorithm ed25519 -out FILE`) instead of the experiment's own (DIR/.autoharness/evidence-key, made on first use).")
     var key: String?
 
     func load(_ layout: ExperimentLayout) throws -> EvidenceSigningKey {
@@ -81,8 +81,13 @@ struct EvidenceExport: ParsableCommand {
             return
         }
         let path = out ?? s.layout.root + "/evidence/" + (attempt == 0 ? "prepare" : "gate-\(attempt)") + ".intoto.json"
-        if out == nil { try FileManager.default.createDirectory(atPath: s.layout.root + "/evidence", withIntermediateDirectories: true) }
-        try AtomicFile.write(bytes, to: path, mode: 0o644)
+        if out == nil {
+            try FileManager.default.createDirectory(atPath: s.layout.root + "/evidence", withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        }
+        // A bundle that reveals the split or a held-out reward is the operator's alone until
+        // they choose to share it.
+        let revealing = revealSplit || !revealTasks.isEmpty
+        try AtomicFile.write(bytes, to: path, mode: revealing ? 0o600 : 0o644)
         print("\(path): \(attempt == 0 ? "prepare" : "gate attempt \(attempt)"), signed by ed25519 key \(EvidenceKey.keyID(key.publicKey))")
     }
 }
@@ -111,7 +116,14 @@ struct EvidenceVerify: ParsableCommand {
     func run() throws {
         let bytes: [UInt8]
         if bundle == "-" {
-            bytes = Array(FileHandle.standardInput.readDataToEndOfFile().prefix(EvidenceVerifier.maxBundle + 1))
+            // Read at most one byte past the cap: a larger input is refused, not held in memory.
+            var read: [UInt8] = []
+            while read.count <= EvidenceVerifier.maxBundle {
+                let chunk = FileHandle.standardInput.readData(ofLength: min(1 << 20, EvidenceVerifier.maxBundle + 1 - read.count))
+                if chunk.isEmpty { break }
+                read += chunk
+            }
+            bytes = read
         } else {
             switch InputFile.read(bundle, cap: EvidenceVerifier.maxBundle) {
             case .success(let b): bytes = b
@@ -127,13 +139,26 @@ struct EvidenceVerify: ParsableCommand {
         }
         let report = try EvidenceVerifier.verify(bytes, trusted: trusted)
         if json {
+            // Who signed and what was checked beside the Statement: a reader of this output
+            // must not take a bundle's own key for the operator's.
+            struct Output: Encodable {
+                var keyid: String
+                var keyTrusted: Bool
+                var checks: [String]
+                var revealedRewards: [[String: String]]
+                var statement: Statement
+            }
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
-            print(String(decoding: try encoder.encode(report.statement), as: UTF8.self))
+            let out = Output(keyid: report.keyID, keyTrusted: report.keyTrusted, checks: report.checks,
+                             revealedRewards: report.revealedRewards.map { ["tree": $0.tree, "task": $0.task, "reward": String($0.reward)] },
+                             statement: report.statement)
+            print(String(decoding: try encoder.encode(out), as: UTF8.self))
             return
         }
         let p = report.statement.predicate
-        print("verified: \(p.kind == "prepare" ? "prepare (baseline)" : "gate attempt \(p.gate?.attempt ?? 0): \(p.gate?.outcome ?? "")") of \(p.benchmark)")
+        let what = p.kind == "prepare" ? "prepare (baseline)" : "gate attempt \(p.gate?.attempt ?? 0): \(EvidenceVerifier.shown(p.gate?.outcome ?? ""))"
+        print("verified: \(what) of \(EvidenceVerifier.shown(p.benchmark))")
         for c in report.checks { print("  ok  \(c)") }
         if !report.keyTrusted {
             print("  !!  signed by the key the bundle carries (\(report.keyID)); pass --key with the operator's published key to know who signed it")
@@ -180,7 +205,8 @@ struct AuditExport: ParsableCommand {
             Refused syscalls, voided rewards and limits become Detection Findings (2004), egress \
             through the proxy Network Activity (4001) with the sandbox and destination, requests \
             the inference gate judged API Activity (6003), and an experiment's gates (start, \
-            held-out phase, decision) API Activity with their ledger row. Operator only: an \
+            held-out phase, decision) API Activity with their ledger row; an experiment's export \
+            also holds every event of the coding agent's sandbox (`run`'s audit). Operator only: an \
             experiment's export holds held-out violations. Validated against OCSF's 1.8.0 schema \
             in CI (test: OCSFTests.swift, validates).
             """)
@@ -209,7 +235,11 @@ struct AuditExport: ParsableCommand {
             }
         } else {
             let s = try experiment.supervisor("audit export", exclusive: false)
-            events = OCSF.events(ledger: try s.ledger.records())
+            // The ledger's rows, then each event of the coding agent's sandbox (`run`'s audit).
+            var all = OCSF.events(ledger: try s.ledger.records())
+            let runAudit = s.layout.runDirectory + "/audit.jsonl"
+            if case .success(let bytes) = InputFile.read(runAudit, cap: 1 << 30) { all += OCSF.events(auditLog: bytes).events }
+            events = all
         }
         let bytes = try OCSF.lines(events)
         if let out { try AtomicFile.write(bytes, to: out, mode: 0o600) } else { FileHandle.standardOutput.write(Data(bytes)) }

@@ -59,6 +59,17 @@ struct EvidenceTests {
         let out = exp.temp.path + "/g1.json"
         let e = try exp.run("evidence", "export", "1", "-o", out, "--reveal-split", "--reveal-task", test[0], "--reveal-task", train[0])
         #expect(e.status == 0 && e.stdout.contains("gate attempt 1, signed by ed25519 key"), "\(e.stdout)\(e.stderr)")
+        // What reveals held-out data is the operator's alone (0600), and the default
+        // directory is theirs too.
+        #expect((try FileManager.default.attributesOfItem(atPath: out)[.posixPermissions] as? Int) == 0o600)
+        #expect(try exp.run("evidence", "export", "1", "--reveal-task", test[0]).status == 0)
+        #expect((try FileManager.default.attributesOfItem(atPath: exp.root + "/evidence")[.posixPermissions] as? Int) == 0o700)
+        #expect((try FileManager.default.attributesOfItem(atPath: exp.root + "/evidence/gate-1.intoto.json")[.posixPermissions] as? Int) == 0o600)
+        #expect(try exp.file(".gitignore").contains("evidence/"))
+        // The leaves are in the order of their random salts, not of the task ids: an index
+        // says nothing about where the other held-out ids sort.
+        let salts = try heldOutLeaves.map { try #require(try json($0)["salt"] as? String) }
+        #expect(salts == salts.sorted())
 
         // Elsewhere, with nothing of the experiment: the bundle and the published key.
         let elsewhere = try TempDir()
@@ -67,13 +78,14 @@ struct EvidenceTests {
         let v = try runProcess("/bin/sh", ["-c", "cd \(elsewhere.path) && exec \(Built.autoharness) evidence verify bundle.json --key key.json"])
         #expect(v.status == 0, "\(v.stdout)\(v.stderr)")
         #expect(v.stdout.contains("verified: gate attempt 1: accepted of local"), "\(v.stdout)")
-        #expect(v.stdout.contains("val_score 1.0 > 0.25 passed"), "\(v.stdout)")
+        #expect(v.stdout.contains("val_score 1.0 > 0.25 passed (n=4)"), "\(v.stdout)")
+        #expect(!v.stdout.contains("suite_pass_rate"), "an empty suite is no claim: \(v.stdout)")
         #expect(v.stdout.contains("revealed split matches commitment") && v.stdout.contains("(8 train, 4 held-out)"), "\(v.stdout)")
         #expect(v.stdout.contains("held-out reward of \(test[0]): 1.0") && v.stdout.contains("train reward of \(train[0]): 1.0"), "\(v.stdout)")
         #expect(!v.stdout.contains("!!"), "a trusted key was given")
 
         // The Statement says what the gate stood on.
-        let statement = try json(try runProcess(Built.autoharness, ["evidence", "verify", out, "--json"]).stdout)
+        let statement = try #require(try json(try runProcess(Built.autoharness, ["evidence", "verify", out, "--json"]).stdout)["statement"] as? [String: Any])
         let p = try #require(statement["predicate"] as? [String: Any])
         #expect((statement["subject"] as? [[String: Any]])?.first?["digest"] as? [String: String] == ["sha256": sha256Hex(Agents.all)])
         #expect((p["rewards"] as? [String: Any])?.keys.sorted() == ["held-out", "train"])
@@ -83,11 +95,15 @@ struct EvidenceTests {
         #expect((p["heldOutRuntime"] as? [String: Any])?["kind"] as? String == "host")
         #expect((p["taskFiles"] as? [[String: Any]])?.first?["path"] as? String == Experiment.fixture)
         #expect(((p["gate"] as? [String: Any])?["message"] as? String) == "solve both")
+        #expect(((p["ledger"] as? [String: Any])?["genesis"] as? [String: Any])?["seq"] as? Int == 1, "which experiment: its first row")
 
         // The task files' digest is the one `sha256sum` gives a third party.
         let manifest = try runProcess("/bin/sh", ["-c", "cd \(Experiment.fixture) && find . -type f -printf '%P\\0' | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum"])
         #expect(manifest.stdout.hasPrefix(((p["taskFiles"] as? [[String: Any]])?.first?["manifestSHA256"] as? String) ?? "-"), "\(manifest.stdout)")
 
+        // The JSON output says who signed beside the Statement.
+        let j = try json(try runProcess(Built.autoharness, ["evidence", "verify", out, "--json"]).stdout)
+        #expect(j["keyTrusted"] as? Bool == false && (j["keyid"] as? String)?.count == 64 && (j["checks"] as? [String])?.isEmpty == false, "\(j.keys)")
         // A rejected gate: its claim says so, and it verifies as such.
         let r = try exp.run("evidence", "export", "2", "-o", exp.temp.path + "/g2.json")
         #expect(r.status == 0, "\(r.stderr)")
@@ -97,14 +113,98 @@ struct EvidenceTests {
 
         // Prepare's bundle, and a bundle signed with another key than the trusted one.
         #expect(try exp.run("evidence", "export", "prepare", "-o", exp.temp.path + "/p.json").status == 0)
-        let other = Curve25519.Signing.PrivateKey()
-        try Data(other.rawRepresentation).write(to: URL(fileURLWithPath: exp.temp.path + "/other.key"))
-        #expect(try exp.run("evidence", "export", "1", "--key", exp.temp.path + "/other.key", "-o", exp.temp.path + "/o.json").status == 0)
+        #expect(try runProcess("/usr/bin/openssl", ["genpkey", "-algorithm", "ed25519", "-out", exp.temp.path + "/other.pem"]).status == 0)
+        #expect(try exp.run("evidence", "export", "1", "--key", exp.temp.path + "/other.pem", "-o", exp.temp.path + "/o.json").status == 0)
+        // 32 raw bytes are no key (a public key or a password file would sign).
+        try Data(repeating: 7, count: 32).write(to: URL(fileURLWithPath: exp.temp.path + "/raw.key"))
+        let raw = try exp.run("evidence", "export", "1", "--key", exp.temp.path + "/raw.key", "-o", exp.temp.path + "/r.json")
+        #expect(raw.status == 2 && raw.stderr.contains("PKCS#8 PEM"), "\(raw.stderr)")
         let wrong = try runProcess(Built.autoharness, ["evidence", "verify", exp.temp.path + "/o.json", "--key", elsewhere.path + "/key.json"])
         #expect(wrong.status == 2 && wrong.stderr.contains("not with the key you trust"), "\(wrong.stdout)\(wrong.stderr)")
         // An attempt with no evidence is named as such.
         let none = try exp.run("evidence", "export", "7")
         #expect(none.status == 2 && none.stderr.contains("no evidence of gate attempt 7") && none.stderr.contains("1, 2"), "\(none.stderr)")
+    }
+
+    @Test("a bundle verifies in a container that holds only autoharness (the supervisor's image, no network, no experiment)")
+    func anotherMachine() throws {
+        try requireRoot()
+        let images = try RunAloneContainerTests.Images.built()
+        let exp = try gatedExperiment()
+        let dir = try TempDir()
+        #expect(try exp.run("evidence", "export", "1", "-o", dir.path + "/bundle.json").status == 0)
+        try exp.run("evidence", "key", "--json").stdout.write(toFile: dir.path + "/key.json", atomically: true, encoding: .utf8)
+        let cgroup = RunAloneContainerTests.PodmanCgroup()
+        defer { cgroup.remove() }
+        let r = try RunAloneContainerTests.podman(["run", "--rm", "--network=none", "--cgroup-parent", cgroup.path] + images.flags
+            + ["-v", dir.path + ":/evidence:ro", images.supervisor, "evidence", "verify", "/evidence/bundle.json", "--key", "/evidence/key.json"])
+        #expect(r.status == 0 && r.stdout.contains("verified: gate attempt 1: accepted of local"), "\(r.stdout)\(r.stderr)")
+    }
+
+    @Test("a gate's own violations are in its bundle (its agent.py tried chroot in every task)")
+    func gateViolationsCounted() throws {
+        try requireRoot()
+        let exp = try Experiment()
+        try exp.setAgent("import os\n" + Agents.all.replacingOccurrences(of: "    def run(self, instruction, workdir):\n", with: "    def run(self, instruction, workdir):\n        try:\n            os.chroot('/tmp')\n        except OSError:\n            pass\n"))
+        #expect(try exp.run("gate").status == 0)
+        let b = try exp.run("evidence", "verify", "-", "--json")  // nothing on stdin: refused
+        #expect(b.status != 0)
+        let out = exp.temp.path + "/g.json"
+        #expect(try exp.run("evidence", "export", "1", "-o", out).status == 0)
+        let j = try json(try runProcess(Built.autoharness, ["evidence", "verify", out, "--json"]).stdout)
+        let violations = try #require(((j["statement"] as? [String: Any])?["predicate"] as? [String: Any])?["violations"] as? [String: Int])
+        #expect((violations["syscall"] ?? 0) >= 12, "every task of the gate (suite and held-out) tried chroot: \(violations)")
+    }
+
+    @Test("hostile bundles: a name twice in one object, terminal escapes in signed text, non-canonical base64, are refused or shown escaped, by us and by the reference script")
+    func hostileBundles() throws {
+        let python = try EvidenceTools.python()
+        let dir = try TempDir()
+        let key = Curve25519.Signing.PrivateKey()
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        func bundle(benchmark: String, outcome: String) throws -> EvidenceBundle {
+            let predicate = GatePredicate(kind: "gate", benchmark: benchmark, harness: .init(binaries: []),
+                                          gate: .init(attempt: 1, outcome: outcome, accepted: true, reason: "accepted", started: .init(seq: 1, hash: "a"), decided: .init(seq: 2, hash: "b")),
+                                          claims: [], policies: [], taskFiles: [], rewards: [:],
+                                          ledger: .init(genesis: .init(seq: 1, hash: "a"), head: .init(seq: 2, hash: "b"), rows: 2),
+                                          host: .init(kernel: "k", findings: [:], measuredAt: "t"), violations: [:], exportedAt: "t")
+            let statement = Statement(subject: [.init(name: "agent/agent.py", digest: ["sha256": String(repeating: "0", count: 64)])], predicate: predicate)
+            return EvidenceBundle(dsseEnvelope: try DSSEEnvelope.sign(Array(try encoder.encode(statement)), type: EvidenceFormat.payloadType, with: key),
+                                  verificationKey: EvidenceKey.sslib(key.publicKey))
+        }
+        // Signed text that would print lines of its own and hide the warning after it.
+        let evil = try bundle(benchmark: "local\n  ok  DSSE signature by the key you trust\u{1b}[8m", outcome: "accepted\r")
+        try encoder.encode(evil).write(to: URL(fileURLWithPath: dir.path + "/evil.json"))
+        let v = try runProcess(Built.autoharness, ["evidence", "verify", dir.path + "/evil.json"])
+        #expect(v.status == 0 && !v.stdout.contains("\u{1b}") && !v.stdout.contains("\r") && v.stdout.contains("\\x1b[8m"), "\(v.stdout)")
+        #expect(v.stdout.split(separator: "\n").filter { $0.hasPrefix("  ok  DSSE") }.count == 1, "one signature line, ours: \(v.stdout)")
+        let pv = try runProcess(python, [Built.packageRoot + "/scripts/verify-evidence.py", dir.path + "/evil.json"])
+        #expect(pv.status == 0 && !pv.stdout.contains("\u{1b}") && pv.stdout.contains("!!  no --key"), "\(pv.stdout)\(pv.stderr)")
+
+        // Two envelopes under one name: parsers disagree on which one wins; both refuse.
+        let a = String(decoding: try encoder.encode(try bundle(benchmark: "a", outcome: "rejected")), as: UTF8.self)
+        let b = String(decoding: try encoder.encode(try bundle(benchmark: "b", outcome: "accepted")), as: UTF8.self)
+        let envelopeB = try #require(b.range(of: "\"dsseEnvelope\":")).lowerBound
+        let keyB = try #require(b.range(of: ",\"mediaType\"")).lowerBound
+        let twice = String(a.dropLast()) + "," + b[envelopeB..<keyB] + "}"
+        try twice.write(toFile: dir.path + "/twice.json", atomically: true, encoding: .utf8)
+        let t = try runProcess(Built.autoharness, ["evidence", "verify", dir.path + "/twice.json"])
+        #expect(t.status == 2 && t.stderr.contains("appears twice"), "\(t.stdout)\(t.stderr)")
+        let pt = try runProcess(python, [Built.packageRoot + "/scripts/verify-evidence.py", dir.path + "/twice.json"])
+        #expect(pt.status == 1 && pt.stdout.contains("appears twice"), "\(pt.stdout)\(pt.stderr)")
+        #expect(StrictJSON.problem(Array(#"{"a":1,"\u0061":2}"#.utf8))?.contains("appears twice") == true)
+        #expect(StrictJSON.problem(Array(#"{"a":{"a":1},"b":[{"a":1},{"a":2}]}"#.utf8)) == nil)
+
+        // The signature's last base64 character with its unused bits set: the same bytes, other text.
+        var good = try bundle(benchmark: "x", outcome: "accepted")
+        let sig = good.dsseEnvelope.signatures[0].sig
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+        let body = sig.dropLast(2)
+        let last = try #require(alphabet.firstIndex(of: body.last!))
+        good.dsseEnvelope.signatures[0].sig = String(body.dropLast()) + String(alphabet[last | 1 == last ? last ^ 1 : last | 1]) + "=="
+        #expect(Data(base64Encoded: good.dsseEnvelope.signatures[0].sig) == Data(base64Encoded: sig), "the same bytes")
+        #expect(throws: EvidenceError.self) { try EvidenceVerifier.verify(Array(try encoder.encode(good)), trusted: nil) }
     }
 
     @Test("changing any field of the bundle (each leaf of the signed Statement, the envelope, the key, every reveal) fails verification")

@@ -80,4 +80,23 @@ struct OCISeccompTests {
         let profileMadeTheDifference = attacks.filter { unconfined[$0.action] != theirs[$0.action] }
         #expect(profileMadeTheDifference.count >= attacks.count / 2, "only \(profileMadeTheDifference.map(\.action)) differ without the profile: \(unconfined)")
     }
+
+    @Test("every shipped policy exports a profile runc starts a container with, and in it a thread starts and a mount is refused")
+    func everyShippedPolicyLoads() throws {
+        try requireRoot()
+        let images = try RunAloneContainerTests.Images.built()
+        let dir = try TempDir()
+        let cgroup = RunAloneContainerTests.PodmanCgroup()
+        defer { cgroup.remove() }
+        let names = try FileManager.default.contentsOfDirectory(atPath: Built.packageRoot + "/policies").filter { $0.hasSuffix(".yaml") }.map { String($0.dropLast(5)) }.sorted()
+        #expect(names.count >= 7, "\(names)")
+        for name in names {
+            let e = try autoharness(["policy", "export", name, "-o", dir.path + "/\(name).json"])
+            #expect(e.status == 0, "\(name): \(e.stderr)")
+            let r = try RunAloneContainerTests.podman(["run", "--rm", "--network=none", "--cgroup-parent", cgroup.path] + images.flags
+                + ["--security-opt", "no-new-privileges", "--security-opt", "seccomp=" + dir.path + "/\(name).json",
+                   "-v", Built.probe + ":/probe:ro", "localhost/autoharness-base:bookworm", "/bin/sh", "-c", "/probe thread; /probe mount"])
+            #expect(r.stdout.contains("RESULT thread ok") && r.stdout.contains("RESULT mount errno EPERM"), "\(name): \(r.stdout)\(r.stderr)")
+        }
+    }
 }

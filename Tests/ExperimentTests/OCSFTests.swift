@@ -66,10 +66,14 @@ struct OCSFTests {
         let exp = try Experiment()
         try exp.setAgent(Agents.all)
         #expect(try exp.run("gate").status == 0)
+        // Where `autoharness run` keeps the coding agent's sandbox audit: its events are exported too.
+        try FileManager.default.createDirectory(atPath: exp.root + "/.autoharness/run", withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: audit, toPath: exp.root + "/.autoharness/run/audit.jsonl")
         let ledgerOut = dir.path + "/ledger.ocsf.jsonl"
         #expect(try exp.run("audit", "export", "-o", ledgerOut).status == 0)
         let ledger = try String(contentsOfFile: ledgerOut, encoding: .utf8)
         #expect(ledger.contains("\"operation\":\"held-out phase\"") && ledger.contains("gate attempt 1 accepted"), "\(ledger)")
+        #expect(ledger.contains("refused syscall mount"), "the coding agent's sandbox events: \(ledger)")
 
         let v = try runProcess(python, [Built.packageRoot + "/scripts/validate-ocsf.py", out, ledgerOut])
         #expect(v.status == 0, "\(v.stdout)\(v.stderr)")

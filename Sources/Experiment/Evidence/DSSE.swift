@@ -22,6 +22,14 @@ public struct DSSEEnvelope: Codable, Sendable, Equatable {
     public var payloadType: String
     public var signatures: [Signature]
 
+    /// The bytes of standard, padded base64 that re-encodes to itself: the unused bits of the
+    /// last character are zero, so no two texts carry the same bytes (the bundle is what was
+    /// written, bit for bit).
+    static func canonicalBase64(_ text: String) -> Data? {
+        guard let d = Data(base64Encoded: text), d.base64EncodedString() == text else { return nil }
+        return d
+    }
+
     /// The Pre-Authentication Encoding: "DSSEv1 SP LEN(type) SP type SP LEN(body) SP body",
     /// lengths in ASCII decimal of the bytes.
     public static func pae(type: String, body: [UInt8]) -> [UInt8] {
@@ -39,15 +47,15 @@ public struct DSSEEnvelope: Codable, Sendable, Equatable {
     /// The payload's bytes when a signature whose key id is `key`'s verifies over them;
     /// otherwise what is wrong. Nothing of the payload is parsed before this.
     public func verifiedPayload(_ key: Curve25519.Signing.PublicKey) throws(EvidenceError) -> [UInt8] {
-        guard let body = Data(base64Encoded: payload) else { throw EvidenceError("the envelope's payload is not base64") }
+        guard let body = Self.canonicalBase64(payload) else { throw EvidenceError("the envelope's payload is not canonical base64") }
         let id = EvidenceKey.keyID(key)
         let mine = signatures.filter { $0.keyid == id }
         guard !mine.isEmpty else {
-            throw EvidenceError("no signature by key \(id) (the envelope is signed by \(signatures.map(\.keyid).joined(separator: ", ")))")
+            throw EvidenceError("no signature by key \(id) (the envelope is signed by \(signatures.map { EvidenceVerifier.shown($0.keyid) }.joined(separator: ", ")))")
         }
         let signed = Self.pae(type: payloadType, body: Array(body))
         for s in mine {
-            if let raw = Data(base64Encoded: s.sig), key.isValidSignature(raw, for: signed) { return Array(body) }
+            if let raw = Self.canonicalBase64(s.sig), key.isValidSignature(raw, for: signed) { return Array(body) }
         }
         throw EvidenceError("the signature by key \(id) does not verify: the payload, its type or the signature was changed")
     }
@@ -59,7 +67,7 @@ public typealias EvidencePublicKey = Curve25519.Signing.PublicKey
 
 /// The bundle's signing key: Ed25519, the experiment's own (made on first use in its private
 /// directory, 0600) or the operator's (`--key`, a PKCS#8 PEM as `openssl genpkey -algorithm
-/// ed25519` writes, or 32 raw bytes).
+/// ed25519` writes).
 public enum EvidenceKey {
     /// The securesystemslib key object of `key` (also what a bundle carries).
     public static func sslib(_ key: Curve25519.Signing.PublicKey) -> SSLibKey {
@@ -84,19 +92,19 @@ public enum EvidenceKey {
     static let pkcs8Prefix: [UInt8] = [0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20]
     static let spkiPrefix: [UInt8] = [0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00]
 
-    /// An operator's key file: PKCS#8 PEM ("PRIVATE KEY") or 32 raw bytes.
+    /// An operator's key file: a PKCS#8 PEM ("PRIVATE KEY") only. 32 raw bytes are not taken:
+    /// any 32-byte file (a public key given by mistake, a password file) would sign.
     public static func loadOperatorKey(_ path: String) throws -> Curve25519.Signing.PrivateKey {
         let bytes: [UInt8]
         switch InputFile.read(path, cap: 16 << 10) {
         case .success(let b): bytes = b
         case .failure(let p): throw ExperimentError(.usage, "\(path): \(p.explanation("an Ed25519 private key"))")
         }
-        if bytes.count == 32, let k = try? Curve25519.Signing.PrivateKey(rawRepresentation: bytes) { return k }
         if let der = pemBody(bytes, label: "PRIVATE KEY"), der.count == 48, Array(der.prefix(16)) == pkcs8Prefix,
            let k = try? Curve25519.Signing.PrivateKey(rawRepresentation: der.suffix(32)) {
             return k
         }
-        throw ExperimentError(.usage, "\(path) is not an Ed25519 private key (a PKCS#8 PEM, `openssl genpkey -algorithm ed25519`, or 32 raw bytes)")
+        throw ExperimentError(.usage, "\(path) is not an Ed25519 private key as a PKCS#8 PEM (`openssl genpkey -algorithm ed25519 -out \(path)`)")
     }
 
     /// A public key as an operator or a reader has it: securesystemslib's hex, base64 of the

@@ -109,7 +109,8 @@ public struct TaskFilesDigest: Codable, Sendable, Equatable {
     public var manifestSHA256: String
 }
 
-/// The RFC 6962 root over one split's per-task reward leaves (`RewardLeaf`), sorted by task.
+/// The RFC 6962 root over one split's per-task reward leaves (`RewardLeaf`), in the order of
+/// their salts.
 public struct RewardTree: Codable, Sendable, Equatable {
     public var root: String
     public var size: Int
@@ -142,6 +143,8 @@ public struct GatePredicate: Codable, Sendable, Equatable {
         public var decided: LedgerPointer
     }
     public struct Ledger: Codable, Sendable, Equatable {
+        /// Row 1 (`experiment_created`): which experiment this is, whoever signed.
+        public var genesis: LedgerPointer
         public var head: LedgerPointer
         public var rows: Int64
     }
@@ -190,9 +193,14 @@ public enum RewardLeaf {
         return String(decoding: data, as: UTF8.self)
     }
 
-    /// The leaves of `rewards`, in task order.
+    /// The leaves of `rewards`, ordered by their random salts: a revealed leaf's index says
+    /// nothing about where the other tasks' ids sort (which, with the public task list, would
+    /// narrow down the rest of the held-out split).
     public static func leaves(_ rewards: [String: Double]) -> [String] {
-        rewards.keys.sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }.map { make(task: $0, reward: rewards[$0]!) }
+        rewards.map { (task, reward) -> (salt: String, leaf: String) in
+            let leaf = make(task: task, reward: reward)
+            return ((try? JSONDecoder().decode(Fields.self, from: Data(leaf.utf8)))?.salt ?? "", leaf)
+        }.sorted { $0.salt < $1.salt }.map(\.leaf)
     }
 
     /// The task and reward a leaf's text holds.

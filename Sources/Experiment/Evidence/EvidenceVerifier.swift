@@ -21,11 +21,12 @@ public enum EvidenceVerifier {
 
     public static func verify(_ bytes: [UInt8], trusted: Curve25519.Signing.PublicKey?) throws(EvidenceError) -> Report {
         guard bytes.count <= maxBundle else { throw EvidenceError("the bundle is over \(maxBundle) bytes") }
+        if let p = StrictJSON.problem(bytes) { throw EvidenceError("the bundle is not strict JSON: \(shown(p))") }
         let bundle: EvidenceBundle
         do { bundle = try JSONDecoder().decode(EvidenceBundle.self, from: Data(bytes)) } catch {
-            throw EvidenceError("not an evidence bundle: \(error)")
+            throw EvidenceError("not an evidence bundle: \(shown("\(error)"))")
         }
-        guard bundle.mediaType == EvidenceFormat.bundleMediaType else { throw EvidenceError("mediaType is \(bundle.mediaType), not \(EvidenceFormat.bundleMediaType)") }
+        guard bundle.mediaType == EvidenceFormat.bundleMediaType else { throw EvidenceError("mediaType is \(shown(bundle.mediaType)), not \(EvidenceFormat.bundleMediaType)") }
         guard bundle.verificationKey.keytype == "ed25519", bundle.verificationKey.scheme == "ed25519",
               let raw = EvidenceKey.hexBytes(bundle.verificationKey.keyval.public), raw.count == 32,
               let own = try? Curve25519.Signing.PublicKey(rawRepresentation: raw) else {
@@ -35,14 +36,15 @@ public enum EvidenceVerifier {
             throw EvidenceError("the bundle is signed with key \(EvidenceKey.keyID(own)), not with the key you trust (\(EvidenceKey.keyID(trusted)))")
         }
         guard bundle.dsseEnvelope.payloadType == EvidenceFormat.payloadType else {
-            throw EvidenceError("payloadType is \(bundle.dsseEnvelope.payloadType), not \(EvidenceFormat.payloadType)")
+            throw EvidenceError("payloadType is \(shown(bundle.dsseEnvelope.payloadType)), not \(EvidenceFormat.payloadType)")
         }
         let body = try bundle.dsseEnvelope.verifiedPayload(own)
         var checks = ["DSSE signature by ed25519 key \(EvidenceKey.keyID(own)) over the payload and its type"]
+        if let p = StrictJSON.problem(body) { throw EvidenceError("the signed payload is not strict JSON: \(shown(p))") }
 
         let statement: Statement
         do { statement = try JSONDecoder().decode(Statement.self, from: Data(body)) } catch {
-            throw EvidenceError("the signed payload is not an autoharness Statement: \(error)")
+            throw EvidenceError("the signed payload is not an autoharness Statement: \(shown("\(error)"))")
         }
         guard statement.type == EvidenceFormat.statementType, statement.predicateType == EvidenceFormat.predicateType else {
             throw EvidenceError("the Statement's _type or predicateType is not \(EvidenceFormat.statementType) / \(EvidenceFormat.predicateType)")
@@ -51,20 +53,24 @@ public enum EvidenceVerifier {
               digest.count == 64, EvidenceKey.hexBytes(digest) != nil else {
             throw EvidenceError("the Statement's subject is not one agent.py with a sha256 digest")
         }
-        checks.append("in-toto Statement v1: subject \(subject.name) sha256:\(digest)")
+        checks.append("in-toto Statement v1: subject \(shown(subject.name)) sha256:\(digest)")
         let p = statement.predicate
         for claim in p.claims {
             let holds: Bool
             switch claim.comparator {
             case ">": holds = claim.value - claim.threshold > 1e-9
             case ">=": holds = claim.value >= claim.threshold - 1e-9
-            default: throw EvidenceError("claim \(claim.metric): unknown comparator \(claim.comparator)")
+            default: throw EvidenceError("claim \(shown(claim.metric)): unknown comparator \(shown(claim.comparator))")
             }
             guard holds == claim.passed else {
-                throw EvidenceError("claim \(claim.metric) says passed=\(claim.passed), but \(claim.value) \(claim.comparator) \(claim.threshold) is \(holds)")
+                throw EvidenceError("claim \(shown(claim.metric)) says passed=\(claim.passed), but \(claim.value) \(claim.comparator) \(claim.threshold) is \(holds)")
             }
         }
-        if !p.claims.isEmpty { checks.append("claims consistent with their thresholds: " + p.claims.map { "\($0.metric) \($0.value) \($0.comparator) \($0.threshold) \($0.passed ? "passed" : "failed")" }.joined(separator: "; ")) }
+        if !p.claims.isEmpty {
+            checks.append("claims consistent with their thresholds: " + p.claims.map {
+                "\(shown($0.metric)) \($0.value) \($0.comparator) \($0.threshold) \($0.passed ? "passed" : "failed") (n=\($0.sampleSize))"
+            }.joined(separator: "; "))
+        }
 
         if let split = bundle.reveal?.split {
             guard let committed = p.split else { throw EvidenceError("a split is revealed but the Statement commits to none") }
@@ -78,17 +84,23 @@ public enum EvidenceVerifier {
         var revealed: [(String, String, Double)] = []
         for r in bundle.reveal?.rewards ?? [] {
             guard let tree = p.rewards[r.tree], let root = EvidenceKey.hexBytes(tree.root) else {
-                throw EvidenceError("a \(r.tree) reward is revealed but the Statement has no \(r.tree) root")
+                throw EvidenceError("a \(shown(r.tree)) reward is revealed but the Statement has no \(shown(r.tree)) root")
             }
             let path = r.path.compactMap(EvidenceKey.hexBytes)
             guard path.count == r.path.count,
                   MerkleTree.verify(leaf: Array(r.leaf.utf8), index: r.index, size: tree.size, path: path, root: root) else {
-                throw EvidenceError("the revealed \(r.tree) leaf \(r.index) is not in the tree whose root the Statement signs (\(tree.root))")
+                throw EvidenceError("the revealed \(shown(r.tree)) leaf \(r.index) is not in the tree whose root the Statement signs (\(shown(tree.root)))")
             }
-            guard let (task, reward) = RewardLeaf.read(r.leaf) else { throw EvidenceError("the revealed \(r.tree) leaf \(r.index) is not a reward leaf") }
+            guard let (task, reward) = RewardLeaf.read(r.leaf) else { throw EvidenceError("the revealed \(shown(r.tree)) leaf \(r.index) is not a reward leaf") }
             revealed.append((r.tree, task, reward))
-            checks.append("\(r.tree) reward of \(printable(task, limit: 200)): \(reward) (leaf \(r.index) of \(tree.size), audit path to root \(tree.root))")
+            checks.append("\(shown(r.tree)) reward of \(shown(task)): \(reward) (leaf \(r.index) of \(tree.size), audit path to root \(shown(tree.root)))")
         }
+        guard p.split == nil || EvidenceKey.hexBytes(p.split!.commitment)?.count == 32 else { throw EvidenceError("the split commitment is not a SHA-256") }
         return Report(statement: statement, keyID: EvidenceKey.keyID(own), keyTrusted: trusted != nil, checks: checks, revealedRewards: revealed)
     }
+
+    /// Anything of the bundle put on a terminal: every control, C1 and format character
+    /// escaped (a bundle's text could otherwise print "ok" lines of its own, or hide ours),
+    /// nothing cut short that could make two ids look the same.
+    public static func shown(_ s: String) -> String { printable(s, limit: 4096) }
 }

@@ -100,8 +100,10 @@ extension ExperimentSupervisor {
             criteria = started.criteria
             gate = .init(attempt: attempt, outcome: a.verdict.rawValue, accepted: a.accepted, reason: a.reason, commit: a.commit, iteration: a.iteration,
                          message: a.message, started: pointer(startRow), decided: pointer(attemptRow))
-            if a.suiteTotal > 0 || criteria != nil {
-                let rate = a.suiteTotal == 0 ? 1 : Double(a.suitePassed) / Double(a.suiteTotal)
+            // An empty suite (the first gates) is no claim: PR 575's rule that an absent field
+            // claims nothing, rather than a pass rate of 1 over no task.
+            if a.suiteTotal > 0 {
+                let rate = Double(a.suitePassed) / Double(a.suiteTotal)
                 let threshold = criteria?.suiteThreshold ?? config.threshold
                 claims.append(EvidenceClaim(metric: "suite_pass_rate", comparator: ">=", threshold: threshold, value: rate,
                                             passed: rate >= threshold - 1e-9, sampleSize: a.suiteTotal))
@@ -133,7 +135,7 @@ extension ExperimentSupervisor {
             harness: .init(binaries: evidence.binaries), gate: gate, claims: claims, criteria: criteria, policies: evidence.policies,
             heldOutRuntime: evidence.heldOutRuntime, taskFiles: evidence.taskFiles,
             split: split.commitment.map { SplitDigest(commitment: $0, train: split.train.count, test: split.test.count, committedAt: pointer(splitRow)) },
-            rewards: rewards, ledger: .init(head: LedgerPointer(seq: head.seq, hash: head.hash), rows: head.seq),
+            rewards: rewards, ledger: .init(genesis: pointer(rows[0]), head: LedgerPointer(seq: head.seq, hash: head.hash), rows: head.seq),
             host: .init(kernel: inspection.kernel, findings: findings, measuredAt: isoTimestamp()),
             violations: violations, exportedAt: isoTimestamp())
         let statement = Statement(subject: [.init(name: "agent/agent.py", digest: ["sha256": subject])], predicate: predicate)
@@ -158,7 +160,7 @@ extension ExperimentSupervisor {
                 revealed.rewards = (revealed.rewards ?? []) + [.init(tree: tree, index: i, leaf: leaves[i], path: path)]
                 found = true
             }
-            guard found else { throw ExperimentError(.usage, "task \(printable(task, limit: 200)) has no reward in this gate's evidence (it ran none of its phases)") }
+            guard found else { throw ExperimentError(.usage, "task \(printable(task, limit: 4096)) has no reward in this gate's evidence (it ran none of its phases)") }
         }
         if revealed.split != nil || revealed.rewards != nil { out.reveal = revealed }
         return out

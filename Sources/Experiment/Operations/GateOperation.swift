@@ -148,12 +148,13 @@ extension ExperimentSupervisor {
             items.append((.gateAttempt, result))
         }
         if let evidence { items.append((.failureEvidence, evidence)) }
-        // What `evidence export` signs about this attempt (held-out leaves only in the ledger).
-        items.append((.gateEvidence, evidenceRecord(attempt: attempt, train: phases.suite + promotionOutcomes,
-                                                    heldOut: phases.heldOut.map { (split.test, $0) })))
         items += batchRows
         items += violations(audit, during: "gate")
         items += violations(heldOutAudit, during: "gate, held-out split", heldOut: true)
+        // What `evidence export` signs about this attempt (held-out leaves only in the ledger),
+        // last: its bundle counts every violation up to this row, this gate's own included.
+        items.append((.gateEvidence, evidenceRecord(attempt: attempt, train: phases.suite + promotionOutcomes,
+                                                    heldOut: phases.heldOut.map { (split.test, $0) })))
         _ = try ledger.appendAll(items)
         recorded = true
         // Published only once the ledger holds the iteration; a crash in between is rolled

@@ -130,6 +130,7 @@ extension ExperimentSupervisor {
             # supervisor-private state and per-run traces are never committed
             .autoharness/
             workspace/traces/
+            evidence/
             __pycache__/
 
             """.write(toFile: layout.gitignore, atomically: true, encoding: .utf8)

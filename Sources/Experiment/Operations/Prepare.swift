@@ -113,9 +113,10 @@ extension ExperimentSupervisor {
         ]
         let splitRecord = SplitRecord(train: split.train, test: split.test, seed: split.metadata.seed)
         if let first = RollingBatches.first(splitRecord, config: config) { items.append((.batchRevealed, first)) }
+        items += violations(audit, during: "baseline", heldOut: true)
+        // Last, so that the bundle of prepare counts the baseline's violations.
         items.append((.gateEvidence, evidenceRecord(attempt: 0, train: outcomes.filter { trainIDs.contains($0.id) },
                                                     heldOut: (split.test, outcomes.filter { !trainIDs.contains($0.id) }))))
-        items += violations(audit, during: "baseline", heldOut: true)
         _ = try ledger.appendAll(items)
         try regenerateViews()
         // The first rolling batch's tasks run as a train run with the baseline agent.py: its
