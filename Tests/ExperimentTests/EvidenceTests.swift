@@ -54,6 +54,8 @@ struct EvidenceTests {
         let started = try #require(try exp.rows("gate_started").first)
         #expect((started["criteria"] as? [String: Any])?["requiredImprovement"] as? Double == 0.25)
 
+        // The host's findings are the gate's, measured when it ran, not the export's.
+        Thread.sleep(forTimeInterval: 1.1)
         let keyJSON = try exp.run("evidence", "key", "--json")
         #expect(keyJSON.status == 0)
         let out = exp.temp.path + "/g1.json"
@@ -96,6 +98,9 @@ struct EvidenceTests {
         #expect((p["taskFiles"] as? [[String: Any]])?.first?["path"] as? String == Experiment.fixture)
         #expect(((p["gate"] as? [String: Any])?["message"] as? String) == "solve both")
         #expect(((p["ledger"] as? [String: Any])?["genesis"] as? [String: Any])?["seq"] as? Int == 1, "which experiment: its first row")
+        let host = try #require(p["host"] as? [String: Any])
+        let measured = try #require(host["measuredAt"] as? String), exported = try #require(p["exportedAt"] as? String)
+        #expect(measured < exported && (host["findings"] as? [String: String])?["seccomp"] == "ok", "\(host) exported \(exported)")
 
         // The task files' digest is the one `sha256sum` gives a third party.
         let manifest = try runProcess("/bin/sh", ["-c", "cd \(Experiment.fixture) && find . -type f -printf '%P\\0' | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum"])

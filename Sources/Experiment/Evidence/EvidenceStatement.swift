@@ -149,8 +149,9 @@ public struct GatePredicate: Codable, Sendable, Equatable {
         public var rows: Int64
     }
     public struct Host: Codable, Sendable, Equatable {
-        /// `uname -r` and doctor's findings (topic: ok, degraded, missing), measured when the
-        /// bundle was exported, on the exporting host.
+        /// `uname -r` and doctor's host findings (topic: ok, info, missing), measured when the
+        /// gate ran, on its host (`measuredAt`; for rows written before that was recorded,
+        /// when the bundle was exported, on the exporting host).
         public var kernel: String
         public var findings: [String: String]
         public var measuredAt: String

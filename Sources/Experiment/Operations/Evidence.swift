@@ -34,7 +34,15 @@ extension ExperimentSupervisor {
         return GateEvidenceRecord(attempt: attempt, trainLeaves: RewardLeaf.leaves(trainRewards), heldOutLeaves: RewardLeaf.leaves(heldOutRewards),
                                   heldOutRuntime: heldOut == nil ? nil : executors.heldOutMeasurement(config),
                                   taskFiles: adapter.hostPaths.sorted().compactMap(EvidenceMeasure.taskFiles),
-                                  policies: policyDigests(), binaries: EvidenceMeasure.binaries())
+                                  policies: policyDigests(), binaries: EvidenceMeasure.binaries(), host: Self.hostFindings())
+    }
+
+    /// Doctor's host inspection now (no test sandbox: the gate's own sandboxes just ran).
+    static func hostFindings() -> GatePredicate.Host {
+        let inspection = HostInspection.inspect()
+        var findings: [String: String] = [:]
+        for f in inspection.findings where !f.topic.hasPrefix("  ") { findings[f.topic] = f.status.rawValue }
+        return GatePredicate.Host(kernel: inspection.kernel, findings: findings, measuredAt: isoTimestamp())
     }
 
     /// Every policy this experiment's sandboxes are made from, resolved as they get it.
@@ -126,9 +134,6 @@ extension ExperimentSupervisor {
         for r in rows.prefix(while: { $0.seq <= evidenceRow.seq }) where r.kind == .violation {
             if let v = try? r.decode(ViolationRecord.self) { violations[v.kind, default: 0] += v.occurrences }
         }
-        let inspection = HostInspection.inspect()
-        var findings: [String: String] = [:]
-        for f in inspection.findings where !f.topic.hasPrefix("  ") { findings[f.topic] = f.status.rawValue }
 
         let predicate = GatePredicate(
             kind: attempt == 0 ? "prepare" : "gate", benchmark: s.created?.benchmark ?? config.benchmark,
@@ -136,7 +141,7 @@ extension ExperimentSupervisor {
             heldOutRuntime: evidence.heldOutRuntime, taskFiles: evidence.taskFiles,
             split: split.commitment.map { SplitDigest(commitment: $0, train: split.train.count, test: split.test.count, committedAt: pointer(splitRow)) },
             rewards: rewards, ledger: .init(genesis: pointer(rows[0]), head: LedgerPointer(seq: head.seq, hash: head.hash), rows: head.seq),
-            host: .init(kernel: inspection.kernel, findings: findings, measuredAt: isoTimestamp()),
+            host: evidence.host ?? Self.hostFindings(),
             violations: violations, exportedAt: isoTimestamp())
         let statement = Statement(subject: [.init(name: "agent/agent.py", digest: ["sha256": subject])], predicate: predicate)
         let encoder = JSONEncoder()

@@ -14,4 +14,7 @@ public struct GateEvidenceRecord: Codable, Sendable {
     /// Every policy in use as resolved when it ran, and the autoharness programs that ran it.
     public var policies: [PolicyDigest]
     public var binaries: [FileDigest]
+    /// What doctor's host inspection found when the gate ran, on the host that ran it
+    /// (absent in rows written before: the bundle then says what the exporting host has).
+    public var host: GatePredicate.Host? = nil
 }
