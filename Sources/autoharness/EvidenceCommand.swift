@@ -229,7 +229,9 @@ struct AuditExport: ParsableCommand {
             switch InputFile.read(audit, cap: 1 << 30) {
             case .success(let bytes):
                 let r = OCSF.events(auditLog: bytes)
-                if r.skipped > 0 { printErr("audit export: \(audit): \(r.skipped) line(s) that are not audit events skipped") }
+                if r.skipped > 0, let first = r.firstSkipped {
+                    printErr("audit export: \(audit):\(first): not an audit event; \(r.skipped) such line(s) skipped")
+                }
                 events = r.events
             case .failure(let p): throw ValidationError("\(audit): \(p.explanation("an audit log"))")
             }

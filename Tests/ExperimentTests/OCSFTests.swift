@@ -38,7 +38,7 @@ struct OCSFTests {
         (passed.bytesUp, passed.bytesDown) = (1200, 5300)
         var allowed = AuditEvent(sandbox: "sbx-runner", kind: .egress, name: "[::1]:8080", action: "allowed")
         (allowed.bytesUp, allowed.bytesDown) = (10, 20)
-        let extra = [refused, passed, allowed].map(\.jsonLine).joined(separator: "\n") + "\n"
+        let extra = [refused, passed, allowed].map(\.jsonLine).joined(separator: "\n") + "\nnot an event\n"
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: audit))
         handle.seekToEndOfFile()
         handle.write(Data(extra.utf8))
@@ -46,7 +46,8 @@ struct OCSFTests {
 
         let out = dir.path + "/audit.ocsf.jsonl"
         let e = try autoharness(["audit", "export", "--audit", audit, "-o", out])
-        #expect(e.status == 0, "\(e.stderr)")
+        let lines = try String(contentsOfFile: audit, encoding: .utf8).split(separator: "\n").count
+        #expect(e.status == 0 && e.stderr.contains("audit.jsonl:\(lines): not an audit event; 1 such line(s) skipped"), "\(e.stderr)")
         let events = try String(contentsOfFile: out, encoding: .utf8).split(separator: "\n").compactMap {
             try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
         }

@@ -82,10 +82,7 @@ public enum EvidenceKey {
     }
 
     /// The experiment's key at `path`, made when there is none.
-    public static func load(orCreateAt path: String) throws -> Curve25519.Signing.PrivateKey {
-        try KeyFile.load(path, what: "an Ed25519 private key", parse: { try? Curve25519.Signing.PrivateKey(rawRepresentation: $0) },
-                         make: { Curve25519.Signing.PrivateKey() }, raw: { $0.rawRepresentation })
-    }
+    public static func load(orCreateAt path: String) throws -> Curve25519.Signing.PrivateKey { try KeyFile.ed25519(orCreateAt: path) }
 
     /// The DER prefix of an Ed25519 PKCS#8 private key (RFC 8410: version 0, id-Ed25519, an
     /// OCTET STRING holding the 32-byte seed) and of its SubjectPublicKeyInfo.

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Sandbox
 import SupervisorIO
 
 /// Checks a bundle with nothing but its bytes (and, to know who signed it, the key the reader
@@ -21,7 +22,7 @@ public enum EvidenceVerifier {
 
     public static func verify(_ bytes: [UInt8], trusted: Curve25519.Signing.PublicKey?) throws(EvidenceError) -> Report {
         guard bytes.count <= maxBundle else { throw EvidenceError("the bundle is over \(maxBundle) bytes") }
-        if let p = StrictJSON.problem(bytes) { throw EvidenceError("the bundle is not strict JSON: \(shown(p))") }
+        if let p = StrictJSONCheck.problem(bytes) { throw EvidenceError("the bundle is not strict JSON: \(shown(p))") }
         let bundle: EvidenceBundle
         do { bundle = try JSONDecoder().decode(EvidenceBundle.self, from: Data(bytes)) } catch {
             throw EvidenceError("not an evidence bundle: \(shown("\(error)"))")
@@ -40,7 +41,7 @@ public enum EvidenceVerifier {
         }
         let body = try bundle.dsseEnvelope.verifiedPayload(own)
         var checks = ["DSSE signature by ed25519 key \(EvidenceKey.keyID(own)) over the payload and its type"]
-        if let p = StrictJSON.problem(body) { throw EvidenceError("the signed payload is not strict JSON: \(shown(p))") }
+        if let p = StrictJSONCheck.problem(body) { throw EvidenceError("the signed payload is not strict JSON: \(shown(p))") }
 
         let statement: Statement
         do { statement = try JSONDecoder().decode(Statement.self, from: Data(body)) } catch {
@@ -95,7 +96,7 @@ public enum EvidenceVerifier {
             revealed.append((r.tree, task, reward))
             checks.append("\(shown(r.tree)) reward of \(shown(task)): \(reward) (leaf \(r.index) of \(tree.size), audit path to root \(shown(tree.root)))")
         }
-        guard p.split == nil || EvidenceKey.hexBytes(p.split!.commitment)?.count == 32 else { throw EvidenceError("the split commitment is not a SHA-256") }
+        if let split = p.split, EvidenceKey.hexBytes(split.commitment)?.count != 32 { throw EvidenceError("the split commitment is not a SHA-256") }
         return Report(statement: statement, keyID: EvidenceKey.keyID(own), keyTrusted: trusted != nil, checks: checks, revealedRewards: revealed)
     }
 

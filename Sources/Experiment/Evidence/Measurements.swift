@@ -56,6 +56,10 @@ public enum EvidenceMeasure {
         return TaskFilesDigest(path: root, files: lines.count, manifestSHA256: WorkDigest.hex(SHA256.hash(data: Array(manifest.utf8))))
     }
 
+    /// `binaries()` once per process: the programs do not change under a running supervisor,
+    /// and hashing them (the debug build's is large) is not work to repeat at every gate.
+    static let runningBinaries = binaries()
+
     /// The running executable and the programs installed beside it.
     public static func binaries() -> [FileDigest] {
         var out: [FileDigest] = []

@@ -23,13 +23,9 @@ public enum OCSF {
         ]
     }
 
-    /// Milliseconds since the epoch of an RFC 3339 UTC time (`AuditEvent.now`, ledger rows).
+    /// Milliseconds since the epoch of a ledger or audit time (both are `Timestamp`'s form).
     static func epochMillis(_ text: String) -> Int64 {
-        let f = ISO8601DateFormatter()
-        f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        if let d = f.date(from: text) { return Int64((d.timeIntervalSince1970 * 1000).rounded()) }
-        f.formatOptions = [.withInternetDateTime]
-        return f.date(from: text).map { Int64(($0.timeIntervalSince1970 * 1000).rounded()) } ?? 0
+        Timestamp.parse(text).map { Int64(($0.timeIntervalSince1970 * 1000).rounded()) } ?? 0
     }
 
     static func endpoint(_ target: String) -> [String: Any] {
@@ -155,17 +151,20 @@ public enum OCSF {
         return out
     }
 
-    /// A sandbox audit log's lines as events; lines that are not audit events are counted.
-    public static func events(auditLog bytes: [UInt8]) -> (events: [[String: Any]], skipped: Int) {
+    /// A sandbox audit log's lines as events; lines that are not audit events are counted, and
+    /// the first one's number kept for the message.
+    public static func events(auditLog bytes: [UInt8]) -> (events: [[String: Any]], skipped: Int, firstSkipped: Int?) {
         var events: [[String: Any]] = []
         var skipped = 0
-        for line in bytes.split(separator: 0x0A) where !line.isEmpty {
+        var firstSkipped: Int?
+        for (n, line) in bytes.split(separator: 0x0A, omittingEmptySubsequences: false).enumerated() where !line.isEmpty {
             guard let o = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any], let e = event(auditLine: o) else {
                 skipped += 1
+                if firstSkipped == nil { firstSkipped = n + 1 }
                 continue
             }
             events.append(e)
         }
-        return (events, skipped)
+        return (events, skipped, firstSkipped)
     }
 }

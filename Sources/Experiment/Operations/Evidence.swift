@@ -34,7 +34,7 @@ extension ExperimentSupervisor {
         return GateEvidenceRecord(attempt: attempt, trainLeaves: RewardLeaf.leaves(trainRewards), heldOutLeaves: RewardLeaf.leaves(heldOutRewards),
                                   heldOutRuntime: heldOut == nil ? nil : executors.heldOutMeasurement(config),
                                   taskFiles: adapter.hostPaths.sorted().compactMap(EvidenceMeasure.taskFiles),
-                                  policies: policyDigests(), binaries: EvidenceMeasure.binaries(), host: Self.hostFindings())
+                                  policies: policyDigests(), binaries: EvidenceMeasure.runningBinaries, host: Self.hostFindings())
     }
 
     /// Doctor's host inspection now (no test sandbox: the gate's own sandboxes just ran).
@@ -83,7 +83,7 @@ extension ExperimentSupervisor {
             let known = rows.filter { $0.kind == .gateEvidence }.compactMap { try? $0.decode(GateEvidenceRecord.self).attempt }
             throw ExperimentError(.usage, attempt == 0
                 ? "no evidence of prepare in the ledger (prepared before evidence bundles were recorded)"
-                : "no evidence of gate attempt \(attempt) in the ledger (attempts with evidence: \(known.filter { $0 > 0 }.map(String.init).joined(separator: ", ").nilIfEmpty ?? "none"); an attempt interrupted, or made before evidence bundles were recorded, has none)")
+                : "no evidence of gate attempt \(attempt) in the ledger (attempts with evidence: \(known.contains { $0 > 0 } ? known.filter { $0 > 0 }.map(String.init).joined(separator: ", ") : "none"); an attempt interrupted, or made before evidence bundles were recorded, has none)")
         }
         let evidence = try evidenceRow.decode(GateEvidenceRecord.self)
         let head = try ledger.head
@@ -175,8 +175,4 @@ extension ExperimentSupervisor {
     public func evidenceAttempts() throws -> [Int] {
         try ledger.records(kind: .gateEvidence).compactMap { try? $0.decode(GateEvidenceRecord.self).attempt }
     }
-}
-
-extension String {
-    var nilIfEmpty: String? { isEmpty ? nil : self }
 }

@@ -138,6 +138,12 @@ public enum NodeSealKey {
 /// A private key kept in a file of its own (0600): read, or made when (and only when) the
 /// file does not exist, never silently replaced.
 enum KeyFile {
+    /// An Ed25519 signing key as 32 raw bytes (the work-request key, the evidence key).
+    static func ed25519(orCreateAt path: String) throws -> Curve25519.Signing.PrivateKey {
+        try load(path, what: "an Ed25519 private key", parse: { try? Curve25519.Signing.PrivateKey(rawRepresentation: $0) },
+                 make: { Curve25519.Signing.PrivateKey() }, raw: { $0.rawRepresentation })
+    }
+
     static func load<Key>(_ path: String, what: String, parse: (Data) -> Key?, make: () -> Key, raw: (Key) -> Data) throws -> Key {
         switch InputFile.read(path, cap: 4096) {
         case .success(let bytes):
@@ -192,10 +198,7 @@ public enum WorkLimits {
 /// The experiment's signing key for work requests: Ed25519, created on first use in the
 /// experiment's private directory (0600); nodes trust its public half.
 public enum WorkKey {
-    public static func load(orCreateAt path: String) throws -> Curve25519.Signing.PrivateKey {
-        try KeyFile.load(path, what: "an Ed25519 private key", parse: { try? Curve25519.Signing.PrivateKey(rawRepresentation: $0) },
-                         make: { Curve25519.Signing.PrivateKey() }, raw: { $0.rawRepresentation })
-    }
+    public static func load(orCreateAt path: String) throws -> Curve25519.Signing.PrivateKey { try KeyFile.ed25519(orCreateAt: path) }
 
     /// The public half as operators write it into a node's key file (base64, one line).
     public static func publicText(_ key: Curve25519.Signing.PrivateKey) -> String {

@@ -273,3 +273,17 @@ indirect enum StrictJSON: Equatable {
         }
     }
 }
+
+/// The same strictness for readers outside the gate (`evidence verify`: a bundle and its signed
+/// payload, where two parsers reading one file two ways would be two different Statements).
+public enum StrictJSONCheck {
+    /// nil when `bytes` is strict JSON; otherwise what is wrong and where.
+    public static func problem(_ bytes: [UInt8]) -> String? {
+        do {
+            _ = try StrictJSON.parse(bytes)
+            return nil
+        } catch {
+            return "\(error.reason) at byte \(error.offset)"
+        }
+    }
+}
