@@ -265,18 +265,32 @@ def worker(reply_fd):
         replies.flush()
 
 
-def own_pid_namespace():
-    """Whether this process is in a PID namespace below the host's (NSpid lists a pid per
-    level): only there does kill(-1) reach no process but the sandbox's."""
-    with open("/proc/self/status") as f:
-        line = next((l for l in f if l.startswith("NSpid:")), "")
-    return len(line.split()) > 2
+# The initial PID namespace's inode number, fixed by the kernel (PROC_PID_INIT_INO).
+INITIAL_PID_NAMESPACE = 0xEFFFFFFC
 
 
-def kill_others():
+def own_pid_namespace(outer):
+    """Whether this process is in a PID namespace of its own: neither the host's first one nor
+    the supervisor's (`outer`, its inode number, passed by the adapter). Only there does
+    kill(-1) reach no process but the sandbox's. (NSpid in /proc/self/status cannot tell: it
+    lists pids from the /proc mount's namespace down, and the sandbox mounts its own /proc.)"""
+    ino = os.stat("/proc/self/ns/pid").st_ino
+    return ino not in (INITIAL_PID_NAMESPACE, outer)
+
+
+def running(pid):
+    """Whether `pid` is a process that can still act (a zombie cannot)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def kill_others(outer):
     """Ends every process of the sandbox but this one (and its init): agent.py's workers and
     anything they left behind, so nothing rewrites the answers once they are written."""
-    if not own_pid_namespace():
+    if not own_pid_namespace(outer):
         print("bfcl: not in a PID namespace of its own: agent.py's processes are not ended", file=sys.stderr)
         return
     me = os.getpid()
@@ -291,7 +305,7 @@ def kill_others():
                     break
             except ChildProcessError:
                 break
-        alive = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (me, 1)]
+        alive = [p for p in map(int, filter(str.isdigit, os.listdir("/proc"))) if p not in (me, 1) and running(p)]
         if not alive:
             return
         time.sleep(0.05)
@@ -340,6 +354,8 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--max-concurrency", type=int, default=4)
     p.add_argument("--oracle")
+    p.add_argument("--outer-pid-namespace", type=int, default=0,
+                   help="the supervisor's PID namespace inode: agent.py's processes are ended only in another")
     a = p.parse_args()
     with open(a.tasks) as f:
         tasks = [json.loads(line) for line in f if line.strip()]
@@ -350,7 +366,7 @@ def main():
         if ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE, 0
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0)")
         answers = drive(tasks, a.max_concurrency)
-        kill_others()
+        kill_others(a.outer_pid_namespace)
     text = {}
     for task_id, answer in answers.items():
         try:

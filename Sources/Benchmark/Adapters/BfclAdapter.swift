@@ -24,6 +24,7 @@
 
 import FoundationEssentials
 import Glibc
+import Sandbox
 import SandboxPolicy
 import SupervisorIO
 
@@ -192,11 +193,14 @@ public struct BfclAdapter: BenchmarkAdapter {
         try run.writeTaskIDs(ids)
         let scripts = MountSpec(kind: .readOnly(source: scriptsDirectory), destination: scriptsDirectory)
 
-        // 1. agent.py answers the tasks, from a file holding only this run's tasks, no answers
+        // 1. agent.py answers the tasks, from a file holding only this run's tasks, no answers.
+        //    The driver ends agent.py's processes before it writes the answers, and only from a
+        //    PID namespace of the sandbox's own: neither the supervisor's (passed) nor the host's first.
         var runner = ToolInvocation(
             policy: tool.runnerPolicy,
             argv: tool.command + [scriptsDirectory + "/autoharness_bfcl_run.py", "--tasks", "/work/out/tasks.jsonl",
-                                  "--max-concurrency", String(max(1, min(concurrency, ids.count))), "--out", "/work/out/answers.json"],
+                                  "--max-concurrency", String(max(1, min(concurrency, ids.count))), "--out", "/work/out/answers.json",
+                                  "--outer-pid-namespace", String(ProcessIdentity.ownPidNamespace)],
             withAgent: true, label: "bfcl")
         runner.environment = environment
         runner.extraMounts = [scripts]

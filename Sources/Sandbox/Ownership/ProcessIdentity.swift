@@ -79,7 +79,7 @@ public struct ProcessIdentity: Sendable, Equatable {
     }
 
     /// Inode of this process's pid namespace.
-    static let ownPidNamespace: UInt64 = {
+    public static let ownPidNamespace: UInt64 = {
         var st = stat()
         return stat("/proc/self/ns/pid", &st) == 0 ? UInt64(st.st_ino) : 0
     }()
