@@ -74,6 +74,7 @@ struct RunCommand: ParsableCommand {
         settings.agentCommand = try agentCommand.map(ShellWords.split)
         settings.maxIterations = maxIterations
         settings.maxHours = maxHours
+        settings.maxIterations = maxIterations
         let loop = RunLoop(supervisor: s, settings: settings)
         stops.onSignal { signal, number, count in
             if count == 1 {
@@ -238,6 +239,13 @@ struct DemoCommand: ParsableCommand {
     @Option(name: .customLong("max-hours"), help: "Stop the loop after this many hours.")
     var maxHours: Double = 0.25
 
+    @Option(name: .customLong("max-iterations"), help: "Stop the loop after this many accepted gates (default: when the demo agent stops improving).")
+    var maxIterations: Int?
+
+    func validate() throws {
+        if let n = maxIterations, n < 1 { throw ValidationError("--max-iterations must be at least 1 (got \(n))") }
+    }
+
     func run() throws {
         let fm = FileManager.default
         let root = dir.hasPrefix("/") ? dir : fm.currentDirectoryPath + "/" + dir
@@ -288,6 +296,7 @@ struct DemoCommand: ParsableCommand {
         print("demo: baseline \(p.passed)/\(p.tasks) tasks pass; split \(p.train) train / \(p.test) test; val_score \(String(format: "%.4f", p.baselineScore))")
         var settings = RunSettings(clientBinary: PolicyLocator.clientBinary(), hostEnvironment: [:]) { printErr("autoharness: \($0)") }
         settings.maxHours = maxHours
+        settings.maxIterations = maxIterations
         let loop = RunLoop(supervisor: s, settings: settings)
         stops.onSignal { signal, number, count in
             if count == 1 { loop.requestStop("\(signal) received") } else { Glibc.exit(Exit.interrupted(by: number)) }
