@@ -74,7 +74,6 @@ struct RunCommand: ParsableCommand {
         settings.agentCommand = try agentCommand.map(ShellWords.split)
         settings.maxIterations = maxIterations
         settings.maxHours = maxHours
-        settings.maxIterations = maxIterations
         let loop = RunLoop(supervisor: s, settings: settings)
         stops.onSignal { signal, number, count in
             if count == 1 {

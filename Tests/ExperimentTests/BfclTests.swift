@@ -199,6 +199,39 @@ struct BfclTests {
         #expect(exp.scratchMounts().isEmpty)
     }
 
+    @Test("the driver kills (kill(-1)) only in a PID namespace that is neither the supervisor's nor the host's first, told by inode number even where /proc is the sandbox's own; zombies are not survivors")
+    func killsOnlyInItsOwnNamespace() throws {
+        try requireRoot()
+        // In a PID namespace with its own /proc, as every sandbox has (NSpid there has one
+        // entry, as on the host): the namespace passed as the supervisor's is refused, another is not.
+        let probe = """
+            import os, sys, time
+            sys.path.insert(0, sys.argv[1])
+            import autoharness_bfcl_run as r
+            own = os.stat("/proc/self/ns/pid").st_ino
+            nspid = next(l for l in open("/proc/self/status") if l.startswith("NSpid:")).split()[1:]
+            dead = os.fork()
+            if dead == 0:
+                os._exit(0)
+            while open("/proc/%d/stat" % dead).read().rpartition(")")[2].split()[0] != "Z":
+                time.sleep(0.01)
+            print(len(nspid), r.own_pid_namespace(own), r.own_pid_namespace(int(sys.argv[2])),
+                  r.running(dead), r.running(os.getpid()))
+            """
+        let outer = try #require(Int((try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/ns/pid")).dropFirst(5).dropLast()))
+        let scripts = Built.packageRoot + "/templates/bfcl"
+        let inner = try runProcess("/usr/bin/unshare", ["-p", "-f", "--mount-proc", "/usr/bin/python3", "-c", probe, scripts, String(outer)])
+        #expect(inner.status == 0, "\(inner.stderr)")
+        // one NSpid entry; its own namespace given as the supervisor's: no; the real outer one: yes;
+        // a zombie child cannot act, the driver itself can
+        #expect(inner.stdout == "1 False True False True\n", "\(inner.stdout)\(inner.stderr)")
+        // In the host's first namespace (where this test runs): never, even told another one
+        // (0) is the supervisor's.
+        try #require(outer == 0xEFFF_FFFC, "this test runs in the host's first PID namespace (\(outer))")
+        let here = try runProcess("/usr/bin/python3", ["-c", probe, scripts, "0"])
+        #expect(here.stdout.split(separator: " ").dropFirst().prefix(2) == ["False", "False"], "\(here.stdout)\(here.stderr)")
+    }
+
     @Test("agent.py is asked in a random order, not in the order of the run's ids it can read in /work/in/task_ids.txt (counting its requests would name each task's category)")
     func requestOrder() throws {
         let venv = try Bfcl.install()
