@@ -42,6 +42,9 @@ public struct TaskRunConfiguration: Sendable {
     /// What each verifier gets read-only instead of fetching it (uv, pytest's wheels, the
     /// `curl`/`apt-get` shims: `VerifierTools`); nil: nothing.
     public var verifierTools: VerifierTools?
+    /// The tasks that run on their image (`TaskImage`): both of their sandboxes have the
+    /// image as root instead of the host's userland; nil or a task not listed: the host's.
+    public var images: TaskImages?
     /// Rewrite the git configuration in /app before the verifier (`GitConfigs`). Off only in
     /// tests that show what the verifier's policy does on its own.
     var sanitizesGitConfigs = true

@@ -149,7 +149,12 @@ public final class TaskRunner: Sendable {
         let taskPolicy: Policy
         let verifierPolicy: Policy
         let emptyAgent = scratch.path + "/no-agent"
+        let image = configuration.images?.byTask[task.id]
+        // On an image, /app is the image's own (in the task's overlay), not a seeded copy.
+        var imageRoot: String?
         do {
+            if let image { imageRoot = try scratch.mountImage(image) }
+            let appPath = imageRoot.map { $0 + "/app" } ?? scratch.appPath
             // Oracle runs without an agent directory still satisfy {agent_dir}: an empty,
             // root-only directory stands in.
             if agentDirectory == nil {
@@ -159,25 +164,29 @@ public final class TaskRunner: Sendable {
                 close(d)
             }
             taskPolicy = try configuration.policyLoader.load(
-                configuration.taskPolicy, variables: ["workdir": scratch.appPath, "agent_dir": agentDirectory ?? emptyAgent])
+                configuration.taskPolicy, variables: ["workdir": appPath, "agent_dir": agentDirectory ?? emptyAgent])
             verifierPolicy = try configuration.policyLoader.load(
                 configuration.verifierPolicy,
-                variables: ["workdir": scratch.appPath, "tests_dir": testsDirectory, "logs_dir": scratch.logsPath])
+                variables: ["workdir": appPath, "tests_dir": testsDirectory, "logs_dir": scratch.logsPath])
+            try image?.check([taskPolicy, verifierPolicy])
         } catch let error as BenchmarkError {
             return run.finish(.setupFailed, error.message)
         } catch {
             return run.finish(.setupFailed, "policy: \(error)")
         }
+        let appPath = imageRoot.map { $0 + "/app" } ?? scratch.appPath
 
         // Step 1: the working copy, seeded from environment/ and owned by the agent
         // sandbox's host uid (its writes land as that uid); the logs directory, owned by the
         // verifier's. Dockerfile is left out: it describes an image, it is not task data.
+        // On an image, /app is what the image holds (made empty where it holds none).
         let stdinFD: Int32
         let rewardWatch: ChangeWatch
         do throws(BenchmarkError) {
-            let app = try scratch.makeSandboxDirectory("app", owner: (taskPolicy.identity.hostUID, taskPolicy.identity.hostGID))
+            let owner = (taskPolicy.identity.hostUID, taskPolicy.identity.hostGID)
+            let app = imageRoot == nil ? try scratch.makeSandboxDirectory("app", owner: owner) : try scratch.imageApp(owner: owner)
             defer { close(app) }
-            if LocalBenchmark.kind(task.environmentDirectory) == S_IFDIR {
+            if imageRoot == nil, LocalBenchmark.kind(task.environmentDirectory) == S_IFDIR {
                 let env = FileSystem.openDirectory(task.environmentDirectory)
                 guard env >= 0 else { throw BenchmarkError(.io, "\(task.environmentDirectory): \(FileSystem.errorText())") }
                 defer { close(env) }
@@ -205,9 +214,11 @@ public final class TaskRunner: Sendable {
         let verifierTimeout = task.verifierTimeoutDeclared ? task.verifierTimeout : configuration.defaultVerifierTimeout
         var verifierOverrides = PlanOverrides()
         verifierOverrides.timeoutSeconds = verifierTimeout
+        // On an image the tests start where the image's processes do (its WORKDIR), as under Harbor.
+        image?.apply(to: &verifierOverrides, root: imageRoot, policy: verifierPolicy)
         if let tools = configuration.verifierTools {
             verifierOverrides.mounts += tools.mounts
-            verifierOverrides.environment += tools.environment(policyPath: verifierPolicy.env.set["PATH"])
+            verifierOverrides.environment += tools.environment(policyPath: image?.path(policy: verifierPolicy) ?? verifierPolicy.env.set["PATH"])
         }
         let verifierAudit = configuration.verifierAudit ?? configuration.audit
         let ahead = VerifierAhead()
@@ -223,6 +234,7 @@ public final class TaskRunner: Sendable {
         let agentTimeout = task.agentTimeoutDeclared ? task.agentTimeout : configuration.defaultAgentTimeout
         var overrides = PlanOverrides()
         overrides.timeoutSeconds = agentTimeout
+        image?.apply(to: &overrides, root: imageRoot, policy: taskPolicy)
         let command: [String]
         if configuration.oracle {
             guard task.hasSolution else {
@@ -241,7 +253,7 @@ public final class TaskRunner: Sendable {
             // The tool's sandboxes are gone when this returns; the verifier is built after.
             close(stdinFD)
             let start = Self.now()
-            let end = external.run(task, workdir: scratch.appPath)
+            let end = external.run(task, workdir: appPath)
             run.agentSeconds = Self.now() - start
             run.extraTrace = end.trace
             run.costUSD = end.costUSD
@@ -286,7 +298,9 @@ public final class TaskRunner: Sendable {
         }
 
         // What of /app git would run as code is gone before any test sees it (`GitConfigs`).
-        let app = FileSystem.openDirectory(at: scratch.fd, FileSystem.name("app"))
+        // On an image, /app is in the overlay the agent wrote as root: never a link it left.
+        let app = imageRoot == nil ? FileSystem.openDirectory(at: scratch.fd, FileSystem.name("app"))
+            : (try? scratch.imageApp(owner: (taskPolicy.identity.hostUID, taskPolicy.identity.hostGID))) ?? -1
         guard app >= 0 else { return run.finish(.setupFailed, "app directory: \(FileSystem.errorText())") }
         let sanitized = configuration.sanitizesGitConfigs
             ? GitConfigs.sanitize(app: app, owner: (taskPolicy.identity.hostUID, taskPolicy.identity.hostGID)) : .success(0)
@@ -294,10 +308,10 @@ public final class TaskRunner: Sendable {
         if case .failure(let e) = sanitized { return run.finish(.setupFailed, e.message) }
 
         // Which agent code the verifier runs (`AgentCodeRuns`), watched from here to its end.
-        let appPath = scratch.appPath
         let codeWatch: OpenWatch?
+        let watchedApp = appPath
         do throws(SandboxError) {
-            codeWatch = try OpenWatch(directory: appPath) { AgentCodeRuns.counts($0, app: appPath) }
+            codeWatch = try OpenWatch(directory: watchedApp) { AgentCodeRuns.counts($0, app: watchedApp) }
         } catch {
             codeWatch = nil
             run.note("\(error.message): which code from /app the verifier ran is not known")

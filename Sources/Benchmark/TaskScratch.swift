@@ -255,3 +255,39 @@ extension TaskRunner {
     /// operator.
     public static func sweepScratch(root: String) -> [String] { TaskScratch.sweep(root: root) }
 }
+
+extension TaskScratch {
+    /// `root/`: the task's view of `image`, an overlay whose lower layer is the image's files
+    /// and whose upper and work layers (`upper/`, `work/`) are on this task's tmpfs, so what
+    /// the task writes is as private, capped and short-lived as a working copy. Unmounted with
+    /// the tmpfs (one lazy unmount drops both). The upper layer's root takes the image root's
+    /// owner and mode: it is the overlay's root directory.
+    func mountImage(_ image: TaskImage) throws(BenchmarkError) -> String {
+        var st = stat()
+        guard lstat(image.rootfs, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
+            throw BenchmarkError(.io, "image \(image.id): its files at \(image.rootfs): \(FileSystem.errorText())")
+        }
+        guard st.st_uid == image.hostUID, st.st_gid == image.hostGID else {
+            throw BenchmarkError(.configuration, "image \(image.id): \(image.rootfs) belongs to \(st.st_uid):\(st.st_gid), not to the sandboxes' host ids \(image.hostUID):\(image.hostGID)")
+        }
+        for (name, mode, owner) in [("upper", st.st_mode & 0o7777, (uid_t(image.hostUID), gid_t(image.hostGID))),
+                                    ("work", 0o700, (uid_t(0), gid_t(0))), ("root", 0o755, (uid_t(0), gid_t(0)))] {
+            guard let d = FileSystem.makeDirectory(at: fd, name, mode: mode_t(mode), owner: owner) else {
+                throw BenchmarkError(.io, "\(path)/\(name): \(FileSystem.errorText())")
+            }
+            close(d)
+        }
+        // Paths with ',' or ':' would need escaping in the options; neither occurs in ours.
+        guard !image.rootfs.contains(where: { $0 == "," || $0 == ":" }) else {
+            throw BenchmarkError(.configuration, "image \(image.id): its path \(image.rootfs) holds ',' or ':'")
+        }
+        let root = path + "/root"
+        // No redirect_dir, metacopy or index: the simplest overlay, whose upper layer holds
+        // plain copies of what the task changed.
+        let options = "lowerdir=\(image.rootfs),upperdir=\(path)/upper,workdir=\(path)/work,redirect_dir=off,metacopy=off,index=off"
+        guard mount("overlay", root, "overlay", UInt(MS_NOSUID | MS_NODEV), options) == 0 else {
+            throw BenchmarkError(.io, "cannot mount the image \(image.id) at \(root): \(FileSystem.errorText())")
+        }
+        return root
+    }
+}

@@ -248,17 +248,25 @@ void ahl_setup_filesystem(const struct ahl_plan *p, int rep, const int *trees, i
 
     // The sandbox root: an empty tmpfs that holds only mount points and ends read-only. It
     // is attached over /tmp of this private namespace just long enough to pivot into it.
+    // A plan whose first entry binds a directory at / (a task's image: an overlay the
+    // supervisor mounted over the image's files, `PlanOverrides.imageRoot`) has that tree as
+    // its root instead: every other entry is mounted inside it, and it stays writable when
+    // the bind is (a container's root is), its writes landing in the overlay's upper layer.
+    const struct ahl_mount *root_bind =
+        p->n_mounts && p->mounts[0].kind == AHL_MOUNT_BIND && p->mounts[0].dest[0] == '/' && p->mounts[0].dest[1] == 0
+            ? &p->mounts[0] : NULL;
     uint64_t rs = p->root_size ? p->root_size : (4ull << 20);
-    int rootm = ahl_root_clone >= 0 ? ahl_root_clone : ahl_new_fs("tmpfs", rs, 0755, AHL_SAFE);
+    int rootm = root_bind ? trees[0] : ahl_root_clone >= 0 ? ahl_root_clone : ahl_new_fs("tmpfs", rs, 0755, AHL_SAFE);
     if (rootm < 0) ahl_fail(rep, AHL_STAGE_MOUNT_ROOT, 0);
     int spot = sys_open("/tmp", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (spot < 0 || ahl_attach(rootm, spot) < 0) ahl_fail(rep, AHL_STAGE_MOUNT_ROOT, 0);
     sys_close(spot);
     sys_close(rootm);
+    uint32_t first = root_bind ? 1 : 0;
     int newroot = sys_open("/tmp", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (newroot < 0) ahl_fail(rep, AHL_STAGE_MOUNT_ROOT, 0);
 
-    for (uint32_t i = 0; i < p->n_mounts; i++) {
+    for (uint32_t i = first; i < p->n_mounts; i++) {
         const struct ahl_mount *m = &p->mounts[i];
         if (ahl_templated(m)) continue;
         int r;
@@ -280,7 +288,8 @@ void ahl_setup_filesystem(const struct ahl_plan *p, int rep, const int *trees, i
     // here is, and its nodes are binds of the host's.
     uint64_t dev_attrs = dev_tree >= 0 ? MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC : AHL_SAFE | MOUNT_ATTR_NOEXEC;
     if (make_readonly(newroot, "/dev", dev_attrs) < 0) ahl_fail(rep, AHL_STAGE_MOUNT_READONLY, 0);
-    if (make_readonly(newroot, "/", AHL_SAFE) < 0) ahl_fail(rep, AHL_STAGE_MOUNT_READONLY, 0);
+    if ((!root_bind || (root_bind->flags & AHL_MOUNT_READONLY)) && make_readonly(newroot, "/", AHL_SAFE) < 0)
+        ahl_fail(rep, AHL_STAGE_MOUNT_READONLY, 0);
     sys_close(newroot);
 
     // pivot_root(".", ".") stacks the old root on top of the new one; detaching it drops

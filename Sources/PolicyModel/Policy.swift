@@ -120,24 +120,29 @@ public struct MountSpec: Sendable, Equatable {
     /// MOUNT_ATTR_NOSYMFOLLOW; opening one fails with ELOOP, readlink still works). For trees a
     /// less trusted process wrote, e.g. the verifier's view of the agent's work dir.
     public var noSymlinks: Bool
+    /// For ro binds: this entry is part of the host's userland (programs, libraries, the
+    /// loader's /etc files), which a task's image replaces: a sandbox built on an image
+    /// (`PlanOverrides.imageRoot`) leaves every such entry out and has the image's instead.
+    public var userland: Bool
     /// Where the entry was written, for diagnostics. Ignored by `==`.
     public var location: SourceLocation?
 
     public init(
         kind: Kind, destination: String, optional: Bool = false, keepSymlink: Bool = false,
-        noSymlinks: Bool = false, location: SourceLocation? = nil
+        noSymlinks: Bool = false, userland: Bool = false, location: SourceLocation? = nil
     ) {
         self.kind = kind
         self.destination = destination
         self.optional = optional
         self.keepSymlink = keepSymlink
         self.noSymlinks = noSymlinks
+        self.userland = userland
         self.location = location
     }
 
     public static func == (a: MountSpec, b: MountSpec) -> Bool {
         a.kind == b.kind && a.destination == b.destination && a.optional == b.optional
-            && a.keepSymlink == b.keepSymlink && a.noSymlinks == b.noSymlinks
+            && a.keepSymlink == b.keepSymlink && a.noSymlinks == b.noSymlinks && a.userland == b.userland
     }
 
     /// The host path this entry reads from, if it is a bind.

@@ -12,7 +12,7 @@ import WireCoding
 
 public enum PolicyCoding {
     /// Bumped whenever the layout changes (older entries then miss: their key differs).
-    public static let version = 2
+    public static let version = 3
 
     public static func encode(_ p: Policy) -> [UInt8] {
         var w = ByteWriter()
@@ -75,6 +75,7 @@ extension ByteWriter {
         bool(m.optional)
         bool(m.keepSymlink)
         bool(m.noSymlinks)
+        bool(m.userland)
         optional(m.location) { w, l in
             w.string(l.file)
             w.u64(UInt64(bitPattern: Int64(l.line)))
@@ -97,12 +98,13 @@ extension ByteReader {
         default: return nil
         }
         guard let destination = string(), let optional = bool(), let keepSymlink = bool(), let noSymlinks = bool(),
+              let userland = bool(),
               let location = self.optional({ r -> SourceLocation? in
                   guard let file = r.string(), let line = r.u64(), let column = r.u64() else { return nil }
                   return SourceLocation(file: file, line: Int(Int64(bitPattern: line)), column: Int(Int64(bitPattern: column)))
               }) else { return nil }
         return MountSpec(kind: kind, destination: destination, optional: optional, keepSymlink: keepSymlink,
-                         noSymlinks: noSymlinks, location: location)
+                         noSymlinks: noSymlinks, userland: userland, location: location)
     }
 
     mutating func policy() -> Policy? {

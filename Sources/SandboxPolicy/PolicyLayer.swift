@@ -90,7 +90,7 @@ struct LayerParser {
     static let topLevelKeys = ["extends", "description", "filesystem", "identity", "seccomp", "network", "limits", "env"]
     static let filesystemKeys = ["chdir", "landlock", "mounts"]
     static let mountKinds = ["ro", "rw", "tmpfs", "hide", "symlink"]
-    static let mountKeys = mountKinds + ["optional", "keep_symlink", "no_symlinks", "size", "mode", "target"]
+    static let mountKeys = mountKinds + ["optional", "keep_symlink", "no_symlinks", "userland", "size", "mode", "target"]
     static let identityKeys = ["uid", "gid", "host_uid", "host_gid", "hostname"]
     static let seccompKeys = ["profile", "default_action", "allow", "deny", "quiet"]
     /// Named base allowlists the plan compiler knows.
@@ -199,7 +199,7 @@ struct LayerParser {
             return nil
         }
         let modifiers: [String: [String]] = [
-            "ro": ["optional", "keep_symlink", "no_symlinks"], "rw": ["optional", "no_symlinks"], "tmpfs": ["size", "mode"], "hide": [],
+            "ro": ["optional", "keep_symlink", "no_symlinks", "userland"], "rw": ["optional", "no_symlinks"], "tmpfs": ["size", "mode"], "hide": [],
             "symlink": ["target"],
         ]
         var valid = true
@@ -209,6 +209,7 @@ struct LayerParser {
             case "optional": appliesTo = "ro and rw binds (a tmpfs, hide or symlink cannot be missing)"
             case "keep_symlink": appliesTo = "ro binds (it mirrors merged-/usr links; a rw grant must bind what it names)"
             case "no_symlinks": appliesTo = "ro and rw binds"
+            case "userland": appliesTo = "ro binds (the host's programs and libraries, which a task's image replaces)"
             case "size", "mode": appliesTo = "tmpfs"
             default: appliesTo = "symlink"
             }
@@ -224,12 +225,13 @@ struct LayerParser {
             let optional = entry["optional"].flatMap { reader.bool($0, "optional") } ?? false
             let keepSymlink = entry["keep_symlink"].flatMap { reader.bool($0, "keep_symlink") } ?? false
             let noSymlinks = entry["no_symlinks"].flatMap { reader.bool($0, "no_symlinks") } ?? false
+            let userland = entry["userland"].flatMap { reader.bool($0, "userland") } ?? false
             guard valid else { return nil }
             let mountKind: MountSpec.Kind =
                 kind == "ro" ? .readOnly(source: source.path) : .readWrite(source: source.path)
             return ParsedMount(
                 spec: MountSpec(kind: mountKind, destination: destination.path, optional: optional,
-                                keepSymlink: keepSymlink, noSymlinks: noSymlinks, location: loc),
+                                keepSymlink: keepSymlink, noSymlinks: noSymlinks, userland: userland, location: loc),
                 location: loc, isConcrete: destination.isConcrete)
 
         default:

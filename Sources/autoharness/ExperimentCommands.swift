@@ -136,6 +136,30 @@ struct PrepareCommand: ParsableCommand {
     }
 }
 
+struct ImagesCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "images",
+        abstract: "Build each task's image from its environment/Dockerfile (podman), so the task runs on it.",
+        discussion: """
+            For a local benchmark. Each task with an environment/Dockerfile is built with this host's podman \
+            (its registries and base images; RUN steps have the host's network), unpacked into the experiment's \
+            private directory, and from then on both of the task's sandboxes have the image as their root: root \
+            inside a user namespace, the image's WORKDIR and ENV, /app as the image holds it, nothing else of \
+            environment/. A task whose context is unchanged is not built again. Without an image a task runs on \
+            the host's userland, /app seeded from environment/.
+            """)
+
+    @OptionGroup var experiment: ExperimentOptions
+
+    func run() throws {
+        let s = try experiment.supervisor("images")
+        let (count, problems) = try s.buildImages { printErr($0) }
+        print("images: \(count) task\(count == 1 ? "" : "s") on their own image")
+        for (_, p) in problems.sorted(by: { $0.key < $1.key }) { printErr("autoharness: \(p)") }
+        if !problems.isEmpty { throw ExitCode(1) }
+    }
+}
+
 struct BenchmarkCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "benchmark",

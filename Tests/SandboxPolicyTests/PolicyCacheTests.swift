@@ -50,7 +50,7 @@ struct PolicyCodingTests {
     @Test("PolicyCoding knows every stored property of the policy's types")
     func everyFieldIsCoded() {
         #expect(Mirror(reflecting: Policy(name: "x")).children.count == 11)
-        #expect(Mirror(reflecting: MountSpec(kind: .hide, destination: "/x")).children.count == 6)
+        #expect(Mirror(reflecting: MountSpec(kind: .hide, destination: "/x")).children.count == 7)
         #expect(Mirror(reflecting: SourceLocation(file: "f", line: 1)).children.count == 3)
         #expect(Mirror(reflecting: Identity()).children.count == 5)
         #expect(Mirror(reflecting: SeccompSpec()).children.count == 6)

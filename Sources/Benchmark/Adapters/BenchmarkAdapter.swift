@@ -125,6 +125,8 @@ public struct LocalAdapter: BenchmarkAdapter {
     public var defaultAgentTimeout: Double?
     /// Given to each verifier read-only (`sandbox.verifier_tools`).
     public var verifierTools: VerifierTools?
+    /// The tasks that run on their own image.
+    public var images: TaskImages?
 
     public init(benchmark: LocalBenchmark) { self.benchmark = benchmark }
 
@@ -142,6 +144,7 @@ public struct LocalAdapter: BenchmarkAdapter {
             cfg.taskPolicy = taskPolicy
             cfg.verifierPolicy = verifierPolicy
             cfg.verifierTools = verifierTools
+            cfg.images = images
             if let t = defaultAgentTimeout { cfg.defaultAgentTimeout = t }
         }
     }

@@ -35,6 +35,8 @@ struct LocalKind: BenchmarkKind {
         local.verifierPolicy = config.verifierPolicy
         local.verifierTools = try config.verifierToolbox()
         local.defaultAgentTimeout = config.perTaskTimeout
+        // Tasks whose image `autoharness images` built run on it; the others on the host's userland.
+        local.images = ExperimentSupervisor.imageStore(root: root).load(local.benchmark.tasks).images
         return local
     }
 }

@@ -97,6 +97,13 @@ public struct PlanOverrides: Sendable {
     /// `NAME=VALUE` sets a variable; `NAME` copies it from the supervisor's environment.
     public var environment: [String] = []
     public var timeoutSeconds: Double?
+    /// A task's image: a host directory (the overlay the supervisor mounted over the image's
+    /// unpacked files) that becomes the sandbox's root, writable, in place of the empty tmpfs.
+    /// The policy's `userland` entries (the host's programs and libraries) are left out, every
+    /// other entry is mounted inside it, and the payload is root of its user namespace (uid 0
+    /// and gid 0 inside, the policy's unprivileged host ids outside, no capability), as a
+    /// container's process is: the image's files belong to that host uid (`TaskImage`).
+    public var imageRoot: String?
 
     public init() {}
 }
@@ -117,6 +124,12 @@ public enum PlanCompiler {
             throw SandboxError(.invalidArgument, "no command given")
         }
         var specs = policy.mounts
+        var identity = policy.identity
+        if overrides.imageRoot != nil {
+            specs.removeAll(where: \.userland)
+            identity.uid = 0
+            identity.gid = 0
+        }
         for o in overrides.mounts {
             let dest = try normalize(o.destination, what: "--\(o.kindName) destination")
             if let src = o.source {
@@ -181,6 +194,16 @@ public enum PlanCompiler {
                 mounts.append(.init(kind: .symlink(target: target), destination: spec.destination, origin: origin))
             }
         }
+        if let root = overrides.imageRoot {
+            // First: the launcher takes entry 0 at / as the root every other entry is mounted in.
+            let resolved = try resolveSource(try normalize(root, what: "image root"), origin: "image root")
+            var st = stat()
+            guard stat(resolved, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
+                throw SandboxError(.sourceMissing, "image root \(resolved): not a directory", errno: errno)
+            }
+            mounts.insert(.init(kind: .bind(source: resolved, readOnly: false, device: UInt64(st.st_dev), inode: UInt64(st.st_ino),
+                                            isDirectory: true), destination: "/", origin: "image root"), at: 0)
+        }
         // Nothing may be mounted through a symlink the sandbox itself creates.
         let below = PathTree.descendants(ancestors: PathTree.ancestors(mounts.map(\.destination)))
         for (i, link) in mounts.enumerated() {
@@ -241,7 +264,7 @@ public enum PlanCompiler {
         let searchPath = env.first(where: { $0.hasPrefix("PATH=") }).map { String($0.dropFirst(5)) } ?? "/usr/bin:/bin"
         return LaunchPlan(
             sandboxID: sandboxID, policyName: policy.name, command: command, environment: env,
-            searchPath: searchPath, workingDirectory: cwd, identity: policy.identity, mounts: mounts,
+            searchPath: searchPath, workingDirectory: cwd, identity: identity, mounts: mounts,
             skippedMounts: skipped, rlimits: rlimits, limits: limits, network: policy.network,
             filter: filter, landlock: policy.landlock)
     }

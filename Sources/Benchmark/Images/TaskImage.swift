@@ -1,0 +1,104 @@
+// A task's environment as its image: the files its Dockerfile built (or its `docker_image`
+// held), unpacked once on the host and shared read-only by every task on that image.
+//
+// Per task the supervisor mounts an overlay over the unpacked files (`TaskScratch.mountImage`):
+// the image is its read-only lower layer, the task's own upper layer lives on the task's
+// tmpfs, and the overlay becomes the root of the agent's sandbox and then of the verifier's
+// (`PlanOverrides.imageRoot`). The payload is root inside its user namespace, as every
+// Terminal-Bench task expects; on the host it is the policy's unprivileged uid, which is why
+// the unpacked files belong to that uid (`hostUID`/`hostGID`): root inside owns them, writes
+// them (into its upper layer) and installs into /usr, /etc or /opt without any capability.
+
+import Glibc
+import SandboxPolicy
+import Sandbox
+import SupervisorIO
+
+/// An image unpacked for sandboxes whose host ids are `hostUID`/`hostGID`.
+public struct TaskImage: Sendable, Equatable, Codable {
+    /// The image's id (`sha256:…`), which names its unpacked files.
+    public var id: String
+    /// Where the image's files are, owned by `hostUID`/`hostGID`; never mounted writable.
+    public var rootfs: String
+    /// The image's WORKDIR (`/` when it sets none, as Docker's default).
+    public var workingDirectory: String
+    /// The image's ENV, `NAME=VALUE`.
+    public var environment: [String]
+    public var hostUID: UInt32
+    public var hostGID: UInt32
+    /// How it was had: `built from …/environment/Dockerfile` or `pulled NAME`.
+    public var origin: String
+
+    public init(id: String, rootfs: String, workingDirectory: String, environment: [String], hostUID: UInt32, hostGID: UInt32,
+                origin: String) {
+        self.id = id
+        self.rootfs = rootfs
+        self.workingDirectory = workingDirectory
+        self.environment = environment
+        self.hostUID = hostUID
+        self.hostGID = hostGID
+        self.origin = origin
+    }
+
+    /// The sandbox's environment on this image: the image's ENV for every name the policy
+    /// does not set, PATH and HOME from the image, and HOME=/root where the image names none
+    /// (Docker's default for root).
+    func environmentOverrides(policy: [String: String]) -> [String] {
+        var out: [String] = []
+        var named: Set<String> = []
+        for entry in environment {
+            guard let eq = entry.firstIndex(of: "=") else { continue }
+            let name = String(entry[..<eq])
+            named.insert(name)
+            if name == "PATH" || name == "HOME" || policy[name] == nil { out.append(entry) }
+        }
+        if !named.contains("HOME") { out.append("HOME=/root") }
+        return out
+    }
+}
+
+/// Which tasks run on which image (by task id); a task not listed runs on the host's userland.
+public struct TaskImages: Sendable {
+    public var byTask: [String: TaskImage]
+
+    public init(_ byTask: [String: TaskImage] = [:]) { self.byTask = byTask }
+}
+
+extension TaskImage {
+    /// The image's files belong to the sandboxes' host uid: each policy must run as that uid,
+    /// or root inside would not own them.
+    func check(_ policies: [Policy]) throws(BenchmarkError) {
+        for p in policies where (p.identity.hostUID, p.identity.hostGID) != (hostUID, hostGID) {
+            throw BenchmarkError(.configuration, "policy \(p.name) runs as host \(p.identity.hostUID):\(p.identity.hostGID), but the image \(id) was unpacked for \(hostUID):\(hostGID)")
+        }
+    }
+
+    /// A sandbox of `policy` on this image, whose overlay is mounted at `root`: the overlay as
+    /// its root, the image's WORKDIR and environment.
+    func apply(to overrides: inout PlanOverrides, root: String?, policy: Policy) {
+        overrides.imageRoot = root
+        overrides.workingDirectory = workingDirectory
+        overrides.environment += environmentOverrides(policy: policy.env.set)
+    }
+
+    /// The PATH a sandbox of `policy` has on this image.
+    func path(policy: Policy) -> String? {
+        environmentOverrides(policy: policy.env.set).last { $0.hasPrefix("PATH=") }.map { String($0.dropFirst(5)) } ?? policy.env.set["PATH"]
+    }
+}
+
+extension TaskScratch {
+    /// The image's /app in the task's overlay (`mountImage`), made empty and owned by `owner`
+    /// where the image holds none; opened without following a link.
+    func imageApp(owner: (uid_t, gid_t)) throws(BenchmarkError) -> Int32 {
+        let root = FileSystem.openDirectory(at: fd, FileSystem.name("root"))
+        guard root >= 0 else { throw BenchmarkError(.io, "\(path)/root: \(FileSystem.errorText())") }
+        defer { close(root) }
+        let existing = FileSystem.openDirectory(at: root, FileSystem.name("app"))
+        if existing >= 0 { return existing }
+        guard let made = FileSystem.makeDirectory(at: root, "app", mode: 0o755, owner: owner) else {
+            throw BenchmarkError(.io, "\(path)/root/app: \(FileSystem.errorText())")
+        }
+        return made
+    }
+}
