@@ -110,9 +110,17 @@ final class HarborAgentPhase: ExternalAgentPhase, @unchecked Sendable {
         let source = FileSystem.openDirectory(task.directory)
         guard source >= 0 else { throw BenchmarkError(.io, "\(task.directory): \(FileSystem.errorText())") }
         defer { close(source) }
+        // Of environment/, the Dockerfile and what it copies into the image (`DockerfileCopies`),
+        // as in the working copy: agent.py runs in Harbor's process and reads this copy too.
+        let copies = DockerfileCopies.filter(environment: task.environmentDirectory)
         do throws(IOFailure) {
             try FileSystem.copyTree(from: source, to: copy, owner: (0, 0), skip: [],
-                                    include: { relative in Self.agentPhaseEntries.contains(String(relative.split(separator: "/").first ?? "")) },
+                                    include: { relative in
+                                        let parts = relative.split(separator: "/", maxSplits: 1).map(String.init)
+                                        guard Self.agentPhaseEntries.contains(parts.first ?? "") else { return false }
+                                        guard parts[0] == "environment", parts.count == 2, let copies else { return true }
+                                        return parts[1] == "Dockerfile" || copies(parts[1])
+                                    },
                                     label: task.directory)
         } catch {
             throw BenchmarkError(error)
