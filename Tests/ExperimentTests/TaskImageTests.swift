@@ -1,6 +1,7 @@
 @testable import Benchmark
 import Experiment
 import Foundation
+import Sandbox
 import SandboxPolicy
 import Testing
 import TestSupport
@@ -111,6 +112,17 @@ import TestSupport
         // The image's own files are untouched: the task wrote into its upper layer.
         #expect(access(image.rootfs + "/usr/local/bin/task-tool", F_OK) != 0)
         #expect(access(image.rootfs + "/srv/work/seen.txt", F_OK) != 0)
+
+        // Held out: the image's files are journaled for eviction before the task starts (a
+        // supervisor that dies mid-run leaves them for the next one to evict).
+        let journal = dir + "/page-cache-journal"
+        config.pageCache = PageCacheEviction(journal: journal)
+        config.scratchObserver = nil
+        let heldOut = try TaskRunner(configuration: config).run(task, traceDirectory: nil)
+        #expect(heldOut.reward == 1, "\(heldOut)")
+        let journaled = (try? String(contentsOfFile: journal, encoding: .utf8)) ?? ""
+        #expect(journaled.split(separator: "\n").contains { $0 == image.rootfs }, "\(journaled)")
+        _ = config.pageCache?.evict()
     }
 }
 

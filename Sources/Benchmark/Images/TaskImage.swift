@@ -77,6 +77,7 @@ extension TaskImage {
     /// its root, the image's WORKDIR and environment.
     func apply(to overrides: inout PlanOverrides, root: String?, policy: Policy) {
         overrides.imageRoot = root
+        overrides.imageFiles = rootfs
         overrides.workingDirectory = workingDirectory
         overrides.environment += environmentOverrides(policy: policy.env.set)
     }

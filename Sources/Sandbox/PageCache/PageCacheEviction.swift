@@ -74,7 +74,7 @@ public final class PageCacheEviction: @unchecked Sendable {
         try journal(plan.mounts.compactMap { m -> String? in
             if case .bind(let source, true, _, _, _, _) = m.kind { return source }
             return nil
-        })
+        } + (plan.imageFiles.map { [$0] } ?? []))
         lock.withLock {
             if sandboxes == 0 { globalReclaimAtStart = reclaimCounter() }
             sandboxes += 1

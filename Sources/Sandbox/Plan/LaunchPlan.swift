@@ -53,6 +53,8 @@ public struct LaunchPlan: Sendable {
     public var network: NetworkSpec
     public var filter: CompiledFilter
     public var landlock: LandlockMode
+    /// `PlanOverrides.imageFiles`: read-only files the sandbox reads through its root.
+    public var imageFiles: String?
 
     /// Whether building this sandbox writes nothing into a host directory: no mount lies
     /// inside a directory bind, whose mount point would have to be made in the bound source.
@@ -104,6 +106,9 @@ public struct PlanOverrides: Sendable {
     /// and gid 0 inside, the policy's unprivileged host ids outside, no capability), as a
     /// container's process is: the image's files belong to that host uid (`TaskImage`).
     public var imageRoot: String?
+    /// The image's own files under `imageRoot` (the overlay's read-only lower layer): what a
+    /// held-out sandbox on it reads, journaled for eviction like a read-only bind's source.
+    public var imageFiles: String?
 
     public init() {}
 }
@@ -266,7 +271,7 @@ public enum PlanCompiler {
             sandboxID: sandboxID, policyName: policy.name, command: command, environment: env,
             searchPath: searchPath, workingDirectory: cwd, identity: identity, mounts: mounts,
             skippedMounts: skipped, rlimits: rlimits, limits: limits, network: policy.network,
-            filter: filter, landlock: policy.landlock)
+            filter: filter, landlock: policy.landlock, imageFiles: overrides.imageRoot == nil ? nil : overrides.imageFiles)
     }
 
     static func buildEnvironment(_ spec: EnvSpec, _ flags: [String], host: [String: String]) throws(SandboxError) -> [String] {
