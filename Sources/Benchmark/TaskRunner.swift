@@ -217,7 +217,7 @@ public final class TaskRunner: Sendable {
         // On an image the tests start where the image's processes do (its WORKDIR), as under Harbor.
         image?.apply(to: &verifierOverrides, root: imageRoot, policy: verifierPolicy)
         if let tools = configuration.verifierTools {
-            verifierOverrides.mounts += tools.mounts
+            verifierOverrides.mounts += tools.mounts(home: verifierPolicy.env.set["HOME"] ?? "/tmp")
             verifierOverrides.environment += tools.environment(policyPath: image?.path(policy: verifierPolicy) ?? verifierPolicy.env.set["PATH"])
         }
         let verifierAudit = configuration.verifierAudit ?? configuration.audit

@@ -40,7 +40,8 @@ public struct VerifierTools: Sendable, Equatable {
         }
         for (path, kind, what) in [("bin/uv", S_IFREG, "uv"), ("bin/uvx", S_IFREG, "uvx"), ("bin/curl", S_IFREG, "the curl shim"),
                                    ("bin/apt-get", S_IFREG, "the apt-get shim"), ("share/uv-install.sh", S_IFREG, "uv's offline installer"),
-                                   ("wheels", S_IFDIR, "the wheels directory")] {
+                                   ("bin/bash", S_IFREG, "the static shell"), ("etc/nsswitch.conf", S_IFREG, "nsswitch.conf"),
+                                   ("home/.local/bin/env", S_IFREG, "uv's env file"), ("wheels", S_IFDIR, "the wheels directory")] {
             guard LocalBenchmark.kind(directory + "/" + path) == kind else {
                 throw BenchmarkError(.configuration, "sandbox.verifier_tools: \(directory)/\(path) (\(what)) is missing: \(hint)")
             }
@@ -65,10 +66,23 @@ public struct VerifierTools: Sendable, Equatable {
         }
     }
 
-    /// The binds of a verifier sandbox: the toolbox, and the interpreter's prefix.
-    public var mounts: [MountSpec] {
-        [MountSpec(kind: .readOnly(source: directory), destination: Self.mountPoint)]
+    /// The binds of a verifier sandbox whose `$HOME` is `home`: the toolbox, the interpreter's
+    /// prefix, what uv's installer leaves in `$HOME/.local/bin` (read-only: the test script
+    /// sources its `env`, so nothing else may write it), and the toolbox's nsswitch.conf (files only)
+    /// over the host's or the image's. A service named there is a library the C library loads
+    /// from the sandbox's root: into the static shell it crashes it (a host's `passwd: files
+    /// systemd`), and on a task's image it would be a library the agent could have changed.
+    public func mounts(home: String) -> [MountSpec] {
+        [MountSpec(kind: .readOnly(source: directory), destination: Self.mountPoint),
+         MountSpec(kind: .readOnly(source: directory + "/home/.local/bin"), destination: (home == "/" ? "" : home) + "/.local/bin"),
+         MountSpec(kind: .readOnly(source: directory + "/etc/nsswitch.conf"), destination: "/etc/nsswitch.conf")]
             + (pythonHome.map { [MountSpec(kind: .readOnly(source: $0), destination: $0)] } ?? [])
+    }
+
+    /// Why this toolbox cannot keep a verifier on a task's image from running the agent's
+    /// files, or nil: its Python's prefix must be its own, not the image's /usr.
+    public var imageProblem: String? {
+        pythonHome == nil ? "sandbox.verifier_tools: its Python lives under /usr, which on a task's image is the image's (and the agent's): install the toolbox with a Python of its own prefix (a pyenv version)" : nil
     }
 
     /// What a held-out VM must share for the same verifier to run in it.

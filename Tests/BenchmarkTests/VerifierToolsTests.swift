@@ -207,7 +207,7 @@ struct VerifierToolsTests {
 
         // The control: a copy of the same tools without their environment.
         let bare = try TempDir()
-        for name in ["bin", "share", "wheels"] {
+        for name in ["bin", "lib", "share", "etc", "home", "wheels"] {
             let r = try runProcess("/bin/cp", ["-a", tools.directory + "/" + name, bare.path + "/"])
             try #require(r.status == 0, "\(r.stderr)")
         }
@@ -225,21 +225,35 @@ struct VerifierToolsTests {
     func shims() throws {
         let tools = try Self.toolbox()
         let bin = tools.directory + "/bin/"
-        let update = try runProcess(bin + "apt-get", ["update"])
+        // Their interpreter is the toolbox's static shell at the mount point, which only
+        // sandboxes have: on this host it is named.
+        func shim(_ name: String, _ args: [String]) throws -> Run { try runProcess(bin + "bash", [bin + name] + args) }
+        let update = try shim("apt-get", ["update"])
         #expect(update.status == 0)
-        let install = try runProcess(bin + "apt-get", ["install", "-y", "--no-install-recommends", "bash", "no-such-package-xyz"])
+        let install = try shim("apt-get", ["install", "-y", "--no-install-recommends", "bash", "no-such-package-xyz"])
         #expect(install.status == 100 && install.stderr.contains("Unable to locate package no-such-package-xyz"), "\(install.stderr)")
         #expect(!install.stderr.contains("bash (the verifier"), "\(install.stderr)")
-        let options = try runProcess(bin + "apt-get", ["-o", "Dpkg::Options::=--force-confdef", "install", "-y", "bash"])
+        let options = try shim("apt-get", ["-o", "Dpkg::Options::=--force-confdef", "install", "-y", "bash"])
         #expect(options.status == 0, "\(options.stderr)")
-        let installer = try runProcess(bin + "curl", ["-LsSf", "https://astral.sh/uv/0.9.5/install.sh"])
-        #expect(installer.status == 0 && installer.stdout.contains(tools.directory + "/bin/uv") && !installer.stdout.contains("@TOOLS@"))
+        #expect(try String(contentsOfFile: bin + "apt-get", encoding: .utf8).hasPrefix("#!" + VerifierTools.mountPoint + "/bin/bash\n"))
+        // curl answers uv's installer from the toolbox at its mount point: run where it is mounted.
+        func sandboxed(_ script: String, writable: String) throws -> Run {
+            try runProcess(Built.autoharness, ["sandbox", "exec", "--policy-dir", Paths.policies, "--policy", "base",
+                                               "--ro", tools.directory + ":" + VerifierTools.mountPoint, "--rw", writable + ":/out",
+                                               "--ro", tools.directory + "/etc/nsswitch.conf:/etc/nsswitch.conf",
+                                               "--env", "PATH=" + VerifierTools.mountPoint + "/bin:/usr/bin:/bin",
+                                               "--", VerifierTools.mountPoint + "/bin/bash", "-c", script])
+        }
         let out = try TempDir()
-        let saved = try runProcess(bin + "curl", ["-sSf", "https://astral.sh/uv/install.sh", "-o", out.path + "/i.sh"])
-        #expect(saved.status == 0 && (read(out.path + "/i.sh") ?? "").contains("uvx"))
+        chown(out.path, 65534, 65534)
+        let installer = try sandboxed("curl -LsSf https://astral.sh/uv/0.9.5/install.sh", writable: out.path)
+        #expect(installer.status == 0 && installer.stdout.contains(VerifierTools.mountPoint) && !installer.stdout.contains("@TOOLS@"),
+                "\(installer.stdout)\(installer.stderr)")
+        let saved = try sandboxed("curl -sSf https://astral.sh/uv/install.sh -o /out/i.sh", writable: out.path)
+        #expect(saved.status == 0 && (read(out.path + "/i.sh") ?? "").contains("everything's installed"), "\(saved.stderr)")
         // Anything else is the host's curl's business (here: a file URL it reads).
         try out.file("data.txt", "plain\n")
-        let other = try runProcess(bin + "curl", ["-s", "file://" + out.path + "/data.txt"])
+        let other = try shim("curl", ["-s", "file://" + out.path + "/data.txt"])
         #expect(other.status == 0 && other.stdout == "plain\n", "\(other.stdout)\(other.stderr)")
     }
 
@@ -255,7 +269,7 @@ struct VerifierToolsTests {
         }
         let tools = try Self.toolbox()
         // A copy of the real toolbox (links to its files) with a bad python-home.
-        for name in ["bin", "share", "wheels"] { try FileManager.default.createSymbolicLink(atPath: dir.path + "/" + name, withDestinationPath: tools.directory + "/" + name) }
+        for name in ["bin", "share", "wheels", "etc", "home"] { try FileManager.default.createSymbolicLink(atPath: dir.path + "/" + name, withDestinationPath: tools.directory + "/" + name) }
         try dir.file("python-home", "not/absolute\n")
         do {
             _ = try VerifierTools(directory: dir.path)
@@ -266,7 +280,7 @@ struct VerifierToolsTests {
         try dir.file("python-home", (tools.pythonHome ?? "/usr") + "\n")
         let copy = try VerifierTools(directory: dir.path)
         #expect(copy.pythonHome == tools.pythonHome ?? "/usr")
-        #expect(copy.mounts.first?.destination == VerifierTools.mountPoint)
+        #expect(copy.mounts(home: "/tmp").first?.destination == VerifierTools.mountPoint)
     }
 }
 
