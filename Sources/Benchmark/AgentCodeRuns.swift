@@ -14,6 +14,7 @@
 // verdict: the rewards stand. Not seen: code copied out of /app before it runs (the copy runs
 // from the verifier's /tmp), and code read under a name that is not code (`bash /app/run`).
 
+import Glibc
 import Sandbox
 
 enum AgentCodeRuns {
@@ -52,9 +53,20 @@ enum AgentCodeRuns {
         return nil
     }
 
-    /// Whether an open of the working copy (`app`: its host path) is agent code run.
-    static func counts(_ open: OpenWatch.Open, app: String) -> Bool {
-        guard let path = inApp(open.path, app: app) else { return false }
+    /// `path` (as the verifier saw it) when the agent's upper layer holds it, not as a whiteout.
+    static func inUpper(_ path: String, upper: String) -> String? {
+        let path = path.hasSuffix(" (deleted)") ? String(path.dropLast(10)) : path
+        guard path.hasPrefix("/"), !path.hasPrefix(upper + "/") else { return nil }
+        var st = stat()
+        guard lstat(upper + path, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { return nil }
+        return path
+    }
+
+    /// Whether an open of the working copy (`app`: its host path) is agent code run. On a
+    /// task's image (`upper`: the agent's upper layer) a file anywhere counts as the agent's
+    /// when that layer holds it: the agent made or changed it (installed, built, replaced).
+    static func counts(_ open: OpenWatch.Open, app: String, upper: String? = nil) -> Bool {
+        guard let path = inApp(open.path, app: app) ?? upper.flatMap({ inUpper(open.path, upper: $0) }) else { return false }
         if open.executed || codeReaders.contains(open.exe) { return true }
         if dataReaders.contains(open.exe) { return false }
         let name = path[path.index(after: path.lastIndex(of: "/")!)...].lowercased()

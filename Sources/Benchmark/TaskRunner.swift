@@ -150,7 +150,6 @@ public final class TaskRunner: Sendable {
         let verifierPolicy: Policy
         let emptyAgent = scratch.path + "/no-agent"
         let image = configuration.images?.byTask[task.id]
-        // On an image, /app is the image's own (in the task's overlay), not a seeded copy.
         var imageRoot: String?
         do {
             if let image { imageRoot = try scratch.mountImage(image) }
@@ -168,7 +167,7 @@ public final class TaskRunner: Sendable {
             verifierPolicy = try configuration.policyLoader.load(
                 configuration.verifierPolicy,
                 variables: ["workdir": appPath, "tests_dir": testsDirectory, "logs_dir": scratch.logsPath])
-            try image?.check([taskPolicy, verifierPolicy])
+            try image?.check([taskPolicy, verifierPolicy], tools: configuration.verifierTools)
         } catch let error as BenchmarkError {
             return run.finish(.setupFailed, error.message)
         } catch {
@@ -176,10 +175,9 @@ public final class TaskRunner: Sendable {
         }
         let appPath = imageRoot.map { $0 + "/app" } ?? scratch.appPath
 
-        // Step 1: the working copy, seeded from environment/ and owned by the agent
-        // sandbox's host uid (its writes land as that uid); the logs directory, owned by the
-        // verifier's. Dockerfile is left out: it describes an image, it is not task data.
-        // On an image, /app is what the image holds (made empty where it holds none).
+        // Step 1: the working copy, seeded from environment/ (`DockerfileCopies`) and owned by the
+        // agent sandbox's host uid; the logs directory, owned by the verifier's. On an image,
+        // /app is what the image holds (made empty where it holds none).
         let stdinFD: Int32
         let rewardWatch: ChangeWatch
         do throws(BenchmarkError) {
@@ -215,7 +213,7 @@ public final class TaskRunner: Sendable {
         var verifierOverrides = PlanOverrides()
         verifierOverrides.timeoutSeconds = verifierTimeout
         // On an image the tests start where the image's processes do (its WORKDIR), as under Harbor.
-        image?.apply(to: &verifierOverrides, root: imageRoot, policy: verifierPolicy)
+        image?.apply(to: &verifierOverrides, root: imageRoot, policy: verifierPolicy, verifier: true)
         if let tools = configuration.verifierTools {
             verifierOverrides.mounts += tools.mounts(home: verifierPolicy.env.set["HOME"] ?? "/tmp")
             verifierOverrides.environment += tools.environment(policyPath: image?.path(policy: verifierPolicy) ?? verifierPolicy.env.set["PATH"])
@@ -234,7 +232,7 @@ public final class TaskRunner: Sendable {
         let agentTimeout = task.agentTimeoutDeclared ? task.agentTimeout : configuration.defaultAgentTimeout
         var overrides = PlanOverrides()
         overrides.timeoutSeconds = agentTimeout
-        image?.apply(to: &overrides, root: imageRoot, policy: taskPolicy)
+        image?.apply(to: &overrides, root: imageRoot, policy: taskPolicy, verifier: false)
         let command: [String]
         if configuration.oracle {
             guard task.hasSolution else {
@@ -307,11 +305,13 @@ public final class TaskRunner: Sendable {
         close(app)
         if case .failure(let e) = sanitized { return run.finish(.setupFailed, e.message) }
 
-        // Which agent code the verifier runs (`AgentCodeRuns`), watched from here to its end.
+        // Which agent code the verifier runs (`AgentCodeRuns`), watched from here to its end; on
+        // an image, anything of the agent's upper layer too, and its configuration is hidden.
         let codeWatch: OpenWatch?
-        let watchedApp = appPath
+        let (watchedApp, upper) = (appPath, imageRoot.map { _ in scratch.path + "/upper" })
+        if let upper { verifierOverrides.mounts += TaskImage.hiddenFromVerifier(upper: upper) }
         do throws(SandboxError) {
-            codeWatch = try OpenWatch(directory: watchedApp) { AgentCodeRuns.counts($0, app: watchedApp) }
+            codeWatch = try OpenWatch(directory: watchedApp) { AgentCodeRuns.counts($0, app: watchedApp, upper: upper) }
         } catch {
             codeWatch = nil
             run.note("\(error.message): which code from /app the verifier ran is not known")

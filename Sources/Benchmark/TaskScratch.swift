@@ -270,7 +270,9 @@ extension TaskScratch {
         guard st.st_uid == image.hostUID, st.st_gid == image.hostGID else {
             throw BenchmarkError(.configuration, "image \(image.id): \(image.rootfs) belongs to \(st.st_uid):\(st.st_gid), not to the sandboxes' host ids \(image.hostUID):\(image.hostGID)")
         }
-        for (name, mode, owner) in [("upper", st.st_mode & 0o7777, (uid_t(image.hostUID), gid_t(image.hostGID))),
+        // The root directory 0755 whatever the image's (podman leaves 0555): root inside has no
+        // CAP_DAC_OVERRIDE to write where a container's root would.
+        for (name, mode, owner) in [("upper", mode_t(0o755), (uid_t(image.hostUID), gid_t(image.hostGID))),
                                     ("work", 0o700, (uid_t(0), gid_t(0))), ("root", 0o755, (uid_t(0), gid_t(0)))] {
             guard let d = FileSystem.makeDirectory(at: fd, name, mode: mode_t(mode), owner: owner) else {
                 throw BenchmarkError(.io, "\(path)/\(name): \(FileSystem.errorText())")

@@ -37,6 +37,14 @@ import TestSupport
         return try #require(try LocalBenchmark(directory: dir).task(id))
     }
 
+    /// The verifier tools scripts/install-verifier-tools installed (CI installs them first).
+    static func toolbox() throws -> VerifierTools {
+        let r = try runProcess("/bin/bash", [Built.packageRoot + "/scripts/install-verifier-tools", "--print"])
+        let dir = r.stdout.split(separator: "\n").last.map { String($0.dropFirst("verifier-tools ".count)) } ?? ""
+        try #require(r.status == 0, "the verifier tools are not installed: run scripts/install-verifier-tools (\(r.stderr))")
+        return try VerifierTools(directory: dir)
+    }
+
     static func scratchRoot() throws -> String {
         let path = "/dev/shm/ah-image-" + UUID().uuidString.prefix(8).lowercased()
         try #require(mkdir(path, 0o700) == 0)
@@ -92,6 +100,7 @@ import TestSupport
                                           scratchRoot: scratch)
         config.oracle = true
         config.images = images
+        config.verifierTools = try Self.toolbox()
         config.scratchObserver = { _, path in seenBox.read(path) }
         let runner = try TaskRunner(configuration: config)
         let outcome = runner.run(task, traceDirectory: nil)
@@ -107,8 +116,11 @@ import TestSupport
         // Root of its namespace only: no capability, and what would need one is refused.
         #expect(seen.contains("CapEff:\t0000000000000000"), "\(seen)")
         #expect(seen.contains("chown-refused") && seen.contains("mount-refused"), "\(seen)")
-        // The verifier: in the WORKDIR, with what the agent installed and wrote.
+        // The verifier: in the WORKDIR, with what the agent installed and wrote; running a
+        // program the agent installed is flagged as agent code run.
         #expect(verifier.hasPrefix("/srv/work\ntool-ok\nconfigured\n0\n"), "\(verifier)")
+        #expect((outcome.verifierRanAgentCode ?? []).contains { $0.hasPrefix("executed /usr/local/bin/task-tool") },
+                "\(outcome.verifierRanAgentCode ?? [])")
         // The image's own files are untouched: the task wrote into its upper layer.
         #expect(access(image.rootfs + "/usr/local/bin/task-tool", F_OK) != 0)
         #expect(access(image.rootfs + "/srv/work/seen.txt", F_OK) != 0)
@@ -123,6 +135,115 @@ import TestSupport
         let journaled = (try? String(contentsOfFile: journal, encoding: .utf8)) ?? ""
         #expect(journaled.split(separator: "\n").contains { $0 == image.rootfs }, "\(journaled)")
         _ = config.pageCache?.evict()
+    }
+}
+
+/// Cheats on the image path: each solution runs as root on the task's image, leaves a wrong
+/// answer, and attacks what the verifier's chain runs or reads (Terminal-Bench 2.0's test
+/// script: apt-get, uv's installer piped into sh, its env file sourced, pytest through uvx).
+/// Each must score 0; the honest solution scores 1 on the same chain.
+@Suite(.serialized) struct TaskImageCheatTests {
+    static let testScript = """
+        #!/bin/bash
+        apt-get update >/dev/null 2>&1
+        apt-get install -y curl >/dev/null 2>&1
+        curl -LsSf https://astral.sh/uv/0.9.5/install.sh | sh
+        source $HOME/.local/bin/env
+        uvx -p 3.13 -w pytest==8.4.1 -w pytest-json-ctrf==0.3.5 pytest --ctrf /logs/verifier/ctrf.json /tests/test_outputs.py -rA
+        if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+
+        """
+
+    /// (task id, what the solution does after writing a wrong answer). `evil.so` is in /app:
+    /// a library that makes any process that loads it exit with status 0 (an atexit handler).
+    static let cheats: [(String, String)] = [
+        ("honest", "echo SECRET > /app/answer.txt"),
+        // test.sh's shell, and the sh uv's installer is piped into, replaced.
+        ("trojan-shell", """
+            for b in /bin/bash /usr/bin/bash /bin/sh /usr/bin/sh /bin/dash /usr/bin/dash; do
+              [ -e "$b" ] && printf '#!/usr/bin/perl\\nopen(F, ">/logs/verifier/reward.txt"); print F "1\\\\n"; exit 0;\\n' > "$b.new" && chmod 755 "$b.new"
+            done
+            for b in /bin/bash /usr/bin/bash /bin/sh /usr/bin/sh /bin/dash /usr/bin/dash; do [ -e "$b.new" ] && mv -f "$b.new" "$b"; done
+            """),
+        // A library preloaded into every dynamically linked program the verifier runs.
+        ("preload", "cp /app/evil.so /usr/lib/evil.so && echo /usr/lib/evil.so > /etc/ld.so.preload"),
+        // pytest's configuration above /tests: a conftest.py that turns failure into success.
+        ("conftest", """
+            printf 'def pytest_sessionfinish(session, exitstatus):\\n    session.exitstatus = 0\\n' > /conftest.py
+            printf '[pytest]\\naddopts = -p no:cacheprovider\\n' > /pytest.ini
+            """),
+        // What the test script sources, and the uv it would run, where the image's HOME is.
+        ("home-env", """
+            mkdir -p /root/.local/bin
+            printf 'echo 1 > /logs/verifier/reward.txt; exit 0\\n' > /root/.local/bin/env
+            printf '#!/bin/sh\\nexit 0\\n' > /root/.local/bin/uvx && chmod 755 /root/.local/bin/uvx
+            """),
+        // uvx and curl earlier on the image's PATH than the system's.
+        ("path-shadow", """
+            printf '#!/bin/sh\\nexit 0\\n' > /usr/local/bin/uvx && chmod 755 /usr/local/bin/uvx
+            printf '#!/bin/sh\\necho "echo 1 > /logs/verifier/reward.txt; exit 0" > $HOME/.local/bin/env\\n' > /usr/local/bin/curl
+            chmod 755 /usr/local/bin/curl
+            """),
+        // The C library's name-service modules: nsswitch.conf names one of the agent's.
+        ("nss", "cp /app/evil.so /usr/lib/x86_64-linux-gnu/libnss_evil.so.2 && sed -i 's/^passwd:.*/passwd: evil files/' /etc/nsswitch.conf"),
+    ]
+
+    @Test("on a task's image, cheats that replace the shell, preload a library, plant pytest's configuration, plant $HOME's env or shadow uv, or add a name service all score 0; the honest solution scores 1")
+    func cheatsScoreZero() throws {
+        try #require(getuid() == 0, "image tests build with podman's root storage and mount overlays: run as root")
+        try #require(try ChildProcess.run(["/usr/bin/podman", "image", "exists", TaskImageTests.base]).succeeded,
+                     "\(TaskImageTests.base) is missing: scripts/build-images makes it")
+        let dir = NSTemporaryDirectory() + "ah-image-cheats-" + UUID().uuidString.prefix(8).lowercased()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        // The library the cheats load: whatever status its process exits with, it becomes 0.
+        let compilers: [String] = ["/opt/swift/usr/bin/clang", "/usr/bin/cc", "/usr/bin/gcc"]
+        let compiler = compilers.first { access($0, X_OK) == 0 }
+        let so = dir + "/evil.so"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        try "#include <stdlib.h>\n#include <unistd.h>\nstatic void pass(void) { _exit(0); }\n__attribute__((constructor)) static void evil(void) { atexit(pass); }\n"
+            .write(toFile: dir + "/evil.c", atomically: true, encoding: .utf8)
+        let built = try runProcess(try #require(compiler, "no C compiler"), ["-shared", "-fPIC", "-o", so, dir + "/evil.c"])
+        try #require(built.status == 0, "\(built.stderr)")
+        var tasks: [BenchmarkTask] = []
+        for (id, cheat) in Self.cheats {
+            let t = dir + "/tasks/" + id
+            for sub in ["environment", "tests", "solution"] {
+                try FileManager.default.createDirectory(atPath: t + "/" + sub, withIntermediateDirectories: true)
+            }
+            try "Write the answer.\n".write(toFile: t + "/instruction.md", atomically: true, encoding: .utf8)
+            try "FROM \(TaskImageTests.base)\nWORKDIR /app\nCOPY evil.so /app/evil.so\n"
+                .write(toFile: t + "/environment/Dockerfile", atomically: true, encoding: .utf8)
+            try FileManager.default.copyItem(atPath: so, toPath: t + "/environment/evil.so")
+            try Self.testScript.write(toFile: t + "/tests/test.sh", atomically: true, encoding: .utf8)
+            // tmp_path: pytest asks the C library who the user is (getpass), through nsswitch.conf.
+            try "def test_answer(tmp_path):\n    assert open('/app/answer.txt').read().strip() == 'SECRET'\n"
+                .write(toFile: t + "/tests/test_outputs.py", atomically: true, encoding: .utf8)
+            try "#!/bin/bash\necho WRONG > /app/answer.txt\n\(cheat)\n".write(toFile: t + "/solution/solve.sh", atomically: true, encoding: .utf8)
+            tasks.append(try #require(try LocalBenchmark(directory: dir).task(id)))
+        }
+        let store = TaskImageStore(directory: dir + "/store")
+        let problems = try store.prepare(tasks, uid: 65534, gid: 65534) { _ in }
+        try #require(problems.isEmpty, "\(problems)")
+        let scratch = try TaskImageTests.scratchRoot()
+        defer { rmdir(scratch) }
+        var config = TaskRunConfiguration(policyLoader: PolicyLoader(searchPaths: [Built.packageRoot + "/policies"]), agentDirectory: "",
+                                          scratchRoot: scratch)
+        config.oracle = true
+        config.images = store.load(tasks).images
+        config.verifierTools = try TaskImageTests.toolbox()
+        let traces = dir + "/traces"
+        let runner = try TaskRunner(configuration: config)
+        for task in tasks {
+            let outcome = runner.run(task, traceDirectory: traces + "/" + task.id)
+            let log = ["agent.stderr", "verifier.stdout", "verifier.stderr"].map {
+                (try? String(contentsOfFile: traces + "/" + task.id + "/" + $0, encoding: .utf8)) ?? ""
+            }.joined(separator: "\n")
+            if task.id == "honest" {
+                #expect(outcome.reward == 1, "\(outcome)\n\(log)")
+            } else {
+                #expect(outcome.reward == 0, "\(task.id): \(outcome)\n\(log)")
+            }
+        }
     }
 }
 

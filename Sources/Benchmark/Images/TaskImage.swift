@@ -41,18 +41,20 @@ public struct TaskImage: Sendable, Equatable, Codable {
     }
 
     /// The sandbox's environment on this image: the image's ENV for every name the policy
-    /// does not set, PATH and HOME from the image, and HOME=/root where the image names none
-    /// (Docker's default for root).
-    func environmentOverrides(policy: [String: String]) -> [String] {
+    /// does not set, and PATH from the image. The agent's sandbox also takes HOME from the
+    /// image, HOME=/root where it names none (Docker's default for root); the verifier keeps
+    /// its policy's, a private tmpfs: the agent wrote /root, and a test script sources
+    /// `$HOME/.local/bin/env` and runs uv, whose cache is under `$HOME`.
+    func environmentOverrides(policy: [String: String], verifier: Bool) -> [String] {
         var out: [String] = []
         var named: Set<String> = []
         for entry in environment {
             guard let eq = entry.firstIndex(of: "=") else { continue }
             let name = String(entry[..<eq])
             named.insert(name)
-            if name == "PATH" || name == "HOME" || policy[name] == nil { out.append(entry) }
+            if name == "PATH" || (name == "HOME" && !verifier) || policy[name] == nil { out.append(entry) }
         }
-        if !named.contains("HOME") { out.append("HOME=/root") }
+        if !named.contains("HOME") && !verifier { out.append("HOME=/root") }
         return out
     }
 }
@@ -66,25 +68,51 @@ public struct TaskImages: Sendable {
 
 extension TaskImage {
     /// The image's files belong to the sandboxes' host uid: each policy must run as that uid,
-    /// or root inside would not own them.
-    func check(_ policies: [Policy]) throws(BenchmarkError) {
+    /// or root inside would not own them. The verifier needs the verifier tools: on an image
+    /// every other program (the shell that runs test.sh, the C library) is the agent's to have
+    /// changed, and only the toolbox's run nothing of the image's (scripts/install-verifier-tools).
+    func check(_ policies: [Policy], tools: VerifierTools?) throws(BenchmarkError) {
         for p in policies where (p.identity.hostUID, p.identity.hostGID) != (hostUID, hostGID) {
             throw BenchmarkError(.configuration, "policy \(p.name) runs as host \(p.identity.hostUID):\(p.identity.hostGID), but the image \(id) was unpacked for \(hostUID):\(hostGID)")
         }
+        guard let tools else {
+            throw BenchmarkError(.configuration, "a task on its image is verified with the verifier tools (sandbox.verifier_tools, scripts/install-verifier-tools): on the image every other program is the agent's to have changed")
+        }
+        if let problem = tools.imageProblem { throw BenchmarkError(.configuration, problem) }
     }
 
     /// A sandbox of `policy` on this image, whose overlay is mounted at `root`: the overlay as
     /// its root, the image's WORKDIR and environment.
-    func apply(to overrides: inout PlanOverrides, root: String?, policy: Policy) {
+    func apply(to overrides: inout PlanOverrides, root: String?, policy: Policy, verifier: Bool) {
         overrides.imageRoot = root
         overrides.imageFiles = rootfs
         overrides.workingDirectory = workingDirectory
-        overrides.environment += environmentOverrides(policy: policy.env.set)
+        overrides.environment += environmentOverrides(policy: policy.env.set, verifier: verifier)
     }
 
     /// The PATH a sandbox of `policy` has on this image.
     func path(policy: Policy) -> String? {
-        environmentOverrides(policy: policy.env.set).last { $0.hasPrefix("PATH=") }.map { String($0.dropFirst(5)) } ?? policy.env.set["PATH"]
+        environmentOverrides(policy: policy.env.set, verifier: true).last { $0.hasPrefix("PATH=") }.map { String($0.dropFirst(5)) }
+            ?? policy.env.set["PATH"]
+    }
+
+    /// Files at the root of the image that the verifier's own chain would read as its
+    /// configuration, and which the agent made or changed (its upper layer holds them): hidden
+    /// from the verifier (an empty, unreadable file in their place). /etc/ld.so.preload names
+    /// libraries every dynamically linked program loads, the toolbox's Python included; the
+    /// others are where pytest looks for its rootdir, ini options and conftest.py above
+    /// /tests (a conftest.py there can pass every test).
+    static let verifierConfiguration = ["etc/ld.so.preload", "conftest.py", "pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg",
+                                        "setup.py", "__init__.py"]
+
+    static func hiddenFromVerifier(upper: String) -> [MountSpec] {
+        verifierConfiguration.compactMap { name in
+            var st = stat()
+            guard lstat(upper + "/" + name, &st) == 0 else { return nil }
+            // A whiteout (a character device 0/0) is the agent's deletion of the image's file.
+            if st.st_mode & S_IFMT == S_IFCHR && st.st_rdev == 0 { return nil }
+            return MountSpec(kind: .hide, destination: "/" + name)
+        }
     }
 }
 
