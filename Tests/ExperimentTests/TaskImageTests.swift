@@ -138,6 +138,42 @@ import TestSupport
     }
 }
 
+/// The command line: `autoharness images` builds, and the experiment's runs use, the images.
+@Suite(.serialized) struct ImagesCommandTests {
+    @Test("autoharness images builds each Dockerfile task's image once (a second run builds nothing), and benchmark --oracle then runs every train task on it")
+    func imagesThenOracle() throws {
+        try #require(getuid() == 0, "image tests build with podman's root storage and mount overlays: run as root")
+        try #require(try ChildProcess.run(["/usr/bin/podman", "image", "exists", TaskImageTests.base]).succeeded,
+                     "\(TaskImageTests.base) is missing: scripts/build-images makes it")
+        let tools = try TaskImageTests.toolbox()
+        let temp = try TempDir()
+        let dataset = temp.path + "/bench"
+        // The solution works only on the image: /opt/data and WORKDIR /srv/work exist nowhere else.
+        for k in 1...4 {
+            _ = try TaskImageTests.makeTask(in: dataset, id: "t\(k)", solve: "#!/bin/bash\ncp /opt/data/input.txt /srv/work/out.txt\n",
+                                            test: "#!/bin/bash\ncmp -s /opt/data/input.txt out.txt && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n")
+        }
+        let root = temp.path + "/exp"
+        let i = try autoharness(["init", root, "--benchmark", "local", "--dataset", dataset])
+        try #require(i.status == 0, "\(i.stderr)")
+        var config = try String(contentsOfFile: root + "/experiment_config.yaml", encoding: .utf8)
+        config = config.replacingOccurrences(of: "# verifier_tools: \(tools.directory)", with: "verifier_tools: \(tools.directory)")
+            .replacingOccurrences(of: "\n  held_out_runtime: ", with: "\n  held_out_runtime: host #")
+        try config.write(toFile: root + "/experiment_config.yaml", atomically: true, encoding: .utf8)
+        let exp = Experiment(existing: root, temp: temp)
+        let built = try exp.run(["images"])
+        #expect(built.status == 0 && built.stdout.contains("images: 4 tasks on their own image"), "\(built.stdout)\(built.stderr)")
+        #expect(built.stderr.contains("images: 1 of 4: t1: podman build"), "\(built.stderr)")
+        let again = try exp.run(["images"])
+        #expect(again.status == 0 && !again.stderr.contains("podman build"), "\(again.stderr)")
+        let p = try exp.run(["prepare"])
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        let o = try exp.run(["benchmark", "--oracle"])
+        let train = try exp.split().train
+        #expect(o.status == 0 && o.stdout.contains("train: \(train.count)/\(train.count) passed"), "\(o.stdout)\(o.stderr)")
+    }
+}
+
 /// Cheats on the image path: each solution runs as root on the task's image, leaves a wrong
 /// answer, and attacks what the verifier's chain runs or reads (Terminal-Bench 2.0's test
 /// script: apt-get, uv's installer piped into sh, its env file sourced, pytest through uvx).

@@ -14,7 +14,9 @@ extension ExperimentSupervisor {
         guard let local = adapter as? LocalAdapter else {
             throw ExperimentError(.usage, "autoharness images builds the images of a local benchmark's tasks; \(adapter.name) runs its tasks otherwise")
         }
-        let identity = try policyLoader.load(config.taskPolicy, variables: ["workdir": "/", "agent_dir": "/"]).identity
+        // Only the identity is read: the paths stand in for the task's.
+        let standIn = "/nonexistent/autoharness-policy-check"
+        let identity = try policyLoader.load(config.taskPolicy, variables: ["workdir": standIn, "agent_dir": standIn]).identity
         let store = Self.imageStore(root: layout.root)
         let problems = try store.prepare(local.benchmark.tasks, uid: identity.hostUID, gid: identity.hostGID, progress: log)
         return (store.load(local.benchmark.tasks).images.byTask.count, problems)
