@@ -23,9 +23,6 @@ public struct VerifierTools: Sendable, Equatable {
 
     /// The toolbox on this host.
     public let directory: String
-    /// The Python's prefix, bound read-only at its own path (the interpreter's library path
-    /// is absolute in a pyenv build); nil when it is under /usr, which every sandbox has.
-    public let pythonHome: String?
     /// The toolbox has an empty virtual environment (`venv/`), given as `VIRTUAL_ENV`: uv takes
     /// the active environment before a `.venv` in the working directory, so `uv run` from /app
     /// never runs the interpreter of a /app/.venv agent.py left (it runs it to ask what it is).
@@ -46,28 +43,16 @@ public struct VerifierTools: Sendable, Equatable {
                 throw BenchmarkError(.configuration, "sandbox.verifier_tools: \(directory)/\(path) (\(what)) is missing: \(hint)")
             }
         }
-        guard access(directory + "/bin/python3.13", X_OK) == 0 else {
-            throw BenchmarkError(.configuration, "sandbox.verifier_tools: \(directory)/bin/python3.13 does not lead to an interpreter (\(FileSystem.errorText())): \(hint)")
+        // The Python is the toolbox's own, standard library included (a toolbox that linked
+        // to a Python elsewhere predates that, and would load the sandbox's root's files).
+        guard access(directory + "/bin/python3.13", X_OK) == 0, LocalBenchmark.kind(directory + "/lib/python3.13/os.py") == S_IFREG else {
+            throw BenchmarkError(.configuration, "sandbox.verifier_tools: \(directory) holds no Python of its own (bin/python3.13 and lib/python3.13): \(hint)")
         }
         self.directory = directory
         hasVirtualEnvironment = LocalBenchmark.kind(directory + "/venv/pyvenv.cfg") == S_IFREG
-        switch InputFile.read(directory + "/python-home", cap: Self.manifestCap) {
-        case .failure(.missing):
-            pythonHome = nil
-        case .failure(let problem):
-            throw BenchmarkError(.configuration, "sandbox.verifier_tools: \(directory)/python-home: \(problem.explanation("a path"))")
-        case .success(let bytes):
-            let text = String(decoding: bytes, as: UTF8.self)
-            let home = text.hasSuffix("\n") ? String(text.dropLast()) : text
-            guard home.hasPrefix("/"), !home.contains("\n"), !home.contains("\0"), LocalBenchmark.kind(home) == S_IFDIR else {
-                throw BenchmarkError(.configuration, "sandbox.verifier_tools: \(directory)/python-home: '\(home.prefix(200))' is not an absolute path to a directory (\(hint))")
-            }
-            pythonHome = home
-        }
     }
 
-    /// The binds of a verifier sandbox whose `$HOME` is `home`: the toolbox, the interpreter's
-    /// prefix, what uv's installer leaves in `$HOME/.local/bin` (read-only: the test script
+    /// The binds of a verifier sandbox whose `$HOME` is `home`: the toolbox, what uv's installer leaves in `$HOME/.local/bin` (read-only: the test script
     /// sources its `env`, so nothing else may write it), and the toolbox's nsswitch.conf (files only)
     /// over the host's or the image's. A service named there is a library the C library loads
     /// from the sandbox's root: into the static shell it crashes it (a host's `passwd: files
@@ -76,17 +61,10 @@ public struct VerifierTools: Sendable, Equatable {
         [MountSpec(kind: .readOnly(source: directory), destination: Self.mountPoint),
          MountSpec(kind: .readOnly(source: directory + "/home/.local/bin"), destination: (home == "/" ? "" : home) + "/.local/bin"),
          MountSpec(kind: .readOnly(source: directory + "/etc/nsswitch.conf"), destination: "/etc/nsswitch.conf")]
-            + (pythonHome.map { [MountSpec(kind: .readOnly(source: $0), destination: $0)] } ?? [])
-    }
-
-    /// Why this toolbox cannot keep a verifier on a task's image from running the agent's
-    /// files, or nil: its Python's prefix must be its own, not the image's /usr.
-    public var imageProblem: String? {
-        pythonHome == nil ? "sandbox.verifier_tools: its Python lives under /usr, which on a task's image is the image's (and the agent's): install the toolbox with a Python of its own prefix (a pyenv version)" : nil
     }
 
     /// What a held-out VM must share for the same verifier to run in it.
-    public var hostPaths: [String] { [directory] + (pythonHome.map { [$0] } ?? []) }
+    public var hostPaths: [String] { [directory] }
 
     /// The verifier's environment on top of its policy's: the toolbox first on `PATH` (so
     /// its `curl` and `apt-get` answer the preamble), uv offline on the toolbox's wheels.

@@ -211,7 +211,6 @@ struct VerifierToolsTests {
             let r = try runProcess("/bin/cp", ["-a", tools.directory + "/" + name, bare.path + "/"])
             try #require(r.status == 0, "\(r.stderr)")
         }
-        if let home = tools.pythonHome { try bare.file("python-home", home + "\n") }
         let noVenv = try VerifierTools(directory: bare.path)
         #expect(!noVenv.hasVirtualEnvironment)
         let control = try Harness(agent: Self.agent(extra: Self.plantVenv), configure: { $0.verifierTools = noVenv })
@@ -257,7 +256,7 @@ struct VerifierToolsTests {
         #expect(other.status == 0 && other.stdout == "plain\n", "\(other.stdout)\(other.stderr)")
     }
 
-    @Test("a toolbox that is not installed, or whose python-home is not a directory, is refused naming the file and the install script")
+    @Test("a toolbox that is not installed, or whose Python is not its own, is refused naming what is missing and the install script")
     func toolboxChecked() throws {
         #expect(throws: BenchmarkError.self) { try VerifierTools(directory: "relative/tools") }
         let dir = try TempDir()
@@ -268,18 +267,16 @@ struct VerifierToolsTests {
             #expect(error.message.contains("\(dir.path)/bin/uv") && error.message.contains("scripts/install-verifier-tools"), "\(error.message)")
         }
         let tools = try Self.toolbox()
-        // A copy of the real toolbox (links to its files) with a bad python-home.
+        // A copy of the real toolbox (links to its files) whose Python is not its own.
         for name in ["bin", "share", "wheels", "etc", "home"] { try FileManager.default.createSymbolicLink(atPath: dir.path + "/" + name, withDestinationPath: tools.directory + "/" + name) }
-        try dir.file("python-home", "not/absolute\n")
         do {
             _ = try VerifierTools(directory: dir.path)
-            Issue.record("a relative python-home was taken")
+            Issue.record("a toolbox without its own standard library was taken")
         } catch {
-            #expect(error.message.contains("\(dir.path)/python-home") && error.message.contains("not/absolute"), "\(error.message)")
+            #expect(error.message.contains("holds no Python of its own") && error.message.contains("scripts/install-verifier-tools"), "\(error.message)")
         }
-        try dir.file("python-home", (tools.pythonHome ?? "/usr") + "\n")
+        try FileManager.default.createSymbolicLink(atPath: dir.path + "/lib", withDestinationPath: tools.directory + "/lib")
         let copy = try VerifierTools(directory: dir.path)
-        #expect(copy.pythonHome == tools.pythonHome ?? "/usr")
         #expect(copy.mounts(home: "/tmp").first?.destination == VerifierTools.mountPoint)
     }
 }

@@ -134,6 +134,32 @@ struct HarborDatasetTests {
         #expect(HarborTaskNames.harborName(taskID: JSONValue.parse(Array(#"{"path": "/data/tasks/t-1"}"#.utf8))) == "t-1")
     }
 
+    @Test("--oracle's solution gets the task's [agent] timeout_sec, the verifier its [verifier] timeout_sec (Terminal-Bench 2.0's task.toml: tags arrays and all)")
+    func oracleTimeouts() throws {
+        let dir = try TempDir()
+        let t = dir.path + "/t"
+        try FileManager.default.createDirectory(atPath: t + "/tests", withIntermediateDirectories: true)
+        try "#!/bin/bash\n".write(toFile: t + "/tests/test.sh", atomically: true, encoding: .utf8)
+        try """
+            version = "1.0"
+            [metadata]
+            tags = ["compression", "rust"]
+            [verifier]
+            timeout_sec = 1200.0
+            [agent]
+            timeout_sec = 1_800.0
+            [environment]
+            docker_image = "alexgshaw/write-compressor:20251031"
+            cpus = 1
+
+            """.write(toFile: t + "/task.toml", atomically: true, encoding: .utf8)
+        var a = HarborAdapter(taskIDs: ["t"], tool: ToolSettings(command: ["harbor"]))
+        a.datasetPath = dir.path
+        let task = a.localTask("t")
+        #expect(task.problem == nil && task.agentTimeout == 1800 && task.agentTimeoutDeclared, "\(task)")
+        #expect(task.verifierTimeout == 1200 && task.verifierTimeoutDeclared, "\(task)")
+    }
+
     @Test("per_task_timeout reaches Harbor as the job config's agents[].override_timeout_sec, with the agent and model named there (not -a, which would replace it)")
     func perTaskTimeoutArgv() throws {
         var a = HarborAdapter(taskIDs: ["t"], tool: ToolSettings(command: ["harbor"]))

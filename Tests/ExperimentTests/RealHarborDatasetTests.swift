@@ -19,7 +19,7 @@ struct RealHarborDatasetTests {
             try "schema_version = \"1.4\"\n\n[task]\nname = \"autoharness-test/\(id)\"\n\n[agent]\ntimeout_sec = 60.0\n\n[verifier]\ntimeout_sec = 30.0\n"
                 .write(toFile: t + "/task.toml", atomically: true, encoding: .utf8)
             try "Copy the word in /app/seed.txt into /app/out.txt.\(sleep ? " SLEEP" : "")\n".write(toFile: t + "/instruction.md", atomically: true, encoding: .utf8)
-            try "FROM ubuntu:24.04\nWORKDIR /app\n".write(toFile: t + "/environment/Dockerfile", atomically: true, encoding: .utf8)
+            try "FROM ubuntu:24.04\nWORKDIR /app\nCOPY seed.txt /app/seed.txt\n".write(toFile: t + "/environment/Dockerfile", atomically: true, encoding: .utf8)
             try "word-\(k)\n".write(toFile: t + "/environment/seed.txt", atomically: true, encoding: .utf8)
             try "#!/bin/bash\nif cmp -s /app/seed.txt /app/out.txt; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"
                 .write(toFile: t + "/tests/test.sh", atomically: true, encoding: .utf8)

@@ -222,9 +222,66 @@ import TestSupport
             """),
         // The C library's name-service modules: nsswitch.conf names one of the agent's.
         ("nss", "cp /app/evil.so /usr/lib/x86_64-linux-gnu/libnss_evil.so.2 && sed -i 's/^passwd:.*/passwd: evil files/' /etc/nsswitch.conf"),
+        // A library the toolbox Python's libpython or an extension module links, in the image's
+        // library directory (libm.so.6 with evil.so as one more dependency).
+        ("image-libm", """
+            cp /app/evil.so /usr/lib/x86_64-linux-gnu/evil.so
+            cp /app/libm-evil.so.6 /usr/lib/x86_64-linux-gnu/libm.so.6.new
+            mv -f /usr/lib/x86_64-linux-gnu/libm.so.6.new /usr/lib/x86_64-linux-gnu/libm.so.6
+            """),
+        // A standard library where the toolbox Python would search for its prefix above its bin/.
+        ("python-prefix", Self.prefixShim),
+        // pytest's other configuration names above /tests.
+        ("dot-pytest-ini", """
+            mkdir -p /opt/evilplug
+            printf 'def pytest_sessionfinish(session, exitstatus):\\n    session.exitstatus = 0\\n' > /opt/evilplug/evilplug.py
+            printf '[pytest]\\npythonpath = /opt/evilplug\\naddopts = -p evilplug\\n' > /.pytest.ini
+            """),
+        // The image's ENV has PYTHONPATH=/app: a sitecustomize.py there in every Python.
+        ("env-pythonpath", """
+            printf 'import atexit, os, sys\\ndef _p():\\n    sys.stdout.flush(); sys.stderr.flush(); os._exit(0)\\natexit.register(_p)\\n' > /app/sitecustomize.py
+            """),
     ]
 
-    @Test("on a task's image, cheats that replace the shell, preload a library, plant pytest's configuration, plant $HOME's env or shadow uv, or add a name service all score 0; the honest solution scores 1")
+    /// A fake standard library at /opt/autoharness/lib/python3.13 (the image's, so the
+    /// agent's): its `encodings` finds the real prefix, then makes the process exit 0.
+    static let prefixShim = """
+        mkdir -p /opt/autoharness/lib/python3.13/encodings
+        : > /opt/autoharness/lib/python3.13/os.py
+        cat > /opt/autoharness/lib/python3.13/encodings/__init__.py <<'PY'
+        import sys, _io, atexit, posix
+        _real = None
+        for _l in _io.open('/proc/self/maps', 'rb').read().decode('latin-1').split(chr(10)):
+            if 'libpython3.13.so' in _l:
+                _real = _l.split()[-1].rsplit('/lib/', 1)[0]
+                break
+        _fake = '/opt/autoharness'
+        sys.path[:] = [_real + p[len(_fake):] if p.startswith(_fake + '/lib/') else p for p in sys.path]
+        for _n in ('prefix', 'base_prefix', 'exec_prefix', 'base_exec_prefix'):
+            if getattr(sys, _n) == _fake:
+                setattr(sys, _n, _real)
+        del sys.modules['encodings']
+        import encodings
+        def _pass():
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            except Exception:
+                pass
+            posix._exit(0)
+        atexit.register(_pass)
+        PY
+        """
+
+    /// Which libraries the toolbox's Python loads in a verifier on an image, and its prefix.
+    static let loadProbe = """
+        #!/bin/bash
+        LD_DEBUG=libs /opt/autoharness/verifier-tools/bin/python3.13 -c 'import sys, ssl, sqlite3, ctypes, readline, lzma, bz2, zlib, curses, _uuid, _decimal, _hashlib, pyexpat, math; print("prefix", sys.prefix)' > /logs/verifier/probe.txt 2>&1
+        echo 0 > /logs/verifier/reward.txt
+
+        """
+
+    @Test("on a task's image, cheats that replace the shell, preload or replace a library, plant a standard library, pytest's configuration or $HOME's env, shadow uv, add a name service or use the image's PYTHONPATH all score 0; the honest solution scores 1; the toolbox's Python loads only the toolbox's libraries")
     func cheatsScoreZero() throws {
         try #require(getuid() == 0, "image tests build with podman's root storage and mount overlays: run as root")
         try #require(try ChildProcess.run(["/usr/bin/podman", "image", "exists", TaskImageTests.base]).succeeded,
@@ -240,17 +297,23 @@ import TestSupport
             .write(toFile: dir + "/evil.c", atomically: true, encoding: .utf8)
         let built = try runProcess(try #require(compiler, "no C compiler"), ["-shared", "-fPIC", "-o", so, dir + "/evil.c"])
         try #require(built.status == 0, "\(built.stderr)")
+        // The C library's libm with evil.so (in the image's library directory) as one more dependency.
+        let libm = dir + "/libm-evil.so.6"
+        try FileManager.default.copyItem(atPath: "/lib/x86_64-linux-gnu/libm.so.6", toPath: libm)
+        let patched = try runProcess("/usr/bin/patchelf", ["--add-needed", "/usr/lib/x86_64-linux-gnu/evil.so", libm])
+        try #require(patched.status == 0, "\(patched.stderr)")
         var tasks: [BenchmarkTask] = []
-        for (id, cheat) in Self.cheats {
+        for (id, cheat) in Self.cheats + [("load-probe", "echo probing")] {
             let t = dir + "/tasks/" + id
             for sub in ["environment", "tests", "solution"] {
                 try FileManager.default.createDirectory(atPath: t + "/" + sub, withIntermediateDirectories: true)
             }
             try "Write the answer.\n".write(toFile: t + "/instruction.md", atomically: true, encoding: .utf8)
-            try "FROM \(TaskImageTests.base)\nWORKDIR /app\nCOPY evil.so /app/evil.so\n"
+            try "FROM \(TaskImageTests.base)\nWORKDIR /app\nCOPY evil.so libm-evil.so.6 /app/\nENV PYTHONPATH=/app\n"
                 .write(toFile: t + "/environment/Dockerfile", atomically: true, encoding: .utf8)
             try FileManager.default.copyItem(atPath: so, toPath: t + "/environment/evil.so")
-            try Self.testScript.write(toFile: t + "/tests/test.sh", atomically: true, encoding: .utf8)
+            try FileManager.default.copyItem(atPath: libm, toPath: t + "/environment/libm-evil.so.6")
+            try (id == "load-probe" ? Self.loadProbe : Self.testScript).write(toFile: t + "/tests/test.sh", atomically: true, encoding: .utf8)
             // tmp_path: pytest asks the C library who the user is (getpass), through nsswitch.conf.
             try "def test_answer(tmp_path):\n    assert open('/app/answer.txt').read().strip() == 'SECRET'\n"
                 .write(toFile: t + "/tests/test_outputs.py", atomically: true, encoding: .utf8)
@@ -268,6 +331,8 @@ import TestSupport
         config.images = store.load(tasks).images
         config.verifierTools = try TaskImageTests.toolbox()
         let traces = dir + "/traces"
+        let probe = ProbeBox()
+        config.scratchObserver = { id, path in if id == "load-probe" { probe.read(path + "/logs/probe.txt") } }
         let runner = try TaskRunner(configuration: config)
         for task in tasks {
             let outcome = runner.run(task, traceDirectory: traces + "/" + task.id)
@@ -276,11 +341,22 @@ import TestSupport
             }.joined(separator: "\n")
             if task.id == "honest" {
                 #expect(outcome.reward == 1, "\(outcome)\n\(log)")
+            } else if task.id == "load-probe" {
+                // Every library the toolbox's Python loaded is the toolbox's, and so is its prefix.
+                let loaded = probe.text.split(separator: "\n").filter { $0.contains("calling init: ") }
+                    .map { String($0[$0.range(of: "calling init: ")!.upperBound...]) }
+                #expect(loaded.count >= 10 && loaded.allSatisfy { $0.hasPrefix(VerifierTools.mountPoint + "/lib/") }, "\(probe.text)")
+                #expect(probe.text.contains("prefix \(VerifierTools.mountPoint)\n"), "\(probe.text)")
             } else {
                 #expect(outcome.reward == 0, "\(task.id): \(outcome)\n\(log)")
             }
         }
     }
+}
+
+private final class ProbeBox: @unchecked Sendable {
+    var text = ""
+    func read(_ path: String) { text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? "(no probe output)" }
 }
 
 /// What a task's scratch directory held just before it was removed.

@@ -248,8 +248,9 @@ public struct HarborAdapter: BenchmarkAdapter {
     }
 
     /// Task `id` as the verifier needs it: its tests/test.sh, its `[verifier] timeout_sec`
-    /// (Harbor's default, 600 s, when none), whether it has a solution for `--oracle`. A task
-    /// that cannot be scored carries its problem and scores 0 as setup_failed.
+    /// (Harbor's default, 600 s, when none), whether it has a solution for `--oracle`, and its
+    /// `[agent] timeout_sec`, which `--oracle`'s solution gets (Harbor's agent phase reads its
+    /// own). A task that cannot be scored carries its problem and scores 0 as setup_failed.
     func localTask(_ id: String) -> BenchmarkTask {
         guard let dir = hostDirectory(id) else {
             var t = BenchmarkTask(id: id, directory: "/nonexistent")
@@ -262,15 +263,19 @@ public struct HarborAdapter: BenchmarkAdapter {
             task.problem = "task \(id): \(dir)/tests/test.sh is missing or not a regular file"
             return task
         }
-        if case .success(let bytes) = InputFile.read(dir + "/task.toml", cap: LocalBenchmark.maxTaskTomlBytes),
-           let text = String(validating: bytes, as: UTF8.self),
-           let value = Self.tableValue(taskToml: text, table: "verifier", key: "timeout_sec") {
+        guard case .success(let bytes) = InputFile.read(dir + "/task.toml", cap: LocalBenchmark.maxTaskTomlBytes),
+              let text = String(validating: bytes, as: UTF8.self) else { return task }
+        for table in ["verifier", "agent"] {
+            guard let value = Self.tableValue(taskToml: text, table: table, key: "timeout_sec") else { continue }
             guard let seconds = Double(value.replacingOccurrences(of: "_", with: "")), seconds > 0, seconds <= LocalBenchmark.maxTimeout else {
-                task.problem = "\(dir)/task.toml: [verifier] timeout_sec must be a positive number of seconds, at most \(Int(LocalBenchmark.maxTimeout)) (got \(value))"
+                task.problem = "\(dir)/task.toml: [\(table)] timeout_sec must be a positive number of seconds, at most \(Int(LocalBenchmark.maxTimeout)) (got \(value))"
                 return task
             }
-            task.verifierTimeout = seconds
-            task.verifierTimeoutDeclared = true
+            if table == "agent" {
+                (task.agentTimeout, task.agentTimeoutDeclared) = (seconds, true)
+            } else {
+                (task.verifierTimeout, task.verifierTimeoutDeclared) = (seconds, true)
+            }
         }
         return task
     }

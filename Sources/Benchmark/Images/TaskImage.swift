@@ -44,7 +44,8 @@ public struct TaskImage: Sendable, Equatable, Codable {
     /// does not set, and PATH from the image. The agent's sandbox also takes HOME from the
     /// image, HOME=/root where it names none (Docker's default for root); the verifier keeps
     /// its policy's, a private tmpfs: the agent wrote /root, and a test script sources
-    /// `$HOME/.local/bin/env` and runs uv, whose cache is under `$HOME`.
+    /// `$HOME/.local/bin/env` and runs uv, whose cache is under `$HOME`. Nor does the verifier
+    /// take a variable that points its own chain somewhere (`verifierDenied`).
     func environmentOverrides(policy: [String: String], verifier: Bool) -> [String] {
         var out: [String] = []
         var named: Set<String> = []
@@ -52,6 +53,7 @@ public struct TaskImage: Sendable, Equatable, Codable {
             guard let eq = entry.firstIndex(of: "=") else { continue }
             let name = String(entry[..<eq])
             named.insert(name)
+            if verifier && Self.verifierDenied(name) { continue }
             if name == "PATH" || (name == "HOME" && !verifier) || policy[name] == nil { out.append(entry) }
         }
         if !named.contains("HOME") && !verifier { out.append("HOME=/root") }
@@ -75,10 +77,9 @@ extension TaskImage {
         for p in policies where (p.identity.hostUID, p.identity.hostGID) != (hostUID, hostGID) {
             throw BenchmarkError(.configuration, "policy \(p.name) runs as host \(p.identity.hostUID):\(p.identity.hostGID), but the image \(id) was unpacked for \(hostUID):\(hostGID)")
         }
-        guard let tools else {
+        guard tools != nil else {
             throw BenchmarkError(.configuration, "a task on its image is verified with the verifier tools (sandbox.verifier_tools, scripts/install-verifier-tools): on the image every other program is the agent's to have changed")
         }
-        if let problem = tools.imageProblem { throw BenchmarkError(.configuration, problem) }
     }
 
     /// A sandbox of `policy` on this image, whose overlay is mounted at `root`: the overlay as
@@ -88,6 +89,18 @@ extension TaskImage {
         overrides.imageFiles = rootfs
         overrides.workingDirectory = workingDirectory
         overrides.environment += environmentOverrides(policy: policy.env.set, verifier: verifier)
+    }
+
+    /// Variables of the image's ENV a verifier does not take: each tells the shell, the loader,
+    /// the C library, uv, pip or Python what to load or where to look (a `PYTHONPATH=/app`
+    /// puts the agent's sitecustomize.py into pytest's interpreter), and /app and /root are
+    /// the agent's. A task's own variables (`DATA_DIR`, `DEBIAN_FRONTEND`) pass.
+    static func verifierDenied(_ name: String) -> Bool {
+        let prefixes = ["PYTHON", "LD_", "UV_", "PYTEST", "PIP_", "CONDA", "VIRTUAL_ENV", "BASH_FUNC_", "GLIBC_", "MALLOC_",
+                        "XDG_", "PERL", "RUBY", "NODE_", "GCONV_", "SSL_", "REQUESTS_", "CURL_"]
+        let names: Set<String> = ["BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "CDPATH", "GLOBIGNORE", "IFS", "HOSTALIASES",
+                                  "RES_OPTIONS", "LOCALDOMAIN", "TMPDIR", "HOME", "SHELL", "LANGUAGE", "LC_ALL", "LOCPATH", "NLSPATH", "TZDIR"]
+        return names.contains(name) || prefixes.contains { name.hasPrefix($0) }
     }
 
     /// The PATH a sandbox of `policy` has on this image.
@@ -102,8 +115,8 @@ extension TaskImage {
     /// libraries every dynamically linked program loads, the toolbox's Python included; the
     /// others are where pytest looks for its rootdir, ini options and conftest.py above
     /// /tests (a conftest.py there can pass every test).
-    static let verifierConfiguration = ["etc/ld.so.preload", "conftest.py", "pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg",
-                                        "setup.py", "__init__.py"]
+    static let verifierConfiguration = ["etc/ld.so.preload", "conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml",
+                                        "pyproject.toml", "tox.ini", "setup.cfg", "setup.py", "__init__.py"]
 
     static func hiddenFromVerifier(upper: String) -> [MountSpec] {
         verifierConfiguration.compactMap { name in
