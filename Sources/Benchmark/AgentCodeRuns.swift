@@ -56,9 +56,8 @@ enum AgentCodeRuns {
     /// `path` (as the verifier saw it) when the agent's upper layer holds it, not as a whiteout.
     static func inUpper(_ path: String, upper: String) -> String? {
         let path = path.hasSuffix(" (deleted)") ? String(path.dropLast(10)) : path
-        guard path.hasPrefix("/"), !path.hasPrefix(upper + "/") else { return nil }
-        var st = stat()
-        guard lstat(upper + path, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { return nil }
+        guard path.hasPrefix("/"), !path.hasPrefix(upper + "/"),
+              let st = TaskImage.inUpper(upper, String(path.dropFirst())), st.st_mode & S_IFMT == S_IFREG else { return nil }
         return path
     }
 

@@ -120,12 +120,25 @@ extension TaskImage {
 
     static func hiddenFromVerifier(upper: String) -> [MountSpec] {
         verifierConfiguration.compactMap { name in
-            var st = stat()
-            guard lstat(upper + "/" + name, &st) == 0 else { return nil }
+            guard let st = inUpper(upper, name) else { return nil }
             // A whiteout (a character device 0/0) is the agent's deletion of the image's file.
             if st.st_mode & S_IFMT == S_IFCHR && st.st_rdev == 0 { return nil }
             return MountSpec(kind: .hide, destination: "/" + name)
         }
+    }
+
+    /// The status of `relative` in the agent's upper layer, never through a link the agent
+    /// made (`/etc -> /` would otherwise have the supervisor look at the host's files).
+    static func inUpper(_ upper: String, _ relative: String) -> stat? {
+        var path = upper
+        var st = stat()
+        let parts = relative.split(separator: "/")
+        for (i, part) in parts.enumerated() {
+            path += "/" + part
+            guard lstat(path, &st) == 0 else { return nil }
+            if i < parts.count - 1 && st.st_mode & S_IFMT != S_IFDIR { return nil }
+        }
+        return parts.isEmpty ? nil : st
     }
 }
 
