@@ -77,6 +77,8 @@ struct DoctorCommand: ParsableCommand {
                 problems.append("policy \(name): \(bad.joined(separator: ", ")) cannot be enforced")
             }
         }
+        // Tasks on their own image (`autoharness images`): informational, as benchmarks choose it.
+        if !summary { lines.append(("images", "info", Self.imagesLine())) }
         // The held-out VM runtime (gate.held_out_runtime: vm): informational, as experiments
         // choose it; its own refusal names what is missing when one does.
         if geteuid() == 0 && !summary {
@@ -201,6 +203,18 @@ struct DoctorCommand: ParsableCommand {
         usleep(300_000)
         guard ticks() > held else { return (false, "the test sandbox did not run again after the thaw") }
         return (true, "a test sandbox (\(pids.count) processes) stayed frozen against SIGCONT for 0.3 s and ran again when thawed")
+    }
+
+    /// What `autoharness images` needs here: podman to build, overlayfs to give each task its
+    /// own layer over the image.
+    static func imagesLine() -> String {
+        let overlay = ((try? String(contentsOfFile: "/proc/filesystems", encoding: .utf8)) ?? "").contains("\toverlay\n")
+        let candidates: [String] = ["/usr/bin/podman", "/usr/local/bin/podman"]
+        let podman = candidates.first { access($0, X_OK) == 0 }
+        let version = podman.flatMap { try? ChildProcess.run([$0, "--version"], standardError: .discarded, timeout: 30) }
+            .map { $0.output.trimmingCharacters(in: .whitespacesAndNewlines) }
+        return "\(version.map { "\($0) builds task images" } ?? "podman not found: tasks with a Dockerfile run on this host's userland (apt-get install podman)"); "
+            + (overlay ? "overlayfs available for each task's layer" : "overlayfs not available: a task cannot run on its image here")
     }
 
     /// `/bin/true` under the base policy, limits allowed to be unenforced (they are reported

@@ -91,6 +91,8 @@ struct CgroupHostTests {
         for policy in ["base", "benchmark-task", "verifier", "coding-agent", "benchmark-runner", "benchmark-scorer", "triage"] {
             #expect(r.stdout.contains("policy \(policy)"), "\(policy) not checked")
         }
+        // Tasks on their own image: podman (CI installs it for its images) and overlayfs.
+        #expect(row("images")?.hasPrefix("info podman version ") == true && row("images")?.contains("overlayfs available") == true, "\(r.stdout)")
         // The held-out VM runtime: qemu and the guest kernel from scripts/install-vm, KVM by a
         // probe boot (on this machine kind /dev/kvm opens and qemu aborts), what a gate uses.
         let lines = r.stdout.split(separator: "\n").map { $0.split(separator: " ", omittingEmptySubsequences: true).joined(separator: " ") }
