@@ -91,11 +91,15 @@ enum DockerfileCopies {
         return true
     }
 
-    /// What of environment/ seeds /app (`FileSystem.copyTree`'s `include`): nil, all of it,
-    /// when there is no Dockerfile or it copies the whole context.
-    static func filter(environment: String) -> ((String) -> Bool)? {
-        guard case .success(let bytes) = InputFile.read(environment + "/Dockerfile", cap: 1 << 20),
-              let patterns = sources(String(decoding: bytes, as: UTF8.self)) else { return nil }
+    /// What of `task`'s environment/ seeds /app (`FileSystem.copyTree`'s `include`): nil, all
+    /// of it, when there is no Dockerfile (and no `docker_image`: then nothing, the image
+    /// holds what it holds) or the Dockerfile copies the whole context.
+    static func filter(_ task: BenchmarkTask) -> ((String) -> Bool)? {
+        let environment = task.environmentDirectory
+        guard case .success(let bytes) = InputFile.read(environment + "/Dockerfile", cap: 1 << 20) else {
+            return task.dockerImage == nil ? nil : { _ in false }
+        }
+        guard let patterns = sources(String(decoding: bytes, as: UTF8.self)) else { return nil }
         var ignored: [String] = []
         if case .success(let i) = InputFile.read(environment + "/.dockerignore", cap: 1 << 20) {
             ignored = Self.ignored(String(decoding: i, as: UTF8.self))

@@ -33,6 +33,9 @@ public struct BenchmarkTask: Sendable, Equatable {
     public var hasSolution: Bool
     /// task.toml's `[metadata]` table, values as written (numbers and booleans as text).
     public var metadata: [String: String]
+    /// task.toml's `[environment] docker_image`: the task's image by name (`autoharness images`
+    /// takes it from the host's podman or pulls it, else builds environment/Dockerfile).
+    public var dockerImage: String?
     /// Why the task cannot run (a malformed task.toml, a missing tests/test.sh), or nil. A
     /// broken task stays in the benchmark and scores 0 as `setup_failed` with this reason, as
     /// an infrastructure error does: it costs that task, never the whole experiment.
@@ -189,6 +192,13 @@ public struct LocalBenchmark: Sendable {
             task.verifierTimeoutDeclared = true
         }
         for (key, entry) in toml.tables["metadata"] ?? [:] { task.metadata[key] = entry.value.metadataText }
+        if let entry = toml.entry("environment", "docker_image") {
+            guard case .string(let name) = entry.value, !name.isEmpty, !name.hasPrefix("-"),
+                  name.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7f }) else {
+                throw BenchmarkError(.invalidTaskFile, "\(tomlPath):\(entry.line): [environment] docker_image must be an image name (got \(entry.value.metadataText))")
+            }
+            task.dockerImage = name
+        }
         return task
     }
 

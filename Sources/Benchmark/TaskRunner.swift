@@ -190,7 +190,7 @@ public final class TaskRunner: Sendable {
                 defer { close(env) }
                 do throws(IOFailure) {
                     try FileSystem.copyTree(from: env, to: app, owner: (taskPolicy.identity.hostUID, taskPolicy.identity.hostGID),
-                                            skip: ["Dockerfile"], include: DockerfileCopies.filter(environment: task.environmentDirectory))
+                                            skip: ["Dockerfile"], include: DockerfileCopies.filter(task))
                 } catch { throw BenchmarkError(error) }
             }
             // The verifier's logs: a file system of its own, watched from now on, so every

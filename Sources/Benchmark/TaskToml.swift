@@ -14,9 +14,13 @@
 //   [metadata]
 //   difficulty = "easy"      # "basic strings" with escapes, 'literal strings'
 //   hard = false             # true / false
+//   tags = ["a", "b"]        # an array of these on one line (Terminal-Bench 2.0's tags)
+//   [environment]
+//   docker_image = "org/name:tag"   # the task's image (`autoharness images`)
 //
-// Not supported (rejected): arrays, inline tables, arrays of tables, dotted or quoted keys,
-// multi-line strings, dates, hexadecimal/octal/binary integers, inf and nan.
+// Not supported (rejected): arrays over several lines or of arrays, inline tables, arrays of
+// tables, dotted or quoted keys, multi-line strings, dates, hexadecimal/octal/binary
+// integers, inf and nan.
 
 /// One parsed `task.toml`.
 struct TaskToml: Sendable {
@@ -25,12 +29,15 @@ struct TaskToml: Sendable {
         /// The number and its text as written (metadata keeps the text).
         case number(Double, text: String)
         case bool(Bool)
+        /// One line's array of the scalars above.
+        case array([Value])
 
         var metadataText: String {
             switch self {
             case .string(let s): return s
             case .number(_, let text): return text
             case .bool(let b): return b ? "true" : "false"
+            case .array(let items): return items.map(\.metadataText).joined(separator: ", ")
             }
         }
     }
@@ -142,12 +149,21 @@ private struct Cursor {
         switch c {
         case "\"": return .string(try basicString(fail))
         case "'": return .string(try literalString(fail))
-        case "[": throw fail("arrays are not supported in task.toml (use numbers, strings or booleans)")
+        case "[": return try array(fail)
         case "{": throw fail("inline tables are not supported in task.toml")
+        default: return try scalar(fail, stoppingAt: [])
+        }
+    }
+
+    /// A string, number or boolean; a bare word ends at a blank, a comment or `stop`.
+    mutating func scalar(_ fail: (String) -> BenchmarkError, stoppingAt stop: Set<Unicode.Scalar>) throws(BenchmarkError) -> TaskToml.Value {
+        switch peek {
+        case "\"": return .string(try basicString(fail))
+        case "'": return .string(try literalString(fail))
         default: break
         }
         var word = String.UnicodeScalarView()
-        while let c = peek, c != " " && c != "\t" && c != "#" {
+        while let c = peek, c != " " && c != "\t" && c != "#" && !stop.contains(c) {
             word.append(c)
             advance()
         }
@@ -158,6 +174,22 @@ private struct Cursor {
             throw fail("'\(text)' is not a supported value (a decimal number, a \"string\", true or false)")
         }
         return .number(number, text: text)
+    }
+
+    /// `[v, v, ...]` on one line, `v` a string, number or boolean; a trailing comma is allowed.
+    mutating func array(_ fail: (String) -> BenchmarkError) throws(BenchmarkError) -> TaskToml.Value {
+        advance()
+        var items: [TaskToml.Value] = []
+        while true {
+            skipSpace()
+            guard let c = peek else { throw fail("an array must close on its own line (arrays over several lines are not supported)") }
+            if c == "]" { advance(); return .array(items) }
+            if c == "[" || c == "{" { throw fail("an array may hold only strings, numbers and booleans") }
+            items.append(try scalar(fail, stoppingAt: [",", "]"]))
+            skipSpace()
+            guard let next = peek else { throw fail("an array must close on its own line (arrays over several lines are not supported)") }
+            if next == "," { advance() } else if next != "]" { throw fail("expected ',' or ']' in the array") }
+        }
     }
 
     /// A TOML decimal integer or float: sign, digits with single `_` between digits, no

@@ -4,6 +4,7 @@ import Foundation
 import Sandbox
 import SandboxCLI
 import SandboxPolicy
+import SupervisorIO
 
 struct DoctorCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -208,7 +209,8 @@ struct DoctorCommand: ParsableCommand {
     /// What `autoharness images` needs here: podman to build, overlayfs to give each task its
     /// own layer over the image.
     static func imagesLine() -> String {
-        let overlay = ((try? String(contentsOfFile: "/proc/filesystems", encoding: .utf8)) ?? "").contains("\toverlay\n")
+        let filesystems = (try? InputFile.read("/proc/filesystems", cap: 1 << 16).get()).map { String(decoding: $0, as: UTF8.self) } ?? ""
+        let overlay = filesystems.contains("\toverlay\n")
         let candidates: [String] = ["/usr/bin/podman", "/usr/local/bin/podman"]
         let podman = candidates.first { access($0, X_OK) == 0 }
         let version = podman.flatMap { try? ChildProcess.run([$0, "--version"], standardError: .discarded, timeout: 30) }

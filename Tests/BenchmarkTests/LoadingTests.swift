@@ -47,9 +47,48 @@ struct LoadingTests {
         #expect(toml.entry("agent", "timeout_sec")?.line == 12)
     }
 
+    @Test("Terminal-Bench 2.0's task.toml loads: one-line arrays (tags), [environment] with docker_image, cpus, memory")
+    func terminalBenchToml() throws {
+        let bench = try TempDir()
+        try bench.file("tasks/t/instruction.md", "x\n")
+        try bench.file("tasks/t/tests/test.sh", "#!/bin/bash\n")
+        try bench.file("tasks/t/task.toml", """
+            version = "1.0"
+
+            [metadata]
+            author_name = "someone"
+            difficulty = "medium"
+            tags = ["compression", "rust", ]
+            expert_time_estimate_min = 30.0
+
+            [verifier]
+            timeout_sec = 900.0
+
+            [agent]
+            timeout_sec = 900.0
+
+            [environment]
+            build_timeout_sec = 600.0
+            docker_image = "alexgshaw/write-compressor:20251031"
+            cpus = 1
+            memory = "2G"
+            storage = "10G"
+
+            """)
+        let loaded = try LocalBenchmark(directory: bench.path)
+        #expect(loaded.problems.isEmpty, "\(loaded.problems)")
+        let task = try #require(loaded.task("t"))
+        #expect(task.metadata["tags"] == "compression, rust" && task.dockerImage == "alexgshaw/write-compressor:20251031")
+        #expect(task.agentTimeout == 900 && task.verifierTimeout == 900)
+    }
+
     @Test("task.toml outside the subset is rejected with file:line", arguments: [
-        ("[agent]\ntimeout_sec = [1, 2]\n", 2, "arrays"),
-        ("[metadata]\ntags = [\"a\"]\n", 2, "arrays"),
+        ("[agent]\ntimeout_sec = [1, 2]\n", 2, "positive number"),
+        ("[metadata]\ntags = [\"a\",\n\"b\"]\n", 2, "on its own line"),
+        ("x = [[1]]\n", 1, "only strings, numbers and booleans"),
+        ("x = [1 2]\n", 1, "expected ',' or ']'"),
+        ("[environment]\ndocker_image = 5\n", 2, "must be an image name"),
+        ("[environment]\ndocker_image = \"--privileged\"\n", 2, "must be an image name"),
         ("\n\n[[steps]]\n", 3, "arrays of tables"),
         ("x = { a = 1 }\n", 1, "inline tables"),
         ("a.b = 1\n", 1, "dotted keys"),

@@ -138,6 +138,52 @@ import TestSupport
     }
 }
 
+/// A task that names its image (task.toml's `[environment] docker_image`) and has no Dockerfile.
+@Suite(.serialized) struct NamedImageTests {
+    @Test("a task's docker_image that this host's podman holds is used as it is (no pull, no build); nothing of environment/ reaches /app, with or without the image")
+    func namedImage() throws {
+        try #require(getuid() == 0, "image tests build with podman's root storage and mount overlays: run as root")
+        try #require(try ChildProcess.run(["/usr/bin/podman", "image", "exists", TaskImageTests.base]).succeeded,
+                     "\(TaskImageTests.base) is missing: scripts/build-images makes it")
+        let dir = NSTemporaryDirectory() + "ah-named-" + UUID().uuidString.prefix(8).lowercased()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let t = dir + "/tasks/named"
+        for sub in ["environment", "tests", "solution"] {
+            try FileManager.default.createDirectory(atPath: t + "/" + sub, withIntermediateDirectories: true)
+        }
+        try "x\n".write(toFile: t + "/instruction.md", atomically: true, encoding: .utf8)
+        try "[environment]\ndocker_image = \"\(TaskImageTests.base)\"\n".write(toFile: t + "/task.toml", atomically: true, encoding: .utf8)
+        try "ANSWER-KEY\n".write(toFile: t + "/environment/answer_key.txt", atomically: true, encoding: .utf8)
+        try "#!/bin/bash\n{ cat /etc/debian_version; ls -A /app; } > /tmp/seen && mv /tmp/seen /app/seen.txt\n"
+            .write(toFile: t + "/solution/solve.sh", atomically: true, encoding: .utf8)
+        try "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n".write(toFile: t + "/tests/test.sh", atomically: true, encoding: .utf8)
+        let task = try #require(try LocalBenchmark(directory: dir).task("named"))
+        #expect(task.dockerImage == TaskImageTests.base)
+        let store = TaskImageStore(directory: dir + "/store")
+        var lines: [String] = []
+        let problems = try store.prepare([task], uid: 65534, gid: 65534) { lines.append($0) }
+        #expect(problems.isEmpty, "\(problems)")
+        #expect(lines.contains { $0.contains("podman image \(TaskImageTests.base)") } && !lines.contains { $0.contains("podman build") }, "\(lines)")
+        let image = try #require(store.load([task]).images.byTask["named"])
+        #expect(image.origin == "the image \(TaskImageTests.base)")
+        for onImage in [true, false] {
+            let scratch = try TaskImageTests.scratchRoot()
+            defer { rmdir(scratch) }
+            let seen = ProbeBox()
+            var config = TaskRunConfiguration(policyLoader: PolicyLoader(searchPaths: [Built.packageRoot + "/policies"]), agentDirectory: "",
+                                              scratchRoot: scratch)
+            config.oracle = true
+            config.verifierTools = try TaskImageTests.toolbox()
+            if onImage { config.images = TaskImages(["named": image]) }
+            config.scratchObserver = { _, path in seen.read(path + (onImage ? "/root/app/seen.txt" : "/app/seen.txt")) }
+            let outcome = try TaskRunner(configuration: config).run(task, traceDirectory: nil)
+            #expect(outcome.reward == 1, "\(outcome)")
+            // On the image: Debian's version file, and an /app holding only what the solution wrote.
+            #expect(seen.text.hasPrefix(onImage ? "12." : "") && !seen.text.contains("answer_key"), "\(onImage): \(seen.text)")
+        }
+    }
+}
+
 /// The command line: `autoharness images` builds, and the experiment's runs use, the images.
 @Suite(.serialized) struct ImagesCommandTests {
     @Test("autoharness images builds each Dockerfile task's image once (a second run builds nothing), and benchmark --oracle then runs every train task on it")

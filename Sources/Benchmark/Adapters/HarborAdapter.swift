@@ -265,6 +265,8 @@ public struct HarborAdapter: BenchmarkAdapter {
         }
         guard case .success(let bytes) = InputFile.read(dir + "/task.toml", cap: LocalBenchmark.maxTaskTomlBytes),
               let text = String(validating: bytes, as: UTF8.self) else { return task }
+        task.dockerImage = Self.tableValue(taskToml: text, table: "environment", key: "docker_image")
+            .map { String($0.filter { $0 != "\"" && $0 != "'" }) }
         for table in ["verifier", "agent"] {
             guard let value = Self.tableValue(taskToml: text, table: table, key: "timeout_sec") else { continue }
             guard let seconds = Double(value.replacingOccurrences(of: "_", with: "")), seconds > 0, seconds <= LocalBenchmark.maxTimeout else {

@@ -112,7 +112,7 @@ final class HarborAgentPhase: ExternalAgentPhase, @unchecked Sendable {
         defer { close(source) }
         // Of environment/, the Dockerfile and what it copies into the image (`DockerfileCopies`),
         // as in the working copy: agent.py runs in Harbor's process and reads this copy too.
-        let copies = DockerfileCopies.filter(environment: task.environmentDirectory)
+        let copies = DockerfileCopies.filter(task)
         do throws(IOFailure) {
             try FileSystem.copyTree(from: source, to: copy, owner: (0, 0), skip: [],
                                     include: { relative in

@@ -38,11 +38,11 @@ public struct TaskImageStore {
         let index = readIndex()
         var images: [String: TaskImage] = [:]
         var missing: [String: String] = [:]
-        for task in tasks where Self.hasDockerfile(task) {
+        for task in tasks where Self.hasImage(task) {
             if let e = index[task.id], Self.kind(e.image.rootfs) == S_IFDIR {
                 images[task.id] = e.image
             } else {
-                missing[task.id] = "task \(task.id) has environment/Dockerfile but no image: run `autoharness images -C DIR` (podman) to build it"
+                missing[task.id] = "task \(task.id) has an image (docker_image or environment/Dockerfile) but none is here: run `autoharness images -C DIR` (podman)"
             }
         }
         return (TaskImages(images), missing)
@@ -51,6 +51,9 @@ public struct TaskImageStore {
     static func hasDockerfile(_ task: BenchmarkTask) -> Bool {
         Self.kind(task.directory + "/environment/Dockerfile") == S_IFREG
     }
+
+    /// A task names its image (task.toml's `docker_image`) or can build one (a Dockerfile).
+    static func hasImage(_ task: BenchmarkTask) -> Bool { task.dockerImage != nil || hasDockerfile(task) }
 
     /// Builds and unpacks the image of every task in `tasks` with a Dockerfile whose context
     /// has none yet, for sandboxes running as host `uid`:`gid`; says what it does on `progress`.
@@ -61,20 +64,23 @@ public struct TaskImageStore {
         try makePrivateDirectory(directory + "/rootfs")
         var index = readIndex()
         var problems: [String: String] = [:]
-        let todo = tasks.filter(Self.hasDockerfile)
+        let todo = tasks.filter(Self.hasImage)
         for (n, task) in todo.enumerated() {
-            guard let digest = EvidenceMeasure.taskFiles(task.directory + "/environment")?.manifestSHA256 else {
+            // What the image is made from: its name, and the build context where there is one.
+            let context = Self.hasDockerfile(task) ? EvidenceMeasure.taskFiles(task.directory + "/environment")?.manifestSHA256 : ""
+            guard let context else {
                 problems[task.id] = "task \(task.id): environment/ cannot be read"
                 continue
             }
+            let digest = (task.dockerImage.map { "image \($0) " } ?? "") + context
             if let e = index[task.id], e.context == digest, e.image.hostUID == uid, e.image.hostGID == gid,
                Self.kind(e.image.rootfs) == S_IFDIR {
                 continue
             }
             let start = monotonicNow()
-            progress("images: \(n + 1) of \(todo.count): \(task.id): podman build \(task.directory)/environment")
+            progress("images: \(n + 1) of \(todo.count): \(task.id): " + (task.dockerImage.map { "podman image \($0)" } ?? "podman build \(task.directory)/environment"))
             do {
-                let image = try build(task, digest: digest, uid: uid, gid: gid)
+                let image = try obtain(task, context: context, uid: uid, gid: gid, progress: progress)
                 index[task.id] = Entry(context: digest, image: image)
                 try writeIndex(index)
                 progress("images: \(task.id): \(image.id.prefix(19)) in \(Int(monotonicNow() - start)) s")
@@ -86,14 +92,34 @@ public struct TaskImageStore {
         return problems
     }
 
-    private func build(_ task: BenchmarkTask, digest: String, uid: UInt32, gid: UInt32) throws -> TaskImage {
-        let tag = "localhost/autoharness-task:" + digest.prefix(20)
+    /// The task's image: its `docker_image` as this host's podman has it, else pulled, else
+    /// built from its Dockerfile (as Harbor builds one without a prebuilt image); then unpacked.
+    private func obtain(_ task: BenchmarkTask, context digest: String, uid: UInt32, gid: UInt32, progress: (String) -> Void) throws -> TaskImage {
         let context = task.directory + "/environment"
-        let (flags, cleanup) = Self.podmanFlags()
-        defer { cleanup() }
-        let built = try ChildProcess.run([try locate(podman), "build"] + flags + ["--network=host", "-f", context + "/Dockerfile", "-t", tag, context],
-                                         timeout: 3600, outputCap: 1 << 20)
-        guard built.succeeded else { throw ExperimentError(.usage, "podman build failed (exit \(built.status)):\n\(Self.tail(built.output))") }
+        var tag = "localhost/autoharness-task:" + digest.prefix(20)
+        var origin = "built from \(context)/Dockerfile"
+        var named: String?
+        if let name = task.dockerImage {
+            if try ChildProcess.run([try locate(podman), "image", "exists", name], standardError: .discarded).succeeded {
+                named = name
+            } else {
+                let pull = try ChildProcess.run([try locate(podman), "pull", "--quiet", name], timeout: 3600, outputCap: 1 << 20)
+                if pull.succeeded {
+                    named = name
+                } else {
+                    guard Self.hasDockerfile(task) else {
+                        throw ExperimentError(.usage, "podman pull \(name) failed, and the task has no environment/Dockerfile to build instead:\n\(Self.tail(pull.output))")
+                    }
+                    progress("images: \(task.id): podman pull \(name) failed; building its Dockerfile instead")
+                }
+            }
+        }
+        if let named {
+            tag = named
+            origin = "the image \(named)"
+        } else {
+            try build(context: context, tag: tag)
+        }
         let inspected = try ChildProcess.run([try locate(podman), "image", "inspect", "--format", "json", tag], standardError: .discarded)
         guard inspected.succeeded, let config = Self.imageConfig(inspected.output) else {
             throw ExperimentError(.io, "podman image inspect \(tag): \(Self.tail(inspected.output))")
@@ -106,7 +132,15 @@ public struct TaskImageStore {
         }
         return TaskImage(id: config.id.hasPrefix("sha256:") ? config.id : "sha256:" + config.id, rootfs: final,
                          workingDirectory: config.workdir.isEmpty ? "/" : config.workdir,
-                         environment: config.env, hostUID: uid, hostGID: gid, origin: "built from \(context)/Dockerfile")
+                         environment: config.env, hostUID: uid, hostGID: gid, origin: origin)
+    }
+
+    private func build(context: String, tag: String) throws {
+        let (flags, cleanup) = Self.podmanFlags()
+        defer { cleanup() }
+        let built = try ChildProcess.run([try locate(podman), "build"] + flags + ["--network=host", "-f", context + "/Dockerfile", "-t", tag, context],
+                                         timeout: 3600, outputCap: 1 << 20)
+        guard built.succeeded else { throw ExperimentError(.usage, "podman build failed (exit \(built.status)):\n\(Self.tail(built.output))") }
     }
 
     /// The image's files, copied out of podman's storage into `final` and handed to uid:gid.
