@@ -217,6 +217,13 @@ import TestSupport
         let o = try exp.run(["benchmark", "--oracle"])
         let train = try exp.split().train
         #expect(o.status == 0 && o.stdout.contains("train: \(train.count)/\(train.count) passed"), "\(o.stdout)\(o.stderr)")
+        // The held-out VM has no image store: held out in one, the same tasks would run on another
+        // userland than train runs see. Refused, not run.
+        let text = try String(contentsOfFile: root + "/experiment_config.yaml", encoding: .utf8)
+        try text.replacingOccurrences(of: "\n  held_out_runtime: host", with: "\n  held_out_runtime: vm")
+            .write(toFile: root + "/experiment_config.yaml", atomically: true, encoding: .utf8)
+        let vm = try exp.run(["status"])
+        #expect(vm.status != 0 && vm.stderr.contains("the held-out VM has no image store yet"), "\(vm.stdout)\(vm.stderr)")
     }
 }
 

@@ -34,6 +34,8 @@ final class Executors {
         }
         switch config.heldOutRuntime {
         case .vm: heldOutVM = try HeldOutVM(settings: config.vm, log: log)
+        case .auto where !((environment.adapter as? LocalAdapter)?.images?.byTask.isEmpty ?? true):
+            log?(HeldOutVM.hostRuntimeLine(why: "auto: tasks run on their own image, which the held-out VM does not have yet", networked: false))
         case .auto:
             let r = HeldOutVM.resolveAuto(settings: config.vm, config: config, log: log)
             heldOutVM = r.vm
