@@ -150,10 +150,10 @@ public final class TaskRunner: Sendable {
         let verifierPolicy: Policy
         let emptyAgent = scratch.path + "/no-agent"
         let image = configuration.images?.byTask[task.id]
-        var imageRoot: String?
+        let imageRoot = image.map { _ in scratch.imageRootPath }
+        let appPath = image == nil ? scratch.appPath : scratch.imageAppPath
         do {
-            if let image { imageRoot = try scratch.mountImage(image) }
-            let appPath = imageRoot.map { $0 + "/app" } ?? scratch.appPath
+            try image.map(scratch.mountImage)
             // Oracle runs without an agent directory still satisfy {agent_dir}: an empty,
             // root-only directory stands in.
             if agentDirectory == nil {
@@ -173,7 +173,6 @@ public final class TaskRunner: Sendable {
         } catch {
             return run.finish(.setupFailed, "policy: \(error)")
         }
-        let appPath = imageRoot.map { $0 + "/app" } ?? scratch.appPath
 
         // Step 1: the working copy, seeded from environment/ (`DockerfileCopies`) and owned by the
         // agent sandbox's host uid; the logs directory, owned by the verifier's. On an image,
@@ -308,7 +307,7 @@ public final class TaskRunner: Sendable {
         // Which agent code the verifier runs (`AgentCodeRuns`), watched from here to its end; on
         // an image, anything of the agent's upper layer too, and its configuration is hidden.
         let codeWatch: OpenWatch?
-        let (watchedApp, upper) = (appPath, imageRoot.map { _ in scratch.path + "/upper" })
+        let (watchedApp, upper) = (appPath, image.map { _ in scratch.upperPath })
         if let upper { verifierOverrides.mounts += TaskImage.hiddenFromVerifier(upper: upper) }
         do throws(SandboxError) {
             codeWatch = try OpenWatch(directory: watchedApp) { AgentCodeRuns.counts($0, app: watchedApp, upper: upper) }

@@ -37,6 +37,10 @@ struct TaskScratch {
     let outFD: Int32
 
     var appPath: String { path + "/app" }
+    /// On a task's image (`mountImage`): the overlay, its /app, and the agent's upper layer.
+    var imageRootPath: String { path + "/root" }
+    var imageAppPath: String { imageRootPath + "/app" }
+    var upperPath: String { path + "/upper" }
     var logsPath: String { path + "/logs" }
     var outPath: String { path + "/out" }
 
@@ -262,7 +266,7 @@ extension TaskScratch {
     /// the task writes is as private, capped and short-lived as a working copy. Unmounted with
     /// the tmpfs (one lazy unmount drops both). The upper layer's root takes the image root's
     /// owner and mode: it is the overlay's root directory.
-    func mountImage(_ image: TaskImage) throws(BenchmarkError) -> String {
+    func mountImage(_ image: TaskImage) throws(BenchmarkError) {
         var st = stat()
         guard lstat(image.rootfs, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
             throw BenchmarkError(.io, "image \(image.id): its files at \(image.rootfs): \(FileSystem.errorText())")
@@ -283,13 +287,12 @@ extension TaskScratch {
         guard !image.rootfs.contains(where: { $0 == "," || $0 == ":" }) else {
             throw BenchmarkError(.configuration, "image \(image.id): its path \(image.rootfs) holds ',' or ':'")
         }
-        let root = path + "/root"
+        let root = imageRootPath
         // No redirect_dir, metacopy or index: the simplest overlay, whose upper layer holds
         // plain copies of what the task changed.
-        let options = "lowerdir=\(image.rootfs),upperdir=\(path)/upper,workdir=\(path)/work,redirect_dir=off,metacopy=off,index=off"
+        let options = "lowerdir=\(image.rootfs),upperdir=\(upperPath),workdir=\(path)/work,redirect_dir=off,metacopy=off,index=off"
         guard mount("overlay", root, "overlay", UInt(MS_NOSUID | MS_NODEV), options) == 0 else {
             throw BenchmarkError(.io, "cannot mount the image \(image.id) at \(root): \(FileSystem.errorText())")
         }
-        return root
     }
 }

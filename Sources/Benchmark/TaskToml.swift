@@ -147,8 +147,6 @@ private struct Cursor {
     mutating func value(_ fail: (String) -> BenchmarkError) throws(BenchmarkError) -> TaskToml.Value {
         guard let c = peek else { throw fail("expected a value after '='") }
         switch c {
-        case "\"": return .string(try basicString(fail))
-        case "'": return .string(try literalString(fail))
         case "[": return try array(fail)
         case "{": throw fail("inline tables are not supported in task.toml")
         default: return try scalar(fail, stoppingAt: [])

@@ -16,9 +16,7 @@ import TestSupport
     /// build step, and an answer key in environment/ that the Dockerfile never copies.
     static func makeTask(in dir: String, id: String, solve: String, test: String) throws -> BenchmarkTask {
         let t = dir + "/tasks/" + id
-        for sub in ["environment", "tests", "solution"] {
-            try FileManager.default.createDirectory(atPath: t + "/" + sub, withIntermediateDirectories: true)
-        }
+        try TaskImageTests.makeTaskDirectories(t)
         try "Do the thing.\n".write(toFile: t + "/instruction.md", atomically: true, encoding: .utf8)
         try """
             FROM \(base)
@@ -37,6 +35,20 @@ import TestSupport
         return try #require(try LocalBenchmark(directory: dir).task(id))
     }
 
+    /// Root and the debootstrap base image, which every image test builds FROM.
+    static func requireImageHost() throws {
+        try #require(getuid() == 0, "image tests build with podman's root storage and mount overlays: run as root")
+        try #require(try ChildProcess.run(["/usr/bin/podman", "image", "exists", base]).succeeded,
+                     "\(base) is missing: scripts/build-images makes it (CI runs it before the tests)")
+    }
+
+    /// A task's environment/, tests/ and solution/ under `t`.
+    static func makeTaskDirectories(_ t: String) throws {
+        for sub in ["environment", "tests", "solution"] {
+            try FileManager.default.createDirectory(atPath: t + "/" + sub, withIntermediateDirectories: true)
+        }
+    }
+
     /// The verifier tools scripts/install-verifier-tools installed (CI installs them first).
     static func toolbox() throws -> VerifierTools {
         let r = try runProcess("/bin/bash", [Built.packageRoot + "/scripts/install-verifier-tools", "--print"])
@@ -53,9 +65,7 @@ import TestSupport
 
     @Test("a task runs on its image: root inside owns the image's files, the WORKDIR and ENV are the image's, environment/ files the image lacks never reach the task, and the verifier sees what the agent changed")
     func oracleOnImage() throws {
-        try #require(getuid() == 0, "image tests build with podman's root storage and mount overlays: run as root")
-        let podman = try ChildProcess.run(["/usr/bin/podman", "image", "exists", Self.base])
-        try #require(podman.succeeded, "\(Self.base) is missing: scripts/build-images makes it (CI runs it before the tests)")
+        try Self.requireImageHost()
         let dir = NSTemporaryDirectory() + "ah-image-" + UUID().uuidString.prefix(8).lowercased()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         // The solution runs as root: it installs into /usr/local and /etc (root-owned in the
@@ -142,15 +152,11 @@ import TestSupport
 @Suite(.serialized) struct NamedImageTests {
     @Test("a task's docker_image that this host's podman holds is used as it is (no pull, no build); nothing of environment/ reaches /app, with or without the image")
     func namedImage() throws {
-        try #require(getuid() == 0, "image tests build with podman's root storage and mount overlays: run as root")
-        try #require(try ChildProcess.run(["/usr/bin/podman", "image", "exists", TaskImageTests.base]).succeeded,
-                     "\(TaskImageTests.base) is missing: scripts/build-images makes it")
+        try TaskImageTests.requireImageHost()
         let dir = NSTemporaryDirectory() + "ah-named-" + UUID().uuidString.prefix(8).lowercased()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let t = dir + "/tasks/named"
-        for sub in ["environment", "tests", "solution"] {
-            try FileManager.default.createDirectory(atPath: t + "/" + sub, withIntermediateDirectories: true)
-        }
+        try TaskImageTests.makeTaskDirectories(t)
         try "x\n".write(toFile: t + "/instruction.md", atomically: true, encoding: .utf8)
         try "[environment]\ndocker_image = \"\(TaskImageTests.base)\"\n".write(toFile: t + "/task.toml", atomically: true, encoding: .utf8)
         try "ANSWER-KEY\n".write(toFile: t + "/environment/answer_key.txt", atomically: true, encoding: .utf8)
@@ -181,6 +187,30 @@ import TestSupport
             // On the image: Debian's version file, and an /app holding only what the solution wrote.
             #expect(seen.text.hasPrefix(onImage ? "12." : "") && !seen.text.contains("answer_key"), "\(onImage): \(seen.text)")
         }
+        // On its image a task is verified only with the verifier tools: without them every
+        // program the verifier would run is one the agent could have changed. Refused, not run.
+        let scratch = try TaskImageTests.scratchRoot()
+        defer { rmdir(scratch) }
+        var bare = TaskRunConfiguration(policyLoader: PolicyLoader(searchPaths: [Built.packageRoot + "/policies"]), agentDirectory: "",
+                                        scratchRoot: scratch)
+        bare.oracle = true
+        bare.images = TaskImages(["named": image])
+        let refused = try TaskRunner(configuration: bare).run(task, traceDirectory: nil)
+        #expect(refused.status == .setupFailed && refused.detail?.contains("verified with the verifier tools") == true, "\(refused)")
+    }
+
+    @Test("the supervisor looks into the agent's upper layer without following a link the agent made there")
+    func upperLayerLinksNotFollowed() throws {
+        let upper = try TempDir()
+        try FileManager.default.createSymbolicLink(atPath: upper.path + "/etc", withDestinationPath: "/etc")
+        try FileManager.default.createDirectory(atPath: upper.path + "/opt", withIntermediateDirectories: true)
+        try "x".write(toFile: upper.path + "/opt/tool", atomically: true, encoding: .utf8)
+        #expect(access("/etc/passwd", F_OK) == 0)
+        #expect(TaskImage.inUpper(upper.path, "etc/passwd") == nil)
+        #expect(TaskImage.inUpper(upper.path, "opt/tool") != nil)
+        #expect(AgentCodeRuns.inUpper("/etc/passwd", upper: upper.path) == nil && AgentCodeRuns.inUpper("/opt/tool", upper: upper.path) == "/opt/tool")
+        try "".write(toFile: upper.path + "/conftest.py", atomically: true, encoding: .utf8)
+        #expect(TaskImage.hiddenFromVerifier(upper: upper.path).map(\.destination) == ["/conftest.py"])
     }
 }
 
@@ -188,9 +218,7 @@ import TestSupport
 @Suite(.serialized) struct ImagesCommandTests {
     @Test("autoharness images builds each Dockerfile task's image once (a second run builds nothing), and benchmark --oracle then runs every train task on it")
     func imagesThenOracle() throws {
-        try #require(getuid() == 0, "image tests build with podman's root storage and mount overlays: run as root")
-        try #require(try ChildProcess.run(["/usr/bin/podman", "image", "exists", TaskImageTests.base]).succeeded,
-                     "\(TaskImageTests.base) is missing: scripts/build-images makes it")
+        try TaskImageTests.requireImageHost()
         let tools = try TaskImageTests.toolbox()
         let temp = try TempDir()
         let dataset = temp.path + "/bench"
@@ -336,9 +364,7 @@ import TestSupport
 
     @Test("on a task's image, cheats that replace the shell, preload or replace a library, plant a standard library, pytest's configuration or $HOME's env, shadow uv, add a name service or use the image's PYTHONPATH all score 0; the honest solution scores 1; the toolbox's Python loads only the toolbox's libraries")
     func cheatsScoreZero() throws {
-        try #require(getuid() == 0, "image tests build with podman's root storage and mount overlays: run as root")
-        try #require(try ChildProcess.run(["/usr/bin/podman", "image", "exists", TaskImageTests.base]).succeeded,
-                     "\(TaskImageTests.base) is missing: scripts/build-images makes it")
+        try TaskImageTests.requireImageHost()
         let dir = NSTemporaryDirectory() + "ah-image-cheats-" + UUID().uuidString.prefix(8).lowercased()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         // The library the cheats load: whatever status its process exits with, it becomes 0.

@@ -64,6 +64,10 @@ enum Corpus {
             try "Write this task's secret word into /app/answer.txt. The word is not given to you.\n"
                 .write(toFile: t + "/instruction.md", atomically: true, encoding: .utf8)
             try "nothing to see\n".write(toFile: t + "/environment/README.txt", atomically: true, encoding: .utf8)
+            // An answer key beside the sources that the image never holds (write-compressor's
+            // main.rs): neither /app nor Harbor's copy of the task may carry it (answer-keys).
+            try "FROM ubuntu:24.04\nWORKDIR /app\nCOPY README.txt /app/README.txt\n".write(toFile: t + "/environment/Dockerfile", atomically: true, encoding: .utf8)
+            try "\(secret)\n".write(toFile: t + "/environment/reference_answer.txt", atomically: true, encoding: .utf8)
             try testScript.write(toFile: t + "/tests/test.sh", atomically: true, encoding: .utf8)
             try """
                 from pathlib import Path

@@ -26,7 +26,7 @@ public struct TaskImage: Sendable, Equatable, Codable {
     public var environment: [String]
     public var hostUID: UInt32
     public var hostGID: UInt32
-    /// How it was had: `built from …/environment/Dockerfile` or `pulled NAME`.
+    /// How it was had: `built from …/environment/Dockerfile` or `the image NAME` (docker_image).
     public var origin: String
 
     public init(id: String, rootfs: String, workingDirectory: String, environment: [String], hostUID: UInt32, hostGID: UInt32,
