@@ -180,7 +180,7 @@ public final class TaskRunner: Sendable {
         let stdinFD: Int32
         let rewardWatch: ChangeWatch
         do throws(BenchmarkError) {
-            let owner = (taskPolicy.identity.hostUID, taskPolicy.identity.hostGID)
+            let owner = image?.owner ?? (taskPolicy.identity.hostUID, taskPolicy.identity.hostGID)
             let app = imageRoot == nil ? try scratch.makeSandboxDirectory("app", owner: owner) : try scratch.imageApp(owner: owner)
             defer { close(app) }
             if imageRoot == nil, LocalBenchmark.kind(task.environmentDirectory) == S_IFDIR {
@@ -188,13 +188,13 @@ public final class TaskRunner: Sendable {
                 guard env >= 0 else { throw BenchmarkError(.io, "\(task.environmentDirectory): \(FileSystem.errorText())") }
                 defer { close(env) }
                 do throws(IOFailure) {
-                    try FileSystem.copyTree(from: env, to: app, owner: (taskPolicy.identity.hostUID, taskPolicy.identity.hostGID),
+                    try FileSystem.copyTree(from: env, to: app, owner: owner,
                                             skip: ["Dockerfile"], include: DockerfileCopies.filter(task))
                 } catch { throw BenchmarkError(error) }
             }
             // The verifier's logs: a file system of its own, watched from now on, so every
             // change to a reward file is known with the process that made it (`RewardWriters`).
-            try scratch.makeLogsFilesystem(owner: (verifierPolicy.identity.hostUID, verifierPolicy.identity.hostGID))
+            try scratch.makeLogsFilesystem(owner: image?.owner ?? (verifierPolicy.identity.hostUID, verifierPolicy.identity.hostGID))
             do throws(SandboxError) {
                 rewardWatch = try ChangeWatch(directory: scratch.logsPath)
             } catch {
@@ -296,11 +296,11 @@ public final class TaskRunner: Sendable {
 
         // What of /app git would run as code is gone before any test sees it (`GitConfigs`).
         // On an image, /app is in the overlay the agent wrote as root: never a link it left.
+        let appOwner = image?.owner ?? (taskPolicy.identity.hostUID, taskPolicy.identity.hostGID)
         let app = imageRoot == nil ? FileSystem.openDirectory(at: scratch.fd, FileSystem.name("app"))
-            : (try? scratch.imageApp(owner: (taskPolicy.identity.hostUID, taskPolicy.identity.hostGID))) ?? -1
+            : (try? scratch.imageApp(owner: appOwner)) ?? -1
         guard app >= 0 else { return run.finish(.setupFailed, "app directory: \(FileSystem.errorText())") }
-        let sanitized = configuration.sanitizesGitConfigs
-            ? GitConfigs.sanitize(app: app, owner: (taskPolicy.identity.hostUID, taskPolicy.identity.hostGID)) : .success(0)
+        let sanitized = configuration.sanitizesGitConfigs ? GitConfigs.sanitize(app: app, owner: appOwner) : .success(0)
         close(app)
         if case .failure(let e) = sanitized { return run.finish(.setupFailed, e.message) }
 

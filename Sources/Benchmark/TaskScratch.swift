@@ -271,12 +271,11 @@ extension TaskScratch {
         guard lstat(image.rootfs, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
             throw BenchmarkError(.io, "image \(image.id): its files at \(image.rootfs): \(FileSystem.errorText())")
         }
-        guard st.st_uid == image.hostUID, st.st_gid == image.hostGID else {
-            throw BenchmarkError(.configuration, "image \(image.id): \(image.rootfs) belongs to \(st.st_uid):\(st.st_gid), not to the sandboxes' host ids \(image.hostUID):\(image.hostGID)")
+        guard st.st_uid == image.ids.uid, st.st_gid == image.ids.gid else {
+            throw BenchmarkError(.configuration, "image \(image.id): \(image.rootfs) belongs to \(st.st_uid):\(st.st_gid), not to the sandboxes' root \(image.ids.uid):\(image.ids.gid)")
         }
-        // The root directory 0755 whatever the image's (podman leaves 0555): root inside has no
-        // CAP_DAC_OVERRIDE to write where a container's root would.
-        for (name, mode, owner) in [("upper", mode_t(0o755), (uid_t(image.hostUID), gid_t(image.hostGID))),
+        // The root directory 0755 whatever the image's (podman leaves 0555), as a container's.
+        for (name, mode, owner) in [("upper", mode_t(0o755), image.owner),
                                     ("work", 0o700, (uid_t(0), gid_t(0))), ("root", 0o755, (uid_t(0), gid_t(0)))] {
             guard let d = FileSystem.makeDirectory(at: fd, name, mode: mode_t(mode), owner: owner) else {
                 throw BenchmarkError(.io, "\(path)/\(name): \(FileSystem.errorText())")

@@ -129,19 +129,70 @@ static int write_self(const char *file, const char *text) {
     return 0;
 }
 
-static void put_id_map(char *out, uint32_t id) {
-    // "ID ID 1\n" in decimal, by hand (no snprintf in the fork window)
+/// `v` in decimal at `out`, by hand (no snprintf in the fork window); returns its length.
+static size_t put_decimal(char *out, uint32_t v) {
     char digits[12];
     int n = 0;
-    do { digits[n++] = (char)('0' + id % 10); id /= 10; } while (id);
-    size_t k = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        for (int i = n - 1; i >= 0; i--) out[k++] = digits[i];
-        out[k++] = ' ';
+    do { digits[n++] = (char)('0' + v % 10); v /= 10; } while (v);
+    for (int i = 0; i < n; i++) out[i] = digits[n - 1 - i];
+    return (size_t)n;
+}
+
+static void put_id_map(char *out, uint32_t id) {
+    // "ID ID 1\n"
+    size_t k = put_decimal(out, id);
+    out[k++] = ' ';
+    k += put_decimal(out + k, id);
+    memcpy(out + k, " 1\n", 4);
+}
+
+/// lock_mounts for a task's image, whose sandbox maps a span of ids (root and the image's
+/// system users, which apt and dpkg switch to and chown files to). A process may write only a
+/// one-id map into a namespace it made itself; a longer one needs CAP_SETUID and CAP_SETGID
+/// in the parent namespace. So a child stays behind in the sandbox's namespace, where it holds
+/// them (this process is uid 0 there and has dropped nothing yet), and writes this process's
+/// maps once it has moved: the same span, each id to itself, so files look as they did.
+/// setgroups stays "allow" (the supervisor wrote it so): apt drops its groups with setgroups.
+static void lock_mounts_span(const struct ahl_plan *p, int rep) {
+    int go[2];
+    if (sys_pipe2(go, O_CLOEXEC) < 0) ahl_fail(rep, AHL_STAGE_LOCK_MOUNTS, 0);
+    pid_t self = (pid_t)AHL_SYS0(SYS_getpid);
+    pid_t writer = sys_fork();
+    if (writer < 0) ahl_fail(rep, AHL_STAGE_LOCK_MOUNTS, 0);
+    if (writer == 0) {
+        sys_close(go[1]);
+        char c = 0;
+        ssize_t n;
+        do {
+            n = sys_read(go[0], &c, 1);
+        } while (n < 0 && ahl_errno == EINTR);
+        if (n != 1) sys_exit(1);
+        // "/proc/PID/uid_map" and "0 0 SPAN\n", by hand (no snprintf in the fork window).
+        char path[40] = "/proc/", map[32] = "0 0 ";
+        size_t k = 6 + put_decimal(path + 6, (uint32_t)self);
+        size_t m = 4 + put_decimal(map + 4, p->id_span);
+        map[m++] = '\n';
+        map[m] = 0;
+        memcpy(path + k, "/uid_map", 9);
+        if (write_self(path, map) < 0) sys_exit(2);
+        memcpy(path + k, "/gid_map", 9);
+        if (write_self(path, map) < 0) sys_exit(3);
+        sys_exit(0);
     }
-    out[k++] = '1';
-    out[k++] = '\n';
-    out[k] = 0;
+    sys_close(go[0]);
+    if (sys_unshare(CLONE_NEWUSER) < 0) ahl_fail(rep, AHL_STAGE_LOCK_MOUNTS, 0);
+    if (sys_write(go[1], "g", 1) != 1) ahl_fail(rep, AHL_STAGE_LOCK_MOUNTS, 0);
+    sys_close(go[1]);
+    int status = 0;
+    pid_t r;
+    do {
+        r = sys_wait4(writer, &status, 0);
+    } while (r < 0 && ahl_errno == EINTR);
+    if (r != writer || (status & 0x7f) != 0 || ((status >> 8) & 0xff) != 0) {
+        int code = r == writer && (status & 0x7f) == 0 ? (status >> 8) & 0xff : 0;
+        ahl_errno = EPERM;
+        ahl_fail(rep, AHL_STAGE_LOCK_MOUNTS, code == 3 ? 3 : 2);
+    }
 }
 
 /// Mounts the payload could undo, had it the capabilities, are out of its reach: the payload
@@ -161,6 +212,10 @@ static void lock_mounts(const struct ahl_plan *p, int rep) {
     // files root's, and once in the new namespace it has no capability over them. exec
     // makes it dumpable anyway; doing it now lets it write its own id maps.
     if (sys_prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0) ahl_fail(rep, AHL_STAGE_LOCK_MOUNTS, 0);
+    if (p->id_span > 1) {
+        lock_mounts_span(p, rep);
+        return;
+    }
     if (sys_unshare(CLONE_NEWUSER) < 0) ahl_fail(rep, AHL_STAGE_LOCK_MOUNTS, 0);
     char map[32];
     if (write_self("/proc/self/setgroups", "deny") < 0) ahl_fail(rep, AHL_STAGE_LOCK_MOUNTS, 1);
@@ -203,8 +258,11 @@ __attribute__((noreturn)) static void payload_main(const struct ahl_plan *p, int
     if (sys_chdir(p->cwd) < 0) ahl_fail(rep, AHL_STAGE_CHDIR, 0);
 
     if (sys_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) ahl_fail(rep, AHL_STAGE_NO_NEW_PRIVS, 0);
-    if (ahl_drop_all_caps(p->cap_last, 1) < 0) ahl_fail(rep, AHL_STAGE_DROP_CAPS, 0);
-    if (LAYER_ON(LAYER_VERIFY_CAPS) && !ahl_caps_are_empty(p->cap_last)) { ahl_errno = EPERM; ahl_fail(rep, AHL_STAGE_VERIFY_CAPS, 0); }
+    // Every capability goes, but on a task's image the few a container's root installs
+    // packages with (keep_caps), which count only in the payload's own user namespace: over
+    // the image's files and its own processes, never over a mount, the network or the host.
+    if (ahl_keep_caps(p->cap_last, p->keep_caps) < 0) ahl_fail(rep, AHL_STAGE_DROP_CAPS, 0);
+    if (LAYER_ON(LAYER_VERIFY_CAPS) && !ahl_caps_are(p->cap_last, p->keep_caps)) { ahl_errno = EPERM; ahl_fail(rep, AHL_STAGE_VERIFY_CAPS, 0); }
     // After no-new-privs (which landlock_restrict_self requires without CAP_SYS_ADMIN), and
     // before seccomp, so the filter never has to allow the ruleset calls for the setup.
     if (LAYER_ON(LAYER_LANDLOCK)) ahl_apply_landlock(p, rep);
@@ -511,7 +569,7 @@ __attribute__((noreturn)) void ahl_monitor_main(const struct ahl_plan *p, int re
     // sandbox's user namespace it could remount the sandbox's tree, and it lives where the
     // sandbox cannot see it, but it should not be worth taking over either.
     if (sys_prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 || sys_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-        ahl_drop_all_caps(p->cap_last, 1) < 0 || (LAYER_ON(LAYER_VERIFY_CAPS) && !ahl_caps_are_empty(p->cap_last))) {
+        ahl_drop_all_caps(p->cap_last, 1) < 0 || (LAYER_ON(LAYER_VERIFY_CAPS) && !ahl_caps_are(p->cap_last, 0))) {
         (void)sys_kill(init, SIGKILL);
         ahl_fail(rep, AHL_STAGE_DROP_CAPS, -2);
     }

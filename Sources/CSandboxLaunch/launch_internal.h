@@ -67,8 +67,12 @@ AHL_HIDDEN void ahl_enter_network_namespace(const struct ahl_plan *p, int rep);
 // caps.c
 /// Drops every capability (and, with `bounding`, the bounding and ambient sets): 0, or -1.
 AHL_HIDDEN int ahl_drop_all_caps(uint32_t cap_last, int bounding);
-/// Whether the calling thread holds no capability in any set and has no_new_privs.
-AHL_HIDDEN int ahl_caps_are_empty(uint32_t cap_last);
+/// Keeps `keep` (bit n: capability n) as the permitted, effective and bounding sets and drops
+/// every other capability, the inheritable and ambient sets: 0, or -1.
+AHL_HIDDEN int ahl_keep_caps(uint32_t cap_last, uint64_t keep);
+/// Whether the calling thread holds exactly `keep` and has no_new_privs (`ahl_caps_are(.., 0)`:
+/// no capability in any set).
+AHL_HIDDEN int ahl_caps_are(uint32_t cap_last, uint64_t keep);
 
 // landlock.c
 /// Landlock under the mounts, as the plan asks (`landlock`: 0 off, 1 where the kernel has it,

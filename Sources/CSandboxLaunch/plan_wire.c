@@ -11,14 +11,15 @@
 #include <string.h>
 
 #define AHL_WIRE_MAGIC 0x504c4841u  // "AHLP"
-#define AHL_WIRE_VERSION 10u
+#define AHL_WIRE_VERSION 11u
 
 struct ahl_wire {
     uint32_t magic, version;
     uint64_t total;
     uint32_t n_argv, n_envp, n_mounts, n_rlimits, n_join, bpf_len;
     uint64_t argv, envp, search_path, cwd, hostname, mounts, rlimits, bpf, join;  // offsets
-    uint32_t uid, gid, seccomp_flags, cap_last;
+    uint32_t uid, gid, id_span, seccomp_flags, cap_last;
+    uint64_t keep_caps;
     int32_t loopback_up, landlock, cgroup_into_join, stdio[3], netns, hold, masks, template_root, dev, userns, seed;
     uint64_t root_size;
     uint16_t proxy_port;
@@ -103,6 +104,8 @@ int ahl_plan_pack(const struct ahl_plan *p, int stdio_base, uint8_t **out, size_
     w.bpf = put(&b, p->bpf, (size_t)p->bpf_len * 8);
     w.uid = p->uid;
     w.gid = p->gid;
+    w.id_span = p->id_span;
+    w.keep_caps = p->keep_caps;
     w.seccomp_flags = p->seccomp_flags;
     w.cap_last = p->cap_last;
     w.loopback_up = p->loopback_up;
@@ -195,6 +198,8 @@ int ahl_plan_unpack(const uint8_t *d, size_t len, struct ahl_plan *p) {
     p->bpf_len = w.bpf_len;
     p->uid = w.uid;
     p->gid = w.gid;
+    p->id_span = w.id_span;
+    p->keep_caps = w.keep_caps;
     p->seccomp_flags = w.seccomp_flags;
     p->cap_last = w.cap_last;
     p->loopback_up = w.loopback_up;

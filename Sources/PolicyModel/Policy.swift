@@ -173,6 +173,9 @@ public struct Identity: Sendable, Equatable {
     /// these on the host; they should be unprivileged ids (default: nobody/nogroup).
     public var hostUID: UInt32
     public var hostGID: UInt32
+    /// How many consecutive ids map: uid…uid+span-1 to hostUID…hostUID+span-1 (gids alike).
+    /// 1 but on a task's image, whose root and system users all need an id (never a policy key).
+    public var span: UInt32 = 1
     public var hostname: String
 
     public init(

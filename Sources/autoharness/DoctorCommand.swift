@@ -1,3 +1,4 @@
+import Benchmark
 import Experiment
 import ArgumentParser
 import Foundation
@@ -215,8 +216,16 @@ struct DoctorCommand: ParsableCommand {
         let podman = candidates.first { access($0, X_OK) == 0 }
         let version = podman.flatMap { try? ChildProcess.run([$0, "--version"], standardError: .discarded, timeout: 30) }
             .map { $0.output.trimmingCharacters(in: .whitespacesAndNewlines) }
+        let ids: String
+        do {
+            let r = try ImageIDs.range()
+            ids = "image sandboxes map ids 0-\(r.count - 1) onto host uids \(r.uid)-\(r.uid + (r.count - 1)), gids \(r.gid)-\(r.gid + (r.count - 1))"
+                + (r.uid == ImageIDs.defaultStart ? " (the default; a line autoharness:START:\(r.count) in /etc/subuid and /etc/subgid names another)" : " (/etc/subuid, /etc/subgid)")
+        } catch {
+            ids = "no host ids for image sandboxes: \(error.message)"
+        }
         return "\(version.map { "\($0) builds task images" } ?? "podman not found: tasks with a Dockerfile run on this host's userland (apt-get install podman)"); "
-            + (overlay ? "overlayfs available for each task's layer" : "overlayfs not available: a task cannot run on its image here")
+            + (overlay ? "overlayfs available for each task's layer" : "overlayfs not available: a task cannot run on its image here") + "; " + ids
     }
 
     /// `/bin/true` under the base policy, limits allowed to be unenforced (they are reported

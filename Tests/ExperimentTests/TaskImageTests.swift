@@ -79,7 +79,8 @@ import TestSupport
             { id -u; pwd; echo "$TASK_MARK"; cat /opt/data/input.txt; cat /app/seed.txt; cat built.txt
               ls /app; ls /app/answer_key.txt /answer_key.txt 2>&1 || true
               grep CapEff /proc/self/status
-              chown 1:1 /etc/task.conf 2>&1 || echo chown-refused
+              chown 1:1 /etc/task.conf && echo chown-mapped-ok
+              chown 70000:70000 /etc/task.conf 2>&1 || echo chown-unmapped-refused
               mount -t tmpfs none /mnt 2>&1 || echo mount-refused; } > /srv/work/seen.txt 2>&1
 
             """, test: """
@@ -91,7 +92,7 @@ import TestSupport
             """)
         let store = TaskImageStore(directory: dir + "/store")
         var lines: [String] = []
-        let problems = try store.prepare([task], uid: 65534, gid: 65534) { lines.append($0) }
+        let problems = try store.prepare([task], ids: try ImageIDs.range()) { lines.append($0) }
         #expect(problems.isEmpty, "\(problems)")
         #expect(lines.contains { $0.contains("podman build") }, "\(lines)")
         let (images, missing) = store.load([task])
@@ -100,7 +101,7 @@ import TestSupport
         #expect(image.workingDirectory == "/srv/work")
         // A second prepare of the same context builds nothing.
         var again: [String] = []
-        _ = try store.prepare([task], uid: 65534, gid: 65534) { again.append($0) }
+        _ = try store.prepare([task], ids: try ImageIDs.range()) { again.append($0) }
         #expect(again.isEmpty, "\(again)")
 
         let scratch = try Self.scratchRoot()
@@ -123,9 +124,10 @@ import TestSupport
         // Nothing of environment/ the Dockerfile does not copy: not in /app, not anywhere.
         #expect(!seen.contains("ANSWER-KEY"), "\(seen)")
         #expect(seen.contains("cannot access '/app/answer_key.txt': No such file"), "\(seen)")
-        // Root of its namespace only: no capability, and what would need one is refused.
-        #expect(seen.contains("CapEff:\t0000000000000000"), "\(seen)")
-        #expect(seen.contains("chown-refused") && seen.contains("mount-refused"), "\(seen)")
+        // Root of its namespace, with a container root's few capabilities over its own ids
+        // (0-65535) only: a chown to one of them works, past them and a mount are refused.
+        #expect(seen.contains("CapEff:\t00000000000000fb"), "\(seen)")
+        #expect(seen.contains("chown-mapped-ok") && seen.contains("chown-unmapped-refused") && seen.contains("mount-refused"), "\(seen)")
         // The verifier: in the WORKDIR, with what the agent installed and wrote; running a
         // program the agent installed is flagged as agent code run.
         #expect(verifier.hasPrefix("/srv/work\ntool-ok\nconfigured\n0\n"), "\(verifier)")
@@ -167,7 +169,7 @@ import TestSupport
         #expect(task.dockerImage == TaskImageTests.base)
         let store = TaskImageStore(directory: dir + "/store")
         var lines: [String] = []
-        let problems = try store.prepare([task], uid: 65534, gid: 65534) { lines.append($0) }
+        let problems = try store.prepare([task], ids: try ImageIDs.range()) { lines.append($0) }
         #expect(problems.isEmpty, "\(problems)")
         #expect(lines.contains { $0.contains("podman image \(TaskImageTests.base)") } && !lines.contains { $0.contains("podman build") }, "\(lines)")
         let image = try #require(store.load([task]).images.byTask["named"])
@@ -400,7 +402,7 @@ import TestSupport
             tasks.append(try #require(try LocalBenchmark(directory: dir).task(id)))
         }
         let store = TaskImageStore(directory: dir + "/store")
-        let problems = try store.prepare(tasks, uid: 65534, gid: 65534) { _ in }
+        let problems = try store.prepare(tasks, ids: try ImageIDs.range()) { _ in }
         try #require(problems.isEmpty, "\(problems)")
         let scratch = try TaskImageTests.scratchRoot()
         defer { rmdir(scratch) }

@@ -92,7 +92,8 @@ struct CgroupHostTests {
             #expect(r.stdout.contains("policy \(policy)"), "\(policy) not checked")
         }
         // Tasks on their own image: podman (CI installs it for its images) and overlayfs.
-        #expect(row("images")?.hasPrefix("info podman version ") == true && row("images")?.contains("overlayfs available") == true, "\(r.stdout)")
+        #expect(row("images")?.hasPrefix("info podman version ") == true && row("images")?.contains("overlayfs available") == true
+                && row("images")?.contains("image sandboxes map ids 0-65535 onto host uids 2147418112-2147483647") == true, "\(r.stdout)")
         // The held-out VM runtime: qemu and the guest kernel from scripts/install-vm, KVM by a
         // probe boot (on this machine kind /dev/kvm opens and qemu aborts), what a gate uses.
         let lines = r.stdout.split(separator: "\n").map { $0.split(separator: " ", omittingEmptySubsequences: true).joined(separator: " ") }

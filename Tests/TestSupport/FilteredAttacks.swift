@@ -50,15 +50,16 @@ public struct FilteredAttack: CustomTestStringConvertible, Sendable {
         .init(action: "mbind-move", errno: "EPERM", audited: "mbind"),
         .init(action: "chroot", errno: "EPERM", audited: "chroot"),
         .init(action: "personality", errno: "EPERM", audited: "personality"),
-        .init(action: "socket-packet", errno: "EPERM", audited: "socket"),
-        .init(action: "socket-netlink-audit", errno: "EPERM", audited: "socket"),
-        .init(action: "socket-netlink-uevent", errno: "EPERM", audited: "socket"),
+        // A refused socket form is answered as a family or protocol the kernel lacks.
+        .init(action: "socket-packet", errno: "EAFNOSUPPORT", audited: "socket"),
+        .init(action: "socket-netlink-audit", errno: "EAFNOSUPPORT", audited: "socket"),
+        .init(action: "socket-netlink-uevent", errno: "EAFNOSUPPORT", audited: "socket"),
         // NETLINK_ROUTE where the network mode is none (base): its route and neighbour
         // lookups move statistics the kernel keeps for the whole host (Policy.effectiveSeccomp).
-        .init(action: "socket-netlink-route", errno: "EPERM", audited: "socket"),
+        .init(action: "socket-netlink-route", errno: "EAFNOSUPPORT", audited: "socket"),
         // Protocols by allowlist: a module the kernel would load for any sandbox after.
-        .init(action: "socket-sctp", errno: "EPERM", audited: "socket"),
-        .init(action: "socket-dccp-highbits", errno: "EPERM", audited: "socket"),
+        .init(action: "socket-sctp", errno: "EAFNOSUPPORT", audited: "socket"),
+        .init(action: "socket-dccp-highbits", errno: "EAFNOSUPPORT", audited: "socket"),
         .init(action: "socketpair-inet", errno: "EPERM", audited: "socketpair"),
         // Page-cache residency oracles and eviction (a held-out task's pattern of resident
         // pages in a shared file must not be readable by a later sandbox).

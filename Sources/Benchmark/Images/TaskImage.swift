@@ -5,38 +5,38 @@
 // the image is its read-only lower layer, the task's own upper layer lives on the task's
 // tmpfs, and the overlay becomes the root of the agent's sandbox and then of the verifier's
 // (`PlanOverrides.imageRoot`). The payload is root inside its user namespace, as every
-// Terminal-Bench task expects; on the host it is the policy's unprivileged uid, which is why
-// the unpacked files belong to that uid (`hostUID`/`hostGID`): root inside owns them, writes
-// them (into its upper layer) and installs into /usr, /etc or /opt without any capability.
+// Terminal-Bench task expects, and the image's system users (_apt, postgres, www-data) are its
+// other ids, 0-65535 there; on the host they are a range of unprivileged ids of their own
+// (`ids`, `ImageIDs`), and the unpacked files belong to them, shifted: root inside owns what
+// the image's root owns, and with the few capabilities a container's root keeps
+// (`Capabilities.imageRoot`, counting only over that range) it installs packages as root.
 
 import Glibc
 import SandboxPolicy
 import Sandbox
 import SupervisorIO
 
-/// An image unpacked for sandboxes whose host ids are `hostUID`/`hostGID`.
+/// An image unpacked for sandboxes whose ids 0… map to the host range `ids`.
 public struct TaskImage: Sendable, Equatable, Codable {
     /// The image's id (`sha256:…`), which names its unpacked files.
     public var id: String
-    /// Where the image's files are, owned by `hostUID`/`hostGID`; never mounted writable.
+    /// Where the image's files are, their owners shifted into `ids`; never mounted writable.
     public var rootfs: String
     /// The image's WORKDIR (`/` when it sets none, as Docker's default).
     public var workingDirectory: String
     /// The image's ENV, `NAME=VALUE`.
     public var environment: [String]
-    public var hostUID: UInt32
-    public var hostGID: UInt32
+    /// The host ids its sandboxes' ids 0… map to, and its files belong to.
+    public var ids: HostIDRange
     /// How it was had: `built from …/environment/Dockerfile` or `the image NAME` (docker_image).
     public var origin: String
 
-    public init(id: String, rootfs: String, workingDirectory: String, environment: [String], hostUID: UInt32, hostGID: UInt32,
-                origin: String) {
+    public init(id: String, rootfs: String, workingDirectory: String, environment: [String], ids: HostIDRange, origin: String) {
         self.id = id
         self.rootfs = rootfs
         self.workingDirectory = workingDirectory
         self.environment = environment
-        self.hostUID = hostUID
-        self.hostGID = hostGID
+        self.ids = ids
         self.origin = origin
     }
 
@@ -69,13 +69,18 @@ public struct TaskImages: Sendable {
 }
 
 extension TaskImage {
-    /// The image's files belong to the sandboxes' host uid: each policy must run as that uid,
-    /// or root inside would not own them. The verifier needs the verifier tools: on an image
-    /// every other program (the shell that runs test.sh, the C library) is the agent's to have
-    /// changed, and only the toolbox's run nothing of the image's (scripts/install-verifier-tools).
+    /// Who owns what the supervisor makes for a sandbox on this image (its /app, the
+    /// verifier's logs): root inside.
+    var owner: (uid_t, gid_t) { (ids.uid, ids.gid) }
+
+    /// The policies' own host ids must lie outside the image's range (files a policy's
+    /// sandbox wrote would otherwise be the image sandboxes' to take). The verifier needs the
+    /// verifier tools: on an image every other program (the shell that runs test.sh, the C
+    /// library) is the agent's to have changed, and only the toolbox's run nothing of the
+    /// image's (scripts/install-verifier-tools).
     func check(_ policies: [Policy], tools: VerifierTools?) throws(BenchmarkError) {
-        for p in policies where (p.identity.hostUID, p.identity.hostGID) != (hostUID, hostGID) {
-            throw BenchmarkError(.configuration, "policy \(p.name) runs as host \(p.identity.hostUID):\(p.identity.hostGID), but the image \(id) was unpacked for \(hostUID):\(hostGID)")
+        for p in policies where ids.holds(uid: p.identity.hostUID) || ids.holds(gid: p.identity.hostGID) {
+            throw BenchmarkError(.configuration, "policy \(p.name) runs as host \(p.identity.hostUID):\(p.identity.hostGID), inside the image \(id)'s host ids (\(ids.count) from \(ids.uid):\(ids.gid))")
         }
         guard tools != nil else {
             throw BenchmarkError(.configuration, "a task on its image is verified with the verifier tools (sandbox.verifier_tools, scripts/install-verifier-tools): on the image every other program is the agent's to have changed")
@@ -87,6 +92,7 @@ extension TaskImage {
     func apply(to overrides: inout PlanOverrides, root: String?, policy: Policy, verifier: Bool) {
         overrides.imageRoot = root
         overrides.imageFiles = rootfs
+        overrides.imageIDs = ids
         overrides.workingDirectory = workingDirectory
         overrides.environment += environmentOverrides(policy: policy.env.set, verifier: verifier)
     }

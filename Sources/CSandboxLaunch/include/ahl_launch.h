@@ -79,7 +79,11 @@ struct ahl_plan {
     const char *search_path;      // PATH used to find argv[0] (may be NULL)
     const char *cwd;              // absolute, inside the sandbox
     const char *hostname;
-    uint32_t uid, gid;            // ids inside the user namespace (non-zero)
+    uint32_t uid, gid;            // ids inside the user namespace (0 only with id_span > 1)
+    uint32_t id_span;             // how many ids map from uid/gid on (1, or a task image's 65536):
+                                  // the payload's own user namespace then maps each to itself
+    uint64_t keep_caps;           // capabilities the payload keeps in its own user namespace
+                                  // (bit n: capability n); 0 for every sandbox but an image's
     const struct ahl_mount *mounts;
     uint32_t n_mounts;
     const struct ahl_rlimit *rlimits;
@@ -254,15 +258,15 @@ struct ahl_msg {
 /// A readable name for a stage ("mount /proc"), for `sandbox: <stage>: <strerror>` messages.
 const char *ahl_stage_name(int32_t stage);
 
-/// Reads /proc/PID/status text: 1 when every capability set (CapInh, CapPrm, CapEff, CapBnd,
-/// CapAmb: 16 lower-case hex digits each) is zero and NoNewPrivs is 1, 0 when any set holds a
-/// capability or NoNewPrivs is not 1, -1 when a field is missing or malformed (the caller then
-/// asks by system call).
-int ahl_status_caps_empty(const char *text, size_t len);
+/// Reads /proc/PID/status text (capability sets as 16 lower-case hex digits each): 1 when
+/// CapPrm, CapEff and CapBnd are exactly `keep`, CapInh and CapAmb are zero and NoNewPrivs is
+/// 1; 0 when any set differs or NoNewPrivs is not 1; -1 when a field is missing or malformed
+/// (the caller then asks by system call). `keep` 0: no capability at all.
+int ahl_status_caps_are(const char *text, size_t len, uint64_t keep);
 
-/// ahl_status_caps_empty of the status file at `path` (/proc/thread-self/status), read only if
+/// ahl_status_caps_are of the status file at `path` (/proc/thread-self/status), read only if
 /// it is on procfs and its Pid line is `tid`: -1 otherwise, or when it cannot be read.
-int ahl_status_file_caps_empty(const char *path, int32_t tid);
+int ahl_status_file_caps_are(const char *path, int32_t tid, uint64_t keep);
 
 #ifdef __cplusplus
 }

@@ -8,17 +8,15 @@ extension ExperimentSupervisor {
     }
 
     /// `autoharness images`: builds the image of every task of a `local` benchmark with an
-    /// environment/Dockerfile (podman, on this host), for the host ids its sandboxes run as.
+    /// environment/Dockerfile (podman, on this host), for the host ids image sandboxes run as
+    /// (`ImageIDs`).
     /// Returns how many tasks have an image now, and the problems of those that do not.
     public func buildImages(log: (String) -> Void) throws -> (images: Int, problems: [String: String]) {
         guard let local = adapter as? LocalAdapter else {
             throw ExperimentError(.usage, "autoharness images builds the images of a local benchmark's tasks; \(adapter.name) runs its tasks otherwise")
         }
-        // Only the identity is read: the paths stand in for the task's.
-        let standIn = "/nonexistent/autoharness-policy-check"
-        let identity = try policyLoader.load(config.taskPolicy, variables: ["workdir": standIn, "agent_dir": standIn]).identity
         let store = Self.imageStore(root: layout.root)
-        let problems = try store.prepare(local.benchmark.tasks, uid: identity.hostUID, gid: identity.hostGID, progress: log)
+        let problems = try store.prepare(local.benchmark.tasks, ids: try ImageIDs.range(), progress: log)
         return (store.load(local.benchmark.tasks).images.byTask.count, problems)
     }
 }

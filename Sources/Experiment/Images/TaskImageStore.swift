@@ -1,11 +1,12 @@
 // Where tasks' images come from: built on the host from each task's environment/Dockerfile
 // with the operator's podman (their registries, their base images), then unpacked into the
 // experiment's private directory, where no sandbox ever looks, once per image and per host
-// uid the sandboxes run as.
+// id range its sandboxes map onto (`ImageIDs`).
 //
 //   .autoharness/images/            root 0700
 //       index.json                  task id -> its context's digest and its `TaskImage`
-//       rootfs/<id>-<uid>-<gid>/    an image's files, owned by uid:gid (`TaskImage`)
+//       rootfs/<id>-<uid>-<gid>/    an image's files, each owner and group shifted into the
+//                                   range from uid:gid (`TaskImage`)
 //
 // A task is keyed by the digest of its build context (every regular file of environment/,
 // the Dockerfile included): the same context is never built twice, a changed one is built
@@ -56,10 +57,10 @@ public struct TaskImageStore {
     static func hasImage(_ task: BenchmarkTask) -> Bool { task.dockerImage != nil || hasDockerfile(task) }
 
     /// Builds and unpacks the image of every task in `tasks` with a Dockerfile whose context
-    /// has none yet, for sandboxes running as host `uid`:`gid`; says what it does on `progress`.
+    /// has none yet, for sandboxes mapping onto the host ids `ids`; says what it does on `progress`.
     /// Returns the problems of tasks whose image could not be had (each names the task and
     /// podman's last lines); the others are recorded in the index.
-    public func prepare(_ tasks: [BenchmarkTask], uid: UInt32, gid: UInt32, progress: (String) -> Void) throws -> [String: String] {
+    public func prepare(_ tasks: [BenchmarkTask], ids: HostIDRange, progress: (String) -> Void) throws -> [String: String] {
         try makePrivateDirectory(directory)
         try makePrivateDirectory(directory + "/rootfs")
         var index = readIndex()
@@ -73,14 +74,14 @@ public struct TaskImageStore {
                 continue
             }
             let digest = (task.dockerImage.map { "image \($0) " } ?? "") + context
-            if let e = index[task.id], e.context == digest, e.image.hostUID == uid, e.image.hostGID == gid,
+            if let e = index[task.id], e.context == digest, e.image.ids == ids,
                Self.kind(e.image.rootfs) == S_IFDIR {
                 continue
             }
             let start = monotonicNow()
             progress("images: \(n + 1) of \(todo.count): \(task.id): " + (task.dockerImage.map { "podman image \($0)" } ?? "podman build \(task.directory)/environment"))
             do {
-                let image = try obtain(task, context: context, uid: uid, gid: gid, progress: progress)
+                let image = try obtain(task, context: context, ids: ids, progress: progress)
                 index[task.id] = Entry(context: digest, image: image)
                 try writeIndex(index)
                 progress("images: \(task.id): \(image.id.prefix(19)) in \(Int(monotonicNow() - start)) s")
@@ -94,7 +95,7 @@ public struct TaskImageStore {
 
     /// The task's image: its `docker_image` as this host's podman has it, else pulled, else
     /// built from its Dockerfile (as Harbor builds one without a prebuilt image); then unpacked.
-    private func obtain(_ task: BenchmarkTask, context digest: String, uid: UInt32, gid: UInt32, progress: (String) -> Void) throws -> TaskImage {
+    private func obtain(_ task: BenchmarkTask, context digest: String, ids: HostIDRange, progress: (String) -> Void) throws -> TaskImage {
         let context = task.directory + "/environment"
         var tag = "localhost/autoharness-task:" + digest.prefix(20)
         var origin = "built from \(context)/Dockerfile"
@@ -125,14 +126,14 @@ public struct TaskImageStore {
             throw ExperimentError(.io, "podman image inspect \(tag): \(Self.tail(inspected.output))")
         }
         let hex = String(config.id.drop { $0 != ":" }.dropFirst())
-        let name = (hex.isEmpty ? config.id : hex) + "-\(uid)-\(gid)"
+        let name = (hex.isEmpty ? config.id : hex) + "-\(ids.uid)-\(ids.gid)"
         let final = directory + "/rootfs/" + name
         if Self.kind(final) != S_IFDIR {
-            try unpack(tag, into: final, uid: uid, gid: gid)
+            try unpack(tag, into: final, ids: ids)
         }
         return TaskImage(id: config.id.hasPrefix("sha256:") ? config.id : "sha256:" + config.id, rootfs: final,
                          workingDirectory: config.workdir.isEmpty ? "/" : config.workdir,
-                         environment: config.env, hostUID: uid, hostGID: gid, origin: origin)
+                         environment: config.env, ids: ids, origin: origin)
     }
 
     private func build(context: String, tag: String) throws {
@@ -143,25 +144,65 @@ public struct TaskImageStore {
         guard built.succeeded else { throw ExperimentError(.usage, "podman build failed (exit \(built.status)):\n\(Self.tail(built.output))") }
     }
 
-    /// The image's files, copied out of podman's storage into `final` and handed to uid:gid.
-    private func unpack(_ tag: String, into final: String, uid: UInt32, gid: UInt32) throws {
+    /// The image's files, copied out of podman's storage into `final`, every owner and group
+    /// shifted into `ids` (`shiftOwners`).
+    private func unpack(_ tag: String, into final: String, ids: HostIDRange) throws {
         let staging = final + ".partial"
         _ = FileSystem.removeTree(staging)
         let mounted = try ChildProcess.run([try locate(podman), "image", "mount", tag], standardError: .discarded)
         let source = mounted.output.trimmingCharacters(in: .whitespacesAndNewlines)
         guard mounted.succeeded, source.hasPrefix("/") else { throw ExperimentError(.io, "podman image mount \(tag): \(Self.tail(mounted.output))") }
         defer { _ = try? ChildProcess.run([try locate(podman), "image", "unmount", tag], standardError: .discarded) }
-        guard mkdir(staging, 0o755) == 0 else { throw ExperimentError(.io, "\(staging): \(FileSystem.errorText())") }
-        // Ownership is replaced below; -a keeps modes, links, times.
-        for argv in [["cp", "-a", "--no-preserve=ownership", source + "/.", staging],
-                     ["chown", "-hR", "\(uid):\(gid)", staging]] {
-            let r = try ChildProcess.run([try locate(argv[0])] + argv.dropFirst(), timeout: 3600)
-            guard r.succeeded else {
-                _ = FileSystem.removeTree(staging)
-                throw ExperimentError(.io, "\(argv.prefix(2).joined(separator: " ")) for \(tag): \(Self.tail(r.output))")
-            }
+        guard mkdir(staging, 0o700) == 0 else { throw ExperimentError(.io, "\(staging): \(FileSystem.errorText())") }
+        // -a keeps owners, modes, links, times; the owners are shifted below.
+        let r = try ChildProcess.run([try locate("cp"), "-a", source + "/.", staging], timeout: 3600)
+        guard r.succeeded else {
+            _ = FileSystem.removeTree(staging)
+            throw ExperimentError(.io, "cp -a for \(tag): \(Self.tail(r.output))")
+        }
+        do {
+            try Self.shiftOwners(of: staging, into: ids)
+        } catch {
+            _ = FileSystem.removeTree(staging)
+            throw error
         }
         guard rename(staging, final) == 0 else { throw ExperimentError(.io, "\(final): \(FileSystem.errorText())") }
+    }
+
+    /// Moves the owner and group of `path` and of everything below it from the image's ids
+    /// (0…) to the same ids within `ids`; an id past the range's span becomes its nobody
+    /// (65534), as a rootless container's unmapped ids show. An inode already within the range
+    /// (a second hard link to one done) is left. chown clears set-id bits; they are put back.
+    /// Links are never followed.
+    static func shiftOwners(of path: String, into ids: HostIDRange) throws {
+        let parent = path.hasPrefix("/") ? String(path[..<path.lastIndex(of: "/")!]) : "."
+        let dir = FileSystem.openDirectory(parent.isEmpty ? "/" : parent)
+        guard dir >= 0 else { throw ExperimentError(.io, "\(parent): \(FileSystem.errorText())") }
+        defer { close(dir) }
+        try shift(FileSystem.name(String(path[path.index(after: path.lastIndex(of: "/") ?? path.startIndex)...])), in: dir,
+                  path: path, ids: ids)
+    }
+
+    private static func shift(_ name: FileSystem.Name, in dir: Int32, path: String, ids: HostIDRange) throws {
+        guard let st = FileSystem.entryStatus(at: dir, name) else { throw ExperimentError(.io, "\(path): \(FileSystem.errorText())") }
+        if !(ids.holds(uid: st.st_uid) && ids.holds(gid: st.st_gid)) {
+            let uid = ids.uid + (st.st_uid < ids.count ? st.st_uid : 65534)
+            let gid = ids.gid + (st.st_gid < ids.count ? st.st_gid : 65534)
+            guard fchownat(dir, name, uid, gid, AT_SYMLINK_NOFOLLOW) == 0 else { throw ExperimentError(.io, "\(path): \(FileSystem.errorText())") }
+            let kind = st.st_mode & S_IFMT
+            if kind != S_IFLNK, kind != S_IFDIR, st.st_mode & (S_ISUID | S_ISGID) != 0,
+               fchmodat(dir, name, st.st_mode & 0o7777, 0) != 0 {
+                throw ExperimentError(.io, "\(path): \(FileSystem.errorText())")
+            }
+        }
+        guard FileSystem.isDirectory(st) else { return }
+        let sub = FileSystem.openDirectory(at: dir, name)
+        guard sub >= 0 else { throw ExperimentError(.io, "\(path): \(FileSystem.errorText())") }
+        defer { close(sub) }
+        guard let names = FileSystem.entries(of: sub) else { throw ExperimentError(.io, "\(path): \(FileSystem.errorText())") }
+        for n in names {
+            try shift(n, in: sub, path: path + "/" + FileSystem.display(n), ids: ids)
+        }
     }
 
     struct ImageConfig {

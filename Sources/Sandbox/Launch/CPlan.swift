@@ -64,6 +64,8 @@ final class CPlan {
         plan.hostname = c(p.identity.hostname)
         plan.uid = p.identity.uid
         plan.gid = p.identity.gid
+        plan.id_span = p.identity.span
+        plan.keep_caps = p.keptCapabilities
         plan.mounts = UnsafePointer(mounts)
         plan.n_mounts = UInt32(p.mounts.count)
         plan.rlimits = UnsafePointer(rlimits)

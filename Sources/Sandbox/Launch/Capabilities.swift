@@ -12,6 +12,21 @@ public enum Capabilities {
         return max(bits - 1, Int(CAP_LAST_CAP))
     }()
 
+    /// What root on a task's image keeps (`LaunchPlan.keptCapabilities`), as a container's root
+    /// installs packages with: chown files to the image's system users (dpkg), read and write
+    /// past their modes, keep or set a file's set-id bits, switch ids (apt's `_apt`, su, a
+    /// service dropping root) and signal its own processes. Each counts only in the payload's
+    /// own user namespace (ids 0-65535 there, the image's host range outside): over the image's
+    /// files and its own processes, never over a file owned by a host id outside that range,
+    /// a mount (the mount namespace belongs to the namespace above), the network, or the host.
+    /// Not kept, as in no container: CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_SYS_PTRACE, CAP_SYS_CHROOT,
+    /// CAP_MKNOD, CAP_SETFCAP, CAP_SETPCAP, and every other.
+    public static let imageRoot: UInt64 = [CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID, CAP_KILL, CAP_SETGID, CAP_SETUID]
+        .reduce(0) { $0 | 1 << UInt64($1) }
+
+    /// The names of the capabilities in `mask` (bit n: capability n).
+    public static func names(_ mask: UInt64) -> [String] { (0..<64).filter { mask >> UInt64($0) & 1 == 1 }.map(name) }
+
     /// `cap_sys_admin` for 21; `cap_41` for numbers libcap has no name for.
     public static func name(_ cap: Int) -> String {
         guard let p = cap_to_name(cap_value_t(cap)) else { return "cap_\(cap)" }

@@ -137,7 +137,8 @@ public enum SandboxRunner {
         storage.plan.netns_fd = netns
         // Also ours to close once the monitor holds them: made for this sandbox alone.
         let dev = options.parts?.takeDevice() ?? -1
-        let userns = options.parts?.takeUserNamespace(for: plan.identity) ?? -1
+        // Made ahead only for one-id maps (a span's is written as the monitor starts).
+        let userns = plan.identity.span == 1 ? options.parts?.takeUserNamespace(for: plan.identity) ?? -1 : -1
         storage.plan.dev_fd = dev
         storage.plan.userns_fd = userns
         // The template root (if the plan has one) must stay open until the launcher holds it.

@@ -174,11 +174,13 @@ struct Session {
         let pid = child.pid
         let id = plan.identity
         do throws(SandboxError) {
-            // setgroups must be denied before gid_map is written; the maps give the sandbox
-            // exactly one uid and one gid, both unprivileged on the host.
-            try SandboxCgroup.write("/proc/\(pid)/setgroups", "deny")
-            try SandboxCgroup.write("/proc/\(pid)/uid_map", "\(id.uid) \(id.hostUID) 1\n")
-            try SandboxCgroup.write("/proc/\(pid)/gid_map", "\(id.gid) \(id.hostGID) 1\n")
+            // The maps give the sandbox one uid and one gid, both unprivileged on the host, and
+            // setgroups is denied (before gid_map is written). On a task's image, a span of
+            // them (the image's host range), and setgroups allowed: root there drops groups as
+            // apt does, with only the gids of that range to take (`Capabilities.imageRoot`).
+            try SandboxCgroup.write("/proc/\(pid)/setgroups", id.span > 1 ? "allow" : "deny")
+            try SandboxCgroup.write("/proc/\(pid)/uid_map", "\(id.uid) \(id.hostUID) \(id.span)\n")
+            try SandboxCgroup.write("/proc/\(pid)/gid_map", "\(id.gid) \(id.hostGID) \(id.span)\n")
             Timing.mark("id maps written")
         } catch {
             return "id maps: \(error.message)"

@@ -55,6 +55,9 @@ public struct LaunchPlan: Sendable {
     public var landlock: LandlockMode
     /// `PlanOverrides.imageFiles`: read-only files the sandbox reads through its root.
     public var imageFiles: String?
+    /// The capabilities the payload keeps in its own user namespace (bit n: capability n):
+    /// none, but `Capabilities.imageRoot` on a task's image.
+    public var keptCapabilities: UInt64 = 0
 
     /// Whether building this sandbox writes nothing into a host directory: no mount lies
     /// inside a directory bind, whose mount point would have to be made in the bound source.
@@ -109,8 +112,27 @@ public struct PlanOverrides: Sendable {
     /// The image's own files under `imageRoot` (the overlay's read-only lower layer): what a
     /// held-out sandbox on it reads, journaled for eviction like a read-only bind's source.
     public var imageFiles: String?
+    /// The host ids an image's files belong to (`imageRoot` only): the sandbox maps its ids
+    /// 0… onto them in place of the policy's one host id, and root keeps
+    /// `Capabilities.imageRoot` within its own user namespace.
+    public var imageIDs: HostIDRange?
 
     public init() {}
+}
+
+/// `count` consecutive host uids from `uid` and gids from `gid`, which a sandbox's ids 0… map to.
+public struct HostIDRange: Sendable, Equatable, Codable {
+    public var uid: UInt32
+    public var gid: UInt32
+    public var count: UInt32
+
+    public init(uid: UInt32, gid: UInt32, count: UInt32) {
+        (self.uid, self.gid, self.count) = (uid, gid, count)
+    }
+
+    /// Whether the range holds host uid `u` or gid `g`.
+    public func holds(uid u: UInt32) -> Bool { u >= uid && UInt64(u) < UInt64(uid) + UInt64(count) }
+    public func holds(gid g: UInt32) -> Bool { g >= gid && UInt64(g) < UInt64(gid) + UInt64(count) }
 }
 
 public enum PlanCompiler {
@@ -130,10 +152,19 @@ public enum PlanCompiler {
         }
         var specs = policy.mounts
         var identity = policy.identity
+        var kept: UInt64 = 0
         if overrides.imageRoot != nil {
             specs.removeAll(where: \.userland)
             identity.uid = 0
             identity.gid = 0
+            if let ids = overrides.imageIDs {
+                guard ids.count >= 1, ids.uid != 0, ids.gid != 0, UInt64(ids.uid) + UInt64(ids.count) <= UInt64(UInt32.max),
+                      UInt64(ids.gid) + UInt64(ids.count) <= UInt64(UInt32.max) else {
+                    throw SandboxError(.invalidArgument, "image ids: \(ids.count) from host uid \(ids.uid), gid \(ids.gid) is not a range of unprivileged ids")
+                }
+                (identity.hostUID, identity.hostGID, identity.span) = (ids.uid, ids.gid, ids.count)
+                kept = ids.count > 1 ? Capabilities.imageRoot : 0
+            }
         }
         for o in overrides.mounts {
             let dest = try normalize(o.destination, what: "--\(o.kindName) destination")
@@ -271,7 +302,8 @@ public enum PlanCompiler {
             sandboxID: sandboxID, policyName: policy.name, command: command, environment: env,
             searchPath: searchPath, workingDirectory: cwd, identity: identity, mounts: mounts,
             skippedMounts: skipped, rlimits: rlimits, limits: limits, network: policy.network,
-            filter: filter, landlock: policy.landlock, imageFiles: overrides.imageRoot == nil ? nil : overrides.imageFiles)
+            filter: filter, landlock: policy.landlock, imageFiles: overrides.imageRoot == nil ? nil : overrides.imageFiles,
+            keptCapabilities: kept)
     }
 
     static func buildEnvironment(_ spec: EnvSpec, _ flags: [String], host: [String: String]) throws(SandboxError) -> [String] {

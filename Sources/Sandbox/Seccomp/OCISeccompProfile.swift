@@ -73,7 +73,7 @@ public struct OCISeccompProfile: Encodable, Sendable, Equatable {
         var notes = [
             "load it with no_new_privileges (podman --security-opt no-new-privileges, Kubernetes allowPrivilegeEscalation: false): without it runc installs the filter before dropping capabilities, and the prctl that drops them is refused",
             "refused calls are refused silently: our filter hands each to the supervisor, which records it as a violation (the audit); no OCI action does",
-            "a conditional syscall's refused argument forms (\(rules.conditional.filter(known).sorted().joined(separator: ", "))) get the default action; ours answers EPERM",
+            "a conditional syscall's refused argument forms (\(rules.conditional.filter(known).sorted().joined(separator: ", "))) get the default action; ours answers EPERM (socket's: EAFNOSUPPORT)",
             "calls from other ABIs (i386 through int 0x80, x32) get the runtime's action for an architecture not listed (runc: the process is killed, SIGSYS); ours answers ENOSYS",
         ]
         if !runtimeNeeds.isEmpty {

@@ -37,9 +37,16 @@ public struct CompiledFilter: Sendable {
         allowedNames.contains("recvfrom") && !denied.contains("recvfrom") && !quiet.contains("recvfrom") && !bpf.isEmpty
     }
 
+    static let socketNumber = SeccompCompiler.resolve("socket") ?? -1
+
     /// The errno to answer a refused call with, or nil when the sandbox is to be killed.
     func refusal(nr: Int32, nativeArch: Bool) -> Int32? {
         if nativeArch {
+            // A socket family or protocol the filter refuses is one this kernel "lacks", as
+            // the kernel itself answers for one it does: programs take that for "not here" and
+            // go on (shadow's useradd, through libaudit, aborts a package install on EPERM
+            // from a NETLINK_AUDIT socket and carries on after EAFNOSUPPORT). Still reported.
+            if nr == Self.socketNumber && allowedNames.contains("socket") && !denied.contains("socket") { return EAFNOSUPPORT }
             if eperm.contains(nr) { return EPERM }
             if enosys.contains(nr) { return ENOSYS }
         } else {
