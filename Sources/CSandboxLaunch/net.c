@@ -66,6 +66,14 @@ void ahl_enter_network_namespace(const struct ahl_plan *p, int rep) {
         ahl_fail(rep, AHL_STAGE_UNSHARE, 0);
     }
     if ((p->loopback_up || p->proxy_port) && ahl_loopback_up() < 0) ahl_fail(rep, AHL_STAGE_LOOPBACK, 0);
+    // A task image's root binds the ports below 1024 a container's root does (nginx on 80,
+    // sshd on 22): this namespace's own setting, which reaches no other namespace; written
+    // while this process is host root (the namespace belongs to the initial user namespace).
+    if (p->id_span > 1) {
+        int f = sys_open("/proc/sys/net/ipv4/ip_unprivileged_port_start", O_WRONLY | O_CLOEXEC);
+        if (f < 0 || sys_write(f, "0", 1) != 1) ahl_fail(rep, AHL_STAGE_LOOPBACK, 1);
+        sys_close(f);
+    }
     if (LAYER_ON(LAYER_COVERS)) {
         // The host's /proc still: this thread's entry is the namespace just entered.
         int net = sys_open("/proc/thread-self/net", O_RDONLY | O_DIRECTORY | O_CLOEXEC);

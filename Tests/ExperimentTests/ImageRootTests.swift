@@ -8,7 +8,8 @@ import TestSupport
 
 /// Root on a task's image is a container's root: it installs a package with apt (dpkg chowns
 /// to a system user its script adds, apt switches to `_apt`), with a few capabilities that
-/// count only over its own ids (`Capabilities.imageRoot`, `ImageIDs`).
+/// count only over its own ids (`Capabilities.imageRoot`, `ImageIDs`), and serves on port 80 of
+/// its own loopback.
 @Suite(.serialized) struct ImageRootTests {
     /// The solution: builds a package whose maintainer script adds a system user and gives it
     /// a private directory, installs it with apt-get, writes as that user; then tries what its
@@ -24,7 +25,11 @@ import TestSupport
         dpkg-deb --build --root-owner-group /tmp/pkg /tmp/hello-ah.deb > /dev/null
         apt-get install -y /tmp/hello-ah.deb > /tmp/apt.log 2>&1 || { cat /tmp/apt.log; exit 1; }
         setpriv --reuid hellod --regid hellod --clear-groups sh -c 'echo from-hellod > /var/lib/hellod/state'
-        { stat -c '%U %a' /var/lib/hellod; grep _apt /tmp/apt.log || echo no-apt-notice
+        # A service on a port below 1024, on the sandbox's own loopback.
+        python3 -m http.server 80 --bind 127.0.0.1 --directory /usr/share/hello-ah > /dev/null 2>&1 &
+        for i in $(seq 50); do python3 -c 'import urllib.request as u; print("served", u.urlopen("http://127.0.0.1:80/greeting").read().decode().strip())' > /srv/served.txt 2>/dev/null && break; sleep 0.1; done
+        kill %1
+        { stat -c '%U %a' /var/lib/hellod; cat /srv/served.txt; grep _apt /tmp/apt.log || echo no-apt-notice
           ls /agent 2>&1 || true
           touch /agent/planted 2>&1 || true
           setpriv --reuid 70000 true 2>&1 || true; } > /srv/seen.txt 2>&1
@@ -34,12 +39,13 @@ import TestSupport
 
     static let test = """
         #!/bin/bash
-        { dpkg-query -W -f '${Status}\\n' hello-ah; cat /var/lib/hellod/state; cat /srv/seen.txt; } > /logs/verifier/out.txt 2>&1
+        { dpkg-query -W -f '${Status}\\n' hello-ah; cat /var/lib/hellod/state; cat /srv/seen.txt
+          (exec 3<>/dev/tcp/127.0.0.1/9) 2>&1 | grep -q 'Connection refused' && echo verifier-loopback-up; } > /logs/verifier/out.txt 2>&1
         [ "$(cat /var/lib/hellod/state)" = from-hellod ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt
 
         """
 
-    @Test("root on an image apt-installs a package whose script adds a user and chowns to it; the payload's user namespace maps 65536 ids onto the image's host range and keeps only a container root's capabilities; they reach no host-owned file, no read-only bind, no id past the range, and, joined from the host with every capability of that namespace, no mount")
+    @Test("root on an image apt-installs a package whose script adds a user and chowns to it, and serves on port 80 of its own loopback (up in the verifier too); the payload's user namespace maps 65536 ids onto the image's host range and keeps only a container root's capabilities; they reach no host-owned file, no read-only bind, no id past the range, and, joined from the host with every capability of that namespace, no mount")
     func aptInstallsAsRoot() throws {
         try TaskImageTests.requireImageHost()
         let dir = NSTemporaryDirectory() + "ah-image-root-" + UUID().uuidString.prefix(8).lowercased()
@@ -129,7 +135,9 @@ import TestSupport
         #expect(outcome.reward == 1, "\(outcome)\n\(agent)\n\(box.verifier)")
         // Installed by apt, written by the user its script added, read by the verifier's root
         // past the directory's 0700 (its namespace maps that user too).
-        #expect(lines.prefix(3) == ["install ok installed", "from-hellod", "hellod 700"], "\(box.verifier)")
+        #expect(lines.prefix(4) == ["install ok installed", "from-hellod", "hellod 700", "served hi"], "\(box.verifier)")
+        // Both sandboxes have their own loopback up (a refused connection, not an unreachable network).
+        #expect(lines.contains("verifier-loopback-up"), "\(box.verifier)")
         // apt fetched the local package as _apt (no "unsandboxed as root" notice).
         #expect(lines.contains("no-apt-notice"), "\(box.verifier)")
         // CAP_DAC_OVERRIDE counts only over the image's ids: /agent (host root's, 0700) stays

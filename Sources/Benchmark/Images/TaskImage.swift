@@ -88,11 +88,13 @@ extension TaskImage {
     }
 
     /// A sandbox of `policy` on this image, whose overlay is mounted at `root`: the overlay as
-    /// its root, the image's WORKDIR and environment.
+    /// its root, the image's WORKDIR and environment, its ids, and `lo` up (where the policy
+    /// has no network at all) with every port root's to bind, as in a container.
     func apply(to overrides: inout PlanOverrides, root: String?, policy: Policy, verifier: Bool) {
         overrides.imageRoot = root
         overrides.imageFiles = rootfs
         overrides.imageIDs = ids
+        overrides.loopback = true
         overrides.workingDirectory = workingDirectory
         overrides.environment += environmentOverrides(policy: policy.env.set, verifier: verifier)
     }

@@ -112,6 +112,9 @@ public struct PlanOverrides: Sendable {
     /// The image's own files under `imageRoot` (the overlay's read-only lower layer): what a
     /// held-out sandbox on it reads, journaled for eviction like a read-only bind's source.
     public var imageFiles: String?
+    /// The network mode `none` becomes `loopback`: `lo` up in the sandbox's own namespace (a
+    /// task's image: tests and solutions start servers on localhost and query them).
+    public var loopback = false
     /// The host ids an image's files belong to (`imageRoot` only): the sandbox maps its ids
     /// 0… onto them in place of the policy's one host id, and root keeps
     /// `Capabilities.imageRoot` within its own user namespace.
@@ -301,7 +304,8 @@ public enum PlanCompiler {
         return LaunchPlan(
             sandboxID: sandboxID, policyName: policy.name, command: command, environment: env,
             searchPath: searchPath, workingDirectory: cwd, identity: identity, mounts: mounts,
-            skippedMounts: skipped, rlimits: rlimits, limits: limits, network: policy.network,
+            skippedMounts: skipped, rlimits: rlimits, limits: limits,
+            network: overrides.loopback && policy.network.mode == .none ? NetworkSpec(mode: .loopback, allow: []) : policy.network,
             filter: filter, landlock: policy.landlock, imageFiles: overrides.imageRoot == nil ? nil : overrides.imageFiles,
             keptCapabilities: kept)
     }
