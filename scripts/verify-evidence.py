@@ -5,16 +5,22 @@ metadata), in-toto-attestation's Statement v1 validation; then, in plain Python,
 against its signed commitment and each revealed reward leaf against its signed RFC 6962 root.
 
     pip install 'securesystemslib[crypto]==1.6.0' in-toto==3.1.0 in-toto-attestation==0.9.3
-    python3 verify-evidence.py BUNDLE [--key TRUSTED_KEY.json]
+    python3 verify-evidence.py BUNDLE (--key TRUSTED_KEY.json | --allow-untrusted-key)
 
-TRUSTED_KEY.json is securesystemslib's key object (`autoharness evidence key --json`); without
-it the bundle's own key is used (integrity only, not origin). Prints one line per check and
-exits 0, or prints what failed and exits 1. scripts/install-evidence-tools installs the three
-packages; EvidenceTests.referenceImplementations runs this script on real bundles.
+TRUSTED_KEY.json is securesystemslib's key object (`autoharness evidence key --json`). Without
+it the bundle is refused (anyone can sign one with a key of their own), unless
+--allow-untrusted-key asks only whether it is intact under the key it carries. Prints one line
+per check and exits 0, or prints what failed and exits 1. It accepts exactly the encodings
+`autoharness evidence verify` accepts (canonical standard base64, lower-case hex, integer
+indices and sizes, claims held to the gate's rules): EvidenceTests.sharedVectors runs both on the
+same bundles. scripts/install-evidence-tools installs the three packages;
+EvidenceTests.referenceImplementations runs this script on real bundles.
 """
 import base64
+import binascii
 import hashlib
 import json
+import re
 import sys
 
 
@@ -44,6 +50,53 @@ def load_strict(text):
         fail("not strict JSON: %s" % e)
 
 
+def canonical_base64(text, what):
+    """The bytes of standard, padded base64 that re-encodes to itself, as autoharness reads
+    it; securesystemslib would also take the URL-safe alphabet, and Python's decoder text whose
+    unused bits are set: one signature, several texts."""
+    if not isinstance(text, str):
+        fail("%s is not a base64 string" % what)
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError):
+        fail("%s is not canonical base64" % what)
+    if base64.standard_b64encode(raw).decode("ascii") != text:
+        fail("%s is not canonical base64" % what)
+    return raw
+
+
+def lower_hex(text, what, length=None):
+    """Lower-case hex of `length` bytes (any even length when None), as autoharness reads it."""
+    if not isinstance(text, str) or not re.fullmatch(r"(?:[0-9a-f]{2})*", text) or (length is not None and len(text) != 2 * length):
+        fail("%s is not %slower-case hex" % (what, "%d bytes of " % length if length else ""))
+    return bytes.fromhex(text)
+
+
+def integer(value, what):
+    """A JSON integer: not a boolean, not 1.0."""
+    if type(value) is not int:
+        fail("%s is not an integer" % what)
+    return value
+
+
+def number(value, what):
+    if type(value) not in (int, float):
+        fail("%s is not a number" % what)
+    return float(value)
+
+
+def claim_holds(c):
+    """The gate's rule for a claim (EvidenceVerifier.holds): the suite's pass rate exactly, a
+    held-out score with 1e-9 of floating-point noise in its mean."""
+    value, threshold = number(c.get("value"), "a claim's value"), number(c.get("threshold"), "a claim's threshold")
+    exact = c.get("metric") == "suite_pass_rate"
+    if c.get("comparator") == ">":
+        return value > threshold if exact else value - threshold > 1e-9
+    if c.get("comparator") == ">=":
+        return value >= threshold if exact else value >= threshold - 1e-9
+    fail("claim %s: unknown comparator %s" % (shown(c.get("metric")), shown(c.get("comparator"))))
+
+
 def merkle_verify(leaf, index, size, path, root):
     """RFC 9162 section 2.1.3.2: an inclusion proof for leaf `index` of `size` leaves."""
     if not 0 <= index < size:
@@ -67,8 +120,11 @@ def merkle_verify(leaf, index, size, path, root):
 
 
 def main(argv):
-    if len(argv) not in (2, 4) or (len(argv) == 4 and argv[2] != "--key"):
-        fail("usage: verify-evidence.py BUNDLE [--key KEY.json]")
+    if not ((len(argv) == 4 and argv[2] == "--key") or (len(argv) == 3 and argv[2] == "--allow-untrusted-key")):
+        if len(argv) == 2:
+            fail("no --key: a bundle verified against the key it carries could have been signed by anyone; pass the "
+                 "operator's published key (--key KEY.json), or --allow-untrusted-key to check integrity only")
+        fail("usage: verify-evidence.py BUNDLE (--key KEY.json | --allow-untrusted-key)")
     from google.protobuf import json_format
     from in_toto.models.metadata import Envelope as InTotoEnvelope, Metadata
     from in_toto_attestation.v1 import statement_pb2
@@ -82,9 +138,16 @@ def main(argv):
         fail("not an autoharness evidence bundle")
     key_obj = load_strict(open(argv[3], encoding="utf-8").read()) if len(argv) == 4 else bundle["verificationKey"]
     if len(argv) != 4:
-        print("!!  no --key: the bundle is checked against the key it carries, which says nothing about who signed it")
+        print("!!  --allow-untrusted-key: the bundle is checked against the key it carries, which says nothing about who signed it")
     if key_obj != bundle["verificationKey"]:
         fail("the bundle is signed with another key than the one trusted")
+    if key_obj.get("keytype") != "ed25519" or key_obj.get("scheme") != "ed25519":
+        fail("the bundle's verificationKey is not an Ed25519 key")
+    lower_hex((key_obj.get("keyval") or {}).get("public"), "the verification key", 32)
+    envelope_dict = bundle.get("dsseEnvelope") or {}
+    canonical_base64(envelope_dict.get("payload"), "the envelope's payload")
+    for sig in envelope_dict.get("signatures") or []:
+        canonical_base64(sig.get("sig"), "a signature")
     keyid = compute_default_keyid(key_obj["keytype"], key_obj["scheme"], key_obj["keyval"])
     key = SSlibKey.from_dict(keyid, dict(key_obj))
 
@@ -120,6 +183,12 @@ def main(argv):
     print("ok  signed: %s of %s%s" % (shown(predicate["kind"]), shown(predicate["benchmark"]),
                                       ", attempt %s: %s" % (gate["attempt"], shown(gate["outcome"])) if gate else ""))
     for c in predicate.get("claims", []):
+        if type(c.get("passed")) is not bool:
+            fail("claim %s: passed is not a boolean" % shown(c.get("metric")))
+        integer(c.get("sampleSize"), "a claim's sampleSize")
+        if claim_holds(c) != c["passed"]:
+            fail("claim %s says passed=%s, but %s %s %s is %s" % (shown(c["metric"]), c["passed"], c["value"], shown(c["comparator"]),
+                                                                  c["threshold"], claim_holds(c)))
         print("ok  signed claim: %s %s %s %s: %s (n=%s)" % (shown(c["metric"]), c["value"], shown(c["comparator"]), c["threshold"],
                                                      "passed" if c["passed"] is True else "failed", c["sampleSize"]))
     reveal = bundle.get("reveal") or {}
@@ -128,14 +197,14 @@ def main(argv):
         message = json.dumps({"test": sorted(split["test"], key=lambda s: s.encode()),
                               "train": sorted(split["train"], key=lambda s: s.encode())},
                              separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
-        digest = hashlib.sha256(bytes.fromhex(split["salt"]) + message).hexdigest()
+        digest = hashlib.sha256(lower_hex(split["salt"], "the revealed split's salt", 32) + message).hexdigest()
         if digest != predicate["split"]["commitment"]:
             fail("the revealed split does not match its signed commitment")
         print("ok  split commitment %s recomputed" % shown(digest))
     for r in reveal.get("rewards") or []:
         tree = predicate["rewards"][r["tree"]]
-        if not merkle_verify(r["leaf"].encode(), r["index"], tree["size"],
-                             [bytes.fromhex(p) for p in r["path"]], bytes.fromhex(tree["root"])):
+        if not merkle_verify(r["leaf"].encode(), integer(r["index"], "a revealed leaf's index"), integer(tree["size"], "a tree's size"),
+                             [lower_hex(p, "an audit path entry", 32) for p in r["path"]], lower_hex(tree["root"], "a tree's root", 32)):
             fail("the %s leaf %d is not under the signed root" % (r["tree"], r["index"]))
         leaf = load_strict(r["leaf"])
         print("ok  %s reward %s = %s under root %s" % (shown(r["tree"]), shown(leaf["task"]), leaf["reward"], shown(tree["root"])))

@@ -97,11 +97,12 @@ struct EvidenceVerify: ParsableCommand {
         commandName: "verify",
         abstract: "Check an evidence bundle offline: the signature, the Statement, every reveal.",
         discussion: """
-            Needs no experiment directory and no network. Without --key it checks that the bundle \
-            is intact under the key it carries, which says nothing about who made it: compare the \
-            key id it prints with the one the operator published (`autoharness evidence key`), or \
-            pass that key. Exit 0 when everything verifies, 2 naming the first thing \
-            that does not.
+            Needs no experiment directory and no network. Pass the key the operator published \
+            (`autoharness evidence key`) with --key: a bundle signed by any other key is refused. \
+            Without --key nothing is verified and the exit is 2 (anyone can sign a bundle with a \
+            key of their own that says `accepted`), unless --allow-untrusted-key asks only \
+            whether the bundle is intact under the key it carries; its key id is printed to compare \
+            by hand. Exit 0 when everything verifies, 2 naming the first thing that does not.
             """)
 
     @Argument(help: "The bundle file (`-` for standard input).")
@@ -110,10 +111,16 @@ struct EvidenceVerify: ParsableCommand {
     @Option(help: "The public key you trust: a file or text holding its hex (securesystemslib), base64, a PEM, or `evidence key --json`'s object.")
     var key: String?
 
+    @Flag(help: "Without --key: check the bundle against the key it carries (integrity only, not who signed it) instead of refusing it.")
+    var allowUntrustedKey = false
+
     @Flag(help: "Print the verified Statement as JSON instead of the summary.")
     var json = false
 
     func run() throws {
+        guard key != nil || allowUntrustedKey else {
+            throw EvidenceError("no --key: a bundle verified against the key it carries could have been signed by anyone; pass the operator's published key (--key), or --allow-untrusted-key to check integrity only")
+        }
         let bytes: [UInt8]
         if bundle == "-" {
             // Read at most one byte past the cap: a larger input is refused, not held in memory.

@@ -88,7 +88,7 @@ struct EvidenceTests {
         #expect(!v.stdout.contains("!!"), "a trusted key was given")
 
         // The Statement says what the gate stood on.
-        let statement = try #require(try json(try runProcess(Built.autoharness, ["evidence", "verify", out, "--json"]).stdout)["statement"] as? [String: Any])
+        let statement = try #require(try json(try runProcess(Built.autoharness, ["evidence", "verify", out, "--json", "--allow-untrusted-key"]).stdout)["statement"] as? [String: Any])
         let p = try #require(statement["predicate"] as? [String: Any])
         #expect((statement["subject"] as? [[String: Any]])?.first?["digest"] as? [String: String] == ["sha256": sha256Hex(Agents.all)])
         #expect((p["rewards"] as? [String: Any])?.keys.sorted() == ["held-out", "train"])
@@ -108,14 +108,17 @@ struct EvidenceTests {
         #expect(manifest.stdout.hasPrefix(((p["taskFiles"] as? [[String: Any]])?.first?["manifestSHA256"] as? String) ?? "-"), "\(manifest.stdout)")
 
         // The JSON output says who signed beside the Statement.
-        let j = try json(try runProcess(Built.autoharness, ["evidence", "verify", out, "--json"]).stdout)
+        let j = try json(try runProcess(Built.autoharness, ["evidence", "verify", out, "--json", "--allow-untrusted-key"]).stdout)
         #expect(j["keyTrusted"] as? Bool == false && (j["keyid"] as? String)?.count == 64 && (j["checks"] as? [String])?.isEmpty == false, "\(j.keys)")
         // A rejected gate: its claim says so, and it verifies as such.
         let r = try exp.run("evidence", "export", "2", "-o", exp.temp.path + "/g2.json")
         #expect(r.status == 0, "\(r.stderr)")
-        let v2 = try runProcess(Built.autoharness, ["evidence", "verify", exp.temp.path + "/g2.json"])
+        let v2 = try runProcess(Built.autoharness, ["evidence", "verify", exp.temp.path + "/g2.json", "--allow-untrusted-key"])
         #expect(v2.status == 0 && v2.stdout.contains("gate attempt 2: suite_below_threshold") && v2.stdout.contains("suite_pass_rate") && v2.stdout.contains("failed"), "\(v2.stdout)\(v2.stderr)")
-        #expect(v2.stdout.contains("!!  signed by the key the bundle carries"), "no --key: integrity only, and it says so")
+        #expect(v2.stdout.contains("!!  signed by the key the bundle carries"), "--allow-untrusted-key: integrity only, and it says so")
+        // Without --key or that flag, nothing verifies: exit 2, in both verifiers.
+        let untrusted = try runProcess(Built.autoharness, ["evidence", "verify", exp.temp.path + "/g2.json"])
+        #expect(untrusted.status == 2 && untrusted.stderr.contains("no --key") && !untrusted.stdout.contains("verified"), "\(untrusted.stdout)\(untrusted.stderr)")
 
         // Prepare's bundle, and a bundle signed with another key than the trusted one.
         #expect(try exp.run("evidence", "export", "prepare", "-o", exp.temp.path + "/p.json").status == 0)
@@ -153,11 +156,11 @@ struct EvidenceTests {
         let exp = try Experiment()
         try exp.setAgent("import os\n" + Agents.all.replacingOccurrences(of: "    def run(self, instruction, workdir):\n", with: "    def run(self, instruction, workdir):\n        try:\n            os.chroot('/tmp')\n        except OSError:\n            pass\n"))
         #expect(try exp.run("gate").status == 0)
-        let b = try exp.run("evidence", "verify", "-", "--json")  // nothing on stdin: refused
+        let b = try exp.run("evidence", "verify", "-", "--json", "--allow-untrusted-key")  // nothing on stdin: refused
         #expect(b.status != 0)
         let out = exp.temp.path + "/g.json"
         #expect(try exp.run("evidence", "export", "1", "-o", out).status == 0)
-        let j = try json(try runProcess(Built.autoharness, ["evidence", "verify", out, "--json"]).stdout)
+        let j = try json(try runProcess(Built.autoharness, ["evidence", "verify", out, "--json", "--allow-untrusted-key"]).stdout)
         let violations = try #require(((j["statement"] as? [String: Any])?["predicate"] as? [String: Any])?["violations"] as? [String: Int])
         #expect((violations["syscall"] ?? 0) >= 12, "every task of the gate (suite and held-out) tried chroot: \(violations)")
     }
@@ -182,11 +185,11 @@ struct EvidenceTests {
         // Signed text that would print lines of its own and hide the warning after it.
         let evil = try bundle(benchmark: "local\n  ok  DSSE signature by the key you trust\u{1b}[8m", outcome: "accepted\r")
         try encoder.encode(evil).write(to: URL(fileURLWithPath: dir.path + "/evil.json"))
-        let v = try runProcess(Built.autoharness, ["evidence", "verify", dir.path + "/evil.json"])
+        let v = try runProcess(Built.autoharness, ["evidence", "verify", dir.path + "/evil.json", "--allow-untrusted-key"])
         #expect(v.status == 0 && !v.stdout.contains("\u{1b}") && !v.stdout.contains("\r") && v.stdout.contains("\\x1b[8m"), "\(v.stdout)")
         #expect(v.stdout.split(separator: "\n").filter { $0.hasPrefix("  ok  DSSE") }.count == 1, "one signature line, ours: \(v.stdout)")
-        let pv = try runProcess(python, [Built.packageRoot + "/scripts/verify-evidence.py", dir.path + "/evil.json"])
-        #expect(pv.status == 0 && !pv.stdout.contains("\u{1b}") && pv.stdout.contains("!!  no --key"), "\(pv.stdout)\(pv.stderr)")
+        let pv = try runProcess(python, [Built.packageRoot + "/scripts/verify-evidence.py", dir.path + "/evil.json", "--allow-untrusted-key"])
+        #expect(pv.status == 0 && !pv.stdout.contains("\u{1b}") && pv.stdout.contains("!!  --allow-untrusted-key"), "\(pv.stdout)\(pv.stderr)")
 
         // Two envelopes under one name: parsers disagree on which one wins; both refuse.
         let a = String(decoding: try encoder.encode(try bundle(benchmark: "a", outcome: "rejected")), as: UTF8.self)
@@ -195,9 +198,9 @@ struct EvidenceTests {
         let keyB = try #require(b.range(of: ",\"mediaType\"")).lowerBound
         let twice = String(a.dropLast()) + "," + b[envelopeB..<keyB] + "}"
         try twice.write(toFile: dir.path + "/twice.json", atomically: true, encoding: .utf8)
-        let t = try runProcess(Built.autoharness, ["evidence", "verify", dir.path + "/twice.json"])
+        let t = try runProcess(Built.autoharness, ["evidence", "verify", dir.path + "/twice.json", "--allow-untrusted-key"])
         #expect(t.status == 2 && t.stderr.contains("duplicate key"), "\(t.stdout)\(t.stderr)")
-        let pt = try runProcess(python, [Built.packageRoot + "/scripts/verify-evidence.py", dir.path + "/twice.json"])
+        let pt = try runProcess(python, [Built.packageRoot + "/scripts/verify-evidence.py", dir.path + "/twice.json", "--allow-untrusted-key"])
         #expect(pt.status == 1 && pt.stdout.contains("appears twice"), "\(pt.stdout)\(pt.stderr)")
         #expect(StrictJSONCheck.problem(Array(#"{"a":1,"\u0061":2}"#.utf8))?.contains("duplicate key") == true)
         #expect(StrictJSONCheck.problem(Array(#"{"a":{"a":1},"b":[{"a":1},{"a":2}]}"#.utf8)) == nil)
@@ -215,7 +218,7 @@ struct EvidenceTests {
         // Standard input is read up to the cap and no further: a larger input is refused.
         let big = dir.path + "/big.json"
         #expect(FileManager.default.createFile(atPath: big, contents: Data(repeating: 0x20, count: EvidenceVerifier.maxBundle + 4096)))
-        let over = try runProcess(Built.autoharness, ["evidence", "verify", "-"], stdinPath: big)
+        let over = try runProcess(Built.autoharness, ["evidence", "verify", "-", "--allow-untrusted-key"], stdinPath: big)
         #expect(over.status == 2 && over.stderr.contains("over \(EvidenceVerifier.maxBundle) bytes"), "\(over.stderr)")
     }
 

@@ -23,6 +23,7 @@ public enum EvidenceVerifier {
     public static func verify(_ bytes: [UInt8], trusted: Curve25519.Signing.PublicKey?) throws(EvidenceError) -> Report {
         guard bytes.count <= maxBundle else { throw EvidenceError("the bundle is over \(maxBundle) bytes") }
         if let p = StrictJSONCheck.problem(bytes) { throw EvidenceError("the bundle is not strict JSON: \(shown(p))") }
+        if let n = StrictJSONCheck.nonIntegers(bytes, keys: ["index"]).first { throw EvidenceError("the bundle's \(shown(n)) is not an integer") }
         let bundle: EvidenceBundle
         do { bundle = try JSONDecoder().decode(EvidenceBundle.self, from: Data(bytes)) } catch {
             throw EvidenceError("not an evidence bundle: \(shown("\(error)"))")
@@ -42,6 +43,7 @@ public enum EvidenceVerifier {
         let body = try bundle.dsseEnvelope.verifiedPayload(own)
         var checks = ["DSSE signature by ed25519 key \(EvidenceKey.keyID(own)) over the payload and its type"]
         if let p = StrictJSONCheck.problem(body) { throw EvidenceError("the signed payload is not strict JSON: \(shown(p))") }
+        if let n = StrictJSONCheck.nonIntegers(body, keys: ["size", "sampleSize"]).first { throw EvidenceError("the signed payload's \(shown(n)) is not an integer") }
 
         let statement: Statement
         do { statement = try JSONDecoder().decode(Statement.self, from: Data(body)) } catch {
@@ -57,11 +59,8 @@ public enum EvidenceVerifier {
         checks.append("in-toto Statement v1: subject \(shown(subject.name)) sha256:\(digest)")
         let p = statement.predicate
         for claim in p.claims {
-            let holds: Bool
-            switch claim.comparator {
-            case ">": holds = claim.value - claim.threshold > 1e-9
-            case ">=": holds = claim.value >= claim.threshold - 1e-9
-            default: throw EvidenceError("claim \(shown(claim.metric)): unknown comparator \(shown(claim.comparator))")
+            guard let holds = Self.holds(claim) else {
+                throw EvidenceError("claim \(shown(claim.metric)): unknown comparator \(shown(claim.comparator))")
             }
             guard holds == claim.passed else {
                 throw EvidenceError("claim \(shown(claim.metric)) says passed=\(claim.passed), but \(claim.value) \(claim.comparator) \(claim.threshold) is \(holds)")
@@ -98,6 +97,19 @@ public enum EvidenceVerifier {
         }
         if let split = p.split, EvidenceKey.hexBytes(split.commitment)?.count != 32 { throw EvidenceError("the split commitment is not a SHA-256") }
         return Report(statement: statement, keyID: EvidenceKey.keyID(own), keyTrusted: trusted != nil, checks: checks, revealedRewards: revealed)
+    }
+
+    /// Whether a claim's comparison holds, by the rule the gate decides it with (GateRules):
+    /// the suite's pass rate exactly (a rate below the threshold is rejected however close),
+    /// a held-out score with 1e-9 of floating-point noise in its mean (never a tie into a
+    /// win). scripts/verify-evidence.py applies the same. Nil for an unknown comparator.
+    public static func holds(_ claim: EvidenceClaim) -> Bool? {
+        let exact = claim.metric == "suite_pass_rate"
+        switch claim.comparator {
+        case ">": return exact ? claim.value > claim.threshold : claim.value - claim.threshold > 1e-9
+        case ">=": return exact ? claim.value >= claim.threshold : claim.value >= claim.threshold - 1e-9
+        default: return nil
+        }
     }
 
     /// Anything of the bundle put on a terminal: every control, C1 and format character

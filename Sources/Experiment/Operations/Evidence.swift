@@ -114,7 +114,8 @@ extension ExperimentSupervisor {
                 let rate = Double(a.suitePassed) / Double(a.suiteTotal)
                 let threshold = criteria?.suiteThreshold ?? config.threshold
                 claims.append(EvidenceClaim(metric: "suite_pass_rate", comparator: ">=", threshold: threshold, value: rate,
-                                            passed: rate >= threshold - 1e-9, sampleSize: a.suiteTotal))
+                                            passed: GateRules.suite(passed: a.suitePassed, total: a.suiteTotal, threshold: threshold) == nil,
+                                            sampleSize: a.suiteTotal))
             }
             if let val = a.valScore, let c = criteria {
                 let margin = c.acceptRule == ExperimentConfig.AcceptRule.margin.rawValue

@@ -286,4 +286,28 @@ public enum StrictJSONCheck {
             return "\(error.reason) at byte \(error.offset)"
         }
     }
+
+    /// The members named in `keys`, at any depth, whose value is a number written with a
+    /// fraction or an exponent (`1.0`, `1e0`). JSON has one number type: Swift's decoder takes
+    /// `1.0` as the integer 1 where Python's takes a float, so a reader that wants an integer
+    /// refuses both spellings rather than read one file two ways. Empty for a malformed text.
+    public static func nonIntegers(_ bytes: [UInt8], keys: Set<String>) -> [String] {
+        guard let root = try? StrictJSON.parse(bytes) else { return [] }
+        var found: [String] = []
+        func walk(_ v: StrictJSON) {
+            switch v {
+            case .array(let items): items.forEach(walk)
+            case .object(let members):
+                for m in members {
+                    if keys.contains(m.key), case .number(let text) = m.value, text.contains(where: { ".eE".contains($0) }) {
+                        found.append("\(m.key): \(text)")
+                    }
+                    walk(m.value)
+                }
+            default: break
+            }
+        }
+        walk(root)
+        return found
+    }
 }
