@@ -45,6 +45,10 @@ public struct TaskRunConfiguration: Sendable {
     /// The tasks that run on their image (`TaskImage`): both of their sandboxes have the
     /// image as root instead of the host's userland; nil or a task not listed: the host's.
     public var images: TaskImages?
+    /// Non-empty: the agent's sandbox (never the verifier's) has the egress proxy to these
+    /// host:port entries in place of its policy's network (`runner.network.allow`), every
+    /// connection recorded in its audit.
+    public var agentNetworkAllow: [String] = []
     /// Rewrite the git configuration in /app before the verifier (`GitConfigs`). Off only in
     /// tests that show what the verifier's policy does on its own.
     var sanitizesGitConfigs = true

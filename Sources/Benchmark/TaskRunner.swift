@@ -232,6 +232,7 @@ public final class TaskRunner: Sendable {
         var overrides = PlanOverrides()
         overrides.timeoutSeconds = agentTimeout
         image?.apply(to: &overrides, root: imageRoot, policy: taskPolicy, verifier: false)
+        if !configuration.agentNetworkAllow.isEmpty { overrides.network = NetworkSpec(mode: .proxy, allow: configuration.agentNetworkAllow) }
         let command: [String]
         if configuration.oracle {
             guard task.hasSolution else {

@@ -127,6 +127,9 @@ public struct LocalAdapter: BenchmarkAdapter {
     public var verifierTools: VerifierTools?
     /// The tasks that run on their own image.
     public var images: TaskImages?
+    /// `runner.network.allow`: the host:port entries each task's agent phase reaches through the
+    /// egress proxy (package mirrors); none by default.
+    public var agentNetworkAllow: [String] = []
 
     public init(benchmark: LocalBenchmark) { self.benchmark = benchmark }
 
@@ -145,6 +148,7 @@ public struct LocalAdapter: BenchmarkAdapter {
             cfg.verifierPolicy = verifierPolicy
             cfg.verifierTools = verifierTools
             cfg.images = images
+            cfg.agentNetworkAllow = agentNetworkAllow
             if let t = defaultAgentTimeout { cfg.defaultAgentTimeout = t }
         }
     }

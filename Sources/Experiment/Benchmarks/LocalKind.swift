@@ -35,6 +35,7 @@ struct LocalKind: BenchmarkKind {
         local.verifierPolicy = config.verifierPolicy
         local.verifierTools = try config.verifierToolbox()
         local.defaultAgentTimeout = config.perTaskTimeout
+        local.agentNetworkAllow = try Self.agentNetwork(config)
         // Tasks whose image `autoharness images` built run on it; the others on the host's userland.
         let images = ExperimentSupervisor.imageStore(root: root).load(local.benchmark.tasks).images
         local.images = images
@@ -49,6 +50,20 @@ struct LocalKind: BenchmarkKind {
             }
         }
         return local
+    }
+}
+
+extension LocalKind {
+    /// `runner.network.allow` for a local benchmark: what every task's agent phase, train and
+    /// held-out alike, reaches through the egress proxy (package mirrors). A host the coding
+    /// agent also reaches (`sandbox.network.allow`) is refused: a held-out run could leave its
+    /// task there (a package index that takes uploads, a cache) for the coding agent to read.
+    static func agentNetwork(_ config: ExperimentConfig) throws -> [String] {
+        let shared = Set(config.runner.networkAllow.map { $0.lowercased() }).intersection(config.networkAllow.map { $0.lowercased() })
+        guard shared.isEmpty else {
+            throw ExperimentError(.usage, "runner.network.allow: \(shared.sorted().joined(separator: ", ")) is also in sandbox.network.allow: a host both held-out task runs and the coding agent reach could carry held-out tasks to it; give each its own")
+        }
+        return config.runner.networkAllow
     }
 }
 

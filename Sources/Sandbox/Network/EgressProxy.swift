@@ -152,8 +152,17 @@ public final class EgressProxy: @unchecked Sendable {
         }
         let parts = line.split(separator: " ")
         guard parts.count == 3, parts[0] == "CONNECT", parts[2].hasPrefix("HTTP/1.") else {
-            record(String(line.prefix(120)), allowed: false, why: "not a CONNECT request")
-            send(client, "HTTP/1.1 405 Only CONNECT is supported\r\n\r\n")
+            // No tunnel to keep the inference gate's rules on: a plain request never goes to it.
+            switch PlainHTTP.parse(head) {
+            case .success(let request) where inference?.targets.contains(request.target) != true:
+                serveHTTP(client, request)
+            case .success(let request):
+                record(request.target, allowed: false, why: "plain HTTP to a model API")
+                send(client, "HTTP/1.1 403 Forbidden by autoharness policy\r\n\r\n")
+            case .failure(let refused):
+                record(String(line.prefix(120)), allowed: false, why: refused.why)
+                send(client, "HTTP/1.1 405 Only CONNECT, or GET and HEAD over plain HTTP\r\n\r\n")
+            }
             return
         }
         let target = String(parts[1]).lowercased()
@@ -205,6 +214,45 @@ public final class EgressProxy: @unchecked Sendable {
         send(client, "HTTP/1.1 200 Connection established\r\n\r\n")
         let (up, down) = relay(client, upstream)
         record(target, allowed: true, why: nil, up: up, down: down)
+    }
+
+    /// A plain-HTTP GET or HEAD (`PlainHTTP`) to an allowlisted host:port: the rebuilt head
+    /// to the server, then its response to the client until the server closes; nothing more
+    /// the client sends on this connection is read.
+    private func serveHTTP(_ client: Int32, _ request: PlainHTTP.Request) {
+        let what = "\(request.method) over plain HTTP"
+        guard Self.allowed(request.target, by: allow) else {
+            record(request.target, allowed: false, why: "not on the allowlist (\(what))")
+            send(client, "HTTP/1.1 403 Forbidden by autoharness policy\r\n\r\n")
+            return
+        }
+        let upstream: Int32
+        switch connect(host: request.host, port: request.port) {
+        case .success(let fd): upstream = fd
+        case .failure(let f):
+            record(request.target, allowed: false, why: f.why)
+            send(client, "HTTP/1.1 502 \(f.why)\r\n\r\n")
+            return
+        }
+        let live: Bool = lock.withLock {
+            guard !stopped else { return false }
+            open.insert(upstream)
+            return true
+        }
+        defer {
+            lock.withLock { _ = open.remove(upstream) }
+            close(upstream)
+        }
+        guard live, sendAll(upstream, Array(request.upstreamHead.utf8)[...]) else { return }
+        var down = 0
+        var buf = [UInt8](repeating: 0, count: 65536)
+        var p = pollfd(fd: upstream, events: Int16(POLLIN), revents: 0)
+        while poll(&p, 1, 300_000) > 0 {
+            let n = buf.withUnsafeMutableBytes { recv(upstream, $0.baseAddress, $0.count, 0) }
+            if n <= 0 || !sendAll(client, buf[0..<n]) { break }
+            down += n
+        }
+        record(request.target, allowed: true, why: what, up: request.upstreamHead.utf8.count, down: down)
     }
 
     /// Reads until the end of the request head (max 8 KiB, 10 s).
@@ -297,6 +345,18 @@ public final class EgressProxy: @unchecked Sendable {
             e.bytesDown = down
         }
         audit.record(e)
+    }
+
+    /// Every byte of `bytes` to socket `fd` (never SIGPIPE): false when the peer is gone.
+    private func sendAll(_ fd: Int32, _ bytes: ArraySlice<UInt8>) -> Bool {
+        var offset = bytes.startIndex
+        while offset < bytes.endIndex {
+            let m = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if m < 0 && errno == EINTR { continue }
+            if m <= 0 { return false }
+            offset += m
+        }
+        return true
     }
 
     private func send(_ fd: Int32, _ s: String) {

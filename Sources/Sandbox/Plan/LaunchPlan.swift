@@ -115,6 +115,9 @@ public struct PlanOverrides: Sendable {
     /// The network mode `none` becomes `loopback`: `lo` up in the sandbox's own namespace (a
     /// task's image: tests and solutions start servers on localhost and query them).
     public var loopback = false
+    /// The policy's network replaced (a local task's agent phase with `runner.network.allow`:
+    /// the egress proxy to those hosts).
+    public var network: NetworkSpec?
     /// The host ids an image's files belong to (`imageRoot` only): the sandbox maps its ids
     /// 0… onto them in place of the policy's one host id, and root keeps
     /// `Capabilities.imageRoot` within its own user namespace.
@@ -152,6 +155,13 @@ public enum PlanCompiler {
     ) throws(SandboxError) -> LaunchPlan {
         guard let first = command.first, !first.isEmpty else {
             throw SandboxError(.invalidArgument, "no command given")
+        }
+        // The network as overridden, before anything (the filter, the proxy's variables) reads it.
+        var policy = policy
+        if let network = overrides.network {
+            policy.network = network
+        } else if overrides.loopback && policy.network.mode == .none {
+            policy.network.mode = .loopback
         }
         var specs = policy.mounts
         var identity = policy.identity
@@ -304,8 +314,7 @@ public enum PlanCompiler {
         return LaunchPlan(
             sandboxID: sandboxID, policyName: policy.name, command: command, environment: env,
             searchPath: searchPath, workingDirectory: cwd, identity: identity, mounts: mounts,
-            skippedMounts: skipped, rlimits: rlimits, limits: limits,
-            network: overrides.loopback && policy.network.mode == .none ? NetworkSpec(mode: .loopback, allow: []) : policy.network,
+            skippedMounts: skipped, rlimits: rlimits, limits: limits, network: policy.network,
             filter: filter, landlock: policy.landlock, imageFiles: overrides.imageRoot == nil ? nil : overrides.imageFiles,
             keptCapabilities: kept)
     }
