@@ -64,6 +64,12 @@ AHL_HIDDEN void ahl_open_proxy_listener(const struct ahl_plan *p, int rep);
 /// lo up, the host counters of its /proc/net hidden.
 AHL_HIDDEN void ahl_enter_network_namespace(const struct ahl_plan *p, int rep);
 
+// userns.c
+/// Moves the payload into a user namespace of its own, nested below the sandbox's, which owns
+/// the mount namespace: the payload's capabilities there reach no mount. Its ids map to
+/// themselves (a span of them on a task's image). A failure ends the process through `ahl_fail`.
+AHL_HIDDEN void ahl_lock_mounts(const struct ahl_plan *p, int rep);
+
 // caps.c
 /// Drops every capability (and, with `bounding`, the bounding and ambient sets): 0, or -1.
 AHL_HIDDEN int ahl_drop_all_caps(uint32_t cap_last, int bounding);

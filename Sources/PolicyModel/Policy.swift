@@ -175,13 +175,14 @@ public struct Identity: Sendable, Equatable {
     public var hostGID: UInt32
     /// How many consecutive ids map: uid…uid+span-1 to hostUID…hostUID+span-1 (gids alike).
     /// 1 but on a task's image, whose root and system users all need an id (never a policy key).
-    public var span: UInt32 = 1
+    public var span: UInt32
     public var hostname: String
 
     public init(
-        uid: UInt32 = 1000, gid: UInt32 = 1000, hostUID: UInt32 = 65534, hostGID: UInt32 = 65534,
+        uid: UInt32 = 1000, gid: UInt32 = 1000, hostUID: UInt32 = 65534, hostGID: UInt32 = 65534, span: UInt32 = 1,
         hostname: String = "sandbox"
     ) {
+        self.span = span
         self.uid = uid
         self.gid = gid
         self.hostUID = hostUID

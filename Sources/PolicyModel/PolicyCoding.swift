@@ -12,7 +12,7 @@ import WireCoding
 
 public enum PolicyCoding {
     /// Bumped whenever the layout changes (older entries then miss: their key differs).
-    public static let version = 3
+    public static let version = 4
 
     public static func encode(_ p: Policy) -> [UInt8] {
         var w = ByteWriter()
@@ -25,6 +25,7 @@ public enum PolicyCoding {
         w.u32(p.identity.gid)
         w.u32(p.identity.hostUID)
         w.u32(p.identity.hostGID)
+        w.u32(p.identity.span)
         w.string(p.identity.hostname)
         w.string(p.seccomp.profile)
         switch p.seccomp.defaultAction {
@@ -115,7 +116,7 @@ extension ByteReader {
             guard let m = mount() else { return nil }
             mounts.append(m)
         }
-        guard let uid = u32(), let gid = u32(), let hostUID = u32(), let hostGID = u32(), let hostname = string(),
+        guard let uid = u32(), let gid = u32(), let hostUID = u32(), let hostGID = u32(), let span = u32(), let hostname = string(),
               let profile = string() else { return nil }
         let defaultAction: SeccompAction
         switch u8() {
@@ -139,7 +140,7 @@ extension ByteReader {
               let landlock = LandlockMode(rawValue: landlockName) else { return nil }
         return Policy(
             name: name, description: description, lineage: lineage, mounts: mounts,
-            identity: Identity(uid: uid, gid: gid, hostUID: hostUID, hostGID: hostGID, hostname: hostname),
+            identity: Identity(uid: uid, gid: gid, hostUID: hostUID, hostGID: hostGID, span: span, hostname: hostname),
             seccomp: SeccompSpec(profile: profile, defaultAction: defaultAction, allow: allow, deny: deny, quiet: quiet, netlinkRoute: netlink == 1),
             network: NetworkSpec(mode: mode, allow: networkAllow),
             limits: Limits(nofile: counts[0], nproc: counts[1], fsize: counts[2], cpuSeconds: counts[3], memory: counts[4],

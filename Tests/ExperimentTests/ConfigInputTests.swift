@@ -25,6 +25,22 @@ struct ConfigInputTests {
     }
 }
 
+@Suite("network allowlists in the config")
+struct NetworkAllowConfigTests {
+    @Test("a pattern broader than one domain's hosts is refused at its line (it would take in the model APIs under it); *. and two labels pass",
+          arguments: ["'*.com:443'", "'*:80'", "'*.:443'", "'a.*.example.com:443'", "'*.*.example.com:443'"])
+    func broadPatternRefused(entry: String) throws {
+        do {
+            _ = try ExperimentConfig.parse("benchmark: local\ndataset: d\nrunner:\n  network:\n    allow: [\(entry)]\n", file: "exp/experiment_config.yaml")
+            Issue.record("\(entry) was accepted")
+        } catch let e as ConfigErrors {
+            #expect("\(e)".contains("exp/experiment_config.yaml:5") && "\(e)".contains("too broad a pattern"), "\(e)")
+        }
+        let fine = try ExperimentConfig.parse("benchmark: local\ndataset: d\nrunner:\n  network:\n    allow: ['*.pythonhosted.org:443']\n", file: "f")
+        #expect(fine.runner.networkAllow == ["*.pythonhosted.org:443"])
+    }
+}
+
 @Suite("sandbox.verifier_tools")
 struct VerifierToolsConfigTests {
     static func refusal(_ text: String) -> String? {

@@ -126,7 +126,7 @@ import TestSupport
         #expect(egress.contains { $0.name == "127.0.0.1:\(closed)" && $0.action == "denied" && ($0.detail ?? "").contains("not on the allowlist") }, "\(egress)")
     }
 
-    @Test("runner.network.allow naming a host the coding agent also reaches is refused: a held-out run could leave its task there")
+    @Test("runner.network.allow naming a host the coding agent also reaches is refused, however spelled: a held-out run could leave its task there")
     func sharedHostRefused() throws {
         var config = ExperimentConfig(benchmark: "local", dataset: "/nonexistent")
         config.runner.networkAllow = ["deb.debian.org:80", "pypi.org:443"]
@@ -134,6 +134,17 @@ import TestSupport
         #expect(throws: ExperimentError.self) { try LocalKind.agentNetwork(config) }
         config.networkAllow = ["api.example.com:443"]
         #expect(try LocalKind.agentNetwork(config) == ["deb.debian.org:80", "pypi.org:443"])
+        // One host however it is spelled, whatever the port, a pattern against what it covers.
+        for (mine, theirs) in [("pypi.org.:443", "pypi.org:443"), ("pypi.org:443", "PYPI.ORG.:8443"), ("*.pythonhosted.org:443", "files.pythonhosted.org:443"),
+                               ("files.pythonhosted.org:443", "*.pythonhosted.org:443"), ("*.a.example:443", "*.example:443"), ("[::1]:80", "[0:0::1]:81"),
+                               ("127.0.0.1:80", "127.0.0.1.:80")] {
+            config.runner.networkAllow = [mine]
+            config.networkAllow = [theirs]
+            #expect(throws: ExperimentError.self, "\(mine) against \(theirs)") { try LocalKind.agentNetwork(config) }
+        }
+        config.runner.networkAllow = ["*.pythonhosted.org:443"]
+        config.networkAllow = ["pythonhosted.org.evil.example:443", "api.example.com:443"]
+        #expect(try LocalKind.agentNetwork(config) == ["*.pythonhosted.org:443"])
     }
 }
 

@@ -52,7 +52,7 @@ struct PolicyCodingTests {
         #expect(Mirror(reflecting: Policy(name: "x")).children.count == 11)
         #expect(Mirror(reflecting: MountSpec(kind: .hide, destination: "/x")).children.count == 7)
         #expect(Mirror(reflecting: SourceLocation(file: "f", line: 1)).children.count == 3)
-        #expect(Mirror(reflecting: Identity()).children.count == 5)
+        #expect(Mirror(reflecting: Identity()).children.count == 6)
         #expect(Mirror(reflecting: SeccompSpec()).children.count == 6)
         #expect(Mirror(reflecting: NetworkSpec()).children.count == 2)
         #expect(Mirror(reflecting: Limits()).children.count == 8)
@@ -73,7 +73,7 @@ struct PolicyCodingTests {
                 MountSpec(kind: .hide, destination: "/usr/secret"),
                 MountSpec(kind: .symlink(target: "usr/bin"), destination: "/bin"),
             ],
-            identity: Identity(uid: 1, gid: 2, hostUID: 3, hostGID: 4, hostname: "h\u{e9}"),
+            identity: Identity(uid: 1, gid: 2, hostUID: 3, hostGID: 4, span: 5, hostname: "h\u{e9}"),
             seccomp: SeccompSpec(profile: "p", defaultAction: .kill, allow: ["read"], deny: ["ptrace"], quiet: ["bpf"]),
             network: NetworkSpec(mode: .proxy, allow: ["example.com:443"]),
             limits: Limits(nofile: 1, nproc: 2, fsize: 3, cpuSeconds: 4, memory: 5, pids: 6, cpus: 1.5, timeoutSeconds: 0.25),

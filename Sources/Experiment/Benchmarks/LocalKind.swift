@@ -58,12 +58,39 @@ extension LocalKind {
     /// held-out alike, reaches through the egress proxy (package mirrors). A host the coding
     /// agent also reaches (`sandbox.network.allow`) is refused: a held-out run could leave its
     /// task there (a package index that takes uploads, a cache) for the coding agent to read.
+    /// Hosts are compared whatever the port (one server, two ports), in one spelling (lower
+    /// case, no trailing dot, an IP address as inet_ntop writes it), a `*.domain` pattern
+    /// against every name under it and against patterns above or below it.
     static func agentNetwork(_ config: ExperimentConfig) throws -> [String] {
-        let shared = Set(config.runner.networkAllow.map { $0.lowercased() }).intersection(config.networkAllow.map { $0.lowercased() })
-        guard shared.isEmpty else {
-            throw ExperimentError(.usage, "runner.network.allow: \(shared.sorted().joined(separator: ", ")) is also in sandbox.network.allow: a host both held-out task runs and the coding agent reach could carry held-out tasks to it; give each its own")
+        for mine in config.runner.networkAllow {
+            guard let theirs = config.networkAllow.first(where: { sameHost(mine, $0) }) else { continue }
+            throw ExperimentError(.usage, "runner.network.allow: \(mine) reaches the host of \(theirs) in sandbox.network.allow: a host both held-out task runs and the coding agent reach could carry held-out tasks to it; give each its own")
         }
         return config.runner.networkAllow
+    }
+
+    /// `host:port`'s host in one spelling.
+    static func canonicalHost(_ entry: String) -> String {
+        var host = entry.lastIndex(of: ":").map { String(entry[..<$0]) } ?? entry
+        host = host.lowercased()
+        while host.hasSuffix(".") { host.removeLast() }
+        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        var a4 = in_addr(), a6 = in6_addr()
+        var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+        if inet_pton(AF_INET, host, &a4) == 1, inet_ntop(AF_INET, &a4, &text, socklen_t(text.count)) != nil { return String(cString: text) }
+        if inet_pton(AF_INET6, host, &a6) == 1, inet_ntop(AF_INET6, &a6, &text, socklen_t(text.count)) != nil { return String(cString: text) }
+        return host
+    }
+
+    static func sameHost(_ a: String, _ b: String) -> Bool {
+        let x = canonicalHost(a), y = canonicalHost(b)
+        func under(_ name: String, _ pattern: String) -> Bool {
+            guard pattern.hasPrefix("*.") else { return false }
+            let domain = String(pattern.dropFirst(2))
+            let bare = name.hasPrefix("*.") ? String(name.dropFirst(2)) : name
+            return bare == domain || bare.hasSuffix("." + domain)
+        }
+        return x == y || under(x, y) || under(y, x)
     }
 }
 

@@ -89,6 +89,13 @@ final class ConfigReader {
                 error(node, "\(key): '\(item)' is not host:port (e.g. api.anthropic.com:443)")
                 continue
             }
+            // A pattern names one domain's hosts: `*.` and at least two labels (`*.com` and `*`
+            // would take in every model API under them).
+            let host = item[..<colon]
+            if host.contains("*") && !(host.hasPrefix("*.") && !host.dropFirst(2).contains("*") && host.dropFirst(2).contains(".")
+                                        && !host.hasSuffix(".")) {
+                error(node, "\(key): '\(item)' is too broad a pattern: `*.` and a domain of at least two labels (e.g. *.pythonhosted.org:443)")
+            }
         }
         return items
     }

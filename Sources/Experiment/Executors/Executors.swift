@@ -35,12 +35,12 @@ final class Executors {
         switch config.heldOutRuntime {
         case .vm: heldOutVM = try HeldOutVM(settings: config.vm, log: log)
         case .auto where !((environment.adapter as? LocalAdapter)?.images?.byTask.isEmpty ?? true):
-            log?(HeldOutVM.hostRuntimeLine(why: "auto: tasks run on their own image, which the held-out VM does not have yet", networked: false))
+            log?(HeldOutVM.hostRuntimeLine(why: "auto: tasks run on their own image, which the held-out VM does not have yet", networked: true))  // lo is up on an image
         case .auto:
             let r = HeldOutVM.resolveAuto(settings: config.vm, config: config, log: log)
             heldOutVM = r.vm
-            log?(r.vm == nil ? HeldOutVM.hostRuntimeLine(why: "auto: " + r.why, networked: !config.runsOwnTasks) : "held-out runtime: vm (auto: \(r.why))")
-        case .host: log?(HeldOutVM.hostRuntimeLine(why: "gate.held_out_runtime: host", networked: !config.runsOwnTasks))
+            log?(r.vm == nil ? HeldOutVM.hostRuntimeLine(why: "auto: " + r.why, networked: !config.runsOwnTasks || !config.runner.networkAllow.isEmpty) : "held-out runtime: vm (auto: \(r.why))")
+        case .host: log?(HeldOutVM.hostRuntimeLine(why: "gate.held_out_runtime: host", networked: !config.runsOwnTasks || !config.runner.networkAllow.isEmpty))
         }
         // The one vendor state the inference gate cannot keep apart within an account.
         if !config.runner.networkInference.isEmpty && config.heldOutEnv.isEmpty {

@@ -145,7 +145,7 @@ public struct TaskImageStore {
     }
 
     /// The image's files, copied out of podman's storage into `final`, every owner and group
-    /// shifted into `ids` (`shiftOwners`).
+    /// shifted into `ids` (`FileSystem.shiftOwners`).
     private func unpack(_ tag: String, into final: String, ids: HostIDRange) throws {
         let staging = final + ".partial"
         _ = FileSystem.removeTree(staging)
@@ -160,49 +160,13 @@ public struct TaskImageStore {
             _ = FileSystem.removeTree(staging)
             throw ExperimentError(.io, "cp -a for \(tag): \(Self.tail(r.output))")
         }
-        do {
-            try Self.shiftOwners(of: staging, into: ids)
+        do throws(IOFailure) {
+            try FileSystem.shiftOwners(of: staging, uid: ids.uid, gid: ids.gid, count: ids.count)
         } catch {
             _ = FileSystem.removeTree(staging)
-            throw error
+            throw ExperimentError(.io, "unpacking \(tag): \(error)")
         }
         guard rename(staging, final) == 0 else { throw ExperimentError(.io, "\(final): \(FileSystem.errorText())") }
-    }
-
-    /// Moves the owner and group of `path` and of everything below it from the image's ids
-    /// (0…) to the same ids within `ids`; an id past the range's span becomes its nobody
-    /// (65534), as a rootless container's unmapped ids show. An inode already within the range
-    /// (a second hard link to one done) is left. chown clears set-id bits; they are put back.
-    /// Links are never followed.
-    static func shiftOwners(of path: String, into ids: HostIDRange) throws {
-        let parent = path.hasPrefix("/") ? String(path[..<path.lastIndex(of: "/")!]) : "."
-        let dir = FileSystem.openDirectory(parent.isEmpty ? "/" : parent)
-        guard dir >= 0 else { throw ExperimentError(.io, "\(parent): \(FileSystem.errorText())") }
-        defer { close(dir) }
-        try shift(FileSystem.name(String(path[path.index(after: path.lastIndex(of: "/") ?? path.startIndex)...])), in: dir,
-                  path: path, ids: ids)
-    }
-
-    private static func shift(_ name: FileSystem.Name, in dir: Int32, path: String, ids: HostIDRange) throws {
-        guard let st = FileSystem.entryStatus(at: dir, name) else { throw ExperimentError(.io, "\(path): \(FileSystem.errorText())") }
-        if !(ids.holds(uid: st.st_uid) && ids.holds(gid: st.st_gid)) {
-            let uid = ids.uid + (st.st_uid < ids.count ? st.st_uid : 65534)
-            let gid = ids.gid + (st.st_gid < ids.count ? st.st_gid : 65534)
-            guard fchownat(dir, name, uid, gid, AT_SYMLINK_NOFOLLOW) == 0 else { throw ExperimentError(.io, "\(path): \(FileSystem.errorText())") }
-            let kind = st.st_mode & S_IFMT
-            if kind != S_IFLNK, kind != S_IFDIR, st.st_mode & (S_ISUID | S_ISGID) != 0,
-               fchmodat(dir, name, st.st_mode & 0o7777, 0) != 0 {
-                throw ExperimentError(.io, "\(path): \(FileSystem.errorText())")
-            }
-        }
-        guard FileSystem.isDirectory(st) else { return }
-        let sub = FileSystem.openDirectory(at: dir, name)
-        guard sub >= 0 else { throw ExperimentError(.io, "\(path): \(FileSystem.errorText())") }
-        defer { close(sub) }
-        guard let names = FileSystem.entries(of: sub) else { throw ExperimentError(.io, "\(path): \(FileSystem.errorText())") }
-        for n in names {
-            try shift(n, in: sub, path: path + "/" + FileSystem.display(n), ids: ids)
-        }
     }
 
     struct ImageConfig {

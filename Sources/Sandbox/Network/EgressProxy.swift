@@ -101,6 +101,7 @@ public final class EgressProxy: @unchecked Sendable {
             return true
         }
         guard admitted else {
+            record("-", allowed: false, why: "over \(Self.maxConnections) connections at once")
             send(c, "HTTP/1.1 503 Too many connections\r\n\r\n")
             close(c)
             return
@@ -243,11 +244,22 @@ public final class EgressProxy: @unchecked Sendable {
             lock.withLock { _ = open.remove(upstream) }
             close(upstream)
         }
-        guard live, sendAll(upstream, Array(request.upstreamHead.utf8)[...]) else { return }
+        guard live else {
+            record(request.target, allowed: false, why: "the proxy stopped")
+            return
+        }
+        guard sendAll(upstream, Array(request.upstreamHead.utf8)[...]) else {
+            record(request.target, allowed: true, why: "\(what): the server closed before the request was sent")
+            return
+        }
+        // The response to the client until the server closes; a client that hangs up ends it
+        // too (its connection, thread and the server's are freed, not held for the timeout).
         var down = 0
         var buf = [UInt8](repeating: 0, count: 65536)
-        var p = pollfd(fd: upstream, events: Int16(POLLIN), revents: 0)
-        while poll(&p, 1, 300_000) > 0 {
+        var fds = [pollfd(fd: upstream, events: Int16(POLLIN), revents: 0), pollfd(fd: client, events: Self.pollRDHUP, revents: 0)]
+        while poll(&fds, 2, 300_000) > 0 {
+            if fds[1].revents & (Self.pollRDHUP | Int16(POLLHUP) | Int16(POLLERR)) != 0 { break }
+            guard fds[0].revents != 0 else { continue }
             let n = buf.withUnsafeMutableBytes { recv(upstream, $0.baseAddress, $0.count, 0) }
             if n <= 0 || !sendAll(client, buf[0..<n]) { break }
             down += n
@@ -255,13 +267,16 @@ public final class EgressProxy: @unchecked Sendable {
         record(request.target, allowed: true, why: what, up: request.upstreamHead.utf8.count, down: down)
     }
 
-    /// Reads until the end of the request head (max 8 KiB, 10 s).
+    /// Reads until the end of the request head (max 8 KiB, 10 s for the whole head: a byte
+    /// every few seconds must not hold a connection for hours).
     private func readHead(_ fd: Int32) -> String? {
         var buf = [UInt8]()
         var chunk = [UInt8](repeating: 0, count: 1024)
+        let deadline = monotonicNow() + 10
         while buf.count < 8192 {
             var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            guard poll(&p, 1, 10_000) > 0 else { return nil }
+            let left = Int32(max(0, (deadline - monotonicNow()) * 1000))
+            guard left > 0, poll(&p, 1, left) > 0 else { return nil }
             // Byte by byte up to the blank line, so tunnel bytes sent early are not consumed.
             let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, 1, 0) }
             if n <= 0 { return nil }
@@ -346,6 +361,9 @@ public final class EgressProxy: @unchecked Sendable {
         }
         audit.record(e)
     }
+
+    /// POLLRDHUP (Linux, <poll.h> with _GNU_SOURCE): the peer closed or shut down its side.
+    static let pollRDHUP: Int16 = 0x2000
 
     /// Every byte of `bytes` to socket `fd` (never SIGPIPE): false when the peer is gone.
     private func sendAll(_ fd: Int32, _ bytes: ArraySlice<UInt8>) -> Bool {

@@ -20,6 +20,9 @@ enum PlainHTTP {
         var upstreamHead: String
     }
 
+    /// tchar of RFC 9110 besides letters and digits.
+    static let tokenPunctuation: Set<Unicode.Scalar> = ["!", "#", "$", "%", "&", "'", "*", "+", "-", ".", "^", "_", "`", "|", "~"]
+
     struct Refused: Error, Equatable {
         var why: String
         init(_ why: String) { self.why = why }
@@ -72,7 +75,10 @@ enum PlainHTTP {
             }
             let name = line[..<colon].lowercased()
             let value = String(line[line.index(after: colon)...].drop { $0 == " " || $0 == "\t" }.reversed().drop { $0 == " " || $0 == "\t" }.reversed())
-            guard !name.isEmpty, !name.contains(" ") else { return .failure(Refused("a malformed header line")) }
+            // RFC 9110's token: no whitespace before the colon (`Host\t:` would be a second Host).
+            guard !name.isEmpty, name.unicodeScalars.allSatisfy({ $0.isASCII && (Self.tokenPunctuation.contains($0) || $0.properties.isAlphabetic || ("0"..."9").contains($0)) }) else {
+                return .failure(Refused("a malformed header line"))
+            }
             if name == "transfer-encoding" || (name == "content-length" && value != "0") { return .failure(Refused("a request with a body")) }
             if name == "content-length" || dropped.contains(name) { continue }
             kept.append(line)
