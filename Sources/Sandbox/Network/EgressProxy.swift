@@ -193,45 +193,22 @@ public final class EgressProxy: @unchecked Sendable {
             send(client, "HTTP/1.1 403 Forbidden by autoharness policy\r\n\r\n")
             return
         }
+        withUpstream(target, host: host, port: port, client: client) { upstream in
+            send(client, "HTTP/1.1 200 Connection established\r\n\r\n")
+            let (up, down) = relay(client, upstream)
+            record(target, allowed: true, why: nil, up: up, down: down)
+        }
+    }
+
+    /// A connection to an allowed `host:port` for `client`'s request, tracked while `body`
+    /// uses it, then closed. A connect that fails is recorded and answered 502; a proxy
+    /// stopped meanwhile (its sandbox, or the held-out VM, is gone) opens nothing.
+    private func withUpstream(_ target: String, host: String, port: UInt16, client: Int32, _ body: (Int32) -> Void) {
         let upstream: Int32
         switch connect(host: host, port: port) {
         case .success(let fd): upstream = fd
         case .failure(let f):
             record(target, allowed: false, why: f.why)
-            send(client, "HTTP/1.1 502 \(f.why)\r\n\r\n")
-            return
-        }
-        // A proxy stopped meanwhile (its sandbox, or the held-out VM, is gone) opens nothing.
-        let live: Bool = lock.withLock {
-            guard !stopped else { return false }
-            open.insert(upstream)
-            return true
-        }
-        defer {
-            lock.withLock { _ = open.remove(upstream) }
-            close(upstream)
-        }
-        guard live else { return }
-        send(client, "HTTP/1.1 200 Connection established\r\n\r\n")
-        let (up, down) = relay(client, upstream)
-        record(target, allowed: true, why: nil, up: up, down: down)
-    }
-
-    /// A plain-HTTP GET or HEAD (`PlainHTTP`) to an allowlisted host:port: the rebuilt head
-    /// to the server, then its response to the client until the server closes; nothing more
-    /// the client sends on this connection is read.
-    private func serveHTTP(_ client: Int32, _ request: PlainHTTP.Request) {
-        let what = "\(request.method) over plain HTTP"
-        guard Self.allowed(request.target, by: allow) else {
-            record(request.target, allowed: false, why: "not on the allowlist (\(what))")
-            send(client, "HTTP/1.1 403 Forbidden by autoharness policy\r\n\r\n")
-            return
-        }
-        let upstream: Int32
-        switch connect(host: request.host, port: request.port) {
-        case .success(let fd): upstream = fd
-        case .failure(let f):
-            record(request.target, allowed: false, why: f.why)
             send(client, "HTTP/1.1 502 \(f.why)\r\n\r\n")
             return
         }
@@ -245,15 +222,35 @@ public final class EgressProxy: @unchecked Sendable {
             close(upstream)
         }
         guard live else {
-            record(request.target, allowed: false, why: "the proxy stopped")
+            record(target, allowed: false, why: "the proxy stopped")
             return
         }
+        body(upstream)
+    }
+
+    /// A plain-HTTP GET or HEAD (`PlainHTTP`) to an allowlisted host:port: the rebuilt head
+    /// to the server, then its response to the client until the server closes; nothing more
+    /// the client sends on this connection is read.
+    private func serveHTTP(_ client: Int32, _ request: PlainHTTP.Request) {
+        let what = "\(request.method) over plain HTTP"
+        guard Self.allowed(request.target, by: allow) else {
+            record(request.target, allowed: false, why: "not on the allowlist (\(what))")
+            send(client, "HTTP/1.1 403 Forbidden by autoharness policy\r\n\r\n")
+            return
+        }
+        withUpstream(request.target, host: request.host, port: request.port, client: client) { upstream in
+            relayResponse(request, what: what, upstream: upstream, client: client)
+        }
+    }
+
+    /// The rebuilt head to the server, then its response to the client until the server
+    /// closes; a client that hangs up ends it too (its connection, thread and the server's
+    /// are freed, not held for the timeout).
+    private func relayResponse(_ request: PlainHTTP.Request, what: String, upstream: Int32, client: Int32) {
         guard sendAll(upstream, Array(request.upstreamHead.utf8)[...]) else {
             record(request.target, allowed: true, why: "\(what): the server closed before the request was sent")
             return
         }
-        // The response to the client until the server closes; a client that hangs up ends it
-        // too (its connection, thread and the server's are freed, not held for the timeout).
         var down = 0
         var buf = [UInt8](repeating: 0, count: 65536)
         var fds = [pollfd(fd: upstream, events: Int16(POLLIN), revents: 0), pollfd(fd: client, events: Self.pollRDHUP, revents: 0)]
