@@ -247,6 +247,11 @@ __attribute__((noreturn)) static void init_main(const struct ahl_plan *p, int re
         ahl_fail(rep, AHL_STAGE_DROP_CAPS, -1);
     }
 
+    // keep_survivors: once the payload has exited, the processes it started and left running
+    // (a server a task's tests query) go on until none is left, or until the supervisor has
+    // the monitor kill init. Signals are no longer forwarded then: the payload's pid may
+    // already name one of them.
+    int payload_done = 0, payload_status = 0, reported = 0;
     struct pollfd fds[2] = {{sfd, POLLIN, 0}, {life, POLLIN, 0}};
     for (;;) {
         int n = sys_ppoll(fds, 2);
@@ -263,13 +268,23 @@ __attribute__((noreturn)) static void init_main(const struct ahl_plan *p, int re
                 pid_t w;
                 while ((w = sys_wait4(-1, &st, WNOHANG)) > 0) {
                     if (w == child) {
-                        ahl_send_msg(rep, AHL_MSG_EXIT, 0, 0, 0, st);
-                        // Exiting kills every process left in the namespace, including
-                        // daemonised grandchildren.
-                        sys_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+                        payload_done = 1;
+                        payload_status = st;
                     }
                 }
-            } else {
+                if (!payload_done) continue;
+                // w < 0 (ECHILD): init has no child left, so nothing else runs in the namespace
+                // (every process in it descends from init, and orphans become its children).
+                int alone = w < 0;
+                if (!reported) {
+                    ahl_send_msg(rep, AHL_MSG_EXIT, 0, 0, p->keep_survivors && !alone ? 1 : 0, payload_status);
+                    reported = 1;
+                }
+                // Exiting kills every process left in the namespace, including daemonised
+                // grandchildren.
+                if (!p->keep_survivors || alone)
+                    sys_exit(WIFEXITED(payload_status) ? WEXITSTATUS(payload_status) : 128 + WTERMSIG(payload_status));
+            } else if (!payload_done) {
                 (void)sys_kill(child, (int)si.ssi_signo);
             }
         }

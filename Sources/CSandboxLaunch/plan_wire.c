@@ -11,7 +11,7 @@
 #include <string.h>
 
 #define AHL_WIRE_MAGIC 0x504c4841u  // "AHLP"
-#define AHL_WIRE_VERSION 11u
+#define AHL_WIRE_VERSION 12u
 
 struct ahl_wire {
     uint32_t magic, version;
@@ -20,7 +20,7 @@ struct ahl_wire {
     uint64_t argv, envp, search_path, cwd, hostname, mounts, rlimits, bpf, join;  // offsets
     uint32_t uid, gid, id_span, seccomp_flags, cap_last;
     uint64_t keep_caps;
-    int32_t loopback_up, landlock, cgroup_into_join, stdio[3], netns, hold, masks, template_root, dev, userns, seed;
+    int32_t loopback_up, keep_survivors, landlock, cgroup_into_join, stdio[3], netns, hold, masks, template_root, dev, userns, seed;
     uint64_t root_size;
     uint16_t proxy_port;
     struct ahl_settings settings;
@@ -109,6 +109,7 @@ int ahl_plan_pack(const struct ahl_plan *p, int stdio_base, uint8_t **out, size_
     w.seccomp_flags = p->seccomp_flags;
     w.cap_last = p->cap_last;
     w.loopback_up = p->loopback_up;
+    w.keep_survivors = p->keep_survivors;
     w.landlock = p->landlock;
     w.cgroup_into_join = p->cgroup_into_join;
     // The launcher finds the payload's stdio at fixed numbers (stdio_base + i).
@@ -203,6 +204,7 @@ int ahl_plan_unpack(const uint8_t *d, size_t len, struct ahl_plan *p) {
     p->seccomp_flags = w.seccomp_flags;
     p->cap_last = w.cap_last;
     p->loopback_up = w.loopback_up;
+    p->keep_survivors = w.keep_survivors;
     p->landlock = w.landlock;
     p->cgroup_into_fd = -1;
     p->cgroup_into_join = w.cgroup_into_join;

@@ -92,6 +92,9 @@ struct ahl_plan {
     uint32_t bpf_len;
     uint32_t seccomp_flags;       // added to SECCOMP_FILTER_FLAG_NEW_LISTENER
     int32_t loopback_up;          // bring `lo` up in the new network namespace
+    int32_t keep_survivors;       // when the payload exits, init reports it (AHL_MSG_EXIT, index 1
+                                  // if processes it started still run) and keeps those running
+                                  // until they end or the supervisor kills the sandbox
     int32_t stdio[3];             // supervisor fds to become 0, 1, 2 (-1: inherit)
     uint32_t cap_last;            // highest capability number the kernel knows
     uint64_t root_size;           // bytes for the root tmpfs (holds only mount points)
@@ -199,7 +202,8 @@ enum ahl_msg_kind {
     AHL_MSG_LISTENER = 3,     // carries the seccomp notification fd (SCM_RIGHTS)
     AHL_MSG_SETUP_ERROR = 4,  // stage, err, index (mount index for mount stages)
     AHL_MSG_EXEC_ERROR = 5,   // err: execve's errno
-    AHL_MSG_EXIT = 6,         // value: the payload's wait status
+    AHL_MSG_EXIT = 6,         // value: the payload's wait status; index 1: processes it started
+                              // still run (keep_survivors)
     AHL_MSG_STARTED = 7,      // index: the payload's pid inside the sandbox
     AHL_MSG_PROXY_LISTENER = 8, // carries the listening socket of the egress proxy (SCM_RIGHTS)
     AHL_MSG_HELD = 9,         // held plans: the sandbox is built; the payload waits for AHL_CTL_RUN

@@ -74,6 +74,7 @@ final class CPlan {
         plan.bpf_len = UInt32(p.filter.instructionCount)
         plan.seccomp_flags = 0
         plan.loopback_up = p.network.mode == .none ? 0 : 1
+        plan.keep_survivors = 0
         plan.proxy_port = p.network.mode == .proxy ? EgressProxy.port : 0
         plan.stdio = (stdio.0, stdio.1, stdio.2)
         plan.cap_last = UInt32(Capabilities.lastCap)

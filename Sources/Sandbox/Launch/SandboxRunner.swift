@@ -61,6 +61,14 @@ public struct RunOptions: @unchecked Sendable {
     /// sent the payload's last report before its exec): what a verifier's reward files are
     /// checked against (only the test script's own process may write them).
     public var findPayloadPID = false
+    /// A network namespace the sandbox enters instead of a new one (the caller's descriptor,
+    /// which stays the caller's): another sandbox's, whose payload's survivors a verifier
+    /// queries over their loopback (`Survivors.networkNamespace`).
+    public var networkNamespace: Int32?
+    /// `run(_:options:keepingSurvivors:)`: init keeps what the payload left running, and the
+    /// session calls `payloadEnded` with their programs when the payload exits.
+    var keepSurvivors = false
+    var payloadEnded: (([String]) -> Void)?
     /// Tests only: seconds the supervisor waits when init reports the payload's fork, before
     /// it reads on (a supervisor slow to read its reports, as under load).
     var delayAtPayloadStartForTests: Double = 0
@@ -133,7 +141,11 @@ public enum SandboxRunner {
             }
         }
         // Ours to close once the monitor holds it (after the spawn): never another sandbox's.
-        let netns = options.networkNamespaces?.take() ?? -1
+        let netns = options.networkNamespace.map { fcntl($0, F_DUPFD_CLOEXEC, 0) } ?? options.networkNamespaces?.take() ?? -1
+        if options.networkNamespace != nil && netns < 0 {
+            throw SandboxError(.launch, "the network namespace to enter: \(String(cString: strerror(errno)))", errno: errno)
+        }
+        storage.plan.keep_survivors = options.keepSurvivors ? 1 : 0
         storage.plan.netns_fd = netns
         // Also ours to close once the monitor holds them: made for this sandbox alone.
         let dev = options.parts?.takeDevice() ?? -1

@@ -205,7 +205,9 @@ struct Session {
             if notifyFD >= 0 { fds.append(pollfd(fd: notifyFD, events: Int16(POLLIN), revents: 0)) }
             if signalOpen { fds.append(pollfd(fd: signalFD, events: Int16(POLLIN), revents: 0)) }
             var timeout: Int32 = -1
-            if let deadline, !timedOut {
+            // The timeout is the payload's: survivors it left (`keepSurvivors`) run until the
+            // caller ends them.
+            if let deadline, !timedOut, waitStatus == nil {
                 let left = deadline - monotonicNow()
                 if left <= 0 {
                     timedOut = true
@@ -318,6 +320,7 @@ struct Session {
         case AHL_MSG_EXIT.rawValue:
             Timing.mark("payload exited")
             waitStatus = Int32(truncatingIfNeeded: m.value)
+            if m.index == 1 && options.keepSurvivors { options.payloadEnded?(survivingPrograms()) }
         case AHL_MSG_STARTED.rawValue:
             Timing.mark("filesystem built, payload forked")
             if options.delayAtPayloadStartForTests > 0 { usleep(UInt32(options.delayAtPayloadStartForTests * 1e6)) }
@@ -330,6 +333,22 @@ struct Session {
         default:
             if fd >= 0 { close(fd) }
         }
+    }
+
+    /// The programs of init's descendants (`comm`), at most 20: what the payload left running.
+    func survivingPrograms() -> [String] {
+        var names: [String] = []
+        var queue = initPID > 0 ? [initPID] : []
+        var seen = 0
+        while let pid = queue.popLast(), seen < 256 {
+            seen += 1
+            for child in readText("/proc/\(pid)/task/\(pid)/children").split(whereSeparator: { $0 == " " || $0 == "\n" }).compactMap({ Int32($0) }) {
+                queue.append(child)
+                let comm = readText("/proc/\(child)/comm").split(separator: "\n").first.map(String.init) ?? ""
+                if names.count < 20 && !comm.isEmpty { names.append(comm) }
+            }
+        }
+        return names
     }
 
     /// Reports a refused syscall and answers it. The payload's thread is blocked in the

@@ -1,0 +1,132 @@
+import Foundation
+@testable import Sandbox
+import SandboxPolicy
+import Testing
+import TestSupport
+
+/// What a payload leaves running when it exits (`SandboxRunner.run(_:options:keepingSurvivors:)`):
+/// kept in its own sandbox while the caller works, reachable only by a sandbox given its
+/// network namespace, and killed when the caller is done.
+@Suite("Processes a payload leaves running", .serialized)
+struct SurvivorTests {
+    /// `python3 script` (written into `out`) with /out read-write and `lo` up.
+    static func plan(_ script: String, out: String, timeout: Double = 30) throws -> LaunchPlan {
+        let name = "script-\(UUID().uuidString.prefix(8)).py"
+        try script.write(toFile: out + "/" + name, atomically: false, encoding: .utf8)
+        var limits = Limits()
+        limits.timeoutSeconds = timeout
+        var policy = Policy(name: "survivors", mounts: minimalMounts + [MountSpec(kind: .readWrite(source: out), destination: "/out")],
+                            limits: limits)
+        policy.network = NetworkSpec(mode: .loopback)
+        return try PlanCompiler.compile(policy: policy, command: ["/usr/bin/python3", "/out/" + name], hostEnvironment: [:])
+    }
+
+    /// A payload that starts a server on 127.0.0.1:`port` in a process of its own (double fork,
+    /// new session, as a daemon does), waits until it listens, and exits 3. The server answers
+    /// every connection with `reply`.
+    static func serverPayload(port: Int, reply: String) -> String {
+        """
+        import os, socket, sys, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(("127.0.0.1", \(port))); s.listen(8)
+                open("/out/listening", "w").write("yes")
+                while True:
+                    c, _ = s.accept(); c.sendall(b"\(reply)"); c.close()
+            os._exit(0)
+        while not os.path.exists("/out/listening"): time.sleep(0.02)
+        sys.exit(3)
+        """
+    }
+
+    /// A client: connects to 127.0.0.1:`port` and writes what it read (or the error's errno) to /out/`file`.
+    static func clientPayload(port: Int, file: String) -> String {
+        """
+        import socket
+        try:
+            s = socket.create_connection(("127.0.0.1", \(port)), timeout=5); r = s.recv(100).decode()
+        except OSError as e:
+            r = f"errno {e.errno}"
+        open("/out/\(file)", "w").write(r)
+        """
+    }
+
+    /// Host processes whose command line holds `marker`.
+    static func processes(holding marker: String) -> [String] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return names.filter { Int($0) != nil }.filter { pid in
+            let cmd = (try? Data(contentsOf: URL(fileURLWithPath: "/proc/\(pid)/cmdline"))) ?? Data()
+            return String(decoding: cmd, as: UTF8.self).contains(marker)
+        }
+    }
+
+    @Test("a server the payload left running is kept: a sandbox given its network namespace reaches it, one without is refused; it dies when the caller is done; the result is the payload's")
+    func keptAndReachable() throws {
+        try requireRoot()
+        let out = try TempDir(mode: 0o777)
+        // The script's file name is unique: every process of it names it on its command line.
+        let plan = try Self.plan(Self.serverPayload(port: 8765, reply: "hello-from-survivor"), out: out.path)
+        var called = 0
+        var programs: [String] = []
+        var aliveDuring: [String] = []
+        let result = try SandboxRunner.run(plan, options: RunOptions()) { survivors in
+            called += 1
+            programs = survivors.programs
+            aliveDuring = Self.processes(holding: plan.command.last!)
+            var options = RunOptions()
+            options.networkNamespace = survivors.networkNamespace
+            let joined = try? SandboxRunner.run(try! Self.plan(Self.clientPayload(port: 8765, file: "joined"), out: out.path), options: options)
+            #expect(joined?.termination == .exited(0))
+            // Its own namespace: the survivor's loopback is not there.
+            let apart = try? SandboxRunner.run(try! Self.plan(Self.clientPayload(port: 8765, file: "apart"), out: out.path), options: RunOptions())
+            #expect(apart?.termination == .exited(0))
+        }
+        #expect(result.termination == .exited(3), "\(result.termination)")
+        #expect(called == 1)
+        #expect(programs.contains("python3"), "\(programs)")
+        #expect(!aliveDuring.isEmpty, "the server was not running while the caller worked")
+        #expect(out.read("joined") == "hello-from-survivor")
+        #expect(out.read("apart") == "errno \(ECONNREFUSED)")
+        // Gone once run returned: nothing on the host holds the script's name any more.
+        #expect(Self.processes(holding: plan.command.last!).isEmpty)
+    }
+
+    @Test("a payload that leaves nothing running ends as with run(): the caller's closure is not called")
+    func nothingLeft() throws {
+        try requireRoot()
+        let out = try TempDir(mode: 0o777)
+        let plan = try Self.plan("import subprocess, sys; subprocess.run(['true']); sys.exit(5)", out: out.path)
+        var called = false
+        let result = try SandboxRunner.run(plan, options: RunOptions()) { _ in called = true }
+        #expect(result.termination == .exited(5))
+        #expect(!called)
+    }
+
+    @Test("the timeout is the payload's: a survivor outlives it while the caller works; a payload that overruns still times out and nothing is kept")
+    func timeoutIsThePayloads() throws {
+        try requireRoot()
+        let out = try TempDir(mode: 0o777)
+        let plan = try Self.plan(Self.serverPayload(port: 8766, reply: "still-here"), out: out.path, timeout: 1)
+        let result = try SandboxRunner.run(plan, options: RunOptions()) { survivors in
+            usleep(1_800_000)  // past the sandbox's timeout
+            var options = RunOptions()
+            options.networkNamespace = survivors.networkNamespace
+            _ = try? SandboxRunner.run(try! Self.plan(Self.clientPayload(port: 8766, file: "late"), out: out.path), options: options)
+        }
+        #expect(result.termination == .exited(3))
+        #expect(out.read("late") == "still-here")
+
+        var called = false
+        let slow = try SandboxRunner.run(try Self.plan("import time; time.sleep(20)", out: out.path, timeout: 1),
+                                         options: RunOptions()) { _ in called = true }
+        #expect(slow.termination == .timedOut)
+        #expect(!called)
+    }
+}
+
+extension TempDir {
+    /// The text of `name` in this directory, or nil.
+    func read(_ name: String) -> String? { try? String(contentsOfFile: file(name), encoding: .utf8) }
+}
