@@ -244,9 +244,10 @@ public final class TaskRunner: Sendable {
         } else {
             command = ["python3", "-c", Self.agentRunner]
         }
-        var agentProblem: String?
-        // A reward below the pass threshold after an agent problem takes this status.
-        var problemStatus = TaskStatus.agentCrashed
+        var step = VerifierStep(task: task, scratch: scratch, image: image, imageRoot: imageRoot, appPath: appPath,
+                                appOwner: image?.owner ?? (taskPolicy.identity.hostUID, taskPolicy.identity.hostGID),
+                                policy: verifierPolicy, overrides: verifierOverrides, audit: verifierAudit, timeout: verifierTimeout,
+                                ahead: ahead, rewardWatch: rewardWatch)
         if let external = configuration.externalAgent, !configuration.oracle {
             // The tool's sandboxes are gone when this returns; the verifier is built after.
             close(stdinFD)
@@ -261,16 +262,27 @@ public final class TaskRunner: Sendable {
             case .finished:
                 if let d = end.detail { run.note(d) }
             case .failed(let status):
-                agentProblem = end.detail ?? "the agent failed"
-                problemStatus = status
+                step.agentProblem = end.detail ?? "the agent failed"
+                step.problemStatus = status
             case .ungraded(let status):
                 return run.finish(status, end.detail)
             }
         } else {
+            // On an image, what the agent leaves running (a server its tests query) is kept
+            // while the verifier runs, which is then done here, beside it.
+            var verifiedBeside = false
+            let start = Self.now()
             let agent = sandbox(taskPolicy, command, overrides, stdin: stdinFD, stdout: "agent.stdout", stderr: "agent.stderr",
                                 scratch: scratch, audit: configuration.audit,
                                 whenQuiet: configuration.buildVerifierAhead ? buildAhead : nil,
-                                compiled: { ahead.agentWrites = $0.writableSources })
+                                compiled: { ahead.agentWrites = $0.writableSources },
+                                keepSurvivors: image != nil) { survivors in
+                                    verifiedBeside = true
+                                    run.agentSeconds = Self.now() - start
+                                    step.agentProblem = Self.agentProblem(survivors.termination, memoryLimit: false)
+                                    self.verifyAndScore(&run, step, survivors: survivors)
+                                }
+            if verifiedBeside { return }
             run.agentSeconds = agent.seconds
             switch agent.result {
             case .failure(let failure):
@@ -278,12 +290,8 @@ public final class TaskRunner: Sendable {
                 return run.finish(.setupFailed, "agent sandbox: \(failure.message)")
             case .success(let r):
                 switch r.termination {
-                case .exited(0):
-                    break
-                case .exited(let code):
-                    agentProblem = "agent exited \(code)"
-                case .signaled(let signal):
-                    agentProblem = "agent killed by signal \(signal)\(r.memoryLimitHit ? " (memory limit)" : "")"
+                case .exited, .signaled:
+                    step.agentProblem = Self.agentProblem(r.termination, memoryLimit: r.memoryLimitHit)
                 case .timedOut:
                     // The tree is dead and half-done work is not graded: a timed-out agent scores 0.
                     return run.finish(.agentTimeout, "agent timed out after \(Self.seconds(agentTimeout))")
@@ -294,116 +302,16 @@ public final class TaskRunner: Sendable {
                 }
             }
         }
+        verifyAndScore(&run, step)
+    }
 
-        // What of /app git would run as code is gone before any test sees it (`GitConfigs`).
-        // On an image, /app is in the overlay the agent wrote as root: never a link it left.
-        let appOwner = image?.owner ?? (taskPolicy.identity.hostUID, taskPolicy.identity.hostGID)
-        let app = imageRoot == nil ? FileSystem.openDirectory(at: scratch.fd, FileSystem.name("app"))
-            : (try? scratch.imageApp(owner: appOwner)) ?? -1
-        guard app >= 0 else { return run.finish(.setupFailed, "app directory: \(FileSystem.errorText())") }
-        let sanitized = configuration.sanitizesGitConfigs ? GitConfigs.sanitize(app: app, owner: appOwner) : .success(0)
-        close(app)
-        if case .failure(let e) = sanitized { return run.finish(.setupFailed, e.message) }
-
-        // Which agent code the verifier runs (`AgentCodeRuns`), watched from here to its end; on
-        // an image, anything of the agent's upper layer too, and its configuration is hidden.
-        let codeWatch: OpenWatch?
-        let (watchedApp, upper) = (appPath, image.map { _ in scratch.upperPath })
-        if let upper { verifierOverrides.mounts += TaskImage.hiddenFromVerifier(upper: upper) }
-        do throws(SandboxError) {
-            codeWatch = try OpenWatch(directory: watchedApp) { AgentCodeRuns.counts($0, app: watchedApp, upper: upper) }
-        } catch {
-            codeWatch = nil
-            run.note("\(error.message): which code from /app the verifier ran is not known")
-        }
-
-        // Step 3: the verifier. A crashed agent may still have finished the work, so it is
-        // graded; only its status records the crash.
-        let verifier: (result: Result<SandboxResult, SandboxFailure>, seconds: Double)
-        if let (held, prepared) = ahead.value, held.isReady {
-            ahead.value = nil
-            let start = Self.now()
-            let result = held.run()
-            prepared.close()
-            verifier = (.success(result), Self.now() - start)
-        } else {
-            // Not built ahead, or its build failed: built now, as if it never had been.
-            Self.dropVerifierAhead(ahead.take(), scratch: scratch)
-            // Never -1 here: that would hand the verifier the supervisor's own stdin.
-            let empty = PayloadInput.empty()
-            guard empty >= 0 else { return run.finish(.setupFailed, "the verifier's stdin (/dev/null through a read-only mount): \(FileSystem.errorText())") }
-            verifier = sandbox(verifierPolicy, Self.verifierCommand, verifierOverrides, stdin: empty,
-                               stdout: "verifier.stdout", stderr: "verifier.stderr", scratch: scratch, audit: verifierAudit,
-                               findPayloadPID: true)
-        }
-        run.verifierSeconds = verifier.seconds
-        if let codeWatch { run.agentCode = AgentCodeRuns.lines(codeWatch.stop(), app: appPath) }
-        if let agentProblem { run.note(agentProblem) }
-        var verifierExit: Int32 = 0
-        var testScript: Int32?
-        var verifierSandbox = ""
-        switch verifier.result {
-        case .failure(let failure):
-            if failure.supervisor { run.supervisorFailure = "verifier sandbox: \(failure.message)" }
-            return run.finish(.setupFailed, "verifier sandbox: \(failure.message)")
-        case .success(let r):
-            testScript = r.payloadPID
-            verifierSandbox = r.sandboxID
-            switch r.termination {
-            case .exited(let code):
-                verifierExit = code
-            case .signaled(let signal):
-                return run.finish(.verifierCrashed, "verifier killed by signal \(signal)\(r.memoryLimitHit ? " (memory limit)" : "")")
-            case .timedOut:
-                return run.finish(.verifierTimeout, "verifier timed out after \(Self.seconds(verifierTimeout))")
-            case .setupFailed(let message, _):
-                return run.finish(.setupFailed, "verifier sandbox setup: \(message)")
-            case .execFailed(let e):
-                return run.finish(.verifierCrashed, "verifier could not be executed: \(FileSystem.errorText(e))")
-            }
-        }
-
-        // Step 4: the reward, read by the supervisor. A verifier that exits non-zero after
-        // writing a reward is normal (test.sh often ends with pytest's status).
-        let logs = FileSystem.openDirectory(at: scratch.fd, FileSystem.name("logs"))
-        guard logs >= 0 else { return run.finish(.setupFailed, "logs directory: \(FileSystem.errorText())") }
-        defer { close(logs) }
-        // Train runs: the verifier's own test report, if it wrote one in Harbor's place
-        // (logs/ctrf.json): which tests failed and how.
-        if configuration.collectFailures, case .success(let report) = FileSystem.readSmallFile(at: logs, "ctrf.json", limit: FailureParsers.reportLimit) {
-            run.failures = FailureParsers.ctrf(report)
-        }
-        // Only the test script's own process may have written the reward (`RewardWriters`).
-        let changes: [ChangeWatch.Change]
-        do throws(SandboxError) {
-            changes = try rewardWatch.changes()
-        } catch {
-            return run.finish(.invalidReward, "\(error.message): the reward's writer is unknown")
-        }
-        if let (path, why) = RewardWriters.problem(changes, payload: testScript, logs: logs) {
-            var event = AuditEvent(sandbox: verifierSandbox, kind: .rewardTampering, name: path, action: "void")
-            event.detail = why
-            configuration.audit.record(event)
-            return run.finish(.invalidReward, why)
-        }
-        switch Reward.read(logs: logs) {
-        case .missing:
-            if verifierExit != 0 { return run.finish(.verifierCrashed, "verifier exited \(verifierExit) without a reward") }
-            return run.finish(.noReward, "verifier wrote no reward.txt or reward.json")
-        case .invalid(let why, let raw):
-            run.rewardRaw = raw
-            return run.finish(.invalidReward, why)
-        case .value(let reward, let raw):
-            run.rewardRaw = raw
-            if verifierExit != 0 { run.note("verifier exited \(verifierExit)") }
-            if reward >= TaskOutcome.passThreshold {
-                run.finish(.passed, nil, reward: reward)
-            } else if agentProblem != nil {
-                // An error scores 0: partial credit is for agents that finish their run.
-                run.finish(problemStatus, "verifier reward \(reward)")
-            } else {
-                run.finish(.failed, nil, reward: reward)
-            }
+    /// What an agent's exit counts as: nothing for status 0, else a problem to note.
+    static func agentProblem(_ termination: SandboxResult.Termination, memoryLimit: Bool) -> String? {
+        switch termination {
+        case .exited(0): return nil
+        case .exited(let code): return "agent exited \(code)"
+        case .signaled(let signal): return "agent killed by signal \(signal)\(memoryLimit ? " (memory limit)" : "")"
+        default: return nil
         }
     }
 
@@ -431,10 +339,11 @@ public final class TaskRunner: Sendable {
 
     /// Compiles and runs one sandbox with stdio on supervisor-opened fds, closing them
     /// afterwards (including `stdin`), reporting to `audit`. Blocks until the sandbox is gone.
-    private func sandbox(_ policy: Policy, _ command: [String], _ overrides: PlanOverrides, stdin: Int32,
-                         stdout: String, stderr: String, scratch: TaskScratch, audit: AuditLog,
-                         whenQuiet: (() -> Void)? = nil, compiled: (LaunchPlan) -> Void = { _ in }, findPayloadPID: Bool = false)
-                         -> (result: Result<SandboxResult, SandboxFailure>, seconds: Double) {
+    func sandbox(_ policy: Policy, _ command: [String], _ overrides: PlanOverrides, stdin: Int32,
+                 stdout: String, stderr: String, scratch: TaskScratch, audit: AuditLog,
+                 whenQuiet: (() -> Void)? = nil, compiled: (LaunchPlan) -> Void = { _ in }, findPayloadPID: Bool = false,
+                 joinNetwork: Int32? = nil, keepSurvivors: Bool = false, afterPayload: (Survivors) -> Void = { _ in })
+                 -> (result: Result<SandboxResult, SandboxFailure>, seconds: Double) {
         switch prepareSandbox(policy, command, overrides, stdin: stdin, stdout: stdout, stderr: stderr, scratch: scratch, audit: audit,
                               findPayloadPID: findPayloadPID) {
         case .failure(let f): return (.failure(f.failure), f.seconds)
@@ -442,8 +351,10 @@ public final class TaskRunner: Sendable {
             defer { prepared.close() }
             compiled(prepared.plan)
             prepared.options.whenQuiet = whenQuiet
+            prepared.options.networkNamespace = joinNetwork
             do throws(SandboxError) {
-                let result = try SandboxRunner.run(prepared.plan, options: prepared.options)
+                let result = keepSurvivors ? try SandboxRunner.run(prepared.plan, options: prepared.options, keepingSurvivors: afterPayload)
+                    : try SandboxRunner.run(prepared.plan, options: prepared.options)
                 return (.success(result), Self.now() - prepared.start)
             } catch {
                 return (.failure(SandboxFailure(error)), Self.now() - prepared.start)
@@ -452,7 +363,7 @@ public final class TaskRunner: Sendable {
     }
 
     /// A sandbox's plan and options, with its stdio open (closed by `close()`, which owns `stdin`).
-    private struct PreparedSandbox {
+    struct PreparedSandbox {
         var plan: LaunchPlan
         var options: RunOptions
         var stdio: (Int32, Int32, Int32)
@@ -465,7 +376,7 @@ public final class TaskRunner: Sendable {
 
     /// Opens the sandbox's output files and compiles its plan. `stdin` is the result's to
     /// close (closed here on failure).
-    private func prepareSandbox(_ policy: Policy, _ command: [String], _ overrides: PlanOverrides, stdin: Int32,
+    func prepareSandbox(_ policy: Policy, _ command: [String], _ overrides: PlanOverrides, stdin: Int32,
                                 stdout: String, stderr: String, scratch: TaskScratch,
                                 audit: AuditLog, findPayloadPID: Bool = false) -> Result<PreparedSandbox, TimedFailure> {
         let start = Self.now()
@@ -497,59 +408,9 @@ public final class TaskRunner: Sendable {
         }
     }
 
-    private struct TimedFailure: Error {
+    struct TimedFailure: Error {
         var failure: SandboxFailure
         var seconds: Double
-    }
-
-    /// The verifier's sandbox, built while the agent runs on a core that would otherwise
-    /// wait (`HeldSandbox`): only when that changes nothing for either
-    /// (`LaunchPlan.canBeBuiltWhile`: the build writes nothing the agent can see, and binds
-    /// nothing the agent could still replace). Nil when it cannot be built ahead; the
-    /// verifier is then built after the agent, as it always could be. Its output files are
-    /// created now and removed by `dropVerifierAhead` if it never runs.
-    private func buildVerifierAhead(_ policy: Policy, _ overrides: PlanOverrides, stdin: Int32,
-                                    scratch: TaskScratch, audit: AuditLog, agentWrites: [String]?) -> (HeldSandbox, PreparedSandbox)? {
-        switch prepareSandbox(policy, Self.verifierCommand, overrides, stdin: stdin, stdout: "verifier.stdout",
-                              stderr: "verifier.stderr", scratch: scratch, audit: audit, findPayloadPID: true) {
-        case .failure:
-            Self.removeVerifierOutputs(scratch)
-            return nil
-        case .success(let prepared):
-            guard let agentWrites, prepared.plan.canBeBuiltWhile(writable: agentWrites),
-                  let held = try? SandboxRunner.build(prepared.plan, options: prepared.options) else {
-                prepared.close()
-                Self.removeVerifierOutputs(scratch)
-                return nil
-            }
-            return (held, prepared)
-        }
-    }
-
-    private static func dropVerifierAhead(_ ahead: (HeldSandbox, PreparedSandbox)?, scratch: TaskScratch) {
-        guard let (held, prepared) = ahead else { return }
-        held.discard()
-        prepared.close()
-        removeVerifierOutputs(scratch)
-    }
-
-    private static func removeVerifierOutputs(_ scratch: TaskScratch) {
-        for name in ["verifier.stdout", "verifier.stderr"] { _ = FileSystem.removeEntry(at: scratch.outFD, name) }
-    }
-
-    static let verifierCommand = ["bash", "/tests/test.sh"]
-
-    /// Where the agent's quiet moment leaves the verifier it built (same thread; a class so
-    /// the closure can fill it).
-    private final class VerifierAhead {
-        var value: (HeldSandbox, PreparedSandbox)?
-        /// What the agent's sandbox can write (its plan's `writableSources`).
-        var agentWrites: [String]?
-
-        func take() -> (HeldSandbox, PreparedSandbox)? {
-            defer { value = nil }
-            return value
-        }
     }
 
     struct SandboxFailure: Error {

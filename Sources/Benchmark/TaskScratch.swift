@@ -267,6 +267,28 @@ extension TaskScratch {
     /// the tmpfs (one lazy unmount drops both). The upper layer's root takes the image root's
     /// owner and mode: it is the overlay's root directory.
     func mountImage(_ image: TaskImage) throws(BenchmarkError) {
+        try mountOverlay(image, root: "root", upper: "upper", work: "work")
+    }
+
+    /// `vroot/`: the verifier's own overlay of `image`, for a task whose agent phase left
+    /// processes running (`SandboxRunner.run(_:options:keepingSurvivors:)`): its upper layer
+    /// (`vupper/`) a copy of the agent's, taken while those processes are frozen, so nothing
+    /// they write afterwards reaches the files the verifier reads, checks or runs.
+    func mountVerifierImage(_ image: TaskImage) throws(BenchmarkError) {
+        try mountOverlay(image, root: "vroot", upper: "vupper", work: "vwork") { () throws(BenchmarkError) in
+            do throws(IOFailure) {
+                try FileSystem.copyLayer(from: upperPath, to: verifierUpperPath)
+            } catch {
+                throw BenchmarkError(.io, "the verifier's copy of the agent's upper layer: \(error.message)")
+            }
+        }
+    }
+
+    var verifierRootPath: String { path + "/vroot" }
+    var verifierUpperPath: String { path + "/vupper" }
+
+    private func mountOverlay(_ image: TaskImage, root rootName: String, upper: String, work: String,
+                              fill: () throws(BenchmarkError) -> Void = {}) throws(BenchmarkError) {
         var st = stat()
         guard lstat(image.rootfs, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
             throw BenchmarkError(.io, "image \(image.id): its files at \(image.rootfs): \(FileSystem.errorText())")
@@ -275,21 +297,22 @@ extension TaskScratch {
             throw BenchmarkError(.configuration, "image \(image.id): \(image.rootfs) belongs to \(st.st_uid):\(st.st_gid), not to the sandboxes' root \(image.ids.uid):\(image.ids.gid)")
         }
         // The root directory 0755 whatever the image's (podman leaves 0555), as a container's.
-        for (name, mode, owner) in [("upper", mode_t(0o755), image.owner),
-                                    ("work", 0o700, (uid_t(0), gid_t(0))), ("root", 0o755, (uid_t(0), gid_t(0)))] {
+        for (name, mode, owner) in [(upper, mode_t(0o755), image.owner),
+                                    (work, 0o700, (uid_t(0), gid_t(0))), (rootName, 0o755, (uid_t(0), gid_t(0)))] {
             guard let d = FileSystem.makeDirectory(at: fd, name, mode: mode_t(mode), owner: owner) else {
                 throw BenchmarkError(.io, "\(path)/\(name): \(FileSystem.errorText())")
             }
             close(d)
         }
+        try fill()
         // Paths with ',' or ':' would need escaping in the options; neither occurs in ours.
         guard !image.rootfs.contains(where: { $0 == "," || $0 == ":" }) else {
             throw BenchmarkError(.configuration, "image \(image.id): its path \(image.rootfs) holds ',' or ':'")
         }
-        let root = imageRootPath
+        let root = path + "/" + rootName
         // No redirect_dir, metacopy or index: the simplest overlay, whose upper layer holds
         // plain copies of what the task changed.
-        let options = "lowerdir=\(image.rootfs),upperdir=\(upperPath),workdir=\(path)/work,redirect_dir=off,metacopy=off,index=off"
+        let options = "lowerdir=\(image.rootfs),upperdir=\(path)/\(upper),workdir=\(path)/\(work),redirect_dir=off,metacopy=off,index=off"
         guard mount("overlay", root, "overlay", UInt(MS_NOSUID | MS_NODEV), options) == 0 else {
             throw BenchmarkError(.io, "cannot mount the image \(image.id) at \(root): \(FileSystem.errorText())")
         }

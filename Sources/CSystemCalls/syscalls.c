@@ -22,6 +22,7 @@
 #include <sys/auxv.h>
 #include <gnu/libc-version.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <sys/un.h>
 #include <sys/sysmacros.h>
 #include <linux/netlink.h>
@@ -450,3 +451,8 @@ int ahs_open_path_in_root(int root, const char *path) {
     struct { unsigned long long flags, mode, resolve; } how = {O_PATH | O_CLOEXEC, 0, 0x10 | 0x02};
     return (int)syscall(437 /* SYS_openat2 */, root, path, &how, sizeof how);
 }
+
+long ahs_copy_range(int in, int out, unsigned long len) { return (long)syscall(SYS_copy_file_range, in, NULL, out, NULL, len, 0); }
+long ahs_flistxattr(int fd, char *list, unsigned long size) { return (long)flistxattr(fd, list, size); }
+long ahs_fgetxattr(int fd, const char *name, void *value, unsigned long size) { return (long)fgetxattr(fd, name, value, size); }
+int ahs_fsetxattr(int fd, const char *name, const void *value, unsigned long size) { return fsetxattr(fd, name, value, size, 0); }

@@ -153,9 +153,9 @@ extension TaskImage {
 extension TaskScratch {
     /// The image's /app in the task's overlay (`mountImage`), made empty and owned by `owner`
     /// where the image holds none; opened without following a link.
-    func imageApp(owner: (uid_t, gid_t)) throws(BenchmarkError) -> Int32 {
-        let root = FileSystem.openDirectory(at: fd, FileSystem.name("root"))
-        guard root >= 0 else { throw BenchmarkError(.io, "\(path)/root: \(FileSystem.errorText())") }
+    func imageApp(owner: (uid_t, gid_t), root rootPath: String? = nil) throws(BenchmarkError) -> Int32 {
+        let root = rootPath.map { FileSystem.openDirectory($0) } ?? FileSystem.openDirectory(at: fd, FileSystem.name("root"))
+        guard root >= 0 else { throw BenchmarkError(.io, "\(rootPath ?? path + "/root"): \(FileSystem.errorText())") }
         defer { close(root) }
         let existing = FileSystem.openDirectory(at: root, FileSystem.name("app"))
         if existing >= 0 { return existing }

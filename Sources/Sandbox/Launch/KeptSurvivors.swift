@@ -14,6 +14,8 @@ public struct Survivors: @unchecked Sendable {
     public let networkNamespace: Int32
     /// The programs still running when the payload exited (`comm`, at most 20), for a report.
     public let programs: [String]
+    /// How the payload ended: `.exited` or `.signaled`.
+    public let termination: SandboxResult.Termination
     let control: SandboxControl
 
     /// Stops every one of them in its tracks (the cgroup freezer), e.g. while their files are
@@ -44,7 +46,7 @@ extension SandboxRunner {
         options.signals = signals
         options.keepSurvivors = true
         let ended = PayloadEnd()
-        options.payloadEnded = { ended.post(programs: $0) }
+        options.payloadEnded = { ended.post(programs: $0, status: $1) }
         let started = try start(plan, options: options, hold: false)
         let box = StartedBox(started)
         guard detachedThread({ box.finish(); ended.post(programs: nil) }) else {
@@ -52,8 +54,9 @@ extension SandboxRunner {
             box.finish()
             throw SandboxError(.launch, "no thread to supervise the sandbox \(plan.sandboxID) on")
         }
-        if let programs = ended.wait() {
-            afterPayload(Survivors(networkNamespace: namespace, programs: programs, control: control))
+        if let (programs, status) = ended.wait() {
+            let termination: SandboxResult.Termination = status & 0x7f == 0 ? .exited((status >> 8) & 0xff) : .signaled(status & 0x7f)
+            afterPayload(Survivors(networkNamespace: namespace, programs: programs, termination: termination, control: control))
             try? control.thaw()
             signals.kill()
         }
@@ -81,32 +84,33 @@ private final class StartedBox: @unchecked Sendable {
 }
 
 /// One event, posted once from the supervising thread (the first post wins), awaited on the
-/// caller's: the payload's exit with survivors (their programs), or the sandbox's end (nil).
+/// caller's: the payload's exit with survivors (their programs, its wait status), or the
+/// sandbox's end (nil).
 final class PayloadEnd: @unchecked Sendable {
     private var mutex = pthread_mutex_t()
     private var cond = pthread_cond_t()
     private var posted = false
-    private var programs: [String]?
+    private var event: ([String], Int32)?
 
     init() {
         pthread_mutex_init(&mutex, nil)
         pthread_cond_init(&cond, nil)
     }
 
-    func post(programs: [String]?) {
+    func post(programs: [String]?, status: Int32 = 0) {
         pthread_mutex_lock(&mutex)
         if !posted {
             posted = true
-            self.programs = programs
+            event = programs.map { ($0, status) }
             pthread_cond_broadcast(&cond)
         }
         pthread_mutex_unlock(&mutex)
     }
 
-    func wait() -> [String]? {
+    func wait() -> ([String], Int32)? {
         pthread_mutex_lock(&mutex)
         while !posted { pthread_cond_wait(&cond, &mutex) }
-        let p = programs
+        let p = event
         pthread_mutex_unlock(&mutex)
         return p
     }

@@ -68,7 +68,7 @@ public struct RunOptions: @unchecked Sendable {
     /// `run(_:options:keepingSurvivors:)`: init keeps what the payload left running, and the
     /// session calls `payloadEnded` with their programs when the payload exits.
     var keepSurvivors = false
-    var payloadEnded: (([String]) -> Void)?
+    var payloadEnded: (([String], Int32) -> Void)?
     /// Tests only: seconds the supervisor waits when init reports the payload's fork, before
     /// it reads on (a supervisor slow to read its reports, as under load).
     var delayAtPayloadStartForTests: Double = 0

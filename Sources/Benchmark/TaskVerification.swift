@@ -1,0 +1,232 @@
+// Steps 3 and 4 of a task (TaskRunner.swift): the verifier, in a sandbox of its own after the
+// agent's, and the reward the supervisor reads. On a task's image, what the agent phase left
+// running (a server the tests query) runs on beside the verifier in the agent's sandbox,
+// reachable over a shared loopback only: the verifier's files are a copy of what the agent
+// wrote, made while those processes were frozen, and its flag says they were there.
+
+import Glibc
+import Sandbox
+import SandboxPolicy
+import SupervisorIO
+
+extension TaskRunner {
+    /// What the verifier step needs of the task's run so far.
+    struct VerifierStep {
+        var task: BenchmarkTask
+        var scratch: TaskScratch
+        var image: TaskImage?
+        /// The agent's overlay (`TaskScratch.imageRootPath`) on an image.
+        var imageRoot: String?
+        /// /app on the host: the working copy, or the agent overlay's /app.
+        var appPath: String
+        var appOwner: (uid_t, gid_t)
+        var policy: Policy
+        var overrides: PlanOverrides
+        var audit: AuditLog
+        var timeout: Double
+        var ahead: VerifierAhead
+        var rewardWatch: ChangeWatch
+        /// Why the agent's run counts as a problem (a crash, a non-zero exit), and the status
+        /// a reward below the pass threshold then takes.
+        var agentProblem: String?
+        var problemStatus = TaskStatus.agentCrashed
+    }
+
+    /// Steps 3 and 4; `survivors`: what the agent phase on an image left running.
+    func verifyAndScore(_ run: inout TaskExecution, _ step: VerifierStep, survivors: Survivors? = nil) {
+        let (task, scratch, image, appOwner, verifierTimeout) = (step.task, step.scratch, step.image, step.appOwner, step.timeout)
+        var verifierOverrides = step.overrides
+        var verifierPolicy = step.policy
+        var (appPath, root, upper) = (step.appPath, step.imageRoot, image.map { _ in scratch.upperPath })
+        if let survivors, let image {
+            // The agent phase left processes running (a server its tests query): they keep the
+            // agent's overlay, and the verifier gets one of its own, whose upper layer is a
+            // copy of the agent's taken while they are frozen. Nothing they write from now on
+            // reaches what the verifier reads, checks or runs; they share its loopback only.
+            Self.dropVerifierAhead(step.ahead.take(), scratch: scratch)
+            do throws(SandboxError) { try survivors.freeze() } catch {
+                return run.finish(.setupFailed, "task \(task.id): freezing the agent's processes: \(error.message)")
+            }
+            do throws(BenchmarkError) {
+                defer { try? survivors.thaw() }
+                try scratch.mountVerifierImage(image)
+            } catch {
+                return run.finish(.setupFailed, "task \(task.id): \(error.message)")
+            }
+            (appPath, root, upper) = (scratch.verifierRootPath + "/app", scratch.verifierRootPath, scratch.verifierUpperPath)
+            do {
+                verifierPolicy = try configuration.policyLoader.load(
+                    configuration.verifierPolicy, variables: ["workdir": appPath, "tests_dir": task.testsDirectory, "logs_dir": scratch.logsPath])
+            } catch {
+                return run.finish(.setupFailed, "policy: \(error)")
+            }
+            verifierOverrides.imageRoot = root
+        }
+
+        // What of /app git would run as code is gone before any test sees it (`GitConfigs`).
+        // On an image, /app is in the overlay the agent wrote as root: never a link it left.
+        let app = root == nil ? FileSystem.openDirectory(at: scratch.fd, FileSystem.name("app"))
+            : (try? scratch.imageApp(owner: appOwner, root: root!)) ?? -1
+        guard app >= 0 else { return run.finish(.setupFailed, "app directory: \(FileSystem.errorText())") }
+        let sanitized = configuration.sanitizesGitConfigs ? GitConfigs.sanitize(app: app, owner: appOwner) : .success(0)
+        close(app)
+        if case .failure(let e) = sanitized { return run.finish(.setupFailed, e.message) }
+
+        // Which agent code the verifier runs (`AgentCodeRuns`), watched from here to its end; on
+        // an image, anything of the agent's upper layer too, and its configuration is hidden.
+        let codeWatch: OpenWatch?
+        let (watchedApp, watchedUpper) = (appPath, upper)
+        if let upper { verifierOverrides.mounts += TaskImage.hiddenFromVerifier(upper: upper) }
+        do throws(SandboxError) {
+            codeWatch = try OpenWatch(directory: watchedApp) { AgentCodeRuns.counts($0, app: watchedApp, upper: watchedUpper) }
+        } catch {
+            codeWatch = nil
+            run.note("\(error.message): which code from /app the verifier ran is not known")
+        }
+
+        // Step 3: the verifier. A crashed agent may still have finished the work, so it is
+        // graded; only its status records the crash.
+        let verifier: (result: Result<SandboxResult, SandboxFailure>, seconds: Double)
+        if let (held, prepared) = step.ahead.value, held.isReady {
+            step.ahead.value = nil
+            let start = Self.now()
+            let result = held.run()
+            prepared.close()
+            verifier = (.success(result), Self.now() - start)
+        } else {
+            // Not built ahead, or its build failed: built now, as if it never had been.
+            Self.dropVerifierAhead(step.ahead.take(), scratch: scratch)
+            // Never -1 here: that would hand the verifier the supervisor's own stdin.
+            let empty = PayloadInput.empty()
+            guard empty >= 0 else { return run.finish(.setupFailed, "the verifier's stdin (/dev/null through a read-only mount): \(FileSystem.errorText())") }
+            verifier = sandbox(verifierPolicy, Self.verifierCommand, verifierOverrides, stdin: empty,
+                               stdout: "verifier.stdout", stderr: "verifier.stderr", scratch: scratch, audit: step.audit,
+                               findPayloadPID: true, joinNetwork: survivors?.networkNamespace)
+        }
+        run.verifierSeconds = verifier.seconds
+        if let codeWatch { run.agentCode = AgentCodeRuns.lines(codeWatch.stop(), app: appPath) }
+        if let survivors {
+            // Flagged like agent code the verifier ran: the tests talked to the agent's processes.
+            let kept = "the agent phase's processes ran beside the verifier, reachable over loopback: \(survivors.programs.joined(separator: ", "))"
+            run.agentCode = [kept] + (run.agentCode ?? [])
+            run.note(kept)
+        }
+        if let agentProblem = step.agentProblem { run.note(agentProblem) }
+        var verifierExit: Int32 = 0
+        var testScript: Int32?
+        var verifierSandbox = ""
+        switch verifier.result {
+        case .failure(let failure):
+            if failure.supervisor { run.supervisorFailure = "verifier sandbox: \(failure.message)" }
+            return run.finish(.setupFailed, "verifier sandbox: \(failure.message)")
+        case .success(let r):
+            testScript = r.payloadPID
+            verifierSandbox = r.sandboxID
+            switch r.termination {
+            case .exited(let code):
+                verifierExit = code
+            case .signaled(let signal):
+                return run.finish(.verifierCrashed, "verifier killed by signal \(signal)\(r.memoryLimitHit ? " (memory limit)" : "")")
+            case .timedOut:
+                return run.finish(.verifierTimeout, "verifier timed out after \(Self.seconds(verifierTimeout))")
+            case .setupFailed(let message, _):
+                return run.finish(.setupFailed, "verifier sandbox setup: \(message)")
+            case .execFailed(let e):
+                return run.finish(.verifierCrashed, "verifier could not be executed: \(FileSystem.errorText(e))")
+            }
+        }
+
+        // Step 4: the reward, read by the supervisor. A verifier that exits non-zero after
+        // writing a reward is normal (test.sh often ends with pytest's status).
+        let logs = FileSystem.openDirectory(at: scratch.fd, FileSystem.name("logs"))
+        guard logs >= 0 else { return run.finish(.setupFailed, "logs directory: \(FileSystem.errorText())") }
+        defer { close(logs) }
+        // Train runs: the verifier's own test report, if it wrote one in Harbor's place
+        // (logs/ctrf.json): which tests failed and how.
+        if configuration.collectFailures, case .success(let report) = FileSystem.readSmallFile(at: logs, "ctrf.json", limit: FailureParsers.reportLimit) {
+            run.failures = FailureParsers.ctrf(report)
+        }
+        // Only the test script's own process may have written the reward (`RewardWriters`).
+        let changes: [ChangeWatch.Change]
+        do throws(SandboxError) {
+            changes = try step.rewardWatch.changes()
+        } catch {
+            return run.finish(.invalidReward, "\(error.message): the reward's writer is unknown")
+        }
+        if let (path, why) = RewardWriters.problem(changes, payload: testScript, logs: logs) {
+            var event = AuditEvent(sandbox: verifierSandbox, kind: .rewardTampering, name: path, action: "void")
+            event.detail = why
+            configuration.audit.record(event)
+            return run.finish(.invalidReward, why)
+        }
+        switch Reward.read(logs: logs) {
+        case .missing:
+            if verifierExit != 0 { return run.finish(.verifierCrashed, "verifier exited \(verifierExit) without a reward") }
+            return run.finish(.noReward, "verifier wrote no reward.txt or reward.json")
+        case .invalid(let why, let raw):
+            run.rewardRaw = raw
+            return run.finish(.invalidReward, why)
+        case .value(let reward, let raw):
+            run.rewardRaw = raw
+            if verifierExit != 0 { run.note("verifier exited \(verifierExit)") }
+            if reward >= TaskOutcome.passThreshold {
+                run.finish(.passed, nil, reward: reward)
+            } else if step.agentProblem != nil {
+                // An error scores 0: partial credit is for agents that finish their run.
+                run.finish(step.problemStatus, "verifier reward \(reward)")
+            } else {
+                run.finish(.failed, nil, reward: reward)
+            }
+        }
+    }
+
+    /// The verifier's sandbox, built while the agent runs on a core that would otherwise
+    /// wait (`HeldSandbox`): only when that changes nothing for either
+    /// (`LaunchPlan.canBeBuiltWhile`: the build writes nothing the agent can see, and binds
+    /// nothing the agent could still replace). Nil when it cannot be built ahead; the
+    /// verifier is then built after the agent, as it always could be. Its output files are
+    /// created now and removed by `dropVerifierAhead` if it never runs.
+    func buildVerifierAhead(_ policy: Policy, _ overrides: PlanOverrides, stdin: Int32,
+                                    scratch: TaskScratch, audit: AuditLog, agentWrites: [String]?) -> (HeldSandbox, PreparedSandbox)? {
+        switch prepareSandbox(policy, Self.verifierCommand, overrides, stdin: stdin, stdout: "verifier.stdout",
+                              stderr: "verifier.stderr", scratch: scratch, audit: audit, findPayloadPID: true) {
+        case .failure:
+            Self.removeVerifierOutputs(scratch)
+            return nil
+        case .success(let prepared):
+            guard let agentWrites, prepared.plan.canBeBuiltWhile(writable: agentWrites),
+                  let held = try? SandboxRunner.build(prepared.plan, options: prepared.options) else {
+                prepared.close()
+                Self.removeVerifierOutputs(scratch)
+                return nil
+            }
+            return (held, prepared)
+        }
+    }
+
+    static func dropVerifierAhead(_ ahead: (HeldSandbox, PreparedSandbox)?, scratch: TaskScratch) {
+        guard let (held, prepared) = ahead else { return }
+        held.discard()
+        prepared.close()
+        removeVerifierOutputs(scratch)
+    }
+
+    static func removeVerifierOutputs(_ scratch: TaskScratch) {
+        for name in ["verifier.stdout", "verifier.stderr"] { _ = FileSystem.removeEntry(at: scratch.outFD, name) }
+    }
+
+    static let verifierCommand = ["bash", "/tests/test.sh"]
+
+    /// Where the agent's quiet moment leaves the verifier it built (same thread; a class so
+    /// the closure can fill it).
+    final class VerifierAhead {
+        var value: (HeldSandbox, PreparedSandbox)?
+        /// What the agent's sandbox can write (its plan's `writableSources`).
+        var agentWrites: [String]?
+
+        func take() -> (HeldSandbox, PreparedSandbox)? {
+            defer { value = nil }
+            return value
+        }
+    }
+}

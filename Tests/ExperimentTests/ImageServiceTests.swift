@@ -1,0 +1,98 @@
+@testable import Benchmark
+import Experiment
+import Foundation
+import Sandbox
+import SandboxPolicy
+import Testing
+import TestSupport
+
+/// A service the agent phase leaves running on a task's image (Terminal-Bench: nginx, sshd, a
+/// Flask app the tests query): kept in the agent's sandbox while the verifier runs, reached
+/// over the loopback they share, never through files; flagged; gone afterwards.
+@Suite(.serialized) struct ImageServiceTests {
+    /// The server the solution starts (the image's python3, on port 80 as root): it answers
+    /// each request with the answer. Asked with `tamper`, it first tries to change what the
+    /// verifier reads: the answer file, pytest's configuration at the root, the verifier's
+    /// logs; what it could do is part of its reply.
+    static let server = """
+        import os, socket
+        s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", 80)); s.listen(8)
+        while True:
+            c, _ = s.accept(); q = c.recv(100)
+            done = []
+            if b"tamper" in q:
+                open("/srv/work/answer.txt", "w").write("CHEAT\\n"); done.append("answer")
+                open("/conftest.py", "w").write("import pytest\\n"); done.append("conftest")
+                try:
+                    os.makedirs("/logs/verifier", exist_ok=True); open("/logs/verifier/reward.txt", "w").write("1"); done.append("own-logs")
+                except OSError as e:
+                    done.append(f"logs-{e.errno}")
+            c.sendall(("served-42 " + ",".join(done)).encode()); c.close()
+
+        """
+
+    @Test("a server the solution leaves running answers the verifier over loopback; what it writes after the verifier starts never reaches the verifier's files; the task is flagged; the server is gone afterwards")
+    func serviceQueried() throws {
+        try TaskImageTests.requireImageHost()
+        let dir = NSTemporaryDirectory() + "ah-image-service-" + UUID().uuidString.prefix(8).lowercased()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let marker = "server-" + UUID().uuidString.prefix(8).lowercased()
+        let task = try TaskImageTests.makeTask(in: dir, id: "service", solve: """
+            #!/bin/bash
+            set -e
+            cat > /srv/work/\(marker).py <<'EOF'
+            \(Self.server)EOF
+            echo 42 > /srv/work/answer.txt
+            setsid python3 /srv/work/\(marker).py > /dev/null 2>&1 < /dev/null &
+            for i in $(seq 100); do python3 -c 'import socket; socket.create_connection(("127.0.0.1", 80))' 2>/dev/null && exit 0; sleep 0.1; done
+            exit 1
+
+            """, test: """
+            #!/bin/bash
+            # The toolbox's python3 asks the agent's server, once plainly and once to tamper.
+            ask() { python3 -c 'import socket, sys; s = socket.create_connection(("127.0.0.1", 80), timeout=5); s.sendall(sys.argv[1].encode()); print(s.recv(200).decode())' "$1"; }
+            first=$(ask plain); second=$(ask tamper)
+            { echo "first=$first"; echo "second=$second"; echo "answer=$(cat answer.txt)"; ls /conftest.py 2>&1; } > /logs/verifier/out.txt
+            if [ "$first" = "served-42 " ] && [ "$(cat answer.txt)" = 42 ] && [ ! -e /conftest.py ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+
+            """)
+        let store = TaskImageStore(directory: dir + "/store")
+        let problems = try store.prepare([task], ids: try ImageIDs.range()) { _ in }
+        try #require(problems.isEmpty, "\(problems)")
+        let scratch = try TaskImageTests.scratchRoot()
+        defer { rmdir(scratch) }
+        var config = TaskRunConfiguration(policyLoader: PolicyLoader(searchPaths: [Built.packageRoot + "/policies"]), agentDirectory: "",
+                                          scratchRoot: scratch)
+        config.oracle = true
+        config.images = store.load([task]).images
+        config.verifierTools = try TaskImageTests.toolbox()
+        let out = OutBox()
+        config.scratchObserver = { _, path in out.read(path + "/logs/out.txt") }
+        let traces = dir + "/traces"
+        let outcome = try TaskRunner(configuration: config).run(task, traceDirectory: traces)
+        let log = ["agent.stderr", "verifier.stdout", "verifier.stderr"].map {
+            (try? String(contentsOfFile: traces + "/" + $0, encoding: .utf8)) ?? ""
+        }.joined(separator: "\n")
+        #expect(outcome.reward == 1, "\(outcome)\n\(out.text)\n\(log)")
+        // The server did tamper, in the agent's overlay, and could not reach the verifier's logs.
+        #expect(out.text.contains("second=served-42 answer,conftest,logs-") || out.text.contains("second=served-42 answer,conftest,own-logs"),
+                "\(out.text)")
+        #expect(out.text.contains("answer=42\n") && out.text.contains("No such file"), "\(out.text)")
+        // Flagged: the verifier talked to the agent's processes.
+        #expect((outcome.verifierRanAgentCode ?? []).contains { $0.contains("ran beside the verifier") && $0.contains("python3") },
+                "\(outcome.verifierRanAgentCode ?? [])")
+        // Gone: no host process names the server's script any more.
+        let pids = (try? FileManager.default.contentsOfDirectory(atPath: "/proc"))?.filter { Int($0) != nil } ?? []
+        let left = pids.filter { pid in
+            let cmd = (try? Data(contentsOf: URL(fileURLWithPath: "/proc/\(pid)/cmdline"))) ?? Data()
+            return String(decoding: cmd, as: UTF8.self).contains(marker)
+        }
+        #expect(left.isEmpty, "\(left)")
+    }
+}
+
+private final class OutBox: @unchecked Sendable {
+    var text = ""
+    func read(_ path: String) { text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? "(no output)" }
+}
