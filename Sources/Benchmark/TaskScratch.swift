@@ -268,6 +268,25 @@ extension TaskScratch {
     /// owner and mode: it is the overlay's root directory.
     func mountImage(_ image: TaskImage) throws(BenchmarkError) {
         try mountOverlay(image, root: "root", upper: "upper", work: "work")
+        try writeHosts(owner: image.owner)
+    }
+
+    /// /etc/hosts as a container runtime provides it in every container, whatever the image
+    /// holds (podman leaves an empty one in what it builds): `localhost` resolves, to the
+    /// sandbox's own loopback. Written into the task's upper layer, never through a link the
+    /// image holds (its /etc or its hosts), so both sandboxes see it and the agent may change it.
+    func writeHosts(owner: (uid_t, gid_t)) throws(BenchmarkError) {
+        let root = FileSystem.openDirectory(imageRootPath)
+        guard root >= 0 else { throw BenchmarkError(.io, "\(imageRootPath): \(FileSystem.errorText())") }
+        defer { close(root) }
+        var etc = FileSystem.openDirectory(at: root, FileSystem.name("etc"))
+        if etc < 0 && errno == ENOENT, let made = FileSystem.makeDirectory(at: root, "etc", mode: 0o755, owner: owner) { etc = made }
+        guard etc >= 0 else { throw BenchmarkError(.io, "the image's /etc: \(FileSystem.errorText())") }
+        defer { close(etc) }
+        let hosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+        if let e = FileSystem.removeEntry(at: etc, "hosts") ?? FileSystem.writeFile(at: etc, "hosts", Array(hosts.utf8), mode: 0o644, owner: owner) {
+            throw BenchmarkError(.io, "the task's /etc/hosts: \(FileSystem.errorText(e))")
+        }
     }
 
     /// `vroot/`: the verifier's own overlay of `image`, for a task whose agent phase left

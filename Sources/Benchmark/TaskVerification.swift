@@ -62,6 +62,23 @@ extension TaskRunner {
             }
             verifierOverrides.imageRoot = root
         }
+        // The verifier's own network namespace, into which the supervisor relays the TCP ports
+        // the survivors listen on (`PortRelay`): their services, and nothing else of theirs.
+        var relay: (PortRelay, Int32)?
+        if let survivors {
+            do throws(SandboxError) {
+                let namespace = try NetworkNamespaces.make()
+                do throws(SandboxError) {
+                    relay = (try PortRelay(from: survivors.networkNamespace, into: namespace), namespace)
+                } catch {
+                    close(namespace)
+                    throw error
+                }
+            } catch {
+                return run.finish(.setupFailed, "task \(task.id): the relay to the agent's processes: \(error.message)")
+            }
+        }
+        defer { if let relay { _ = relay.0.stop(); close(relay.1) } }
 
         // What of /app git would run as code is gone before any test sees it (`GitConfigs`).
         // On an image, /app is in the overlay the agent wrote as root: never a link it left.
@@ -101,13 +118,15 @@ extension TaskRunner {
             guard empty >= 0 else { return run.finish(.setupFailed, "the verifier's stdin (/dev/null through a read-only mount): \(FileSystem.errorText())") }
             verifier = sandbox(verifierPolicy, Self.verifierCommand, verifierOverrides, stdin: empty,
                                stdout: "verifier.stdout", stderr: "verifier.stderr", scratch: scratch, audit: step.audit,
-                               findPayloadPID: true, joinNetwork: survivors?.networkNamespace)
+                               findPayloadPID: true, joinNetwork: relay?.1)
         }
         run.verifierSeconds = verifier.seconds
         if let codeWatch { run.agentCode = AgentCodeRuns.lines(codeWatch.stop(), app: appPath) }
-        if let survivors {
-            // Flagged like agent code the verifier ran: the tests talked to the agent's processes.
-            let kept = "the agent phase's processes ran beside the verifier, reachable over loopback: \(survivors.programs.joined(separator: ", "))"
+        if let survivors, let (r, _) = relay {
+            // Flagged like agent code the verifier ran: the tests could talk to the agent's processes.
+            let reached = r.stop().map { "\($0.0) (\($0.1) connection\($0.1 == 1 ? "" : "s"))" }
+            let kept = "the agent phase's processes ran beside the verifier (\(survivors.programs.joined(separator: ", "))), "
+                + (reached.isEmpty ? "which reached none of them" : "which reached them through the supervisor's relay: \(reached.joined(separator: ", "))")
             run.agentCode = [kept] + (run.agentCode ?? [])
             run.note(kept)
         }

@@ -23,6 +23,7 @@
 #include <gnu/libc-version.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
+#include <net/if.h>
 #include <sys/un.h>
 #include <sys/sysmacros.h>
 #include <linux/netlink.h>
@@ -452,7 +453,27 @@ int ahs_open_path_in_root(int root, const char *path) {
     return (int)syscall(437 /* SYS_openat2 */, root, path, &how, sizeof how);
 }
 
-long ahs_copy_range(int in, int out, unsigned long len) { return (long)syscall(SYS_copy_file_range, in, NULL, out, NULL, len, 0); }
+long ahs_copy_range(int in, long long *in_offset, int out, long long *out_offset, unsigned long len) {
+    return (long)syscall(SYS_copy_file_range, in, (loff_t *)in_offset, out, (loff_t *)out_offset, len, 0);
+}
 long ahs_flistxattr(int fd, char *list, unsigned long size) { return (long)flistxattr(fd, list, size); }
 long ahs_fgetxattr(int fd, const char *name, void *value, unsigned long size) { return (long)fgetxattr(fd, name, value, size); }
 int ahs_fsetxattr(int fd, const char *name, const void *value, unsigned long size) { return fsetxattr(fd, name, value, size, 0); }
+
+int ahs_setns_net(int fd) { return setns(fd, CLONE_NEWNET) == 0 ? 0 : -errno; }
+
+int ahs_loopback_up(void) {
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0) return -errno;
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof ifr);
+    memcpy(ifr.ifr_name, "lo", 3);
+    int r = ioctl(s, SIOCGIFFLAGS, &ifr);
+    if (r == 0) {
+        ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+        r = ioctl(s, SIOCSIFFLAGS, &ifr);
+    }
+    int e = errno;
+    close(s);
+    return r == 0 ? 0 : -e;
+}

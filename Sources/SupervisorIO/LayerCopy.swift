@@ -19,7 +19,7 @@ extension FileSystem {
         guard s >= 0 else { throw IOFailure("cannot open", source, errno: errno) }
         guard d >= 0 else { throw IOFailure("cannot open", destination, errno: errno) }
         var copier = LayerCopier(destinationRoot: d, maxDepth: maxDepth, label: source)
-        try copier.copyChildren(of: s, to: d, relative: "", depth: 0)
+        try copier.copyChildren(of: s, to: d, relative: [], depth: 0)
         guard let st = fileStatus(s) else { throw IOFailure("cannot stat", source, errno: errno) }
         try copier.finishDirectory(d, like: s, st, path: source)
     }
@@ -30,8 +30,9 @@ private struct LayerCopier {
     let maxDepth: Int
     let label: String
     /// Hard links: (device, inode) of a source file with more than one link, and the first
-    /// copy's path relative to the destination's root (every component a directory made here).
-    var linked: [UInt64: [UInt64: String]] = [:]
+    /// copy's path relative to the destination's root, as bytes with its NUL (names need not
+    /// be UTF-8; every component is a directory made here).
+    var linked: [UInt64: [UInt64: [CChar]]] = [:]
 
     init(destinationRoot: Int32, maxDepth: Int, label: String) {
         self.destinationRoot = destinationRoot
@@ -39,12 +40,14 @@ private struct LayerCopier {
         self.label = label
     }
 
-    mutating func copyChildren(of source: Int32, to destination: Int32, relative: String, depth: Int) throws(IOFailure) {
-        guard depth < maxDepth else { throw IOFailure("cannot copy", label + "/" + relative, reason: "more than \(maxDepth) directories deep") }
-        guard let names = FileSystem.entries(of: source) else { throw IOFailure("cannot list", label + "/" + relative, errno: errno) }
+    /// `relative`: the directory's path under the root as bytes, "" or ending in "/".
+    mutating func copyChildren(of source: Int32, to destination: Int32, relative: [CChar], depth: Int) throws(IOFailure) {
+        let here = label + "/" + FileSystem.display(relative + [0])
+        guard depth < maxDepth else { throw IOFailure("cannot copy", here, reason: "more than \(maxDepth) directories deep") }
+        guard let names = FileSystem.entries(of: source) else { throw IOFailure("cannot list", here, errno: errno) }
         for n in names {
-            let rel = relative + FileSystem.display(n)
-            let path = label + "/" + rel
+            let rel = relative + n.prefix { $0 != 0 }
+            let path = label + "/" + FileSystem.display(rel + [0])
             guard let st = FileSystem.entryStatus(at: source, n) else { throw IOFailure("cannot stat", path, errno: errno) }
             switch st.st_mode & S_IFMT {
             case S_IFDIR:
@@ -55,7 +58,7 @@ private struct LayerCopier {
                     if made >= 0 { close(made) }
                 }
                 guard sub >= 0, made >= 0 else { throw IOFailure("cannot open", path, errno: errno) }
-                try copyChildren(of: sub, to: made, relative: rel + "/", depth: depth + 1)
+                try copyChildren(of: sub, to: made, relative: rel + [CChar(UInt8(ascii: "/"))], depth: depth + 1)
                 try finishDirectory(made, like: sub, st, path: path)
             case S_IFREG:
                 if st.st_nlink > 1, let first = linked[UInt64(st.st_dev)]?[UInt64(st.st_ino)] {
@@ -63,7 +66,7 @@ private struct LayerCopier {
                     continue
                 }
                 try copyFile(n, from: source, to: destination, st, path: path)
-                if st.st_nlink > 1 { linked[UInt64(st.st_dev), default: [:]][UInt64(st.st_ino)] = rel }
+                if st.st_nlink > 1 { linked[UInt64(st.st_dev), default: [:]][UInt64(st.st_ino)] = rel + [0] }
             case S_IFLNK:
                 var target = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
                 let len = readlinkat(source, n, &target, Int(PATH_MAX))
@@ -90,16 +93,20 @@ private struct LayerCopier {
         let d = openat(destination, n, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard d >= 0 else { throw IOFailure("cannot create", path, errno: errno) }
         defer { close(d) }
-        while true {
-            let r = ahs_copy_range(s, d, 1 << 30)
-            if r > 0 { continue }
-            if r == 0 { break }
-            if errno == EINTR { continue }
-            guard errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP else {
-                throw IOFailure("cannot copy", path, errno: errno)
+        // Only the data: a hole stays a hole (on tmpfs copy_file_range would fill it with
+        // pages, and a 600 MB sparse file made in a moment would cost 600 MB here).
+        guard ftruncate(d, now.st_size) == 0 else { throw IOFailure("cannot size", path, errno: errno) }
+        var offset: off_t = 0
+        while offset < now.st_size {
+            let data = lseek(s, offset, 3 /* SEEK_DATA */)
+            if data < 0 {
+                if errno == ENXIO { break }  // no data past `offset`
+                throw IOFailure("cannot read", path, errno: errno)
             }
-            try copyBytes(s, d, path: path)
-            break
+            let hole = min(lseek(s, data, 4 /* SEEK_HOLE */), now.st_size)
+            guard hole >= data else { throw IOFailure("cannot read", path, errno: errno) }
+            try copyRange(s, d, from: data, to: hole, path: path)
+            offset = hole
         }
         guard fchown(d, now.st_uid, now.st_gid) == 0, fchmod(d, now.st_mode & 0o7777) == 0 else {
             throw IOFailure("cannot chown", path, errno: errno)
@@ -109,21 +116,35 @@ private struct LayerCopier {
         guard futimens(d, &times) == 0 else { throw IOFailure("cannot set times of", path, errno: errno) }
     }
 
-    /// What copy_file_range cannot do, by reading and writing (from the current offsets).
-    func copyBytes(_ s: Int32, _ d: Int32, path: String) throws(IOFailure) {
-        var buffer = [UInt8](repeating: 0, count: 1 << 16)
-        while true {
-            let r = buffer.withUnsafeMutableBytes { read(s, $0.baseAddress, $0.count) }
-            if r < 0 && errno == EINTR { continue }
-            guard r >= 0 else { throw IOFailure("cannot read", path, errno: errno) }
-            if r == 0 { return }
-            var done = 0
-            while done < r {
-                let w = buffer.withUnsafeBytes { write(d, $0.baseAddress! + done, r - done) }
-                if w < 0 && errno == EINTR { continue }
-                guard w > 0 else { throw IOFailure("cannot write", path, errno: errno) }
-                done += w
+    /// Bytes [start, end) of `s` to the same offsets of `d`: copy_file_range, or where the
+    /// file systems cannot, reading and writing.
+    func copyRange(_ s: Int32, _ d: Int32, from start: off_t, to end: off_t, path: String) throws(IOFailure) {
+        var inOffset = Int64(start), outOffset = Int64(start)
+        while inOffset < Int64(end) {
+            let r = ahs_copy_range(s, &inOffset, d, &outOffset, UInt(Int64(end) - inOffset))
+            if r > 0 { continue }
+            if r == 0 { return }  // the file shrank meanwhile
+            if errno == EINTR { continue }
+            guard errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP else {
+                throw IOFailure("cannot copy", path, errno: errno)
             }
+            var buffer = [UInt8](repeating: 0, count: 1 << 16)
+            while inOffset < Int64(end) {
+                let want = Int(min(Int64(buffer.count), Int64(end) - inOffset))
+                let n = buffer.withUnsafeMutableBytes { pread(s, $0.baseAddress, want, off_t(inOffset)) }
+                if n < 0 && errno == EINTR { continue }
+                guard n >= 0 else { throw IOFailure("cannot read", path, errno: errno) }
+                if n == 0 { return }
+                var done = 0
+                while done < n {
+                    let w = buffer.withUnsafeBytes { pwrite(d, $0.baseAddress! + done, n - done, off_t(inOffset) + off_t(done)) }
+                    if w < 0 && errno == EINTR { continue }
+                    guard w > 0 else { throw IOFailure("cannot write", path, errno: errno) }
+                    done += w
+                }
+                inOffset += Int64(n)
+            }
+            return
         }
     }
 

@@ -8,7 +8,8 @@ import TestSupport
 
 /// A service the agent phase leaves running on a task's image (Terminal-Bench: nginx, sshd, a
 /// Flask app the tests query): kept in the agent's sandbox while the verifier runs, reached
-/// over the loopback they share, never through files; flagged; gone afterwards.
+/// through the supervisor's relay of the ports it listens on, never through files or anything
+/// else of its namespace; flagged; gone afterwards.
 @Suite(.serialized) struct ImageServiceTests {
     /// The server the solution starts (the image's python3, on port 80 as root): it answers
     /// each request with the answer. Asked with `tamper`, it first tries to change what the
@@ -18,6 +19,7 @@ import TestSupport
         import os, socket
         s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", 80)); s.listen(8)
+        u = socket.socket(socket.AF_UNIX); u.bind("\\0agent-service"); u.listen(8)
         while True:
             c, _ = s.accept(); q = c.recv(100)
             done = []
@@ -32,7 +34,7 @@ import TestSupport
 
         """
 
-    @Test("a server the solution leaves running answers the verifier over loopback; what it writes after the verifier starts never reaches the verifier's files; the task is flagged; the server is gone afterwards")
+    @Test("a server the solution leaves running answers the verifier through the relay of its port, and nothing else of its namespace does; what it writes after the verifier starts never reaches the verifier's files; the task is flagged; the server is gone afterwards")
     func serviceQueried() throws {
         try TaskImageTests.requireImageHost()
         let dir = NSTemporaryDirectory() + "ah-image-service-" + UUID().uuidString.prefix(8).lowercased()
@@ -51,9 +53,17 @@ import TestSupport
             """, test: """
             #!/bin/bash
             # The toolbox's python3 asks the agent's server, once plainly and once to tamper.
-            ask() { python3 -c 'import socket, sys; s = socket.create_connection(("127.0.0.1", 80), timeout=5); s.sendall(sys.argv[1].encode()); print(s.recv(200).decode())' "$1"; }
+            # By name: /etc/hosts names localhost, as a container runtime's does.
+            ask() { python3 -c 'import socket, sys; s = socket.create_connection(("localhost", 80), timeout=5); s.sendall(sys.argv[1].encode()); print(s.recv(200).decode())' "$1"; }
+            # Nothing else of the agent's: its abstract socket, its egress proxy.
+            try() { python3 -c "import socket
+            try: $1; print('reached')
+            except OSError as e: print('errno', e.errno)"; }
+            abstract=$(try 's = socket.socket(socket.AF_UNIX); s.connect("\\0agent-service")')
+            proxy=$(try 'socket.create_connection(("127.0.0.1", 3128), timeout=3)')
             first=$(ask plain); second=$(ask tamper)
-            { echo "first=$first"; echo "second=$second"; echo "answer=$(cat answer.txt)"; ls /conftest.py 2>&1; } > /logs/verifier/out.txt
+            { echo "first=$first"; echo "second=$second"; echo "answer=$(cat answer.txt)"; echo "abstract=$abstract"; echo "proxy=$proxy"
+              ls /conftest.py 2>&1; } > /logs/verifier/out.txt
             if [ "$first" = "served-42 " ] && [ "$(cat answer.txt)" = 42 ] && [ ! -e /conftest.py ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
 
             """)
@@ -67,6 +77,8 @@ import TestSupport
         config.oracle = true
         config.images = store.load([task]).images
         config.verifierTools = try TaskImageTests.toolbox()
+        // The agent phase has the egress proxy (a mirror): the verifier must not reach it.
+        config.agentNetworkAllow = ["127.0.0.1:9"]
         let out = OutBox()
         config.scratchObserver = { _, path in out.read(path + "/logs/out.txt") }
         let traces = dir + "/traces"
@@ -79,9 +91,13 @@ import TestSupport
         #expect(out.text.contains("second=served-42 answer,conftest,logs-") || out.text.contains("second=served-42 answer,conftest,own-logs"),
                 "\(out.text)")
         #expect(out.text.contains("answer=42\n") && out.text.contains("No such file"), "\(out.text)")
-        // Flagged: the verifier talked to the agent's processes.
-        #expect((outcome.verifierRanAgentCode ?? []).contains { $0.contains("ran beside the verifier") && $0.contains("python3") },
-                "\(outcome.verifierRanAgentCode ?? [])")
+        // The verifier's network namespace is its own: the supervisor relays the port the
+        // server listens on, and nothing else (the abstract socket, the agent's proxy).
+        #expect(out.text.contains("abstract=errno \(ECONNREFUSED)\n") && out.text.contains("proxy=errno \(ECONNREFUSED)\n"), "\(out.text)")
+        // Flagged: the verifier talked to the agent's processes, through the relay.
+        #expect((outcome.verifierRanAgentCode ?? []).contains {
+            $0.contains("ran beside the verifier") && $0.contains("python3") && $0.contains("relay: 127.0.0.1:80 (2 connections)")
+        }, "\(outcome.verifierRanAgentCode ?? [])")
         // Gone: no host process names the server's script any more.
         let pids = (try? FileManager.default.contentsOfDirectory(atPath: "/proc"))?.filter { Int($0) != nil } ?? []
         let left = pids.filter { pid in

@@ -124,6 +124,58 @@ struct SurvivorTests {
         #expect(slow.termination == .timedOut)
         #expect(!called)
     }
+    @Test("the port relay: a sandbox in a namespace of its own reaches the survivors' listening ports (loopback, wildcard, IPv6, and one that starts listening later) and nothing else of theirs (an abstract socket)")
+    func relay() throws {
+        try requireRoot()
+        let out = try TempDir(mode: 0o777)
+        let server = """
+            import os, socket, sys, time, threading
+            def serve(s, reply):
+                while True:
+                    c, _ = s.accept(); c.sendall(reply); c.close()
+            def tcp(family, addr, port, reply):
+                s = socket.socket(family); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind((addr, port)); s.listen(8); threading.Thread(target=serve, args=(s, reply)).start()
+            if os.fork() == 0:
+                os.setsid()
+                tcp(socket.AF_INET, "127.0.0.1", 8771, b"loopback")
+                tcp(socket.AF_INET6, "::", 8772, b"wildcard")
+                u = socket.socket(socket.AF_UNIX); u.bind("\\0survivor"); u.listen(8)
+                threading.Thread(target=serve, args=(u, b"abstract")).start()
+                open("/out/listening", "w").write("yes")
+                time.sleep(0.5)
+                tcp(socket.AF_INET, "127.0.0.1", 8773, b"late")
+                while True: time.sleep(10)
+            while not os.path.exists("/out/listening"): time.sleep(0.02)
+            """
+        let client = """
+            import socket, time
+            def ask(family, address, tries=1):
+                for _ in range(tries):
+                    try:
+                        s = socket.socket(family); s.settimeout(5); s.connect(address); return s.recv(100).decode()
+                    except OSError as e:
+                        err = f"errno {e.errno}"; time.sleep(0.1)
+                return err
+            r = [ask(socket.AF_INET, ("127.0.0.1", 8771)), ask(socket.AF_INET6, ("::1", 8772)), ask(socket.AF_INET, ("127.0.0.1", 8772)),
+                 ask(socket.AF_UNIX, "\\0survivor"), ask(socket.AF_INET, ("127.0.0.1", 8773), tries=30)]
+            open("/out/relayed", "w").write(" ".join(r))
+            """
+        var reached: [(String, Int)] = []
+        let result = try SandboxRunner.run(try Self.plan(server, out: out.path), options: RunOptions()) { survivors in
+            guard let namespace = try? NetworkNamespaces.make() else { return }
+            defer { close(namespace) }
+            guard let relay = try? PortRelay(from: survivors.networkNamespace, into: namespace) else { return }
+            var options = RunOptions()
+            options.networkNamespace = namespace
+            _ = try? SandboxRunner.run(try! Self.plan(client, out: out.path), options: options)
+            reached = relay.stop()
+        }
+        #expect(result.termination == .exited(0))
+        #expect(out.read("relayed") == "loopback wildcard wildcard errno \(ECONNREFUSED) late", "\(out.read("relayed") ?? "nothing")")
+        #expect(reached.map(\.0) == ["127.0.0.1:8771", "127.0.0.1:8772", "[::1]:8772", "127.0.0.1:8773"], "\(reached)")
+        #expect(reached.allSatisfy { $0.1 == 1 }, "\(reached)")
+    }
 }
 
 extension TempDir {

@@ -95,4 +95,53 @@ struct LayerCopyTests {
         try FileManager.default.createDirectory(atPath: dir.file("deep-copy2"), withIntermediateDirectories: false)
         try FileSystem.copyLayer(from: dir.file("deep"), to: dir.file("deep-copy2"), maxDepth: 5)
     }
+
+    @Test("a hard link's second name is linked to its own file when directory names are not UTF-8 (names are bytes, never decoded)")
+    func nonUTF8HardLinks() throws {
+        try requireRoot()
+        // On tmpfs, which lists the newest entry first: "\xff" is copied before the decoy's
+        // directory, whose name is what "\xff" decodes to.
+        let dir = "/dev/shm/ah-layer-" + UUID().uuidString.prefix(8).lowercased()
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let (source, destination) = (dir + "/src", dir + "/dst")
+        // "\xff" holds F ("secret"); "\xef\xbf\xbd" (U+FFFD, how "\xff" decodes) holds a decoy
+        // of the same name; F's second name is z/link.
+        let made = try runProcess("/usr/bin/python3", ["-c", """
+            import os, sys
+            s = sys.argv[1].encode()
+            os.makedirs(s + b"/z"); os.makedirs(s + b"/\\xef\\xbf\\xbd"); os.makedirs(s + b"/\\xff")
+            open(s + b"/\\xef\\xbf\\xbd/f", "w").write("decoy")
+            open(s + b"/\\xff/f", "w").write("secret")
+            os.link(s + b"/\\xff/f", s + b"/z/link")
+            """, source])
+        try #require(made.status == 0, "\(made.stderr)")
+        try FileManager.default.createDirectory(atPath: destination, withIntermediateDirectories: false)
+        try FileSystem.copyLayer(from: source, to: destination)
+        #expect((try? String(contentsOfFile: destination + "/z/link", encoding: .utf8)) == "secret")
+        var st = stat()
+        #expect(stat(destination + "/z/link", &st) == 0 && st.st_nlink == 2)
+    }
+
+    @Test("a sparse file is copied sparse: its holes cost the copy nothing")
+    func sparse() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        defer { try? FileManager.default.removeItem(atPath: dir.path) }
+        let (source, destination) = (dir.file("src"), dir.file("dst"))
+        // 256 MiB of hole with 4 KiB of data in the middle.
+        let made = try runProcess("/usr/bin/python3", ["-c", """
+            import os, sys
+            os.makedirs(sys.argv[1]); f = open(sys.argv[1] + "/hole", "wb"); f.truncate(256 << 20)
+            f.seek(100 << 20); f.write(b"x" * 4096)
+            """, source])
+        try #require(made.status == 0, "\(made.stderr)")
+        try FileManager.default.createDirectory(atPath: destination, withIntermediateDirectories: false)
+        try FileSystem.copyLayer(from: source, to: destination)
+        var a = stat(), b = stat()
+        #expect(stat(source + "/hole", &a) == 0 && stat(destination + "/hole", &b) == 0)
+        #expect(b.st_size == a.st_size && b.st_blocks <= a.st_blocks + 8, "source \(a.st_blocks) blocks, copy \(b.st_blocks)")
+        let copy = try Data(contentsOf: URL(fileURLWithPath: destination + "/hole"))
+        #expect(copy[(100 << 20)..<((100 << 20) + 4096)].allSatisfy { $0 == UInt8(ascii: "x") } && copy[0] == 0 && copy.last == 0)
+    }
 }

@@ -236,7 +236,12 @@ int ahs_exec_with_readonly_shares(const char *const *sources, const char *const 
 /* An overlay layer's copy (FileSystem.copyLayer): copy_file_range(2) from the current offsets,
    and a descriptor's extended attributes; each returns what the call does, -1 and errno on
    failure (sys/xattr.h and copy_file_range are not in Swift's Glibc module). */
-long ahs_copy_range(int in, int out, unsigned long len);
+/* This thread into the network namespace `fd` (PortRelay's threads, which never leave it): 0
+   or -errno. */
+int ahs_setns_net(int fd);
+/* `lo` up in this thread's network namespace: 0 or -errno. */
+int ahs_loopback_up(void);
+long ahs_copy_range(int in, long long *in_offset, int out, long long *out_offset, unsigned long len);
 long ahs_flistxattr(int fd, char *list, unsigned long size);
 long ahs_fgetxattr(int fd, const char *name, void *value, unsigned long size);
 int ahs_fsetxattr(int fd, const char *name, const void *value, unsigned long size);

@@ -116,12 +116,12 @@ final class PayloadEnd: @unchecked Sendable {
     }
 }
 
-/// Network namespaces made on demand for one sandbox and whatever joins it.
-enum NetworkNamespaces {
+/// Network namespaces made on demand for one sandbox (and whatever relays into it).
+public enum NetworkNamespaces {
     /// A new network namespace owned by the initial user namespace (lo down, nothing in it):
     /// the caller's descriptor. Made on a thread of its own, which returns to this process's
     /// namespace afterwards (`ahs_make_netns`); a thread that could not return ends there.
-    static func make() throws(SandboxError) -> Int32 {
+    public static func make() throws(SandboxError) -> Int32 {
         final class Made: @unchecked Sendable { var fd: Int32 = -ENOSYS }
         let made = Made()
         let ready = PayloadEnd()

@@ -320,7 +320,12 @@ struct Session {
         case AHL_MSG_EXIT.rawValue:
             Timing.mark("payload exited")
             waitStatus = Int32(truncatingIfNeeded: m.value)
-            if m.index == 1 && options.keepSurvivors { options.payloadEnded?(survivingPrograms(), waitStatus!) }
+            if m.index == 1 && options.keepSurvivors {
+                // What the payload left running keeps no egress: its services answer the
+                // verifier (`PortRelay`), and reach nothing beyond their sandbox.
+                proxy?.stop()
+                options.payloadEnded?(survivingPrograms(), waitStatus!)
+            }
         case AHL_MSG_STARTED.rawValue:
             Timing.mark("filesystem built, payload forked")
             if options.delayAtPayloadStartForTests > 0 { usleep(UInt32(options.delayAtPayloadStartForTests * 1e6)) }

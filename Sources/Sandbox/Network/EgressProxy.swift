@@ -123,7 +123,7 @@ public final class EgressProxy: @unchecked Sendable {
             return
         }
         lock.withLock { _ = open.insert(up) }
-        _ = relay(client, up)
+        _ = Self.relay(client, up)
         lock.withLock { _ = open.remove(up) }
         close(up)
     }
@@ -195,7 +195,7 @@ public final class EgressProxy: @unchecked Sendable {
         }
         withUpstream(target, host: host, port: port, client: client) { upstream in
             send(client, "HTTP/1.1 200 Connection established\r\n\r\n")
-            let (up, down) = relay(client, upstream)
+            let (up, down) = Self.relay(client, upstream)
             record(target, allowed: true, why: nil, up: up, down: down)
         }
     }
@@ -321,7 +321,7 @@ public final class EgressProxy: @unchecked Sendable {
     }
 
     /// Copies bytes both ways until either side closes. Returns (client→upstream, upstream→client).
-    private func relay(_ a: Int32, _ b: Int32) -> (Int, Int) {
+    static func relay(_ a: Int32, _ b: Int32) -> (Int, Int) {
         var up = 0, down = 0
         var buf = [UInt8](repeating: 0, count: 65536)
         var fds = [pollfd(fd: a, events: Int16(POLLIN), revents: 0), pollfd(fd: b, events: Int16(POLLIN), revents: 0)]
