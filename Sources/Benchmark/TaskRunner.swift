@@ -214,8 +214,10 @@ public final class TaskRunner: Sendable {
         // On an image the tests start where the image's processes do (its WORKDIR), as under Harbor.
         image?.apply(to: &verifierOverrides, root: imageRoot, policy: verifierPolicy, verifier: true)
         if let tools = configuration.verifierTools {
-            verifierOverrides.mounts += tools.mounts(home: verifierPolicy.env.set["HOME"] ?? "/tmp")
-            verifierOverrides.environment += tools.environment(policyPath: image?.path(policy: verifierPolicy) ?? verifierPolicy.env.set["PATH"])
+            let home = verifierPolicy.env.set["HOME"] ?? "/tmp"
+            verifierOverrides.mounts += tools.mounts(home: home)
+            verifierOverrides.environment += tools.environment(policyPath: image?.path(policy: verifierPolicy) ?? verifierPolicy.env.set["PATH"],
+                                                               home: home)
         }
         let verifierAudit = configuration.verifierAudit ?? configuration.audit
         let ahead = VerifierAhead()

@@ -79,11 +79,14 @@ public struct VerifierTools: Sendable, Equatable {
     public var hostPaths: [String] { [directory] }
 
     /// The verifier's environment on top of its policy's: the toolbox first on `PATH` (so
-    /// its `curl` and `apt-get` answer the preamble), uv offline on the toolbox's wheels.
+    /// its `curl`, `apt-get` and `pip` answer the preamble), uv offline on the toolbox's wheels.
+    /// Before the toolbox, `home`/.venv/bin: where its `pip install` puts pytest and the rest,
+    /// on the toolbox's Python (`home` is the verifier's own HOME, a tmpfs nothing else writes;
+    /// the directory exists once a test script ran `pip install`).
     /// `UV_NO_CONFIG` is the verifier policy's, for every verifier (policies/verifier.yaml).
-    public func environment(policyPath: String?) -> [String] {
+    public func environment(policyPath: String?, home: String) -> [String] {
         [
-            "PATH=\(Self.mountPoint)/bin:\(policyPath ?? "/usr/local/bin:/usr/bin:/bin")",
+            "PATH=\(home)/.venv/bin:\(Self.mountPoint)/bin:\(policyPath ?? "/usr/local/bin:/usr/bin:/bin")",
             "UV_OFFLINE=1",
             "UV_NO_INDEX=1",
             "UV_FIND_LINKS=\(Self.mountPoint)/wheels",

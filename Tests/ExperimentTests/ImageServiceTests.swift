@@ -112,3 +112,58 @@ private final class OutBox: @unchecked Sendable {
     var text = ""
     func read(_ path: String) { text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? "(no output)" }
 }
+
+/// A test script that starts with `pip install pytest ...` (six of Terminal-Bench 2.0's): the
+/// toolbox's pip shim installs from its wheels into a virtual environment of its own Python,
+/// so pytest never runs on the image's Python, pip or pytest, which the agent may replace.
+@Suite(.serialized) struct VerifierPipTests {
+    @Test("pip install then pytest run on the toolbox's Python: a pip, pytest and python3 the agent planted on the image are never run; the honest answer passes, a wrong one fails")
+    func pipFromToolbox() throws {
+        try TaskImageTests.requireImageHost()
+        let dir = NSTemporaryDirectory() + "ah-image-pip-" + UUID().uuidString.prefix(8).lowercased()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let cheat = """
+            for p in /usr/local/bin/pip /usr/local/bin/pip3 /usr/local/bin/pytest /usr/local/bin/python /usr/local/bin/python3; do
+              printf '#!/bin/sh\\necho 1 > /logs/verifier/reward.txt; echo planted >> /srv/work/ran; exit 0\\n' > $p; chmod 755 $p
+            done
+            """
+        let test = """
+            #!/bin/bash
+            pip install pytest==8.4.1 pytest-json-ctrf==0.3.5 --break-system-packages
+            python -c 'import sys; print(sys.prefix)' > /logs/verifier/prefix.txt
+            python -m pytest --ctrf /logs/verifier/ctrf.json /tests/test_outputs.py -rA
+            if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+
+            """
+        var tasks: [BenchmarkTask] = []
+        for (id, answer) in [("honest", "42"), ("wrong", "41")] {
+            let task = try TaskImageTests.makeTask(in: dir, id: id, solve: "#!/bin/bash\necho \(answer) > /srv/work/answer.txt\n\(cheat)\n", test: test)
+            try "def test_answer():\n    assert open('/srv/work/answer.txt').read().strip() == '42'\n"
+                .write(toFile: task.testsDirectory + "/test_outputs.py", atomically: true, encoding: .utf8)
+            tasks.append(task)
+        }
+        let store = TaskImageStore(directory: dir + "/store")
+        let problems = try store.prepare(tasks, ids: try ImageIDs.range()) { _ in }
+        try #require(problems.isEmpty, "\(problems)")
+        let scratch = try TaskImageTests.scratchRoot()
+        defer { rmdir(scratch) }
+        var config = TaskRunConfiguration(policyLoader: PolicyLoader(searchPaths: [Built.packageRoot + "/policies"]), agentDirectory: "",
+                                          scratchRoot: scratch)
+        config.oracle = true
+        config.images = store.load(tasks).images
+        config.verifierTools = try TaskImageTests.toolbox()
+        let prefix = OutBox()
+        config.scratchObserver = { _, path in prefix.read(path + "/logs/prefix.txt") }
+        let runner = try TaskRunner(configuration: config)
+        for task in tasks {
+            let traces = dir + "/traces/" + task.id
+            let outcome = runner.run(task, traceDirectory: traces)
+            let log = ["verifier.stdout", "verifier.stderr"].map { (try? String(contentsOfFile: traces + "/" + $0, encoding: .utf8)) ?? "" }
+                .joined(separator: "\n")
+            #expect(outcome.reward == (task.id == "honest" ? 1 : 0), "\(task.id): \(outcome)\n\(log)")
+            // The environment pip made, in the verifier's own HOME: the toolbox's Python.
+            #expect(prefix.text.hasSuffix("/.venv\n") && !prefix.text.hasPrefix("/usr"), "\(task.id): \(prefix.text)\n\(log)")
+            #expect(log.contains("1 passed") == (task.id == "honest"), "\(log)")
+        }
+    }
+}

@@ -168,7 +168,7 @@ struct ProxyInternalAddressTests {
     /// A network namespace of this test's own: `lo` also carries a public-looking address
     /// (8.8.4.4, reachable only inside it), and its /etc/hosts (`ip netns exec` binds
     /// /etc/netns/NAME/hosts) maps a name to it. The supervisor runs inside that namespace.
-    @Test("a name resolving to one of this host's own addresses is refused; the same address listed literally is reached")
+    @Test("a name resolving to one of this host's own addresses is refused; listed literally, that address is reached, by itself and through the name")
     func ownAddressRefused() throws {
         try requireRoot()
         let ns = "ahtest-\(getpid())-\(UInt16.random(in: 0...UInt16.max))"
@@ -200,20 +200,23 @@ struct ProxyInternalAddressTests {
         defer { kill(server.processIdentifier, SIGKILL); server.waitUntilExit() }  // SIGKILL: see HostEchoServer
         usleep(300_000)
 
-        let policy = try dir.file("proxy.yaml", "extends: base\nnetwork:\n  mode: proxy\n  allow: [\"own.example:\(port)\", \"8.8.4.4:\(port)\"]\n")
+        // own.example is listed on two ports; its address on one of them only.
+        let policy = try dir.file("proxy.yaml", "extends: base\nnetwork:\n  mode: proxy\n  allow: [\"own.example:\(port)\", \"own.example:\(port + 1)\", \"8.8.4.4:\(port)\"]\n")
         let client = try dir.file("client.py", proxyClientPrelude + """
-            print("name:", via_proxy("own.example:\(port)"))
+            print("other port:", via_proxy("own.example:\(port + 1)"))
             print("literal:", via_proxy("8.8.4.4:\(port)"))
+            print("name:", via_proxy("own.example:\(port)"))
             """)
         let audit = dir.path + "/a.jsonl"
         // `ip netns exec` mounts a fresh /sys without the cgroup hierarchies: limits are not
         // what this test is about.
         let r = try runProcess("/usr/sbin/ip", ["netns", "exec", ns, Built.autoharness, "sandbox", "exec", "--allow-unenforced-limits", "--policy", policy,
                                                 "--audit", audit, "--ro", "\(client):/client.py", "--", "python3", "/client.py"])
-        #expect(r.stdout.contains("name: HTTP/1.1 502"), "\(r.stdout) \(r.stderr)")
+        #expect(r.stdout.contains("other port: HTTP/1.1 502"), "\(r.stdout) \(r.stderr)")
         #expect(r.stdout.contains("literal: HTTP/1.1 200 Connection established | echo:ping"), "\(r.stdout) \(r.stderr)")
+        #expect(r.stdout.contains("name: HTTP/1.1 200 Connection established | echo:ping"), "\(r.stdout) \(r.stderr)")
         let denied = try auditEvents(audit).first { ($0["event"] as? String) == "egress" && ($0["action"] as? String) == "denied" }
-        #expect((denied?["detail"] as? String)?.contains("internal address (8.8.4.4)") == true, "\(String(describing: denied))")
+        #expect((denied?["detail"] as? String)?.contains("internal address (8.8.4.4); list 8.8.4.4:\(port + 1) too") == true, "\(String(describing: denied))")
     }
 }
 

@@ -300,9 +300,16 @@ public final class EgressProxy: @unchecked Sendable {
         var lastError = "connection failed"
         while let a = ai {
             defer { ai = a.pointee.ai_next }
+            // A name resolving to an internal address reaches it only where the allowlist
+            // names that address and port too: the operator vouched for it (a registry mirror
+            // on the LAN, a proxy the resolver points every name at), not DNS.
             if !literal && Self.isInternal(a.pointee.ai_addr) {
-                lastError = "\(host) resolves to an internal address (\(Self.text(a.pointee.ai_addr))); list that address literally to allow it"
-                continue
+                let address = Self.text(a.pointee.ai_addr)
+                let listed = (Int32(a.pointee.ai_family) == AF_INET6 ? "[\(address)]" : address) + ":\(port)"
+                if !allow.contains(listed) {
+                    lastError = "\(host) resolves to an internal address (\(address)); list \(listed) too to allow it"
+                    continue
+                }
             }
             let fd = socket(a.pointee.ai_family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
             if fd < 0 { continue }
