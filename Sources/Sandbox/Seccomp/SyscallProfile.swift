@@ -188,6 +188,7 @@ public enum ArgumentRules {
         ("TIOCSCTTY", 0x540E, "login_tty()/forkpty(): make the new pty the session's terminal (taking one from another session needs CAP_SYS_ADMIN)"),
         ("FIONCLEX", 0x5450, "clear close-on-exec (libuv)"),
         ("FIOCLEX", 0x5451, "set close-on-exec (libuv, older runtimes)"),
+        ("FIOASYNC", 0x5452, "signal-driven I/O, as fcntl F_SETFL O_ASYNC with F_SETOWN: nginx's master refused it and spawned no worker"),
         ("FICLONE", 0x4004_9409, "reflink copy: cp --reflink=auto (coreutils ≥ 9 default) tries it first"),
         ("FICLONERANGE", 0x4020_940D, "reflink copy of a range"),
         ("SIOCGIFNAME", 0x8910, "interface name by index, in the sandbox's own network namespace"),
