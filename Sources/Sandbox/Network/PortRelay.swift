@@ -152,13 +152,15 @@ public final class PortRelay: @unchecked Sendable {
         if !ok { close(client) }
     }
 
-    /// What a listener on `e` answers for in the other namespace: a wildcard becomes both
-    /// loopbacks; an address on `lo` (127/8, ::1) itself; any other (an interface the
-    /// survivors' namespace does not have) nothing.
+    /// What a listener on `e` answers for in the other namespace: IPv4's wildcard 127.0.0.1;
+    /// IPv6's both loopbacks (a dual-stack socket, Linux's default, takes IPv4 too); an address
+    /// on `lo` (127/8, ::1) itself; any other (an interface the survivors' namespace does not
+    /// have) nothing. Never a family the listener does not take: a client that resolves
+    /// `localhost` tries ::1 first, and a relay there to an IPv4-only server (nginx's
+    /// `listen 8080`) would accept and then reset it, where a refusal sends it on to 127.0.0.1.
     static func loopbackFor(_ e: Endpoint) -> [Endpoint] {
-        if e.address.allSatisfy({ $0 == 0 }) {
-            return [Endpoint(address: [127, 0, 0, 1], port: e.port), Endpoint(address: [UInt8](repeating: 0, count: 15) + [1], port: e.port)]
-        }
+        let v4 = Endpoint(address: [127, 0, 0, 1], port: e.port), v6 = Endpoint(address: [UInt8](repeating: 0, count: 15) + [1], port: e.port)
+        if e.address.allSatisfy({ $0 == 0 }) { return e.address.count == 4 ? [v4] : [v4, v6] }
         if e.address.count == 4 && e.address[0] == 127 { return [e] }
         if e.address == [UInt8](repeating: 0, count: 15) + [1] { return [e] }
         return []
