@@ -166,4 +166,47 @@ private final class OutBox: @unchecked Sendable {
             #expect(log.contains("1 passed") == (task.id == "honest"), "\(log)")
         }
     }
+
+    @Test("pytest starts with the working directory off its sys.path (PYTHONSAFEPATH), and a program a test starts does not inherit that: a script in /app imports the module beside it")
+    func scriptsImportTheirNeighbours() throws {
+        try TaskImageTests.requireImageHost()
+        let dir = NSTemporaryDirectory() + "ah-image-safepath-" + UUID().uuidString.prefix(8).lowercased()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let task = try TaskImageTests.makeTask(in: dir, id: "neighbours", solve: """
+            #!/bin/bash
+            mkdir -p /app && printf 'def f():\n    return 42\n' > /app/run.py && printf 'from run import f\nprint(f())\n' > /app/main.py
+
+            """, test: """
+            #!/bin/bash
+            pip install pytest==8.4.1
+            cd /app && pytest /tests/test_outputs.py -rA
+            if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+
+            """)
+        try """
+            import os, subprocess, sys
+
+            def test_neighbours():
+                assert sys.flags.safe_path
+                assert "PYTHONSAFEPATH" not in os.environ
+                r = subprocess.run(["python3", "main.py"], capture_output=True, text=True)
+                assert r.stdout.strip() == "42", r.stderr
+
+            """.write(toFile: task.testsDirectory + "/test_outputs.py", atomically: true, encoding: .utf8)
+        let store = TaskImageStore(directory: dir + "/store")
+        let problems = try store.prepare([task], ids: try ImageIDs.range()) { _ in }
+        try #require(problems.isEmpty, "\(problems)")
+        let scratch = try TaskImageTests.scratchRoot()
+        defer { rmdir(scratch) }
+        var config = TaskRunConfiguration(policyLoader: PolicyLoader(searchPaths: [Built.packageRoot + "/policies"]), agentDirectory: "",
+                                          scratchRoot: scratch)
+        config.oracle = true
+        config.images = store.load([task]).images
+        config.verifierTools = try TaskImageTests.toolbox()
+        let traces = dir + "/traces"
+        let outcome = try TaskRunner(configuration: config).run(task, traceDirectory: traces)
+        let log = ["verifier.stdout", "verifier.stderr"].map { (try? String(contentsOfFile: traces + "/" + $0, encoding: .utf8)) ?? "" }
+            .joined(separator: "\n")
+        #expect(outcome.reward == 1, "\(outcome)\n\(log)")
+    }
 }
