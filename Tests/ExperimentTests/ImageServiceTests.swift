@@ -209,4 +209,51 @@ private final class OutBox: @unchecked Sendable {
             .joined(separator: "\n")
         #expect(outcome.reward == 1, "\(outcome)\n\(log)")
     }
+
+    @Test("a C++ library a test loads (as numpy's extension does: its own DT_RUNPATH) gets the toolbox's C++ runtime, never the image's")
+    func cxxRuntimeFromToolbox() throws {
+        try TaskImageTests.requireImageHost()
+        let dir = NSTemporaryDirectory() + "ah-image-cxx-" + UUID().uuidString.prefix(8).lowercased()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let task = try TaskImageTests.makeTask(in: dir, id: "cxx", solve: "#!/bin/bash\ntrue\n", test: """
+            #!/bin/bash
+            pip install pytest==8.4.1
+            pytest /tests/test_outputs.py -rA
+            if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+
+            """)
+        // A library like a wheel's extension: it needs libstdc++ and searches a DT_RUNPATH of its own first.
+        let source = task.testsDirectory + "/probe.cpp"
+        try "#include <string>\nextern \"C\" int probe() { std::string s(\"probe\"); return (int)s.size(); }\n"
+            .write(toFile: source, atomically: true, encoding: .utf8)
+        let compilers = ["/opt/swift/usr/bin/clang++", "/usr/bin/g++", "/usr/bin/clang++"]
+        let cxx = try #require(compilers.first { access($0, X_OK) == 0 }, "no C++ compiler")
+        let built = try runProcess(cxx, ["-shared", "-fPIC", "-o", task.testsDirectory + "/libprobe.so", source,
+                                         "-Wl,--enable-new-dtags,-rpath,/nonexistent-runpath"])
+        try #require(built.status == 0, "\(built.stderr)")
+        try """
+            import ctypes
+
+            def test_cxx_runtime():
+                assert ctypes.CDLL("/tests/libprobe.so").probe() == 5
+                libs = {l.split()[-1] for l in open("/proc/self/maps") if "libstdc++" in l}
+                assert libs and all(p.startswith("/opt/autoharness/verifier-tools/") for p in libs), libs
+
+            """.write(toFile: task.testsDirectory + "/test_outputs.py", atomically: true, encoding: .utf8)
+        let store = TaskImageStore(directory: dir + "/store")
+        let problems = try store.prepare([task], ids: try ImageIDs.range()) { _ in }
+        try #require(problems.isEmpty, "\(problems)")
+        let scratch = try TaskImageTests.scratchRoot()
+        defer { rmdir(scratch) }
+        var config = TaskRunConfiguration(policyLoader: PolicyLoader(searchPaths: [Built.packageRoot + "/policies"]), agentDirectory: "",
+                                          scratchRoot: scratch)
+        config.oracle = true
+        config.images = store.load([task]).images
+        config.verifierTools = try TaskImageTests.toolbox()
+        let traces = dir + "/traces"
+        let outcome = try TaskRunner(configuration: config).run(task, traceDirectory: traces)
+        let log = ["verifier.stdout", "verifier.stderr"].map { (try? String(contentsOfFile: traces + "/" + $0, encoding: .utf8)) ?? "" }
+            .joined(separator: "\n")
+        #expect(outcome.reward == 1, "\(outcome)\n\(log)")
+    }
 }
