@@ -30,6 +30,14 @@ struct FailureBookTests {
         #expect(FailureSignature.normalise(c.0) == c.1)
     }
 
+    @Test("a message of megabytes without a space normalises as its start does (it is read only as far as the 300 characters kept can reach)")
+    func normaliseLongMessage() {
+        let long = String(repeating: "ab(cd=", count: 700_000) + " http://example.com/x"
+        let result = FailureSignature.normalise(long)
+        #expect(result == FailureSignature.normalise(String(long.prefix(1 << 16))))
+        #expect(!result.isEmpty && result.count <= 310)
+    }
+
     @Test("one root cause, one cluster: the same class, check and normalised message share an id; anything else does not")
     func signatures() {
         let a = FailureEvidence(check: "tests/test.sh::convert km->m", errorClass: "AssertionError", excerpt: "AssertionError: expected 7000, got 7")
