@@ -30,6 +30,12 @@ struct FailureBookTests {
         #expect(FailureSignature.normalise(c.0) == c.1)
     }
 
+    @Test("a quote that closes nothing on its line is kept as itself, and the rest is still read")
+    func normaliseUnclosedQuote() {
+        #expect(FailureSignature.normalise("expected \"abc\ngot 42") == "expected \"abc got <num>")
+        #expect(FailureSignature.normalise("`x") == "`x")
+    }
+
     @Test("a message of megabytes without a space normalises as its start does (it is read only as far as the 300 characters kept can reach)")
     func normaliseLongMessage() {
         let long = String(repeating: "ab(cd=", count: 700_000) + " http://example.com/x"

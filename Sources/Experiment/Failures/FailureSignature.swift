@@ -30,8 +30,8 @@ public enum FailureSignature {
     /// addresses `<ip>`, dates and times `<date>`, paths `<path>`, hex ids and digests `<hex>`,
     /// numbers `<num>`; whitespace collapsed.
     public static func normalise(_ message: String) -> String {
-        // What can reach the 300 characters kept: a message's start. A test's output can be
-        // megabytes without a space (tb2-oracle: a benchmark spun for ten minutes here).
+        // What can reach the 300 characters kept: a message's start (a test's output can be
+        // megabytes without a space).
         let s = Array(message.unicodeScalars.prefix(Self.maxScanned))
         var out = ""
         var i = 0
@@ -73,6 +73,13 @@ public enum FailureSignature {
             }
             var j = i
             while j < s.count, !s[j].properties.isWhitespace, !isSeparator(s[j]), s[j] != "\"", s[j] != "`" { j += 1 }
+            if j == i {
+                // A quote that closes nothing on its line (`"abc` then a newline): itself. Without
+                // this the loop never moved on (tb2-oracle: `benchmark` spun after a task).
+                emit(String(c))
+                i += 1
+                continue
+            }
             emit(token(String(String.UnicodeScalarView(s[i..<j]))))
             i = j
         }
