@@ -30,6 +30,10 @@ import TestSupport
                     os.makedirs("/logs/verifier", exist_ok=True); open("/logs/verifier/reward.txt", "w").write("1"); done.append("own-logs")
                 except OSError as e:
                     done.append(f"logs-{e.errno}")
+                try:
+                    socket.create_connection(("127.0.0.1", 3128), timeout=3); done.append("egress")
+                except OSError as e:
+                    done.append(f"egress-{e.errno}")
             c.sendall(("served-42 " + ",".join(done)).encode()); c.close()
 
         """
@@ -67,29 +71,21 @@ import TestSupport
             if [ "$first" = "served-42 " ] && [ "$(cat answer.txt)" = 42 ] && [ ! -e /conftest.py ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
 
             """)
-        let store = TaskImageStore(directory: dir + "/store")
-        let problems = try store.prepare([task], ids: try ImageIDs.range()) { _ in }
-        try #require(problems.isEmpty, "\(problems)")
-        let scratch = try TaskImageTests.scratchRoot()
-        defer { rmdir(scratch) }
-        var config = TaskRunConfiguration(policyLoader: PolicyLoader(searchPaths: [Built.packageRoot + "/policies"]), agentDirectory: "",
-                                          scratchRoot: scratch)
-        config.oracle = true
-        config.images = store.load([task]).images
-        config.verifierTools = try TaskImageTests.toolbox()
+        var config = try TaskImageTests.oracleConfiguration([task], in: dir)
+        defer { rmdir(config.scratchRoot) }
         // The agent phase has the egress proxy (a mirror): the verifier must not reach it.
         config.agentNetworkAllow = ["127.0.0.1:9"]
         let out = OutBox()
         config.scratchObserver = { _, path in out.read(path + "/logs/out.txt") }
         let traces = dir + "/traces"
         let outcome = try TaskRunner(configuration: config).run(task, traceDirectory: traces)
-        let log = ["agent.stderr", "verifier.stdout", "verifier.stderr"].map {
-            (try? String(contentsOfFile: traces + "/" + $0, encoding: .utf8)) ?? ""
-        }.joined(separator: "\n")
+        let log = TaskImageTests.traceLog(traces)
         #expect(outcome.reward == 1, "\(outcome)\n\(out.text)\n\(log)")
         // The server did tamper, in the agent's overlay, and could not reach the verifier's logs.
         #expect(out.text.contains("second=served-42 answer,conftest,logs-") || out.text.contains("second=served-42 answer,conftest,own-logs"),
                 "\(out.text)")
+        // ... and kept no egress: the agent phase's proxy ended with its payload.
+        #expect(out.text.contains(",egress-\(ECONNREFUSED)\n"), "\(out.text)")
         #expect(out.text.contains("answer=42\n") && out.text.contains("No such file"), "\(out.text)")
         // The verifier's network namespace is its own: the supervisor relays the port the
         // server listens on, and nothing else (the abstract socket, the agent's proxy).
@@ -142,24 +138,15 @@ private final class OutBox: @unchecked Sendable {
                 .write(toFile: task.testsDirectory + "/test_outputs.py", atomically: true, encoding: .utf8)
             tasks.append(task)
         }
-        let store = TaskImageStore(directory: dir + "/store")
-        let problems = try store.prepare(tasks, ids: try ImageIDs.range()) { _ in }
-        try #require(problems.isEmpty, "\(problems)")
-        let scratch = try TaskImageTests.scratchRoot()
-        defer { rmdir(scratch) }
-        var config = TaskRunConfiguration(policyLoader: PolicyLoader(searchPaths: [Built.packageRoot + "/policies"]), agentDirectory: "",
-                                          scratchRoot: scratch)
-        config.oracle = true
-        config.images = store.load(tasks).images
-        config.verifierTools = try TaskImageTests.toolbox()
+        var config = try TaskImageTests.oracleConfiguration(tasks, in: dir)
+        defer { rmdir(config.scratchRoot) }
         let prefix = OutBox()
         config.scratchObserver = { _, path in prefix.read(path + "/logs/prefix.txt") }
         let runner = try TaskRunner(configuration: config)
         for task in tasks {
             let traces = dir + "/traces/" + task.id
             let outcome = runner.run(task, traceDirectory: traces)
-            let log = ["verifier.stdout", "verifier.stderr"].map { (try? String(contentsOfFile: traces + "/" + $0, encoding: .utf8)) ?? "" }
-                .joined(separator: "\n")
+            let log = TaskImageTests.traceLog(traces, ["verifier.stdout", "verifier.stderr"])
             #expect(outcome.reward == (task.id == "honest" ? 1 : 0), "\(task.id): \(outcome)\n\(log)")
             // The environment pip made, in the verifier's own HOME: the toolbox's Python.
             #expect(prefix.text.hasSuffix("/.venv\n") && !prefix.text.hasPrefix("/usr"), "\(task.id): \(prefix.text)\n\(log)")
@@ -193,20 +180,11 @@ private final class OutBox: @unchecked Sendable {
                 assert r.stdout.strip() == "42", r.stderr
 
             """.write(toFile: task.testsDirectory + "/test_outputs.py", atomically: true, encoding: .utf8)
-        let store = TaskImageStore(directory: dir + "/store")
-        let problems = try store.prepare([task], ids: try ImageIDs.range()) { _ in }
-        try #require(problems.isEmpty, "\(problems)")
-        let scratch = try TaskImageTests.scratchRoot()
-        defer { rmdir(scratch) }
-        var config = TaskRunConfiguration(policyLoader: PolicyLoader(searchPaths: [Built.packageRoot + "/policies"]), agentDirectory: "",
-                                          scratchRoot: scratch)
-        config.oracle = true
-        config.images = store.load([task]).images
-        config.verifierTools = try TaskImageTests.toolbox()
+        let config = try TaskImageTests.oracleConfiguration([task], in: dir)
+        defer { rmdir(config.scratchRoot) }
         let traces = dir + "/traces"
         let outcome = try TaskRunner(configuration: config).run(task, traceDirectory: traces)
-        let log = ["verifier.stdout", "verifier.stderr"].map { (try? String(contentsOfFile: traces + "/" + $0, encoding: .utf8)) ?? "" }
-            .joined(separator: "\n")
+        let log = TaskImageTests.traceLog(traces, ["verifier.stdout", "verifier.stderr"])
         #expect(outcome.reward == 1, "\(outcome)\n\(log)")
     }
 
@@ -240,20 +218,11 @@ private final class OutBox: @unchecked Sendable {
                 assert libs and all(p.startswith("/opt/autoharness/verifier-tools/") for p in libs), libs
 
             """.write(toFile: task.testsDirectory + "/test_outputs.py", atomically: true, encoding: .utf8)
-        let store = TaskImageStore(directory: dir + "/store")
-        let problems = try store.prepare([task], ids: try ImageIDs.range()) { _ in }
-        try #require(problems.isEmpty, "\(problems)")
-        let scratch = try TaskImageTests.scratchRoot()
-        defer { rmdir(scratch) }
-        var config = TaskRunConfiguration(policyLoader: PolicyLoader(searchPaths: [Built.packageRoot + "/policies"]), agentDirectory: "",
-                                          scratchRoot: scratch)
-        config.oracle = true
-        config.images = store.load([task]).images
-        config.verifierTools = try TaskImageTests.toolbox()
+        let config = try TaskImageTests.oracleConfiguration([task], in: dir)
+        defer { rmdir(config.scratchRoot) }
         let traces = dir + "/traces"
         let outcome = try TaskRunner(configuration: config).run(task, traceDirectory: traces)
-        let log = ["verifier.stdout", "verifier.stderr"].map { (try? String(contentsOfFile: traces + "/" + $0, encoding: .utf8)) ?? "" }
-            .joined(separator: "\n")
+        let log = TaskImageTests.traceLog(traces, ["verifier.stdout", "verifier.stderr"])
         #expect(outcome.reward == 1, "\(outcome)\n\(log)")
     }
 }

@@ -57,6 +57,25 @@ import TestSupport
         return try VerifierTools(directory: dir)
     }
 
+    /// An oracle run of `tasks` on their images, built into `dir`/store now, with the verifier
+    /// tools; its scratch root is the caller's to remove (`rmdir`).
+    static func oracleConfiguration(_ tasks: [BenchmarkTask], in dir: String) throws -> TaskRunConfiguration {
+        let store = TaskImageStore(directory: dir + "/store")
+        let problems = try store.prepare(tasks, ids: try ImageIDs.range()) { _ in }
+        try #require(problems.isEmpty, "\(problems)")
+        var config = TaskRunConfiguration(policyLoader: PolicyLoader(searchPaths: [Built.packageRoot + "/policies"]), agentDirectory: "",
+                                          scratchRoot: try scratchRoot())
+        config.oracle = true
+        config.images = store.load(tasks).images
+        config.verifierTools = try toolbox()
+        return config
+    }
+
+    /// What a task's trace holds of its sandboxes' output, for failure messages.
+    static func traceLog(_ traces: String, _ names: [String] = ["agent.stderr", "verifier.stdout", "verifier.stderr"]) -> String {
+        names.map { (try? String(contentsOfFile: traces + "/" + $0, encoding: .utf8)) ?? "" }.joined(separator: "\n")
+    }
+
     static func scratchRoot() throws -> String {
         let path = "/dev/shm/ah-image-" + UUID().uuidString.prefix(8).lowercased()
         try #require(mkdir(path, 0o700) == 0)

@@ -11,12 +11,11 @@ import SupervisorIO
 /// tcp6, read by a thread inside it) and, for each new one, listens on the same loopback
 /// address and port in `into` (a wildcard listener on 127.0.0.1 and ::1). Each connection
 /// accepted there is dialled to the same address and port in `from`, on a thread of its own,
-/// and its bytes copied both ways. Ports in `skip` (the agent's egress proxy) are never
-/// relayed. A port taken in `into` by the time the relay would listen there stays the taker's.
+/// and its bytes copied both ways. (The agent phase's egress proxy, which listened in `from`,
+/// ended with its payload: nothing of it is relayed.) A port taken in `into` by the time the relay would listen there stays the taker's.
 public final class PortRelay: @unchecked Sendable {
     private let from: NamespaceThread
     private let into: NamespaceThread
-    private let skip: Set<UInt16>
     private let interval: Double
     private let lock = Mutex()
     private var stopped = false
@@ -40,7 +39,7 @@ public final class PortRelay: @unchecked Sendable {
 
     /// Relays from the namespace `from` (a descriptor: the survivors') into `into` (the
     /// verifier's); both stay the caller's.
-    public init(from: Int32, into: Int32, skip: Set<UInt16> = [], interval: Double = 0.05) throws(SandboxError) {
+    public init(from: Int32, into: Int32, interval: Double = 0.05) throws(SandboxError) {
         self.from = try NamespaceThread(entering: from)
         do throws(SandboxError) {
             self.into = try NamespaceThread(entering: into)
@@ -48,7 +47,6 @@ public final class PortRelay: @unchecked Sendable {
             self.from.stop()
             throw error
         }
-        self.skip = skip
         self.interval = interval
         var fds: [Int32] = [-1, -1]
         var failure: SandboxError?
@@ -119,7 +117,7 @@ public final class PortRelay: @unchecked Sendable {
     /// Listens in `into` for every socket now listening in `from` that has no listener yet.
     private func refresh() {
         let listening = from.run { PortRelay.listening() } ?? []
-        for endpoint in listening where !skip.contains(endpoint.port) {
+        for endpoint in listening {
             for local in Self.loopbackFor(endpoint) where lock.withLock({ listeners[local] == nil && !stopped }) {
                 guard let fd = into.run({ PortRelay.listen(local) }), fd >= 0 else { continue }
                 lock.withLock { listeners[local] = fd }
