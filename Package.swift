@@ -15,6 +15,7 @@ let package = Package(
         .executable(name: "autoharness", targets: ["autoharness"]),
         .executable(name: "sandbox-probe", targets: ["sandbox-probe"]),
         .executable(name: "autoharness-client", targets: ["autoharness-client"]),
+        .executable(name: "autoharness-exec", targets: ["autoharness-exec"]),
         .executable(name: "autoharness-launch", targets: ["autoharness-launch"]),
         .executable(name: "autoharness-front", targets: ["autoharness-front"]),
         .library(name: "SandboxPolicy", targets: ["SandboxPolicy"]),
@@ -158,6 +159,14 @@ let package = Package(
         .executableTarget(
             name: "autoharness-client",
             dependencies: ["BrokerWire"],
+            linkerSettings: [.unsafeFlags(["-static-executable"])]
+        ),
+        // A task container's command server (Harbor's agent phase on a task's image): the
+        // payload of the image's sandbox, bound in read-only, static so it needs nothing of
+        // the image.
+        .executableTarget(
+            name: "autoharness-exec",
+            dependencies: ["CSystemCalls"],
             linkerSettings: [.unsafeFlags(["-static-executable"])]
         ),
         // The sandbox's monitor, exec'd by the supervisor: C with no C library (main.c), static,

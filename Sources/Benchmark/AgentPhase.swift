@@ -48,5 +48,10 @@ protocol ExternalAgentPhase: Sendable {
     ///   - task: the task; its tests and solution must not be visible to the agent.
     ///   - workdir: the host path of the task's working copy (`/app`), seeded from the task's
     ///     environment/ and owned by the task sandbox's host uid. The verifier reads it next.
-    func run(_ task: BenchmarkTask, workdir: String) -> ExternalAgentEnd
+    ///   - container: on the task's image, its container's command server (`TaskContainer`),
+    ///     which the tool's sandbox is given in place of the working copy.
+    func run(_ task: BenchmarkTask, workdir: String, container: TaskContainerLink?) -> ExternalAgentEnd
+
+    /// How long a task's container may run (the tool's own time limit); nil: the agent's.
+    var containerTimeout: Double? { get }
 }

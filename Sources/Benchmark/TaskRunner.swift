@@ -149,6 +149,7 @@ public final class TaskRunner: Sendable {
         let taskPolicy: Policy
         let verifierPolicy: Policy
         let emptyAgent = scratch.path + "/no-agent"
+        if let why = configuration.images?.refused[task.id] { return run.finish(.setupFailed, "task \(task.id): \(why)") }
         let image = configuration.images?.byTask[task.id]
         let imageRoot = image.map { _ in scratch.imageRootPath }
         let appPath = image == nil ? scratch.appPath : scratch.imageAppPath
@@ -251,24 +252,15 @@ public final class TaskRunner: Sendable {
                                 policy: verifierPolicy, overrides: verifierOverrides, audit: verifierAudit, timeout: verifierTimeout,
                                 ahead: ahead, rewardWatch: rewardWatch)
         if let external = configuration.externalAgent, !configuration.oracle {
+            if let image {
+                // The tool's commands run in the task's container, on its image (TaskContainer.swift).
+                return runInContainer(external, &run, &step, policy: taskPolicy, overrides: overrides, image: image, stdin: stdinFD)
+            }
             // The tool's sandboxes are gone when this returns; the verifier is built after.
             close(stdinFD)
             let start = Self.now()
-            let end = external.run(task, workdir: appPath)
-            run.agentSeconds = Self.now() - start
-            run.extraTrace = end.trace
-            run.costUSD = end.costUSD
-            if !end.failures.isEmpty { run.agentFailures = end.failures }
-            if let f = end.supervisorFailure { run.supervisorFailure = f }
-            switch end.kind {
-            case .finished:
-                if let d = end.detail { run.note(d) }
-            case .failed(let status):
-                step.agentProblem = end.detail ?? "the agent failed"
-                step.problemStatus = status
-            case .ungraded(let status):
-                return run.finish(status, end.detail)
-            }
+            let end = external.run(task, workdir: appPath, container: nil)
+            guard take(end, seconds: Self.now() - start, into: &run, step: &step) else { return }
         } else {
             // On an image, what the agent leaves running (a server its tests query) is kept
             // while the verifier runs, which is then done here, beside it.

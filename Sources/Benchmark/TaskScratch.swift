@@ -269,6 +269,24 @@ extension TaskScratch {
     func mountImage(_ image: TaskImage) throws(BenchmarkError) {
         try mountOverlay(image, root: "root", upper: "upper", work: "work")
         try writeHosts(owner: image.owner)
+        try makeWorkingDirectory(image)
+    }
+
+    /// The image's WORKDIR, made (root's, 0755) where the image lacks it, as a container
+    /// runtime makes a container's working directory: buildah records a WORKDIR that no later
+    /// step created. Never through a link the image holds: one is left for the sandbox's
+    /// chdir to follow inside its own root.
+    func makeWorkingDirectory(_ image: TaskImage) throws(BenchmarkError) {
+        var dir = FileSystem.openDirectory(imageRootPath)
+        guard dir >= 0 else { throw BenchmarkError(.io, "\(imageRootPath): \(FileSystem.errorText())") }
+        defer { close(dir) }
+        for part in image.workingDirectory.split(separator: "/").map(String.init) where part != "." && part != ".." {
+            var next = FileSystem.openDirectory(at: dir, FileSystem.name(part))
+            if next < 0 && errno == ENOENT, let made = FileSystem.makeDirectory(at: dir, part, mode: 0o755, owner: image.owner) { next = made }
+            guard next >= 0 else { return }
+            close(dir)
+            dir = next
+        }
     }
 
     /// /etc/hosts as a container runtime provides it in every container, whatever the image

@@ -31,6 +31,7 @@
 #include <linux/sock_diag.h>
 #include <linux/unix_diag.h>
 #include <stddef.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <linux/bpf.h>
 
@@ -476,4 +477,29 @@ int ahs_loopback_up(void) {
     int e = errno;
     close(s);
     return r == 0 ? 0 : -e;
+}
+
+int ahs_spawn_session(const char *path, char *const argv[], char *const envp[], const char *cwd,
+                      int out, int err, int *pid) {
+    posix_spawn_file_actions_t actions;
+    posix_spawnattr_t attributes;
+    int e = posix_spawn_file_actions_init(&actions);
+    if (e) return e;
+    e = posix_spawnattr_init(&attributes);
+    if (e) { posix_spawn_file_actions_destroy(&actions); return e; }
+    sigset_t none, defaults;
+    sigemptyset(&none);
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGPIPE);
+    if (!e) e = posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    if (!e) e = posix_spawn_file_actions_adddup2(&actions, out, 1);
+    if (!e) e = posix_spawn_file_actions_adddup2(&actions, err, 2);
+    if (!e && cwd && *cwd) e = posix_spawn_file_actions_addchdir_np(&actions, cwd);
+    if (!e) e = posix_spawnattr_setsigmask(&attributes, &none);
+    if (!e) e = posix_spawnattr_setsigdefault(&attributes, &defaults);
+    if (!e) e = posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    if (!e) e = posix_spawn(pid, path, &actions, &attributes, argv, envp);
+    posix_spawnattr_destroy(&attributes);
+    posix_spawn_file_actions_destroy(&actions);
+    return e;
 }

@@ -108,11 +108,32 @@ struct InitCommand: ParsableCommand {
     @Option(help: "The coding agent's executable, when it is not on PATH as `claude`/`codex` (symbolic links are resolved).")
     var codingAgentBin: String?
 
+    @Option(help: "local and terminal-bench: make each task's image now (its docker_image, else built from environment/Dockerfile with podman), so every task runs on it; terminal-bench then gets env_provider: local. auto (default): where podman and the verifier tools are installed and tasks have images; build: the same, refused when either is missing; none: no images (`autoharness images` makes them later).")
+    var images: String = ImagesAtInit.auto.rawValue
+
     func run() throws {
-        let layout = try ExperimentSupervisor.initialize(
-            directory: directory, .init(benchmark: benchmark, dataset: dataset, tool: tool, repo: repo, templates: try PolicyLocator.requireTemplates(),
-                                        codingAgent: codingAgent, codingAgentBinary: codingAgentBin, registryPath: registryPath, registryURL: registryURL))
+        guard let imagesMode = ImagesAtInit(rawValue: images) else {
+            throw ExperimentError(.usage, "--images \(images): one of \(ImagesAtInit.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        var options = ExperimentSupervisor.InitOptions(benchmark: benchmark, dataset: dataset, tool: tool, repo: repo, templates: try PolicyLocator.requireTemplates(),
+                                                       codingAgent: codingAgent, codingAgentBinary: codingAgentBin, registryPath: registryPath, registryURL: registryURL)
+        options.images = imagesMode
+        let (layout, plan) = try ExperimentSupervisor.initialize(directory: directory, options)
         print("created experiment \(layout.root)")
+        if let note = plan.note { printErr("autoharness: \(note)") }
+        if plan.build {
+            // Like a registry download: each task's image, once, before any agent.py runs.
+            // Not exclusive, so the model's and provider's keys are not asked for yet: nothing else
+            // knows of the experiment, and building runs no agent.
+            let s = try ExperimentSupervisor(layout: layout, policySearchPaths: PolicyLocator.searchPaths(explicit: []), purpose: "images", exclusive: false)
+            let (count, problems) = try s.buildImages { printErr($0) }
+            print("images: \(count) task\(count == 1 ? "" : "s") on their own image")
+            for (_, p) in problems.sorted(by: { $0.key < $1.key }) { printErr("autoharness: \(p)") }
+            if !problems.isEmpty {
+                printErr("autoharness: \(problems.count) task(s) are refused (setup_failed, with the reason) until `autoharness images -C \(layout.root)` makes their image")
+                throw ExitCode(1)
+            }
+        }
         print("next: review \(layout.config), then `autoharness prepare -C \(layout.root)`")
     }
 }

@@ -256,8 +256,9 @@ struct DemoCommand: ParsableCommand {
         try fm.createDirectory(atPath: root, withIntermediateDirectories: true)
         let gen = try Self.shell("/usr/bin/python3", [demo + "/make_benchmark.py", root + "/benchmark"])
         print("demo: \(gen.trimmingCharacters(in: .whitespacesAndNewlines))")
-        let layout = try ExperimentSupervisor.initialize(
-            directory: root + "/exp", .init(benchmark: "local", dataset: root + "/benchmark", templates: templates))
+        var options = ExperimentSupervisor.InitOptions(benchmark: "local", dataset: root + "/benchmark", templates: templates)
+        options.images = .none
+        let layout = try ExperimentSupervisor.initialize(directory: root + "/exp", options).layout
         try fm.removeItem(atPath: layout.agentFile)
         try fm.copyItem(atPath: demo + "/agent.py", toPath: layout.agentFile)
         var config = try String(contentsOfFile: layout.config, encoding: .utf8)

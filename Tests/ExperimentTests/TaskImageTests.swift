@@ -220,6 +220,43 @@ import TestSupport
         #expect(refused.status == .setupFailed && refused.detail?.contains("verified with the verifier tools") == true, "\(refused)")
     }
 
+    @Test("a task whose image could not be built is refused with podman's reason (setup_failed), never run on the host's userland; once its Dockerfile builds, it runs on its image")
+    func failedImageRefused() throws {
+        try TaskImageTests.requireImageHost()
+        let dir = NSTemporaryDirectory() + "ah-failed-image-" + UUID().uuidString.prefix(8).lowercased()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let marker = "BUILD-BROKE-" + UUID().uuidString.prefix(6)
+        let t = dir + "/tasks/broken"
+        try TaskImageTests.makeTaskDirectories(t)
+        try "x\n".write(toFile: t + "/instruction.md", atomically: true, encoding: .utf8)
+        try "FROM \(TaskImageTests.base)\nRUN echo \(marker) >&2; exit 3\n".write(toFile: t + "/environment/Dockerfile", atomically: true, encoding: .utf8)
+        // It would pass anywhere, the host's userland included: only the refusal stops it.
+        try "#!/bin/bash\necho done > /app/out.txt\n".write(toFile: t + "/solution/solve.sh", atomically: true, encoding: .utf8)
+        try "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n".write(toFile: t + "/tests/test.sh", atomically: true, encoding: .utf8)
+        let task = try #require(try LocalBenchmark(directory: dir).task("broken"))
+        let store = TaskImageStore(directory: dir + "/store")
+        let problems = try store.prepare([task], ids: try ImageIDs.range()) { _ in }
+        #expect(problems["broken"]?.contains(marker) == true, "\(problems)")
+        let loaded = store.load([task]).images
+        #expect(loaded.byTask.isEmpty && loaded.refused["broken"]?.contains(marker) == true, "\(loaded.refused)")
+        let scratch = try TaskImageTests.scratchRoot()
+        defer { rmdir(scratch) }
+        var config = TaskRunConfiguration(policyLoader: PolicyLoader(searchPaths: [Built.packageRoot + "/policies"]), agentDirectory: "",
+                                          scratchRoot: scratch)
+        config.oracle = true
+        config.verifierTools = try TaskImageTests.toolbox()
+        config.images = loaded
+        let refused = try TaskRunner(configuration: config).run(task, traceDirectory: nil)
+        #expect(refused.status == .setupFailed && refused.reward == 0 && refused.detail?.contains(marker) == true, "\(refused)")
+        // Fixed: built, the record of the failure gone, and the task runs on its image.
+        try "FROM \(TaskImageTests.base)\nWORKDIR /srv/work\n".write(toFile: t + "/environment/Dockerfile", atomically: true, encoding: .utf8)
+        #expect(try store.prepare([task], ids: try ImageIDs.range()) { _ in }.isEmpty)
+        config.images = store.load([task]).images
+        #expect(config.images?.refused.isEmpty == true && config.images?.byTask["broken"] != nil)
+        let ran = try TaskRunner(configuration: config).run(task, traceDirectory: nil)
+        #expect(ran.reward == 1, "\(ran)")
+    }
+
     @Test("the supervisor looks into the agent's upper layer without following a link the agent made there")
     func upperLayerLinksNotFollowed() throws {
         let upper = try TempDir()

@@ -49,8 +49,12 @@ public func requireRoot() throws {
 }
 
 /// Runs `autoharness ARGS`, returning status and output. `stdinPath` feeds stdin from a file.
+/// An `init` that does not choose `--images` gets `--images none`: init's default (auto)
+/// builds every Dockerfile task's image where podman is, and whether a test's tasks run on
+/// images must not depend on the machine (the image tests ask for it).
 public func autoharness(_ args: [String], environment: [String: String]? = nil, stdinPath: String? = nil) throws -> Run {
-    try runProcess(Built.autoharness, args, environment: environment, stdinPath: stdinPath)
+    let chosen = args.first != "init" || args.contains("--images") ? args : args + ["--images", "none"]
+    return try runProcess(Built.autoharness, chosen, environment: environment, stdinPath: stdinPath)
 }
 
 public func runProcess(_ exe: String, _ args: [String], environment: [String: String]? = nil, stdinPath: String? = nil) throws -> Run {

@@ -63,6 +63,12 @@ public struct HarborAdapter: BenchmarkAdapter {
     public var scriptsDirectory: String?
     /// `env_provider: local`: given to each verifier read-only (`sandbox.verifier_tools`).
     public var verifierTools: VerifierTools?
+    /// `env_provider: local`: the tasks that run on their own image (`autoharness images`),
+    /// each agent phase's commands in the task's container (`TaskContainer`).
+    public var images: TaskImages?
+    /// The host:port entries a task's container reaches through the egress proxy (package
+    /// mirrors); Harbor's runner keeps `runner.network.allow`.
+    public var taskNetworkAllow: [String] = []
 
     static let localModule = "autoharness_harbor_env.py"
     static let localModuleDirectory = "/opt/autoharness-harbor"
@@ -219,6 +225,8 @@ public struct HarborAdapter: BenchmarkAdapter {
         return try context.runTasks(ids.map(localTask)) {
             $0.externalAgent = HarborAgentPhase(adapter: self, context: context)
             $0.verifierTools = verifierTools
+            $0.images = images
+            $0.agentNetworkAllow = taskNetworkAllow
         }
     }
 
@@ -252,6 +260,13 @@ public struct HarborAdapter: BenchmarkAdapter {
     /// `[agent] timeout_sec`, which `--oracle`'s solution gets (Harbor's agent phase reads its
     /// own). A task that cannot be scored carries its problem and scores 0 as setup_failed.
     func localTask(_ id: String) -> BenchmarkTask {
+        task(id)
+    }
+
+    /// Every task as `env_provider: local` runs it (`localTask`), for images and checks.
+    public var localTasks: [BenchmarkTask] { taskIDs.map(localTask) }
+
+    private func task(_ id: String) -> BenchmarkTask {
         guard let dir = hostDirectory(id) else {
             var t = BenchmarkTask(id: id, directory: "/nonexistent")
             t.problem = "task \(id) has no directory on this host (a registry task fetched from git): env_provider local runs tasks that are on disk"

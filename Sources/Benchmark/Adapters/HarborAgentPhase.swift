@@ -47,7 +47,10 @@ final class HarborAgentPhase: ExternalAgentPhase, @unchecked Sendable {
                                     jobs: "/work/out/jobs", trials: 1, ids: [id])
     }
 
-    func run(_ task: BenchmarkTask, workdir: String) -> ExternalAgentEnd {
+    /// The runner's own time limit (`runner.timeout`) bounds the task's container too.
+    var containerTimeout: Double? { adapter.tool.timeout }
+
+    func run(_ task: BenchmarkTask, workdir: String, container: TaskContainerLink?) -> ExternalAgentEnd {
         let run: ToolRun
         do {
             run = try ToolRun(settings: adapter.tool, context: context)
@@ -74,10 +77,16 @@ final class HarborAgentPhase: ExternalAgentPhase, @unchecked Sendable {
             inv.extraMounts.append(MountSpec(kind: .readOnly(source: scripts + "/" + HarborAdapter.localModule),
                                              destination: HarborAdapter.localModuleDirectory + "/" + HarborAdapter.localModule))
         }
-        inv.extraMounts += [
-            MountSpec(kind: .readWrite(source: workdir), destination: "/app"),
-            MountSpec(kind: .tmpfs(size: 1 << 30, mode: 0o755), destination: "/logs"),
-        ]
+        if let container {
+            // On the task's image: its container's command server, and no working copy here.
+            inv.extraMounts.append(MountSpec(kind: .readOnly(source: container.socketDirectory), destination: TaskContainerLink.directory))
+            inv.environment.append("AUTOHARNESS_TASK_EXEC=\(TaskContainerLink.socketPath)")
+        } else {
+            inv.extraMounts += [
+                MountSpec(kind: .readWrite(source: workdir), destination: "/app"),
+                MountSpec(kind: .tmpfs(size: 1 << 30, mode: 0o755), destination: "/logs"),
+            ]
+        }
         let exit = run.launch(inv, total: 1)
         run.reportFailure("harbor", exit)
         if case .timedOut? = exit.termination {

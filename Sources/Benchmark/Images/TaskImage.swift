@@ -64,6 +64,8 @@ public struct TaskImage: Sendable, Equatable, Codable {
 /// Which tasks run on which image (by task id); a task not listed runs on the host's userland.
 public struct TaskImages: Sendable {
     public var byTask: [String: TaskImage]
+    /// Tasks whose image could not be had, with why: each is refused (setup_failed) with it.
+    public var refused: [String: String] = [:]
 
     public init(_ byTask: [String: TaskImage] = [:]) { self.byTask = byTask }
 }

@@ -246,4 +246,10 @@ long ahs_flistxattr(int fd, char *list, unsigned long size);
 long ahs_fgetxattr(int fd, const char *name, void *value, unsigned long size);
 int ahs_fsetxattr(int fd, const char *name, const void *value, unsigned long size);
 
+/// posix_spawn of `path` with `argv` and `envp`, stdin from /dev/null, stdout and stderr on
+/// `out` and `err`, in a new session (its own process group), in `cwd` unless it is NULL or
+/// empty, every signal unblocked and SIGPIPE at its default. 0 and *pid, or an errno value.
+int ahs_spawn_session(const char *path, char *const argv[], char *const envp[], const char *cwd,
+                      int out, int err, int *pid);
+
 #endif

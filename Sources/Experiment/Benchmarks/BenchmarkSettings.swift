@@ -27,6 +27,8 @@ struct SettingKey<Settings> {
         case choices(WritableKeyPath<Settings, [String]?>, [String])
         case integer(WritableKeyPath<Settings, Int?>, ClosedRange<Int>)
         case number(WritableKeyPath<Settings, Double?>, ClosedRange<Double>)
+        /// A list of `host:port` entries (an egress allowlist).
+        case hostPorts(WritableKeyPath<Settings, [String]?>)
     }
     let name: String
     let value: Value
@@ -46,6 +48,7 @@ struct SettingKey<Settings> {
         case .choices(let field, let allowed): if let s = r.subset(node, name, allowed) { settings[keyPath: field] = s }
         case .integer(let field, let range): if let x = r.integer(node, name, range) { settings[keyPath: field] = x }
         case .number(let field, let range): if let x = r.number(node, name, range) { settings[keyPath: field] = x }
+        case .hostPorts(let field): if let x = r.hostPorts(node, name) { settings[keyPath: field] = x }
         }
     }
 }

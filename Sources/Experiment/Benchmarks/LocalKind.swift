@@ -62,11 +62,16 @@ extension LocalKind {
     /// case, no trailing dot, an IP address as inet_ntop writes it), a `*.domain` pattern
     /// against every name under it and against patterns above or below it.
     static func agentNetwork(_ config: ExperimentConfig) throws -> [String] {
-        for mine in config.runner.networkAllow {
+        try agentNetwork(config, allow: config.runner.networkAllow, key: "runner.network.allow")
+    }
+
+    /// `allow` (the config's `key`), checked as above.
+    static func agentNetwork(_ config: ExperimentConfig, allow: [String], key: String) throws -> [String] {
+        for mine in allow {
             guard let theirs = config.networkAllow.first(where: { sameHost(mine, $0) }) else { continue }
-            throw ExperimentError(.usage, "runner.network.allow: \(mine) reaches the host of \(theirs) in sandbox.network.allow: a host both held-out task runs and the coding agent reach could carry held-out tasks to it; give each its own")
+            throw ExperimentError(.usage, "\(key): \(mine) reaches the host of \(theirs) in sandbox.network.allow: a host both held-out task runs and the coding agent reach could carry held-out tasks to it; give each its own")
         }
-        return config.runner.networkAllow
+        return allow
     }
 
     /// `host:port`'s host in one spelling.

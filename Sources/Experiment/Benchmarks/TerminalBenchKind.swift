@@ -18,11 +18,15 @@ struct TerminalBenchKind: BenchmarkKind {
         var agentTimeoutMultiplier: Double?
         /// A local Harbor registry.json.
         var registryPath: String?
+        /// `env_provider: local`, tasks on their image: what each task's container reaches
+        /// through the egress proxy (package mirrors); nothing when unset.
+        var taskNetworkAllow: [String]?
         var provider: String { envProvider ?? "e2b" }
         static var keys: [SettingKey<Self>] {
             [SettingKey("env_provider", .choice(\.envProvider, TerminalBenchKind.providers)),
              SettingKey("agent_timeout_multiplier", .number(\.agentTimeoutMultiplier, 0.01...100)),
-             SettingKey("registry_path", .text(\.registryPath))]
+             SettingKey("registry_path", .text(\.registryPath)),
+             SettingKey("task_network_allow", .hostPorts(\.taskNetworkAllow))]
         }
     }
 
@@ -187,6 +191,21 @@ extension ExperimentConfig {
         adapter.agentTimeout = perTaskTimeout
         adapter.concurrency = maxConcurrency
         adapter.environment = agentEnvironment()
+        if provider == "local" {
+            // Tasks whose image `autoharness images` made run their commands on it (a task
+            // container); the others on the host's userland, as before.
+            let images = ExperimentSupervisor.imageStore(root: root).load(adapter.localTasks.filter { $0.problem == nil }).images
+            adapter.images = images
+            if !images.byTask.isEmpty {
+                adapter.taskNetworkAllow = try LocalKind.agentNetwork(self, allow: upstream.taskNetworkAllow ?? [], key: "task_network_allow")
+                if heldOutRuntime == .vm {
+                    throw ExperimentError(.usage, "gate.held_out_runtime: vm: \(images.byTask.count) task(s) run on their own image, and the held-out VM has no image store yet; use host (or auto, which keeps them here)")
+                }
+                if executor.kind == .ray {
+                    throw ExperimentError(.usage, "executor: ray: \(images.byTask.count) task(s) run on their own image, which only this host has; run them here")
+                }
+            }
+        }
         return adapter
     }
 

@@ -34,7 +34,7 @@ final class Executors {
         }
         switch config.heldOutRuntime {
         case .vm: heldOutVM = try HeldOutVM(settings: config.vm, log: log)
-        case .auto where !((environment.adapter as? LocalAdapter)?.images?.byTask.isEmpty ?? true):
+        case .auto where !((environment.adapter as? LocalAdapter)?.images?.byTask.isEmpty ?? (environment.adapter as? HarborAdapter)?.images?.byTask.isEmpty ?? true):
             log?(HeldOutVM.hostRuntimeLine(why: "auto: tasks run on their own image, which the held-out VM does not have yet", networked: true))  // lo is up on an image
         case .auto:
             let r = HeldOutVM.resolveAuto(settings: config.vm, config: config, log: log)

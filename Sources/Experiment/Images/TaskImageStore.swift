@@ -5,6 +5,8 @@
 //
 //   .autoharness/images/            root 0700
 //       index.json                  task id -> its context's digest and its `TaskImage`
+//       failed.json                 task id -> why its image could not be had (the task is
+//                                   then refused with that reason, never run without it)
 //       rootfs/<id>-<uid>-<gid>/    an image's files, each owner and group shifted into the
 //                                   range from uid:gid (`TaskImage`)
 //
@@ -27,6 +29,7 @@ public struct TaskImageStore {
     public init(directory: String) { self.directory = directory }
 
     var indexPath: String { directory + "/index.json" }
+    var failedPath: String { directory + "/failed.json" }
 
     struct Entry: Codable {
         var context: String
@@ -37,16 +40,23 @@ public struct TaskImageStore {
     /// no image of its current context (it must not run without one: `TaskRunner`).
     public func load(_ tasks: [BenchmarkTask]) -> (images: TaskImages, missing: [String: String]) {
         let index = readIndex()
+        let failed = readFailed()
         var images: [String: TaskImage] = [:]
         var missing: [String: String] = [:]
+        var refused: [String: String] = [:]
         for task in tasks where Self.hasImage(task) {
             if let e = index[task.id], Self.kind(e.image.rootfs) == S_IFDIR {
                 images[task.id] = e.image
+            } else if let why = failed[task.id] {
+                // Tried and failed: the task is refused with the reason, not run elsewhere.
+                refused[task.id] = "its image could not be had (autoharness images; run it again once fixed): \(why)"
             } else {
                 missing[task.id] = "task \(task.id) has an image (docker_image or environment/Dockerfile) but none is here: run `autoharness images -C DIR` (podman)"
             }
         }
-        return (TaskImages(images), missing)
+        var out = TaskImages(images)
+        out.refused = refused
+        return (out, missing)
     }
 
     static func hasDockerfile(_ task: BenchmarkTask) -> Bool {
@@ -64,6 +74,7 @@ public struct TaskImageStore {
         try makePrivateDirectory(directory)
         try makePrivateDirectory(directory + "/rootfs")
         var index = readIndex()
+        var failed = readFailed()
         var problems: [String: String] = [:]
         let todo = tasks.filter(Self.hasImage)
         for (n, task) in todo.enumerated() {
@@ -84,10 +95,15 @@ public struct TaskImageStore {
                 let image = try obtain(task, context: context, ids: ids, progress: progress)
                 index[task.id] = Entry(context: digest, image: image)
                 try writeIndex(index)
+                if failed.removeValue(forKey: task.id) != nil { try write(failed, to: failedPath) }
                 progress("images: \(task.id): \(image.id.prefix(19)) in \(Int(monotonicNow() - start)) s")
             } catch {
                 problems[task.id] = "task \(task.id): \(error)"
                 progress("images: \(task.id): failed: \(error)")
+                index[task.id] = nil
+                try writeIndex(index)
+                failed[task.id] = Self.tail("\(error)")
+                try write(failed, to: failedPath)
             }
         }
         return problems
@@ -252,10 +268,17 @@ public struct TaskImageStore {
         return (try? JSONDecoder().decode([String: Entry].self, from: Data(bytes))) ?? [:]
     }
 
-    private func writeIndex(_ index: [String: Entry]) throws {
+    private func writeIndex(_ index: [String: Entry]) throws { try write(index, to: indexPath) }
+
+    private func readFailed() -> [String: String] {
+        guard case .success(let bytes) = InputFile.read(failedPath, cap: 16 << 20) else { return [:] }
+        return (try? JSONDecoder().decode([String: String].self, from: Data(bytes))) ?? [:]
+    }
+
+    private func write<T: Encodable>(_ value: T, to path: String) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .prettyPrinted]
-        let data = try encoder.encode(index)
-        try data.write(to: URL(fileURLWithPath: indexPath), options: .atomic)
+        let data = try encoder.encode(value)
+        try data.write(to: URL(fileURLWithPath: path), options: .atomic)
     }
 }

@@ -23,6 +23,8 @@ extension ExperimentSupervisor {
         /// terminal-bench: the legacy registry.json URL `harbor download` resolves the dataset
         /// from (default: Harbor's own registry).
         public var registryURL: String?
+        /// local and terminal-bench: whether init makes each task's image (`ImagesAtInit`).
+        public var images: ImagesAtInit = .auto
         public init(benchmark: String, dataset: String?, tool: String? = nil, repo: String? = nil, templates: String,
                     codingAgent: String = "command", codingAgentBinary: String? = nil, registryPath: String? = nil,
                     registryURL: String? = nil) {
@@ -43,7 +45,8 @@ extension ExperimentSupervisor {
     /// `PROGRAM.md` (common part + the benchmark's part) from `templates/`, the workspace,
     /// `.gitignore`, a git repository with a first commit, and the private state directory
     /// with its ledger. The benchmark's tool and data are checked first.
-    public static func initialize(directory: String, _ o: InitOptions) throws -> ExperimentLayout {
+    /// Returns the layout, and whether the tasks' images are to be made now (`buildImages`).
+    public static func initialize(directory: String, _ o: InitOptions) throws -> (layout: ExperimentLayout, images: ImagesAtInit.Plan) {
         let fm = FileManager.default
         guard let kind = BenchmarkKinds.named(o.benchmark) else {
             throw ExperimentError(.usage, "--benchmark \(o.benchmark): unknown (one of: \(BenchmarkKinds.names.joined(separator: ", ")))")
@@ -91,6 +94,10 @@ extension ExperimentSupervisor {
         placeholders["benchmark"] = o.benchmark
         placeholders["dataset"] = dataset
         placeholders["tool"] = tool
+        // Tasks on their own image: planned now, made once the experiment exists (`buildImages`).
+        let imagePlan = try o.images.plan(benchmark: kind.name, dataset: dataset)
+        placeholders["env_provider"] = imagePlan.build ? "local" : "e2b"
+        if imagePlan.build { placeholders["verifier_tools"] = "  verifier_tools: \(defaultVerifierTools)  # tasks on their own image need it (init made their images)\n" }
         placeholders["python"] = ToolCheck.interpreter(of: tool) ?? (tool.split(separator: "/").last?.hasPrefix("python") == true ? tool : "python3")
         placeholders["templates"] = t
         if placeholders["verifier_tools"] == nil { placeholders["verifier_tools"] = "" }
@@ -147,7 +154,7 @@ extension ExperimentSupervisor {
         let ledger = try Ledger(path: layout.ledger, kinds: .experiment)
         _ = try ledger.append(.experimentCreated, ExperimentCreated(benchmark: o.benchmark, dataset: dataset))
         created = true
-        return layout
+        return (layout, imagePlan)
     }
 
     /// The toolbox scripts/install-verifier-tools makes, where it makes it.
