@@ -86,8 +86,22 @@ extension TaskRunner {
             : (try? scratch.imageApp(owner: appOwner, root: root!)) ?? -1
         guard app >= 0 else { return run.finish(.setupFailed, "app directory: \(FileSystem.errorText())") }
         let sanitized = configuration.sanitizesGitConfigs ? GitConfigs.sanitize(app: app, owner: appOwner) : .success(0)
+        // Links that lead out of /app (to the answer key in /tests, the verifier's /tmp, /proc)
+        // are gone too, each recorded against agent.py (`PlantedLinks`).
+        let swept = root == nil ? PlantedLinks.sweep(app: app) : .success([])
         close(app)
         if case .failure(let e) = sanitized { return run.finish(.setupFailed, e.message) }
+        switch swept {
+        case .failure(let e): return run.finish(.setupFailed, e.message)
+        case .success(let removed) where !removed.isEmpty:
+            for link in removed {
+                var event = AuditEvent(sandbox: "supervisor", kind: .plantedLink, name: link, action: "removed")
+                event.detail = "a link agent.py left in /app leading out of it, removed before the verifier started"
+                configuration.audit.record(event)
+            }
+            run.note("removed \(removed.count) link(s) leading out of /app: \(removed.prefix(3).joined(separator: "; "))")
+        case .success: break
+        }
 
         // Which agent code the verifier runs (`AgentCodeRuns`), watched from here to its end; on
         // an image, anything of the agent's upper layer too, and its configuration is hidden.

@@ -75,18 +75,30 @@ struct HardeningTests {
         }
     }
 
-    @Test("the verifier does not follow a symlink agent.py left in /app to the expected answer (gate review F5)")
-    func verifierIgnoresPlantedSymlinks() throws {
+    @Test("a no_symlinks bind (the scorer's view of a runner's output) does not follow a symlink left there to the expected answer (gate review F5)")
+    func noSymlinksBindIgnoresPlantedSymlinks() throws {
         try requireRoot()
         let app = try TempDir(mode: 0o777)
         let tests = try TempDir()
-        let logs = try TempDir(mode: 0o777)
+        let policy = try TempDir()
         _ = try tests.file("expected.txt", "secret-answer\n")
+        // The verifier's /app now follows links (a venv a test makes there has linked
+        // interpreters): the supervisor removes those agent.py left that lead out of /app
+        // before it starts (PlantedLinksTests). The scorer's view of a runner's output keeps
+        // the mount option, tested here.
+        _ = try policy.file("view.yaml", """
+            extends: base
+            description: "a runner's output read through a no_symlinks bind (test)"
+            filesystem:
+              mounts:
+                - rw: "\(app.path):/app"
+                  no_symlinks: true
+                - ro: "\(tests.path):/tests"
+            """)
         try FileManager.default.createSymbolicLink(atPath: app.path + "/out.txt", withDestinationPath: "/tests/expected.txt")
         let compare = ["/bin/sh", "-c", "cmp -s /app/out.txt /tests/expected.txt && echo MATCH || echo NO-MATCH"]
-        let verifier = try autoharness(["sandbox", "exec", "--policy", "verifier", "--var", "workdir=\(app.path)",
-                                        "--var", "tests_dir=\(tests.path)", "--var", "logs_dir=\(logs.path)", "--"] + compare)
-        #expect(verifier.stdout == "NO-MATCH\n", "\(verifier.stdout) \(verifier.stderr)")
+        let viewed = try autoharness(["sandbox", "exec", "--policy", policy.path + "/view.yaml", "--"] + compare)
+        #expect(viewed.stdout == "NO-MATCH\n", "\(viewed.stdout) \(viewed.stderr)")
         // Control: the same comparison through an ordinary bind is fooled by the link.
         let plain = try autoharness(["sandbox", "exec", "--rw", "\(app.path):/app", "--ro", "\(tests.path):/tests", "--"] + compare)
         #expect(plain.stdout == "MATCH\n")

@@ -23,6 +23,9 @@ public struct AuditEvent: Sendable, Equatable {
         /// State shared by every task of a benchmark (a database cluster's roles or settings)
         /// changed during a run (`name` is what kind of state); the run's scores are void.
         case sharedStateChanged = "shared_state_changed"
+        /// A symbolic link agent.py left in /app that leads out of it (`name` is `/app/PATH ->
+        /// TARGET`), removed before the verifier started.
+        case plantedLink = "planted_link"
     }
 
     public var time: String
