@@ -1,0 +1,116 @@
+// Links agent.py left in /app that lead out of it.
+//
+// A link `/app/out.txt -> /tests/expected.txt` makes a test that compares the two compare the
+// answer key with itself. The verifier's /app used to be mounted `nosymfollow`, but that covers
+// only path walks on that mount: `cp -a /app /tmp/w`, an untarred archive or `git clone /app`
+// recreate the link on the verifier's own /tmp, where it is followed, and `realpath` hands the
+// target back to open directly (issue 75). And it broke honest work: a venv a test script makes
+// in /app has a linked `bin/python3`. So once the agent's sandboxes are gone and before the
+// verifier starts, the supervisor resolves every link under /app as the kernel would from where
+// it stands (links inside /app followed, `..` included, at most 40 of them) and removes each one
+// whose path leaves /app for anything but the host's read-only system directories (/usr, /etc,
+// ...), recording it against agent.py. Links that stay inside /app (a venv's `python ->
+// python3`) or lead into the system (`python3 -> /usr/bin/python3`) are kept. A link recreated
+// from an archive or a git object the test itself unpacks is not seen here (docs/benchmarks.md).
+
+import Glibc
+import SupervisorIO
+
+enum PlantedLinks {
+    /// The verifier's read-only system directories: the host's own files in both sandboxes.
+    static let systemDirectories: [[UInt8]] = ["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc"].map { Array($0.utf8) }
+    static let hopLimit = 40
+    static let entryLimit = 1_000_000
+    static let depthLimit = 128
+
+    /// Removes every link under `app` (the working copy, `/app` in the verifier) whose path
+    /// leads out of it; returns each as `/app/PATH -> TARGET`, or why /app could not be checked
+    /// (then the task is not graded).
+    static func sweep(app: Int32) -> Result<[String], BenchmarkError> {
+        let links: [LinkWalk.Link]
+        do throws(IOFailure) {
+            links = try LinkWalk.links(under: app, entryLimit: entryLimit, depthLimit: depthLimit, label: "/app")
+        } catch {
+            return .failure(BenchmarkError(error))
+        }
+        // Judged on the tree as the agent left it, then removed: a link through a removed one
+        // is judged on where it led.
+        let leaving = links.filter { leavesApp(from: Array($0.path.dropLast()), target: $0.target) { LinkWalk.entry(under: app, $0) } }
+        var removed: [String] = []
+        for link in leaving {
+            let shown = "/app/" + link.path.map { String(decoding: $0, as: UTF8.self) }.joined(separator: "/") + " -> " + String(decoding: link.target, as: UTF8.self)
+            if let e = LinkWalk.removeLink(under: app, link.path), e != ENOENT {
+                return .failure(BenchmarkError(.io, "\(shown): cannot remove: \(FileSystem.errorText(e))"))
+            }
+            removed.append(shown)
+        }
+        return .success(removed)
+    }
+
+    /// Whether `target`, a link's target in directory `directory` (components below /app),
+    /// resolves to somewhere outside /app other than the system directories. `lookup` says what
+    /// is at a path below /app.
+    static func leavesApp(from directory: LinkWalk.Components, target: [UInt8], lookup: (LinkWalk.Components) -> LinkWalk.Entry?) -> Bool {
+        var current = directory
+        var pending = components(target)
+        var hops = 0
+        if target.first == UInt8(ascii: "/") {
+            guard let inside = absolute(pending) else { return !isSystem(pending) }
+            (current, pending) = ([], inside)
+        }
+        while !pending.isEmpty {
+            let c = pending.removeFirst()
+            if c.isEmpty || c == [UInt8(ascii: ".")] { continue }
+            if c == [UInt8(ascii: "."), UInt8(ascii: ".")] {
+                // Above /app: out, whatever follows.
+                guard !current.isEmpty else { return true }
+                current.removeLast()
+                continue
+            }
+            current.append(c)
+            switch lookup(current) {
+            case .link(let next)?:
+                hops += 1
+                guard hops <= hopLimit else { return true }
+                current.removeLast()
+                if next.first == UInt8(ascii: "/") {
+                    let rest = components(next) + pending
+                    guard let inside = absolute(rest) else { return !isSystem(rest) }
+                    (current, pending) = ([], inside)
+                } else {
+                    pending = components(next) + pending
+                }
+            case .directory?, .other?:
+                continue
+            case nil:
+                // Nothing there (yet): the rest is read as written.
+                continue
+            }
+        }
+        return false
+    }
+
+    /// An absolute path's components below /app when it names /app (`/app/x` -> `x`), else nil.
+    private static func absolute(_ parts: LinkWalk.Components) -> LinkWalk.Components? {
+        let named = parts.drop { $0.isEmpty || $0 == [UInt8(ascii: ".")] }
+        guard named.first == Array("app".utf8) else { return nil }
+        return Array(named.dropFirst())
+    }
+
+    /// Whether an absolute path, `..` and `.` taken as written (nothing is followed outside
+    /// /app), lies in a system directory.
+    private static func isSystem(_ parts: LinkWalk.Components) -> Bool {
+        var stack: LinkWalk.Components = []
+        for c in parts {
+            if c.isEmpty || c == [UInt8(ascii: ".")] { continue }
+            if c == [UInt8(ascii: "."), UInt8(ascii: ".")] { _ = stack.popLast(); continue }
+            stack.append(c)
+        }
+        guard let first = stack.first else { return false }
+        return systemDirectories.contains(first)
+    }
+
+    private static func components(_ path: [UInt8]) -> LinkWalk.Components {
+        path.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true).map(Array.init)
+    }
+}
