@@ -10,9 +10,11 @@
 // where the kernel allows (`OpenWatch`). Counted as agent code run: a file executed from /app;
 // any file there a compiler, linker, build tool or the dynamic loader opened; a file whose
 // name is code (sources, scripts, bytecode, pickles, build files) opened by any program but
-// those that only read bytes (git, grep, checksums, diff). A flag is a reason to look, not a
-// verdict: the rewards stand. Not seen: code copied out of /app before it runs (the copy runs
-// from the verifier's /tmp), and code read under a name that is not code (`bash /app/run`).
+// those that only read bytes (git, grep, checksums, diff); any file there a shell opened
+// (`bash /app/run`, `source /app/x`, whatever its name: a redirection from one is counted too);
+// a file sed or awk was given as its script (`sed -f /app/fix.sed`: GNU sed's `e` runs
+// commands). A flag is a reason to look, not a verdict: the rewards stand. Not seen: code copied
+// out of /app before it runs (the copy runs from the verifier's /tmp).
 
 import Glibc
 import Sandbox
@@ -38,6 +40,10 @@ enum AgentCodeRuns {
     /// Programs that read a file's bytes and run nothing of it.
     static let dataReaders: Set<String> = ["git", "grep", "egrep", "fgrep", "rg", "sha1sum", "sha256sum", "sha512sum", "md5sum",
                                            "b2sum", "cksum", "wc", "diff", "cmp"]
+    /// Shells: whatever they open of /app they may run (`source`, `bash FILE`).
+    static let shells: Set<String> = ["bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "busybox", "fish"]
+    /// Programs whose `-f FILE` (`--file=FILE`) is a script they run.
+    static let scriptFlagReaders: Set<String> = ["sed", "gsed", "awk", "gawk", "mawk", "nawk", "busybox"]
     /// Lines kept per task.
     static let limit = 20
 
@@ -66,10 +72,25 @@ enum AgentCodeRuns {
     /// when that layer holds it: the agent made or changed it (installed, built, replaced).
     static func counts(_ open: OpenWatch.Open, app: String, upper: String? = nil) -> Bool {
         guard let path = inApp(open.path, app: app) ?? upper.flatMap({ inUpper(open.path, upper: $0) }) else { return false }
-        if open.executed || codeReaders.contains(open.exe) { return true }
+        if open.executed || codeReaders.contains(open.exe) || shells.contains(open.exe) { return true }
+        if scriptFlagReaders.contains(open.exe) && givesScript(open.arguments, path) { return true }
         if dataReaders.contains(open.exe) { return false }
         let name = path[path.index(after: path.lastIndex(of: "/")!)...].lowercased()
         return codeNames.contains(name) || codeSuffixes.contains { name.hasSuffix($0) } || name.contains(".so.")
+    }
+
+    /// Whether `arguments` hand `path` (a file's path, compared by its last component, the
+    /// arguments being relative to the opener's directory) to its program as a script:
+    /// `-f FILE`, `-fFILE`, `--file=FILE`, `--file FILE`, or `-f` last in a cluster (`-nf FILE`).
+    static func givesScript(_ arguments: [String], _ path: String) -> Bool {
+        func same(_ a: String) -> Bool { a.split(separator: "/").last == path.split(separator: "/").last }
+        for (i, a) in arguments.enumerated().dropFirst() {
+            let next = i + 1 < arguments.count ? arguments[i + 1] : nil
+            if a == "--file" || (a.hasPrefix("-") && !a.hasPrefix("--") && a.hasSuffix("f")) { if let next, same(next) { return true } }
+            if a.hasPrefix("--file="), same(String(a.dropFirst(7))) { return true }
+            if a.hasPrefix("-f"), a.count > 2, same(String(a.dropFirst(2))) { return true }
+        }
+        return false
     }
 
     /// One line per file (`/app/...` as the verifier saw it), nil when nothing ran.

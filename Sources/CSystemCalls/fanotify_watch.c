@@ -178,6 +178,13 @@ int ahs_opens_read(int group, struct ahs_open *out, int max) {
                 base = base ? base + 1 : exe;
                 snprintf(o->exe, sizeof o->exe, "%s", base);
             }
+            snprintf(link, sizeof link, "/proc/%d/cmdline", m->pid);
+            int fd = open(link, O_RDONLY | O_CLOEXEC);
+            if (fd >= 0) {
+                ssize_t got = read(fd, o->cmdline, sizeof o->cmdline);
+                o->cmdline_len = got > 0 ? (int)got : 0;
+                close(fd);
+            }
         }
         if (m->fd >= 0) {
             // A permission event's opener waits for this answer; every open is allowed.

@@ -329,6 +329,11 @@ struct AgentCodeRunsTests {
               flagged: ["opened /app/model.pt (python3", "opened /app/m.pkl.gz (python3"]),
         .init(id: "long-path", test: "python3 /app/\(String(repeating: "d", count: 200))/\(String(repeating: "e", count: 200))/\(String(repeating: "f", count: 200))/\(String(repeating: "g", count: 200))/\(String(repeating: "h", count: 200))/\(String(repeating: "i", count: 200))/deep.py",
               flagged: ["opened /app/dddd"]),
+        // Whatever its name: a file a shell runs, a script handed to sed or awk with -f (issue 75).
+        .init(id: "bash-runs-file", test: "bash /app/run", flagged: ["opened /app/run (bash)"]),
+        .init(id: "sed-script", test: "sed -f /app/fix.sed /app/answer.txt >/dev/null", flagged: ["opened /app/fix.sed (sed)"]),
+        .init(id: "awk-script", test: "awk -f /app/calc /app/answer.txt >/dev/null", flagged: ["opened /app/calc ("]),
+        .init(id: "sed-reads-data", test: "test \"$(sed -n 1p /app/answer.txt)\" = 42", flagged: []),
         .init(id: "reads-data", test: "test \"$(cat /app/answer.txt)\" = 42", flagged: []),
         .init(id: "git-reads-code", test: "git -C /app add -A && test \"$(cat /app/answer.txt)\" = 42", flagged: []),
         .init(id: "checksums-code", test: "sha256sum /app/solution.py >/dev/null && grep -q def /app/solution.py", flagged: []),
@@ -344,6 +349,9 @@ struct AgentCodeRunsTests {
                 open("/app/hiding.py", "w").write("import os\\nos.rename('/app/hiding.py', '/app/notes.txt')\\n")
                 open("/app/becomes_git.py", "w").write("import os\\nos.execv('/usr/bin/git', ['git', '--version'])\\n")
                 open("/app/env.sh", "w").write("ANSWER=42\\n")
+                open("/app/run", "w").write("exit 0\\n")
+                open("/app/fix.sed", "w").write("s/4/4/\\n")
+                open("/app/calc", "w").write("{ print }\\n")
                 open("/app/prog", "w").write("#!/bin/bash\\nexit 0\\n")
                 os.chmod("/app/prog", 0o755)
                 open("/app/solution.c", "w").write("int main(void) { return 0; }\\n")

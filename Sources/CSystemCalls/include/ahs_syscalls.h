@@ -193,6 +193,10 @@ struct ahs_open {
     char path[4096];
     /// The opener's executable's last path component ("" when unknown).
     char exe[64];
+    /// The opener's command line, its arguments NUL-separated (at most the first 1 KiB;
+    /// `cmdline_len` bytes), read while the opener waits where the kernel holds it.
+    char cmdline[1024];
+    int cmdline_len;
 };
 /// A fanotify group (non-blocking, close-on-exec) reporting every open and execution of a
 /// file (never a directory) on the file system that holds `dir`. Where the kernel allows,

@@ -18,6 +18,15 @@ public final class OpenWatch: @unchecked Sendable {
         public var executed: Bool
         /// The opener's executable's name ("" when it was gone).
         public var exe: String
+        /// The opener's arguments (the first 1 KiB of its command line; empty when it was gone).
+        public var arguments: [String] = []
+
+        public init(path: String, executed: Bool, exe: String, arguments: [String] = []) {
+            self.path = path
+            self.executed = executed
+            self.exe = exe
+            self.arguments = arguments
+        }
     }
 
     /// What the watch saw, once stopped.
@@ -112,7 +121,11 @@ public final class OpenWatch: @unchecked Sendable {
         if e.mask & Self.overflow != 0 { seen.overflowed = true; return }
         let path = withUnsafeBytes(of: &e.path) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
         let exe = withUnsafeBytes(of: &e.exe) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-        let open = Open(path: path, executed: e.mask & Self.executed != 0, exe: exe)
+        let count = Int(max(0, min(e.cmdline_len, Int32(MemoryLayout.size(ofValue: e.cmdline)))))
+        let arguments = withUnsafeBytes(of: &e.cmdline) { raw in
+            raw.prefix(count).split(separator: 0, omittingEmptySubsequences: false).map { String(decoding: $0, as: UTF8.self) }
+        }
+        let open = Open(path: path, executed: e.mask & Self.executed != 0, exe: exe, arguments: arguments)
         guard keep(open) else { return }
         let key = (open.executed ? "x:" : "r:") + path
         guard keys.insert(key).inserted else { return }
