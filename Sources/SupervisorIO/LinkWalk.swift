@@ -89,3 +89,43 @@ public enum LinkWalk {
         return target[0..<len].map { UInt8(bitPattern: $0) }
     }
 }
+
+/// What a scorer must not meet in a runner's output: anything but files and directories.
+public enum IrregularFiles {
+    static let entryLimit = 1_000_000
+    static let depthLimit = 128
+
+    /// Removes every FIFO, socket, device node and symbolic link under `path` (following no
+    /// link, descending into no link); returns each removed one's path below `path`.
+    public static func remove(under path: String) throws(IOFailure) -> [String] {
+        let root = FileSystem.openDirectory(path)
+        guard root >= 0 else {
+            if errno == ENOENT { return [] }
+            throw IOFailure("cannot open", path, errno: errno)
+        }
+        defer { close(root) }
+        var removed: [String] = []
+        var seen = 0
+        func walk(_ d: Int32, _ prefix: String, depth: Int) throws(IOFailure) {
+            guard depth < depthLimit else { throw IOFailure("cannot check", path + prefix, reason: "deeper than \(depthLimit) levels") }
+            guard let names = FileSystem.entries(of: d) else { throw IOFailure("cannot list", path + prefix, errno: errno) }
+            seen += names.count
+            guard seen <= entryLimit else { throw IOFailure("cannot check", path, reason: "more than \(entryLimit) entries") }
+            for n in names {
+                guard let st = FileSystem.entryStatus(at: d, n) else { continue }
+                let shown = prefix + "/" + FileSystem.display(n)
+                if FileSystem.isDirectory(st) {
+                    let sub = FileSystem.openDirectory(at: d, n)
+                    guard sub >= 0 else { throw IOFailure("cannot open", path + shown, errno: errno) }
+                    defer { close(sub) }
+                    try walk(sub, shown, depth: depth + 1)
+                } else if !FileSystem.isRegular(st) {
+                    guard unlinkat(d, n, 0) == 0 || errno == ENOENT else { throw IOFailure("cannot remove", path + shown, errno: errno) }
+                    removed.append(String(shown.dropFirst()))
+                }
+            }
+        }
+        try walk(root, "", depth: 0)
+        return removed
+    }
+}

@@ -656,6 +656,53 @@ struct VerifierIntegrityTests {
         withExtendedLifetime(goldDir) {}
     }
 
+    @Test("a FIFO the runner leaves where the scorer reads is removed before the scorer starts (recorded against agent.py), and a scorer that hangs ends at its own time limit, not the runner's day")
+    func scorerNotStalled() throws {
+        try requireRoot()
+        let (exp, _, goldDir) = try CommandCorpus.make(scorer: true)
+        defer { exp.removeScratch() }
+        try exp.set("timeout", "86400", in: "runner")
+        let p = try exp.run(["prepare"], environment: [:])
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        let split = try exp.split()
+        // The runner's answers file replaced at exit by a FIFO nobody writes: a scorer that
+        // opens it would wait for ever.
+        try exp.setAgent("""
+            import atexit, os
+            def swap():
+                try:
+                    os.unlink("/work/out/answers.json")
+                except OSError:
+                    pass
+                os.mkfifo("/work/out/answers.json")
+            atexit.register(swap)
+            print("attempted fifo")
+            class HarnessAgent:
+                def run(self, instruction):
+                    return "?"
+            """)
+        let start = Date()
+        let b = try exp.run(["benchmark"], environment: [:])
+        #expect(b.status == 0 && Date().timeIntervalSince(start) < 300, "\(b.stdout)\(b.stderr)")
+        let rewards = try exp.trainResults()
+        for id in split.train { #expect(rewards[id] as? Double == 0.0, "\(id): \(rewards[id] ?? "nil")") }
+        let violations = try exp.rows("violation")
+        #expect(violations.contains { ($0["kind"] as? String) == "irregular_file" && ($0["actor"] as? String ?? "").hasPrefix("agent.py")
+            && ($0["detail"] as? String ?? "").contains("answers.json") }, "\(violations)")
+
+        // A scorer that hangs: killed at runner.scorer_timeout.
+        let path = exp.root + "/experiment_config.yaml"
+        var text = try String(contentsOfFile: path, encoding: .utf8)
+        text = text.replacingOccurrences(of: "\n  scorer: [python3, ", with: "\n  scorer_timeout: 5\n  scorer: [bash, -c, 'sleep 600', x, python3, ")
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        try exp.setAgent("class HarnessAgent:\n    def run(self, instruction):\n        return '?'\n")
+        let hung = Date()
+        let h = try exp.run(["benchmark"], environment: [:])
+        #expect(Date().timeIntervalSince(hung) < 120, "\(h.stdout)\(h.stderr)")
+        #expect((h.stdout + h.stderr).contains("scorer timed out"), "\(h.stdout)\(h.stderr)")
+        withExtendedLifetime(goldDir) {}
+    }
+
     @Test("command without runner.scorer: the command's own rewards are shown as unverified in status, the gate's answer and the report; there the rewards the runner forges count")
     func commandUnverified() throws {
         try requireRoot()

@@ -41,6 +41,8 @@ public struct ToolSettings: Sendable, Equatable {
     public var timeout: Double?
     public var runnerPolicy = "benchmark-runner"
     public var scorerPolicy = "benchmark-scorer"
+    /// Seconds a scorer (a sandbox reading the runner's output) may take: its own limit.
+    public var scorerTimeout: Double = 3600
 
     public init(command: [String]) { self.command = command }
 }
@@ -245,6 +247,21 @@ final class ToolRun {
         if p.network.mode == .proxy { p.network.allow = settings.networkAllow }
         var ov = PlanOverrides()
         ov.timeoutSeconds = settings.timeout
+        if let run = inv.runDirectory, run == scratch.path + "/app" {
+            // A scorer of the runner's output: its own time limit, and nothing in the runner's output that is not a
+            // file or a directory (a FIFO it would block on for ever, a device, a socket, a
+            // link), each removed and recorded against agent.py, whose runner wrote it.
+            ov.timeoutSeconds = settings.scorerTimeout
+            do throws(IOFailure) {
+                for entry in try IrregularFiles.remove(under: run) {
+                    var event = AuditEvent(sandbox: "supervisor", kind: .irregularFile, name: entry, action: "removed")
+                    event.detail = "not a file or a directory in the runner's output, removed before \(inv.label) started"
+                    context.audit.record(event)
+                }
+            } catch {
+                return fail("\(inv.label): the runner's output: \(error)")
+            }
+        }
         for b in settings.binds { ov.mounts.append(MountSpec(kind: .readOnly(source: b), destination: b)) }
         ov.mounts += inv.extraMounts
         var passed = settings.envPass

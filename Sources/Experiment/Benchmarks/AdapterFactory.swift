@@ -40,6 +40,7 @@ extension ExperimentConfig {
         t.timeout = runner.timeout
         t.runnerPolicy = runner.policy
         t.scorerPolicy = runner.scorerPolicy
+        if let x = runner.scorerTimeout { t.scorerTimeout = x }
         return t
     }
 

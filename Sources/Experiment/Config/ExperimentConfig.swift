@@ -183,6 +183,9 @@ public struct ExperimentConfig: Sendable, Equatable {
         /// Host paths bound read-only in the scorer's sandbox alone (the answers it checks
         /// against), never in the runner's.
         public var scorerBinds: [String] = []
+        /// Seconds a scorer may take (its own limit, not the runner's: a FIFO or a huge file
+        /// a runner left must not hold a gate for the runner's whole day).
+        public var scorerTimeout: Double?
         /// Where autoharness's helper scripts for the tool are (tau2: run and re-score).
         public var scripts: String?
         public init() {}

@@ -63,7 +63,7 @@ extension ExperimentConfig {
                 for t in c.tasks ?? [] where !BenchmarkTask.isValidID(t) { r.error(v, "tasks: '\(t)' is not a valid task id (letters, digits, '.', '_', '-')") }
             case "tasks_file": c.tasksFile = r.string(v, key)
             case "runner":
-                r.mapping(v, key, allowed: ["command", "binds", "env_pass", "network", "timeout", "policy", "scorer_policy", "scripts", "scorer", "scorer_binds"]) { k, v in
+                r.mapping(v, key, allowed: ["command", "binds", "env_pass", "network", "timeout", "policy", "scorer_policy", "scripts", "scorer", "scorer_binds", "scorer_timeout"]) { k, v in
                     let name = "runner.\(k)"
                     switch k {
                     case "scorer": c.runner.scorer = r.strings(v, name)
@@ -72,6 +72,7 @@ extension ExperimentConfig {
                         for b in c.runner.scorerBinds where !b.hasPrefix("/") { r.error(v, "\(name): '\(b)' must be an absolute path") }
                     case "scripts": c.runner.scripts = r.absolutePath(v, name)
                     case "scorer_policy": if let s = r.string(v, name) { c.runner.scorerPolicy = s }
+                    case "scorer_timeout": if let x = r.number(v, name, 1...Limits.maxTimeoutSeconds) { c.runner.scorerTimeout = x }
                     default: Self.tool(r, k, v, section: "runner", into: &c.runner)
                     }
                 }

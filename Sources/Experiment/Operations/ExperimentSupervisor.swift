@@ -248,7 +248,7 @@ public final class ExperimentSupervisor {
         // Connections the allowlist let through (a runner's model API) are not violations.
         for e in audit.events where e.isViolation {
             // A refused syscall and a voided reward name what (the call, the reward file's path).
-            let named: Set<AuditEvent.Kind> = [.syscall, .rewardTampering, .sharedStateChanged, .plantedLink]
+            let named: Set<AuditEvent.Kind> = [.syscall, .rewardTampering, .sharedStateChanged, .plantedLink, .irregularFile]
             var key = named.contains(e.countedKind) ? "\(e.countedKind.rawValue) \(e.name)" : e.countedKind.rawValue
             // A refused connection names where it went (the first 20 destinations; a flood
             // of distinct ones is folded into one row).
@@ -264,7 +264,7 @@ public final class ExperimentSupervisor {
             if counts[key] == nil { order.append(key) }
             counts[key, default: 0] += e.count ?? 1
         }
-        let named = ["syscall", "egress", AuditEvent.Kind.rewardTampering.rawValue, AuditEvent.Kind.sharedStateChanged.rawValue, AuditEvent.Kind.plantedLink.rawValue]
+        let named = ["syscall", "egress", AuditEvent.Kind.rewardTampering.rawValue, AuditEvent.Kind.sharedStateChanged.rawValue, AuditEvent.Kind.plantedLink.rawValue, AuditEvent.Kind.irregularFile.rawValue]
         return order.map { key in
             (.violation, ViolationRecord(actor: actor, kind: named.first { key.hasPrefix($0) } ?? key,
                                          detail: "\(key) ×\(counts[key]!)", heldOut: heldOut ? true : nil, count: counts[key]!))

@@ -26,6 +26,9 @@ public struct AuditEvent: Sendable, Equatable {
         /// A symbolic link agent.py left in /app that leads out of it (`name` is `/app/PATH ->
         /// TARGET`), removed before the verifier started.
         case plantedLink = "planted_link"
+        /// A FIFO, socket, device or link a runner left in its output (`name` is its path
+        /// there), removed before the scorer started.
+        case irregularFile = "irregular_file"
     }
 
     public var time: String
