@@ -32,6 +32,17 @@ extension TaskRunner {
         var problemStatus = TaskStatus.agentCrashed
     }
 
+    /// A verifier's timeout or memory kill while it ran agent code (the flag: code from /app,
+    /// or the agent phase's processes beside it) is recorded against agent.py too: what it
+    /// left may have caused it (an import that spins, a server that never answers), and a
+    /// benchmark's fault is not agent.py's.
+    func blameAgent(_ run: TaskExecution, _ kind: AuditEvent.Kind, sandbox: String, _ what: String) {
+        guard let code = run.agentCode, !code.isEmpty else { return }
+        var event = AuditEvent(sandbox: sandbox, kind: kind, name: "verifier", action: "kill")
+        event.detail = "\(what) while running agent.py's code: \(code.prefix(2).joined(separator: "; "))"
+        configuration.audit.record(event)
+    }
+
     /// Steps 3 and 4; `survivors`: what the agent phase on an image left running.
     func verifyAndScore(_ run: inout TaskExecution, _ step: VerifierStep, survivors: Survivors? = nil) {
         let (task, scratch, image, appOwner, verifierTimeout) = (step.task, step.scratch, step.image, step.appOwner, step.timeout)
@@ -159,8 +170,10 @@ extension TaskRunner {
             case .exited(let code):
                 verifierExit = code
             case .signaled(let signal):
+                if r.memoryLimitHit { blameAgent(run, .memoryLimit, sandbox: r.sandboxID, "the verifier hit its memory limit") }
                 return run.finish(.verifierCrashed, "verifier killed by signal \(signal)\(r.memoryLimitHit ? " (memory limit)" : "")")
             case .timedOut:
+                blameAgent(run, .timeout, sandbox: r.sandboxID, "the verifier timed out")
                 return run.finish(.verifierTimeout, "verifier timed out after \(Self.seconds(verifierTimeout))")
             case .setupFailed(let message, _):
                 return run.finish(.setupFailed, "verifier sandbox setup: \(message)")

@@ -385,6 +385,34 @@ struct AgentCodeRunsTests {
         #expect(seen.opens.contains { $0.path == dir + "/x.py" && $0.exe.hasPrefix("python3") }, "\(seen.opens)")
     }
 
+    @Test("a verifier that times out while running agent code is recorded against agent.py too; one that times out on its own is not")
+    func timeoutBlamed() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        for (id, test) in [("spins", "python3 /app/spin.py"), ("own", "sleep 30")] {
+            try dir.file("tasks/\(id)/instruction.md", "Answer 42.\n")
+            try dir.file("tasks/\(id)/task.toml", "[verifier]\ntimeout_sec = 3.0\n")
+            try dir.file("tasks/\(id)/tests/test.sh", "#!/bin/bash\n\(test)\necho 1 > /logs/verifier/reward.txt\n", mode: 0o755)
+        }
+        let bench = try LocalBenchmark(directory: dir.path)
+        let audit = AuditLog()
+        let h = try Harness(agent: """
+            class HarnessAgent:
+                def run(self, instruction, workdir):
+                    open("/app/spin.py", "w").write("while True:\\n    pass\\n")
+            """, configure: {
+                $0.audit = audit
+                $0.verifierAudit = AuditLog()  // the verifier's own events (its timeout) go there
+            })
+        let spins = h.run(try #require(bench.task("spins")))
+        #expect(spins.status == .verifierTimeout, "\(spins.status) \(spins.detail ?? "")")
+        #expect(audit.events.contains { $0.kind == .timeout && $0.name == "verifier" && ($0.detail ?? "").contains("/app/spin.py") }, "\(audit.events)")
+        let before = audit.events.count
+        let own = h.run(try #require(bench.task("own")))
+        #expect(own.status == .verifierTimeout, "\(own.status)")
+        #expect(audit.events.count == before, "\(audit.events)")
+    }
+
     @Test("the flag lists what the verifier executed or imported from /app, with the program; data reads and git's reads are not flagged", arguments: cases)
     func flagged(_ c: Case) throws {
         try requireRoot()
