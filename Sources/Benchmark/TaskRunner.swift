@@ -251,6 +251,16 @@ public final class TaskRunner: Sendable {
                                 appOwner: image?.owner ?? (taskPolicy.identity.hostUID, taskPolicy.identity.hostGID),
                                 policy: verifierPolicy, overrides: verifierOverrides, audit: verifierAudit, timeout: verifierTimeout,
                                 ahead: ahead, rewardWatch: rewardWatch)
+        if let image, !configuration.agentNetworkAllow.isEmpty {
+            let names = VerifierPackages.requested(in: task.testsDirectory + "/test.sh")
+            if !names.isEmpty {
+                var o = PlanOverrides()
+                o.timeoutSeconds = VerifierPackages.timeout
+                image.apply(to: &o, root: imageRoot, policy: taskPolicy, verifier: false)
+                o.network = NetworkSpec(mode: .proxy, allow: configuration.agentNetworkAllow)
+                step.packages = (names, taskPolicy, o)
+            }
+        }
         if let external = configuration.externalAgent, !configuration.oracle {
             if let image {
                 // The tool's commands run in the task's container, on its image (TaskContainer.swift).

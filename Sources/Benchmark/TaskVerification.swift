@@ -30,6 +30,9 @@ extension TaskRunner {
         /// a reward below the pass threshold then takes.
         var agentProblem: String?
         var problemStatus = TaskStatus.agentCrashed
+        /// On an image with package mirrors: what the test script installs with apt-get, and
+        /// the agent phase's policy and overrides its install runs under (`VerifierPackages`).
+        var packages: (names: [String], policy: Policy, overrides: PlanOverrides)?
     }
 
     /// A verifier's timeout or memory kill while it ran agent code (the flag: code from /app,
@@ -114,6 +117,25 @@ extension TaskRunner {
         case .success: break
         }
 
+        // The packages the test script installs, by the image's apt-get, before it starts.
+        var installed: String?
+        if let (names, policy, given) = step.packages {
+            var o = given
+            o.imageRoot = root
+            let stdin = PayloadInput.empty()
+            guard stdin >= 0 else { return run.finish(.setupFailed, "the package install's stdin: \(FileSystem.errorText())") }
+            let r = sandbox(policy, VerifierPackages.command(names), o, stdin: stdin, stdout: "packages.stdout", stderr: "packages.stderr",
+                            scratch: scratch, audit: step.audit)
+            let how: String
+            switch r.result {
+            case .success(let s) where s.termination == .exited(0): how = "installed"
+            case .success(let s): how = "failed (\(s.termination))"
+            case .failure(let f): how = "failed (\(f.message))"
+            }
+            installed = "the image's apt-get (the agent's to have changed) ran before the verifier for the packages its test script installs: \(names.joined(separator: " ")): \(how)"
+            run.note(installed!)
+        }
+
         // Which agent code the verifier runs (`AgentCodeRuns`), watched from here to its end; on
         // an image, anything of the agent's upper layer too, and its configuration is hidden.
         let codeWatch: OpenWatch?
@@ -147,6 +169,7 @@ extension TaskRunner {
         }
         run.verifierSeconds = verifier.seconds
         if let codeWatch { run.agentCode = AgentCodeRuns.lines(codeWatch.stop(), app: appPath) }
+        if let installed { run.agentCode = [installed] + (run.agentCode ?? []) }
         if let survivors, let (r, _) = relay {
             // Flagged like agent code the verifier ran: the tests could talk to the agent's processes.
             let reached = r.stop().map { "\($0.0) (\($0.1) connection\($0.1 == 1 ? "" : "s"))" }

@@ -126,6 +126,71 @@ import TestSupport
         #expect(egress.contains { $0.name == "127.0.0.1:\(closed)" && $0.action == "denied" && ($0.detail ?? "").contains("not on the allowlist") }, "\(egress)")
     }
 
+    @Test("a test script's apt-get install on a task's image: the image's apt-get installs it from the mirror before the verifier starts (flagged), the toolbox's apt-get then finds it installed; without a mirror it is not there and the task scores 0")
+    func verifierInstallsPackages() throws {
+        try TaskImageTests.requireImageHost()
+        let dir = NSTemporaryDirectory() + "ah-vpkg-" + UUID().uuidString.prefix(8).lowercased()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try Self.makeRepository(dir)
+        let port = try Self.freePort()
+        let server = Process()
+        server.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        server.arguments = ["-m", "http.server", String(port), "--bind", "127.0.0.1", "--directory", dir + "/repo"]
+        server.standardOutput = FileHandle.nullDevice
+        server.standardError = FileHandle.nullDevice
+        try server.run()
+        defer { kill(server.processIdentifier, SIGKILL); server.waitUntilExit() }
+
+        let t = dir + "/tasks/pkg"
+        try TaskImageTests.makeTaskDirectories(t)
+        try "Nothing to do.\n".write(toFile: t + "/instruction.md", atomically: true, encoding: .utf8)
+        try """
+            FROM \(TaskImageTests.base)
+            WORKDIR /app
+            RUN rm -f /etc/apt/sources.list /etc/apt/sources.list.d/* && echo "deb [trusted=yes] http://127.0.0.1:\(port) ./" > /etc/apt/sources.list.d/mirror.list
+
+            """.write(toFile: t + "/environment/Dockerfile", atomically: true, encoding: .utf8)
+        try "#!/bin/bash\ntrue\n".write(toFile: t + "/solution/solve.sh", atomically: true, encoding: .utf8)
+        // As Terminal-Bench 2.0's scripts that need a program: apt-get, then use it.
+        try """
+            #!/bin/bash
+            apt-get update
+            apt-get install -y mirror-hello
+            [ "$(cat /usr/share/mirror-hello/greeting)" = "from the mirror" ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt
+
+            """.write(toFile: t + "/tests/test.sh", atomically: true, encoding: .utf8)
+        let task = try #require(try LocalBenchmark(directory: dir).task("pkg"))
+        #expect(VerifierPackages.requested(in: t + "/tests/test.sh") == ["mirror-hello"])
+        let store = TaskImageStore(directory: dir + "/store")
+        try #require(try store.prepare([task], ids: try ImageIDs.range()) { _ in }.isEmpty)
+
+        for mirror in [true, false] {
+            let scratch = try TaskImageTests.scratchRoot()
+            defer { rmdir(scratch) }
+            let audit = AuditLog()
+            var config = TaskRunConfiguration(policyLoader: PolicyLoader(searchPaths: [Built.packageRoot + "/policies"]), agentDirectory: "",
+                                              scratchRoot: scratch, audit: audit)
+            config.oracle = true
+            config.images = store.load([task]).images
+            config.verifierTools = try TaskImageTests.toolbox()
+            if mirror { config.agentNetworkAllow = ["127.0.0.1:\(port)"] }
+            let traces = dir + "/traces-\(mirror)"
+            let outcome = try TaskRunner(configuration: config).run(task, traceDirectory: traces)
+            let log = TaskImageTests.traceLog(traces, ["packages.stdout", "packages.stderr", "verifier.stdout", "verifier.stderr"])
+            if mirror {
+                #expect(outcome.reward == 1, "\(outcome)\n\(log)")
+                #expect(outcome.verifierRanAgentCode?.first?.contains("the image's apt-get") == true
+                        && outcome.verifierRanAgentCode?.first?.contains("mirror-hello: installed") == true, "\(String(describing: outcome.verifierRanAgentCode))")
+                #expect(audit.events.contains { $0.kind == .egress && $0.name == "127.0.0.1:\(port)" && $0.action == "allowed" }, "\(audit.events)")
+                // The toolbox's apt-get read dpkg's status file: no command is named mirror-hello.
+                #expect(log.contains("apt-get install mirror-hello: already provided"), "\(log)")
+            } else {
+                #expect(outcome.reward == 0, "\(outcome)\n\(log)")
+                #expect(log.contains("Unable to locate package mirror-hello"), "\(log)")
+            }
+        }
+    }
+
     @Test("runner.network.allow naming a host the coding agent also reaches is refused, however spelled: a held-out run could leave its task there")
     func sharedHostRefused() throws {
         var config = ExperimentConfig(benchmark: "local", dataset: "/nonexistent")
