@@ -52,6 +52,6 @@ protocol ExternalAgentPhase: Sendable {
     ///     which the tool's sandbox is given in place of the working copy.
     func run(_ task: BenchmarkTask, workdir: String, container: TaskContainerLink?) -> ExternalAgentEnd
 
-    /// How long a task's container may run (the tool's own time limit); nil: the agent's.
-    var containerTimeout: Double? { get }
+    /// How long `task`'s container may run; nil: the agent's own timeout.
+    func containerTimeout(for task: BenchmarkTask) -> Double?
 }

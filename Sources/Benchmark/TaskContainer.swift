@@ -99,8 +99,8 @@ extension TaskRunner {
             MountSpec(kind: .readOnly(source: server), destination: TaskContainerLink.server),
             MountSpec(kind: .readWrite(source: link.socketDirectory), destination: TaskContainerLink.directory),
         ]
-        // The container lasts as long as the tool may (its own time limit bounds the agent).
-        overrides.timeoutSeconds = external.containerTimeout ?? given.timeoutSeconds
+        // The container lasts as long as the tool's agent may, with a margin (`containerTimeout`).
+        overrides.timeoutSeconds = external.containerTimeout(for: task) ?? given.timeoutSeconds
         guard let quit = closeOnExecPipe() else {
             return run.finish(.setupFailed, "task \(task.id): pipe: \(FileSystem.errorText())")
         }

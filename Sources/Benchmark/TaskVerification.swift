@@ -173,6 +173,7 @@ extension TaskRunner {
         if let survivors, let (r, _) = relay {
             // Flagged like agent code the verifier ran: the tests could talk to the agent's processes.
             let reached = r.stop().map { "\($0.0) (\($0.1) connection\($0.1 == 1 ? "" : "s"))" }
+            if r.notRelayed > 0 { run.note("\(r.notRelayed) more port(s) the agent phase's processes listened on were not relayed (at most \(PortRelay.maxListeners))") }
             let kept = "the agent phase's processes ran beside the verifier (\(survivors.programs.joined(separator: ", "))), "
                 + (reached.isEmpty ? "which reached none of them" : "which reached them through the supervisor's relay: \(reached.joined(separator: ", "))")
             run.agentCode = [kept] + (run.agentCode ?? [])

@@ -50,7 +50,7 @@ enum Corpus {
     @discardableResult
     /// `harbor`: a registry-style task.toml (`[task] name`, an array of keywords) that the
     /// local benchmark's task.toml subset refuses.
-    static func tasks(in dir: String, count: Int, harbor: Bool) throws -> [String: String] {
+    static func tasks(in dir: String, count: Int, harbor: Bool, base: String = "ubuntu:24.04") throws -> [String: String] {
         var secrets: [String: String] = [:]
         for k in 1...count {
             let id = "secret-\(k)"
@@ -66,7 +66,7 @@ enum Corpus {
             try "nothing to see\n".write(toFile: t + "/environment/README.txt", atomically: true, encoding: .utf8)
             // An answer key beside the sources that the image never holds (write-compressor's
             // main.rs): neither /app nor Harbor's copy of the task may carry it (answer-keys).
-            try "FROM ubuntu:24.04\nWORKDIR /app\nCOPY README.txt /app/README.txt\n".write(toFile: t + "/environment/Dockerfile", atomically: true, encoding: .utf8)
+            try "FROM \(base)\nWORKDIR /app\nCOPY README.txt /app/README.txt\n".write(toFile: t + "/environment/Dockerfile", atomically: true, encoding: .utf8)
             try "\(secret)\n".write(toFile: t + "/environment/reference_answer.txt", atomically: true, encoding: .utf8)
             try testScript.write(toFile: t + "/tests/test.sh", atomically: true, encoding: .utf8)
             try """
@@ -599,6 +599,21 @@ struct VerifierIntegrityTests {
         let secrets = try Corpus.tasks(in: data.path + "/tasks", count: 4, harbor: false)
         let exp = try Experiment(prepare: false, config: ["min_improvement": "0", "disclosure": "score"], dataset: data.path)
         try Corpus.useVerifierTools(exp)
+        let p = try exp.run("prepare")
+        try #require(p.status == 0 && p.stdout.contains("baseline: 0/4 tasks pass"), "\(p.stdout)\(p.stderr)")
+        try Corpus.attack(exp, agent: Corpus.localAgent, secrets: secrets)
+    }
+
+    @Test("local, each task on its own image (root inside, the image's programs the agent's to change): every cheat of the corpus scores 0, the answer key environment/ holds but the image does not never reaches the task, the oracle passes")
+    func imageCorpus() throws {
+        try TaskImageTests.requireImageHost()
+        let data = try TempDir(mode: 0o755)
+        try FileManager.default.createDirectory(atPath: data.path + "/tasks", withIntermediateDirectories: true)
+        let secrets = try Corpus.tasks(in: data.path + "/tasks", count: 4, harbor: false, base: TaskImageTests.base)
+        let exp = try Experiment(prepare: false, config: ["min_improvement": "0", "disclosure": "score"], dataset: data.path)
+        try Corpus.useVerifierTools(exp)
+        let built = try exp.run("images")
+        try #require(built.status == 0 && built.stdout.contains("images: 4 tasks on their own image"), "\(built.stdout)\(built.stderr)")
         let p = try exp.run("prepare")
         try #require(p.status == 0 && p.stdout.contains("baseline: 0/4 tasks pass"), "\(p.stdout)\(p.stderr)")
         try Corpus.attack(exp, agent: Corpus.localAgent, secrets: secrets)

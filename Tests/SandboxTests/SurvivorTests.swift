@@ -180,6 +180,45 @@ struct SurvivorTests {
         #expect(reached.map(\.0) == ["127.0.0.1:8771", "127.0.0.1:8772", "[::1]:8772", "127.0.0.1:8773", "127.0.0.1:8774"], "\(reached)")
         #expect(reached.allSatisfy { $0.1 == 1 }, "\(reached)")
     }
+
+    @Test("the relay listens on at most PortRelay.maxListeners ports, however many the survivors open (each costs the supervisor a descriptor); the first ones are still relayed")
+    func relayBounded() throws {
+        try requireRoot()
+        let out = try TempDir(mode: 0o777)
+        let server = """
+            import os, socket, time
+            if os.fork() == 0:
+                os.setsid()
+                held = []
+                for port in range(20000, 20300):
+                    s = socket.socket(socket.AF_INET); s.bind(("127.0.0.1", port)); s.listen(1); held.append(s)
+                open("/out/listening", "w").write("yes")
+                while True: time.sleep(10)
+            while not os.path.exists("/out/listening"): time.sleep(0.02)
+            """
+        let client = """
+            import socket
+            s = socket.socket(socket.AF_INET); s.settimeout(5); s.connect(("127.0.0.1", 20000))
+            open("/out/relayed", "w").write("connected")
+            """
+        var counts: (descriptors: Int, notRelayed: Int) = (0, 0)
+        let before = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count
+        let result = try SandboxRunner.run(try Self.plan(server, out: out.path), options: RunOptions()) { survivors in
+            guard let namespace = try? NetworkNamespaces.make() else { return }
+            defer { close(namespace) }
+            guard let relay = try? PortRelay(from: survivors.networkNamespace, into: namespace) else { return }
+            var options = RunOptions()
+            options.networkNamespace = namespace
+            _ = try? SandboxRunner.run(try! Self.plan(client, out: out.path), options: options)
+            counts = ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 0, relay.notRelayed)
+            _ = relay.stop()
+        }
+        #expect(result.termination == .exited(0))
+        #expect(out.read("relayed") == "connected")
+        #expect(counts.notRelayed == 300 - PortRelay.maxListeners, "\(counts)")
+        // Other tests run beside this one: the bound is loose, far below one per port.
+        #expect(counts.descriptors - before < 200, "\(counts.descriptors) descriptors, \(before) before")
+    }
 }
 
 extension TempDir {

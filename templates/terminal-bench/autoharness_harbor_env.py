@@ -72,8 +72,17 @@ class TaskContainer:
         except asyncio.IncompleteReadError:
             raise RuntimeError("the task container's command server closed the connection (it is gone)")
 
+    # A file copy or listing that takes longer has met a server that is stopped or gone.
+    CALL_TIMEOUT = 600
+
     async def call(self, kind: str, body: bytes) -> tuple[str, bytes, bytes]:
         """A request other than exec: the answer's kind, its bytes (chunks joined)."""
+        try:
+            return await asyncio.wait_for(self._call(kind, body), timeout=self.CALL_TIMEOUT)
+        except asyncio.TimeoutError:
+            raise RuntimeError(f"the task container's command server did not answer in {self.CALL_TIMEOUT} s")
+
+    async def _call(self, kind: str, body: bytes) -> tuple[str, bytes, bytes]:
         reader, writer = await self._open(kind, body)
         try:
             data = bytearray()

@@ -47,8 +47,17 @@ final class HarborAgentPhase: ExternalAgentPhase, @unchecked Sendable {
                                     jobs: "/work/out/jobs", trials: 1, ids: [id])
     }
 
-    /// The runner's own time limit (`runner.timeout`) bounds the task's container too.
-    var containerTimeout: Double? { adapter.tool.timeout }
+    /// The task's container lasts the agent's own time limit (the task's `[agent] timeout_sec`,
+    /// or `per_task_timeout`, times `agent_timeout_multiplier`, as Harbor applies it) and
+    /// `containerMargin` for Harbor's setup and copies, never past the runner's: a command that
+    /// stops the container's server (`kill -STOP -1`) must not hold the task for the runner's
+    /// whole day (found by an adversarial review).
+    func containerTimeout(for task: BenchmarkTask) -> Double? {
+        let agent = (adapter.agentTimeout ?? task.agentTimeout) * (adapter.agentTimeoutMultiplier ?? 1)
+        return min(agent + Self.containerMargin, adapter.tool.timeout ?? .infinity)
+    }
+
+    static let containerMargin = 600.0
 
     func run(_ task: BenchmarkTask, workdir: String, container: TaskContainerLink?) -> ExternalAgentEnd {
         let run: ToolRun

@@ -22,7 +22,21 @@ public final class PortRelay: @unchecked Sendable {
     private var listeners: [Endpoint: Int32] = [:]
     private var connections: [Endpoint: Int] = [:]
     private var open: Set<Int32> = []
+    /// Connections being set up or relayed (each holds two descriptors and a thread).
+    private var active = 0
+    /// Endpoints not relayed because `maxListeners` were already.
+    private var refused: Set<Endpoint> = []
     private var wake: (Int32, Int32) = (-1, -1)
+
+    /// At most this many listeners and relayed connections at once: the survivors choose how
+    /// many ports they listen on, and each costs the supervisor a descriptor (an adversarial
+    /// review pinned it at 11 000 with 12 600 ports, and another task's setup failed for want
+    /// of one).
+    public static let maxListeners = 64
+    public static let maxConnections = 256
+
+    /// How many ports the survivors listened on beyond `maxListeners`, not relayed.
+    public var notRelayed: Int { lock.withLock { refused.count } }
 
     /// An address (4 or 16 bytes) and port.
     struct Endpoint: Hashable, Comparable {
@@ -116,9 +130,16 @@ public final class PortRelay: @unchecked Sendable {
 
     /// Listens in `into` for every socket now listening in `from` that has no listener yet.
     private func refresh() {
-        let listening = from.run { PortRelay.listening() } ?? []
+        // Lowest ports first: where more than `maxListeners` are open, the services a test
+        // asks for (80, 8080, 5000) are kept, not an arbitrary slice of the kernel's table.
+        let listening = (from.run { PortRelay.listening() } ?? [])
+            .sorted { $0.port != $1.port ? $0.port < $1.port : $0.address.lexicographicallyPrecedes($1.address) }
         for endpoint in listening {
-            for local in Self.loopbackFor(endpoint) where lock.withLock({ listeners[local] == nil && !stopped }) {
+            for local in Self.loopbackFor(endpoint) where lock.withLock({ listeners[local] == nil && !stopped && !refused.contains(local) }) {
+                guard lock.withLock({ listeners.count < Self.maxListeners }) else {
+                    _ = lock.withLock { refused.insert(local) }
+                    continue
+                }
                 guard let fd = into.run({ PortRelay.listen(local) }), fd >= 0 else { continue }
                 lock.withLock { listeners[local] = fd }
             }
@@ -127,7 +148,13 @@ public final class PortRelay: @unchecked Sendable {
 
     /// One accepted connection, dialled in `from` and copied both ways on a thread of its own.
     private func serve(_ client: Int32, to target: Endpoint) {
+        guard lock.withLock({ () -> Bool in
+            guard active < Self.maxConnections else { return false }
+            active += 1
+            return true
+        }) else { close(client); return }
         let ok = detachedThread { [self] in
+            defer { lock.withLock { active -= 1 } }
             let upstream = from.run { PortRelay.socket(for: target) } ?? -1
             defer { close(client) }
             guard upstream >= 0 else { return }
@@ -147,7 +174,10 @@ public final class PortRelay: @unchecked Sendable {
                 open.remove(upstream)
             }
         }
-        if !ok { close(client) }
+        if !ok {
+            close(client)
+            lock.withLock { active -= 1 }
+        }
     }
 
     /// What a listener on `e` answers for in the other namespace: IPv4's wildcard 127.0.0.1;
