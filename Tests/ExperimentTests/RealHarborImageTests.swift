@@ -42,7 +42,7 @@ struct RealHarborImageTests {
 
     /// Runs its commands through Harbor's environment (exec, upload, download), prints what
     /// the container showed it, and solves the task unless `solves` is false.
-    static func agent(solves: Bool) -> String {
+    static func agent(solves: Bool, mirror: UInt16 = 9) -> String {
         RealHarborTests.harborAgent(preamble: "import os, tempfile", run: """
             r = await environment.exec("echo mark=$TASK_MARK cwd=$(pwd) uid=$(id -u); ls /app 2>&1; test -e answer_key.txt && echo LEAKED || echo no-key; ls /tests /solution 2>&1 | head -2")
             print("probe:", r.return_code, (r.stdout or "").replace(chr(10), " "))
@@ -59,6 +59,9 @@ struct RealHarborImageTests {
             await environment.exec("setsid python3 -m http.server 80 --bind 0.0.0.0 --directory /srv/work > /dev/null 2>&1 < /dev/null &")
             w = await environment.exec("for i in $(seq 100); do python3 -c 'import socket; socket.create_connection((\\"127.0.0.1\\", 80))' 2>/dev/null && exit 0; sleep 0.1; done; exit 1")
             print("server:", w.return_code)
+            # A package mirror (task_network_allow), through the egress proxy: the only route out.
+            m = await environment.exec("unset no_proxy NO_PROXY; python3 -c 'import urllib.request; print(\\"mirror:\\", urllib.request.urlopen(\\"http://127.0.0.1:\(mirror)/mirror.txt\\", timeout=10).read().decode().strip())' 2>&1 | tail -1")
+            print("fetched", (m.stdout or "").strip())
             try:
                 await environment.exec("sleep 30", timeout_sec=1)
                 print("timeout: none")
@@ -96,7 +99,24 @@ struct RealHarborImageTests {
         try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
         #expect(p.stdout.contains("baseline: 0/3 tasks pass"), "\(p.stdout)\(p.stderr)")
 
-        try exp.setAgent(Self.agent(solves: true))
+        // The tasks' containers reach a mirror on this host's loopback (task_network_allow).
+        let served = try TempDir(mode: 0o755)
+        try "from the host mirror\n".write(toFile: served.path + "/mirror.txt", atomically: true, encoding: .utf8)
+        let port = try ImageMirrorTests.freePort()
+        let server = Process()
+        server.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        server.arguments = ["-m", "http.server", String(port), "--bind", "127.0.0.1", "--directory", served.path]
+        server.standardOutput = FileHandle.nullDevice
+        server.standardError = FileHandle.nullDevice
+        try server.run()
+        defer { kill(server.processIdentifier, SIGKILL); server.waitUntilExit() }
+        let path = exp.root + "/experiment_config.yaml"
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        try #require(text.contains("# task_network_allow: [deb.debian.org:80]"), "\(text)")
+        try text.replacingOccurrences(of: "# task_network_allow: [deb.debian.org:80]", with: "task_network_allow: [\"127.0.0.1:\(port)\"]")
+            .write(toFile: path, atomically: true, encoding: .utf8)
+
+        try exp.setAgent(Self.agent(solves: true, mirror: port))
         let b = try exp.run(["benchmark"], environment: [:])
         let train = try exp.split().train
         #expect(b.status == 0 && b.stdout.contains("train: \(train.count)/\(train.count) passed"), "\(b.stdout)\(b.stderr)")
@@ -110,6 +130,7 @@ struct RealHarborImageTests {
             #expect(trace.contains("roundtrip: uploaded"), "\(id): \(trace)")
             #expect(trace.contains("server: 0"), "\(id): \(trace)")
             #expect(trace.contains("timeout: Command timed out after 1 seconds"), "\(id): \(trace)")
+            #expect(trace.contains("fetched mirror: from the host mirror"), "\(id): \(trace)")
             // The verifier reached the server the agent left running, in the image's WORKDIR.
             let result = try #require(exp.traceFile(traceName(id), "result.json"))
             #expect(result.contains("relay"), "\(id): \(result)")
