@@ -158,8 +158,11 @@ struct InferenceGateRunTests {
         def send(o, a, instruction):
             text = prompt(instruction)
             r1 = o.chat.completions.create(model="gpt-fake", messages=[{"role": "user", "content": text}], prompt_cache_key="k")
+            # The breakpoint nested in a document's own content blocks (a red team's: the gate
+            # once removed only those at the levels it listed).
             r2 = a.messages.create(model="claude-fake", max_tokens=10, messages=[{"role": "user", "content": [
-                {"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]}])
+                {"type": "document", "source": {"type": "content", "content": [
+                    {"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]}}]}])
             return r1.usage.prompt_tokens_details.cached_tokens, r2.usage.cache_read_input_tokens
 
         class HarnessAgent:

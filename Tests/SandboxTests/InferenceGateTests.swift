@@ -91,6 +91,18 @@ struct InferenceRulesTests {
         let train = try #require(forwarded(judge("/v1/messages", anthropic)))
         #expect(train.0.components(separatedBy: "cache_control").count - 1 == 8 && train.1.isEmpty, "\(train)")
 
+        // Breakpoints nested deeper than the blocks the API documents them on: a document's
+        // own content, a tool result's search result's content, and deeper still.
+        let nested = """
+            {"model":"c","max_tokens":5,"messages":[{"role":"user","content":[
+              {"type":"document","source":{"type":"content","content":[{"type":"text","text":"d","cache_control":{"type":"ephemeral"}}]}},
+              {"type":"tool_result","tool_use_id":"x","content":[{"type":"search_result","source":"s","title":"t",
+                "content":[{"type":"text","text":"r","cache_control":{"type":"ephemeral"}}]}]},
+              {"type":"text","text":"q","extra":{"deeper":[{"cache_control":{"type":"ephemeral"}}]}}]}]}
+            """
+        let heldNested = try #require(forwarded(InferenceRules.judge(method: "POST", target: "/v1/messages", body: Array(nested.utf8), heldOut: true)))
+        #expect(!heldNested.0.contains("cache_control") && heldNested.1.contains("3 prompt-cache request(s) removed (held-out run)"), "\(heldNested)")
+
         let chat = #"{"model":"g","messages":[{"role":"user","content":"a"}],"prompt_cache_key":"k","prompt_cache_retention":"24h"}"#
         let heldChat = try #require(forwarded(InferenceRules.judge(method: "POST", target: "/v1/chat/completions", body: Array(chat.utf8), heldOut: true)))
         #expect(!heldChat.0.contains("prompt_cache") && heldChat.1 == ["2 prompt-cache request(s) removed (held-out run)"], "\(heldChat)")

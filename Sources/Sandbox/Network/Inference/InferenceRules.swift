@@ -126,10 +126,12 @@ enum InferenceRules {
     }
 
     /// `body` without what asks the vendor to cache a prompt, and how many were removed:
-    /// Anthropic's `cache_control` at every place the Messages API reads one (the request's
-    /// own, each tool, each system block, each content block of each message and of each
-    /// tool result in them; never inside a tool's schema or a tool call's input, which are
-    /// the caller's); OpenAI's `prompt_cache_key` and `prompt_cache_retention`.
+    /// Anthropic's `cache_control` wherever it stands, at any depth (the request's own, each
+    /// tool, each system block, each content block, and blocks nested in those: a
+    /// `tool_result`'s `search_result` content, a `document` source's content; the SDK's types
+    /// accept a breakpoint there and the vendor honours it, found by a red team), never inside
+    /// a tool's schema, a tool call's input or the request's metadata and output format, which
+    /// are the caller's; OpenAI's `prompt_cache_key` and `prompt_cache_retention`.
     static func withoutCacheRequests(_ body: StrictJSON, _ endpoint: Endpoint) -> (StrictJSON, Int) {
         var removed = 0
         func drop(_ keys: Set<String>, from value: StrictJSON) -> StrictJSON {
@@ -138,29 +140,28 @@ enum InferenceRules {
             removed += members.count - kept.count
             return .object(kept)
         }
-        func map(_ value: StrictJSON?, _ f: (StrictJSON) -> StrictJSON) -> StrictJSON? {
-            guard case .array(let items)? = value else { return nil }
-            return .array(items.map(f))
+        /// Every `cache_control` below `value`, but in what the caller owns.
+        func strip(_ value: StrictJSON, top: Bool) -> StrictJSON {
+            switch value {
+            case .array(let items):
+                return .array(items.map { strip($0, top: false) })
+            case .object(let members):
+                let call = value["type"] == .string("tool_use") || value["type"] == .string("server_tool_use")
+                var out: [StrictJSON.Member] = []
+                for m in members {
+                    if m.key == "cache_control" { removed += 1; continue }
+                    let callers = m.key == "input_schema" || (call && m.key == "input")
+                        || (top && ["metadata", "output_format", "response_format", "tool_choice"].contains(m.key))
+                    out.append(callers ? m : StrictJSON.Member(key: m.key, value: strip(m.value, top: false)))
+                }
+                return .object(out)
+            default:
+                return value
+            }
         }
         switch endpoint {
         case .anthropicMessages, .anthropicCountTokens:
-            let cache: Set<String> = ["cache_control"]
-            func block(_ b: StrictJSON) -> StrictJSON {
-                var out = drop(cache, from: b)
-                // A tool result's own content blocks.
-                if let inner = map(b["content"], { drop(cache, from: $0) }) { out = out.setting("content", to: inner) }
-                return out
-            }
-            var out = drop(cache, from: body)
-            if let tools = map(body["tools"], { drop(cache, from: $0) }) { out = out.setting("tools", to: tools) }
-            if let system = map(body["system"], block) { out = out.setting("system", to: system) }
-            if let messages = map(body["messages"], { m in
-                guard let content = map(m["content"], block) else { return drop(cache, from: m) }
-                return drop(cache, from: m).setting("content", to: content)
-            }) {
-                out = out.setting("messages", to: messages)
-            }
-            return (out, removed)
+            return (strip(body, top: true), removed)
         case .openAIResponses, .openAIChat, .openAICompletions, .openAIEmbeddings:
             return (drop(["prompt_cache_key", "prompt_cache_retention"], from: body), removed)
         case .openAIModerations:

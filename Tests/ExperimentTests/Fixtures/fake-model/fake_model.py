@@ -239,11 +239,26 @@ class Handler(BaseHTTPRequestHandler):
         for m in req.get("messages") or []:
             if isinstance(m.get("content"), list):
                 blocks += m["content"]
-        last = max((i for i, b in enumerate(blocks) if isinstance(b, dict) and "cache_control" in b), default=None)
+        # A breakpoint anywhere in a block counts, however deep (a document's or a search
+        # result's content blocks), as the vendor honours it; the cached prefix is the blocks'
+        # content without the breakpoints themselves.
+        def breakpoint_in(v):
+            if isinstance(v, dict):
+                if "cache_control" in v:
+                    return True
+                return any(breakpoint_in(x) for k, x in v.items() if not (k == "input" and v.get("type") in ("tool_use", "server_tool_use")))
+            return isinstance(v, list) and any(breakpoint_in(x) for x in v)
+
+        def without(v):
+            if isinstance(v, dict):
+                return {k: without(x) for k, x in v.items() if k != "cache_control"}
+            return [without(x) for x in v] if isinstance(v, list) else v
+
+        last = max((i for i, b in enumerate(blocks) if breakpoint_in(b)), default=None)
         if last is None and "cache_control" not in req:
             return 0
         upto = blocks if last is None else blocks[:last + 1]
-        return 1000 if self.prompt_cached(json.dumps([b.get("text") for b in upto if isinstance(b, dict)])) else 0
+        return 1000 if self.prompt_cached(json.dumps(without(upto), sort_keys=True)) else 0
 
     def anthropic(self, req, path):
         main = bool(req.get("tools"))
