@@ -381,6 +381,33 @@ struct HarborAdapterTests {
         #expect(q.stderr.contains("runner.binds: \(t.path)/tools contains the dataset"), "\(q.stderr)")
     }
 
+    @Test("gate.held_out_env whose value is a key the coding agent or train runs hold, under another name, is refused at its config line; another account's key passes")
+    func heldOutKeyComparedByValue() throws {
+        let exp = try Experiment(benchmark: "command")
+        defer { exp.removeScratch() }
+        try exp.set("tasks", "[t1, t2, t3]")
+        try exp.set("command", "[python3, -c, \"import json; json.dump({t: 0 for t in open('/work/in/task_ids.txt').read().split()}, open('/work/out/rewards.json', 'w'))\", \"{output}\"]", in: "runner")
+        try exp.set("env_pass", "[RUNNER_API_KEY]", in: "runner")
+        try exp.set("env_pass", "[CODER_API_KEY]", in: "coding_agent")
+        let path = exp.root + "/experiment_config.yaml"
+        var text = try String(contentsOfFile: path, encoding: .utf8)
+        text = text.replacingOccurrences(of: "\ngate:\n", with: "\ngate:\n  held_out_env: {RUNNER_API_KEY: HELD_OUT_API_KEY}\n")
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        let line = (text.components(separatedBy: "\n").firstIndex { $0.contains("held_out_env:") } ?? -1) + 1
+        // The held-out variable holds the coding agent's key: refused, naming the line.
+        var env = ["RUNNER_API_KEY": "sk-train", "CODER_API_KEY": "sk-coder", "HELD_OUT_API_KEY": "sk-coder"]
+        var p = try exp.run(["prepare"], environment: env)
+        #expect(p.status != 0 && p.stderr.contains("experiment_config.yaml:\(line): gate.held_out_env: RUNNER_API_KEY comes from $HELD_OUT_API_KEY")
+                && p.stderr.contains("same value as $CODER_API_KEY, which the coding agent hold"), "\(p.stderr)")
+        // ... or the train runs' own key.
+        env["HELD_OUT_API_KEY"] = "sk-train"
+        p = try exp.run(["prepare"], environment: env)
+        #expect(p.status != 0 && p.stderr.contains("same value as $RUNNER_API_KEY, which train runs hold"), "\(p.stderr)")
+        env["HELD_OUT_API_KEY"] = "sk-held-out"
+        p = try exp.run(["prepare"], environment: env)
+        #expect(p.status == 0, "\(p.stdout)\(p.stderr)")
+    }
+
     @Test("a remote provider's key passed to the runner needs gate.held_out_env: another account for held-out runs (missing, unset and same value refused); held-out runs then see it and train runs their own")
     func heldOutAccount() throws {
         let exp = try make()

@@ -1,4 +1,5 @@
 import Benchmark
+import Sandbox
 import Foundation
 import SandboxPolicy
 import SupervisorIO
@@ -18,7 +19,32 @@ extension ExperimentConfig {
                 + "or terminal-bench with env_provider: local); \(kind.configured(self)) "
                 + "grades elsewhere: remove the key")
         }
+        if checkTools { try checkHeldOutCredentials() }
         return try kind.adapter(self, root: root, checkTools: checkTools)
+    }
+
+    /// A held-out run's credentials (`gate.held_out_env`) must differ, by value, from every
+    /// credential train runs, the coding agent and the triage hold: a vendor keeps state per
+    /// account (prompt caches, stored objects), and a held-out run that shares a key with
+    /// anything that learns is a channel to it (a red team read whole held-out texts back
+    /// through a prompt cache, with `held_out_env` naming a variable that held the train key).
+    func checkHeldOutCredentials() throws {
+        func value(_ name: String) -> String? { getenv(name).map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 } }
+        var holders: [(who: String, variable: String)] = []
+        for v in runner.envPass where InferenceGate.isCredentialVariable(v) { holders.append(("train runs", v)) }
+        for v in codingAgent.envPass where InferenceGate.isCredentialVariable(v) { holders.append(("the coding agent", v)) }
+        for v in triage?.tool.envPass ?? [] where InferenceGate.isCredentialVariable(v) { holders.append(("the triage", v)) }
+        for (name, source) in heldOutEnv.sorted(by: { $0.key < $1.key }) {
+            guard let held = value(source) else { continue }
+            for h in holders where value(h.variable) == held {
+                throw ExperimentError(.usage, """
+                    \(heldOutEnvPlace.map { $0 + ": " } ?? "")gate.held_out_env: \(name) comes from $\(source) for held-out runs, and \
+                    $\(source) holds the same value as $\(h.variable), which \(h.who) hold: the vendor's state (its prompt cache, \
+                    stored objects) would be shared between held-out runs and \(h.who). Give held-out runs another account's key \
+                    (another organisation or project at the vendor: docs/held-out.md)
+                    """)
+            }
+        }
     }
 
     /// What upstream's runners export to agent.py: AGENT_MODEL, AGENT_REASONING_EFFORT.

@@ -65,6 +65,8 @@ public struct ExperimentConfig: Sendable, Equatable {
     /// `gate.held_out_env`: for held-out runs, a `runner.env_pass` variable's value comes from
     /// another of the supervisor's variables (name → source).
     public var heldOutEnv: [String: String] = [:]
+    /// Where `gate.held_out_env` is (`file:line`), for what is refused about its values.
+    public var heldOutEnvPlace: String?
     /// `autoharness run` stops after this many consecutive rejected gates (upstream: 5).
     public var maxNonImproving = 5
     /// `timeout_policy` (upstream's key): how a held-out task that timed out without a reward

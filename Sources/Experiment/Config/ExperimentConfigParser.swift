@@ -186,6 +186,8 @@ extension ExperimentConfig {
                             }
                             c.heldOutEnv[name] = src
                             heldOutEnvNode = v
+                            let at = r.yaml.location(of: source)
+                            c.heldOutEnvPlace = "\(at.file):\(at.line)"
                         }
                     case "reply_time": if let m = r.oneOf(v, "gate.reply_time", ["padded", "worst_case"]) { replyMode = (m, v) }
                     case "reply_after": if let x = r.number(v, "gate.reply_after", 1...604_800) { replyAfter = (x, v) }
