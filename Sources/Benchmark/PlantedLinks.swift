@@ -38,7 +38,7 @@ enum PlantedLinks {
         let leaving = links.filter { leavesApp(from: Array($0.path.dropLast()), target: $0.target) { LinkWalk.entry(under: app, $0) } }
         var removed: [String] = []
         for link in leaving {
-            let shown = "/app/" + link.path.map { String(decoding: $0, as: UTF8.self) }.joined(separator: "/") + " -> " + String(decoding: link.target, as: UTF8.self)
+            let shown = "/app/" + link.path.map(Self.shown).joined(separator: "/") + " -> " + Self.shown(link.target)
             if let e = LinkWalk.removeLink(under: app, link.path), e != ENOENT {
                 return .failure(BenchmarkError(.io, "\(shown): cannot remove: \(FileSystem.errorText(e))"))
             }
@@ -97,17 +97,27 @@ enum PlantedLinks {
         return Array(named.dropFirst())
     }
 
-    /// Whether an absolute path, `..` and `.` taken as written (nothing is followed outside
-    /// /app), lies in a system directory.
+    /// Whether an absolute path outside /app lies in a system directory, and so leads where it
+    /// does in the verifier, which has the host's: written without `..` (a system link can be
+    /// shallower than its spelling: `/usr/lib/ssl/certs -> /etc/ssl/certs`, so
+    /// `/usr/lib/ssl/certs/../../../tests` is /tests, found by a review), and resolved by this
+    /// host's kernel into a system directory too (`/etc/mtab -> ../proc/self/mounts` is not).
     private static func isSystem(_ parts: LinkWalk.Components) -> Bool {
-        var stack: LinkWalk.Components = []
-        for c in parts {
-            if c.isEmpty || c == [UInt8(ascii: ".")] { continue }
-            if c == [UInt8(ascii: "."), UInt8(ascii: ".")] { _ = stack.popLast(); continue }
-            stack.append(c)
-        }
-        guard let first = stack.first else { return false }
-        return systemDirectories.contains(first)
+        if parts.contains([UInt8(ascii: "."), UInt8(ascii: ".")]) { return false }
+        let named = parts.filter { !$0.isEmpty && $0 != [UInt8(ascii: ".")] }
+        guard let first = named.first, systemDirectories.contains(first),
+              let path = String(validating: [UInt8(ascii: "/")] + Array(named.joined(separator: [UInt8(ascii: "/")])), as: UTF8.self),
+              let resolved = realpath(path, nil) else { return false }
+        defer { free(resolved) }
+        let there = components(Array(String(cString: resolved).utf8))
+        return there.first.map(systemDirectories.contains) ?? false
+    }
+
+    /// A link's path or target for the audit and the run's note: control bytes escaped.
+    static func shown(_ bytes: [UInt8]) -> String {
+        String(decoding: bytes, as: UTF8.self).unicodeScalars.map { u in
+            u.value < 0x20 || u.value == 0x7F ? "\\x" + String(u.value, radix: 16) : String(u)
+        }.joined()
     }
 
     private static func components(_ path: [UInt8]) -> LinkWalk.Components {
