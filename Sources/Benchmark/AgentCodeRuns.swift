@@ -10,8 +10,9 @@
 // where the kernel allows (`OpenWatch`). Counted as agent code run: a file executed from /app;
 // any file there a compiler, linker, build tool or the dynamic loader opened; a file whose
 // name is code (sources, scripts, bytecode, pickles, build files) opened by any program but
-// those that only read bytes (git, grep, checksums, diff); any file there a shell opened
-// (`bash /app/run`, `source /app/x`, whatever its name: a redirection from one is counted too);
+// those that only read bytes (git, grep, checksums, diff); a file there a shell runs as its
+// script (`bash /app/run`, whatever its name: its command line says so; a `source` of a file
+// whose name is not code, or a redirection, is not told apart from a read and not counted);
 // a file sed or awk was given as its script (`sed -f /app/fix.sed`: GNU sed's `e` runs
 // commands). A flag is a reason to look, not a verdict: the rewards stand. Not seen: code copied
 // out of /app before it runs (the copy runs from the verifier's /tmp).
@@ -40,7 +41,7 @@ enum AgentCodeRuns {
     /// Programs that read a file's bytes and run nothing of it.
     static let dataReaders: Set<String> = ["git", "grep", "egrep", "fgrep", "rg", "sha1sum", "sha256sum", "sha512sum", "md5sum",
                                            "b2sum", "cksum", "wc", "diff", "cmp"]
-    /// Shells: whatever they open of /app they may run (`source`, `bash FILE`).
+    /// Shells: a file of /app given them as their script (`bash /app/run`).
     static let shells: Set<String> = ["bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "busybox", "fish"]
     /// Programs whose `-f FILE` (`--file=FILE`) is a script they run.
     static let scriptFlagReaders: Set<String> = ["sed", "gsed", "awk", "gawk", "mawk", "nawk", "busybox"]
@@ -72,7 +73,8 @@ enum AgentCodeRuns {
     /// when that layer holds it: the agent made or changed it (installed, built, replaced).
     static func counts(_ open: OpenWatch.Open, app: String, upper: String? = nil) -> Bool {
         guard let path = inApp(open.path, app: app) ?? upper.flatMap({ inUpper(open.path, upper: $0) }) else { return false }
-        if open.executed || codeReaders.contains(open.exe) || shells.contains(open.exe) { return true }
+        if open.executed || codeReaders.contains(open.exe) { return true }
+        if shells.contains(open.exe) && runsScript(open.arguments, path) { return true }
         if scriptFlagReaders.contains(open.exe) && givesScript(open.arguments, path) { return true }
         if dataReaders.contains(open.exe) { return false }
         let name = path[path.index(after: path.lastIndex(of: "/")!)...].lowercased()
@@ -91,6 +93,13 @@ enum AgentCodeRuns {
             if a.hasPrefix("-f"), a.count > 2, same(String(a.dropFirst(2))) { return true }
         }
         return false
+    }
+
+    /// Whether a shell's `arguments` name `path` (compared by its last component) as the
+    /// script it runs: the first argument that is not an option (`bash -e /app/run x`).
+    static func runsScript(_ arguments: [String], _ path: String) -> Bool {
+        guard let script = arguments.dropFirst().first(where: { !$0.hasPrefix("-") && !$0.hasPrefix("+") }) else { return false }
+        return script.split(separator: "/").last == path.split(separator: "/").last
     }
 
     /// One line per file (`/app/...` as the verifier saw it), nil when nothing ran.

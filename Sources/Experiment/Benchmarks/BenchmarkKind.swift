@@ -45,6 +45,11 @@ protocol BenchmarkKind: Sendable {
     /// The benchmark as the operator configured it, for messages ("benchmark: NAME", plus
     /// what among its settings the message depends on).
     func configured(_ config: ExperimentConfig) -> String
+    /// Where the task directories of `dataset` are, for a benchmark whose tasks can run on
+    /// their own image (`ImagesAtInit`); nil for one whose cannot.
+    func imageTasks(dataset: String) -> String?
+    /// The placeholders `init` fills differently when it made the tasks' images (`built`).
+    func imagePlaceholders(built: Bool) -> [String: String]
 }
 
 extension BenchmarkKind {
@@ -54,6 +59,8 @@ extension BenchmarkKind {
     var runsOwnTasks: Bool { false }
     func runsVerifiers(_ config: ExperimentConfig) -> Bool { false }
     func configured(_ config: ExperimentConfig) -> String { "benchmark: \(name)" }
+    func imageTasks(dataset: String) -> String? { nil }
+    func imagePlaceholders(built: Bool) -> [String: String] { [:] }
     func guestServices(_ config: ExperimentConfig, adapter: any BenchmarkAdapter, inputs: GuestInputs,
                        log: (@Sendable (String) -> Void)?) throws -> GuestServices { GuestServices() }
 }

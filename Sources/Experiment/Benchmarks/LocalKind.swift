@@ -28,6 +28,8 @@ struct LocalKind: BenchmarkKind {
 
     func runsVerifiers(_ config: ExperimentConfig) -> Bool { true }
 
+    func imageTasks(dataset: String) -> String? { dataset + "/tasks" }
+
     func adapter(_ config: ExperimentConfig, root: String, checkTools: Bool) throws -> any BenchmarkAdapter {
         let dataset = config.dataset ?? ""
         var local = LocalAdapter(benchmark: try LocalBenchmark(directory: dataset.hasPrefix("/") ? dataset : root + "/" + dataset))

@@ -85,6 +85,13 @@ struct TerminalBenchKind: BenchmarkKind {
 
     func runsVerifiers(_ config: ExperimentConfig) -> Bool { settings(config).provider == "local" }
 
+    /// A dataset directory's tasks, each with its environment/: on their images with `local`.
+    func imageTasks(dataset: String) -> String? { dataset }
+
+    /// With the tasks' images made, Harbor's environment is autoharness's (`local`, the
+    /// commands in each task's container); else upstream's default.
+    func imagePlaceholders(built: Bool) -> [String: String] { ["env_provider": built ? "local" : "e2b"] }
+
     func configured(_ config: ExperimentConfig) -> String { "benchmark: \(name) with env_provider: \(settings(config).provider)" }
 
     /// Harbor, its Python, the dataset and the verifier tools are directories the guest gets

@@ -1,6 +1,7 @@
 import Benchmark
 import Foundation
 import Glibc
+import SupervisorIO
 
 /// `init --images`: whether a new experiment's tasks get their own image now, as a
 /// registry download would, so that every task runs on it without further configuration.
@@ -20,16 +21,13 @@ public enum ImagesAtInit: String, Sendable, CaseIterable {
         public var note: String?
     }
 
-    /// The benchmarks whose tasks can run on their image.
-    static let benchmarks = ["local", "terminal-bench"]
-
-    func plan(benchmark: String, dataset: String) throws -> Plan {
+    func plan(_ kind: any BenchmarkKind, dataset: String) throws -> Plan {
         guard self != .none else { return Plan(build: false) }
-        guard Self.benchmarks.contains(benchmark) else {
-            if self == .build { throw ExperimentError(.usage, "--images build: \(benchmark) does not run its tasks on images (\(Self.benchmarks.joined(separator: ", ")) do)") }
+        guard let tasks = kind.imageTasks(dataset: dataset) else {
+            if self == .build { throw ExperimentError(.usage, "--images build: \(kind.name) does not run its tasks on images") }
             return Plan(build: false)
         }
-        let count = Self.imageTasks(benchmark == "local" ? dataset + "/tasks" : dataset)
+        let count = Self.imageTasks(tasks)
         guard count > 0 else {
             if self == .build { throw ExperimentError(.usage, "--images build: no task of \(dataset) has a docker_image or an environment/Dockerfile") }
             return Plan(build: false)
@@ -53,8 +51,8 @@ public enum ImagesAtInit: String, Sendable, CaseIterable {
         return names.filter { name in
             let t = directory + "/" + name
             if fm.fileExists(atPath: t + "/environment/Dockerfile") { return true }
-            guard let toml = try? String(contentsOfFile: t + "/task.toml", encoding: .utf8) else { return false }
-            return toml.split(separator: "\n").contains { $0.trimmingCharacters(in: .whitespaces).hasPrefix("docker_image") }
+            guard case .success(let bytes) = InputFile.read(t + "/task.toml", cap: LocalBenchmark.maxTaskTomlBytes) else { return false }
+            return String(decoding: bytes, as: UTF8.self).split(separator: "\n").contains { $0.trimmingCharacters(in: .whitespaces).hasPrefix("docker_image") }
         }.count
     }
 

@@ -95,8 +95,8 @@ extension ExperimentSupervisor {
         placeholders["dataset"] = dataset
         placeholders["tool"] = tool
         // Tasks on their own image: planned now, made once the experiment exists (`buildImages`).
-        let imagePlan = try o.images.plan(benchmark: kind.name, dataset: dataset)
-        placeholders["env_provider"] = imagePlan.build ? "local" : "e2b"
+        let imagePlan = try o.images.plan(kind, dataset: dataset)
+        placeholders.merge(kind.imagePlaceholders(built: imagePlan.build)) { _, new in new }
         if imagePlan.build { placeholders["verifier_tools"] = "  verifier_tools: \(defaultVerifierTools)  # tasks on their own image need it (init made their images)\n" }
         placeholders["python"] = ToolCheck.interpreter(of: tool) ?? (tool.split(separator: "/").last?.hasPrefix("python") == true ? tool : "python3")
         placeholders["templates"] = t
