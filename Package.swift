@@ -166,7 +166,7 @@ let package = Package(
         // the image.
         .executableTarget(
             name: "autoharness-exec",
-            dependencies: ["CSystemCalls"],
+            dependencies: ["CSystemCalls", "WireCoding"],
             linkerSettings: [.unsafeFlags(["-static-executable"])]
         ),
         // The sandbox's monitor, exec'd by the supervisor: C with no C library (main.c), static,

@@ -48,31 +48,41 @@ struct TaskContainerLink {
     }
 }
 
-/// The tool's end, handed from its thread to the supervising one.
+/// The tool's end, handed from its thread to the supervising one, and whether the container
+/// is gone (then the tool's thread stops waiting for its server).
 private final class ToolEnd: @unchecked Sendable {
-    let done = Locked<ExternalAgentEnd?>(nil)
-    let sandboxEnded = Locked(false)
     private var mutex = pthread_mutex_t()
     private var cond = pthread_cond_t()
+    private var end: ExternalAgentEnd?
+    private var gone = false
 
     init() {
         pthread_mutex_init(&mutex, nil)
         pthread_cond_init(&cond, nil)
     }
 
-    func post(_ end: ExternalAgentEnd) {
+    private func locked<T>(_ body: () -> T) -> T {
         pthread_mutex_lock(&mutex)
-        done.withLock { done.value = end }
-        pthread_cond_broadcast(&cond)
-        pthread_mutex_unlock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        return body()
+    }
+
+    var sandboxEnded: Bool {
+        get { locked { gone } }
+        set { locked { gone = newValue } }
+    }
+
+    func post(_ e: ExternalAgentEnd) {
+        locked {
+            end = e
+            pthread_cond_broadcast(&cond)
+        }
     }
 
     func wait() -> ExternalAgentEnd {
-        pthread_mutex_lock(&mutex)
-        defer { pthread_mutex_unlock(&mutex) }
-        while true {
-            if let end = done.withLock({ done.value }) { return end }
-            pthread_cond_wait(&cond, &mutex)
+        locked {
+            while end == nil { pthread_cond_wait(&cond, &mutex) }
+            return end!
         }
     }
 }
@@ -114,7 +124,7 @@ extension TaskRunner {
         let toolThread = detachedThread {
             var st = stat()
             while lstat(socket, &st) != 0 || st.st_mode & S_IFMT != S_IFSOCK {
-                if end.sandboxEnded.withLock({ end.sandboxEnded.value }) || Self.now() - started > Self.containerStartLimit {
+                if end.sandboxEnded || Self.now() - started > Self.containerStartLimit {
                     close(writeEnd)
                     return end.post(ExternalAgentEnd(.ungraded(.setupFailed), "the task container's command server did not start (agent.stderr)"))
                 }
@@ -137,7 +147,7 @@ extension TaskRunner {
             guard self.take(end.wait(), seconds: Self.now() - started, into: &run, step: &stepCopy) else { return }
             self.verifyAndScore(&run, stepCopy, survivors: survivors)
         }
-        end.sandboxEnded.withLock { end.sandboxEnded.value = true }
+        end.sandboxEnded = true
         let toolEnd = end.wait()
         if verifiedBeside { return }
         switch container.result {

@@ -1,5 +1,6 @@
 import CSystemCalls
 import Glibc
+import WireCoding
 
 // autoharness-exec: a task container's command server, for Harbor's agent phase on a task's
 // image (`env_provider: local`, templates/terminal-bench/autoharness_harbor_env.py).
@@ -15,7 +16,7 @@ import Glibc
 // This program holds no secret and decides nothing: everything it does, the agent's commands
 // could do themselves. It only has to be correct.
 //
-// Wire (both ways): frames of one kind byte, a little-endian UInt32 length, the body.
+// Wire (both ways): WireCoding's frames: one kind byte, a little-endian UInt32 length, the body.
 // Requests (the first frame; strings NUL-separated):
 //   "X" cwd NUL command NUL (NAME=VALUE NUL)*  run `/bin/bash -c command`; answers "o"/"e"
 //                                              chunks of its stdout/stderr, then "x" with
@@ -63,9 +64,7 @@ func readExact(_ fd: Int32, _ count: Int) -> [UInt8]? {
 
 @discardableResult
 func send(_ fd: Int32, _ kind: Character, _ body: [UInt8]) -> Bool {
-    let n = UInt32(body.count)
-    let header: [UInt8] = [kind.asciiValue!, UInt8(n & 0xff), UInt8((n >> 8) & 0xff), UInt8((n >> 16) & 0xff), UInt8(n >> 24)]
-    return writeAll(fd, header + body)
+    writeAll(fd, Frame.tagged([kind.asciiValue!], body))
 }
 
 @discardableResult
@@ -268,7 +267,7 @@ func serveGet(_ client: Int32, _ body: [UInt8]) {
 func serve(_ client: Int32) {
     defer { close(client) }
     guard let header = readExact(client, 5) else { return }
-    let length = Int(header[1]) | Int(header[2]) << 8 | Int(header[3]) << 16 | Int(header[4]) << 24
+    let length = Int(Frame.u32(header[1...]) ?? 0)
     guard length <= maxRequest else { send(client, "E", "request too large (\(length) bytes)"); return }
     guard let body = readExact(client, length) else { return }
     switch header[0] {

@@ -33,7 +33,7 @@ struct ArchitectureTests {
         "autoharness-front": ["Glibc", "CSystemCalls", "PolicyModel", "PolicyStore", "Sandbox", "SandboxCLI", "SupervisorIO"],
         "BrokerWire": ["Glibc", "WireCoding"],
         "autoharness-client": ["Glibc", "BrokerWire"],
-        "autoharness-exec": ["Glibc", "CSystemCalls"],
+        "autoharness-exec": ["Glibc", "CSystemCalls", "WireCoding"],
     ]
 
     /// Swift files of a target with their text.

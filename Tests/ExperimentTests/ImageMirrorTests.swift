@@ -41,6 +41,19 @@ import TestSupport
             .write(toFile: repo + "/Release", atomically: true, encoding: .utf8)
     }
 
+    /// Python's http.server on 127.0.0.1:`port` over `directory`: the caller kills it (SIGKILL:
+    /// this process blocks the signals its sandboxes' supervision takes, and a child inherits
+    /// the mask, so a SIGTERM would wait for ever) and waits for it.
+    static func serve(_ directory: String, port: UInt16) throws -> Process {
+        let server = Process()
+        server.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        server.arguments = ["-m", "http.server", String(port), "--bind", "127.0.0.1", "--directory", directory]
+        server.standardOutput = FileHandle.nullDevice
+        server.standardError = FileHandle.nullDevice
+        try server.run()
+        return server
+    }
+
     /// A free port on 127.0.0.1 (bound, read, released).
     static func freePort() throws -> UInt16 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
@@ -62,14 +75,7 @@ import TestSupport
         defer { try? FileManager.default.removeItem(atPath: dir) }
         try Self.makeRepository(dir)
         let port = try Self.freePort(), closed = try Self.freePort()
-        let server = Process()
-        server.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        server.arguments = ["-m", "http.server", String(port), "--bind", "127.0.0.1", "--directory", dir + "/repo"]
-        server.standardOutput = FileHandle.nullDevice
-        server.standardError = FileHandle.nullDevice
-        try server.run()
-        // SIGKILL: this process blocks the signals its sandboxes' supervision takes, and a
-        // child inherits the mask, so a SIGTERM would wait for ever.
+        let server = try Self.serve(dir + "/repo", port: port)
         defer { kill(server.processIdentifier, SIGKILL); server.waitUntilExit() }
 
         let t = dir + "/tasks/mirror"
@@ -133,12 +139,7 @@ import TestSupport
         defer { try? FileManager.default.removeItem(atPath: dir) }
         try Self.makeRepository(dir)
         let port = try Self.freePort()
-        let server = Process()
-        server.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        server.arguments = ["-m", "http.server", String(port), "--bind", "127.0.0.1", "--directory", dir + "/repo"]
-        server.standardOutput = FileHandle.nullDevice
-        server.standardError = FileHandle.nullDevice
-        try server.run()
+        let server = try Self.serve(dir + "/repo", port: port)
         defer { kill(server.processIdentifier, SIGKILL); server.waitUntilExit() }
 
         let t = dir + "/tasks/pkg"

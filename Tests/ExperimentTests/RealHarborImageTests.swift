@@ -103,12 +103,7 @@ struct RealHarborImageTests {
         let served = try TempDir(mode: 0o755)
         try "from the host mirror\n".write(toFile: served.path + "/mirror.txt", atomically: true, encoding: .utf8)
         let port = try ImageMirrorTests.freePort()
-        let server = Process()
-        server.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        server.arguments = ["-m", "http.server", String(port), "--bind", "127.0.0.1", "--directory", served.path]
-        server.standardOutput = FileHandle.nullDevice
-        server.standardError = FileHandle.nullDevice
-        try server.run()
+        let server = try ImageMirrorTests.serve(served.path, port: port)
         defer { kill(server.processIdentifier, SIGKILL); server.waitUntilExit() }
         let path = exp.root + "/experiment_config.yaml"
         let text = try String(contentsOfFile: path, encoding: .utf8)
