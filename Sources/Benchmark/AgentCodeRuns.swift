@@ -14,11 +14,15 @@
 // script (`bash /app/run`, whatever its name: its command line says so; a `source` of a file
 // whose name is not code, or a redirection, is not told apart from a read and not counted);
 // a file sed or awk was given as its script (`sed -f /app/fix.sed`: GNU sed's `e` runs
-// commands). A flag is a reason to look, not a verdict: the rewards stand. Not seen: code copied
-// out of /app before it runs (the copy runs from the verifier's /tmp).
+// commands). A file elsewhere on that file system (the verifier's /tmp is a directory there)
+// counts when its bytes are those of a file agent.py left and it is executed or opened as
+// above (`cp /app/prog /tmp/p; /tmp/p`: `AgentFiles`). A flag is a reason to look, not a
+// verdict: the rewards stand. Not seen: a copy whose bytes changed on the way (unpacked,
+// decoded, concatenated), or one run from outside that file system (a memfd).
 
 import Glibc
 import Sandbox
+import SupervisorIO
 
 enum AgentCodeRuns {
     /// Names that are code to their usual reader (an interpreter, a compiler, the loader, a
@@ -73,6 +77,20 @@ enum AgentCodeRuns {
     /// when that layer holds it: the agent made or changed it (installed, built, replaced).
     static func counts(_ open: OpenWatch.Open, app: String, upper: String? = nil) -> Bool {
         guard let path = inApp(open.path, app: app) ?? upper.flatMap({ inUpper(open.path, upper: $0) }) else { return false }
+        return runs(open, path)
+    }
+
+    /// `counts`, and a file outside agent.py's whose bytes are one of agent.py's (`file`, the
+    /// open's descriptor) run as if it were there: noted with the file it copies.
+    static func counts(_ open: inout OpenWatch.Open, _ event: OpenWatch.Event, app: String, upper: String?, agentFiles: AgentFiles) -> Bool {
+        if counts(open, app: app, upper: upper) { return true }
+        guard event.file >= 0, runs(open, open.path), let original = agentFiles.original(of: event) else { return false }
+        open.note = "a copy of \(original)"
+        return true
+    }
+
+    /// Whether the open of `path` (as the verifier saw it) runs it.
+    static func runs(_ open: OpenWatch.Open, _ path: String) -> Bool {
         if open.executed || codeReaders.contains(open.exe) { return true }
         if shells.contains(open.exe) && runsScript(open.arguments, path) { return true }
         if scriptFlagReaders.contains(open.exe) && givesScript(open.arguments, path) { return true }
@@ -106,6 +124,7 @@ enum AgentCodeRuns {
     static func lines(_ seen: OpenWatch.Seen, app: String) -> [String]? {
         var out = seen.opens.prefix(limit).map { o in
             "\(o.executed ? "executed" : "opened") \(inApp(o.path, app: app) ?? o.path)\(o.exe.isEmpty ? "" : " (\(o.exe))")"
+                + (o.note.map { ", \($0)" } ?? "")
         }
         let more = seen.more + max(0, seen.opens.count - limit)
         if more > 0 { out.append("and \(more) more") }
@@ -114,5 +133,83 @@ enum AgentCodeRuns {
             out.append("(this kernel has no fanotify permission events: opens were read after the fact, a quick one may be missing)")
         }
         return out.isEmpty ? nil : out
+    }
+}
+
+/// The regular files agent.py left (the working copy; on an image, its whole upper layer), by
+/// size, to tell whether a file the verifier opened elsewhere is a copy of one: indexed at the
+/// first question, compared byte for byte. Asked only on the open watch's thread.
+final class AgentFiles: @unchecked Sendable {
+    /// (host directory, how the verifier sees it: "/app", or "" for an image's root).
+    let trees: [(host: String, shown: String)]
+    static let entryLimit = 200_000
+    /// Bytes compared per verifier at most (both sides counted).
+    static let compareLimit = 4 << 30
+    private var bySize: [Int: [(host: String, shown: String)]]?
+    private var answers: [[Int]: String?] = [:]
+    private var compared = 0
+    /// Why some copies could not be told (the list was cut, a file could not be read).
+    private(set) var problem: String?
+
+    init(app: String, upper: String?) {
+        trees = upper.map { [($0, "")] } ?? [(app, "/app")]
+    }
+
+    /// The agent's file (as the verifier sees it) whose bytes the opened file holds, if any.
+    func original(of event: OpenWatch.Event) -> String? {
+        let fd = event.file
+        guard let st = FileSystem.fileStatus(fd), FileSystem.isRegular(st), st.st_size > 0 else { return nil }
+        let key = [Int(st.st_dev), Int(st.st_ino), Int(st.st_size), st.st_mtim.tv_sec, st.st_mtim.tv_nsec]
+        if let known = answers[key] { return known }
+        let candidates = index()[Int(st.st_size)] ?? []
+        var found: String?
+        for c in candidates where found == nil {
+            guard compared + 2 * Int(st.st_size) <= Self.compareLimit else {
+                problem = "more than \(Self.compareLimit >> 30) GiB to compare: later copies were not checked"
+                break
+            }
+            compared += 2 * Int(st.st_size)
+            let other = event.openUnwatched(c.host)
+            guard other >= 0 else { continue }
+            defer { close(other) }
+            if Self.same(fd, other) { found = c.shown }
+        }
+        answers[key] = found
+        return found
+    }
+
+    private func index() -> [Int: [(host: String, shown: String)]] {
+        if let bySize { return bySize }
+        var out: [Int: [(host: String, shown: String)]] = [:]
+        for tree in trees {
+            let root = FileSystem.openDirectory(tree.host)
+            guard root >= 0 else { problem = "\(tree.host): \(FileSystem.errorText())"; continue }
+            defer { close(root) }
+            do throws(IOFailure) {
+                try TreeWalk.walk(root, label: tree.shown.isEmpty ? "/" : tree.shown, entryLimit: Self.entryLimit, depthLimit: 128) { _, _, st, path in
+                    if FileSystem.isRegular(st), st.st_size > 0 { out[Int(st.st_size), default: []].append((tree.host + path, tree.shown + path)) }
+                    return true
+                }
+            } catch {
+                problem = "agent.py's files were not all indexed (\(error.message)): a copy of one may be missing"
+            }
+        }
+        bySize = out
+        return out
+    }
+
+    /// Whether two files hold the same bytes.
+    static func same(_ fd: Int32, _ other: Int32) -> Bool {
+        let chunk = 1 << 16
+        var a = [UInt8](repeating: 0, count: chunk), b = [UInt8](repeating: 0, count: chunk)
+        var offset = 0
+        while true {
+            let n = a.withUnsafeMutableBytes { pread(fd, $0.baseAddress, chunk, off_t(offset)) }
+            let m = b.withUnsafeMutableBytes { pread(other, $0.baseAddress, chunk, off_t(offset)) }
+            guard n == m, n >= 0 else { return false }
+            if n == 0 { return true }
+            guard a[0..<n] == b[0..<n] else { return false }
+            offset += n
+        }
     }
 }

@@ -196,6 +196,7 @@ public final class TaskRunner: Sendable {
             // The verifier's logs: a file system of its own, watched from now on, so every
             // change to a reward file is known with the process that made it (`RewardWriters`).
             try scratch.makeLogsFilesystem(owner: image?.owner ?? (verifierPolicy.identity.hostUID, verifierPolicy.identity.hostGID))
+            try scratch.makeVerifierTmp(owner: image?.owner ?? (verifierPolicy.identity.hostUID, verifierPolicy.identity.hostGID))
             do throws(SandboxError) {
                 rewardWatch = try ChangeWatch(directory: scratch.logsPath)
             } catch {
@@ -212,6 +213,9 @@ public final class TaskRunner: Sendable {
         let verifierTimeout = task.verifierTimeoutDeclared ? task.verifierTimeout : configuration.defaultVerifierTimeout
         var verifierOverrides = PlanOverrides()
         verifierOverrides.timeoutSeconds = verifierTimeout
+        // Its /tmp on the task's file system, where the watch of what it runs sees a copy of
+        // agent.py's program run from there (`AgentCodeRuns`), in place of the policy's tmpfs.
+        verifierOverrides.mounts.append(MountSpec(kind: .readWrite(source: scratch.verifierTmpPath), destination: "/tmp"))
         // On an image the tests start where the image's processes do (its WORKDIR), as under Harbor.
         image?.apply(to: &verifierOverrides, root: imageRoot, policy: verifierPolicy, verifier: true)
         if let tools = configuration.verifierTools {

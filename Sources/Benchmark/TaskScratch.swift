@@ -206,6 +206,19 @@ struct TaskScratch {
         return d
     }
 
+    /// Where the verifier's /tmp is: a directory of this task's file system (sticky and
+    /// world-writable like a real /tmp, owned by `owner`), not a tmpfs of its own, so that the
+    /// watch on this file system sees what the verifier runs from it (`AgentCodeRuns`).
+    var verifierTmpPath: String { path + "/verifier-tmp" }
+
+    func makeVerifierTmp(owner: (uid_t, gid_t)) throws(BenchmarkError) {
+        guard let d = FileSystem.makeDirectory(at: fd, "verifier-tmp", mode: 0o755, owner: owner) else {
+            throw BenchmarkError(.io, "\(verifierTmpPath): \(FileSystem.errorText())")
+        }
+        defer { close(d) }
+        guard fchmod(d, 0o1777) == 0 else { throw BenchmarkError(.io, "\(verifierTmpPath): chmod: \(FileSystem.errorText())") }
+    }
+
     /// Makes `logs` a tmpfs of its own owned by the verifier's host identity: the only file
     /// system a change watch on it sees (`RewardWriters`).
     func makeLogsFilesystem(owner: (uid_t, gid_t)) throws(BenchmarkError) {

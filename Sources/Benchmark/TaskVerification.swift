@@ -140,9 +140,12 @@ extension TaskRunner {
         // an image, anything of the agent's upper layer too, and its configuration is hidden.
         let codeWatch: OpenWatch?
         let (watchedApp, watchedUpper) = (appPath, upper)
+        let agentFiles = AgentFiles(app: appPath, upper: upper)
         if let upper { verifierOverrides.mounts += TaskImage.hiddenFromVerifier(upper: upper) }
         do throws(SandboxError) {
-            codeWatch = try OpenWatch(directory: watchedApp) { AgentCodeRuns.counts($0, app: watchedApp, upper: watchedUpper) }
+            codeWatch = try OpenWatch(directory: watchedApp) { open, event in
+                AgentCodeRuns.counts(&open, event, app: watchedApp, upper: watchedUpper, agentFiles: agentFiles)
+            }
         } catch {
             codeWatch = nil
             run.note("\(error.message): which code from /app the verifier ran is not known")
@@ -168,7 +171,10 @@ extension TaskRunner {
                                findPayloadPID: true, joinNetwork: relay?.1)
         }
         run.verifierSeconds = verifier.seconds
-        if let codeWatch { run.agentCode = AgentCodeRuns.lines(codeWatch.stop(), app: appPath) }
+        if let codeWatch {
+            run.agentCode = AgentCodeRuns.lines(codeWatch.stop(), app: appPath)
+            if let problem = agentFiles.problem { run.note(problem) }
+        }
         if let installed { run.agentCode = [installed] + (run.agentCode ?? []) }
         if let survivors, let (r, _) = relay {
             // Flagged like agent code the verifier ran: the tests could talk to the agent's processes.

@@ -186,16 +186,44 @@ int ahs_opens_read(int group, struct ahs_open *out, int max) {
                 close(fd);
             }
         }
-        if (m->fd >= 0) {
-            // A permission event's opener waits for this answer; every open is allowed.
-            if (m->mask & (FAN_OPEN_PERM | FAN_OPEN_EXEC_PERM)) {
-                struct fanotify_response r = {.fd = m->fd, .response = FAN_ALLOW};
-                ssize_t w;
-                do { w = write(group, &r, sizeof r); } while (w < 0 && errno == EINTR);
-            }
-            close(m->fd);
-        }
+        // The file stays open, its opener held, for the caller to read (`ahs_open_done`).
+        o->fd = m->fd;
         m = FAN_EVENT_NEXT(m, len);
     }
     return count;
+}
+
+int ahs_open_unwatched(int group, int blocking, const char *path) {
+    // O_PATH first: it raises no open event, and pins the inode the ignore mark goes on,
+    // so the open that follows is of that inode whatever the path names by then.
+    int pinned = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (pinned < 0) return -1;
+    uint64_t mask = blocking ? (FAN_OPEN_PERM | FAN_OPEN_EXEC_PERM) : (FAN_OPEN | FAN_OPEN_EXEC);
+    int fd = -1, e = 0;
+    // Marked and opened through the descriptor's magic link (fanotify_mark takes no O_PATH
+    // descriptor as its object).
+    char link[64];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", pinned);
+    if (fanotify_mark(group, FAN_MARK_ADD | FAN_MARK_IGNORED_MASK, mask, AT_FDCWD, link) == 0) {
+        fd = open(link, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        e = errno;
+        (void)fanotify_mark(group, FAN_MARK_REMOVE | FAN_MARK_IGNORED_MASK, mask, AT_FDCWD, link);
+    } else {
+        e = errno;
+    }
+    close(pinned);
+    errno = e;
+    return fd;
+}
+
+void ahs_open_done(int group, struct ahs_open *o) {
+    if (o->fd < 0) return;
+    // A permission event's opener waits for this answer; every open is allowed.
+    if (o->mask & (FAN_OPEN_PERM | FAN_OPEN_EXEC_PERM)) {
+        struct fanotify_response r = {.fd = o->fd, .response = FAN_ALLOW};
+        ssize_t w;
+        do { w = write(group, &r, sizeof r); } while (w < 0 && errno == EINTR);
+    }
+    close(o->fd);
+    o->fd = -1;
 }

@@ -90,11 +90,35 @@ public enum LinkWalk {
     }
 }
 
+/// Every entry of a tree, following no link and descending into no link: `visit` is given each
+/// one's directory, name, status and path below the top ("/a/b"), and goes into a directory
+/// when it returns true. More than `entryLimit` entries or `depthLimit` levels is an
+/// `IOFailure` naming `label`.
+public enum TreeWalk {
+    public static func walk(_ root: Int32, label: String, entryLimit: Int, depthLimit: Int,
+                            _ visit: (_ dir: Int32, _ name: FileSystem.Name, _ status: stat, _ path: String) throws(IOFailure) -> Bool) throws(IOFailure) {
+        var seen = 0
+        func walk(_ d: Int32, _ prefix: String, depth: Int) throws(IOFailure) {
+            guard depth < depthLimit else { throw IOFailure("cannot check", label + prefix, reason: "deeper than \(depthLimit) levels") }
+            guard let names = FileSystem.entries(of: d) else { throw IOFailure("cannot list", label + prefix, errno: errno) }
+            seen += names.count
+            guard seen <= entryLimit else { throw IOFailure("cannot check", label, reason: "more than \(entryLimit) entries") }
+            for n in names {
+                guard let st = FileSystem.entryStatus(at: d, n) else { continue }
+                let shown = prefix + "/" + FileSystem.display(n)
+                guard try visit(d, n, st, shown), FileSystem.isDirectory(st) else { continue }
+                let sub = FileSystem.openDirectory(at: d, n)
+                guard sub >= 0 else { throw IOFailure("cannot open", label + shown, errno: errno) }
+                defer { close(sub) }
+                try walk(sub, shown, depth: depth + 1)
+            }
+        }
+        try walk(root, "", depth: 0)
+    }
+}
+
 /// What a scorer must not meet in a runner's output: anything but files and directories.
 public enum IrregularFiles {
-    static let entryLimit = 1_000_000
-    static let depthLimit = 128
-
     /// Removes every FIFO, socket, device node and symbolic link under `path` (following no
     /// link, descending into no link); returns each removed one's path below `path`.
     public static func remove(under path: String) throws(IOFailure) -> [String] {
@@ -105,27 +129,12 @@ public enum IrregularFiles {
         }
         defer { close(root) }
         var removed: [String] = []
-        var seen = 0
-        func walk(_ d: Int32, _ prefix: String, depth: Int) throws(IOFailure) {
-            guard depth < depthLimit else { throw IOFailure("cannot check", path + prefix, reason: "deeper than \(depthLimit) levels") }
-            guard let names = FileSystem.entries(of: d) else { throw IOFailure("cannot list", path + prefix, errno: errno) }
-            seen += names.count
-            guard seen <= entryLimit else { throw IOFailure("cannot check", path, reason: "more than \(entryLimit) entries") }
-            for n in names {
-                guard let st = FileSystem.entryStatus(at: d, n) else { continue }
-                let shown = prefix + "/" + FileSystem.display(n)
-                if FileSystem.isDirectory(st) {
-                    let sub = FileSystem.openDirectory(at: d, n)
-                    guard sub >= 0 else { throw IOFailure("cannot open", path + shown, errno: errno) }
-                    defer { close(sub) }
-                    try walk(sub, shown, depth: depth + 1)
-                } else if !FileSystem.isRegular(st) {
-                    guard unlinkat(d, n, 0) == 0 || errno == ENOENT else { throw IOFailure("cannot remove", path + shown, errno: errno) }
-                    removed.append(String(shown.dropFirst()))
-                }
-            }
+        try TreeWalk.walk(root, label: path, entryLimit: 1_000_000, depthLimit: 128) { d, n, st, shown throws(IOFailure) in
+            guard !FileSystem.isDirectory(st), !FileSystem.isRegular(st) else { return true }
+            guard unlinkat(d, n, 0) == 0 || errno == ENOENT else { throw IOFailure("cannot remove", path + shown, errno: errno) }
+            removed.append(String(shown.dropFirst()))
+            return false
         }
-        try walk(root, "", depth: 0)
         return removed
     }
 }

@@ -333,6 +333,12 @@ struct AgentCodeRunsTests {
         .init(id: "bash-runs-file", test: "bash /app/run", flagged: ["opened /app/run (bash)"]),
         .init(id: "sed-script", test: "sed -f /app/fix.sed /app/answer.txt >/dev/null", flagged: ["opened /app/fix.sed (sed)"]),
         .init(id: "awk-script", test: "awk -f /app/calc /app/answer.txt >/dev/null", flagged: ["opened /app/calc ("]),
+        // A copy run from the verifier's /tmp, which is on the watched file system: its bytes
+        // are agent.py's program's (issue 75). A program of the test's own there is not flagged.
+        .init(id: "copy-then-exec", test: "cp /app/prog /tmp/p && /tmp/p", flagged: ["executed /tmp/p (bash), a copy of /app/prog"]),
+        .init(id: "copy-then-import", test: "cp /app/solution.py /tmp/s.py && python3 /tmp/s.py", flagged: ["opened /tmp/s.py (python3", "a copy of /app/solution.py"]),
+        .init(id: "own-program-in-tmp", test: "printf '#!/bin/bash\\nexit 0 # the test\\x27s own\\n' > /tmp/h && chmod +x /tmp/h && /tmp/h && cp /app/answer.txt /tmp/a && test \"$(cat /tmp/a)\" = 42",
+              flagged: []),
         .init(id: "sed-reads-data", test: "test \"$(sed -n 1p /app/answer.txt)\" = 42", flagged: []),
         .init(id: "reads-data", test: "test \"$(cat /app/answer.txt)\" = 42", flagged: []),
         .init(id: "git-reads-code", test: "git -C /app add -A && test \"$(cat /app/answer.txt)\" = 42", flagged: []),
@@ -376,7 +382,7 @@ struct AgentCodeRunsTests {
         #expect(mount("tmpfs", dir, "tmpfs", 0, "size=1m") == 0)
         defer { umount2(dir, Int32(MNT_DETACH)) }
         try "print(1)\n".write(toFile: dir + "/x.py", atomically: false, encoding: .utf8)
-        let watch = try OpenWatch(directory: dir) { _ in true }
+        let watch = try OpenWatch(directory: dir) { _, _ in true }
         // Opened and renamed at once by the same process: the name seen is the one it was opened by.
         let r = try runProcess("/usr/bin/python3", ["-c", "import os; open('\(dir)/x.py').read(); os.rename('\(dir)/x.py', '\(dir)/y.txt')"])
         let seen = watch.stop()
@@ -428,7 +434,7 @@ struct AgentCodeRunsTests {
         if c.flagged.isEmpty {
             #expect(lines.isEmpty, "\(c.id): \(lines)")
         } else {
-            for want in c.flagged { #expect(lines.contains { $0.hasPrefix(want) }, "\(c.id): \(lines)") }
+            for want in c.flagged { #expect(lines.contains { $0.hasPrefix(want) || (!want.hasPrefix("opened") && !want.hasPrefix("executed") && $0.contains(want)) }, "\(c.id): \(lines)") }
         }
     }
 }

@@ -197,6 +197,9 @@ struct ahs_open {
     /// `cmdline_len` bytes), read while the opener waits where the kernel holds it.
     char cmdline[1024];
     int cmdline_len;
+    /// The file opened (read-only), its opener still held where the kernel holds it: the
+    /// caller reads what it needs, then ends it with `ahs_open_done`. -1 when none.
+    int fd;
 };
 /// A fanotify group (non-blocking, close-on-exec) reporting every open and execution of a
 /// file (never a directory) on the file system that holds `dir`. Where the kernel allows,
@@ -205,10 +208,18 @@ struct ahs_open {
 /// notifications read after the fact. The group fd, or -1 with errno. Needs CAP_SYS_ADMIN in
 /// the initial user namespace.
 int ahs_open_watch(const char *dir, int *blocking);
-/// Reads the opens queued on `group` into `out` (`max` at least 192), allowing each
-/// permission event and closing each event's descriptor: how many, 0 when none is left, or
-/// -1 with errno.
+/// Reads the opens queued on `group` into `out` (`max` at least 192), each with its file's
+/// descriptor, which the caller must end with `ahs_open_done`: how many, 0 when none is
+/// left, or -1 with errno.
 int ahs_opens_read(int group, struct ahs_open *out, int max);
+/// `path` (a regular file on the watched file system; a link at its end is not followed)
+/// opened read-only by the watch's own thread without raising an event on `group`: a
+/// permission event for it would wait for the very thread that opens it. `blocking` as
+/// `ahs_open_watch` said. The descriptor, or -1 with errno.
+int ahs_open_unwatched(int group, int blocking, const char *path);
+/// Allows an open `ahs_opens_read` returned (a permission event's opener waits for it) and
+/// closes its descriptor; nothing when it has none.
+void ahs_open_done(int group, struct ahs_open *open);
 
 /// Removes every file-system mark of a fanotify group (FAN_MARK_FLUSH): no event is queued
 /// after it returns, and it does not wait, unlike closing the group (an SRCU grace period,

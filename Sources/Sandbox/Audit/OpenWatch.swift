@@ -7,7 +7,8 @@ import Glibc
 /// and the open allowed: it can neither rename or remove the file nor exec another program
 /// first. Elsewhere they are notifications, read as they arrive, and an opener that was quick
 /// enough is seen with its file's later name, or no program. Which opens matter is `keep`'s
-/// call; at most `limit` distinct (path, executed) pairs are kept, the rest only counted.
+/// call, given the file open read-only (its opener still held) to read before it goes on;
+/// at most `limit` distinct (path, executed) pairs are kept, the rest only counted.
 /// Every open is allowed: this watches, it never refuses. Needs CAP_SYS_ADMIN in the initial
 /// user namespace.
 public final class OpenWatch: @unchecked Sendable {
@@ -20,12 +21,15 @@ public final class OpenWatch: @unchecked Sendable {
         public var exe: String
         /// The opener's arguments (the first 1 KiB of its command line; empty when it was gone).
         public var arguments: [String] = []
+        /// What `keep` said of it (shown after its path), if anything.
+        public var note: String?
 
-        public init(path: String, executed: Bool, exe: String, arguments: [String] = []) {
+        public init(path: String, executed: Bool, exe: String, arguments: [String] = [], note: String? = nil) {
             self.path = path
             self.executed = executed
             self.exe = exe
             self.arguments = arguments
+            self.note = note
         }
     }
 
@@ -46,7 +50,24 @@ public final class OpenWatch: @unchecked Sendable {
 
     private let group: Int32
     private let stopPipe: (read: Int32, write: Int32)
-    private let keep: @Sendable (Open) -> Bool
+    /// Whether to keep an open, given its event; it may add a note.
+    public typealias Keep = @Sendable (inout Open, Event) -> Bool
+
+    /// What `keep` may use of an open while its opener waits.
+    public struct Event {
+        /// The file opened, read-only (-1 when none).
+        public let file: Int32
+        let group: Int32
+        let blocking: Bool
+
+        /// `path` (on the watched file system, a regular file; no link at its end followed)
+        /// opened read-only without raising an event: one would wait for this very thread.
+        /// The caller closes it; -1 with errno when it cannot be opened.
+        public func openUnwatched(_ path: String) -> Int32 {
+            ahs_open_unwatched(group, blocking ? 1 : 0, path)
+        }
+    }
+    private let keep: Keep
     private let limit: Int
     private var seen: Seen
     private var keys = Set<String>()
@@ -54,7 +75,7 @@ public final class OpenWatch: @unchecked Sendable {
 
     /// Starts watching the file system that holds `directory`.
     /// - Throws: `SandboxError` (`.io`) naming the directory and errno.
-    public init(directory: String, limit: Int = 200, keep: @escaping @Sendable (Open) -> Bool) throws(SandboxError) {
+    public init(directory: String, limit: Int = 200, keep: @escaping Keep) throws(SandboxError) {
         var blocking: Int32 = 0
         let g = ahs_open_watch(directory, &blocking)
         guard g >= 0 else { throw SandboxError(.io, "fanotify (opens) on \(directory): \(String(cString: strerror(errno)))") }
@@ -109,7 +130,10 @@ public final class OpenWatch: @unchecked Sendable {
                 if stopping { break }
                 continue
             }
-            for i in 0..<Int(n) { take(&buffer[i]) }
+            for i in 0..<Int(n) {
+                take(&buffer[i])
+                ahs_open_done(group, &buffer[i])
+            }
         }
         // Read whole: let go of off the verifier's path (`FanotifyRelease`); a group that
         // could not be read is closed here and now, which allows every open still waiting.
@@ -119,14 +143,16 @@ public final class OpenWatch: @unchecked Sendable {
 
     private func take(_ e: inout ahs_open) {
         if e.mask & Self.overflow != 0 { seen.overflowed = true; return }
+        // The supervisor's own (never the sandbox's): not what is watched.
+        if e.pid == getpid() { return }
         let path = withUnsafeBytes(of: &e.path) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
         let exe = withUnsafeBytes(of: &e.exe) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
         let count = Int(max(0, min(e.cmdline_len, Int32(MemoryLayout.size(ofValue: e.cmdline)))))
         let arguments = withUnsafeBytes(of: &e.cmdline) { raw in
             raw.prefix(count).split(separator: 0, omittingEmptySubsequences: false).map { String(decoding: $0, as: UTF8.self) }
         }
-        let open = Open(path: path, executed: e.mask & Self.executed != 0, exe: exe, arguments: arguments)
-        guard keep(open) else { return }
+        var open = Open(path: path, executed: e.mask & Self.executed != 0, exe: exe, arguments: arguments)
+        guard keep(&open, Event(file: e.fd, group: group, blocking: seen.blocking)) else { return }
         let key = (open.executed ? "x:" : "r:") + path
         guard keys.insert(key).inserted else { return }
         if seen.opens.count < limit { seen.opens.append(open) } else { seen.more += 1 }
