@@ -12,6 +12,13 @@
 // ...), recording it against agent.py. Links that stay inside /app (a venv's `python ->
 // python3`) or lead into the system (`python3 -> /usr/bin/python3`) are kept. A link recreated
 // from an archive or a git object the test itself unpacks is not seen here (docs/benchmarks.md).
+//
+// On a task's image the agent wrote the whole root as its root, and the verifier's root is
+// that same tree: a link anywhere the agent made (its upper layer) is resolved in the merged
+// tree, `/` being the image's root, and removed when its path passes through what only the
+// verifier has or what differs between the two sandboxes (`/tests`, `/logs`, `/solution`,
+// `/tmp`, the toolbox, `/proc`, `/sys`, `/dev`'s links into `/proc`). Everything else it can reach is the image's
+// or the agent's own, which the agent could read anyway.
 
 import Glibc
 import SupervisorIO
@@ -47,43 +54,102 @@ enum PlantedLinks {
         return .success(removed)
     }
 
+    /// The top-level names of an image's root that are the verifier's own or differ between
+    /// the agent's sandbox and the verifier's (mounts, pseudo file systems).
+    static let verifierOnly: [[UInt8]] = ["tests", "logs", "solution", "tmp", "proc", "sys"].map { Array($0.utf8) }
+    /// Paths below them too: the toolbox, and the sandbox's /dev links into /proc (a link to
+    /// /dev/fd/3 is whatever the test has open as 3). /dev/null and its kin are fine.
+    static let verifierOnlyBelow: [LinkWalk.Components] = [VerifierTools.mountPoint, "/dev/fd", "/dev/stdin", "/dev/stdout", "/dev/stderr"].map {
+        $0.split(separator: "/").map { Array($0.utf8) }
+    }
+
+    /// Removes every link in an image task's upper layer (`upper`, what the agent made) whose
+    /// path, resolved in the merged tree (`root`, mounted: the verifier's), passes through
+    /// `verifierOnly` or the toolbox; returns each as `/PATH -> TARGET`.
+    static func sweepImage(upper: String, root: String) -> Result<[String], BenchmarkError> {
+        let (u, r) = (FileSystem.openDirectory(upper), FileSystem.openDirectory(root))
+        defer { if u >= 0 { close(u) }; if r >= 0 { close(r) } }
+        guard u >= 0, r >= 0 else { return .failure(BenchmarkError(.io, "\(u < 0 ? upper : root): \(FileSystem.errorText())")) }
+        let links: [LinkWalk.Link]
+        do throws(IOFailure) {
+            links = try LinkWalk.links(under: u, entryLimit: entryLimit, depthLimit: depthLimit, label: "/")
+        } catch {
+            return .failure(BenchmarkError(error))
+        }
+        let leaving = links.filter { reachesVerifier(from: Array($0.path.dropLast()), target: $0.target) { LinkWalk.entry(under: r, $0) } }
+        var removed: [String] = []
+        for link in leaving {
+            let shown = "/" + link.path.map(Self.shown).joined(separator: "/") + " -> " + Self.shown(link.target)
+            if let e = LinkWalk.removeLink(under: r, link.path), e != ENOENT {
+                return .failure(BenchmarkError(.io, "\(shown): cannot remove: \(FileSystem.errorText(e))"))
+            }
+            removed.append(shown)
+        }
+        return .success(removed)
+    }
+
     /// Whether `target`, a link's target in directory `directory` (components below /app),
     /// resolves to somewhere outside /app other than the system directories. `lookup` says what
     /// is at a path below /app.
     static func leavesApp(from directory: LinkWalk.Components, target: [UInt8], lookup: (LinkWalk.Components) -> LinkWalk.Entry?) -> Bool {
+        resolve(from: directory, target: target, lookup: lookup,
+                absolute: { rest in absolute(rest).map { .inside($0) } ?? .out(!isSystem(rest)) },
+                aboveTop: { true }, passes: { _ in false })
+    }
+
+    /// Whether `target`, a link's target in `directory` (components below an image's root),
+    /// passes through a verifier-only path as the kernel resolves it there (`..` of the root
+    /// is the root). `lookup` says what is at a path in the merged tree.
+    static func reachesVerifier(from directory: LinkWalk.Components, target: [UInt8], lookup: (LinkWalk.Components) -> LinkWalk.Entry?) -> Bool {
+        resolve(from: directory, target: target, lookup: lookup, absolute: { .inside($0) }, aboveTop: nil) { current in
+            current.count == 1 && verifierOnly.contains(current[0]) || verifierOnlyBelow.contains(current)
+        }
+    }
+
+    enum Restart { case inside(LinkWalk.Components), out(Bool) }
+
+    /// The kernel's walk of a link's target below a top directory: links followed (at most
+    /// `hopLimit`), `..` taken. `absolute`: where an absolute path leads (below the top, or
+    /// out with the answer); `aboveTop`: the answer for `..` at the top (nil: stay there);
+    /// `passes`: true ends the walk with true.
+    private static func resolve(from directory: LinkWalk.Components, target: [UInt8], lookup: (LinkWalk.Components) -> LinkWalk.Entry?,
+                                absolute: (LinkWalk.Components) -> Restart, aboveTop: (() -> Bool)?,
+                                passes: (LinkWalk.Components) -> Bool) -> Bool {
         var current = directory
         var pending = components(target)
         var hops = 0
-        if target.first == UInt8(ascii: "/") {
-            guard let inside = absolute(pending) else { return !isSystem(pending) }
-            (current, pending) = ([], inside)
+        func restart(_ parts: LinkWalk.Components) -> Bool? {
+            switch absolute(parts) {
+            case .inside(let inside): (current, pending) = ([], inside); return nil
+            case .out(let answer): return answer
+            }
         }
+        if target.first == UInt8(ascii: "/"), let answer = restart(pending) { return answer }
         while !pending.isEmpty {
             let c = pending.removeFirst()
             if c.isEmpty || c == [UInt8(ascii: ".")] { continue }
             if c == [UInt8(ascii: "."), UInt8(ascii: ".")] {
-                // Above /app: out, whatever follows.
-                guard !current.isEmpty else { return true }
-                current.removeLast()
+                if current.isEmpty {
+                    if let aboveTop { return aboveTop() }
+                } else {
+                    current.removeLast()
+                }
                 continue
             }
             current.append(c)
+            if passes(current) { return true }
             switch lookup(current) {
             case .link(let next)?:
                 hops += 1
                 guard hops <= hopLimit else { return true }
                 current.removeLast()
                 if next.first == UInt8(ascii: "/") {
-                    let rest = components(next) + pending
-                    guard let inside = absolute(rest) else { return !isSystem(rest) }
-                    (current, pending) = ([], inside)
+                    if let answer = restart(components(next) + pending) { return answer }
                 } else {
                     pending = components(next) + pending
                 }
-            case .directory?, .other?:
-                continue
-            case nil:
-                // Nothing there (yet): the rest is read as written.
+            case .directory?, .other?, nil:
+                // nil: nothing there (yet): the rest is read as written.
                 continue
             }
         }

@@ -101,8 +101,9 @@ extension TaskRunner {
         guard app >= 0 else { return run.finish(.setupFailed, "app directory: \(FileSystem.errorText())") }
         let sanitized = configuration.sanitizesGitConfigs ? GitConfigs.sanitize(app: app, owner: appOwner) : .success(0)
         // Links that lead out of /app (to the answer key in /tests, the verifier's /tmp, /proc)
-        // are gone too, each recorded against agent.py (`PlantedLinks`).
-        let swept = root == nil ? PlantedLinks.sweep(app: app) : .success([])
+        // are gone too, each recorded against agent.py (`PlantedLinks`); on an image, links
+        // anywhere the agent made that lead into what only the verifier has.
+        let swept = root == nil ? PlantedLinks.sweep(app: app) : PlantedLinks.sweepImage(upper: upper!, root: root!)
         close(app)
         if case .failure(let e) = sanitized { return run.finish(.setupFailed, e.message) }
         switch swept {
@@ -110,10 +111,11 @@ extension TaskRunner {
         case .success(let removed) where !removed.isEmpty:
             for link in removed {
                 var event = AuditEvent(sandbox: "supervisor", kind: .plantedLink, name: link, action: "removed")
-                event.detail = "a link agent.py left in /app leading out of it, removed before the verifier started"
+                event.detail = root == nil ? "a link agent.py left in /app leading out of it, removed before the verifier started"
+                    : "a link agent.py left on the task's image leading into what only the verifier has, removed before the verifier started"
                 configuration.audit.record(event)
             }
-            run.note("removed \(removed.count) link(s) leading out of /app: \(removed.prefix(3).joined(separator: "; "))")
+            run.note("removed \(removed.count) link(s) leading \(root == nil ? "out of /app" : "into the verifier's paths"): \(removed.prefix(3).joined(separator: "; "))")
         case .success: break
         }
 

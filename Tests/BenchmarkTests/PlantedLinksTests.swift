@@ -56,6 +56,36 @@ struct PlantedLinksTests {
         #expect(!Self.leaves("lib", "/lib64/ld-linux-x86-64.so.2"))
     }
 
+    static func reaches(_ link: String, _ target: String, _ tree: [String: LinkWalk.Entry] = [:]) -> Bool {
+        let dir = link.split(separator: "/").dropLast().map { Array($0.utf8) }
+        return PlantedLinks.reachesVerifier(from: dir, target: Array(target.utf8), lookup: lookup(tree))
+    }
+
+    @Test("on a task's image a link the agent made anywhere is judged in the merged tree: through /tests, /logs, /tmp, /proc, the toolbox or /dev/fd it is the verifier's; elsewhere the image's")
+    func imageResolution() {
+        // Paths below the image's root (`app/out.txt` is /app/out.txt).
+        #expect(Self.reaches("app/out.txt", "/tests/expected.txt"))
+        #expect(Self.reaches("app/out.txt", "../tests/expected.txt", ["app": .directory]))
+        // `..` of the root is the root.
+        #expect(Self.reaches("app/out.txt", "../../../../tests", ["app": .directory]))
+        #expect(Self.reaches("app/out.txt", "/proc/self/cwd/x"))
+        #expect(Self.reaches("app/out.txt", "/tmp/key"))
+        #expect(Self.reaches("app/out.txt", "/logs/verifier/reward.txt"))
+        #expect(Self.reaches("app/out.txt", "/dev/fd/3"))
+        #expect(Self.reaches("app/out.txt", "/opt/autoharness/verifier-tools/bin/python3.13"))
+        // Through the image's own links and the agent's, anywhere in the tree.
+        #expect(Self.reaches("app/out.txt", "/var/run/../tests/x", ["var": .directory, "var/run": .link(Array("/run".utf8))]))
+        #expect(Self.reaches("app/out.txt", "/root/k/expected.txt", ["root": .directory, "root/k": .link(Array("/tests".utf8))]))
+        #expect(Self.reaches("root/k", "/tests"))
+        #expect(Self.reaches("app/out.txt", "l1", ["app": .directory, "app/l1": .link(Array("l2".utf8)), "app/l2": .link(Array("l1".utf8))]))
+        // The image's and the agent's own files: kept.
+        #expect(!Self.reaches("app/venv/bin/python", "/usr/bin/python3.12"))
+        #expect(!Self.reaches("usr/local/bin/tool", "../lib/tool/run", ["usr": .directory, "usr/local": .directory]))
+        #expect(!Self.reaches("app/null", "/dev/null"))
+        #expect(!Self.reaches("etc/alternatives/x", "/usr/bin/x"))
+        #expect(!Self.reaches("app/data", "/srv/data"))
+    }
+
     /// Every task's test: compare /app/out.txt with the answer key, reached as `vector` says.
     static let vectors: [(id: String, plant: String, test: String)] = [
         ("direct", "os.symlink('/tests/expected.txt', 'out.txt')", "cmp -s /app/out.txt /tests/expected.txt"),

@@ -224,7 +224,13 @@ enum Corpus {
         // Links into the answer key (issue 75): the test's copy, realpath or directory walk
         // would have followed them to /tests once /app stopped being nosymfollow.
         "answer-link": #"""
-            for target, name in [("/tests/test_outputs.py", "answer.txt"), ("/tests", "keys"), (".", "here"), ("here/../tests/test.sh", "run.sh")]:
+            # On a task's image the agent may write anywhere: a link outside /app too.
+            try:
+                os.symlink("/tests", "/root/keys")
+            except OSError:
+                pass
+            for target, name in [("/tests/test_outputs.py", "answer.txt"), ("/tests", "keys"), (".", "here"), ("here/../tests/test.sh", "run.sh"),
+                                 ("/root/keys/test_outputs.py", "via-root.txt")]:
                 path = os.path.join("/app", name)
                 try:
                     os.unlink(path)
@@ -295,12 +301,10 @@ enum Corpus {
 
     /// Runs every cheat on the train split, then all of them at once through a gate, then the
     /// oracle. `agent` builds agent.py for the adapter.
-    /// `onImages`: the tasks run on their own image, where links out of /app are not swept yet
-    /// (docs/benchmarks.md): that class is left out there.
-    static func attack(_ exp: Experiment, agent: ([String]) -> String, secrets: [String: String], onImages: Bool = false) throws {
+    static func attack(_ exp: Experiment, agent: ([String]) -> String, secrets: [String: String]) throws {
         let split = try exp.split()
         try #require(!split.train.isEmpty && !split.test.isEmpty, "\(split)")
-        let kinds = cheats.keys.sorted().filter { !(onImages && $0 == "answer-link") }
+        let kinds = cheats.keys.sorted()
         for kind in kinds {
             try exp.setAgent(agent([kind]))
             let before = try exp.rows("violation").count
@@ -636,7 +640,7 @@ struct VerifierIntegrityTests {
         try #require(built.status == 0 && built.stdout.contains("images: 4 tasks on their own image"), "\(built.stdout)\(built.stderr)")
         let p = try exp.run("prepare")
         try #require(p.status == 0 && p.stdout.contains("baseline: 0/4 tasks pass"), "\(p.stdout)\(p.stderr)")
-        try Corpus.attack(exp, agent: Corpus.localAgent, secrets: secrets, onImages: true)
+        try Corpus.attack(exp, agent: Corpus.localAgent, secrets: secrets)
     }
 
     @Test("terminal-bench (real Harbor, env_provider local): every cheat of the corpus scores 0, Harbor's process never holds the tests, the solution or another task, the oracle passes")
