@@ -19,8 +19,38 @@ extension ExperimentConfig {
                 + "or terminal-bench with env_provider: local); \(kind.configured(self)) "
                 + "grades elsewhere: remove the key")
         }
-        if checkTools { try checkHeldOutCredentials() }
+        if checkTools {
+            try checkHeldOutCredentials()
+            try checkCodingAgentBinds(root: root)
+        }
         return try kind.adapter(self, root: root, checkTools: checkTools)
+    }
+
+    /// What no bind an operator configures for the coding agent or the triage may reach: this
+    /// experiment (its ledger, split, snapshots and keys; `whole` false: its private directory
+    /// only, for what is copied rather than bound), the dataset and its task list, and what
+    /// only the scorer may read. Each benchmark's own paths are checked with `toolBinds`.
+    func experimentProtected(root: String, whole: Bool = true) -> [RunnerBinds.Protected] {
+        var protected: [RunnerBinds.Protected] = [whole ? .init(path: root, what: "contains this experiment (its ledger, split and snapshots)")
+                                                        : .init(path: root + "/.autoharness", what: "contains this experiment's private directory (its ledger, split, snapshots and keys)")]
+        for d in [dataset, tasksFile].compactMap({ $0 }) where !d.isEmpty {
+            protected.append(.init(path: d.hasPrefix("/") ? d : root + "/" + d, what: "contains the benchmark's tasks, the held-out ones included"))
+        }
+        for b in runner.scorerBinds { protected.append(.init(path: b, what: "is the scorer's alone (the answers it checks against)")) }
+        return protected
+    }
+
+    /// The coding agent's binds and `home_seed` (copied into its home) against the experiment,
+    /// the dataset and the scorer's answers: a bind of the dataset's parent let a coding agent
+    /// list every task and read the held-out instructions (issue 70). Refused before any
+    /// sandbox starts, naming the setting and its line.
+    func checkCodingAgentBinds(root: String) throws {
+        func at(_ setting: String) -> String { codingAgentPlaces[setting].map { "\($0): \(setting)" } ?? setting }
+        try RunnerBinds.refuse(codingAgent.binds.map { (at("coding_agent.binds"), $0) }, exposing: experimentProtected(root: root))
+        if let seed = codingAgent.homeSeed {
+            try RunnerBinds.refuse([(at("coding_agent.home_seed"), seed.hasPrefix("/") ? seed : root + "/" + seed)],
+                                   exposing: experimentProtected(root: root, whole: false))
+        }
     }
 
     /// A held-out run's credentials (`gate.held_out_env`) must differ, by value, from every

@@ -30,7 +30,8 @@ enum RunnerBinds {
                     throw ExperimentError(.usage, "\(setting): \(b) \(p.what)")
                 }
                 if p.inside, within(rb, real) || identity(real).map({ Set(lineage(rb).compactMap(identity)).contains($0) }) == true {
-                    throw ExperimentError(.usage, "\(setting): \(b) lies inside \(p.path), which \(setting == "runner.binds" ? "agent.py's runner" : "the triage") must never see; bind only the tool's install")
+                    let who = setting.hasSuffix("runner.binds") ? "agent.py's runner" : setting.hasSuffix("triage.binds") ? "the triage" : "the coding agent"
+                    throw ExperimentError(.usage, "\(setting): \(b) lies inside \(p.path), which \(who) must never see; \(setting.hasSuffix("home_seed") ? "seed its home from elsewhere" : "bind only the tool's install")")
                 }
             }
         }

@@ -67,6 +67,8 @@ public struct ExperimentConfig: Sendable, Equatable {
     public var heldOutEnv: [String: String] = [:]
     /// Where `gate.held_out_env` is (`file:line`), for what is refused about its values.
     public var heldOutEnvPlace: String?
+    /// Where `coding_agent.binds` and `coding_agent.home_seed` are (`file:line`), by setting.
+    public var codingAgentPlaces: [String: String] = [:]
     /// `autoharness run` stops after this many consecutive rejected gates (upstream: 5).
     public var maxNonImproving = 5
     /// `timeout_policy` (upstream's key): how a held-out task that timed out without a reward

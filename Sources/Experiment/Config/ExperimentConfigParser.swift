@@ -141,6 +141,10 @@ extension ExperimentConfig {
                 r.mapping(v, key, allowed: ["command", "env_pass", "env", "home_seed", "binds", "prompt", "continue_prompt",
                                             "restart_backoff", "quick_exit_seconds", "max_crashes", "max_restarts", "price_usd_per_mtok"]) { k, v in
                     let name = "coding_agent.\(k)"
+                    if k == "binds" || k == "home_seed" {
+                        let at = r.yaml.location(of: v)
+                        c.codingAgentPlaces[name] = "\(at.file):\(at.line)"
+                    }
                     switch k {
                     case "command": c.codingAgent.command = r.strings(v, name) ?? []
                     case "env_pass":

@@ -39,12 +39,7 @@ extension ExperimentSupervisor {
         // the benchmark keeps from agent.py: no bind (its own or its preset's) may reach this
         // experiment, the dataset or the scorer's answers (each benchmark's own paths are
         // checked with runner.binds when the supervisor starts: `toolBinds`).
-        var protected: [RunnerBinds.Protected] = [.init(path: layout.root, what: "contains this experiment (its ledger, split and snapshots)")]
-        for d in [config.dataset, config.tasksFile].compactMap({ $0 }) {
-            protected.append(.init(path: d.hasPrefix("/") ? d : layout.root + "/" + d, what: "contains the benchmark's tasks, the held-out ones included"))
-        }
-        for b in config.runner.scorerBinds { protected.append(.init(path: b, what: "is the scorer's alone (the answers it checks against)")) }
-        try RunnerBinds.refuse(launch.settings.binds.map { ("triage.binds", $0) }, exposing: protected)
+        try RunnerBinds.refuse(launch.settings.binds.map { ("triage.binds", $0) }, exposing: config.experimentProtected(root: layout.root))
         let argv = launch.settings.command
         let settings = launch.settings
         let audit = AuditLog()
