@@ -711,7 +711,7 @@ struct Tau2AdapterTests {
         #expect(!rows.contains { ($0["actor"] as? String)?.hasPrefix("agent.py") == true }, "blamed on agent.py: \(rows)")
     }
 
-    @Test("binding tau2's data directory into the runner is refused: it holds every test task's expected actions")
+    @Test("binding tau2's data directory into the runner or the coding agent is refused: it holds every test task's expected actions")
     func dataNeverBound() throws {
         let exp = try make()
         defer { exp.removeScratch() }
@@ -719,6 +719,11 @@ struct Tau2AdapterTests {
         let p = try exp.run(["prepare"], environment: Self.env)
         #expect(p.status != 0)
         #expect(p.stderr.contains("contains tau2_data_dir"), "\(p.stderr)")
+        // The coding agent's binds too, at their line (issue 70: CodingAgentBindsTests).
+        try exp.set("binds", "[\(Self.pkg)]", in: "runner")
+        try exp.set("binds", "[\(Tau2Agents.fixture)]", in: "coding_agent")
+        let c = try exp.run(["prepare"], environment: Self.env)
+        #expect(c.status == 2 && c.stderr.contains("coding_agent.binds: \(Tau2Agents.fixture) contains tau2_data_dir"), "\(c.stderr)")
     }
 }
 

@@ -108,11 +108,12 @@ public struct ExperimentConfig: Sendable, Equatable {
     public var runner = Runner()
     /// Where tasks run: `executor:` (this host, or the nodes of a Ray cluster).
     public var executor = Executor()
-    /// The host paths bound into the sandboxes of tools that must never see a benchmark's
-    /// answers (agent.py's runner, the triage), with the setting each came from: what each
-    /// benchmark's `RunnerBinds.refuse` checks.
+    /// The host paths bound into the sandboxes that must never see a benchmark's answers
+    /// (agent.py's runner, the triage, the coding agent), with the setting each came from:
+    /// what each benchmark's `RunnerBinds.refuse` checks.
     var toolBinds: [(setting: String, path: String)] {
         runner.binds.map { ("runner.binds", $0) } + (triage?.tool.binds ?? []).map { ("triage.binds", $0) }
+            + codingAgent.binds.map { (codingAgentPlaces["coding_agent.binds"].map { "\($0): coding_agent.binds" } ?? "coding_agent.binds", $0) }
     }
 
     /// `triage:`: a command that reads the train split's failure records in a sandbox of its
