@@ -93,7 +93,7 @@ struct HeldOutVMTests {
             return
         """)
 
-    @Test("every gate's guest is restored from one saved before any gate: what a held-out task left in its guest (the inode counter moved, files in /tmp and /dev/shm) is not in the next gate's guest")
+    @Test("every gate's guest is restored from one saved before any gate: what a held-out task left in its guest (the inode counter moved, files in /tmp and /dev/shm) is not in the next gate's guest; a saved guest changed since it was saved is refused, the bundle names its digest")
     func snapshotGuestsStartFresh() throws {
         try Self.requireVM()
         let snapshots = try TempDir(mode: 0o700)
@@ -113,17 +113,41 @@ struct HeldOutVMTests {
         // Nor is the session serial: the guest's sessions are its own kernel's.
         #expect(g.stderr.contains("held-out VM done; moved the inode-number counters by 0, the process serial by "), "\(g.stderr)")
         #expect(g.stderr.contains("and the session serial by 0 on "), "\(g.stderr)")
-        let saved = (try? FileManager.default.contentsOfDirectory(atPath: snapshots.path + "/saved")) ?? []
-        #expect(saved.count == 1 && saved[0].hasSuffix(".state"), "\(saved)")
+        let saved = ((try? FileManager.default.contentsOfDirectory(atPath: snapshots.path + "/saved")) ?? []).sorted()
+        // The state, and its SHA-256 recorded as it was saved (root's alone).
+        #expect(saved.count == 2 && saved[0].hasSuffix(".state") && saved[1] == saved[0] + ".sha256", "\(saved)")
         // The next gate's guest, restored from the same saved state (not saved again), finds
         // nothing of the first gate's: its first task solves again.
         let again = try exp.run("gate")
         #expect(again.stdout.contains("val_score: \(one)"), "\(again.stdout)\n\(again.stderr)")
         #expect(!again.stderr.contains("saving a booted guest") && again.stderr.contains("held-out VM: \(test.count) task(s) answered; restored in "), "\(again.stderr)")
-        // A state that does not restore (here cut short; in the field, a firmware package
-        // qemu's version does not show) is moved aside and the gate's guest boots instead.
         let state = snapshots.path + "/saved/" + saved[0]
+        let recorded = try String(contentsOfFile: state + ".sha256", encoding: .utf8)
+        #expect(recorded.hasPrefix(String(try runProcess("/usr/bin/sha256sum", [state]).stdout.prefix(64))), "\(recorded)")
+        let evidence = try exp.run("evidence", "export", "2", "-o", "-")
+        let payload = try #require((try JSONSerialization.jsonObject(with: Data(evidence.stdout.utf8)) as? [String: Any])
+            .flatMap { ($0["dsseEnvelope"] as? [String: Any])?["payload"] as? String }.flatMap { Data(base64Encoded: $0) })
+        let runtime = try #require(((try JSONSerialization.jsonObject(with: payload) as? [String: Any])?["predicate"] as? [String: Any])?["heldOutRuntime"] as? [String: Any])
+        #expect(runtime["savedStateSHA256"] as? String == String(recorded.prefix(64)), "\(runtime)")
+        // 68 bytes of the saved guest changed (issue 70: it restored silently and the gate
+        // answered): refused before the guest runs, the state moved aside; the gate ends
+        // interrupted, its held-out phase not scored.
+        let fd = open(state, O_WRONLY)
+        #expect(fd >= 0 && pwrite(fd, [UInt8](repeating: 0x41, count: 68), 68, 1 << 20) == 68)
+        close(fd)
+        let tampered = try exp.run("gate")
+        #expect(tampered.status != 0 && tampered.stderr.contains("the saved guest was changed after it was saved"), "\(tampered.stdout)\n\(tampered.stderr)")
+        #expect(!tampered.stdout.contains("val_score"), "\(tampered.stdout)")
+        #expect(FileManager.default.fileExists(atPath: state + ".failed") && !FileManager.default.fileExists(atPath: state))
+        // The next gate saves a new one. A state whose bytes are those recorded but that does
+        // not restore (here cut short, its digest recorded again; in the field, a firmware
+        // package qemu's version does not show) is moved aside and the gate's guest boots.
+        let fourth = try exp.run("gate")
+        #expect(fourth.stdout.contains("val_score: \(one)") && fourth.stderr.contains("held-out VM: saving a booted guest"), "\(fourth.stdout)\n\(fourth.stderr)")
         #expect(truncate(state, 4096) == 0)
+        let cut = String(try runProcess("/usr/bin/sha256sum", [state]).stdout.prefix(64))
+        try (cut + "\n").write(toFile: state + ".sha256", atomically: true, encoding: .utf8)
+        chmod(state + ".sha256", 0o600)
         let third = try exp.run("gate")
         #expect(third.stdout.contains("val_score: \(one)"), "\(third.stdout)\n\(third.stderr)")
         #expect(third.stderr.contains("held-out VM: the saved guest did not restore") && third.stderr.contains("booting this gate's guest instead"), "\(third.stderr)")

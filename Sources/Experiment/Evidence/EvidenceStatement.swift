@@ -97,6 +97,9 @@ public struct HeldOutRuntimeMeasurement: Codable, Sendable, Equatable {
     public var initramfsSHA256: String?
     /// `kvm` or `tcg`.
     public var acceleration: String?
+    /// The saved guest state the gate's guest was restored from (`gate.vm.snapshot`), its
+    /// bytes checked against the digest recorded when it was saved.
+    public var savedStateSHA256: String?
 }
 
 /// A directory of task files: the SHA-256 of its manifest, the lines `sha256sum` prints for

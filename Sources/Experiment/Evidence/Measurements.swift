@@ -8,11 +8,12 @@ import SupervisorIO
 
 extension HeldOutVM {
     /// The guest a gate's held-out phase boots: its kernel image and the initramfs built from
-    /// it (deterministic: the same kernel directory gives the same bytes), by digest.
+    /// it (deterministic: the same kernel directory gives the same bytes), and the saved state
+    /// it was restored from, by digest.
     func measurement() -> HeldOutRuntimeMeasurement {
         HeldOutRuntimeMeasurement(kind: "vm", kernelVersion: kernel.version, kernelSHA256: try? WorkDigest.file(kernel.vmlinuz),
                                   initramfsSHA256: WorkDigest.hex(SHA256.hash(data: GuestImage.initramfs(kernel: kernel))),
-                                  acceleration: accel.rawValue)
+                                  acceleration: accel.rawValue, savedStateSHA256: restoredStateSHA256)
     }
 }
 

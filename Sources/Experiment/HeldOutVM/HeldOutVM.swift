@@ -26,6 +26,9 @@ public final class HeldOutVM {
     /// `kvm` or `tcg`, as resolved by `prepare`.
     let accel: VMSettings.Accel
     let log: (@Sendable (String) -> Void)?
+    /// The SHA-256 of the saved guest the last gate restored (checked against the one
+    /// recorded when it was saved); nil when gates boot their guests.
+    private(set) var restoredStateSHA256: String?
 
     static let workPrefix = "held-out-vm-"
     static let qemuSandbox = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
@@ -271,7 +274,8 @@ public final class HeldOutVM {
 
         var args = qemuArguments(work: work, cpus: cpus)
         // Not an option list: a comma is not doubled here.
-        if snapshot != nil { args += ["-incoming", "unix:" + work + "/incoming.sock"] }
+        // Paused (-S) until the state is in and its digest checked (`restore`).
+        if snapshot != nil { args += ["-S", "-incoming", "unix:" + work + "/incoming.sock"] }
         egressPort?.start()
         let tail = ConsoleTail()
         let p = try launch(args, shares: staged, binary: image.binary, tail: tail)
@@ -298,7 +302,16 @@ public final class HeldOutVM {
         if let snapshot {
             snapshot.markUsed()
             do {
-                try Self.restore(snapshot, into: work, deadline: start + settings.bootTimeout, alive: { p.isRunning })
+                restoredStateSHA256 = try Self.restore(snapshot, into: work, deadline: start + settings.bootTimeout, alive: { p.isRunning })
+            } catch let tampered as TamperedState {
+                // Not a state that failed to load: one whose bytes changed since it was saved.
+                // The guest never ran (qemu started paused); this gate is refused, and the state
+                // goes aside for the operator (the next gate saves a new one).
+                if p.isRunning { kill(pid, SIGKILL) }
+                p.waitUntilExit()
+                let aside = snapshot.quarantine()
+                log?("held-out VM: the saved guest's bytes are not those it was saved with (SHA-256 \(tampered.streamed), recorded \(tampered.recorded ?? "none")); moved to \(aside)")
+                throw ExperimentError(.state, "held-out VM: the saved guest was changed after it was saved (its SHA-256 is not the one recorded then); it was moved aside and this gate refused: nothing of it ran")
             } catch {
                 if p.isRunning { kill(pid, SIGKILL) }
                 p.waitUntilExit()

@@ -1,23 +1,35 @@
+import Crypto
 import Foundation
 import SupervisorIO
 
 /// The saved guest (`VMSnapshot`): `save` boots the generic guest once, before any held-out
 /// data exists, and writes its migrated state; `restore` streams it into each gate's qemu.
 extension HeldOutVM {
-    /// Copies `source` to its end into `destination`; the bytes copied. More than `limit`
-    /// bytes, or a failed read or write, throws naming the side.
-    static func copyStream(from source: Int32, named what: String, to destination: Int32, named where_: String, limit: Int = .max) throws -> Int {
+    /// Copies `source` to its end into `destination`; the bytes copied and their SHA-256 (each
+    /// chunk digested before it is written). More than `limit` bytes, or a failed read or
+    /// write, throws naming the side.
+    static func copyStream(from source: Int32, named what: String, to destination: Int32, named where_: String,
+                           limit: Int = .max) throws -> (bytes: Int, sha256: String) {
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
         var total = 0
+        var digest = SHA256()
         while true {
             let n = buffer.withUnsafeMutableBytes { Glibc.read(source, $0.baseAddress, $0.count) }
             if n < 0 && errno == EINTR { continue }
             guard n >= 0 else { throw ExperimentError(.io, "reading \(what): \(ErrnoName.describe(errno))") }
-            if n == 0 { return total }
+            if n == 0 { return (total, WorkDigest.hex(digest.finalize())) }
             total += n
             guard total <= limit else { throw ExperimentError(.io, "\(what) is over \(limit >> 20) MiB") }
+            digest.update(data: buffer[0..<n])
             if let e = FileSystem.writeAll(destination, buffer[0..<n]) { throw ExperimentError(.io, "writing \(where_): \(ErrnoName.describe(e))") }
         }
+    }
+
+    /// A saved state whose bytes are not those it was saved with (its digest file, written
+    /// as it was saved): the gate is refused, never run on a guest someone changed.
+    struct TamperedState: Error {
+        var recorded: String?
+        var streamed: String
     }
 
     /// One connection accepted from `listener`, or -1 at `deadline`.
@@ -31,9 +43,10 @@ extension HeldOutVM {
         return -1
     }
 
-    /// Streams the saved state into the qemu that listens at `work/incoming.sock`, and lets
-    /// the guest run once it is in.
-    static func restore(_ snapshot: VMSnapshot, into work: String, deadline: Double, alive: () -> Bool) throws {
+    /// Streams the saved state into the qemu that listens at `work/incoming.sock` (started
+    /// paused: `-S`), and lets the guest run once it is in and its bytes are the ones saved
+    /// (`TamperedState` otherwise, the guest never having run). Returns their SHA-256.
+    static func restore(_ snapshot: VMSnapshot, into work: String, deadline: Double, alive: () -> Bool) throws -> String {
         var sock: Int32 = -1
         while sock < 0 {
             sock = try QMP.connect(work + "/incoming.sock")
@@ -48,12 +61,15 @@ extension HeldOutVM {
         guard file >= 0 else { throw ExperimentError(.io, "\(snapshot.path): \(ErrnoName.describe(errno))") }
         defer { close(file) }
         // The CLI ignores SIGPIPE: a qemu that stops reading is an EPIPE here.
-        _ = try copyStream(from: file, named: snapshot.path, to: sock, named: "qemu's incoming state")
+        let streamed = try copyStream(from: file, named: snapshot.path, to: sock, named: "qemu's incoming state").sha256
         shutdown(sock, Int32(SHUT_WR))
+        let recorded = snapshot.recordedDigest
+        guard recorded == streamed else { throw TamperedState(recorded: recorded, streamed: streamed) }
         let qmp = try QMP(path: work + "/qmp.sock", deadline: deadline, alive: alive)
         if try qmp.waitForStatus(["paused", "running"], deadline: deadline, alive: alive) == "paused" {
             try qmp.execute("cont", deadline: deadline)
         }
+        return streamed
     }
 
     /// Boots the generic guest to its `ready`, stops it and saves its state into `snapshot`
@@ -101,9 +117,11 @@ extension HeldOutVM {
             guard out >= 0 else { throw ExperimentError(.io, "\(temp): \(ErrnoName.describe(errno))") }
             var ok = false
             defer { close(out); if !ok { unlink(temp) } }
-            let total = try Self.copyStream(from: conn, named: "qemu's state", to: out, named: temp, limit: (settings.memoryMiB + 512) << 20)
+            let (total, sha256) = try Self.copyStream(from: conn, named: "qemu's state", to: out, named: temp, limit: (settings.memoryMiB + 512) << 20)
             let status = (try qmp.execute("query-migrate", deadline: deadline) as? [String: Any])?["status"] as? String
             guard status == "completed" else { throw ExperimentError(.io, "qemu's migration ended \(status ?? "unknown")") }
+            // Its digest first, then the state: a state is never in place without one.
+            try AtomicFile.write(Array((sha256 + "\n").utf8), to: snapshot.digestPath, mode: 0o600)
             guard fsync(out) == 0, rename(temp, snapshot.path) == 0 else { throw ExperimentError(.io, "\(snapshot.path): \(ErrnoName.describe(errno))") }
             ok = true
             VMSnapshot.removeUnused(in: String(snapshot.path[..<snapshot.path.lastIndex(of: "/")!]), keeping: snapshot.path)

@@ -88,15 +88,18 @@ struct VMSnapshot {
 
     /// Each restore marks its state used (its modification time), so states no gate has used
     /// for a week (another qemu, kernel, memory size or CPU count) can go.
-    func markUsed() { _ = utimensat(AT_FDCWD, path, nil, 0) }
+    func markUsed() {
+        _ = utimensat(AT_FDCWD, path, nil, 0)
+        _ = utimensat(AT_FDCWD, digestPath, nil, 0)
+    }
 
     /// Removes saved states (and ones moved aside) unused for `days`, all but `keeping`.
     static func removeUnused(in directory: String, keeping: String, days: Double = 7) {
         let cutoff = Double(time(nil)) - days * 86_400
-        for name in FileSystem.names(in: directory) where name.hasSuffix(".state") || name.hasSuffix(".state.failed") {
+        for name in FileSystem.names(in: directory) where name.hasSuffix(".state") || name.hasSuffix(".state.failed") || name.hasSuffix(".state.sha256") {
             let path = directory + "/" + name
             var st = stat()
-            guard path != keeping, lstat(path, &st) == 0, Double(st.st_mtim.tv_sec) < cutoff else { continue }
+            guard path != keeping, path != keeping + ".sha256", lstat(path, &st) == 0, Double(st.st_mtim.tv_sec) < cutoff else { continue }
             unlink(path)
         }
     }
@@ -106,13 +109,29 @@ struct VMSnapshot {
     func quarantine() -> String {
         let aside = path + ".failed"
         unlink(aside)
+        unlink(digestPath)
         return rename(path, aside) == 0 ? aside : path
     }
 
-    /// The saved state, if there is one that is root's and only root's.
+    /// The SHA-256 of the state's bytes, written when it was saved (root's, 0600, beside it):
+    /// checked as each gate streams the state into its qemu.
+    var digestPath: String { path + ".sha256" }
+
+    /// The digest recorded when the state was saved; nil when there is none that is root's
+    /// and only root's.
+    var recordedDigest: String? {
+        var st = stat()
+        guard lstat(digestPath, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_uid == 0, st.st_mode & 0o077 == 0,
+              case .success(let bytes) = InputFile.read(digestPath, cap: 128) else { return nil }
+        let text = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        return text.count == 64 && text.allSatisfy(\.isHexDigit) ? text : nil
+    }
+
+    /// The saved state, if there is one that is root's and only root's, with its digest (one
+    /// saved before digests were recorded, or whose digest is gone, is saved again).
     var exists: Bool {
         var st = stat()
-        return lstat(path, &st) == 0 && st.st_mode & S_IFMT == S_IFREG && st.st_uid == 0 && st.st_mode & 0o077 == 0
+        return lstat(path, &st) == 0 && st.st_mode & S_IFMT == S_IFREG && st.st_uid == 0 && st.st_mode & 0o077 == 0 && recordedDigest != nil
     }
 }
 
