@@ -80,11 +80,21 @@ enum AgentCodeRuns {
         return runs(open, path)
     }
 
-    /// `counts`, and a file outside agent.py's whose bytes are one of agent.py's (`file`, the
-    /// open's descriptor) run as if it were there: noted with the file it copies.
+    /// Programs that run a script named as their first argument (`python3 /tmp/s.py`), by the
+    /// start of their executable's name (`python3.11`).
+    static let scriptRunners = ["python", "node", "nodejs", "perl", "ruby", "php", "lua", "Rscript", "tclsh", "julia", "deno", "bun"]
+
+    /// `counts`, and a file elsewhere whose bytes are one of agent.py's (`event.file`) run as a
+    /// program: executed, or the script a shell, an interpreter or sed/awk `-f` is given. Noted
+    /// with the file it copies. A copy only imported or loaded as a library is not looked at:
+    /// a test's own environment holds byte-identical packages of what agent.py installed (a
+    /// review's venv: 707 false lines when every code open was compared).
     static func counts(_ open: inout OpenWatch.Open, _ event: OpenWatch.Event, app: String, upper: String?, agentFiles: AgentFiles) -> Bool {
         if counts(open, app: app, upper: upper) { return true }
-        guard event.file >= 0, runs(open, open.path), let original = agentFiles.original(of: event) else { return false }
+        let path = open.path
+        let runsIt = open.executed || ((shells.contains(open.exe) || scriptRunners.contains { open.exe.hasPrefix($0) }) && runsScript(open.arguments, path))
+            || (scriptFlagReaders.contains(open.exe) && givesScript(open.arguments, path))
+        guard event.file >= 0, runsIt, let original = agentFiles.original(of: event) else { return false }
         open.note = "a copy of \(original)"
         return true
     }
@@ -137,23 +147,41 @@ enum AgentCodeRuns {
 }
 
 /// The regular files agent.py left (the working copy; on an image, its whole upper layer), by
-/// size, to tell whether a file the verifier opened elsewhere is a copy of one: indexed at the
-/// first question, compared byte for byte. Asked only on the open watch's thread.
+/// size, to tell whether a program the verifier ran elsewhere is a copy of one: indexed at the
+/// first question, compared byte for byte, each reopened beneath its tree through no link and
+/// no other mount and only if it is still the file indexed (the verifier can change the tree
+/// meanwhile; a link it made must not lead the supervisor anywhere on the host). Asked only on
+/// one open watch's thread: each watch has its own (no lock: a watch thread waiting for one
+/// while the other's compare opens a file it must allow would never wake).
 final class AgentFiles: @unchecked Sendable {
-    /// (host directory, how the verifier sees it: "/app", or "" for an image's root).
-    let trees: [(host: String, shown: String)]
+    struct Tree {
+        var host: String
+        /// How the verifier sees it: "/app", or "" for an image's root.
+        var shown: String
+    }
+    struct File {
+        var tree: Int
+        /// Below the tree, no leading "/".
+        var relative: String
+        var device: UInt64
+        var inode: UInt64
+    }
+    let trees: [Tree]
     static let entryLimit = 200_000
-    /// Bytes compared per verifier at most (both sides counted).
+    /// Bytes read to compare per verifier at most.
     static let compareLimit = 4 << 30
-    private var bySize: [Int: [(host: String, shown: String)]]?
+    private var roots: [Int32] = []
+    private var bySize: [Int: [File]]?
     private var answers: [[Int]: String?] = [:]
     private var compared = 0
     /// Why some copies could not be told (the list was cut, a file could not be read).
     private(set) var problem: String?
 
     init(app: String, upper: String?) {
-        trees = upper.map { [($0, "")] } ?? [(app, "/app")]
+        trees = upper.map { [Tree(host: $0, shown: "")] } ?? [Tree(host: app, shown: "/app")]
     }
+
+    deinit { roots.forEach { if $0 >= 0 { close($0) } } }
 
     /// The agent's file (as the verifier sees it) whose bytes the opened file holds, if any.
     func original(of event: OpenWatch.Event) -> String? {
@@ -161,33 +189,36 @@ final class AgentFiles: @unchecked Sendable {
         guard let st = FileSystem.fileStatus(fd), FileSystem.isRegular(st), st.st_size > 0 else { return nil }
         let key = [Int(st.st_dev), Int(st.st_ino), Int(st.st_size), st.st_mtim.tv_sec, st.st_mtim.tv_nsec]
         if let known = answers[key] { return known }
-        let candidates = index()[Int(st.st_size)] ?? []
         var found: String?
-        for c in candidates where found == nil {
-            guard compared + 2 * Int(st.st_size) <= Self.compareLimit else {
-                problem = "more than \(Self.compareLimit >> 30) GiB to compare: later copies were not checked"
+        for c in index()[Int(st.st_size)] ?? [] where found == nil {
+            let other = event.openUnwatched(root: roots[c.tree], c.relative)
+            guard other >= 0 else { problem = problem ?? "a file of agent.py's could not be reopened to compare: a copy of it may be missing"; continue }
+            defer { close(other) }
+            guard let ost = FileSystem.fileStatus(other), UInt64(ost.st_dev) == c.device, UInt64(ost.st_ino) == c.inode else { continue }
+            let (same, read) = Self.same(fd, other, budget: Self.compareLimit - compared)
+            compared += read
+            if same == nil {
+                problem = "more than \(Self.compareLimit >> 30) GiB read to compare: later copies were not checked"
                 break
             }
-            compared += 2 * Int(st.st_size)
-            let other = event.openUnwatched(c.host)
-            guard other >= 0 else { continue }
-            defer { close(other) }
-            if Self.same(fd, other) { found = c.shown }
+            if same == true { found = trees[c.tree].shown + "/" + c.relative }
         }
         answers[key] = found
         return found
     }
 
-    private func index() -> [Int: [(host: String, shown: String)]] {
+    private func index() -> [Int: [File]] {
         if let bySize { return bySize }
-        var out: [Int: [(host: String, shown: String)]] = [:]
-        for tree in trees {
+        var out: [Int: [File]] = [:]
+        for (i, tree) in trees.enumerated() {
             let root = FileSystem.openDirectory(tree.host)
+            roots.append(root)
             guard root >= 0 else { problem = "\(tree.host): \(FileSystem.errorText())"; continue }
-            defer { close(root) }
             do throws(IOFailure) {
                 try TreeWalk.walk(root, label: tree.shown.isEmpty ? "/" : tree.shown, entryLimit: Self.entryLimit, depthLimit: 128) { _, _, st, path in
-                    if FileSystem.isRegular(st), st.st_size > 0 { out[Int(st.st_size), default: []].append((tree.host + path, tree.shown + path)) }
+                    if FileSystem.isRegular(st), st.st_size > 0 {
+                        out[Int(st.st_size), default: []].append(File(tree: i, relative: String(path.dropFirst()), device: UInt64(st.st_dev), inode: UInt64(st.st_ino)))
+                    }
                     return true
                 }
             } catch {
@@ -198,17 +229,20 @@ final class AgentFiles: @unchecked Sendable {
         return out
     }
 
-    /// Whether two files hold the same bytes.
-    static func same(_ fd: Int32, _ other: Int32) -> Bool {
+    /// Whether two files hold the same bytes (nil: more than `budget` bytes would be read),
+    /// and the bytes read (both sides), stopping at the first difference.
+    static func same(_ fd: Int32, _ other: Int32, budget: Int) -> (Bool?, Int) {
         let chunk = 1 << 16
         var a = [UInt8](repeating: 0, count: chunk), b = [UInt8](repeating: 0, count: chunk)
-        var offset = 0
+        var offset = 0, read = 0
         while true {
+            guard read + 2 * chunk <= budget else { return (nil, read) }
             let n = a.withUnsafeMutableBytes { pread(fd, $0.baseAddress, chunk, off_t(offset)) }
             let m = b.withUnsafeMutableBytes { pread(other, $0.baseAddress, chunk, off_t(offset)) }
-            guard n == m, n >= 0 else { return false }
-            if n == 0 { return true }
-            guard a[0..<n] == b[0..<n] else { return false }
+            read += max(0, n) + max(0, m)
+            guard n == m, n >= 0 else { return (false, read) }
+            if n == 0 { return (true, read) }
+            guard a[0..<n] == b[0..<n] else { return (false, read) }
             offset += n
         }
     }

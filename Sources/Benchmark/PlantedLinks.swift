@@ -57,9 +57,11 @@ enum PlantedLinks {
     /// The top-level names of an image's root that are the verifier's own or differ between
     /// the agent's sandbox and the verifier's (mounts, pseudo file systems).
     static let verifierOnly: [[UInt8]] = ["tests", "logs", "solution", "tmp", "proc", "sys"].map { Array($0.utf8) }
-    /// Paths below them too: the toolbox, and the sandbox's /dev links into /proc (a link to
-    /// /dev/fd/3 is whatever the test has open as 3). /dev/null and its kin are fine.
-    static let verifierOnlyBelow: [LinkWalk.Components] = [VerifierTools.mountPoint, "/dev/fd", "/dev/stdin", "/dev/stdout", "/dev/stderr"].map {
+    /// Paths below them too: the toolbox, the sandbox's /dev links into /proc (a link to
+    /// /dev/fd/3 is whatever the test has open as 3) and its own /dev mounts (/dev/shm, a
+    /// review's). /dev/null and its kin are fine.
+    static let verifierOnlyBelow: [LinkWalk.Components] = [VerifierTools.mountPoint, "/dev/fd", "/dev/stdin", "/dev/stdout", "/dev/stderr",
+                                                           "/dev/shm", "/dev/pts", "/dev/mqueue"].map {
         $0.split(separator: "/").map { Array($0.utf8) }
     }
 

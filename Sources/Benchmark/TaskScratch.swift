@@ -206,17 +206,22 @@ struct TaskScratch {
         return d
     }
 
-    /// Where the verifier's /tmp is: a directory of this task's file system (sticky and
-    /// world-writable like a real /tmp, owned by `owner`), not a tmpfs of its own, so that the
-    /// watch on this file system sees what the verifier runs from it (`AgentCodeRuns`).
+    /// Where the verifier's /tmp is: a tmpfs the supervisor mounts (sticky and world-writable
+    /// like a real /tmp, owned by `owner`), not one the sandbox makes for itself, so that a
+    /// watch on it sees what the verifier runs from it (`AgentCodeRuns`). Its own, not the
+    /// task's: agent.py filling the task's file system must not fail the test's own writes.
     var verifierTmpPath: String { path + "/verifier-tmp" }
+    static let verifierTmpSize = "1g"
 
     func makeVerifierTmp(owner: (uid_t, gid_t)) throws(BenchmarkError) {
-        guard let d = FileSystem.makeDirectory(at: fd, "verifier-tmp", mode: 0o755, owner: owner) else {
+        guard let d = FileSystem.makeDirectory(at: fd, "verifier-tmp", mode: 0o755, owner: nil) else {
             throw BenchmarkError(.io, "\(verifierTmpPath): \(FileSystem.errorText())")
         }
-        defer { close(d) }
-        guard fchmod(d, 0o1777) == 0 else { throw BenchmarkError(.io, "\(verifierTmpPath): chmod: \(FileSystem.errorText())") }
+        close(d)
+        guard mount("tmpfs", verifierTmpPath, "tmpfs", UInt(MS_NOSUID | MS_NODEV),
+                    "mode=1777,size=\(Self.verifierTmpSize),nr_inodes=\(Self.inodeLimit),uid=\(owner.0),gid=\(owner.1)") == 0 else {
+            throw BenchmarkError(.io, "cannot mount the verifier's /tmp on \(verifierTmpPath): \(FileSystem.errorText())")
+        }
     }
 
     /// Makes `logs` a tmpfs of its own owned by the verifier's host identity: the only file

@@ -140,16 +140,21 @@ extension TaskRunner {
 
         // Which agent code the verifier runs (`AgentCodeRuns`), watched from here to its end; on
         // an image, anything of the agent's upper layer too, and its configuration is hidden.
-        let codeWatch: OpenWatch?
+        // Its /tmp, a file system of its own, too: a copy of agent.py's program run from there
+        // (each watch with its own index of agent.py's files).
+        var codeWatches: [(OpenWatch, AgentFiles)] = []
         let (watchedApp, watchedUpper) = (appPath, upper)
-        let agentFiles = AgentFiles(app: appPath, upper: upper)
         if let upper { verifierOverrides.mounts += TaskImage.hiddenFromVerifier(upper: upper) }
         do throws(SandboxError) {
-            codeWatch = try OpenWatch(directory: watchedApp) { open, event in
-                AgentCodeRuns.counts(&open, event, app: watchedApp, upper: watchedUpper, agentFiles: agentFiles)
+            for directory in [watchedApp, scratch.verifierTmpPath] {
+                let agentFiles = AgentFiles(app: appPath, upper: upper)
+                codeWatches.append((try OpenWatch(directory: directory) { open, event in
+                    AgentCodeRuns.counts(&open, event, app: watchedApp, upper: watchedUpper, agentFiles: agentFiles)
+                }, agentFiles))
             }
         } catch {
-            codeWatch = nil
+            for (watch, _) in codeWatches { _ = watch.stop() }
+            codeWatches = []
             run.note("\(error.message): which code from /app the verifier ran is not known")
         }
 
@@ -173,9 +178,10 @@ extension TaskRunner {
                                findPayloadPID: true, joinNetwork: relay?.1)
         }
         run.verifierSeconds = verifier.seconds
-        if let codeWatch {
-            run.agentCode = AgentCodeRuns.lines(codeWatch.stop(), app: appPath)
-            if let problem = agentFiles.problem { run.note(problem) }
+        if let first = codeWatches.first {
+            let seen = codeWatches.dropFirst().reduce(first.0.stop()) { $0.merged(with: $1.0.stop()) }
+            run.agentCode = AgentCodeRuns.lines(seen, app: appPath)
+            for problem in Set(codeWatches.compactMap(\.1.problem)) { run.note(problem) }
         }
         if let installed { run.agentCode = [installed] + (run.agentCode ?? []) }
         if let survivors, let (r, _) = relay {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/fanotify.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 // ---------------------------------------------------------------------------------------
@@ -193,10 +194,15 @@ int ahs_opens_read(int group, struct ahs_open *out, int max) {
     return count;
 }
 
-int ahs_open_unwatched(int group, int blocking, const char *path) {
+int ahs_open_unwatched(int group, int blocking, int root, const char *path) {
     // O_PATH first: it raises no open event, and pins the inode the ignore mark goes on,
-    // so the open that follows is of that inode whatever the path names by then.
-    int pinned = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    // so the open that follows is of that inode whatever the path names by then. Beneath
+    // `root` only, through no link and no other mount: the tree is one a sandbox can still
+    // change, and a link it made must not lead this (root's) thread anywhere on the host.
+    // struct open_how (linux/openat2.h): RESOLVE_NO_XDEV 0x01, RESOLVE_NO_MAGICLINKS 0x02,
+    // RESOLVE_NO_SYMLINKS 0x04, RESOLVE_BENEATH 0x08.
+    struct { unsigned long long flags, mode, resolve; } how = {O_PATH | O_NOFOLLOW | O_CLOEXEC, 0, 0x01 | 0x02 | 0x04 | 0x08};
+    int pinned = (int)syscall(437 /* SYS_openat2 */, root, path, &how, sizeof how);
     if (pinned < 0) return -1;
     uint64_t mask = blocking ? (FAN_OPEN_PERM | FAN_OPEN_EXEC_PERM) : (FAN_OPEN | FAN_OPEN_EXEC);
     int fd = -1, e = 0;

@@ -72,6 +72,7 @@ struct PlantedLinksTests {
         #expect(Self.reaches("app/out.txt", "/tmp/key"))
         #expect(Self.reaches("app/out.txt", "/logs/verifier/reward.txt"))
         #expect(Self.reaches("app/out.txt", "/dev/fd/3"))
+        #expect(Self.reaches("app/out.txt", "/dev/pts/../shm/expected"))
         #expect(Self.reaches("app/out.txt", "/opt/autoharness/verifier-tools/bin/python3.13"))
         // Through the image's own links and the agent's, anywhere in the tree.
         #expect(Self.reaches("app/out.txt", "/var/run/../tests/x", ["var": .directory, "var/run": .link(Array("/run".utf8))]))

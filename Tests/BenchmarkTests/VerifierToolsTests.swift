@@ -391,6 +391,37 @@ struct AgentCodeRunsTests {
         #expect(seen.opens.contains { $0.path == dir + "/x.py" && $0.exe.hasPrefix("python3") }, "\(seen.opens)")
     }
 
+    @Test("comparing a copy, the supervisor reopens agent.py's files through no link the verifier made since: a link to a host directory holding the same bytes is not followed")
+    func copiesComparedBeneathTheTree() throws {
+        try requireRoot()
+        let host = try TempDir(mode: 0o755)
+        try host.file("x", "#!/bin/bash\n#BBBB\nexit 0\n", mode: 0o755)
+        let dir = try TempDir()
+        try dir.file("tasks/deputy/instruction.md", "Answer 42.\n")
+        // The index is made at the first copy run (/tmp/p); then /app/d, a directory when it was
+        // indexed, becomes a link to the host's directory, whose x has /tmp/q's bytes.
+        try dir.file("tasks/deputy/tests/test.sh", """
+            #!/bin/bash
+            cp /app/prog /tmp/p && /tmp/p && rm -rf /app/d && ln -s \(host.path) /app/d && printf '#!/bin/bash\\n#BBBB\\nexit 0\\n' > /tmp/q \
+              && chmod +x /tmp/q && /tmp/q && echo 1 > /logs/verifier/reward.txt
+            """, mode: 0o755)
+        let bench = try LocalBenchmark(directory: dir.path)
+        let h = try Harness(agent: """
+            import os
+            class HarnessAgent:
+                def run(self, instruction, workdir):
+                    open("/app/prog", "w").write("#!/bin/bash\\nexit 0\\n")
+                    os.chmod("/app/prog", 0o755)
+                    os.makedirs("/app/d")
+                    open("/app/d/x", "w").write("#!/bin/bash\\n#AAAA\\nexit 0\\n")
+            """)
+        let outcome = h.run(try #require(bench.task("deputy")))
+        #expect(outcome.status == .passed, "\(outcome.status) \(outcome.detail ?? "")")
+        let lines = outcome.verifierRanAgentCode ?? []
+        #expect(lines.contains { $0.hasPrefix("executed /tmp/p (bash), a copy of /app/prog") }, "\(lines)")
+        #expect(!lines.contains { $0.contains("/tmp/q") }, "the supervisor followed the verifier's link to the host: \(lines)")
+    }
+
     @Test("a verifier that times out while running agent code is recorded against agent.py too; one that times out on its own is not")
     func timeoutBlamed() throws {
         try requireRoot()

@@ -212,11 +212,11 @@ int ahs_open_watch(const char *dir, int *blocking);
 /// descriptor, which the caller must end with `ahs_open_done`: how many, 0 when none is
 /// left, or -1 with errno.
 int ahs_opens_read(int group, struct ahs_open *out, int max);
-/// `path` (a regular file on the watched file system; a link at its end is not followed)
-/// opened read-only by the watch's own thread without raising an event on `group`: a
+/// `path` (relative, beneath the directory `root`, reached through no link and no other
+/// mount) opened read-only by the watch's own thread without raising an event on `group`: a
 /// permission event for it would wait for the very thread that opens it. `blocking` as
 /// `ahs_open_watch` said. The descriptor, or -1 with errno.
-int ahs_open_unwatched(int group, int blocking, const char *path);
+int ahs_open_unwatched(int group, int blocking, int root, const char *path);
 /// Allows an open `ahs_opens_read` returned (a permission event's opener waits for it) and
 /// closes its descriptor; nothing when it has none.
 void ahs_open_done(int group, struct ahs_open *open);

@@ -35,6 +35,11 @@ public final class OpenWatch: @unchecked Sendable {
 
     /// What the watch saw, once stopped.
     public struct Seen: Sendable {
+        /// Two watches' (two file systems) as one.
+        public func merged(with other: Seen) -> Seen {
+            Seen(opens: opens + other.opens, more: more + other.more, overflowed: overflowed || other.overflowed, blocking: blocking && other.blocking)
+        }
+
         public var opens: [Open]
         /// Kept opens beyond `limit`, not listed.
         public var more: Int
@@ -60,11 +65,11 @@ public final class OpenWatch: @unchecked Sendable {
         let group: Int32
         let blocking: Bool
 
-        /// `path` (on the watched file system, a regular file; no link at its end followed)
-        /// opened read-only without raising an event: one would wait for this very thread.
-        /// The caller closes it; -1 with errno when it cannot be opened.
-        public func openUnwatched(_ path: String) -> Int32 {
-            ahs_open_unwatched(group, blocking ? 1 : 0, path)
+        /// `path` (relative to the directory `root`, on the watched file system, reached
+        /// through no link and no other mount) opened read-only without raising an event: one
+        /// would wait for this very thread. The caller closes it; -1 with errno.
+        public func openUnwatched(root: Int32, _ path: String) -> Int32 {
+            ahs_open_unwatched(group, blocking ? 1 : 0, root, path)
         }
     }
     private let keep: Keep
