@@ -611,7 +611,7 @@ struct GuestHandOverTests {
         #expect(try String(contentsOfFile: dir.path + "/gate-ok/shares", encoding: .utf8) == "s0 /opt/with space\n")
     }
 
-    @Test("a saved guest is trusted as its kernel is: a directory others can write, or a state not root's alone, is not used")
+    @Test("a saved guest is trusted as its kernel is: a directory others can write, or a state or digest not root's alone, or a state without its digest, is not used")
     func savedGuestOwnership() throws {
         try requireRoot()
         let dir = try TempDir(mode: 0o700)
@@ -622,6 +622,12 @@ struct GuestHandOverTests {
         #expect(chmod(saved, 0o700) == 0)
         let state = VMSnapshot(path: saved + "/x.state")
         #expect(FileManager.default.createFile(atPath: state.path, contents: Data([1]), attributes: [.posixPermissions: 0o600]))
+        // Without the digest recorded as it was saved, it is saved again.
+        #expect(!state.exists, "a state without its digest is used")
+        let digest = String(repeating: "ab", count: 32) + "\n"
+        #expect(FileManager.default.createFile(atPath: state.digestPath, contents: Data(digest.utf8), attributes: [.posixPermissions: 0o644]))
+        #expect(!state.exists, "a digest others can read (or write) is used")
+        #expect(chmod(state.digestPath, 0o600) == 0)
         #expect(state.exists)
         #expect(chmod(state.path, 0o644) == 0)
         #expect(!state.exists, "a state others can read (or write) is not used")
