@@ -140,13 +140,13 @@ extension TaskRunner {
 
         // Which agent code the verifier runs (`AgentCodeRuns`), watched from here to its end; on
         // an image, anything of the agent's upper layer too, and its configuration is hidden.
-        // Its /tmp, a file system of its own, too: a copy of agent.py's program run from there
-        // (each watch with its own index of agent.py's files).
+        // Its /tmp and its logs, file systems of their own, too: a copy of agent.py's program
+        // run from there (each watch with its own index of agent.py's files).
         var codeWatches: [(OpenWatch, AgentFiles)] = []
         let (watchedApp, watchedUpper) = (appPath, upper)
         if let upper { verifierOverrides.mounts += TaskImage.hiddenFromVerifier(upper: upper) }
         do throws(SandboxError) {
-            for directory in [watchedApp, scratch.verifierTmpPath] {
+            for directory in [watchedApp, scratch.verifierTmpPath, scratch.logsPath] {
                 let agentFiles = AgentFiles(app: appPath, upper: upper)
                 codeWatches.append((try OpenWatch(directory: directory) { open, event in
                     AgentCodeRuns.counts(&open, event, app: watchedApp, upper: watchedUpper, agentFiles: agentFiles)

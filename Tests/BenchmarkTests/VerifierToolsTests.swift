@@ -336,6 +336,8 @@ struct AgentCodeRunsTests {
         // A copy run from the verifier's /tmp, which is on the watched file system: its bytes
         // are agent.py's program's (issue 75). A program of the test's own there is not flagged.
         .init(id: "copy-then-exec", test: "cp /app/prog /tmp/p && /tmp/p", flagged: ["executed /tmp/p (bash), a copy of /app/prog"]),
+        .init(id: "copy-in-logs", test: "cp /app/prog /logs/verifier/p && /logs/verifier/p && rm -f /logs/verifier/p",
+              flagged: ["executed /logs/verifier/p (bash), a copy of /app/prog"]),
         .init(id: "copy-then-import", test: "cp /app/solution.py /tmp/s.py && python3 /tmp/s.py", flagged: ["opened /tmp/s.py (python3", "a copy of /app/solution.py"]),
         .init(id: "own-program-in-tmp", test: "printf '#!/bin/bash\\nexit 0 # the test\\x27s own\\n' > /tmp/h && chmod +x /tmp/h && /tmp/h && cp /app/answer.txt /tmp/a && test \"$(cat /tmp/a)\" = 42",
               flagged: []),
