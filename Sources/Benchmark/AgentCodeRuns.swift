@@ -77,7 +77,10 @@ enum AgentCodeRuns {
     /// when that layer holds it: the agent made or changed it (installed, built, replaced).
     static func counts(_ open: OpenWatch.Open, app: String, upper: String? = nil) -> Bool {
         guard let path = inApp(open.path, app: app) ?? upper.flatMap({ inUpper(open.path, upper: $0) }) else { return false }
-        return runs(open, path)
+        if runsAsProgram(open, path) || codeReaders.contains(open.exe) { return true }
+        if dataReaders.contains(open.exe) { return false }
+        let name = path[path.index(after: path.lastIndex(of: "/")!)...].lowercased()
+        return codeNames.contains(name) || codeSuffixes.contains { name.hasSuffix($0) } || name.contains(".so.")
     }
 
     /// Programs that run a script named as their first argument (`python3 /tmp/s.py`), by the
@@ -91,22 +94,17 @@ enum AgentCodeRuns {
     /// review's venv: 707 false lines when every code open was compared).
     static func counts(_ open: inout OpenWatch.Open, _ event: OpenWatch.Event, app: String, upper: String?, agentFiles: AgentFiles) -> Bool {
         if counts(open, app: app, upper: upper) { return true }
-        let path = open.path
-        let runsIt = open.executed || ((shells.contains(open.exe) || scriptRunners.contains { open.exe.hasPrefix($0) }) && runsScript(open.arguments, path))
-            || (scriptFlagReaders.contains(open.exe) && givesScript(open.arguments, path))
-        guard event.file >= 0, runsIt, let original = agentFiles.original(of: event) else { return false }
+        guard event.file >= 0, runsAsProgram(open, open.path), let original = agentFiles.original(of: event) else { return false }
         open.note = "a copy of \(original)"
         return true
     }
 
-    /// Whether the open of `path` (as the verifier saw it) runs it.
-    static func runs(_ open: OpenWatch.Open, _ path: String) -> Bool {
-        if open.executed || codeReaders.contains(open.exe) { return true }
-        if shells.contains(open.exe) && runsScript(open.arguments, path) { return true }
-        if scriptFlagReaders.contains(open.exe) && givesScript(open.arguments, path) { return true }
-        if dataReaders.contains(open.exe) { return false }
-        let name = path[path.index(after: path.lastIndex(of: "/")!)...].lowercased()
-        return codeNames.contains(name) || codeSuffixes.contains { name.hasSuffix($0) } || name.contains(".so.")
+    /// Whether the open runs `path` (as the verifier saw it) as a program: executed, or the
+    /// script a shell or an interpreter is given as its first argument, or sed/awk `-f`'s.
+    static func runsAsProgram(_ open: OpenWatch.Open, _ path: String) -> Bool {
+        open.executed
+            || ((shells.contains(open.exe) || scriptRunners.contains { open.exe.hasPrefix($0) }) && runsScript(open.arguments, path))
+            || (scriptFlagReaders.contains(open.exe) && givesScript(open.arguments, path))
     }
 
     /// Whether `arguments` hand `path` (a file's path, compared by its last component, the

@@ -34,19 +34,26 @@ enum PlantedLinks {
     /// leads out of it; returns each as `/app/PATH -> TARGET`, or why /app could not be checked
     /// (then the task is not graded).
     static func sweep(app: Int32) -> Result<[String], BenchmarkError> {
+        remove(walking: app, label: "/app", in: app) { leavesApp(from: $0, target: $1, lookup: $2) }
+    }
+
+    /// The links under `walked` (shown below `label`) that `leads` says go where they must
+    /// not, judged on the tree as the agent left it (a link through a removed one is judged on
+    /// where it led), then removed through `tree` (the same tree, or the merged one it is a
+    /// layer of); returns each as `LABEL/PATH -> TARGET`.
+    private static func remove(walking walked: Int32, label: String, in tree: Int32,
+                               leads: (LinkWalk.Components, [UInt8], (LinkWalk.Components) -> LinkWalk.Entry?) -> Bool) -> Result<[String], BenchmarkError> {
         let links: [LinkWalk.Link]
         do throws(IOFailure) {
-            links = try LinkWalk.links(under: app, entryLimit: entryLimit, depthLimit: depthLimit, label: "/app")
+            links = try LinkWalk.links(under: walked, entryLimit: entryLimit, depthLimit: depthLimit, label: label)
         } catch {
             return .failure(BenchmarkError(error))
         }
-        // Judged on the tree as the agent left it, then removed: a link through a removed one
-        // is judged on where it led.
-        let leaving = links.filter { leavesApp(from: Array($0.path.dropLast()), target: $0.target) { LinkWalk.entry(under: app, $0) } }
+        let leaving = links.filter { leads(Array($0.path.dropLast()), $0.target) { LinkWalk.entry(under: tree, $0) } }
         var removed: [String] = []
         for link in leaving {
-            let shown = "/app/" + link.path.map(Self.shown).joined(separator: "/") + " -> " + Self.shown(link.target)
-            if let e = LinkWalk.removeLink(under: app, link.path), e != ENOENT {
+            let shown = (label == "/" ? "" : label) + "/" + link.path.map(Self.shown).joined(separator: "/") + " -> " + Self.shown(link.target)
+            if let e = LinkWalk.removeLink(under: tree, link.path), e != ENOENT {
                 return .failure(BenchmarkError(.io, "\(shown): cannot remove: \(FileSystem.errorText(e))"))
             }
             removed.append(shown)
@@ -72,22 +79,7 @@ enum PlantedLinks {
         let (u, r) = (FileSystem.openDirectory(upper), FileSystem.openDirectory(root))
         defer { if u >= 0 { close(u) }; if r >= 0 { close(r) } }
         guard u >= 0, r >= 0 else { return .failure(BenchmarkError(.io, "\(u < 0 ? upper : root): \(FileSystem.errorText())")) }
-        let links: [LinkWalk.Link]
-        do throws(IOFailure) {
-            links = try LinkWalk.links(under: u, entryLimit: entryLimit, depthLimit: depthLimit, label: "/")
-        } catch {
-            return .failure(BenchmarkError(error))
-        }
-        let leaving = links.filter { reachesVerifier(from: Array($0.path.dropLast()), target: $0.target) { LinkWalk.entry(under: r, $0) } }
-        var removed: [String] = []
-        for link in leaving {
-            let shown = "/" + link.path.map(Self.shown).joined(separator: "/") + " -> " + Self.shown(link.target)
-            if let e = LinkWalk.removeLink(under: r, link.path), e != ENOENT {
-                return .failure(BenchmarkError(.io, "\(shown): cannot remove: \(FileSystem.errorText(e))"))
-            }
-            removed.append(shown)
-        }
-        return .success(removed)
+        return remove(walking: u, label: "/", in: r) { reachesVerifier(from: $0, target: $1, lookup: $2) }
     }
 
     /// Whether `target`, a link's target in directory `directory` (components below /app),

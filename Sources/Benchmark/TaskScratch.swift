@@ -214,26 +214,24 @@ struct TaskScratch {
     static let verifierTmpSize = "1g"
 
     func makeVerifierTmp(owner: (uid_t, gid_t)) throws(BenchmarkError) {
-        guard let d = FileSystem.makeDirectory(at: fd, "verifier-tmp", mode: 0o755, owner: nil) else {
-            throw BenchmarkError(.io, "\(verifierTmpPath): \(FileSystem.errorText())")
-        }
-        close(d)
-        guard mount("tmpfs", verifierTmpPath, "tmpfs", UInt(MS_NOSUID | MS_NODEV),
-                    "mode=1777,size=\(Self.verifierTmpSize),nr_inodes=\(Self.inodeLimit),uid=\(owner.0),gid=\(owner.1)") == 0 else {
-            throw BenchmarkError(.io, "cannot mount the verifier's /tmp on \(verifierTmpPath): \(FileSystem.errorText())")
-        }
+        try mountOwnTmpfs("verifier-tmp", "mode=1777,size=\(Self.verifierTmpSize),nr_inodes=\(Self.inodeLimit)", owner: owner, what: "the verifier's /tmp")
     }
 
     /// Makes `logs` a tmpfs of its own owned by the verifier's host identity: the only file
     /// system a change watch on it sees (`RewardWriters`).
     func makeLogsFilesystem(owner: (uid_t, gid_t)) throws(BenchmarkError) {
-        guard let d = FileSystem.makeDirectory(at: fd, "logs", mode: 0o755, owner: nil) else {
-            throw BenchmarkError(.io, "\(logsPath): \(FileSystem.errorText())")
+        try mountOwnTmpfs("logs", RewardWriters.logsOptions, owner: owner, what: "the verifier's logs tmpfs")
+    }
+
+    /// A tmpfs of its own at `name` in this task's directory, owned by `owner` (nosuid, nodev;
+    /// gone with the task's tmpfs, whose lazy unmount takes it along).
+    private func mountOwnTmpfs(_ name: String, _ options: String, owner: (uid_t, gid_t), what: String) throws(BenchmarkError) {
+        guard let d = FileSystem.makeDirectory(at: fd, name, mode: 0o755, owner: nil) else {
+            throw BenchmarkError(.io, "\(path)/\(name): \(FileSystem.errorText())")
         }
         close(d)
-        guard mount("tmpfs", logsPath, "tmpfs", UInt(MS_NOSUID | MS_NODEV),
-                    "\(RewardWriters.logsOptions),uid=\(owner.0),gid=\(owner.1)") == 0 else {
-            throw BenchmarkError(.io, "cannot mount the verifier's logs tmpfs on \(logsPath): \(FileSystem.errorText())")
+        guard mount("tmpfs", path + "/" + name, "tmpfs", UInt(MS_NOSUID | MS_NODEV), "\(options),uid=\(owner.0),gid=\(owner.1)") == 0 else {
+            throw BenchmarkError(.io, "cannot mount \(what) on \(path)/\(name): \(FileSystem.errorText())")
         }
     }
 

@@ -19,9 +19,14 @@ struct PlantedLinksTests {
         { path in tree[path.map { String(decoding: $0, as: UTF8.self) }.joined(separator: "/")] }
     }
 
+    /// `rule` (leavesApp, reachesVerifier) for a link at `link` (below its top) to `target`.
+    static func judged(_ rule: (LinkWalk.Components, [UInt8], (LinkWalk.Components) -> LinkWalk.Entry?) -> Bool,
+                       _ link: String, _ target: String, _ tree: [String: LinkWalk.Entry]) -> Bool {
+        rule(link.split(separator: "/").dropLast().map { Array($0.utf8) }, Array(target.utf8), lookup(tree))
+    }
+
     static func leaves(_ link: String, _ target: String, _ tree: [String: LinkWalk.Entry] = [:]) -> Bool {
-        let dir = link.split(separator: "/").dropLast().map { Array($0.utf8) }
-        return PlantedLinks.leavesApp(from: dir, target: Array(target.utf8), lookup: lookup(tree))
+        judged({ PlantedLinks.leavesApp(from: $0, target: $1, lookup: $2) }, link, target, tree)
     }
 
     @Test("a link's path is judged as the kernel walks it: links inside /app followed, `..` after one of them included")
@@ -57,8 +62,7 @@ struct PlantedLinksTests {
     }
 
     static func reaches(_ link: String, _ target: String, _ tree: [String: LinkWalk.Entry] = [:]) -> Bool {
-        let dir = link.split(separator: "/").dropLast().map { Array($0.utf8) }
-        return PlantedLinks.reachesVerifier(from: dir, target: Array(target.utf8), lookup: lookup(tree))
+        judged({ PlantedLinks.reachesVerifier(from: $0, target: $1, lookup: $2) }, link, target, tree)
     }
 
     @Test("on a task's image a link the agent made anywhere is judged in the merged tree: through /tests, /logs, /tmp, /proc, the toolbox or /dev/fd it is the verifier's; elsewhere the image's")

@@ -424,6 +424,38 @@ struct AgentCodeRunsTests {
         #expect(!lines.contains { $0.contains("/tmp/q") }, "the supervisor followed the verifier's link to the host: \(lines)")
     }
 
+    @Test("the verifier's /tmp is a file system of its own: agent.py filling the task's (every inode) does not fail the test's writes there")
+    func verifierTmpNotStarved() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        try dir.file("tasks/full/instruction.md", "Answer 42.\n")
+        // Passes only when the task's file system is full (the attack ran) and /tmp still takes a write.
+        try dir.file("tasks/full/tests/test.sh", """
+            #!/bin/bash
+            if ! touch /app/probe 2>/dev/null && echo 42 > /tmp/expected && test "$(cat /tmp/expected)" = 42; then
+              echo 1 > /logs/verifier/reward.txt
+            else
+              echo 0 > /logs/verifier/reward.txt
+            fi
+            """, mode: 0o755)
+        let bench = try LocalBenchmark(directory: dir.path)
+        let h = try Harness(agent: """
+            import os
+            class HarnessAgent:
+                def run(self, instruction, workdir):
+                    os.makedirs("/app/fill")
+                    i = 0
+                    try:
+                        while True:
+                            open("/app/fill/%d" % i, "w").close()
+                            i += 1
+                    except OSError:
+                        pass
+            """)
+        let outcome = h.run(try #require(bench.task("full")))
+        #expect(outcome.status == .passed, "\(outcome.status) \(outcome.detail ?? "")")
+    }
+
     @Test("a verifier that times out while running agent code is recorded against agent.py too; one that times out on its own is not")
     func timeoutBlamed() throws {
         try requireRoot()
