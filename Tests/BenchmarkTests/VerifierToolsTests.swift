@@ -331,6 +331,7 @@ struct AgentCodeRunsTests {
               flagged: ["opened /app/dddd"]),
         // Whatever its name: a file a shell runs, a script handed to sed or awk with -f (issue 75).
         .init(id: "bash-runs-file", test: "bash /app/run", flagged: ["opened /app/run (bash)"]),
+        .init(id: "python-runs-file", test: "python3 /app/runpy", flagged: ["opened /app/runpy (python3"]),
         .init(id: "sed-script", test: "sed -f /app/fix.sed /app/answer.txt >/dev/null", flagged: ["opened /app/fix.sed (sed)"]),
         .init(id: "awk-script", test: "awk -f /app/calc /app/answer.txt >/dev/null", flagged: ["opened /app/calc ("]),
         // A copy run from the verifier's /tmp, which is on the watched file system: its bytes
@@ -358,6 +359,7 @@ struct AgentCodeRunsTests {
                 open("/app/becomes_git.py", "w").write("import os\\nos.execv('/usr/bin/git', ['git', '--version'])\\n")
                 open("/app/env.sh", "w").write("ANSWER=42\\n")
                 open("/app/run", "w").write("exit 0\\n")
+                open("/app/runpy", "w").write("pass\\n")
                 open("/app/fix.sed", "w").write("s/4/4/\\n")
                 open("/app/calc", "w").write("{ print }\\n")
                 open("/app/prog", "w").write("#!/bin/bash\\nexit 0\\n")
