@@ -336,16 +336,25 @@ struct DemoCommand: ParsableCommand {
             p.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
             p.arguments = [script, directory]
             p.standardOutput = FileHandle.nullDevice
+            // Its errors (a missing openssl, a traceback) are kept for the message below.
+            let errors = directory + "/model-stderr.txt"
+            FileManager.default.createFile(atPath: errors, contents: nil)
+            p.standardError = FileHandle(forWritingAtPath: errors)
             try p.run()
-            for _ in 0..<400 {
+            // Up to 60 s: key generation under emulation (the cgroup v2 VM) on a busy host is slow.
+            let started = Date()
+            while Date().timeIntervalSince(started) < 60 {
                 if let text = try? String(contentsOfFile: directory + "/port", encoding: .utf8), let port = Int(text) {
                     return DemoModel(process: p, directory: directory, address: "127.0.0.2:\(port)")
                 }
                 guard p.isRunning else { break }
                 usleep(25_000)
             }
+            let how = p.isRunning ? "wrote no port file within 60 s" : "exited with status \(p.terminationStatus)"
             if p.isRunning { kill(p.processIdentifier, SIGKILL) }
-            throw ExperimentError(.io, "the demo's model (\(script)) did not start (it needs python3 and openssl)")
+            let tail = ((try? String(contentsOfFile: errors, encoding: .utf8)) ?? "")
+                .split(separator: "\n").suffix(5).joined(separator: " | ")
+            throw ExperimentError(.io, "the demo's model (\(script)) did not start: it \(how) (it needs python3 and openssl)" + (tail.isEmpty ? "" : "; its stderr: \(tail)"))
         }
 
         /// Ends it (by the pid this process started).
