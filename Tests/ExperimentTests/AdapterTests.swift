@@ -408,6 +408,80 @@ struct HarborAdapterTests {
         #expect(p.status == 0, "\(p.stdout)\(p.stderr)")
     }
 
+    @Test("a runner that reaches a model API needs gate.held_out_env for each key it passes (refused at runner.network.inference's line, then until its variable is set), or gate.shared_vendor_account: true, which status, the report and the evidence show")
+    func heldOutAccountForModelAPIs() throws {
+        let exp = try Experiment(benchmark: "command")
+        defer { exp.removeScratch() }
+        try exp.set("tasks", "[t1, t2, t3]")
+        try exp.set("command", "[python3, -c, \"import json; json.dump({t: 0 for t in open('/work/in/task_ids.txt').read().split()}, open('/work/out/rewards.json', 'w'))\", \"{output}\"]", in: "runner")
+        // A model API the runner never calls here: the rule is about what it could reach.
+        try exp.set("env_pass", "[RUNNER_API_KEY, RUNNER_MODE]", in: "runner")
+        try exp.set("inference", "[\"127.0.0.1:9\"]", in: "runner")
+        let path = exp.root + "/experiment_config.yaml"
+        let original = try String(contentsOfFile: path, encoding: .utf8)
+        let line = (original.components(separatedBy: "\n").firstIndex { $0.contains("inference: [\"127.0.0.1:9\"]") } ?? -1) + 1
+        var env = ["RUNNER_API_KEY": "sk-train", "RUNNER_MODE": "x"]
+        var p = try exp.run(["prepare"], environment: env)
+        #expect(p.status != 0 && p.stderr.contains("experiment_config.yaml:\(line): runner.network.inference: held-out runs would reach 127.0.0.1:9 with the train runs' $RUNNER_API_KEY")
+                && p.stderr.contains("gate.held_out_env: {RUNNER_API_KEY: RUNNER_API_KEY_HELD_OUT}") && p.stderr.contains("gate.shared_vendor_account: true"), "\(p.stderr)")
+        // Only keys count (RUNNER_MODE is not one); the held-out variable must be set.
+        try original.replacingOccurrences(of: "\ngate:\n", with: "\ngate:\n  held_out_env: {RUNNER_API_KEY: RUNNER_API_KEY_HELD_OUT}\n")
+            .write(toFile: path, atomically: true, encoding: .utf8)
+        p = try exp.run(["prepare"], environment: env)
+        #expect(p.status != 0 && p.stderr.contains("RUNNER_API_KEY_HELD_OUT is not set"), "\(p.stderr)")
+        env["RUNNER_API_KEY_HELD_OUT"] = "sk-held-out"
+        p = try exp.run(["status"], environment: env)
+        #expect(p.status == 0 && !p.stdout.contains("vendor account"), "\(p.stdout)")
+
+        // The operator's opt-in: accepted, and said wherever the experiment is read.
+        try original.replacingOccurrences(of: "\ngate:\n", with: "\ngate:\n  shared_vendor_account: true\n")
+            .write(toFile: path, atomically: true, encoding: .utf8)
+        env["RUNNER_API_KEY_HELD_OUT"] = nil
+        p = try exp.run(["prepare"], environment: env)
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        #expect(p.stdout.contains("vendor account: SHARED (held-out and train runs reach 127.0.0.1:9 with one account's keys"), "\(p.stdout)")
+        let status = try exp.run(["status"], environment: env)
+        #expect(status.stdout.contains("vendor account: SHARED (held-out and train runs reach 127.0.0.1:9 with one account's keys (gate.shared_vendor_account: true)"), "\(status.stdout)")
+        let statusJSON = try #require(try JSONSerialization.jsonObject(with: Data(try exp.run(["status", "--json"], environment: env).stdout.utf8)) as? [String: Any])
+        #expect((statusJSON["shared_vendor_account"] as? String)?.contains("gate.shared_vendor_account: true") == true, "\(statusJSON)")
+        #expect(try exp.run(["report"], environment: env).status == 0)
+        #expect(try String(contentsOfFile: exp.root + "/report.html", encoding: .utf8).contains("<b>vendor account SHARED</b>"))
+        let out = exp.temp.path + "/prepare.json"
+        let e = try exp.run(["evidence", "export", "prepare", "-o", out], environment: env)
+        try #require(e.status == 0, "\(e.stdout)\(e.stderr)")
+        let verified = try runProcess(Built.autoharness, ["evidence", "verify", out, "--json", "--allow-untrusted-key"]).stdout
+        let statement = try #require((try JSONSerialization.jsonObject(with: Data(verified.utf8)) as? [String: Any])?["statement"] as? [String: Any])
+        let runtime = (statement["predicate"] as? [String: Any])?["heldOutRuntime"] as? [String: Any]
+        #expect(runtime?["sharedVendorAccount"] as? Bool == true, "\(String(describing: runtime))")
+        // Not a yes/no: refused at its line.
+        try original.replacingOccurrences(of: "\ngate:\n", with: "\ngate:\n  shared_vendor_account: maybe\n")
+            .write(toFile: path, atomically: true, encoding: .utf8)
+        p = try exp.run(["status"], environment: env)
+        #expect(p.status != 0 && p.stderr.contains("gate.shared_vendor_account"), "\(p.stderr)")
+    }
+
+    @Test("a template whose runner reaches a model API (tau-bench) starts refused: its gate section holds both choices commented; either uncommented, prepare runs")
+    func templateChoosesAnAccount() throws {
+        try requireRoot()
+        let exp = try Experiment(benchmark: "tau-bench", extraArgs: ["--tool", Tau2Agents.fixture + "/bin/tau2", "--dataset", Tau2AdapterTests.data])
+        defer { exp.removeScratch() }
+        try exp.set("binds", "[\(Tau2AdapterTests.pkg)]", in: "runner")
+        try exp.set("env_pass", "[FAKE_MODE, PYTHONPATH, OPENAI_API_KEY]", in: "runner")
+        var env = Tau2AdapterTests.env
+        env["OPENAI_API_KEY"] = "sk-train"
+        let path = exp.root + "/experiment_config.yaml"
+        let shipped = try String(contentsOfFile: path, encoding: .utf8)
+        #expect(shipped.contains("  # held_out_env: {OPENAI_API_KEY: OPENAI_API_KEY_HELD_OUT}\n") && shipped.contains("  # shared_vendor_account: true"), "\(shipped)")
+        var p = try exp.run(["prepare"], environment: env)
+        #expect(p.status != 0 && p.stderr.contains("runner.network.inference: held-out runs would reach api.openai.com:443 with the train runs' $OPENAI_API_KEY"), "\(p.stderr)")
+        try shipped.replacingOccurrences(of: "  # held_out_env:", with: "  held_out_env:").write(toFile: path, atomically: true, encoding: .utf8)
+        p = try exp.run(["prepare"], environment: env)
+        #expect(p.status != 0 && p.stderr.contains("OPENAI_API_KEY_HELD_OUT is not set"), "\(p.stderr)")
+        env["OPENAI_API_KEY_HELD_OUT"] = "sk-held-out"
+        p = try exp.run(["prepare"], environment: env)
+        #expect(p.status == 0 && p.stdout.contains("baseline: 0/12 tasks pass"), "\(p.stdout)\(p.stderr)")
+    }
+
     @Test("a remote provider's key passed to the runner needs gate.held_out_env: another account for held-out runs (missing, unset and same value refused); held-out runs then see it and train runs their own")
     func heldOutAccount() throws {
         let exp = try make()

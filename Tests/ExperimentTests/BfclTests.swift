@@ -116,11 +116,13 @@ struct BfclTests {
         try exp.set("env_pass", "[OPENAI_API_KEY, OPENAI_BASE_URL]", in: "runner")
         try exp.set("inference", "[\"\(model.address)\"]\n    upstream_ca: \(model.caFile)", in: "runner")
         try exp.set("min_improvement", "0", in: "gate")
+        // Held-out runs with an account of their own, as a runner reaching a model API must.
+        try exp.set("held_out_runtime", "host\n  held_out_env: {OPENAI_API_KEY: OPENAI_API_KEY_HELD_OUT}", in: "gate")
         return exp
     }
 
     func env(_ model: FakeModel) -> [String: String] {
-        ["OPENAI_API_KEY": "sk-test-bfcl", "OPENAI_BASE_URL": "https://\(model.address)/v1"]
+        ["OPENAI_API_KEY": "sk-test-bfcl", "OPENAI_API_KEY_HELD_OUT": "sk-test-bfcl-held-out", "OPENAI_BASE_URL": "https://\(model.address)/v1"]
     }
 
     @Test("prepare → benchmark → gate on 24 real BFCL tasks: BFCL's checker's verdicts (a wrong type, a missing parameter, an extra call, a call where none fits) as failure records; a coercing agent.py accepted; the possible answers never in agent.py's sandbox")
@@ -341,7 +343,8 @@ struct BfclTests {
         defer { exp.removeScratch() }
         try exp.set("categories", "[\(BfclAdapterNames.multiTurn.joined(separator: ", "))]")
         try exp.setAgent("class HarnessAgent:\n    def run(self, messages, functions):\n        return 'no call'\n")
-        let env = ["OPENAI_API_KEY": "unused"]
+        try exp.set("held_out_runtime", "host\n  held_out_env: {OPENAI_API_KEY: OPENAI_API_KEY_HELD_OUT}", in: "gate")
+        let env = ["OPENAI_API_KEY": "unused", "OPENAI_API_KEY_HELD_OUT": "unused-held-out"]
         let p = try exp.run(["prepare"], environment: env)
         try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
         #expect(p.stdout.contains("/800 tasks pass"), "\(p.stdout)")
@@ -520,7 +523,8 @@ struct BfclTests {
         let exp = try Experiment(benchmark: "bfcl", extraArgs: ["--tool", venv + "/bin/bfcl"])
         defer { exp.removeScratch() }
         try exp.setAgent("class HarnessAgent:\n    def run(self, messages, functions):\n        return 'no call'\n")
-        let env = ["OPENAI_API_KEY": "unused"]
+        try exp.set("held_out_runtime", "host\n  held_out_env: {OPENAI_API_KEY: OPENAI_API_KEY_HELD_OUT}", in: "gate")
+        let env = ["OPENAI_API_KEY": "unused", "OPENAI_API_KEY_HELD_OUT": "unused-held-out"]
         let p = try exp.run(["prepare"], environment: env)
         try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
         // Only the 240 irrelevance tasks pass without a call.

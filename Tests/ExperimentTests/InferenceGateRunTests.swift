@@ -137,11 +137,9 @@ struct InferenceGateRunTests {
     /// Every task sends a long prompt naming its instruction to both vendors (Anthropic with a
     /// `cache_control` breakpoint). Then one train task probes every task's prompt and says
     /// which the vendors had cached.
+    /// `carryingTrainKey`: each run also sends with the train keys written into agent.py.
     static func signaller(carryingTrainKey: Bool = false) -> String {
-        carryingTrainKey
-            ? signaller.replacingOccurrences(of: #"api_key=os.environ["OPENAI_API_KEY"]"#, with: #"api_key="sk-train""#)
-                .replacingOccurrences(of: #"api_key=os.environ["ANTHROPIC_API_KEY"]"#, with: #"api_key="sk-ant-train""#)
-            : signaller
+        "CARRY = \(carryingTrainKey ? "True" : "False")\n" + signaller
     }
 
     static let signaller = """
@@ -150,10 +148,11 @@ struct InferenceGateRunTests {
         def prompt(instruction):
             return "SIGNAL " + instruction + " " + "x" * 1100
 
-        def clients():
+        def clients(keys=None):
             addr = os.environ["FAKE_MODEL"]
-            return (openai.OpenAI(base_url="https://%s/v1" % addr, api_key=os.environ["OPENAI_API_KEY"], max_retries=0, timeout=30),
-                    anthropic.Anthropic(base_url="https://%s" % addr, api_key=os.environ["ANTHROPIC_API_KEY"], max_retries=0, timeout=30))
+            k1, k2 = keys or (os.environ["OPENAI_API_KEY"], os.environ["ANTHROPIC_API_KEY"])
+            return (openai.OpenAI(base_url="https://%s/v1" % addr, api_key=k1, max_retries=0, timeout=30),
+                    anthropic.Anthropic(base_url="https://%s" % addr, api_key=k2, max_retries=0, timeout=30))
 
         def send(o, a, instruction):
             text = prompt(instruction)
@@ -169,11 +168,13 @@ struct InferenceGateRunTests {
             def run(self, instruction):
                 o, a = clients()
                 if os.environ.get("PROBE") != "1":
-                    try:
-                        send(o, a, instruction)
-                    except (openai.PermissionDeniedError, anthropic.PermissionDeniedError) as e:
-                        print("refused:", e)
-                    return ""
+                    for c in [(o, a)] + ([clients(("sk-train", "sk-ant-train"))] if CARRY else []):
+                        try:
+                            send(*c, instruction)
+                        except (openai.PermissionDeniedError, anthropic.PermissionDeniedError) as e:
+                            print("refused:", e)
+                    # What the run was given, into the trace (a train trace is the coding agent's to read).
+                    return "keys=%s,%s" % (os.environ["OPENAI_API_KEY"], os.environ["ANTHROPIC_API_KEY"])
                 if instruction != "square 1":
                     return ""
                 hits = {"openai": [], "anthropic": []}
@@ -195,9 +196,8 @@ struct InferenceGateRunTests {
         let exp = try make(model, through: "inference")
         defer { exp.removeScratch() }
         try exp.set("env_pass", "[FAKE_MODEL, OPENAI_API_KEY, ANTHROPIC_API_KEY, PROBE]", in: "runner")
-        if heldOutKeys {
-            try exp.set("held_out_runtime", "host\n  held_out_env: {OPENAI_API_KEY: HELD_OUT_OPENAI_KEY, ANTHROPIC_API_KEY: HELD_OUT_ANTHROPIC_KEY}", in: "gate")
-        }
+        try exp.set("held_out_runtime", heldOutKeys ? "host\n  held_out_env: {OPENAI_API_KEY: HELD_OUT_OPENAI_KEY, ANTHROPIC_API_KEY: HELD_OUT_ANTHROPIC_KEY}"
+                                                  : "host\n  shared_vendor_account: true", in: "gate")
         try exp.setAgent(Self.signaller(carryingTrainKey: carryingTrainKey))
         var env = ["FAKE_MODEL": model.address, "OPENAI_API_KEY": "sk-train", "ANTHROPIC_API_KEY": "sk-ant-train",
                    "HELD_OUT_OPENAI_KEY": "sk-held-out", "HELD_OUT_ANTHROPIC_KEY": "sk-ant-held-out", "PROBE": "0"]
@@ -207,6 +207,13 @@ struct InferenceGateRunTests {
         try #require(split.train.contains("sq-1"), "sq-1 is held out in this split: \(split)")
         let t = try exp.run(["benchmark"], environment: env)
         try #require(t.status == 0 || t.status == 1, "\(t.stdout)\(t.stderr)")
+        // No sandbox held a key: the train traces show what each run was given, placeholders
+        // (OpenAI's keeps its "sk-" prefix), never a key; the vendor got the keys.
+        let real = ["sk-train", "sk-ant-train", "sk-held-out", "sk-ant-held-out"]
+        for id in split.train {
+            let given = try #require(exp.traceFile(id, "answer.txt"), "no trace for \(id)")
+            #expect(given.contains("got=keys=sk-") && !real.contains { given.contains($0) }, "\(id): \(given)")
+        }
         let g = try exp.run(["gate"], environment: env)
         try #require(g.stdout.contains("REJECTED"), "\(g.stdout)\(g.stderr)")
         // The operator is told about the cache the gate cannot keep apart, unless separated.
@@ -221,6 +228,9 @@ struct InferenceGateRunTests {
             return Set(list.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) })
         }
         func n(_ ids: [String]) -> Set<Int> { Set(ids.compactMap { Int($0.dropFirst(3)) }) }
+        let accounts = Set(model.requests().compactMap { $0["account"] as? String })
+        let shown = Set(real.flatMap { ["Bearer " + $0, $0] })
+        #expect(!accounts.isEmpty && accounts.isSubset(of: shown), "the vendor got \(accounts)")
         return (n(split.test), n(split.train), numbers("openai"), numbers("anthropic"), model.requests(), try exp.rows("violation"))
     }
 
@@ -249,7 +259,7 @@ struct InferenceGateRunTests {
         #expect(r.openai.isDisjoint(with: r.test) && r.anthropic.isDisjoint(with: r.test), "\(r.openai) \(r.anthropic) \(r.test)")
     }
 
-    @Test("prompt cache: a held-out agent.py that carries the train keys (read in a train trace) is refused at the gate, recorded, and leaves no prompt in the train account's cache")
+    @Test("prompt cache: an agent.py that carries the train keys (written into it) is refused at the gate, in held-out runs as a foreign key and in train runs as a leaked one, recorded, and leaves no prompt in the train account's cache; every run is given placeholders, which its trace shows, and the vendor gets the keys")
     func trainKeyCarriedIntoHeldOut() throws {
         try requireRoot()
         let r = try cacheProbe(heldOutKeys: true, carryingTrainKey: true)
@@ -260,5 +270,7 @@ struct InferenceGateRunTests {
         let refused = r.violations.filter { ($0["kind"] as? String) == "egress" && ($0["actor"] as? String)?.contains("gate, held-out split") == true }
         #expect(refused.count == 1 && (refused.first?["count"] as? Int) == r.test.count, "\(r.violations)")
         #expect(!r.violations.contains { "\($0)".contains("sk-") }, "a key in the ledger: \(r.violations)")
+        // No sandbox is given a key, so the carried one is refused in train runs too, as a leak.
+        #expect(r.violations.contains { ($0["actor"] as? String) == "agent.py (train run)" && ($0["kind"] as? String) == "egress" && ($0["count"] as? Int) == r.train.count }, "\(r.violations)")
     }
 }

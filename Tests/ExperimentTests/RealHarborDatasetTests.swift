@@ -121,7 +121,8 @@ struct RealHarborDatasetTests {
         // The model API through the inference gate, as the template routes it: the real Harbor
         // and the template agent's client speak to the fake vendor through it.
         try exp.set("inference", "[\"\(model.address)\"]\n    upstream_ca: \(model.caFile)", in: "runner")
-        let env = ["ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": "https://\(model.address)", "SSL_CERT_FILE": model.caFile]
+        try exp.set("held_out_runtime", "host\n  held_out_env: {ANTHROPIC_API_KEY: ANTHROPIC_API_KEY_HELD_OUT}", in: "gate")
+        let env = ["ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_API_KEY_HELD_OUT": "test-key-held-out", "ANTHROPIC_BASE_URL": "https://\(model.address)", "SSL_CERT_FILE": model.caFile]
         b = try exp.run(["benchmark"], environment: env)
         #expect(b.status == 0, "\(b.stdout)\(b.stderr)")
         let rewards = try exp.trainResults()

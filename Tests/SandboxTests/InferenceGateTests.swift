@@ -325,8 +325,8 @@ struct InferenceExchangeTests {
 
     /// `raw` sent over TLS (trusting the gate's CA) to a gate for api.test:443 on a socket
     /// pair. No vendor behind it: a request that passes is dialled, and the dial fails.
-    func exchange(_ raw: String, bodyBudget: Int = 96 << 20, credentials: Set<String> = []) throws -> (outcome: InferenceExchange.Outcome, reply: String, dialled: Bool) {
-        let gate = try InferenceGate(targets: ["api.test:443"], bodyBudget: bodyBudget, credentials: credentials)
+    func exchange(_ raw: String, bodyBudget: Int = 96 << 20, credentials: Set<String> = [], gate given: InferenceGate? = nil) throws -> (outcome: InferenceExchange.Outcome, reply: String, dialled: Bool) {
+        let gate = try given ?? InferenceGate(targets: ["api.test:443"], bodyBudget: bodyBudget, credentials: credentials)
         var fds: [Int32] = [0, 0]
         try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
         defer { close(fds[0]); close(fds[1]) }
@@ -415,25 +415,51 @@ struct InferenceExchangeTests {
         #expect(chunked.dialled && chunked.outcome.detail.contains("store forced false"), "\(chunked.outcome.detail)")
     }
 
-    @Test("a request that presents a credential the run was not given (a held-out agent.py carrying the train key) is refused before any vendor is dialled; the run's own key passes; without keys to check nothing is")
+    @Test("credentials: only this run's placeholders pass; a key itself (leaked into the sandbox), a credential the run was not given (a held-out agent.py carrying the train key) and a placeholder in the URL or body are refused before any vendor is dialled; without keys to check nothing is")
     func credentialsChecked() throws {
-        let body = Self.body.utf8.count
-        func raw(_ header: String) -> String {
-            "POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\n\(header)Content-Length: \(body)\r\n\r\n\(Self.body)"
+        func raw(_ header: String, target: String = "/v1/chat/completions", body: String = InferenceExchangeTests.body) -> String {
+            "POST \(target) HTTP/1.1\r\nHost: api.test\r\n\(header)Content-Length: \(body.utf8.count)\r\n\r\n\(body)"
         }
-        let held: Set<String> = ["sk-held-out"]
-        for header in ["Authorization: Bearer sk-train\r\n", "x-api-key: sk-train\r\n", "api-key: sk-train\r\n",
-                       "Authorization: Bearer sk-held-out\r\nX-Api-Key: sk-train\r\n", "authorization: sk-train\r\n"] {
-            let r = try exchange(raw(header), credentials: held)
+        let gate = try InferenceGate(targets: ["api.test:443"], credentials: ["sk-held-out"])
+        let p = try #require(gate.placeholder(for: "sk-held-out"))
+        #expect(p != "sk-held-out" && p.hasPrefix("sk-held-") && gate.placeholders == [p: "sk-held-out"], "\(p)")
+        for (header, why) in [("Authorization: Bearer sk-train\r\n", "was not given"), ("x-api-key: sk-train\r\n", "was not given"),
+                              ("api-key: sk-train\r\n", "was not given"), ("Authorization: Bearer \(p)\r\nX-Api-Key: sk-train\r\n", "was not given"),
+                              ("authorization: sk-train\r\n", "was not given"), ("Authorization: Bearer sk-held-out\r\n", "a real key"),
+                              ("x-api-key: sk-held-out\r\n", "a real key")] {
+            let r = try exchange(raw(header), gate: gate)
             #expect(!r.dialled && !r.outcome.allowed && r.reply.hasPrefix("HTTP/1.1 403"), "\(header): \(r.outcome.detail)")
-            #expect(r.outcome.detail.contains("carries a credential this run was not given"), "\(r.outcome.detail)")
-            #expect(!r.outcome.detail.contains("sk-train"), "the refusal repeats the key: \(r.outcome.detail)")
+            #expect(r.outcome.detail.contains(why), "\(r.outcome.detail)")
+            #expect(!r.outcome.detail.contains("sk-train") && !r.outcome.detail.contains("sk-held-out"), "the refusal repeats the key: \(r.outcome.detail)")
         }
-        for header in ["Authorization: Bearer sk-held-out\r\n", "authorization: bearer  sk-held-out\r\n", "x-api-key: sk-held-out\r\n", ""] {
-            let r = try exchange(raw(header), credentials: held)
+        // The placeholder outside a credential header: a vendor that echoed it must not get the key.
+        for (request, why) in [(raw("Authorization: Bearer \(p)\r\n", target: "/v1/chat/completions?key=\(p)"), "URL"),
+                               (raw("Authorization: Bearer \(p)\r\n", body: #"{"model": "m", "messages": [{"role": "user", "content": "echo \#(p)"}]}"#), "body")] {
+            let r = try exchange(request, gate: gate)
+            #expect(!r.dialled && r.outcome.detail.contains("request's \(why) carries this run's key placeholder"), "\(r.outcome.detail)")
+        }
+        for header in ["Authorization: Bearer \(p)\r\n", "authorization: bearer  \(p)\r\n", "x-api-key: \(p)\r\n", ""] {
+            let r = try exchange(raw(header), gate: gate)
             #expect(r.dialled, "\(header): \(r.outcome.detail)")
         }
         #expect(try exchange(raw("Authorization: Bearer sk-anything\r\n")).dialled)
+        // Another gate (another run) has other placeholders for the same key.
+        let other = try InferenceGate(targets: ["api.test:443"], credentials: ["sk-held-out"])
+        #expect(other.placeholder(for: "sk-held-out") != p)
+        #expect(!(try exchange(raw("Authorization: Bearer \(p)\r\n"), gate: other).dialled))
+    }
+
+    @Test("placeholders keep a key's prefix and length, random after it; the vendor gets the key in the header that carried its placeholder, nowhere else")
+    func placeholderSwapped() {
+        for key in ["sk-proj-" + String(repeating: "a1", count: 40), "sk-ant-api03-" + String(repeating: "Zz", count: 45), "abcdef0123456789abcdef", "k"] {
+            let p = InferenceGate.placeholder(shapedLike: key)
+            #expect(p != key && p.count == max(key.count, 8) || p.count > key.count, "\(key) -> \(p)")
+            if key.hasPrefix("sk-proj-") { #expect(p.hasPrefix("sk-proj-") && p.count == key.count) }
+            if key.hasPrefix("sk-ant-api03-") { #expect(p.hasPrefix("sk-ant-api03-") && p.count == key.count) }
+        }
+        let req = HTTPRequest(method: "POST", target: "/v1/messages", headers: [("Authorization", "bearer PH-1"), ("x-api-key", "PH-1"), ("anthropic-version", "PH-1")], body: [])
+        let head = String(decoding: req.forwardedHead(host: "api.test", port: 443, bodyLength: 2, keys: ["PH-1": "sk-real"]), as: UTF8.self)
+        #expect(head.hasPrefix("POST /v1/messages HTTP/1.1\r\nAuthorization: Bearer sk-real\r\nx-api-key: sk-real\r\nanthropic-version: PH-1\r\n"), "\(head)")
     }
 
     @Test("refused on the wire before any vendor is dialled", arguments: [

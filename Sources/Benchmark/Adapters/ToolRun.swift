@@ -35,6 +35,9 @@ public struct ToolSettings: Sendable, Equatable {
     /// `host:port` of model APIs reached only through the proxy's inference gate: stateless
     /// inference calls pass, nothing that reads or leaves state at the vendor (`InferenceGate`).
     public var networkInference: [String] = []
+    /// Variables of `envPass` that hold keys for hosts reached as plain tunnels (a remote
+    /// environment provider's): passed as they are, never made placeholders by the gate.
+    public var tunnelledKeys: Set<String> = []
     /// A CA file the gate trusts for those APIs besides the system's store.
     public var upstreamCA: String?
     /// Seconds the whole tool run may take (nil: none).
@@ -72,7 +75,7 @@ extension ToolSettings {
     /// variables; a held-out run's from `heldOutEnv`): its gate passes these and no other.
     public func credentials(heldOut: Bool) -> Set<String> {
         var keys: Set<String> = []
-        for name in envPass where InferenceGate.isCredentialVariable(name) {
+        for name in envPass where InferenceGate.isCredentialVariable(name) && !tunnelledKeys.contains(name) {
             if let v = getenv(heldOut ? heldOutEnv[name] ?? name : name) { keys.insert(String(cString: v)) }
         }
         return keys
@@ -277,7 +280,9 @@ final class ToolRun {
         var host: [String: String] = [:]
         let values = settings.passedValues(heldOut: context.heldOut)
         for name in passed {
-            if let v = values[context.heldOut ? settings.heldOutEnv[name] ?? name : name] { host[name] = v }
+            guard let v = values[context.heldOut ? settings.heldOutEnv[name] ?? name : name] else { continue }
+            // A key the gate holds: the sandbox gets its placeholder, swapped back at the gate.
+            host[name] = inference?.placeholder(for: v) ?? v
         }
 
         let outName = "\(inv.outputName).stdout", errName = "\(inv.outputName).stderr"

@@ -60,6 +60,29 @@ extension ExperimentConfig {
     /// through a prompt cache, with `held_out_env` naming a variable that held the train key).
     func checkHeldOutCredentials() throws {
         func value(_ name: String) -> String? { getenv(name).map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 } }
+        // A runner that reaches a model API: held-out runs get keys of their own, or the
+        // operator says the shared account is accepted. OpenAI caches long prompt prefixes per
+        // organisation whatever a request says, so the gate alone cannot close the channel.
+        if !runner.networkInference.isEmpty && !sharedVendorAccount {
+            let at = runner.inferencePlace.map { $0 + ": " } ?? ""
+            for name in modelCredentials {
+                guard let source = heldOutEnv[name] else {
+                    throw ExperimentError(.usage, """
+                        \(at)runner.network.inference: held-out runs would reach \(runner.networkInference.joined(separator: ", ")) with \
+                        the train runs' $\(name): the vendor's per-account state (OpenAI's automatic prompt cache, stored objects) \
+                        would carry held-out prompts to train runs and the coding agent. Give held-out runs another account's key: \
+                        gate.held_out_env: {\(name): \(name)_HELD_OUT}, and export \(name)_HELD_OUT=... (another organisation or \
+                        project: docs/held-out.md); or accept the channel with gate.shared_vendor_account: true
+                        """)
+                }
+                guard value(source) != nil else {
+                    throw ExperimentError(.usage, """
+                        \(heldOutEnvPlace.map { $0 + ": " } ?? "")gate.held_out_env: \(name) comes from $\(source) for held-out runs, \
+                        and \(source) is not set; export \(source)=... (another account's key)
+                        """)
+                }
+            }
+        }
         var holders: [(who: String, variable: String)] = []
         for v in runner.envPass where InferenceGate.isCredentialVariable(v) { holders.append(("train runs", v)) }
         for v in codingAgent.envPass where InferenceGate.isCredentialVariable(v) { holders.append(("the coding agent", v)) }
@@ -77,6 +100,28 @@ extension ExperimentConfig {
         }
     }
 
+    /// The runner's keys that reach its model APIs: its credential variables (`_KEY`,
+    /// `_TOKEN`), but an environment provider's (Harbor's remote providers: checked on their
+    /// own, `checkHeldOutAccount`).
+    var modelCredentials: [String] {
+        let providers = Set(TerminalBenchKind.providerKeys.values.joined())
+        return runner.envPass.filter { InferenceGate.isCredentialVariable($0) && !providers.contains($0) }
+    }
+
+    /// Whether held-out and train runs reach a model API with one account's key, as the
+    /// operator accepted (`gate.shared_vendor_account: true`): shown in status, the report
+    /// and the evidence.
+    public var sharesVendorAccount: Bool {
+        !runner.networkInference.isEmpty && sharedVendorAccount && modelCredentials.contains { heldOutEnv[$0] == nil }
+    }
+
+    /// What status and the report say of a shared vendor account, or nil.
+    public var sharedVendorAccountNote: String? {
+        guard sharesVendorAccount else { return nil }
+        return "held-out and train runs reach \(runner.networkInference.joined(separator: ", ")) with one account's keys "
+            + "(gate.shared_vendor_account: true): the vendor's prompt cache and stored objects can carry held-out prompts to train runs"
+    }
+
     /// What upstream's runners export to agent.py: AGENT_MODEL, AGENT_REASONING_EFFORT.
     func agentEnvironment() -> [String] {
         var env: [String] = []
@@ -92,6 +137,7 @@ extension ExperimentConfig {
         t.heldOutEnv = heldOutEnv
         t.networkAllow = runner.networkAllow
         t.networkInference = runner.networkInference
+        t.tunnelledKeys = Set(TerminalBenchKind.providerKeys.values.joined())
         t.upstreamCA = runner.upstreamCA
         t.timeout = runner.timeout
         t.runnerPolicy = runner.policy

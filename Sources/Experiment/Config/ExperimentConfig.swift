@@ -67,6 +67,11 @@ public struct ExperimentConfig: Sendable, Equatable {
     public var heldOutEnv: [String: String] = [:]
     /// Where `gate.held_out_env` is (`file:line`), for what is refused about its values.
     public var heldOutEnvPlace: String?
+    /// `gate.shared_vendor_account: true`: the operator accepts that held-out and train runs
+    /// reach a model API with one account's keys (its prompt cache and stored objects are a
+    /// channel between them); shown in status, the report and the evidence. Without it, a
+    /// runner that reaches a model API needs `held_out_env` for each of its keys.
+    public var sharedVendorAccount = false
     /// Where `coding_agent.binds` and `coding_agent.home_seed` are (`file:line`), by setting.
     public var codingAgentPlaces: [String: String] = [:]
     /// `autoharness run` stops after this many consecutive rejected gates (upstream: 5).
@@ -175,6 +180,8 @@ public struct ExperimentConfig: Sendable, Equatable {
         public var networkAllow: [String] = []
         /// Model APIs reached only through the proxy's inference gate (`InferenceGate`).
         public var networkInference: [String] = []
+        /// Where `network.inference` is (`file:line`), for what is refused about it.
+        public var inferencePlace: String?
         /// A CA file the gate trusts upstream besides the system's store (a corporate
         /// TLS-inspecting proxy's, a test server's).
         public var upstreamCA: String?

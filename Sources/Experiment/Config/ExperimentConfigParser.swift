@@ -180,8 +180,11 @@ extension ExperimentConfig {
                 }
             default:  // gate
                 r.mapping(v, key, allowed: ["disclosure", "budget", "accept", "min_improvement", "on_reject", "max_non_improving",
-                                            "held_out_runtime", "vm", "reply_time", "reply_after", "held_out_env"]) { k, v in
+                                            "held_out_runtime", "vm", "reply_time", "reply_after", "held_out_env",
+                                            "shared_vendor_account"]) { k, v in
                     switch k {
+                    case "shared_vendor_account":
+                        if let s = r.oneOf(v, "gate.shared_vendor_account", ["true", "false"]) { c.sharedVendorAccount = s == "true" }
                     case "held_out_env":
                         r.mapping(v, "gate.held_out_env", allowed: nil) { name, source in
                             guard let src = r.string(source, "gate.held_out_env.\(name)") else { return }
@@ -297,6 +300,8 @@ extension ExperimentConfig {
                 case "allow": tool.networkAllow = r.hostPorts(w, "\(name).allow") ?? []
                 case "inference":
                     tool.networkInference = r.hostPorts(w, "\(name).inference") ?? []
+                    let at = r.yaml.location(of: w)
+                    tool.inferencePlace = "\(at.file):\(at.line)"
                     for t in tool.networkInference where t.contains("*") {
                         r.error(w, "\(name).inference: '\(t)' is a pattern; the inference gate takes exact host:port pairs")
                     }

@@ -100,6 +100,9 @@ public struct HeldOutRuntimeMeasurement: Codable, Sendable, Equatable {
     /// The saved guest state the gate's guest was restored from (`gate.vm.snapshot`), its
     /// bytes checked against the digest recorded when it was saved.
     public var savedStateSHA256: String?
+    /// True when held-out and train runs reached a model API with one account's key, as the
+    /// operator accepted (`gate.shared_vendor_account`); absent otherwise.
+    public var sharedVendorAccount: Bool?
 }
 
 /// A directory of task files: the SHA-256 of its manifest, the lines `sha256sum` prints for

@@ -20,8 +20,10 @@ extension HeldOutVM {
 extension Executors {
     /// Where held-out tasks run, as settled (`settleHeldOut`).
     func heldOutMeasurement(_ config: ExperimentConfig) -> HeldOutRuntimeMeasurement {
-        if config.executor.kind == .ray { return HeldOutRuntimeMeasurement(kind: config.heldOutRuntime == .vm ? "ray-vm" : "ray") }
-        return heldOutVM?.measurement() ?? HeldOutRuntimeMeasurement(kind: "host")
+        var m = config.executor.kind == .ray ? HeldOutRuntimeMeasurement(kind: config.heldOutRuntime == .vm ? "ray-vm" : "ray")
+            : heldOutVM?.measurement() ?? HeldOutRuntimeMeasurement(kind: "host")
+        if config.sharesVendorAccount { m.sharedVendorAccount = true }
+        return m
     }
 }
 

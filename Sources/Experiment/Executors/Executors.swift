@@ -25,6 +25,13 @@ final class Executors {
         guard !settled else { return }
         let config = environment.config
         let log = environment.log
+        // The one vendor state the inference gate cannot keep apart within an account, which
+        // the operator accepted (without gate.shared_vendor_account the adapter is refused).
+        if config.sharesVendorAccount {
+            log?("gate.shared_vendor_account: true: held-out and train runs reach the model APIs with one account's keys; OpenAI "
+                 + "caches long prompts per organisation whatever a request says, so a train run's usage can show which prompts a "
+                 + "held-out run sent (docs/held-out.md)")
+        }
         if config.executor.kind == .ray {
             log?(config.heldOutRuntime == .vm
                  ? "held-out runtime: a fresh VM per held-out request on the Ray node it is sealed to (executor: ray, gate.held_out_runtime: vm; nodes that cannot boot one are not used)"
@@ -41,12 +48,6 @@ final class Executors {
             heldOutVM = r.vm
             log?(r.vm == nil ? HeldOutVM.hostRuntimeLine(why: "auto: " + r.why, networked: !config.runsOwnTasks || !config.runner.networkAllow.isEmpty) : "held-out runtime: vm (auto: \(r.why))")
         case .host: log?(HeldOutVM.hostRuntimeLine(why: "gate.held_out_runtime: host", networked: !config.runsOwnTasks || !config.runner.networkAllow.isEmpty))
-        }
-        // The one vendor state the inference gate cannot keep apart within an account.
-        if !config.runner.networkInference.isEmpty && config.heldOutEnv.isEmpty {
-            log?("held-out and train runs reach the model APIs with the same keys: OpenAI caches long prompts per organisation "
-                 + "whatever a request says, so a train run's usage can show which prompts a held-out run sent; give held-out runs "
-                 + "another organisation's key with gate.held_out_env (docs/benchmarks.md: The inference gate)")
         }
         settled = true
     }

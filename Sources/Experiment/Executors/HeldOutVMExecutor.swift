@@ -46,7 +46,8 @@ struct HeldOutVMExecutor: TaskExecutor {
             }
             egress = VMEgress(agent: try proxy(tool.runnerPolicy, audit.agent), tool: try proxy(tool.scorerPolicy, audit.tool),
                               agentAudit: audit.agent, toolAudit: audit.tool)
-            request.environment = tool.passedValues(heldOut: true)
+            // The guest holds the host gate's placeholders, never the keys (swapped back there).
+            request.environment = tool.passedValues(heldOut: true).mapValues { gate?.placeholder(for: $0) ?? $0 }
             request.egress = true
             request.trustBundle = trustBundle == nil ? nil : GuestRequest.trustBundlePath
         }

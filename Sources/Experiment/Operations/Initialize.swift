@@ -101,6 +101,8 @@ extension ExperimentSupervisor {
         placeholders["python"] = ToolCheck.interpreter(of: tool) ?? (tool.split(separator: "/").last?.hasPrefix("python") == true ? tool : "python3")
         placeholders["templates"] = t
         if placeholders["verifier_tools"] == nil { placeholders["verifier_tools"] = "" }
+        // The benchmark's own gate keys (the held-out runs' model account), where it has them.
+        placeholders["gate_keys"] = (try? String(contentsOfFile: bench + "/gate.yaml", encoding: .utf8)) ?? ""
         placeholders["tool_binds"] = ToolCheck.installRoots(of: tool).map { "\"\($0)\"" }.joined(separator: ", ")
         /// A template with its placeholders filled; one left unfilled is a template bug.
         func text(_ f: String) throws -> String {

@@ -98,6 +98,7 @@ public enum AgentText {
             "gate_attempts": f.gates.map { ["attempt": $0.attempt, "accepted": $0.accepted, "reason": $0.reason, "suite": "\($0.suitePassed)/\($0.suiteTotal)"] },
             "violations": f.violations.map { ["time": $0.time, "actor": $0.actor, "kind": $0.kind, "detail": $0.detail] },
             "unverified_rewards": f.unverified ?? NSNull() as Any,
+            "shared_vendor_account": f.sharedVendorAccount ?? NSNull() as Any,
             "gate_rule": f.gateRule ?? NSNull() as Any,
             "budgets": f.budgets.map {
                 ["setting": $0.setting, "counts": $0.counts, "limit": $0.limit ?? NSNull() as Any, "used": $0.used ?? NSNull() as Any, "spent": $0.spent]
@@ -124,6 +125,7 @@ public enum AgentText {
     private static func statusText(_ f: StatusFacts, root: String, operator op: OperatorStatus?) -> String {
         var out = "experiment \(root)\n"
         if let u = f.unverified { out += "rewards: UNVERIFIED (\(u))\n" }
+        if let v = f.sharedVendorAccount { out += "vendor account: SHARED (\(v))\n" }
         guard f.prepared else { return out + "not prepared yet: run `autoharness prepare`\n" }
         out += "iterations: \(f.iterations.count - 1) accepted (plus baseline)\n"
         if let best = f.best { out += "best val_score: \(best.fixed4)\n" } else if !f.iterations.isEmpty { out += "best val_score: -\n" }

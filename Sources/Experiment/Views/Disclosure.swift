@@ -138,6 +138,8 @@ public struct StatusFacts: Sendable {
     public var batch: BatchLine? = nil
     /// Why this experiment's rewards are unverified (`BenchmarkKind.unverified`), or nil.
     public var unverified: String? = nil
+    /// What the operator accepted with `gate.shared_vendor_account: true`, or nil.
+    public var sharedVendorAccount: String? = nil
     /// The gate's acceptance rule in force, with its numbers (`GateRules.ruleText`).
     public var gateRule: String? = nil
     /// `loop.candidates`: the candidates waiting for the next gate, and the last five gates'
@@ -247,7 +249,7 @@ public enum Disclosure {
             budgets: budgets.filter { cost || $0.agentMaySee }, openRunID: s.openRun?.runID,
             batch: s.batches.last.map { .init(number: $0.revealed.batch, revealed: s.visibleTrain.count, attemptsUsed: $0.attempts.count,
                                               attemptsAllowed: $0.revealed.iterations) },
-            unverified: config.unverifiedRewards,
+            unverified: config.unverifiedRewards, sharedVendorAccount: config.sharedVendorAccountNote,
             gateRule: s.split.map { GateRules.ruleText(testTasks: $0.test.count, config: config) },
             candidatesWaiting: s.pendingCandidates, candidateLimit: config.candidates, rankings: Array(s.rankings.suffix(5)))
     }

@@ -15,6 +15,9 @@ public enum Report {
         if let u = config.unverifiedRewards {
             body += "<p class=\"summary\"><b>rewards UNVERIFIED</b>: \(esc(u))</p>\n"
         }
+        if let v = config.sharedVendorAccountNote {
+            body += "<p class=\"summary\"><b>vendor account SHARED</b>: \(esc(v))</p>\n"
+        }
         body += "<p class=\"summary\">benchmark <b>\(esc(config.benchmark))</b> · \(s.iterations.count - 1) accepted iteration(s) · "
         body += "best val_score <b>\(best)</b> · \(s.gateAttempts.count) gate attempt(s) · suite \(s.suite.count) task(s) · "
         body += "\(s.violations.count) violation record(s)</p>\n"

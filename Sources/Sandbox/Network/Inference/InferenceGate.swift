@@ -29,6 +29,14 @@ public final class InferenceGate: @unchecked Sendable {
     /// agent.py that carries the train key (train runs print it; redaction is verbatim only)
     /// would otherwise spend in, and cache prompts for, the train account. Empty: not checked.
     public let credentials: Set<String>
+    /// What sandboxes are given instead of each of `credentials`, this gate's own (placeholder →
+    /// key): the same length and prefix (up to its last `-` or `_` in the first 16
+    /// characters), the rest random letters and digits. The gate swaps a placeholder for its key
+    /// in a credential header, after every rule passed, and nowhere else; a request that
+    /// presents a key itself (it leaked into a sandbox) or a placeholder in its URL or body is
+    /// refused. So no sandbox holds the key, and a placeholder read in a trace is worth nothing
+    /// outside this gate's run.
+    public let placeholders: [String: String]
 
     /// The request headers that carry a credential (a bearer token, an API key).
     static let credentialHeaders: Set<String> = ["authorization", "x-api-key", "api-key"]
@@ -50,6 +58,13 @@ public final class InferenceGate: @unchecked Sendable {
         bodies = ByteBudget(limit: bodyBudget)
         self.heldOut = heldOut
         self.credentials = credentials.filter { !$0.isEmpty }
+        var made: [String: String] = [:]
+        for key in self.credentials.sorted() {
+            var p = Self.placeholder(shapedLike: key)
+            while made[p] != nil || self.credentials.contains(p) { p = Self.placeholder(shapedLike: key) }
+            made[p] = key
+        }
+        placeholders = made
         var hosts: [String] = []
         for t in targets {
             guard let (host, _) = EgressProxy.split(t.lowercased()) else {
@@ -64,6 +79,24 @@ public final class InferenceGate: @unchecked Sendable {
         // OpenSSL writes to sockets with write(2): a peer that went away must cost an error,
         // not the supervisor (the CLI ignores SIGPIPE too).
         signal(SIGPIPE, SIG_IGN)
+    }
+
+    /// The placeholder a sandbox is given for `key` (one of `credentials`), or nil.
+    public func placeholder(for key: String) -> String? {
+        placeholders.first { $0.value == key }?.key
+    }
+
+    /// A random stand-in for `key`: its length (at least 8 random characters), its prefix up to the last `-` or `_` within
+    /// the first 16 characters (`sk-proj-`, `sk-ant-api03-`: clients that check a key's shape
+    /// still accept it), then letters and digits.
+    static func placeholder(shapedLike key: String) -> String {
+        let chars = Array(key)
+        let head = chars.prefix(16)
+        let keep = head.lastIndex { $0 == "-" || $0 == "_" }.map { $0 + 1 } ?? 0
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+        var random = SystemRandomNumberGenerator()
+        let tail = (0..<max(chars.count - keep, 8)).map { _ in alphabet[Int(random.next(upperBound: UInt64(alphabet.count)))] }
+        return String(chars[..<keep]) + String(tail)
     }
 
     /// The gate's CA certificate (PEM).
@@ -136,7 +169,7 @@ struct InferenceExchange {
             refuse(tls, status: 403, why)
             return Outcome(allowed: false, detail: "inference refused: \(line): \(why)")
         }
-        if let why = request.foreignCredential(allowed: gate.credentials) {
+        if let why = request.credentialRefusal(placeholders: gate.placeholders, keys: gate.credentials) {
             refuse(tls, status: 403, why)
             return Outcome(allowed: false, detail: "inference refused: \(line): \(why)")
         }
@@ -172,7 +205,7 @@ struct InferenceExchange {
             return Outcome(allowed: false, detail: "\(described): upstream TLS: \(f.message)")
         }
         defer { vendor.close() }
-        let head = request.forwardedHead(host: host, port: port, bodyLength: body.count)
+        let head = request.forwardedHead(host: host, port: port, bodyLength: body.count, keys: gate.placeholders)
         guard vendor.write(head), vendor.write(body) else {
             refuse(tls, status: 502, "autoharness: the request could not be sent to \(host)")
             return Outcome(allowed: true, detail: "\(described): sending failed", up: 0, down: 0)
@@ -394,20 +427,48 @@ struct HTTPRequest {
     static let forwardedHeaders: Set<String> = ["authorization", "x-api-key", "api-key", "anthropic-version", "anthropic-beta",
                                                 "openai-beta", "accept", "accept-encoding", "user-agent"]
 
-    /// Why the request presents a credential the run was not given, or nil. Each credential
-    /// header counts (a bearer token after its scheme); none at all is the vendor's to refuse.
-    func foreignCredential(allowed: Set<String>) -> String? {
-        guard !allowed.isEmpty else { return nil }
+    /// A credential header's token: a bearer token after its scheme, else the whole value.
+    static func token(_ value: String) -> String {
+        if let space = value.firstIndex(of: " "), value[..<space].lowercased() == "bearer" {
+            return String(value[value.index(after: space)...]).trimmingSpaces()
+        }
+        return value
+    }
+
+    /// Why the request's credentials are refused, or nil. Each credential header must carry
+    /// one of the run's placeholders: a key itself means it reached a sandbox, anything else
+    /// was not given to this run (a held-out agent.py carrying another run's). A placeholder
+    /// anywhere but a credential header (the URL, the body) is refused too: the gate swaps it
+    /// only there, and a vendor that echoes a body must never be handed a swapped key.
+    /// No credential at all is the vendor's to refuse; a run given no keys is not checked.
+    func credentialRefusal(placeholders: [String: String], keys: Set<String>) -> String? {
+        guard !placeholders.isEmpty else { return nil }
         for (name, value) in headers where InferenceGate.credentialHeaders.contains(name.lowercased()) {
-            var token = value
-            if let space = value.firstIndex(of: " "), value[..<space].lowercased() == "bearer" {
-                token = String(value[value.index(after: space)...]).trimmingSpaces()
+            let token = Self.token(value)
+            if placeholders[token] != nil { continue }
+            if keys.contains(token) {
+                return "the \(name) header carries a real key, which no sandbox is given (it holds a placeholder the gate swaps): the key reached the sandbox some other way"
             }
-            if !allowed.contains(token) {
-                return "the \(name) header carries a credential this run was not given (the gate passes only the keys autoharness passed in)"
-            }
+            return "the \(name) header carries a credential this run was not given (the gate passes only the placeholders autoharness gave this run)"
+        }
+        let body = self.body
+        for p in placeholders.keys {
+            if target.contains(p) { return "the request's URL carries this run's key placeholder (it is swapped only in a credential header)" }
+            if Self.contains(body, Array(p.utf8)) { return "the request's body carries this run's key placeholder (it is swapped only in a credential header)" }
         }
         return nil
+    }
+
+    /// Whether `needle` occurs in `haystack`.
+    static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
+        guard !needle.isEmpty, haystack.count >= needle.count else { return false }
+        let first = needle[0]
+        var i = 0
+        while i <= haystack.count - needle.count {
+            if haystack[i] == first && haystack[i..<(i + needle.count)].elementsEqual(needle) { return true }
+            i += 1
+        }
+        return false
     }
 
     static func read(_ r: inout TLSReader, headCap: Int, bodyCap: Int, hold: ByteBudget.Hold,
@@ -505,10 +566,15 @@ struct HTTPRequest {
 
     /// The head sent upstream: the request line, the sandbox's allowed headers, then
     /// Host, Content-Length of the judged body, and Connection: close.
-    func forwardedHead(host: String, port: UInt16, bodyLength: Int) -> [UInt8] {
+    /// `keys` (placeholder → key): a credential header's placeholder goes upstream as its key.
+    func forwardedHead(host: String, port: UInt16, bodyLength: Int, keys: [String: String] = [:]) -> [UInt8] {
         var text = "\(method) \(target) HTTP/1.1\r\n"
         for (name, value) in headers where Self.forwardedHeaders.contains(name.lowercased()) {
-            text += "\(name): \(value)\r\n"
+            var sent = value
+            if InferenceGate.credentialHeaders.contains(name.lowercased()), let key = keys[Self.token(value)] {
+                sent = Self.token(value) == value ? key : "Bearer \(key)"
+            }
+            text += "\(name): \(sent)\r\n"
         }
         text += "Host: \(port == 443 ? host : "\(host):\(port)")\r\nContent-Type: application/json\r\n"
         text += "Content-Length: \(bodyLength)\r\nConnection: close\r\n\r\n"

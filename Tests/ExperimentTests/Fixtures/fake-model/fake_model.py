@@ -109,6 +109,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.command == "POST":
             entry.setdefault("store", getattr(self, "store_seen", "absent"))
             entry.setdefault("host", self.headers.get("host"))
+            entry.setdefault("account", self.account())
         with self.server.log_lock, open(self.server.log_path, "a") as f:
             f.write(json.dumps(entry) + "\n")
 
