@@ -65,6 +65,9 @@ struct PolicyLayer {
     var limitKeys: Set<String> = []
     var envSet: [String: String] = [:]
     var envPass: [String] = []
+    /// Where this file sets what `policy lint` points at: `landlock`, `limits.NAME`,
+    /// `seccomp.allow.NAME`, `seccomp.quiet.NAME`.
+    var places: [String: SourceLocation] = [:]
 
     init(file: String, name: String) {
         self.file = file
@@ -162,6 +165,7 @@ struct LayerParser {
         if let node = fs["landlock"], let spelled = reader.text(node, "filesystem.landlock") {
             if let mode = LandlockMode(rawValue: spelled) {
                 layer.landlock = mode
+                layer.places["landlock"] = reader.location(of: node)
             } else {
                 reader.error(at: node, "unknown landlock mode '\(spelled)' (allowed: \(LandlockMode.allCases.map(\.rawValue).joined(separator: ", ")))")
             }
@@ -380,6 +384,8 @@ struct LayerParser {
             }
         }
         layer.seccompAllow = allow.map(\.value).filter { denied[$0] == nil }
+        for name in allow { layer.places["seccomp.allow.\(name.value)"] = name.location }
+        for name in quiet { layer.places["seccomp.quiet.\(name.value)"] = name.location }
         let allowed = Set(allow.map(\.value))
         layer.seccompDeny = deny.map(\.value).filter { !allowed.contains($0) }
     }
@@ -431,6 +437,7 @@ struct LayerParser {
 
     private mutating func readLimits(_ node: Node, into layer: inout PolicyLayer) {
         guard let limits = reader.fields(of: node, in: "limits", allowed: Self.limitKeys) else { return }
+        for key in Self.limitKeys { if let n = limits[key] { layer.places["limits.\(key)"] = reader.location(of: n) } }
         // `none` says "unlimited" explicitly, so a child can lift a limit it inherits.
         func isNone(_ node: Node) -> Bool {
             if case .scalar(let s) = node, s.string == "none" { return true }

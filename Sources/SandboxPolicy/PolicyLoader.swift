@@ -37,6 +37,20 @@ public struct PolicyLoader: Sendable {
     public func load(
         _ nameOrPath: String, variables: [String: String] = [:], requireAllPlaceholders: Bool = true
     ) throws -> Policy {
+        try loadMerged(nameOrPath, variables: variables, requireAllPlaceholders: requireAllPlaceholders, cached: usesCache).policy
+    }
+
+    /// What `policy lint` judges: the policy as `load` makes it (placeholders unresolved, no
+    /// cache), what each file reopens of what it extends, and where the final values were set.
+    public func lintInput(_ nameOrPath: String) throws -> PolicyLintInput {
+        let (policy, merged) = try loadMerged(nameOrPath, variables: [:], requireAllPlaceholders: false, cached: false)
+        return PolicyLintInput(policy: policy, file: try resolvePath(nameOrPath), widenings: merged?.widenings ?? [], places: merged?.places ?? [:])
+    }
+
+    /// `load`, with the merged layers it made (nil when the policy came from the cache).
+    private func loadMerged(
+        _ nameOrPath: String, variables: [String: String], requireAllPlaceholders: Bool, cached: Bool
+    ) throws -> (policy: Policy, merged: MergedLayers?) {
         var errors: [PolicyError] = []
         let top: PolicyFiles.File
         do {
@@ -44,12 +58,12 @@ public struct PolicyLoader: Sendable {
         } catch {
             throw PolicyDiagnostics(errors: [error])
         }
-        let cacheKey = usesCache && cacheDirectory != nil
+        let cacheKey = cached && cacheDirectory != nil
             ? PolicyCache.key(searchPaths: searchPaths, nameOrPath: nameOrPath, variables: variables, strict: requireAllPlaceholders,
                               launchCode: cacheKeyLaunchCode)
             : nil
-        if let cacheKey, let cached = PolicyCache.lookup(key: cacheKey, top: top, files: files, in: cacheDirectory) {
-            return cached
+        if let cacheKey, let hit = PolicyCache.lookup(key: cacheKey, top: top, files: files, in: cacheDirectory) {
+            return (hit, nil)
         }
         var read: [PolicyCache.Layer] = []
 
@@ -114,7 +128,7 @@ public struct PolicyLoader: Sendable {
             landlock: merged.landlock
         )
         if let cacheKey { PolicyCache.store(key: cacheKey, layers: read, policy: policy, in: cacheDirectory) }
-        return policy
+        return (policy, merged)
     }
 
     /// The file `load` would read for `nameOrPath`.
@@ -153,4 +167,16 @@ public struct PolicyLoader: Sendable {
         }
         return PolicyDiagnostics(errors: sorted.map(\.element))
     }
+}
+
+/// A loaded policy with what `policy lint` needs beyond it.
+public struct PolicyLintInput: Sendable {
+    public var policy: Policy
+    /// The policy's own file.
+    public var file: String
+    /// What a file of the chain takes back that a policy it extends closed, each at its line.
+    public var widenings: [PolicyError]
+    /// Where the final values were set: `landlock`, `limits.NAME`, `network.mode`,
+    /// `seccomp.allow.NAME`, `seccomp.quiet.NAME`.
+    public var places: [String: SourceLocation]
 }

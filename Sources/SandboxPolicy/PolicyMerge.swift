@@ -15,10 +15,21 @@ struct MergedLayers {
     var networkAllow: Located<[String]>?
     var limits = Limits()
     var env = EnvSpec()
+    /// Where the final values were set (`PolicyLayer.places`), the last file's word on each.
+    var places: [String: SourceLocation] = [:]
+    /// What a file takes back that a policy it extends closed (`policy lint`): a syscall the
+    /// parent denies allowed again, a read-only or hidden path made writable or visible, the
+    /// Landlock wall lowered, a memory or pids limit lifted.
+    var widenings: [PolicyError] = []
+    /// How many files were applied so far (the first has no parent to widen).
+    private var applied = 0
 
     /// Applies `child` on top of what has been merged so far. Errors are contradictions between
     /// the child and what it inherits.
     mutating func apply(_ child: PolicyLayer, errors: inout [PolicyError]) {
+        if applied > 0 { noteWidenings(child) }
+        applied += 1
+        places.merge(child.places) { _, new in new }
         if let description = child.description { self.description = description }
         if let chdir = child.chdir { self.chdir = chdir }
         if let landlock = child.landlock { self.landlock = landlock }
@@ -44,6 +55,7 @@ struct MergedLayers {
         seccomp.quiet = union(seccomp.quiet.filter { !childNames.contains($0) }, child.seccompQuiet)
 
         if let mode = child.networkMode {
+            places["network.mode"] = mode.location
             networkMode = mode.value
             networkModeLocation = mode.location
             // An allowlist means nothing without the proxy; dropping it when the child turns
@@ -66,6 +78,36 @@ struct MergedLayers {
         let childPass = Set(child.envPass)
         env.set = env.set.filter { !childPass.contains($0.key) }.merging(child.envSet) { _, new in new }
         env.pass = union(env.pass.filter { child.envSet[$0] == nil }, child.envPass)
+    }
+
+    /// What `child` reopens of what has been merged so far (its parents), into `widenings`.
+    private mutating func noteWidenings(_ child: PolicyLayer) {
+        let at = { (key: String) in child.places[key] ?? SourceLocation(file: child.file, line: 1) }
+        for name in child.seccompAllow where seccomp.deny.contains(name) {
+            widenings.append(PolicyError("seccomp.allow re-allows \(name), which a policy it extends denies", at: at("seccomp.allow.\(name)")))
+        }
+        for name in child.seccompQuiet where seccomp.deny.contains(name) {
+            widenings.append(PolicyError("seccomp.quiet takes \(name), which a policy it extends denies (and so reports), out of the audit", at: at("seccomp.quiet.\(name)")))
+        }
+        let strength: [LandlockMode: Int] = [.off: 0, .auto: 1, .required: 2]
+        if let mode = child.landlock, strength[mode]! < strength[landlock]! {
+            widenings.append(PolicyError("filesystem.landlock \(mode.rawValue) lowers the \(landlock.rawValue) of a policy it extends", at: at("landlock")))
+        }
+        for (key, value) in [("memory", limits.memory), ("pids", limits.pids)] where value != nil && child.limitKeys.contains(key) {
+            let lifted = key == "memory" ? child.limits.memory == nil : child.limits.pids == nil
+            if lifted { widenings.append(PolicyError("limits.\(key): none lifts the limit a policy it extends sets", at: at("limits.\(key)"))) }
+        }
+        let inherited = Dictionary(mounts.map { ($0.destination, $0) }, uniquingKeysWith: { first, _ in first })
+        for mount in child.mounts {
+            guard let parent = inherited[mount.destination] else { continue }
+            switch (parent.spec.kind, mount.spec.kind) {
+            case (.readOnly, .readWrite), (.tmpfs, .readWrite), (.symlink, .readWrite):
+                widenings.append(PolicyError("rw \(mount.destination) makes writable what a policy it extends mounts \(parent.spec.kindName) (at \(parent.location))", at: mount.location))
+            case (.hide, .readOnly), (.hide, .readWrite):
+                widenings.append(PolicyError("\(mount.spec.kindName) \(mount.destination) exposes what a policy it extends hides (at \(parent.location))", at: mount.location))
+            default: break
+            }
+        }
     }
 
     /// The parent's list, then the child's; a child entry with an inherited destination takes

@@ -10,7 +10,7 @@ struct PolicyCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "policy",
         abstract: "Check and inspect sandbox policies.",
-        subcommands: [PolicyCheck.self, PolicyShow.self, PolicyExport.self]
+        subcommands: [PolicyCheck.self, PolicyLintCommand.self, PolicyShow.self, PolicyExport.self]
     )
 }
 
@@ -35,6 +35,74 @@ struct PolicyCheck: ParsableCommand {
                 let p = try loader.load(name, requireAllPlaceholders: false)
                 _ = try SeccompCompiler.compile(p.effectiveSeccomp)
                 print("\(name): ok (\(p.lineage.joined(separator: " <- ")))")
+            } catch let d as PolicyDiagnostics {
+                bad += 1
+                for e in d.errors { printErr(e.description) }
+            } catch let e as SandboxError {
+                bad += 1
+                printErr("\((try? loader.resolvePath(name)) ?? name): \(e.message)")
+            }
+        }
+        if bad > 0 { throw ExitCode(Exit.failure) }
+    }
+}
+
+struct PolicyLintCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "lint",
+        abstract: "Find what a policy allows that no autoharness sandbox should, each at its file:line. Exit 0 if none, 1 otherwise.",
+        discussion: """
+            Beyond `policy check` (does it load): a bind that is, contains or lies in a host secret (/, /etc as a \
+            whole, /root, /home, /run, /proc, /sys, /dev, /boot, autoharness's caches), a read-write bind of a \
+            host path, a syscall the default profile withholds for a reason (the page-cache oracles, clone3) \
+            allowed or quieted, Landlock off, no memory or pids limit, and anything a file takes back from a \
+            policy it extends (a denied syscall allowed, a read-only or hidden path made writable or visible, \
+            Landlock lowered, a limit lifted). --role task|verifier adds: no network, a timeout. -C EXP adds \
+            that experiment's protected paths (itself, its dataset, scorer-only answers) to what no bind may \
+            reach. Placeholder sources ({workdir}) are the supervisor's to fill and are not judged.
+            """
+    )
+
+    @Option(name: .customLong("policy-dir"), help: "Directory searched for policies named by `extends:`.")
+    var policyDirs: [String] = []
+
+    @Option(help: ArgumentHelp("The sandbox the policy is for: \(PolicyRole.allCases.map(\.rawValue).joined(separator: ", ")).", valueName: "ROLE"))
+    var role: String?
+
+    @Option(name: [.customShort("C"), .customLong("dir")], help: "An experiment whose protected paths no bind may reach.")
+    var directory: String?
+
+    @Argument(help: "Policy files or names.")
+    var policies: [String]
+
+    func run() throws {
+        var chosen: PolicyRole?
+        if let role {
+            guard let r = PolicyRole(rawValue: role) else {
+                throw ValidationError("--role \(role): one of \(PolicyRole.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            chosen = r
+        }
+        var experiment: (config: ExperimentConfig, root: String)?
+        if let directory {
+            let start = directory.hasPrefix("/") ? directory : FileManager.default.currentDirectoryPath + "/" + directory
+            guard let layout = ExperimentLayout.find(from: start) else { throw ValidationError("-C \(directory): no experiment_config.yaml here or above") }
+            experiment = (try ExperimentConfig.load(layout.config), layout.root)
+        }
+        let loader = PolicyLocator.loader(policyDirs)
+        var bad = 0
+        for name in policies {
+            do {
+                let input = try loader.lintInput(name)
+                _ = try SeccompCompiler.compile(input.policy.effectiveSeccomp)
+                let findings = PolicyLint.findings(input, role: chosen, experiment: experiment)
+                for f in findings { print(f.description) }
+                if findings.isEmpty {
+                    print("\(name): ok (\(input.policy.lineage.joined(separator: " <- ")))")
+                } else {
+                    bad += 1
+                    print("\(name): \(findings.count) finding(s)")
+                }
             } catch let d as PolicyDiagnostics {
                 bad += 1
                 for e in d.errors { printErr(e.description) }

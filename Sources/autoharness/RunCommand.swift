@@ -338,7 +338,7 @@ struct DemoCommand: ParsableCommand {
             p.standardOutput = FileHandle.nullDevice
             // Its errors (a missing openssl, a traceback) are kept for the message below.
             let errors = directory + "/model-stderr.txt"
-            FileManager.default.createFile(atPath: errors, contents: nil)
+            _ = FileManager.default.createFile(atPath: errors, contents: nil)
             p.standardError = FileHandle(forWritingAtPath: errors)
             try p.run()
             // Up to 60 s: key generation under emulation (the cgroup v2 VM) on a busy host is slow.
