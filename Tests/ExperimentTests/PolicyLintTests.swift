@@ -78,4 +78,23 @@ struct PolicyLintTests {
         r = try autoharness(["policy", "lint", "-C", exp.root, beside])
         #expect(r.status == 0, "\(r.stdout)\(r.stderr)")
     }
+
+    @Test("a custom policy of any role whose bind reaches the dataset stops prepare before any sandbox starts, at the policy's line; a harmless one does not")
+    func customPolicyRefusedAtStart() throws {
+        let exp = try Experiment(prepare: false)
+        let policies = exp.root + "/policies"
+        try FileManager.default.createDirectory(atPath: policies, withIntermediateDirectories: true)
+        let config = exp.root + "/experiment_config.yaml"
+        let text = try String(contentsOfFile: config, encoding: .utf8)
+        try text.replacingOccurrences(of: "  verifier_policy: verifier ", with: "  verifier_policy: my-verifier\n  policy_dir: policies #")
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        let file = policies + "/my-verifier.yaml"
+        try "extends: verifier\nfilesystem:\n  mounts:\n    - ro: \(Experiment.fixture)/tasks:/all-tasks\n".write(toFile: file, atomically: true, encoding: .utf8)
+        let r = try exp.run("prepare")
+        #expect(r.status != 0 && r.stderr.contains("the verifier policy my-verifier: \(file):4: ro /all-tasks: \(Experiment.fixture)/tasks lies inside \(Experiment.fixture)"), "\(r.stdout)\(r.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: exp.root + "/workspace/train_results.json"))
+        try "extends: verifier\nfilesystem:\n  mounts:\n    - ro: /usr/share/zoneinfo:/zoneinfo\n".write(toFile: file, atomically: true, encoding: .utf8)
+        let ok = try exp.run("prepare")
+        #expect(ok.status == 0, "\(ok.stdout)\(ok.stderr)")
+    }
 }

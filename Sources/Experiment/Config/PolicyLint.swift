@@ -58,16 +58,8 @@ public enum PolicyLint {
             if case .readWrite = m.kind {
                 out.append(PolicyError("rw \(source): a read-write bind of a host path lets the sandbox change the host; bind a directory the supervisor makes ({placeholder}) or use a tmpfs", at: at))
             }
-            if let e = experiment {
-                var protected = e.config.experimentProtected(root: e.root)
-                if role == .scorer { protected.removeAll { p in e.config.runner.scorerBinds.contains(p.path) } }
-                do {
-                    try RunnerBinds.refuse([("\(m.kindName) \(m.destination)", source)], exposing: protected)
-                } catch {
-                    out.append(PolicyError("\(error)", at: at))
-                }
-            }
         }
+        if let e = experiment { out += protectedMounts(p, role: role, config: e.config, root: e.root) }
         for name in p.seccomp.allow + p.seccomp.quiet {
             guard let why = withheld[name] else { continue }
             let key = p.seccomp.allow.contains(name) ? "seccomp.allow" : "seccomp.quiet"
@@ -98,6 +90,23 @@ public enum PolicyLint {
         }.map(\.element)
     }
 
+    /// The binds of `p` that reach what `config`'s experiment protects (itself, its dataset
+    /// and task list, scorer-only answers but for the scorer), each at its line.
+    static func protectedMounts(_ p: Policy, role: PolicyRole?, config: ExperimentConfig, root: String) -> [PolicyError] {
+        var protected = config.experimentProtected(root: root)
+        if role == .scorer { protected.removeAll { config.runner.scorerBinds.contains($0.path) } }
+        var out: [PolicyError] = []
+        for m in p.mounts {
+            guard let source = m.source, !source.contains("{") else { continue }
+            do {
+                try RunnerBinds.refuse([("\(m.kindName) \(m.destination)", source)], exposing: protected)
+            } catch {
+                out.append(PolicyError("\(error)", at: m.location))
+            }
+        }
+        return out
+    }
+
     /// Where agent.py runs (task) and where its work is judged (verifier) no network reaches
     /// out and nothing runs without an end.
     static func roleFindings(_ p: Policy, role: PolicyRole, places: [String: SourceLocation], anywhere: SourceLocation) -> [PolicyError] {
@@ -110,5 +119,28 @@ public enum PolicyLint {
             out.append(PolicyError("limits.timeout: none, so a \(role.rawValue) that never ends holds its gate for ever", at: places["limits.timeout"] ?? anywhere))
         }
         return out
+    }
+}
+
+extension ExperimentConfig {
+    /// Every sandbox policy this experiment launches, by role.
+    var rolePolicies: [(role: PolicyRole, name: String)] {
+        var out: [(PolicyRole, String)] = [(.task, taskPolicy), (.verifier, verifierPolicy), (.codingAgent, codingAgentPolicy)]
+        if runner.command != nil { out.append((.runner, runner.policy)) }
+        if runner.scorer != nil { out.append((.scorer, runner.scorerPolicy)) }
+        if let t = triage { out.append((.triage, t.tool.policy)) }
+        return out
+    }
+
+    /// The mounts of every role's policy (a custom one included) against what this
+    /// experiment protects, before any sandbox starts: a policy that binds the dataset would
+    /// hand every task, the held-out ones included, to whatever runs under it.
+    func checkPolicyMounts(root: String, loader: PolicyLoader) throws {
+        for (role, name) in rolePolicies {
+            guard let input = try? loader.lintInput(name) else { continue }  // a policy that does not load fails where it is used
+            if let first = PolicyLint.protectedMounts(input.policy, role: role, config: self, root: root).first {
+                throw ExperimentError(.usage, "the \(role.rawValue) policy \(name): \(first) (docs/operations.md: policy lint)")
+            }
+        }
     }
 }

@@ -59,6 +59,13 @@ public final class ExperimentSupervisor {
         var paths = policySearchPaths
         if let d = config.policyDirectory { paths.insert(d.hasPrefix("/") ? d : layout.root + "/" + d, at: 0) }
         policyLoader = PolicyLoader(searchPaths: paths)
+        if exclusive {
+            do {
+                try config.checkPolicyMounts(root: layout.root, loader: policyLoader)
+            } catch let e as ExperimentError {
+                throw ExperimentError(e.kind, "\(layout.config): \(e.message)")
+            }
+        }
         git = Git(root: layout.root, privateIndex: layout.privateDirectory + "/git-index")
         if exclusive { try recover() }
     }
