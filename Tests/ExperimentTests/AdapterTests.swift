@@ -415,12 +415,13 @@ struct HarborAdapterTests {
         try exp.set("tasks", "[t1, t2, t3]")
         try exp.set("command", "[python3, -c, \"import json; json.dump({t: 0 for t in open('/work/in/task_ids.txt').read().split()}, open('/work/out/rewards.json', 'w'))\", \"{output}\"]", in: "runner")
         // A model API the runner never calls here: the rule is about what it could reach.
-        try exp.set("env_pass", "[RUNNER_API_KEY, RUNNER_MODE]", in: "runner")
-        try exp.set("inference", "[\"127.0.0.1:9\"]", in: "runner")
+        try exp.set("env_pass", "[RUNNER_API_KEY, RUNNER_MODE, HF_TOKEN]", in: "runner")
+        // HF_TOKEN is for a plain tunnel's host, passed as it is: no held-out account needed.
+        try exp.set("inference", "[\"127.0.0.1:9\"]\n    tunnelled_keys: [HF_TOKEN]", in: "runner")
         let path = exp.root + "/experiment_config.yaml"
         let original = try String(contentsOfFile: path, encoding: .utf8)
         let line = (original.components(separatedBy: "\n").firstIndex { $0.contains("inference: [\"127.0.0.1:9\"]") } ?? -1) + 1
-        var env = ["RUNNER_API_KEY": "sk-train", "RUNNER_MODE": "x"]
+        var env = ["RUNNER_API_KEY": "sk-train", "RUNNER_MODE": "x", "HF_TOKEN": "hf_train"]
         var p = try exp.run(["prepare"], environment: env)
         #expect(p.status != 0 && p.stderr.contains("experiment_config.yaml:\(line): runner.network.inference: held-out runs would reach 127.0.0.1:9 with the train runs' $RUNNER_API_KEY")
                 && p.stderr.contains("gate.held_out_env: {RUNNER_API_KEY: RUNNER_API_KEY_HELD_OUT}") && p.stderr.contains("gate.shared_vendor_account: true"), "\(p.stderr)")
@@ -430,6 +431,8 @@ struct HarborAdapterTests {
         p = try exp.run(["prepare"], environment: env)
         #expect(p.status != 0 && p.stderr.contains("RUNNER_API_KEY_HELD_OUT is not set"), "\(p.stderr)")
         env["RUNNER_API_KEY_HELD_OUT"] = "sk-held-out"
+        p = try exp.run(["benchmark"], environment: env)
+        #expect(p.stderr.contains("not prepared") && !p.stderr.contains("held_out_env") && !p.stderr.contains("HF_TOKEN"), "\(p.stderr)")
         p = try exp.run(["status"], environment: env)
         #expect(p.status == 0 && !p.stdout.contains("vendor account"), "\(p.stdout)")
 

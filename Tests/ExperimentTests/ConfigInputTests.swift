@@ -332,3 +332,20 @@ extension ConfigInputTests {
         #expect(c.runner.upstreamCA == "/etc/corp-ca.pem")
     }
 }
+
+@Suite("runner.network.tunnelled_keys")
+struct TunnelledKeysTests {
+    @Test("names only variables the section passes, wherever env_pass stands; the runner's tool settings pass them as they are")
+    func tunnelledKeys() throws {
+        do {
+            _ = try ExperimentConfig.parse("benchmark: local\ndataset: d\nrunner:\n  network:\n    tunnelled_keys: [HF_TOKEN]\n  env_pass: [OPENAI_API_KEY]\n", file: "f")
+            Issue.record("a tunnelled key not in env_pass was accepted")
+        } catch {
+            #expect("\(error)".contains("runner.network.tunnelled_keys: HF_TOKEN is not in runner.env_pass"), "\(error)")
+        }
+        let c = try ExperimentConfig.parse("benchmark: local\ndataset: d\nrunner:\n  network:\n    inference: [api.openai.com:443]\n    tunnelled_keys: [HF_TOKEN]\n  env_pass: [OPENAI_API_KEY, HF_TOKEN]\n", file: "f")
+        let tool = c.toolSettings(["x"])
+        #expect(tool.tunnelledKeys.contains("HF_TOKEN") && !tool.tunnelledKeys.contains("OPENAI_API_KEY"))
+        #expect(c.modelCredentials == ["OPENAI_API_KEY"])
+    }
+}

@@ -422,7 +422,7 @@ struct InferenceExchangeTests {
         }
         let gate = try InferenceGate(targets: ["api.test:443"], credentials: ["sk-held-out"])
         let p = try #require(gate.placeholder(for: "sk-held-out"))
-        #expect(p != "sk-held-out" && p.hasPrefix("sk-held-") && gate.placeholders == [p: "sk-held-out"], "\(p)")
+        #expect(p != "sk-held-out" && p.hasPrefix("sk-") && !p.hasPrefix("sk-held-") && gate.placeholders == [p: "sk-held-out"], "\(p)")
         for (header, why) in [("Authorization: Bearer sk-train\r\n", "was not given"), ("x-api-key: sk-train\r\n", "was not given"),
                               ("api-key: sk-train\r\n", "was not given"), ("Authorization: Bearer \(p)\r\nX-Api-Key: sk-train\r\n", "was not given"),
                               ("authorization: sk-train\r\n", "was not given"), ("Authorization: Bearer sk-held-out\r\n", "a real key"),
@@ -430,13 +430,20 @@ struct InferenceExchangeTests {
             let r = try exchange(raw(header), gate: gate)
             #expect(!r.dialled && !r.outcome.allowed && r.reply.hasPrefix("HTTP/1.1 403"), "\(header): \(r.outcome.detail)")
             #expect(r.outcome.detail.contains(why), "\(r.outcome.detail)")
+            // The client hears the same whatever the kind: a guessed key is not told from a wrong one.
+            #expect(r.reply.contains("the request's credentials are not the ones autoharness gave this run") && !r.reply.contains(why), "\(r.reply)")
             #expect(!r.outcome.detail.contains("sk-train") && !r.outcome.detail.contains("sk-held-out"), "the refusal repeats the key: \(r.outcome.detail)")
         }
         // The placeholder outside a credential header: a vendor that echoed it must not get the key.
-        for (request, why) in [(raw("Authorization: Bearer \(p)\r\n", target: "/v1/chat/completions?key=\(p)"), "URL"),
-                               (raw("Authorization: Bearer \(p)\r\n", body: #"{"model": "m", "messages": [{"role": "user", "content": "echo \#(p)"}]}"#), "body")] {
+        for (request, why) in [(raw("Authorization: Bearer \(p)\r\n", target: "/v1/chat/completions?key=\(p)"), "request's URL carries this run's key placeholder"),
+                               (raw("Authorization: Bearer \(p)\r\n", body: #"{"model": "m", "messages": [{"role": "user", "content": "echo \#(p)"}]}"#), "request's body carries this run's key placeholder"),
+                               // Spelled with a JSON escape: the gate's re-serialised body is what is checked too.
+                               (raw("Authorization: Bearer \(p)\r\n", body: #"{"model": "m", "messages": [{"role": "user", "content": "echo \u0073\#(p.dropFirst())"}]}"#), "forwarded body carries this run's key placeholder"),
+                               // A key the sandbox somehow has, anywhere in the request.
+                               (raw("Authorization: Bearer \(p)\r\nUser-Agent: sk-held-out\r\n"), "a real key outside its credential header"),
+                               (raw("Authorization: Bearer \(p)\r\n", body: #"{"model": "m", "messages": [{"role": "user", "content": "sk-held-out"}]}"#), "body carries a real key")] {
             let r = try exchange(request, gate: gate)
-            #expect(!r.dialled && r.outcome.detail.contains("request's \(why) carries this run's key placeholder"), "\(r.outcome.detail)")
+            #expect(!r.dialled && r.outcome.detail.contains(why), "\(why): \(r.outcome.detail)")
         }
         for header in ["Authorization: Bearer \(p)\r\n", "authorization: bearer  \(p)\r\n", "x-api-key: \(p)\r\n", ""] {
             let r = try exchange(raw(header), gate: gate)
@@ -451,11 +458,14 @@ struct InferenceExchangeTests {
 
     @Test("placeholders keep a key's prefix and length, random after it; the vendor gets the key in the header that carried its placeholder, nowhere else")
     func placeholderSwapped() {
-        for key in ["sk-proj-" + String(repeating: "a1", count: 40), "sk-ant-api03-" + String(repeating: "Zz", count: 45), "abcdef0123456789abcdef", "k"] {
+        for (key, prefix) in [("sk-proj-" + String(repeating: "a1", count: 40), "sk-proj-"), ("sk-ant-api03-" + String(repeating: "Zz", count: 45), "sk-ant-api03-"),
+                              ("abcdef0123456789abcdef", ""), ("k", ""),
+                              // Only a vendor's public prefix is kept: what precedes a '-' or '_' may be secret.
+                              ("vllm_local_key_2024", ""), ("sk-train-secret-0123456789", "sk-"), ("0123456789abcde-", "")] {
             let p = InferenceGate.placeholder(shapedLike: key)
-            #expect(p != key && p.count == max(key.count, 8) || p.count > key.count, "\(key) -> \(p)")
-            if key.hasPrefix("sk-proj-") { #expect(p.hasPrefix("sk-proj-") && p.count == key.count) }
-            if key.hasPrefix("sk-ant-api03-") { #expect(p.hasPrefix("sk-ant-api03-") && p.count == key.count) }
+            #expect(p != key && p.count == max(key.count, prefix.count + 8) && p.hasPrefix(prefix), "\(key) -> \(p)")
+            // Nothing of the key past its prefix is kept (8+ random characters from 62 rarely share the next one).
+            #expect(!p.hasPrefix(String(key.prefix(prefix.count + 4))) || key.count < prefix.count + 4, "\(key) -> \(p)")
         }
         let req = HTTPRequest(method: "POST", target: "/v1/messages", headers: [("Authorization", "bearer PH-1"), ("x-api-key", "PH-1"), ("anthropic-version", "PH-1")], body: [])
         let head = String(decoding: req.forwardedHead(host: "api.test", port: 443, bodyLength: 2, keys: ["PH-1": "sk-real"]), as: UTF8.self)

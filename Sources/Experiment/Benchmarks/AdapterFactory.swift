@@ -104,8 +104,8 @@ extension ExperimentConfig {
     /// `_TOKEN`), but an environment provider's (Harbor's remote providers: checked on their
     /// own, `checkHeldOutAccount`).
     var modelCredentials: [String] {
-        let providers = Set(TerminalBenchKind.providerKeys.values.joined())
-        return runner.envPass.filter { InferenceGate.isCredentialVariable($0) && !providers.contains($0) }
+        let plain = Set(TerminalBenchKind.providerKeys.values.joined()).union(runner.tunnelledKeys)
+        return runner.envPass.filter { InferenceGate.isCredentialVariable($0) && !plain.contains($0) }
     }
 
     /// Whether held-out and train runs reach a model API with one account's key, as the
@@ -137,7 +137,7 @@ extension ExperimentConfig {
         t.heldOutEnv = heldOutEnv
         t.networkAllow = runner.networkAllow
         t.networkInference = runner.networkInference
-        t.tunnelledKeys = Set(TerminalBenchKind.providerKeys.values.joined())
+        t.tunnelledKeys = Set(TerminalBenchKind.providerKeys.values.joined()).union(runner.tunnelledKeys)
         t.upstreamCA = runner.upstreamCA
         t.timeout = runner.timeout
         t.runnerPolicy = runner.policy

@@ -182,6 +182,9 @@ public struct ExperimentConfig: Sendable, Equatable {
         public var networkInference: [String] = []
         /// Where `network.inference` is (`file:line`), for what is refused about it.
         public var inferencePlace: String?
+        /// `network.tunnelled_keys`: `env_pass` keys for hosts of `networkAllow` (plain
+        /// tunnels, which cannot swap a placeholder): passed as they are.
+        public var tunnelledKeys: [String] = []
         /// A CA file the gate trusts upstream besides the system's store (a corporate
         /// TLS-inspecting proxy's, a test server's).
         public var upstreamCA: String?

@@ -76,6 +76,7 @@ extension ExperimentConfig {
                     default: Self.tool(r, k, v, section: "runner", into: &c.runner)
                     }
                 }
+                Self.checkTunnelledKeys(r, v, section: "runner", c.runner)
             case "triage":
                 var t = ExperimentConfig.Triage()
                 r.mapping(v, key, allowed: ["command", "binds", "env_pass", "env", "network", "timeout", "policy", "after", "preset", "bin", "max_records"]) { k, v in
@@ -89,6 +90,7 @@ extension ExperimentConfig {
                     default: Self.tool(r, k, v, section: "triage", into: &t.tool)
                     }
                 }
+                Self.checkTunnelledKeys(r, v, section: "triage", t.tool)
                 if t.preset == nil && (t.tool.command?.isEmpty ?? true) {
                     r.error(v, "triage.command: the triage command's argv (a list) is required, or a preset (triage.preset: claude | codex)")
                 }
@@ -282,6 +284,14 @@ extension ExperimentConfig {
         return out
     }
 
+    /// `network.tunnelled_keys` names only variables the section passes (checked once the
+    /// whole section is read: env_pass may follow network).
+    static func checkTunnelledKeys(_ r: ConfigReader, _ node: Node, section: String, _ tool: ExperimentConfig.Runner) {
+        for n in tool.tunnelledKeys where !tool.envPass.contains(n) {
+            r.error(node, "\(section).network.tunnelled_keys: \(n) is not in \(section).env_pass")
+        }
+    }
+
     /// A tool's keys as `runner:` and `triage:` share them (command, binds, env_pass, network,
     /// timeout, policy), read into `tool`, each error naming `section.key`.
     static func tool(_ r: ConfigReader, _ k: String, _ v: Node, section: String, into tool: inout ExperimentConfig.Runner) {
@@ -295,9 +305,11 @@ extension ExperimentConfig {
             tool.envPass = r.strings(v, name) ?? []
             for n in tool.envPass where !EnvSpec.isVariableName(n) { r.error(v, "\(name): '\(n)' is not a variable name") }
         case "network":
-            r.mapping(v, name, allowed: ["allow", "inference", "upstream_ca"]) { k, w in
+            r.mapping(v, name, allowed: ["allow", "inference", "upstream_ca", "tunnelled_keys"]) { k, w in
                 switch k {
                 case "allow": tool.networkAllow = r.hostPorts(w, "\(name).allow") ?? []
+                case "tunnelled_keys":
+                    tool.tunnelledKeys = r.strings(w, "\(name).tunnelled_keys") ?? []
                 case "inference":
                     tool.networkInference = r.hostPorts(w, "\(name).inference") ?? []
                     let at = r.yaml.location(of: w)

@@ -145,6 +145,7 @@ extension ExperimentSupervisor {
         settings.envPass = envPass
         settings.networkAllow = t.tool.networkAllow
         settings.networkInference = inference
+        settings.tunnelledKeys = Set(t.tool.tunnelledKeys)
         settings.upstreamCA = t.tool.upstreamCA
         settings.timeout = t.tool.timeout
         settings.runnerPolicy = t.tool.policy

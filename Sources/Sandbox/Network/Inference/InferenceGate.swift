@@ -42,10 +42,17 @@ public final class InferenceGate: @unchecked Sendable {
     static let credentialHeaders: Set<String> = ["authorization", "x-api-key", "api-key"]
 
     /// Whether a variable the tool is passed holds a credential the gate checks: names that
-    /// end in `_KEY` or `_TOKEN` (OPENAI_API_KEY, ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN).
+    /// end in `_KEY` or `_TOKEN` (OPENAI_API_KEY, ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN), or
+    /// in another word for a secret (`_APIKEY`, `_SECRET`, `_PASSWORD`, `_PAT`, `_AUTH`,
+    /// `_CREDENTIALS`): a key under such a name reached sandboxes as it was (a review).
     public static func isCredentialVariable(_ name: String) -> Bool {
-        name.hasSuffix("_KEY") || name.hasSuffix("_TOKEN")
+        ["_KEY", "_TOKEN", "_APIKEY", "_SECRET", "_PASSWORD", "_PAT", "_AUTH", "_CREDENTIALS"].contains { name.hasSuffix($0) }
     }
+
+    /// Key prefixes that are the vendor's, not the key's secret (kept by a placeholder so that
+    /// clients that check a key's shape accept it), longest first.
+    static let publicPrefixes = ["sk-ant-api03-", "sk-ant-oat01-", "sk-ant-admin01-", "sk-svcacct-", "sk-admin-", "sk-proj-", "sk-ant-",
+                                 "sk-or-v1-", "sk-", "hf_", "gsk_", "xai-", "AIza"]
 
     /// The variables that tell common TLS clients which CAs to trust: OpenSSL and Python's
     /// ssl, httpx and requests, curl, Node (which adds to its own store).
@@ -86,13 +93,13 @@ public final class InferenceGate: @unchecked Sendable {
         placeholders.first { $0.value == key }?.key
     }
 
-    /// A random stand-in for `key`: its length (at least 8 random characters), its prefix up to the last `-` or `_` within
-    /// the first 16 characters (`sk-proj-`, `sk-ant-api03-`: clients that check a key's shape
-    /// still accept it), then letters and digits.
+    /// A random stand-in for `key`: its length (at least 8 random characters), its vendor's
+    /// public prefix (`publicPrefixes`: `sk-proj-`, `sk-ant-api03-`, so clients that check a
+    /// key's shape still accept it) and nothing else of it, then letters and digits. (Keeping
+    /// whatever stood before a `-` kept secret characters of keys like `vllm_local_key_2024`.)
     static func placeholder(shapedLike key: String) -> String {
         let chars = Array(key)
-        let head = chars.prefix(16)
-        let keep = head.lastIndex { $0 == "-" || $0 == "_" }.map { $0 + 1 } ?? 0
+        let keep = publicPrefixes.first { key.hasPrefix($0) && key.count > $0.count }?.count ?? 0
         let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
         var random = SystemRandomNumberGenerator()
         let tail = (0..<max(chars.count - keep, 8)).map { _ in alphabet[Int(random.next(upperBound: UInt64(alphabet.count)))] }
@@ -123,6 +130,8 @@ public final class InferenceGate: @unchecked Sendable {
 /// response relayed, both connections closed.
 struct InferenceExchange {
     static let headCap = 64 << 10
+    /// What a client is told of any credential refusal (the audit keeps which one).
+    static let credentialAnswer = "the request's credentials are not the ones autoharness gave this run"
     static let bodyCap = 32 << 20
     /// For the request to arrive once the tunnel is up, and for any write.
     static let requestSeconds = 60
@@ -170,7 +179,8 @@ struct InferenceExchange {
             return Outcome(allowed: false, detail: "inference refused: \(line): \(why)")
         }
         if let why = request.credentialRefusal(placeholders: gate.placeholders, keys: gate.credentials) {
-            refuse(tls, status: 403, why)
+            // One answer for every kind: which one it was would tell a guessed key from a wrong one.
+            refuse(tls, status: 403, Self.credentialAnswer)
             return Outcome(allowed: false, detail: "inference refused: \(line): \(why)")
         }
         let body: [UInt8], notes: [String]
@@ -181,6 +191,12 @@ struct InferenceExchange {
         case .forward(let b, let n):
             body = b
             notes = n
+        }
+        // What is sent, as the gate re-serialised it (a JSON escape spelled the placeholder
+        // past the check of the bytes as received).
+        if let why = HTTPRequest.secretIn(body, placeholders: gate.placeholders, keys: gate.credentials) {
+            refuse(tls, status: 403, Self.credentialAnswer)
+            return Outcome(allowed: false, detail: "inference refused: \(line): the forwarded body \(why)")
         }
         let described = "inference \(line)" + (notes.isEmpty ? "" : " (\(notes.joined(separator: ", ")))")
 
@@ -451,10 +467,23 @@ struct HTTPRequest {
             }
             return "the \(name) header carries a credential this run was not given (the gate passes only the placeholders autoharness gave this run)"
         }
-        let body = self.body
-        for p in placeholders.keys {
-            if target.contains(p) { return "the request's URL carries this run's key placeholder (it is swapped only in a credential header)" }
-            if Self.contains(body, Array(p.utf8)) { return "the request's body carries this run's key placeholder (it is swapped only in a credential header)" }
+        for p in placeholders.keys where target.contains(p) {
+            return "the request's URL carries this run's key placeholder (it is swapped only in a credential header)"
+        }
+        for key in keys where target.contains(key) || headers.contains(where: { $0.1.contains(key) }) {
+            return "the request carries a real key outside its credential header, which no sandbox is given"
+        }
+        if let why = Self.secretIn(body, placeholders: placeholders, keys: keys) { return "the request's body \(why)" }
+        return nil
+    }
+
+    /// Why `body` may not leave (it holds a placeholder or a key), or nil.
+    static func secretIn(_ body: [UInt8], placeholders: [String: String], keys: Set<String>) -> String? {
+        for p in placeholders.keys where contains(body, Array(p.utf8)) {
+            return "carries this run's key placeholder (it is swapped only in a credential header)"
+        }
+        for k in keys where contains(body, Array(k.utf8)) {
+            return "carries a real key, which no sandbox is given"
         }
         return nil
     }
