@@ -219,10 +219,12 @@ struct CommandAdapterTests {
         let exp = try make()
         defer { exp.removeScratch() }
         try exp.set("env_pass", "[FAKE_MODE, FAKE_SECRET]", in: "runner")
+        // FAKE_SECRET is a key the template's model API could be reached with: its own account for held-out runs.
+        try exp.set("held_out_runtime", "host\n  held_out_env: {FAKE_SECRET: FAKE_SECRET_HELD_OUT}", in: "gate")
         let secret = "sk-test-\(UUID().uuidString)"
-        let p = try exp.run(["prepare"], environment: ["FAKE_MODE": "normal", "FAKE_SECRET": secret])
+        let p = try exp.run(["prepare"], environment: ["FAKE_MODE": "normal", "FAKE_SECRET": secret, "FAKE_SECRET_HELD_OUT": "sk-held-\(UUID().uuidString)"])
         try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
-        let b = try exp.run(["benchmark"], environment: ["FAKE_MODE": "leak", "FAKE_SECRET": secret])
+        let b = try exp.run(["benchmark"], environment: ["FAKE_MODE": "leak", "FAKE_SECRET": secret, "FAKE_SECRET_HELD_OUT": "sk-held-out-x"])
         #expect(b.status == 0, "\(b.stderr)")
         let id = try exp.split().train[0]
         #expect(exp.traceFile(id, "answer.txt")?.contains("key=[FAKE_SECRET]") == true, "\(exp.traceFile(id, "answer.txt") ?? "")")

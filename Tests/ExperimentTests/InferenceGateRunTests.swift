@@ -173,8 +173,8 @@ struct InferenceGateRunTests {
                             send(*c, instruction)
                         except (openai.PermissionDeniedError, anthropic.PermissionDeniedError) as e:
                             print("refused:", e)
-                    # What the run was given, into the trace (a train trace is the coding agent's to read).
-                    return "keys=%s,%s" % (os.environ["OPENAI_API_KEY"], os.environ["ANTHROPIC_API_KEY"])
+                    # What the run was given, reversed into the trace (traces are redacted verbatim).
+                    return "keys=%s,%s" % (os.environ["OPENAI_API_KEY"][::-1], os.environ["ANTHROPIC_API_KEY"][::-1])
                 if instruction != "square 1":
                     return ""
                 hits = {"openai": [], "anthropic": []}
@@ -212,7 +212,9 @@ struct InferenceGateRunTests {
         let real = ["sk-train", "sk-ant-train", "sk-held-out", "sk-ant-held-out"]
         for id in split.train {
             let given = try #require(exp.traceFile(id, "answer.txt"), "no trace for \(id)")
-            #expect(given.contains("got=keys=sk-") && !real.contains { given.contains($0) }, "\(id): \(given)")
+            let keys = String(given[try #require(given.range(of: "got=keys="), "\(given)").upperBound...].prefix { $0 != " " })
+            let seen = keys.split(separator: ",").map { String($0.reversed()) }
+            #expect(seen.count == 2 && seen.allSatisfy { $0.hasPrefix("sk-") && !real.contains($0) }, "\(id): \(given)")
         }
         let g = try exp.run(["gate"], environment: env)
         try #require(g.stdout.contains("REJECTED"), "\(g.stdout)\(g.stderr)")

@@ -465,12 +465,15 @@ extension ToolRun {
         return outcomes
     }
 
-    /// The API keys passed into the tool's sandbox (`envPass`, 8 bytes or longer): what
-    /// `redact` takes out of train traces, which the coding agent reads.
+    /// The API keys passed into the tool's sandbox (`envPass`, 8 bytes or longer), and the
+    /// placeholders its gate gave for them: what `redact` takes out of train traces, which the
+    /// coding agent reads (a placeholder is worthless outside its run, but a trace need not
+    /// show it either).
     func secretValues() -> [(String, [UInt8])] {
-        settings.envPass.compactMap { name -> (String, [UInt8])? in
-            guard let v = getenv(name), strlen(v) >= 8 else { return nil }
-            return (name, Array(String(cString: v).utf8))
+        settings.envPass.flatMap { name -> [(String, [UInt8])] in
+            guard let v = getenv(name), strlen(v) >= 8 else { return [] }
+            let value = String(cString: v)
+            return [(name, Array(value.utf8))] + (inference?.placeholder(for: value).map { [(name, Array($0.utf8))] } ?? [])
         }
     }
 
