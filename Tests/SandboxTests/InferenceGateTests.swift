@@ -518,3 +518,95 @@ struct ByteBudgetTests {
         #expect(ByteBudget.Hold(budget).take(100))
     }
 }
+
+@Suite("Inference gate: what comes back never carries a key", .serialized)
+struct InferenceResponseTests {
+    final class Box: @unchecked Sendable {
+        var outcome: InferenceExchange.Outcome?
+        var vendorGot = ""
+        let done = DispatchSemaphore(value: 0)
+        let vendorDone = DispatchSemaphore(value: 0)
+    }
+
+    /// `raw` through a gate holding `key` to a vendor (TLS, its own CA) that answers with
+    /// everything it received, as a reflecting endpoint or a gateway's error page would.
+    func reflected(_ raw: String, gate: InferenceGate, vendor: TLSAuthority) throws -> (reply: String, vendorGot: String) {
+        var fds: [Int32] = [0, 0]
+        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
+        defer { close(fds[0]); close(fds[1]) }
+        let dir = try TempDir()
+        let trust = try TLSUpstreamTrust(extraCAFile: try dir.file("ca.pem", String(decoding: gate.certificatePEM, as: UTF8.self)))
+        let box = Box()
+        let server = Thread { [fds] in
+            let x = InferenceExchange(gate: gate, client: fds[0], host: "api.test", port: 443, dial: {
+                var v: [Int32] = [0, 0]
+                guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &v) == 0 else { return .failure(GateRefusal("socketpair")) }
+                let side = v[1]
+                Thread {
+                    defer { close(side); box.vendorDone.signal() }
+                    guard case .success(let tls) = vendor.accept(side, host: "api.test") else { return }
+                    var tv = timeval(tv_sec: 1, tv_usec: 0)
+                    _ = setsockopt(side, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+                    var got: [UInt8] = [], buf = [UInt8](repeating: 0, count: 65536)
+                    while true { let n = tls.read(into: &buf); if n <= 0 { break }; got += buf[..<n] }
+                    box.vendorGot = String(decoding: got, as: UTF8.self)
+                    // The echo in two writes, split inside the key, and a request id that repeats it.
+                    let body = Array(box.vendorGot.utf8)
+                    let head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nx-request-id: \(box.vendorGot.split(separator: "\r\n").first { $0.hasPrefix("Authorization") } ?? "")\r\nContent-Length: \(body.count)\r\n\r\n"
+                    let cut = body.count / 2
+                    _ = tls.write(Array(head.utf8) + body[..<cut])
+                    _ = tls.write(body[cut...])
+                    tls.close()
+                }.start()
+                return .success(v[0])
+            }, track: { _, _ in })
+            box.outcome = x.run()
+            shutdown(fds[0], Int32(SHUT_RDWR))
+            box.done.signal()
+        }
+        server.start()
+        let c = try trust.connect(fds[1], host: "api.test").get()
+        #expect(c.write(Array(raw.utf8)))
+        shutdown(fds[1], Int32(SHUT_WR))
+        var reply: [UInt8] = [], buf = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = c.read(into: &buf)
+            if n <= 0 { break }
+            reply += buf[..<n]
+        }
+        c.close()
+        box.done.wait()
+        box.vendorDone.wait()
+        return (String(decoding: reply, as: UTF8.self), box.vendorGot)
+    }
+
+    @Test("a vendor that reflects the request gets the key and the sandbox gets it masked, in the body and the headers, whatever the reads' boundaries; no Accept-Encoding goes up")
+    func reflectionMasked() throws {
+        let key = "sk-proj-REALKEY" + String(repeating: "x9", count: 30)
+        let vendor = try TLSAuthority(hosts: ["api.test"])
+        let dir = try TempDir()
+        let ca = try dir.file("vendor-ca.pem", String(decoding: vendor.certificatePEM, as: UTF8.self))
+        let gate = try InferenceGate(targets: ["api.test:443"], upstreamCAFile: ca, credentials: [key])
+        let p = try #require(gate.placeholder(for: key))
+        let body = #"{"model": "m", "messages": [{"role": "user", "content": "hi"}]}"#
+        let r = try reflected("POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer \(p)\r\nAccept-Encoding: gzip\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)",
+                              gate: gate, vendor: vendor)
+        #expect(r.vendorGot.contains("Authorization: Bearer \(key)") && !r.vendorGot.lowercased().contains("accept-encoding"), "\(r.vendorGot)")
+        #expect(r.reply.hasPrefix("HTTP/1.1 200") && !r.reply.contains(key) && !r.reply.contains("REALKEY"), "\(r.reply)")
+        #expect(r.reply.contains("Authorization: Bearer " + String(repeating: "*", count: key.count)), "\(r.reply)")
+    }
+
+    @Test("the mask finds a key split over any two reads, and leaves everything else as it was")
+    func maskAcrossReads() {
+        let key = "sk-abcdefgh12345678"
+        let text = Array("head \(key) middle \(key)tail".utf8)
+        for cut in 0...text.count {
+            var mask = InferenceExchange.KeyMask(["sk-abcdefgh12345678"])
+            let out = mask.pass(text[..<cut]) + mask.pass(text[cut...]) + mask.finish()
+            let stars = String(repeating: "*", count: key.count)
+            #expect(String(decoding: out, as: UTF8.self) == "head \(stars) middle \(stars)tail", "cut \(cut)")
+        }
+        var none = InferenceExchange.KeyMask([])
+        #expect(none.pass(text[...]) == text)
+    }
+}

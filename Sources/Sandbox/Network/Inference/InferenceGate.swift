@@ -244,21 +244,73 @@ struct InferenceExchange {
             refuse(tls, status: status, message)
             return 0
         }
-        let rewritten = Self.relayedHead(head)
+        // A vendor (or a gateway's error page) that reflects the request would hand the
+        // sandbox the key the gate put in it: every key is masked on the way back.
+        var mask = KeyMask(gate.credentials)
+        var rewritten = Self.relayedHead(head)
+        KeyMask.mask(&rewritten, mask.keys)
         guard tls.write(rewritten) else { return 0 }
         var total = rewritten.count
-        if !reader.buffered.isEmpty {
-            guard tls.write(reader.buffered) else { return total }
-            total += reader.buffered.count
+        let first = mask.pass(reader.buffered[...])
+        if !first.isEmpty {
+            guard tls.write(first) else { return total }
+            total += first.count
         }
         var buf = [UInt8](repeating: 0, count: 65536)
         while true {
             let n = vendor.read(into: &buf)
             if n <= 0 { break }
-            guard tls.write(buf[..<n]) else { break }
-            total += n
+            let out = mask.pass(buf[..<n])
+            guard out.isEmpty || tls.write(out) else { return total }
+            total += out.count
         }
+        let rest = mask.finish()
+        if !rest.isEmpty && tls.write(rest) { total += rest.count }
         return total
+    }
+
+    /// Each of a run's keys replaced by as many `*` in a byte stream, across the boundaries of
+    /// the reads it comes in (the last key's length less one byte is held back until the next
+    /// read or the end). Same length: a chunked body's sizes stay right.
+    struct KeyMask {
+        let keys: [[UInt8]]
+        private let hold: Int
+        private var carry: [UInt8] = []
+
+        init(_ keys: Set<String>) {
+            self.keys = keys.map { Array($0.utf8) }.filter { !$0.isEmpty }
+            hold = max(0, (self.keys.map(\.count).max() ?? 0) - 1)
+        }
+
+        /// What may be sent of `chunk` now.
+        mutating func pass(_ chunk: ArraySlice<UInt8>) -> [UInt8] {
+            guard !keys.isEmpty else { return Array(chunk) }
+            var buf = carry + chunk
+            Self.mask(&buf, keys)
+            let emit = max(0, buf.count - hold)
+            carry = Array(buf[emit...])
+            return Array(buf[..<emit])
+        }
+
+        /// What was held back, at the end of the stream.
+        mutating func finish() -> [UInt8] {
+            defer { carry = [] }
+            return carry
+        }
+
+        static func mask(_ buf: inout [UInt8], _ keys: [[UInt8]]) {
+            for key in keys where buf.count >= key.count {
+                var i = 0
+                while i + key.count <= buf.count {
+                    if buf[i] == key[0] && buf[i..<(i + key.count)].elementsEqual(key) {
+                        for j in i..<(i + key.count) { buf[j] = 0x2A }
+                        i += key.count
+                    } else {
+                        i += 1
+                    }
+                }
+            }
+        }
     }
 
     /// Response headers a client gets from the vendor: what it needs to read the body, and the
@@ -440,8 +492,10 @@ struct HTTPRequest {
     /// No `OpenAI-Organization` or `OpenAI-Project`: with a key that belongs to several
     /// organisations, they would choose the train one for a held-out request (the key
     /// chooses its own default; project keys are bound to theirs).
+    /// No `Accept-Encoding`: the response comes back uncompressed, so the keys in it can be
+    /// masked (`KeyMask`).
     static let forwardedHeaders: Set<String> = ["authorization", "x-api-key", "api-key", "anthropic-version", "anthropic-beta",
-                                                "openai-beta", "accept", "accept-encoding", "user-agent"]
+                                                "openai-beta", "accept", "user-agent"]
 
     /// A credential header's token: a bearer token after its scheme, else the whole value.
     static func token(_ value: String) -> String {
