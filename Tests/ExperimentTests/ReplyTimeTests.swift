@@ -75,17 +75,19 @@ struct ReplyTimeTests {
     @Test("worst_case: gates whose held-out tasks sleep 0 s and 1 s each all end reply_after seconds after they began; one that runs past it ends on the padded grid, and the ledger says so")
     func worstCaseHidesDuration() throws {
         try requireRoot()
-        let exp = try Experiment(config: ["reply_time": "worst_case\n  reply_after: 5"])
-        for seconds in [0.0, 1.0, 3.0] {
+        // reply_after 9: the third gate's 10 s of sleeping runs past it with 6 s to spare before
+        // the next grid point (16 s), so a busy machine's slower sandboxes do not carry it there.
+        let exp = try Experiment(config: ["reply_time": "worst_case\n  reply_after: 9"])
+        for seconds in [0.0, 1.0, 5.0] {
             try exp.setAgent(Self.sleeper(seconds))
             let g = try exp.run("gate")
             #expect(g.status == 1 && g.stdout.contains("REJECTED"), "\(g.stdout)\n\(g.stderr)")
         }
         let (d, notes) = try Self.gateDurations(exp)
         try #require(d.count == 3, "\(d)")
-        // 4 held-out tasks, 2 at a time: 0 s, 2 s and 6 s of sleeping (plus sandboxes).
-        for x in d.prefix(2) { #expect(x > 5 - Self.early && x < 5 + Self.late, "\(d)") }
-        #expect(d[2] > 8 - Self.early && d[2] < 8 + Self.late, "\(d)")
+        // 4 held-out tasks, 2 at a time: 0 s, 2 s and 10 s of sleeping (plus sandboxes).
+        for x in d.prefix(2) { #expect(x > 9 - Self.early && x < 9 + Self.late, "\(d)") }
+        #expect(d[2] > 16 - Self.early && d[2] < 16 + Self.late, "\(d)")
         #expect(notes.count == 1 && notes[0].contains("past gate.reply_after"), "\(notes)")
     }
 
