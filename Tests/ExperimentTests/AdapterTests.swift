@@ -383,12 +383,19 @@ struct HarborAdapterTests {
         #expect(q.stderr.contains("runner.binds: \(t.path)/tools contains the dataset"), "\(q.stderr)")
     }
 
-    @Test("gate.held_out_env whose value is a key the coding agent or train runs hold, under another name, is refused at its config line; another account's key passes")
-    func heldOutKeyComparedByValue() throws {
+    /// A command benchmark of three tasks whose runner scores every task 0 (for the checks of
+    /// its keys, which come before any score matters).
+    static func zeroScoring() throws -> Experiment {
         let exp = try Experiment(benchmark: "command")
-        defer { exp.removeScratch() }
         try exp.set("tasks", "[t1, t2, t3]")
         try exp.set("command", "[python3, -c, \"import json; json.dump({t: 0 for t in open('/work/in/task_ids.txt').read().split()}, open('/work/out/rewards.json', 'w'))\", \"{output}\"]", in: "runner")
+        return exp
+    }
+
+    @Test("gate.held_out_env whose value is a key the coding agent or train runs hold, under another name, is refused at its config line; another account's key passes")
+    func heldOutKeyComparedByValue() throws {
+        let exp = try Self.zeroScoring()
+        defer { exp.removeScratch() }
         try exp.set("env_pass", "[RUNNER_API_KEY]", in: "runner")
         try exp.set("env_pass", "[CODER_API_KEY]", in: "coding_agent")
         let path = exp.root + "/experiment_config.yaml"
@@ -412,10 +419,8 @@ struct HarborAdapterTests {
 
     @Test("a runner that reaches a model API needs gate.held_out_env for each key it passes (refused at runner.network.inference's line, then until its variable is set), or gate.shared_vendor_account: true, which status, the report and the evidence show")
     func heldOutAccountForModelAPIs() throws {
-        let exp = try Experiment(benchmark: "command")
+        let exp = try Self.zeroScoring()
         defer { exp.removeScratch() }
-        try exp.set("tasks", "[t1, t2, t3]")
-        try exp.set("command", "[python3, -c, \"import json; json.dump({t: 0 for t in open('/work/in/task_ids.txt').read().split()}, open('/work/out/rewards.json', 'w'))\", \"{output}\"]", in: "runner")
         // A model API the runner never calls here: the rule is about what it could reach.
         try exp.set("env_pass", "[RUNNER_API_KEY, RUNNER_MODE, HF_TOKEN]", in: "runner")
         // HF_TOKEN is for a plain tunnel's host, passed as it is: no held-out account needed.

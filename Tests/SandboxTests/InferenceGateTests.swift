@@ -317,16 +317,24 @@ struct InferenceAuthorityTests {
 
 @Suite("Inference gate: requests on the wire")
 struct InferenceExchangeTests {
-    final class Box: @unchecked Sendable {
-        var outcome: InferenceExchange.Outcome?
-        var dialled = false
-        let done = DispatchSemaphore(value: 0)
-    }
-
     /// `raw` sent over TLS (trusting the gate's CA) to a gate for api.test:443 on a socket
     /// pair. No vendor behind it: a request that passes is dialled, and the dial fails.
     func exchange(_ raw: String, bodyBudget: Int = 96 << 20, credentials: Set<String> = [], gate given: InferenceGate? = nil) throws -> (outcome: InferenceExchange.Outcome, reply: String, dialled: Bool) {
         let gate = try given ?? InferenceGate(targets: ["api.test:443"], bodyBudget: bodyBudget, credentials: credentials)
+        final class Dialled: @unchecked Sendable { var yes = false }
+        let dialled = Dialled()
+        let r = try Self.drive(raw, gate: gate) { dialled.yes = true; return .failure(GateRefusal("no vendor in this test")) }
+        return (r.outcome, r.reply, dialled.yes)
+    }
+
+    /// `raw` sent over TLS (trusting the gate's CA) through one exchange of `gate` for
+    /// api.test:443 on a socket pair, `dial` standing for the vendor; the gate's outcome and
+    /// what the client read back.
+    static func drive(_ raw: String, gate: InferenceGate, dial: @escaping @Sendable () -> Result<Int32, GateRefusal>) throws -> (outcome: InferenceExchange.Outcome, reply: String) {
+        final class Box: @unchecked Sendable {
+            var outcome: InferenceExchange.Outcome?
+            let done = DispatchSemaphore(value: 0)
+        }
         var fds: [Int32] = [0, 0]
         try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
         defer { close(fds[0]); close(fds[1]) }
@@ -334,9 +342,7 @@ struct InferenceExchangeTests {
         let trust = try TLSUpstreamTrust(extraCAFile: try dir.file("ca.pem", String(decoding: gate.certificatePEM, as: UTF8.self)))
         let box = Box()
         let server = Thread { [fds] in
-            let x = InferenceExchange(gate: gate, client: fds[0], host: "api.test", port: 443,
-                                      dial: { box.dialled = true; return .failure(GateRefusal("no vendor in this test")) },
-                                      track: { _, _ in })
+            let x = InferenceExchange(gate: gate, client: fds[0], host: "api.test", port: 443, dial: dial, track: { _, _ in })
             box.outcome = x.run()
             shutdown(fds[0], Int32(SHUT_RDWR))
             box.done.signal()
@@ -354,7 +360,7 @@ struct InferenceExchangeTests {
         }
         c.close()
         box.done.wait()
-        return (try #require(box.outcome), String(decoding: reply, as: UTF8.self), box.dialled)
+        return (try #require(box.outcome), String(decoding: reply, as: UTF8.self))
     }
 
     static let body = #"{"model": "m", "messages": [], "store": true}"#
@@ -458,6 +464,12 @@ struct InferenceExchangeTests {
 
     @Test("placeholders keep a key's prefix and length, random after it; the vendor gets the key in the header that carried its placeholder, nowhere else")
     func placeholderSwapped() {
+        // Which variables hold keys (made placeholders, compared across accounts): by the
+        // words for a secret their names end in (RUNNER_APIKEY reached a sandbox real).
+        for name in ["OPENAI_API_KEY", "ANTHROPIC_AUTH_TOKEN", "RUNNER_APIKEY", "DB_SECRET", "SMTP_PASSWORD", "GH_PAT", "VENDOR_AUTH", "GCP_CREDENTIALS"] {
+            #expect(InferenceGate.isCredentialVariable(name), "\(name)")
+        }
+        for name in ["MODEL_URL", "OPENAI_BASE_URL", "FAKE_MODE", "PATH", "SSL_CERT_FILE"] { #expect(!InferenceGate.isCredentialVariable(name), "\(name)") }
         for (key, prefix) in [("sk-proj-" + String(repeating: "a1", count: 40), "sk-proj-"), ("sk-ant-api03-" + String(repeating: "Zz", count: 45), "sk-ant-api03-"),
                               ("abcdef0123456789abcdef", ""), ("k", ""),
                               // Only a vendor's public prefix is kept: what precedes a '-' or '_' may be secret.
@@ -521,63 +533,37 @@ struct ByteBudgetTests {
 
 @Suite("Inference gate: what comes back never carries a key", .serialized)
 struct InferenceResponseTests {
-    final class Box: @unchecked Sendable {
-        var outcome: InferenceExchange.Outcome?
-        var vendorGot = ""
-        let done = DispatchSemaphore(value: 0)
-        let vendorDone = DispatchSemaphore(value: 0)
-    }
-
-    /// `raw` through a gate holding `key` to a vendor (TLS, its own CA) that answers with
-    /// everything it received, as a reflecting endpoint or a gateway's error page would.
+    /// `raw` through `gate` to a vendor (TLS, its own CA) that answers with everything it
+    /// received, as a reflecting endpoint or a gateway's error page would.
     func reflected(_ raw: String, gate: InferenceGate, vendor: TLSAuthority) throws -> (reply: String, vendorGot: String) {
-        var fds: [Int32] = [0, 0]
-        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
-        defer { close(fds[0]); close(fds[1]) }
-        let dir = try TempDir()
-        let trust = try TLSUpstreamTrust(extraCAFile: try dir.file("ca.pem", String(decoding: gate.certificatePEM, as: UTF8.self)))
-        let box = Box()
-        let server = Thread { [fds] in
-            let x = InferenceExchange(gate: gate, client: fds[0], host: "api.test", port: 443, dial: {
-                var v: [Int32] = [0, 0]
-                guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &v) == 0 else { return .failure(GateRefusal("socketpair")) }
-                let side = v[1]
-                Thread {
-                    defer { close(side); box.vendorDone.signal() }
-                    guard case .success(let tls) = vendor.accept(side, host: "api.test") else { return }
-                    var tv = timeval(tv_sec: 1, tv_usec: 0)
-                    _ = setsockopt(side, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-                    var got: [UInt8] = [], buf = [UInt8](repeating: 0, count: 65536)
-                    while true { let n = tls.read(into: &buf); if n <= 0 { break }; got += buf[..<n] }
-                    box.vendorGot = String(decoding: got, as: UTF8.self)
-                    // The echo in two writes, split inside the key, and a request id that repeats it.
-                    let body = Array(box.vendorGot.utf8)
-                    let head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nx-request-id: \(box.vendorGot.split(separator: "\r\n").first { $0.hasPrefix("Authorization") } ?? "")\r\nContent-Length: \(body.count)\r\n\r\n"
-                    let cut = body.count / 2
-                    _ = tls.write(Array(head.utf8) + body[..<cut])
-                    _ = tls.write(body[cut...])
-                    tls.close()
-                }.start()
-                return .success(v[0])
-            }, track: { _, _ in })
-            box.outcome = x.run()
-            shutdown(fds[0], Int32(SHUT_RDWR))
-            box.done.signal()
+        final class Got: @unchecked Sendable {
+            var text = ""
+            let done = DispatchSemaphore(value: 0)
         }
-        server.start()
-        let c = try trust.connect(fds[1], host: "api.test").get()
-        #expect(c.write(Array(raw.utf8)))
-        shutdown(fds[1], Int32(SHUT_WR))
-        var reply: [UInt8] = [], buf = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let n = c.read(into: &buf)
-            if n <= 0 { break }
-            reply += buf[..<n]
+        let got = Got()
+        let r = try InferenceExchangeTests.drive(raw, gate: gate) {
+            var v: [Int32] = [0, 0]
+            guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &v) == 0 else { return .failure(GateRefusal("socketpair")) }
+            let side = v[1]
+            Thread {
+                defer { close(side); got.done.signal() }
+                guard case .success(let tls) = vendor.accept(side, host: "api.test") else { return }
+                var tv = timeval(tv_sec: 1, tv_usec: 0)
+                _ = setsockopt(side, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+                var bytes: [UInt8] = [], buf = [UInt8](repeating: 0, count: 65536)
+                while true { let n = tls.read(into: &buf); if n <= 0 { break }; bytes += buf[..<n] }
+                got.text = String(decoding: bytes, as: UTF8.self)
+                // The echo in two writes, split inside the key, and a request id that repeats it.
+                let head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nx-request-id: \(got.text.split(separator: "\r\n").first { $0.hasPrefix("Authorization") } ?? "")\r\nContent-Length: \(bytes.count)\r\n\r\n"
+                let cut = bytes.count / 2
+                _ = tls.write(Array(head.utf8) + bytes[..<cut])
+                _ = tls.write(bytes[cut...])
+                tls.close()
+            }.start()
+            return .success(v[0])
         }
-        c.close()
-        box.done.wait()
-        box.vendorDone.wait()
-        return (String(decoding: reply, as: UTF8.self), box.vendorGot)
+        got.done.wait()
+        return (r.reply, got.text)
     }
 
     @Test("a vendor that reflects the request gets the key and the sandbox gets it masked, in the body and the headers, whatever the reads' boundaries; no Accept-Encoding goes up")

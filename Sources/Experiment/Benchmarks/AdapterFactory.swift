@@ -104,9 +104,12 @@ extension ExperimentConfig {
     /// `_TOKEN`), but an environment provider's (Harbor's remote providers: checked on their
     /// own, `checkHeldOutAccount`).
     var modelCredentials: [String] {
-        let plain = Set(TerminalBenchKind.providerKeys.values.joined()).union(runner.tunnelledKeys)
-        return runner.envPass.filter { InferenceGate.isCredentialVariable($0) && !plain.contains($0) }
+        runner.envPass.filter { InferenceGate.isCredentialVariable($0) && !tunnelledKeys.contains($0) }
     }
+
+    /// The runner's keys for hosts it reaches as plain tunnels, passed as they are: a remote
+    /// environment provider's and `runner.network.tunnelled_keys`.
+    var tunnelledKeys: Set<String> { Set(TerminalBenchKind.providerKeys.values.joined()).union(runner.tunnelledKeys) }
 
     /// Whether held-out and train runs reach a model API with one account's key, as the
     /// operator accepted (`gate.shared_vendor_account: true`): shown in status, the report
@@ -137,7 +140,7 @@ extension ExperimentConfig {
         t.heldOutEnv = heldOutEnv
         t.networkAllow = runner.networkAllow
         t.networkInference = runner.networkInference
-        t.tunnelledKeys = Set(TerminalBenchKind.providerKeys.values.joined()).union(runner.tunnelledKeys)
+        t.tunnelledKeys = tunnelledKeys
         t.upstreamCA = runner.upstreamCA
         t.timeout = runner.timeout
         t.runnerPolicy = runner.policy

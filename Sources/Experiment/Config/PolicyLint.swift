@@ -50,8 +50,10 @@ public enum PolicyLint {
             guard let source = m.source, !source.contains("{") else { continue }  // the supervisor's to fill
             let at = m.location ?? anywhere
             let real = RunnerBinds.resolved(source)
-            for s in hostSecrets where RunnerBinds.within(RunnerBinds.resolved(s.path), real) || RunnerBinds.within(real, s.path) {
-                let how = RunnerBinds.within(real, s.path) && real != s.path ? "lies inside" : (real == s.path ? "is" : "contains")
+            for s in hostSecrets {
+                let secret = RunnerBinds.resolved(s.path)
+                guard RunnerBinds.within(secret, real) || RunnerBinds.within(real, secret) else { continue }
+                let how = real == secret ? "is" : RunnerBinds.within(real, secret) ? "lies inside" : "contains"
                 out.append(PolicyError("\(m.kindName) \(source) \(how) \(s.path), \(s.what): no sandbox may see it", at: at))
                 break
             }
