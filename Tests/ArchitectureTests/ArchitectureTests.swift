@@ -158,6 +158,27 @@ struct ArchitectureTests {
         #expect(checked > 200, "files checked: \(checked)")
     }
 
+    /// Foundation's `String(contentsOfFile:)` and `Data(contentsOf:)` stop at the first short
+    /// read of a file whose size says 0, and the kernel hands /proc's seq_files out a page at a
+    /// time: a test that read /proc/self/mountinfo that way missed the newest mounts whenever
+    /// the host had more than a page of them (the sweep tests failed in CI for a session).
+    @Test("no code reads a /proc file through Foundation's whole-file readers (they stop at a page of a seq_file)")
+    func procReadThroughReadLoops() throws {
+        let root = URL(fileURLWithPath: Self.sources).deletingLastPathComponent().path
+        var offenders: [String] = []
+        for dir in ["Sources", "Tests"] {
+            let walker = FileManager.default.enumerator(atPath: root + "/" + dir)
+            while let rel = walker?.nextObject() as? String {
+                guard rel.hasSuffix(".swift"), let text = try? String(contentsOfFile: root + "/\(dir)/" + rel, encoding: .utf8) else { continue }
+                for (n, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated()
+                where line.contains("contentsOfFile: \"/proc") || line.contains("fileURLWithPath: \"/proc") {
+                    offenders.append("\(dir)/\(rel):\(n + 1)")
+                }
+            }
+        }
+        #expect(offenders.isEmpty, "read with procText (tests) or SmallFile.contents: \(offenders)")
+    }
+
     /// A benchmark's own keys are declared by its settings type, in its kind's file, and read
     /// nowhere else: the config reader takes every key from the kinds (`BenchmarkKinds
     /// .settingKeyNames`) and a kind reads its fields through `settings(_:)`.

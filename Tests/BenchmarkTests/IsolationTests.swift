@@ -3,6 +3,7 @@ import Sandbox
 import SandboxPolicy
 import Testing
 import class TestSupport.LiveProcess
+import func TestSupport.procText
 
 @testable import Benchmark
 
@@ -372,7 +373,7 @@ struct ScratchHygieneTests {
         defer { for d in kept { umount2(d, Int32(MNT_DETACH)); rmdir(d); unlink(d + "." + live.tag) } }
 
         let lines = TaskRunner.sweepScratch(root: root.path)
-        let mounts = try String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)
+        let mounts = try #require(procText("/proc/self/mountinfo"))
         for d in gone {
             #expect(!mounts.contains(" \(d) "), "\(d) still mounted")
             #expect(!FileManager.default.fileExists(atPath: d), "\(d) still there")
@@ -408,7 +409,7 @@ struct ScratchHygieneTests {
         let live = try fakeMount(owner: getpid())
         defer { umount2(live, Int32(MNT_DETACH)); rmdir(live) }
         _ = try Harness(agent: "class HarnessAgent:\n    def run(self, i, w): pass\n", scratch: root)  // the runner sweeps on start
-        let mounts = try String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)
+        let mounts = try #require(procText("/proc/self/mountinfo"))
         #expect(!mounts.contains(" \(dead) "))
         #expect(!FileManager.default.fileExists(atPath: dead))
         #expect(mounts.contains(" \(live) "))

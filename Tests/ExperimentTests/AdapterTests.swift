@@ -30,7 +30,7 @@ extension Experiment {
 
     /// Per-run tmpfs mounts still under this experiment's scratch root.
     func scratchMounts() -> [String] {
-        let info = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
+        let info = procText("/proc/self/mountinfo") ?? ""
         let prefix = scratch + "/"
         var out: [String] = []
         for line in info.split(separator: "\n") {

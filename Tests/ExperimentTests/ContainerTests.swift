@@ -48,7 +48,7 @@ struct RunAloneContainerTests {
 
         init() {
             // The v1 pids hierarchy's path, else the v2 one.
-            let lines = ((try? String(contentsOfFile: "/proc/self/cgroup", encoding: .utf8)) ?? "").split(separator: "\n")
+            let lines = (procText("/proc/self/cgroup") ?? "").split(separator: "\n")
             let own = (lines.first { $0.contains(":pids:") } ?? lines.first { $0.hasPrefix("0::") })
                 .map { String($0.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)[2]) } ?? "/"
             path = (own == "/" ? "" : own) + "/ah-test-podman-" + UUID().uuidString.prefix(8).lowercased()

@@ -31,7 +31,7 @@ struct HeldOutVMTests {
     }
 
     static var hostBootID: String {
-        (try? String(contentsOfFile: "/proc/sys/kernel/random/boot_id", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
+        procText("/proc/sys/kernel/random/boot_id")?.trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
     }
 
     @Test("held-out tasks run on another kernel and train tasks on the host's; the VM gate accepts, a tie is then rejected, and nothing a held-out task wrote is on the host")
@@ -312,7 +312,7 @@ struct HeldOutVMTests {
                 guard let cmd = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline"),
                       case let text = String(decoding: cmd, as: UTF8.self),
                       text.hasPrefix(HeldOutVM.qemuBinary), text.contains("held-out-vm-o\(gate.processIdentifier)-"),
-                      let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+                      let status = procText("/proc/\(pid)/status"),
                       let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Seccomp:") }),
                       line.hasSuffix("2") else { continue }
                 seen = String(line)
@@ -349,7 +349,7 @@ struct HeldOutVMTests {
         for _ in 0..<50 where alive {
             usleep(100_000)
             // Gone, or a zombie not yet reaped by init.
-            let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+            let status = procText("/proc/\(pid)/status") ?? ""
             alive = status.contains("State:") && !status.contains("State:\tZ")
         }
         #expect(!alive, "qemu \(pid) outlived its supervisor by 5 s")

@@ -109,11 +109,11 @@ import TestSupport
             return
         }
         let pid = try #require(sleeper)
-        let uidMap = try String(contentsOfFile: "/proc/\(pid)/uid_map", encoding: .utf8).split(whereSeparator: \.isWhitespace)
-        let gidMap = try String(contentsOfFile: "/proc/\(pid)/gid_map", encoding: .utf8).split(whereSeparator: \.isWhitespace)
+        let uidMap = try #require(procText("/proc/\(pid)/uid_map")).split(whereSeparator: \.isWhitespace)
+        let gidMap = try #require(procText("/proc/\(pid)/gid_map")).split(whereSeparator: \.isWhitespace)
         #expect(uidMap == ["0", "\(ids.uid)", "65536"], "\(uidMap)")
         #expect(gidMap == ["0", "\(ids.gid)", "65536"], "\(gidMap)")
-        let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+        let status = try #require(procText("/proc/\(pid)/status"))
         for set in ["CapPrm", "CapEff", "CapBnd"] {
             #expect(status.contains("\(set):\t\(String(format: "%016llx", Capabilities.imageRoot))\n"), "\(set): \(status)")
         }

@@ -97,8 +97,7 @@ import TestSupport
         // Gone: no host process names the server's script any more.
         let pids = (try? FileManager.default.contentsOfDirectory(atPath: "/proc"))?.filter { Int($0) != nil } ?? []
         let left = pids.filter { pid in
-            let cmd = (try? Data(contentsOf: URL(fileURLWithPath: "/proc/\(pid)/cmdline"))) ?? Data()
-            return String(decoding: cmd, as: UTF8.self).contains(marker)
+            (procText("/proc/\(pid)/cmdline") ?? "").contains(marker)
         }
         #expect(left.isEmpty, "\(left)")
     }

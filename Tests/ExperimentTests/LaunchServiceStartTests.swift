@@ -127,12 +127,12 @@ struct LaunchServiceStartTests {
         defer { s.stop(pid) }
 
         // A process of its own session, no child of the front, with /dev/null and its log as stdio.
-        let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
+        let stat = try #require(procText("/proc/\(pid)/stat"))
         let fields = stat.split(separator: ")").last!.split(separator: " ")
         #expect(Int32(fields[3]) == pid, "its session: \(stat)")
         #expect(try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/0") == "/dev/null")
         #expect(try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/2") == s.socket + ".log")
-        let args = (try String(contentsOfFile: "/proc/\(pid)/cmdline", encoding: .utf8)).split(separator: "\0").map(String.init)
+        let args = (try #require(procText("/proc/\(pid)/cmdline"))).split(separator: "\0").map(String.init)
         #expect(Array(args.dropFirst()) == ["sandbox", "serve", "--socket", s.socket, "--idle-exit", LaunchService.frontIdleExit,
                                             "--same-cgroup", "--log"], "\(args)")
 
@@ -176,7 +176,7 @@ struct LaunchServiceStartTests {
     /// Whether this process may raise its resource limits (CAP_SYS_RESOURCE; this development
     /// VM, like a default container, runs without it).
     static var mayRaiseLimits: Bool {
-        let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
+        let status = procText("/proc/self/status") ?? ""
         let eff = status.split(separator: "\n").first { $0.hasPrefix("CapEff:") }.flatMap { UInt64($0.split(separator: "\t").last ?? "", radix: 16) } ?? 0
         return eff & (1 << 24) != 0
     }
@@ -191,15 +191,15 @@ struct LaunchServiceStartTests {
         })
         #expect(started.run.status == 0 && started.run.stdout.contains("launch service started"), "\(started.run.stdout)")
         let pid = try #require(s.servicePid(), "no service listened: \(s.log)")
-        let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8).split(separator: ")").last!.split(separator: " ")
+        let stat = try #require(procText("/proc/\(pid)/stat")).split(separator: ")").last!.split(separator: " ")
         #expect(stat[16] == "0", "nice \(stat[16])")
-        #expect(try String(contentsOfFile: "/proc/\(pid)/oom_score_adj", encoding: .utf8) == "0\n")
+        #expect(try #require(procText("/proc/\(pid)/oom_score_adj")) == "0\n")
         let cpus = { (pid: String) in
-            (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8))?.split(separator: "\n").first { $0.hasPrefix("Cpus_allowed_list") }
+            procText("/proc/\(pid)/status")?.split(separator: "\n").first { $0.hasPrefix("Cpus_allowed_list") }
         }
         #expect(cpus(String(pid)) == cpus("self"), "\(String(describing: cpus(String(pid))))")
         let files = { (pid: String) in
-            (try? String(contentsOfFile: "/proc/\(pid)/limits", encoding: .utf8))?.split(separator: "\n").first { $0.hasPrefix("Max open files") }
+            procText("/proc/\(pid)/limits")?.split(separator: "\n").first { $0.hasPrefix("Max open files") }
         }
         // PID 1's where it may raise them, else the caller's (only lowering is allowed then).
         let expected = Self.mayRaiseLimits ? files("1") : Substring("Max open files            512                  4096                 files     ")
@@ -212,7 +212,7 @@ struct LaunchServiceStartTests {
         #expect(limited.run.status == 0 && limited.run.stdout.contains("launch service started"), "\(limited.run.stdout)")
         if Self.mayRaiseLimits {
             let cpuPid = try #require(other.servicePid(), "no service listened: \(other.log)")
-            let limits = try String(contentsOfFile: "/proc/\(cpuPid)/limits", encoding: .utf8)
+            let limits = try #require(procText("/proc/\(cpuPid)/limits"))
             #expect(limits.contains("Max cpu time              unlimited"), "\(limits)")
             other.stop(cpuPid)
         } else {

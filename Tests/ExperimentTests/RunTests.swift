@@ -85,8 +85,8 @@ extension Experiment {
 /// What a run must leave behind: no processes of its sandboxes, no mounts, no socket.
 func expectNothingLeft(_ exp: Experiment, marker: String) {
     let left = leftoverProcesses(containing: marker)
-    #expect(left.isEmpty, "processes left: \(left.map { ($0, (try? String(contentsOfFile: "/proc/\($0)/cmdline", encoding: .utf8)) ?? "") })")
-    let mounts = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
+    #expect(left.isEmpty, "processes left: \(left.map { ($0, procText("/proc/\($0)/cmdline") ?? "") })")
+    let mounts = procText("/proc/self/mountinfo") ?? ""
     #expect(!mounts.contains(exp.root), "mounts left under \(exp.root)")
     #expect(!FileManager.default.fileExists(atPath: exp.root + "/.autoharness/run/broker/broker.sock"))
 }

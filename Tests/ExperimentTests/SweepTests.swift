@@ -27,7 +27,7 @@ private func scratchEntries(_ root: String, ownedBy pid: Int32) -> Set<String> {
 }
 
 private func mounted(under root: String) -> [String] {
-    let mounts = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
+    let mounts = procText("/proc/self/mountinfo") ?? ""
     return mounts.split(separator: "\n").compactMap { line in
         let f = line.split(separator: " ")
         return f.count > 4 && f[4].hasPrefix(root + "/") ? String(f[4]) : nil
@@ -136,7 +136,7 @@ struct SweepTests {
             let names = Set((try? FileManager.default.contentsOfDirectory(atPath: scratch)) ?? [])
             #expect(names == liveScratch, "\(point): under the scratch root: \(names.subtracting(liveScratch))")
             #expect(Set(mounted(under: scratch).map { Self.scratchName($0, under: scratch) }).isSubset(of: liveScratch))
-            #expect(!((try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? "").contains(exp.root), "\(point): a mount under the experiment")
+            #expect(!(procText("/proc/self/mountinfo") ?? "").contains(exp.root), "\(point): a mount under the experiment")
             let run = (try? FileManager.default.contentsOfDirectory(atPath: exp.root + "/.autoharness/run")) ?? []
             #expect(!run.contains { $0.hasPrefix("broker.sock") }, "\(point): \(run)")
             #expect(!FileManager.default.fileExists(atPath: exp.root + "/.autoharness/run/broker/broker.sock"), "\(point): the socket is left")

@@ -93,7 +93,7 @@ struct CapabilityCheckTests {
     @Test("this test thread (root, every capability) is not empty by its own /proc/thread-self/status")
     func realStatus() throws {
         try requireRoot()
-        let text = try String(contentsOfFile: "/proc/thread-self/status", encoding: .utf8)
+        let text = try #require(procText("/proc/thread-self/status"))
         #expect(Self.verdict(text) == 0)
         #expect(ahl_status_file_caps_are("/proc/thread-self/status", Self.tid(), 0) == 0)
     }

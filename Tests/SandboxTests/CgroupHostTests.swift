@@ -240,7 +240,7 @@ struct MonitorCapabilityTests {
         let pids = sandbox.waitForPayload()
         try #require(pids.count == 3, "monitor, init and payload expected: \(pids)")
         for pid in pids {
-            let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+            let status = try #require(procText("/proc/\(pid)/status"))
             for field in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
                 let line = status.split(separator: "\n").first { $0.hasPrefix(field + ":") }.map(String.init) ?? "?"
                 #expect(line.hasSuffix("0000000000000000"), "pid \(pid) (\(status.split(separator: "\n").first ?? "")): \(line)")
@@ -248,7 +248,7 @@ struct MonitorCapabilityTests {
         }
         // Nor does the monitor keep the bind trees it cloned for init (e.g. /usr) open.
         func parent(_ p: pid_t) -> pid_t? {
-            let stat = (try? String(contentsOfFile: "/proc/\(p)/stat", encoding: .utf8)) ?? ""
+            let stat = procText("/proc/\(p)/stat") ?? ""
             return stat.lastIndex(of: ")").flatMap { pid_t(stat[stat.index(after: $0)...].split(separator: " ")[1]) }
         }
         let monitor = try #require(pids.first { parent($0).map { !pids.contains($0) } ?? false }, "no monitor among \(pids)")
@@ -429,11 +429,11 @@ struct HostCountersTests {
             seen.append(d)
         }
         func hostForks() -> Int {
-            let text = (try? String(contentsOfFile: "/proc/stat", encoding: .utf8)) ?? ""
+            let text = procText("/proc/stat") ?? ""
             return Int(text.split(separator: "\n").first { $0.hasPrefix("processes") }?.split(separator: " ").last ?? "") ?? 0
         }
         let before = hostForks()
-        let hostUptime = { (try? String(contentsOfFile: "/proc/uptime", encoding: .utf8)) ?? "" }
+        let hostUptime = { procText("/proc/uptime") ?? "" }
         let upBefore = hostUptime()
         for _ in 0..<200 { _ = try runProcess("/bin/true", []) }
         usleep(1_100_000)  // the host's uptime (which sysinfo reports) moves by a second at least

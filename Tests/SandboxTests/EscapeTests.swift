@@ -397,7 +397,7 @@ struct LimitEscapeTests {
         // Compared as sets: a leak is a mount that appears; a host mount going away meanwhile
         // (an automount expiring, another test's cleanup) is not this sandbox's doing.
         func hostMounts() throws -> Set<String> {
-            Set(try String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8).split(separator: "\n")
+            Set(try #require(procText("/proc/self/mountinfo")).split(separator: "\n")
                 .filter { !$0.contains("/dev/shm/autoharness") && !$0.contains("/ah-test-") && !$0.contains("/ah-bench-") }.map(String.init))
         }
         let mountsBefore = try hostMounts()

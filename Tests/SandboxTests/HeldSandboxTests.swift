@@ -106,7 +106,7 @@ struct HeldSandboxTests {
         held.discard()
         #expect(control.processIDs.isEmpty)
         for pid in pids {
-            let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? "gone"
+            let status = procText("/proc/\(pid)/status") ?? "gone"
             #expect(kill(pid, 0) != 0 && errno == ESRCH, "process \(pid) outlived discard(): \(status.prefix(300))")
         }
         #expect(!FileManager.default.fileExists(atPath: out.file("ran")))

@@ -19,7 +19,7 @@ struct MountLockTests {
         defer { sandbox.stop() }
         let payload = sandbox.payload(in: sandbox.waitForPayload())
         let pid = try #require(payload, "the payload never started")
-        let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
+        let stat = try #require(procText("/proc/\(pid)/stat"))
         let fields = stat[stat.index(after: stat.lastIndex(of: ")")!)...].split(separator: " ")
         let initPID = try #require(pid_t(fields[1]), "no parent in \(stat)")
 

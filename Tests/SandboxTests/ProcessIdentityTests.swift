@@ -37,7 +37,7 @@ struct ProcessIdentityTests {
         for _ in 0..<100 where inner == nil {
             usleep(20_000)
             for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
-                guard let pid = Int32(entry), let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8) else { continue }
+                guard let pid = Int32(entry), let text = procText("/proc/\(pid)/stat") else { continue }
                 let fields = text.split(separator: ")").last?.split(separator: " ") ?? []
                 guard fields.count > 19, Int32(fields[1]) == p.processIdentifier, let start = UInt64(fields[19]) else { continue }
                 // "pid:[INODE]"

@@ -114,7 +114,7 @@ extension SandboxPartsPoolTests {
         var orphans: [String] = []
         for name in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] where Int32(name) != nil {
             guard let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(name)/exe"), exe == Built.autoharness,
-                  let stat = try? String(contentsOfFile: "/proc/\(name)/stat", encoding: .utf8),
+                  let stat = procText("/proc/\(name)/stat"),
                   let close = stat.lastIndex(of: ")") else { continue }
             // The parked holder keeps the supervisor's name; a sandbox's monitor calls itself
             // sandbox-init (and other tests may leave those to the host's init on purpose).

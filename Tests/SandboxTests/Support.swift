@@ -47,7 +47,7 @@ final class SleepingSandbox {
     }
 
     func payload(in pids: [pid_t]) -> pid_t? {
-        pids.first { (try? String(contentsOfFile: "/proc/\($0)/comm", encoding: .utf8)) == "sleep\n" }
+        pids.first { procText("/proc/\($0)/comm") == "sleep\n" }
     }
 
     /// Waits for the run to return; nil if it threw.

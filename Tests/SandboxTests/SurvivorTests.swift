@@ -57,8 +57,7 @@ struct SurvivorTests {
     static func processes(holding marker: String) -> [String] {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
         return names.filter { Int($0) != nil }.filter { pid in
-            let cmd = (try? Data(contentsOf: URL(fileURLWithPath: "/proc/\(pid)/cmdline"))) ?? Data()
-            return String(decoding: cmd, as: UTF8.self).contains(marker)
+            (procText("/proc/\(pid)/cmdline") ?? "").contains(marker)
         }
     }
 

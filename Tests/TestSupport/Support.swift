@@ -154,7 +154,7 @@ public func hostProcesses(containing marker: String) -> [Int32] {
 public func leftoverProcesses(containing marker: String) -> [Int32] {
     let me = getpid()
     func parentAndName(_ pid: Int32) -> (Int32, String)? {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+        guard let stat = procText("/proc/\(pid)/stat"),
               let open = stat.firstIndex(of: "("), let close = stat.lastIndex(of: ")") else { return nil }
         let name = String(stat[stat.index(after: open)..<close])
         let fields = stat[stat.index(after: close)...].split(separator: " ")
@@ -176,7 +176,7 @@ public func leftoverProcesses(containing marker: String) -> [Int32] {
 /// True when `pid` sits in a frozen cgroup (v2 `cgroup.events` frozen 1, or v1 freezer
 /// FROZEN), read through this host's cgroup mounts.
 public func inFrozenCgroup(_ pid: Int32) -> Bool {
-    let mounts = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
+    let mounts = procText("/proc/self/mountinfo") ?? ""
     var v2Mount: String?, freezerMount: String?
     for line in mounts.split(separator: "\n") {
         let halves = line.components(separatedBy: " - ")
@@ -186,7 +186,7 @@ public func inFrozenCgroup(_ pid: Int32) -> Bool {
         if post[0] == "cgroup2" { v2Mount = v2Mount ?? String(pre[4]) }
         if post[0] == "cgroup", post[2].split(separator: ",").contains("freezer") { freezerMount = String(pre[4]) }
     }
-    let cgroups = (try? String(contentsOfFile: "/proc/\(pid)/cgroup", encoding: .utf8)) ?? ""
+    let cgroups = procText("/proc/\(pid)/cgroup") ?? ""
     for line in cgroups.split(separator: "\n") {
         let f = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
         guard f.count == 3 else { continue }
@@ -274,5 +274,24 @@ public final class SharedValue<Value>: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         return try body(&value)
+    }
+}
+
+/// The whole text of a /proc (or /sys) file, read until read(2) returns 0; nil when it cannot
+/// be opened. Not `String(contentsOfFile:)`: Foundation takes the first short read of a file
+/// whose size says 0 for its end, and the kernel hands a seq_file such as /proc/self/mountinfo
+/// out one page at a time, so with more than about forty mounts on the host the lines past the
+/// first page (the newest mounts) were silently missing.
+public func procText(_ path: String) -> String? {
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    var out: [UInt8] = []
+    var buf = [UInt8](repeating: 0, count: 4096)
+    while true {
+        let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        if n < 0 && errno == EINTR { continue }
+        guard n > 0 else { return n == 0 ? String(decoding: out, as: UTF8.self) : nil }
+        out.append(contentsOf: buf[0..<n])
     }
 }
