@@ -50,7 +50,7 @@ public struct SplitFile: Codable, Sendable, Equatable {
 
 /// SplitMix64 (Steele, Lea, Flood 2014): a tiny, well-distributed, seedable generator whose
 /// output is the same on every platform, unlike the system generator.
-struct SplitMix64 {
+struct SplitMix64: RandomNumberGenerator {
     var state: UInt64
     init(seed: UInt64) { state = seed }
     mutating func next() -> UInt64 {

@@ -49,13 +49,7 @@ public enum GateRules {
         let passed = phases.suite.filter(\.passed).count
         if let rejection = suite(passed: passed, total: s.suite.count, threshold: config.threshold) { return rejection }
         guard let heldOut = phases.heldOut else { return .runHeldOut }
-        let val = HeldOutScore.val(split.test, heldOut)
-        if config.acceptRule == .atLeastBest {
-            // Floating-point noise in the means (1e-9) never turns a tie into a rejection.
-            if val < (s.best ?? 0) - 1e-9 {
-                return .rejected(.scoreBelowBest, reason: "val_score is below the best accepted score", requiredImprovement: nil)
-            }
-        } else if let rejection = improvement(val: val, best: s.best, testTasks: split.test.count, minImprovement: config.minImprovement) {
+        if let rejection = heldOutStep(val: HeldOutScore.val(split.test, heldOut), best: s.best, testTasks: split.test.count, config: config) {
             return rejection
         }
         guard s.currentBatch != nil else {
@@ -75,6 +69,17 @@ public enum GateRules {
     public static func evidence(_ s: ExperimentState, phases: Phases, attempt: Int, agentSHA256: String) -> FailureEvidenceRecord? {
         FailureEvidenceRecord.observed(phases.suite + (phases.promotion ?? []), train: Set(s.split?.train ?? []), source: "gate",
                                        attempt: attempt, agentSHA256: agentSHA256, batch: s.currentBatch?.revealed.batch)
+    }
+
+    /// Step 2 on scores: nil when `val` passes against `best` under `gate.accept` (margin or
+    /// at_least_best).
+    static func heldOutStep(val: Double, best: Double?, testTasks: Int, config: ExperimentConfig) -> GateDecision? {
+        guard config.acceptRule == .atLeastBest else {
+            return improvement(val: val, best: best, testTasks: testTasks, minImprovement: config.minImprovement)
+        }
+        // Floating-point noise in the means (1e-9) never turns a tie into a rejection.
+        guard val < (best ?? 0) - 1e-9 else { return nil }
+        return .rejected(.scoreBelowBest, reason: "val_score is below the best accepted score", requiredImprovement: nil)
     }
 
     /// Step 1: nil when the suite's pass rate reaches `threshold` (an empty suite does).
