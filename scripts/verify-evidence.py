@@ -87,13 +87,16 @@ def number(value, what):
 
 def claim_holds(c):
     """The gate's rule for a claim (EvidenceVerifier.holds): the suite's pass rate exactly, a
-    held-out score with 1e-9 of floating-point noise in its mean."""
+    held-out score with 1e-9 of floating-point noise in its mean, the paired rule's p-value
+    exactly."""
     value, threshold = number(c.get("value"), "a claim's value"), number(c.get("threshold"), "a claim's threshold")
     exact = c.get("metric") == "suite_pass_rate"
     if c.get("comparator") == ">":
         return value > threshold if exact else value - threshold > 1e-9
     if c.get("comparator") == ">=":
         return value >= threshold if exact else value >= threshold - 1e-9
+    if c.get("comparator") == "<=":  # the paired rule's mid-p against gate.alpha, exactly
+        return value <= threshold
     fail("claim %s: unknown comparator %s" % (shown(c.get("metric")), shown(c.get("comparator"))))
 
 

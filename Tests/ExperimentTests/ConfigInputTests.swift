@@ -198,6 +198,21 @@ struct ExperimentInputTests {
             == "gate.accept: margin (min_improvement auto = 1/4): a gate is accepted when at least 2 more held-out task(s) pass than under the best accepted agent.py (a tie fails)")
     }
 
+    @Test("gate.trials from 1 to 20; gate.accept: paired with gate.alpha, alpha and min_improvement refused at their line under another rule")
+    func trialsAndPaired() throws {
+        let c = try ExperimentConfig.parse("benchmark: local\ndataset: d\ngate:\n  accept: paired\n  trials: 3\n  alpha: 0.01\n", file: "f")
+        #expect(c.acceptRule == .paired && c.heldOutTrials == 3 && c.alpha == 0.01)
+        #expect(GateRules.ruleText(testTasks: 4, config: c).hasPrefix("gate.accept: paired (alpha 0.01, 3 trial(s) per held-out task)"))
+        #expect(try ExperimentConfig.parse("benchmark: local\ndataset: d\n", file: "f").heldOutTrials == 1)
+        #expect(try Self.refusal("gate:\n  trials: 0\n")?.hasPrefix("exp/experiment_config.yaml:4: gate.trials:") == true)
+        #expect(try Self.refusal("gate:\n  trials: 21\n")?.hasPrefix("exp/experiment_config.yaml:4: gate.trials:") == true)
+        let alpha = try Self.refusal("gate:\n  trials: 3\n  alpha: 0.05\n")
+        #expect(alpha?.hasPrefix("exp/experiment_config.yaml:5: gate.alpha: only with gate.accept: paired") == true, "\(alpha ?? "accepted")")
+        #expect(try Self.refusal("gate:\n  accept: paired\n  alpha: 0.9\n")?.hasPrefix("exp/experiment_config.yaml:5: gate.alpha:") == true)
+        let margin = try Self.refusal("gate:\n  accept: paired\n  min_improvement: 0.1\n")
+        #expect(margin?.hasPrefix("exp/experiment_config.yaml:5: gate.min_improvement: only with gate.accept: margin (paired") == true, "\(margin ?? "accepted")")
+    }
+
     @Test("executor: ray is refused without its address, for a benchmark that runs its own tool and with the verifier tools; with a held-out VM it is taken")
     func rayExecutorChecked() throws {
         #expect(try Self.refusal("executor:\n  kind: ray\n")?.hasPrefix("exp/experiment_config.yaml:4: executor.address: missing") == true)

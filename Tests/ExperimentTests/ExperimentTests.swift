@@ -302,6 +302,51 @@ struct ExperimentTests {
         #expect(try exp.run("status").stdout.contains("gate rule: gate.accept: at_least_best"))
     }
 
+    @Test("gate.trials: 3 runs each held-out task three times in the baseline and in a gate (a task agent.py solves passes 3 of 3), and gate.accept: paired accepts a real fix with its test shown to the operator only")
+    func pairedTrials() throws {
+        try requireRoot()
+        let exp = try Experiment(prepare: false)
+        let path = exp.root + "/experiment_config.yaml"
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        let configured = text.replacingOccurrences(of: "\n  accept: margin ", with: "\n  accept: paired ")
+            .replacingOccurrences(of: "\n  min_improvement: auto", with: "\n  # min_improvement: auto")
+            .replacingOccurrences(of: "\n  trials: 1 ", with: "\n  trials: 3 ")
+        #expect(configured != text)
+        try configured.write(toFile: path, atomically: true, encoding: .utf8)
+        let p = try exp.run("prepare")
+        #expect(p.status == 0 && p.stdout.contains("gate.accept: paired (alpha 0.05, 3 trial(s) per held-out task)"), "\(p.stdout) \(p.stderr)")
+        let test = try exp.split().test
+        let baseline = try #require(try exp.rows("baseline").first?["heldOutPasses"] as? [String: Any])
+        #expect(baseline["trials"] as? Int == 3 && (baseline["passes"] as? [Int])?.count == test.count, "\(baseline)")
+        try exp.setAgent(Agents.all)
+        let g = try exp.run("gate")
+        #expect(g.stdout.contains("ACCEPTED"), "\(g.stdout) \(g.stderr)")
+        let attempt = try #require(try exp.rows("gate_attempt").last)
+        // Solved every time, three times over: one run per gate would have counted 1.
+        let passes = try #require((attempt["heldOutPasses"] as? [String: Any])?["passes"] as? [Int])
+        #expect(passes == test.map { _ in 3 }, "\(passes)")
+        // By position: no held-out id in the attempt's row.
+        let row = String(decoding: try JSONSerialization.data(withJSONObject: attempt), as: UTF8.self)
+        for id in test { #expect(!row.contains("\"\(id)\""), "\(id)") }
+        let paired = try #require(attempt["pairedTest"] as? [String: Any])
+        #expect((paired["pValue"] as? Double ?? 1) < 0.05 && paired["trials"] as? Int == 3 && paired["statistic"] as? Int == 3 * test.count)
+        // The operator sees the test; the coding agent's gate answer and status do not.
+        #expect(try exp.run("status", "--operator").stdout.contains("paired test, gate attempt 1: \(3 * test.count) held-out passes"))
+        for out in [g.stdout, try exp.run("status").stdout] { #expect(!out.contains("paired test, gate attempt") && !out.contains("mid-p"), "\(out)") }
+        // The evidence bundle claims the test against alpha (registered before the gate ran),
+        // and the verifier checks the claim's arithmetic.
+        let out = exp.temp.path + "/gate1.json"
+        let e = try exp.run("evidence", "export", "1", "-o", out)
+        try #require(e.status == 0, "\(e.stdout)\(e.stderr)")
+        let verified = try runProcess(Built.autoharness, ["evidence", "verify", out, "--json", "--allow-untrusted-key"])
+        let statement = try #require((try JSONSerialization.jsonObject(with: Data(verified.stdout.utf8)) as? [String: Any])?["statement"] as? [String: Any], "\(verified.stderr)")
+        let predicate = try #require(statement["predicate"] as? [String: Any])
+        let claim = (predicate["claims"] as? [[String: Any]])?.first { $0["metric"] as? String == "paired_mid_p" }
+        #expect(claim?["comparator"] as? String == "<=" && claim?["threshold"] as? Double == 0.05 && claim?["passed"] as? Bool == true, "\(predicate)")
+        let criteria = (predicate["gate"] as? [String: Any])?["criteria"] as? [String: Any] ?? predicate["criteria"] as? [String: Any]
+        #expect(criteria?["trials"] as? Int == 3 && criteria?["alpha"] as? Double == 0.05, "\(String(describing: criteria))")
+    }
+
     @Test("a rejected gate promotes nothing and commits nothing")
     func rejectedGatePromotesNothing() throws {
         try requireRoot()

@@ -51,7 +51,16 @@ public struct ExperimentConfig: Sendable, Equatable {
         /// Reach it (NeoSigma's `val_score >= best_seen`; a tie passes). The same agent.py
         /// bytes still cannot be gated twice.
         case atLeastBest = "at_least_best"
+        /// Beat it in a one-sided paired test of per-task pass counts at `alpha`
+        /// (`PairedTest`): a decision with a stated error rate, meant with `heldOutTrials` > 1.
+        case paired
     }
+    /// `gate.trials`: how many times each held-out task runs in one gate's held-out phase (and
+    /// in prepare's baseline), all inside the one frozen phase; val_score is the mean over
+    /// tasks of each task's mean reward.
+    public var heldOutTrials = 1
+    /// `gate.alpha`: with `acceptRule` paired, the test's one-sided error rate.
+    public var alpha = 0.05
     /// With `acceptRule` margin: a new val_score must exceed the best by more than this; nil
     /// means one task's worth (1 / number of test tasks). Either way a tie never passes.
     public var minImprovement: Double?
@@ -242,7 +251,7 @@ public struct ExperimentConfig: Sendable, Equatable {
 
     /// The improvement a gate must exceed, given the test split's size.
     public func requiredImprovement(testTasks: Int) -> Double {
-        acceptRule == .atLeastBest ? 0 : GateRules.requiredImprovement(testTasks: testTasks, minImprovement: minImprovement)
+        acceptRule != .margin ? 0 : GateRules.requiredImprovement(testTasks: testTasks, minImprovement: minImprovement)
     }
 
     public init(benchmark: String, dataset: String? = nil) {

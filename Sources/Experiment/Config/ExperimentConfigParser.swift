@@ -37,6 +37,7 @@ extension ExperimentConfig {
         var replyMode: (String, Node)?, replyAfter: (Double, Node)?, heldOutEnvNode: Node?, executorNode: Node?
         var benchmarkKeys: [(key: String, node: Node)] = []
         var minImprovementNode: Node?
+        var alphaNode: Node?
         r.mapping(root, "the config", allowed: ["benchmark", "dataset", "agent_model", "split", "gate_split", "threshold",
                                                 "max_concurrency", "per_task_timeout", "sandbox", "coding_agent", "gate",
                                                 "parallel_gate", "reasoning_effort", "tasks", "tasks_file", "runner", "budget", "loop", "timeout_policy", "executor", "triage"]
@@ -183,8 +184,12 @@ extension ExperimentConfig {
             default:  // gate
                 r.mapping(v, key, allowed: ["disclosure", "budget", "accept", "min_improvement", "on_reject", "max_non_improving",
                                             "held_out_runtime", "vm", "reply_time", "reply_after", "held_out_env",
-                                            "shared_vendor_account"]) { k, v in
+                                            "shared_vendor_account", "trials", "alpha"]) { k, v in
                     switch k {
+                    case "trials": if let x = r.integer(v, "gate.trials", 1...GateTrials.maximum) { c.heldOutTrials = x }
+                    case "alpha":
+                        alphaNode = v
+                        if let x = r.number(v, "gate.alpha", 0.0001...0.5) { c.alpha = x }
                     case "shared_vendor_account":
                         if let s = r.oneOf(v, "gate.shared_vendor_account", ["true", "false"]) { c.sharedVendorAccount = s == "true" }
                     case "held_out_env":
@@ -245,8 +250,13 @@ extension ExperimentConfig {
         default: break
         }
         c.benchmarkSettings = BenchmarkKinds.readSettings(for: c.benchmark, benchmarkKeys, r)
-        if c.acceptRule == .atLeastBest, let node = minImprovementNode {
-            r.error(node, "gate.min_improvement: only with gate.accept: margin (at_least_best accepts any score that reaches the best, a tie included)")
+        if c.acceptRule != .margin, let node = minImprovementNode {
+            r.error(node, c.acceptRule == .paired
+                ? "gate.min_improvement: only with gate.accept: margin (paired accepts what its test finds better at gate.alpha)"
+                : "gate.min_improvement: only with gate.accept: margin (at_least_best accepts any score that reaches the best, a tie included)")
+        }
+        if c.acceptRule != .paired, let node = alphaNode {
+            r.error(node, "gate.alpha: only with gate.accept: paired (the error rate of its test)")
         }
         if c.benchmark.isEmpty && r.errors.isEmpty {
             r.fileError("benchmark: missing (allowed: \(supportedBenchmarks.joined(separator: ", ")))")

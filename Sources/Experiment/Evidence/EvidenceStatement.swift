@@ -54,7 +54,7 @@ public struct EvidenceClaim: Codable, Sendable, Equatable {
 /// The gate's criteria as they stood when it started (its `gate_started` row), before any
 /// task of it ran.
 public struct GateCriteria: Codable, Sendable, Equatable {
-    /// `margin` or `at_least_best` (`gate.accept`).
+    /// `margin`, `at_least_best` or `paired` (`gate.accept`).
     public var acceptRule: String
     /// The suite's pass rate that step 1 needs (`threshold`).
     public var suiteThreshold: Double
@@ -67,6 +67,9 @@ public struct GateCriteria: Codable, Sendable, Equatable {
     public var timeoutPolicy: String
     /// The rule in words (`GateRules.ruleText`).
     public var rule: String
+    /// `gate.trials` (absent: 1) and, under `paired`, `gate.alpha`.
+    public var trials: Int?
+    public var alpha: Double?
 }
 
 /// A file as it was measured.

@@ -102,12 +102,14 @@ public enum EvidenceVerifier {
     /// Whether a claim's comparison holds, by the rule the gate decides it with (GateRules):
     /// the suite's pass rate exactly (a rate below the threshold is rejected however close),
     /// a held-out score with 1e-9 of floating-point noise in its mean (never a tie into a
-    /// win). scripts/verify-evidence.py applies the same. Nil for an unknown comparator.
+    /// win), the paired rule's p-value exactly. scripts/verify-evidence.py applies the same. Nil for an unknown comparator.
     public static func holds(_ claim: EvidenceClaim) -> Bool? {
         let exact = claim.metric == "suite_pass_rate"
         switch claim.comparator {
         case ">": return exact ? claim.value > claim.threshold : claim.value - claim.threshold > 1e-9
         case ">=": return exact ? claim.value >= claim.threshold : claim.value >= claim.threshold - 1e-9
+        // The paired rule's mid-p against gate.alpha, exactly as the gate compares them.
+        case "<=": return claim.value <= claim.threshold
         default: return nil
         }
     }

@@ -11,7 +11,8 @@ import Benchmark
 //   2. held-out   val_score, the mean over every test task (`HeldOutScore.val`), must beat the
 //                 best accepted score by more than `gate.min_improvement` (auto: one test
 //                 task's worth; a tie never passes), or with `gate.accept: at_least_best`
-//                 reach it (a tie passes).
+//                 reach it (a tie passes), or with `gate.accept: paired` be found better by a
+//                 one-sided paired test of per-task passes at `gate.alpha` (`PairedTest`).
 //   3. promotion  only if both pass: train tasks outside the suite that ever failed (or never
 //                 ran) are re-run and those that pass now are promoted; with rolling batches,
 //                 at cluster level (`RollingBatches`).
@@ -49,7 +50,15 @@ public enum GateRules {
         let passed = phases.suite.filter(\.passed).count
         if let rejection = suite(passed: passed, total: s.suite.count, threshold: config.threshold) { return rejection }
         guard let heldOut = phases.heldOut else { return .runHeldOut }
-        if let rejection = heldOutStep(val: HeldOutScore.val(split.test, heldOut), best: s.best, testTasks: split.test.count, config: config) {
+        if config.acceptRule == .paired {
+            guard let test = paired(s, config: config, heldOut: heldOut) else {
+                return .rejected(.notShownBetter, reason: "gate.accept: paired: the best accepted agent.py's per-task held-out results are not recorded", requiredImprovement: nil)
+            }
+            if !test.accepted {
+                return .rejected(.notShownBetter, reason: "the paired test did not show val_score better than the best accepted score at gate.alpha \(test.alpha) (p = \(String(format: "%.4f", test.pValue)))",
+                                 requiredImprovement: nil)
+            }
+        } else if let rejection = heldOutStep(val: HeldOutScore.val(split.test, heldOut), best: s.best, testTasks: split.test.count, config: config) {
             return rejection
         }
         guard s.currentBatch != nil else {
@@ -69,6 +78,15 @@ public enum GateRules {
     public static func evidence(_ s: ExperimentState, phases: Phases, attempt: Int, agentSHA256: String) -> FailureEvidenceRecord? {
         FailureEvidenceRecord.observed(phases.suite + (phases.promotion ?? []), train: Set(s.split?.train ?? []), source: "gate",
                                        attempt: attempt, agentSHA256: agentSHA256, batch: s.currentBatch?.revealed.batch)
+    }
+
+    /// Step 2 under `gate.accept: paired`: the candidate's held-out outcomes (`gate.trials`
+    /// per task) against the best's recorded counts; nil when the best's are not recorded.
+    public static func paired(_ s: ExperimentState, config: ExperimentConfig, heldOut: [TaskOutcome]) -> PairedDecision? {
+        guard let best = s.bestHeldOutPasses, let test = s.split?.test, best.passes.count == test.count, best.trials >= 1 else { return nil }
+        let candidate = HeldOutScore.passes(test, heldOut)
+        let counts = zip(candidate, best.passes).map { PairedCounts(candidate: min($0, config.heldOutTrials), best: min(max($1, 0), best.trials)) }
+        return PairedTest.decide(counts, candidateTrials: config.heldOutTrials, bestTrials: best.trials, alpha: config.alpha)
     }
 
     /// Step 2 on scores: nil when `val` passes against `best` under `gate.accept` (margin or
@@ -98,6 +116,8 @@ public enum GateRules {
     /// The acceptance rule in force, in held-out tasks: what `prepare` and `status` say.
     public static func ruleText(testTasks n: Int, config: ExperimentConfig) -> String {
         switch config.acceptRule {
+        case .paired:
+            return "gate.accept: paired (alpha \(config.alpha), \(config.heldOutTrials) trial(s) per held-out task): a gate is accepted when a one-sided paired test of its per-task held-out passes against the best accepted agent.py's finds it better at that error rate"
         case .atLeastBest:
             return "gate.accept: at_least_best: a gate is accepted when its val_score reaches the best accepted score (a tie passes; the same agent.py cannot be gated twice)"
         case .margin:

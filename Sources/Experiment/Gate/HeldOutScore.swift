@@ -21,18 +21,39 @@ public enum HeldOutScore {
     /// (A Harbor trial whose verifier still ran after an agent timeout has its reward.)
     public static func timedOut(_ o: TaskOutcome) -> Bool { o.status == .agentTimeout || o.status == .verifierTimeout }
 
-    /// val_score: the mean over every task of `test` (a task with no outcome, or one that
-    /// timed out, 0). What the gate compares and discloses, under either policy.
+    /// val_score: the mean over every task of `test` of its mean reward over its trials
+    /// (`gate.trials`; a task with no outcome, or a trial that timed out, 0). What the gate
+    /// compares and discloses, under either policy.
     public static func val(_ test: [String], _ outcomes: [TaskOutcome]) -> Double {
-        let byID = Dictionary(outcomes.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
-        return ExperimentSupervisor.mean(test.map { byID[$0]?.reward ?? 0 })
+        let byID = Dictionary(grouping: outcomes, by: \.id)
+        return ExperimentSupervisor.mean(test.map { byID[$0].map { ExperimentSupervisor.mean($0.map(\.reward)) } ?? 0 })
     }
 
-    /// `timeout_policy: infra`, for the operator: the mean over the tasks of `test` that did
-    /// not time out (nil when none finished), and how many timed out.
+    /// `timeout_policy: infra`, for the operator: the mean over the trials of `test`'s tasks
+    /// that did not time out (nil when none finished), and how many timed out.
     public static func finished(_ test: [String], _ outcomes: [TaskOutcome]) -> (val: Double?, timedOut: Int) {
-        let byID = Dictionary(outcomes.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
-        let done = test.filter { byID[$0].map(timedOut) != true }
-        return (done.isEmpty ? nil : ExperimentSupervisor.mean(done.map { byID[$0]?.reward ?? 0 }), test.count - done.count)
+        let byID = Dictionary(grouping: outcomes, by: \.id)
+        let trials = test.flatMap { byID[$0] ?? [TaskOutcome(id: $0, reward: 0, status: .missingResult)] }
+        let done = trials.filter { !timedOut($0) }
+        return (done.isEmpty ? nil : ExperimentSupervisor.mean(done.map(\.reward)), trials.count - done.count)
+    }
+
+    /// How many of its trials each task of `test` passed, in `test`'s order (operator only:
+    /// what the paired decision compares, `PairedTest`).
+    public static func passes(_ test: [String], _ outcomes: [TaskOutcome]) -> [Int] {
+        let byID = Dictionary(grouping: outcomes, by: \.id)
+        return test.map { (byID[$0] ?? []).filter(\.passed).count }
+    }
+}
+
+/// A held-out run's per-task pass counts and how many trials each task had: kept in the
+/// ledger for the paired decision (the best's side), never disclosed to the coding agent.
+/// By position in the split's test list, not by id: no attempt row names a held-out task.
+public struct HeldOutPasses: Codable, Sendable, Equatable {
+    public var passes: [Int]
+    public var trials: Int
+    public init(passes: [Int], trials: Int) {
+        self.passes = passes
+        self.trials = trials
     }
 }

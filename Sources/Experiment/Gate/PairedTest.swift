@@ -39,37 +39,48 @@ public struct PairedCounts: Equatable, Sendable {
 }
 
 /// The result of the paired test: what `status --operator`, the report and the evidence show.
-public struct PairedDecision: Equatable, Sendable {
+public struct PairedDecision: Codable, Equatable, Sendable {
     /// Candidate passes over all tasks and trials (the statistic S).
     public var statistic: Int
-    /// Its expectation under the null: half of each informative task's passes.
+    /// Its expectation under the null: the candidate's share (kc / (kc + kb)) of each
+    /// informative task's passes.
     public var expected: Double
-    /// Tasks whose 2k trials were neither all passes nor all failures.
+    /// Tasks whose trials (both sides') were neither all passes nor all failures.
     public var informativeTasks: Int
     /// One-sided mid-p value.
     public var pValue: Double
     public var alpha: Double
+    /// The candidate's trials per task, and the best's.
     public var trials: Int
+    public var bestTrials: Int
     /// p ≤ alpha and more passes than expected: the candidate is better.
     public var accepted: Bool { pValue <= alpha && Double(statistic) > expected }
 }
 
 public enum PairedTest {
-    /// The one-sided paired test of candidate over best (see the file's header).
-    /// `trials` is k; every count must lie in 0...k.
+    /// The one-sided paired test of candidate over best (see the file's header), both with
+    /// `trials` trials per task.
     public static func decide(_ tasks: [PairedCounts], trials k: Int, alpha: Double) -> PairedDecision {
-        precondition(k >= 1 && tasks.allSatisfy { (0...k).contains($0.candidate) && (0...k).contains($0.best) })
+        decide(tasks, candidateTrials: k, bestTrials: k, alpha: alpha)
+    }
+
+    /// The same with the candidate's trials per task `kc` and the best's `kb` (the best may have
+    /// been gated under another `gate.trials`): given a task's m passes of its kc + kb trials,
+    /// the candidate's share is hypergeometric H(kc + kb, m, kc). Every count must lie in
+    /// 0...its trials.
+    public static func decide(_ tasks: [PairedCounts], candidateTrials kc: Int, bestTrials kb: Int, alpha: Double) -> PairedDecision {
+        precondition(kc >= 1 && kb >= 1 && tasks.allSatisfy { (0...kc).contains($0.candidate) && (0...kb).contains($0.best) })
         var statistic = 0, expected = 0.0, informative = 0
         // dist[s]: probability that the informative tasks' candidate passes sum to s.
         var dist: [Double] = [1]
         for t in tasks {
             let m = t.candidate + t.best
-            guard m > 0 && m < 2 * k else { continue }
+            guard m > 0 && m < kc + kb else { continue }
             informative += 1
             statistic += t.candidate
-            expected += Double(m) / 2
-            let pmf = hypergeometric(population: 2 * k, successes: m, draws: k)
-            var next = [Double](repeating: 0, count: dist.count + k)
+            expected += Double(m * kc) / Double(kc + kb)
+            let pmf = hypergeometric(population: kc + kb, successes: m, draws: kc)
+            var next = [Double](repeating: 0, count: dist.count + kc)
             for (s, p) in dist.enumerated() where p > 0 {
                 for (a, q) in pmf where q > 0 { next[s + a] += p * q }
             }
@@ -80,7 +91,7 @@ public enum PairedTest {
         let at = statistic < dist.count ? dist[statistic] : 0
         // With no informative task the candidate and the best cannot be told apart: p = 1.
         let p = informative == 0 ? 1 : min(1, above + at / 2)
-        return PairedDecision(statistic: statistic, expected: expected, informativeTasks: informative, pValue: p, alpha: alpha, trials: k)
+        return PairedDecision(statistic: statistic, expected: expected, informativeTasks: informative, pValue: p, alpha: alpha, trials: kc, bestTrials: kb)
     }
 
     /// P(X = a) for each a of the hypergeometric distribution: `draws` taken without
@@ -90,7 +101,7 @@ public enum PairedTest {
         return (max(0, k - (n - m))...min(m, k)).map { a in (a, choose(m, a) * choose(n - m, k - a) / total) }
     }
 
-    /// n choose r as a Double (exact for the sizes here: 2k ≤ 2 × 20).
+    /// n choose r as a Double (exact for the sizes here: kc + kb ≤ 2 × 20).
     static func choose(_ n: Int, _ r: Int) -> Double {
         guard r >= 0 && r <= n else { return 0 }
         var c = 1.0

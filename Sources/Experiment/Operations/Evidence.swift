@@ -17,7 +17,8 @@ extension ExperimentSupervisor {
         let required = config.acceptRule == .margin ? GateRules.requiredImprovement(testTasks: testTasks, minImprovement: config.minImprovement) : 0
         return GateCriteria(acceptRule: config.acceptRule.rawValue, suiteThreshold: config.threshold, bestBefore: s.best ?? 0,
                             requiredImprovement: required, testTasks: testTasks, timeoutPolicy: config.timeoutPolicy.rawValue,
-                            rule: GateRules.ruleText(testTasks: testTasks, config: config))
+                            rule: GateRules.ruleText(testTasks: testTasks, config: config),
+                            trials: config.heldOutTrials > 1 ? config.heldOutTrials : nil, alpha: config.acceptRule == .paired ? config.alpha : nil)
     }
 
     /// A gate's (attempt 0: the baseline's) evidence row: salted reward leaves of the train
@@ -28,8 +29,9 @@ extension ExperimentSupervisor {
         for o in train { trainRewards[o.id] = o.reward }
         var heldOutRewards: [String: Double] = [:]
         if let heldOut {
-            let byID = Dictionary(heldOut.outcomes.map { ($0.id, $0.reward) }, uniquingKeysWith: { a, _ in a })
-            for id in heldOut.ids { heldOutRewards[id] = byID[id] ?? 0 }
+            // A task's leaf is its mean over its trials (`gate.trials`), as val_score counts it.
+            let byID = Dictionary(grouping: heldOut.outcomes, by: \.id)
+            for id in heldOut.ids { heldOutRewards[id] = byID[id].map { ExperimentSupervisor.mean($0.map(\.reward)) } ?? 0 }
         }
         return GateEvidenceRecord(attempt: attempt, trainLeaves: RewardLeaf.leaves(trainRewards), heldOutLeaves: RewardLeaf.leaves(heldOutRewards),
                                   heldOutRuntime: heldOut == nil ? nil : executors.heldOutMeasurement(config),
@@ -117,7 +119,11 @@ extension ExperimentSupervisor {
                                             passed: GateRules.suite(passed: a.suitePassed, total: a.suiteTotal, threshold: threshold) == nil,
                                             sampleSize: a.suiteTotal))
             }
-            if let val = a.valScore, let c = criteria {
+            if let test = a.pairedTest, let c = criteria, c.acceptRule == ExperimentConfig.AcceptRule.paired.rawValue {
+                // The paired rule's own claim: its mid-p against alpha, over the informative tasks.
+                claims.append(EvidenceClaim(metric: "paired_mid_p", comparator: "<=", threshold: c.alpha ?? test.alpha, value: test.pValue,
+                                            passed: test.accepted, sampleSize: test.informativeTasks))
+            } else if let val = a.valScore, let c = criteria {
                 let margin = c.acceptRule == ExperimentConfig.AcceptRule.margin.rawValue
                 let bar = c.bestBefore + c.requiredImprovement
                 claims.append(EvidenceClaim(metric: "val_score", comparator: margin ? ">" : ">=", threshold: bar, value: val,

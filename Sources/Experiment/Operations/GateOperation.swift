@@ -22,6 +22,11 @@ extension ExperimentSupervisor {
                      beforeHeldOut: () throws -> Void = {}) throws -> GateResult {
         let s = try settleBatches()
         guard let split = s.split else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
+        // Refused before the gate counts: the paired decision needs the best's side.
+        if config.acceptRule == .paired && s.bestHeldOutPasses == nil {
+            let holder = s.iterations.last { $0.valScore >= (s.best ?? 0) - 1e-12 }?.iteration ?? 0
+            throw ExperimentError(.state, "gate.accept: paired compares per-task held-out results, and the best accepted agent.py (iteration \(holder)) has none recorded (it was gated or prepared before autoharness kept them): use gate.accept: margin, or prepare a new experiment")
+        }
         // Numbered and counted by its start row, appended (and synced) before any task runs:
         // a gate whose outcome is lost still used its look at the held-out split.
         let attempt = s.lastAttempt + 1
@@ -83,8 +88,14 @@ extension ExperimentSupervisor {
             case .runHeldOut:
                 try beforeHeldOut()
                 heldOutBegan = true
-                let outcomes = try run(split.test, agent: snap.directory, audit: heldOutAudit, split: .heldOut, traces: { _ in nil })
+                // `gate.trials`: the split k times over, all inside this one frozen phase.
+                var outcomes: [TaskOutcome] = []
+                for _ in 0..<config.heldOutTrials {
+                    outcomes += try run(split.test, agent: snap.directory, audit: heldOutAudit, split: .heldOut, traces: { _ in nil })
+                }
                 phases.heldOut = outcomes
+                result.heldOutPasses = HeldOutPasses(passes: HeldOutScore.passes(split.test, outcomes), trials: config.heldOutTrials)
+                if config.acceptRule == .paired { result.pairedTest = GateRules.paired(s, config: config, heldOut: outcomes) }
                 result.heldOutCostUSD = TaskOutcome.cost(outcomes)
                 result.valScore = HeldOutScore.val(split.test, outcomes)
                 // `timeout_policy: infra`: the operator's view of the tasks that finished.

@@ -93,11 +93,24 @@ extension ExperimentSupervisor {
             split = SplitFile.make(baselinePassed: passed, created: isoTimestamp())
         }
         try AtomicFile.write([UInt8](split.encoded()), to: layout.split, mode: 0o600)
-        let val = HeldOutScore.val(split.test, outcomes)
+        // `gate.trials`: the test tasks' further trials, so that the baseline's held-out score and
+        // per-task counts are measured as a gate's are (the first trial is the run above).
+        let testIDs = Set(split.test)
+        var heldOutOutcomes = outcomes.filter { testIDs.contains($0.id) }
+        do {
+            for _ in 1..<max(config.heldOutTrials, 1) {
+                heldOutOutcomes += try run(split.test, agent: snap.directory, audit: audit, split: .baseline, traces: { _ in nil })
+            }
+        } catch {
+            recordViolations(violations(audit, during: "baseline", heldOut: true))
+            throw error
+        }
+        let val = HeldOutScore.val(split.test, heldOutOutcomes)
         var baselineRecord = BaselineRecord(valScore: val, testTasks: split.test.count, tasksPassed: outcomes.filter(\.passed).count,
                                             tasksTotal: outcomes.count, agentSHA256: snap.sha256, costUSD: TaskOutcome.cost(outcomes),
                                             agentCode: TaskOutcome.agentCode(outcomes))
-        if config.timeoutPolicy == .infra { (baselineRecord.valScoreFinished, baselineRecord.heldOutTimedOut) = HeldOutScore.finished(split.test, outcomes) }
+        if config.timeoutPolicy == .infra { (baselineRecord.valScoreFinished, baselineRecord.heldOutTimedOut) = HeldOutScore.finished(split.test, heldOutOutcomes) }
+        baselineRecord.heldOutPasses = HeldOutPasses(passes: HeldOutScore.passes(split.test, heldOutOutcomes), trials: config.heldOutTrials)
         // The split is committed to here (salted, the salt kept in the ledger): every evidence
         // bundle signs the commitment, so the split cannot be redrawn after the fact unseen.
         let salt = SplitCommitment.newSalt()
@@ -116,7 +129,7 @@ extension ExperimentSupervisor {
         items += violations(audit, during: "baseline", heldOut: true)
         // Last, so that the bundle of prepare counts the baseline's violations.
         items.append((.gateEvidence, evidenceRecord(attempt: 0, train: outcomes.filter { trainIDs.contains($0.id) },
-                                                    heldOut: (split.test, outcomes.filter { !trainIDs.contains($0.id) }))))
+                                                    heldOut: (split.test, heldOutOutcomes))))
         _ = try ledger.appendAll(items)
         try regenerateViews()
         // The first rolling batch's tasks run as a train run with the baseline agent.py: its

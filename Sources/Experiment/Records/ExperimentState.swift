@@ -106,6 +106,15 @@ public struct ExperimentState: Sendable {
     /// The best accepted val_score (the baseline counts as iteration 0).
     public var best: Double? { iterations.map(\.valScore).max() }
 
+    /// The per-task held-out pass counts of the agent.py that holds `best` (the latest
+    /// iteration with that score: its gate's, or the baseline's), for the paired decision;
+    /// nil when they were not recorded (a ledger older than `gate.trials`).
+    public var bestHeldOutPasses: HeldOutPasses? {
+        guard let top = best, let holder = iterations.last(where: { $0.valScore >= top - 1e-12 }) else { return nil }
+        if holder.iteration == 0 { return baseline?.heldOutPasses }
+        return gateAttempts.last { $0.iteration == holder.iteration && $0.accepted }?.heldOutPasses
+    }
+
     public struct Batch: Sendable {
         public var revealed: BatchRevealedRecord
         public var ended: BatchEndedRecord?

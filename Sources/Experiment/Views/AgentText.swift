@@ -158,6 +158,11 @@ public enum AgentText {
             out += "timeout_policy infra: \(f.attempt.map { "gate attempt \($0)" } ?? "the baseline") had \(f.timedOut) held-out timeout(s); "
                 + "over the tasks that finished \(f.val.map { String(format: "%.4f", $0) } ?? "-") (the gate counts every task)\n"
         }
+        if let op, let (attempt, t) = op.paired {
+            out += "paired test, gate attempt \(attempt): \(t.statistic) held-out passes against \(String(format: "%.1f", t.expected)) expected "
+                + "over \(t.informativeTasks) informative task(s), \(t.trials) trial(s) per task (the best's \(t.bestTrials)); "
+                + "mid-p \(String(format: "%.4f", t.pValue)) against gate.alpha \(t.alpha): \(t.accepted ? "better" : "not shown better")\n"
+        }
         if let op, op.benchmarkCost.reported {
             let c = op.benchmarkCost
             out += "benchmark model spend: train \(AgentUsage.dollars(c.train)), held-out \(AgentUsage.dollars(c.heldOut)) (as its tools reported it)\n"

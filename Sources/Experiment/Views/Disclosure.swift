@@ -19,6 +19,9 @@ public enum GateOutcome: String, Codable, CaseIterable, Sendable {
     case scoreNotImproved = "score_not_improved"
     /// Step 2 under `gate.accept: at_least_best`: val_score was below the best accepted score.
     case scoreBelowBest = "score_below_best"
+    /// Step 2 under `gate.accept: paired`: the paired test did not find the candidate better
+    /// than the best at `gate.alpha` (its val_score may still be higher).
+    case notShownBetter = "not_shown_better"
     /// Cut off (a crash, a failed write): no decision.
     case interrupted
 
@@ -100,6 +103,8 @@ public struct GateDisclosure: Equatable, Sendable {
             return "val_score did not beat the best accepted score"
         case .scoreBelowBest:
             return decisionOnly ? "held-out score did not improve" : "val_score is below the best accepted score"
+        case .notShownBetter:
+            return decisionOnly ? "held-out score did not improve" : "val_score was not shown better than the best accepted score at gate.alpha"
         }
     }
 }
@@ -173,6 +178,9 @@ public struct OperatorStatus: Sendable {
     /// `timeout_policy: infra`: the latest held-out run's mean over the tasks that finished and
     /// its timeouts (the baseline's or the last scored gate's).
     public var finished: (attempt: Int?, val: Double?, timedOut: Int)? = nil
+    /// `gate.accept: paired`: the latest gate's test against the best (never disclosed: its
+    /// statistic counts held-out passes).
+    public var paired: (attempt: Int, test: PairedDecision)? = nil
     /// What the coding agent said it needs from a human (`needs-human`), newest last.
     public var needsHuman: [(time: String, text: String)] = []
     /// `loop.review: operator`: promotions waiting for `suite approve`.
@@ -226,6 +234,7 @@ public enum Disclosure {
         } else if let b = s.baseline, let n = b.heldOutTimedOut {
             o.finished = (nil, b.valScoreFinished, n)
         }
+        if let g = s.gateAttempts.last(where: { $0.pairedTest != nil }), let t = g.pairedTest { o.paired = (g.attempt, t) }
         o.needsHuman = s.needsHuman.map { ($0.time, $0.record.text) }
         o.pendingSuite = s.pendingSuite
         o.pendingMerges = FailureBook(s).pendingMerges
