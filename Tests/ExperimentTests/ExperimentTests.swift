@@ -101,6 +101,18 @@ struct Experiment {
         return p
     }
 
+    /// Sets `gate.accept` (min_improvement commented out: margin's alone) and `gate.trials`
+    /// in the template's config, before prepare.
+    func acceptRule(_ rule: String, trials: Int = 1) throws {
+        let path = root + "/experiment_config.yaml"
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        let configured = text.replacingOccurrences(of: "\n  accept: margin ", with: "\n  accept: \(rule) ")
+            .replacingOccurrences(of: "\n  min_improvement: auto", with: "\n  # min_improvement: auto")
+            .replacingOccurrences(of: "\n  trials: 1 ", with: "\n  trials: \(trials) ")
+        try #require(configured.contains("\n  accept: \(rule) ") && configured.contains("\n  trials: \(trials) "))
+        try configured.write(toFile: path, atomically: true, encoding: .utf8)
+    }
+
     func setAgent(_ source: String) throws {
         try source.write(toFile: root + "/agent/agent.py", atomically: true, encoding: .utf8)
     }
@@ -289,11 +301,7 @@ struct ExperimentTests {
     func atLeastBestAcceptsATie() throws {
         try requireRoot()
         let exp = try Experiment(prepare: false)
-        let path = exp.root + "/experiment_config.yaml"
-        let text = try String(contentsOfFile: path, encoding: .utf8)
-        try text.replacingOccurrences(of: "\n  accept: margin ", with: "\n  accept: at_least_best ")
-            .replacingOccurrences(of: "\n  min_improvement: auto", with: "\n  # min_improvement: auto")
-            .write(toFile: path, atomically: true, encoding: .utf8)
+        try exp.acceptRule("at_least_best")
         let p = try exp.run("prepare")
         #expect(p.status == 0 && p.stdout.contains("gate.accept: at_least_best"), "\(p.stdout) \(p.stderr)")
         try exp.setAgent(Agents.none + "\n# new bytes, the baseline's behaviour\n")
@@ -306,13 +314,7 @@ struct ExperimentTests {
     func pairedTrials() throws {
         try requireRoot()
         let exp = try Experiment(prepare: false)
-        let path = exp.root + "/experiment_config.yaml"
-        let text = try String(contentsOfFile: path, encoding: .utf8)
-        let configured = text.replacingOccurrences(of: "\n  accept: margin ", with: "\n  accept: paired ")
-            .replacingOccurrences(of: "\n  min_improvement: auto", with: "\n  # min_improvement: auto")
-            .replacingOccurrences(of: "\n  trials: 1 ", with: "\n  trials: 3 ")
-        #expect(configured != text)
-        try configured.write(toFile: path, atomically: true, encoding: .utf8)
+        try exp.acceptRule("paired", trials: 3)
         let p = try exp.run("prepare")
         #expect(p.status == 0 && p.stdout.contains("gate.accept: paired (alpha 0.05, 3 trial(s) per held-out task)"), "\(p.stdout) \(p.stderr)")
         let test = try exp.split().test
