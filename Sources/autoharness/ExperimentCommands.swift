@@ -208,7 +208,7 @@ struct GateCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "gate",
         abstract: "Judge a snapshot of agent/agent.py: suite, held-out test score, promotion; commit if accepted.",
-        discussion: "What is printed is set by gate.disclosure in experiment_config.yaml (decision | rounded | score). Per-task test results are never printed or stored where the coding agent could read them. Exit 0 accepted, 1 rejected; 2 not prepared, 4 lock busy, 5 I/O or ledger error (see `autoharness --help`).")
+        discussion: "What is printed is set by gate.disclosure in experiment_config.yaml (decision | rounded | score | ladder). Per-task test results are never printed or stored where the coding agent could read them. Exit 0 accepted, 1 rejected; 2 not prepared, 4 lock busy, 5 I/O or ledger error (see `autoharness --help`).")
 
     @OptionGroup var experiment: ExperimentOptions
 
@@ -224,7 +224,7 @@ struct GateCommand: ParsableCommand {
             try AtomicFile.write(try s.snapshotBytes(g.result.agentSHA256), to: s.layout.agentFile, mode: 0o644)
             return (g.ranking, g.result)
         }
-        let (text, code) = AgentText.gate(Disclosure.gate(r, config: s.config))
+        let (text, code) = AgentText.gate(Disclosure.gate(r, state: try s.state(), config: s.config))
         print((ranking.map(AgentText.ranking) ?? "") + text, terminator: "")
         if code != 0 { throw ExitCode(code) }
     }

@@ -198,7 +198,7 @@ struct ExperimentInputTests {
             == "gate.accept: margin (min_improvement auto = 1/4): a gate is accepted when at least 2 more held-out task(s) pass than under the best accepted agent.py (a tie fails)")
     }
 
-    @Test("gate.trials from 1 to 20; gate.accept: paired with gate.alpha, alpha and min_improvement refused at their line under another rule")
+    @Test("gate.trials from 1 to 20; gate.accept: paired with gate.alpha; gate.disclosure: ladder with gate.ladder_step; each refused at its line under another rule")
     func trialsAndPaired() throws {
         let c = try ExperimentConfig.parse("benchmark: local\ndataset: d\ngate:\n  accept: paired\n  trials: 3\n  alpha: 0.01\n", file: "f")
         #expect(c.acceptRule == .paired && c.heldOutTrials == 3 && c.alpha == 0.01)
@@ -209,6 +209,9 @@ struct ExperimentInputTests {
         let alpha = try Self.refusal("gate:\n  trials: 3\n  alpha: 0.05\n")
         #expect(alpha?.hasPrefix("exp/experiment_config.yaml:5: gate.alpha: only with gate.accept: paired") == true, "\(alpha ?? "accepted")")
         #expect(try Self.refusal("gate:\n  accept: paired\n  alpha: 0.9\n")?.hasPrefix("exp/experiment_config.yaml:5: gate.alpha:") == true)
+        #expect(try ExperimentConfig.parse("benchmark: local\ndataset: d\ngate:\n  disclosure: ladder\n  ladder_step: 0.05\n", file: "f").ladderStep == 0.05)
+        let step = try Self.refusal("gate:\n  disclosure: rounded\n  ladder_step: 0.05\n")
+        #expect(step?.hasPrefix("exp/experiment_config.yaml:5: gate.ladder_step: only with gate.disclosure: ladder") == true, "\(step ?? "accepted")")
         let margin = try Self.refusal("gate:\n  accept: paired\n  min_improvement: 0.1\n")
         #expect(margin?.hasPrefix("exp/experiment_config.yaml:5: gate.min_improvement: only with gate.accept: margin (paired") == true, "\(margin ?? "accepted")")
     }

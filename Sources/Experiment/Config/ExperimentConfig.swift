@@ -13,7 +13,12 @@ public struct ExperimentConfig: Sendable, Equatable {
         case rounded
         /// plus val_score to 4 decimals (upstream behaviour)
         case score
+        /// plus val_score on Blum & Hardt's ladder (`ScoreLadder`): a new value only when a
+        /// gate beats the last disclosed one by more than `ladderStep`, rounded to the step
+        case ladder
     }
+    /// `gate.ladder_step` under `disclosure: ladder`; nil: one held-out task's worth (1/N).
+    public var ladderStep: Double?
 
     // upstream keys
     public var benchmark: String

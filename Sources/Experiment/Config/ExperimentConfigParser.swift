@@ -37,7 +37,7 @@ extension ExperimentConfig {
         var replyMode: (String, Node)?, replyAfter: (Double, Node)?, heldOutEnvNode: Node?, executorNode: Node?
         var benchmarkKeys: [(key: String, node: Node)] = []
         var minImprovementNode: Node?
-        var alphaNode: Node?
+        var alphaNode: Node?, ladderStepNode: Node?
         r.mapping(root, "the config", allowed: ["benchmark", "dataset", "agent_model", "split", "gate_split", "threshold",
                                                 "max_concurrency", "per_task_timeout", "sandbox", "coding_agent", "gate",
                                                 "parallel_gate", "reasoning_effort", "tasks", "tasks_file", "runner", "budget", "loop", "timeout_policy", "executor", "triage"]
@@ -184,8 +184,11 @@ extension ExperimentConfig {
             default:  // gate
                 r.mapping(v, key, allowed: ["disclosure", "budget", "accept", "min_improvement", "on_reject", "max_non_improving",
                                             "held_out_runtime", "vm", "reply_time", "reply_after", "held_out_env",
-                                            "shared_vendor_account", "trials", "alpha"]) { k, v in
+                                            "shared_vendor_account", "trials", "alpha", "ladder_step"]) { k, v in
                     switch k {
+                    case "ladder_step":
+                        ladderStepNode = v
+                        if let x = r.number(v, "gate.ladder_step", 0.001...0.5) { c.ladderStep = x }
                     case "trials": if let x = r.integer(v, "gate.trials", 1...GateTrials.maximum) { c.heldOutTrials = x }
                     case "alpha":
                         alphaNode = v
@@ -254,6 +257,9 @@ extension ExperimentConfig {
             r.error(node, c.acceptRule == .paired
                 ? "gate.min_improvement: only with gate.accept: margin (paired accepts what its test finds better at gate.alpha)"
                 : "gate.min_improvement: only with gate.accept: margin (at_least_best accepts any score that reaches the best, a tie included)")
+        }
+        if c.disclosure != .ladder, let node = ladderStepNode {
+            r.error(node, "gate.ladder_step: only with gate.disclosure: ladder (the step a disclosed score must rise by)")
         }
         if c.acceptRule != .paired, let node = alphaNode {
             r.error(node, "gate.alpha: only with gate.accept: paired (the error rate of its test)")

@@ -138,8 +138,9 @@ extension ExperimentSupervisor {
         if result.accepted, let val = result.valScore {
             let iteration = s.iterations.count
             let head = try ledger.head
+            let shown = Views.commitScores(s, config: config, attempt: attempt, val: val)
             let commitMessage = """
-                autoharness: iteration \(iteration), val_score \(Views.disclosed(val, config.disclosure)) (best before \(Views.disclosed(s.best ?? 0, config.disclosure)))
+                autoharness: iteration \(iteration), val_score \(shown.val) (best before \(shown.bestBefore))
 
                 \(message.map { $0 + "\n\n" } ?? "")Gate attempt \(attempt) accepted: suite \(result.suitePassed)/\(result.suiteTotal), \(result.promoted.count) task(s) promoted.
 

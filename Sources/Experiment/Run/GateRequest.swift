@@ -123,7 +123,7 @@ extension RunDesk {
                 extra = "agent/agent.py was restored to the last accepted version (iteration \(last.iteration)); gate.on_reject: revert\n"
             }
         }
-        let (text, code) = AgentText.gate(Disclosure.gate(r, config: config))
+        let (text, code) = AgentText.gate(Disclosure.gate(r, state: try supervisor.state(), config: config))
         if let why = budgetSpent() {
             stop.requestAfterReply(why)
             extra += "this was the run's last gate: \(why)\n"

@@ -44,14 +44,22 @@ public struct DisclosedScore: Equatable, Sendable {
     /// Four decimals or more (`score`, the operator), rather than two.
     public let exact: Bool
 
-    /// The score as disclosed under `d` (nil for `decision`: no number at all).
+    /// The score as disclosed under `d` (nil for `decision`: no number at all; nil for
+    /// `ladder` too, whose values come from the ledger's history, `init(ladder:)`: a caller
+    /// that forgot the history discloses nothing rather than the score).
     public init?(_ v: Double?, _ d: ExperimentConfig.Disclosure) {
         guard let v else { return nil }
         switch d {
-        case .decision: return nil
+        case .decision, .ladder: return nil
         case .rounded: (value, exact) = ((v * 100).rounded() / 100, false)
         case .score: (value, exact) = ((v * 10000).rounded() / 10000, true)
         }
+    }
+
+    /// A value of the ladder (`ScoreLadder`): a multiple of its step, shown to 4 decimals.
+    init?(ladder v: Double?) {
+        guard let v else { return nil }
+        (value, exact) = ((v * 10000).rounded() / 10000, true)
     }
 
     /// The operator's: the value as recorded.
@@ -199,9 +207,11 @@ public struct OperatorStatus: Sendable {
 
 /// The one place that decides what a gate attempt and a status disclose.
 public enum Disclosure {
-    /// What the coding agent learns of `record` under the configured disclosure.
-    public static func gate(_ record: GateAttemptRecord, config: ExperimentConfig) -> GateDisclosure {
-        gate(record, config: config, level: config.disclosure)
+    /// What the coding agent learns of `record` under the configured disclosure; `state` is the
+    /// ledger's (holding the record), for `ladder`'s history.
+    public static func gate(_ record: GateAttemptRecord, state: ExperimentState, config: ExperimentConfig) -> GateDisclosure {
+        gate(record, config: config, level: config.disclosure,
+             ladder: config.disclosure == .ladder ? ScoreLadder.replay(state, config: config) : nil)
     }
 
     /// `level` nil: the operator's (exact).
@@ -209,10 +219,11 @@ public enum Disclosure {
         level.map { DisclosedScore(v, $0) } ?? DisclosedScore(operator: v)
     }
 
-    static func gate(_ r: GateAttemptRecord, config: ExperimentConfig, level: ExperimentConfig.Disclosure?) -> GateDisclosure {
+    static func gate(_ r: GateAttemptRecord, config: ExperimentConfig, level: ExperimentConfig.Disclosure?, ladder: ScoreLadder.Replay?) -> GateDisclosure {
         let outcome = r.verdict
+        let shown = level == .ladder ? DisclosedScore(ladder: r.valScore == nil ? nil : ladder?.attempts[r.attempt]) : score(r.valScore, level)
         return GateDisclosure(attempt: r.attempt, outcome: outcome, suitePassed: r.suitePassed, suiteTotal: r.suiteTotal,
-                              threshold: config.threshold, score: score(r.valScore, level),
+                              threshold: config.threshold, score: shown,
                               requiredImprovement: outcome == .scoreNotImproved ? r.requiredImprovement.flatMap { $0 > 0 ? $0 : nil } : nil,
                               iteration: r.iteration, commit: r.commit.map { String($0.prefix(7)) }, promoted: r.promoted.count,
                               decisionOnly: level == .decision, batch: r.batch, revealedBatch: r.revealedBatch,
@@ -244,14 +255,15 @@ public enum Disclosure {
     private static func facts(_ s: ExperimentState, config: ExperimentConfig, level: ExperimentConfig.Disclosure?, label: String,
                               heldOut: Bool, cost: Bool) -> StatusFacts {
         let budgets = RunBudget.all(config: config, maxIterations: s.openRun?.maxIterations, maxHours: s.openRun?.maxHours, used: s.openRunCounters())
+        let ladder = level == .ladder ? ScoreLadder.replay(s, config: config) : nil
         return StatusFacts(
             prepared: s.prepared, label: label,
-            iterations: s.iterations.map {
-                .init(iteration: $0.iteration, score: score($0.valScore, level), commit: $0.commit,
-                      evalsPassed: $0.evalsPassed, evalsTotal: $0.evalsTotal, timestamp: $0.timestamp)
+            iterations: s.iterations.map { it in
+                .init(iteration: it.iteration, score: ladder.map { DisclosedScore(ladder: $0.iterations[it.iteration]) } ?? score(it.valScore, level),
+                      commit: it.commit, evalsPassed: it.evalsPassed, evalsTotal: it.evalsTotal, timestamp: it.timestamp)
             },
-            best: score(s.best, level), suite: s.suite,
-            gates: s.gateAttempts.suffix(10).map { gate($0, config: config, level: level) },
+            best: ladder.map { DisclosedScore(ladder: $0.current) } ?? score(s.best, level), suite: s.suite,
+            gates: s.gateAttempts.suffix(10).map { gate($0, config: config, level: level, ladder: ladder) },
             violations: s.violations.filter { heldOut || $0.record.heldOut != true }.map {
                 ViolationLine(time: $0.time, actor: $0.record.actor, kind: $0.record.kind, detail: $0.record.detail, count: $0.record.occurrences)
             },

@@ -11,10 +11,13 @@ public enum Views {
     /// `score` %.4f (upstream); `rounded` the 2-decimal value, still printed with 4 decimals so
     /// the column parses the same; `decision` empty, which upstream's reader (gating.py,
     /// `best_val_score`: `float(r["val_score"]) for r in rows if r.get("val_score")`) skips.
-    public static func resultsTSV(_ s: ExperimentState, disclosure: ExperimentConfig.Disclosure) -> String {
+    /// `ladder`: the ladder's value after each iteration's gate (`ScoreLadder`).
+    public static func resultsTSV(_ s: ExperimentState, config: ExperimentConfig) -> String {
+        let ladder = config.disclosure == .ladder ? ScoreLadder.replay(s, config: config) : nil
         var out = "iteration\tval_score\tcommit\tevals_passed\tevals_total\ttimestamp\tdescription\n"
         for it in s.iterations {
-            let score = DisclosedScore(it.valScore, disclosure)?.fixed4 ?? ""
+            let shown = ladder.map { DisclosedScore(ladder: $0.iterations[it.iteration]) } ?? DisclosedScore(it.valScore, config.disclosure)
+            let score = shown?.fixed4 ?? ""
             out += "\(it.iteration)\t\(score)\t\(it.commit)\t\(it.evalsPassed)\t\(it.evalsTotal)\t\(it.timestamp)\t\(it.description ?? "")\n"
         }
         return out
@@ -22,6 +25,15 @@ public enum Views {
 
     public static func disclosed(_ v: Double, _ d: ExperimentConfig.Disclosure) -> String {
         DisclosedScore(v, d)?.fixed4 ?? "-"
+    }
+
+    /// An accepted gate's commit subject's two scores as disclosed: its val_score and the best
+    /// before it (`ladder`: the ladder's values after it and before it).
+    static func commitScores(_ s: ExperimentState, config: ExperimentConfig, attempt: Int, val: Double) -> (val: String, bestBefore: String) {
+        guard config.disclosure == .ladder else { return (disclosed(val, config.disclosure), disclosed(s.best ?? 0, config.disclosure)) }
+        let before = ScoreLadder.replay(s, config: config)
+        let after = ScoreLadder.replay(s, config: config, adding: (attempt, val))
+        return (DisclosedScore(ladder: after.current)?.fixed4 ?? "-", DisclosedScore(ladder: before.current)?.fixed4 ?? "-")
     }
 
     /// suite.json: `{"tasks":[ids],"threshold":t,"last_results":{id:reward}}`.
@@ -67,7 +79,7 @@ public enum Views {
         // One derivation of the failure records for both of their views (this runs once per
         // ledger head when a view is checked against the heads since its last publish).
         let book = FailureBook(s)
-        return [(layout.resultsTSV, Data(resultsTSV(s, disclosure: config.disclosure).utf8)),
+        return [(layout.resultsTSV, Data(resultsTSV(s, config: config).utf8)),
          (layout.suiteJSON, try suiteJSON(s, threshold: config.threshold)),
          (layout.trainResultsJSON, try trainResultsJSON(s)),
          (layout.failuresJSON, try failuresJSON(s, book)),
