@@ -95,7 +95,7 @@ def claim_holds(c):
         return value > threshold if exact else value - threshold > 1e-9
     if c.get("comparator") == ">=":
         return value >= threshold if exact else value >= threshold - 1e-9
-    if c.get("comparator") == "<=":  # the paired rule's mid-p against gate.alpha, exactly
+    if c.get("comparator") == "<=":  # the paired rule's p-value against gate.alpha, exactly
         return value <= threshold
     fail("claim %s: unknown comparator %s" % (shown(c.get("metric")), shown(c.get("comparator"))))
 

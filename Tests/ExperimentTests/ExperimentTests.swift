@@ -310,7 +310,7 @@ struct ExperimentTests {
         #expect(try exp.run("status").stdout.contains("gate rule: gate.accept: at_least_best"))
     }
 
-    @Test("gate.trials: 3 runs each held-out task three times in the baseline and in a gate (a task agent.py solves passes 3 of 3), and gate.accept: paired accepts a real fix with its test shown to the operator only")
+    @Test("gate.trials: 3 runs each held-out task three times in the baseline and in a gate (three rewards per task), and gate.accept: paired accepts a real fix with its test shown to the operator only")
     func pairedTrials() throws {
         try requireRoot()
         let exp = try Experiment(prepare: false)
@@ -318,23 +318,24 @@ struct ExperimentTests {
         let p = try exp.run("prepare")
         #expect(p.status == 0 && p.stdout.contains("gate.accept: paired (alpha 0.05, 3 trial(s) per held-out task)"), "\(p.stdout) \(p.stderr)")
         let test = try exp.split().test
-        let baseline = try #require(try exp.rows("baseline").first?["heldOutPasses"] as? [String: Any])
-        #expect(baseline["trials"] as? Int == 3 && (baseline["passes"] as? [Int])?.count == test.count, "\(baseline)")
+        let baseline = try #require(try exp.rows("baseline").first?["heldOutTrials"] as? [String: Any])
+        #expect(baseline["trials"] as? Int == 3 && (baseline["rewards"] as? [[Double]])?.map(\.count) == test.map { _ in 3 }, "\(baseline)")
         try exp.setAgent(Agents.all)
         let g = try exp.run("gate")
         #expect(g.stdout.contains("ACCEPTED"), "\(g.stdout) \(g.stderr)")
         let attempt = try #require(try exp.rows("gate_attempt").last)
-        // Solved every time, three times over: one run per gate would have counted 1.
-        let passes = try #require((attempt["heldOutPasses"] as? [String: Any])?["passes"] as? [Int])
-        #expect(passes == test.map { _ in 3 }, "\(passes)")
+        // Solved every time, three times over: three rewards per task, one per trial.
+        let rewards = try #require((attempt["heldOutTrials"] as? [String: Any])?["rewards"] as? [[Double]])
+        #expect(rewards == test.map { _ in [1, 1, 1] }, "\(rewards)")
         // By position: no held-out id in the attempt's row.
         let row = String(decoding: try JSONSerialization.data(withJSONObject: attempt), as: UTF8.self)
         for id in test { #expect(!row.contains("\"\(id)\""), "\(id)") }
         let paired = try #require(attempt["pairedTest"] as? [String: Any])
-        #expect((paired["pValue"] as? Double ?? 1) < 0.05 && paired["trials"] as? Int == 3 && paired["statistic"] as? Int == 3 * test.count)
+        #expect((paired["pValue"] as? Double ?? 1) < 0.05 && paired["trials"] as? Int == 3 && paired["tasks"] as? Int == test.count
+                && paired["meanDifference"] as? Double == 1, "\(paired)")
         // The operator sees the test; the coding agent's gate answer and status do not.
-        #expect(try exp.run("status", "--operator").stdout.contains("paired test, gate attempt 1: \(3 * test.count) held-out passes"))
-        for out in [g.stdout, try exp.run("status").stdout] { #expect(!out.contains("paired test, gate attempt") && !out.contains("mid-p"), "\(out)") }
+        #expect(try exp.run("status", "--operator").stdout.contains("paired test, gate attempt 1: mean difference +1.0000 over \(test.count) held-out task(s)"))
+        for out in [g.stdout, try exp.run("status").stdout] { #expect(!out.contains("paired test, gate attempt") && !out.contains("mean difference"), "\(out)") }
         // The evidence bundle claims the test against alpha (registered before the gate ran),
         // and the verifier checks the claim's arithmetic.
         let out = exp.temp.path + "/gate1.json"
@@ -343,10 +344,10 @@ struct ExperimentTests {
         let verified = try runProcess(Built.autoharness, ["evidence", "verify", out, "--json", "--allow-untrusted-key"])
         let statement = try #require((try JSONSerialization.jsonObject(with: Data(verified.stdout.utf8)) as? [String: Any])?["statement"] as? [String: Any], "\(verified.stderr)")
         let predicate = try #require(statement["predicate"] as? [String: Any])
-        let claim = (predicate["claims"] as? [[String: Any]])?.first { $0["metric"] as? String == "paired_mid_p" }
+        let claim = (predicate["claims"] as? [[String: Any]])?.first { $0["metric"] as? String == "paired_p" }
         #expect(claim?["comparator"] as? String == "<=" && claim?["threshold"] as? Double == 0.05 && claim?["passed"] as? Bool == true, "\(predicate)")
         let criteria = (predicate["gate"] as? [String: Any])?["criteria"] as? [String: Any] ?? predicate["criteria"] as? [String: Any]
-        #expect(criteria?["trials"] as? Int == 3 && criteria?["alpha"] as? Double == 0.05, "\(String(describing: criteria))")
+        #expect(criteria?["trials"] as? Int == 3 && criteria?["alpha"] as? Double == 0.05 && criteria?["pairedAgainst"] as? Int == 0, "\(String(describing: criteria))")
     }
 
     @Test("a rejected gate promotes nothing and commits nothing")

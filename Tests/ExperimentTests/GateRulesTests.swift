@@ -81,39 +81,42 @@ struct GateRulesTests {
         #expect(rows.failedTrain.isEmpty)
     }
 
-    @Test("gate.accept: paired judges per-task passes against the best's recorded counts: a fixed task or two pass, one flipped trial does not (though val_score rose), and without the best's counts nothing is accepted")
+    @Test("gate.accept: paired judges per-task scores against the best's recorded rewards: three fixed tasks pass, one flipped trial does not (though val_score rose), a trade does not, and without the best's rewards nothing is accepted")
     func acceptPaired() throws {
         var s = try Self.state(best: 0.5)
         let test = (0..<10).map { "t\($0)" }
         s.split = SplitRecord(train: ["a", "b", "c", "d"], test: test, seed: 1)
         // The baseline (the best): t0…t4 failed all three trials, t5…t9 passed all three.
         var baseline = BaselineRecord(valScore: 0.5, testTasks: 10, tasksPassed: 5, tasksTotal: 14, agentSHA256: "v0")
-        baseline.heldOutPasses = HeldOutPasses(passes: test.indices.map { $0 < 5 ? 0 : 3 }, trials: 3)
+        baseline.heldOutTrials = HeldOutTrials(rewards: test.indices.map { Array(repeating: $0 < 5 ? 0 : 1, count: 3) }, trials: 3)
         s.baseline = baseline
         var config = ExperimentConfig(benchmark: "local")
         (config.acceptRule, config.heldOutTrials) = (.paired, 3)
-        /// Three trials per task: `passing[id]` of them pass.
+        /// Three trials per task: `passing[id]` of them pass (default: the baseline's).
         func heldOut(_ passing: [String: Int]) -> [TaskOutcome] {
             (0..<3).flatMap { trial in test.map { Self.o($0, trial < (passing[$0] ?? ($0 < "t5" ? 0 : 3)) ? 1 : 0) } }
         }
         func decide(_ passing: [String: Int]) -> GateDecision {
             GateRules.decide(s, config: config, attempt: 1, agentSHA256: "v1", phases: .init(suite: [Self.o("a", 1)], heldOut: heldOut(passing)))
         }
-        // t0 fixed: 3 of its 6 trials pass, all the candidate's: p = 1/20, mid-p 1/40.
-        #expect(decide(["t0": 3]) == .runPromotion(["b", "d"]))
-        #expect(GateRules.paired(s, config: config, heldOut: heldOut(["t0": 3]))?.pValue == 0.025)
-        // One more trial passes on t0: val_score rose by 1/30, the test is far from alpha.
+        // t0, t1, t2 fixed: differences 1, 1, 1 and seven 0s, t ≈ 1.96 on 9 degrees of freedom.
+        #expect(decide(["t0": 3, "t1": 3, "t2": 3]) == .runPromotion(["b", "d"]))
+        let fixed = try #require(GateRules.paired(s, config: config, heldOut: heldOut(["t0": 3, "t1": 3, "t2": 3])))
+        #expect(abs(fixed.meanDifference - 0.3) < 1e-12 && fixed.pValue < 0.05 && fixed.tasks == 10 && fixed.bestTrials == 3)
+        // One more trial passes on t0: val_score rose by 1/30, nowhere near alpha.
         guard case .rejected(.notShownBetter, let reason, nil) = decide(["t0": 1]) else { Issue.record("\(decide(["t0": 1]))"); return }
-        #expect(reason == "the paired test did not show val_score better than the best accepted score at gate.alpha 0.05 (p = 0.2500)")
+        #expect(reason.hasPrefix("the paired test did not show val_score better than the best accepted score at gate.alpha 0.05 (p = 0.1"), "\(reason)")
         #expect(HeldOutScore.val(test, heldOut(["t0": 1])) > 0.5)
-        // Lost on one task, fixed on another: not better.
+        // Fixed on one task, lost on another: not better.
         #expect(decide(["t0": 3, "t9": 0]).isRejection)
-        // The best's counts from another trial count (gate.trials changed since): still paired.
-        s.baseline?.heldOutPasses = HeldOutPasses(passes: test.indices.map { $0 < 5 ? 0 : 1 }, trials: 1)
-        #expect(decide(["t0": 3, "t1": 3]) == .runPromotion(["b", "d"]))
-        // No counts recorded for the best: rejected (the gate refuses before it starts).
-        s.baseline?.heldOutPasses = nil
-        #expect(decide(["t0": 3, "t1": 3]) == .rejected(.notShownBetter, reason: "gate.accept: paired: the best accepted agent.py's per-task held-out results are not recorded", requiredImprovement: nil))
+        // The best's rewards from another trial count (gate.trials changed since): still paired.
+        s.baseline?.heldOutTrials = HeldOutTrials(rewards: test.indices.map { [$0 < 5 ? 0 : 1] }, trials: 1)
+        #expect(decide(["t0": 3, "t1": 3, "t2": 3]) == .runPromotion(["b", "d"]))
+        // Not one per test task, or none: rejected (and the gate refuses before it starts).
+        s.baseline?.heldOutTrials = HeldOutTrials(rewards: [[1]], trials: 1)
+        #expect(s.bestHeldOut?.trials == nil)
+        s.baseline?.heldOutTrials = nil
+        #expect(decide(["t0": 3, "t1": 3, "t2": 3]) == .rejected(.notShownBetter, reason: "gate.accept: paired: the best accepted agent.py's per-task held-out results are not recorded", requiredImprovement: nil))
     }
 
     @Test("gate.accept: at_least_best passes a tie (NeoSigma's val_score >= best_seen) and rejects a lower score with its own outcome; margin rejects the tie")

@@ -67,9 +67,11 @@ public struct GateCriteria: Codable, Sendable, Equatable {
     public var timeoutPolicy: String
     /// The rule in words (`GateRules.ruleText`).
     public var rule: String
-    /// `gate.trials` (absent: 1) and, under `paired`, `gate.alpha`.
+    /// `gate.trials` (absent: 1) and, under `paired`, `gate.alpha` and the gate attempt whose
+    /// held-out rewards the test compares with (0: the baseline; its bundle has their leaves).
     public var trials: Int?
     public var alpha: Double?
+    public var pairedAgainst: Int?
 }
 
 /// A file as it was measured.

@@ -108,7 +108,7 @@ public enum EvidenceVerifier {
         switch claim.comparator {
         case ">": return exact ? claim.value > claim.threshold : claim.value - claim.threshold > 1e-9
         case ">=": return exact ? claim.value >= claim.threshold : claim.value >= claim.threshold - 1e-9
-        // The paired rule's mid-p against gate.alpha, exactly as the gate compares them.
+        // The paired rule's p-value against gate.alpha, exactly as the gate compares them.
         case "<=": return claim.value <= claim.threshold
         default: return nil
         }

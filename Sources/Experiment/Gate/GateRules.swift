@@ -12,7 +12,7 @@ import Benchmark
 //                 best accepted score by more than `gate.min_improvement` (auto: one test
 //                 task's worth; a tie never passes), or with `gate.accept: at_least_best`
 //                 reach it (a tie passes), or with `gate.accept: paired` be found better by a
-//                 one-sided paired test of per-task passes at `gate.alpha` (`PairedTest`).
+//                 one-sided paired t-test of per-task scores at `gate.alpha` (`PairedTest`).
 //   3. promotion  only if both pass: train tasks outside the suite that ever failed (or never
 //                 ran) are re-run and those that pass now are promoted; with rolling batches,
 //                 at cluster level (`RollingBatches`).
@@ -81,12 +81,13 @@ public enum GateRules {
     }
 
     /// Step 2 under `gate.accept: paired`: the candidate's held-out outcomes (`gate.trials`
-    /// per task) against the best's recorded counts; nil when the best's are not recorded.
+    /// per task) against the best's recorded rewards, task by task; nil when the best's are
+    /// not recorded (`ExperimentState.bestHeldOut`; the gate refuses before it starts).
     public static func paired(_ s: ExperimentState, config: ExperimentConfig, heldOut: [TaskOutcome]) -> PairedDecision? {
-        guard let best = s.bestHeldOutPasses, let test = s.split?.test, best.passes.count == test.count, best.trials >= 1 else { return nil }
-        let candidate = HeldOutScore.passes(test, heldOut)
-        let counts = zip(candidate, best.passes).map { PairedCounts(candidate: min($0, config.heldOutTrials), best: min(max($1, 0), best.trials)) }
-        return PairedTest.decide(counts, candidateTrials: config.heldOutTrials, bestTrials: best.trials, alpha: config.alpha)
+        guard let best = s.bestHeldOut?.trials, let test = s.split?.test else { return nil }
+        let candidate = HeldOutScore.perTask(test, heldOut).map { ExperimentSupervisor.mean($0) }
+        let scores = zip(candidate, best.means).map { PairedScores(candidate: $0, best: $1) }
+        return PairedTest.decide(scores, candidateTrials: config.heldOutTrials, bestTrials: best.trials, alpha: config.alpha)
     }
 
     /// Step 2 on scores: nil when `val` passes against `best` under `gate.accept` (margin or
@@ -117,7 +118,7 @@ public enum GateRules {
     public static func ruleText(testTasks n: Int, config: ExperimentConfig) -> String {
         switch config.acceptRule {
         case .paired:
-            return "gate.accept: paired (alpha \(config.alpha), \(config.heldOutTrials) trial(s) per held-out task): a gate is accepted when a one-sided paired test of its per-task held-out passes against the best accepted agent.py's finds it better at that error rate"
+            return "gate.accept: paired (alpha \(config.alpha), \(config.heldOutTrials) trial(s) per held-out task): a gate is accepted when a one-sided paired t-test of its per-task held-out scores against the best accepted agent.py's finds it better on average at that error rate"
         case .atLeastBest:
             return "gate.accept: at_least_best: a gate is accepted when its val_score reaches the best accepted score (a tie passes; the same agent.py cannot be gated twice)"
         case .margin:

@@ -38,22 +38,26 @@ public enum HeldOutScore {
         return (done.isEmpty ? nil : ExperimentSupervisor.mean(done.map(\.reward)), trials.count - done.count)
     }
 
-    /// How many of its trials each task of `test` passed, in `test`'s order (operator only:
-    /// what the paired decision compares, `PairedTest`).
-    public static func passes(_ test: [String], _ outcomes: [TaskOutcome]) -> [Int] {
+    /// Each task of `test`'s rewards, one per trial in the order they ran, in `test`'s order
+    /// (operator only: what the paired decision compares, `PairedTest`).
+    public static func perTask(_ test: [String], _ outcomes: [TaskOutcome]) -> [[Double]] {
         let byID = Dictionary(grouping: outcomes, by: \.id)
-        return test.map { (byID[$0] ?? []).filter(\.passed).count }
+        return test.map { byID[$0].map { $0.map(\.reward) } ?? [0] }
     }
 }
 
-/// A held-out run's per-task pass counts and how many trials each task had: kept in the
-/// ledger for the paired decision (the best's side), never disclosed to the coding agent.
-/// By position in the split's test list, not by id: no attempt row names a held-out task.
-public struct HeldOutPasses: Codable, Sendable, Equatable {
-    public var passes: [Int]
+/// A held-out run's rewards per task and trial, kept in the ledger for the paired decision
+/// (the best's side), never disclosed to the coding agent. By position in the split's test
+/// list, not by id: no attempt row names a held-out task.
+public struct HeldOutTrials: Codable, Sendable, Equatable {
+    /// `rewards[i]`: the split's i-th test task's rewards, one per trial.
+    public var rewards: [[Double]]
     public var trials: Int
-    public init(passes: [Int], trials: Int) {
-        self.passes = passes
+    public init(rewards: [[Double]], trials: Int) {
+        self.rewards = rewards
         self.trials = trials
     }
+
+    /// Each task's mean over its trials (val_score is their mean).
+    public var means: [Double] { rewards.map { ExperimentSupervisor.mean($0) } }
 }

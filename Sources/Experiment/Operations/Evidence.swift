@@ -18,7 +18,8 @@ extension ExperimentSupervisor {
         return GateCriteria(acceptRule: config.acceptRule.rawValue, suiteThreshold: config.threshold, bestBefore: s.best ?? 0,
                             requiredImprovement: required, testTasks: testTasks, timeoutPolicy: config.timeoutPolicy.rawValue,
                             rule: GateRules.ruleText(testTasks: testTasks, config: config),
-                            trials: config.heldOutTrials > 1 ? config.heldOutTrials : nil, alpha: config.acceptRule == .paired ? config.alpha : nil)
+                            trials: config.heldOutTrials > 1 ? config.heldOutTrials : nil, alpha: config.acceptRule == .paired ? config.alpha : nil,
+                            pairedAgainst: config.acceptRule == .paired ? s.bestHeldOut?.attempt : nil)
     }
 
     /// A gate's (attempt 0: the baseline's) evidence row: salted reward leaves of the train
@@ -120,9 +121,10 @@ extension ExperimentSupervisor {
                                             sampleSize: a.suiteTotal))
             }
             if let test = a.pairedTest, let c = criteria, c.acceptRule == ExperimentConfig.AcceptRule.paired.rawValue {
-                // The paired rule's own claim: its mid-p against alpha, over the informative tasks.
-                claims.append(EvidenceClaim(metric: "paired_mid_p", comparator: "<=", threshold: c.alpha ?? test.alpha, value: test.pValue,
-                                            passed: test.accepted, sampleSize: test.informativeTasks))
+                // The paired rule's own claim: its p against alpha, over the held-out tasks (the
+                // best's side is the bundle of attempt `pairedAgainst`).
+                claims.append(EvidenceClaim(metric: "paired_p", comparator: "<=", threshold: c.alpha ?? test.alpha, value: test.pValue,
+                                            passed: test.accepted, sampleSize: test.tasks))
             } else if let val = a.valScore, let c = criteria {
                 let margin = c.acceptRule == ExperimentConfig.AcceptRule.margin.rawValue
                 let bar = c.bestBefore + c.requiredImprovement

@@ -23,9 +23,10 @@ extension ExperimentSupervisor {
         let s = try settleBatches()
         guard let split = s.split else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
         // Refused before the gate counts: the paired decision needs the best's side.
-        if config.acceptRule == .paired && s.bestHeldOutPasses == nil {
-            let holder = s.iterations.last { $0.valScore >= (s.best ?? 0) - 1e-12 }?.iteration ?? 0
-            throw ExperimentError(.state, "gate.accept: paired compares per-task held-out results, and the best accepted agent.py (iteration \(holder)) has none recorded (it was gated or prepared before autoharness kept them): use gate.accept: margin, or prepare a new experiment")
+        // (Which iteration holds the best is not named: under decision or ladder disclosure
+        // the caller may not know which scored highest.)
+        if config.acceptRule == .paired && s.bestHeldOut?.trials == nil {
+            throw ExperimentError(.state, "gate.accept: paired compares per-task held-out results, and the best accepted agent.py has none recorded (it was gated or prepared before autoharness kept them): use gate.accept: margin, or prepare a new experiment")
         }
         // Numbered and counted by its start row, appended (and synced) before any task runs:
         // a gate whose outcome is lost still used its look at the held-out split.
@@ -94,7 +95,7 @@ extension ExperimentSupervisor {
                     outcomes += try run(split.test, agent: snap.directory, audit: heldOutAudit, split: .heldOut, traces: { _ in nil })
                 }
                 phases.heldOut = outcomes
-                result.heldOutPasses = HeldOutPasses(passes: HeldOutScore.passes(split.test, outcomes), trials: config.heldOutTrials)
+                result.heldOutTrials = HeldOutTrials(rewards: HeldOutScore.perTask(split.test, outcomes), trials: config.heldOutTrials)
                 if config.acceptRule == .paired { result.pairedTest = GateRules.paired(s, config: config, heldOut: outcomes) }
                 result.heldOutCostUSD = TaskOutcome.cost(outcomes)
                 result.valScore = HeldOutScore.val(split.test, outcomes)

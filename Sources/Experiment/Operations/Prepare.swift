@@ -110,7 +110,7 @@ extension ExperimentSupervisor {
                                             tasksTotal: outcomes.count, agentSHA256: snap.sha256, costUSD: TaskOutcome.cost(outcomes),
                                             agentCode: TaskOutcome.agentCode(outcomes))
         if config.timeoutPolicy == .infra { (baselineRecord.valScoreFinished, baselineRecord.heldOutTimedOut) = HeldOutScore.finished(split.test, heldOutOutcomes) }
-        baselineRecord.heldOutPasses = HeldOutPasses(passes: HeldOutScore.passes(split.test, heldOutOutcomes), trials: config.heldOutTrials)
+        baselineRecord.heldOutTrials = HeldOutTrials(rewards: HeldOutScore.perTask(split.test, heldOutOutcomes), trials: config.heldOutTrials)
         // The split is committed to here (salted, the salt kept in the ledger): every evidence
         // bundle signs the commitment, so the split cannot be redrawn after the fact unseen.
         let salt = SplitCommitment.newSalt()

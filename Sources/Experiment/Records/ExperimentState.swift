@@ -106,13 +106,22 @@ public struct ExperimentState: Sendable {
     /// The best accepted val_score (the baseline counts as iteration 0).
     public var best: Double? { iterations.map(\.valScore).max() }
 
-    /// The per-task held-out pass counts of the agent.py that holds `best` (the latest
-    /// iteration with that score: its gate's, or the baseline's), for the paired decision;
-    /// nil when they were not recorded (a ledger older than `gate.trials`).
-    public var bestHeldOutPasses: HeldOutPasses? {
+    /// The agent.py that holds `best` (the latest iteration with that score): its gate
+    /// attempt's number (0: the baseline) and its per-task held-out rewards, for the paired
+    /// decision; rewards nil when not recorded (a ledger older than `gate.trials`) or not one
+    /// per test task of the split.
+    public var bestHeldOut: (attempt: Int, trials: HeldOutTrials?)? {
         guard let top = best, let holder = iterations.last(where: { $0.valScore >= top - 1e-12 }) else { return nil }
-        if holder.iteration == 0 { return baseline?.heldOutPasses }
-        return gateAttempts.last { $0.iteration == holder.iteration && $0.accepted }?.heldOutPasses
+        let recorded: (Int, HeldOutTrials?)
+        if holder.iteration == 0 {
+            recorded = (0, baseline?.heldOutTrials)
+        } else if let a = gateAttempts.last(where: { $0.iteration == holder.iteration && $0.accepted }) {
+            recorded = (a.attempt, a.heldOutTrials)
+        } else {
+            return nil
+        }
+        let usable = recorded.1.flatMap { $0.rewards.count == split?.test.count && $0.trials >= 1 ? $0 : nil }
+        return (recorded.0, usable)
     }
 
     public struct Batch: Sendable {

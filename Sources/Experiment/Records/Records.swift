@@ -36,10 +36,10 @@ public struct BaselineRecord: Codable, Sendable {
     public var heldOutTimedOut: Int? = nil
     /// Tasks whose verifier ran agent code (`TaskOutcome.agentCode`); operator only.
     public var agentCode: [String: [String]]? = nil
-    /// Each test task's passes of its `gate.trials` trials (the first of them the baseline's
-    /// run of every task); operator only, the best's side of a paired decision while the
-    /// baseline is the best.
-    public var heldOutPasses: HeldOutPasses? = nil
+    /// Each test task's rewards over its `gate.trials` trials (the first the baseline's run of
+    /// every task); operator only, the best's side of a paired decision while the baseline is
+    /// the best.
+    public var heldOutTrials: HeldOutTrials? = nil
 }
 
 public struct TrainRunRecord: Codable, Sendable {
@@ -98,11 +98,11 @@ public struct GateAttemptRecord: Codable, Sendable {
     public var agentCode: [String: [String]]?
     /// What the gate's requester said the change is and why (`gate -m`), one printable line.
     public var message: String?
-    /// Each held-out task's passes of its `gate.trials` trials; operator only, never disclosed:
-    /// the best's side of later paired decisions once this attempt is accepted.
-    public var heldOutPasses: HeldOutPasses?
-    /// Under `gate.accept: paired`: the test against the best (statistic, its expectation,
-    /// informative tasks, mid-p, alpha, trials); operator only.
+    /// Each held-out task's rewards over its `gate.trials` trials; operator only, never
+    /// disclosed: the best's side of later paired decisions once this attempt is accepted.
+    public var heldOutTrials: HeldOutTrials?
+    /// Under `gate.accept: paired`: the test against the best (mean difference, standard
+    /// error, t, p, alpha, trials); operator only.
     public var pairedTest: PairedDecision?
 
     /// How the attempt ended, for records of any age.

@@ -159,9 +159,9 @@ public enum AgentText {
                 + "over the tasks that finished \(f.val.map { String(format: "%.4f", $0) } ?? "-") (the gate counts every task)\n"
         }
         if let op, let (attempt, t) = op.paired {
-            out += "paired test, gate attempt \(attempt): \(t.statistic) held-out passes against \(String(format: "%.1f", t.expected)) expected "
-                + "over \(t.informativeTasks) informative task(s), \(t.trials) trial(s) per task (the best's \(t.bestTrials)); "
-                + "mid-p \(String(format: "%.4f", t.pValue)) against gate.alpha \(t.alpha): \(t.accepted ? "better" : "not shown better")\n"
+            out += "paired test, gate attempt \(attempt): mean difference \(String(format: "%+.4f", t.meanDifference)) over \(t.tasks) held-out task(s) "
+                + "(standard error \(String(format: "%.4f", t.standardError)), t \(t.t.map { String(format: "%.2f", $0) } ?? "undefined")), \(t.trials) trial(s) per task (the best's \(t.bestTrials)); "
+                + "p \(String(format: "%.4f", t.pValue)) against gate.alpha \(t.alpha): \(t.accepted ? "better" : "not shown better")\n"
         }
         if let op, op.benchmarkCost.reported {
             let c = op.benchmarkCost
