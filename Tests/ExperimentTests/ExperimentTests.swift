@@ -103,12 +103,13 @@ struct Experiment {
 
     /// Sets `gate.accept` (min_improvement commented out: margin's alone) and `gate.trials`
     /// in the template's config, before prepare.
-    func acceptRule(_ rule: String, trials: Int = 1) throws {
+    func acceptRule(_ rule: String, trials: Int = 1, alpha: Double? = nil) throws {
         let path = root + "/experiment_config.yaml"
         let text = try String(contentsOfFile: path, encoding: .utf8)
         let configured = text.replacingOccurrences(of: "\n  accept: margin ", with: "\n  accept: \(rule) ")
             .replacingOccurrences(of: "\n  min_improvement: auto", with: "\n  # min_improvement: auto")
             .replacingOccurrences(of: "\n  trials: 1 ", with: "\n  trials: \(trials) ")
+            .replacingOccurrences(of: "\n  # alpha: 0.05 ", with: alpha.map { "\n  alpha: \($0) " } ?? "\n  # alpha: 0.05 ")
         try #require(configured.contains("\n  accept: \(rule) ") && configured.contains("\n  trials: \(trials) "))
         try configured.write(toFile: path, atomically: true, encoding: .utf8)
     }
@@ -314,9 +315,10 @@ struct ExperimentTests {
     func pairedTrials() throws {
         try requireRoot()
         let exp = try Experiment(prepare: false)
-        try exp.acceptRule("paired", trials: 3)
+        // Four test tasks: all four up is p = 1/16, so alpha 0.1.
+        try exp.acceptRule("paired", trials: 3, alpha: 0.1)
         let p = try exp.run("prepare")
-        #expect(p.status == 0 && p.stdout.contains("gate.accept: paired (alpha 0.05, 3 trial(s) per held-out task)"), "\(p.stdout) \(p.stderr)")
+        #expect(p.status == 0 && p.stdout.contains("gate.accept: paired (alpha 0.1, 3 trial(s) per held-out task)"), "\(p.stdout) \(p.stderr)")
         let test = try exp.split().test
         let baseline = try #require(try exp.rows("baseline").first?["heldOutTrials"] as? [String: Any])
         #expect(baseline["trials"] as? Int == 3 && (baseline["rewards"] as? [[Double]])?.map(\.count) == test.map { _ in 3 }, "\(baseline)")
@@ -331,7 +333,8 @@ struct ExperimentTests {
         let row = String(decoding: try JSONSerialization.data(withJSONObject: attempt), as: UTF8.self)
         for id in test { #expect(!row.contains("\"\(id)\""), "\(id)") }
         let paired = try #require(attempt["pairedTest"] as? [String: Any])
-        #expect((paired["pValue"] as? Double ?? 1) < 0.05 && paired["trials"] as? Int == 3 && paired["tasks"] as? Int == test.count
+        // Every test task from 0 to 1: p = 2^-N (the fixture's split has enough tasks).
+        #expect(paired["pValue"] as? Double == pow(2, -Double(test.count)) && paired["trials"] as? Int == 3 && paired["tasks"] as? Int == test.count
                 && paired["meanDifference"] as? Double == 1, "\(paired)")
         // The operator sees the test; the coding agent's gate answer and status do not.
         #expect(try exp.run("status", "--operator").stdout.contains("paired test, gate attempt 1: mean difference +1.0000 over \(test.count) held-out task(s)"))
@@ -345,9 +348,9 @@ struct ExperimentTests {
         let statement = try #require((try JSONSerialization.jsonObject(with: Data(verified.stdout.utf8)) as? [String: Any])?["statement"] as? [String: Any], "\(verified.stderr)")
         let predicate = try #require(statement["predicate"] as? [String: Any])
         let claim = (predicate["claims"] as? [[String: Any]])?.first { $0["metric"] as? String == "paired_p" }
-        #expect(claim?["comparator"] as? String == "<=" && claim?["threshold"] as? Double == 0.05 && claim?["passed"] as? Bool == true, "\(predicate)")
+        #expect(claim?["comparator"] as? String == "<=" && claim?["threshold"] as? Double == 0.1 && claim?["passed"] as? Bool == true, "\(predicate)")
         let criteria = (predicate["gate"] as? [String: Any])?["criteria"] as? [String: Any] ?? predicate["criteria"] as? [String: Any]
-        #expect(criteria?["trials"] as? Int == 3 && criteria?["alpha"] as? Double == 0.05 && criteria?["pairedAgainst"] as? Int == 0, "\(String(describing: criteria))")
+        #expect(criteria?["trials"] as? Int == 3 && criteria?["alpha"] as? Double == 0.1 && criteria?["pairedAgainst"] as? Int == 0, "\(String(describing: criteria))")
     }
 
     @Test("a rejected gate promotes nothing and commits nothing")

@@ -27,8 +27,11 @@ struct PairedTestTests {
         let three = PairedTest.decide([0.1, 0.2, 0.3].map { PairedScores(candidate: 0.5 + $0, best: 0.5) }, candidateTrials: 3, bestTrials: 3, alpha: 0.05)
         #expect(abs((three.t ?? 0) - 2 * 3.0.squareRoot()) < 1e-9 && abs(three.pValue - (0.5 - 2 * 3.0.squareRoot() / (2 * 14.0.squareRoot()))) < 1e-9)
         #expect(three.accepted && abs(three.meanDifference - 0.2) < 1e-12)
-        // Every task up by the same amount: certain; none moved, or one task only: nothing.
-        #expect(PairedTest.decide(Array(repeating: PairedScores(candidate: 1, best: 0), count: 4), candidateTrials: 1, bestTrials: 1, alpha: 0.05).pValue == 0)
+        // Every task up by the same amount: every sign up, 2^-N (not enough on 4 tasks, enough
+        // on 6); none moved, or one task only: nothing.
+        let four = PairedTest.decide(Array(repeating: PairedScores(candidate: 1, best: 0), count: 4), candidateTrials: 1, bestTrials: 1, alpha: 0.05)
+        #expect(four.pValue == 1.0 / 16 && !four.accepted && four.t == nil)
+        #expect(PairedTest.decide(Array(repeating: PairedScores(candidate: 1, best: 0), count: 6), candidateTrials: 1, bestTrials: 1, alpha: 0.05).accepted)
         #expect(!PairedTest.decide(Array(repeating: PairedScores(candidate: 1, best: 1), count: 4), candidateTrials: 1, bestTrials: 1, alpha: 0.9).accepted)
         #expect(PairedTest.decide([PairedScores(candidate: 1, best: 0)], candidateTrials: 1, bestTrials: 1, alpha: 0.5).pValue == 1)
         // The same differences the other way round: far from accepted.

@@ -56,8 +56,8 @@ public struct ExperimentConfig: Sendable, Equatable {
         /// Reach it (NeoSigma's `val_score >= best_seen`; a tie passes). The same agent.py
         /// bytes still cannot be gated twice.
         case atLeastBest = "at_least_best"
-        /// Beat it in a one-sided paired test of per-task pass counts at `alpha`
-        /// (`PairedTest`): a decision with a stated error rate, meant with `heldOutTrials` > 1.
+        /// Beat it in a one-sided paired t-test of per-task scores at `alpha` (`PairedTest`): a
+        /// decision with a stated error rate, meant with `heldOutTrials` > 1.
         case paired
     }
     /// `gate.trials`: how many times each held-out task runs in one gate's held-out phase (and

@@ -73,8 +73,10 @@ public enum PairedTest {
             // One task is no sample of tasks.
             (t, p) = (nil, 1)
         } else if se < 1e-12 {
-            // Every task moved by the same amount: certain in the direction it moved.
-            (t, p) = (nil, mean > 1e-12 ? 0 : 1)
+            // Every task moved by the same amount: t is not defined. Under the null each task's
+            // difference is as likely to have the other sign, so all N up has probability 2^-N
+            // (a small split cannot pass this way: 4 tasks give 1/16).
+            (t, p) = (nil, mean > 1e-12 ? pow(2, -Double(n)) : 1)
         } else {
             let statistic = mean / se
             (t, p) = (statistic, studentUpperTail(statistic, degreesOfFreedom: Double(n - 1)))

@@ -187,7 +187,7 @@ public struct OperatorStatus: Sendable {
     /// its timeouts (the baseline's or the last scored gate's).
     public var finished: (attempt: Int?, val: Double?, timedOut: Int)? = nil
     /// `gate.accept: paired`: the latest gate's test against the best (never disclosed: its
-    /// statistic counts held-out passes).
+    /// numbers describe the per-task held-out differences).
     public var paired: (attempt: Int, test: PairedDecision)? = nil
     /// What the coding agent said it needs from a human (`needs-human`), newest last.
     public var needsHuman: [(time: String, text: String)] = []
