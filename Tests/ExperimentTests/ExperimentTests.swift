@@ -601,7 +601,7 @@ struct ExperimentTests {
         } catch let e as ConfigErrors {
             let d = e.description
             #expect(d.contains("c.yaml:3: threshold: must be a number from 0 to 1 (got '1.5')"))
-            #expect(d.contains("c.yaml:5: gate.disclosure: 'everything' is not allowed (allowed: decision, rounded, score)"))
+            #expect(d.contains("c.yaml:5: gate.disclosure: 'everything' is not allowed (allowed: decision, rounded, score, ladder)"))
             #expect(d.contains("c.yaml:6: unknown key 'bogus'"))
         }
     }
