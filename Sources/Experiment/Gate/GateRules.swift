@@ -85,8 +85,7 @@ public enum GateRules {
     /// not recorded (`ExperimentState.bestHeldOut`; the gate refuses before it starts).
     public static func paired(_ s: ExperimentState, config: ExperimentConfig, heldOut: [TaskOutcome]) -> PairedDecision? {
         guard let best = s.bestHeldOut?.trials, let test = s.split?.test else { return nil }
-        let candidate = HeldOutScore.perTask(test, heldOut).map { ExperimentSupervisor.mean($0) }
-        let scores = zip(candidate, best.means).map { PairedScores(candidate: $0, best: $1) }
+        let scores = zip(HeldOutScore.taskMeans(test, heldOut), best.means).map { PairedScores(candidate: $0, best: $1) }
         return PairedTest.decide(scores, candidateTrials: config.heldOutTrials, bestTrials: best.trials, alpha: config.alpha)
     }
 

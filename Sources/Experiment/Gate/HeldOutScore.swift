@@ -25,8 +25,13 @@ public enum HeldOutScore {
     /// (`gate.trials`; a task with no outcome, or a trial that timed out, 0). What the gate
     /// compares and discloses, under either policy.
     public static func val(_ test: [String], _ outcomes: [TaskOutcome]) -> Double {
-        let byID = Dictionary(grouping: outcomes, by: \.id)
-        return ExperimentSupervisor.mean(test.map { byID[$0].map { ExperimentSupervisor.mean($0.map(\.reward)) } ?? 0 })
+        ExperimentSupervisor.mean(taskMeans(test, outcomes))
+    }
+
+    /// Each task of `test`'s mean reward over its trials, in `test`'s order: what val_score
+    /// averages, the evidence's held-out leaves hold and the paired test compares.
+    public static func taskMeans(_ test: [String], _ outcomes: [TaskOutcome]) -> [Double] {
+        perTask(test, outcomes).map { ExperimentSupervisor.mean($0) }
     }
 
     /// `timeout_policy: infra`, for the operator: the mean over the trials of `test`'s tasks

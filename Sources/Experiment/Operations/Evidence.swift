@@ -31,8 +31,7 @@ extension ExperimentSupervisor {
         var heldOutRewards: [String: Double] = [:]
         if let heldOut {
             // A task's leaf is its mean over its trials (`gate.trials`), as val_score counts it.
-            let byID = Dictionary(grouping: heldOut.outcomes, by: \.id)
-            for id in heldOut.ids { heldOutRewards[id] = byID[id].map { ExperimentSupervisor.mean($0.map(\.reward)) } ?? 0 }
+            for (id, mean) in zip(heldOut.ids, HeldOutScore.taskMeans(heldOut.ids, heldOut.outcomes)) { heldOutRewards[id] = mean }
         }
         return GateEvidenceRecord(attempt: attempt, trainLeaves: RewardLeaf.leaves(trainRewards), heldOutLeaves: RewardLeaf.leaves(heldOutRewards),
                                   heldOutRuntime: heldOut == nil ? nil : executors.heldOutMeasurement(config),

@@ -26,7 +26,7 @@ extension ExperimentSupervisor {
         // (Which iteration holds the best is not named: under decision or ladder disclosure
         // the caller may not know which scored highest.)
         if config.acceptRule == .paired && s.bestHeldOut?.trials == nil {
-            throw ExperimentError(.state, "gate.accept: paired compares per-task held-out results, and the best accepted agent.py has none recorded (it was gated or prepared before autoharness kept them): use gate.accept: margin, or prepare a new experiment")
+            throw ExperimentError(.state, "\(layout.config): gate.accept: paired compares per-task held-out results, and the best accepted agent.py has none recorded (it was gated or prepared before autoharness kept them): use gate.accept: margin, or prepare a new experiment")
         }
         // Numbered and counted by its start row, appended (and synced) before any task runs:
         // a gate whose outcome is lost still used its look at the held-out split.

@@ -57,10 +57,7 @@ public struct DisclosedScore: Equatable, Sendable {
     }
 
     /// A value of the ladder (`ScoreLadder`): a multiple of its step, shown to 4 decimals.
-    init?(ladder v: Double?) {
-        guard let v else { return nil }
-        (value, exact) = ((v * 10000).rounded() / 10000, true)
-    }
+    init?(ladder v: Double?) { self.init(v, .score) }
 
     /// The operator's: the value as recorded.
     init?(operator v: Double?) {

@@ -43,11 +43,9 @@ public struct ScoreLadder: Sendable, Equatable {
     /// The ladder replayed over the ledger: the baseline's score, then each gate attempt's that
     /// ran its held-out split, in order; then `adding` (a gate not yet recorded).
     public struct Replay: Sendable, Equatable {
-        /// The value disclosed for the baseline (iteration 0).
-        public var baseline: Double?
         /// Per gate attempt that scored: the value disclosed after it.
         public var attempts: [Int: Double] = [:]
-        /// Per accepted iteration: the value disclosed after its gate.
+        /// Per accepted iteration (0: the baseline): the value disclosed after its gate.
         public var iterations: [Int: Double] = [:]
         /// The value standing now (what `best` discloses).
         public var current: Double?
@@ -57,8 +55,7 @@ public struct ScoreLadder: Sendable, Equatable {
         var ladder = ScoreLadder(step: step(config, testTasks: s.split?.test.count ?? s.baseline?.testTasks ?? 1))
         var r = Replay()
         if let b = s.iterations.first(where: { $0.iteration == 0 }) {
-            r.baseline = ladder.offer(b.valScore)
-            r.iterations[0] = r.baseline
+            r.iterations[0] = ladder.offer(b.valScore)
         }
         var scored = s.gateAttempts.compactMap { a in a.valScore.map { (a.attempt, $0, a.accepted ? a.iteration : nil) } }
         if let adding { scored.append((adding.attempt, adding.val, nil)) }
