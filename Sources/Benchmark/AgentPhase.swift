@@ -32,6 +32,8 @@ struct ExternalAgentEnd {
     var failures: [FailureEvidence] = []
     /// The tool's account of the agent's model spend.
     var costUSD: Double?
+    /// What the run's own inference gate saw the vendor fail (`TaskOutcome.vendorFailures`).
+    var vendorFailures: Int?
     /// A write of the supervisor's own failed while running the phase (`WriteFailures`).
     var supervisorFailure: String?
 

@@ -23,7 +23,7 @@ extension TaskRunner {
     ) -> [TaskOutcome] {
         guard !tasks.isEmpty else { return [] }
         let traces = tasks.map(traceDirectory)
-        let board = Board(count: tasks.count)
+        let board = Board<TaskOutcome>(count: tasks.count)
         let workers = min(max(1, concurrency), tasks.count)
         var threads: [pthread_t] = []
         let job = Job { [self] in
@@ -65,15 +65,81 @@ extension TaskRunner {
     }
 }
 
+/// Runs of an adapter one task each: for a held-out phase whose vendor failures must be told
+/// apart by task (`gate.infra_retries`), each tool sandbox then has an inference gate of its
+/// own (`TaskOutcome.vendorFailures`). Each run is on a dedicated thread, `concurrency` at once,
+/// with a copy of `context` whose progress callback is this function's (called on the calling
+/// thread, with a count and no outcome: runs that keep nothing name no task).
+public enum OneTaskRuns {
+    public static func run(_ adapter: any BenchmarkAdapter, _ ids: [String], _ context: AdapterRunContext,
+                           concurrency: Int) throws(BenchmarkError) -> [TaskOutcome] {
+        guard !ids.isEmpty else { return [] }
+        var each = context
+        each.progress = { _, _, _ in }
+        let shared = Shared(adapter: adapter, context: each, ids: ids)
+        let board = Board<Result<[TaskOutcome], BenchmarkError>>(count: ids.count)
+        var threads: [pthread_t] = []
+        let job = Job {
+            board.waitForStart()
+            while let i = board.claim() {
+                if let failure = shared.context.writeFailures.failure {
+                    board.complete(i, .failure(BenchmarkError(.io, failure)))
+                    continue
+                }
+                do throws(BenchmarkError) {
+                    board.complete(i, .success(try shared.adapter.run([shared.ids[i]], shared.context)))
+                } catch {
+                    board.complete(i, .failure(error))
+                }
+            }
+        }
+        for _ in 0..<min(max(1, concurrency), ids.count) {
+            if let thread = Job.start(job) { threads.append(thread) }
+        }
+        board.start()
+        if threads.isEmpty { job.body() }
+        var results = [Result<[TaskOutcome], BenchmarkError>?](repeating: nil, count: ids.count)
+        var done = 0
+        while done < ids.count {
+            for (i, r) in board.waitForCompleted() {
+                results[i] = r
+                done += 1
+                context.progress(done, ids.count, nil)
+            }
+        }
+        for thread in threads { pthread_join(thread, nil) }
+        var outcomes: [TaskOutcome] = []
+        for r in results {
+            switch r! {
+            case .success(let o): outcomes += o
+            case .failure(let e): throw e
+            }
+        }
+        return outcomes
+    }
+
+    /// What every worker reads; never written after the workers start.
+    private final class Shared: @unchecked Sendable {
+        let adapter: any BenchmarkAdapter
+        let context: AdapterRunContext
+        let ids: [String]
+        init(adapter: any BenchmarkAdapter, context: AdapterRunContext, ids: [String]) {
+            self.adapter = adapter
+            self.context = context
+            self.ids = ids
+        }
+    }
+}
+
 /// Shared state of one `runAll`: the next task to claim and finished outcomes not yet
 /// reported. A mutex and a condition variable; nothing here blocks while holding the lock
 /// except the wait itself.
-private final class Board: @unchecked Sendable {
+private final class Board<Value>: @unchecked Sendable {
     private var mutex = pthread_mutex_t()
     private var condition = pthread_cond_t()
     private let count: Int
     private var next = 0
-    private var finished: [(Int, TaskOutcome)] = []
+    private var finished: [(Int, Value)] = []
 
     init(count: Int) {
         self.count = count
@@ -110,7 +176,7 @@ private final class Board: @unchecked Sendable {
         return next - 1
     }
 
-    func complete(_ index: Int, _ outcome: TaskOutcome) {
+    func complete(_ index: Int, _ outcome: Value) {
         pthread_mutex_lock(&mutex)
         finished.append((index, outcome))
         pthread_cond_broadcast(&condition)
@@ -118,7 +184,7 @@ private final class Board: @unchecked Sendable {
     }
 
     /// Blocks until at least one outcome is ready and returns all that are.
-    func waitForCompleted() -> [(Int, TaskOutcome)] {
+    func waitForCompleted() -> [(Int, Value)] {
         pthread_mutex_lock(&mutex)
         defer { pthread_mutex_unlock(&mutex) }
         while finished.isEmpty { pthread_cond_wait(&condition, &mutex) }

@@ -179,6 +179,7 @@ extension TaskRunner {
         run.agentSeconds = seconds
         run.extraTrace = end.trace
         run.costUSD = end.costUSD
+        run.vendorFailures = end.vendorFailures
         if !end.failures.isEmpty { run.agentFailures = end.failures }
         if let f = end.supervisorFailure { run.supervisorFailure = f }
         switch end.kind {

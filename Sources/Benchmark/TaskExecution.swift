@@ -17,6 +17,7 @@ struct TaskExecution {
     var extraTrace: [(String, [UInt8])] = []
     var agentFailures: [FailureEvidence]?
     var costUSD: Double?
+    var vendorFailures: Int?
     /// What of /app the verifier executed or opened as code (`AgentCodeRuns`).
     var agentCode: [String]?
 
@@ -37,6 +38,7 @@ struct TaskExecution {
         let all = (agentFailures ?? []) + (failures ?? [])
         if !o.passed, !all.isEmpty { o.failures = FailureEvidence.bounded(FailureEvidence.unique(all)) }
         o.costUSD = costUSD
+        o.vendorFailures = vendorFailures
         o.verifierRanAgentCode = agentCode
         return o
     }

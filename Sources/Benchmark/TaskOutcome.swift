@@ -55,6 +55,11 @@ public struct TaskOutcome: Sendable, Codable, Equatable {
     /// code, one line each (`AgentCodeRuns`); nil when nothing, or when autoharness did not
     /// run the verifier. A flag to look at, not a verdict: the reward stands.
     public var verifierRanAgentCode: [String]?
+    /// Requests the inference gate sent on for this task's run that the model vendor failed
+    /// (a 5xx, a reset, no answer: `InferenceGate.vendorFailures`), when the task's run had a
+    /// gate of its own (one task per tool sandbox); nil when it had none or shared one with
+    /// other tasks. What `gate.infra_retries` re-runs a held-out task for.
+    public var vendorFailures: Int?
 
     /// The sum of what the tool reported for `outcomes`; nil when it reported nothing.
     public static func cost(_ outcomes: [TaskOutcome]) -> Double? {
@@ -99,6 +104,7 @@ public struct TaskOutcome: Sendable, Codable, Equatable {
     enum CodingKeys: String, CodingKey {
         case id, reward, status, passed, detail, failures
         case verifierRanAgentCode = "verifier_ran_agent_code"
+        case vendorFailures = "vendor_failures"
         case agentSeconds = "agent_seconds"
         case verifierSeconds = "verifier_seconds"
     }

@@ -421,6 +421,61 @@ struct InferenceExchangeTests {
         #expect(chunked.dialled && chunked.outcome.detail.contains("store forced false"), "\(chunked.outcome.detail)")
     }
 
+    /// A vendor for api.test on one end of a socket pair, TLS under `authority`: it reads the
+    /// request's head, then answers `status` (nil: closes without a word), or sends no TLS.
+    static func vendor(_ authority: TLSAuthority, status: Int?, tls: Bool = true) -> @Sendable () -> Result<Int32, GateRefusal> {
+        {
+            var fds: [Int32] = [0, 0]
+            guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0 else { return .failure(GateRefusal("socketpair")) }
+            let far = fds[1]
+            Thread {
+                defer { close(far) }
+                guard tls, case .success(let c) = authority.accept(far, host: "api.test") else { return }
+                var reader = TLSReader(c)
+                // The whole request, as a vendor reads it, before any answer.
+                let head = String(decoding: reader.readHead(cap: 1 << 16) ?? [], as: UTF8.self).lowercased()
+                let length = head.components(separatedBy: "\r\n").first { $0.hasPrefix("content-length:") }
+                    .flatMap { Int($0.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) } ?? 0
+                _ = reader.read(exactly: length)
+                if let status {
+                    _ = c.write(Array("HTTP/1.1 \(status) X\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}".utf8))
+                }
+                c.close()
+            }.start()
+            return .success(fds[0])
+        }
+    }
+
+    @Test("vendor failures are counted, per gate: a 500, 502, 503, 504 or 529, a vendor that closes before answering, no TLS, no connection; a 200, a 400, a 429 (the account's, provoked by load), a 501 and a request the gate refused are not")
+    func vendorFailuresCounted() throws {
+        let authority = try TLSAuthority(hosts: ["api.test"])
+        let dir = try TempDir()
+        let ca = try dir.file("vendor-ca.pem", String(decoding: authority.certificatePEM, as: UTF8.self))
+        let request = "POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nContent-Length: \(Self.body.utf8.count)\r\n\r\n\(Self.body)"
+        func count(_ dial: @escaping @Sendable () -> Result<Int32, GateRefusal>, raw: String = request) throws -> (Int, String) {
+            let gate = try InferenceGate(targets: ["api.test:443"], upstreamCAFile: ca)
+            let r = try Self.drive(raw, gate: gate, dial: dial)
+            return (gate.vendorFailures, r.reply)
+        }
+        for status in [500, 502, 503, 504, 529] {
+            let (n, reply) = try count(Self.vendor(authority, status: status))
+            #expect(n == 1 && reply.hasPrefix("HTTP/1.1 \(status)"), "\(status): \(n) \(reply)")
+        }
+        for status in [200, 400, 429, 501] {
+            let (n, reply) = try count(Self.vendor(authority, status: status))
+            #expect(n == 0 && reply.hasPrefix("HTTP/1.1 \(status)"), "\(status): \(n) \(reply)")
+        }
+        #expect(try count(Self.vendor(authority, status: nil)).0 == 1, "closed before a response head")
+        #expect(try count(Self.vendor(authority, status: nil, tls: false)).0 == 1, "no TLS from the vendor")
+        #expect(try count({ .failure(GateRefusal("connection refused")) }).0 == 1, "no connection")
+        let refused = try count(Self.vendor(authority, status: 503), raw: "POST /v1/files HTTP/1.1\r\nHost: api.test\r\nContent-Length: 2\r\n\r\n{}")
+        #expect(refused.0 == 0 && refused.1.hasPrefix("HTTP/1.1 403"), "\(refused)")
+        // Counts add up on one gate (one per tool sandbox), across its exchanges.
+        let gate = try InferenceGate(targets: ["api.test:443"], upstreamCAFile: ca)
+        for status in [503, 200, 529] { _ = try Self.drive(request, gate: gate, dial: Self.vendor(authority, status: status)) }
+        #expect(gate.vendorFailures == 2)
+    }
+
     @Test("credentials: only this run's placeholders pass; a key itself (leaked into the sandbox), a credential the run was not given (a held-out agent.py carrying the train key) and a placeholder in the URL or body are refused before any vendor is dialled; without keys to check nothing is")
     func credentialsChecked() throws {
         func raw(_ header: String, target: String = "/v1/chat/completions", body: String = InferenceExchangeTests.body) -> String {

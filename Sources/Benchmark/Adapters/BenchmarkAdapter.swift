@@ -106,6 +106,11 @@ public protocol BenchmarkAdapter: Sendable {
     /// The test scripts autoharness's own verifiers run (each task's tests/test.sh on this
     /// host), for checks of what they need; empty when a tool grades.
     var verifierScripts: [String] { get }
+    /// Whether each task of a run reaches the model APIs through an inference gate of its own
+    /// (its own tool sandbox: Harbor's `env_provider: local`), so `TaskOutcome.vendorFailures`
+    /// is the task's even in a run of many; false: one gate serves a run's tasks together
+    /// (`OneTaskRuns` gives each its own).
+    var gatesEachTask: Bool { get }
 }
 
 extension BenchmarkAdapter {
@@ -114,6 +119,7 @@ extension BenchmarkAdapter {
     public var toolActor: String { "benchmark tool" }
     public var hostPaths: [String] { [] }
     public var verifierScripts: [String] { [] }
+    public var gatesEachTask: Bool { false }
     public func canonicalTaskID(_ given: String) -> String? { taskIDs.contains(given) ? given : nil }
 }
 

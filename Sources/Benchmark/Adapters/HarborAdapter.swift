@@ -230,6 +230,9 @@ public struct HarborAdapter: BenchmarkAdapter {
         }
     }
 
+    /// `env_provider: local`: one `harbor run` per task (`HarborAgentPhase`), each its own gate.
+    public var gatesEachTask: Bool { environmentProvider == "local" }
+
     /// `env_provider: local` grades with autoharness's verifier: each task's test.sh.
     public var verifierScripts: [String] {
         environmentProvider == "local" ? taskIDs.compactMap { hostDirectory($0).map { $0 + "/tests/test.sh" } } : []

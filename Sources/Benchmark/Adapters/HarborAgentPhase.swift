@@ -101,12 +101,16 @@ final class HarborAgentPhase: ExternalAgentPhase, @unchecked Sendable {
         if case .timedOut? = exit.termination {
             // Killed on runner.timeout, mid-agent: half-done work is not graded, as for a
             // local task's agent.
-            return ExternalAgentEnd(.ungraded(.agentTimeout), "harbor timed out (runner.timeout)")
+            var end = ExternalAgentEnd(.ungraded(.agentTimeout), "harbor timed out (runner.timeout)")
+            end.vendorFailures = run.inference?.vendorFailures
+            return end
         }
         let out = run.openOutput()
         defer { if out >= 0 { close(out) } }
         var end = (out >= 0 ? trial(task.id, out, traces: !context.heldOut) : nil)
             ?? ExternalAgentEnd(.ungraded(.missingResult), "harbor wrote no trial result for the task (harbor \(exit.summary))")
+        // This sandbox held this one task: what its gate saw the vendor fail was this task's.
+        end.vendorFailures = run.inference?.vendorFailures
         if !context.heldOut {
             let secrets = run.secretValues()
             end.trace = (end.trace + run.logs()).map { ($0.0, ToolRun.redact($0.1, secrets)) }

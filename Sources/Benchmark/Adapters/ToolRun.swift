@@ -456,6 +456,8 @@ extension ToolRun {
             if r.status == .failed && outcome.passed { outcome.status = .passed }
             if !context.heldOut && !outcome.passed { outcome.failures = r.failures }
             outcome.costUSD = r.costUSD
+            // A gate that served this task alone: what it saw the vendor fail is the task's.
+            if ids.count == 1 { outcome.vendorFailures = inference?.vendorFailures }
             if !context.heldOut, let dir = context.traceDirectory(id) {
                 writeTrace(dir, outcome: outcome, files: r.trace + logs())
             }

@@ -64,6 +64,10 @@ public struct ExperimentConfig: Sendable, Equatable {
     /// in prepare's baseline), all inside the one frozen phase; val_score is the mean over
     /// tasks of each task's mean reward.
     public var heldOutTrials = 1
+    /// `gate.infra_retries`: how many more times a held-out task runs, inside the same frozen
+    /// phase, when the inference gate saw the model vendor fail its requests
+    /// (`TaskOutcome.vendorFailures`); the run it replaces counts for nothing, whatever it scored.
+    public var infraRetries = 1
     /// `gate.alpha`: with `acceptRule` paired, the test's one-sided error rate.
     public var alpha = 0.05
     /// With `acceptRule` margin: a new val_score must exceed the best by more than this; nil

@@ -184,12 +184,13 @@ extension ExperimentConfig {
             default:  // gate
                 r.mapping(v, key, allowed: ["disclosure", "budget", "accept", "min_improvement", "on_reject", "max_non_improving",
                                             "held_out_runtime", "vm", "reply_time", "reply_after", "held_out_env",
-                                            "shared_vendor_account", "trials", "alpha", "ladder_step"]) { k, v in
+                                            "shared_vendor_account", "trials", "alpha", "ladder_step", "infra_retries"]) { k, v in
                     switch k {
                     case "ladder_step":
                         ladderStepNode = v
                         if let x = r.number(v, "gate.ladder_step", 0.001...0.5) { c.ladderStep = x }
                     case "trials": if let x = r.integer(v, "gate.trials", 1...GateTrials.maximum) { c.heldOutTrials = x }
+                    case "infra_retries": if let x = r.integer(v, "gate.infra_retries", 0...GateTrials.maximumRetries) { c.infraRetries = x }
                     case "alpha":
                         alphaNode = v
                         if let x = r.number(v, "gate.alpha", 0.0001...0.5) { c.alpha = x }

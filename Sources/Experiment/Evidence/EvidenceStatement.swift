@@ -72,6 +72,9 @@ public struct GateCriteria: Codable, Sendable, Equatable {
     public var trials: Int?
     public var alpha: Double?
     public var pairedAgainst: Int?
+    /// `gate.infra_retries` where held-out runs count the vendor's failures per task (absent:
+    /// none are re-run).
+    public var infraRetries: Int? = nil
 }
 
 /// A file as it was measured.

@@ -28,7 +28,9 @@ struct HostExecutor: TaskExecutor {
         context.pageCache = cache
         let outcomes: [TaskOutcome]
         do {
-            outcomes = try env.adapter.run(run.ids, context)
+            outcomes = run.oneTaskPerRun && !env.adapter.gatesEachTask
+                ? try OneTaskRuns.run(env.adapter, run.ids, context, concurrency: env.config.maxConcurrency)
+                : try env.adapter.run(run.ids, context)
         } catch {
             if let cache { _ = settle(cache) }
             throw error

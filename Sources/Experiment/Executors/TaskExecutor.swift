@@ -40,6 +40,10 @@ struct TaskRun {
     var operatorDiagnostics = false
     /// Where a train task's trace goes (nil: none).
     var traces: (String) -> String?
+    /// Each task in an adapter run of its own (`OneTaskRuns`): its vendor failures are its own
+    /// (`gate.infra_retries`). Executors that cannot tell tasks' model calls apart (a held-out
+    /// VM's, whose gate is the host's for the whole phase) run the tasks as usual.
+    var oneTaskPerRun = false
 }
 
 /// A place tasks run.

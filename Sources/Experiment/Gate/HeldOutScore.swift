@@ -34,13 +34,18 @@ public enum HeldOutScore {
         perTask(test, outcomes).map { ExperimentSupervisor.mean($0) }
     }
 
+    /// A trial the model vendor failed (`gate.infra_retries` ran out) and that did not pass: it
+    /// counts as a timeout does.
+    public static func vendorFailed(_ o: TaskOutcome) -> Bool { (o.vendorFailures ?? 0) > 0 && !o.passed }
+
     /// `timeout_policy: infra`, for the operator: the mean over the trials of `test`'s tasks
-    /// that did not time out (nil when none finished), and how many timed out.
+    /// that did not time out and were not failed by the vendor (nil when none finished), and
+    /// how many timed out.
     public static func finished(_ test: [String], _ outcomes: [TaskOutcome]) -> (val: Double?, timedOut: Int) {
         let byID = Dictionary(grouping: outcomes, by: \.id)
         let trials = test.flatMap { byID[$0] ?? [TaskOutcome(id: $0, reward: 0, status: .missingResult)] }
-        let done = trials.filter { !timedOut($0) }
-        return (done.isEmpty ? nil : ExperimentSupervisor.mean(done.map(\.reward)), trials.count - done.count)
+        let done = trials.filter { !timedOut($0) && !vendorFailed($0) }
+        return (done.isEmpty ? nil : ExperimentSupervisor.mean(done.map(\.reward)), trials.filter(timedOut).count)
     }
 
     /// Each task of `test`'s rewards, one per trial in the order they ran, in `test`'s order

@@ -19,7 +19,8 @@ extension ExperimentSupervisor {
                             requiredImprovement: required, testTasks: testTasks, timeoutPolicy: config.timeoutPolicy.rawValue,
                             rule: GateRules.ruleText(testTasks: testTasks, config: config),
                             trials: config.heldOutTrials > 1 ? config.heldOutTrials : nil, alpha: config.acceptRule == .paired ? config.alpha : nil,
-                            pairedAgainst: config.acceptRule == .paired ? s.bestHeldOut?.attempt : nil)
+                            pairedAgainst: config.acceptRule == .paired ? s.bestHeldOut?.attempt : nil,
+                            infraRetries: countsVendorFailures ? config.infraRetries : nil)
     }
 
     /// A gate's (attempt 0: the baseline's) evidence row: salted reward leaves of the train

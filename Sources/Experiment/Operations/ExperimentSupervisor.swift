@@ -200,9 +200,10 @@ public final class ExperimentSupervisor {
     /// Runs `ids` where the configuration says (`Executors`): one outcome per id, in order (a
     /// task the executor did not score is 0, never missing).
     func run(_ ids: [String], agent: String, audit: RunAudit, split: SplitClass, oracle: Bool = false,
-             operatorDiagnostics: Bool = false, traces: @escaping (String) -> String?) throws -> [TaskOutcome] {
+             operatorDiagnostics: Bool = false, oneTaskPerRun: Bool = false, traces: @escaping (String) -> String?) throws -> [TaskOutcome] {
         guard !ids.isEmpty else { return [] }
-        let request = TaskRun(ids: ids, split: split, agent: agent, audit: audit, oracle: oracle, operatorDiagnostics: operatorDiagnostics, traces: traces)
+        let request = TaskRun(ids: ids, split: split, agent: agent, audit: audit, oracle: oracle, operatorDiagnostics: operatorDiagnostics,
+                              traces: traces, oneTaskPerRun: oneTaskPerRun)
         let environment = executorEnvironment
         let outcomes = try executors.executor(for: request, environment) {
             RayNodeExecutor(environment: environment, templatesDirectory: templatesDirectory,

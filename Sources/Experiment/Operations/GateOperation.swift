@@ -91,10 +91,12 @@ extension ExperimentSupervisor {
                 heldOutBegan = true
                 // `gate.trials`: the split k times over, all inside this one frozen phase.
                 var outcomes: [TaskOutcome] = []
+                var retries = InfraRetries()
                 for _ in 0..<config.heldOutTrials {
-                    outcomes += try run(split.test, agent: snap.directory, audit: heldOutAudit, split: .heldOut, traces: { _ in nil })
+                    outcomes += try runRetryingVendor(split.test, agent: snap.directory, audit: heldOutAudit, split: .heldOut, retries: &retries)
                 }
                 phases.heldOut = outcomes
+                result.infraRetries = retries.recorded
                 result.heldOutTrials = HeldOutTrials(rewards: HeldOutScore.perTask(split.test, outcomes), trials: config.heldOutTrials)
                 if config.acceptRule == .paired { result.pairedTest = GateRules.paired(s, config: config, heldOut: outcomes) }
                 result.heldOutCostUSD = TaskOutcome.cost(outcomes)

@@ -76,8 +76,10 @@ extension ExperimentSupervisor {
         let snap = try snapshotAgent()
         let audit = RunAudit()
         let outcomes: [TaskOutcome]
+        var retries = InfraRetries()
         do {
-            outcomes = try run(adapter.taskIDs, agent: snap.directory, audit: audit, split: .baseline, operatorDiagnostics: true, traces: { _ in nil })
+            outcomes = try runRetryingVendor(adapter.taskIDs, agent: snap.directory, audit: audit, split: .baseline, operatorDiagnostics: true,
+                                             retries: &retries)
         } catch {
             recordViolations(violations(audit, during: "baseline", heldOut: true))
             throw error
@@ -99,7 +101,7 @@ extension ExperimentSupervisor {
         var heldOutOutcomes = outcomes.filter { testIDs.contains($0.id) }
         do {
             for _ in 1..<max(config.heldOutTrials, 1) {
-                heldOutOutcomes += try run(split.test, agent: snap.directory, audit: audit, split: .baseline, traces: { _ in nil })
+                heldOutOutcomes += try runRetryingVendor(split.test, agent: snap.directory, audit: audit, split: .baseline, retries: &retries)
             }
         } catch {
             recordViolations(violations(audit, during: "baseline", heldOut: true))
@@ -110,6 +112,7 @@ extension ExperimentSupervisor {
                                             tasksTotal: outcomes.count, agentSHA256: snap.sha256, costUSD: TaskOutcome.cost(outcomes),
                                             agentCode: TaskOutcome.agentCode(outcomes))
         if config.timeoutPolicy == .infra { (baselineRecord.valScoreFinished, baselineRecord.heldOutTimedOut) = HeldOutScore.finished(split.test, heldOutOutcomes) }
+        baselineRecord.infraRetries = retries.recorded
         baselineRecord.heldOutTrials = HeldOutTrials(rewards: HeldOutScore.perTask(split.test, heldOutOutcomes), trials: config.heldOutTrials)
         // The split is committed to here (salted, the salt kept in the ledger): every evidence
         // bundle signs the commitment, so the split cannot be redrawn after the fact unseen.

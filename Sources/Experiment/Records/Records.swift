@@ -36,6 +36,9 @@ public struct BaselineRecord: Codable, Sendable {
     public var heldOutTimedOut: Int? = nil
     /// Tasks whose verifier ran agent code (`TaskOutcome.agentCode`); operator only.
     public var agentCode: [String: [String]]? = nil
+    /// What the vendor failed in the baseline's runs and what was run again for it
+    /// (`gate.infra_retries`); operator only, nil when the vendor failed nothing.
+    public var infraRetries: InfraRetries? = nil
     /// Each test task's rewards over its `gate.trials` trials (the first the baseline's run of
     /// every task); operator only, the best's side of a paired decision while the baseline is
     /// the best.
@@ -101,6 +104,9 @@ public struct GateAttemptRecord: Codable, Sendable {
     /// Each held-out task's rewards over its `gate.trials` trials; operator only, never
     /// disclosed: the best's side of later paired decisions once this attempt is accepted.
     public var heldOutTrials: HeldOutTrials?
+    /// What the vendor failed in its held-out phase and what was run again for it
+    /// (`gate.infra_retries`); operator only, never disclosed.
+    public var infraRetries: InfraRetries?
     /// Under `gate.accept: paired`: the test against the best (mean difference, standard
     /// error, t, p, alpha, trials); operator only.
     public var pairedTest: PairedDecision?

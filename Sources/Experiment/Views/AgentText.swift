@@ -74,6 +74,10 @@ public enum AgentText {
         extra["needs_human"] = s.needsHuman.map { ["time": $0.time, "text": $0.text] }
         extra["pending_suite"] = s.pendingSuite
         extra["pending_merges"] = s.pendingMerges
+        extra["infra_retries"] = s.infraRetries.map { r -> Any in
+            ["attempt": r.attempt as Any? ?? NSNull(), "vendor_failures": r.retries.failures, "retried": r.retries.retried,
+             "unresolved": r.retries.unresolved, "retried_in_all": r.allRetried]
+        } ?? NSNull()
         let c = s.benchmarkCost
         extra["benchmark_cost_usd"] = c.reported ? ["train": c.train, "held_out": c.heldOut] as Any : NSNull()
         return statusJSON(s.facts, extra: extra)
@@ -162,6 +166,10 @@ public enum AgentText {
             out += "paired test, gate attempt \(attempt): mean difference \(String(format: "%+.4f", t.meanDifference)) over \(t.tasks) held-out task(s) "
                 + "(standard error \(String(format: "%.4f", t.standardError)), t \(t.t.map { String(format: "%.2f", $0) } ?? "undefined")), \(t.trials) trial(s) per task (the best's \(t.bestTrials)); "
                 + "p \(String(format: "%.4f", t.pValue)) against gate.alpha \(t.alpha): \(t.accepted ? "better" : "not shown better")\n"
+        }
+        if let op, let r = op.infraRetries {
+            out += "model vendor failures, \(r.attempt.map { "gate attempt \($0)" } ?? "the baseline")'s held-out runs: \(r.retries.summary)"
+                + " (gate.infra_retries; \(r.allRetried) task run(s) repeated in all)\n"
         }
         if let op, op.benchmarkCost.reported {
             let c = op.benchmarkCost

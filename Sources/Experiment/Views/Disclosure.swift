@@ -186,6 +186,9 @@ public struct OperatorStatus: Sendable {
     /// `gate.accept: paired`: the latest gate's test against the best (never disclosed: its
     /// numbers describe the per-task held-out differences).
     public var paired: (attempt: Int, test: PairedDecision)? = nil
+    /// `gate.infra_retries`: the latest held-out run the model vendor failed (the baseline's or
+    /// a gate's), and the task runs repeated over every gate.
+    public var infraRetries: (attempt: Int?, retries: InfraRetries, allRetried: Int)? = nil
     /// What the coding agent said it needs from a human (`needs-human`), newest last.
     public var needsHuman: [(time: String, text: String)] = []
     /// `loop.review: operator`: promotions waiting for `suite approve`.
@@ -243,6 +246,12 @@ public enum Disclosure {
             o.finished = (nil, b.valScoreFinished, n)
         }
         if let g = s.gateAttempts.last(where: { $0.pairedTest != nil }), let t = g.pairedTest { o.paired = (g.attempt, t) }
+        let retried = s.gateAttempts.reduce(s.baseline?.infraRetries?.retried ?? 0) { $0 + ($1.infraRetries?.retried ?? 0) }
+        if let g = s.gateAttempts.last(where: { $0.infraRetries != nil }), let r = g.infraRetries {
+            o.infraRetries = (g.attempt, r, retried)
+        } else if let r = s.baseline?.infraRetries {
+            o.infraRetries = (nil, r, retried)
+        }
         o.needsHuman = s.needsHuman.map { ($0.time, $0.record.text) }
         o.pendingSuite = s.pendingSuite
         o.pendingMerges = FailureBook(s).pendingMerges

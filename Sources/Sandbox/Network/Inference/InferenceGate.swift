@@ -38,6 +38,12 @@ public final class InferenceGate: @unchecked Sendable {
     /// outside this gate's run.
     public let placeholders: [String: String]
 
+    /// The requests this gate judged and sent on that the vendor failed (`VendorFailure`):
+    /// what `gate.infra_retries` counts a task's run by. Operator only.
+    private let failed = Locked<Int>(0)
+    public var vendorFailures: Int { failed.withLock { failed.value } }
+    func recordVendorFailure() { failed.withLock { failed.value += 1 } }
+
     /// The request headers that carry a credential (a bearer token, an API key).
     static let credentialHeaders: Set<String> = ["authorization", "x-api-key", "api-key"]
 
@@ -205,6 +211,7 @@ struct InferenceExchange {
         case .success(let s): fd = s
         case .failure(let f):
             refuse(tls, status: 502, "autoharness could not reach \(host): \(f.why)")
+            gate.recordVendorFailure()
             return Outcome(allowed: false, detail: "\(described): \(f.why)")
         }
         track(fd, true)
@@ -218,12 +225,14 @@ struct InferenceExchange {
         case .success(let c): vendor = c
         case .failure(let f):
             refuse(tls, status: 502, "autoharness could not reach \(host): \(f.message)")
+            gate.recordVendorFailure()
             return Outcome(allowed: false, detail: "\(described): upstream TLS: \(f.message)")
         }
         defer { vendor.close() }
         let head = request.forwardedHead(host: host, port: port, bodyLength: body.count, keys: gate.placeholders)
         guard vendor.write(head), vendor.write(body) else {
             refuse(tls, status: 502, "autoharness: the request could not be sent to \(host)")
+            gate.recordVendorFailure()
             return Outcome(allowed: true, detail: "\(described): sending failed", up: 0, down: 0)
         }
         let down = relayResponse(from: vendor, to: tls)
@@ -235,9 +244,12 @@ struct InferenceExchange {
     private func relayResponse(from vendor: TLSConnection, to tls: TLSConnection) -> Int {
         var reader = TLSReader(vendor)
         guard let head = reader.readHead(cap: Self.headCap) else {
+            // Reset, closed or silent for `responseSeconds`: the vendor's failure.
+            gate.recordVendorFailure()
             refuse(tls, status: 502, "autoharness: no response head from \(host)")
             return 0
         }
+        if Self.status(head).map(Self.vendorFailureStatuses.contains) == true { gate.recordVendorFailure() }
         // A rate-limit refusal's body counts the key's use ("Limit L, Used U"): the client gets
         // the status alone, with a message of the gate's.
         if let (status, message) = Self.replacement(forHead: head) {
@@ -341,6 +353,13 @@ struct InferenceExchange {
             ? (429, "the model API refused the request for its rate limit (its message, which counts the key's use, is not relayed)")
             : nil
     }
+
+    /// The statuses a vendor answers when it, not the request, failed: an internal error (500),
+    /// a gateway's (502, 504), unavailable (503), Anthropic's overloaded (529). The others are
+    /// the request's own (4xx, 501, 505) or the account's (429, which load from the same key
+    /// provokes): not counted, so agent.py cannot buy a retry by sending a bad request. (A
+    /// 500 can still follow from a request's content at some vendors: docs/loop.md.)
+    static let vendorFailureStatuses: Set<Int> = [500, 502, 503, 504, 529]
 
     /// The status code of a response head, or nil.
     static func status(_ head: [UInt8]) -> Int? {

@@ -1,0 +1,74 @@
+import Benchmark
+
+// `gate.infra_retries`: a held-out task whose model calls the vendor failed is run again.
+//
+// The inference gate counts, per tool sandbox, the requests it judged and sent on that the
+// vendor failed (`InferenceGate.vendorFailureStatuses`, a reset, no answer). A held-out run
+// that wants those counts per task runs each task in an adapter run of its own
+// (`TaskRun.oneTaskPerRun`), unless the adapter already gives each task its own gate. A task
+// whose run saw any is run again inside the same frozen phase, at most `infraRetries` times,
+// and that run's result replaces the first whatever either scored: which tasks are re-run
+// depends on what the vendor did, not on how the task went, so a retry is never a second
+// chance for a task agent.py failed on its own (a task whose agent.py exits 1 is not retried:
+// no vendor failure). What the vendor still failed after the last retry counts as
+// `timeout_policy` says: 0 in the gate, left out of the operator's mean over finished tasks
+// under `infra` (`HeldOutScore.finished`). Counted in the ledger (`InfraRetries`), shown to
+// the operator, never disclosed. docs/loop.md states what this cannot tell apart.
+
+/// What a held-out phase's vendor failures cost: operator only.
+public struct InfraRetries: Codable, Sendable, Equatable {
+    /// Vendor failures the gate saw over every task run of the phase, the replaced ones included.
+    public var failures = 0
+    /// Task runs repeated for them.
+    public var retried = 0
+    /// Task runs the vendor still failed after their last retry (or with retries off).
+    public var unresolved = 0
+
+    public init(failures: Int = 0, retried: Int = 0, unresolved: Int = 0) {
+        self.failures = failures
+        self.retried = retried
+        self.unresolved = unresolved
+    }
+
+    /// nil when the vendor failed nothing: no row grows a field for a clean phase.
+    public var recorded: InfraRetries? { failures == 0 ? nil : self }
+
+    /// One line for the operator.
+    public var summary: String {
+        "\(failures) vendor failure(s), \(retried) task run(s) repeated, \(unresolved) still failed by the vendor"
+    }
+}
+
+extension ExperimentSupervisor {
+    /// Whether held-out runs count vendor failures per task: retries are on and the runner
+    /// reaches a model API through the inference gate.
+    var countsVendorFailures: Bool { config.infraRetries > 0 && !config.runner.networkInference.isEmpty }
+
+    /// One held-out trial of `ids` (`split` `.heldOut` or `.baseline`), each task the vendor
+    /// failed run again up to `gate.infra_retries` times; `retries` accumulates the account.
+    func runRetryingVendor(_ ids: [String], agent: String, audit: RunAudit, split: SplitClass, operatorDiagnostics: Bool = false,
+                           retries: inout InfraRetries) throws -> [TaskOutcome] {
+        let perTask = countsVendorFailures
+        var outcomes = try run(ids, agent: agent, audit: audit, split: split, operatorDiagnostics: operatorDiagnostics,
+                               oneTaskPerRun: perTask, traces: { _ in nil })
+        retries.failures += outcomes.reduce(0) { $0 + ($1.vendorFailures ?? 0) }
+        if perTask {
+            for _ in 0..<config.infraRetries {
+                let again = outcomes.filter(Self.vendorFailed).map(\.id)
+                if again.isEmpty { break }
+                retries.retried += again.count
+                log?("held-out: \(again.count) task run(s) the model vendor failed, run again (gate.infra_retries)")
+                let fresh = try run(again, agent: agent, audit: audit, split: split, operatorDiagnostics: operatorDiagnostics,
+                                    oneTaskPerRun: true, traces: { _ in nil })
+                retries.failures += fresh.reduce(0) { $0 + ($1.vendorFailures ?? 0) }
+                let byID = Dictionary(fresh.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+                outcomes = outcomes.map { byID[$0.id] ?? $0 }
+            }
+        }
+        retries.unresolved += outcomes.filter(Self.vendorFailed).count
+        return outcomes
+    }
+
+    /// A run the vendor failed at least once (the gate's count).
+    static func vendorFailed(_ o: TaskOutcome) -> Bool { (o.vendorFailures ?? 0) > 0 }
+}
