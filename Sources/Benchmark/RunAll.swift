@@ -69,7 +69,8 @@ extension TaskRunner {
 /// apart by task (`gate.infra_retries`), each tool sandbox then has an inference gate of its
 /// own (`TaskOutcome.vendorFailures`). Each run is on a dedicated thread, `concurrency` at once,
 /// with a copy of `context` whose progress callback is this function's (called on the calling
-/// thread, with a count and no outcome: runs that keep nothing name no task).
+/// thread, with a count and no outcome: runs that keep nothing name no task). An adapter whose
+/// runs cannot run beside each other (`runsBesideItself`) gets one at a time.
 public enum OneTaskRuns {
     public static func run(_ adapter: any BenchmarkAdapter, _ ids: [String], _ context: AdapterRunContext,
                            concurrency: Int) throws(BenchmarkError) -> [TaskOutcome] {
@@ -93,7 +94,7 @@ public enum OneTaskRuns {
                 }
             }
         }
-        for _ in 0..<min(max(1, concurrency), ids.count) {
+        for _ in 0..<min(max(1, adapter.runsBesideItself ? concurrency : 1), ids.count) {
             if let thread = Job.start(job) { threads.append(thread) }
         }
         board.start()

@@ -28,8 +28,8 @@ final class FakeModel {
     var address: String { "127.0.0.2:\(port)" }
 
     /// `answers`: `{"when": text, "turn": [...]}` rules answering any Chat request whose last
-    /// user message contains the text (fake_model.py's header).
-    init(turns: [[[String: Any]]], answers: [[String: Any]] = []) throws {
+    /// user message contains the text (fake_model.py's header). `outage`: its `--fail-*` options.
+    init(turns: [[[String: Any]]], answers: [[String: Any]] = [], outage: [String] = []) throws {
         dir = try TempDir(mode: 0o755)
         let server = Fixtures.root + "/fake-model/fake_model.py"
         let made = try runProcess("/usr/bin/python3", [server, "--make-certs", dir.path + "/certs"])
@@ -40,7 +40,7 @@ final class FakeModel {
         try script.write(to: URL(fileURLWithPath: dir.path + "/script.json"))
         process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
         process.arguments = [server, "--script", dir.path + "/script.json", "--cert", dir.path + "/certs/server.pem",
-                             "--key", dir.path + "/certs/server.key", "--port-file", dir.path + "/port", "--log", dir.path + "/requests.jsonl"]
+                             "--key", dir.path + "/certs/server.key", "--port-file", dir.path + "/port", "--log", dir.path + "/requests.jsonl"] + outage
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()

@@ -330,7 +330,8 @@ struct InferenceExchangeTests {
     /// `raw` sent over TLS (trusting the gate's CA) through one exchange of `gate` for
     /// api.test:443 on a socket pair, `dial` standing for the vendor; the gate's outcome and
     /// what the client read back.
-    static func drive(_ raw: String, gate: InferenceGate, dial: @escaping @Sendable () -> Result<Int32, GateRefusal>) throws -> (outcome: InferenceExchange.Outcome, reply: String) {
+    static func drive(_ raw: String, gate: InferenceGate, stopped: @escaping @Sendable () -> Bool = { false },
+                      dial: @escaping @Sendable () -> Result<Int32, GateRefusal>) throws -> (outcome: InferenceExchange.Outcome, reply: String) {
         final class Box: @unchecked Sendable {
             var outcome: InferenceExchange.Outcome?
             let done = DispatchSemaphore(value: 0)
@@ -342,7 +343,7 @@ struct InferenceExchangeTests {
         let trust = try TLSUpstreamTrust(extraCAFile: try dir.file("ca.pem", String(decoding: gate.certificatePEM, as: UTF8.self)))
         let box = Box()
         let server = Thread { [fds] in
-            let x = InferenceExchange(gate: gate, client: fds[0], host: "api.test", port: 443, dial: dial, track: { _, _ in })
+            let x = InferenceExchange(gate: gate, client: fds[0], host: "api.test", port: 443, dial: dial, track: { _, _ in }, stopped: stopped)
             box.outcome = x.run()
             shutdown(fds[0], Int32(SHUT_RDWR))
             box.done.signal()
@@ -446,15 +447,17 @@ struct InferenceExchangeTests {
         }
     }
 
-    @Test("vendor failures are counted, per gate: a 500, 502, 503, 504 or 529, a vendor that closes before answering, no TLS, no connection; a 200, a 400, a 429 (the account's, provoked by load), a 501 and a request the gate refused are not")
+    @Test("vendor failures are counted, per gate, for generation requests: a 500, 502, 503, 504 or 529, a vendor that closes before answering, no TLS, no connection; not a 200, a 400, a 429 (the account's, provoked by load), a 501, a request the gate refused, the proxy's own refusal of an address, a free endpoint's failure (count_tokens), or a failure once the proxy stopped (it cut the connection itself); the audit line says which were counted")
     func vendorFailuresCounted() throws {
         let authority = try TLSAuthority(hosts: ["api.test"])
         let dir = try TempDir()
         let ca = try dir.file("vendor-ca.pem", String(decoding: authority.certificatePEM, as: UTF8.self))
         let request = "POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nContent-Length: \(Self.body.utf8.count)\r\n\r\n\(Self.body)"
-        func count(_ dial: @escaping @Sendable () -> Result<Int32, GateRefusal>, raw: String = request) throws -> (Int, String) {
+        func count(_ dial: @escaping @Sendable () -> Result<Int32, GateRefusal>, raw: String = request,
+                   stopped: @escaping @Sendable () -> Bool = { false }) throws -> (Int, String) {
             let gate = try InferenceGate(targets: ["api.test:443"], upstreamCAFile: ca)
-            let r = try Self.drive(raw, gate: gate, dial: dial)
+            let r = try Self.drive(raw, gate: gate, stopped: stopped, dial: dial)
+            #expect(r.outcome.detail.contains("[counted as the vendor's failure]") == (gate.vendorFailures == 1), "\(r.outcome.detail)")
             return (gate.vendorFailures, r.reply)
         }
         for status in [500, 502, 503, 504, 529] {
@@ -470,6 +473,13 @@ struct InferenceExchangeTests {
         #expect(try count({ .failure(GateRefusal("connection refused")) }).0 == 1, "no connection")
         let refused = try count(Self.vendor(authority, status: 503), raw: "POST /v1/files HTTP/1.1\r\nHost: api.test\r\nContent-Length: 2\r\n\r\n{}")
         #expect(refused.0 == 0 && refused.1.hasPrefix("HTTP/1.1 403"), "\(refused)")
+        #expect(try count({ .failure(GateRefusal("resolves to an internal address", byPolicy: true)) }).0 == 0, "the proxy's own refusal")
+        let counting = #"{"model": "m", "messages": []}"#
+        let free = try count(Self.vendor(authority, status: 503),
+                             raw: "POST /v1/messages/count_tokens HTTP/1.1\r\nHost: api.test\r\nContent-Length: \(counting.utf8.count)\r\n\r\n\(counting)")
+        #expect(free.0 == 0 && free.1.hasPrefix("HTTP/1.1 503"), "count_tokens: \(free)")
+        #expect(try count(Self.vendor(authority, status: nil), stopped: { true }).0 == 0, "after the proxy stopped")
+        #expect(try count(Self.vendor(authority, status: 503), stopped: { true }).0 == 0, "after the proxy stopped")
         // Counts add up on one gate (one per tool sandbox), across its exchanges.
         let gate = try InferenceGate(targets: ["api.test:443"], upstreamCAFile: ca)
         for status in [503, 200, 529] { _ = try Self.drive(request, gate: gate, dial: Self.vendor(authority, status: status)) }

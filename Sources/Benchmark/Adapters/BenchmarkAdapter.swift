@@ -111,6 +111,10 @@ public protocol BenchmarkAdapter: Sendable {
     /// is the task's even in a run of many; false: one gate serves a run's tasks together
     /// (`OneTaskRuns` gives each its own).
     var gatesEachTask: Bool { get }
+    /// Whether two runs of this adapter may run at once (`OneTaskRuns`); false when its runs
+    /// share state outside their sandboxes that each checks as its own (BIRD's PostgreSQL
+    /// server, whose roles a run's services compare before and after).
+    var runsBesideItself: Bool { get }
 }
 
 extension BenchmarkAdapter {
@@ -120,6 +124,7 @@ extension BenchmarkAdapter {
     public var hostPaths: [String] { [] }
     public var verifierScripts: [String] { [] }
     public var gatesEachTask: Bool { false }
+    public var runsBesideItself: Bool { true }
     public func canonicalTaskID(_ given: String) -> String? { taskIDs.contains(given) ? given : nil }
 }
 

@@ -57,6 +57,10 @@ public struct BirdAdapter: BenchmarkAdapter {
     /// held-out VM shares for the same graders to run in it. The task databases reach the
     /// guest as dumps (its own server), never through `postgresSocketDirectory`.
     public var hostPaths: [String] { [adkDirectory, dataPath, scriptsDirectory] }
+    /// One PostgreSQL server for every run: a run's services record (and undo) the roles and
+    /// settings that appeared while it ran, so a second run beside it would be blamed for
+    /// the first's task roles.
+    public var runsBesideItself: Bool { false }
 
     /// The databases the DB environment copies a task's from (`<selected_database>_template`,
     /// BIRD-Interact-ADK shared/db_utils.py), for every task of the dataset.

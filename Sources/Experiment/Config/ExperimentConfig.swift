@@ -67,7 +67,8 @@ public struct ExperimentConfig: Sendable, Equatable {
     /// `gate.infra_retries`: how many more times a held-out task runs, inside the same frozen
     /// phase, when the inference gate saw the model vendor fail its requests
     /// (`TaskOutcome.vendorFailures`); the run it replaces counts for nothing, whatever it scored.
-    public var infraRetries = 1
+    /// Off by default: the count is partly in agent.py's hands (docs/loop.md).
+    public var infraRetries = 0
     /// `gate.alpha`: with `acceptRule` paired, the test's one-sided error rate.
     public var alpha = 0.05
     /// With `acceptRule` margin: a new val_score must exceed the best by more than this; nil

@@ -37,7 +37,7 @@ extension ExperimentConfig {
         var replyMode: (String, Node)?, replyAfter: (Double, Node)?, heldOutEnvNode: Node?, executorNode: Node?
         var benchmarkKeys: [(key: String, node: Node)] = []
         var minImprovementNode: Node?
-        var alphaNode: Node?, ladderStepNode: Node?
+        var alphaNode: Node?, ladderStepNode: Node?, infraRetriesNode: Node?
         r.mapping(root, "the config", allowed: ["benchmark", "dataset", "agent_model", "split", "gate_split", "threshold",
                                                 "max_concurrency", "per_task_timeout", "sandbox", "coding_agent", "gate",
                                                 "parallel_gate", "reasoning_effort", "tasks", "tasks_file", "runner", "budget", "loop", "timeout_policy", "executor", "triage"]
@@ -190,7 +190,9 @@ extension ExperimentConfig {
                         ladderStepNode = v
                         if let x = r.number(v, "gate.ladder_step", 0.001...0.5) { c.ladderStep = x }
                     case "trials": if let x = r.integer(v, "gate.trials", 1...GateTrials.maximum) { c.heldOutTrials = x }
-                    case "infra_retries": if let x = r.integer(v, "gate.infra_retries", 0...GateTrials.maximumRetries) { c.infraRetries = x }
+                    case "infra_retries":
+                        infraRetriesNode = v
+                        if let x = r.integer(v, "gate.infra_retries", 0...GateTrials.maximumRetries) { c.infraRetries = x }
                     case "alpha":
                         alphaNode = v
                         if let x = r.number(v, "gate.alpha", 0.0001...0.5) { c.alpha = x }
@@ -264,6 +266,15 @@ extension ExperimentConfig {
         }
         if c.acceptRule != .paired, let node = alphaNode {
             r.error(node, "gate.alpha: only with gate.accept: paired (the error rate of its test)")
+        }
+        if c.infraRetries > 0, let node = infraRetriesNode, r.errors.isEmpty {
+            // Where the inference gate cannot count a held-out task's vendor failures as that
+            // task's, a retry would be granted on nothing: refused, not silently ignored.
+            if c.runsOwnTasks || c.runner.networkInference.isEmpty {
+                r.error(node, "gate.infra_retries: needs runner.network.inference (the inference gate counts the model vendor's failures; '\(c.benchmark)' reaches no model API through it)")
+            } else if c.heldOutRuntime != .host {
+                r.error(node, "gate.infra_retries: needs gate.held_out_runtime: host (in a held-out VM the host's gate serves the whole phase and cannot tell one task's vendor failures from another's)")
+            }
         }
         if c.benchmark.isEmpty && r.errors.isEmpty {
             r.fileError("benchmark: missing (allowed: \(supportedBenchmarks.joined(separator: ", ")))")

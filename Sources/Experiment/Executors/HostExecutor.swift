@@ -28,9 +28,13 @@ struct HostExecutor: TaskExecutor {
         context.pageCache = cache
         let outcomes: [TaskOutcome]
         do {
-            outcomes = run.oneTaskPerRun && !env.adapter.gatesEachTask
-                ? try OneTaskRuns.run(env.adapter, run.ids, context, concurrency: env.config.maxConcurrency)
-                : try env.adapter.run(run.ids, context)
+            if run.oneTaskPerRun && !env.adapter.gatesEachTask && run.ids.count > 1 {
+                env.log?("\(env.adapter.name): each of \(run.ids.count) task(s) in a run of its own, so the inference gate counts the vendor's failures per task (gate.infra_retries)"
+                         + (env.adapter.runsBesideItself ? "" : ", one at a time (its runs share a server)"))
+                outcomes = try OneTaskRuns.run(env.adapter, run.ids, context, concurrency: env.config.maxConcurrency)
+            } else {
+                outcomes = try env.adapter.run(run.ids, context)
+            }
         } catch {
             if let cache { _ = settle(cache) }
             throw error

@@ -183,7 +183,8 @@ public final class EgressProxy: @unchecked Sendable {
                         // Stopped meanwhile: the new connection is cut at once.
                         if opened && stopped { shutdown(fd, Int32(SHUT_RDWR)) }
                     }
-                })
+                },
+                stopped: { [self] in lock.withLock { stopped } })
             let outcome = exchange.run()
             record(target, allowed: outcome.allowed, why: outcome.detail, up: outcome.up, down: outcome.down)
             return
@@ -298,6 +299,7 @@ public final class EgressProxy: @unchecked Sendable {
         defer { freeaddrinfo(first) }
         var ai: UnsafeMutablePointer<addrinfo>? = first
         var lastError = "connection failed"
+        var tried = false
         while let a = ai {
             defer { ai = a.pointee.ai_next }
             // A name resolving to an internal address reaches it only where the allowlist
@@ -311,6 +313,7 @@ public final class EgressProxy: @unchecked Sendable {
                     continue
                 }
             }
+            tried = true
             let fd = socket(a.pointee.ai_family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
             if fd < 0 { continue }
             // A bound on connect (Linux applies the send timeout to it), then none.
@@ -324,7 +327,7 @@ public final class EgressProxy: @unchecked Sendable {
             lastError = String(cString: strerror(errno))
             close(fd)
         }
-        return .failure(GateRefusal(lastError))
+        return .failure(GateRefusal(lastError, byPolicy: !tried))
     }
 
     /// Copies bytes both ways until either side closes. Returns (client→upstream, upstream→client).

@@ -152,6 +152,9 @@ struct InferenceExchange {
     let dial: () -> Result<Int32, GateRefusal>
     /// Called with the upstream socket while it is open (the proxy closes it when stopped).
     let track: (Int32, Bool) -> Void
+    /// Whether the proxy has stopped (its sandbox is gone): it cut the vendor's connections
+    /// itself, so what fails after that is not the vendor's.
+    var stopped: () -> Bool = { false }
 
     struct Outcome {
         var allowed: Bool
@@ -205,14 +208,23 @@ struct InferenceExchange {
             return Outcome(allowed: false, detail: "inference refused: \(line): the forwarded body \(why)")
         }
         let described = "inference \(line)" + (notes.isEmpty ? "" : " (\(notes.joined(separator: ", ")))")
+        // A generation request the vendor failed: counted for `gate.infra_retries`, and said in
+        // the audit line. Only generations (free calls, count_tokens and moderations, would let
+        // agent.py buy a background failure rate by volume), and never once the proxy stopped.
+        let generation = InferenceRules.isGeneration(request.target)
+        let vendorFailed = { () -> String in
+            guard generation && !stopped() else { return "" }
+            gate.recordVendorFailure()
+            return " [counted as the vendor's failure]"
+        }
 
         let fd: Int32
         switch dial() {
         case .success(let s): fd = s
         case .failure(let f):
+            let counted = f.byPolicy ? "" : vendorFailed()
             refuse(tls, status: 502, "autoharness could not reach \(host): \(f.why)")
-            gate.recordVendorFailure()
-            return Outcome(allowed: false, detail: "\(described): \(f.why)")
+            return Outcome(allowed: false, detail: "\(described): \(f.why)" + counted)
         }
         track(fd, true)
         defer {
@@ -224,48 +236,50 @@ struct InferenceExchange {
         switch gate.upstream.connect(fd, host: name) {
         case .success(let c): vendor = c
         case .failure(let f):
+            let counted = vendorFailed()
             refuse(tls, status: 502, "autoharness could not reach \(host): \(f.message)")
-            gate.recordVendorFailure()
-            return Outcome(allowed: false, detail: "\(described): upstream TLS: \(f.message)")
+            return Outcome(allowed: false, detail: "\(described): upstream TLS: \(f.message)" + counted)
         }
         defer { vendor.close() }
         let head = request.forwardedHead(host: host, port: port, bodyLength: body.count, keys: gate.placeholders)
         guard vendor.write(head), vendor.write(body) else {
+            let counted = vendorFailed()
             refuse(tls, status: 502, "autoharness: the request could not be sent to \(host)")
-            gate.recordVendorFailure()
-            return Outcome(allowed: true, detail: "\(described): sending failed", up: 0, down: 0)
+            return Outcome(allowed: true, detail: "\(described): sending failed" + counted, up: 0, down: 0)
         }
-        let down = relayResponse(from: vendor, to: tls)
-        return Outcome(allowed: true, detail: described, up: head.count + body.count, down: down)
+        let (down, counted) = relayResponse(from: vendor, to: tls, vendorFailed: vendorFailed)
+        return Outcome(allowed: true, detail: described + counted, up: head.count + body.count, down: down)
     }
 
     /// The vendor's response head with its connection headers replaced by `Connection:
-    /// close` (one request per tunnel), then every byte until the vendor closes.
-    private func relayResponse(from vendor: TLSConnection, to tls: TLSConnection) -> Int {
+    /// close` (one request per tunnel), then every byte until the vendor closes. A response
+    /// that is the vendor's failure (`vendorFailureStatuses`, or no head: reset, closed or
+    /// silent for `responseSeconds`) calls `vendorFailed` before the client hears of it (its
+    /// sandbox may end on it). Returns the bytes relayed and `vendorFailed`'s note.
+    private func relayResponse(from vendor: TLSConnection, to tls: TLSConnection, vendorFailed: () -> String) -> (Int, String) {
         var reader = TLSReader(vendor)
         guard let head = reader.readHead(cap: Self.headCap) else {
-            // Reset, closed or silent for `responseSeconds`: the vendor's failure.
-            gate.recordVendorFailure()
+            let failed = vendorFailed()
             refuse(tls, status: 502, "autoharness: no response head from \(host)")
-            return 0
+            return (0, failed)
         }
-        if Self.status(head).map(Self.vendorFailureStatuses.contains) == true { gate.recordVendorFailure() }
+        let failed = Self.status(head).map(Self.vendorFailureStatuses.contains) == true ? vendorFailed() : ""
         // A rate-limit refusal's body counts the key's use ("Limit L, Used U"): the client gets
         // the status alone, with a message of the gate's.
         if let (status, message) = Self.replacement(forHead: head) {
             refuse(tls, status: status, message)
-            return 0
+            return (0, failed)
         }
         // A vendor (or a gateway's error page) that reflects the request would hand the
         // sandbox the key the gate put in it: every key is masked on the way back.
         var mask = KeyMask(gate.credentials)
         var rewritten = Self.relayedHead(head)
         KeyMask.mask(&rewritten, mask.keys)
-        guard tls.write(rewritten) else { return 0 }
+        guard tls.write(rewritten) else { return (0, failed) }
         var total = rewritten.count
         let first = mask.pass(reader.buffered[...])
         if !first.isEmpty {
-            guard tls.write(first) else { return total }
+            guard tls.write(first) else { return (total, failed) }
             total += first.count
         }
         var buf = [UInt8](repeating: 0, count: 65536)
@@ -273,12 +287,12 @@ struct InferenceExchange {
             let n = vendor.read(into: &buf)
             if n <= 0 { break }
             let out = mask.pass(buf[..<n])
-            guard out.isEmpty || tls.write(out) else { return total }
+            guard out.isEmpty || tls.write(out) else { return (total, failed) }
             total += out.count
         }
         let rest = mask.finish()
         if !rest.isEmpty && tls.write(rest) { total += rest.count }
-        return total
+        return (total, failed)
     }
 
     /// Each of a run's keys replaced by as many `*` in a byte stream, across the boundaries of

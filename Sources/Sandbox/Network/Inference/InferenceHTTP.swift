@@ -4,7 +4,13 @@ import SupervisorIO
 /// Why the gate did not pass something on.
 struct GateRefusal: Error {
     var why: String
-    init(_ why: String) { self.why = why }
+    /// The proxy's own refusal (a name resolving to an internal address), not the vendor's
+    /// failure: `gate.infra_retries` does not count it.
+    var byPolicy = false
+    init(_ why: String, byPolicy: Bool = false) {
+        self.why = why
+        self.byPolicy = byPolicy
+    }
 }
 
 /// Buffered reads over a TLS connection. Consumed bytes are skipped by a cursor and dropped

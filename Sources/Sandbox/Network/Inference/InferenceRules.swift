@@ -40,6 +40,16 @@ enum InferenceRules {
         "/v1/moderations": .openAIModerations,
     ]
 
+    /// Whether `target` asks for a generation (Messages, Responses, Chat, Completions): the
+    /// requests whose failure by the vendor `gate.infra_retries` counts.
+    static func isGeneration(_ target: String) -> Bool {
+        let path = target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? target
+        switch endpoints[path] {
+        case .anthropicMessages?, .openAIResponses?, .openAIChat?, .openAICompletions?: return true
+        default: return false
+        }
+    }
+
     /// Tool types that the client runs (the model only names a call): OpenAI's function and
     /// custom tools and its client-executed shell, patch and computer tools; Anthropic's
     /// custom tools (no `type`, or `custom`) and its client tools by prefix (`bash_20250124`).

@@ -27,6 +27,9 @@ the agent saw, e.g. the gate's verdict. An OpenAI Chat request offering tools wh
 message contains an `answers` rule's TEXT gets that rule's TURN instead (the script does not
 advance).
 
+An outage, for the gate's retries: `--fail-account KEY --fail-rate R --fail-seed S` answers
+`--fail-status` (503) to a fraction R of the POSTs sent with KEY, drawn in arrival order.
+
   python3 fake_model.py --make-certs DIR
   python3 fake_model.py --script S.json --cert DIR/server.pem --key DIR/server.key \
       --port-file PORT --log LOG.jsonl
@@ -34,6 +37,7 @@ advance).
 import argparse
 import json
 import os
+import random
 import ssl
 import subprocess
 import sys
@@ -154,6 +158,10 @@ class Handler(BaseHTTPRequestHandler):
         req = self.body()
         path = self.path.split("?")[0]
         self.store_seen = req.get("store", "absent")
+        if self.outage():
+            status = self.server.fail_status
+            self.record({"method": "POST", "path": path, "failed": status})
+            return self.reply_json(status, {"error": {"type": "overloaded_error", "message": "the fake vendor is failing this request"}})
         if path.endswith("/v1/messages/count_tokens"):
             self.record({"method": "POST", "path": path})
             return self.reply_json(200, {"input_tokens": 100})
@@ -165,6 +173,14 @@ class Handler(BaseHTTPRequestHandler):
             return self.chat(req, path)
         self.record({"method": "POST", "path": path})
         self.reply_json(404, {"error": {"type": "not_found_error", "message": "no such endpoint in the fake"}})
+
+    def outage(self):
+        """`--fail-rate`: whether this request, sent with `--fail-account`'s key, is failed; drawn
+        from one seeded generator in arrival order."""
+        if self.server.fail_rate <= 0 or self.account() not in (self.server.fail_account, "Bearer " + self.server.fail_account):
+            return False
+        with self.server.state["lock"]:
+            return self.server.fail_random.random() < self.server.fail_rate
 
     def reply_json(self, status, obj):
         data = json.dumps(obj).encode()
@@ -426,6 +442,11 @@ def main():
     ap.add_argument("--port-file")
     ap.add_argument("--log")
     ap.add_argument("--address", default="127.0.0.2")
+    # An outage: requests that carry this key fail with --fail-status at this rate.
+    ap.add_argument("--fail-account", default="")
+    ap.add_argument("--fail-rate", type=float, default=0.0)
+    ap.add_argument("--fail-seed", type=int, default=0)
+    ap.add_argument("--fail-status", type=int, default=503)
     a = ap.parse_args()
     if a.make_certs:
         make_certs(a.make_certs)
@@ -438,6 +459,8 @@ def main():
     server.script = Script(a.script)
     server.log_path = a.log
     server.log_lock = threading.Lock()
+    server.fail_account, server.fail_rate, server.fail_status = a.fail_account, a.fail_rate, a.fail_status
+    server.fail_random = random.Random(a.fail_seed)
     server.state = {"lock": threading.Lock(), "chat": [], "files": [], "responses": {}, "prompt_cache": set()}
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(a.cert, a.key)
