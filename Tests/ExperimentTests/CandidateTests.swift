@@ -82,6 +82,39 @@ struct CandidateTests {
         #expect(alone.status == 0 && alone.stdout.contains("ACCEPTED"), "\(alone.stdout)\(alone.stderr)")
     }
 
+    @Test("gate.trials ranks candidates on each train task's mean over k runs: one recorded train run per candidate, k runs of every task, the ranking's numbers over task means")
+    func rankedOverTrials() throws {
+        try requireRoot()
+        let exp = try Experiment(config: ["candidates": "2", "trials": "3"])
+        let (train, _) = try exp.split()
+        // Passes each task by a coin: one run per task gives whole passes only; three give
+        // means of 0, 1/3, 2/3 or 1, and eight tasks all alike three times over is 1 in 65536.
+        let coin = """
+            import os
+            class HarnessAgent:
+                def run(self, instruction, workdir):
+                    if os.urandom(1)[0] < 128:
+                        return
+                    _, op, a, b = instruction.splitlines()[0].split()
+                    result = int(a) + int(b) if op == "add" else int(a) * int(b)
+                    with open(os.path.join(workdir, "answer.txt"), "w") as f:
+                        f.write(str(result))
+            """
+        for source in [coin, solving([])] {
+            try exp.setAgent(source)
+            let r = try exp.run("candidate")
+            try #require(r.status == 0, "\(r.stdout)\(r.stderr)")
+        }
+        let g = try exp.run("gate")
+        try #require(g.status == 0 || g.status == 1, "\(g.stdout)\(g.stderr)")
+        let ranked = try #require(try exp.rows("candidates_ranked").first?["ranked"] as? [[String: Any]])
+        let first = try #require(ranked.first)
+        #expect(first["number"] as? Int == 1 && first["trials"] as? Int == 3 && first["trainTotal"] as? Int == train.count, "\(ranked)")
+        let score = try #require(first["trainScore"] as? Double) * Double(train.count)
+        #expect(abs(score - score.rounded()) > 0.01, "a mean over three runs per task: \(score)")
+        #expect(try exp.rows("train_run").count == 2, "one recorded train run per candidate")
+    }
+
     @Test("candidates that differ only on the held-out split teach the coding agent nothing more than K = 1: the same looks, the same answer, the same status")
     func nearIdenticalLearnNothingMore() throws {
         try requireRoot()

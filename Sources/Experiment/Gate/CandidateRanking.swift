@@ -6,14 +6,32 @@ import Benchmark
 public enum CandidateRanking {
     /// A candidate's standing from its run on the visible train split (`outcomes`), the suite
     /// being those of its tasks in `suite`.
-    public static func standing(_ c: CandidateRecord, outcomes: [TaskOutcome], suite: [String], threshold: Double) -> RankedCandidate {
+    public static func standing(_ c: CandidateRecord, outcomes: [TaskOutcome], suite: [String], threshold: Double, trials: Int = 1) -> RankedCandidate {
         let inSuite = Set(suite)
         let suitePassed = outcomes.filter { inSuite.contains($0.id) && $0.passed }.count
         return RankedCandidate(number: c.number, agentSHA256: c.agentSHA256, message: c.message,
                                trainPassed: outcomes.filter(\.passed).count, trainTotal: outcomes.count,
                                trainScore: outcomes.isEmpty ? 0 : outcomes.map(\.reward).reduce(0, +) / Double(outcomes.count),
                                suitePassed: suitePassed, suiteTotal: suite.count,
-                               meetsThreshold: GateRules.suite(passed: suitePassed, total: suite.count, threshold: threshold) == nil)
+                               meetsThreshold: GateRules.suite(passed: suitePassed, total: suite.count, threshold: threshold) == nil,
+                               trials: trials > 1 ? trials : nil)
+    }
+
+    /// The task ids of `outcomes`, each once, in the order they first appear.
+    static func ids(_ outcomes: [TaskOutcome]) -> [String] {
+        var seen: Set<String> = []
+        return outcomes.map(\.id).filter { seen.insert($0).inserted }
+    }
+
+    /// One outcome per task of `outcomes` (several trials each, `gate.trials`): its mean
+    /// reward, passed when the mean reaches the pass threshold, in the order tasks first appear.
+    public static func taskMeans(_ outcomes: [TaskOutcome]) -> [TaskOutcome] {
+        let byID = Dictionary(grouping: outcomes, by: \.id)
+        return ids(outcomes).map { id in
+            let rewards = byID[id, default: []].map(\.reward)
+            let mean = ExperimentSupervisor.mean(rewards)
+            return TaskOutcome(id: id, reward: mean, status: mean >= TaskOutcome.passThreshold ? .passed : .failed)
+        }
     }
 
     /// Best first: a candidate whose suite would pass the gate's first step before one whose

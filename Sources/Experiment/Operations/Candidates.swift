@@ -62,8 +62,23 @@ extension ExperimentSupervisor {
             if let why = overBudget() { throw ExperimentError(.refused, "\(why) while ranking the candidates; no gate ran and they still wait") }
             log?("candidate \(c.number) of \(waiting.count) (\(c.agentSHA256.prefix(12))): running the train split")
             let s = try state()
-            let outcomes = try runTrain(taskIDs: nil, oracle: false, actor: actor, agent: snap, state: s)
-            standings.append(CandidateRanking.standing(c, outcomes: outcomes, suite: s.suite, threshold: config.threshold))
+            var outcomes = try runTrain(taskIDs: nil, oracle: false, actor: actor, agent: snap, state: s)
+            // `gate.trials`: the same tasks k − 1 times more, as the gate runs the held-out ones
+            // (not recorded as train runs: no traces, their violations recorded as the ranking's).
+            if config.heldOutTrials > 1 {
+                let audit = RunAudit()
+                do {
+                    for _ in 1..<config.heldOutTrials {
+                        outcomes += try run(CandidateRanking.ids(outcomes), agent: snap.directory, audit: audit, split: .train, traces: { _ in nil })
+                    }
+                } catch {
+                    recordViolations(violations(audit, during: "candidate ranking"))
+                    throw error
+                }
+                recordViolations(violations(audit, during: "candidate ranking"))
+            }
+            standings.append(CandidateRanking.standing(c, outcomes: CandidateRanking.taskMeans(outcomes), suite: s.suite,
+                                                       threshold: config.threshold, trials: config.heldOutTrials))
         }
         let ranked = CandidateRanking.rank(standings)
         let best = ranked[0]

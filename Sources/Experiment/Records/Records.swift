@@ -228,6 +228,9 @@ public struct RankedCandidate: Codable, Sendable, Equatable {
     public var suiteTotal: Int
     /// The suite's pass rate reaches `threshold`: the gate's first step would pass.
     public var meetsThreshold: Bool
+    /// `gate.trials` when more than 1: each task ran that many times, and the numbers above
+    /// are over each task's mean (a task passes when its mean reaches the pass threshold).
+    public var trials: Int? = nil
 }
 
 /// A gate's ranking of the waiting candidates, recorded before the gate starts: every
