@@ -339,6 +339,10 @@ struct ExperimentTests {
         // The operator sees the test; the coding agent's gate answer and status do not.
         #expect(try exp.run("status", "--operator").stdout.contains("paired test, gate attempt 1: mean difference +1.0000 over \(test.count) held-out task(s)"))
         for out in [g.stdout, try exp.run("status").stdout] { #expect(!out.contains("paired test, gate attempt") && !out.contains("mean difference"), "\(out)") }
+        // The report (the operator's) shows it with the attempt.
+        #expect(try exp.run("report").status == 0)
+        let html = try exp.file("report.html")
+        #expect(html.contains("3 trials per held-out task") && html.contains("paired test: mean difference +1.0000, p \(String(format: "%.4f", pow(2, -Double(test.count))))"), "report")
         // The evidence bundle claims the test against alpha (registered before the gate ran),
         // and the verifier checks the claim's arithmetic.
         let out = exp.temp.path + "/gate1.json"

@@ -115,6 +115,8 @@ struct InfraRetryTests {
         // The operator sees the retries; the coding agent's status does not.
         let op = try failing.exp.run(["status", "--operator"], environment: [:])
         #expect(op.stdout.contains("model vendor failures") && op.stdout.contains("\(retried) task run(s) repeated in all"), "\(op.stdout)")
+        #expect(try failing.exp.run(["report"], environment: [:]).status == 0)
+        #expect(try failing.exp.file("report.html").contains("model vendor: "), "the report shows the account")
         let agentView = try failing.exp.run(["status"], environment: [:])
         #expect(agentView.status == 0 && !agentView.stdout.contains("vendor"), "\(agentView.stdout)")
     }

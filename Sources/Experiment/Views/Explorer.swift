@@ -32,6 +32,11 @@ public struct Explorer: Sendable {
         /// agent.py against the same base (nil: a snapshot could not be read).
         public var ranking: CandidatesRankedRecord?
         public var exploredDiffs: [String: LineDiff] = [:]
+        /// `gate.trials` above 1, `gate.accept: paired`'s test, and what the model vendor
+        /// failed in the held-out phase (`gate.infra_retries`): the operator's numbers.
+        public var trials: Int? = nil
+        public var pairedTest: PairedDecision? = nil
+        public var infraRetries: InfraRetries? = nil
     }
 
     public var entries: [Entry]
@@ -62,7 +67,8 @@ public struct Explorer: Sendable {
                              suitePassed: a.suitePassed, suiteTotal: a.suiteTotal, promoted: a.promoted, batch: a.batch, valScoreFinished: a.valScoreFinished, heldOutTimedOut: a.heldOutTimedOut,
                              agentSHA256: a.agentSHA256, baseIteration: base.iteration, diff: diff,
                              resolved: changes[a.attempt]?.resolved ?? [], broken: changes[a.attempt]?.broken ?? [], message: a.message,
-                             ranking: ranking, exploredDiffs: explored))
+                             ranking: ranking, exploredDiffs: explored,
+                             trials: a.heldOutTrials.flatMap { $0.trials > 1 ? $0.trials : nil }, pairedTest: a.pairedTest, infraRetries: a.infraRetries))
             if a.accepted, let it = a.iteration { base = (it, a.agentSHA256) }
         }
         entries = out

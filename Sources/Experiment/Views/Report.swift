@@ -219,6 +219,12 @@ public enum Report {
             if let n = e.heldOutTimedOut {
                 summary += " · \(n) held-out timeout(s); over the tasks that finished \(e.valScoreFinished.map { String(format: "%.4f", $0) } ?? "–") (timeout_policy: infra)"
             }
+            if let k = e.trials { summary += " · \(k) trials per held-out task" }
+            if let t = e.pairedTest {
+                summary += " · paired test: mean difference \(String(format: "%+.4f", t.meanDifference)), p \(String(format: "%.4f", t.pValue)) "
+                    + "against alpha \(t.alpha) (\(t.accepted ? "better" : "not shown better"))"
+            }
+            if let r = e.infraRetries { summary += " · model vendor: \(esc(r.summary))" }
             if e.outcome != .interrupted { summary += " · suite \(e.suitePassed)/\(e.suiteTotal)" }
             if !e.promoted.isEmpty { summary += " · \(e.promoted.count) promoted" }
             if let b = e.batch { summary += " · batch \(b)" }
