@@ -157,6 +157,18 @@ struct DisclosureTests {
         var stepped = config
         stepped.ladderStep = 0.2
         #expect(ScoreLadder.replay(state, config: stepped).attempts == [1: 0.4, 2: 0.4, 3: 0.8])
+        // Each gate keeps the step it registered: a step changed later (finer, here) changes
+        // what later gates disclose, never what earlier ones did (a finer replay of gate 1
+        // would show 0.45, a number it never disclosed).
+        state.baseline = BaselineRecord(valScore: 0.25, testTasks: 4, tasksPassed: 1, tasksTotal: 4, agentSHA256: "", ladderStep: 0.25)
+        state.ladderSteps = [1: 0.25, 2: 0.25, 3: 0.25]
+        var finer = config
+        finer.ladderStep = 0.05
+        #expect(ScoreLadder.replay(state, config: finer).attempts == [1: 0.25, 2: 0.25, 3: 0.75])
+        #expect(abs((ScoreLadder.replay(state, config: finer, adding: (4, 0.86)).attempts[4] ?? 0) - 0.85) < 1e-9, "a new gate at the new step")
+        state.ladderSteps = [:]
+        state.baseline?.ladderStep = nil
+        #expect(ScoreLadder.replay(state, config: finer).attempts[1] == 0.45, "without the registered steps, the control")
     }
 
     @Test("results.tsv: upstream's six columns, then the accepted gate's description; the score as disclosed, empty under decision")

@@ -75,6 +75,9 @@ public struct GateCriteria: Codable, Sendable, Equatable {
     /// `gate.infra_retries` where held-out runs count the vendor's failures per task (absent:
     /// none are re-run).
     public var infraRetries: Int? = nil
+    /// `gate.disclosure: ladder`: the step this gate's disclosure uses (`ScoreLadder`), fixed
+    /// here so that changing `gate.ladder_step` later rewrites no earlier disclosure.
+    public var ladderStep: Double? = nil
 }
 
 /// A file as it was measured.

@@ -20,7 +20,8 @@ extension ExperimentSupervisor {
                             rule: GateRules.ruleText(testTasks: testTasks, config: config),
                             trials: config.heldOutTrials > 1 ? config.heldOutTrials : nil, alpha: config.acceptRule == .paired ? config.alpha : nil,
                             pairedAgainst: config.acceptRule == .paired ? s.bestHeldOut?.attempt : nil,
-                            infraRetries: countsVendorFailures ? config.infraRetries : nil)
+                            infraRetries: countsVendorFailures ? config.infraRetries : nil,
+                            ladderStep: config.disclosure == .ladder ? ScoreLadder.step(config, testTasks: testTasks) : nil)
     }
 
     /// A gate's (attempt 0: the baseline's) evidence row: salted reward leaves of the train

@@ -113,6 +113,7 @@ extension ExperimentSupervisor {
                                             agentCode: TaskOutcome.agentCode(outcomes))
         if config.timeoutPolicy == .infra { (baselineRecord.valScoreFinished, baselineRecord.heldOutTimedOut) = HeldOutScore.finished(split.test, heldOutOutcomes) }
         baselineRecord.infraRetries = retries.recorded
+        if config.disclosure == .ladder { baselineRecord.ladderStep = ScoreLadder.step(config, testTasks: split.test.count) }
         baselineRecord.heldOutTrials = HeldOutTrials(rewards: HeldOutScore.perTask(split.test, heldOutOutcomes), trials: config.heldOutTrials)
         // The split is committed to here (salted, the salt kept in the ledger): every evidence
         // bundle signs the commitment, so the split cannot be redrawn after the fact unseen.

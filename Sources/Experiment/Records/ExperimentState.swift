@@ -38,6 +38,8 @@ public struct ExperimentState: Sendable {
     /// Gates started with no outcome recorded (cut off by a crash, or their outcome could not
     /// be written); recovery records each as interrupted.
     public var openGates: [GateStartedRecord] = []
+    /// `gate.disclosure: ladder`: the step each gate attempt registered (`GateCriteria`).
+    public var ladderSteps: [Int: Double] = [:]
     public var violations: [(time: String, record: ViolationRecord)] = []
     /// The latest run that has no end record (a crash or kill -9 left it open).
     public var openRun: RunStartedRecord?
@@ -167,6 +169,7 @@ public struct ExperimentState: Sendable {
             case .gateStarted:
                 let g = try r.decode(GateStartedRecord.self)
                 openGates.append(g)
+                if let step = g.criteria?.ladderStep { ladderSteps[g.attempt] = step }
                 pendingCandidates = []
                 gatesStarted += 1
                 lastAttempt = max(lastAttempt, g.attempt)

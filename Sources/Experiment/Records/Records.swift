@@ -36,6 +36,8 @@ public struct BaselineRecord: Codable, Sendable {
     public var heldOutTimedOut: Int? = nil
     /// Tasks whose verifier ran agent code (`TaskOutcome.agentCode`); operator only.
     public var agentCode: [String: [String]]? = nil
+    /// `gate.disclosure: ladder` at prepare: the step the baseline's score was offered at.
+    public var ladderStep: Double? = nil
     /// What the vendor failed in the baseline's runs and what was run again for it
     /// (`gate.infra_retries`); operator only, nil when the vendor failed nothing.
     public var infraRetries: InfraRetries? = nil

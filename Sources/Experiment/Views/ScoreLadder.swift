@@ -27,8 +27,12 @@ public struct ScoreLadder: Sendable, Equatable {
     /// Takes the next score in ledger order and returns the value disclosed after it. The first
     /// score (the baseline's) sets the ladder; 1e-9 of floating-point noise in a mean never
     /// makes a step.
+    /// `step`: the one recorded for this score's gate, when it differs from the ladder's own
+    /// (an operator who changed `gate.ladder_step` changes what later gates disclose, never
+    /// what earlier ones did).
     @discardableResult
-    public mutating func offer(_ score: Double) -> Double {
+    public mutating func offer(_ score: Double, step given: Double? = nil) -> Double {
+        let step = given ?? self.step
         if let current = value, score <= current + step + 1e-9 { return current }
         let rounded = (score / step).rounded() * step
         value = min(max(rounded, value ?? 0), 1)
@@ -54,13 +58,15 @@ public struct ScoreLadder: Sendable, Equatable {
     public static func replay(_ s: ExperimentState, config: ExperimentConfig, adding: (attempt: Int, val: Double)? = nil) -> Replay {
         var ladder = ScoreLadder(step: step(config, testTasks: s.split?.test.count ?? s.baseline?.testTasks ?? 1))
         var r = Replay()
+        // Each score at the step its own gate registered (`GateCriteria.ladderStep`; the
+        // baseline's at prepare), else today's.
         if let b = s.iterations.first(where: { $0.iteration == 0 }) {
-            r.iterations[0] = ladder.offer(b.valScore)
+            r.iterations[0] = ladder.offer(b.valScore, step: s.baseline?.ladderStep)
         }
         var scored = s.gateAttempts.compactMap { a in a.valScore.map { (a.attempt, $0, a.accepted ? a.iteration : nil) } }
         if let adding { scored.append((adding.attempt, adding.val, nil)) }
         for (attempt, val, iteration) in scored {
-            let shown = ladder.offer(val)
+            let shown = ladder.offer(val, step: s.ladderSteps[attempt])
             r.attempts[attempt] = shown
             if let iteration { r.iterations[iteration] = shown }
         }
