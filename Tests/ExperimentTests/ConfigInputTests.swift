@@ -194,6 +194,7 @@ struct ExperimentInputTests {
         let c = try ExperimentConfig.parse("benchmark: local\ndataset: d\ngate:\n  accept: at_least_best\n", file: "f")
         #expect(c.acceptRule == .atLeastBest)
         #expect(GateRules.ruleText(testTasks: 4, config: c).contains("a tie passes"))
+        #expect(GateRules.ruleText(testTasks: 0, config: ExperimentConfig(benchmark: "local")) == "gate.accept: margin: the test split is empty, so no gate can be accepted")
         #expect(GateRules.ruleText(testTasks: 4, config: ExperimentConfig(benchmark: "local"))
             == "gate.accept: margin (min_improvement auto = 1/4): a gate is accepted when at least 2 more held-out task(s) pass than under the best accepted agent.py (a tie fails)")
     }

@@ -115,6 +115,8 @@ public enum GateRules {
 
     /// The acceptance rule in force, in held-out tasks: what `prepare` and `status` say.
     public static func ruleText(testTasks n: Int, config: ExperimentConfig) -> String {
+        // A benchmark too small to hold a task out (one task: `benchmark --oracle` of a task).
+        if n == 0 { return "gate.accept: \(config.acceptRule.rawValue): the test split is empty, so no gate can be accepted" }
         switch config.acceptRule {
         case .paired:
             return "gate.accept: paired (alpha \(config.alpha), \(config.heldOutTrials) trial(s) per held-out task): a gate is accepted when a one-sided paired t-test of its per-task held-out scores against the best accepted agent.py's finds it better on average at that error rate"
