@@ -51,6 +51,31 @@ struct InfraRetryTests {
         return exp
     }
 
+    /// In held-out runs, on sq-1 to sq-5: a generation the vendor answers 20 s later, and
+    /// agent.py exits 2 s into it (the sandbox ends, its proxy cuts the vendor's connection);
+    /// the other tasks are answered without a model call.
+    static let leavesMidCall = """
+        import json, os, threading, time, urllib.request
+
+        class HarnessAgent:
+            def run(self, instruction):
+                n = int(instruction.split()[1])
+                key = os.environ["FAKE_API_KEY"]
+                if n > 5 or len(key) != \(heldOutKey.count):
+                    return str(n * n)
+                def call():
+                    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "SLEEP:20 " + instruction}]}).encode()
+                    req = urllib.request.Request("https://%s/v1/chat/completions" % os.environ["FAKE_MODEL"], data=body,
+                                                 headers={"content-type": "application/json", "authorization": "Bearer " + key})
+                    try:
+                        urllib.request.urlopen(req, timeout=60).read()
+                    except Exception:
+                        pass
+                threading.Thread(target=call, daemon=True).start()
+                time.sleep(2)
+                os._exit(1)
+        """
+
     /// prepare, then one gate per entry of `limits`: each gate's outcome and score, the
     /// experiment and its vendor.
     func gates(outage: Bool, seed: Int) throws -> (outcomes: [String], exp: Experiment, model: FakeModel) {
@@ -119,5 +144,21 @@ struct InfraRetryTests {
         #expect(try failing.exp.file("report.html").contains("model vendor: "), "the report shows the account")
         let agentView = try failing.exp.run(["status"], environment: [:])
         #expect(agentView.status == 0 && !agentView.stdout.contains("vendor"), "\(agentView.stdout)")
+    }
+
+    @Test("agent.py that exits in the middle of a slow generation buys no retry: the proxy cut the vendor's connection itself, once the sandbox ended, and that is not counted as the vendor's failure")
+    func leavingMidCallIsNotTheVendors() throws {
+        let model = try FakeModel(turns: [])
+        let exp = try make(model)
+        defer { exp.removeScratch() }
+        try exp.setAgent(Self.leavesMidCall)
+        let env = ["FAKE_MODEL": model.address, "FAKE_API_KEY": Self.trainKey, "FAKE_HELD_OUT_KEY": Self.heldOutKey]
+        let p = try exp.run(["prepare"], environment: env)
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        // The attempt was made: every baseline run of sq-1..5 had its generation at the vendor.
+        #expect(model.requests().filter { $0["slow"] != nil }.count == 5, "\(model.requests())")
+        let baseline = try #require(try exp.rows("baseline").first)
+        #expect(baseline["infraRetries"] == nil, "\(baseline)")
+        #expect(!p.stderr.contains("run again (gate.infra_retries)"), "\(p.stderr)")
     }
 }

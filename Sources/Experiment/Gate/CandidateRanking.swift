@@ -26,11 +26,9 @@ public enum CandidateRanking {
     /// One outcome per task of `outcomes` (several trials each, `gate.trials`): its mean
     /// reward, passed when the mean reaches the pass threshold, in the order tasks first appear.
     public static func taskMeans(_ outcomes: [TaskOutcome]) -> [TaskOutcome] {
-        let byID = Dictionary(grouping: outcomes, by: \.id)
-        return ids(outcomes).map { id in
-            let rewards = byID[id, default: []].map(\.reward)
-            let mean = ExperimentSupervisor.mean(rewards)
-            return TaskOutcome(id: id, reward: mean, status: mean >= TaskOutcome.passThreshold ? .passed : .failed)
+        let tasks = ids(outcomes)
+        return zip(tasks, HeldOutScore.taskMeans(tasks, outcomes)).map { id, mean in
+            TaskOutcome(id: id, reward: mean, status: mean >= TaskOutcome.passThreshold ? .passed : .failed)
         }
     }
 

@@ -34,9 +34,13 @@ public enum HeldOutScore {
         perTask(test, outcomes).map { ExperimentSupervisor.mean($0) }
     }
 
+    /// A run the model vendor failed at least once (the inference gate's count): what
+    /// `gate.infra_retries` runs again.
+    public static func sawVendorFailure(_ o: TaskOutcome) -> Bool { (o.vendorFailures ?? 0) > 0 }
+
     /// A trial the model vendor failed (`gate.infra_retries` ran out) and that did not pass: it
     /// counts as a timeout does.
-    public static func vendorFailed(_ o: TaskOutcome) -> Bool { (o.vendorFailures ?? 0) > 0 && !o.passed }
+    public static func vendorFailed(_ o: TaskOutcome) -> Bool { sawVendorFailure(o) && !o.passed }
 
     /// `timeout_policy: infra`, for the operator: the mean over the trials of `test`'s tasks
     /// that did not time out and were not failed by the vendor (nil when none finished), and

@@ -64,7 +64,7 @@ extension ExperimentSupervisor {
                                oneTaskPerRun: true, traces: { _ in nil })
         retries.failures += outcomes.reduce(0) { $0 + ($1.vendorFailures ?? 0) }
         for _ in 0..<config.infraRetries {
-            let again = outcomes.filter(Self.vendorFailed).map(\.id)
+            let again = outcomes.filter(HeldOutScore.sawVendorFailure).map(\.id)
             if again.isEmpty { break }
             retries.retried += again.count
             log?("held-out: \(again.count) task run(s) the model vendor failed, run again (gate.infra_retries)")
@@ -74,10 +74,7 @@ extension ExperimentSupervisor {
             let byID = Dictionary(fresh.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
             outcomes = outcomes.map { byID[$0.id] ?? $0 }
         }
-        retries.unresolved += outcomes.filter(Self.vendorFailed).count
+        retries.unresolved += outcomes.filter(HeldOutScore.sawVendorFailure).count
         return outcomes
     }
-
-    /// A run the vendor failed at least once (the gate's count).
-    static func vendorFailed(_ o: TaskOutcome) -> Bool { (o.vendorFailures ?? 0) > 0 }
 }

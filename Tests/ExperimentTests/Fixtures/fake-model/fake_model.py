@@ -27,7 +27,7 @@ the agent saw, e.g. the gate's verdict. An OpenAI Chat request offering tools wh
 message contains an `answers` rule's TEXT gets that rule's TURN instead (the script does not
 advance).
 
-An outage, for the gate's retries: `--fail-account KEY --fail-rate R --fail-seed S` answers
+A request containing `SLEEP:<seconds>` is answered that much later. An outage, for the gate's retries: `--fail-account KEY --fail-rate R --fail-seed S` answers
 `--fail-status` (503) to a fraction R of the POSTs sent with KEY, drawn in arrival order.
 
   python3 fake_model.py --make-certs DIR
@@ -38,10 +38,12 @@ import argparse
 import json
 import os
 import random
+import re
 import ssl
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -158,6 +160,12 @@ class Handler(BaseHTTPRequestHandler):
         req = self.body()
         path = self.path.split("?")[0]
         self.store_seen = req.get("store", "absent")
+        # `SLEEP:<seconds>` in a request: answered that much later (a slow generation), logged
+        # when it arrives.
+        slow = re.search(r"SLEEP:(\d+)", json.dumps(req))
+        if slow:
+            self.record({"method": "POST", "path": path, "slow": int(slow.group(1))})
+            time.sleep(int(slow.group(1)))
         if self.outage():
             status = self.server.fail_status
             self.record({"method": "POST", "path": path, "failed": status})
