@@ -55,9 +55,14 @@ struct RunAloneInodeNumberNoiseTests {
         let cpus = Array(0..<ProcessInfo.processInfo.activeProcessorCount)
         for cpu in cpus {
             // Control: with nothing in between the counters advance by (almost) nothing, so
-            // the reader sees what a held-out task left.
-            let still = try Self.advance(cpu: cpu) {}
-            #expect(abs(still.memfd) < 64 && abs(still.pipe) < 64, "CPU \(cpu): \(still)")
+            // the reader sees what a held-out task left. One look can land on a CPU batch's
+            // last number (its next number then comes from a fresh batch, whole batches later:
+            // CI once saw exactly 4096), and other processes on the CPU add; both only add, so
+            // the least of three looks is the control.
+            var looks: [(memfd: Int, pipe: Int)] = []
+            for _ in 0..<3 { looks.append(try Self.advance(cpu: cpu) {}) }
+            let still = looks.min { max(abs($0.memfd), abs($0.pipe)) < max(abs($1.memfd), abs($1.pipe)) }!
+            #expect(abs(still.memfd) < 64 && abs(still.pipe) < 64, "CPU \(cpu): \(looks)")
             var low: (memfd: Set<Int>, pipe: Set<Int>) = ([], [])
             var total = 0
             for _ in 0..<10 {
