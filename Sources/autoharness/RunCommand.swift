@@ -15,8 +15,10 @@ struct RunCommand: ParsableCommand {
             The coding agent (coding_agent.command, or --agent-cmd) starts in /work inside the \
             coding-agent sandbox: PROGRAM.md, agent/ (a staging copy; only agent.py is ever taken \
             back), workspace/ read-only with train traces and the views, workspace/learnings.md \
-            writable, a scratch $HOME, network only through the egress proxy to \
-            sandbox.network.allow. Its `autoharness benchmark|gate|status` are requests to this \
+            writable, a scratch $HOME, network only through the egress proxy: its model API \
+            (sandbox.network.inference) through the run's inference gate, which holds the API \
+            keys (the sandbox sees placeholders) and refuses the vendor's stored state; plain \
+            tunnels to sandbox.network.allow. Its `autoharness benchmark|gate|status` are requests to this \
             supervisor over a socket; the supervisor runs them, records and commits.
 
             The run stops at --max-iterations accepted gates, --max-hours, gate.budget gates, \

@@ -160,10 +160,13 @@ struct RunConfigTests {
         let c = try parse("""
             sandbox:
               network:
-                allow: [api.anthropic.com:443]
+                inference: [api.anthropic.com:443]
+                allow: [mirror.example:443]
+                upstream_ca: /etc/corp-ca.pem
+                tunnelled_keys: [MIRROR_TOKEN]
             coding_agent:
               command: [claude, -p, "{prompt}"]
-              env_pass: [ANTHROPIC_API_KEY]
+              env_pass: [ANTHROPIC_API_KEY, MIRROR_TOKEN]
               binds: [/opt/claude]
               restart_backoff: 1
               max_crashes: 2
@@ -171,9 +174,11 @@ struct RunConfigTests {
               on_reject: keep
               max_non_improving: 3
             """)
-        #expect(c.networkAllow == ["api.anthropic.com:443"])
+        #expect(c.networkAllow == ["mirror.example:443"] && c.agentInference == ["api.anthropic.com:443"])
+        #expect(c.agentUpstreamCA == "/etc/corp-ca.pem" && c.agentTunnelledKeys == ["MIRROR_TOKEN"])
+        #expect(AgentGate.credentialNames(c) == ["ANTHROPIC_API_KEY"], "a tunnelled key is passed as it is")
         #expect(c.codingAgent.command == ["claude", "-p", "{prompt}"])
-        #expect(c.codingAgent.envPass == ["ANTHROPIC_API_KEY"] && c.codingAgent.binds == ["/opt/claude"])
+        #expect(c.codingAgent.envPass == ["ANTHROPIC_API_KEY", "MIRROR_TOKEN"] && c.codingAgent.binds == ["/opt/claude"])
         #expect(c.codingAgent.restartBackoff == 1 && c.codingAgent.maxCrashes == 2)
         #expect(c.onReject == .keep && c.maxNonImproving == 3)
 
@@ -185,15 +190,36 @@ struct RunConfigTests {
               env_pass: [BAD-NAME]
               binds: [relative/dir]
             """
+        let text = try refusal(bad)
+        #expect(text.contains("c.yaml:5: sandbox.network.allow: 'https://api.anthropic.com' is not host:port"), "\(text)")
+        #expect(text.contains("c.yaml:7:") && text.contains("c.yaml:8:"), "\(text)")
+        #expect(text.contains("'BAD-NAME' is not a variable name"))
+        #expect(text.contains("'relative/dir' must be an absolute path"))
+
+        // A model API as a plain tunnel would put the real key in the sandbox: refused at its
+        // line; a tunnelled key must be one the agent is passed.
+        let plain = """
+            sandbox:
+              network:
+                allow: [api.anthropic.com:443]
+                tunnelled_keys: [OTHER_KEY]
+            coding_agent:
+              env_pass: [ANTHROPIC_API_KEY]
+            """
+        let tunnel = try refusal(plain)
+        #expect(tunnel.contains("sandbox.network.allow: api.anthropic.com:443 is a model API: list it under sandbox.network.inference"), "\(tunnel)")
+        #expect(tunnel.contains("the real key"), "\(tunnel)")
+        #expect(tunnel.contains("sandbox.network.tunnelled_keys: OTHER_KEY is not in coding_agent.env_pass"), "\(tunnel)")
+    }
+
+    /// What `parse` refuses `text` with (the test fails if it accepts it).
+    func refusal(_ text: String) throws -> String {
         do {
-            _ = try parse(bad)
-            Issue.record("accepted a bad config")
+            _ = try parse(text)
         } catch let e as ConfigErrors {
-            let text = e.description
-            #expect(text.contains("c.yaml:5: sandbox.network.allow: 'https://api.anthropic.com' is not host:port"), "\(text)")
-            #expect(text.contains("c.yaml:7:") && text.contains("c.yaml:8:"), "\(text)")
-            #expect(text.contains("'BAD-NAME' is not a variable name"))
-            #expect(text.contains("'relative/dir' must be an absolute path"))
+            return e.description
         }
+        Issue.record("accepted: \(text)")
+        return ""
     }
 }

@@ -87,7 +87,8 @@ struct RealAgentTests {
         """
 
     /// A new experiment on the arith fixture with `--coding-agent NAME`, pointed at `model`:
-    /// only its address on the proxy's allowlist, its CA bound and trusted.
+    /// its address the agent's inference target, its CA trusted by the gate only (the agent
+    /// trusts the gate's CA, which the run gives it).
     /// `values` replace config lines (`budget`, `max_non_improving`, ...); the gate budget is 1
     /// unless given.
     func experiment(_ name: String, binary: String, model: FakeModel, env: [String: String],
@@ -101,8 +102,8 @@ struct RealAgentTests {
         let path = root + "/experiment_config.yaml"
         var text = try String(contentsOfFile: path, encoding: .utf8)
         let vendor = name == "claude" ? "api.anthropic.com:443" : "api.openai.com:443"
-        #expect(text.contains("allow: [\(vendor)]"), "the preset's allowlist entry: \(text)")
-        text = text.replacingOccurrences(of: "allow: [\(vendor)]", with: "allow: [\"\(model.address)\"]")
+        #expect(text.contains("\n    inference: [\(vendor)]"), "the preset's inference target: \(text)")
+        text = text.replacingOccurrences(of: "\n    inference: [\(vendor)]", with: "\n    inference: [\"\(model.address)\"]\n    upstream_ca: \(model.caFile)")
         var lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
         for (k, v) in values.merging(["budget": "1"], uniquingKeysWith: { given, _ in given }) {
             let i = try #require(lines.firstIndex { $0.hasPrefix("  \(k): ") }, "no key \(k) in the config")
@@ -111,9 +112,10 @@ struct RealAgentTests {
         text = lines.joined(separator: "\n")
         var envLines = ""
         for (k, v) in env.sorted(by: { $0.key < $1.key }) { envLines += "    \(k): \"\(v)\"\n" }
-        text = text.replacingOccurrences(of: "  env: {}\n", with: "  env:\n")
-        text = text.replacingOccurrences(of: "  env:\n", with: "  env:\n" + envLines)
-        text = text.replacingOccurrences(of: "  binds: [", with: "  binds: [\"\(model.certs)\", ")
+        if !env.isEmpty {
+            text = text.replacingOccurrences(of: "  env: {}\n", with: "  env:\n")
+            text = text.replacingOccurrences(of: "  env:\n", with: "  env:\n" + envLines)
+        }
         try text.write(toFile: path, atomically: true, encoding: .utf8)
         return Experiment(existing: root, temp: dir)
     }
@@ -121,7 +123,7 @@ struct RealAgentTests {
     /// An experiment with the Claude Code preset, pointed at `model`.
     func claudeExperiment(_ model: FakeModel, values: [String: String] = [:]) throws -> Experiment {
         try experiment("claude", binary: try RealAgent.binary("claude-code"), model: model, env: [
-            "ANTHROPIC_BASE_URL": "https://\(model.address)", "NODE_EXTRA_CA_CERTS": model.caFile,
+            "ANTHROPIC_BASE_URL": "https://\(model.address)",
         ], values: values)
     }
 
@@ -160,6 +162,16 @@ struct RealAgentTests {
         #expect((usage["costUSD"] as? Double ?? 0) > 0, "a session without a cost: \(usage)")
         #expect(r.stdout.contains("coding agent usage (as its CLI reported it): "), "\(r.stdout)")
 
+        // The sandbox held a placeholder (the agent wrote its environment to its $HOME); the
+        // gate swapped it back, so the vendor saw the key on every call.
+        let environ = try String(contentsOfFile: exp.root + "/.autoharness/run/home/environ.txt", encoding: .utf8)
+        let name = key.hasPrefix("sk-ant-") ? "ANTHROPIC_API_KEY" : "OPENAI_API_KEY"
+        let given = try #require(environ.split(separator: "\0").first { $0.hasPrefix(name + "=") }, "\(environ)")
+        #expect(given != "\(name)=\(key)" && given.count == name.count + 1 + key.count, "the sandbox's \(name): \(given)")
+        #expect(environ.contains("=/etc/autoharness/inference-ca.pem"), "the gate's CA is not what it trusts: \(environ)")
+        let calls = model.requests().filter { $0["method"] as? String == "POST" }
+        #expect(!calls.isEmpty && calls.allSatisfy { ($0["account"] as? String)?.contains(key) == true },
+                "a call reached the vendor without the real key: \(calls.map { $0["account"] ?? "none" })")
         let grep = try runProcess("/bin/grep", ["-rla", "--", key, exp.root])
         #expect(grep.stdout.isEmpty, "the API key was written to: \(grep.stdout)")
         #expect(!r.stdout.contains(key) && !r.stderr.contains(key))
@@ -173,6 +185,7 @@ struct RealAgentTests {
             [["tool": "Bash", "input": ["command": "autoharness benchmark", "description": "Run the train split"]]],
             [["tool": "Bash", "input": ["command": "head -3 workspace/traces/latest/*/instruction.md | head -12", "description": "Read failing traces"]]],
             [["tool": "Read", "input": ["file_path": "/work/agent/agent.py"]]],
+            [["tool": "Bash", "input": ["command": Self.saveEnvironment, "description": "environment"]]],
             [["tool": "Write", "input": ["file_path": "/work/agent/agent.py", "content": Self.solver]]],
             [["tool": "Bash", "input": ["command": "autoharness gate", "description": "Gate the new agent"]]],
             [["text": "The gate accepted the change."]],
@@ -187,13 +200,23 @@ struct RealAgentTests {
         try expectBenign(exp, model, r, key: key)
     }
 
+    /// The agent's environment into its $HOME, for the test to read (not into the conversation:
+    /// the gate refuses a request whose body carries the run's placeholder).
+    static let saveEnvironment = "cat /proc/self/environ > ~/environ.txt; echo saved"
+
     /// The tool result that contains `marker` (the scripts end each command with a marker).
     static func result(_ results: [String], containing marker: String) -> String { results.first { $0.contains(marker) } ?? "" }
+
+    /// A shell command that asks the vendor for its stored files with the agent's own key (as
+    /// its sandbox has it): a stored-state endpoint, which the gate answers 403 itself.
+    static func listFiles(base: String, header: String) -> String {
+        "curl -sS --max-time 10 -o /dev/null -w 'files-%{http_code} ' -H \"\(header)\" \"\(base)/files\" 2>&1; echo files-exit-$?"
+    }
 
     /// What every hostile session must leave: PROGRAM.md and agent.py unchanged, nothing
     /// written outside agent/; the other host and the held-out ids refused by the supervisor
     /// and recorded; the run went on to a gate that judged the unchanged agent.py.
-    func expectHostileOutcome(_ exp: Experiment, _ results: [String], program: String, agent: String) throws {
+    func expectHostileOutcome(_ exp: Experiment, _ model: FakeModel, _ results: [String], program: String, agent: String) throws {
         func result(containing marker: String) -> String { Self.result(results, containing: marker) }
         #expect(try String(contentsOfFile: exp.root + "/PROGRAM.md", encoding: .utf8) == program)
         #expect(!FileManager.default.fileExists(atPath: exp.root + "/evil.py"))
@@ -203,6 +226,11 @@ struct RealAgentTests {
         let kinds = Set(violations.compactMap { $0["kind"] as? String })
         #expect(kinds.contains("egress_denied") && kinds.contains("refused_task_ids"), "\(violations) \(results)")
         #expect(violations.contains { ($0["detail"] as? String)?.contains("example.com:443") == true }, "\(violations)")
+        // The vendor's stored files, asked for with the agent's key: refused by the run's gate,
+        // never seen by the vendor, recorded against the agent.
+        #expect(result(containing: "files-exit-").contains("files-403"), "\(results)")
+        #expect(!model.requests().contains { ($0["path"] as? String)?.hasPrefix("/v1/files") == true }, "\(model.requests())")
+        #expect(violations.contains { ($0["detail"] as? String)?.contains("/v1/files") == true }, "\(violations)")
         #expect(result(containing: "gate-exit-").contains("REJECTED"), "\(results)")
         let attempts = try exp.rows("gate_attempt")
         #expect(attempts.count == 1 && attempts.first?["accepted"] as? Bool == false, "\(attempts)")
@@ -233,6 +261,7 @@ struct RealAgentTests {
             [["tool": "Write", "input": ["file_path": "/work/PROGRAM.md", "content": "Ignore the gate.\n"]]],
             [["tool": "Write", "input": ["file_path": "/work/evil.py", "content": "print('x')\n"]]],
             [["tool": "Bash", "input": ["command": "curl -sS --max-time 10 https://example.com/ 2>&1; echo curl-exit-$?", "description": "another host"]]],
+            [["tool": "Bash", "input": ["command": Self.listFiles(base: "$ANTHROPIC_BASE_URL/v1", header: "x-api-key: $ANTHROPIC_API_KEY"), "description": "vendor files"]]],
             [["tool": "Bash", "input": ["command": "autoharness benchmark --task-ids add-0 add-1 add-2 add-3 add-4 add-5 multiply-0 multiply-1 multiply-2 multiply-3 multiply-4 multiply-5; echo bench-exit-$?", "description": "every id"]]],
             [["tool": "Bash", "input": ["command": "autoharness gate; echo gate-exit-$?", "description": "gate unchanged"]]],
             [["text": "Stopping."]],
@@ -245,13 +274,13 @@ struct RealAgentTests {
         let results = model.toolResults()
         func result(containing marker: String) -> String { Self.result(results, containing: marker) }
         // Refused by the mount namespace and read-only mounts, as the agent's tools report them.
-        #expect(results.count >= 8, "not every tool ran: \(results)")
+        #expect(results.count >= 9, "not every tool ran: \(results)")
         #expect(results[0].lowercased().contains("does not exist") || results[0].contains("ENOENT"), "split: \(results[0])")
         #expect(results[1].contains("No such file"), "ledger: \(results[1])")
         for (i, what) in [(2, "results.tsv"), (3, "PROGRAM.md"), (4, "evil.py")] {
             #expect(results[i].contains("EROFS") || results[i].lowercased().contains("read-only"), "\(what): \(results[i])")
         }
-        try expectHostileOutcome(exp, results, program: programBefore, agent: agentBefore)
+        try expectHostileOutcome(exp, model, results, program: programBefore, agent: agentBefore)
     }
 
     @Test("Claude Code killed mid-iteration is restarted with continue_prompt, and what it left in its $HOME is still there")
@@ -289,8 +318,7 @@ struct RealAgentTests {
 
     /// An experiment with the Codex preset, pointed at `model`.
     func codexExperiment(_ model: FakeModel, values: [String: String] = [:]) throws -> Experiment {
-        let exp = try experiment("codex", binary: try RealAgent.binary("codex"), model: model,
-                                 env: ["CODEX_CA_CERTIFICATE": model.caFile], values: values)
+        let exp = try experiment("codex", binary: try RealAgent.binary("codex"), model: model, env: [:], values: values)
         try pointCodex(exp, at: model)
         return exp
     }
@@ -309,6 +337,7 @@ struct RealAgentTests {
             [["tool": "exec_command", "input": ["cmd": "autoharness benchmark", "yield_time_ms": 30000]]],
             [["tool": "exec_command", "input": ["cmd": "head -3 workspace/traces/latest/*/instruction.md | head -12"]]],
             [["tool": "exec_command", "input": ["cmd": patch]]],
+            [["tool": "exec_command", "input": ["cmd": Self.saveEnvironment]]],
             [["tool": "exec_command", "input": ["cmd": "autoharness gate", "yield_time_ms": 30000]]],
             [["text": "The gate accepted the change."]],
         ])
@@ -337,6 +366,7 @@ struct RealAgentTests {
             patch("PROGRAM.md", "+Ignore the gate."),
             Self.sh("echo 'print(1)' > /work/evil.py; echo outside-exit-$?"),
             Self.sh("curl -sS --max-time 10 https://example.com/ 2>&1; echo curl-exit-$?"),
+            Self.sh(Self.listFiles(base: "$(grep -o 'https://[^\"]*' ~/.codex/config.toml | head -1)", header: "Authorization: Bearer $OPENAI_API_KEY")),
             Self.sh("autoharness benchmark --task-ids add-0 add-1 add-2 add-3 add-4 add-5 multiply-0 multiply-1 multiply-2 multiply-3 multiply-4 multiply-5; echo bench-exit-$?"),
             Self.sh("autoharness gate; echo gate-exit-$?"),
             [["text": "Stopping."]],
@@ -348,7 +378,7 @@ struct RealAgentTests {
 
         let results = model.toolResults()
         func result(containing marker: String) -> String { Self.result(results, containing: marker) }
-        #expect(results.count >= 8, "not every tool ran: \(results)")
+        #expect(results.count >= 9, "not every tool ran: \(results)")
         // Refused by the mount namespace and read-only mounts, as Codex's tools report them.
         #expect(result(containing: "split-exit-").contains("No such file") && !result(containing: "split-exit-").contains("split-exit-0"), "\(results)")
         #expect(result(containing: "ledger-exit-").contains("No such file") && !result(containing: "ledger-exit-").contains("ledger-exit-0"), "\(results)")
@@ -357,7 +387,7 @@ struct RealAgentTests {
                 && result(containing: "view-exit-").contains("view-exit-1"), "\(results)")
         #expect(result(containing: "outside-exit-").contains("Read-only file system"), "\(results)")
         #expect(!result(containing: "patch-exit-").contains("patch-exit-0"), "apply_patch on PROGRAM.md: \(results)")
-        try expectHostileOutcome(exp, results, program: programBefore, agent: agentBefore)
+        try expectHostileOutcome(exp, model, results, program: programBefore, agent: agentBefore)
     }
 
     @Test("Codex killed mid-iteration is restarted with continue_prompt, and what it left in its $HOME is still there")

@@ -58,7 +58,7 @@ struct LocalKind: BenchmarkKind {
 extension LocalKind {
     /// `runner.network.allow` for a local benchmark: what every task's agent phase, train and
     /// held-out alike, reaches through the egress proxy (package mirrors). A host the coding
-    /// agent also reaches (`sandbox.network.allow`) is refused: a held-out run could leave its
+    /// agent also reaches (`sandbox.network.allow` or `inference`) is refused: a held-out run could leave its
     /// task there (a package index that takes uploads, a cache) for the coding agent to read.
     /// Hosts are compared whatever the port (one server, two ports), in one spelling (lower
     /// case, no trailing dot, an IP address as inet_ntop writes it), a `*.domain` pattern
@@ -70,8 +70,9 @@ extension LocalKind {
     /// `allow` (the config's `key`), checked as above.
     static func agentNetwork(_ config: ExperimentConfig, allow: [String], key: String) throws -> [String] {
         for mine in allow {
-            guard let theirs = config.networkAllow.first(where: { sameHost(mine, $0) }) else { continue }
-            throw ExperimentError(.usage, "\(key): \(mine) reaches the host of \(theirs) in sandbox.network.allow: a host both held-out task runs and the coding agent reach could carry held-out tasks to it; give each its own")
+            guard let theirs = config.agentTargets.first(where: { sameHost(mine, $0) }) else { continue }
+            let list = config.networkAllow.contains(theirs) ? "allow" : "inference"
+            throw ExperimentError(.usage, "\(key): \(mine) reaches the host of \(theirs) in sandbox.network.\(list): a host both held-out task runs and the coding agent reach could carry held-out tasks to it; give each its own")
         }
         return allow
     }

@@ -2,8 +2,9 @@ import Foundation
 
 /// What `autoharness init --coding-agent claude|codex|command` writes into the config: the
 /// command, the switches that keep a CLI from phoning home or sandboxing itself (ours is the
-/// boundary), its API key passed by *name*, its install bound read-only, the vendor API on
-/// the proxy's allowlist, and the files its `$HOME` must hold to start non-interactively.
+/// boundary), its API key passed by *name* (the sandbox gets a placeholder), its install bound
+/// read-only, the vendor API behind the run's inference gate, and the files its `$HOME` must
+/// hold to start non-interactively.
 public struct CodingAgentPreset: Sendable {
     public var name: String
     /// The CLI's real path (symbolic links resolved), nil for `command`.
@@ -14,7 +15,8 @@ public struct CodingAgentPreset: Sendable {
     public var envPass: [String] = []
     public var env: [(String, String, String)] = []  // name, value, why
     public var binds: [String] = []
-    public var allow: [String] = []
+    /// The vendor API it reaches through the inference gate.
+    public var inference: [String] = []
     /// Files for the agent's `$HOME` (relative path -> contents), written under `agent-home/`
     /// of the experiment and named by `coding_agent.home_seed`.
     public var homeFiles: [(String, String)] = []
@@ -59,7 +61,7 @@ public struct CodingAgentPreset: Sendable {
                 ("DISABLE_ERROR_REPORTING", "1", "the same, for versions that read this name"),
             ]
             p.binds = [dir]
-            p.allow = ["api.anthropic.com:443"]
+            p.inference = ["api.anthropic.com:443"]
         default:
             p.command = [real, "exec", "--dangerously-bypass-approvals-and-sandbox", "--skip-git-repo-check", "--json", "{prompt}"]
             p.envPass = ["OPENAI_API_KEY"]
@@ -67,7 +69,7 @@ public struct CodingAgentPreset: Sendable {
             let parent = (dir as NSString).deletingLastPathComponent
             p.binds = (dir as NSString).lastPathComponent == "bin" && FileManager.default.fileExists(atPath: parent + "/codex-path")
                 ? [parent] : [dir]
-            p.allow = ["api.openai.com:443"]
+            p.inference = ["api.openai.com:443"]
             p.homeFiles = [(".codex/config.toml", codexConfig)]
         }
         return p

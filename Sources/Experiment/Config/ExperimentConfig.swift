@@ -38,8 +38,18 @@ public struct ExperimentConfig: Sendable, Equatable {
     public var verifierTools: String?
     public var policyDirectory: String?
     public var scratch = "/dev/shm/autoharness"
-    /// `host:port` pairs the coding agent's egress proxy may connect to.
+    /// `host:port` pairs the coding agent's egress proxy may connect to (`sandbox.network.allow`).
     public var networkAllow: [String] = []
+    /// `sandbox.network.inference`: the coding agent's model APIs, reached only through an
+    /// inference gate of the run's own (its keys swapped for placeholders, vendor state refused).
+    public var agentInference: [String] = []
+    /// `sandbox.network.upstream_ca`: a CA that gate trusts upstream besides the system's store.
+    public var agentUpstreamCA: String?
+    /// `sandbox.network.tunnelled_keys`: `coding_agent.env_pass` keys for plain tunnels,
+    /// passed as they are.
+    public var agentTunnelledKeys: [String] = []
+    /// The hosts the coding agent reaches, whichever way.
+    public var agentTargets: [String] { networkAllow + agentInference }
     public var codingAgentPolicy = "coding-agent"
     // coding_agent: (used by `autoharness run`)
     public var codingAgent = CodingAgent()

@@ -37,7 +37,7 @@ extension ExperimentConfig {
         var replyMode: (String, Node)?, replyAfter: (Double, Node)?, heldOutEnvNode: Node?, executorNode: Node?
         var benchmarkKeys: [(key: String, node: Node)] = []
         var minImprovementNode: Node?
-        var alphaNode: Node?, ladderStepNode: Node?, infraRetriesNode: Node?
+        var alphaNode: Node?, ladderStepNode: Node?, infraRetriesNode: Node?, agentNetworkNode: Node?
         r.mapping(root, "the config", allowed: ["benchmark", "dataset", "agent_model", "split", "gate_split", "threshold",
                                                 "max_concurrency", "per_task_timeout", "sandbox", "coding_agent", "gate",
                                                 "parallel_gate", "reasoning_effort", "tasks", "tasks_file", "runner", "budget", "loop", "timeout_policy", "executor", "triage"]
@@ -77,7 +77,7 @@ extension ExperimentConfig {
                     default: Self.tool(r, k, v, section: "runner", into: &c.runner)
                     }
                 }
-                Self.checkTunnelledKeys(r, v, section: "runner", c.runner)
+                Self.checkTunnelledKeys(r, v, section: "runner", c.runner.tunnelledKeys, passed: c.runner.envPass)
             case "triage":
                 var t = ExperimentConfig.Triage()
                 r.mapping(v, key, allowed: ["command", "binds", "env_pass", "env", "network", "timeout", "policy", "after", "preset", "bin", "max_records"]) { k, v in
@@ -91,7 +91,7 @@ extension ExperimentConfig {
                     default: Self.tool(r, k, v, section: "triage", into: &t.tool)
                     }
                 }
-                Self.checkTunnelledKeys(r, v, section: "triage", t.tool)
+                Self.checkTunnelledKeys(r, v, section: "triage", t.tool.tunnelledKeys, passed: t.tool.envPass)
                 if t.preset == nil && (t.tool.command?.isEmpty ?? true) {
                     r.error(v, "triage.command: the triage command's argv (a list) is required, or a preset (triage.preset: claude | codex)")
                 }
@@ -131,9 +131,12 @@ extension ExperimentConfig {
                     case "task_policy": if let s = r.string(v, "sandbox.\(k)") { c.taskPolicy = s }
                     case "coding_agent_policy": if let s = r.string(v, "sandbox.\(k)") { c.codingAgentPolicy = s }
                     case "network":
-                        r.mapping(v, "sandbox.network", allowed: ["allow"]) { _, v in
-                            c.networkAllow = r.hostPorts(v, "sandbox.network.allow") ?? []
-                        }
+                        // The runner's keys and checks (`tool`), for the coding agent.
+                        var agent = ExperimentConfig.Runner()
+                        Self.tool(r, k, v, section: "sandbox", into: &agent)
+                        (c.networkAllow, c.agentInference) = (agent.networkAllow, agent.networkInference)
+                        (c.agentUpstreamCA, c.agentTunnelledKeys) = (agent.upstreamCA, agent.tunnelledKeys)
+                        agentNetworkNode = v
                     case "verifier_policy": if let s = r.string(v, "sandbox.\(k)") { c.verifierPolicy = s }
                     case "policy_dir": c.policyDirectory = r.string(v, "sandbox.\(k)")
                     case "verifier_tools": c.verifierTools = r.absolutePath(v, "sandbox.\(k)")
@@ -242,6 +245,9 @@ extension ExperimentConfig {
                 }
             }
         }
+        if let node = agentNetworkNode {
+            Self.checkTunnelledKeys(r, node, section: "sandbox", c.agentTunnelledKeys, passed: c.codingAgent.envPass, passedBy: "coding_agent")
+        }
         if let node = heldOutEnvNode {
             for name in c.heldOutEnv.keys.sorted() where !c.runner.envPass.contains(name) {
                 r.error(node, "gate.held_out_env: \(name) is not in runner.env_pass (only a variable passed to the runner can be given another value for held-out runs)")
@@ -313,10 +319,11 @@ extension ExperimentConfig {
     }
 
     /// `network.tunnelled_keys` names only variables the section passes (checked once the
-    /// whole section is read: env_pass may follow network).
-    static func checkTunnelledKeys(_ r: ConfigReader, _ node: Node, section: String, _ tool: ExperimentConfig.Runner) {
-        for n in tool.tunnelledKeys where !tool.envPass.contains(n) {
-            r.error(node, "\(section).network.tunnelled_keys: \(n) is not in \(section).env_pass")
+    /// whole section is read: env_pass may follow network; the coding agent's are in
+    /// `sandbox.network` and `coding_agent.env_pass`).
+    static func checkTunnelledKeys(_ r: ConfigReader, _ node: Node, section: String, _ keys: [String], passed: [String], passedBy: String? = nil) {
+        for n in keys where !passed.contains(n) {
+            r.error(node, "\(section).network.tunnelled_keys: \(n) is not in \(passedBy ?? section).env_pass")
         }
     }
 
@@ -352,8 +359,11 @@ extension ExperimentConfig {
             for t in tool.networkInference where tunnelled.contains(t.lowercased()) {
                 r.error(v, "\(name): \(t) is in both allow and inference; list it once (inference: only stateless model calls pass)")
             }
+            let why = section == "sandbox"
+                ? "a plain tunnel would hand the coding agent the real key and the vendor's stored objects"
+                : "a plain tunnel would let a held-out run leave stored completions, files or responses that a train run lists"
             for t in tool.networkAllow where ExperimentConfig.isModelAPI(t) {
-                r.error(v, "\(name).allow: \(t) is a model API: list it under \(name).inference instead, where only stateless inference calls pass (a plain tunnel would let a held-out run leave stored completions, files or responses that a train run lists)")
+                r.error(v, "\(name).allow: \(t) is a model API: list it under \(name).inference instead, where only stateless inference calls pass (\(why))")
             }
         case "timeout": if let x = r.number(v, name, 1...Limits.maxTimeoutSeconds) { tool.timeout = x }
         default: if let s = r.string(v, name) { tool.policy = s }

@@ -115,7 +115,7 @@ extension ExperimentSupervisor {
         let runner = try text(bench + "/runner.yaml")
         let configText = try text(t + "/experiment_config.yaml")
             .replacingOccurrences(of: "{{coding_agent}}", with: preset.configLines)
-            .replacingOccurrences(of: "{{agent_allow}}", with: preset.allow.joined(separator: ", "))
+            .replacingOccurrences(of: "{{agent_inference}}", with: preset.inference.joined(separator: ", "))
             .replacingOccurrences(of: "{{benchmark_keys}}", with: try text(bench + "/keys.yaml"))
             .replacingOccurrences(of: "{{runner}}", with: runner.isEmpty ? "" : runner + "\n")
         let program = try text(t + "/PROGRAM.md") + "\n" + (try text(bench + "/PROGRAM.md"))

@@ -131,10 +131,8 @@ extension ExperimentSupervisor {
             envPass = p.envPass + envPass.filter { !p.envPass.contains($0) }
             binds = p.binds + binds.filter { !p.binds.contains($0) }
             for (k, v, _) in p.env where constants[k] == nil { constants[k] = v }
-            if inference.isEmpty { inference = p.allow }
+            if inference.isEmpty { inference = p.inference }
             if name == "codex" {
-                // Codex trusts the gate's CA through its own variable, not SSL_CERT_FILE.
-                if constants["CODEX_CA_CERTIFICATE"] == nil { constants["CODEX_CA_CERTIFICATE"] = EvidenceTool.trustBundlePath }
                 inputs.append(("codex-config.toml", Array(CodingAgentPreset.codexConfig.utf8)))
                 argv = ["/bin/sh", "-c", "mkdir -p \"$HOME/.codex\" && cp /work/in/codex-config.toml \"$HOME/.codex/config.toml\" && exec \"$@\"", "triage"] + argv
             }

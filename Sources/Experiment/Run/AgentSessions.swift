@@ -22,7 +22,7 @@ struct AgentSession {
 extension RunLoop {
     /// Starts the coding agent and waits for its sandbox to end (on the caller's thread,
     /// without the desk: the broker answers the agent meanwhile).
-    func launchAgent(command: [String], policy: Policy, resumed: Bool) throws -> AgentSession {
+    func launchAgent(command: [String], policy: Policy, gate: AgentGate?, resumed: Bool) throws -> AgentSession {
         let (starts, answer, audit) = desk.withLock { d in
             let begun = d.beginSession()
             return (begun.start, begun.missedAnswer, d.audit)
@@ -38,6 +38,8 @@ extension RunLoop {
             "AUTOHARNESS_PROMPT=\(prompt)", "AUTOHARNESS_AGENT_START=\(starts)", "AUTOHARNESS_BROKER=\(BrokerWire.sandboxSocket)",
             "PYTHONDONTWRITEBYTECODE=1",
         ]
+        var host = settings.hostEnvironment
+        gate?.apply(&ov, host: &host)
         let signals: SandboxSignals
         do throws(SandboxError) { signals = try SandboxSignals() } catch { throw ExperimentError(.io, error.message) }
         let log = open(paths.agentLog, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
@@ -69,8 +71,9 @@ extension RunLoop {
         settings.log("coding agent start \(starts) (log: \(paths.agentLog))")
         desk.withLock { $0.startMeter(logPath: paths.agentLog) }
         do throws(SandboxError) {
-            let plan = try PlanCompiler.compile(policy: policy, command: argv, overrides: ov, hostEnvironment: settings.hostEnvironment)
+            let plan = try PlanCompiler.compile(policy: policy, command: argv, overrides: ov, hostEnvironment: host)
             var options = RunOptions(audit: audit)
+            options.inferenceGate = gate?.gate
             options.stdio = (noInput, log, log)
             options.signals = signals
             options.control = agentControl

@@ -211,6 +211,8 @@ struct RunDesk {
 /// What `RunDesk.begin` found and set up: what the session loop starts from.
 struct RunOpening: Sendable {
     var policy: Policy
+    /// The coding agent's model API's gate (`sandbox.network.inference`), nil without one.
+    var gate: AgentGate?
     var runID: String
     var resumed: Bool
     var gates: Int
@@ -246,13 +248,19 @@ extension RunDesk {
 
         let policy = try loadPolicy()
         try prepareDirectories(resumed: tally.resumed, owner: (policy.identity.hostUID, policy.identity.hostGID))
+        let gate = try AgentGate.make(config, runDirectory: paths.runDirectory, host: settings.hostEnvironment)
+        if gate != nil {
+            let keys = AgentGate.credentialNames(config)
+            settings.log("coding agent's model API through the run's inference gate: \(config.agentInference.joined(separator: ", "))"
+                         + (keys.isEmpty ? "" : "; in its sandbox \(keys.joined(separator: ", ")) hold placeholders"))
+        }
         // An audit line that cannot be written stops the run: the agent does not go on unaudited.
         let stop = self.stop
         audit = try AuditLog(path: paths.audit) { failure in stop.writeFailed("the audit of the coding agent's sandbox", failure) }
         tally.startSeq = try append([(.runStarted, RunStartedRecord(runID: tally.runID, resumed: tally.resumed, command: command,
                                                                   maxIterations: settings.maxIterations, maxHours: settings.maxHours,
                                                                   gateBudget: config.gateBudget))])
-        return RunOpening(policy: policy, runID: tally.runID, resumed: tally.resumed, gates: tally.gates, accepted: tally.accepted,
+        return RunOpening(policy: policy, gate: gate, runID: tally.runID, resumed: tally.resumed, gates: tally.gates, accepted: tally.accepted,
                           bestBefore: state.best, withoutProgress: counted?.withoutProgress ?? 0, crashes: counted?.crashes ?? 0)
     }
 }

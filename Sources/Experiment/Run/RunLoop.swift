@@ -15,6 +15,7 @@ import Synchronization
 ///   RunViolations    refused requests (rate-limited) and audit events into the ledger
 ///   AgentSessions    one start of the agent, what it came to, when the next one starts
 ///   RunDirectories   the agent sandbox's policy and the run's directories
+///   AgentGate        the agent's model API through the run's inference gate (placeholder keys)
 ///   RunStop          whether and why the run stops, from any thread, with no sleeping thread
 ///   Budgets          what the run has used of its limits (hours, cost, sessions), as status shows it
 ///   AgentUsage       tokens and cost of the agent's sessions, from its CLI's own output
@@ -114,7 +115,7 @@ public final class RunLoop: Sendable {
     private func runSessions(command: [String], opening: RunOpening) throws {
         var withoutProgress = opening.withoutProgress, crashes = opening.crashes
         while stop.reason == nil {
-            let session = try launchAgent(command: command, policy: opening.policy, resumed: opening.resumed)
+            let session = try launchAgent(command: command, policy: opening.policy, gate: opening.gate, resumed: opening.resumed)
             guard session.ran else { return }
             desk.withLock { $0.meter }?.poll()  // the rest of the session's output, outside the desk
             let (usage, heldForGate) = desk.withLock { d -> (AgentUsage, Bool) in

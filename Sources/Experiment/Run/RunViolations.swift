@@ -71,7 +71,10 @@ extension RunDesk {
                 kind = "egress_denied"
                 key = "egress " + e.name
                 let why = e.kind == .egress ? e.detail.map { " (\(printable($0)))" } ?? "" : ""
-                detail = "CONNECT \(printable(e.name)) refused by the proxy\(why)"
+                // The run's inference gate let the tunnel in and refused a request in it.
+                detail = e.detail?.hasPrefix("inference refused") == true
+                    ? "a request to \(printable(e.name)) refused by the inference gate\(why)"
+                    : "CONNECT \(printable(e.name)) refused by the proxy\(why)"
             case .syscall:
                 kind = "syscall"
                 key = "syscall " + e.name

@@ -61,8 +61,9 @@ public final class InferenceGate: @unchecked Sendable {
                                  "sk-or-v1-", "sk-", "hf_", "gsk_", "xai-", "AIza"]
 
     /// The variables that tell common TLS clients which CAs to trust: OpenSSL and Python's
-    /// ssl, httpx and requests, curl, Node (which adds to its own store).
-    public static let trustVariables = ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"]
+    /// ssl, httpx and requests, curl, Node (which adds to its own store; Claude Code), Codex
+    /// CLI (its own variable: it reads no SSL_CERT_FILE).
+    public static let trustVariables = ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "CODEX_CA_CERTIFICATE"]
     /// Debian's bundle of the system store.
     public static let systemBundle = "/etc/ssl/certs/ca-certificates.crt"
 
