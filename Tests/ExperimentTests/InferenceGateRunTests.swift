@@ -275,4 +275,76 @@ struct InferenceGateRunTests {
         // No sandbox is given a key, so the carried one is refused in train runs too, as a leak.
         #expect(r.violations.contains { ($0["actor"] as? String) == "agent.py (train run)" && ($0["kind"] as? String) == "egress" && ($0["count"] as? Int) == r.train.count }, "\(r.violations)")
     }
+
+    /// A scripted coding agent (the vendors' Python client, through the run's own gate with its
+    /// placeholder): it runs the train split and a gate (agent.py's held-out runs put each task
+    /// into a long, cacheable prompt), then asks the vendor with its own key which of the ten
+    /// prompts are cached, and prints what it found. Its second start ends the run.
+    static let cacheProber = """
+        import json, os, subprocess, sys, openai
+        if os.environ["AUTOHARNESS_AGENT_START"] != "1":
+            sys.exit(0)
+        for verb in ("benchmark", "gate"):
+            r = subprocess.run(["autoharness", verb], capture_output=True, text=True)
+            print(verb, r.returncode, r.stdout[-300:], flush=True)
+        o = openai.OpenAI(base_url="https://%s/v1" % os.environ["FAKE_MODEL"], api_key=os.environ["OPENAI_API_KEY"], max_retries=0, timeout=30)
+        hits = []
+        for n in range(1, 11):
+            text = "SIGNAL square %d " % n + "x" * 1100
+            r = o.chat.completions.create(model="gpt-fake", messages=[{"role": "user", "content": text}])
+            if r.usage.prompt_tokens_details.cached_tokens:
+                hits.append(n)
+        print("PROBE " + json.dumps({"hits": hits, "key": os.environ["OPENAI_API_KEY"]}), flush=True)
+        """
+
+    /// `autoharness run` with `cacheProber` as the coding agent (its key the train runs' own,
+    /// as one OpenAI key for Codex and the runner would be): returns the split's numbers and
+    /// the cached prompts the agent found.
+    func codingAgentProbe(sharedAccount: Bool) throws -> (test: Set<Int>, train: Set<Int>, hits: Set<Int>, key: String) {
+        let model = try FakeModel(turns: [])
+        let exp = try make(model, through: "inference")
+        defer { exp.removeScratch() }
+        let venv = try ModelClients.venv()
+        let dir = try TempDir(mode: 0o755)
+        try Self.cacheProber.write(toFile: dir.path + "/probe.py", atomically: true, encoding: .utf8)
+        chmod(dir.path + "/probe.py", 0o644)
+        try exp.set("env_pass", "[FAKE_MODEL, OPENAI_API_KEY, ANTHROPIC_API_KEY, PROBE]", in: "runner")
+        try exp.set("held_out_runtime", sharedAccount ? "host\n  shared_vendor_account: true"
+                                                     : "host\n  held_out_env: {OPENAI_API_KEY: HELD_OUT_OPENAI_KEY, ANTHROPIC_API_KEY: HELD_OUT_ANTHROPIC_KEY}", in: "gate")
+        try exp.set("inference", "[\"\(model.address)\"]\n    upstream_ca: \(model.caFile)", in: "sandbox")
+        try exp.set("command", "[\(venv)/bin/python, \(dir.path)/probe.py]", in: "coding_agent")
+        try exp.set("env_pass", "[OPENAI_API_KEY]", in: "coding_agent")
+        try exp.set("env", "{FAKE_MODEL: \"\(model.address)\"}", in: "coding_agent")
+        try exp.set("binds", "[\(venv), \(dir.path)]", in: "coding_agent")
+        try exp.set("quick_exit_seconds", "0", in: "coding_agent")
+        try exp.set("max_restarts", "0", in: "coding_agent")
+        try exp.setAgent(Self.signaller())
+        let env = ["FAKE_MODEL": model.address, "OPENAI_API_KEY": "sk-train", "ANTHROPIC_API_KEY": "sk-ant-train",
+                   "HELD_OUT_OPENAI_KEY": "sk-held-out", "HELD_OUT_ANTHROPIC_KEY": "sk-ant-held-out", "PROBE": "0"]
+        let p = try exp.run(["prepare"], environment: env)
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        let r = try exp.run(["run", "--max-hours", "0.1"], environment: env)
+        let log = (try? String(contentsOfFile: exp.root + "/.autoharness/run/agent.log", encoding: .utf8)) ?? ""
+        // The second start made no progress: the run ends with "nothing left" (3).
+        try #require(r.status == 3, "\(r.stdout)\(r.stderr)\(log.suffix(3000))")
+        // The agent's gate ran every held-out task (each signalled through its run's gate).
+        let attempts = try exp.rows("gate_attempt")
+        #expect(attempts.count == 1 && attempts.first?["accepted"] as? Bool == false, "\(attempts) \(log.suffix(3000))")
+        let line = try #require(log.split(separator: "\n").first { $0.hasPrefix("PROBE ") }, "no probe: \(log.suffix(3000))")
+        let found = try #require(try JSONSerialization.jsonObject(with: Data(line.dropFirst(6).utf8)) as? [String: Any])
+        let split = try exp.split()
+        func n(_ ids: [String]) -> Set<Int> { Set(ids.compactMap { Int($0.dropFirst(3)) }) }
+        return (n(split.test), n(split.train), Set(found["hits"] as? [Int] ?? []), found["key"] as? String ?? "")
+    }
+
+    @Test("prompt cache: the coding agent's own model calls pass its run's gate with a placeholder of its key; with a held-out account (held_out_env) it finds the train runs' prompts cached and no held-out one; with gate.shared_vendor_account: true (the control) it finds the held-out ones too")
+    func codingAgentProbesTheCache() throws {
+        try requireRoot()
+        let own = try codingAgentProbe(sharedAccount: false)
+        #expect(own.key != "sk-train" && own.key.hasPrefix("sk-"), "the agent held \(own.key), not a placeholder")
+        #expect(!own.train.isEmpty && own.train.isSubset(of: own.hits), "the probe works: \(own.hits) ⊇ \(own.train)")
+        #expect(own.hits.isDisjoint(with: own.test), "held-out prompts the coding agent found cached: \(own.hits) ∩ \(own.test)")
+        let shared = try codingAgentProbe(sharedAccount: true)
+        #expect(!shared.test.isEmpty && shared.test.isSubset(of: shared.hits), "control: \(shared.hits) ⊇ \(shared.test)")
+    }
 }
