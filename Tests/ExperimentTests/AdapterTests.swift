@@ -412,6 +412,12 @@ struct HarborAdapterTests {
         env["HELD_OUT_API_KEY"] = "sk-train"
         p = try exp.run(["prepare"], environment: env)
         #expect(p.status != 0 && p.stderr.contains("same value as $RUNNER_API_KEY, which train runs hold"), "\(p.stderr)")
+        // ... or a key the coding agent holds under a name no key suffix catches (its shape does).
+        let odd = "sk-ant-api03-" + String(repeating: "Odd", count: 8)
+        try exp.set("env_pass", "[CODER_API_KEY, CLAUDE_KEY_2]", in: "coding_agent")
+        (env["CLAUDE_KEY_2"], env["HELD_OUT_API_KEY"]) = (odd, odd)
+        p = try exp.run(["prepare"], environment: env)
+        #expect(p.status != 0 && p.stderr.contains("same value as $CLAUDE_KEY_2, which the coding agent hold"), "\(p.stderr)")
         env["HELD_OUT_API_KEY"] = "sk-held-out"
         p = try exp.run(["prepare"], environment: env)
         #expect(p.status == 0, "\(p.stdout)\(p.stderr)")
@@ -425,6 +431,7 @@ struct HarborAdapterTests {
         try exp.set("env_pass", "[RUNNER_API_KEY, RUNNER_MODE, HF_TOKEN]", in: "runner")
         // HF_TOKEN is for a plain tunnel's host, passed as it is: no held-out account needed.
         try exp.set("inference", "[\"127.0.0.1:9\"]\n    tunnelled_keys: [HF_TOKEN]", in: "runner")
+        try exp.set("allow", "[huggingface.co:443]", in: "runner")
         let path = exp.root + "/experiment_config.yaml"
         let original = try String(contentsOfFile: path, encoding: .utf8)
         let line = (original.components(separatedBy: "\n").firstIndex { $0.contains("inference: [\"127.0.0.1:9\"]") } ?? -1) + 1

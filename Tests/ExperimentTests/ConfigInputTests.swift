@@ -353,10 +353,13 @@ extension ConfigInputTests {
 }
 
 extension ConfigInputTests {
-    @Test("runner.network.inference: exact host:port pairs, never also in allow; a model API in allow is refused, naming inference", arguments: [
+    @Test("runner.network.inference: exact host:port pairs, never a host also in allow (however spelled); a model API in allow is refused, naming inference; tunnelled keys need an allow list", arguments: [
         ("runner:\n  network:\n    inference: [\"*.openai.com:443\"]\n", "exp/experiment_config.yaml:5: runner.network.inference: '*.openai.com:443' is a pattern"),
         ("runner:\n  network:\n    inference: [api.openai.com]\n", "runner.network.inference: 'api.openai.com' is not host:port"),
-        ("runner:\n  network:\n    allow: [a.test:443]\n    inference: [a.test:443]\n", "exp/experiment_config.yaml:5: runner.network: a.test:443 is in both allow and inference"),
+        ("runner:\n  network:\n    allow: [a.test:443]\n    inference: [a.test:443]\n", "exp/experiment_config.yaml:5: runner.network: a.test:443 in inference and a.test:443 in allow reach one host"),
+        ("runner:\n  network:\n    allow: [\"A.test.:8443\"]\n    inference: [a.test:443]\n", "runner.network: a.test:443 in inference and A.test.:8443 in allow reach one host"),
+        ("sandbox:\n  network:\n    allow: [\"*.test:443\"]\n    inference: [llm.test:443]\n", "sandbox.network: llm.test:443 in inference and *.test:443 in allow reach one host"),
+        ("runner:\n  env_pass: [HF_TOKEN]\n  network:\n    inference: [a.test:443]\n    tunnelled_keys: [HF_TOKEN]\n", "runner.network.tunnelled_keys: keys passed as they are, for hosts of runner.network.allow, which is empty"),
         ("runner:\n  network:\n    allow: [api.openai.com:443]\n", "runner.network.allow: api.openai.com:443 is a model API: list it under runner.network.inference"),
         ("runner:\n  network:\n    allow: [API.Anthropic.com:443]\n", "runner.network.allow: API.Anthropic.com:443 is a model API"),
         ("runner:\n  network:\n    allow: [\"eu.api.openai.com.:8443\"]\n", "runner.network.allow: eu.api.openai.com.:8443 is a model API"),
@@ -387,7 +390,7 @@ struct TunnelledKeysTests {
         } catch {
             #expect("\(error)".contains("runner.network.tunnelled_keys: HF_TOKEN is not in runner.env_pass"), "\(error)")
         }
-        let c = try ExperimentConfig.parse("benchmark: local\ndataset: d\nrunner:\n  network:\n    inference: [api.openai.com:443]\n    tunnelled_keys: [HF_TOKEN]\n  env_pass: [OPENAI_API_KEY, HF_TOKEN]\n", file: "f")
+        let c = try ExperimentConfig.parse("benchmark: local\ndataset: d\nrunner:\n  network:\n    inference: [api.openai.com:443]\n    allow: [huggingface.co:443]\n    tunnelled_keys: [HF_TOKEN]\n  env_pass: [OPENAI_API_KEY, HF_TOKEN]\n", file: "f")
         let tool = c.toolSettings(["x"])
         #expect(tool.tunnelledKeys.contains("HF_TOKEN") && !tool.tunnelledKeys.contains("OPENAI_API_KEY"))
         #expect(c.modelCredentials == ["OPENAI_API_KEY"])

@@ -527,6 +527,29 @@ struct InferenceExchangeTests {
         #expect(!(try exchange(raw("Authorization: Bearer \(p)\r\n"), gate: other).dialled))
     }
 
+    @Test("the coding agent's gate masks its placeholder in a body (an agent that printed its environment goes on), spelled plainly or with a JSON escape; a key in the body is refused all the same; a held-out gate never masks")
+    func bodyPlaceholderMasked() throws {
+        let gate = try InferenceGate(targets: ["api.test:443"], credentials: ["sk-coder"], masksBodyPlaceholders: true)
+        let p = try #require(gate.placeholder(for: "sk-coder"))
+        func raw(_ body: String, _ placeholder: String) -> String {
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer \(placeholder)\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
+        }
+        // The refusing gate (a runner's) does not dial for the same requests.
+        let strict = try InferenceGate(targets: ["api.test:443"], credentials: ["sk-coder"])
+        let q = try #require(strict.placeholder(for: "sk-coder"))
+        for body in [{ (x: String) in #"{"model": "m", "messages": [{"role": "user", "content": "OPENAI_API_KEY=\#(x)"}]}"# },
+                     { (x: String) in #"{"model": "m", "messages": [{"role": "user", "content": "\u0073\#(x.dropFirst())"}]}"# }] {
+            let r = try exchange(raw(body(p), p), gate: gate)
+            #expect(r.dialled, "\(body(p)): \(r.outcome.detail)")
+            #expect(!(try exchange(raw(body(q), q), gate: strict).dialled), "\(body(q))")
+        }
+        let key = try exchange(raw(#"{"model": "m", "messages": [{"role": "user", "content": "sk-coder"}]}"#, p), gate: gate)
+        #expect(!key.dialled && key.outcome.detail.contains("body carries a real key"), "\(key.outcome.detail)")
+        var bytes = Array("a \(p) b \(p)".utf8)
+        #expect(HTTPRequest.mask(&bytes, [p]) && String(decoding: bytes, as: UTF8.self) == "a \(String(repeating: "*", count: p.count)) b \(String(repeating: "*", count: p.count))")
+        #expect(!(try InferenceGate(targets: ["api.test:443"], heldOut: true, credentials: ["k"], masksBodyPlaceholders: true)).masksBodyPlaceholders)
+    }
+
     @Test("placeholders keep a key's prefix and length, random after it; the vendor gets the key in the header that carried its placeholder, nowhere else")
     func placeholderSwapped() {
         // Which variables hold keys (made placeholders, compared across accounts): by the

@@ -84,9 +84,11 @@ extension ExperimentConfig {
             }
         }
         var holders: [(who: String, variable: String)] = []
-        for v in runner.envPass where InferenceGate.isCredentialVariable(v) { holders.append(("train runs", v)) }
-        for v in codingAgent.envPass where InferenceGate.isCredentialVariable(v) { holders.append(("the coding agent", v)) }
-        for v in triage?.tool.envPass ?? [] where InferenceGate.isCredentialVariable(v) { holders.append(("the triage", v)) }
+        // A key by its name, or by its value's shape under any name (BEDROCK_KEY_2).
+        func holds(_ v: String) -> Bool { InferenceGate.isCredentialVariable(v) || value(v).map(InferenceGate.looksLikeKey) == true }
+        for v in runner.envPass where holds(v) { holders.append(("train runs", v)) }
+        for v in codingAgent.envPass where holds(v) { holders.append(("the coding agent", v)) }
+        for v in triage?.tool.envPass ?? [] where holds(v) { holders.append(("the triage", v)) }
         for (name, source) in heldOutEnv.sorted(by: { $0.key < $1.key }) {
             guard let held = value(source) else { continue }
             for h in holders where value(h.variable) == held {

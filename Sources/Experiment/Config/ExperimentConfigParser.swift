@@ -355,9 +355,14 @@ extension ExperimentConfig {
                 default: tool.upstreamCA = r.absolutePath(w, "\(name).upstream_ca")
                 }
             }
-            let tunnelled = Set(tool.networkAllow.map { $0.lowercased() })
-            for t in tool.networkInference where tunnelled.contains(t.lowercased()) {
-                r.error(v, "\(name): \(t) is in both allow and inference; list it once (inference: only stateless model calls pass)")
+            // One host, however spelled (case, a trailing dot, another port, an address as
+            // written, a pattern above it), is a gate or a tunnel, never both.
+            for t in tool.networkInference {
+                guard let a = tool.networkAllow.first(where: { LocalKind.sameHost(t, $0) }) else { continue }
+                r.error(v, "\(name): \(t) in inference and \(a) in allow reach one host; list it once (inference: only stateless model calls pass)")
+            }
+            if !tool.tunnelledKeys.isEmpty && tool.networkAllow.isEmpty {
+                r.error(v, "\(name).tunnelled_keys: keys passed as they are, for hosts of \(name).allow, which is empty (a key for an inference host gets a placeholder)")
             }
             let why = section == "sandbox"
                 ? "a plain tunnel would hand the coding agent the real key and the vendor's stored objects"

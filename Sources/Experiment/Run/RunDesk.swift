@@ -248,12 +248,8 @@ extension RunDesk {
 
         let policy = try loadPolicy()
         try prepareDirectories(resumed: tally.resumed, owner: (policy.identity.hostUID, policy.identity.hostGID))
-        let gate = try AgentGate.make(config, runDirectory: paths.runDirectory, host: settings.hostEnvironment)
-        if gate != nil {
-            let keys = AgentGate.credentialNames(config)
-            settings.log("coding agent's model API through the run's inference gate: \(config.agentInference.joined(separator: ", "))"
-                         + (keys.isEmpty ? "" : "; in its sandbox \(keys.joined(separator: ", ")) hold placeholders"))
-        }
+        let gate = try AgentGate.make(config, policy: policy, command: command, root: layout.root, runDirectory: paths.runDirectory,
+                                      host: settings.hostEnvironment, log: settings.log)
         // An audit line that cannot be written stops the run: the agent does not go on unaudited.
         let stop = self.stop
         audit = try AuditLog(path: paths.audit) { failure in stop.writeFailed("the audit of the coding agent's sandbox", failure) }

@@ -37,6 +37,11 @@ public final class InferenceGate: @unchecked Sendable {
     /// refused. So no sandbox holds the key, and a placeholder read in a trace is worth nothing
     /// outside this gate's run.
     public let placeholders: [String: String]
+    /// A placeholder in a request's body is masked (`*` for each character) instead of
+    /// refused: the coding agent's gate. The gate never swaps one there, so the body's copy is
+    /// worth nothing; refusing it ended the session of an agent that once printed its
+    /// environment (every later request carries that output). Runners' gates refuse.
+    public let masksBodyPlaceholders: Bool
 
     /// The requests this gate judged and sent on that the vendor failed (`VendorFailure`):
     /// what `gate.infra_retries` counts a task's run by. Operator only.
@@ -60,6 +65,13 @@ public final class InferenceGate: @unchecked Sendable {
     static let publicPrefixes = ["sk-ant-api03-", "sk-ant-oat01-", "sk-ant-admin01-", "sk-svcacct-", "sk-admin-", "sk-proj-", "sk-ant-",
                                  "sk-or-v1-", "sk-", "hf_", "gsk_", "xai-", "AIza"]
 
+    /// Whether `value` has a vendor's key shape: one of `publicPrefixes`, then at least 16 more
+    /// characters and no space (what a constant or a variable of another name holding a key
+    /// looks like).
+    public static func looksLikeKey(_ value: String) -> Bool {
+        !value.contains(" ") && publicPrefixes.contains { value.hasPrefix($0) && value.count >= $0.count + 16 }
+    }
+
     /// The variables that tell common TLS clients which CAs to trust: OpenSSL and Python's
     /// ssl, httpx and requests, curl, Node (which adds to its own store; Claude Code), Codex
     /// CLI (its own variable: it reads no SSL_CERT_FILE).
@@ -68,9 +80,10 @@ public final class InferenceGate: @unchecked Sendable {
     public static let systemBundle = "/etc/ssl/certs/ca-certificates.crt"
 
     public init(targets: [String], upstreamCAFile: String? = nil, bodyBudget: Int = 96 << 20, heldOut: Bool = false,
-                credentials: Set<String> = []) throws(SandboxError) {
+                credentials: Set<String> = [], masksBodyPlaceholders: Bool = false) throws(SandboxError) {
         bodies = ByteBudget(limit: bodyBudget)
         self.heldOut = heldOut
+        self.masksBodyPlaceholders = masksBodyPlaceholders && !heldOut
         self.credentials = credentials.filter { !$0.isEmpty }
         var made: [String: String] = [:]
         for key in self.credentials.sorted() {
@@ -188,12 +201,12 @@ struct InferenceExchange {
             refuse(tls, status: 403, why)
             return Outcome(allowed: false, detail: "inference refused: \(line): \(why)")
         }
-        if let why = request.credentialRefusal(placeholders: gate.placeholders, keys: gate.credentials) {
+        if let why = request.credentialRefusal(placeholders: gate.placeholders, keys: gate.credentials, bodyPlaceholders: !gate.masksBodyPlaceholders) {
             // One answer for every kind: which one it was would tell a guessed key from a wrong one.
             refuse(tls, status: 403, Self.credentialAnswer)
             return Outcome(allowed: false, detail: "inference refused: \(line): \(why)")
         }
-        let body: [UInt8], notes: [String]
+        var body: [UInt8], notes: [String]
         switch InferenceRules.judge(method: request.method, target: request.target, body: request.body, heldOut: gate.heldOut) {
         case .refuse(let why):
             refuse(tls, status: 403, why)
@@ -204,6 +217,9 @@ struct InferenceExchange {
         }
         // What is sent, as the gate re-serialised it (a JSON escape spelled the placeholder
         // past the check of the bytes as received).
+        if gate.masksBodyPlaceholders, HTTPRequest.mask(&body, gate.placeholders.keys) {
+            notes.append("a key placeholder in the body masked")
+        }
         if let why = HTTPRequest.secretIn(body, placeholders: gate.placeholders, keys: gate.credentials) {
             refuse(tls, status: 403, Self.credentialAnswer)
             return Outcome(allowed: false, detail: "inference refused: \(line): the forwarded body \(why)")

@@ -120,7 +120,9 @@ struct HTTPRequest {
     /// anywhere but a credential header (the URL, the body) is refused too: the gate swaps it
     /// only there, and a vendor that echoes a body must never be handed a swapped key.
     /// No credential at all is the vendor's to refuse; a run given no keys is not checked.
-    func credentialRefusal(placeholders: [String: String], keys: Set<String>) -> String? {
+    /// `bodyPlaceholders` false: a placeholder in the body is left to `mask` (the coding
+    /// agent's gate); a key there is refused all the same.
+    func credentialRefusal(placeholders: [String: String], keys: Set<String>, bodyPlaceholders: Bool = true) -> String? {
         guard !placeholders.isEmpty else { return nil }
         for (name, value) in headers where InferenceGate.credentialHeaders.contains(name.lowercased()) {
             let token = Self.token(value)
@@ -136,8 +138,24 @@ struct HTTPRequest {
         for key in keys where target.contains(key) || headers.contains(where: { $0.1.contains(key) }) {
             return "the request carries a real key outside its credential header, which no sandbox is given"
         }
-        if let why = Self.secretIn(body, placeholders: placeholders, keys: keys) { return "the request's body \(why)" }
+        if let why = Self.secretIn(body, placeholders: bodyPlaceholders ? placeholders : [:], keys: keys) { return "the request's body \(why)" }
         return nil
+    }
+
+    /// Overwrites every occurrence of each of `placeholders` in `body` with as many `*` (the
+    /// same length: a JSON string stays one). Whether any was found.
+    static func mask(_ body: inout [UInt8], _ placeholders: some Sequence<String>) -> Bool {
+        var found = false
+        for p in placeholders {
+            let needle = Array(p.utf8)
+            var from = 0
+            while let i = index(of: needle, in: body, from: from) {
+                body.replaceSubrange(i..<(i + needle.count), with: repeatElement(UInt8(ascii: "*"), count: needle.count))
+                found = true
+                from = i + needle.count
+            }
+        }
+        return found
     }
 
     /// Why `body` may not leave (it holds a placeholder or a key), or nil.
@@ -152,15 +170,18 @@ struct HTTPRequest {
     }
 
     /// Whether `needle` occurs in `haystack`.
-    static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
-        guard !needle.isEmpty, haystack.count >= needle.count else { return false }
+    static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool { index(of: needle, in: haystack) != nil }
+
+    /// Where `needle` first occurs in `haystack` at or after `from`, or nil (an empty needle never).
+    static func index(of needle: [UInt8], in haystack: [UInt8], from: Int = 0) -> Int? {
+        guard !needle.isEmpty, haystack.count >= needle.count, from >= 0 else { return nil }
         let first = needle[0]
-        var i = 0
+        var i = from
         while i <= haystack.count - needle.count {
-            if haystack[i] == first && haystack[i..<(i + needle.count)].elementsEqual(needle) { return true }
+            if haystack[i] == first && haystack[i..<(i + needle.count)].elementsEqual(needle) { return i }
             i += 1
         }
-        return false
+        return nil
     }
 
     static func read(_ r: inout TLSReader, headCap: Int, bodyCap: Int, hold: ByteBudget.Hold,
