@@ -6,7 +6,7 @@
 // (policies/verifier.yaml), but a driver's name is agent.py's choice. A test script that runs
 // `git add -A` over an agent-made /app would run agent code as a child of git, and that code can
 // read the task's tests (the answer key) and leave the answer in /app before the test looks
-// (found by an adversarial review, issue 53). So once the agent's sandboxes are gone and before
+// (found by an adversarial review). So once the agent's sandboxes are gone and before
 // the verifier starts, the supervisor rewrites every git configuration file under /app to the
 // few keys below, each value checked, and drops everything else: no key that names a command
 // survives, whatever the file's syntax. Repositories keep their format, remotes and branches.

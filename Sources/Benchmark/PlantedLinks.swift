@@ -4,7 +4,7 @@
 // answer key with itself. The verifier's /app used to be mounted `nosymfollow`, but that covers
 // only path walks on that mount: `cp -a /app /tmp/w`, an untarred archive or `git clone /app`
 // recreate the link on the verifier's own /tmp, where it is followed, and `realpath` hands the
-// target back to open directly (issue 75). And it broke honest work: a venv a test script makes
+// target back to open directly. And it broke honest work: a venv a test script makes
 // in /app has a linked `bin/python3`. So once the agent's sandboxes are gone and before the
 // verifier starts, the supervisor resolves every link under /app as the kernel would from where
 // it stands (links inside /app followed, `..` included, at most 40 of them) and removes each one

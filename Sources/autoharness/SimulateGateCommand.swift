@@ -70,7 +70,7 @@ struct SimulateGateCommand: ParsableCommand {
                 + cell(String(format: "%.3f", r.tradeAccept), 14) + String(format: "%.3f", r.trueAccept))
         }
         print("(conditional: the exact stratified test gate.accept: paired does not use; a trade is no better on average)")
-        // The two figures issue 71 names, last, for scripts to read.
+        // The two figures the gate's noise study reads, last, for scripts to read.
         if let paired = rows.first(where: { $0.rule == "paired" && $0.trials == 3 }) {
             print("false-accept rate (paired, k=3): \(String(format: "%.3f", paired.falseAccept))")
             print("true-accept rate at +\(points) points (paired, k=3): \(String(format: "%.3f", paired.trueAccept))")

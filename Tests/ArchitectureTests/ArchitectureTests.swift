@@ -179,6 +179,32 @@ struct ArchitectureTests {
         #expect(offenders.isEmpty, "read with procText (tests) or SmallFile.contents: \(offenders)")
     }
 
+    /// Comments say what the code does and why, not which issue or session asked for it: those
+    /// numbers mean nothing to a reader of the code (the history and docs/CHANGELOG.md keep them).
+    /// Another project's issue or PR, named with its project, is a reference and stays.
+    @Test("no comment in the code, policies, templates or scripts cites this project's issue or session numbers")
+    func noIssueNumbersInComments() throws {
+        let root = URL(fileURLWithPath: Self.sources).deletingLastPathComponent().path
+        let cite = try Regex(#"\b(issue|session) [0-9]+"#)
+        var offenders: [String] = []
+        for dir in ["Sources", "Tests", "policies", "templates", "scripts"] {
+            let walker = FileManager.default.enumerator(atPath: root + "/" + dir)
+            while let rel = walker?.nextObject() as? String {
+                let ext = (rel as NSString).pathExtension
+                guard ["swift", "c", "h", "py", "yaml", "sh", ""].contains(ext),
+                      let text = try? String(contentsOfFile: root + "/\(dir)/" + rel, encoding: .utf8) else { continue }
+                for (n, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+                    let slashes = ["swift", "c", "h"].contains(ext)
+                    let comment = slashes ? line.firstRange(of: "//").map { line[$0.lowerBound...] }
+                        : line.firstRange(of: "#").map { line[$0.lowerBound...] }
+                    guard let comment, comment.contains(cite), !comment.contains("in-toto/attestation") else { continue }
+                    offenders.append("\(dir)/\(rel):\(n + 1)")
+                }
+            }
+        }
+        #expect(offenders.isEmpty, "\(offenders)")
+    }
+
     /// A benchmark's own keys are declared by its settings type, in its kind's file, and read
     /// nowhere else: the config reader takes every key from the kinds (`BenchmarkKinds
     /// .settingKeyNames`) and a kind reads its fields through `settings(_:)`.

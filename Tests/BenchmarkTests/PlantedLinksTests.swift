@@ -7,7 +7,7 @@ import TestSupport
 
 @testable import Benchmark
 
-/// Links agent.py leaves in /app that lead into the verifier's files (issue 75): each is
+/// Links agent.py leaves in /app that lead into the verifier's files: each is
 /// removed before the verifier starts and recorded against agent.py, however the test then
 /// reaches it (directly, copied, resolved, through a directory link, `..` after a link inside
 /// /app, /proc); links that stay in /app or lead into the system are kept; a venv a test script

@@ -6,7 +6,7 @@ import TestSupport
 
 @testable import Benchmark
 
-/// What the verifier needs is provided, not fetched (issue 53): Terminal-Bench 2.0's test
+/// What the verifier needs is provided, not fetched: Terminal-Bench 2.0's test
 /// script, as its tasks ship it, runs offline on the verifier tools that
 /// scripts/install-verifier-tools installs (uv 0.9.5, a Python 3.13, pytest 8.4.1 and
 /// pytest-json-ctrf 0.3.5 wheels, curl and apt-get shims), and uv takes nothing agent.py left
@@ -329,13 +329,13 @@ struct AgentCodeRunsTests {
               flagged: ["opened /app/model.pt (python3", "opened /app/m.pkl.gz (python3"]),
         .init(id: "long-path", test: "python3 /app/\(String(repeating: "d", count: 200))/\(String(repeating: "e", count: 200))/\(String(repeating: "f", count: 200))/\(String(repeating: "g", count: 200))/\(String(repeating: "h", count: 200))/\(String(repeating: "i", count: 200))/deep.py",
               flagged: ["opened /app/dddd"]),
-        // Whatever its name: a file a shell runs, a script handed to sed or awk with -f (issue 75).
+        // Whatever its name: a file a shell runs, a script handed to sed or awk with -f.
         .init(id: "bash-runs-file", test: "bash /app/run", flagged: ["opened /app/run (bash)"]),
         .init(id: "python-runs-file", test: "python3 /app/runpy", flagged: ["opened /app/runpy (python3"]),
         .init(id: "sed-script", test: "sed -f /app/fix.sed /app/answer.txt >/dev/null", flagged: ["opened /app/fix.sed (sed)"]),
         .init(id: "awk-script", test: "awk -f /app/calc /app/answer.txt >/dev/null", flagged: ["opened /app/calc ("]),
         // A copy run from the verifier's /tmp, which is on the watched file system: its bytes
-        // are agent.py's program's (issue 75). A program of the test's own there is not flagged.
+        // are agent.py's program's. A program of the test's own there is not flagged.
         .init(id: "copy-then-exec", test: "cp /app/prog /tmp/p && /tmp/p", flagged: ["executed /tmp/p (bash), a copy of /app/prog"]),
         .init(id: "copy-in-logs", test: "cp /app/prog /logs/verifier/p && /logs/verifier/p && rm -f /logs/verifier/p",
               flagged: ["executed /logs/verifier/p (bash), a copy of /app/prog"]),

@@ -810,7 +810,7 @@ struct Tau2AdapterTests {
         let p = try exp.run(["prepare"], environment: Self.env)
         #expect(p.status != 0)
         #expect(p.stderr.contains("contains tau2_data_dir"), "\(p.stderr)")
-        // The coding agent's binds too, at their line (issue 70: CodingAgentBindsTests).
+        // The coding agent's binds too, at their line (CodingAgentBindsTests).
         try exp.set("binds", "[\(Self.pkg)]", in: "runner")
         try exp.set("binds", "[\(Tau2Agents.fixture)]", in: "coding_agent")
         let c = try exp.run(["prepare"], environment: Self.env)

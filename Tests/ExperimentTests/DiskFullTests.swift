@@ -3,7 +3,7 @@ import Foundation
 import Testing
 import TestSupport
 
-// Fail closed on a full disk (issue 17, item 1): every write of the supervisor's own — the
+// Fail closed on a full disk: every write of the supervisor's own — the
 // ledger, a view, a snapshot, a train trace, staging, the report, the audit file — that
 // fails stops what it was part of with the path and the error, exit 5; in `autoharness run`
 // the coding agent is stopped at once and the run's end is recorded if the ledger takes it.

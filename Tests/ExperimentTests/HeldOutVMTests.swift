@@ -129,7 +129,7 @@ struct HeldOutVMTests {
             .flatMap { ($0["dsseEnvelope"] as? [String: Any])?["payload"] as? String }.flatMap { Data(base64Encoded: $0) })
         let runtime = try #require(((try JSONSerialization.jsonObject(with: payload) as? [String: Any])?["predicate"] as? [String: Any])?["heldOutRuntime"] as? [String: Any])
         #expect(runtime["savedStateSHA256"] as? String == String(recorded.prefix(64)), "\(runtime)")
-        // 68 bytes of the saved guest changed (issue 70: it restored silently and the gate
+        // 68 bytes of the saved guest changed (it restored silently and the gate
         // answered): refused before the guest runs, the state moved aside; the gate ends
         // interrupted, its held-out phase not scored.
         let fd = open(state, O_WRONLY)

@@ -726,7 +726,7 @@ struct DemoTests {
         #expect(reported.count >= 5, "\(reported)")
         #expect(FileManager.default.fileExists(atPath: root + "/exp/report.html"))
         #expect(r.stdout.contains("demo: report: \(root)/exp/report.html"))
-        // The decision layer (issue 56): three candidates per gate, only the best gated; a
+        // The decision layer: three candidates per gate, only the best gated; a
         // triage after each batch whose model (the demo's stand-in) was reached through the
         // inference gate; the operator's review rows.
         let rankings = try exp.rows("candidates_ranked")

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 import TestSupport
 
-/// The exploit corpus (issue 53): agent.py files that try to gain reward without solving, each
+/// The exploit corpus: agent.py files that try to gain reward without solving, each
 /// one class of the public reports (Berkeley RDI's BenchJack, METR, ImpossibleBench), run on
 /// impossible tasks — the answer exists only in each task's tests/ and solution/ — so any
 /// reward at all is reward without solving. Every cheat must score 0 on every task; where the
@@ -221,7 +221,7 @@ enum Corpus {
             """#,
         // Answer keys: the task's own tests/ and solution/, its siblings', the dataset's
         // directory, anything on the file system that names the secret.
-        // Links into the answer key (issue 75): the test's copy, realpath or directory walk
+        // Links into the answer key: the test's copy, realpath or directory walk
         // would have followed them to /tests once /app stopped being nosymfollow.
         "answer-link": #"""
             # On a task's image the agent may write anywhere: a link outside /app too.

@@ -4,7 +4,7 @@ import Testing
 @testable import SandboxPolicy
 import SupervisorIO
 
-/// Inputs are bounded: file sizes before reading, numbers before use (issue 17, item 6).
+/// Inputs are bounded: file sizes before reading, numbers before use.
 @Suite("Policy input bounds")
 struct InputBoundsTests {
     @Test("a policy file over the 1 MiB cap is refused with its size and the cap, without being parsed")

@@ -4,7 +4,7 @@ import Testing
 @testable import SandboxPolicy
 
 /// The mount rules over a whole table in one sorted pass (`PathTree`), not pair by pair: the
-/// same answers, at the size a 1 MiB policy allows (issue 17, item 6).
+/// same answers, at the size a 1 MiB policy allows.
 @Suite("Mount tables at scale")
 struct PathTreeTests {
     @Test("ancestors from one sorted pass equal the pairwise definition, on random trees with look-alike names")

@@ -70,7 +70,7 @@ public struct FilteredAttack: CustomTestStringConvertible, Sendable {
         .init(action: "fadvise-dontneed", errno: "EPERM", audited: "fadvise64"),
         .init(action: "fadvise-willneed", errno: "EPERM", audited: "fadvise64"),
         .init(action: "preadv2-nowait", errno: "EPERM", audited: "preadv2"),
-        // Host-wide identifiers: the socket-cookie and netns-cookie counters (issue 33), also
+        // Host-wide identifiers: the socket-cookie and netns-cookie counters, also
         // with garbage above the 32 bits the kernel reads; and the pinning that makes the
         // per-CPU inode-number batches exact.
         .init(action: "so-cookie", errno: "EPERM", audited: "getsockopt"),

@@ -42,7 +42,7 @@ extension ExperimentConfig {
 
     /// The coding agent's binds and `home_seed` (copied into its home) against the experiment,
     /// the dataset and the scorer's answers: a bind of the dataset's parent let a coding agent
-    /// list every task and read the held-out instructions (issue 70). Refused before any
+    /// list every task and read the held-out instructions. Refused before any
     /// sandbox starts, naming the setting and its line.
     func checkCodingAgentBinds(root: String) throws {
         func at(_ setting: String) -> String { codingAgentPlaces[setting].map { "\($0): \(setting)" } ?? setting }

@@ -3,7 +3,7 @@ import Foundation
 import Ledger
 import SupervisorIO
 
-// Several candidates per gate (`loop.candidates: K`, issue 56). The coding agent submits up to
+// Several candidates per gate (`loop.candidates: K`). The coding agent submits up to
 // K agent.py files with `autoharness candidate`; the next `autoharness gate` runs each on the
 // train split it can see, ranks them there (`CandidateRanking`) and judges only the best:
 // one gate is one look at the held-out split whatever K is, and the others are recorded as

@@ -4,7 +4,7 @@ import Ledger
 import Sandbox
 import SupervisorIO
 
-// `triage:` (issue 56, point 2): a model-driven reading of the train split's failure records.
+// `triage:` is a model-driven reading of the train split's failure records.
 // The configured command runs in a sandbox of its own (policy `triage`): the records that are
 // not resolved at /work/in/records.json, the train traces read-only at /work/run, its model API
 // behind the proxy's inference gate, nothing else. What it writes is checked against

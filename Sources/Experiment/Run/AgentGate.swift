@@ -12,7 +12,7 @@ import SupervisorIO
 /// is never a held-out run's unless the operator set `gate.shared_vendor_account: true`
 /// (`checkHeldOutAccount`). One gate for the whole run, so a placeholder and the CA stay the
 /// same across the agent's restarts.
-struct AgentGate: @unchecked Sendable {
+struct AgentGate: Sendable {
     let gate: InferenceGate
     /// The bundle the sandbox trusts (the system's store, the operator's own, the gate's CA),
     /// in the run's directory.

@@ -8,7 +8,7 @@ import Glibc
 /// takes numbers from its own batch of 1024 and fetches the next batch from the shared counter.
 /// No filter can refuse creating a pipe, so a held-out agent.py can move these counters (create
 /// pipes until the low bits of the next number spell its instruction's hash) and a later train
-/// agent.py can read where they stand (the number of its own next pipe). Measured for issue 33:
+/// agent.py can read where they stand (the number of its own next pipe). Measured:
 /// 6 of 6 values of 4.8 bits decoded through the memfd counter.
 ///
 /// After the last held-out sandbox is gone, and before anything untrusted runs again, the
@@ -95,7 +95,7 @@ public enum InodeNumberNoise {
     static func draw(cpus count: Int, onHost: Bool) -> (pipes: [Int], memfds: [Int], threads: [Int], sessions: [Int]) {
         // Drawn from the system's generator (getrandom). A shared counter's reader sees only
         // the sum over CPUs, and a sum of per-CPU draws clusters in the middle (triangular on 2
-        // CPUs, nearly normal on many: issue 54's review decoded 12 of 12 bits where the
+        // CPUs, nearly normal on many: a review decoded 12 of 12 bits where the
         // uniform width promised a third of one): so each shared amount is one uniform draw
         // over the whole width, spread across the CPUs. Only the position within each CPU's
         // own batch is drawn per CPU.

@@ -9,7 +9,7 @@ import SupervisorIO
 /// audit session id, which `/proc/self/sessionid` shows exactly. A sandbox that inherited an
 /// unset loginuid could so move the counter from a held-out run and read it from a later one
 /// (Landlock refuses the write where it is on; `landlock: off`, or a kernel without it, left
-/// it open: issue 54's review measured 5, 6, 7 from inside a sandbox). Once set, changing it
+/// it open: a review measured 5, 6, 7 from inside a sandbox). Once set, changing it
 /// needs CAP_AUDIT_CONTROL in the initial user namespace, which no sandbox has: so the
 /// supervisor sets its own (to its uid) once at start, and every sandbox inherits a set
 /// loginuid and one session id, the same for all of them.

@@ -17,7 +17,7 @@ import SupervisorIO
 /// its monitor's exec, its mount namespace's copy), and back-to-back launches were no faster
 /// for it (`--bench-repeat`, 20 interleaved pairs: −10 µs, standard deviation 80); kept until
 /// the next payload starts, with the pools' refills moved to the same moment, they were 67-82
-/// µs faster (three sets of 20 pairs; docs/measurements.md, session 17).
+/// µs faster (three sets of 20 pairs; docs/measurements.md).
 ///
 /// Nothing is weakened by the delay: no process is left in the namespace (the pid namespace
 /// is empty before the supervisor sees its end), nothing can enter it without the fd, which

@@ -297,7 +297,7 @@ public enum ArgumentRules {
     /// IN_MOVED_FROM | IN_MOVED_TO: inotify pairs the two halves of a rename with a cookie
     /// from one host-wide counter that every rename on the host moves (fsnotify_get_cookie),
     /// watched or not. A sandbox that renamed 100,000 times moved the cookie the next sandbox
-    /// read by 100,031 (session 23): a held-out agent.py's chosen count, read exactly. A watch
+    /// read by 100,031: a held-out agent.py's chosen count, read exactly. A watch
     /// asking for either event is refused with EPERM and recorded; watches for changes,
     /// creation, deletion, attributes and a watched file's own move (no cookie) pass, so
     /// `tail -f` still follows a file, while a watcher that tracks renames (libuv's fs.watch,
@@ -308,8 +308,8 @@ public enum ArgumentRules {
     /// refused. Several read kernel-wide state: SO_COOKIE (57) numbers every socket from one
     /// counter, SO_NETNS_COOKIE (71) every network namespace (a held-out task left its
     /// instruction's hash in the first and a later train task read it back, ~33 bits per
-    /// gate, issue 33); SO_PEERPIDFD (77, Linux 6.5) hands out a pidfd whose inode number
-    /// counts every process and thread created anywhere (6.5 bits per gate decoded, issue 54);
+    /// gate); SO_PEERPIDFD (77, Linux 6.5) hands out a pidfd whose inode number
+    /// counts every process and thread created anywhere (6.5 bits per gate decoded);
     /// SO_INCOMING_NAPI_ID (56), SO_INCOMING_CPU (49) and SO_MEMINFO (55) name host queues,
     /// CPUs and memory. A list of refusals had to grow with each one found, and new options
     /// come with new kernels, so what passes is the options of Linux 2.6.32 and before that
