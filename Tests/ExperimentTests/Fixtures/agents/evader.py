@@ -66,7 +66,29 @@ for body in (zombie_leader, forker):
         body()
         os._exit(0)
     pids.append(pid)
-time.sleep(0.5)
+
+
+def ticks(since=0.0):
+    """(thread, child) ticks after `since`."""
+    counts = {b"thread": 0, b"child": 0}
+    with open(TICKS, "rb") as f:
+        for line in f:
+            tag, _, at = line.partition(b" ")
+            if tag in counts and line.endswith(b"\n") and float(at) > since:
+                counts[tag] += 1
+    return counts[b"thread"], counts[b"child"]
+
+
+def live(least, since=0.0, limit=60.0):
+    """Waits until both attacks have ticked `least` times after `since` (a busy machine can
+    take seconds to schedule them), for at most `limit` seconds."""
+    end = time.monotonic() + limit
+    while min(ticks(since)) < least and time.monotonic() < end:
+        time.sleep(0.05)
+
+
+# Both attacks live before the gate: a fixed pause once saw only 16 ticks on a busy machine.
+live(30)
 state = next((l.split()[1] for l in open(f"/proc/{pids[0]}/status") if l.startswith("State:")), "?")
 threads = len(os.listdir(f"/proc/{pids[0]}/task"))
 with open("agent/.tmp", "w") as f:
@@ -75,7 +97,7 @@ os.rename("agent/.tmp", "agent/agent.py")
 t0 = time.monotonic()
 r = subprocess.run(["autoharness", "gate"], capture_output=True, text=True)
 t1 = time.monotonic()
-time.sleep(0.3)
+live(5, since=t1, limit=30.0)
 for p in pids:
     os.kill(p, signal.SIGKILL)
 times = sorted(float(l.split()[1]) for l in open(TICKS))
