@@ -179,6 +179,25 @@ struct ArchitectureTests {
         #expect(offenders.isEmpty, "read with procText (tests) or SmallFile.contents: \(offenders)")
     }
 
+    /// README's source tree names every folder of the three large libraries: a folder added
+    /// without a line there is a part of the code a newcomer cannot find.
+    @Test("README's source tree names every folder under Sources/Sandbox, Sources/Benchmark and Sources/Experiment")
+    func readmeTreeMatchesSources() throws {
+        let root = URL(fileURLWithPath: Self.sources).deletingLastPathComponent().path
+        let readme = try String(contentsOfFile: root + "/README.md", encoding: .utf8)
+        let tree = try #require(readme.range(of: "## The source tree").map { readme[$0.upperBound...] })
+        let section = tree.range(of: "\n## ").map { tree[..<$0.lowerBound] } ?? tree
+        var missing: [String] = []
+        for library in ["Sandbox", "Benchmark", "Experiment"] {
+            for entry in try FileManager.default.contentsOfDirectory(atPath: Self.sources + "/" + library).sorted() {
+                var isDir: ObjCBool = false
+                guard FileManager.default.fileExists(atPath: Self.sources + "/\(library)/\(entry)", isDirectory: &isDir), isDir.boolValue else { continue }
+                if !section.contains("`Sources/\(library)/\(entry)") { missing.append("Sources/\(library)/\(entry)") }
+            }
+        }
+        #expect(missing.isEmpty, "not in README's source tree: \(missing)")
+    }
+
     /// Comments say what the code does and why, not which issue or session asked for it: those
     /// numbers mean nothing to a reader of the code (the history and docs/CHANGELOG.md keep them).
     /// Another project's issue or PR, named with its project, is a reference and stays.
