@@ -198,6 +198,30 @@ struct ArchitectureTests {
         #expect(missing.isEmpty, "not in README's source tree: \(missing)")
     }
 
+    /// The Python drivers are code of ours that runs in or beside sandboxes: each is listed in
+    /// docs/architecture.md's table and kept under the size cap scripts/lint-python enforces.
+    @Test("every Python driver (templates/*/autoharness_*.py) is in docs/architecture.md's driver table, and every row names one; each is at most 500 lines")
+    func pythonDriversListed() throws {
+        let root = URL(fileURLWithPath: Self.sources).deletingLastPathComponent().path
+        var drivers: Set<String> = []
+        for bench in try FileManager.default.contentsOfDirectory(atPath: root + "/templates") {
+            for f in (try? FileManager.default.contentsOfDirectory(atPath: root + "/templates/" + bench)) ?? []
+            where f.hasPrefix("autoharness_") && f.hasSuffix(".py") {
+                let path = "templates/\(bench)/\(f)"
+                drivers.insert(path)
+                let lines = try String(contentsOfFile: root + "/" + path, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false).count - 1
+                #expect(lines <= 500, "\(path): \(lines) lines")
+            }
+        }
+        let doc = try String(contentsOfFile: root + "/docs/architecture.md", encoding: .utf8)
+        let section = try #require(doc.range(of: "## Python drivers").map { doc[$0.upperBound...] })
+        let rows = Set(section.split(separator: "\n").prefix { !$0.hasPrefix("## ") }.compactMap { line -> String? in
+            guard line.hasPrefix("| `templates/") else { return nil }
+            return line.dropFirst(3).prefix { $0 != "`" }.description
+        })
+        #expect(!drivers.isEmpty && rows == drivers, "listed but missing: \(rows.subtracting(drivers)); not listed: \(drivers.subtracting(rows))")
+    }
+
     /// Comments say what the code does and why, not which issue or session asked for it: those
     /// numbers mean nothing to a reader of the code (the history and docs/CHANGELOG.md keep them).
     /// Another project's issue or PR, named with its project, is a reference and stays.

@@ -4,7 +4,6 @@ scripts/bench-soak for usage."""
 import argparse
 import json
 import os
-import signal
 import sqlite3
 import statistics
 import sys
@@ -13,7 +12,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import chaos  # noqa: E402
 import leaks  # noqa: E402
-import ledgercheck  # noqa: E402
 
 
 def status_kib(pid, key):

@@ -40,7 +40,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import socketserver
 import subprocess
 import sys

@@ -40,7 +40,6 @@ Known limit: Ray returns each task's result to this process by unpickling it, so
 compromised as root could run code here; this driver runs outside autoharness's sandboxes
 (docs/past-one-machine.md).
 """
-import base64
 import json
 import os
 import queue
