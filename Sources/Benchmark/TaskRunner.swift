@@ -145,7 +145,12 @@ public final class TaskRunner: Sendable {
     /// Steps 2–4 for one task (see the top of this file).
     private func execute(_ run: inout TaskExecution, in scratch: TaskScratch) {
         let task = run.task
-        let testsDirectory = task.testsDirectory
+        // The verifier's /tests is a copy in the task's scratch, its files guarded while it runs.
+        let testsDirectory = scratch.testsPath
+        let answerKey: [String]
+        do throws(BenchmarkError) { answerKey = try scratch.copyTests(from: task.testsDirectory) } catch {
+            return run.finish(.setupFailed, "task \(task.id): \(error.message)")
+        }
         let taskPolicy: Policy
         let verifierPolicy: Policy
         let emptyAgent = scratch.path + "/no-agent"
@@ -254,7 +259,7 @@ public final class TaskRunner: Sendable {
         var step = VerifierStep(task: task, scratch: scratch, image: image, imageRoot: imageRoot, appPath: appPath,
                                 appOwner: image?.owner ?? (taskPolicy.identity.hostUID, taskPolicy.identity.hostGID),
                                 policy: verifierPolicy, overrides: verifierOverrides, audit: verifierAudit, timeout: verifierTimeout,
-                                ahead: ahead, rewardWatch: rewardWatch)
+                                ahead: ahead, rewardWatch: rewardWatch, answerKey: answerKey)
         if let image, !configuration.agentNetworkAllow.isEmpty {
             let names = VerifierPackages.requested(in: task.testsDirectory + "/test.sh")
             if !names.isEmpty {

@@ -206,6 +206,45 @@ struct TaskScratch {
         return d
     }
 
+    /// The verifier's /tests: a copy of the task's tests, root's, bound read-only, whose files
+    /// are guarded by inode while the verifier runs (`AnswerKeyGuard`): marks on the copy see
+    /// only this task's verifier, never another reader of the dataset.
+    var testsPath: String { path + "/tests" }
+
+    /// Copies the task's tests directory (the benchmark's: trusted) to `tests/`; the regular
+    /// files of the copy, the first `limit` found.
+    func copyTests(from source: String, limit: Int = 10_000) throws(BenchmarkError) -> [String] {
+        let from = FileSystem.openDirectory(source)
+        guard from >= 0 else { throw BenchmarkError(.io, "\(source): \(FileSystem.errorText())") }
+        defer { close(from) }
+        guard let to = FileSystem.makeDirectory(at: fd, "tests", mode: 0o755, owner: nil) else {
+            throw BenchmarkError(.io, "\(testsPath): \(FileSystem.errorText())")
+        }
+        defer { close(to) }
+        do throws(IOFailure) {
+            try FileSystem.copyTree(from: from, to: to, owner: (0, 0), skip: [], label: "tests")
+        } catch {
+            throw BenchmarkError(.io, "copying the task's tests: \(error)")
+        }
+        var files: [String] = []
+        func walk(_ dir: Int32, _ prefix: String) {
+            for n in FileSystem.entries(of: dir) ?? [] where files.count < limit {
+                guard let st = FileSystem.entryStatus(at: dir, n) else { continue }
+                let path = prefix + "/" + FileSystem.display(n)
+                if FileSystem.isRegular(st) {
+                    files.append(path)
+                } else if FileSystem.isDirectory(st) {
+                    let sub = FileSystem.openDirectory(at: dir, n)
+                    guard sub >= 0 else { continue }
+                    walk(sub, path)
+                    close(sub)
+                }
+            }
+        }
+        walk(to, testsPath)
+        return files
+    }
+
     /// Where the verifier's /tmp is: a tmpfs the supervisor mounts (sticky and world-writable
     /// like a real /tmp, owned by `owner`), not one the sandbox makes for itself, so that a
     /// watch on it sees what the verifier runs from it (`AgentCodeRuns`). Its own, not the

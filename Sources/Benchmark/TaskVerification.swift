@@ -26,6 +26,8 @@ extension TaskRunner {
         var timeout: Double
         var ahead: VerifierAhead
         var rewardWatch: ChangeWatch
+        /// The files of the verifier's /tests (the scratch's copy), guarded while it runs.
+        var answerKey: [String] = []
         /// Why the agent's run counts as a problem (a crash, a non-zero exit), and the status
         /// a reward below the pass threshold then takes.
         var agentProblem: String?
@@ -70,7 +72,7 @@ extension TaskRunner {
             (appPath, root, upper) = (scratch.verifierRootPath + "/app", scratch.verifierRootPath, scratch.verifierUpperPath)
             do {
                 verifierPolicy = try configuration.policyLoader.load(
-                    configuration.verifierPolicy, variables: ["workdir": appPath, "tests_dir": task.testsDirectory, "logs_dir": scratch.logsPath])
+                    configuration.verifierPolicy, variables: ["workdir": appPath, "tests_dir": scratch.testsPath, "logs_dir": scratch.logsPath])
             } catch {
                 return run.finish(.setupFailed, "policy: \(error)")
             }
@@ -158,6 +160,9 @@ extension TaskRunner {
             run.note("\(error.message): which code from /app the verifier ran is not known")
         }
 
+        // The answer key is opened only by names that reach it through no link (`AnswerKeyGuard`).
+        let guardKey = AnswerKeyGuard.start(step.answerKey, run: &run)
+
         // Step 3: the verifier. A crashed agent may still have finished the work, so it is
         // graded; only its status records the crash.
         let verifier: (result: Result<SandboxResult, SandboxFailure>, seconds: Double)
@@ -178,6 +183,7 @@ extension TaskRunner {
                                findPayloadPID: true, joinNetwork: relay?.1)
         }
         run.verifierSeconds = verifier.seconds
+        AnswerKeyGuard.stop(guardKey, tests: scratch.testsPath, audit: configuration.audit, run: &run)
         if let first = codeWatches.first {
             let seen = codeWatches.dropFirst().reduce(first.0.stop()) { $0.merged(with: $1.0.stop()) }
             run.agentCode = AgentCodeRuns.lines(seen, app: appPath)

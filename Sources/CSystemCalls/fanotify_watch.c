@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/fanotify.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -146,9 +147,100 @@ int ahs_open_watch(const char *dir, int *blocking) {
     return -1;
 }
 
+int ahs_guard_files(const char *const *paths, int count) {
+    // FAN_REPORT_TID (0x100): the opener's thread, whose system call is read while it waits.
+    int group = fanotify_init(FAN_CLASS_CONTENT | FAN_CLOEXEC | FAN_NONBLOCK | 0x100, O_RDONLY | O_LARGEFILE | O_CLOEXEC);
+    if (group < 0) return -1;
+    for (int i = 0; i < count; i++) {
+        // An inode mark: this file's opens only, by any path and any mount.
+        if (fanotify_mark(group, FAN_MARK_ADD | FAN_MARK_DONT_FOLLOW, FAN_OPEN_PERM | FAN_OPEN_EXEC_PERM, AT_FDCWD, paths[i]) < 0) {
+            int e = errno;
+            close(group);
+            errno = e;
+            return -1;
+        }
+    }
+    return group;
+}
+
+/// The NUL-terminated string at `address` in `tid`'s memory, into `out` (`cap` bytes): its
+/// length, or -1 with errno (ENAMETOOLONG when no NUL came within `cap`).
+static int read_string(int tid, unsigned long long address, char *out, size_t cap) {
+    char mem[64];
+    snprintf(mem, sizeof mem, "/proc/%d/mem", tid);
+    int fd = open(mem, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    size_t got = 0;
+    while (got < cap) {
+        // Up to the end of the page first: the next page may not be mapped.
+        size_t room = 4096 - ((address + got) & 4095);
+        if (room > cap - got) room = cap - got;
+        ssize_t n = pread(fd, out + got, room, (off_t)(address + got));
+        if (n <= 0) { int e = n < 0 ? errno : EFAULT; close(fd); errno = e; return -1; }
+        void *nul = memchr(out + got, 0, (size_t)n);
+        if (nul) { close(fd); return (int)((char *)nul - out); }
+        got += (size_t)n;
+    }
+    close(fd);
+    errno = ENAMETOOLONG;
+    return -1;
+}
+
+int ahs_opened_by_name(int tid, int file, char *path, unsigned cap) {
+    path[0] = 0;
+    char proc[64], text[512];
+    snprintf(proc, sizeof proc, "/proc/%d/syscall", tid);
+    int fd = open(proc, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    int e = errno;
+    close(fd);
+    if (n <= 0) { errno = n < 0 ? e : ENODATA; return -1; }
+    text[n] = 0;
+    // "NR ARG1 ... ARG6 SP PC" while the thread is in a system call.
+    long nr = -1;
+    unsigned long long a[6] = {0};
+    if (sscanf(text, "%ld %llx %llx %llx %llx %llx %llx", &nr, &a[0], &a[1], &a[2], &a[3], &a[4], &a[5]) < 3) { errno = ENODATA; return -1; }
+    long long dirfd;
+    unsigned long long name;
+    switch (nr) {
+    case 2: case 85: case 59: dirfd = AT_FDCWD; name = a[0]; break;        // open, creat, execve
+    case 257: case 437: case 322: dirfd = (int)a[0]; name = a[1]; break;   // openat, openat2, execveat
+    default: errno = ENOSYS; return -1;                                     // an open by no name of its own
+    }
+    if (read_string(tid, name, path, cap) < 0) return -1;
+    if (!path[0]) { errno = ENOENT; return -1; }
+    // The name resolved again, as the opener's kernel walk began it (its root for an absolute
+    // name, else its working directory or the directory descriptor), but through no link at all.
+    // struct open_how: RESOLVE_NO_MAGICLINKS 0x02, RESOLVE_NO_SYMLINKS 0x04, RESOLVE_IN_ROOT 0x10.
+    if (path[0] == '/') snprintf(proc, sizeof proc, "/proc/%d/root", tid);
+    else if (dirfd == AT_FDCWD) snprintf(proc, sizeof proc, "/proc/%d/cwd", tid);
+    else snprintf(proc, sizeof proc, "/proc/%d/fd/%lld", tid, dirfd);
+    int base = open(proc, O_PATH | O_CLOEXEC);
+    if (base < 0) return -1;
+    struct { unsigned long long flags, mode, resolve; } how = {O_PATH | O_CLOEXEC, 0, 0x02 | 0x04 | (path[0] == '/' ? 0x10 : 0)};
+    int again = (int)syscall(437 /* SYS_openat2 */, base, path, &how, sizeof how);
+    e = errno;
+    close(base);
+    if (again < 0) {
+        if (e == ELOOP || e == EXDEV) return 0;  // a link (or a magic one) on the way
+        errno = e;
+        return -1;
+    }
+    struct stat x, y;
+    int same = fstat(again, &x) == 0 && fstat(file, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+    close(again);
+    return same;
+}
+
 int ahs_fanotify_flush(int group) {
-    // The path is not looked up for a flush; "/" keeps older kernels' checks content.
-    return fanotify_mark(group, FAN_MARK_FLUSH | FAN_MARK_FILESYSTEM, 0, AT_FDCWD, "/");
+    // The path is not looked up for a flush; "/" keeps older kernels' checks content. Inode
+    // marks (a guard's) are flushed on their own.
+    int r = fanotify_mark(group, FAN_MARK_FLUSH | FAN_MARK_FILESYSTEM, 0, AT_FDCWD, "/");
+    int e = errno;
+    if (fanotify_mark(group, FAN_MARK_FLUSH, 0, AT_FDCWD, "/") < 0 && r == 0) return -1;
+    errno = e;
+    return r;
 }
 
 int ahs_opens_read(int group, struct ahs_open *out, int max) {
@@ -224,9 +316,9 @@ int ahs_open_unwatched(int group, int blocking, int root, const char *path) {
 
 void ahs_open_done(int group, struct ahs_open *o) {
     if (o->fd < 0) return;
-    // A permission event's opener waits for this answer; every open is allowed.
+    // A permission event's opener waits for this answer: allowed, unless refused (`deny`).
     if (o->mask & (FAN_OPEN_PERM | FAN_OPEN_EXEC_PERM)) {
-        struct fanotify_response r = {.fd = o->fd, .response = FAN_ALLOW};
+        struct fanotify_response r = {.fd = o->fd, .response = o->deny ? FAN_DENY : FAN_ALLOW};
         ssize_t w;
         do { w = write(group, &r, sizeof r); } while (w < 0 && errno == EINTR);
     }

@@ -104,42 +104,18 @@ struct PlantedLinksTests {
     ]
 
     static func benchmark(_ dir: TempDir) throws -> LocalBenchmark {
-        for v in vectors {
-            try dir.file("tasks/\(v.id)/instruction.md", "vector: \(v.id)\n")
-            try dir.file("tasks/\(v.id)/tests/expected.txt", "the-answer\n")
-            try dir.file("tasks/\(v.id)/tests/test.sh", """
-                #!/bin/bash
-                if \(v.test); then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
-                """, mode: 0o755)
-        }
-        try dir.file("tasks/honest/instruction.md", "vector: honest\n")
-        try dir.file("tasks/honest/tests/expected.txt", "the-answer\n")
-        try dir.file("tasks/honest/tests/test.sh", """
-            #!/bin/bash
-            if cmp -s /app/out.txt /tests/expected.txt && [ -x /app/env ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
-            """, mode: 0o755)
-        return try LocalBenchmark(directory: dir.path)
+        try answerKeyBenchmark(dir, vectors.map { ($0.id, "\($0.test)") }
+                               + [("honest", "cmp -s /app/out.txt /tests/expected.txt && [ -x /app/env ]")])
     }
 
     static func agent() -> String {
-        let plants = Dictionary(uniqueKeysWithValues: vectors.map { ($0.id, $0.plant) })
-        let json = String(decoding: try! JSONSerialization.data(withJSONObject: plants, options: [.sortedKeys]), as: UTF8.self)
-        return """
-            import json, os
-            PLANTS = json.loads(\(String(reflecting: json)))
-            class HarnessAgent:
-                def run(self, instruction, workdir):
-                    os.chdir(workdir)
-                    vector = instruction.split("vector: ")[1].strip()
-                    if vector == "honest":
-                        # Links that stay in /app, and one into the system: kept.
-                        os.makedirs("real")
-                        open("real/answer.txt", "w").write("the-answer\\n")
-                        os.symlink("real/answer.txt", "out.txt")
-                        os.symlink("/usr/bin/env", "env")
-                        return
-                    exec(PLANTS[vector])
-            """
+        // The honest task: links that stay in /app, and one into the system: kept.
+        plantingAgent(Dictionary(uniqueKeysWithValues: vectors.map { ($0.id, $0.plant) }), otherwise: """
+                    os.makedirs("real")
+                    open("real/answer.txt", "w").write("the-answer\\n")
+                    os.symlink("real/answer.txt", "out.txt")
+                    os.symlink("/usr/bin/env", "env")
+            """)
     }
 
     @Test("links from /app into the answer key score 0 however the test reaches them, each recorded against agent.py; links inside /app and into the system are kept")

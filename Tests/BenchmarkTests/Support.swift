@@ -207,3 +207,36 @@ final class ThreadChurn: @unchecked Sendable {
         done.wait()
     }
 }
+
+/// Tasks told apart by "vector: ID" in their instruction, each with the answer key
+/// `tests/expected.txt` ("the-answer") and a test that writes reward 1 when its shell
+/// condition `test` holds.
+func answerKeyBenchmark(_ dir: TempDir, _ tasks: [(id: String, test: String)]) throws -> LocalBenchmark {
+    for t in tasks {
+        try dir.file("tasks/\(t.id)/instruction.md", "vector: \(t.id)\n")
+        try dir.file("tasks/\(t.id)/tests/expected.txt", "the-answer\n")
+        try dir.file("tasks/\(t.id)/tests/test.sh", """
+            #!/bin/bash
+            if \(t.test); then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+            """, mode: 0o755)
+    }
+    return try LocalBenchmark(directory: dir.path)
+}
+
+/// agent.py for `answerKeyBenchmark`: in /app, runs `plants[vector]` (Python, given `os` and
+/// `workdir`) for its task's vector, else `otherwise` (Python, indented for the method).
+func plantingAgent(_ plants: [String: String], otherwise: String) -> String {
+    let json = String(decoding: try! JSONSerialization.data(withJSONObject: plants, options: [.sortedKeys]), as: UTF8.self)
+    return """
+        import json, os
+        PLANTS = json.loads(\(String(reflecting: json)))
+        class HarnessAgent:
+            def run(self, instruction, workdir):
+                os.chdir(workdir)
+                vector = instruction.split("vector: ")[1].strip()
+                if vector in PLANTS:
+                    exec(PLANTS[vector], {"os": os, "workdir": workdir})
+                    return
+        \(otherwise)
+        """
+}

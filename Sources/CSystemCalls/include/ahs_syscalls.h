@@ -200,6 +200,9 @@ struct ahs_open {
     /// The file opened (read-only), its opener still held where the kernel holds it: the
     /// caller reads what it needs, then ends it with `ahs_open_done`. -1 when none.
     int fd;
+    /// Set by the caller before `ahs_open_done`: the open is refused (EPERM to its opener)
+    /// rather than allowed. Only a permission event's can be.
+    int deny;
 };
 /// A fanotify group (non-blocking, close-on-exec) reporting every open and execution of a
 /// file (never a directory) on the file system that holds `dir`. Where the kernel allows,
@@ -217,11 +220,22 @@ int ahs_opens_read(int group, struct ahs_open *out, int max);
 /// permission event for it would wait for the very thread that opens it. `blocking` as
 /// `ahs_open_watch` said. The descriptor, or -1 with errno.
 int ahs_open_unwatched(int group, int blocking, int root, const char *path);
+/// A fanotify group (non-blocking, close-on-exec, permission events, openers by thread)
+/// holding each open and execution of the `count` files at `paths` (inode marks: by any path,
+/// through any mount; a link at a path is marked itself, not followed) until it is answered.
+/// The group fd, or -1 with errno (the kernel has no permission events: EINVAL or EPERM).
+int ahs_guard_files(const char *const *paths, int count);
+/// How thread `tid`, held in an open of `file` (a permission event's descriptor), named it:
+/// 1 by a name that reaches `file` through no symbolic link (resolved again from its root,
+/// working directory or directory descriptor as its call began), 0 through a link (or a name
+/// that now reaches another file), -1 with errno when it cannot be told (not in an open or
+/// exec by name: ENOSYS). The name it used is in `path` (`cap` bytes) whenever it was read.
+int ahs_opened_by_name(int tid, int file, char *path, unsigned cap);
 /// Allows an open `ahs_opens_read` returned (a permission event's opener waits for it) and
 /// closes its descriptor; nothing when it has none.
 void ahs_open_done(int group, struct ahs_open *open);
 
-/// Removes every file-system mark of a fanotify group (FAN_MARK_FLUSH): no event is queued
+/// Removes every file-system and inode mark of a fanotify group (FAN_MARK_FLUSH): no event is queued
 /// after it returns, and it does not wait, unlike closing the group (an SRCU grace period,
 /// 2-10 ms here). 0, or -1 with errno.
 int ahs_fanotify_flush(int group);

@@ -9,7 +9,7 @@ import Glibc
 /// enough is seen with its file's later name, or no program. Which opens matter is `keep`'s
 /// call, given the file open read-only (its opener still held) to read before it goes on;
 /// at most `limit` distinct (path, executed) pairs are kept, the rest only counted.
-/// Every open is allowed: this watches, it never refuses. Needs CAP_SYS_ADMIN in the initial
+/// A watch allows every open; a guard (`init(guarding:)`) refuses what `keep` says. Needs CAP_SYS_ADMIN in the initial
 /// user namespace.
 public final class OpenWatch: @unchecked Sendable {
     public struct Open: Sendable, Equatable {
@@ -23,6 +23,9 @@ public final class OpenWatch: @unchecked Sendable {
         public var arguments: [String] = []
         /// What `keep` said of it (shown after its path), if anything.
         public var note: String?
+        /// Set by `keep` of a guard (`init(guarding:)`): why the open is refused. Its opener
+        /// gets EPERM; the open is kept whatever `keep` returns.
+        public var refused: String?
 
         public init(path: String, executed: Bool, exe: String, arguments: [String] = [], note: String? = nil) {
             self.path = path
@@ -64,6 +67,19 @@ public final class OpenWatch: @unchecked Sendable {
         public let file: Int32
         let group: Int32
         let blocking: Bool
+        /// The opener: its thread for a guard, its thread group for a watch.
+        public let opener: Int32
+
+        /// How the opener named the file, while it waits (a guard's events): `named` true by a
+        /// name that reaches it through no link, false through one (or a name that now reaches
+        /// another file), nil when it cannot be told (`why`); `name` what it passed.
+        public func namedWithoutLinks() -> (named: Bool?, name: String, why: String) {
+            var buffer = [CChar](repeating: 0, count: 4096)
+            let r = ahs_opened_by_name(opener, file, &buffer, UInt32(buffer.count))
+            let e = errno
+            let name = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            return (r < 0 ? nil : r == 1, name, r < 0 ? String(cString: strerror(e)) : "")
+        }
 
         /// `path` (relative to the directory `root`, on the watched file system, reached
         /// through no link and no other mount) opened read-only without raising an event: one
@@ -80,10 +96,28 @@ public final class OpenWatch: @unchecked Sendable {
 
     /// Starts watching the file system that holds `directory`.
     /// - Throws: `SandboxError` (`.io`) naming the directory and errno.
-    public init(directory: String, limit: Int = 200, keep: @escaping Keep) throws(SandboxError) {
+    public convenience init(directory: String, limit: Int = 200, keep: @escaping Keep) throws(SandboxError) {
         var blocking: Int32 = 0
         let g = ahs_open_watch(directory, &blocking)
         guard g >= 0 else { throw SandboxError(.io, "fanotify (opens) on \(directory): \(String(cString: strerror(errno)))") }
+        try self.init(group: g, blocking: blocking != 0, limit: limit, keep: keep)
+    }
+
+    /// Guards the regular files at `files`: each open or execution of one, by any path, waits
+    /// until `keep` has seen it, which may refuse it (`Open.refused`). Only where the kernel
+    /// has permission events.
+    /// - Throws: `SandboxError` (`.io`) naming the first file and errno.
+    public convenience init(guarding files: [String], limit: Int = 200, keep: @escaping Keep) throws(SandboxError) {
+        var pointers = files.map { strdup($0) }
+        defer { pointers.forEach { free($0) } }
+        let g = pointers.withUnsafeMutableBufferPointer { buffer in
+            buffer.withMemoryRebound(to: UnsafePointer<CChar>?.self) { ahs_guard_files($0.baseAddress, Int32(files.count)) }
+        }
+        guard g >= 0 else { throw SandboxError(.io, "fanotify (guard) on \(files.first ?? "no file"): \(String(cString: strerror(errno)))") }
+        try self.init(group: g, blocking: true, limit: limit, keep: keep)
+    }
+
+    private init(group g: Int32, blocking: Bool, limit: Int, keep: @escaping Keep) throws(SandboxError) {
         var fds: [Int32] = [-1, -1]
         guard ahs_cloexec_pipe(&fds) == 0 else {
             let e = errno
@@ -91,7 +125,7 @@ public final class OpenWatch: @unchecked Sendable {
             throw SandboxError(.io, "pipe for the open watch: \(String(cString: strerror(e)))")
         }
         group = g
-        seen = Seen(opens: [], more: 0, overflowed: false, blocking: blocking != 0)
+        seen = Seen(opens: [], more: 0, overflowed: false, blocking: blocking)
         stopPipe = (fds[0], fds[1])
         self.keep = keep
         self.limit = limit
@@ -136,7 +170,7 @@ public final class OpenWatch: @unchecked Sendable {
                 continue
             }
             for i in 0..<Int(n) {
-                take(&buffer[i])
+                buffer[i].deny = take(&buffer[i]) ? 1 : 0
                 ahs_open_done(group, &buffer[i])
             }
         }
@@ -146,10 +180,12 @@ public final class OpenWatch: @unchecked Sendable {
         done.signal()
     }
 
-    private func take(_ e: inout ahs_open) {
-        if e.mask & Self.overflow != 0 { seen.overflowed = true; return }
-        // The supervisor's own (never the sandbox's): not what is watched.
-        if e.pid == getpid() { return }
+    /// Reads one open; whether it is refused.
+    private func take(_ e: inout ahs_open) -> Bool {
+        if e.mask & Self.overflow != 0 { seen.overflowed = true; return false }
+        // The supervisor's own (never the sandbox's): not what is watched. A guard reports
+        // threads, any of the supervisor's.
+        if e.pid == getpid() || (e.pid > 0 && access("/proc/self/task/\(e.pid)", F_OK) == 0) { return false }
         let path = withUnsafeBytes(of: &e.path) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
         let exe = withUnsafeBytes(of: &e.exe) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
         let count = Int(max(0, min(e.cmdline_len, Int32(MemoryLayout.size(ofValue: e.cmdline)))))
@@ -157,10 +193,13 @@ public final class OpenWatch: @unchecked Sendable {
             raw.prefix(count).split(separator: 0, omittingEmptySubsequences: false).map { String(decoding: $0, as: UTF8.self) }
         }
         var open = Open(path: path, executed: e.mask & Self.executed != 0, exe: exe, arguments: arguments)
-        guard keep(&open, Event(file: e.fd, group: group, blocking: seen.blocking)) else { return }
-        let key = (open.executed ? "x:" : "r:") + path
-        guard keys.insert(key).inserted else { return }
+        let kept = keep(&open, Event(file: e.fd, group: group, blocking: seen.blocking, opener: e.pid))
+        let refused = open.refused != nil && seen.blocking
+        guard kept || refused else { return false }
+        let key = (open.executed ? "x:" : "r:") + path + (open.refused.map { " " + $0 } ?? "")
+        guard keys.insert(key).inserted else { return refused }
         if seen.opens.count < limit { seen.opens.append(open) } else { seen.more += 1 }
+        return refused
     }
 }
 

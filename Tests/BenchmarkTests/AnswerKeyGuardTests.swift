@@ -1,0 +1,78 @@
+import Foundation
+import Sandbox
+import Testing
+import TestSupport
+
+@testable import Benchmark
+
+/// Links into the answer key that the test itself makes from what agent.py left (an archive's
+/// member, a git object): the open through such a link is refused while the verifier waits
+/// (`AnswerKeyGuard`), the test sees EPERM and the task scores 0, recorded against agent.py.
+/// Tests that name their files, relatively or in a copy, pass untouched.
+@Suite("The answer key opened only by names without links")
+struct AnswerKeyGuardTests {
+    /// (task, what agent.py leaves in /app, the test's check). The attacks score 1 without the
+    /// guard: the test compares the link's target with itself.
+    static let attacks: [(id: String, plant: String, test: String)] = [
+        ("tar", """
+            import tarfile
+            link = tarfile.TarInfo("out.txt"); link.type = tarfile.SYMTYPE; link.linkname = "/tests/expected.txt"
+            with tarfile.open("out.tar", "w") as t: t.addfile(link)
+            """, "mkdir /tmp/x && tar -xf /app/out.tar -C /tmp/x && cmp /tmp/x/out.txt /tests/expected.txt"),
+        ("git", """
+            import subprocess
+            os.symlink("/tests/expected.txt", "out.txt")
+            env = dict(os.environ, GIT_AUTHOR_NAME="a", GIT_AUTHOR_EMAIL="a@a", GIT_COMMITTER_NAME="a", GIT_COMMITTER_EMAIL="a@a", HOME=workdir)
+            for c in (["init", "-q"], ["add", "out.txt"], ["commit", "-qm", "answer"]):
+                subprocess.run(["git"] + c, check=True, env=env)
+            """, "git -c safe.directory='*' clone -q /app /tmp/r && cmp /tmp/r/out.txt /tests/expected.txt"),
+        ("pathlib", """
+            import tarfile
+            link = tarfile.TarInfo("k"); link.type = tarfile.SYMTYPE; link.linkname = "/tests"
+            with tarfile.open("out.tar", "w") as t: t.addfile(link)
+            """, "mkdir /tmp/x && tar -xf /app/out.tar -C /tmp/x && python3 -c \"import sys; sys.exit(open('/tmp/x/k/expected.txt').read() != 'the-answer\\\\n')\""),
+    ]
+
+    /// Honest checks: the answer key by its name, relatively, copied, read by Python.
+    static let honest: [(id: String, test: String)] = [
+        ("named", "cmp /app/out.txt /tests/expected.txt"),
+        ("relative", "cd /tests && cmp /app/out.txt expected.txt"),
+        ("copied", "cp -r /tests /tmp/t && cmp /app/out.txt /tmp/t/expected.txt"),
+        ("python", "python3 -c \"import sys; sys.exit(open('/tests/expected.txt').read() != open('/app/out.txt').read())\""),
+    ]
+
+    static func benchmark(_ dir: TempDir) throws -> LocalBenchmark {
+        try answerKeyBenchmark(dir, attacks.map { ($0.id, $0.test) } + honest)
+    }
+
+    static func agent() -> String {
+        plantingAgent(Dictionary(uniqueKeysWithValues: attacks.map { ($0.id, $0.plant) }),
+                      otherwise: "        open(\"out.txt\", \"w\").write(\"the-answer\\n\")")
+    }
+
+    @Test("a link the test makes from agent.py's archive or git objects into /tests: the open is refused (EPERM, seen by the test), the task scores 0 and a planted_link is recorded; honest tests that name the key, relatively or in a copy, pass with nothing refused")
+    func linksTheTestMakes() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        let bench = try Self.benchmark(dir)
+        let audit = AuditLog()
+        let traces = try TempDir()
+        let h = try Harness(agent: Self.agent(), configure: { $0.audit = audit })
+        for a in Self.attacks {
+            let outcome = h.run(try #require(bench.task(a.id)), trace: traces.path + "/" + a.id)
+            let output = (read(traces.path + "/\(a.id)/verifier.stdout") ?? "") + (read(traces.path + "/\(a.id)/verifier.stderr") ?? "")
+            #expect(outcome.reward == 0, "\(a.id): \(outcome.status) \(outcome.detail ?? "") \(output)")
+            // The test really opened the key through the link, and was refused.
+            #expect(output.contains("Operation not permitted") || output.contains("PermissionError"), "\(a.id): \(output)")
+            let refused = audit.events.filter { $0.kind == .plantedLink && $0.action == "refused" && $0.name == "/tests/expected.txt" }
+            #expect(refused.contains { $0.detail?.contains("through a link") == true }, "\(a.id): \(audit.events.filter { $0.kind == .plantedLink })")
+        }
+        let before = audit.events.filter { $0.kind == .plantedLink }.count
+        for t in Self.honest {
+            let outcome = h.run(try #require(bench.task(t.id)), trace: traces.path + "/" + t.id)
+            let output = (read(traces.path + "/\(t.id)/verifier.stdout") ?? "") + (read(traces.path + "/\(t.id)/verifier.stderr") ?? "")
+            #expect(outcome.reward == 1, "\(t.id): \(outcome.status) \(outcome.detail ?? "") \(output)")
+        }
+        #expect(audit.events.filter { $0.kind == .plantedLink }.count == before, "\(audit.events.filter { $0.kind == .plantedLink })")
+    }
+}
