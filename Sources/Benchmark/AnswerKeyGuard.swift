@@ -9,55 +9,60 @@
 // while the supervisor reads the name it passed (its open or exec call, from /proc) and
 // resolves it again from the opener's root, working directory or directory descriptor through
 // no link at all. A name that reaches the file that way is allowed; a name with a link on the
-// way (or, failing closed, one that cannot be read) gets EPERM, and the open is recorded
-// against agent.py, whose files led the test there. Honest tests name their files: `/tests/x`,
-// `cd /tests; cat x`, a copy made with `cp -r /tests`, pytest's imports.
+// way gets EPERM and the open is recorded against agent.py, whose files led the test there;
+// one whose name cannot be read is refused too (fail closed) and noted, blaming nobody. A
+// directory opened through a link is refused like a file (its descriptor would open the names
+// below it relatively). Honest tests name their files: `/tests/x`, `cd /tests; cat x`, a copy
+// made with `cp -r /tests`, pytest's imports, `cat /dev/stdin < /tests/x` (a reopen of a
+// descriptor the opener holds of the file). A verifier whose /tests cannot be guarded does not
+// start (setup failed).
 //
 // Left open: a test that resolves such a link first (`realpath`, `Path.resolve()`) and opens
-// the resolved name, or changes directory through it and opens by a relative name; the open
-// is then by a name without links. A kernel without permission events guards nothing (said in
-// the task's notes).
+// the resolved name, or changes directory through it (`cd`, which opens nothing) and opens by a
+// relative name; a link agent.py's files lead to a copy of the key the test made itself
+// (`cp -r /tests /tmp/t`): only the original's files are guarded.
 
 import Sandbox
 import SupervisorIO
 
 enum AnswerKeyGuard {
-    /// Guards `files` (the copy's) until `stop`; nil (and a note) when none or when the kernel
-    /// cannot hold an open.
-    static func start(_ files: [String], run: inout TaskExecution) -> OpenWatch? {
-        guard !files.isEmpty else { return nil }
+    /// Guards the file system of the verifier's /tests (`TaskScratch.testsPath`, a tmpfs of its
+    /// own) until `stop`; nil with why when it cannot, and the verifier must not start then.
+    static func start(_ tests: String) -> Result<OpenWatch, SandboxError> {
         do throws(SandboxError) {
-            return try OpenWatch(guarding: files) { open, event in
+            return .success(try OpenWatch(guarding: tests) { open, event in
                 let how = event.namedWithoutLinks()
                 switch how.named {
                 case true?: return false
                 case false?: open.refused = "through a link, by the name \(how.name)"
-                case nil: open.refused = "by a name that could not be read (\(how.name.isEmpty ? how.why : how.name + ": " + how.why))"
+                case nil: open.refused = Self.unread + " (\(how.name.isEmpty ? how.why : how.name + ": " + how.why))"
                 }
                 return true
-            }
+            })
         } catch {
-            run.note("\(error.message): the answer key's opens are not guarded")
-            return nil
+            return .failure(error)
         }
     }
 
-    /// Ends the guard; each refused open recorded (a `planted_link` of agent.py's) and noted.
-    static func stop(_ watch: OpenWatch?, tests: String, audit: AuditLog, run: inout TaskExecution) {
-        guard let watch else { return }
+    /// What a refusal whose name could not be read says: the supervisor's failing, not agent.py's.
+    static let unread = "by a name that could not be read"
+
+    /// Ends the guard. Each open refused through a link is recorded (a `planted_link` of
+    /// agent.py's: its files led the test there); one refused unread is only noted.
+    static func stop(_ watch: OpenWatch, tests: String, audit: AuditLog, run: inout TaskExecution) {
         let seen = watch.stop()
-        let refused = seen.opens.filter { $0.refused != nil }
         // The opener's path as the kernel names it from here: the verifier's own mount
         // (/tests/...), or the copy in the scratch.
         func shown(_ path: String) -> String { path.hasPrefix(tests + "/") ? "/tests" + path.dropFirst(tests.count) : path }
-        for open in refused {
+        let refused = seen.opens.filter { $0.refused != nil }
+        for open in refused where !open.refused!.hasPrefix(Self.unread) {
             let file = shown(open.path)
             var event = AuditEvent(sandbox: "supervisor", kind: .plantedLink, name: file, action: "refused")
             event.detail = "the verifier (\(open.exe)) opened the answer key \(file) \(open.refused!): refused, a link made from what agent.py left"
             audit.record(event)
         }
         if !refused.isEmpty {
-            run.note("refused \(refused.count) open(s) of the answer key through a link: "
+            run.note("refused \(refused.count) open(s) of the answer key: "
                      + refused.prefix(3).map { "\(shown($0.path)) \($0.refused!)" }.joined(separator: "; "))
         }
         if seen.overflowed { run.note("the answer key's guard lost events: some opens were allowed unread") }

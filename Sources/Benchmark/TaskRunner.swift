@@ -147,8 +147,7 @@ public final class TaskRunner: Sendable {
         let task = run.task
         // The verifier's /tests is a copy in the task's scratch, its files guarded while it runs.
         let testsDirectory = scratch.testsPath
-        let answerKey: [String]
-        do throws(BenchmarkError) { answerKey = try scratch.copyTests(from: task.testsDirectory) } catch {
+        do throws(BenchmarkError) { try scratch.copyTests(from: task.testsDirectory) } catch {
             return run.finish(.setupFailed, "task \(task.id): \(error.message)")
         }
         let taskPolicy: Policy
@@ -259,7 +258,7 @@ public final class TaskRunner: Sendable {
         var step = VerifierStep(task: task, scratch: scratch, image: image, imageRoot: imageRoot, appPath: appPath,
                                 appOwner: image?.owner ?? (taskPolicy.identity.hostUID, taskPolicy.identity.hostGID),
                                 policy: verifierPolicy, overrides: verifierOverrides, audit: verifierAudit, timeout: verifierTimeout,
-                                ahead: ahead, rewardWatch: rewardWatch, answerKey: answerKey)
+                                ahead: ahead, rewardWatch: rewardWatch)
         if let image, !configuration.agentNetworkAllow.isEmpty {
             let names = VerifierPackages.requested(in: task.testsDirectory + "/test.sh")
             if !names.isEmpty {

@@ -206,43 +206,29 @@ struct TaskScratch {
         return d
     }
 
-    /// The verifier's /tests: a copy of the task's tests, root's, bound read-only, whose files
-    /// are guarded by inode while the verifier runs (`AnswerKeyGuard`): marks on the copy see
-    /// only this task's verifier, never another reader of the dataset.
+    /// The verifier's /tests: a copy of the task's tests on a tmpfs of its own (root's, bound
+    /// read-only), guarded while the verifier runs (`AnswerKeyGuard`): a mark on that file
+    /// system sees only this verifier's opens, and the task's own tmpfs (the agent's /app)
+    /// says nothing of the tests' size.
     var testsPath: String { path + "/tests" }
 
-    /// Copies the task's tests directory (the benchmark's: trusted) to `tests/`; the regular
-    /// files of the copy, the first `limit` found.
-    func copyTests(from source: String, limit: Int = 10_000) throws(BenchmarkError) -> [String] {
+    /// Copies the task's tests directory (the benchmark's: trusted) to `tests/`. A link inside
+    /// the tests to one of their own files becomes a hard link to it: opened through no link,
+    /// so the guard lets the test open it by either name.
+    func copyTests(from source: String) throws(BenchmarkError) {
+        try mountOwnTmpfs("tests", "mode=0755,size=\(Self.sizeLimit),nr_inodes=\(Self.inodeLimit)", owner: (0, 0), what: "the verifier's /tests")
         let from = FileSystem.openDirectory(source)
         guard from >= 0 else { throw BenchmarkError(.io, "\(source): \(FileSystem.errorText())") }
         defer { close(from) }
-        guard let to = FileSystem.makeDirectory(at: fd, "tests", mode: 0o755, owner: nil) else {
-            throw BenchmarkError(.io, "\(testsPath): \(FileSystem.errorText())")
-        }
+        let to = FileSystem.openDirectory(testsPath)
+        guard to >= 0 else { throw BenchmarkError(.io, "\(testsPath): \(FileSystem.errorText())") }
         defer { close(to) }
         do throws(IOFailure) {
             try FileSystem.copyTree(from: from, to: to, owner: (0, 0), skip: [], label: "tests")
         } catch {
             throw BenchmarkError(.io, "copying the task's tests: \(error)")
         }
-        var files: [String] = []
-        func walk(_ dir: Int32, _ prefix: String) {
-            for n in FileSystem.entries(of: dir) ?? [] where files.count < limit {
-                guard let st = FileSystem.entryStatus(at: dir, n) else { continue }
-                let path = prefix + "/" + FileSystem.display(n)
-                if FileSystem.isRegular(st) {
-                    files.append(path)
-                } else if FileSystem.isDirectory(st) {
-                    let sub = FileSystem.openDirectory(at: dir, n)
-                    guard sub >= 0 else { continue }
-                    walk(sub, path)
-                    close(sub)
-                }
-            }
-        }
-        walk(to, testsPath)
-        return files
+        FileSystem.hardLinkInnerLinks(to, path: testsPath, seenAs: "/tests")
     }
 
     /// Where the verifier's /tmp is: a tmpfs the supervisor mounts (sticky and world-writable

@@ -26,8 +26,6 @@ extension TaskRunner {
         var timeout: Double
         var ahead: VerifierAhead
         var rewardWatch: ChangeWatch
-        /// The files of the verifier's /tests (the scratch's copy), guarded while it runs.
-        var answerKey: [String] = []
         /// Why the agent's run counts as a problem (a crash, a non-zero exit), and the status
         /// a reward below the pass threshold then takes.
         var agentProblem: String?
@@ -161,7 +159,14 @@ extension TaskRunner {
         }
 
         // The answer key is opened only by names that reach it through no link (`AnswerKeyGuard`).
-        let guardKey = AnswerKeyGuard.start(step.answerKey, run: &run)
+        let guardKey: OpenWatch
+        switch AnswerKeyGuard.start(scratch.testsPath) {
+        case .success(let g): guardKey = g
+        case .failure(let e):
+            for (watch, _) in codeWatches { _ = watch.stop() }
+            Self.dropVerifierAhead(step.ahead.take(), scratch: scratch)
+            return run.finish(.setupFailed, "task \(task.id): \(e.message): the answer key cannot be guarded, so the verifier does not start")
+        }
 
         // Step 3: the verifier. A crashed agent may still have finished the work, so it is
         // graded; only its status records the crash.

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/fanotify.h>
 #include <sys/stat.h>
@@ -147,18 +148,17 @@ int ahs_open_watch(const char *dir, int *blocking) {
     return -1;
 }
 
-int ahs_guard_files(const char *const *paths, int count) {
+int ahs_guard_filesystem(const char *dir) {
     // FAN_REPORT_TID (0x100): the opener's thread, whose system call is read while it waits.
     int group = fanotify_init(FAN_CLASS_CONTENT | FAN_CLOEXEC | FAN_NONBLOCK | 0x100, O_RDONLY | O_LARGEFILE | O_CLOEXEC);
     if (group < 0) return -1;
-    for (int i = 0; i < count; i++) {
-        // An inode mark: this file's opens only, by any path and any mount.
-        if (fanotify_mark(group, FAN_MARK_ADD | FAN_MARK_DONT_FOLLOW, FAN_OPEN_PERM | FAN_OPEN_EXEC_PERM, AT_FDCWD, paths[i]) < 0) {
-            int e = errno;
-            close(group);
-            errno = e;
-            return -1;
-        }
+    // Directories too: a descriptor of one opened through a link would let the names below
+    // it be opened relatively, through no link of their own.
+    if (fanotify_mark(group, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, FAN_OPEN_PERM | FAN_OPEN_EXEC_PERM | FAN_ONDIR, AT_FDCWD, dir) < 0) {
+        int e = errno;
+        close(group);
+        errno = e;
+        return -1;
     }
     return group;
 }
@@ -186,41 +186,99 @@ static int read_string(int tid, unsigned long long address, char *out, size_t ca
     return -1;
 }
 
-int ahs_opened_by_name(int tid, int file, char *path, unsigned cap) {
-    path[0] = 0;
+/// The system call `tid` is in: its number and first arguments. A thread that queued its
+/// event can still read as running for a moment (its wait begins after): read again, for up
+/// to 50 ms. -1 with errno when it never shows one.
+static int current_call(int tid, long *nr, unsigned long long a[6]) {
     char proc[64], text[512];
     snprintf(proc, sizeof proc, "/proc/%d/syscall", tid);
-    int fd = open(proc, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t n = read(fd, text, sizeof text - 1);
-    int e = errno;
-    close(fd);
-    if (n <= 0) { errno = n < 0 ? e : ENODATA; return -1; }
-    text[n] = 0;
-    // "NR ARG1 ... ARG6 SP PC" while the thread is in a system call.
+    for (int tries = 0; tries < 2500; tries++) {
+        int fd = open(proc, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return -1;
+        ssize_t n = read(fd, text, sizeof text - 1);
+        int e = errno;
+        close(fd);
+        if (n <= 0) { errno = n < 0 ? e : ENODATA; return -1; }
+        text[n] = 0;
+        // "NR ARG1 ... ARG6 SP PC" while the thread is in a system call.
+        if (sscanf(text, "%ld %llx %llx %llx %llx %llx %llx", nr, &a[0], &a[1], &a[2], &a[3], &a[4], &a[5]) >= 3) return 0;
+        usleep(20);
+    }
+    errno = EBUSY;
+    return -1;
+}
+
+/// Whether `tid`'s descriptor `n` is `file` (the same inode).
+static int holds(int tid, long long n, int file) {
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/%d/fd/%lld", tid, n);
+    struct stat x, y;
+    return stat(proc, &x) == 0 && fstat(file, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+/// The descriptor a name of the form /dev/fd/N, /dev/stdin (0), /proc/self/fd/N, ... reopens;
+/// -1 for any other name.
+static long long reopened_descriptor(const char *path) {
+    if (!strcmp(path, "/dev/stdin")) return 0;
+    if (!strcmp(path, "/dev/stdout")) return 1;
+    if (!strcmp(path, "/dev/stderr")) return 2;
+    static const char *const prefixes[] = {"/dev/fd/", "/proc/self/fd/", "/proc/thread-self/fd/"};
+    for (unsigned i = 0; i < sizeof prefixes / sizeof *prefixes; i++) {
+        size_t k = strlen(prefixes[i]);
+        if (strncmp(path, prefixes[i], k)) continue;
+        char *end;
+        long long n = strtoll(path + k, &end, 10);
+        return (end != path + k && !*end && n >= 0) ? n : -1;
+    }
+    return -1;
+}
+
+int ahs_opened_by_name(int tid, int file, char *path, unsigned cap) {
+    path[0] = 0;
     long nr = -1;
     unsigned long long a[6] = {0};
-    if (sscanf(text, "%ld %llx %llx %llx %llx %llx %llx", &nr, &a[0], &a[1], &a[2], &a[3], &a[4], &a[5]) < 3) { errno = ENODATA; return -1; }
-    long long dirfd;
-    unsigned long long name;
-    switch (nr) {
-    case 2: case 85: case 59: dirfd = AT_FDCWD; name = a[0]; break;        // open, creat, execve
-    case 257: case 437: case 322: dirfd = (int)a[0]; name = a[1]; break;   // openat, openat2, execveat
-    default: errno = ENOSYS; return -1;                                     // an open by no name of its own
+    if (current_call(tid, &nr, a) < 0) return -1;
+    long long dirfd = AT_FDCWD;
+    unsigned long long name = 0;
+    // This machine's numbers (x86_64, aarch64): <sys/syscall.h>'s.
+    if (0) {
+#ifdef SYS_open
+    } else if (nr == SYS_open) { name = a[0];
+#endif
+#ifdef SYS_creat
+    } else if (nr == SYS_creat) { name = a[0];
+#endif
+    } else if (nr == SYS_execve) { name = a[0];
+    } else if (nr == SYS_openat || nr == 437 /* SYS_openat2 */ || nr == SYS_execveat) { dirfd = (int)a[0]; name = a[1];
+    } else {
+        errno = ENOSYS;  // an open by no name of its own
+        return -1;
     }
     if (read_string(tid, name, path, cap) < 0) return -1;
-    if (!path[0]) { errno = ENOENT; return -1; }
+    // execveat of a descriptor itself (fexecve): the file was opened, and judged, before.
+    if (!path[0]) {
+        if (nr == SYS_execveat && dirfd >= 0 && holds(tid, dirfd, file)) return 1;
+        errno = ENOENT;
+        return -1;
+    }
+    // A reopen of a descriptor the opener holds of this very file (`cat /dev/stdin < FILE`):
+    // that descriptor's own open was judged.
+    long long reopened = reopened_descriptor(path);
+    if (reopened >= 0) return holds(tid, reopened, file);
     // The name resolved again, as the opener's kernel walk began it (its root for an absolute
     // name, else its working directory or the directory descriptor), but through no link at all.
     // struct open_how: RESOLVE_NO_MAGICLINKS 0x02, RESOLVE_NO_SYMLINKS 0x04, RESOLVE_IN_ROOT 0x10.
+    char proc[64];
     if (path[0] == '/') snprintf(proc, sizeof proc, "/proc/%d/root", tid);
     else if (dirfd == AT_FDCWD) snprintf(proc, sizeof proc, "/proc/%d/cwd", tid);
     else snprintf(proc, sizeof proc, "/proc/%d/fd/%lld", tid, dirfd);
     int base = open(proc, O_PATH | O_CLOEXEC);
     if (base < 0) return -1;
     struct { unsigned long long flags, mode, resolve; } how = {O_PATH | O_CLOEXEC, 0, 0x02 | 0x04 | (path[0] == '/' ? 0x10 : 0)};
-    int again = (int)syscall(437 /* SYS_openat2 */, base, path, &how, sizeof how);
-    e = errno;
+    int again, e;
+    // RESOLVE_IN_ROOT's `..` fails with EAGAIN while a rename runs anywhere: again.
+    int tries = 0;
+    do { again = (int)syscall(437 /* SYS_openat2 */, base, path, &how, sizeof how); e = errno; } while (again < 0 && e == EAGAIN && ++tries < 100);
     close(base);
     if (again < 0) {
         if (e == ELOOP || e == EXDEV) return 0;  // a link (or a magic one) on the way

@@ -256,6 +256,42 @@ public enum FileSystem {
         }
     }
 
+    /// In a trusted tree on a file system of its own (`dir`, at `path`, which the sandbox sees
+    /// at `seenAs`): each symbolic link to one of the tree's own regular files, as the sandbox
+    /// would resolve it (relative to the link, or under `seenAs`), becomes a hard link to that
+    /// file, so it opens through no link. Links to anything else stay as they are.
+    public static func hardLinkInnerLinks(_ dir: Int32, path: String, seenAs: String) {
+        guard let tree = fileStatus(dir) else { return }
+        func walk(_ dir: Int32, _ relative: String) {
+            for n in entries(of: dir) ?? [] {
+                guard let st = entryStatus(at: dir, n) else { continue }
+                let name = display(n)
+                if isDirectory(st) {
+                    let sub = openDirectory(at: dir, n)
+                    guard sub >= 0 else { continue }
+                    walk(sub, relative + "/" + name)
+                    close(sub)
+                    continue
+                }
+                guard isSymlink(st) else { continue }
+                var target = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+                let len = readlinkat(dir, n, &target, Int(PATH_MAX))
+                guard len > 0 else { continue }
+                let text = String(decoding: target[..<len].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+                let resolved = text.hasPrefix(seenAs + "/") ? path + text.dropFirst(seenAs.count)
+                    : text.hasPrefix("/") ? nil : path + relative + "/" + text
+                guard let resolved else { continue }
+                let file = open(resolved, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
+                guard file >= 0 else { continue }
+                defer { close(file) }
+                // A file of this tree's own file system, never one elsewhere on the host.
+                guard let f = fileStatus(file), isRegular(f), f.st_dev == tree.st_dev, unlinkat(dir, n, 0) == 0 else { continue }
+                _ = linkat(AT_FDCWD, "/proc/self/fd/\(file)", dir, n, AT_SYMLINK_FOLLOW)
+            }
+        }
+        walk(dir, "")
+    }
+
     /// Copies the regular file `name` of `source` (never through a symlink) to a new file of
     /// the same name in `destination`, owned by `owner` with `mode` (permission bits only).
     /// `path` names it in errors.

@@ -221,15 +221,16 @@ int ahs_opens_read(int group, struct ahs_open *out, int max);
 /// `ahs_open_watch` said. The descriptor, or -1 with errno.
 int ahs_open_unwatched(int group, int blocking, int root, const char *path);
 /// A fanotify group (non-blocking, close-on-exec, permission events, openers by thread)
-/// holding each open and execution of the `count` files at `paths` (inode marks: by any path,
-/// through any mount; a link at a path is marked itself, not followed) until it is answered.
-/// The group fd, or -1 with errno (the kernel has no permission events: EINVAL or EPERM).
-int ahs_guard_files(const char *const *paths, int count);
+/// holding each open and execution of a file or directory on the file system that holds
+/// `dir` until it is answered. The group fd, or -1 with errno (the kernel has no permission
+/// events: EINVAL or EPERM).
+int ahs_guard_filesystem(const char *dir);
 /// How thread `tid`, held in an open of `file` (a permission event's descriptor), named it:
 /// 1 by a name that reaches `file` through no symbolic link (resolved again from its root,
-/// working directory or directory descriptor as its call began), 0 through a link (or a name
-/// that now reaches another file), -1 with errno when it cannot be told (not in an open or
-/// exec by name: ENOSYS). The name it used is in `path` (`cap` bytes) whenever it was read.
+/// working directory or directory descriptor as its call began), or that reopens a descriptor
+/// it holds of `file` (/dev/stdin, /dev/fd/N, fexecve); 0 through a link (or a name that now
+/// reaches another file), -1 with errno when it cannot be told (not in an open or exec by
+/// name: ENOSYS). The name it used is in `path` (`cap` bytes) whenever it was read.
 int ahs_opened_by_name(int tid, int file, char *path, unsigned cap);
 /// Allows an open `ahs_opens_read` returned (a permission event's opener waits for it) and
 /// closes its descriptor; nothing when it has none.

@@ -103,17 +103,13 @@ public final class OpenWatch: @unchecked Sendable {
         try self.init(group: g, blocking: blocking != 0, limit: limit, keep: keep)
     }
 
-    /// Guards the regular files at `files`: each open or execution of one, by any path, waits
-    /// until `keep` has seen it, which may refuse it (`Open.refused`). Only where the kernel
-    /// has permission events.
-    /// - Throws: `SandboxError` (`.io`) naming the first file and errno.
-    public convenience init(guarding files: [String], limit: Int = 200, keep: @escaping Keep) throws(SandboxError) {
-        var pointers = files.map { strdup($0) }
-        defer { pointers.forEach { free($0) } }
-        let g = pointers.withUnsafeMutableBufferPointer { buffer in
-            buffer.withMemoryRebound(to: UnsafePointer<CChar>?.self) { ahs_guard_files($0.baseAddress, Int32(files.count)) }
-        }
-        guard g >= 0 else { throw SandboxError(.io, "fanotify (guard) on \(files.first ?? "no file"): \(String(cString: strerror(errno)))") }
+    /// Guards the file system that holds `directory` (one of its own): each open or execution
+    /// of a file or directory there waits until `keep` has seen it, which may refuse it
+    /// (`Open.refused`). Only where the kernel has permission events.
+    /// - Throws: `SandboxError` (`.io`) naming the directory and errno.
+    public convenience init(guarding directory: String, limit: Int = 200, keep: @escaping Keep) throws(SandboxError) {
+        let g = ahs_guard_filesystem(directory)
+        guard g >= 0 else { throw SandboxError(.io, "fanotify (guard) on \(directory): \(String(cString: strerror(errno)))") }
         try self.init(group: g, blocking: true, limit: limit, keep: keep)
     }
 
