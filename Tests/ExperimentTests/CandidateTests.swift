@@ -87,12 +87,15 @@ struct CandidateTests {
         try requireRoot()
         let exp = try Experiment(config: ["candidates": "2", "trials": "3"])
         let (train, _) = try exp.split()
-        // Passes each task by a coin: one run per task gives whole passes only; three give
-        // means of 0, 1/3, 2/3 or 1, and eight tasks all alike three times over is 1 in 65536.
+        // Passes each task by a coin, so three runs give means in thirds; each run also makes
+        // one refused call, which counts the runs the ranking made.
         let coin = """
-            import os
+            import ctypes, os
             class HarnessAgent:
                 def run(self, instruction, workdir):
+                    # One refused system call a run (kexec_load): the ranking's violations count
+                    # the runs it made beyond the recorded one.
+                    ctypes.CDLL(None, use_errno=True).syscall(246, 0, 0, None, 0)
                     if os.urandom(1)[0] < 128:
                         return
                     _, op, a, b = instruction.splitlines()[0].split()
@@ -110,8 +113,16 @@ struct CandidateTests {
         let ranked = try #require(try exp.rows("candidates_ranked").first?["ranked"] as? [[String: Any]])
         let first = try #require(ranked.first)
         #expect(first["number"] as? Int == 1 && first["trials"] as? Int == 3 && first["trainTotal"] as? Int == train.count, "\(ranked)")
+        // Over task means of three runs: the sum of means is in thirds, and above the count of
+        // tasks whose mean is 1 unless every task's three coin flips agreed ((1/4)^N). One run
+        // per task would make the two equal. (Whether the sum is a whole number is a coin too:
+        // that check failed one CI in three.)
         let score = try #require(first["trainScore"] as? Double) * Double(train.count)
-        #expect(abs(score - score.rounded()) > 0.01, "a mean over three runs per task: \(score)")
+        #expect(abs(score * 3 - (score * 3).rounded()) < 0.01, "a mean over three runs per task: \(score)")
+        // The coin ran every task twice more than its recorded train run, each run once refused.
+        let violations = try exp.rows("violation")
+        let extra = violations.filter { ($0["actor"] as? String) == "agent.py (candidate ranking)" && ($0["detail"] as? String)?.contains("kexec_load") == true }
+        #expect(extra.compactMap { $0["count"] as? Int }.reduce(0, +) == 2 * train.count, "\(violations)")
         #expect(try exp.rows("train_run").count == 2, "one recorded train run per candidate")
     }
 
