@@ -138,6 +138,15 @@ extension TaskRunner {
             run.note(installed!)
         }
 
+        // The answer key is opened only by names that reach it through no link (`AnswerKeyGuard`).
+        let guardKey: OpenWatch
+        switch AnswerKeyGuard.start(scratch.testsPath) {
+        case .success(let g): guardKey = g
+        case .failure(let e):
+            Self.dropVerifierAhead(step.ahead.take(), scratch: scratch)
+            return run.finish(.setupFailed, "task \(task.id): \(e.message): the answer key cannot be guarded, so the verifier does not start")
+        }
+
         // Which agent code the verifier runs (`AgentCodeRuns`), watched from here to its end; on
         // an image, anything of the agent's upper layer too, and its configuration is hidden.
         // Its /tmp and its logs, file systems of their own, too: a copy of agent.py's program
@@ -156,16 +165,6 @@ extension TaskRunner {
             for (watch, _) in codeWatches { _ = watch.stop() }
             codeWatches = []
             run.note("\(error.message): which code from /app the verifier ran is not known")
-        }
-
-        // The answer key is opened only by names that reach it through no link (`AnswerKeyGuard`).
-        let guardKey: OpenWatch
-        switch AnswerKeyGuard.start(scratch.testsPath) {
-        case .success(let g): guardKey = g
-        case .failure(let e):
-            for (watch, _) in codeWatches { _ = watch.stop() }
-            Self.dropVerifierAhead(step.ahead.take(), scratch: scratch)
-            return run.finish(.setupFailed, "task \(task.id): \(e.message): the answer key cannot be guarded, so the verifier does not start")
         }
 
         // Step 3: the verifier. A crashed agent may still have finished the work, so it is

@@ -43,6 +43,8 @@ public struct ExperimentConfig: Sendable, Equatable {
     /// `sandbox.network.inference`: the coding agent's model APIs, reached only through an
     /// inference gate of the run's own (its keys swapped for placeholders, vendor state refused).
     public var agentInference: [String] = []
+    /// Where `sandbox.network` is (`file:line`), for what is refused about it at run start.
+    public var agentNetworkPlace: String?
     /// `sandbox.network.upstream_ca`: a CA that gate trusts upstream besides the system's store.
     public var agentUpstreamCA: String?
     /// `sandbox.network.tunnelled_keys`: `coding_agent.env_pass` keys for plain tunnels,

@@ -137,6 +137,8 @@ extension ExperimentConfig {
                         (c.networkAllow, c.agentInference) = (agent.networkAllow, agent.networkInference)
                         (c.agentUpstreamCA, c.agentTunnelledKeys) = (agent.upstreamCA, agent.tunnelledKeys)
                         agentNetworkNode = v
+                        let at = r.yaml.location(of: v)
+                        c.agentNetworkPlace = "\(at.file):\(at.line)"
                     case "verifier_policy": if let s = r.string(v, "sandbox.\(k)") { c.verifierPolicy = s }
                     case "policy_dir": c.policyDirectory = r.string(v, "sandbox.\(k)")
                     case "verifier_tools": c.verifierTools = r.absolutePath(v, "sandbox.\(k)")

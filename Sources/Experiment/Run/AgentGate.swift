@@ -48,7 +48,7 @@ struct AgentGate: Sendable {
                                      masksBodyPlaceholders: true)
         } catch {
             let key = config.agentUpstreamCA != nil && error.message.contains(config.agentUpstreamCA!) ? "upstream_ca" : "inference"
-            throw ExperimentError(.usage, "sandbox.network.\(key): \(error.message)")
+            throw ExperimentError(.usage, "\(config.agentNetworkPlace.map { $0 + ": " } ?? "")sandbox.network.\(key): \(error.message)")
         }
         let file = runDirectory + "/inference-ca.pem"
         let bundle = try trustBundle(gate, config: config, host: host)

@@ -57,6 +57,8 @@ public final class OpenWatch: @unchecked Sendable {
     static let overflow: UInt64 = 0x4000
 
     private let group: Int32
+    /// A guard's events name the opener's thread, a watch's its thread group.
+    private let reportsThreads: Bool
     private let stopPipe: (read: Int32, write: Int32)
     /// Whether to keep an open, given its event; it may add a note.
     public typealias Keep = @Sendable (inout Open, Event) -> Bool
@@ -110,10 +112,11 @@ public final class OpenWatch: @unchecked Sendable {
     public convenience init(guarding directory: String, limit: Int = 200, keep: @escaping Keep) throws(SandboxError) {
         let g = ahs_guard_filesystem(directory)
         guard g >= 0 else { throw SandboxError(.io, "fanotify (guard) on \(directory): \(String(cString: strerror(errno)))") }
-        try self.init(group: g, blocking: true, limit: limit, keep: keep)
+        try self.init(group: g, blocking: true, reportsThreads: true, limit: limit, keep: keep)
     }
 
-    private init(group g: Int32, blocking: Bool, limit: Int, keep: @escaping Keep) throws(SandboxError) {
+    private init(group g: Int32, blocking: Bool, reportsThreads: Bool = false, limit: Int, keep: @escaping Keep) throws(SandboxError) {
+        self.reportsThreads = reportsThreads
         var fds: [Int32] = [-1, -1]
         guard ahs_cloexec_pipe(&fds) == 0 else {
             let e = errno
@@ -180,8 +183,8 @@ public final class OpenWatch: @unchecked Sendable {
     private func take(_ e: inout ahs_open) -> Bool {
         if e.mask & Self.overflow != 0 { seen.overflowed = true; return false }
         // The supervisor's own (never the sandbox's): not what is watched. A guard reports
-        // threads, any of the supervisor's.
-        if e.pid == getpid() || (e.pid > 0 && access("/proc/self/task/\(e.pid)", F_OK) == 0) { return false }
+        // threads, any of the supervisor's (looked up only there: a watch's opens are many).
+        if e.pid == getpid() || (reportsThreads && e.pid > 0 && access("/proc/self/task/\(e.pid)", F_OK) == 0) { return false }
         let path = withUnsafeBytes(of: &e.path) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
         let exe = withUnsafeBytes(of: &e.exe) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
         let count = Int(max(0, min(e.cmdline_len, Int32(MemoryLayout.size(ofValue: e.cmdline)))))
