@@ -20,8 +20,12 @@
 // Left open: a test that resolves such a link first (`realpath`, `Path.resolve()`) and opens
 // the resolved name, or changes directory through it (`cd`, which opens nothing) and opens by a
 // relative name; a link agent.py's files lead to a copy of the key the test made itself
-// (`cp -r /tests /tmp/t`): only the original's files are guarded.
+// (`cp -r /tests /tmp/t`): only the original's files are guarded. Seen, not refused: a link
+// into /tests or /solution left in the verifier's /tmp or /app when it ends (its target read
+// as written, `..` taken lexically) is recorded as a `planted_link` flagged, the reward
+// standing; one the test removed, or reaching the key through another link, is not.
 
+import Glibc
 import Sandbox
 import SupervisorIO
 
@@ -43,6 +47,41 @@ enum AnswerKeyGuard {
             return .failure(error)
         }
     }
+
+    /// Links into the answer key the verifier left in the trees it wrote (`trees`: each as
+    /// the verifier names it, and its path here), recorded against agent.py as flagged: the
+    /// test made them from what agent.py left, and a test that resolved one first opened the
+    /// key by a name the guard allows.
+    static func flagLinksLeft(_ trees: [(label: String, path: String)], audit: AuditLog, run: inout TaskExecution) {
+        var left: [String] = []
+        for tree in trees {
+            let dir = FileSystem.openDirectory(tree.path)
+            guard dir >= 0 else { continue }
+            defer { close(dir) }
+            let base = tree.label.split(separator: "/").map { Array($0.utf8) }
+            do throws(IOFailure) {
+                for link in try LinkWalk.links(under: dir, entryLimit: PlantedLinks.entryLimit, depthLimit: PlantedLinks.depthLimit, label: tree.label) {
+                    let start = link.target.first == UInt8(ascii: "/") ? [] : base + link.path.dropLast()
+                    var parts: LinkWalk.Components = []
+                    for c in start + link.target.split(separator: UInt8(ascii: "/")).map(Array.init) {
+                        if c == Array("..".utf8) { _ = parts.popLast() } else if c != Array(".".utf8) { parts.append(c) }
+                    }
+                    guard let top = parts.first, Self.keyDirectories.contains(top) else { continue }
+                    left.append(tree.label + "/" + link.path.map(PlantedLinks.shown).joined(separator: "/") + " -> " + PlantedLinks.shown(link.target))
+                }
+            } catch {
+                run.note("links left in \(tree.label) not checked: \(error)")
+            }
+        }
+        for link in left {
+            var event = AuditEvent(sandbox: "supervisor", kind: .plantedLink, name: link, action: "flagged")
+            event.detail = "the verifier ended with \(link) in its files, a link into the answer key (made from what agent.py left, or by the test itself): flagged, the reward stands (a test that resolves such a link first opens the key by a name without links)"
+            audit.record(event)
+        }
+        if !left.isEmpty { run.note("links into the answer key left by the verifier: " + left.prefix(3).joined(separator: "; ")) }
+    }
+
+    static let keyDirectories: Set<[UInt8]> = [Array("tests".utf8), Array("solution".utf8)]
 
     /// What a refusal whose name could not be read says: the supervisor's failing, not agent.py's.
     static let unread = "by a name that could not be read"

@@ -188,6 +188,7 @@ extension TaskRunner {
         }
         run.verifierSeconds = verifier.seconds
         AnswerKeyGuard.stop(guardKey, tests: scratch.testsPath, audit: configuration.audit, run: &run)
+        AnswerKeyGuard.flagLinksLeft([("/tmp", scratch.verifierTmpPath), ("/app", appPath)], audit: configuration.audit, run: &run)
         if let first = codeWatches.first {
             let seen = codeWatches.dropFirst().reduce(first.0.stop()) { $0.merged(with: $1.0.stop()) }
             run.agentCode = AgentCodeRuns.lines(seen, app: appPath)
