@@ -147,60 +147,6 @@ int ahs_seccomp_sync_wakeup(int listener) {
     return ioctl(listener, AHS_SECCOMP_IOCTL_NOTIF_SET_FLAGS, AHS_SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP);
 }
 
-// mount_setattr(2) (Linux 5.12), declared here: <linux/mount.h> clashes with <sys/mount.h> in
-// glibc 2.36.
-struct ahs_mount_attr { uint64_t attr_set, attr_clr, propagation, userns_fd; };
-#define AHS_MOUNT_ATTR_RDONLY 0x1
-#define AHS_MOUNT_ATTR_NOSUID 0x2
-#define AHS_MOUNT_ATTR_NODEV 0x4
-#define AHS_MOUNT_ATTR__ATIME 0x70
-#define AHS_MOUNT_ATTR_NOATIME 0x10
-#define AHS_AT_RECURSIVE 0x8000
-#ifndef SYS_mount_setattr
-#define SYS_mount_setattr 442
-#endif
-
-static int readonly_bind(const char *source, const char *target) {
-    if (mount(source, target, NULL, MS_BIND | MS_REC, NULL) < 0) return -errno;
-    struct ahs_mount_attr a = {AHS_MOUNT_ATTR_RDONLY | AHS_MOUNT_ATTR_NOSUID | AHS_MOUNT_ATTR_NODEV | AHS_MOUNT_ATTR_NOATIME,
-                               AHS_MOUNT_ATTR__ATIME, 0, 0};
-    if (syscall(SYS_mount_setattr, AT_FDCWD, target, AHS_AT_RECURSIVE, &a, sizeof a) == 0) return 0;
-    if (errno != ENOSYS) return -errno;
-    // Before 5.12: the top mount only (what lies below it stays as the host has it).
-    if (mount(NULL, target, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOATIME | MS_NODIRATIME | MS_NOSUID | MS_NODEV, NULL) < 0)
-        return -errno;
-    return 0;
-}
-
-int ahs_exec_with_readonly_shares(const char *const *sources, const char *const *targets, int n,
-                                  char *const *argv, int *failed) {
-    *failed = -1;
-    if (unshare(CLONE_NEWNS) < 0) return -errno;
-    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) return -errno;
-    for (int i = 0; i < n; i++) {
-        int rc = readonly_bind(sources[i], targets[i]);
-        if (rc < 0) { *failed = i; return rc; }
-    }
-    pid_t starter = getppid(), me = getpid();
-    pid_t child = fork();
-    if (child < 0) return -errno;
-    if (child == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != me) _exit(127);  // the parent died before the signal was armed
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    for (;;) {
-        int status;
-        pid_t r = waitpid(child, &status, WNOHANG);
-        if (r == child) return status;
-        if (r < 0 && errno != EINTR) return -errno;
-        // The supervisor that started this process is gone: so is the guest.
-        if (getppid() != starter) kill(child, SIGKILL);
-        usleep(100000);
-    }
-}
-
 static int unix_address(const char *path, struct sockaddr_un *a) {
     memset(a, 0, sizeof *a);
     a->sun_family = AF_UNIX;

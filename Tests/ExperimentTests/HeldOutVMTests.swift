@@ -297,29 +297,66 @@ struct HeldOutVMTests {
         #expect(left.intersection(s.heldOutPages).isEmpty, "held-out pages still resident: \(left.intersection(s.heldOutPages).sorted())")
     }
 
-    @Test("qemu runs under its own seccomp filter (-sandbox): seen in its /proc status while the gate runs")
+    @Test("qemu runs with least privilege, seen in /proc while the gate runs: an unprivileged uid and gid, CAP_DAC_READ_SEARCH alone (bounding set too), no_new_privs, seccomp filters (its own and ours), namespaces of its own (mount, pid, network), a read-only root of tmpfs holding /usr, its kernel, its work directory and the read-only export, and nothing else of the host's")
     func qemuConfined() throws {
         try Self.requireVM()
         let exp = try Experiment(config: Self.vm)
         try exp.setAgent(Self.solver())
         let gate = try exp.start("gate")
         defer { gate.waitUntilExit() }
-        // The gate's qemu: a process whose command line names this gate's results socket.
-        var seen: String?
+        // The gate's qemu: a process whose command line names this gate's results socket,
+        // once it has exec'd qemu (vm-exec's child before that is still root).
+        var found: (pid: String, status: String, mounts: String)?
         let end = Date().addingTimeInterval(120)
-        while seen == nil && gate.isRunning && Date() < end {
+        while found == nil && gate.isRunning && Date() < end {
             for pid in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] where Int(pid) != nil {
                 guard let cmd = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline"),
                       case let text = String(decoding: cmd, as: UTF8.self),
                       text.hasPrefix(HeldOutVM.qemuBinary), text.contains("held-out-vm-o\(gate.processIdentifier)-"),
+                      // Once qemu's own filter is on too (it installs it as it starts).
                       let status = procText("/proc/\(pid)/status"),
-                      let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Seccomp:") }),
-                      line.hasSuffix("2") else { continue }
-                seen = String(line)
+                      let filters = status.split(separator: "\n").first(where: { $0.hasPrefix("Seccomp_filters:") }),
+                      (Int(filters.dropFirst("Seccomp_filters:".count).trimmingCharacters(in: .whitespaces)) ?? 0) >= 2,
+                      let mounts = procText("/proc/\(pid)/mountinfo") else { continue }
+                found = (pid, status, mounts)
             }
             usleep(100_000)
         }
-        #expect(seen != nil, "no qemu of this gate in seccomp filter mode was seen")
+        let q = try #require(found, "no qemu of this gate under two seccomp filters was seen")
+        func field(_ name: String) -> String {
+            q.status.split(separator: "\n").first { $0.hasPrefix(name + ":") }.map { $0.dropFirst(name.count + 1).trimmingCharacters(in: .whitespaces) } ?? ""
+        }
+        let id = "\(HeldOutVM.qemuID)"
+        #expect(field("Uid").split(separator: "\t").allSatisfy { $0 == id } && field("Gid").split(separator: "\t").allSatisfy { $0 == id }, "\(q.status)")
+        // Bit 2: CAP_DAC_READ_SEARCH (its 9p server reads the shares whatever their modes).
+        for set in ["CapEff", "CapPrm", "CapBnd", "CapAmb"] { #expect(field(set) == "0000000000000004", "\(set): \(q.status)") }
+        #expect(field("CapInh") == "0000000000000004" && field("NoNewPrivs") == "1", "\(q.status)")
+        #expect(field("Seccomp") == "2", "\(q.status)")
+        for ns in ["mnt", "pid", "net", "ipc", "uts"] {
+            let theirs = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(q.pid)/ns/\(ns)")
+            let ours = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/ns/\(ns)")
+            #expect(theirs != ours, "\(ns): \(theirs)")
+        }
+        // Its root: a read-only tmpfs; every mount point one of what it needs.
+        let lines = q.mounts.split(separator: "\n").map { $0.split(separator: " ").map(String.init) }
+        let root = try #require(lines.first { $0.count > 5 && $0[4] == "/" })
+        #expect(root[5].split(separator: ",").contains("ro") && root.contains("tmpfs"), "\(root)")
+        let allowed = ["/usr", "/etc/ld.so.cache", "/dev", "/proc", "/tmp", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin"]
+        for l in lines where l.count > 5 && l[4] != "/" {
+            let at = l[4]
+            let ok = allowed.contains { at == $0 || at.hasPrefix($0 + "/") } || at.contains("/held-out-vm-o\(gate.processIdentifier)-")
+                || at.hasSuffix("/vmlinuz")
+            #expect(ok, "a mount qemu does not need: \(at)")
+            // The export and the shares read-only; only the work directory itself writable.
+            if at.contains("/export") || at.hasPrefix("/usr") || at.hasSuffix("/vmlinuz") { #expect(l[5].split(separator: ",").contains("ro"), "\(l)") }
+        }
+        // And the gate ends: a qemu the supervisor ends by ending vm-exec (the saving guest's,
+        // once its state is out) dies with it, though its uid changed (which clears the
+        // parent-death signal) and it has no parent in its pid namespace.
+        let done = Date().addingTimeInterval(900)
+        while gate.isRunning && Date() < done { usleep(200_000) }
+        #expect(!gate.isRunning, "the gate did not end")
+        if gate.isRunning { kill(gate.processIdentifier, SIGKILL) }
     }
 
     @Test("a supervisor killed with SIGKILL during the VM phase takes its qemu with it (no guest runs on beside the next supervisor)")

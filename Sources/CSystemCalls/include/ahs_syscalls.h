@@ -253,15 +253,26 @@ int ahs_statfs_sizes_constant(int fd, unsigned char *out, int cap, unsigned long
 }
 #endif
 
-/* For qemu's 9p shares: in a new mount namespace of the calling thread (private from the
-   host's), binds each sources[i] at targets[i] recursively, read-only, noatime, nosuid, nodev,
-   so that nothing read through it moves the source's access times. Then forks; the child
-   (killed with its parent: PR_SET_PDEATHSIG) execs argv[0] with argv; the parent waits for
-   it, kills it when the process that started this one exits, and returns its wait status.
-   -errno (and *failed the index of the failing share, or -1) when a step fails before the
-   exec. */
-int ahs_exec_with_readonly_shares(const char *const *sources, const char *const *targets, int n,
-                                  char *const *argv, int *failed);
+/* The held-out VM's qemu with least privilege (qemu_jail.c says what it gets). In new mount,
+   pid, network, IPC and UTS namespaces: binds each sources[i] at targets[i] recursively,
+   read-only, noatime, nosuid, nodev (nothing read through them moves a host file's access
+   time); gives `work` to uid:gid; forks. The child (killed with its parent: PR_SET_PDEATHSIG)
+   makes a read-only root in `work/.root` of /usr, the loader's links, reads[] (read-only),
+   `work` (writable) and `work/export` (read-only), enters it, becomes uid:gid with
+   CAP_DAC_READ_SEARCH alone and no_new_privs, and execs argv[0] with argv (a failure there:
+   said on stderr, exit 126). The parent waits for it, kills it when the process that started
+   this one exits, and returns its wait status; -errno (and *failed the index of the failing
+   share, or -1) when a step fails before the fork. */
+struct ahs_jail {
+    const char *const *sources;
+    const char *const *targets;
+    int nshares;
+    const char *const *reads;
+    int nreads;
+    const char *work;
+    unsigned uid, gid;
+};
+int ahs_exec_jailed(const struct ahs_jail *j, char *const *argv, int *failed);
 
 /* An overlay layer's copy (FileSystem.copyLayer): copy_file_range(2) from the current offsets,
    and a descriptor's extended attributes; each returns what the call does, -1 and errno on

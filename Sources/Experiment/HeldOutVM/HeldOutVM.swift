@@ -33,6 +33,9 @@ public final class HeldOutVM {
     static let workPrefix = "held-out-vm-"
     static let qemuSandbox = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
     static let qemuBinary = "/usr/bin/qemu-system-x86_64"
+    /// The uid and gid qemu runs as (`vm-exec`): no file of the host's belongs to it, and its
+    /// pid namespace shows it no other process.
+    static let qemuID: UInt32 = 65533
 
     /// Checks the kernel, qemu and the acceleration the settings allow. Throws
     /// `ExperimentError(.state)` saying what to change; nothing is counted yet.
@@ -154,10 +157,11 @@ public final class HeldOutVM {
 
     /// qemu under `vm-exec` (every `shares` pair bound read-only and noatime in its mount
     /// namespace; qemu dies with it), its console drained into `tail`.
-    func launch(_ args: [String], shares: [(source: String, target: String)], binary: String, tail: ConsoleTail) throws -> Process {
+    func launch(_ args: [String], work: String, shares: [(source: String, target: String)], binary: String, tail: ConsoleTail) throws -> Process {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: binary)
-        p.arguments = ["vm-exec"] + shares.flatMap { ["--share", "\($0.source)=\($0.target)"] } + ["--", qemu] + args
+        p.arguments = ["vm-exec", "--work", work, "--read", kernel.vmlinuz, "--uid", "\(Self.qemuID)", "--gid", "\(Self.qemuID)"]
+            + shares.flatMap { ["--share", "\($0.source)=\($0.target)"] } + ["--", qemu] + args
         p.environment = ["PATH": "/usr/bin:/bin"]
         p.standardInput = FileHandle.nullDevice
         let console = Pipe()
@@ -278,7 +282,7 @@ public final class HeldOutVM {
         if snapshot != nil { args += ["-S", "-incoming", "unix:" + work + "/incoming.sock"] }
         egressPort?.start()
         let tail = ConsoleTail()
-        let p = try launch(args, shares: staged, binary: image.binary, tail: tail)
+        let p = try launch(args, work: work, shares: staged, binary: image.binary, tail: tail)
         // Only this qemu, by pid, whatever happens from here.
         let pid = p.processIdentifier
         defer {

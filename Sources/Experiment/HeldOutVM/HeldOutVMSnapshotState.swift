@@ -89,7 +89,7 @@ extension HeldOutVM {
         let control = try ResultsPort.listen(work + "/control.sock")
         listeners.append(control)
         let tail = ConsoleTail()
-        let p = try launch(qemuArguments(work: work, cpus: cpus), shares: [], binary: binary, tail: tail)
+        let p = try launch(qemuArguments(work: work, cpus: cpus), work: work, shares: [], binary: binary, tail: tail)
         defer {
             if p.isRunning { kill(p.processIdentifier, SIGKILL) }
             p.waitUntilExit()

@@ -34,6 +34,7 @@ extension HeldOutVM {
             kvm = probeKVMCached(kernel: kernel, qemu: qemuBinary)
         }
         out.append(("vm kvm", kvm.works ? "ok" : "info", kvm.why))
+        if haveQEMU, let kernel { out.append(jailLine(kernel)) }
         let use: String
         if !haveQEMU || kernel == nil {
             use = "gate.held_out_runtime: vm cannot run here (\(hint)); auto (the default) uses host"
@@ -44,6 +45,29 @@ extension HeldOutVM {
         }
         out.append(("vm gate", "info", use))
         return out
+    }
+
+    /// Whether qemu starts with least privilege here (`vm-exec`, qemu_jail.c): `qemu -version`
+    /// run in the jail, in a work directory of its own.
+    static func jailLine(_ kernel: GuestKernel) -> (topic: String, status: String, detail: String) {
+        var template = Array("/tmp/autoharness-vm-jail-XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { return ("vm jail", "FAILED", "mkdtemp in /tmp: \(ErrnoName.describe(errno))") }
+        let work = String(cString: made)
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        guard mkdir(work + "/export", 0o700) == 0 else { return ("vm jail", "FAILED", "mkdir \(work)/export: \(ErrnoName.describe(errno))") }
+        guard let binary = GuestImage.canonical("/proc/self/exe") else { return ("vm jail", "FAILED", "cannot resolve this program's path") }
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: binary)
+        p.arguments = ["vm-exec", "--work", work, "--read", kernel.vmlinuz, "--uid", "\(qemuID)", "--gid", "\(qemuID)", "--", qemuBinary, "-version"]
+        let out = Pipe()
+        (p.standardOutput, p.standardError) = (out, out)
+        do { try p.run() } catch { return ("vm jail", "FAILED", "vm-exec: \(error)") }
+        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        guard p.terminationStatus == 0, text.hasPrefix("QEMU emulator") else {
+            return ("vm jail", "FAILED", "qemu did not start with least privilege: \(text.split(separator: "\n").first ?? "exit \(p.terminationStatus)")")
+        }
+        return ("vm jail", "ok", "qemu runs as uid \(qemuID) with CAP_DAC_READ_SEARCH alone and no_new_privs, in mount, pid, network, IPC and UTS namespaces of its own, on a read-only root of /usr, its kernel and its work directory")
     }
 
     /// `probeKVM`, remembered until the next boot (in /run, root's) for this qemu and kernel: a

@@ -54,7 +54,10 @@ final class ResultsPort {
             Glibc.close(fd)
             throw ExperimentError(.io, "held-out VM: socket path too long: \(path)")
         }
-        guard UnixSocket.bind(fd, addr) == 0, Glibc.listen(fd, 1) == 0 else {
+        // qemu connects as its own unprivileged uid (`vm-exec`): the socket is writable by
+        // all, reached only through its 0700 work directory (root's, and qemu's by its
+        // read-search capability).
+        guard UnixSocket.bind(fd, addr) == 0, chmod(path, 0o666) == 0, Glibc.listen(fd, 1) == 0 else {
             let e = errno
             Glibc.close(fd)
             throw ExperimentError(.io, "held-out VM: bind \(path): \(ErrnoName.describe(e))")
