@@ -17,11 +17,16 @@
 // descriptor the opener holds of the file). A verifier whose /tests cannot be guarded does not
 // start (setup failed).
 //
+// Not seen at all (a review's): a comparison that opens neither file (GNU `diff`, Python's
+// `filecmp.cmp`: the same device and inode by `stat` are "identical"), and a descriptor opened
+// with O_PATH through the link (no fanotify event), then reopened. The flag below sees such a
+// link only if it is still there and its target names the key as written.
+//
 // Left open: a test that resolves such a link first (`realpath`, `Path.resolve()`) and opens
 // the resolved name, or changes directory through it (`cd`, which opens nothing) and opens by a
 // relative name; a link agent.py's files lead to a copy of the key the test made itself
 // (`cp -r /tests /tmp/t`): only the original's files are guarded. Seen, not refused: a link
-// into /tests or /solution left in the verifier's /tmp or /app when it ends (its target read
+// into /tests or /solution left in the verifier's /tmp, /app or logs when it ends (its target read
 // as written, `..` taken lexically) is recorded as a `planted_link` flagged, the reward
 // standing; one the test removed, or reaching the key through another link, is not.
 
@@ -52,7 +57,7 @@ enum AnswerKeyGuard {
     /// the verifier names it, and its path here), recorded against agent.py as flagged: the
     /// test made them from what agent.py left, and a test that resolved one first opened the
     /// key by a name the guard allows.
-    static func flagLinksLeft(_ trees: [(label: String, path: String)], audit: AuditLog, run: inout TaskExecution) {
+    static func flagLinksLeft(_ trees: [(label: String, path: String)], audit: AuditLog, as sandbox: String, run: inout TaskExecution) {
         var left: [String] = []
         for tree in trees {
             let dir = FileSystem.openDirectory(tree.path)
@@ -74,7 +79,7 @@ enum AnswerKeyGuard {
             }
         }
         for link in left {
-            var event = AuditEvent(sandbox: "supervisor", kind: .plantedLink, name: link, action: "flagged")
+            var event = AuditEvent(sandbox: sandbox, kind: .plantedLink, name: link, action: "flagged")
             event.detail = "the verifier ended with \(link) in its files, a link into the answer key (made from what agent.py left, or by the test itself): flagged, the reward stands (a test that resolves such a link first opens the key by a name without links)"
             audit.record(event)
         }
@@ -88,7 +93,7 @@ enum AnswerKeyGuard {
 
     /// Ends the guard. Each open refused through a link is recorded (a `planted_link` of
     /// agent.py's: its files led the test there); one refused unread is only noted.
-    static func stop(_ watch: OpenWatch, tests: String, audit: AuditLog, run: inout TaskExecution) {
+    static func stop(_ watch: OpenWatch, tests: String, audit: AuditLog, as sandbox: String, run: inout TaskExecution) {
         let seen = watch.stop()
         // The opener's path as the kernel names it from here: the verifier's own mount
         // (/tests/...), or the copy in the scratch.
@@ -96,7 +101,7 @@ enum AnswerKeyGuard {
         let refused = seen.opens.filter { $0.refused != nil }
         for open in refused where !open.refused!.hasPrefix(Self.unread) {
             let file = shown(open.path)
-            var event = AuditEvent(sandbox: "supervisor", kind: .plantedLink, name: file, action: "refused")
+            var event = AuditEvent(sandbox: sandbox, kind: .plantedLink, name: file, action: "refused")
             event.detail = "the verifier (\(open.exe)) opened the answer key \(file) \(open.refused!): refused, a link made from what agent.py left"
             audit.record(event)
         }

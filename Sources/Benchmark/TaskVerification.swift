@@ -52,6 +52,11 @@ extension TaskRunner {
         var verifierOverrides = step.overrides
         var verifierPolicy = step.policy
         var (appPath, root, upper) = (step.appPath, step.imageRoot, image.map { _ in scratch.upperPath })
+        // The supervisor's own records of this task (links removed, refused, flagged): counted
+        // per task (a name of its own, finished with it), so one task's many cannot use up
+        // the next one's.
+        let audited = "supervisor:" + (scratch.path.split(separator: "/").last.map(String.init) ?? "task")
+        defer { configuration.audit.finish(sandbox: audited) }
         if let survivors, let image {
             // The agent phase left processes running (a server its tests query): they keep the
             // agent's overlay, and the verifier gets one of its own, whose upper layer is a
@@ -110,7 +115,7 @@ extension TaskRunner {
         case .failure(let e): return run.finish(.setupFailed, e.message)
         case .success(let removed) where !removed.isEmpty:
             for link in removed {
-                var event = AuditEvent(sandbox: "supervisor", kind: .plantedLink, name: link, action: "removed")
+                var event = AuditEvent(sandbox: audited, kind: .plantedLink, name: link, action: "removed")
                 event.detail = root == nil ? "a link agent.py left in /app leading out of it, removed before the verifier started"
                     : "a link agent.py left on the task's image leading into what only the verifier has, removed before the verifier started"
                 configuration.audit.record(event)
@@ -187,8 +192,9 @@ extension TaskRunner {
                                findPayloadPID: true, joinNetwork: relay?.1)
         }
         run.verifierSeconds = verifier.seconds
-        AnswerKeyGuard.stop(guardKey, tests: scratch.testsPath, audit: configuration.audit, run: &run)
-        AnswerKeyGuard.flagLinksLeft([("/tmp", scratch.verifierTmpPath), ("/app", appPath)], audit: configuration.audit, run: &run)
+        AnswerKeyGuard.stop(guardKey, tests: scratch.testsPath, audit: configuration.audit, as: audited, run: &run)
+        AnswerKeyGuard.flagLinksLeft([("/tmp", scratch.verifierTmpPath), ("/app", appPath), ("/logs/verifier", scratch.logsPath)],
+                                     audit: configuration.audit, as: audited, run: &run)
         if let first = codeWatches.first {
             let seen = codeWatches.dropFirst().reduce(first.0.stop()) { $0.merged(with: $1.0.stop()) }
             run.agentCode = AgentCodeRuns.lines(seen, app: appPath)
