@@ -259,9 +259,12 @@ public enum FileSystem {
     /// In a trusted tree on a file system of its own (`dir`, at `path`, which the sandbox sees
     /// at `seenAs`): each symbolic link to one of the tree's own regular files, as the sandbox
     /// would resolve it (relative to the link, or under `seenAs`), becomes a hard link to that
-    /// file, so it opens through no link. Links to anything else stay as they are.
+    /// file, so it opens through no link; one to a directory of the tree that does not hold
+    /// the link becomes a directory whose files are hard links to that one's (its links copied
+    /// as links). Links to anything else stay as they are.
     public static func hardLinkInnerLinks(_ dir: Int32, path: String, seenAs: String) {
         guard let tree = fileStatus(dir) else { return }
+        var holding: [ino_t] = [tree.st_ino]
         func walk(_ dir: Int32, _ relative: String) {
             for n in entries(of: dir) ?? [] {
                 guard let st = entryStatus(at: dir, n) else { continue }
@@ -269,7 +272,9 @@ public enum FileSystem {
                 if isDirectory(st) {
                     let sub = openDirectory(at: dir, n)
                     guard sub >= 0 else { continue }
+                    holding.append(st.st_ino)
                     walk(sub, relative + "/" + name)
+                    holding.removeLast()
                     close(sub)
                     continue
                 }
@@ -285,11 +290,37 @@ public enum FileSystem {
                 guard file >= 0 else { continue }
                 defer { close(file) }
                 // A file of this tree's own file system, never one elsewhere on the host.
-                guard let f = fileStatus(file), isRegular(f), f.st_dev == tree.st_dev, unlinkat(dir, n, 0) == 0 else { continue }
-                _ = linkat(AT_FDCWD, "/proc/self/fd/\(file)", dir, n, AT_SYMLINK_FOLLOW)
+                guard let f = fileStatus(file), f.st_dev == tree.st_dev else { continue }
+                if isRegular(f), unlinkat(dir, n, 0) == 0 {
+                    _ = linkat(AT_FDCWD, "/proc/self/fd/\(file)", dir, n, AT_SYMLINK_FOLLOW)
+                } else if isDirectory(f), !holding.contains(f.st_ino), unlinkat(dir, n, 0) == 0, mkdirat(dir, n, f.st_mode & 0o7777) == 0 {
+                    let copy = openDirectory(at: dir, n)
+                    if copy >= 0 { linkTree(from: file, to: copy, depth: 0); close(copy) }
+                }
             }
         }
         walk(dir, "")
+    }
+
+    /// `from`'s tree made again in `to` (same file system): directories made, files hard
+    /// linked, links copied as links; at most 32 levels.
+    private static func linkTree(from: Int32, to: Int32, depth: Int) {
+        guard depth < 32 else { return }
+        for n in entries(of: from) ?? [] {
+            guard let st = entryStatus(at: from, n) else { continue }
+            if isDirectory(st) {
+                guard mkdirat(to, n, st.st_mode & 0o7777) == 0 else { continue }
+                let (s, d) = (openDirectory(at: from, n), openDirectory(at: to, n))
+                if s >= 0, d >= 0 { linkTree(from: s, to: d, depth: depth + 1) }
+                if s >= 0 { close(s) }
+                if d >= 0 { close(d) }
+            } else if isSymlink(st) {
+                var target = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+                if readlinkat(from, n, &target, Int(PATH_MAX)) > 0 { _ = symlinkat(target, to, n) }
+            } else if isRegular(st) {
+                _ = linkat(from, n, to, n, 0)
+            }
+        }
     }
 
     /// Copies the regular file `name` of `source` (never through a symlink) to a new file of

@@ -65,7 +65,7 @@ struct AnswerKeyGuardTests {
         ("python", "python3 -c \"import sys; sys.exit(open('/tests/expected.txt').read() != open('/app/out.txt').read())\""),
         // A reopen of a descriptor the test holds, and a link inside the task's own tests.
         ("stdin", "cat /dev/stdin < /tests/expected.txt | cmp /app/out.txt -"),
-        ("inner-link", "cmp /app/out.txt /tests/alias.txt && cmp /app/out.txt /tests/sub/up.txt"),
+        ("inner-link", "cmp /app/out.txt /tests/alias.txt && cmp /app/out.txt /tests/sub/up.txt && cmp /app/out.txt /tests/data/expected.txt"),
     ]
 
     static func benchmark(_ dir: TempDir) throws -> LocalBenchmark {
@@ -74,6 +74,12 @@ struct AnswerKeyGuardTests {
         try FileManager.default.createSymbolicLink(atPath: tests + "/alias.txt", withDestinationPath: "expected.txt")
         try FileManager.default.createDirectory(atPath: tests + "/sub", withIntermediateDirectories: false)
         try FileManager.default.createSymbolicLink(atPath: tests + "/sub/up.txt", withDestinationPath: "/tests/expected.txt")
+        // A directory link of the task's own (made again as a directory of hard links), and
+        // one to a directory that holds it (left as it is: no endless copy).
+        try FileManager.default.createDirectory(atPath: tests + "/fixtures", withIntermediateDirectories: false)
+        try "the-answer\n".write(toFile: tests + "/fixtures/expected.txt", atomically: false, encoding: .utf8)
+        try FileManager.default.createSymbolicLink(atPath: tests + "/data", withDestinationPath: "fixtures")
+        try FileManager.default.createSymbolicLink(atPath: tests + "/sub/back", withDestinationPath: "..")
         return bench
     }
 
@@ -82,7 +88,7 @@ struct AnswerKeyGuardTests {
                       otherwise: "        open(\"out.txt\", \"w\").write(\"the-answer\\n\")")
     }
 
-    @Test("a link the test makes from agent.py's archive or git objects into /tests (to a file, or a directory opened through it): the open is refused (EPERM, seen by the test), the task scores 0 and a planted_link is recorded; honest tests that name the key, relatively, in a copy, by a descriptor they hold or through the task's own links pass with nothing refused")
+    @Test("a link the test makes from agent.py's archive or git objects into /tests (to a file, or a directory opened through it): the open is refused (EPERM, seen by the test), the task scores 0 and a planted_link is recorded; honest tests that name the key, relatively, in a copy, by a descriptor they hold or through the task's own links (to a file or a directory) pass with nothing refused")
     func linksTheTestMakes() throws {
         try requireRoot()
         let dir = try TempDir()
