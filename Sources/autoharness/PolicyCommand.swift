@@ -10,7 +10,7 @@ struct PolicyCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "policy",
         abstract: "Check and inspect sandbox policies.",
-        subcommands: [PolicyCheck.self, PolicyLintCommand.self, PolicyShow.self, PolicyExport.self]
+        subcommands: [PolicyCheck.self, PolicyLintCommand.self, PolicyDiffCommand.self, PolicyShow.self, PolicyExport.self]
     )
 }
 
@@ -107,6 +107,44 @@ struct PolicyLintCommand: ParsableCommand {
             print(findings.isEmpty ? "\(name): ok (\(input.policy.lineage.joined(separator: " <- ")))" : "\(name): \(findings.count) finding(s)")
             return findings.isEmpty
         }
+    }
+}
+
+struct PolicyDiffCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "diff",
+        abstract: "What one policy allows that the other does not. Exit 0 if they allow the same, 1 otherwise.",
+        discussion: """
+            Both policies are resolved (every `extends:` merged) and their seccomp programs compiled for this \
+            architecture. A line each: `+` what B allows and A does not (a system call, a mount made visible or \
+            writable, a network mode or host, a larger or absent limit, Landlock lowered, a variable passed in), \
+            `-` the same of A over B, `~` what differs without either allowing more (a mount's source, a \
+            constant, the ids, the working directory).
+            """
+    )
+
+    @Option(name: .customLong("policy-dir"), help: "Directory searched for policies named by `extends:`.")
+    var policyDirs: [String] = []
+
+    @Argument(help: "The policy compared against (a file or name).")
+    var a: String
+
+    @Argument(help: "The policy compared (a file or name).")
+    var b: String
+
+    func run() throws {
+        let loader = PolicyLocator.loader(policyDirs)
+        var loaded: [(Policy, Set<String>)] = []
+        try PolicyCheck.judge([a, b], loader) { name in
+            let p = try loader.load(name, requireAllPlaceholders: false)
+            loaded.append((p, try SeccompCompiler.compile(p.effectiveSeccomp).allowedNames))
+            return true
+        }
+        let lines = PolicyDiff.lines(loaded[0].0, loaded[1].0, allowedA: loaded[0].1, allowedB: loaded[1].1)
+        for l in lines { print(l.description) }
+        let (plus, minus) = (lines.filter { $0.side == .onlyB }.count, lines.filter { $0.side == .onlyA }.count)
+        print(lines.isEmpty ? "\(a) and \(b) allow the same" : "\(b) allows \(plus) thing(s) \(a) does not; \(a) allows \(minus) \(b) does not; \(lines.count - plus - minus) differ otherwise")
+        if !lines.isEmpty { throw ExitCode(Exit.failure) }
     }
 }
 
