@@ -14,9 +14,14 @@
 // - as an unprivileged uid and gid (with kvm's group when `/dev/kvm` is there), holding one
 //   capability, CAP_DAC_READ_SEARCH, which its 9p server needs to read the shares whatever
 //   their modes; nothing else in its bounding set, no_new_privs set;
-// - under a filter of ours below its own `-sandbox` one: open_by_handle_at (which, with
-//   CAP_DAC_READ_SEARCH, opens any file of a mounted file system by its handle, whatever the
-//   mounts show) and name_to_handle_at fail with EPERM, and system calls of another ABI end it.
+// - under a filter of ours below its own `-sandbox` one (`install_filter`): open_by_handle_at
+//   (which, with CAP_DAC_READ_SEARCH, opens any file of a mounted file system by its handle,
+//   whatever the mounts show), the keyrings, namespaces, mounts and tracing refused, sockets
+//   AF_UNIX only (vsock crosses network namespaces), and system calls of another ABI end it;
+// - with nothing of vm-exec's open but stdin, stdout and stderr, a session keyring and a
+//   session of its own;
+// - below a first process of its pid namespace that stays root and waits: it dies with
+//   vm-exec, and the namespace with it, whatever qemu does to its own parent-death signal.
 // The shares keep what they did before: each bound read-only and noatime, so nothing qemu
 // reads moves a host file's access time.
 
@@ -27,7 +32,9 @@
 #include <linux/audit.h>
 #include <linux/capability.h>
 #include <linux/filter.h>
+#include <linux/keyctl.h>
 #include <linux/seccomp.h>
+#include <sys/socket.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -49,6 +56,7 @@ struct ahs_mount_attr { uint64_t attr_set, attr_clr, propagation, userns_fd; };
 #define AHS_MOUNT_ATTR_RDONLY 0x1
 #define AHS_MOUNT_ATTR_NOSUID 0x2
 #define AHS_MOUNT_ATTR_NODEV 0x4
+#define AHS_MOUNT_ATTR_NOEXEC 0x8
 #define AHS_MOUNT_ATTR__ATIME 0x70
 #define AHS_MOUNT_ATTR_NOATIME 0x10
 #define AHS_AT_RECURSIVE 0x8000
@@ -56,14 +64,15 @@ struct ahs_mount_attr { uint64_t attr_set, attr_clr, propagation, userns_fd; };
 #define SYS_mount_setattr 442
 #endif
 
-static int readonly_bind(const char *source, const char *target) {
+static int readonly_bind(const char *source, const char *target, int noexec) {
     if (mount(source, target, NULL, MS_BIND | MS_REC, NULL) < 0) return -errno;
-    struct ahs_mount_attr a = {AHS_MOUNT_ATTR_RDONLY | AHS_MOUNT_ATTR_NOSUID | AHS_MOUNT_ATTR_NODEV | AHS_MOUNT_ATTR_NOATIME,
+    struct ahs_mount_attr a = {AHS_MOUNT_ATTR_RDONLY | AHS_MOUNT_ATTR_NOSUID | AHS_MOUNT_ATTR_NODEV | AHS_MOUNT_ATTR_NOATIME
+                                   | (noexec ? AHS_MOUNT_ATTR_NOEXEC : 0),
                                AHS_MOUNT_ATTR__ATIME, 0, 0};
     if (syscall(SYS_mount_setattr, AT_FDCWD, target, AHS_AT_RECURSIVE, &a, sizeof a) == 0) return 0;
     if (errno != ENOSYS) return -errno;
     // Before 5.12: the top mount only (what lies below it stays as the host has it).
-    if (mount(NULL, target, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOATIME | MS_NODIRATIME | MS_NOSUID | MS_NODEV, NULL) < 0)
+    if (mount(NULL, target, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOATIME | MS_NODIRATIME | MS_NOSUID | MS_NODEV | (noexec ? MS_NOEXEC : 0), NULL) < 0)
         return -errno;
     return 0;
 }
@@ -89,10 +98,10 @@ static void make_parents(const char *root, const char *path, int include_last) {
     if (include_last && mkdir(buf, 0755) < 0 && errno != EEXIST) jail_fail("mkdir", buf);
 }
 
-// Binds host `path` at the same path below `root`: read-only (and noatime, nosuid, nodev)
-// unless `writable`; recursively unless `writable` (the work directory alone, not what is
-// mounted below it).
-static void bind_same(const char *root, const char *path, int writable) {
+// Binds host `path` at the same path below `root`: read-only (and noatime, nosuid, nodev; and
+// noexec unless `program`, the system's directories) unless `writable`; recursively unless
+// `writable` (the work directory alone, not what is mounted below it; noexec).
+static void bind_same(const char *root, const char *path, int writable, int program) {
     struct stat st;
     if (stat(path, &st) < 0) jail_fail("stat", path);
     char at[4096];
@@ -109,7 +118,7 @@ static void bind_same(const char *root, const char *path, int writable) {
         if (mount(path, at, NULL, MS_BIND, NULL) < 0 ||
             mount(NULL, at, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0) jail_fail("bind", path);
     } else {
-        int rc = readonly_bind(path, at);
+        int rc = readonly_bind(path, at, !program);
         if (rc < 0) { errno = -rc; jail_fail("read-only bind", path); }
     }
 }
@@ -127,7 +136,7 @@ static void bind_system(const char *root, const char *path) {
         snprintf(at, sizeof at, "%s%s", root, path);
         if (symlink(target, at) < 0) jail_fail("symlink", at);
     } else if (S_ISDIR(st.st_mode)) {
-        bind_same(root, path, 0);
+        bind_same(root, path, 0, 1);
     }
 }
 
@@ -154,28 +163,62 @@ static void drop_privileges(unsigned uid, unsigned gid, int kvm_gid) {
 #define AHS_JAIL_ARCH AUDIT_ARCH_X86_64
 #elif defined(__aarch64__)
 #define AHS_JAIL_ARCH AUDIT_ARCH_AARCH64
-#endif
-
-static void deny_handles(void) {
-#ifdef AHS_JAIL_ARCH
-    struct sock_filter f[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AHS_JAIL_ARCH, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        // x32's numbers (and anything above them) on x86_64: another ABI.
-        BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_open_by_handle_at, 1, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_name_to_handle_at, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    struct sock_fprog prog = {(unsigned short)(sizeof f / sizeof f[0]), f};
-    if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) < 0) jail_fail("seccomp", NULL);
 #else
 #error "the held-out VM's qemu filter names this machine's system-call ABI"
 #endif
+
+// Our filter, below qemu's own and standing without it: what qemu never calls and an escape
+// would (handles past the mounts, the keyrings, namespaces, mounts, tracing, modules, BPF,
+// another process's memory) fails with EPERM; clone3 with ENOSYS (its flags are out of reach:
+// glibc falls back to clone), clone with a namespace flag with EPERM; sockets of any family
+// but AF_UNIX (vsock shares the host's port space across network namespaces) with
+// EAFNOSUPPORT; prctl(PR_SET_PDEATHSIG) with EPERM; another ABI's calls end it.
+static void install_filter(void) {
+    static const int denied[] = {
+        SYS_open_by_handle_at, SYS_name_to_handle_at, SYS_keyctl, SYS_add_key, SYS_request_key, SYS_unshare, SYS_setns,
+        SYS_ptrace, SYS_bpf, SYS_userfaultfd, SYS_perf_event_open, SYS_mount, SYS_umount2, SYS_pivot_root, SYS_chroot,
+        SYS_fsopen, SYS_fsconfig, SYS_fsmount, SYS_fspick, SYS_open_tree, SYS_move_mount, SYS_mount_setattr,
+        SYS_kexec_load, SYS_kexec_file_load, SYS_init_module, SYS_finit_module, SYS_delete_module,
+        SYS_process_vm_readv, SYS_process_vm_writev, SYS_pidfd_getfd, SYS_kcmp,
+    };
+    struct sock_filter f[128];
+    unsigned n = 0;
+#define EMIT(x) (f[n++] = (struct sock_filter)x)
+    EMIT(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)));
+    EMIT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AHS_JAIL_ARCH, 1, 0));
+    EMIT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS));
+    EMIT(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)));
+    // x32's numbers (and anything above them) on x86_64: another ABI.
+    EMIT(BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1));
+    EMIT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS));
+    for (size_t i = 0; i < sizeof denied / sizeof denied[0]; i++) {
+        EMIT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)denied[i], 0, 1));
+        EMIT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM));
+    }
+    EMIT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1));
+    EMIT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS));
+    // The first argument's low 32 bits (little-endian): clone's flags, socket's family,
+    // prctl's option.
+    unsigned arg0 = offsetof(struct seccomp_data, args[0]);
+    EMIT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone, 0, 4));
+    EMIT(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, arg0));
+    EMIT(BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | 0x80, 0, 1));
+    EMIT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM));
+    EMIT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+    EMIT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, 4));
+    EMIT(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, arg0));
+    EMIT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 0, 1));
+    EMIT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+    EMIT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EAFNOSUPPORT));
+    EMIT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_prctl, 0, 4));
+    EMIT(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, arg0));
+    EMIT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PR_SET_PDEATHSIG, 0, 1));
+    EMIT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM));
+    EMIT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+    EMIT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+#undef EMIT
+    struct sock_fprog prog = {(unsigned short)n, f};
+    if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) < 0) jail_fail("seccomp", NULL);
 }
 
 // In the child, the first process of the new pid namespace: builds the root at `root` (an
@@ -206,30 +249,45 @@ static void enter_jail(const char *root, const struct ahs_jail *j, int alive, ch
         jail_fail("/tmp", NULL);
     static const char *const system_paths[] = {"/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin"};
     for (size_t i = 0; i < sizeof system_paths / sizeof system_paths[0]; i++) bind_system(root, system_paths[i]);
-    if (access("/etc/ld.so.cache", R_OK) == 0) bind_same(root, "/etc/ld.so.cache", 0);
-    for (int i = 0; i < j->nreads; i++) bind_same(root, j->reads[i], 0);
-    bind_same(root, j->work, 1);
+    if (access("/etc/ld.so.cache", R_OK) == 0) bind_same(root, "/etc/ld.so.cache", 0, 0);
+    for (int i = 0; i < j->nreads; i++) bind_same(root, j->reads[i], 0, 0);
+    bind_same(root, j->work, 1, 0);
     snprintf(at, sizeof at, "%s/export", j->work);
-    bind_same(root, at, 0);
+    bind_same(root, at, 0, 0);
     snprintf(at, sizeof at, "%s/.old", root);
     if (mkdir(at, 0700) < 0) jail_fail("mkdir", at);
     if (syscall(SYS_pivot_root, root, at) < 0) jail_fail("pivot_root", root);
     if (chdir("/") < 0 || umount2("/.old", MNT_DETACH) < 0 || rmdir("/.old") < 0) jail_fail("leaving the host's root", NULL);
     if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0) jail_fail("read-only root", NULL);
     if (chdir(j->work) < 0) jail_fail("chdir", j->work);
-    // /dev/kvm's group, unless it is root's (then the node's mode must let others in).
-    struct stat kvm;
-    int kvm_gid = stat("/dev/kvm", &kvm) == 0 && kvm.st_gid != 0 ? (int)kvm.st_gid : -1;
-    drop_privileges(j->uid, j->gid, kvm_gid);
-    // A change of uid clears the parent-death signal: armed again, and the parent checked
-    // alive after (its pipe's write end still held).
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) jail_fail("parent-death signal", NULL);
-    struct pollfd p = {alive, POLLIN, 0};
-    if (poll(&p, 1, 0) != 0) _exit(127);
+    // This process stays as the pid namespace's first, root and doing nothing but wait: it
+    // dies with vm-exec (its parent-death signal, which no uid change clears here), and the
+    // kernel then ends every process of the namespace, whatever qemu did to its own signals.
+    // qemu, another uid, can neither signal nor trace it.
+    pid_t qemu = fork();
+    if (qemu < 0) jail_fail("fork", NULL);
+    if (qemu == 0) {
+        setsid();
+        // A session keyring of its own, not the supervisor's (the filter then refuses keyctl).
+        if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, 0) < 0) jail_fail("session keyring", NULL);
+        // /dev/kvm's group, unless it is root's (then the node's mode must let others in).
+        struct stat kvm;
+        int kvm_gid = stat("/dev/kvm", &kvm) == 0 && kvm.st_gid != 0 ? (int)kvm.st_gid : -1;
+        drop_privileges(j->uid, j->gid, kvm_gid);
+        // Nothing of vm-exec's but stdin, stdout and stderr: a descriptor of a host directory
+        // or socket would open the host past every mount.
+        if (syscall(SYS_close_range, 3, ~0u, 0) < 0) jail_fail("close_range", NULL);
+        install_filter();
+        execv(argv[0], argv);
+        jail_fail("exec", argv[0]);
+    }
     close(alive);
-    deny_handles();
-    execv(argv[0], argv);
-    jail_fail("exec", argv[0]);
+    for (;;) {
+        int status;
+        pid_t r = waitpid(-1, &status, 0);
+        if (r == qemu) _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+        if (r < 0 && errno != EINTR) _exit(125);
+    }
 }
 
 int ahs_exec_jailed(const struct ahs_jail *j, char *const *argv, int *failed) {
@@ -237,7 +295,7 @@ int ahs_exec_jailed(const struct ahs_jail *j, char *const *argv, int *failed) {
     if (unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS) < 0) return -errno;
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) return -errno;
     for (int i = 0; i < j->nshares; i++) {
-        int rc = readonly_bind(j->sources[i], j->targets[i]);
+        int rc = readonly_bind(j->sources[i], j->targets[i], 1);
         if (rc < 0) { *failed = i; return rc; }
     }
     // qemu makes its own sockets (the monitor's, the incoming state's) in its work directory.

@@ -338,6 +338,11 @@ public final class HeldOutVM {
         let read = listener.read(bootDeadline: start + settings.bootTimeout, deadline: start + seconds, cap: GuestAnswer.maxBytes)
         let boot = read.firstByte.map { $0 - start }
         if read.outcome != .complete, p.isRunning { kill(pid, SIGKILL) }
+        // A complete answer: the guest powers off and qemu exits. One that does not within
+        // 30 s (an escaped qemu that keeps running) is ended, and its namespace with it.
+        let exitBy = monotonicNow() + 30
+        while p.isRunning && monotonicNow() < exitBy { usleep(50_000) }
+        if p.isRunning { kill(pid, SIGKILL) }
         p.waitUntilExit()
         let total = monotonicNow() - start
         // qemu has exited: the link ends with its socket; every connection is served to its
