@@ -223,10 +223,14 @@ public struct SeccompSpec: Sendable, Equatable {
     /// Not a policy key: `Policy.effectiveSeccomp` turns it off where `network.mode` is
     /// `none`, since there is nothing there to ask about.
     public var netlinkRoute: Bool
+    /// Directories of the sandbox's root (`/tests`) into which a symbolic link the sandbox
+    /// makes is recorded (`seccomp.watch_links`): its symlink and symlinkat calls wait while
+    /// the supervisor resolves the target in the caller's view, then go on.
+    public var watchLinks: [String]
 
     public init(
         profile: String = "default", defaultAction: SeccompAction = .errno(38 /* ENOSYS */),
-        allow: [String] = [], deny: [String] = [], quiet: [String] = [], netlinkRoute: Bool = true
+        allow: [String] = [], deny: [String] = [], quiet: [String] = [], netlinkRoute: Bool = true, watchLinks: [String] = []
     ) {
         self.profile = profile
         self.defaultAction = defaultAction
@@ -234,6 +238,7 @@ public struct SeccompSpec: Sendable, Equatable {
         self.deny = deny
         self.quiet = quiet
         self.netlinkRoute = netlinkRoute
+        self.watchLinks = watchLinks
     }
 }
 

@@ -49,6 +49,7 @@ public enum PolicyCoding {
         w.strings(p.env.pass)
         w.string(p.chdir)
         w.string(p.landlock.rawValue)
+        w.strings(p.seccomp.watchLinks)
         return w.bytes
     }
 
@@ -137,11 +138,12 @@ extension ByteReader {
             guard let k = string(), let v = string(), set.updateValue(v, forKey: k) == nil else { return nil }
         }
         guard let pass = strings(), let chdir = string(), let landlockName = string(),
-              let landlock = LandlockMode(rawValue: landlockName) else { return nil }
+              let landlock = LandlockMode(rawValue: landlockName), let watchLinks = strings() else { return nil }
         return Policy(
             name: name, description: description, lineage: lineage, mounts: mounts,
             identity: Identity(uid: uid, gid: gid, hostUID: hostUID, hostGID: hostGID, span: span, hostname: hostname),
-            seccomp: SeccompSpec(profile: profile, defaultAction: defaultAction, allow: allow, deny: deny, quiet: quiet, netlinkRoute: netlink == 1),
+            seccomp: SeccompSpec(profile: profile, defaultAction: defaultAction, allow: allow, deny: deny, quiet: quiet, netlinkRoute: netlink == 1,
+                                 watchLinks: watchLinks),
             network: NetworkSpec(mode: mode, allow: networkAllow),
             limits: Limits(nofile: counts[0], nproc: counts[1], fsize: counts[2], cpuSeconds: counts[3], memory: counts[4],
                            pids: counts[5], cpus: cpus.map { Double(bitPattern: $0) }, timeoutSeconds: timeout.map { Double(bitPattern: $0) }),

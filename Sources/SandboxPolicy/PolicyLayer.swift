@@ -58,6 +58,7 @@ struct PolicyLayer {
     var seccompAllow: [String] = []
     var seccompDeny: [String] = []
     var seccompQuiet: [String] = []
+    var seccompWatchLinks: [String] = []
     var networkMode: Located<NetworkSpec.Mode>?
     var networkAllow: Located<[String]>?
     var limits = Limits()
@@ -95,7 +96,7 @@ struct LayerParser {
     static let mountKinds = ["ro", "rw", "tmpfs", "hide", "symlink"]
     static let mountKeys = mountKinds + ["optional", "keep_symlink", "no_symlinks", "userland", "size", "mode", "target"]
     static let identityKeys = ["uid", "gid", "host_uid", "host_gid", "hostname"]
-    static let seccompKeys = ["profile", "default_action", "allow", "deny", "quiet"]
+    static let seccompKeys = ["profile", "default_action", "allow", "deny", "quiet", "watch_links"]
     /// Named base allowlists the plan compiler knows.
     static let seccompProfiles = ["default"]
     static let networkKeys = ["mode", "allow"]
@@ -388,6 +389,17 @@ struct LayerParser {
         for name in quiet { layer.places["seccomp.quiet.\(name.value)"] = name.location }
         let allowed = Set(allow.map(\.value))
         layer.seccompDeny = deny.map(\.value).filter { !allowed.contains($0) }
+        if let node = seccomp["watch_links"], let items = reader.list(node, "seccomp.watch_links") {
+            for item in items {
+                guard let path = reader.text(item, "seccomp.watch_links entry") else { continue }
+                // A directory of the root (`/tests`): the supervisor tells it by its device.
+                guard path.hasPrefix("/"), path.count > 1, !path.dropFirst().contains("/"), path != "/.", path != "/.." else {
+                    reader.error(at: item, "seccomp.watch_links: '\(path)' is not a directory of the sandbox's root (/tests)")
+                    continue
+                }
+                layer.seccompWatchLinks.append(path)
+            }
+        }
     }
 
     private mutating func syscallNames(_ node: Node?, _ what: String) -> [Located<String>] {

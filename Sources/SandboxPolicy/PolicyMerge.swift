@@ -53,6 +53,7 @@ struct MergedLayers {
         seccomp.allow = union(seccomp.allow.filter { !childNames.contains($0) }, child.seccompAllow)
         seccomp.deny = union(seccomp.deny.filter { !childNames.contains($0) }, child.seccompDeny)
         seccomp.quiet = union(seccomp.quiet.filter { !childNames.contains($0) }, child.seccompQuiet)
+        seccomp.watchLinks = union(seccomp.watchLinks, child.seccompWatchLinks)
 
         if let mode = child.networkMode {
             places["network.mode"] = mode.location

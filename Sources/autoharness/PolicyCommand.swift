@@ -236,7 +236,7 @@ struct PolicyShow: ParsableCommand {
                 "mounts": (mounts + always).map { ["type": $0.0, "destination": $0.1, "source": $0.2, "origin": $0.3] },
                 "skipped_mounts": plan?.skippedMounts ?? [],
                 "network": ["mode": p.network.mode.rawValue, "allow": p.network.allow],
-                "seccomp": ["profile": p.seccomp.profile, "default_action": p.seccomp.defaultAction.description,
+                "seccomp": ["profile": p.seccomp.profile, "default_action": p.seccomp.defaultAction.description, "watch_links": p.seccomp.watchLinks,
                             "allowed": filter.allowed, "denied_eperm": filter.denied,
                             "argument_rules": argumentRules(p), "bpf_instructions": filter.instructionCount,
                             "unresolved_on_this_host": filter.unresolved],
@@ -264,6 +264,9 @@ struct PolicyShow: ParsableCommand {
         let emulated = SyscallProfile.emulated.subtracting(filter.denied).subtracting(filter.allowed).sorted()
         if !filter.quiet.isEmpty { print("  refused with ENOSYS, not reported (seccomp.quiet): \(filter.quiet.joined(separator: " "))") }
         if !emulated.isEmpty { print("  answered by the supervisor with constants, not reported: \(emulated.joined(separator: " "))") }
+        if !p.seccomp.watchLinks.isEmpty {
+            print("  symlink symlinkat: made, and recorded when the link leads into \(p.seccomp.watchLinks.joined(separator: " or ")) (seccomp.watch_links)")
+        }
         print("  other ABIs (i386, x32): refused with ENOSYS and reported")
         if !filter.unresolved.isEmpty { print("  not known to this libseccomp (left out): \(filter.unresolved.joined(separator: " "))") }
         print("\nenvironment (nothing else is inherited):")

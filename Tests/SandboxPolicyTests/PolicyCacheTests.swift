@@ -53,7 +53,7 @@ struct PolicyCodingTests {
         #expect(Mirror(reflecting: MountSpec(kind: .hide, destination: "/x")).children.count == 7)
         #expect(Mirror(reflecting: SourceLocation(file: "f", line: 1)).children.count == 3)
         #expect(Mirror(reflecting: Identity()).children.count == 6)
-        #expect(Mirror(reflecting: SeccompSpec()).children.count == 6)
+        #expect(Mirror(reflecting: SeccompSpec()).children.count == 7)
         #expect(Mirror(reflecting: NetworkSpec()).children.count == 2)
         #expect(Mirror(reflecting: Limits()).children.count == 8)
         #expect(Mirror(reflecting: EnvSpec()).children.count == 2)
@@ -74,7 +74,7 @@ struct PolicyCodingTests {
                 MountSpec(kind: .symlink(target: "usr/bin"), destination: "/bin"),
             ],
             identity: Identity(uid: 1, gid: 2, hostUID: 3, hostGID: 4, span: 5, hostname: "h\u{e9}"),
-            seccomp: SeccompSpec(profile: "p", defaultAction: .kill, allow: ["read"], deny: ["ptrace"], quiet: ["bpf"]),
+            seccomp: SeccompSpec(profile: "p", defaultAction: .kill, allow: ["read"], deny: ["ptrace"], quiet: ["bpf"], watchLinks: ["/tests"]),
             network: NetworkSpec(mode: .proxy, allow: ["example.com:443"]),
             limits: Limits(nofile: 1, nproc: 2, fsize: 3, cpuSeconds: 4, memory: 5, pids: 6, cpus: 1.5, timeoutSeconds: 0.25),
             env: EnvSpec(set: ["A": "1", "B": "two words"], pass: ["TERM"]), chdir: "/w", landlock: .required))

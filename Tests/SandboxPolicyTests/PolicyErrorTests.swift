@@ -273,6 +273,14 @@ struct PolicyErrorTests {
         #expect(name.where_ == "p.yaml:2" && name.message.contains("not a syscall name"))
     }
 
+    @Test("seccomp.watch_links takes directories of the sandbox's root only, naming the line of one that is not")
+    func watchLinks() throws {
+        let deep = try #require(try error("seccomp:\n  watch_links:\n    - /tests\n    - /tests/sub\n"))
+        #expect(deep.where_ == "p.yaml:4" && deep.message.contains("'/tests/sub' is not a directory of the sandbox's root"), "\(deep)")
+        let relative = try #require(try error("seccomp:\n  watch_links: [tests]\n"))
+        #expect(relative.where_ == "p.yaml:2" && relative.message.contains("'tests'"), "\(relative)")
+    }
+
     @Test("network.allow needs mode proxy and well-formed host:port entries")
     func networkAllow() throws {
         let mode = try #require(try error("network:\n  mode: loopback\n  allow: [\"a.example:443\"]\n"))

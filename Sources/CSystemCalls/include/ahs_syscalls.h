@@ -253,6 +253,12 @@ int ahs_statfs_sizes_constant(int fd, unsigned char *out, int cap, unsigned long
 }
 #endif
 
+/* Whether the symbolic link process `pid` is making (symlinkat's `dirfd`, AT_FDCWD for
+   symlink; `linkpath`; `target`) leads into one of `guarded` (directories of its root, each a
+   file system of its own), through procfs, a magic link or the root itself, as link_watch.c
+   judges it in the caller's own view: 1 yes, 0 no, -errno when it cannot be told. */
+int ahs_link_leads_into(int pid, int dirfd, const char *linkpath, const char *target, const char *const *guarded, int nguarded);
+
 /* The held-out VM's qemu with least privilege (qemu_jail.c says what it gets). In new mount,
    pid, network, IPC and UTS namespaces: binds each sources[i] at targets[i] recursively,
    read-only, noatime, nosuid, nodev (nothing read through them moves a host file's access

@@ -34,6 +34,10 @@ public enum PolicyDiff {
             }
         }
 
+        // Links into a watched directory are recorded as they are made; unwatched, they are not.
+        for d in Set(a.seccomp.watchLinks).subtracting(b.seccomp.watchLinks).sorted() { more(true, "links into \(d) made without a record (seccomp.watch_links)") }
+        for d in Set(b.seccomp.watchLinks).subtracting(a.seccomp.watchLinks).sorted() { more(false, "links into \(d) made without a record (seccomp.watch_links)") }
+
         // The network: its mode, then the hosts a proxy lets through.
         let order: [NetworkSpec.Mode] = [.none, .loopback, .proxy]
         let (na, nb) = (order.firstIndex(of: a.network.mode) ?? 0, order.firstIndex(of: b.network.mode) ?? 0)

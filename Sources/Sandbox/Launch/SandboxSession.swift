@@ -373,6 +373,21 @@ struct Session {
             _ = seccomp_notify_respond(notifyFD, resp)
             return
         }
+        if native && plan.filter.linkWatched.contains(d.nr) {
+            // symlink, symlinkat: recorded when the link leads into a watched directory, then
+            // made by the kernel as if allowed (`LinkWatch`).
+            if let (link, into) = LinkWatch.judge(pid: req.pointee.pid, nr: d.nr, args: args, watched: plan.filter.watchLinks), into {
+                var event = AuditEvent(sandbox: plan.sandboxID, kind: .plantedLink, name: link, pid: Int32(bitPattern: req.pointee.pid),
+                                       sandboxPID: sandboxPID(of: Int32(bitPattern: req.pointee.pid)), action: "flagged")
+                event.detail = "a link into \(plan.filter.watchLinks.joined(separator: " or ")) made in the sandbox (by \(readText("/proc/\(req.pointee.pid)/comm").split(separator: "\n").first.map(String.init) ?? "?")): flagged, the call went on"
+                options.audit.record(event)
+            }
+            resp.pointee.val = 0
+            resp.pointee.error = 0
+            resp.pointee.flags = UInt32(SECCOMP_USER_NOTIF_FLAG_CONTINUE)
+            _ = seccomp_notify_respond(notifyFD, resp)
+            return
+        }
         if native && plan.filter.emulated.contains(d.nr) {
             // sysinfo, statfs, fstatfs: constants instead of the host's counters (not a violation).
             let error: Int32

@@ -47,10 +47,10 @@ enum FilterCache {
     /// compiled in, and libseccomp's version and architecture, which map names to numbers).
     static func sectionKey(_ spec: SeccompSpec) -> String {
         let v = seccomp_version().pointee
-        var key = "autoharness seccomp section v1 " + RootOwnedCache.frame(RootOwnedCache.binaryIdentity)
+        var key = "autoharness seccomp section v2 " + RootOwnedCache.frame(RootOwnedCache.binaryIdentity)
         key += "\nlibseccomp \(v.major).\(v.minor).\(v.micro) arch \(seccomp_arch_native())"
         key += "\nprofile " + RootOwnedCache.frame(spec.profile) + " default \(spec.defaultAction) netlink-route \(spec.netlinkRoute)"
-        for (name, list) in [("allow", spec.allow), ("deny", spec.deny), ("quiet", spec.quiet)] {
+        for (name, list) in [("allow", spec.allow), ("deny", spec.deny), ("quiet", spec.quiet), ("watch-links", spec.watchLinks)] {
             key += "\n" + name + " " + list.map(RootOwnedCache.frame).joined()
         }
         return key
@@ -71,12 +71,13 @@ enum FilterCache {
         guard let bpfCount = r.count(), let bpf = r.bytes(bpfCount), bpf.count % 8 == 0, !bpf.isEmpty,
               let allowed = r.strings(), let denied = r.strings(), let unresolved = r.strings(),
               let eperm = numbers(&r), let enosys = numbers(&r), let emulated = numbers(&r),
-              let quiet = r.strings(), let quietNumbers = numbers(&r), let kind = r.u8(), let errno = r.u32(), r.atEnd,
+              let quiet = r.strings(), let quietNumbers = numbers(&r), let kind = r.u8(), let errno = r.u32(),
+              let linkWatched = numbers(&r), let watchLinks = r.strings(), r.atEnd,
               kind <= 1 else { return nil }
         return CompiledFilter(
             bpf: bpf, allowedNames: Set(allowed), denied: denied, unresolved: unresolved, eperm: eperm, enosys: enosys,
             emulated: emulated, quiet: quiet, quietNumbers: quietNumbers,
-            defaultAction: kind == 0 ? .errno(Int32(bitPattern: errno)) : .kill)
+            defaultAction: kind == 0 ? .errno(Int32(bitPattern: errno)) : .kill, linkWatched: linkWatched, watchLinks: watchLinks)
     }
 
     static func storeSection(key: String, filter f: CompiledFilter, in dir: String? = directory) {
@@ -99,6 +100,8 @@ enum FilterCache {
         case .errno(let e): w.u8(0); w.u32(UInt32(bitPattern: e))
         case .kill: w.u8(1); w.u32(0)
         }
+        numbers(&w, f.linkWatched)
+        w.strings(f.watchLinks)
         RootOwnedCache.store(key: key, suffix: ".section", body: w.bytes, in: dir)
     }
 }

@@ -44,7 +44,9 @@ public struct OCISeccompProfile: Encodable, Sendable, Equatable {
         let rules = try SeccompCompiler.ruleSets(spec)
         let known = { (name: String) in SeccompCompiler.resolve(name) != nil }
         var entries: [Entry] = []
-        let unconditional = rules.allow.subtracting(rules.conditional).filter(known).sorted()
+        // Watched links (`seccomp.watch_links`) are made as if allowed: here they simply are.
+        let watched = spec.watchLinks.isEmpty ? [] : SyscallProfile.linkCalls.subtracting(rules.denied).subtracting(rules.quiet).filter(known)
+        let unconditional = rules.allow.subtracting(rules.conditional).union(watched).filter(known).sorted()
         entries.append(Entry(names: unconditional, action: "SCMP_ACT_ALLOW"))
         let seccompAllowed = rules.allow.contains("seccomp")
         for rule in ArgumentRuleList.rules(conditional: rules.conditional, netlinkRoute: spec.netlinkRoute, seccompAllowed: seccompAllowed) where known(rule.name) {
@@ -82,6 +84,9 @@ public struct OCISeccompProfile: Encodable, Sendable, Equatable {
         let emulated = SyscallProfile.emulated.subtracting(rules.denied).subtracting(rules.allow).subtracting(rules.quiet).subtracting(runtimeCalls).filter(known).sorted()
         if !emulated.isEmpty {
             notes.append("\(emulated.joined(separator: ", ")): answered by our supervisor with the sandbox's own numbers (never the host's); refused in the profile (its default action), as no OCI action can answer them")
+        }
+        if !watched.isEmpty {
+            notes.append("\(watched.sorted().joined(separator: ", ")): allowed; our supervisor also records a link made into \(spec.watchLinks.joined(separator: ", ")) as it is made (seccomp.watch_links), which no OCI action can")
         }
         if !rules.unresolved.isEmpty { notes.append("unknown to this host's libseccomp, left out (refused by the default action, as by our filter): \(rules.unresolved.joined(separator: ", "))") }
         let defaultAction: String

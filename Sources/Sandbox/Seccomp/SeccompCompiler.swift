@@ -29,6 +29,11 @@ public struct CompiledFilter: Sendable {
     public var quiet: [String] = []
     var quietNumbers: Set<Int32> = []
     public var defaultAction: SeccompAction
+    /// symlink and symlinkat (native numbers) when `seccomp.watch_links` names directories:
+    /// they reach the supervisor, which records a link into one of `watchLinks` and lets the
+    /// call go on (`LinkWatch`).
+    var linkWatched: Set<Int32> = []
+    var watchLinks: [String] = []
 
     /// Whether a held payload can wait for its go-ahead (`recv` on a socket: recvfrom) with
     /// this filter loaded. recvfrom carries no argument rule in the profile, so allowed means
@@ -119,6 +124,8 @@ public enum SeccompCompiler {
         let deny = Set(spec.deny).subtracting(quiet)
         var allow = Set(SyscallProfile.defaultAllow).union(spec.allow).subtracting(deny).subtracting(quiet)
         allow.subtract(SyscallProfile.hardDenied)
+        // Watched: not allowed outright, so each call reaches the supervisor first.
+        if !spec.watchLinks.isEmpty { allow.subtract(SyscallProfile.linkCalls) }
         var conditional = SyscallProfile.conditional.subtracting(deny).subtracting(quiet)
         // prctl by option (ArgumentRules.allowedPrctlOptions). Without `seccomp`,
         // prctl(PR_SET_SECCOMP) is the other way to stack a filter (one whose errno answers
@@ -179,7 +186,9 @@ public enum SeccompCompiler {
             emulated: Set(SyscallProfile.emulated.subtracting(denied).subtracting(allow).subtracting(quiet).compactMap(resolve)),
             quiet: quiet.sorted(),
             quietNumbers: Set(quiet.compactMap(resolve)),
-            defaultAction: spec.defaultAction
+            defaultAction: spec.defaultAction,
+            linkWatched: spec.watchLinks.isEmpty ? [] : Set(SyscallProfile.linkCalls.subtracting(denied).subtracting(quiet).compactMap(resolve)),
+            watchLinks: spec.watchLinks
         )
     }
 

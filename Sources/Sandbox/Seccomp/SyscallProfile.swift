@@ -42,6 +42,8 @@ public enum SyscallProfile {
     /// `/proc/loadavg` (total memory real, all of it free, no load, one process), which is
     /// what glibc's `sysconf(_SC_PHYS_PAGES)` and friends need.
     public static let emulated: Set<String> = ["sysinfo", "statfs", "fstatfs"]
+    /// The calls that make a symbolic link (`seccomp.watch_links` watches them).
+    public static let linkCalls: Set<String> = ["symlink", "symlinkat"]
 
     /// Allowed only with the argument rules in `ArgumentRules` (the filter inspects them).
     public static let conditional: Set<String> = ["clone", "ioctl", "personality", "socket", "socketpair",
