@@ -131,7 +131,8 @@ struct RealAgentTests {
     func run(_ exp: Experiment, key name: String, _ key: String) throws -> Run {
         var environment = ProcessInfo.processInfo.environment
         environment[name] = key
-        let r = try autoharness(["run", "--max-hours", "0.1", "-C", exp.root], environment: environment)
+        // A bound, not a duration: generous, so a busy machine does not end the session early.
+        let r = try autoharness(["run", "--max-hours", "0.25", "-C", exp.root], environment: environment)
         #expect(r.status == 0, "\(r.stdout) \(r.stderr) \(String(exp.agentLog.suffix(3000)))")
         return r
     }
