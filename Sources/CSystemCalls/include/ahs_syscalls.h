@@ -258,6 +258,12 @@ int ahs_statfs_sizes_constant(int fd, unsigned char *out, int cap, unsigned long
    file system of its own), through procfs, a magic link or the root itself, as link_watch.c
    judges it in the caller's own view: 1 yes, 0 no, -errno when it cannot be told. */
 int ahs_link_leads_into(int pid, int dirfd, const char *linkpath, const char *target, const char *const *guarded, int nguarded);
+/* The same for a link given a new name: `oldpath` (relative to `olddirfd`) moved or, with
+   `hard`, hard-linked to `newpath` (relative to `newdirfd`): a symbolic link judged from where
+   it will be; for a move, every link below a directory too (at most 10,000 entries, else let
+   go). */
+int ahs_move_leads_into(int pid, int olddirfd, const char *oldpath, int newdirfd, const char *newpath, int hard,
+                        const char *const *guarded, int nguarded);
 
 /* The held-out VM's qemu with least privilege (qemu_jail.c says what it gets). In new mount,
    pid, network, IPC and UTS namespaces: binds each sources[i] at targets[i] recursively,

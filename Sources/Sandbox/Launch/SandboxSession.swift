@@ -379,7 +379,7 @@ struct Session {
             if let (link, into) = LinkWatch.judge(pid: req.pointee.pid, nr: d.nr, args: args, watched: plan.filter.watchLinks), into {
                 var event = AuditEvent(sandbox: plan.sandboxID, kind: .plantedLink, name: link, pid: Int32(bitPattern: req.pointee.pid),
                                        sandboxPID: sandboxPID(of: Int32(bitPattern: req.pointee.pid)), action: "flagged")
-                event.detail = "a link into \(plan.filter.watchLinks.joined(separator: " or ")) made in the sandbox (by \(readText("/proc/\(req.pointee.pid)/comm").split(separator: "\n").first.map(String.init) ?? "?")): flagged, the call went on"
+                event.detail = "a link into \(plan.filter.watchLinks.joined(separator: " or ")) made or named in the sandbox (by \(readText("/proc/\(req.pointee.pid)/comm").split(separator: "\n").first.map(String.init) ?? "?")): flagged, the call went on"
                 options.audit.record(event)
             }
             resp.pointee.val = 0

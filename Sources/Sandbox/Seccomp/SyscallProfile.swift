@@ -42,8 +42,9 @@ public enum SyscallProfile {
     /// `/proc/loadavg` (total memory real, all of it free, no load, one process), which is
     /// what glibc's `sysconf(_SC_PHYS_PAGES)` and friends need.
     public static let emulated: Set<String> = ["sysinfo", "statfs", "fstatfs"]
-    /// The calls that make a symbolic link (`seccomp.watch_links` watches them).
-    public static let linkCalls: Set<String> = ["symlink", "symlinkat"]
+    /// The calls that make a symbolic link or give one a new name (`seccomp.watch_links`
+    /// watches them).
+    public static let linkCalls: Set<String> = ["symlink", "symlinkat", "link", "linkat", "rename", "renameat", "renameat2"]
 
     /// Allowed only with the argument rules in `ArgumentRules` (the filter inspects them).
     public static let conditional: Set<String> = ["clone", "ioctl", "personality", "socket", "socketpair",
