@@ -295,3 +295,15 @@ public func procText(_ path: String) -> String? {
         out.append(contentsOf: buf[0..<n])
     }
 }
+
+/// Whether process `pid` is gone (or a zombie not yet reaped) within `seconds`, looked at every
+/// 0.1 s; if not, it is killed (a test's own process, by pid) and false is returned.
+public func endsWithin(_ pid: Int32, seconds: Double) -> Bool {
+    for _ in 0..<max(1, Int(seconds * 10)) {
+        usleep(100_000)
+        let status = procText("/proc/\(pid)/status") ?? ""
+        if !status.contains("State:") || status.contains("State:\tZ") { return true }
+    }
+    kill(pid, SIGKILL)
+    return false
+}
