@@ -387,6 +387,7 @@ struct LayerParser {
         layer.seccompAllow = allow.map(\.value).filter { denied[$0] == nil }
         for name in allow { layer.places["seccomp.allow.\(name.value)"] = name.location }
         for name in quiet { layer.places["seccomp.quiet.\(name.value)"] = name.location }
+        for name in deny { layer.places["seccomp.deny.\(name.value)"] = name.location }
         let allowed = Set(allow.map(\.value))
         layer.seccompDeny = deny.map(\.value).filter { !allowed.contains($0) }
         if let node = seccomp["watch_links"], let items = reader.list(node, "seccomp.watch_links") {

@@ -177,6 +177,6 @@ public struct PolicyLintInput: Sendable {
     /// What a file of the chain takes back that a policy it extends closed, each at its line.
     public var widenings: [PolicyError]
     /// Where the final values were set: `landlock`, `limits.NAME`, `network.mode`,
-    /// `seccomp.allow.NAME`, `seccomp.quiet.NAME`.
+    /// `seccomp.allow.NAME`, `seccomp.quiet.NAME`, `seccomp.deny.NAME`.
     public var places: [String: SourceLocation]
 }

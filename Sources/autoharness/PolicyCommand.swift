@@ -10,7 +10,7 @@ struct PolicyCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "policy",
         abstract: "Check and inspect sandbox policies.",
-        subcommands: [PolicyCheck.self, PolicyLintCommand.self, PolicyDiffCommand.self, PolicyShow.self, PolicyExport.self]
+        subcommands: [PolicyCheck.self, PolicyLintCommand.self, PolicyDiffCommand.self, PolicySuggestCommand.self, PolicyShow.self, PolicyExport.self]
     )
 }
 
@@ -85,19 +85,8 @@ struct PolicyLintCommand: ParsableCommand {
     var policies: [String]
 
     func run() throws {
-        var chosen: PolicyRole?
-        if let role {
-            guard let r = PolicyRole(rawValue: role) else {
-                throw ValidationError("--role \(role): one of \(PolicyRole.allCases.map(\.rawValue).joined(separator: ", "))")
-            }
-            chosen = r
-        }
-        var experiment: (config: ExperimentConfig, root: String)?
-        if let directory {
-            let start = directory.hasPrefix("/") ? directory : FileManager.default.currentDirectoryPath + "/" + directory
-            guard let layout = ExperimentLayout.find(from: start) else { throw ValidationError("-C \(directory): no experiment_config.yaml here or above") }
-            experiment = (try ExperimentConfig.load(layout.config), layout.root)
-        }
+        let chosen = try Self.role(role)
+        let experiment = try directory.map(Self.experiment)
         let loader = PolicyLocator.loader(policyDirs)
         try PolicyCheck.judge(policies, loader) { name in
             let input = try loader.lintInput(name)
@@ -107,6 +96,23 @@ struct PolicyLintCommand: ParsableCommand {
             print(findings.isEmpty ? "\(name): ok (\(input.policy.lineage.joined(separator: " <- ")))" : "\(name): \(findings.count) finding(s)")
             return findings.isEmpty
         }
+    }
+}
+
+extension PolicyLintCommand {
+    /// `-C DIR`: the experiment at or above DIR, its config and root.
+    static func experiment(_ directory: String) throws -> (config: ExperimentConfig, root: String) {
+        let start = directory.hasPrefix("/") ? directory : FileManager.default.currentDirectoryPath + "/" + directory
+        guard let layout = ExperimentLayout.find(from: start) else { throw ValidationError("-C \(directory): no experiment_config.yaml here or above") }
+        return (try ExperimentConfig.load(layout.config), layout.root)
+    }
+
+    static func role(_ name: String?) throws -> PolicyRole? {
+        guard let name else { return nil }
+        guard let r = PolicyRole(rawValue: name) else {
+            throw ValidationError("--role \(name): one of \(PolicyRole.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        return r
     }
 }
 

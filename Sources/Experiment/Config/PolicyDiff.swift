@@ -54,14 +54,14 @@ public enum PolicyDiff {
         let (la, lb) = (a.limits, b.limits)
         let bytes = { (v: Double) in ByteSize.format(UInt64(v)) }
         let plain = { (v: Double) in v == v.rounded() ? String(Int64(v)) : String(v) }
-        limit("memory", la.memory.map(Double.init), lb.memory.map(Double.init), bytes)
-        limit("pids", la.pids.map(Double.init), lb.pids.map(Double.init), plain)
+        limit("memory", la.memory.map { Double($0) }, lb.memory.map { Double($0) }, bytes)
+        limit("pids", la.pids.map { Double($0) }, lb.pids.map { Double($0) }, plain)
         limit("cpus", la.cpus, lb.cpus, plain)
         limit("timeout", la.timeoutSeconds, lb.timeoutSeconds, plain)
-        limit("nofile", la.nofile.map(Double.init), lb.nofile.map(Double.init), plain)
-        limit("nproc", la.nproc.map(Double.init), lb.nproc.map(Double.init), plain)
-        limit("fsize", la.fsize.map(Double.init), lb.fsize.map(Double.init), bytes)
-        limit("cpu_seconds", la.cpuSeconds.map(Double.init), lb.cpuSeconds.map(Double.init), plain)
+        limit("nofile", la.nofile.map { Double($0) }, lb.nofile.map { Double($0) }, plain)
+        limit("nproc", la.nproc.map { Double($0) }, lb.nproc.map { Double($0) }, plain)
+        limit("fsize", la.fsize.map { Double($0) }, lb.fsize.map { Double($0) }, bytes)
+        limit("cpu_seconds", la.cpuSeconds.map { Double($0) }, lb.cpuSeconds.map { Double($0) }, plain)
 
         // Landlock: off allows what auto may not, auto what required does not start without.
         let strictness: [LandlockMode: Int] = [.off: 0, .auto: 1, .required: 2]

@@ -39,6 +39,13 @@ public enum PolicyLint {
         return out
     }
 
+    /// Syscalls the default profile leaves out as a channel between sandboxes that only an
+    /// `allow` opens: refusing them quietly (`seccomp.quiet`) keeps the channel closed.
+    static let neverAllowed: [String: String] = [
+        "sched_setaffinity": "pins a process to one CPU, which makes the kernel's per-CPU counter batches (inode numbers) readable exactly: a channel from held-out sandboxes to later ones",
+        "pidfd_open": "makes a pidfd, whose inode number is the host-wide count of processes created: a counter a held-out task moves and a later sandbox reads",
+    ]
+
     /// Every finding for `input`, in the order of the file. `role` adds the rules for that
     /// sandbox; `experiment` (its config and directory) adds its protected paths (the
     /// experiment, the dataset, scorer-only answers) to what no bind may reach.
@@ -66,6 +73,10 @@ public enum PolicyLint {
             guard let why = withheld[name] else { continue }
             let key = p.seccomp.allow.contains(name) ? "seccomp.allow" : "seccomp.quiet"
             out.append(PolicyError("\(key) \(name): \(why)", at: input.places["\(key).\(name)"] ?? anywhere))
+        }
+        for name in p.seccomp.allow {
+            guard let why = neverAllowed[name] else { continue }
+            out.append(PolicyError("seccomp.allow \(name): \(why) (seccomp.quiet refuses it without a report)", at: input.places["seccomp.allow.\(name)"] ?? anywhere))
         }
         if p.landlock == .off {
             out.append(PolicyError("filesystem.landlock off: the second wall under the mount table (writes only beneath read-write mounts) is gone", at: input.places["landlock"] ?? anywhere))
@@ -126,7 +137,7 @@ public enum PolicyLint {
 
 extension ExperimentConfig {
     /// Every sandbox policy this experiment launches, by role.
-    var rolePolicies: [(role: PolicyRole, name: String)] {
+    public var rolePolicies: [(role: PolicyRole, name: String)] {
         var out: [(PolicyRole, String)] = [(.task, taskPolicy), (.verifier, verifierPolicy), (.codingAgent, codingAgentPolicy)]
         if runner.command != nil { out.append((.runner, runner.policy)) }
         if runner.scorer != nil { out.append((.scorer, runner.scorerPolicy)) }

@@ -51,6 +51,9 @@ public struct AuditEvent: Sendable, Equatable {
     /// For allowed `egress`: bytes sent by the sandbox and received by it.
     public var bytesUp: Int?
     public var bytesDown: Int?
+    /// The policy the sandbox ran under (its name, or its file for a policy given by path),
+    /// filled by the log for every sandbox it was told of (`AuditLog.policy(_:for:)`).
+    public var policy: String?
 
     /// The kind of the events a `repeated` line counts (its detail says, e.g. "egress
     /// denied"); the event's own kind otherwise.
@@ -95,6 +98,7 @@ public struct AuditEvent: Sendable, Equatable {
         if let detail { f.append("\"detail\":\(json(detail))") }
         if let bytesUp { f.append("\"bytes_up\":\(bytesUp)") }
         if let bytesDown { f.append("\"bytes_down\":\(bytesDown)") }
+        if let policy { f.append("\"policy\":\(json(policy))") }
         return "{" + f.joined(separator: ",") + "}"
     }
 
@@ -147,6 +151,9 @@ public final class AuditLog: @unchecked Sendable {
     private var _events: [AuditEvent] = []
     /// Per sandbox: events seen per name (including suppressed ones).
     private var seen: [String: [String: Int]] = [:]
+    /// Per sandbox: the policy it runs under, named on each of its lines (`policy suggest`
+    /// reads an audit shared by several sandboxes policy by policy).
+    private var policies: [String: String] = [:]
     public var perNameLimit = 20
     public var distinctNameLimit = 200
     /// The first line that could not be written to the file (path and errno), if any.
@@ -174,6 +181,11 @@ public final class AuditLog: @unchecked Sendable {
 
     deinit { if fd >= 0 { close(fd) } }
 
+    /// Names `policy` on every line `sandbox` writes from now until `finish(sandbox:)`.
+    public func policy(_ policy: String, for sandbox: String) {
+        lock.withLock { policies[sandbox] = policy }
+    }
+
     public func record(_ e: AuditEvent) {
         lock.withLock {
             var names = seen[e.sandbox, default: [:]]
@@ -192,6 +204,7 @@ public final class AuditLog: @unchecked Sendable {
     /// sandbox's counters. The runner calls this when a sandbox is gone.
     public func finish(sandbox: String) {
         lock.withLock {
+            defer { policies[sandbox] = nil }
             guard let names = seen.removeValue(forKey: sandbox) else { return }
             for (key, n) in names.sorted(by: { $0.key < $1.key }) where n > perNameLimit {
                 // kind and action never contain ':'; the name (host:port) may.
@@ -204,6 +217,8 @@ public final class AuditLog: @unchecked Sendable {
     }
 
     private func append(_ e: AuditEvent) {
+        var e = e
+        if e.policy == nil { e.policy = policies[e.sandbox] }
         _events.append(e)
         guard fd >= 0, _writeFailure == nil else { return }
         let line = e.jsonLine + "\n"

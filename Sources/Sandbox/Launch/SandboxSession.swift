@@ -32,6 +32,7 @@ struct Session {
         self.child = child
         self.cgroup = cgroup
         self.options = options
+        options.audit.policy(plan.policyName, for: plan.sandboxID)
     }
 
     /// The monitor entered a user namespace made ahead of time, whose id maps are written: the
