@@ -97,11 +97,11 @@ struct PolicySuggestCommand: ParsableCommand {
         } else {
             print(file, terminator: "")
         }
-        for (p, n) in s.otherPolicies.sorted(by: { $0.key < $1.key }) { printErr("left out: \(n) record(s) of sandboxes under \(p)") }
+        for (p, n) in s.otherPolicies.sorted(by: { $0.key < $1.key }) { printErr("left out: \(n) record(s) of sandboxes under \(PolicySuggest.commentSafe(p))") }
         if let key = s.hostsKey, !s.hosts.isEmpty {
             printErr("add to experiment_config.yaml's \(key): \(s.hosts.map(\.host).joined(separator: ", "))")
         }
-        for u in s.unclean { printErr("not clean by any policy: \(u.what) (\(u.count)): \(u.why)") }
+        for u in s.unclean { printErr("not clean by any policy: \(PolicySuggest.commentSafe(u.what)) (\(u.count)): \(PolicySuggest.commentSafe(u.why))") }
         if s.considered == 0 { printErr("\(audit): nothing refused under \(name!): nothing to suggest") }
         if !s.complete { throw ExitCode(Exit.failure) }
     }

@@ -54,6 +54,10 @@ struct PolicySuggestTests {
             Self.line("timeout", "timeout after 60.0s; killed the sandbox", action: "kill"),
             Self.line("reward_tampering", "/logs/verifier/reward.txt", action: "void"),
             Self.line("syscall", "process_mrelease", action: "EPERM", policy: "other"),
+            // Names the sandbox chose (a CONNECT target, a file name) with line breaks: neither
+            // may end a comment or a string and add a key of its own.
+            Self.line("egress", "c.example:443\nfilesystem:\n  mounts:\n    - rw: /:/host", action: "denied", detail: "not on the allowlist"),
+            Self.line("planted_link", "/app/x\nfilesystem:\n  mounts:\n    - rw: /:/host -> /tests", action: "flagged"),
         ].joined(separator: "\n") + "\n")
         let out = dir.file("suggested.yaml")
         let r = try autoharness(["policy", "suggest", "--from-audit", audit, "--policy-dir", dir.path, "-o", out, "tight"])
@@ -73,6 +77,8 @@ struct PolicySuggestTests {
             #expect(r.stderr.contains("not clean by any policy: \(what)") && r.stderr.contains(why), "\(what): \(r.stderr)")
         }
         #expect(r.stderr.contains("left out: 1 record(s) of sandboxes under other"), "\(r.stderr)")
+        #expect(text.contains("#   egress c.example:443\\u{a}filesystem:") && text.contains("not a plain host:port")
+                && text.contains("#   planted_link /app/x\\u{a}filesystem:") && !text.contains("\nfilesystem:"), "\(text)")
 
         // What it suggests loads, is clean by lint, and adds exactly what it says.
         let lint = try autoharness(["policy", "lint", "--policy-dir", dir.path, out])

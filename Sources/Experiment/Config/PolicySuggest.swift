@@ -122,6 +122,11 @@ public enum PolicySuggest {
                 judgeOther(r, n, policy: policy, into: &s)
             }
         }
+        // Names in an audit come partly from the sandbox (a CONNECT target, a file name): only
+        // a plain host:port becomes a list entry.
+        let (plain, odd) = (hosts.filter { isHostPort($0.0) }, hosts.filter { !isHostPort($0.0) })
+        for (h, n) in odd { s.unclean.append(("egress \(h)", n, "not a plain host:port")) }
+        hosts = plain
         if !hosts.isEmpty {
             if policy.network.mode != .proxy {
                 for (h, n) in hosts { s.unclean.append(("egress \(h)", n, "the policy's network is \(policy.network.mode.rawValue), not the proxy an allowlist needs")) }
@@ -134,7 +139,9 @@ public enum PolicySuggest {
     }
 
     static func judgeSyscall(_ name: String, _ n: Int, input: PolicyLintInput, allowed: Set<String>, quietly: Bool, into s: inout Suggestion) {
-        if name.contains(":") || name == "other" {
+        if !name.unicodeScalars.allSatisfy({ ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "_" || $0 == ":" }) {
+            s.unclean.append(("syscall \(name)", n, "not a system call's name"))
+        } else if name.contains(":") || name == "other" {
             s.unclean.append(("syscall \(name)", n, name == "other" ? "names past the audit's per-sandbox limit, folded: read the sandbox's own records" : "another ABI's call: killed whatever a policy says"))
         } else if SyscallProfile.hardDenied.contains(name) {
             s.unclean.append(("syscall \(name)", n, "hard-denied: refused and reported whatever a policy says"))
@@ -190,7 +197,7 @@ public enum PolicySuggest {
             }
             if !s.quiet.isEmpty {
                 out += "  # Still refused (ENOSYS, so callers fall back), no longer reported.\n  quiet:\n"
-                for q in s.quiet { out += "    - \(q.name)  # refused \(times(q.count)); not allowed: \(q.why)\n" }
+                for q in s.quiet { out += "    - \(q.name)  # refused \(times(q.count)); not allowed: \(commentSafe(q.why))\n" }
             }
         }
         if !s.hosts.isEmpty {
@@ -210,7 +217,30 @@ public enum PolicySuggest {
         }
         if !s.unclean.isEmpty {
             out += "\n# No policy makes these clean:\n"
-            for u in s.unclean { out += "#   \(u.what) (\(times(u.count))): \(u.why)\n" }
+            for u in s.unclean { out += "#   \(commentSafe(u.what)) (\(times(u.count))): \(commentSafe(u.why))\n" }
+        }
+        return out
+    }
+
+    /// `host:port` or `[v6]:port`, the port a number, the host of letters, digits, dots and
+    /// dashes (or hex and colons in brackets).
+    static func isHostPort(_ s: String) -> Bool {
+        guard let colon = s.lastIndex(of: ":"), let port = Int(s[s.index(after: colon)...]), (1...65535).contains(port) else { return false }
+        var host = Substring(s[..<colon])
+        let bracketed = host.hasPrefix("[") && host.hasSuffix("]") && host.count > 2
+        if bracketed { host = host.dropFirst().dropLast() }
+        guard !host.isEmpty, host.count <= 253 else { return false }
+        return host.unicodeScalars.allSatisfy { c in
+            bracketed ? (c.properties.isASCIIHexDigit || c == ":") : (("a"..."z").contains(c) || ("A"..."Z").contains(c) || ("0"..."9").contains(c) || c == "." || c == "-")
+        }
+    }
+
+    /// `s` safe inside a comment line: anything but printable ASCII escaped, so a name the
+    /// sandbox chose (a file name with a line break) cannot end the comment and add a key.
+    public static func commentSafe(_ s: String) -> String {
+        var out = ""
+        for u in s.unicodeScalars {
+            if u.value >= 0x20 && u.value < 0x7f { out.unicodeScalars.append(u) } else { out += "\\u{\(String(u.value, radix: 16))}" }
         }
         return out
     }
