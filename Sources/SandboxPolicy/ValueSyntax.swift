@@ -23,10 +23,10 @@ enum SeccompActionSyntax {
 }
 
 /// `host:port` entries of `network.allow`.
-enum HostPort {
+public enum HostPort {
     /// The entry with its host lowercased (DNS is case-insensitive and the proxy compares
     /// strings), or nil if it is not a DNS name / IPv4 / `[IPv6]` with a port in 1...65535.
-    static func normalize(_ spelled: String) -> String? {
+    public static func normalize(_ spelled: String) -> String? {
         guard let colon = spelled.lastIndex(of: ":") else { return nil }
         let host = spelled[..<colon].lowercased()
         let port = spelled[spelled.index(after: colon)...]

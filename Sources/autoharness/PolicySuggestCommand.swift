@@ -49,6 +49,12 @@ struct PolicySuggestCommand: ParsableCommand {
     @Argument(help: "The policy the session ran under (a file or name).")
     var policy: String?
 
+    static func real(_ path: String) -> String {
+        guard let r = realpath(path, nil) else { return path }
+        defer { free(r) }
+        return String(cString: r)
+    }
+
     func run() throws {
         let chosen = try PolicyLintCommand.role(role)
         var dirs = policyDirs
@@ -67,14 +73,21 @@ struct PolicySuggestCommand: ParsableCommand {
         case .failure(let why): throw ValidationError("--from-audit \(audit): \(why.explanation("an audit file"))")
         }
         let records = try PolicySuggest.records(text, file: audit)
+        let named = Set(records.compactMap(\.policy))
         if name == nil {
-            let named = Set(records.compactMap(\.policy))
             guard named.count == 1, let only = named.first else {
                 throw ValidationError(named.isEmpty
                     ? "\(audit) names no policy: give the policy the session ran under (POLICY, or -C EXP --role ROLE)"
-                    : "\(audit) has records of \(named.sorted().joined(separator: ", ")): give the policy to suggest for")
+                    : "\(audit) has records of \(named.sorted().map(PolicySuggest.commentSafe).joined(separator: ", ")): give the policy to suggest for")
+            }
+            // Printed in errors and written into the file: the supervisor's names are plain.
+            guard PolicySuggest.commentSafe(only) == only else {
+                throw ValidationError("\(audit) names the policy \(PolicySuggest.commentSafe(only)), which is no policy's name")
             }
             name = only
+        }
+        if let sandbox, !records.contains(where: { $0.sandbox == sandbox }) {
+            throw ValidationError("--sandbox \(sandbox): no record of it in \(audit)")
         }
         let loader = PolicyLocator.loader(dirs)
         var suggestion: PolicySuggest.Suggestion?
@@ -82,9 +95,16 @@ struct PolicySuggestCommand: ParsableCommand {
         try PolicyCheck.judge([name!], loader) { n in
             let input = try loader.lintInput(n)
             let allowed = try SeccompCompiler.compile(input.policy.effectiveSeccomp).allowedNames
-            let s = PolicySuggest.suggest(records, input: input, policyName: input.policy.name, allowed: allowed,
+            // The audit's spellings of this policy: a name, or a path relative to where the
+            // session started; compared by the file each one is here.
+            let file0 = Self.real(input.file)
+            let spellings = Set(named.filter { $0 == n || $0 == input.policy.name || Self.real((try? loader.resolvePath($0)) ?? "") == file0 })
+            let s = PolicySuggest.suggest(records, input: input, policyNames: spellings.union([input.policy.name]), allowed: allowed,
                                           role: chosen, sandbox: sandbox, quietly: quiet)
-            file = PolicySuggest.yaml(s, parent: input.policy.name, policy: input.policy, audit: audit)
+            // A policy found by name is extended by name; one given as a file, by its absolute
+            // path (a relative one would be read beside the new file).
+            let byName = !n.contains("/") && !n.hasSuffix(".yaml") && !n.hasSuffix(".yml")
+            file = PolicySuggest.yaml(s, parent: byName ? n : file0, policy: input.policy, audit: audit)
             suggestion = s
             return true
         }
@@ -102,7 +122,7 @@ struct PolicySuggestCommand: ParsableCommand {
             printErr("add to experiment_config.yaml's \(key): \(s.hosts.map(\.host).joined(separator: ", "))")
         }
         for u in s.unclean { printErr("not clean by any policy: \(PolicySuggest.commentSafe(u.what)) (\(u.count)): \(PolicySuggest.commentSafe(u.why))") }
-        if s.considered == 0 { printErr("\(audit): nothing refused under \(name!): nothing to suggest") }
+        if s.considered == 0 { printErr("\(audit): nothing refused under \(PolicySuggest.commentSafe(name!)): nothing to suggest") }
         if !s.complete { throw ExitCode(Exit.failure) }
     }
 }

@@ -63,7 +63,7 @@ struct PolicySuggestTests {
         let r = try autoharness(["policy", "suggest", "--from-audit", audit, "--policy-dir", dir.path, "-o", out, "tight"])
         #expect(r.status == 1, "\(r.stdout)\(r.stderr)")
         let text = try String(contentsOfFile: out, encoding: .utf8)
-        #expect(text.contains("\nextends: tight\n"), "\(text)")
+        #expect(text.contains("\nextends: \"tight\"\n"), "\(text)")
         #expect(text.contains("  allow:\n    - set_thread_area  # refused 31 times\n"), "\(text)")
         #expect(text.contains("  quiet:\n    - sched_setaffinity  # refused once; not allowed: pins a process to one CPU"), "\(text)")
         #expect(text.contains("network:\n  allow:\n    - \"a.example:443\"\n    - \"b.example:443\"  # CONNECT refused 2 times\n"), "\(text)")
@@ -77,7 +77,7 @@ struct PolicySuggestTests {
             #expect(r.stderr.contains("not clean by any policy: \(what)") && r.stderr.contains(why), "\(what): \(r.stderr)")
         }
         #expect(r.stderr.contains("left out: 1 record(s) of sandboxes under other"), "\(r.stderr)")
-        #expect(text.contains("#   egress c.example:443\\u{a}filesystem:") && text.contains("not a plain host:port")
+        #expect(text.contains("#   egress c.example:443\\u{a}filesystem:") && text.contains("not a host:port a policy takes")
                 && text.contains("#   planted_link /app/x\\u{a}filesystem:") && !text.contains("\nfilesystem:"), "\(text)")
 
         // What it suggests loads, is clean by lint, and adds exactly what it says.
@@ -106,6 +106,63 @@ struct PolicySuggestTests {
         #expect(r.stdout.contains("  quiet:\n    - set_thread_area  # refused once; not allowed: --quiet") && !r.stdout.contains("  allow:"), "\(r.stdout)")
         #expect(!r.stdout.contains("\nnetwork:") && r.stdout.contains("experiment_config.yaml's sandbox.network.allow"), "\(r.stdout)")
         #expect(r.stderr.contains("add to experiment_config.yaml's sandbox.network.allow: b.example:443"), "\(r.stderr)")
+    }
+
+    @Test("what a hostile session can put in its audit buys nothing: internal addresses, names libseccomp lacks, folded refusals without a reason, prctl's option rule and limits at their largest are unclean; a count out of range or an overlong line fails at its line; an unknown --sandbox fails")
+    func hostileRecords() throws {
+        let dir = try TempDir()
+        _ = try dir.file("tight.yaml", Self.tight)
+        _ = try dir.file("big.yaml", "extends: tight\nlimits:\n  memory: 1024T\n  pids: 4194304\n  timeout: 168h\n")
+        var lines = [
+            Self.line("egress", "127.0.0.1:22", action: "denied", detail: "not on the allowlist"),
+            Self.line("egress", "169.254.169.254:80", action: "denied", detail: "not on the allowlist"),
+            Self.line("egress", "[::1]:22", action: "denied", detail: "not on the allowlist"),
+            Self.line("egress", "-x.com:443", action: "denied", detail: "not on the allowlist"),
+            Self.line("repeated", "evil.example:443", action: "counted", detail: "egress denied", count: 5),
+            Self.line("syscall", "syscall_460", action: "ENOSYS"),
+            Self.line("syscall", "prctl", action: "EPERM"),
+        ]
+        let audit = try dir.file("audit.jsonl", lines.joined(separator: "\n"))
+        let r = try autoharness(["policy", "suggest", "--from-audit", audit, "--policy-dir", dir.path, "tight"])
+        #expect(r.status == 1 && !r.stdout.contains("\nnetwork:") && !r.stdout.contains("  allow:"), "\(r.stdout)\(r.stderr)")
+        for (what, why) in [("egress 127.0.0.1:22", "an address of this host or an internal network"),
+                            ("egress 169.254.169.254:80", "an address of this host or an internal network"),
+                            ("egress [::1]:22", "an address of this host or an internal network"),
+                            ("egress -x.com:443", "not a host:port a policy takes"),
+                            ("egress evil.example:443 (5)", "folded into a count"),
+                            ("syscall syscall_460", "libseccomp has no name for"),
+                            ("syscall prctl", "refused by an argument rule")] {
+            #expect(r.stderr.contains("not clean by any policy: \(what)") && r.stderr.contains(why), "\(what): \(r.stderr)")
+        }
+        lines = [Self.line("memory_limit", "m", action: "kill", policy: "big"), Self.line("pids_limit", "p", action: "EAGAIN", policy: "big"),
+                 Self.line("timeout", "t", action: "kill", policy: "big")]
+        let limits = try dir.file("limits.jsonl", lines.joined(separator: "\n"))
+        let l = try autoharness(["policy", "suggest", "--from-audit", limits, "--policy-dir", dir.path])
+        #expect(l.status == 1 && !l.stdout.contains("limits:") && l.stderr.contains("limits.pids is at the largest value a policy takes"), "\(l.stdout)\(l.stderr)")
+
+        let count = try dir.file("count.jsonl", Self.line("syscall", "set_thread_area", action: "EPERM", count: 0))
+        let c = try autoharness(["policy", "suggest", "--from-audit", count, "--policy-dir", dir.path])
+        #expect(c.status != 0 && c.stderr.contains("\(count):1: count 0 is not between 1 and"), "\(c.stderr)")
+        let long = try dir.file("long.jsonl", Self.line("syscall", String(repeating: "a", count: 70_000), action: "EPERM"))
+        let g = try autoharness(["policy", "suggest", "--from-audit", long, "--policy-dir", dir.path])
+        #expect(g.status != 0 && g.stderr.contains("\(long):1: ") && g.stderr.contains("over the 65536-byte line"), "\(g.stderr)")
+        let s = try autoharness(["policy", "suggest", "--from-audit", audit, "--policy-dir", dir.path, "--sandbox", "sbx-none", "tight"])
+        #expect(s.status != 0 && s.stderr.contains("--sandbox sbx-none: no record of it"), "\(s.stderr)")
+    }
+
+    @Test("a policy given as a relative path: the audit's spelling matches it by file, and the suggestion extends it by absolute path, so it loads wherever it is written")
+    func relativePolicy() throws {
+        let dir = try TempDir()
+        try FileManager.default.createDirectory(atPath: dir.path + "/pol", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: dir.path + "/out", withIntermediateDirectories: true)
+        _ = try dir.file("pol/tight.yaml", Self.tight)
+        let audit = try dir.file("audit.jsonl", Self.line("syscall", "set_thread_area", action: "EPERM", policy: "pol/tight.yaml"))
+        let r = try runProcess("/bin/sh", ["-c", "cd \(dir.path) && \(Built.autoharness) policy suggest --from-audit audit.jsonl -o out/s.yaml ./pol/tight.yaml"])
+        #expect(r.status == 0, "\(r.stdout)\(r.stderr)")
+        let text = try String(contentsOfFile: dir.path + "/out/s.yaml", encoding: .utf8)
+        #expect(text.contains("extends: \"\(dir.path)/pol/tight.yaml\"") && text.contains("    - set_thread_area"), "\(text)")
+        let check = try autoharness(["policy", "check", dir.path + "/out/s.yaml"])
+        #expect(check.status == 0, "\(check.stdout)\(check.stderr)")
     }
 
     @Test("an audit line that is not a record fails at its line; an audit naming several policies needs one named; one naming none needs one given")
@@ -178,7 +235,7 @@ extension RealAgentTests {
                                  "-C", exp1.root, "--role", "coding-agent", "-o", out])
         #expect(s.status == 0, "\(s.stdout)\(s.stderr)")
         let text = try String(contentsOfFile: out, encoding: .utf8)
-        #expect(text.contains("\nextends: coding-agent\n") && text.contains("    - sched_setaffinity") && !text.contains("  allow:"), "\(text)")
+        #expect(text.contains("\nextends: \"coding-agent\"\n") && text.contains("    - sched_setaffinity") && !text.contains("  allow:"), "\(text)")
         let lint = try autoharness(["policy", "lint", "--policy-dir", dir.path, "--role", "coding-agent", out])
         #expect(lint.status == 0, "\(lint.stdout)\(lint.stderr)")
 

@@ -26,17 +26,30 @@ public enum PolicySuggest {
         }
     }
 
+    static let maxLine = 64 << 10
+    /// Counts beyond this are not the audit log's (its counters are per sandbox run), and
+    /// their sums could overflow.
+    static let maxCount = 1 << 40
+
     /// The audit file's lines; a line that is not an audit record fails with its number.
     public static func records(_ text: String, file: String) throws -> [Record] {
         var out: [Record] = []
         for (i, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() where !line.isEmpty {
+            // The supervisor's lines are a few hundred bytes; a longer one is not its.
+            guard line.utf8.count <= maxLine else {
+                throw ExperimentError(.usage, "\(file):\(i + 1): \(line.utf8.count) bytes, over the \(maxLine)-byte line of an audit record")
+            }
             guard let o = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
                   let sandbox = o["sandbox"] as? String, let event = o["event"] as? String,
                   let name = o["name"] as? String, let action = o["action"] as? String else {
                 throw ExperimentError(.usage, "\(file):\(i + 1): not an audit record (sandbox, event, name and action expected)")
             }
+            let count = (o["count"] as? Int) ?? 1
+            guard (1...maxCount).contains(count) else {
+                throw ExperimentError(.usage, "\(file):\(i + 1): count \(count) is not between 1 and \(maxCount)")
+            }
             out.append(Record(sandbox: sandbox, event: event, name: name, action: action, detail: o["detail"] as? String,
-                              count: (o["count"] as? Int) ?? 1, policy: o["policy"] as? String))
+                              count: count, policy: o["policy"] as? String))
         }
         return out
     }
@@ -75,17 +88,18 @@ public enum PolicySuggest {
         }
     }
 
-    /// The suggestion for `records` (those of `policyName` only, when the audit names policies)
+    /// The suggestion for `records` (those of a policy in `policyNames`, its spellings in the
+    /// audit, when the audit names policies)
     /// against the policy as loaded, whose compiled filter allows `allowed`. `quietly`: what
     /// would be allowed is refused without a report instead.
-    public static func suggest(_ records: [Record], input: PolicyLintInput, policyName: String, allowed: Set<String>,
+    public static func suggest(_ records: [Record], input: PolicyLintInput, policyNames: Set<String>, allowed: Set<String>,
                                role: PolicyRole?, sandbox: String? = nil, quietly: Bool = false) -> Suggestion {
         let policy = input.policy
         var s = Suggestion()
         let named = records.contains { $0.policy != nil }
         var mine: [Record] = []
         for r in records where sandbox == nil || r.sandbox == sandbox {
-            if named, r.policy != policyName {
+            if named, !policyNames.contains(r.policy ?? "") {
                 s.otherPolicies[r.policy ?? "(none named)", default: 0] += r.count
                 continue
             }
@@ -101,9 +115,11 @@ public enum PolicySuggest {
             case "syscall": key = "syscall \(r.name)"
             case "egress":
                 guard r.refusedEgress else { continue }  // allowed connections are not violations
-                let listed = (r.detail ?? "").hasPrefix("not on the allowlist") || r.detail == "egress denied"
-                key = listed ? "host \(r.name)" : "egress \(r.name): \(r.detail ?? "refused")"
-            default: key = "\(r.event) \(r.name)"
+                // A folded line does not say why its connections were refused: it counts
+                // toward a host only beside a record that does (below).
+                let listed = (r.detail ?? "").hasPrefix("not on the allowlist")
+                key = listed ? "host \(r.name)" : r.event == "repeated" ? "folded \(r.name)" : "egress \(r.name): \(r.detail ?? "refused")"
+            default: key = "\(r.counted) \(r.name)"
             }
             if counts[key] == nil { order.append(key); kinds[key] = r }
             counts[key, default: 0] += r.count
@@ -112,10 +128,14 @@ public enum PolicySuggest {
         var hosts: [(String, Int)] = []
         for key in order {
             let r = kinds[key]!, n = counts[key]!
-            if key.hasPrefix("syscall ") {
+            if key.hasPrefix("folded ") {
+                if counts["host \(r.name)"] == nil {
+                    s.unclean.append(("egress \(r.name)", n, "refusals folded into a count (over the audit's per-name limit) without a record of why"))
+                }
+            } else if key.hasPrefix("syscall ") {
                 judgeSyscall(r.name, n, input: input, allowed: allowed, quietly: quietly, into: &s)
             } else if key.hasPrefix("host ") {
-                hosts.append((r.name, n))
+                hosts.append((r.name, n + (counts["folded \(r.name)"] ?? 0)))
             } else if key.hasPrefix("egress ") {
                 s.unclean.append((key, n, "refused by the proxy or the inference gate for what was sent, not for where: no allowlist changes it"))
             } else {
@@ -124,9 +144,17 @@ public enum PolicySuggest {
         }
         // Names in an audit come partly from the sandbox (a CONNECT target, a file name): only
         // a plain host:port becomes a list entry.
-        let (plain, odd) = (hosts.filter { isHostPort($0.0) }, hosts.filter { !isHostPort($0.0) })
-        for (h, n) in odd { s.unclean.append(("egress \(h)", n, "not a plain host:port")) }
-        hosts = plain
+        hosts = hosts.filter { h, n in
+            guard let entry = HostPort.normalize(h) else {
+                s.unclean.append(("egress \(h)", n, "not a host:port a policy takes"))
+                return false
+            }
+            if EgressProxy.isInternalLiteral(String(entry[..<entry.lastIndex(of: ":")!])) {
+                s.unclean.append(("egress \(h)", n, "an address of this host or an internal network: only an operator who knows what listens there lists it"))
+                return false
+            }
+            return true
+        }
         if !hosts.isEmpty {
             if policy.network.mode != .proxy {
                 for (h, n) in hosts { s.unclean.append(("egress \(h)", n, "the policy's network is \(policy.network.mode.rawValue), not the proxy an allowlist needs")) }
@@ -141,13 +169,14 @@ public enum PolicySuggest {
     static func judgeSyscall(_ name: String, _ n: Int, input: PolicyLintInput, allowed: Set<String>, quietly: Bool, into s: inout Suggestion) {
         if !name.unicodeScalars.allSatisfy({ ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "_" || $0 == ":" }) {
             s.unclean.append(("syscall \(name)", n, "not a system call's name"))
-        } else if name.contains(":") || name == "other" {
-            s.unclean.append(("syscall \(name)", n, name == "other" ? "names past the audit's per-sandbox limit, folded: read the sandbox's own records" : "another ABI's call: killed whatever a policy says"))
+        } else if name.contains(":") || name == "other" || SeccompCompiler.resolve(name) == nil {
+            s.unclean.append(("syscall \(name)", n, name == "other" ? "names past the audit's per-sandbox limit, folded: read the sandbox's own records"
+                : name.contains(":") ? "another ABI's call: killed whatever a policy says" : "a number libseccomp has no name for here: no policy can list it"))
         } else if SyscallProfile.hardDenied.contains(name) {
             s.unclean.append(("syscall \(name)", n, "hard-denied: refused and reported whatever a policy says"))
         } else if let why = PolicyLint.withheld[name] {
             s.unclean.append(("syscall \(name)", n, "withheld by the default profile: it \(why)"))
-        } else if allowed.contains(name) && SyscallProfile.conditional.contains(name) {
+        } else if allowed.contains(name) && SyscallProfile.conditional.union(SyscallProfile.ruledWhenAllowed).contains(name) {
             s.unclean.append(("syscall \(name)", n, "refused by an argument rule (ArgumentRules); allowing the name would lift the rule for every argument"))
         } else if allowed.contains(name) {
             s.unclean.append(("syscall \(name)", n, "the policy allows it already: recorded under another policy?"))
@@ -165,30 +194,35 @@ public enum PolicySuggest {
 
     static func judgeOther(_ r: Record, _ n: Int, policy: Policy, into s: inout Suggestion) {
         let l = policy.limits
-        func doubled(_ key: String, _ value: String?, _ twice: String?) {
+        func doubled(_ key: String, _ value: String?, _ twice: String?, _ set: Bool) {
             guard let value, let twice else {
-                s.unclean.append(("\(r.event)", n, "no \(key) limit in the policy: hit under another policy?"))
+                s.unclean.append((r.counted, n, set ? "limits.\(key) is at the largest value a policy takes" : "no \(key) limit in the policy: hit under another policy?"))
                 return
             }
             if !s.limits.contains(where: { $0.key == key }) { s.limits.append((key, twice, value, n)) }
         }
-        switch r.event {
-        case "memory_limit": doubled("memory", l.memory.map(ByteSize.format), l.memory.map { ByteSize.format($0 &* 2) })
-        case "pids_limit": doubled("pids", l.pids.map { String($0) }, l.pids.map { String($0 &* 2) })
-        case "timeout": doubled("timeout", l.timeoutSeconds.map(DurationString.format), l.timeoutSeconds.map { DurationString.format($0 * 2) })
+        // Doubled, at most the largest value a policy takes; at it already, nothing to raise.
+        func twice(_ v: UInt64, _ max: UInt64) -> UInt64? { v >= max ? nil : v > max / 2 ? max : v * 2 }
+        switch r.counted {
+        case "memory_limit": doubled("memory", l.memory.map(ByteSize.format), l.memory.flatMap { twice($0, Limits.maxBytes) }.map(ByteSize.format), l.memory != nil)
+        case "pids_limit": doubled("pids", l.pids.map { String($0) }, l.pids.flatMap { twice($0, Limits.maxCounts["pids"]!) }.map { String($0) }, l.pids != nil)
+        case "timeout":
+            let t = l.timeoutSeconds.flatMap { $0 >= Limits.maxTimeoutSeconds ? nil : min($0 * 2, Limits.maxTimeoutSeconds) }
+            doubled("timeout", l.timeoutSeconds.map(DurationString.format), t.map(DurationString.format), l.timeoutSeconds != nil)
         default:
-            s.unclean.append(("\(r.event) \(r.name)", n, "an integrity record (what the sandbox did to what is judged), never a policy's to allow"))
+            s.unclean.append(("\(r.counted) \(r.name)", n, "an integrity record (what the sandbox did to what is judged), never a policy's to allow"))
         }
     }
 
     /// The suggested policy file: `extends: parent` and only what the session needs, each
     /// entry with why; comments say what it cannot make clean.
+    /// `parent`: what `extends:` names (a policy name, or an absolute path).
     public static func yaml(_ s: Suggestion, parent: String, policy: Policy, audit: String) -> String {
-        var out = "# Suggested by `autoharness policy suggest` from \(audit):\n"
-        out += "# \(s.considered) record(s) of \(s.sandboxes) sandbox(es) under \(parent). Review it, then check it:\n"
+        var out = "# Suggested by `autoharness policy suggest` from \(commentSafe(audit)):\n"
+        out += "# \(s.considered) record(s) of \(s.sandboxes) sandbox(es) under \(commentSafe(parent)). Review it, then check it:\n"
         out += "# autoharness policy lint FILE\n"
-        out += "extends: \(parent)\n"
-        out += "description: \(quoted("\(parent), with what a recorded benign session needed"))\n"
+        out += "extends: \(quoted(parent))\n"
+        out += "description: \(quoted("\(policy.name), with what a recorded benign session needed"))\n"
         if !s.allow.isEmpty || !s.quiet.isEmpty {
             out += "\nseccomp:\n"
             if !s.allow.isEmpty {
@@ -222,19 +256,6 @@ public enum PolicySuggest {
         return out
     }
 
-    /// `host:port` or `[v6]:port`, the port a number, the host of letters, digits, dots and
-    /// dashes (or hex and colons in brackets).
-    static func isHostPort(_ s: String) -> Bool {
-        guard let colon = s.lastIndex(of: ":"), let port = Int(s[s.index(after: colon)...]), (1...65535).contains(port) else { return false }
-        var host = Substring(s[..<colon])
-        let bracketed = host.hasPrefix("[") && host.hasSuffix("]") && host.count > 2
-        if bracketed { host = host.dropFirst().dropLast() }
-        guard !host.isEmpty, host.count <= 253 else { return false }
-        return host.unicodeScalars.allSatisfy { c in
-            bracketed ? (c.properties.isASCIIHexDigit || c == ":") : (("a"..."z").contains(c) || ("A"..."Z").contains(c) || ("0"..."9").contains(c) || c == "." || c == "-")
-        }
-    }
-
     /// `s` safe inside a comment line: anything but printable ASCII escaped, so a name the
     /// sandbox chose (a file name with a line break) cannot end the comment and add a key.
     public static func commentSafe(_ s: String) -> String {
@@ -247,7 +268,18 @@ public enum PolicySuggest {
 
     static func times(_ n: Int) -> String { n == 1 ? "once" : "\(n) times" }
 
+    /// A YAML double-quoted string: backslash, quote and anything but printable ASCII escaped.
     static func quoted(_ s: String) -> String {
-        "\"" + s.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+        var out = "\""
+        for u in s.unicodeScalars {
+            switch u {
+            case "\\": out += "\\\\"
+            case "\"": out += "\\\""
+            case _ where u.value >= 0x20 && u.value < 0x7f: out.unicodeScalars.append(u)
+            case _ where u.value <= 0xffff: out += "\\u" + String(repeating: "0", count: 4 - String(u.value, radix: 16).count) + String(u.value, radix: 16)
+            default: out += "\\U" + String(repeating: "0", count: 8 - String(u.value, radix: 16).count) + String(u.value, radix: 16)
+            }
+        }
+        return out + "\""
     }
 }

@@ -413,6 +413,28 @@ public final class EgressProxy: @unchecked Sendable {
         host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
     }
 
+    /// True when `host` (a `host:port` entry's host, `[v6]` bracketed) is an IP address the
+    /// proxy counts as internal: an allowlist entry naming it reaches this host's own or an
+    /// internal network (`isInternal`). Names are not resolved: the proxy refuses a name that
+    /// resolves to such an address unless the address itself is listed.
+    public static func isInternalLiteral(_ host: String) -> Bool {
+        let h = unbracketed(host)
+        var a4 = in_addr(), a6 = in6_addr()
+        if inet_pton(AF_INET, h, &a4) == 1 {
+            var sa = sockaddr_in()
+            sa.sin_family = sa_family_t(AF_INET)
+            sa.sin_addr = a4
+            return withUnsafeMutablePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { isInternal($0) } }
+        }
+        if inet_pton(AF_INET6, h, &a6) == 1 {
+            var sa = sockaddr_in6()
+            sa.sin6_family = sa_family_t(AF_INET6)
+            sa.sin6_addr = a6
+            return withUnsafeMutablePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { isInternal($0) } }
+        }
+        return false
+    }
+
     static func isIPLiteral(_ host: String) -> Bool {
         var a4 = in_addr(), a6 = in6_addr()
         let h = unbracketed(host)

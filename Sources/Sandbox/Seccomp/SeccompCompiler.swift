@@ -130,7 +130,7 @@ public enum SeccompCompiler {
         // prctl by option (ArgumentRules.allowedPrctlOptions). Without `seccomp`,
         // prctl(PR_SET_SECCOMP) is the other way to stack a filter (one whose errno answers
         // would take precedence over ours and hide calls from the audit): not in the list then.
-        if allow.contains("prctl") { conditional.insert("prctl") }
+        conditional.formUnion(SyscallProfile.ruledWhenAllowed.intersection(allow))
         var unresolved: [String] = []
         var unconditional: [Int32] = []
         for name in allow where !conditional.contains(name) {

@@ -51,6 +51,9 @@ public enum SyscallProfile {
                                                   "fadvise64", "preadv2", "pwritev2", "getsockopt", "setsockopt", "fcntl", "statx",
                                                   "inotify_add_watch"]
 
+    /// Allowed with argument rules too, where a policy allows them (`prctl` by option).
+    public static let ruledWhenAllowed: Set<String> = ["prctl"]
+
     /// Ways to ask the kernel whether a page of a file is in the page cache, or to evict one.
     /// Sandboxes share the page cache of every file they can all read (/usr, the runtime),
     /// so a held-out task could leave a pattern of resident pages that later untrusted code
