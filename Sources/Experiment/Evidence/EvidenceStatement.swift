@@ -51,81 +51,6 @@ public struct EvidenceClaim: Codable, Sendable, Equatable {
     public var sampleSize: Int
 }
 
-/// The gate's criteria as they stood when it started (its `gate_started` row), before any
-/// task of it ran.
-public struct GateCriteria: Codable, Sendable, Equatable {
-    /// `margin`, `at_least_best` or `paired` (`gate.accept`).
-    public var acceptRule: String
-    /// The suite's pass rate that step 1 needs (`threshold`).
-    public var suiteThreshold: Double
-    /// What step 2 must beat: the best accepted score, and by how much (margin; 0 with
-    /// at_least_best, where a tie passes).
-    public var bestBefore: Double
-    public var requiredImprovement: Double
-    public var testTasks: Int
-    /// `agent` or `infra` (`timeout_policy`).
-    public var timeoutPolicy: String
-    /// The rule in words (`GateRules.ruleText`).
-    public var rule: String
-    /// `gate.trials` (absent: 1) and, under `paired`, `gate.alpha` and the gate attempt whose
-    /// held-out rewards the test compares with (0: the baseline; its bundle has their leaves).
-    public var trials: Int?
-    public var alpha: Double?
-    public var pairedAgainst: Int?
-    /// `gate.infra_retries` where held-out runs count the vendor's failures per task (absent:
-    /// none are re-run).
-    public var infraRetries: Int? = nil
-    /// `gate.disclosure: ladder`: the step this gate's disclosure uses (`ScoreLadder`), fixed
-    /// here so that changing `gate.ladder_step` later rewrites no earlier disclosure.
-    public var ladderStep: Double? = nil
-}
-
-/// A file as it was measured.
-public struct FileDigest: Codable, Sendable, Equatable {
-    public var name: String
-    public var sha256: String
-}
-
-/// A policy in use, as the sandboxes got it: the digest of its resolved form (after
-/// `extends:`, `PolicyCoding`'s encoding at `encoding`) and of the file naming it.
-public struct PolicyDigest: Codable, Sendable, Equatable {
-    /// What it confines: `task`, `verifier`, `coding agent`, `runner`, `scorer`, `triage`.
-    public var role: String
-    public var name: String
-    public var lineage: [String]
-    public var file: String
-    public var fileSHA256: String
-    public var resolvedSHA256: String
-    public var encoding: Int
-}
-
-/// Where the gate's held-out phase ran, measured when it ran.
-public struct HeldOutRuntimeMeasurement: Codable, Sendable, Equatable {
-    /// `vm`, `host` or `ray` (`ray-vm`: a VM on a Ray node, measured there, not here).
-    public var kind: String
-    public var kernelVersion: String?
-    public var kernelSHA256: String?
-    public var initramfsSHA256: String?
-    /// `kvm` or `tcg`.
-    public var acceleration: String?
-    /// The saved guest state the gate's guest was restored from (`gate.vm.snapshot`), its
-    /// bytes checked against the digest recorded when it was saved.
-    public var savedStateSHA256: String?
-    /// True when held-out and train runs reached a model API with one account's key, as the
-    /// operator accepted (`gate.shared_vendor_account`); absent otherwise.
-    public var sharedVendorAccount: Bool?
-}
-
-/// A directory of task files: the SHA-256 of its manifest, the lines `sha256sum` prints for
-/// every regular file under it (`HEX  PATH\n`, PATH relative, lines in byte order of PATH;
-/// symbolic links left out), so that `find . -type f -printf '%P\0' | LC_ALL=C sort -z |
-/// xargs -0 sha256sum | sha256sum` in the directory gives the same digest.
-public struct TaskFilesDigest: Codable, Sendable, Equatable {
-    public var path: String
-    public var files: Int
-    public var manifestSHA256: String
-}
-
 /// The RFC 6962 root over one split's per-task reward leaves (`RewardLeaf`), in the order of
 /// their salts.
 public struct RewardTree: Codable, Sendable, Equatable {
@@ -165,14 +90,7 @@ public struct GatePredicate: Codable, Sendable, Equatable {
         public var head: LedgerPointer
         public var rows: Int64
     }
-    public struct Host: Codable, Sendable, Equatable {
-        /// `uname -r` and doctor's host findings (topic: ok, info, missing), measured when the
-        /// gate ran, on its host (`measuredAt`; for rows written before that was recorded,
-        /// when the bundle was exported, on the exporting host).
-        public var kernel: String
-        public var findings: [String: String]
-        public var measuredAt: String
-    }
+    public typealias Host = GateHost
 
     /// `gate` or `prepare`.
     public var kind: String

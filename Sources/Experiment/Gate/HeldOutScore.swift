@@ -17,6 +17,9 @@ import Benchmark
 //                    many timed out, in the ledger, `status --operator` and the report.
 
 public enum HeldOutScore {
+    /// The mean of `xs`, 0 for none.
+    static func mean(_ xs: [Double]) -> Double { xs.isEmpty ? 0 : xs.reduce(0, +) / Double(xs.count) }
+
     /// Timed out before any reward was given: the agent's or the verifier's wall-clock limit.
     /// (A Harbor trial whose verifier still ran after an agent timeout has its reward.)
     public static func timedOut(_ o: TaskOutcome) -> Bool { o.status == .agentTimeout || o.status == .verifierTimeout }
@@ -25,13 +28,13 @@ public enum HeldOutScore {
     /// (`gate.trials`; a task with no outcome, or a trial that timed out, 0). What the gate
     /// compares and discloses, under either policy.
     public static func val(_ test: [String], _ outcomes: [TaskOutcome]) -> Double {
-        ExperimentSupervisor.mean(taskMeans(test, outcomes))
+        HeldOutScore.mean(taskMeans(test, outcomes))
     }
 
     /// Each task of `test`'s mean reward over its trials, in `test`'s order: what val_score
     /// averages, the evidence's held-out leaves hold and the paired test compares.
     public static func taskMeans(_ test: [String], _ outcomes: [TaskOutcome]) -> [Double] {
-        perTask(test, outcomes).map { ExperimentSupervisor.mean($0) }
+        perTask(test, outcomes).map { HeldOutScore.mean($0) }
     }
 
     /// A run the model vendor failed at least once (the inference gate's count): what
@@ -49,7 +52,7 @@ public enum HeldOutScore {
         let byID = Dictionary(grouping: outcomes, by: \.id)
         let trials = test.flatMap { byID[$0] ?? [TaskOutcome(id: $0, reward: 0, status: .missingResult)] }
         let done = trials.filter { !timedOut($0) && !vendorFailed($0) }
-        return (done.isEmpty ? nil : ExperimentSupervisor.mean(done.map(\.reward)), trials.filter(timedOut).count)
+        return (done.isEmpty ? nil : HeldOutScore.mean(done.map(\.reward)), trials.filter(timedOut).count)
     }
 
     /// Each task of `test`'s rewards, one per trial in the order they ran, in `test`'s order
@@ -73,5 +76,5 @@ public struct HeldOutTrials: Codable, Sendable, Equatable {
     }
 
     /// Each task's mean over its trials (val_score is their mean).
-    public var means: [Double] { rewards.map { ExperimentSupervisor.mean($0) } }
+    public var means: [Double] { rewards.map { HeldOutScore.mean($0) } }
 }

@@ -1,5 +1,3 @@
-import Benchmark
-
 // `gate.infra_retries`: a held-out task whose model calls the vendor failed is run again.
 //
 // The inference gate counts, per tool sandbox, the requests it judged and sent on that the
@@ -36,45 +34,5 @@ public struct InfraRetries: Codable, Sendable, Equatable {
     /// One line for the operator.
     public var summary: String {
         "\(failures) vendor failure(s), \(retried) task run(s) repeated, \(unresolved) still failed by the vendor"
-    }
-}
-
-extension ExperimentSupervisor {
-    /// Whether held-out runs count vendor failures per task: retries are on, the runner reaches
-    /// a model API through the inference gate, and held-out tasks run on this host (what the
-    /// config parser requires of `gate.infra_retries`; checked again here).
-    var countsVendorFailures: Bool {
-        config.infraRetries > 0 && !config.runsOwnTasks && !config.runner.networkInference.isEmpty && config.heldOutRuntime == .host
-    }
-
-    /// One held-out trial of `ids` (`split` `.heldOut` or `.baseline`), each task the vendor
-    /// failed run again up to `gate.infra_retries` times; `retries` accumulates the account.
-    func runRetryingVendor(_ ids: [String], agent: String, audit: RunAudit, split: SplitClass, operatorDiagnostics: Bool = false,
-                           retries: inout InfraRetries) throws -> [TaskOutcome] {
-        guard countsVendorFailures else {
-            // Off: what a gate of a task's own counted (Harbor's local runs) changes nothing.
-            return try run(ids, agent: agent, audit: audit, split: split, operatorDiagnostics: operatorDiagnostics, traces: { _ in nil })
-                .map { o in
-                    var o = o
-                    o.vendorFailures = nil
-                    return o
-                }
-        }
-        var outcomes = try run(ids, agent: agent, audit: audit, split: split, operatorDiagnostics: operatorDiagnostics,
-                               oneTaskPerRun: true, traces: { _ in nil })
-        retries.failures += outcomes.reduce(0) { $0 + ($1.vendorFailures ?? 0) }
-        for _ in 0..<config.infraRetries {
-            let again = outcomes.filter(HeldOutScore.sawVendorFailure).map(\.id)
-            if again.isEmpty { break }
-            retries.retried += again.count
-            log?("held-out: \(again.count) task run(s) the model vendor failed, run again (gate.infra_retries)")
-            let fresh = try run(again, agent: agent, audit: audit, split: split, operatorDiagnostics: operatorDiagnostics,
-                                oneTaskPerRun: true, traces: { _ in nil })
-            retries.failures += fresh.reduce(0) { $0 + ($1.vendorFailures ?? 0) }
-            let byID = Dictionary(fresh.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
-            outcomes = outcomes.map { byID[$0.id] ?? $0 }
-        }
-        retries.unresolved += outcomes.filter(HeldOutScore.sawVendorFailure).count
-        return outcomes
     }
 }

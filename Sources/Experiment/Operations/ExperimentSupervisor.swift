@@ -326,6 +326,4 @@ public final class ExperimentSupervisor {
         try FileManager.default.createDirectory(atPath: layout.snapshots, withIntermediateDirectories: true)
         chmod(layout.privateDirectory, 0o700)
     }
-
-    static func mean(_ xs: [Double]) -> Double { xs.isEmpty ? 0 : xs.reduce(0, +) / Double(xs.count) }
 }

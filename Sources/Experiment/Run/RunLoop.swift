@@ -18,7 +18,6 @@ import Synchronization
 ///   AgentGate        the agent's model API through the run's inference gate (placeholder keys)
 ///   RunStop          whether and why the run stops, from any thread, with no sleeping thread
 ///   Budgets          what the run has used of its limits (hours, cost, sessions), as status shows it
-///   AgentUsage       tokens and cost of the agent's sessions, from its CLI's own output
 ///   BrokerServer     the Unix socket the agent's `autoharness` talks to, and who sent each request
 ///   BrokerGrammar    the verbs the agent may send, parsed as the CLI parses them
 ///   RunTypes         the request and answer types the files above pass around

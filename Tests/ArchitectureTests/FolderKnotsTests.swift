@@ -1,0 +1,49 @@
+import Foundation
+import Testing
+
+extension ArchitectureTests {
+    /// Pairs of Experiment's folders whose files name each other's types, both ways: knots to
+    /// untie before the target splits along its folders. Listed so that a new knot fails, and
+    /// so that untying one fails until it leaves this list too.
+    static let knots: Set<String> = [
+        "Benchmarks <-> Config", "Benchmarks <-> HeldOutVM", "Benchmarks <-> Operations", "Config <-> Failures",
+        "Config <-> Gate", "Config <-> HeldOutVM", "Config <-> Views", "Executors <-> Operations", "Executors <-> Remote",
+        "Failures <-> Records", "Failures <-> Views", "Gate <-> Records", "HeldOutVM <-> Remote", "Images <-> Operations",
+        "Operations <-> Remote", "Operations <-> Run", "Operations <-> Views", "Run <-> Views",
+    ]
+
+    /// For each folder of Sources/Experiment (`.` for files at its top), the folders whose
+    /// top-level types its files name (outside `//` comments).
+    static func folderReferences() -> [String: Set<String>] {
+        let files = Self.files("Experiment").map { f -> (folder: String, text: String) in
+            let parts = f.path.split(separator: "/")
+            return (parts.count > 2 ? String(parts[1]) : ".", f.text)
+        }
+        let declaration = #/^(?:(?:public|package|fileprivate|private|final|indirect) )*(?:struct|enum|class|protocol|actor|typealias) +([A-Z]\w*)/#.anchorsMatchLineEndings()
+        var owner: [String: String] = [:]
+        for f in files.sorted(by: { $0.folder < $1.folder }) {
+            for m in f.text.matches(of: declaration) where owner[String(m.1)] == nil { owner[String(m.1)] = f.folder }
+        }
+        var refs: [String: Set<String>] = [:]
+        for f in files {
+            let code = f.text.replacing(#/\/\/[^\n]*/#, with: "")
+            // Identifiers as tokens (Regex's default `\b` is Unicode word segmentation, which
+            // skips some of them).
+            for m in code.matches(of: #/[A-Za-z_0-9]+/#) {
+                if let o = owner[String(m.0)], o != f.folder { refs[f.folder, default: []].insert(o) }
+            }
+        }
+        return refs
+    }
+
+    @Test("Experiment's folders: no two name each other's types both ways beyond the knots listed, and each listed knot is still one")
+    func folderKnots() {
+        let refs = Self.folderReferences()
+        var found: Set<String> = []
+        for (a, targets) in refs {
+            for b in targets where a < b && refs[b]?.contains(a) == true { found.insert("\(a) <-> \(b)") }
+        }
+        for k in found.subtracting(Self.knots).sorted() { Issue.record("a new knot: \(k) (move the type that one of them owns by mistake)") }
+        for k in Self.knots.subtracting(found).sorted() { Issue.record("\(k) is untied: take it off ArchitectureTests.knots") }
+    }
+}
