@@ -102,7 +102,7 @@ struct RunCommand: ParsableCommand {
         }
     }
 
-    static func text(_ r: RunReport, disclosure: ExperimentConfig.Disclosure) -> String {
+    static func text(_ r: RunReport, disclosure: ExperimentConfig.DisclosureLevel) -> String {
         func score(_ v: Double?) -> String { v.map { String(format: "%.4f", $0) } ?? "-" }
         let minutes = Int(r.seconds / 60), secs = Int(r.seconds) % 60
         var out = """

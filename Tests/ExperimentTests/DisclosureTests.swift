@@ -20,7 +20,7 @@ struct DisclosureTests {
             outcome: outcome, requiredImprovement: required)
     }
 
-    static func config(_ d: ExperimentConfig.Disclosure) -> ExperimentConfig {
+    static func config(_ d: ExperimentConfig.DisclosureLevel) -> ExperimentConfig {
         var c = ExperimentConfig(benchmark: "local")
         c.disclosure = d
         c.threshold = 0.8
@@ -28,7 +28,7 @@ struct DisclosureTests {
     }
 
     /// (outcome, required improvement, disclosure) → exact text and exit status.
-    static let table: [(GateOutcome, Double?, ExperimentConfig.Disclosure, String, Int32)] = [
+    static let table: [(GateOutcome, Double?, ExperimentConfig.DisclosureLevel, String, Int32)] = [
         (.accepted, nil, .decision, "gate attempt 7: ACCEPTED\nsuite: 3/4 (threshold 0.8)\niteration 2 committed as abcdef0; 2 task(s) promoted to the suite\n", 0),
         (.accepted, nil, .rounded, "gate attempt 7: ACCEPTED\nsuite: 3/4 (threshold 0.8)\nval_score: 0.57\niteration 2 committed as abcdef0; 2 task(s) promoted to the suite\n", 0),
         (.accepted, nil, .score, "gate attempt 7: ACCEPTED\nsuite: 3/4 (threshold 0.8)\nval_score: 0.5679\niteration 2 committed as abcdef0; 2 task(s) promoted to the suite\n", 0),
@@ -62,7 +62,7 @@ struct DisclosureTests {
     @Test("the table covers every outcome and every disclosure level")
     func tableIsComplete() {
         for o in GateOutcome.allCases {
-            for d in ExperimentConfig.Disclosure.allCases {
+            for d in ExperimentConfig.DisclosureLevel.allCases {
                 #expect(Self.table.contains { $0.0 == o && $0.2 == d }, "\(o) under \(d) is not in the table")
             }
         }

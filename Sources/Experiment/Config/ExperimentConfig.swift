@@ -6,7 +6,7 @@ import SupervisorIO
 
 /// `experiment_config.yaml`: upstream auto-harness keys first, then ours.
 public struct ExperimentConfig: Sendable, Equatable {
-    public enum Disclosure: String, Sendable, CaseIterable {
+    public enum DisclosureLevel: String, Sendable, CaseIterable {
         /// accept/reject and the suite pass rate only
         case decision
         /// plus val_score rounded to 2 decimals
@@ -56,7 +56,7 @@ public struct ExperimentConfig: Sendable, Equatable {
     // coding_agent: (used by `autoharness run`)
     public var codingAgent = CodingAgent()
     // gate:
-    public var disclosure: Disclosure = .rounded
+    public var disclosure: DisclosureLevel = .rounded
     /// Gate calls allowed per `autoharness run` (0: unlimited).
     public var gateBudget = 0
     /// `gate.accept`: what a held-out score must do against the best accepted one.
@@ -171,8 +171,10 @@ public struct ExperimentConfig: Sendable, Equatable {
         /// `triage.env`: constant variables (switches; never secrets).
         public var env: [String: String] = [:]
         /// `triage.max_records`: records one automatic run reads at most (the newest failures
-        /// first wait for the next).
+        /// first wait for the next), at most `recordsCap`.
         public var maxRecords = 200
+        /// The most records one triage input holds (`TriageSchema.input`).
+        public static let recordsCap = 5000
         public init() { tool.policy = "triage" }
     }
 

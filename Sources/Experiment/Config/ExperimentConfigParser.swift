@@ -82,7 +82,7 @@ extension ExperimentConfig {
                 var t = ExperimentConfig.Triage()
                 r.mapping(v, key, allowed: ["command", "binds", "env_pass", "env", "network", "timeout", "policy", "after", "preset", "bin", "max_records"]) { k, v in
                     switch k {
-                    case "max_records": if let x = r.integer(v, "triage.max_records", 1...TriageSchema.maxRecords) { t.maxRecords = x }
+                    case "max_records": if let x = r.integer(v, "triage.max_records", 1...ExperimentConfig.Triage.recordsCap) { t.maxRecords = x }
                     case "after":
                         if let x = r.oneOf(v, "triage.after", ExperimentConfig.Triage.After.allCases.map(\.rawValue)) { t.after = .init(rawValue: x)! }
                     case "preset": t.preset = r.oneOf(v, "triage.preset", ["claude", "codex"])
@@ -233,7 +233,7 @@ extension ExperimentConfig {
                             }
                         }
                     case "disclosure":
-                        if let s = r.oneOf(v, "gate.disclosure", Disclosure.allCases.map(\.rawValue)) { c.disclosure = Disclosure(rawValue: s)! }
+                        if let s = r.oneOf(v, "gate.disclosure", DisclosureLevel.allCases.map(\.rawValue)) { c.disclosure = DisclosureLevel(rawValue: s)! }
                     case "budget": if let x = r.integer(v, "gate.budget", 0...1_000_000) { c.gateBudget = x }
                     case "accept":
                         if let s = r.oneOf(v, "gate.accept", AcceptRule.allCases.map(\.rawValue)) { c.acceptRule = AcceptRule(rawValue: s)! }

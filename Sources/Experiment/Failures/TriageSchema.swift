@@ -17,11 +17,11 @@ import Foundation
 public enum TriageSchema {
     public static let maxOutputBytes = 4 << 20
     public static let maxLabel = 80
-    public static let maxRecords = 5000
+    public static let maxRecords = ExperimentConfig.Triage.recordsCap
     static let keys: Set<String> = ["record", "hypothesis", "label", "severity"]
 
     /// A record's id in a triage's input and output.
-    public static func key(cluster: String, task: String) -> String { cluster + "/" + task }
+    public static func key(cluster: String, task: String) -> String { TriageEntry.key(cluster: cluster, task: task) }
 
     /// The input document: the records not resolved (open first, then by cluster rank) and
     /// not in `skip`, at most `limit`, with what the command must write.

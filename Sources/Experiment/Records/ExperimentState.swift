@@ -64,7 +64,7 @@ public struct ExperimentState: Sendable {
     public var pendingCandidates: [CandidateRecord] = []
     /// Every gate's ranking of its candidates, in order.
     public var rankings: [CandidatesRankedRecord] = []
-    /// The latest triage entry of each failure record (`TriageSchema.key`), and every triage
+    /// The latest triage entry of each failure record (`TriageEntry.key`), and every triage
     /// run in order.
     public var triage: [String: TriageEntry] = [:]
     public var triageRuns: [(time: String, record: TriageRecord)] = []
@@ -218,7 +218,7 @@ public struct ExperimentState: Sendable {
                 let t = try r.decode(TriageRecord.self)
                 triageRuns.append((r.time, t))
                 triageMergesPending = t.mergesPending == true
-                for e in t.entries { triage[TriageSchema.key(cluster: e.cluster, task: e.task)] = e }
+                for e in t.entries { triage[TriageEntry.key(cluster: e.cluster, task: e.task)] = e }
             case .clusterReview: clusterReviews.append((r.time, try r.decode(ClusterReviewRecord.self)))
             case .needsHuman: needsHuman.append((r.time, try r.decode(NeedsHumanRecord.self)))
             case .batchRevealed: batches.append(Batch(revealed: try r.decode(BatchRevealedRecord.self)))

@@ -17,6 +17,9 @@ public struct TriageEntry: Codable, Sendable, Equatable {
     /// A name for the root cause: clusters whose records carry the same label merge.
     public var label: String?
     public var severity: TriageSeverity?
+
+    /// A failure record's id in a triage's input and output (`TriageSchema`).
+    public static func key(cluster: String, task: String) -> String { cluster + "/" + task }
 }
 
 /// One run of the `triage:` command (`autoharness triage`, or after a batch or train run):

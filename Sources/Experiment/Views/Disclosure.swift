@@ -19,7 +19,7 @@ public struct DisclosedScore: Equatable, Sendable {
     /// The score as disclosed under `d` (nil for `decision`: no number at all; nil for
     /// `ladder` too, whose values come from the ledger's history, `init(ladder:)`: a caller
     /// that forgot the history discloses nothing rather than the score).
-    public init?(_ v: Double?, _ d: ExperimentConfig.Disclosure) {
+    public init?(_ v: Double?, _ d: ExperimentConfig.DisclosureLevel) {
         guard let v else { return nil }
         switch d {
         case .decision, .ladder: return nil
@@ -187,11 +187,11 @@ public enum Disclosure {
     }
 
     /// `level` nil: the operator's (exact).
-    static func score(_ v: Double?, _ level: ExperimentConfig.Disclosure?) -> DisclosedScore? {
+    static func score(_ v: Double?, _ level: ExperimentConfig.DisclosureLevel?) -> DisclosedScore? {
         level.map { DisclosedScore(v, $0) } ?? DisclosedScore(operator: v)
     }
 
-    static func gate(_ r: GateAttemptRecord, config: ExperimentConfig, level: ExperimentConfig.Disclosure?, ladder: ScoreLadder.Replay?) -> GateDisclosure {
+    static func gate(_ r: GateAttemptRecord, config: ExperimentConfig, level: ExperimentConfig.DisclosureLevel?, ladder: ScoreLadder.Replay?) -> GateDisclosure {
         let outcome = r.verdict
         let shown = level == .ladder ? DisclosedScore(ladder: r.valScore == nil ? nil : ladder?.attempts[r.attempt]) : score(r.valScore, level)
         return GateDisclosure(attempt: r.attempt, outcome: outcome, suitePassed: r.suitePassed, suiteTotal: r.suiteTotal,
@@ -230,7 +230,7 @@ public enum Disclosure {
         return o
     }
 
-    private static func facts(_ s: ExperimentState, config: ExperimentConfig, level: ExperimentConfig.Disclosure?, label: String,
+    private static func facts(_ s: ExperimentState, config: ExperimentConfig, level: ExperimentConfig.DisclosureLevel?, label: String,
                               heldOut: Bool, cost: Bool) -> StatusFacts {
         let budgets = RunBudget.all(config: config, maxIterations: s.openRun?.maxIterations, maxHours: s.openRun?.maxHours, used: s.openRunCounters())
         let ladder = level == .ladder ? ScoreLadder.replay(s, config: config) : nil

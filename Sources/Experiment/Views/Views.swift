@@ -23,7 +23,7 @@ public enum Views {
         return out
     }
 
-    public static func disclosed(_ v: Double, _ d: ExperimentConfig.Disclosure) -> String {
+    public static func disclosed(_ v: Double, _ d: ExperimentConfig.DisclosureLevel) -> String {
         DisclosedScore(v, d)?.fixed4 ?? "-"
     }
 
