@@ -7,7 +7,7 @@ extension ArchitectureTests {
     /// so that untying one fails until it leaves this list too.
     static let knots: Set<String> = [
         "Benchmarks <-> Config", "Benchmarks <-> HeldOutVM", "Benchmarks <-> Operations", "Config <-> Gate",
-        "Config <-> HeldOutVM", "Executors <-> Operations", "Executors <-> Remote", "Gate <-> Records",
+        "Config <-> HeldOutVM", "Executors <-> Operations", "Gate <-> Records",
         "Images <-> Operations", "Operations <-> Run", "Operations <-> Views", "Run <-> Views",
     ]
 
@@ -44,5 +44,27 @@ extension ArchitectureTests {
         }
         for k in found.subtracting(Self.knots).sorted() { Issue.record("a new knot: \(k) (move the type that one of them owns by mistake)") }
         for k in Self.knots.subtracting(found).sorted() { Issue.record("\(k) is untied: take it off ArchitectureTests.knots") }
+    }
+}
+
+extension ArchitectureTests {
+    @Test("one path runs tasks on a kernel: the host's executor, a worker node and a held-out VM's guest all go through LocalExecution; no other file of Experiment builds a task run's context, settles held-out sandboxes or scores a missing task 0")
+    func oneExecutionPath() throws {
+        for path in ["Experiment/Executors/HostExecutor.swift", "Experiment/Remote/RemoteWorker.swift", "Experiment/HeldOutVM/HeldOutGuest.swift"] {
+            let text = try String(contentsOfFile: Self.sources + "/" + path, encoding: .utf8)
+            #expect(text.contains("LocalExecution("), "\(path) does not run its tasks through LocalExecution")
+        }
+        // Triage runs a tool, not tasks; the VM executors evict what qemu read (onHost: false).
+        let allowed: [String: Set<String>] = [
+            "AdapterRunContext(": ["Experiment/Execution/LocalExecution.swift", "Experiment/Operations/Triage.swift"],
+            "HeldOutSettle.settle(cache, onHost: true": ["Experiment/Execution/LocalExecution.swift"],
+            "status: .missingResult": ["Experiment/Execution/LocalExecution.swift", "Experiment/Gate/HeldOutScore.swift"],
+        ]
+        for (path, text) in Self.files("Experiment") {
+            let code = text.split(separator: "\n").filter { !$0.trimmingCharacters(in: .whitespaces).hasPrefix("//") }.joined(separator: "\n")
+            for (call, places) in allowed where code.contains(call) && !places.contains(path) {
+                Issue.record("\(path) has \(call): a copy of LocalExecution's steps")
+            }
+        }
     }
 }

@@ -151,7 +151,11 @@ struct FailureBookTests {
     func heldOutStripped() {
         var o = TaskOutcome(id: "h", reward: 0, status: .failed)
         o.failures = [Self.evidence("secret", 1)]
-        #expect(ExperimentSupervisor.withoutEvidence([o]).allSatisfy { $0.failures == nil })
+        for split in [SplitClass.heldOut, .baseline] {
+            #expect(LocalExecution.complete(["h", "m"], [o], split: split, adapter: "local").allSatisfy { $0.failures == nil })
+        }
+        let train = LocalExecution.complete(["h", "m"], [o], split: .trainUntraced, adapter: "local")
+        #expect(train.first?.failures != nil && train.last?.status == .missingResult && train.last?.reward == 0)
     }
 
     /// The arith fixture with verifiers that write a CTRF report naming `CTRFMARK-<id>` in the

@@ -93,7 +93,7 @@ struct RemoteWorkTests {
         #expect(answer.outcomes.allSatisfy { $0.detail == nil && $0.agentSeconds == 0 && $0.verifierSeconds == 0 && $0.failures == nil }, "\(answer.outcomes)")
         #expect(node.workDirectories.isEmpty)
         // The node's kernel after held-out tasks: their pages were evicted (its journal says so).
-        #expect(r.stderr.contains("held-out tasks done; dropped ") && r.stderr.contains("from the page cache"), "\(r.stderr)")
+        #expect(r.stderr.contains("held-out sandboxes done; dropped ") && r.stderr.contains("from the page cache"), "\(r.stderr)")
     }
 
     @Test("a held-out answer's agent-code flag crosses as a count only: one naming what the verifier ran is refused")

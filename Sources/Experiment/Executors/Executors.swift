@@ -16,7 +16,7 @@ final class Executors {
     /// `ray` makes the cluster's executor when that is the one.
     func executor(for run: TaskRun, _ environment: ExecutorEnvironment, ray: () -> RayNodeExecutor) -> any TaskExecutor {
         if environment.config.executor.kind == .ray && !run.oracle { return ray() }
-        if run.split == .heldOut, let vm = heldOutVM { return HeldOutVMExecutor(environment: environment, vm: vm) }
+        if case .heldOut = run.split, let vm = heldOutVM { return HeldOutVMExecutor(environment: environment, vm: vm) }
         return HostExecutor(environment: environment)
     }
 

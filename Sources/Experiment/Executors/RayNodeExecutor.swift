@@ -21,7 +21,7 @@ struct RayNodeExecutor: TaskExecutor {
 
     func run(_ run: TaskRun) throws -> [TaskOutcome] {
         let (config, layout, log) = (environment.config, environment.layout, environment.log)
-        let (ids, agent, audit, heldOut, traces) = (run.ids, run.agent, run.audit, run.split.keepsNothing, run.traces)
+        let (ids, agent, audit, heldOut, traces) = (run.ids, run.agent, run.audit, run.split.keepsNothing, run.split.traces)
         guard let local = environment.adapter as? LocalAdapter else {
             throw ExperimentError(.usage, "executor: ray runs a local benchmark's tasks; \(environment.adapter.name) runs its own tool")
         }
@@ -98,8 +98,8 @@ struct RayNodeExecutor: TaskExecutor {
             }
             return settlement
         })
-        let all = ids.map { byID[$0] ?? TaskOutcome(id: $0, reward: 0, status: .missingResult, detail: "no such task in the benchmark") }
-        return all
+        // An id no node answered (no such task in the benchmark) the supervisor scores 0.
+        return ids.compactMap { byID[$0] }
     }
 
     /// A node's trace of one task, replacing what `dir` held.

@@ -14,19 +14,6 @@ import Benchmark
 import Foundation
 import SandboxPolicy
 
-/// What a run's tasks are to the experiment.
-enum SplitClass: Sendable {
-    /// Train tasks: traces are kept, failures recorded.
-    case train
-    /// Prepare's baseline: every task, before the split exists; nothing but rewards is kept.
-    case baseline
-    /// A gate's held-out phase: nothing but rewards, status classes and violation counts.
-    case heldOut
-
-    /// Nothing of the run persists but its rewards.
-    var keepsNothing: Bool { self != .train }
-}
-
 /// One run's tasks, as the supervisor hands them to an executor.
 struct TaskRun {
     var ids: [String]
@@ -38,8 +25,6 @@ struct TaskRun {
     var oracle = false
     /// A failing tool's stderr reaches the operator (prepare's baseline).
     var operatorDiagnostics = false
-    /// Where a train task's trace goes (nil: none).
-    var traces: (String) -> String?
     /// Each task in an adapter run of its own (`OneTaskRuns`): its vendor failures are its own
     /// (`gate.infra_retries`). Executors that cannot tell tasks' model calls apart (a held-out
     /// VM's, whose gate is the host's for the whole phase) run the tasks as usual.

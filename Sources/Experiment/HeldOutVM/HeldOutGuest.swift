@@ -45,17 +45,13 @@ public enum HeldOutGuest {
         let config = try ExperimentConfig.load(request.configPath)
         let adapter = try config.makeAdapter(root: request.experimentRoot, checkTools: false)
         let agent = AuditLog(), tool = AuditLog()
-        var context = AdapterRunContext(policyLoader: PolicyLoader(searchPaths: request.policySearchPaths),
-                                        agentDirectory: request.agentDirectory, scratchRoot: config.scratch, audit: agent,
-                                        heldOut: true, concurrency: request.concurrency, traceDirectory: { _ in nil })
-        context.toolAudit = tool
-        context.log = log
-        context.guestEgress = egress.map { GuestEgress(link: $0, trustBundle: request.trustBundle) }
-        let outcomes = try adapter.run(request.ids, context)
-        if let failure = context.writeFailures.failure { throw ExperimentError(.io, "\(failure)") }
-        // One outcome per requested id, as on the host: a task the adapter left out scores 0.
-        let byID = Dictionary(outcomes.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
-        let all = request.ids.map { byID[$0] ?? TaskOutcome(id: $0, reward: 0, status: .missingResult) }
+        // The guest's kernel is discarded after the phase: nothing to evict here (the host
+        // evicts what qemu read).
+        let here = LocalExecution(adapter: adapter, policyLoader: PolicyLoader(searchPaths: request.policySearchPaths),
+                                  scratchRoot: config.scratch, concurrency: request.concurrency, log: log, evictionJournal: nil)
+        let all = try here.run(request.ids, agentDirectory: request.agentDirectory, split: .heldOut, audit: (agent, tool)) { context in
+            context.guestEgress = egress.map { GuestEgress(link: $0, trustBundle: request.trustBundle) }
+        }
         try write(port, GuestAnswer.encodeBody(all, agent: agent, tool: tool))
     }
 

@@ -69,7 +69,7 @@ extension ExperimentSupervisor {
                 let audit = RunAudit()
                 do {
                     for _ in 1..<config.heldOutTrials {
-                        outcomes += try run(CandidateRanking.ids(outcomes), agent: snap.directory, audit: audit, split: .train, traces: { _ in nil })
+                        outcomes += try run(CandidateRanking.ids(outcomes), agent: snap.directory, audit: audit, split: .trainUntraced)
                     }
                 } catch {
                     recordViolations(violations(audit, during: "candidate ranking"))

@@ -200,10 +200,10 @@ public final class ExperimentSupervisor {
     /// Runs `ids` where the configuration says (`Executors`): one outcome per id, in order (a
     /// task the executor did not score is 0, never missing).
     func run(_ ids: [String], agent: String, audit: RunAudit, split: SplitClass, oracle: Bool = false,
-             operatorDiagnostics: Bool = false, oneTaskPerRun: Bool = false, traces: @escaping (String) -> String?) throws -> [TaskOutcome] {
+             operatorDiagnostics: Bool = false, oneTaskPerRun: Bool = false) throws -> [TaskOutcome] {
         guard !ids.isEmpty else { return [] }
         let request = TaskRun(ids: ids, split: split, agent: agent, audit: audit, oracle: oracle, operatorDiagnostics: operatorDiagnostics,
-                              traces: traces, oneTaskPerRun: oneTaskPerRun)
+                              oneTaskPerRun: oneTaskPerRun)
         let environment = executorEnvironment
         let outcomes = try executors.executor(for: request, environment) {
             RayNodeExecutor(environment: environment, templatesDirectory: templatesDirectory,
@@ -211,24 +211,12 @@ public final class ExperimentSupervisor {
                             recordExclusion: { [ledger] in _ = try ledger.append(.nodeExcluded, $0) })
         }.run(request)
         // Whatever the executor did, the mean is over every requested id.
-        let byID = Dictionary(outcomes.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
-        let all = ids.map { byID[$0] ?? TaskOutcome(id: $0, reward: 0, status: .missingResult, detail: "no outcome from the \(adapter.name) adapter") }
-        return split.keepsNothing ? Self.withoutEvidence(all) : all
+        return LocalExecution.complete(ids, outcomes, split: split, adapter: adapter.name)
     }
 
     /// What the executors need of this experiment, with the operator's current callbacks.
     var executorEnvironment: ExecutorEnvironment {
         ExecutorEnvironment(config: config, layout: layout, adapter: adapter, policyLoader: policyLoader, log: log, progress: progress)
-    }
-
-    /// A held-out task's failing checks are test data: none leaves `run`, whatever an adapter
-    /// returned (adapters collect none for held-out runs; this is the second wall).
-    static func withoutEvidence(_ outcomes: [TaskOutcome]) -> [TaskOutcome] {
-        outcomes.map { o in
-            var o = o
-            o.failures = nil
-            return o
-        }
     }
 
     /// Refused syscalls and limit events of a run, as ledger violation records (one per kind

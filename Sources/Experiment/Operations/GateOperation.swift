@@ -81,7 +81,7 @@ extension ExperimentSupervisor {
         // The rules are `GateRules.decide`, a pure function of what ran so far; this runs what
         // it asks for next, in order: the suite (train), the held-out split (traces never
         // persist, only rewards come back), the promotion candidates (train).
-        var phases = GateRules.Phases(suite: try run(s.suite, agent: snap.directory, audit: audit, split: .train, traces: { _ in nil }))
+        var phases = GateRules.Phases(suite: try run(s.suite, agent: snap.directory, audit: audit, split: .trainUntraced))
         result.suitePassed = phases.suite.filter(\.passed).count
         var resolvedClusters: [String] = []
         decided: while true {
@@ -104,7 +104,7 @@ extension ExperimentSupervisor {
                 // `timeout_policy: infra`: the operator's view of the tasks that finished.
                 if config.timeoutPolicy == .infra { (result.valScoreFinished, result.heldOutTimedOut) = HeldOutScore.finished(split.test, outcomes) }
             case .runPromotion(let candidates):
-                phases.promotion = try run(candidates, agent: snap.directory, audit: audit, split: .train, traces: { _ in nil })
+                phases.promotion = try run(candidates, agent: snap.directory, audit: audit, split: .trainUntraced)
             case .rejected(let outcome, let reason, let required):
                 (result.outcome, result.reason, result.requiredImprovement) = (outcome, reason, required)
                 break decided

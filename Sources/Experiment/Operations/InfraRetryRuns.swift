@@ -16,23 +16,21 @@ extension ExperimentSupervisor {
                            retries: inout InfraRetries) throws -> [TaskOutcome] {
         guard countsVendorFailures else {
             // Off: what a gate of a task's own counted (Harbor's local runs) changes nothing.
-            return try run(ids, agent: agent, audit: audit, split: split, operatorDiagnostics: operatorDiagnostics, traces: { _ in nil })
+            return try run(ids, agent: agent, audit: audit, split: split, operatorDiagnostics: operatorDiagnostics)
                 .map { o in
                     var o = o
                     o.vendorFailures = nil
                     return o
                 }
         }
-        var outcomes = try run(ids, agent: agent, audit: audit, split: split, operatorDiagnostics: operatorDiagnostics,
-                               oneTaskPerRun: true, traces: { _ in nil })
+        var outcomes = try run(ids, agent: agent, audit: audit, split: split, operatorDiagnostics: operatorDiagnostics, oneTaskPerRun: true)
         retries.failures += outcomes.reduce(0) { $0 + ($1.vendorFailures ?? 0) }
         for _ in 0..<config.infraRetries {
             let again = outcomes.filter(HeldOutScore.sawVendorFailure).map(\.id)
             if again.isEmpty { break }
             retries.retried += again.count
             log?("held-out: \(again.count) task run(s) the model vendor failed, run again (gate.infra_retries)")
-            let fresh = try run(again, agent: agent, audit: audit, split: split, operatorDiagnostics: operatorDiagnostics,
-                                oneTaskPerRun: true, traces: { _ in nil })
+            let fresh = try run(again, agent: agent, audit: audit, split: split, operatorDiagnostics: operatorDiagnostics, oneTaskPerRun: true)
             retries.failures += fresh.reduce(0) { $0 + ($1.vendorFailures ?? 0) }
             let byID = Dictionary(fresh.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
             outcomes = outcomes.map { byID[$0.id] ?? $0 }

@@ -45,8 +45,8 @@ extension ExperimentSupervisor {
         do {
             try TraceFiles.makeDirectories(layout.latestTraces)
             for t in tasks { try TraceFiles.remove(layout.latestTraces + "/" + TraceName.encode(t)) }
-            let outcomes = try run(tasks, agent: snap.directory, audit: audit, split: .train, oracle: oracle,
-                                   traces: { [layout] in layout.latestTraces + "/" + TraceName.encode($0) })
+            let outcomes = try run(tasks, agent: snap.directory, audit: audit,
+                                   split: .train(traces: { [layout] in layout.latestTraces + "/" + TraceName.encode($0) }), oracle: oracle)
             if firstRun {
                 try TraceFiles.makeDirectories(layout.baselineTraces)
                 for t in tasks {

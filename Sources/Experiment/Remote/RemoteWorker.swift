@@ -104,35 +104,23 @@ public enum RemoteWorker {
         adapter.defaultAgentTimeout = request.defaultAgentTimeout
         let agent = AuditLog(), tool = AuditLog()
         let heldOut = request.heldOut
-        var context = AdapterRunContext(policyLoader: PolicyLoader(searchPaths: s.policySearchPaths), agentDirectory: work + "/agent",
-                                        scratchRoot: s.scratchRoot, audit: agent, heldOut: heldOut, concurrency: request.concurrency,
-                                        traceDirectory: { heldOut ? nil : work + "/traces/" + $0 })
-        context.toolAudit = tool
-        context.log = s.log
         let ids = request.tasks.map(\.id)
-        let outcomes: [TaskOutcome]
+        let all: [TaskOutcome]
         if let machine {
-            outcomes = try runInVM(request, machine, work: work, benchmark: bench, s, agent: agent, tool: tool)
+            let split: SplitClass = heldOut ? .heldOut : .trainUntraced
+            all = LocalExecution.complete(ids, try runInVM(request, machine, work: work, benchmark: bench, s, agent: agent, tool: tool),
+                                          split: split, adapter: adapter.name)
         } else {
             // Held-out tasks leave this node's kernel as the supervisor's host would be left:
             // their pages evicted, the inode-number counters moved, before anything runs again.
-            let cache = heldOut ? PageCacheEviction(journal: s.stateDirectory + "/held-out-pages", untrustedMemory:
-                untrustedMemory(taskPolicy: request.taskPolicy, verifierPolicy: request.verifierPolicy,
-                                loader: PolicyLoader(searchPaths: s.policySearchPaths), cpus: Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))) : nil
-            context.pageCache = cache
-            let ran = Result { try adapter.run(ids, context) }
-            if let cache, let failure = HeldOutSettle.settle(cache, onHost: true, log: s.log, prefix: "held-out tasks done; ") {
-                throw ExperimentError(.io, "after the held-out tasks: \(failure); their results were not sent")
-            }
-            do {
-                outcomes = try ran.get()
-            } catch {
-                throw ExperimentError(.io, "running the tasks: \(error)")
-            }
-            if let failure = context.writeFailures.failure { throw ExperimentError(.io, "\(failure)") }
+            let loader = PolicyLoader(searchPaths: s.policySearchPaths)
+            let here = LocalExecution(adapter: adapter, policyLoader: loader, scratchRoot: s.scratchRoot, concurrency: request.concurrency,
+                                      log: s.log, evictionJournal: s.stateDirectory + "/held-out-pages",
+                                      untrustedMemory: untrustedMemory(taskPolicy: request.taskPolicy, verifierPolicy: request.verifierPolicy,
+                                                                       loader: loader, cpus: Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))))
+            let split: SplitClass = heldOut ? .heldOut : .train(traces: { work + "/traces/" + $0 })
+            all = try here.run(ids, agentDirectory: work + "/agent", split: split, audit: (agent, tool))
         }
-        let byID = Dictionary(outcomes.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
-        let all = ids.map { byID[$0] ?? TaskOutcome(id: $0, reward: 0, status: .missingResult) }
         // A held-out answer is what a held-out VM's is: each task's reward and status class,
         // and counts of refusals by kind and name; no detail, no timing, no evidence.
         // The agent-code flag crosses as its count.

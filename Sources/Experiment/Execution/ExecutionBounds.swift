@@ -1,0 +1,29 @@
+import Benchmark
+import SandboxPolicy
+
+/// Bounds a run's executor sets from the tasks' own limits and the policies'.
+enum ExecutionBounds {
+    /// `times` sandboxes under each of the policies `each` and one under each of `once`, at
+    /// their `limits.memory`; nil if one of them sets no memory limit (or does not load).
+    static func memory(each: [String], times: Int, once: [String] = [], loader: PolicyLoader) -> UInt64? {
+        var total: UInt64 = 0
+        for (name, count) in each.map({ ($0, max(1, times)) }) + once.map({ ($0, 1) }) {
+            guard let m = (try? loader.load(name, requireAllPlaceholders: false))?.limits.memory else { return nil }
+            total += m * UInt64(count)
+        }
+        return total
+    }
+
+    /// From each task's own limits as the runner applies them (task.toml's, else `fallback`)
+    /// plus a minute of setup each: any schedule of them, `concurrency` at a time, fits in the
+    /// sum spread over the workers plus the longest one. An id with no task counts twice the
+    /// fallback. (A worker node bounds its held-out VM with it too.)
+    static func heldOut(_ ids: [String], tasks: [BenchmarkTask], fallback: Double, concurrency: Int) -> Double {
+        let byID = Dictionary(tasks.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        let each = ids.map { id -> Double in
+            guard let t = byID[id] else { return fallback * 2 + 60 }
+            return (t.agentTimeoutDeclared ? t.agentTimeout : fallback) + t.verifierTimeout + 60
+        }
+        return (each.reduce(0, +) / Double(max(1, concurrency))) + (each.max() ?? 0)
+    }
+}
