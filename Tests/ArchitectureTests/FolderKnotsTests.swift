@@ -48,16 +48,23 @@ extension ArchitectureTests {
 }
 
 extension ArchitectureTests {
-    @Test("one path runs tasks on a kernel: the host's executor, a worker node and a held-out VM's guest all go through LocalExecution; no other file of Experiment builds a task run's context, settles held-out sandboxes or scores a missing task 0")
+    @Test("one path runs tasks on a kernel: the host's executor, a worker node and a held-out VM's guest all go through LocalExecution, and a VM's phase through HeldOutVM.runSettled; no other file of Experiment builds a task run's context, settles held-out sandboxes or a VM, or scores a missing task 0")
     func oneExecutionPath() throws {
         for path in ["Experiment/Executors/HostExecutor.swift", "Experiment/Remote/RemoteWorker.swift", "Experiment/HeldOutVM/HeldOutGuest.swift"] {
             let text = try String(contentsOfFile: Self.sources + "/" + path, encoding: .utf8)
             #expect(text.contains("LocalExecution("), "\(path) does not run its tasks through LocalExecution")
         }
-        // Triage runs a tool, not tasks; the VM executors evict what qemu read (onHost: false).
+        for path in ["Experiment/Executors/HeldOutVMExecutor.swift", "Experiment/Remote/RemoteWorker.swift"] {
+            let text = try String(contentsOfFile: Self.sources + "/" + path, encoding: .utf8)
+            #expect(text.contains(".runSettled("), "\(path) does not run its VM through HeldOutVM.runSettled")
+        }
+        // Triage runs a tool, not tasks. A VM's phase (the supervisor's or a node's) settles
+        // through HeldOutVM.runSettled.
         let allowed: [String: Set<String>] = [
             "AdapterRunContext(": ["Experiment/Execution/LocalExecution.swift", "Experiment/Operations/Triage.swift"],
             "HeldOutSettle.settle(cache, onHost: true": ["Experiment/Execution/LocalExecution.swift"],
+            "HeldOutSettle.settle(cache, onHost: false": ["Experiment/HeldOutVM/SettledRun.swift"],
+            "PageCacheEviction(": ["Experiment/Execution/LocalExecution.swift", "Experiment/HeldOutVM/SettledRun.swift"],
             "status: .missingResult": ["Experiment/Execution/LocalExecution.swift", "Experiment/Gate/HeldOutScore.swift"],
         ]
         for (path, text) in Self.files("Experiment") {

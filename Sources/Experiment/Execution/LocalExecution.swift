@@ -19,7 +19,10 @@ struct LocalExecution {
     /// discarded after the run (a VM's guest: its host evicts what qemu read).
     var evictionJournal: String?
     /// The most memory later untrusted runs can hold at once (`PageCacheEviction`).
-    var untrustedMemory: UInt64?
+    var untrustedMemory: UInt64? = nil
+    /// What does not happen to a failed run's results, in its error: `recorded` by the
+    /// supervisor, `sent` by a node or a guest.
+    var withheld = "recorded"
 
     /// Runs `ids` with `agentDirectory`'s agent.py; `adjust` sets what only one place sets
     /// (the operator's progress, `--oracle`, a guest's egress link).
@@ -48,12 +51,12 @@ struct LocalExecution {
             throw error
         }
         if let cache, let failure = settle(cache) {
-            throw ExperimentError(.io, "after the held-out sandboxes: \(failure); their results were not kept")
+            throw ExperimentError(.io, "after the held-out sandboxes: \(failure); their results were not \(withheld)")
         }
         // A write of the supervisor's own failed (a trace, a scratch directory): the tasks it
         // cut short are not the agent's failures, so nothing of this run is scored.
         if let failure = context.writeFailures.failure {
-            throw ExperimentError(.io, "\(failure); the run was stopped and its results were not kept")
+            throw ExperimentError(.io, "\(failure); the run was stopped and its results were not \(withheld)")
         }
         return Self.complete(ids, outcomes, split: split, adapter: adapter.name)
     }

@@ -63,29 +63,14 @@ struct HeldOutVMExecutor: TaskExecutor {
                                         adapterPaths: env.adapter.hostPaths, scratch: config.scratch)
         for dir in inputs.made { _ = try image.addInput(dir.path, name: dir.name) }
         image.trustBundle = trustBundle
-        // qemu reads the shares through the host's page cache on the guest's behalf.
-        let cache = PageCacheEviction(journal: layout.heldOutJournal)
-        // After the VM: what qemu read on the guest's behalf leaves the host's page cache, and
-        // the host's process serial, which qemu moved with the guest's load (its 9p server
-        // starts and retires threads), is moved by noise, as after a host phase (the inode
-        // counters the guest cannot move are left: InodeCounterAttackTests).
-        func settle() -> String? { HeldOutSettle.settle(cache, onHost: false, log: env.log, prefix: "held-out VM done; ") }
         // A bound on the whole phase (each task's own limits hold inside the guest): the
         // boot, then every task's agent and verifier limits, run `max_concurrency` at a time.
-        let result: HeldOutVM.Run
-        do {
-            result = try vm.run(request, image: image, scratch: config.scratch, privateDirectory: layout.privateDirectory,
-                                    deadline: config.vm.bootTimeout + ExecutionBounds.phase(ids, config: config, benchmarkRoot: benchmarkRoot),
-                                    egress: egress) { shares in
-                do { try cache.record(sources: shares) } catch { throw ExperimentError(.io, "\(error)") }
-            }
-        } catch {
-            _ = settle()
-            throw error
-        }
-        if let failure = settle() {
-            throw ExperimentError(.io, "after the held-out VM: \(failure); its results were not recorded")
-        }
+        // After it, what qemu read on the guest's behalf leaves the host's page cache and the
+        // process serial it moved is moved by noise (the inode counters the guest cannot move
+        // are left: InodeCounterAttackTests).
+        let result = try vm.runSettled(request, image: image, scratch: config.scratch, privateDirectory: layout.privateDirectory,
+                                       deadline: config.vm.bootTimeout + ExecutionBounds.phase(ids, config: config, benchmarkRoot: benchmarkRoot),
+                                       egress: egress, journal: layout.heldOutJournal, withheld: "recorded")
         result.answer.record(agent: audit.agent, tool: audit.tool)
         env.log?("held-out VM: \(ids.count) task(s) answered; "
                  + (result.restoreSeconds.map { "restored in \(String(format: "%.2f", $0)) s, " } ?? "")

@@ -48,7 +48,7 @@ public enum HeldOutGuest {
         // The guest's kernel is discarded after the phase: nothing to evict here (the host
         // evicts what qemu read).
         let here = LocalExecution(adapter: adapter, policyLoader: PolicyLoader(searchPaths: request.policySearchPaths),
-                                  scratchRoot: config.scratch, concurrency: request.concurrency, log: log, evictionJournal: nil)
+                                  scratchRoot: config.scratch, concurrency: request.concurrency, log: log, evictionJournal: nil, withheld: "sent")
         let all = try here.run(request.ids, agentDirectory: request.agentDirectory, split: .heldOut, audit: (agent, tool)) { context in
             context.guestEgress = egress.map { GuestEgress(link: $0, trustBundle: request.trustBundle) }
         }

@@ -117,7 +117,8 @@ public enum RemoteWorker {
             let here = LocalExecution(adapter: adapter, policyLoader: loader, scratchRoot: s.scratchRoot, concurrency: request.concurrency,
                                       log: s.log, evictionJournal: s.stateDirectory + "/held-out-pages",
                                       untrustedMemory: untrustedMemory(taskPolicy: request.taskPolicy, verifierPolicy: request.verifierPolicy,
-                                                                       loader: loader, cpus: Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))))
+                                                                       loader: loader, cpus: Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))),
+                                      withheld: "sent")
             let split: SplitClass = heldOut ? .heldOut : .train(traces: { work + "/traces/" + $0 })
             all = try here.run(ids, agentDirectory: work + "/agent", split: split, audit: (agent, tool))
         }
@@ -180,22 +181,14 @@ public enum RemoteWorker {
                                  agentDirectory: work + "/agent", ids: ids, concurrency: request.concurrency)
         let loader = PolicyLoader(searchPaths: s.policySearchPaths)
         let image = try GuestImage.plan(request: guest, config: config, policyLoader: loader, adapterPaths: [benchmark.directory], scratch: s.scratchRoot)
-        let cache = PageCacheEviction(journal: s.stateDirectory + "/held-out-pages")
-        // What qemu read for the guest leaves the page cache, and the process serial its
-        // threads moved gets noise, before the answer goes back.
-        func settle() -> String? { HeldOutSettle.settle(cache, onHost: false, log: s.log, prefix: "held-out VM done; ") }
         let bound = ExecutionBounds.heldOut(ids, tasks: benchmark.tasks, fallback: request.defaultAgentTimeout ?? LocalBenchmark.defaultTimeout,
                                                       concurrency: request.concurrency)
         // A failed boot's console goes to the request's directory, removed with it: nothing of
         // a held-out run stays on the node.
-        let ran = Result {
-            try vm.run(guest, image: image, scratch: s.scratchRoot, privateDirectory: work,
-                       deadline: vm.settings.bootTimeout + bound) { shares in
-                do { try cache.record(sources: shares) } catch { throw ExperimentError(.io, "\(error)") }
-            }
-        }
-        if let failure = settle() { throw ExperimentError(.io, "after the held-out VM: \(failure); its results were not sent") }
-        let result = try ran.get()
+        // What qemu read for the guest leaves the page cache, and the process serial its
+        // threads moved gets noise, before the answer goes back.
+        let result = try vm.runSettled(guest, image: image, scratch: s.scratchRoot, privateDirectory: work,
+                                       deadline: vm.settings.bootTimeout + bound, journal: s.stateDirectory + "/held-out-pages", withheld: "sent")
         result.answer.record(agent: agent, tool: tool)
         s.log("held-out VM: \(ids.count) task(s) answered; boot \(String(format: "%.1f", result.bootSeconds)) s, whole VM \(String(format: "%.1f", result.totalSeconds)) s")
         return result.answer.outcomes
