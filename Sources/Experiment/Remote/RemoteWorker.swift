@@ -120,7 +120,15 @@ public enum RemoteWorker {
                                                                        loader: loader, cpus: Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))),
                                       withheld: "sent")
             let split: SplitClass = heldOut ? .heldOut : .train(traces: { work + "/traces/" + $0 })
-            all = try here.run(ids, agentDirectory: work + "/agent", split: split, audit: (agent, tool))
+            // What the adapter throws is an I/O failure of the node's (exit 5), as the
+            // worker's exit statuses say; the request was not refused.
+            do {
+                all = try here.run(ids, agentDirectory: work + "/agent", split: split, audit: (agent, tool))
+            } catch let e as ExperimentError {
+                throw e
+            } catch {
+                throw ExperimentError(.io, "running the tasks: \(error)")
+            }
         }
         // A held-out answer is what a held-out VM's is: each task's reward and status class,
         // and counts of refusals by kind and name; no detail, no timing, no evidence.
