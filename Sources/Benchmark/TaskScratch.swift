@@ -389,8 +389,12 @@ extension TaskScratch {
         }
         let root = path + "/" + rootName
         // No redirect_dir, metacopy or index: the simplest overlay, whose upper layer holds
-        // plain copies of what the task changed.
-        let options = "lowerdir=\(image.rootfs),upperdir=\(path)/\(upper),workdir=\(path)/\(work),redirect_dir=off,metacopy=off,index=off"
+        // plain copies of what the task changed. xino: the image (on disk) and the upper layer
+        // (tmpfs) are different file systems, where without it a directory's inode number is
+        // made up each time the kernel loads the inode; one reloaded between the plan's stat of
+        // a bind source (/app) and the launcher's open of it then looked swapped and the task
+        // failed to start (ESTALE, on a busy host). With xino it is the layer's own, persistent.
+        let options = "lowerdir=\(image.rootfs),upperdir=\(path)/\(upper),workdir=\(path)/\(work),redirect_dir=off,metacopy=off,index=off,xino=on"
         guard mount("overlay", root, "overlay", UInt(MS_NOSUID | MS_NODEV), options) == 0 else {
             throw BenchmarkError(.io, "cannot mount the image \(image.id) at \(root): \(FileSystem.errorText())")
         }

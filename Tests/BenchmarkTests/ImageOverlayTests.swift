@@ -1,0 +1,37 @@
+import Foundation
+import Sandbox
+import SupervisorIO
+import Testing
+import TestSupport
+
+@testable import Benchmark
+
+/// A task's root on its image is an overlay of the image (on disk) under the task's tmpfs.
+@Suite("A task's overlay on its image")
+struct ImageOverlayTests {
+    @Test("a directory of the overlay reports its own inode number, the one its directory entry lists: a made-up number, which the kernel makes again each time it reloads the inode, once refused a task on a busy host (the plan stats a bind source such as /app and the launcher checks it again when it opens it: ESTALE)")
+    func inodeNumbersPersist() throws {
+        try requireRoot()
+        let temp = try TempDir()
+        // The image's files on disk, owned by the sandboxes' root as an unpacked image is.
+        let ids = HostIDRange(uid: 1_000_000, gid: 1_000_000, count: 65536)
+        let rootfs = temp.path + "/rootfs"
+        try FileManager.default.createDirectory(atPath: rootfs + "/app", withIntermediateDirectories: true)
+        #expect(chown(rootfs, ids.uid, ids.gid) == 0 && chown(rootfs + "/app", ids.uid, ids.gid) == 0)
+        let image = TaskImage(id: "sha256:overlay-test", rootfs: rootfs, workingDirectory: "/app", environment: [], ids: ids, origin: "a test")
+        let scratchRoot = temp.path + "/scratch"
+        try FileManager.default.createDirectory(atPath: scratchRoot, withIntermediateDirectories: true)
+        let scratch = try TaskScratch(root: scratchRoot)
+        defer { _ = scratch.remove() }
+        try scratch.mountImage(image)
+        var st = stat()
+        #expect(stat(scratch.imageAppPath, &st) == 0, "\(scratch.imageAppPath): errno \(errno)")
+        let dir = try #require(opendir(scratch.imageRootPath))
+        defer { closedir(dir) }
+        var listed: UInt64?
+        while listed == nil, let e = readdir(dir) {
+            if DirectoryEntry.name(e) == "app" { listed = UInt64(e.pointee.d_ino) }
+        }
+        #expect(listed != nil && UInt64(st.st_ino) == listed, "/app: stat says inode \(st.st_ino), its directory entry \(listed ?? 0)")
+    }
+}
