@@ -185,7 +185,8 @@ final class AgentFiles: @unchecked Sendable {
     func original(of event: OpenWatch.Event) -> String? {
         let fd = event.file
         guard let st = FileSystem.fileStatus(fd), FileSystem.isRegular(st), st.st_size > 0 else { return nil }
-        let key = [Int(st.st_dev), Int(st.st_ino), Int(st.st_size), st.st_mtim.tv_sec, st.st_mtim.tv_nsec]
+        // Bit patterns: an inode number may use all 64 bits (an overlay with xino sets the top one).
+        let key = [Int(truncatingIfNeeded: st.st_dev), Int(truncatingIfNeeded: st.st_ino), Int(st.st_size), st.st_mtim.tv_sec, st.st_mtim.tv_nsec]
         if let known = answers[key] { return known }
         var found: String?
         for c in index()[Int(st.st_size)] ?? [] where found == nil {
