@@ -49,12 +49,6 @@ struct PolicySuggestCommand: ParsableCommand {
     @Argument(help: "The policy the session ran under (a file or name).")
     var policy: String?
 
-    static func real(_ path: String) -> String {
-        guard let r = realpath(path, nil) else { return path }
-        defer { free(r) }
-        return String(cString: r)
-    }
-
     func run() throws {
         let chosen = try PolicyLintCommand.role(role)
         var dirs = policyDirs
@@ -97,8 +91,8 @@ struct PolicySuggestCommand: ParsableCommand {
             let allowed = try SeccompCompiler.compile(input.policy.effectiveSeccomp).allowedNames
             // The audit's spellings of this policy: a name, or a path relative to where the
             // session started; compared by the file each one is here.
-            let file0 = Self.real(input.file)
-            let spellings = Set(named.filter { $0 == n || $0 == input.policy.name || Self.real((try? loader.resolvePath($0)) ?? "") == file0 })
+            let file0 = PolicySearch.canonical(input.file) ?? input.file
+            let spellings = Set(named.filter { $0 == n || $0 == input.policy.name || (try? loader.resolvePath($0)).flatMap(PolicySearch.canonical) == file0 })
             let s = PolicySuggest.suggest(records, input: input, policyNames: spellings.union([input.policy.name]), allowed: allowed,
                                           role: chosen, sandbox: sandbox, quietly: quiet)
             // A policy found by name is extended by name; one given as a file, by its absolute

@@ -135,7 +135,7 @@ struct TriageTests {
         let id = { (check: String) in plain.clusters.first { $0.check == check }!.id }
         #expect(plain.clusters.map(\.check) == ["z", "y", "x"], "open records first: z 3, y 2, x 1")
         for (check, task, label, severity) in [("x", "a", "Wrong unit", TriageSeverity.high), ("y", "a", "wrong unit", .low), ("y", "b", "wrong UNIT", .low)] {
-            s.triage[TriageSchema.key(cluster: id(check), task: task)] = TriageEntry(task: task, cluster: id(check), hypothesis: "h", label: label, severity: severity)
+            s.triage[TriageEntry.key(cluster: id(check), task: task)] = TriageEntry(task: task, cluster: id(check), hypothesis: "h", label: label, severity: severity)
         }
         let book = FailureBook(s)
         #expect(book.clusters.map(\.check) == ["x", "y", "z"], "the labelled group ranks by its highest severity, x before y within it")

@@ -253,7 +253,7 @@ public struct FailureBook: Sendable {
 
     /// A cluster's triage from its records' entries (nil when none was triaged).
     static func triage(of members: [Record], _ entries: [String: TriageEntry]) -> Cluster.Triage? {
-        let mine = members.compactMap { entries[TriageSchema.key(cluster: $0.cluster, task: $0.task)] }
+        let mine = members.compactMap { entries[TriageEntry.key(cluster: $0.cluster, task: $0.task)] }
         guard !mine.isEmpty else { return nil }
         var votes: [String: (count: Int, shown: String)] = [:]
         for l in mine.compactMap(\.label) { votes[TriageSchema.mergeKey(l), default: (0, l)].count += 1 }

@@ -20,20 +20,18 @@ public enum TriageSchema {
     public static let maxRecords = ExperimentConfig.Triage.recordsCap
     static let keys: Set<String> = ["record", "hypothesis", "label", "severity"]
 
-    /// A record's id in a triage's input and output.
-    public static func key(cluster: String, task: String) -> String { TriageEntry.key(cluster: cluster, task: task) }
 
     /// The input document: the records not resolved (open first, then by cluster rank) and
     /// not in `skip`, at most `limit`, with what the command must write.
     static func input(_ book: FailureBook, skip: Set<String> = [], limit: Int = maxRecords) -> (bytes: [UInt8], known: [String: (task: String, cluster: String)]) {
         let rank = Dictionary(uniqueKeysWithValues: book.clusters.map { ($0.id, $0.rank) })
         let signature = Dictionary(uniqueKeysWithValues: book.clusters.map { ($0.id, $0.signature) })
-        let chosen = book.records.filter { $0.state != .resolved && !skip.contains(key(cluster: $0.cluster, task: $0.task)) }
+        let chosen = book.records.filter { $0.state != .resolved && !skip.contains(TriageEntry.key(cluster: $0.cluster, task: $0.task)) }
             .sorted { ($0.state == .open ? 0 : 1, rank[$0.cluster] ?? 0, $0.task) < ($1.state == .open ? 0 : 1, rank[$1.cluster] ?? 0, $1.task) }
             .prefix(min(limit, maxRecords))
         var known: [String: (task: String, cluster: String)] = [:]
         let records: [[String: Any]] = chosen.map { r in
-            let id = key(cluster: r.cluster, task: r.task)
+            let id = TriageEntry.key(cluster: r.cluster, task: r.task)
             known[id] = (r.task, r.cluster)
             return ["id": id, "task": r.task, "cluster": r.cluster, "check": r.check, "error_class": r.errorClass, "excerpt": r.excerpt,
                     "state": r.state.rawValue, "occurrences": r.occurrences, "signature": signature[r.cluster] ?? "",
