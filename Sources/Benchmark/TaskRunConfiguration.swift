@@ -49,6 +49,9 @@ public struct TaskRunConfiguration: Sendable {
     /// host:port entries in place of its policy's network (`runner.network.allow`), every
     /// connection recorded in its audit.
     public var agentNetworkAllow: [String] = []
+    /// In a held-out VM: that proxy only forwards each connection over this link to the
+    /// host's, which judges it (`GuestEgress`).
+    public var guestEgress: GuestEgress?
     /// Rewrite the git configuration in /app before the verifier (`GitConfigs`). Off only in
     /// tests that show what the verifier's policy does on its own.
     var sanitizesGitConfigs = true

@@ -413,6 +413,11 @@ public final class TaskRunner: Sendable {
             options.stdio = (stdin, out, err)
             options.pageCache = configuration.pageCache
             options.findPayloadPID = findPayloadPID
+            // The agent phase's mirrors (the only proxy a task's sandboxes get), in a held-out
+            // VM reached through the host's proxy.
+            if plan.network.mode == .proxy, let guest = configuration.guestEgress {
+                options.egressLink = (guest.link, "task")
+            }
             return .success(PreparedSandbox(plan: plan, options: options, stdio: (stdin, out, err), start: start))
         } catch {
             for fd in [stdin, out, err] where fd >= 0 { close(fd) }

@@ -51,22 +51,31 @@ struct HeldOutVMEgressTests {
         """
     }
 
-    @Test("held-out tasks in the VM reach the fake vendor only through the host's gate (store forced false, a list refused, another host refused), each refusal recorded as held-out")
-    func heldOutEgressThroughHost() throws {
-        try HeldOutVMTests.requireVM()
+    /// A command benchmark whose runner reaches the fake vendor through the inference gate,
+    /// its held-out tasks in the VM (`more` adds settings), prepared with an agent.py that
+    /// answers nothing.
+    static func prepared(_ more: (Experiment) throws -> Void = { _ in }) throws -> (Experiment, FakeModel) {
         let model = try FakeModel(turns: [])
         let exp = try Experiment(benchmark: "command")
-        defer { exp.removeScratch() }
         try exp.set("tasks", "[" + CommandAdapterTests.ids.joined(separator: ", ") + "]")
         try exp.set("command", "[/usr/bin/python3, \(Tools.root)/command_bench.py, --tasks, \"{task_ids_file}\", --out, \"{output}\"]", in: "runner")
         try exp.set("binds", "[\(Tools.root)]", in: "runner")
         try exp.set("env_pass", "[FAKE_MODEL]", in: "runner")
         try exp.set("inference", "[\"\(model.address)\"]\n    upstream_ca: \(model.caFile)", in: "runner")
         try exp.set("held_out_runtime", "vm\n  vm: {accel: tcg, allow_emulation: true, memory_mib: 1536}", in: "gate")
+        try more(exp)
         try exp.setAgent(SquareAgents.none)
-        let env = ["FAKE_MODEL": model.address]
-        let p = try exp.run(["prepare"], environment: env)
+        let p = try exp.run(["prepare"], environment: ["FAKE_MODEL": model.address])
         try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        return (exp, model)
+    }
+
+    @Test("held-out tasks in the VM reach the fake vendor only through the host's gate (store forced false, a list refused, another host refused), each refusal recorded as held-out")
+    func heldOutEgressThroughHost() throws {
+        try HeldOutVMTests.requireVM()
+        let (exp, model) = try Self.prepared()
+        defer { exp.removeScratch() }
+        let env = ["FAKE_MODEL": model.address]
         let test = try exp.split().test
         let before = model.requests().count
 
@@ -86,6 +95,54 @@ struct HeldOutVMEgressTests {
         #expect(heldOut.contains { ($0["detail"] as? String)?.contains(model.address) == true }, "\(heldOut)")
         #expect(heldOut.contains { ($0["detail"] as? String)?.contains("127.0.0.1:9") == true }, "\(heldOut)")
         #expect(heldOut.allSatisfy { ($0["actor"] as? String)?.hasPrefix("agent.py") == true }, "\(heldOut)")
+    }
+
+    /// On the host: the square, no call. In the VM: one chat completion first (urllib, no
+    /// retry of its own), the square only if the vendor answered it; odd numbers ask the fake
+    /// vendor to fail their first request (`FAILONCE`).
+    static func onceFailedAgent(hostBootID: String) -> String {
+        """
+        import json, os, urllib.request, urllib.error
+
+        class HarnessAgent:
+            def run(self, instruction):
+                n = int(instruction.split()[1])
+                if open("/proc/sys/kernel/random/boot_id").read().strip() == "\(hostBootID)":
+                    return str(n * n)
+                word = ("FAILONCE:sq%d" % n) if n % 2 else ("sq%d" % n)
+                req = urllib.request.Request("https://%s/v1/chat/completions" % os.environ["FAKE_MODEL"],
+                                             data=json.dumps({"model": "m", "messages": [{"role": "user", "content": word}]}).encode(),
+                                             headers={"content-type": "application/json", "authorization": "Bearer sk-test"})
+                try:
+                    urllib.request.urlopen(req, timeout=120).read()
+                except urllib.error.HTTPError as e:
+                    return "vendor %d" % e.code
+                return str(n * n)
+        """
+    }
+
+    @Test("gate.infra_retries in the VM: the host's one gate counts the vendor's failures per task by the stream tags of the guest's one-task runs, and only the tasks it failed run again, in a second VM of the same phase")
+    func vendorFailuresRetriedInTheVM() throws {
+        try HeldOutVMTests.requireVM()
+        let (exp, model) = try Self.prepared { try $0.set("infra_retries", "1", in: "gate") }
+        defer { exp.removeScratch() }
+        let env = ["FAKE_MODEL": model.address]
+        let test = try exp.split().test
+        let odd = test.filter { (Int($0.dropFirst(3)) ?? 0) % 2 == 1 }
+        try #require(!odd.isEmpty && odd.count < test.count, "the held-out split \(test) needs odd and even tasks")
+
+        try exp.setAgent(Self.onceFailedAgent(hostBootID: HeldOutVMTests.hostBootID))
+        let g = try exp.run(["gate"], environment: env)
+        #expect(g.status == 0 && g.stdout.contains("ACCEPTED") && g.stdout.contains("val_score: 1.00"), "\(g.stdout)\n\(g.stderr)")
+        // The phase, then a VM for exactly the tasks the vendor failed.
+        #expect(g.stderr.contains("held-out VM: \(test.count) task(s) answered") && g.stderr.contains("held-out VM: \(odd.count) task(s) answered"), "\(g.stderr)")
+        #expect(g.stderr.contains("\(odd.count) task run(s) the model vendor failed, run again"), "\(g.stderr)")
+        let failed = model.requests().filter { $0["failed"] != nil }
+        #expect(failed.count == odd.count, "\(model.requests())")
+        let row = try #require(try exp.rows("gate_attempt").last)
+        let account = row["infraRetries"] as? [String: Any]
+        #expect(account?["failures"] as? Int == odd.count && account?["retried"] as? Int == odd.count && account?["unresolved"] as? Int == 0,
+                "\(row)")
     }
 
     @Test("tau-bench's held-out tasks run in the VM with tau2's data and scripts shared read-only: the gate scores them there, and nothing of them persists on the host")
@@ -120,7 +177,7 @@ struct HeldOutVMEgressTests {
     func noNetworkClassRefused() throws {
         let agent = AuditLog(), tool = AuditLog()
         let egress = VMEgress(agent: nil, tool: nil, agentAudit: agent, toolAudit: tool)
-        for tag in ["agent", "tool"] {
+        for tag in ["agent", "tool", "agent-3"] {
             var p: [Int32] = [-1, -1]
             try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &p) == 0)
             egress.serve(tag: tag, p[0])
@@ -128,8 +185,11 @@ struct HeldOutVMEgressTests {
             #expect(recv(p[1], &b, 1, 0) == 0, "\(tag): the stream was not closed")
             close(p[1])
         }
+        let (kind, slot) = VMEgress.parse("agent-3")
+        #expect(kind == "agent" && slot == 3 && VMEgress.parse("tool").slot == nil)
+        #expect(agent.events.count == 2 && tool.events.count == 1)
         for log in [agent, tool] {
-            #expect(log.events.count == 1 && log.events[0].kind == .egress && log.events[0].action == "denied", "\(log.events)")
+            #expect(log.events[0].kind == .egress && log.events[0].action == "denied", "\(log.events)")
             #expect(log.events[0].sandbox == "held-out-vm")
         }
     }

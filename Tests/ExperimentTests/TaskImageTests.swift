@@ -274,13 +274,14 @@ import TestSupport
 
 /// The command line: `autoharness images` builds, and the experiment's runs use, the images.
 @Suite(.serialized) struct ImagesCommandTests {
-    @Test("autoharness images builds each Dockerfile task's image once (a second run builds nothing), and benchmark --oracle then runs every train task on it")
-    func imagesThenOracle() throws {
+    /// `init` of a local benchmark of four tasks whose solution works only on their image
+    /// (/opt/data and WORKDIR /srv/work exist nowhere else), the verifier tools set and
+    /// `gate.held_out_runtime: runtime`.
+    static func fourTasks(runtime: String) throws -> (Experiment, TempDir) {
         try TaskImageTests.requireImageHost()
         let tools = try TaskImageTests.toolbox()
         let temp = try TempDir()
         let dataset = temp.path + "/bench"
-        // The solution works only on the image: /opt/data and WORKDIR /srv/work exist nowhere else.
         for k in 1...4 {
             _ = try TaskImageTests.makeTask(in: dataset, id: "t\(k)", solve: "#!/bin/bash\ncp /opt/data/input.txt /srv/work/out.txt\n",
                                             test: "#!/bin/bash\ncmp -s /opt/data/input.txt out.txt && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n")
@@ -290,9 +291,13 @@ import TestSupport
         try #require(i.status == 0, "\(i.stderr)")
         var config = try String(contentsOfFile: root + "/experiment_config.yaml", encoding: .utf8)
         config = config.replacingOccurrences(of: "# verifier_tools: \(tools.directory)", with: "verifier_tools: \(tools.directory)")
-            .replacingOccurrences(of: "\n  held_out_runtime: ", with: "\n  held_out_runtime: host #")
+            .replacingOccurrences(of: "\n  held_out_runtime: ", with: "\n  held_out_runtime: \(runtime) #")
         try config.write(toFile: root + "/experiment_config.yaml", atomically: true, encoding: .utf8)
-        let exp = Experiment(existing: root, temp: temp)
+        return (Experiment(existing: root, temp: temp), temp)
+    }
+    @Test("autoharness images builds each Dockerfile task's image once (a second run builds nothing), and benchmark --oracle then runs every train task on it")
+    func imagesThenOracle() throws {
+        let (exp, _) = try Self.fourTasks(runtime: "host")
         let built = try exp.run(["images"])
         #expect(built.status == 0 && built.stdout.contains("images: 4 tasks on their own image"), "\(built.stdout)\(built.stderr)")
         #expect(built.stderr.contains("images: 1 of 4: t1: podman build"), "\(built.stderr)")
@@ -303,13 +308,50 @@ import TestSupport
         let o = try exp.run(["benchmark", "--oracle"])
         let train = try exp.split().train
         #expect(o.status == 0 && o.stdout.contains("train: \(train.count)/\(train.count) passed"), "\(o.stdout)\(o.stderr)")
-        // The held-out VM has no image store: held out in one, the same tasks would run on another
-        // userland than train runs see. Refused, not run.
-        let text = try String(contentsOfFile: root + "/experiment_config.yaml", encoding: .utf8)
-        try text.replacingOccurrences(of: "\n  held_out_runtime: host", with: "\n  held_out_runtime: vm")
-            .write(toFile: root + "/experiment_config.yaml", atomically: true, encoding: .utf8)
-        let vm = try exp.run(["status"])
-        #expect(vm.status != 0 && vm.stderr.contains("the held-out VM has no image store yet"), "\(vm.stdout)\(vm.stderr)")
+    }
+
+    @Test("a gate's held-out tasks on their images run in the held-out VM: the store's images shared read-only, each task's overlay in the guest, its package mirror (runner.network.allow) reached through the host's proxy; the held-out answer right only where the task ran on its image and reached the mirror")
+    func heldOutImagesInTheVM() throws {
+        try HeldOutVMTests.requireVM()
+        let (exp, temp) = try Self.fourTasks(runtime: "vm\n  vm: {accel: tcg, allow_emulation: true, memory_mib: 1536}")
+        // A mirror on the host's loopback holding each task's answer under its input's name.
+        let mirror = temp.path + "/mirror"
+        try FileManager.default.createDirectory(atPath: mirror, withIntermediateDirectories: true)
+        for k in 1...4 { try "input-t\(k)\n".write(toFile: mirror + "/input-t\(k)", atomically: true, encoding: .utf8) }
+        let port = try ImageMirrorTests.freePort()
+        let server = try ImageMirrorTests.serve(mirror, port: port)
+        defer {
+            kill(server.processIdentifier, SIGKILL)
+            server.waitUntilExit()
+        }
+        let config = try String(contentsOfFile: exp.root + "/experiment_config.yaml", encoding: .utf8)
+        try (config + "runner:\n  network:\n    allow: [\"127.0.0.1:\(port)\"]\n").write(toFile: exp.root + "/experiment_config.yaml", atomically: true, encoding: .utf8)
+        let built = try exp.run(["images"])
+        try #require(built.status == 0, "\(built.stdout)\(built.stderr)")
+        let p = try exp.run(["prepare"])
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        let test = try exp.split().test
+        // /opt/data and /srv/work exist only on the image, the answer only on the mirror: the
+        // VM's answer can be right only where the guest ran each held-out task on its image and
+        // reached the mirror (through the host's proxy: the guest has no network).
+        try exp.setAgent("""
+            import os, urllib.request
+
+            class HarnessAgent:
+                def run(self, instruction, workdir):
+                    # 127.0.0.1 is in no_proxy, which a mirror on a real host name never is.
+                    os.environ.pop("no_proxy", None)
+                    os.environ.pop("NO_PROXY", None)
+                    name = open("/opt/data/input.txt").read().strip()
+                    proxy = urllib.request.ProxyHandler({"http": os.environ.get("http_proxy") or os.environ["HTTP_PROXY"]})
+                    answer = urllib.request.build_opener(proxy).open("http://127.0.0.1:\(port)/" + name, timeout=60).read()
+                    open("/srv/work/out.txt", "wb").write(answer)
+            """)
+        // (Accepted or not: four tasks leave one held out, which no margin can beat.)
+        let g = try exp.run(["gate"])
+        #expect((g.status == 0 || g.status == 1) && g.stdout.contains("val_score: 1.00"), "\(g.stdout)\n\(g.stderr)")
+        #expect(g.stderr.contains("held-out VM: \(test.count) task(s) answered"), "\(g.stderr)")
+        #expect(exp.scratchMounts().isEmpty)
     }
 }
 

@@ -68,13 +68,24 @@ public struct AdapterRunContext {
 /// untouched, over `link` to the host's proxy, which applies the allowlist, the inference
 /// gate and the audit there (`EgressLink`). `trustBundle` is the guest's copy of the host
 /// gate's CA bundle (the host ends the TLS), when the config names model APIs.
-public struct GuestEgress {
+public struct GuestEgress: Sendable {
     public var link: EgressLink
     public var trustBundle: String?
+    /// Each task's position in the guest's request. A stream of a run that serves one task
+    /// carries it in its tag (`agent-3`), so the host's gate, which serves the whole phase,
+    /// counts the vendor's failures per task (`gate.infra_retries`).
+    public var slots: [String: Int]
 
-    public init(link: EgressLink, trustBundle: String?) {
+    public init(link: EgressLink, trustBundle: String?, slots: [String: Int] = [:]) {
         self.link = link
         self.trustBundle = trustBundle
+        self.slots = slots
+    }
+
+    /// The tag of a stream of `kind` (`agent`, `tool`) opened for a run of `ids`.
+    public func tag(_ kind: String, ids: [String]) -> String {
+        guard ids.count == 1, let slot = slots[ids[0]] else { return kind }
+        return "\(kind)-\(slot)"
     }
 }
 
@@ -115,6 +126,12 @@ public protocol BenchmarkAdapter: Sendable {
     /// share state outside their sandboxes that each checks as its own (BIRD's PostgreSQL
     /// server, whose roles a run's services compare before and after).
     var runsBesideItself: Bool { get }
+    /// The tasks that run on their own image (`autoharness images`), nil for an adapter whose
+    /// tasks never do.
+    var taskImages: TaskImages? { get }
+    /// What the agent phase of a task autoharness runs reaches through the egress proxy
+    /// (package mirrors), nil or empty: nothing.
+    var taskNetworkAllow: [String] { get }
 }
 
 extension BenchmarkAdapter {
@@ -125,6 +142,8 @@ extension BenchmarkAdapter {
     public var verifierScripts: [String] { [] }
     public var gatesEachTask: Bool { false }
     public var runsBesideItself: Bool { true }
+    public var taskImages: TaskImages? { nil }
+    public var taskNetworkAllow: [String] { [] }
     public func canonicalTaskID(_ given: String) -> String? { taskIDs.contains(given) ? given : nil }
 }
 
@@ -138,9 +157,11 @@ public struct LocalAdapter: BenchmarkAdapter {
     public var verifierTools: VerifierTools?
     /// The tasks that run on their own image.
     public var images: TaskImages?
+    public var taskImages: TaskImages? { images }
     /// `runner.network.allow`: the host:port entries each task's agent phase reaches through the
     /// egress proxy (package mirrors); none by default.
     public var agentNetworkAllow: [String] = []
+    public var taskNetworkAllow: [String] { agentNetworkAllow }
 
     public init(benchmark: LocalBenchmark) { self.benchmark = benchmark }
 
@@ -176,6 +197,7 @@ extension AdapterRunContext {
         cfg.pageCache = pageCache
         cfg.writeFailures = writeFailures
         cfg.collectFailures = !heldOut
+        cfg.guestEgress = guestEgress
         configure(&cfg)
         let runner = try TaskRunner(configuration: cfg)
         let heldOut = self.heldOut

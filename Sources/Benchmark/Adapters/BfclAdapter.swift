@@ -188,7 +188,7 @@ public struct BfclAdapter: BenchmarkAdapter {
 
     public func run(_ ids: [String], _ context: AdapterRunContext) throws(BenchmarkError) -> [TaskOutcome] {
         guard !ids.isEmpty else { return [] }
-        let run = try ToolRun(settings: tool, context: context)
+        let run = try ToolRun(settings: tool, context: context, ids: ids)
         defer { run.finish() }
         try run.writeTaskIDs(ids)
         let scripts = MountSpec(kind: .readOnly(source: scriptsDirectory), destination: scriptsDirectory)

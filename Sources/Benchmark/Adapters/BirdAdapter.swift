@@ -127,7 +127,7 @@ public struct BirdAdapter: BenchmarkAdapter {
     public func run(_ ids: [String], _ context: AdapterRunContext) throws(BenchmarkError) -> [TaskOutcome] {
         guard !ids.isEmpty else { return [] }
         if context.oracle { throw BenchmarkError(.configuration, "--oracle is only for local benchmarks (BIRD-Interact has --mode oracle)") }
-        let run = try ToolRun(settings: tool, context: context)
+        let run = try ToolRun(settings: tool, context: context, ids: ids)
         defer { run.finish() }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]

@@ -44,7 +44,7 @@ public struct CommandAdapter: BenchmarkAdapter {
     public func run(_ ids: [String], _ context: AdapterRunContext) throws(BenchmarkError) -> [TaskOutcome] {
         guard !ids.isEmpty else { return [] }
         if context.oracle { throw BenchmarkError(.configuration, "--oracle is only for local benchmarks") }
-        let run = try ToolRun(settings: tool, context: context)
+        let run = try ToolRun(settings: tool, context: context, ids: ids)
         defer { run.finish() }
         try run.writeTaskIDs(ids)
         context.log("command: \(ids.count) task(s)\(scorer == nil ? " (unverified: no runner.scorer)" : "")")

@@ -31,7 +31,7 @@ public enum EvidenceTool {
     public static func run(settings: ToolSettings, context: AdapterRunContext, argv: [String], environment: [String],
                            inputs: [(name: String, bytes: [UInt8])], tree: String, output: String, cap: Int,
                            label: String) throws(BenchmarkError) -> Result {
-        let run = try ToolRun(settings: settings, context: context)
+        let run = try ToolRun(settings: settings, context: context, ids: [])
         defer { run.finish() }
         for (name, bytes) in inputs { try run.writeInput(name, bytes) }
         let inv = ToolInvocation(policy: settings.runnerPolicy, argv: argv, withAgent: false, environment: environment,

@@ -66,6 +66,7 @@ public struct HarborAdapter: BenchmarkAdapter {
     /// `env_provider: local`: the tasks that run on their own image (`autoharness images`),
     /// each agent phase's commands in the task's container (`TaskContainer`).
     public var images: TaskImages?
+    public var taskImages: TaskImages? { images }
     /// The host:port entries a task's container reaches through the egress proxy (package
     /// mirrors); Harbor's runner keeps `runner.network.allow`.
     public var taskNetworkAllow: [String] = []
@@ -182,7 +183,7 @@ public struct HarborAdapter: BenchmarkAdapter {
         guard !ids.isEmpty else { return [] }
         if environmentProvider == "local" { return try runLocally(ids, context) }
         if context.oracle { throw BenchmarkError(.configuration, "--oracle is only for local benchmarks and env_provider: local (Harbor has its own: harbor run --agent oracle)") }
-        let run = try ToolRun(settings: tool, context: context)
+        let run = try ToolRun(settings: tool, context: context, ids: ids)
         defer { run.finish() }
         let jobs = jobsDirectory(run)
         if let config = jobConfig() { try run.writeInput("harbor-job.json", config) }

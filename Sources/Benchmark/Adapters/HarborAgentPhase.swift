@@ -62,7 +62,7 @@ final class HarborAgentPhase: ExternalAgentPhase, @unchecked Sendable {
     func run(_ task: BenchmarkTask, workdir: String, container: TaskContainerLink?) -> ExternalAgentEnd {
         let run: ToolRun
         do {
-            run = try ToolRun(settings: adapter.tool, context: context)
+            run = try ToolRun(settings: adapter.tool, context: context, ids: [task.id])
         } catch {
             return ExternalAgentEnd(.ungraded(.setupFailed), "harbor: \(error.message)")
         }

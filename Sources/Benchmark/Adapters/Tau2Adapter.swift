@@ -91,7 +91,7 @@ public struct Tau2Adapter: BenchmarkAdapter {
     public func run(_ ids: [String], _ context: AdapterRunContext) throws(BenchmarkError) -> [TaskOutcome] {
         guard !ids.isEmpty else { return [] }
         if context.oracle { throw BenchmarkError(.configuration, "--oracle is only for local benchmarks") }
-        let run = try ToolRun(settings: tool, context: context)
+        let run = try ToolRun(settings: tool, context: context, ids: ids)
         defer { run.finish() }
         try run.writeTaskIDs(ids)
         let scripts = MountSpec(kind: .readOnly(source: scriptsDirectory), destination: scriptsDirectory)

@@ -143,6 +143,8 @@ final class ToolRun {
     let scratch: TaskScratch
     let settings: ToolSettings
     let context: AdapterRunContext
+    /// The tasks this run serves (none: a run for no task, such as evidence's tool).
+    let ids: [String]
     let inputFD: Int32
     /// The proxy's inference gate for this run's sandboxes (a CA of its own), when the
     /// settings name model APIs.
@@ -153,7 +155,7 @@ final class ToolRun {
     /// Where sandboxes find the CA bundle that trusts the gate.
     static let trustBundlePath = "/etc/autoharness/inference-ca.pem"
 
-    init(settings: ToolSettings, context: AdapterRunContext) throws(BenchmarkError) {
+    init(settings: ToolSettings, context: AdapterRunContext, ids: [String]) throws(BenchmarkError) {
         guard geteuid() == 0 else { throw BenchmarkError(.configuration, "running benchmark tools needs root (sandboxes build namespaces)") }
         let root = try TaskRunner.checkScratchRoot(context.scratchRoot)
         _ = TaskScratch.sweep(root: root)
@@ -166,6 +168,7 @@ final class ToolRun {
         inputFD = d
         self.settings = settings
         self.context = context
+        self.ids = ids
         do {
             if let guest = context.guestEgress {
                 // In a held-out VM the host's proxy ends the TLS: its bundle, copied in.
@@ -325,7 +328,7 @@ final class ToolRun {
             options.pageCache = context.pageCache
             options.signals = signals
             options.inferenceGate = inference
-            options.egressLink = context.guestEgress.map { ($0.link, inv.withAgent ? "agent" : "tool") }
+            options.egressLink = context.guestEgress.map { ($0.link, $0.tag(inv.withAgent ? "agent" : "tool", ids: ids)) }
             result = try SandboxRunner.run(plan, options: options)
         } catch {
             return fail("\(inv.label): \(error.message)")

@@ -205,9 +205,6 @@ extension ExperimentConfig {
             adapter.images = images
             if !images.byTask.isEmpty {
                 adapter.taskNetworkAllow = try LocalKind.agentNetwork(self, allow: upstream.taskNetworkAllow ?? [], key: "task_network_allow")
-                if heldOutRuntime == .vm {
-                    throw ExperimentError(.usage, "gate.held_out_runtime: vm: \(images.byTask.count) task(s) run on their own image, and the held-out VM has no image store yet; use host (or auto, which keeps them here)")
-                }
                 if executor.kind == .ray {
                     throw ExperimentError(.usage, "executor: ray: \(images.byTask.count) task(s) run on their own image, which only this host has; run them here")
                 }

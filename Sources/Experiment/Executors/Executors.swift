@@ -39,15 +39,15 @@ final class Executors {
             settled = true
             return
         }
+        // Loopback is up in a sandbox on a task's image, as in a container.
+        let networked = !(environment.adapter.taskImages?.byTask.isEmpty ?? true) || !config.runsOwnTasks || !config.runner.networkAllow.isEmpty
         switch config.heldOutRuntime {
         case .vm: heldOutVM = try HeldOutVM(settings: config.vm, log: log)
-        case .auto where !((environment.adapter as? LocalAdapter)?.images?.byTask.isEmpty ?? (environment.adapter as? HarborAdapter)?.images?.byTask.isEmpty ?? true):
-            log?(HeldOutVM.hostRuntimeLine(why: "auto: tasks run on their own image, which the held-out VM does not have yet", networked: true))  // lo is up on an image
         case .auto:
             let r = HeldOutVM.resolveAuto(settings: config.vm, config: config, log: log)
             heldOutVM = r.vm
-            log?(r.vm == nil ? HeldOutVM.hostRuntimeLine(why: "auto: " + r.why, networked: !config.runsOwnTasks || !config.runner.networkAllow.isEmpty) : "held-out runtime: vm (auto: \(r.why))")
-        case .host: log?(HeldOutVM.hostRuntimeLine(why: "gate.held_out_runtime: host", networked: !config.runsOwnTasks || !config.runner.networkAllow.isEmpty))
+            log?(r.vm == nil ? HeldOutVM.hostRuntimeLine(why: "auto: " + r.why, networked: networked) : "held-out runtime: vm (auto: \(r.why))")
+        case .host: log?(HeldOutVM.hostRuntimeLine(why: "gate.held_out_runtime: host", networked: networked))
         }
         settled = true
     }

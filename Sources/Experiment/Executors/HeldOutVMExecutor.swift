@@ -46,10 +46,25 @@ struct HeldOutVMExecutor: TaskExecutor {
             }
             egress = VMEgress(agent: try proxy(tool.runnerPolicy, audit.agent), tool: try proxy(tool.scorerPolicy, audit.tool),
                               agentAudit: audit.agent, toolAudit: audit.tool)
+            // The one gate serves the whole phase: the guest runs each task on its own and
+            // tags its streams with the task's position, so failures are counted per task.
+            if run.oneTaskPerRun && gate != nil {
+                request.oneTaskPerRun = true
+                egress?.perTask = SlotFailures(tasks: ids.count)
+            }
             // The guest holds the host gate's placeholders, never the keys (swapped back there).
             request.environment = tool.passedValues(heldOut: true).mapValues { gate?.placeholder(for: $0) ?? $0 }
             request.egress = true
             request.trustBundle = trustBundle == nil ? nil : GuestRequest.trustBundlePath
+        }
+        // The agent phase of a task autoharness runs reaches its package mirrors, and only
+        // them, through a proxy of the host's (its audit the agent's).
+        let mirrors = env.adapter.taskNetworkAllow
+        if !mirrors.isEmpty {
+            let proxy = EgressProxy(allow: mirrors, inference: nil, audit: audit.agent, sandbox: VMEgress.sandbox)
+            if egress == nil { egress = VMEgress(agent: nil, tool: nil, agentAudit: audit.agent, toolAudit: audit.tool) }
+            egress?.task = proxy
+            request.egress = true
         }
         try FileManager.default.createDirectory(atPath: config.scratch, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         // What runs beside the tasks in the guest (bird-interact's database server), built
@@ -62,6 +77,9 @@ struct HeldOutVMExecutor: TaskExecutor {
         var image = try GuestImage.plan(request: request, config: config, policyLoader: env.policyLoader,
                                         adapterPaths: env.adapter.hostPaths, scratch: config.scratch)
         for dir in inputs.made { _ = try image.addInput(dir.path, name: dir.name) }
+        if !(env.adapter.taskImages?.byTask.isEmpty ?? true) {
+            try image.addImageStore(ExperimentSupervisor.imageStore(root: layout.root).directory)
+        }
         image.trustBundle = trustBundle
         // A bound on the whole phase (each task's own limits hold inside the guest): the
         // boot, then every task's agent and verifier limits, run `max_concurrency` at a time.
@@ -79,6 +97,10 @@ struct HeldOutVMExecutor: TaskExecutor {
         // back): carried on the first outcome, so the phase's sum is that total.
         var outcomes = result.answer.outcomes
         if let cost = result.answer.costUSD, !outcomes.isEmpty { outcomes[0].costUSD = cost }
+        if let counts = egress?.perTask?.all {
+            let slot = Dictionary(ids.enumerated().map { ($0.element, $0.offset) }, uniquingKeysWith: { a, _ in a })
+            for i in outcomes.indices { outcomes[i].vendorFailures = slot[outcomes[i].id].map { counts[$0] } }
+        }
         return outcomes
     }
 }

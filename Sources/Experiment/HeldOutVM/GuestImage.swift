@@ -139,6 +139,26 @@ struct GuestImage {
 
     static let inputRoot = "/.ahvm/in"
 
+    /// For a phase whose tasks run on their own image: the store's unpacked images shared
+    /// read-only at their host path (each task's overlay in the guest has its image there as
+    /// the lower layer, owners as on the host), and the store's index and refusals copied,
+    /// so the guest's adapter loads the same images the host's does (`TaskImageStore.load`).
+    mutating func addImageStore(_ directory: String) throws {
+        guard shares.count < 28 else { throw ExperimentError(.state, "held-out VM: no room for the image store's share (at most 28)") }
+        let rootfs = directory + "/rootfs"
+        guard Self.isDirectory(rootfs) else { throw ExperimentError(.state, "held-out VM: the image store has no \(rootfs)") }
+        if !isShared(rootfs) { shares.append(("ah\(shares.count)", rootfs, rootfs)) }
+        for name in ["index.json", "failed.json"] {
+            let path = directory + "/" + name
+            switch InputFile.read(path, cap: Self.maxFileBytes) {
+            case .success(let bytes): files.append((path, bytes, 0o600))
+            case .failure(let p):
+                if name == "failed.json", access(path, F_OK) != 0 { continue }
+                throw ExperimentError(.state, "held-out VM: \(path): \(p.explanation("the image store's index"))")
+            }
+        }
+    }
+
     /// The initramfs, the same for every gate (so a guest booted from it can be saved once and
     /// restored for each: `VMSnapshot`): busybox, the two init stages under `/.ahvm`, the kernel
     /// modules. Nothing of a gate is in it; the gate's files reach the guest through the export

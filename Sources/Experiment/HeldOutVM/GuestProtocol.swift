@@ -7,7 +7,7 @@ import SupervisorIO
 /// inside the initramfs (host to guest only); every path in it is a host path, which the guest
 /// sees at the same place (a read-only share, or a copy in the initramfs).
 public struct GuestRequest: Codable, Sendable, Equatable {
-    public static let version = 3
+    public static let version = 4
     public var version = GuestRequest.version
     /// The experiment's root and config (the config's copy is in the initramfs).
     public var experimentRoot: String
@@ -26,6 +26,10 @@ public struct GuestRequest: Codable, Sendable, Equatable {
     public var trustBundle: String?
     /// What runs beside the tasks in the guest (a benchmark's database server).
     public var services = GuestServices()
+    /// Each task in an adapter run of its own, its streams tagged with its position in `ids`
+    /// (`GuestEgress.tag`): the host's gate then counts the vendor's failures per task
+    /// (`gate.infra_retries`).
+    public var oneTaskPerRun = false
 
     public static let trustBundlePath = "/.ahvm/inference-ca.pem"
 

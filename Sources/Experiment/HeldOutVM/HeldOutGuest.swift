@@ -49,8 +49,10 @@ public enum HeldOutGuest {
         // evicts what qemu read).
         let here = LocalExecution(adapter: adapter, policyLoader: PolicyLoader(searchPaths: request.policySearchPaths),
                                   scratchRoot: config.scratch, concurrency: request.concurrency, log: log, evictionJournal: nil, withheld: "sent")
-        let all = try here.run(request.ids, agentDirectory: request.agentDirectory, split: .heldOut, audit: (agent, tool)) { context in
-            context.guestEgress = egress.map { GuestEgress(link: $0, trustBundle: request.trustBundle) }
+        let slots = Dictionary(request.ids.enumerated().map { ($0.element, $0.offset) }, uniquingKeysWith: { a, _ in a })
+        let all = try here.run(request.ids, agentDirectory: request.agentDirectory, split: .heldOut, audit: (agent, tool),
+                               oneTaskPerRun: request.oneTaskPerRun) { context in
+            context.guestEgress = egress.map { GuestEgress(link: $0, trustBundle: request.trustBundle, slots: request.oneTaskPerRun ? slots : [:]) }
         }
         try write(port, GuestAnswer.encodeBody(all, agent: agent, tool: tool))
     }

@@ -108,17 +108,37 @@ final class ResultsPort {
 
 /// The host's end of a held-out VM's egress: the proxies that serve the guest sandboxes'
 /// connections, with the host's allowlist and inference gate, recording into the gate's
-/// audit. One per sandbox class whose policy has `network: proxy` (`agent`: the sandboxes
-/// holding agent.py; `tool`: the scorer's); nil: that class has no network, and a stream the
+/// audit. One per sandbox class whose policy has `network: proxy` (`agent`: the tool's
+/// sandboxes holding agent.py; `tool`: the scorer's; `task`: the agent phase of a task
+/// autoharness runs, to its package mirrors); nil: that class has no network, and a stream the
 /// guest opens for it is refused and recorded. The class is the guest's word (its tag): it
 /// decides which allowlist applies only among the ones the config gives, and whose a
-/// violation is counted as.
+/// violation is counted as. So is a task's position after it (`agent-3`, `GuestEgress.tag`):
+/// it decides only which task a vendor failure is counted against (`perTask`).
 struct VMEgress {
     let agent: EgressProxy?
     let tool: EgressProxy?
+    var task: EgressProxy? = nil
     let agentAudit: AuditLog
     let toolAudit: AuditLog
+    /// The vendor's failures per task of the request, when the phase counts them.
+    var perTask: SlotFailures? = nil
     static let sandbox = "held-out-vm"
+}
+
+/// The vendor failures the host's gate counted per task of a held-out VM's request, by the
+/// position the guest's stream tags carry. The guest runs each task in a run of its own and
+/// tags its streams; a tag naming no position of the request counts against none.
+final class SlotFailures: Sendable {
+    private let counts: Locked<[Int]>
+
+    init(tasks: Int) { counts = Locked([Int](repeating: 0, count: tasks)) }
+
+    func add(_ slot: Int) {
+        counts.withLock { if counts.value.indices.contains(slot) { counts.value[slot] += 1 } }
+    }
+
+    var all: [Int] { counts.withLock { counts.value } }
 }
 
 /// The listening socket of the guest's `ah.egress` port, and the `EgressLink` over qemu's
@@ -181,7 +201,7 @@ final class EgressPort: @unchecked Sendable {
             link.stop()
             problem = link.failure
         }
-        for p in [proxies.agent, proxies.tool].compactMap({ $0 }) {
+        for p in [proxies.agent, proxies.tool, proxies.task].compactMap({ $0 }) {
             p.stop()
             if !p.drain(timeout: 20) && problem == nil { problem = "a connection of the guest's was still open 20 s after the VM ended" }
         }
@@ -195,14 +215,25 @@ final class EgressPort: @unchecked Sendable {
 extension VMEgress {
     /// A stream the guest opened: to its class's proxy, or refused and recorded.
     func serve(tag: String, _ fd: Int32) {
-        let isAgent = tag == "agent"
-        if let proxy = isAgent ? agent : tool {
-            proxy.adopt(fd)
+        let (kind, slot) = Self.parse(tag)
+        let isAgent = kind == "agent" || kind == "task"
+        if let proxy = kind == "task" ? task : isAgent ? agent : tool {
+            if let perTask, let slot {
+                proxy.adopt(fd) { perTask.add(slot) }
+            } else {
+                proxy.adopt(fd)
+            }
             return
         }
         var e = AuditEvent(sandbox: Self.sandbox, kind: .egress, name: "-", action: "denied")
         e.detail = "a \(isAgent ? "sandbox holding agent.py" : "scorer") in the held-out VM opened a connection, and its policy has no network"
         (isAgent ? agentAudit : toolAudit).record(e)
         close(fd)
+    }
+
+    /// A stream tag's class and task position: `agent`, `tool-12`.
+    static func parse(_ tag: String) -> (kind: Substring, slot: Int?) {
+        guard let dash = tag.lastIndex(of: "-") else { return (tag[...], nil) }
+        return (tag[..<dash], Int(tag[tag.index(after: dash)...]))
     }
 }

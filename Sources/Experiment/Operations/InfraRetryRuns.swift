@@ -3,11 +3,13 @@ import Benchmark
 // Held-out runs that repeat a task the vendor failed (`InfraRetries`, Gate/InfraRetries.swift).
 
 extension ExperimentSupervisor {
-    /// Whether held-out runs count vendor failures per task: retries are on, the runner reaches
-    /// a model API through the inference gate, and held-out tasks run on this host (what the
-    /// config parser requires of `gate.infra_retries`; checked again here).
+    /// Whether held-out runs count vendor failures per task: retries are on and the runner
+    /// reaches a model API through the inference gate (what the config parser requires of
+    /// `gate.infra_retries`; checked again here). On this host each task's run has a gate of
+    /// its own; in a held-out VM the host's one gate counts by the task each stream is tagged
+    /// with (`VMEgress.perTask`).
     var countsVendorFailures: Bool {
-        config.infraRetries > 0 && !config.runsOwnTasks && !config.runner.networkInference.isEmpty && config.heldOutRuntime == .host
+        config.infraRetries > 0 && !config.runsOwnTasks && !config.runner.networkInference.isEmpty
     }
 
     /// One held-out trial of `ids` (`split` `.heldOut` or `.baseline`), each task the vendor

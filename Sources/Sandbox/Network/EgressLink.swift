@@ -148,7 +148,7 @@ public final class EgressLink: @unchecked Sendable {
     public static func acceptCloexec(_ listener: Int32) -> Int32 { ahs_accept_cloexec(listener) }
 
     static func validTag(_ tag: String) -> Bool {
-        !tag.isEmpty && tag.utf8.count <= maxTag && tag.utf8.allSatisfy { ($0 >= 0x61 && $0 <= 0x7a) || $0 == 0x2d }
+        !tag.isEmpty && tag.utf8.count <= maxTag && tag.utf8.allSatisfy { ($0 >= 0x61 && $0 <= 0x7a) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2d }
     }
 
     private func poke() {

@@ -77,8 +77,10 @@ public final class EgressProxy: @unchecked Sendable {
     }
 
     /// Serves `client` (a connected socket this proxy now owns) as if it had been accepted.
-    public func adopt(_ client: Int32) {
-        admit(client)
+    /// `vendorFailure` is called for each request of it the inference gate counts as the
+    /// vendor's failure (`InferenceGate.vendorFailures` counts them too).
+    public func adopt(_ client: Int32, vendorFailure: (@Sendable () -> Void)? = nil) {
+        admit(client, vendorFailure: vendorFailure)
     }
 
     private func acceptLoop() {
@@ -93,7 +95,7 @@ public final class EgressProxy: @unchecked Sendable {
         close(listener)
     }
 
-    private func admit(_ c: Int32) {
+    private func admit(_ c: Int32, vendorFailure: (@Sendable () -> Void)? = nil) {
         let admitted: Bool = lock.withLock {
             guard !stopped, open.count < Self.maxConnections else { return false }
             open.insert(c)
@@ -107,7 +109,7 @@ public final class EgressProxy: @unchecked Sendable {
             return
         }
         detachedThread { [self] in
-            if let link { forward(c, link) } else { serve(c) }
+            if let link { forward(c, link) } else { serve(c, vendorFailure: vendorFailure) }
             lock.withLock {
                 _ = open.remove(c)
                 active -= 1
@@ -144,7 +146,7 @@ public final class EgressProxy: @unchecked Sendable {
         return false
     }
 
-    private func serve(_ client: Int32) {
+    private func serve(_ client: Int32, vendorFailure: (@Sendable () -> Void)?) {
         guard let head = readHead(client), let line = head.split(separator: "\r\n", omittingEmptySubsequences: false).first else {
             // A connection that never finishes its request (closed early, stalled, oversized)
             // could still be a probe: recorded, not silent.
@@ -184,7 +186,7 @@ public final class EgressProxy: @unchecked Sendable {
                         if opened && stopped { shutdown(fd, Int32(SHUT_RDWR)) }
                     }
                 },
-                stopped: { [self] in lock.withLock { stopped } })
+                stopped: { [self] in lock.withLock { stopped } }, onVendorFailure: vendorFailure)
             let outcome = exchange.run()
             record(target, allowed: outcome.allowed, why: outcome.detail, up: outcome.up, down: outcome.down)
             return

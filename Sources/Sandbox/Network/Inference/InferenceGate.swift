@@ -169,6 +169,9 @@ struct InferenceExchange {
     /// Whether the proxy has stopped (its sandbox is gone): it cut the vendor's connections
     /// itself, so what fails after that is not the vendor's.
     var stopped: () -> Bool = { false }
+    /// Also told of each failure the gate counts: whose it is where one gate serves several
+    /// tasks' streams (a held-out VM's, `EgressProxy.adopt`).
+    var onVendorFailure: (() -> Void)? = nil
 
     struct Outcome {
         var allowed: Bool
@@ -232,6 +235,7 @@ struct InferenceExchange {
         let vendorFailed = { () -> String in
             guard generation && !stopped() else { return "" }
             gate.recordVendorFailure()
+            onVendorFailure?()
             return " [counted as the vendor's failure]"
         }
 

@@ -28,7 +28,8 @@ message contains an `answers` rule's TEXT gets that rule's TURN instead (the scr
 advance).
 
 A request containing `SLEEP:<seconds>` is answered that much later. An outage, for the gate's retries: `--fail-account KEY --fail-rate R --fail-seed S` answers
-`--fail-status` (503) to a fraction R of the POSTs sent with KEY, drawn in arrival order.
+`--fail-status` (503) to a fraction R of the POSTs sent with KEY, drawn in arrival order. A request
+containing `FAILONCE:<word>` is failed with 503 the first time that word arrives, answered after.
 
   python3 fake_model.py --make-certs DIR
   python3 fake_model.py --script S.json --cert DIR/server.pem --key DIR/server.key \
@@ -166,7 +167,7 @@ class Handler(BaseHTTPRequestHandler):
         if slow:
             self.record({"method": "POST", "path": path, "slow": int(slow.group(1))})
             time.sleep(int(slow.group(1)))
-        if self.outage():
+        if self.outage() or self.fails_once(req):
             status = self.server.fail_status
             self.record({"method": "POST", "path": path, "failed": status})
             return self.reply_json(status, {"error": {"type": "overloaded_error", "message": "the fake vendor is failing this request"}})
@@ -181,6 +182,16 @@ class Handler(BaseHTTPRequestHandler):
             return self.chat(req, path)
         self.record({"method": "POST", "path": path})
         self.reply_json(404, {"error": {"type": "not_found_error", "message": "no such endpoint in the fake"}})
+
+    def fails_once(self, req):
+        """`FAILONCE:<word>`: true the first time the word arrives."""
+        once = re.search(r"FAILONCE:([A-Za-z0-9_-]+)", json.dumps(req))
+        if not once:
+            return False
+        with self.server.state["lock"]:
+            seen = once.group(1) in self.server.state["failed_once"]
+            self.server.state["failed_once"].add(once.group(1))
+            return not seen
 
     def outage(self):
         """`--fail-rate`: whether this request, sent with `--fail-account`'s key, is failed; drawn
@@ -469,7 +480,8 @@ def main():
     server.log_lock = threading.Lock()
     server.fail_account, server.fail_rate, server.fail_status = a.fail_account, a.fail_rate, a.fail_status
     server.fail_random = random.Random(a.fail_seed)
-    server.state = {"lock": threading.Lock(), "chat": [], "files": [], "responses": {}, "prompt_cache": set()}
+    server.state = {"lock": threading.Lock(), "chat": [], "files": [], "responses": {}, "prompt_cache": set(),
+                    "failed_once": set()}
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(a.cert, a.key)
     # The handshake in the handler thread, not in accept(): one stalled client cannot block the rest.
