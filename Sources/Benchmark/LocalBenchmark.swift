@@ -36,6 +36,8 @@ public struct BenchmarkTask: Sendable, Equatable {
     /// task.toml's `[environment] docker_image`: the task's image by name (`autoharness images`
     /// takes it from the host's podman or pulls it, else builds environment/Dockerfile).
     public var dockerImage: String?
+    /// What task.toml says its agent phase may reach (`TaskNetwork`); nil: public or silent.
+    public var network: TaskNetwork?
     /// Why the task cannot run (a malformed task.toml, a missing tests/test.sh), or nil. A
     /// broken task stays in the benchmark and scores 0 as `setup_failed` with this reason, as
     /// an infrastructure error does: it costs that task, never the whole experiment.
@@ -199,6 +201,7 @@ public struct LocalBenchmark: Sendable {
             }
             task.dockerImage = name
         }
+        task.network = try TaskNetwork.read(toml, path: tomlPath)
         return task
     }
 

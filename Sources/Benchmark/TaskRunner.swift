@@ -243,7 +243,8 @@ public final class TaskRunner: Sendable {
         var overrides = PlanOverrides()
         overrides.timeoutSeconds = agentTimeout
         image?.apply(to: &overrides, root: imageRoot, policy: taskPolicy, verifier: false)
-        if !configuration.agentNetworkAllow.isEmpty { overrides.network = NetworkSpec(mode: .proxy, allow: configuration.agentNetworkAllow) }
+        let agentNetwork = TaskNetwork.allow(task.network, operator: configuration.agentNetworkAllow)
+        if !agentNetwork.isEmpty { overrides.network = NetworkSpec(mode: .proxy, allow: agentNetwork) }
         let command: [String]
         if configuration.oracle {
             guard task.hasSolution else {
@@ -259,13 +260,13 @@ public final class TaskRunner: Sendable {
                                 appOwner: image?.owner ?? (taskPolicy.identity.hostUID, taskPolicy.identity.hostGID),
                                 policy: verifierPolicy, overrides: verifierOverrides, audit: verifierAudit, timeout: verifierTimeout,
                                 ahead: ahead, rewardWatch: rewardWatch)
-        if let image, !configuration.agentNetworkAllow.isEmpty {
+        if let image, !agentNetwork.isEmpty {
             let names = VerifierPackages.requested(in: task.testsDirectory + "/test.sh")
             if !names.isEmpty {
                 var o = PlanOverrides()
                 o.timeoutSeconds = VerifierPackages.timeout
                 image.apply(to: &o, root: imageRoot, policy: taskPolicy, verifier: false)
-                o.network = NetworkSpec(mode: .proxy, allow: configuration.agentNetworkAllow)
+                o.network = NetworkSpec(mode: .proxy, allow: agentNetwork)
                 step.packages = (names, taskPolicy, o)
             }
         }

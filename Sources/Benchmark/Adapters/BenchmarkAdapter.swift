@@ -130,8 +130,23 @@ public protocol BenchmarkAdapter: Sendable {
     /// tasks never do.
     var taskImages: TaskImages? { get }
     /// What the agent phase of a task autoharness runs reaches through the egress proxy
-    /// (package mirrors), nil or empty: nothing.
+    /// (package mirrors), empty: nothing.
     var taskNetworkAllow: [String] { get }
+    /// The tasks autoharness runs (with their task.toml's `TaskNetwork`), by id; empty for
+    /// an adapter whose tasks a tool runs.
+    func benchmarkTask(_ id: String) -> BenchmarkTask?
+}
+
+extension BenchmarkAdapter {
+    /// What the agent phases of `ids` reach together: the operator's mirrors and each task's
+    /// own allowlist (a held-out VM's one proxy for the `task` class serves them all).
+    public func taskNetwork(_ ids: [String]) -> [String] {
+        var out = taskNetworkAllow
+        for id in ids {
+            for entry in benchmarkTask(id)?.network?.entries ?? [] where !out.contains(entry) { out.append(entry) }
+        }
+        return out
+    }
 }
 
 extension BenchmarkAdapter {
@@ -144,6 +159,7 @@ extension BenchmarkAdapter {
     public var runsBesideItself: Bool { true }
     public var taskImages: TaskImages? { nil }
     public var taskNetworkAllow: [String] { [] }
+    public func benchmarkTask(_ id: String) -> BenchmarkTask? { nil }
     public func canonicalTaskID(_ given: String) -> String? { taskIDs.contains(given) ? given : nil }
 }
 
@@ -162,6 +178,7 @@ public struct LocalAdapter: BenchmarkAdapter {
     /// egress proxy (package mirrors); none by default.
     public var agentNetworkAllow: [String] = []
     public var taskNetworkAllow: [String] { agentNetworkAllow }
+    public func benchmarkTask(_ id: String) -> BenchmarkTask? { benchmark.task(id) }
 
     public init(benchmark: LocalBenchmark) { self.benchmark = benchmark }
 

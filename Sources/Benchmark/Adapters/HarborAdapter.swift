@@ -269,6 +269,7 @@ public struct HarborAdapter: BenchmarkAdapter {
 
     /// Every task as `env_provider: local` runs it (`localTask`), for images and checks.
     public var localTasks: [BenchmarkTask] { taskIDs.map(localTask) }
+    public func benchmarkTask(_ id: String) -> BenchmarkTask? { environmentProvider == "local" ? localTask(id) : nil }
 
     private func task(_ id: String) -> BenchmarkTask {
         guard let dir = hostDirectory(id) else {
@@ -296,6 +297,15 @@ public struct HarborAdapter: BenchmarkAdapter {
                 (task.agentTimeout, task.agentTimeoutDeclared) = (seconds, true)
             } else {
                 (task.verifierTimeout, task.verifierTimeoutDeclared) = (seconds, true)
+            }
+        }
+        // The network settings need arrays: read with the parser where the file is one it
+        // reads (a registry task.toml it cannot read keeps the operator's mirrors only).
+        if let toml = try? TaskToml.parse(text, file: dir + "/task.toml") {
+            do throws(BenchmarkError) {
+                task.network = try TaskNetwork.read(toml, path: dir + "/task.toml")
+            } catch {
+                task.problem = error.message
             }
         }
         return task

@@ -38,6 +38,7 @@ struct LocalKind: BenchmarkKind {
         local.verifierTools = try config.verifierToolbox()
         local.defaultAgentTimeout = config.perTaskTimeout
         local.agentNetworkAllow = try Self.agentNetwork(config)
+        try Self.checkTaskNetworks(config, local.benchmark.tasks)
         // Tasks whose image `autoharness images` built run on it; the others on the host's userland.
         let images = ExperimentSupervisor.imageStore(root: root).load(local.benchmark.tasks).images
         local.images = images
@@ -73,6 +74,14 @@ extension LocalKind {
             throw ExperimentError(.usage, "\(key): \(mine) reaches the host of \(theirs) in sandbox.network.\(list): a host both held-out task runs and the coding agent reach could carry held-out tasks to it; give each its own")
         }
         return allow
+    }
+
+    /// Each task's own allowlist (task.toml's `allowed_hosts`), checked as the operator's is.
+    static func checkTaskNetworks(_ config: ExperimentConfig, _ tasks: [BenchmarkTask]) throws {
+        for task in tasks {
+            guard let entries = task.network?.entries, !entries.isEmpty else { continue }
+            _ = try agentNetwork(config, allow: entries, key: "\(task.directory)/task.toml allowed_hosts")
+        }
     }
 
     /// `host:port`'s host in one spelling.

@@ -203,6 +203,7 @@ extension ExperimentConfig {
             // container); the others on the host's userland, as before.
             let images = ExperimentSupervisor.imageStore(root: root).load(adapter.localTasks.filter { $0.problem == nil }).images
             adapter.images = images
+            try LocalKind.checkTaskNetworks(self, adapter.localTasks)
             if !images.byTask.isEmpty {
                 adapter.taskNetworkAllow = try LocalKind.agentNetwork(self, allow: upstream.taskNetworkAllow ?? [], key: "task_network_allow")
                 if executor.kind == .ray {

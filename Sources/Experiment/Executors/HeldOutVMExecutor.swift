@@ -59,7 +59,7 @@ struct HeldOutVMExecutor: TaskExecutor {
         }
         // The agent phase of a task autoharness runs reaches its package mirrors, and only
         // them, through a proxy of the host's (its audit the agent's).
-        let mirrors = env.adapter.taskNetworkAllow
+        let mirrors = env.adapter.taskNetwork(ids)
         if !mirrors.isEmpty {
             let proxy = EgressProxy(allow: mirrors, inference: nil, audit: audit.agent, sandbox: VMEgress.sandbox)
             if egress == nil { egress = VMEgress(agent: nil, tool: nil, agentAudit: audit.agent, toolAudit: audit.tool) }
