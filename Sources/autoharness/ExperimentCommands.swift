@@ -115,7 +115,7 @@ struct InitCommand: ParsableCommand {
         guard let imagesMode = ImagesAtInit(rawValue: images) else {
             throw ExperimentError(.usage, "--images \(images): one of \(ImagesAtInit.allCases.map(\.rawValue).joined(separator: ", "))")
         }
-        var options = ExperimentSupervisor.InitOptions(benchmark: benchmark, dataset: dataset, tool: tool, repo: repo, templates: try PolicyLocator.requireTemplates(),
+        var options = InitOptions(benchmark: benchmark, dataset: dataset, tool: tool, repo: repo, templates: try PolicyLocator.requireTemplates(),
                                                        codingAgent: codingAgent, codingAgentBinary: codingAgentBin, registryPath: registryPath, registryURL: registryURL)
         options.images = imagesMode
         let (layout, plan) = try ExperimentSupervisor.initialize(directory: directory, options)

@@ -258,7 +258,7 @@ struct DemoCommand: ParsableCommand {
         try fm.createDirectory(atPath: root, withIntermediateDirectories: true)
         let gen = try Self.shell("/usr/bin/python3", [demo + "/make_benchmark.py", root + "/benchmark"])
         print("demo: \(gen.trimmingCharacters(in: .whitespacesAndNewlines))")
-        var options = ExperimentSupervisor.InitOptions(benchmark: "local", dataset: root + "/benchmark", templates: templates)
+        var options = InitOptions(benchmark: "local", dataset: root + "/benchmark", templates: templates)
         options.images = .none
         let layout = try ExperimentSupervisor.initialize(directory: root + "/exp", options).layout
         try fm.removeItem(atPath: layout.agentFile)

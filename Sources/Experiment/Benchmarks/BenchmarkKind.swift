@@ -28,7 +28,7 @@ protocol BenchmarkKind: Sendable {
     var runsOwnTasks: Bool { get }
     /// `init`: checks what the operator gave (`--dataset`, `--repo`, the tool found) and
     /// returns the dataset to write and the benchmark's template placeholders.
-    func initialize(_ o: ExperimentSupervisor.InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues
+    func initialize(_ o: InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues
     /// The adapter, with every tool, file and key it needs checked now (unless `checkTools`
     /// is false: reading the record needs no tool).
     func adapter(_ config: ExperimentConfig, root: String, checkTools: Bool) throws -> any BenchmarkAdapter
@@ -40,7 +40,7 @@ protocol BenchmarkKind: Sendable {
     func runsVerifiers(_ config: ExperimentConfig) -> Bool
     /// What the held-out VM must run beside the tasks (a database server), built by the host
     /// from nothing held-out in directories `inputs` makes and shares read-only.
-    func guestServices(_ config: ExperimentConfig, adapter: any BenchmarkAdapter, inputs: GuestInputs,
+    func guestServices(_ config: ExperimentConfig, adapter: any BenchmarkAdapter, inputs: any GuestInputDirectories,
                        log: (@Sendable (String) -> Void)?) throws -> GuestServices
     /// The benchmark as the operator configured it, for messages ("benchmark: NAME", plus
     /// what among its settings the message depends on).
@@ -61,7 +61,7 @@ extension BenchmarkKind {
     func configured(_ config: ExperimentConfig) -> String { "benchmark: \(name)" }
     func imageTasks(dataset: String) -> String? { nil }
     func imagePlaceholders(built: Bool) -> [String: String] { [:] }
-    func guestServices(_ config: ExperimentConfig, adapter: any BenchmarkAdapter, inputs: GuestInputs,
+    func guestServices(_ config: ExperimentConfig, adapter: any BenchmarkAdapter, inputs: any GuestInputDirectories,
                        log: (@Sendable (String) -> Void)?) throws -> GuestServices { GuestServices() }
 }
 
@@ -92,5 +92,18 @@ enum BenchmarkKinds {
     static func notInVM(_ config: ExperimentConfig) -> String? {
         guard let kind = named(config.benchmark) else { return "benchmark '\(config.benchmark)' is not one this build runs" }
         return kind.notInVM(config)
+    }
+}
+
+extension InitValues {
+    /// The config's `sandbox.verifier_tools` line for a benchmark whose verifiers autoharness
+    /// runs, always a comment: the tools are a host path, and an experiment moved to a host or
+    /// a container without them must still open. `condition` (e.g. `env_provider: local`) says
+    /// when it applies.
+    static func verifierToolsLine(when condition: String?) -> String {
+        let dir = ExperimentLayout.defaultVerifierTools
+        let what = "uv, pytest's wheels, curl and apt-get shims, read-only in each verifier, for test scripts that fetch them (Terminal-Bench 2.0's)"
+        let state = (try? VerifierTools(directory: dir)) != nil ? "installed here" : "scripts/install-verifier-tools installs it"
+        return "  # verifier_tools: \(dir)  # \(condition.map { "with \($0): " } ?? "")\(what); \(state)\n"
     }
 }

@@ -33,7 +33,7 @@ struct BfclKind: BenchmarkKind {
         }
     }
 
-    func initialize(_ o: ExperimentSupervisor.InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues {
+    func initialize(_ o: InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues {
         guard let python = ToolCheck.interpreter(of: tool) else {
             throw ExperimentError(.usage, "\(tool) does not start with a #! line naming its Python: \(Self.hint)")
         }

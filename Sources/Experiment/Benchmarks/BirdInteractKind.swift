@@ -11,7 +11,7 @@ struct BirdInteractKind: BenchmarkKind {
     func notInVM(_ config: ExperimentConfig) -> String? { nil }
 
     /// A PostgreSQL server of the guest's own, holding copies of the task databases.
-    func guestServices(_ config: ExperimentConfig, adapter: any BenchmarkAdapter, inputs: GuestInputs,
+    func guestServices(_ config: ExperimentConfig, adapter: any BenchmarkAdapter, inputs: any GuestInputDirectories,
                        log: (@Sendable (String) -> Void)?) throws -> GuestServices {
         guard let bird = adapter as? BirdAdapter, let socket = bird.postgresSocketDirectory else { return GuestServices() }
         let dir = try inputs.directory("postgres")
@@ -52,7 +52,7 @@ struct BirdInteractKind: BenchmarkKind {
         }
     }
 
-    func initialize(_ o: ExperimentSupervisor.InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues {
+    func initialize(_ o: InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues {
         let fm = FileManager.default
         guard let r = o.repo ?? ProcessInfo.processInfo.environment["BIRD_REPO"] else {
             throw ExperimentError(.usage, "bird-interact needs the BIRD-Interact checkout: --repo /path/to/BIRD-Interact (or export BIRD_REPO); \(Self.hint)")

@@ -9,7 +9,7 @@ struct LocalKind: BenchmarkKind {
     func notInVM(_ config: ExperimentConfig) -> String? { nil }
     let runsOwnTasks = true
 
-    func initialize(_ o: ExperimentSupervisor.InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues {
+    func initialize(_ o: InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues {
         guard var dataset = o.dataset, !dataset.isEmpty else {
             throw ExperimentError(.usage, "--dataset is required for a local benchmark (its directory, with tasks/<id>/)")
         }
@@ -23,7 +23,7 @@ struct LocalKind: BenchmarkKind {
             throw ExperimentError(.usage, "--dataset \(o.dataset ?? ""): \(error)")
         }
         guard problems.isEmpty else { throw ExperimentError(.usage, "--dataset \(o.dataset ?? ""): \(problems.joined(separator: "\n"))") }
-        return InitValues(dataset: dataset, placeholders: ["verifier_tools": ExperimentSupervisor.verifierToolsLine(when: nil)])
+        return InitValues(dataset: dataset, placeholders: ["verifier_tools": InitValues.verifierToolsLine(when: nil)])
     }
 
     func runsVerifiers(_ config: ExperimentConfig) -> Bool { true }
@@ -40,7 +40,7 @@ struct LocalKind: BenchmarkKind {
         local.agentNetworkAllow = try Self.agentNetwork(config)
         try Self.checkTaskNetworks(config, local.benchmark.tasks)
         // Tasks whose image `autoharness images` built run on it; the others on the host's userland.
-        let images = ExperimentSupervisor.imageStore(root: root).load(local.benchmark.tasks).images
+        let images = TaskImageStore(experimentRoot: root).load(local.benchmark.tasks).images
         local.images = images
         // Only this host and its held-out VM (the store shared read-only) have the images: a
         // Ray node would run the same tasks on its own userland, a different benchmark from
@@ -115,7 +115,7 @@ struct CommandKind: BenchmarkKind {
     let installHint = "install python3 or set runner.command"
     func notInVM(_ config: ExperimentConfig) -> String? { nil }
 
-    func initialize(_ o: ExperimentSupervisor.InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues {
+    func initialize(_ o: InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues {
         InitValues(dataset: o.dataset ?? "")
     }
 

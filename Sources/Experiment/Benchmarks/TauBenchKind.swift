@@ -28,7 +28,7 @@ struct TauBenchKind: BenchmarkKind {
         }
     }
 
-    func initialize(_ o: ExperimentSupervisor.InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues {
+    func initialize(_ o: InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues {
         let fm = FileManager.default
         guard let d = o.dataset ?? ProcessInfo.processInfo.environment["TAU2_DATA_DIR"] else {
             throw ExperimentError(.usage, "tau-bench needs tau2's data directory: --dataset /path/to/tau2-bench/data (or export TAU2_DATA_DIR)")

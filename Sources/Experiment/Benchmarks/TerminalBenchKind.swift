@@ -41,7 +41,7 @@ struct TerminalBenchKind: BenchmarkKind {
 
     /// The dataset in any form Harbor takes, checked now; a directory is written as the task
     /// directory itself (the inner one of a `harbor download` tree).
-    func initialize(_ o: ExperimentSupervisor.InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues {
+    func initialize(_ o: InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues {
         let fm = FileManager.default
         var dataset = o.dataset ?? Self.dataset
         var harborKeys = "# registry_path: registry.json  # a local Harbor registry the dataset name@version is resolved from (no network)"
@@ -66,7 +66,7 @@ struct TerminalBenchKind: BenchmarkKind {
                 // a task directory like any other, and no run needs the registry.
                 let target = layout.privateDirectory + "/dataset"
                 try fm.createDirectory(atPath: layout.root, withIntermediateDirectories: true)
-                try ExperimentSupervisor.ensurePrivateDirectory(layout)
+                try layout.ensurePrivateDirectory()
                 try HarborDataset.download(reference, harbor: tool, registryURL: o.registryURL, into: target)
                 guard case .directory(let dir, let tasks) = try HarborDataset.resolve(target, root: layout.root, registryPath: nil) else {
                     throw ExperimentError(.usage, "harbor download \(reference) wrote no task directories into \(target)")
@@ -80,7 +80,7 @@ struct TerminalBenchKind: BenchmarkKind {
             throw ExperimentError(.usage, "--registry-url is for a registry dataset (name@version), not a directory")
         }
         return InitValues(dataset: dataset, placeholders: ["harbor_registry": harborKeys, "harbor_allow": harborAllow.map { ", " + $0 }.joined(),
-                                                           "verifier_tools": ExperimentSupervisor.verifierToolsLine(when: "env_provider: local")])
+                                                           "verifier_tools": InitValues.verifierToolsLine(when: "env_provider: local")])
     }
 
     func runsVerifiers(_ config: ExperimentConfig) -> Bool { settings(config).provider == "local" }
@@ -201,7 +201,7 @@ extension ExperimentConfig {
         if provider == "local" {
             // Tasks whose image `autoharness images` made run their commands on it (a task
             // container); the others on the host's userland, as before.
-            let images = ExperimentSupervisor.imageStore(root: root).load(adapter.localTasks.filter { $0.problem == nil }).images
+            let images = TaskImageStore(experimentRoot: root).load(adapter.localTasks.filter { $0.problem == nil }).images
             adapter.images = images
             try LocalKind.checkTaskNetworks(self, adapter.localTasks)
             if !images.byTask.isEmpty {

@@ -273,11 +273,6 @@ public struct ExperimentConfig: Sendable, Equatable {
         public init() {}
     }
 
-    /// The improvement a gate must exceed, given the test split's size.
-    public func requiredImprovement(testTasks: Int) -> Double {
-        acceptRule != .margin ? 0 : GateRules.requiredImprovement(testTasks: testTasks, minImprovement: minImprovement)
-    }
-
     public init(benchmark: String, dataset: String? = nil) {
         self.benchmark = benchmark
         self.dataset = dataset

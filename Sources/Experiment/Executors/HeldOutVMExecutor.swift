@@ -78,7 +78,7 @@ struct HeldOutVMExecutor: TaskExecutor {
                                         adapterPaths: env.adapter.hostPaths, scratch: config.scratch)
         for dir in inputs.made { _ = try image.addInput(dir.path, name: dir.name) }
         if !(env.adapter.taskImages?.byTask.isEmpty ?? true) {
-            try image.addImageStore(ExperimentSupervisor.imageStore(root: layout.root).directory)
+            try image.addImageStore(TaskImageStore(experimentRoot: layout.root).directory)
         }
         image.trustBundle = trustBundle
         // A bound on the whole phase (each task's own limits hold inside the guest): the

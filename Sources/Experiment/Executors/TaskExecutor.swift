@@ -12,6 +12,7 @@
 
 import Benchmark
 import Foundation
+import Sandbox
 import SandboxPolicy
 
 /// One run's tasks, as the supervisor hands them to an executor.
@@ -20,7 +21,7 @@ struct TaskRun {
     var split: SplitClass
     /// The snapshot directory holding the agent.py under evaluation.
     var agent: String
-    var audit: ExperimentSupervisor.RunAudit
+    var audit: RunAudit
     /// `solution/solve.sh` in place of agent.py (`benchmark --oracle`).
     var oracle = false
     /// A failing tool's stderr reaches the operator (prepare's baseline).
@@ -47,4 +48,11 @@ struct ExecutorEnvironment {
     let log: (@Sendable (String) -> Void)?
     /// After each task; the outcome is nil for runs that keep nothing.
     let progress: ((_ done: Int, _ total: Int, _ outcome: TaskOutcome?) -> Void)?
+}
+
+/// Where one run's sandboxes report: those that hold agent.py, and those that never load it
+/// (a local task's verifier, tau2's scorer, BIRD's graders).
+struct RunAudit {
+    let agent = AuditLog()
+    let tool = AuditLog()
 }

@@ -162,3 +162,10 @@ public enum GateRules {
         return (s.split?.train ?? []).filter { !outside.contains($0) && (s.failedTrain.contains($0) || !ranUnderAccepted.contains($0)) }
     }
 }
+
+extension ExperimentConfig {
+    /// The improvement a gate must exceed, given the test split's size.
+    public func requiredImprovement(testTasks: Int) -> Double {
+        acceptRule != .margin ? 0 : GateRules.requiredImprovement(testTasks: testTasks, minImprovement: minImprovement)
+    }
+}

@@ -63,18 +63,3 @@ public enum HeldOutScore {
     }
 }
 
-/// A held-out run's rewards per task and trial, kept in the ledger for the paired decision
-/// (the best's side), never disclosed to the coding agent. By position in the split's test
-/// list, not by id: no attempt row names a held-out task.
-public struct HeldOutTrials: Codable, Sendable, Equatable {
-    /// `rewards[i]`: the split's i-th test task's rewards, one per trial.
-    public var rewards: [[Double]]
-    public var trials: Int
-    public init(rewards: [[Double]], trials: Int) {
-        self.rewards = rewards
-        self.trials = trials
-    }
-
-    /// Each task's mean over its trials (val_score is their mean).
-    public var means: [Double] { rewards.map { HeldOutScore.mean($0) } }
-}

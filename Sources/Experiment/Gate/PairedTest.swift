@@ -40,26 +40,6 @@ public struct PairedScores: Equatable, Sendable {
     }
 }
 
-/// The result of the paired test: what `status --operator`, the ledger and the evidence show.
-public struct PairedDecision: Codable, Equatable, Sendable {
-    /// Mean over tasks of candidate minus best (val_score's difference).
-    public var meanDifference: Double
-    /// Its standard error, sd(d) / √N.
-    public var standardError: Double
-    /// The t statistic; nil when the differences do not vary (every task moved by the same
-    /// amount, or there is one task), where it is not defined.
-    public var t: Double?
-    public var tasks: Int
-    /// One-sided p-value, P(T_{N-1} ≥ t).
-    public var pValue: Double
-    public var alpha: Double
-    /// The candidate's trials per task, and the best's.
-    public var trials: Int
-    public var bestTrials: Int
-    /// p ≤ alpha with a positive mean difference: the candidate is better.
-    public var accepted: Bool { pValue <= alpha && meanDifference > 0 }
-}
-
 public enum PairedTest {
     /// The one-sided paired t-test of candidate over best (see the file's header).
     public static func decide(_ tasks: [PairedScores], candidateTrials kc: Int, bestTrials kb: Int, alpha: Double) -> PairedDecision {
@@ -118,12 +98,4 @@ public enum PairedTest {
         }
         return exp(logFront) / f
     }
-}
-
-/// `gate.trials`: how many times each held-out task runs in one gate.
-public enum GateTrials {
-    /// At most this many: a gate's held-out phase takes as many times as long.
-    public static let maximum = 20
-    /// `gate.infra_retries` at most: each is another run of the tasks the vendor failed.
-    public static let maximumRetries = 5
 }

@@ -21,10 +21,12 @@ public enum ImagesAtInit: String, Sendable, CaseIterable {
         public var note: String?
     }
 
-    func plan(_ kind: any BenchmarkKind, dataset: String) throws -> Plan {
+    /// For benchmark `name`, whose task directories (of `dataset`) are `tasks` where its tasks
+    /// can run on their own image (`BenchmarkKind.imageTasks`).
+    func plan(benchmark name: String, tasks: String?, dataset: String) throws -> Plan {
         guard self != .none else { return Plan(build: false) }
-        guard let tasks = kind.imageTasks(dataset: dataset) else {
-            if self == .build { throw ExperimentError(.usage, "--images build: \(kind.name) does not run its tasks on images") }
+        guard let tasks else {
+            if self == .build { throw ExperimentError(.usage, "--images build: \(name) does not run its tasks on images") }
             return Plan(build: false)
         }
         let count = Self.imageTasks(tasks)
@@ -34,8 +36,8 @@ public enum ImagesAtInit: String, Sendable, CaseIterable {
         }
         var missing: [String] = []
         if Self.onPath("podman") == nil { missing.append("podman is not on PATH (apt-get install podman)") }
-        if (try? VerifierTools(directory: ExperimentSupervisor.defaultVerifierTools)) == nil {
-            missing.append("the verifier tools, which a task on its image needs, are not at \(ExperimentSupervisor.defaultVerifierTools) (scripts/install-verifier-tools)")
+        if (try? VerifierTools(directory: ExperimentLayout.defaultVerifierTools)) == nil {
+            missing.append("the verifier tools, which a task on its image needs, are not at \(ExperimentLayout.defaultVerifierTools) (scripts/install-verifier-tools)")
         }
         guard missing.isEmpty else {
             if self == .build { throw ExperimentError(.usage, "--images build: " + missing.joined(separator: "; ")) }

@@ -28,6 +28,9 @@ public struct TaskImageStore {
 
     public init(directory: String) { self.directory = directory }
 
+    /// The experiment's own store, in its private directory.
+    init(experimentRoot root: String) { self.init(directory: ExperimentLayout(root: root).privateDirectory + "/images") }
+
     var indexPath: String { directory + "/index.json" }
     var failedPath: String { directory + "/failed.json" }
 

@@ -1,4 +1,5 @@
 import BrokerWire
+import Foundation
 import Glibc
 
 /// Every path of an experiment, in one place.
@@ -81,5 +82,18 @@ public struct ExperimentLayout: Sendable {
             guard let slash = dir.lastIndex(of: "/"), dir != "/" else { return nil }
             dir = slash == dir.startIndex ? "/" : String(dir[..<slash])
         }
+    }
+}
+
+extension ExperimentLayout {
+    /// Makes the private directory (and its snapshots) if missing, root's alone.
+    func ensurePrivateDirectory() throws {
+        try FileManager.default.createDirectory(atPath: snapshots, withIntermediateDirectories: true)
+        chmod(privateDirectory, 0o700)
+    }
+
+    /// The toolbox scripts/install-verifier-tools makes, where it makes it.
+    static var defaultVerifierTools: String {
+        (getenv("AUTOHARNESS_CACHE").map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 } ?? "/var/cache/autoharness") + "/verifier-tools"
     }
 }

@@ -48,7 +48,7 @@ public final class ExperimentSupervisor {
         do {
             config = try ExperimentConfig.load(layout.config)
         }
-        try Self.ensurePrivateDirectory(layout)
+        try layout.ensurePrivateDirectory()
         lock = exclusive ? try ExperimentLock(path: layout.lock, purpose: purpose) : nil
         ledger = try Ledger(path: layout.ledger, kinds: .experiment)
         do {
@@ -219,15 +219,6 @@ public final class ExperimentSupervisor {
         ExecutorEnvironment(config: config, layout: layout, adapter: adapter, policyLoader: policyLoader, log: log, progress: progress)
     }
 
-    /// Refused syscalls and limit events of a run, as ledger violation records (one per kind
-    /// of event; the audit already bounds their number).
-    /// Where one run's sandboxes report: those that hold agent.py, and those that never load
-    /// it (a local task's verifier, tau2's scorer, BIRD's graders).
-    struct RunAudit {
-        let agent = AuditLog()
-        let tool = AuditLog()
-    }
-
     /// A run's violations and limit hits, each against the sandbox that made it: agent.py for
     /// the sandboxes that hold it (a tool sharing its process included: tau2's runner,
     /// Harbor's orchestrator), "verifier" (local benchmarks) or "benchmark tool" for those
@@ -308,10 +299,5 @@ public final class ExperimentSupervisor {
             }
         }
         return Snapshot(sha256: sha, directory: dir)
-    }
-
-    static func ensurePrivateDirectory(_ layout: ExperimentLayout) throws {
-        try FileManager.default.createDirectory(atPath: layout.snapshots, withIntermediateDirectories: true)
-        chmod(layout.privateDirectory, 0o700)
     }
 }

@@ -1,6 +1,6 @@
 import Benchmark
 
-// Held-out runs that repeat a task the vendor failed (`InfraRetries`, Gate/InfraRetries.swift).
+// Held-out runs that repeat a task the vendor failed (`InfraRetries`, Records/InfraRetries.swift).
 
 extension ExperimentSupervisor {
     /// Whether held-out runs count vendor failures per task: retries are on and the runner

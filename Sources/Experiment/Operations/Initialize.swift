@@ -4,42 +4,6 @@ import SupervisorIO
 import Ledger
 
 extension ExperimentSupervisor {
-    /// What `init` needs besides the directory.
-    public struct InitOptions: Sendable {
-        public var benchmark: String
-        /// `local`: the benchmark directory. Others: the upstream `dataset` value if any.
-        public var dataset: String?
-        /// The tool's executable (harbor, tau2, ...), when not the default name on PATH.
-        public var tool: String?
-        /// bird-interact: the BIRD-Interact checkout (default: $BIRD_REPO).
-        public var repo: String?
-        public var templates: String
-        /// `claude`, `codex` or `command` (default): the `coding_agent:` preset.
-        public var codingAgent: String
-        /// The coding agent's CLI, when not on PATH under its usual name.
-        public var codingAgentBinary: String?
-        /// terminal-bench: a local registry.json the registry dataset is resolved from.
-        public var registryPath: String?
-        /// terminal-bench: the legacy registry.json URL `harbor download` resolves the dataset
-        /// from (default: Harbor's own registry).
-        public var registryURL: String?
-        /// local and terminal-bench: whether init makes each task's image (`ImagesAtInit`).
-        public var images: ImagesAtInit = .auto
-        public init(benchmark: String, dataset: String?, tool: String? = nil, repo: String? = nil, templates: String,
-                    codingAgent: String = "command", codingAgentBinary: String? = nil, registryPath: String? = nil,
-                    registryURL: String? = nil) {
-            self.registryPath = registryPath
-            self.registryURL = registryURL
-            self.codingAgent = codingAgent
-            self.codingAgentBinary = codingAgentBinary
-            self.benchmark = benchmark
-            self.dataset = dataset
-            self.tool = tool
-            self.repo = repo
-            self.templates = templates
-        }
-    }
-
     /// Creates an experiment in `directory` (which must not exist or be empty): the config
     /// (common keys + the benchmark's upstream keys and `runner:`), `agent/agent.py` and
     /// `PROGRAM.md` (common part + the benchmark's part) from `templates/`, the workspace,
@@ -95,9 +59,9 @@ extension ExperimentSupervisor {
         placeholders["dataset"] = dataset
         placeholders["tool"] = tool
         // Tasks on their own image: planned now, made once the experiment exists (`buildImages`).
-        let imagePlan = try o.images.plan(kind, dataset: dataset)
+        let imagePlan = try o.images.plan(benchmark: kind.name, tasks: kind.imageTasks(dataset: dataset), dataset: dataset)
         placeholders.merge(kind.imagePlaceholders(built: imagePlan.build)) { _, new in new }
-        if imagePlan.build { placeholders["verifier_tools"] = "  verifier_tools: \(defaultVerifierTools)  # tasks on their own image need it (init made their images)\n" }
+        if imagePlan.build { placeholders["verifier_tools"] = "  verifier_tools: \(ExperimentLayout.defaultVerifierTools)  # tasks on their own image need it (init made their images)\n" }
         placeholders["python"] = ToolCheck.interpreter(of: tool) ?? (tool.split(separator: "/").last?.hasPrefix("python") == true ? tool : "python3")
         placeholders["templates"] = t
         if placeholders["verifier_tools"] == nil { placeholders["verifier_tools"] = "" }
@@ -149,7 +113,7 @@ extension ExperimentSupervisor {
         } catch {
             throw ExperimentError(.io, "the generated \(layout.config) does not load: \(error)")
         }
-        try ensurePrivateDirectory(layout)
+        try layout.ensurePrivateDirectory()
         let git = Git(root: root, privateIndex: layout.privateDirectory + "/git-index")
         try git.initialize(committing: committed,
                            message: "autoharness: new experiment (\(o.benchmark)\(dataset.isEmpty ? "" : ", " + dataset))")
@@ -157,21 +121,5 @@ extension ExperimentSupervisor {
         _ = try ledger.append(.experimentCreated, ExperimentCreated(benchmark: o.benchmark, dataset: dataset))
         created = true
         return (layout, imagePlan)
-    }
-
-    /// The toolbox scripts/install-verifier-tools makes, where it makes it.
-    static var defaultVerifierTools: String {
-        (ProcessInfo.processInfo.environment["AUTOHARNESS_CACHE"].flatMap { $0.isEmpty ? nil : $0 } ?? "/var/cache/autoharness") + "/verifier-tools"
-    }
-
-    /// The config's `sandbox.verifier_tools` line for a benchmark whose verifiers autoharness
-    /// runs, always a comment: the tools are a host path, and an experiment moved to a host or
-    /// a container without them must still open. `condition` (e.g. `env_provider: local`) says
-    /// when it applies.
-    static func verifierToolsLine(when condition: String?) -> String {
-        let dir = defaultVerifierTools
-        let what = "uv, pytest's wheels, curl and apt-get shims, read-only in each verifier, for test scripts that fetch them (Terminal-Bench 2.0's)"
-        let state = (try? VerifierTools(directory: dir)) != nil ? "installed here" : "scripts/install-verifier-tools installs it"
-        return "  # verifier_tools: \(dir)  # \(condition.map { "with \($0): " } ?? "")\(what); \(state)\n"
     }
 }

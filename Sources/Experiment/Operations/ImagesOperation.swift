@@ -2,11 +2,6 @@ import Benchmark
 import Foundation
 
 extension ExperimentSupervisor {
-    /// Where this experiment's task images are kept (`TaskImageStore`).
-    static func imageStore(root: String) -> TaskImageStore {
-        TaskImageStore(directory: ExperimentLayout(root: root).privateDirectory + "/images")
-    }
-
     /// `autoharness images`: builds the image of every task of a `local` benchmark, or of a
     /// `terminal-bench` one with `env_provider: local`, with an environment/Dockerfile or a
     /// docker_image (podman, on this host), for the host ids image sandboxes run as (`ImageIDs`).
@@ -20,7 +15,7 @@ extension ExperimentSupervisor {
         } else {
             throw ExperimentError(.usage, "autoharness images builds the images of a local benchmark's tasks, or terminal-bench's with env_provider: local; \(adapter.name) runs its tasks otherwise")
         }
-        let store = Self.imageStore(root: layout.root)
+        let store = TaskImageStore(experimentRoot: layout.root)
         let problems = try store.prepare(tasks, ids: try ImageIDs.range(), progress: log)
         return (store.load(tasks).images.byTask.count, problems)
     }

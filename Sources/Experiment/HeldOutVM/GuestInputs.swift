@@ -1,23 +1,10 @@
 import Foundation
 import SupervisorIO
 
-/// What a benchmark's held-out tasks need running in the guest beside them, made by the host
-/// for each phase from nothing held-out, shared read-only, and started by `vm-guest` before
-/// the adapter runs (`BenchmarkKind.guestServices`).
-public struct GuestServices: Codable, Sendable, Equatable {
-    public var postgres: GuestPostgres?
-    public init() {}
-
-    /// In the guest, before the adapter runs.
-    func start(log: @escaping @Sendable (String) -> Void) throws {
-        try postgres?.start(log: log)
-    }
-}
-
 /// The directories a phase's services are built in on the host: below the scratch root,
 /// named by their owner like the VM's work directory (the next start removes them if this
 /// supervisor dies), each shared read-only at `/.ahvm/in/<name>`; removed after the VM.
-final class GuestInputs {
+final class GuestInputs: GuestInputDirectories {
     let root: String
     private(set) var made: [(name: String, path: String)] = []
     private var created = false
