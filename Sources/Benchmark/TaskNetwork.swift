@@ -85,6 +85,10 @@ public enum TaskNetwork: Sendable, Equatable {
         }
     }
 
+    /// Special-use domains whose names reach this host or its local network (RFC 6761,
+    /// RFC 6762, RFC 8375, and `internal`, which clouds' resolvers answer for their metadata).
+    static let localDomains = ["localhost", "local", "internal", "home.arpa", "arpa", "localdomain", "lan", "test", "invalid"]
+
     /// `host` as the proxy's `host:port` entries (443 and 80), or nil when it cannot be one.
     static func entries(_ raw: String) -> [String]? {
         var host = raw.lowercased()
@@ -102,12 +106,17 @@ public enum TaskNetwork: Sendable, Equatable {
         if inet_pton(AF_INET, host, &a4) == 1 {
             guard !EgressProxy.isInternalLiteral(host) else { return nil }
         } else {
+            // Another spelling of an address (`0x7f.1`, `2130706433`, `127.1`): the C
+            // library's resolver reads it as one.
+            guard inet_aton(host, &a4) == 0 else { return nil }
             let name = host.hasPrefix("*.") ? String(host.dropFirst(2)) : host
             let labels = name.split(separator: ".", omittingEmptySubsequences: false)
-            guard !labels.contains(where: { $0.isEmpty || $0.count > 63 }),
+            // Two labels at least: a single label (`localhost`, `metadata`, a host-file name)
+            // is this host's or its network's, as are the names under the special-use domains.
+            guard labels.count >= 2, !labels.contains(where: { $0.isEmpty || $0.count > 63 }),
                   name.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" || $0 == "." }),
-                  !host.hasPrefix("*.") || labels.count >= 2 else { return nil }
-            // All digits and dots but not an address (`127.1`): a spelling of one to some resolvers.
+                  !Self.localDomains.contains(where: { name == $0 || name.hasSuffix("." + $0) }) else { return nil }
+            // All digits and dots but not an address (`1.2.3.4.5`): refused as well.
             if name.allSatisfy({ $0.isNumber || $0 == "." }) { return nil }
         }
         return ["\(host):443", "\(host):80"]

@@ -260,13 +260,15 @@ public final class TaskRunner: Sendable {
                                 appOwner: image?.owner ?? (taskPolicy.identity.hostUID, taskPolicy.identity.hostGID),
                                 policy: verifierPolicy, overrides: verifierOverrides, audit: verifierAudit, timeout: verifierTimeout,
                                 ahead: ahead, rewardWatch: rewardWatch)
-        if let image, !agentNetwork.isEmpty {
+        // The verifier's packages come from the operator's mirrors, whatever the task's own
+        // network: a no-network task's test may still apt-get install.
+        if let image, !configuration.agentNetworkAllow.isEmpty {
             let names = VerifierPackages.requested(in: task.testsDirectory + "/test.sh")
             if !names.isEmpty {
                 var o = PlanOverrides()
                 o.timeoutSeconds = VerifierPackages.timeout
                 image.apply(to: &o, root: imageRoot, policy: taskPolicy, verifier: false)
-                o.network = NetworkSpec(mode: .proxy, allow: agentNetwork)
+                o.network = NetworkSpec(mode: .proxy, allow: configuration.agentNetworkAllow)
                 step.packages = (names, taskPolicy, o)
             }
         }

@@ -145,6 +145,42 @@ struct HeldOutVMEgressTests {
                 "\(row)")
     }
 
+    @Test("in the VM too, agent.py that exits in the middle of a slow generation buys no retry: its sandbox's end closes only the guest's stream (the host's exchange waits on for the vendor), and what fails once the host's proxy stopped with the VM is not counted")
+    func leavingMidCallInTheVM() throws {
+        try HeldOutVMTests.requireVM()
+        let (exp, model) = try Self.prepared { try $0.set("infra_retries", "1", in: "gate") }
+        defer { exp.removeScratch() }
+        let test = try exp.split().test
+        let before = model.requests().count
+        try exp.setAgent("""
+            import json, os, threading, time, urllib.request
+
+            class HarnessAgent:
+                def run(self, instruction):
+                    n = int(instruction.split()[1])
+                    if open("/proc/sys/kernel/random/boot_id").read().strip() == "\(HeldOutVMTests.hostBootID)":
+                        return str(n * n)
+                    def call():
+                        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "SLEEP:15 " + instruction}]}).encode()
+                        req = urllib.request.Request("https://%s/v1/chat/completions" % os.environ["FAKE_MODEL"], data=body,
+                                                     headers={"content-type": "application/json", "authorization": "Bearer sk-test"})
+                        try:
+                            urllib.request.urlopen(req, timeout=60).read()
+                        except Exception:
+                            pass
+                    threading.Thread(target=call, daemon=True).start()
+                    time.sleep(2)
+                    os._exit(1)
+            """)
+        let g = try exp.run(["gate"], environment: ["FAKE_MODEL": model.address])
+        #expect(g.status == 0 || g.status == 1, "\(g.stdout)\n\(g.stderr)")
+        // The attempt was made: each held-out task's generation reached the vendor.
+        #expect(model.requests().dropFirst(before).filter { $0["slow"] != nil }.count == test.count, "\(model.requests())")
+        #expect(!g.stderr.contains("run again (gate.infra_retries)"), "\(g.stderr)")
+        let row = try #require(try exp.rows("gate_attempt").last)
+        #expect(row["infraRetries"] == nil, "\(row)")
+    }
+
     @Test("tau-bench's held-out tasks run in the VM with tau2's data and scripts shared read-only: the gate scores them there, and nothing of them persists on the host")
     func tau2InTheVM() throws {
         try HeldOutVMTests.requireVM()

@@ -132,7 +132,7 @@ import TestSupport
         #expect(egress.contains { $0.name == "127.0.0.1:\(closed)" && $0.action == "denied" && ($0.detail ?? "").contains("not on the allowlist") }, "\(egress)")
     }
 
-    @Test("a test script's apt-get install on a task's image: the image's apt-get installs it from the mirror before the verifier starts (flagged), the toolbox's apt-get then finds it installed; without a mirror it is not there and the task scores 0")
+    @Test("a test script's apt-get install on a task's image: the image's apt-get installs it from the mirror before the verifier starts (flagged), the toolbox's apt-get then finds it installed (a no-network task's too); without a mirror it is not there and the task scores 0")
     func verifierInstallsPackages() throws {
         try TaskImageTests.requireImageHost()
         let dir = NSTemporaryDirectory() + "ah-vpkg-" + UUID().uuidString.prefix(8).lowercased()
@@ -152,6 +152,9 @@ import TestSupport
 
             """.write(toFile: t + "/environment/Dockerfile", atomically: true, encoding: .utf8)
         try "#!/bin/bash\ntrue\n".write(toFile: t + "/solution/solve.sh", atomically: true, encoding: .utf8)
+        // The task's agent phase has no network (task.toml); its verifier's packages still
+        // come from the operator's mirror.
+        try "[environment]\nnetwork_mode = \"no-network\"\n".write(toFile: t + "/task.toml", atomically: true, encoding: .utf8)
         // As Terminal-Bench 2.0's scripts that need a program: apt-get, then use it.
         try """
             #!/bin/bash

@@ -132,5 +132,19 @@ struct RealHarborImageTests {
         }
         #expect(exp.scratchMounts().isEmpty)
         #expect(try exp.rows("violation").isEmpty)
+
+        // The held-out tasks in the VM: Harbor's agent phase and each task's container on its
+        // image in the guest (the store shared read-only), the server the agent left running
+        // queried there by the verifier.
+        try HeldOutVMTests.requireVM()
+        let vm = try String(contentsOfFile: path, encoding: .utf8)
+        try #require(vm.contains("\n  held_out_runtime: "), "\(vm)")
+        try vm.replacingOccurrences(of: "\n  held_out_runtime: ", with: "\n  vm: {accel: tcg, allow_emulation: true, memory_mib: 1536}\n  held_out_runtime: vm #")
+            .write(toFile: path, atomically: true, encoding: .utf8)
+        let g = try exp.run(["gate"], environment: [:])
+        let test = try exp.split().test
+        #expect((g.status == 0 || g.status == 1) && g.stdout.contains("val_score: 1.00"), "\(g.stdout)\n\(g.stderr)")
+        #expect(g.stderr.contains("held-out VM: \(test.count) task(s) answered"), "\(g.stderr)")
+        #expect(exp.scratchMounts().isEmpty)
     }
 }

@@ -47,6 +47,13 @@ import TestSupport
             ("broad", "[agent]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"*.com\"]\n", "'*.com'"),
             ("short", "[agent]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"127.1\"]\n", "'127.1'"),
             ("star", "[agent]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"*\"]\n", "'*'"),
+            ("hex", "[agent]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"0x7f.1\"]\n", "'0x7f.1'"),
+            ("decimal", "[agent]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"0x7f000001\"]\n", "'0x7f000001'"),
+            ("localhost", "[agent]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"LOCALHOST.\"]\n", "'LOCALHOST.'"),
+            ("label", "[agent]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"metadata\"]\n", "'metadata'"),
+            ("internal", "[agent]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"metadata.google.internal\"]\n", "'metadata.google.internal'"),
+            ("mdns", "[agent]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"*.local\"]\n", "'*.local'"),
+            ("azure", "[agent]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"168.63.129.16\"]\n", "'168.63.129.16'"),
         ]
         for (id, toml, _) in refused { try Self.task(temp.path, id, toml: toml) }
         let bench = try LocalBenchmark(directory: temp.path)

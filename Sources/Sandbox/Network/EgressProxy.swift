@@ -467,7 +467,8 @@ public final class EgressProxy: @unchecked Sendable {
 }
 
 /// IANA's special-purpose address registries, as predicates (the entries marked not
-/// globally reachable, plus multicast and the reserved blocks).
+/// globally reachable, plus multicast and the reserved blocks), and the cloud platform
+/// endpoints that sit in public space.
 enum AddressClass {
     /// (network, prefix length) for IPv4.
     static let v4Blocks: [(UInt32, Int)] = [
@@ -476,6 +477,7 @@ enum AddressClass {
         (0x6440_0000, 10),   // 100.64/10 shared (CGN)
         (0x7F00_0000, 8),    // 127/8 loopback
         (0xA9FE_0000, 16),   // 169.254/16 link-local (cloud metadata)
+        (0xA83F_8110, 32),   // 168.63.129.16 Azure's platform endpoint (wireserver), public space
         (0xAC10_0000, 12),   // 172.16/12 private
         (0xC000_0000, 24),   // 192.0.0/24 IETF protocol assignments
         (0xC000_0200, 24),   // 192.0.2/24 TEST-NET-1
