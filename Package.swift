@@ -118,7 +118,7 @@ let package = Package(
         .target(
             name: "Experiment",
             dependencies: [
-                "Benchmark", "Ledger", "Sandbox", "SandboxPolicy", "SupervisorIO", "BrokerWire",
+                "Benchmark", "Ledger", "Sandbox", "SandboxPolicy", "SupervisorIO", "BrokerWire", "WireCoding",
                 // The broker's grammar and the exit-code table (shared with the CLI).
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Yams", package: "Yams"),
@@ -128,7 +128,7 @@ let package = Package(
         .executableTarget(
             name: "autoharness",
             dependencies: [
-                "Sandbox", "SandboxCLI", "SandboxPolicy", "SupervisorIO", "Experiment", "Benchmark", "Ledger", "BrokerWire",
+                "Sandbox", "SandboxCLI", "SandboxPolicy", "SupervisorIO", "Experiment", "Benchmark", "Ledger", "BrokerWire", "WireCoding",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -158,7 +158,7 @@ let package = Package(
         // is bound into, and it starts in a fraction of a millisecond per broker request).
         .executableTarget(
             name: "autoharness-client",
-            dependencies: ["BrokerWire"],
+            dependencies: ["BrokerWire", "WireCoding"],
             linkerSettings: [.unsafeFlags(["-static-executable"])]
         ),
         // A task container's command server (Harbor's agent phase on a task's image): the
@@ -188,7 +188,7 @@ let package = Package(
         ),
         // Shared helpers of the test targets: locating the built binaries, running them, temp dirs.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
-        .testTarget(name: "SupervisorIOTests", dependencies: ["SupervisorIO", "TestSupport"]),
+        .testTarget(name: "SupervisorIOTests", dependencies: ["SupervisorIO", "WireCoding", "TestSupport"]),
         // Reads Sources/ and holds every target to docs/architecture.md's rules.
         .testTarget(name: "ArchitectureTests"),
         .testTarget(name: "SandboxPolicyTests", dependencies: ["SandboxPolicy", "PolicyStore", "SupervisorIO"]),

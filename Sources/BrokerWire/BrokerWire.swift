@@ -85,18 +85,6 @@ public enum BrokerWire {
         header.count == 5 ? Frame.u32(header[1...]).map(Int.init) : nil
     }
 
-    /// Writes everything or returns false (EINTR retried; EPIPE is not raised as a signal).
-    public static func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
-        var off = 0
-        while off < bytes.count {
-            let n = bytes.withUnsafeBytes { send(fd, $0.baseAddress! + off, $0.count - off, Int32(MSG_NOSIGNAL)) }
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { return false }
-            off += n
-        }
-        return true
-    }
-
     /// Reads exactly `count` bytes, or nil on EOF, error or timeout.
     public static func readExact(_ fd: Int32, _ count: Int) -> [UInt8]? {
         var buf = [UInt8](repeating: 0, count: count)

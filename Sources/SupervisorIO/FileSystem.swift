@@ -11,6 +11,7 @@
 
 import CSystemCalls
 import Glibc
+import WireCoding
 
 public enum FileSystem {
     /// A directory entry name as raw bytes, NUL-terminated for the *at() calls.
@@ -132,7 +133,7 @@ public enum FileSystem {
         defer { close(fd) }
         guard fchmod(fd, mode) == 0 else { return errno }
         if let owner, fchown(fd, owner.0, owner.1) != 0 { return errno }
-        return writeAll(fd, bytes[...])
+        return Descriptor.writeAll(fd, bytes[...])
     }
 
     /// Opens `name` in `dir` with `flags` plus O_NOFOLLOW and O_CLOEXEC (a final symlink is
@@ -147,19 +148,6 @@ public enum FileSystem {
     /// Returns errno on failure; an entry that is not there is not a failure.
     public static func removeEntry(at dir: Int32, _ name: String) -> Int32? {
         unlinkat(dir, Self.name(name), 0) == 0 || errno == ENOENT ? nil : errno
-    }
-
-    public static func writeAll(_ fd: Int32, _ bytes: ArraySlice<UInt8>) -> Int32? {
-        var offset = bytes.startIndex
-        while offset < bytes.endIndex {
-            let n = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                return errno
-            }
-            offset += n
-        }
-        return nil
     }
 
     // MARK: - Reading
@@ -343,7 +331,7 @@ public enum FileSystem {
             if r < 0 && errno == EINTR { continue }
             guard r >= 0 else { throw IOFailure("cannot read", path, errno: errno) }
             if r == 0 { break }
-            if let e = writeAll(d, buffer[0..<r]) { throw IOFailure("cannot write", path, errno: e) }
+            if let e = Descriptor.writeAll(d, buffer[0..<r]) { throw IOFailure("cannot write", path, errno: e) }
         }
         guard fchown(d, owner.0, owner.1) == 0, fchmod(d, mode & 0o777) == 0 else { throw IOFailure("cannot chown", path, errno: errno) }
     }

@@ -1,5 +1,6 @@
 import BrokerWire
 import Glibc
+import WireCoding
 
 // The `autoharness` the coding agent runs inside its sandbox. It holds no logic of its own:
 // it sends its arguments to the supervisor's broker socket and prints what comes back, so
@@ -30,7 +31,7 @@ let connected = withUnsafePointer(to: &addr) {
 guard connected == 0 else {
     die("the supervisor's broker is not reachable at \(path): \(String(cString: strerror(errno))) (this autoharness is a client: it works only inside a run started by `autoharness run`)")
 }
-guard BrokerWire.writeAll(fd, BrokerWire.encodeRequest(Array(CommandLine.arguments.dropFirst()))) else {
+guard Descriptor.writeAll(fd, BrokerWire.encodeRequest(Array(CommandLine.arguments.dropFirst()))) == nil else {
     die("sending the request failed: \(String(cString: strerror(errno)))")
 }
 while true {

@@ -39,16 +39,7 @@ func say(_ message: String) {
 
 func errorText(_ e: Int32 = errno) -> String { String(cString: strerror(e)) }
 
-func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
-    var done = 0
-    while done < bytes.count {
-        let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + done, $0.count - done) }
-        if n < 0 && errno == EINTR { continue }
-        if n <= 0 { return false }
-        done += n
-    }
-    return true
-}
+func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool { Descriptor.writeAll(fd, bytes) == nil }
 
 func readExact(_ fd: Int32, _ count: Int) -> [UInt8]? {
     var out = [UInt8](repeating: 0, count: count)

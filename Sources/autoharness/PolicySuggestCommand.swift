@@ -5,6 +5,7 @@ import Sandbox
 import SandboxCLI
 import SandboxPolicy
 import SupervisorIO
+import WireCoding
 
 struct PolicySuggestCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -107,7 +108,7 @@ struct PolicySuggestCommand: ParsableCommand {
             let fd = open(output, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
             guard fd >= 0 else { throw ExperimentError(.io, "--output \(output): \(ErrnoName.describe(errno))") }
             defer { close(fd) }
-            if let e = FileSystem.writeAll(fd, Array(file.utf8)[...]) { throw ExperimentError(.io, "--output \(output): \(ErrnoName.describe(e))") }
+            if let e = Descriptor.writeAll(fd, Array(file.utf8)) { throw ExperimentError(.io, "--output \(output): \(ErrnoName.describe(e))") }
         } else {
             print(file, terminator: "")
         }

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import SupervisorIO
+import WireCoding
 
 /// The saved guest (`VMSnapshot`): `save` boots the generic guest once, before any held-out
 /// data exists, and writes its migrated state; `restore` streams it into each gate's qemu.
@@ -21,7 +22,7 @@ extension HeldOutVM {
             total += n
             guard total <= limit else { throw ExperimentError(.io, "\(what) is over \(limit >> 20) MiB") }
             digest.update(data: buffer[0..<n])
-            if let e = FileSystem.writeAll(destination, buffer[0..<n]) { throw ExperimentError(.io, "writing \(where_): \(ErrnoName.describe(e))") }
+            if let e = Descriptor.writeAll(destination, buffer[0..<n]) { throw ExperimentError(.io, "writing \(where_): \(ErrnoName.describe(e))") }
         }
     }
 

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import Sandbox
 import SupervisorIO
+import WireCoding
 
 /// A guest saved once, where it waits for its first gate, and restored for every gate.
 ///
@@ -176,7 +177,7 @@ final class QMP {
         var object: [String: Any] = ["execute": command]
         if !arguments.isEmpty { object["arguments"] = arguments }
         let data = try JSONSerialization.data(withJSONObject: object) + Data("\n".utf8)
-        if let e = FileSystem.writeAll(fd, Array(data)[...]) { throw ExperimentError(.io, "held-out VM: qemu's monitor: \(ErrnoName.describe(e))") }
+        if let e = Descriptor.writeAll(fd, Array(data)) { throw ExperimentError(.io, "held-out VM: qemu's monitor: \(ErrnoName.describe(e))") }
         while true {
             let reply = try line(deadline: deadline)
             if let error = reply["error"] as? [String: Any] {

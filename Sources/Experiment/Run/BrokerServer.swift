@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import SupervisorIO
 import Synchronization
+import WireCoding
 
 /// Who sent a broker request, as the kernel says (SO_PEERCRED; host pid and uid).
 public struct BrokerPeer: Sendable {
@@ -127,7 +128,7 @@ final class BrokerServer: Sendable {
         if !reply.stdout.isEmpty { out += BrokerWire.frame(.stdout, Array(reply.stdout.utf8)) }
         if !reply.stderr.isEmpty { out += BrokerWire.frame(.stderr, Array(reply.stderr.utf8)) }
         out += BrokerWire.frame(.exit, Array(String(reply.exit).utf8))
-        _ = BrokerWire.writeAll(c, out)
+        _ = Descriptor.writeAll(c, out)
         // Closing with unread input would reset the connection and could destroy the answer
         // before the client reads it: end our side, then discard what is left (bounded in
         // bytes and time, so a peer that keeps sending cannot hold the broker).
