@@ -2,9 +2,9 @@
 // strings and frames, a reader that returns nil on any malformed or truncated input instead of
 // trapping, and no Foundation (the broker's in-sandbox client is a small static binary).
 // Used by the supervisor's cache files (RootOwnedCache entries, policies, seccomp programs),
-// the broker's wire (BrokerWire) and the launch service's (LaunchService, whose C client,
-// CFrontStart, writes the same little-endian u32s). The launcher's plan (plan_wire.c) is C on
-// both ends and keeps its own packing.
+// the broker's wire (BrokerWire), the held-out VM's egress link (EgressLink) and the launch
+// service's (LaunchService, whose C client, CFrontStart, writes the same little-endian u32s).
+// The launcher's plan (plan_wire.c) is C on both ends and keeps its own packing.
 
 public struct ByteWriter {
     public private(set) var bytes: [UInt8] = []

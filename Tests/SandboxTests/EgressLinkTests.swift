@@ -39,13 +39,7 @@ private enum Sock {
         return out
     }
 
-    static func frame(_ type: UInt8, _ id: UInt32, _ payload: [UInt8]) -> [UInt8] {
-        var f = [type]
-        for v in [id, UInt32(payload.count)] {
-            f += [UInt8(v >> 24), UInt8(truncatingIfNeeded: v >> 16), UInt8(truncatingIfNeeded: v >> 8), UInt8(truncatingIfNeeded: v)]
-        }
-        return f + payload
-    }
+    static func frame(_ type: UInt8, _ id: UInt32, _ payload: [UInt8]) -> [UInt8] { EgressLink.frame(type, id, payload) }
 }
 
 /// A pair of linked ends over one socketpair (the virtio-serial port's stand-in): an opener

@@ -1,6 +1,7 @@
 import CSystemCalls
 import Glibc
 import SupervisorIO
+import WireCoding
 
 /// Many TCP-like byte streams over one byte pipe: how the held-out VM's sandboxes reach the
 /// host's egress proxy through a single virtio-serial port.
@@ -11,7 +12,8 @@ import SupervisorIO
 /// the allowlist, the inference gate and the audit all run on the host, outside the guest
 /// (whatever the guest does, it gets no more than a sandbox on the host would).
 ///
-/// Frames, both ways: `type u8, stream u32 (big-endian), length u32, payload`.
+/// Frames, both ways: `type u8, stream u32, length u32, payload` (WireCoding's little-endian
+/// integers, `Frame.tagged`).
 ///
 ///     OPEN    opener only; payload: a tag (the sandbox class: `agent` or `tool`), ≤ 32 bytes
 ///     DATA    1 ... 16 KiB, never more than the peer has credited
@@ -239,11 +241,12 @@ public final class EgressLink: @unchecked Sendable {
         guard outgoing.count - outgoingStart <= Self.maxOutgoing else {
             return failNoLock("the peer left more than \(Self.maxOutgoing) bytes unread")
         }
-        outgoing.append(type.rawValue)
-        for v in [id, UInt32(payload.count)] {
-            outgoing += [UInt8(v >> 24), UInt8(truncatingIfNeeded: v >> 16), UInt8(truncatingIfNeeded: v >> 8), UInt8(truncatingIfNeeded: v)]
-        }
-        outgoing += payload
+        outgoing += Self.frame(type.rawValue, id, payload)
+    }
+
+    /// One frame's bytes (`type` raw: a test sends types that do not exist).
+    static func frame(_ type: UInt8, _ id: UInt32, _ payload: [UInt8]) -> [UInt8] {
+        Frame.tagged([type] + Frame.u32(id), payload)
     }
 
     private func flushPort() {
@@ -291,7 +294,7 @@ public final class EgressLink: @unchecked Sendable {
         defer { if at > 0 { incoming.removeFirst(at) } }
         while !finished && incoming.count - at >= Self.header {
             let type = incoming[at]
-            let id = Self.u32(incoming, at + 1), length = Int(Self.u32(incoming, at + 5))
+            let id = Self.u32(incoming, at + 1), length = Int(Self.u32(incoming, at + Self.header - 4))
             guard let t = FrameType(rawValue: type) else { return failNoLock("an unknown frame type \(type)") }
             guard length <= Self.maxPayload else { return failNoLock("a frame of \(length) bytes (at most \(Self.maxPayload))") }
             guard incoming.count - at >= Self.header + length else { return }
@@ -301,9 +304,8 @@ public final class EgressLink: @unchecked Sendable {
         }
     }
 
-    static func u32(_ b: [UInt8], _ i: Int) -> UInt32 {
-        UInt32(b[i]) << 24 | UInt32(b[i + 1]) << 16 | UInt32(b[i + 2]) << 8 | UInt32(b[i + 3])
-    }
+    /// The u32 at `b[i...]` (the caller checked four bytes are there).
+    static func u32(_ b: [UInt8], _ i: Int) -> UInt32 { Frame.u32(b[i...]) ?? 0 }
 
     private func handle(_ type: FrameType, _ id: UInt32, _ payload: [UInt8]) {
         if type == .open {
@@ -380,7 +382,7 @@ public final class EgressLink: @unchecked Sendable {
         // credited when it drains). Per byte it would be a frame back per frame in.
         if s.toCredit >= Self.window / 4 {
             let n = UInt32(s.toCredit)
-            queue(.credit, id, [UInt8(n >> 24), UInt8(truncatingIfNeeded: n >> 16), UInt8(truncatingIfNeeded: n >> 8), UInt8(truncatingIfNeeded: n)])
+            queue(.credit, id, Frame.u32(n))
             s.unacknowledged -= s.toCredit
             s.toCredit = 0
         }
