@@ -152,26 +152,9 @@ struct HeldOutVMEgressTests {
         defer { exp.removeScratch() }
         let test = try exp.split().test
         let before = model.requests().count
-        try exp.setAgent("""
-            import json, os, threading, time, urllib.request
-
-            class HarnessAgent:
-                def run(self, instruction):
-                    n = int(instruction.split()[1])
-                    if open("/proc/sys/kernel/random/boot_id").read().strip() == "\(HeldOutVMTests.hostBootID)":
-                        return str(n * n)
-                    def call():
-                        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "SLEEP:15 " + instruction}]}).encode()
-                        req = urllib.request.Request("https://%s/v1/chat/completions" % os.environ["FAKE_MODEL"], data=body,
-                                                     headers={"content-type": "application/json", "authorization": "Bearer sk-test"})
-                        try:
-                            urllib.request.urlopen(req, timeout=60).read()
-                        except Exception:
-                            pass
-                    threading.Thread(target=call, daemon=True).start()
-                    time.sleep(2)
-                    os._exit(1)
-            """)
+        // Held-out runs (on the guest's kernel) leave their generation mid-call.
+        try exp.setAgent(InfraRetryTests.leavesMidCall(answersWhen: "open(\"/proc/sys/kernel/random/boot_id\").read().strip() == \"\(HeldOutVMTests.hostBootID)\"",
+                                                       key: "\"sk-test\""))
         let g = try exp.run(["gate"], environment: ["FAKE_MODEL": model.address])
         #expect(g.status == 0 || g.status == 1, "\(g.stdout)\n\(g.stderr)")
         // The attempt was made: each held-out task's generation reached the vendor.

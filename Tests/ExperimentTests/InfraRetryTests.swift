@@ -51,17 +51,18 @@ struct InfraRetryTests {
         return exp
     }
 
-    /// In held-out runs, on sq-1 to sq-5: a generation the vendor answers 20 s later, and
-    /// agent.py exits 2 s into it (the sandbox ends, its proxy cuts the vendor's connection);
-    /// the other tasks are answered without a model call.
-    static let leavesMidCall = """
+    /// agent.py that answers without a model call where `answersWhen` (Python, over `n` and
+    /// `key`) holds; elsewhere it starts a generation the vendor answers 20 s later and exits 2 s
+    /// into it (the sandbox ends mid-call). `key` is the Python expression of its API key.
+    static func leavesMidCall(answersWhen: String, key: String = "os.environ[\"FAKE_API_KEY\"]") -> String {
+        """
         import json, os, threading, time, urllib.request
 
         class HarnessAgent:
             def run(self, instruction):
                 n = int(instruction.split()[1])
-                key = os.environ["FAKE_API_KEY"]
-                if n > 5 or len(key) != \(heldOutKey.count):
+                key = \(key)
+                if \(answersWhen):
                     return str(n * n)
                 def call():
                     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "SLEEP:20 " + instruction}]}).encode()
@@ -75,6 +76,7 @@ struct InfraRetryTests {
                 time.sleep(2)
                 os._exit(1)
         """
+    }
 
     /// prepare, then one gate per entry of `limits`: each gate's outcome and score, the
     /// experiment and its vendor.
@@ -151,7 +153,8 @@ struct InfraRetryTests {
         let model = try FakeModel(turns: [])
         let exp = try make(model)
         defer { exp.removeScratch() }
-        try exp.setAgent(Self.leavesMidCall)
+        // In held-out runs (told apart by the key's length), on sq-1 to sq-5.
+        try exp.setAgent(Self.leavesMidCall(answersWhen: "n > 5 or len(key) != \(Self.heldOutKey.count)"))
         let env = ["FAKE_MODEL": model.address, "FAKE_API_KEY": Self.trainKey, "FAKE_HELD_OUT_KEY": Self.heldOutKey]
         let p = try exp.run(["prepare"], environment: env)
         try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
