@@ -2,8 +2,8 @@ import Crypto
 import Foundation
 import SupervisorIO
 
-/// The digests a node and the supervisor compare: the running executable, and the policy
-/// files the loader would read.
+/// The digests autoharness compares and records: the running executable, the policy files
+/// the loader would read, a task directory's files (`taskFiles`).
 public enum WorkDigest {
     public static func hex(_ bytes: some Sequence<UInt8>) -> String {
         bytes.map { String(format: "%02x", $0) }.joined()
@@ -39,5 +39,38 @@ public enum WorkDigest {
             hasher.update(data: seen[name]!)
         }
         return hex(hasher.finalize())
+    }
+}
+
+extension WorkDigest {
+    /// Files larger than this are measured by size only (`TaskFilesDigest` says how many).
+    static let maxTaskFile = 256 << 20
+
+    /// The `sha256sum`-style manifest digest of every regular file under `root`.
+    public static func taskFiles(_ root: String) -> TaskFilesDigest? {
+        var lines: [(path: [UInt8], line: String)] = []
+        func walk(_ dir: Int32, _ prefix: String) {
+            guard let names = FileSystem.entries(of: dir) else { return }
+            for name in names {
+                let shown = FileSystem.display(name)
+                guard let st = FileSystem.entryStatus(at: dir, name) else { continue }
+                if FileSystem.isDirectory(st) {
+                    let sub = FileSystem.openDirectory(at: dir, name)
+                    guard sub >= 0 else { continue }
+                    defer { close(sub) }
+                    walk(sub, prefix + shown + "/")
+                } else if FileSystem.isRegular(st), let bytes = FileSystem.readCapped(at: dir, shown, cap: maxTaskFile) {
+                    let path = prefix + shown
+                    lines.append((Array(path.utf8), WorkDigest.hex(SHA256.hash(data: bytes)) + "  " + path + "\n"))
+                }
+            }
+        }
+        let fd = FileSystem.openDirectory(root)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        walk(fd, "")
+        lines.sort { $0.path.lexicographicallyPrecedes($1.path) }
+        let manifest = lines.map(\.line).joined()
+        return TaskFilesDigest(path: root, files: lines.count, manifestSHA256: WorkDigest.hex(SHA256.hash(data: Array(manifest.utf8))))
     }
 }

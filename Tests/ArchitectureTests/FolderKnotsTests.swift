@@ -8,7 +8,7 @@ extension ArchitectureTests {
     /// the orchestration layer (one target when Experiment splits); Benchmarks <-> Config is
     /// the benchmark kinds' settings, read by the config's parser (the config schema's work).
     static let knots: Set<String> = [
-        "Benchmarks <-> Config", "Operations <-> Run", "Operations <-> Views", "Run <-> Views",
+        "Benchmarks <-> Config", "Operations <-> Views", "Run <-> Views",
     ]
 
     /// For each folder of Sources/Experiment (`.` for files at its top), the folders whose

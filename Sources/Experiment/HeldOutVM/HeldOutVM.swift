@@ -365,7 +365,7 @@ public final class HeldOutVM {
 
     /// The directory `run` works in below `scratch`. Named by its owner (pid, start time, pid
     /// namespace: no earlier supervisor with this pid holds it), so the next start removes it
-    /// if this process dies (Leftovers.sweepVMWork).
+    /// if this process dies (`sweepWork`).
     static func workDirectory(in scratch: String, random: UInt64 = .random(in: 0...UInt64.max)) -> String {
         scratch + "/" + workPrefix + ProcessIdentity.current.tag + "-" + String(random, radix: 16)
     }

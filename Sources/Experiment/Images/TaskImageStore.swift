@@ -82,7 +82,7 @@ public struct TaskImageStore {
         let todo = tasks.filter(Self.hasImage)
         for (n, task) in todo.enumerated() {
             // What the image is made from: its name, and the build context where there is one.
-            let context = Self.hasDockerfile(task) ? EvidenceMeasure.taskFiles(task.directory + "/environment")?.manifestSHA256 : ""
+            let context = Self.hasDockerfile(task) ? WorkDigest.taskFiles(task.directory + "/environment")?.manifestSHA256 : ""
             guard let context else {
                 problems[task.id] = "task \(task.id): environment/ cannot be read"
                 continue

@@ -37,7 +37,7 @@ extension ExperimentSupervisor {
         }
         return GateEvidenceRecord(attempt: attempt, trainLeaves: RewardLeaf.leaves(trainRewards), heldOutLeaves: RewardLeaf.leaves(heldOutRewards),
                                   heldOutRuntime: heldOut == nil ? nil : executors.heldOutMeasurement(config),
-                                  taskFiles: adapter.hostPaths.sorted().compactMap(EvidenceMeasure.taskFiles),
+                                  taskFiles: adapter.hostPaths.sorted().compactMap(WorkDigest.taskFiles),
                                   policies: policyDigests(), binaries: EvidenceMeasure.runningBinaries, host: Self.hostFindings())
     }
 

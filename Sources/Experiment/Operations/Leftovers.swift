@@ -20,25 +20,7 @@ enum Leftovers {
     /// and run directory. Run at start by every command that holds the experiment lock.
     /// Returns lines for the operator.
     static func sweep(_ layout: ExperimentLayout, scratchRoot: String) -> [String] {
-        TaskRunner.sweepScratch(root: scratchRoot) + sweepBroker(layout) + sweepTemporaries(layout) + sweepVMWork(scratchRoot)
-    }
-
-    /// The work directory of a held-out VM whose supervisor is gone (its initramfs names the
-    /// held-out ids): root-only, in the scratch root; its qemu died with the supervisor.
-    static func sweepVMWork(_ scratchRoot: String) -> [String] {
-        var out: [String] = []
-        for name in FileSystem.names(in: scratchRoot) where name.hasPrefix(HeldOutVM.workPrefix) {
-            let rest = name.dropFirst(HeldOutVM.workPrefix.count)
-            guard let dash = rest.lastIndex(of: "-"), let owner = ProcessIdentity(tag: rest[..<dash]), !owner.isAlive else { continue }
-            let path = scratchRoot + "/" + name
-            do {
-                try FileManager.default.removeItem(atPath: path)
-                out.append("removed \(path), the held-out VM work directory of supervisor pid \(owner.pid), which is gone")
-            } catch {
-                out.append("could not remove \(path) (a held-out VM's, whose supervisor is gone): \(error)")
-            }
-        }
-        return out
+        TaskRunner.sweepScratch(root: scratchRoot) + sweepBroker(layout) + sweepTemporaries(layout) + HeldOutVM.sweepWork(scratchRoot)
     }
 
     /// Temporary files of `AtomicFile.write` left by a supervisor killed between creating and

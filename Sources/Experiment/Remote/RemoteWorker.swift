@@ -227,7 +227,7 @@ public enum RemoteWorker {
         }
         if lock(LOCK_EX | LOCK_NB) {
             for name in FileSystem.names(in: state) where name.hasPrefix("work-") { _ = FileSystem.removeTree(state + "/" + name) }
-            cleaned += Leftovers.sweepVMWork(scratchRoot)
+            cleaned += HeldOutVM.sweepWork(scratchRoot)
             if let settled = HeldOutSettle.settleLeftover(journal: state + "/held-out-pages") {
                 cleaned += settled.lines
                 if let failure = settled.failure {
