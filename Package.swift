@@ -115,11 +115,43 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
+        // An experiment's model: its layout, config, records, benchmark kinds, task images,
+        // failure book and gate rules. Runs nothing.
+        .target(
+            name: "ExperimentModel",
+            dependencies: [
+                "Benchmark", "Ledger", "Sandbox", "SandboxPolicy", "SupervisorIO", "BrokerWire",
+                // The exit-code table (shared with the CLI).
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Yams", package: "Yams"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        // Runs tasks: the one local path (LocalExecution), the executors over it (host, a
+        // held-out VM, Ray nodes), the VM's guest and a worker node.
+        .target(
+            name: "Execution",
+            dependencies: [
+                "ExperimentModel", "Benchmark", "Sandbox", "SandboxPolicy", "SupervisorIO", "WireCoding",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        // Evidence bundles: what is measured on this host, the signed statement, its check.
+        .target(
+            name: "Evidence",
+            dependencies: [
+                "ExperimentModel", "Execution", "Ledger", "Sandbox", "SupervisorIO",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        // The supervisor's operations (init, prepare, run, gate, triage, evidence), the
+        // coding agent's run loop and broker, and the views the agent reads.
         .target(
             name: "Experiment",
             dependencies: [
+                "ExperimentModel", "Execution", "Evidence",
                 "Benchmark", "Ledger", "Sandbox", "SandboxPolicy", "SupervisorIO", "BrokerWire", "WireCoding",
-                // The broker's grammar and the exit-code table (shared with the CLI).
+                // The broker's grammar (shared with the CLI).
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -128,7 +160,7 @@ let package = Package(
         .executableTarget(
             name: "autoharness",
             dependencies: [
-                "Sandbox", "SandboxCLI", "SandboxPolicy", "SupervisorIO", "Experiment", "Benchmark", "Ledger", "BrokerWire", "WireCoding",
+                "Sandbox", "SandboxCLI", "SandboxPolicy", "SupervisorIO", "Experiment", "ExperimentModel", "Execution", "Evidence", "Benchmark", "Ledger", "BrokerWire", "WireCoding",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -196,7 +228,7 @@ let package = Package(
         .testTarget(name: "BenchmarkTests", dependencies: ["Benchmark", "Sandbox", "SandboxPolicy", "TestSupport"],
                     exclude: ["Fixtures"]),
         .testTarget(name: "LedgerTests", dependencies: ["Ledger", "SupervisorIO", "TestSupport"]),
-        .testTarget(name: "ExperimentTests", dependencies: ["Experiment", "Benchmark", "Ledger", "Sandbox", "SandboxCLI", "SandboxPolicy", "SupervisorIO", "BrokerWire", "WireCoding", "TestSupport"],
+        .testTarget(name: "ExperimentTests", dependencies: ["Experiment", "ExperimentModel", "Execution", "Evidence", "Benchmark", "Ledger", "Sandbox", "SandboxCLI", "SandboxPolicy", "SupervisorIO", "BrokerWire", "WireCoding", "TestSupport"],
                     exclude: ["Fixtures"]),
     ]
 )

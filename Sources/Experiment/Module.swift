@@ -1,1 +1,2 @@
-// Experiments and the gate; see ExperimentLayout.swift.
+// The supervisor's operations over an experiment (Operations), the coding agent's run loop
+// and broker (Run), and the views the agent and the operator read (Views).

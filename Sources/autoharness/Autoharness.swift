@@ -1,11 +1,12 @@
-import SandboxCLI
-import Glibc
 import ArgumentParser
 import Benchmark
 import Experiment
+import ExperimentModel
 import Foundation
+import Glibc
 import Ledger
 import Sandbox
+import SandboxCLI
 import SandboxPolicy
 
 @main

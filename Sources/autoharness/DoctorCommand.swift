@@ -1,6 +1,8 @@
-import Benchmark
-import Experiment
 import ArgumentParser
+import Benchmark
+import Execution
+import Experiment
+import ExperimentModel
 import Foundation
 import Sandbox
 import SandboxCLI

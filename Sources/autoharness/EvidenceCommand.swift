@@ -1,5 +1,7 @@
 import ArgumentParser
+import Evidence
 import Experiment
+import ExperimentModel
 import Foundation
 import SandboxCLI
 import SupervisorIO

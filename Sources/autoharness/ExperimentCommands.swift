@@ -1,9 +1,10 @@
-import SandboxCLI
 import ArgumentParser
 import Benchmark
 import Experiment
+import ExperimentModel
 import Foundation
 import Ledger
+import SandboxCLI
 import SupervisorIO
 
 /// Options shared by the experiment commands.

@@ -1,8 +1,9 @@
-import SandboxCLI
-import Experiment
 import ArgumentParser
+import Experiment
+import ExperimentModel
 import Foundation
 import Sandbox
+import SandboxCLI
 import SandboxPolicy
 import SupervisorIO
 

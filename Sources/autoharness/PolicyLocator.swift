@@ -1,7 +1,8 @@
 import Experiment
-import SandboxCLI
+import ExperimentModel
 import Glibc
 import Sandbox
+import SandboxCLI
 import SandboxPolicy
 
 /// Where bare policy names (`base`, `benchmark-task`) and templates are looked up, for this

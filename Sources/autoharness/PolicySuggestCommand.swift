@@ -1,5 +1,6 @@
 import ArgumentParser
 import Experiment
+import ExperimentModel
 import Foundation
 import Sandbox
 import SandboxCLI

@@ -1,10 +1,11 @@
-import SandboxCLI
 import ArgumentParser
 import Benchmark
 import Experiment
+import ExperimentModel
 import Foundation
 import Ledger
 import Sandbox
+import SandboxCLI
 import SupervisorIO
 
 struct RunCommand: ParsableCommand {

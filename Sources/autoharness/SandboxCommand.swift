@@ -1,9 +1,10 @@
-import Experiment
-import SandboxCLI
 import ArgumentParser
+import Experiment
+import ExperimentModel
 import Glibc
 import Logging
 import Sandbox
+import SandboxCLI
 import SandboxPolicy
 
 struct SandboxCommand: ParsableCommand {

@@ -1,6 +1,7 @@
-import SandboxCLI
 import ArgumentParser
+import Execution
 import Experiment
+import SandboxCLI
 
 /// `autoharness vm-guest`: run by the held-out VM's init, never by hand. It runs the held-out
 /// tasks of the request and writes the answer to the results port (HeldOutGuest).

@@ -1,7 +1,9 @@
-import SandboxCLI
 import ArgumentParser
+import Execution
 import Experiment
+import ExperimentModel
 import Foundation
+import SandboxCLI
 import SupervisorIO
 
 /// `autoharness worker`: on a node of a Ray cluster, run one signed work request from the

@@ -22,20 +22,32 @@ struct ArchitectureTests {
         "Sandbox": ["Glibc", "PolicyModel", "SupervisorIO", "WireCoding", "CSandboxLaunch", "CSandboxSpawn", "CSystemCalls", "CSeccomp", "CCap", "CTLS", "Logging"],
         "Benchmark": ["Glibc", "Dispatch", "FoundationEssentials", "Sandbox", "SandboxPolicy", "SupervisorIO"],
         "Ledger": ["Glibc", "Foundation", "GRDB", "Crypto", "SupervisorIO"],
+        // Experiment's four targets import downwards only: the model runs nothing, Execution
+        // runs tasks without knowing the operations that call it, Evidence measures what both
+        // did, and Experiment's operations put them together.
+        "ExperimentModel": ["Glibc", "Foundation", "Synchronization", "ArgumentParser", "Yams", "Crypto", "Benchmark", "Ledger",
+                            "Sandbox", "SandboxPolicy", "SupervisorIO", "BrokerWire"],
+        "Execution": ["Glibc", "Foundation", "Synchronization", "Crypto", "Benchmark", "Sandbox", "SandboxPolicy", "SupervisorIO",
+                      "WireCoding", "ExperimentModel"],
+        "Evidence": ["Glibc", "Foundation", "Crypto", "Ledger", "Sandbox", "SupervisorIO", "ExperimentModel", "Execution"],
         "Experiment": ["Glibc", "Foundation", "Dispatch", "Synchronization", "ArgumentParser", "Yams", "Crypto", "Benchmark", "Ledger",
-                       "Sandbox", "SandboxPolicy", "SupervisorIO", "BrokerWire", "WireCoding"],
+                       "Sandbox", "SandboxPolicy", "SupervisorIO", "BrokerWire", "WireCoding", "ExperimentModel", "Execution", "Evidence"],
         // The digest of the launch code's sources (generated), and the plugin that makes it.
         "LaunchCode": [],
         "LaunchCodeDigestPlugin": ["Foundation", "PackagePlugin"],
         // What the full CLI and its front share of `sandbox exec`: nothing the front must not link.
         "SandboxCLI": ["Glibc", "CSystemCalls", "LaunchCode", "Logging", "PolicyModel", "PolicyStore", "Sandbox", "SupervisorIO", "WireCoding"],
-        "autoharness": ["Glibc", "Foundation", "ArgumentParser", "Logging", "Benchmark", "Experiment", "Ledger", "Sandbox",
+        "autoharness": ["Glibc", "Foundation", "ArgumentParser", "Logging", "Benchmark", "Experiment", "ExperimentModel", "Execution",
+                        "Evidence", "Ledger", "Sandbox",
                         "SandboxCLI", "SandboxPolicy", "SupervisorIO", "WireCoding"],
         "autoharness-front": ["Glibc", "CSystemCalls", "PolicyModel", "PolicyStore", "Sandbox", "SandboxCLI", "SupervisorIO"],
         "BrokerWire": ["Glibc", "WireCoding"],
         "autoharness-client": ["Glibc", "BrokerWire", "WireCoding"],
         "autoharness-exec": ["Glibc", "CSystemCalls", "WireCoding"],
     ]
+
+    /// The targets Experiment was split into, lowest first.
+    static let experimentTargets = ["ExperimentModel", "Execution", "Evidence", "Experiment"]
 
     /// Swift files of a target with their text.
     static func files(_ target: String) -> [(path: String, text: String)] {
@@ -110,15 +122,15 @@ struct ArchitectureTests {
         #expect(named == files, "named but missing: \(named.subtracting(files).sorted()); not named: \(files.subtracting(named).sorted())")
     }
 
-    /// Adding a benchmark touches one folder (Experiment/Benchmarks: a BenchmarkKind and its
+    /// Adding a benchmark touches one folder (ExperimentModel/Benchmarks: a BenchmarkKind and its
     /// entry in `BenchmarkKinds.all`) and its templates; nothing else switches on its name.
     @Test("benchmarks are registered in one place: every BenchmarkKind is in BenchmarkKinds.all with its templates, and no other code compares benchmark names")
     func benchmarksRegisteredOnce() throws {
-        let kinds = Self.files("Experiment").filter { $0.path.hasPrefix("Experiment/Benchmarks/") }
+        let kinds = Self.files("ExperimentModel").filter { $0.path.hasPrefix("ExperimentModel/Benchmarks/") }
         let registry = try #require(kinds.first { $0.path.hasSuffix("/BenchmarkKind.swift") }).text
         var names: [String] = []
         for (path, text) in kinds {
-            for m in text.matches(of: #/struct (\w+): BenchmarkKind \{\n(?:.*\n)*?    let name = "([a-z0-9-]+)"/#) {
+            for m in text.matches(of: #/struct (\w+): BenchmarkKind \{\n(?:.*\n)*?    (?:package )?let name = "([a-z0-9-]+)"/#) {
                 #expect(registry.contains(String(m.1) + "()"), "\(path): \(m.1) is not in BenchmarkKinds.all")
                 names.append(String(m.2))
             }
@@ -133,7 +145,7 @@ struct ArchitectureTests {
         let external = names.filter { $0.contains("-") }.map { "\"" + $0 + "\"" }
         let targets = try FileManager.default.contentsOfDirectory(atPath: Self.sources)
         for target in targets {
-            for (path, text) in Self.files(target) where !path.hasPrefix("Experiment/Benchmarks/") && !path.hasPrefix("Benchmark/Adapters/") {
+            for (path, text) in Self.files(target) where !path.hasPrefix("ExperimentModel/Benchmarks/") && !path.hasPrefix("Benchmark/Adapters/") {
                 for (n, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
                     if line.contains(#/benchmark\s*[!=]=\s*"/#) { Issue.record("\(path):\(n + 1) compares a benchmark's name: \(line)") }
                     for name in external where line.contains(name) { Issue.record("\(path):\(n + 1) names the benchmark \(name)") }
@@ -144,7 +156,7 @@ struct ArchitectureTests {
 
     /// Files stay a size a reader takes in at once: a file that grows past these is split by
     /// concern (as launch.c, the config reader and the launch service were).
-    @Test("no Swift file under Sources/Experiment is over 400 lines, and no Swift or C file under Sources over 600")
+    @Test("no Swift file of Experiment's four targets is over 400 lines, and no Swift or C file under Sources over 600")
     func filesStaySmall() throws {
         let walker = FileManager.default.enumerator(atPath: Self.sources)
         var checked = 0
@@ -153,7 +165,7 @@ struct ArchitectureTests {
                   let text = try? String(contentsOfFile: Self.sources + "/" + rel, encoding: .utf8) else { continue }
             checked += 1
             let lines = text.split(separator: "\n", omittingEmptySubsequences: false).count - 1
-            let cap = rel.hasPrefix("Experiment/") ? 400 : 600
+            let cap = Self.experimentTargets.contains { rel.hasPrefix($0 + "/") } ? 400 : 600
             #expect(lines <= cap, "Sources/\(rel) has \(lines) lines (at most \(cap))")
         }
         #expect(checked > 200, "files checked: \(checked)")
@@ -180,16 +192,16 @@ struct ArchitectureTests {
         #expect(offenders.isEmpty, "read with procText (tests) or SmallFile.contents: \(offenders)")
     }
 
-    /// README's source tree names every folder of the three large libraries: a folder added
+    /// README's source tree names every folder of the large libraries: a folder added
     /// without a line there is a part of the code a newcomer cannot find.
-    @Test("README's source tree names every folder under Sources/Sandbox, Sources/Benchmark and Sources/Experiment")
+    @Test("README's source tree names every folder under Sources/Sandbox, Sources/Benchmark and Experiment's four targets")
     func readmeTreeMatchesSources() throws {
         let root = URL(fileURLWithPath: Self.sources).deletingLastPathComponent().path
         let readme = try String(contentsOfFile: root + "/README.md", encoding: .utf8)
         let tree = try #require(readme.range(of: "## The source tree").map { readme[$0.upperBound...] })
         let section = tree.range(of: "\n## ").map { tree[..<$0.lowerBound] } ?? tree
         var missing: [String] = []
-        for library in ["Sandbox", "Benchmark", "Experiment"] {
+        for library in ["Sandbox", "Benchmark"] + Self.experimentTargets {
             for entry in try FileManager.default.contentsOfDirectory(atPath: Self.sources + "/" + library).sorted() {
                 var isDir: ObjCBool = false
                 guard FileManager.default.fileExists(atPath: Self.sources + "/\(library)/\(entry)", isDirectory: &isDir), isDir.boolValue else { continue }
@@ -254,9 +266,9 @@ struct ArchitectureTests {
     /// .settingKeyNames`) and a kind reads its fields through `settings(_:)`.
     @Test("each benchmark's keys are declared once, by its kind's settings type, and no other code of the supervisor names them")
     func benchmarkKeysOwnedByTheirKind() throws {
-        let experiment = Self.files("Experiment")
+        let experiment = Self.experimentTargets.flatMap(Self.files)
         var declaring: [String: Set<String>] = [:]
-        for (path, text) in experiment where path.hasPrefix("Experiment/Benchmarks/") {
+        for (path, text) in experiment where path.hasPrefix("ExperimentModel/Benchmarks/") {
             let keys = text.matches(of: #/SettingKey\("([a-z0-9_]+)"/#).map { String($0.1) }
             if !keys.isEmpty {
                 #expect(text.contains("struct Settings: BenchmarkSettings {"), "\(path) declares keys outside a settings type")
@@ -411,7 +423,7 @@ struct ArchitectureTests {
         // read-only bind sources, which no sandbox can write.)
         let fdCalls = ["openat(", "unlinkat(", "mkdirat(", "renameat(", "fdopendir(", "fstatat(", "readlinkat(", "symlinkat(",
                        "fchownat("]
-        for target in ["Benchmark", "Experiment", "autoharness"] {
+        for target in ["Benchmark", "autoharness"] + Self.experimentTargets {
             for (path, text) in Self.files(target) {
                 for call in fdCalls where text.contains(call) { Issue.record("\(path) calls \(call)") }
             }
@@ -430,10 +442,10 @@ struct ArchitectureTests {
         // workspace, a sandbox's output, a snapshot of agent.py) goes through InputFile.
         let operatorFiles: [String: String] = [
             "Experiment/Operations/Initialize.swift": "the shipped templates",
-            "Experiment/Benchmarks/ToolCheck.swift": "the benchmark tool's requirements file, from its install",
+            "ExperimentModel/Benchmarks/ToolCheck.swift": "the benchmark tool's requirements file, from its install",
             "autoharness/RunCommand.swift": "the demo's config, which it just wrote",
         ]
-        for target in ["Experiment", "autoharness"] {
+        for target in ["autoharness"] + Self.experimentTargets {
             for (path, text) in Self.files(target) where operatorFiles[path] == nil {
                 for call in ["Data(contentsOf:", "String(contentsOfFile:", ".contents(atPath:", "FileHandle(forReadingAtPath:"] where text.contains(call) {
                     Issue.record("\(path) reads a file with \(call): use SupervisorIO's InputFile (capped, no link followed)")

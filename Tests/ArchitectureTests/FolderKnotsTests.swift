@@ -2,19 +2,19 @@ import Foundation
 import Testing
 
 extension ArchitectureTests {
-    /// Pairs of Experiment's folders whose files name each other's types, both ways: knots to
-    /// untie before the target splits along its folders. Listed so that a new knot fails, and
-    /// so that untying one fails until it leaves this list too. Operations, Run and Views are
-    /// the orchestration layer (one target when Experiment splits); Benchmarks <-> Config is
-    /// the benchmark kinds' settings, read by the config's parser (the config schema's work).
+    /// Pairs of folders of one of Experiment's targets whose files name each other's types,
+    /// both ways: knots that keep a target from splitting further along its folders. Listed
+    /// so that a new knot fails, and so that untying one fails until it leaves this list too.
+    /// Operations, Run and Views are the orchestration layer (one target); Benchmarks <->
+    /// Config is the benchmark kinds' settings, read by the config's parser.
     static let knots: Set<String> = [
-        "Benchmarks <-> Config", "Operations <-> Views", "Run <-> Views",
+        "ExperimentModel: Benchmarks <-> Config", "Experiment: Operations <-> Views", "Experiment: Run <-> Views",
     ]
 
-    /// For each folder of Sources/Experiment (`.` for files at its top), the folders whose
-    /// top-level types its files name (outside `//` comments).
-    static func folderReferences() -> [String: Set<String>] {
-        let files = Self.files("Experiment").map { f -> (folder: String, text: String) in
+    /// For each folder of a target (`.` for files at its top), the folders whose top-level
+    /// types its files name (outside `//` comments).
+    static func folderReferences(_ target: String) -> [String: Set<String>] {
+        let files = Self.files(target).map { f -> (folder: String, text: String) in
             let parts = f.path.split(separator: "/")
             return (parts.count > 2 ? String(parts[1]) : ".", f.text)
         }
@@ -35,12 +35,14 @@ extension ArchitectureTests {
         return refs
     }
 
-    @Test("Experiment's folders: no two name each other's types both ways beyond the knots listed, and each listed knot is still one")
+    @Test("the folders of Experiment's targets: no two name each other's types both ways beyond the knots listed, and each listed knot is still one")
     func folderKnots() {
-        let refs = Self.folderReferences()
         var found: Set<String> = []
-        for (a, targets) in refs {
-            for b in targets where a < b && refs[b]?.contains(a) == true { found.insert("\(a) <-> \(b)") }
+        for target in Self.experimentTargets {
+            let refs = Self.folderReferences(target)
+            for (a, targets) in refs {
+                for b in targets where a < b && refs[b]?.contains(a) == true { found.insert("\(target): \(a) <-> \(b)") }
+            }
         }
         for k in found.subtracting(Self.knots).sorted() { Issue.record("a new knot: \(k) (move the type that one of them owns by mistake)") }
         for k in Self.knots.subtracting(found).sorted() { Issue.record("\(k) is untied: take it off ArchitectureTests.knots") }
@@ -48,26 +50,26 @@ extension ArchitectureTests {
 }
 
 extension ArchitectureTests {
-    @Test("one path runs tasks on a kernel: the host's executor, a worker node and a held-out VM's guest all go through LocalExecution, and a VM's phase through HeldOutVM.runSettled; no other file of Experiment builds a task run's context, settles held-out sandboxes or a VM, or scores a missing task 0")
+    @Test("one path runs tasks on a kernel: the host's executor, a worker node and a held-out VM's guest all go through LocalExecution, and a VM's phase through HeldOutVM.runSettled; no other file of Experiment's targets builds a task run's context, settles held-out sandboxes or a VM, or scores a missing task 0")
     func oneExecutionPath() throws {
-        for path in ["Experiment/Executors/HostExecutor.swift", "Experiment/Remote/RemoteWorker.swift", "Experiment/HeldOutVM/HeldOutGuest.swift"] {
+        for path in ["Execution/Executors/HostExecutor.swift", "Execution/Remote/RemoteWorker.swift", "Execution/HeldOutVM/HeldOutGuest.swift"] {
             let text = try String(contentsOfFile: Self.sources + "/" + path, encoding: .utf8)
             #expect(text.contains("LocalExecution("), "\(path) does not run its tasks through LocalExecution")
         }
-        for path in ["Experiment/Executors/HeldOutVMExecutor.swift", "Experiment/Remote/RemoteWorker.swift"] {
+        for path in ["Execution/Executors/HeldOutVMExecutor.swift", "Execution/Remote/RemoteWorker.swift"] {
             let text = try String(contentsOfFile: Self.sources + "/" + path, encoding: .utf8)
             #expect(text.contains(".runSettled("), "\(path) does not run its VM through HeldOutVM.runSettled")
         }
         // Triage runs a tool, not tasks. A VM's phase (the supervisor's or a node's) settles
         // through HeldOutVM.runSettled.
         let allowed: [String: Set<String>] = [
-            "AdapterRunContext(": ["Experiment/Execution/LocalExecution.swift", "Experiment/Operations/Triage.swift"],
-            "HeldOutSettle.settle(cache, onHost: true": ["Experiment/Execution/LocalExecution.swift"],
-            "HeldOutSettle.settle(cache, onHost: false": ["Experiment/HeldOutVM/SettledRun.swift"],
-            "PageCacheEviction(": ["Experiment/Execution/LocalExecution.swift", "Experiment/HeldOutVM/SettledRun.swift"],
-            "status: .missingResult": ["Experiment/Execution/LocalExecution.swift", "Experiment/Gate/HeldOutScore.swift"],
+            "AdapterRunContext(": ["Execution/LocalExecution.swift", "Experiment/Operations/Triage.swift"],
+            "HeldOutSettle.settle(cache, onHost: true": ["Execution/LocalExecution.swift"],
+            "HeldOutSettle.settle(cache, onHost: false": ["Execution/HeldOutVM/SettledRun.swift"],
+            "PageCacheEviction(": ["Execution/LocalExecution.swift", "Execution/HeldOutVM/SettledRun.swift"],
+            "status: .missingResult": ["Execution/LocalExecution.swift", "ExperimentModel/Gate/HeldOutScore.swift"],
         ]
-        for (path, text) in Self.files("Experiment") {
+        for (path, text) in Self.experimentTargets.flatMap(Self.files) {
             let code = text.split(separator: "\n").filter { !$0.trimmingCharacters(in: .whitespaces).hasPrefix("//") }.joined(separator: "\n")
             for (call, places) in allowed where code.contains(call) && !places.contains(path) {
                 Issue.record("\(path) has \(call): a copy of LocalExecution's steps")

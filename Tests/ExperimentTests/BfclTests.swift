@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import TestSupport
 @testable import Experiment
+@testable import ExperimentModel
 
 /// BFCL from the real `bfcl-eval` package (scripts/install-bfcl: its task files, possible
 /// answers and checker), agent.py the template's function-calling harness, the model a fake

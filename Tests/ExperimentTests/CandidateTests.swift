@@ -3,6 +3,7 @@ import Testing
 import TestSupport
 
 @testable import Experiment
+@testable import ExperimentModel
 
 /// An agent.py that solves exactly the arith tasks `ids` (it reads each task's marker): what
 /// a candidate tuned task by task looks like, and a way to make candidates that differ only

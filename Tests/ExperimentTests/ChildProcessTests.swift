@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Experiment
+@testable import ExperimentModel
 
 /// `ChildProcess`, how the supervisor runs git, a tool's --version, a Python's import check and
 /// the guest's PostgreSQL programs: input given, output bounded, a timeout that kills.

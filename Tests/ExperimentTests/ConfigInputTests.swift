@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import TestSupport
 @testable import Experiment
+@testable import ExperimentModel
 
 @Suite("Config inputs")
 struct ConfigInputTests {

@@ -3,6 +3,8 @@ import Glibc
 import Testing
 import TestSupport
 @testable import Experiment
+@testable import Execution
+@testable import ExperimentModel
 
 /// The two images `scripts/build-images` makes with Debian's podman (container/): the
 /// supervisor's, and a worker node's that joins a Ray cluster. A missing image fails the

@@ -1,4 +1,5 @@
 @testable import Experiment
+@testable import ExperimentModel
 import Foundation
 import Testing
 import TestSupport

@@ -4,6 +4,8 @@ import Testing
 import TestSupport
 
 @testable import Experiment
+@testable import Evidence
+@testable import ExperimentModel
 import Sandbox
 
 /// securesystemslib, in-toto and in-toto-attestation, pinned (`scripts/install-evidence-tools`).

@@ -1,5 +1,7 @@
 import Benchmark
 @testable import Experiment
+@testable import Evidence
+@testable import ExperimentModel
 import Foundation
 import Ledger
 import Sandbox

@@ -1,5 +1,6 @@
 import Foundation
 @testable import Experiment
+@testable import ExperimentModel
 import Testing
 import TestSupport
 import SupervisorIO

@@ -1,4 +1,7 @@
 @testable import Experiment
+@testable import Evidence
+@testable import Execution
+@testable import ExperimentModel
 import Foundation
 import Testing
 import TestSupport

@@ -1,5 +1,7 @@
 import Benchmark
 @testable import Experiment
+@testable import Execution
+@testable import ExperimentModel
 import Foundation
 import Testing
 import TestSupport

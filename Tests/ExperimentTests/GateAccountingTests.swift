@@ -3,6 +3,7 @@ import Testing
 import TestSupport
 
 @testable import Experiment
+@testable import ExperimentModel
 
 /// Every gate looks at the held-out split, so every gate is counted from the moment it
 /// starts, whatever happens to its outcome.

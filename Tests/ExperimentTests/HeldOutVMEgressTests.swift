@@ -3,6 +3,7 @@ import Testing
 import TestSupport
 import Sandbox
 @testable import Experiment
+@testable import Execution
 
 /// A tool benchmark's held-out tasks in the VM, reaching a model API: every connection they
 /// make leaves the guest over the egress port and is judged by the host's proxy (its

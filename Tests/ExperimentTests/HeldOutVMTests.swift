@@ -5,6 +5,8 @@ import TestSupport
 import Sandbox
 import SupervisorIO
 @testable import Experiment
+@testable import Execution
+@testable import ExperimentModel
 
 /// The held-out split in a kernel of its own (`gate.held_out_runtime: vm`), booted for real:
 /// qemu with Debian's kernel from scripts/install-vm, emulated here (this machine kind's KVM

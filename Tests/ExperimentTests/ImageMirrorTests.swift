@@ -1,6 +1,7 @@
 @testable import Benchmark
 import Crypto
 @testable import Experiment
+@testable import ExperimentModel
 import Foundation
 import Sandbox
 import SandboxPolicy

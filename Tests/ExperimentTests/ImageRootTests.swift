@@ -1,5 +1,6 @@
 @testable import Benchmark
 @testable import Experiment
+@testable import ExperimentModel
 import Foundation
 import Sandbox
 import SandboxPolicy

@@ -3,6 +3,7 @@ import Testing
 import TestSupport
 
 @testable import Experiment
+@testable import Evidence
 import Sandbox
 
 @Suite("The audit in OCSF 1.8")

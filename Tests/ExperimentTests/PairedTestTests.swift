@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Experiment
+@testable import ExperimentModel
 
 // gate.accept: paired's statistics (PairedTest) and the simulated benchmark that states its
 // error rates (GateNoiseSimulation, `autoharness simulate-gate`).

@@ -5,6 +5,8 @@ import Glibc
 import Testing
 import TestSupport
 @testable import Experiment
+@testable import Execution
+@testable import ExperimentModel
 
 /// The real Ray (pinned, `scripts/install-ray`) as the transport of remote work: a head started
 /// here with token authentication on loopback, its node running `autoharness worker` for each

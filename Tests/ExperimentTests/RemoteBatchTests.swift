@@ -4,6 +4,8 @@ import Foundation
 import Testing
 import TestSupport
 @testable import Experiment
+@testable import Execution
+@testable import ExperimentModel
 
 /// `RemoteBatch`, the supervisor's rules for a batch of remote requests, driven without Ray:
 /// each test feeds it what the driver would report and checks the decision (the Ray tests

@@ -6,6 +6,8 @@ import SandboxPolicy
 import Testing
 import TestSupport
 @testable import Experiment
+@testable import Execution
+@testable import ExperimentModel
 
 /// `autoharness worker`, the node's side of remote work, run as the real binary: a request
 /// runs only when signed by the key the node trusts, never twice, and only on a node whose

@@ -4,6 +4,8 @@ import Testing
 import TestSupport
 
 @testable import Experiment
+@testable import Evidence
+@testable import ExperimentModel
 
 /// A gate's duration is a channel out of the held-out split: agent.py can sleep in held-out
 /// tasks for as long as it wants the gate to take. `gate.reply_time` holds everything the gate

@@ -1,4 +1,5 @@
 @testable import Experiment
+@testable import Evidence
 import Testing
 
 @Suite("The report: readable details, a violations chart one can read")

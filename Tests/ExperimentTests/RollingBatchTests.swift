@@ -1,5 +1,6 @@
 import Benchmark
 @testable import Experiment
+@testable import ExperimentModel
 import Foundation
 import Testing
 import TestSupport

@@ -3,6 +3,7 @@ import Testing
 import TestSupport
 
 @testable import Experiment
+@testable import ExperimentModel
 
 /// `RunnerBinds.refuse`: the one check every adapter makes on runner.binds.
 @Suite("runner.binds never expose held-out data", .serialized)

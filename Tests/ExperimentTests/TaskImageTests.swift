@@ -1,5 +1,6 @@
 @testable import Benchmark
 import Experiment
+import ExperimentModel
 import Foundation
 import Sandbox
 import SandboxPolicy

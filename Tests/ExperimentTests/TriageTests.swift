@@ -4,6 +4,8 @@ import Testing
 import TestSupport
 
 @testable import Experiment
+@testable import Execution
+@testable import ExperimentModel
 
 /// An experiment on the arith fixture whose `triage:` is Fixtures/tools/triage.py, its model
 /// the fake vendor behind the inference gate.

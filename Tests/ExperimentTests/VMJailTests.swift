@@ -3,6 +3,7 @@ import Testing
 import TestSupport
 
 @testable import Experiment
+@testable import Execution
 
 /// `vm-exec`'s jail, with python3 standing in for an escaped qemu (what an escape could call
 /// runs under our filter alone here, without qemu's own). From an adversarial review.

@@ -1,4 +1,6 @@
 @testable import Experiment
+@testable import Evidence
+@testable import ExperimentModel
 import Foundation
 import Glibc
 import Ledger

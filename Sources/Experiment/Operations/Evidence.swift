@@ -1,5 +1,7 @@
 import Benchmark
 import Crypto
+import Evidence
+import ExperimentModel
 import Foundation
 import Ledger
 import Sandbox

@@ -1,3 +1,4 @@
+import ExperimentModel
 import Foundation
 import Glibc
 import Ledger

@@ -1,5 +1,7 @@
 import Benchmark
 import Crypto
+import Execution
+import ExperimentModel
 import Foundation
 import Ledger
 import Sandbox
@@ -118,7 +120,6 @@ public final class ExperimentSupervisor {
             recoveryNotes.append("\(names(views.tampered)) differ from the ledger and were left for `status --verify`; the next recorded change rewrites them")
         }
     }
-
 
     // MARK: - verify
 

@@ -1,4 +1,6 @@
 import Benchmark
+import Execution
+import ExperimentModel
 import Foundation
 import Ledger
 import SupervisorIO

@@ -1,4 +1,5 @@
 import Benchmark
+import ExperimentModel
 import Foundation
 
 extension ExperimentSupervisor {

@@ -1,4 +1,6 @@
 import Benchmark
+import Execution
+import ExperimentModel
 
 // Held-out runs that repeat a task the vendor failed (`InfraRetries`, Records/InfraRetries.swift).
 

@@ -1,7 +1,8 @@
 import Benchmark
+import ExperimentModel
 import Foundation
-import SupervisorIO
 import Ledger
+import SupervisorIO
 
 extension ExperimentSupervisor {
     /// Creates an experiment in `directory` (which must not exist or be empty): the config

@@ -1,5 +1,7 @@
 import Benchmark
 import BrokerWire
+import Execution
+import ExperimentModel
 import Foundation
 import Glibc
 import Ledger

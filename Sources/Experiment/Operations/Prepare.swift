@@ -1,4 +1,7 @@
 import Benchmark
+import Evidence
+import Execution
+import ExperimentModel
 import Foundation
 import Ledger
 import SupervisorIO

@@ -1,4 +1,5 @@
 import Benchmark
+import ExperimentModel
 import Foundation
 import Sandbox
 import SandboxPolicy

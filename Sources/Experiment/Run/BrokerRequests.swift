@@ -1,4 +1,5 @@
 import BrokerWire
+import ExperimentModel
 import Foundation
 import Ledger
 import SupervisorIO

@@ -1,4 +1,5 @@
 import Dispatch
+import ExperimentModel
 import Foundation
 import Sandbox
 import Synchronization

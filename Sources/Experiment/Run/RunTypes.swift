@@ -1,3 +1,5 @@
+import ExperimentModel
+
 /// A request the coding agent may make through the broker. There is deliberately no verb
 /// that records, commits, edits the suite or touches the test split.
 public enum BrokerVerb: Sendable, Equatable {

@@ -1,3 +1,4 @@
+import ExperimentModel
 import Glibc
 import SupervisorIO
 

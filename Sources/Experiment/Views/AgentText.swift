@@ -1,4 +1,5 @@
 import Benchmark
+import ExperimentModel
 import Foundation
 
 /// The text of `benchmark`, `gate` and `status`, the same for the operator's terminal and for

@@ -1,3 +1,4 @@
+import ExperimentModel
 import Foundation
 
 // What the coding agent may learn, decided in one place.

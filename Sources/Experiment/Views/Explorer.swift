@@ -1,3 +1,5 @@
+import ExperimentModel
+
 /// The report's explorer (NeoSigma's "every candidate harness change, accepted and reverted,
 /// with its diff"): every gate attempt, how it ended, its agent.py against the last accepted
 /// one (from the supervisor's content-addressed snapshots), and which failure clusters its

@@ -1,3 +1,4 @@
+import ExperimentModel
 import Foundation
 
 // The failure records and clusters as the coding agent reads them: workspace/failures.json

@@ -1,3 +1,4 @@
+import ExperimentModel
 import Foundation
 
 /// `autoharness report`: one self-contained HTML file (inline SVG and CSS, no scripts, no

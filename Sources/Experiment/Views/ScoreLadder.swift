@@ -1,3 +1,5 @@
+import ExperimentModel
+
 // `gate.disclosure: ladder`: Blum & Hardt's Ladder ("The Ladder: A Reliable Leaderboard for
 // Machine Learning Competitions", ICML 2015) over the held-out scores the ledger holds.
 //

@@ -1,0 +1,124 @@
+import Benchmark
+import Crypto
+import ExperimentModel
+import Foundation
+import Sandbox
+import SupervisorIO
+
+/// `executor: ray`: the tasks run on the cluster's nodes, a signed request of
+/// `executor.tasks_per_request` tasks at a time, and only checked answers come back; with
+/// `held_out_runtime: vm` each held-out request runs in a fresh VM on its node. Which nodes
+/// work, where a held-out request is sealed to, and what a lost or bad answer means are
+/// `RemoteBatch`'s rules; a run they end records nothing, and a gate it belongs to ends as
+/// interrupted (it was counted before it began), never as a silent 0. Held-out answers come
+/// back sealed to a key of the batch's, which never leaves this executor.
+package struct RayNodeExecutor: TaskExecutor {
+    let environment: ExecutorEnvironment
+    /// Where the shipped templates are (the Ray driver).
+    let templatesDirectory: String?
+    /// The nodes the experiment has excluded so far, and how a new exclusion is recorded.
+    let excludedNodes: () throws -> [NodeExcludedRecord]
+    let recordExclusion: (NodeExcludedRecord) throws -> Void
+
+    package func run(_ run: TaskRun) throws -> [TaskOutcome] {
+        let (config, layout, log) = (environment.config, environment.layout, environment.log)
+        let (ids, agent, audit, heldOut, traces) = (run.ids, run.agent, run.audit, run.split.keepsNothing, run.split.traces)
+        guard let local = environment.adapter as? LocalAdapter else {
+            throw ExperimentError(.usage, "executor: ray runs a local benchmark's tasks; \(environment.adapter.name) runs its own tool")
+        }
+        guard let address = config.executor.address else { throw ExperimentError(.usage, "executor.address: missing") }
+        guard let templates = templatesDirectory else {
+            throw ExperimentError(.usage, "executor: ray needs the Ray driver from autoharness's templates (set AUTOHARNESS_TEMPLATE_DIR)")
+        }
+        let host = ProcessInfo.processInfo.environment
+        guard host["RAY_AUTH_TOKEN"] != nil || host["RAY_AUTH_TOKEN_PATH"] != nil else {
+            throw ExperimentError(.usage, "executor: ray needs the cluster's token in this process's environment: export RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH)")
+        }
+        var work = try RemoteWork(key: try WorkKey.load(orCreateAt: layout.privateDirectory + "/work-key"), policySearchPaths: environment.policyLoader.searchPaths)
+        work.taskPolicy = local.taskPolicy
+        work.verifierPolicy = local.verifierPolicy
+        work.defaultAgentTimeout = local.defaultAgentTimeout
+        let agentPy: [UInt8]
+        switch InputFile.read(agent + "/agent.py", cap: AgentFile.maxBytes) {
+        case .success(let b): agentPy = b
+        case .failure(let p): throw ExperimentError(.io, "\(agent)/agent.py: \(p.explanation("agent.py"))")
+        }
+        let known = ids.compactMap { local.benchmark.task($0) }
+        let chunks = stride(from: 0, to: known.count, by: config.executor.tasksPerRequest).map {
+            Array(known[$0..<min($0 + config.executor.tasksPerRequest, known.count)])
+        }
+        // Held-out answers come back sealed to a key of this batch's, which never leaves here.
+        let answerKey = Curve25519.KeyAgreement.PrivateKey()
+        // With `held_out_runtime: vm`, each held-out request runs in a fresh VM on its node.
+        let vm = heldOut && config.heldOutRuntime == .vm ? config.vm : nil
+        let requests = try chunks.map {
+            var r = try work.request($0, agentPy: agentPy, heldOut: heldOut, concurrency: 1, answerTo: heldOut ? NodeSealKey.publicText(answerKey) : nil)
+            r.vm = vm
+            return r
+        }
+        var environment = ["PATH": host["PATH"] ?? "/usr/local/bin:/usr/bin:/bin", "HOME": host["HOME"] ?? "/root", "RAY_AUTH_MODE": "token",
+                           "RAY_USAGE_STATS_ENABLED": "0"]
+        for name in ["RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"] { environment[name] = host[name] }
+        var executor = RayExecutor(python: config.executor.python, driver: templates + "/ray/autoharness_ray.py", address: address,
+                                   environment: environment)
+        executor.maxInFlight = config.maxConcurrency
+        // A request's run on its node is bounded as the node bounds it (its tasks' own limits,
+        // a VM's boot), with room for its setup and eviction: never cut short by the driver.
+        let fallback = config.perTaskTimeout ?? LocalBenchmark.defaultTimeout
+        let longest = chunks.map { ExecutionBounds.heldOut($0.map(\.id), tasks: $0, fallback: fallback, concurrency: 1) }.max() ?? 0
+        executor.timeout = longest + (vm?.bootTimeout ?? 0) + 300
+        executor.checkPolicies = [local.taskPolicy, local.verifierPolicy]
+        // Every node is checked for the VM (train and held-out requests alike go only to nodes
+        // that pass every check).
+        executor.checkVM = config.heldOutRuntime == .vm ? config.vm : nil
+        log?("executor: ray: \(known.count) task(s) in \(requests.count) signed request(s) to \(address)")
+        // Train requests are signed once (a lost one goes to another node as it is); each
+        // held-out request is sealed to the node chosen for it, which alone can open it.
+        let signed = heldOut ? [] : try requests.map { try work.sign($0) }
+        var batch = RemoteBatch(requests: requests, heldOut: heldOut, binarySHA256: work.binarySHA256, policiesSHA256: work.policiesSHA256,
+                                excluded: try excludedNodes(), answerKey: heldOut ? answerKey : nil, address: address)
+        batch.log = { [log] in log?($0) }
+        batch.record = { [recordExclusion] in try recordExclusion($0) }
+        var byID: [String: TaskOutcome] = [:]
+        try executor.run(requests.count, choose: { try batch.choose($0) }, prepare: { i in
+            guard let (node, key) = try batch.target(i) else { return (signed[i], nil) }
+            return (try work.sign(requests[i], sealTo: key), node)
+        }, settle: { i, result in
+            let (settlement, answer) = try batch.settle(i, result)
+            guard let answer else { return settlement }
+            for v in answer.violations {
+                (v.agent ? audit.agent : audit.tool).record(AuditEvent(sandbox: "worker node", kind: AuditEvent.Kind(rawValue: v.kind)!, name: v.name,
+                                                                       action: "refused on a worker node", count: v.count))
+            }
+            for o in answer.outcomes { byID[o.id] = o }
+            if !heldOut {
+                for (id, files) in answer.traces {
+                    guard let dir = traces(id) else { continue }
+                    try writeTrace(files, to: dir)
+                }
+            }
+            return settlement
+        })
+        // An id no node answered (no such task in the benchmark) the supervisor scores 0.
+        return ids.compactMap { byID[$0] }
+    }
+
+    /// A node's trace of one task, replacing what `dir` held.
+    func writeTrace(_ files: [WorkFile], to dir: String) throws {
+        _ = FileSystem.removeTree(dir)
+        for f in files {
+            let path = dir + "/" + f.path
+            let parent = (path as NSString).deletingLastPathComponent
+            if let e = FileSystem.makeDirectories(parent, mode: 0o755) { throw ExperimentError(.io, "\(parent): \(ErrnoName.describe(e))") }
+            do throws(IOFailure) { try AtomicFile.write(Array(f.bytes), to: path, mode: 0o644) } catch { throw ExperimentError(.io, "\(error)") }
+        }
+    }
+
+    package init(environment: ExecutorEnvironment, templatesDirectory: String?, excludedNodes: @escaping () throws -> [NodeExcludedRecord],
+                 recordExclusion: @escaping (NodeExcludedRecord) throws -> Void) {
+        self.environment = environment
+        self.templatesDirectory = templatesDirectory
+        self.excludedNodes = excludedNodes
+        self.recordExclusion = recordExclusion
+    }
+}

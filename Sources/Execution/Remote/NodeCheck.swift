@@ -1,0 +1,90 @@
+import Crypto
+import ExperimentModel
+import Foundation
+import Sandbox
+import SandboxPolicy
+import SupervisorIO
+
+/// What a worker node says of itself before it is given any request (`autoharness worker
+/// --check`): its binary's and policies' digests, and what the supervisor's own start-up
+/// check (`doctor`'s summary) finds missing on it for the policies the requests run under.
+public struct NodeReport: Codable, Sendable, Equatable {
+    public var binarySHA256: String
+    public var policiesSHA256: String
+    /// Empty when the node can enforce everything those policies ask.
+    public var problems: [String]
+    /// The public half of the node's sealing key (base64): held-out requests are sealed to it.
+    public var sealKey: String
+
+    public init(binarySHA256: String, policiesSHA256: String, problems: [String], sealKey: String) {
+        self.binarySHA256 = binarySHA256
+        self.policiesSHA256 = policiesSHA256
+        self.problems = problems
+        self.sealKey = sealKey
+    }
+}
+
+public enum NodeCheck {
+    /// What `doctor` counts as a problem on this host, for `policies`: a kernel facility the
+    /// sandbox needs (privileges, namespaces, seccomp with user_notif), or a limit of one of
+    /// the policies that no cgroup here can enforce.
+    public static func problems(policies: [String], loader: PolicyLoader, host: CgroupHost = .current) -> [String] {
+        var out: [String] = []
+        for f in HostInspection.inspect(host: host).findings where f.status == .missing && !f.topic.hasPrefix("  ") {
+            out.append("\(f.topic): \(f.detail)")
+        }
+        for name in policies {
+            do {
+                let limits = try loader.load(name, requireAllPlaceholders: false).limits
+                let bad = HostInspection.unenforceable(limits, host: host)
+                if !bad.isEmpty { out.append("policy \(name): \(bad.joined(separator: ", ")) cannot be enforced") }
+            } catch {
+                out.append("policy \(name): \(error)")
+            }
+        }
+        return out
+    }
+
+    /// The node's report; its sealing key is made in `stateDirectory` on first use. With
+    /// `vm` (the experiment's `gate.held_out_runtime: vm`), whether a held-out VM of those
+    /// settings can run here (qemu, the guest kernel, KVM or the consent to emulate) is a check
+    /// too: a node that cannot is not used.
+    public static func report(policies: [String], searchPaths: [String], stateDirectory: String, vm: VMSettings? = nil,
+                              scratchRoot: String = "/dev/shm/autoharness") throws -> NodeReport {
+        try RemoteWorker.checkStateDirectory(stateDirectory)
+        let key = try NodeSealKey.load(orCreateAt: stateDirectory + "/node-key")
+        var found = problems(policies: policies, loader: PolicyLoader(searchPaths: searchPaths))
+        if let vm, let why = vmProblem(vm, scratchRoot: scratchRoot) { found.append(why) }
+        return NodeReport(binarySHA256: try WorkDigest.executable(), policiesSHA256: try WorkDigest.policies(searchPaths),
+                          problems: found, sealKey: NodeSealKey.publicText(key))
+    }
+
+    /// Why a held-out VM of `settings` cannot run on this host, or nil when it can.
+    static func vmProblem(_ settings: VMSettings, scratchRoot: String) -> String? {
+        do {
+            let vm = try HeldOutVM(settings: settings, log: nil)
+            // `accel: kvm` is taken on the operator's word where the supervisor runs it; a
+            // node proves it: a guest must boot (the probe, remembered until the next boot).
+            if settings.accel == .kvm {
+                let probe = HeldOutVM.probeKVMCached(kernel: vm.kernel, qemu: vm.qemu)
+                if !probe.works { return "held-out VM: gate.vm.accel is kvm and no KVM guest boots here (\(probe.why))" }
+            }
+            return HeldOutVM.socketRoom(scratch: scratchRoot)
+        } catch {
+            let text = "\(error)"
+            return text.hasPrefix("held-out VM") ? text : "held-out VM: " + text
+        }
+    }
+
+    /// Why the supervisor gives a node no request, or nil when it is usable: its own report
+    /// must name this binary and these policies, and no problem.
+    public static func unusable(_ report: NodeReport, binarySHA256: String, policiesSHA256: String) -> String? {
+        if report.binarySHA256 != binarySHA256 { return "its autoharness (sha256 \(report.binarySHA256.prefix(16))) is not the supervisor's (\(binarySHA256.prefix(16)))" }
+        if report.policiesSHA256 != policiesSHA256 { return "its policies (sha256 \(report.policiesSHA256.prefix(16))) are not the supervisor's (\(policiesSHA256.prefix(16)))" }
+        if !report.problems.isEmpty { return "it fails the host checks: \(report.problems.joined(separator: "; "))" }
+        guard let raw = Data(base64Encoded: report.sealKey), (try? Curve25519.KeyAgreement.PublicKey(rawRepresentation: raw)) != nil else {
+            return "its sealing key is not an X25519 public key"
+        }
+        return nil
+    }
+}

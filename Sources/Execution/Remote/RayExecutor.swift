@@ -1,0 +1,300 @@
+import Benchmark
+import Crypto
+import ExperimentModel
+import Foundation
+import Glibc
+import Sandbox
+import SupervisorIO
+import Synchronization
+
+/// The supervisor's side of remote work: requests built and signed here, sent through the Ray
+/// driver (templates/ray/autoharness_ray.py, a Python process of the supervisor's: Ray has no
+/// Swift API), and every answer checked before anything of it is used.
+public struct RemoteWork {
+    public var key: Curve25519.Signing.PrivateKey
+    /// What every node's binary and policies must hash to: this process's, taken once.
+    public var binarySHA256: String
+    public var policiesSHA256: String
+    public var taskPolicy = "benchmark-task"
+    public var verifierPolicy = "verifier"
+    public var defaultAgentTimeout: Double?
+
+    public init(key: Curve25519.Signing.PrivateKey, policySearchPaths: [String]) throws {
+        self.key = key
+        binarySHA256 = try WorkDigest.executable()
+        policiesSHA256 = try WorkDigest.policies(policySearchPaths)
+    }
+
+    /// A request for `tasks` of a local benchmark with `agentPy`: the tasks' files (but
+    /// `solution/`, which only oracle runs read), this binary's and these policies' digests,
+    /// a fresh nonce.
+    public func request(_ tasks: [BenchmarkTask], agentPy: [UInt8], heldOut: Bool, concurrency: Int, answerTo: String? = nil,
+                        validFor seconds: Double = 86_400) throws -> WorkRequest {
+        var work: [WorkTask] = []
+        for t in tasks {
+            let files = try RemoteWorker.collect(t.directory, strict: true).filter { !$0.path.hasPrefix("solution/") }
+            work.append(WorkTask(id: t.id, files: files))
+        }
+        var nonce = [UInt8](repeating: 0, count: 16)
+        for i in nonce.indices { nonce[i] = UInt8.random(in: 0...255) }
+        var r = WorkRequest(nonce: WorkDigest.hex(nonce), heldOut: heldOut, binarySHA256: binarySHA256,
+                            policiesSHA256: policiesSHA256, taskPolicy: taskPolicy,
+                            verifierPolicy: verifierPolicy, concurrency: concurrency, agentPy: Data(agentPy), tasks: work)
+        r.defaultAgentTimeout = defaultAgentTimeout
+        r.answerTo = answerTo
+        r.expires = Date().timeIntervalSince1970 + seconds
+        return r
+    }
+
+    public func sign(_ r: WorkRequest, sealTo node: String? = nil) throws -> [UInt8] { try WorkKey.sign(r, with: key, sealTo: node) }
+
+    /// The node's answer to `request`, if it is one: its nonce, exactly the requested ids in
+    /// order, finite rewards in [0, 1] consistent with their statuses, no traces for held-out
+    /// tasks, and no trace file outside its task. Anything else is an error naming what.
+    public static func check(_ bytes: [UInt8], for request: WorkRequest, answerKey: Curve25519.KeyAgreement.PrivateKey? = nil) throws -> WorkAnswer {
+        guard bytes.count <= WorkLimits.maxAnswer else { throw ExperimentError(.refused, "the answer is over \(WorkLimits.maxAnswer) bytes") }
+        var bytes = bytes
+        if let to = request.answerTo {
+            guard let key = answerKey, NodeSealKey.publicText(key) == to,
+                  let envelope = try? JSONDecoder().decode(SealedAnswer.self, from: Data(bytes)),
+                  let opened = NodeSealKey.open(envelope.sealed, with: key, info: NodeSealKey.answerInfo) else {
+                throw ExperimentError(.refused, "the answer is not sealed to this supervisor's key")
+            }
+            bytes = Array(opened)
+        }
+        let answer: WorkAnswer
+        do { answer = try JSONDecoder().decode(WorkAnswer.self, from: Data(bytes)) } catch {
+            throw ExperimentError(.refused, "the answer does not decode: \(error)")
+        }
+        guard answer.nonce == request.nonce else { throw ExperimentError(.refused, "the answer is to another request (nonce \(printable(String(answer.nonce.prefix(32)))))") }
+        guard answer.outcomes.map(\.id) == request.tasks.map(\.id) else { throw ExperimentError(.refused, "the answer's tasks are not the request's") }
+        for o in answer.outcomes {
+            guard o.reward.isFinite, (0...1).contains(o.reward), o.passed == (o.reward >= TaskOutcome.passThreshold),
+                  [.passed, .failed].contains(o.status) || o.reward == 0 else {
+                throw ExperimentError(.refused, "task \(o.id): reward \(o.reward) with status \(o.status.rawValue) is not a valid outcome")
+            }
+        }
+        guard answer.violations.count <= WorkLimits.maxViolations,
+              answer.violations.allSatisfy({ AuditEvent.Kind(rawValue: $0.kind) != nil && GuestAnswer.isName($0.name) && $0.name.utf8.count <= WorkLimits.maxName
+                                             && (0...WorkLimits.maxViolationCount).contains($0.count) }) else {
+            throw ExperimentError(.refused, "the answer's violations are not valid counts")
+        }
+        for o in answer.outcomes where !((0...86_400 * 7).contains(o.agentSeconds) && (0...86_400 * 7).contains(o.verifierSeconds))
+            || (o.detail?.utf8.count ?? 0) > 4096 || (o.failures?.count ?? 0) > 1000 {
+            throw ExperimentError(.refused, "task \(o.id): its times, detail or failures are out of bounds")
+        }
+        if request.heldOut {
+            // Rewards and status classes only, as from a held-out VM.
+            guard answer.traces.isEmpty, answer.outcomes.allSatisfy({ $0.failures == nil && $0.detail == nil && $0.agentSeconds == 0 && $0.verifierSeconds == 0
+                    && $0.verifierRanAgentCode.map { TaskOutcome.flagCount($0, where: "on the node") != nil } ?? true }) else {
+                throw ExperimentError(.refused, "the answer to a held-out request carries more than rewards, statuses and flag counts (traces, details, timings, failure evidence or what a verifier ran)")
+            }
+        } else {
+            for (id, files) in answer.traces {
+                guard request.tasks.contains(where: { $0.id == id }), files.count <= WorkLimits.maxFilesPerTask,
+                      Set(files.map(\.path)).count == files.count, files.allSatisfy({ RemoteWorker.isPlainRelative($0.path) }) else {
+                    throw ExperimentError(.refused, "the answer's trace for '\(printable(id))' names a task or path outside the request")
+                }
+            }
+        }
+        return answer
+    }
+}
+
+/// What the driver reported for one request.
+public enum RemoteResult: Sendable {
+    /// The node's `autoharness worker` ran and exited with `exit`; `answer` is its stdout
+    /// (empty and `oversized` when it was over `WorkLimits.maxAnswer`).
+    case ran(node: String, exit: Int32, answer: [UInt8], oversized: Bool, stderr: String)
+    /// Ray lost the task (its node died, the task was cancelled), or no accepted node was left.
+    case lost(node: String, why: String)
+
+    public var node: String {
+        switch self {
+        case .ran(let node, _, _, _, _), .lost(let node, _): return node
+        }
+    }
+}
+
+/// A node of the cluster as the driver found it: its own `autoharness worker --check` report,
+/// or why there is none.
+public struct NodeSeen: Sendable {
+    public var node: String
+    public var address: String
+    public var report: NodeReport?
+    public var error: String?
+}
+
+/// What the supervisor makes of one result.
+public struct Settlement: Sendable {
+    /// No request goes to these nodes again in this batch.
+    public var exclude: [String] = []
+    /// Send the request again, to a node it has not run on.
+    public var resend = false
+
+    public static let done = Settlement()
+    public init(exclude: [String] = [], resend: Bool = false) {
+        self.exclude = exclude
+        self.resend = resend
+    }
+}
+
+/// One Ray driver process for a batch of requests.
+public struct RayExecutor: Sendable {
+    /// The Python that has `ray` (pinned), and the driver script.
+    public var python: String
+    public var driver: String
+    public var address: String
+    /// RAY_AUTH_MODE, RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) and PATH for the driver.
+    public var environment: [String: String]
+    public var timeout: Double = 3600
+    /// Requests running at once, cluster-wide.
+    public var maxInFlight = 1
+    /// The policies nodes check they can enforce (`worker --check --check-policy`).
+    public var checkPolicies = ["benchmark-task", "verifier"]
+    /// The held-out VM's settings nodes check they can run (`worker --check --check-vm`), when
+    /// held-out requests run in one.
+    public var checkVM: VMSettings?
+
+    public init(python: String, driver: String, address: String, environment: [String: String]) {
+        self.python = python
+        self.driver = driver
+        self.address = address
+        self.environment = environment
+    }
+
+    /// Runs a batch of `count` requests: the cluster's nodes check themselves, `choose` picks
+    /// the ones requests may go to (throwing when none will do), each request is sent as
+    /// `prepare` makes it (its bytes, and the node it must run on if it is bound to one),
+    /// and `settle` decides on each result as it arrives: done, or sent again (never to a
+    /// node it ran on), and whether its node is excluded. Throws when the driver refuses the
+    /// cluster (no token authentication), cannot reach it, or a closure throws.
+    public func run(_ count: Int, choose: ([NodeSeen]) throws -> [String], prepare: (Int) throws -> (bytes: [UInt8], node: String?),
+                    settle: (Int, RemoteResult) throws -> Settlement) throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: python)
+        p.arguments = [driver]
+        p.environment = environment
+        let input = Pipe(), output = Pipe(), errors = Pipe()
+        p.standardInput = input
+        p.standardOutput = output
+        p.standardError = errors
+        do { try p.run() } catch { throw ExperimentError(.io, "the Ray driver (\(python) \(driver)): \(error)") }
+        defer {
+            try? input.fileHandleForWriting.close()
+            if p.isRunning { kill(p.processIdentifier, SIGKILL) }
+            p.waitUntilExit()
+        }
+        // A bound on the whole batch: tasks Ray never schedules do not hold the supervisor.
+        // Requests run `maxInFlight` at a time, each within `timeout`, and some once more.
+        let pid = p.processIdentifier
+        let watchdog = DispatchWorkItem { kill(pid, SIGKILL) }
+        let rounds = Double((count + maxInFlight - 1) / max(1, maxInFlight) + 2)
+        DispatchQueue.global().asyncAfter(deadline: .now() + timeout * rounds + 300, execute: watchdog)
+        defer { watchdog.cancel() }
+        // The driver's stderr is drained meanwhile (Ray is talkative); its tail explains a failure.
+        let stderrTail = DriverLog()
+        let drain = Thread { stderrTail.consume(errors.fileHandleForReading) }
+        drain.start()
+        let lines = LineReader(output.fileHandleForReading.fileDescriptor, maxLine: WorkLimits.maxAnswer * 4 / 3 + 65536)
+        func send(_ object: [String: Any]) throws {
+            let data = try JSONSerialization.data(withJSONObject: object) + Data("\n".utf8)
+            do { try input.fileHandleForWriting.write(contentsOf: data) } catch {
+                throw ExperimentError(.io, "the Ray driver stopped reading its requests (\(error)): \(stderrTail.tail)")
+            }
+        }
+        func receive(_ what: String) throws -> [String: Any] {
+            guard let line = lines.next(), let o = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any] else {
+                throw ExperimentError(.io, "the Ray driver ended before \(what): \(stderrTail.tail)")
+            }
+            if let fatal = o["fatal"] as? String { throw ExperimentError(.refused, "Ray: \(fatal)") }
+            return o
+        }
+        var first: [String: Any] = ["address": address, "num_cpus": 1, "timeout": timeout, "max_in_flight": maxInFlight, "check_policies": checkPolicies]
+        if let checkVM { first["check_vm"] = String(decoding: try JSONEncoder().encode(checkVM), as: UTF8.self) }
+        try send(first)
+        let seen = (try receive("it listed the cluster's nodes")["nodes"] as? [[String: Any]] ?? []).map { n in
+            NodeSeen(node: n["node"] as? String ?? "?", address: n["address"] as? String ?? "?",
+                     report: (n["report"] as? String).flatMap { try? JSONDecoder().decode(NodeReport.self, from: Data($0.utf8)) },
+                     error: n["error"] as? String ?? ((n["report"] as? String) == nil ? nil : "its report does not decode"))
+        }.map { s in s.report == nil && s.error == nil ? NodeSeen(node: s.node, address: s.address, report: nil, error: "no report") : s }
+        try send(["use": try choose(seen)])
+        _ = try receive("it was ready")
+        var ranOn = [[String]](repeating: [], count: count)
+        var open = Set(0..<count)
+        func submit(_ i: Int) throws {
+            let (bytes, node) = try prepare(i)
+            var message: [String: Any] = ["id": i, "request": Data(bytes).base64EncodedString(), "avoid": ranOn[i]]
+            if let node { message["node"] = node }
+            try send(message)
+        }
+        for i in 0..<count { try submit(i) }
+        while !open.isEmpty {
+            guard let line = lines.next() else {
+                throw ExperimentError(.io, "the Ray driver ended with \(open.count) request(s) unanswered: \(stderrTail.tail)")
+            }
+            guard let o = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any], let i = o["id"] as? Int, open.contains(i) else { continue }
+            let node = o["node"] as? String ?? ""
+            let result: RemoteResult
+            if let why = o["error"] as? String {
+                result = .lost(node: node, why: why)
+            } else {
+                let answer = (o["answer"] as? String).flatMap { Data(base64Encoded: $0) }.map(Array.init) ?? []
+                result = .ran(node: node, exit: (o["exit"] as? Int).flatMap { Int32(exactly: $0) } ?? -1, answer: answer,
+                              oversized: o["oversized"] as? Bool ?? false, stderr: o["stderr"] as? String ?? "")
+            }
+            if !node.isEmpty { ranOn[i].append(node) }
+            let s = try settle(i, result)
+            for bad in Set(s.exclude) { try send(["exclude": bad]) }
+            try send(["settled": i])
+            if s.resend {
+                try submit(i)
+            } else {
+                open.remove(i)
+            }
+        }
+        try send(["end": true])
+    }
+}
+
+/// The last 4 KiB of what the driver wrote on stderr.
+final class DriverLog: Sendable {
+    private let text = Synchronization.Mutex("")
+    func consume(_ handle: FileHandle) {
+        while true {
+            let chunk = handle.availableData
+            if chunk.isEmpty { return }
+            text.withLock { $0 = String(($0 + String(decoding: chunk, as: UTF8.self)).suffix(4096)) }
+        }
+    }
+    var tail: String { text.withLock { $0 } }
+}
+
+/// Lines from a descriptor, each at most `maxLine` bytes (a longer one ends the reading).
+final class LineReader {
+    let fd: Int32
+    let maxLine: Int
+    private var buffer: [UInt8] = []
+    private var ended = false
+
+    init(_ fd: Int32, maxLine: Int) {
+        self.fd = fd
+        self.maxLine = maxLine
+    }
+
+    func next() -> [UInt8]? {
+        while true {
+            if let nl = buffer.firstIndex(of: 0x0A) {
+                let line = Array(buffer[..<nl])
+                buffer.removeSubrange(...nl)
+                return line
+            }
+            if ended || buffer.count > maxLine { return nil }
+            var chunk = [UInt8](repeating: 0, count: 1 << 16)
+            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { ended = true; continue }
+            buffer += chunk[..<n]
+        }
+    }
+}
