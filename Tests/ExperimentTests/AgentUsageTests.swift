@@ -134,7 +134,7 @@ struct AgentUsageTests {
         audit.record(AuditEvent(sandbox: "s", kind: .egress, name: "api.openai.com:443", action: "allowed"))
         for _ in 0..<2 { audit.record(AuditEvent(sandbox: "s", kind: .egress, name: "us.i.posthog.com:443", action: "denied")) }
         for k in 0..<25 { audit.record(AuditEvent(sandbox: "s", kind: .egress, name: "h\(k).example:443", action: "denied")) }
-        let rows = supervisor.violations(audit, actor: "agent.py (train run)").compactMap { $0.1 as? ViolationRecord }
+        let rows = supervisor.experiment.violations(audit, actor: "agent.py (train run)").compactMap { $0.1 as? ViolationRecord }
         #expect(rows.allSatisfy { $0.kind == "egress" })
         #expect(rows.first?.detail == "egress us.i.posthog.com:443 ×2", "\(rows.map(\.detail))")
         #expect(rows.count == 21 && rows.last?.detail == "egress (other destinations) ×6", "\(rows.map(\.detail))")

@@ -96,7 +96,7 @@ struct RollingBatchTests {
         s.batches = [ExperimentState.Batch(revealed: BatchRevealedRecord(batch: 1, tasks: ["a", "b"], iterations: 2), attempts: [1])]
         var config = ExperimentConfig(benchmark: "local")
         config.batchSize = 2
-        let rows = ExperimentSupervisor.interruptedRows(s, attempt: 2, agentSHA256: "v", config: config)
+        let rows = GateOperation.interruptedRows(s, attempt: 2, agentSHA256: "v", config: config)
         #expect(rows.map(\.0) == [.gateAttempt, .batchEnded, .batchRevealed])
         let attempt = try #require(rows[0].1 as? GateAttemptRecord)
         #expect(attempt.verdict == .interrupted && attempt.batch == 1 && attempt.revealedBatch == 2)
@@ -104,7 +104,7 @@ struct RollingBatchTests {
         #expect(ended.endedBy == "iterations" && ended.attempts == [1, 2] && ended.promoted == [])
         #expect((rows[2].1 as? BatchRevealedRecord)?.tasks == RollingBatches.draw(train: ["a", "b", "c", "d"], revealed: ["a", "b"], number: 2, size: 2, seed: 1))
         s.batches[0].attempts = []
-        #expect(ExperimentSupervisor.interruptedRows(s, attempt: 1, agentSHA256: "v", config: config).count == 1, "not its last attempt")
+        #expect(GateOperation.interruptedRows(s, attempt: 1, agentSHA256: "v", config: config).count == 1, "not its last attempt")
     }
 
     @Test("loop: batch_size and batch_iterations are read and bounded, naming the line")

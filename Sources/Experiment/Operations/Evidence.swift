@@ -13,17 +13,19 @@ import SupervisorIO
 // per-task reward leaves and measurements with its answer) plus the exporting host's doctor
 // findings. `EvidenceVerifier` checks one with nothing but the bundle.
 
-extension ExperimentSupervisor {
+struct EvidenceOperation {
+    let experiment: ExperimentContext
+
     /// The criteria a gate starting now is judged by (its `gate_started` row).
     func gateCriteria(_ s: ExperimentState, testTasks: Int) -> GateCriteria {
-        let required = config.acceptRule == .margin ? GateRules.requiredImprovement(testTasks: testTasks, minImprovement: config.minImprovement) : 0
-        return GateCriteria(acceptRule: config.acceptRule.rawValue, suiteThreshold: config.threshold, bestBefore: s.best ?? 0,
-                            requiredImprovement: required, testTasks: testTasks, timeoutPolicy: config.timeoutPolicy.rawValue,
-                            rule: GateRules.ruleText(testTasks: testTasks, config: config),
-                            trials: config.heldOutTrials > 1 ? config.heldOutTrials : nil, alpha: config.acceptRule == .paired ? config.alpha : nil,
-                            pairedAgainst: config.acceptRule == .paired ? s.bestHeldOut?.attempt : nil,
-                            infraRetries: countsVendorFailures ? config.infraRetries : nil,
-                            ladderStep: config.disclosure == .ladder ? ScoreLadder.step(config, testTasks: testTasks) : nil)
+        let required = experiment.config.acceptRule == .margin ? GateRules.requiredImprovement(testTasks: testTasks, minImprovement: experiment.config.minImprovement) : 0
+        return GateCriteria(acceptRule: experiment.config.acceptRule.rawValue, suiteThreshold: experiment.config.threshold, bestBefore: s.best ?? 0,
+                            requiredImprovement: required, testTasks: testTasks, timeoutPolicy: experiment.config.timeoutPolicy.rawValue,
+                            rule: GateRules.ruleText(testTasks: testTasks, config: experiment.config),
+                            trials: experiment.config.heldOutTrials > 1 ? experiment.config.heldOutTrials : nil, alpha: experiment.config.acceptRule == .paired ? experiment.config.alpha : nil,
+                            pairedAgainst: experiment.config.acceptRule == .paired ? s.bestHeldOut?.attempt : nil,
+                            infraRetries: experiment.countsVendorFailures ? experiment.config.infraRetries : nil,
+                            ladderStep: experiment.config.disclosure == .ladder ? ScoreLadder.step(experiment.config, testTasks: testTasks) : nil)
     }
 
     /// A gate's (attempt 0: the baseline's) evidence row: salted reward leaves of the train
@@ -38,8 +40,8 @@ extension ExperimentSupervisor {
             for (id, mean) in zip(heldOut.ids, HeldOutScore.taskMeans(heldOut.ids, heldOut.outcomes)) { heldOutRewards[id] = mean }
         }
         return GateEvidenceRecord(attempt: attempt, trainLeaves: RewardLeaf.leaves(trainRewards), heldOutLeaves: RewardLeaf.leaves(heldOutRewards),
-                                  heldOutRuntime: heldOut == nil ? nil : executors.heldOutMeasurement(config),
-                                  taskFiles: adapter.hostPaths.sorted().compactMap(WorkDigest.taskFiles),
+                                  heldOutRuntime: heldOut == nil ? nil : experiment.executors.heldOutMeasurement(experiment.config),
+                                  taskFiles: experiment.adapter.hostPaths.sorted().compactMap(WorkDigest.taskFiles),
                                   policies: policyDigests(), binaries: EvidenceMeasure.runningBinaries, host: Self.hostFindings())
     }
 
@@ -53,32 +55,22 @@ extension ExperimentSupervisor {
 
     /// Every policy this experiment's sandboxes are made from, resolved as they get it.
     func policyDigests() -> [PolicyDigest] {
-        var roles: [(String, String)] = [("task", config.taskPolicy), ("verifier", config.verifierPolicy), ("coding agent", config.codingAgentPolicy)]
-        if config.runner.command != nil { roles.append(("runner", config.runner.policy)) }
-        if config.runner.scorer != nil { roles.append(("scorer", config.runner.scorerPolicy)) }
-        if let t = config.triage { roles.append(("triage", t.tool.policy)) }
+        var roles: [(String, String)] = [("task", experiment.config.taskPolicy), ("verifier", experiment.config.verifierPolicy), ("coding agent", experiment.config.codingAgentPolicy)]
+        if experiment.config.runner.command != nil { roles.append(("runner", experiment.config.runner.policy)) }
+        if experiment.config.runner.scorer != nil { roles.append(("scorer", experiment.config.runner.scorerPolicy)) }
+        if let t = experiment.config.triage { roles.append(("triage", t.tool.policy)) }
         return roles.compactMap { role, name in
-            guard let file = try? policyLoader.locate(name, besideDirectory: nil),
-                  let policy = try? policyLoader.load(name, requireAllPlaceholders: false),
+            guard let file = try? experiment.policyLoader.locate(name, besideDirectory: nil),
+                  let policy = try? experiment.policyLoader.load(name, requireAllPlaceholders: false),
                   let fileDigest = try? WorkDigest.file(file.path) else { return nil }
             return PolicyDigest(role: role, name: name, lineage: policy.lineage, file: file.path, fileSHA256: fileDigest,
                                 resolvedSHA256: WorkDigest.hex(SHA256.hash(data: PolicyCoding.encode(policy))), encoding: PolicyCoding.version)
         }
     }
 
-    /// What `evidence export` was asked to reveal.
-    public struct EvidenceReveal: Sendable {
-        public var split = false
-        public var tasks: [String] = []
-        public init(split: Bool = false, tasks: [String] = []) {
-            self.split = split
-            self.tasks = tasks
-        }
-    }
-
     /// The bundle for gate attempt `attempt` (0: `prepare`), signed with `key`.
-    public func exportEvidence(attempt: Int, reveal: EvidenceReveal, key: Curve25519.Signing.PrivateKey) throws -> EvidenceBundle {
-        let rows = try ledger.records()
+    func exportEvidence(attempt: Int, reveal: EvidenceReveal, key: Curve25519.Signing.PrivateKey) throws -> EvidenceBundle {
+        let rows = try experiment.ledger.records()
         let s = try ExperimentState(records: rows)
         guard let splitRow = rows.first(where: { $0.kind == .split }) else {
             throw ExperimentError(.state, "experiment not prepared yet: nothing to attest")
@@ -92,7 +84,7 @@ extension ExperimentSupervisor {
                 : "no evidence of gate attempt \(attempt) in the ledger (attempts with evidence: \(known.contains { $0 > 0 } ? known.filter { $0 > 0 }.map(String.init).joined(separator: ", ") : "none"); an attempt interrupted, or made before evidence bundles were recorded, has none)")
         }
         let evidence = try evidenceRow.decode(GateEvidenceRecord.self)
-        let head = try ledger.head
+        let head = try experiment.ledger.head
 
         var subject: String
         var claims: [EvidenceClaim] = []
@@ -118,7 +110,7 @@ extension ExperimentSupervisor {
             // claims nothing, rather than a pass rate of 1 over no task.
             if a.suiteTotal > 0 {
                 let rate = Double(a.suitePassed) / Double(a.suiteTotal)
-                let threshold = criteria?.suiteThreshold ?? config.threshold
+                let threshold = criteria?.suiteThreshold ?? experiment.config.threshold
                 claims.append(EvidenceClaim(metric: "suite_pass_rate", comparator: ">=", threshold: threshold, value: rate,
                                             passed: GateRules.suite(passed: a.suitePassed, total: a.suiteTotal, threshold: threshold) == nil,
                                             sampleSize: a.suiteTotal))
@@ -148,7 +140,7 @@ extension ExperimentSupervisor {
         }
 
         let predicate = GatePredicate(
-            kind: attempt == 0 ? "prepare" : "gate", benchmark: s.created?.benchmark ?? config.benchmark,
+            kind: attempt == 0 ? "prepare" : "gate", benchmark: s.created?.benchmark ?? experiment.config.benchmark,
             harness: .init(binaries: evidence.binaries), gate: gate, claims: claims, criteria: criteria, policies: evidence.policies,
             heldOutRuntime: evidence.heldOutRuntime, taskFiles: evidence.taskFiles,
             split: split.commitment.map { SplitDigest(commitment: $0, train: split.train.count, test: split.test.count, committedAt: pointer(splitRow)) },
@@ -184,7 +176,17 @@ extension ExperimentSupervisor {
     }
 
     /// The attempts with evidence, newest last.
-    public func evidenceAttempts() throws -> [Int] {
-        try ledger.records(kind: .gateEvidence).compactMap { try? $0.decode(GateEvidenceRecord.self).attempt }
+    func evidenceAttempts() throws -> [Int] {
+        try experiment.ledger.records(kind: .gateEvidence).compactMap { try? $0.decode(GateEvidenceRecord.self).attempt }
+    }
+}
+
+/// What `evidence export` was asked to reveal.
+public struct EvidenceReveal: Sendable {
+    public var split = false
+    public var tasks: [String] = []
+    public init(split: Bool = false, tasks: [String] = []) {
+        self.split = split
+        self.tasks = tasks
     }
 }

@@ -1,5 +1,6 @@
 import Benchmark
 import Crypto
+import Evidence
 import Execution
 import ExperimentModel
 import Foundation
@@ -12,31 +13,47 @@ import SupervisorIO
 /// only), gate, status. It holds the experiment lock for its lifetime, and every score it
 /// computes comes from a verifier sandbox agent.py never shared anything with.
 ///
-/// This file: opening (the lock, recovery), verification, snapshots, and `run`, which hands
-/// every run of tasks to an executor (`Executors/`). The operations it sequences are beside
-/// it: `Prepare.swift`, `TrainRuns.swift` (benchmark, batches), `GateOperation.swift`.
+/// This type opens an experiment (the lock, recovery) and verifies it; each operation is a
+/// type of its own over the shared `ExperimentContext` (ExperimentContext.swift, running
+/// tasks in RunningTasks.swift): `PrepareOperation` (Prepare.swift), `TrainOperation`
+/// (TrainRuns.swift: benchmark, batches, the agent's requests), `GateOperation`,
+/// `CandidateOperation` (Candidates.swift), `TriageOperation` (Triage.swift),
+/// `EvidenceOperation` (Evidence.swift), `ImagesOperation`; the public methods below hand
+/// each call to its operation.
 public final class ExperimentSupervisor {
-    public let layout: ExperimentLayout
-    public let config: ExperimentConfig
-    public let ledger: Ledger
+    /// What the operations share; each public operation below hands it to its type.
+    let experiment: ExperimentContext
     let lock: ExperimentLock?
-    let adapter: any BenchmarkAdapter
-    let policyLoader: PolicyLoader
-    let git: Git
-    /// Where runs go (`Executors`), with the held-out runtime settled at the first gate.
-    let executors = Executors()
+    public var layout: ExperimentLayout { experiment.layout }
+    public var config: ExperimentConfig { experiment.config }
+    public var ledger: Ledger { experiment.ledger }
+    var adapter: any BenchmarkAdapter { experiment.adapter }
+    var policyLoader: PolicyLoader { experiment.policyLoader }
+    var git: Git { experiment.git }
     /// Where the shipped templates are (the Ray driver, `executor: ray`); set by the CLI.
-    public var templatesDirectory: String?
+    public var templatesDirectory: String? {
+        get { experiment.templatesDirectory }
+        set { experiment.templatesDirectory = newValue }
+    }
     /// Called after each task (serially), e.g. for a progress line. The outcome is nil for
     /// held-out tasks: not even a progress line may say which test task passed.
-    public var progress: ((_ done: Int, _ total: Int, _ outcome: TaskOutcome?) -> Void)?
+    public var progress: ((_ done: Int, _ total: Int, _ outcome: TaskOutcome?) -> Void)? {
+        get { experiment.progress }
+        set { experiment.progress = newValue }
+    }
     /// Called with an operator line during long external tool runs (from any thread).
-    public var log: (@Sendable (String) -> Void)?
+    public var log: (@Sendable (String) -> Void)? {
+        get { experiment.log }
+        set { experiment.log = newValue }
+    }
     /// What recovery at open did, for the caller to print (`log` is not set yet then).
     public private(set) var recoveryNotes: [String] = []
     /// Called with each view's path just before it is written: tests kill the process there,
     /// between the ledger append and the views' publication.
-    var beforeViewWrite: (String) -> Void = { _ in }
+    var beforeViewWrite: (String) -> Void {
+        get { experiment.beforeViewWrite }
+        set { experiment.beforeViewWrite = newValue }
+    }
     /// Tasks of the benchmark that cannot run (each scores 0 with its reason), for the
     /// operator; the rest of the experiment works as usual.
     public var benchmarkProblems: [String] { adapter.problems }
@@ -46,13 +63,11 @@ public final class ExperimentSupervisor {
     /// and repairs what a crash left (`recover`); read-only use (`status`) does not, and
     /// never repairs anything. `beforeViewWrite` is for tests (see the property).
     public init(layout: ExperimentLayout, policySearchPaths: [String], purpose: String, exclusive: Bool = true) throws {
-        self.layout = layout
-        do {
-            config = try ExperimentConfig.load(layout.config)
-        }
+        let config = try ExperimentConfig.load(layout.config)
         try layout.ensurePrivateDirectory()
         lock = exclusive ? try ExperimentLock(path: layout.lock, purpose: purpose) : nil
-        ledger = try Ledger(path: layout.ledger, kinds: .experiment)
+        let ledger = try Ledger(path: layout.ledger, kinds: .experiment)
+        let adapter: any BenchmarkAdapter
         do {
             adapter = try config.makeAdapter(root: layout.root, checkTools: exclusive)
         } catch let e as ExperimentError {
@@ -60,7 +75,7 @@ public final class ExperimentSupervisor {
         }
         var paths = policySearchPaths
         if let d = config.policyDirectory { paths.insert(d.hasPrefix("/") ? d : layout.root + "/" + d, at: 0) }
-        policyLoader = PolicyLoader(searchPaths: paths)
+        let policyLoader = PolicyLoader(searchPaths: paths)
         if exclusive {
             do {
                 try config.checkPolicyMounts(root: layout.root, loader: policyLoader)
@@ -68,13 +83,14 @@ public final class ExperimentSupervisor {
                 throw ExperimentError(e.kind, "\(layout.config): \(e.message)")
             }
         }
-        git = Git(root: layout.root, privateIndex: layout.privateDirectory + "/git-index")
+        experiment = ExperimentContext(layout: layout, config: config, ledger: ledger, adapter: adapter, policyLoader: policyLoader,
+                                       git: Git(root: layout.root, privateIndex: layout.privateDirectory + "/git-index"))
         if exclusive { try recover() }
     }
 
     deinit { lock?.release() }
 
-    public func state() throws -> ExperimentState { try ExperimentState(records: ledger.records()) }
+    public func state() throws -> ExperimentState { try experiment.state() }
 
     // MARK: - Recovery
 
@@ -98,7 +114,7 @@ public final class ExperimentSupervisor {
         var changed = false
         for open in s.openGates {
             changed = true
-            _ = try ledger.appendAll(Self.interruptedRows(try state(), attempt: open.attempt, agentSHA256: open.agentSHA256, config: config))
+            _ = try ledger.appendAll(GateOperation.interruptedRows(try state(), attempt: open.attempt, agentSHA256: open.agentSHA256, config: config))
         }
         if let full = rollForwardCommit(s) {
             try git.publish(full)
@@ -180,125 +196,80 @@ public final class ExperimentSupervisor {
         (try? snapshotBytes(sha256)).map { String(decoding: $0, as: UTF8.self) }
     }
 
-    /// A snapshot's agent.py by its sha256: a regular file of at most the agent file's cap,
-    /// no link followed (the bytes came from the coding agent).
-    public func snapshotBytes(_ sha256: String) throws -> [UInt8] {
-        guard sha256.count == 64, sha256.allSatisfy(\.isHexDigit) else { throw ExperimentError(.state, "not a snapshot: \(printable(sha256))") }
-        let path = layout.snapshotDirectory(sha256: sha256)
-        let dir = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard dir >= 0 else { throw ExperimentError(.io, "\(path): \(String(cString: strerror(errno)))") }
-        defer { close(dir) }
-        switch AgentFile.read(directoryFD: dir, maxBytes: AgentFile.maxBytes) {
-        case .success(let bytes): return bytes
-        case .failure(let why): throw ExperimentError(.io, "\(path)/agent.py \(why.reason)")
-        }
+    /// A content-addressed copy of agent.py (`snapshotAgent`).
+    public typealias Snapshot = AgentSnapshot
+
+    // MARK: - operations (each its own type over `experiment`)
+
+    public typealias PrepareSummary = Experiment.PrepareSummary
+    public typealias EvidenceReveal = Experiment.EvidenceReveal
+
+    public func prepare() throws -> PrepareSummary { try PrepareOperation(experiment: experiment).prepare() }
+
+    public static func smallSplitWarning(testTasks n: Int, testPassed: Int, minImprovement: Double?) -> String? {
+        PrepareOperation.smallSplitWarning(testTasks: n, testPassed: testPassed, minImprovement: minImprovement)
     }
 
-    public func regenerateViews() throws { try Views.regenerate(layout, try state(), config: config, beforeEach: beforeViewWrite) }
-
-    // MARK: - running tasks
-
-    /// Runs `ids` where the configuration says (`Executors`): one outcome per id, in order (a
-    /// task the executor did not score is 0, never missing).
-    func run(_ ids: [String], agent: String, audit: RunAudit, split: SplitClass, oracle: Bool = false,
-             operatorDiagnostics: Bool = false, oneTaskPerRun: Bool = false) throws -> [TaskOutcome] {
-        guard !ids.isEmpty else { return [] }
-        let request = TaskRun(ids: ids, split: split, agent: agent, audit: audit, oracle: oracle, operatorDiagnostics: operatorDiagnostics,
-                              oneTaskPerRun: oneTaskPerRun)
-        let environment = executorEnvironment
-        let outcomes = try executors.executor(for: request, environment) {
-            RayNodeExecutor(environment: environment, templatesDirectory: templatesDirectory,
-                            excludedNodes: { [unowned self] in try state().excludedNodes },
-                            recordExclusion: { [ledger] in _ = try ledger.append(.nodeExcluded, $0) })
-        }.run(request)
-        // Whatever the executor did, the mean is over every requested id.
-        return LocalExecution.complete(ids, outcomes, split: split, adapter: adapter.name)
+    public func runBenchmark(taskIDs: [String]?, oracle: Bool = false, actor: String = "cli", agent: Snapshot? = nil) throws -> [TaskOutcome] {
+        try TrainOperation(experiment: experiment).runBenchmark(taskIDs: taskIDs, oracle: oracle, actor: actor, agent: agent)
     }
 
-    /// What the executors need of this experiment, with the operator's current callbacks.
-    var executorEnvironment: ExecutorEnvironment {
-        ExecutorEnvironment(config: config, layout: layout, adapter: adapter, policyLoader: policyLoader, log: log, progress: progress)
+    public func proposeCluster(_ cluster: String, label: String?, mergeWith: String?, actor: String) throws {
+        try TrainOperation(experiment: experiment).proposeCluster(cluster, label: label, mergeWith: mergeWith, actor: actor)
     }
 
-    /// A run's violations and limit hits, each against the sandbox that made it: agent.py for
-    /// the sandboxes that hold it (a tool sharing its process included: tau2's runner,
-    /// Harbor's orchestrator), "verifier" (local benchmarks) or "benchmark tool" for those
-    /// without it.
-    func violations(_ audit: RunAudit, during: String, heldOut: Bool = false) -> [(RecordKind, any Encodable)] {
-        violations(audit.agent, actor: "agent.py (\(during))", heldOut: heldOut)
-            + violations(audit.tool, actor: "\(adapter.toolActor) (\(during))", heldOut: heldOut)
+    @discardableResult
+    public func reviewSuite(_ action: String, tasks: [String], reason: String, actor: String) throws -> [String] {
+        try TrainOperation(experiment: experiment).reviewSuite(action, tasks: tasks, reason: reason, actor: actor)
     }
 
-    func violations(_ audit: AuditLog, actor: String, heldOut: Bool = false) -> [(RecordKind, any Encodable)] {
-        var counts: [String: Int] = [:]
-        var order: [String] = []
-        var destinations = 0
-        // Connections the allowlist let through (a runner's model API) are not violations.
-        for e in audit.events where e.isViolation {
-            // A refused syscall and a voided reward name what (the call, the reward file's path).
-            let named: Set<AuditEvent.Kind> = [.syscall, .rewardTampering, .sharedStateChanged, .plantedLink, .irregularFile]
-            var key = named.contains(e.countedKind) ? "\(e.countedKind.rawValue) \(e.name)" : e.countedKind.rawValue
-            // A refused connection names where it went (the first 20 destinations; a flood
-            // of distinct ones is folded into one row).
-            if e.countedKind == .egress {
-                let named = "egress \(e.name)"
-                if counts[named] == nil && destinations >= 20 {
-                    key = "egress (other destinations)"
-                } else {
-                    if counts[named] == nil { destinations += 1 }
-                    key = named
-                }
-            }
-            if counts[key] == nil { order.append(key) }
-            counts[key, default: 0] += e.count ?? 1
-        }
-        let named = ["syscall", "egress", AuditEvent.Kind.rewardTampering.rawValue, AuditEvent.Kind.sharedStateChanged.rawValue, AuditEvent.Kind.plantedLink.rawValue, AuditEvent.Kind.irregularFile.rawValue]
-        return order.map { key in
-            (.violation, ViolationRecord(actor: actor, kind: named.first { key.hasPrefix($0) } ?? key,
-                                         detail: "\(key) ×\(counts[key]!)", heldOut: heldOut ? true : nil, count: counts[key]!))
-        }
+    public func needsHuman(_ text: String, actor: String) throws { try TrainOperation(experiment: experiment).needsHuman(text, actor: actor) }
+
+    public func gate(actor: String = "cli", agent: Snapshot? = nil, message: String? = nil, beforeHeldOut: () throws -> Void = {}) throws -> GateResult {
+        try GateOperation(experiment: experiment).gate(actor: actor, agent: agent, message: message, beforeHeldOut: beforeHeldOut)
     }
 
-    // MARK: - snapshots
-
-    public struct Snapshot: Sendable {
-        public var sha256: String
-        /// A directory holding exactly `agent.py`, bound read-only into task sandboxes.
-        public var directory: String
+    @discardableResult
+    public func submitCandidate(agent: Snapshot? = nil, message: String?, actor: String) throws -> CandidateRecord {
+        try CandidateOperation(experiment: experiment).submitCandidate(agent: agent, message: message, actor: actor)
     }
 
-    /// Copies agent/agent.py into a content-addressed, supervisor-owned directory. The gate
-    /// and the benchmark judge this copy, never the live file the coding agent may still edit.
-    public func snapshotAgent() throws -> Snapshot {
-        // What agent/ or agent.py is (a symlink, missing, too big) is the experiment's state;
-        // a failing read is an I/O error.
-        let dir = open(layout.agentDirectory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard dir >= 0 else {
-            let e = errno
-            throw ExperimentError([ELOOP, ENOTDIR, ENOENT].contains(e) ? .state : .io,
-                                  "\(layout.agentDirectory): \(String(cString: strerror(e))) (it must be a directory, not a symlink)")
-        }
-        defer { close(dir) }
-        switch AgentFile.read(directoryFD: dir, maxBytes: AgentFile.maxBytes) {
-        case .success(let bytes): return try snapshot(bytes: bytes)
-        case .failure(let why): throw ExperimentError(why.errno == nil ? .state : .io, "\(layout.agentFile) \(why.reason)")
-        }
+    public func gateCandidates(actor: String, message: String? = nil, overBudget: () -> String? = { nil },
+                               beforeHeldOut: () throws -> Void = {}) throws -> (ranking: CandidatesRankedRecord?, result: GateResult) {
+        try CandidateOperation(experiment: experiment).gateCandidates(actor: actor, message: message, overBudget: overBudget, beforeHeldOut: beforeHeldOut)
     }
 
-    /// Stores `bytes` as a content-addressed snapshot (idempotent).
-    public func snapshot(bytes: [UInt8]) throws -> Snapshot {
-        let sha = SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined()
-        let dir = layout.snapshotDirectory(sha256: sha)
-        if access(dir + "/agent.py", F_OK) != 0 {
-            do {
-                try TraceFiles.makeDirectories(dir)
-                try AtomicFile.write(bytes, to: dir + "/agent.py", mode: 0o644)
-            } catch let e as IOFailure {
-                throw ExperimentError(.io, "snapshot \(dir)/agent.py: \(e.reason ?? ErrnoName.describe(e.errno))")
-            } catch {
-                throw ExperimentError(.io, "snapshot \(error)")
-            }
-        }
-        return Snapshot(sha256: sha, directory: dir)
+    @discardableResult
+    public func runTriage(trigger: String, onlyNew: Bool = false) throws -> TriageRecord? {
+        try TriageOperation(experiment: experiment).runTriage(trigger: trigger, onlyNew: onlyNew)
     }
+
+    public func reviewCluster(_ cluster: String, action: ClusterReviewRecord.Action, label: String? = nil, with other: String? = nil,
+                              reason: String, actor: String) throws {
+        try TriageOperation(experiment: experiment).reviewCluster(cluster, action: action, label: label, with: other, reason: reason, actor: actor)
+    }
+
+    @discardableResult
+    public func acceptTriage(reason: String, actor: String) throws -> [String] {
+        try TriageOperation(experiment: experiment).acceptTriage(reason: reason, actor: actor)
+    }
+
+    public func exportEvidence(attempt: Int, reveal: EvidenceReveal, key: Curve25519.Signing.PrivateKey) throws -> EvidenceBundle {
+        try EvidenceOperation(experiment: experiment).exportEvidence(attempt: attempt, reveal: reveal, key: key)
+    }
+
+    public func evidenceAttempts() throws -> [Int] { try EvidenceOperation(experiment: experiment).evidenceAttempts() }
+
+    public func buildImages(log: (String) -> Void) throws -> (images: Int, problems: [String: String]) {
+        try ImagesOperation(experiment: experiment).buildImages(log: log)
+    }
+
+    public func snapshotAgent() throws -> Snapshot { try experiment.snapshotAgent() }
+
+    public func snapshot(bytes: [UInt8]) throws -> Snapshot { try experiment.snapshot(bytes: bytes) }
+
+    public func snapshotBytes(_ sha256: String) throws -> [UInt8] { try experiment.snapshotBytes(sha256) }
+
+    public func regenerateViews() throws { try experiment.regenerateViews() }
 }
+

@@ -10,7 +10,9 @@ import SupervisorIO
 /// What `gate()` decided: the attempt exactly as it is recorded in the ledger.
 public typealias GateResult = GateAttemptRecord
 
-extension ExperimentSupervisor {
+struct GateOperation {
+    let experiment: ExperimentContext
+
     /// Judges a snapshot of agent.py: (1) regression suite on train ≥ threshold; (2) test
     /// val_score beats the best accepted score by more than `gate.min_improvement` (a tie
     /// fails; every test task counts, errors as 0); (3) only if both pass, failing non-suite
@@ -20,29 +22,29 @@ extension ExperimentSupervisor {
     /// run loop checks there that the coding agent is still frozen. `message` (`gate -m`):
     /// what the change is and why, kept as `noteLine` keeps it in the attempt's record, the
     /// commit's body and results.tsv.
-    public func gate(actor: String = "cli", agent: Snapshot? = nil, message: String? = nil,
+    func gate(actor: String = "cli", agent: AgentSnapshot? = nil, message: String? = nil,
                      beforeHeldOut: () throws -> Void = {}) throws -> GateResult {
-        let s = try settleBatches()
+        let s = try TrainOperation(experiment: experiment).settleBatches()
         guard let split = s.split else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
         // Refused before the gate counts: the paired decision needs the best's side.
         // (Which iteration holds the best is not named: under decision or ladder disclosure
         // the caller may not know which scored highest.)
-        if config.acceptRule == .paired && s.bestHeldOut?.trials == nil {
-            throw ExperimentError(.state, "\(layout.config): gate.accept: paired compares per-task held-out results, and the best accepted agent.py has none recorded (it was gated or prepared before autoharness kept them): use gate.accept: margin, or prepare a new experiment")
+        if experiment.config.acceptRule == .paired && s.bestHeldOut?.trials == nil {
+            throw ExperimentError(.state, "\(experiment.layout.config): gate.accept: paired compares per-task held-out results, and the best accepted agent.py has none recorded (it was gated or prepared before autoharness kept them): use gate.accept: margin, or prepare a new experiment")
         }
         // Numbered and counted by its start row, appended (and synced) before any task runs:
         // a gate whose outcome is lost still used its look at the held-out split.
         let attempt = s.lastAttempt + 1
         // The gate's clock: its answer is held to `config.replyTime` counted from here.
         let started = monotonicNow()
-        let snap = try agent ?? snapshotAgent()
+        let snap = try agent ?? experiment.snapshotAgent()
         // Where held-out tasks run, settled once per supervisor: a VM that cannot run here is
         // refused before the gate counts (nothing looked yet).
-        try executors.settleHeldOut(executorEnvironment)
+        try experiment.executors.settleHeldOut(experiment.executorEnvironment)
         // Its criteria are in that row: registered before any of its tasks runs (evidence bundles
         // sign them as such).
-        _ = try ledger.append(.gateStarted, GateStartedRecord(attempt: attempt, agentSHA256: snap.sha256,
-                                                              criteria: gateCriteria(s, testTasks: split.test.count)))
+        _ = try experiment.ledger.append(.gateStarted, GateStartedRecord(attempt: attempt, agentSHA256: snap.sha256,
+                                                              criteria: EvidenceOperation(experiment: experiment).gateCriteria(s, testTasks: split.test.count)))
         let audit = RunAudit()
         let heldOutAudit = RunAudit()
         var recorded = false
@@ -63,8 +65,8 @@ extension ExperimentSupervisor {
             // reply grid too: when agent.py makes a held-out run fail is as much a channel.
             if heldOutBegan && !recorded { _ = holdReply(since: started) }
             if !recorded {
-                recordViolations(Self.interruptedRows(s, attempt: attempt, agentSHA256: snap.sha256, config: config)
-                    + violations(audit, during: "gate") + violations(heldOutAudit, during: "gate, held-out split", heldOut: true))
+                experiment.recordViolations(Self.interruptedRows(s, attempt: attempt, agentSHA256: snap.sha256, config: experiment.config)
+                    + experiment.violations(audit, during: "gate") + experiment.violations(heldOutAudit, during: "gate, held-out split", heldOut: true))
             }
             throw error
         }
@@ -73,7 +75,7 @@ extension ExperimentSupervisor {
     /// The gate's three steps and their record (`gate`); `recorded` is set once the ledger
     /// holds the attempt.
 
-    private func judge(_ s: ExperimentState, split: SplitRecord, attempt: Int, snap: Snapshot, message: String?, audit: RunAudit, heldOutAudit: RunAudit,
+    private func judge(_ s: ExperimentState, split: SplitRecord, attempt: Int, snap: AgentSnapshot, message: String?, audit: RunAudit, heldOutAudit: RunAudit,
                        started: Double, recorded: inout Bool, heldOutBegan: inout Bool, beforeHeldOut: () throws -> Void) throws -> GateResult {
         var result = GateResult(attempt: attempt, agentSHA256: snap.sha256, accepted: false, reason: "", suitePassed: 0,
                                 suiteTotal: s.suite.count, valScore: nil, bestBefore: s.best, promoted: [], commit: nil, iteration: nil)
@@ -83,30 +85,30 @@ extension ExperimentSupervisor {
         // The rules are `GateRules.decide`, a pure function of what ran so far; this runs what
         // it asks for next, in order: the suite (train), the held-out split (traces never
         // persist, only rewards come back), the promotion candidates (train).
-        var phases = GateRules.Phases(suite: try run(s.suite, agent: snap.directory, audit: audit, split: .trainUntraced))
+        var phases = GateRules.Phases(suite: try experiment.run(s.suite, agent: snap.directory, audit: audit, split: .trainUntraced))
         result.suitePassed = phases.suite.filter(\.passed).count
         var resolvedClusters: [String] = []
         decided: while true {
-            switch GateRules.decide(s, config: config, attempt: attempt, agentSHA256: snap.sha256, phases: phases) {
+            switch GateRules.decide(s, config: experiment.config, attempt: attempt, agentSHA256: snap.sha256, phases: phases) {
             case .runHeldOut:
                 try beforeHeldOut()
                 heldOutBegan = true
                 // `gate.trials`: the split k times over, all inside this one frozen phase.
                 var outcomes: [TaskOutcome] = []
                 var retries = InfraRetries()
-                for _ in 0..<config.heldOutTrials {
-                    outcomes += try runRetryingVendor(split.test, agent: snap.directory, audit: heldOutAudit, split: .heldOut, retries: &retries)
+                for _ in 0..<experiment.config.heldOutTrials {
+                    outcomes += try experiment.runRetryingVendor(split.test, agent: snap.directory, audit: heldOutAudit, split: .heldOut, retries: &retries)
                 }
                 phases.heldOut = outcomes
                 result.infraRetries = retries.recorded
-                result.heldOutTrials = HeldOutTrials(rewards: HeldOutScore.perTask(split.test, outcomes), trials: config.heldOutTrials)
-                if config.acceptRule == .paired { result.pairedTest = GateRules.paired(s, config: config, heldOut: outcomes) }
+                result.heldOutTrials = HeldOutTrials(rewards: HeldOutScore.perTask(split.test, outcomes), trials: experiment.config.heldOutTrials)
+                if experiment.config.acceptRule == .paired { result.pairedTest = GateRules.paired(s, config: experiment.config, heldOut: outcomes) }
                 result.heldOutCostUSD = TaskOutcome.cost(outcomes)
                 result.valScore = HeldOutScore.val(split.test, outcomes)
                 // `timeout_policy: infra`: the operator's view of the tasks that finished.
-                if config.timeoutPolicy == .infra { (result.valScoreFinished, result.heldOutTimedOut) = HeldOutScore.finished(split.test, outcomes) }
+                if experiment.config.timeoutPolicy == .infra { (result.valScoreFinished, result.heldOutTimedOut) = HeldOutScore.finished(split.test, outcomes) }
             case .runPromotion(let candidates):
-                phases.promotion = try run(candidates, agent: snap.directory, audit: audit, split: .trainUntraced)
+                phases.promotion = try experiment.run(candidates, agent: snap.directory, audit: audit, split: .trainUntraced)
             case .rejected(let outcome, let reason, let required):
                 (result.outcome, result.reason, result.requiredImprovement) = (outcome, reason, required)
                 break decided
@@ -130,7 +132,7 @@ extension ExperimentSupervisor {
         // The batch ends here when this attempt was accepted or was its last; the next is revealed.
         var batchRows: [(RecordKind, any Encodable)] = []
         if let after, let (ended, next) = RollingBatches.end(s, attempt: attempt, accepted: result.accepted, promoted: result.promoted,
-                                                            resolved: resolvedClusters, after: after, config: config) {
+                                                            resolved: resolvedClusters, after: after, config: experiment.config) {
             result.revealedBatch = next.batch
             result.revealedTasks = next.tasks.count
             batchRows = [(.batchEnded, ended), (.batchRevealed, next)]
@@ -142,8 +144,8 @@ extension ExperimentSupervisor {
         if heldOutBegan, let overrun = holdReply(since: started) { items.append((.note, NoteRecord(text: overrun))) }
         if result.accepted, let val = result.valScore {
             let iteration = s.iterations.count
-            let head = try ledger.head
-            let shown = Views.commitScores(s, config: config, attempt: attempt, val: val)
+            let head = try experiment.ledger.head
+            let shown = Views.commitScores(s, config: experiment.config, attempt: attempt, val: val)
             let commitMessage = """
                 autoharness: iteration \(iteration), val_score \(shown.val) (best before \(shown.bestBefore))
 
@@ -152,7 +154,7 @@ extension ExperimentSupervisor {
                 Agent-SHA256: \(snap.sha256)
                 Ledger-Head: \(head.seq):\(head.hash)
                 """
-            let commit = try git.prepareCommit(file: snap.directory + "/agent.py", at: "agent/agent.py", message: commitMessage)
+            let commit = try experiment.git.prepareCommit(file: snap.directory + "/agent.py", at: "agent/agent.py", message: commitMessage)
             result.commit = commit
             result.iteration = iteration
             items.append((.gateAttempt, result))
@@ -160,24 +162,24 @@ extension ExperimentSupervisor {
                                                       evalsPassed: result.suitePassed, evalsTotal: result.suiteTotal,
                                                       timestamp: isoTimestamp(), agentSHA256: snap.sha256, description: message)))
             items.append((.suitePromotion, SuitePromotionRecord(added: result.promoted, lastResults: lastResults,
-                                                                pending: config.review == .operator ? true : nil)))
+                                                                pending: experiment.config.review == .operator ? true : nil)))
         } else {
             items.append((.gateAttempt, result))
         }
         if let evidence { items.append((.failureEvidence, evidence)) }
         items += batchRows
-        items += violations(audit, during: "gate")
-        items += violations(heldOutAudit, during: "gate, held-out split", heldOut: true)
+        items += experiment.violations(audit, during: "gate")
+        items += experiment.violations(heldOutAudit, during: "gate, held-out split", heldOut: true)
         // What `evidence export` signs about this attempt (held-out leaves only in the ledger),
         // last: its bundle counts every violation up to this row, this gate's own included.
-        items.append((.gateEvidence, evidenceRecord(attempt: attempt, train: phases.suite + promotionOutcomes,
+        items.append((.gateEvidence, EvidenceOperation(experiment: experiment).evidenceRecord(attempt: attempt, train: phases.suite + promotionOutcomes,
                                                     heldOut: phases.heldOut.map { (split.test, $0) })))
-        _ = try ledger.appendAll(items)
+        _ = try experiment.ledger.appendAll(items)
         recorded = true
         // Published only once the ledger holds the iteration; a crash in between is rolled
         // forward by recover().
-        if let c = result.commit { try git.publish(c) }
-        try regenerateViews()
+        if let c = result.commit { try experiment.git.publish(c) }
+        try experiment.regenerateViews()
         return result
     }
 
@@ -198,15 +200,15 @@ extension ExperimentSupervisor {
     /// Runs the latest revealed batch as a train run (traces, records, views) with the agent.py
     /// the experiment stands on: the last accepted one (the baseline's before any).
     func runRevealedBatch() throws {
-        let s = try state()
+        let s = try experiment.state()
         guard let batch = s.batches.last, !batch.revealed.tasks.isEmpty, let sha = s.iterations.last?.agentSHA256 else { return }
-        let snap = Snapshot(sha256: sha, directory: layout.snapshotDirectory(sha256: sha))
+        let snap = AgentSnapshot(sha256: sha, directory: experiment.layout.snapshotDirectory(sha256: sha))
         guard access(snap.directory + "/agent.py", R_OK) == 0 else {
             throw ExperimentError(.io, "batch \(batch.revealed.batch) cannot run: the accepted agent.py's snapshot \(snap.directory)/agent.py is gone")
         }
-        log?("batch \(batch.revealed.batch) revealed: running its \(batch.revealed.tasks.count) train task(s) with the accepted agent.py")
-        _ = try runTrain(taskIDs: batch.revealed.tasks, oracle: false, actor: "supervisor", agent: snap, state: s)
-        triageAfter(.batch, trigger: "batch \(batch.revealed.batch)")
+        experiment.log?("batch \(batch.revealed.batch) revealed: running its \(batch.revealed.tasks.count) train task(s) with the accepted agent.py")
+        _ = try TrainOperation(experiment: experiment).runTrain(taskIDs: batch.revealed.tasks, oracle: false, actor: "supervisor", agent: snap, state: s)
+        TriageOperation(experiment: experiment).triageAfter(.batch, trigger: "batch \(batch.revealed.batch)")
     }
 
     /// Sleeps until the instant `config.replyTime` sets for a gate that started at `started`
@@ -214,18 +216,18 @@ extension ExperimentSupervisor {
     /// `gate.reply_after`.
     func holdReply(since started: Double) -> String? {
         let elapsed = monotonicNow() - started
-        let release = config.replyTime.release(after: elapsed)
+        let release = experiment.config.replyTime.release(after: elapsed)
         if release - elapsed > 0.05 {
-            log?("gate: answer held \(String(format: "%.1f", release - elapsed)) s, to \(Int(release)) s after the gate began (gate.reply_time: \(config.replyTime.name))")
+            experiment.log?("gate: answer held \(String(format: "%.1f", release - elapsed)) s, to \(Int(release)) s after the gate began (gate.reply_time: \(experiment.config.replyTime.name))")
         }
         while true {
             let left = release - (monotonicNow() - started)
             if left <= 0 { break }
             Thread.sleep(forTimeInterval: left)
         }
-        guard config.replyTime.overran(elapsed) else { return nil }
-        let why = "gate ran \(String(format: "%.1f", elapsed)) s, past gate.reply_after; it answered on the padded grid (\(Int(release)) s), which says up to about \(String(format: "%.1f", config.replyTime.capacityBits(worst: elapsed))) bits: raise gate.reply_after"
-        log?(why)
+        guard experiment.config.replyTime.overran(elapsed) else { return nil }
+        let why = "gate ran \(String(format: "%.1f", elapsed)) s, past gate.reply_after; it answered on the padded grid (\(Int(release)) s), which says up to about \(String(format: "%.1f", experiment.config.replyTime.capacityBits(worst: elapsed))) bits: raise gate.reply_after"
+        experiment.log?(why)
         return why
     }
 }

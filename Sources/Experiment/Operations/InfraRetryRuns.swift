@@ -4,7 +4,7 @@ import ExperimentModel
 
 // Held-out runs that repeat a task the vendor failed (`InfraRetries`, Records/InfraRetries.swift).
 
-extension ExperimentSupervisor {
+extension ExperimentContext {
     /// Whether held-out runs count vendor failures per task: retries are on and the runner
     /// reaches a model API through the inference gate (what the config parser requires of
     /// `gate.infra_retries`; checked again here). On this host each task's run has a gate of

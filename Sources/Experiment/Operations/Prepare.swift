@@ -8,20 +8,8 @@ import SupervisorIO
 
 // `autoharness prepare`: the baseline over every task, the split, the first iteration.
 
-extension ExperimentSupervisor {
-    public struct PrepareSummary: Sendable {
-        public var tasks: Int
-        public var passed: Int
-        public var train: Int
-        public var test: Int
-        public var baselineScore: Double
-        /// How the split was made, for the operator.
-        public var splitOrigin: String
-        /// What the operator should change before running (a test split too small to gate).
-        public var warnings: [String] = []
-        /// The gate's acceptance rule in force, with its numbers (`GateRules.ruleText`).
-        public var gateRule = ""
-    }
+struct PrepareOperation {
+    let experiment: ExperimentContext
 
     /// Tasks whose test scripts fetch their judge (uv, pytest) score 0 in an offline verifier
     /// whatever agent.py does: said at prepare, with what to do, when the tools are not set.
@@ -35,7 +23,7 @@ extension ExperimentSupervisor {
     /// A test split on which the gate's improvement rule can accept few or no gates. With
     /// `min_improvement: auto` (1/N) each acceptance needs two more held-out tasks to pass
     /// than the best so far, so a small split runs out of room fast (or never has any).
-    public static func smallSplitWarning(testTasks n: Int, testPassed: Int, minImprovement: Double?) -> String? {
+    static func smallSplitWarning(testTasks n: Int, testPassed: Int, minImprovement: Double?) -> String? {
         guard n > 0 else { return nil }
         let step = GateRules.tasksNeeded(testTasks: n, minImprovement: minImprovement)
         let room = n - testPassed
@@ -71,53 +59,53 @@ extension ExperimentSupervisor {
 
     /// Runs the baseline over every task with nothing persisted (the split does not exist yet,
     /// so every task is treated as a test task), derives the split, records iteration 0.
-    public func prepare() throws -> PrepareSummary {
-        let s = try state()
+    func prepare() throws -> PrepareSummary {
+        let s = try experiment.state()
         guard !s.prepared else {
             throw ExperimentError(.state, "experiment already prepared (split recorded in the ledger); nothing was run")
         }
-        let snap = try snapshotAgent()
+        let snap = try experiment.snapshotAgent()
         let audit = RunAudit()
         let outcomes: [TaskOutcome]
         var retries = InfraRetries()
         do {
-            outcomes = try runRetryingVendor(adapter.taskIDs, agent: snap.directory, audit: audit, split: .baseline, operatorDiagnostics: true,
+            outcomes = try experiment.runRetryingVendor(experiment.adapter.taskIDs, agent: snap.directory, audit: audit, split: .baseline, operatorDiagnostics: true,
                                              retries: &retries)
         } catch {
-            recordViolations(violations(audit, during: "baseline", heldOut: true))
+            experiment.recordViolations(experiment.violations(audit, during: "baseline", heldOut: true))
             throw error
         }
         try Self.refuseBrokenBaseline(outcomes)
         var passed: [String: Bool] = [:]
         for o in outcomes { passed[o.id] = o.passed }
         let split: SplitFile
-        if let fixed = adapter.fixedSplit {
+        if let fixed = experiment.adapter.fixedSplit {
             split = SplitFile(train: fixed.train.sorted(), test: fixed.test.sorted(),
                               metadata: .init(created: isoTimestamp(), totalTasks: fixed.train.count + fixed.test.count, seed: fixed.seed))
         } else {
             split = SplitFile.make(baselinePassed: passed, created: isoTimestamp())
         }
-        try AtomicFile.write([UInt8](split.encoded()), to: layout.split, mode: 0o600)
+        try AtomicFile.write([UInt8](split.encoded()), to: experiment.layout.split, mode: 0o600)
         // `gate.trials`: the test tasks' further trials, so that the baseline's held-out score and
         // per-task counts are measured as a gate's are (the first trial is the run above).
         let testIDs = Set(split.test)
         var heldOutOutcomes = outcomes.filter { testIDs.contains($0.id) }
         do {
-            for _ in 1..<max(config.heldOutTrials, 1) {
-                heldOutOutcomes += try runRetryingVendor(split.test, agent: snap.directory, audit: audit, split: .baseline, retries: &retries)
+            for _ in 1..<max(experiment.config.heldOutTrials, 1) {
+                heldOutOutcomes += try experiment.runRetryingVendor(split.test, agent: snap.directory, audit: audit, split: .baseline, retries: &retries)
             }
         } catch {
-            recordViolations(violations(audit, during: "baseline", heldOut: true))
+            experiment.recordViolations(experiment.violations(audit, during: "baseline", heldOut: true))
             throw error
         }
         let val = HeldOutScore.val(split.test, heldOutOutcomes)
         var baselineRecord = BaselineRecord(valScore: val, testTasks: split.test.count, tasksPassed: outcomes.filter(\.passed).count,
                                             tasksTotal: outcomes.count, agentSHA256: snap.sha256, costUSD: TaskOutcome.cost(outcomes),
                                             agentCode: TaskOutcome.agentCode(outcomes))
-        if config.timeoutPolicy == .infra { (baselineRecord.valScoreFinished, baselineRecord.heldOutTimedOut) = HeldOutScore.finished(split.test, heldOutOutcomes) }
+        if experiment.config.timeoutPolicy == .infra { (baselineRecord.valScoreFinished, baselineRecord.heldOutTimedOut) = HeldOutScore.finished(split.test, heldOutOutcomes) }
         baselineRecord.infraRetries = retries.recorded
-        if config.disclosure == .ladder { baselineRecord.ladderStep = ScoreLadder.step(config, testTasks: split.test.count) }
-        baselineRecord.heldOutTrials = HeldOutTrials(rewards: HeldOutScore.perTask(split.test, heldOutOutcomes), trials: config.heldOutTrials)
+        if experiment.config.disclosure == .ladder { baselineRecord.ladderStep = ScoreLadder.step(experiment.config, testTasks: split.test.count) }
+        baselineRecord.heldOutTrials = HeldOutTrials(rewards: HeldOutScore.perTask(split.test, heldOutOutcomes), trials: experiment.config.heldOutTrials)
         // The split is committed to here (salted, the salt kept in the ledger): every evidence
         // bundle signs the commitment, so the split cannot be redrawn after the fact unseen.
         let salt = SplitCommitment.newSalt()
@@ -132,29 +120,43 @@ extension ExperimentSupervisor {
                                          timestamp: isoTimestamp(), agentSHA256: snap.sha256)),
         ]
         let splitRecord = SplitRecord(train: split.train, test: split.test, seed: split.metadata.seed)
-        if let first = RollingBatches.first(splitRecord, config: config) { items.append((.batchRevealed, first)) }
-        items += violations(audit, during: "baseline", heldOut: true)
+        if let first = RollingBatches.first(splitRecord, config: experiment.config) { items.append((.batchRevealed, first)) }
+        items += experiment.violations(audit, during: "baseline", heldOut: true)
         // Last, so that the bundle of prepare counts the baseline's violations.
-        items.append((.gateEvidence, evidenceRecord(attempt: 0, train: outcomes.filter { trainIDs.contains($0.id) },
+        items.append((.gateEvidence, EvidenceOperation(experiment: experiment).evidenceRecord(attempt: 0, train: outcomes.filter { trainIDs.contains($0.id) },
                                                     heldOut: (split.test, heldOutOutcomes))))
-        _ = try ledger.appendAll(items)
-        try regenerateViews()
+        _ = try experiment.ledger.appendAll(items)
+        try experiment.regenerateViews()
         // The first rolling batch's tasks run as a train run with the baseline agent.py: its
         // failures are there when the coding agent starts.
-        _ = try settleBatches()
+        _ = try TrainOperation(experiment: experiment).settleBatches()
         var summary = PrepareSummary(tasks: outcomes.count, passed: outcomes.filter(\.passed).count, train: split.train.count,
                                      test: split.test.count, baselineScore: val,
-                                     splitOrigin: adapter.fixedSplit != nil
+                                     splitOrigin: experiment.adapter.fixedSplit != nil
                                          ? "the benchmark's own split, seed \(split.metadata.seed)"
                                          : "stratified on baseline pass/fail, seed \(split.metadata.seed)")
         let testPassed = split.test.filter { passed[$0] == true }.count
-        summary.gateRule = GateRules.ruleText(testTasks: split.test.count, config: config)
-        if config.acceptRule == .margin, let w = Self.smallSplitWarning(testTasks: split.test.count, testPassed: testPassed, minImprovement: config.minImprovement) {
+        summary.gateRule = GateRules.ruleText(testTasks: split.test.count, config: experiment.config)
+        if experiment.config.acceptRule == .margin, let w = Self.smallSplitWarning(testTasks: split.test.count, testPassed: testPassed, minImprovement: experiment.config.minImprovement) {
             summary.warnings.append(w)
         }
-        if config.verifierTools == nil, let w = Self.verifierToolsWarning(VerifierTools.fetchingScripts(adapter.verifierScripts)) {
+        if experiment.config.verifierTools == nil, let w = Self.verifierToolsWarning(VerifierTools.fetchingScripts(experiment.adapter.verifierScripts)) {
             summary.warnings.append(w)
         }
         return summary
     }
+}
+
+public struct PrepareSummary: Sendable {
+    public var tasks: Int
+    public var passed: Int
+    public var train: Int
+    public var test: Int
+    public var baselineScore: Double
+    /// How the split was made, for the operator.
+    public var splitOrigin: String
+    /// What the operator should change before running (a test split too small to gate).
+    public var warnings: [String] = []
+    /// The gate's acceptance rule in force, with its numbers (`GateRules.ruleText`).
+    public var gateRule = ""
 }

@@ -7,19 +7,21 @@ import SupervisorIO
 
 // `autoharness benchmark`: train runs, rolling batches, a cluster's proposal.
 
-extension ExperimentSupervisor {
+struct TrainOperation {
+    let experiment: ExperimentContext
+
     /// Runs train tasks (all, or `taskIDs`), keeping their traces. Any id that is not a train
     /// task — unknown or held out, deliberately indistinguishable — refuses the whole request
     /// and is recorded as a violation.
     /// With `triage.after: train_run` the triage command reads the records after it.
-    public func runBenchmark(taskIDs: [String]?, oracle: Bool = false, actor: String = "cli", agent: Snapshot? = nil) throws -> [TaskOutcome] {
+    func runBenchmark(taskIDs: [String]?, oracle: Bool = false, actor: String = "cli", agent: AgentSnapshot? = nil) throws -> [TaskOutcome] {
         let outcomes = try runTrain(taskIDs: taskIDs, oracle: oracle, actor: actor, agent: agent, state: try settleBatches())
-        if !oracle { triageAfter(.trainRun, trigger: "train run") }
+        if !oracle { TriageOperation(experiment: experiment).triageAfter(.trainRun, trigger: "train run") }
         return outcomes
     }
 
     /// `runBenchmark` once the batches are settled.
-    func runTrain(taskIDs: [String]?, oracle: Bool, actor: String, agent: Snapshot?, state s: ExperimentState) throws -> [TaskOutcome] {
+    func runTrain(taskIDs: [String]?, oracle: Bool, actor: String, agent: AgentSnapshot?, state s: ExperimentState) throws -> [TaskOutcome] {
         guard let split = s.split else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
         // With rolling batches, a train task of a batch not revealed yet is as unknown here
         // as a held-out one (the refusal below reads the same for all three).
@@ -28,11 +30,11 @@ extension ExperimentSupervisor {
         // is no task's stays as given. Refusals repeat the names as given: naming the task
         // an alias maps to would tell a held-out task from an unknown name.
         let given = taskIDs
-        let taskIDs = taskIDs.map { $0.map { adapter.canonicalTaskID($0) ?? $0 } }
+        let taskIDs = taskIDs.map { $0.map { experiment.adapter.canonicalTaskID($0) ?? $0 } }
         if let ids = taskIDs, let given {
             let refused = zip(given, ids).filter { !train.contains($0.1) }.map(\.0)
             if !refused.isEmpty {
-                _ = try ledger.append(.violation, ViolationRecord(
+                _ = try experiment.ledger.append(.violation, ViolationRecord(
                     actor: actor, kind: "refused_task_ids",
                     detail: "benchmark requested \(refused.count) id\(refused.count == 1 ? "" : "s") outside the train split: \(refused.prefix(20).joined(separator: ", "))\(refused.count > 20 ? ", …" : "")",
                     count: 1))
@@ -40,21 +42,21 @@ extension ExperimentSupervisor {
             }
         }
         let tasks = (taskIDs.map(Set.init) ?? train).sorted()
-        let snap = try agent ?? snapshotAgent()
+        let snap = try agent ?? experiment.snapshotAgent()
         let firstRun = s.latestTrainRun == nil
         let audit = RunAudit()
         var recorded = false
         do {
-            try TraceFiles.makeDirectories(layout.latestTraces)
-            for t in tasks { try TraceFiles.remove(layout.latestTraces + "/" + TraceName.encode(t)) }
-            let outcomes = try run(tasks, agent: snap.directory, audit: audit,
-                                   split: .train(traces: { [layout] in layout.latestTraces + "/" + TraceName.encode($0) }), oracle: oracle)
+            try TraceFiles.makeDirectories(experiment.layout.latestTraces)
+            for t in tasks { try TraceFiles.remove(experiment.layout.latestTraces + "/" + TraceName.encode(t)) }
+            let outcomes = try experiment.run(tasks, agent: snap.directory, audit: audit,
+                                   split: .train(traces: { [layout = experiment.layout] in layout.latestTraces + "/" + TraceName.encode($0) }), oracle: oracle)
             if firstRun {
-                try TraceFiles.makeDirectories(layout.baselineTraces)
+                try TraceFiles.makeDirectories(experiment.layout.baselineTraces)
                 for t in tasks {
-                    let dst = layout.baselineTraces + "/" + TraceName.encode(t)
+                    let dst = experiment.layout.baselineTraces + "/" + TraceName.encode(t)
                     try TraceFiles.remove(dst)
-                    try TraceFiles.copy(layout.latestTraces + "/" + TraceName.encode(t), to: dst)
+                    try TraceFiles.copy(experiment.layout.latestTraces + "/" + TraceName.encode(t), to: dst)
                 }
             }
             var items: [(RecordKind, any Encodable)] = [(.trainRun, TrainRunRecord(
@@ -66,15 +68,15 @@ extension ExperimentSupervisor {
                                                              batch: s.batches.last?.revealed.batch) {
                 items.append((.failureEvidence, evidence))
             }
-            items += violations(audit, during: "train run")
-            _ = try ledger.appendAll(items)
+            items += experiment.violations(audit, during: "train run")
+            _ = try experiment.ledger.appendAll(items)
             recorded = true
-            try regenerateViews()
+            try experiment.regenerateViews()
             return outcomes
         } catch {
             // A train run whose traces could not be kept is not recorded; what its sandboxes
             // did is (if the ledger still takes it).
-            if !recorded { recordViolations(violations(audit, during: "train run")) }
+            if !recorded { experiment.recordViolations(experiment.violations(audit, during: "train run")) }
             throw error
         }
     }
@@ -84,23 +86,23 @@ extension ExperimentSupervisor {
     /// batches on before anything ran), and runs a revealed batch whose tasks have not run
     /// yet (a supervisor stopped before it could). Returns the state after.
     func settleBatches() throws -> ExperimentState {
-        var s = try state()
-        if let first = RollingBatches.first(s, config: config) {
+        var s = try experiment.state()
+        if let first = RollingBatches.first(s, config: experiment.config) {
             // Turned on after train runs or gates, batches would hide what the coding agent
             // already saw and strand suite tasks outside every batch.
             guard s.trainRuns.isEmpty && s.gatesStarted == 0 else {
-                throw ExperimentError(.state, "\(layout.config): loop.batch_size \(config.batchSize) was set after this experiment's train split was "
+                throw ExperimentError(.state, "\(experiment.layout.config): loop.batch_size \(experiment.config.batchSize) was set after this experiment's train split was "
                     + "visible (\(s.trainRuns.count) train run(s), \(s.gatesStarted) gate(s)); rolling batches must be set before prepare. "
                     + "Set loop.batch_size: 0, or start a new experiment; nothing was run")
             }
-            _ = try ledger.append(.batchRevealed, first)
-            log?("rolling batches begin: batch 1 reveals \(first.tasks.count) of \(s.split?.train.count ?? 0) train task(s) (loop.batch_size \(config.batchSize))")
-            try regenerateViews()
-            s = try state()
+            _ = try experiment.ledger.append(.batchRevealed, first)
+            experiment.log?("rolling batches begin: batch 1 reveals \(first.tasks.count) of \(s.split?.train.count ?? 0) train task(s) (loop.batch_size \(experiment.config.batchSize))")
+            try experiment.regenerateViews()
+            s = try experiment.state()
         }
         if let batch = s.batches.last, batch.trainRuns == 0, !batch.revealed.tasks.isEmpty {
-            try runRevealedBatch()
-            s = try state()
+            try GateOperation(experiment: experiment).runRevealedBatch()
+            s = try experiment.state()
         }
         return s
     }
@@ -110,8 +112,8 @@ extension ExperimentSupervisor {
 
     /// Records `actor`'s proposal about a failure cluster (a label, or that it shares its root
     /// cause with `mergeWith`): shown beside the cluster, counted nowhere.
-    public func proposeCluster(_ cluster: String, label: String?, mergeWith: String?, actor: String) throws {
-        let s = try state()
+    func proposeCluster(_ cluster: String, label: String?, mergeWith: String?, actor: String) throws {
+        let s = try experiment.state()
         let book = FailureBook(s)
         guard book.cluster(cluster) != nil else {
             throw ExperimentError(.usage, "no failure cluster \(printable(cluster)): `autoharness failures` lists them")
@@ -124,9 +126,9 @@ extension ExperimentSupervisor {
         guard s.clusterProposals.count < Self.maxClusterProposals else {
             throw ExperimentError(.refused, "\(Self.maxClusterProposals) proposals are already recorded; no more are kept")
         }
-        _ = try ledger.append(.clusterProposal, ClusterProposalRecord(actor: actor, cluster: cluster,
+        _ = try experiment.ledger.append(.clusterProposal, ClusterProposalRecord(actor: actor, cluster: cluster,
                                                                       label: label.map { printable($0, limit: 200) }, mergeWith: mergeWith))
-        try regenerateViews()
+        try experiment.regenerateViews()
     }
 
     /// The operator's review of the suite (`autoharness suite approve|retire`): `approve` takes
@@ -134,8 +136,8 @@ extension ExperimentSupervisor {
     /// takes tasks out of the suite (or refuses a pending promotion) for good. `tasks` empty
     /// with `approve` means every pending one. Returns the tasks reviewed.
     @discardableResult
-    public func reviewSuite(_ action: String, tasks: [String], reason: String, actor: String) throws -> [String] {
-        let s = try state()
+    func reviewSuite(_ action: String, tasks: [String], reason: String, actor: String) throws -> [String] {
+        let s = try experiment.state()
         guard s.prepared else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
         guard let why = noteLine(reason) else { throw ExperimentError(.usage, "--reason: say why (a non-empty text)") }
         let chosen: [String]
@@ -153,8 +155,8 @@ extension ExperimentSupervisor {
         default: throw ExperimentError(.usage, "suite: approve or retire, not \(printable(action))")
         }
         guard !chosen.isEmpty else { throw ExperimentError(.usage, "no task to \(action): name one or more") }
-        _ = try ledger.appendAll(chosen.map { (.suiteReview, SuiteReviewRecord(actor: actor, action: action, task: $0, reason: why) as any Encodable) })
-        try regenerateViews()
+        _ = try experiment.ledger.appendAll(chosen.map { (.suiteReview, SuiteReviewRecord(actor: actor, action: action, task: $0, reason: why) as any Encodable) })
+        try experiment.regenerateViews()
         return chosen
     }
 
@@ -162,20 +164,13 @@ extension ExperimentSupervisor {
 
     /// Records that `actor` (the coding agent) needs something from a human: shown to the
     /// operator in `status --operator` and the report; nothing acts on it.
-    public func needsHuman(_ text: String, actor: String) throws {
+    func needsHuman(_ text: String, actor: String) throws {
         guard let kept = noteLine(text) else {
             throw ExperimentError(.usage, "needs-human: say what you need from a human (a non-empty text)")
         }
-        guard try state().needsHuman.count < Self.maxNeedsHuman else {
+        guard try experiment.state().needsHuman.count < Self.maxNeedsHuman else {
             throw ExperimentError(.refused, "\(Self.maxNeedsHuman) notes for a human are already recorded; no more are kept")
         }
-        _ = try ledger.append(.needsHuman, NeedsHumanRecord(actor: actor, text: kept))
-    }
-
-    /// Appends what a failed operation's sandboxes did, if the ledger takes it: the
-    /// operation's own error is what the caller reports.
-    func recordViolations(_ items: [(RecordKind, any Encodable)]) {
-        guard !items.isEmpty else { return }
-        if (try? ledger.appendAll(items)) == nil { log?("the violations of the failed operation could not be recorded either") }
+        _ = try experiment.ledger.append(.needsHuman, NeedsHumanRecord(actor: actor, text: kept))
     }
 }

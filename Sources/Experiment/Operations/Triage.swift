@@ -15,7 +15,9 @@ import SupervisorIO
 // ever become records (FailureBook's replay), the input holds only records, and the sandbox
 // mounts nothing else (test: TriageTests.swift, heldOutDark).
 
-extension ExperimentSupervisor {
+struct TriageOperation {
+    let experiment: ExperimentContext
+
     /// Runs the triage command once over the current records (`trigger` says why: `operator`,
     /// `batch N`, `train run`): every record not resolved, or with `onlyNew` (the automatic
     /// runs) those no triage has read yet, at most `triage.max_records`, so however often the
@@ -23,43 +25,43 @@ extension ExperimentSupervisor {
     /// nil when there is nothing to triage. A command that fails or writes nothing acceptable
     /// is recorded as such, not thrown: the train run it follows is recorded already.
     @discardableResult
-    public func runTriage(trigger: String, onlyNew: Bool = false) throws -> TriageRecord? {
-        guard let triage = config.triage else {
-            throw ExperimentError(.usage, "\(layout.config): no triage command (set triage.command, or triage.preset: claude | codex)")
+    func runTriage(trigger: String, onlyNew: Bool = false) throws -> TriageRecord? {
+        guard let triage = experiment.config.triage else {
+            throw ExperimentError(.usage, "\(experiment.layout.config): no triage command (set triage.command, or triage.preset: claude | codex)")
         }
-        let s = try state()
+        let s = try experiment.state()
         let (input, known) = onlyNew ? TriageSchema.input(FailureBook(s), skip: Set(s.triage.keys), limit: triage.maxRecords)
                                      : TriageSchema.input(FailureBook(s))
         guard !known.isEmpty else {
-            log?("triage: no failure record to read (every record is resolved\(onlyNew ? " or read by a triage already" : ""), or none was seen)")
+            experiment.log?("triage: no failure record to read (every record is resolved\(onlyNew ? " or read by a triage already" : ""), or none was seen)")
             return nil
         }
-        try TraceFiles.makeDirectories(layout.latestTraces)
+        try TraceFiles.makeDirectories(experiment.layout.latestTraces)
         let launch = try Self.triageLaunch(triage)
         // The triage sees what the coding agent sees of the train split, and nothing of what
         // the benchmark keeps from agent.py: no bind (its own or its preset's) may reach this
         // experiment, the dataset or the scorer's answers (each benchmark's own paths are
         // checked with runner.binds when the supervisor starts: `toolBinds`).
-        try RunnerBinds.refuse(launch.settings.binds.map { ("triage.binds", $0) }, exposing: config.experimentProtected(root: layout.root))
+        try RunnerBinds.refuse(launch.settings.binds.map { ("triage.binds", $0) }, exposing: experiment.config.experimentProtected(root: experiment.layout.root))
         let argv = launch.settings.command
         let settings = launch.settings
         let audit = AuditLog()
-        var context = AdapterRunContext(policyLoader: policyLoader, agentDirectory: "", scratchRoot: config.scratch, audit: audit, heldOut: false,
+        var context = AdapterRunContext(policyLoader: experiment.policyLoader, agentDirectory: "", scratchRoot: experiment.config.scratch, audit: audit, heldOut: false,
                                         concurrency: 1, traceDirectory: { _ in nil })
-        if let log { context.log = log }
-        log?("triage: \(known.count) failure record(s) to \(argv[0])")
+        if let log = experiment.log { context.log = log }
+        experiment.log?("triage: \(known.count) failure record(s) to \(argv[0])")
         let result: EvidenceTool.Result
         do throws(BenchmarkError) {
             result = try EvidenceTool.run(settings: settings, context: context, argv: argv.map { $0 == "{prompt}" ? Self.triagePrompt : $0 },
                                           environment: launch.environment + ["AUTOHARNESS_TRIAGE_INPUT=/work/in/records.json",
                                                                              "AUTOHARNESS_TRIAGE_OUTPUT=/work/out/triage.json", "AUTOHARNESS_TRACES=/work/run"],
-                                          inputs: [("records.json", input)] + launch.inputs, tree: layout.latestTraces,
+                                          inputs: [("records.json", input)] + launch.inputs, tree: experiment.layout.latestTraces,
                                           output: "triage.json", cap: TriageSchema.maxOutputBytes, label: "triage")
         } catch {
             throw ExperimentError(error.code == .io ? .io : .usage, "triage: \(error.message)")
         }
         var record = TriageRecord(actor: "triage", trigger: trigger, records: known.count, entries: [], refused: 0, problems: [], exit: result.exit,
-                                  mergesPending: config.review == .operator ? true : nil)
+                                  mergesPending: experiment.config.review == .operator ? true : nil)
         switch result.output {
         case .success(let bytes):
             (record.entries, record.refused, record.problems) = TriageSchema.check(bytes, known: known)
@@ -68,21 +70,21 @@ extension ExperimentSupervisor {
         }
         if !result.succeeded {
             for (name, tail) in [("stderr", result.stderrTail), ("stdout", result.stdoutTail)] where !tail.isEmpty {
-                log?("triage \(result.exit), the end of its \(name): \(tail.suffix(600))")
+                experiment.log?("triage \(result.exit), the end of its \(name): \(tail.suffix(600))")
             }
         }
-        log?("triage \(result.exit) in \(Int(result.seconds)) s: \(record.entries.count) entr\(record.entries.count == 1 ? "y" : "ies") kept, \(record.refused) refused"
+        experiment.log?("triage \(result.exit) in \(Int(result.seconds)) s: \(record.entries.count) entr\(record.entries.count == 1 ? "y" : "ies") kept, \(record.refused) refused"
              + (record.problems.first.map { " (\($0))" } ?? ""))
-        _ = try ledger.appendAll([(.triage, record)] + violations(audit, actor: "triage"))
-        try regenerateViews()
+        _ = try experiment.ledger.appendAll([(.triage, record)] + experiment.violations(audit, actor: "triage"))
+        try experiment.regenerateViews()
         return record
     }
 
     /// The operator's decision about cluster `cluster`'s grouping (`failures --label | --merge
     /// | --split`), a `cluster_review` row.
-    public func reviewCluster(_ cluster: String, action: ClusterReviewRecord.Action, label: String? = nil, with other: String? = nil,
+    func reviewCluster(_ cluster: String, action: ClusterReviewRecord.Action, label: String? = nil, with other: String? = nil,
                               reason: String, actor: String) throws {
-        let book = FailureBook(try state())
+        let book = FailureBook(try experiment.state())
         guard book.cluster(cluster) != nil else { throw ExperimentError(.usage, "no failure cluster \(printable(cluster)): `autoharness failures` lists them") }
         guard let why = noteLine(reason) else { throw ExperimentError(.usage, "--reason: say why (a non-empty text)") }
         var row = ClusterReviewRecord(actor: actor, cluster: cluster, action: action, label: nil, with: nil, reason: why)
@@ -95,15 +97,15 @@ extension ExperimentSupervisor {
             row.with = other
         case .split: break
         }
-        _ = try ledger.append(.clusterReview, row)
-        try regenerateViews()
+        _ = try experiment.ledger.append(.clusterReview, row)
+        try experiment.regenerateViews()
     }
 
     /// Accepts the latest triage's labels for every cluster it labelled that has no decision
     /// of the operator's yet (one `label` row each). Returns the clusters decided.
     @discardableResult
-    public func acceptTriage(reason: String, actor: String) throws -> [String] {
-        let s = try state()
+    func acceptTriage(reason: String, actor: String) throws -> [String] {
+        let s = try experiment.state()
         guard let why = noteLine(reason) else { throw ExperimentError(.usage, "--reason: say why (a non-empty text)") }
         let decided = Set(s.clusterReviews.map(\.record.cluster))
         let rows = FailureBook(s).clusters.compactMap { c -> ClusterReviewRecord? in
@@ -111,8 +113,8 @@ extension ExperimentSupervisor {
             return ClusterReviewRecord(actor: actor, cluster: c.id, action: .label, label: l, with: nil, reason: why)
         }
         guard !rows.isEmpty else { throw ExperimentError(.usage, "no triage label waits for a decision") }
-        _ = try ledger.appendAll(rows.map { (.clusterReview, $0 as any Encodable) })
-        try regenerateViews()
+        _ = try experiment.ledger.appendAll(rows.map { (.clusterReview, $0 as any Encodable) })
+        try experiment.regenerateViews()
         return rows.map(\.cluster)
     }
 
@@ -163,12 +165,12 @@ extension ExperimentSupervisor {
     /// Triage after a train run or a batch's run, as `triage.after` says; a failure is the
     /// operator's to read, never the run's end.
     func triageAfter(_ moment: ExperimentConfig.Triage.After, trigger: String) {
-        guard let t = config.triage, t.after == moment else { return }
+        guard let t = experiment.config.triage, t.after == moment else { return }
         do {
             try runTriage(trigger: trigger, onlyNew: true)
         } catch {
-            log?("triage after the \(trigger) failed: \(error)")
-            _ = try? ledger.append(.note, NoteRecord(text: "triage after the \(trigger) failed: \(printable("\(error)", limit: 400))"))
+            experiment.log?("triage after the \(trigger) failed: \(error)")
+            _ = try? experiment.ledger.append(.note, NoteRecord(text: "triage after the \(trigger) failed: \(printable("\(error)", limit: 400))"))
         }
     }
 }
