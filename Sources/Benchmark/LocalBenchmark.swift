@@ -38,6 +38,10 @@ public struct BenchmarkTask: Sendable, Equatable {
     public var dockerImage: String?
     /// What task.toml says its agent phase may reach (`TaskNetwork`); nil: public or silent.
     public var network: TaskNetwork?
+    /// task.toml's `[environment] memory_mb` (or `memory`) in bytes and `cpus`: the limits of
+    /// the task's agent and verifier sandboxes in place of their policies' (`TaskResources`).
+    public var memory: UInt64?
+    public var cpus: Double?
     /// Why the task cannot run (a malformed task.toml, a missing tests/test.sh), or nil. A
     /// broken task stays in the benchmark and scores 0 as `setup_failed` with this reason, as
     /// an infrastructure error does: it costs that task, never the whole experiment.
@@ -202,6 +206,8 @@ public struct LocalBenchmark: Sendable {
             task.dockerImage = name
         }
         task.network = try TaskNetwork.read(toml, path: tomlPath)
+        let resources = try TaskResources.read(toml, path: tomlPath)
+        (task.memory, task.cpus) = (resources.memory, resources.cpus)
         return task
     }
 

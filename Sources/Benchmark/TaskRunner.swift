@@ -217,6 +217,7 @@ public final class TaskRunner: Sendable {
         let verifierTimeout = task.verifierTimeoutDeclared ? task.verifierTimeout : configuration.defaultVerifierTimeout
         var verifierOverrides = PlanOverrides()
         verifierOverrides.timeoutSeconds = verifierTimeout
+        (verifierOverrides.memory, verifierOverrides.cpus) = (task.memory, task.cpus)
         // Its /tmp on the task's file system, where the watch of what it runs sees a copy of
         // agent.py's program run from there (`AgentCodeRuns`), in place of the policy's tmpfs.
         verifierOverrides.mounts.append(MountSpec(kind: .readWrite(source: scratch.verifierTmpPath), destination: "/tmp"))
@@ -242,6 +243,7 @@ public final class TaskRunner: Sendable {
         let agentTimeout = task.agentTimeoutDeclared ? task.agentTimeout : configuration.defaultAgentTimeout
         var overrides = PlanOverrides()
         overrides.timeoutSeconds = agentTimeout
+        (overrides.memory, overrides.cpus) = (task.memory, task.cpus)
         image?.apply(to: &overrides, root: imageRoot, policy: taskPolicy, verifier: false)
         let agentNetwork = TaskNetwork.allow(task.network, operator: configuration.agentNetworkAllow)
         if !agentNetwork.isEmpty { overrides.network = NetworkSpec(mode: .proxy, allow: agentNetwork) }

@@ -102,6 +102,10 @@ public struct PlanOverrides: Sendable {
     /// `NAME=VALUE` sets a variable; `NAME` copies it from the supervisor's environment.
     public var environment: [String] = []
     public var timeoutSeconds: Double?
+    /// A task's declared resources (Harbor's `[environment] memory_mb` and `cpus`) in place of
+    /// the policy's memory and CPU limits, bounded as a policy's are.
+    public var memory: UInt64?
+    public var cpus: Double?
     /// A task's image: a host directory (the overlay the supervisor mounted over the image's
     /// unpacked files) that becomes the sandbox's root, writable, in place of the empty tmpfs.
     /// The policy's `userland` entries (the host's programs and libraries) are left out, every
@@ -285,6 +289,14 @@ public enum PlanCompiler {
                 throw SandboxError(.invalidArgument, "timeout \(t) s: must be greater than 0 and at most \(Int(Limits.maxTimeoutSeconds)) s (\(DurationString.format(Limits.maxTimeoutSeconds)))")
             }
             limits.timeoutSeconds = t
+        }
+        if let m = overrides.memory {
+            guard m > 0, m <= Limits.maxBytes else { throw SandboxError(.invalidArgument, "memory \(m) bytes: must be greater than 0 and at most \(Limits.maxBytes)") }
+            limits.memory = m
+        }
+        if let c = overrides.cpus {
+            guard c > 0, c <= Limits.maxCPUs else { throw SandboxError(.invalidArgument, "cpus \(c): must be greater than 0 and at most \(Int(Limits.maxCPUs))") }
+            limits.cpus = c
         }
         Timing.mark("mounts resolved")
         let filter: CompiledFilter

@@ -1,0 +1,71 @@
+// What a task's task.toml says its sandboxes may use, in Harbor's words (0.25:
+// harbor/models/task/config.py, `EnvironmentConfig`; its Docker environment gives the
+// container exactly these, harbor/environments/docker/docker.py):
+//
+//   [environment] memory_mb = 4096        (an integer number of MB: MiB, as Docker's "4096M")
+//                 memory = "4G"           (the older spelling: a number and G, M or K, as
+//                                          Harbor's `_parse_size_to_mb` reads it)
+//                 cpus = 2                (cores, a decimal allowed)
+//
+// Each replaces the task and verifier policies' `limits.memory` and `limits.cpus` for that
+// task's two sandboxes, lower or higher: Terminal-Bench 2.0's tasks declare 2 to 8 GB and
+// their reference solutions need it (portfolio-optimization's benchmark, gcode-to-text's
+// renderer). The task files are the operator's, as the policies are; agent.py cannot change
+// them. Silent: the policies' limits.
+
+import FoundationEssentials
+import Glibc
+
+/// A task's declared resources (`BenchmarkTask.memory`, `.cpus`).
+struct TaskResources: Sendable, Equatable {
+    var memory: UInt64?
+    var cpus: Double?
+
+    /// The largest a task may declare: far more than a host has, less than a typo's `1e300`.
+    static let maxMemoryMB = 1 << 30
+    static let maxCPUs = 1024.0
+
+    /// Reads `[environment]` of `toml` (a task's task.toml at `path`).
+    static func read(_ toml: TaskToml, path: String) throws(BenchmarkError) -> TaskResources {
+        func fail(_ entry: TaskToml.Entry, _ why: String) -> BenchmarkError {
+            BenchmarkError(.invalidTaskFile, "\(path):\(entry.line): [environment] \(why)")
+        }
+        var out = TaskResources()
+        var megabytes: Int?
+        if let entry = toml.entry("environment", "memory_mb") {
+            guard case .number(let v, _) = entry.value, v >= 1, v <= Double(maxMemoryMB), v == v.rounded() else {
+                throw fail(entry, "memory_mb must be a whole number of megabytes from 1 to \(maxMemoryMB) (got \(entry.value.metadataText))")
+            }
+            megabytes = Int(v)
+        }
+        if let entry = toml.entry("environment", "memory") {
+            guard case .string(let text) = entry.value, let mb = sizeInMB(text), mb >= 1, mb <= maxMemoryMB else {
+                throw fail(entry, "memory must be a size such as \"4G\", \"512M\" or \"1048576K\", at least 1M (got \(entry.value.metadataText))")
+            }
+            if let declared = megabytes, declared != mb {
+                throw fail(entry, "memory (\(text), \(mb) MB) and memory_mb (\(declared)) disagree: keep one")
+            }
+            megabytes = mb
+        }
+        out.memory = megabytes.map { UInt64($0) << 20 }
+        if let entry = toml.entry("environment", "cpus") {
+            guard case .number(let v, _) = entry.value, v > 0, v <= maxCPUs else {
+                throw fail(entry, "cpus must be a number of cores greater than 0 and at most \(Int(maxCPUs)) (got \(entry.value.metadataText))")
+            }
+            out.cpus = v
+        }
+        return out
+    }
+
+    /// Harbor's reading of a size: trimmed, upper-cased, a decimal number ending in G (× 1024),
+    /// M or K (÷ 1024), truncated to whole megabytes; nil for anything else.
+    static func sizeInMB(_ text: String) -> Int? {
+        let s = text.trimmingCharacters(in: .whitespaces).uppercased()
+        guard let unit = s.last, let factor: Double = ["G": 1024, "M": 1, "K": 1.0 / 1024][unit] else { return nil }
+        let digits = s.dropLast()
+        guard !digits.isEmpty, digits.allSatisfy({ $0.isASCII && ($0.isNumber || $0 == ".") }), digits.filter({ $0 == "." }).count <= 1,
+              let number = Double(digits), number.isFinite else { return nil }
+        let mb = number * factor
+        return mb < Double(maxMemoryMB) + 1 ? Int(mb) : nil
+    }
+}
