@@ -178,36 +178,7 @@ public struct LocalBenchmark: Sendable {
         guard let text = String(validating: bytes, as: UTF8.self) else {
             throw BenchmarkError(.invalidTaskFile, "\(tomlPath): not valid UTF-8")
         }
-        let toml = try TaskToml.parse(text, file: tomlPath)
-        func timeout(_ table: String) throws(BenchmarkError) -> Double? {
-            guard let entry = toml.entry(table, "timeout_sec") else { return nil }
-            guard case .number(let v, _) = entry.value, v > 0, v <= maxTimeout else {
-                throw BenchmarkError(.invalidTaskFile, """
-                    \(tomlPath):\(entry.line): [\(table)] timeout_sec must be a positive number of seconds, at most \
-                    \(Int(maxTimeout)) (got \(entry.value.metadataText))
-                    """)
-            }
-            return v
-        }
-        if let t = try timeout("agent") {
-            task.agentTimeout = t
-            task.agentTimeoutDeclared = true
-        }
-        if let t = try timeout("verifier") {
-            task.verifierTimeout = t
-            task.verifierTimeoutDeclared = true
-        }
-        for (key, entry) in toml.tables["metadata"] ?? [:] { task.metadata[key] = entry.value.metadataText }
-        if let entry = toml.entry("environment", "docker_image") {
-            guard case .string(let name) = entry.value, !name.isEmpty, !name.hasPrefix("-"),
-                  name.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7f }) else {
-                throw BenchmarkError(.invalidTaskFile, "\(tomlPath):\(entry.line): [environment] docker_image must be an image name (got \(entry.value.metadataText))")
-            }
-            task.dockerImage = name
-        }
-        task.network = try TaskNetwork.read(toml, path: tomlPath)
-        let resources = try TaskResources.read(toml, path: tomlPath)
-        (task.memory, task.cpus) = (resources.memory, resources.cpus)
+        try task.read(taskToml: text, path: tomlPath)
         return task
     }
 
@@ -216,5 +187,45 @@ public struct LocalBenchmark: Sendable {
     static func kind(_ path: String) -> mode_t? {
         var st = stat()
         return stat(path, &st) == 0 ? st.st_mode & S_IFMT : nil
+    }
+}
+
+extension BenchmarkTask {
+    /// Takes this task's settings from its task.toml (`text`, read from `path`): the timeouts,
+    /// `[metadata]`, the image, the network (`TaskNetwork`) and the resources
+    /// (`TaskResources`). The one reader of task.toml for every benchmark (a local one's tasks,
+    /// a Harbor dataset's).
+    /// - Throws: `BenchmarkError` (`.invalidTaskFile`) naming `path:line`.
+    mutating func read(taskToml text: String, path: String) throws(BenchmarkError) {
+        let toml = try TaskToml.parse(text, file: path)
+        func timeout(_ table: String) throws(BenchmarkError) -> Double? {
+            guard let entry = toml.entry(table, "timeout_sec") else { return nil }
+            guard case .number(let v, _) = entry.value, v > 0, v <= LocalBenchmark.maxTimeout else {
+                throw BenchmarkError(.invalidTaskFile, """
+                    \(path):\(entry.line): [\(table)] timeout_sec must be a positive number of seconds, at most \
+                    \(Int(LocalBenchmark.maxTimeout)) (got \(entry.value.metadataText))
+                    """)
+            }
+            return v
+        }
+        if let t = try timeout("agent") {
+            agentTimeout = t
+            agentTimeoutDeclared = true
+        }
+        if let t = try timeout("verifier") {
+            verifierTimeout = t
+            verifierTimeoutDeclared = true
+        }
+        for (key, entry) in toml.tables["metadata"] ?? [:] { metadata[key] = entry.value.metadataText }
+        if let entry = toml.entry("environment", "docker_image") {
+            guard case .string(let name) = entry.value, !name.isEmpty, !name.hasPrefix("-"),
+                  name.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7f }) else {
+                throw BenchmarkError(.invalidTaskFile, "\(path):\(entry.line): [environment] docker_image must be an image name (got \(entry.value.metadataText))")
+            }
+            dockerImage = name
+        }
+        network = try TaskNetwork.read(toml, path: path)
+        let resources = try TaskResources.read(toml, path: path)
+        (memory, cpus) = (resources.memory, resources.cpus)
     }
 }

@@ -1,26 +1,18 @@
-// The `task.toml` subset a local benchmark may use.
+// Harbor's task.toml, read by the one parser every task of every benchmark goes through
+// (local benchmarks, a Harbor dataset's or registry's tasks). A task's timeouts, image,
+// network and resources come from it, so the supervisor reads it itself.
 //
-// Harbor's task.toml is TOML; a task's timeouts come from it, so it is parsed by the
-// supervisor. Rather than pull in a full TOML library for three keys, the supported
-// language is a deliberately small subset, and anything outside it is rejected with
-// `file:line` instead of being half-understood:
+// TOML 1.0 as Harbor's files use it: tables and arrays of tables (`[verifier.env]`,
+// `[[environment.mcp_servers]]`), bare, quoted and dotted keys, basic and literal strings
+// (one line or several), decimal numbers (with `_`, fraction, exponent), hexadecimal, octal
+// and binary integers, `inf` and `nan`, booleans, arrays over several lines (comments
+// between items), inline tables, dates and times (kept as their text). A key or table
+// defined twice, a value that is none of these, or anything after a value but a comment is
+// rejected with `file:line`, never half-understood.
 //
-//   # comment
-//   version = "1.0"          # top-level keys are allowed (and ignored)
-//   [agent]
-//   timeout_sec = 120        # integers and decimals (with exponent, `_` separators)
-//   [verifier]
-//   timeout_sec = 60.0
-//   [metadata]
-//   difficulty = "easy"      # "basic strings" with escapes, 'literal strings'
-//   hard = false             # true / false
-//   tags = ["a", "b"]        # an array of these on one line (Terminal-Bench 2.0's tags)
-//   [environment]
-//   docker_image = "org/name:tag"   # the task's image (`autoharness images`)
-//
-// Not supported (rejected): arrays over several lines or of arrays, inline tables, arrays of
-// tables, dotted or quoted keys, multi-line strings, dates, hexadecimal/octal/binary
-// integers, inf and nan.
+// A dotted key or table is stored under its full table name: `[environment]` then
+// `healthcheck.interval = 5` is table "environment.healthcheck", key "interval"; the n-th
+// `[[a.b]]` is table "a.b.n" (from 0).
 
 /// One parsed `task.toml`.
 struct TaskToml: Sendable {
@@ -29,8 +21,11 @@ struct TaskToml: Sendable {
         /// The number and its text as written (metadata keeps the text).
         case number(Double, text: String)
         case bool(Bool)
-        /// One line's array of the scalars above.
         case array([Value])
+        /// An inline table, by key.
+        case table([String: Value])
+        /// A date, time or date-time, as written.
+        case date(String)
 
         var metadataText: String {
             switch self {
@@ -38,6 +33,8 @@ struct TaskToml: Sendable {
             case .number(_, let text): return text
             case .bool(let b): return b ? "true" : "false"
             case .array(let items): return items.map(\.metadataText).joined(separator: ", ")
+            case .table(let t): return "{" + t.sorted { $0.key < $1.key }.map { "\($0.key) = \($0.value.metadataText)" }.joined(separator: ", ") + "}"
+            case .date(let text): return text
             }
         }
     }
@@ -55,149 +52,268 @@ struct TaskToml: Sendable {
     /// Parses `text`; `file` is used only in error messages.
     /// - Throws: `BenchmarkError` (`.invalidTaskFile`) naming `file:line` of the first problem.
     static func parse(_ text: String, file: String) throws(BenchmarkError) -> TaskToml {
-        var result = TaskToml()
-        result.tables[""] = [:]
-        var seenHeaders: Set<String> = []
-        var table = ""
-        var lineNumber = 0
-        for rawLine in text.split(separator: "\n", omittingEmptySubsequences: false) {
-            lineNumber += 1
-            func fail(_ message: String) -> BenchmarkError {
-                BenchmarkError(.invalidTaskFile, "\(file):\(lineNumber): \(message)")
-            }
-            var line = Substring.UnicodeScalarView(rawLine.unicodeScalars)
-            if line.last == "\r" { line.removeLast() }
-            var cursor = Cursor(line)
-            cursor.skipSpace()
-            if cursor.atEnd || cursor.peek == "#" { continue }
-
-            if cursor.peek == "[" {
-                cursor.advance()
-                if cursor.peek == "[" { throw fail("arrays of tables ([[...]]) are not supported in task.toml") }
-                cursor.skipSpace()
-                let name = cursor.bareKey()
-                cursor.skipSpace()
-                if name.isEmpty { throw fail("expected a table name after '['") }
-                if cursor.peek == "." { throw fail("dotted table names are not supported in task.toml") }
-                guard cursor.peek == "]" else { throw fail("expected ']' after table name '\(name)'") }
-                cursor.advance()
-                try cursor.expectLineEnd(fail)
-                guard seenHeaders.insert(name).inserted else { throw fail("table [\(name)] is defined twice") }
-                table = name
-                result.tables[name, default: [:]] = [:]
-                continue
-            }
-
-            if cursor.peek == "\"" || cursor.peek == "'" { throw fail("quoted keys are not supported in task.toml") }
-            let key = cursor.bareKey()
-            if key.isEmpty { throw fail("expected a key (letters, digits, '_' or '-') or a [table] header") }
-            cursor.skipSpace()
-            if cursor.peek == "." { throw fail("dotted keys are not supported in task.toml") }
-            guard cursor.peek == "=" else { throw fail("expected '=' after key '\(key)'") }
-            cursor.advance()
-            cursor.skipSpace()
-            let value = try cursor.value(fail)
-            try cursor.expectLineEnd(fail)
-            if result.tables[table]?[key] != nil {
-                throw fail("key '\(key)' is defined twice in \(table.isEmpty ? "the top level" : "[\(table)]")")
-            }
-            result.tables[table, default: [:]][key] = Entry(value: value, line: lineNumber)
-        }
-        return result
+        var reader = TomlReader(text: text, file: file)
+        return try reader.document()
     }
 }
 
-/// A position in one line of the file.
-private struct Cursor {
-    let scalars: Substring.UnicodeScalarView
-    var index: Substring.UnicodeScalarView.Index
+/// The scanner: the whole text, a position in it and the line it is on.
+private struct TomlReader {
+    let s: [Unicode.Scalar]
+    let file: String
+    var i = 0
+    var line = 1
 
-    init(_ scalars: Substring.UnicodeScalarView) {
-        self.scalars = scalars
-        index = scalars.startIndex
+    init(text: String, file: String) {
+        s = Array(text.unicodeScalars)
+        self.file = file
     }
 
-    var atEnd: Bool { index == scalars.endIndex }
-    var peek: Unicode.Scalar? { atEnd ? nil : scalars[index] }
-    mutating func advance() { index = scalars.index(after: index) }
-
-    mutating func skipSpace() {
-        while let c = peek, c == " " || c == "\t" { advance() }
+    func fail(_ message: String, line at: Int? = nil) -> BenchmarkError {
+        BenchmarkError(.invalidTaskFile, "\(file):\(at ?? line): \(message)")
     }
 
-    static func isBareKeyScalar(_ c: Unicode.Scalar) -> Bool {
-        ("A"..."Z").contains(c) || ("a"..."z").contains(c) || ("0"..."9").contains(c) || c == "_" || c == "-"
+    var peek: Unicode.Scalar? { i < s.count ? s[i] : nil }
+    func peek(_ offset: Int) -> Unicode.Scalar? { i + offset < s.count ? s[i + offset] : nil }
+    mutating func advance() {
+        if s[i] == "\n" { line += 1 }
+        i += 1
+    }
+    func starts(with text: String) -> Bool {
+        let t = Array(text.unicodeScalars)
+        return i + t.count <= s.count && Array(s[i..<(i + t.count)]) == t
     }
 
-    mutating func bareKey() -> String {
-        var s = String.UnicodeScalarView()
-        while let c = peek, Self.isBareKeyScalar(c) {
-            s.append(c)
+    mutating func skipSpace() { while let c = peek, c == " " || c == "\t" { advance() } }
+    mutating func skipComment() { if peek == "#" { while let c = peek, c != "\n" { advance() } } }
+    /// Spaces, comments and line breaks (between array items, between statements).
+    mutating func skipBlank() {
+        while true {
+            skipSpace()
+            skipComment()
+            if peek == "\r", peek(1) == "\n" { advance() }
+            guard peek == "\n" else { return }
             advance()
         }
-        return String(s)
     }
-
-    /// Only whitespace and a comment may follow a value or header.
-    mutating func expectLineEnd(_ fail: (String) -> BenchmarkError) throws(BenchmarkError) {
+    /// Only spaces and a comment may follow a value or a header on its line.
+    mutating func endOfLine() throws(BenchmarkError) {
         skipSpace()
-        if let c = peek, c != "#" { throw fail("unexpected '\(c)' (only a comment may follow on the same line)") }
+        skipComment()
+        if peek == "\r", peek(1) == "\n" { advance() }
+        guard let c = peek else { return }
+        guard c == "\n" else { throw fail("unexpected '\(c)' (only a comment may follow on the same line)") }
+        advance()
     }
 
-    mutating func value(_ fail: (String) -> BenchmarkError) throws(BenchmarkError) -> TaskToml.Value {
-        guard let c = peek else { throw fail("expected a value after '='") }
-        switch c {
-        case "[": return try array(fail)
-        case "{": throw fail("inline tables are not supported in task.toml")
-        default: return try scalar(fail, stoppingAt: [])
+    mutating func document() throws(BenchmarkError) -> TaskToml {
+        var out = TaskToml()
+        out.tables[""] = [:]
+        var table = ""
+        var headers: Set<String> = []
+        var arrayCounts: [String: Int] = [:]
+        while true {
+            skipBlank()
+            guard let c = peek else { return out }
+            let at = line
+            if c == "[" {
+                advance()
+                let array = peek == "["
+                if array { advance() }
+                skipSpace()
+                let path = try keyPath(what: "a table name")
+                skipSpace()
+                guard peek == "]" else { throw fail("expected ']' after table name '\(path)'") }
+                advance()
+                if array {
+                    guard peek == "]" else { throw fail("expected ']]' after table name '\(path)'") }
+                    advance()
+                    if headers.contains(path) { throw fail("[[\(path)]] names a table already defined as [\(path)]") }
+                    let n = arrayCounts[path, default: 0]
+                    arrayCounts[path] = n + 1
+                    table = "\(path).\(n)"
+                } else {
+                    guard arrayCounts[path] == nil, headers.insert(path).inserted else { throw fail("table [\(path)] is defined twice") }
+                    table = path
+                }
+                out.tables[table, default: [:]] = out.tables[table] ?? [:]
+                try endOfLine()
+                continue
+            }
+            let (keyTable, key) = try dottedKey(in: table)
+            skipSpace()
+            guard peek == "=" else { throw fail("expected '=' after key '\(key)'") }
+            advance()
+            skipSpace()
+            let value = try value()
+            if out.tables[keyTable]?[key] != nil {
+                throw fail("key '\(key)' is defined twice in \(keyTable.isEmpty ? "the top level" : "[\(keyTable)]")", line: at)
+            }
+            out.tables[keyTable, default: [:]][key] = TaskToml.Entry(value: value, line: at)
+            try endOfLine()
         }
     }
 
-    /// A string, number or boolean; a bare word ends at a blank, a comment or `stop`.
-    mutating func scalar(_ fail: (String) -> BenchmarkError, stoppingAt stop: Set<Unicode.Scalar>) throws(BenchmarkError) -> TaskToml.Value {
-        switch peek {
-        case "\"": return .string(try basicString(fail))
-        case "'": return .string(try literalString(fail))
-        default: break
-        }
-        var word = String.UnicodeScalarView()
-        while let c = peek, c != " " && c != "\t" && c != "#" && !stop.contains(c) {
-            word.append(c)
+    /// `a.b."c d"` as "a.b.c d": bare or quoted parts, spaces around the dots.
+    mutating func keyPath(what: String) throws(BenchmarkError) -> String {
+        try keyParts(what: what).joined(separator: ".")
+    }
+
+    mutating func keyParts(what: String) throws(BenchmarkError) -> [String] {
+        var parts: [String] = []
+        while true {
+            skipSpace()
+            parts.append(try keyPart(what: what))
+            skipSpace()
+            guard peek == "." else { return parts }
             advance()
         }
-        let text = String(word)
-        if text == "true" { return .bool(true) }
-        if text == "false" { return .bool(false) }
-        guard let number = Self.number(text) else {
-            throw fail("'\(text)' is not a supported value (a decimal number, a \"string\", true or false)")
-        }
-        return .number(number, text: text)
     }
 
-    /// `[v, v, ...]` on one line, `v` a string, number or boolean; a trailing comma is allowed.
-    mutating func array(_ fail: (String) -> BenchmarkError) throws(BenchmarkError) -> TaskToml.Value {
+    /// A dotted key in `table`: the table its last part lands in, and that part.
+    mutating func dottedKey(in table: String) throws(BenchmarkError) -> (String, String) {
+        let parts = try keyParts(what: "a key (letters, digits, '_' or '-') or a [table] header")
+        guard parts.count > 1 else { return (table, parts[0]) }
+        let prefix = parts.dropLast().joined(separator: ".")
+        return (table.isEmpty ? prefix : table + "." + prefix, parts[parts.count - 1])
+    }
+
+    mutating func keyPart(what: String) throws(BenchmarkError) -> String {
+        switch peek {
+        case "\"":
+            if starts(with: "\"\"\"") { throw fail("a key cannot be a multi-line string") }
+            return try basicString()
+        case "'":
+            if starts(with: "'''") { throw fail("a key cannot be a multi-line string") }
+            return try literalString()
+        default:
+            var key = String.UnicodeScalarView()
+            while let c = peek, ("A"..."Z").contains(c) || ("a"..."z").contains(c) || ("0"..."9").contains(c) || c == "_" || c == "-" {
+                key.append(c)
+                advance()
+            }
+            if key.isEmpty { throw fail("expected \(what)") }
+            return String(key)
+        }
+    }
+
+    mutating func value() throws(BenchmarkError) -> TaskToml.Value {
+        guard let c = peek, c != "\n", c != "#" else { throw fail("expected a value after '='") }
+        switch c {
+        case "[": return try array()
+        case "{": return try inlineTable()
+        case "\"": return .string(starts(with: "\"\"\"") ? try multiLine(basic: true) : try basicString())
+        case "'": return .string(starts(with: "'''") ? try multiLine(basic: false) : try literalString())
+        default: return try bareValue()
+        }
+    }
+
+    /// `[v, v, ...]`, over as many lines as it takes, comments between items, a trailing comma
+    /// allowed.
+    mutating func array() throws(BenchmarkError) -> TaskToml.Value {
+        let opened = line
         advance()
         var items: [TaskToml.Value] = []
         while true {
-            skipSpace()
-            guard let c = peek else { throw fail("an array must close on its own line (arrays over several lines are not supported)") }
+            skipBlank()
+            guard let c = peek else { throw fail("an array opened here never closes", line: opened) }
             if c == "]" { advance(); return .array(items) }
-            if c == "[" || c == "{" { throw fail("an array may hold only strings, numbers and booleans") }
-            items.append(try scalar(fail, stoppingAt: [",", "]"]))
-            skipSpace()
-            guard let next = peek else { throw fail("an array must close on its own line (arrays over several lines are not supported)") }
+            items.append(try value())
+            skipBlank()
+            guard let next = peek else { throw fail("an array opened here never closes", line: opened) }
             if next == "," { advance() } else if next != "]" { throw fail("expected ',' or ']' in the array") }
         }
     }
 
-    /// A TOML decimal integer or float: sign, digits with single `_` between digits, no
-    /// leading zero, optional fraction, optional exponent. nil for anything else, including
-    /// `inf`, `nan`, `0x…` and dates.
+    /// `{ k = v, k.j = v }` on one line, no trailing comma (TOML 1.0).
+    mutating func inlineTable() throws(BenchmarkError) -> TaskToml.Value {
+        advance()
+        var table: [String: TaskToml.Value] = [:]
+        skipSpace()
+        if peek == "}" { advance(); return .table([:]) }
+        while true {
+            skipSpace()
+            if peek == "\n" || peek == "\r" { throw fail("an inline table must close on its own line") }
+            let key = try keyPath(what: "a key in the inline table")
+            skipSpace()
+            guard peek == "=" else { throw fail("expected '=' after key '\(key)' in the inline table") }
+            advance()
+            skipSpace()
+            let v = try value()
+            guard table.updateValue(v, forKey: key) == nil else { throw fail("key '\(key)' is defined twice in the inline table") }
+            skipSpace()
+            switch peek {
+            case ",": advance()
+            case "}": advance(); return .table(table)
+            default: throw fail("expected ',' or '}' in the inline table (it must close on its own line)")
+            }
+        }
+    }
+
+    /// A number, boolean, date or time: a bare word up to a blank, a comment, `,`, `]` or `}`
+    /// (a date-time's one space before its time included).
+    mutating func bareValue() throws(BenchmarkError) -> TaskToml.Value {
+        var word = String.UnicodeScalarView()
+        func take() { while let c = peek, !" \t\r\n#,]}".unicodeScalars.contains(c) { word.append(c); advance() } }
+        take()
+        let text = String(word)
+        if text == "true" { return .bool(true) }
+        if text == "false" { return .bool(false) }
+        if Self.isDate(text) {
+            // "1979-05-27 07:32:00": a date, one space, then a time.
+            if peek == " ", let d = peek(1), ("0"..."9").contains(d), let d2 = peek(2), ("0"..."9").contains(d2), peek(3) == ":" {
+                word.append(" ")
+                advance()
+                take()
+            }
+            return .date(String(word))
+        }
+        if Self.isTime(text) { return .date(text) }
+        if let v = Self.number(text) { return .number(v, text: text) }
+        throw fail("'\(text)' is not a supported value (a number, a \"string\", true, false, a date, an array or an inline table)")
+    }
+
+    static func digits(_ t: Substring) -> Bool { !t.isEmpty && t.unicodeScalars.allSatisfy { ("0"..."9").contains($0) } }
+    /// `YYYY-MM-DD`, optionally `T`/`t` and a time.
+    static func isDate(_ text: String) -> Bool {
+        let parts = text.split(separator: "-", maxSplits: 2, omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[0].count == 4, digits(parts[0]), parts[1].count == 2, digits(parts[1]) else { return false }
+        let day = parts[2].prefix(2)
+        guard day.count == 2, digits(day) else { return false }
+        let rest = parts[2].dropFirst(2)
+        return rest.isEmpty || ((rest.first == "T" || rest.first == "t") && isTime(String(rest.dropFirst())))
+    }
+    /// `HH:MM:SS` with an optional fraction and offset (`Z`, `+HH:MM`).
+    static func isTime(_ text: String) -> Bool {
+        let u = Array(text.unicodeScalars)
+        guard u.count >= 8, digits(Substring(String(String.UnicodeScalarView(u[0..<2])))), u[2] == ":",
+              digits(Substring(String(String.UnicodeScalarView(u[3..<5])))), u[5] == ":",
+              digits(Substring(String(String.UnicodeScalarView(u[6..<8])))) else { return false }
+        return u[8...].allSatisfy { ("0"..."9").contains($0) || ".:+-Zz".unicodeScalars.contains($0) }
+    }
+
+    /// A TOML integer or float: decimal (sign, digits with single `_` between digits, no
+    /// leading zero, optional fraction and exponent), `0x`/`0o`/`0b` integers, `inf`, `nan`
+    /// (signed). nil for anything else.
     static func number(_ text: String) -> Double? {
-        let s = Array(text.unicodeScalars)
+        var body = Substring(text)
+        var sign = 1.0
+        if let f = body.first, f == "+" || f == "-" {
+            sign = f == "-" ? -1 : 1
+            body = body.dropFirst()
+        }
+        if body == "inf" { return sign * .infinity }
+        if body == "nan" { return .nan }
+        for (prefix, radix) in [("0x", 16), ("0o", 8), ("0b", 2)] where body.hasPrefix(prefix) {
+            guard text.first != "+", text.first != "-" else { return nil }
+            let digits = body.dropFirst(2)
+            guard let cleaned = underscored(digits, { $0.properties.isASCIIHexDigit }), let v = UInt64(cleaned, radix: radix) else { return nil }
+            return Double(v)
+        }
+        let s = Array(body.unicodeScalars)
         var i = 0
-        var cleaned = ""
-        func digits(allowLeadingZero: Bool) -> Bool {
+        var cleaned = sign < 0 ? "-" : ""
+        func run(allowLeadingZero: Bool) -> Bool {
             let start = i
             while i < s.count {
                 let c = s[i]
@@ -214,15 +330,11 @@ private struct Cursor {
             if !allowLeadingZero, s[start] == "0", i - start > 1 { return false }
             return true
         }
-        if i < s.count, s[i] == "+" || s[i] == "-" {
-            if s[i] == "-" { cleaned += "-" }
-            i += 1
-        }
-        guard digits(allowLeadingZero: false) else { return nil }
+        guard run(allowLeadingZero: false) else { return nil }
         if i < s.count, s[i] == "." {
             cleaned += "."
             i += 1
-            guard digits(allowLeadingZero: true) else { return nil }
+            guard run(allowLeadingZero: true) else { return nil }
         }
         if i < s.count, s[i] == "e" || s[i] == "E" {
             cleaned += "e"
@@ -231,71 +343,123 @@ private struct Cursor {
                 cleaned.unicodeScalars.append(s[i])
                 i += 1
             }
-            guard digits(allowLeadingZero: true) else { return nil }
+            guard run(allowLeadingZero: true) else { return nil }
         }
         guard i == s.count, let value = Double(cleaned), value.isFinite else { return nil }
         return value
     }
 
-    mutating func basicString(_ fail: (String) -> BenchmarkError) throws(BenchmarkError) -> String {
-        advance()  // opening quote
-        if peek == "\"" {
-            advance()
-            if peek == "\"" { throw fail("multi-line strings are not supported in task.toml") }
-            return ""
+    /// `digits` with single `_` between digits removed, or nil when empty or malformed.
+    static func underscored(_ digits: Substring, _ isDigit: (Unicode.Scalar) -> Bool) -> String? {
+        let u = Array(digits.unicodeScalars)
+        guard let first = u.first, let last = u.last, isDigit(first), isDigit(last) else { return nil }
+        var out = String.UnicodeScalarView()
+        for (k, c) in u.enumerated() {
+            if c == "_" {
+                guard isDigit(u[k - 1]), isDigit(u[k + 1]) else { return nil }
+            } else {
+                guard isDigit(c) else { return nil }
+                out.append(c)
+            }
         }
+        return String(out)
+    }
+}
+
+// Strings: basic ("..." with escapes) and literal ('...' as written), on one line or, tripled,
+// over several (a line break right after the opening quotes is dropped; in a basic one a
+// backslash at a line's end joins it to the next non-blank text).
+extension TomlReader {
+    mutating func basicString() throws(BenchmarkError) -> String {
+        advance()
         var out = String.UnicodeScalarView()
         while true {
-            guard let c = peek else { throw fail("unterminated string") }
+            guard let c = peek, c != "\n" else { throw fail("unterminated string") }
             advance()
             if c == "\"" { return String(out) }
-            if c.value < 0x20 && c != "\t" { throw fail("control character in string") }
-            guard c == "\\" else {
-                out.append(c)
-                continue
-            }
-            guard let e = peek else { throw fail("unterminated string") }
-            advance()
-            switch e {
-            case "\"": out.append("\"")
-            case "\\": out.append("\\")
-            case "n": out.append("\n")
-            case "t": out.append("\t")
-            case "r": out.append("\r")
-            case "b": out.append("\u{08}")
-            case "f": out.append("\u{0C}")
-            case "u", "U":
-                let width = e == "u" ? 4 : 8
-                var hex = ""
-                for _ in 0..<width {
-                    guard let h = peek, h.properties.isASCIIHexDigit else { throw fail("bad \\\(e) escape: expected \(width) hex digits") }
-                    hex.unicodeScalars.append(h)
-                    advance()
-                }
-                guard let v = UInt32(hex, radix: 16), let scalar = Unicode.Scalar(v) else {
-                    throw fail("\\\(e)\(hex) is not a Unicode scalar value")
-                }
-                out.append(scalar)
-            default:
-                throw fail("unsupported escape '\\\(e)' in string")
-            }
+            if c == "\\" { try escape(into: &out); continue }
+            try plain(c, lineBreaks: false)
+            out.append(c)
         }
     }
 
-    mutating func literalString(_ fail: (String) -> BenchmarkError) throws(BenchmarkError) -> String {
-        advance()  // opening quote
-        if peek == "'" {
-            advance()
-            if peek == "'" { throw fail("multi-line strings are not supported in task.toml") }
-            return ""
-        }
+    mutating func literalString() throws(BenchmarkError) -> String {
+        advance()
         var out = String.UnicodeScalarView()
         while true {
-            guard let c = peek else { throw fail("unterminated string") }
+            guard let c = peek, c != "\n" else { throw fail("unterminated string") }
             advance()
             if c == "'" { return String(out) }
-            if c.value < 0x20 && c != "\t" { throw fail("control character in string") }
+            try plain(c, lineBreaks: false)
             out.append(c)
+        }
+    }
+
+    /// `"""..."""` (`basic`) or `'''...'''`.
+    mutating func multiLine(basic: Bool) throws(BenchmarkError) -> String {
+        let quote: Unicode.Scalar = basic ? "\"" : "'"
+        let opened = line
+        for _ in 0..<3 { advance() }
+        if peek == "\n" { advance() } else if peek == "\r", peek(1) == "\n" { advance(); advance() }
+        var out = String.UnicodeScalarView()
+        while true {
+            guard let c = peek else { throw fail("a string opened here never closes", line: opened) }
+            if c == quote, peek(1) == quote, peek(2) == quote {
+                // Up to two more quotes belong to the string.
+                var quotes = 3
+                while peek(quotes) == quote, quotes < 5 { quotes += 1 }
+                for _ in 0..<(quotes - 3) { out.append(quote) }
+                for _ in 0..<quotes { advance() }
+                return String(out)
+            }
+            advance()
+            if basic && c == "\\" {
+                // A line-ending backslash: the break and the blanks after it are dropped.
+                var k = 0
+                while let b = peek(k), b == " " || b == "\t" { k += 1 }
+                if peek(k) == "\n" || (peek(k) == "\r" && peek(k + 1) == "\n") {
+                    while let b = peek, b == " " || b == "\t" || b == "\n" || b == "\r" { advance() }
+                } else {
+                    try escape(into: &out)
+                }
+                continue
+            }
+            try plain(c, lineBreaks: true)
+            out.append(c)
+        }
+    }
+
+    /// TOML refuses control characters in strings but tab (and line breaks in multi-line ones).
+    func plain(_ c: Unicode.Scalar, lineBreaks: Bool) throws(BenchmarkError) {
+        if (c.value < 0x20 && c != "\t" && !(lineBreaks && (c == "\n" || c == "\r"))) || c.value == 0x7f {
+            throw fail("control character in string")
+        }
+    }
+
+    /// The escape after a backslash (consumed): \" \\ \n \t \r \b \f \uXXXX \UXXXXXXXX.
+    mutating func escape(into out: inout String.UnicodeScalarView) throws(BenchmarkError) {
+        guard let e = peek, e != "\n" else { throw fail("unterminated string") }
+        advance()
+        switch e {
+        case "\"": out.append("\"")
+        case "\\": out.append("\\")
+        case "n": out.append("\n")
+        case "t": out.append("\t")
+        case "r": out.append("\r")
+        case "b": out.append("\u{08}")
+        case "f": out.append("\u{0C}")
+        case "u", "U":
+            let width = e == "u" ? 4 : 8
+            var hex = ""
+            for _ in 0..<width {
+                guard let h = peek, h.properties.isASCIIHexDigit else { throw fail("bad \\\(e) escape: expected \(width) hex digits") }
+                hex.unicodeScalars.append(h)
+                advance()
+            }
+            guard let v = UInt32(hex, radix: 16), let scalar = Unicode.Scalar(v) else { throw fail("\\\(e)\(hex) is not a Unicode scalar value") }
+            out.append(scalar)
+        default:
+            throw fail("unsupported escape '\\\(e)' in string")
         }
     }
 }

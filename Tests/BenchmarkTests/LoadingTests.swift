@@ -21,7 +21,7 @@ struct LoadingTests {
         #expect(try fixtureBenchmark("verdicts").tasks.allSatisfy { !$0.hasSolution })
     }
 
-    @Test("the supported task.toml subset parses: comments, escapes, literal strings, numbers, booleans")
+    @Test("task.toml parses as TOML: comments, escapes, literal strings, numbers, booleans")
     func tomlSubset() throws {
         let toml = try TaskToml.parse(#"""
             # leading comment
@@ -82,27 +82,87 @@ struct LoadingTests {
         #expect(task.agentTimeout == 900 && task.verifierTimeout == 900)
     }
 
-    @Test("task.toml outside the subset is rejected with file:line", arguments: [
+    /// What Harbor's own files use beyond one-line values (harbor 0.25's TaskConfig: a
+    /// verifier's `env` table, MCP servers as an array of tables, a healthcheck, lists over
+    /// several lines), and the rest of TOML 1.0 a registry's file may hold.
+    @Test("Harbor's fuller task.toml parses: tables of tables, arrays of tables, inline tables, dotted and quoted keys, arrays over several lines, multi-line strings, other integer bases, inf and nan, dates")
+    func tomlAsHarborWritesIt() throws {
+        let toml = try TaskToml.parse(#"""
+            schema_version = "1.4"
+            [task]
+            name = "org/count-lines"
+            [verifier]
+            timeout_sec = 120.0
+            env = { OPENAI_BASE_URL = "http://x", "quoted key" = 'v', nested = { a = [1, 2] } }
+            [verifier.env2]
+            LEVEL = "3"
+            [environment]
+            allowed_hosts = [
+                "pypi.org",   # the index
+                "files.pythonhosted.org",
+            ]
+            healthcheck.interval_sec = 5
+            "odd.key" = 0x1F
+            mask = 0o755
+            bits = 0b1010
+            big = inf
+            none = nan
+            built = 2025-10-31T12:00:00Z
+            day = 2025-10-31
+            spaced = 1979-05-27 07:32:00
+            at = 07:32:00
+            [[environment.mcp_servers]]
+            name = "a"
+            [[environment.mcp_servers]]
+            name = "b"
+            [solution]
+            notes = """
+            one \
+                two
+            three"""
+            raw = '''
+            C:\dir
+            '''
+            """#, file: "t.toml")
+        #expect(toml.entry("task", "name")?.value == .string("org/count-lines"))
+        guard case .table(let env)? = toml.entry("verifier", "env")?.value else { Issue.record("env is not a table"); return }
+        #expect(env["OPENAI_BASE_URL"] == .string("http://x") && env["quoted key"] == .string("v"))
+        #expect(env["nested"] == .table(["a": .array([.number(1, text: "1"), .number(2, text: "2")])]))
+        #expect(toml.entry("verifier.env2", "LEVEL")?.value == .string("3"))
+        #expect(toml.entry("environment", "allowed_hosts")?.value == .array([.string("pypi.org"), .string("files.pythonhosted.org")]))
+        #expect(toml.entry("environment", "allowed_hosts")?.line == 10)
+        #expect(toml.entry("environment.healthcheck", "interval_sec")?.value == .number(5, text: "5"))
+        #expect(toml.entry("environment", "odd.key")?.value == .number(31, text: "0x1F"))
+        #expect(toml.entry("environment", "mask")?.value == .number(493, text: "0o755") && toml.entry("environment", "bits")?.value == .number(10, text: "0b1010"))
+        #expect(toml.entry("environment", "big")?.value == .number(.infinity, text: "inf"))
+        if case .number(let n, _)? = toml.entry("environment", "none")?.value { #expect(n.isNaN) } else { Issue.record("nan") }
+        #expect(toml.entry("environment", "built")?.value == .date("2025-10-31T12:00:00Z") && toml.entry("environment", "day")?.value == .date("2025-10-31"))
+        #expect(toml.entry("environment", "spaced")?.value == .date("1979-05-27 07:32:00") && toml.entry("environment", "at")?.value == .date("07:32:00"))
+        #expect(toml.entry("environment.mcp_servers.0", "name")?.value == .string("a") && toml.entry("environment.mcp_servers.1", "name")?.value == .string("b"))
+        #expect(toml.entry("solution", "notes")?.value == .string("one two\nthree"))
+        #expect(toml.entry("solution", "raw")?.value == .string("C:\\dir\n"))
+    }
+
+    @Test("task.toml that is not TOML, or whose values are not what a task may say, is rejected with file:line", arguments: [
         ("[agent]\ntimeout_sec = [1, 2]\n", 2, "positive number"),
-        ("[metadata]\ntags = [\"a\",\n\"b\"]\n", 2, "on its own line"),
-        ("x = [[1]]\n", 1, "only strings, numbers and booleans"),
+        ("[metadata]\ntags = [\"a\",\n\"b\"\n", 2, "an array opened here never closes"),
         ("x = [1 2]\n", 1, "expected ',' or ']'"),
+        ("x = { a = 1,\n b = 2 }\n", 1, "must close on its own line"),
+        ("x = { a = 1, a = 2 }\n", 1, "defined twice in the inline table"),
         ("[environment]\ndocker_image = 5\n", 2, "must be an image name"),
         ("[environment]\ndocker_image = \"--privileged\"\n", 2, "must be an image name"),
-        ("\n\n[[steps]]\n", 3, "arrays of tables"),
-        ("x = { a = 1 }\n", 1, "inline tables"),
-        ("a.b = 1\n", 1, "dotted keys"),
-        ("[a.b]\n", 1, "dotted table"),
-        ("\"quoted\" = 1\n", 1, "quoted keys"),
+        ("[[a]]\n[a]\n", 2, "defined twice"),
+        ("[a]\n[[a]]\n", 2, "already defined as [a]"),
+        ("a.b = 1\na.b = 2\n", 2, "defined twice in [a]"),
         ("[agent]\ntimeout_sec 5\n", 2, "expected '='"),
         ("name = \"unterminated\n", 1, "unterminated"),
-        ("s = \"\"\"\nmulti\n\"\"\"\n", 1, "multi-line"),
-        ("when = 2024-01-01\n", 1, "not a supported value"),
-        ("x = nan\n", 1, "not a supported value"),
-        ("x = inf\n", 1, "not a supported value"),
-        ("x = 0x10\n", 1, "not a supported value"),
+        ("s = \"\"\"\nnever closes\n", 1, "a string opened here never closes"),
+        ("x = 2024-1-01\n", 1, "not a supported value"),
+        ("x = 0x\n", 1, "not a supported value"),
         ("x = 01\n", 1, "not a supported value"),
         ("x = 1 2\n", 1, "unexpected '2'"),
+        ("x = \n", 1, "expected a value"),
+        ("= 1\n", 1, "expected a key"),
         ("[agent]\na = 1\na = 2\n", 3, "defined twice"),
         ("[agent]\n[verifier]\n[agent]\n", 3, "defined twice"),
         ("[agent\n", 1, "expected ']'"),
@@ -110,6 +170,8 @@ struct LoadingTests {
         ("[agent]\ntimeout_sec = -5\n", 2, "positive number"),
         ("[agent]\n\n# c\ntimeout_sec = \"10\"\n", 4, "positive number"),
         ("[verifier]\ntimeout_sec = 0\n", 2, "positive number"),
+        ("[agent]\ntimeout_sec = inf\n", 2, "at most 86400 (got inf)"),
+        ("[agent]\ntimeout_sec = nan\n", 2, "positive number"),
         ("[agent]\ntimeout_sec = 1e300\n", 2, "at most 86400 (got 1e300)"),
         ("[verifier]\ntimeout_sec = 86_401\n", 2, "at most 86400 (got 86_401)"),
     ])

@@ -160,6 +160,44 @@ struct HarborDatasetTests {
         #expect(task.verifierTimeout == 1200 && task.verifierTimeoutDeclared, "\(task)")
     }
 
+    @Test("a Harbor dataset's task.toml goes through the one reader: a fuller file (an env table, MCP servers, hosts over several lines) gives its timeouts, image, network and memory; one that is not TOML costs that task with file:line")
+    func oneTaskTomlReader() throws {
+        let dir = try TempDir()
+        for id in ["full", "broken"] {
+            try FileManager.default.createDirectory(atPath: dir.path + "/\(id)/tests", withIntermediateDirectories: true)
+            try "#!/bin/bash\n".write(toFile: dir.path + "/\(id)/tests/test.sh", atomically: true, encoding: .utf8)
+        }
+        try """
+            schema_version = "1.4"
+            [task]
+            name = "org/full"
+            [agent]
+            timeout_sec = 300.0
+            [verifier]
+            timeout_sec = 60.0
+            env = { LEVEL = "3" }
+            [environment]
+            docker_image = "org/full:1"
+            memory_mb = 3072
+            network_mode = "allowlist"
+            allowed_hosts = [
+                "pypi.org",
+            ]
+            [[environment.mcp_servers]]
+            name = "tools"
+
+            """.write(toFile: dir.path + "/full/task.toml", atomically: true, encoding: .utf8)
+        try "[agent]\ntimeout_sec = 5\n[agent]\n".write(toFile: dir.path + "/broken/task.toml", atomically: true, encoding: .utf8)
+        var a = HarborAdapter(taskIDs: ["full", "broken"], tool: ToolSettings(command: ["harbor"]))
+        a.datasetPath = dir.path
+        let full = a.localTask("full")
+        #expect(full.problem == nil && full.agentTimeout == 300 && full.verifierTimeout == 60 && full.dockerImage == "org/full:1", "\(full)")
+        #expect(full.memory == 3 << 30 && full.network == .allowlist(["pypi.org:443", "pypi.org:80"]), "\(full)")
+        #expect(HarborAdapter.declaredName(taskToml: try String(contentsOfFile: dir.path + "/full/task.toml", encoding: .utf8)) == "org/full")
+        let broken = a.localTask("broken")
+        #expect(broken.problem == dir.path + "/broken/task.toml:3: table [agent] is defined twice", "\(broken)")
+    }
+
     @Test("per_task_timeout reaches Harbor as the job config's agents[].override_timeout_sec, with the agent and model named there (not -a, which would replace it)")
     func perTaskTimeoutArgv() throws {
         var a = HarborAdapter(taskIDs: ["t"], tool: ToolSettings(command: ["harbor"]))

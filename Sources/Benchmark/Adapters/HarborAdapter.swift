@@ -82,31 +82,11 @@ public struct HarborAdapter: BenchmarkAdapter {
     /// `harbor run --model M` would reach for the network.
     static let quietEnvironment = ["HARBOR_TELEMETRY=0", "LITELLM_LOCAL_MODEL_COST_MAP=True"]
 
-    /// `name = "..."` in the `[task]` table of a task.toml, if any (a line scan: registry
-    /// task.toml files hold arrays and tables this needs no parser for).
+    /// `name = "..."` in the `[task]` table of a task.toml, if any (nil too when the file is
+    /// not TOML: the task's directory name stands).
     public static func declaredName(taskToml text: String) -> String? {
-        guard let value = tableValue(taskToml: text, table: "task", key: "name"),
-              value.count >= 2, let q = value.first, q == "\"" || q == "'", value.last == q else { return nil }
-        return String(value.dropFirst().dropLast())
-    }
-
-    /// The text of `key = ...` in `[table]` of a task.toml, comment cut, or nil (a line
-    /// scan, like `declaredName`).
-    static func tableValue(taskToml text: String, table: String, key: String) -> String? {
-        var inTable = false
-        for raw in text.split(separator: "\n", omittingEmptySubsequences: false) {
-            let line = raw.trimmingCharacters(in: .whitespaces)
-            if line.hasPrefix("[") {
-                inTable = line.hasPrefix("[\(table)]")
-                continue
-            }
-            guard inTable, line.hasPrefix(key), let eq = line.firstIndex(of: "=") else { continue }
-            guard line[..<eq].trimmingCharacters(in: .whitespaces) == key else { continue }
-            var value = line[line.index(after: eq)...].trimmingCharacters(in: .whitespaces)
-            if let hash = value.range(of: " #") { value = String(value[..<hash.lowerBound]).trimmingCharacters(in: .whitespaces) }
-            return value
-        }
-        return nil
+        guard let toml = try? TaskToml.parse(text, file: "task.toml"), case .string(let name)? = toml.entry("task", "name")?.value else { return nil }
+        return name
     }
 
     public var name: String { "terminal-bench" }
@@ -285,28 +265,10 @@ public struct HarborAdapter: BenchmarkAdapter {
         }
         guard case .success(let bytes) = InputFile.read(dir + "/task.toml", cap: LocalBenchmark.maxTaskTomlBytes),
               let text = String(validating: bytes, as: UTF8.self) else { return task }
-        task.dockerImage = Self.tableValue(taskToml: text, table: "environment", key: "docker_image")
-            .map { String($0.filter { $0 != "\"" && $0 != "'" }) }
-        for table in ["verifier", "agent"] {
-            guard let value = Self.tableValue(taskToml: text, table: table, key: "timeout_sec") else { continue }
-            guard let seconds = Double(value.replacingOccurrences(of: "_", with: "")), seconds > 0, seconds <= LocalBenchmark.maxTimeout else {
-                task.problem = "\(dir)/task.toml: [\(table)] timeout_sec must be a positive number of seconds, at most \(Int(LocalBenchmark.maxTimeout)) (got \(value))"
-                return task
-            }
-            if table == "agent" {
-                (task.agentTimeout, task.agentTimeoutDeclared) = (seconds, true)
-            } else {
-                (task.verifierTimeout, task.verifierTimeoutDeclared) = (seconds, true)
-            }
-        }
-        // The network settings need arrays: read with the parser where the file is one it
-        // reads (a registry task.toml it cannot read keeps the operator's mirrors only).
-        if let toml = try? TaskToml.parse(text, file: dir + "/task.toml") {
-            do throws(BenchmarkError) {
-                task.network = try TaskNetwork.read(toml, path: dir + "/task.toml")
-            } catch {
-                task.problem = error.message
-            }
+        do throws(BenchmarkError) {
+            try task.read(taskToml: text, path: dir + "/task.toml")
+        } catch {
+            task.problem = error.message
         }
         return task
     }
