@@ -23,11 +23,21 @@ public struct BenchmarkError: Error, CustomStringConvertible, Sendable {
     }
 
     public var code: Code
+    /// The whole text for the operator (the cause's text after the context, when there is one).
     public var message: String
+    /// The error this one reports in a benchmark's words, kept for a caller that must tell
+    /// what it was.
+    public var cause: (any Error)?
 
     public init(_ code: Code, _ message: String) {
         self.code = code
         self.message = message
+    }
+
+    /// `context: cause` as the message (the cause alone when `context` is empty), the cause kept.
+    public init(_ code: Code, _ context: String, cause: any Error) {
+        self.init(code, context.isEmpty ? "\(cause)" : "\(context): \(cause)")
+        self.cause = cause
     }
 
     /// A file the supervisor could not read, write, copy or remove, as `.io` naming it.

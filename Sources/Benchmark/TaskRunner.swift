@@ -204,7 +204,7 @@ public final class TaskRunner: Sendable {
             do throws(SandboxError) {
                 rewardWatch = try ChangeWatch(directory: scratch.logsPath)
             } catch {
-                throw BenchmarkError(.configuration, "\(error.message): who writes the reward could not be watched")
+                throw BenchmarkError(.configuration, "who writes the reward could not be watched", cause: error)
             }
             stdinFD = try instructionInput(task, scratch: scratch, run: &run)
         } catch {

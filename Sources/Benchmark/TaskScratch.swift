@@ -226,7 +226,7 @@ struct TaskScratch {
         do throws(IOFailure) {
             try FileSystem.copyTree(from: from, to: to, owner: (0, 0), skip: [], label: "tests")
         } catch {
-            throw BenchmarkError(.io, "copying the task's tests: \(error)")
+            throw BenchmarkError(.io, "copying the task's tests", cause: error)
         }
         FileSystem.hardLinkInnerLinks(to, path: testsPath, seenAs: "/tests")
     }
@@ -357,7 +357,7 @@ extension TaskScratch {
             do throws(IOFailure) {
                 try FileSystem.copyLayer(from: upperPath, to: verifierUpperPath)
             } catch {
-                throw BenchmarkError(.io, "the verifier's copy of the agent's upper layer: \(error.message)")
+                throw BenchmarkError(.io, "the verifier's copy of the agent's upper layer", cause: error)
             }
         }
     }

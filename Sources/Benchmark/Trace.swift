@@ -98,7 +98,7 @@ public enum TraceFiles {
         do throws(IOFailure) {
             try FileSystem.copyTree(from: s, to: d, owner: (getuid(), getgid()), skip: [], label: source)
         } catch {
-            throw BenchmarkError(.io, "trace \(destination): \(error)")
+            throw BenchmarkError(.io, "trace \(destination)", cause: error)
         }
     }
 }

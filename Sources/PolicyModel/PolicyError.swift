@@ -7,11 +7,22 @@ public struct PolicyError: Error, CustomStringConvertible, Sendable, Equatable {
     /// Where the offending YAML node is; nil for problems with no line (e.g. a missing file).
     public var location: SourceLocation?
     public var message: String
+    /// The error this one reports against the policy, kept for a caller that must tell what
+    /// it was (not compared: two errors at one place with one text are the same problem).
+    public var cause: (any Error)?
 
     public init(_ message: String, at location: SourceLocation? = nil) {
         self.message = message
         self.location = location
     }
+
+    /// `context: cause` as the message (the cause alone when `context` is empty), the cause kept.
+    public init(_ context: String, cause: any Error, at location: SourceLocation? = nil) {
+        self.init(context.isEmpty ? "\(cause)" : "\(context): \(cause)", at: location)
+        self.cause = cause
+    }
+
+    public static func == (a: PolicyError, b: PolicyError) -> Bool { a.location == b.location && a.message == b.message }
 
     /// `file:line: message`, or just the message when there is no location.
     public var description: String {

@@ -184,7 +184,7 @@ struct PolicyShow: ParsableCommand {
         let filter: CompiledFilter
         do { filter = try SeccompCompiler.compile(p.effectiveSeccomp) } catch {
             // A syscall this architecture lacks is a mistake in the policy, not in a sandbox.
-            throw PolicyError("\(policy): \(error.message)")
+            throw PolicyError("\(policy)", cause: error)
         }
         // Resolve against this host when every placeholder has a value.
         let plan = PolicyLoader.placeholders(in: p).isEmpty
@@ -329,7 +329,7 @@ struct PolicyExport: ParsableCommand {
         guard format == "oci-seccomp" else { throw ValidationError("--format \(format): the only format is oci-seccomp") }
         let p = try PolicyLocator.loader(policyDirs).load(policy, requireAllPlaceholders: false)
         let export: OCISeccompProfile.Export
-        do { export = try OCISeccompProfile.export(p.effectiveSeccomp) } catch { throw PolicyError("\(policy): \(error.message)") }
+        do { export = try OCISeccompProfile.export(p.effectiveSeccomp) } catch { throw PolicyError("\(policy)", cause: error) }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
         let bytes = Array(try encoder.encode(export.profile)) + [0x0A]

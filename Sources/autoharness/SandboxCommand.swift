@@ -207,10 +207,10 @@ struct SandboxServe: ParsableCommand {
                 server = try LaunchServer(path: socket ?? LaunchService.defaultSocket, prepare: prepare)
             }
         } catch {
-            throw ExperimentError(.usage, "sandbox serve: \(error.description)")
+            throw ExperimentError(.usage, "sandbox serve", cause: error)
         }
         if log {
-            do { try server.logBesideSocket() } catch { throw ExperimentError(.usage, "sandbox serve: --log: \(error.description)") }
+            do { try server.logBesideSocket() } catch { throw ExperimentError(.usage, "sandbox serve: --log", cause: error) }
         }
         if sameCgroup { server.onlyCgroups = startedIn }
         let origin = server.activated ? " (a socket passed down by systemd)" : ""

@@ -53,7 +53,7 @@ struct WorkerCommand: ParsableCommand {
             var vm: VMSettings?
             if let checkVM {
                 do { vm = try JSONDecoder().decode(VMSettings.self, from: Data(checkVM.utf8)) } catch {
-                    throw ExperimentError(.usage, "--check-vm: not the VM settings' JSON: \(error)")
+                    throw ExperimentError(.usage, "--check-vm: not the VM settings' JSON", cause: error)
                 }
             }
             let report = try NodeCheck.report(policies: checkPolicies.isEmpty ? ["benchmark-task", "verifier"] : checkPolicies, searchPaths: searchPaths,

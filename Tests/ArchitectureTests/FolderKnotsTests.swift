@@ -119,3 +119,20 @@ extension ArchitectureTests {
         }
     }
 }
+
+extension ArchitectureTests {
+    @Test("an error reporting another keeps it as its cause: no error's message interpolates the caught error")
+    func errorsKeepTheirCause() {
+        let rewrap = #/[A-Z][A-Za-z]*Error\((\.[a-zA-Z]+, )?"[^"\n]*\\\(error(\.[a-z]+)?\)/#
+        var checked = 0
+        let walker = FileManager.default.enumerator(atPath: Self.sources)
+        while let rel = walker?.nextObject() as? String {
+            guard rel.hasSuffix(".swift"), let text = try? String(contentsOfFile: Self.sources + "/" + rel, encoding: .utf8) else { continue }
+            checked += 1
+            for (n, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() where line.contains(rewrap) {
+                Issue.record("Sources/\(rel):\(n + 1) puts the caught error in a message: pass it as `cause:`")
+            }
+        }
+        #expect(checked > 200)
+    }
+}

@@ -35,6 +35,19 @@ struct ExitStatusTests {
         #expect(Exit.code(for: c.0) == c.1, "\(type(of: c.0)) \(c.0.category)")
     }
 
+    @Test("an error that reports another keeps it: the text reads context then cause, and the cause (a write's errno, a task file's line) is still there to ask")
+    func causeKept() throws {
+        let write = IOFailure("write", "/x/agent.py", errno: ENOSPC)
+        let e = ExperimentError(.io, "snapshot", cause: write)
+        #expect(e.message == "snapshot: write /x/agent.py: No space left on device (ENOSPC)", "\(e.message)")
+        #expect((e.cause as? IOFailure)?.errno == ENOSPC && Exit.code(for: e) == Exit.ioError)
+        let task = BenchmarkError(.invalidTaskFile, "t/task.toml:3: table [agent] is defined twice")
+        let b = BenchmarkError(.configuration, "", cause: task)
+        #expect(b.message == task.message && (b.cause as? BenchmarkError)?.code == .invalidTaskFile)
+        let p = PolicyError("p.yaml", cause: task)
+        #expect(p == PolicyError("p.yaml: " + task.message) && p.cause != nil)
+    }
+
     @Test("an error that is not the project's (Foundation's file calls) is the system's: exit 5")
     func foreign() {
         #expect(Exit.code(for: CocoaError(.fileNoSuchFile)) == Exit.ioError)

@@ -171,7 +171,7 @@ public struct Tau2Adapter: BenchmarkAdapter {
                     try FileSystem.copyFile(from: src, FileSystem.name(name), to: destination, owner: owner, mode: 0o644,
                                             path: source + "/" + name)
                 } catch {
-                    throw BenchmarkError(.io, "tau2 data copy: \(error)")
+                    throw BenchmarkError(.io, "tau2 data copy", cause: error)
                 }
             }
         }

@@ -61,7 +61,7 @@ extension ToolSettings {
         do {
             gate = try InferenceGate(targets: networkInference, upstreamCAFile: upstreamCA, heldOut: heldOut, credentials: credentials(heldOut: heldOut))
         } catch {
-            throw BenchmarkError(.configuration, "runner.network.inference: \(error.message)")
+            throw BenchmarkError(.configuration, "runner.network.inference", cause: error)
         }
         let own = envPass.first { InferenceGate.trustVariables.contains($0) && getenv($0) != nil }
             .map { String(cString: getenv($0)) }

@@ -40,7 +40,7 @@ struct HeldOutVMExecutor: TaskExecutor {
             func proxy(_ policy: String, _ log: AuditLog) throws -> EgressProxy? {
                 let p: Policy
                 do { p = try env.policyLoader.load(policy, requireAllPlaceholders: false) } catch {
-                    throw ExperimentError(.state, "held-out VM: policy \(policy): \(error)")
+                    throw ExperimentError(.state, "held-out VM: policy \(policy)", cause: error)
                 }
                 guard p.network.mode == .proxy else { return nil }
                 return EgressProxy(allow: tool.networkAllow, inference: gate, audit: log, sandbox: VMEgress.sandbox)

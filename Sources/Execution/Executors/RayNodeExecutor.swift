@@ -110,7 +110,7 @@ package struct RayNodeExecutor: TaskExecutor {
             let path = dir + "/" + f.path
             let parent = (path as NSString).deletingLastPathComponent
             if let e = FileSystem.makeDirectories(parent, mode: 0o755) { throw ExperimentError(.io, "\(parent): \(ErrnoName.describe(e))") }
-            do throws(IOFailure) { try AtomicFile.write(Array(f.bytes), to: path, mode: 0o644) } catch { throw ExperimentError(.io, "\(error)") }
+            do throws(IOFailure) { try AtomicFile.write(Array(f.bytes), to: path, mode: 0o644) } catch { throw ExperimentError(.io, "", cause: error) }
         }
     }
 

@@ -55,7 +55,7 @@ package struct GuestImage {
             do {
                 policy = try policyLoader.load(name, requireAllPlaceholders: false)
             } catch {
-                throw ExperimentError(.state, "held-out VM: policy \(name): \(error)")
+                throw ExperimentError(.state, "held-out VM: policy \(name)", cause: error)
             }
             for m in policy.mounts {
                 guard let source = m.source, !source.contains("{") else { continue }
@@ -216,7 +216,7 @@ package struct GuestImage {
         } catch let e as ExperimentError {
             throw e
         } catch {
-            throw ExperimentError(.io, "held-out VM: \(directory): \(error)")
+            throw ExperimentError(.io, "held-out VM: \(directory)", cause: error)
         }
     }
 

@@ -171,7 +171,7 @@ public final class HeldOutVM {
         let reader = Thread { tail.drain(console.fileHandleForReading) }
         reader.start()
         do { try p.run() } catch {
-            throw ExperimentError(.io, "held-out VM: cannot start \(qemu): \(error)")
+            throw ExperimentError(.io, "held-out VM: cannot start \(qemu)", cause: error)
         }
         return p
     }
@@ -261,7 +261,7 @@ public final class HeldOutVM {
             try image.writeGate(work + "/export/gate", request: Array(try JSONEncoder().encode(request)))
             try AtomicFile.write(initramfs, to: work + "/initramfs", mode: 0o600)
         } catch let e as ExperimentError { throw e } catch {
-            throw ExperimentError(.io, "held-out VM: \(work): \(error)")
+            throw ExperimentError(.io, "held-out VM: \(work)", cause: error)
         }
         let listener = try ResultsPort(path: work + "/results.sock")
         defer { listener.close() }

@@ -15,7 +15,7 @@ extension HeldOutVM {
         let result: Run
         do {
             result = try run(request, image: image, scratch: scratch, privateDirectory: privateDirectory, deadline: deadline, egress: egress) { shares in
-                do { try cache.record(sources: shares) } catch { throw ExperimentError(.io, "\(error)") }
+                do { try cache.record(sources: shares) } catch { throw ExperimentError(.io, "", cause: error) }
             }
         } catch {
             _ = settle()

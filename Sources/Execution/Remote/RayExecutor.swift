@@ -64,7 +64,7 @@ public struct RemoteWork {
         }
         let answer: WorkAnswer
         do { answer = try JSONDecoder().decode(WorkAnswer.self, from: Data(bytes)) } catch {
-            throw ExperimentError(.refused, "the answer does not decode: \(error)")
+            throw ExperimentError(.refused, "the answer does not decode", cause: error)
         }
         guard answer.nonce == request.nonce else { throw ExperimentError(.refused, "the answer is to another request (nonce \(printable(String(answer.nonce.prefix(32)))))") }
         guard answer.outcomes.map(\.id) == request.tasks.map(\.id) else { throw ExperimentError(.refused, "the answer's tasks are not the request's") }
@@ -179,7 +179,7 @@ public struct RayExecutor: Sendable {
         p.standardInput = input
         p.standardOutput = output
         p.standardError = errors
-        do { try p.run() } catch { throw ExperimentError(.io, "the Ray driver (\(python) \(driver)): \(error)") }
+        do { try p.run() } catch { throw ExperimentError(.io, "the Ray driver (\(python) \(driver))", cause: error) }
         defer {
             try? input.fileHandleForWriting.close()
             if p.isRunning { kill(p.processIdentifier, SIGKILL) }
@@ -200,7 +200,7 @@ public struct RayExecutor: Sendable {
         func send(_ object: [String: Any]) throws {
             let data = try JSONSerialization.data(withJSONObject: object) + Data("\n".utf8)
             do { try input.fileHandleForWriting.write(contentsOf: data) } catch {
-                throw ExperimentError(.io, "the Ray driver stopped reading its requests (\(error)): \(stderrTail.tail)")
+                throw ExperimentError(.io, "the Ray driver stopped reading its requests (its last output: \(stderrTail.tail))", cause: error)
             }
         }
         func receive(_ what: String) throws -> [String: Any] {

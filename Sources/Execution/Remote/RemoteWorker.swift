@@ -80,7 +80,7 @@ public enum RemoteWorker {
         var machine: HeldOutVM?
         if let settings = request.vm {
             do { machine = try HeldOutVM(settings: settings, log: s.log) } catch {
-                throw ExperimentError(.refused, "this node cannot run the request's held-out VM (\(error)): refused, nothing ran")
+                throw ExperimentError(.refused, "this node cannot run the request's held-out VM, so it refused it and ran nothing", cause: error)
             }
         }
         // Held-out tasks run alone on this node: no train task of any request runs beside
@@ -98,7 +98,7 @@ public enum RemoteWorker {
         // container) does not have yet: made as the supervisor makes its own.
         if let e = FileSystem.makeDirectories(s.scratchRoot, mode: 0o700) { throw ExperimentError(.io, "\(s.scratchRoot): \(ErrnoName.describe(e))") }
         let bench: LocalBenchmark
-        do { bench = try LocalBenchmark(directory: work + "/benchmark") } catch { throw ExperimentError(.refused, "the request's tasks: \(error)") }
+        do { bench = try LocalBenchmark(directory: work + "/benchmark") } catch { throw ExperimentError(.refused, "the request's tasks", cause: error) }
         var adapter = LocalAdapter(benchmark: bench)
         adapter.taskPolicy = request.taskPolicy
         adapter.verifierPolicy = request.verifierPolicy
@@ -128,7 +128,7 @@ public enum RemoteWorker {
             } catch let e as ExperimentError {
                 throw e
             } catch {
-                throw ExperimentError(.io, "running the tasks: \(error)")
+                throw ExperimentError(.io, "running the tasks", cause: error)
             }
         }
         // A held-out answer is what a held-out VM's is: each task's reward and status class,
@@ -182,9 +182,9 @@ public enum RemoteWorker {
         yaml += "sandbox:\n  task_policy: \(quoted(request.taskPolicy))\n  verifier_policy: \(quoted(request.verifierPolicy))\n"
             + "  scratch: \(quoted(s.scratchRoot))\n"
         let configPath = work + "/experiment_config.yaml"
-        do throws(IOFailure) { try AtomicFile.write(Array(yaml.utf8), to: configPath, mode: 0o644) } catch { throw ExperimentError(.io, "\(error)") }
+        do throws(IOFailure) { try AtomicFile.write(Array(yaml.utf8), to: configPath, mode: 0o644) } catch { throw ExperimentError(.io, "", cause: error) }
         let config: ExperimentConfig
-        do { config = try ExperimentConfig.load(configPath) } catch { throw ExperimentError(.refused, "the request's VM config: \(error)") }
+        do { config = try ExperimentConfig.load(configPath) } catch { throw ExperimentError(.refused, "the request's VM config", cause: error) }
         let ids = request.tasks.map(\.id)
         let guest = GuestRequest(experimentRoot: work, configPath: configPath, policySearchPaths: s.policySearchPaths,
                                  agentDirectory: work + "/agent", ids: ids, concurrency: request.concurrency)
@@ -272,7 +272,7 @@ public enum RemoteWorker {
         func write(_ bytes: Data, _ path: String, mode: mode_t) throws {
             let parent = (path as NSString).deletingLastPathComponent
             if let e = FileSystem.makeDirectories(parent, mode: 0o755) { throw ExperimentError(.io, "\(parent): \(ErrnoName.describe(e))") }
-            do throws(IOFailure) { try AtomicFile.write(Array(bytes), to: path, mode: mode) } catch { throw ExperimentError(.io, "\(error)") }
+            do throws(IOFailure) { try AtomicFile.write(Array(bytes), to: path, mode: mode) } catch { throw ExperimentError(.io, "", cause: error) }
         }
         guard r.agentPy.count <= AgentFile.maxBytes else { throw ExperimentError(.refused, "agent.py is over \(AgentFile.maxBytes) bytes") }
         try write(r.agentPy, work + "/agent/agent.py", mode: 0o644)

@@ -248,7 +248,7 @@ public enum WorkKey {
         do {
             request = try JSONDecoder().decode(WorkRequest.self, from: body)
         } catch {
-            throw ExperimentError(.refused, "the signed request does not decode: \(error)")
+            throw ExperimentError(.refused, "the signed request does not decode", cause: error)
         }
         guard request.version == WorkRequest.version else {
             throw ExperimentError(.refused, "request version \(request.version); this node speaks \(WorkRequest.version)")

@@ -85,7 +85,7 @@ final class ExperimentContext {
             } catch let e as IOFailure {
                 throw ExperimentError(.io, "snapshot \(dir)/agent.py: \(e.reason ?? ErrnoName.describe(e.errno))")
             } catch {
-                throw ExperimentError(.io, "snapshot \(error)")
+                throw ExperimentError(.io, "snapshot", cause: error)
             }
         }
         return AgentSnapshot(sha256: sha, directory: dir)

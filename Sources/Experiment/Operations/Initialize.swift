@@ -112,7 +112,7 @@ extension ExperimentSupervisor {
         do {
             _ = try ExperimentConfig.load(layout.config)
         } catch {
-            throw ExperimentError(.io, "the generated \(layout.config) does not load: \(error)")
+            throw ExperimentError(.io, "the generated \(layout.config) does not load", cause: error)
         }
         try layout.ensurePrivateDirectory()
         let git = Git(root: root, privateIndex: layout.privateDirectory + "/git-index")

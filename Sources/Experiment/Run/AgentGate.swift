@@ -49,14 +49,14 @@ struct AgentGate: Sendable {
                                      masksBodyPlaceholders: true)
         } catch {
             let key = config.agentUpstreamCA != nil && error.message.contains(config.agentUpstreamCA!) ? "upstream_ca" : "inference"
-            throw ExperimentError(.usage, "\(config.agentNetworkPlace.map { $0 + ": " } ?? "")sandbox.network.\(key): \(error.message)")
+            throw ExperimentError(.usage, "\(config.agentNetworkPlace.map { $0 + ": " } ?? "")sandbox.network.\(key)", cause: error)
         }
         let file = runDirectory + "/inference-ca.pem"
         let bundle = try trustBundle(gate, config: config, host: host)
         do throws(IOFailure) {
             try AtomicFile.write(bundle, to: file, mode: 0o644)
         } catch {
-            throw ExperimentError(.io, "\(file): \(error)")
+            throw ExperimentError(.io, file, cause: error)
         }
         log("coding agent's model API through the run's inference gate: \(config.agentInference.joined(separator: ", "))"
             + (held.isEmpty ? "" : "; in its sandbox \(held.joined(separator: ", ")) hold placeholders"))

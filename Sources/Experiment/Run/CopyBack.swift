@@ -72,7 +72,7 @@ extension RunDesk {
             let lines = text.split(separator: "\n").suffix(8).joined(separator: "\n")
             return lines.isEmpty ? "python3 \(RunLoop.describe(r))" : lines
         } catch {
-            throw ExperimentError(.io, "compile check sandbox: \(error.message)")
+            throw ExperimentError(.io, "compile check sandbox", cause: error)
         }
     }
 }

@@ -54,7 +54,7 @@ extension RunDesk {
                 let why = "gate refused: the coding agent could not be frozen (\(error.message)); no held-out task ran"
                 _ = try? append([(.note, NoteRecord(text: why))])
                 settings.log(why)
-                throw ExperimentError(.io, "could not freeze the coding agent for the gate (\(error.message)); the gate was not run and not counted")
+                throw ExperimentError(.io, "could not freeze the coding agent for the gate, so the gate was not run and not counted", cause: error)
             }
         }
         let r: GateResult

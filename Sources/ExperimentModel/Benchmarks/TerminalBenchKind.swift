@@ -108,7 +108,7 @@ package struct TerminalBenchKind: BenchmarkKind {
         do {
             _ = try HarborTaskNames(ids: tasks.map(\.id), declared: Dictionary(tasks.compactMap { t in t.declaredName.map { (t.id, $0) } }, uniquingKeysWith: { a, _ in a }))
         } catch {
-            throw ExperimentError(.usage, "\(what): \(error.message)")
+            throw ExperimentError(.usage, what, cause: error)
         }
     }
 
@@ -190,7 +190,7 @@ extension ExperimentConfig {
         do {
             _ = try HarborTaskNames(ids: ids, declared: adapter.taskNames)
         } catch {
-            throw ExperimentError(.usage, "dataset \(dataset): \(error.message)")
+            throw ExperimentError(.usage, "dataset \(dataset)", cause: error)
         }
         adapter.model = agentModel == "none" ? nil : agentModel
         adapter.environmentProvider = provider

@@ -71,7 +71,7 @@ package enum ToolCheck {
             """
         let r: ChildProcess.Finished
         do { r = try ChildProcess.run([locate(python) ?? python, "-c", probe] + names, standardError: .discarded) } catch {
-            throw ExperimentError(.usage, "\(python): cannot run it to check \(file): \(error)")
+            throw ExperimentError(.usage, "\(python): cannot run it to check \(file)", cause: error)
         }
         let missing = r.output.split(separator: " ").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }.filter { !$0.isEmpty }
         guard r.succeeded else { throw ExperimentError(.usage, "\(python) could not check \(file) (exit \(r.status))") }

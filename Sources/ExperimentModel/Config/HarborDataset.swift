@@ -72,7 +72,7 @@ enum HarborDataset {
         p.standardError = output
         p.standardInput = FileHandle.nullDevice
         do { try p.run() } catch {
-            throw ExperimentError(.usage, "\(harbor): cannot start it: \(error)")
+            throw ExperimentError(.usage, "\(harbor): cannot start it", cause: error)
         }
         // A progress line while it works; its output is kept (capped) for the outcome.
         let started = Date()

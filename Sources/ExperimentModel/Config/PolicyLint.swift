@@ -114,7 +114,7 @@ public enum PolicyLint {
             do {
                 try RunnerBinds.refuse([("\(m.kindName) \(m.destination)", source)], exposing: protected)
             } catch {
-                out.append(PolicyError("\(error)", at: m.location))
+                out.append(PolicyError("", cause: error, at: m.location))
             }
         }
         return out

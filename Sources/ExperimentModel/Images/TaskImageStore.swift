@@ -183,7 +183,7 @@ public struct TaskImageStore {
             try FileSystem.shiftOwners(of: staging, uid: ids.uid, gid: ids.gid, count: ids.count)
         } catch {
             _ = FileSystem.removeTree(staging)
-            throw ExperimentError(.io, "unpacking \(tag): \(error)")
+            throw ExperimentError(.io, "unpacking \(tag)", cause: error)
         }
         guard rename(staging, final) == 0 else { throw ExperimentError(.io, "\(final): \(FileSystem.errorText())") }
     }

@@ -40,7 +40,7 @@ package enum AgentFile {
         do throws(IOFailure) {
             try AtomicFile.write(bytes, in: dir, name: name, mode: 0o644, owner: owner, path: "\(directory)/\(name)")
         } catch {
-            throw ExperimentError(.io, "\(error.path): \(error.reason ?? ErrnoName.describe(error.errno))")
+            throw ExperimentError(.io, path: error)
         }
     }
 }
