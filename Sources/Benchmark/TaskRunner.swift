@@ -201,6 +201,7 @@ public final class TaskRunner: Sendable {
             // change to a reward file is known with the process that made it (`RewardWriters`).
             try scratch.makeLogsFilesystem(owner: image?.owner ?? (verifierPolicy.identity.hostUID, verifierPolicy.identity.hostGID))
             try scratch.makeVerifierTmp(owner: image?.owner ?? (verifierPolicy.identity.hostUID, verifierPolicy.identity.hostGID))
+            if let image, (verifierPolicy.env.set["HOME"] ?? "/tmp") == "/tmp" { try scratch.seedVerifierHome(fromImage: image.rootfs, owner: image.owner) }
             do throws(SandboxError) {
                 rewardWatch = try ChangeWatch(directory: scratch.logsPath)
             } catch {

@@ -242,6 +242,32 @@ struct TaskScratch {
         try mountOwnTmpfs("verifier-tmp", "mode=1777,size=\(Self.verifierTmpSize),nr_inodes=\(Self.inodeLimit)", owner: owner, what: "the verifier's /tmp")
     }
 
+    /// Root's shell start-up files of the image (`/root/.profile`, `/root/.bashrc`, from its
+    /// unpacked files, never the agent's upper layer) copied into the verifier's /tmp, its
+    /// HOME: under Harbor the tests run as root with HOME=/root, and a test that appends to
+    /// `$HOME/.bashrc` and starts a login shell (tmux) relies on the image's .profile reading
+    /// it. A file the image lacks, a link or anything over 64 KiB is left out.
+    func seedVerifierHome(fromImage rootfs: String, owner: (uid_t, gid_t)) throws(BenchmarkError) {
+        // The image's /root, never followed if it is a link (it would lead out of the image).
+        let image = FileSystem.openDirectory(rootfs)
+        guard image >= 0 else { return }
+        defer { close(image) }
+        let home = FileSystem.openDirectory(at: image, FileSystem.name("root"))
+        guard home >= 0 else { return }
+        defer { close(home) }
+        let dir = FileSystem.openDirectory(verifierTmpPath)
+        guard dir >= 0 else { throw BenchmarkError(.io, "\(verifierTmpPath): \(FileSystem.errorText())") }
+        defer { close(dir) }
+        for name in [".profile", ".bashrc"] {
+            guard case .success(let bytes) = InputFile.read(at: home, name, cap: 64 << 10) else { continue }
+            do throws(IOFailure) {
+                try AtomicFile.write(bytes, in: dir, name: name, mode: 0o644, owner: owner, path: verifierTmpPath + "/" + name)
+            } catch {
+                throw BenchmarkError(.io, "the verifier's HOME", cause: error)
+            }
+        }
+    }
+
     /// Makes `logs` a tmpfs of its own owned by the verifier's host identity: the only file
     /// system a change watch on it sees (`RewardWriters`).
     func makeLogsFilesystem(owner: (uid_t, gid_t)) throws(BenchmarkError) {
