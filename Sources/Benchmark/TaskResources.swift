@@ -23,6 +23,9 @@ struct TaskResources: Sendable, Equatable {
 
     /// The largest a task may declare: far more than a host has, less than a typo's `1e300`.
     static let maxMemoryMB = 1 << 30
+    /// The least: a sandbox's monitor joins its cgroup before it starts the payload, and a
+    /// limit it cannot start under fails the launch rather than the task.
+    static let minMemoryMB = 32
     static let maxCPUs = 1024.0
 
     /// Reads `[environment]` of `toml` (a task's task.toml at `path`).
@@ -33,14 +36,14 @@ struct TaskResources: Sendable, Equatable {
         var out = TaskResources()
         var megabytes: Int?
         if let entry = toml.entry("environment", "memory_mb") {
-            guard case .number(let v, _) = entry.value, v >= 1, v <= Double(maxMemoryMB), v == v.rounded() else {
-                throw fail(entry, "memory_mb must be a whole number of megabytes from 1 to \(maxMemoryMB) (got \(entry.value.metadataText))")
+            guard case .number(let v, _) = entry.value, v >= Double(minMemoryMB), v <= Double(maxMemoryMB), v == v.rounded() else {
+                throw fail(entry, "memory_mb must be a whole number of megabytes from \(minMemoryMB) to \(maxMemoryMB) (got \(entry.value.metadataText))")
             }
             megabytes = Int(v)
         }
         if let entry = toml.entry("environment", "memory") {
-            guard case .string(let text) = entry.value, let mb = sizeInMB(text), mb >= 1, mb <= maxMemoryMB else {
-                throw fail(entry, "memory must be a size such as \"4G\", \"512M\" or \"1048576K\", at least 1M (got \(entry.value.metadataText))")
+            guard case .string(let text) = entry.value, let mb = sizeInMB(text), mb >= minMemoryMB, mb <= maxMemoryMB else {
+                throw fail(entry, "memory must be a size such as \"4G\", \"512M\" or \"1048576K\", at least \(minMemoryMB)M (got \(entry.value.metadataText))")
             }
             if let declared = megabytes, declared != mb {
                 throw fail(entry, "memory (\(text), \(mb) MB) and memory_mb (\(declared)) disagree: keep one")

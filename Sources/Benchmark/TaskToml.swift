@@ -8,11 +8,14 @@
 // and binary integers, `inf` and `nan`, booleans, arrays over several lines (comments
 // between items), inline tables, dates and times (kept as their text). A key or table
 // defined twice, a value that is none of these, or anything after a value but a comment is
-// rejected with `file:line`, never half-understood.
+// rejected with `file:line`, never half-understood; so is a table defined once by a header and
+// again by dotted keys or an inline table, and arrays nested over `TomlReader.maxDepth` deep.
 //
 // A dotted key or table is stored under its full table name: `[environment]` then
 // `healthcheck.interval = 5` is table "environment.healthcheck", key "interval"; the n-th
-// `[[a.b]]` is table "a.b.n" (from 0).
+// `[[a.b]]` is table "a.b.n" (from 0), and a table under it `[a.b.c]` is "a.b.n.c" of the last
+// one; an inline table's keys are its table's too (`environment = { memory_mb = 1 }` is table
+// "environment", key "memory_mb").
 
 /// One parsed `task.toml`.
 struct TaskToml: Sendable {
@@ -63,6 +66,10 @@ private struct TomlReader {
     let file: String
     var i = 0
     var line = 1
+    /// Arrays and inline tables open around the value being read: a file of a million `[`
+    /// is refused at `maxDepth` rather than recursing until the stack runs out.
+    var depth = 0
+    static let maxDepth = 32
 
     init(text: String, file: String) {
         s = Array(text.unicodeScalars)
@@ -85,12 +92,19 @@ private struct TomlReader {
     }
 
     mutating func skipSpace() { while let c = peek, c == " " || c == "\t" { advance() } }
-    mutating func skipComment() { if peek == "#" { while let c = peek, c != "\n" { advance() } } }
+    mutating func skipComment() throws(BenchmarkError) {
+        guard peek == "#" else { return }
+        while let c = peek, c != "\n" {
+            if c == "\r", peek(1) == "\n" { return }
+            if (c.value < 0x20 && c != "\t") || c.value == 0x7f { throw fail("control character in a comment") }
+            advance()
+        }
+    }
     /// Spaces, comments and line breaks (between array items, between statements).
-    mutating func skipBlank() {
+    mutating func skipBlank() throws(BenchmarkError) {
         while true {
             skipSpace()
-            skipComment()
+            try skipComment()
             if peek == "\r", peek(1) == "\n" { advance() }
             guard peek == "\n" else { return }
             advance()
@@ -99,21 +113,50 @@ private struct TomlReader {
     /// Only spaces and a comment may follow a value or a header on its line.
     mutating func endOfLine() throws(BenchmarkError) {
         skipSpace()
-        skipComment()
+        try skipComment()
         if peek == "\r", peek(1) == "\n" { advance() }
         guard let c = peek else { return }
-        guard c == "\n" else { throw fail("unexpected '\(c)' (only a comment may follow on the same line)") }
+        guard c == "\n" else { throw fail("unexpected '\(Self.shown(String(c)))' (only a comment may follow on the same line)") }
         advance()
+    }
+
+    /// How each table name came to be, so that none is defined twice in two ways (TOML 1.0:
+    /// a `[header]`, dotted keys, an inline table, a value, an array of tables).
+    struct Names {
+        var headers: Set<String> = []
+        var arrays: [String: Int] = [:]
+        /// Made by dotted keys (`a.b = 1` makes table `a`): extended only by more of them.
+        var dotted: Set<String> = []
+        /// Inline tables: closed once written.
+        var inline: Set<String> = []
+
+        func isTable(_ name: String) -> Bool {
+            headers.contains(name) || arrays[name] != nil || dotted.contains(name) || inline.contains(name)
+        }
+        /// `name` with each prefix that is an array of tables replaced by its last element
+        /// (`[[a]]` then `[a.b]` is a.<last>.b); `keepLast` leaves the final part as it is.
+        func resolve(_ parts: [String], keepLast: Bool = false) -> String {
+            var name = ""
+            for (i, part) in parts.enumerated() {
+                name = name.isEmpty ? part : name + "." + part
+                if let n = arrays[name], !(keepLast && i == parts.count - 1) { name += ".\(n - 1)" }
+            }
+            return name
+        }
     }
 
     mutating func document() throws(BenchmarkError) -> TaskToml {
         var out = TaskToml()
         out.tables[""] = [:]
         var table = ""
-        var headers: Set<String> = []
-        var arrayCounts: [String: Int] = [:]
+        var names = Names()
+        /// Whether `name` ("T.k") is a key holding a value (not a table).
+        func isValue(_ name: String) -> Bool {
+            guard let dot = name.lastIndex(of: ".") else { return out.tables[""]?[name] != nil }
+            return out.tables[String(name[..<dot])]?[String(name[name.index(after: dot)...])] != nil
+        }
         while true {
-            skipBlank()
+            try skipBlank()
             guard let c = peek else { return out }
             let at = line
             if c == "[" {
@@ -121,61 +164,96 @@ private struct TomlReader {
                 let array = peek == "["
                 if array { advance() }
                 skipSpace()
-                let path = try keyPath(what: "a table name")
+                let parts = try keyParts(what: "a table name")
+                let shown = Self.shown(parts.joined(separator: "."))
                 skipSpace()
-                guard peek == "]" else { throw fail("expected ']' after table name '\(path)'") }
+                guard peek == "]" else { throw fail("expected ']' after table name '\(shown)'") }
                 advance()
                 if array {
-                    guard peek == "]" else { throw fail("expected ']]' after table name '\(path)'") }
+                    guard peek == "]" else { throw fail("expected ']]' after table name '\(shown)'") }
                     advance()
-                    if headers.contains(path) { throw fail("[[\(path)]] names a table already defined as [\(path)]") }
-                    let n = arrayCounts[path, default: 0]
-                    arrayCounts[path] = n + 1
+                }
+                let path = names.resolve(parts, keepLast: true)
+                if isValue(path) { throw fail("[\(shown)] names a key that already holds a value") }
+                if names.dotted.contains(path) || names.inline.contains(path) { throw fail("table [\(shown)] was already defined by dotted keys or an inline table") }
+                if array {
+                    if names.headers.contains(path) { throw fail("[[\(shown)]] names a table already defined as [\(shown)]") }
+                    let n = names.arrays[path, default: 0]
+                    names.arrays[path] = n + 1
                     table = "\(path).\(n)"
                 } else {
-                    guard arrayCounts[path] == nil, headers.insert(path).inserted else { throw fail("table [\(path)] is defined twice") }
+                    guard names.arrays[path] == nil, names.headers.insert(path).inserted else { throw fail("table [\(shown)] is defined twice") }
                     table = path
                 }
                 out.tables[table, default: [:]] = out.tables[table] ?? [:]
                 try endOfLine()
                 continue
             }
-            let (keyTable, key) = try dottedKey(in: table)
+            let parts = try keyParts(what: "a key (letters, digits, '_' or '-') or a [table] header")
+            // Each table a dotted key passes through: made here, or made by dotted keys before.
+            var keyTable = table
+            for part in parts.dropLast() {
+                keyTable = keyTable.isEmpty ? part : keyTable + "." + part
+                let shown = Self.shown(keyTable)
+                if names.inline.contains(keyTable) { throw fail("the inline table '\(shown)' cannot be extended", line: at) }
+                if isValue(keyTable) { throw fail("'\(shown)' already holds a value, so it cannot be a table", line: at) }
+                if names.headers.contains(keyTable) || names.arrays[keyTable] != nil {
+                    throw fail("table [\(shown)] was defined by a header, so dotted keys cannot add to it", line: at)
+                }
+                names.dotted.insert(keyTable)
+            }
+            let key = parts[parts.count - 1]
             skipSpace()
-            guard peek == "=" else { throw fail("expected '=' after key '\(key)'") }
+            guard peek == "=" else { throw fail("expected '=' after key '\(Self.shown(key))'") }
             advance()
             skipSpace()
             let value = try value()
-            if out.tables[keyTable]?[key] != nil {
-                throw fail("key '\(key)' is defined twice in \(keyTable.isEmpty ? "the top level" : "[\(keyTable)]")", line: at)
+            let full = keyTable.isEmpty ? key : keyTable + "." + key
+            if out.tables[keyTable]?[key] != nil || names.isTable(full) {
+                throw fail("key '\(Self.shown(key))' is defined twice in \(keyTable.isEmpty ? "the top level" : "[\(Self.shown(keyTable))]")", line: at)
             }
             out.tables[keyTable, default: [:]][key] = TaskToml.Entry(value: value, line: at)
+            // An inline table is a table of its own too: `environment = { memory_mb = 8192 }`
+            // says what `[environment]` with that key says.
+            if case .table(let inner) = value { spread(inner, as: full, line: at, into: &out, names: &names) }
             try endOfLine()
         }
     }
 
-    /// `a.b."c d"` as "a.b.c d": bare or quoted parts, spaces around the dots.
-    mutating func keyPath(what: String) throws(BenchmarkError) -> String {
-        try keyParts(what: what).joined(separator: ".")
+    /// An inline table's keys under its own name, nested ones under theirs, all closed.
+    func spread(_ inner: [String: TaskToml.Value], as name: String, line at: Int, into out: inout TaskToml, names: inout Names) {
+        names.inline.insert(name)
+        for (k, v) in inner {
+            out.tables[name, default: [:]][k] = TaskToml.Entry(value: v, line: at)
+            if case .table(let deeper) = v { spread(deeper, as: name + "." + k, line: at, into: &out, names: &names) }
+        }
+        if out.tables[name] == nil { out.tables[name] = [:] }
+    }
+
+    /// Text of the file quoted in an error: at most 60 characters, control characters escaped
+    /// (a task file's bytes must not reach the operator's terminal as escape sequences).
+    static func shown(_ text: String) -> String {
+        var out = ""
+        for (i, u) in text.unicodeScalars.enumerated() {
+            if i == 60 { return out + "…" }
+            out += u.value < 0x20 || (0x7f...0x9f).contains(u.value) ? String(format: "\\u{%02x}", u.value) : String(u)
+        }
+        return out
     }
 
     mutating func keyParts(what: String) throws(BenchmarkError) -> [String] {
         var parts: [String] = []
         while true {
             skipSpace()
-            parts.append(try keyPart(what: what))
+            let part = try keyPart(what: what)
+            // Table names are kept joined by dots: a quoted part that is empty or holds a dot
+            // would name another table ([""] the top level, [a."b.c"] [a.b.c]).
+            if part.isEmpty || part.contains(".") { throw fail("a quoted key that is empty or holds a '.' is not supported in task.toml") }
+            parts.append(part)
             skipSpace()
             guard peek == "." else { return parts }
             advance()
         }
-    }
-
-    /// A dotted key in `table`: the table its last part lands in, and that part.
-    mutating func dottedKey(in table: String) throws(BenchmarkError) -> (String, String) {
-        let parts = try keyParts(what: "a key (letters, digits, '_' or '-') or a [table] header")
-        guard parts.count > 1 else { return (table, parts[0]) }
-        let prefix = parts.dropLast().joined(separator: ".")
-        return (table.isEmpty ? prefix : table + "." + prefix, parts[parts.count - 1])
     }
 
     mutating func keyPart(what: String) throws(BenchmarkError) -> String {
@@ -199,9 +277,13 @@ private struct TomlReader {
 
     mutating func value() throws(BenchmarkError) -> TaskToml.Value {
         guard let c = peek, c != "\n", c != "#" else { throw fail("expected a value after '='") }
+        if c == "[" || c == "{" {
+            guard depth < Self.maxDepth else { throw fail("arrays and inline tables nested more than \(Self.maxDepth) deep") }
+            depth += 1
+            defer { depth -= 1 }
+            return c == "[" ? try array() : try inlineTable()
+        }
         switch c {
-        case "[": return try array()
-        case "{": return try inlineTable()
         case "\"": return .string(starts(with: "\"\"\"") ? try multiLine(basic: true) : try basicString())
         case "'": return .string(starts(with: "'''") ? try multiLine(basic: false) : try literalString())
         default: return try bareValue()
@@ -215,11 +297,11 @@ private struct TomlReader {
         advance()
         var items: [TaskToml.Value] = []
         while true {
-            skipBlank()
+            try skipBlank()
             guard let c = peek else { throw fail("an array opened here never closes", line: opened) }
             if c == "]" { advance(); return .array(items) }
             items.append(try value())
-            skipBlank()
+            try skipBlank()
             guard let next = peek else { throw fail("an array opened here never closes", line: opened) }
             if next == "," { advance() } else if next != "]" { throw fail("expected ',' or ']' in the array") }
         }
@@ -234,7 +316,9 @@ private struct TomlReader {
         while true {
             skipSpace()
             if peek == "\n" || peek == "\r" { throw fail("an inline table must close on its own line") }
-            let key = try keyPath(what: "a key in the inline table")
+            let keyParts = try keyParts(what: "a key in the inline table")
+            guard keyParts.count == 1 else { throw fail("dotted keys inside an inline table are not supported in task.toml") }
+            let key = keyParts[0]
             skipSpace()
             guard peek == "=" else { throw fail("expected '=' after key '\(key)' in the inline table") }
             advance()
@@ -262,15 +346,18 @@ private struct TomlReader {
         if Self.isDate(text) {
             // "1979-05-27 07:32:00": a date, one space, then a time.
             if peek == " ", let d = peek(1), ("0"..."9").contains(d), let d2 = peek(2), ("0"..."9").contains(d2), peek(3) == ":" {
-                word.append(" ")
                 advance()
+                let date = String(word)
+                word = String.UnicodeScalarView()
                 take()
+                guard text.count == 10, Self.isTime(String(word)) else { throw fail("'\(Self.shown(date + " " + String(word)))' is not a date and time") }
+                return .date(date + " " + String(word))
             }
             return .date(String(word))
         }
         if Self.isTime(text) { return .date(text) }
         if let v = Self.number(text) { return .number(v, text: text) }
-        throw fail("'\(text)' is not a supported value (a number, a \"string\", true, false, a date, an array or an inline table)")
+        throw fail("'\(Self.shown(text))' is not a supported value (a number, a \"string\", true, false, a date, an array or an inline table)")
     }
 
     static func digits(_ t: Substring) -> Bool { !t.isEmpty && t.unicodeScalars.allSatisfy { ("0"..."9").contains($0) } }
@@ -424,6 +511,7 @@ extension TomlReader {
                 }
                 continue
             }
+            if c == "\r" && peek != "\n" { throw fail("a carriage return not followed by a line feed in a string") }
             try plain(c, lineBreaks: true)
             out.append(c)
         }

@@ -4,12 +4,17 @@ import SandboxPolicy
 /// Bounds a run's executor sets from the tasks' own limits and the policies'.
 enum ExecutionBounds {
     /// `times` sandboxes under each of the policies `each` and one under each of `once`, at
-    /// their `limits.memory`; nil if one of them sets no memory limit (or does not load).
-    static func memory(each: [String], times: Int, once: [String] = [], loader: PolicyLoader) -> UInt64? {
+    /// their `limits.memory`; nil if one of them sets no memory limit (or does not load). A
+    /// task's declared memory replaces the task and verifier policies' (`TaskResources`), so
+    /// each of `each` counts at least `tasks`' largest: the held-out eviction's choice between
+    /// reclaiming and walking rests on this bound, and too low a bound would let later runs
+    /// push the host into reclaim across every cgroup.
+    static func memory(each: [String], times: Int, once: [String] = [], loader: PolicyLoader, tasks: [BenchmarkTask] = []) -> UInt64? {
+        let declared = tasks.compactMap(\.memory).max() ?? 0
         var total: UInt64 = 0
-        for (name, count) in each.map({ ($0, max(1, times)) }) + once.map({ ($0, 1) }) {
+        for (name, count, isTask) in each.map({ ($0, max(1, times), true) }) + once.map({ ($0, 1, false) }) {
             guard let m = (try? loader.load(name, requireAllPlaceholders: false))?.limits.memory else { return nil }
-            total += m * UInt64(count)
+            total += (isTask ? max(m, declared) : m) * UInt64(count)
         }
         return total
     }

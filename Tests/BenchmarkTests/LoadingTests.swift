@@ -102,7 +102,7 @@ struct LoadingTests {
                 "files.pythonhosted.org",
             ]
             healthcheck.interval_sec = 5
-            "odd.key" = 0x1F
+            "odd key" = 0x1F
             mask = 0o755
             bits = 0b1010
             big = inf
@@ -115,6 +115,8 @@ struct LoadingTests {
             name = "a"
             [[environment.mcp_servers]]
             name = "b"
+            [environment.mcp_servers.args]
+            verbose = true
             [solution]
             notes = """
             one \
@@ -128,25 +130,53 @@ struct LoadingTests {
         guard case .table(let env)? = toml.entry("verifier", "env")?.value else { Issue.record("env is not a table"); return }
         #expect(env["OPENAI_BASE_URL"] == .string("http://x") && env["quoted key"] == .string("v"))
         #expect(env["nested"] == .table(["a": .array([.number(1, text: "1"), .number(2, text: "2")])]))
+        // An inline table says what its table would: the readers look it up by table name.
+        #expect(toml.entry("verifier.env", "OPENAI_BASE_URL")?.value == .string("http://x"))
+        #expect(toml.entry("verifier.env.nested", "a")?.value == .array([.number(1, text: "1"), .number(2, text: "2")]))
         #expect(toml.entry("verifier.env2", "LEVEL")?.value == .string("3"))
         #expect(toml.entry("environment", "allowed_hosts")?.value == .array([.string("pypi.org"), .string("files.pythonhosted.org")]))
         #expect(toml.entry("environment", "allowed_hosts")?.line == 10)
         #expect(toml.entry("environment.healthcheck", "interval_sec")?.value == .number(5, text: "5"))
-        #expect(toml.entry("environment", "odd.key")?.value == .number(31, text: "0x1F"))
+        #expect(toml.entry("environment", "odd key")?.value == .number(31, text: "0x1F"))
         #expect(toml.entry("environment", "mask")?.value == .number(493, text: "0o755") && toml.entry("environment", "bits")?.value == .number(10, text: "0b1010"))
         #expect(toml.entry("environment", "big")?.value == .number(.infinity, text: "inf"))
         if case .number(let n, _)? = toml.entry("environment", "none")?.value { #expect(n.isNaN) } else { Issue.record("nan") }
         #expect(toml.entry("environment", "built")?.value == .date("2025-10-31T12:00:00Z") && toml.entry("environment", "day")?.value == .date("2025-10-31"))
         #expect(toml.entry("environment", "spaced")?.value == .date("1979-05-27 07:32:00") && toml.entry("environment", "at")?.value == .date("07:32:00"))
         #expect(toml.entry("environment.mcp_servers.0", "name")?.value == .string("a") && toml.entry("environment.mcp_servers.1", "name")?.value == .string("b"))
+        // A table under an array of tables belongs to its last element.
+        #expect(toml.entry("environment.mcp_servers.1.args", "verbose")?.value == .bool(true))
         #expect(toml.entry("solution", "notes")?.value == .string("one two\nthree"))
         #expect(toml.entry("solution", "raw")?.value == .string("C:\\dir\n"))
+    }
+
+    @Test("a task's settings written as an inline table are the task's settings: no-network and memory are applied, not passed over")
+    func inlineTableSettings() throws {
+        let bench = try TempDir()
+        try bench.file("tasks/t/instruction.md", "x\n")
+        try bench.file("tasks/t/tests/test.sh", "#!/bin/bash\n")
+        try bench.file("tasks/t/task.toml", "agent = { timeout_sec = 300 }\nenvironment = { memory_mb = 4096, network_mode = \"no-network\" }\n")
+        let task = try #require(try LocalBenchmark(directory: bench.path).task("t"))
+        #expect(task.problem == nil && task.agentTimeout == 300 && task.memory == 4 << 30 && task.network == .noNetwork, "\(task)")
     }
 
     @Test("task.toml that is not TOML, or whose values are not what a task may say, is rejected with file:line", arguments: [
         ("[agent]\ntimeout_sec = [1, 2]\n", 2, "positive number"),
         ("[metadata]\ntags = [\"a\",\n\"b\"\n", 2, "an array opened here never closes"),
         ("x = [1 2]\n", 1, "expected ',' or ']'"),
+        ("x = " + String(repeating: "[", count: 100_000) + "\n", 1, "nested more than 32 deep"),
+        ("[\"\"]\nagent.timeout_sec = 5\n", 1, "quoted key that is empty"),
+        ("[a.\"b.c\"]\n", 1, "holds a '.'"),
+        ("e.m = 1\n[e]\nk = 2\n", 2, "already defined by dotted keys"),
+        ("[environment]\nhealthcheck = 1\n[environment.healthcheck]\n", 3, "already holds a value"),
+        ("x = { a = 1 }\nx.b = 2\n", 2, "cannot be extended"),
+        ("[a.b]\n[a]\nb.c = 1\n", 3, "defined by a header"),
+        ("x = { a.b = 1 }\n", 1, "dotted keys inside an inline table"),
+        ("a = 1 # bell \u{07}\n", 1, "control character in a comment"),
+        ("x = 1979-05-27 07:zz\n", 1, "not a date and time"),
+        ("s = \"\"\"a\rb\"\"\"\n", 1, "carriage return"),
+        ("x = \u{1b}[31m\n", 1, "\\u{1b}[31m' is not a supported value"),
+        ("x = " + String(repeating: "{ a = ", count: 40) + "1" + String(repeating: " }", count: 40) + "\n", 1, "nested more than 32 deep"),
         ("x = { a = 1,\n b = 2 }\n", 1, "must close on its own line"),
         ("x = { a = 1, a = 2 }\n", 1, "defined twice in the inline table"),
         ("[environment]\ndocker_image = 5\n", 2, "must be an image name"),

@@ -32,7 +32,7 @@ struct TaskResourcesTests {
         #expect(try Self.parsed("docker_image = \"x:1\"") == TaskResources())
         #expect(Self.refusal("memory = \"4G\"\nmemory_mb = 2048")?.contains("task.toml:2: [environment] memory (4G, 4096 MB) and memory_mb (2048) disagree") == true)
         for bad in ["memory = \"4GB\"", "memory = \"4\"", "memory = \"G\"", "memory = \"1K\"", "memory = \"1e300G\"", "memory = 4",
-                    "memory_mb = 0", "memory_mb = 1.5", "memory_mb = \"4096\"", "cpus = 0", "cpus = -1", "cpus = 5000", "cpus = \"2\""] {
+                    "memory_mb = 0", "memory_mb = 16", "memory = \"16M\"", "memory_mb = 1.5", "memory_mb = \"4096\"", "cpus = 0", "cpus = -1", "cpus = 5000", "cpus = \"2\""] {
             #expect(Self.refusal(bad)?.hasPrefix("task.toml:2: [environment] ") == true, "\(bad): \(Self.refusal(bad) ?? "accepted")")
         }
     }

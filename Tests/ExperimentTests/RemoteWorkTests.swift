@@ -250,12 +250,22 @@ struct RemoteWorkTests {
         #expect(Set(node.nonces) == [inVM.nonce, onHost.nonce], "\(node.nonces)")
     }
 
-    @Test("a node's bound on what later untrusted runs can hold, for the page cache's reclaim: a request per CPU, each with its task's and its verifier's memory limits; none where a policy has no memory limit")
+    @Test("a node's bound on what later untrusted runs can hold, for the page cache's reclaim: a request per CPU, each with its task's and its verifier's memory limits or the largest a task declares; none where a policy has no memory limit")
     func nodeUntrustedMemory() throws {
         let shipped = PolicyLoader(searchPaths: [Built.packageRoot + "/policies"])
         let task = try #require(try shipped.load("benchmark-task", requireAllPlaceholders: false).limits.memory)
         let verifier = try #require(try shipped.load("verifier", requireAllPlaceholders: false).limits.memory)
         #expect(RemoteWorker.untrustedMemory(taskPolicy: "benchmark-task", verifierPolicy: "verifier", loader: shipped, cpus: 3) == 3 * (task + verifier))
+        // A task's declared memory replaces both policies' for its sandboxes: the bound counts
+        // the largest declared (8 GiB here), never less than a policy's (128 MiB is not).
+        var large = BenchmarkTask(id: "large", directory: "/x")
+        large.memory = 8 << 30
+        var small = BenchmarkTask(id: "small", directory: "/y")
+        small.memory = 128 << 20
+        #expect(RemoteWorker.untrustedMemory(taskPolicy: "benchmark-task", verifierPolicy: "verifier", loader: shipped, cpus: 3,
+                                             tasks: [small, large]) == UInt64(3 * 2 * 8) << 30)
+        #expect(RemoteWorker.untrustedMemory(taskPolicy: "benchmark-task", verifierPolicy: "verifier", loader: shipped, cpus: 3,
+                                             tasks: [small]) == 3 * (task + verifier))
         let temp = try TempDir()
         _ = try temp.file("unlimited.yaml", "filesystem:\n  mounts:\n    - rw: \"{workdir}:/app\"\nlimits:\n  pids: 64\n")
         let mixed = PolicyLoader(searchPaths: [temp.path, Built.packageRoot + "/policies"])

@@ -25,11 +25,14 @@ struct HostExecutor: TaskExecutor {
     }
 
     /// The most memory this experiment's untrusted processes can hold at once: `max_concurrency`
-    /// sandboxes of each kind its tasks run in, at their policies' `limits.memory`, and the
-    /// coding agent's; nil if one of those policies sets no memory limit.
+    /// sandboxes of each kind its tasks run in, at their policies' `limits.memory` or the
+    /// largest a task declares, and the coding agent's; nil if one of those policies sets no
+    /// memory limit.
     var untrustedMemoryBound: UInt64? {
         let c = environment.config
         let names = c.runsOwnTasks ? [c.taskPolicy, c.verifierPolicy] : [c.runner.policy, c.runner.scorerPolicy]
-        return ExecutionBounds.memory(each: names, times: c.maxConcurrency, once: [c.codingAgentPolicy], loader: environment.policyLoader)
+        let adapter = environment.adapter
+        let tasks = c.runsOwnTasks ? adapter.taskIDs.compactMap(adapter.benchmarkTask) : []
+        return ExecutionBounds.memory(each: names, times: c.maxConcurrency, once: [c.codingAgentPolicy], loader: environment.policyLoader, tasks: tasks)
     }
 }

@@ -118,7 +118,7 @@ public enum RemoteWorker {
             let here = LocalExecution(adapter: adapter, policyLoader: loader, scratchRoot: s.scratchRoot, concurrency: request.concurrency,
                                       log: s.log, evictionJournal: s.stateDirectory + "/held-out-pages",
                                       untrustedMemory: untrustedMemory(taskPolicy: request.taskPolicy, verifierPolicy: request.verifierPolicy,
-                                                                       loader: loader, cpus: Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))),
+                                                                       loader: loader, cpus: Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))), tasks: bench.tasks),
                                       withheld: "sent")
             let split: SplitClass = heldOut ? .heldOut : .train(traces: { work + "/traces/" + $0 })
             // What the adapter throws is an I/O failure of the node's (exit 5), as the
@@ -161,11 +161,11 @@ public enum RemoteWorker {
 
     /// The most memory later untrusted runs on this node can hold at once: a request per CPU
     /// (the driver asks Ray for one CPU per request), each with its task's and its verifier's
-    /// sandbox at their policies' `limits.memory`; nil if either policy has none. The
-    /// held-out pages are reclaimed rather than walked only where free memory holds it
-    /// (`PageCacheEviction`).
-    static func untrustedMemory(taskPolicy: String, verifierPolicy: String, loader: PolicyLoader, cpus: Int) -> UInt64? {
-        ExecutionBounds.memory(each: [taskPolicy, verifierPolicy], times: cpus, loader: loader)
+    /// sandbox at their policies' `limits.memory` or the largest a task declares; nil if
+    /// either policy has none. The held-out pages are reclaimed rather than walked only where
+    /// free memory holds it (`PageCacheEviction`).
+    static func untrustedMemory(taskPolicy: String, verifierPolicy: String, loader: PolicyLoader, cpus: Int, tasks: [BenchmarkTask] = []) -> UInt64? {
+        ExecutionBounds.memory(each: [taskPolicy, verifierPolicy], times: cpus, loader: loader, tasks: tasks)
     }
 
     /// A held-out request's tasks in a fresh VM on this node (`HeldOutVM`, as a gate with
