@@ -69,6 +69,10 @@ extension ArchitectureTests {
             "PageCacheEviction(": ["Execution/LocalExecution.swift", "Execution/HeldOutVM/SettledRun.swift"],
             "status: .missingResult": ["Execution/LocalExecution.swift", "ExperimentModel/Gate/HeldOutScore.swift"],
         ]
+        // A node's guest gets typed settings (`NodeGuestSettings`), never a config written as text.
+        for (path, text) in Self.files("Execution") where text.contains("experiment_config.yaml") || text.contains("yaml +=") {
+            Issue.record("\(path) writes an experiment config as text: give the guest typed settings")
+        }
         for (path, text) in Self.experimentTargets.flatMap(Self.files) {
             let code = text.split(separator: "\n").filter { !$0.trimmingCharacters(in: .whitespaces).hasPrefix("//") }.joined(separator: "\n")
             for (call, places) in allowed where code.contains(call) && !places.contains(path) {

@@ -118,7 +118,7 @@ package struct GuestImage {
             }
         }
         for f in singleFiles { try copy(f) }
-        try copy(request.configPath)
+        if request.node == nil { try copy(request.configPath) }
         try copy(request.agentDirectory + "/agent.py")
         // A tool's task list, when the config keeps it in a file (read again in the guest).
         if !local, let f = config.tasksFile { try copy(f.hasPrefix("/") ? f : request.experimentRoot + "/" + f) }

@@ -8,9 +8,10 @@ import SupervisorIO
 /// inside the initramfs (host to guest only); every path in it is a host path, which the guest
 /// sees at the same place (a read-only share, or a copy in the initramfs).
 public struct GuestRequest: Codable, Sendable, Equatable {
-    public static let version = 4
+    public static let version = 5
     public var version = GuestRequest.version
-    /// The experiment's root and config (the config's copy is in the initramfs).
+    /// The experiment's root and config (the config's copy is in the initramfs); a worker
+    /// node's request has no config file, only `node`.
     public var experimentRoot: String
     public var configPath: String
     public var policySearchPaths: [String]
@@ -31,6 +32,9 @@ public struct GuestRequest: Codable, Sendable, Equatable {
     /// (`GuestEgress.tag`): the host's gate then counts the vendor's failures per task
     /// (`gate.infra_retries`).
     public var oneTaskPerRun = false
+    /// A worker node's held-out request: the settings its guest runs the local tasks with, in
+    /// place of an experiment config file (a node has none).
+    public var node: NodeGuestSettings?
 
     public static let trustBundlePath = "/.ahvm/inference-ca.pem"
 
@@ -42,6 +46,30 @@ public struct GuestRequest: Codable, Sendable, Equatable {
         self.agentDirectory = agentDirectory
         self.ids = ids
         self.concurrency = concurrency
+    }
+}
+
+/// What a worker node's guest runs its request's tasks with: a local benchmark at `benchmark/`
+/// under the request's root, the request's policies, the node's scratch root.
+public struct NodeGuestSettings: Codable, Sendable, Equatable {
+    public var taskPolicy: String
+    public var verifierPolicy: String
+    public var scratch: String
+    /// The agent's timeout for a task whose task.toml names none.
+    public var perTaskTimeout: Double?
+
+    public init(taskPolicy: String, verifierPolicy: String, scratch: String, perTaskTimeout: Double?) {
+        (self.taskPolicy, self.verifierPolicy, self.scratch, self.perTaskTimeout) = (taskPolicy, verifierPolicy, scratch, perTaskTimeout)
+    }
+
+    /// The experiment config these settings are.
+    public var config: ExperimentConfig {
+        var c = ExperimentConfig(benchmark: "local", dataset: "benchmark")
+        c.taskPolicy = taskPolicy
+        c.verifierPolicy = verifierPolicy
+        c.scratch = scratch
+        c.perTaskTimeout = perTaskTimeout
+        return c
     }
 }
 

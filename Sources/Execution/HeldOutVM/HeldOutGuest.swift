@@ -43,7 +43,7 @@ public enum HeldOutGuest {
         }
         defer { egress?.stop() }
         try request.services.start(log: log)
-        let config = try ExperimentConfig.load(request.configPath)
+        let config = try request.node?.config ?? ExperimentConfig.load(request.configPath)
         let adapter = try config.makeAdapter(root: request.experimentRoot, checkTools: false)
         let agent = AuditLog(), tool = AuditLog()
         // The guest's kernel is discarded after the phase: nothing to evict here (the host

@@ -170,24 +170,21 @@ public enum RemoteWorker {
 
     /// A held-out request's tasks in a fresh VM on this node (`HeldOutVM`, as a gate with
     /// `held_out_runtime: vm` boots on the supervisor's host): the guest reads this request's
-    /// tasks, agent.py and a config naming its policies through read-only shares, and answers
-    /// rewards, status classes and violation counts. What qemu read of the shares for it is
+    /// tasks and agent.py through read-only shares, runs them with the request's policies
+    /// (`NodeGuestSettings`, typed in the request), and answers rewards, status classes and
+    /// violation counts. What qemu read of the shares for it is
     /// evicted from this node's page cache before the answer.
     static func runInVM(_ request: WorkRequest, _ vm: HeldOutVM, work: String, benchmark: LocalBenchmark, _ s: Settings,
                         agent: AuditLog, tool: AuditLog) throws -> [TaskOutcome] {
-        // The guest loads an experiment config as the supervisor's guest does: this request's.
-        func quoted(_ text: String) -> String { String(decoding: try! JSONEncoder().encode(text), as: UTF8.self) }
-        var yaml = "benchmark: local\ndataset: benchmark\n"
-        if let t = request.defaultAgentTimeout { yaml += "per_task_timeout: \(t)\n" }
-        yaml += "sandbox:\n  task_policy: \(quoted(request.taskPolicy))\n  verifier_policy: \(quoted(request.verifierPolicy))\n"
-            + "  scratch: \(quoted(s.scratchRoot))\n"
-        let configPath = work + "/experiment_config.yaml"
-        do throws(IOFailure) { try AtomicFile.write(Array(yaml.utf8), to: configPath, mode: 0o644) } catch { throw ExperimentError(.io, "", cause: error) }
-        let config: ExperimentConfig
-        do { config = try ExperimentConfig.load(configPath) } catch { throw ExperimentError(.refused, "the request's VM config", cause: error) }
+        // The guest runs a local benchmark with this request's policies: typed settings in the
+        // request, no config file (the node has none).
+        let settings = NodeGuestSettings(taskPolicy: request.taskPolicy, verifierPolicy: request.verifierPolicy, scratch: s.scratchRoot,
+                                         perTaskTimeout: request.defaultAgentTimeout)
+        let config = settings.config
         let ids = request.tasks.map(\.id)
-        let guest = GuestRequest(experimentRoot: work, configPath: configPath, policySearchPaths: s.policySearchPaths,
+        var guest = GuestRequest(experimentRoot: work, configPath: "", policySearchPaths: s.policySearchPaths,
                                  agentDirectory: work + "/agent", ids: ids, concurrency: request.concurrency)
+        guest.node = settings
         let loader = PolicyLoader(searchPaths: s.policySearchPaths)
         let image = try GuestImage.plan(request: guest, config: config, policyLoader: loader, adapterPaths: [benchmark.directory], scratch: s.scratchRoot)
         let bound = ExecutionBounds.heldOut(ids, tasks: benchmark.tasks, fallback: request.defaultAgentTimeout ?? LocalBenchmark.defaultTimeout,
