@@ -22,7 +22,16 @@ extension ExperimentConfig {
     /// Largest experiment config read (a real one is a few KiB; policies have the same cap).
     public static let maxBytes = PolicyLoader.maxFileBytes
 
+    /// Parses a config's text (`file` names it in errors); every problem found is reported at once.
     public static func parse(_ text: String, file: String) throws -> ExperimentConfig {
+        try ExperimentConfigParser.parse(text, file: file)
+    }
+}
+
+/// The experiment config's reader: every section's keys, their checks and their `file:line`
+/// diagnostics, all reported at once (`ConfigReader`).
+enum ExperimentConfigParser {
+    static func parse(_ text: String, file: String) throws -> ExperimentConfig {
         let r = ConfigReader(file: file)
         let root: Node
         switch YAMLReader.compose(text, file: file, document: "an experiment config") {
@@ -105,12 +114,12 @@ extension ExperimentConfig {
                     if let x = r.number(v, "budget.max_cost_usd", 0...1_000_000) { c.maxCostUSD = x }
                 }
             case "timeout_policy":
-                if let p = r.oneOf(v, key, TimeoutPolicy.allCases.map(\.rawValue)) { c.timeoutPolicy = TimeoutPolicy(rawValue: p)! }
+                if let p = r.oneOf(v, key, ExperimentConfig.TimeoutPolicy.allCases.map(\.rawValue)) { c.timeoutPolicy = ExperimentConfig.TimeoutPolicy(rawValue: p)! }
             case "executor":
                 executorNode = v
                 r.mapping(v, key, allowed: ["kind", "address", "python", "tasks_per_request"]) { k, v in
                     switch k {
-                    case "kind": if let s = r.oneOf(v, "executor.kind", Executor.Kind.allCases.map(\.rawValue)) { c.executor.kind = Executor.Kind(rawValue: s)! }
+                    case "kind": if let s = r.oneOf(v, "executor.kind", ExperimentConfig.Executor.Kind.allCases.map(\.rawValue)) { c.executor.kind = ExperimentConfig.Executor.Kind(rawValue: s)! }
                     case "address": c.executor.address = r.string(v, "executor.address")
                     case "python": if let s = r.string(v, "executor.python") { c.executor.python = s }
                     default: if let x = r.integer(v, "executor.tasks_per_request", 1...10_000) { c.executor.tasksPerRequest = x }
@@ -233,16 +242,16 @@ extension ExperimentConfig {
                             }
                         }
                     case "disclosure":
-                        if let s = r.oneOf(v, "gate.disclosure", DisclosureLevel.allCases.map(\.rawValue)) { c.disclosure = DisclosureLevel(rawValue: s)! }
+                        if let s = r.oneOf(v, "gate.disclosure", ExperimentConfig.DisclosureLevel.allCases.map(\.rawValue)) { c.disclosure = ExperimentConfig.DisclosureLevel(rawValue: s)! }
                     case "budget": if let x = r.integer(v, "gate.budget", 0...1_000_000) { c.gateBudget = x }
                     case "accept":
-                        if let s = r.oneOf(v, "gate.accept", AcceptRule.allCases.map(\.rawValue)) { c.acceptRule = AcceptRule(rawValue: s)! }
+                        if let s = r.oneOf(v, "gate.accept", ExperimentConfig.AcceptRule.allCases.map(\.rawValue)) { c.acceptRule = ExperimentConfig.AcceptRule(rawValue: s)! }
                     case "min_improvement":
                         minImprovementNode = v
                         if v.scalar?.string != "auto", let x = r.number(v, "gate.min_improvement", 0...1) { c.minImprovement = x }
                     case "max_non_improving": if let x = r.integer(v, "gate.max_non_improving", 0...1_000_000) { c.maxNonImproving = x }
                     default:
-                        if let s = r.oneOf(v, "gate.on_reject", OnReject.allCases.map(\.rawValue)) { c.onReject = OnReject(rawValue: s)! }
+                        if let s = r.oneOf(v, "gate.on_reject", ExperimentConfig.OnReject.allCases.map(\.rawValue)) { c.onReject = ExperimentConfig.OnReject(rawValue: s)! }
                     }
                 }
             }
@@ -283,7 +292,7 @@ extension ExperimentConfig {
             }
         }
         if c.benchmark.isEmpty && r.errors.isEmpty {
-            r.fileError("benchmark: missing (allowed: \(supportedBenchmarks.joined(separator: ", ")))")
+            r.fileError("benchmark: missing (allowed: \(ExperimentConfig.supportedBenchmarks.joined(separator: ", ")))")
         }
         if c.executor.kind == .ray && r.errors.isEmpty, let node = executorNode {
             if !c.runsOwnTasks {
