@@ -47,6 +47,42 @@ import Testing
         #expect(lines.contains("login=image") && lines.contains("appended=yes"), "\(box.text)")
         #expect(!box.text.contains("login=agent") && box.text.contains("cannot access '/tmp/agent-ran'"), "\(box.text)")
     }
+
+    @Test("an image whose /root is a link to a host directory seeds nothing from it: the host's start-up files never reach the verifier")
+    func linkedRootIsNotFollowed() throws {
+        try TaskImageTests.requireImageHost()
+        let dir = NSTemporaryDirectory() + "ah-image-home-link-" + UUID().uuidString.prefix(8).lowercased()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        // A host directory holding start-up files, and an image whose /root points at it: read
+        // on the host, the link would lead there.
+        let host = dir + "/host-home"
+        try FileManager.default.createDirectory(atPath: host, withIntermediateDirectories: true)
+        try "export FROM_HOST=leaked\n".write(toFile: host + "/.profile", atomically: true, encoding: .utf8)
+        let t = dir + "/tasks/linked"
+        try TaskImageTests.makeTaskDirectories(t)
+        try "Do the thing.\n".write(toFile: t + "/instruction.md", atomically: true, encoding: .utf8)
+        try "FROM \(TaskImageTests.base)\nRUN rm -rf /root && ln -s \(host) /root\n\n"
+            .write(toFile: t + "/environment/Dockerfile", atomically: true, encoding: .utf8)
+        try "#!/bin/bash\ntrue\n".write(toFile: t + "/solution/solve.sh", atomically: true, encoding: .utf8)
+        try """
+            #!/bin/bash
+            { echo "login=$(bash -lc 'echo "$FROM_HOST"')"; ls -A "$HOME"; } > /logs/verifier/out.txt 2>&1
+            echo 1 > /logs/verifier/reward.txt
+
+            """.write(toFile: t + "/tests/test.sh", atomically: true, encoding: .utf8)
+        let task = try #require(try LocalBenchmark(directory: dir).task("linked"))
+        var config = try TaskImageTests.oracleConfiguration([task], in: dir)
+        defer { rmdir(config.scratchRoot) }
+        let image = try #require(config.images?.byTask["linked"])
+        // The attack is live: the image's /root is the link, and following it finds the file.
+        #expect((try? FileManager.default.destinationOfSymbolicLink(atPath: image.rootfs + "/root")) == host)
+        #expect(FileManager.default.fileExists(atPath: image.rootfs + "/root/.profile"))
+        let box = OutBox()
+        config.scratchObserver = { _, path in box.read(path + "/logs/out.txt") }
+        let outcome = try TaskRunner(configuration: config).run(task, traceDirectory: nil)
+        #expect(outcome.reward == 1, "\(outcome)")
+        #expect(box.text.hasPrefix("login=\n") && !box.text.contains("leaked") && !box.text.contains(".profile"), "\(box.text)")
+    }
 }
 
 private final class OutBox: @unchecked Sendable {

@@ -14,7 +14,9 @@ struct HostExecutor: TaskExecutor {
         let env = environment
         let here = LocalExecution(adapter: env.adapter, policyLoader: env.policyLoader, scratchRoot: env.config.scratch,
                                   concurrency: env.config.maxConcurrency, log: { [log = env.log] line in log?(line) },
-                                  evictionJournal: env.layout.heldOutJournal, untrustedMemory: untrustedMemoryBound)
+                                  evictionJournal: env.layout.heldOutJournal,
+                                  // Only a held-out run's eviction uses it (it reads every task's declared memory).
+                                  untrustedMemory: run.split.keepsNothing ? untrustedMemoryBound : nil)
         let keepsNothing = run.split.keepsNothing
         return try here.run(run.ids, agentDirectory: run.agent, split: run.split, audit: (run.audit.agent, run.audit.tool),
                             oneTaskPerRun: run.oneTaskPerRun) { context in
