@@ -22,9 +22,9 @@ extension HeldOutVM {
 extension Executors {
     /// Where held-out tasks run, as settled (`settleHeldOut`).
     package func heldOutMeasurement(_ config: ExperimentConfig) -> HeldOutRuntimeMeasurement {
-        var m = config.executor.kind == .ray ? HeldOutRuntimeMeasurement(kind: config.heldOutRuntime == .vm ? "ray-vm" : "ray")
+        var m = config.executor.kind == .ray ? HeldOutRuntimeMeasurement(kind: config.gate.heldOutRuntime == .vm ? "ray-vm" : "ray")
             : heldOutVM?.measurement() ?? HeldOutRuntimeMeasurement(kind: "host")
-        if config.sharesVendorAccount { m.sharedVendorAccount = true }
+        if config.vendorAccounts.shared { m.sharedVendorAccount = true }
         return m
     }
 }

@@ -45,7 +45,7 @@ struct Autoharness: ParsableCommand {
               128+N  interrupted by signal N (130 SIGINT): run abandoned on a second
                    signal; sandbox exec: the command was killed by signal N
             """,
-        subcommands: [InitCommand.self, ImagesCommand.self, PrepareCommand.self, BenchmarkCommand.self, GateCommand.self, CandidateCommand.self, TriageCommand.self, StatusCommand.self, FailuresCommand.self, SuiteCommand.self, NeedsHumanCommand.self, RunCommand.self, ReportCommand.self, EvidenceCommand.self, AuditCommand.self, DemoCommand.self, SimulateGateCommand.self,
+        subcommands: [InitCommand.self, ConfigCommand.self, ImagesCommand.self, PrepareCommand.self, BenchmarkCommand.self, GateCommand.self, CandidateCommand.self, TriageCommand.self, StatusCommand.self, FailuresCommand.self, SuiteCommand.self, NeedsHumanCommand.self, RunCommand.self, ReportCommand.self, EvidenceCommand.self, AuditCommand.self, DemoCommand.self, SimulateGateCommand.self,
                       SandboxCommand.self, PolicyCommand.self, DoctorCommand.self, WorkerCommand.self, WorkerKeyCommand.self, VMGuestCommand.self, VMExecCommand.self]
     )
 

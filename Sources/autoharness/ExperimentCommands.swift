@@ -151,7 +151,7 @@ struct PrepareCommand: ParsableCommand {
         let (s, r) = try experiment.perform("prepare") { try $0.prepare() }
         print("baseline: \(r.passed)/\(r.tasks) tasks pass")
         if let u = s.config.unverifiedRewards { print("rewards: UNVERIFIED (\(u))") }
-        if let v = s.config.sharedVendorAccountNote { print("vendor account: SHARED (\(v))") }
+        if let v = s.config.vendorAccounts.sharedNote { print("vendor account: SHARED (\(v))") }
         print("split: \(r.train) train, \(r.test) test (\(r.splitOrigin))")
         print("iteration 0: val_score \(String(format: "%.4f", r.baselineScore)) on the test split")
         print(r.gateRule)
@@ -262,7 +262,7 @@ struct CandidateCommand: ParsableCommand {
 
     func run() throws {
         let (s, c) = try experiment.perform("candidate") { try $0.submitCandidate(message: message, actor: "cli") }
-        print(AgentText.candidate(c, of: s.config.candidates), terminator: "")
+        print(AgentText.candidate(c, of: s.config.loop.candidates), terminator: "")
     }
 }
 

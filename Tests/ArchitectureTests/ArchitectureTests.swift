@@ -269,7 +269,8 @@ struct ArchitectureTests {
         let experiment = Self.experimentTargets.flatMap(Self.files)
         var declaring: [String: Set<String>] = [:]
         for (path, text) in experiment where path.hasPrefix("ExperimentModel/Benchmarks/") {
-            let keys = text.matches(of: #/SettingKey\("([a-z0-9_]+)"/#).map { String($0.1) }
+            let keys = text.matches(of: #/\.(?:text|choice|choices|integer|number|hostPorts|path|paths|flag|strings|variables)\("([a-z0-9_]+)", \\\./#)
+                .map { String($0.1) }
             if !keys.isEmpty {
                 #expect(text.contains("struct Settings: BenchmarkSettings {"), "\(path) declares keys outside a settings type")
             }

@@ -212,8 +212,8 @@ extension CandidateTests {
 struct CandidateRankingTests {
     @Test("loop.candidates is read and bounded (1 to 8), naming the line")
     func config() throws {
-        #expect(try ExperimentConfig.parse("benchmark: local\ndataset: d\nloop:\n  candidates: 3\n", file: "c.yaml").candidates == 3)
-        #expect(try ExperimentConfig.parse("benchmark: local\ndataset: d\n", file: "c.yaml").candidates == 1, "one by default")
+        #expect(try ExperimentConfig.parse("benchmark: local\ndataset: d\nloop:\n  candidates: 3\n", file: "c.yaml").loop.candidates == 3)
+        #expect(try ExperimentConfig.parse("benchmark: local\ndataset: d\n", file: "c.yaml").loop.candidates == 1, "one by default")
         let bad = #expect(throws: ConfigErrors.self) { try ExperimentConfig.parse("benchmark: local\ndataset: d\nloop:\n  candidates: 9\n", file: "c.yaml") }
         #expect(bad?.description.contains("c.yaml:4") == true && bad?.description.contains("loop.candidates") == true, "\(String(describing: bad))")
     }

@@ -193,7 +193,7 @@ struct ExperimentInputTests {
         let both = try Self.refusal("gate:\n  accept: at_least_best\n  min_improvement: 0.1\n")
         #expect(both?.hasPrefix("exp/experiment_config.yaml:5: gate.min_improvement: only with gate.accept: margin") == true, "\(both ?? "accepted")")
         let c = try ExperimentConfig.parse("benchmark: local\ndataset: d\ngate:\n  accept: at_least_best\n", file: "f")
-        #expect(c.acceptRule == .atLeastBest)
+        #expect(c.gate.accept == .atLeastBest)
         #expect(GateRules.ruleText(testTasks: 4, config: c).contains("a tie passes"))
         #expect(GateRules.ruleText(testTasks: 0, config: ExperimentConfig(benchmark: "local")) == "gate.accept: margin: the test split is empty, so no gate can be accepted")
         #expect(GateRules.ruleText(testTasks: 4, config: ExperimentConfig(benchmark: "local"))
@@ -203,15 +203,15 @@ struct ExperimentInputTests {
     @Test("gate.trials from 1 to 20; gate.accept: paired with gate.alpha; gate.disclosure: ladder with gate.ladder_step; each refused at its line under another rule")
     func trialsAndPaired() throws {
         let c = try ExperimentConfig.parse("benchmark: local\ndataset: d\ngate:\n  accept: paired\n  trials: 3\n  alpha: 0.01\n", file: "f")
-        #expect(c.acceptRule == .paired && c.heldOutTrials == 3 && c.alpha == 0.01)
+        #expect(c.gate.accept == .paired && c.gate.trials == 3 && c.gate.alpha == 0.01)
         #expect(GateRules.ruleText(testTasks: 4, config: c).hasPrefix("gate.accept: paired (alpha 0.01, 3 trial(s) per held-out task)"))
-        #expect(try ExperimentConfig.parse("benchmark: local\ndataset: d\n", file: "f").heldOutTrials == 1)
+        #expect(try ExperimentConfig.parse("benchmark: local\ndataset: d\n", file: "f").gate.trials == 1)
         #expect(try Self.refusal("gate:\n  trials: 0\n")?.hasPrefix("exp/experiment_config.yaml:4: gate.trials:") == true)
         #expect(try Self.refusal("gate:\n  trials: 21\n")?.hasPrefix("exp/experiment_config.yaml:4: gate.trials:") == true)
         let alpha = try Self.refusal("gate:\n  trials: 3\n  alpha: 0.05\n")
         #expect(alpha?.hasPrefix("exp/experiment_config.yaml:5: gate.alpha: only with gate.accept: paired") == true, "\(alpha ?? "accepted")")
         #expect(try Self.refusal("gate:\n  accept: paired\n  alpha: 0.9\n")?.hasPrefix("exp/experiment_config.yaml:5: gate.alpha:") == true)
-        #expect(try ExperimentConfig.parse("benchmark: local\ndataset: d\ngate:\n  disclosure: ladder\n  ladder_step: 0.05\n", file: "f").ladderStep == 0.05)
+        #expect(try ExperimentConfig.parse("benchmark: local\ndataset: d\ngate:\n  disclosure: ladder\n  ladder_step: 0.05\n", file: "f").gate.ladderStep == 0.05)
         let step = try Self.refusal("gate:\n  disclosure: rounded\n  ladder_step: 0.05\n")
         #expect(step?.hasPrefix("exp/experiment_config.yaml:5: gate.ladder_step: only with gate.disclosure: ladder") == true, "\(step ?? "accepted")")
         let margin = try Self.refusal("gate:\n  accept: paired\n  min_improvement: 0.1\n")
@@ -244,11 +244,11 @@ struct ExperimentInputTests {
                 return "\(error)"
             }
         }
-        #expect(try parse("  held_out_runtime: host\n").infraRetries == 0)
-        #expect(try parse("  held_out_runtime: host\n  infra_retries: 2\n").infraRetries == 2)
+        #expect(try parse("  held_out_runtime: host\n").gate.infraRetries == 0)
+        #expect(try parse("  held_out_runtime: host\n  infra_retries: 2\n").gate.infraRetries == 2)
         #expect(refused("  held_out_runtime: host\n  infra_retries: 6\n")?.contains("gate.infra_retries") == true)
         // A held-out VM counts them per task too (the guest tags each task's streams).
-        #expect(try parse("  held_out_runtime: vm\n  infra_retries: 1\n").infraRetries == 1)
+        #expect(try parse("  held_out_runtime: vm\n  infra_retries: 1\n").gate.infraRetries == 1)
         let none = refused("  held_out_runtime: host\n  infra_retries: 1\n", runner: "benchmark: command\ntasks: [a]\nrunner:\n  command: [x, '{output}']\n")
         #expect(none?.contains("gate.infra_retries: needs runner.network.inference") == true, "\(none ?? "accepted")")
         let local = try Self.refusal("gate:\n  held_out_runtime: host\n  infra_retries: 1\n")
@@ -349,7 +349,7 @@ extension ConfigInputTests {
         let refused = try ExperimentInputTests.refusal(yaml)
         #expect(refused?.contains(message) == true, "\(refused ?? "accepted")")
         let ok = try ExperimentConfig.parse("benchmark: local\ndataset: d\nrunner:\n  env_pass: [A]\ngate:\n  held_out_env: {A: A_HELD_OUT}\n", file: "f")
-        #expect(ok.heldOutEnv == ["A": "A_HELD_OUT"])
+        #expect(ok.gate.heldOutEnv == ["A": "A_HELD_OUT"])
     }
 }
 
@@ -394,6 +394,6 @@ struct TunnelledKeysTests {
         let c = try ExperimentConfig.parse("benchmark: local\ndataset: d\nrunner:\n  network:\n    inference: [api.openai.com:443]\n    allow: [huggingface.co:443]\n    tunnelled_keys: [HF_TOKEN]\n  env_pass: [OPENAI_API_KEY, HF_TOKEN]\n", file: "f")
         let tool = c.toolSettings(["x"])
         #expect(tool.tunnelledKeys.contains("HF_TOKEN") && !tool.tunnelledKeys.contains("OPENAI_API_KEY"))
-        #expect(c.modelCredentials == ["OPENAI_API_KEY"])
+        #expect(c.vendorAccounts.modelCredentials == ["OPENAI_API_KEY"])
     }
 }

@@ -182,7 +182,7 @@ struct RunConfigTests {
         #expect(c.codingAgent.command == ["claude", "-p", "{prompt}"])
         #expect(c.codingAgent.envPass == ["ANTHROPIC_API_KEY", "MIRROR_TOKEN"] && c.codingAgent.binds == ["/opt/claude"])
         #expect(c.codingAgent.restartBackoff == 1 && c.codingAgent.maxCrashes == 2)
-        #expect(c.onReject == .keep && c.maxNonImproving == 3)
+        #expect(c.gate.onReject == .keep && c.gate.maxNonImproving == 3)
 
         let bad = """
             sandbox:

@@ -23,7 +23,7 @@ struct DisclosureTests {
 
     static func config(_ d: ExperimentConfig.DisclosureLevel) -> ExperimentConfig {
         var c = ExperimentConfig(benchmark: "local")
-        c.disclosure = d
+        c.gate.disclosure = d
         c.threshold = 0.8
         return c
     }
@@ -156,7 +156,7 @@ struct DisclosureTests {
         #expect(DisclosedScore(0.45, .ladder) == nil)
         // gate.ladder_step sets the step.
         var stepped = config
-        stepped.ladderStep = 0.2
+        stepped.gate.ladderStep = 0.2
         #expect(ScoreLadder.replay(state, config: stepped).attempts == [1: 0.4, 2: 0.4, 3: 0.8])
         // Each gate keeps the step it registered: a step changed later (finer, here) changes
         // what later gates disclose, never what earlier ones did (a finer replay of gate 1
@@ -164,7 +164,7 @@ struct DisclosureTests {
         state.baseline = BaselineRecord(valScore: 0.25, testTasks: 4, tasksPassed: 1, tasksTotal: 4, agentSHA256: "", ladderStep: 0.25)
         state.ladderSteps = [1: 0.25, 2: 0.25, 3: 0.25]
         var finer = config
-        finer.ladderStep = 0.05
+        finer.gate.ladderStep = 0.05
         #expect(ScoreLadder.replay(state, config: finer).attempts == [1: 0.25, 2: 0.25, 3: 0.75])
         #expect(abs((ScoreLadder.replay(state, config: finer, adding: (4, 0.86)).attempts[4] ?? 0) - 0.85) < 1e-9, "a new gate at the new step")
         state.ladderSteps = [:]

@@ -93,7 +93,7 @@ struct GateRulesTests {
         baseline.heldOutTrials = HeldOutTrials(rewards: test.indices.map { Array(repeating: $0 < 5 ? 0 : 1, count: 3) }, trials: 3)
         s.baseline = baseline
         var config = ExperimentConfig(benchmark: "local")
-        (config.acceptRule, config.heldOutTrials) = (.paired, 3)
+        (config.gate.accept, config.gate.trials) = (.paired, 3)
         /// Three trials per task: `passing[id]` of them pass (default: the baseline's).
         func heldOut(_ passing: [String: Int]) -> [TaskOutcome] {
             (0..<3).flatMap { trial in test.map { Self.o($0, trial < (passing[$0] ?? ($0 < "t5" ? 0 : 3)) ? 1 : 0) } }
@@ -125,17 +125,17 @@ struct GateRulesTests {
     func acceptAtLeastBest() throws {
         let s = try Self.state(best: 0.5)
         var config = ExperimentConfig(benchmark: "local")
-        config.acceptRule = .atLeastBest
+        config.gate.accept = .atLeastBest
         func decide(_ heldOut: [TaskOutcome]) -> GateDecision {
             GateRules.decide(s, config: config, attempt: 1, agentSHA256: "v1", phases: .init(suite: [Self.o("a", 1)], heldOut: heldOut))
         }
         let tie = [Self.o("x", 1), Self.o("y", 0)]
         #expect(decide(tie) == .runPromotion(["b", "d"]))
         #expect(decide([Self.o("x", 0), Self.o("y", 0)]) == .rejected(.scoreBelowBest, reason: "val_score is below the best accepted score", requiredImprovement: nil))
-        config.acceptRule = .margin
+        config.gate.accept = .margin
         #expect(decide(tie).isRejection)
         #expect(config.requiredImprovement(testTasks: 2) == 0.5)
-        config.acceptRule = .atLeastBest
+        config.gate.accept = .atLeastBest
         #expect(config.requiredImprovement(testTasks: 2) == 0)
     }
 
@@ -143,7 +143,7 @@ struct GateRulesTests {
     func sequence() throws {
         let s = try Self.state()
         var config = ExperimentConfig(benchmark: "local")
-        config.minImprovement = 0
+        config.gate.minImprovement = 0
         func decide(_ p: GateRules.Phases) -> GateDecision { GateRules.decide(s, config: config, attempt: 1, agentSHA256: "v1", phases: p) }
         #expect(decide(.init(suite: [Self.o("a", 0)])) == .rejected(.suiteBelowThreshold, reason: "suite pass rate 0/1 below threshold 0.8", requiredImprovement: nil))
         #expect(decide(.init(suite: [Self.o("a", 0)], heldOut: [Self.o("x", 1), Self.o("y", 1)])).isRejection, "a failing suite ends it whatever else ran")
@@ -187,7 +187,7 @@ struct GateRulesTests {
         let r = GateAttemptRecord.interrupted(attempt: 7, agentSHA256: "v")
         #expect(r.verdict == .interrupted && !r.accepted && r.valScore == nil && r.promoted.isEmpty)
         var config = ExperimentConfig(benchmark: "local")
-        config.gateBudget = 3
+        config.gate.budget = 3
         var used = RunCounters()
         used.gates = 2
         func budget() -> RunBudget { RunBudget.all(config: config, maxIterations: nil, maxHours: nil, used: used).first { $0.kind == .gateBudget }! }

@@ -95,7 +95,7 @@ struct RollingBatchTests {
         var s = try FailureBookTests.state([])
         s.batches = [ExperimentState.Batch(revealed: BatchRevealedRecord(batch: 1, tasks: ["a", "b"], iterations: 2), attempts: [1])]
         var config = ExperimentConfig(benchmark: "local")
-        config.batchSize = 2
+        config.loop.batchSize = 2
         let rows = GateOperation.interruptedRows(s, attempt: 2, agentSHA256: "v", config: config)
         #expect(rows.map(\.0) == [.gateAttempt, .batchEnded, .batchRevealed])
         let attempt = try #require(rows[0].1 as? GateAttemptRecord)
@@ -110,8 +110,8 @@ struct RollingBatchTests {
     @Test("loop: batch_size and batch_iterations are read and bounded, naming the line")
     func config() throws {
         let c = try ExperimentConfig.parse("benchmark: local\ndataset: d\nloop:\n  batch_size: 10\n  batch_iterations: 3\n", file: "c.yaml")
-        #expect(c.batchSize == 10 && c.batchIterations == 3)
-        #expect(try ExperimentConfig.parse("benchmark: local\ndataset: d\n", file: "c.yaml").batchSize == 0, "off by default")
+        #expect(c.loop.batchSize == 10 && c.loop.batchIterations == 3)
+        #expect(try ExperimentConfig.parse("benchmark: local\ndataset: d\n", file: "c.yaml").loop.batchSize == 0, "off by default")
         let bad = #expect(throws: ConfigErrors.self) {
             try ExperimentConfig.parse("benchmark: local\ndataset: d\nloop:\n  batch_size: 4\n  batch_iterations: 0\n", file: "c.yaml")
         }

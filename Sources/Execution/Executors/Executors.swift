@@ -29,13 +29,13 @@ package final class Executors {
         let log = environment.log
         // The one vendor state the inference gate cannot keep apart within an account, which
         // the operator accepted (without gate.shared_vendor_account the adapter is refused).
-        if config.sharesVendorAccount {
+        if config.vendorAccounts.shared {
             log?("gate.shared_vendor_account: true: held-out and train runs reach the model APIs with one account's keys; OpenAI "
                  + "caches long prompts per organisation whatever a request says, so a train run's usage can show which prompts a "
                  + "held-out run sent (docs/held-out.md)")
         }
         if config.executor.kind == .ray {
-            log?(config.heldOutRuntime == .vm
+            log?(config.gate.heldOutRuntime == .vm
                  ? "held-out runtime: a fresh VM per held-out request on the Ray node it is sealed to (executor: ray, gate.held_out_runtime: vm; nodes that cannot boot one are not used)"
                  : "held-out runtime: the sandboxes of the Ray cluster's nodes (executor: ray; each node evicts what they read and moves its inode counters after them)")
             settled = true
@@ -43,10 +43,10 @@ package final class Executors {
         }
         // Loopback is up in a sandbox on a task's image, as in a container.
         let networked = !(environment.adapter.taskImages?.byTask.isEmpty ?? true) || !config.runsOwnTasks || !config.runner.networkAllow.isEmpty
-        switch config.heldOutRuntime {
-        case .vm: heldOutVM = try HeldOutVM(settings: config.vm, log: log)
+        switch config.gate.heldOutRuntime {
+        case .vm: heldOutVM = try HeldOutVM(settings: config.gate.vm, log: log)
         case .auto:
-            let r = HeldOutVM.resolveAuto(settings: config.vm, config: config, log: log)
+            let r = HeldOutVM.resolveAuto(settings: config.gate.vm, config: config, log: log)
             heldOutVM = r.vm
             log?(r.vm == nil ? HeldOutVM.hostRuntimeLine(why: "auto: " + r.why, networked: networked) : "held-out runtime: vm (auto: \(r.why))")
         case .host: log?(HeldOutVM.hostRuntimeLine(why: "gate.held_out_runtime: host", networked: networked))

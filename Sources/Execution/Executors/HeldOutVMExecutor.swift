@@ -88,7 +88,7 @@ struct HeldOutVMExecutor: TaskExecutor {
         // process serial it moved is moved by noise (the inode counters the guest cannot move
         // are left: InodeCounterAttackTests).
         let result = try vm.runSettled(request, image: image, scratch: config.scratch, privateDirectory: layout.privateDirectory,
-                                       deadline: config.vm.bootTimeout + ExecutionBounds.phase(ids, config: config, benchmarkRoot: benchmarkRoot),
+                                       deadline: config.gate.vm.bootTimeout + ExecutionBounds.phase(ids, config: config, benchmarkRoot: benchmarkRoot),
                                        egress: egress, journal: layout.heldOutJournal, withheld: "recorded")
         result.answer.record(agent: audit.agent, tool: audit.tool)
         env.log?("held-out VM: \(ids.count) task(s) answered; "

@@ -50,7 +50,7 @@ package struct RayNodeExecutor: TaskExecutor {
         // Held-out answers come back sealed to a key of this batch's, which never leaves here.
         let answerKey = Curve25519.KeyAgreement.PrivateKey()
         // With `held_out_runtime: vm`, each held-out request runs in a fresh VM on its node.
-        let vm = heldOut && config.heldOutRuntime == .vm ? config.vm : nil
+        let vm = heldOut && config.gate.heldOutRuntime == .vm ? config.gate.vm : nil
         let requests = try chunks.map {
             var r = try work.request($0, agentPy: agentPy, heldOut: heldOut, concurrency: 1, answerTo: heldOut ? NodeSealKey.publicText(answerKey) : nil)
             r.vm = vm
@@ -70,7 +70,7 @@ package struct RayNodeExecutor: TaskExecutor {
         executor.checkPolicies = [local.taskPolicy, local.verifierPolicy]
         // Every node is checked for the VM (train and held-out requests alike go only to nodes
         // that pass every check).
-        executor.checkVM = config.heldOutRuntime == .vm ? config.vm : nil
+        executor.checkVM = config.gate.heldOutRuntime == .vm ? config.gate.vm : nil
         log?("executor: ray: \(known.count) task(s) in \(requests.count) signed request(s) to \(address)")
         // Train requests are signed once (a lost one goes to another node as it is); each
         // held-out request is sealed to the node chosen for it, which alone can open it.

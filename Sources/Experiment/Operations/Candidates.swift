@@ -24,7 +24,7 @@ struct CandidateOperation {
     func submitCandidate(agent: AgentSnapshot? = nil, message: String?, actor: String) throws -> CandidateRecord {
         let s = try experiment.state()
         guard s.prepared else { throw ExperimentError(.state, "experiment not prepared yet: run `autoharness prepare` first") }
-        guard experiment.config.candidates > 1 else {
+        guard experiment.config.loop.candidates > 1 else {
             throw ExperimentError(.usage, "\(experiment.layout.config): loop.candidates is 1, so a gate judges agent/agent.py alone: gate it, or set loop.candidates (2 to \(ExperimentConfig.maxCandidates)) to rank several")
         }
         let snap = try agent ?? experiment.snapshotAgent()
@@ -32,8 +32,8 @@ struct CandidateOperation {
         if let earlier = s.gateAttempts.last(where: { $0.agentSHA256 == snap.sha256 && $0.verdict != .interrupted }) {
             throw ExperimentError(.refused, "this exact agent.py was already judged (gate attempt \(earlier.attempt), \(earlier.accepted ? "accepted" : "rejected")); change it before submitting it again")
         }
-        guard s.pendingCandidates.count < experiment.config.candidates else {
-            throw ExperimentError(.refused, "\(experiment.config.candidates) candidates are already waiting for the next gate (loop.candidates \(experiment.config.candidates)); gate them first")
+        guard s.pendingCandidates.count < experiment.config.loop.candidates else {
+            throw ExperimentError(.refused, "\(experiment.config.loop.candidates) candidates are already waiting for the next gate (loop.candidates \(experiment.config.loop.candidates)); gate them first")
         }
         let record = CandidateRecord(actor: actor, agentSHA256: snap.sha256, message: message.flatMap { noteLine($0) },
                                      number: s.pendingCandidates.count + 1)
@@ -69,10 +69,10 @@ struct CandidateOperation {
             var outcomes = try TrainOperation(experiment: experiment).runTrain(taskIDs: nil, oracle: false, actor: actor, agent: snap, state: s)
             // `gate.trials`: the same tasks k − 1 times more, as the gate runs the held-out ones
             // (not recorded as train runs: no traces, their violations recorded as the ranking's).
-            if experiment.config.heldOutTrials > 1 {
+            if experiment.config.gate.trials > 1 {
                 let audit = RunAudit()
                 do {
-                    for _ in 1..<experiment.config.heldOutTrials {
+                    for _ in 1..<experiment.config.gate.trials {
                         outcomes += try experiment.run(CandidateRanking.ids(outcomes), agent: snap.directory, audit: audit, split: .trainUntraced)
                     }
                 } catch {
@@ -82,7 +82,7 @@ struct CandidateOperation {
                 experiment.recordViolations(experiment.violations(audit, during: "candidate ranking"))
             }
             standings.append(CandidateRanking.standing(c, outcomes: CandidateRanking.taskMeans(outcomes), suite: s.suite,
-                                                       threshold: experiment.config.threshold, trials: experiment.config.heldOutTrials))
+                                                       threshold: experiment.config.threshold, trials: experiment.config.gate.trials))
         }
         let ranked = CandidateRanking.rank(standings)
         let best = ranked[0]

@@ -18,14 +18,14 @@ struct EvidenceOperation {
 
     /// The criteria a gate starting now is judged by (its `gate_started` row).
     func gateCriteria(_ s: ExperimentState, testTasks: Int) -> GateCriteria {
-        let required = experiment.config.acceptRule == .margin ? GateRules.requiredImprovement(testTasks: testTasks, minImprovement: experiment.config.minImprovement) : 0
-        return GateCriteria(acceptRule: experiment.config.acceptRule.rawValue, suiteThreshold: experiment.config.threshold, bestBefore: s.best ?? 0,
+        let required = experiment.config.gate.accept == .margin ? GateRules.requiredImprovement(testTasks: testTasks, minImprovement: experiment.config.gate.minImprovement) : 0
+        return GateCriteria(acceptRule: experiment.config.gate.accept.rawValue, suiteThreshold: experiment.config.threshold, bestBefore: s.best ?? 0,
                             requiredImprovement: required, testTasks: testTasks, timeoutPolicy: experiment.config.timeoutPolicy.rawValue,
                             rule: GateRules.ruleText(testTasks: testTasks, config: experiment.config),
-                            trials: experiment.config.heldOutTrials > 1 ? experiment.config.heldOutTrials : nil, alpha: experiment.config.acceptRule == .paired ? experiment.config.alpha : nil,
-                            pairedAgainst: experiment.config.acceptRule == .paired ? s.bestHeldOut?.attempt : nil,
-                            infraRetries: experiment.countsVendorFailures ? experiment.config.infraRetries : nil,
-                            ladderStep: experiment.config.disclosure == .ladder ? ScoreLadder.step(experiment.config, testTasks: testTasks) : nil)
+                            trials: experiment.config.gate.trials > 1 ? experiment.config.gate.trials : nil, alpha: experiment.config.gate.accept == .paired ? experiment.config.gate.alpha : nil,
+                            pairedAgainst: experiment.config.gate.accept == .paired ? s.bestHeldOut?.attempt : nil,
+                            infraRetries: experiment.countsVendorFailures ? experiment.config.gate.infraRetries : nil,
+                            ladderStep: experiment.config.gate.disclosure == .ladder ? ScoreLadder.step(experiment.config, testTasks: testTasks) : nil)
     }
 
     /// A gate's (attempt 0: the baseline's) evidence row: salted reward leaves of the train

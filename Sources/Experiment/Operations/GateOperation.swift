@@ -29,7 +29,7 @@ struct GateOperation {
         // Refused before the gate counts: the paired decision needs the best's side.
         // (Which iteration holds the best is not named: under decision or ladder disclosure
         // the caller may not know which scored highest.)
-        if experiment.config.acceptRule == .paired && s.bestHeldOut?.trials == nil {
+        if experiment.config.gate.accept == .paired && s.bestHeldOut?.trials == nil {
             throw ExperimentError(.state, "\(experiment.layout.config): gate.accept: paired compares per-task held-out results, and the best accepted agent.py has none recorded (it was gated or prepared before autoharness kept them): use gate.accept: margin, or prepare a new experiment")
         }
         // Numbered and counted by its start row, appended (and synced) before any task runs:
@@ -96,13 +96,13 @@ struct GateOperation {
                 // `gate.trials`: the split k times over, all inside this one frozen phase.
                 var outcomes: [TaskOutcome] = []
                 var retries = InfraRetries()
-                for _ in 0..<experiment.config.heldOutTrials {
+                for _ in 0..<experiment.config.gate.trials {
                     outcomes += try experiment.runRetryingVendor(split.test, agent: snap.directory, audit: heldOutAudit, split: .heldOut, retries: &retries)
                 }
                 phases.heldOut = outcomes
                 result.infraRetries = retries.recorded
-                result.heldOutTrials = HeldOutTrials(rewards: HeldOutScore.perTask(split.test, outcomes), trials: experiment.config.heldOutTrials)
-                if experiment.config.acceptRule == .paired { result.pairedTest = GateRules.paired(s, config: experiment.config, heldOut: outcomes) }
+                result.heldOutTrials = HeldOutTrials(rewards: HeldOutScore.perTask(split.test, outcomes), trials: experiment.config.gate.trials)
+                if experiment.config.gate.accept == .paired { result.pairedTest = GateRules.paired(s, config: experiment.config, heldOut: outcomes) }
                 result.heldOutCostUSD = TaskOutcome.cost(outcomes)
                 result.valScore = HeldOutScore.val(split.test, outcomes)
                 // `timeout_policy: infra`: the operator's view of the tasks that finished.
@@ -162,7 +162,7 @@ struct GateOperation {
                                                       evalsPassed: result.suitePassed, evalsTotal: result.suiteTotal,
                                                       timestamp: isoTimestamp(), agentSHA256: snap.sha256, description: message)))
             items.append((.suitePromotion, SuitePromotionRecord(added: result.promoted, lastResults: lastResults,
-                                                                pending: experiment.config.review == .operator ? true : nil)))
+                                                                pending: experiment.config.loop.review == .operator ? true : nil)))
         } else {
             items.append((.gateAttempt, result))
         }
@@ -216,17 +216,17 @@ struct GateOperation {
     /// `gate.reply_after`.
     func holdReply(since started: Double) -> String? {
         let elapsed = monotonicNow() - started
-        let release = experiment.config.replyTime.release(after: elapsed)
+        let release = experiment.config.gate.replyTime.release(after: elapsed)
         if release - elapsed > 0.05 {
-            experiment.log?("gate: answer held \(String(format: "%.1f", release - elapsed)) s, to \(Int(release)) s after the gate began (gate.reply_time: \(experiment.config.replyTime.name))")
+            experiment.log?("gate: answer held \(String(format: "%.1f", release - elapsed)) s, to \(Int(release)) s after the gate began (gate.reply_time: \(experiment.config.gate.replyTime.name))")
         }
         while true {
             let left = release - (monotonicNow() - started)
             if left <= 0 { break }
             Thread.sleep(forTimeInterval: left)
         }
-        guard experiment.config.replyTime.overran(elapsed) else { return nil }
-        let why = "gate ran \(String(format: "%.1f", elapsed)) s, past gate.reply_after; it answered on the padded grid (\(Int(release)) s), which says up to about \(String(format: "%.1f", experiment.config.replyTime.capacityBits(worst: elapsed))) bits: raise gate.reply_after"
+        guard experiment.config.gate.replyTime.overran(elapsed) else { return nil }
+        let why = "gate ran \(String(format: "%.1f", elapsed)) s, past gate.reply_after; it answered on the padded grid (\(Int(release)) s), which says up to about \(String(format: "%.1f", experiment.config.gate.replyTime.capacityBits(worst: elapsed))) bits: raise gate.reply_after"
         experiment.log?(why)
         return why
     }

@@ -11,7 +11,7 @@ extension ExperimentContext {
     /// its own; in a held-out VM the host's one gate counts by the task each stream is tagged
     /// with (`VMEgress.perTask`).
     var countsVendorFailures: Bool {
-        config.infraRetries > 0 && !config.runsOwnTasks && !config.runner.networkInference.isEmpty
+        config.gate.infraRetries > 0 && !config.runsOwnTasks && !config.runner.networkInference.isEmpty
     }
 
     /// One held-out trial of `ids` (`split` `.heldOut` or `.baseline`), each task the vendor
@@ -29,7 +29,7 @@ extension ExperimentContext {
         }
         var outcomes = try run(ids, agent: agent, audit: audit, split: split, operatorDiagnostics: operatorDiagnostics, oneTaskPerRun: true)
         retries.failures += outcomes.reduce(0) { $0 + ($1.vendorFailures ?? 0) }
-        for _ in 0..<config.infraRetries {
+        for _ in 0..<config.gate.infraRetries {
             let again = outcomes.filter(HeldOutScore.sawVendorFailure).map(\.id)
             if again.isEmpty { break }
             retries.retried += again.count

@@ -91,7 +91,7 @@ struct PrepareOperation {
         let testIDs = Set(split.test)
         var heldOutOutcomes = outcomes.filter { testIDs.contains($0.id) }
         do {
-            for _ in 1..<max(experiment.config.heldOutTrials, 1) {
+            for _ in 1..<max(experiment.config.gate.trials, 1) {
                 heldOutOutcomes += try experiment.runRetryingVendor(split.test, agent: snap.directory, audit: audit, split: .baseline, retries: &retries)
             }
         } catch {
@@ -104,8 +104,8 @@ struct PrepareOperation {
                                             agentCode: TaskOutcome.agentCode(outcomes))
         if experiment.config.timeoutPolicy == .infra { (baselineRecord.valScoreFinished, baselineRecord.heldOutTimedOut) = HeldOutScore.finished(split.test, heldOutOutcomes) }
         baselineRecord.infraRetries = retries.recorded
-        if experiment.config.disclosure == .ladder { baselineRecord.ladderStep = ScoreLadder.step(experiment.config, testTasks: split.test.count) }
-        baselineRecord.heldOutTrials = HeldOutTrials(rewards: HeldOutScore.perTask(split.test, heldOutOutcomes), trials: experiment.config.heldOutTrials)
+        if experiment.config.gate.disclosure == .ladder { baselineRecord.ladderStep = ScoreLadder.step(experiment.config, testTasks: split.test.count) }
+        baselineRecord.heldOutTrials = HeldOutTrials(rewards: HeldOutScore.perTask(split.test, heldOutOutcomes), trials: experiment.config.gate.trials)
         // The split is committed to here (salted, the salt kept in the ledger): every evidence
         // bundle signs the commitment, so the split cannot be redrawn after the fact unseen.
         let salt = SplitCommitment.newSalt()
@@ -137,7 +137,7 @@ struct PrepareOperation {
                                          : "stratified on baseline pass/fail, seed \(split.metadata.seed)")
         let testPassed = split.test.filter { passed[$0] == true }.count
         summary.gateRule = GateRules.ruleText(testTasks: split.test.count, config: experiment.config)
-        if experiment.config.acceptRule == .margin, let w = Self.smallSplitWarning(testTasks: split.test.count, testPassed: testPassed, minImprovement: experiment.config.minImprovement) {
+        if experiment.config.gate.accept == .margin, let w = Self.smallSplitWarning(testTasks: split.test.count, testPassed: testPassed, minImprovement: experiment.config.gate.minImprovement) {
             summary.warnings.append(w)
         }
         if experiment.config.verifierTools == nil, let w = Self.verifierToolsWarning(VerifierTools.fetchingScripts(experiment.adapter.verifierScripts)) {

@@ -91,12 +91,12 @@ struct TrainOperation {
             // Turned on after train runs or gates, batches would hide what the coding agent
             // already saw and strand suite tasks outside every batch.
             guard s.trainRuns.isEmpty && s.gatesStarted == 0 else {
-                throw ExperimentError(.state, "\(experiment.layout.config): loop.batch_size \(experiment.config.batchSize) was set after this experiment's train split was "
+                throw ExperimentError(.state, "\(experiment.layout.config): loop.batch_size \(experiment.config.loop.batchSize) was set after this experiment's train split was "
                     + "visible (\(s.trainRuns.count) train run(s), \(s.gatesStarted) gate(s)); rolling batches must be set before prepare. "
                     + "Set loop.batch_size: 0, or start a new experiment; nothing was run")
             }
             _ = try experiment.ledger.append(.batchRevealed, first)
-            experiment.log?("rolling batches begin: batch 1 reveals \(first.tasks.count) of \(s.split?.train.count ?? 0) train task(s) (loop.batch_size \(experiment.config.batchSize))")
+            experiment.log?("rolling batches begin: batch 1 reveals \(first.tasks.count) of \(s.split?.train.count ?? 0) train task(s) (loop.batch_size \(experiment.config.loop.batchSize))")
             try experiment.regenerateViews()
             s = try experiment.state()
         }

@@ -61,7 +61,7 @@ struct TriageOperation {
             throw ExperimentError(error.code == .io ? .io : .usage, "triage: \(error.message)")
         }
         var record = TriageRecord(actor: "triage", trigger: trigger, records: known.count, entries: [], refused: 0, problems: [], exit: result.exit,
-                                  mergesPending: experiment.config.review == .operator ? true : nil)
+                                  mergesPending: experiment.config.loop.review == .operator ? true : nil)
         switch result.output {
         case .success(let bytes):
             (record.entries, record.refused, record.problems) = TriageSchema.check(bytes, known: known)

@@ -62,7 +62,7 @@ extension RunDesk {
             case .candidate(let message):
                 let (snap, notice) = try candidate()
                 let c = try supervisor.submitCandidate(agent: snap, message: message, actor: "coding agent")
-                return BrokerReply(stdout: AgentText.candidate(c, of: config.candidates), stderr: notice, exit: 0)
+                return BrokerReply(stdout: AgentText.candidate(c, of: config.loop.candidates), stderr: notice, exit: 0)
             case .needsHuman(let text):
                 try supervisor.needsHuman(text, actor: "coding agent")
                 return BrokerReply(stdout: "recorded for the operator (status --operator, the report); the run goes on\n", exit: 0)

@@ -93,10 +93,10 @@ public struct RunBudget: Sendable, Equatable {
         return [
             RunBudget(kind: .maxIterations, setting: "--max-iterations", counts: "accepted gates", limit: maxIterations.map(Double.init),
                       used: u.map { Double($0.accepted) }),
-            RunBudget(kind: .gateBudget, setting: "gate.budget", counts: "gates", limit: positive(Double(config.gateBudget)),
+            RunBudget(kind: .gateBudget, setting: "gate.budget", counts: "gates", limit: positive(Double(config.gate.budget)),
                       used: u.map { Double($0.gates) }),
             RunBudget(kind: .maxNonImproving, setting: "gate.max_non_improving", counts: "rejected gates in a row",
-                      limit: positive(Double(config.maxNonImproving)), used: u.map { Double($0.rejectedInARow) }),
+                      limit: positive(Double(config.gate.maxNonImproving)), used: u.map { Double($0.rejectedInARow) }),
             RunBudget(kind: .maxHours, setting: "--max-hours", counts: "hours", limit: maxHours, used: u.map(\.hours)),
             RunBudget(kind: .maxCost, setting: "budget.max_cost_usd", counts: "model spend (coding agent + benchmark)", limit: positive(config.maxCostUSD),
                       used: u.map { $0.costUSD + $0.benchmarkCostUSD }),

@@ -117,7 +117,7 @@ extension RunDesk {
             try writeHistory()
         } else {
             tally.nonImproving += 1
-            if config.onReject == .revert, let last = try supervisor.state().iterations.last {
+            if config.gate.onReject == .revert, let last = try supervisor.state().iterations.last {
                 let kept = try supervisor.snapshotBytes(last.agentSHA256)
                 try AtomicFile.write(kept, to: layout.agentFile, mode: 0o644)
                 try staging.replaceAgent(with: kept)

@@ -256,7 +256,7 @@ extension RunDesk {
         audit = try AuditLog(path: paths.audit) { failure in stop.writeFailed("the audit of the coding agent's sandbox", failure) }
         tally.startSeq = try append([(.runStarted, RunStartedRecord(runID: tally.runID, resumed: tally.resumed, command: command,
                                                                   maxIterations: settings.maxIterations, maxHours: settings.maxHours,
-                                                                  gateBudget: config.gateBudget))])
+                                                                  gateBudget: config.gate.budget))])
         return RunOpening(policy: policy, gate: gate, runID: tally.runID, resumed: tally.resumed, gates: tally.gates, accepted: tally.accepted,
                           bestBefore: state.best, withoutProgress: counted?.withoutProgress ?? 0, crashes: counted?.crashes ?? 0)
     }

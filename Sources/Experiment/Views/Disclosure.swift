@@ -183,8 +183,8 @@ public enum Disclosure {
     /// What the coding agent learns of `record` under the configured disclosure; `state` is the
     /// ledger's (holding the record), for `ladder`'s history.
     public static func gate(_ record: GateAttemptRecord, state: ExperimentState, config: ExperimentConfig) -> GateDisclosure {
-        gate(record, config: config, level: config.disclosure,
-             ladder: config.disclosure == .ladder ? ScoreLadder.replay(state, config: config) : nil)
+        gate(record, config: config, level: config.gate.disclosure,
+             ladder: config.gate.disclosure == .ladder ? ScoreLadder.replay(state, config: config) : nil)
     }
 
     /// `level` nil: the operator's (exact).
@@ -206,7 +206,7 @@ public enum Disclosure {
     /// `status` for the coding agent: scores as disclosed, no held-out run's violations, no
     /// cost account.
     public static func agentStatus(_ s: ExperimentState, config: ExperimentConfig) -> AgentStatus {
-        AgentStatus(facts(s, config: config, level: config.disclosure, label: config.disclosure.rawValue, heldOut: false, cost: false))
+        AgentStatus(facts(s, config: config, level: config.gate.disclosure, label: config.gate.disclosure.rawValue, heldOut: false, cost: false))
     }
 
     /// `status --operator`: everything the ledger holds.
@@ -249,8 +249,8 @@ public enum Disclosure {
             budgets: budgets.filter { cost || $0.agentMaySee }, openRunID: s.openRun?.runID,
             batch: s.batches.last.map { .init(number: $0.revealed.batch, revealed: s.visibleTrain.count, attemptsUsed: $0.attempts.count,
                                               attemptsAllowed: $0.revealed.iterations) },
-            unverified: config.unverifiedRewards, sharedVendorAccount: config.sharedVendorAccountNote,
+            unverified: config.unverifiedRewards, sharedVendorAccount: config.vendorAccounts.sharedNote,
             gateRule: s.split.map { GateRules.ruleText(testTasks: $0.test.count, config: config) },
-            candidatesWaiting: s.pendingCandidates, candidateLimit: config.candidates, rankings: Array(s.rankings.suffix(5)))
+            candidatesWaiting: s.pendingCandidates, candidateLimit: config.loop.candidates, rankings: Array(s.rankings.suffix(5)))
     }
 }

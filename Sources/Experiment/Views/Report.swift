@@ -16,7 +16,7 @@ public enum Report {
         if let u = config.unverifiedRewards {
             body += "<p class=\"summary\"><b>rewards UNVERIFIED</b>: \(esc(u))</p>\n"
         }
-        if let v = config.sharedVendorAccountNote {
+        if let v = config.vendorAccounts.sharedNote {
             body += "<p class=\"summary\"><b>vendor account SHARED</b>: \(esc(v))</p>\n"
         }
         body += "<p class=\"summary\">benchmark <b>\(esc(config.benchmark))</b> · \(s.iterations.count - 1) accepted iteration(s) · "
@@ -67,7 +67,7 @@ public enum Report {
             let at = { (v: (BatchEndedRecord) -> Int) in [(0.0, 0.0)] + ended.map { (Double($0.batch), Double(v($0))) } }
             let lines = [("suite size", at(\.suiteSize)), ("clusters open", at(\.clustersOpen)), ("clusters resolved", at(\.clustersClosed))]
             let top = Self.countAxis(Double(ended.map { max($0.suiteSize, $0.clustersOpen, $0.clustersClosed) }.max() ?? 1))
-            body += section("rolling batches", "at the end of each batch (loop.batch_size \(config.batchSize)): tasks in the regression suite, failure clusters open and resolved",
+            body += section("rolling batches", "at the end of each batch (loop.batch_size \(config.loop.batchSize)): tasks in the regression suite, failure clusters open and resolved",
                             chart(xMax: Double(max(1, ended.count)), yMax: top, yLabel: "count", xLabel: "batch", lines: lines, points: [], legend: true))
             var brows = "<tr><th>batch</th><th>revealed</th><th>ended by</th><th>gate attempts</th><th>promoted</th><th>clusters resolved</th><th>open / resolved</th><th>suite</th></tr>\n"
             for e in ended {

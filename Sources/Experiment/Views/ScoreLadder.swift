@@ -43,7 +43,7 @@ public struct ScoreLadder: Sendable, Equatable {
 
     /// The step in force: `gate.ladder_step`, else one held-out task's worth.
     public static func step(_ config: ExperimentConfig, testTasks: Int) -> Double {
-        config.ladderStep ?? 1 / Double(max(testTasks, 1))
+        config.gate.ladderStep ?? 1 / Double(max(testTasks, 1))
     }
 
     /// The ladder replayed over the ledger: the baseline's score, then each gate attempt's that

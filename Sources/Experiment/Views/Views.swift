@@ -14,10 +14,10 @@ public enum Views {
     /// `best_val_score`: `float(r["val_score"]) for r in rows if r.get("val_score")`) skips.
     /// `ladder`: the ladder's value after each iteration's gate (`ScoreLadder`).
     public static func resultsTSV(_ s: ExperimentState, config: ExperimentConfig) -> String {
-        let ladder = config.disclosure == .ladder ? ScoreLadder.replay(s, config: config) : nil
+        let ladder = config.gate.disclosure == .ladder ? ScoreLadder.replay(s, config: config) : nil
         var out = "iteration\tval_score\tcommit\tevals_passed\tevals_total\ttimestamp\tdescription\n"
         for it in s.iterations {
-            let shown = ladder.map { DisclosedScore(ladder: $0.iterations[it.iteration]) } ?? DisclosedScore(it.valScore, config.disclosure)
+            let shown = ladder.map { DisclosedScore(ladder: $0.iterations[it.iteration]) } ?? DisclosedScore(it.valScore, config.gate.disclosure)
             let score = shown?.fixed4 ?? ""
             out += "\(it.iteration)\t\(score)\t\(it.commit)\t\(it.evalsPassed)\t\(it.evalsTotal)\t\(it.timestamp)\t\(it.description ?? "")\n"
         }
@@ -31,7 +31,7 @@ public enum Views {
     /// An accepted gate's commit subject's two scores as disclosed: its val_score and the best
     /// before it (`ladder`: the ladder's values after it and before it).
     static func commitScores(_ s: ExperimentState, config: ExperimentConfig, attempt: Int, val: Double) -> (val: String, bestBefore: String) {
-        guard config.disclosure == .ladder else { return (disclosed(val, config.disclosure), disclosed(s.best ?? 0, config.disclosure)) }
+        guard config.gate.disclosure == .ladder else { return (disclosed(val, config.gate.disclosure), disclosed(s.best ?? 0, config.gate.disclosure)) }
         let before = ScoreLadder.replay(s, config: config)
         let after = ScoreLadder.replay(s, config: config, adding: (attempt, val))
         return (DisclosedScore(ladder: after.current)?.fixed4 ?? "-", DisclosedScore(ladder: before.current)?.fixed4 ?? "-")

@@ -20,7 +20,7 @@ extension ExperimentConfig {
                 + "grades elsewhere: remove the key")
         }
         if checkTools {
-            try checkHeldOutCredentials()
+            try vendorAccounts.check()
             try checkCodingAgentBinds(root: root)
         }
         return try kind.adapter(self, root: root, checkTools: checkTools)
@@ -53,80 +53,6 @@ extension ExperimentConfig {
         }
     }
 
-    /// A held-out run's credentials (`gate.held_out_env`) must differ, by value, from every
-    /// credential train runs, the coding agent and the triage hold: a vendor keeps state per
-    /// account (prompt caches, stored objects), and a held-out run that shares a key with
-    /// anything that learns is a channel to it (a red team read whole held-out texts back
-    /// through a prompt cache, with `held_out_env` naming a variable that held the train key).
-    func checkHeldOutCredentials() throws {
-        func value(_ name: String) -> String? { getenv(name).map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 } }
-        // A runner that reaches a model API: held-out runs get keys of their own, or the
-        // operator says the shared account is accepted. OpenAI caches long prompt prefixes per
-        // organisation whatever a request says, so the gate alone cannot close the channel.
-        if !runner.networkInference.isEmpty && !sharedVendorAccount {
-            let at = runner.inferencePlace.map { $0 + ": " } ?? ""
-            for name in modelCredentials {
-                guard let source = heldOutEnv[name] else {
-                    throw ExperimentError(.usage, """
-                        \(at)runner.network.inference: held-out runs would reach \(runner.networkInference.joined(separator: ", ")) with \
-                        the train runs' $\(name): the vendor's per-account state (OpenAI's automatic prompt cache, stored objects) \
-                        would carry held-out prompts to train runs and the coding agent. Give held-out runs another account's key: \
-                        gate.held_out_env: {\(name): \(name)_HELD_OUT}, and export \(name)_HELD_OUT=... (another organisation or \
-                        project: docs/held-out.md); or accept the channel with gate.shared_vendor_account: true
-                        """)
-                }
-                guard value(source) != nil else {
-                    throw ExperimentError(.usage, """
-                        \(heldOutEnvPlace.map { $0 + ": " } ?? "")gate.held_out_env: \(name) comes from $\(source) for held-out runs, \
-                        and \(source) is not set; export \(source)=... (another account's key)
-                        """)
-                }
-            }
-        }
-        var holders: [(who: String, variable: String)] = []
-        // A key by its name, or by its value's shape under any name (BEDROCK_KEY_2).
-        func holds(_ v: String) -> Bool { InferenceGate.isCredentialVariable(v) || value(v).map(InferenceGate.looksLikeKey) == true }
-        for v in runner.envPass where holds(v) { holders.append(("train runs", v)) }
-        for v in codingAgent.envPass where holds(v) { holders.append(("the coding agent", v)) }
-        for v in triage?.tool.envPass ?? [] where holds(v) { holders.append(("the triage", v)) }
-        for (name, source) in heldOutEnv.sorted(by: { $0.key < $1.key }) {
-            guard let held = value(source) else { continue }
-            for h in holders where value(h.variable) == held {
-                throw ExperimentError(.usage, """
-                    \(heldOutEnvPlace.map { $0 + ": " } ?? "")gate.held_out_env: \(name) comes from $\(source) for held-out runs, and \
-                    $\(source) holds the same value as $\(h.variable), which \(h.who) hold: the vendor's state (its prompt cache, \
-                    stored objects) would be shared between held-out runs and \(h.who). Give held-out runs another account's key \
-                    (another organisation or project at the vendor: docs/held-out.md)
-                    """)
-            }
-        }
-    }
-
-    /// The runner's keys that reach its model APIs: its credential variables (`_KEY`,
-    /// `_TOKEN`), but an environment provider's (Harbor's remote providers: checked on their
-    /// own, `checkHeldOutAccount`).
-    var modelCredentials: [String] {
-        runner.envPass.filter { InferenceGate.isCredentialVariable($0) && !tunnelledKeys.contains($0) }
-    }
-
-    /// The runner's keys for hosts it reaches as plain tunnels, passed as they are: a remote
-    /// environment provider's and `runner.network.tunnelled_keys`.
-    var tunnelledKeys: Set<String> { Set(TerminalBenchKind.providerKeys.values.joined()).union(runner.tunnelledKeys) }
-
-    /// Whether held-out and train runs reach a model API with one account's key, as the
-    /// operator accepted (`gate.shared_vendor_account: true`): shown in status, the report
-    /// and the evidence.
-    public var sharesVendorAccount: Bool {
-        !runner.networkInference.isEmpty && sharedVendorAccount && modelCredentials.contains { heldOutEnv[$0] == nil }
-    }
-
-    /// What status and the report say of a shared vendor account, or nil.
-    public var sharedVendorAccountNote: String? {
-        guard sharesVendorAccount else { return nil }
-        return "held-out and train runs reach \(runner.networkInference.joined(separator: ", ")) with one account's keys "
-            + "(gate.shared_vendor_account: true): the vendor's prompt cache and stored objects can carry held-out prompts to train runs"
-    }
-
     /// What upstream's runners export to agent.py: AGENT_MODEL, AGENT_REASONING_EFFORT.
     func agentEnvironment() -> [String] {
         var env: [String] = []
@@ -139,10 +65,10 @@ extension ExperimentConfig {
         var t = ToolSettings(command: command)
         t.binds = runner.binds
         t.envPass = runner.envPass
-        t.heldOutEnv = heldOutEnv
+        t.heldOutEnv = gate.heldOutEnv
         t.networkAllow = runner.networkAllow
         t.networkInference = runner.networkInference
-        t.tunnelledKeys = tunnelledKeys
+        t.tunnelledKeys = vendorAccounts.tunnelledKeys
         t.upstreamCA = runner.upstreamCA
         t.timeout = runner.timeout
         t.runnerPolicy = runner.policy
@@ -183,6 +109,16 @@ extension ExperimentConfig {
         let unique = Array(Set(ids)).sorted()
         guard unique.count == ids.count else { throw ExperimentError(.usage, "the task list names an id twice") }
         return unique
+    }
+
+    /// `sandbox.verifier_tools`, checked; nil when the config names none.
+    func verifierToolbox() throws -> VerifierTools? {
+        guard let dir = verifierTools else { return nil }
+        do {
+            return try VerifierTools(directory: dir)
+        } catch {
+            throw ExperimentError(.usage, error.message)
+        }
     }
 }
 

@@ -9,49 +9,13 @@ import Yams
 package protocol BenchmarkSettings: Sendable, Equatable {
     init()
     /// The keys, each with the field it fills and what it accepts.
-    static var keys: [SettingKey<Self>] { get }
+    static var keys: [ConfigKey<Self>] { get }
 }
 
 /// For a benchmark that reads no keys of its own.
 package struct NoSettings: BenchmarkSettings {
     package init() {}
-    package static var keys: [SettingKey<Self>] { [] }
-}
-
-/// One key: its name in experiment_config.yaml and the typed field it fills.
-package struct SettingKey<Settings> {
-    enum Value {
-        /// Any non-empty string.
-        case text(WritableKeyPath<Settings, String?>)
-        case choice(WritableKeyPath<Settings, String?>, [String])
-        /// A non-empty list, each item one of the choices, none twice.
-        case choices(WritableKeyPath<Settings, [String]?>, [String])
-        case integer(WritableKeyPath<Settings, Int?>, ClosedRange<Int>)
-        case number(WritableKeyPath<Settings, Double?>, ClosedRange<Double>)
-        /// A list of `host:port` entries (an egress allowlist).
-        case hostPorts(WritableKeyPath<Settings, [String]?>)
-    }
-    let name: String
-    let value: Value
-
-    init(_ name: String, _ value: Value) {
-        self.name = name
-        self.value = value
-    }
-
-    static var portRange: ClosedRange<Int> { 1024...65535 }
-
-    /// Checks `node` and, if it is good, sets the field; a problem is recorded at its line.
-    func read(_ node: Node, into settings: inout Settings, _ r: ConfigReader) {
-        switch value {
-        case .text(let field): if let s = r.string(node, name) { settings[keyPath: field] = s }
-        case .choice(let field, let allowed): if let s = r.oneOf(node, name, allowed) { settings[keyPath: field] = s }
-        case .choices(let field, let allowed): if let s = r.subset(node, name, allowed) { settings[keyPath: field] = s }
-        case .integer(let field, let range): if let x = r.integer(node, name, range) { settings[keyPath: field] = x }
-        case .number(let field, let range): if let x = r.number(node, name, range) { settings[keyPath: field] = x }
-        case .hostPorts(let field): if let x = r.hostPorts(node, name) { settings[keyPath: field] = x }
-        }
-    }
+    package static var keys: [ConfigKey<Self>] { [] }
 }
 
 /// The configured benchmark's settings inside `ExperimentConfig` (which stays `Equatable`).
@@ -79,7 +43,7 @@ extension BenchmarkKind {
     /// not read are left to the caller).
     func readSettings(_ entries: [(key: String, node: Node)], _ r: ConfigReader) -> BenchmarkSettingsBox {
         var s = Settings()
-        for e in entries { Settings.keys.first { $0.name == e.key }?.read(e.node, into: &s, r) }
+        for e in entries { Settings.keys.first { $0.name == e.key }?.store(r, e.node, e.key, &s) }
         return BenchmarkSettingsBox(s)
     }
 }

@@ -26,10 +26,10 @@ struct BfclKind: BenchmarkKind {
         var tasksPerCategory: Int?
         /// The Python bfcl-eval is installed in: it runs the checker, in the scorer only.
         var bfclPython: String?
-        static var keys: [SettingKey<Self>] {
-            [SettingKey("categories", .choices(\.categories, BfclAdapter.categoryNames)),
-             SettingKey("tasks_per_category", .integer(\.tasksPerCategory, 1...100_000)),
-             SettingKey("bfcl_python", .text(\.bfclPython))]
+        static var keys: [ConfigKey<Self>] {
+            [.choices("categories", \.categories, BfclAdapter.categoryNames, "BFCL's categories to run."),
+             .integer("tasks_per_category", \.tasksPerCategory, 1...100_000, "The first N tasks of each category, in the file's order."),
+             .text("bfcl_python", \.bfclPython, "The Python bfcl-eval is installed in (it runs the checker, in the scorer only).")]
         }
     }
 

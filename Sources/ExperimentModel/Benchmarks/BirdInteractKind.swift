@@ -40,15 +40,21 @@ struct BirdInteractKind: BenchmarkKind {
         var pgPort: Int?
         var pgUser: String?
         var pgPassword: String?
-        static var keys: [SettingKey<Self>] {
-            [SettingKey("user_model", .text(\.userModel)), SettingKey("mode", .choice(\.mode, ["a-interact", "c-interact"])),
-             SettingKey("patience", .integer(\.patience, 0...100)), SettingKey("bird_repo", .text(\.birdRepo)),
-             SettingKey("bird_python_bin", .text(\.birdPythonBin)), SettingKey("bird_data_path", .text(\.birdDataPath)),
-             SettingKey("system_agent_port", .integer(\.systemAgentPort, SettingKey<Self>.portRange)),
-             SettingKey("user_sim_port", .integer(\.userSimPort, SettingKey<Self>.portRange)),
-             SettingKey("db_env_port", .integer(\.dbEnvPort, SettingKey<Self>.portRange)), SettingKey("pg_host", .text(\.pgHost)),
-             SettingKey("pg_port", .integer(\.pgPort, 1...65535)), SettingKey("pg_user", .text(\.pgUser)),
-             SettingKey("pg_password", .text(\.pgPassword))]
+        static var keys: [ConfigKey<Self>] {
+            let port = 1024...65535
+            return [.text("user_model", \.userModel, "The user simulator's model."),
+                    .choice("mode", \.mode, ["a-interact", "c-interact"], "BIRD-Interact's mode."),
+                    .integer("patience", \.patience, 0...100, "The user simulator's patience (extra turns)."),
+                    .text("bird_repo", \.birdRepo, "The BIRD-Interact checkout (with BIRD-Interact-ADK)."),
+                    .text("bird_python_bin", \.birdPythonBin, "The Python that runs the ADK (python3 when unset)."),
+                    .text("bird_data_path", \.birdDataPath, "The tasks' JSONL (the ADK's own when unset)."),
+                    .integer("system_agent_port", \.systemAgentPort, port, "The ADK's system agent port (6100 when unset)."),
+                    .integer("user_sim_port", \.userSimPort, port, "The ADK's user simulator port (6101 when unset)."),
+                    .integer("db_env_port", \.dbEnvPort, port, "The ADK's database environment port (6102 when unset)."),
+                    .text("pg_host", \.pgHost, "The directory of PostgreSQL's Unix socket (required)."),
+                    .integer("pg_port", \.pgPort, 1...65535, "PostgreSQL's port (5432 when unset)."),
+                    .text("pg_user", \.pgUser, "PostgreSQL's user (the ADK's default when unset)."),
+                    .text("pg_password", \.pgPassword, "PostgreSQL's password (the ADK's default when unset).")]
         }
     }
 

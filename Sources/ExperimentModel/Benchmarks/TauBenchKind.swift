@@ -22,9 +22,11 @@ struct TauBenchKind: BenchmarkKind {
         var userModel: String?
         /// The simulations' seed.
         var seed: Int?
-        static var keys: [SettingKey<Self>] {
-            [SettingKey("domain", .choice(\.domain, TauBenchKind.domains)), SettingKey("tau2_data_dir", .text(\.tau2DataDir)),
-             SettingKey("user_model", .text(\.userModel)), SettingKey("seed", .integer(\.seed, 0...4_294_967_295))]
+        static var keys: [ConfigKey<Self>] {
+            [.choice("domain", \.domain, TauBenchKind.domains, "tau2's domain (required)."),
+             .text("tau2_data_dir", \.tau2DataDir, "tau2's data directory (read by the supervisor, never bound into a run)."),
+             .text("user_model", \.userModel, "The user simulator's model."),
+             .integer("seed", \.seed, 0...4_294_967_295, "The simulations' seed.")]
         }
     }
 

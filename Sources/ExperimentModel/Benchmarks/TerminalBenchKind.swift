@@ -23,11 +23,13 @@ package struct TerminalBenchKind: BenchmarkKind {
         /// through the egress proxy (package mirrors); nothing when unset.
         var taskNetworkAllow: [String]?
         var provider: String { envProvider ?? "e2b" }
-        package static var keys: [SettingKey<Self>] {
-            [SettingKey("env_provider", .choice(\.envProvider, TerminalBenchKind.providers)),
-             SettingKey("agent_timeout_multiplier", .number(\.agentTimeoutMultiplier, 0.01...100)),
-             SettingKey("registry_path", .text(\.registryPath)),
-             SettingKey("task_network_allow", .hostPorts(\.taskNetworkAllow))]
+        package static var keys: [ConfigKey<Self>] {
+            [.choice("env_provider", \.envProvider, TerminalBenchKind.providers,
+                     "Harbor's environment provider (upstream's key; e2b when unset); `local` runs each task on its image here."),
+             .number("agent_timeout_multiplier", \.agentTimeoutMultiplier, 0.01...100, "Harbor's multiplier of each task's own agent timeout."),
+             .text("registry_path", \.registryPath, "A local Harbor registry.json."),
+             .hostPorts("task_network_allow", \.taskNetworkAllow,
+                        "With `env_provider: local`: what each task's sandbox reaches through the egress proxy (package mirrors); nothing when unset.")]
         }
     }
 
@@ -113,7 +115,7 @@ package struct TerminalBenchKind: BenchmarkKind {
     }
 
     package func adapter(_ config: ExperimentConfig, root: String, checkTools: Bool) throws -> any BenchmarkAdapter {
-        try config.harborAdapter(root: root, checkTools: checkTools)
+        try harborAdapter(config, root: root, checkTools: checkTools)
     }
 
     package init() {
@@ -121,27 +123,28 @@ package struct TerminalBenchKind: BenchmarkKind {
     }
 }
 
-extension ExperimentConfig {
-    func harborAdapter(root: String, checkTools: Bool) throws -> HarborAdapter {
-        let argv = runner.command ?? ["harbor"]
-        let upstream = TerminalBenchKind().settings(self), provider = upstream.provider
+extension TerminalBenchKind {
+    /// Harbor's adapter for `config`: the dataset resolved, the provider's needs checked.
+    func harborAdapter(_ config: ExperimentConfig, root: String, checkTools: Bool) throws -> HarborAdapter {
+        let argv = config.runner.command ?? ["harbor"]
+        let upstream = settings(config), provider = upstream.provider
         if checkTools {
             _ = try ToolCheck.tool(argv, default: "harbor", hint: TerminalBenchKind.hint)
             // The template passes every provider's key; only the one in use must be set.
             let unused = TerminalBenchKind.providerKeys.filter { $0.key != provider }.values.flatMap { $0 }
-            try ToolCheck.environment(runner.envPass.filter { !unused.contains($0) }, for: "Harbor (the agent's model API, env_provider \(provider))")
-            try checkHeldOutAccount(provider: provider, keys: TerminalBenchKind.providerKeys[provider] ?? [])
+            try ToolCheck.environment(config.runner.envPass.filter { !unused.contains($0) }, for: "Harbor (the agent's model API, env_provider \(provider))")
+            try Self.checkHeldOutAccount(config, provider: provider, keys: TerminalBenchKind.providerKeys[provider] ?? [])
         }
-        guard let dataset, !dataset.isEmpty else {
+        guard let dataset = config.dataset, !dataset.isEmpty else {
             throw ExperimentError(.usage, "dataset: missing; terminal-bench needs a Harbor dataset (terminal-bench@2.0) or a local directory of Harbor tasks")
         }
-        let tool = toolSettings(argv)
+        let tool = config.toolSettings(argv)
         if provider == "local" {
-            guard let scripts = runner.scripts, FileManager.default.fileExists(atPath: scripts + "/autoharness_harbor_env.py") else {
+            guard let scripts = config.runner.scripts, FileManager.default.fileExists(atPath: scripts + "/autoharness_harbor_env.py") else {
                 throw ExperimentError(.usage, "env_provider: local needs runner.scripts, the directory of autoharness_harbor_env.py (templates/terminal-bench)")
             }
         }
-        if provider == "docker" && !runner.binds.contains(where: { $0.hasSuffix("docker.sock") }) {
+        if provider == "docker" && !config.runner.binds.contains(where: { $0.hasSuffix("docker.sock") }) {
             throw ExperimentError(.usage, """
                 env_provider: docker needs the Docker socket in runner.binds (e.g. /var/run/docker.sock), and giving it \
                 hands agent.py, which runs inside the harbor process, control of the Docker daemon: root on this host. \
@@ -153,13 +156,13 @@ extension ExperimentConfig {
         var adapter: HarborAdapter
         switch try HarborDataset.resolve(dataset, root: root, registryPath: upstream.registryPath) {
         case .directory(let dir, let tasks):
-            try RunnerBinds.refuse(toolBinds, exposing: [.init(path: dir, what: "contains the dataset \(dir): every run would see the held-out tasks' files (autoharness binds the requested tasks itself)")])
+            try RunnerBinds.refuse(config.toolBinds, exposing: [.init(path: dir, what: "contains the dataset \(dir): every run would see the held-out tasks' files (autoharness binds the requested tasks itself)")])
             ids = tasks.map(\.id)
             adapter = HarborAdapter(taskIDs: ids, tool: tool)
             adapter.datasetPath = dir
             for t in tasks { if let n = t.declaredName, n != t.id { adapter.taskNames[t.id] = n } }
         case .registry(let reference, let registry, let listed):
-            let given = (tasks ?? []).isEmpty && tasksFile == nil ? nil : try taskList(root: root, valid: TraceName.isAcceptableID)
+            let given = (config.tasks ?? []).isEmpty && config.tasksFile == nil ? nil : try config.taskList(root: root, valid: TraceName.isAcceptableID)
             guard let names = given ?? listed else {
                 throw ExperimentError(.usage, """
                     dataset: \(reference) is a registry reference with neither registry_path nor tasks_file: autoharness \
@@ -192,26 +195,26 @@ extension ExperimentConfig {
         } catch {
             throw ExperimentError(.usage, "dataset \(dataset)", cause: error)
         }
-        adapter.model = agentModel == "none" ? nil : agentModel
+        adapter.model = config.agentModel == "none" ? nil : config.agentModel
         adapter.environmentProvider = provider
-        adapter.scriptsDirectory = runner.scripts
-        adapter.verifierTools = try verifierToolbox()
+        adapter.scriptsDirectory = config.runner.scripts
+        adapter.verifierTools = try config.verifierToolbox()
         // Harbor multiplies each task's own agent timeout (900 s for Terminal-Bench 2.0 tasks).
         // Upstream derived the multiplier from per_task_timeout / 180, which overshoots 5×;
         // here it is explicit.
         if let x = upstream.agentTimeoutMultiplier { adapter.agentTimeoutMultiplier = x }
-        adapter.agentTimeout = perTaskTimeout
-        adapter.concurrency = maxConcurrency
-        adapter.environment = agentEnvironment()
+        adapter.agentTimeout = config.perTaskTimeout
+        adapter.concurrency = config.maxConcurrency
+        adapter.environment = config.agentEnvironment()
         if provider == "local" {
             // Tasks whose image `autoharness images` made run their commands on it (a task
             // container); the others on the host's userland, as before.
             let images = TaskImageStore(experimentRoot: root).load(adapter.localTasks.filter { $0.problem == nil }).images
             adapter.images = images
-            try LocalKind.checkTaskNetworks(self, adapter.localTasks)
+            try LocalKind.checkTaskNetworks(config, adapter.localTasks)
             if !images.byTask.isEmpty {
-                adapter.taskNetworkAllow = try LocalKind.agentNetwork(self, allow: upstream.taskNetworkAllow ?? [], key: "task_network_allow")
-                if executor.kind == .ray {
+                adapter.taskNetworkAllow = try LocalKind.agentNetwork(config, allow: upstream.taskNetworkAllow ?? [], key: "task_network_allow")
+                if config.executor.kind == .ray {
                     throw ExperimentError(.usage, "executor: ray: \(images.byTask.count) task(s) run on their own image, which only this host has; run them here")
                 }
             }
@@ -219,24 +222,14 @@ extension ExperimentConfig {
         return adapter
     }
 
-    /// `sandbox.verifier_tools`, checked; nil when the config names none.
-    func verifierToolbox() throws -> VerifierTools? {
-        guard let dir = verifierTools else { return nil }
-        do {
-            return try VerifierTools(directory: dir)
-        } catch {
-            throw ExperimentError(.usage, error.message)
-        }
-    }
-
     /// A remote environment provider keeps state (sandboxes, files, snapshots) that anyone
     /// holding the key can list: a held-out agent.py could leave one there that a later train
     /// agent.py finds and prints into its trace. So when the provider's key is passed to the
     /// runner, held-out runs must get another account's (`gate.held_out_env`), and not the
     /// same value under another name.
-    func checkHeldOutAccount(provider: String, keys: [String]) throws {
-        for key in keys where runner.envPass.contains(key) {
-            guard let source = heldOutEnv[key] else {
+    static func checkHeldOutAccount(_ config: ExperimentConfig, provider: String, keys: [String]) throws {
+        for key in keys where config.runner.envPass.contains(key) {
+            guard let source = config.gate.heldOutEnv[key] else {
                 throw ExperimentError(.usage, """
                     env_provider: \(provider) keeps state any holder of \(key) can list, and held-out runs would share the train \
                     runs' account: a held-out agent.py could leave a sandbox or file there that a train run finds. Give held-out \

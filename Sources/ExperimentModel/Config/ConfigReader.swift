@@ -9,7 +9,19 @@ final class ConfigReader {
     /// Problems of the whole file (a key that is missing), with no line.
     private var unplaced: [ConfigError] = []
 
+    /// Every key read so far, by its dotted path (`gate.vm.cpus`), for checks that involve
+    /// more than one key and for the places recorded in the config.
+    var placed: [String: Node] = [:]
+
     init(file: String) { yaml = YAMLReader(file: file) }
+
+    /// The node of the key at `path`, if the file gave it.
+    func node(_ path: String) -> Node? { placed[path] }
+
+    /// Where the key at `path` is, as `file:line`, if the file gave it.
+    func place(_ path: String) -> String? {
+        placed[path].map { n in let at = yaml.location(of: n); return "\(at.file):\(at.line)" }
+    }
 
     var errors: [ConfigError] {
         yaml.problems.map { ConfigError(file: $0.location.file, line: $0.location.line, message: $0.message) } + unplaced
@@ -64,7 +76,7 @@ final class ConfigReader {
     func number(_ node: Node, _ key: String, _ range: ClosedRange<Double>) -> Double? {
         guard let s = string(node, key) else { return nil }
         guard let x = Double(s), x.isFinite, range.contains(x) else {
-            error(node, "\(key): must be a number from \(fmt(range.lowerBound)) to \(fmt(range.upperBound)) (got '\(s)')")
+            error(node, "\(key): must be a number from \(Self.shown(range.lowerBound)) to \(Self.shown(range.upperBound)) (got '\(s)')")
             return nil
         }
         return x
@@ -114,5 +126,6 @@ final class ConfigReader {
         return items.compactMap { yaml.text($0, key) }
     }
 
-    private func fmt(_ x: Double) -> String { x == x.rounded() ? String(Int(x)) : String(x) }
+    /// A number as a config would write it (a whole one without a fraction).
+    static func shown(_ x: Double) -> String { x == x.rounded() && abs(x) < 1e15 ? String(Int(x)) : String(x) }
 }

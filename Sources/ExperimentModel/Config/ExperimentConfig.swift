@@ -6,19 +6,6 @@ import SupervisorIO
 
 /// `experiment_config.yaml`: upstream auto-harness keys first, then ours.
 public struct ExperimentConfig: Sendable, Equatable {
-    public enum DisclosureLevel: String, Sendable, CaseIterable {
-        /// accept/reject and the suite pass rate only
-        case decision
-        /// plus val_score rounded to 2 decimals
-        case rounded
-        /// plus val_score to 4 decimals (upstream behaviour)
-        case score
-        /// plus val_score on Blum & Hardt's ladder (`ScoreLadder`): a new value only when a
-        /// gate beats the last disclosed one by more than `ladderStep`, rounded to the step
-        case ladder
-    }
-    /// `gate.ladder_step` under `disclosure: ladder`; nil: one held-out task's worth (1/N).
-    public var ladderStep: Double?
 
     // upstream keys
     public var benchmark: String
@@ -55,58 +42,10 @@ public struct ExperimentConfig: Sendable, Equatable {
     public var codingAgentPolicy = "coding-agent"
     // coding_agent: (used by `autoharness run`)
     public var codingAgent = CodingAgent()
-    // gate:
-    public var disclosure: DisclosureLevel = .rounded
-    /// Gate calls allowed per `autoharness run` (0: unlimited).
-    public var gateBudget = 0
-    /// `gate.accept`: what a held-out score must do against the best accepted one.
-    public var acceptRule: AcceptRule = .margin
-    public enum AcceptRule: String, Sendable, CaseIterable {
-        /// Beat it by more than `minImprovement` (a tie never passes): the default, a guard
-        /// against fitting the held-out split one lucky task at a time (docs/loop.md).
-        case margin
-        /// Reach it (NeoSigma's `val_score >= best_seen`; a tie passes). The same agent.py
-        /// bytes still cannot be gated twice.
-        case atLeastBest = "at_least_best"
-        /// Beat it in a one-sided paired t-test of per-task scores at `alpha` (`PairedTest`): a
-        /// decision with a stated error rate, meant with `heldOutTrials` > 1.
-        case paired
-    }
-    /// `gate.trials`: how many times each held-out task runs in one gate's held-out phase (and
-    /// in prepare's baseline), all inside the one frozen phase; val_score is the mean over
-    /// tasks of each task's mean reward.
-    public var heldOutTrials = 1
-    /// `gate.infra_retries`: how many more times a held-out task runs, inside the same frozen
-    /// phase, when the inference gate saw the model vendor fail its requests
-    /// (`TaskOutcome.vendorFailures`); the run it replaces counts for nothing, whatever it scored.
-    /// Off by default: the count is partly in agent.py's hands (docs/loop.md).
-    public var infraRetries = 0
-    /// `gate.alpha`: with `acceptRule` paired, the test's one-sided error rate.
-    public var alpha = 0.05
-    /// With `acceptRule` margin: a new val_score must exceed the best by more than this; nil
-    /// means one task's worth (1 / number of test tasks). Either way a tie never passes.
-    public var minImprovement: Double?
-    public var onReject: OnReject = .revert
-    /// Where the held-out phase of each gate runs (`gate.held_out_runtime`).
-    public var heldOutRuntime: HeldOutRuntime = .auto
-    /// The held-out virtual machine (`gate.vm:`), used when `heldOutRuntime` is `vm`.
-    public var vm = VMSettings()
-    /// When a gate's answer is released (`gate.reply_time`, `gate.reply_after`).
-    public var replyTime: ReplyTime = .padded
-    /// `gate.held_out_env`: for held-out runs, a `runner.env_pass` variable's value comes from
-    /// another of the supervisor's variables (name → source).
-    public var heldOutEnv: [String: String] = [:]
-    /// Where `gate.held_out_env` is (`file:line`), for what is refused about its values.
-    public var heldOutEnvPlace: String?
-    /// `gate.shared_vendor_account: true`: the operator accepts that held-out and train runs
-    /// reach a model API with one account's keys (its prompt cache and stored objects are a
-    /// channel between them); shown in status, the report and the evidence. Without it, a
-    /// runner that reaches a model API needs `held_out_env` for each of its keys.
-    public var sharedVendorAccount = false
+    /// `gate:`: how a candidate is judged on the held-out split and what is disclosed.
+    public var gate = GateSettings()
     /// Where `coding_agent.binds` and `coding_agent.home_seed` are (`file:line`), by setting.
     public var codingAgentPlaces: [String: String] = [:]
-    /// `autoharness run` stops after this many consecutive rejected gates (upstream: 5).
-    public var maxNonImproving = 5
     /// `timeout_policy` (upstream's key): how a held-out task that timed out without a reward
     /// counts in val_score.
     public var timeoutPolicy: TimeoutPolicy = .agent
@@ -117,20 +56,8 @@ public struct ExperimentConfig: Sendable, Equatable {
         /// discloses as under `agent` (`HeldOutScore`).
         case infra
     }
-    // loop:
-    /// `loop.batch_size`: train tasks revealed per rolling batch (0: off, every train task is
-    /// visible from the start, as upstream runs).
-    public var batchSize = 0
-    /// `loop.batch_iterations`: gate attempts a batch may take before the next batch is
-    /// revealed without an accepted gate.
-    public var batchIterations = 5
-    /// `loop.review`: `auto` (an accepted gate's promotions join the suite) or `operator`
-    /// (they wait for `autoharness suite approve`).
-    public var review = Review.auto
-    public enum Review: String, Sendable, CaseIterable { case auto, `operator` }
-    /// `loop.candidates`: candidate agent.py files one gate may rank (`autoharness candidate`);
-    /// only the best on train and the suite is judged on the held-out split.
-    public var candidates = 1
+    /// `loop:`: how `autoharness run` reveals train tasks and ranks candidates.
+    public var loop = Loop()
     public static let maxCandidates = 8
     // budget:
     /// `autoharness run` stops once the coding agent's reported cost in this run reaches this
@@ -177,6 +104,24 @@ public struct ExperimentConfig: Sendable, Equatable {
         public static let recordsCap = 5000
         public init() { tool.policy = "triage" }
     }
+
+    /// `loop:` in the experiment config.
+    public struct Loop: Sendable, Equatable {
+        /// `loop.batch_size`: train tasks revealed per rolling batch (0: off, every train task is
+        /// visible from the start, as upstream runs).
+        public var batchSize = 0
+        /// `loop.batch_iterations`: gate attempts a batch may take before the next batch is
+        /// revealed without an accepted gate.
+        public var batchIterations = 5
+        /// `loop.review`: `auto` (an accepted gate's promotions join the suite) or `operator`
+        /// (they wait for `autoharness suite approve`).
+        public var review = Review.auto
+        /// `loop.candidates`: candidate agent.py files one gate may rank (`autoharness candidate`);
+        /// only the best on train and the suite is judged on the held-out split.
+        public var candidates = 1
+        public init() {}
+    }
+    public enum Review: String, Sendable, CaseIterable { case auto, `operator` }
 
     /// `executor:` in the experiment config.
     public struct Executor: Sendable, Equatable {
@@ -239,7 +184,6 @@ public struct ExperimentConfig: Sendable, Equatable {
         public init() {}
     }
 
-    public enum OnReject: String, Sendable, CaseIterable { case revert, keep }
 
     /// How `autoharness run` starts and restarts the coding agent.
     public struct CodingAgent: Sendable, Equatable {

@@ -43,9 +43,9 @@ public enum RollingBatches {
     }
 
     package static func first(_ split: SplitRecord, config: ExperimentConfig) -> BatchRevealedRecord? {
-        guard config.batchSize > 0 else { return nil }
-        return BatchRevealedRecord(batch: 1, tasks: draw(train: split.train, revealed: [], number: 1, size: config.batchSize, seed: split.seed),
-                                   iterations: config.batchIterations)
+        guard config.loop.batchSize > 0 else { return nil }
+        return BatchRevealedRecord(batch: 1, tasks: draw(train: split.train, revealed: [], number: 1, size: config.loop.batchSize, seed: split.seed),
+                                   iterations: config.loop.batchIterations)
     }
 
     /// Whether the gate attempt `attempt` (accepted or not) ends the current batch.
@@ -59,9 +59,9 @@ public enum RollingBatches {
     static func next(after batch: Int, _ s: ExperimentState, config: ExperimentConfig) -> BatchRevealedRecord {
         let split = s.split!
         let revealed = Set(s.batches.flatMap(\.revealed.tasks))
-        let size = config.batchSize > 0 ? config.batchSize : split.train.count
+        let size = config.loop.batchSize > 0 ? config.loop.batchSize : split.train.count
         return BatchRevealedRecord(batch: batch + 1, tasks: draw(train: split.train, revealed: revealed, number: batch + 1, size: size, seed: split.seed),
-                                   iterations: config.batchIterations)
+                                   iterations: config.loop.batchIterations)
     }
 
     /// An accepted gate's promotion candidates with batches on: every visible train task

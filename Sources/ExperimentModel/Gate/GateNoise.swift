@@ -74,9 +74,9 @@ public struct GateNoiseSimulation: Sendable {
         let val = Double(candidate.reduce(0, +)) / Double(k * tasks)
         let bestVal = Double(best.reduce(0, +)) / Double(k * tasks)
         var margin = ExperimentConfig(benchmark: "local")
-        margin.acceptRule = .margin
+        margin.gate.accept = .margin
         var atLeast = margin
-        atLeast.acceptRule = .atLeastBest
+        atLeast.gate.accept = .atLeastBest
         let scores = zip(candidate, best).map { PairedScores(candidate: Double($0) / Double(k), best: Double($1) / Double(k)) }
         let paired = PairedTest.decide(scores, candidateTrials: k, bestTrials: k, alpha: alpha)
         return [GateRules.heldOutStep(val: val, best: bestVal, testTasks: tasks, config: margin) == nil,

@@ -50,7 +50,7 @@ public enum GateRules {
         let passed = phases.suite.filter(\.passed).count
         if let rejection = suite(passed: passed, total: s.suite.count, threshold: config.threshold) { return rejection }
         guard let heldOut = phases.heldOut else { return .runHeldOut }
-        if config.acceptRule == .paired {
+        if config.gate.accept == .paired {
             guard let test = paired(s, config: config, heldOut: heldOut) else {
                 return .rejected(.notShownBetter, reason: "gate.accept: paired: the best accepted agent.py's per-task held-out results are not recorded", requiredImprovement: nil)
             }
@@ -86,14 +86,14 @@ public enum GateRules {
     public static func paired(_ s: ExperimentState, config: ExperimentConfig, heldOut: [TaskOutcome]) -> PairedDecision? {
         guard let best = s.bestHeldOut?.trials, let test = s.split?.test else { return nil }
         let scores = zip(HeldOutScore.taskMeans(test, heldOut), best.means).map { PairedScores(candidate: $0, best: $1) }
-        return PairedTest.decide(scores, candidateTrials: config.heldOutTrials, bestTrials: best.trials, alpha: config.alpha)
+        return PairedTest.decide(scores, candidateTrials: config.gate.trials, bestTrials: best.trials, alpha: config.gate.alpha)
     }
 
     /// Step 2 on scores: nil when `val` passes against `best` under `gate.accept` (margin or
     /// at_least_best).
     static func heldOutStep(val: Double, best: Double?, testTasks: Int, config: ExperimentConfig) -> GateDecision? {
-        guard config.acceptRule == .atLeastBest else {
-            return improvement(val: val, best: best, testTasks: testTasks, minImprovement: config.minImprovement)
+        guard config.gate.accept == .atLeastBest else {
+            return improvement(val: val, best: best, testTasks: testTasks, minImprovement: config.gate.minImprovement)
         }
         // Floating-point noise in the means (1e-9) never turns a tie into a rejection.
         guard val < (best ?? 0) - 1e-9 else { return nil }
@@ -116,15 +116,15 @@ public enum GateRules {
     /// The acceptance rule in force, in held-out tasks: what `prepare` and `status` say.
     public static func ruleText(testTasks n: Int, config: ExperimentConfig) -> String {
         // A benchmark too small to hold a task out (one task: `benchmark --oracle` of a task).
-        if n == 0 { return "gate.accept: \(config.acceptRule.rawValue): the test split is empty, so no gate can be accepted" }
-        switch config.acceptRule {
+        if n == 0 { return "gate.accept: \(config.gate.accept.rawValue): the test split is empty, so no gate can be accepted" }
+        switch config.gate.accept {
         case .paired:
-            return "gate.accept: paired (alpha \(config.alpha), \(config.heldOutTrials) trial(s) per held-out task): a gate is accepted when a one-sided paired t-test of its per-task held-out scores against the best accepted agent.py's finds it better on average at that error rate"
+            return "gate.accept: paired (alpha \(config.gate.alpha), \(config.gate.trials) trial(s) per held-out task): a gate is accepted when a one-sided paired t-test of its per-task held-out scores against the best accepted agent.py's finds it better on average at that error rate"
         case .atLeastBest:
             return "gate.accept: at_least_best: a gate is accepted when its val_score reaches the best accepted score (a tie passes; the same agent.py cannot be gated twice)"
         case .margin:
-            let step = tasksNeeded(testTasks: n, minImprovement: config.minImprovement)
-            let setting = config.minImprovement == nil ? "min_improvement auto = 1/\(n)" : "min_improvement \(config.minImprovement!)"
+            let step = tasksNeeded(testTasks: n, minImprovement: config.gate.minImprovement)
+            let setting = config.gate.minImprovement == nil ? "min_improvement auto = 1/\(n)" : "min_improvement \(config.gate.minImprovement!)"
             return "gate.accept: margin (\(setting)): a gate is accepted when at least \(step) more held-out task(s) pass than under the best accepted agent.py (a tie fails)"
         }
     }
@@ -166,6 +166,6 @@ public enum GateRules {
 extension ExperimentConfig {
     /// The improvement a gate must exceed, given the test split's size.
     public func requiredImprovement(testTasks: Int) -> Double {
-        acceptRule != .margin ? 0 : GateRules.requiredImprovement(testTasks: testTasks, minImprovement: minImprovement)
+        gate.accept != .margin ? 0 : GateRules.requiredImprovement(testTasks: testTasks, minImprovement: gate.minImprovement)
     }
 }
