@@ -86,7 +86,7 @@ struct DoctorCommand: ParsableCommand {
         // The held-out VM runtime (gate.held_out_runtime: vm): informational, as experiments
         // choose it; its own refusal names what is missing when one does.
         if geteuid() == 0 && !summary {
-            for l in HeldOutVM.doctorLines(progress: { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
+            for l in VMHostCheck.doctorLines(progress: { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
                 lines.append((l.topic, l.status, l.detail))
             }
         }

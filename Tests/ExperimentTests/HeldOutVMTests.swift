@@ -421,7 +421,7 @@ struct HeldOutVMTests {
     /// What `auto` must pick on this host, from a probe of its own.
     static func kvmWorks() throws -> Bool {
         let kernel = try GuestKernel.load(VMSettings.defaultKernelDirectory)
-        return HeldOutVM.probeKVM(kernel: kernel, qemu: HeldOutVM.qemuBinary).works
+        return VMHostCheck.kvmBoot(kernel: kernel, qemu: HeldOutVM.qemuBinary).works
     }
 
     @Test("auto (the default) uses a VM only where a KVM guest boots; otherwise the host, with a line naming the capacity left")
@@ -472,13 +472,13 @@ struct HeldOutVMTests {
         let kernel = try GuestKernel.load(VMSettings.defaultKernelDirectory)
         let path = "/run/autoharness/kvm-probe"
         unlink(path)
-        let first = HeldOutVM.probeKVMCached(kernel: kernel, qemu: HeldOutVM.qemuBinary)
+        let first = VMHostCheck.kvmCached(kernel: kernel, qemu: HeldOutVM.qemuBinary)
         #expect(!first.why.hasSuffix("(probed earlier this boot)"), "\(first.why)")
-        let second = HeldOutVM.probeKVMCached(kernel: kernel, qemu: HeldOutVM.qemuBinary)
+        let second = VMHostCheck.kvmCached(kernel: kernel, qemu: HeldOutVM.qemuBinary)
         #expect(second.works == first.works && second.why.hasSuffix("(probed earlier this boot)"), "\(second.why)")
         // A record writable by others decides nothing: probed again, and rewritten as root's.
         #expect(chmod(path, 0o666) == 0)
-        let third = HeldOutVM.probeKVMCached(kernel: kernel, qemu: HeldOutVM.qemuBinary)
+        let third = VMHostCheck.kvmCached(kernel: kernel, qemu: HeldOutVM.qemuBinary)
         #expect(!third.why.hasSuffix("(probed earlier this boot)"), "\(third.why)")
         var st = stat()
         #expect(stat(path, &st) == 0 && st.st_mode & 0o077 == 0 && st.st_uid == 0)
@@ -486,7 +486,7 @@ struct HeldOutVMTests {
         let text = try String(contentsOfFile: path, encoding: .utf8)
         try ("stale-key" + text.drop { $0 != "\n" }).write(toFile: path, atomically: true, encoding: .utf8)
         #expect(chmod(path, 0o600) == 0)
-        let fourth = HeldOutVM.probeKVMCached(kernel: kernel, qemu: HeldOutVM.qemuBinary)
+        let fourth = VMHostCheck.kvmCached(kernel: kernel, qemu: HeldOutVM.qemuBinary)
         #expect(!fourth.why.hasSuffix("(probed earlier this boot)"), "\(fourth.why)")
     }
 

@@ -56,7 +56,7 @@ public final class HeldOutVM {
             }
             accel = .tcg
         case .auto:
-            let probe = Self.probeKVMCached(kernel: kernel, qemu: qemu)
+            let probe = VMHostCheck.kvmCached(kernel: kernel, qemu: qemu)
             if probe.works {
                 accel = .kvm
             } else if settings.allowEmulation {
@@ -79,7 +79,7 @@ public final class HeldOutVM {
         var chosen = settings
         var why = ""
         if settings.accel != .tcg {
-            let probe = probeKVMCached(kernel: kernel, qemu: qemuBinary)
+            let probe = VMHostCheck.kvmCached(kernel: kernel, qemu: qemuBinary)
             if probe.works {
                 chosen.accel = .kvm
                 why = "a KVM guest boots here"

@@ -66,7 +66,7 @@ public enum NodeCheck {
             // `accel: kvm` is taken on the operator's word where the supervisor runs it; a
             // node proves it: a guest must boot (the probe, remembered until the next boot).
             if settings.accel == .kvm {
-                let probe = HeldOutVM.probeKVMCached(kernel: vm.kernel, qemu: vm.qemu)
+                let probe = VMHostCheck.kvmCached(kernel: vm.kernel, qemu: vm.qemu)
                 if !probe.works { return "held-out VM: gate.vm.accel is kvm and no KVM guest boots here (\(probe.why))" }
             }
             return HeldOutVM.socketRoom(scratch: scratchRoot)

@@ -35,23 +35,30 @@ extension RunDesk {
             throw ExperimentError(.refused, "agent/agent.py \(why); nothing was run; this request was recorded")
         }
         let snap = try supervisor.snapshot(bytes: bytes)
-        if let problem = try compileCheck(snap) {
+        if let problem = try CompileCheck(policyLoader: supervisor.policyLoader, output: paths.compileOutput).run(snap) {
             throw ExperimentError(.refused, "agent/agent.py does not compile; nothing was run:\n\(problem)")
         }
         return (snap, notice)
     }
+}
+
+/// `compile()` of a candidate agent.py in a throwaway sandbox (the `base` policy, no network):
+/// the parser never runs in the supervisor, and nothing of the candidate is executed.
+struct CompileCheck {
+    let policyLoader: PolicyLoader
+    /// Where the sandbox's output goes (the supervisor's own file, opened by it).
+    let output: String
 
     /// The end of the compile sandbox's output read for its error lines.
     static let compileOutputTail = 64 << 10
 
-    /// `compile()` of the candidate in a throwaway sandbox (the `base` policy, no network):
-    /// the parser never runs in the supervisor, and nothing of the candidate is executed.
-    func compileCheck(_ snap: ExperimentSupervisor.Snapshot) throws -> String? {
-        let policy = try supervisor.policyLoader.load("base")
+    /// The compile's error lines, or nil when it compiles.
+    func run(_ snap: ExperimentSupervisor.Snapshot) throws -> String? {
+        let policy = try policyLoader.load("base")
         var ov = PlanOverrides()
         ov.mounts = [MountSpec(kind: .readOnly(source: snap.directory), destination: "/candidate")]
         ov.timeoutSeconds = 60
-        let out = paths.compileOutput
+        let out = output
         let fd = open(out, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw ExperimentError(.io, "\(out): \(String(cString: strerror(errno)))") }
         defer { close(fd) }

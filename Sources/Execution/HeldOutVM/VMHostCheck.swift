@@ -5,10 +5,9 @@ import Sandbox
 import SandboxPolicy
 import SupervisorIO
 
-// The held-out VM's probes for `autoharness doctor` and `accel: auto`: qemu, the guest kernel, whether
-// a KVM guest really boots here (cached).
-
-extension HeldOutVM {
+/// What this host offers the held-out VM, for `autoharness doctor` and `accel: auto`: qemu, the
+/// guest kernel, whether a KVM guest really boots here (cached), and qemu's jail.
+public enum VMHostCheck {
     /// `autoharness doctor`'s lines for `gate.held_out_runtime: vm`: qemu, the guest kernel,
     /// KVM (a probe boot when `/dev/kvm` opens), and what a gate with `accel: auto` would use.
     /// Never a problem for the exit status: the runtime is used only when an experiment asks.
@@ -16,8 +15,8 @@ extension HeldOutVM {
                                    progress: (String) -> Void) -> [(topic: String, status: String, detail: String)] {
         var out: [(String, String, String)] = []
         let hint = "scripts/install-vm installs qemu, Debian's kernel and busybox"
-        let haveQEMU = access(qemuBinary, X_OK) == 0
-        out.append(("vm qemu", haveQEMU ? "ok" : "MISSING", haveQEMU ? "\(qemuBinary): " + (ToolCheck.version(of: qemuBinary) ?? "version unknown") : "\(qemuBinary) not found: \(hint)"))
+        let haveQEMU = access(HeldOutVM.qemuBinary, X_OK) == 0
+        out.append(("vm qemu", haveQEMU ? "ok" : "MISSING", haveQEMU ? "\(HeldOutVM.qemuBinary): " + (ToolCheck.version(of: HeldOutVM.qemuBinary) ?? "version unknown") : "\(HeldOutVM.qemuBinary) not found: \(hint)"))
         var kernel: GuestKernel?
         do {
             let k = try GuestKernel.load(kernelDirectory)
@@ -32,7 +31,7 @@ extension HeldOutVM {
             // A fresh probe (doctor is where an operator checks after fixing KVM), remembered
             // for the supervisors that follow.
             unlink("/run/autoharness/kvm-probe")
-            kvm = probeKVMCached(kernel: kernel, qemu: qemuBinary)
+            kvm = kvmCached(kernel: kernel, qemu: HeldOutVM.qemuBinary)
         }
         out.append(("vm kvm", kvm.works ? "ok" : "info", kvm.why))
         if haveQEMU, let kernel { out.append(jailLine(kernel)) }
@@ -59,7 +58,7 @@ extension HeldOutVM {
         guard let binary = GuestImage.canonical("/proc/self/exe") else { return ("vm jail", "FAILED", "cannot resolve this program's path") }
         let p = Process()
         p.executableURL = URL(fileURLWithPath: binary)
-        p.arguments = ["vm-exec", "--work", work, "--read", kernel.vmlinuz, "--uid", "\(qemuID)", "--gid", "\(qemuID)", "--", qemuBinary, "-version"]
+        p.arguments = ["vm-exec", "--work", work, "--read", kernel.vmlinuz, "--uid", "\(HeldOutVM.qemuID)", "--gid", "\(HeldOutVM.qemuID)", "--", HeldOutVM.qemuBinary, "-version"]
         let out = Pipe()
         (p.standardOutput, p.standardError) = (out, out)
         do { try p.run() } catch { return ("vm jail", "FAILED", "vm-exec: \(error)") }
@@ -68,16 +67,16 @@ extension HeldOutVM {
         guard p.terminationStatus == 0, text.hasPrefix("QEMU emulator") else {
             return ("vm jail", "FAILED", "qemu did not start with least privilege: \(text.split(separator: "\n").first ?? "exit \(p.terminationStatus)")")
         }
-        return ("vm jail", "ok", "qemu runs as uid \(qemuID) with CAP_DAC_READ_SEARCH alone and no_new_privs, in mount, pid, network, IPC and UTS namespaces of its own, on a read-only root of /usr, its kernel and its work directory")
+        return ("vm jail", "ok", "qemu runs as uid \(HeldOutVM.qemuID) with CAP_DAC_READ_SEARCH alone and no_new_privs, in mount, pid, network, IPC and UTS namespaces of its own, on a read-only root of /usr, its kernel and its work directory")
     }
 
-    /// `probeKVM`, remembered until the next boot (in /run, root's) for this qemu and kernel: a
+    /// `kvmBoot`, remembered until the next boot (in /run, root's) for this qemu and kernel: a
     /// host whose KVM hangs would otherwise pay the probe's 20 s at every supervisor's start.
-    static func probeKVMCached(kernel: GuestKernel, qemu: String) -> (works: Bool, why: String) {
+    static func kvmCached(kernel: GuestKernel, qemu: String) -> (works: Bool, why: String) {
         let dir = "/run/autoharness", path = dir + "/kvm-probe"
         var q = stat()
         let boot = InputFile.read("/proc/sys/kernel/random/boot_id", cap: 64).map { String(decoding: $0, as: UTF8.self) }
-        guard stat(qemu, &q) == 0, case .success(let id) = boot else { return probeKVM(kernel: kernel, qemu: qemu) }
+        guard stat(qemu, &q) == 0, case .success(let id) = boot else { return kvmBoot(kernel: kernel, qemu: qemu) }
         let key = "\(id.trimmingCharacters(in: .whitespacesAndNewlines)) \(q.st_size) \(q.st_mtim.tv_sec) \(kernel.version)"
         // Trusted only if root's and writable by no one else (it decides where held-out runs go).
         var st = stat()
@@ -88,7 +87,7 @@ extension HeldOutVM {
                 return (lines[1] == "works", lines[2] + " (probed earlier this boot)")
             }
         }
-        let probe = probeKVM(kernel: kernel, qemu: qemu)
+        let probe = kvmBoot(kernel: kernel, qemu: qemu)
         if geteuid() == 0, mkdir(dir, 0o700) == 0 || errno == EEXIST {
             let why = probe.why.replacingOccurrences(of: "\n", with: " ")
             try? AtomicFile.write(Array("\(key)\n\(probe.works ? "works" : "broken")\n\(why)\n".utf8), to: path, mode: 0o600)
@@ -99,7 +98,7 @@ extension HeldOutVM {
     /// A probe boot with KVM: `/dev/kvm` can exist and open while no guest runs (DESIGN.md:
     /// this machine kind dies on an MSR write with `-cpu host` and hangs in the firmware
     /// otherwise), so only a guest that reaches its init and writes to the port counts.
-    static func probeKVM(kernel: GuestKernel, qemu: String, timeout: Double = 20) -> (works: Bool, why: String) {
+    static func kvmBoot(kernel: GuestKernel, qemu: String, timeout: Double = 20) -> (works: Bool, why: String) {
         guard access("/dev/kvm", R_OK | W_OK) == 0 else { return (false, "/dev/kvm: \(ErrnoName.describe(errno))") }
         let dir = "/run/autoharness-kvm-probe-\(getpid())"
         rmdir(dir)
