@@ -12,7 +12,7 @@
 //
 // When the tool is done, the supervisor closes the server's stdin and it exits; what the
 // commands left running (a server the tests query) is kept beside the verifier, exactly as
-// for a local task on its image (`verifyAndScore(_:_:survivors:)`), and killed after it.
+// for a local task on its image (`TaskVerifier.verifyAndScore(_:_:survivors:)`), and killed after it.
 
 import Glibc
 import Sandbox
@@ -140,12 +140,12 @@ extension TaskRunner {
         }
         var verifiedBeside = false
         var stepCopy = step
-        let container = sandbox(policy, [TaskContainerLink.server, TaskContainerLink.socketPath], overrides, stdin: quit.read,
+        let container = sandboxes.run(policy, [TaskContainerLink.server, TaskContainerLink.socketPath], overrides, stdin: quit.read,
                                 stdout: "agent.stdout", stderr: "agent.stderr", scratch: scratch, audit: configuration.audit,
                                 keepSurvivors: true) { survivors in
             verifiedBeside = true
             guard self.take(end.wait(), seconds: Self.now() - started, into: &run, step: &stepCopy) else { return }
-            self.verifyAndScore(&run, stepCopy, survivors: survivors)
+            TaskVerifier(runner: self).verifyAndScore(&run, stepCopy, survivors: survivors)
         }
         end.sandboxEnded = true
         let toolEnd = end.wait()
@@ -167,7 +167,7 @@ extension TaskRunner {
             }
         }
         guard take(toolEnd, seconds: Self.now() - started, into: &run, step: &step) else { return }
-        verifyAndScore(&run, step)
+        TaskVerifier(runner: self).verifyAndScore(&run, step)
     }
 
     /// How long the container's server may take to listen.

@@ -26,6 +26,8 @@ import SupervisorIO
 /// Runs benchmark tasks, each in its own agent sandbox and verifier sandbox.
 public final class TaskRunner: Sendable {
     public let configuration: TaskRunConfiguration
+    /// How this runner's sandboxes start.
+    var sandboxes: TaskSandboxes { TaskSandboxes(configuration: configuration) }
     /// `configuration.scratchRoot`, resolved.
     let scratchRoot: String
     /// `configuration.agentDirectory`, resolved; nil in oracle mode without one.
@@ -213,7 +215,7 @@ public final class TaskRunner: Sendable {
         }
 
         // The verifier's sandbox is built while the agent runs, where that is safe
-        // (`buildVerifierAhead`): once the agent's payload has run for a moment without
+        // (`TaskVerifier.buildAhead`): once the agent's payload has run for a moment without
         // needing the supervisor, so neither its launch nor its first requests wait for it.
         let verifierTimeout = task.verifierTimeoutDeclared ? task.verifierTimeout : configuration.defaultVerifierTimeout
         var verifierOverrides = PlanOverrides()
@@ -231,14 +233,14 @@ public final class TaskRunner: Sendable {
                                                                home: home)
         }
         let verifierAudit = configuration.verifierAudit ?? configuration.audit
-        let ahead = VerifierAhead()
+        let ahead = TaskVerifier.Ahead()
         let buildAhead = { [self] in
             let stdin = PayloadInput.empty()
             guard stdin >= 0 else { return }
-            ahead.value = buildVerifierAhead(verifierPolicy, verifierOverrides, stdin: stdin, scratch: scratch,
+            ahead.value = TaskVerifier(runner: self).buildAhead(verifierPolicy, verifierOverrides, stdin: stdin, scratch: scratch,
                                              audit: verifierAudit, agentWrites: ahead.agentWrites)
         }
-        defer { Self.dropVerifierAhead(ahead.take(), scratch: scratch) }
+        defer { TaskVerifier.dropAhead(ahead.take(), scratch: scratch) }
 
         // Step 2: the agent (or, validating a benchmark, the oracle solution).
         let agentTimeout = task.agentTimeoutDeclared ? task.agentTimeout : configuration.defaultAgentTimeout
@@ -290,7 +292,7 @@ public final class TaskRunner: Sendable {
             // while the verifier runs, which is then done here, beside it.
             var verifiedBeside = false
             let start = Self.now()
-            let agent = sandbox(taskPolicy, command, overrides, stdin: stdinFD, stdout: "agent.stdout", stderr: "agent.stderr",
+            let agent = sandboxes.run(taskPolicy, command, overrides, stdin: stdinFD, stdout: "agent.stdout", stderr: "agent.stderr",
                                 scratch: scratch, audit: configuration.audit,
                                 whenQuiet: configuration.buildVerifierAhead ? buildAhead : nil,
                                 compiled: { ahead.agentWrites = $0.writableSources },
@@ -298,7 +300,7 @@ public final class TaskRunner: Sendable {
                                     verifiedBeside = true
                                     run.agentSeconds = Self.now() - start
                                     step.agentProblem = Self.agentProblem(survivors.termination, memoryLimit: false)
-                                    self.verifyAndScore(&run, step, survivors: survivors)
+                                    TaskVerifier(runner: self).verifyAndScore(&run, step, survivors: survivors)
                                 }
             if verifiedBeside { return }
             run.agentSeconds = agent.seconds
@@ -320,7 +322,7 @@ public final class TaskRunner: Sendable {
                 }
             }
         }
-        verifyAndScore(&run, step)
+        TaskVerifier(runner: self).verifyAndScore(&run, step)
     }
 
     /// What an agent's exit counts as: nothing for status 0, else a problem to note.
@@ -353,102 +355,6 @@ public final class TaskRunner: Sendable {
         let fd = FileSystem.openFile(at: scratch.outFD, "instruction.md", O_RDONLY)
         guard fd >= 0 else { throw BenchmarkError(.io, "\(scratch.outPath)/instruction.md: \(FileSystem.errorText())") }
         return fd
-    }
-
-    /// Compiles and runs one sandbox with stdio on supervisor-opened fds, closing them
-    /// afterwards (including `stdin`), reporting to `audit`. Blocks until the sandbox is gone.
-    func sandbox(_ policy: Policy, _ command: [String], _ overrides: PlanOverrides, stdin: Int32,
-                 stdout: String, stderr: String, scratch: TaskScratch, audit: AuditLog,
-                 whenQuiet: (() -> Void)? = nil, compiled: (LaunchPlan) -> Void = { _ in }, findPayloadPID: Bool = false,
-                 joinNetwork: Int32? = nil, keepSurvivors: Bool = false, afterPayload: (Survivors) -> Void = { _ in })
-                 -> (result: Result<SandboxResult, SandboxFailure>, seconds: Double) {
-        switch prepareSandbox(policy, command, overrides, stdin: stdin, stdout: stdout, stderr: stderr, scratch: scratch, audit: audit,
-                              findPayloadPID: findPayloadPID) {
-        case .failure(let f): return (.failure(f.failure), f.seconds)
-        case .success(var prepared):
-            defer { prepared.close() }
-            compiled(prepared.plan)
-            prepared.options.whenQuiet = whenQuiet
-            prepared.options.networkNamespace = joinNetwork
-            do throws(SandboxError) {
-                let result = keepSurvivors ? try SandboxRunner.run(prepared.plan, options: prepared.options, keepingSurvivors: afterPayload)
-                    : try SandboxRunner.run(prepared.plan, options: prepared.options)
-                return (.success(result), Self.now() - prepared.start)
-            } catch {
-                return (.failure(SandboxFailure(error)), Self.now() - prepared.start)
-            }
-        }
-    }
-
-    /// A sandbox's plan and options, with its stdio open (closed by `close()`, which owns `stdin`).
-    struct PreparedSandbox {
-        var plan: LaunchPlan
-        var options: RunOptions
-        var stdio: (Int32, Int32, Int32)
-        var start: Double
-
-        func close() {
-            for fd in [stdio.0, stdio.1, stdio.2] where fd >= 0 { Glibc.close(fd) }
-        }
-    }
-
-    /// Opens the sandbox's output files and compiles its plan. `stdin` is the result's to
-    /// close (closed here on failure).
-    func prepareSandbox(_ policy: Policy, _ command: [String], _ overrides: PlanOverrides, stdin: Int32,
-                                stdout: String, stderr: String, scratch: TaskScratch,
-                                audit: AuditLog, findPayloadPID: Bool = false) -> Result<PreparedSandbox, TimedFailure> {
-        let start = Self.now()
-        var out: Int32 = -1, err: Int32 = -1
-        do throws(SandboxFailure) {
-            do {
-                out = try scratch.createOutput(stdout)
-                err = try scratch.createOutput(stderr)
-            } catch {
-                throw SandboxFailure(message: error.message)
-            }
-            // The host environment is deliberately empty: the policy's env section is the
-            // sandbox's whole environment, identical whoever runs the supervisor and for
-            // either split.
-            let plan: LaunchPlan
-            do throws(SandboxError) {
-                plan = try PlanCompiler.compile(policy: policy, command: command, overrides: overrides, hostEnvironment: [:])
-            } catch {
-                throw SandboxFailure(error)
-            }
-            var options = RunOptions(audit: audit)
-            options.stdio = (stdin, out, err)
-            options.pageCache = configuration.pageCache
-            options.findPayloadPID = findPayloadPID
-            // The agent phase's mirrors (the only proxy a task's sandboxes get), in a held-out
-            // VM reached through the host's proxy.
-            if plan.network.mode == .proxy, let guest = configuration.guestEgress {
-                options.egressLink = (guest.link, "task")
-            }
-            return .success(PreparedSandbox(plan: plan, options: options, stdio: (stdin, out, err), start: start))
-        } catch {
-            for fd in [stdin, out, err] where fd >= 0 { close(fd) }
-            return .failure(TimedFailure(failure: error, seconds: Self.now() - start))
-        }
-    }
-
-    struct TimedFailure: Error {
-        var failure: SandboxFailure
-        var seconds: Double
-    }
-
-    struct SandboxFailure: Error {
-        var message: String
-        var supervisor = false
-
-        init(message: String, supervisor: Bool = false) {
-            self.message = message
-            self.supervisor = supervisor
-        }
-
-        /// `.io` is a write of the supervisor's own (the page-cache journal) that failed.
-        init(_ error: SandboxError) {
-            self.init(message: error.message, supervisor: error.code == .io)
-        }
     }
 
     /// The program agent.py runs under. It imports /agent/agent.py as module `agent`, reads

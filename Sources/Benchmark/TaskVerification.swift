@@ -9,31 +9,34 @@ import Sandbox
 import SandboxPolicy
 import SupervisorIO
 
-extension TaskRunner {
-    /// What the verifier step needs of the task's run so far.
-    struct VerifierStep {
-        var task: BenchmarkTask
-        var scratch: TaskScratch
-        var image: TaskImage?
-        /// The agent's overlay (`TaskScratch.imageRootPath`) on an image.
-        var imageRoot: String?
-        /// /app on the host: the working copy, or the agent overlay's /app.
-        var appPath: String
-        var appOwner: (uid_t, gid_t)
-        var policy: Policy
-        var overrides: PlanOverrides
-        var audit: AuditLog
-        var timeout: Double
-        var ahead: VerifierAhead
-        var rewardWatch: ChangeWatch
-        /// Why the agent's run counts as a problem (a crash, a non-zero exit), and the status
-        /// a reward below the pass threshold then takes.
-        var agentProblem: String?
-        var problemStatus = TaskStatus.agentCrashed
-        /// On an image with package mirrors: what the test script installs with apt-get, and
-        /// the agent phase's policy and overrides its install runs under (`VerifierPackages`).
-        var packages: (names: [String], policy: Policy, overrides: PlanOverrides)?
-    }
+/// What the verifier step needs of the task's run so far.
+struct VerifierStep {
+    var task: BenchmarkTask
+    var scratch: TaskScratch
+    var image: TaskImage?
+    /// The agent's overlay (`TaskScratch.imageRootPath`) on an image.
+    var imageRoot: String?
+    /// /app on the host: the working copy, or the agent overlay's /app.
+    var appPath: String
+    var appOwner: (uid_t, gid_t)
+    var policy: Policy
+    var overrides: PlanOverrides
+    var audit: AuditLog
+    var timeout: Double
+    var ahead: TaskVerifier.Ahead
+    var rewardWatch: ChangeWatch
+    /// Why the agent's run counts as a problem (a crash, a non-zero exit), and the status
+    /// a reward below the pass threshold then takes.
+    var agentProblem: String?
+    var problemStatus = TaskStatus.agentCrashed
+    /// On an image with package mirrors: what the test script installs with apt-get, and
+    /// the agent phase's policy and overrides its install runs under (`VerifierPackages`).
+    var packages: (names: [String], policy: Policy, overrides: PlanOverrides)?
+}
+
+/// The verifier of one task, run by `TaskRunner` once the agent's sandbox has exited.
+struct TaskVerifier {
+    let runner: TaskRunner
 
     /// A verifier's timeout or memory kill while it ran agent code (the flag: code from /app,
     /// or the agent phase's processes beside it) is recorded against agent.py too: what it
@@ -43,7 +46,7 @@ extension TaskRunner {
         guard let code = run.agentCode, !code.isEmpty else { return }
         var event = AuditEvent(sandbox: sandbox, kind: kind, name: "verifier", action: "kill")
         event.detail = "\(what) while running agent.py's code: \(code.prefix(2).joined(separator: "; "))"
-        configuration.audit.record(event)
+        runner.configuration.audit.record(event)
     }
 
     /// Steps 3 and 4; `survivors`: what the agent phase on an image left running.
@@ -56,13 +59,13 @@ extension TaskRunner {
         // per task (a name of its own, finished with it), so one task's many cannot use up
         // the next one's.
         let audited = "supervisor:" + (scratch.path.split(separator: "/").last.map(String.init) ?? "task")
-        defer { configuration.audit.finish(sandbox: audited) }
+        defer { runner.configuration.audit.finish(sandbox: audited) }
         if let survivors, let image {
             // The agent phase left processes running (a server its tests query): they keep the
             // agent's overlay, and the verifier gets one of its own, whose upper layer is a
             // copy of the agent's taken while they are frozen. Nothing they write from now on
             // reaches what the verifier reads, checks or runs; they share its loopback only.
-            Self.dropVerifierAhead(step.ahead.take(), scratch: scratch)
+            Self.dropAhead(step.ahead.take(), scratch: scratch)
             do throws(SandboxError) { try survivors.freeze() } catch {
                 return run.finish(.setupFailed, "task \(task.id): freezing the agent's processes: \(error.message)")
             }
@@ -74,8 +77,8 @@ extension TaskRunner {
             }
             (appPath, root, upper) = (scratch.verifierRootPath + "/app", scratch.verifierRootPath, scratch.verifierUpperPath)
             do {
-                verifierPolicy = try configuration.policyLoader.load(
-                    configuration.verifierPolicy, variables: ["workdir": appPath, "tests_dir": scratch.testsPath, "logs_dir": scratch.logsPath])
+                verifierPolicy = try runner.configuration.policyLoader.load(
+                    runner.configuration.verifierPolicy, variables: ["workdir": appPath, "tests_dir": scratch.testsPath, "logs_dir": scratch.logsPath])
             } catch {
                 return run.finish(.setupFailed, "policy: \(error)")
             }
@@ -104,7 +107,7 @@ extension TaskRunner {
         let app = root == nil ? FileSystem.openDirectory(at: scratch.fd, FileSystem.name("app"))
             : (try? scratch.imageApp(owner: appOwner, root: root!)) ?? -1
         guard app >= 0 else { return run.finish(.setupFailed, "app directory: \(FileSystem.errorText())") }
-        let sanitized = configuration.sanitizesGitConfigs ? GitConfigs.sanitize(app: app, owner: appOwner) : .success(0)
+        let sanitized = runner.configuration.sanitizesGitConfigs ? GitConfigs.sanitize(app: app, owner: appOwner) : .success(0)
         // Links that lead out of /app (to the answer key in /tests, the verifier's /tmp, /proc)
         // are gone too, each recorded against agent.py (`PlantedLinks`); on an image, links
         // anywhere the agent made that lead into what only the verifier has.
@@ -118,7 +121,7 @@ extension TaskRunner {
                 var event = AuditEvent(sandbox: audited, kind: .plantedLink, name: link, action: "removed")
                 event.detail = root == nil ? "a link agent.py left in /app leading out of it, removed before the verifier started"
                     : "a link agent.py left on the task's image leading into what only the verifier has, removed before the verifier started"
-                configuration.audit.record(event)
+                runner.configuration.audit.record(event)
             }
             run.note("removed \(removed.count) link(s) leading \(root == nil ? "out of /app" : "into the verifier's paths"): \(removed.prefix(3).joined(separator: "; "))")
         case .success: break
@@ -131,7 +134,7 @@ extension TaskRunner {
             o.imageRoot = root
             let stdin = PayloadInput.empty()
             guard stdin >= 0 else { return run.finish(.setupFailed, "the package install's stdin: \(FileSystem.errorText())") }
-            let r = sandbox(policy, VerifierPackages.command(names), o, stdin: stdin, stdout: "packages.stdout", stderr: "packages.stderr",
+            let r = runner.sandboxes.run(policy, VerifierPackages.command(names), o, stdin: stdin, stdout: "packages.stdout", stderr: "packages.stderr",
                             scratch: scratch, audit: step.audit)
             let how: String
             switch r.result {
@@ -148,7 +151,7 @@ extension TaskRunner {
         switch AnswerKeyGuard.start(scratch.testsPath) {
         case .success(let g): guardKey = g
         case .failure(let e):
-            Self.dropVerifierAhead(step.ahead.take(), scratch: scratch)
+            Self.dropAhead(step.ahead.take(), scratch: scratch)
             return run.finish(.setupFailed, "task \(task.id): \(e.message): the answer key cannot be guarded, so the verifier does not start")
         }
 
@@ -177,24 +180,24 @@ extension TaskRunner {
         let verifier: (result: Result<SandboxResult, SandboxFailure>, seconds: Double)
         if let (held, prepared) = step.ahead.value, held.isReady {
             step.ahead.value = nil
-            let start = Self.now()
+            let start = TaskRunner.now()
             let result = held.run()
             prepared.close()
-            verifier = (.success(result), Self.now() - start)
+            verifier = (.success(result), TaskRunner.now() - start)
         } else {
             // Not built ahead, or its build failed: built now, as if it never had been.
-            Self.dropVerifierAhead(step.ahead.take(), scratch: scratch)
+            Self.dropAhead(step.ahead.take(), scratch: scratch)
             // Never -1 here: that would hand the verifier the supervisor's own stdin.
             let empty = PayloadInput.empty()
             guard empty >= 0 else { return run.finish(.setupFailed, "the verifier's stdin (/dev/null through a read-only mount): \(FileSystem.errorText())") }
-            verifier = sandbox(verifierPolicy, Self.verifierCommand, verifierOverrides, stdin: empty,
+            verifier = runner.sandboxes.run(verifierPolicy, Self.verifierCommand, verifierOverrides, stdin: empty,
                                stdout: "verifier.stdout", stderr: "verifier.stderr", scratch: scratch, audit: step.audit,
                                findPayloadPID: true, joinNetwork: relay?.1)
         }
         run.verifierSeconds = verifier.seconds
-        AnswerKeyGuard.stop(guardKey, tests: scratch.testsPath, audit: configuration.audit, as: audited, run: &run)
+        AnswerKeyGuard.stop(guardKey, tests: scratch.testsPath, audit: runner.configuration.audit, as: audited, run: &run)
         AnswerKeyGuard.flagLinksLeft([("/tmp", scratch.verifierTmpPath), ("/app", appPath), ("/logs/verifier", scratch.logsPath)],
-                                     audit: configuration.audit, as: audited, run: &run)
+                                     audit: runner.configuration.audit, as: audited, run: &run)
         if let first = codeWatches.first {
             let seen = codeWatches.dropFirst().reduce(first.0.stop()) { $0.merged(with: $1.0.stop()) }
             run.agentCode = AgentCodeRuns.lines(seen, app: appPath)
@@ -229,7 +232,7 @@ extension TaskRunner {
                 return run.finish(.verifierCrashed, "verifier killed by signal \(signal)\(r.memoryLimitHit ? " (memory limit)" : "")")
             case .timedOut:
                 blameAgent(run, .timeout, sandbox: r.sandboxID, "the verifier timed out")
-                return run.finish(.verifierTimeout, "verifier timed out after \(Self.seconds(verifierTimeout))")
+                return run.finish(.verifierTimeout, "verifier timed out after \(TaskRunner.seconds(verifierTimeout))")
             case .setupFailed(let message, _):
                 return run.finish(.setupFailed, "verifier sandbox setup: \(message)")
             case .execFailed(let e):
@@ -244,7 +247,7 @@ extension TaskRunner {
         defer { close(logs) }
         // Train runs: the verifier's own test report, if it wrote one in Harbor's place
         // (logs/ctrf.json): which tests failed and how.
-        if configuration.collectFailures, case .success(let report) = FileSystem.readSmallFile(at: logs, "ctrf.json", limit: FailureParsers.reportLimit) {
+        if runner.configuration.collectFailures, case .success(let report) = FileSystem.readSmallFile(at: logs, "ctrf.json", limit: FailureParsers.reportLimit) {
             run.failures = FailureParsers.ctrf(report)
         }
         // Only the test script's own process may have written the reward (`RewardWriters`).
@@ -257,7 +260,7 @@ extension TaskRunner {
         if let (path, why) = RewardWriters.problem(changes, payload: testScript, logs: logs) {
             var event = AuditEvent(sandbox: verifierSandbox, kind: .rewardTampering, name: path, action: "void")
             event.detail = why
-            configuration.audit.record(event)
+            runner.configuration.audit.record(event)
             return run.finish(.invalidReward, why)
         }
         switch Reward.read(logs: logs) {
@@ -286,10 +289,10 @@ extension TaskRunner {
     /// (`LaunchPlan.canBeBuiltWhile`: the build writes nothing the agent can see, and binds
     /// nothing the agent could still replace). Nil when it cannot be built ahead; the
     /// verifier is then built after the agent, as it always could be. Its output files are
-    /// created now and removed by `dropVerifierAhead` if it never runs.
-    func buildVerifierAhead(_ policy: Policy, _ overrides: PlanOverrides, stdin: Int32,
-                                    scratch: TaskScratch, audit: AuditLog, agentWrites: [String]?) -> (HeldSandbox, PreparedSandbox)? {
-        switch prepareSandbox(policy, Self.verifierCommand, overrides, stdin: stdin, stdout: "verifier.stdout",
+    /// created now and removed by `dropAhead` if it never runs.
+    func buildAhead(_ policy: Policy, _ overrides: PlanOverrides, stdin: Int32,
+                                    scratch: TaskScratch, audit: AuditLog, agentWrites: [String]?) -> (HeldSandbox, TaskSandboxes.Prepared)? {
+        switch runner.sandboxes.prepare(policy, Self.verifierCommand, overrides, stdin: stdin, stdout: "verifier.stdout",
                               stderr: "verifier.stderr", scratch: scratch, audit: audit, findPayloadPID: true) {
         case .failure:
             Self.removeVerifierOutputs(scratch)
@@ -305,7 +308,7 @@ extension TaskRunner {
         }
     }
 
-    static func dropVerifierAhead(_ ahead: (HeldSandbox, PreparedSandbox)?, scratch: TaskScratch) {
+    static func dropAhead(_ ahead: (HeldSandbox, TaskSandboxes.Prepared)?, scratch: TaskScratch) {
         guard let (held, prepared) = ahead else { return }
         held.discard()
         prepared.close()
@@ -320,12 +323,12 @@ extension TaskRunner {
 
     /// Where the agent's quiet moment leaves the verifier it built (same thread; a class so
     /// the closure can fill it).
-    final class VerifierAhead {
-        var value: (HeldSandbox, PreparedSandbox)?
+    final class Ahead {
+        var value: (HeldSandbox, TaskSandboxes.Prepared)?
         /// What the agent's sandbox can write (its plan's `writableSources`).
         var agentWrites: [String]?
 
-        func take() -> (HeldSandbox, PreparedSandbox)? {
+        func take() -> (HeldSandbox, TaskSandboxes.Prepared)? {
             defer { value = nil }
             return value
         }
