@@ -78,6 +78,15 @@ struct ConfigReferenceTests {
         }
     }
 
+    @Test("a config read from a file equals the same config built in code (gate.reply_after is folded into gate.reply_time)")
+    func readEqualsBuilt() throws {
+        let read = try ExperimentConfig.parse("benchmark: local\ndataset: d\ngate:\n  reply_time: worst_case\n  reply_after: 90\n  trials: 3\n", file: "f")
+        var built = ExperimentConfig(benchmark: "local", dataset: "d")
+        built.gate.replyTime = .worstCase(seconds: 90)
+        built.gate.trials = 3
+        #expect(read == built)
+    }
+
     /// Defaults are read from a fresh config, so the reference shows what a config without the
     /// key gets.
     @Test("the reference's defaults are what a config without the key gets")

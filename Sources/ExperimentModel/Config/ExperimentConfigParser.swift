@@ -76,6 +76,8 @@ enum ExperimentConfigParser {
             }
         default: break
         }
+        // Folded into replyTime: a config read from a file equals one built in code.
+        c.gate.replyAfter = nil
         if c.gate.accept != .margin, let node = r.node("gate.min_improvement") {
             r.error(node, c.gate.accept == .paired
                 ? "gate.min_improvement: only with gate.accept: margin (paired accepts what its test finds better at gate.alpha)"
