@@ -143,12 +143,12 @@ struct RunAloneContainerTests {
     func workerInAContainerJoinsCluster() throws {
         try requireRoot()
         let images = try Images.built()
-        let python = try RunAloneRayTests.python()
+        let python = try RayClusterTests.python()
         let local = try Experiment()
-        let (remote, keyFile) = try RunAloneRayTests.rayExperiment()
+        let (remote, keyFile) = try RayClusterTests.rayExperiment()
         // The head on the host's side of the bridge with no CPU; the only worker node is the
         // container, in a network namespace joined to the bridge.
-        let cluster = try RunAloneRayTests.Cluster(python: python, keyFile: keyFile, temp: remote.temp, workers: 0)
+        let cluster = try RayClusterTests.Cluster(python: python, keyFile: keyFile, temp: remote.temp, workers: 0)
         defer { cluster.stop() }
         let cgroup = PodmanCgroup()
         let name = "ah-test-worker-" + cluster.tag
@@ -169,9 +169,9 @@ struct RunAloneContainerTests {
 
         // The supervisor is the binary baked into the image (a node runs only the
         // supervisor's own binary), with its policies and templates beside it.
-        let env = try RunAloneRayTests.useCluster(remote, cluster, python: python)
+        let env = try RayClusterTests.useCluster(remote, cluster, python: python)
         func onCluster(_ args: String...) throws -> Run { try runProcess(images.autoharness, args + ["-C", remote.root], environment: env) }
-        let prepared = try RunAloneRayTests.whenUpOnCluster { try onCluster("prepare") }
+        let prepared = try RayClusterTests.whenUpOnCluster { try onCluster("prepare") }
         let logs = { (try? Self.podman(["logs", "--tail", "30", name]))?.stderr ?? "" }
         #expect(prepared.status == 0, "\(prepared.stdout) \(prepared.stderr)\nthe container: \(logs())")
         #expect(try remote.split() == local.split())

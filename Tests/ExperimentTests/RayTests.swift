@@ -10,11 +10,13 @@ import TestSupport
 
 /// The real Ray (pinned, `scripts/install-ray`) as the transport of remote work: a head started
 /// here with token authentication on loopback, its node running `autoharness worker` for each
-/// request. A missing install fails the test: CI installs it first. Run alone (after the
-/// parallel suite, see RunAloneInodeCounterTests): a Ray cluster's start-up takes both cores
-/// for seconds, which the timing tests running beside it would feel.
+/// request. A missing install fails the test: CI installs it first. It runs beside the other
+/// suites: a Ray cluster's start-up takes both cores for seconds, which the timing tests beside
+/// it must bear as they bear any busy machine (they did beside a whole CI run and two CPU
+/// burners). The one other suite that starts a cluster (RunAloneContainerTests) runs alone,
+/// after this one, so two clusters never meet.
 @Suite("Ray: remote work through a real Ray cluster with token authentication", .serialized)
-struct RunAloneRayTests {
+struct RayClusterTests {
     static func python() throws -> String {
         let r = try runProcess("/bin/bash", [Built.packageRoot + "/scripts/install-ray", "--print"])
         let path = r.stdout.split(separator: " ").last.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
