@@ -34,7 +34,7 @@ struct ConfigReferenceTests {
         for row in rows {
             let parts = row.key.split(separator: ".").map(String.init)
             out[parts.dropLast().joined(separator: "."), default: []].append(parts.last!)
-            if row.accepts == "a mapping" { out[row.key, default: []] = out[row.key] ?? [] }
+            if row.accepts == "a mapping" && out[row.key] == nil { out[row.key] = [] }
         }
         return out
     }

@@ -58,9 +58,8 @@ struct CompileCheck {
         var ov = PlanOverrides()
         ov.mounts = [MountSpec(kind: .readOnly(source: snap.directory), destination: "/candidate")]
         ov.timeoutSeconds = 60
-        let out = output
-        let fd = open(out, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw ExperimentError(.io, "\(out): \(String(cString: strerror(errno)))") }
+        let fd = open(output, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw ExperimentError(.io, "\(output): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         let code = "import sys\nsrc = open('/candidate/agent.py', 'rb').read()\ncompile(src, 'agent/agent.py', 'exec')\n"
         do throws(SandboxError) {

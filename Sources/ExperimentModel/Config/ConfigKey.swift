@@ -165,14 +165,14 @@ package struct ConfigKey<Root> {
 }
 
 extension ConfigReader {
-    /// Reads the mapping `node` (named `path` in errors) whose keys are `keys` and `others`
-    /// (any other is refused, naming the allowed ones): each of `keys` is checked and stored
-    /// into `root`, and its node kept under its dotted path (`node(_:)`); each of `others` is
-    /// handed to `other`.
+    /// Reads the mapping `node` at dotted `path` ("" for the file's top level) whose keys are
+    /// `keys` and `others` (any other is refused, naming the allowed ones): each of `keys` is
+    /// checked and stored into `root`, and its node kept under its dotted path (`node(_:)`);
+    /// each of `others` is handed to `other`.
     func read<Root>(_ node: Node, _ path: String, _ keys: [ConfigKey<Root>], others: [String] = [], into root: inout Root,
                     other: (String, Node) -> Void = { _, _ in }) {
-        let prefix = path == ConfigSchema.rootName ? "" : path + "."
-        mapping(node, path, allowed: keys.map(\.name) + others) { name, value in
+        let prefix = path.isEmpty ? "" : path + "."
+        mapping(node, path.isEmpty ? "the config" : path, allowed: keys.map(\.name) + others) { name, value in
             guard let key = keys.first(where: { $0.name == name }) else { return other(name, value) }
             placed[prefix + name] = value
             key.store(self, value, prefix + name, &root)

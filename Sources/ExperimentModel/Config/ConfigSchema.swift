@@ -10,9 +10,6 @@ import Yams
 /// A benchmark's own keys are its kind's (`BenchmarkKind.Settings.keys`), written at the top
 /// level as upstream writes them.
 package enum ConfigSchema {
-    /// How the reader names the file's top level in its errors.
-    static let rootName = "the config"
-
     package static var keys: [ConfigKey<ExperimentConfig>] {
         [
             .custom("benchmark", accepts: BenchmarkKinds.names.joined(separator: " | "),

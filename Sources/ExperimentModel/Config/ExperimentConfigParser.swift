@@ -45,7 +45,7 @@ enum ExperimentConfigParser {
         var c = ExperimentConfig(benchmark: "")
         var benchmarkKeys: [(key: String, node: Node)] = []
         // A benchmark's keys are typed once the benchmark is known, each at its own line.
-        r.read(root, ConfigSchema.rootName, ConfigSchema.keys, others: BenchmarkKinds.settingKeyNames, into: &c) { benchmarkKeys.append(($0, $1)) }
+        r.read(root, "", ConfigSchema.keys, others: BenchmarkKinds.settingKeyNames, into: &c) { benchmarkKeys.append(($0, $1)) }
         c.benchmarkSettings = BenchmarkKinds.readSettings(for: c.benchmark, benchmarkKeys, r)
         check(&c, r)
         guard r.errors.isEmpty else { throw ConfigErrors(r.errors) }
