@@ -42,6 +42,9 @@ public struct BenchmarkTask: Sendable, Equatable {
     /// the task's agent and verifier sandboxes in place of their policies' (`TaskResources`).
     public var memory: UInt64?
     public var cpus: Double?
+    /// `[environment] storage_mb` (or `storage`) in bytes: the size of a train run's task file
+    /// systems, on disk (`TaskDisks`); nil: the 2 GiB tmpfs.
+    public var storage: UInt64?
     /// Why the task cannot run (a malformed task.toml, a missing tests/test.sh), or nil. A
     /// broken task stays in the benchmark and scores 0 as `setup_failed` with this reason, as
     /// an infrastructure error does: it costs that task, never the whole experiment.
@@ -226,6 +229,6 @@ extension BenchmarkTask {
         }
         network = try TaskNetwork.read(toml, path: path)
         let resources = try TaskResources.read(toml, path: path)
-        (memory, cpus) = (resources.memory, resources.cpus)
+        (memory, cpus, storage) = (resources.memory, resources.cpus, resources.storage)
     }
 }

@@ -6,12 +6,15 @@
 //                 memory = "4G"           (the older spelling: a number and G, M or K, as
 //                                          Harbor's `_parse_size_to_mb` reads it)
 //                 cpus = 2                (cores, a decimal allowed)
+//                 storage_mb = 10240      (the task's disk, MB; `storage = "10G"` the older
+//                                          spelling, read as memory is)
 //
 // Each replaces the task and verifier policies' `limits.memory` and `limits.cpus` for that
 // task's two sandboxes, lower or higher: Terminal-Bench 2.0's tasks declare 2 to 8 GB and
 // their reference solutions need it (portfolio-optimization's benchmark, gcode-to-text's
 // renderer). The task files are the operator's, as the policies are; agent.py cannot change
-// them. Silent: the policies' limits.
+// them. Silent: the policies' limits. Storage gives a train run's task file systems on disk of
+// that size (`TaskDisks`); silent, or a held-out run: the task's 2 GiB tmpfs.
 
 import FoundationEssentials
 import Glibc
@@ -20,6 +23,10 @@ import Glibc
 struct TaskResources: Sendable, Equatable {
     var memory: UInt64?
     var cpus: Double?
+    var storage: UInt64?
+
+    /// The least storage a task may declare: an ext4 of less is mostly its own metadata.
+    static let minStorageMB = 64
 
     /// The largest a task may declare: far more than a host has, less than a typo's `1e300`.
     static let maxMemoryMB = 1 << 30
@@ -33,24 +40,29 @@ struct TaskResources: Sendable, Equatable {
         func fail(_ entry: TaskToml.Entry, _ why: String) -> BenchmarkError {
             BenchmarkError(.invalidTaskFile, "\(path):\(entry.line): [environment] \(why)")
         }
+        // A size in whole megabytes (`name`_mb) or as text (`name`, "4G"), both agreeing if given.
+        func size(_ name: String, least: Int, example: String) throws(BenchmarkError) -> UInt64? {
+            var megabytes: Int?
+            if let entry = toml.entry("environment", name + "_mb") {
+                guard case .number(let v, _) = entry.value, v >= Double(least), v <= Double(maxMemoryMB), v == v.rounded() else {
+                    throw fail(entry, "\(name)_mb must be a whole number of megabytes from \(least) to \(maxMemoryMB) (got \(entry.value.metadataText))")
+                }
+                megabytes = Int(v)
+            }
+            if let entry = toml.entry("environment", name) {
+                guard case .string(let text) = entry.value, let mb = sizeInMB(text), mb >= least, mb <= maxMemoryMB else {
+                    throw fail(entry, "\(name) must be a size such as \(example), at least \(least)M (got \(entry.value.metadataText))")
+                }
+                if let declared = megabytes, declared != mb {
+                    throw fail(entry, "\(name) (\(text), \(mb) MB) and \(name)_mb (\(declared)) disagree: keep one")
+                }
+                megabytes = mb
+            }
+            return megabytes.map { UInt64($0) << 20 }
+        }
         var out = TaskResources()
-        var megabytes: Int?
-        if let entry = toml.entry("environment", "memory_mb") {
-            guard case .number(let v, _) = entry.value, v >= Double(minMemoryMB), v <= Double(maxMemoryMB), v == v.rounded() else {
-                throw fail(entry, "memory_mb must be a whole number of megabytes from \(minMemoryMB) to \(maxMemoryMB) (got \(entry.value.metadataText))")
-            }
-            megabytes = Int(v)
-        }
-        if let entry = toml.entry("environment", "memory") {
-            guard case .string(let text) = entry.value, let mb = sizeInMB(text), mb >= minMemoryMB, mb <= maxMemoryMB else {
-                throw fail(entry, "memory must be a size such as \"4G\", \"512M\" or \"1048576K\", at least \(minMemoryMB)M (got \(entry.value.metadataText))")
-            }
-            if let declared = megabytes, declared != mb {
-                throw fail(entry, "memory (\(text), \(mb) MB) and memory_mb (\(declared)) disagree: keep one")
-            }
-            megabytes = mb
-        }
-        out.memory = megabytes.map { UInt64($0) << 20 }
+        out.memory = try size("memory", least: minMemoryMB, example: "\"4G\", \"512M\" or \"1048576K\"")
+        out.storage = try size("storage", least: minStorageMB, example: "\"10G\" or \"512M\"")
         if let entry = toml.entry("environment", "cpus") {
             guard case .number(let v, _) = entry.value, v > 0, v <= maxCPUs else {
                 throw fail(entry, "cpus must be a number of cores greater than 0 and at most \(Int(maxCPUs)) (got \(entry.value.metadataText))")

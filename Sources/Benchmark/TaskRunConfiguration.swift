@@ -45,6 +45,9 @@ public struct TaskRunConfiguration: Sendable {
     /// The tasks that run on their image (`TaskImage`): both of their sandboxes have the
     /// image as root instead of the host's userland; nil or a task not listed: the host's.
     public var images: TaskImages?
+    /// Train runs of tasks that declare `[environment] storage`: their file systems on disk of
+    /// that size (`TaskDisks`); nil, a held-out run or a task declaring none: tmpfs.
+    public var disks: TaskDisks?
     /// Non-empty: the agent's sandbox (never the verifier's) has the egress proxy to these
     /// host:port entries in place of its policy's network (`runner.network.allow`), every
     /// connection recorded in its audit.

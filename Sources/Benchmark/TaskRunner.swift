@@ -126,12 +126,17 @@ public final class TaskRunner: Sendable {
         }
         let scratch: TaskScratch
         do {
-            scratch = try TaskScratch(root: scratchRoot)
+            // A held-out run (no trace) stays in memory whatever the task declares.
+            let disk = traceDirectory == nil ? nil : task.storage.flatMap { size in configuration.disks.map { TaskScratch.Disk(disks: $0, size: size) } }
+            scratch = try TaskScratch(root: scratchRoot, disk: disk)
         } catch {
             // The scratch root is the supervisor's: a task that never started is not scored.
             run.finish(.setupFailed, "scratch: \(error.message)")
             run.supervisorFailure = "task scratch directory under \(scratchRoot): \(error.message)"
             return run.outcome
+        }
+        if traceDirectory != nil, let size = task.storage, scratch.disk == nil {
+            run.note("storage: the task declares \(TaskDisks.shown(size)); it ran on its \(TaskScratch.sizeLimit) tmpfs (no task disks on this host: `autoharness doctor`)")
         }
         execute(&run, in: scratch)
         if let traceDirectory { run.writeTrace(to: traceDirectory, outputs: scratch.outFD) }

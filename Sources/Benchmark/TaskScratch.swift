@@ -10,7 +10,8 @@
 // up inside a sandbox (/proc/self/mountinfo, /proc/self/fd/N), so a path built from the
 // task id or the split would tell agent.py what it is being run for.
 //
-// Each task directory is its own tmpfs. A shared filesystem would let one task observe
+// Each task directory is its own tmpfs (in a train run of a task that declares its storage, an
+// ext4 of that size on disk instead: `TaskDisks`). A shared filesystem would let one task observe
 // another through counters it cannot help sharing (inode numbers, free space): a held-out
 // task could move them and a later train task could print them into its trace. Its own
 // superblock also caps the task's size and inode count, and cleanup is a single unmount
@@ -35,6 +36,23 @@ struct TaskScratch {
     let fd: Int32
     /// `out/`, root-only.
     let outFD: Int32
+    /// Where the task's file systems are on disk rather than tmpfs (`TaskDisks`), or nil.
+    let disk: Disk?
+    /// The disks mounted for this task, closed by `remove`.
+    let disksMounted = DisksMounted()
+
+    /// A train run's storage: its size, and the disks it is made from.
+    struct Disk {
+        let disks: TaskDisks
+        let size: UInt64
+    }
+
+    final class DisksMounted: @unchecked Sendable {
+        private let lock = NSLockLite()
+        private var disks: [TaskDisk] = []
+        func add(_ d: TaskDisk) { lock.locked { disks.append(d) } }
+        func closeAll() { for d in lock.locked({ disks }) { d.close() } }
+    }
 
     var appPath: String { path + "/app" }
     /// On a task's image (`mountImage`): the overlay, its /app, and the agent's upper layer.
@@ -46,7 +64,8 @@ struct TaskScratch {
 
     /// Creates `<root>/<random>/` with `out/` inside. `app/` and `logs/` come separately,
     /// once the policies have said which host ids the sandboxes write as.
-    init(root: String) throws(BenchmarkError) {
+    init(root: String, disk: Disk? = nil) throws(BenchmarkError) {
+        self.disk = disk
         var rng = SystemRandomNumberGenerator()
         var made: (path: String, marker: String)?
         // A collision of 64 random bits means something else is creating names here.
@@ -61,12 +80,22 @@ struct TaskScratch {
             }
             close(m)
             if mkdir(candidate, 0o700) == 0 {
-                guard mount("tmpfs", candidate, "tmpfs", UInt(MS_NOSUID | MS_NODEV),
-                            "mode=0700,size=\(Self.sizeLimit),nr_inodes=\(Self.inodeLimit)") == 0 else {
-                    let e = FileSystem.errorText()
-                    rmdir(candidate)
-                    unlink(marker)
-                    throw BenchmarkError(.io, "cannot mount the per-task tmpfs on \(candidate): \(e)")
+                if let disk {
+                    do throws(BenchmarkError) {
+                        disksMounted.add(try disk.disks.mount(size: disk.size, at: candidate, mode: 0o700, owner: (0, 0)))
+                    } catch {
+                        rmdir(candidate)
+                        unlink(marker)
+                        throw error
+                    }
+                } else {
+                    guard mount("tmpfs", candidate, "tmpfs", UInt(MS_NOSUID | MS_NODEV),
+                                "mode=0700,size=\(Self.sizeLimit),nr_inodes=\(Self.inodeLimit)") == 0 else {
+                        let e = FileSystem.errorText()
+                        rmdir(candidate)
+                        unlink(marker)
+                        throw BenchmarkError(.io, "cannot mount the per-task tmpfs on \(candidate): \(e)")
+                    }
                 }
                 made = (candidate, marker)
                 break
@@ -81,12 +110,14 @@ struct TaskScratch {
             let e = FileSystem.errorText()
             if fd >= 0 { close(fd) }
             Self.remove(made.path, marker: made.marker)
+            disksMounted.closeAll()
             throw BenchmarkError(.io, "scratch directory \(made.path): \(e)")
         }
         guard let out = FileSystem.makeDirectory(at: fd, "out", mode: 0o700, owner: nil) else {
             let e = FileSystem.errorText()
             close(fd)
             Self.remove(made.path, marker: made.marker)
+            disksMounted.closeAll()
             throw BenchmarkError(.io, "scratch directory \(made.path)/out: \(e)")
         }
         self.path = made.path
@@ -239,6 +270,15 @@ struct TaskScratch {
     static let verifierTmpSize = "1g"
 
     func makeVerifierTmp(owner: (uid_t, gid_t)) throws(BenchmarkError) {
+        if let disk {
+            // A disk of its own as large as the task's: a verifier's uv cache of torch is GBs.
+            guard let d = FileSystem.makeDirectory(at: fd, "verifier-tmp", mode: 0o755, owner: nil) else {
+                throw BenchmarkError(.io, "\(verifierTmpPath): \(FileSystem.errorText())")
+            }
+            close(d)
+            disksMounted.add(try disk.disks.mount(size: disk.size, at: verifierTmpPath, mode: 0o1777, owner: owner))
+            return
+        }
         try mountOwnTmpfs("verifier-tmp", "mode=1777,size=\(Self.verifierTmpSize),nr_inodes=\(Self.inodeLimit)", owner: owner, what: "the verifier's /tmp")
     }
 
@@ -301,6 +341,7 @@ struct TaskScratch {
     func remove() -> [String] {
         close(outFD)
         close(fd)
+        defer { disksMounted.closeAll() }
         return Self.remove(path, marker: marker)
     }
 

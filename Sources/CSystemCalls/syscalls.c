@@ -34,6 +34,7 @@
 #include <spawn.h>
 #include <stdio.h>
 #include <linux/bpf.h>
+#include <linux/loop.h>
 
 #ifndef SYS_landlock_create_ruleset
 #define SYS_landlock_create_ruleset 444
@@ -448,4 +449,35 @@ int ahs_spawn_session(const char *path, char *const argv[], char *const envp[], 
     posix_spawnattr_destroy(&attributes);
     posix_spawn_file_actions_destroy(&actions);
     return e;
+}
+
+int ahs_loop_attach(int backing, unsigned block_size, int *index) {
+    int control = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+    if (control < 0) return -errno;
+    int result = -EBUSY;
+    /* Another process may take the free device between the question and the configure: the
+       configure then fails with EBUSY and the next free one is asked for. */
+    for (int attempt = 0; attempt < 16; attempt++) {
+        int n = ioctl(control, LOOP_CTL_GET_FREE);
+        if (n < 0) { result = -errno; break; }
+        char path[32];
+        snprintf(path, sizeof path, "/dev/loop%d", n);
+        int fd = open(path, O_RDWR | O_CLOEXEC);
+        if (fd < 0) { result = -errno; break; }
+        struct loop_config config;
+        memset(&config, 0, sizeof config);
+        config.fd = (unsigned)backing;
+        config.block_size = block_size;
+        config.info.lo_flags = LO_FLAGS_AUTOCLEAR | LO_FLAGS_DIRECT_IO;
+        if (ioctl(fd, LOOP_CONFIGURE, &config) == 0) {
+            *index = n;
+            result = fd;
+            break;
+        }
+        result = -errno;
+        close(fd);
+        if (result != -EBUSY) break;
+    }
+    close(control);
+    return result;
 }

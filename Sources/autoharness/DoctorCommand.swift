@@ -83,6 +83,11 @@ struct DoctorCommand: ParsableCommand {
         }
         // Tasks on their own image (`autoharness images`): informational, as benchmarks choose it.
         if !summary { lines.append(("images", "info", Self.imagesLine())) }
+        // Train runs of tasks that declare their storage (`TaskDisks`): informational too.
+        if !summary && geteuid() == 0 {
+            lines.append(("task disks", "info", TaskDisks.unavailable.map { "tasks that declare storage run on their 2 GiB tmpfs: \($0)" }
+                ?? "loop devices and mke2fs: a train run of a task that declares storage gets an ext4 of that size on disk"))
+        }
         // The held-out VM runtime (gate.held_out_runtime: vm): informational, as experiments
         // choose it; its own refusal names what is missing when one does.
         if geteuid() == 0 && !summary {

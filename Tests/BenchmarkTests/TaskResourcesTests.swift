@@ -20,7 +20,7 @@ struct TaskResourcesTests {
         }
     }
 
-    @Test("memory_mb, the older memory and cpus are read as Harbor reads them; a disagreement, a unit Harbor rejects, zero or a typo's size is the task's problem at file:line")
+    @Test("memory_mb, the older memory, cpus and storage are read as Harbor reads them; a disagreement, a unit Harbor rejects, zero or a typo's size is the task's problem at file:line")
     func parsedAsHarborReadsThem() throws {
         #expect(try Self.parsed("memory_mb = 3072").memory == 3 << 30)
         #expect(try Self.parsed("memory = \"4G\"").memory == 4 << 30)
@@ -30,9 +30,13 @@ struct TaskResourcesTests {
         #expect(try Self.parsed("memory = \"4G\"\nmemory_mb = 4096").memory == 4 << 30)
         #expect(try Self.parsed("cpus = 2").cpus == 2 && Self.parsed("cpus = 0.5").cpus == 0.5)
         #expect(try Self.parsed("docker_image = \"x:1\"") == TaskResources())
+        #expect(try Self.parsed("storage = \"10G\"").storage == 10 << 30)
+        #expect(try Self.parsed("storage_mb = 10240\nstorage = \"10G\"").storage == 10 << 30)
+        #expect(Self.refusal("storage = \"10G\"\nstorage_mb = 2048")?.contains("task.toml:2: [environment] storage (10G, 10240 MB) and storage_mb (2048) disagree") == true)
         #expect(Self.refusal("memory = \"4G\"\nmemory_mb = 2048")?.contains("task.toml:2: [environment] memory (4G, 4096 MB) and memory_mb (2048) disagree") == true)
         for bad in ["memory = \"4GB\"", "memory = \"4\"", "memory = \"G\"", "memory = \"1K\"", "memory = \"1e300G\"", "memory = 4",
-                    "memory_mb = 0", "memory_mb = 16", "memory = \"16M\"", "memory_mb = 1.5", "memory_mb = \"4096\"", "cpus = 0", "cpus = -1", "cpus = 5000", "cpus = \"2\""] {
+                    "memory_mb = 0", "memory_mb = 16", "memory = \"16M\"", "memory_mb = 1.5", "memory_mb = \"4096\"", "cpus = 0", "cpus = -1", "cpus = 5000", "cpus = \"2\"",
+                    "storage = \"10GB\"", "storage = \"32M\"", "storage_mb = 16", "storage_mb = 1.5", "storage_mb = \"10240\""] {
             #expect(Self.refusal(bad)?.hasPrefix("task.toml:2: [environment] ") == true, "\(bad): \(Self.refusal(bad) ?? "accepted")")
         }
     }

@@ -178,6 +178,8 @@ public struct LocalAdapter: BenchmarkAdapter {
     /// egress proxy (package mirrors); none by default.
     public var agentNetworkAllow: [String] = []
     public var taskNetworkAllow: [String] { agentNetworkAllow }
+    /// Train runs' file systems on disk for tasks that declare their storage (`TaskDisks`).
+    public var disks: TaskDisks?
     public func benchmarkTask(_ id: String) -> BenchmarkTask? { benchmark.task(id) }
 
     public init(benchmark: LocalBenchmark) { self.benchmark = benchmark }
@@ -198,6 +200,7 @@ public struct LocalAdapter: BenchmarkAdapter {
             cfg.verifierTools = verifierTools
             cfg.images = images
             cfg.agentNetworkAllow = agentNetworkAllow
+            cfg.disks = disks
             if let t = defaultAgentTimeout { cfg.defaultAgentTimeout = t }
         }
     }
@@ -216,6 +219,7 @@ extension AdapterRunContext {
         cfg.collectFailures = !heldOut
         cfg.guestEgress = guestEgress
         configure(&cfg)
+        if heldOut { cfg.disks = nil }
         let runner = try TaskRunner(configuration: cfg)
         let heldOut = self.heldOut
         let progress = self.progress

@@ -66,6 +66,8 @@ public struct HarborAdapter: BenchmarkAdapter {
     /// `env_provider: local`: the tasks that run on their own image (`autoharness images`),
     /// each agent phase's commands in the task's container (`TaskContainer`).
     public var images: TaskImages?
+    /// Train runs' file systems on disk for tasks that declare their storage (`TaskDisks`).
+    public var disks: TaskDisks?
     public var taskImages: TaskImages? { images }
     /// The host:port entries a task's container reaches through the egress proxy (package
     /// mirrors); Harbor's runner keeps `runner.network.allow`.
@@ -207,6 +209,7 @@ public struct HarborAdapter: BenchmarkAdapter {
             $0.externalAgent = HarborAgentPhase(adapter: self, context: context)
             $0.verifierTools = verifierTools
             $0.images = images
+            $0.disks = disks
             $0.agentNetworkAllow = taskNetworkAllow
         }
     }

@@ -1,3 +1,4 @@
+import Benchmark
 import ExperimentModel
 import Foundation
 import SupervisorIO

@@ -1,3 +1,4 @@
+import Benchmark
 import Foundation
 import SupervisorIO
 

@@ -42,6 +42,7 @@ struct LocalKind: BenchmarkKind {
         // Tasks whose image `autoharness images` built run on it; the others on the host's userland.
         let images = TaskImageStore(experimentRoot: root).load(local.benchmark.tasks).images
         local.images = images
+        local.disks = Self.taskDisks(root: root, tasks: local.benchmark.tasks)
         // Only this host and its held-out VM (the store shared read-only) have the images: a
         // Ray node would run the same tasks on its own userland, a different benchmark from
         // the one train runs see.
@@ -55,6 +56,14 @@ struct LocalKind: BenchmarkKind {
 }
 
 extension LocalKind {
+    /// The experiment's task disks (`.autoharness/disks/`), where a task declares its storage
+    /// and this host has loop devices and mke2fs; nil otherwise (such a task's train run notes
+    /// it ran on its tmpfs).
+    static func taskDisks(root: String, tasks: [BenchmarkTask]) -> TaskDisks? {
+        guard tasks.contains(where: { $0.storage != nil }) else { return nil }
+        return try? TaskDisks.make(directory: ExperimentLayout(root: root).privateDirectory + "/disks").get()
+    }
+
     /// `runner.network.allow` for a local benchmark: what every task's agent phase, train and
     /// held-out alike, reaches through the egress proxy (package mirrors). A host the coding
     /// agent also reaches (`sandbox.network.allow` or `inference`) is refused: a held-out run could leave its

@@ -211,6 +211,7 @@ extension TerminalBenchKind {
             // container); the others on the host's userland, as before.
             let images = TaskImageStore(experimentRoot: root).load(adapter.localTasks.filter { $0.problem == nil }).images
             adapter.images = images
+            adapter.disks = LocalKind.taskDisks(root: root, tasks: adapter.localTasks)
             try LocalKind.checkTaskNetworks(config, adapter.localTasks)
             if !images.byTask.isEmpty {
                 adapter.taskNetworkAllow = try LocalKind.agentNetwork(config, allow: upstream.taskNetworkAllow ?? [], key: "task_network_allow")

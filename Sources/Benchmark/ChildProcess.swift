@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Glibc
 import Sandbox
 import SupervisorIO
@@ -50,14 +50,14 @@ public enum ChildProcess {
         precondition(!argv.isEmpty, "ChildProcess.run needs a program")
         // Close-on-exec from the start: a sandbox another thread launches meanwhile must not
         // hold an end (its read end would wait for that sandbox).
-        guard let output = closeOnExecPipe() else { throw ExperimentError(.io, "\(argv[0]): a pipe for its output: \(ErrnoName.describe(errno))") }
+        guard let output = closeOnExecPipe() else { throw BenchmarkError(.io, "\(argv[0]): a pipe for its output: \(ErrnoName.describe(errno))") }
         defer { close(output.read) }
         var feed: (read: Int32, write: Int32) = (-1, -1)
         if input != nil {
             guard let f = closeOnExecPipe() else {
                 let e = errno
                 close(output.write)
-                throw ExperimentError(.io, "\(argv[0]): a pipe for its input: \(ErrnoName.describe(e))")
+                throw BenchmarkError(.io, "\(argv[0]): a pipe for its input: \(ErrnoName.describe(e))")
             }
             feed = f
         }
@@ -160,7 +160,7 @@ public enum ChildProcess {
         }
         var pid: pid_t = 0
         let rc = posix_spawn(&pid, argv[0], &actions, &attributes, args, env)
-        guard rc == 0 else { throw ExperimentError(.io, "\(argv[0]): cannot start it: \(ErrnoName.describe(rc))") }
+        guard rc == 0 else { throw BenchmarkError(.io, "\(argv[0]): cannot start it: \(ErrnoName.describe(rc))") }
         return pid
     }
 }

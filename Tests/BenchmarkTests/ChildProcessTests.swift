@@ -1,7 +1,6 @@
 import Foundation
 import Testing
-@testable import Experiment
-@testable import ExperimentModel
+@testable import Benchmark
 
 /// `ChildProcess`, how the supervisor runs git, a tool's --version, a Python's import check and
 /// the guest's PostgreSQL programs: input given, output bounded, a timeout that kills.
@@ -37,6 +36,6 @@ struct ChildProcessTests {
 
     @Test("a program that cannot start is an error naming it")
     func missing() {
-        #expect(throws: ExperimentError.self) { try ChildProcess.run(["/nonexistent/tool", "--version"]) }
+        #expect(throws: BenchmarkError.self) { try ChildProcess.run(["/nonexistent/tool", "--version"]) }
     }
 }
