@@ -208,6 +208,40 @@ int main(int argc, char **argv) {
         errno = e;
         return report(r);
     }
+    /* PTRACE_TRACEME passes (an anti-debugging check); the parent it makes a tracer can then
+       make no request of its tracee: PTRACE_PEEKDATA of the stopped child is refused. */
+    if (IS("ptrace-traceme")) {
+        int ready[2];
+        if (pipe(ready) != 0) return report_errno(errno);
+        pid_t c = fork();
+        if (c == 0) {
+            long r = syscall(SYS_ptrace, 0 /* PTRACE_TRACEME */, 0, 0, 0);
+            char b = r == 0 ? 'y' : 'n';
+            if (write(ready[1], &b, 1) != 1) _exit(2);
+            raise(SIGSTOP);
+            _exit(0);
+        }
+        char b = 0;
+        if (read(ready[0], &b, 1) != 1 || b != 'y') {
+            kill(c, SIGKILL);
+            waitpid(c, NULL, 0);
+            return report_errno(EPERM);
+        }
+        int status = 0;
+        waitpid(c, &status, 0); /* the tracee's signal-delivery stop */
+        long r = syscall(SYS_ptrace, 2 /* PTRACE_PEEKDATA */, c, 0, 0);
+        int e = errno;
+        kill(c, SIGKILL);
+        waitpid(c, NULL, 0);
+        if (r != -1 || (e != EPERM && e != ENOSYS)) {
+            printf("RESULT %s peek %ld errno %d\n", action, r, e);
+            fflush(stdout);
+            return 1;
+        }
+        printf("RESULT %s ok traceme, peek refused %s %s\n", action, strerrorname_np(e), WIFSTOPPED(status) ? "stopped" : "not-stopped");
+        fflush(stdout);
+        return 0;
+    }
     if (IS("process-vm-readv")) {
         pid_t c = sleeper();
         char buf[8];

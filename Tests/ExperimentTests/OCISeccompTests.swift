@@ -41,7 +41,7 @@ struct OCISeccompTests {
         let defaultErrno = (profile["defaultErrnoRet"] as? Int).map { $0 == 38 ? "errno ENOSYS" : $0 == 1 ? "errno EPERM" : "errno \($0)" } ?? "killed"
 
         let attacks = FilteredAttack.all
-        let allowed = ["thread", "fionread", "socket-udp", "statx-basic", "prctl-set-name", "getsockopt-sndbuf", "setsockopt-reuseaddr", "fadvise-sequential", "preadv2"]
+        let allowed = ["thread", "fionread", "ptrace-traceme", "socket-udp", "statx-basic", "prctl-set-name", "getsockopt-sndbuf", "setsockopt-reuseaddr", "fadvise-sequential", "preadv2"]
         let actions = attacks.map(\.action) + allowed
         let ours = Self.results(try autoharness(["sandbox", "exec", "--ro", Built.probe + ":/probe", "--", "/bin/sh", "-c", Self.loop(actions)]).stdout, actions)
 

@@ -113,6 +113,16 @@ struct SeccompEscapeTests {
         #expect(!f.stderr.contains("audit event"))
     }
 
+    @Test("ptrace(PTRACE_TRACEME), an anti-debugging check, passes unreported; the parent it makes a tracer is refused PTRACE_PEEKDATA of its stopped tracee (EPERM, reported)")
+    func ptraceTraceMeOnly() throws {
+        try requireRoot()
+        let r = try probe("ptrace-traceme")
+        #expect(r.result == ["ok", "traceme,", "peek", "refused", "EPERM", "stopped"], "\(r.stdout) \(r.stderr)")
+        // The refused request was reported; the TRACEME itself was not.
+        #expect(r.stderr.components(separatedBy: "audit event").count - 1 == 1, "\(r.stderr)")
+        #expect(r.stderr.contains("ptrace"), "\(r.stderr)")
+    }
+
     @Test("raising capabilities with capset is refused by the kernel: the bounding set is empty")
     func capsetRaiseRefused() throws {
         try requireRoot()

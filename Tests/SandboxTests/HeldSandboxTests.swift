@@ -53,9 +53,9 @@ struct HeldSandboxTests {
         try requireRoot()
         let out = try TempDir(mode: 0o777)
         let script = """
-            import ctypes
+            import ctypes, os
             libc = ctypes.CDLL(None, use_errno=True)
-            r = libc.ptrace(0, 0, 0, 0)  # PTRACE_TRACEME: allowed to any process without a filter
+            r = libc.ptrace(16, os.getppid(), 0, 0)  # PTRACE_ATTACH: allowed to a parent's uid without a filter
             open('/out/ptrace', 'w').write(f"{r} {ctypes.get_errno()}")
             """
         let held = try SandboxRunner.build(try Self.plan(script, out: out.path), options: RunOptions())

@@ -43,6 +43,9 @@ enum ArgumentRuleList {
         if conditional.contains("personality") {
             for v in ArgumentRules.allowedPersonalities { add("personality", eq(0, v)) }
         }
+        if conditional.contains("ptrace") {
+            for v in ArgumentRules.allowedPtraceRequests { add("ptrace", eq(0, v)) }
+        }
         if conditional.contains("fadvise64") {
             for v in ArgumentRules.allowedFadvice { add("fadvise64", eq(3, v)) }
         }

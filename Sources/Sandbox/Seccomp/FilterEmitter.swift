@@ -48,6 +48,7 @@ enum FilterEmitter {
             return [[.low(arg: 0, in: ArgumentRules.allowedPrctlOptions.map(\.value) + (seccompAllowed ? [ArgumentRules.prctlSetSeccomp] : []))]]
         case "fcntl": return [[.low(arg: 1, in: ArgumentRules.allowedFcntlCommands.map(\.value))]]
         case "personality": return [[.full(arg: 0, in: ArgumentRules.allowedPersonalities)]]
+        case "ptrace": return [[.full(arg: 0, in: ArgumentRules.allowedPtraceRequests)]]
         case "fadvise64": return [[.full(arg: 3, in: ArgumentRules.allowedFadvice)]]
         case "preadv2", "pwritev2": return [[.clear(arg: 5, mask: ArgumentRules.rwfNowait)]]
         case "statx": return [[.clear(arg: 3, mask: ArgumentRules.statxUniqueMountID)]]

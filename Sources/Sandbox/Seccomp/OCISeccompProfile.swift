@@ -63,8 +63,9 @@ public struct OCISeccompProfile: Encodable, Sendable, Equatable {
         let enosys = SyscallProfile.enosysFallback.union(rules.quiet).subtracting(eperm).subtracting(rules.allow).filter(known).sorted()
         if !enosys.isEmpty { entries.append(Entry(names: enosys, action: "SCMP_ACT_ERRNO", errnoRet: UInt32(ENOSYS))) }
         // Hard-denied and denied names fall to the default (EPERM); listed as well, so that a
-        // runtime whose default differs still refuses them.
-        let denied = rules.denied.subtracting(rules.quiet).filter(known).sorted()
+        // runtime whose default differs still refuses them. Not one with an allowed argument
+        // form (ptrace's PTRACE_TRACEME): an unconditional entry would refuse that too.
+        let denied = rules.denied.subtracting(rules.quiet).subtracting(rules.conditional).filter(known).sorted()
         if !denied.isEmpty { entries.append(Entry(names: denied, action: "SCMP_ACT_ERRNO", errnoRet: UInt32(EPERM))) }
 
         // What the runtime itself calls between loading the filter and exec'ing the payload

@@ -156,7 +156,7 @@ public enum SeccompCompiler {
             allow \(unconditional.map(String.init).joined(separator: " "))
             conditional \(conditional.sorted().joined(separator: " "))
             clone-mask \(ArgumentRules.namespaceFlags) ioctl-allow \(ArgumentRules.allowedIoctls.map { String($0.value) }.joined(separator: ","))
-            personality \(ArgumentRules.allowedPersonalities.map { String($0) }.joined(separator: ","))
+            personality \(ArgumentRules.allowedPersonalities.map { String($0) }.joined(separator: ",")) ptrace \(ArgumentRules.allowedPtraceRequests.map { String($0) }.joined(separator: ","))
             socket \(ArgumentRules.allowedSocketFamilies.map { String($0) }.joined(separator: ",")) protocols \(ArgumentRules.allowedSocketProtocols.map { String($0) }.joined(separator: ",")) netlink \(spec.netlinkRoute ? "\(ArgumentRules.netlinkFamily)/\(ArgumentRules.netlinkRoute)" : "none") socketpair \(ArgumentRules.allowedSocketpairFamilies.map { String($0) }.joined(separator: ","))
             fadvise \(ArgumentRules.allowedFadvice.map { String($0) }.joined(separator: ",")) rwf-nowait \(ArgumentRules.rwfNowait) statx-refused \(ArgumentRules.statxUniqueMountID) inotify-refused \(ArgumentRules.inotifyMoveEvents)
             prctl-allow \(ArgumentRules.allowedPrctlOptions.map { String($0.value) }.joined(separator: ","))

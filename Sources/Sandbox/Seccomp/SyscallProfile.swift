@@ -10,7 +10,8 @@ public enum SyscallProfile {
     /// surface the payload never needs, or acts on other processes, mounts, namespaces,
     /// keys, modules or the clock.
     public static let hardDenied: Set<String> = [
-        // debugging and cross-process memory
+        // debugging and cross-process memory (ptrace's one request that acts on no other
+        // process passes: `ArgumentRules.allowedPtraceRequests`)
         "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
         "process_madvise",
         // kernel programmability and observability
@@ -47,7 +48,7 @@ public enum SyscallProfile {
     public static let linkCalls: Set<String> = ["symlink", "symlinkat", "link", "linkat", "rename", "renameat", "renameat2"]
 
     /// Allowed only with the argument rules in `ArgumentRules` (the filter inspects them).
-    public static let conditional: Set<String> = ["clone", "ioctl", "personality", "socket", "socketpair",
+    public static let conditional: Set<String> = ["clone", "ioctl", "personality", "ptrace", "socket", "socketpair",
                                                   "fadvise64", "preadv2", "pwritev2", "getsockopt", "setsockopt", "fcntl", "statx",
                                                   "inotify_add_watch"]
 
@@ -206,6 +207,15 @@ public enum ArgumentRules {
 
     /// personality(2) values allowed: PER_LINUX, PER_LINUX|ADDR_NO_RANDOMIZE, and the query.
     public static let allowedPersonalities: [UInt64] = [0, 0x0004_0000, 0xFFFF_FFFF]
+
+    /// ptrace(2) requests allowed: PTRACE_TRACEME alone, which a program's anti-debugging check
+    /// makes (Terminal-Bench 2.0's vulnerable-secret refuses to run when it fails; Docker's
+    /// default profile allows ptrace). It makes the caller traceable by its parent and gives
+    /// the caller nothing over any process; the parent can make no request of its tracee
+    /// (every other request is refused here, EPERM and reported), so what it gains is seeing
+    /// the caller's signal stops in `waitpid`. `ptrace` stays in `SyscallProfile.hardDenied`:
+    /// no policy can allow more of it.
+    public static let allowedPtraceRequests: [UInt64] = [0]
 
     /// prctl's PR_SET_SECCOMP option, allowed only when a policy allows `seccomp`.
     public static let prctlSetSeccomp: UInt32 = 22
