@@ -1,5 +1,6 @@
 import Foundation
 import Sandbox
+import SandboxPolicy
 import SupervisorIO
 import Testing
 import TestSupport
@@ -33,5 +34,17 @@ struct ImageOverlayTests {
             if DirectoryEntry.name(e) == "app" { listed = UInt64(e.pointee.d_ino) }
         }
         #expect(listed != nil && UInt64(st.st_ino) == listed, "/app: stat says inode \(st.st_ino), its directory entry \(listed ?? 0)")
+    }
+
+    @Test("on an image the verifier's git runs the image's ssh (core.sshCommand ssh), as every other image program a test calls; on the host's userland and in the agent phase the policy's false stays")
+    func verifierSSHOnImage() throws {
+        let policy = try PolicyLoader(searchPaths: [Paths.policies]).load("verifier", variables: ["workdir": "/w", "tests_dir": "/t", "logs_dir": "/l"])
+        let key = try #require(policy.env.set.first { $0.key.hasPrefix("GIT_CONFIG_KEY_") && $0.value == "core.sshCommand" }?.key)
+        let value = "GIT_CONFIG_VALUE_" + key.dropFirst("GIT_CONFIG_KEY_".count)
+        #expect(policy.env.set[value] == "false")
+        let image = TaskImage(id: "sha256:ssh-test", rootfs: "/nonexistent", workingDirectory: "/app", environment: ["PATH=/usr/bin:/bin"],
+                              ids: HostIDRange(uid: 1_000_000, gid: 1_000_000, count: 65536), origin: "a test")
+        #expect(image.environmentOverrides(policy: policy.env.set, verifier: true).contains(value + "=ssh"))
+        #expect(!image.environmentOverrides(policy: policy.env.set, verifier: false).contains { $0.hasPrefix("GIT_CONFIG_VALUE_") })
     }
 }

@@ -101,7 +101,11 @@ import TestSupport
               grep CapEff /proc/self/status
               chown 1:1 /etc/task.conf && echo chown-mapped-ok
               chown 70000:70000 /etc/task.conf 2>&1 || echo chown-unmapped-refused
-              mount -t tmpfs none /mnt 2>&1 || echo mount-refused; } > /srv/work/seen.txt 2>&1
+              mount -t tmpfs none /mnt 2>&1 || echo mount-refused
+              chroot / /bin/true && echo chroot-ok
+              perl -e 'mkdir "/srv/jail"; chroot("/srv/jail") or die "chroot: $!\\n"; chdir("..") for 1..40; chroot(".") or die "chroot back: $!\\n";
+                  print((-e "/srv/work/built.txt") ? "escaped-to-the-image\\n" : "escaped-elsewhere\\n");
+                  print((-e "\(Built.packageRoot)/Package.swift") ? "host-visible\\n" : "host-hidden\\n")'; } > /srv/work/seen.txt 2>&1
 
             """, test: """
             #!/bin/bash
@@ -146,8 +150,11 @@ import TestSupport
         #expect(seen.contains("cannot access '/app/answer_key.txt': No such file"), "\(seen)")
         // Root of its namespace, with a container root's few capabilities over its own ids
         // (0-65535) only: a chown to one of them works, past them and a mount are refused.
-        #expect(seen.contains("CapEff:\t00000000000000fb"), "\(seen)")
+        #expect(seen.contains("CapEff:\t00000000000400fb"), "\(seen)")
         #expect(seen.contains("chown-mapped-ok") && seen.contains("chown-unmapped-refused") && seen.contains("mount-refused"), "\(seen)")
+        // chroot passes on its image (CAP_SYS_CHROOT, the filter lets it through there only),
+        // and the classic climb out of a jail ends at the image's root, never the host's.
+        #expect(seen.contains("chroot-ok\nescaped-to-the-image\nhost-hidden"), "\(seen)")
         // The verifier: in the WORKDIR, with what the agent installed and wrote; running a
         // program the agent installed is flagged as agent code run.
         #expect(verifier.hasPrefix("/srv/work\ntool-ok\nconfigured\n0\n"), "\(verifier)")

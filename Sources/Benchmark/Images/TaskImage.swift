@@ -57,7 +57,23 @@ public struct TaskImage: Sendable, Equatable, Codable {
             if name == "PATH" || (name == "HOME" && !verifier) || policy[name] == nil { out.append(entry) }
         }
         if !named.contains("HOME") && !verifier { out.append("HOME=/root") }
+        if verifier { out += Self.imageSSH(policy: policy) }
         return out
+    }
+
+    /// The verifier policy sets git's `core.sshCommand` to `false`, so that a repository's
+    /// configuration cannot make git run a command of the agent's. On an image that keeps
+    /// nothing out: the `ssh` git would run is the image's, the agent's to have changed, as is
+    /// git itself; and a test that pushes over ssh to the server the agent left running
+    /// (git-multibranch) is how the task checks the agent's work. So on an image git runs
+    /// `ssh`, the image's, found on the image's PATH: the verifier runs it as it runs every
+    /// other program of the image the tests call, and the ports the tests reach on the agent's
+    /// processes are flagged (`PortRelay`). On the host's userland `false` stays.
+    static func imageSSH(policy: [String: String]) -> [String] {
+        policy.compactMap { key, value in
+            guard key.hasPrefix("GIT_CONFIG_KEY_"), value.lowercased() == "core.sshcommand" else { return nil }
+            return "GIT_CONFIG_VALUE_\(key.dropFirst("GIT_CONFIG_KEY_".count))=ssh"
+        }
     }
 }
 

@@ -13,16 +13,23 @@ public enum Capabilities {
     }()
 
     /// What root on a task's image keeps (`LaunchPlan.keptCapabilities`), as a container's root
-    /// installs packages with: chown files to the image's system users (dpkg), read and write
-    /// past their modes, keep or set a file's set-id bits, switch ids (apt's `_apt`, su, a
-    /// service dropping root) and signal its own processes. Each counts only in the payload's
-    /// own user namespace (ids 0-65535 there, the image's host range outside): over the image's
-    /// files and its own processes, never over a file owned by a host id outside that range,
-    /// a mount (the mount namespace belongs to the namespace above), the network, or the host.
-    /// Not kept, as in no container: CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_SYS_PTRACE, CAP_SYS_CHROOT,
-    /// CAP_MKNOD, CAP_SETFCAP, CAP_SETPCAP, and every other.
-    public static let imageRoot: UInt64 = [CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID, CAP_KILL, CAP_SETGID, CAP_SETUID]
+    /// installs packages and runs services with: chown files to the image's system users
+    /// (dpkg), read and write past their modes, keep or set a file's set-id bits, switch ids
+    /// (apt's `_apt`, su, a service dropping root), signal its own processes, and chroot (sshd
+    /// confines each connection's unprivileged child in /run/sshd before it reads a byte, and
+    /// refuses the connection when it cannot; a test runs a program in a jail). Each counts
+    /// only in the payload's own user namespace (ids 0-65535 there, the image's host range
+    /// outside): over the image's files and its own processes, never over a file owned by a
+    /// host id outside that range, a mount (the mount namespace belongs to the namespace
+    /// above), the network, or the host. A chroot leads nowhere the payload could not already
+    /// reach: the root it can climb back to through `..` is its own mount namespace's, the
+    /// image. Docker's default set has all eight. Not kept: CAP_SYS_ADMIN, CAP_NET_ADMIN,
+    /// CAP_SYS_PTRACE, CAP_MKNOD, CAP_SETFCAP, CAP_SETPCAP, and every other.
+    public static let imageRoot: UInt64 = [CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID, CAP_KILL, CAP_SETGID, CAP_SETUID, CAP_SYS_CHROOT]
         .reduce(0) { $0 | 1 << UInt64($1) }
+
+    /// CAP_SYS_CHROOT's bit: a plan that keeps it lets `chroot` through its filter.
+    public static let sysChroot: UInt64 = 1 << UInt64(CAP_SYS_CHROOT)
 
     /// The names of the capabilities in `mask` (bit n: capability n).
     public static func names(_ mask: UInt64) -> [String] { (0..<64).filter { mask >> UInt64($0) & 1 == 1 }.map(name) }

@@ -124,6 +124,12 @@ public enum SeccompCompiler {
         let deny = Set(spec.deny).subtracting(quiet)
         var allow = Set(SyscallProfile.defaultAllow).union(spec.allow).subtracting(deny).subtracting(quiet)
         allow.subtract(SyscallProfile.hardDenied)
+        // Root on a task's image with CAP_SYS_CHROOT (`SeccompSpec.chroot`, never a policy's).
+        var hardDenied = SyscallProfile.hardDenied
+        if spec.chroot {
+            allow.insert("chroot")
+            hardDenied.remove("chroot")
+        }
         // Watched: not allowed outright, so each call reaches the supervisor first.
         if !spec.watchLinks.isEmpty { allow.subtract(SyscallProfile.linkCalls) }
         var conditional = SyscallProfile.conditional.subtracting(deny).subtracting(quiet)
@@ -140,7 +146,7 @@ public enum SeccompCompiler {
         // integers is a fraction of sorting the names.
         unconditional.sort()
         unresolved.sort()
-        return RuleSets(allow: allow, conditional: conditional, denied: SyscallProfile.hardDenied.union(deny), quiet: quiet,
+        return RuleSets(allow: allow, conditional: conditional, denied: hardDenied.union(deny), quiet: quiet,
                         unconditional: unconditional, unresolved: unresolved)
     }
 
