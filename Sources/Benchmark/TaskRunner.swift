@@ -273,7 +273,7 @@ public final class TaskRunner: Sendable {
         // The verifier's packages come from the operator's mirrors, whatever the task's own
         // network: a no-network task's test may still apt-get install.
         if let image, !configuration.agentNetworkAllow.isEmpty {
-            let names = VerifierPackages.requested(in: task.testsDirectory + "/test.sh")
+            let names = VerifierPackages.requested(inTests: task.testsDirectory)
             if !names.isEmpty {
                 var o = PlanOverrides()
                 o.timeoutSeconds = VerifierPackages.timeout

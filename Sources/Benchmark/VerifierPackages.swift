@@ -21,6 +21,34 @@ enum VerifierPackages {
     static let timeout = 900.0
     static let scriptLimit = 1 << 20
 
+    /// The package names the task's tests ask `apt-get` for: those of `test.sh`, then of every
+    /// other file in the tests directory, top level and one below (a script test.sh's pytest
+    /// runs, configure-git-webserver's `verify.sh`, or a shell script inside a Python string),
+    /// in order, each once; at most `fileLimit` files are read. The tests are the benchmark's:
+    /// a name read from a comment only installs a package the mirrors have.
+    static func requested(inTests directory: String) -> [String] {
+        var files = [directory + "/test.sh"]
+        var queue = [directory]
+        while let dir = queue.first, files.count < fileLimit {
+            queue.removeFirst()
+            for name in FileSystem.names(in: dir) where !name.hasPrefix(".") {
+                let path = dir + "/" + name
+                switch LocalBenchmark.kind(path) {
+                case S_IFREG where path != directory + "/test.sh" && files.count < fileLimit: files.append(path)
+                case S_IFDIR where dir == directory: queue.append(path)
+                default: break
+                }
+            }
+        }
+        var out: [String] = []
+        for file in files {
+            for name in requested(in: file) where !out.contains(name) { out.append(name) }
+        }
+        return out
+    }
+
+    static let fileLimit = 64
+
     /// The package names `apt-get install` / `apt install` lines of the script at `path`
     /// name (options, versions after `=`, shell words that are not names skipped), in order.
     static func requested(in path: String) -> [String] {

@@ -156,16 +156,23 @@ import TestSupport
         // The task's agent phase has no network (task.toml); its verifier's packages still
         // come from the operator's mirror.
         try "[environment]\nnetwork_mode = \"no-network\"\n".write(toFile: t + "/task.toml", atomically: true, encoding: .utf8)
-        // As Terminal-Bench 2.0's scripts that need a program: apt-get, then use it.
+        // As Terminal-Bench 2.0's scripts that need a program: apt-get, then use it; here from
+        // a script test.sh runs, as configure-git-webserver's verify.sh does.
         try """
             #!/bin/bash
-            apt-get update
-            apt-get install -y mirror-hello
+            bash /tests/verify.sh
             [ "$(cat /usr/share/mirror-hello/greeting)" = "from the mirror" ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt
 
             """.write(toFile: t + "/tests/test.sh", atomically: true, encoding: .utf8)
+        try """
+            #!/bin/bash
+            apt-get update
+            DEBIAN_FRONTEND=noninteractive apt-get install -y mirror-hello
+
+            """.write(toFile: t + "/tests/verify.sh", atomically: true, encoding: .utf8)
         let task = try #require(try LocalBenchmark(directory: dir).task("pkg"))
-        #expect(VerifierPackages.requested(in: t + "/tests/test.sh") == ["mirror-hello"])
+        #expect(VerifierPackages.requested(in: t + "/tests/test.sh") == [])
+        #expect(VerifierPackages.requested(inTests: t + "/tests") == ["mirror-hello"])
         let store = TaskImageStore(directory: dir + "/store")
         try #require(try store.prepare([task], ids: try ImageIDs.range()) { _ in }.isEmpty)
 
