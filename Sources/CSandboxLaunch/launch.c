@@ -266,7 +266,15 @@ __attribute__((noreturn)) static void init_main(const struct ahl_plan *p, int re
             if (si.ssi_signo == SIGCHLD) {
                 int st;
                 pid_t w;
-                while ((w = sys_wait4(-1, &st, WNOHANG)) > 0) {
+                while ((w = sys_wait4(-1, &st, WNOHANG | __WALL)) > 0) {
+                    // A child that made init its tracer (PTRACE_TRACEME, as an anti-debugging
+                    // check does) reports each signal it gets as a stop, which is not its end:
+                    // it goes on untraced with that signal (the trap after an exec dropped).
+                    if (WIFSTOPPED(st)) {
+                        int sig = WSTOPSIG(st);
+                        (void)AHL_SYS4(SYS_ptrace, 17 /* PTRACE_DETACH */, w, 0, sig == SIGTRAP ? 0 : sig);
+                        continue;
+                    }
                     if (w == child) {
                         payload_done = 1;
                         payload_status = st;

@@ -162,6 +162,13 @@ static int open_guard(struct guard *g, int pid, const char *const *guarded, int 
         if (fstat(fd, &st) == 0 && st.st_dev != g->root_st.st_dev) g->devs[g->ndevs++] = st.st_dev;
         close(fd);
     }
+    // None of them in the caller's view: it has chrooted away from them (root on a task's
+    // image may), so a link it makes is judged where it cannot be seen whether it leads to the
+    // key from the sandbox's own root, where the test would follow it. Counted as leading in.
+    if (nguarded > 0 && g->ndevs == 0) {
+        close(g->root);
+        return 1;
+    }
     return 0;
 }
 
@@ -203,7 +210,7 @@ static int judge_at(const struct guard *g, const char *dir, const char *target) 
 int ahs_link_leads_into(int pid, int dirfd, const char *linkpath, const char *target, const char *const *guarded, int nguarded) {
     struct guard g;
     int rc = open_guard(&g, pid, guarded, nguarded);
-    if (rc < 0) return rc;
+    if (rc != 0) return rc;
     char dir[AHS_PATH];
     const char *last;
     rc = name_parent(&g, pid, dirfd, linkpath, dir, sizeof dir, &last);
@@ -276,7 +283,7 @@ int ahs_move_leads_into(int pid, int olddirfd, const char *oldpath, int newdirfd
                         const char *const *guarded, int nguarded) {
     struct guard g;
     int rc = open_guard(&g, pid, guarded, nguarded);
-    if (rc < 0) return rc;
+    if (rc != 0) return rc;
     char from[AHS_PATH], to[AHS_PATH];
     const char *oldlast, *newlast;
     int old = -1;

@@ -481,3 +481,7 @@ int ahs_loop_attach(int backing, unsigned block_size, int *index) {
     close(control);
     return result;
 }
+
+int ahs_ptrace_detach(int pid, int sig) {
+    return syscall(SYS_ptrace, 17 /* PTRACE_DETACH */, pid, 0, sig) < 0 ? -errno : 0;
+}

@@ -57,6 +57,9 @@ static int report(long rc) {
     return 0;
 }
 
+static volatile sig_atomic_t usr1_seen;
+static void on_usr1(int sig) { (void)sig; usr1_seen = 1; }
+
 static pid_t sleeper(void) {
     pid_t c = fork();
     if (c == 0) {
@@ -207,6 +210,16 @@ int main(int argc, char **argv) {
         kill(c, SIGKILL);
         errno = e;
         return report(r);
+    }
+    /* The payload (pid 2) makes the sandbox's init its tracer, then gets a signal: that is a
+       stop init lets go of, not the payload's end; the handler runs and the payload goes on. */
+    if (IS("traceme-self")) {
+        if (syscall(SYS_ptrace, 0 /* PTRACE_TRACEME */, 0, 0, 0) != 0) return report_errno(errno);
+        signal(SIGUSR1, on_usr1);
+        raise(SIGUSR1);
+        for (int i = 0; i < 50 && !usr1_seen; i++) usleep(10000);
+        usleep(200000);
+        return report(usr1_seen ? 1 : 0);
     }
     /* PTRACE_TRACEME passes (an anti-debugging check); the parent it makes a tracer can then
        make no request of its tracee: PTRACE_PEEKDATA of the stopped child is refused. */

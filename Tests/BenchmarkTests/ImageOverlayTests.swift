@@ -36,7 +36,7 @@ struct ImageOverlayTests {
         #expect(listed != nil && UInt64(st.st_ino) == listed, "/app: stat says inode \(st.st_ino), its directory entry \(listed ?? 0)")
     }
 
-    @Test("on an image the verifier's git runs the image's ssh (core.sshCommand ssh), as every other image program a test calls; on the host's userland and in the agent phase the policy's false stays")
+    @Test("on an image the verifier's git runs the image's ssh with only the test's own ssh configuration, as every other image program a test calls; on the host's userland and in the agent phase the policy's false stays")
     func verifierSSHOnImage() throws {
         let policy = try PolicyLoader(searchPaths: [Paths.policies]).load("verifier", variables: ["workdir": "/w", "tests_dir": "/t", "logs_dir": "/l"])
         let key = try #require(policy.env.set.first { $0.key.hasPrefix("GIT_CONFIG_KEY_") && $0.value == "core.sshCommand" }?.key)
@@ -44,7 +44,8 @@ struct ImageOverlayTests {
         #expect(policy.env.set[value] == "false")
         let image = TaskImage(id: "sha256:ssh-test", rootfs: "/nonexistent", workingDirectory: "/app", environment: ["PATH=/usr/bin:/bin"],
                               ids: HostIDRange(uid: 1_000_000, gid: 1_000_000, count: 65536), origin: "a test")
-        #expect(image.environmentOverrides(policy: policy.env.set, verifier: true).contains(value + "=ssh"))
+        let overrides = image.environmentOverrides(policy: policy.env.set, verifier: true)
+        #expect(overrides.contains(value + "=" + TaskImage.sshCommand) && overrides.contains("GIT_SSH_VARIANT=ssh"), "\(overrides)")
         #expect(!image.environmentOverrides(policy: policy.env.set, verifier: false).contains { $0.hasPrefix("GIT_CONFIG_VALUE_") })
     }
 }

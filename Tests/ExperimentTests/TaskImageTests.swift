@@ -111,6 +111,10 @@ import TestSupport
             #!/bin/bash
             # The verifier starts in the image's WORKDIR and sees the agent's changes.
             { pwd; task-tool; cat /etc/task.conf; cat seen.txt; } > /logs/verifier/out.txt 2>&1
+            # A link made from a jail, where /tests is not to be seen: it may lead to the key
+            # from the sandbox's own root, so it is recorded as it is made (and removed here, so
+            # that only its making can tell).
+            perl -e 'chroot("/srv/jail") or die "chroot: $!"; chdir("/") or die; symlink("/tests/test.sh", "/made-in-jail") or die "symlink: $!"; unlink("/made-in-jail")' 2>> /logs/verifier/out.txt
             echo 1 > /logs/verifier/reward.txt
 
             """)
@@ -140,6 +144,8 @@ import TestSupport
         let runner = try TaskRunner(configuration: config)
         let outcome = runner.run(task, traceDirectory: nil)
         #expect(outcome.reward == 1, "\(outcome)")
+        let planted = config.audit.events.filter { $0.kind == .plantedLink }
+        #expect(planted.contains { ($0.name + " " + ($0.detail ?? "")).contains("made-in-jail") }, "\(planted)")
         let seen = seenBox.seen
         let verifier = seenBox.verifier
         // The solution: root inside, in the image's WORKDIR, with its ENV and its files.

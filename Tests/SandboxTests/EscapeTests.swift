@@ -123,6 +123,13 @@ struct SeccompEscapeTests {
         #expect(r.stderr.contains("ptrace"), "\(r.stderr)")
     }
 
+    @Test("a payload that makes the sandbox's init its tracer and then gets a signal goes on: the stop is let go, not taken for its exit")
+    func traceMeThenSignal() throws {
+        try requireRoot()
+        let r = try probe("traceme-self")
+        #expect(r.status == 0 && r.result == ["ok", "1"], "exit \(r.status): \(r.stdout) \(r.stderr)")
+    }
+
     @Test("raising capabilities with capset is refused by the kernel: the bounding set is empty")
     func capsetRaiseRefused() throws {
         try requireRoot()

@@ -62,19 +62,26 @@ public struct TaskImage: Sendable, Equatable, Codable {
     }
 
     /// The verifier policy sets git's `core.sshCommand` to `false`, so that a repository's
-    /// configuration cannot make git run a command of the agent's. On an image that keeps
-    /// nothing out: the `ssh` git would run is the image's, the agent's to have changed, as is
-    /// git itself; and a test that pushes over ssh to the server the agent left running
+    /// configuration cannot make git run a command of the agent's. On an image that kept out
+    /// too much: a test that pushes over ssh to the server the agent left running
     /// (git-multibranch) is how the task checks the agent's work. So on an image git runs
-    /// `ssh`, the image's, found on the image's PATH: the verifier runs it as it runs every
-    /// other program of the image the tests call, and the ports the tests reach on the agent's
-    /// processes are flagged (`PortRelay`). On the host's userland `false` stays.
+    /// `ssh`, the image's, found on the image's PATH as every other program of the image a test
+    /// calls (one the agent changed is flagged when it runs: `AgentCodeRuns`), but never with
+    /// the image's /etc/ssh/ssh_config, which the agent could have written as root and whose
+    /// ProxyCommand, LocalCommand, KnownHostsCommand or `Match exec` would run its commands
+    /// unflagged (found by the session's adversarial review): `-F` names the only
+    /// configuration, the test's own `$HOME/.ssh/config` (the verifier's private HOME) or none.
+    /// `GIT_SSH_VARIANT`: git tells the options ssh takes from the command's first word. On
+    /// the host's userland `false` stays.
     static func imageSSH(policy: [String: String]) -> [String] {
-        policy.compactMap { key, value in
+        let keys = policy.compactMap { key, value -> String? in
             guard key.hasPrefix("GIT_CONFIG_KEY_"), value.lowercased() == "core.sshcommand" else { return nil }
-            return "GIT_CONFIG_VALUE_\(key.dropFirst("GIT_CONFIG_KEY_".count))=ssh"
+            return "GIT_CONFIG_VALUE_\(key.dropFirst("GIT_CONFIG_KEY_".count))=" + sshCommand
         }
+        return keys.isEmpty ? [] : keys + ["GIT_SSH_VARIANT=ssh"]
     }
+
+    static let sshCommand = #"f="$HOME/.ssh/config"; [ -f "$f" ] || f=/dev/null; exec ssh -F "$f""#
 }
 
 /// Which tasks run on which image (by task id); a task not listed runs on the host's userland.

@@ -4,13 +4,6 @@
 #include <sys/types.h>
 #ifdef __cplusplus
 extern "C" {
-/// Binds the open file `backing` to a free loop device (LOOP_CTL_GET_FREE, then LOOP_CONFIGURE
-/// with `block_size`, autoclear and direct I/O, which the kernel drops where the backing file
-/// system cannot do it): the device's descriptor (read-write, close-on-exec) and its number in
-/// *index, or -errno. Autoclear: the binding ends when the device's last user closes it, this
-/// descriptor or a file system mounted from it.
-int ahs_loop_attach(int backing, unsigned block_size, int *index);
-
 #endif
 /// An anonymous in-memory file (memfd_create, MFD_CLOEXEC), or -1 with errno.
 int ahs_memfd(const char *name);
@@ -258,13 +251,6 @@ int ahs_open_path_in_root(int root, const char *path);
 int ahs_statfs_sizes_constant(int fd, unsigned char *out, int cap, unsigned long long bytes, unsigned long long inodes);
 #ifdef __cplusplus
 }
-/// Binds the open file `backing` to a free loop device (LOOP_CTL_GET_FREE, then LOOP_CONFIGURE
-/// with `block_size`, autoclear and direct I/O, which the kernel drops where the backing file
-/// system cannot do it): the device's descriptor (read-write, close-on-exec) and its number in
-/// *index, or -errno. Autoclear: the binding ends when the device's last user closes it, this
-/// descriptor or a file system mounted from it.
-int ahs_loop_attach(int backing, unsigned block_size, int *index);
-
 #endif
 
 /* Whether the symbolic link process `pid` is making (symlinkat's `dirfd`, AT_FDCWD for
@@ -325,5 +311,8 @@ int ahs_spawn_session(const char *path, char *const argv[], char *const envp[], 
 /// *index, or -errno. Autoclear: the binding ends when the device's last user closes it, this
 /// descriptor or a file system mounted from it.
 int ahs_loop_attach(int backing, unsigned block_size, int *index);
+/// ptrace(PTRACE_DETACH, pid, 0, sig): lets a child that made its parent its tracer
+/// (PTRACE_TRACEME) go on untraced from its stop, with `sig`. 0 or -errno.
+int ahs_ptrace_detach(int pid, int sig);
 
 #endif

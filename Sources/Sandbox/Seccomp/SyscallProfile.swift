@@ -208,14 +208,16 @@ public enum ArgumentRules {
     /// personality(2) values allowed: PER_LINUX, PER_LINUX|ADDR_NO_RANDOMIZE, and the query.
     public static let allowedPersonalities: [UInt64] = [0, 0x0004_0000, 0xFFFF_FFFF]
 
-    /// ptrace(2) requests allowed: PTRACE_TRACEME alone, which a program's anti-debugging check
+    /// ptrace(2) requests allowed: PTRACE_TRACEME, which a program's anti-debugging check
     /// makes (Terminal-Bench 2.0's vulnerable-secret refuses to run when it fails; Docker's
-    /// default profile allows ptrace). It makes the caller traceable by its parent and gives
-    /// the caller nothing over any process; the parent can make no request of its tracee
-    /// (every other request is refused here, EPERM and reported), so what it gains is seeing
-    /// the caller's signal stops in `waitpid`. `ptrace` stays in `SyscallProfile.hardDenied`:
-    /// no policy can allow more of it.
-    public static let allowedPtraceRequests: [UInt64] = [0]
+    /// default profile allows ptrace), and PTRACE_DETACH. TRACEME makes the caller traceable by
+    /// its parent and gives the caller nothing over any process. DETACH is the one request the
+    /// parent can then make of it: let its own stopped tracee go on untraced, with a signal it
+    /// could have sent with kill(2) (the exec server lets a command it runs go this way, as the
+    /// sandbox's init, which no filter holds, does its payload). Every other request is refused
+    /// here (EPERM, reported). `ptrace` stays in `SyscallProfile.hardDenied`: no policy can
+    /// allow more of it.
+    public static let allowedPtraceRequests: [UInt64] = [0, 17]
 
     /// prctl's PR_SET_SECCOMP option, allowed only when a policy allows `seccomp`.
     public static let prctlSetSeccomp: UInt32 = 22
