@@ -66,13 +66,15 @@ public struct TaskImage: Sendable, Equatable, Codable {
     /// too much: a test that pushes over ssh to the server the agent left running
     /// (git-multibranch) is how the task checks the agent's work. So on an image git runs
     /// `ssh`, the image's, found on the image's PATH as every other program of the image a test
-    /// calls (one the agent changed is flagged when it runs: `AgentCodeRuns`), but never with
-    /// the image's /etc/ssh/ssh_config, which the agent could have written as root and whose
+    /// calls (one the agent changed is flagged when it runs: `AgentCodeRuns`), but with no
+    /// configuration file: the image's /etc/ssh/ssh_config and root's ~/.ssh/config (ssh reads
+    /// the passwd entry's home, /root, not $HOME) are the agent's to have written, and their
     /// ProxyCommand, LocalCommand, KnownHostsCommand or `Match exec` would run its commands
-    /// unflagged (found by the session's adversarial review): `-F` names the only
-    /// configuration, the test's own `$HOME/.ssh/config` (the verifier's private HOME) or none.
-    /// `GIT_SSH_VARIANT`: git tells the options ssh takes from the command's first word. On
-    /// the host's userland `false` stays.
+    /// unflagged (found by the session's adversarial review). A test's own `$HOME/.ssh/config`
+    /// was never read here either, for the same reason. (Naming that file with `-F` broke
+    /// git-multibranch's push, for a reason not found; its expect script answers the host-key
+    /// question itself.) `GIT_SSH_VARIANT`: the options ssh takes, told rather than guessed.
+    /// On the host's userland `false` stays.
     static func imageSSH(policy: [String: String]) -> [String] {
         let keys = policy.compactMap { key, value -> String? in
             guard key.hasPrefix("GIT_CONFIG_KEY_"), value.lowercased() == "core.sshcommand" else { return nil }
@@ -81,7 +83,7 @@ public struct TaskImage: Sendable, Equatable, Codable {
         return keys.isEmpty ? [] : keys + ["GIT_SSH_VARIANT=ssh"]
     }
 
-    static let sshCommand = #"f="$HOME/.ssh/config"; [ -f "$f" ] || f=/dev/null; exec ssh -F "$f""#
+    static let sshCommand = "ssh -F /dev/null"
 }
 
 /// Which tasks run on which image (by task id); a task not listed runs on the host's userland.
