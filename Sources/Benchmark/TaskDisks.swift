@@ -22,7 +22,6 @@
 
 import FoundationEssentials
 import Glibc
-import CSystemCalls
 import SupervisorIO
 
 public struct TaskDisks: Sendable {
@@ -74,10 +73,11 @@ public struct TaskDisks: Sendable {
             guard ftruncate(disk.backing, off_t(size)) == 0 else {
                 throw BenchmarkError(.io, "a \(Self.shown(size)) file in \(directory): \(FileSystem.errorText())")
             }
-            var index: Int32 = 0
-            loop = ahs_loop_attach(disk.backing, 4096, &index)
-            guard loop >= 0 else { throw BenchmarkError(.io, "a loop device for a task's disk: \(ErrnoName.describe(-loop))") }
-            let device = "/dev/loop\(index)"
+            let device: String
+            switch LoopDevice.attach(disk.backing) {
+            case .success(let bound): (loop, device) = bound
+            case .failure(let e): throw BenchmarkError(e)
+            }
             let made: ChildProcess.Finished
             do {
                 // No journal (nothing survives a crash anyway), no reserved blocks, the inode
@@ -132,7 +132,7 @@ public struct TaskDisks: Sendable {
                     return .failure(BenchmarkError(.io, "no room for a task's \(shown(size)) disk in \(disks.directory): \(shown(free)) free, "
                                                    + "\(shown(promised)) promised to the disks in use, \(shown(disks.reserve)) kept for the host"))
                 }
-                let backing = Glibc.open(disks.directory, Self.temporaryFile | O_RDWR | O_CLOEXEC, 0o600)
+                let backing = FileSystem.openNameless(in: disks.directory)
                 guard backing >= 0 else { return .failure(BenchmarkError(.io, "a nameless file in \(disks.directory): \(FileSystem.errorText())")) }
                 let disk = TaskDisk(backing: backing, size: size, book: self)
                 inUse[ObjectIdentifier(disk)] = disk
@@ -144,8 +144,6 @@ public struct TaskDisks: Sendable {
             lock.locked { inUse[ObjectIdentifier(disk)] = nil }
         }
 
-        /// O_TMPFILE (`__O_TMPFILE | O_DIRECTORY`), which the Glibc module does not export.
-        static let temporaryFile: Int32 = 0o20000000 | O_DIRECTORY
     }
 }
 

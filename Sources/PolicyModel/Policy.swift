@@ -227,10 +227,6 @@ public struct SeccompSpec: Sendable, Equatable {
     /// makes is recorded (`seccomp.watch_links`): its symlink and symlinkat calls wait while
     /// the supervisor resolves the target in the caller's view, then go on.
     public var watchLinks: [String]
-    /// Whether `chroot` passes. Not a policy key (a policy cannot allow it): the launch plan
-    /// sets it where the payload's root keeps CAP_SYS_CHROOT, on a task's own image
-    /// (`Capabilities.imageRoot`); everywhere else it is hard-denied.
-    public var chroot = false
 
     public init(
         profile: String = "default", defaultAction: SeccompAction = .errno(38 /* ENOSYS */),

@@ -390,7 +390,7 @@ struct ExperimentTests {
             def run(self, instruction, workdir):
                 _run(self, instruction, workdir)
                 if any(f"MARKER-{t}-" in instruction for t in \(test)):
-                    ctypes.CDLL(None).syscall(101, 0, 0, 0, 0)  # ptrace
+                    ctypes.CDLL(None).syscall(101, 16, 1, 0, 0)  # ptrace(PTRACE_ATTACH, 1)
             HarnessAgent.run = run
             """)
         #expect(try exp.run("gate").status == 0)

@@ -49,6 +49,18 @@ struct SeccompCompilerTests {
         }
     }
 
+    @Test("chroot passes only a filter compiled for a payload that keeps CAP_SYS_CHROOT (on its image), kept apart from the others in the in-process and on-disk caches; a policy cannot ask for it")
+    func chrootOnlyWhereAsked() throws {
+        let spec = SeccompSpec()
+        let with = try SeccompCompiler.compile(spec, chroot: true)
+        let without = try SeccompCompiler.compile(spec)
+        #expect(with.allowedNames.contains("chroot") && !with.denied.contains("chroot"))
+        #expect(!without.allowedNames.contains("chroot") && without.denied.contains("chroot"))
+        #expect(try SeccompCompiler.compile(spec, chroot: true).allowedNames.contains("chroot"))
+        #expect(FilterCache.sectionKey(spec, chroot: true) != FilterCache.sectionKey(spec))
+        #expect(throws: SandboxError.self) { try SeccompCompiler.compile(SeccompSpec(allow: ["chroot"])) }
+    }
+
     @Test("unknown syscall names in a policy are errors")
     func unknownNameRejected() {
         #expect(throws: SandboxError.self) {

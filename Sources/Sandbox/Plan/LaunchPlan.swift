@@ -301,9 +301,7 @@ public enum PlanCompiler {
         Timing.mark("mounts resolved")
         let filter: CompiledFilter
         do {
-            var seccomp = policy.effectiveSeccomp
-            seccomp.chroot = kept & Capabilities.sysChroot != 0
-            filter = try SeccompCompiler.compile(seccomp)
+            filter = try SeccompCompiler.compile(policy.effectiveSeccomp, chroot: kept & Capabilities.sysChroot != 0)
         } catch {
             // The compiler sees only the seccomp section; name the policy it came from.
             throw SandboxError(error.code, "policy \(policy.lineage.last ?? policy.name): \(error.message)", errno: error.errno)

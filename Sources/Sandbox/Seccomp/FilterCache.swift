@@ -45,11 +45,11 @@ enum FilterCache {
     /// The key of a policy's whole seccomp section: everything `SeccompCompiler` reads to
     /// compile it (the section as written, this binary, whose profile and argument rules are
     /// compiled in, and libseccomp's version and architecture, which map names to numbers).
-    static func sectionKey(_ spec: SeccompSpec) -> String {
+    static func sectionKey(_ spec: SeccompSpec, chroot: Bool = false) -> String {
         let v = seccomp_version().pointee
-        var key = "autoharness seccomp section v2 " + RootOwnedCache.frame(RootOwnedCache.binaryIdentity)
+        var key = "autoharness seccomp section v3 " + RootOwnedCache.frame(RootOwnedCache.binaryIdentity)
         key += "\nlibseccomp \(v.major).\(v.minor).\(v.micro) arch \(seccomp_arch_native())"
-        key += "\nprofile " + RootOwnedCache.frame(spec.profile) + " default \(spec.defaultAction) netlink-route \(spec.netlinkRoute)"
+        key += "\nprofile " + RootOwnedCache.frame(spec.profile) + " default \(spec.defaultAction) netlink-route \(spec.netlinkRoute) chroot \(chroot)"
         for (name, list) in [("allow", spec.allow), ("deny", spec.deny), ("quiet", spec.quiet), ("watch-links", spec.watchLinks)] {
             key += "\n" + name + " " + list.map(RootOwnedCache.frame).joined()
         }

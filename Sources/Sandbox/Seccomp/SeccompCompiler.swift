@@ -70,29 +70,33 @@ public enum SeccompCompiler {
     /// Every syscall without an allow rule (and every call from another ABI: i386 via
     /// `int 0x80`, x32) becomes a user notification, so the supervisor reports it and picks
     /// the errno. An unknown name in the policy's `allow`/`deny` is an error.
-    public static func compile(_ spec: SeccompSpec) throws(SandboxError) -> CompiledFilter {
+    ///
+    /// `chroot`: let `chroot` through. Never a policy's to say: the launch plan passes it where
+    /// the payload's root keeps CAP_SYS_CHROOT, on a task's own image (`Capabilities.imageRoot`);
+    /// everywhere else it is hard-denied.
+    public static func compile(_ spec: SeccompSpec, chroot: Bool = false) throws(SandboxError) -> CompiledFilter {
         // A supervisor compiles the same few sections for every task: the result depends
         // only on the section (and this process's libseccomp), so it is kept.
-        if let hit = compiled.withLock({ compiled.value.first { $0.spec == spec }?.filter }) { return hit }
+        if let hit = compiled.withLock({ compiled.value.first { $0.spec == spec && $0.chroot == chroot }?.filter }) { return hit }
         // A one-shot launch (`sandbox exec`) finds the whole section's result on disk: the
         // 400 names resolved through libseccomp's tables cost 0.2 ms, the export more.
-        let sectionKey = FilterCache.sectionKey(spec)
+        let sectionKey = FilterCache.sectionKey(spec, chroot: chroot)
         let filter: CompiledFilter
         if let stored = FilterCache.loadSection(key: sectionKey) {
             filter = stored
         } else {
-            filter = try compileUncached(spec)
+            filter = try compileUncached(spec, chroot: chroot)
             FilterCache.storeSection(key: sectionKey, filter: filter)
         }
         compiled.withLock {
             if compiled.value.count >= 16 { compiled.value.removeAll() }
-            compiled.value.append((spec, filter))
+            compiled.value.append((spec, chroot, filter))
         }
         return filter
     }
 
     /// Sections compiled by this process, most 16.
-    private static let compiled = Locked<[(spec: SeccompSpec, filter: CompiledFilter)]>([])
+    private static let compiled = Locked<[(spec: SeccompSpec, chroot: Bool, filter: CompiledFilter)]>([])
 
     /// What a section allows, and how.
     struct RuleSets {
@@ -107,7 +111,7 @@ public enum SeccompCompiler {
         var unresolved: [String]
     }
 
-    static func ruleSets(_ spec: SeccompSpec) throws(SandboxError) -> RuleSets {
+    static func ruleSets(_ spec: SeccompSpec, chroot: Bool = false) throws(SandboxError) -> RuleSets {
         guard spec.profile == "default" else {
             throw SandboxError(.invalidPolicy, "seccomp.profile: unknown profile '\(spec.profile)' (allowed: default)")
         }
@@ -124,9 +128,9 @@ public enum SeccompCompiler {
         let deny = Set(spec.deny).subtracting(quiet)
         var allow = Set(SyscallProfile.defaultAllow).union(spec.allow).subtracting(deny).subtracting(quiet)
         allow.subtract(SyscallProfile.hardDenied)
-        // Root on a task's image with CAP_SYS_CHROOT (`SeccompSpec.chroot`, never a policy's).
+        // Root on a task's image with CAP_SYS_CHROOT (`compile`'s `chroot`, never a policy's).
         var hardDenied = SyscallProfile.hardDenied
-        if spec.chroot {
+        if chroot {
             allow.insert("chroot")
             hardDenied.remove("chroot")
         }
@@ -150,8 +154,8 @@ public enum SeccompCompiler {
                         unconditional: unconditional, unresolved: unresolved)
     }
 
-    static func compileUncached(_ spec: SeccompSpec) throws(SandboxError) -> CompiledFilter {
-        let rules = try ruleSets(spec)
+    static func compileUncached(_ spec: SeccompSpec, chroot: Bool = false) throws(SandboxError) -> CompiledFilter {
+        let rules = try ruleSets(spec, chroot: chroot)
         let (allow, conditional, denied, quiet, unconditional, unresolved) =
             (rules.allow, rules.conditional, rules.denied, rules.quiet, rules.unconditional, rules.unresolved)
         let refusedForms = denied.union(conditional)  // conditional: their refused argument forms
