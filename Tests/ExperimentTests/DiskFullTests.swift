@@ -58,7 +58,7 @@ let tracingSolver = Agents.all + """
     _run = HarnessAgent.run
     def run(self, instruction, workdir):
         _run(self, instruction, workdir)
-        ctypes.CDLL(None).syscall(101, 0, 0, 0, 0)  # ptrace: refused and audited
+        ctypes.CDLL(None).syscall(101, 16, 1, 0, 0)  # ptrace: refused and audited
     HarnessAgent.run = run
     """
 
@@ -218,7 +218,7 @@ struct DiskFullTests {
         let full = try FullMount(over: dir, in: temp)
         defer { full.release() }
         let r = try autoharness(["sandbox", "exec", "--audit", dir + "/audit.jsonl", "--", "python3", "-c",
-                                 "import ctypes, time; ctypes.CDLL(None).syscall(101, 0, 0, 0, 0); time.sleep(30); print('AFTER')"])
+                                 "import ctypes, time; ctypes.CDLL(None).syscall(101, 16, 1, 0, 0); time.sleep(30); print('AFTER')"])
         #expect(r.status == 125, "\(r.status) \(r.stdout) \(r.stderr)")
         #expect(r.stderr.contains("audit file \(dir)/audit.jsonl: No space left on device (ENOSPC); killed the whole sandbox"), "\(r.stderr)")
         #expect(!r.stdout.contains("AFTER"))
@@ -313,7 +313,7 @@ struct RunDiskFullTests {
             import ctypes, os, signal, time
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             while not os.path.exists('/home/agent/go'): time.sleep(0.05)
-            ctypes.CDLL(None).syscall(101, 0, 0, 0, 0)
+            ctypes.CDLL(None).syscall(101, 16, 1, 0, 0)
             print('REFUSED' + '-CALL-MADE', flush=True)
             for i in range(200): time.sleep(0.1)
             print('STILL' + ' RUNNING', flush=True)
