@@ -36,12 +36,13 @@ public struct TaskDisks: Sendable {
     /// The most a host keeps free for itself while tasks write their disks.
     public static let defaultReserve: UInt64 = 2 << 30
     static let formatterCandidates = ["/usr/sbin/mke2fs", "/sbin/mke2fs"]
+    static var installedFormatter: String? { formatterCandidates.first { access($0, X_OK) == 0 } }
 
     /// Checks that this host can make them (loop devices, mke2fs, `directory` made root 0700):
     /// the reason it cannot, otherwise.
     public static func make(directory: String, reserve: UInt64 = defaultReserve) -> Result<TaskDisks, BenchmarkError> {
         if let why = unavailable { return .failure(BenchmarkError(.configuration, why)) }
-        let formatter = formatterCandidates.first { access($0, X_OK) == 0 } ?? formatterCandidates[0]
+        guard let formatter = installedFormatter else { return .failure(BenchmarkError(.configuration, "no mke2fs")) }
         if let e = FileSystem.makeDirectories(directory, mode: 0o700) {
             return .failure(BenchmarkError(.io, "\(directory): \(ErrnoName.describe(e))"))
         }
@@ -54,7 +55,7 @@ public struct TaskDisks: Sendable {
 
     /// Why this host cannot make task disks (no mke2fs, no loop devices), or nil: `doctor`.
     public static var unavailable: String? {
-        guard formatterCandidates.contains(where: { access($0, X_OK) == 0 }) else {
+        guard installedFormatter != nil else {
             return "no mke2fs (\(formatterCandidates.joined(separator: ", "))): Debian's e2fsprogs"
         }
         let control = open("/dev/loop-control", O_RDWR | O_CLOEXEC)
@@ -143,7 +144,6 @@ public struct TaskDisks: Sendable {
         func release(_ disk: TaskDisk) {
             lock.locked { inUse[ObjectIdentifier(disk)] = nil }
         }
-
     }
 }
 

@@ -46,8 +46,9 @@ public struct TaskRunConfiguration: Sendable {
     /// image as root instead of the host's userland; nil or a task not listed: the host's.
     public var images: TaskImages?
     /// Train runs of tasks that declare `[environment] storage`: their file systems on disk of
-    /// that size (`TaskDisks`); nil, a held-out run or a task declaring none: tmpfs.
-    public var disks: TaskDisks?
+    /// that size (`TaskDisks`), or why this host cannot make them; nil, a held-out run or a task
+    /// declaring none: tmpfs.
+    public var disks: Result<TaskDisks, BenchmarkError>?
     /// Non-empty: the agent's sandbox (never the verifier's) has the egress proxy to these
     /// host:port entries in place of its policy's network (`runner.network.allow`), every
     /// connection recorded in its audit.

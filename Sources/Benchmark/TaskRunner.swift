@@ -127,7 +127,9 @@ public final class TaskRunner: Sendable {
         let scratch: TaskScratch
         do {
             // A held-out run (no trace) stays in memory whatever the task declares.
-            let disk = traceDirectory == nil ? nil : task.storage.flatMap { size in configuration.disks.map { TaskScratch.Disk(disks: $0, size: size) } }
+            let disk = traceDirectory == nil ? nil : task.storage.flatMap { size in
+                (try? configuration.disks?.get()).map { TaskScratch.Disk(disks: $0, size: size) }
+            }
             scratch = try TaskScratch(root: scratchRoot, disk: disk)
         } catch {
             // The scratch root is the supervisor's: a task that never started is not scored.
@@ -136,7 +138,9 @@ public final class TaskRunner: Sendable {
             return run.outcome
         }
         if traceDirectory != nil, let size = task.storage, scratch.disk == nil {
-            run.note("storage: the task declares \(TaskDisks.shown(size)); it ran on its \(TaskScratch.sizeLimit) tmpfs (no task disks on this host: `autoharness doctor`)")
+            var why = "no task disks configured"
+            if case .failure(let e) = configuration.disks { why = "no task disks here: \(e.message)" }
+            run.note("storage: the task declares \(TaskDisks.shown(size)); it ran on its \(TaskScratch.sizeLimit) tmpfs (\(why))")
         }
         execute(&run, in: scratch)
         if let traceDirectory { run.writeTrace(to: traceDirectory, outputs: scratch.outFD) }

@@ -144,16 +144,19 @@ func serveExec(_ client: Int32, _ body: [UInt8]) {
     // stops at each signal it gets, which no pidfd shows: it is let go on, untraced, with that
     // signal (the trap after an exec dropped). Its end, if met here, is kept for the reply.
     var ended: Int32?
-    func letStopsGo() {
+    func reap(_ options: Int32) {
         var st: Int32 = 0
-        while ended == nil, waitpid(pid, &st, WNOHANG | 0x4000_0000 /* __WALL */) == pid {
-            guard st & 0xff == 0x7f else { ended = st; return }  // WIFSTOPPED
+        while ended == nil {
+            let w = waitpid(pid, &st, options | 0x4000_0000 /* __WALL */)
+            if w < 0 && errno == EINTR { continue }
+            guard w == pid else { return }
+            guard st & 0xff == 0x7f else { ended = st; return }  // not WIFSTOPPED: its end
             let sig = (st >> 8) & 0xff
             _ = ahs_ptrace_detach(pid, sig == SIGTRAP ? 0 : sig)
         }
     }
     while !open.isEmpty && !clientGone {
-        letStopsGo()
+        reap(WNOHANG)
         var polls = open.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
         polls.append(pollfd(fd: client, events: Int16(POLLIN) | 0x2000 /* POLLRDHUP */, revents: 0))
         if exited >= 0 && !draining { polls.append(pollfd(fd: exited, events: Int16(POLLIN), revents: 0)) }
@@ -182,14 +185,8 @@ func serveExec(_ client: Int32, _ body: [UInt8]) {
         if draining && !progress { break }
     }
     if clientGone { kill(-pid, SIGKILL) }
-    var status: Int32 = ended ?? 0
-    while ended == nil {
-        let w = waitpid(pid, &status, 0x4000_0000 /* __WALL */)
-        if w < 0 && errno == EINTR { continue }
-        guard w == pid, status & 0xff == 0x7f else { break }
-        let sig = (status >> 8) & 0xff
-        _ = ahs_ptrace_detach(pid, sig == SIGTRAP ? 0 : sig)
-    }
+    reap(0)
+    let status = ended ?? 0
     let code = status & 0x7f == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
     if !clientGone { send(client, "x", String(code)) }
 }

@@ -66,7 +66,7 @@ struct TaskDisksTests {
             seen.append("named \(listing(disksDirectory).count)")
             seen.append("loops \(Self.loopsBacked(by: disksDirectory).count)")
             seen.append(read(scratch + "/logs/seen") ?? "no log")
-        }, configure: { $0.disks = disks })
+        }, configure: { $0.disks = .success(disks) })
         let trace = try TempDir()
         let train = h.run(task, trace: trace.path)
         #expect(train.status == .passed && train.reward == 1, "\(train) \(seen.all)")
@@ -85,14 +85,14 @@ struct TaskDisksTests {
         let heldOutSeen = Captured()
         let h2 = try Harness(agent: nil, oracle: true, observer: { _, scratch in
             heldOutSeen.append("scratch \(Self.mountType(scratch))")
-        }, configure: { $0.disks = disks })
+        }, configure: { $0.disks = .success(disks) })
         let heldOut = h2.run(task, trace: nil)
         #expect(heldOut.reward == 0, "\(heldOut)")
         #expect(heldOutSeen.all == ["scratch tmpfs"], "\(heldOutSeen.all)")
         #expect(Self.loopsBacked(by: backing.path + "/disks").isEmpty)
     }
 
-    @Test("a disk is given only while the backing file system has room for every disk in use at its full size plus the reserve: refused naming the sizes, the task set up failed, nothing left behind")
+    @Test("a disk is given only while the backing file system has room for every disk in use at its full size plus the reserve: refused naming the sizes, the task set up failed, nothing left behind; without disks the task runs on its tmpfs, its result saying why")
     func noRoom() throws {
         try requireRoot()
         let dir = try TempDir()
@@ -104,7 +104,7 @@ struct TaskDisksTests {
         let mounted = try TempDir()
         let first = try disks.mount(size: 64 << 20, at: mounted.path, mode: 0o700, owner: (0, 0))
         let task = try Self.benchmark(dir, storage: "64M", agentMB: 1, overMB: 1, verifierMB: 1)
-        let h = try Harness(agent: nil, oracle: true, configure: { $0.disks = disks })
+        let h = try Harness(agent: nil, oracle: true, configure: { $0.disks = .success(disks) })
         let refused = h.run(task, trace: try TempDir().path)
         #expect(refused.status == .setupFailed && refused.reward == 0, "\(refused)")
         #expect(refused.detail?.contains("no room for a task's 64 MiB disk in \(small.path)/disks") == true, "\(refused)")
@@ -112,6 +112,10 @@ struct TaskDisksTests {
         umount2(mounted.path, Int32(MNT_DETACH))
         first.close()
         #expect(listing(small.path + "/disks").isEmpty)
+        // A host that cannot make disks runs the task on its tmpfs and says why in its result.
+        let fallback = try Harness(agent: nil, oracle: true, configure: { $0.disks = .failure(BenchmarkError(.configuration, "/dev/loop-control: absent")) })
+        let onTmpfs = fallback.run(task, trace: try TempDir().path)
+        #expect(onTmpfs.detail?.contains("storage: the task declares 64 MiB; it ran on its 2g tmpfs (no task disks here: /dev/loop-control: absent)") == true, "\(onTmpfs)")
         // With the first one gone there is room again.
         let second = try disks.mount(size: 64 << 20, at: mounted.path, mode: 0o700, owner: (0, 0))
         umount2(mounted.path, Int32(MNT_DETACH))

@@ -46,6 +46,10 @@ struct RealHarborImageTests {
         RealHarborTests.harborAgent(preamble: "import os, tempfile", run: """
             r = await environment.exec("echo mark=$TASK_MARK cwd=$(pwd) uid=$(id -u); ls /app 2>&1; test -e answer_key.txt && echo LEAKED || echo no-key; ls /tests /solution 2>&1 | head -2")
             print("probe:", r.return_code, (r.stdout or "").replace(chr(10), " "))
+            # A command that makes the exec server its tracer (an anti-debugging check), then
+            # gets a signal: let go on, not left stopped until the call times out.
+            t = await environment.exec("exec perl -e 'syscall(101, 0, 0, 0, 0) == 0 or die; $SIG{USR1} = sub { print q(usr1 ) }; kill USR1 => $$; print q(after)'", timeout_sec=20)
+            print("traced:", t.return_code, (t.stdout or "").strip())
             with tempfile.TemporaryDirectory() as d:
                 with open(d + "/up.txt", "w") as f:
                     f.write("uploaded")
@@ -123,6 +127,7 @@ struct RealHarborImageTests {
             #expect(trace.contains("probe: 0 mark=from-the-image cwd=/srv/work uid=0"), "\(id): \(trace)")
             #expect(trace.contains("no-key") && !trace.contains("LEAKED"), "\(id): \(trace)")
             #expect(trace.contains("roundtrip: uploaded"), "\(id): \(trace)")
+            #expect(trace.contains("traced: 0 usr1 after"), "\(id): \(trace)")
             #expect(trace.contains("server: 0"), "\(id): \(trace)")
             #expect(trace.contains("timeout: Command timed out after 1 seconds"), "\(id): \(trace)")
             #expect(trace.contains("fetched mirror: from the host mirror"), "\(id): \(trace)")

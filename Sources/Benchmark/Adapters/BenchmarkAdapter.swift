@@ -179,7 +179,7 @@ public struct LocalAdapter: BenchmarkAdapter {
     public var agentNetworkAllow: [String] = []
     public var taskNetworkAllow: [String] { agentNetworkAllow }
     /// Train runs' file systems on disk for tasks that declare their storage (`TaskDisks`).
-    public var disks: TaskDisks?
+    public var disks: Result<TaskDisks, BenchmarkError>?
     public func benchmarkTask(_ id: String) -> BenchmarkTask? { benchmark.task(id) }
 
     public init(benchmark: LocalBenchmark) { self.benchmark = benchmark }

@@ -67,7 +67,7 @@ public struct HarborAdapter: BenchmarkAdapter {
     /// each agent phase's commands in the task's container (`TaskContainer`).
     public var images: TaskImages?
     /// Train runs' file systems on disk for tasks that declare their storage (`TaskDisks`).
-    public var disks: TaskDisks?
+    public var disks: Result<TaskDisks, BenchmarkError>?
     public var taskImages: TaskImages? { images }
     /// The host:port entries a task's container reaches through the egress proxy (package
     /// mirrors); Harbor's runner keeps `runner.network.allow`.

@@ -56,12 +56,12 @@ struct LocalKind: BenchmarkKind {
 }
 
 extension LocalKind {
-    /// The experiment's task disks (`.autoharness/disks/`), where a task declares its storage
-    /// and this host has loop devices and mke2fs; nil otherwise (such a task's train run notes
-    /// it ran on its tmpfs).
-    static func taskDisks(root: String, tasks: [BenchmarkTask]) -> TaskDisks? {
+    /// The experiment's task disks (`.autoharness/disks/`) where a task declares its storage,
+    /// or why this host cannot make them (such a task's train run notes it ran on its tmpfs,
+    /// and why); nil where no task declares any.
+    static func taskDisks(root: String, tasks: [BenchmarkTask]) -> Result<TaskDisks, BenchmarkError>? {
         guard tasks.contains(where: { $0.storage != nil }) else { return nil }
-        return try? TaskDisks.make(directory: ExperimentLayout(root: root).privateDirectory + "/disks").get()
+        return TaskDisks.make(directory: ExperimentLayout(root: root).privateDirectory + "/disks")
     }
 
     /// `runner.network.allow` for a local benchmark: what every task's agent phase, train and
