@@ -135,7 +135,7 @@ struct ArchitectureTests {
                 names.append(String(m.2))
             }
         }
-        #expect(Set(names) == ["local", "terminal-bench", "tau-bench", "bird-interact", "command", "bfcl"], "kinds found: \(names)")
+        #expect(Set(names) == ["local", "terminal-bench", "tau-bench", "bird-interact", "command", "bfcl", "inspect"], "kinds found: \(names)")
         let templates = URL(fileURLWithPath: Self.sources).deletingLastPathComponent().path + "/templates/"
         for name in names {
             for file in ["keys.yaml", "runner.yaml", "PROGRAM.md", "agent.py"] {

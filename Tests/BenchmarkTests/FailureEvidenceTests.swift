@@ -104,6 +104,19 @@ struct FailureEvidenceTests {
         #expect(FailureParsers.bfcl(Array("not json".utf8)) == nil)
     }
 
+    @Test("inspect: the scorer is the check, its value the class, the answer and target the excerpt (with the explanation's last lines); an unscored sample says why")
+    func inspect() throws {
+        let verdict = Array(#"{"scorer": "inspect_ai/includes", "value": "I", "reward": 0.0, "answer": "pantry", "explanation": "line one\nline two", "target": "bathtub"}"#.utf8)
+        #expect(FailureParsers.inspect(verdict) == [FailureEvidence(check: "inspect_ai/includes", errorClass: "value I",
+                                                                   excerpt: "answered \"pantry\", target \"bathtub\"; line one\nline two")])
+        let numeric = Array(#"{"scorer": "custom", "value": 0.25, "reward": 0.25, "answer": null, "explanation": null, "target": ["a", "b"]}"#.utf8)
+        #expect(FailureParsers.inspect(numeric)?.first?.errorClass == "value 0.25")
+        let raised = Array(#"{"error": "the solver raised: ValueError: no idea"}"#.utf8)
+        #expect(FailureParsers.inspect(raised) == [FailureEvidence(check: "solve", errorClass: "not_scored", excerpt: "the solver raised: ValueError: no idea")])
+        #expect(FailureParsers.inspect(Array("[1]".utf8)) == nil)
+        #expect(FailureParsers.inspect(Array("not json".utf8)) == nil)
+    }
+
     @Test("command: failures.json entries for requested ids only, malformed ones skipped")
     func command() {
         let bytes = Array(#"{"a": [{"check": "unit test 3", "error_class": "ValueError", "message": "bad"}, {"nope": 1}], "zz": [{"check": "x"}], "b": "text"}"#.utf8)

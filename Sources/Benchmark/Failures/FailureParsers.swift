@@ -131,6 +131,26 @@ public enum FailureParsers {
         return [FailureEvidence(check: check, errorClass: type, excerpt: messages.joined(separator: " "))]
     }
 
+    // MARK: inspect (the scorer's verdict.json)
+
+    /// The verdict the task's scorer gave one sample, as autoharness_inspect_score.py writes
+    /// it from inspect_ai 0.3.285's `Score` (inspect_ai/scorer/_metric.py: value, answer,
+    /// explanation): `scorer` (its registry name), `value`, `reward`, `answer`, `explanation`,
+    /// `target`; or `error` when the sample was not scored (the solver raised, no log). nil:
+    /// not a verdict.
+    public static func inspect(_ bytes: [UInt8]) -> [FailureEvidence]? {
+        guard let v = JSONValue.parse(bytes), v.object != nil else { return nil }
+        if let error = v["error"]?.string {
+            return [FailureEvidence(check: "solve", errorClass: "not_scored", excerpt: error)]
+        }
+        guard let scorer = v["scorer"]?.string else { return nil }
+        let value = v["value"].map { $0.string ?? $0.brief } ?? "?"
+        let target = v["target"].map { $0.string ?? $0.brief } ?? "?"
+        let answer = v["answer"]?.string.map { "answered \(Reward.quote(String($0.prefix(200)))), " } ?? ""
+        let explanation = v["explanation"]?.string.map { "; \(lastLines($0, 3))" } ?? ""
+        return [FailureEvidence(check: scorer, errorClass: "value \(value)", excerpt: "\(answer)target \(Reward.quote(String(target.prefix(200))))\(explanation)")]
+    }
+
     // MARK: tau2 (the scorer's reward_info.json)
 
     /// The failed checks of tau2's reward breakdown, as its scorer wrote it

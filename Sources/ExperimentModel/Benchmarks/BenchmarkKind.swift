@@ -82,7 +82,7 @@ package struct InitValues {
 
 /// Every benchmark this build runs.
 package enum BenchmarkKinds {
-    static let all: [any BenchmarkKind] = [LocalKind(), TerminalBenchKind(), TauBenchKind(), BirdInteractKind(), CommandKind(), BfclKind()]
+    static let all: [any BenchmarkKind] = [LocalKind(), TerminalBenchKind(), TauBenchKind(), BirdInteractKind(), CommandKind(), BfclKind(), InspectKind()]
 
     package static var names: [String] { all.map(\.name) }
 

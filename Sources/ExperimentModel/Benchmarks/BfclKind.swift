@@ -74,17 +74,10 @@ struct BfclKind: BenchmarkKind {
     /// The virtual environment `python` belongs to and its `bfcl_eval` package directory.
     static func install(python: String) throws -> (environment: String, package: String) {
         let fm = FileManager.default
-        let venv = ((python as NSString).deletingLastPathComponent as NSString).deletingLastPathComponent
-        guard fm.fileExists(atPath: venv + "/pyvenv.cfg") else {
-            throw ExperimentError(.usage, "bfcl_python \(python): not the Python of a virtual environment (no \(venv)/pyvenv.cfg): \(hint)")
+        let (venv, site) = try ToolCheck.virtualEnvironment(of: python, setting: "bfcl_python", what: "bfcl_eval package with its checker and possible answers",
+                                                            hint: hint) { site in
+            fm.fileExists(atPath: site + "/bfcl_eval/eval_checker/eval_runner.py") && fm.fileExists(atPath: site + "/bfcl_eval/data/possible_answer")
         }
-        let lib = venv + "/lib"
-        for dir in ((try? fm.contentsOfDirectory(atPath: lib)) ?? []).sorted() where dir.hasPrefix("python") {
-            let package = "\(lib)/\(dir)/site-packages/bfcl_eval"
-            if fm.fileExists(atPath: package + "/eval_checker/eval_runner.py") && fm.fileExists(atPath: package + "/data/possible_answer") {
-                return (URL(fileURLWithPath: venv).standardizedFileURL.path, package)
-            }
-        }
-        throw ExperimentError(.usage, "\(venv) has no bfcl_eval package with its checker and possible answers: \(hint)")
+        return (venv, site + "/bfcl_eval")
     }
 }

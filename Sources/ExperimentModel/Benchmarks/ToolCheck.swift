@@ -156,6 +156,24 @@ package enum ToolCheck {
         return String(validating: bytes, as: UTF8.self)
     }
 
+    /// The virtual environment `python` belongs to (standardised) and the first of its
+    /// site-packages directories for which `holds` is true. `setting` names the config key in
+    /// messages, `what` what the install must hold.
+    package static func virtualEnvironment(of python: String, setting: String, what: String, hint: String,
+                                           holds: (_ sitePackages: String) -> Bool) throws -> (environment: String, sitePackages: String) {
+        let fm = FileManager.default
+        let venv = ((python as NSString).deletingLastPathComponent as NSString).deletingLastPathComponent
+        guard fm.fileExists(atPath: venv + "/pyvenv.cfg") else {
+            throw ExperimentError(.usage, "\(setting) \(python): not the Python of a virtual environment (no \(venv)/pyvenv.cfg): \(hint)")
+        }
+        let lib = venv + "/lib"
+        for dir in ((try? fm.contentsOfDirectory(atPath: lib)) ?? []).sorted() where dir.hasPrefix("python") {
+            let site = "\(lib)/\(dir)/site-packages"
+            if holds(site) { return (URL(fileURLWithPath: venv).standardizedFileURL.path, site) }
+        }
+        throw ExperimentError(.usage, "\(venv) has no \(what): \(hint)")
+    }
+
     /// The interpreter named by a script's `#!` line (`#!/usr/bin/env python3` gives python3).
     package static func interpreter(of tool: String) -> String? {
         // Only the first line: the tool may be a binary of many megabytes.

@@ -59,6 +59,8 @@ public struct ExperimentLayout: Sendable {
     public var privateDirectory: String { root + "/.autoharness" }
     public var ledger: String { privateDirectory + "/ledger.sqlite" }
     public var split: String { privateDirectory + "/split.json" }
+    /// `benchmark: inspect`: the task's samples as init read them (targets included).
+    public var inspectSamples: String { privateDirectory + "/inspect-samples.jsonl" }
     public var lock: String { privateDirectory + "/lock" }
     /// Which ledger head the views were last completely published from (`Views.regenerate`).
     public var viewsHead: String { privateDirectory + "/views-head" }

@@ -1,0 +1,280 @@
+import Foundation
+import Testing
+import TestSupport
+@testable import Experiment
+@testable import ExperimentModel
+
+/// `benchmark: inspect` with the real inspect_ai (scripts/install-inspect), on the task shipped
+/// in templates/inspect (theory_of_mind, whose 100 samples ship inside inspect_ai), agent.py's
+/// solver on inspect's `mockllm` model or a solver that answers without a model. A missing
+/// install fails the test: CI installs it first.
+enum Inspect {
+    /// `scripts/install-inspect --print`: the virtual environment.
+    static func install() throws -> String {
+        let r = try runProcess("/bin/bash", [Built.packageRoot + "/scripts/install-inspect", "--print"])
+        let line = r.stdout.split(separator: "\n").first { $0.hasPrefix("inspect ") }
+        return try #require(line.map { String($0.dropFirst(8)) }, "inspect-ai is not installed: run scripts/install-inspect (\(r.stderr))")
+    }
+
+    static let places = ["bathtub", "pantry", "basket", "box", "bucket", "cupboard", "crate", "drawer", "envelope",
+                         "suitcase", "treasure_chest", "bottle", "container", "tub", "closet"]
+
+    /// agent.py v2: a solver that answers without a model, from the story's words: the first
+    /// place named when the question asks where something was at the beginning, else the last.
+    static let heuristic = """
+        from inspect_ai.model import ModelOutput
+        from inspect_ai.solver import solver
+
+        PLACES = (\(places.map { "\"\($0)\"" }.joined(separator: ", ")))
+
+
+        def pick(text):
+            words = [w.strip(".?,") for w in text.split()]
+            places = [w for w in words if w in PLACES]
+            if not places:
+                return "unknown"
+            return places[0] if "beginning" in text else places[-1]
+
+
+        @solver
+        def agent():
+            async def solve(state, generate):
+                state.output = ModelOutput.from_content(model="heuristic", content=pick(state.input_text))
+                return state
+            return solve
+
+        """
+
+    /// Whether `heuristic` passes a sample under inspect's `includes()` (the target, ignoring
+    /// case, inside the answer): worked out here from the frozen samples, not by inspect.
+    static func heuristicPasses(_ sample: [String: Any]) -> Bool {
+        let text: String
+        if let s = sample["input"] as? String { text = s } else {
+            text = ((sample["input"] as? [[String: Any]])?.last { $0["role"] as? String == "user" }?["content"] as? String) ?? ""
+        }
+        let words = text.split(separator: " ").map { $0.trimmingCharacters(in: CharacterSet(charactersIn: ".?,")) }
+        let found = words.filter { places.contains($0) }
+        let answer = found.isEmpty ? "unknown" : (text.contains("beginning") ? found[0] : found[found.count - 1])
+        return answer.lowercased().contains(((sample["target"] as? String) ?? "\u{0}").lowercased())
+    }
+
+    /// The experiment's frozen samples, by id.
+    static func samples(_ exp: Experiment) throws -> [String: [String: Any]] {
+        var out: [String: [String: Any]] = [:]
+        for line in try exp.file(".autoharness/inspect-samples.jsonl").split(separator: "\n") {
+            let s = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+            out[try #require(s["id"] as? String)] = s
+        }
+        return out
+    }
+}
+
+@Suite("inspect_ai: the solve phase with agent.py in the runner, the task's own scorers in the scorer", .serialized)
+struct InspectTests {
+    func make(samples: Int? = nil) throws -> Experiment {
+        try requireRoot()
+        let venv = try Inspect.install()
+        let exp = try Experiment(benchmark: "inspect", extraArgs: ["--tool", venv + "/bin/inspect"])
+        let text = try exp.file("experiment_config.yaml")
+        #expect(text.contains("inspect_python: \(venv)/bin/python"), "\(text)")
+        #expect(text.contains("templates/inspect/theory_of_mind.py@theory_of_mind"), "\(text)")
+        if let samples {
+            try (text + "\ntasks: [\((1...samples).map(String.init).joined(separator: ", "))]\n")
+                .write(toFile: exp.root + "/experiment_config.yaml", atomically: true, encoding: .utf8)
+        }
+        try exp.set("min_improvement", "0", in: "gate")
+        return exp
+    }
+
+    @Test("init reads the task's 100 samples into the private directory (root-only); prepare → benchmark → gate: mockllm's fixed answer fails every sample with includes()'s verdict, a solver of agent.py's own is accepted, each reward what includes() gives its answer")
+    func loop() throws {
+        let exp = try make()
+        defer { exp.removeScratch() }
+        let frozen = try Inspect.samples(exp)
+        #expect(frozen.count == 100)
+        var st = stat()
+        #expect(stat(exp.root + "/.autoharness/inspect-samples.jsonl", &st) == 0 && st.st_mode & 0o077 == 0, "mode \(String(st.st_mode, radix: 8))")
+
+        let p = try exp.run(["prepare"], environment: [:])
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        #expect(p.stdout.contains("baseline: 0/100 tasks pass"), "\(p.stdout)")
+        let split = try exp.split()
+        #expect(split.train.count == 70 && split.test.count == 30)
+
+        let b = try exp.run(["benchmark"], environment: [:])
+        #expect(b.status == 0, "\(b.stderr)")
+        let rewards = try exp.trainResults()
+        #expect(split.train.allSatisfy { (rewards[$0] as? Double) == 0 })
+        // includes()'s verdict on mockllm's answer, with the target, as each failure's record.
+        let id = split.train[0]
+        let verdict = try #require(exp.traceFile(id, "verdict.json"))
+        #expect(verdict.contains("\"value\": \"I\"") && verdict.contains("mockllm"), "\(verdict)")
+        #expect(verdict.contains("\"target\": \"\(try #require(frozen[id]?["target"] as? String))\""), "\(verdict)")
+        let book = try #require(try JSONSerialization.jsonObject(with: Data(try exp.file("workspace/failures.json").utf8)) as? [String: Any])
+        let record = try #require((book["records"] as? [[String: Any]])?.first { $0["task"] as? String == id })
+        #expect(record["check"] as? String == "inspect_ai/includes" && record["error_class"] as? String == "value I", "\(record)")
+
+        // agent.py v2 answers from the story: accepted, each held-out reward as includes() has it.
+        try exp.setAgent(Inspect.heuristic)
+        let g = try exp.run(["gate"], environment: [:])
+        #expect(g.stdout.contains("ACCEPTED"), "\(g.stdout)\(g.stderr)")
+        let passing = Set(frozen.filter { Inspect.heuristicPasses($0.value) }.map(\.key))
+        #expect(passing.count > 30 && passing.count < 100, "\(passing.count)")
+        let attempt = try #require(try exp.rows("gate_attempt").last)
+        let expected = Double(split.test.filter(passing.contains).count) / Double(split.test.count)
+        #expect(abs((attempt["valScore"] as? Double ?? -1) - expected) < 1e-9, "\(attempt)")
+        let b2 = try exp.run(["benchmark"], environment: [:])
+        #expect(b2.status == 0, "\(b2.stderr)")
+        let after = try exp.trainResults()
+        for id in split.train { #expect((after[id] as? Double) == (passing.contains(id) ? 1 : 0), "\(id): \(after[id] ?? "nil")") }
+        // Nothing of a held-out sample is kept: no trace, no verdict, no target in the workspace.
+        for id in split.test { #expect(!FileManager.default.fileExists(atPath: exp.root + "/workspace/traces/latest/\(id)"), "\(id)") }
+        #expect(exp.scratchMounts().isEmpty)
+    }
+
+    @Test("a sample the solver raised on scores 0 with the solver's message as its failure record (not_scored); the others are scored as usual")
+    func solverRaises() throws {
+        let exp = try make(samples: 20)
+        defer { exp.removeScratch() }
+        let p = try exp.run(["prepare"], environment: [:])
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        try exp.setAgent(Inspect.heuristic.replacingOccurrences(of: "    async def solve(state, generate):\n",
+            with: "    async def solve(state, generate):\n        if int(state.sample_id) % 2:\n            raise ValueError(\"no idea about %s\" % state.sample_id)\n"))
+        let b = try exp.run(["benchmark"], environment: [:])
+        #expect(b.status == 0, "\(b.stderr)")
+        let frozen = try Inspect.samples(exp)
+        let rewards = try exp.trainResults()
+        let book = try #require(try JSONSerialization.jsonObject(with: Data(try exp.file("workspace/failures.json").utf8)) as? [String: Any])
+        let records = try #require(book["records"] as? [[String: Any]])
+        let split = try exp.split()
+        for id in split.train {
+            let record = records.first { $0["task"] as? String == id }
+            if Int(id)! % 2 == 1 {
+                #expect((rewards[id] as? Double) == 0)
+                #expect(record?["error_class"] as? String == "not_scored" && (record?["excerpt"] as? String)?.contains("no idea about \(id)") == true,
+                        "\(id): \(record ?? [:])")
+            } else {
+                let passes = Inspect.heuristicPasses(try #require(frozen[id]))
+                #expect((rewards[id] as? Double) == (passes ? 1 : 0), "\(id)")
+                if !passes { #expect(record?["error_class"] as? String == "value I", "\(id): \(record ?? [:])") }
+            }
+        }
+    }
+
+    /// An agent.py that answers wrong, after `attack` (Python run at import, in the runner).
+    static func attacker(_ attack: String) -> String {
+        """
+        import os, sys
+        from inspect_ai.model import ModelOutput
+        from inspect_ai.solver import solver
+
+        \(attack)
+
+
+        @solver
+        def agent():
+            async def solve(state, generate):
+                state.output = ModelOutput.from_content(model="attacker", content="nowhere")
+                return state
+            return solve
+
+        """
+    }
+
+    /// The exploit corpus of `benchmark: inspect`, each as agent.py on 20 samples: what it did
+    /// shows in the train trace's tool.stderr (the runner's), and every reward is 0.
+    static let corpus: [(name: String, attack: String, shows: [String], never: [String])] = [
+        // A forged log: once inspect has written the solve log, rewrite it with every sample
+        // scored C by includes() and accuracy 1.0.
+        ("forged log", """
+            import atexit, glob, json
+            def forge():
+                for path in glob.glob("/work/out/log/*.json"):
+                    log = json.load(open(path))
+                    for s in log["samples"]:
+                        s["scores"] = {"includes": {"value": "C", "answer": s["target"], "explanation": "forged"}}
+                    log["results"] = {"total_samples": 20, "completed_samples": 20, "scores": [{"name": "includes", "scorer": "includes",
+                                      "metrics": {"accuracy": {"name": "accuracy", "value": 1.0}}}]}
+                    json.dump(log, open(path, "w"))
+                    print("FORGED %d samples of %s" % (len(log["samples"]), os.path.basename(path)), file=sys.stderr, flush=True)
+            atexit.register(forge)
+            """, ["FORGED 14 samples"], []),
+        // The scorer patched in agent.py's process: includes() made to pass everything.
+        ("patched scorer", """
+            import inspect_ai.scorer as scorers
+            from inspect_ai.scorer import Score, scorer, accuracy
+            @scorer(metrics=[accuracy()])
+            def includes(*args, **kwargs):
+                async def score(state, target):
+                    return Score(value="C")
+                return score
+            scorers.includes = includes
+            import inspect_ai.scorer._match as m
+            m.includes = includes
+            print("PATCHED includes", file=sys.stderr, flush=True)
+            """, ["PATCHED includes"], []),
+        // The targets read: inspect's own copy of the dataset, the experiment's frozen list,
+        // the task file, and the samples file the runner was given.
+        ("target read", """
+            for what, path in [("examples", os.path.dirname(__import__("inspect_ai").__file__) + "/dataset/_examples/theory_of_mind.jsonl"),
+                               ("frozen", "EXPERIMENT/.autoharness/inspect-samples.jsonl"), ("task", "TEMPLATES/inspect/theory_of_mind.py")]:
+                try:
+                    open(path).read()
+                    print("READ " + what, file=sys.stderr, flush=True)
+                except OSError as e:
+                    print("REFUSED %s %s" % (what, type(e).__name__), file=sys.stderr, flush=True)
+            try:
+                from inspect_ai.dataset import example_dataset
+                example_dataset("theory_of_mind")
+                print("READ example_dataset", file=sys.stderr, flush=True)
+            except Exception as e:
+                print("REFUSED example_dataset %s" % type(e).__name__, file=sys.stderr, flush=True)
+            given = open("/work/out/samples.jsonl").read()
+            print("GIVEN target=%s metadata=%s" % ('"target"' in given, '"metadata"' in given), file=sys.stderr, flush=True)
+            """, ["REFUSED examples PermissionError", "REFUSED frozen FileNotFoundError", "REFUSED task FileNotFoundError",
+                  "REFUSED example_dataset", "GIVEN target=False metadata=False"], ["READ "]),
+        // A survivor: a process of its own session that outlives inspect to rewrite the log
+        // once the runner's main process is gone.
+        ("survivor", """
+            import time
+            if os.fork() == 0:
+                os.setsid()
+                if os.fork() == 0:
+                    print("SURVIVOR STARTED", file=sys.stderr, flush=True)
+                    deadline = time.time() + 60
+                    while time.time() < deadline and not (os.path.isdir("/work/out/log") and os.listdir("/work/out/log")):
+                        time.sleep(0.1)
+                    time.sleep(3)
+                    print("SURVIVOR WROTE", file=sys.stderr, flush=True)
+                os._exit(0)
+            """, ["SURVIVOR STARTED"], ["SURVIVOR WROTE"]),
+    ]
+
+    @Test("the exploit corpus scores 0: a forged solve log (every sample scored C), includes() patched in agent.py's process, the targets read (inspect's packaged copy hidden, the frozen list and task file absent, the given samples without targets), a survivor",
+          arguments: corpus.indices)
+    func exploitCorpus(_ index: Int) throws {
+        let entry = Self.corpus[index]
+        let exp = try make(samples: 20)
+        defer { exp.removeScratch() }
+        let p = try exp.run(["prepare"], environment: [:])
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        // The control: the copy of the dataset this agent.py looks for is in the install.
+        let venv = try Inspect.install()
+        let examples = try #require(try FileManager.default.contentsOfDirectory(atPath: venv + "/lib").first { $0.hasPrefix("python") })
+        #expect(FileManager.default.fileExists(atPath: "\(venv)/lib/\(examples)/site-packages/inspect_ai/dataset/_examples/theory_of_mind.jsonl"))
+        try exp.setAgent(Self.attacker(entry.attack.replacingOccurrences(of: "EXPERIMENT", with: exp.root)
+            .replacingOccurrences(of: "TEMPLATES", with: Built.packageRoot + "/templates")))
+        let b = try exp.run(["benchmark"], environment: [:])
+        #expect(b.status == 0, "\(entry.name): \(b.stderr)")
+        let split = try exp.split()
+        let rewards = try exp.trainResults()
+        #expect(split.train.count == 14 && split.train.allSatisfy { (rewards[$0] as? Double) == 0 }, "\(entry.name): \(rewards)")
+        // Scored afresh by the task's includes(), whatever the log said.
+        let verdict = exp.traceFile(split.train[0], "verdict.json") ?? ""
+        #expect(verdict.contains("\"value\": \"I\"") && verdict.contains("nowhere"), "\(entry.name): \(verdict)")
+        let stderr = exp.traceFile(split.train[0], "tool.stderr") ?? ""
+        for s in entry.shows { #expect(stderr.contains(s), "\(entry.name): \(s) not in\n\(stderr)") }
+        for s in entry.never { #expect(!stderr.contains(s), "\(entry.name): \(s) in\n\(stderr)") }
+        #expect(exp.scratchMounts().isEmpty)
+    }
+}
