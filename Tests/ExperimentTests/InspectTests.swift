@@ -199,6 +199,20 @@ struct InspectTests {
                     print("FORGED %d samples of %s" % (len(log["samples"]), os.path.basename(path)), file=sys.stderr, flush=True)
             atexit.register(forge)
             """, ["FORGED 14 samples"], []),
+        // The log's header names the model a scorer would be given: a vendor's, at an
+        // address of agent.py's choosing, with arguments. The scorer takes none of it (were it
+        // built, the scorer would fail: no client, no network, and no verdict would be written).
+        ("header model", """
+            import atexit, glob, json
+            def retarget():
+                for path in glob.glob("/work/out/log/*.json"):
+                    log = json.load(open(path))
+                    log["eval"].update({"model": "openai/gpt-4o", "model_base_url": "http://192.0.2.1:9/v1",
+                                        "model_args": {"organization": "x"}, "model_roles": {"grader": {"model": "openai/gpt-4o"}}})
+                    json.dump(log, open(path, "w"))
+                    print("RETARGETED " + os.path.basename(path), file=sys.stderr, flush=True)
+            atexit.register(retarget)
+            """, ["RETARGETED "], []),
         // The scorer patched in agent.py's process: includes() made to pass everything.
         ("patched scorer", """
             import inspect_ai.scorer as scorers
@@ -250,7 +264,7 @@ struct InspectTests {
             """, ["SURVIVOR STARTED"], ["SURVIVOR WROTE"]),
     ]
 
-    @Test("the exploit corpus scores 0: a forged solve log (every sample scored C), includes() patched in agent.py's process, the targets read (inspect's packaged copy hidden, the frozen list and task file absent, the given samples without targets), a survivor",
+    @Test("the exploit corpus scores 0: a forged solve log (every sample scored C), its header's model, includes() patched in agent.py's process, the targets read (inspect's packaged copy hidden, the frozen list and task file absent, the given samples without targets), a survivor",
           arguments: corpus.indices)
     func exploitCorpus(_ index: Int) throws {
         let entry = Self.corpus[index]

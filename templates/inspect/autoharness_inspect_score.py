@@ -146,7 +146,12 @@ def main():
         log.results = None
         log.reductions = None
         log.eval.scorers = None
-        scored = score(log, scorers, action="overwrite", display="none", copy=False)
+        # The header is agent.py's too: the model a scorer may call, its arguments and roles
+        # would otherwise be built from it (score_async's get_model(log.eval.model, ...)).
+        log.eval.model_roles = None
+        log.eval.model_args = {}
+        log.eval.model_base_url = None
+        scored = score(log, scorers, model="none", action="overwrite", display="none", copy=False)
         pick = a.score or names[0]
         for sample in scored.samples:
             s = (sample.scores or {}).get(pick) or (sample.scores or {}).get(pick.split("/")[-1])
