@@ -9,7 +9,7 @@ struct ShippedPolicyTests {
     let loader = PolicyLoader(searchPaths: [shippedPolicies])
 
     @Test("every shipped policy's pids cgroup trips long before the shared RLIMIT_NPROC, so a fork bomb is reported as a pids limit",
-          arguments: ["base", "benchmark-task", "verifier", "coding-agent", "benchmark-runner", "benchmark-scorer", "triage"])
+          arguments: ["base", "benchmark-task", "verifier", "coding-agent", "benchmark-runner", "benchmark-scorer", "benchmark-tool-call", "triage"])
     func pidsBeforeNproc(name: String) throws {
         let l = try loader.load(name, requireAllPlaceholders: false).limits
         let pids = try #require(l.pids, "\(name) has no pids limit")

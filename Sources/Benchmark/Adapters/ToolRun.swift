@@ -46,6 +46,10 @@ public struct ToolSettings: Sendable, Equatable {
     public var scorerPolicy = "benchmark-scorer"
     /// Seconds a scorer (a sandbox reading the runner's output) may take: its own limit.
     public var scorerTimeout: Double = 3600
+    /// A directory holding autoharness's `srt` (and the names tau2 checks beside it), put first
+    /// on the runner's PATH: each shell tool call the runner makes through it runs in a sandbox
+    /// of its own (`ShellToolCalls`); nil: none.
+    public var shellCalls: String?
 
     public init(command: [String]) { self.command = command }
 }
@@ -246,6 +250,7 @@ final class ToolRun {
             let d = try scratch.makeSandboxDirectory(inv.outputName, owner: owner)
             defer { close(d) }
             try inv.prepareOutput?(d, owner)
+            if inv.withAgent && settings.shellCalls != nil { try ShellToolCalls.makeTemporaryDirectory(in: d, owner: owner) }
         } catch {
             return fail(error.message)
         }
@@ -279,6 +284,17 @@ final class ToolRun {
             passed.removeAll { InferenceGate.trustVariables.contains($0) }
             environment += InferenceGate.trustVariables.map { "\($0)=\(Self.trustBundlePath)" }
         }
+        var calls: ShellToolCalls?
+        if inv.withAgent, let shim = settings.shellCalls {
+            do throws(BenchmarkError) {
+                calls = try ShellToolCalls(run: self, runnerUID: policy.identity.hostUID, shim: shim)
+            } catch {
+                return fail("\(inv.label): shell tool calls: \(error.message)")
+            }
+            ov.mounts += calls?.mounts ?? []
+            environment += calls?.environment ?? []
+        }
+        defer { calls?.stop(label: inv.label) }
         ov.environment = passed + environment
         var host: [String: String] = [:]
         let values = settings.passedValues(heldOut: context.heldOut)

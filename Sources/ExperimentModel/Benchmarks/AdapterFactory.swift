@@ -74,6 +74,7 @@ extension ExperimentConfig {
         t.runnerPolicy = runner.policy
         t.scorerPolicy = runner.scorerPolicy
         if let x = runner.scorerTimeout { t.scorerTimeout = x }
+        t.shellCalls = runner.srtShim
         return t
     }
 

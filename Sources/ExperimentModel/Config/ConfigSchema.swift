@@ -185,6 +185,7 @@ package enum ConfigSchema {
         ExperimentConfig.Runner.toolKeys + [
             .text("scorer_policy", \.scorerPolicy, "The policy of the scorer's sandbox."),
             .path("scripts", \.scripts, "Where autoharness's helper scripts for the tool are (templates/<benchmark>)."),
+            .path("srt_shim", \.srtShim, "A directory holding autoharness's srt (templates/tau-bench/srt-shim): each shell command the runner runs through it runs in a sandbox of its own (tau2's banking_knowledge)."),
             .strings("scorer", \.scorer,
                      "The argv that scores the runner's outputs in a sandbox of its own, without agent.py (unset: the command's own rewards count, shown as unverified)."),
             .paths("scorer_binds", \.scorerBinds, "Host paths bound read-only in the scorer's sandbox alone (the answers it checks against)."),

@@ -181,6 +181,10 @@ public struct ExperimentConfig: Sendable, Equatable {
         public var scorerTimeout: Double?
         /// Where autoharness's helper scripts for the tool are (tau2: run and re-score).
         public var scripts: String?
+        /// A directory holding autoharness's `srt` (templates/tau-bench/srt-shim): first on the
+        /// runner's PATH, each shell command the runner runs through it runs in a sandbox of its
+        /// own (`ShellToolCalls`).
+        public var srtShim: String?
         public init() {}
     }
 

@@ -1,0 +1,107 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// `runner.srt_shim`: a runner's shell tool calls through autoharness's `srt` (what tau2's
+/// banking_knowledge runs its `shell` tool with), each in a sandbox of the supervisor's, on a
+/// read-only copy of its working directory. A `command` benchmark whose runner makes a knowledge
+/// base under its TMPDIR, as tau2's SandboxManager does, and calls srt as tau2 calls it
+/// (`srt --settings FILE "<command>"`, cwd the knowledge base), then speaks the socket's
+/// protocol itself for what srt would never send.
+@Suite("Shell tool calls: each in a sandbox of its own, on a copy of its directory", .serialized)
+struct ShellToolCallTests {
+    static let runner = #"""
+        import base64, json, os, socket, subprocess, sys
+        out = sys.argv[1]
+        tmp = os.environ["TMPDIR"]
+        kb = os.path.join(tmp, "agentic_search_t1", "knowledge_base")
+        os.makedirs(kb)
+        open(os.path.join(kb, "INDEX.md"), "w").write("# Index\n- doc_1\n")
+        open(os.path.join(kb, "doc_1.md"), "w").write("# Fees\n\nThe monthly fee is 7 dollars.\n")
+        open(os.path.join(out, "secret.txt"), "w").write("RUNNER-ONLY\n")
+        settings = os.path.join(tmp, "agentic_search_t1", "srt-settings.json")
+        json.dump({"network": {"allowedDomains": [], "deniedDomains": []},
+                   "filesystem": {"denyRead": [], "allowWrite": [], "denyWrite": [settings]}}, open(settings, "w"))
+        results = {}
+        def srt(name, command, settings_file=settings, cwd=kb):
+            r = subprocess.run(["srt", "--settings", settings_file, command], capture_output=True, text=True, cwd=cwd, timeout=60)
+            results[name] = {"exit": r.returncode, "stdout": r.stdout, "stderr": r.stderr}
+        def raw(name, request):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(os.environ["AUTOHARNESS_SRT_SOCKET"])
+            s.sendall(json.dumps(request).encode())
+            s.shutdown(socket.SHUT_WR)
+            answer = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                answer += chunk
+            results[name] = json.loads(answer)
+        srt("read", "grep -l fee *.md && cat doc_1.md && pwd")
+        srt("secret", "cat /work/out/secret.txt; cat ../../secret.txt; ls /work/agent /work/in")
+        srt("environment", "echo tmp=$TMPDIR key=$RUNNER_KEY socket=$AUTOHARNESS_SRT_SOCKET")
+        srt("write", "echo x > new.md")
+        srt("network", "exec 3<>/dev/tcp/127.0.0.1/22")
+        srt("status", "exit 3")
+        writable = os.path.join(tmp, "writable.json")
+        json.dump({"network": {"allowedDomains": [], "deniedDomains": []},
+                   "filesystem": {"denyRead": [], "allowWrite": [kb], "denyWrite": []}}, open(writable, "w"))
+        srt("allow-write", "echo x > new.md", settings_file=writable)
+        os.symlink("/", os.path.join(tmp, "root-link"))
+        raw("link", {"command": "ls", "cwd": "/work/out/tmp/root-link"})
+        raw("outside", {"command": "ls", "cwd": "/work/agent"})
+        raw("dotdot", {"command": "ls", "cwd": "/work/out/tmp/../../agent"})
+        os.symlink("/work/in/task_ids.txt", os.path.join(kb, "ids.md"))
+        srt("inner-link", "cat ids.md")
+        os.makedirs(os.path.join(out, "traces", "t1"))
+        json.dump(results, open(os.path.join(out, "traces", "t1", "calls.json"), "w"), indent=1)
+        json.dump({"t1": 1.0}, open(os.path.join(out, "rewards.json"), "w"))
+        """#
+
+    @Test("srt's commands run in a sandbox of their own: the knowledge base readable at its path, nothing else of the runner (its files, agent.py, /work/in, its environment), no network, read-only; a link, a path outside the output or a '..' refused; a writable directory refused by the shim")
+    func narrowerSandbox() throws {
+        try requireRoot()
+        let exp = try Experiment(benchmark: "command")
+        defer { exp.removeScratch() }
+        let tools = try TempDir()
+        try Self.runner.write(toFile: tools.path + "/runner.py", atomically: true, encoding: .utf8)
+        try exp.set("tasks", "[t1]")
+        try exp.set("command", "[python3, \(tools.path)/runner.py, \"{output_dir}\", \"{output}\"]", in: "runner")
+        try exp.set("binds", "[\(tools.path)]", in: "runner")
+        try exp.set("env_pass", "[RUNNER_KEY]", in: "runner")
+        let path = exp.root + "/experiment_config.yaml"
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        try text.replacingOccurrences(of: "\nrunner:\n", with: "\nrunner:\n  srt_shim: \(Built.packageRoot)/templates/tau-bench/srt-shim\n")
+            .write(toFile: path, atomically: true, encoding: .utf8)
+        let p = try exp.run(["prepare"], environment: ["RUNNER_KEY": "sk-runner-only-value"])
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        #expect(p.stderr.contains("shell tool call(s) run in sandboxes of their own"), "\(p.stderr)")
+        let b = try exp.run(["benchmark"], environment: ["RUNNER_KEY": "sk-runner-only-value"])
+        #expect(b.status == 0, "\(b.stderr)")
+        // Eight calls through srt (allow-write never reaches the supervisor) and three raw ones:
+        // 6 run, 4 refused (link, outside, dotdot, inner-link), in the run's log line.
+        #expect(b.stderr.contains("6 shell tool call(s) run in sandboxes of their own, 4 refused"), "\(b.stderr)")
+        let text2 = try #require(exp.traceFile("t1", "calls.json"), "no trace")
+        let calls = try #require(try JSONSerialization.jsonObject(with: Data(text2.utf8)) as? [String: [String: Any]])
+        func field(_ name: String, _ key: String) -> String { "\(calls[name]?[key] ?? "")" }
+        #expect(field("read", "exit") == "0" && field("read", "stdout") == "doc_1.md\n# Fees\n\nThe monthly fee is 7 dollars.\n/work/out/tmp/agentic_search_t1/knowledge_base\n",
+                "\(calls["read"] ?? [:])")
+        // The runner's own files are not there: its output, agent.py, its inputs.
+        #expect(!field("secret", "stdout").contains("RUNNER-ONLY"))
+        #expect(field("secret", "stderr").contains("/work/out/secret.txt: No such file or directory")
+                && field("secret", "stderr").contains("ls: cannot access '/work/agent': No such file or directory")
+                && field("secret", "stderr").contains("ls: cannot access '/work/in': No such file or directory"), "\(calls["secret"] ?? [:])")
+        // Nothing of the runner's environment: its TMPDIR, its key, the socket.
+        #expect(field("environment", "stdout") == "tmp= key= socket=\n", "\(calls["environment"] ?? [:])")
+        #expect(field("write", "exit") == "1" && field("write", "stderr").contains("Read-only file system"), "\(calls["write"] ?? [:])")
+        #expect(field("network", "exit") == "1" && field("network", "stderr").contains("/dev/tcp/127.0.0.1/22"), "\(calls["network"] ?? [:])")
+        #expect(field("status", "exit") == "3")
+        #expect(field("allow-write", "exit") == "1" && field("allow-write", "stderr").contains("allowWrite"), "\(calls["allow-write"] ?? [:])")
+        #expect(field("link", "error").contains("root-link") && field("link", "error").contains("not a directory (or a link, which is never followed)"), "\(calls["link"] ?? [:])")
+        #expect(field("outside", "error").contains("is not under /work/out"), "\(calls["outside"] ?? [:])")
+        #expect(field("dotdot", "error").contains("has a .. component"), "\(calls["dotdot"] ?? [:])")
+        #expect(field("inner-link", "exit") == "1" && field("inner-link", "stderr").contains("ids.md"), "\(calls["inner-link"] ?? [:])")
+        #expect(exp.scratchMounts().isEmpty)
+    }
+}
