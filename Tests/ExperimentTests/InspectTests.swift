@@ -45,8 +45,8 @@ enum Inspect {
 
         """
 
-    /// Whether `heuristic` passes a sample under inspect's `includes()` (the target, ignoring
-    /// case, inside the answer): worked out here from the frozen samples, not by inspect.
+    /// Whether `heuristic` passes a sample under inspect's `exact()` (the answer is the target,
+    /// ignoring case): worked out here from the frozen samples, not by inspect.
     static func heuristicPasses(_ sample: [String: Any]) -> Bool {
         let text: String
         if let s = sample["input"] as? String { text = s } else {
@@ -55,7 +55,7 @@ enum Inspect {
         let words = text.split(separator: " ").map { $0.trimmingCharacters(in: CharacterSet(charactersIn: ".?,")) }
         let found = words.filter { places.contains($0) }
         let answer = found.isEmpty ? "unknown" : (text.contains("beginning") ? found[0] : found[found.count - 1])
-        return answer.lowercased().contains(((sample["target"] as? String) ?? "\u{0}").lowercased())
+        return answer.lowercased() == ((sample["target"] as? String) ?? "\u{0}").lowercased()
     }
 
     /// The experiment's frozen samples, by id.
@@ -86,7 +86,7 @@ struct InspectTests {
         return exp
     }
 
-    @Test("init reads the task's 100 samples into the private directory (root-only); prepare → benchmark → gate: mockllm's fixed answer fails every sample with includes()'s verdict, a solver of agent.py's own is accepted, each reward what includes() gives its answer")
+    @Test("init reads the task's 100 samples into the private directory (root-only); prepare → benchmark → gate: mockllm's fixed answer fails every sample with exact()'s verdict, a solver of agent.py's own is accepted, each reward what exact() gives its answer")
     func loop() throws {
         let exp = try make()
         defer { exp.removeScratch() }
@@ -105,16 +105,16 @@ struct InspectTests {
         #expect(b.status == 0, "\(b.stderr)")
         let rewards = try exp.trainResults()
         #expect(split.train.allSatisfy { (rewards[$0] as? Double) == 0 })
-        // includes()'s verdict on mockllm's answer, with the target, as each failure's record.
+        // exact()'s verdict on mockllm's answer, with the target, as each failure's record.
         let id = split.train[0]
         let verdict = try #require(exp.traceFile(id, "verdict.json"))
         #expect(verdict.contains("\"value\": \"I\"") && verdict.contains("mockllm"), "\(verdict)")
         #expect(verdict.contains("\"target\": \"\(try #require(frozen[id]?["target"] as? String))\""), "\(verdict)")
         let book = try #require(try JSONSerialization.jsonObject(with: Data(try exp.file("workspace/failures.json").utf8)) as? [String: Any])
         let record = try #require((book["records"] as? [[String: Any]])?.first { $0["task"] as? String == id })
-        #expect(record["check"] as? String == "inspect_ai/includes" && record["error_class"] as? String == "value I", "\(record)")
+        #expect(record["check"] as? String == "inspect_ai/exact" && record["error_class"] as? String == "value I", "\(record)")
 
-        // agent.py v2 answers from the story: accepted, each held-out reward as includes() has it.
+        // agent.py v2 answers from the story: accepted, each held-out reward as exact() has it.
         try exp.setAgent(Inspect.heuristic)
         let g = try exp.run(["gate"], environment: [:])
         #expect(g.stdout.contains("ACCEPTED"), "\(g.stdout)\(g.stderr)")
@@ -161,6 +161,36 @@ struct InspectTests {
         }
     }
 
+    @Test("the example task scores with exact(): an answer listing every place the story names (which includes() would pass wherever the target is among them) scores 0")
+    func hedgedAnswer() throws {
+        let exp = try make(samples: 20)
+        defer { exp.removeScratch() }
+        let p = try exp.run(["prepare"], environment: [:])
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        try exp.setAgent(Inspect.heuristic.replacingOccurrences(of: "content=pick(state.input_text)", with: "content=hedge(state.input_text)") + """
+
+            def hedge(text):
+                words = [w.strip(".?,") for w in text.split()]
+                return " or ".join(dict.fromkeys(w for w in words if w in PLACES))
+
+            """)
+        let b = try exp.run(["benchmark"], environment: [:])
+        #expect(b.status == 0, "\(b.stderr)")
+        let frozen = try Inspect.samples(exp)
+        let rewards = try exp.trainResults()
+        var containing = 0
+        for id in try exp.split().train {
+            #expect((rewards[id] as? Double) == 0, "\(id)")
+            let sample = try #require(frozen[id])
+            let text = ((sample["input"] as? [[String: Any]])?.last?["content"] as? String) ?? ""
+            if let target = sample["target"] as? String, text.split(separator: " ").contains(where: { $0.trimmingCharacters(in: CharacterSet(charactersIn: ".?,")) == target }) {
+                containing += 1
+            }
+        }
+        // The control: the answer holds the target for every train sample.
+        #expect(containing == 14, "\(containing)")
+    }
+
     /// An agent.py that answers wrong, after `attack` (Python run at import, in the runner).
     static func attacker(_ attack: String) -> String {
         """
@@ -185,15 +215,15 @@ struct InspectTests {
     /// shows in the train trace's tool.stderr (the runner's), and every reward is 0.
     static let corpus: [(name: String, attack: String, shows: [String], never: [String])] = [
         // A forged log: once inspect has written the solve log, rewrite it with every sample
-        // scored C by includes() and accuracy 1.0.
+        // scored C by exact() and accuracy 1.0.
         ("forged log", """
             import atexit, glob, json
             def forge():
                 for path in glob.glob("/work/out/log/*.json"):
                     log = json.load(open(path))
                     for s in log["samples"]:
-                        s["scores"] = {"includes": {"value": "C", "answer": s["target"], "explanation": "forged"}}
-                    log["results"] = {"total_samples": 20, "completed_samples": 20, "scores": [{"name": "includes", "scorer": "includes",
+                        s["scores"] = {"exact": {"value": "C", "answer": s["target"], "explanation": "forged"}}
+                    log["results"] = {"total_samples": 20, "completed_samples": 20, "scores": [{"name": "exact", "scorer": "exact",
                                       "metrics": {"accuracy": {"name": "accuracy", "value": 1.0}}}]}
                     json.dump(log, open(path, "w"))
                     print("FORGED %d samples of %s" % (len(log["samples"]), os.path.basename(path)), file=sys.stderr, flush=True)
@@ -213,20 +243,20 @@ struct InspectTests {
                     print("RETARGETED " + os.path.basename(path), file=sys.stderr, flush=True)
             atexit.register(retarget)
             """, ["RETARGETED "], []),
-        // The scorer patched in agent.py's process: includes() made to pass everything.
+        // The scorer patched in agent.py's process: exact() made to pass everything.
         ("patched scorer", """
             import inspect_ai.scorer as scorers
             from inspect_ai.scorer import Score, scorer, accuracy
             @scorer(metrics=[accuracy()])
-            def includes(*args, **kwargs):
+            def exact(*args, **kwargs):
                 async def score(state, target):
                     return Score(value="C")
                 return score
-            scorers.includes = includes
-            import inspect_ai.scorer._match as m
-            m.includes = includes
-            print("PATCHED includes", file=sys.stderr, flush=True)
-            """, ["PATCHED includes"], []),
+            scorers.exact = exact
+            import inspect_ai.scorer._classification as c
+            c.exact = exact
+            print("PATCHED exact", file=sys.stderr, flush=True)
+            """, ["PATCHED exact"], []),
         // The targets read: inspect's own copy of the dataset, the experiment's frozen list,
         // the task file, and the samples file the runner was given.
         ("target read", """
@@ -264,7 +294,7 @@ struct InspectTests {
             """, ["SURVIVOR STARTED"], ["SURVIVOR WROTE"]),
     ]
 
-    @Test("the exploit corpus scores 0: a forged solve log (every sample scored C), its header's model, includes() patched in agent.py's process, the targets read (inspect's packaged copy hidden, the frozen list and task file absent, the given samples without targets), a survivor",
+    @Test("the exploit corpus scores 0: a forged solve log (every sample scored C), its header's model, exact() patched in agent.py's process, the targets read (inspect's packaged copy hidden, the frozen list and task file absent, the given samples without targets), a survivor",
           arguments: corpus.indices)
     func exploitCorpus(_ index: Int) throws {
         let entry = Self.corpus[index]
@@ -283,7 +313,7 @@ struct InspectTests {
         let split = try exp.split()
         let rewards = try exp.trainResults()
         #expect(split.train.count == 14 && split.train.allSatisfy { (rewards[$0] as? Double) == 0 }, "\(entry.name): \(rewards)")
-        // Scored afresh by the task's includes(), whatever the log said.
+        // Scored afresh by the task's exact(), whatever the log said.
         let verdict = exp.traceFile(split.train[0], "verdict.json") ?? ""
         #expect(verdict.contains("\"value\": \"I\"") && verdict.contains("nowhere"), "\(entry.name): \(verdict)")
         let stderr = exp.traceFile(split.train[0], "tool.stderr") ?? ""

@@ -98,7 +98,7 @@ def main():
     from inspect_ai import score
     from inspect_ai._eval.loader import load_tasks
     from inspect_ai._util.registry import registry_info
-    from inspect_ai.log import EvalSample, read_eval_log
+    from inspect_ai.log import EvalPlan, EvalSample, read_eval_log
     from inspect_ai.scorer import value_to_float
 
     try:
@@ -151,6 +151,10 @@ def main():
         log.eval.model_roles = None
         log.eval.model_args = {}
         log.eval.model_base_url = None
+        # ... and the metrics and epoch reducer score() would look up by name.
+        log.eval.metrics = None
+        log.eval.config.epochs_reducer = None
+        log.plan = EvalPlan()
         scored = score(log, scorers, model="none", action="overwrite", display="none", copy=False)
         pick = a.score or names[0]
         for sample in scored.samples:
