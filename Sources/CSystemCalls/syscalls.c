@@ -401,6 +401,12 @@ int ahs_open_path_in_root(int root, const char *path) {
     return (int)syscall(437 /* SYS_openat2 */, root, path, &how, sizeof how);
 }
 
+int ahs_open_directory_beneath(int dir, const char *path) {
+    // RESOLVE_NO_XDEV 0x01, RESOLVE_NO_MAGICLINKS 0x02, RESOLVE_NO_SYMLINKS 0x04, RESOLVE_BENEATH 0x08.
+    struct { unsigned long long flags, mode, resolve; } how = {O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0, 0x01 | 0x02 | 0x04 | 0x08};
+    return (int)syscall(437 /* SYS_openat2 */, dir, path, &how, sizeof how);
+}
+
 long ahs_copy_range(int in, long long *in_offset, int out, long long *out_offset, unsigned long len) {
     return (long)syscall(SYS_copy_file_range, in, (loff_t *)in_offset, out, (loff_t *)out_offset, len, 0);
 }

@@ -325,15 +325,24 @@ public enum FileSystem {
         let d = openat(destination, n, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard d >= 0 else { throw IOFailure("cannot create", path, errno: errno) }
         defer { close(d) }
+        try copyContents(s, to: d, limit: nil, path: path)
+        guard fchown(d, owner.0, owner.1) == 0, fchmod(d, mode & 0o777) == 0 else { throw IOFailure("cannot chown", path, errno: errno) }
+    }
+
+    /// `s`'s bytes to `d`, read to the end; with a `limit`, more than that many is refused
+    /// (a file that grew while it was copied).
+    static func copyContents(_ s: Int32, to d: Int32, limit: Int64?, path: String) throws(IOFailure) {
+        var copied: Int64 = 0
         var buffer = [UInt8](repeating: 0, count: 1 << 16)
         while true {
             let r = buffer.withUnsafeMutableBytes { read(s, $0.baseAddress, $0.count) }
             if r < 0 && errno == EINTR { continue }
             guard r >= 0 else { throw IOFailure("cannot read", path, errno: errno) }
-            if r == 0 { break }
+            if r == 0 { return }
+            copied += Int64(r)
+            if let limit, copied > limit { throw IOFailure("cannot copy", path, reason: "grew while it was copied") }
             if let e = Descriptor.writeAll(d, buffer[0..<r]) { throw IOFailure("cannot write", path, errno: e) }
         }
-        guard fchown(d, owner.0, owner.1) == 0, fchmod(d, mode & 0o777) == 0 else { throw IOFailure("cannot chown", path, errno: errno) }
     }
 
     // MARK: - Removing

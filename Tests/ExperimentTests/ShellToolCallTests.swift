@@ -54,34 +54,57 @@ struct ShellToolCallTests {
         raw("dotdot", {"command": "ls", "cwd": "/work/out/tmp/../../agent"})
         os.symlink("/work/in/task_ids.txt", os.path.join(kb, "ids.md"))
         srt("inner-link", "cat ids.md")
+        os.remove(os.path.join(kb, "ids.md"))
+        # A review's attacks: a link whose name ends in a character that joins the '/' after it
+        # into one Swift character (U+0600), a NUL that cut '..x' to '..', a tree deeper than the
+        # budget, a sparse file bigger than it.
+        os.symlink("/", os.path.join(out, "L\u0600"))
+        raw("joined-slash", {"command": "ls", "cwd": "/work/out/L\u0600/etc"})
+        raw("nul", {"command": "ls", "cwd": "/work/out/..\u0000x/etc"})
+        deep = os.path.join(tmp, "deep")
+        os.makedirs(os.path.join(deep, *["d"] * 40))
+        raw("deep", {"command": "ls", "cwd": "/work/out/tmp/deep"})
+        sparse = os.path.join(tmp, "sparse")
+        os.makedirs(sparse)
+        with open(os.path.join(sparse, "big"), "wb") as f:
+            f.truncate(1 << 30)
+        raw("sparse", {"command": "ls", "cwd": "/work/out/tmp/sparse"})
         os.makedirs(os.path.join(out, "traces", "t1"))
         json.dump(results, open(os.path.join(out, "traces", "t1", "calls.json"), "w"), indent=1)
         json.dump({"t1": 1.0}, open(os.path.join(out, "rewards.json"), "w"))
         """#
 
-    @Test("srt's commands run in a sandbox of their own: the knowledge base readable at its path, nothing else of the runner (its files, agent.py, /work/in, its environment), no network, read-only; a link, a path outside the output or a '..' refused; a writable directory refused by the shim")
-    func narrowerSandbox() throws {
+    /// A `command` benchmark of one task whose runner is `script` (in a directory bound into it,
+    /// kept alive with the returned TempDir), with autoharness's srt first on its PATH.
+    static func make(_ script: String) throws -> (Experiment, TempDir) {
         try requireRoot()
         let exp = try Experiment(benchmark: "command")
-        defer { exp.removeScratch() }
         let tools = try TempDir()
-        try Self.runner.write(toFile: tools.path + "/runner.py", atomically: true, encoding: .utf8)
+        try script.write(toFile: tools.path + "/runner.py", atomically: true, encoding: .utf8)
         try exp.set("tasks", "[t1]")
         try exp.set("command", "[python3, \(tools.path)/runner.py, \"{output_dir}\", \"{output}\"]", in: "runner")
         try exp.set("binds", "[\(tools.path)]", in: "runner")
-        try exp.set("env_pass", "[RUNNER_KEY]", in: "runner")
         let path = exp.root + "/experiment_config.yaml"
-        let text = try String(contentsOfFile: path, encoding: .utf8)
-        try text.replacingOccurrences(of: "\nrunner:\n", with: "\nrunner:\n  srt_shim: \(Built.packageRoot)/templates/tau-bench/srt-shim\n")
+        try String(contentsOfFile: path, encoding: .utf8)
+            .replacingOccurrences(of: "\nrunner:\n", with: "\nrunner:\n  srt_shim: \(Built.packageRoot)/templates/tau-bench/srt-shim\n")
             .write(toFile: path, atomically: true, encoding: .utf8)
+        return (exp, tools)
+    }
+
+    @Test("srt's commands run in a sandbox of their own: the knowledge base readable at its path, nothing else of the runner (its files, agent.py, /work/in, its environment), no network, read-only; a link, a path outside the output or a '..' refused; a writable directory refused by the shim")
+    func narrowerSandbox() throws {
+        let (exp, tools) = try Self.make(Self.runner)
+        defer { exp.removeScratch() }
+        defer { withExtendedLifetime(tools) {} }
+        try exp.set("env_pass", "[RUNNER_KEY]", in: "runner")
         let p = try exp.run(["prepare"], environment: ["RUNNER_KEY": "sk-runner-only-value"])
         try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
         #expect(p.stderr.contains("shell tool call(s) run in sandboxes of their own"), "\(p.stderr)")
         let b = try exp.run(["benchmark"], environment: ["RUNNER_KEY": "sk-runner-only-value"])
         #expect(b.status == 0, "\(b.stderr)")
-        // Eight calls through srt (allow-write never reaches the supervisor) and three raw ones:
-        // 6 run, 4 refused (link, outside, dotdot, inner-link), in the run's log line.
-        #expect(b.stderr.contains("6 shell tool call(s) run in sandboxes of their own, 4 refused"), "\(b.stderr)")
+        // Eight calls through srt (allow-write never reaches the supervisor) and seven raw ones:
+        // 6 run, 8 refused (link, outside, dotdot, inner-link and the review's four), in the run's log line.
+        #expect(b.stderr.contains("6 shell tool call(s) run in sandboxes of their own, 8 refused"), "\(b.stderr)")
         let text2 = try #require(exp.traceFile("t1", "calls.json"), "no trace")
         let calls = try #require(try JSONSerialization.jsonObject(with: Data(text2.utf8)) as? [String: [String: Any]])
         func field(_ name: String, _ key: String) -> String { "\(calls[name]?[key] ?? "")" }
@@ -98,10 +121,41 @@ struct ShellToolCallTests {
         #expect(field("network", "exit") == "1" && field("network", "stderr").contains("/dev/tcp/127.0.0.1/22"), "\(calls["network"] ?? [:])")
         #expect(field("status", "exit") == "3")
         #expect(field("allow-write", "exit") == "1" && field("allow-write", "stderr").contains("allowWrite"), "\(calls["allow-write"] ?? [:])")
-        #expect(field("link", "error").contains("root-link") && field("link", "error").contains("not a directory (or a link, which is never followed)"), "\(calls["link"] ?? [:])")
+        #expect(field("link", "error").contains("root-link") && field("link", "error").contains("a link, or a mount, is never followed"), "\(calls["link"] ?? [:])")
         #expect(field("outside", "error").contains("is not under /work/out"), "\(calls["outside"] ?? [:])")
-        #expect(field("dotdot", "error").contains("has a .. component"), "\(calls["dotdot"] ?? [:])")
+        #expect(field("dotdot", "error").contains("has a . or .. component"), "\(calls["dotdot"] ?? [:])")
         #expect(field("inner-link", "exit") == "1" && field("inner-link", "stderr").contains("ids.md"), "\(calls["inner-link"] ?? [:])")
+        #expect(field("joined-slash", "error").contains("a link, or a mount, is never followed"), "\(calls["joined-slash"] ?? [:])")
+        #expect(field("nul", "error").contains("is not under /work/out"), "\(calls["nul"] ?? [:])")
+        #expect(field("deep", "error").contains("deeper than 32 directories"), "\(calls["deep"] ?? [:])")
+        #expect(field("sparse", "error").contains("more than 256 MiB in all"), "\(calls["sparse"] ?? [:])")
+        #expect(exp.scratchMounts().isEmpty)
+    }
+
+    /// A runner that starts six 25-second calls and exits after 3 s: four run (the slots), two
+    /// wait in the listen backlog, and the runner's end kills the four and drops the two.
+    static let leaving = #"""
+        import json, os, subprocess, sys, threading, time
+        out = sys.argv[1]
+        kb = os.path.join(os.environ["TMPDIR"], "kb")
+        os.makedirs(kb)
+        for n in range(6):
+            threading.Thread(target=lambda: subprocess.run(["srt", "sleep 25"], cwd=kb), daemon=True).start()
+        time.sleep(3)
+        json.dump({"t1": 1.0}, open(os.path.join(out, "rewards.json"), "w"))
+        os._exit(0)
+        """#
+
+    @Test("when the runner's sandbox ends, the calls it started are killed and the ones waiting for a slot dropped: the run does not outlive its runner by the calls' time")
+    func runnerEndKillsCalls() throws {
+        let (exp, tools) = try Self.make(Self.leaving)
+        defer { exp.removeScratch() }
+        defer { withExtendedLifetime(tools) {} }
+        let p = try exp.run(["prepare"], environment: [:])
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        // The slots were full when the runner left: its four calls killed (counted as run), none
+        // waiting served.
+        #expect(p.stderr.contains("4 shell tool call(s) run in sandboxes of their own, 0 refused, 4 killed when the runner ended"), "\(p.stderr)")
         #expect(exp.scratchMounts().isEmpty)
     }
 }

@@ -9,14 +9,18 @@
 // working directory over a Unix socket bound into the runner at `socketPath`, and the
 // supervisor runs it:
 //   - the working directory must be the runner's output directory or below it (the runner's
-//     TMPDIR is there), and is opened one component at a time from that directory's
-//     descriptor, never through a link;
-//   - its tree (regular files and directories; a link or anything else refuses the call) is
-//     copied into a tmpfs of the call's own and bound read-only at the same path in a fresh
-//     sandbox, where `bash -c <command>` runs: no network, nothing else of the runner (agent.py,
-//     /work/in, the rest of /work/out), no environment but the policy's, 30 s at most;
+//     TMPDIR is there), taken as bytes (no NUL, no `.` or `..` component) and opened beneath
+//     that directory's descriptor with openat2 (no link, no climbing out, no mount crossed);
+//   - its tree is copied within `budget` (regular files and directories only, on the output's
+//     file system, bounded depth, entries and bytes) into a tmpfs of the call's own and bound
+//     read-only at the same path in a fresh sandbox, where `bash -c <command>` runs: no network,
+//     nothing else of the runner (agent.py, /work/in, the rest of /work/out), no environment but
+//     the policy's, 30 s at most;
 //   - its exit status and its stdout and stderr (each at most `outputCap`) go back. Nothing is
 //     copied back: a writable working directory (srt's `allowWrite`) is refused by the shim.
+// At most `slots` connections are taken at once (a slot before accept: the rest wait in the
+// kernel), each must send its whole request within 5 s of being taken, and when the runner's
+// sandbox ends every connection is shut and every call's sandbox killed.
 
 import Dispatch
 import FoundationEssentials
@@ -36,6 +40,10 @@ final class ShellToolCalls: @unchecked Sendable {
     static let outputCap = 1 << 20
     /// Calls served at once; more wait for a slot.
     static let slots = 4
+    /// Seconds a connection has to send its whole request.
+    static let requestSeconds = 5.0
+    /// What a call's working directory may hold.
+    static let budget = CopyBudget()
 
     private let listener: Int32
     private let run: ToolRun
@@ -44,8 +52,12 @@ final class ShellToolCalls: @unchecked Sendable {
     private let runnerUID: uid_t
     private let slots = DispatchSemaphore(value: ShellToolCalls.slots)
     private let done = DispatchGroup()
+    private let loopEnded = DispatchSemaphore(value: 0)
     private let lock = NSLockLite()
     private var stopped = false
+    /// Connections being served and the calls' sandboxes running, for `stop`.
+    private var connections: Set<Int32> = []
+    private var running: [ObjectIdentifier: SandboxSignals] = [:]
     /// Calls served, and calls refused (for the run's log).
     private(set) var served = 0
     private(set) var refused = 0
@@ -67,7 +79,9 @@ final class ShellToolCalls: @unchecked Sendable {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0, let address = UnixSocket.address(path) else { throw BenchmarkError(.io, "\(path): a socket: \(FileSystem.errorText())") }
         // The runner's user must be able to connect; nothing else can reach this directory.
-        guard UnixSocket.bind(fd, address) == 0, chmod(path, 0o666) == 0, listen(fd, 16) == 0 else {
+        var wake = timeval(tv_sec: 0, tv_usec: 200_000)
+        guard UnixSocket.bind(fd, address) == 0, chmod(path, 0o666) == 0, listen(fd, 16) == 0,
+              setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wake, socklen_t(MemoryLayout<timeval>.size)) == 0 else {
             let e = errno
             close(fd)
             throw BenchmarkError(.io, "\(path): \(FileSystem.errorText(e))")
@@ -95,20 +109,42 @@ final class ShellToolCalls: @unchecked Sendable {
         close(t)
     }
 
-    /// Stops accepting, waits for the calls being served and says how many there were.
+    /// Stops accepting, shuts every connection, kills every call's sandbox, waits for them and
+    /// says how many calls there were.
     func stop(label: String) {
-        lock.locked { stopped = true }
-        shutdown(listener, Int32(SHUT_RDWR))
+        let (open, calls) = lock.locked { () -> ([Int32], [SandboxSignals]) in
+            stopped = true
+            return (Array(connections), Array(running.values))
+        }
+        for c in open { shutdown(c, Int32(SHUT_RDWR)) }
+        for s in calls { s.kill() }
+        loopEnded.wait()
         done.wait()
-        close(listener)
-        run.context.log("\(label): \(served) shell tool call(s) run in sandboxes of their own, \(refused) refused")
+        let killed = calls.isEmpty ? "" : ", \(calls.count) killed when the runner ended"
+        run.context.log("\(label): \(served) shell tool call(s) run in sandboxes of their own, \(refused) refused\(killed)")
     }
 
+    /// Takes connections until `stop`: a slot first (connections beyond `slots` wait in the
+    /// listen backlog, not here), then accept, which wakes every 200 ms (SO_RCVTIMEO) to see
+    /// whether the run has ended. The loop closes the listener itself, so no descriptor is
+    /// closed under a thread still using it.
     private func acceptLoop() {
-        while true {
+        defer {
+            close(listener)
+            loopEnded.signal()
+        }
+        while !lock.locked({ stopped }) {
+            slots.wait()
             let c = UnixSocket.accept(listener)
             if c < 0 {
-                if errno == EINTR { continue }
+                let e = errno
+                slots.signal()
+                if e == EINTR || e == EAGAIN || e == EWOULDBLOCK { continue }
+                // Out of descriptors (this process's or the system's): wait, not end.
+                if e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM {
+                    usleep(100_000)
+                    continue
+                }
                 return
             }
             // Entered under the lock `stop` sets `stopped` under: a call is either counted
@@ -116,17 +152,19 @@ final class ShellToolCalls: @unchecked Sendable {
             let serving = lock.locked { () -> Bool in
                 if stopped { return false }
                 done.enter()
+                connections.insert(c)
                 return true
             }
             guard serving else {
                 close(c)
+                slots.signal()
                 return
             }
             DispatchQueue.global().async { [self] in
-                slots.wait()
                 defer {
-                    slots.signal()
+                    lock.locked { _ = connections.remove(c) }
                     close(c)
+                    slots.signal()
                     done.leave()
                 }
                 serve(c)
@@ -139,16 +177,17 @@ final class ShellToolCalls: @unchecked Sendable {
     /// "stderr": base64}` or `{"error": "..."}`.
     private func serve(_ c: Int32) {
         var timeout = timeval(tv_sec: 5, tv_usec: 0)
-        setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         let answer: [String: JSONValue]
-        if let peer = UnixSocket.peer(c), peer.uid != runnerUID {
-            answer = ["error": .string("not the runner's (uid \(peer.uid))")]
-        } else if let request = Self.readRequest(c), case .object(let r)? = JSONValue.parse(request),
+        if let peer = UnixSocket.peer(c), peer.uid == runnerUID {
+            if let request = Self.readRequest(c, deadline: TaskRunner.now() + Self.requestSeconds), case .object(let r)? = JSONValue.parse(request),
                   let command = r["command"]?.string, let cwd = r["cwd"]?.string {
-            answer = call(command, cwd: cwd)
+                answer = call(command, cwd: cwd)
+            } else {
+                answer = ["error": .string("not a request: {\"command\": \"...\", \"cwd\": \"...\"}, at most \(Self.requestLimit) bytes in \(Int(Self.requestSeconds)) s")]
+            }
         } else {
-            answer = ["error": .string("not a request: {\"command\": \"...\", \"cwd\": \"...\"}, at most \(Self.requestLimit) bytes")]
+            answer = ["error": .string("not the runner's connection")]
         }
         lock.locked { if answer["error"] == nil { served += 1 } else { refused += 1 } }
         let encoder = JSONEncoder()
@@ -157,17 +196,22 @@ final class ShellToolCalls: @unchecked Sendable {
         var sent = 0
         let all = Array(bytes)
         while sent < all.count {
-            let n = all[sent...].withUnsafeBytes { write(c, $0.baseAddress, $0.count) }
+            let n = all[sent...].withUnsafeBytes { send(c, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
             if n < 0 && errno == EINTR { continue }
             if n <= 0 { return }
             sent += n
         }
     }
 
-    static func readRequest(_ c: Int32) -> [UInt8]? {
+    /// The request, read to its end by `deadline` (each wait bounded by the time left).
+    static func readRequest(_ c: Int32, deadline: Double) -> [UInt8]? {
         var out: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 16 << 10)
         while out.count <= requestLimit {
+            let left = deadline - TaskRunner.now()
+            guard left > 0 else { return nil }
+            var timeout = timeval(tv_sec: Int(left), tv_usec: Int((left - left.rounded(.down)) * 1_000_000) + 1)
+            setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
             let n = read(c, &buffer, buffer.count)
             if n < 0 && errno == EINTR { continue }
             if n < 0 { return nil }
@@ -177,25 +221,27 @@ final class ShellToolCalls: @unchecked Sendable {
         return nil
     }
 
-    /// The directory `cwd` names under the runner's output, opened component by component
-    /// without following a link; nil (with why) when it is not there or not below it.
+    /// The directory `cwd` names under the runner's output, taken as bytes (a Swift string
+    /// splits by characters, and a character can hold the `/` after it) and opened beneath the
+    /// output directory (`FileSystem.openDirectory(beneath:)`); nil (with why) when it is not
+    /// there or not below it.
     func openWorkingDirectory(_ cwd: String) -> (fd: Int32, error: String?) {
-        guard cwd == Self.outputPath || cwd.hasPrefix(Self.outputPath + "/") else {
-            return (-1, "the working directory \(cwd) is not under \(Self.outputPath) (the runner's TMPDIR)")
+        let bytes = Array(cwd.utf8), prefix = Array(Self.outputPath.utf8)
+        guard !bytes.contains(0), bytes.starts(with: prefix), bytes.count == prefix.count || bytes[prefix.count] == UInt8(ascii: "/") else {
+            return (-1, "the working directory \(cwd.debugDescription) is not under \(Self.outputPath) (the runner's TMPDIR)")
         }
-        let parts = cwd.dropFirst(Self.outputPath.count).split(separator: "/").map(String.init)
-        if let bad = parts.first(where: { $0 == "." || $0 == ".." }) { return (-1, "the working directory \(cwd) has a \(bad) component") }
-        var fd = run.openOutput()
-        guard fd >= 0 else { return (-1, "the runner's output: \(FileSystem.errorText())") }
-        for part in parts {
-            let next = FileSystem.openDirectory(at: fd, FileSystem.name(part))
+        let parts = bytes[prefix.count...].split(separator: UInt8(ascii: "/"))
+        if parts.contains(where: { $0.elementsEqual([UInt8(ascii: ".")]) || $0.elementsEqual([UInt8(ascii: "."), UInt8(ascii: ".")]) }) {
+            return (-1, "the working directory \(cwd.debugDescription) has a . or .. component")
+        }
+        let out = run.openOutput()
+        guard out >= 0 else { return (-1, "the runner's output: \(FileSystem.errorText())") }
+        defer { close(out) }
+        let fd = FileSystem.openDirectory(beneath: out, Array(parts.joined(separator: [UInt8(ascii: "/")])))
+        guard fd >= 0 else {
             let e = errno
-            close(fd)
-            guard next >= 0 else {
-                let why = e == ENOTDIR || e == ELOOP ? "not a directory (or a link, which is never followed)" : FileSystem.errorText(e)
-                return (-1, "\(cwd): \(part): \(why)")
-            }
-            fd = next
+            let why = e == ENOTDIR || e == ELOOP || e == EXDEV ? "not a directory of the output (a link, or a mount, is never followed)" : FileSystem.errorText(e)
+            return (-1, "\(cwd.debugDescription): \(why)")
         }
         return (fd, nil)
     }
@@ -228,7 +274,7 @@ final class ShellToolCalls: @unchecked Sendable {
         }
         defer { close(copy) }
         do throws(IOFailure) {
-            try FileSystem.copyTree(from: source, to: copy, owner: owner, skip: [], symlinks: .refuse, label: cwd)
+            try FileSystem.copyUntrustedTree(from: source, to: copy, owner: owner, budget: Self.budget, label: cwd)
         } catch {
             return ["error": .string("copying the working directory: \(error)")]
         }
@@ -255,6 +301,16 @@ final class ShellToolCalls: @unchecked Sendable {
             var options = RunOptions(audit: context.audit)
             options.stdio = (noInput, out, err)
             options.pageCache = context.pageCache
+            // Killed by `stop` when the runner's sandbox ends.
+            let signals = try SandboxSignals()
+            options.signals = signals
+            let key = ObjectIdentifier(signals)
+            guard lock.locked({ () -> Bool in
+                if stopped { return false }
+                running[key] = signals
+                return true
+            }) else { return ["error": .string("the runner's sandbox has ended")] }
+            defer { lock.locked { _ = running.removeValue(forKey: key) } }
             result = try SandboxRunner.run(plan, options: options)
         } catch {
             return ["error": .string("the call's sandbox: \(error.message)")]

@@ -245,6 +245,10 @@ int ahs_cloexec_pipe(int fds[2]);
 /// `path` opened O_PATH beneath `root` as if `root` were the root (openat2 RESOLVE_IN_ROOT,
 /// no magic links): the descriptor, or -1 with errno.
 int ahs_open_path_in_root(int root, const char *path);
+/// The directory `path` (relative) opened read-only beneath `dir` (openat2 RESOLVE_BENEATH,
+/// RESOLVE_NO_SYMLINKS, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_XDEV): no component may be a link,
+/// climb out of `dir` or cross a mount. The descriptor, or -1 with errno.
+int ahs_open_directory_beneath(int dir, const char *path);
 /// fstatfs(fd) with its size counts replaced (blocks, free and available: `bytes` in the
 /// filesystem's blocks; files and free files: `inodes`), as the caller's struct statfs into
 /// `out`: its size, or -errno.
