@@ -45,8 +45,19 @@ def encode(task_id):
 
 
 data = os.environ["TAU2_DATA_DIR"]
-with open(os.path.join(data, "tau2", "domains", args.domain, "tasks.json"), encoding="utf-8") as f:
-    tasks = {str(t["id"]): t for t in json.load(f)}
+domain_dir = os.path.join(data, "tau2", "domains", args.domain)
+if args.domain == "banking_knowledge":
+    # Its loader reads tasks/task_*.json, one task a file; its tasks.json is a stale aggregate
+    # (tau2-bench 1.0.1 src/tau2/domains/banking_knowledge/environment.py, get_tasks).
+    tasks = {}
+    for name in sorted(os.listdir(os.path.join(domain_dir, "tasks"))):
+        if name.startswith("task_") and name.endswith(".json"):
+            with open(os.path.join(domain_dir, "tasks", name), encoding="utf-8") as f:
+                task = json.load(f)
+            tasks[str(task["id"])] = task
+else:
+    with open(os.path.join(domain_dir, "tasks.json"), encoding="utf-8") as f:
+        tasks = {str(t["id"]): t for t in json.load(f)}
 
 try:
     with open(args.simulations, encoding="utf-8") as f:

@@ -1,21 +1,25 @@
 import Benchmark
 import Foundation
 
-/// `tau-bench`: tau2-bench's simulations (retail, airline, telecom), run by its own runner
-/// with agent.py as the agent; the data directory, which holds every task's expected
+/// `tau-bench`: tau2-bench's simulations (retail, airline, telecom, banking_knowledge, or any
+/// domain of the installed tau2's data whose runner files the operator lists), run by its own
+/// runner with agent.py as the agent; the data directory, which holds every task's expected
 /// actions, is never bound into a run.
 struct TauBenchKind: BenchmarkKind {
     static let hint = "install tau2-bench: `git clone https://github.com/sierra-research/tau2-bench && cd tau2-bench && pip install -e .`"
     let name = "tau-bench"
-    /// tau2's domains this runner scores.
-    static let domains = ["retail", "airline", "telecom"]
+    /// The domains autoharness knows the runner's files of (`Tau2Domain.known`).
+    static var domains: [String] { Tau2Domain.known.keys.sorted() }
     let defaultTool: String? = "tau2"
     var installHint: String { Self.hint }
     func notInVM(_ config: ExperimentConfig) -> String? { nil }
 
     struct Settings: BenchmarkSettings {
-        /// One of `domains`; required.
+        /// A directory of tau2's data (`tau2/domains/<domain>`); required.
         var domain: String?
+        /// For a domain autoharness has no list for: the files (and `name/` directories) of its
+        /// data directory the runner may see.
+        var runnerData: [String]?
         /// tau2's data directory (never bound into a run).
         var tau2DataDir: String?
         /// The user simulator's model.
@@ -23,7 +27,8 @@ struct TauBenchKind: BenchmarkKind {
         /// The simulations' seed.
         var seed: Int?
         static var keys: [ConfigKey<Self>] {
-            [.choice("domain", \.domain, TauBenchKind.domains, "tau2's domain (required)."),
+            [.text("domain", \.domain, "tau2's domain: a directory of tau2_data_dir/tau2/domains (required)."),
+             .strings("runner_data", \.runnerData, "For a domain autoharness has no list for: the files (and `name/` directories) of its data directory the runner may see."),
              .text("tau2_data_dir", \.tau2DataDir, "tau2's data directory (read by the supervisor, never bound into a run)."),
              .text("user_model", \.userModel, "The user simulator's model."),
              .integer("seed", \.seed, 0...4_294_967_295, "The simulations' seed.")]
@@ -56,8 +61,12 @@ extension ExperimentConfig {
         }
         let upstream = TauBenchKind().settings(self)
         guard let domain = upstream.domain else {
-            throw ExperimentError(.usage, "domain: missing; tau-bench needs one of \(TauBenchKind.domains.joined(separator: ", "))")
+            throw ExperimentError(.usage, "domain: missing; tau-bench needs one of tau2's domains (autoharness knows \(TauBenchKind.domains.joined(separator: ", ")))")
         }
+        guard !domain.isEmpty, !domain.contains("/"), domain != ".", domain != ".." else {
+            throw ExperimentError(.usage, "domain: \(domain) is not a directory name of tau2_data_dir/tau2/domains")
+        }
+        let layout = try tau2Layout(domain, listed: upstream.runnerData)
         guard let data = upstream.tau2DataDir ?? ProcessInfo.processInfo.environment["TAU2_DATA_DIR"] else {
             throw ExperimentError(.usage, "tau2_data_dir: missing; set it to tau2-bench's data directory (the one holding tau2/domains/), or export TAU2_DATA_DIR")
         }
@@ -70,7 +79,7 @@ extension ExperimentConfig {
         try RunnerBinds.refuse(toolBinds, exposing: [.init(path: real, what: "contains tau2_data_dir (\(dataDir)), whose tasks.json holds the expected actions of every test task; bind only the tau2 install (its src/ for an editable install), never the data")])
         var adapter: Tau2Adapter
         do {
-            adapter = try Tau2Adapter(domain: domain, dataDirectory: real, scriptsDirectory: scripts, tool: toolSettings(argv))
+            adapter = try Tau2Adapter(domain: domain, dataDirectory: real, scriptsDirectory: scripts, tool: toolSettings(argv), layout: layout)
         } catch {
             throw ExperimentError(.usage, error.message)
         }
@@ -80,5 +89,24 @@ extension ExperimentConfig {
         adapter.concurrency = maxConcurrency
         adapter.environment = agentEnvironment()
         return adapter
+    }
+
+    /// What the runner sees of `domain`'s data: the operator's `runner_data` list, else
+    /// autoharness's own (`Tau2Domain.known`); a domain with neither is refused.
+    func tau2Layout(_ domain: String, listed: [String]?) throws -> Tau2Domain {
+        guard let listed else {
+            guard let known = Tau2Domain.known[domain] else {
+                throw ExperimentError(.usage, "domain: autoharness knows which files of \(TauBenchKind.domains.joined(separator: ", ")) the agent may see, not of \(domain): list them in runner_data (files, and `name/` for directories), never the tasks")
+            }
+            return known
+        }
+        if let bad = listed.first(where: { $0.isEmpty || $0.hasPrefix("/") || $0.hasPrefix(".") || $0.dropLast($0.hasSuffix("/") ? 1 : 0).contains("/") }) {
+            throw ExperimentError(.usage, "runner_data: \(bad) is not a file or `name/` directory of the domain's data directory")
+        }
+        if let task = listed.first(where: { ["tasks.json", "tasks/", "split_tasks.json"].contains($0) }) {
+            throw ExperimentError(.usage, "runner_data: \(task) holds the tasks' answers; the runner gets the run's tasks, reduced, from autoharness")
+        }
+        return Tau2Domain(files: listed.filter { !$0.hasSuffix("/") }, directories: listed.filter { $0.hasSuffix("/") }.map { String($0.dropLast()) },
+                          shell: runner.srtShim != nil)
     }
 }

@@ -56,6 +56,13 @@ def _replay(db, calls):
 
 
 def evaluate_simulation(simulation, task, evaluation_type, solo_mode, domain, mode=None, env_kwargs=None, strict_replay=True):
+    if domain == "banking_knowledge":
+        # EnvironmentEvaluator builds the predicted and the gold environment; each of
+        # banking_knowledge's makes its own SandboxManager (srt's names on PATH, a workspace in
+        # TMPDIR), though replaying runs no shell call (set_state skips read-only tools).
+        from tau2.domains.banking_knowledge.environment import get_environment
+        get_environment(solo_mode=solo_mode)
+        get_environment(solo_mode=solo_mode)
     if simulation.termination_reason not in ("agent_stop", "user_stop"):
         return RewardInfo(0.0, info={"note": "Simulation terminated prematurely. Termination reason: %s" % simulation.termination_reason})
     criteria = task.evaluation_criteria
@@ -68,7 +75,7 @@ def evaluate_simulation(simulation, task, evaluation_type, solo_mode, domain, mo
     if criteria.actions is None and criteria.env_assertions is None:
         env_reward = 1.0
     else:
-        with open(DATA_DIR / "tau2" / "domains" / domain / "db.json") as f:
+        with open(DATA_DIR / "tau2" / "domains" / domain / "db.json") as f:  # banking_knowledge: no mutating tool here
             db = json.load(f)
         gold = _replay(db, [(a["name"], a["arguments"]) for a in (criteria.actions or [])])
         env_reward = 1.0 if _replay(db, _calls(simulation)) == gold else 0.0

@@ -5,7 +5,9 @@
 # after the batch, compute_metrics runs over every task (and raises on a task whose
 # evaluation_criteria is null). The "simulation" is one user turn: the user asks for what
 # user_scenario.instructions.reason_for_call says, the agent answers once, and each tool call
-# it makes gets a tool message.
+# it makes gets a tool message. banking_knowledge (src/tau2/domains/banking_knowledge) has its
+# own task loader (tasks/task_*.json, no split) and environment (tools answered by it, `shell`
+# through srt; one environment, so one sandbox directory, per simulation).
 import datetime
 import json
 import os
@@ -27,7 +29,12 @@ class Tool:
 
 def get_tasks(domain, task_split_name="base", task_ids=None):
     domain_dir = DATA_DIR / "tau2" / "domains" / domain
-    tasks = [Task.model_validate(t) for t in json.load(open(domain_dir / "tasks.json"))]
+    if domain == "banking_knowledge":
+        from tau2.domains.banking_knowledge.environment import get_tasks as knowledge_tasks
+        tasks = knowledge_tasks(task_split_name)
+        task_split_name = None
+    else:
+        tasks = [Task.model_validate(t) for t in json.load(open(domain_dir / "tasks.json"))]
     if task_split_name is not None:
         split = json.load(open(domain_dir / "split_tasks.json"))
         if task_split_name not in split:
@@ -46,7 +53,12 @@ def run_domain(config):
         raise RuntimeError("litellm.APIConnectionError: simulated outage")
     domain_dir = DATA_DIR / "tau2" / "domains" / config.domain
     tasks = get_tasks(config.domain, config.task_split_name, config.task_ids)
-    policy = open(domain_dir / "policy.md").read()
+    knowledge = config.domain == "banking_knowledge"
+    if knowledge:
+        from tau2.domains.banking_knowledge.environment import get_environment
+        policy = get_environment().policy  # get_info at the start builds one environment too
+    else:
+        policy = open(domain_dir / "policy.md").read()
     open(domain_dir / "db.json").read()
     open(DATA_DIR / "tau2" / "user_simulator" / "simulation_guidelines.md").read()
     factory = registry.get_agent_factory(config.agent)
@@ -60,16 +72,28 @@ def run_domain(config):
     results = Results(info, tasks, [])
     run = tasks[:-1] if mode == "omit" else tasks
     for k, task in enumerate(run):
-        agent = factory(tools=[Tool("get_order_details"), Tool("refund_order")], domain_policy=policy, llm=config.llm_agent, llm_args={})
+        env = get_environment(task=task) if knowledge else None
+        tools = env.tools if knowledge else ["get_order_details", "refund_order"]
+        agent = factory(tools=[Tool(t) for t in tools], domain_policy=policy, llm=config.llm_agent, llm_args={})
         start = datetime.datetime.now().isoformat()
         first = UserMessage(content=task.user_scenario["instructions"]["reason_for_call"], turn_idx=0)
         state = agent.get_init_state()
         reply, state = agent.generate_next_message(first, state)
         reply.turn_idx = 1
         messages = [first.model_dump(), reply.model_dump()]
-        for call in reply.tool_calls or []:
-            messages.append(ToolMessage(id=call.id, content="{\"status\": \"refunded\"}", requestor="assistant", error=False,
-                                        turn_idx=len(messages)).model_dump())
+        for step in range(10):
+            answers = []
+            for call in reply.tool_calls or []:
+                content = env.call(call.name, call.arguments) if knowledge else "{\"status\": \"refunded\"}"
+                answers.append(ToolMessage(id=call.id, content=content, requestor="assistant", error=False, turn_idx=len(messages)))
+                messages.append(answers[-1].model_dump())
+            # banking_knowledge: the orchestrator hands the tool's answer back to the agent until
+            # it answers without a call (tau2's Orchestrator.step; one call at a time here).
+            if not knowledge or len(answers) != 1:
+                break
+            reply, state = agent.generate_next_message(answers[0], state)
+            reply.turn_idx = len(messages)
+            messages.append(reply.model_dump())
         raw = {"id": str(uuid.uuid4()), "task_id": task.id, "start_time": start, "end_time": datetime.datetime.now().isoformat(),
                "duration": 0.1, "termination_reason": "max_steps" if (k == 0 and mode == "max_steps") else "agent_stop",
                "agent_cost": 0.0125, "user_cost": 0.0025, "reward_info": None, "messages": messages, "ticks": None,
