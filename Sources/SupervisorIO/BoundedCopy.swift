@@ -41,7 +41,13 @@ extension FileSystem {
     private static func copyLevel(_ source: Int32, _ destination: Int32, device: dev_t, owner: (uid_t, gid_t), budget: CopyBudget,
                                   depth: Int, path: String, entries: inout Int, bytes: inout Int64) throws(IOFailure) {
         guard depth < budget.maxDepth else { throw IOFailure("cannot copy", path, reason: "deeper than \(budget.maxDepth) directories") }
-        guard let names = FileSystem.entries(of: source) else { throw IOFailure("cannot list", path, errno: errno) }
+        // Read no further than the budget allows: a directory of 200,000 names costs no more
+        // than one of `maxEntries`.
+        let room = max(0, budget.maxEntries - entries)
+        guard let (names, total) = FileSystem.entries(of: source, keeping: room, stoppingPast: room, where: { _ in true }) else {
+            throw IOFailure("cannot list", path, errno: errno)
+        }
+        guard total <= room else { throw IOFailure("cannot copy", path, reason: "more than \(budget.maxEntries) entries") }
         for n in names {
             let here = path + "/" + display(n)
             entries += 1

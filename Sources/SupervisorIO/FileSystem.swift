@@ -60,6 +60,12 @@ public enum FileSystem {
     /// The names in a directory that `include` accepts, at most `limit` of them (a sandbox
     /// can make millions), and how many it accepted in all.
     public static func entries(of dir: Int32, keeping limit: Int, where include: (Name) -> Bool) -> (names: [Name], total: Int)? {
+        entries(of: dir, keeping: limit, stoppingPast: nil, where: include)
+    }
+
+    /// `entries(of:keeping:where:)`, reading no further than `stop` accepted names when given
+    /// (the total is then at most `stop + 1`: more than `stop` exist).
+    public static func entries(of dir: Int32, keeping limit: Int, stoppingPast stop: Int?, where include: (Name) -> Bool) -> (names: [Name], total: Int)? {
         let fd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0, let d = fdopendir(fd) else {
             if fd >= 0 { close(fd) }
@@ -72,6 +78,7 @@ public enum FileSystem {
             let n: Name = DirectoryEntry.cName(e)
             if n == [46, 0] || n == [46, 46, 0] || !include(n) { continue }
             total += 1
+            if let stop, total > stop { break }
             if names.count < limit { names.append(n) }
         }
         return (names, total)

@@ -11,7 +11,7 @@ import TestSupport
 @Suite("Shell tool calls: each in a sandbox of its own, on a copy of its directory", .serialized)
 struct ShellToolCallTests {
     static let runner = #"""
-        import base64, json, os, socket, subprocess, sys
+        import base64, json, os, socket, subprocess, sys, time
         out = sys.argv[1]
         tmp = os.environ["TMPDIR"]
         kb = os.path.join(tmp, "agentic_search_t1", "knowledge_base")
@@ -69,6 +69,19 @@ struct ShellToolCallTests {
         with open(os.path.join(sparse, "big"), "wb") as f:
             f.truncate(1 << 30)
         raw("sparse", {"command": "ls", "cwd": "/work/out/tmp/sparse"})
+        wide = os.path.join(tmp, "wide")
+        os.makedirs(wide)
+        for n in range(20001):
+            open(os.path.join(wide, "f%d" % n), "w").close()
+        raw("wide", {"command": "ls", "cwd": "/work/out/tmp/wide"})
+        # A client that sends a long command and goes (tau2's timeout killing srt): its call is
+        # not run, or killed, and frees its slot.
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(os.environ["AUTOHARNESS_SRT_SOCKET"])
+        s.sendall(json.dumps({"command": "sleep 25", "cwd": kb}).encode())
+        s.close()
+        time.sleep(1)
+        srt("after-abandon", "echo free")
         os.makedirs(os.path.join(out, "traces", "t1"))
         json.dump(results, open(os.path.join(out, "traces", "t1", "calls.json"), "w"), indent=1)
         json.dump({"t1": 1.0}, open(os.path.join(out, "rewards.json"), "w"))
@@ -102,9 +115,10 @@ struct ShellToolCallTests {
         #expect(p.stderr.contains("shell tool call(s) run in sandboxes of their own"), "\(p.stderr)")
         let b = try exp.run(["benchmark"], environment: ["RUNNER_KEY": "sk-runner-only-value"])
         #expect(b.status == 0, "\(b.stderr)")
-        // Eight calls through srt (allow-write never reaches the supervisor) and seven raw ones:
-        // 6 run, 8 refused (link, outside, dotdot, inner-link and the review's four), in the run's log line.
-        #expect(b.stderr.contains("6 shell tool call(s) run in sandboxes of their own, 8 refused"), "\(b.stderr)")
+        // Nine calls through srt (allow-write never reaches the supervisor) and nine raw ones:
+        // 7 run, 9 refused (link, outside, dotdot, inner-link and the reviews' five), one
+        // abandoned, in the run's log line.
+        #expect(b.stderr.contains("7 shell tool call(s) run in sandboxes of their own, 9 refused, 1 abandoned by their client"), "\(b.stderr)")
         let text2 = try #require(exp.traceFile("t1", "calls.json"), "no trace")
         let calls = try #require(try JSONSerialization.jsonObject(with: Data(text2.utf8)) as? [String: [String: Any]])
         func field(_ name: String, _ key: String) -> String { "\(calls[name]?[key] ?? "")" }
@@ -129,6 +143,8 @@ struct ShellToolCallTests {
         #expect(field("nul", "error").contains("is not under /work/out"), "\(calls["nul"] ?? [:])")
         #expect(field("deep", "error").contains("deeper than 32 directories"), "\(calls["deep"] ?? [:])")
         #expect(field("sparse", "error").contains("more than 256 MiB in all"), "\(calls["sparse"] ?? [:])")
+        #expect(field("after-abandon", "stdout") == "free\n", "\(calls["after-abandon"] ?? [:])")
+        #expect(field("wide", "error").contains("more than 20000 entries"), "\(calls["wide"] ?? [:])")
         #expect(exp.scratchMounts().isEmpty)
     }
 
@@ -153,9 +169,13 @@ struct ShellToolCallTests {
         defer { withExtendedLifetime(tools) {} }
         let p = try exp.run(["prepare"], environment: [:])
         try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
-        // The slots were full when the runner left: its four calls killed (counted as run), none
-        // waiting served.
-        #expect(p.stderr.contains("4 shell tool call(s) run in sandboxes of their own, 0 refused, 4 killed when the runner ended"), "\(p.stderr)")
+        // The slots were full when the runner left: its four calls end at once, each killed
+        // either by the runner's end (counted as run and killed) or, its client already gone
+        // with the runner's processes, as abandoned; none waiting is served.
+        let line = try #require(p.stderr.split(separator: "\n").first { $0.contains("shell tool call(s)") }.map(String.init), "\(p.stderr)")
+        let numbers = line.matches(of: /(\d+) (shell tool call|refused|killed|abandoned)/).reduce(into: [String: Int]()) { $0[String($1.2)] = Int($1.1) }
+        let run = numbers["shell tool call"] ?? -1, abandoned = numbers["abandoned"] ?? 0
+        #expect(run + abandoned == 4 && (numbers["killed"] ?? 0) == run && numbers["refused"] == 0, "\(line)")
         #expect(exp.scratchMounts().isEmpty)
     }
 }

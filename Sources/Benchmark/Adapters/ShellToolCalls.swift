@@ -61,6 +61,8 @@ final class ShellToolCalls: @unchecked Sendable {
     /// Calls served, and calls refused (for the run's log).
     private(set) var served = 0
     private(set) var refused = 0
+    /// Calls whose client went before they ended (tau2's timeout kills srt): not run, or killed.
+    private(set) var abandoned = 0
 
     /// The directory of autoharness's srt (host path, bound at the same path).
     let shim: String
@@ -112,15 +114,17 @@ final class ShellToolCalls: @unchecked Sendable {
     /// Stops accepting, shuts every connection, kills every call's sandbox, waits for them and
     /// says how many calls there were.
     func stop(label: String) {
-        let (open, calls) = lock.locked { () -> ([Int32], [SandboxSignals]) in
+        // Under the lock: a handler closes its descriptor only after taking it out of the set,
+        // so no number shut here can have been reused meanwhile.
+        let calls = lock.locked { () -> [SandboxSignals] in
             stopped = true
-            return (Array(connections), Array(running.values))
+            for c in connections { shutdown(c, Int32(SHUT_RDWR)) }
+            for s in running.values { s.kill() }
+            return Array(running.values)
         }
-        for c in open { shutdown(c, Int32(SHUT_RDWR)) }
-        for s in calls { s.kill() }
         loopEnded.wait()
         done.wait()
-        let killed = calls.isEmpty ? "" : ", \(calls.count) killed when the runner ended"
+        let killed = (calls.isEmpty ? "" : ", \(calls.count) killed when the runner ended") + (abandoned == 0 ? "" : ", \(abandoned) abandoned by their client")
         run.context.log("\(label): \(served) shell tool call(s) run in sandboxes of their own, \(refused) refused\(killed)")
     }
 
@@ -182,14 +186,16 @@ final class ShellToolCalls: @unchecked Sendable {
         if let peer = UnixSocket.peer(c), peer.uid == runnerUID {
             if let request = Self.readRequest(c, deadline: TaskRunner.now() + Self.requestSeconds), case .object(let r)? = JSONValue.parse(request),
                   let command = r["command"]?.string, let cwd = r["cwd"]?.string {
-                answer = call(command, cwd: cwd)
+                answer = call(command, cwd: cwd, connection: c)
             } else {
                 answer = ["error": .string("not a request: {\"command\": \"...\", \"cwd\": \"...\"}, at most \(Self.requestLimit) bytes in \(Int(Self.requestSeconds)) s")]
             }
         } else {
             answer = ["error": .string("not the runner's connection")]
         }
-        lock.locked { if answer["error"] == nil { served += 1 } else { refused += 1 } }
+        lock.locked {
+            if answer["error"] == nil { served += 1 } else if answer["error"]?.string == Self.gone { abandoned += 1 } else { refused += 1 }
+        }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         guard let bytes = try? encoder.encode(JSONValue.object(answer)) else { return }
@@ -246,8 +252,20 @@ final class ShellToolCalls: @unchecked Sendable {
         return (fd, nil)
     }
 
-    /// Runs `command` in a sandbox of its own, in a read-only copy of `cwd`.
-    func call(_ command: String, cwd: String) -> [String: JSONValue] {
+    static let gone = "the client has gone"
+
+    /// Whether the client at the other end of `c` has gone (closed, not only half-closed as
+    /// the shim does once it has sent its request).
+    static func hungUp(_ c: Int32) -> Bool {
+        var p = pollfd(fd: c, events: Int16(POLLIN), revents: 0)
+        return poll(&p, 1, 0) > 0 && p.revents & Int16(POLLHUP) != 0
+    }
+
+    /// Runs `command` in a sandbox of its own, in a read-only copy of `cwd`; nothing when the
+    /// client on `connection` has gone, and the sandbox killed if it goes meanwhile (tau2's own
+    /// 30 s timeout kills srt: its call must not hold a slot after).
+    func call(_ command: String, cwd: String, connection: Int32? = nil) -> [String: JSONValue] {
+        if let c = connection, Self.hungUp(c) { return ["error": .string(Self.gone)] }
         let context = run.context
         let policy: Policy
         do {
@@ -311,7 +329,32 @@ final class ShellToolCalls: @unchecked Sendable {
                 return true
             }) else { return ["error": .string("the runner's sandbox has ended")] }
             defer { lock.locked { _ = running.removeValue(forKey: key) } }
+            // The client watched every 250 ms until the call ends (`finished`); the watcher
+            // is gone before the connection is closed (`watcherGone`).
+            let finished = DispatchSemaphore(value: 0), watcherGone = DispatchSemaphore(value: 0), abandoned = DispatchSemaphore(value: 0)
+            if let c = connection {
+                DispatchQueue.global().async {
+                    defer { watcherGone.signal() }
+                    while finished.wait(timeout: .now() + 0.25) == .timedOut {
+                        if Self.hungUp(c) {
+                            abandoned.signal()
+                            signals.kill()
+                            _ = finished.wait(timeout: .distantFuture)
+                            return
+                        }
+                    }
+                }
+            }
+            defer {
+                if connection != nil {
+                    finished.signal()
+                    watcherGone.wait()
+                }
+            }
+            // (`finished` is signalled twice on success; the watcher takes one and ends.)
             result = try SandboxRunner.run(plan, options: options)
+            finished.signal()
+            if abandoned.wait(timeout: .now()) == .success { return ["error": .string(Self.gone)] }
         } catch {
             return ["error": .string("the call's sandbox: \(error.message)")]
         }
