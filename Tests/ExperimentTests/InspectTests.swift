@@ -69,7 +69,7 @@ enum Inspect {
     }
 }
 
-@Suite("inspect_ai: the solve phase with agent.py in the runner, the task's own scorers in the scorer", .serialized)
+@Suite("inspect_ai: the solve phase with agent.py in the runner, the task's own scorers in the scorer")
 struct InspectTests {
     func make(samples: Int? = nil) throws -> Experiment {
         try requireRoot()
@@ -86,9 +86,9 @@ struct InspectTests {
         return exp
     }
 
-    @Test("init reads the task's 100 samples into the private directory (root-only); prepare → benchmark → gate: mockllm's fixed answer fails every sample with exact()'s verdict, a solver of agent.py's own is accepted, each reward what exact() gives its answer")
+    @Test("init reads the task's 100 samples into the private directory (root-only); prepare → benchmark → gate on 40 of them: mockllm's fixed answer fails every sample with exact()'s verdict, a solver of agent.py's own is accepted, each reward what exact() gives its answer")
     func loop() throws {
-        let exp = try make()
+        let exp = try make(samples: 40)
         defer { exp.removeScratch() }
         let frozen = try Inspect.samples(exp)
         #expect(frozen.count == 100)
@@ -97,9 +97,9 @@ struct InspectTests {
 
         let p = try exp.run(["prepare"], environment: [:])
         try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
-        #expect(p.stdout.contains("baseline: 0/100 tasks pass"), "\(p.stdout)")
+        #expect(p.stdout.contains("baseline: 0/40 tasks pass"), "\(p.stdout)")
         let split = try exp.split()
-        #expect(split.train.count == 70 && split.test.count == 30)
+        #expect(split.train.count == 28 && split.test.count == 12)
 
         let b = try exp.run(["benchmark"], environment: [:])
         #expect(b.status == 0, "\(b.stderr)")
