@@ -191,6 +191,19 @@ struct InspectTests {
         #expect(containing == 14, "\(containing)")
     }
 
+    @Test("runner.binds naming inspect's install (whose packaged datasets the runner gets hidden) or the task file's directory is refused before any sandbox starts")
+    func bindsRefused() throws {
+        let exp = try make(samples: 20)
+        defer { exp.removeScratch() }
+        let venv = try Inspect.install()
+        try exp.set("binds", "[\(venv)]", in: "runner")
+        var p = try exp.run(["prepare"], environment: [:])
+        #expect(p.status != 0 && p.stderr.contains("is inspect_ai's install"), "\(p.stderr)")
+        try exp.set("binds", "[\(Built.packageRoot)/templates]", in: "runner")
+        p = try exp.run(["prepare"], environment: [:])
+        #expect(p.status != 0 && p.stderr.contains("holds the task file"), "\(p.stderr)")
+    }
+
     /// An agent.py that answers wrong, after `attack` (Python run at import, in the runner).
     static func attacker(_ attack: String) -> String {
         """
