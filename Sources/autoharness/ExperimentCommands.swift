@@ -72,7 +72,7 @@ struct InitCommand: ParsableCommand {
             the split and snapshots), which no sandbox ever mounts.
 
               autoharness init exp --benchmark local --dataset path/to/benchmark
-              autoharness init exp --benchmark terminal-bench [--dataset terminal-bench@2.0] [--tool PATH]
+              autoharness init exp --benchmark terminal-bench [--dataset terminal-bench@2.1] [--tool PATH]
               autoharness init exp --benchmark tau-bench --dataset /path/to/tau2-bench/data [--tool PATH]
               autoharness init exp --benchmark bird-interact --repo /path/to/BIRD-Interact [--tool PYTHON]
               autoharness init exp --benchmark command
@@ -88,7 +88,7 @@ struct InitCommand: ParsableCommand {
     @Option(help: "Benchmark: \(ExperimentConfig.supportedBenchmarks.joined(separator: ", ")).")
     var benchmark: String = "local"
 
-    @Option(help: "local: the benchmark directory (tasks/<id>/instruction.md, tests/test.sh, ...). terminal-bench: a Harbor registry dataset (default terminal-bench@2.0; name@version or org/name@ref), a directory of Harbor tasks, or the directory `harbor download -o DIR` wrote. tau-bench: tau2's data directory (default $TAU2_DATA_DIR). bird-interact: lite or full.")
+    @Option(help: "local: the benchmark directory (tasks/<id>/instruction.md, tests/test.sh, ...). terminal-bench: a Harbor registry dataset (default terminal-bench@2.1, the hub package terminal-bench/terminal-bench-2-1 pinned; name@version or org/name@ref), a directory of Harbor tasks, or the directory `harbor download -o DIR` wrote. tau-bench: tau2's data directory (default $TAU2_DATA_DIR). bird-interact: lite or full.")
     var dataset: String?
 
     @Option(name: .customLong("registry-path"), help: "terminal-bench: a local Harbor registry.json (or its directory) that --dataset name@version is resolved from, with no network.")

@@ -1,4 +1,5 @@
 @testable import Benchmark
+@testable import ExperimentModel
 import Foundation
 import Testing
 import TestSupport
@@ -212,5 +213,56 @@ struct HarborDatasetTests {
         let agent = try #require((json["agents"] as? [[String: Any]])?.first)
         #expect(agent["override_timeout_sec"] as? Double == 42 && agent["import_path"] as? String == "agent.agent:HarnessAgent"
                 && agent["model_name"] as? String == "anthropic/claude-x", "\(json)")
+    }
+
+    @Test("Terminal-Bench 2.1's forms: its hub package pinned by digest is a reference (a short or upper-case digest, or a digest on a legacy name, is not); its task.toml (schema 1.1: memory_mb, cpus, raised timeouts, allow_internet) gives the task's limits")
+    func terminalBench21() throws {
+        let digest = "sha256:7d7bdc1cbedad549fc1140404bd4dc45e5fd0ea7c4186773687d177ad3a0699a"
+        #expect(HarborDataset.isReference("terminal-bench/terminal-bench-2-1@" + digest))
+        #expect(HarborDataset.isReference("terminal-bench/terminal-bench-2-1@6") && HarborDataset.isReference("terminal-bench/terminal-bench-2-1"))
+        for bad in ["terminal-bench/terminal-bench-2-1@sha256:7d7b", "terminal-bench/terminal-bench-2-1@" + digest.uppercased(),
+                    "terminal-bench@" + digest, "terminal-bench/terminal-bench-2-1@sha256:" + String(repeating: "g", count: 64)] {
+            #expect(!HarborDataset.isReference(bad), "\(bad)")
+        }
+        #expect(HarborDataset.aliases["terminal-bench@2.1"] == "terminal-bench/terminal-bench-2-1@" + digest)
+        #expect(HarborDataset.isReference(try #require(HarborDataset.aliases["terminal-bench@2.1"])))
+
+        // caffe-cifar-10 as 2.1 ships it (harbor-framework/terminal-bench-2-1, tasks/caffe-cifar-10/task.toml).
+        let dir = try TempDir()
+        try FileManager.default.createDirectory(atPath: dir.path + "/caffe-cifar-10/tests", withIntermediateDirectories: true)
+        try "#!/bin/bash\n".write(toFile: dir.path + "/caffe-cifar-10/tests/test.sh", atomically: true, encoding: .utf8)
+        try """
+            schema_version = "1.1"
+
+            [task]
+            name = "terminal-bench/caffe-cifar-10"
+            keywords = ["machine-learning"]
+
+            [metadata]
+            difficulty = "medium"
+
+            [verifier]
+            timeout_sec = 1200.0
+
+            [agent]
+            timeout_sec = 3600.0
+
+            [environment]
+            build_timeout_sec = 600.0
+            docker_image = "alexgshaw/caffe-cifar-10:20260403"
+            cpus = 4
+            memory_mb = 8192
+            storage_mb = 10240
+            gpus = 0
+            allow_internet = true
+            mcp_servers = []
+
+            """.write(toFile: dir.path + "/caffe-cifar-10/task.toml", atomically: true, encoding: .utf8)
+        var a = HarborAdapter(taskIDs: ["caffe-cifar-10"], tool: ToolSettings(command: ["harbor"]))
+        a.datasetPath = dir.path
+        let task = a.localTask("caffe-cifar-10")
+        #expect(task.problem == nil && task.agentTimeout == 3600 && task.verifierTimeout == 1200, "\(task)")
+        #expect(task.memory == 8 << 30 && task.cpus == 4 && task.dockerImage == "alexgshaw/caffe-cifar-10:20260403", "\(task)")
+        #expect(HarborAdapter.declaredName(taskToml: try String(contentsOfFile: dir.path + "/caffe-cifar-10/task.toml", encoding: .utf8)) == "terminal-bench/caffe-cifar-10")
     }
 }

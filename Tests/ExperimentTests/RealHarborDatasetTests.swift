@@ -142,17 +142,22 @@ struct RealHarborDatasetTests {
     final class RegistryServer {
         let process = Process()
         let port: Int
-        init(directory: String) throws {
-            let portFile = directory + "/.port"
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-            process.arguments = ["-c", """
+        /// Serves `directory` as files.
+        convenience init(directory: String) throws {
+            try self.init(script: """
                 import functools, http.server, os, sys
                 h = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[1])
                 s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), h)
                 open(sys.argv[2] + ".part", "w").write(str(s.server_address[1]))
                 os.rename(sys.argv[2] + ".part", sys.argv[2])
                 s.serve_forever()
-                """, directory, portFile]
+                """, directory: directory)
+        }
+        /// Runs `script` with `directory` and the port file it writes its port to.
+        init(script: String, directory: String) throws {
+            let portFile = directory + "/.port"
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+            process.arguments = ["-c", script, directory, portFile]
             process.standardOutput = FileHandle.nullDevice
             process.standardError = FileHandle.nullDevice
             try process.run()
@@ -231,6 +236,53 @@ struct RealHarborDatasetTests {
         #expect(r.status != 0)
         #expect(r.stderr.contains("harbor download ah-remote@1.0") && r.stderr.contains("Without the network"), "\(r.stderr)")
         #expect(r.stderr.contains("Connection refused") || r.stderr.contains("ConnectionError"), "harbor's own error is shown: \(r.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: temp.path + "/exp"), "a failed init leaves nothing behind")
+    }
+
+    /// Harbor's hub as harbor 0.25.0 reads it (Supabase's REST API, HARBOR_SUPABASE_URL,
+    /// harbor/db/client.py): every request logged to DIR/requests.jsonl; the dataset package
+    /// exists, no version of it does.
+    static let hub = """
+        import http.server, json, os, sys
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                with open(os.path.join(sys.argv[1], "requests.jsonl"), "a") as f:
+                    f.write(json.dumps(self.path) + "\\n")
+                rows = [{"id": "00000000-0000-0000-0000-000000000001", "type": "dataset", "visibility": "public",
+                         "org": {"name": "terminal-bench"}}] if self.path.startswith("/rest/v1/package?") else []
+                out = json.dumps(rows).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+            def log_message(self, *a): pass
+        s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        open(sys.argv[2] + ".part", "w").write(str(s.server_address[1]))
+        os.rename(sys.argv[2] + ".part", sys.argv[2])
+        s.serve_forever()
+        """
+
+    @Test("init --dataset terminal-bench@2.1 (no legacy registry entry) has the real harbor ask Harbor's hub for the package terminal-bench/terminal-bench-2-1 at its pinned digest; a hub without that version fails init with harbor's error and the offline alternatives, leaving nothing behind")
+    func terminalBench21FromHub() throws {
+        try requireRoot()
+        let harbor = try RealHarborTests.harbor()
+        let temp = try TempDir(mode: 0o755)
+        let hub = try RegistryServer(script: Self.hub, directory: temp.path)
+        defer { hub.stop() }
+        var env = ProcessInfo.processInfo.environment
+        env["HARBOR_SUPABASE_URL"] = "http://127.0.0.1:\(hub.port)"
+        let r = try autoharness(["init", temp.path + "/exp", "--benchmark", "terminal-bench", "--tool", harbor, "--dataset", "terminal-bench@2.1"], environment: env)
+        let digest = "7d7bdc1cbedad549fc1140404bd4dc45e5fd0ea7c4186773687d177ad3a0699a"
+        let package = "terminal-bench/terminal-bench-2-1@sha256:" + digest
+        #expect(r.status != 0)
+        #expect(r.stderr.contains("init: terminal-bench@2.1 is Harbor's hub package \(package)"), "\(r.stderr)")
+        #expect(r.stderr.contains("Without the network: run `harbor download \(package) -o DIR`"), "\(r.stderr)")
+        #expect(r.stderr.contains("Dataset 'terminal-bench/terminal-bench-2-1'") && r.stderr.contains("not found"), "harbor's own error: \(r.stderr)")
+        // What harbor asked the hub: the package by org and name, then its version by digest.
+        let asked = (try? String(contentsOfFile: temp.path + "/requests.jsonl", encoding: .utf8)) ?? ""
+        #expect(asked.contains("/rest/v1/package?") && asked.contains("name=eq.terminal-bench-2-1&org.name=eq.terminal-bench"), "\(asked)")
+        #expect(asked.contains("/rest/v1/dataset_version?") && asked.contains("content_hash=eq.\(digest)"), "\(asked)")
         #expect(!FileManager.default.fileExists(atPath: temp.path + "/exp"), "a failed init leaves nothing behind")
     }
 }

@@ -1,11 +1,11 @@
 import Benchmark
 import Foundation
 
-/// `terminal-bench`: Terminal-Bench 2.0 (or any Harbor dataset) through Harbor, agent.py as
+/// `terminal-bench`: Terminal-Bench 2.1 (2.0, or any Harbor dataset) through Harbor, agent.py as
 /// Harbor's agent; the task environments local (autoharness's sandbox) or a remote provider.
 package struct TerminalBenchKind: BenchmarkKind {
     static let hint = "install Harbor with `uv tool install harbor` (or `pip install harbor`), see https://github.com/laude-institute/harbor"
-    static let dataset = "terminal-bench@2.0"
+    static let dataset = "terminal-bench@2.1"
     package let name = "terminal-bench"
     package let defaultTool: String? = "harbor"
     package let defaultDataset: String? = Self.dataset
@@ -47,6 +47,11 @@ package struct TerminalBenchKind: BenchmarkKind {
     package func initialize(_ o: InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues {
         let fm = FileManager.default
         var dataset = o.dataset ?? Self.dataset
+        // Not when the operator names a registry: theirs may hold the name.
+        if o.registryPath == nil, o.registryURL == nil, let package = HarborDataset.aliases[dataset] {
+            FileHandle.standardError.write(Data("init: \(dataset) is Harbor's hub package \(package) (pinned by its digest)\n".utf8))
+            dataset = package
+        }
         var harborKeys = "# registry_path: registry.json  # a local Harbor registry the dataset name@version is resolved from (no network)"
         var harborAllow: [String] = []
         if o.registryPath != nil && o.dataset == nil {
@@ -136,7 +141,7 @@ extension TerminalBenchKind {
             try Self.checkHeldOutAccount(config, provider: provider, keys: TerminalBenchKind.providerKeys[provider] ?? [])
         }
         guard let dataset = config.dataset, !dataset.isEmpty else {
-            throw ExperimentError(.usage, "dataset: missing; terminal-bench needs a Harbor dataset (terminal-bench@2.0) or a local directory of Harbor tasks")
+            throw ExperimentError(.usage, "dataset: missing; terminal-bench needs a Harbor dataset (terminal-bench@2.1, terminal-bench@2.0) or a local directory of Harbor tasks")
         }
         let tool = config.toolSettings(argv)
         if provider == "local" {

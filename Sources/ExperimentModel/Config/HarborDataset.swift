@@ -22,15 +22,35 @@ enum HarborDataset {
     /// Registry references as `harbor run -d` / `harbor download` take them: `name`,
     /// `name@version`, `org/name`, `org/name@ref` (harbor 0.25.0, harbor/cli/download.py and
     /// harbor/cli/jobs.py: `/` in the name makes it a package, else a legacy registry dataset).
+    /// A package's ref may also be a content digest, `sha256:<64 hex>` (harbor 0.25.0,
+    /// harbor/db/client.py resolve_dataset_version, RefType.DIGEST): the pin that cannot move.
     static func isReference(_ s: String) -> Bool {
         let parts = s.split(separator: "@", omittingEmptySubsequences: false)
         guard (1...2).contains(parts.count), parts.allSatisfy({ !$0.isEmpty }) else { return false }
         let names = parts[0].split(separator: "/", omittingEmptySubsequences: false)
         guard (1...2).contains(names.count) else { return false }
+        if names.count == 2, parts.count == 2, parts[1].hasPrefix("sha256:") {
+            let hex = parts[1].dropFirst("sha256:".count)
+            guard hex.count == 64, hex.unicodeScalars.allSatisfy({ ("0"..."9").contains($0) || ("a"..."f").contains($0) }) else { return false }
+            return names.allSatisfy { p in
+                !p.isEmpty && p.first != "." && p.unicodeScalars.allSatisfy { CharacterSet.alphanumerics.contains($0) || "._-".unicodeScalars.contains($0) }
+            }
+        }
         return (names + parts.dropFirst()).allSatisfy { p in
             !p.isEmpty && p.first != "." && p.unicodeScalars.allSatisfy { CharacterSet.alphanumerics.contains($0) || "._-".unicodeScalars.contains($0) }
         }
     }
+
+    /// Releases Harbor holds only as hub packages, by the `name@version` a user would write
+    /// after `terminal-bench@2.0`: Terminal-Bench 2.1 is the package
+    /// `terminal-bench/terminal-bench-2-1` (no legacy registry entry: `harbor download
+    /// terminal-bench@2.1` answers "Dataset terminal-bench@2.1 not found"), pinned here by the
+    /// content digest of its revision 6, the release of 2026-04 with 89 tasks (the digest NVIDIA
+    /// NeMo Gym's Terminal-Bench 2.1 tutorial and others pin). docs/benchmarks.md: what changed
+    /// from 2.0.
+    static let aliases = [
+        "terminal-bench@2.1": "terminal-bench/terminal-bench-2-1@sha256:7d7bdc1cbedad549fc1140404bd4dc45e5fd0ea7c4186773687d177ad3a0699a",
+    ]
 
     /// The tasks of a directory: subdirectories with a task.toml and a usable id.
     static func tasks(in dir: String) -> [Task] {
