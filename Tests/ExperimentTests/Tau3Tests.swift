@@ -23,6 +23,7 @@ struct Tau3Tests {
         class HarnessAgent(LLMAgent):
             def generate_next_message(self, message, state):
                 if message.role == "user":
+                    print("AGENT policy %r" % self.domain_policy.splitlines()[0], flush=True)
                     topic = re.search(r"I want to (.+)\.", message.content).group(1)
                     print("AGENT asks grep for %r" % topic, flush=True)
                     return AssistantMessage(content=None, tool_calls=[ToolCall(id="c1", name="shell", arguments={"command": "grep -l '%s' *.md" % topic}, requestor="assistant")]), state
@@ -46,6 +47,9 @@ struct Tau3Tests {
         try exp.set("allow", "[]", in: "runner")
         try exp.set("inference", "[]", in: "runner")
         try exp.set("min_improvement", "0", in: "gate")
+        // tau2's default for the domain is alltools (an embeddings API); terminal_use is its shell only.
+        let config = exp.root + "/experiment_config.yaml"
+        try (try String(contentsOfFile: config, encoding: .utf8) + "\nretrieval_config: terminal_use\n").write(toFile: config, atomically: true, encoding: .utf8)
         let p = try exp.run(["prepare"], environment: Self.env)
         try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
         // The template agent answers in text: every task 0; the split is the experiment's own.
@@ -65,11 +69,19 @@ struct Tau3Tests {
         let stdout = try #require(exp.traceFile(id, "tool.stdout"))
         // grep found the one document; cat read it; agent.py and the runner's TMPDIR were not there.
         #expect(stdout.contains("AGENT got 'doc_procedure_"), "\(stdout)")
+        // The runner's environment was built with the configured variant (its policy)...
+        #expect(stdout.contains("AGENT policy '# Banking agent policy, terminal_use (stand-in)'"), "\(stdout)")
         #expect(stdout.contains("unlock it with unlock_discoverable_agent_tool"), "\(stdout)")
         // (tau2's own filter refuses an absolute path outside quotes; this one is quoted.)
         #expect(stdout.contains("cat: /work/agent/agent.py: No such file or directory"), "\(stdout)")
         #expect(stdout.contains("tmp=\\n"), "\(stdout)")
-        #expect(exp.traceFile(id, "reward_info.json")?.contains("\"action_match\": true") == true)
+        let info = try #require(exp.traceFile(id, "reward_info.json"))
+        #expect(info.contains("\"action_match\": true"), "\(info)")
+        // ...and so were the scorer's, as tau2's runner builds them for its evaluation
+        // (_build_env_kwargs): the same variant, and the full task (with its criteria, which the
+        // runner's copy lacks) from which the database's logged reads are derived.
+        let built = try #require(((try JSONSerialization.jsonObject(with: Data(info.utf8)) as? [String: Any])?["info"] as? [String: Any])?["environment"] as? [String: Any], "\(info)")
+        #expect(built["retrieval_variant"] as? String == "terminal_use" && built["task_has_criteria"] as? Bool == true, "\(built)")
 
         // A gate with the same agent.py: the held-out tasks' tool calls run the same way.
         let g = try exp.run(["gate"], environment: Self.env)
@@ -79,7 +91,7 @@ struct Tau3Tests {
         #expect(exp.scratchMounts().isEmpty)
     }
 
-    @Test("a domain of tau2's data autoharness has no list for runs only with the operator's runner_data, which may not name the tasks; a name that is not a directory of the data is refused")
+    @Test("a domain of tau2's data autoharness has no list for runs only with the operator's runner_data, which may not name the tasks; a name that is not a directory of the data, or a retrieval_config that is not one word, is refused")
     func unknownDomain() throws {
         try requireRoot()
         let exp = try Experiment(benchmark: "tau-bench", extraArgs: ["--tool", Tau2Agents.fixture + "/bin/tau2", "--dataset", Self.data])
@@ -105,6 +117,14 @@ struct Tau3Tests {
         try exp.set("domain", "..")
         p = try exp.run(["prepare"], environment: Self.env)
         #expect(p.status != 0 && p.stderr.contains("domain: .. is not a directory name"), "\(p.stderr)")
+        // retrieval_config reaches tau2 as one argument: a flag or a word with a space is refused.
+        for bad in ["--help", "terminal use"] {
+            try (text + "\nrunner_data: [db.json, policy.md]\nretrieval_config: \"\(bad)\"\n").write(toFile: path, atomically: true, encoding: .utf8)
+            try exp.set("domain", "retail2")
+            p = try exp.run(["prepare"], environment: Self.env)
+            #expect(p.status != 0 && p.stderr.contains("retrieval_config: '\(bad)' is not a name of tau2's retrieval configs"), "\(p.stderr)")
+        }
+        try (text + "\nrunner_data: [db.json, policy.md]\n").write(toFile: path, atomically: true, encoding: .utf8)
         // Listed: it runs on tau2's own split of that data (retail's stand-in tasks, as retail2).
         try exp.set("domain", "retail2")
         p = try exp.run(["prepare"], environment: Self.env)

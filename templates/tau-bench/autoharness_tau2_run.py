@@ -24,8 +24,14 @@ p.add_argument("--seed", type=int, default=300)
 p.add_argument("--out", required=True)
 p.add_argument("--agent-llm")
 p.add_argument("--user-llm")
+p.add_argument("--retrieval-config")
 args = p.parse_args()
 ids = [line.strip() for line in open(args.task_ids_file, encoding="utf-8") if line.strip()]
+# tau2 writes below its working directory (banking_knowledge: data/.embeddings_cache, made by
+# every run, src/tau2/knowledge/embeddings_cache.py EmbeddingsCache): a directory of this
+# sandbox's own output, never the read-only one it starts in.
+os.makedirs(os.path.join(os.path.dirname(os.path.abspath(args.out)), "cwd"), exist_ok=True)
+os.chdir(os.path.join(os.path.dirname(os.path.abspath(args.out)), "cwd"))
 
 # tau2 reads TAU2_DATA_DIR when it is first imported; the supervisor set it.
 from tau2 import registry  # noqa: E402
@@ -47,6 +53,9 @@ if registry.get_agent_factory(AGENT_NAME) is None:
     registry.register_agent_factory(make_agent, AGENT_NAME)
 
 agent_llm = args.agent_llm or os.environ.get("AGENT_MODEL")
+# Only given when the experiment names one: tau2 then applies its own default (banking_knowledge:
+# alltools, src/tau2/data_model/simulation.py _default_banking_retrieval_config).
+extra = {"retrieval_config": args.retrieval_config} if args.retrieval_config else {}
 config = TextRunConfig(
     domain=args.domain,
     agent=AGENT_NAME,
@@ -56,6 +65,7 @@ config = TextRunConfig(
     max_concurrency=args.max_concurrency,
     seed=args.seed,
     save_to=SAVE_TO,
+    **extra,
 )
 
 

@@ -39,6 +39,9 @@ public struct Tau2Adapter: BenchmarkAdapter {
     public var agentModel: String?
     public var userModel: String?
     public var seed: UInt64 = 300
+    /// tau2's `--retrieval-config`, the same for the runner and the scorer (whose environments
+    /// must be built as the runner's were).
+    public var retrievalConfig: String?
     public var concurrency = 3
     public var environment: [String] = []
 
@@ -113,7 +116,8 @@ public struct Tau2Adapter: BenchmarkAdapter {
             argv: tool.command + [scriptsDirectory + "/autoharness_tau2_run.py", "--domain", domain, "--task-ids-file", "/work/in/task_ids.txt",
                                   "--max-concurrency", String(min(concurrency, ids.count)), "--seed", String(seed),
                                   "--out", "/work/out/simulations.json"]
-                + (agentModel.map { ["--agent-llm", $0] } ?? []) + (userModel.map { ["--user-llm", $0] } ?? []),
+                + (agentModel.map { ["--agent-llm", $0] } ?? []) + (userModel.map { ["--user-llm", $0] } ?? [])
+                + (retrievalConfig.map { ["--retrieval-config", $0] } ?? []),
             withAgent: true, label: "tau2")
         runner.environment = environment + Self.quietEnvironment + ["TAU2_DATA_DIR=/work/out/data"]
         runner.extraMounts = [scripts]
@@ -129,7 +133,8 @@ public struct Tau2Adapter: BenchmarkAdapter {
         var scorer = ToolInvocation(
             policy: tool.scorerPolicy,
             argv: tool.command + [scriptsDirectory + "/autoharness_tau2_score.py", "--domain", domain, "--task-ids-file", "/work/in/task_ids.txt",
-                                  "--simulations", "/work/run/simulations.json", "--out", "/work/out/rewards.json", "--traces", "/work/out/traces"],
+                                  "--simulations", "/work/run/simulations.json", "--out", "/work/out/rewards.json", "--traces", "/work/out/traces"]
+                + (retrievalConfig.map { ["--retrieval-config", $0] } ?? []),
             withAgent: false, label: "tau2 scorer")
         scorer.environment = environment.filter { !$0.hasPrefix("AGENT_") } + Self.quietEnvironment + ["TAU2_DATA_DIR=\(dataDirectory)"]
         // The evaluator builds the domain's environments, which check that srt and its helpers

@@ -362,10 +362,11 @@ final class ToolRun {
         context.log("\(label) \(exit.summary)\(tail)")
     }
 
-    /// The tool's stdout/stderr for a train trace (never for held-out runs).
+    /// The tool's stdout/stderr for a train trace (never for held-out runs): the runner's as
+    /// `tool.*`, a scorer's (`name` "score") as `scorer.*`.
     func logs(_ name: String = "app") -> [(String, [UInt8])] {
         ["stdout", "stderr"].compactMap { s in
-            FileSystem.readCapped(at: scratch.outFD, "\(name).\(s)", cap: TaskRunner.traceCap).map { ("tool.\(s)", $0) }
+            FileSystem.readCapped(at: scratch.outFD, "\(name).\(s)", cap: TaskRunner.traceCap).map { (name == "app" ? "tool.\(s)" : "scorer.\(s)", $0) }
         }
     }
 }
@@ -391,7 +392,7 @@ extension ToolRun {
             }
         }
         let exit = runExit.succeeded ? scoreExit : runExit
-        return outcomes(ids, results, toolExit: exit, seconds: runExit.seconds + scoreExit.seconds)
+        return outcomes(ids, results, toolExit: exit, seconds: runExit.seconds + scoreExit.seconds, logs: logs() + logs(scorer.outputName))
     }
 
     /// `text` safe for the operator's terminal: control characters but newline and tab (an
@@ -463,7 +464,9 @@ struct ToolTaskResult {
 extension ToolRun {
     /// One outcome per requested id: what the tool reported, or 0 (`missing_result`) for an
     /// id it did not. Writes train traces; held-out runs write nothing.
-    func outcomes(_ ids: [String], _ results: [String: ToolTaskResult], toolExit: ToolExit, seconds: Double) -> [TaskOutcome] {
+    func outcomes(_ ids: [String], _ results: [String: ToolTaskResult], toolExit: ToolExit, seconds: Double,
+                  logs: [(String, [UInt8])]? = nil) -> [TaskOutcome] {
+        let logs = context.heldOut ? [] : logs ?? self.logs()
         var outcomes: [TaskOutcome] = []
         for (i, id) in ids.enumerated() {
             var r = results[id] ?? ToolTaskResult(
@@ -478,7 +481,7 @@ extension ToolRun {
             // A gate that served this task alone: what it saw the vendor fail is the task's.
             if ids.count == 1 { outcome.vendorFailures = inference?.vendorFailures }
             if !context.heldOut, let dir = context.traceDirectory(id) {
-                writeTrace(dir, outcome: outcome, files: r.trace + logs())
+                writeTrace(dir, outcome: outcome, files: r.trace + logs)
             }
             outcomes.append(outcome)
             context.progress(i + 1, ids.count, context.heldOut ? nil : outcome)

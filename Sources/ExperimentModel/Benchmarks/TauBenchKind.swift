@@ -26,12 +26,16 @@ struct TauBenchKind: BenchmarkKind {
         var userModel: String?
         /// The simulations' seed.
         var seed: Int?
+        /// tau2's `--retrieval-config` (banking_knowledge: how the agent searches the knowledge
+        /// base; tau2's default there is `alltools`, which needs an embeddings API).
+        var retrievalConfig: String?
         static var keys: [ConfigKey<Self>] {
             [.text("domain", \.domain, "tau2's domain: a directory of tau2_data_dir/tau2/domains (required)."),
              .strings("runner_data", \.runnerData, "For a domain autoharness has no list for: the files (and `name/` directories) of its data directory the runner may see."),
              .text("tau2_data_dir", \.tau2DataDir, "tau2's data directory (read by the supervisor, never bound into a run)."),
              .text("user_model", \.userModel, "The user simulator's model."),
-             .integer("seed", \.seed, 0...4_294_967_295, "The simulations' seed.")]
+             .integer("seed", \.seed, 0...4_294_967_295, "The simulations' seed."),
+             .text("retrieval_config", \.retrievalConfig, "tau2's --retrieval-config (banking_knowledge: terminal_use, bm25, alltools, ...; tau2's default there is alltools, which needs an embeddings API). Given to the runner and the scorer alike.")]
         }
     }
 
@@ -45,6 +49,36 @@ struct TauBenchKind: BenchmarkKind {
             throw ExperimentError(.usage, "\(tau2Data) has no tau2/domains/: give tau2-bench's data directory (\(Self.hint))")
         }
         return InitValues(dataset: "", placeholders: ["tau2_data": tau2Data])
+    }
+
+    /// What the runner sees of `domain`'s data: the operator's `runner_data` list, else
+    /// autoharness's own (`Tau2Domain.known`); a domain with neither is refused.
+    static func layout(_ domain: String, listed: [String]?, srtShim: Bool) throws -> Tau2Domain {
+        guard let listed else {
+            guard let known = Tau2Domain.known[domain] else {
+                throw ExperimentError(.usage, "domain: autoharness knows which files of \(TauBenchKind.domains.joined(separator: ", ")) the agent may see, not of \(domain): list them in runner_data (files, and `name/` for directories), never the tasks")
+            }
+            return known
+        }
+        if let bad = listed.first(where: { $0.isEmpty || $0.hasPrefix("/") || $0.hasPrefix(".") || $0.dropLast($0.hasSuffix("/") ? 1 : 0).contains("/") }) {
+            throw ExperimentError(.usage, "runner_data: \(bad) is not a file or `name/` directory of the domain's data directory")
+        }
+        if let task = listed.first(where: { ["tasks.json", "tasks/", "split_tasks.json"].contains($0) }) {
+            throw ExperimentError(.usage, "runner_data: \(task) holds the tasks' answers; the runner gets the run's tasks, reduced, from autoharness")
+        }
+        return Tau2Domain(files: listed.filter { !$0.hasSuffix("/") }, directories: listed.filter { $0.hasSuffix("/") }.map { String($0.dropLast()) },
+                          shell: srtShim)
+    }
+
+    /// `retrieval_config`: a name of tau2's registry (src/tau2/domains/banking_knowledge/
+    /// retrieval.py, RETRIEVAL_VARIANTS), given as one argument; tau2 refuses a name it does not know.
+    static func retrievalConfig(_ given: String?) throws -> String? {
+        guard let given else { return nil }
+        guard !given.isEmpty, given.count <= 64, !given.hasPrefix("-"),
+              given.unicodeScalars.allSatisfy({ $0.isASCII && CharacterSet.alphanumerics.contains($0) || "_-.".unicodeScalars.contains($0) }) else {
+            throw ExperimentError(.usage, "retrieval_config: '\(given)' is not a name of tau2's retrieval configs (letters, digits, _ - .; e.g. terminal_use)")
+        }
+        return given
     }
 
     func adapter(_ config: ExperimentConfig, root: String, checkTools: Bool) throws -> any BenchmarkAdapter {
@@ -66,7 +100,7 @@ extension ExperimentConfig {
         guard !domain.isEmpty, !domain.contains("/"), domain != ".", domain != ".." else {
             throw ExperimentError(.usage, "domain: \(domain) is not a directory name of tau2_data_dir/tau2/domains")
         }
-        let layout = try tau2Layout(domain, listed: upstream.runnerData)
+        let layout = try TauBenchKind.layout(domain, listed: upstream.runnerData, srtShim: runner.srtShim != nil)
         guard let data = upstream.tau2DataDir ?? ProcessInfo.processInfo.environment["TAU2_DATA_DIR"] else {
             throw ExperimentError(.usage, "tau2_data_dir: missing; set it to tau2-bench's data directory (the one holding tau2/domains/), or export TAU2_DATA_DIR")
         }
@@ -86,27 +120,9 @@ extension ExperimentConfig {
         adapter.agentModel = agentModel == "none" ? nil : agentModel
         adapter.userModel = upstream.userModel
         if let seed = upstream.seed { adapter.seed = UInt64(seed) }
+        adapter.retrievalConfig = try TauBenchKind.retrievalConfig(upstream.retrievalConfig)
         adapter.concurrency = maxConcurrency
         adapter.environment = agentEnvironment()
         return adapter
-    }
-
-    /// What the runner sees of `domain`'s data: the operator's `runner_data` list, else
-    /// autoharness's own (`Tau2Domain.known`); a domain with neither is refused.
-    func tau2Layout(_ domain: String, listed: [String]?) throws -> Tau2Domain {
-        guard let listed else {
-            guard let known = Tau2Domain.known[domain] else {
-                throw ExperimentError(.usage, "domain: autoharness knows which files of \(TauBenchKind.domains.joined(separator: ", ")) the agent may see, not of \(domain): list them in runner_data (files, and `name/` for directories), never the tasks")
-            }
-            return known
-        }
-        if let bad = listed.first(where: { $0.isEmpty || $0.hasPrefix("/") || $0.hasPrefix(".") || $0.dropLast($0.hasSuffix("/") ? 1 : 0).contains("/") }) {
-            throw ExperimentError(.usage, "runner_data: \(bad) is not a file or `name/` directory of the domain's data directory")
-        }
-        if let task = listed.first(where: { ["tasks.json", "tasks/", "split_tasks.json"].contains($0) }) {
-            throw ExperimentError(.usage, "runner_data: \(task) holds the tasks' answers; the runner gets the run's tasks, reduced, from autoharness")
-        }
-        return Tau2Domain(files: listed.filter { !$0.hasSuffix("/") }, directories: listed.filter { $0.hasSuffix("/") }.map { String($0.dropLast()) },
-                          shell: runner.srtShim != nil)
     }
 }

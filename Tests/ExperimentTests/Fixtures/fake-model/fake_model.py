@@ -343,14 +343,17 @@ class Handler(BaseHTTPRequestHandler):
         """Three callers, told apart as tau2 v1.0.1 makes them: its agent offers tools (the
         script's next turn, then text); its NL-assertion judge's system prompt asks for
         `metExpectation` (src/tau2/evaluator/evaluator_nl_assertions.py): every expected
-        outcome graded unmet; its user simulator (no tools) opens with a request and ends the
+        outcome graded unmet; its user simulator (its guidelines' words, tools or none) opens with a request and ends the
         conversation with tau2's stop token (src/tau2/user/user_simulator_base.py, STOP) once
         the agent has answered twice."""
         messages = req.get("messages") or []
         system = " ".join(m.get("content") or "" for m in messages if m.get("role") == "system" and isinstance(m.get("content"), str))
-        if req.get("tools") and self.server.script.answer(messages) is not None:
+        # banking_knowledge's simulator has tools of its own (call_discoverable_user_tool): it is
+        # told apart by its guidelines (data/tau2/user_simulator/simulation_guidelines*.md).
+        simulator = "playing the role of a customer" in system
+        if req.get("tools") and not simulator and self.server.script.answer(messages) is not None:
             role, n, turn = "agent", 0, self.server.script.answer(messages)
-        elif req.get("tools"):
+        elif req.get("tools") and not simulator:
             role = "agent"
             n, turn = self.server.script.take()
         elif "metExpectation" in system:

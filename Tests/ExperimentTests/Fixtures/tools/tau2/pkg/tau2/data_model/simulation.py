@@ -4,10 +4,15 @@ import json
 
 class TextRunConfig:
     def __init__(self, domain, agent, llm_agent=None, llm_user=None, task_split_name="base", task_ids=None,
-                 max_concurrency=3, seed=300, num_trials=1, save_to=None):
+                 max_concurrency=3, seed=300, num_trials=1, save_to=None, retrieval_config=None, retrieval_config_kwargs=None):
         self.domain, self.agent, self.llm_agent, self.llm_user = domain, agent, llm_agent, llm_user
         self.task_split_name, self.task_ids, self.max_concurrency, self.seed = task_split_name, task_ids, max_concurrency, seed
         self.num_trials, self.save_to = num_trials, save_to
+        self.retrieval_config, self.retrieval_config_kwargs = retrieval_config, retrieval_config_kwargs
+        # BaseRunConfig._default_banking_retrieval_config (tau2-bench a2c0247
+        # src/tau2/data_model/simulation.py): banking_knowledge defaults to alltools.
+        if domain == "banking_knowledge" and retrieval_config is None:
+            self.retrieval_config = "alltools"
 
 
 class RewardInfo:

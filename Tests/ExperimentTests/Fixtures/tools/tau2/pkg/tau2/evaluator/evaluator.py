@@ -61,8 +61,10 @@ def evaluate_simulation(simulation, task, evaluation_type, solo_mode, domain, mo
         # banking_knowledge's makes its own SandboxManager (srt's names on PATH, a workspace in
         # TMPDIR), though replaying runs no shell call (set_state skips read-only tools).
         from tau2.domains.banking_knowledge.environment import get_environment
-        get_environment(solo_mode=solo_mode)
-        get_environment(solo_mode=solo_mode)
+        predicted = get_environment(solo_mode=solo_mode, **(env_kwargs or {}))
+        get_environment(**(env_kwargs or {}))
+        built = {"retrieval_variant": predicted.variant, "read_log_allowlist": sorted(predicted.read_log_allowlist),
+                 "task_has_criteria": (env_kwargs or {}).get("task") is not None and (env_kwargs or {})["task"].evaluation_criteria is not None}
     if simulation.termination_reason not in ("agent_stop", "user_stop"):
         return RewardInfo(0.0, info={"note": "Simulation terminated prematurely. Termination reason: %s" % simulation.termination_reason})
     criteria = task.evaluation_criteria
@@ -93,4 +95,5 @@ def evaluate_simulation(simulation, task, evaluation_type, solo_mode, domain, mo
     # tau2's EnvironmentEvaluator reports the database comparison as db_check (DBCheck:
     # db_match, db_reward) whenever the task has actions or env assertions to replay.
     db_check = None if criteria.actions is None and criteria.env_assertions is None else {"db_match": env_reward == 1.0, "db_reward": env_reward}
-    return RewardInfo(reward, reward_basis=criteria.reward_basis, action_checks=checks, db_check=db_check)
+    return RewardInfo(reward, reward_basis=criteria.reward_basis, action_checks=checks, db_check=db_check,
+                      info={"environment": built} if domain == "banking_knowledge" else None)

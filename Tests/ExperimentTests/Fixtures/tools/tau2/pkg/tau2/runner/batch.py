@@ -19,6 +19,7 @@ from tau2.data_model.tasks import Task
 from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
 from tau2.metrics.agent_metrics import compute_metrics
 from tau2.registry import registry
+from tau2.runner.build import _build_env_kwargs
 from tau2.utils.utils import DATA_DIR
 
 
@@ -55,8 +56,13 @@ def run_domain(config):
     tasks = get_tasks(config.domain, config.task_split_name, config.task_ids)
     knowledge = config.domain == "banking_knowledge"
     if knowledge:
+        # prepare_batch warms the knowledge base's embeddings cache for every variant; its
+        # EmbeddingsCache makes data/.embeddings_cache below the working directory
+        # (src/tau2/runner/batch.py prepare_batch, src/tau2/knowledge/embeddings_cache.py, a2c0247).
+        os.makedirs(os.path.join("data", ".embeddings_cache"), exist_ok=True)
         from tau2.domains.banking_knowledge.environment import get_environment
-        policy = get_environment().policy  # get_info at the start builds one environment too
+        # get_info at the start builds one environment too, with the config's variant
+        policy = get_environment(retrieval_variant=config.retrieval_config).policy
     else:
         policy = open(domain_dir / "policy.md").read()
     open(domain_dir / "db.json").read()
@@ -72,7 +78,8 @@ def run_domain(config):
     results = Results(info, tasks, [])
     run = tasks[:-1] if mode == "omit" else tasks
     for k, task in enumerate(run):
-        env = get_environment(task=task) if knowledge else None
+        env_kwargs = _build_env_kwargs(config, task) or None
+        env = get_environment(**env_kwargs) if knowledge else None
         tools = env.tools if knowledge else ["get_order_details", "refund_order"]
         agent = factory(tools=[Tool(t) for t in tools], domain_policy=policy, llm=config.llm_agent, llm_args={})
         start = datetime.datetime.now().isoformat()
@@ -98,7 +105,7 @@ def run_domain(config):
                "duration": 0.1, "termination_reason": "max_steps" if (k == 0 and mode == "max_steps") else "agent_stop",
                "agent_cost": 0.0125, "user_cost": 0.0025, "reward_info": None, "messages": messages, "ticks": None,
                "trial": 0, "seed": 626729}
-        reward = evaluate_simulation(SimulationRun(raw), task, EvaluationType.ALL, False, config.domain)
+        reward = evaluate_simulation(SimulationRun(raw), task, EvaluationType.ALL, False, config.domain, env_kwargs=env_kwargs)
         raw["reward_info"] = reward.model_dump()
         results.simulations.append(raw)
         with open(save_dir / "results.json", "w") as f:

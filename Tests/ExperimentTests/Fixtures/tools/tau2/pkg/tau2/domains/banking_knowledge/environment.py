@@ -8,6 +8,10 @@
 # stderr, else "Error (exit code N): <stderr>", else "Command failed with exit code N" (stdout
 # dropped). The stand-in's other tools answer from db.json (get_user_information_by_id) or
 # acknowledge (unlock_discoverable_agent_tool), changing nothing.
+# The retrieval variant (retrieval.py RETRIEVAL_VARIANTS, read at a2c0247) picks the policy's
+# prompt template: `alltools` (the default) prompts/alltools.md, `terminal_use`
+# prompts/agentic_search.md; tau2 refuses a name it does not know. The stand-in keeps what it
+# was built with (variant, allowlist) so its evaluator can report it.
 import glob
 import json
 
@@ -26,10 +30,16 @@ def get_tasks(task_split_name=None):
     return [Task.model_validate(json.load(open(p))) for p in sorted(glob.glob(str(KNOWLEDGE_TASK_SET_PATH / "task_*.json")))]
 
 
+PROMPTS = {"alltools": "alltools.md", "terminal_use": "agentic_search.md"}
+
+
 class Environment:
-    def __init__(self):
+    def __init__(self, variant="alltools", read_log_allowlist=None):
+        if variant not in PROMPTS:
+            raise ValueError("Unknown retrieval variant %r" % variant)
+        self.variant, self.read_log_allowlist = variant, set(read_log_allowlist or [])
         self.db = json.load(open(KNOWLEDGE_DB_PATH))
-        self.policy = open(KNOWLEDGE_DATA_DIR / "prompts" / "alltools.md").read()
+        self.policy = open(KNOWLEDGE_DATA_DIR / "prompts" / PROMPTS[variant]).read()
         documents = [json.load(open(p)) for p in sorted(glob.glob(str(KNOWLEDGE_DOCUMENTS_DIR / "*.json")))]
         self.sandbox = SandboxManager(allow_writes=False)
         self.sandbox.export_documents(documents)
@@ -58,5 +68,5 @@ class Environment:
 def get_environment(db=None, retrieval_variant=None, retrieval_kwargs=None, task=None, solo_mode=False, read_log_allowlist=None):
     if solo_mode:
         raise ValueError("banking_knowledge does not support solo mode")
-    return Environment()
+    return Environment(retrieval_variant or "alltools", read_log_allowlist)
 
