@@ -307,31 +307,32 @@ struct InspectTests {
             """, ["SURVIVOR STARTED"], ["SURVIVOR WROTE"]),
     ]
 
-    @Test("the exploit corpus scores 0: a forged solve log (every sample scored C), its header's model, exact() patched in agent.py's process, the targets read (inspect's packaged copy hidden, the frozen list and task file absent, the given samples without targets), a survivor",
-          arguments: corpus.indices)
-    func exploitCorpus(_ index: Int) throws {
-        let entry = Self.corpus[index]
+    @Test("the exploit corpus scores 0: a forged solve log (every sample scored C), its header's model, exact() patched in agent.py's process, the targets read (inspect's packaged copy hidden, the frozen list and task file absent, the given samples without targets), a survivor; each a train run of one prepared experiment")
+    func exploitCorpus() throws {
         let exp = try make(samples: 20)
         defer { exp.removeScratch() }
         let p = try exp.run(["prepare"], environment: [:])
         try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
-        // The control: the copy of the dataset this agent.py looks for is in the install.
+        // The control: the copy of the dataset the target reader looks for is in the install.
         let venv = try Inspect.install()
         let examples = try #require(try FileManager.default.contentsOfDirectory(atPath: venv + "/lib").first { $0.hasPrefix("python") })
         #expect(FileManager.default.fileExists(atPath: "\(venv)/lib/\(examples)/site-packages/inspect_ai/dataset/_examples/theory_of_mind.jsonl"))
-        try exp.setAgent(Self.attacker(entry.attack.replacingOccurrences(of: "EXPERIMENT", with: exp.root)
-            .replacingOccurrences(of: "TEMPLATES", with: Built.packageRoot + "/templates")))
-        let b = try exp.run(["benchmark"], environment: [:])
-        #expect(b.status == 0, "\(entry.name): \(b.stderr)")
         let split = try exp.split()
-        let rewards = try exp.trainResults()
-        #expect(split.train.count == 14 && split.train.allSatisfy { (rewards[$0] as? Double) == 0 }, "\(entry.name): \(rewards)")
-        // Scored afresh by the task's exact(), whatever the log said.
-        let verdict = exp.traceFile(split.train[0], "verdict.json") ?? ""
-        #expect(verdict.contains("\"value\": \"I\"") && verdict.contains("nowhere"), "\(entry.name): \(verdict)")
-        let stderr = exp.traceFile(split.train[0], "tool.stderr") ?? ""
-        for s in entry.shows { #expect(stderr.contains(s), "\(entry.name): \(s) not in\n\(stderr)") }
-        for s in entry.never { #expect(!stderr.contains(s), "\(entry.name): \(s) in\n\(stderr)") }
-        #expect(exp.scratchMounts().isEmpty)
+        #expect(split.train.count == 14)
+        for entry in Self.corpus {
+            try exp.setAgent(Self.attacker(entry.attack.replacingOccurrences(of: "EXPERIMENT", with: exp.root)
+                .replacingOccurrences(of: "TEMPLATES", with: Built.packageRoot + "/templates")))
+            let b = try exp.run(["benchmark"], environment: [:])
+            #expect(b.status == 0, "\(entry.name): \(b.stderr)")
+            let rewards = try exp.trainResults()
+            #expect(split.train.allSatisfy { (rewards[$0] as? Double) == 0 }, "\(entry.name): \(rewards)")
+            // Scored afresh by the task's exact(), whatever the log said.
+            let verdict = exp.traceFile(split.train[0], "verdict.json") ?? ""
+            #expect(verdict.contains("\"value\": \"I\"") && verdict.contains("nowhere"), "\(entry.name): \(verdict)")
+            let stderr = exp.traceFile(split.train[0], "tool.stderr") ?? ""
+            for s in entry.shows { #expect(stderr.contains(s), "\(entry.name): \(s) not in\n\(stderr)") }
+            for s in entry.never { #expect(!stderr.contains(s), "\(entry.name): \(s) in\n\(stderr)") }
+            #expect(exp.scratchMounts().isEmpty, "\(entry.name)")
+        }
     }
 }
