@@ -132,6 +132,49 @@ struct InspectTests {
         #expect(exp.scratchMounts().isEmpty)
     }
 
+    @Test("agent.py's solver on a vendor's model: inspect's openai/ model (its OpenAI client) reaches the vendor only through the inference gate, held-out runs with the held-out account's key; what the model answered is what exact() scores")
+    func vendorModel() throws {
+        let exp = try make(samples: 20)
+        defer { exp.removeScratch() }
+        let frozen = try Inspect.samples(exp)
+        func input(_ s: [String: Any]) -> String {
+            (s["input"] as? String) ?? ((s["input"] as? [[String: Any]])?.last?["content"] as? String) ?? ""
+        }
+        // The vendor answers samples 1-10 with their targets and the rest with a wrong place.
+        let ids = (1...20).map(String.init)
+        let right = Set((1...10).map(String.init))
+        let answers: [[String: Any]] = try ids.map { id in
+            let s = try #require(frozen[id], "sample \(id)")
+            let answer = right.contains(id) ? try #require(s["target"] as? String) : "nowhere"
+            return ["when": input(s), "turn": [["text": answer]]]
+        }
+        let model = try FakeModel(turns: [], answers: answers)
+        try exp.set("agent_model", "openai/gpt-fake")
+        try exp.set("env_pass", "[OPENAI_API_KEY, OPENAI_BASE_URL]", in: "runner")
+        try exp.set("inference", "[\"\(model.address)\"]\n    upstream_ca: \(model.caFile)", in: "runner")
+        try exp.set("held_out_runtime", "host\n  held_out_env: {OPENAI_API_KEY: OPENAI_API_KEY_HELD_OUT}", in: "gate")
+        let env = ["OPENAI_API_KEY": "sk-test-inspect", "OPENAI_API_KEY_HELD_OUT": "sk-test-inspect-held-out",
+                   "OPENAI_BASE_URL": "https://\(model.address)/v1"]
+        let p = try exp.run(["prepare"], environment: env)
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        #expect(p.stdout.contains("baseline: 10/20 tasks pass"), "\(p.stdout)")
+        let split = try exp.split()
+        let b = try exp.run(["benchmark"], environment: env)
+        #expect(b.status == 0, "\(b.stderr)")
+        let rewards = try exp.trainResults()
+        for id in split.train { #expect((rewards[id] as? Double) == (right.contains(id) ? 1 : 0), "\(id): \(rewards[id] ?? "nil")") }
+        // Every sample's request reached the vendor through the gate (the baseline's, all held-out,
+        // then the train run's), each sample once, with the key of its phase: OpenAI's Chat
+        // Completions, nothing stored.
+        let requests = model.requests()
+        #expect(requests.count == 20 + split.train.count, "\(requests.count) requests")
+        #expect(requests.allSatisfy { $0["model"] as? String == "gpt-fake" && $0["role"] as? String == "agent" && $0["vendor"] as? String == "openai-chat"
+                    && $0["store"] as? String == "absent" }, "\(requests.prefix(2))")
+        let accounts = requests.compactMap { $0["account"] as? String }
+        #expect(accounts.prefix(20).allSatisfy { $0 == "Bearer sk-test-inspect-held-out" } && accounts.dropFirst(20).allSatisfy { $0 == "Bearer sk-test-inspect" }, "\(accounts)")
+        #expect(exp.scratchMounts().isEmpty)
+    }
+
     @Test("a sample the solver raised on scores 0 with the solver's message as its failure record (not_scored); the others are scored as usual")
     func solverRaises() throws {
         let exp = try make(samples: 20)

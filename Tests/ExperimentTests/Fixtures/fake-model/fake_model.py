@@ -350,17 +350,19 @@ class Handler(BaseHTTPRequestHandler):
         system = " ".join(m.get("content") or "" for m in messages if m.get("role") == "system" and isinstance(m.get("content"), str))
         # banking_knowledge's simulator has tools of its own (call_discoverable_user_tool): it is
         # told apart by its guidelines (data/tau2/user_simulator/simulation_guidelines*.md).
+        # A caller without tools whose prompt an `answers` rule matches is an agent too
+        # (inspect_ai's generate() on an openai/ model).
         simulator = "playing the role of a customer" in system
-        if req.get("tools") and not simulator and self.server.script.answer(messages) is not None:
-            role, n, turn = "agent", 0, self.server.script.answer(messages)
-        elif req.get("tools") and not simulator:
-            role = "agent"
-            n, turn = self.server.script.take()
-        elif "metExpectation" in system:
+        if "metExpectation" in system:
             role, n = "judge", 0
             asked = "".join(m.get("content") or "" for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str))
             outcomes = asked.split("expectedOutcomes:", 1)[-1].strip()
             turn = [{"text": json.dumps({"results": [{"expectedOutcome": outcomes[:200], "reasoning": "fake judge", "metExpectation": False}]})}]
+        elif not simulator and self.server.script.answer(messages) is not None:
+            role, n, turn = "agent", 0, self.server.script.answer(messages)
+        elif req.get("tools") and not simulator:
+            role = "agent"
+            n, turn = self.server.script.take()
         else:
             role, n = "user", 0
             answered = sum(1 for m in messages if m.get("role") == "user")  # the agent's turns, as the simulator sees them
