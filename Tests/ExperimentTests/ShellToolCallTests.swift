@@ -178,4 +178,72 @@ struct ShellToolCallTests {
         #expect(run + abandoned == 4 && (numbers["killed"] ?? 0) == run && numbers["refused"] == 0, "\(line)")
         #expect(exp.scratchMounts().isEmpty)
     }
+
+    /// A runner that waits (up to 60 s) for `probed` in its TMPDIR, which the test writes after
+    /// knocking on the socket from outside, then makes one call of its own.
+    static let waiting = #"""
+        import json, os, subprocess, sys, time
+        out = sys.argv[1]
+        kb = os.path.join(os.environ["TMPDIR"], "kb")
+        os.makedirs(kb)
+        for _ in range(600):
+            if os.path.exists(os.path.join(os.environ["TMPDIR"], "probed")):
+                break
+            time.sleep(0.1)
+        r = subprocess.run(["srt", "echo mine"], cwd=kb, capture_output=True, text=True)
+        json.dump({"t1": 1.0 if r.stdout == "mine\n" else 0.0}, open(os.path.join(out, "rewards.json"), "w"))
+        """#
+
+    @Test("the socket answers only the runner's user: a process of the host's root, and one of another user, that reach it while the runner waits are refused ('not the runner's connection'), and the runner's own call then runs")
+    func onlyTheRunnersUser() throws {
+        let (exp, tools) = try Self.make(Self.waiting)
+        defer { exp.removeScratch() }
+        defer { withExtendedLifetime(tools) {} }
+        let probe = #"""
+            import json, os, socket, sys
+            # From the socket's own directory (0755): the scratch root above it is root's alone.
+            os.chdir(os.path.dirname(sys.argv[1]))
+            if sys.argv[2] != "0":
+                os.setgroups([]); os.setgid(65534); os.setuid(65534)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(os.path.basename(sys.argv[1]))
+            s.sendall(json.dumps({"command": "echo intruder", "cwd": "/work/out/tmp/kb"}).encode())
+            s.shutdown(socket.SHUT_WR)
+            answer = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                answer += chunk
+            print(json.loads(answer).get("error"), os.getuid())
+            """#
+        final class Answers: @unchecked Sendable { var list: [String] = [] }  // written by the prober, read after it ends
+        let answers = Answers()
+        let scratch = exp.scratch
+        let prober = Thread {
+            // The run's socket (and the runner's output beside it), once the runner is up.
+            for _ in 0..<600 {
+                let runs = (try? FileManager.default.contentsOfDirectory(atPath: scratch)) ?? []
+                if let run = runs.first(where: { FileManager.default.fileExists(atPath: "\(scratch)/\($0)/calls/srt.sock")
+                                                 && FileManager.default.fileExists(atPath: "\(scratch)/\($0)/app/tmp/kb") }) {
+                    for uid in ["0", "65534"] {
+                        let r = try? runProcess("/usr/bin/python3", ["-c", probe, "\(scratch)/\(run)/calls/srt.sock", uid])
+                        answers.list.append((r?.stdout ?? "") + (r?.stderr ?? ""))
+                    }
+                    FileManager.default.createFile(atPath: "\(scratch)/\(run)/app/tmp/probed", contents: Data())
+                    return
+                }
+                usleep(100_000)
+            }
+        }
+        prober.start()
+        let p = try exp.run(["prepare"], environment: [:])
+        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        while !prober.isFinished { usleep(50_000) }
+        #expect(answers.list == ["not the runner's connection 0\n", "not the runner's connection 65534\n"], "\(answers.list)")
+        #expect(p.stderr.contains("1 shell tool call(s) run in sandboxes of their own, 2 refused"), "\(p.stderr)")
+        // The runner's own call answered it (the task passes only then).
+        #expect(p.stdout.contains("baseline: 1/1 tasks pass"), "\(p.stdout)")
+        #expect(exp.scratchMounts().isEmpty)
+    }
 }

@@ -183,7 +183,13 @@ final class ShellToolCalls: @unchecked Sendable {
         var timeout = timeval(tv_sec: 5, tv_usec: 0)
         setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         let answer: [String: JSONValue]
-        if let peer = UnixSocket.peer(c), peer.uid == runnerUID {
+        // The runner's user (every sandbox's host user is the same unprivileged id) in a pid
+        // namespace of its own: a host process of that user is not the runner. A peer already
+        // gone (the runner ended while its call waited for a slot) is not served either.
+        let peer = UnixSocket.peer(c), sandboxed = UnixSocket.peerInOtherPidNamespace(c)
+        if peer?.uid == runnerUID && sandboxed == nil {
+            answer = ["error": .string(Self.gone)]
+        } else if peer?.uid == runnerUID && sandboxed == true {
             if let request = Self.readRequest(c, deadline: TaskRunner.now() + Self.requestSeconds), case .object(let r)? = JSONValue.parse(request),
                   let command = r["command"]?.string, let cwd = r["cwd"]?.string {
                 answer = call(command, cwd: cwd, connection: c)
@@ -191,6 +197,9 @@ final class ShellToolCalls: @unchecked Sendable {
                 answer = ["error": .string("not a request: {\"command\": \"...\", \"cwd\": \"...\"}, at most \(Self.requestLimit) bytes in \(Int(Self.requestSeconds)) s")]
             }
         } else {
+            // Read (bounded) before answering: closing on an unread request would reset the
+            // connection, and the caller would not learn why.
+            _ = Self.readRequest(c, deadline: TaskRunner.now() + Self.requestSeconds)
             answer = ["error": .string("not the runner's connection")]
         }
         lock.locked {
