@@ -215,13 +215,15 @@ struct HarborDatasetTests {
                 && agent["model_name"] as? String == "anthropic/claude-x", "\(json)")
     }
 
-    @Test("Terminal-Bench 2.1's forms: its hub package pinned by digest is a reference (a short or upper-case digest, or a digest on a legacy name, is not); its task.toml (schema 1.1: memory_mb, cpus, raised timeouts, allow_internet) gives the task's limits")
+    @Test("Terminal-Bench 2.1's forms: its hub package pinned by digest is a reference (a short or upper-case digest, a digest on a legacy name, or a part harbor would take for an option, is not); its task.toml (schema 1.1: memory_mb, cpus, raised timeouts, allow_internet) gives the task's limits")
     func terminalBench21() throws {
         let digest = "sha256:7d7bdc1cbedad549fc1140404bd4dc45e5fd0ea7c4186773687d177ad3a0699a"
         #expect(HarborDataset.isReference("terminal-bench/terminal-bench-2-1@" + digest))
         #expect(HarborDataset.isReference("terminal-bench/terminal-bench-2-1@6") && HarborDataset.isReference("terminal-bench/terminal-bench-2-1"))
         for bad in ["terminal-bench/terminal-bench-2-1@sha256:7d7b", "terminal-bench/terminal-bench-2-1@" + digest.uppercased(),
-                    "terminal-bench@" + digest, "terminal-bench/terminal-bench-2-1@sha256:" + String(repeating: "g", count: 64)] {
+                    "terminal-bench@" + digest, "terminal-bench/terminal-bench-2-1@sha256:" + String(repeating: "g", count: 64),
+                    // harbor would take these for its options
+                    "--dataset=-o/x@" + digest, "-otmp/x@" + digest, "org/-o@" + digest, "--help", "name@-v"] {
             #expect(!HarborDataset.isReference(bad), "\(bad)")
         }
         #expect(HarborDataset.aliases["terminal-bench@2.1"] == "terminal-bench/terminal-bench-2-1@" + digest)

@@ -33,11 +33,12 @@ enum HarborDataset {
             let hex = parts[1].dropFirst("sha256:".count)
             guard hex.count == 64, hex.unicodeScalars.allSatisfy({ ("0"..."9").contains($0) || ("a"..."f").contains($0) }) else { return false }
             return names.allSatisfy { p in
-                !p.isEmpty && p.first != "." && p.unicodeScalars.allSatisfy { CharacterSet.alphanumerics.contains($0) || "._-".unicodeScalars.contains($0) }
+                !p.isEmpty && p.first != "." && p.first != "-" && p.unicodeScalars.allSatisfy { CharacterSet.alphanumerics.contains($0) || "._-".unicodeScalars.contains($0) }
             }
         }
+        // No part starts with "-": harbor would take the reference for an option.
         return (names + parts.dropFirst()).allSatisfy { p in
-            !p.isEmpty && p.first != "." && p.unicodeScalars.allSatisfy { CharacterSet.alphanumerics.contains($0) || "._-".unicodeScalars.contains($0) }
+            !p.isEmpty && p.first != "." && p.first != "-" && p.unicodeScalars.allSatisfy { CharacterSet.alphanumerics.contains($0) || "._-".unicodeScalars.contains($0) }
         }
     }
 
