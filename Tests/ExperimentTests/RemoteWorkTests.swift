@@ -83,6 +83,45 @@ struct RemoteWorkTests {
         #expect(node.nonces == [request.nonce] && node.workDirectories.isEmpty, "\(node.workDirectories)")
     }
 
+    /// A request for a shard of a command benchmark's run (the test tool `command_bench.py`,
+    /// tasks sq-N), as the supervisor builds one for `executor: ray`.
+    func commandRequest(_ node: Node, _ ids: [String], heldOut: Bool) throws -> WorkRequest {
+        var tool = ToolSettings(command: ["python3", Tools.root + "/command_bench.py", "--tasks", "{task_ids_file}", "--out", "{output}"])
+        tool.binds = [Tools.root]
+        tool.timeout = 120
+        var work = try RemoteWork(key: node.key, policySearchPaths: [Built.packageRoot + "/policies"])
+        work.binarySHA256 = try WorkDigest.file(Built.autoharness)
+        return try work.request(tool: .command(tool: tool, scorer: nil, scorerBinds: []), ids: ids, agentPy: Array(SquareAgents.upTo(3).utf8),
+                                heldOut: heldOut, answerTo: heldOut ? NodeSealKey.publicText(node.answerKey) : nil)
+    }
+
+    @Test("a command benchmark's shard runs its tool on this node: the rewards and traces a local run gives (the tool saw only the shard's ids); held out, rewards and statuses only; an id with a line break is refused before its nonce")
+    func commandShardRuns() throws {
+        try requireRoot()
+        let node = try Node()
+        let request = try commandRequest(node, ["sq-2", "sq-3", "sq-4"], heldOut: false)
+        #expect(request.tasks.allSatisfy { $0.files.isEmpty } && request.taskPolicy == "benchmark-runner" && request.verifierPolicy == "benchmark-scorer")
+        let r = try node.serve(try node.sign(request))
+        #expect(r.status == 0, "\(r.stderr)")
+        let answer = try RemoteWork.check(Array(r.stdout.utf8), for: request)
+        #expect(answer.outcomes.map(\.id) == ["sq-2", "sq-3", "sq-4"] && answer.outcomes.map(\.reward) == [1, 1, 0], "\(answer.outcomes)")
+        let trace = try #require(answer.traces["sq-4"]?.first { $0.path == "answer.txt" }, "\(answer.traces.mapValues { $0.map(\.path) })")
+        #expect(String(decoding: trace.bytes, as: UTF8.self).hasPrefix("id=sq-4 expected=16 got=? agent_write=E"), "\(String(decoding: trace.bytes, as: UTF8.self))")
+        #expect(node.workDirectories.isEmpty)
+
+        let held = try commandRequest(node, ["sq-1", "sq-9"], heldOut: true)
+        let h = try node.serve(try node.sign(held))
+        #expect(h.status == 0, "\(h.stderr)")
+        let heldAnswer = try RemoteWork.check(Array(h.stdout.utf8), for: held, answerKey: node.answerKey)
+        #expect(heldAnswer.outcomes.map(\.reward) == [1, 0] && heldAnswer.traces.isEmpty, "\(heldAnswer.outcomes)")
+        #expect(heldAnswer.outcomes.allSatisfy { $0.detail == nil && $0.agentSeconds == 0 && $0.failures == nil }, "\(heldAnswer.outcomes)")
+
+        let bad = try commandRequest(node, ["sq-1\nsq-2"], heldOut: false)
+        let b = try node.serve(try node.sign(bad))
+        #expect(b.status != 0 && b.stderr.contains("names an id that is not text without NUL or a line break") && !node.nonces.contains(bad.nonce), "\(b.stderr)")
+        #expect(node.nonces.count == 2 && node.workDirectories.isEmpty)
+    }
+
     @Test("a held-out request answers rewards and statuses only: no trace, and its private directory is gone")
     func heldOutAnswersRewardsOnly() throws {
         try requireRoot()

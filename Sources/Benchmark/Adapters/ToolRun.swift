@@ -19,7 +19,7 @@ import SandboxPolicy
 import SupervisorIO
 
 /// How an external tool is reached from inside the runner sandbox: operator configuration.
-public struct ToolSettings: Sendable, Equatable {
+public struct ToolSettings: Sendable, Equatable, Codable {
     /// The tool's executable as the sandbox runs it (a name looked up on PATH, or a path).
     public var command: [String]
     /// Host paths bound read-only at the same path (the tool's install, its data).

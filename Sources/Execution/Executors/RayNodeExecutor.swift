@@ -23,8 +23,12 @@ package struct RayNodeExecutor: TaskExecutor {
     package func run(_ run: TaskRun) throws -> [TaskOutcome] {
         let (config, layout, log) = (environment.config, environment.layout, environment.log)
         let (ids, agent, audit, heldOut, traces) = (run.ids, run.agent, run.audit, run.split.keepsNothing, run.split.traces)
-        guard let local = environment.adapter as? LocalAdapter else {
-            throw ExperimentError(.usage, "executor: ray runs a local benchmark's tasks; \(environment.adapter.name) runs its own tool")
+        // A local benchmark's tasks travel with their files; a command benchmark's ids, in
+        // shards, with its settings (`NodeTool`): each node runs the tool on its shard.
+        let local = environment.adapter as? LocalAdapter
+        let tool = (environment.adapter as? CommandAdapter)?.nodeTool
+        guard local != nil || tool != nil else {
+            throw ExperimentError(.usage, "executor: ray runs a local or a command benchmark's tasks so far; \(environment.adapter.name) runs its own tool")
         }
         guard let address = config.executor.address else { throw ExperimentError(.usage, "executor.address: missing") }
         guard let templates = templatesDirectory else {
@@ -35,26 +39,47 @@ package struct RayNodeExecutor: TaskExecutor {
             throw ExperimentError(.usage, "executor: ray needs the cluster's token in this process's environment: export RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH)")
         }
         var work = try RemoteWork(key: try WorkKey.load(orCreateAt: layout.privateDirectory + "/work-key"), policySearchPaths: environment.policyLoader.searchPaths)
-        work.taskPolicy = local.taskPolicy
-        work.verifierPolicy = local.verifierPolicy
-        work.defaultAgentTimeout = local.defaultAgentTimeout
+        if let local {
+            work.taskPolicy = local.taskPolicy
+            work.verifierPolicy = local.verifierPolicy
+            work.defaultAgentTimeout = local.defaultAgentTimeout
+        }
         let agentPy: [UInt8]
         switch InputFile.read(agent + "/agent.py", cap: AgentFile.maxBytes) {
         case .success(let b): agentPy = b
         case .failure(let p): throw ExperimentError(.io, "\(agent)/agent.py: \(p.explanation("agent.py"))")
         }
-        let known = ids.compactMap { local.benchmark.task($0) }
-        let chunks = stride(from: 0, to: known.count, by: config.executor.tasksPerRequest).map {
-            Array(known[$0..<min($0 + config.executor.tasksPerRequest, known.count)])
+        func shards<T>(_ items: [T]) -> [[T]] {
+            stride(from: 0, to: items.count, by: config.executor.tasksPerRequest).map { Array(items[$0..<min($0 + config.executor.tasksPerRequest, items.count)]) }
         }
         // Held-out answers come back sealed to a key of this batch's, which never leaves here.
         let answerKey = Curve25519.KeyAgreement.PrivateKey()
+        let answerTo = heldOut ? NodeSealKey.publicText(answerKey) : nil
         // With `held_out_runtime: vm`, each held-out request runs in a fresh VM on its node.
         let vm = heldOut && config.gate.heldOutRuntime == .vm ? config.gate.vm : nil
-        let requests = try chunks.map {
-            var r = try work.request($0, agentPy: agentPy, heldOut: heldOut, concurrency: 1, answerTo: heldOut ? NodeSealKey.publicText(answerKey) : nil)
-            r.vm = vm
-            return r
+        let requests: [WorkRequest]
+        // A request's run on its node is bounded as the node bounds it (its tasks' own limits,
+        // a VM's boot), with room for its setup and eviction: never cut short by the driver.
+        let longest: Double
+        if let tool {
+            guard vm == nil else { throw ExperimentError(.usage, "executor: ray runs a command benchmark's held-out tasks in the nodes' sandboxes, not in a VM: set gate.held_out_runtime: host") }
+            // Only the benchmark's ids, and only the shard's in each request: a train request
+            // is not sealed and must name no held-out id.
+            let known = Set(environment.adapter.taskIDs)
+            requests = try shards(ids.filter(known.contains)).map { try work.request(tool: tool, ids: $0, agentPy: agentPy, heldOut: heldOut, answerTo: answerTo) }
+            longest = (tool.settings.timeout ?? 86_400) + tool.settings.scorerTimeout
+        } else if let local {
+            let chunks = shards(ids.compactMap { local.benchmark.task($0) })
+            requests = try chunks.map {
+                var r = try work.request($0, agentPy: agentPy, heldOut: heldOut, concurrency: 1, answerTo: answerTo)
+                r.vm = vm
+                return r
+            }
+            let fallback = config.perTaskTimeout ?? LocalBenchmark.defaultTimeout
+            longest = chunks.map { ExecutionBounds.heldOut($0.map(\.id), tasks: $0, fallback: fallback, concurrency: 1) }.max() ?? 0
+        } else {
+            requests = []
+            longest = 0
         }
         var environment = ["PATH": host["PATH"] ?? "/usr/local/bin:/usr/bin:/bin", "HOME": host["HOME"] ?? "/root", "RAY_AUTH_MODE": "token",
                            "RAY_USAGE_STATS_ENABLED": "0"]
@@ -62,16 +87,12 @@ package struct RayNodeExecutor: TaskExecutor {
         var executor = RayExecutor(python: config.executor.python, driver: templates + "/ray/autoharness_ray.py", address: address,
                                    environment: environment)
         executor.maxInFlight = config.maxConcurrency
-        // A request's run on its node is bounded as the node bounds it (its tasks' own limits,
-        // a VM's boot), with room for its setup and eviction: never cut short by the driver.
-        let fallback = config.perTaskTimeout ?? LocalBenchmark.defaultTimeout
-        let longest = chunks.map { ExecutionBounds.heldOut($0.map(\.id), tasks: $0, fallback: fallback, concurrency: 1) }.max() ?? 0
         executor.timeout = longest + (vm?.bootTimeout ?? 0) + 300
-        executor.checkPolicies = [local.taskPolicy, local.verifierPolicy]
+        executor.checkPolicies = [work.taskPolicy, work.verifierPolicy]
         // Every node is checked for the VM (train and held-out requests alike go only to nodes
         // that pass every check).
         executor.checkVM = config.gate.heldOutRuntime == .vm ? config.gate.vm : nil
-        log?("executor: ray: \(known.count) task(s) in \(requests.count) signed request(s) to \(address)")
+        log?("executor: ray: \(requests.reduce(0) { $0 + $1.tasks.count }) task(s) in \(requests.count) signed request(s) to \(address)")
         // Train requests are signed once (a lost one goes to another node as it is); each
         // held-out request is sealed to the node chosen for it, which alone can open it.
         let signed = heldOut ? [] : try requests.map { try work.sign($0) }

@@ -46,6 +46,19 @@ public struct RemoteWork {
         return r
     }
 
+    /// A request for a shard `ids` of a tool benchmark's run (`NodeTool`): the ids without
+    /// files, the tool's settings, its runner's and scorer's policies in place of a task's and
+    /// a verifier's.
+    public func request(tool: NodeTool, ids: [String], agentPy: [UInt8], heldOut: Bool, answerTo: String? = nil) throws -> WorkRequest {
+        var work = self
+        work.taskPolicy = tool.settings.runnerPolicy
+        work.verifierPolicy = tool.settings.scorerPolicy
+        var r = try work.request([], agentPy: agentPy, heldOut: heldOut, concurrency: 1, answerTo: answerTo)
+        r.tasks = ids.map { WorkTask(id: $0, files: []) }
+        r.tool = tool
+        return r
+    }
+
     public func sign(_ r: WorkRequest, sealTo node: String? = nil) throws -> [UInt8] { try WorkKey.sign(r, with: key, sealTo: node) }
 
     /// The node's answer to `request`, if it is one: its nonce, exactly the requested ids in

@@ -59,6 +59,12 @@ public enum RemoteWorker {
         guard (1...64).contains(request.concurrency), !request.tasks.isEmpty else {
             throw ExperimentError(.refused, "the request names no task or a concurrency outside 1...64")
         }
+        if request.tool != nil {
+            var seen = Set<String>()
+            guard request.tasks.allSatisfy({ NodeToolWork.isValidID($0.id) && $0.files.isEmpty && seen.insert($0.id).inserted }) else {
+                throw ExperimentError(.refused, "a tool's request names an id that is not text without NUL or a line break of at most 512 bytes, names one twice, or sends files: refused, nothing ran")
+            }
+        }
         guard request.vm == nil || request.heldOut else {
             throw ExperimentError(.refused, "a train request names a VM (only held-out requests run in one)")
         }
@@ -97,6 +103,10 @@ public enum RemoteWorker {
         // The per-task tmpfs mounts go under the scratch root, which a fresh node (a new
         // container) does not have yet: made as the supervisor makes its own.
         if let e = FileSystem.makeDirectories(s.scratchRoot, mode: 0o700) { throw ExperimentError(.io, "\(s.scratchRoot): \(ErrnoName.describe(e))") }
+        if let tool = request.tool {
+            guard machine == nil else { throw ExperimentError(.refused, "a tool benchmark's request names a held-out VM (not built for tools): refused") }
+            return (request, try runTool(tool, request, work: work, s))
+        }
         let bench: LocalBenchmark
         do { bench = try LocalBenchmark(directory: work + "/benchmark") } catch { throw ExperimentError(.refused, "the request's tasks", cause: error) }
         var adapter = LocalAdapter(benchmark: bench)
@@ -131,22 +141,29 @@ public enum RemoteWorker {
                 throw ExperimentError(.io, "running the tasks", cause: error)
             }
         }
-        // A held-out answer is what a held-out VM's is: each task's reward and status class,
-        // and counts of refusals by kind and name; no detail, no timing, no evidence.
-        // The agent-code flag crosses as its count.
+        return (request, try answer(request, outcomes: all, audit: (agent, tool), traces: { work + "/traces/" + $0 }, s))
+    }
+
+    /// The answer to `request` from its outcomes: a held-out answer is what a held-out VM's
+    /// is (each task's reward and status class, and counts of refusals by kind and name; no
+    /// detail, no timing, no evidence; the agent-code flag as its count); a train answer also
+    /// carries each task's trace from `traces(id)`, within the answer's budget.
+    static func answer(_ request: WorkRequest, outcomes all: [TaskOutcome], audit: (agent: AuditLog, tool: AuditLog),
+                       traces: (String) -> String, _ s: Settings) throws -> WorkAnswer {
+        let heldOut = request.heldOut
         var answer = WorkAnswer(nonce: request.nonce, outcomes: heldOut ? all.map { o in
             var kept = TaskOutcome(id: o.id, reward: o.reward, status: o.status)
             if let flag = o.verifierRanAgentCode, !flag.isEmpty { kept.verifierRanAgentCode = TaskOutcome.countedFlag(min(flag.count, 1000), where: "on the node") }
             return kept
         } : all)
-        answer.violations = counts(agent, agent: true) + counts(tool, agent: false)
+        answer.violations = counts(audit.agent, agent: true) + counts(audit.tool, agent: false)
         if !heldOut {
             // The whole answer stays under the supervisor's limit whatever agent.py wrote:
             // traces past the budget are left out (the outcomes stay), so an answer is never
             // oversized by a task's own output and no node is excluded for it.
             var budget = WorkLimits.maxAnswer / 2
-            for id in ids {
-                let files = try collect(work + "/traces/" + id)
+            for id in request.tasks.map(\.id) {
+                let files = try collect(traces(id))
                 let size = files.reduce(0) { $0 + $1.bytes.count + $1.path.utf8.count + 64 }
                 if size > budget {
                     s.log("task \(id): its trace (\(size) bytes) is left out of the answer: the traces of this request are over \(WorkLimits.maxAnswer / 2) bytes")
@@ -156,7 +173,7 @@ public enum RemoteWorker {
                 answer.traces[id] = files
             }
         }
-        return (request, answer)
+        return answer
     }
 
     /// The most memory later untrusted runs on this node can hold at once: a request per CPU
@@ -275,7 +292,9 @@ public enum RemoteWorker {
         try write(r.agentPy, work + "/agent/agent.py", mode: 0o644)
         var seen = Set<String>()
         for task in r.tasks {
-            guard BenchmarkTask.isValidID(task.id), seen.insert(task.id).inserted else {
+            // A tool's ids are its own (any text but a line break or NUL); they name no file here.
+            let valid = r.tool == nil ? BenchmarkTask.isValidID(task.id) : NodeToolWork.isValidID(task.id) && task.files.isEmpty
+            guard valid, seen.insert(task.id).inserted else {
                 throw ExperimentError(.refused, "task id '\(printable(task.id))' is not valid or named twice")
             }
             guard task.files.count <= WorkLimits.maxFilesPerTask else { throw ExperimentError(.refused, "task \(task.id): over \(WorkLimits.maxFilesPerTask) files") }

@@ -37,6 +37,9 @@ public struct WorkRequest: Codable, Sendable, Equatable {
     /// destroyed before the answer; nil runs them in the node's own sandboxes.
     public var vm: VMSettings?
     public var concurrency: Int
+    /// A benchmark run by its own tool (`NodeTool`): the node runs the tool on the request's
+    /// ids (its `tasks`, each without files) in its own sandboxes; nil for a local benchmark.
+    public var tool: NodeTool?
     /// The agent.py under evaluation.
     public var agentPy: Data
     /// The requested tasks' directories (local benchmark layout), file by file.

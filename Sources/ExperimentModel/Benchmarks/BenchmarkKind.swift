@@ -26,6 +26,9 @@ package protocol BenchmarkKind: Sendable {
     /// of the task and verifier policies), from a dataset directory; otherwise a tool runs
     /// the tasks under `runner:`.
     var runsOwnTasks: Bool { get }
+    /// With `executor: ray`, the tool runs on the cluster's nodes, each on a shard of a run's
+    /// ids (`NodeTool`); the kinds that run their own tasks send them whole instead.
+    var shardsOnNodes: Bool { get }
     /// `init`: checks what the operator gave (`--dataset`, `--repo`, the tool found) and
     /// returns the dataset to write and the benchmark's template placeholders.
     func initialize(_ o: InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues
@@ -57,6 +60,7 @@ extension BenchmarkKind {
     package var defaultTool: String? { nil }
     package var defaultDataset: String? { nil }
     package var runsOwnTasks: Bool { false }
+    package var shardsOnNodes: Bool { false }
     package func runsVerifiers(_ config: ExperimentConfig) -> Bool { false }
     package func configured(_ config: ExperimentConfig) -> String { "benchmark: \(name)" }
     package func imageTasks(dataset: String) -> String? { nil }
@@ -68,6 +72,9 @@ extension BenchmarkKind {
 extension ExperimentConfig {
     /// The configured benchmark runs each task itself (`BenchmarkKind.runsOwnTasks`).
     package var runsOwnTasks: Bool { BenchmarkKinds.named(benchmark)?.runsOwnTasks ?? false }
+
+    /// The configured benchmark's tool runs on Ray's nodes, a shard each (`BenchmarkKind.shardsOnNodes`).
+    package var shardsOnNodes: Bool { BenchmarkKinds.named(benchmark)?.shardsOnNodes ?? false }
 
     /// Why this configuration's rewards are unverified (`BenchmarkKind.unverified`), or nil.
     public var unverifiedRewards: String? { BenchmarkKinds.named(benchmark)?.unverified(self) }

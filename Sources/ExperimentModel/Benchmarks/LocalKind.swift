@@ -122,6 +122,7 @@ extension LocalKind {
 struct CommandKind: BenchmarkKind {
     let name = "command"
     let installHint = "install python3 or set runner.command"
+    let shardsOnNodes = true
     func notInVM(_ config: ExperimentConfig) -> String? { nil }
 
     func initialize(_ o: InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues {

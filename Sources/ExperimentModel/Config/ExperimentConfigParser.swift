@@ -100,8 +100,10 @@ enum ExperimentConfigParser {
             r.fileError("benchmark: missing (allowed: \(ExperimentConfig.supportedBenchmarks.joined(separator: ", ")))")
         }
         if c.executor.kind == .ray && r.errors.isEmpty, let node = r.node("executor") {
-            if !c.runsOwnTasks {
-                r.error(node, "executor: ray runs a local benchmark's tasks on the cluster's nodes so far; '\(c.benchmark)' runs its own tool (not built yet): use executor: local")
+            if !c.runsOwnTasks && !c.shardsOnNodes {
+                r.error(node, "executor: ray runs a local or a command benchmark's tasks on the cluster's nodes so far; '\(c.benchmark)' runs its own tool (not built yet): use executor: local")
+            } else if !c.runsOwnTasks && c.gate.heldOutRuntime == .vm {
+                r.error(node, "executor: ray runs a command benchmark's held-out tasks in the nodes' own sandboxes, not in a VM (not built yet): set gate.held_out_runtime: host")
             } else if (c.executor.address ?? "").isEmpty {
                 r.error(node, "executor.address: missing; executor: ray needs the cluster's address (host:port of its head)")
             } else if c.verifierTools != nil {

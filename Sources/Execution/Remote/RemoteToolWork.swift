@@ -1,0 +1,44 @@
+import Benchmark
+import ExperimentModel
+import Foundation
+import Glibc
+import Sandbox
+import SandboxPolicy
+import SupervisorIO
+
+/// A worker node's run of a shard of a tool benchmark's run (`WorkRequest.tool`): the tool's
+/// adapter, rebuilt for the shard's ids, runs as it runs on the supervisor's host (its runner
+/// sandbox with agent.py, then its scorer without), with the request's agent.py; the tool's
+/// install, binds and `env_pass` variables are this node's own, at the supervisor's paths and
+/// names. The answer is a local request's: held-out outcomes stripped to reward and status.
+enum NodeToolWork {
+    /// An id a tool may be handed: text without NUL or a line break (its ids file holds one a
+    /// line), at most 512 bytes. It names no file on the node: its trace directory is encoded.
+    static func isValidID(_ id: String) -> Bool {
+        !id.isEmpty && id.utf8.count <= 512 && !id.utf8.contains { $0 == 0 || $0 == 0x0A || $0 == 0x0D }
+    }
+}
+
+extension RemoteWorker {
+    static func runTool(_ tool: NodeTool, _ request: WorkRequest, work: String, _ s: Settings) throws -> WorkAnswer {
+        let ids = request.tasks.map(\.id)
+        let agent = AuditLog(), toolAudit = AuditLog()
+        let loader = PolicyLoader(searchPaths: s.policySearchPaths)
+        let here = LocalExecution(adapter: tool.adapter(ids: ids), policyLoader: loader, scratchRoot: s.scratchRoot, concurrency: 1,
+                                  log: s.log, evictionJournal: s.stateDirectory + "/held-out-pages",
+                                  untrustedMemory: untrustedMemory(taskPolicy: request.taskPolicy, verifierPolicy: request.verifierPolicy,
+                                                                   loader: loader, cpus: Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))),
+                                  withheld: "sent")
+        let traces = { (id: String) in work + "/traces/" + TraceName.encode(id) }
+        let split: SplitClass = request.heldOut ? .heldOut : .train(traces: traces)
+        let all: [TaskOutcome]
+        do {
+            all = try here.run(ids, agentDirectory: work + "/agent", split: split, audit: (agent, toolAudit))
+        } catch let e as ExperimentError {
+            throw e
+        } catch {
+            throw ExperimentError(.io, "running the tool", cause: error)
+        }
+        return try answer(request, outcomes: all, audit: (agent, toolAudit), traces: traces, s)
+    }
+}
