@@ -85,9 +85,9 @@ struct RemoteWorkTests {
 
     /// A request for a shard of a command benchmark's run (the test tool `command_bench.py`,
     /// tasks sq-N), as the supervisor builds one for `executor: ray`.
-    func commandRequest(_ node: Node, _ ids: [String], heldOut: Bool) throws -> WorkRequest {
+    func commandRequest(_ node: Node, _ ids: [String], heldOut: Bool, binds: [String] = [Tools.root]) throws -> WorkRequest {
         var tool = ToolSettings(command: ["python3", Tools.root + "/command_bench.py", "--tasks", "{task_ids_file}", "--out", "{output}"])
-        tool.binds = [Tools.root]
+        tool.binds = binds
         tool.timeout = 120
         var work = try RemoteWork(key: node.key, policySearchPaths: [Built.packageRoot + "/policies"])
         work.binarySHA256 = try WorkDigest.file(Built.autoharness)
@@ -95,7 +95,7 @@ struct RemoteWorkTests {
                                 heldOut: heldOut, answerTo: heldOut ? NodeSealKey.publicText(node.answerKey) : nil)
     }
 
-    @Test("a command benchmark's shard runs its tool on this node: the rewards and traces a local run gives (the tool saw only the shard's ids); held out, rewards and statuses only; an id with a line break is refused before its nonce")
+    @Test("a command benchmark's shard runs its tool on this node: the rewards and traces a local run gives (the tool saw only the shard's ids); held out, rewards and statuses only; an id with a line break, or a node without the tool's install, is refused before its nonce")
     func commandShardRuns() throws {
         try requireRoot()
         let node = try Node()
@@ -119,6 +119,11 @@ struct RemoteWorkTests {
         let bad = try commandRequest(node, ["sq-1\nsq-2"], heldOut: false)
         let b = try node.serve(try node.sign(bad))
         #expect(b.status != 0 && b.stderr.contains("names an id that is not text without NUL or a line break") && !node.nonces.contains(bad.nonce), "\(b.stderr)")
+        // A node without the tool's install at the supervisor's path refuses the shard.
+        let elsewhere = try commandRequest(node, ["sq-1"], heldOut: false, binds: [Tools.root, "/nonexistent/tool-install"])
+        let e = try node.serve(try node.sign(elsewhere))
+        #expect(e.status != 0 && e.stderr.contains("this node lacks what the tool needs at the supervisor's paths (/nonexistent/tool-install)")
+                && !node.nonces.contains(elsewhere.nonce), "\(e.stderr)")
         #expect(node.nonces.count == 2 && node.workDirectories.isEmpty)
     }
 

@@ -59,10 +59,14 @@ public enum RemoteWorker {
         guard (1...64).contains(request.concurrency), !request.tasks.isEmpty else {
             throw ExperimentError(.refused, "the request names no task or a concurrency outside 1...64")
         }
-        if request.tool != nil {
+        if let tool = request.tool {
             var seen = Set<String>()
             guard request.tasks.allSatisfy({ NodeToolWork.isValidID($0.id) && $0.files.isEmpty && seen.insert($0.id).inserted }) else {
                 throw ExperimentError(.refused, "a tool's request names an id that is not text without NUL or a line break of at most 512 bytes, names one twice, or sends files: refused, nothing ran")
+            }
+            let missing = NodeToolWork.missingPaths(tool)
+            guard missing.isEmpty else {
+                throw ExperimentError(.refused, "this node lacks what the tool needs at the supervisor's paths (\(missing.prefix(3).joined(separator: ", "))): refused, nothing ran")
             }
         }
         guard request.vm == nil || request.heldOut else {
