@@ -44,6 +44,9 @@ struct WorkerCommand: ParsableCommand {
     @Option(name: .customLong("check-policy"), help: "With --check: a policy requests will run under (repeatable; default benchmark-task and verifier).")
     var checkPolicies: [String] = []
 
+    @Option(name: .customLong("check-path"), help: "With --check: a path the requests' tool needs on this node (repeatable); the report names each one missing.")
+    var checkPaths: [String] = []
+
     @Option(name: .customLong("check-vm"), help: "With --check: the held-out VM settings (JSON, as the supervisor sends them for gate.held_out_runtime: vm); the report then says whether such a VM can run here (qemu, the guest kernel, KVM or consent to emulate).")
     var checkVM: String?
 
@@ -57,7 +60,7 @@ struct WorkerCommand: ParsableCommand {
                 }
             }
             let report = try NodeCheck.report(policies: checkPolicies.isEmpty ? ["benchmark-task", "verifier"] : checkPolicies, searchPaths: searchPaths,
-                                              stateDirectory: state, vm: vm, scratchRoot: scratch)
+                                              stateDirectory: state, vm: vm, scratchRoot: scratch, paths: checkPaths)
             FileHandle.standardOutput.write(try JSONEncoder().encode(report))
             return
         }

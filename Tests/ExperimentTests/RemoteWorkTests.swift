@@ -119,7 +119,13 @@ struct RemoteWorkTests {
         let bad = try commandRequest(node, ["sq-1\nsq-2"], heldOut: false)
         let b = try node.serve(try node.sign(bad))
         #expect(b.status != 0 && b.stderr.contains("names an id that is not text without NUL or a line break") && !node.nonces.contains(bad.nonce), "\(b.stderr)")
-        // A node without the tool's install at the supervisor's path refuses the shard.
+        // Such a node says so in its check (and the supervisor gives it no request)...
+        let check = try runProcess(Built.autoharness, ["worker", "--check", "--state", node.state, "--policy-dir", Built.packageRoot + "/policies",
+                                                       "--check-path", Tools.root, "--check-path", "/nonexistent/tool-install"])
+        let report = try JSONDecoder().decode(NodeReport.self, from: Data(check.stdout.utf8))
+        #expect(report.problems.filter { $0.contains("on this node (the tool's") } == ["no /nonexistent/tool-install on this node (the tool's, at the supervisor's path)"],
+                "\(report.problems)")
+        // ...and refuses the shard, were it sent one.
         let elsewhere = try commandRequest(node, ["sq-1"], heldOut: false, binds: [Tools.root, "/nonexistent/tool-install"])
         let e = try node.serve(try node.sign(elsewhere))
         #expect(e.status != 0 && e.stderr.contains("this node lacks what the tool needs at the supervisor's paths (/nonexistent/tool-install)")

@@ -6,7 +6,8 @@ requests; every decision (which node may work, whether an answer counts, what is
 is the supervisor's. JSON lines:
 
   stdin   {"address": "HOST:PORT", "num_cpus": 1, "timeout": SECONDS, "max_in_flight": N,
-           "check_policies": ["benchmark-task", "verifier"], "check_vm": "<VM settings JSON>" (optional)}
+           "check_policies": ["benchmark-task", "verifier"], "check_vm": "<VM settings JSON>" (optional),
+           "check_paths": ["<a path the tool needs on the node>", ...] (optional)}
   stdout  {"nodes": [{"node": ID, "address": IP, "report": "<worker --check JSON>"} or
                      {"node": ID, "address": IP, "error": "why"}, ...]}
           or {"fatal": "why"} (then it exits 1)
@@ -157,11 +158,12 @@ def main():
         return 1
 
     @ray.remote(num_cpus=num_cpus, max_retries=0)
-    def check_node(policies, vm):
+    def check_node(policies, vm, paths):
         import os as o
         import subprocess as sp
 
-        argv = worker_argv(o, ["--check"] + [a for p in policies for a in ("--check-policy", p)] + (["--check-vm", vm] if vm else []))
+        argv = worker_argv(o, ["--check"] + [a for p in policies for a in ("--check-policy", p)] + (["--check-vm", vm] if vm else [])
+                           + [a for p in paths for a in ("--check-path", p)])
         try:
             p = sp.run(argv, capture_output=True, timeout=120)
         except (OSError, sp.TimeoutExpired) as e:
@@ -198,7 +200,7 @@ def main():
         cpus = ray.cluster_resources().get("CPU", 0)
         emit({"fatal": "the Ray cluster at %s has %s CPU(s) in all and no node with %s: no node can run a request (start worker nodes)" % (address, cpus, num_cpus)})
         return 1
-    checks = {check_node.options(scheduling_strategy=pinned(n["NodeID"])).remote(first.get("check_policies", []), first.get("check_vm")): n for n in nodes}
+    checks = {check_node.options(scheduling_strategy=pinned(n["NodeID"])).remote(first.get("check_policies", []), first.get("check_vm"), first.get("check_paths", [])): n for n in nodes}
     done, _ = ray.wait(list(checks), num_returns=len(checks), timeout=180)
     reports = []
     for ref, n in checks.items():

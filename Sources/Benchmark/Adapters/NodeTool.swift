@@ -21,6 +21,19 @@ public enum NodeTool: Codable, Sendable, Equatable {
         }
     }
 
+    /// The host paths the tool's settings name, which a node must have at the same paths: its
+    /// binds, the scorer's, the executables named by path, the gate's CA file, the shell-call
+    /// shim.
+    public var requiredPaths: [String] {
+        var paths = settings.binds + [settings.upstreamCA, settings.shellCalls].compactMap { $0 }
+        if let first = settings.command.first, first.contains("/") { paths.append(first) }
+        if case .command(_, let scorer, let scorerBinds) = self {
+            paths += scorerBinds
+            if let first = scorer?.first, first.contains("/") { paths.append(first) }
+        }
+        return paths
+    }
+
     /// The tool's settings: its policies, time limits and binds.
     public var settings: ToolSettings {
         switch self {

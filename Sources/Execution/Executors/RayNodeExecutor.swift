@@ -89,6 +89,7 @@ package struct RayNodeExecutor: TaskExecutor {
         executor.maxInFlight = config.maxConcurrency
         executor.timeout = longest + (vm?.bootTimeout ?? 0) + 300
         executor.checkPolicies = [work.taskPolicy, work.verifierPolicy]
+        executor.checkPaths = tool?.requiredPaths ?? []
         // Every node is checked for the VM (train and held-out requests alike go only to nodes
         // that pass every check).
         executor.checkVM = config.gate.heldOutRuntime == .vm ? config.gate.vm : nil

@@ -50,11 +50,13 @@ public enum NodeCheck {
     /// settings can run here (qemu, the guest kernel, KVM or the consent to emulate) is a check
     /// too: a node that cannot is not used.
     public static func report(policies: [String], searchPaths: [String], stateDirectory: String, vm: VMSettings? = nil,
-                              scratchRoot: String = "/dev/shm/autoharness") throws -> NodeReport {
+                              scratchRoot: String = "/dev/shm/autoharness", paths: [String] = []) throws -> NodeReport {
         try RemoteWorker.checkStateDirectory(stateDirectory)
         let key = try NodeSealKey.load(orCreateAt: stateDirectory + "/node-key")
         var found = problems(policies: policies, loader: PolicyLoader(searchPaths: searchPaths))
         if let vm, let why = vmProblem(vm, scratchRoot: scratchRoot) { found.append(why) }
+        // A tool's install and binds, at the supervisor's paths (`NodeTool.requiredPaths`).
+        for path in paths where !FileManager.default.fileExists(atPath: path) { found.append("no \(path) on this node (the tool's, at the supervisor's path)") }
         return NodeReport(binarySHA256: try WorkDigest.executable(), policiesSHA256: try WorkDigest.policies(searchPaths),
                           problems: found, sealKey: NodeSealKey.publicText(key))
     }

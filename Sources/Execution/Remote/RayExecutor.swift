@@ -168,6 +168,8 @@ public struct RayExecutor: Sendable {
     /// The held-out VM's settings nodes check they can run (`worker --check --check-vm`), when
     /// held-out requests run in one.
     public var checkVM: VMSettings?
+    /// Paths every node must have (a tool's install and binds): a node without one is given no request.
+    public var checkPaths: [String] = []
 
     public init(python: String, driver: String, address: String, environment: [String: String]) {
         self.python = python
@@ -225,6 +227,7 @@ public struct RayExecutor: Sendable {
         }
         var first: [String: Any] = ["address": address, "num_cpus": 1, "timeout": timeout, "max_in_flight": maxInFlight, "check_policies": checkPolicies]
         if let checkVM { first["check_vm"] = String(decoding: try JSONEncoder().encode(checkVM), as: UTF8.self) }
+        if !checkPaths.isEmpty { first["check_paths"] = checkPaths }
         try send(first)
         let seen = (try receive("it listed the cluster's nodes")["nodes"] as? [[String: Any]] ?? []).map { n in
             NodeSeen(node: n["node"] as? String ?? "?", address: n["address"] as? String ?? "?",

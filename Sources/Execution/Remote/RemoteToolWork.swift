@@ -19,21 +19,6 @@ enum NodeToolWork {
     }
 }
 
-extension NodeToolWork {
-    /// The host paths the tool's settings name that this node does not have: its binds, the
-    /// scorer's, the executables named by path, the gate's CA file, the shell-call shim. They
-    /// are the supervisor's paths; a node without one would fail the shard and score it 0.
-    static func missingPaths(_ tool: NodeTool) -> [String] {
-        var paths = tool.settings.binds + [tool.settings.upstreamCA, tool.settings.shellCalls].compactMap { $0 }
-        if let first = tool.settings.command.first, first.contains("/") { paths.append(first) }
-        if case .command(_, let scorer, let scorerBinds) = tool {
-            paths += scorerBinds
-            if let first = scorer?.first, first.contains("/") { paths.append(first) }
-        }
-        return paths.filter { !FileManager.default.fileExists(atPath: $0) }
-    }
-}
-
 extension RemoteWorker {
     static func runTool(_ tool: NodeTool, _ request: WorkRequest, work: String, _ s: Settings) throws -> WorkAnswer {
         let ids = request.tasks.map(\.id)

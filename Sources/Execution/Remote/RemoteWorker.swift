@@ -64,7 +64,7 @@ public enum RemoteWorker {
             guard request.tasks.allSatisfy({ NodeToolWork.isValidID($0.id) && $0.files.isEmpty && seen.insert($0.id).inserted }) else {
                 throw ExperimentError(.refused, "a tool's request names an id that is not text without NUL or a line break of at most 512 bytes, names one twice, or sends files: refused, nothing ran")
             }
-            let missing = NodeToolWork.missingPaths(tool)
+            let missing = tool.requiredPaths.filter { !FileManager.default.fileExists(atPath: $0) }
             guard missing.isEmpty else {
                 throw ExperimentError(.refused, "this node lacks what the tool needs at the supervisor's paths (\(missing.prefix(3).joined(separator: ", "))): refused, nothing ran")
             }
