@@ -17,6 +17,12 @@ import TestSupport
 /// after this one, so two clusters never meet.
 @Suite("Ray: remote work through a real Ray cluster with token authentication", .serialized)
 struct RayClusterTests {
+    /// Run first in a Ray node's namespace: `--mount-proc` gives it a mount namespace, a copy of
+    /// this host's mounts as they are (private here, so no later unmount reaches it), and a
+    /// node lives for minutes; a task disk another test had mounted then (a loop device) would
+    /// stay bound until the node ends. The copy's loop-device mounts are let go of at once.
+    static let dropLoopMounts = #"awk '{for(i=7;i<=NF;i++) if($i=="-"){ if($(i+2) ~ /^\/dev\/loop/) print $5; break }}' /proc/self/mountinfo | while read -r m; do umount -l "$m"; done"#
+
     static func python() throws -> String {
         let r = try runProcess("/bin/bash", [Built.packageRoot + "/scripts/install-ray", "--print"])
         let path = r.stdout.split(separator: " ").last.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
@@ -53,7 +59,7 @@ struct RayClusterTests {
             let ray = (python as NSString).deletingLastPathComponent + "/ray"
             process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
-            process.arguments = ["--pid", "--fork", "--kill-child", "--mount-proc", ray, "start", "--head", "--block", "--port=\(port)", "--node-ip-address=127.0.0.1", "--num-cpus=2",
+            process.arguments = ["--pid", "--fork", "--kill-child", "--mount-proc", "/bin/sh", "-c", RayClusterTests.dropLoopMounts + "; exec \"$0\" \"$@\"", ray, "start", "--head", "--block", "--port=\(port)", "--node-ip-address=127.0.0.1", "--num-cpus=2",
                                  "--include-dashboard=false", "--disable-usage-stats", "--temp-dir=" + temp.file("ray")]
             process.environment = env
             process.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
@@ -413,7 +419,7 @@ struct RayClusterTests {
             env["RAY_AUTH_MODE"] = "token"
             env["RAY_AUTH_TOKEN"] = token
             let p = Process()
-            let prefix = before.map { ["/bin/sh", "-c", $0 + " && exec \"$0\" \"$@\""] } ?? []
+            let prefix = ["/bin/sh", "-c", RayClusterTests.dropLoopMounts + "; " + (before.map { $0 + " && " } ?? "") + "exec \"$0\" \"$@\""]
             let start = ["/usr/bin/unshare", "--pid", "--fork", "--kill-child", "--mount-proc"] + prefix + [ray] + args
                 + ["--block", "--disable-usage-stats", "--object-store-memory=200000000", "--temp-dir=" + temp.file("ray-" + name)]
             // nsenter, not `ip netns exec`: that remounts /sys for the namespace, and the node's
