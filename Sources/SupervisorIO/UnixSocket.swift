@@ -15,15 +15,15 @@ public enum UnixSocket {
         return (pid, uid)
     }
 
-    /// Whether the peer of `fd` (its pid as the kernel recorded it at connect, in this
-    /// process's pid namespace) runs in a pid namespace other than this process's: a sandbox's,
-    /// not a process of the host. nil when the peer has gone (its /proc entry with it) or a
-    /// namespace cannot be read. The pid could be reused between the connect and this look if
-    /// the peer exited in between; a peer that did is not waiting for its answer.
-    public static func peerInOtherPidNamespace(_ fd: Int32) -> Bool? {
-        guard let peer = peer(fd), peer.pid > 0 else { return nil }
+    /// Whether process `pid` (a connected peer's, as `peer` gives it) runs in a pid namespace
+    /// other than this process's: a sandbox's, not a process of the host. nil when it has gone
+    /// (its /proc entry with it) or a namespace cannot be read. The pid could be reused between
+    /// the connect and this look if the peer exited in between; a peer that did is not waiting
+    /// for its answer.
+    public static func inOtherPidNamespace(_ pid: pid_t) -> Bool? {
+        guard pid > 0 else { return nil }
         var mine = stat(), theirs = stat()
-        guard stat("/proc/self/ns/pid", &mine) == 0, stat("/proc/\(peer.pid)/ns/pid", &theirs) == 0 else { return nil }
+        guard stat("/proc/self/ns/pid", &mine) == 0, stat("/proc/\(pid)/ns/pid", &theirs) == 0 else { return nil }
         return mine.st_ino != theirs.st_ino || mine.st_dev != theirs.st_dev
     }
 

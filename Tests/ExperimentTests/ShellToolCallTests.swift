@@ -10,6 +10,22 @@ import TestSupport
 /// protocol itself for what srt would never send.
 @Suite("Shell tool calls: each in a sandbox of its own, on a copy of its directory", .serialized)
 struct ShellToolCallTests {
+    /// Python: one request on the socket at `path`, the whole answer decoded.
+    static let ask = """
+        def ask(path, request):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(path)
+            s.sendall(json.dumps(request).encode())
+            s.shutdown(socket.SHUT_WR)
+            answer = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                answer += chunk
+            return json.loads(answer)
+        """
+
     static let runner = #"""
         import base64, json, os, socket, subprocess, sys, time
         out = sys.argv[1]
@@ -26,18 +42,9 @@ struct ShellToolCallTests {
         def srt(name, command, settings_file=settings, cwd=kb):
             r = subprocess.run(["srt", "--settings", settings_file, command], capture_output=True, text=True, cwd=cwd, timeout=60)
             results[name] = {"exit": r.returncode, "stdout": r.stdout, "stderr": r.stderr}
+        \#(ShellToolCallTests.ask)
         def raw(name, request):
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.connect(os.environ["AUTOHARNESS_SRT_SOCKET"])
-            s.sendall(json.dumps(request).encode())
-            s.shutdown(socket.SHUT_WR)
-            answer = b""
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                answer += chunk
-            results[name] = json.loads(answer)
+            results[name] = ask(os.environ["AUTOHARNESS_SRT_SOCKET"], request)
         srt("read", "grep -l fee *.md && cat doc_1.md && pwd")
         srt("secret", "cat /work/out/secret.txt; cat ../../secret.txt; ls /work/agent /work/in")
         srt("environment", "echo tmp=$TMPDIR key=$RUNNER_KEY socket=$AUTOHARNESS_SRT_SOCKET")
@@ -205,17 +212,8 @@ struct ShellToolCallTests {
             os.chdir(os.path.dirname(sys.argv[1]))
             if sys.argv[2] != "0":
                 os.setgroups([]); os.setgid(65534); os.setuid(65534)
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.connect(os.path.basename(sys.argv[1]))
-            s.sendall(json.dumps({"command": "echo intruder", "cwd": "/work/out/tmp/kb"}).encode())
-            s.shutdown(socket.SHUT_WR)
-            answer = b""
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                answer += chunk
-            print(json.loads(answer).get("error"), os.getuid())
+            \#(Self.ask)
+            print(ask(os.path.basename(sys.argv[1]), {"command": "echo intruder", "cwd": "/work/out/tmp/kb"}).get("error"), os.getuid())
             """#
         final class Answers: @unchecked Sendable { var list: [String] = [] }  // written by the prober, read after it ends
         let answers = Answers()

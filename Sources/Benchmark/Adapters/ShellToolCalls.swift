@@ -186,7 +186,7 @@ final class ShellToolCalls: @unchecked Sendable {
         // The runner's user (every sandbox's host user is the same unprivileged id) in a pid
         // namespace of its own: a host process of that user is not the runner. A peer already
         // gone (the runner ended while its call waited for a slot) is not served either.
-        let peer = UnixSocket.peer(c), sandboxed = UnixSocket.peerInOtherPidNamespace(c)
+        let peer = UnixSocket.peer(c), sandboxed = peer.flatMap { UnixSocket.inOtherPidNamespace($0.pid) }
         if peer?.uid == runnerUID && sandboxed == nil {
             answer = ["error": .string(Self.gone)]
         } else if peer?.uid == runnerUID && sandboxed == true {

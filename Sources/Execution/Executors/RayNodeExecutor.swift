@@ -27,7 +27,7 @@ package struct RayNodeExecutor: TaskExecutor {
         // shards, with its settings (`NodeTool`): each node runs the tool on its shard.
         let local = environment.adapter as? LocalAdapter
         let tool = (environment.adapter as? CommandAdapter)?.nodeTool
-        guard local != nil || tool != nil else {
+        if local == nil && tool == nil {
             throw ExperimentError(.usage, "executor: ray runs a local or a command benchmark's tasks so far; \(environment.adapter.name) runs its own tool")
         }
         guard let address = config.executor.address else { throw ExperimentError(.usage, "executor.address: missing") }
@@ -68,8 +68,8 @@ package struct RayNodeExecutor: TaskExecutor {
             let known = Set(environment.adapter.taskIDs)
             requests = try shards(ids.filter(known.contains)).map { try work.request(tool: tool, ids: $0, agentPy: agentPy, heldOut: heldOut, answerTo: answerTo) }
             longest = (tool.settings.timeout ?? 86_400) + tool.settings.scorerTimeout
-        } else if let local {
-            let chunks = shards(ids.compactMap { local.benchmark.task($0) })
+        } else {
+            let chunks = shards(ids.compactMap { local?.benchmark.task($0) })
             requests = try chunks.map {
                 var r = try work.request($0, agentPy: agentPy, heldOut: heldOut, concurrency: 1, answerTo: answerTo)
                 r.vm = vm
@@ -77,9 +77,6 @@ package struct RayNodeExecutor: TaskExecutor {
             }
             let fallback = config.perTaskTimeout ?? LocalBenchmark.defaultTimeout
             longest = chunks.map { ExecutionBounds.heldOut($0.map(\.id), tasks: $0, fallback: fallback, concurrency: 1) }.max() ?? 0
-        } else {
-            requests = []
-            longest = 0
         }
         var environment = ["PATH": host["PATH"] ?? "/usr/local/bin:/usr/bin:/bin", "HOME": host["HOME"] ?? "/root", "RAY_AUTH_MODE": "token",
                            "RAY_USAGE_STATS_ENABLED": "0"]

@@ -295,10 +295,9 @@ public enum RemoteWorker {
         guard r.agentPy.count <= AgentFile.maxBytes else { throw ExperimentError(.refused, "agent.py is over \(AgentFile.maxBytes) bytes") }
         try write(r.agentPy, work + "/agent/agent.py", mode: 0o644)
         var seen = Set<String>()
-        for task in r.tasks {
-            // A tool's ids are its own (any text but a line break or NUL); they name no file here.
-            let valid = r.tool == nil ? BenchmarkTask.isValidID(task.id) : NodeToolWork.isValidID(task.id) && task.files.isEmpty
-            guard valid, seen.insert(task.id).inserted else {
+        // A tool's ids name no file here (`serve` checked them, and that they carry none).
+        for task in r.tasks where r.tool == nil {
+            guard BenchmarkTask.isValidID(task.id), seen.insert(task.id).inserted else {
                 throw ExperimentError(.refused, "task id '\(printable(task.id))' is not valid or named twice")
             }
             guard task.files.count <= WorkLimits.maxFilesPerTask else { throw ExperimentError(.refused, "task \(task.id): over \(WorkLimits.maxFilesPerTask) files") }

@@ -29,17 +29,16 @@ enum HarborDataset {
         guard (1...2).contains(parts.count), parts.allSatisfy({ !$0.isEmpty }) else { return false }
         let names = parts[0].split(separator: "/", omittingEmptySubsequences: false)
         guard (1...2).contains(names.count) else { return false }
-        if names.count == 2, parts.count == 2, parts[1].hasPrefix("sha256:") {
-            let hex = parts[1].dropFirst("sha256:".count)
-            guard hex.count == 64, hex.unicodeScalars.allSatisfy({ ("0"..."9").contains($0) || ("a"..."f").contains($0) }) else { return false }
-            return names.allSatisfy { p in
-                !p.isEmpty && p.first != "." && p.first != "-" && p.unicodeScalars.allSatisfy { CharacterSet.alphanumerics.contains($0) || "._-".unicodeScalars.contains($0) }
-            }
-        }
         // No part starts with "-": harbor would take the reference for an option.
-        return (names + parts.dropFirst()).allSatisfy { p in
+        func plain(_ p: Substring) -> Bool {
             !p.isEmpty && p.first != "." && p.first != "-" && p.unicodeScalars.allSatisfy { CharacterSet.alphanumerics.contains($0) || "._-".unicodeScalars.contains($0) }
         }
+        func digest(_ p: Substring) -> Bool {
+            let hex = p.dropFirst("sha256:".count)
+            return p.hasPrefix("sha256:") && hex.count == 64 && hex.unicodeScalars.allSatisfy { ("0"..."9").contains($0) || ("a"..."f").contains($0) }
+        }
+        guard names.allSatisfy(plain) else { return false }
+        return parts.count == 1 || plain(parts[1]) || names.count == 2 && digest(parts[1])
     }
 
     /// Releases Harbor holds only as hub packages, by the `name@version` a user would write
