@@ -74,3 +74,22 @@ extension WorkDigest {
         return TaskFilesDigest(path: root, files: lines.count, manifestSHA256: WorkDigest.hex(SHA256.hash(data: Array(manifest.utf8))))
     }
 }
+
+extension WorkDigest {
+    /// SHA-256 over `paths` in the order given, each by path, size and content (a tool's files
+    /// a worker node must hold as the supervisor does: `NodeTool.digestedFiles`). Empty `paths`
+    /// digest to nil. A file that cannot be read throws, naming it.
+    public static func files(_ paths: [String]) throws -> String? {
+        guard !paths.isEmpty else { return nil }
+        var hasher = SHA256()
+        for path in paths {
+            switch InputFile.read(path, cap: 1 << 30) {
+            case .success(let bytes):
+                hasher.update(data: Array(path.utf8) + [0] + Array(String(bytes.count).utf8) + [0])
+                hasher.update(data: bytes)
+            case .failure(let p): throw ExperimentError(.io, "\(path): \(p.explanation("a file of the tool's"))")
+            }
+        }
+        return hex(hasher.finalize())
+    }
+}

@@ -47,6 +47,9 @@ struct WorkerCommand: ParsableCommand {
     @Option(name: .customLong("check-path"), help: "With --check: a path the requests' tool needs on this node (repeatable); the report names each one missing.")
     var checkPaths: [String] = []
 
+    @Option(name: .customLong("check-digest"), help: "With --check: a file of the requests' tool that decides rewards (repeatable, in the supervisor's order); the report gives the digest of them all (toolSHA256), which must be the supervisor's.")
+    var checkDigest: [String] = []
+
     @Option(name: .customLong("check-vm"), help: "With --check: the held-out VM settings (JSON, as the supervisor sends them for gate.held_out_runtime: vm); the report then says whether such a VM can run here (qemu, the guest kernel, KVM or consent to emulate).")
     var checkVM: String?
 
@@ -60,7 +63,7 @@ struct WorkerCommand: ParsableCommand {
                 }
             }
             let report = try NodeCheck.report(policies: checkPolicies.isEmpty ? ["benchmark-task", "verifier"] : checkPolicies, searchPaths: searchPaths,
-                                              stateDirectory: state, vm: vm, scratchRoot: scratch, paths: checkPaths)
+                                              stateDirectory: state, vm: vm, scratchRoot: scratch, paths: checkPaths, digest: checkDigest)
             FileHandle.standardOutput.write(try JSONEncoder().encode(report))
             return
         }

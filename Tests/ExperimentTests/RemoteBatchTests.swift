@@ -58,6 +58,7 @@ struct RemoteBatchTests {
     final class Kept: @unchecked Sendable {
         var records: [NodeExcludedRecord] = []
         var log: [String] = []
+        var notes: [String] = []
     }
 
     static func wired(_ f: Fixture, excluded: [NodeExcludedRecord] = []) -> (RemoteBatch, Kept) {
@@ -65,6 +66,7 @@ struct RemoteBatchTests {
         var b = f.batch(excluded: excluded)
         b.log = { kept.log.append($0) }
         b.record = { kept.records.append($0) }
+        b.note = { kept.notes.append($0) }
         return (b, kept)
     }
 
@@ -115,7 +117,7 @@ struct RemoteBatchTests {
         #expect(try train.target(0) == nil)
     }
 
-    @Test("a train request lost with its node, or refused by it, is sent once more to another node and the first is out of the batch; a second loss ends the run; a held-out request is never sent again")
+    @Test("a request lost with its node (train or held-out), or a train request refused by its node, is sent once more to another node and the first is out of the batch, a held-out loss noted without its tasks; a second loss ends the run; a held-out request refused or failed is never sent again")
     func lossesAndRefusals() throws {
         let f = Fixture(heldOut: false)
         var (b, kept) = Self.wired(f)
@@ -133,11 +135,20 @@ struct RemoteBatchTests {
         let h = Fixture(heldOut: true)
         var (held, heldKept) = Self.wired(h)
         _ = try held.choose([Fixture.node("a", "10.0.0.2", Fixture.report()), Fixture.node("b", "10.0.0.3", Fixture.report())])
-        // Neither error names the held-out task (they reach the coding agent).
-        #expect { _ = try held.settle(0, .lost(node: "a", why: "ActorDiedError")) } throws: { "\($0)".contains("held-out") && !"\($0)".contains("task-") }
+        // A held-out request lost with its node runs once more on another (sealed to it
+        // afresh), the loss noted in the ledger; lost again, the run ends. Neither the note nor
+        // the error names the held-out task (they can reach the coding agent).
+        let lost = try held.settle(0, .lost(node: "a", why: "NodeDiedError task-0"))
+        #expect(lost.answer == nil && lost.settlement.resend && lost.settlement.exclude == ["a"])
+        #expect(heldKept.notes.count == 1 && heldKept.notes.allSatisfy { $0.contains("a held-out request was lost with node 10.0.0.2") && !$0.contains("task-") },
+                "\(heldKept.notes)")
+        #expect(try held.target(0)?.node == "b")
+        #expect { _ = try held.settle(0, .lost(node: "b", why: "NodeDiedError")) } throws: { "\($0)".contains("held-out") && !"\($0)".contains("task-") }
+        var (held2, heldKept2) = Self.wired(h)
+        _ = try held2.choose([Fixture.node("a", "10.0.0.2", Fixture.report()), Fixture.node("b", "10.0.0.3", Fixture.report())])
         // A held-out refusal: its node's words (which could name test tasks) are not logged.
-        #expect { _ = try held.settle(1, .ran(node: "b", exit: 2, answer: [], oversized: false, stderr: "task-1 SECRET")) } throws: { !"\($0)".contains("task-") }
-        #expect(!heldKept.log.joined().contains("SECRET") && !heldKept.log.joined().contains("task-"), "\(heldKept.log)")
+        #expect { _ = try held2.settle(1, .ran(node: "b", exit: 2, answer: [], oversized: false, stderr: "task-1 SECRET")) } throws: { !"\($0)".contains("task-") }
+        #expect(!heldKept2.log.joined().contains("SECRET") && !heldKept2.log.joined().contains("task-") && heldKept2.notes.isEmpty, "\(heldKept2.log)")
     }
 
     @Test("a bad train answer records its node first, excludes every node at its address and sends the request to another; a second bad answer to the same request ends the run and excludes no one more")

@@ -91,7 +91,7 @@ struct RemoteWorkTests {
         tool.timeout = 120
         var work = try RemoteWork(key: node.key, policySearchPaths: [Built.packageRoot + "/policies"])
         work.binarySHA256 = try WorkDigest.file(Built.autoharness)
-        return try work.request(tool: .command(tool: tool, scorer: nil, scorerBinds: []), ids: ids, agentPy: Array(SquareAgents.upTo(3).utf8),
+        return try work.request(tool: .command(tool: tool, scorer: nil, scorerBinds: []), toolSHA256: nil, ids: ids, agentPy: Array(SquareAgents.upTo(3).utf8),
                                 heldOut: heldOut, answerTo: heldOut ? NodeSealKey.publicText(node.answerKey) : nil)
     }
 

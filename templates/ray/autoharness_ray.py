@@ -7,7 +7,8 @@ is the supervisor's. JSON lines:
 
   stdin   {"address": "HOST:PORT", "num_cpus": 1, "timeout": SECONDS, "max_in_flight": N,
            "check_policies": ["benchmark-task", "verifier"], "check_vm": "<VM settings JSON>" (optional),
-           "check_paths": ["<a path the tool needs on the node>", ...] (optional)}
+           "check_paths": ["<a path the tool needs on the node>", ...] (optional),
+           "check_digest": ["<a file of the tool's whose digest the node reports>", ...] (optional)}
   stdout  {"nodes": [{"node": ID, "address": IP, "report": "<worker --check JSON>"} or
                      {"node": ID, "address": IP, "error": "why"}, ...]}
           or {"fatal": "why"} (then it exits 1)
@@ -158,12 +159,12 @@ def main():
         return 1
 
     @ray.remote(num_cpus=num_cpus, max_retries=0)
-    def check_node(policies, vm, paths):
+    def check_node(policies, vm, paths, digest):
         import os as o
         import subprocess as sp
 
         argv = worker_argv(o, ["--check"] + [a for p in policies for a in ("--check-policy", p)] + (["--check-vm", vm] if vm else [])
-                           + [a for p in paths for a in ("--check-path", p)])
+                           + [a for p in paths for a in ("--check-path", p)] + [a for p in digest for a in ("--check-digest", p)])
         try:
             p = sp.run(argv, capture_output=True, timeout=120)
         except (OSError, sp.TimeoutExpired) as e:
@@ -200,7 +201,8 @@ def main():
         cpus = ray.cluster_resources().get("CPU", 0)
         emit({"fatal": "the Ray cluster at %s has %s CPU(s) in all and no node with %s: no node can run a request (start worker nodes)" % (address, cpus, num_cpus)})
         return 1
-    checks = {check_node.options(scheduling_strategy=pinned(n["NodeID"])).remote(first.get("check_policies", []), first.get("check_vm"), first.get("check_paths", [])): n for n in nodes}
+    checks = {check_node.options(scheduling_strategy=pinned(n["NodeID"])).remote(first.get("check_policies", []), first.get("check_vm"), first.get("check_paths", []),
+                                                                                      first.get("check_digest", [])): n for n in nodes}
     done, _ = ray.wait(list(checks), num_returns=len(checks), timeout=180)
     reports = []
     for ref, n in checks.items():
@@ -266,7 +268,9 @@ def main():
                 able = [x for x in usable if x not in excluded and x not in avoid and x in live and (bound is None or x == bound)]
                 if not able:
                     waiting.pop(k)
-                    emit({"id": n, "node": "", "error": "no accepted node is left to run it (excluded, avoided or dead)" if bound is None
+                    # A request sealed to a node that died before it started is that node's
+                    # loss (the supervisor may seal it to another); an unbound one has none left.
+                    emit({"id": n, "node": bound or "", "error": "no accepted node is left to run it (excluded, avoided or dead)" if bound is None
                           else "the node it is sealed to is no longer accepted or alive"})
                     placed = True
                     break

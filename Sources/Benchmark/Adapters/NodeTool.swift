@@ -3,46 +3,136 @@
 // the benchmark's task list: the shard's ids travel beside it in the request, and a train
 // request is signed but not sealed, so it must never name a held-out id. The tool's install,
 // its binds and the variables `env_pass` names (keys) are the node's own, at the same paths and
-// names as on the supervisor's host: none of them is in the request.
+// names as on the supervisor's host: none of them is in the request. What of that install
+// decides a reward (the task files, the possible answers, the checker, autoharness's scripts)
+// is named by `digestedFiles`: a node whose copies differ from the supervisor's runs nothing.
+
+import Glibc
+import SupervisorIO
+
+/// An adapter whose runs a worker node can run in shards (`NodeTool`).
+public protocol RunsInShards: BenchmarkAdapter {
+    var nodeTool: NodeTool { get }
+}
 
 /// What a node needs to run a shard of a tool benchmark's run.
 public enum NodeTool: Codable, Sendable, Equatable {
     /// `benchmark: command`: the runner's settings, the scorer's argv and its binds.
     case command(tool: ToolSettings, scorer: [String]?, scorerBinds: [String])
+    /// `benchmark: bfcl`: bfcl-eval's install and the run's settings; the node reads the
+    /// shard's tasks from its own copy of the package.
+    case bfcl(BfclNode)
 
     /// The adapter for `ids`, a shard of the supervisor's run.
-    public func adapter(ids: [String]) -> any BenchmarkAdapter {
+    public func adapter(ids: [String]) throws(BenchmarkError) -> any BenchmarkAdapter {
         switch self {
         case .command(let tool, let scorer, let scorerBinds):
             var a = CommandAdapter(taskIDs: ids, tool: tool)
             a.scorer = scorer
             a.scorerBinds = scorerBinds
             return a
+        case .bfcl(let b):
+            // Only the categories of the shard's ids are read; an id of none of the run's
+            // categories, or not in the node's copy, is refused by the adapter.
+            let wanted = Set(ids.compactMap(BfclAdapter.category))
+            var a = try BfclAdapter(packageDirectory: b.packageDirectory, environmentDirectory: b.environmentDirectory, checkerPython: b.checkerPython,
+                                    scriptsDirectory: b.scriptsDirectory, tool: b.tool, categories: b.categories.filter(wanted.contains),
+                                    perCategory: nil, only: ids)
+            a.agentModel = b.agentModel
+            a.concurrency = b.concurrency
+            a.environment = b.environment
+            return a
         }
     }
 
     /// The host paths the tool's settings name, which a node must have at the same paths: its
     /// binds, the scorer's, the executables named by path, the gate's CA file, the shell-call
-    /// shim.
+    /// shim, bfcl-eval's install and autoharness's scripts for it.
     public var requiredPaths: [String] {
         var paths = settings.binds + [settings.upstreamCA, settings.shellCalls].compactMap { $0 }
         if let first = settings.command.first, first.contains("/") { paths.append(first) }
-        if case .command(_, let scorer, let scorerBinds) = self {
+        switch self {
+        case .command(_, let scorer, let scorerBinds):
             paths += scorerBinds
             if let first = scorer?.first, first.contains("/") { paths.append(first) }
+        case .bfcl(let b):
+            paths += [b.environmentDirectory, b.packageDirectory, b.checkerPython, b.scriptsDirectory]
         }
         return paths
+    }
+
+    /// The files whose contents must be the supervisor's on a node (`WorkRequest.toolSHA256`):
+    /// the executables named by path (a command's runner and scorer), and for BFCL the run's
+    /// category files, their possible answers, the multi-turn back-ends' function documents,
+    /// bfcl-eval's checker and autoharness's two scripts. Not the interpreters, nor what the
+    /// binds hold beyond these: a node with another Python or other bound data runs them.
+    public var digestedFiles: [String] {
+        switch self {
+        case .command(let tool, let scorer, _):
+            return [tool.command.first, scorer?.first].compactMap { $0 }.filter { $0.contains("/") }
+        case .bfcl(let b):
+            return b.digestedFiles
+        }
     }
 
     /// The tool's settings: its policies, time limits and binds.
     public var settings: ToolSettings {
         switch self {
         case .command(let tool, _, _): tool
+        case .bfcl(let b): b.tool
         }
     }
 }
 
-extension CommandAdapter {
+/// BFCL's settings as a node rebuilds its adapter: the install's paths (the node's own, at the
+/// supervisor's paths), the run's categories, and what the runner is given.
+public struct BfclNode: Codable, Sendable, Equatable {
+    public var packageDirectory: String
+    public var environmentDirectory: String
+    public var checkerPython: String
+    public var scriptsDirectory: String
+    public var tool: ToolSettings
+    public var categories: [String]
+    public var agentModel: String?
+    public var concurrency: Int
+    public var environment: [String]
+    /// The files of the install a reward depends on (listed by the supervisor from its own copy).
+    public var digestedFiles: [String]
+}
+
+extension CommandAdapter: RunsInShards {
     /// This adapter as a node rebuilds it (`NodeTool`).
     public var nodeTool: NodeTool { .command(tool: tool, scorer: scorer, scorerBinds: scorerBinds) }
+}
+
+extension BfclAdapter: RunsInShards {
+    /// This adapter as a node rebuilds it (`NodeTool`).
+    public var nodeTool: NodeTool {
+        let data = packageDirectory + "/data/"
+        var files = [scriptsDirectory + "/autoharness_bfcl_run.py", scriptsDirectory + "/autoharness_bfcl_score.py"]
+        for category in categories {
+            files.append(data + "BFCL_v4_\(category).json")
+            let answers = data + "possible_answer/BFCL_v4_\(category).json"
+            if access(answers, F_OK) == 0 { files.append(answers) }
+        }
+        if categories.contains(where: Self.multiTurnCategories.contains) {
+            files += Self.backendDocs.values.sorted().map { data + "multi_turn_func_doc/" + $0 }
+        }
+        files += Self.pythonFiles(under: packageDirectory + "/eval_checker")
+        return .bfcl(BfclNode(packageDirectory: packageDirectory, environmentDirectory: environmentDirectory, checkerPython: checkerPython,
+                              scriptsDirectory: scriptsDirectory, tool: tool, categories: categories, agentModel: agentModel,
+                              concurrency: concurrency, environment: environment, digestedFiles: files))
+    }
+
+    /// The `.py` files below `directory` (not `__pycache__`), sorted by path.
+    static func pythonFiles(under directory: String) -> [String] {
+        FileSystem.names(in: directory).flatMap { name -> [String] in
+            let path = directory + "/" + name
+            if name.hasSuffix(".py") { return [path] }
+            let fd = FileSystem.openDirectory(path)
+            guard fd >= 0, name != "__pycache__" else { return [] }
+            close(fd)
+            return pythonFiles(under: path)
+        }
+    }
 }

@@ -19,16 +19,18 @@ package struct RayNodeExecutor: TaskExecutor {
     /// The nodes the experiment has excluded so far, and how a new exclusion is recorded.
     let excludedNodes: () throws -> [NodeExcludedRecord]
     let recordExclusion: (NodeExcludedRecord) throws -> Void
+    /// Appends a note to the experiment's ledger (a held-out request run again elsewhere).
+    package var recordNote: (String) throws -> Void = { _ in }
 
     package func run(_ run: TaskRun) throws -> [TaskOutcome] {
         let (config, layout, log) = (environment.config, environment.layout, environment.log)
         let (ids, agent, audit, heldOut, traces) = (run.ids, run.agent, run.audit, run.split.keepsNothing, run.split.traces)
-        // A local benchmark's tasks travel with their files; a command benchmark's ids, in
-        // shards, with its settings (`NodeTool`): each node runs the tool on its shard.
+        // A local benchmark's tasks travel with their files; a tool benchmark's ids (command,
+        // bfcl), in shards, with its settings (`NodeTool`): each node runs the tool on its shard.
         let local = environment.adapter as? LocalAdapter
-        let tool = (environment.adapter as? CommandAdapter)?.nodeTool
+        let tool = (environment.adapter as? any RunsInShards)?.nodeTool
         if local == nil && tool == nil {
-            throw ExperimentError(.usage, "executor: ray runs a local or a command benchmark's tasks so far; \(environment.adapter.name) runs its own tool")
+            throw ExperimentError(.usage, "executor: ray runs a local, command or bfcl benchmark's tasks so far; \(environment.adapter.name) runs its own tool")
         }
         guard let address = config.executor.address else { throw ExperimentError(.usage, "executor.address: missing") }
         guard let templates = templatesDirectory else {
@@ -58,15 +60,19 @@ package struct RayNodeExecutor: TaskExecutor {
         // With `held_out_runtime: vm`, each held-out request runs in a fresh VM on its node.
         let vm = heldOut && config.gate.heldOutRuntime == .vm ? config.gate.vm : nil
         let requests: [WorkRequest]
+        // The tool's files a reward depends on, digested once: a node must hold the same.
+        let toolDigest = try tool.flatMap { try WorkDigest.files($0.digestedFiles) }
         // A request's run on its node is bounded as the node bounds it (its tasks' own limits,
         // a VM's boot), with room for its setup and eviction: never cut short by the driver.
         let longest: Double
         if let tool {
-            guard vm == nil else { throw ExperimentError(.usage, "executor: ray runs a command benchmark's held-out tasks in the nodes' sandboxes, not in a VM: set gate.held_out_runtime: host") }
+            guard vm == nil else { throw ExperimentError(.usage, "executor: ray runs a tool benchmark's held-out tasks in the nodes' sandboxes, not in a VM: set gate.held_out_runtime: host") }
             // Only the benchmark's ids, and only the shard's in each request: a train request
             // is not sealed and must name no held-out id.
             let known = Set(environment.adapter.taskIDs)
-            requests = try shards(ids.filter(known.contains)).map { try work.request(tool: tool, ids: $0, agentPy: agentPy, heldOut: heldOut, answerTo: answerTo) }
+            requests = try shards(ids.filter(known.contains)).map {
+                try work.request(tool: tool, toolSHA256: toolDigest, ids: $0, agentPy: agentPy, heldOut: heldOut, answerTo: answerTo)
+            }
             longest = (tool.settings.timeout ?? 86_400) + tool.settings.scorerTimeout
         } else {
             let chunks = shards(ids.compactMap { local?.benchmark.task($0) })
@@ -87,6 +93,7 @@ package struct RayNodeExecutor: TaskExecutor {
         executor.timeout = longest + (vm?.bootTimeout ?? 0) + 300
         executor.checkPolicies = [work.taskPolicy, work.verifierPolicy]
         executor.checkPaths = tool?.requiredPaths ?? []
+        executor.checkDigest = tool?.digestedFiles ?? []
         // Every node is checked for the VM (train and held-out requests alike go only to nodes
         // that pass every check).
         executor.checkVM = config.gate.heldOutRuntime == .vm ? config.gate.vm : nil
@@ -96,8 +103,10 @@ package struct RayNodeExecutor: TaskExecutor {
         let signed = heldOut ? [] : try requests.map { try work.sign($0) }
         var batch = RemoteBatch(requests: requests, heldOut: heldOut, binarySHA256: work.binarySHA256, policiesSHA256: work.policiesSHA256,
                                 excluded: try excludedNodes(), answerKey: heldOut ? answerKey : nil, address: address)
+        batch.toolSHA256 = toolDigest
         batch.log = { [log] in log?($0) }
         batch.record = { [recordExclusion] in try recordExclusion($0) }
+        batch.note = { [recordNote] in try recordNote($0) }
         var byID: [String: TaskOutcome] = [:]
         try executor.run(requests.count, choose: { try batch.choose($0) }, prepare: { i in
             guard let (node, key) = try batch.target(i) else { return (signed[i], nil) }

@@ -15,6 +15,9 @@ public struct NodeReport: Codable, Sendable, Equatable {
     public var problems: [String]
     /// The public half of the node's sealing key (base64): held-out requests are sealed to it.
     public var sealKey: String
+    /// The digest of the tool's files the supervisor named (`--check-digest`), as this node
+    /// holds them (`WorkDigest.files`); nil when none were named or one cannot be read.
+    public var toolSHA256: String?
 
     public init(binarySHA256: String, policiesSHA256: String, problems: [String], sealKey: String) {
         self.binarySHA256 = binarySHA256
@@ -50,15 +53,19 @@ public enum NodeCheck {
     /// settings can run here (qemu, the guest kernel, KVM or the consent to emulate) is a check
     /// too: a node that cannot is not used.
     public static func report(policies: [String], searchPaths: [String], stateDirectory: String, vm: VMSettings? = nil,
-                              scratchRoot: String = "/dev/shm/autoharness", paths: [String] = []) throws -> NodeReport {
+                              scratchRoot: String = "/dev/shm/autoharness", paths: [String] = [], digest: [String] = []) throws -> NodeReport {
         try RemoteWorker.checkStateDirectory(stateDirectory)
         let key = try NodeSealKey.load(orCreateAt: stateDirectory + "/node-key")
         var found = problems(policies: policies, loader: PolicyLoader(searchPaths: searchPaths))
         if let vm, let why = vmProblem(vm, scratchRoot: scratchRoot) { found.append(why) }
         // A tool's install and binds, at the supervisor's paths (`NodeTool.requiredPaths`).
         for path in paths where !FileManager.default.fileExists(atPath: path) { found.append("no \(path) on this node (the tool's, at the supervisor's path)") }
-        return NodeReport(binarySHA256: try WorkDigest.executable(), policiesSHA256: try WorkDigest.policies(searchPaths),
-                          problems: found, sealKey: NodeSealKey.publicText(key))
+        var tool: String?
+        do { tool = try WorkDigest.files(digest) } catch { found.append("the tool's files: \(error)") }
+        var report = NodeReport(binarySHA256: try WorkDigest.executable(), policiesSHA256: try WorkDigest.policies(searchPaths),
+                                problems: found, sealKey: NodeSealKey.publicText(key))
+        report.toolSHA256 = tool
+        return report
     }
 
     /// Why a held-out VM of `settings` cannot run on this host, or nil when it can.
@@ -79,10 +86,14 @@ public enum NodeCheck {
     }
 
     /// Why the supervisor gives a node no request, or nil when it is usable: its own report
-    /// must name this binary and these policies, and no problem.
-    public static func unusable(_ report: NodeReport, binarySHA256: String, policiesSHA256: String) -> String? {
+    /// must name this binary and these policies (and, for a tool benchmark, its files), and no
+    /// problem.
+    public static func unusable(_ report: NodeReport, binarySHA256: String, policiesSHA256: String, toolSHA256: String? = nil) -> String? {
         if report.binarySHA256 != binarySHA256 { return "its autoharness (sha256 \(report.binarySHA256.prefix(16))) is not the supervisor's (\(binarySHA256.prefix(16)))" }
         if report.policiesSHA256 != policiesSHA256 { return "its policies (sha256 \(report.policiesSHA256.prefix(16))) are not the supervisor's (\(policiesSHA256.prefix(16)))" }
+        if let toolSHA256, report.problems.isEmpty, report.toolSHA256 != toolSHA256 {
+            return "its copy of the tool's files (sha256 \((report.toolSHA256 ?? "none").prefix(16))) is not the supervisor's (\(toolSHA256.prefix(16))): another version is installed there"
+        }
         if !report.problems.isEmpty { return "it fails the host checks: \(report.problems.joined(separator: "; "))" }
         guard let raw = Data(base64Encoded: report.sealKey), (try? Curve25519.KeyAgreement.PublicKey(rawRepresentation: raw)) != nil else {
             return "its sealing key is not an X25519 public key"

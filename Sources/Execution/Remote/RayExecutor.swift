@@ -48,14 +48,15 @@ public struct RemoteWork {
 
     /// A request for a shard `ids` of a tool benchmark's run (`NodeTool`): the ids without
     /// files, the tool's settings, its runner's and scorer's policies in place of a task's and
-    /// a verifier's.
-    public func request(tool: NodeTool, ids: [String], agentPy: [UInt8], heldOut: Bool, answerTo: String? = nil) throws -> WorkRequest {
+    /// a verifier's. `toolSHA256`: `WorkDigest.files(tool.digestedFiles)`, taken once a run.
+    public func request(tool: NodeTool, toolSHA256: String?, ids: [String], agentPy: [UInt8], heldOut: Bool, answerTo: String? = nil) throws -> WorkRequest {
         var work = self
         work.taskPolicy = tool.settings.runnerPolicy
         work.verifierPolicy = tool.settings.scorerPolicy
         var r = try work.request([], agentPy: agentPy, heldOut: heldOut, concurrency: 1, answerTo: answerTo)
         r.tasks = ids.map { WorkTask(id: $0, files: []) }
         r.tool = tool
+        r.toolSHA256 = toolSHA256
         return r
     }
 
@@ -170,6 +171,9 @@ public struct RayExecutor: Sendable {
     public var checkVM: VMSettings?
     /// Paths every node must have (a tool's install and binds): a node without one is given no request.
     public var checkPaths: [String] = []
+    /// Files whose digest every node reports (`NodeTool.digestedFiles`), compared with the
+    /// supervisor's own: a node with other copies is given no request.
+    public var checkDigest: [String] = []
 
     public init(python: String, driver: String, address: String, environment: [String: String]) {
         self.python = python
@@ -228,6 +232,7 @@ public struct RayExecutor: Sendable {
         var first: [String: Any] = ["address": address, "num_cpus": 1, "timeout": timeout, "max_in_flight": maxInFlight, "check_policies": checkPolicies]
         if let checkVM { first["check_vm"] = String(decoding: try JSONEncoder().encode(checkVM), as: UTF8.self) }
         if !checkPaths.isEmpty { first["check_paths"] = checkPaths }
+        if !checkDigest.isEmpty { first["check_digest"] = checkDigest }
         try send(first)
         let seen = (try receive("it listed the cluster's nodes")["nodes"] as? [[String: Any]] ?? []).map { n in
             NodeSeen(node: n["node"] as? String ?? "?", address: n["address"] as? String ?? "?",

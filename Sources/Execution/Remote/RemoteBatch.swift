@@ -11,13 +11,17 @@ import SupervisorIO
 ///
 /// The rules:
 /// - A node gets nothing, train or held-out, unless its own check names this binary and
-///   these policies with no host problem and a valid sealing key, it never answered this
+///   these policies (and a tool's files) with no host problem and a valid sealing key, it never answered this
 ///   experiment badly (at its address), and no other node reports its sealing key.
 /// - Held-out requests are sealed to the accepted nodes in turn, skipping those out of the
 ///   batch; with none left, the run ends.
 /// - A train request lost with its node, or refused by it, is sent once more to another
-///   node; a held-out request never is (its loss ends the run: a gate is interrupted, and it
-///   was counted).
+///   node. A held-out request lost with its node (Ray says the node or its worker died: no
+///   answer came) is sealed to another accepted node and run there once more, and the loss is
+///   noted in the ledger (`note`, naming no task); agent.py cannot end its node, so the rerun
+///   is no second look it could ask for. A held-out request refused, failed (the worker ran
+///   and exited non-zero) or lost a second time ends the run: a gate is interrupted, and it
+///   was counted.
 /// - A bad answer (not decodable, oversized, not an answer to the request) records the node
 ///   (`record`, before anything else) and excludes every node at its address; a held-out
 ///   request's record names no task. One request costs at most one node: a second bad answer
@@ -30,6 +34,9 @@ struct RemoteBatch {
     let heldOut: Bool
     let binarySHA256: String
     let policiesSHA256: String
+    /// A tool benchmark's files as the supervisor holds them (`WorkRequest.toolSHA256`): a
+    /// node must report the same digest.
+    var toolSHA256: String?
     /// Nodes excluded by earlier batches of this experiment, by address.
     let excluded: [String: NodeExcludedRecord]
     /// Where held-out answers are sealed to (`WorkRequest.answerTo`).
@@ -38,6 +45,8 @@ struct RemoteBatch {
     var log: (String) -> Void = { _ in }
     /// Appends a `node_excluded` row; called before the exclusion takes effect.
     var record: (NodeExcludedRecord) throws -> Void = { _ in }
+    /// Appends a `note` row (a held-out request run again after its node was lost).
+    var note: (String) throws -> Void = { _ in }
 
     private(set) var accepted: [String] = []
     private(set) var sealKeys: [String: String] = [:]
@@ -75,7 +84,7 @@ struct RemoteBatch {
             if let e = excluded[n.address] {
                 why = "excluded: it answered a request badly before (\(e.reason))"
             } else if let r = n.report {
-                why = NodeCheck.unusable(r, binarySHA256: binarySHA256, policiesSHA256: policiesSHA256)
+                why = NodeCheck.unusable(r, binarySHA256: binarySHA256, policiesSHA256: policiesSHA256, toolSHA256: toolSHA256)
             } else {
                 why = "it did not report (\(n.error ?? "no report"))"
             }
@@ -115,18 +124,25 @@ struct RemoteBatch {
         // A held-out request is named by its kind only: these errors reach the coding agent.
         let what = heldOut ? "held-out" : request.tasks.map(\.id).joined(separator: ", ")
         let node = result.node, at = Self.shown(addresses[node] ?? "?")
-        if outOfBatch.contains(node) {
+        // What a node answers after it left the batch is not used (a loss it reports, such as
+        // a held-out request sealed to it that never started, is a loss like any other).
+        if outOfBatch.contains(node), case .ran = result {
             if !heldOut { return (Settlement(resend: true), nil) }
             throw ExperimentError(.io, "executor: ray: node \(at) answered a held-out request after it was excluded; \(Self.ending)")
         }
         switch result {
         case .lost(_, let why):
-            // A train request whose node died is sent once more, to another node; a held-out
-            // one never is. The node gets nothing more of this batch.
+            // A request whose node died is sent once more, to another node (a held-out one
+            // sealed to it afresh by `target`). The node gets nothing more of this batch.
             losses[i] += 1
             log("executor: ray: request (\(what)) lost on node \(at): \(Self.shown(why))")
             if !node.isEmpty { outOfBatch.insert(node) }
-            if !heldOut && losses[i] <= 1 && !node.isEmpty { return (Settlement(exclude: [node], resend: true), nil) }
+            if losses[i] <= 1 && !node.isEmpty {
+                if heldOut {
+                    try note("executor: ray: a held-out request was lost with node \(at) (no answer came); it runs once more on another node")
+                }
+                return (Settlement(exclude: [node], resend: true), nil)
+            }
             throw ExperimentError(.io, "executor: ray: a request (\(what)) was lost on node \(at); \(Self.ending)")
         case .ran(_, let exit, let bytes, let oversized, let stderr):
             guard exit == 0 else {

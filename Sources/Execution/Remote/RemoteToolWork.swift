@@ -7,7 +7,8 @@ import SandboxPolicy
 import SupervisorIO
 
 /// A worker node's run of a shard of a tool benchmark's run (`WorkRequest.tool`): the tool's
-/// adapter, rebuilt for the shard's ids, runs as it runs on the supervisor's host (its runner
+/// adapter, rebuilt for the shard's ids (before the nonce is claimed, so that a node whose copy
+/// of the tool lacks one refuses it), runs as it runs on the supervisor's host (its runner
 /// sandbox with agent.py, then its scorer without), with the request's agent.py; the tool's
 /// install, binds and `env_pass` variables are this node's own, at the supervisor's paths and
 /// names. The answer is a local request's: held-out outcomes stripped to reward and status.
@@ -20,11 +21,11 @@ enum NodeToolWork {
 }
 
 extension RemoteWorker {
-    static func runTool(_ tool: NodeTool, _ request: WorkRequest, work: String, _ s: Settings) throws -> WorkAnswer {
+    static func runTool(_ adapter: any BenchmarkAdapter, _ request: WorkRequest, work: String, _ s: Settings) throws -> WorkAnswer {
         let ids = request.tasks.map(\.id)
         let agent = AuditLog(), toolAudit = AuditLog()
         let loader = PolicyLoader(searchPaths: s.policySearchPaths)
-        let here = LocalExecution(adapter: tool.adapter(ids: ids), policyLoader: loader, scratchRoot: s.scratchRoot, concurrency: 1,
+        let here = LocalExecution(adapter: adapter, policyLoader: loader, scratchRoot: s.scratchRoot, concurrency: 1,
                                   log: s.log, evictionJournal: s.stateDirectory + "/held-out-pages",
                                   untrustedMemory: untrustedMemory(taskPolicy: request.taskPolicy, verifierPolicy: request.verifierPolicy,
                                                                    loader: loader, cpus: Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))),

@@ -59,7 +59,9 @@ public enum RemoteWorker {
         guard (1...64).contains(request.concurrency), !request.tasks.isEmpty else {
             throw ExperimentError(.refused, "the request names no task or a concurrency outside 1...64")
         }
+        var toolAdapter: (any BenchmarkAdapter)?
         if let tool = request.tool {
+            guard request.vm == nil else { throw ExperimentError(.refused, "a tool benchmark's request names a held-out VM (not built for tools): refused, nothing ran") }
             var seen = Set<String>()
             guard request.tasks.allSatisfy({ NodeToolWork.isValidID($0.id) && $0.files.isEmpty && seen.insert($0.id).inserted }) else {
                 throw ExperimentError(.refused, "a tool's request names an id that is not text without NUL or a line break of at most 512 bytes, names one twice, or sends files: refused, nothing ran")
@@ -67,6 +69,16 @@ public enum RemoteWorker {
             let missing = tool.requiredPaths.filter { !FileManager.default.fileExists(atPath: $0) }
             guard missing.isEmpty else {
                 throw ExperimentError(.refused, "this node lacks what the tool needs at the supervisor's paths (\(missing.prefix(3).joined(separator: ", "))): refused, nothing ran")
+            }
+            let digest: String?
+            do { digest = try WorkDigest.files(tool.digestedFiles) } catch {
+                throw ExperimentError(.refused, "this node cannot read the tool's files: refused, nothing ran", cause: error)
+            }
+            guard digest == request.toolSHA256 else {
+                throw ExperimentError(.refused, "this node's copy of the tool's files (sha256 \((digest ?? "none").prefix(16))) is not the supervisor's (\((request.toolSHA256 ?? "none").prefix(16))): another version of the tool is installed here; refused, nothing ran")
+            }
+            do { toolAdapter = try tool.adapter(ids: request.tasks.map(\.id)) } catch {
+                throw ExperimentError(.refused, "this node's copy of the tool cannot run the shard's tasks: refused, nothing ran", cause: error)
             }
         }
         guard request.vm == nil || request.heldOut else {
@@ -107,9 +119,8 @@ public enum RemoteWorker {
         // The per-task tmpfs mounts go under the scratch root, which a fresh node (a new
         // container) does not have yet: made as the supervisor makes its own.
         if let e = FileSystem.makeDirectories(s.scratchRoot, mode: 0o700) { throw ExperimentError(.io, "\(s.scratchRoot): \(ErrnoName.describe(e))") }
-        if let tool = request.tool {
-            guard machine == nil else { throw ExperimentError(.refused, "a tool benchmark's request names a held-out VM (not built for tools): refused") }
-            return (request, try runTool(tool, request, work: work, s))
+        if let toolAdapter {
+            return (request, try runTool(toolAdapter, request, work: work, s))
         }
         let bench: LocalBenchmark
         do { bench = try LocalBenchmark(directory: work + "/benchmark") } catch { throw ExperimentError(.refused, "the request's tasks", cause: error) }

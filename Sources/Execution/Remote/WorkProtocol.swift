@@ -40,6 +40,9 @@ public struct WorkRequest: Codable, Sendable, Equatable {
     /// A benchmark run by its own tool (`NodeTool`): the node runs the tool on the request's
     /// ids (its `tasks`, each without files) in its own sandboxes; nil for a local benchmark.
     public var tool: NodeTool?
+    /// The digest of the tool's files a reward depends on (`NodeTool.digestedFiles`, by
+    /// `WorkDigest.files`) as the supervisor holds them: a node whose copies differ refuses.
+    public var toolSHA256: String?
     /// The agent.py under evaluation.
     public var agentPy: Data
     /// The requested tasks' directories (local benchmark layout), file by file.

@@ -17,9 +17,11 @@ extension ExperimentContext {
                               oneTaskPerRun: oneTaskPerRun)
         let environment = executorEnvironment
         let outcomes = try executors.executor(for: request, environment) {
-            RayNodeExecutor(environment: environment, templatesDirectory: templatesDirectory,
-                            excludedNodes: { [unowned self] in try state().excludedNodes },
-                            recordExclusion: { [ledger] in _ = try ledger.append(.nodeExcluded, $0) })
+            var ray = RayNodeExecutor(environment: environment, templatesDirectory: templatesDirectory,
+                                      excludedNodes: { [unowned self] in try state().excludedNodes },
+                                      recordExclusion: { [ledger] in _ = try ledger.append(.nodeExcluded, $0) })
+            ray.recordNote = { [ledger] in _ = try ledger.append(.note, NoteRecord(text: $0)) }
+            return ray
         }.run(request)
         // Whatever the executor did, the mean is over every requested id.
         return LocalExecution.complete(ids, outcomes, split: split, adapter: adapter.name)

@@ -9,6 +9,7 @@ struct BfclKind: BenchmarkKind {
     static let version = "2026.3.23"
     static let hint = "run scripts/install-bfcl (bfcl-eval \(version), pinned, into $AUTOHARNESS_CACHE/bfcl-eval-\(version)), or pip install bfcl-eval==\(version) and pass --tool PATH/bin/bfcl"
     let name = "bfcl"
+    let shardsOnNodes = true
     var installHint: String { Self.hint }
     func notInVM(_ config: ExperimentConfig) -> String? { nil }
 

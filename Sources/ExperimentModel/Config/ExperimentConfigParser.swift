@@ -103,9 +103,9 @@ enum ExperimentConfigParser {
         }
         if c.executor.kind == .ray && r.errors.isEmpty, let node = r.node("executor") {
             if !c.runsOwnTasks && !c.shardsOnNodes {
-                r.error(node, "executor: ray runs a local or a command benchmark's tasks on the cluster's nodes so far; '\(c.benchmark)' runs its own tool (not built yet): use executor: local")
+                r.error(node, "executor: ray runs a local, command or bfcl benchmark's tasks on the cluster's nodes so far; '\(c.benchmark)' runs its own tool (not built yet): use executor: local")
             } else if !c.runsOwnTasks && c.gate.heldOutRuntime == .vm {
-                r.error(node, "executor: ray runs a command benchmark's held-out tasks in the nodes' own sandboxes, not in a VM (not built yet): set gate.held_out_runtime: host")
+                r.error(node, "executor: ray runs a tool benchmark's held-out tasks in the nodes' own sandboxes, not in a VM (not built yet): set gate.held_out_runtime: host")
             } else if (c.executor.address ?? "").isEmpty {
                 r.error(node, "executor.address: missing; executor: ray needs the cluster's address (host:port of its head)")
             } else if c.verifierTools != nil {

@@ -1,0 +1,98 @@
+import Foundation
+import Testing
+import TestSupport
+@testable import Experiment
+@testable import ExperimentModel
+
+/// Tool benchmarks (`NodeTool`) with `executor: ray`: each run's ids in shards across two
+/// worker nodes of a real cluster, each node running the tool on its shard in its own
+/// sandboxes, from its own install at the supervisor's paths.
+extension RayClusterTests {
+    @Test("a command benchmark with executor: ray: each run's ids in shards across two worker nodes, each running the tool on its shard in its own sandboxes; prepare, a benchmark and a gate give what one machine gives (baseline, split, train rewards and traces, the gate)")
+    func commandAcrossTheCluster() throws {
+        try requireRoot()
+        try Self.sameAsOneMachine(baseline: "baseline: 3/12 tasks pass", trace: "answer.txt", v2: SquareAgents.upTo(6), perRequest: 2) {
+            let exp = try Experiment(benchmark: "command")
+            try exp.set("tasks", "[" + (1...12).map { "sq-\($0)" }.joined(separator: ", ") + "]")
+            try exp.set("command", "[python3, \(Tools.root)/command_bench.py, --tasks, \"{task_ids_file}\", --out, \"{output}\"]", in: "runner")
+            try exp.set("binds", "[\(Tools.root)]", in: "runner")
+            try exp.setAgent(SquareAgents.upTo(3))
+            return exp
+        }
+    }
+
+    @Test("BFCL with executor: ray: its real tasks in shards across two worker nodes, each node reading them from its own bfcl-eval and grading with BFCL's checker there; prepare, a benchmark and a gate give what one machine gives (baseline, split, train rewards and BFCL's verdicts, the gate)")
+    func bfclAcrossTheCluster() throws {
+        try requireRoot()
+        let venv = try Bfcl.install()
+        // v2 calls the first function offered with no arguments: BFCL's checker fails it on
+        // the simple tasks (a missing parameter) and on the irrelevance ones (a call).
+        let calls = "class HarnessAgent:\n    def run(self, messages, functions):\n"
+            + "        return [{'name': functions[0]['name'], 'arguments': {}}]\n"
+        try Self.sameAsOneMachine(baseline: "baseline: 4/8 tasks pass", trace: "verdict.json", v2: calls, perRequest: 3) {
+            let exp = try Experiment(benchmark: "bfcl", extraArgs: ["--tool", venv + "/bin/bfcl"])
+            let path = exp.root + "/experiment_config.yaml"
+            let text = try String(contentsOfFile: path, encoding: .utf8)
+            try text.replacingOccurrences(of: "# tasks_per_category: 20 ", with: "tasks_per_category: 4 ").write(toFile: path, atomically: true, encoding: .utf8)
+            try exp.set("categories", "[simple_python, irrelevance]")
+            // agent.py reaches no model: no key, no inference gate (a node would need both).
+            try exp.set("env_pass", "[]", in: "runner")
+            try exp.set("inference", "[]", in: "runner")
+            try exp.set("min_improvement", "0", in: "gate")
+            try exp.setAgent(RemoteBfclTests.noCall)
+            return exp
+        }
+    }
+
+    /// `make()`'s experiment run twice, on this host and with `executor: ray` across two worker
+    /// nodes (`perRequest` tasks a shard): prepare (its baseline line `baseline`), a
+    /// benchmark with agent.py `v2` (every train task's `trace` file the same) and a gate agree.
+    static func sameAsOneMachine(baseline: String, trace: String, v2: String, perRequest: Int, _ make: () throws -> Experiment) throws {
+        let python = try Self.python()
+        let local = try make()
+        defer { local.removeScratch() }
+        let remote = try make()
+        defer { remote.removeScratch() }
+        let key = try autoharness(["worker-key", "-C", remote.root])
+        try #require(key.status == 0, "\(key.stderr)")
+        let keyFile = remote.temp.file("supervisor.pub")
+        try key.stdout.write(toFile: keyFile, atomically: true, encoding: .utf8)
+        let cluster = try Cluster(python: python, keyFile: keyFile, temp: remote.temp, workers: 2)
+        defer { cluster.stop() }
+        let env = try Self.useCluster(remote, cluster, python: python)
+        let config = remote.root + "/experiment_config.yaml"
+        try (try String(contentsOfFile: config, encoding: .utf8) + "  tasks_per_request: \(perRequest)\n").write(toFile: config, atomically: true, encoding: .utf8)
+        func onCluster(_ args: String...) throws -> Run { try autoharness(args + ["-C", remote.root], environment: env) }
+
+        let prepared = try Self.whenUpOnCluster { try onCluster("prepare") }
+        try #require(prepared.status == 0, "\(prepared.stdout) \(prepared.stderr)")
+        #expect(prepared.stderr.contains("executor: ray: "), "\(prepared.stderr)")
+        let here = try local.run(["prepare"], environment: [:])
+        try #require(here.status == 0, "\(here.stderr)")
+        #expect(try remote.split() == local.split())
+        #expect(try remote.baselineScores() == local.baselineScores())
+        #expect(prepared.stdout.contains(baseline), "\(prepared.stdout)")
+
+        // agent.py v2: the train runs agree, reward and trace.
+        for e in [local, remote] { try e.setAgent(v2) }
+        let b1 = try local.run(["benchmark"], environment: [:])
+        let b2 = try onCluster("benchmark")
+        #expect(b1.status == 0 && b2.status == 0 && b1.stdout == b2.stdout, "\(b1.stdout)\n---\n\(b2.stdout)\(b2.stderr)")
+        var traced = 0
+        for id in try local.split().train where local.traceFile(id, trace) != nil {
+            #expect(remote.traceFile(id, trace) == local.traceFile(id, trace), "\(id)")
+            traced += 1
+        }
+        #expect(traced > 0, "no train task left a \(trace)")
+        let g1 = try local.run(["gate"], environment: [:])
+        let g2 = try onCluster("gate")
+        let uncommitted = { (s: String) in s.replacing(#/committed as [0-9a-f]+/#, with: "committed as X") }
+        #expect(g1.status == g2.status && uncommitted(g1.stdout) == uncommitted(g2.stdout), "\(g1.stdout)\n---\n\(g2.stdout) \(g2.stderr)")
+        #expect(try remote.lastGateScores() == local.lastGateScores())
+        // Both worker nodes took shards; none ran on the head.
+        let ran = [1, 2].map { FileSystemProbe.names(cluster.state("w\($0)") + "/nonces").count }
+        #expect(ran.allSatisfy { $0 > 0 }, "requests per worker node: \(ran)")
+        #expect(FileSystemProbe.names(cluster.state("head") + "/nonces").isEmpty, "a shard ran on the head")
+        #expect(remote.scratchMounts().isEmpty)
+    }
+}
