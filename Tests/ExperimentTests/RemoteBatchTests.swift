@@ -117,7 +117,7 @@ struct RemoteBatchTests {
         #expect(try train.target(0) == nil)
     }
 
-    @Test("a request lost with its node (train or held-out), or a train request refused by its node, is sent once more to another node and the first is out of the batch, a held-out loss noted without its tasks; a second loss ends the run; a held-out request refused or failed is never sent again")
+    @Test("a train request lost or refused, or a held-out request whose node died, is sent once more to another node and the first is out of the batch, a held-out loss noted without its tasks; a second loss ends the run; a held-out request refused, failed, or lost while its node lives (a worker killed for memory) is never sent again")
     func lossesAndRefusals() throws {
         let f = Fixture(heldOut: false)
         var (b, kept) = Self.wired(f)
@@ -138,14 +138,19 @@ struct RemoteBatchTests {
         // A held-out request lost with its node runs once more on another (sealed to it
         // afresh), the loss noted in the ledger; lost again, the run ends. Neither the note nor
         // the error names the held-out task (they can reach the coding agent).
-        let lost = try held.settle(0, .lost(node: "a", why: "NodeDiedError task-0"))
+        let lost = try held.settle(0, .lost(node: "a", why: "NodeDiedError task-0", nodeDied: true))
         #expect(lost.answer == nil && lost.settlement.resend && lost.settlement.exclude == ["a"])
         #expect(heldKept.notes.count == 1 && heldKept.notes.allSatisfy { $0.contains("a held-out request was lost with node 10.0.0.2") && !$0.contains("task-") },
                 "\(heldKept.notes)")
         #expect(try held.target(0)?.node == "b")
-        #expect { _ = try held.settle(0, .lost(node: "b", why: "NodeDiedError")) } throws: { "\($0)".contains("held-out") && !"\($0)".contains("task-") }
+        #expect { _ = try held.settle(0, .lost(node: "b", why: "NodeDiedError", nodeDied: true)) } throws: { "\($0)".contains("held-out") && !"\($0)".contains("task-") }
         var (held2, heldKept2) = Self.wired(h)
         _ = try held2.choose([Fixture.node("a", "10.0.0.2", Fixture.report()), Fixture.node("b", "10.0.0.3", Fixture.report())])
+        // A held-out request whose worker was killed for memory, or crashed, on a node that
+        // lives on is not run again: agent.py could have brought that about.
+        #expect { _ = try held2.settle(0, .lost(node: "a", why: "OutOfMemoryError: Task was killed due to the node running low on memory")) } throws: {
+            "\($0)".contains("held-out") && heldKept2.notes.isEmpty
+        }
         // A held-out refusal: its node's words (which could name test tasks) are not logged.
         #expect { _ = try held2.settle(1, .ran(node: "b", exit: 2, answer: [], oversized: false, stderr: "task-1 SECRET")) } throws: { !"\($0)".contains("task-") }
         #expect(!heldKept2.log.joined().contains("SECRET") && !heldKept2.log.joined().contains("task-") && heldKept2.notes.isEmpty, "\(heldKept2.log)")
@@ -216,7 +221,7 @@ struct RemoteBatchTests {
         return try #require(try JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any])
     }
 
-    @Test("the driver passes a node's result on only as typed fields, takes a task that raised on the node for an empty answer (not a lost node), a lost task for a loss, and drops a held-out run's stderr")
+    @Test("the driver passes a node's result on only as typed fields, takes a task that raised on the node for an empty answer (not a lost node), a lost task for a loss (the node's death only when Ray has it dead), and drops a held-out run's stderr")
     func driverJudgesResults() throws {
         let ok = try Self.driverLine("line = d.result_line(lambda: {'exit': 0, 'answer': 'QUJD', 'stderr': 'note', 'oversized': False, 'extra': 'x'}, 3, 'n1', False, TaskError)")
         #expect(ok["answer"] as? String == "QUJD" && ok["stderr"] as? String == "note" && ok["exit"] as? Int == 0 && ok["extra"] == nil && ok["id"] as? Int == 3)
@@ -226,7 +231,16 @@ struct RemoteBatchTests {
         let raised = try Self.driverLine("line = d.result_line(raises(TaskError('boom on the node')), 3, 'n1', False, TaskError)")
         #expect(raised["answer"] as? String == "" && raised["error"] == nil, "an exception raised by the task is an empty answer: \(raised)")
         let lost = try Self.driverLine("line = d.result_line(raises(RuntimeError('node died')), 3, 'n1', False, TaskError)")
-        #expect((lost["error"] as? String)?.contains("node died") == true && lost["answer"] == nil)
+        #expect((lost["error"] as? String)?.contains("node died") == true && lost["answer"] == nil && lost["node_died"] == nil)
+        // The node's death only when Ray says so and its control store has the node dead: a
+        // worker killed for memory on a live node is a plain loss.
+        let classes = "class NodeDiedError(Exception): pass\nclass OutOfMemoryError(Exception): pass\n"
+        let died = try Self.driverLine(classes + "line = d.result_line(raises(NodeDiedError('gone')), 3, 'n1', True, TaskError, lambda: True)")
+        #expect(died["node_died"] as? Bool == true && died["error"] != nil, "\(died)")
+        let stillAlive = try Self.driverLine(classes + "line = d.result_line(raises(NodeDiedError('gone')), 3, 'n1', True, TaskError, lambda: False)")
+        #expect(stillAlive["node_died"] == nil && stillAlive["error"] != nil, "\(stillAlive)")
+        let memory = try Self.driverLine(classes + "line = d.result_line(raises(OutOfMemoryError('low memory')), 3, 'n1', True, TaskError, lambda: True)")
+        #expect(memory["node_died"] == nil && memory["error"] != nil, "\(memory)")
         let sealed = try Self.driverLine("line = d.result_line(lambda: {'exit': 2, 'answer': '', 'stderr': 'task-7 refused'}, 3, 'n1', True, TaskError)")
         #expect(sealed["stderr"] as? String == "" && sealed["exit"] as? Int == 2)
     }

@@ -30,16 +30,18 @@ struct RemoteBfclTests {
                                 heldOut: heldOut, answerTo: heldOut ? NodeSealKey.publicText(node.answerKey) : nil)
     }
 
-    @Test("a BFCL shard runs on the node from its own install: BFCL's checker's rewards and verdicts (held out: rewards only); another copy of the files that decide rewards, a task the node's copy lacks, or a VM named for a tool is refused before the nonce; the node's check reports the same digest as the supervisor's")
+    @Test("a BFCL shard runs on the node from its own install: BFCL's checker's rewards and verdicts (held out: rewards only); another copy of the files that decide rewards, a task the node's copy lacks, a runner bind reaching the node's install, an install resolving elsewhere, or a VM named for a tool is refused before the nonce; the node's check reports the same digest as the supervisor's")
     func bfclShardRuns() throws {
         try requireRoot()
         let node = try RemoteWorkTests.Node()
         let adapter = try Self.adapter()
-        let tool = adapter.nodeTool
+        let tool = try adapter.nodeTool
         guard case .bfcl(let settings) = tool else { Issue.record("not a BFCL node tool: \(tool)"); return }
         // What decides a reward is digested: the category files, their possible answers, the checker, the scripts.
         #expect(settings.digestedFiles.contains { $0.hasSuffix("/data/possible_answer/BFCL_v4_simple_python.json") }
                 && settings.digestedFiles.contains { $0.hasSuffix("/eval_checker/ast_eval/ast_checker.py") }
+                && settings.digestedFiles.contains { $0.hasSuffix("/bfcl_eval/model_handler/base_handler.py") }
+                && settings.digestedFiles.contains { $0.hasSuffix("/bfcl_eval/constants/model_config.py") }
                 && settings.digestedFiles.contains { $0.hasSuffix("/templates/bfcl/autoharness_bfcl_score.py") }, "\(settings.digestedFiles)")
 
         let train = try request(node, tool, ["irrelevance_1", "simple_python_2"], heldOut: false)
@@ -71,6 +73,20 @@ struct RemoteBfclTests {
         let s = try node.serve(try node.sign(stray))
         #expect(s.status != 0 && s.stderr.contains("this node's copy of the tool cannot run the shard's tasks") && s.stderr.contains("multiple_0")
                 && !node.nonces.contains(stray.nonce), "\(s.stderr)")
+        // ...a runner bind that would show agent.py this node's install (its possible answers),
+        // or an install that resolves elsewhere here than on the supervisor's host...
+        guard case .bfcl(var exposed) = tool else { return }
+        exposed.tool.binds = [(settings.environmentDirectory as NSString).deletingLastPathComponent]
+        let bound = try request(node, .bfcl(exposed), ["irrelevance_1"], heldOut: false)
+        let e = try node.serve(try node.sign(bound))
+        #expect(e.status != 0 && e.stderr.contains("on this node, runner.binds:") && e.stderr.contains("whose data/possible_answer/ holds every task's answer")
+                && !node.nonces.contains(bound.nonce), "\(e.stderr)")
+        var moved = settings
+        moved.environmentRealPath = "/elsewhere/bfcl-venv"
+        let elsewhere = try request(node, .bfcl(moved), ["irrelevance_1"], heldOut: false)
+        let m = try node.serve(try node.sign(elsewhere))
+        #expect(m.status != 0 && m.stderr.contains("resolves to \(settings.environmentRealPath), not to /elsewhere/bfcl-venv") && !node.nonces.contains(elsewhere.nonce),
+                "\(m.stderr)")
         // ...and a tool's held-out request naming a VM (not built for tools).
         var inVM = try request(node, tool, ["irrelevance_2"], heldOut: true)
         inVM.vm = VMSettings()

@@ -91,7 +91,8 @@ struct RemoteWorkTests {
         tool.timeout = 120
         var work = try RemoteWork(key: node.key, policySearchPaths: [Built.packageRoot + "/policies"])
         work.binarySHA256 = try WorkDigest.file(Built.autoharness)
-        return try work.request(tool: .command(tool: tool, scorer: nil, scorerBinds: []), toolSHA256: nil, ids: ids, agentPy: Array(SquareAgents.upTo(3).utf8),
+        let command = NodeTool.command(tool: tool, scorer: nil, scorerBinds: [])
+        return try work.request(tool: command, toolSHA256: try WorkDigest.files(command.digestedFiles), ids: ids, agentPy: Array(SquareAgents.upTo(3).utf8),
                                 heldOut: heldOut, answerTo: heldOut ? NodeSealKey.publicText(node.answerKey) : nil)
     }
 
@@ -101,6 +102,8 @@ struct RemoteWorkTests {
         let node = try Node()
         let request = try commandRequest(node, ["sq-2", "sq-3", "sq-4"], heldOut: false)
         #expect(request.tasks.allSatisfy { $0.files.isEmpty } && request.taskPolicy == "benchmark-runner" && request.verifierPolicy == "benchmark-scorer")
+        // The script the runner's argv names is digested (python3, a name on PATH, is not).
+        #expect(request.tool?.digestedFiles == [Tools.root + "/command_bench.py"] && request.toolSHA256 != nil, "\(request.tool?.digestedFiles ?? [])")
         let r = try node.serve(try node.sign(request))
         #expect(r.status == 0, "\(r.stderr)")
         let answer = try RemoteWork.check(Array(r.stdout.utf8), for: request)

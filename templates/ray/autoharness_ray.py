@@ -21,7 +21,8 @@ is the supervisor's. JSON lines:
           {"settled": N}                     result N judged: its node may take another request
           {"end": true}                      once every answer the supervisor needs is in
   stdout  {"id": N, "node": ID, "exit": CODE, "answer": "<base64>", "oversized": BOOL, "stderr": "..."}
-          or {"id": N, "node": ID, "error": "why"} (the node died, Ray lost the task, no node is left)
+          or {"id": N, "node": ID, "error": "why"} (the node died, Ray lost the task, no node is left;
+                                             "node_died": true when Ray has the node dead)
 
 Every request is placed by this driver on one accepted node (the least loaded, then the one
 given fewest requests so far; never one the request must avoid or one excluded; for a
@@ -106,17 +107,24 @@ def typed(result, n, node):
             "oversized": result.get("oversized", False), "stderr": result.get("stderr", "")[-4000:]}
 
 
-def result_line(get, n, node, sealed, task_error):
+def result_line(get, n, node, sealed, task_error, node_gone=lambda: False):
     """The line for request n's result, which `get` fetches (raising as ray.get does). A task
     that raised on the node (`task_error`) is the node's doing: an empty answer, which the
-    supervisor judges bad, never taken for a lost node. Any other exception is a loss. A
-    held-out run's stderr (sealed) stays on the node: it could name test tasks."""
+    supervisor judges bad, never taken for a lost node. Any other exception is a loss; it is
+    the node's death (`node_died`, which lets the supervisor run a held-out request once more
+    elsewhere) only when Ray says so (NodeDiedError) and `node_gone()` confirms the node is no
+    longer alive. A worker killed for memory (OutOfMemoryError) or crashed is a loss without
+    it: agent.py could bring those about. A held-out run's stderr (sealed) stays on the node:
+    it could name test tasks."""
     try:
         result = get()
     except task_error:
         result = None
     except Exception as e:  # noqa: BLE001 - a lost node or task is an answer too
-        return {"id": n, "node": node, "error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:300] if str(e) else "")}
+        line = {"id": n, "node": node, "error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:300] if str(e) else "")}
+        if type(e).__name__ == "NodeDiedError" and node_gone():
+            line["node_died"] = True
+        return line
     answer = typed(result, n, node)
     if sealed:
         answer["stderr"] = ""
@@ -255,6 +263,15 @@ def main():
     def alive():
         return {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
 
+    def node_gone(node):
+        """Whether Ray's control store has `node` dead (asked for up to 60 s: its death is
+        noticed by health checks, seconds after a request's loss is reported)."""
+        for _ in range(60):
+            if node not in alive():
+                return True
+            time.sleep(1)
+        return False
+
     live = alive()
     while not ended or waiting or in_flight:
         while True:
@@ -270,8 +287,11 @@ def main():
                     waiting.pop(k)
                     # A request sealed to a node that died before it started is that node's
                     # loss (the supervisor may seal it to another); an unbound one has none left.
-                    emit({"id": n, "node": bound or "", "error": "no accepted node is left to run it (excluded, avoided or dead)" if bound is None
-                          else "the node it is sealed to is no longer accepted or alive"})
+                    line = {"id": n, "node": bound or "", "error": "no accepted node is left to run it (excluded, avoided or dead)" if bound is None
+                            else "the node it is sealed to is no longer accepted or alive"}
+                    if bound is not None and node_gone(bound):
+                        line["node_died"] = True
+                    emit(line)
                     placed = True
                     break
                 # A held-out request waits until its node is idle: sent earlier, it would only
@@ -301,7 +321,7 @@ def main():
         for ref in done:
             n, node, sealed = in_flight.pop(ref)
             unsettled[n] = node
-            line = result_line(lambda: ray.get(ref), n, node, sealed, ray.exceptions.RayTaskError)
+            line = result_line(lambda: ray.get(ref), n, node, sealed, ray.exceptions.RayTaskError, lambda: node_gone(node))
             if "error" in line:
                 live = alive()
             emit(line)

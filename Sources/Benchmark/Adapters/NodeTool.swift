@@ -12,7 +12,8 @@ import SupervisorIO
 
 /// An adapter whose runs a worker node can run in shards (`NodeTool`).
 public protocol RunsInShards: BenchmarkAdapter {
-    var nodeTool: NodeTool { get }
+    /// Throws when what a node must match cannot be listed here (a part of the install missing).
+    var nodeTool: NodeTool { get throws(BenchmarkError) }
 }
 
 /// What a node needs to run a shard of a tool benchmark's run.
@@ -62,14 +63,19 @@ public enum NodeTool: Codable, Sendable, Equatable {
     }
 
     /// The files whose contents must be the supervisor's on a node (`WorkRequest.toolSHA256`):
-    /// the executables named by path (a command's runner and scorer), and for BFCL the run's
-    /// category files, their possible answers, the multi-turn back-ends' function documents,
-    /// bfcl-eval's checker and autoharness's two scripts. Not the interpreters, nor what the
-    /// binds hold beyond these: a node with another Python or other bound data runs them.
+    /// for a command, every word of its runner's and scorer's argv that is an absolute path to
+    /// a regular file (the executables, the scripts they run); for BFCL the run's category
+    /// files, their possible answers, the multi-turn back-ends' function documents, every `.py`
+    /// of bfcl-eval (its checker, the handlers that decode answers, its constants) and
+    /// autoharness's two scripts. Not the interpreters BFCL runs on, nor what the binds hold
+    /// beyond these: a node with another Python or other bound data runs them.
     public var digestedFiles: [String] {
         switch self {
         case .command(let tool, let scorer, _):
-            return [tool.command.first, scorer?.first].compactMap { $0 }.filter { $0.contains("/") }
+            return (tool.command + (scorer ?? [])).filter { word in
+                var st = stat()
+                return word.hasPrefix("/") && stat(word, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG
+            }
         case .bfcl(let b):
             return b.digestedFiles
         }
@@ -98,6 +104,9 @@ public struct BfclNode: Codable, Sendable, Equatable {
     public var environment: [String]
     /// The files of the install a reward depends on (listed by the supervisor from its own copy).
     public var digestedFiles: [String]
+    /// `environmentDirectory` with its links resolved on the supervisor's host: a node's must
+    /// resolve to the same path (not, by a link of the node's, to somewhere the runner sees).
+    public var environmentRealPath: String
 }
 
 extension CommandAdapter: RunsInShards {
@@ -106,31 +115,52 @@ extension CommandAdapter: RunsInShards {
 }
 
 extension BfclAdapter: RunsInShards {
-    /// This adapter as a node rebuilds it (`NodeTool`).
+    /// This adapter as a node rebuilds it (`NodeTool`). Throws when a graded category's possible
+    /// answers or bfcl-eval's code cannot be found: a digest over less would check less.
     public var nodeTool: NodeTool {
-        let data = packageDirectory + "/data/"
-        var files = [scriptsDirectory + "/autoharness_bfcl_run.py", scriptsDirectory + "/autoharness_bfcl_score.py"]
-        for category in categories {
-            files.append(data + "BFCL_v4_\(category).json")
-            let answers = data + "possible_answer/BFCL_v4_\(category).json"
-            if access(answers, F_OK) == 0 { files.append(answers) }
+        get throws(BenchmarkError) {
+            let data = packageDirectory + "/data/"
+            var files = [scriptsDirectory + "/autoharness_bfcl_run.py", scriptsDirectory + "/autoharness_bfcl_score.py"]
+            for category in categories {
+                files.append(data + "BFCL_v4_\(category).json")
+                // The relevance categories have none: whether a call was made is the answer.
+                guard !Self.relevanceCategories.contains(category) else { continue }
+                let answers = data + "possible_answer/BFCL_v4_\(category).json"
+                guard access(answers, R_OK) == 0 else {
+                    throw BenchmarkError(.invalidBenchmark, "bfcl: \(answers): \(FileSystem.errorText()) (the possible answers a node's copy must match)")
+                }
+                files.append(answers)
+            }
+            if categories.contains(where: Self.multiTurnCategories.contains) {
+                files += Self.backendDocs.values.sorted().map { data + "multi_turn_func_doc/" + $0 }
+            }
+            let code = Self.pythonFiles(under: packageDirectory)
+            guard code.contains(packageDirectory + "/eval_checker/eval_runner.py") else {
+                throw BenchmarkError(.invalidBenchmark, "bfcl: no eval_checker/eval_runner.py among \(packageDirectory)'s Python files (the checker a node's copy must match)")
+            }
+            files += code
+            return .bfcl(BfclNode(packageDirectory: packageDirectory, environmentDirectory: environmentDirectory, checkerPython: checkerPython,
+                                  scriptsDirectory: scriptsDirectory, tool: tool, categories: categories, agentModel: agentModel,
+                                  concurrency: concurrency, environment: environment, digestedFiles: files,
+                                  environmentRealPath: Self.realPath(environmentDirectory)))
         }
-        if categories.contains(where: Self.multiTurnCategories.contains) {
-            files += Self.backendDocs.values.sorted().map { data + "multi_turn_func_doc/" + $0 }
-        }
-        files += Self.pythonFiles(under: packageDirectory + "/eval_checker")
-        return .bfcl(BfclNode(packageDirectory: packageDirectory, environmentDirectory: environmentDirectory, checkerPython: checkerPython,
-                              scriptsDirectory: scriptsDirectory, tool: tool, categories: categories, agentModel: agentModel,
-                              concurrency: concurrency, environment: environment, digestedFiles: files))
     }
 
-    /// The `.py` files below `directory` (not `__pycache__`), sorted by path.
+    /// `path` with every link resolved (itself when it cannot be).
+    public static func realPath(_ path: String) -> String {
+        guard let p = realpath(path, nil) else { return path }
+        defer { free(p) }
+        return String(cString: p)
+    }
+
+    /// The `.py` files below `directory` (not in `__pycache__` nor `data/`), sorted by path.
     static func pythonFiles(under directory: String) -> [String] {
         FileSystem.names(in: directory).flatMap { name -> [String] in
             let path = directory + "/" + name
             if name.hasSuffix(".py") { return [path] }
+            guard name != "__pycache__" && name != "data" else { return [] }
             let fd = FileSystem.openDirectory(path)
-            guard fd >= 0, name != "__pycache__" else { return [] }
+            guard fd >= 0 else { return [] }
             close(fd)
             return pythonFiles(under: path)
         }

@@ -28,7 +28,8 @@ package struct RayNodeExecutor: TaskExecutor {
         // A local benchmark's tasks travel with their files; a tool benchmark's ids (command,
         // bfcl), in shards, with its settings (`NodeTool`): each node runs the tool on its shard.
         let local = environment.adapter as? LocalAdapter
-        let tool = (environment.adapter as? any RunsInShards)?.nodeTool
+        let tool: NodeTool?
+        do { tool = try (environment.adapter as? any RunsInShards)?.nodeTool } catch { throw ExperimentError(.usage, error.message) }
         if local == nil && tool == nil {
             throw ExperimentError(.usage, "executor: ray runs a local, command or bfcl benchmark's tasks so far; \(environment.adapter.name) runs its own tool")
         }

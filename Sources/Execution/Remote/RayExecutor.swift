@@ -120,13 +120,21 @@ public enum RemoteResult: Sendable {
     /// The node's `autoharness worker` ran and exited with `exit`; `answer` is its stdout
     /// (empty and `oversized` when it was over `WorkLimits.maxAnswer`).
     case ran(node: String, exit: Int32, answer: [UInt8], oversized: Bool, stderr: String)
-    /// Ray lost the task (its node died, the task was cancelled), or no accepted node was left.
-    case lost(node: String, why: String)
+    /// Ray lost the task (its node died, its worker was killed, the task was cancelled), or no
+    /// accepted node was left. `nodeDied`: Ray has the node dead (NodeDiedError, and the node
+    /// no longer alive), the one loss a held-out request is run again after.
+    case lost(node: String, why: String, nodeDied: Bool = false)
 
     public var node: String {
         switch self {
-        case .ran(let node, _, _, _, _), .lost(let node, _): return node
+        case .ran(let node, _, _, _, _), .lost(let node, _, _): return node
         }
+    }
+
+    /// Ray lost it (no answer came).
+    public var isLoss: Bool {
+        if case .lost = self { return true }
+        return false
     }
 }
 
@@ -208,7 +216,8 @@ public struct RayExecutor: Sendable {
         // Requests run `maxInFlight` at a time, each within `timeout`, and some once more.
         let pid = p.processIdentifier
         let watchdog = DispatchWorkItem { kill(pid, SIGKILL) }
-        let rounds = Double((count + maxInFlight - 1) / max(1, maxInFlight) + 2)
+        // Each request may run twice (a lost one is sent again).
+        let rounds = Double(2 * ((count + maxInFlight - 1) / max(1, maxInFlight)) + 2)
         DispatchQueue.global().asyncAfter(deadline: .now() + timeout * rounds + 300, execute: watchdog)
         defer { watchdog.cancel() }
         // The driver's stderr is drained meanwhile (Ray is talkative); its tail explains a failure.
@@ -258,7 +267,7 @@ public struct RayExecutor: Sendable {
             let node = o["node"] as? String ?? ""
             let result: RemoteResult
             if let why = o["error"] as? String {
-                result = .lost(node: node, why: why)
+                result = .lost(node: node, why: why, nodeDied: o["node_died"] as? Bool ?? false)
             } else {
                 let answer = (o["answer"] as? String).flatMap { Data(base64Encoded: $0) }.map(Array.init) ?? []
                 result = .ran(node: node, exit: (o["exit"] as? Int).flatMap { Int32(exactly: $0) } ?? -1, answer: answer,

@@ -16,12 +16,12 @@ import SupervisorIO
 /// - Held-out requests are sealed to the accepted nodes in turn, skipping those out of the
 ///   batch; with none left, the run ends.
 /// - A train request lost with its node, or refused by it, is sent once more to another
-///   node. A held-out request lost with its node (Ray says the node or its worker died: no
-///   answer came) is sealed to another accepted node and run there once more, and the loss is
-///   noted in the ledger (`note`, naming no task); agent.py cannot end its node, so the rerun
-///   is no second look it could ask for. A held-out request refused, failed (the worker ran
-///   and exited non-zero) or lost a second time ends the run: a gate is interrupted, and it
-///   was counted.
+///   node. A held-out request whose node died (Ray has the node dead: `nodeDied`) is sealed to
+///   another accepted node and run there once more, and the loss is noted in the ledger
+///   (`note`, naming no task); agent.py cannot end its node, so the rerun is no second look it
+///   could ask for. A held-out request lost otherwise (its worker killed for memory, crashed),
+///   refused, failed (the worker ran and exited non-zero) or lost a second time ends the run:
+///   a gate is interrupted, and it was counted.
 /// - A bad answer (not decodable, oversized, not an answer to the request) records the node
 ///   (`record`, before anything else) and excludes every node at its address; a held-out
 ///   request's record names no task. One request costs at most one node: a second bad answer
@@ -124,20 +124,23 @@ struct RemoteBatch {
         // A held-out request is named by its kind only: these errors reach the coding agent.
         let what = heldOut ? "held-out" : request.tasks.map(\.id).joined(separator: ", ")
         let node = result.node, at = Self.shown(addresses[node] ?? "?")
-        // What a node answers after it left the batch is not used (a loss it reports, such as
-        // a held-out request sealed to it that never started, is a loss like any other).
-        if outOfBatch.contains(node), case .ran = result {
+        // What a node answers after it left the batch is not used, and a train request lost
+        // there is sent again without counting: the node's loss was counted already. A
+        // held-out request's loss there (one sealed to it that never started) is its own.
+        if outOfBatch.contains(node), !heldOut || !result.isLoss {
             if !heldOut { return (Settlement(resend: true), nil) }
             throw ExperimentError(.io, "executor: ray: node \(at) answered a held-out request after it was excluded; \(Self.ending)")
         }
         switch result {
-        case .lost(_, let why):
-            // A request whose node died is sent once more, to another node (a held-out one
-            // sealed to it afresh by `target`). The node gets nothing more of this batch.
+        case .lost(_, let why, let died):
+            // A train request lost is sent once more, to another node; a held-out one only when
+            // its node died (sealed afresh by `target`): a worker killed for its memory or
+            // crashed could be agent.py's doing, and a rerun then a second look it asked for.
+            // The node gets nothing more of this batch.
             losses[i] += 1
-            log("executor: ray: request (\(what)) lost on node \(at): \(Self.shown(why))")
+            log("executor: ray: request (\(what)) lost on node \(at)\(died ? " (the node died)" : ""): \(Self.shown(why))")
             if !node.isEmpty { outOfBatch.insert(node) }
-            if losses[i] <= 1 && !node.isEmpty {
+            if losses[i] <= 1 && !node.isEmpty && (!heldOut || died) {
                 if heldOut {
                     try note("executor: ray: a held-out request was lost with node \(at) (no answer came); it runs once more on another node")
                 }

@@ -18,6 +18,23 @@ enum NodeToolWork {
     static func isValidID(_ id: String) -> Bool {
         !id.isEmpty && id.utf8.count <= 512 && !id.utf8.contains { $0 == 0 || $0 == 0x0A || $0 == 0x0D }
     }
+
+    /// Why this node's copy of the tool would show agent.py's runner what the supervisor's host
+    /// keeps from it, or nil: the supervisor checked its own paths; links and binds on this node
+    /// are the node's (BFCL: its install resolves elsewhere, or a runner bind reaches it).
+    static func exposure(_ tool: NodeTool) -> String? {
+        guard case .bfcl(let b) = tool else { return nil }
+        let here = BfclAdapter.realPath(b.environmentDirectory)
+        if here != b.environmentRealPath {
+            return "bfcl-eval's install \(b.environmentDirectory) resolves to \(here), not to \(b.environmentRealPath) as on the supervisor's host"
+        }
+        do { try RunnerBinds.refuse(b.tool.binds, exposing: [.bfclInstall(b.environmentDirectory)]) } catch let e as ExperimentError {
+            return e.message
+        } catch {
+            return "runner.binds cannot be checked"
+        }
+        return nil
+    }
 }
 
 extension RemoteWorker {

@@ -77,6 +77,9 @@ public enum RemoteWorker {
             guard digest == request.toolSHA256 else {
                 throw ExperimentError(.refused, "this node's copy of the tool's files (sha256 \((digest ?? "none").prefix(16))) is not the supervisor's (\((request.toolSHA256 ?? "none").prefix(16))): another version of the tool is installed here; refused, nothing ran")
             }
+            if let why = NodeToolWork.exposure(tool) {
+                throw ExperimentError(.refused, "on this node, \(why): refused, nothing ran")
+            }
             do { toolAdapter = try tool.adapter(ids: request.tasks.map(\.id)) } catch {
                 throw ExperimentError(.refused, "this node's copy of the tool cannot run the shard's tasks: refused, nothing ran", cause: error)
             }

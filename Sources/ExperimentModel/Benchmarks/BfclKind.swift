@@ -57,7 +57,7 @@ struct BfclKind: BenchmarkKind {
             throw ExperimentError(.usage, "runner.scripts: missing; it names the directory of autoharness_bfcl_run.py and autoharness_bfcl_score.py (templates/bfcl)")
         }
         // The runner must never see the package: it holds every task's possible answers.
-        try RunnerBinds.refuse(config.toolBinds, exposing: [.init(path: venv, what: "contains bfcl-eval's install (\(venv)), whose data/possible_answer/ holds every task's answer; agent.py's runner needs none of it")])
+        try RunnerBinds.refuse(config.toolBinds, exposing: [.bfclInstall(venv)])
         var adapter: BfclAdapter
         do {
             adapter = try BfclAdapter(packageDirectory: package, environmentDirectory: venv, checkerPython: python, scriptsDirectory: scripts,
@@ -80,5 +80,13 @@ struct BfclKind: BenchmarkKind {
             fm.fileExists(atPath: site + "/bfcl_eval/eval_checker/eval_runner.py") && fm.fileExists(atPath: site + "/bfcl_eval/data/possible_answer")
         }
         return (venv, site + "/bfcl_eval")
+    }
+}
+
+extension RunnerBinds.Protected {
+    /// bfcl-eval's virtual environment: its data/possible_answer/ holds every task's answer. A
+    /// worker node checks its own install against the runner's binds too (`NodeTool.bfcl`).
+    package static func bfclInstall(_ venv: String) -> Self {
+        .init(path: venv, what: "contains bfcl-eval's install (\(venv)), whose data/possible_answer/ holds every task's answer; agent.py's runner needs none of it")
     }
 }

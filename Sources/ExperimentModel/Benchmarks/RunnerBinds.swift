@@ -38,7 +38,7 @@ package enum RunnerBinds {
     }
 
     /// `runner.binds` alone (the setting named in refusals).
-    static func refuse(_ binds: [String], exposing protected: [Protected]) throws {
+    package static func refuse(_ binds: [String], exposing protected: [Protected]) throws {
         try refuse(binds.map { ("runner.binds", $0) }, exposing: protected)
     }
 
