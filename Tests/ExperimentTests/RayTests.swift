@@ -287,10 +287,16 @@ struct RayClusterTests {
         var head: Process?
         var workers: [Process] = []
 
+        /// Variables every node's Ray (and so its worker) runs with besides this process's own
+        /// (the keys `env_pass` names).
+        let environment: [String: String]
+
         /// `binaries[n]`: worker node n's AUTOHARNESS_WORKER_BIN (default the built CLI);
         /// `before[n]`: a shell command run in its mount namespace before Ray starts.
-        init(python: String, keyFile: String, temp: TempDir, workers count: Int, binaries: [Int: String] = [:], before: [Int: String] = [:]) throws {
+        init(python: String, keyFile: String, temp: TempDir, workers count: Int, binaries: [Int: String] = [:], before: [Int: String] = [:],
+             environment: [String: String] = [:]) throws {
             self.temp = temp
+            self.environment = environment
             let ray = (python as NSString).deletingLastPathComponent + "/ray"
             try Self.ip("link", "add", bridge, "type", "bridge")
             try Self.ip("addr", "add", "\(subnet).1/24", "dev", bridge)
@@ -354,7 +360,7 @@ struct RayClusterTests {
         func state(_ name: String) -> String { temp.file("state-" + name) }
 
         func launch(_ ray: String, _ args: [String], name: String, namespace: String?, keyFile: String, binary: String? = nil, before: String? = nil) throws -> Process {
-            var env = ProcessInfo.processInfo.environment
+            var env = ProcessInfo.processInfo.environment.merging(environment) { _, given in given }
             env["AUTOHARNESS_WORKER_BIN"] = binary ?? Built.autoharness
             env["AUTOHARNESS_SUPERVISOR_KEY"] = keyFile
             env["AUTOHARNESS_WORKER_STATE"] = state(name)

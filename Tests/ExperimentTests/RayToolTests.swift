@@ -44,6 +44,66 @@ extension RayClusterTests {
         }
     }
 
+    @Test("gate.infra_retries with executor: ray: a vendor failing a fifth of held-out calls, reached from each node through the node's own inference gate; each task's run counts its vendor failures there, the held-out answers carry the counts, the supervisor runs those tasks again, and the gates decide as one machine's against a vendor that never fails")
+    func infraRetriesOnTheCluster() throws {
+        try requireRoot()
+        let python = try Self.python()
+        let keys = ["FAKE_API_KEY": InfraRetryTests.trainKey, "FAKE_HELD_OUT_KEY": InfraRetryTests.heldOutKey]
+        func make() throws -> Experiment {
+            let exp = try CommandAdapterTests().make()
+            try exp.set("env_pass", "[FAKE_API_KEY]", in: "runner")
+            try exp.set("held_out_runtime", "host\n  held_out_env: {FAKE_API_KEY: FAKE_HELD_OUT_KEY}", in: "gate")
+            try exp.set("infra_retries", "5", in: "gate")
+            return exp
+        }
+        let local = try make()
+        defer { local.removeScratch() }
+        let remote = try make()
+        defer { remote.removeScratch() }
+        let keyFile = try Self.workerKeyFile(remote)
+        // The nodes hold the keys (both accounts'); the vendors listen on the cluster's bridge,
+        // which this host and every node reach.
+        let cluster = try Cluster(python: python, keyFile: keyFile, temp: remote.temp, workers: 2, environment: keys)
+        defer { cluster.stop() }
+        let clean = try FakeModel(turns: [], host: "\(cluster.subnet).1")
+        let failing = try FakeModel(turns: [], outage: ["--fail-account", InfraRetryTests.heldOutKey, "--fail-rate", "0.2", "--fail-seed", "7"],
+                                    host: "\(cluster.subnet).1")
+        func agent(_ limit: Int, _ tag: Int, _ model: FakeModel) -> String {
+            InfraRetryTests.agent(limit: limit, tag: tag).replacingOccurrences(of: "os.environ[\"FAKE_MODEL\"]", with: "\"\(model.address)\"")
+        }
+        for (e, m) in [(local, clean), (remote, failing)] {
+            try e.set("inference", "[\"\(m.address)\"]\n    upstream_ca: \(m.caFile)", in: "runner")
+            try e.setAgent(agent(1, 0, m))
+        }
+        let env = try Self.useCluster(remote, cluster, python: python).merging(keys) { _, k in k }
+        func onCluster(_ args: String...) throws -> Run { try autoharness(args + ["-C", remote.root], environment: env) }
+        let prepared = try Self.whenUpOnCluster { try onCluster("prepare") }
+        try #require(prepared.status == 0, "\(prepared.stdout) \(prepared.stderr)")
+        let here = try local.run(["prepare"], environment: keys)
+        try #require(here.status == 0, "\(here.stderr)")
+        for (i, limit) in InfraRetryTests.limits.prefix(6).enumerated() {
+            try local.setAgent(agent(limit, i + 1, clean))
+            try remote.setAgent(agent(limit, i + 1, failing))
+            let g1 = try local.run(["gate"], environment: keys)
+            let g2 = try onCluster("gate")
+            try #require((g1.status == 0 || g1.status == 1) && g2.status == g1.status, "\(g1.stdout)\n---\n\(g2.stdout)\(g2.stderr)")
+        }
+        let outcomes = { (e: Experiment) in try e.rows("gate_attempt").map { "\($0["outcome"] ?? "-") \($0["valScore"] ?? "-")" } }
+        let (there, here2) = (try outcomes(remote), try outcomes(local))
+        #expect(there == here2, "with failures, on the cluster:\n\(there)\nwithout, here:\n\(here2)")
+        #expect(Set(here2.map { $0.split(separator: " ")[0] }).count > 1, "\(here2)")
+        // Every held-out call the vendor failed was counted on its node and retried.
+        let failed = failing.requests().filter { $0["failed"] != nil }.count
+        let baseline = try #require(try remote.rows("baseline").first)
+        let accounts = ([baseline] + (try remote.rows("gate_attempt"))).compactMap { $0["infraRetries"] as? [String: Any] }
+        let counted = accounts.reduce(0) { $0 + ($1["failures"] as? Int ?? 0) }
+        let retried = accounts.reduce(0) { $0 + ($1["retried"] as? Int ?? 0) }
+        #expect(failed > 0 && counted == failed && retried == failed, "vendor failed \(failed), gates counted \(counted), retried \(retried)")
+        // Both worker nodes ran held-out requests; none ran on the head.
+        #expect([1, 2].allSatisfy { !FileSystemProbe.names(cluster.state("w\($0)") + "/nonces").isEmpty })
+        #expect(FileSystemProbe.names(cluster.state("head") + "/nonces").isEmpty)
+    }
+
     /// `make()`'s experiment run twice, on this host and with `executor: ray` across two worker
     /// nodes (`perRequest` tasks a shard): prepare (its baseline line `baseline`), a
     /// benchmark with agent.py `v2` (every train task's `trace` file the same) and a gate agree.
@@ -53,10 +113,7 @@ extension RayClusterTests {
         defer { local.removeScratch() }
         let remote = try make()
         defer { remote.removeScratch() }
-        let key = try autoharness(["worker-key", "-C", remote.root])
-        try #require(key.status == 0, "\(key.stderr)")
-        let keyFile = remote.temp.file("supervisor.pub")
-        try key.stdout.write(toFile: keyFile, atomically: true, encoding: .utf8)
+        let keyFile = try Self.workerKeyFile(remote)
         let cluster = try Cluster(python: python, keyFile: keyFile, temp: remote.temp, workers: 2)
         defer { cluster.stop() }
         let env = try Self.useCluster(remote, cluster, python: python)
@@ -94,5 +151,14 @@ extension RayClusterTests {
         #expect(ran.allSatisfy { $0 > 0 }, "requests per worker node: \(ran)")
         #expect(FileSystemProbe.names(cluster.state("head") + "/nonces").isEmpty, "a shard ran on the head")
         #expect(remote.scratchMounts().isEmpty)
+    }
+
+    /// The file holding `remote`'s work key's public half (what a node's operator installs).
+    static func workerKeyFile(_ remote: Experiment) throws -> String {
+        let key = try autoharness(["worker-key", "-C", remote.root])
+        try #require(key.status == 0, "\(key.stderr)")
+        let keyFile = remote.temp.file("supervisor.pub")
+        try key.stdout.write(toFile: keyFile, atomically: true, encoding: .utf8)
+        return keyFile
     }
 }

@@ -25,14 +25,18 @@ final class FakeModel {
     var certs: String { dir.path + "/certs" }
     var caFile: String { certs + "/ca.pem" }
     var logPath: String { dir.path + "/requests.jsonl" }
-    var address: String { "127.0.0.2:\(port)" }
+    let host: String
+    var address: String { "\(host):\(port)" }
 
     /// `answers`: `{"when": text, "turn": [...]}` rules answering any Chat request whose last
     /// user message contains the text (fake_model.py's header). `outage`: its `--fail-*` options.
-    init(turns: [[[String: Any]]], answers: [[String: Any]] = [], outage: [String] = []) throws {
+    /// `host`: where it listens (a loopback address, or a bridge of the test's own, which its
+    /// certificate then names too).
+    init(turns: [[[String: Any]]], answers: [[String: Any]] = [], outage: [String] = [], host: String = "127.0.0.2") throws {
+        self.host = host
         dir = try TempDir(mode: 0o755)
         let server = Fixtures.root + "/fake-model/fake_model.py"
-        let made = try runProcess("/usr/bin/python3", [server, "--make-certs", dir.path + "/certs"])
+        let made = try runProcess("/usr/bin/python3", [server, "--make-certs", dir.path + "/certs"] + (host == "127.0.0.2" ? [] : ["--san-ip", host]))
         try #require(made.status == 0, "certificates: \(made.stderr)")
         chmod(dir.path + "/certs", 0o755)
         chmod(dir.path + "/certs/ca.pem", 0o644)
@@ -40,7 +44,8 @@ final class FakeModel {
         try script.write(to: URL(fileURLWithPath: dir.path + "/script.json"))
         process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
         process.arguments = [server, "--script", dir.path + "/script.json", "--cert", dir.path + "/certs/server.pem",
-                             "--key", dir.path + "/certs/server.key", "--port-file", dir.path + "/port", "--log", dir.path + "/requests.jsonl"] + outage
+                             "--key", dir.path + "/certs/server.key", "--port-file", dir.path + "/port", "--log", dir.path + "/requests.jsonl",
+                             "--address", host] + outage
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()

@@ -170,6 +170,34 @@ struct RemoteWorkTests {
         }
     }
 
+    @Test("a held-out answer carries what the vendor failed per task only when the request asked for it (gate.infra_retries: each task in a run of its own), as a bounded count")
+    func heldOutVendorFailuresAsked() throws {
+        try requireRoot()
+        let node = try Node()
+        var request = try node.request(["add-2"], heldOut: true)
+        request.answerTo = nil  // the check of what the answer holds, without its seal
+        func answer(_ failures: Int?) throws -> [UInt8] {
+            var a = TaskOutcome(id: "add-2", reward: 0, status: .failed)
+            a.vendorFailures = failures
+            return Array(try JSONEncoder().encode(WorkAnswer(nonce: request.nonce, outcomes: [a])))
+        }
+        #expect(throws: ExperimentError.self, "not asked for") { try RemoteWork.check(try answer(2), for: request) }
+        #expect(try RemoteWork.check(try answer(nil), for: request).outcomes[0].vendorFailures == nil)
+        request.oneTaskPerRun = true
+        #expect(try RemoteWork.check(try answer(2), for: request).outcomes[0].vendorFailures == 2)
+        #expect(throws: ExperimentError.self, "a negative count") { try RemoteWork.check(try answer(-1), for: request) }
+        // The node keeps the count only when asked.
+        let kept = try RemoteWorker.answer(request, outcomes: [{ var o = TaskOutcome(id: "add-2", reward: 0, status: .failed); o.vendorFailures = 3; return o }()],
+                                           audit: (AuditLog(), AuditLog()), traces: { _ in "/nonexistent" },
+                                           .init(trustedKey: WorkKey.publicText(node.key), policySearchPaths: [], stateDirectory: node.state, scratchRoot: "/dev/shm"))
+        #expect(kept.outcomes.map(\.vendorFailures) == [3])
+        request.oneTaskPerRun = nil
+        let dropped = try RemoteWorker.answer(request, outcomes: [{ var o = TaskOutcome(id: "add-2", reward: 0, status: .failed); o.vendorFailures = 3; return o }()],
+                                              audit: (AuditLog(), AuditLog()), traces: { _ in "/nonexistent" },
+                                              .init(trustedKey: WorkKey.publicText(node.key), policySearchPaths: [], stateDirectory: node.state, scratchRoot: "/dev/shm"))
+        #expect(dropped.outcomes.map(\.vendorFailures) == [nil])
+    }
+
     @Test("refused before anything runs: another key's signature, a body changed after signing, a replay, another binary, other policies, a path out of its task")
     func forgedRequestsRefused() throws {
         try requireRoot()

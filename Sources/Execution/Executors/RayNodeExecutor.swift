@@ -72,7 +72,10 @@ package struct RayNodeExecutor: TaskExecutor {
             // is not sealed and must name no held-out id.
             let known = Set(environment.adapter.taskIDs)
             requests = try shards(ids.filter(known.contains)).map {
-                try work.request(tool: tool, toolSHA256: toolDigest, ids: $0, agentPy: agentPy, heldOut: heldOut, answerTo: answerTo)
+                var r = try work.request(tool: tool, toolSHA256: toolDigest, ids: $0, agentPy: agentPy, heldOut: heldOut, answerTo: answerTo)
+                // gate.infra_retries: each task's run on its node counts its vendor failures.
+                if run.oneTaskPerRun { r.oneTaskPerRun = true }
+                return r
             }
             longest = (tool.settings.timeout ?? 86_400) + tool.settings.scorerTimeout
         } else {

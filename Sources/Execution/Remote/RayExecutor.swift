@@ -94,14 +94,15 @@ public struct RemoteWork {
             throw ExperimentError(.refused, "the answer's violations are not valid counts")
         }
         for o in answer.outcomes where !((0...86_400 * 7).contains(o.agentSeconds) && (0...86_400 * 7).contains(o.verifierSeconds))
-            || (o.detail?.utf8.count ?? 0) > 4096 || (o.failures?.count ?? 0) > 1000 {
+            || (o.detail?.utf8.count ?? 0) > 4096 || (o.failures?.count ?? 0) > 1000 || !(0...WorkLimits.maxViolationCount).contains(o.vendorFailures ?? 0) {
             throw ExperimentError(.refused, "task \(o.id): its times, detail or failures are out of bounds")
         }
         if request.heldOut {
             // Rewards and status classes only, as from a held-out VM.
             guard answer.traces.isEmpty, answer.outcomes.allSatisfy({ $0.failures == nil && $0.detail == nil && $0.agentSeconds == 0 && $0.verifierSeconds == 0
-                    && $0.verifierRanAgentCode.map { TaskOutcome.flagCount($0, where: "on the node") != nil } ?? true }) else {
-                throw ExperimentError(.refused, "the answer to a held-out request carries more than rewards, statuses and flag counts (traces, details, timings, failure evidence or what a verifier ran)")
+                    && $0.verifierRanAgentCode.map { TaskOutcome.flagCount($0, where: "on the node") != nil } ?? true
+                    && ($0.vendorFailures == nil || request.oneTaskPerRun == true) }) else {
+                throw ExperimentError(.refused, "the answer to a held-out request carries more than rewards, statuses and flag counts (traces, details, timings, failure evidence, what a verifier ran, or vendor failures it was not asked for)")
             }
         } else {
             for (id, files) in answer.traces {

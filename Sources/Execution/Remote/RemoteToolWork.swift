@@ -51,7 +51,7 @@ extension RemoteWorker {
         let split: SplitClass = request.heldOut ? .heldOut : .train(traces: traces)
         let all: [TaskOutcome]
         do {
-            all = try here.run(ids, agentDirectory: work + "/agent", split: split, audit: (agent, toolAudit))
+            all = try here.run(ids, agentDirectory: work + "/agent", split: split, audit: (agent, toolAudit), oneTaskPerRun: request.oneTaskPerRun == true)
         } catch let e as ExperimentError {
             throw e
         } catch {

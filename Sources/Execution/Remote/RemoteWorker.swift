@@ -172,6 +172,9 @@ public enum RemoteWorker {
         var answer = WorkAnswer(nonce: request.nonce, outcomes: heldOut ? all.map { o in
             var kept = TaskOutcome(id: o.id, reward: o.reward, status: o.status)
             if let flag = o.verifierRanAgentCode, !flag.isEmpty { kept.verifierRanAgentCode = TaskOutcome.countedFlag(min(flag.count, 1000), where: "on the node") }
+            // What the vendor failed, counted by the task's own gate, when the supervisor asked
+            // (`gate.infra_retries`): a count, as from a held-out VM.
+            if request.oneTaskPerRun == true { kept.vendorFailures = o.vendorFailures.map { min($0, WorkLimits.maxViolationCount) } }
             return kept
         } : all)
         answer.violations = counts(audit.agent, agent: true) + counts(audit.tool, agent: false)

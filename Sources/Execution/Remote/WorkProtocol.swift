@@ -43,6 +43,9 @@ public struct WorkRequest: Codable, Sendable, Equatable {
     /// The digest of the tool's files a reward depends on (`NodeTool.digestedFiles`, by
     /// `WorkDigest.files`) as the supervisor holds them: a node whose copies differ refuses.
     public var toolSHA256: String?
+    /// Each task in a tool run of its own, its own inference gate counting what the model vendor
+    /// failed (`gate.infra_retries`); a held-out answer then carries each task's count.
+    public var oneTaskPerRun: Bool?
     /// The agent.py under evaluation.
     public var agentPy: Data
     /// The requested tasks' directories (local benchmark layout), file by file.

@@ -94,8 +94,6 @@ enum ExperimentConfigParser {
             // task's, a retry would be granted on nothing: refused, not silently ignored.
             if c.runsOwnTasks || c.runner.networkInference.isEmpty {
                 r.error(node, "gate.infra_retries: needs runner.network.inference (the inference gate counts the model vendor's failures; '\(c.benchmark)' reaches no model API through it)")
-            } else if c.executor.kind == .ray {
-                r.error(node, "gate.infra_retries: not with executor: ray yet (a node's held-out answer does not carry the vendor failures its gate counted): use executor: local, or set it to 0")
             }
         }
         if c.benchmark.isEmpty && r.errors.isEmpty {

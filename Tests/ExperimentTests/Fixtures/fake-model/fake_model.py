@@ -48,8 +48,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
-def make_certs(directory):
-    """A CA and a server certificate for 127.0.0.2 (and 127.0.0.1, localhost), signed by it."""
+def make_certs(directory, ips=()):
+    """A CA and a server certificate for 127.0.0.2 (and 127.0.0.1, localhost, and `ips`: a
+    test's own bridge address), signed by it."""
     os.makedirs(directory, exist_ok=True)
     d = lambda name: os.path.join(directory, name)
 
@@ -61,7 +62,8 @@ def make_certs(directory):
         "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
     run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.2", "-keyout", d("server.key"), "-out", d("server.csr"))
     with open(d("ext.cnf"), "w") as f:
-        f.write("subjectAltName=IP:127.0.0.2,IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
+        f.write("subjectAltName=" + ",".join(["IP:127.0.0.2", "IP:127.0.0.1"] + ["IP:" + ip for ip in ips] + ["DNS:localhost"])
+                + "\nbasicConstraints=CA:FALSE\n"
                 "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n")
     run("x509", "-req", "-in", d("server.csr"), "-CA", d("ca.pem"), "-CAkey", d("ca.key"), "-CAcreateserial",
         "-days", "2", "-extfile", d("ext.cnf"), "-out", d("server.pem"))
@@ -460,6 +462,7 @@ class Handler(BaseHTTPRequestHandler):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--make-certs")
+    ap.add_argument("--san-ip", action="append", default=[])
     ap.add_argument("--script")
     ap.add_argument("--cert")
     ap.add_argument("--key")
@@ -473,7 +476,7 @@ def main():
     ap.add_argument("--fail-status", type=int, default=503)
     a = ap.parse_args()
     if a.make_certs:
-        make_certs(a.make_certs)
+        make_certs(a.make_certs, a.san_ip)
         return
     # 127.0.0.2: a loopback address of the host that is not the sandbox's own 127.0.0.1
     # (which its NO_PROXY sends straight to the sandbox's private loopback), so a sandboxed
