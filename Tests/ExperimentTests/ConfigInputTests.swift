@@ -265,6 +265,9 @@ struct ExperimentInputTests {
         // A command benchmark on Ray: each task's run on its node counts its vendor failures,
         // and the node's held-out answer carries the count (RayToolTests, infraRetriesOnTheCluster).
         #expect(try parse("  held_out_runtime: host\n  infra_retries: 1\n", runner: command + "executor:\n  kind: ray\n  address: h:1\n").gate.infraRetries == 1)
+        // A local benchmark's tasks on Ray reach no model API through a gate of autoharness's: still refused.
+        let localRay = try Self.refusal("gate:\n  held_out_runtime: host\n  infra_retries: 1\nexecutor:\n  kind: ray\n  address: h:1\n")
+        #expect(localRay?.contains("gate.infra_retries: needs runner.network.inference") == true, "\(localRay ?? "accepted")")
     }
 
     /// The errors a local config with `yaml` after its first two lines is refused with (nil:

@@ -76,6 +76,9 @@ extension RayClusterTests {
             try e.setAgent(agent(1, 0, m))
         }
         let env = try Self.useCluster(remote, cluster, python: python).merging(keys) { _, k in k }
+        // Three tasks a shard: the node runs each alone, and each count is its task's.
+        let config = remote.root + "/experiment_config.yaml"
+        try (try String(contentsOfFile: config, encoding: .utf8) + "  tasks_per_request: 3\n").write(toFile: config, atomically: true, encoding: .utf8)
         func onCluster(_ args: String...) throws -> Run { try autoharness(args + ["-C", remote.root], environment: env) }
         let prepared = try Self.whenUpOnCluster { try onCluster("prepare") }
         try #require(prepared.status == 0, "\(prepared.stdout) \(prepared.stderr)")

@@ -186,6 +186,7 @@ struct RemoteWorkTests {
         request.oneTaskPerRun = true
         #expect(try RemoteWork.check(try answer(2), for: request).outcomes[0].vendorFailures == 2)
         #expect(throws: ExperimentError.self, "a negative count") { try RemoteWork.check(try answer(-1), for: request) }
+        #expect(throws: ExperimentError.self, "a count past the bound") { try RemoteWork.check(try answer(WorkLimits.maxViolationCount + 1), for: request) }
         // The node keeps the count only when asked.
         let kept = try RemoteWorker.answer(request, outcomes: [{ var o = TaskOutcome(id: "add-2", reward: 0, status: .failed); o.vendorFailures = 3; return o }()],
                                            audit: (AuditLog(), AuditLog()), traces: { _ in "/nonexistent" },

@@ -77,7 +77,9 @@ package struct RayNodeExecutor: TaskExecutor {
                 if run.oneTaskPerRun { r.oneTaskPerRun = true }
                 return r
             }
-            longest = (tool.settings.timeout ?? 86_400) + tool.settings.scorerTimeout
+            // One tool run a shard, or one a task when each runs alone (gate.infra_retries).
+            let runs = run.oneTaskPerRun ? requests.map(\.tasks.count).max() ?? 1 : 1
+            longest = Double(runs) * ((tool.settings.timeout ?? 86_400) + tool.settings.scorerTimeout)
         } else {
             let chunks = shards(ids.compactMap { local?.benchmark.task($0) })
             requests = try chunks.map {
