@@ -52,9 +52,11 @@ struct InfraRetryTests {
     }
 
     /// agent.py that answers without a model call where `answersWhen` (Python, over `n` and
-    /// `key`) holds; elsewhere it starts a generation the vendor answers 20 s later and exits 2 s
-    /// into it (the sandbox ends mid-call). `key` is the Python expression of its API key.
-    static func leavesMidCall(answersWhen: String, key: String = "os.environ[\"FAKE_API_KEY\"]") -> String {
+    /// `key`) holds; elsewhere it starts a generation the vendor answers `slow` s later and exits
+    /// `exitAfter` s into it (the sandbox ends mid-call). `key` is the Python expression of its
+    /// API key. Under emulation (a held-out VM on a busy host) the call takes seconds to reach
+    /// the vendor: give it more.
+    static func leavesMidCall(answersWhen: String, key: String = "os.environ[\"FAKE_API_KEY\"]", exitAfter: Int = 2, slow: Int = 20) -> String {
         """
         import json, os, threading, time, urllib.request
 
@@ -65,7 +67,7 @@ struct InfraRetryTests {
                 if \(answersWhen):
                     return str(n * n)
                 def call():
-                    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "SLEEP:20 " + instruction}]}).encode()
+                    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "SLEEP:\(slow) " + instruction}]}).encode()
                     req = urllib.request.Request("https://%s/v1/chat/completions" % os.environ["FAKE_MODEL"], data=body,
                                                  headers={"content-type": "application/json", "authorization": "Bearer " + key})
                     try:
@@ -73,7 +75,7 @@ struct InfraRetryTests {
                     except Exception:
                         pass
                 threading.Thread(target=call, daemon=True).start()
-                time.sleep(2)
+                time.sleep(\(exitAfter))
                 os._exit(1)
         """
     }

@@ -61,6 +61,9 @@ struct ReplyTimeTests {
     /// VM and image tasks beside it). 0.8 s still tells one grid point from the next (a reply
     /// never comes before its point).
     static let early = 0.1, late = 0.8
+    /// worst_case's grid points are 7 s apart (9, 16): a reply up to 3 s late still names its
+    /// point, on a machine three test processes keep busy (0.99 s late seen).
+    static let lateOnWideGrid = 3.0
 
     /// Seconds from each gate's start row to its outcome row, and the notes written with them.
     static func gateDurations(_ exp: Experiment) throws -> (durations: [Double], notes: [String]) {
@@ -91,8 +94,8 @@ struct ReplyTimeTests {
         let (d, notes) = try Self.gateDurations(exp)
         try #require(d.count == 3, "\(d)")
         // 4 held-out tasks, 2 at a time: 0 s, 2 s and 10 s of sleeping (plus sandboxes).
-        for x in d.prefix(2) { #expect(x > 9 - Self.early && x < 9 + Self.late, "\(d)") }
-        #expect(d[2] > 16 - Self.early && d[2] < 16 + Self.late, "\(d)")
+        for x in d.prefix(2) { #expect(x > 9 - Self.early && x < 9 + Self.lateOnWideGrid, "\(d)") }
+        #expect(d[2] > 16 - Self.early && d[2] < 16 + Self.lateOnWideGrid, "\(d)")
         #expect(notes.count == 1 && notes[0].contains("past gate.reply_after"), "\(notes)")
     }
 
