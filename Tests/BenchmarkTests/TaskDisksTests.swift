@@ -76,8 +76,9 @@ struct TaskDisksTests {
         // Autoclear follows the lazy unmount; the blocks go with the last reference.
         var left = Self.loopsBacked(by: backing.path + "/disks")
         // (A mount namespace made while the disk is mounted holds a copy of it: the Ray test
-        // nodes' let go of theirs at start, RayClusterTests.dropLoopMounts.)
-        for _ in 0..<200 where !left.isEmpty {
+        // nodes and the other tests' `unshare --mount` shells let go of theirs at start,
+        // RayClusterTests.dropLoopMounts; one another test makes still holds it for its life.)
+        for _ in 0..<1800 where !left.isEmpty {
             usleep(100_000)
             left = Self.loopsBacked(by: backing.path + "/disks")
         }

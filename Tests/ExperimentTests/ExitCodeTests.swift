@@ -95,7 +95,7 @@ struct ExitCodeTests {
             "$3" gate -C "$1"
             """
         for (first, failing) in [("lock", "/.autoharness/lock: No space left on device"), ("ledger", "/.autoharness/ledger.sqlite")] {
-            let r = try runProcess("/usr/bin/unshare", ["--mount", "--propagation", "private", "/bin/sh", "-c", script, "sh",
+            let r = try runProcess("/usr/bin/unshare", ["--mount", "--propagation", "private", "/bin/sh", "-c", RayClusterTests.dropLoopMounts + "\n" + script, "sh",
                                                         mountPoint, exp.root, Built.autoharness, first])
             #expect(r.status == 5 && r.stderr.contains(mountPoint + failing), "\(first): \(r.status): \(r.stdout) \(r.stderr)")
         }

@@ -541,7 +541,7 @@ struct BirdPostgresClientTests {
         for (k, v) in BirdAdapterTests.env { env[k] = v }
         env["BIRD_REPO"] = nil
         return try runProcess("/usr/bin/unshare", ["--mount", "--propagation", "private", "--", "/bin/sh", "-c",
-                                                   "mount --bind /dev/null /usr/bin/\(hidden) && exec \"$0\" \"$@\"", Built.autoharness] + args,
+                                                   RayClusterTests.dropLoopMounts + "; mount --bind /dev/null /usr/bin/\(hidden) && exec \"$0\" \"$@\"", Built.autoharness] + args,
                               environment: env)
     }
 

@@ -263,7 +263,7 @@ struct RemoteWorkTests {
         // own: what a node that cannot limit a task's processes looks like.
         try #require(try runProcess("/usr/bin/mountpoint", ["-q", "/sys/fs/cgroup/pids"]).status == 0, "this host has no cgroup v1 pids mount to take away")
         func unfit(_ argv: String) throws -> Run {
-            try runProcess("/usr/bin/unshare", ["--mount", "/bin/sh", "-c", "umount -l /sys/fs/cgroup/pids && exec \(Built.autoharness) worker \(argv) --policy-dir \(policies)"], stdinPath: input)
+            try runProcess("/usr/bin/unshare", ["--mount", "/bin/sh", "-c", RayClusterTests.dropLoopMounts + "; umount -l /sys/fs/cgroup/pids && exec \(Built.autoharness) worker \(argv) --policy-dir \(policies)"], stdinPath: input)
         }
         let fit = try runProcess(Built.autoharness, ["worker", "--check", "--state", node.state, "--policy-dir", policies])
         let healthy = try JSONDecoder().decode(NodeReport.self, from: Data(fit.stdout.utf8))

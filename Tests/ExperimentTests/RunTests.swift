@@ -451,7 +451,7 @@ struct RunTests {
         // in a mount namespace of the test's own.
         let r = try runProcess("/usr/bin/unshare", [
             "-m", "--propagation", "private", "/bin/sh", "-c",
-            "umount /sys/fs/cgroup/freezer && umount /sys/fs/cgroup/unified && exec \"$0\" \"$@\"",
+            RayClusterTests.dropLoopMounts + "; umount /sys/fs/cgroup/freezer && umount /sys/fs/cgroup/unified && exec \"$0\" \"$@\"",
             Built.autoharness, "run", "--max-hours", "0.1", "-C", exp.root,
         ])
         #expect(r.status == 0, "\(r.stdout) \(r.stderr)")
