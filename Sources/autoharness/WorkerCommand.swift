@@ -50,6 +50,12 @@ struct WorkerCommand: ParsableCommand {
     @Option(name: .customLong("check-digest"), help: "With --check: a file of the requests' tool that decides rewards (repeatable, in the supervisor's order); the report gives the digest of them all (toolSHA256), which must be the supervisor's.")
     var checkDigest: [String] = []
 
+    @Option(name: .customLong("check-image"), help: "With --check: a task image's archive digest (repeatable); the report lists those this node holds unpacked.")
+    var checkImages: [String] = []
+
+    @Option(name: .customLong("receive-image"), help: "Take one task image: the supervisor's signed offer (base64, from the Ray driver) here, its encrypted archive on stdin; unpacked into --state only if the offer is signed with --supervisor-key, sealed to this node, and the archive is the one it names.")
+    var receiveImage: String?
+
     @Option(name: .customLong("check-vm"), help: "With --check: the held-out VM settings (JSON, as the supervisor sends them for gate.held_out_runtime: vm); the report then says whether such a VM can run here (qemu, the guest kernel, KVM or consent to emulate).")
     var checkVM: String?
 
@@ -63,7 +69,8 @@ struct WorkerCommand: ParsableCommand {
                 }
             }
             let report = try NodeCheck.report(policies: checkPolicies.isEmpty ? ["benchmark-task", "verifier"] : checkPolicies, searchPaths: searchPaths,
-                                              stateDirectory: state, vm: vm, scratchRoot: scratch, paths: checkPaths, digest: checkDigest)
+                                              stateDirectory: state, vm: vm, scratchRoot: scratch, paths: checkPaths, digest: checkDigest,
+                                              images: checkImages)
             FileHandle.standardOutput.write(try JSONEncoder().encode(report))
             return
         }
@@ -72,6 +79,12 @@ struct WorkerCommand: ParsableCommand {
         switch InputFile.read(supervisorKey, cap: 4096) {
         case .success(let bytes): key = String(decoding: bytes, as: UTF8.self)
         case .failure(let p): throw ExperimentError(.usage, "--supervisor-key \(supervisorKey): \(p.explanation("the key"))")
+        }
+        if let receiveImage {
+            guard let offer = Data(base64Encoded: receiveImage) else { throw ExperimentError(.refused, "--receive-image: not base64") }
+            let path = try NodeImageStore.receive(Array(offer), input: 0, trusted: key, state: state)
+            print(path)
+            return
         }
         var input: [UInt8] = []
         switch InputFile.read(descriptor: 0, cap: WorkLimits.maxRequest) {

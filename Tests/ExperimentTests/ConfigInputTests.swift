@@ -218,14 +218,16 @@ struct ExperimentInputTests {
         #expect(margin?.hasPrefix("exp/experiment_config.yaml:5: gate.min_improvement: only with gate.accept: margin (paired") == true, "\(margin ?? "accepted")")
     }
 
-    @Test("executor: ray is refused without its address, for a benchmark that runs its own tool other than command and bfcl (and their held-out VM) and with the verifier tools; with a held-out VM it is taken")
+    @Test("executor: ray is refused without its address, for a benchmark that runs its own tool other than command and bfcl (and their held-out VM), and with the verifier tools in a node's held-out VM; with a held-out VM, or with the verifier tools, it is taken")
     func rayExecutorChecked() throws {
         #expect(try Self.refusal("executor:\n  kind: ray\n")?.hasPrefix("exp/experiment_config.yaml:4: executor.address: missing") == true)
         #expect(try Self.refusal("executor:\n  kind: ray\n  address: 10.0.0.5:6379\ngate:\n  held_out_runtime: vm\n") == nil)
         #expect(try Self.refusal("executor:\n  kind: ray\n  address: 10.0.0.5:6379\n") == nil)
         #expect(try Self.refusal("executor:\n  kind: kubernetes\n")?.contains("executor.kind") == true)
-        #expect(try Self.refusal("sandbox:\n  verifier_tools: /opt/tools\nexecutor:\n  kind: ray\n  address: 10.0.0.5:6379\n")?
-            .hasPrefix("exp/experiment_config.yaml:6: executor: ray with sandbox.verifier_tools: worker nodes do not get the verifier tools yet") == true)
+        // The verifier tools go to the nodes' sandboxes (a request names them), not yet into a node's VM.
+        #expect(try Self.refusal("sandbox:\n  verifier_tools: /opt/tools\nexecutor:\n  kind: ray\n  address: 10.0.0.5:6379\n") == nil)
+        #expect(try Self.refusal("sandbox:\n  verifier_tools: /opt/tools\nexecutor:\n  kind: ray\n  address: 10.0.0.5:6379\ngate:\n  held_out_runtime: vm\n")?
+            .hasPrefix("exp/experiment_config.yaml:6: executor: ray with sandbox.verifier_tools and gate.held_out_runtime: vm") == true)
         // A command or BFCL benchmark's shards run on the nodes (not in a node's VM); other tools' not yet.
         let command = "benchmark: command\nrunner:\n  command: [x, '{output}']\ntasks: [a]\nexecutor:\n  kind: ray\n  address: h:1\n"
         #expect((try? ExperimentConfig.parse(command, file: "f")) != nil, "a command benchmark on Ray")

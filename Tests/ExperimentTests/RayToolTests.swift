@@ -110,7 +110,9 @@ extension RayClusterTests {
     /// `make()`'s experiment run twice, on this host and with `executor: ray` across two worker
     /// nodes (`perRequest` tasks a shard): prepare (its baseline line `baseline`), a
     /// benchmark with agent.py `v2` (every train task's `trace` file the same) and a gate agree.
-    static func sameAsOneMachine(baseline: String, trace: String, v2: String, perRequest: Int, _ make: () throws -> Experiment) throws {
+    /// `check`, when given, then looks at the cluster and the cluster's prepare, benchmark and gate.
+    static func sameAsOneMachine(baseline: String, trace: String, v2: String, perRequest: Int, check: ((Cluster, [Run]) throws -> Void)? = nil,
+                                 _ make: () throws -> Experiment) throws {
         let python = try Self.python()
         let local = try make()
         defer { local.removeScratch() }
@@ -154,6 +156,7 @@ extension RayClusterTests {
         #expect(ran.allSatisfy { $0 > 0 }, "requests per worker node: \(ran)")
         #expect(FileSystemProbe.names(cluster.state("head") + "/nonces").isEmpty, "a shard ran on the head")
         #expect(remote.scratchMounts().isEmpty)
+        try check?(cluster, [prepared, b2, g2])
     }
 
     /// The file holding `remote`'s work key's public half (what a node's operator installs).

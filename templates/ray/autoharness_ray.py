@@ -12,6 +12,13 @@ is the supervisor's. JSON lines:
   stdout  {"nodes": [{"node": ID, "address": IP, "report": "<worker --check JSON>"} or
                      {"node": ID, "address": IP, "error": "why"}, ...]}
           or {"fatal": "why"} (then it exits 1)
+          (optional, when the supervisor names task images: "check_images": ["<archive sha256>", ...])
+  stdin   {"push": [{"path": "<encrypted archive>", "to": [{"node": ID, "offer": "<base64 signed offer>"}, ...]}, ...]}
+                                             (optional) task images some nodes lack: each archive is put in
+                                             Ray's object store once and taken by each node named
+                                             (`worker --receive-image`), which is then checked again
+  stdout  {"nodes": [...]}                   as above, after a push; a node whose push failed has
+                                             "push_error": "why"
   stdin   {"use": [ID, ...]}                 the nodes the supervisor accepts
   stdout  {"ready": true, "nodes": N}
   stdin   {"id": N, "request": "<base64 signed work request>", "avoid": [ID, ...], "node": ID}
@@ -138,6 +145,43 @@ def worker_argv(o, extra):
     return argv
 
 
+def push_images(pushes, nodes, reports, check, receive_image, pinned):
+    """The task images the supervisor offers (each archive, encrypted, put once into Ray's
+    object store; each named node takes its offer), then the nodes pushed to checked again:
+    the reports as before, theirs replaced, with "push_error" where a push failed."""
+    import ray
+
+    failed = {}
+    for push in pushes:
+        # In pieces of 32 MiB: no object the size of a whole image in any node's store.
+        pieces = []
+        with open(push["path"], "rb") as f:
+            while True:
+                piece = f.read(32 << 20)
+                if not piece:
+                    break
+                pieces.append(ray.put(piece))
+        refs = {receive_image.options(scheduling_strategy=pinned(t["node"])).remote(t["offer"], pieces): t["node"] for t in push["to"]}
+        done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=None)
+        for ref, node in refs.items():
+            try:
+                result = ray.get(ref)
+            except Exception as e:  # noqa: BLE001 - a node lost while receiving is reported, not used
+                result = {"error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")}
+            if isinstance(result, dict) and result.get("error"):
+                failed.setdefault(node, str(result["error"])[-600:])
+        del pieces
+    pushed = {t["node"] for push in pushes for t in push["to"]}
+    again = {r["node"]: r for r in check([n for n in nodes if n["NodeID"] in pushed])}
+    out = []
+    for r in reports:
+        entry = again.get(r["node"], r)
+        if r["node"] in failed:
+            entry["push_error"] = failed[r["node"]]
+        out.append(entry)
+    return out
+
+
 def main():
     first = json.loads(sys.stdin.readline())
     address = first["address"]
@@ -167,12 +211,13 @@ def main():
         return 1
 
     @ray.remote(num_cpus=num_cpus, max_retries=0)
-    def check_node(policies, vm, paths, digest):
+    def check_node(policies, vm, paths, digest, images):
         import os as o
         import subprocess as sp
 
         argv = worker_argv(o, ["--check"] + [a for p in policies for a in ("--check-policy", p)] + (["--check-vm", vm] if vm else [])
-                           + [a for p in paths for a in ("--check-path", p)] + [a for p in digest for a in ("--check-digest", p)])
+                           + [a for p in paths for a in ("--check-path", p)] + [a for p in digest for a in ("--check-digest", p)]
+                           + [a for p in images for a in ("--check-image", p)])
         try:
             p = sp.run(argv, capture_output=True, timeout=120)
         except (OSError, sp.TimeoutExpired) as e:
@@ -200,6 +245,37 @@ def main():
         return {"exit": p.returncode, "answer": "" if oversized else b64.b64encode(p.stdout).decode(), "oversized": oversized,
                 "stderr": "" if sealed else p.stderr[-4000:].decode("utf-8", "replace")}
 
+    @ray.remote(num_cpus=num_cpus, max_retries=0)
+    def receive_image(offer, pieces):
+        import os as o
+        import subprocess as sp
+        import tempfile
+
+        key = o.environ.get("AUTOHARNESS_SUPERVISOR_KEY")
+        if not key:
+            return {"error": "AUTOHARNESS_SUPERVISOR_KEY is not set on this node"}
+        # The pieces one at a time into the worker's stdin (an image is gigabytes; no piece
+        # is held longer than its write), its stderr into a file (no pipe to fill meanwhile).
+        with tempfile.TemporaryFile() as err:
+            try:
+                p = sp.Popen(worker_argv(o, ["--supervisor-key", key, "--receive-image", offer]), stdin=sp.PIPE, stdout=sp.DEVNULL, stderr=err)
+            except OSError as e:
+                return {"error": str(e)}
+            try:
+                for piece in pieces:
+                    p.stdin.write(ray.get(piece))
+                p.stdin.close()
+                code = p.wait(timeout=timeout)
+            except (OSError, sp.TimeoutExpired) as e:
+                p.kill()
+                p.wait()
+                return {"error": "taking the image: %s" % e}
+            err.seek(0)
+            tail = err.read()[-600:].decode("utf-8", "replace")
+        if code != 0:
+            return {"error": "`autoharness worker --receive-image` exited %d: %s" % (code, tail)}
+        return {}
+
     def pinned(node):
         return NodeAffinitySchedulingStrategy(node_id=node, soft=False)
 
@@ -209,21 +285,25 @@ def main():
         cpus = ray.cluster_resources().get("CPU", 0)
         emit({"fatal": "the Ray cluster at %s has %s CPU(s) in all and no node with %s: no node can run a request (start worker nodes)" % (address, cpus, num_cpus)})
         return 1
-    checks = {check_node.options(scheduling_strategy=pinned(n["NodeID"])).remote(first.get("check_policies", []), first.get("check_vm"), first.get("check_paths", []),
-                                                                                      first.get("check_digest", [])): n for n in nodes}
-    done, _ = ray.wait(list(checks), num_returns=len(checks), timeout=180)
-    reports = []
-    for ref, n in checks.items():
-        entry = {"node": n["NodeID"], "address": n.get("NodeManagerAddress", "?")}
-        if ref in done:
-            try:
-                entry.update(ray.get(ref))
-            except Exception as e:  # noqa: BLE001 - a node lost while checking is reported, not used
-                entry["error"] = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
-        else:
-            entry["error"] = "no answer to the check in 180 s"
-            ray.cancel(ref, force=True)
-        reports.append(entry)
+    def check(among):
+        checks = {check_node.options(scheduling_strategy=pinned(n["NodeID"])).remote(first.get("check_policies", []), first.get("check_vm"), first.get("check_paths", []),
+                                                                                          first.get("check_digest", []), first.get("check_images", [])): n for n in among}
+        done, _ = ray.wait(list(checks), num_returns=len(checks), timeout=180)
+        found = []
+        for ref, n in checks.items():
+            entry = {"node": n["NodeID"], "address": n.get("NodeManagerAddress", "?")}
+            if ref in done:
+                try:
+                    entry.update(ray.get(ref))
+                except Exception as e:  # noqa: BLE001 - a node lost while checking is reported, not used
+                    entry["error"] = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+            else:
+                entry["error"] = "no answer to the check in 180 s"
+                ray.cancel(ref, force=True)
+            found.append(entry)
+        return found
+
+    reports = check(nodes)
     emit({"nodes": reports})
 
     inbox = queue.Queue()
@@ -235,6 +315,10 @@ def main():
 
     threading.Thread(target=read_stdin, daemon=True).start()
     use = inbox.get()
+    if "push" in use:
+        reports = push_images(use["push"], nodes, reports, check, receive_image, pinned)
+        emit({"nodes": reports})
+        use = inbox.get()
     usable = [n for n in use.get("use", []) if any(r["node"] == n for r in reports)]
     emit({"ready": True, "nodes": len(usable)})
     load = {n: 0 for n in usable}

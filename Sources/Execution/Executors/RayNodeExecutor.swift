@@ -61,6 +61,7 @@ package struct RayNodeExecutor: TaskExecutor {
         // With `held_out_runtime: vm`, each held-out request runs in a fresh VM on its node.
         let vm = heldOut && config.gate.heldOutRuntime == .vm ? config.gate.vm : nil
         let requests: [WorkRequest]
+        var archives: [String: ImageArchive] = [:]
         // The tool's files a reward depends on, digested once: a node must hold the same.
         let toolDigest = try tool.flatMap { try WorkDigest.files($0.digestedFiles) }
         // A request's run on its node is bounded as the node bounds it (its tasks' own limits,
@@ -82,9 +83,20 @@ package struct RayNodeExecutor: TaskExecutor {
             longest = Double(runs) * ((tool.settings.timeout ?? 86_400) + tool.settings.scorerTimeout)
         } else {
             let chunks = shards(ids.compactMap { local?.benchmark.task($0) })
+            // Tasks on their image run on the same image on a node: its archive, by digest.
+            let images = try taskImages(chunks.flatMap { $0 }, local?.images, archives: layout.privateDirectory + "/images/archives")
+            if !images.byTask.isEmpty && vm != nil {
+                throw ExperimentError(.usage, "executor: ray: task images in a node's held-out VM are not built yet; set gate.held_out_runtime: host")
+            }
+            archives = images.archives
             requests = try chunks.map {
                 var r = try work.request($0, agentPy: agentPy, heldOut: heldOut, concurrency: 1, answerTo: answerTo)
                 r.vm = vm
+                r.verifierTools = local?.verifierTools?.directory
+                for k in r.tasks.indices {
+                    r.tasks[k].image = images.byTask[r.tasks[k].id]
+                    r.tasks[k].imageRefused = local?.images?.refused[r.tasks[k].id]
+                }
                 return r
             }
             let fallback = config.perTaskTimeout ?? LocalBenchmark.defaultTimeout
@@ -98,7 +110,7 @@ package struct RayNodeExecutor: TaskExecutor {
         executor.maxInFlight = config.maxConcurrency
         executor.timeout = longest + (vm?.bootTimeout ?? 0) + 300
         executor.checkPolicies = [work.taskPolicy, work.verifierPolicy]
-        executor.checkPaths = tool?.requiredPaths ?? []
+        executor.checkPaths = (tool?.requiredPaths ?? []) + (local?.verifierTools.map { [$0.directory] } ?? [])
         executor.checkDigest = tool?.digestedFiles ?? []
         // Every node is checked for the VM (train and held-out requests alike go only to nodes
         // that pass every check).
@@ -110,11 +122,19 @@ package struct RayNodeExecutor: TaskExecutor {
         var batch = RemoteBatch(requests: requests, heldOut: heldOut, binarySHA256: work.binarySHA256, policiesSHA256: work.policiesSHA256,
                                 excluded: try excludedNodes(), answerKey: heldOut ? answerKey : nil, address: address)
         batch.toolSHA256 = toolDigest
+        batch.images = archives.keys.sorted()
+        executor.checkImages = batch.images
+        // Task images a node lacks are pushed to it before any request: each archive encrypted
+        // under a key of this batch's, that key sealed to each node, the offer signed.
+        let pushes = layout.privateDirectory + "/ray-push-" + WorkDigest.hex((0..<8).map { _ in UInt8.random(in: 0...255) })
+        defer { _ = FileSystem.removeTree(pushes) }
         batch.log = { [log] in log?($0) }
         batch.record = { [recordExclusion] in try recordExclusion($0) }
         batch.note = { [recordNote] in try recordNote($0) }
         var byID: [String: TaskOutcome] = [:]
-        try executor.run(requests.count, choose: { try batch.choose($0) }, prepare: { i in
+        try executor.run(requests.count, offers: { seen in
+            try Self.offers(batch.lacking(seen), archives: archives, seen: seen, directory: pushes, signer: work.key, log: log)
+        }, choose: { try batch.choose($0) }, prepare: { i in
             guard let (node, key) = try batch.target(i) else { return (signed[i], nil) }
             return (try work.sign(requests[i], sealTo: key), node)
         }, settle: { i, result in
@@ -135,6 +155,50 @@ package struct RayNodeExecutor: TaskExecutor {
         })
         // An id no node answered (no such task in the benchmark) the supervisor scores 0.
         return ids.compactMap { byID[$0] }
+    }
+
+    /// The archives of the task images `tasks` run on (by archive digest), made once in
+    /// `archives`, and each task's image as a request names it.
+    func taskImages(_ tasks: [BenchmarkTask], _ images: TaskImages?, archives directory: String) throws
+        -> (byTask: [String: WorkImage], archives: [String: ImageArchive]) {
+        var byTask: [String: WorkImage] = [:]
+        var archives: [String: ImageArchive] = [:]
+        var byImage: [String: ImageArchive] = [:]
+        for task in tasks {
+            guard let image = images?.byTask[task.id] else { continue }
+            let archive: ImageArchive
+            if let made = byImage[image.id + image.rootfs] {
+                archive = made
+            } else {
+                archive = try ImageArchive.make(image, in: directory) { [log = environment.log] in log?("executor: ray: task \(task.id): " + $0) }
+                byImage[image.id + image.rootfs] = archive
+            }
+            archives[archive.sha256] = archive
+            byTask[task.id] = WorkImage(image, archiveSHA256: archive.sha256)
+        }
+        return (byTask, archives)
+    }
+
+    /// The pushes for `lacking` (image digest -> nodes): each archive encrypted once into
+    /// `directory` under a fresh key, and an offer of it signed for each node, sealed to its key.
+    static func offers(_ lacking: [String: [String]], archives: [String: ImageArchive], seen: [NodeSeen], directory: String,
+                       signer: Curve25519.Signing.PrivateKey, log: ((String) -> Void)?) throws -> [ImageOffers] {
+        guard !lacking.isEmpty else { return [] }
+        if let e = FileSystem.makeDirectories(directory, mode: 0o700) { throw ExperimentError(.io, "\(directory): \(ErrnoName.describe(e))") }
+        var out: [ImageOffers] = []
+        for (digest, nodes) in lacking.sorted(by: { $0.key < $1.key }) {
+            guard let archive = archives[digest] else { continue }
+            let key = SymmetricKey(size: .bits256)
+            let path = directory + "/" + digest
+            log?("executor: ray: sending a task image (\(archive.bytes >> 20) MiB, archive sha256 \(digest.prefix(16))) to \(nodes.count) node(s)")
+            try archive.encrypt(under: key, to: path)
+            let offers = try nodes.compactMap { node -> (node: String, offer: [UInt8])? in
+                guard let sealKey = seen.first(where: { $0.node == node })?.report?.sealKey else { return nil }
+                return (node, try archive.offer(key: key, to: sealKey, signedWith: signer))
+            }
+            out.append(ImageOffers(path: path, offers: offers))
+        }
+        return out
     }
 
     /// A node's trace of one task, replacing what `dir` held.

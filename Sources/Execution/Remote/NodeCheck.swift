@@ -18,6 +18,9 @@ public struct NodeReport: Codable, Sendable, Equatable {
     /// The digest of the tool's files the supervisor named (`--check-digest`), as this node
     /// holds them (`WorkDigest.files`); nil when none were named or one cannot be read.
     public var toolSHA256: String?
+    /// Which of the task images the supervisor named (`--check-image`, archive digests) this
+    /// node holds unpacked (`NodeImageStore`); nil when none were named.
+    public var images: [String]?
 
     public init(binarySHA256: String, policiesSHA256: String, problems: [String], sealKey: String) {
         self.binarySHA256 = binarySHA256
@@ -53,7 +56,7 @@ public enum NodeCheck {
     /// settings can run here (qemu, the guest kernel, KVM or the consent to emulate) is a check
     /// too: a node that cannot is not used.
     public static func report(policies: [String], searchPaths: [String], stateDirectory: String, vm: VMSettings? = nil,
-                              scratchRoot: String = "/dev/shm/autoharness", paths: [String] = [], digest: [String] = []) throws -> NodeReport {
+                              scratchRoot: String = "/dev/shm/autoharness", paths: [String] = [], digest: [String] = [], images: [String] = []) throws -> NodeReport {
         try RemoteWorker.checkStateDirectory(stateDirectory)
         let key = try NodeSealKey.load(orCreateAt: stateDirectory + "/node-key")
         var found = problems(policies: policies, loader: PolicyLoader(searchPaths: searchPaths))
@@ -65,6 +68,7 @@ public enum NodeCheck {
         var report = NodeReport(binarySHA256: try WorkDigest.executable(), policiesSHA256: try WorkDigest.policies(searchPaths),
                                 problems: found, sealKey: NodeSealKey.publicText(key))
         report.toolSHA256 = tool
+        if !images.isEmpty { report.images = NodeImageStore.held(images, state: stateDirectory) }
         return report
     }
 

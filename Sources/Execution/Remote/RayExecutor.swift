@@ -146,6 +146,14 @@ public struct NodeSeen: Sendable {
     public var address: String
     public var report: NodeReport?
     public var error: String?
+    /// Why a task image offered to it did not arrive (`worker --receive-image`).
+    public var pushError: String?
+}
+
+/// Task images to push before a batch: an encrypted archive and each node's signed offer.
+public struct ImageOffers: Sendable {
+    public var path: String
+    public var offers: [(node: String, offer: [UInt8])]
 }
 
 /// What the supervisor makes of one result.
@@ -183,6 +191,8 @@ public struct RayExecutor: Sendable {
     /// Files whose digest every node reports (`NodeTool.digestedFiles`), compared with the
     /// supervisor's own: a node with other copies is given no request.
     public var checkDigest: [String] = []
+    /// Task images' archive digests every node reports holding or not (`--check-image`).
+    public var checkImages: [String] = []
 
     public init(python: String, driver: String, address: String, environment: [String: String]) {
         self.python = python
@@ -197,7 +207,9 @@ public struct RayExecutor: Sendable {
     /// and `settle` decides on each result as it arrives: done, or sent again (never to a
     /// node it ran on), and whether its node is excluded. Throws when the driver refuses the
     /// cluster (no token authentication), cannot reach it, or a closure throws.
-    public func run(_ count: Int, choose: ([NodeSeen]) throws -> [String], prepare: (Int) throws -> (bytes: [UInt8], node: String?),
+    /// `offers`: what to push to which node, given the first reports (nodes lacking task
+    /// images); the nodes pushed to are checked again before `choose`.
+    public func run(_ count: Int, offers: ([NodeSeen]) throws -> [ImageOffers] = { _ in [] }, choose: ([NodeSeen]) throws -> [String], prepare: (Int) throws -> (bytes: [UInt8], node: String?),
                     settle: (Int, RemoteResult) throws -> Settlement) throws {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: python)
@@ -243,12 +255,26 @@ public struct RayExecutor: Sendable {
         if let checkVM { first["check_vm"] = String(decoding: try JSONEncoder().encode(checkVM), as: UTF8.self) }
         if !checkPaths.isEmpty { first["check_paths"] = checkPaths }
         if !checkDigest.isEmpty { first["check_digest"] = checkDigest }
+        if !checkImages.isEmpty { first["check_images"] = checkImages }
         try send(first)
-        let seen = (try receive("it listed the cluster's nodes")["nodes"] as? [[String: Any]] ?? []).map { n in
-            NodeSeen(node: n["node"] as? String ?? "?", address: n["address"] as? String ?? "?",
-                     report: (n["report"] as? String).flatMap { try? JSONDecoder().decode(NodeReport.self, from: Data($0.utf8)) },
-                     error: n["error"] as? String ?? ((n["report"] as? String) == nil ? nil : "its report does not decode"))
-        }.map { s in s.report == nil && s.error == nil ? NodeSeen(node: s.node, address: s.address, report: nil, error: "no report") : s }
+        func nodes(_ what: String) throws -> [NodeSeen] {
+            (try receive(what)["nodes"] as? [[String: Any]] ?? []).map { n in
+                var seen = NodeSeen(node: n["node"] as? String ?? "?", address: n["address"] as? String ?? "?",
+                                    report: (n["report"] as? String).flatMap { try? JSONDecoder().decode(NodeReport.self, from: Data($0.utf8)) },
+                                    error: n["error"] as? String ?? ((n["report"] as? String) == nil ? nil : "its report does not decode"))
+                if seen.report == nil && seen.error == nil { seen.error = "no report" }
+                seen.pushError = n["push_error"] as? String
+                return seen
+            }
+        }
+        var seen = try nodes("it listed the cluster's nodes")
+        let pushes = try offers(seen)
+        if !pushes.isEmpty {
+            try send(["push": pushes.map { p in
+                ["path": p.path, "to": p.offers.map { ["node": $0.node, "offer": Data($0.offer).base64EncodedString()] }] as [String: Any]
+            }])
+            seen = try nodes("it pushed the task images")
+        }
         try send(["use": try choose(seen)])
         _ = try receive("it was ready")
         var ranOn = [[String]](repeating: [], count: count)

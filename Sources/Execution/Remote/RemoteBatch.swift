@@ -37,6 +37,8 @@ struct RemoteBatch {
     /// A tool benchmark's files as the supervisor holds them (`WorkRequest.toolSHA256`): a
     /// node must report the same digest.
     var toolSHA256: String?
+    /// The archive digests of the task images the requests name: a node must hold each.
+    var images: [String] = []
     /// Nodes excluded by earlier batches of this experiment, by address.
     let excluded: [String: NodeExcludedRecord]
     /// Where held-out answers are sealed to (`WorkRequest.answerTo`).
@@ -75,18 +77,31 @@ struct RemoteBatch {
     /// What a node says, as the operator's log shows it.
     static func shown(_ text: String) -> String { printable(String(text.suffix(600)), limit: 600) }
 
+    /// Why `n` may take no request but for the task images it lacks, or nil.
+    func unusable(_ n: NodeSeen) -> String? {
+        if let e = excluded[n.address] { return "excluded: it answered a request badly before (\(e.reason))" }
+        guard let r = n.report else { return "it did not report (\(n.error ?? "no report"))" }
+        return NodeCheck.unusable(r, binarySHA256: binarySHA256, policiesSHA256: policiesSHA256, toolSHA256: toolSHA256)
+    }
+
+    /// The task images each node that could otherwise work lacks: image digest -> nodes.
+    func lacking(_ seen: [NodeSeen]) -> [String: [String]] {
+        var out: [String: [String]] = [:]
+        for n in seen where unusable(n) == nil {
+            let held = Set(n.report?.images ?? [])
+            for image in images where !held.contains(image) { out[image, default: []].append(n.node) }
+        }
+        return out
+    }
+
     /// The nodes requests may go to, of those the driver found; throws when none will do.
     mutating func choose(_ seen: [NodeSeen]) throws -> [String] {
         var use: [String] = []
         for n in seen {
             addresses[n.node] = n.address
-            let why: String?
-            if let e = excluded[n.address] {
-                why = "excluded: it answered a request badly before (\(e.reason))"
-            } else if let r = n.report {
-                why = NodeCheck.unusable(r, binarySHA256: binarySHA256, policiesSHA256: policiesSHA256, toolSHA256: toolSHA256)
-            } else {
-                why = "it did not report (\(n.error ?? "no report"))"
+            var why = unusable(n)
+            if why == nil, let missing = images.first(where: { !(n.report?.images ?? []).contains($0) }) {
+                why = "it does not hold the task image of archive sha256 \(missing.prefix(16))" + (n.pushError.map { " (taking it failed: \($0))" } ?? "")
             }
             // Two nodes with one sealing key (a cloned state volume) would open each other's
             // held-out requests: neither is used.

@@ -87,6 +87,7 @@ public enum RemoteWorker {
         guard request.vm == nil || request.heldOut else {
             throw ExperimentError(.refused, "a train request names a VM (only held-out requests run in one)")
         }
+        let (images, tools) = try nodeEnvironment(request, s)
         guard request.expires > Date().timeIntervalSince1970 else {
             throw ExperimentError(.refused, "the request expired at \(Int(request.expires)) (unix time): refused, nothing ran")
         }
@@ -131,6 +132,8 @@ public enum RemoteWorker {
         adapter.taskPolicy = request.taskPolicy
         adapter.verifierPolicy = request.verifierPolicy
         adapter.defaultAgentTimeout = request.defaultAgentTimeout
+        adapter.verifierTools = tools
+        if !images.byTask.isEmpty || !images.refused.isEmpty { adapter.images = images }
         let agent = AuditLog(), tool = AuditLog()
         let heldOut = request.heldOut
         let ids = request.tasks.map(\.id)

@@ -46,6 +46,9 @@ public struct WorkRequest: Codable, Sendable, Equatable {
     /// Each task in a tool run of its own, its own inference gate counting what the model vendor
     /// failed (`gate.infra_retries`); a held-out answer then carries each task's count.
     public var oneTaskPerRun: Bool?
+    /// `sandbox.verifier_tools` (the toolbox's directory, the same on every node): the node's
+    /// verifiers mount it as the supervisor's do; nil: none.
+    public var verifierTools: String?
     /// The agent.py under evaluation.
     public var agentPy: Data
     /// The requested tasks' directories (local benchmark layout), file by file.
@@ -68,6 +71,12 @@ public struct WorkRequest: Codable, Sendable, Equatable {
 public struct WorkTask: Codable, Sendable, Equatable {
     public var id: String
     public var files: [WorkFile]
+    /// The image the task runs on (`autoharness images`), by its archive's digest: the node
+    /// must hold it (`NodeImageStore`); nil runs it on the node's userland.
+    public var image: WorkImage?
+    /// Why the supervisor could not have the task's image (`TaskImages.refused`): the node
+    /// refuses the task with it, as the supervisor's host does, never runs it elsewhere.
+    public var imageRefused: String?
     public init(id: String, files: [WorkFile]) {
         self.id = id
         self.files = files

@@ -43,14 +43,8 @@ struct LocalKind: BenchmarkKind {
         let images = TaskImageStore(experimentRoot: root).load(local.benchmark.tasks).images
         local.images = images
         local.disks = Self.taskDisks(root: root, tasks: local.benchmark.tasks)
-        // Only this host and its held-out VM (the store shared read-only) have the images: a
-        // Ray node would run the same tasks on its own userland, a different benchmark from
-        // the one train runs see.
-        if !images.byTask.isEmpty {
-            if config.executor.kind == .ray {
-                throw ExperimentError(.usage, "executor: ray: \(images.byTask.count) task(s) run on their own image, which only this host has; run them here")
-            }
-        }
+        // With `executor: ray` a node runs them on the same image, sent to it as an archive by
+        // digest (`ImageArchive`, `NodeImageStore`).
         return local
     }
 }

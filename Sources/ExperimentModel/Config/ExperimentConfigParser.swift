@@ -106,9 +106,9 @@ enum ExperimentConfigParser {
                 r.error(node, "executor: ray runs a tool benchmark's held-out tasks in the nodes' own sandboxes, not in a VM (not built yet): set gate.held_out_runtime: host")
             } else if (c.executor.address ?? "").isEmpty {
                 r.error(node, "executor.address: missing; executor: ray needs the cluster's address (host:port of its head)")
-            } else if c.verifierTools != nil {
-                // A node's verifiers would run without them and score such tasks 0.
-                r.error(node, "executor: ray with sandbox.verifier_tools: worker nodes do not get the verifier tools yet; use executor: local, or remove sandbox.verifier_tools")
+            } else if c.verifierTools != nil && c.gate.heldOutRuntime == .vm {
+                // A node's held-out VM would verify without them and score such tasks 0.
+                r.error(node, "executor: ray with sandbox.verifier_tools and gate.held_out_runtime: vm: a node's held-out VM does not get the verifier tools yet; set gate.held_out_runtime: host")
             }
         }
         if c.gate.heldOutRuntime == .vm && r.errors.isEmpty, let why = BenchmarkKinds.notInVM(c) {
