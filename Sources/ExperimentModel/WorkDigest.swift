@@ -93,3 +93,39 @@ extension WorkDigest {
         return hex(hasher.finalize())
     }
 }
+
+extension WorkDigest {
+    /// SHA-256 over everything under `root` (not following links), in name order: each entry's
+    /// relative path, kind, owner, group and permission bits, a file's content, a link's
+    /// target (a directory a node and the supervisor must hold alike: the verifier tools).
+    /// Throws, naming it, when an entry cannot be read.
+    public static func tree(_ root: String) throws -> String {
+        var hasher = SHA256()
+        var unread: String?
+        do throws(IOFailure) {
+            try TreeVisit.visit(root) { path, st, content in
+                hasher.update(data: Array("\(path)\0\(st.st_mode & S_IFMT) \(st.st_uid) \(st.st_gid) \(st.st_mode & 0o7777)\0".utf8))
+                switch content {
+                case .none: break
+                case .link(let target): hasher.update(data: target + [0])
+                case .file(let fd):
+                    var buffer = [UInt8](repeating: 0, count: 1 << 20)
+                    var size = 0
+                    while true {
+                        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+                        if n < 0 && errno == EINTR { continue }
+                        if n < 0 { unread = unread ?? "\(root)/\(path)" }
+                        if n <= 0 { break }
+                        hasher.update(data: buffer[..<n])
+                        size += n
+                    }
+                    hasher.update(data: Array("\0\(size)\0".utf8))
+                }
+            }
+        } catch {
+            throw ExperimentError(.io, "digesting \(root)", cause: error)
+        }
+        if let unread { throw ExperimentError(.io, "\(unread): cannot be read") }
+        return hex(hasher.finalize())
+    }
+}

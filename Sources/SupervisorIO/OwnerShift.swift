@@ -7,7 +7,8 @@ extension FileSystem {
     /// an unmapped id. An inode already within the range (a second hard link to one done) is
     /// left. chown clears set-id bits; they are put back. Links are never followed.
     /// `fromUID`/`fromGID`: the ids are moved from that range instead of from 0 (a node taking
-    /// an image archived in the supervisor's range into its own; the two must not overlap).
+    /// an image archived in the supervisor's range into its own; the two must not overlap, or
+    /// be the same, when an inode outside the range is all that moves, to nobody).
     public static func shiftOwners(of path: String, uid: UInt32, gid: UInt32, count: UInt32, fromUID: UInt32 = 0, fromGID: UInt32 = 0) throws(IOFailure) {
         let slash = path.lastIndex(of: "/")
         let parent = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."

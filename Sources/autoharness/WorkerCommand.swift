@@ -53,6 +53,9 @@ struct WorkerCommand: ParsableCommand {
     @Option(name: .customLong("check-image"), help: "With --check: a task image's archive digest (repeatable); the report lists those this node holds unpacked.")
     var checkImages: [String] = []
 
+    @Option(name: .customLong("check-verifier-tools"), help: "With --check: the verifier tools' directory requests name; the report gives their digest, or the problem with them.")
+    var checkVerifierTools: String?
+
     @Option(name: .customLong("receive-image"), help: "Take one task image: the supervisor's signed offer (base64, from the Ray driver) here, its encrypted archive on stdin; unpacked into --state only if the offer is signed with --supervisor-key, sealed to this node, and the archive is the one it names.")
     var receiveImage: String?
 
@@ -70,7 +73,7 @@ struct WorkerCommand: ParsableCommand {
             }
             let report = try NodeCheck.report(policies: checkPolicies.isEmpty ? ["benchmark-task", "verifier"] : checkPolicies, searchPaths: searchPaths,
                                               stateDirectory: state, vm: vm, scratchRoot: scratch, paths: checkPaths, digest: checkDigest,
-                                              images: checkImages)
+                                              images: checkImages, verifierTools: checkVerifierTools)
             FileHandle.standardOutput.write(try JSONEncoder().encode(report))
             return
         }
@@ -82,7 +85,7 @@ struct WorkerCommand: ParsableCommand {
         }
         if let receiveImage {
             guard let offer = Data(base64Encoded: receiveImage) else { throw ExperimentError(.refused, "--receive-image: not base64") }
-            let path = try NodeImageStore.receive(Array(offer), input: 0, trusted: key, state: state)
+            let path = try NodeImageStore.receive(Array(offer), input: 0, trusted: key, state: state, scratchRoot: scratch)
             print(path)
             return
         }

@@ -12,7 +12,8 @@ is the supervisor's. JSON lines:
   stdout  {"nodes": [{"node": ID, "address": IP, "report": "<worker --check JSON>"} or
                      {"node": ID, "address": IP, "error": "why"}, ...]}
           or {"fatal": "why"} (then it exits 1)
-          (optional, when the supervisor names task images: "check_images": ["<archive sha256>", ...])
+          (optional, when the supervisor names task images: "check_images": ["<archive sha256>", ...];
+           with verifier tools: "check_verifier_tools": "<directory>")
   stdin   {"push": [{"path": "<encrypted archive>", "to": [{"node": ID, "offer": "<base64 signed offer>"}, ...]}, ...]}
                                              (optional) task images some nodes lack: each archive is put in
                                              Ray's object store once and taken by each node named
@@ -161,15 +162,24 @@ def push_images(pushes, nodes, reports, check, receive_image, pinned):
                 if not piece:
                     break
                 pieces.append(ray.put(piece))
-        refs = {receive_image.options(scheduling_strategy=pinned(t["node"])).remote(t["offer"], pieces): t["node"] for t in push["to"]}
-        done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=None)
+        limit = float(push.get("timeout", 3600))
+        refs = {receive_image.options(scheduling_strategy=pinned(t["node"])).remote(t["offer"], pieces, limit): t["node"] for t in push["to"]}
+        done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=limit + 120)
         for ref, node in refs.items():
-            try:
-                result = ray.get(ref)
-            except Exception as e:  # noqa: BLE001 - a node lost while receiving is reported, not used
-                result = {"error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")}
-            if isinstance(result, dict) and result.get("error"):
-                failed.setdefault(node, str(result["error"])[-600:])
+            if ref not in done:
+                ray.cancel(ref, force=True)
+                result = {"error": "no answer in %d s" % (limit + 120)}
+            else:
+                try:
+                    result = ray.get(ref)
+                except Exception as e:  # noqa: BLE001 - a node lost while receiving is reported, not used
+                    result = {"error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")}
+            if not isinstance(result, dict):
+                result = {"error": "the node's receive returned no answer"}
+            if result.get("error"):
+                # A held-out batch's reasons stay on the node: tar's words could name the image's files.
+                failed.setdefault(node, "it could not take the image (held-out batch: its reason stays on the node)" if push.get("quiet")
+                                  else str(result["error"])[-600:])
         del pieces
     pushed = {t["node"] for push in pushes for t in push["to"]}
     again = {r["node"]: r for r in check([n for n in nodes if n["NodeID"] in pushed])}
@@ -217,7 +227,8 @@ def main():
 
         argv = worker_argv(o, ["--check"] + [a for p in policies for a in ("--check-policy", p)] + (["--check-vm", vm] if vm else [])
                            + [a for p in paths for a in ("--check-path", p)] + [a for p in digest for a in ("--check-digest", p)]
-                           + [a for p in images for a in ("--check-image", p)])
+                           + [a for p in images for a in ("--check-image", p)]
+                           + (["--check-verifier-tools", first["check_verifier_tools"]] if first.get("check_verifier_tools") else []))
         try:
             p = sp.run(argv, capture_output=True, timeout=120)
         except (OSError, sp.TimeoutExpired) as e:
@@ -246,7 +257,7 @@ def main():
                 "stderr": "" if sealed else p.stderr[-4000:].decode("utf-8", "replace")}
 
     @ray.remote(num_cpus=num_cpus, max_retries=0)
-    def receive_image(offer, pieces):
+    def receive_image(offer, pieces, limit):
         import os as o
         import subprocess as sp
         import tempfile
@@ -265,11 +276,18 @@ def main():
                 for piece in pieces:
                     p.stdin.write(ray.get(piece))
                 p.stdin.close()
-                code = p.wait(timeout=timeout)
-            except (OSError, sp.TimeoutExpired) as e:
+            except BrokenPipeError:
+                pass  # the worker stopped reading (a refusal, or the image is held): its stderr says which
+            except OSError as e:
                 p.kill()
                 p.wait()
                 return {"error": "taking the image: %s" % e}
+            try:
+                code = p.wait(timeout=limit)
+            except sp.TimeoutExpired:
+                p.kill()
+                p.wait()
+                return {"error": "taking the image took over %d s" % limit}
             err.seek(0)
             tail = err.read()[-600:].decode("utf-8", "replace")
         if code != 0:

@@ -62,6 +62,8 @@ package struct RayNodeExecutor: TaskExecutor {
         let vm = heldOut && config.gate.heldOutRuntime == .vm ? config.gate.vm : nil
         let requests: [WorkRequest]
         var archives: [String: ImageArchive] = [:]
+        // The verifier tools, digested once: every node must hold the same.
+        let toolbox = try local?.verifierTools.map { try WorkDigest.tree($0.directory) }
         // The tool's files a reward depends on, digested once: a node must hold the same.
         let toolDigest = try tool.flatMap { try WorkDigest.files($0.digestedFiles) }
         // A request's run on its node is bounded as the node bounds it (its tasks' own limits,
@@ -84,7 +86,7 @@ package struct RayNodeExecutor: TaskExecutor {
         } else {
             let chunks = shards(ids.compactMap { local?.benchmark.task($0) })
             // Tasks on their image run on the same image on a node: its archive, by digest.
-            let images = try taskImages(chunks.flatMap { $0 }, local?.images, archives: layout.privateDirectory + "/images/archives")
+            let images = try taskImages(chunks.flatMap { $0 }, local?.images, archives: layout.privateDirectory + "/images/archives", heldOut: heldOut)
             if !images.byTask.isEmpty && vm != nil {
                 throw ExperimentError(.usage, "executor: ray: task images in a node's held-out VM are not built yet; set gate.held_out_runtime: host")
             }
@@ -93,6 +95,7 @@ package struct RayNodeExecutor: TaskExecutor {
                 var r = try work.request($0, agentPy: agentPy, heldOut: heldOut, concurrency: 1, answerTo: answerTo)
                 r.vm = vm
                 r.verifierTools = local?.verifierTools?.directory
+                r.verifierToolsSHA256 = toolbox
                 for k in r.tasks.indices {
                     r.tasks[k].image = images.byTask[r.tasks[k].id]
                     r.tasks[k].imageRefused = local?.images?.refused[r.tasks[k].id]
@@ -110,7 +113,8 @@ package struct RayNodeExecutor: TaskExecutor {
         executor.maxInFlight = config.maxConcurrency
         executor.timeout = longest + (vm?.bootTimeout ?? 0) + 300
         executor.checkPolicies = [work.taskPolicy, work.verifierPolicy]
-        executor.checkPaths = (tool?.requiredPaths ?? []) + (local?.verifierTools.map { [$0.directory] } ?? [])
+        executor.checkPaths = tool?.requiredPaths ?? []
+        executor.checkVerifierTools = local?.verifierTools?.directory
         executor.checkDigest = tool?.digestedFiles ?? []
         // Every node is checked for the VM (train and held-out requests alike go only to nodes
         // that pass every check).
@@ -123,6 +127,8 @@ package struct RayNodeExecutor: TaskExecutor {
                                 excluded: try excludedNodes(), answerKey: heldOut ? answerKey : nil, address: address)
         batch.toolSHA256 = toolDigest
         batch.images = archives.keys.sorted()
+        batch.verifierToolsSHA256 = toolbox
+        executor.pushAllowance = archives.values.reduce(0) { $0 + Self.pushTime($1) + 120 }
         executor.checkImages = batch.images
         // Task images a node lacks are pushed to it before any request: each archive encrypted
         // under a key of this batch's, that key sealed to each node, the offer signed.
@@ -133,7 +139,7 @@ package struct RayNodeExecutor: TaskExecutor {
         batch.note = { [recordNote] in try recordNote($0) }
         var byID: [String: TaskOutcome] = [:]
         try executor.run(requests.count, offers: { seen in
-            try Self.offers(batch.lacking(seen), archives: archives, seen: seen, directory: pushes, signer: work.key, log: log)
+            try Self.offers(batch.lacking(seen), archives: archives, seen: seen, directory: pushes, signer: work.key, quiet: heldOut, log: log)
         }, choose: { try batch.choose($0) }, prepare: { i in
             guard let (node, key) = try batch.target(i) else { return (signed[i], nil) }
             return (try work.sign(requests[i], sealTo: key), node)
@@ -159,7 +165,8 @@ package struct RayNodeExecutor: TaskExecutor {
 
     /// The archives of the task images `tasks` run on (by archive digest), made once in
     /// `archives`, and each task's image as a request names it.
-    func taskImages(_ tasks: [BenchmarkTask], _ images: TaskImages?, archives directory: String) throws
+    /// A held-out run's log lines name no task.
+    func taskImages(_ tasks: [BenchmarkTask], _ images: TaskImages?, archives directory: String, heldOut: Bool) throws
         -> (byTask: [String: WorkImage], archives: [String: ImageArchive]) {
         var byTask: [String: WorkImage] = [:]
         var archives: [String: ImageArchive] = [:]
@@ -170,7 +177,8 @@ package struct RayNodeExecutor: TaskExecutor {
             if let made = byImage[image.id + image.rootfs] {
                 archive = made
             } else {
-                archive = try ImageArchive.make(image, in: directory) { [log = environment.log] in log?("executor: ray: task \(task.id): " + $0) }
+                let named = heldOut ? "" : "task \(task.id): "
+                archive = try ImageArchive.make(image, in: directory) { [log = environment.log] in log?("executor: ray: " + named + $0) }
                 byImage[image.id + image.rootfs] = archive
             }
             archives[archive.sha256] = archive
@@ -179,10 +187,14 @@ package struct RayNodeExecutor: TaskExecutor {
         return (byTask, archives)
     }
 
+    /// How long a node may take to receive and unpack `archive`: ten MiB a second at the
+    /// least, and five minutes to start and unpack.
+    static func pushTime(_ archive: ImageArchive) -> Double { 300 + Double(archive.bytes) / Double(10 << 20) }
+
     /// The pushes for `lacking` (image digest -> nodes): each archive encrypted once into
     /// `directory` under a fresh key, and an offer of it signed for each node, sealed to its key.
     static func offers(_ lacking: [String: [String]], archives: [String: ImageArchive], seen: [NodeSeen], directory: String,
-                       signer: Curve25519.Signing.PrivateKey, log: ((String) -> Void)?) throws -> [ImageOffers] {
+                       signer: Curve25519.Signing.PrivateKey, quiet: Bool, log: ((String) -> Void)?) throws -> [ImageOffers] {
         guard !lacking.isEmpty else { return [] }
         if let e = FileSystem.makeDirectories(directory, mode: 0o700) { throw ExperimentError(.io, "\(directory): \(ErrnoName.describe(e))") }
         var out: [ImageOffers] = []
@@ -196,7 +208,7 @@ package struct RayNodeExecutor: TaskExecutor {
                 guard let sealKey = seen.first(where: { $0.node == node })?.report?.sealKey else { return nil }
                 return (node, try archive.offer(key: key, to: sealKey, signedWith: signer))
             }
-            out.append(ImageOffers(path: path, offers: offers))
+            out.append(ImageOffers(path: path, offers: offers, timeout: pushTime(archive), quiet: quiet))
         }
         return out
     }

@@ -1,3 +1,4 @@
+import Benchmark
 import Crypto
 import ExperimentModel
 import Foundation
@@ -21,6 +22,9 @@ public struct NodeReport: Codable, Sendable, Equatable {
     /// Which of the task images the supervisor named (`--check-image`, archive digests) this
     /// node holds unpacked (`NodeImageStore`); nil when none were named.
     public var images: [String]?
+    /// The digest of the verifier tools at the path the supervisor named
+    /// (`--check-verifier-tools`, `WorkDigest.tree`); nil when none was named or they fail.
+    public var verifierToolsSHA256: String?
 
     public init(binarySHA256: String, policiesSHA256: String, problems: [String], sealKey: String) {
         self.binarySHA256 = binarySHA256
@@ -56,7 +60,7 @@ public enum NodeCheck {
     /// settings can run here (qemu, the guest kernel, KVM or the consent to emulate) is a check
     /// too: a node that cannot is not used.
     public static func report(policies: [String], searchPaths: [String], stateDirectory: String, vm: VMSettings? = nil,
-                              scratchRoot: String = "/dev/shm/autoharness", paths: [String] = [], digest: [String] = [], images: [String] = []) throws -> NodeReport {
+                              scratchRoot: String = "/dev/shm/autoharness", paths: [String] = [], digest: [String] = [], images: [String] = [], verifierTools: String? = nil) throws -> NodeReport {
         try RemoteWorker.checkStateDirectory(stateDirectory)
         let key = try NodeSealKey.load(orCreateAt: stateDirectory + "/node-key")
         var found = problems(policies: policies, loader: PolicyLoader(searchPaths: searchPaths))
@@ -69,6 +73,15 @@ public enum NodeCheck {
                                 problems: found, sealKey: NodeSealKey.publicText(key))
         report.toolSHA256 = tool
         if !images.isEmpty { report.images = NodeImageStore.held(images, state: stateDirectory) }
+        // The toolbox as a request's run checks it, and its digest: a node with another gets nothing.
+        if let verifierTools {
+            do {
+                _ = try VerifierTools(directory: verifierTools)
+                report.verifierToolsSHA256 = try WorkDigest.tree(verifierTools)
+            } catch {
+                report.problems.append("the verifier tools: \(error)")
+            }
+        }
         return report
     }
 
@@ -92,11 +105,15 @@ public enum NodeCheck {
     /// Why the supervisor gives a node no request, or nil when it is usable: its own report
     /// must name this binary and these policies (and, for a tool benchmark, its files), and no
     /// problem.
-    public static func unusable(_ report: NodeReport, binarySHA256: String, policiesSHA256: String, toolSHA256: String? = nil) -> String? {
+    public static func unusable(_ report: NodeReport, binarySHA256: String, policiesSHA256: String, toolSHA256: String? = nil,
+                                verifierToolsSHA256: String? = nil) -> String? {
         if report.binarySHA256 != binarySHA256 { return "its autoharness (sha256 \(report.binarySHA256.prefix(16))) is not the supervisor's (\(binarySHA256.prefix(16)))" }
         if report.policiesSHA256 != policiesSHA256 { return "its policies (sha256 \(report.policiesSHA256.prefix(16))) are not the supervisor's (\(policiesSHA256.prefix(16)))" }
         if let toolSHA256, report.problems.isEmpty, report.toolSHA256 != toolSHA256 {
             return "its copy of the tool's files (sha256 \((report.toolSHA256 ?? "none").prefix(16))) is not the supervisor's (\(toolSHA256.prefix(16))): another version is installed there"
+        }
+        if let verifierToolsSHA256, report.problems.isEmpty, report.verifierToolsSHA256 != verifierToolsSHA256 {
+            return "its verifier tools (sha256 \((report.verifierToolsSHA256 ?? "none").prefix(16))) are not the supervisor's (\(verifierToolsSHA256.prefix(16)))"
         }
         if !report.problems.isEmpty { return "it fails the host checks: \(report.problems.joined(separator: "; "))" }
         guard let raw = Data(base64Encoded: report.sealKey), (try? Curve25519.KeyAgreement.PublicKey(rawRepresentation: raw)) != nil else {

@@ -101,15 +101,22 @@ public struct ImageArchive: Sendable {
             return ImageArchive(path: path, sha256: sha, bytes: size, ids: image.ids)
         }
         progress("archiving the task image \(image.id.prefix(19)) for the nodes")
-        let partial = path + ".partial"
-        unlink(partial)
-        let made = try ChildProcess.run([try tar(), "--create", "--file", partial, "--numeric-owner", "--xattrs", "--xattrs-include=*",
-                                         "--directory", image.rootfs, "."], timeout: 3600, outputCap: 1 << 16)
-        guard made.succeeded else {
-            unlink(partial)
-            throw ExperimentError(.io, "archiving the task image \(image.id) for worker nodes: tar exited \(made.status): \(String(made.output.suffix(600)))")
+        // A name of this call's own: two supervisors archiving at once never share a file.
+        let partial = path + ".partial-\(getpid())-" + WorkDigest.hex((0..<6).map { _ in UInt8.random(in: 0...255) })
+        defer { unlink(partial) }
+        // Sparse files stay sparse (an image's /var/log/lastlog can be gigabytes of holes). What
+        // tar may warn about and still exit 0 (an attribute it could not read) is a failure:
+        // the node would get another tree than this host's store; but for a socket, which an
+        // image's files can only hold stale.
+        let made = try ChildProcess.run([try tar(), "--create", "--file", partial, "--numeric-owner", "--sparse", "--xattrs", "--xattrs-include=*",
+                                         "--directory", image.rootfs, "."], environment: tarEnvironment, timeout: 3600, outputCap: 1 << 16)
+        let warnings = made.output.split(separator: "\n").filter { !$0.hasSuffix(": socket ignored") }
+        guard made.succeeded, warnings.isEmpty else {
+            progress("tar, archiving \(image.id.prefix(19)): exit \(made.status): \(String(made.output.suffix(600)))")
+            throw ExperimentError(.io, "archiving a task image for worker nodes failed (tar exited \(made.status); its output is in the supervisor's log)")
         }
         let (sha, size) = try digest(partial)
+        guard size <= maxBytes else { throw ExperimentError(.usage, "a task image's archive is \(size >> 30) GiB, over the \(maxBytes >> 30) GiB a node takes") }
         guard rename(partial, path) == 0 else { throw ExperimentError(.io, "\(path): \(ErrnoName.describe(errno))") }
         do throws(IOFailure) { try AtomicFile.write(Array("\(sha) \(size)\n".utf8), to: path + ".sha256", mode: 0o600) } catch {
             throw ExperimentError(.io, "", cause: error)
@@ -122,6 +129,10 @@ public struct ImageArchive: Sendable {
         guard parts.count == 2, parts[0].count == 64, let size = Int(parts[1].trimmingCharacters(in: .whitespacesAndNewlines)) else { return nil }
         return (String(parts[0]), size)
     }
+
+    /// tar's environment: nothing of the caller's (`TAR_OPTIONS=--dereference` would archive the
+    /// host's files an image's absolute links name).
+    static let tarEnvironment = ["PATH": "/usr/bin:/bin", "LC_ALL": "C"]
 
     static func tar() throws -> String {
         for path in ["/usr/bin/tar", "/bin/tar"] where access(path, X_OK) == 0 { return path }
@@ -158,14 +169,25 @@ public struct ImageArchive: Sendable {
         guard output >= 0 else { throw ExperimentError(.io, "\(out): \(ErrnoName.describe(errno))") }
         defer { close(output) }
         var buffer = [UInt8](repeating: 0, count: Self.chunk)
+        var hasher = SHA256()
+        var total = 0
         while true {
             let n = try Self.readFull(input, &buffer)
             if n == 0 { break }
+            hasher.update(data: buffer[..<n])
+            total += n
             let box = try ChaChaPoly.seal(buffer[..<n], using: key).combined
             var length = UInt32(box.count).bigEndian
             let head = withUnsafeBytes(of: &length) { Array($0) }
             guard ImageFiles.writeAll(output, head + Array(box)) else { throw ExperimentError(.io, "\(out): \(ErrnoName.describe(errno))") }
             if n < buffer.count { break }
+        }
+        // What is sent is what was digested: an archive changed since (or a digest kept for
+        // another file) is refused here, and made again next time.
+        guard WorkDigest.hex(hasher.finalize()) == sha256, total == bytes else {
+            unlink(out)
+            unlink(path + ".sha256")
+            throw ExperimentError(.io, "\(path) is no longer the archive its digest names; it is made again on the next run")
         }
     }
 
@@ -219,8 +241,11 @@ public enum NodeImageStore {
     /// directory of its own, its owners shifted into this node's image range, and kept under
     /// its digest. Returns where. An image held already is not taken again (its input is
     /// not read).
-    public static func receive(_ pushBytes: [UInt8], input: Int32, trusted: String, state: String) throws -> String {
+    public static func receive(_ pushBytes: [UInt8], input: Int32, trusted: String, state: String, scratchRoot: String) throws -> String {
         try RemoteWorker.checkStateDirectory(state)
+        // Beside train work (a shared hold on the node's lock): a worker that finds none
+        // running clears what a killed receive left (`lockNode`).
+        _ = try RemoteWorker.lockNode(state, scratchRoot: scratchRoot, exclusive: false)
         guard let raw = Data(base64Encoded: trusted.trimmingCharacters(in: .whitespacesAndNewlines)),
               let supervisor = try? Curve25519.Signing.PublicKey(rawRepresentation: raw) else {
             throw ExperimentError(.usage, "the supervisor key is not a base64 Ed25519 public key")
@@ -252,25 +277,38 @@ public enum NodeImageStore {
         _ = FileSystem.removeTree(staging)
         defer { _ = FileSystem.removeTree(staging) }
         guard mkdir(staging, 0o700) == 0, mkdir(staging + "/root", 0o755) == 0 else { throw ExperimentError(.io, "\(staging): \(ErrnoName.describe(errno))") }
+        // Room for the archive and its unpacked files (about as large), and a gigabyte to spare.
+        var vfs = statvfs()
+        // (A file system that states no size, as ramfs, is not measured.)
+        if statvfs(store, &vfs) == 0, vfs.f_blocks > 0, UInt64(vfs.f_bavail) * UInt64(vfs.f_frsize) < 2 * UInt64(push.archiveBytes) + (1 << 30) {
+            throw ExperimentError(.io, "no room in \(store) for a task image of \(push.archiveBytes >> 20) MiB (twice that and 1 GiB are needed): nothing unpacked")
+        }
         let tarFile = staging + "/archive.tar"
         try decrypt(input, key: SymmetricKey(data: opened), to: tarFile, expected: push)
         let tar = try ImageArchive.tar()
         let unpacked = try ChildProcess.run([tar, "--extract", "--file", tarFile, "--numeric-owner", "--same-owner", "--same-permissions",
-                                             "--xattrs", "--xattrs-include=*", "--directory", staging + "/root"], timeout: 3600, outputCap: 1 << 16)
+                                             "--xattrs", "--xattrs-include=*", "--warning=no-timestamp", "--directory", staging + "/root"],
+                                            environment: ImageArchive.tarEnvironment, timeout: 3600, outputCap: 1 << 16)
         unlink(tarFile)
-        guard unpacked.succeeded else {
+        // A warning (an attribute this file system cannot hold) leaves another tree than the
+        // supervisor's: a failure, as an exit status would be. (A time stamp in the future is
+        // kept as it is, and not warned of.)
+        guard unpacked.succeeded, unpacked.output.isEmpty else {
             throw ExperimentError(.io, "unpacking task image \(push.archiveSHA256.prefix(16)): tar exited \(unpacked.status): \(String(unpacked.output.suffix(600)))")
         }
-        if push.ids != ids {
-            guard !ids.holds(uid: push.ids.uid) && !push.ids.holds(uid: ids.uid) && !ids.holds(gid: push.ids.gid) && !push.ids.holds(gid: ids.gid) else {
-                throw ExperimentError(.usage, "this node's image id range (\(ids.uid):\(ids.gid)) overlaps the supervisor's (\(push.ids.uid):\(push.ids.gid)) without being it: give both the same range, or ranges apart (/etc/subuid, /etc/subgid)")
-            }
-            do throws(IOFailure) {
-                try FileSystem.shiftOwners(of: staging + "/root", uid: ids.uid, gid: ids.gid, count: ids.count, fromUID: push.ids.uid, fromGID: push.ids.gid)
-            } catch {
-                throw ExperimentError(.io, "task image \(push.archiveSHA256.prefix(16)): shifting its owners into this node's range", cause: error)
-            }
+        // Every owner into this node's range, from the range the archive was made in: an entry
+        // outside that range (none, from the supervisor's store) becomes the range's nobody.
+        if push.ids != ids && (ids.holds(uid: push.ids.uid) || push.ids.holds(uid: ids.uid) || ids.holds(gid: push.ids.gid) || push.ids.holds(gid: ids.gid)) {
+            throw ExperimentError(.usage, "this node's image id range (\(ids.uid):\(ids.gid)) overlaps the supervisor's (\(push.ids.uid):\(push.ids.gid)) without being it: give both the same range, or ranges apart (/etc/subuid, /etc/subgid)")
         }
+        do throws(IOFailure) {
+            try FileSystem.shiftOwners(of: staging + "/root", uid: ids.uid, gid: ids.gid, count: ids.count, fromUID: push.ids.uid, fromGID: push.ids.gid)
+        } catch {
+            throw ExperimentError(.io, "task image \(push.archiveSHA256.prefix(16)): shifting its owners into this node's range", cause: error)
+        }
+        // On disk before it is named: a crash never leaves a torn image under its digest.
+        let synced = try ChildProcess.run(["/bin/sync", "--file-system", staging + "/root"], environment: ImageArchive.tarEnvironment, timeout: 600)
+        guard synced.succeeded else { throw ExperimentError(.io, "\(staging): sync --file-system: \(String(synced.output.suffix(300)))") }
         let final = store + "/\(push.archiveSHA256)-\(ids.uid)-\(ids.gid)"
         guard rename(staging + "/root", final) == 0 else {
             if errno == EEXIST || errno == ENOTEMPTY, let held = rootfs(push.archiveSHA256, ids: ids, state: state) { return held }
@@ -309,45 +347,6 @@ public enum NodeImageStore {
             unlink(out)
             throw ExperimentError(.refused, "the image archive is not the one its offer names (size or SHA-256): refused, nothing unpacked")
         }
-    }
-}
-
-extension RemoteWorker {
-    /// What a local request's tasks run with on this node besides their files: the images its
-    /// tasks name, from this node's store, and the verifier tools. Refused (before the nonce)
-    /// when an image is not here, when images meet a held-out VM (not built), or when the
-    /// toolbox is not at the supervisor's path.
-    static func nodeEnvironment(_ request: WorkRequest, _ s: Settings) throws -> (TaskImages, VerifierTools?) {
-        var tools: VerifierTools?
-        if let dir = request.verifierTools {
-            guard request.vm == nil else { throw ExperimentError(.refused, "a request names the verifier tools and a held-out VM (not built together): refused, nothing ran") }
-            do { tools = try VerifierTools(directory: dir) } catch {
-                throw ExperimentError(.refused, "this node has no verifier tools at the supervisor's path: refused, nothing ran", cause: error)
-            }
-        }
-        var refused: [String: String] = [:]
-        for t in request.tasks { if let why = t.imageRefused { refused[t.id] = String(why.prefix(4096)) } }
-        let named = request.tasks.compactMap { t in t.image.map { (t.id, $0) } }
-        guard !named.isEmpty else {
-            var none = TaskImages()
-            none.refused = refused
-            return (none, tools)
-        }
-        guard request.tool == nil, request.vm == nil else {
-            throw ExperimentError(.refused, "a request with task images names a tool or a held-out VM (not built): refused, nothing ran")
-        }
-        let ids: HostIDRange
-        do { ids = try ImageIDs.range() } catch { throw ExperimentError(.refused, "this node's task image ids: refused, nothing ran", cause: error) }
-        var byTask: [String: TaskImage] = [:]
-        for (id, image) in named {
-            guard let rootfs = NodeImageStore.rootfs(image.archiveSHA256, ids: ids, state: s.stateDirectory) else {
-                throw ExperimentError(.refused, "this node does not hold task \(id)'s image (archive sha256 \(image.archiveSHA256.prefix(16))): refused, nothing ran")
-            }
-            byTask[id] = image.onNode(rootfs: rootfs, ids: ids)
-        }
-        var images = TaskImages(byTask)
-        images.refused = refused
-        return (images, tools)
     }
 }
 

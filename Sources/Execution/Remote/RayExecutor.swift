@@ -154,6 +154,11 @@ public struct NodeSeen: Sendable {
 public struct ImageOffers: Sendable {
     public var path: String
     public var offers: [(node: String, offer: [UInt8])]
+    /// How long a node may take to receive and unpack it.
+    public var timeout: Double
+    /// A held-out batch's: a node's reason for not taking it stays on the node (tar's words
+    /// could name the image's files).
+    public var quiet: Bool
 }
 
 /// What the supervisor makes of one result.
@@ -193,6 +198,10 @@ public struct RayExecutor: Sendable {
     public var checkDigest: [String] = []
     /// Task images' archive digests every node reports holding or not (`--check-image`).
     public var checkImages: [String] = []
+    /// The most the task images' pushes may take, on top of the requests' own time.
+    public var pushAllowance: Double = 0
+    /// The verifier tools every node reports the digest of (`--check-verifier-tools`).
+    public var checkVerifierTools: String?
 
     public init(python: String, driver: String, address: String, environment: [String: String]) {
         self.python = python
@@ -231,7 +240,7 @@ public struct RayExecutor: Sendable {
         let watchdog = DispatchWorkItem { kill(pid, SIGKILL) }
         // Each request may run twice (a lost one is sent again).
         let rounds = Double(2 * ((count + maxInFlight - 1) / max(1, maxInFlight)) + 2)
-        DispatchQueue.global().asyncAfter(deadline: .now() + timeout * rounds + 300, execute: watchdog)
+        DispatchQueue.global().asyncAfter(deadline: .now() + timeout * rounds + 300 + pushAllowance, execute: watchdog)
         defer { watchdog.cancel() }
         // The driver's stderr is drained meanwhile (Ray is talkative); its tail explains a failure.
         let stderrTail = DriverLog()
@@ -256,6 +265,7 @@ public struct RayExecutor: Sendable {
         if !checkPaths.isEmpty { first["check_paths"] = checkPaths }
         if !checkDigest.isEmpty { first["check_digest"] = checkDigest }
         if !checkImages.isEmpty { first["check_images"] = checkImages }
+        if let checkVerifierTools { first["check_verifier_tools"] = checkVerifierTools }
         try send(first)
         func nodes(_ what: String) throws -> [NodeSeen] {
             (try receive(what)["nodes"] as? [[String: Any]] ?? []).map { n in
@@ -271,9 +281,12 @@ public struct RayExecutor: Sendable {
         let pushes = try offers(seen)
         if !pushes.isEmpty {
             try send(["push": pushes.map { p in
-                ["path": p.path, "to": p.offers.map { ["node": $0.node, "offer": Data($0.offer).base64EncodedString()] }] as [String: Any]
+                ["path": p.path, "timeout": p.timeout, "quiet": p.quiet,
+                 "to": p.offers.map { ["node": $0.node, "offer": Data($0.offer).base64EncodedString()] }] as [String: Any]
             }])
             seen = try nodes("it pushed the task images")
+            // The ciphertext is in Ray's object store now (or was taken): not kept twice here.
+            for p in pushes { unlink(p.path) }
         }
         try send(["use": try choose(seen)])
         _ = try receive("it was ready")

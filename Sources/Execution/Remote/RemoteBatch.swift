@@ -39,6 +39,8 @@ struct RemoteBatch {
     var toolSHA256: String?
     /// The archive digests of the task images the requests name: a node must hold each.
     var images: [String] = []
+    /// The verifier tools' digest (`WorkRequest.verifierToolsSHA256`): a node must report it.
+    var verifierToolsSHA256: String?
     /// Nodes excluded by earlier batches of this experiment, by address.
     let excluded: [String: NodeExcludedRecord]
     /// Where held-out answers are sealed to (`WorkRequest.answerTo`).
@@ -81,17 +83,23 @@ struct RemoteBatch {
     func unusable(_ n: NodeSeen) -> String? {
         if let e = excluded[n.address] { return "excluded: it answered a request badly before (\(e.reason))" }
         guard let r = n.report else { return "it did not report (\(n.error ?? "no report"))" }
-        return NodeCheck.unusable(r, binarySHA256: binarySHA256, policiesSHA256: policiesSHA256, toolSHA256: toolSHA256)
+        return NodeCheck.unusable(r, binarySHA256: binarySHA256, policiesSHA256: policiesSHA256, toolSHA256: toolSHA256,
+                                  verifierToolsSHA256: verifierToolsSHA256)
     }
 
     /// The task images each node that could otherwise work lacks: image digest -> nodes.
     func lacking(_ seen: [NodeSeen]) -> [String: [String]] {
         var out: [String: [String]] = [:]
-        for n in seen where unusable(n) == nil {
+        for n in seen where unusable(n) == nil && !twin(n, seen) {
             let held = Set(n.report?.images ?? [])
             for image in images where !held.contains(image) { out[image, default: []].append(n.node) }
         }
         return out
+    }
+
+    /// Whether another node reports `n`'s sealing key (a shared or cloned state directory).
+    func twin(_ n: NodeSeen, _ seen: [NodeSeen]) -> Bool {
+        n.report.map { r in seen.contains { $0.node != n.node && $0.report?.sealKey == r.sealKey } } ?? false
     }
 
     /// The nodes requests may go to, of those the driver found; throws when none will do.
@@ -105,8 +113,7 @@ struct RemoteBatch {
             }
             // Two nodes with one sealing key (a cloned state volume) would open each other's
             // held-out requests: neither is used.
-            let twin = n.report.map { r in seen.contains { $0.node != n.node && $0.report?.sealKey == r.sealKey } } ?? false
-            if let why = why ?? (twin ? "its sealing key is another node's too (a shared or cloned state directory)" : nil) {
+            if let why = why ?? (twin(n, seen) ? "its sealing key is another node's too (a shared or cloned state directory)" : nil) {
                 log("executor: ray: node \(Self.shown(n.address)) (\(n.node.prefix(12))) not used: \(Self.shown(why))")
             } else {
                 use.append(n.node)

@@ -266,6 +266,8 @@ public enum RemoteWorker {
         }
         if lock(LOCK_EX | LOCK_NB) {
             for name in FileSystem.names(in: state) where name.hasPrefix("work-") { _ = FileSystem.removeTree(state + "/" + name) }
+            // A task image a killed receive was taking (`NodeImageStore.receive`).
+            for name in FileSystem.names(in: state + "/images") where name.hasPrefix(".partial-") { _ = FileSystem.removeTree(state + "/images/" + name) }
             cleaned += HeldOutVM.sweepWork(scratchRoot)
             if let settled = HeldOutSettle.settleLeftover(journal: state + "/held-out-pages") {
                 cleaned += settled.lines

@@ -49,6 +49,8 @@ public struct WorkRequest: Codable, Sendable, Equatable {
     /// `sandbox.verifier_tools` (the toolbox's directory, the same on every node): the node's
     /// verifiers mount it as the supervisor's do; nil: none.
     public var verifierTools: String?
+    /// Their digest (`WorkDigest.tree`) as the supervisor holds them: a node whose differ refuses.
+    public var verifierToolsSHA256: String?
     /// The agent.py under evaluation.
     public var agentPy: Data
     /// The requested tasks' directories (local benchmark layout), file by file.
