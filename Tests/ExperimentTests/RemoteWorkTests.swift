@@ -448,7 +448,7 @@ struct RemoteWorkTests {
         #expect(worker.terminationStatus == 0 && node.nonces.count == 1)
     }
 
-    @Test("an answer is used only when it is one: its nonce, the requested ids in order, valid rewards, no held-out traces, no path outside its task")
+    @Test("an answer is used only when it is one: its nonce, the requested ids in order, valid rewards, no held-out traces, no path outside its task, violation names whole only in a train answer")
     func answersChecked() throws {
         let request = WorkRequest(nonce: String(repeating: "a", count: 32), heldOut: true, binarySHA256: "", policiesSHA256: "",
                                   taskPolicy: "t", verifierPolicy: "v", concurrency: 1, agentPy: Data(),
@@ -485,5 +485,21 @@ struct RemoteWorkTests {
         outside.traces = ["x": [WorkFile(path: "../x", executable: false, bytes: Data())]]
         #expect(throws: ExperimentError.self) { try RemoteWork.check(try bytes(outside), for: train) }
         #expect(throws: ExperimentError.self) { try RemoteWork.check(Array(repeating: 0x20, count: WorkLimits.maxAnswer + 1), for: train) }
+        // A violation's name: a path only in a train answer (a held-out one could name a
+        // test's file), printable, bounded.
+        var linked = good
+        linked.violations = [WorkViolation(agent: true, kind: "planted_link", name: "/app/answer.txt -> /tests/expected.txt", count: 1)]
+        #expect(try RemoteWork.check(try bytes(linked), for: train).violations == linked.violations)
+        #expect(throws: ExperimentError.self, "a path in a held-out answer") { try RemoteWork.check(try bytes(linked), for: request) }
+        for name in ["a\nb", String(repeating: "x", count: WorkLimits.maxTrainName + 1), ""] {
+            var bad = good
+            bad.violations = [WorkViolation(agent: true, kind: "planted_link", name: name, count: 1)]
+            #expect(throws: ExperimentError.self, "\(name.prefix(8))") { try RemoteWork.check(try bytes(bad), for: train) }
+        }
+        // What a node answers: a train answer keeps the name, a held-out one folds it.
+        let audit = AuditLog()
+        audit.record(AuditEvent(sandbox: "s", kind: .plantedLink, name: "/app/answer.txt -> /tests/expected.txt", action: "removed"))
+        #expect(RemoteWorker.counts(audit, agent: true, heldOut: false).map(\.name) == ["/app/answer.txt -> /tests/expected.txt"])
+        #expect(RemoteWorker.counts(audit, agent: true, heldOut: true).map(\.name) == ["other"])
     }
 }

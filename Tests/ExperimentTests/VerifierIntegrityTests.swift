@@ -365,15 +365,16 @@ enum Corpus {
     }
 
     /// Runs every cheat on the train split, then all of them at once through a gate, then the
-    /// oracle. `agent` builds agent.py for the adapter.
-    static func attack(_ exp: Experiment, agent: ([String]) -> String, secrets: [String: String]) throws {
+    /// oracle. `agent` builds agent.py for the adapter; `environment`, what each command adds
+    /// (a Ray cluster's token).
+    static func attack(_ exp: Experiment, agent: ([String]) -> String, secrets: [String: String], environment: [String: String] = [:]) throws {
         let split = try exp.split()
         try #require(!split.train.isEmpty && !split.test.isEmpty, "\(split)")
         let kinds = cheats.keys.sorted()
         for kind in kinds {
             try exp.setAgent(agent([kind]))
             let before = try exp.rows("violation").count
-            let b = try exp.run(["benchmark"], environment: [:])
+            let b = try exp.run(["benchmark"], environment: environment)
             #expect(b.status == 0, "\(kind): \(b.stdout)\(b.stderr)")
             let rewards = try exp.trainResults()
             let statuses = try exp.statuses(split.train)
@@ -442,7 +443,7 @@ enum Corpus {
         }
         // Everything at once, through the gate: rejected, the held-out split scores 0 too.
         try exp.setAgent(agent(kinds))
-        let g = try exp.run(["gate"], environment: [:])
+        let g = try exp.run(["gate"], environment: environment)
         #expect(g.status != 0 && g.stdout.contains("REJECTED") && g.stdout.contains("val_score: 0.00"), "\(g.stdout)\(g.stderr)")
         #expect(try exp.rows("violation").contains { $0["kind"] as? String == "reward_tampering" && (($0["heldOut"] ?? $0["held_out"]) as? Bool) == true })
         // No held-out secret reached anything the experiment keeps. A train task's is in its
@@ -460,12 +461,12 @@ enum Corpus {
         // The operator's report lists the gate's tasks whose verifier ran agent code, the
         // held-out ones included (the diagnostics program ran there too).
         let reportPath = exp.root + "/report-corpus.html"
-        let r = try exp.run(["report", "--out", reportPath], environment: [:])
+        let r = try exp.run(["report", "--out", reportPath], environment: environment)
         let html = (try? String(contentsOfFile: reportPath, encoding: .utf8)) ?? ""
         #expect(r.status == 0 && html.contains("Verifiers that ran agent code") && html.contains("(held-out)")
                 && html.contains("opened /app/diagnostics.py"), "\(r.stderr)")
         // The honest oracle still passes every train task.
-        let o = try exp.run(["benchmark", "--oracle"], environment: [:])
+        let o = try exp.run(["benchmark", "--oracle"], environment: environment)
         #expect(o.status == 0 && o.stdout.contains("train: \(split.train.count)/\(split.train.count) passed"), "\(o.stdout)\(o.stderr)")
         #expect(exp.scratchMounts().isEmpty)
     }

@@ -89,7 +89,8 @@ public struct RemoteWork {
             }
         }
         guard answer.violations.count <= WorkLimits.maxViolations,
-              answer.violations.allSatisfy({ AuditEvent.Kind(rawValue: $0.kind) != nil && GuestAnswer.isName($0.name) && $0.name.utf8.count <= WorkLimits.maxName
+              answer.violations.allSatisfy({ AuditEvent.Kind(rawValue: $0.kind) != nil
+                                             && (request.heldOut ? GuestAnswer.isName($0.name) && $0.name.utf8.count <= WorkLimits.maxName : WorkViolation.isTrainName($0.name))
                                              && (0...WorkLimits.maxViolationCount).contains($0.count) }) else {
             throw ExperimentError(.refused, "the answer's violations are not valid counts")
         }

@@ -180,7 +180,7 @@ public enum RemoteWorker {
             if request.oneTaskPerRun == true { kept.vendorFailures = o.vendorFailures.map { min($0, WorkLimits.maxViolationCount) } }
             return kept
         } : all)
-        answer.violations = counts(audit.agent, agent: true) + counts(audit.tool, agent: false)
+        answer.violations = counts(audit.agent, agent: true, heldOut: heldOut) + counts(audit.tool, agent: false, heldOut: heldOut)
         if !heldOut {
             // The whole answer stays under the supervisor's limit whatever agent.py wrote:
             // traces past the budget are left out (the outcomes stay), so an answer is never
@@ -372,15 +372,18 @@ public enum RemoteWorker {
     }
 
     /// Violations by kind and name, as the supervisor's ledger rows count them.
-    static func counts(_ audit: AuditLog, agent: Bool) -> [WorkViolation] {
+    static func counts(_ audit: AuditLog, agent: Bool, heldOut: Bool) -> [WorkViolation] {
         var out: [String: WorkViolation] = [:]
         for e in audit.events where e.isViolation {
-            let kind = e.countedKind.rawValue, name = String(e.name.prefix(WorkLimits.maxName))
-            // A name is a syscall, a limit or a host:port; anything else is folded.
-            let shown = GuestAnswer.isName(name) ? name : "other"
+            let kind = e.countedKind.rawValue
+            // A held-out name is a syscall, a limit or a host:port; anything else (a path that
+            // could name a test's file) is folded. A train name is the coding agent's to read
+            // anyway: kept whole when printable (a planted link's `/app/x -> /tests/y`).
+            let name = String(e.name.prefix(heldOut ? WorkLimits.maxName : WorkLimits.maxTrainName))
+            let shown = (heldOut ? GuestAnswer.isName(name) : WorkViolation.isTrainName(name)) ? name : "other"
             let key = kind + "\u{1F}" + shown
-            let now = out[key, default: WorkViolation(agent: agent, kind: kind, name: shown, count: 0)].count
-            out[key]!.count = min(now + (e.count ?? 1), WorkLimits.maxViolationCount)
+            let now = out[key]?.count ?? 0
+            out[key, default: WorkViolation(agent: agent, kind: kind, name: shown, count: 0)].count = min(now + (e.count ?? 1), WorkLimits.maxViolationCount)
         }
         return out.keys.sorted().prefix(WorkLimits.maxViolations / 2).map { out[$0]! }
     }

@@ -199,6 +199,12 @@ public struct WorkViolation: Codable, Sendable, Equatable {
     public var kind: String
     public var name: String
     public var count: Int
+
+    /// A train answer's name: printable text (no control character) of at most
+    /// `WorkLimits.maxTrainName` bytes.
+    static func isTrainName(_ s: String) -> Bool {
+        !s.isEmpty && s.utf8.count <= WorkLimits.maxTrainName && s.unicodeScalars.allSatisfy { $0.value >= 0x20 && $0.value != 0x7f && !(0x80...0x9f).contains($0.value) }
+    }
 }
 
 /// The limits a node and the supervisor hold each other to.
@@ -213,6 +219,8 @@ public enum WorkLimits {
     /// Violation lines in one answer, and the length of a violation's name.
     public static let maxViolations = 1000
     public static let maxName = 128
+    /// A train answer's violation name (a path, a link and its target).
+    public static let maxTrainName = 512
     public static let maxViolationCount = 1_000_000_000
 }
 
