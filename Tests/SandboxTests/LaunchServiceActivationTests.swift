@@ -354,7 +354,7 @@ struct LaunchServiceActivationTests {
         for sub in ["scripts", "templates/systemd"] {
             try FileManager.default.createDirectory(atPath: tree + "/" + sub, withIntermediateDirectories: true)
         }
-        try FileManager.default.copyItem(atPath: Built.packageRoot + "/scripts/install", toPath: tree + "/scripts/install")
+        try copyExecutable(Built.packageRoot + "/scripts/install", to: tree + "/scripts/install")
         let template = Built.packageRoot + "/templates/systemd/"
         try FileManager.default.copyItem(atPath: template + "autoharness-launch.service", toPath: tree + "/templates/systemd/autoharness-launch.service")
         try String(contentsOfFile: template + "autoharness-launch.socket", encoding: .utf8).replacingOccurrences(of: "SocketMode=", with: "SocketMod=")

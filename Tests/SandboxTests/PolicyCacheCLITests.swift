@@ -43,8 +43,8 @@ struct PolicyCacheCLITests {
         try FileManager.default.createDirectory(atPath: bin, withIntermediateDirectories: false)
         chmod(bin, 0o755)
         let copy = bin + "/autoharness"
-        try FileManager.default.copyItem(atPath: Built.autoharness, toPath: copy)
-        try FileManager.default.copyItem(atPath: Built.directory + "/autoharness-launch", toPath: bin + "/autoharness-launch")
+        try copyExecutable(Built.autoharness, to: copy)
+        try copyExecutable(Built.directory + "/autoharness-launch", to: bin + "/autoharness-launch")
         var env = ProcessInfo.processInfo.environment
         env["AUTOHARNESS_CACHE_DIR"] = cache
         env.removeValue(forKey: "AUTOHARNESS_LAUNCHER")

@@ -39,7 +39,7 @@ struct SandboxFrontTests {
         for d in [bin, dir.path + "/libexec", libexec] { #expect(mkdir(d, 0o755) == 0) }
         for (from, to) in [(Built.front, bin + "/autoharness"), (Built.autoharness, libexec + "/autoharness"),
                            (Built.directory + "/autoharness-launch", libexec + "/autoharness-launch")] {
-            #expect((try? FileManager.default.copyItem(atPath: from, toPath: to)) != nil && chmod(to, 0o755) == 0, "copy \(from)")
+            #expect((try? copyExecutable(from, to: to)) != nil && chmod(to, 0o755) == 0, "copy \(from)")
         }
         return bin
     }
@@ -137,7 +137,7 @@ struct SandboxFrontTests {
         let bin = dir.path + "/bin"
         #expect(mkdir(bin, 0o755) == 0)
         let front = bin + "/autoharness-front", full = bin + "/autoharness"
-        try FileManager.default.copyItem(atPath: Built.front, toPath: front)
+        try copyExecutable(Built.front, to: front)
         let alone = try runProcess(front, ["sandbox", "exec", "--", "/bin/true"])
         #expect(alone.status == 2 && alone.stderr.contains("cannot find the full command line") && alone.stderr.contains(full), "\(alone.stderr)")
         // Installed under the full CLI's name, alone: it never runs itself (it would forever).

@@ -57,6 +57,19 @@ public func autoharness(_ args: [String], environment: [String: String]? = nil, 
     return try runProcess(Built.autoharness, chosen, environment: environment, stdinPath: stdinPath)
 }
 
+/// Copies a program a test will run, by `cp` (modes kept): a descriptor the test process held
+/// open for writing would be inherited by a child another test spawns meanwhile, and the copy
+/// could not be run (ETXTBSY) while that child lives.
+public func copyExecutable(_ from: String, to: String) throws {
+    let r = try runProcess("/bin/cp", ["--preserve=mode", from, to])
+    guard r.status == 0 else { throw CopyFailed(message: "cp \(from) \(to): \(r.stderr)") }
+}
+
+public struct CopyFailed: Error, CustomStringConvertible {
+    public let message: String
+    public var description: String { message }
+}
+
 public func runProcess(_ exe: String, _ args: [String], environment: [String: String]? = nil, stdinPath: String? = nil) throws -> Run {
     let p = Process()
     p.executableURL = URL(fileURLWithPath: exe)
