@@ -244,4 +244,16 @@ struct RemoteBatchTests {
         let sealed = try Self.driverLine("line = d.result_line(lambda: {'exit': 2, 'answer': '', 'stderr': 'task-7 refused'}, 3, 'n1', True, TaskError)")
         #expect(sealed["stderr"] as? String == "" && sealed["exit"] as? Int == 2)
     }
+
+    @Test("a tool's shard is given one tool run's time (the runner's, then the scorer's), or one a task for its largest shard when each task runs alone (gate.infra_retries): never cut short by the driver")
+    func shardTimeLimit() {
+        var settings = ToolSettings(command: ["tool"])
+        settings.timeout = 100
+        settings.scorerTimeout = 20
+        #expect(RayNodeExecutor.shardLimit(tasks: [3, 3, 2], oneTaskPerRun: false, settings: settings) == 120)
+        #expect(RayNodeExecutor.shardLimit(tasks: [3, 3, 2], oneTaskPerRun: true, settings: settings) == 360)
+        #expect(RayNodeExecutor.shardLimit(tasks: [], oneTaskPerRun: true, settings: settings) == 120)
+        settings.timeout = nil
+        #expect(RayNodeExecutor.shardLimit(tasks: [1], oneTaskPerRun: false, settings: settings) == 86_420)
+    }
 }

@@ -80,9 +80,7 @@ package struct RayNodeExecutor: TaskExecutor {
                 if run.oneTaskPerRun { r.oneTaskPerRun = true }
                 return r
             }
-            // One tool run a shard, or one a task when each runs alone (gate.infra_retries).
-            let runs = run.oneTaskPerRun ? requests.map(\.tasks.count).max() ?? 1 : 1
-            longest = Double(runs) * ((tool.settings.timeout ?? 86_400) + tool.settings.scorerTimeout)
+            longest = Self.shardLimit(tasks: requests.map(\.tasks.count), oneTaskPerRun: run.oneTaskPerRun, settings: tool.settings)
         } else {
             let chunks = shards(ids.compactMap { local?.benchmark.task($0) })
             // Tasks on their image run on the same image on a node: its archive, by digest.
@@ -185,6 +183,14 @@ package struct RayNodeExecutor: TaskExecutor {
             byTask[task.id] = WorkImage(image, archiveSHA256: archive.sha256)
         }
         return (byTask, archives)
+    }
+
+    /// The longest a tool's shard may run on its node: one tool run (the runner's limit, then
+    /// the scorer's), or one a task when each runs alone (`gate.infra_retries`), for the
+    /// largest shard.
+    static func shardLimit(tasks: [Int], oneTaskPerRun: Bool, settings: ToolSettings) -> Double {
+        let runs = oneTaskPerRun ? tasks.max() ?? 1 : 1
+        return Double(runs) * ((settings.timeout ?? 86_400) + settings.scorerTimeout)
     }
 
     /// How long a node may take to receive and unpack `archive`: ten MiB a second at the
