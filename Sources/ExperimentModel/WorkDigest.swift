@@ -95,29 +95,62 @@ extension WorkDigest {
 }
 
 extension WorkDigest {
+    /// Feeds what `fd` reads, to its end, into `hasher`, a MiB at a time; its size, or nil when
+    /// a read fails.
+    public static func feed(_ fd: Int32, into hasher: inout SHA256) -> Int? {
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        var size = 0
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            if n < 0 { return nil }
+            if n == 0 { return size }
+            hasher.update(data: buffer[..<n])
+            size += n
+        }
+    }
+
     /// SHA-256 over everything under `root` (not following links), in name order: each entry's
     /// relative path, kind, owner, group and permission bits, a file's content, a link's
     /// target (a directory a node and the supervisor must hold alike: the verifier tools).
+    /// With `cache` (a private directory), a digest is kept under the tree's fingerprint (each
+    /// entry's path, inode, size, owners, mode, and modification and change times): the
+    /// contents are read again only when an entry changed, which moves its change time.
     /// Throws, naming it, when an entry cannot be read.
-    public static func tree(_ root: String) throws -> String {
+    public static func tree(_ root: String, cache: String? = nil) throws -> String {
+        guard let cache else { return try treeContents(root) }
+        let file = cache + "/tree-" + (try treeWalk(root, contents: false))
+        if case .success(let bytes) = InputFile.read(file, cap: 128) {
+            let text = String(decoding: bytes, as: UTF8.self)
+            if text.count == 64, text.allSatisfy(\.isHexDigit) { return text }
+        }
+        let digest = try treeContents(root)
+        if FileSystem.makeDirectories(cache, mode: 0o700) == nil {
+            try? AtomicFile.write(Array(digest.utf8), to: file, mode: 0o600)
+        }
+        return digest
+    }
+
+    static func treeContents(_ root: String) throws -> String { try treeWalk(root, contents: true) }
+
+    /// The tree's digest by contents, or its fingerprint by status alone.
+    static func treeWalk(_ root: String, contents: Bool) throws -> String {
         var hasher = SHA256()
         var unread: String?
         do throws(IOFailure) {
             try TreeVisit.visit(root) { path, st, content in
                 hasher.update(data: Array("\(path)\0\(st.st_mode & S_IFMT) \(st.st_uid) \(st.st_gid) \(st.st_mode & 0o7777)\0".utf8))
+                if !contents {
+                    hasher.update(data: Array("\(st.st_dev) \(st.st_ino) \(st.st_size) \(st.st_mtim.tv_sec).\(st.st_mtim.tv_nsec) \(st.st_ctim.tv_sec).\(st.st_ctim.tv_nsec)\0".utf8))
+                }
                 switch content {
                 case .none: break
                 case .link(let target): hasher.update(data: target + [0])
                 case .file(let fd):
-                    var buffer = [UInt8](repeating: 0, count: 1 << 20)
-                    var size = 0
-                    while true {
-                        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-                        if n < 0 && errno == EINTR { continue }
-                        if n < 0 { unread = unread ?? "\(root)/\(path)" }
-                        if n <= 0 { break }
-                        hasher.update(data: buffer[..<n])
-                        size += n
+                    guard contents else { break }
+                    guard let size = feed(fd, into: &hasher) else {
+                        unread = unread ?? "\(root)/\(path)"
+                        break
                     }
                     hasher.update(data: Array("\0\(size)\0".utf8))
                 }

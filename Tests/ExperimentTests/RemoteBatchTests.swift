@@ -256,4 +256,27 @@ struct RemoteBatchTests {
         settings.timeout = nil
         #expect(RayNodeExecutor.shardLimit(tasks: [1], oneTaskPerRun: false, settings: settings) == 86_420)
     }
+
+    @Test("task images are offered only to nodes that could otherwise work and lack them: not to a node that holds them, fails a check, or shares its sealing key with another; a node without an image it lacks after the push is not used, and the log says why")
+    func imagesOffered() throws {
+        let f = Fixture(heldOut: false)
+        var (batch, kept) = Self.wired(f)
+        batch.images = ["aa", "bb"]
+        var holds = Fixture.report()
+        holds.images = ["aa", "bb"]
+        var lacksOne = Fixture.report()
+        lacksOne.images = ["aa"]
+        let shared = NodeSealKey.publicText(Curve25519.KeyAgreement.PrivateKey())
+        var twinA = Fixture.report(sealKey: shared), twinB = Fixture.report(sealKey: shared)
+        twinA.images = []
+        twinB.images = []
+        let seen = [Fixture.node("n1", "10.0.0.2", holds), Fixture.node("n2", "10.0.0.3", lacksOne),
+                    Fixture.node("n3", "10.0.0.4", Fixture.report(problems: ["no cgroup"])),
+                    Fixture.node("n4", "10.0.0.5", twinA), Fixture.node("n5", "10.0.0.6", twinB)]
+        #expect(batch.lacking(seen) == ["bb": ["n2"]])
+        var after = seen
+        after[1].pushError = "no room"
+        #expect(try batch.choose(after) == ["n1"])
+        #expect(kept.log.contains { $0.contains("10.0.0.3") && $0.contains("does not hold the task image") && $0.contains("no room") }, "\(kept.log)")
+    }
 }

@@ -39,8 +39,9 @@ struct RemoteImageTests {
     }
 
     /// `autoharness worker --receive-image` on `node` with `offer`, the file `archive` on stdin.
-    static func receive(_ node: RemoteWorkTests.Node, offer: String, archive: String) throws -> Run {
-        try runProcess(Built.autoharness, ["worker", "--supervisor-key", node.keyFile, "--state", node.state, "--receive-image", offer], stdinPath: archive)
+    static func receive(_ node: RemoteWorkTests.Node, offer: String, archive: String, environment: [String: String] = [:]) throws -> Run {
+        try runProcess(Built.autoharness, ["worker", "--supervisor-key", node.keyFile, "--state", node.state, "--receive-image", offer],
+                       environment: ProcessInfo.processInfo.environment.merging(environment) { _, given in given }, stdinPath: archive)
     }
 
     /// What the node's image store holds (names), partial directories included.
@@ -199,7 +200,13 @@ struct RemoteImageTests {
         let nodeKey = NodeSealKey.publicText(try node.sealKey())
         // What a receive killed mid-way left.
         try FileManager.default.createDirectory(atPath: node.state + "/images/.partial-\(archive.sha256)-1/root", withIntermediateDirectories: true)
-        let taken = try Self.receive(node, offer: try Self.offer(archive, key: key, to: nodeKey, signer: node.key), archive: encrypted)
+        // An expired offer is refused.
+        let stale = Data(try archive.offer(key: key, to: nodeKey, signedWith: node.key, validFor: -1)).base64EncodedString()
+        let expired = try Self.receive(node, offer: stale, archive: encrypted)
+        #expect(expired.status == 2 && expired.stderr.contains("expired"), "\(expired.stderr)")
+        // tar runs with none of the worker's environment: TAR_OPTIONS would leave a file out.
+        let taken = try Self.receive(node, offer: try Self.offer(archive, key: key, to: nodeKey, signer: node.key), archive: encrypted,
+                                     environment: ["TAR_OPTIONS": "--exclude=./marked"])
         #expect(taken.status == 0, "\(taken.stderr)")
         let rootfs = node.state + "/images/\(archive.sha256)-\(ids.uid)-\(ids.gid)"
         #expect(Self.stored(node) == [(rootfs as NSString).lastPathComponent], "\(Self.stored(node))")
@@ -237,5 +244,23 @@ struct RemoteImageTests {
         let full = try Self.receive(small, offer: try Self.offer(archive, key: key, to: smallKey, signer: small.key), archive: encrypted)
         #expect(full.status != 0 && full.stderr.contains("no room"), "\(full.status) \(full.stderr)")
         #expect(Self.stored(small).isEmpty, "\(Self.stored(small))")
+    }
+
+    @Test("a tree's digest is kept under its fingerprint and read again only when an entry changed: a file rewritten with other content of the same size changes it")
+    func treeDigestCached() throws {
+        let temp = try TempDir()
+        let root = temp.file("tools"), cache = temp.file("digests")
+        try FileManager.default.createDirectory(atPath: root + "/bin", withIntermediateDirectories: true)
+        try "uv 1\n".write(toFile: root + "/bin/uv", atomically: false, encoding: .utf8)
+        let first = try WorkDigest.tree(root, cache: cache)
+        let direct = try WorkDigest.tree(root)
+        #expect(first == direct)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: cache).count == 1)
+        #expect(try WorkDigest.tree(root, cache: cache) == first)
+        // The same size, other bytes: its change time moved, so the contents are read again.
+        try "uv 2\n".write(toFile: root + "/bin/uv", atomically: false, encoding: .utf8)
+        let second = try WorkDigest.tree(root, cache: cache)
+        let uncached = try WorkDigest.tree(root)
+        #expect(second != first && second == uncached)
     }
 }

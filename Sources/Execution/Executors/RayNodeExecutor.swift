@@ -63,7 +63,7 @@ package struct RayNodeExecutor: TaskExecutor {
         let requests: [WorkRequest]
         var archives: [String: ImageArchive] = [:]
         // The verifier tools, digested once: every node must hold the same.
-        let toolbox = try local?.verifierTools.map { try WorkDigest.tree($0.directory) }
+        let toolbox = try local?.verifierTools.map { try WorkDigest.tree($0.directory, cache: layout.privateDirectory + "/digests") }
         // The tool's files a reward depends on, digested once: a node must hold the same.
         let toolDigest = try tool.flatMap { try WorkDigest.files($0.digestedFiles) }
         // A request's run on its node is bounded as the node bounds it (its tasks' own limits,

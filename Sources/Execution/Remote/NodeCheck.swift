@@ -77,7 +77,7 @@ public enum NodeCheck {
         if let verifierTools {
             do {
                 _ = try VerifierTools(directory: verifierTools)
-                report.verifierToolsSHA256 = try WorkDigest.tree(verifierTools)
+                report.verifierToolsSHA256 = try WorkDigest.tree(verifierTools, cache: stateDirectory + "/digests")
             } catch {
                 report.problems.append("the verifier tools: \(error)")
             }

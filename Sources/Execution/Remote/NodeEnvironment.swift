@@ -15,7 +15,7 @@ extension RemoteWorker {
             do { tools = try VerifierTools(directory: dir) } catch {
                 throw ExperimentError(.refused, "this node has no verifier tools at the supervisor's path: refused, nothing ran", cause: error)
             }
-            let digest = try? WorkDigest.tree(dir)
+            let digest = try? WorkDigest.tree(dir, cache: s.stateDirectory + "/digests")
             guard digest == request.verifierToolsSHA256 else {
                 throw ExperimentError(.refused, "this node's verifier tools (sha256 \((digest ?? "unreadable").prefix(16))) are not the supervisor's (\((request.verifierToolsSHA256 ?? "none").prefix(16))): refused, nothing ran")
             }

@@ -145,16 +145,7 @@ public struct ImageArchive: Sendable {
         guard fd >= 0 else { throw ExperimentError(.io, "\(path): \(ErrnoName.describe(errno))") }
         defer { close(fd) }
         var hasher = SHA256()
-        var total = 0
-        var buffer = [UInt8](repeating: 0, count: 1 << 20)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 && errno == EINTR { continue }
-            guard n >= 0 else { throw ExperimentError(.io, "\(path): \(ErrnoName.describe(errno))") }
-            if n == 0 { break }
-            hasher.update(data: buffer[..<n])
-            total += n
-        }
+        guard let total = WorkDigest.feed(fd, into: &hasher) else { throw ExperimentError(.io, "\(path): \(ErrnoName.describe(errno))") }
         return (WorkDigest.hex(hasher.finalize()), total)
     }
 
