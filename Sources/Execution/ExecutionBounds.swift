@@ -25,10 +25,22 @@ enum ExecutionBounds {
     /// fallback. (A worker node bounds its held-out VM with it too.)
     static func heldOut(_ ids: [String], tasks: [BenchmarkTask], fallback: Double, concurrency: Int) -> Double {
         let byID = Dictionary(tasks.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
-        let each = ids.map { id -> Double in
-            guard let t = byID[id] else { return fallback * 2 + 60 }
-            return (t.agentTimeoutDeclared ? t.agentTimeout : fallback) + t.verifierTimeout + 60
-        }
+        let each = ids.map { id -> Double in byID[id].map { limit($0, fallback: fallback) + 60 } ?? fallback * 2 + 60 }
         return (each.reduce(0, +) / Double(max(1, concurrency))) + (each.max() ?? 0)
+    }
+
+    /// The longest `task` may run as the runner applies its limits: its agent's (task.toml's,
+    /// else `fallback`) and its verifier's.
+    static func limit(_ task: BenchmarkTask, fallback: Double) -> Double {
+        (task.agentTimeoutDeclared ? task.agentTimeout : fallback) + task.verifierTimeout
+    }
+
+    /// `tasks` longest first by their limits, in their own order among equals: dealt to
+    /// nodes as they free up, a long task then never starts after the short ones are done.
+    static func longestFirst(_ tasks: [BenchmarkTask], fallback: Double) -> [BenchmarkTask] {
+        tasks.enumerated().sorted { a, b in
+            let (x, y) = (limit(a.element, fallback: fallback), limit(b.element, fallback: fallback))
+            return x != y ? x > y : a.offset < b.offset
+        }.map(\.element)
     }
 }

@@ -99,22 +99,44 @@ struct RemoteBatchTests {
         } throws: { "\($0)".contains("no node of the cluster") && !"\($0)".contains("SECRET-NODE-WORDS") }
     }
 
-    @Test("held-out requests are sealed to the accepted nodes in turn, skipping a node out of the batch; with none left the run ends; train requests are bound to no node")
-    func heldOutTargets() throws {
-        let f = Fixture(heldOut: true, count: 4)
+    @Test("a held-out request is sealed to a node only when one is free: each accepted node holds one at a time, the least given first, a node out of the batch none; at max_concurrency the rest wait; with no node left the run ends; train requests are bound to no node")
+    func heldOutPlacement() throws {
+        let f = Fixture(heldOut: true, count: 5)
         var (b, _) = Self.wired(f)
         let ka = Fixture.report(), kb = Fixture.report()
         _ = try b.choose([Fixture.node("a", "10.0.0.2", ka), Fixture.node("b", "10.0.0.3", kb)])
-        let first = try #require(try b.target(0)), second = try #require(try b.target(1))
-        #expect(first.node == "a" && first.sealKey == ka.sealKey && second.node == "b" && second.sealKey == kb.sealKey)
-        // Node a's answer to request 0 is bad: the gate ends, and a is out of the batch.
+        #expect(try b.place(0) == .sealed(node: "a", sealKey: ka.sealKey) && b.place(1) == .sealed(node: "b", sealKey: kb.sealKey))
+        // Both nodes hold one: the next waits, and is not counted as given to anyone.
+        #expect(try b.place(2) == .later && b.place(2) == .later)
+        // Node b finishes first: the next request goes to b, not back to a in turn.
+        #expect(try b.settle(1, .ran(node: "b", exit: 0, answer: f.answer(1), oversized: false, stderr: "")).answer != nil)
+        #expect(try b.place(2) == .sealed(node: "b", sealKey: kb.sealKey))
+        #expect(try b.place(3) == .later)
+        // Node a's answer to request 0 is bad: the gate ends, and a is out of the batch; what
+        // b frees goes to b alone from then on.
         #expect(throws: ExperimentError.self) { try b.settle(0, .ran(node: "a", exit: 0, answer: Array("junk".utf8), oversized: false, stderr: "")) }
-        #expect(try b.target(2)?.node == "b" && b.target(3)?.node == "b")
-        _ = try? b.settle(1, .lost(node: "b", why: "node died"))
-        #expect { _ = try b.target(3) } throws: { "\($0)".contains("no accepted node is left") }
+        #expect(try b.place(3) == .later)
+        _ = try b.settle(2, .ran(node: "b", exit: 0, answer: f.answer(2), oversized: false, stderr: ""))
+        #expect(try b.place(3) == .sealed(node: "b", sealKey: kb.sealKey))
+        _ = try? b.settle(3, .lost(node: "b", why: "node died"))
+        #expect { _ = try b.place(4) } throws: { "\($0)".contains("no accepted node is left") }
+
+        // Idle nodes take turns: the one given fewest so far first.
+        var (turns, _) = Self.wired(f)
+        _ = try turns.choose([Fixture.node("a", "10.0.0.2", ka), Fixture.node("b", "10.0.0.3", kb)])
+        #expect(try turns.place(0) == .sealed(node: "a", sealKey: ka.sealKey))
+        _ = try turns.settle(0, .ran(node: "a", exit: 0, answer: f.answer(0), oversized: false, stderr: ""))
+        #expect(try turns.place(1) == .sealed(node: "b", sealKey: kb.sealKey) && turns.place(2) == .sealed(node: "a", sealKey: ka.sealKey))
+
+        // max_concurrency 1 on two nodes: one held-out request at a time.
+        var (one, _) = Self.wired(f)
+        one.concurrency = 1
+        _ = try one.choose([Fixture.node("a", "10.0.0.2", ka), Fixture.node("b", "10.0.0.3", kb)])
+        #expect(try one.place(0) == .sealed(node: "a", sealKey: ka.sealKey) && one.place(1) == .later)
+
         var (train, _) = Self.wired(Fixture(heldOut: false))
         _ = try train.choose([Fixture.node("a", "10.0.0.2", Fixture.report())])
-        #expect(try train.target(0) == nil)
+        #expect(try train.place(0) == .anyNode && train.place(1) == .anyNode)
     }
 
     @Test("a train request lost or refused, or a held-out request whose node died, is sent once more to another node and the first is out of the batch, a held-out loss noted without its tasks; a second loss ends the run; a held-out request refused, failed, or lost while its node lives (a worker killed for memory) is never sent again")
@@ -142,7 +164,8 @@ struct RemoteBatchTests {
         #expect(lost.answer == nil && lost.settlement.resend && lost.settlement.exclude == ["a"])
         #expect(heldKept.notes.count == 1 && heldKept.notes.allSatisfy { $0.contains("a held-out request was lost with node 10.0.0.2") && !$0.contains("task-") },
                 "\(heldKept.notes)")
-        #expect(try held.target(0)?.node == "b")
+        let keyB = try #require(held.sealKeys["b"])
+        #expect(try held.place(0) == .sealed(node: "b", sealKey: keyB))
         #expect { _ = try held.settle(0, .lost(node: "b", why: "NodeDiedError", nodeDied: true)) } throws: { "\($0)".contains("held-out") && !"\($0)".contains("task-") }
         var (held2, heldKept2) = Self.wired(h)
         _ = try held2.choose([Fixture.node("a", "10.0.0.2", Fixture.report()), Fixture.node("b", "10.0.0.3", Fixture.report())])
@@ -243,6 +266,66 @@ struct RemoteBatchTests {
         #expect(memory["node_died"] == nil && memory["error"] != nil, "\(memory)")
         let sealed = try Self.driverLine("line = d.result_line(lambda: {'exit': 2, 'answer': '', 'stderr': 'task-7 refused'}, 3, 'n1', True, TaskError)")
         #expect(sealed["stderr"] as? String == "" && sealed["exit"] as? Int == 2)
+    }
+
+    @Test("the executor sends a request only when prepare has a place for it, asks again in order after each result, sends a request to be run again before the others, and ends rather than waits when nothing runs and nothing can be placed")
+    func requestsSentAsPlacesFree() throws {
+        let dir = try TempDir()
+        // A driver of the protocol's shape without Ray: every request answered at once, each
+        // message logged.
+        let driver = dir.path + "/driver.py"
+        try """
+        import json, sys
+        log = open(sys.argv[0] + ".log", "a")
+        json.loads(sys.stdin.readline())
+        print(json.dumps({"nodes": [{"node": "a", "address": "10.0.0.2", "error": "fake"}, {"node": "b", "address": "10.0.0.3", "error": "fake"}]}), flush=True)
+        json.loads(sys.stdin.readline())
+        print(json.dumps({"ready": True, "nodes": 2}), flush=True)
+        for line in sys.stdin:
+            m = json.loads(line)
+            if "id" in m:
+                log.write(f"sent {m['id']} {m.get('node', '-')}\\n"); log.flush()
+                print(json.dumps({"id": m["id"], "node": m.get("node", "a"), "exit": 0, "answer": ""}), flush=True)
+            elif m.get("end"):
+                break
+        """.write(toFile: driver, atomically: true, encoding: .utf8)
+        let executor = RayExecutor(python: "/usr/bin/python3", driver: driver, address: "10.0.0.1:6379", environment: ["PATH": "/usr/bin:/bin"])
+        // Two places; request 1's first result asks for it to run again.
+        var holding: [Int: String] = [:], asked: [Int] = [], resent = false
+        try executor.run(5, choose: { $0.map(\.node) }, prepare: { i in
+            asked.append(i)
+            guard let node = ["a", "b"].first(where: { !holding.values.contains($0) }) else { return nil }
+            holding[i] = node
+            return ([UInt8]("r\(i)".utf8), node)
+        }, settle: { i, _ in
+            holding[i] = nil
+            if i == 1 && !resent { resent = true; return Settlement(resend: true) }
+            return .done
+        })
+        let sent = try String(contentsOfFile: driver + ".log", encoding: .utf8).split(separator: "\n").map(String.init)
+        #expect(sent == ["sent 0 a", "sent 1 b", "sent 2 a", "sent 1 b", "sent 3 a", "sent 4 b"], "\(sent)")
+        // Request 2 waited (asked, no place) and was asked again after the first result.
+        #expect(asked.prefix(4) == [0, 1, 2, 2], "\(asked)")
+        // No place ever and nothing in flight: an error, not a wait for a result that never comes.
+        #expect {
+            try executor.run(2, choose: { $0.map(\.node) }, prepare: { _ in nil }, settle: { _, _ in .done })
+        } throws: { "\($0)".contains("have no node to go to and none is running") }
+    }
+
+    @Test("a local benchmark's tasks go out longest first by their own limits (the agent's, else the fallback, plus the verifier's), in listed order among equals, tasks_per_request at a time; `order: listed` keeps the list")
+    func longestFirst() {
+        let t = { (id: String, agent: Double?, verifier: Double) in
+            BenchmarkTask(id: id, directory: "/x/" + id, agentTimeout: agent ?? 900, verifierTimeout: verifier, agentTimeoutDeclared: agent != nil)
+        }
+        // Limits with the fallback 60: a 20, b 70 (its 900 is the default, not declared), c 1000, d 20, e 1005.
+        let tasks = [t("a", 10, 10), t("b", nil, 10), t("c", 100, 900), t("d", 10, 10), t("e", 1000, 5)]
+        var executor = ExperimentConfig.Executor()
+        #expect(executor.order == .longestFirst)
+        #expect(RayNodeExecutor.requests(tasks, executor: executor, fallback: 60).map { $0.map(\.id) } == [["e"], ["c"], ["b"], ["a"], ["d"]])
+        executor.tasksPerRequest = 2
+        #expect(RayNodeExecutor.requests(tasks, executor: executor, fallback: 60).map { $0.map(\.id) } == [["e", "c"], ["b", "a"], ["d"]])
+        executor.order = .listed
+        #expect(RayNodeExecutor.requests(tasks, executor: executor, fallback: 60).map { $0.map(\.id) } == [["a", "b"], ["c", "d"], ["e"]])
     }
 
     @Test("a tool's shard is given one tool run's time (the runner's, then the scorer's), or one a task for its largest shard when each task runs alone (gate.infra_retries): never cut short by the driver")

@@ -82,7 +82,8 @@ package struct RayNodeExecutor: TaskExecutor {
             }
             longest = Self.shardLimit(tasks: requests.map(\.tasks.count), oneTaskPerRun: run.oneTaskPerRun, settings: tool.settings)
         } else {
-            let chunks = shards(ids.compactMap { local?.benchmark.task($0) })
+            let fallback = config.perTaskTimeout ?? LocalBenchmark.defaultTimeout
+            let chunks = Self.requests(ids.compactMap { local?.benchmark.task($0) }, executor: config.executor, fallback: fallback)
             // Tasks on their image run on the same image on a node: its archive, by digest.
             let images = try taskImages(chunks.flatMap { $0 }, local?.images, archives: layout.privateDirectory + "/images/archives", heldOut: heldOut)
             if !images.byTask.isEmpty && vm != nil {
@@ -100,7 +101,6 @@ package struct RayNodeExecutor: TaskExecutor {
                 }
                 return r
             }
-            let fallback = config.perTaskTimeout ?? LocalBenchmark.defaultTimeout
             longest = chunks.map { ExecutionBounds.heldOut($0.map(\.id), tasks: $0, fallback: fallback, concurrency: 1) }.max() ?? 0
         }
         var environment = ["PATH": host["PATH"] ?? "/usr/local/bin:/usr/bin:/bin", "HOME": host["HOME"] ?? "/root", "RAY_AUTH_MODE": "token",
@@ -124,6 +124,7 @@ package struct RayNodeExecutor: TaskExecutor {
         var batch = RemoteBatch(requests: requests, heldOut: heldOut, binarySHA256: work.binarySHA256, policiesSHA256: work.policiesSHA256,
                                 excluded: try excludedNodes(), answerKey: heldOut ? answerKey : nil, address: address)
         batch.toolSHA256 = toolDigest
+        batch.concurrency = config.maxConcurrency
         batch.images = archives.keys.sorted()
         batch.verifierToolsSHA256 = toolbox
         executor.pushAllowance = archives.values.reduce(0) { $0 + Self.pushTime($1) + 120 }
@@ -139,8 +140,11 @@ package struct RayNodeExecutor: TaskExecutor {
         try executor.run(requests.count, offers: { seen in
             try Self.offers(batch.lacking(seen), archives: archives, seen: seen, directory: pushes, signer: work.key, quiet: heldOut, log: log)
         }, choose: { try batch.choose($0) }, prepare: { i in
-            guard let (node, key) = try batch.target(i) else { return (signed[i], nil) }
-            return (try work.sign(requests[i], sealTo: key), node)
+            switch try batch.place(i) {
+            case .anyNode: return (signed[i], nil)
+            case .sealed(let node, let key): return (try work.sign(requests[i], sealTo: key), node)
+            case .later: return nil
+            }
         }, settle: { i, result in
             let (settlement, answer) = try batch.settle(i, result)
             guard let answer else { return settlement }
@@ -183,6 +187,14 @@ package struct RayNodeExecutor: TaskExecutor {
             byTask[task.id] = WorkImage(image, archiveSHA256: archive.sha256)
         }
         return (byTask, archives)
+    }
+
+    /// A local benchmark's `tasks` as requests go out: `tasks_per_request` at a time, longest
+    /// first by each task's own limits unless `order: listed` (a long task sent last would
+    /// keep one node busy after the others ran out of work).
+    static func requests(_ tasks: [BenchmarkTask], executor: ExperimentConfig.Executor, fallback: Double) -> [[BenchmarkTask]] {
+        let ordered = executor.order == .longestFirst ? ExecutionBounds.longestFirst(tasks, fallback: fallback) : tasks
+        return stride(from: 0, to: ordered.count, by: executor.tasksPerRequest).map { Array(ordered[$0..<min($0 + executor.tasksPerRequest, ordered.count)]) }
     }
 
     /// The longest a tool's shard may run on its node: one tool run (the runner's limit, then

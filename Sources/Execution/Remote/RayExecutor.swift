@@ -213,13 +213,13 @@ public struct RayExecutor: Sendable {
 
     /// Runs a batch of `count` requests: the cluster's nodes check themselves, `choose` picks
     /// the ones requests may go to (throwing when none will do), each request is sent as
-    /// `prepare` makes it (its bytes, and the node it must run on if it is bound to one),
-    /// and `settle` decides on each result as it arrives: done, or sent again (never to a
+    /// `prepare` makes it (its bytes, and the node it must run on if it is bound to one; nil:
+    /// not yet, asked again, in order, after each result), and `settle` decides on each result as it arrives: done, or sent again (never to a
     /// node it ran on), and whether its node is excluded. Throws when the driver refuses the
     /// cluster (no token authentication), cannot reach it, or a closure throws.
     /// `offers`: what to push to which node, given the first reports (nodes lacking task
     /// images); the nodes pushed to are checked again before `choose`.
-    public func run(_ count: Int, offers: ([NodeSeen]) throws -> [ImageOffers] = { _ in [] }, choose: ([NodeSeen]) throws -> [String], prepare: (Int) throws -> (bytes: [UInt8], node: String?),
+    public func run(_ count: Int, offers: ([NodeSeen]) throws -> [ImageOffers] = { _ in [] }, choose: ([NodeSeen]) throws -> [String], prepare: (Int) throws -> (bytes: [UInt8], node: String?)?,
                     settle: (Int, RemoteResult) throws -> Settlement) throws {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: python)
@@ -293,13 +293,21 @@ public struct RayExecutor: Sendable {
         _ = try receive("it was ready")
         var ranOn = [[String]](repeating: [], count: count)
         var open = Set(0..<count)
-        func submit(_ i: Int) throws {
-            let (bytes, node) = try prepare(i)
-            var message: [String: Any] = ["id": i, "request": Data(bytes).base64EncodedString(), "avoid": ranOn[i]]
-            if let node { message["node"] = node }
-            try send(message)
+        // Requests not yet sent, in order: each goes when `prepare` has a place for it.
+        var unsent = Array(0..<count)
+        func submit() throws {
+            while let i = unsent.first, let (bytes, node) = try prepare(i) {
+                unsent.removeFirst()
+                var message: [String: Any] = ["id": i, "request": Data(bytes).base64EncodedString(), "avoid": ranOn[i]]
+                if let node { message["node"] = node }
+                try send(message)
+            }
+            // Nothing in flight and nothing placeable: no result would ever come to free a place.
+            if !unsent.isEmpty && unsent.count == open.count {
+                throw ExperimentError(.io, "executor: ray: \(unsent.count) request(s) have no node to go to and none is running")
+            }
         }
-        for i in 0..<count { try submit(i) }
+        try submit()
         while !open.isEmpty {
             guard let line = lines.next() else {
                 throw ExperimentError(.io, "the Ray driver ended with \(open.count) request(s) unanswered: \(stderrTail.tail)")
@@ -319,10 +327,11 @@ public struct RayExecutor: Sendable {
             for bad in Set(s.exclude) { try send(["exclude": bad]) }
             try send(["settled": i])
             if s.resend {
-                try submit(i)
+                unsent.insert(i, at: 0)
             } else {
                 open.remove(i)
             }
+            try submit()
         }
         try send(["end": true])
     }

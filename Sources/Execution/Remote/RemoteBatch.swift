@@ -13,8 +13,11 @@ import SupervisorIO
 /// - A node gets nothing, train or held-out, unless its own check names this binary and
 ///   these policies (and a tool's files) with no host problem and a valid sealing key, it never answered this
 ///   experiment badly (at its address), and no other node reports its sealing key.
-/// - Held-out requests are sealed to the accepted nodes in turn, skipping those out of the
-///   batch; with none left, the run ends.
+/// - A held-out request is sealed to a node only when one is free for it: an accepted node in
+///   the batch holding no other held-out request of it, with fewer than `concurrency` held
+///   at once. So held-out requests are dealt to nodes as they finish, in the order given
+///   (longest first, by the executor), as train requests are by the driver; with no accepted
+///   node left in the batch, the run ends.
 /// - A train request lost with its node, or refused by it, is sent once more to another
 ///   node. A held-out request whose node died (Ray has the node dead: `nodeDied`) is sealed to
 ///   another accepted node and run there once more, and the loss is noted in the ledger
@@ -57,7 +60,11 @@ struct RemoteBatch {
     private(set) var addresses: [String: String] = [:]
     /// Nodes that get nothing more of this batch (lost, refused, or excluded).
     private(set) var outOfBatch = Set<String>()
-    private var turn = 0
+    /// How many held-out requests may be sealed to nodes at once (`max_concurrency`).
+    var concurrency = Int.max
+    /// The node each held-out request in flight is sealed to, until its result is settled.
+    private(set) var holding: [Int: String] = [:]
+    private var given: [String: Int] = [:]
     private var losses: [Int]
     private var excludedFor: [Bool]
 
@@ -127,22 +134,35 @@ struct RemoteBatch {
         return use
     }
 
-    /// The node request `i` must run on and the sealing key it is sealed to (a held-out
-    /// request: the accepted nodes in turn), or nil (a train request runs on any).
-    mutating func target(_ i: Int) throws -> (node: String, sealKey: String)? {
-        guard heldOut else { return nil }
+    /// Where request `i` may go now: any node (a train request, placed by the driver),
+    /// sealed to a free node (`sealed`, the least recently given one first), or `later`,
+    /// when every node in the batch holds a held-out request.
+    enum Placement: Equatable {
+        case anyNode
+        case sealed(node: String, sealKey: String)
+        case later
+    }
+
+    mutating func place(_ i: Int) throws -> Placement {
+        guard heldOut else { return .anyNode }
         let open = accepted.filter { !outOfBatch.contains($0) }
         guard !open.isEmpty else { throw ExperimentError(.io, "executor: ray: no accepted node is left for a held-out request; \(Self.ending)") }
-        let node = open[turn % open.count]
-        turn += 1
+        let busy = Set(holding.values)
+        guard holding.count < concurrency, let node = open.filter({ !busy.contains($0) }).min(by: { given[$0, default: 0] < given[$1, default: 0] }) else {
+            return .later
+        }
         guard let key = sealKeys[node] else { throw ExperimentError(.io, "executor: ray: node \(node.prefix(12)) has no sealing key; \(Self.ending)") }
-        return (node, key)
+        holding[i] = node
+        given[node, default: 0] += 1
+        return .sealed(node: node, sealKey: key)
     }
 
     /// What result `i` means: its answer when it is one (`settlement` `.done`), or what
     /// happens instead (sent again, nodes excluded); throws when the run must end.
     mutating func settle(_ i: Int, _ result: RemoteResult) throws -> (settlement: Settlement, answer: WorkAnswer?) {
         let request = requests[i]
+        // Whatever it was, its node holds it no more.
+        holding[i] = nil
         // A held-out request is named by its kind only: these errors reach the coding agent.
         let what = heldOut ? "held-out" : request.tasks.map(\.id).joined(separator: ", ")
         let node = result.node, at = Self.shown(addresses[node] ?? "?")

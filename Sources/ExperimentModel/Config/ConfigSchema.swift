@@ -209,6 +209,7 @@ package enum ConfigSchema {
             .text("address", \.address, "With `kind: ray`: the cluster's address (host:port of its head)."),
             .text("python", \.python, "The Python that has `ray` (the driver runs with it)."),
             .integer("tasks_per_request", \.tasksPerRequest, 1...10_000, "Tasks sent to a node in one signed request."),
+            .choice("order", \.order, "Which tasks go out first: the longest by their own limits (task.toml's timeouts), each to the node that frees up first, or the order they are listed in (a tool benchmark's shards always are)."),
         ]
     }
 }

@@ -133,6 +133,12 @@ public struct ExperimentConfig: Sendable, Equatable {
         public var python = "python3"
         /// `executor.tasks_per_request`: tasks sent to a node in one signed request.
         public var tasksPerRequest = 1
+        /// `executor.order`: which tasks go out first.
+        public enum Order: String, Sendable, CaseIterable {
+            case longestFirst = "longest_first"
+            case listed
+        }
+        public var order = Order.longestFirst
         public init() {}
     }
     /// `reasoning_effort` (upstream's key): passed to agent.py as AGENT_REASONING_EFFORT.
