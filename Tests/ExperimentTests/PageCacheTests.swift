@@ -113,9 +113,11 @@ struct PageCacheTests {
     }
 
     /// Runs the spy on one train task and returns median(held-out pages) / median(untouched).
-    static func spyRatio(_ s: Setup) throws -> (ratio: Double, stderr: String) {
+    /// `environment`: the supervisor's (a Ray cluster's token), else this process's.
+    static func spyRatio(_ s: Setup, environment: [String: String]? = nil) throws -> (ratio: Double, stderr: String) {
         try s.exp.setAgent(Self.spy)
-        let b = try s.exp.run("benchmark", "--task-ids", s.train[0])
+        let b = try environment.map { try autoharness(["benchmark", "--task-ids", s.train[0], "-C", s.exp.root], environment: $0) }
+            ?? s.exp.run("benchmark", "--task-ids", s.train[0])
         #expect(b.status == 0 || b.status == 1, "\(b.stdout) \(b.stderr)")
         let trace = files(under: s.exp.root + "/workspace/traces/latest/\(s.train[0])", containing: "LAT ").first
         let text = try String(contentsOfFile: try #require(trace, "no trace with the spy's timings"), encoding: .utf8)

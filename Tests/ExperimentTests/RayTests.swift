@@ -364,7 +364,8 @@ struct RayClusterTests {
             env["AUTOHARNESS_WORKER_BIN"] = binary ?? Built.autoharness
             env["AUTOHARNESS_SUPERVISOR_KEY"] = keyFile
             env["AUTOHARNESS_WORKER_STATE"] = state(name)
-            env["AUTOHARNESS_POLICY_DIR"] = Built.packageRoot + "/policies"
+            // The shipped policies, or a directory of the test's (the checkout's are found after it).
+            env["AUTOHARNESS_POLICY_DIR"] = environment["AUTOHARNESS_POLICY_DIR"] ?? Built.packageRoot + "/policies"
             env["RAY_USAGE_STATS_ENABLED"] = "0"
             env["RAY_AUTH_MODE"] = "token"
             env["RAY_AUTH_TOKEN"] = token
