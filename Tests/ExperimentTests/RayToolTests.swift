@@ -44,6 +44,17 @@ extension RayClusterTests {
         }
     }
 
+    @Test("tau-bench with executor: ray: the tau2 stand-in's retail tasks in shards across two worker nodes, each node running agent.py against its own copy of the data without expected actions and re-scoring without agent.py; prepare, a benchmark and a gate give what one machine gives (tau2's own split, train rewards and reward breakdowns, the gate)")
+    func tau2AcrossTheCluster() throws {
+        try requireRoot()
+        try Self.sameAsOneMachine(baseline: "baseline: 0/12 tasks pass", trace: "reward_info.json", v2: Tau2Agents.refunding(reasons: ["broken"]),
+                                  perRequest: 2, environment: Tau2AdapterTests.env) {
+            let exp = try Tau2AdapterTests().make()
+            try exp.set("min_improvement", "0", in: "gate")
+            return exp
+        }
+    }
+
     @Test("gate.infra_retries with executor: ray: a vendor failing a fifth of held-out calls, reached from each node through the node's own inference gate; each task's run counts its vendor failures there, the held-out answers carry the counts, the supervisor runs those tasks again, and the gates decide as one machine's against a vendor that never fails")
     func infraRetriesOnTheCluster() throws {
         try requireRoot()
@@ -111,17 +122,18 @@ extension RayClusterTests {
     /// nodes (`perRequest` tasks a shard): prepare (its baseline line `baseline`), a
     /// benchmark with agent.py `v2` (every train task's `trace` file the same) and a gate agree.
     /// `check`, when given, then looks at the cluster and the cluster's prepare, benchmark and gate.
-    static func sameAsOneMachine(baseline: String, trace: String, v2: String, perRequest: Int, check: ((Cluster, [Run]) throws -> Void)? = nil,
-                                 _ make: () throws -> Experiment) throws {
+    /// `environment`: variables the supervisor and every node run with (what `env_pass` names).
+    static func sameAsOneMachine(baseline: String, trace: String, v2: String, perRequest: Int, environment: [String: String] = [:],
+                                 check: ((Cluster, [Run]) throws -> Void)? = nil, _ make: () throws -> Experiment) throws {
         let python = try Self.python()
         let local = try make()
         defer { local.removeScratch() }
         let remote = try make()
         defer { remote.removeScratch() }
         let keyFile = try Self.workerKeyFile(remote)
-        let cluster = try Cluster(python: python, keyFile: keyFile, temp: remote.temp, workers: 2)
+        let cluster = try Cluster(python: python, keyFile: keyFile, temp: remote.temp, workers: 2, environment: environment)
         defer { cluster.stop() }
-        let env = try Self.useCluster(remote, cluster, python: python)
+        let env = try Self.useCluster(remote, cluster, python: python).merging(environment) { _, given in given }
         let config = remote.root + "/experiment_config.yaml"
         try (try String(contentsOfFile: config, encoding: .utf8) + "  tasks_per_request: \(perRequest)\n").write(toFile: config, atomically: true, encoding: .utf8)
         func onCluster(_ args: String...) throws -> Run { try autoharness(args + ["-C", remote.root], environment: env) }
@@ -129,7 +141,7 @@ extension RayClusterTests {
         let prepared = try Self.whenUpOnCluster { try onCluster("prepare") }
         try #require(prepared.status == 0, "\(prepared.stdout) \(prepared.stderr)")
         #expect(prepared.stderr.contains("executor: ray: "), "\(prepared.stderr)")
-        let here = try local.run(["prepare"], environment: [:])
+        let here = try local.run(["prepare"], environment: environment)
         try #require(here.status == 0, "\(here.stderr)")
         #expect(try remote.split() == local.split())
         #expect(try remote.baselineScores() == local.baselineScores())
@@ -137,7 +149,7 @@ extension RayClusterTests {
 
         // agent.py v2: the train runs agree, reward and trace.
         for e in [local, remote] { try e.setAgent(v2) }
-        let b1 = try local.run(["benchmark"], environment: [:])
+        let b1 = try local.run(["benchmark"], environment: environment)
         let b2 = try onCluster("benchmark")
         #expect(b1.status == 0 && b2.status == 0 && b1.stdout == b2.stdout, "\(b1.stdout)\n---\n\(b2.stdout)\(b2.stderr)")
         var traced = 0
@@ -146,7 +158,7 @@ extension RayClusterTests {
             traced += 1
         }
         #expect(traced > 0, "no train task left a \(trace)")
-        let g1 = try local.run(["gate"], environment: [:])
+        let g1 = try local.run(["gate"], environment: environment)
         let g2 = try onCluster("gate")
         let uncommitted = { (s: String) in s.replacing(#/committed as [0-9a-f]+/#, with: "committed as X") }
         #expect(g1.status == g2.status && uncommitted(g1.stdout) == uncommitted(g2.stdout), "\(g1.stdout)\n---\n\(g2.stdout) \(g2.stderr)")

@@ -53,7 +53,9 @@ struct RemoteWorkTests {
 
         /// Runs `autoharness worker` with `bytes` on its stdin, its scratch root a directory
         /// that does not exist yet (as on a fresh node: the worker makes it).
-        func serve(_ bytes: [UInt8], scratch given: String? = nil) throws -> Run {
+        /// `environment`: variables the worker runs with besides this process's (what a
+        /// tool's `env_pass` names, set in the node's environment).
+        func serve(_ bytes: [UInt8], scratch given: String? = nil, environment: [String: String] = [:]) throws -> Run {
             let input = temp.file("request-\(UUID().uuidString)")
             FileManager.default.createFile(atPath: input, contents: Data(bytes))
             // On tmpfs, as the worker requires (held-out work never reaches a disk); short, as
@@ -61,7 +63,9 @@ struct RemoteWorkTests {
             let scratch = given ?? "/dev/shm/ahw-" + UUID().uuidString.prefix(8)
             defer { if given == nil { try? FileManager.default.removeItem(atPath: scratch) } }
             return try runProcess(Built.autoharness, ["worker", "--supervisor-key", keyFile, "--state", state, "--scratch", scratch,
-                                                      "--policy-dir", Built.packageRoot + "/policies"], stdinPath: input)
+                                                      "--policy-dir", Built.packageRoot + "/policies"],
+                                  environment: environment.isEmpty ? nil : ProcessInfo.processInfo.environment.merging(environment) { _, given in given },
+                                  stdinPath: input)
         }
 
         var nonces: [String] { (try? FileManager.default.contentsOfDirectory(atPath: state + "/nonces")) ?? [] }

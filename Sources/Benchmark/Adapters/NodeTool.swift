@@ -23,6 +23,10 @@ public enum NodeTool: Codable, Sendable, Equatable {
     /// `benchmark: bfcl`: bfcl-eval's install and the run's settings; the node reads the
     /// shard's tasks from its own copy of the package.
     case bfcl(BfclNode)
+    /// `benchmark: tau-bench`: tau2's data directory and autoharness's scripts (the node's own,
+    /// at the supervisor's paths) and the run's settings; the node reads the shard's tasks from
+    /// its own copy of the data.
+    case tau2(Tau2Node)
 
     /// The adapter for `ids`, a shard of the supervisor's run.
     public func adapter(ids: [String]) throws(BenchmarkError) -> any BenchmarkAdapter {
@@ -43,6 +47,19 @@ public enum NodeTool: Codable, Sendable, Equatable {
             a.concurrency = b.concurrency
             a.environment = b.environment
             return a
+        case .tau2(let t):
+            var a = try Tau2Adapter(domain: t.domain, dataDirectory: t.dataDirectory, scriptsDirectory: t.scriptsDirectory, tool: t.tool, layout: t.layout)
+            let known = Set(a.taskIDs)
+            if let missing = ids.first(where: { !known.contains($0) }) {
+                throw BenchmarkError(.invalidBenchmark, "tau2 domain \(t.domain): no task \(missing.debugDescription) in \(t.dataDirectory)")
+            }
+            a.agentModel = t.agentModel
+            a.userModel = t.userModel
+            a.seed = t.seed
+            a.retrievalConfig = t.retrievalConfig
+            a.concurrency = t.concurrency
+            a.environment = t.environment
+            return a
         }
     }
 
@@ -58,6 +75,8 @@ public enum NodeTool: Codable, Sendable, Equatable {
             if let first = scorer?.first, first.contains("/") { paths.append(first) }
         case .bfcl(let b):
             paths += [b.environmentDirectory, b.packageDirectory, b.checkerPython, b.scriptsDirectory]
+        case .tau2(let t):
+            paths += [t.dataDirectory, t.scriptsDirectory]
         }
         return paths
     }
@@ -78,6 +97,8 @@ public enum NodeTool: Codable, Sendable, Equatable {
             }
         case .bfcl(let b):
             return b.digestedFiles
+        case .tau2(let t):
+            return t.digestedFiles
         }
     }
 
@@ -86,6 +107,7 @@ public enum NodeTool: Codable, Sendable, Equatable {
         switch self {
         case .command(let tool, _, _): tool
         case .bfcl(let b): b.tool
+        case .tau2(let t): t.tool
         }
     }
 }
@@ -107,6 +129,76 @@ public struct BfclNode: Codable, Sendable, Equatable {
     /// `environmentDirectory` with its links resolved on the supervisor's host: a node's must
     /// resolve to the same path (not, by a link of the node's, to somewhere the runner sees).
     public var environmentRealPath: String
+}
+
+/// tau-bench's settings as a node rebuilds its adapter (`Tau2Adapter`). `dataDirectory` is
+/// resolved on the supervisor's host: a node's must be that path itself, not a link.
+public struct Tau2Node: Codable, Sendable, Equatable {
+    public var domain: String
+    public var dataDirectory: String
+    public var scriptsDirectory: String
+    public var tool: ToolSettings
+    public var layout: Tau2Domain
+    public var agentModel: String?
+    public var userModel: String?
+    public var seed: UInt64
+    public var retrievalConfig: String?
+    public var concurrency: Int
+    public var environment: [String]
+    /// The files a reward depends on (listed by the supervisor from its own copies).
+    public var digestedFiles: [String]
+}
+
+extension Tau2Adapter: RunsInShards {
+    /// This adapter as a node rebuilds it (`NodeTool`). Digested: autoharness's two scripts
+    /// (and the srt shim's files for a shell domain), every file of the domain's data (the
+    /// tasks with their expected actions, the database, the policy), and tau2's own code, whose
+    /// evaluator decides the reward, where a runner bind holds it (`tau2/`, `src/tau2/` or a
+    /// virtual environment's `site-packages/tau2/`). Throws when no bind holds tau2's code: a
+    /// digest over less would check less.
+    public var nodeTool: NodeTool {
+        get throws(BenchmarkError) {
+            var files = [scriptsDirectory + "/autoharness_tau2_run.py", scriptsDirectory + "/autoharness_tau2_score.py"]
+            if layout.shell { files += Self.regularFiles(under: tool.shellCalls ?? scriptsDirectory + "/srt-shim") }
+            files += Self.regularFiles(under: domainDirectory)
+            let code = tool.binds.flatMap(Self.packageDirectories).flatMap { BfclAdapter.pythonFiles(under: $0) }
+            guard !code.isEmpty else {
+                throw BenchmarkError(.invalidBenchmark, "tau-bench: no runner bind holds tau2's code (tau2/, src/tau2/ or lib/python*/site-packages/tau2/ with .py files): a node's copy of the evaluator could not be compared")
+            }
+            files += code
+            return .tau2(Tau2Node(domain: domain, dataDirectory: dataDirectory, scriptsDirectory: scriptsDirectory, tool: tool, layout: layout,
+                                  agentModel: agentModel, userModel: userModel, seed: seed, retrievalConfig: retrievalConfig,
+                                  concurrency: concurrency, environment: environment, digestedFiles: files))
+        }
+    }
+
+    /// Where `bind` holds tau2's package: itself (named tau2), `tau2/`, `src/tau2/`, or a
+    /// virtual environment's `lib/python*/site-packages/tau2/`.
+    static func packageDirectories(_ bind: String) -> [String] {
+        var candidates = [bind + "/tau2", bind + "/src/tau2"]
+        if bind.split(separator: "/").last == "tau2" { candidates.append(bind) }
+        for lib in FileSystem.names(in: bind + "/lib").sorted() where lib.hasPrefix("python") {
+            candidates.append(bind + "/lib/" + lib + "/site-packages/tau2")
+        }
+        return candidates.filter { path in
+            var st = stat()
+            return stat(path, &st) == 0 && FileSystem.isDirectory(st)
+        }
+    }
+
+    /// Every regular file below `directory`, sorted by path (links not followed).
+    static func regularFiles(under directory: String) -> [String] {
+        FileSystem.names(in: directory).sorted().flatMap { name -> [String] in
+            let path = directory + "/" + name
+            var st = stat()
+            guard lstat(path, &st) == 0 else { return [] }
+            switch st.st_mode & S_IFMT {
+            case S_IFREG: return [path]
+            case S_IFDIR: return regularFiles(under: path)
+            default: return []
+            }
+        }
+    }
 }
 
 extension CommandAdapter: RunsInShards {

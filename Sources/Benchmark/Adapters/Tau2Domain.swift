@@ -11,7 +11,7 @@ import FoundationEssentials
 import Glibc
 import SupervisorIO
 
-public struct Tau2Domain: Sendable, Equatable {
+public struct Tau2Domain: Sendable, Equatable, Codable {
     /// Files of the domain's directory copied by name (a missing one is left out: tau2 then
     /// names it).
     public var files: [String]

@@ -26,12 +26,13 @@ package struct RayNodeExecutor: TaskExecutor {
         let (config, layout, log) = (environment.config, environment.layout, environment.log)
         let (ids, agent, audit, heldOut, traces) = (run.ids, run.agent, run.audit, run.split.keepsNothing, run.split.traces)
         // A local benchmark's tasks travel with their files; a tool benchmark's ids (command,
-        // bfcl), in shards, with its settings (`NodeTool`): each node runs the tool on its shard.
+        // bfcl, tau-bench), in shards, with its settings (`NodeTool`): each node runs the tool
+        // on its shard.
         let local = environment.adapter as? LocalAdapter
         let tool: NodeTool?
         do { tool = try (environment.adapter as? any RunsInShards)?.nodeTool } catch { throw ExperimentError(.usage, error.message) }
         if local == nil && tool == nil {
-            throw ExperimentError(.usage, "executor: ray runs a local, command or bfcl benchmark's tasks so far; \(environment.adapter.name) runs its own tool")
+            throw ExperimentError(.usage, "executor: ray runs a local, command, bfcl or tau-bench benchmark's tasks so far; \(environment.adapter.name) runs its own tool")
         }
         guard let address = config.executor.address else { throw ExperimentError(.usage, "executor.address: missing") }
         guard let templates = templatesDirectory else {

@@ -21,14 +21,28 @@ enum NodeToolWork {
 
     /// Why this node's copy of the tool would show agent.py's runner what the supervisor's host
     /// keeps from it, or nil: the supervisor checked its own paths; links and binds on this node
-    /// are the node's (BFCL: its install resolves elsewhere, or a runner bind reaches it).
+    /// are the node's (BFCL: its install resolves elsewhere, or a runner bind reaches it;
+    /// tau-bench: its data directory is a link here, or a runner bind reaches it).
     static func exposure(_ tool: NodeTool) -> String? {
-        guard case .bfcl(let b) = tool else { return nil }
-        let here = BfclAdapter.realPath(b.environmentDirectory)
-        if here != b.environmentRealPath {
-            return "bfcl-eval's install \(b.environmentDirectory) resolves to \(here), not to \(b.environmentRealPath) as on the supervisor's host"
+        let binds: [String], protected: RunnerBinds.Protected
+        switch tool {
+        case .command:
+            return nil
+        case .bfcl(let b):
+            let here = BfclAdapter.realPath(b.environmentDirectory)
+            if here != b.environmentRealPath {
+                return "bfcl-eval's install \(b.environmentDirectory) resolves to \(here), not to \(b.environmentRealPath) as on the supervisor's host"
+            }
+            (binds, protected) = (b.tool.binds, .bfclInstall(b.environmentDirectory))
+        case .tau2(let t):
+            // The supervisor sends its data directory resolved: here it must be no link either.
+            let here = BfclAdapter.realPath(t.dataDirectory)
+            if here != t.dataDirectory {
+                return "tau2's data directory \(t.dataDirectory) resolves to \(here), not to itself as on the supervisor's host"
+            }
+            (binds, protected) = (t.tool.binds, .tau2Data(t.dataDirectory))
         }
-        do { try RunnerBinds.refuse(b.tool.binds, exposing: [.bfclInstall(b.environmentDirectory)]) } catch let e as ExperimentError {
+        do { try RunnerBinds.refuse(binds, exposing: [protected]) } catch let e as ExperimentError {
             return e.message
         } catch {
             return "runner.binds cannot be checked"

@@ -11,6 +11,7 @@ struct TauBenchKind: BenchmarkKind {
     /// The domains autoharness knows the runner's files of (`Tau2Domain.known`).
     static var domains: [String] { Tau2Domain.known.keys.sorted() }
     let defaultTool: String? = "tau2"
+    let shardsOnNodes = true
     var installHint: String { Self.hint }
     func notInVM(_ config: ExperimentConfig) -> String? { nil }
 
@@ -110,7 +111,7 @@ extension ExperimentConfig {
         }
         // The runner must never see the real data: it holds every task's expected actions.
         let real = URL(fileURLWithPath: dataDir).resolvingSymlinksInPath().path
-        try RunnerBinds.refuse(toolBinds, exposing: [.init(path: real, what: "contains tau2_data_dir (\(dataDir)), whose tasks.json holds the expected actions of every test task; bind only the tau2 install (its src/ for an editable install), never the data")])
+        try RunnerBinds.refuse(toolBinds, exposing: [.tau2Data(real)])
         var adapter: Tau2Adapter
         do {
             adapter = try Tau2Adapter(domain: domain, dataDirectory: real, scriptsDirectory: scripts, tool: toolSettings(argv), layout: layout)
@@ -124,5 +125,12 @@ extension ExperimentConfig {
         adapter.concurrency = maxConcurrency
         adapter.environment = agentEnvironment()
         return adapter
+    }
+}
+
+extension RunnerBinds.Protected {
+    /// tau2's data directory (`tau2_data_dir`, resolved): no runner bind may reach it.
+    package static func tau2Data(_ dataDirectory: String) -> Self {
+        .init(path: dataDirectory, what: "contains tau2_data_dir (\(dataDirectory)), whose tasks.json holds the expected actions of every test task; bind only the tau2 install (its src/ for an editable install), never the data")
     }
 }

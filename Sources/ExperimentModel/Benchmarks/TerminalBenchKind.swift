@@ -10,6 +10,8 @@ package struct TerminalBenchKind: BenchmarkKind {
     package let defaultTool: String? = "harbor"
     package let defaultDataset: String? = Self.dataset
     package var installHint: String { Self.hint }
+    /// Harbor's task directories are what `local` runs, each on its image.
+    package let onNodesInstead: String? = "run the dataset's task directories as benchmark: local (each on its image after `autoharness images`), which the nodes run"
 
     package struct Settings: BenchmarkSettings {
         package init() {}
