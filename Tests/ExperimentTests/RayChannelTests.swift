@@ -23,9 +23,9 @@ extension RayClusterTests {
         let g = try Self.whenUpOnCluster { try autoharness(["gate", "-C", s.exp.root], environment: env) }
         #expect(g.status == 0 || g.status == 1, "\(g.stdout)\(g.stderr)")
         #expect(g.stderr.contains("executor: ray:"), "\(g.stderr)")
-        // Every held-out request ran on a node (they are sealed; the host ran none).
+        // Both nodes took requests (the suite's and the held-out ones: the host runs none).
         let ran = [1, 2].map { FileSystemProbe.names(cluster.state("w\($0)") + "/nonces").count }
-        #expect(ran.reduce(0, +) >= 2, "requests per worker node: \(ran)")
+        #expect(ran.allSatisfy { $0 > 0 }, "requests per worker node: \(ran)")
         let left = try PageCacheTests.resident(s.blob)
         #expect(left.isDisjoint(with: s.heldOutPages), "held-out pages still cached after the gate: \(left.intersection(s.heldOutPages).sorted())")
         // Control: the same agent in a train request on a node leaves its pages cached (train

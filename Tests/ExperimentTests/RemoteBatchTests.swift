@@ -290,29 +290,31 @@ struct RemoteBatchTests {
                 break
         """.write(toFile: driver, atomically: true, encoding: .utf8)
         let executor = RayExecutor(python: "/usr/bin/python3", driver: driver, address: "10.0.0.1:6379", environment: ["PATH": "/usr/bin:/bin"])
-        // Two places; request 1's first result asks for it to run again.
-        var holding: [Int: String] = [:], asked: [Int] = [], resent = false
+        // Two places; request 1's first result asks for it to run again, never on the node it
+        // ran on (b): it waits while a runs request 2, then goes to a, before request 3.
+        var holding: [Int: String] = [:], ranOn: [Int: [String]] = [:], asked: [Int] = [], resent = false
         try executor.run(5, choose: { $0.map(\.node) }, prepare: { i in
             asked.append(i)
-            guard let node = ["a", "b"].first(where: { !holding.values.contains($0) }) else { return nil }
+            guard let node = ["a", "b"].first(where: { !holding.values.contains($0) && !(ranOn[i] ?? []).contains($0) }) else { return nil }
             holding[i] = node
             return ([UInt8]("r\(i)".utf8), node)
         }, settle: { i, _ in
-            holding[i] = nil
+            if let node = holding.removeValue(forKey: i) { ranOn[i, default: []].append(node) }
             if i == 1 && !resent { resent = true; return Settlement(resend: true) }
             return .done
         })
         let sent = try String(contentsOfFile: driver + ".log", encoding: .utf8).split(separator: "\n").map(String.init)
-        #expect(sent == ["sent 0 a", "sent 1 b", "sent 2 a", "sent 1 b", "sent 3 a", "sent 4 b"], "\(sent)")
-        // Request 2 waited (asked, no place) and was asked again after the first result.
-        #expect(asked.prefix(4) == [0, 1, 2, 2], "\(asked)")
+        #expect(sent == ["sent 0 a", "sent 1 b", "sent 2 a", "sent 1 a", "sent 3 b", "sent 4 a"], "\(sent)")
+        // Request 2 waited (asked, no place) and was asked again after the first result; the
+        // resent request 1 waited with request 2 in flight, then went first.
+        #expect(asked.prefix(7) == [0, 1, 2, 2, 3, 1, 1], "\(asked)")
         // No place ever and nothing in flight: an error, not a wait for a result that never comes.
         #expect {
             try executor.run(2, choose: { $0.map(\.node) }, prepare: { _ in nil }, settle: { _, _ in .done })
         } throws: { "\($0)".contains("have no node to go to and none is running") }
     }
 
-    @Test("a local benchmark's tasks go out longest first by their own limits (the agent's, else the fallback, plus the verifier's), in listed order among equals, tasks_per_request at a time; `order: listed` keeps the list")
+    @Test("a local benchmark's tasks go out longest first by their own limits (the agent's, else the fallback, plus the verifier's), in listed order among equals; with tasks_per_request above 1 the long ones are spread over the requests and the largest request goes first; `order: listed` keeps the list")
     func longestFirst() {
         let t = { (id: String, agent: Double?, verifier: Double) in
             BenchmarkTask(id: id, directory: "/x/" + id, agentTimeout: agent ?? 900, verifierTimeout: verifier, agentTimeoutDeclared: agent != nil)
@@ -322,8 +324,10 @@ struct RemoteBatchTests {
         var executor = ExperimentConfig.Executor()
         #expect(executor.order == .longestFirst)
         #expect(RayNodeExecutor.requests(tasks, executor: executor, fallback: 60).map { $0.map(\.id) } == [["e"], ["c"], ["b"], ["a"], ["d"]])
+        // Two a request: the two long ones in requests of their own, the short ones spread
+        // over the lightest (c+d 1020, e 1005, b+a 90), sent largest first.
         executor.tasksPerRequest = 2
-        #expect(RayNodeExecutor.requests(tasks, executor: executor, fallback: 60).map { $0.map(\.id) } == [["e", "c"], ["b", "a"], ["d"]])
+        #expect(RayNodeExecutor.requests(tasks, executor: executor, fallback: 60).map { $0.map(\.id) } == [["c", "d"], ["e"], ["b", "a"]])
         executor.order = .listed
         #expect(RayNodeExecutor.requests(tasks, executor: executor, fallback: 60).map { $0.map(\.id) } == [["a", "b"], ["c", "d"], ["e"]])
     }

@@ -42,6 +42,7 @@ struct RemoteTau2Tests {
         // database, tau2's evaluator, autoharness's scripts.
         #expect(settings.digestedFiles.contains { $0.hasSuffix("/tau2/domains/retail/tasks.json") }
                 && settings.digestedFiles.contains { $0.hasSuffix("/tau2/domains/retail/db.json") }
+                && settings.digestedFiles.contains { $0.hasSuffix("/tau2/user_simulator/simulation_guidelines.md") }
                 && settings.digestedFiles.contains { $0.hasSuffix("/pkg/tau2/__init__.py") }
                 && settings.digestedFiles.contains { $0.hasSuffix("/templates/tau-bench/autoharness_tau2_score.py") }, "\(settings.digestedFiles)")
         let env = Tau2AdapterTests.env
@@ -78,6 +79,19 @@ struct RemoteTau2Tests {
         var exposed = settings
         exposed.tool.binds = [Tau2Agents.fixture]
         try refused(try request(node, .tau2(exposed), ["0"], heldOut: false, agent: agent), ["on this node, runner.binds:", "contains tau2_data_dir"])
+        // ...a scripts directory that holds the data (it is mounted into the runner too)...
+        var scriptsExposed = settings
+        scriptsExposed.scriptsDirectory = Tau2Agents.fixture
+        try refused(try request(node, .tau2(scriptsExposed), ["0"], heldOut: false, agent: agent), ["on this node, runner.scripts:", "contains tau2_data_dir"])
+        // ...a runner bind of where a link inside the data takes the domain's directory...
+        let elsewhere = node.temp.file("retail-elsewhere"), linkedData = node.temp.file("linked-data")
+        try FileManager.default.copyItem(atPath: settings.dataDirectory + "/tau2/domains/retail", toPath: elsewhere)
+        try FileManager.default.createDirectory(atPath: linkedData + "/tau2/domains", withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: linkedData + "/tau2/domains/retail", withDestinationPath: elsewhere)
+        var domainLinked = settings
+        domainLinked.dataDirectory = linkedData
+        domainLinked.tool.binds = [elsewhere]
+        try refused(try request(node, .tau2(domainLinked), ["0"], heldOut: false, agent: agent), ["on this node, runner.binds: \(elsewhere) contains tau2's retail domain"])
         // ...and data that is a link here (the supervisor resolved its own).
         let link = node.temp.file("data-link")
         try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: settings.dataDirectory)

@@ -152,7 +152,8 @@ public struct Tau2Node: Codable, Sendable, Equatable {
 extension Tau2Adapter: RunsInShards {
     /// This adapter as a node rebuilds it (`NodeTool`). Digested: autoharness's two scripts
     /// (and the srt shim's files for a shell domain), every file of the domain's data (the
-    /// tasks with their expected actions, the database, the policy), and tau2's own code, whose
+    /// tasks with their expected actions, the database, the policy), the user simulator's
+    /// guidelines, and tau2's own code, whose
     /// evaluator decides the reward, where a runner bind holds it (`tau2/`, `src/tau2/` or a
     /// virtual environment's `site-packages/tau2/`). Throws when no bind holds tau2's code: a
     /// digest over less would check less.
@@ -161,6 +162,9 @@ extension Tau2Adapter: RunsInShards {
             var files = [scriptsDirectory + "/autoharness_tau2_run.py", scriptsDirectory + "/autoharness_tau2_score.py"]
             if layout.shell { files += Self.regularFiles(under: tool.shellCalls ?? scriptsDirectory + "/srt-shim") }
             files += Self.regularFiles(under: domainDirectory)
+            // The user simulator's guidelines, which the runner's copy of the data takes too:
+            // they write the simulated user's prompt.
+            files += Tau2Domain.userSimulatorFiles.map { dataDirectory + "/tau2/user_simulator/" + $0 }.filter { access($0, R_OK) == 0 }
             let code = tool.binds.flatMap(Self.packageDirectories).flatMap { BfclAdapter.pythonFiles(under: $0) }
             guard !code.isEmpty else {
                 throw BenchmarkError(.invalidBenchmark, "tau-bench: no runner bind holds tau2's code (tau2/, src/tau2/ or lib/python*/site-packages/tau2/ with .py files): a node's copy of the evaluator could not be compared")
@@ -173,12 +177,14 @@ extension Tau2Adapter: RunsInShards {
     }
 
     /// Where `bind` holds tau2's package: itself (named tau2), `tau2/`, `src/tau2/`, or a
-    /// virtual environment's `lib/python*/site-packages/tau2/`.
+    /// virtual environment's (or Debian's) `lib/python*/{site,dist}-packages/tau2/`. Not a
+    /// package the runner's Python finds elsewhere (a `PYTHONPATH` it is passed, a `.pth`
+    /// file): that code is not compared.
     static func packageDirectories(_ bind: String) -> [String] {
         var candidates = [bind + "/tau2", bind + "/src/tau2"]
         if bind.split(separator: "/").last == "tau2" { candidates.append(bind) }
         for lib in FileSystem.names(in: bind + "/lib").sorted() where lib.hasPrefix("python") {
-            candidates.append(bind + "/lib/" + lib + "/site-packages/tau2")
+            candidates += ["site-packages", "dist-packages"].map { bind + "/lib/" + lib + "/" + $0 + "/tau2" }
         }
         return candidates.filter { path in
             var st = stat()

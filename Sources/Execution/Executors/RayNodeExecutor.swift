@@ -190,12 +190,24 @@ package struct RayNodeExecutor: TaskExecutor {
         return (byTask, archives)
     }
 
-    /// A local benchmark's `tasks` as requests go out: `tasks_per_request` at a time, longest
-    /// first by each task's own limits unless `order: listed` (a long task sent last would
-    /// keep one node busy after the others ran out of work).
+    /// A local benchmark's `tasks` as requests go out, `tasks_per_request` at most in each: in
+    /// their listed order with `order: listed`; else dealt longest first (by each task's own
+    /// limits) to the request with the least work so far, and the requests sent largest
+    /// first. A long task sent last would keep one node busy after the others ran out of work,
+    /// and so would a request of several long ones (its tasks run one after another).
     static func requests(_ tasks: [BenchmarkTask], executor: ExperimentConfig.Executor, fallback: Double) -> [[BenchmarkTask]] {
-        let ordered = executor.order == .longestFirst ? ExecutionBounds.longestFirst(tasks, fallback: fallback) : tasks
-        return stride(from: 0, to: ordered.count, by: executor.tasksPerRequest).map { Array(ordered[$0..<min($0 + executor.tasksPerRequest, ordered.count)]) }
+        let size = executor.tasksPerRequest
+        guard executor.order == .longestFirst else {
+            return stride(from: 0, to: tasks.count, by: size).map { Array(tasks[$0..<min($0 + size, tasks.count)]) }
+        }
+        let count = (tasks.count + size - 1) / size
+        var chunks = [[BenchmarkTask]](repeating: [], count: count), work = [Double](repeating: 0, count: count)
+        for task in ExecutionBounds.longestFirst(tasks, fallback: fallback) {
+            guard let i = chunks.indices.filter({ chunks[$0].count < size }).min(by: { work[$0] < work[$1] }) else { break }
+            chunks[i].append(task)
+            work[i] += ExecutionBounds.limit(task, fallback: fallback)
+        }
+        return chunks.indices.sorted { work[$0] != work[$1] ? work[$0] > work[$1] : $0 < $1 }.map { chunks[$0] }
     }
 
     /// The longest a tool's shard may run on its node: one tool run (the runner's limit, then

@@ -135,7 +135,7 @@ struct RemoteBatch {
     }
 
     /// Where request `i` may go now: any node (a train request, placed by the driver),
-    /// sealed to a free node (`sealed`, the least recently given one first), or `later`,
+    /// sealed to a free node (`sealed`, the one given fewest so far first), or `later`,
     /// when every node in the batch holds a held-out request.
     enum Placement: Equatable {
         case anyNode

@@ -24,7 +24,7 @@ enum NodeToolWork {
     /// are the node's (BFCL: its install resolves elsewhere, or a runner bind reaches it;
     /// tau-bench: its data directory is a link here, or a runner bind reaches it).
     static func exposure(_ tool: NodeTool) -> String? {
-        let binds: [String], protected: RunnerBinds.Protected
+        let binds: [(setting: String, path: String)], protected: [RunnerBinds.Protected]
         switch tool {
         case .command:
             return nil
@@ -33,16 +33,19 @@ enum NodeToolWork {
             if here != b.environmentRealPath {
                 return "bfcl-eval's install \(b.environmentDirectory) resolves to \(here), not to \(b.environmentRealPath) as on the supervisor's host"
             }
-            (binds, protected) = (b.tool.binds, .bfclInstall(b.environmentDirectory))
+            (binds, protected) = (b.tool.binds.map { ("runner.binds", $0) }, [.bfclInstall(b.environmentDirectory)])
         case .tau2(let t):
             // The supervisor sends its data directory resolved: here it must be no link either.
             let here = BfclAdapter.realPath(t.dataDirectory)
             if here != t.dataDirectory {
                 return "tau2's data directory \(t.dataDirectory) resolves to \(here), not to itself as on the supervisor's host"
             }
-            (binds, protected) = (t.tool.binds, .tau2Data(t.dataDirectory))
+            // The scripts and the srt shim are mounted into the runner too.
+            var mounted = [("runner.scripts", t.scriptsDirectory)]
+            if t.layout.shell { mounted.append(("runner.srt_shim", t.tool.shellCalls ?? t.scriptsDirectory + "/srt-shim")) }
+            (binds, protected) = (t.tool.binds.map { ("runner.binds", $0) } + mounted, RunnerBinds.Protected.tau2Data(t.dataDirectory, domain: t.domain))
         }
-        do { try RunnerBinds.refuse(binds, exposing: [protected]) } catch let e as ExperimentError {
+        do { try RunnerBinds.refuse(binds, exposing: protected) } catch let e as ExperimentError {
             return e.message
         } catch {
             return "runner.binds cannot be checked"

@@ -111,7 +111,9 @@ extension ExperimentConfig {
         }
         // The runner must never see the real data: it holds every task's expected actions.
         let real = URL(fileURLWithPath: dataDir).resolvingSymlinksInPath().path
-        try RunnerBinds.refuse(toolBinds, exposing: [.tau2Data(real)])
+        // The scripts and the srt shim are mounted into the runner too: checked like its binds.
+        let mounted = [("runner.scripts", scripts)] + (runner.srtShim.map { [("runner.srt_shim", $0)] } ?? [])
+        try RunnerBinds.refuse(toolBinds + mounted, exposing: RunnerBinds.Protected.tau2Data(real, domain: domain))
         var adapter: Tau2Adapter
         do {
             adapter = try Tau2Adapter(domain: domain, dataDirectory: real, scriptsDirectory: scripts, tool: toolSettings(argv), layout: layout)
@@ -124,13 +126,22 @@ extension ExperimentConfig {
         adapter.retrievalConfig = try TauBenchKind.retrievalConfig(upstream.retrievalConfig)
         adapter.concurrency = maxConcurrency
         adapter.environment = agentEnvironment()
+        // On Ray's nodes, what a node's copy must match is listed now: a missing part is a
+        // configuration error, not a run's.
+        if checkTools && executor.kind == .ray {
+            do { _ = try adapter.nodeTool } catch { throw ExperimentError(.usage, error.message) }
+        }
         return adapter
     }
 }
 
 extension RunnerBinds.Protected {
-    /// tau2's data directory (`tau2_data_dir`, resolved): no runner bind may reach it.
-    package static func tau2Data(_ dataDirectory: String) -> Self {
-        .init(path: dataDirectory, what: "contains tau2_data_dir (\(dataDirectory)), whose tasks.json holds the expected actions of every test task; bind only the tau2 install (its src/ for an editable install), never the data")
+    /// tau2's data as no runner bind may reach it: the data directory (`tau2_data_dir`), and
+    /// the domain's directory and the user simulator's, each resolved where a link inside the
+    /// data takes it elsewhere.
+    package static func tau2Data(_ dataDirectory: String, domain: String) -> [Self] {
+        [.init(path: dataDirectory, what: "contains tau2_data_dir (\(dataDirectory)), whose tasks.json holds the expected actions of every test task; bind only the tau2 install (its src/ for an editable install), never the data"),
+         .init(path: dataDirectory + "/tau2/domains/" + domain, what: "contains tau2's \(domain) domain (\(dataDirectory)/tau2/domains/\(domain), a link to elsewhere), whose tasks.json holds the expected actions of every test task"),
+         .init(path: dataDirectory + "/tau2/user_simulator", what: "contains tau2's user simulator's files (\(dataDirectory)/tau2/user_simulator, a link to elsewhere)")]
     }
 }
