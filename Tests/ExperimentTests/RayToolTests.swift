@@ -55,6 +55,14 @@ extension RayClusterTests {
         }
     }
 
+    @Test("inspect with executor: ray: the example task's samples in shards across two worker nodes, each request carrying its samples' frozen lines (a held-out one sealed), each node solving with agent.py and scoring with the task's scorers without it; prepare, a benchmark and a gate give what one machine gives (baseline, split, train rewards and exact()'s verdicts, the gate)")
+    func inspectAcrossTheCluster() throws {
+        try requireRoot()
+        try Self.sameAsOneMachine(baseline: "baseline: 0/8 tasks pass", trace: "verdict.json", v2: Inspect.heuristic, perRequest: 4) {
+            try InspectTests().make(samples: 8)
+        }
+    }
+
     @Test("gate.infra_retries with executor: ray: a vendor failing a fifth of held-out calls, reached from each node through the node's own inference gate; each task's run counts its vendor failures there, the held-out answers carry the counts, the supervisor runs those tasks again, and the gates decide as one machine's against a vendor that never fails")
     func infraRetriesOnTheCluster() throws {
         try requireRoot()

@@ -70,8 +70,11 @@ public struct InspectAdapter: BenchmarkAdapter {
 
     /// The directory of a task file (`/abs/dir/task.py@name`), bound read-only into the
     /// scorer so the task loads as it did at init; nil for a registered task.
-    public var taskDirectory: String? {
-        let file = taskSpec.split(separator: "@", maxSplits: 1).first.map(String.init) ?? taskSpec
+    public var taskDirectory: String? { Self.taskDirectory(of: taskSpec) }
+
+    /// The directory of `spec`'s task file, or nil for a registered task.
+    static func taskDirectory(of spec: String) -> String? {
+        let file = spec.split(separator: "@", maxSplits: 1).first.map(String.init) ?? spec
         guard file.hasPrefix("/"), file.hasSuffix(".py"), let cut = file.lastIndex(of: "/") else { return nil }
         return cut == file.startIndex ? "/" : String(file[..<cut])
     }
@@ -79,6 +82,20 @@ public struct InspectAdapter: BenchmarkAdapter {
     /// Reads the frozen sample list; `only` keeps those ids (each must be in it).
     public init(environmentDirectory: String, sitePackages: String, python: String, scriptsDirectory: String, taskSpec: String,
                 samplesFile: String, tool: ToolSettings, only: [String]?) throws(BenchmarkError) {
+        let bytes: [UInt8]
+        switch InputFile.read(samplesFile, cap: Self.samplesLimit) {
+        case .success(let b): bytes = b
+        case .failure(let problem):
+            throw BenchmarkError(.invalidBenchmark, "inspect: \(samplesFile): \(problem.explanation("the task's sample list (init writes it)"))")
+        }
+        try self.init(environmentDirectory: environmentDirectory, sitePackages: sitePackages, python: python, scriptsDirectory: scriptsDirectory,
+                      taskSpec: taskSpec, samples: bytes, from: samplesFile, tool: tool, only: only)
+    }
+
+    /// The samples `bytes` hold (JSON lines, as the frozen list has them; `from` names where
+    /// they came from in messages): a worker node's, from its request.
+    public init(environmentDirectory: String, sitePackages: String, python: String, scriptsDirectory: String, taskSpec: String,
+                samples bytes: [UInt8], from samplesFile: String, tool: ToolSettings, only: [String]?) throws(BenchmarkError) {
         self.environmentDirectory = environmentDirectory
         self.sitePackages = sitePackages
         self.python = python
@@ -86,12 +103,6 @@ public struct InspectAdapter: BenchmarkAdapter {
         self.taskSpec = taskSpec
         self.samplesFile = samplesFile
         self.tool = tool
-        let bytes: [UInt8]
-        switch InputFile.read(samplesFile, cap: Self.samplesLimit) {
-        case .success(let b): bytes = b
-        case .failure(let problem):
-            throw BenchmarkError(.invalidBenchmark, "inspect: \(samplesFile): \(problem.explanation("the task's sample list (init writes it)"))")
-        }
         var lines: [String: [UInt8]] = [:]
         var whole: [String: [UInt8]] = [:]
         var ids: [String] = []

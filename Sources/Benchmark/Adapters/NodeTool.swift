@@ -14,6 +14,13 @@ import SupervisorIO
 public protocol RunsInShards: BenchmarkAdapter {
     /// Throws when what a node must match cannot be listed here (a part of the install missing).
     var nodeTool: NodeTool { get throws(BenchmarkError) }
+    /// What task `id` needs on a node that only the supervisor holds (inspect: the sample's
+    /// frozen line, target and all), sent in its request; nil: nothing.
+    func nodeData(_ id: String) -> [UInt8]?
+}
+
+extension RunsInShards {
+    public func nodeData(_ id: String) -> [UInt8]? { nil }
 }
 
 /// What a node needs to run a shard of a tool benchmark's run.
@@ -27,9 +34,14 @@ public enum NodeTool: Codable, Sendable, Equatable {
     /// at the supervisor's paths) and the run's settings; the node reads the shard's tasks from
     /// its own copy of the data.
     case tau2(Tau2Node)
+    /// `benchmark: inspect`: inspect's install, the task and the run's settings; each
+    /// sample's frozen line travels in its own request (`nodeData`), so a held-out one is
+    /// sealed to its node with the rest.
+    case inspect(InspectNode)
 
-    /// The adapter for `ids`, a shard of the supervisor's run.
-    public func adapter(ids: [String]) throws(BenchmarkError) -> any BenchmarkAdapter {
+    /// The adapter for `ids`, a shard of the supervisor's run; `data`: what the request
+    /// carried for each id (`RunsInShards.nodeData`).
+    public func adapter(ids: [String], data: [String: [UInt8]] = [:]) throws(BenchmarkError) -> any BenchmarkAdapter {
         switch self {
         case .command(let tool, let scorer, let scorerBinds):
             var a = CommandAdapter(taskIDs: ids, tool: tool)
@@ -60,6 +72,8 @@ public enum NodeTool: Codable, Sendable, Equatable {
             a.concurrency = t.concurrency
             a.environment = t.environment
             return a
+        case .inspect(let n):
+            return try n.adapter(ids: ids, data: data)
         }
     }
 
@@ -77,6 +91,8 @@ public enum NodeTool: Codable, Sendable, Equatable {
             paths += [b.environmentDirectory, b.packageDirectory, b.checkerPython, b.scriptsDirectory]
         case .tau2(let t):
             paths += [t.dataDirectory, t.scriptsDirectory]
+        case .inspect(let n):
+            paths += [n.environmentDirectory, n.python, n.scriptsDirectory] + (n.taskDirectory.map { [$0] } ?? [])
         }
         return paths
     }
@@ -99,6 +115,8 @@ public enum NodeTool: Codable, Sendable, Equatable {
             return b.digestedFiles
         case .tau2(let t):
             return t.digestedFiles
+        case .inspect(let n):
+            return n.digestedFiles
         }
     }
 
@@ -108,6 +126,7 @@ public enum NodeTool: Codable, Sendable, Equatable {
         case .command(let tool, _, _): tool
         case .bfcl(let b): b.tool
         case .tau2(let t): t.tool
+        case .inspect(let n): n.tool
         }
     }
 }

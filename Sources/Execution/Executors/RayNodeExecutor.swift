@@ -26,13 +26,14 @@ package struct RayNodeExecutor: TaskExecutor {
         let (config, layout, log) = (environment.config, environment.layout, environment.log)
         let (ids, agent, audit, heldOut, traces) = (run.ids, run.agent, run.audit, run.split.keepsNothing, run.split.traces)
         // A local benchmark's tasks travel with their files; a tool benchmark's ids (command,
-        // bfcl, tau-bench), in shards, with its settings (`NodeTool`): each node runs the tool
-        // on its shard.
+        // bfcl, tau-bench, inspect), in shards, with its settings (`NodeTool`): each node runs
+        // the tool on its shard.
         let local = environment.adapter as? LocalAdapter
+        let sharded = environment.adapter as? any RunsInShards
         let tool: NodeTool?
-        do { tool = try (environment.adapter as? any RunsInShards)?.nodeTool } catch { throw ExperimentError(.usage, error.message) }
+        do { tool = try sharded?.nodeTool } catch { throw ExperimentError(.usage, error.message) }
         if local == nil && tool == nil {
-            throw ExperimentError(.usage, "executor: ray runs a local, command, bfcl or tau-bench benchmark's tasks so far; \(environment.adapter.name) runs its own tool")
+            throw ExperimentError(.usage, "executor: ray runs a local, command, bfcl, tau-bench or inspect benchmark's tasks so far; \(environment.adapter.name) runs its own tool")
         }
         guard let address = config.executor.address else { throw ExperimentError(.usage, "executor.address: missing") }
         guard let templates = templatesDirectory else {
@@ -76,7 +77,10 @@ package struct RayNodeExecutor: TaskExecutor {
             // is not sealed and must name no held-out id.
             let known = Set(environment.adapter.taskIDs)
             requests = try shards(ids.filter(known.contains)).map {
-                var r = try work.request(tool: tool, toolSHA256: toolDigest, ids: $0, agentPy: agentPy, heldOut: heldOut, answerTo: answerTo)
+                // What a task needs that only this host holds (inspect's frozen sample line)
+                // goes in its request, sealed with a held-out one.
+                var r = try work.request(tool: tool, toolSHA256: toolDigest, ids: $0, agentPy: agentPy, heldOut: heldOut, answerTo: answerTo,
+                                         nodeData: { sharded?.nodeData($0) })
                 // gate.infra_retries: each task's run on its node counts its vendor failures.
                 if run.oneTaskPerRun { r.oneTaskPerRun = true }
                 return r

@@ -46,15 +46,17 @@ public struct RemoteWork {
         return r
     }
 
-    /// A request for a shard `ids` of a tool benchmark's run (`NodeTool`): the ids without
-    /// files, the tool's settings, its runner's and scorer's policies in place of a task's and
-    /// a verifier's. `toolSHA256`: `WorkDigest.files(tool.digestedFiles)`, taken once a run.
-    public func request(tool: NodeTool, toolSHA256: String?, ids: [String], agentPy: [UInt8], heldOut: Bool, answerTo: String? = nil) throws -> WorkRequest {
+    /// A request for a shard `ids` of a tool benchmark's run (`NodeTool`): the ids, each with
+    /// only what `nodeData` gives for it (`RunsInShards.nodeData`: what the node cannot have
+    /// otherwise), the tool's settings, its runner's and scorer's policies in place of a task's
+    /// and a verifier's. `toolSHA256`: `WorkDigest.files(tool.digestedFiles)`, taken once a run.
+    public func request(tool: NodeTool, toolSHA256: String?, ids: [String], agentPy: [UInt8], heldOut: Bool, answerTo: String? = nil,
+                        nodeData: (String) -> [UInt8]? = { _ in nil }) throws -> WorkRequest {
         var work = self
         work.taskPolicy = tool.settings.runnerPolicy
         work.verifierPolicy = tool.settings.scorerPolicy
         var r = try work.request([], agentPy: agentPy, heldOut: heldOut, concurrency: 1, answerTo: answerTo)
-        r.tasks = ids.map { WorkTask(id: $0, files: []) }
+        r.tasks = ids.map { id in WorkTask(id: id, files: nodeData(id).map { [WorkFile(path: NodeToolWork.dataFile, executable: false, bytes: Data($0))] } ?? []) }
         r.tool = tool
         r.toolSHA256 = toolSHA256
         return r

@@ -19,10 +19,28 @@ enum NodeToolWork {
         !id.isEmpty && id.utf8.count <= 512 && !id.utf8.contains { $0 == 0 || $0 == 0x0A || $0 == 0x0D }
     }
 
+    /// The name of the one file a tool's task may carry: what only the supervisor holds of it
+    /// (`RunsInShards.nodeData`; inspect's frozen sample line).
+    static let dataFile = "node-data"
+
+    /// Whether `files` are what a task of `tool`'s request may carry: inspect's, one data file;
+    /// the others', none.
+    static func filesFit(_ tool: NodeTool, _ files: [WorkFile]) -> Bool {
+        guard case .inspect = tool else { return files.isEmpty }
+        return files.count == 1 && files[0].path == dataFile && !files[0].executable && (1...WorkLimits.maxFile).contains(files[0].bytes.count)
+    }
+
+    /// The tool's adapter for `request`'s ids, with the data each task carries.
+    static func adapter(_ tool: NodeTool, _ request: WorkRequest) throws(BenchmarkError) -> any BenchmarkAdapter {
+        var data: [String: [UInt8]] = [:]
+        for t in request.tasks { if let f = t.files.first { data[t.id] = Array(f.bytes) } }
+        return try tool.adapter(ids: request.tasks.map(\.id), data: data)
+    }
+
     /// Why this node's copy of the tool would show agent.py's runner what the supervisor's host
     /// keeps from it, or nil: the supervisor checked its own paths; links and binds on this node
-    /// are the node's (BFCL: its install resolves elsewhere, or a runner bind reaches it;
-    /// tau-bench: its data directory is a link here, or a runner bind reaches it).
+    /// are the node's (BFCL, inspect: the install resolves elsewhere, or a runner bind reaches
+    /// it; tau-bench: its data directory is a link here, or a runner bind reaches it).
     static func exposure(_ tool: NodeTool) -> String? {
         let binds: [(setting: String, path: String)], protected: [RunnerBinds.Protected]
         switch tool {
@@ -44,6 +62,12 @@ enum NodeToolWork {
             var mounted = [("runner.scripts", t.scriptsDirectory)]
             if t.layout.shell { mounted.append(("runner.srt_shim", t.tool.shellCalls ?? t.scriptsDirectory + "/srt-shim")) }
             (binds, protected) = (t.tool.binds.map { ("runner.binds", $0) } + mounted, RunnerBinds.Protected.tau2Data(t.dataDirectory, domain: t.domain))
+        case .inspect(let n):
+            let here = BfclAdapter.realPath(n.environmentDirectory)
+            if here != n.environmentRealPath {
+                return "inspect_ai's install \(n.environmentDirectory) resolves to \(here), not to \(n.environmentRealPath) as on the supervisor's host"
+            }
+            (binds, protected) = (n.tool.binds.map { ("runner.binds", $0) }, RunnerBinds.Protected.inspect(venv: n.environmentDirectory, taskSpec: n.taskSpec))
         }
         do { try RunnerBinds.refuse(binds, exposing: protected) } catch let e as ExperimentError {
             return e.message

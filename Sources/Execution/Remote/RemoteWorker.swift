@@ -63,8 +63,8 @@ public enum RemoteWorker {
         if let tool = request.tool {
             guard request.vm == nil else { throw ExperimentError(.refused, "a tool benchmark's request names a held-out VM (not built for tools): refused, nothing ran") }
             var seen = Set<String>()
-            guard request.tasks.allSatisfy({ NodeToolWork.isValidID($0.id) && $0.files.isEmpty && seen.insert($0.id).inserted }) else {
-                throw ExperimentError(.refused, "a tool's request names an id that is not text without NUL or a line break of at most 512 bytes, names one twice, or sends files: refused, nothing ran")
+            guard request.tasks.allSatisfy({ NodeToolWork.isValidID($0.id) && NodeToolWork.filesFit(tool, $0.files) && seen.insert($0.id).inserted }) else {
+                throw ExperimentError(.refused, "a tool's request names an id that is not text without NUL or a line break of at most 512 bytes, names one twice, or sends files its tool does not take: refused, nothing ran")
             }
             let missing = tool.requiredPaths.filter { !FileManager.default.fileExists(atPath: $0) }
             guard missing.isEmpty else {
@@ -80,7 +80,7 @@ public enum RemoteWorker {
             if let why = NodeToolWork.exposure(tool) {
                 throw ExperimentError(.refused, "on this node, \(why): refused, nothing ran")
             }
-            do { toolAdapter = try tool.adapter(ids: request.tasks.map(\.id)) } catch {
+            do { toolAdapter = try NodeToolWork.adapter(tool, request) } catch {
                 throw ExperimentError(.refused, "this node's copy of the tool cannot run the shard's tasks: refused, nothing ran", cause: error)
             }
         }
@@ -317,7 +317,7 @@ public enum RemoteWorker {
         guard r.agentPy.count <= AgentFile.maxBytes else { throw ExperimentError(.refused, "agent.py is over \(AgentFile.maxBytes) bytes") }
         try write(r.agentPy, work + "/agent/agent.py", mode: 0o644)
         var seen = Set<String>()
-        // A tool's ids name no file here (`serve` checked them, and that they carry none).
+        // A tool's ids name no file here (`serve` checked them and what they carry, which the tool's adapter holds).
         for task in r.tasks where r.tool == nil {
             guard BenchmarkTask.isValidID(task.id), seen.insert(task.id).inserted else {
                 throw ExperimentError(.refused, "task id '\(printable(task.id))' is not valid or named twice")

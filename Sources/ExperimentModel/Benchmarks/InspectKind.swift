@@ -8,6 +8,7 @@ struct InspectKind: BenchmarkKind {
     static let version = "0.3.285"
     static let hint = "run scripts/install-inspect (inspect-ai \(version), pinned, into $AUTOHARNESS_CACHE/inspect-ai-\(version)), or pass --tool PATH/bin/inspect of a venv with inspect-ai \(version)"
     let name = "inspect"
+    let shardsOnNodes = true
     var installHint: String { Self.hint }
 
     /// Not yet run in the held-out VM: the guest would need the install, the frozen samples
@@ -98,13 +99,7 @@ struct InspectKind: BenchmarkKind {
             throw ExperimentError(.usage, "runner.scripts: missing; it names the directory of autoharness_inspect_solve.py and autoharness_inspect_score.py (templates/inspect)")
         }
         let samples = ExperimentLayout(root: root).inspectSamples
-        var protected: [RunnerBinds.Protected] = [
-            .init(path: venv, what: "is inspect_ai's install (\(venv)), which autoharness binds into the runner itself with its packaged datasets hidden; a bind of it would show them")]
-        let file = spec.split(separator: "@", maxSplits: 1).first.map(String.init) ?? spec
-        if file.hasPrefix("/") && file.hasSuffix(".py") {
-            protected.append(.init(path: (file as NSString).deletingLastPathComponent, what: "holds the task file \(file), whose dataset and scorers are the scorer's alone"))
-        }
-        try RunnerBinds.refuse(config.toolBinds, exposing: protected)
+        try RunnerBinds.refuse(config.toolBinds, exposing: RunnerBinds.Protected.inspect(venv: venv, taskSpec: spec))
         var adapter: InspectAdapter
         do {
             adapter = try InspectAdapter(environmentDirectory: venv, sitePackages: site, python: python, scriptsDirectory: scripts, taskSpec: spec,
@@ -125,5 +120,20 @@ struct InspectKind: BenchmarkKind {
         try ToolCheck.virtualEnvironment(of: python, setting: "inspect_python", what: "inspect_ai package", hint: hint) {
             FileManager.default.fileExists(atPath: $0 + "/inspect_ai/__init__.py")
         }
+    }
+}
+
+extension RunnerBinds.Protected {
+    /// What of inspect no runner bind may reach: its install (whose packaged datasets the
+    /// runner gets hidden) and a task file's directory (its dataset and scorers). A worker
+    /// node checks its own paths against the runner's binds too (`NodeTool.inspect`).
+    package static func inspect(venv: String, taskSpec spec: String) -> [Self] {
+        var protected: [Self] = [
+            .init(path: venv, what: "is inspect_ai's install (\(venv)), which autoharness binds into the runner itself with its packaged datasets hidden; a bind of it would show them")]
+        let file = spec.split(separator: "@", maxSplits: 1).first.map(String.init) ?? spec
+        if file.hasPrefix("/") && file.hasSuffix(".py") {
+            protected.append(.init(path: (file as NSString).deletingLastPathComponent, what: "holds the task file \(file), whose dataset and scorers are the scorer's alone"))
+        }
+        return protected
     }
 }
