@@ -314,6 +314,61 @@ struct RemoteBatchTests {
         } throws: { "\($0)".contains("have no node to go to and none is running") }
     }
 
+    @Test("the driver runs with the experiment's private directory out of sight: an empty read-only tmpfs over it, which it cannot unmount (no capability left), nor get past through the supervisor's /proc/PID/root; unconfined (the control) it reads the work key both ways with every capability; the protocol works through the confinement")
+    func driverConfined() throws {
+        try requireRoot()
+        let dir = try TempDir()
+        let secret = dir.path + "/private"
+        try FileManager.default.createDirectory(atPath: secret, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try "WORK-KEY".write(toFile: secret + "/work-key", atomically: true, encoding: .utf8)
+        // A driver of the protocol's shape that first tries what code run in it could try.
+        let driver = dir.path + "/driver.py"
+        try """
+        import ctypes, errno, json, os, sys
+        seen = {}
+        try:
+            seen["read"] = open(\(String(reflecting: secret)) + "/work-key").read()
+        except OSError as e:
+            seen["read"] = errno.errorcode[e.errno]
+        libc = ctypes.CDLL(None, use_errno=True)
+        seen["umount"] = "done" if libc.umount2(\(String(reflecting: secret)).encode(), 2) == 0 else errno.errorcode[ctypes.get_errno()]
+        seen["caps"] = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")][0]
+        try:
+            seen["through_proc"] = open("/proc/%s/root%s/work-key" % (os.environ["TEST_SUPERVISOR_PID"], \(String(reflecting: secret)))).read()
+        except OSError as e:
+            seen["through_proc"] = errno.errorcode[e.errno]
+        json.dump(seen, open(sys.argv[0] + ".seen", "w"))
+        json.loads(sys.stdin.readline())
+        print(json.dumps({"nodes": [{"node": "a", "address": "10.0.0.2", "error": "fake"}]}), flush=True)
+        json.loads(sys.stdin.readline())
+        print(json.dumps({"ready": True, "nodes": 1}), flush=True)
+        for line in sys.stdin:
+            m = json.loads(line)
+            if "id" in m:
+                print(json.dumps({"id": m["id"], "node": "a", "exit": 0, "answer": ""}), flush=True)
+            elif m.get("end"):
+                break
+        """.write(toFile: driver, atomically: true, encoding: .utf8)
+        func run(hiding: [String]) throws -> [String: Any] {
+            // This process's pid, whose /proc/PID/root the driver must not get through when confined.
+            var executor = RayExecutor(python: "/usr/bin/python3", driver: driver, address: "10.0.0.1:6379",
+                                       environment: ["PATH": "/usr/bin:/bin", "TEST_SUPERVISOR_PID": String(getpid())])
+            executor.hidden = hiding
+            var settled = 0
+            try executor.run(1, choose: { $0.map(\.node) }, prepare: { _ in ([1], "a") }, settle: { _, _ in settled += 1; return .done })
+            #expect(settled == 1)
+            let seen = try Data(contentsOf: URL(fileURLWithPath: driver + ".seen"))
+            return try #require(try JSONSerialization.jsonObject(with: seen) as? [String: Any])
+        }
+        let open = try run(hiding: [])
+        #expect(open["read"] as? String == "WORK-KEY" && open["through_proc"] as? String == "WORK-KEY" && open["caps"] as? String != "0000000000000000", "\(open)")
+        let confined = try run(hiding: [secret])
+        #expect(["EACCES", "ENOENT"].contains(confined["read"] as? String ?? "") && confined["umount"] as? String == "EPERM"
+                && confined["caps"] as? String == "0000000000000000" && ["EACCES", "EPERM"].contains(confined["through_proc"] as? String ?? ""), "\(confined)")
+        // Still there for this process.
+        #expect(try String(contentsOfFile: secret + "/work-key", encoding: .utf8) == "WORK-KEY")
+    }
+
     @Test("a local benchmark's tasks go out longest first by their own limits (the agent's, else the fallback, plus the verifier's), in listed order among equals; with tasks_per_request above 1 the long ones are spread over the requests and the largest request goes first; `order: listed` keeps the list")
     func longestFirst() {
         let t = { (id: String, agent: Double?, verifier: Double) in

@@ -45,7 +45,7 @@ struct RemoteInspectTests {
         // Samples the heuristic passes and fails (exact() against the frozen targets).
         let ids = frozen.keys.sorted()
         let passing = ids.filter { frozen[$0].map(Inspect.heuristicPasses) == true }, failing = ids.filter { !passing.contains($0) }
-        try #require(passing.count >= 3 && failing.count >= 3, "\(passing.count) passing, \(failing.count) failing")
+        try #require(passing.count >= 4 && failing.count >= 3, "\(passing.count) passing, \(failing.count) failing")
         // The sample's whole line travels with its id (target and all); nothing else does.
         let train = try request([passing[0], failing[0], passing[1]], heldOut: false)
         #expect(train.tasks.allSatisfy { $0.files.count == 1 && $0.files[0].path == NodeToolWork.dataFile })
@@ -74,6 +74,9 @@ struct RemoteInspectTests {
         try refused(try request([other], heldOut: false, data: { _ in nil }), ["sends files its tool does not take"])
         // ...a sample under another id (the task carries another task's sample)...
         try refused(try request([other], heldOut: false, data: { _ in adapter.nodeData(passing[0]) }), ["this node's copy of the tool cannot run the shard's tasks"])
+        // ...two tasks whose lines were swapped (each line's id must be its task's)...
+        let (x, y) = (failing[2], passing[3])
+        try refused(try request([x, y], heldOut: false, data: { adapter.nodeData($0 == x ? y : x) }), ["this node's copy of the tool cannot run the shard's tasks", "under its id"])
         // ...another copy of the files that decide rewards...
         try refused(try request([other], heldOut: false, digest: .some(String(repeating: "0", count: 64))), ["is not the supervisor's (0000000000000000)"])
         // ...and a runner bind of inspect's install (its packaged datasets are hidden by path).
@@ -81,5 +84,9 @@ struct RemoteInspectTests {
         exposed.tool.binds = [venv]
         try refused(try request([other], heldOut: false, tool: .inspect(exposed)), ["on this node, runner.binds: \(venv) is inspect_ai's install"])
         #expect(node.nonces.count == 2 && node.workDirectories.isEmpty)
+        // A sample too large for a request is the supervisor's usage error, naming it.
+        #expect { _ = try request([other], heldOut: false, data: { _ in [UInt8](repeating: 0x20, count: WorkLimits.maxFile + 1) }) } throws: {
+            "\($0)".contains("task \(other): its data for the node is") && "\($0)".contains("over the \(WorkLimits.maxFile)")
+        }
     }
 }

@@ -15,6 +15,8 @@ public struct InspectNode: Codable, Sendable, Equatable {
     /// `environmentDirectory` with its links resolved on the supervisor's host: a node's must
     /// resolve to the same path (the runner's hidden datasets are hidden by path).
     public var environmentRealPath: String
+    /// `sitePackages` resolved likewise (the runner hides datasets below it by path).
+    public var sitePackagesRealPath: String
     public var sitePackages: String
     public var python: String
     public var scriptsDirectory: String
@@ -31,12 +33,13 @@ public struct InspectNode: Codable, Sendable, Equatable {
     /// The task file's directory (`/abs/dir/task.py@name`), or nil for a registered task.
     public var taskDirectory: String? { InspectAdapter.taskDirectory(of: taskSpec) }
 
-    /// The adapter for `ids`, each with its frozen line in `data` (one line, one sample).
+    /// The adapter for `ids`, each with its frozen line in `data` (one line, one sample, of
+    /// that id).
     func adapter(ids: [String], data: [String: [UInt8]]) throws(BenchmarkError) -> InspectAdapter {
         var lines: [[UInt8]] = []
         for id in ids {
-            guard let line = data[id], !line.isEmpty, !line.contains(UInt8(ascii: "\n")) else {
-                throw BenchmarkError(.configuration, "inspect: the request carries no single line of sample \(id.debugDescription)")
+            guard let line = data[id], !line.contains(UInt8(ascii: "\n")), case .object(let sample)? = JSONValue.parse(line), sample["id"]?.string == id else {
+                throw BenchmarkError(.configuration, "inspect: the request carries no single line of sample \(id.debugDescription) under its id")
             }
             lines.append(line)
         }
@@ -55,7 +58,8 @@ public struct InspectNode: Codable, Sendable, Equatable {
 extension InspectAdapter: RunsInShards {
     /// This adapter as a node rebuilds it (`NodeTool`). Digested: autoharness's two inspect
     /// scripts, inspect_ai's own code (its scorers decide the reward), and the task's: the
-    /// `.py` files beside a task file, or those of a registered task's package.
+    /// `.py` files under a task file's directory, or of a registered task's package (at most
+    /// `maxTaskFiles`; none is an error: a digest over less would check less).
     public var nodeTool: NodeTool {
         get throws(BenchmarkError) {
             var files = [scriptsDirectory + "/autoharness_inspect_solve.py", scriptsDirectory + "/autoharness_inspect_score.py"]
@@ -64,15 +68,27 @@ extension InspectAdapter: RunsInShards {
                 throw BenchmarkError(.invalidBenchmark, "inspect: no inspect_ai/scorer/__init__.py among \(sitePackages)/inspect_ai's Python files (the scorers a node's copy must match)")
             }
             files += code
+            // The task's code, links resolved: the `.py` files under the task file's directory,
+            // or of a registered task's package (not `data/` directories, nor what the task
+            // reads that is not Python).
+            let taskCode: [String]
             if let dir = taskDirectory {
-                // The task file and the modules beside it (not the whole tree under it: a task
-                // file may sit in a large checkout, or in /).
-                files += FileSystem.names(in: dir).filter { $0.hasSuffix(".py") }.sorted().map { dir == "/" ? "/" + $0 : dir + "/" + $0 }
+                let file = BfclAdapter.realPath(String(taskSpec.split(separator: "@", maxSplits: 1)[0]))
+                taskCode = BfclAdapter.pythonFiles(under: BfclAdapter.realPath(dir))
+                guard taskCode.contains(file) else {
+                    throw BenchmarkError(.invalidBenchmark, "inspect: the task file \(file) is not among the Python files under \(dir) (the task's code a node's copy must match)")
+                }
             } else if let package = taskSpec.split(separator: "/").first.map(String.init), !package.isEmpty, package != "inspect_ai" {
-                files += BfclAdapter.pythonFiles(under: sitePackages + "/" + package)
+                taskCode = BfclAdapter.pythonFiles(under: BfclAdapter.realPath(sitePackages + "/" + package))
+            } else {
+                taskCode = []
             }
+            guard !taskCode.isEmpty, taskCode.count <= Self.maxTaskFiles else {
+                throw BenchmarkError(.invalidBenchmark, "inspect: \(taskCode.isEmpty ? "no" : "over \(Self.maxTaskFiles)") Python files of the task \(taskSpec) to compare with a node's copy; put the task file in a directory of its own")
+            }
+            files += taskCode
             return .inspect(InspectNode(environmentDirectory: environmentDirectory, environmentRealPath: BfclAdapter.realPath(environmentDirectory),
-                                        sitePackages: sitePackages, python: python, scriptsDirectory: scriptsDirectory, taskSpec: taskSpec,
+                                        sitePackagesRealPath: BfclAdapter.realPath(sitePackages), sitePackages: sitePackages, python: python, scriptsDirectory: scriptsDirectory, taskSpec: taskSpec,
                                         taskArguments: taskArguments, scoreName: scoreName, tool: tool, agentModel: agentModel,
                                         concurrency: concurrency, environment: environment, digestedFiles: files))
         }
@@ -80,4 +96,7 @@ extension InspectAdapter: RunsInShards {
 
     /// The sample's frozen line (target and metadata included), which only the supervisor holds.
     public func nodeData(_ id: String) -> [UInt8]? { scorerLines[id] }
+
+    /// The most Python files of a task a node's copy is compared by.
+    static let maxTaskFiles = 5000
 }

@@ -114,6 +114,7 @@ package struct RayNodeExecutor: TaskExecutor {
         var executor = RayExecutor(python: config.executor.python, driver: templates + "/ray/autoharness_ray.py", address: address,
                                    environment: environment)
         executor.maxInFlight = config.maxConcurrency
+        executor.hidden = [layout.privateDirectory]
         executor.timeout = longest + (vm?.bootTimeout ?? 0) + 300
         executor.checkPolicies = [work.taskPolicy, work.verifierPolicy]
         executor.checkPaths = tool?.requiredPaths ?? []
@@ -136,7 +137,9 @@ package struct RayNodeExecutor: TaskExecutor {
         executor.checkImages = batch.images
         // Task images a node lacks are pushed to it before any request: each archive encrypted
         // under a key of this batch's, that key sealed to each node, the offer signed.
-        let pushes = layout.privateDirectory + "/ray-push-" + WorkDigest.hex((0..<8).map { _ in UInt8.random(in: 0...255) })
+        // Beside the private directory, not in it: the driver, which reads them, does not see
+        // that directory at all (`RayExecutor.hidden`).
+        let pushes = layout.root + "/.autoharness-ray-push-" + WorkDigest.hex((0..<8).map { _ in UInt8.random(in: 0...255) })
         defer { _ = FileSystem.removeTree(pushes) }
         batch.log = { [log] in log?($0) }
         batch.record = { [recordExclusion] in try recordExclusion($0) }

@@ -5,7 +5,6 @@ import Foundation
 import Glibc
 import Sandbox
 import SupervisorIO
-import Synchronization
 
 /// The supervisor's side of remote work: requests built and signed here, sent through the Ray
 /// driver (templates/ray/autoharness_ray.py, a Python process of the supervisor's: Ray has no
@@ -57,6 +56,15 @@ public struct RemoteWork {
         work.verifierPolicy = tool.settings.scorerPolicy
         var r = try work.request([], agentPy: agentPy, heldOut: heldOut, concurrency: 1, answerTo: answerTo)
         r.tasks = ids.map { id in WorkTask(id: id, files: nodeData(id).map { [WorkFile(path: NodeToolWork.dataFile, executable: false, bytes: Data($0))] } ?? []) }
+        // Each task's data within what a node takes, and the whole within a request (base64
+        // twice, in the body and in the signed envelope: about 1.8 times the bytes).
+        let sizes = r.tasks.map { $0.files.reduce(0) { $0 + $1.bytes.count } }
+        if let big = sizes.firstIndex(where: { $0 > WorkLimits.maxFile }) {
+            throw ExperimentError(.usage, "task \(printable(r.tasks[big].id)): its data for the node is \(sizes[big]) bytes, over the \(WorkLimits.maxFile) a request's task may carry")
+        }
+        if sizes.reduce(0, +) * 9 / 5 + agentPy.count * 2 > WorkLimits.maxRequest {
+            throw ExperimentError(.usage, "a request of \(ids.count) task(s) would carry \(sizes.reduce(0, +)) bytes of their data, over what a node takes (\(WorkLimits.maxRequest) bytes encoded): lower executor.tasks_per_request")
+        }
         r.tool = tool
         r.toolSHA256 = toolSHA256
         return r
@@ -203,6 +211,12 @@ public struct RayExecutor: Sendable {
     public var checkImages: [String] = []
     /// The most the task images' pushes may take, on top of the requests' own time.
     public var pushAllowance: Double = 0
+    /// Directories the driver must not read (the experiment's private directory: its work
+    /// key, split, ledger and image archives): each covered by an empty read-only tmpfs in a
+    /// mount namespace of the driver's own, with no capability left to undo it (nor to reach
+    /// them through another process's /proc/PID/root: the kernel refuses a process that
+    /// lacks capabilities its target has). Empty: the driver runs unconfined.
+    public var hidden: [String] = []
     /// The verifier tools every node reports the digest of (`--check-verifier-tools`).
     public var checkVerifierTools: String?
 
@@ -224,8 +238,9 @@ public struct RayExecutor: Sendable {
     public func run(_ count: Int, offers: ([NodeSeen]) throws -> [ImageOffers] = { _ in [] }, choose: ([NodeSeen]) throws -> [String], prepare: (Int) throws -> (bytes: [UInt8], node: String?)?,
                     settle: (Int, RemoteResult) throws -> Settlement) throws {
         let p = Process()
-        p.executableURL = URL(fileURLWithPath: python)
-        p.arguments = [driver]
+        let argv = Self.confined([python, driver], hiding: hidden)
+        p.executableURL = URL(fileURLWithPath: argv[0])
+        p.arguments = Array(argv.dropFirst())
         p.environment = environment
         let input = Pipe(), output = Pipe(), errors = Pipe()
         p.standardInput = input
@@ -336,47 +351,5 @@ public struct RayExecutor: Sendable {
             try submit()
         }
         try send(["end": true])
-    }
-}
-
-/// The last 4 KiB of what the driver wrote on stderr.
-final class DriverLog: Sendable {
-    private let text = Synchronization.Mutex("")
-    func consume(_ handle: FileHandle) {
-        while true {
-            let chunk = handle.availableData
-            if chunk.isEmpty { return }
-            text.withLock { $0 = String(($0 + String(decoding: chunk, as: UTF8.self)).suffix(4096)) }
-        }
-    }
-    var tail: String { text.withLock { $0 } }
-}
-
-/// Lines from a descriptor, each at most `maxLine` bytes (a longer one ends the reading).
-final class LineReader {
-    let fd: Int32
-    let maxLine: Int
-    private var buffer: [UInt8] = []
-    private var ended = false
-
-    init(_ fd: Int32, maxLine: Int) {
-        self.fd = fd
-        self.maxLine = maxLine
-    }
-
-    func next() -> [UInt8]? {
-        while true {
-            if let nl = buffer.firstIndex(of: 0x0A) {
-                let line = Array(buffer[..<nl])
-                buffer.removeSubrange(...nl)
-                return line
-            }
-            if ended || buffer.count > maxLine { return nil }
-            var chunk = [UInt8](repeating: 0, count: 1 << 16)
-            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { ended = true; continue }
-            buffer += chunk[..<n]
-        }
     }
 }

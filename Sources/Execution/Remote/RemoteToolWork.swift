@@ -64,8 +64,9 @@ enum NodeToolWork {
             (binds, protected) = (t.tool.binds.map { ("runner.binds", $0) } + mounted, RunnerBinds.Protected.tau2Data(t.dataDirectory, domain: t.domain))
         case .inspect(let n):
             let here = BfclAdapter.realPath(n.environmentDirectory)
-            if here != n.environmentRealPath {
-                return "inspect_ai's install \(n.environmentDirectory) resolves to \(here), not to \(n.environmentRealPath) as on the supervisor's host"
+            let site = BfclAdapter.realPath(n.sitePackages)
+            if here != n.environmentRealPath || site != n.sitePackagesRealPath {
+                return "inspect_ai's install \(n.environmentDirectory) (site-packages \(n.sitePackages)) resolves to \(here) (\(site)), not to \(n.environmentRealPath) (\(n.sitePackagesRealPath)) as on the supervisor's host"
             }
             (binds, protected) = (n.tool.binds.map { ("runner.binds", $0) }, RunnerBinds.Protected.inspect(venv: n.environmentDirectory, taskSpec: n.taskSpec))
         }
