@@ -180,7 +180,13 @@ extension Tau2Adapter: RunsInShards {
         get throws(BenchmarkError) {
             var files = [scriptsDirectory + "/autoharness_tau2_run.py", scriptsDirectory + "/autoharness_tau2_score.py"]
             if layout.shell { files += Self.regularFiles(under: tool.shellCalls ?? scriptsDirectory + "/srt-shim") }
-            files += Self.regularFiles(under: domainDirectory)
+            // Links resolved: the listing does not follow one, and a linked domain directory
+            // would otherwise digest as empty on both sides.
+            let domainFiles = Self.regularFiles(under: BfclAdapter.realPath(domainDirectory))
+            guard !domainFiles.isEmpty else {
+                throw BenchmarkError(.invalidBenchmark, "tau-bench: no files under \(domainDirectory) to compare with a node's copy")
+            }
+            files += domainFiles
             // The user simulator's guidelines, which the runner's copy of the data takes too:
             // they write the simulated user's prompt.
             files += Tau2Domain.userSimulatorFiles.map { dataDirectory + "/tau2/user_simulator/" + $0 }.filter { access($0, R_OK) == 0 }
