@@ -2,6 +2,7 @@ import Benchmark
 import Crypto
 import Foundation
 import Glibc
+import Synchronization
 import Testing
 import TestSupport
 @testable import Experiment
@@ -10,11 +11,13 @@ import TestSupport
 
 /// The real Ray (pinned, `scripts/install-ray`) as the transport of remote work: a head started
 /// here with token authentication on loopback, its node running `autoharness worker` for each
-/// request. A missing install fails the test: CI installs it first. It runs beside the other
-/// suites: a Ray cluster's start-up takes both cores for seconds, which the timing tests beside
-/// it must bear as they bear any busy machine (they did beside a whole CI run and two CPU
-/// burners). The one other suite that starts a cluster (RunAloneContainerTests) runs alone,
-/// after this one, so two clusters never meet.
+/// request. A missing install fails the test: CI installs it first. `scripts/test` runs it in a
+/// test process of its own beside the other suites' (its tests mostly wait, and one process
+/// runs only two tests at once): a Ray cluster's start-up takes both cores for seconds, which
+/// the timing tests beside it must bear as they bear any busy machine (they did beside a whole
+/// CI run and two CPU burners). The one other suite that starts a cluster
+/// (RunAloneContainerTests) runs alone, after this one; were two clusters to meet, each head
+/// has its own ports and each cluster its own subnet (`allocate()`).
 @Suite("Ray: remote work through a real Ray cluster with token authentication", .serialized)
 struct RayClusterTests {
     /// Run first in a Ray node's namespace: `--mount-proc` gives it a mount namespace, a copy of
@@ -22,6 +25,37 @@ struct RayClusterTests {
     /// node lives for minutes; a task disk another test had mounted then (a loop device) would
     /// stay bound until the node ends. The copy's loop-device mounts are let go of at once.
     static let dropLoopMounts = #"awk '{for(i=7;i<=NF;i++) if($i=="-"){ if($(i+2) ~ /^\/dev\/loop/) print $5; break }}' /proc/self/mountinfo | while read -r m; do umount -l "$m"; done"#
+
+    /// Ray's fixed default ports (the client server's 10001, the dashboard agent's 52365) would
+    /// meet on this host when two of these tests' heads run at once: each head is given its own,
+    /// and each cluster its own subnet, from one counter of this process.
+    private static let handedOut = Mutex(Int.random(in: 0..<1000))
+
+    /// Four ports of 20000-29999 (below Ray's worker ports and the kernel's ephemeral ones) and
+    /// a /24 no other cluster of this process has: `10.a.b`.
+    static func allocate() -> (ports: [Int], subnet: String) {
+        let n = handedOut.withLock { n in
+            defer { n += 1 }
+            return n
+        }
+        let base = 20000 + (n % 2500) * 4
+        return (Array(base..<base + 4), "10.\(100 + (n / 250) % 150).\(n % 250 + 1)")
+    }
+
+    /// The head's flags for ports `p` (from `allocate()`): the GCS on the first.
+    static func headPorts(_ p: [Int]) -> [String] {
+        ["--port=\(p[0])", "--ray-client-server-port=\(p[1])", "--dashboard-agent-listen-port=\(p[2])", "--dashboard-agent-grpc-port=\(p[3])"]
+    }
+
+    /// Waits (up to a minute) until something listens on `host:port`.
+    static func waitForListener(_ host: String, _ port: Int) throws {
+        let deadline = Date().addingTimeInterval(60)
+        while Date() < deadline {
+            if try runProcess("/bin/bash", ["-c", "exec 3<>/dev/tcp/\(host)/\(port)"]).status == 0 { return }
+            usleep(250_000)
+        }
+        Issue.record("nothing listened on \(host):\(port) after a minute")
+    }
 
     static func python() throws -> String {
         let r = try runProcess("/bin/bash", [Built.packageRoot + "/scripts/install-ray", "--print"])
@@ -40,8 +74,8 @@ struct RayClusterTests {
 
         init(python: String, token: String?, keyFile: String, temp: TempDir) throws {
             self.temp = temp
-            let port = Int.random(in: 20000...29999)
-            address = "127.0.0.1:\(port)"
+            let ports = RayClusterTests.allocate().ports
+            address = "127.0.0.1:\(ports[0])"
             self.token = token ?? ""
             var env = ProcessInfo.processInfo.environment
             env["AUTOHARNESS_WORKER_BIN"] = Built.autoharness
@@ -59,8 +93,9 @@ struct RayClusterTests {
             let ray = (python as NSString).deletingLastPathComponent + "/ray"
             process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
-            process.arguments = ["--pid", "--fork", "--kill-child", "--mount-proc", "/bin/sh", "-c", RayClusterTests.dropLoopMounts + "; exec \"$0\" \"$@\"", ray, "start", "--head", "--block", "--port=\(port)", "--node-ip-address=127.0.0.1", "--num-cpus=2",
-                                 "--include-dashboard=false", "--disable-usage-stats", "--temp-dir=" + temp.file("ray")]
+            process.arguments = ["--pid", "--fork", "--kill-child", "--mount-proc", "/bin/sh", "-c", RayClusterTests.dropLoopMounts + "; exec \"$0\" \"$@\"", ray, "start", "--head", "--block", "--node-ip-address=127.0.0.1", "--num-cpus=2",
+                                 "--include-dashboard=false"] + RayClusterTests.headPorts(ports) + [
+                                  "--disable-usage-stats", "--temp-dir=" + temp.file("ray")]
             process.environment = env
             process.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
             process.standardError = FileHandle(forWritingAtPath: "/dev/null")
@@ -278,8 +313,8 @@ struct RayClusterTests {
     final class Cluster {
         let temp: TempDir
         let tag = String(UUID().uuidString.filter(\.isHexDigit).prefix(6)).lowercased()
-        let subnet = "10.\(Int.random(in: 100...250)).\(Int.random(in: 1...250))"
-        let port = Int.random(in: 20000...29999)
+        let (ports, subnet) = RayClusterTests.allocate()
+        var port: Int { ports[0] }
         let token = String(UUID().uuidString.filter(\.isHexDigit).prefix(32))
         var address: String { "\(subnet).1:\(port)" }
         var bridge: String { "ahbr" + tag }
@@ -301,11 +336,11 @@ struct RayClusterTests {
             try Self.ip("link", "add", bridge, "type", "bridge")
             try Self.ip("addr", "add", "\(subnet).1/24", "dev", bridge)
             try Self.ip("link", "set", bridge, "up")
-            head = try launch(ray, ["start", "--head", "--port=\(port)", "--node-ip-address=\(subnet).1", "--num-cpus=0", "--include-dashboard=false"],
+            head = try launch(ray, ["start", "--head", "--node-ip-address=\(subnet).1", "--num-cpus=0", "--include-dashboard=false"] + RayClusterTests.headPorts(ports),
                               name: "head", namespace: nil, keyFile: keyFile)
             for _ in 0..<count { try addNamespace() }
-            // The workers join once the head listens.
-            usleep(8_000_000)
+            // The workers join once the head's GCS listens.
+            try RayClusterTests.waitForListener("\(subnet).1", port)
             for n in stride(from: 1, through: count, by: 1) {
                 workers.append(try launch(ray, ["start", "--address=\(address)", "--node-ip-address=\(subnet).\(n + 1)", "--num-cpus=1"],
                                           name: "w\(n)", namespace: namespaces[n - 1], keyFile: keyFile, binary: binaries[n], before: before[n]))
