@@ -120,7 +120,7 @@ struct PageCacheTests {
             ?? s.exp.run("benchmark", "--task-ids", s.train[0])
         #expect(b.status == 0 || b.status == 1, "\(b.stdout) \(b.stderr)")
         let trace = files(under: s.exp.root + "/workspace/traces/latest/\(s.train[0])", containing: "LAT ").first
-        let text = try String(contentsOfFile: try #require(trace, "no trace with the spy's timings"), encoding: .utf8)
+        let text = try String(contentsOfFile: try #require(trace, "no trace with the spy's timings: \(b.stdout) \(b.stderr.suffix(2000))"), encoding: .utf8)
         let line = try #require(text.split(separator: "\n").first { $0.hasPrefix("LAT ") })
         let lat = line.split(separator: " ").dropFirst().compactMap { Double($0) }
         try #require(lat.count == Self.pages)

@@ -11,9 +11,8 @@ import TestSupport
 
 /// The real Ray (pinned, `scripts/install-ray`) as the transport of remote work: a head started
 /// here with token authentication on loopback, its node running `autoharness worker` for each
-/// request. A missing install fails the test: CI installs it first. `scripts/test` runs it in a
-/// test process of its own beside the other suites' (its tests mostly wait, and one process
-/// runs only two tests at once): a Ray cluster's start-up takes both cores for seconds, which
+/// request. A missing install fails the test: CI installs it first. It runs beside the other
+/// suites: a Ray cluster's start-up takes both cores for seconds, which
 /// the timing tests beside it must bear as they bear any busy machine (they did beside a whole
 /// CI run and two CPU burners). The one other suite that starts a cluster
 /// (RunAloneContainerTests) runs alone, after this one; were two clusters to meet, each head
