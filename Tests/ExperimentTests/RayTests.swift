@@ -12,11 +12,11 @@ import TestSupport
 /// The real Ray (pinned, `scripts/install-ray`) as the transport of remote work: a head started
 /// here with token authentication on loopback, its node running `autoharness worker` for each
 /// request. A missing install fails the test: CI installs it first. It runs beside the other
-/// suites: a Ray cluster's start-up takes both cores for seconds, which
-/// the timing tests beside it must bear as they bear any busy machine (they did beside a whole
-/// CI run and two CPU burners). The one other suite that starts a cluster
-/// (RunAloneContainerTests) runs alone, after this one; were two clusters to meet, each head
-/// has its own ports and each cluster its own subnet (`allocate()`).
+/// suites: a Ray cluster's start-up takes both cores for seconds, which the timing tests beside
+/// it must bear as they bear any busy machine (they did beside a whole CI run and two CPU
+/// burners). The one other suite that starts a cluster (RunAloneContainerTests) runs alone,
+/// after this one; were two clusters to meet, each head has its own ports and each cluster its
+/// own subnet (`allocate()`).
 @Suite("Ray: remote work through a real Ray cluster with token authentication", .serialized)
 struct RayClusterTests {
     /// Run first in a Ray node's namespace: `--mount-proc` gives it a mount namespace, a copy of
@@ -30,7 +30,8 @@ struct RayClusterTests {
     /// and each cluster its own subnet, from one counter of this process.
     private static let handedOut = Mutex(Int.random(in: 0..<1000))
 
-    /// Four ports of 20000-29999 (below Ray's worker ports and the kernel's ephemeral ones) and
+    /// Four ports of 20000-29999 (above Ray's worker ports, 10002-19999, and below the kernel's
+    /// ephemeral ones) and
     /// a /24 no other cluster of this process has: `10.a.b`.
     static func allocate() -> (ports: [Int], subnet: String) {
         let n = handedOut.withLock { n in
@@ -46,14 +47,15 @@ struct RayClusterTests {
         ["--port=\(p[0])", "--ray-client-server-port=\(p[1])", "--dashboard-agent-listen-port=\(p[2])", "--dashboard-agent-grpc-port=\(p[3])"]
     }
 
-    /// Waits (up to a minute) until something listens on `host:port`.
-    static func waitForListener(_ host: String, _ port: Int) throws {
+    /// Waits (up to a minute) until something listens on `host:port`; throws naming `logs`
+    /// (where the listener's own account is) when nothing does.
+    static func waitForListener(_ host: String, _ port: Int, logs: String) throws {
         let deadline = Date().addingTimeInterval(60)
         while Date() < deadline {
             if try runProcess("/bin/bash", ["-c", "exec 3<>/dev/tcp/\(host)/\(port)"]).status == 0 { return }
             usleep(250_000)
         }
-        Issue.record("nothing listened on \(host):\(port) after a minute")
+        throw ExperimentError(.io, "nothing listened on \(host):\(port) after a minute (see \(logs))")
     }
 
     static func python() throws -> String {
@@ -339,7 +341,7 @@ struct RayClusterTests {
                               name: "head", namespace: nil, keyFile: keyFile)
             for _ in 0..<count { try addNamespace() }
             // The workers join once the head's GCS listens.
-            try RayClusterTests.waitForListener("\(subnet).1", port)
+            try RayClusterTests.waitForListener("\(subnet).1", port, logs: temp.file("ray-head"))
             for n in stride(from: 1, through: count, by: 1) {
                 workers.append(try launch(ray, ["start", "--address=\(address)", "--node-ip-address=\(subnet).\(n + 1)", "--num-cpus=1"],
                                           name: "w\(n)", namespace: namespaces[n - 1], keyFile: keyFile, binary: binaries[n], before: before[n]))
