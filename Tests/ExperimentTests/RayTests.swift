@@ -11,13 +11,15 @@ import TestSupport
 
 /// The real Ray (pinned, `scripts/install-ray`) as the transport of remote work: a head started
 /// here with token authentication on loopback, its node running `autoharness worker` for each
-/// request. A missing install fails the test: CI installs it first. It runs beside the other
-/// suites: a Ray cluster's start-up takes both cores for seconds, which the timing tests beside
-/// it must bear as they bear any busy machine (they did beside a whole CI run and two CPU
-/// burners). The one other suite that starts a cluster (RunAloneContainerTests) runs alone,
-/// after this one; were two clusters to meet, each head has its own ports and each cluster its
-/// own subnet (`allocate()`).
-@Suite("Ray: remote work through a real Ray cluster with token authentication", .serialized)
+/// request. A missing install fails the test: CI installs it first. Its tests run beside each
+/// other and beside the other suites: each head has ports of its own and each cluster a subnet
+/// of its own (`allocate()`), each node its own PID namespace, temporary directory and state.
+/// Serialized, the suite's 14 tests (1,041 s alone, mostly waiting on clusters) held one of
+/// a test process's two threads from their start to their end and ran on for minutes after
+/// the rest. A cluster's start-up takes both cores for seconds, which the timing tests beside
+/// it must bear as they bear any busy machine. The one other suite that starts a cluster
+/// (RunAloneContainerTests) runs alone, after this one.
+@Suite("Ray: remote work through a real Ray cluster with token authentication")
 struct RayClusterTests {
     /// Run first in a Ray node's namespace: `--mount-proc` gives it a mount namespace, a copy of
     /// this host's mounts as they are (private here, so no later unmount reaches it), and a
