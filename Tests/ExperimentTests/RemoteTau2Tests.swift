@@ -1,5 +1,6 @@
 import Benchmark
 import Foundation
+import SupervisorIO
 import Testing
 import TestSupport
 @testable import Execution
@@ -19,7 +20,7 @@ struct RemoteTau2Tests {
         tool.binds = [Tau2AdapterTests.pkg]
         tool.envPass = ["FAKE_MODE", "PYTHONPATH"]
         tool.timeout = 300
-        let data = BfclAdapter.realPath(Tau2AdapterTests.data)
+        let data = InstalledTree.realPath(Tau2AdapterTests.data)
         return try Tau2Adapter(domain: "retail", dataDirectory: data, scriptsDirectory: Built.packageRoot + "/templates/tau-bench", tool: tool,
                                layout: try #require(Tau2Domain.known["retail"]))
     }
@@ -29,6 +30,32 @@ struct RemoteTau2Tests {
         work.binarySHA256 = try WorkDigest.file(Built.autoharness)
         return try work.request(tool: tool, toolSHA256: try digest ?? WorkDigest.files(tool.digestedFiles), ids: ids, agentPy: Array(agent.utf8),
                                 heldOut: heldOut, answerTo: heldOut ? NodeSealKey.publicText(node.answerKey) : nil)
+    }
+
+    @Test("a domain directory that is a link is refused when the adapter is built (the listing a node's copy is compared by would not follow it, and two empty listings match); a data directory behind a link digests, by their resolved paths, the files the directory itself does")
+    func linkedDataDigested() throws {
+        let temp = try TempDir()
+        let real = InstalledTree.realPath(Tau2AdapterTests.data)
+        let supervisor = try Self.adapter()
+        func adapter(_ data: String) throws -> Tau2Adapter {
+            try Tau2Adapter(domain: "retail", dataDirectory: data, scriptsDirectory: supervisor.scriptsDirectory, tool: supervisor.tool, layout: supervisor.layout)
+        }
+        let data = temp.file("data"), elsewhere = temp.file("retail-elsewhere")
+        try FileManager.default.copyItem(atPath: real, toPath: data)
+        try FileManager.default.moveItem(atPath: data + "/tau2/domains/retail", toPath: elsewhere)
+        try FileManager.default.createSymbolicLink(atPath: data + "/tau2/domains/retail", withDestinationPath: elsewhere)
+        #expect { _ = try adapter(data) } throws: { "\($0)".contains("tau2 domain retail: \(data)/tau2/domains/retail: Not a directory") }
+
+        let link = temp.file("data-link")
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: real)
+        guard case .tau2(let linked) = try adapter(link).nodeTool, case .tau2(let direct) = try supervisor.nodeTool else {
+            Issue.record("not tau2 node tools"); return
+        }
+        // Listed where the link leads, by the same paths as the directory itself (which the
+        // digest hashes with each file's bytes).
+        let domain = { (files: [String]) in files.filter { $0.hasPrefix(real + "/tau2/domains/retail/") } }
+        #expect(domain(direct.digestedFiles).contains(real + "/tau2/domains/retail/tasks.json"), "\(direct.digestedFiles)")
+        #expect(domain(linked.digestedFiles) == domain(direct.digestedFiles), "\(linked.digestedFiles)")
     }
 
     @Test("a tau-bench shard runs on the node from its own copy of tau2's data: the re-scored rewards and traces (held out: rewards only); another copy of what decides rewards (a task's expected actions, tau2's evaluator), a task the node's data lacks, a runner bind reaching the data, or data behind a link is refused before the nonce")

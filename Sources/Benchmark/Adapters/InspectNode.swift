@@ -63,7 +63,7 @@ extension InspectAdapter: RunsInShards {
     public var nodeTool: NodeTool {
         get throws(BenchmarkError) {
             var files = [scriptsDirectory + "/autoharness_inspect_solve.py", scriptsDirectory + "/autoharness_inspect_score.py"]
-            let code = BfclAdapter.pythonFiles(under: sitePackages + "/inspect_ai")
+            let code = InstalledTree.pythonFiles(under: sitePackages + "/inspect_ai")
             guard code.contains(sitePackages + "/inspect_ai/scorer/__init__.py") else {
                 throw BenchmarkError(.invalidBenchmark, "inspect: no inspect_ai/scorer/__init__.py among \(sitePackages)/inspect_ai's Python files (the scorers a node's copy must match)")
             }
@@ -73,13 +73,13 @@ extension InspectAdapter: RunsInShards {
             // reads that is not Python).
             let taskCode: [String]
             if let dir = taskDirectory {
-                let file = BfclAdapter.realPath(String(taskSpec.split(separator: "@", maxSplits: 1)[0]))
-                taskCode = BfclAdapter.pythonFiles(under: BfclAdapter.realPath(dir))
+                let file = InstalledTree.realPath(String(taskSpec.split(separator: "@", maxSplits: 1)[0]))
+                taskCode = InstalledTree.pythonFiles(under: InstalledTree.realPath(dir))
                 guard taskCode.contains(file) else {
                     throw BenchmarkError(.invalidBenchmark, "inspect: the task file \(file) is not among the Python files under \(dir) (the task's code a node's copy must match)")
                 }
             } else if let package = taskSpec.split(separator: "/").first.map(String.init), !package.isEmpty, package != "inspect_ai" {
-                taskCode = BfclAdapter.pythonFiles(under: BfclAdapter.realPath(sitePackages + "/" + package))
+                taskCode = InstalledTree.pythonFiles(under: InstalledTree.realPath(sitePackages + "/" + package))
             } else {
                 taskCode = []
             }
@@ -87,8 +87,8 @@ extension InspectAdapter: RunsInShards {
                 throw BenchmarkError(.invalidBenchmark, "inspect: \(taskCode.isEmpty ? "no" : "over \(Self.maxTaskFiles)") Python files of the task \(taskSpec) to compare with a node's copy; put the task file in a directory of its own")
             }
             files += taskCode
-            return .inspect(InspectNode(environmentDirectory: environmentDirectory, environmentRealPath: BfclAdapter.realPath(environmentDirectory),
-                                        sitePackagesRealPath: BfclAdapter.realPath(sitePackages), sitePackages: sitePackages, python: python, scriptsDirectory: scriptsDirectory, taskSpec: taskSpec,
+            return .inspect(InspectNode(environmentDirectory: environmentDirectory, environmentRealPath: InstalledTree.realPath(environmentDirectory),
+                                        sitePackagesRealPath: InstalledTree.realPath(sitePackages), sitePackages: sitePackages, python: python, scriptsDirectory: scriptsDirectory, taskSpec: taskSpec,
                                         taskArguments: taskArguments, scoreName: scoreName, tool: tool, agentModel: agentModel,
                                         concurrency: concurrency, environment: environment, digestedFiles: files))
         }

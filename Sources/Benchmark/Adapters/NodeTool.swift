@@ -179,10 +179,10 @@ extension Tau2Adapter: RunsInShards {
     public var nodeTool: NodeTool {
         get throws(BenchmarkError) {
             var files = [scriptsDirectory + "/autoharness_tau2_run.py", scriptsDirectory + "/autoharness_tau2_score.py"]
-            if layout.shell { files += Self.regularFiles(under: tool.shellCalls ?? scriptsDirectory + "/srt-shim") }
+            if layout.shell { files += InstalledTree.regularFiles(under: tool.shellCalls ?? scriptsDirectory + "/srt-shim") }
             // Links resolved: the listing does not follow one, and a linked domain directory
             // would otherwise digest as empty on both sides.
-            let domainFiles = Self.regularFiles(under: BfclAdapter.realPath(domainDirectory))
+            let domainFiles = InstalledTree.regularFiles(under: InstalledTree.realPath(domainDirectory))
             guard !domainFiles.isEmpty else {
                 throw BenchmarkError(.invalidBenchmark, "tau-bench: no files under \(domainDirectory) to compare with a node's copy")
             }
@@ -190,7 +190,7 @@ extension Tau2Adapter: RunsInShards {
             // The user simulator's guidelines, which the runner's copy of the data takes too:
             // they write the simulated user's prompt.
             files += Tau2Domain.userSimulatorFiles.map { dataDirectory + "/tau2/user_simulator/" + $0 }.filter { access($0, R_OK) == 0 }
-            let code = tool.binds.flatMap(Self.packageDirectories).flatMap { BfclAdapter.pythonFiles(under: $0) }
+            let code = tool.binds.flatMap(Self.packageDirectories).flatMap { InstalledTree.pythonFiles(under: $0) }
             guard !code.isEmpty else {
                 throw BenchmarkError(.invalidBenchmark, "tau-bench: no runner bind holds tau2's code (tau2/, src/tau2/ or lib/python*/site-packages/tau2/ with .py files): a node's copy of the evaluator could not be compared")
             }
@@ -214,20 +214,6 @@ extension Tau2Adapter: RunsInShards {
         return candidates.filter { path in
             var st = stat()
             return stat(path, &st) == 0 && FileSystem.isDirectory(st)
-        }
-    }
-
-    /// Every regular file below `directory`, sorted by path (links not followed).
-    static func regularFiles(under directory: String) -> [String] {
-        FileSystem.names(in: directory).sorted().flatMap { name -> [String] in
-            let path = directory + "/" + name
-            var st = stat()
-            guard lstat(path, &st) == 0 else { return [] }
-            switch st.st_mode & S_IFMT {
-            case S_IFREG: return [path]
-            case S_IFDIR: return regularFiles(under: path)
-            default: return []
-            }
         }
     }
 }
@@ -257,7 +243,7 @@ extension BfclAdapter: RunsInShards {
             if categories.contains(where: Self.multiTurnCategories.contains) {
                 files += Self.backendDocs.values.sorted().map { data + "multi_turn_func_doc/" + $0 }
             }
-            let code = Self.pythonFiles(under: packageDirectory)
+            let code = InstalledTree.pythonFiles(under: packageDirectory)
             guard code.contains(packageDirectory + "/eval_checker/eval_runner.py") else {
                 throw BenchmarkError(.invalidBenchmark, "bfcl: no eval_checker/eval_runner.py among \(packageDirectory)'s Python files (the checker a node's copy must match)")
             }
@@ -265,27 +251,7 @@ extension BfclAdapter: RunsInShards {
             return .bfcl(BfclNode(packageDirectory: packageDirectory, environmentDirectory: environmentDirectory, checkerPython: checkerPython,
                                   scriptsDirectory: scriptsDirectory, tool: tool, categories: categories, agentModel: agentModel,
                                   concurrency: concurrency, environment: environment, digestedFiles: files,
-                                  environmentRealPath: Self.realPath(environmentDirectory)))
-        }
-    }
-
-    /// `path` with every link resolved (itself when it cannot be).
-    public static func realPath(_ path: String) -> String {
-        guard let p = realpath(path, nil) else { return path }
-        defer { free(p) }
-        return String(cString: p)
-    }
-
-    /// The `.py` files below `directory` (not in `__pycache__` nor `data/`), sorted by path.
-    static func pythonFiles(under directory: String) -> [String] {
-        FileSystem.names(in: directory).flatMap { name -> [String] in
-            let path = directory + "/" + name
-            if name.hasSuffix(".py") { return [path] }
-            guard name != "__pycache__" && name != "data" else { return [] }
-            let fd = FileSystem.openDirectory(path)
-            guard fd >= 0 else { return [] }
-            close(fd)
-            return pythonFiles(under: path)
+                                  environmentRealPath: InstalledTree.realPath(environmentDirectory)))
         }
     }
 }

@@ -47,14 +47,14 @@ enum NodeToolWork {
         case .command:
             return nil
         case .bfcl(let b):
-            let here = BfclAdapter.realPath(b.environmentDirectory)
+            let here = InstalledTree.realPath(b.environmentDirectory)
             if here != b.environmentRealPath {
                 return "bfcl-eval's install \(b.environmentDirectory) resolves to \(here), not to \(b.environmentRealPath) as on the supervisor's host"
             }
             (binds, protected) = (b.tool.binds.map { ("runner.binds", $0) }, [.bfclInstall(b.environmentDirectory)])
         case .tau2(let t):
             // The supervisor sends its data directory resolved: here it must be no link either.
-            let here = BfclAdapter.realPath(t.dataDirectory)
+            let here = InstalledTree.realPath(t.dataDirectory)
             if here != t.dataDirectory {
                 return "tau2's data directory \(t.dataDirectory) resolves to \(here), not to itself as on the supervisor's host"
             }
@@ -63,8 +63,8 @@ enum NodeToolWork {
             if t.layout.shell { mounted.append(("runner.srt_shim", t.tool.shellCalls ?? t.scriptsDirectory + "/srt-shim")) }
             (binds, protected) = (t.tool.binds.map { ("runner.binds", $0) } + mounted, RunnerBinds.Protected.tau2Data(t.dataDirectory, domain: t.domain))
         case .inspect(let n):
-            let here = BfclAdapter.realPath(n.environmentDirectory)
-            let site = BfclAdapter.realPath(n.sitePackages)
+            let here = InstalledTree.realPath(n.environmentDirectory)
+            let site = InstalledTree.realPath(n.sitePackages)
             if here != n.environmentRealPath || site != n.sitePackagesRealPath {
                 return "inspect_ai's install \(n.environmentDirectory) (site-packages \(n.sitePackages)) resolves to \(here) (\(site)), not to \(n.environmentRealPath) (\(n.sitePackagesRealPath)) as on the supervisor's host"
             }
