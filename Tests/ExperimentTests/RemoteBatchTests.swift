@@ -268,6 +268,44 @@ struct RemoteBatchTests {
         #expect(sealed["stderr"] as? String == "" && sealed["exit"] as? Int == 2)
     }
 
+    @Test("the driver places a request on the least loaded accepted node it need not avoid (idle nodes in turn); a held-out request waits for its own node to be idle while others go past it; a request that can run nowhere is answered at once, the node's death named only for a bound request whose node Ray has dead")
+    func driverPlacesRequests() throws {
+        // (id, request, avoid, bound) as the driver keeps them; `gone` is what Ray's control
+        // store says of a node.
+        func result(_ setup: String) throws -> (k: Int?, line: [String: Any]?, node: String?) {
+            let r = try Self.driverLine("""
+                \(setup)
+                r = d.placement(waiting, usable, excluded, live, load, given, lambda node: node in gone)
+                line = {"none": True} if r is None else {"k": r[0], "line": r[1], "node": r[2]}
+                """)
+            return (r["k"] as? Int, r["line"] as? [String: Any], r["node"] as? String)
+        }
+        let nodes = "usable = ['a', 'b', 'c']; excluded = set(); live = {'a', 'b', 'c'}; gone = set()\n"
+        // The least loaded, then the one given fewest; never an avoided or excluded node.
+        var r = try result(nodes + "load = {'a': 1, 'b': 0, 'c': 0}; given = {'a': 1, 'b': 3, 'c': 2}; waiting = [(0, 'R', set(), None)]")
+        #expect(r.k == 0 && r.line == nil && r.node == "c", "\(r)")
+        r = try result(nodes + "load = {'a': 0, 'b': 0, 'c': 0}; given = {'a': 0, 'b': 0, 'c': 0}; excluded = {'a'}; waiting = [(0, 'R', {'b'}, None)]")
+        #expect(r.node == "c", "\(r)")
+        // A held-out request bound to a busy node waits; a train request behind it goes past.
+        r = try result(nodes + "load = {'a': 1, 'b': 0, 'c': 0}; given = {'a': 1, 'b': 0, 'c': 0}; waiting = [(0, 'H', set(), 'a'), (1, 'T', set(), None)]")
+        #expect(r.k == 1 && r.node == "b", "\(r)")
+        r = try result(nodes + "load = {'a': 1, 'b': 0, 'c': 0}; given = {'a': 1, 'b': 0, 'c': 0}; waiting = [(0, 'H', set(), 'a')]")
+        #expect(r.k == nil && r.node == nil && r.line == nil, "a held-out request was placed on its busy node: \(r)")
+        r = try result(nodes + "load = {'a': 0, 'b': 0, 'c': 0}; given = {'a': 5, 'b': 0, 'c': 0}; waiting = [(0, 'H', set(), 'a')]")
+        #expect(r.k == 0 && r.node == "a", "\(r)")
+        // Bound to a node that is no longer alive, which Ray has dead: the node's death.
+        r = try result(nodes + "live = {'b', 'c'}; gone = {'a'}; load = {'a': 0, 'b': 0, 'c': 0}; given = dict(load); waiting = [(4, 'H', set(), 'a')]")
+        #expect(r.k == 0 && r.node == nil && r.line?["node_died"] as? Bool == true && r.line?["node"] as? String == "a"
+                && (r.line?["error"] as? String)?.contains("sealed to is no longer accepted or alive") == true && r.line?["id"] as? Int == 4, "\(r)")
+        // Bound to a node the supervisor excluded, still alive: a loss, not a death.
+        r = try result(nodes + "excluded = {'a'}; load = {'a': 0, 'b': 0, 'c': 0}; given = dict(load); waiting = [(4, 'H', set(), 'a')]")
+        #expect(r.line != nil && r.line?["node_died"] == nil, "\(r)")
+        // Unbound with every node avoided or excluded: none left, and no node's death named
+        // (not even when one is dead).
+        r = try result(nodes + "excluded = {'a'}; live = {'b'}; gone = {'c'}; load = {'a': 0, 'b': 0, 'c': 0}; given = dict(load); waiting = [(2, 'T', {'b'}, None)]")
+        #expect(r.line?["node_died"] == nil && r.line?["node"] as? String == "" && (r.line?["error"] as? String)?.contains("no accepted node is left") == true, "\(r)")
+    }
+
     @Test("the executor sends a request only when prepare has a place for it, asks again in order after each result, sends a request to be run again before the others, and ends rather than waits when nothing runs and nothing can be placed")
     func requestsSentAsPlacesFree() throws {
         let dir = try TempDir()

@@ -192,6 +192,30 @@ def push_images(pushes, nodes, reports, check, receive_image, pinned):
     return out
 
 
+def placement(waiting, usable, excluded, live, load, given, node_gone):
+    """The next waiting request that can be settled now, in order: (k, line, None) when request
+    k can run nowhere (`line` says why), (k, None, node) when it goes to `node`, None when every
+    waiting request must wait. A request runs on an accepted node it need not avoid, not
+    excluded and alive, and only on its bound node when it has one (a held-out request is
+    sealed to that node); the least loaded, then the one given fewest so far, so that idle
+    nodes take turns. A held-out request waits until its node is idle: sent earlier, it would
+    only queue on the node's exclusive lock while its time ran; others go past it. A bound
+    request whose node is gone is that node's loss ("node_died" when Ray has the node dead:
+    the supervisor may seal it to another); an unbound one with no node left has none."""
+    for k, (n, _, avoid, bound) in enumerate(waiting):
+        able = [x for x in usable if x not in excluded and x not in avoid and x in live and (bound is None or x == bound)]
+        if not able:
+            line = {"id": n, "node": bound or "", "error": "no accepted node is left to run it (excluded, avoided or dead)" if bound is None
+                    else "the node it is sealed to is no longer accepted or alive"}
+            if bound is not None and node_gone(bound):
+                line["node_died"] = True
+            return k, line, None
+        free = [x for x in able if bound is None or load[x] == 0]
+        if free:
+            return k, None, min(free, key=lambda x: (load[x], given[x]))
+    return None
+
+
 def main():
     first = json.loads(sys.stdin.readline())
     address = first["address"]
@@ -382,35 +406,17 @@ def main():
             except queue.Empty:
                 break
         while waiting and len(in_flight) + len(unsettled) < max_in_flight:
-            placed = False
-            for k, (n, request, avoid, bound) in enumerate(waiting):
-                able = [x for x in usable if x not in excluded and x not in avoid and x in live and (bound is None or x == bound)]
-                if not able:
-                    waiting.pop(k)
-                    # A request sealed to a node that died before it started is that node's
-                    # loss (the supervisor may seal it to another); an unbound one has none left.
-                    line = {"id": n, "node": bound or "", "error": "no accepted node is left to run it (excluded, avoided or dead)" if bound is None
-                            else "the node it is sealed to is no longer accepted or alive"}
-                    if bound is not None and node_gone(bound):
-                        line["node_died"] = True
-                    emit(line)
-                    placed = True
-                    break
-                # A held-out request waits until its node is idle: sent earlier, it would only
-                # queue on the node's exclusive lock while its time ran. Others go past it.
-                free = [x for x in able if bound is None or load[x] == 0]
-                if not free:
-                    continue
-                waiting.pop(k)
-                # The least loaded, then the one given fewest so far: idle nodes take turns.
-                node = min(free, key=lambda x: (load[x], given[x]))
-                load[node] += 1
-                given[node] += 1
-                in_flight[run_on_node.options(scheduling_strategy=pinned(node)).remote(request, bound is not None)] = (n, node, bound is not None)
-                placed = True
+            step = placement(waiting, usable, excluded, live, load, given, node_gone)
+            if step is None:
                 break
-            if not placed:
-                break
+            k, line, node = step
+            n, request, _, bound = waiting.pop(k)
+            if line is not None:
+                emit(line)
+                continue
+            load[node] += 1
+            given[node] += 1
+            in_flight[run_on_node.options(scheduling_strategy=pinned(node)).remote(request, bound is not None)] = (n, node, bound is not None)
         if not in_flight:
             if ended and not waiting:
                 break
