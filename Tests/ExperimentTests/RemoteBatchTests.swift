@@ -306,6 +306,56 @@ struct RemoteBatchTests {
         #expect(r.line?["node_died"] == nil && r.line?["node"] as? String == "" && (r.line?["error"] as? String)?.contains("no accepted node is left") == true, "\(r)")
     }
 
+    @Test("an image push's failures are reported per node, checked again after the push; a held-out batch's reasons stay on the node (tar's words could name its files), a train batch's pass, and a node that raised or never answered fails its push")
+    func driverReportsPushes() throws {
+        // Ray stood in for: a ref holds what the node's receive returned (an exception: raised;
+        // `late`: no answer in time).
+        let setup = """
+            import types
+            fake = types.ModuleType("ray")
+            fake.put = lambda piece: piece
+            late = object()
+            class Ref:
+                def __init__(self, value): self.value = value
+            fake.wait = lambda refs, num_returns, timeout: ([r for r in refs if r.value is not late], [r for r in refs if r.value is late])
+            def get(ref):
+                if isinstance(ref.value, Exception): raise ref.value
+                return ref.value
+            fake.get = get
+            fake.cancel = lambda ref, force: None
+            sys.modules["ray"] = fake
+            class Receive:
+                def __init__(self, answers): self.answers = answers
+                def options(self, scheduling_strategy): self.node = scheduling_strategy; return self
+                def remote(self, offer, pieces, limit): return Ref(self.answers[self.node])
+            import tempfile
+            archive = tempfile.NamedTemporaryFile(delete=False); archive.write(b"x" * 10); archive.close()
+            nodes = [{"NodeID": n} for n in "abcd"]
+            reports = [{"node": n, "report": "before"} for n in "abcde"]
+            check = lambda among: [{"node": n["NodeID"], "report": "after"} for n in among]
+            class NodeDiedError(Exception): pass
+            answers = {"a": {"error": "tar: task-7/answer.txt: Cannot open: Permission denied"}, "b": {}, "c": NodeDiedError("node c is dead"), "d": late}
+            def push(quiet):
+                to = [{"node": n, "offer": "o"} for n in "abcd"]
+                out = d.push_images([{"path": archive.name, "to": to, "quiet": quiet, "timeout": 1}], nodes, reports, check, Receive(answers), lambda n: n)
+                return {r["node"]: r for r in out}
+            """
+        func reports(quiet: Bool) throws -> [String: [String: Any]] {
+            let line = try Self.driverLine(setup + "\nline = push(\(quiet ? "True" : "False"))")
+            return line.compactMapValues { $0 as? [String: Any] }
+        }
+        let held = try reports(quiet: true)
+        let hidden = "it could not take the image (held-out batch: its reason stays on the node)"
+        #expect(["a", "c", "d"].allSatisfy { held[$0]?["push_error"] as? String == hidden }, "\(held)")
+        #expect(held["b"]?["push_error"] == nil && held["b"]?["report"] as? String == "after", "\(held)")
+        #expect(held["e"]?["report"] as? String == "before" && held["e"]?["push_error"] == nil, "a node not pushed to is checked again: \(held)")
+        #expect(!"\(held)".contains("task-7"), "\(held)")
+        let train = try reports(quiet: false)
+        #expect((train["a"]?["push_error"] as? String)?.contains("task-7/answer.txt: Cannot open") == true, "\(train)")
+        #expect((train["c"]?["push_error"] as? String)?.contains("NodeDiedError: node c is dead") == true, "\(train)")
+        #expect((train["d"]?["push_error"] as? String)?.contains("no answer in 121 s") == true && train["b"]?["push_error"] == nil, "\(train)")
+    }
+
     @Test("the executor sends a request only when prepare has a place for it, asks again in order after each result, sends a request to be run again before the others, and ends rather than waits when nothing runs and nothing can be placed")
     func requestsSentAsPlacesFree() throws {
         let dir = try TempDir()
