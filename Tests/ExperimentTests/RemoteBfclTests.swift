@@ -24,10 +24,7 @@ struct RemoteBfclTests {
     }
 
     func request(_ node: RemoteWorkTests.Node, _ tool: NodeTool, _ ids: [String], heldOut: Bool, digest: String?? = .none) throws -> WorkRequest {
-        var work = try RemoteWork(key: node.key, policySearchPaths: [Built.packageRoot + "/policies"])
-        work.binarySHA256 = try WorkDigest.file(Built.autoharness)
-        return try work.request(tool: tool, toolSHA256: try digest ?? WorkDigest.files(tool.digestedFiles), ids: ids, agentPy: Array(Self.noCall.utf8),
-                                heldOut: heldOut, answerTo: heldOut ? NodeSealKey.publicText(node.answerKey) : nil)
+        try node.request(tool: tool, ids, agent: Array(Self.noCall.utf8), heldOut: heldOut, digest: digest)
     }
 
     @Test("a BFCL shard runs on the node from its own install: BFCL's checker's rewards and verdicts (held out: rewards only); another copy of the files that decide rewards, a task the node's copy lacks, a runner bind reaching the node's install, an install resolving elsewhere, or a VM named for a tool is refused before the nonce; the node's check reports the same digest as the supervisor's")

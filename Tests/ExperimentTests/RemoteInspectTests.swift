@@ -37,10 +37,7 @@ struct RemoteInspectTests {
         let agent = Array(Inspect.heuristic.utf8)
         func request(_ ids: [String], heldOut: Bool, tool: NodeTool = nodeTool, digest: String?? = .none,
                      data: @escaping (String) -> [UInt8]? = { adapter.nodeData($0) }) throws -> WorkRequest {
-            var work = try RemoteWork(key: node.key, policySearchPaths: [Built.packageRoot + "/policies"])
-            work.binarySHA256 = try WorkDigest.file(Built.autoharness)
-            return try work.request(tool: tool, toolSHA256: try digest ?? WorkDigest.files(tool.digestedFiles), ids: ids, agentPy: agent, heldOut: heldOut,
-                                    answerTo: heldOut ? NodeSealKey.publicText(node.answerKey) : nil, nodeData: data)
+            try node.request(tool: tool, ids, agent: agent, heldOut: heldOut, digest: digest, nodeData: data)
         }
         // Samples the heuristic passes and fails (exact() against the frozen targets).
         let ids = frozen.keys.sorted()

@@ -26,10 +26,7 @@ struct RemoteTau2Tests {
     }
 
     func request(_ node: RemoteWorkTests.Node, _ tool: NodeTool, _ ids: [String], heldOut: Bool, agent: String, digest: String?? = .none) throws -> WorkRequest {
-        var work = try RemoteWork(key: node.key, policySearchPaths: [Built.packageRoot + "/policies"])
-        work.binarySHA256 = try WorkDigest.file(Built.autoharness)
-        return try work.request(tool: tool, toolSHA256: try digest ?? WorkDigest.files(tool.digestedFiles), ids: ids, agentPy: Array(agent.utf8),
-                                heldOut: heldOut, answerTo: heldOut ? NodeSealKey.publicText(node.answerKey) : nil)
+        try node.request(tool: tool, ids, agent: Array(agent.utf8), heldOut: heldOut, digest: digest)
     }
 
     @Test("a domain directory that is a link is refused when the adapter is built (the listing a node's copy is compared by would not follow it, and two empty listings match); a data directory behind a link digests, by their resolved paths, the files the directory itself does")

@@ -40,6 +40,17 @@ struct RemoteWorkTests {
                                     answerTo: heldOut ? NodeSealKey.publicText(answerKey) : nil)
         }
 
+        /// A request for `ids` of a benchmark run by its own tool (`executor: ray`), as the
+        /// supervisor builds it: the tool's settings, the digest of its files (or `digest`,
+        /// `.some(nil)` for none), the built CLI's digest, a held-out one sealed to this node.
+        func request(tool: NodeTool, _ ids: [String], agent: [UInt8], heldOut: Bool, digest: String?? = .none,
+                     nodeData: @escaping (String) -> [UInt8]? = { _ in nil }) throws -> WorkRequest {
+            var work = try RemoteWork(key: key, policySearchPaths: [Built.packageRoot + "/policies"])
+            work.binarySHA256 = try WorkDigest.file(Built.autoharness)
+            return try work.request(tool: tool, toolSHA256: try digest ?? WorkDigest.files(tool.digestedFiles), ids: ids, agentPy: agent,
+                                    heldOut: heldOut, answerTo: heldOut ? NodeSealKey.publicText(answerKey) : nil, nodeData: nodeData)
+        }
+
         /// The node's sealing key, made as the worker makes it (in its state directory).
         func sealKey() throws -> Curve25519.KeyAgreement.PrivateKey {
             try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
