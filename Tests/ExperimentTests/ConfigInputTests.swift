@@ -218,7 +218,7 @@ struct ExperimentInputTests {
         #expect(margin?.hasPrefix("exp/experiment_config.yaml:5: gate.min_improvement: only with gate.accept: margin (paired") == true, "\(margin ?? "accepted")")
     }
 
-    @Test("executor: ray is refused without its address, for a benchmark that runs its own tool other than command, bfcl, tau-bench and inspect (and their held-out VM), and with the verifier tools in a node's held-out VM; with a held-out VM, or with the verifier tools, it is taken")
+    @Test("executor: ray is refused without its address, for a benchmark that runs its own tool other than command, bfcl, tau-bench, inspect and bird-interact (and their held-out VM), and with the verifier tools in a node's held-out VM; with a held-out VM, or with the verifier tools, it is taken")
     func rayExecutorChecked() throws {
         #expect(try Self.refusal("executor:\n  kind: ray\n")?.hasPrefix("exp/experiment_config.yaml:4: executor.address: missing") == true)
         #expect(try Self.refusal("executor:\n  kind: ray\n  address: 10.0.0.5:6379\ngate:\n  held_out_runtime: vm\n") == nil)
@@ -228,19 +228,16 @@ struct ExperimentInputTests {
         #expect(try Self.refusal("sandbox:\n  verifier_tools: /opt/tools\nexecutor:\n  kind: ray\n  address: 10.0.0.5:6379\n") == nil)
         #expect(try Self.refusal("sandbox:\n  verifier_tools: /opt/tools\nexecutor:\n  kind: ray\n  address: 10.0.0.5:6379\ngate:\n  held_out_runtime: vm\n")?
             .hasPrefix("exp/experiment_config.yaml:6: executor: ray with sandbox.verifier_tools and gate.held_out_runtime: vm") == true)
-        // A command, BFCL, tau-bench or inspect benchmark's shards run on the nodes (not in a node's VM); other tools' not yet.
+        // A command, BFCL, tau-bench, inspect or bird-interact benchmark's shards run on the nodes (not in a node's VM); Harbor's not yet.
         let command = "benchmark: command\nrunner:\n  command: [x, '{output}']\ntasks: [a]\nexecutor:\n  kind: ray\n  address: h:1\n"
         #expect((try? ExperimentConfig.parse(command, file: "f")) != nil, "a command benchmark on Ray")
         #expect((try? ExperimentConfig.parse(command + "gate:\n  held_out_runtime: vm\n", file: "f")) == nil, "a command benchmark's held-out VM on Ray")
         #expect((try? ExperimentConfig.parse("benchmark: bfcl\nexecutor:\n  kind: ray\n  address: h:1\n", file: "f")) != nil, "a bfcl benchmark on Ray")
         #expect((try? ExperimentConfig.parse("benchmark: tau-bench\nexecutor:\n  kind: ray\n  address: h:1\n", file: "f")) != nil, "a tau-bench benchmark on Ray")
         #expect((try? ExperimentConfig.parse("benchmark: inspect\nexecutor:\n  kind: ray\n  address: h:1\n", file: "f")) != nil, "an inspect benchmark on Ray")
-        do {
-            _ = try ExperimentConfig.parse("benchmark: bird-interact\nexecutor:\n  kind: ray\n  address: h:1\n", file: "f")
-            Issue.record("a bird-interact benchmark on Ray was taken")
-        } catch {
-            #expect("\(error)".contains("'bird-interact' runs its own tool (not built yet): use executor: local"), "\(error)")
-        }
+        #expect((try? ExperimentConfig.parse("benchmark: bird-interact\nexecutor:\n  kind: ray\n  address: h:1\n", file: "f")) != nil, "a bird-interact benchmark on Ray")
+        #expect((try? ExperimentConfig.parse("benchmark: bird-interact\nexecutor:\n  kind: ray\n  address: h:1\ngate:\n  held_out_runtime: vm\n", file: "f")) == nil,
+                "a bird-interact benchmark's held-out VM on Ray")
         // Terminal-Bench through Harbor is not built; its task directories run as a local benchmark.
         do {
             _ = try ExperimentConfig.parse("benchmark: terminal-bench\nexecutor:\n  kind: ray\n  address: h:1\n", file: "f")

@@ -38,6 +38,10 @@ public enum NodeTool: Codable, Sendable, Equatable {
     /// sample's frozen line travels in its own request (`nodeData`), so a held-out one is
     /// sealed to its node with the rest.
     case inspect(InspectNode)
+    /// `benchmark: bird-interact`: the ADK, the data file and autoharness's scripts (the
+    /// node's own, at the supervisor's paths), the node's PostgreSQL at the same socket
+    /// directory, and the supervisor's fingerprints of the template databases.
+    case bird(BirdNode)
 
     /// The adapter for `ids`, a shard of the supervisor's run; `data`: what the request
     /// carried for each id (`RunsInShards.nodeData`).
@@ -74,6 +78,8 @@ public enum NodeTool: Codable, Sendable, Equatable {
             return a
         case .inspect(let n):
             return try n.adapter(ids: ids, data: data)
+        case .bird(let b):
+            return try b.adapter(ids: ids)
         }
     }
 
@@ -93,6 +99,8 @@ public enum NodeTool: Codable, Sendable, Equatable {
             paths += [t.dataDirectory, t.scriptsDirectory]
         case .inspect(let n):
             paths += [n.environmentDirectory, n.python, n.scriptsDirectory] + (n.taskDirectory.map { [$0] } ?? [])
+        case .bird(let b):
+            paths += [b.adkDirectory, b.dataPath, b.scriptsDirectory, b.postgresSocketDirectory]
         }
         return paths
     }
@@ -117,6 +125,8 @@ public enum NodeTool: Codable, Sendable, Equatable {
             return t.digestedFiles
         case .inspect(let n):
             return n.digestedFiles
+        case .bird(let b):
+            return b.digestedFiles
         }
     }
 
@@ -127,6 +137,7 @@ public enum NodeTool: Codable, Sendable, Equatable {
         case .bfcl(let b): b.tool
         case .tau2(let t): t.tool
         case .inspect(let n): n.tool
+        case .bird(let b): b.tool
         }
     }
 }

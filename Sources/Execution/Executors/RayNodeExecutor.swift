@@ -26,14 +26,14 @@ package struct RayNodeExecutor: TaskExecutor {
         let (config, layout, log) = (environment.config, environment.layout, environment.log)
         let (ids, agent, audit, heldOut, traces) = (run.ids, run.agent, run.audit, run.split.keepsNothing, run.split.traces)
         // A local benchmark's tasks travel with their files; a tool benchmark's ids (command,
-        // bfcl, tau-bench, inspect), in shards, with its settings (`NodeTool`): each node runs
+        // bfcl, tau-bench, inspect, bird-interact), in shards, with its settings (`NodeTool`): each node runs
         // the tool on its shard.
         let local = environment.adapter as? LocalAdapter
         let sharded = environment.adapter as? any RunsInShards
         let tool: NodeTool?
         do { tool = try sharded?.nodeTool } catch { throw ExperimentError(.usage, error.message) }
         if local == nil && tool == nil {
-            throw ExperimentError(.usage, "executor: ray runs a local, command, bfcl, tau-bench or inspect benchmark's tasks so far; \(environment.adapter.name) runs its own tool")
+            throw ExperimentError(.usage, "executor: ray runs a local, command, bfcl, tau-bench, inspect or bird-interact benchmark's tasks so far; \(environment.adapter.name) runs its own tool")
         }
         guard let address = config.executor.address else { throw ExperimentError(.usage, "executor.address: missing") }
         guard let templates = templatesDirectory else {

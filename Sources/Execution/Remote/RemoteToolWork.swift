@@ -40,7 +40,8 @@ enum NodeToolWork {
     /// Why this node's copy of the tool would show agent.py's runner what the supervisor's host
     /// keeps from it, or nil: the supervisor checked its own paths; links and binds on this node
     /// are the node's (BFCL, inspect: the install resolves elsewhere, or a runner bind reaches
-    /// it; tau-bench: its data directory is a link here, or a runner bind reaches it).
+    /// it; tau-bench: its data directory is a link here, or a runner bind reaches it;
+    /// bird-interact: its ADK or data file is a link here, or a runner bind reaches them).
     static func exposure(_ tool: NodeTool) -> String? {
         let binds: [(setting: String, path: String)], protected: [RunnerBinds.Protected]
         switch tool {
@@ -69,6 +70,13 @@ enum NodeToolWork {
                 return "inspect_ai's install \(n.environmentDirectory) (site-packages \(n.sitePackages)) resolves to \(here) (\(site)), not to \(n.environmentRealPath) (\(n.sitePackagesRealPath)) as on the supervisor's host"
             }
             (binds, protected) = (n.tool.binds.map { ("runner.binds", $0) }, RunnerBinds.Protected.inspect(venv: n.environmentDirectory, taskSpec: n.taskSpec))
+        case .bird(let b):
+            // The supervisor sends the ADK and the data file resolved: here they must be no
+            // links either (the runner's binds are checked against these paths).
+            for (name, path) in [("the BIRD-Interact ADK", b.adkDirectory), ("the BIRD-Interact data file", b.dataPath)] where InstalledTree.realPath(path) != path {
+                return "\(name) \(path) resolves to \(InstalledTree.realPath(path)), not to itself as on the supervisor's host"
+            }
+            (binds, protected) = (b.tool.binds.map { ("runner.binds", $0) }, RunnerBinds.Protected.bird(data: b.dataPath, adk: b.adkDirectory))
         }
         do { try RunnerBinds.refuse(binds, exposing: protected) } catch let e as ExperimentError {
             return e.message
@@ -76,6 +84,15 @@ enum NodeToolWork {
             return "runner.binds cannot be checked"
         }
         return nil
+    }
+}
+
+extension NodeToolWork {
+    /// Why the databases this node's server holds for `ids` are not the supervisor's, or nil
+    /// (bird-interact: the template databases its tasks copy, by fingerprint).
+    static func databaseMismatch(_ tool: NodeTool, _ adapter: (any BenchmarkAdapter)?, ids: [String]) -> String? {
+        guard case .bird(let b) = tool, let bird = adapter as? BirdAdapter else { return nil }
+        return b.databaseMismatch(ids: ids, adapter: bird)
     }
 }
 

@@ -83,6 +83,9 @@ public enum RemoteWorker {
             do { toolAdapter = try NodeToolWork.adapter(tool, request) } catch {
                 throw ExperimentError(.refused, "this node's copy of the tool cannot run the shard's tasks: refused, nothing ran", cause: error)
             }
+            if let why = NodeToolWork.databaseMismatch(tool, toolAdapter, ids: request.tasks.map(\.id)) {
+                throw ExperimentError(.refused, "on this node, \(why): refused, nothing ran")
+            }
         }
         guard request.vm == nil || request.heldOut else {
             throw ExperimentError(.refused, "a train request names a VM (only held-out requests run in one)")
@@ -112,7 +115,9 @@ public enum RemoteWorker {
         // Held-out tasks run alone on this node: no train task of any request runs beside
         // them, and the next one starts after their pages are evicted (the lock is released
         // when this process ends, however it ends).
-        for line in try lockNode(s.stateDirectory, scratchRoot: s.scratchRoot, exclusive: request.heldOut) { s.log(line) }
+        // So does a tool that cannot run beside itself (bird-interact: its runs record and undo
+        // the roles and settings that appear on the node's database server while they run).
+        for line in try lockNode(s.stateDirectory, scratchRoot: s.scratchRoot, exclusive: request.heldOut || toolAdapter?.runsBesideItself == false) { s.log(line) }
         try claimNonce(request.nonce, in: s.stateDirectory)
 
         let work = s.stateDirectory + "/work-" + request.nonce

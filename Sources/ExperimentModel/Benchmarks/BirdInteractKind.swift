@@ -7,6 +7,9 @@ struct BirdInteractKind: BenchmarkKind {
     static let hint = "git clone https://github.com/bird-bench/BIRD-Interact, set up BIRD-Interact-ADK as its README says (venv, dataset with the ground truth merged, PostgreSQL), then give the checkout as --repo (bird_repo)"
     let name = "bird-interact"
     let defaultTool: String? = "python3"
+    /// With `executor: ray` each node grades on its own PostgreSQL, whose template databases
+    /// must be the supervisor's (`BirdNode`).
+    let shardsOnNodes = true
     var installHint: String { Self.hint }
     func notInVM(_ config: ExperimentConfig) -> String? { nil }
 
@@ -106,8 +109,7 @@ extension ExperimentConfig {
                 with -v /run/bird-pg:/var/run/postgresql): the DB environment runs in a sandbox whose only network is the egress proxy
                 """)
         }
-        let exposes = "exposes the BIRD-Interact data or ADK directory (gold SQL, hidden knowledge) to agent.py; bind only the Python install"
-        try RunnerBinds.refuse(toolBinds, exposing: [.init(path: data, what: exposes), .init(path: adk, what: exposes, inside: false)])
+        try RunnerBinds.refuse(toolBinds, exposing: RunnerBinds.Protected.bird(data: data, adk: adk))
         var adapter: BirdAdapter
         do {
             adapter = try BirdAdapter(adkDirectory: adk, dataPath: data, scriptsDirectory: scripts, tool: toolSettings(argv))
@@ -126,5 +128,15 @@ extension ExperimentConfig {
         if let x = upstream.pgPassword { env.append("PG_PASSWORD=\(x)") }
         adapter.environment = env
         return adapter
+    }
+}
+
+extension RunnerBinds.Protected {
+    /// What a bind must not expose of bird-interact: its data file (gold SQL, test cases, the
+    /// follow-ups), and its ADK checkout (its datasets, hidden knowledge), whose own
+    /// virtualenv an operator may still bind.
+    package static func bird(data: String, adk: String) -> [Self] {
+        let exposes = "exposes the BIRD-Interact data or ADK directory (gold SQL, hidden knowledge) to agent.py; bind only the Python install"
+        return [.init(path: data, what: exposes), .init(path: adk, what: exposes, inside: false)]
     }
 }
