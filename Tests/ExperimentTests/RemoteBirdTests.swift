@@ -13,7 +13,7 @@ import TestSupport
 @Suite("Remote work: a bird-interact shard on the node", .serialized,
        .enabled(if: RealPostgres.binDirectory != nil || RealPostgres.inCI, "Debian's postgresql is not installed (CI installs it and fails without it)"))
 struct RemoteBirdTests {
-    @Test("a bird-interact shard runs on the node against its own PostgreSQL: the DB environment's rewards and traces (held out: rewards only), alone on the node; a template database whose rows or columns differ from the supervisor's (not their order on disk), another copy of the gold data, a task the node's data lacks, or a runner bind of the data is refused before the nonce")
+    @Test("a bird-interact shard runs on the node against its own PostgreSQL: the DB environment's rewards and traces (held out: rewards only), alone on the node; a template database whose rows, columns or triggers differ from the supervisor's (not their rows' order on disk) or that its fingerprints do not name, another copy of the gold data, a data file behind a link, a task the node's data lacks, or a runner bind of the data is refused before the nonce")
     func birdShardRuns() throws {
         try RealPostgresTests.withExperiment({ pg, exp in
             let config = try ExperimentConfig.load(exp.root + "/experiment_config.yaml")
@@ -55,15 +55,37 @@ struct RemoteBirdTests {
             _ = try pg.psql("space_template", "INSERT INTO \(BirdAgents.tables[0]) VALUES (999, 'planted')")
             try refused(try node.request(tool: tool, one, agent: solver, heldOut: false),
                         ["the template database space_template on this node's server", "is not the supervisor's"])
-            // The same rows again, another order on disk: the same fingerprint, and it runs.
-            _ = try pg.psql("space_template", "DELETE FROM \(BirdAgents.tables[0]) WHERE id = 999; UPDATE \(BirdAgents.tables[1]) SET name = name WHERE id = 7")
+            // The same rows again, another order on disk (an updated row moves): the same
+            // fingerprint, and it runs.
+            let comets = BirdAgents.tables[1]
+            let before = try pg.psql("space_template", "SELECT ctid FROM \(comets) WHERE id = 7")
+            _ = try pg.psql("space_template", "DELETE FROM \(BirdAgents.tables[0]) WHERE id = 999; UPDATE \(comets) SET name = name WHERE id = 7")
+            #expect(try pg.psql("space_template", "SELECT ctid FROM \(comets) WHERE id = 7") != before)
             let reordered = try node.request(tool: tool, one, agent: solver, heldOut: false)
             let again = try node.serve(try node.sign(reordered), environment: env)
             #expect(again.status == 0 && node.nonces.contains(reordered.nonce), "\(again.stderr)")
-            // A column more.
-            _ = try pg.psql("space_template", "ALTER TABLE \(BirdAgents.tables[2]) ADD COLUMN extra integer")
+            // What the rows' text does not show: a column renamed, a trigger that rewrites what
+            // a submission inserts.
+            _ = try pg.psql("space_template", "ALTER TABLE \(comets) RENAME COLUMN name TO title")
             try refused(try node.request(tool: tool, one, agent: solver, heldOut: false), ["the template database space_template"])
-            _ = try pg.psql("space_template", "ALTER TABLE \(BirdAgents.tables[2]) DROP COLUMN extra")
+            _ = try pg.psql("space_template", "ALTER TABLE \(comets) RENAME COLUMN title TO name")
+            _ = try pg.psql("space_template", """
+                CREATE FUNCTION shout() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.name := upper(NEW.name); RETURN NEW; END $$;
+                CREATE TRIGGER shout BEFORE INSERT ON \(comets) FOR EACH ROW EXECUTE FUNCTION shout()
+                """)
+            try refused(try node.request(tool: tool, one, agent: solver, heldOut: false), ["the template database space_template"])
+            _ = try pg.psql("space_template", "DROP TRIGGER shout ON \(comets); DROP FUNCTION shout()")
+            // Fingerprints that do not name a database the shard's tasks copy; a data file that
+            // is a link here.
+            var unnamed = settings
+            unnamed.databases = [:]
+            try refused(try node.request(tool: .bird(unnamed), one, agent: solver, heldOut: false), ["which the supervisor's fingerprints do not name"])
+            let link = node.temp.file("data-link.jsonl")
+            try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: adapter.dataPath)
+            var linked = settings
+            linked.dataPath = link
+            try refused(try node.request(tool: .bird(linked), one, agent: solver, heldOut: false, digest: .some(try WorkDigest.files(settings.digestedFiles))),
+                        ["the BIRD-Interact data file \(link) resolves to \(adapter.dataPath)"])
             // Another copy of the files that decide rewards, a task the node's data lacks, a
             // runner bind that shows agent.py the gold data.
             try refused(try node.request(tool: tool, one, agent: solver, heldOut: false, digest: .some(String(repeating: "0", count: 64))),

@@ -65,10 +65,10 @@ public struct BirdNode: Codable, Sendable, Equatable {
 extension BirdAdapter: RunsInShards {
     /// This adapter as a node rebuilds it (`NodeTool`). Digested: the data file (every task's
     /// gold SQL, test cases and follow-up), the `.py` files of the ADK's services and
-    /// orchestrator (the DB environment grades, the user simulator answers), and autoharness's
-    /// four bird scripts. Fingerprinted: every template database the tasks copy, on the
-    /// supervisor's server. Throws when a part is missing: a comparison over less would check
-    /// less.
+    /// orchestrator (the DB environment grades, the user simulator answers) and the files at
+    /// its top level, and autoharness's four bird scripts. Fingerprinted: every template
+    /// database the tasks copy, on the supervisor's server (`BirdDatabases`). Throws when a
+    /// part is missing: a comparison over less would check less.
     public var nodeTool: NodeTool {
         get throws(BenchmarkError) {
             guard let socket = postgresSocketDirectory else {
@@ -80,6 +80,11 @@ extension BirdAdapter: RunsInShards {
                 throw BenchmarkError(.invalidBenchmark, "bird-interact: no db_environment/server.py among \(adkDirectory)'s Python files (the graders a node's copy must match)")
             }
             files += code
+            // The ADK's own top level too (its settings and start-up files: the runs start there).
+            files += FileSystem.names(in: adkDirectory).map { adkDirectory + "/" + $0 }.filter { path in
+                var st = stat()
+                return lstat(path, &st) == 0 && FileSystem.isRegular(st)
+            }
             let databases = try BirdDatabases.fingerprints(templateDatabases, login: postgresLogin)
             return .bird(BirdNode(adkDirectory: adkDirectory, dataPath: dataPath, scriptsDirectory: scriptsDirectory, tool: tool, mode: mode,
                                   concurrency: concurrency, ports: [ports.system, ports.user, ports.db], postgresSocketDirectory: socket,
@@ -97,20 +102,26 @@ extension BirdAdapter: RunsInShards {
         Set(ids.compactMap { records[$0]?["selected_database"]?.string }).map { $0 + "_template" }.sorted()
     }
 
-    /// How the graders reach PostgreSQL: `pg_host`, and PG_PORT, PG_USER and PG_PASSWORD from
-    /// the run's environment, else the ADK's defaults (shared/db_utils.py: 5432, root, 123123).
+    /// How the graders reach PostgreSQL: `pg_host`, and PG_PORT, PG_USER and PG_PASSWORD as
+    /// the graders get them: from the run's environment, else (named by `env_pass`) from this
+    /// process's, else the ADK's defaults (shared/db_utils.py: 5432, root, 123123).
     public var postgresLogin: BirdDatabases.Login {
         func value(_ key: String) -> String? {
             environment.last { $0.hasPrefix(key + "=") }.map { String($0.dropFirst(key.count + 1)) }
+                ?? (tool.envPass.contains(key) ? getenv(key).map { String(cString: $0) } : nil)
         }
         return .init(socketDirectory: postgresSocketDirectory ?? "", port: value("PG_PORT").flatMap(Int.init) ?? 5432,
                      user: value("PG_USER") ?? "root", password: value("PG_PASSWORD") ?? "123123")
     }
 }
 
-/// Fingerprints of PostgreSQL databases: what a task's grading reads of one, its tables'
-/// columns and rows, hashed whatever order the rows lie in on disk, so that two servers loaded
-/// from the same dump agree and a row or a column changed, added or removed does not.
+/// Fingerprints of PostgreSQL databases: what a task's grading reads of one, so that two
+/// servers loaded from the same dump agree and a difference that could change a result does
+/// not: the schema as pg_dump writes it (tables with their types, defaults, constraints and
+/// indexes; views, functions, triggers, rules, row security, enum labels, extensions), every
+/// table's and materialized view's rows whatever order they lie in on disk, each sequence's
+/// position, and the database's encoding, collation and settings with the server's major
+/// version.
 public enum BirdDatabases {
     public struct Login: Sendable, Equatable {
         public var socketDirectory: String
@@ -119,57 +130,73 @@ public enum BirdDatabases {
         public var password: String
     }
 
-    /// Per database, two SHA-256s that PostgreSQL computes: of the columns of every table
-    /// outside its own schemas (schema, table, name, type, position), and of every such
-    /// table's name, row count and the hash of its rows' hashes sorted (whatever order the rows
-    /// lie in); text output fixed by the session's settings (float digits, date and interval
-    /// styles, time zone, bytea). Throws naming the database and psql's words when one cannot
-    /// be read.
+    /// Per database, three SHA-256s: of its settings and the server's major version, of its
+    /// rows and sequences (PostgreSQL computes both, text output fixed by the session's
+    /// settings: float digits, date and interval styles, time zone, bytea, money), and of
+    /// `pg_dump --schema-only` without its comments and its per-dump restrict keys. Throws
+    /// naming the database and psql's or pg_dump's words when one cannot be read.
     public static func fingerprints(_ databases: [String], login: Login) throws(BenchmarkError) -> [String: String] {
-        guard let psql = psqlPath() else {
-            throw BenchmarkError(.configuration, "bird-interact: no psql (/usr/lib/postgresql/*/bin or /usr/bin) to fingerprint the template databases with")
+        guard let psql = clientPath("psql"), let pgDump = clientPath("pg_dump") else {
+            throw BenchmarkError(.configuration, "bird-interact: no psql and pg_dump (/usr/lib/postgresql/*/bin or /usr/bin) to fingerprint the template databases with")
         }
+        let environment = ["PATH": "/usr/bin:/bin", "LANG": "C", "PGCONNECT_TIMEOUT": "30", "PGPASSWORD": login.password]
+        let connection = ["-h", login.socketDirectory, "-p", String(login.port), "-U", login.user, "-d"]
         var out: [String: String] = [:]
         for db in databases {
-            let finished: ChildProcess.Finished
-            do {
-                finished = try ChildProcess.run([psql, "-h", login.socketDirectory, "-p", String(login.port), "-U", login.user, "-d", db,
-                                                 "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"],
-                                                environment: ["PATH": "/usr/bin:/bin", "LANG": "C", "PGCONNECT_TIMEOUT": "30", "PGPASSWORD": login.password],
-                                                input: script, timeout: 600)
-            } catch {
-                throw BenchmarkError(.io, "bird-interact: fingerprinting \(db)", cause: error)
+            let where_ = "fingerprinting \(db) on the server at \(login.socketDirectory) (port \(login.port))"
+            func hashes(_ argv: [String], input: String?, count: Int) throws(BenchmarkError) -> [String] {
+                let finished: ChildProcess.Finished
+                do { finished = try ChildProcess.run(argv, environment: environment, input: input, timeout: 600) } catch {
+                    throw BenchmarkError(.io, "bird-interact: \(where_)", cause: error)
+                }
+                // Only the hashes count: a server's warning (a collation version, say) is not one.
+                let lines = finished.output.split(separator: "\n").map(String.init).filter { $0.count == 64 && $0.allSatisfy(\.isHexDigit) }
+                guard finished.succeeded, lines.count == count else {
+                    let why = finished.timedOut ? "no answer in 600 s" : String(finished.output.suffix(400))
+                    throw BenchmarkError(.io, "bird-interact: \(where_): \(why)")
+                }
+                return lines
             }
-            let lines = finished.output.split(separator: "\n").map(String.init)
-            guard finished.succeeded, lines.count == 2, lines.allSatisfy({ $0.count == 64 && $0.allSatisfy(\.isHexDigit) }) else {
-                let why = finished.timedOut ? "no answer in 600 s" : String(finished.output.suffix(400))
-                throw BenchmarkError(.io, "bird-interact: fingerprinting \(db) on the server at \(login.socketDirectory) (port \(login.port)): \(why)")
-            }
-            out[db] = lines.joined(separator: ":")
+            let data = try hashes([psql] + connection + [db, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"], input: script, count: 2)
+            let schema = try hashes(["/bin/bash", "-c", dumpScript, "bash", pgDump] + connection + [db], input: nil, count: 1)
+            out[db] = (data + schema).joined(separator: ":")
         }
         return out
     }
 
     static let script = """
         SET extra_float_digits TO 1; SET DateStyle TO ISO, YMD; SET IntervalStyle TO postgres; SET TimeZone TO 'UTC'; SET bytea_output TO hex;
-        SELECT encode(sha256(convert_to(coalesce(string_agg(format('%s.%s.%s:%s:%s', table_schema, table_name, column_name, data_type, ordinal_position),
-                                                           ',' ORDER BY table_schema, table_name, ordinal_position), ''), 'UTF8')), 'hex')
-          FROM information_schema.columns WHERE table_schema NOT IN ('pg_catalog', 'information_schema') AND table_schema NOT LIKE 'pg_toast%';
-        SELECT 'SELECT encode(sha256(convert_to(coalesce(string_agg(x, '','' ORDER BY x), ''''), ''UTF8'')), ''hex'') FROM ('
-               || coalesce(string_agg(format('SELECT %L || '':'' || count(*) || '':'' || encode(sha256(convert_to(coalesce(string_agg(h, '''' ORDER BY h), ''''), ''UTF8'')), ''hex'') AS x '
-                                             'FROM (SELECT encode(sha256(convert_to(t::text, ''UTF8'')), ''hex'') AS h FROM %I.%I AS t) AS s',
-                                             n.nspname || '.' || c.relname, n.nspname, c.relname), ' UNION ALL ' ORDER BY n.nspname, c.relname),
-                           'SELECT NULL::text AS x')
-               || ') AS tables'
+        SET lc_monetary TO 'C';
+        SELECT encode(sha256(convert_to(concat_ws('|', current_setting('server_version_num')::int / 10000, pg_encoding_to_char(d.encoding), d.datcollate, d.datctype,
+                                                  (SELECT string_agg(s.setdatabase || ':' || s.setrole || ':' || array_to_string(s.setconfig, ','), ';' ORDER BY s.setdatabase, s.setrole)
+                                                     FROM pg_db_role_setting s WHERE s.setdatabase IN (d.oid, 0))), 'UTF8')), 'hex')
+          FROM pg_database d WHERE d.datname = current_database();
+        SELECT 'SELECT encode(sha256(convert_to(coalesce(string_agg(x, '','' ORDER BY x COLLATE "C"), ''''), ''UTF8'')), ''hex'') FROM ('
+               || coalesce(string_agg(CASE WHEN c.relkind = 'S'
+                   THEN format('SELECT %L || '':'' || last_value || '':'' || is_called AS x FROM %I.%I', quote_ident(n.nspname) || '.' || quote_ident(c.relname), n.nspname, c.relname)
+                   ELSE format('SELECT %L || '':'' || count(*) || '':'' || encode(sha256(convert_to(coalesce(string_agg(h, '''' ORDER BY h COLLATE "C"), ''''), ''UTF8'')), ''hex'') AS x '
+                               'FROM (SELECT encode(sha256(convert_to(t::text, ''UTF8'')), ''hex'') AS h FROM %I.%I AS t) AS s',
+                               quote_ident(n.nspname) || '.' || quote_ident(c.relname), n.nspname, c.relname) END,
+                   ' UNION ALL ' ORDER BY n.nspname COLLATE "C", c.relname COLLATE "C"), 'SELECT NULL::text AS x')
+               || ') AS relations'
           FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-          WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%' \\gexec
+          WHERE c.relkind IN ('r', 'p', 'm', 'S') AND c.relpersistence <> 't'
+            AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%' \\gexec
 
         """
 
-    /// Debian's newest server-side psql, else /usr/bin/psql.
-    static func psqlPath() -> String? {
+    /// pg_dump's schema, hashed: its comment lines and the random key PostgreSQL's dumps carry
+    /// since 15.14 (`\restrict`) are not part of it.
+    static let dumpScript = #"""
+        set -o pipefail
+        pg_dump=$1; shift
+        "$pg_dump" "$@" --schema-only --no-owner --no-privileges | grep -v -e '^--' -e '^$' -e '^\\restrict' -e '^\\unrestrict' | sha256sum | cut -c1-64
+        """#
+
+    /// Debian's newest server-side client `name`, else /usr/bin's.
+    static func clientPath(_ name: String) -> String? {
         let root = "/usr/lib/postgresql"
         let versions = FileSystem.names(in: root).compactMap(Int.init).sorted(by: >)
-        return (versions.map { "\(root)/\($0)/bin/psql" } + ["/usr/bin/psql"]).first { access($0, X_OK) == 0 }
+        return (versions.map { "\(root)/\($0)/bin/\(name)" } + ["/usr/bin/" + name]).first { access($0, X_OK) == 0 }
     }
 }

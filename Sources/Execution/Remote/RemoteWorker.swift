@@ -83,9 +83,6 @@ public enum RemoteWorker {
             do { toolAdapter = try NodeToolWork.adapter(tool, request) } catch {
                 throw ExperimentError(.refused, "this node's copy of the tool cannot run the shard's tasks: refused, nothing ran", cause: error)
             }
-            if let why = NodeToolWork.databaseMismatch(tool, toolAdapter, ids: request.tasks.map(\.id)) {
-                throw ExperimentError(.refused, "on this node, \(why): refused, nothing ran")
-            }
         }
         guard request.vm == nil || request.heldOut else {
             throw ExperimentError(.refused, "a train request names a VM (only held-out requests run in one)")
@@ -118,6 +115,11 @@ public enum RemoteWorker {
         // So does a tool that cannot run beside itself (bird-interact: its runs record and undo
         // the roles and settings that appear on the node's database server while they run).
         for line in try lockNode(s.stateDirectory, scratchRoot: s.scratchRoot, exclusive: request.heldOut || toolAdapter?.runsBesideItself == false) { s.log(line) }
+        // Under the lock (nothing else of this node's reads the server meanwhile, and its
+        // template databases stay as compared), still before the nonce: the databases.
+        if let tool = request.tool, let why = NodeToolWork.databaseMismatch(tool, toolAdapter, ids: request.tasks.map(\.id)) {
+            throw ExperimentError(.refused, "on this node, \(why): refused, nothing ran")
+        }
         try claimNonce(request.nonce, in: s.stateDirectory)
 
         let work = s.stateDirectory + "/work-" + request.nonce
