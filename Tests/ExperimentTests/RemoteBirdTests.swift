@@ -13,7 +13,7 @@ import TestSupport
 @Suite("Remote work: a bird-interact shard on the node", .serialized,
        .enabled(if: RealPostgres.binDirectory != nil || RealPostgres.inCI, "Debian's postgresql is not installed (CI installs it and fails without it)"))
 struct RemoteBirdTests {
-    @Test("a bird-interact shard runs on the node against its own PostgreSQL: the DB environment's rewards and traces (held out: rewards only), alone on the node; a template database whose rows, columns or triggers differ from the supervisor's (not their rows' order on disk) or that its fingerprints do not name, another copy of the gold data, a data file behind a link, a task the node's data lacks, or a runner bind of the data is refused before the nonce")
+    @Test("a bird-interact shard runs on the node against its own PostgreSQL: the DB environment's rewards and traces (held out: rewards only), alone on the node; a template database whose rows, columns, triggers or session defaults differ from the supervisor's (not their rows' order on disk, nor another role's settings) or that its fingerprints do not name, another copy of the gold data, a data file behind a link, a task the node's data lacks, or a runner bind of the data is refused before the nonce")
     func birdShardRuns() throws {
         try RealPostgresTests.withExperiment({ pg, exp in
             let config = try ExperimentConfig.load(exp.root + "/experiment_config.yaml")
@@ -60,6 +60,8 @@ struct RemoteBirdTests {
             let comets = BirdAgents.tables[1]
             let before = try pg.psql("space_template", "SELECT ctid FROM \(comets) WHERE id = 7")
             _ = try pg.psql("space_template", "DELETE FROM \(BirdAgents.tables[0]) WHERE id = 999; UPDATE \(comets) SET name = name WHERE id = 7")
+            // Nor does another role's setting change it (the graders' login's would).
+            _ = try pg.psql("postgres", "CREATE ROLE unrelated; ALTER ROLE unrelated SET DateStyle TO 'SQL, DMY'")
             #expect(try pg.psql("space_template", "SELECT ctid FROM \(comets) WHERE id = 7") != before)
             let reordered = try node.request(tool: tool, one, agent: solver, heldOut: false)
             let again = try node.serve(try node.sign(reordered), environment: env)
@@ -75,6 +77,10 @@ struct RemoteBirdTests {
                 """)
             try refused(try node.request(tool: tool, one, agent: solver, heldOut: false), ["the template database space_template"])
             _ = try pg.psql("space_template", "DROP TRIGGER shout ON \(comets); DROP FUNCTION shout()")
+            // A default a session starts with, which changes how results print.
+            _ = try pg.psql("postgres", "ALTER DATABASE space_template SET DateStyle TO 'SQL, DMY'")
+            try refused(try node.request(tool: tool, one, agent: solver, heldOut: false), ["the template database space_template"])
+            _ = try pg.psql("postgres", "ALTER DATABASE space_template RESET DateStyle")
             // Fingerprints that do not name a database the shard's tasks copy; a data file that
             // is a link here.
             var unnamed = settings

@@ -130,16 +130,19 @@ public enum BirdDatabases {
         public var password: String
     }
 
-    /// Per database, three SHA-256s: of its settings and the server's major version, of its
-    /// rows and sequences (PostgreSQL computes both, text output fixed by the session's
-    /// settings: float digits, date and interval styles, time zone, bytea, money), and of
-    /// `pg_dump --schema-only` without its comments and its per-dump restrict keys. Throws
-    /// naming the database and psql's or pg_dump's words when one cannot be read.
+    /// Per database, three SHA-256s: of the server's major version, the database's encoding,
+    /// collation and locale, the defaults a session starts with (postgresql.conf, ALTER SYSTEM,
+    /// the database's and the login's settings) and the extensions' versions; of its rows and
+    /// sequences (PostgreSQL computes both, text output fixed by the session's settings: float
+    /// digits, date and interval styles, time zone, bytea, money); and of `pg_dump
+    /// --schema-only` (in UTC) without the lines that name its version, its per-dump restrict
+    /// key and its session settings (another pg_dump's preamble differs). Throws naming the
+    /// database and psql's or pg_dump's words when one cannot be read.
     public static func fingerprints(_ databases: [String], login: Login) throws(BenchmarkError) -> [String: String] {
         guard let psql = clientPath("psql"), let pgDump = clientPath("pg_dump") else {
             throw BenchmarkError(.configuration, "bird-interact: no psql and pg_dump (/usr/lib/postgresql/*/bin or /usr/bin) to fingerprint the template databases with")
         }
-        let environment = ["PATH": "/usr/bin:/bin", "LANG": "C", "PGCONNECT_TIMEOUT": "30", "PGPASSWORD": login.password]
+        let environment = ["PATH": "/usr/bin:/bin", "LANG": "C", "PGTZ": "UTC", "PGCONNECT_TIMEOUT": "30", "PGPASSWORD": login.password]
         let connection = ["-h", login.socketDirectory, "-p", String(login.port), "-U", login.user, "-d"]
         var out: [String: String] = [:]
         for db in databases {
@@ -168,12 +171,15 @@ public enum BirdDatabases {
         SET extra_float_digits TO 1; SET DateStyle TO ISO, YMD; SET IntervalStyle TO postgres; SET TimeZone TO 'UTC'; SET bytea_output TO hex;
         SET lc_monetary TO 'C';
         SELECT encode(sha256(convert_to(concat_ws('|', current_setting('server_version_num')::int / 10000, pg_encoding_to_char(d.encoding), d.datcollate, d.datctype,
-                                                  (SELECT string_agg(s.setdatabase || ':' || s.setrole || ':' || array_to_string(s.setconfig, ','), ';' ORDER BY s.setdatabase, s.setrole)
-                                                     FROM pg_db_role_setting s WHERE s.setdatabase IN (d.oid, 0))), 'UTF8')), 'hex')
+                                                  to_jsonb(d) ->> 'datlocprovider', to_jsonb(d) ->> 'daticulocale', to_jsonb(d) ->> 'datlocale',
+                                                  (SELECT string_agg(name || '=' || reset_val, ',' ORDER BY name) FROM pg_settings
+                                                     WHERE category LIKE 'Client Connection Defaults%' AND name NOT IN ('lc_messages', 'client_encoding')),
+                                                  (SELECT string_agg(extname || ':' || extversion, ',' ORDER BY extname) FROM pg_extension)), 'UTF8')), 'hex')
           FROM pg_database d WHERE d.datname = current_database();
         SELECT 'SELECT encode(sha256(convert_to(coalesce(string_agg(x, '','' ORDER BY x COLLATE "C"), ''''), ''UTF8'')), ''hex'') FROM ('
                || coalesce(string_agg(CASE WHEN c.relkind = 'S'
                    THEN format('SELECT %L || '':'' || last_value || '':'' || is_called AS x FROM %I.%I', quote_ident(n.nspname) || '.' || quote_ident(c.relname), n.nspname, c.relname)
+                   WHEN c.relkind = 'm' AND NOT c.relispopulated THEN format('SELECT %L || '':unpopulated'' AS x', quote_ident(n.nspname) || '.' || quote_ident(c.relname))
                    ELSE format('SELECT %L || '':'' || count(*) || '':'' || encode(sha256(convert_to(coalesce(string_agg(h, '''' ORDER BY h COLLATE "C"), ''''), ''UTF8'')), ''hex'') AS x '
                                'FROM (SELECT encode(sha256(convert_to(t::text, ''UTF8'')), ''hex'') AS h FROM %I.%I AS t) AS s',
                                quote_ident(n.nspname) || '.' || quote_ident(c.relname), n.nspname, c.relname) END,
@@ -185,12 +191,13 @@ public enum BirdDatabases {
 
         """
 
-    /// pg_dump's schema, hashed: its comment lines and the random key PostgreSQL's dumps carry
-    /// since 15.14 (`\restrict`) are not part of it.
+    /// pg_dump's schema, hashed: its version lines, the random key PostgreSQL's dumps carry
+    /// since 15.14 (`\restrict`) and its session settings are not part of it.
     static let dumpScript = #"""
         set -o pipefail
         pg_dump=$1; shift
-        "$pg_dump" "$@" --schema-only --no-owner --no-privileges | grep -v -e '^--' -e '^$' -e '^\\restrict' -e '^\\unrestrict' | sha256sum | cut -c1-64
+        "$pg_dump" "$@" --schema-only --no-owner --no-privileges \
+            | grep -v -E -e '^-- Dumped (from|by) ' -e '^\\(un)?restrict ' -e '^SET ' -e '^SELECT pg_catalog\.set_config\(' | sha256sum | cut -c1-64
         """#
 
     /// Debian's newest server-side client `name`, else /usr/bin's.
