@@ -13,7 +13,7 @@ import TestSupport
 @Suite("Remote work: a bird-interact shard on the node", .serialized,
        .enabled(if: RealPostgres.binDirectory != nil || RealPostgres.inCI, "Debian's postgresql is not installed (CI installs it and fails without it)"))
 struct RemoteBirdTests {
-    @Test("a bird-interact shard runs on the node against its own PostgreSQL: the DB environment's rewards and traces (held out: rewards only), alone on the node; a template database whose rows, columns, triggers or session defaults differ from the supervisor's (not their rows' order on disk, nor another role's settings) or that its fingerprints do not name, another copy of the gold data, a data file behind a link, a task the node's data lacks, or a runner bind of the data is refused before the nonce")
+    @Test("a bird-interact shard runs on the node against its own PostgreSQL: the DB environment's rewards and traces (held out: rewards only), alone on the node; a template database whose rows, columns, triggers or session defaults differ from the supervisor's (not their rows' order on disk, nor another role's settings) or that its fingerprints do not name, another copy of the gold data, a data file or ADK behind a link, a task the node's data lacks, or a runner bind of the data is refused before the nonce")
     func birdShardRuns() throws {
         try RealPostgresTests.withExperiment({ pg, exp in
             let config = try ExperimentConfig.load(exp.root + "/experiment_config.yaml")
@@ -86,12 +86,15 @@ struct RemoteBirdTests {
             var unnamed = settings
             unnamed.databases = [:]
             try refused(try node.request(tool: .bird(unnamed), one, agent: solver, heldOut: false), ["which the supervisor's fingerprints do not name"])
-            let link = node.temp.file("data-link.jsonl")
-            try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: adapter.dataPath)
-            var linked = settings
-            linked.dataPath = link
-            try refused(try node.request(tool: .bird(linked), one, agent: solver, heldOut: false, digest: .some(try WorkDigest.files(settings.digestedFiles))),
-                        ["the BIRD-Interact data file \(link) resolves to \(adapter.dataPath)"])
+            for (name, path, key) in [("the BIRD-Interact data file", adapter.dataPath, \BirdNode.dataPath),
+                                      ("the BIRD-Interact ADK", adapter.adkDirectory, \BirdNode.adkDirectory)] {
+                let link = node.temp.file("link-" + (path as NSString).lastPathComponent)
+                try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: path)
+                var linked = settings
+                linked[keyPath: key] = link
+                try refused(try node.request(tool: .bird(linked), one, agent: solver, heldOut: false, digest: .some(try WorkDigest.files(settings.digestedFiles))),
+                            ["\(name) \(link) resolves to \(path)"])
+            }
             // Another copy of the files that decide rewards, a task the node's data lacks, a
             // runner bind that shows agent.py the gold data.
             try refused(try node.request(tool: tool, one, agent: solver, heldOut: false, digest: .some(String(repeating: "0", count: 64))),

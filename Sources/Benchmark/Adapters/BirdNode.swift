@@ -202,8 +202,14 @@ public enum BirdDatabases {
 
     /// Debian's newest server-side client `name`, else /usr/bin's.
     static func clientPath(_ name: String) -> String? {
+        binDirectory(having: [name]).map { $0 + "/" + name } ?? (access("/usr/bin/" + name, X_OK) == 0 ? "/usr/bin/" + name : nil)
+    }
+
+    /// Debian's newest PostgreSQL binaries directory (/usr/lib/postgresql/<version>/bin) that
+    /// holds every program of `programs`, or nil.
+    public static func binDirectory(having programs: [String]) -> String? {
         let root = "/usr/lib/postgresql"
         let versions = FileSystem.names(in: root).compactMap(Int.init).sorted(by: >)
-        return (versions.map { "\(root)/\($0)/bin/\(name)" } + ["/usr/bin/" + name]).first { access($0, X_OK) == 0 }
+        return versions.map { "\(root)/\($0)/bin" }.first { dir in programs.allSatisfy { access(dir + "/" + $0, X_OK) == 0 } }
     }
 }

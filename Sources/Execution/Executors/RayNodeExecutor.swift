@@ -26,8 +26,8 @@ package struct RayNodeExecutor: TaskExecutor {
         let (config, layout, log) = (environment.config, environment.layout, environment.log)
         let (ids, agent, audit, heldOut, traces) = (run.ids, run.agent, run.audit, run.split.keepsNothing, run.split.traces)
         // A local benchmark's tasks travel with their files; a tool benchmark's ids (command,
-        // bfcl, tau-bench, inspect, bird-interact), in shards, with its settings (`NodeTool`): each node runs
-        // the tool on its shard.
+        // bfcl, tau-bench, inspect, bird-interact), in shards, with its settings (`NodeTool`):
+        // each node runs the tool on its shard.
         let local = environment.adapter as? LocalAdapter
         let sharded = environment.adapter as? any RunsInShards
         let tool: NodeTool?

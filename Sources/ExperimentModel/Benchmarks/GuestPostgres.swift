@@ -42,10 +42,8 @@ public struct GuestPostgres: Codable, Sendable, Equatable {
     /// Debian's newest PostgreSQL server binaries (/usr/lib/postgresql/<version>/bin), which
     /// the guest runs from the shared /usr.
     static func serverBinaries() throws -> String {
-        let root = "/usr/lib/postgresql"
-        let versions = FileSystem.names(in: root).compactMap(Int.init).sorted(by: >)
-        guard let bin = versions.map({ "\(root)/\($0)/bin" }).first(where: { access($0 + "/initdb", X_OK) == 0 && access($0 + "/postgres", X_OK) == 0 && access($0 + "/pg_dump", X_OK) == 0 }) else {
-            throw ExperimentError(.state, "held-out VM: bird-interact's databases run in the guest on this host's PostgreSQL server binaries, and \(root)/*/bin has no initdb, postgres and pg_dump (apt-get install postgresql)")
+        guard let bin = BirdDatabases.binDirectory(having: ["initdb", "postgres", "pg_dump"]) else {
+            throw ExperimentError(.state, "held-out VM: bird-interact's databases run in the guest on this host's PostgreSQL server binaries, and /usr/lib/postgresql/*/bin has no initdb, postgres and pg_dump (apt-get install postgresql)")
         }
         return bin
     }
