@@ -1,4 +1,5 @@
 import ArgumentParser
+import Benchmark
 import Execution
 import Experiment
 import ExperimentModel
@@ -56,6 +57,9 @@ struct WorkerCommand: ParsableCommand {
     @Option(name: .customLong("check-verifier-tools"), help: "With --check: the verifier tools' directory requests name; the report gives their digest, or the problem with them.")
     var checkVerifierTools: String?
 
+    @Flag(name: .customLong("check-databases"), help: "With --check: read from stdin the template databases to fingerprint on this node's PostgreSQL (bird-interact: JSON naming the socket directory, the run's environment, env_pass and the databases; the login may hold a password, so never in argv); the report gives each one's fingerprint.")
+    var checkDatabases = false
+
     @Option(name: .customLong("receive-image"), help: "Take one task image: the supervisor's signed offer (base64, from the Ray driver) here, its encrypted archive on stdin; unpacked into --state only if the offer is signed with --supervisor-key, sealed to this node, and the archive is the one it names.")
     var receiveImage: String?
 
@@ -71,9 +75,19 @@ struct WorkerCommand: ParsableCommand {
                     throw ExperimentError(.usage, "--check-vm: not the VM settings' JSON", cause: error)
                 }
             }
+            var databases: BirdDatabases.Check?
+            if checkDatabases {
+                switch InputFile.read(descriptor: 0, cap: 1 << 20) {
+                case .success(let bytes):
+                    do { databases = try JSONDecoder().decode(BirdDatabases.Check.self, from: Data(bytes)) } catch {
+                        throw ExperimentError(.usage, "--check-databases: stdin is not the databases' check (JSON)", cause: error)
+                    }
+                case .failure(let p): throw ExperimentError(.usage, "--check-databases: stdin: \(p.explanation("the databases' check"))")
+                }
+            }
             let report = try NodeCheck.report(policies: checkPolicies.isEmpty ? ["benchmark-task", "verifier"] : checkPolicies, searchPaths: searchPaths,
                                               stateDirectory: state, vm: vm, scratchRoot: scratch, paths: checkPaths, digest: checkDigest,
-                                              images: checkImages, verifierTools: checkVerifierTools)
+                                              images: checkImages, verifierTools: checkVerifierTools, databases: databases)
             FileHandle.standardOutput.write(try JSONEncoder().encode(report))
             return
         }

@@ -306,6 +306,23 @@ struct RemoteBatchTests {
         #expect(r.line?["node_died"] == nil && r.line?["node"] as? String == "" && (r.line?["error"] as? String)?.contains("no accepted node is left") == true, "\(r)")
     }
 
+    @Test("a node's check names what the supervisor asks in its argv, but bird-interact's databases' check (a login that may hold a password) goes on its stdin, in no argument")
+    func driverCheckArgv() throws {
+        let check = #"{"socketDirectory":"/run/pg","environment":["PG_PASSWORD=s3cret"],"envPass":[],"databases":["a_template"]}"#
+        let line = try Self.driverLine("""
+            import os
+            first = {"check_verifier_tools": "/opt/tools", "check_databases": \(String(reflecting: check))}
+            argv, stdin = d.check_argv(os, first, ["benchmark-task"], None, ["/opt/adk"], ["/opt/adk/x.py"], [])
+            plain, none = d.check_argv(os, {}, ["benchmark-task"], None, [], [], [])
+            line = {"argv": argv, "stdin": stdin.decode(), "plain": plain, "none": none.decode()}
+            """)
+        let argv = try #require(line["argv"] as? [String])
+        #expect(Array(argv.dropFirst()) == ["worker", "--check", "--check-policy", "benchmark-task", "--check-path", "/opt/adk", "--check-digest", "/opt/adk/x.py",
+                                            "--check-verifier-tools", "/opt/tools", "--check-databases"], "\(argv)")
+        #expect(line["stdin"] as? String == check && !argv.contains { $0.contains("s3cret") })
+        #expect((line["plain"] as? [String])?.contains("--check-databases") == false && line["none"] as? String == "", "\(line)")
+    }
+
     @Test("an image push's failures are reported per node, checked again after the push; a held-out batch's reasons stay on the node (tar's words could name its files), a train batch's pass, and a node that raised or never answered fails its push")
     func driverReportsPushes() throws {
         // Ray stood in for: a ref holds what the node's receive returned (an exception: raised;

@@ -13,7 +13,7 @@ import TestSupport
 @Suite("Remote work: a bird-interact shard on the node", .serialized,
        .enabled(if: RealPostgres.binDirectory != nil || RealPostgres.inCI, "Debian's postgresql is not installed (CI installs it and fails without it)"))
 struct RemoteBirdTests {
-    @Test("a bird-interact shard runs on the node against its own PostgreSQL: the DB environment's rewards and traces (held out: rewards only), alone on the node; a template database whose rows, columns, triggers or session defaults differ from the supervisor's (not their rows' order on disk, nor another role's settings) or that its fingerprints do not name, another copy of the gold data, a data file or ADK behind a link, a task the node's data lacks, or a runner bind of the data is refused before the nonce")
+    @Test("a bird-interact shard runs on the node against its own PostgreSQL: the DB environment's rewards and traces (held out: rewards only), alone on the node; a template database whose rows, columns, triggers or session defaults differ from the supervisor's (not their rows' order on disk, nor another role's settings) or that its fingerprints do not name, another copy of the gold data, a data file or ADK behind a link, a task the node's data lacks, or a runner bind of the data is refused before the nonce; the node's check reports its databases' fingerprints, and one whose differ is given nothing")
     func birdShardRuns() throws {
         try RealPostgresTests.withExperiment({ pg, exp in
             let config = try ExperimentConfig.load(exp.root + "/experiment_config.yaml")
@@ -50,9 +50,28 @@ struct RemoteBirdTests {
                 #expect(o.status != 0 && words.allSatisfy(o.stderr.contains) && !node.nonces.contains(request.nonce), "\(words): \(o.stderr)")
             }
             let one = [ids[0]]
+            // The node's check, as the driver runs it (the databases' check on stdin): each
+            // template database's fingerprint on its server, which the supervisor compares.
+            func checked() throws -> NodeReport {
+                let input = node.temp.file("databases-\(UUID().uuidString).json")
+                try JSONEncoder().encode(settings.databaseCheck).write(to: URL(fileURLWithPath: input))
+                let r = try runProcess(Built.autoharness, ["worker", "--check", "--state", node.state, "--policy-dir", Built.packageRoot + "/policies", "--check-databases"],
+                                       environment: env, stdinPath: input)
+                #expect(r.status == 0, "\(r.stderr)")
+                return try JSONDecoder().decode(NodeReport.self, from: Data(r.stdout.utf8))
+            }
+            let same = try checked()
+            #expect(same.databases == settings.databases && same.problems.isEmpty, "\(String(describing: same.databases)) \(same.problems)")
+            #expect(NodeCheck.unusable(same, binarySHA256: same.binarySHA256, policiesSHA256: same.policiesSHA256, databases: settings.databases) == nil)
             // A row the supervisor's server did not have (the node is this host: its server is
-            // the one changed after the supervisor's fingerprints were taken).
+            // the one changed after the supervisor's fingerprints were taken): the check
+            // reports another fingerprint, so the supervisor gives the node nothing, and a
+            // request sent anyway is refused.
             _ = try pg.psql("space_template", "INSERT INTO \(BirdAgents.tables[0]) VALUES (999, 'planted')")
+            let planted = try checked()
+            #expect(planted.databases?["space_template"] != nil && planted.databases != settings.databases, "\(String(describing: planted.databases))")
+            let why = NodeCheck.unusable(planted, binarySHA256: planted.binarySHA256, policiesSHA256: planted.policiesSHA256, databases: settings.databases)
+            #expect(why?.hasPrefix("its template database space_template (fingerprint ") == true, "\(String(describing: why))")
             try refused(try node.request(tool: tool, one, agent: solver, heldOut: false),
                         ["the template database space_template on this node's server", "is not the supervisor's"])
             // The same rows again, another order on disk (an updated row moves): the same

@@ -8,7 +8,8 @@ is the supervisor's. JSON lines:
   stdin   {"address": "HOST:PORT", "num_cpus": 1, "timeout": SECONDS, "max_in_flight": N,
            "check_policies": ["benchmark-task", "verifier"], "check_vm": "<VM settings JSON>" (optional),
            "check_paths": ["<a path the tool needs on the node>", ...] (optional),
-           "check_digest": ["<a file of the tool's whose digest the node reports>", ...] (optional)}
+           "check_digest": ["<a file of the tool's whose digest the node reports>", ...] (optional),
+           "check_databases": "<the databases' check JSON, sent on the check's stdin>" (optional)}
   stdout  {"nodes": [{"node": ID, "address": IP, "report": "<worker --check JSON>"} or
                      {"node": ID, "address": IP, "error": "why"}, ...]}
           or {"fatal": "why"} (then it exits 1)
@@ -146,6 +147,19 @@ def worker_argv(o, extra):
     return argv
 
 
+def check_argv(o, first, policies, vm, paths, digest, images):
+    """`autoharness worker --check`'s argv on a node, and its stdin: the databases' check,
+    which holds a login (a password, maybe), goes there, never into an argv the node's other
+    users can read in /proc."""
+    databases = first.get("check_databases")
+    argv = worker_argv(o, ["--check"] + [a for p in policies for a in ("--check-policy", p)] + (["--check-vm", vm] if vm else [])
+                       + [a for p in paths for a in ("--check-path", p)] + [a for p in digest for a in ("--check-digest", p)]
+                       + [a for p in images for a in ("--check-image", p)]
+                       + (["--check-verifier-tools", first["check_verifier_tools"]] if first.get("check_verifier_tools") else [])
+                       + (["--check-databases"] if databases else []))
+    return argv, databases.encode() if databases else b""
+
+
 def push_images(pushes, nodes, reports, check, receive_image, pinned):
     """The task images the supervisor offers (each archive, encrypted, put once into Ray's
     object store; each named node takes its offer), then the nodes pushed to checked again:
@@ -249,12 +263,9 @@ def main():
         import os as o
         import subprocess as sp
 
-        argv = worker_argv(o, ["--check"] + [a for p in policies for a in ("--check-policy", p)] + (["--check-vm", vm] if vm else [])
-                           + [a for p in paths for a in ("--check-path", p)] + [a for p in digest for a in ("--check-digest", p)]
-                           + [a for p in images for a in ("--check-image", p)]
-                           + (["--check-verifier-tools", first["check_verifier_tools"]] if first.get("check_verifier_tools") else []))
+        argv, stdin = check_argv(o, first, policies, vm, paths, digest, images)
         try:
-            p = sp.run(argv, capture_output=True, timeout=120)
+            p = sp.run(argv, input=stdin, capture_output=True, timeout=600 if stdin else 120)
         except (OSError, sp.TimeoutExpired) as e:
             return {"error": str(e)}
         if p.returncode != 0 or len(p.stdout) > 65536:
@@ -330,7 +341,8 @@ def main():
     def check(among):
         checks = {check_node.options(scheduling_strategy=pinned(n["NodeID"])).remote(first.get("check_policies", []), first.get("check_vm"), first.get("check_paths", []),
                                                                                           first.get("check_digest", []), first.get("check_images", [])): n for n in among}
-        done, _ = ray.wait(list(checks), num_returns=len(checks), timeout=180)
+        wait = 660 if first.get("check_databases") else 180
+        done, _ = ray.wait(list(checks), num_returns=len(checks), timeout=wait)
         found = []
         for ref, n in checks.items():
             entry = {"node": n["NodeID"], "address": n.get("NodeManagerAddress", "?")}
@@ -340,7 +352,7 @@ def main():
                 except Exception as e:  # noqa: BLE001 - a node lost while checking is reported, not used
                     entry["error"] = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
             else:
-                entry["error"] = "no answer to the check in 180 s"
+                entry["error"] = "no answer to the check in %d s" % wait
                 ray.cancel(ref, force=True)
             found.append(entry)
         return found

@@ -44,6 +44,13 @@ public struct BirdNode: Codable, Sendable, Equatable {
         return a
     }
 
+    /// What a node's check compares before it is given work (`worker --check
+    /// --check-databases`): every template database the supervisor fingerprinted, on the
+    /// node's server, reached as a request's run would reach it.
+    public var databaseCheck: BirdDatabases.Check {
+        .init(socketDirectory: postgresSocketDirectory, environment: environment, envPass: tool.envPass, databases: databases.keys.sorted())
+    }
+
     /// Why this node's template databases for `ids` are not the supervisor's, or nil. Each
     /// one the shard's tasks copy is fingerprinted on this node's server and compared.
     public func databaseMismatch(ids: [String], adapter: BirdAdapter) -> String? {
@@ -106,12 +113,7 @@ extension BirdAdapter: RunsInShards {
     /// the graders get them: from the run's environment, else (named by `env_pass`) from this
     /// process's, else the ADK's defaults (shared/db_utils.py: 5432, root, 123123).
     public var postgresLogin: BirdDatabases.Login {
-        func value(_ key: String) -> String? {
-            environment.last { $0.hasPrefix(key + "=") }.map { String($0.dropFirst(key.count + 1)) }
-                ?? (tool.envPass.contains(key) ? getenv(key).map { String(cString: $0) } : nil)
-        }
-        return .init(socketDirectory: postgresSocketDirectory ?? "", port: value("PG_PORT").flatMap(Int.init) ?? 5432,
-                     user: value("PG_USER") ?? "root", password: value("PG_PASSWORD") ?? "123123")
+        .init(socketDirectory: postgresSocketDirectory ?? "", environment: environment, envPass: tool.envPass)
     }
 }
 
@@ -128,6 +130,35 @@ public enum BirdDatabases {
         public var port: Int
         public var user: String
         public var password: String
+
+        /// PG_PORT, PG_USER and PG_PASSWORD as the graders get them: from the run's
+        /// `environment`, else (named by `envPass`) from this process's, else the ADK's
+        /// defaults (shared/db_utils.py: 5432, root, 123123).
+        public init(socketDirectory: String, environment: [String], envPass: [String]) {
+            func value(_ key: String) -> String? {
+                environment.last { $0.hasPrefix(key + "=") }.map { String($0.dropFirst(key.count + 1)) }
+                    ?? (envPass.contains(key) ? getenv(key).map { String(cString: $0) } : nil)
+            }
+            self.socketDirectory = socketDirectory
+            port = value("PG_PORT").flatMap(Int.init) ?? 5432
+            user = value("PG_USER") ?? "root"
+            password = value("PG_PASSWORD") ?? "123123"
+        }
+    }
+
+    /// The databases a node fingerprints in its check, and how its graders would log in (the
+    /// run's environment may hold PG_PASSWORD: this travels on the check's stdin, never in an
+    /// argv a node's other users could read).
+    public struct Check: Codable, Sendable, Equatable {
+        public var socketDirectory: String
+        public var environment: [String]
+        public var envPass: [String]
+        public var databases: [String]
+
+        /// Each database's fingerprint on this host's server.
+        public func fingerprints() throws(BenchmarkError) -> [String: String] {
+            try BirdDatabases.fingerprints(databases, login: Login(socketDirectory: socketDirectory, environment: environment, envPass: envPass))
+        }
     }
 
     /// Per database, three SHA-256s: of the server's major version, the database's encoding,

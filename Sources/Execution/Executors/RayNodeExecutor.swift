@@ -133,6 +133,10 @@ package struct RayNodeExecutor: TaskExecutor {
         batch.concurrency = config.maxConcurrency
         batch.images = archives.keys.sorted()
         batch.verifierToolsSHA256 = toolbox
+        if case .bird(let b) = tool {
+            executor.checkDatabases = b.databaseCheck
+            batch.databases = b.databases
+        }
         executor.pushAllowance = archives.values.reduce(0) { $0 + Self.pushTime($1) + 120 }
         executor.checkImages = batch.images
         // Task images a node lacks are pushed to it before any request: each archive encrypted

@@ -25,6 +25,9 @@ public struct NodeReport: Codable, Sendable, Equatable {
     /// The digest of the verifier tools at the path the supervisor named
     /// (`--check-verifier-tools`, `WorkDigest.tree`); nil when none was named or they fail.
     public var verifierToolsSHA256: String?
+    /// bird-interact's template databases on this node's server, each one's fingerprint
+    /// (`--check-databases`, `BirdDatabases`); nil when none were named or one cannot be read.
+    public var databases: [String: String]?
 
     public init(binarySHA256: String, policiesSHA256: String, problems: [String], sealKey: String) {
         self.binarySHA256 = binarySHA256
@@ -60,7 +63,8 @@ public enum NodeCheck {
     /// settings can run here (qemu, the guest kernel, KVM or the consent to emulate) is a check
     /// too: a node that cannot is not used.
     public static func report(policies: [String], searchPaths: [String], stateDirectory: String, vm: VMSettings? = nil,
-                              scratchRoot: String = "/dev/shm/autoharness", paths: [String] = [], digest: [String] = [], images: [String] = [], verifierTools: String? = nil) throws -> NodeReport {
+                              scratchRoot: String = "/dev/shm/autoharness", paths: [String] = [], digest: [String] = [], images: [String] = [], verifierTools: String? = nil,
+                              databases: BirdDatabases.Check? = nil) throws -> NodeReport {
         try RemoteWorker.checkStateDirectory(stateDirectory)
         let key = try NodeSealKey.load(orCreateAt: stateDirectory + "/node-key")
         var found = problems(policies: policies, loader: PolicyLoader(searchPaths: searchPaths))
@@ -81,6 +85,9 @@ public enum NodeCheck {
             } catch {
                 report.problems.append("the verifier tools: \(error)")
             }
+        }
+        if let databases {
+            do { report.databases = try databases.fingerprints() } catch { report.problems.append("the template databases: \(error.message)") }
         }
         return report
     }
@@ -106,7 +113,7 @@ public enum NodeCheck {
     /// must name this binary and these policies (and, for a tool benchmark, its files), and no
     /// problem.
     public static func unusable(_ report: NodeReport, binarySHA256: String, policiesSHA256: String, toolSHA256: String? = nil,
-                                verifierToolsSHA256: String? = nil) -> String? {
+                                verifierToolsSHA256: String? = nil, databases: [String: String]? = nil) -> String? {
         if report.binarySHA256 != binarySHA256 { return "its autoharness (sha256 \(report.binarySHA256.prefix(16))) is not the supervisor's (\(binarySHA256.prefix(16)))" }
         if report.policiesSHA256 != policiesSHA256 { return "its policies (sha256 \(report.policiesSHA256.prefix(16))) are not the supervisor's (\(policiesSHA256.prefix(16)))" }
         if let toolSHA256, report.problems.isEmpty, report.toolSHA256 != toolSHA256 {
@@ -114,6 +121,11 @@ public enum NodeCheck {
         }
         if let verifierToolsSHA256, report.problems.isEmpty, report.verifierToolsSHA256 != verifierToolsSHA256 {
             return "its verifier tools (sha256 \((report.verifierToolsSHA256 ?? "none").prefix(16))) are not the supervisor's (\(verifierToolsSHA256.prefix(16)))"
+        }
+        if let databases, report.problems.isEmpty, report.databases != databases {
+            let theirs = report.databases ?? [:]
+            let db = databases.keys.sorted().first { theirs[$0] != databases[$0] } ?? theirs.keys.sorted().first { databases[$0] == nil } ?? "?"
+            return "its template database \(db) (fingerprint \((theirs[db] ?? "none").prefix(16))) is not the supervisor's (\((databases[db] ?? "none").prefix(16)))"
         }
         if !report.problems.isEmpty { return "it fails the host checks: \(report.problems.joined(separator: "; "))" }
         guard let raw = Data(base64Encoded: report.sealKey), (try? Curve25519.KeyAgreement.PublicKey(rawRepresentation: raw)) != nil else {

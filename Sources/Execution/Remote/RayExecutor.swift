@@ -219,6 +219,9 @@ public struct RayExecutor: Sendable {
     public var hidden: [String] = []
     /// The verifier tools every node reports the digest of (`--check-verifier-tools`).
     public var checkVerifierTools: String?
+    /// bird-interact's template databases every node fingerprints on its own server
+    /// (`--check-databases`, on the check's stdin: the login may carry a password).
+    public var checkDatabases: BirdDatabases.Check?
 
     public init(python: String, driver: String, address: String, environment: [String: String]) {
         self.python = python
@@ -284,6 +287,7 @@ public struct RayExecutor: Sendable {
         if !checkDigest.isEmpty { first["check_digest"] = checkDigest }
         if !checkImages.isEmpty { first["check_images"] = checkImages }
         if let checkVerifierTools { first["check_verifier_tools"] = checkVerifierTools }
+        if let checkDatabases { first["check_databases"] = String(decoding: try JSONEncoder().encode(checkDatabases), as: UTF8.self) }
         try send(first)
         func nodes(_ what: String) throws -> [NodeSeen] {
             (try receive(what)["nodes"] as? [[String: Any]] ?? []).map { n in

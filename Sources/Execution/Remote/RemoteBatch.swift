@@ -44,6 +44,9 @@ struct RemoteBatch {
     var images: [String] = []
     /// The verifier tools' digest (`WorkRequest.verifierToolsSHA256`): a node must report it.
     var verifierToolsSHA256: String?
+    /// bird-interact's template databases' fingerprints on the supervisor's server: a node
+    /// must report the same (`--check-databases`).
+    var databases: [String: String]?
     /// Nodes excluded by earlier batches of this experiment, by address.
     let excluded: [String: NodeExcludedRecord]
     /// Where held-out answers are sealed to (`WorkRequest.answerTo`).
@@ -91,7 +94,7 @@ struct RemoteBatch {
         if let e = excluded[n.address] { return "excluded: it answered a request badly before (\(e.reason))" }
         guard let r = n.report else { return "it did not report (\(n.error ?? "no report"))" }
         return NodeCheck.unusable(r, binarySHA256: binarySHA256, policiesSHA256: policiesSHA256, toolSHA256: toolSHA256,
-                                  verifierToolsSHA256: verifierToolsSHA256)
+                                  verifierToolsSHA256: verifierToolsSHA256, databases: databases)
     }
 
     /// The task images each node that could otherwise work lacks: image digest -> nodes.
