@@ -268,14 +268,14 @@ struct RemoteBatchTests {
         #expect(sealed["stderr"] as? String == "" && sealed["exit"] as? Int == 2)
     }
 
-    @Test("the driver places a request on the least loaded accepted node it need not avoid (idle nodes in turn); a held-out request waits for its own node to be idle while others go past it; a request that can run nowhere is answered at once, the node's death named only for a bound request whose node Ray has dead")
+    @Test("the driver places a request on the least loaded accepted node it need not avoid (idle nodes in turn); a held-out request waits for its own node to be idle while others go past it, and so does every request of a batch whose runs take their node alone; a request that can run nowhere is answered at once, the node's death named only for a bound request whose node Ray has dead")
     func driverPlacesRequests() throws {
         // (id, request, avoid, bound) as the driver keeps them; `gone` is what Ray's control
         // store says of a node.
-        func result(_ setup: String) throws -> (k: Int?, line: [String: Any]?, node: String?) {
+        func result(_ setup: String, alone: Bool = false) throws -> (k: Int?, line: [String: Any]?, node: String?) {
             let r = try Self.driverLine("""
                 \(setup)
-                r = d.placement(waiting, usable, excluded, live, load, given, lambda node: node in gone)
+                r = d.placement(waiting, usable, excluded, live, load, given, lambda node: node in gone, \(alone ? "True" : "False"))
                 line = {"none": True} if r is None else {"k": r[0], "line": r[1], "node": r[2]}
                 """)
             return (r["k"] as? Int, r["line"] as? [String: Any], r["node"] as? String)
@@ -293,6 +293,15 @@ struct RemoteBatchTests {
         #expect(r.k == nil && r.node == nil && r.line == nil, "a held-out request was placed on its busy node: \(r)")
         r = try result(nodes + "load = {'a': 0, 'b': 0, 'c': 0}; given = {'a': 5, 'b': 0, 'c': 0}; waiting = [(0, 'H', set(), 'a')]")
         #expect(r.k == 0 && r.node == "a", "\(r)")
+        // A batch whose runs each take their node alone (bird-interact): a train request waits
+        // while every node it may use is busy, and goes to an idle one.
+        let busy = nodes + "load = {'a': 1, 'b': 1, 'c': 0}; given = {'a': 1, 'b': 1, 'c': 0}; waiting = [(0, 'T', {'c'}, None)]"
+        r = try result(busy, alone: true)
+        #expect(r.k == nil && r.node == nil && r.line == nil, "a request of a batch that runs alone was placed on a busy node: \(r)")
+        r = try result(busy)
+        #expect(r.k == 0 && r.node == "a", "\(r)")
+        r = try result(nodes + "load = {'a': 1, 'b': 1, 'c': 0}; given = {'a': 1, 'b': 1, 'c': 0}; waiting = [(0, 'T', set(), None)]", alone: true)
+        #expect(r.k == 0 && r.node == "c", "\(r)")
         // Bound to a node that is no longer alive, which Ray has dead: the node's death.
         r = try result(nodes + "live = {'b', 'c'}; gone = {'a'}; load = {'a': 0, 'b': 0, 'c': 0}; given = dict(load); waiting = [(4, 'H', set(), 'a')]")
         #expect(r.k == 0 && r.node == nil && r.line?["node_died"] as? Bool == true && r.line?["node"] as? String == "a"

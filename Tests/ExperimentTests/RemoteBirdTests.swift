@@ -60,6 +60,9 @@ struct RemoteBirdTests {
                 #expect(r.status == 0, "\(r.stderr)")
                 return try JSONDecoder().decode(NodeReport.self, from: Data(r.stdout.utf8))
             }
+            // Of the run's environment, the check carries the login's variables alone.
+            let login = settings.environment.filter { v in ["PG_PORT=", "PG_USER=", "PG_PASSWORD="].contains(where: v.hasPrefix) }
+            #expect(settings.databaseCheck.environment == login && settings.environment.contains { $0.hasPrefix("DATASET=") }, "\(settings.environment)")
             let same = try checked()
             #expect(same.databases == settings.databases && same.problems.isEmpty, "\(String(describing: same.databases)) \(same.problems)")
             #expect(NodeCheck.unusable(same, binarySHA256: same.binarySHA256, policiesSHA256: same.policiesSHA256, databases: settings.databases) == nil)

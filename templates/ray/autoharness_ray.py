@@ -9,7 +9,8 @@ is the supervisor's. JSON lines:
            "check_policies": ["benchmark-task", "verifier"], "check_vm": "<VM settings JSON>" (optional),
            "check_paths": ["<a path the tool needs on the node>", ...] (optional),
            "check_digest": ["<a file of the tool's whose digest the node reports>", ...] (optional),
-           "check_databases": "<the databases' check JSON, sent on the check's stdin>" (optional)}
+           "check_databases": "<the databases' check JSON, sent on the check's stdin>" (optional),
+           "alone": true (optional: each request only on an idle node)}
   stdout  {"nodes": [{"node": ID, "address": IP, "report": "<worker --check JSON>"} or
                      {"node": ID, "address": IP, "error": "why"}, ...]}
           or {"fatal": "why"} (then it exits 1)
@@ -206,7 +207,7 @@ def push_images(pushes, nodes, reports, check, receive_image, pinned):
     return out
 
 
-def placement(waiting, usable, excluded, live, load, given, node_gone):
+def placement(waiting, usable, excluded, live, load, given, node_gone, alone=False):
     """The next waiting request that can be settled now, in order: (k, line, None) when request
     k can run nowhere (`line` says why), (k, None, node) when it goes to `node`, None when every
     waiting request must wait. A request runs on an accepted node it need not avoid, not
@@ -215,7 +216,9 @@ def placement(waiting, usable, excluded, live, load, given, node_gone):
     nodes take turns. A held-out request waits until its node is idle: sent earlier, it would
     only queue on the node's exclusive lock while its time ran; others go past it. A bound
     request whose node is gone is that node's loss ("node_died" when Ray has the node dead:
-    the supervisor may seal it to another); an unbound one with no node left has none."""
+    the supervisor may seal it to another); an unbound one with no node left has none. With
+    `alone` (a batch whose runs take the node's lock exclusively: bird-interact's share the
+    node's PostgreSQL), every request waits for an idle node, for the same reason."""
     for k, (n, _, avoid, bound) in enumerate(waiting):
         able = [x for x in usable if x not in excluded and x not in avoid and x in live and (bound is None or x == bound)]
         if not able:
@@ -224,7 +227,7 @@ def placement(waiting, usable, excluded, live, load, given, node_gone):
             if bound is not None and node_gone(bound):
                 line["node_died"] = True
             return k, line, None
-        free = [x for x in able if bound is None or load[x] == 0]
+        free = [x for x in able if (bound is None and not alone) or load[x] == 0]
         if free:
             return k, None, min(free, key=lambda x: (load[x], given[x]))
     return None
@@ -418,7 +421,7 @@ def main():
             except queue.Empty:
                 break
         while waiting and len(in_flight) + len(unsettled) < max_in_flight:
-            step = placement(waiting, usable, excluded, live, load, given, node_gone)
+            step = placement(waiting, usable, excluded, live, load, given, node_gone, first.get("alone", False))
             if step is None:
                 break
             k, line, node = step

@@ -133,6 +133,8 @@ package struct RayNodeExecutor: TaskExecutor {
         batch.concurrency = config.maxConcurrency
         batch.images = archives.keys.sorted()
         batch.verifierToolsSHA256 = toolbox
+        // A tool whose runs share a server runs alone on its node (the worker's exclusive lock).
+        executor.alone = sharded?.runsBesideItself == false
         if case .bird(let b) = tool {
             executor.checkDatabases = b.databaseCheck
             batch.databases = b.databases

@@ -222,6 +222,10 @@ public struct RayExecutor: Sendable {
     /// bird-interact's template databases every node fingerprints on its own server
     /// (`--check-databases`, on the check's stdin: the login may carry a password).
     public var checkDatabases: BirdDatabases.Check?
+    /// Each request only on an idle node: the runs take the node's lock exclusively (a tool
+    /// whose runs share a server, `runsBesideItself`), so one sent to a busy node would only
+    /// wait there while its time ran.
+    public var alone = false
 
     public init(python: String, driver: String, address: String, environment: [String: String]) {
         self.python = python
@@ -287,6 +291,7 @@ public struct RayExecutor: Sendable {
         if !checkDigest.isEmpty { first["check_digest"] = checkDigest }
         if !checkImages.isEmpty { first["check_images"] = checkImages }
         if let checkVerifierTools { first["check_verifier_tools"] = checkVerifierTools }
+        if alone { first["alone"] = true }
         if let checkDatabases { first["check_databases"] = String(decoding: try JSONEncoder().encode(checkDatabases), as: UTF8.self) }
         try send(first)
         func nodes(_ what: String) throws -> [NodeSeen] {
