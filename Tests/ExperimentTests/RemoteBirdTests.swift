@@ -52,11 +52,11 @@ struct RemoteBirdTests {
             let one = [ids[0]]
             // The node's check, as the driver runs it (the databases' check on stdin): each
             // template database's fingerprint on its server, which the supervisor compares.
-            func checked() throws -> NodeReport {
+            func checked(_ check: BirdDatabases.Check? = nil, extra: [String: String] = [:]) throws -> NodeReport {
                 let input = node.temp.file("databases-\(UUID().uuidString).json")
-                try JSONEncoder().encode(settings.databaseCheck).write(to: URL(fileURLWithPath: input))
+                try JSONEncoder().encode(check ?? settings.databaseCheck).write(to: URL(fileURLWithPath: input))
                 let r = try runProcess(Built.autoharness, ["worker", "--check", "--state", node.state, "--policy-dir", Built.packageRoot + "/policies", "--check-databases"],
-                                       environment: env, stdinPath: input)
+                                       environment: env.merging(extra) { _, new in new }, stdinPath: input)
                 #expect(r.status == 0, "\(r.stderr)")
                 return try JSONDecoder().decode(NodeReport.self, from: Data(r.stdout.utf8))
             }
@@ -66,6 +66,14 @@ struct RemoteBirdTests {
             let same = try checked()
             #expect(same.databases == settings.databases && same.problems.isEmpty, "\(String(describing: same.databases)) \(same.problems)")
             #expect(NodeCheck.unusable(same, binarySHA256: same.binarySHA256, policiesSHA256: same.policiesSHA256, databases: settings.databases) == nil)
+            // A login env_pass names is the node's own: read from the environment the check
+            // runs with (its Ray worker's), not the supervisor's.
+            var own = settings.databaseCheck
+            own.environment.removeAll { $0.hasPrefix("PG_USER=") }
+            own.envPass = ["PG_USER"]
+            let stranger = try checked(own, extra: ["PG_USER": "ah_no_such_login"])
+            #expect(stranger.databases == nil && stranger.problems.contains { $0.contains("the template databases:") && $0.contains("ah_no_such_login") }, "\(stranger.problems)")
+            #expect(try checked(own, extra: ["PG_USER": PostgresServer.user]).databases == settings.databases)
             // A row the supervisor's server did not have (the node is this host: its server is
             // the one changed after the supervisor's fingerprints were taken): the check
             // reports another fingerprint, so the supervisor gives the node nothing, and a
