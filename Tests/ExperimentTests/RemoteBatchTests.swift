@@ -97,6 +97,21 @@ struct RemoteBatchTests {
         #expect {
             _ = try none.choose([Fixture.node("x", "10.0.0.3", Fixture.report(problems: ["SECRET-NODE-WORDS"]))])
         } throws: { "\($0)".contains("no node of the cluster") && !"\($0)".contains("SECRET-NODE-WORDS") }
+        // bird-interact: a node whose template databases' fingerprints are not the
+        // supervisor's, or that reports none, gets nothing.
+        var (bird, birdKept) = Self.wired(f)
+        bird.databases = ["a_template": "h1"]
+        func fingerprinted(_ d: [String: String]?) -> NodeReport {
+            var r = Fixture.report()
+            r.databases = d
+            return r
+        }
+        let birdUse = try bird.choose([Fixture.node("same", "10.0.1.2", fingerprinted(["a_template": "h1"])), Fixture.node("other", "10.0.1.3", fingerprinted(["a_template": "h2"])),
+                                       Fixture.node("none", "10.0.1.4", fingerprinted(nil))])
+        #expect(birdUse == ["same"])
+        for node in ["10.0.1.3", "10.0.1.4"] {
+            #expect(birdKept.log.contains { $0.contains("node \(node) ") && $0.contains("its template database a_template") }, "\(birdKept.log)")
+        }
     }
 
     @Test("a held-out request is sealed to a node only when one is free: each accepted node holds one at a time, the least given first, a node out of the batch none; at max_concurrency the rest wait; with no node left the run ends; train requests are bound to no node")
@@ -323,13 +338,16 @@ struct RemoteBatchTests {
             first = {"check_verifier_tools": "/opt/tools", "check_databases": \(String(reflecting: check))}
             argv, stdin = d.check_argv(os, first, ["benchmark-task"], None, ["/opt/adk"], ["/opt/adk/x.py"], [])
             plain, none = d.check_argv(os, {}, ["benchmark-task"], None, [], [], [])
-            line = {"argv": argv, "stdin": stdin.decode(), "plain": plain, "none": none.decode()}
+            line = {"argv": argv, "stdin": stdin.decode(), "plain": plain, "none": none.decode(),
+                    "seconds": [d.check_seconds({}), d.check_seconds(first)]}
             """)
         let argv = try #require(line["argv"] as? [String])
         #expect(Array(argv.dropFirst()) == ["worker", "--check", "--check-policy", "benchmark-task", "--check-path", "/opt/adk", "--check-digest", "/opt/adk/x.py",
                                             "--check-verifier-tools", "/opt/tools", "--check-databases"], "\(argv)")
         #expect(line["stdin"] as? String == check && !argv.contains { $0.contains("s3cret") })
         #expect((line["plain"] as? [String])?.contains("--check-databases") == false && line["none"] as? String == "", "\(line)")
+        // The check's time grows with the databases it fingerprints (one here).
+        #expect(line["seconds"] as? [Int] == [180, 600], "\(line)")
     }
 
     @Test("an image push's failures are reported per node, checked again after the push; a held-out batch's reasons stay on the node (tar's words could name its files), a train batch's pass, and a node that raised or never answered fails its push")

@@ -66,6 +66,14 @@ struct RemoteBirdTests {
             let same = try checked()
             #expect(same.databases == settings.databases && same.problems.isEmpty, "\(String(describing: same.databases)) \(same.problems)")
             #expect(NodeCheck.unusable(same, binarySHA256: same.binarySHA256, policiesSHA256: same.policiesSHA256, databases: settings.databases) == nil)
+            // While a run holds the node alone (its exclusive lock: it copies the templates),
+            // the check waits for it rather than connect to them.
+            let alone = open(node.state + "/node.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            try #require(alone >= 0 && flock(alone, LOCK_EX) == 0)
+            DispatchQueue.global().asyncAfter(deadline: .now() + 3) { close(alone) }
+            let waited = Date()
+            #expect(try checked().databases == settings.databases)
+            #expect(Date().timeIntervalSince(waited) >= 3, "the check read the databases while a run held the node alone")
             // A login env_pass names is the node's own: read from the environment the check
             // runs with (its Ray worker's), not the supervisor's.
             var own = settings.databaseCheck

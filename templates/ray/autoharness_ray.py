@@ -161,6 +161,14 @@ def check_argv(o, first, policies, vm, paths, digest, images):
     return argv, databases.encode() if databases else b""
 
 
+def check_seconds(first):
+    """How long a node's check may take, its report's way back included: 3 minutes, and 5 more
+    per template database it fingerprints (each a full read, after up to 2 minutes' wait for
+    the node's lock)."""
+    databases = first.get("check_databases")
+    return 180 + (120 + 300 * len(json.loads(databases).get("databases", [])) if databases else 0)
+
+
 def push_images(pushes, nodes, reports, check, receive_image, pinned):
     """The task images the supervisor offers (each archive, encrypted, put once into Ray's
     object store; each named node takes its offer), then the nodes pushed to checked again:
@@ -267,10 +275,19 @@ def main():
         import subprocess as sp
 
         argv, stdin = check_argv(o, first, policies, vm, paths, digest, images)
+        # In a session of its own, ended whole on a timeout: the databases' check runs psql and
+        # pg_dump, which would otherwise stay connected to the templates.
         try:
-            p = sp.run(argv, input=stdin, capture_output=True, timeout=600 if stdin else 120)
-        except (OSError, sp.TimeoutExpired) as e:
+            p = sp.Popen(argv, stdin=sp.PIPE, stdout=sp.PIPE, stderr=sp.PIPE, start_new_session=True)
+        except OSError as e:
             return {"error": str(e)}
+        try:
+            out, err = p.communicate(stdin, timeout=check_seconds(first) - 60)
+        except sp.TimeoutExpired:
+            o.killpg(p.pid, 9)
+            p.communicate()
+            return {"error": "`autoharness worker --check` gave no report in %d s" % (check_seconds(first) - 60)}
+        p = sp.CompletedProcess(argv, p.returncode, out, err)
         if p.returncode != 0 or len(p.stdout) > 65536:
             return {"error": "`autoharness worker --check` exited %d: %s" % (p.returncode, p.stderr[-600:].decode("utf-8", "replace"))}
         return {"report": p.stdout.decode("utf-8", "replace")}
@@ -344,7 +361,7 @@ def main():
     def check(among):
         checks = {check_node.options(scheduling_strategy=pinned(n["NodeID"])).remote(first.get("check_policies", []), first.get("check_vm"), first.get("check_paths", []),
                                                                                           first.get("check_digest", []), first.get("check_images", [])): n for n in among}
-        wait = 660 if first.get("check_databases") else 180
+        wait = check_seconds(first)
         done, _ = ray.wait(list(checks), num_returns=len(checks), timeout=wait)
         found = []
         for ref, n in checks.items():

@@ -87,9 +87,31 @@ public enum NodeCheck {
             }
         }
         if let databases {
-            do { report.databases = try databases.fingerprints() } catch { report.problems.append("the template databases: \(error.message)") }
+            // Under the node's lock, shared: a bird-interact run holds it alone while it copies
+            // the templates (a reader connected to one would fail its CREATE DATABASE) and
+            // leaves its roles and settings on the server.
+            if let lock = sharedLock(stateDirectory, within: 120) {
+                defer { close(lock) }
+                do { report.databases = try databases.fingerprints() } catch { report.problems.append("the template databases: \(error.message)") }
+            } else {
+                report.problems.append("the template databases: the node is busy with a run that holds it alone (not checked in 120 s)")
+            }
         }
         return report
+    }
+
+    /// The node's lock (`RemoteWorker.lockNode`'s file) taken shared within `seconds`, or nil.
+    static func sharedLock(_ state: String, within seconds: Double) -> Int32? {
+        let fd = open(state + "/node.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return nil }
+        let deadline = monotonicNow() + seconds
+        repeat {
+            if flock(fd, LOCK_SH | LOCK_NB) == 0 { return fd }
+            guard errno == EWOULDBLOCK || errno == EINTR else { break }
+            usleep(200_000)
+        } while monotonicNow() < deadline
+        close(fd)
+        return nil
     }
 
     /// Why a held-out VM of `settings` cannot run on this host, or nil when it can.

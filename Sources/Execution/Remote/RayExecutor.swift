@@ -264,7 +264,9 @@ public struct RayExecutor: Sendable {
         let pid = p.processIdentifier
         let watchdog = DispatchWorkItem { kill(pid, SIGKILL) }
         // Each request may run twice (a lost one is sent again).
-        let rounds = Double(2 * ((count + maxInFlight - 1) / max(1, maxInFlight)) + 2)
+        // A batch that runs alone may have fewer at once than `maxInFlight` (one a node).
+        let width = alone ? 1 : max(1, maxInFlight)
+        let rounds = Double(2 * ((count + width - 1) / width) + 2)
         DispatchQueue.global().asyncAfter(deadline: .now() + timeout * rounds + 300 + pushAllowance, execute: watchdog)
         defer { watchdog.cancel() }
         // The driver's stderr is drained meanwhile (Ray is talkative); its tail explains a failure.
