@@ -281,16 +281,16 @@ def main():
             p = sp.Popen(argv, stdin=sp.PIPE, stdout=sp.PIPE, stderr=sp.PIPE, start_new_session=True)
         except OSError as e:
             return {"error": str(e)}
+        limit = check_seconds(first) - 60
         try:
-            out, err = p.communicate(stdin, timeout=check_seconds(first) - 60)
+            out, err = p.communicate(stdin, timeout=limit)
         except sp.TimeoutExpired:
             o.killpg(p.pid, 9)
             p.communicate()
-            return {"error": "`autoharness worker --check` gave no report in %d s" % (check_seconds(first) - 60)}
-        p = sp.CompletedProcess(argv, p.returncode, out, err)
-        if p.returncode != 0 or len(p.stdout) > 65536:
-            return {"error": "`autoharness worker --check` exited %d: %s" % (p.returncode, p.stderr[-600:].decode("utf-8", "replace"))}
-        return {"report": p.stdout.decode("utf-8", "replace")}
+            return {"error": "`autoharness worker --check` gave no report in %d s" % limit}
+        if p.returncode != 0 or len(out) > 65536:
+            return {"error": "`autoharness worker --check` exited %d: %s" % (p.returncode, err[-600:].decode("utf-8", "replace"))}
+        return {"report": out.decode("utf-8", "replace")}
 
     @ray.remote(num_cpus=num_cpus, max_retries=0)
     def run_on_node(request_b64, sealed):

@@ -46,12 +46,13 @@ public struct BirdNode: Codable, Sendable, Equatable {
 
     /// What a node's check compares before it is given work (`worker --check
     /// --check-databases`): every template database the supervisor fingerprinted, on the
-    /// node's server, reached as a request's run would reach it.
-    /// Of the run's environment only the login's variables go (`BirdDatabases.Login`): the
-    /// check is not sealed to a node as a held-out request is.
+    /// node's server, reached as a request's run would reach it. Of the run's environment and
+    /// `env_pass` only the login's variables go: the check is not sealed to a node as a
+    /// held-out request is.
     public var databaseCheck: BirdDatabases.Check {
-        .init(socketDirectory: postgresSocketDirectory, environment: environment.filter { BirdDatabases.Login.variables.contains(where: $0.hasPrefix) },
-              envPass: tool.envPass.filter { BirdDatabases.Login.variables.map { String($0.dropLast()) }.contains($0) }, databases: databases.keys.sorted())
+        let names = BirdDatabases.Login.variables
+        return .init(socketDirectory: postgresSocketDirectory, environment: environment.filter { v in names.contains { v.hasPrefix($0 + "=") } },
+                     envPass: tool.envPass.filter(names.contains), databases: databases.keys.sorted())
     }
 
     /// Why this node's template databases for `ids` are not the supervisor's, or nil. Each
@@ -134,12 +135,12 @@ public enum BirdDatabases {
         public var user: String
         public var password: String
 
+        /// The variables a login is read from.
+        public static let variables = ["PG_PORT", "PG_USER", "PG_PASSWORD"]
+
         /// PG_PORT, PG_USER and PG_PASSWORD as the graders get them: from the run's
         /// `environment`, else (named by `envPass`) from this process's, else the ADK's
         /// defaults (shared/db_utils.py: 5432, root, 123123).
-        /// The variables a login is read from, each with its `=`.
-        public static let variables = ["PG_PORT=", "PG_USER=", "PG_PASSWORD="]
-
         public init(socketDirectory: String, environment: [String], envPass: [String]) {
             func value(_ key: String) -> String? {
                 environment.last { $0.hasPrefix(key + "=") }.map { String($0.dropFirst(key.count + 1)) }

@@ -90,7 +90,7 @@ public enum NodeCheck {
             // Under the node's lock, shared: a bird-interact run holds it alone while it copies
             // the templates (a reader connected to one would fail its CREATE DATABASE) and
             // leaves its roles and settings on the server.
-            if let lock = sharedLock(stateDirectory, within: 120) {
+            if let lock = RemoteWorker.sharedLock(stateDirectory, within: 120) {
                 defer { close(lock) }
                 do { report.databases = try databases.fingerprints() } catch { report.problems.append("the template databases: \(error.message)") }
             } else {
@@ -98,20 +98,6 @@ public enum NodeCheck {
             }
         }
         return report
-    }
-
-    /// The node's lock (`RemoteWorker.lockNode`'s file) taken shared within `seconds`, or nil.
-    static func sharedLock(_ state: String, within seconds: Double) -> Int32? {
-        let fd = open(state + "/node.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { return nil }
-        let deadline = monotonicNow() + seconds
-        repeat {
-            if flock(fd, LOCK_SH | LOCK_NB) == 0 { return fd }
-            guard errno == EWOULDBLOCK || errno == EINTR else { break }
-            usleep(200_000)
-        } while monotonicNow() < deadline
-        close(fd)
-        return nil
     }
 
     /// Why a held-out VM of `settings` cannot run on this host, or nil when it can.
@@ -153,6 +139,28 @@ public enum NodeCheck {
         guard let raw = Data(base64Encoded: report.sealKey), (try? Curve25519.KeyAgreement.PublicKey(rawRepresentation: raw)) != nil else {
             return "its sealing key is not an X25519 public key"
         }
+        return nil
+    }
+}
+
+/// The node's lock (`lockNode` takes it for each request).
+extension RemoteWorker {
+    /// The lock file in the node's state directory, opened (or -1, errno set).
+    static func openLock(_ state: String) -> Int32 {
+        open(state + "/node.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+    }
+
+    /// The node's lock taken shared within `seconds`, or nil.
+    static func sharedLock(_ state: String, within seconds: Double) -> Int32? {
+        let fd = openLock(state)
+        guard fd >= 0 else { return nil }
+        let deadline = monotonicNow() + seconds
+        repeat {
+            if flock(fd, LOCK_SH | LOCK_NB) == 0 { return fd }
+            guard errno == EWOULDBLOCK || errno == EINTR else { break }
+            usleep(200_000)
+        } while monotonicNow() < deadline
+        close(fd)
         return nil
     }
 }

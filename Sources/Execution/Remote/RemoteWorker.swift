@@ -265,7 +265,7 @@ public enum RemoteWorker {
     /// cleaned up.
     static func lockNode(_ state: String, scratchRoot: String, exclusive: Bool) throws -> [String] {
         var cleaned: [String] = []
-        let fd = open(state + "/node.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        let fd = openLock(state)
         guard fd >= 0 else { throw ExperimentError(.io, "\(state)/node.lock: \(ErrnoName.describe(errno))") }
         func lock(_ operation: Int32) -> Bool {
             while flock(fd, operation) != 0 { if errno != EINTR { return false } }
