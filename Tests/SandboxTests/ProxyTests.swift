@@ -187,18 +187,8 @@ struct ProxyInternalAddressTests {
         try "127.0.0.1 localhost\n8.8.4.4 own.example\n".write(toFile: "/etc/netns/\(ns)/hosts", atomically: true, encoding: .utf8)
 
         let dir = try TempDir()
-        let port = Int.random(in: 20000...40000)
-        let server = Process()
-        server.executableURL = URL(fileURLWithPath: "/usr/sbin/ip")
-        server.arguments = ["netns", "exec", ns, "python3", "-c", """
-            import socket, threading
-            s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", \(port))); s.listen(8)
-            while True:
-                c, _ = s.accept(); c.sendall(b"echo:" + c.recv(100)); c.close()
-            """]
-        try server.run()
-        defer { kill(server.processIdentifier, SIGKILL); server.waitUntilExit() }  // SIGKILL: see HostEchoServer
-        usleep(300_000)
+        let server = try HostEchoServer(address: "0.0.0.0", netns: ns)
+        let port = server.port
 
         // own.example is listed on two ports; its address on one of them only.
         let policy = try dir.file("proxy.yaml", "extends: base\nnetwork:\n  mode: proxy\n  allow: [\"own.example:\(port)\", \"own.example:\(port + 1)\", \"8.8.4.4:\(port)\"]\n")
@@ -212,6 +202,7 @@ struct ProxyInternalAddressTests {
         // what this test is about.
         let r = try runProcess("/usr/sbin/ip", ["netns", "exec", ns, Built.autoharness, "sandbox", "exec", "--allow-unenforced-limits", "--policy", policy,
                                                 "--audit", audit, "--ro", "\(client):/client.py", "--", "python3", "/client.py"])
+        withExtendedLifetime(server) {}
         #expect(r.stdout.contains("other port: HTTP/1.1 502"), "\(r.stdout) \(r.stderr)")
         #expect(r.stdout.contains("literal: HTTP/1.1 200 Connection established | echo:ping"), "\(r.stdout) \(r.stderr)")
         #expect(r.stdout.contains("name: HTTP/1.1 200 Connection established | echo:ping"), "\(r.stdout) \(r.stderr)")

@@ -219,13 +219,16 @@ public final class HostEchoServer {
     let process = Process()
     public let port: Int
 
-    public init() throws {
+    /// Listening on `address` on a free port, in network namespace `netns` (`ip netns`) if
+    /// given; returns once it listens (a busy machine takes seconds to start python there).
+    public init(address: String = "127.0.0.1", netns: String? = nil) throws {
         let portFile = NSTemporaryDirectory() + "ah-echo-\(UUID().uuidString)"
         defer { try? FileManager.default.removeItem(atPath: portFile) }
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        process.arguments = ["-c", """
+        let python = ["/usr/bin/python3"]
+        process.executableURL = URL(fileURLWithPath: netns == nil ? python[0] : "/usr/sbin/ip")
+        process.arguments = (netns.map { ["netns", "exec", $0] + python } ?? []) + ["-c", """
             import socket, sys, threading
-            s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
+            s = socket.socket(); s.bind(("\(address)", 0)); s.listen(16)
             open(sys.argv[1] + ".tmp", "w").write(str(s.getsockname()[1]))
             import os; os.rename(sys.argv[1] + ".tmp", sys.argv[1])
             def serve(c):
@@ -236,7 +239,7 @@ public final class HostEchoServer {
         process.standardOutput = FileHandle.nullDevice
         try process.run()
         var port = 0
-        for _ in 0..<200 where port == 0 {
+        for _ in 0..<1200 where port == 0 {
             usleep(25_000)
             port = (try? String(contentsOfFile: portFile, encoding: .utf8)).flatMap { Int($0) } ?? 0
         }

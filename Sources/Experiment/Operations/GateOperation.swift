@@ -138,10 +138,20 @@ struct GateOperation {
             batchRows = [(.batchEnded, ended), (.batchRevealed, next)]
         }
 
+        // What the outcome holds that carries no time is made before the hold: work done after
+        // it (hashing the running binaries, inspecting the host, counting audit events) would
+        // move the reply past its instant by a duration the held-out run can steer.
+        let violations = experiment.violations(audit, during: "gate")
+            + experiment.violations(heldOutAudit, during: "gate, held-out split", heldOut: true)
+        var gateEvidence = EvidenceOperation(experiment: experiment).evidenceRecord(attempt: attempt, train: phases.suite + promotionOutcomes,
+                                                                                  heldOut: phases.heldOut.map { (split.test, $0) })
         // Nothing of the outcome (its rows' times, the commit's date, the reply) exists before
         // the configured instant.
         var items: [(RecordKind, any Encodable)] = []
         if heldOutBegan, let overrun = holdReply(since: started) { items.append((.note, NoteRecord(text: overrun))) }
+        // The host was inspected once the gate's sandboxes had ended; its stamp is the reply's
+        // (the inspection's own instant would say when the held-out tasks finished).
+        gateEvidence.host?.measuredAt = isoTimestamp()
         if result.accepted, let val = result.valScore {
             let iteration = s.iterations.count
             let head = try experiment.ledger.head
@@ -168,12 +178,10 @@ struct GateOperation {
         }
         if let evidence { items.append((.failureEvidence, evidence)) }
         items += batchRows
-        items += experiment.violations(audit, during: "gate")
-        items += experiment.violations(heldOutAudit, during: "gate, held-out split", heldOut: true)
+        items += violations
         // What `evidence export` signs about this attempt (held-out leaves only in the ledger),
         // last: its bundle counts every violation up to this row, this gate's own included.
-        items.append((.gateEvidence, EvidenceOperation(experiment: experiment).evidenceRecord(attempt: attempt, train: phases.suite + promotionOutcomes,
-                                                    heldOut: phases.heldOut.map { (split.test, $0) })))
+        items.append((.gateEvidence, gateEvidence))
         _ = try experiment.ledger.appendAll(items)
         recorded = true
         // Published only once the ledger holds the iteration; a crash in between is rolled

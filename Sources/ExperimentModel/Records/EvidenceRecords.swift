@@ -148,8 +148,9 @@ public struct TaskFilesDigest: Codable, Sendable, Equatable {
 /// The host a gate ran on, as measured then (`GatePredicate.Host` in a bundle).
 public struct GateHost: Codable, Sendable, Equatable {
     /// `uname -r` and doctor's host findings (topic: ok, info, missing), measured when the
-    /// gate ran, on its host (`measuredAt`; for rows written before that was recorded,
-    /// when the bundle was exported, on the exporting host).
+    /// gate ran, on its host, once its sandboxes had ended; `measuredAt` is the gate's reply
+    /// instant (held to `gate.reply_time`), not the inspection's. For rows written before that
+    /// was recorded: when the bundle was exported, on the exporting host.
     public var kernel: String
     public var findings: [String: String]
     public var measuredAt: String
