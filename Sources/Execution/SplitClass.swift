@@ -17,6 +17,13 @@ package enum SplitClass {
         return true
     }
 
+    /// A gate's held-out phase, what `gate.held_out_runtime` applies to (prepare's baseline
+    /// runs where train runs do).
+    var isGateHeldOut: Bool {
+        if case .heldOut = self { return true }
+        return false
+    }
+
     /// Where a task's trace goes: only a train run's can go anywhere.
     var traces: (String) -> String? {
         if case .train(let t) = self { return t }

@@ -10,11 +10,13 @@ import Sandbox
 /// allowlist, a gate of the host's for model APIs, its audit). Booted for real, emulated.
 @Suite("Held-out VM: tool benchmarks, their egress through the host's proxy", .serialized)
 struct HeldOutVMEgressTests {
-    /// Each task: a chat completion asking to store the instruction (the gate passes it with
-    /// `store` false), a list of stored completions (refused), a CONNECT to a host the
+    /// Each task in the VM (on the host's kernel it answers wrong and calls nothing): a chat
+    /// completion asking to store the instruction (the gate passes it with `store` false; odd
+    /// numbers ask the fake vendor to fail their first request, `FAILONCE`, and answer wrong
+    /// when it does), a list of stored completions (refused), a CONNECT to a host the
     /// allowlist does not name (refused). It answers right only where all three went as the
-    /// gate decides and it runs on a kernel that is not the host's: so a held-out score of 1
-    /// says every held-out task ran in the VM and reached the vendor through the host's gate.
+    /// gate decides: so a held-out score of 1 says every held-out task ran in the VM, reached
+    /// the vendor through the host's gate, and was run again where the vendor failed it.
     static func agent(hostBootID: String) -> String {
         """
         import json, os, socket, urllib.request, urllib.error
@@ -43,8 +45,13 @@ struct HeldOutVMEgressTests {
             def run(self, instruction):
                 n = int(instruction.split()[1])
                 in_vm = open("/proc/sys/kernel/random/boot_id").read().strip() != "\(hostBootID)"
+                if not in_vm:
+                    return "host"
+                word = instruction + (" FAILONCE:sq%d" % n if n % 2 else "")
                 chat = call("POST", "/v1/chat/completions", {"model": "gpt-fake", "store": True, "metadata": {"leak": instruction},
-                                                            "messages": [{"role": "user", "content": instruction}]})
+                                                            "messages": [{"role": "user", "content": word}]})
+                if chat == 503:
+                    return "vendor 503"
                 listed = call("GET", "/v1/chat/completions")
                 other = elsewhere()
                 ok = chat == 200 and listed == 403 and " 403 " in other and in_vm
@@ -71,59 +78,8 @@ struct HeldOutVMEgressTests {
         return (exp, model)
     }
 
-    @Test("held-out tasks in the VM reach the fake vendor only through the host's gate (store forced false, a list refused, another host refused), each refusal recorded as held-out")
+    @Test("held-out tasks in the VM reach the fake vendor only through the host's gate (store forced false, a list refused, another host refused), each refusal recorded as held-out; with gate.infra_retries the host's one gate counts the vendor's failures per task by the stream tags of the guest's one-task runs, and only the tasks it failed run again, in a second VM of the same phase")
     func heldOutEgressThroughHost() throws {
-        try HeldOutVMTests.requireVM()
-        let (exp, model) = try Self.prepared()
-        defer { exp.removeScratch() }
-        let env = ["FAKE_MODEL": model.address]
-        let test = try exp.split().test
-        let before = model.requests().count
-
-        try exp.setAgent(Self.agent(hostBootID: HeldOutVMTests.hostBootID))
-        let g = try exp.run(["gate"], environment: env)
-        #expect(g.status == 0 && g.stdout.contains("ACCEPTED") && g.stdout.contains("val_score: 1.00"), "\(g.stdout)\n\(g.stderr)")
-        #expect(g.stderr.contains("held-out VM: \(test.count) task(s) answered"), "\(g.stderr)")
-
-        // What reached the vendor during the gate: one chat completion per task (train on
-        // the host, held-out in the VM), each with store false, and no list.
-        let during = Array(model.requests().dropFirst(before))
-        let chats = during.filter { ($0["path"] as? String)?.hasSuffix("/v1/chat/completions") == true }
-        #expect(chats.count >= test.count && chats.allSatisfy { ($0["method"] as? String) == "POST" && ($0["store"] as? Bool) == false }, "\(during)")
-        #expect(chats.allSatisfy { ($0["host"] as? String) == model.address }, "\(chats)")
-        // The refusals inside the VM were the host proxy's, recorded against agent.py, held out.
-        let heldOut = try exp.rows("violation").filter { ($0["heldOut"] as? Bool) == true && ($0["kind"] as? String) == "egress" }
-        #expect(heldOut.contains { ($0["detail"] as? String)?.contains(model.address) == true }, "\(heldOut)")
-        #expect(heldOut.contains { ($0["detail"] as? String)?.contains("127.0.0.1:9") == true }, "\(heldOut)")
-        #expect(heldOut.allSatisfy { ($0["actor"] as? String)?.hasPrefix("agent.py") == true }, "\(heldOut)")
-    }
-
-    /// On the host: the square, no call. In the VM: one chat completion first (urllib, no
-    /// retry of its own), the square only if the vendor answered it; odd numbers ask the fake
-    /// vendor to fail their first request (`FAILONCE`).
-    static func onceFailedAgent(hostBootID: String) -> String {
-        """
-        import json, os, urllib.request, urllib.error
-
-        class HarnessAgent:
-            def run(self, instruction):
-                n = int(instruction.split()[1])
-                if open("/proc/sys/kernel/random/boot_id").read().strip() == "\(hostBootID)":
-                    return str(n * n)
-                word = ("FAILONCE:sq%d" % n) if n % 2 else ("sq%d" % n)
-                req = urllib.request.Request("https://%s/v1/chat/completions" % os.environ["FAKE_MODEL"],
-                                             data=json.dumps({"model": "m", "messages": [{"role": "user", "content": word}]}).encode(),
-                                             headers={"content-type": "application/json", "authorization": "Bearer sk-test"})
-                try:
-                    urllib.request.urlopen(req, timeout=120).read()
-                except urllib.error.HTTPError as e:
-                    return "vendor %d" % e.code
-                return str(n * n)
-        """
-    }
-
-    @Test("gate.infra_retries in the VM: the host's one gate counts the vendor's failures per task by the stream tags of the guest's one-task runs, and only the tasks it failed run again, in a second VM of the same phase")
-    func vendorFailuresRetriedInTheVM() throws {
         try HeldOutVMTests.requireVM()
         let (exp, model) = try Self.prepared { try $0.set("infra_retries", "1", in: "gate") }
         defer { exp.removeScratch() }
@@ -131,8 +87,9 @@ struct HeldOutVMEgressTests {
         let test = try exp.split().test
         let odd = test.filter { (Int($0.dropFirst(3)) ?? 0) % 2 == 1 }
         try #require(!odd.isEmpty && odd.count < test.count, "the held-out split \(test) needs odd and even tasks")
+        let before = model.requests().count
 
-        try exp.setAgent(Self.onceFailedAgent(hostBootID: HeldOutVMTests.hostBootID))
+        try exp.setAgent(Self.agent(hostBootID: HeldOutVMTests.hostBootID))
         let g = try exp.run(["gate"], environment: env)
         #expect(g.status == 0 && g.stdout.contains("ACCEPTED") && g.stdout.contains("val_score: 1.00"), "\(g.stdout)\n\(g.stderr)")
         // The phase, then a VM for exactly the tasks the vendor failed.
@@ -144,6 +101,18 @@ struct HeldOutVMEgressTests {
         let account = row["infraRetries"] as? [String: Any]
         #expect(account?["failures"] as? Int == odd.count && account?["retried"] as? Int == odd.count && account?["unresolved"] as? Int == 0,
                 "\(row)")
+
+        // What reached the vendor during the gate: chat completions of the held-out tasks
+        // (in the VM; failed ones twice), each with store false, and no list.
+        let during = Array(model.requests().dropFirst(before))
+        let chats = during.filter { ($0["path"] as? String)?.hasSuffix("/v1/chat/completions") == true }
+        #expect(chats.count >= test.count && chats.allSatisfy { ($0["method"] as? String) == "POST" && ($0["store"] as? Bool) == false }, "\(during)")
+        #expect(chats.allSatisfy { ($0["host"] as? String) == model.address }, "\(chats)")
+        // The refusals inside the VM were the host proxy's, recorded against agent.py, held out.
+        let heldOut = try exp.rows("violation").filter { ($0["heldOut"] as? Bool) == true && ($0["kind"] as? String) == "egress" }
+        #expect(heldOut.contains { ($0["detail"] as? String)?.contains(model.address) == true }, "\(heldOut)")
+        #expect(heldOut.contains { ($0["detail"] as? String)?.contains("127.0.0.1:9") == true }, "\(heldOut)")
+        #expect(heldOut.allSatisfy { ($0["actor"] as? String)?.hasPrefix("agent.py") == true }, "\(heldOut)")
     }
 
     @Test("in the VM too, agent.py that exits in the middle of a slow generation buys no retry: its sandbox's end closes only the guest's stream (the host's exchange waits on for the vendor), and what fails once the host's proxy stopped with the VM is not counted")

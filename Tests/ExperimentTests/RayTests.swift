@@ -285,6 +285,20 @@ struct RayClusterTests {
         #expect(refused.status != 0 && refused.stderr.contains("not used: it fails the host checks: held-out VM") && refused.stderr.contains("/nonexistent/kernel"),
                 "\(refused.status) \(refused.stderr)")
         #expect(((try? FileManager.default.contentsOfDirectory(atPath: remote.temp.file("state") + "/nonces")) ?? []).count == nonces.count)
+
+        // Prepare's baseline runs where train runs do, in the node's sandboxes on its kernel (as
+        // on one machine): an agent.py that solves only there passes every task.
+        let other = try Experiment(prepare: false, config: HeldOutVMTests.vm)
+        let keyPath = ExperimentLayout(root: remote.root).privateDirectory + "/work-key"
+        let otherKey = ExperimentLayout(root: other.root).privateDirectory + "/work-key"
+        try FileManager.default.createDirectory(atPath: (otherKey as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try? FileManager.default.removeItem(atPath: otherKey)
+        try FileManager.default.copyItem(atPath: keyPath, toPath: otherKey)
+        try base.write(toFile: other.root + "/experiment_config.yaml", atomically: true, encoding: .utf8)
+        try other.setAgent(HeldOutVMTests.solver("if open('/proc/sys/kernel/random/boot_id').read().strip() != '\(HeldOutVMTests.hostBootID)':\n    return"))
+        let baseline = try autoharness(["prepare", "-C", other.root], environment: env)
+        #expect(baseline.status == 0 && baseline.stdout.contains("baseline: \(train.count + test.count)/\(train.count + test.count) tasks pass"),
+                "\(baseline.stdout)\n\(baseline.stderr)")
     }
 
     @Test("a driver with a wrong token is refused by the cluster, and a cluster without token authentication is refused by the driver")
@@ -354,9 +368,20 @@ struct RayClusterTests {
 
         /// Waits (up to two minutes) until `count` worker nodes are alive in the cluster: a
         /// test that names each node's part must not start while one is still joining.
+        /// One driver polls (importing Ray and joining as a driver cost seconds of CPU each);
+        /// started again only if it fails, e.g. before the head answers.
         func waitForNodes(_ count: Int, python: String) throws {
-            let probe = "import ray; ray.init(address='\(address)', log_to_driver=False, logging_level='ERROR'); "
-                + "print('ALIVE', sum(1 for n in ray.nodes() if n['Alive'] and n['Resources'].get('CPU', 0) > 0))"
+            let probe = """
+                import time, ray
+                ray.init(address='\(address)', log_to_driver=False, logging_level='ERROR')
+                end = time.monotonic() + 110
+                while True:
+                    alive = sum(1 for n in ray.nodes() if n['Alive'] and n['Resources'].get('CPU', 0) > 0)
+                    if alive >= \(count) or time.monotonic() > end:
+                        break
+                    time.sleep(0.5)
+                print('ALIVE', alive)
+                """
             var env = ProcessInfo.processInfo.environment
             env["RAY_AUTH_MODE"] = "token"
             env["RAY_AUTH_TOKEN"] = token
@@ -477,7 +502,9 @@ struct RayClusterTests {
 
         // A slow agent.py and a train run in the background; the first node that holds one of
         // its requests is killed, and the request runs again on another (its nonce is on both).
-        try remote.setAgent(Agents.slow)
+        // (6 s a task: the request is held for seconds before its node is killed, and again on
+        // the node that runs it after.)
+        try remote.setAgent(Agents.slow.replacingOccurrences(of: "time.sleep(15)", with: "time.sleep(6)"))
         func start(_ args: [String]) throws -> (Process, Pipe) {
             let p = Process()
             p.executableURL = URL(fileURLWithPath: Built.autoharness)
@@ -512,8 +539,10 @@ struct RayClusterTests {
         // agent.py slow enough to be caught at work, and a surviving node killed once it holds
         // one of them: the request is sealed to the last node and runs there once more, and
         // the gate decides as one machine does (the loss noted, naming no task).
+        // One machine's gate needs no sleep: the same answers give the same output.
         let slowAdder = Agents.addOnly.replacingOccurrences(of: "        line = instruction", with: "        import time\n        time.sleep(3)\n        line = instruction")
-        for e in [local, remote] { try e.setAgent(slowAdder) }
+        try local.setAgent(Agents.addOnly)
+        try remote.setAgent(slowAdder)
         let g1 = try local.run(["gate"], environment: [:])
         let survivors = [1, 2, 3].filter { $0 != victim }
         let gate = Process()

@@ -11,7 +11,7 @@ extension RayClusterTests {
     @Test("a command benchmark with executor: ray: each run's ids in shards across two worker nodes, each running the tool on its shard in its own sandboxes; prepare, a benchmark and a gate give what one machine gives (baseline, split, train rewards and traces, the gate)")
     func commandAcrossTheCluster() throws {
         try requireRoot()
-        try Self.sameAsOneMachine(baseline: "baseline: 3/12 tasks pass", trace: "answer.txt", v2: SquareAgents.upTo(6), perRequest: 2) {
+        try Self.sameAsOneMachine(baseline: "baseline: 3/12 tasks pass", trace: "answer.txt", v2: SquareAgents.upTo(6), perRequest: 6) {
             let exp = try Experiment(benchmark: "command")
             try exp.set("tasks", "[" + (1...12).map { "sq-\($0)" }.joined(separator: ", ") + "]")
             try exp.set("command", "[python3, \(Tools.root)/command_bench.py, --tasks, \"{task_ids_file}\", --out, \"{output}\"]", in: "runner")
@@ -48,7 +48,7 @@ extension RayClusterTests {
     func tau2AcrossTheCluster() throws {
         try requireRoot()
         try Self.sameAsOneMachine(baseline: "baseline: 0/12 tasks pass", trace: "reward_info.json", v2: Tau2Agents.refunding(reasons: ["broken"]),
-                                  perRequest: 2, environment: Tau2AdapterTests.env) {
+                                  perRequest: 6, environment: Tau2AdapterTests.env) {
             let exp = try Tau2AdapterTests().make()
             try exp.set("min_improvement", "0", in: "gate")
             return exp
@@ -75,8 +75,6 @@ extension RayClusterTests {
             try exp.set("infra_retries", "5", in: "gate")
             return exp
         }
-        let local = try make()
-        defer { local.removeScratch() }
         let remote = try make()
         defer { remote.removeScratch() }
         let keyFile = try Self.workerKeyFile(remote)
@@ -84,16 +82,13 @@ extension RayClusterTests {
         // which this host and every node reach.
         let cluster = try Cluster(python: python, keyFile: keyFile, temp: remote.temp, workers: 2, environment: keys)
         defer { cluster.stop() }
-        let clean = try FakeModel(turns: [], host: "\(cluster.subnet).1")
         let failing = try FakeModel(turns: [], outage: ["--fail-account", InfraRetryTests.heldOutKey, "--fail-rate", "0.2", "--fail-seed", "7"],
                                     host: "\(cluster.subnet).1")
         func agent(_ limit: Int, _ tag: Int, _ model: FakeModel) -> String {
             InfraRetryTests.agent(limit: limit, tag: tag).replacingOccurrences(of: "os.environ[\"FAKE_MODEL\"]", with: "\"\(model.address)\"")
         }
-        for (e, m) in [(local, clean), (remote, failing)] {
-            try e.set("inference", "[\"\(m.address)\"]\n    upstream_ca: \(m.caFile)", in: "runner")
-            try e.setAgent(agent(1, 0, m))
-        }
+        try remote.set("inference", "[\"\(failing.address)\"]\n    upstream_ca: \(failing.caFile)", in: "runner")
+        try remote.setAgent(agent(1, 0, failing))
         let env = try Self.useCluster(remote, cluster, python: python).merging(keys) { _, k in k }
         // Three tasks a shard: the node runs each alone, and each count is its task's.
         let config = remote.root + "/experiment_config.yaml"
@@ -101,19 +96,17 @@ extension RayClusterTests {
         func onCluster(_ args: String...) throws -> Run { try autoharness(args + ["-C", remote.root], environment: env) }
         let prepared = try Self.whenUpOnCluster { try onCluster("prepare") }
         try #require(prepared.status == 0, "\(prepared.stdout) \(prepared.stderr)")
-        let here = try local.run(["prepare"], environment: keys)
-        try #require(here.status == 0, "\(here.stderr)")
+        // One machine's decisions for the same gates against a vendor that never fails are
+        // InfraRetryTests.cleanOutcomes (that test runs them each time and compares).
         for (i, limit) in InfraRetryTests.limits.prefix(6).enumerated() {
-            try local.setAgent(agent(limit, i + 1, clean))
             try remote.setAgent(agent(limit, i + 1, failing))
-            let g1 = try local.run(["gate"], environment: keys)
-            let g2 = try onCluster("gate")
-            try #require((g1.status == 0 || g1.status == 1) && g2.status == g1.status, "\(g1.stdout)\n---\n\(g2.stdout)\(g2.stderr)")
+            let g = try onCluster("gate")
+            try #require(g.status == 0 || g.status == 1, "\(g.stdout)\(g.stderr)")
         }
-        let outcomes = { (e: Experiment) in try e.rows("gate_attempt").map { "\($0["outcome"] ?? "-") \($0["valScore"] ?? "-")" } }
-        let (there, here2) = (try outcomes(remote), try outcomes(local))
-        #expect(there == here2, "with failures, on the cluster:\n\(there)\nwithout, here:\n\(here2)")
-        #expect(Set(here2.map { $0.split(separator: " ")[0] }).count > 1, "\(here2)")
+        let there = try remote.rows("gate_attempt").map { "\($0["outcome"] ?? "-") \($0["valScore"] ?? "-")" }
+        let here = Array(InfraRetryTests.cleanOutcomes.prefix(6))
+        #expect(there == here, "with failures, on the cluster:\n\(there)\nwithout, on one machine:\n\(here)")
+        #expect(Set(here.map { $0.split(separator: " ")[0] }).count > 1, "\(here)")
         // Every held-out call the vendor failed was counted on its node and retried.
         let failed = failing.requests().filter { $0["failed"] != nil }.count
         let baseline = try #require(try remote.rows("baseline").first)

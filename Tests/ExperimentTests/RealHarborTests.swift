@@ -178,7 +178,7 @@ struct RealHarborTests {
         #expect(!exp.filesContaining("HARBORMARK-\(split.train[0])").isEmpty, "the scan finds train evidence")
     }
 
-    @Test("gate.held_out_runtime: vm with the real harbor: the held-out tasks' agent phases (Harbor) and verifiers run in the guest's kernel, the train tasks on the host's; a gate accepted, a tie rejected, nothing held-out on the host")
+    @Test("gate.held_out_runtime: vm with the real harbor: the held-out tasks' agent phases (Harbor) and verifiers run in the guest's kernel, the train tasks on the host's; a gate accepted, nothing held-out on the host (a VM gate's tie is rejected: HeldOutVMTests)")
     func heldOutInTheVM() throws {
         try HeldOutVMTests.requireVM()
         let harbor = try Self.harbor()
@@ -208,9 +208,6 @@ struct RealHarborTests {
         let g = try exp.run(["gate"], environment: [:])
         #expect(g.status == 0 && g.stdout.contains("ACCEPTED") && g.stdout.contains("val_score: 1.00"), "\(g.stdout)\n\(g.stderr)")
         #expect(g.stderr.contains("held-out VM: \(split.test.count) task(s) answered"), "\(g.stderr)")
-        let again = try exp.run(["gate"], environment: [:])
-        #expect(again.status != 0 && again.stdout.contains("REJECTED") && again.stdout.contains("did not beat"), "\(again.stdout)\n\(again.stderr)")
-        #expect(again.stderr.contains("held-out VM: \(split.test.count) task(s) answered"), "\(again.stderr)")
         #expect(try exp.rows("violation").isEmpty)
         // Each held-out task's seed word (in its instruction's files) and its verifier's
         // HARBORMARK: nowhere under the experiment, its scratch root or /tmp.

@@ -104,7 +104,9 @@ final class PostgresServer {
        .enabled(if: RealPostgres.binDirectory != nil || RealPostgres.inCI, "Debian's postgresql is not installed (CI installs it and fails without it)"))
 struct RealPostgresTests {
     /// A tiny BIRD-style database on `pg` (the DB environment copies <db>_template for each
-    /// task) and a bird-interact experiment whose graders reach it through pg_host.
+    /// task) and a bird-interact experiment whose graders reach it through pg_host. Ten tasks
+    /// by default (`loop` needs both rewards among its train tasks); tests whose checks are per
+    /// task take 4 (3 train, 1 held out): each graded task costs seconds of CPU.
     static func experiment(on pg: PostgresServer, tasks: Int? = nil) throws -> Experiment {
         _ = try pg.psql("postgres", "CREATE DATABASE space_template")
         var ddl = ""
@@ -247,7 +249,7 @@ struct RealPostgresTests {
             """)
 
     @Test("a task's SQL runs as a role of its own: what reaches beyond its database (roles, superusers' and other databases' settings, server files and programs, untrusted extensions, other databases, the superuser) is refused by PostgreSQL, its own DDL works, and correct answers still score")
-    func taskSQLRunsAsItsOwnRole() throws { try Self.withExperiment(taskSQLRunsAsItsOwnRole) }
+    func taskSQLRunsAsItsOwnRole() throws { try Self.withExperiment(taskSQLRunsAsItsOwnRole, tasks: 4) }
 
     func taskSQLRunsAsItsOwnRole(_ pg: PostgresServer, _ exp: Experiment) throws {
         let p = try exp.run(["prepare"], environment: BirdAdapterTests.env)
@@ -308,7 +310,7 @@ struct RealPostgresTests {
             """)
 
     @Test("a submission that changes what upstream's gold SQL then reads on the same copy (DELETE, then the count it left) passes the DB environment but not the re-grading on fresh copies: 0, the task's grading ends, reward_tampering recorded")
-    func submissionRewritingTheGoldsStateFails() throws { try Self.withExperiment(submissionRewritingTheGoldsStateFails) }
+    func submissionRewritingTheGoldsStateFails() throws { try Self.withExperiment(submissionRewritingTheGoldsStateFails, tasks: 4) }
 
     func submissionRewritingTheGoldsStateFails(_ pg: PostgresServer, _ exp: Experiment) throws {
         let p = try exp.run(["prepare"], environment: BirdAdapterTests.env)
@@ -415,7 +417,7 @@ struct RealPostgresTests {
     }
 
     @Test("exploit corpus, bird-interact: start-up files agent.py plants (sitecustomize, usercustomize, .psqlrc, .pgpass) never reach the graders, the gold SQL's text is not in pg_stat_activity while a second request of the task's role polls it (one request per task at a time), PostgreSQL is not reachable from agent.py's sandbox: every train task scores 0")
-    func birdCorpus() throws { try Self.withExperiment(birdCorpus) }
+    func birdCorpus() throws { try Self.withExperiment(birdCorpus, tasks: 4) }
 
     func birdCorpus(_ pg: PostgresServer, _ exp: Experiment) throws {
         let data = exp.temp.path + "/bird_interact_data.jsonl"
@@ -456,7 +458,7 @@ struct RealPostgresTests {
     }
 
     @Test("a DB environment that runs SQL as the configured user (not through psycopg2, so without task roles): SQL that leaves state in the cluster (a role, an ALTER SYSTEM setting) voids the run's scores, is recorded against agent.py and is undone before the next run")
-    func sharedStateChangeVoidsTheRun() throws { try Self.withExperiment(sharedStateChangeVoidsTheRun) }
+    func sharedStateChangeVoidsTheRun() throws { try Self.withExperiment(sharedStateChangeVoidsTheRun, tasks: 4) }
 
     func sharedStateChangeVoidsTheRun(_ pg: PostgresServer, _ exp: Experiment) throws {
         try exp.set("env_pass", "[FAKE_MODE, PYTHONPATH, FAKE_DB_ENV]", in: "runner")

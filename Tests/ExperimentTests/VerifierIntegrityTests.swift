@@ -709,11 +709,11 @@ struct VerifierIntegrityTests {
         try requireRoot()
         let data = try TempDir(mode: 0o755)
         try FileManager.default.createDirectory(atPath: data.path + "/tasks", withIntermediateDirectories: true)
-        let secrets = try Corpus.tasks(in: data.path + "/tasks", count: 4, harbor: false)
+        let secrets = try Corpus.tasks(in: data.path + "/tasks", count: 3, harbor: false)
         let exp = try Experiment(prepare: false, config: ["min_improvement": "0", "disclosure": "score"], dataset: data.path)
         try Corpus.useVerifierTools(exp)
         let p = try exp.run("prepare")
-        try #require(p.status == 0 && p.stdout.contains("baseline: 0/4 tasks pass"), "\(p.stdout)\(p.stderr)")
+        try #require(p.status == 0 && p.stdout.contains("baseline: 0/3 tasks pass"), "\(p.stdout)\(p.stderr)")
         try Corpus.attack(exp, agent: Corpus.localAgent, secrets: secrets)
     }
 
@@ -722,13 +722,13 @@ struct VerifierIntegrityTests {
         try TaskImageTests.requireImageHost()
         let data = try TempDir(mode: 0o755)
         try FileManager.default.createDirectory(atPath: data.path + "/tasks", withIntermediateDirectories: true)
-        let secrets = try Corpus.tasks(in: data.path + "/tasks", count: 4, harbor: false, base: TaskImageTests.base)
+        let secrets = try Corpus.tasks(in: data.path + "/tasks", count: 3, harbor: false, base: TaskImageTests.base)
         let exp = try Experiment(prepare: false, config: ["min_improvement": "0", "disclosure": "score"], dataset: data.path)
         try Corpus.useVerifierTools(exp)
         let built = try exp.run("images")
-        try #require(built.status == 0 && built.stdout.contains("images: 4 tasks on their own image"), "\(built.stdout)\(built.stderr)")
+        try #require(built.status == 0 && built.stdout.contains("images: 3 tasks on their own image"), "\(built.stdout)\(built.stderr)")
         let p = try exp.run("prepare")
-        try #require(p.status == 0 && p.stdout.contains("baseline: 0/4 tasks pass"), "\(p.stdout)\(p.stderr)")
+        try #require(p.status == 0 && p.stdout.contains("baseline: 0/3 tasks pass"), "\(p.stdout)\(p.stderr)")
         try Corpus.attack(exp, agent: Corpus.localAgent, secrets: secrets)
     }
 
@@ -737,13 +737,13 @@ struct VerifierIntegrityTests {
         try requireRoot()
         let harbor = try RealHarborTests.harbor()
         let data = try TempDir(mode: 0o755)
-        let secrets = try Corpus.tasks(in: data.path, count: 4, harbor: true)
+        let secrets = try Corpus.tasks(in: data.path, count: 3, harbor: true)
         let exp = try RealHarborTests.localExperiment(harbor: harbor, dataset: data.path)
         defer { exp.removeScratch() }
         try exp.set("disclosure", "score")
         try Corpus.useVerifierTools(exp)
         let p = try exp.run(["prepare"], environment: [:])
-        try #require(p.status == 0 && p.stdout.contains("baseline: 0/4 tasks pass"), "\(p.stdout)\(p.stderr)")
+        try #require(p.status == 0 && p.stdout.contains("baseline: 0/3 tasks pass"), "\(p.stdout)\(p.stderr)")
         try Corpus.attack(exp, agent: Corpus.harborAgent, secrets: secrets)
     }
 

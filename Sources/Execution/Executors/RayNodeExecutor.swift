@@ -60,8 +60,9 @@ package struct RayNodeExecutor: TaskExecutor {
         // Held-out answers come back sealed to a key of this batch's, which never leaves here.
         let answerKey = Curve25519.KeyAgreement.PrivateKey()
         let answerTo = heldOut ? NodeSealKey.publicText(answerKey) : nil
-        // With `held_out_runtime: vm`, each held-out request runs in a fresh VM on its node.
-        let vm = heldOut && config.gate.heldOutRuntime == .vm ? config.gate.vm : nil
+        // With `held_out_runtime: vm`, each of a gate's held-out requests runs in a fresh VM on
+        // its node; prepare's baseline, as on one machine, in the node's sandboxes.
+        let vm = run.split.isGateHeldOut && config.gate.heldOutRuntime == .vm ? config.gate.vm : nil
         let requests: [WorkRequest]
         var archives: [String: ImageArchive] = [:]
         // The verifier tools, digested once: every node must hold the same.
