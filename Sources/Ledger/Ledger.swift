@@ -94,10 +94,29 @@ public final class Ledger: Sendable {
     /// - Returns: The stored rows, in order.
     @discardableResult
     public func appendAll(_ items: [(RecordKind, any Encodable)]) throws(LedgerError) -> [LedgerRecord] {
+        try appendAll(try encode(items))
+    }
+
+    /// Rows encoded ahead of their append; their time is read when they are appended. A caller
+    /// that holds its record to an instant encodes before it, so the rows' time does not grow
+    /// with their size.
+    public struct EncodedRows: Sendable {
+        fileprivate var rows: [(RecordKind, String)]
+
+        public static func + (a: EncodedRows, b: EncodedRows) -> EncodedRows { EncodedRows(rows: a.rows + b.rows) }
+    }
+
+    /// `items` encoded for `appendAll(_:)`, refused as it refuses them.
+    public func encode(_ items: [(RecordKind, any Encodable)]) throws(LedgerError) -> EncodedRows {
         if let stranger = items.first(where: { !kinds.contains($0.0) }) {
             throw LedgerError(.encoding, "'\(stranger.0)' is not a kind this ledger records; nothing was appended")
         }
-        let encoded = try items.map { item throws(LedgerError) in (item.0, try CanonicalJSON.encode(item.1)) }
+        return EncodedRows(rows: try items.map { item throws(LedgerError) in (item.0, try CanonicalJSON.encode(item.1)) })
+    }
+
+    /// Appends rows `encode(_:)` made, in order, under one time.
+    public func appendAll(_ rows: EncodedRows) throws(LedgerError) -> [LedgerRecord] {
+        let encoded = rows.rows
         guard !encoded.isEmpty else { return [] }
         return try withDatabase("append to") {
             try pool.writeWithoutTransaction { db in

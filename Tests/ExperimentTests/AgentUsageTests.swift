@@ -1,4 +1,5 @@
 @testable import Experiment
+import Execution
 @testable import ExperimentModel
 import Foundation
 import Sandbox
@@ -124,12 +125,17 @@ struct AgentUsageTests {
         #expect(bad?.description.contains("unknown key 'max_cost' in budget") == true, "\(String(describing: bad))")
     }
 
-    @Test("a task run's refused connections are recorded with where they went (20 destinations named, the rest folded), allowed ones not at all")
-    func egressViolationsNameTheirDestination() throws {
+    /// A supervisor of an unprepared experiment (kept alive with it).
+    static func supervisor() throws -> (ExperimentSupervisor, Experiment) {
         try requireRoot()
         let exp = try Experiment(prepare: false)
-        let supervisor = try ExperimentSupervisor(layout: ExperimentLayout(root: exp.root),
-                                                  policySearchPaths: [Built.packageRoot + "/policies"], purpose: "test")
+        return (try ExperimentSupervisor(layout: ExperimentLayout(root: exp.root), policySearchPaths: [Built.packageRoot + "/policies"], purpose: "test"), exp)
+    }
+
+    @Test("a task run's refused connections are recorded with where they went (20 destinations named, the rest folded), allowed ones not at all")
+    func egressViolationsNameTheirDestination() throws {
+        let (supervisor, exp) = try Self.supervisor()
+        defer { withExtendedLifetime(exp) {} }
         let audit = AuditLog()
         audit.record(AuditEvent(sandbox: "s", kind: .egress, name: "api.openai.com:443", action: "allowed"))
         for _ in 0..<2 { audit.record(AuditEvent(sandbox: "s", kind: .egress, name: "us.i.posthog.com:443", action: "denied")) }
@@ -139,5 +145,26 @@ struct AgentUsageTests {
         #expect(rows.first?.detail == "egress us.i.posthog.com:443 ×2", "\(rows.map(\.detail))")
         #expect(rows.count == 21 && rows.last?.detail == "egress (other destinations) ×6", "\(rows.map(\.detail))")
         #expect(!rows.contains { $0.detail.contains("api.openai.com") })
+    }
+
+    /// A held-out run's names are agent.py's to choose (a planted link's path, a reward file's):
+    /// the gate records them after its reply instant, where their number and size would move
+    /// the record's time.
+    @Test("a held-out run's violations name only what the VM's answer may (a syscall, a limit, a host:port; the rest is 'other'), in at most as many rows; a train run's keep their names")
+    func heldOutViolationsFolded() throws {
+        let (supervisor, exp) = try Self.supervisor()
+        defer { withExtendedLifetime(exp) {} }
+        let audit = AuditLog()
+        audit.record(AuditEvent(sandbox: "s", kind: .syscall, name: "ptrace", action: "denied"))
+        // Over ten sandboxes each (an audit keeps 200 names a sandbox), as a phase's tasks make them.
+        for k in 0..<1000 { audit.record(AuditEvent(sandbox: "l\(k % 10)", kind: .plantedLink, name: "/app/word-\(k) -> /tests/expected.txt", action: "removed")) }
+        for k in 0..<1000 { audit.record(AuditEvent(sandbox: "c\(k % 10)", kind: .syscall, name: "call\(k)", action: "denied")) }
+        let heldOut = supervisor.experiment.violations(audit, actor: "agent.py (gate, held-out split)", heldOut: true).compactMap { $0.1 as? ViolationRecord }
+        #expect(heldOut.count == GuestAnswer.maxViolations, "\(heldOut.count)")
+        #expect(heldOut.contains { $0.detail == "syscall ptrace ×1" })
+        #expect(heldOut.contains { $0.detail == "planted_link other ×1000" }, "\(heldOut.prefix(3).map(\.detail))")
+        #expect(!heldOut.contains { $0.detail.contains("word-") || $0.detail.contains("/tests") })
+        let train = supervisor.experiment.violations(audit, actor: "agent.py (train run)").compactMap { $0.1 as? ViolationRecord }
+        #expect(train.count == 2001 && train.contains { $0.detail == "planted_link /app/word-7 -> /tests/expected.txt ×1" })
     }
 }

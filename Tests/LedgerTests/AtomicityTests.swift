@@ -41,6 +41,24 @@ struct AtomicityTests {
         #expect(throws: DatabaseError.self) { try rawSQL(path, "DELETE FROM records") }
     }
 
+    /// A gate encodes its rows before the instant it holds its record to: their time must be
+    /// the append's, so work done before it never shows in them.
+    @Test("rows encoded ahead take the time of their append, in order with rows encoded at it; an unknown kind is refused when encoded")
+    func encodedAheadTakeTheAppendsTime() throws {
+        let dir = try TempDir()
+        final class Now: @unchecked Sendable { var t = Date(timeIntervalSince1970: 1_800_000_000) }
+        let now = Now()
+        let ledger = try Ledger(path: dir.file("ledger.db"), kinds: .test, clock: { now.t })
+        let early = try ledger.encode([(.note, ["n": 1]), (.note, ["n": 2])])
+        now.t = now.t.addingTimeInterval(3600)
+        let rows = try ledger.appendAll(try ledger.encode([(.note, ["n": 0])]) + early)
+        #expect(rows.map(\.time) == Array(repeating: Timestamp.format(now.t), count: 3))
+        #expect(rows.map(\.payload) == [#"{"n":0}"#, #"{"n":1}"#, #"{"n":2}"#])
+        #expect(try ledger.verify().ok)
+        let refused = #expect(throws: LedgerError.self) { try Ledger(path: dir.file("other.db"), kinds: [.note]).encode([(.iteration, ["score": 1])]) }
+        #expect(refused?.code == .encoding)
+    }
+
     @Test("appendAll whose second payload fails to encode writes nothing")
     func appendAllEncodingFailureWritesNothing() throws {
         let dir = try TempDir()

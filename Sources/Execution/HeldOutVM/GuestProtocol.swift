@@ -108,7 +108,7 @@ public struct GuestAnswer: Sendable, Equatable {
     /// The largest count one violation line may carry: summed with others on the host, a
     /// count near Int.max would trap (no sandbox refuses a billion calls in a gate).
     static let maxViolationCount = 1_000_000_000
-    static let maxViolations = 400
+    package static let maxViolations = 400
     /// The most a flag line counts (the host keeps `AgentCodeRuns.limit` lines and a total).
     static let maxFlagLines = 1000
 
@@ -149,7 +149,7 @@ public struct GuestAnswer: Sendable, Equatable {
     /// The largest spend a cost line may carry.
     static let maxCost = 1e7
 
-    static func isName(_ s: String) -> Bool {
+    package static func isName(_ s: String) -> Bool {
         !s.isEmpty && s.utf8.count <= 128 && s.utf8.allSatisfy { c in
             (c >= 0x61 && c <= 0x7a) || (c >= 0x41 && c <= 0x5a) || (c >= 0x30 && c <= 0x39) || c == 0x5f || c == 0x2d
                 || c == 0x2e || c == 0x3a || c == 0x5b || c == 0x5d

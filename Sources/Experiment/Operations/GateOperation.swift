@@ -63,10 +63,15 @@ struct GateOperation {
             // (recovery does the same if even this cannot be written), and what its
             // sandboxes did is recorded. A failure once held-out tasks ran is held to the
             // reply grid too: when agent.py makes a held-out run fail is as much a channel.
-            if heldOutBegan && !recorded { _ = holdReply(since: started) }
+            // Its rows are made before the hold, as a recorded attempt's are.
             if !recorded {
-                experiment.recordViolations(Self.interruptedRows(s, attempt: attempt, agentSHA256: snap.sha256, config: experiment.config)
-                    + experiment.violations(audit, during: "gate") + experiment.violations(heldOutAudit, during: "gate, held-out split", heldOut: true))
+                let rows = Self.interruptedRows(s, attempt: attempt, agentSHA256: snap.sha256, config: experiment.config)
+                    + experiment.violations(audit, during: "gate") + experiment.violations(heldOutAudit, during: "gate, held-out split", heldOut: true)
+                let encoded = try? experiment.ledger.encode(rows)
+                if heldOutBegan { _ = holdReply(since: started) }
+                if (try? encoded.map(experiment.ledger.appendAll)) == nil {
+                    experiment.log?("the violations of the failed operation could not be recorded either")
+                }
             }
             throw error
         }
@@ -141,8 +146,8 @@ struct GateOperation {
         // What the outcome holds that carries no time is made before the hold: work done after
         // it (hashing the running binaries, inspecting the host, counting audit events) would
         // move the reply past its instant by a duration the held-out run can steer.
-        let violations = experiment.violations(audit, during: "gate")
-            + experiment.violations(heldOutAudit, during: "gate, held-out split", heldOut: true)
+        let violations = try experiment.ledger.encode(experiment.violations(audit, during: "gate")
+            + experiment.violations(heldOutAudit, during: "gate, held-out split", heldOut: true))
         var gateEvidence = EvidenceOperation(experiment: experiment).evidenceRecord(attempt: attempt, train: phases.suite + promotionOutcomes,
                                                                                   heldOut: phases.heldOut.map { (split.test, $0) })
         // Nothing of the outcome (its rows' times, the commit's date, the reply) exists before
@@ -178,11 +183,10 @@ struct GateOperation {
         }
         if let evidence { items.append((.failureEvidence, evidence)) }
         items += batchRows
-        items += violations
         // What `evidence export` signs about this attempt (held-out leaves only in the ledger),
         // last: its bundle counts every violation up to this row, this gate's own included.
-        items.append((.gateEvidence, gateEvidence))
-        _ = try experiment.ledger.appendAll(items)
+        _ = try experiment.ledger.appendAll(try experiment.ledger.encode(items) + violations
+                                            + experiment.ledger.encode([(.gateEvidence, gateEvidence)]))
         recorded = true
         // Published only once the ledger holds the iteration; a crash in between is rolled
         // forward by recover().

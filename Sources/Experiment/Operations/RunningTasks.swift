@@ -48,12 +48,17 @@ extension ExperimentContext {
         // Connections the allowlist let through (a runner's model API) are not violations.
         for e in audit.events where e.isViolation {
             // A refused syscall and a voided reward name what (the call, the reward file's path).
+            // A held-out one names only what the VM's answer may (a syscall, a limit, a
+            // host:port), in at most as many rows: its names are agent.py's to choose, and the
+            // rows' number and size would move how long the gate's record takes after its
+            // reply instant.
+            let name = heldOut && !GuestAnswer.isName(e.name) ? "other" : e.name
             let named: Set<AuditEvent.Kind> = [.syscall, .rewardTampering, .sharedStateChanged, .plantedLink, .irregularFile]
-            var key = named.contains(e.countedKind) ? "\(e.countedKind.rawValue) \(e.name)" : e.countedKind.rawValue
+            var key = named.contains(e.countedKind) ? "\(e.countedKind.rawValue) \(name)" : e.countedKind.rawValue
             // A refused connection names where it went (the first 20 destinations; a flood
             // of distinct ones is folded into one row).
             if e.countedKind == .egress {
-                let named = "egress \(e.name)"
+                let named = "egress \(name)"
                 if counts[named] == nil && destinations >= 20 {
                     key = "egress (other destinations)"
                 } else {
@@ -61,7 +66,10 @@ extension ExperimentContext {
                     key = named
                 }
             }
-            if counts[key] == nil { order.append(key) }
+            if counts[key] == nil {
+                if heldOut && order.count >= GuestAnswer.maxViolations { continue }
+                order.append(key)
+            }
             counts[key, default: 0] += e.count ?? 1
         }
         let named = ["syscall", "egress", AuditEvent.Kind.rewardTampering.rawValue, AuditEvent.Kind.sharedStateChanged.rawValue, AuditEvent.Kind.plantedLink.rawValue, AuditEvent.Kind.irregularFile.rawValue]
