@@ -519,6 +519,21 @@ struct RemoteBatchTests {
         #expect(RayNodeExecutor.requests(tasks, executor: executor, fallback: 60).map { $0.map(\.id) } == [["a", "b"], ["c", "d"], ["e"]])
     }
 
+    @Test("a node is checked for the policies its requests name: a tool's runner and scorer policies (not a task's and a verifier's, which a tool's run does not use), a local benchmark's task and verifier policies")
+    func nodesCheckedForTheRequestsPolicies() throws {
+        let node = try RemoteWorkTests.Node()
+        var tool = ToolSettings(command: ["python3", Tools.root + "/command_bench.py", "--tasks", "{task_ids_file}", "--out", "{output}"])
+        tool.binds = [Tools.root]
+        tool.runnerPolicy = "runner-of-mine"
+        tool.scorerPolicy = "scorer-of-mine"
+        let command = NodeTool.command(tool: tool, scorer: nil, scorerBinds: [])
+        let shards = try [["sq-1", "sq-2"], ["sq-3"]].map { try node.request(tool: command, $0, agent: Array(SquareAgents.upTo(3).utf8), heldOut: false, digest: .some(nil)) }
+        #expect(RayNodeExecutor.checkedPolicies(shards, otherwise: ["benchmark-task", "verifier"]) == ["runner-of-mine", "scorer-of-mine"])
+        let local = try node.request(["add-1"])
+        #expect(RayNodeExecutor.checkedPolicies([local], otherwise: ["x"]) == ["benchmark-task", "verifier"])
+        #expect(RayNodeExecutor.checkedPolicies([], otherwise: ["benchmark-task", "verifier"]) == ["benchmark-task", "verifier"])
+    }
+
     @Test("a tool's shard is given one tool run's time (the runner's, then the scorer's), or one a task for its largest shard when each task runs alone (gate.infra_retries): never cut short by the driver")
     func shardTimeLimit() {
         var settings = ToolSettings(command: ["tool"])

@@ -22,6 +22,15 @@ package struct RayNodeExecutor: TaskExecutor {
     /// Appends a note to the experiment's ledger (a held-out request run again elsewhere).
     package var recordNote: (String) throws -> Void = { _ in }
 
+    /// The policies a node's check must find enforceable: those the requests name (a tool's
+    /// runner and scorer stand in a task's and a verifier's place), else `otherwise`. A node
+    /// checked for others would be chosen and then refuse each held-out request, ending the gate.
+    package static func checkedPolicies(_ requests: [WorkRequest], otherwise: [String]) -> [String] {
+        var names: [String] = []
+        for r in requests { for p in [r.taskPolicy, r.verifierPolicy] where !names.contains(p) { names.append(p) } }
+        return names.isEmpty ? otherwise : names
+    }
+
     package func run(_ run: TaskRun) throws -> [TaskOutcome] {
         let (config, layout, log) = (environment.config, environment.layout, environment.log)
         let (ids, agent, audit, heldOut, traces) = (run.ids, run.agent, run.audit, run.split.keepsNothing, run.split.traces)
@@ -117,7 +126,7 @@ package struct RayNodeExecutor: TaskExecutor {
         executor.maxInFlight = config.maxConcurrency
         executor.hidden = [layout.privateDirectory]
         executor.timeout = longest + (vm?.bootTimeout ?? 0) + 300
-        executor.checkPolicies = [work.taskPolicy, work.verifierPolicy]
+        executor.checkPolicies = Self.checkedPolicies(requests, otherwise: [work.taskPolicy, work.verifierPolicy])
         executor.checkPaths = tool?.requiredPaths ?? []
         executor.checkVerifierTools = local?.verifierTools?.directory
         executor.checkDigest = tool?.digestedFiles ?? []
