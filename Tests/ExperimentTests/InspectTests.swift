@@ -175,8 +175,9 @@ struct InspectTests {
         #expect(exp.scratchMounts().isEmpty)
     }
 
-    @Test("a sample the solver raised on scores 0 with the solver's message as its failure record (not_scored); the others are scored as usual")
-    func solverRaises() throws {
+    /// Two train runs of one prepared experiment.
+    @Test("a sample the solver raised on scores 0 with the solver's message as its failure record (not_scored); the others are scored as usual. The example task scores with exact(): an answer listing every place the story names (which includes() would pass wherever the target is among them) scores 0")
+    func solverRaisesAndHedgedAnswer() throws {
         let exp = try make(samples: 20)
         defer { exp.removeScratch() }
         let p = try exp.run(["prepare"], environment: [:])
@@ -202,14 +203,8 @@ struct InspectTests {
                 if !passes { #expect(record?["error_class"] as? String == "value I", "\(id): \(record ?? [:])") }
             }
         }
-    }
 
-    @Test("the example task scores with exact(): an answer listing every place the story names (which includes() would pass wherever the target is among them) scores 0")
-    func hedgedAnswer() throws {
-        let exp = try make(samples: 20)
-        defer { exp.removeScratch() }
-        let p = try exp.run(["prepare"], environment: [:])
-        try #require(p.status == 0, "\(p.stdout)\(p.stderr)")
+        // The hedged answer.
         try exp.setAgent(Inspect.heuristic.replacingOccurrences(of: "content=pick(state.input_text)", with: "content=hedge(state.input_text)") + """
 
             def hedge(text):
@@ -217,13 +212,12 @@ struct InspectTests {
                 return " or ".join(dict.fromkeys(w for w in words if w in PLACES))
 
             """)
-        let b = try exp.run(["benchmark"], environment: [:])
-        #expect(b.status == 0, "\(b.stderr)")
-        let frozen = try Inspect.samples(exp)
-        let rewards = try exp.trainResults()
+        let hedged = try exp.run(["benchmark"], environment: [:])
+        #expect(hedged.status == 0, "\(hedged.stderr)")
+        let hedgedRewards = try exp.trainResults()
         var containing = 0
-        for id in try exp.split().train {
-            #expect((rewards[id] as? Double) == 0, "\(id)")
+        for id in split.train {
+            #expect((hedgedRewards[id] as? Double) == 0, "\(id)")
             let sample = try #require(frozen[id])
             let text = ((sample["input"] as? [[String: Any]])?.last?["content"] as? String) ?? ""
             if let target = sample["target"] as? String, text.split(separator: " ").contains(where: { $0.trimmingCharacters(in: CharacterSet(charactersIn: ".?,")) == target }) {
