@@ -224,9 +224,8 @@ public final class HostEchoServer {
     public init(address: String = "127.0.0.1", netns: String? = nil) throws {
         let portFile = NSTemporaryDirectory() + "ah-echo-\(UUID().uuidString)"
         defer { try? FileManager.default.removeItem(atPath: portFile) }
-        let python = ["/usr/bin/python3"]
-        process.executableURL = URL(fileURLWithPath: netns == nil ? python[0] : "/usr/sbin/ip")
-        process.arguments = (netns.map { ["netns", "exec", $0] + python } ?? []) + ["-c", """
+        process.executableURL = URL(fileURLWithPath: netns == nil ? "/usr/bin/python3" : "/usr/sbin/ip")
+        process.arguments = (netns.map { ["netns", "exec", $0, "/usr/bin/python3"] } ?? []) + ["-c", """
             import socket, sys, threading
             s = socket.socket(); s.bind(("\(address)", 0)); s.listen(16)
             open(sys.argv[1] + ".tmp", "w").write(str(s.getsockname()[1]))

@@ -18,7 +18,7 @@ package final class Executors {
     /// `ray` makes the cluster's executor when that is the one.
     package func executor(for run: TaskRun, _ environment: ExecutorEnvironment, ray: () -> RayNodeExecutor) -> any TaskExecutor {
         if environment.config.executor.kind == .ray && !run.oracle { return ray() }
-        if case .heldOut = run.split, let vm = heldOutVM { return HeldOutVMExecutor(environment: environment, vm: vm) }
+        if run.split.isGateHeldOut, let vm = heldOutVM { return HeldOutVMExecutor(environment: environment, vm: vm) }
         return HostExecutor(environment: environment)
     }
 

@@ -51,7 +51,12 @@ final class ExperimentContext {
     /// operation's own error is what the caller reports.
     func recordViolations(_ items: [(RecordKind, any Encodable)]) {
         guard !items.isEmpty else { return }
-        if (try? ledger.appendAll(items)) == nil { log?("the violations of the failed operation could not be recorded either") }
+        recordViolations(try? ledger.encode(items))
+    }
+
+    /// `recordViolations` of rows encoded earlier (nil: they could not be).
+    func recordViolations(_ rows: Ledger.EncodedRows?) {
+        if (try? rows.map(ledger.appendAll)) == nil { log?("the violations of the failed operation could not be recorded either") }
     }
 
     // MARK: - snapshots

@@ -69,9 +69,7 @@ struct GateOperation {
                     + experiment.violations(audit, during: "gate") + experiment.violations(heldOutAudit, during: "gate, held-out split", heldOut: true)
                 let encoded = try? experiment.ledger.encode(rows)
                 if heldOutBegan { _ = holdReply(since: started) }
-                if (try? encoded.map(experiment.ledger.appendAll)) == nil {
-                    experiment.log?("the violations of the failed operation could not be recorded either")
-                }
+                experiment.recordViolations(encoded)
             }
             throw error
         }
