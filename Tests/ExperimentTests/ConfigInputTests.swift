@@ -228,7 +228,7 @@ struct ExperimentInputTests {
         #expect(try Self.refusal("sandbox:\n  verifier_tools: /opt/tools\nexecutor:\n  kind: ray\n  address: 10.0.0.5:6379\n") == nil)
         #expect(try Self.refusal("sandbox:\n  verifier_tools: /opt/tools\nexecutor:\n  kind: ray\n  address: 10.0.0.5:6379\ngate:\n  held_out_runtime: vm\n")?
             .hasPrefix("exp/experiment_config.yaml:6: executor: ray with sandbox.verifier_tools and gate.held_out_runtime: vm") == true)
-        // A command, BFCL, tau-bench, inspect or bird-interact benchmark's shards run on the nodes (not in a node's VM); Harbor's not yet.
+        // A command, BFCL, tau-bench, inspect or bird-interact benchmark's shards run on the nodes, and Terminal-Bench's tasks (not in a node's VM).
         let command = "benchmark: command\nrunner:\n  command: [x, '{output}']\ntasks: [a]\nexecutor:\n  kind: ray\n  address: h:1\n"
         #expect((try? ExperimentConfig.parse(command, file: "f")) != nil, "a command benchmark on Ray")
         #expect((try? ExperimentConfig.parse(command + "gate:\n  held_out_runtime: vm\n", file: "f")) == nil, "a command benchmark's held-out VM on Ray")
@@ -238,13 +238,9 @@ struct ExperimentInputTests {
         #expect((try? ExperimentConfig.parse("benchmark: bird-interact\nexecutor:\n  kind: ray\n  address: h:1\n", file: "f")) != nil, "a bird-interact benchmark on Ray")
         #expect((try? ExperimentConfig.parse("benchmark: bird-interact\nexecutor:\n  kind: ray\n  address: h:1\ngate:\n  held_out_runtime: vm\n", file: "f")) == nil,
                 "a bird-interact benchmark's held-out VM on Ray")
-        // Terminal-Bench through Harbor is not built; its task directories run as a local benchmark.
-        do {
-            _ = try ExperimentConfig.parse("benchmark: terminal-bench\nexecutor:\n  kind: ray\n  address: h:1\n", file: "f")
-            Issue.record("a terminal-bench benchmark on Ray was taken")
-        } catch {
-            #expect("\(error)".contains("run the dataset's task directories as benchmark: local"), "\(error)")
-        }
+        #expect((try? ExperimentConfig.parse("benchmark: terminal-bench\nexecutor:\n  kind: ray\n  address: h:1\n", file: "f")) != nil, "a terminal-bench benchmark on Ray")
+        #expect((try? ExperimentConfig.parse("benchmark: terminal-bench\nexecutor:\n  kind: ray\n  address: h:1\ngate:\n  held_out_runtime: vm\n", file: "f")) == nil,
+                "a terminal-bench benchmark's held-out VM on Ray")
     }
 
     @Test("gate.infra_retries: off by default; 0 to 5; refused where no inference gate counts a task's vendor failures (a local benchmark, a runner with no model API); a held-out VM and a Ray node count them too")

@@ -6,15 +6,18 @@ import TestSupport
 @testable import Experiment
 @testable import ExperimentModel
 
-/// Tasks on their own image with `executor: ray`: each worker node runs them on the image the
-/// supervisor built, sent to it once as an encrypted, signed archive (`ImageArchive`).
+/// Terminal-Bench tasks on their own image with `executor: ray` (`env_provider: local`): each
+/// worker node runs them on the image the supervisor built, sent to it once as an encrypted,
+/// signed archive (`ImageArchive`), their agent phase through the node's Harbor. (A local
+/// benchmark's image tasks take the same requests, without Harbor: RemoteImageTests.)
 extension RayClusterTests {
-    /// Six Terminal-Bench-shaped tasks sharing one environment/ (one image, built FROM the
-    /// bootstrapped base): only on it are /opt/data/input.txt and /srv/work/built.txt.
+    /// Six Terminal-Bench tasks in Harbor's layout sharing one environment/ (one image, built
+    /// FROM the bootstrapped base): only on it are /opt/data/input.txt and /srv/work/built.txt.
     static func imageTasks(in dataset: String) throws {
         for k in 1...6 {
-            let t = dataset + "/tasks/img-\(k)"
+            let t = dataset + "/img-\(k)"
             try TaskImageTests.makeTaskDirectories(t)
+            try "schema_version = \"1.4\"\n\n[agent]\ntimeout_sec = 120.0\n\n[verifier]\ntimeout_sec = 60.0\n".write(toFile: t + "/task.toml", atomically: true, encoding: .utf8)
             try "Copy the image's input to /app/answer.txt.\n".write(toFile: t + "/instruction.md", atomically: true, encoding: .utf8)
             try """
                 FROM \(TaskImageTests.base)
@@ -30,15 +33,17 @@ extension RayClusterTests {
         }
     }
 
-    @Test("tasks on their image with executor: ray: the image is archived once and sent to each worker node that lacks it (encrypted, signed, then held there by digest, not sent again), each node runs the tasks on it in its own sandboxes; prepare, a benchmark and a gate give what one machine gives (baseline, split, train rewards and the verifier's output, the gate)")
+    @Test("Terminal-Bench tasks on their image with executor: ray: the image is archived once and sent to each worker node that lacks it (encrypted, signed, then held there by digest, not sent again), each node runs the tasks on it, the agent phase through its Harbor and the tests in its own sandboxes; prepare, a benchmark and a gate give what one machine gives (baseline, split, train rewards and the verifier's output, the gate)")
     func imageTasksAcrossTheCluster() throws {
         try requireRoot()
         try TaskImageTests.requireImageHost()
-        let tools = try TaskImageTests.toolbox()
+        let harbor = try RealHarborTests.harbor()
+        _ = try TaskImageTests.toolbox()
         let data = try TempDir()
         try Self.imageTasks(in: data.path + "/bench")
-        let nothing = "class HarnessAgent:\n    def run(self, instruction, workdir):\n        pass\n"
-        try Self.sameAsOneMachine(baseline: "baseline: 0/", trace: "verifier.stdout", v2: RemoteImageTests.agent, perRequest: 2, check: { cluster, runs in
+        let nothing = RealHarborTests.harborAgent(run: "pass")
+        let copies = RealHarborTests.harborAgent(run: "await environment.exec(\"cp /opt/data/input.txt /app/answer.txt\")")
+        try Self.sameAsOneMachine(baseline: "baseline: 0/", trace: "verifier.stdout", v2: copies, perRequest: 2, check: { cluster, runs in
             // Sent once to each node, before the first request; held there since.
             let prepared = runs[0].stderr, later = runs[1].stderr + runs[2].stderr
             #expect(prepared.contains("sending a task image") && prepared.contains("to 2 node(s)"), "\(prepared)")
@@ -52,15 +57,13 @@ extension RayClusterTests {
                 #expect(held.count == 1 && held.allSatisfy { $0.hasSuffix("-\(ids.uid)-\(ids.gid)") }, "node \(n) holds \(held)")
             }
         }) {
-            let exp = try Experiment(benchmark: "local", extraArgs: ["--dataset", data.path + "/bench"])
-            let path = exp.root + "/experiment_config.yaml"
-            let config = try String(contentsOfFile: path, encoding: .utf8)
-                .replacingOccurrences(of: "# verifier_tools: \(tools.directory)", with: "verifier_tools: \(tools.directory)")
-            try #require(config.contains("\n  verifier_tools: \(tools.directory)"), "\(config)")
-            try config.write(toFile: path, atomically: true, encoding: .utf8)
+            // init's default where podman and the verifier tools are: the images made now,
+            // env_provider: local and the tools in the config.
+            let exp = try Experiment(benchmark: "terminal-bench", extraArgs: ["--tool", harbor, "--dataset", data.path + "/bench", "--images", "auto"])
+            try exp.set("agent_model", "none")
+            try exp.set("env_pass", "[]", in: "runner")
+            try exp.set("allow", "[]", in: "runner")
             try exp.setAgent(nothing)
-            let built = try exp.run(["images"], environment: [:])
-            try #require(built.status == 0, "\(built.stdout)\(built.stderr)")
             return exp
         }
     }

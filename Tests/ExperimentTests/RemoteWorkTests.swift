@@ -51,6 +51,18 @@ struct RemoteWorkTests {
                                     heldOut: heldOut, answerTo: heldOut ? NodeSealKey.publicText(answerKey) : nil, nodeData: nodeData)
         }
 
+        /// A request for Harbor's `tasks` (`benchmark: terminal-bench`, `env_provider: local`) as
+        /// the supervisor builds it: the tasks' files, how Harbor runs their agent phase, the
+        /// digest of its environment module (or `digest`), a held-out one sealed to this node.
+        func request(harbor: HarborNode, _ tasks: [BenchmarkTask], agent: [UInt8], heldOut: Bool, digest: String?? = .none) throws -> WorkRequest {
+            var work = try RemoteWork(key: key, policySearchPaths: [Built.packageRoot + "/policies"])
+            work.binarySHA256 = try WorkDigest.file(Built.autoharness)
+            var r = try work.request(tasks, agentPy: agent, heldOut: heldOut, concurrency: 1, answerTo: heldOut ? NodeSealKey.publicText(answerKey) : nil)
+            r.harbor = harbor
+            r.toolSHA256 = try digest ?? WorkDigest.files(harbor.digestedFiles)
+            return r
+        }
+
         /// The node's sealing key, made as the worker makes it (in its state directory).
         func sealKey() throws -> Curve25519.KeyAgreement.PrivateKey {
             try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
@@ -111,7 +123,7 @@ struct RemoteWorkTests {
                                 heldOut: heldOut, answerTo: heldOut ? NodeSealKey.publicText(node.answerKey) : nil)
     }
 
-    @Test("a command benchmark's shard runs its tool on this node: the rewards and traces a local run gives (the tool saw only the shard's ids); held out, rewards and statuses only; an id with a line break, or a node without the tool's install, is refused before its nonce")
+    @Test("a command benchmark's shard runs its tool on this node: the rewards and traces a local run gives (the tool saw only the shard's ids); held out, rewards and statuses only; an id with a line break, a node without the tool's install, or a bind holding the worker's state directory or scratch root is refused before its nonce")
     func commandShardRuns() throws {
         try requireRoot()
         let node = try Node()
@@ -148,6 +160,13 @@ struct RemoteWorkTests {
         let e = try node.serve(try node.sign(elsewhere))
         #expect(e.status != 0 && e.stderr.contains("this node lacks what the tool needs at the supervisor's paths (/nonexistent/tool-install)")
                 && !node.nonces.contains(elsewhere.nonce), "\(e.stderr)")
+        // A bind that holds this worker's own directories (its sealing key, each request's
+        // files while they run, every task's tmpfs) is refused, whatever the supervisor sent.
+        for own in [node.temp.path, "/dev/shm"] {
+            let exposed = try commandRequest(node, ["sq-1"], heldOut: false, binds: [Tools.root, own])
+            let x = try node.serve(try node.sign(exposed))
+            #expect(x.status != 0 && x.stderr.contains("runner.binds: \(own) contains this worker's") && !node.nonces.contains(exposed.nonce), "\(x.stderr)")
+        }
         #expect(node.nonces.count == 2 && node.workDirectories.isEmpty)
     }
 

@@ -52,10 +52,7 @@ final class HarborAgentPhase: ExternalAgentPhase, @unchecked Sendable {
     /// `containerMargin` for Harbor's setup and copies, never past the runner's: a command that
     /// stops the container's server (`kill -STOP -1`) must not hold the task for the runner's
     /// whole day (found by an adversarial review).
-    func containerTimeout(for task: BenchmarkTask) -> Double? {
-        let agent = (adapter.agentTimeout ?? task.agentTimeout) * (adapter.agentTimeoutMultiplier ?? 1)
-        return min(agent + Self.containerMargin, adapter.tool.timeout ?? .infinity)
-    }
+    func containerTimeout(for task: BenchmarkTask) -> Double? { adapter.agentPhaseLimit(task) }
 
     static let containerMargin = 600.0
 

@@ -87,8 +87,7 @@ public enum NodeTool: Codable, Sendable, Equatable {
     /// binds, the scorer's, the executables named by path, the gate's CA file, the shell-call
     /// shim, bfcl-eval's install and autoharness's scripts for it.
     public var requiredPaths: [String] {
-        var paths = settings.binds + [settings.upstreamCA, settings.shellCalls].compactMap { $0 }
-        if let first = settings.command.first, first.contains("/") { paths.append(first) }
+        var paths = settings.nodePaths
         switch self {
         case .command(_, let scorer, let scorerBinds):
             paths += scorerBinds
@@ -128,6 +127,14 @@ public enum NodeTool: Codable, Sendable, Equatable {
         case .bird(let b):
             return b.digestedFiles
         }
+    }
+
+    /// What a node binds into the tool's sandboxes from its own paths, by the setting that
+    /// names it: the runner's binds, the scorer's, the shell-call shim.
+    public var nodeBinds: [(setting: String, path: String)] {
+        var binds = settings.binds.map { ("runner.binds", $0) } + (settings.shellCalls.map { [("runner.srt_shim", $0)] } ?? [])
+        if case .command(_, _, let scorerBinds) = self { binds += scorerBinds.map { ("runner.scorer_binds", $0) } }
+        return binds
     }
 
     /// The tool's settings: its policies, time limits and binds.

@@ -27,22 +27,29 @@ package struct RayNodeExecutor: TaskExecutor {
     /// checked for others would be chosen and then refuse each held-out request, ending the gate.
     package static func checkedPolicies(_ requests: [WorkRequest], otherwise: [String]) -> [String] {
         var names: [String] = []
-        for r in requests { for p in [r.taskPolicy, r.verifierPolicy] where !names.contains(p) { names.append(p) } }
+        for r in requests {
+            for p in [r.taskPolicy, r.verifierPolicy] + (r.harbor.map { [$0.tool.runnerPolicy] } ?? []) where !names.contains(p) { names.append(p) }
+        }
         return names.isEmpty ? otherwise : names
     }
 
     package func run(_ run: TaskRun) throws -> [TaskOutcome] {
         let (config, layout, log) = (environment.config, environment.layout, environment.log)
         let (ids, agent, audit, heldOut, traces) = (run.ids, run.agent, run.audit, run.split.keepsNothing, run.split.traces)
-        // A local benchmark's tasks travel with their files; a tool benchmark's ids (command,
+        // A local benchmark's tasks travel with their files, and so do terminal-bench's (with
+        // how Harbor runs their agent phase: `HarborNode`); a tool benchmark's ids (command,
         // bfcl, tau-bench, inspect, bird-interact), in shards, with its settings (`NodeTool`):
         // each node runs the tool on its shard.
         let local = environment.adapter as? LocalAdapter
+        let harborAdapter = environment.adapter as? HarborAdapter
         let sharded = environment.adapter as? any RunsInShards
-        let tool: NodeTool?
-        do { tool = try sharded?.nodeTool } catch { throw ExperimentError(.usage, error.message) }
-        if local == nil && tool == nil {
-            throw ExperimentError(.usage, "executor: ray runs a local, command, bfcl, tau-bench, inspect or bird-interact benchmark's tasks so far; \(environment.adapter.name) runs its own tool")
+        let tool: NodeTool?, harbor: HarborNode?
+        do {
+            tool = try sharded?.nodeTool
+            harbor = try harborAdapter?.node
+        } catch { throw ExperimentError(.usage, error.message) }
+        if local == nil && tool == nil && harbor == nil {
+            throw ExperimentError(.usage, "executor: ray runs a local, terminal-bench, command, bfcl, tau-bench, inspect or bird-interact benchmark's tasks so far; \(environment.adapter.name) runs its own tool")
         }
         guard let address = config.executor.address else { throw ExperimentError(.usage, "executor.address: missing") }
         guard let templates = templatesDirectory else {
@@ -75,9 +82,12 @@ package struct RayNodeExecutor: TaskExecutor {
         let requests: [WorkRequest]
         var archives: [String: ImageArchive] = [:]
         // The verifier tools, digested once: every node must hold the same.
-        let toolbox = try local?.verifierTools.map { try WorkDigest.tree($0.directory, cache: layout.privateDirectory + "/digests") }
-        // The tool's files a reward depends on, digested once: a node must hold the same.
-        let toolDigest = try tool.flatMap { try WorkDigest.files($0.digestedFiles) }
+        let verifierTools = local?.verifierTools ?? harborAdapter?.verifierTools
+        let toolbox = try verifierTools.map { try WorkDigest.tree($0.directory, cache: layout.privateDirectory + "/digests") }
+        // The tool's files a reward depends on (Harbor's: its environment module), digested
+        // once: a node must hold the same.
+        let digested = tool?.digestedFiles ?? harbor?.digestedFiles ?? []
+        let toolDigest = digested.isEmpty ? nil : try WorkDigest.files(digested)
         // A request's run on its node is bounded as the node bounds it (its tasks' own limits,
         // a VM's boot), with room for its setup and eviction: never cut short by the driver.
         let longest: Double
@@ -98,17 +108,23 @@ package struct RayNodeExecutor: TaskExecutor {
             longest = Self.shardLimit(tasks: requests.map(\.tasks.count), oneTaskPerRun: run.oneTaskPerRun, settings: tool.settings)
         } else {
             let fallback = config.perTaskTimeout ?? LocalBenchmark.defaultTimeout
-            let chunks = Self.requests(ids.compactMap { local?.benchmark.task($0) }, executor: config.executor, fallback: fallback)
+            // A Harbor task's agent phase is bounded as Harbor's runner bounds it.
+            let known = Set(environment.adapter.taskIDs)
+            let tasks = ids.compactMap { id in local?.benchmark.task(id) ?? (known.contains(id) ? harborAdapter?.boundedTask(id) : nil) }
+            let chunks = Self.requests(tasks, executor: config.executor, fallback: fallback)
             // Tasks on their image run on the same image on a node: its archive, by digest.
-            let images = try taskImages(chunks.flatMap { $0 }, local?.images, archives: layout.privateDirectory + "/images/archives", heldOut: heldOut)
-            if !images.byTask.isEmpty && vm != nil {
-                throw ExperimentError(.usage, "executor: ray: task images in a node's held-out VM are not built yet; set gate.held_out_runtime: host")
+            let images = try taskImages(chunks.flatMap { $0 }, local?.images ?? harborAdapter?.images, archives: layout.privateDirectory + "/images/archives", heldOut: heldOut)
+            if (!images.byTask.isEmpty || harbor != nil) && vm != nil {
+                throw ExperimentError(.usage, "executor: ray: \(harbor != nil ? "Harbor's agent phase" : "task images") in a node's held-out VM \(harbor != nil ? "is" : "are") not built yet; set gate.held_out_runtime: host")
             }
             archives = images.archives
             requests = try chunks.map {
                 var r = try work.request($0, agentPy: agentPy, heldOut: heldOut, concurrency: 1, answerTo: answerTo)
                 r.vm = vm
-                r.verifierTools = local?.verifierTools?.directory
+                r.harbor = harbor
+                r.toolSHA256 = toolDigest
+                if harbor != nil && run.oneTaskPerRun { r.oneTaskPerRun = true }
+                r.verifierTools = verifierTools?.directory
                 r.verifierToolsSHA256 = toolbox
                 for k in r.tasks.indices {
                     r.tasks[k].image = images.byTask[r.tasks[k].id]
@@ -127,9 +143,9 @@ package struct RayNodeExecutor: TaskExecutor {
         executor.hidden = [layout.privateDirectory]
         executor.timeout = longest + (vm?.bootTimeout ?? 0) + 300
         executor.checkPolicies = Self.checkedPolicies(requests, otherwise: [work.taskPolicy, work.verifierPolicy])
-        executor.checkPaths = tool?.requiredPaths ?? []
-        executor.checkVerifierTools = local?.verifierTools?.directory
-        executor.checkDigest = tool?.digestedFiles ?? []
+        executor.checkPaths = tool?.requiredPaths ?? harbor?.requiredPaths ?? []
+        executor.checkVerifierTools = verifierTools?.directory
+        executor.checkDigest = digested
         // Every node is checked for the VM (train and held-out requests alike go only to nodes
         // that pass every check).
         executor.checkVM = config.gate.heldOutRuntime == .vm ? config.gate.vm : nil

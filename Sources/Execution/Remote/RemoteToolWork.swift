@@ -97,16 +97,15 @@ extension NodeToolWork {
 }
 
 extension RemoteWorker {
-    static func runTool(_ adapter: any BenchmarkAdapter, _ request: WorkRequest, work: String, _ s: Settings) throws -> WorkAnswer {
+    /// Runs `request`'s ids through `adapter` on this node, each task's trace (train requests)
+    /// in `traces(id)`, and answers; `memory`: what later untrusted runs can hold at once.
+    static func runTool(_ adapter: any BenchmarkAdapter, _ request: WorkRequest, traces: @escaping (String) -> String, memory: UInt64?,
+                        work: String, _ s: Settings) throws -> WorkAnswer {
         let ids = request.tasks.map(\.id)
         let agent = AuditLog(), toolAudit = AuditLog()
-        let loader = PolicyLoader(searchPaths: s.policySearchPaths)
-        let here = LocalExecution(adapter: adapter, policyLoader: loader, scratchRoot: s.scratchRoot, concurrency: 1,
-                                  log: s.log, evictionJournal: s.stateDirectory + "/held-out-pages",
-                                  untrustedMemory: untrustedMemory(taskPolicy: request.taskPolicy, verifierPolicy: request.verifierPolicy,
-                                                                   loader: loader, cpus: Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))),
-                                  withheld: "sent")
-        let traces = { (id: String) in work + "/traces/" + TraceName.encode(id) }
+        let here = LocalExecution(adapter: adapter, policyLoader: PolicyLoader(searchPaths: s.policySearchPaths), scratchRoot: s.scratchRoot,
+                                  concurrency: request.concurrency, log: s.log, evictionJournal: s.stateDirectory + "/held-out-pages",
+                                  untrustedMemory: memory, withheld: "sent")
         let split: SplitClass = request.heldOut ? .heldOut : .train(traces: traces)
         let all: [TaskOutcome]
         do {

@@ -66,24 +66,16 @@ public enum RemoteWorker {
             guard request.tasks.allSatisfy({ NodeToolWork.isValidID($0.id) && NodeToolWork.filesFit(tool, $0.files) && seen.insert($0.id).inserted }) else {
                 throw ExperimentError(.refused, "a tool's request names an id that is not text without NUL or a line break of at most 512 bytes, names one twice, or sends files its tool does not take: refused, nothing ran")
             }
-            let missing = tool.requiredPaths.filter { !FileManager.default.fileExists(atPath: $0) }
-            guard missing.isEmpty else {
-                throw ExperimentError(.refused, "this node lacks what the tool needs at the supervisor's paths (\(missing.prefix(3).joined(separator: ", "))): refused, nothing ran")
-            }
-            let digest: String?
-            do { digest = try WorkDigest.files(tool.digestedFiles) } catch {
-                throw ExperimentError(.refused, "this node cannot read the tool's files: refused, nothing ran", cause: error)
-            }
-            guard digest == request.toolSHA256 else {
-                throw ExperimentError(.refused, "this node's copy of the tool's files (sha256 \((digest ?? "none").prefix(16))) is not the supervisor's (\((request.toolSHA256 ?? "none").prefix(16))): another version of the tool is installed here; refused, nothing ran")
-            }
-            if let why = NodeToolWork.exposure(tool) {
+            try NodeToolWork.checkInstall(paths: tool.requiredPaths, files: tool.digestedFiles, expected: request.toolSHA256,
+                                          needs: "the tool", copy: "copy of the tool's files", after: "another version of the tool is installed here; ")
+            if let why = NodeToolWork.exposure(tool) ?? NodeToolWork.exposure(binds: tool.nodeBinds, s) {
                 throw ExperimentError(.refused, "on this node, \(why): refused, nothing ran")
             }
             do { toolAdapter = try NodeToolWork.adapter(tool, request) } catch {
                 throw ExperimentError(.refused, "this node's copy of the tool cannot run the shard's tasks: refused, nothing ran", cause: error)
             }
         }
+        if let harbor = request.harbor { try NodeHarborWork.check(harbor, request, s) }
         guard request.vm == nil || request.heldOut else {
             throw ExperimentError(.refused, "a train request names a VM (only held-out requests run in one)")
         }
@@ -95,7 +87,8 @@ public enum RemoteWorker {
         // sends them only to nodes whose `--check` report passed; this is the node's own
         // refusal if the host changed since).
         if request.heldOut {
-            let problems = NodeCheck.problems(policies: [request.taskPolicy, request.verifierPolicy], loader: PolicyLoader(searchPaths: s.policySearchPaths))
+            let policies = [request.taskPolicy, request.verifierPolicy] + (request.harbor.map { [$0.tool.runnerPolicy] } ?? [])
+            let problems = NodeCheck.problems(policies: policies, loader: PolicyLoader(searchPaths: s.policySearchPaths))
             guard problems.isEmpty else {
                 throw ExperimentError(.refused, "this node fails the host checks a held-out request needs (\(problems.joined(separator: "; "))): refused, nothing ran")
             }
@@ -131,7 +124,13 @@ public enum RemoteWorker {
         // container) does not have yet: made as the supervisor makes its own.
         if let e = FileSystem.makeDirectories(s.scratchRoot, mode: 0o700) { throw ExperimentError(.io, "\(s.scratchRoot): \(ErrnoName.describe(e))") }
         if let toolAdapter {
-            return (request, try runTool(toolAdapter, request, work: work, s))
+            // A tool's ids name no file: each trace directory's name is encoded.
+            let memory = untrustedMemory(taskPolicy: request.taskPolicy, verifierPolicy: request.verifierPolicy, loader: PolicyLoader(searchPaths: s.policySearchPaths),
+                                         cpus: Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+            return (request, try runTool(toolAdapter, request, traces: { work + "/traces/" + TraceName.encode($0) }, memory: memory, work: work, s))
+        }
+        if let harbor = request.harbor {
+            return (request, try NodeHarborWork.run(harbor, request, work: work, images: images, tools: tools, s))
         }
         let bench: LocalBenchmark
         do { bench = try LocalBenchmark(directory: work + "/benchmark") } catch { throw ExperimentError(.refused, "the request's tasks", cause: error) }

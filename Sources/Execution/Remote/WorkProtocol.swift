@@ -40,8 +40,13 @@ public struct WorkRequest: Codable, Sendable, Equatable {
     /// A benchmark run by its own tool (`NodeTool`): the node runs the tool on the request's
     /// ids (its `tasks`, each without files) in its own sandboxes; nil for a local benchmark.
     public var tool: NodeTool?
+    /// `benchmark: terminal-bench` (`env_provider: local`): how Harbor runs each task's agent
+    /// phase (`HarborNode`); the tasks travel with their files, as a local benchmark's. Nil
+    /// for every other benchmark.
+    public var harbor: HarborNode?
     /// The digest of the tool's files a reward depends on (`NodeTool.digestedFiles`, by
-    /// `WorkDigest.files`) as the supervisor holds them: a node whose copies differ refuses.
+    /// `WorkDigest.files`), or of Harbor's environment module (`HarborNode.digestedFiles`), as
+    /// the supervisor holds them: a node whose copies differ refuses.
     public var toolSHA256: String?
     /// Each task in a tool run of its own, its own inference gate counting what the model vendor
     /// failed (`gate.infra_retries`); a held-out answer then carries each task's count.

@@ -29,9 +29,6 @@ package protocol BenchmarkKind: Sendable {
     /// With `executor: ray`, the tool runs on the cluster's nodes, each on a shard of a run's
     /// ids (`NodeTool`); the kinds that run their own tasks send them whole instead.
     var shardsOnNodes: Bool { get }
-    /// For a kind whose tool does not run on Ray's nodes: how its tasks can run there
-    /// instead (said when `executor: ray` is refused), or nil.
-    var onNodesInstead: String? { get }
     /// `init`: checks what the operator gave (`--dataset`, `--repo`, the tool found) and
     /// returns the dataset to write and the benchmark's template placeholders.
     func initialize(_ o: InitOptions, tool: String, layout: ExperimentLayout) throws -> InitValues
@@ -64,7 +61,6 @@ extension BenchmarkKind {
     package var defaultDataset: String? { nil }
     package var runsOwnTasks: Bool { false }
     package var shardsOnNodes: Bool { false }
-    package var onNodesInstead: String? { nil }
     package func runsVerifiers(_ config: ExperimentConfig) -> Bool { false }
     package func configured(_ config: ExperimentConfig) -> String { "benchmark: \(name)" }
     package func imageTasks(dataset: String) -> String? { nil }

@@ -67,3 +67,14 @@ package enum RunnerBinds {
         return Identity(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
     }
 }
+
+extension RunnerBinds.Protected {
+    /// A worker node's own directories (`autoharness worker`): its state directory holds its
+    /// sealing key, the nonces and each request's tasks while they run (held-out ones too), its
+    /// scratch root every task's tmpfs. A request's binds are the supervisor's host paths,
+    /// and on a node laid out otherwise one could contain them.
+    package static func workerDirectories(state: String, scratch: String) -> [Self] {
+        [.init(path: state, what: "contains this worker's state directory \(state) (its sealing key, and each request's tasks while they run, held-out ones too)"),
+         .init(path: scratch, what: "contains this worker's scratch root \(scratch) (every task's tmpfs, held-out ones too)")]
+    }
+}

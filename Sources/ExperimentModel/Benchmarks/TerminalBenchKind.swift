@@ -10,8 +10,9 @@ package struct TerminalBenchKind: BenchmarkKind {
     package let defaultTool: String? = "harbor"
     package let defaultDataset: String? = Self.dataset
     package var installHint: String { Self.hint }
-    /// Harbor's task directories are what `local` runs, each on its image.
-    package let onNodesInstead: String? = "run the dataset's task directories as benchmark: local (each on its image after `autoharness images`), which the nodes run"
+    /// With `executor: ray` and `env_provider: local` each task goes to a node with its files
+    /// (and its image), where Harbor runs its agent phase (`HarborNode`).
+    package let shardsOnNodes = true
 
     package struct Settings: BenchmarkSettings {
         package init() {}
@@ -222,10 +223,10 @@ extension TerminalBenchKind {
             try LocalKind.checkTaskNetworks(config, adapter.localTasks)
             if !images.byTask.isEmpty {
                 adapter.taskNetworkAllow = try LocalKind.agentNetwork(config, allow: upstream.taskNetworkAllow ?? [], key: "task_network_allow")
-                if config.executor.kind == .ray {
-                    throw ExperimentError(.usage, "executor: ray: \(images.byTask.count) task(s) run on their own image, which only this host has; run them here")
-                }
             }
+        }
+        if config.executor.kind == .ray {
+            do { _ = try adapter.node } catch { throw ExperimentError(.usage, error.message) }
         }
         return adapter
     }

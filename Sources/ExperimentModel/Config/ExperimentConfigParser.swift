@@ -101,8 +101,7 @@ enum ExperimentConfigParser {
         }
         if c.executor.kind == .ray && r.errors.isEmpty, let node = r.node("executor") {
             if !c.runsOwnTasks && !c.shardsOnNodes {
-                let instead = "use executor: local" + (BenchmarkKinds.named(c.benchmark)?.onNodesInstead.map { ", or " + $0 } ?? "")
-                r.error(node, "executor: ray runs a local, command, bfcl, tau-bench, inspect or bird-interact benchmark's tasks on the cluster's nodes so far; '\(c.benchmark)' runs its own tool (not built yet): \(instead)")
+                r.error(node, "executor: ray runs a local, terminal-bench, command, bfcl, tau-bench, inspect or bird-interact benchmark's tasks on the cluster's nodes so far; '\(c.benchmark)' runs its own tool (not built yet): use executor: local")
             } else if !c.runsOwnTasks && c.gate.heldOutRuntime == .vm {
                 r.error(node, "executor: ray runs a tool benchmark's held-out tasks in the nodes' own sandboxes, not in a VM (not built yet): set gate.held_out_runtime: host")
             } else if (c.executor.address ?? "").isEmpty {
