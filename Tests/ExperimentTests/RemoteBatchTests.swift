@@ -1,6 +1,8 @@
-import Benchmark
+@testable import Benchmark
 import Crypto
 import Foundation
+import Sandbox
+import SandboxPolicy
 import Testing
 import TestSupport
 @testable import Experiment
@@ -532,6 +534,49 @@ struct RemoteBatchTests {
         let local = try node.request(["add-1"])
         #expect(RayNodeExecutor.checkedPolicies([local], otherwise: ["x"]) == ["benchmark-task", "verifier"])
         #expect(RayNodeExecutor.checkedPolicies([], otherwise: ["benchmark-task", "verifier"]) == ["benchmark-task", "verifier"])
+    }
+
+    @Test("what cannot be sent to a node is named outside a gate's held-out phase and not in it (a task with a link: its id and file); a request over what a node takes is refused naming no task; Harbor's runner lasts a task's agent phase (its agent's limit and a margin, within runner.timeout), the time a node's request is given for it")
+    func unsendableNamedOnlyOutsideTheGate() throws {
+        let temp = try TempDir()
+        let dir = temp.file("secret-task-7")
+        try FileManager.default.createDirectory(atPath: dir + "/tests", withIntermediateDirectories: true)
+        try "do it\n".write(toFile: dir + "/instruction.md", atomically: true, encoding: .utf8)
+        try FileManager.default.createSymbolicLink(atPath: dir + "/tests/answers.txt", withDestinationPath: "/etc/hostname")
+        let work = try RemoteWork(key: Curve25519.Signing.PrivateKey(), policySearchPaths: [Built.packageRoot + "/policies"])
+        let linked = { try work.request([BenchmarkTask(id: "secret-task-7", directory: dir)], agentPy: [], heldOut: true, concurrency: 1) }
+        #expect { _ = try RayNodeExecutor.unnamed(false, linked) } throws: { "\($0)".contains("secret-task-7/tests/answers.txt") }
+        #expect { _ = try RayNodeExecutor.unnamed(true, linked) } throws: { e in
+            "\(e)".contains("a held-out task's directory cannot be sent to a node whole") && !"\(e)".contains("secret-task-7") && !"\(e)".contains("answers")
+        }
+        // Two tasks of two 15 MiB files each (each task under a node's limits) are over a request's.
+        let big = try ["big-task-1", "big-task-2"].map { id in
+            let d = temp.file(id)
+            try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true)
+            for k in 1...2 {
+                FileManager.default.createFile(atPath: d + "/data-\(k)", contents: nil)
+                let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: d + "/data-\(k)"))
+                try handle.truncate(atOffset: 15 << 20)
+                try handle.close()
+            }
+            return BenchmarkTask(id: id, directory: d)
+        }
+        #expect(try work.request([big[0]], agentPy: [], heldOut: false, concurrency: 1).tasks[0].files.count == 2)
+        #expect { _ = try work.request(big, agentPy: [], heldOut: false, concurrency: 1) } throws: { e in
+            "\(e)".contains("over what a node takes") && "\(e)".contains("lower executor.tasks_per_request") && !"\(e)".contains("big-task")
+        }
+
+        var tool = ToolSettings(command: ["harbor"])
+        tool.timeout = 86_400
+        var harbor = HarborAdapter(taskIDs: ["t"], tool: tool)
+        harbor.agentTimeoutMultiplier = 2
+        let context = AdapterRunContext(policyLoader: PolicyLoader(searchPaths: []), agentDirectory: temp.path, scratchRoot: temp.path, audit: AuditLog(),
+                                        heldOut: true, concurrency: 1, traceDirectory: { _ in nil })
+        let task = BenchmarkTask(id: "t", directory: dir, agentTimeout: 900)
+        #expect(HarborAgentPhase(adapter: harbor, context: context).runnerSettings(for: task).timeout == 900 * 2 + HarborAgentPhase.containerMargin)
+        #expect(harbor.boundedTask("t").agentTimeout == harbor.agentPhaseLimit(harbor.localTask("t")))
+        tool.timeout = 1_000
+        #expect(HarborAgentPhase(adapter: HarborAdapter(taskIDs: ["t"], tool: tool), context: context).runnerSettings(for: task).timeout == 1_000)
     }
 
     @Test("a tool's shard is given one tool run's time (the runner's, then the scorer's), or one a task for its largest shard when each task runs alone (gate.infra_retries): never cut short by the driver")

@@ -17,7 +17,7 @@ struct RemoteHarborTests {
         print("exec:", r.return_code)
         """)
 
-    @Test("Harbor tasks run on the node from the files their request carries: the verifier's rewards, Harbor's result under the task's [task] name and the failing test's report in the train trace (held out: rewards only, sealed); another copy of autoharness's Harbor environment, a Harbor install the node lacks, or a runner bind reaching the worker's own state is refused before the nonce; only env_provider: local and a dataset directory go to nodes")
+    @Test("Harbor tasks run on the node from the files their request carries: the verifier's rewards, Harbor's result under the task's [task] name and the failing test's report in the train trace (held out: rewards only, sealed); another copy of autoharness's Harbor environment, a Harbor install the node lacks, two tasks of one Harbor name, or a runner bind reaching the worker's own state is refused before the nonce; only env_provider: local and a dataset directory go to nodes")
     func harborTasksRun() throws {
         try requireRoot()
         let harbor = try RealHarborTests.harbor()
@@ -74,6 +74,12 @@ struct RemoteHarborTests {
         var elsewhere = settings
         elsewhere.tool.command = [data.path + "/no-harbor"]
         try refused(try request(["hello-2"], heldOut: true, harbor: elsewhere), ["lacks what Harbor's agent phase needs", data.path + "/no-harbor"])
+        // ...two tasks that Harbor would know by one name (hello-2 carrying hello-3's task.toml)...
+        var twins = try request(["hello-2", "hello-3"], heldOut: true)
+        let toml = try #require(twins.tasks[1].files.firstIndex { $0.path == "task.toml" })
+        let mine = try #require(twins.tasks[0].files.firstIndex { $0.path == "task.toml" })
+        twins.tasks[0].files[mine] = twins.tasks[1].files[toml]
+        try refused(twins, ["the request's tasks: refused, nothing ran", "autoharness-test/hello-3"])
         // ...and a runner bind that would show Harbor's runner the worker's own state (its
         // sealing key, each request's tasks while they run).
         var exposed = settings

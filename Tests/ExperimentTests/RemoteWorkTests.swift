@@ -151,9 +151,12 @@ struct RemoteWorkTests {
         #expect(b.status != 0 && b.stderr.contains("names an id that is not text without NUL or a line break") && !node.nonces.contains(bad.nonce), "\(b.stderr)")
         // Such a node says so in its check (and the supervisor gives it no request)...
         let check = try runProcess(Built.autoharness, ["worker", "--check", "--state", node.state, "--policy-dir", Built.packageRoot + "/policies",
-                                                       "--check-path", Tools.root, "--check-path", "/nonexistent/tool-install"])
+                                                       "--check-path", Tools.root, "--check-path", "/nonexistent/tool-install", "--check-path", node.temp.path])
         let report = try JSONDecoder().decode(NodeReport.self, from: Data(check.stdout.utf8))
         #expect(report.problems.filter { $0.contains("on this node (the tool's") } == ["no /nonexistent/tool-install on this node (the tool's, at the supervisor's path)"],
+                "\(report.problems)")
+        // ...as does one whose tool would be given this worker's own directories.
+        #expect(report.problems.contains("a path the tool runs with: \(node.temp.path) contains this worker's state directory \(node.state) (its sealing key, and each request's tasks while they run, held-out ones too)"),
                 "\(report.problems)")
         // ...and refuses the shard, were it sent one.
         let elsewhere = try commandRequest(node, ["sq-1"], heldOut: false, binds: [Tools.root, "/nonexistent/tool-install"])

@@ -54,12 +54,23 @@ final class HarborAgentPhase: ExternalAgentPhase, @unchecked Sendable {
     /// whole day (found by an adversarial review).
     func containerTimeout(for task: BenchmarkTask) -> Double? { adapter.agentPhaseLimit(task) }
 
+    /// Harbor's runner for `task`: the runner's settings, its time limit the agent phase's
+    /// (`agentPhaseLimit`). An agent.py that blocks Harbor's event loop (a synchronous sleep
+    /// in `run`) keeps Harbor's own agent timeout from firing; without this it would hold the
+    /// task for the whole `runner.timeout`, past what a Ray node's request is given.
+    func runnerSettings(for task: BenchmarkTask) -> ToolSettings {
+        var settings = adapter.tool
+        let limit = adapter.agentPhaseLimit(task)
+        if limit.isFinite { settings.timeout = limit }
+        return settings
+    }
+
     static let containerMargin = 600.0
 
     func run(_ task: BenchmarkTask, workdir: String, container: TaskContainerLink?) -> ExternalAgentEnd {
         let run: ToolRun
         do {
-            run = try ToolRun(settings: adapter.tool, context: context, ids: [task.id])
+            run = try ToolRun(settings: runnerSettings(for: task), context: context, ids: [task.id])
         } catch {
             return ExternalAgentEnd(.ungraded(.setupFailed), "harbor: \(error.message)")
         }
@@ -96,9 +107,9 @@ final class HarborAgentPhase: ExternalAgentPhase, @unchecked Sendable {
         let exit = run.launch(inv, total: 1)
         run.reportFailure("harbor", exit)
         if case .timedOut? = exit.termination {
-            // Killed on runner.timeout, mid-agent: half-done work is not graded, as for a
-            // local task's agent.
-            var end = ExternalAgentEnd(.ungraded(.agentTimeout), "harbor timed out (runner.timeout)")
+            // Killed on the agent phase's limit (or runner.timeout), mid-agent: half-done work
+            // is not graded, as for a local task's agent.
+            var end = ExternalAgentEnd(.ungraded(.agentTimeout), "harbor timed out (the agent phase's limit, \(Int(adapter.agentPhaseLimit(task))) s)")
             end.vendorFailures = run.inference?.vendorFailures
             return end
         }

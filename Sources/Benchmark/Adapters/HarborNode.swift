@@ -13,7 +13,6 @@
 // digested: a node with another Harbor runs the agent phase with that Harbor.
 
 import Glibc
-import SupervisorIO
 
 /// How a node runs a Harbor task's agent phase: what `HarborAdapter` holds for it, without
 /// the dataset (the request carries the tasks).
@@ -38,9 +37,27 @@ public struct HarborNode: Codable, Sendable, Equatable {
     /// executable), the gate's CA file, and the environment module.
     public var requiredPaths: [String] { tool.nodePaths + [module] }
 
-    /// Harbor's adapter on the node for `ids`, the request's tasks written under `datasetPath`.
-    /// Each task's Harbor name is read from its own task.toml, as on the supervisor's host.
-    public func adapter(datasetPath: String, ids: [String]) throws(BenchmarkError) -> HarborAdapter {
+    /// Each task's Harbor name (`[task] name`) where it differs from its id, from the task.toml
+    /// each carries (`tomls`: by id, nil for none), as the supervisor's host reads them; throws
+    /// when they are not one to one.
+    public static func taskNames(_ tomls: [String: [UInt8]?]) throws(BenchmarkError) -> [String: String] {
+        var names: [String: String] = [:]
+        for (id, bytes) in tomls {
+            guard let bytes, bytes.count <= LocalBenchmark.maxTaskTomlBytes, let text = String(validating: bytes, as: UTF8.self),
+                  let name = HarborAdapter.declaredName(taskToml: text), name != id else { continue }
+            names[id] = name
+        }
+        do {
+            _ = try HarborTaskNames(ids: Array(tomls.keys), declared: names)
+        } catch {
+            throw BenchmarkError(.invalidBenchmark, "the request's Harbor tasks", cause: error)
+        }
+        return names
+    }
+
+    /// Harbor's adapter on the node for `ids`, the request's tasks written under `datasetPath`,
+    /// with their Harbor names (`taskNames`).
+    public func adapter(datasetPath: String, ids: [String], names: [String: String]) -> HarborAdapter {
         var a = HarborAdapter(taskIDs: ids, tool: tool)
         a.datasetPath = datasetPath
         a.environmentProvider = "local"
@@ -51,21 +68,18 @@ public struct HarborNode: Codable, Sendable, Equatable {
         a.agentTimeoutMultiplier = agentTimeoutMultiplier
         a.taskNetworkAllow = taskNetworkAllow
         a.concurrency = 1
-        for id in ids {
-            guard case .success(let bytes) = InputFile.read(datasetPath + "/" + id + "/task.toml", cap: LocalBenchmark.maxTaskTomlBytes),
-                  let text = String(validating: bytes, as: UTF8.self), let name = HarborAdapter.declaredName(taskToml: text), name != id else { continue }
-            a.taskNames[id] = name
-        }
-        do {
-            _ = try HarborTaskNames(ids: ids, declared: a.taskNames)
-        } catch {
-            throw BenchmarkError(.invalidBenchmark, "the request's Harbor tasks", cause: error)
-        }
+        a.taskNames = names
         return a
     }
 }
 
 extension ToolSettings {
+    /// What a node binds into the runner's sandbox from its own paths, by the setting that
+    /// names it: the runner's binds and the shell-call shim.
+    public var nodeBinds: [(setting: String, path: String)] {
+        binds.map { ("runner.binds", $0) } + (shellCalls.map { [("runner.srt_shim", $0)] } ?? [])
+    }
+
     /// The host paths these settings name, which a node must have at the same paths: the
     /// binds, the gate's CA file, the shell-call shim and an executable named by path.
     public var nodePaths: [String] {

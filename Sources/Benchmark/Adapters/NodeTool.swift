@@ -132,7 +132,7 @@ public enum NodeTool: Codable, Sendable, Equatable {
     /// What a node binds into the tool's sandboxes from its own paths, by the setting that
     /// names it: the runner's binds, the scorer's, the shell-call shim.
     public var nodeBinds: [(setting: String, path: String)] {
-        var binds = settings.binds.map { ("runner.binds", $0) } + (settings.shellCalls.map { [("runner.srt_shim", $0)] } ?? [])
+        var binds = settings.nodeBinds
         if case .command(_, _, let scorerBinds) = self { binds += scorerBinds.map { ("runner.scorer_binds", $0) } }
         return binds
     }

@@ -113,13 +113,15 @@ package struct RayNodeExecutor: TaskExecutor {
             let tasks = ids.compactMap { id in local?.benchmark.task(id) ?? (known.contains(id) ? harborAdapter?.boundedTask(id) : nil) }
             let chunks = Self.requests(tasks, executor: config.executor, fallback: fallback)
             // Tasks on their image run on the same image on a node: its archive, by digest.
-            let images = try taskImages(chunks.flatMap { $0 }, local?.images ?? harborAdapter?.images, archives: layout.privateDirectory + "/images/archives", heldOut: heldOut)
+            let store = local?.images ?? harborAdapter?.images
+            let images = try taskImages(chunks.flatMap { $0 }, store, archives: layout.privateDirectory + "/images/archives", heldOut: heldOut)
             if (!images.byTask.isEmpty || harbor != nil) && vm != nil {
                 throw ExperimentError(.usage, "executor: ray: \(harbor != nil ? "Harbor's agent phase" : "task images") in a node's held-out VM \(harbor != nil ? "is" : "are") not built yet; set gate.held_out_runtime: host")
             }
             archives = images.archives
             requests = try chunks.map {
-                var r = try work.request($0, agentPy: agentPy, heldOut: heldOut, concurrency: 1, answerTo: answerTo)
+                let tasks = $0
+                var r = try Self.unnamed(run.split.isGateHeldOut) { try work.request(tasks, agentPy: agentPy, heldOut: heldOut, concurrency: 1, answerTo: answerTo) }
                 r.vm = vm
                 r.harbor = harbor
                 r.toolSHA256 = toolDigest
@@ -128,7 +130,7 @@ package struct RayNodeExecutor: TaskExecutor {
                 r.verifierToolsSHA256 = toolbox
                 for k in r.tasks.indices {
                     r.tasks[k].image = images.byTask[r.tasks[k].id]
-                    r.tasks[k].imageRefused = local?.images?.refused[r.tasks[k].id]
+                    r.tasks[k].imageRefused = store?.refused[r.tasks[k].id]
                 }
                 return r
             }
@@ -247,6 +249,15 @@ package struct RayNodeExecutor: TaskExecutor {
             work[i] += ExecutionBounds.limit(task, fallback: fallback)
         }
         return chunks.indices.sorted { work[$0] != work[$1] ? work[$0] > work[$1] : $0 < $1 }.map { chunks[$0] }
+    }
+
+    /// `build`'s request; when `quiet` (a gate's held-out phase), a failure to build it names no
+    /// task: what cannot be sent names its task and file, and a gate's error reaches the
+    /// coding agent.
+    static func unnamed(_ quiet: Bool, _ build: () throws -> WorkRequest) throws -> WorkRequest {
+        do { return try build() } catch where quiet {
+            throw ExperimentError(.usage, "a held-out task's directory cannot be sent to a node whole (a link, a special file, a name that is not UTF-8, a file over \(WorkLimits.maxFile) bytes or over \(WorkLimits.maxFilesPerTask) files), or a request would be over what a node takes; which task is not said here, where the coding agent reads it: `autoharness prepare` on a copy of the experiment names it")
+        }
     }
 
     /// The longest a tool's shard may run on its node: one tool run (the runner's limit, then

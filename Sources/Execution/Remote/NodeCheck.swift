@@ -71,6 +71,8 @@ public enum NodeCheck {
         if let vm, let why = vmProblem(vm, scratchRoot: scratchRoot) { found.append(why) }
         // A tool's install and binds, at the supervisor's paths (`NodeTool.requiredPaths`).
         for path in paths where !FileManager.default.fileExists(atPath: path) { found.append("no \(path) on this node (the tool's, at the supervisor's path)") }
+        // ...none of which holds this worker's own directories (a request would be refused).
+        if let why = NodeToolWork.exposure(binds: [], paths: paths, state: stateDirectory, scratch: scratchRoot) { found.append(why) }
         var tool: String?
         do { tool = try WorkDigest.files(digest) } catch { found.append("the tool's files: \(error)") }
         var report = NodeReport(binarySHA256: try WorkDigest.executable(), policiesSHA256: try WorkDigest.policies(searchPaths),

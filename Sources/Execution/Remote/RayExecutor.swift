@@ -34,6 +34,12 @@ public struct RemoteWork {
             let files = try RemoteWorker.collect(t.directory, strict: true).filter { !$0.path.hasPrefix("solution/") }
             work.append(WorkTask(id: t.id, files: files))
         }
+        // Within what a node takes (base64 twice, in the body and in the signed envelope: about
+        // 1.8 times the bytes); said without naming a task, which may be held out.
+        let bytes = work.reduce(0) { $0 + $1.files.reduce(0) { $0 + $1.bytes.count + $1.path.utf8.count } }
+        if bytes * 9 / 5 + agentPy.count * 2 > WorkLimits.maxRequest {
+            throw ExperimentError(.usage, "a request of \(tasks.count) task(s) would carry \(bytes) bytes of their files, over what a node takes (\(WorkLimits.maxRequest) bytes encoded): lower executor.tasks_per_request")
+        }
         var nonce = [UInt8](repeating: 0, count: 16)
         for i in nonce.indices { nonce[i] = UInt8.random(in: 0...255) }
         var r = WorkRequest(nonce: WorkDigest.hex(nonce), heldOut: heldOut, binarySHA256: binarySHA256,

@@ -20,9 +20,17 @@ enum NodeHarborWork {
         }
         try NodeToolWork.checkInstall(paths: harbor.requiredPaths, files: harbor.digestedFiles, expected: request.toolSHA256,
                                       needs: "Harbor's agent phase", copy: harbor.module)
-        if let why = NodeToolWork.exposure(binds: harbor.tool.binds.map { ("runner.binds", $0) }, s) {
+        do { _ = try HarborNode.taskNames(tomls(request)) } catch {
+            throw ExperimentError(.refused, "the request's tasks: refused, nothing ran", cause: error)
+        }
+        if let why = NodeToolWork.exposure(binds: harbor.tool.nodeBinds, paths: harbor.requiredPaths, state: s.stateDirectory, scratch: s.scratchRoot) {
             throw ExperimentError(.refused, "on this node, \(why): refused, nothing ran")
         }
+    }
+
+    /// Each task's task.toml as its request carries it, by id.
+    static func tomls(_ request: WorkRequest) -> [String: [UInt8]?] {
+        Dictionary(request.tasks.map { t in (t.id, t.files.first { $0.path == "task.toml" }.map { Array($0.bytes) }) }, uniquingKeysWith: { a, _ in a })
     }
 
     /// The request's tasks (written under `work`/benchmark/tasks) through Harbor's adapter,
@@ -30,10 +38,7 @@ enum NodeHarborWork {
     static func run(_ harbor: HarborNode, _ request: WorkRequest, work: String, images: TaskImages, tools: VerifierTools?,
                     _ s: RemoteWorker.Settings) throws -> WorkAnswer {
         let ids = request.tasks.map(\.id)
-        var adapter: HarborAdapter
-        do { adapter = try harbor.adapter(datasetPath: work + "/benchmark/tasks", ids: ids) } catch {
-            throw ExperimentError(.refused, "the request's tasks", cause: error)
-        }
+        var adapter = harbor.adapter(datasetPath: work + "/benchmark/tasks", ids: ids, names: try HarborNode.taskNames(tomls(request)))
         adapter.verifierTools = tools
         if !images.byTask.isEmpty || !images.refused.isEmpty { adapter.images = images }
         // Each request's runner, task and verifier sandboxes, one request a CPU.
@@ -61,10 +66,13 @@ extension NodeToolWork {
         }
     }
 
-    /// Why `binds` (this node's paths a request's sandboxes get) would show them this
+    /// Why `binds` or the other `paths` a request's sandboxes get of this node (its install,
+    /// scripts, data; each named by its setting where it has one) would show them this
     /// worker's own directories (`RunnerBinds.Protected.workerDirectories`), or nil.
-    static func exposure(binds: [(setting: String, path: String)], _ s: RemoteWorker.Settings) -> String? {
-        do { try RunnerBinds.refuse(binds, exposing: RunnerBinds.Protected.workerDirectories(state: s.stateDirectory, scratch: s.scratchRoot)) } catch let e as ExperimentError {
+    static func exposure(binds: [(setting: String, path: String)], paths: [String], state: String, scratch: String) -> String? {
+        let named = Set(binds.map(\.path))
+        let all = binds + paths.filter { !named.contains($0) }.map { (RunnerBinds.toolPath, $0) }
+        do { try RunnerBinds.refuse(all, exposing: RunnerBinds.Protected.workerDirectories(state: state, scratch: scratch)) } catch let e as ExperimentError {
             return e.message
         } catch {
             return "the runner's binds cannot be checked"

@@ -68,7 +68,7 @@ public enum RemoteWorker {
             }
             try NodeToolWork.checkInstall(paths: tool.requiredPaths, files: tool.digestedFiles, expected: request.toolSHA256,
                                           needs: "the tool", copy: "copy of the tool's files", after: "another version of the tool is installed here; ")
-            if let why = NodeToolWork.exposure(tool) ?? NodeToolWork.exposure(binds: tool.nodeBinds, s) {
+            if let why = NodeToolWork.exposure(tool) ?? NodeToolWork.exposure(binds: tool.nodeBinds, paths: tool.requiredPaths, state: s.stateDirectory, scratch: s.scratchRoot) {
                 throw ExperimentError(.refused, "on this node, \(why): refused, nothing ran")
             }
             do { toolAdapter = try NodeToolWork.adapter(tool, request) } catch {
@@ -365,7 +365,10 @@ public enum RemoteWorker {
                 } else if FileSystem.isRegular(st) {
                     guard out.count < WorkLimits.maxFilesPerTask, let bytes = FileSystem.readCapped(at: dir, shown, cap: WorkLimits.maxFile) else { continue }
                     total += bytes.count
-                    guard total <= WorkLimits.maxAnswer / 2 else { throw ExperimentError(.io, "the traces are over \(WorkLimits.maxAnswer / 2) bytes") }
+                    guard total <= WorkLimits.maxAnswer / 2 else {
+                        if strict { throw ExperimentError(.usage, "\(root): over \(WorkLimits.maxAnswer / 2) bytes in all; a task sent to a node goes whole or not at all") }
+                        throw ExperimentError(.io, "the traces are over \(WorkLimits.maxAnswer / 2) bytes")
+                    }
                     out.append(WorkFile(path: prefix + shown, executable: st.st_mode & 0o111 != 0, bytes: Data(bytes)))
                 }
             }

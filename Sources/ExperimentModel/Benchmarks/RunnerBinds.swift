@@ -30,12 +30,17 @@ package enum RunnerBinds {
                     throw ExperimentError(.usage, "\(setting): \(b) \(p.what)")
                 }
                 if p.inside, within(rb, real) || identity(real).map({ Set(lineage(rb).compactMap(identity)).contains($0) }) == true {
-                    let who = setting.hasSuffix("runner.binds") ? "agent.py's runner" : setting.hasSuffix("triage.binds") ? "the triage" : "the coding agent"
+                    let who = setting.hasSuffix("runner.binds") ? "agent.py's runner" : setting.hasSuffix("triage.binds") ? "the triage"
+                        : setting.hasPrefix("runner.") || setting == toolPath ? "the tool's sandboxes" : "the coding agent"
                     throw ExperimentError(.usage, "\(setting): \(b) lies inside \(p.path), which \(who) must never see; \(setting.hasSuffix("home_seed") ? "seed its home from elsewhere" : "bind only the tool's install")")
                 }
             }
         }
     }
+
+    /// The setting named for a path a tool's sandboxes get that no bind setting names (its
+    /// install's directories, scripts, data: a worker node checks them all).
+    package static let toolPath = "a path the tool runs with"
 
     /// `runner.binds` alone (the setting named in refusals).
     package static func refuse(_ binds: [String], exposing protected: [Protected]) throws {
