@@ -4,6 +4,7 @@ import Testing
 import TestSupport
 @testable import Benchmark
 @testable import Experiment
+import Execution
 @testable import ExperimentModel
 
 /// Terminal-Bench tasks on their own image with `executor: ray` (`env_provider: local`): each
@@ -33,7 +34,7 @@ extension RayClusterTests {
         }
     }
 
-    @Test("Terminal-Bench tasks on their image with executor: ray: the image is archived once and sent to each worker node that lacks it (encrypted, signed, then held there by digest, not sent again), each node runs the tasks on it, the agent phase through its Harbor and the tests in its own sandboxes; prepare, a benchmark and a gate give what one machine gives (baseline, split, train rewards and the verifier's output, the gate)")
+    @Test("Terminal-Bench tasks on their image with executor: ray: the image is archived once and sent to each worker node that lacks it (encrypted, signed, then held there by digest, not sent again), each node runs the tasks on it, the agent phase through its Harbor and the tests in its own sandboxes; prepare, a benchmark and a gate give what one machine gives (baseline, split, train rewards and the verifier's output, the gate); the driver runs as a user of its own, and reads the pushed image as that user")
     func imageTasksAcrossTheCluster() throws {
         try requireRoot()
         try TaskImageTests.requireImageHost()
@@ -43,7 +44,9 @@ extension RayClusterTests {
         try Self.imageTasks(in: data.path + "/bench")
         let nothing = RealHarborTests.harborAgent(run: "pass")
         let copies = RealHarborTests.harborAgent(run: "await environment.exec(\"cp /opt/data/input.txt /app/answer.txt\")")
-        try Self.sameAsOneMachine(baseline: "baseline: 0/", trace: "verifier.stdout", v2: copies, perRequest: 2, check: { cluster, runs in
+        // The driver (and the head) as a user of its own: it reads the pushed images as that user.
+        try Self.sameAsOneMachine(baseline: "baseline: 0/", trace: "verifier.stdout", v2: copies, perRequest: 2,
+                                  driverUser: try DriverUser.resolve("60124:60124"), check: { cluster, runs in
             // Sent once to each node, before the first request; held there since.
             let prepared = runs[0].stderr, later = runs[1].stderr + runs[2].stderr
             #expect(prepared.contains("sending a task image") && prepared.contains("to 2 node(s)"), "\(prepared)")

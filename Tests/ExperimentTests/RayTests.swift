@@ -197,17 +197,18 @@ struct RayClusterTests {
         #expect(head.members().isEmpty, "Ray processes outlived the cluster: \(head.members())")
     }
 
-    @Test("prepare, a benchmark and a gate with executor: ray across two worker nodes in network namespaces give what one machine gives: the same baseline, split, train outcomes and traces, and the same gate (suite, val_score, promotions)")
+    @Test("prepare, a benchmark and a gate with executor: ray across two worker nodes in network namespaces give what one machine gives: the same baseline, split, train outcomes and traces, and the same gate (suite, val_score, promotions); the head and the driver run as a user of their own (executor.driver_user), not root")
     func gateAcrossTheCluster() throws {
         try requireRoot()
         let python = try Self.python()
         let local = try Experiment()
         let (remote, keyFile) = try Self.rayExperiment()
-        let cluster = try Cluster(python: python, keyFile: keyFile, temp: remote.temp, workers: 2)
+        let user = try DriverUser.resolve("60123:60123")
+        let cluster = try Cluster(python: python, keyFile: keyFile, temp: remote.temp, workers: 2, headUser: user)
         defer { cluster.stop() }
         let env = try Self.useCluster(remote, cluster, python: python)
         let config = remote.root + "/experiment_config.yaml"
-        try (try String(contentsOfFile: config, encoding: .utf8) + "  tasks_per_request: 3\n").write(toFile: config, atomically: true, encoding: .utf8)
+        try (try String(contentsOfFile: config, encoding: .utf8) + "  tasks_per_request: 3\n  driver_user: \"60123:60123\"\n").write(toFile: config, atomically: true, encoding: .utf8)
         func onCluster(_ args: String...) throws -> Run { try autoharness(args + ["-C", remote.root], environment: env) }
 
         let prepared = try Self.whenUpOnCluster { try onCluster("prepare") }
@@ -242,6 +243,23 @@ struct RayClusterTests {
         let ran = [1, 2].map { FileSystemProbe.names(cluster.state("w\($0)") + "/nonces").count }
         #expect(ran.allSatisfy { $0 > 0 } && ran.reduce(0, +) >= 5, "requests per worker node: \(ran)")
         #expect(FileSystemProbe.names(cluster.state("head") + "/nonces").isEmpty, "a task ran on the head")
+        // The head's session was the user's, each run's driver's log there too (a driver run as
+        // root would leave root's), and the driver's directory is gone.
+        var st = stat()
+        #expect(stat(cluster.temp.file("ray-head") + "/session_latest", &st) == 0 && st.st_uid == user.uid, "uid \(st.st_uid)")
+        let logs = cluster.temp.file("ray-head") + "/session_latest/logs"
+        let drivers = FileSystemProbe.names(logs).filter { $0.hasPrefix("python-core-driver-") }
+        let owners = drivers.map { name -> uid_t in
+            var d = stat()
+            return stat(logs + "/" + name, &d) == 0 ? d.st_uid : 0
+        }
+        // (One is root's: the test's own wait for the nodes to join, before any run.)
+        #expect(owners.filter { $0 == user.uid }.count >= 3 && owners.filter { $0 != user.uid } == [0], "\(zip(drivers, owners).map { "\($0) \($1)" })")
+        let left = FileSystemProbe.names("/tmp").filter { name in
+            var d = stat()
+            return name.hasPrefix("autoharness-ray-") && stat("/tmp/" + name, &d) == 0 && d.st_uid == user.uid
+        }
+        #expect(left.isEmpty, "\(left)")
     }
 
     @Test("with gate.held_out_runtime: vm, a gate's held-out tasks run in a fresh VM on the node (another kernel: the agent that solves only there is accepted, its train tasks on the node's kernel fail); a node that cannot boot the experiment's VM is given no request")
@@ -344,17 +362,25 @@ struct RayClusterTests {
         let environment: [String: String]
 
         /// `binaries[n]`: worker node n's AUTOHARNESS_WORKER_BIN (default the built CLI);
-        /// `before[n]`: a shell command run in its mount namespace before Ray starts.
+        /// `before[n]`: a shell command run in its mount namespace before Ray starts;
+        /// `headUser`: the user the head runs as (as `executor.driver_user` asks), else root.
         init(python: String, keyFile: String, temp: TempDir, workers count: Int, binaries: [Int: String] = [:], before: [Int: String] = [:],
-             environment: [String: String] = [:]) throws {
+             environment: [String: String] = [:], headUser: DriverUser? = nil) throws {
             self.temp = temp
             self.environment = environment
             let ray = (python as NSString).deletingLastPathComponent + "/ray"
             try Self.ip("link", "add", bridge, "type", "bridge")
             try Self.ip("addr", "add", "\(subnet).1/24", "dev", bridge)
             try Self.ip("link", "set", bridge, "up")
+            var become: String?
+            if let u = headUser {
+                // Its session directory (under --temp-dir) is the user's, and so is its HOME.
+                try FileManager.default.createDirectory(atPath: temp.file("ray-head"), withIntermediateDirectories: true)
+                chown(temp.file("ray-head"), u.uid, u.gid)
+                become = "/usr/bin/setpriv --reuid=\(u.uid) --regid=\(u.gid) --clear-groups env HOME=\(temp.file("ray-head")) USER=\(u.name)"
+            }
             head = try launch(ray, ["start", "--head", "--node-ip-address=\(subnet).1", "--num-cpus=0", "--include-dashboard=false"] + RayClusterTests.headPorts(ports),
-                              name: "head", namespace: nil, keyFile: keyFile)
+                              name: "head", namespace: nil, keyFile: keyFile, become: become)
             for _ in 0..<count { try addNamespace() }
             // The workers join once the head's GCS listens.
             try RayClusterTests.waitForListener("\(subnet).1", port, logs: temp.file("ray-head"))
@@ -422,7 +448,8 @@ struct RayClusterTests {
         /// Where node `name` keeps its worker state.
         func state(_ name: String) -> String { temp.file("state-" + name) }
 
-        func launch(_ ray: String, _ args: [String], name: String, namespace: String?, keyFile: String, binary: String? = nil, before: String? = nil) throws -> Process {
+        func launch(_ ray: String, _ args: [String], name: String, namespace: String?, keyFile: String, binary: String? = nil, before: String? = nil,
+                    become: String? = nil) throws -> Process {
             var env = ProcessInfo.processInfo.environment.merging(environment) { _, given in given }
             env["AUTOHARNESS_WORKER_BIN"] = binary ?? Built.autoharness
             env["AUTOHARNESS_SUPERVISOR_KEY"] = keyFile
@@ -433,7 +460,11 @@ struct RayClusterTests {
             env["RAY_AUTH_MODE"] = "token"
             env["RAY_AUTH_TOKEN"] = token
             let p = Process()
-            let prefix = ["/bin/sh", "-c", RayClusterTests.dropLoopMounts + "; " + (before.map { $0 + " && " } ?? "") + "exec \"$0\" \"$@\""]
+            // With `become`, the shell stays the PID namespace's first process (root, so still
+            // ended when unshare is: a process that changes its user loses its parent-death
+            // signal) and Ray runs as its child, ended with the namespace.
+            let run = become.map { $0 + " \"$0\" \"$@\"" } ?? "exec \"$0\" \"$@\""
+            let prefix = ["/bin/sh", "-c", RayClusterTests.dropLoopMounts + "; " + (before.map { $0 + " && " } ?? "") + run]
             let start = ["/usr/bin/unshare", "--pid", "--fork", "--kill-child", "--mount-proc"] + prefix + [ray] + args
                 + ["--block", "--disable-usage-stats", "--object-store-memory=200000000", "--temp-dir=" + temp.file("ray-" + name)]
             // nsenter, not `ip netns exec`: that remounts /sys for the namespace, and the node's

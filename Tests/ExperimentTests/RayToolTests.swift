@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import TestSupport
 @testable import Experiment
+import Execution
 @testable import ExperimentModel
 
 /// Tool benchmarks (`NodeTool`) with `executor: ray`: each run's ids in shards across two
@@ -125,18 +126,19 @@ extension RayClusterTests {
     /// `check`, when given, then looks at the cluster and the cluster's prepare, benchmark and gate.
     /// `environment`: variables the supervisor and every node run with (what `env_pass` names).
     static func sameAsOneMachine(baseline: String, trace: String, v2: String, perRequest: Int, environment: [String: String] = [:],
-                                 check: ((Cluster, [Run]) throws -> Void)? = nil, _ make: () throws -> Experiment) throws {
+                                 driverUser: DriverUser? = nil, check: ((Cluster, [Run]) throws -> Void)? = nil, _ make: () throws -> Experiment) throws {
         let python = try Self.python()
         let local = try make()
         defer { local.removeScratch() }
         let remote = try make()
         defer { remote.removeScratch() }
         let keyFile = try Self.workerKeyFile(remote)
-        let cluster = try Cluster(python: python, keyFile: keyFile, temp: remote.temp, workers: 2, environment: environment)
+        let cluster = try Cluster(python: python, keyFile: keyFile, temp: remote.temp, workers: 2, environment: environment, headUser: driverUser)
         defer { cluster.stop() }
         let env = try Self.useCluster(remote, cluster, python: python).merging(environment) { _, given in given }
         let config = remote.root + "/experiment_config.yaml"
-        try (try String(contentsOfFile: config, encoding: .utf8) + "  tasks_per_request: \(perRequest)\n").write(toFile: config, atomically: true, encoding: .utf8)
+        let user = driverUser.map { "  driver_user: \"\($0.uid):\($0.gid)\"\n" } ?? ""
+        try (try String(contentsOfFile: config, encoding: .utf8) + "  tasks_per_request: \(perRequest)\n" + user).write(toFile: config, atomically: true, encoding: .utf8)
         func onCluster(_ args: String...) throws -> Run { try autoharness(args + ["-C", remote.root], environment: env) }
 
         let prepared = try Self.whenUpOnCluster { try onCluster("prepare") }

@@ -448,6 +448,21 @@ struct RemoteBatchTests {
         } throws: { "\($0)".contains("have no node to go to and none is running") }
     }
 
+    /// The rest of a fake driver of the protocol's shape (Python at no indentation): one
+    /// node "a" that fails its check, then every request answered by it.
+    static let fakeDriver = """
+        json.loads(sys.stdin.readline())
+        print(json.dumps({"nodes": [{"node": "a", "address": "10.0.0.2", "error": "fake"}]}), flush=True)
+        json.loads(sys.stdin.readline())
+        print(json.dumps({"ready": True, "nodes": 1}), flush=True)
+        for line in sys.stdin:
+            m = json.loads(line)
+            if "id" in m:
+                print(json.dumps({"id": m["id"], "node": "a", "exit": 0, "answer": ""}), flush=True)
+            elif m.get("end"):
+                break
+        """
+
     @Test("the driver runs with the experiment's private directory out of sight: an empty read-only tmpfs over it, which it cannot unmount (no capability left), nor get past through the supervisor's /proc/PID/root; unconfined (the control) it reads the work key both ways with every capability; the protocol works through the confinement")
     func driverConfined() throws {
         try requireRoot()
@@ -472,16 +487,7 @@ struct RemoteBatchTests {
         except OSError as e:
             seen["through_proc"] = errno.errorcode[e.errno]
         json.dump(seen, open(sys.argv[0] + ".seen", "w"))
-        json.loads(sys.stdin.readline())
-        print(json.dumps({"nodes": [{"node": "a", "address": "10.0.0.2", "error": "fake"}]}), flush=True)
-        json.loads(sys.stdin.readline())
-        print(json.dumps({"ready": True, "nodes": 1}), flush=True)
-        for line in sys.stdin:
-            m = json.loads(line)
-            if "id" in m:
-                print(json.dumps({"id": m["id"], "node": "a", "exit": 0, "answer": ""}), flush=True)
-            elif m.get("end"):
-                break
+        \(Self.fakeDriver)
         """.write(toFile: driver, atomically: true, encoding: .utf8)
         func run(hiding: [String]) throws -> [String: Any] {
             // This process's pid, whose /proc/PID/root the driver must not get through when confined.
@@ -501,6 +507,75 @@ struct RemoteBatchTests {
                 && confined["caps"] as? String == "0000000000000000" && ["EACCES", "EPERM"].contains(confined["through_proc"] as? String ?? ""), "\(confined)")
         // Still there for this process.
         #expect(try String(contentsOfFile: secret + "/work-key", encoding: .utf8) == "WORK-KEY")
+    }
+
+    @Test("executor.driver_user: the driver runs as that user, its groups cleared, with a HOME of its own: it cannot write what root owns nor signal the supervisor (the control, root confined, can both); root and system ids, nobody's and qemu's, -1, the task images' ids and an unknown user are refused; the dataset is hidden from the driver too, unless the private directory holds it or it holds the driver")
+    func driverAsItsOwnUser() throws {
+        try requireRoot()
+        let dir = try TempDir(mode: 0o755)
+        let rootOnly = dir.path + "/root-only"
+        try FileManager.default.createDirectory(atPath: rootOnly, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+        let driver = dir.path + "/driver.py"
+        try """
+        import errno, json, os, sys
+        seen = {"uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(), "user": os.environ.get("USER"), "home": os.environ.get("HOME")}
+        seen["home_owner"] = os.stat(seen["home"]).st_uid if seen["home"] else None
+        try:
+            open(\(String(reflecting: rootOnly)) + "/planted", "w").write("x")
+            seen["write"] = "done"
+        except OSError as e:
+            seen["write"] = errno.errorcode[e.errno]
+        try:
+            os.kill(int(os.environ["TEST_SUPERVISOR_PID"]), 0)
+            seen["signal"] = "done"
+        except OSError as e:
+            seen["signal"] = errno.errorcode[e.errno]
+        json.dump(seen, open(\(String(reflecting: dir.path)) + "/seen-%d.json" % os.getuid(), "w"))
+        \(Self.fakeDriver)
+        """.write(toFile: driver, atomically: true, encoding: .utf8)
+        // The probe writes where the driver's user may: the test's directory, for this run.
+        chmod(dir.path, 0o1777)
+        func run(as user: DriverUser?) throws -> [String: Any] {
+            var executor = RayExecutor(python: "/usr/bin/python3", driver: driver, address: "10.0.0.1:6379",
+                                       environment: ["PATH": "/usr/bin:/bin", "TEST_SUPERVISOR_PID": String(getpid())])
+            executor.hidden = [dir.path + "/nothing-here-" + String(getpid())]
+            try FileManager.default.createDirectory(atPath: executor.hidden[0], withIntermediateDirectories: true)
+            var home: String?
+            if let user { home = try executor.runAs(user) }
+            defer { if let home { try? FileManager.default.removeItem(atPath: home) } }
+            try executor.run(1, choose: { $0.map(\.node) }, prepare: { _ in ([1], "a") }, settle: { _, _ in .done })
+            let seen = try Data(contentsOf: URL(fileURLWithPath: dir.path + "/seen-\(user?.uid ?? 0).json"))
+            return try #require(try JSONSerialization.jsonObject(with: seen) as? [String: Any])
+        }
+        let root = try run(as: nil)
+        #expect(root["uid"] as? Int == 0 && root["write"] as? String == "done" && root["signal"] as? String == "done", "\(root)")
+        let user = try DriverUser.resolve("60123:60124")
+        let own = try run(as: user)
+        #expect(own["uid"] as? Int == 60123 && own["gid"] as? Int == 60124 && (own["groups"] as? [Int] ?? [0]).allSatisfy { $0 == 60124 }, "\(own)")
+        #expect(own["write"] as? String == "EACCES" && own["signal"] as? String == "EPERM", "\(own)")
+        #expect(own["home_owner"] as? Int == 60123 && (own["home"] as? String)?.hasPrefix("/tmp/autoharness-ray-") == true, "\(own)")
+
+        // Root and the system's ids (disk's group 6 is raw disk access), nobody's and qemu's,
+        // -1 (which chown and setpriv read as "unchanged": root kept), an unknown name.
+        for refused in ["0:0", "60123:6", "65534:65534", "65533:60123", "nobody", "4294967295:4294967295", "60123:4294967295", "no-such-user-autoharness"] {
+            #expect { _ = try DriverUser.resolve(refused) } throws: { "\($0)".contains("executor.driver_user: \(refused)") }
+        }
+        let images = HostIDRange(uid: 2_147_418_112, gid: 2_147_418_112, count: 65536)
+        #expect { _ = try DriverUser.resolve("2147418200:60000", reserved: images) } throws: { "\($0)".contains("in the ids task images' sandboxes run as") }
+        #expect(try DriverUser.resolve("60000:60000", reserved: images).uid == 60000)
+
+        // The dataset is hidden too, where a mount can go (not inside the private directory)
+        // and where it does not hold what the driver runs.
+        let data = dir.path + "/data"
+        try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
+        #expect(RayNodeExecutor.alsoHidden([data], besides: dir.path + "/private", driver: ["/usr/bin/python3"]) == [data])
+        // ...and said to be within the driver's reach through the head's /proc while its mode lets that user list it.
+        chmod(data, 0o755)
+        #expect(user.mayList(data))
+        chmod(data, 0o750)
+        #expect(!user.mayList(data))
+        #expect(RayNodeExecutor.alsoHidden([dir.path + "/private/dataset"], besides: dir.path + "/private", driver: []).isEmpty)
+        #expect(RayNodeExecutor.alsoHidden([dir.path], besides: dir.path + "/private", driver: [driver]).isEmpty)
     }
 
     @Test("a local benchmark's tasks go out longest first by their own limits (the agent's, else the fallback, plus the verifier's), in listed order among equals; with tasks_per_request above 1 the long ones are spread over the requests and the largest request goes first; `order: listed` keeps the list")

@@ -142,7 +142,24 @@ package struct RayNodeExecutor: TaskExecutor {
         var executor = RayExecutor(python: config.executor.python, driver: templates + "/ray/autoharness_ray.py", address: address,
                                    environment: environment)
         executor.maxInFlight = config.maxConcurrency
-        executor.hidden = [layout.privateDirectory]
+        // Out of the driver's sight: the private directory, and the dataset where it lies elsewhere.
+        let dataset = [local?.benchmark.directory, harborAdapter?.datasetPath].compactMap { $0 }
+        executor.hidden = [layout.privateDirectory] + Self.alsoHidden(dataset, besides: layout.privateDirectory,
+                                                                     driver: [config.executor.python, templates + "/ray/autoharness_ray.py"])
+        var driverDirectory: String?
+        if let name = config.executor.driverUser {
+            // The image range as this host gives it, else its default (a broken /etc/subuid
+            // must not drop the check).
+            let images = (try? ImageIDs.range()) ?? HostIDRange(uid: ImageIDs.defaultStart, gid: ImageIDs.defaultStart, count: ImageIDs.span)
+            let user = try DriverUser.resolve(name, reserved: images)
+            driverDirectory = try executor.runAs(user)
+            // The head runs as that user in the host's mount namespace: through its /proc the
+            // driver reads what that user may, the dataset too unless its modes keep it out.
+            for d in dataset where user.mayList(d) {
+                log?("executor.driver_user: \(d) is readable by uid \(user.uid) (its mode), so the driver could read it through the head's /proc; chmod o-rwx (and keep it from group \(user.gid))")
+            }
+        }
+        defer { if let driverDirectory { _ = FileSystem.removeTree(driverDirectory) } }
         executor.timeout = longest + (vm?.bootTimeout ?? 0) + 300
         executor.checkPolicies = Self.checkedPolicies(requests, otherwise: [work.taskPolicy, work.verifierPolicy])
         executor.checkPaths = tool?.requiredPaths ?? harbor?.requiredPaths ?? []
@@ -173,14 +190,18 @@ package struct RayNodeExecutor: TaskExecutor {
         // under a key of this batch's, that key sealed to each node, the offer signed.
         // Beside the private directory, not in it: the driver, which reads them, does not see
         // that directory at all (`RayExecutor.hidden`).
-        let pushes = layout.root + "/.autoharness-ray-push-" + WorkDigest.hex((0..<8).map { _ in UInt8.random(in: 0...255) })
+        // With a driver user, in a directory of root's it can search but not change (never in
+        // its own, where it could swap a file the supervisor writes for a link).
+        let pushes = try driverDirectory.map { _ in try RayExecutor.temporaryDirectory("autoharness-ray-push", mode: 0o711) }
+            ?? layout.root + "/.autoharness-ray-push-" + WorkDigest.hex((0..<8).map { _ in UInt8.random(in: 0...255) })
         defer { _ = FileSystem.removeTree(pushes) }
         batch.log = { [log] in log?($0) }
         batch.record = { [recordExclusion] in try recordExclusion($0) }
         batch.note = { [recordNote] in try recordNote($0) }
         var byID: [String: TaskOutcome] = [:]
         try executor.run(requests.count, offers: { seen in
-            try Self.offers(batch.lacking(seen), archives: archives, seen: seen, directory: pushes, signer: work.key, quiet: heldOut, log: log)
+            try Self.offers(batch.lacking(seen), archives: archives, seen: seen, directory: pushes, signer: work.key, quiet: heldOut, log: log,
+                            owner: executor.user)
         }, choose: { try batch.choose($0) }, prepare: { i in
             switch try batch.place(i) {
             case .anyNode: return (signed[i], nil)
@@ -251,6 +272,14 @@ package struct RayNodeExecutor: TaskExecutor {
         return chunks.indices.sorted { work[$0] != work[$1] ? work[$0] > work[$1] : $0 < $1 }.map { chunks[$0] }
     }
 
+    /// Of `dataset` (its directories), those to hide from the driver too: not within `besides`
+    /// (already hidden, and a mount point must exist), nor holding what the driver runs.
+    static func alsoHidden(_ dataset: [String], besides: String, driver: [String]) -> [String] {
+        dataset.filter { d in
+            !RunnerBinds.within(d, besides) && !driver.contains { RunnerBinds.within($0, d) } && FileManager.default.fileExists(atPath: d)
+        }
+    }
+
     /// `build`'s request; when `quiet` (a gate's held-out phase), a failure to build it names no
     /// task: what cannot be sent names its task and file, and a gate's error reaches the
     /// coding agent.
@@ -275,9 +304,14 @@ package struct RayNodeExecutor: TaskExecutor {
     /// The pushes for `lacking` (image digest -> nodes): each archive encrypted once into
     /// `directory` under a fresh key, and an offer of it signed for each node, sealed to its key.
     static func offers(_ lacking: [String: [String]], archives: [String: ImageArchive], seen: [NodeSeen], directory: String,
-                       signer: Curve25519.Signing.PrivateKey, quiet: Bool, log: ((String) -> Void)?) throws -> [ImageOffers] {
+                       signer: Curve25519.Signing.PrivateKey, quiet: Bool, log: ((String) -> Void)?, owner: DriverUser? = nil) throws -> [ImageOffers] {
         guard !lacking.isEmpty else { return [] }
         if let e = FileSystem.makeDirectories(directory, mode: 0o700) { throw ExperimentError(.io, "\(directory): \(ErrnoName.describe(e))") }
+        // The driver reads them as its own user: each file root's, in its group, not writable
+        // (by path: the directory is root's, and the driver cannot change what it holds).
+        func share(_ path: String) throws {
+            if let owner, chown(path, 0, owner.gid) != 0 || chmod(path, 0o640) != 0 { throw ExperimentError(.io, "\(path): \(ErrnoName.describe(errno))") }
+        }
         var out: [ImageOffers] = []
         for (digest, nodes) in lacking.sorted(by: { $0.key < $1.key }) {
             guard let archive = archives[digest] else { continue }
@@ -285,6 +319,7 @@ package struct RayNodeExecutor: TaskExecutor {
             let path = directory + "/" + digest
             log?("executor: ray: sending a task image (\(archive.bytes >> 20) MiB, archive sha256 \(digest.prefix(16))) to \(nodes.count) node(s)")
             try archive.encrypt(under: key, to: path)
+            try share(path)
             let offers = try nodes.compactMap { node -> (node: String, offer: [UInt8])? in
                 guard let sealKey = seen.first(where: { $0.node == node })?.report?.sealKey else { return nil }
                 return (node, try archive.offer(key: key, to: sealKey, signedWith: signer))

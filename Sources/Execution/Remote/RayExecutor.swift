@@ -223,6 +223,8 @@ public struct RayExecutor: Sendable {
     /// them through another process's /proc/PID/root: the kernel refuses a process that
     /// lacks capabilities its target has). Empty: the driver runs unconfined.
     public var hidden: [String] = []
+    /// The user the driver runs as (`executor.driver_user`); nil: this process's.
+    public var user: DriverUser?
     /// The verifier tools every node reports the digest of (`--check-verifier-tools`).
     public var checkVerifierTools: String?
     /// bird-interact's template databases every node fingerprints on its own server
@@ -251,7 +253,7 @@ public struct RayExecutor: Sendable {
     public func run(_ count: Int, offers: ([NodeSeen]) throws -> [ImageOffers] = { _ in [] }, choose: ([NodeSeen]) throws -> [String], prepare: (Int) throws -> (bytes: [UInt8], node: String?)?,
                     settle: (Int, RemoteResult) throws -> Settlement) throws {
         let p = Process()
-        let argv = Self.confined([python, driver], hiding: hidden)
+        let argv = Self.confined([python, driver], hiding: hidden, user: user)
         p.executableURL = URL(fileURLWithPath: argv[0])
         p.arguments = Array(argv.dropFirst())
         p.environment = environment

@@ -48,7 +48,7 @@ package enum RunnerBinds {
     }
 
     /// Whether `path` is `directory` or lies below it (by name).
-    static func within(_ path: String, _ directory: String) -> Bool {
+    package static func within(_ path: String, _ directory: String) -> Bool {
         path == directory || path.hasPrefix(directory.hasSuffix("/") ? directory : directory + "/")
     }
 

@@ -210,6 +210,7 @@ package enum ConfigSchema {
             .text("python", \.python, "The Python that has `ray` (the driver runs with it)."),
             .integer("tasks_per_request", \.tasksPerRequest, 1...10_000, "Tasks sent to a node in one signed request."),
             .choice("order", \.order, "Which tasks go out first: the longest by their own limits (task.toml's timeouts), each to the node that frees up first, or the order they are listed in (a tool benchmark's shards always are)."),
+            .text("driver_user", \.driverUser, "The user (a name, or UID:GID) the Ray driver runs as, not root; start the cluster's head on this host as that user (the driver attaches to its raylet). Unset: root, confined."),
         ]
     }
 }

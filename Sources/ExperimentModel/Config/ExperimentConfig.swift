@@ -139,6 +139,9 @@ public struct ExperimentConfig: Sendable, Equatable {
             case listed
         }
         public var order = Order.longestFirst
+        /// `executor.driver_user`: the user (a name, or UID:GID) the Ray driver runs as; nil,
+        /// this process's (root, confined: docs/past-one-machine.md).
+        public var driverUser: String?
         public init() {}
     }
     /// `reasoning_effort` (upstream's key): passed to agent.py as AGENT_REASONING_EFFORT.
