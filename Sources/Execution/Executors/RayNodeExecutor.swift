@@ -145,7 +145,7 @@ package struct RayNodeExecutor: TaskExecutor {
         // Out of the driver's sight: the private directory, and the dataset where it lies elsewhere.
         let dataset = [local?.benchmark.directory, harborAdapter?.datasetPath].compactMap { $0 }
         executor.hidden = [layout.privateDirectory] + Self.alsoHidden(dataset, besides: layout.privateDirectory,
-                                                                     driver: [config.executor.python, templates + "/ray/autoharness_ray.py"])
+                                                                     driver: [config.executor.python, templates + "/ray/autoharness_ray.py", layout.root])
         var driverDirectory: String?
         if let name = config.executor.driverUser {
             // The image range as this host gives it, else its default (a broken /etc/subuid
@@ -273,7 +273,8 @@ package struct RayNodeExecutor: TaskExecutor {
     }
 
     /// Of `dataset` (its directories), those to hide from the driver too: not within `besides`
-    /// (already hidden, and a mount point must exist), nor holding what the driver runs.
+    /// (already hidden, and a mount point must exist), nor holding what the driver runs or
+    /// reads (`driver`: its Python, its script, the experiment whose image pushes it reads).
     static func alsoHidden(_ dataset: [String], besides: String, driver: [String]) -> [String] {
         dataset.filter { d in
             !RunnerBinds.within(d, besides) && !driver.contains { RunnerBinds.within($0, d) } && FileManager.default.fileExists(atPath: d)
