@@ -17,7 +17,7 @@ struct RemoteHarborTests {
         print("exec:", r.return_code)
         """)
 
-    @Test("Harbor tasks run on the node from the files their request carries: the verifier's rewards, Harbor's result under the task's [task] name and the failing test's report in the train trace (held out: rewards only, sealed); another copy of autoharness's Harbor environment, a Harbor install the node lacks, two tasks of one Harbor name, or a runner bind reaching the worker's own state is refused before the nonce; only env_provider: local and a dataset directory go to nodes")
+    @Test("Harbor tasks run on the node from the files their request carries: the verifier's rewards, Harbor's result under the task's [task] name and the failing test's report in the train trace (held out: rewards only, sealed); another copy of autoharness's Harbor environment, a Harbor install the node lacks, two tasks of one Harbor name, a runner bind reaching the worker's own state, or (held out) a runner policy the node cannot enforce is refused before the nonce; a task whose image was refused is refused on the node too; only env_provider: local and a dataset directory go to nodes, said before a run and not when the record is read")
     func harborTasksRun() throws {
         try requireRoot()
         let harbor = try RealHarborTests.harbor()
@@ -86,7 +86,22 @@ struct RemoteHarborTests {
         exposed.tool.binds.append(node.temp.path)
         try refused(try request(["hello-2"], heldOut: false, harbor: exposed), ["runner.binds: \(node.temp.path) contains this worker's state directory"])
 
-        // The supervisor sends only what a node can run: the local provider, a dataset directory.
+        // ...a held-out request whose runner policy this node cannot enforce (here: has not)...
+        var unenforced = settings
+        unenforced.tool.runnerPolicy = "no-such-runner-policy"
+        try refused(try request(["hello-2"], heldOut: true, harbor: unenforced), ["fails the host checks a held-out request needs", "no-such-runner-policy"])
+        // A task whose image the supervisor could not have is refused with why, as on its host,
+        // never run on the node's own userland; the others run.
+        var imageless = try request(["hello-1", "hello-2"], heldOut: false)
+        imageless.tasks[0].imageRefused = "IMAGE-REFUSED: the build failed"
+        let i = try node.serve(try node.sign(imageless))
+        #expect(i.status == 0, "\(i.stderr)")
+        let refusedImage = try RemoteWork.check(Array(i.stdout.utf8), for: imageless)
+        #expect(refusedImage.outcomes.map(\.status) == [.setupFailed, .passed] && refusedImage.outcomes[0].detail?.contains("IMAGE-REFUSED") == true,
+                "\(refusedImage.outcomes)")
+
+        // The supervisor sends only what a node can run: the local provider, a dataset directory;
+        // it says so when the adapter is made for a run, not when only the record is read.
         var remote = adapter
         remote.environmentProvider = "e2b"
         #expect { _ = try remote.node } throws: { "\($0)".contains("executor: ray runs terminal-bench with env_provider: local") }
@@ -94,5 +109,12 @@ struct RemoteHarborTests {
         registry.datasetPath = nil
         registry.dataset = "terminal-bench@2.0"
         #expect { _ = try registry.node } throws: { "\($0)".contains("harbor download terminal-bench@2.0 -o DIR") }
+        let path = exp.root + "/experiment_config.yaml"
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        try #require(text.contains("\nenv_provider: local"), "\(text)")
+        let onRay = try ExperimentConfig.parse(text.replacingOccurrences(of: "\nenv_provider: local", with: "\nenv_provider: e2b")
+                                               + "\nexecutor:\n  kind: ray\n  address: 127.0.0.1:1\n", file: path)
+        #expect(try onRay.makeAdapter(root: exp.root, checkTools: false) is HarborAdapter)
+        #expect { _ = try onRay.makeAdapter(root: exp.root, checkTools: true) } throws: { "\($0)".contains("executor: ray runs terminal-bench with env_provider: local") }
     }
 }

@@ -60,8 +60,7 @@ final class HarborAgentPhase: ExternalAgentPhase, @unchecked Sendable {
     /// task for the whole `runner.timeout`, past what a Ray node's request is given.
     func runnerSettings(for task: BenchmarkTask) -> ToolSettings {
         var settings = adapter.tool
-        let limit = adapter.agentPhaseLimit(task)
-        if limit.isFinite { settings.timeout = limit }
+        settings.timeout = adapter.agentPhaseLimit(task)
         return settings
     }
 

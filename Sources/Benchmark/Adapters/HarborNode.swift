@@ -108,7 +108,7 @@ extension HarborAdapter {
 
     /// The longest `task`'s agent phase may run: its agent's own limit (the task's, or
     /// `per_task_timeout`, times `agent_timeout_multiplier`, as Harbor applies it) and
-    /// `containerMargin` for Harbor's setup and copies, never past the runner's.
+    /// `containerMargin` for Harbor's setup and copies, never past the runner's (always finite).
     func agentPhaseLimit(_ task: BenchmarkTask) -> Double {
         let agent = (agentTimeout ?? task.agentTimeout) * (agentTimeoutMultiplier ?? 1)
         return min(agent + HarborAgentPhase.containerMargin, tool.timeout ?? .infinity)

@@ -34,12 +34,7 @@ public struct RemoteWork {
             let files = try RemoteWorker.collect(t.directory, strict: true).filter { !$0.path.hasPrefix("solution/") }
             work.append(WorkTask(id: t.id, files: files))
         }
-        // Within what a node takes (base64 twice, in the body and in the signed envelope: about
-        // 1.8 times the bytes); said without naming a task, which may be held out.
-        let bytes = work.reduce(0) { $0 + $1.files.reduce(0) { $0 + $1.bytes.count + $1.path.utf8.count } }
-        if bytes * 9 / 5 + agentPy.count * 2 > WorkLimits.maxRequest {
-            throw ExperimentError(.usage, "a request of \(tasks.count) task(s) would carry \(bytes) bytes of their files, over what a node takes (\(WorkLimits.maxRequest) bytes encoded): lower executor.tasks_per_request")
-        }
+        try Self.checkSize(work.reduce(0) { $0 + $1.files.reduce(0) { $0 + $1.bytes.count + $1.path.utf8.count } }, of: "files", tasks: tasks.count, agentPy: agentPy)
         var nonce = [UInt8](repeating: 0, count: 16)
         for i in nonce.indices { nonce[i] = UInt8.random(in: 0...255) }
         var r = WorkRequest(nonce: WorkDigest.hex(nonce), heldOut: heldOut, binarySHA256: binarySHA256,
@@ -62,18 +57,24 @@ public struct RemoteWork {
         work.verifierPolicy = tool.settings.scorerPolicy
         var r = try work.request([], agentPy: agentPy, heldOut: heldOut, concurrency: 1, answerTo: answerTo)
         r.tasks = ids.map { id in WorkTask(id: id, files: nodeData(id).map { [WorkFile(path: NodeToolWork.dataFile, executable: false, bytes: Data($0))] } ?? []) }
-        // Each task's data within what a node takes, and the whole within a request (base64
-        // twice, in the body and in the signed envelope: about 1.8 times the bytes).
+        // Each task's data within what a node takes, and the whole within a request.
         let sizes = r.tasks.map { $0.files.reduce(0) { $0 + $1.bytes.count } }
         if let big = sizes.firstIndex(where: { $0 > WorkLimits.maxFile }) {
             throw ExperimentError(.usage, "task \(printable(r.tasks[big].id)): its data for the node is \(sizes[big]) bytes, over the \(WorkLimits.maxFile) a request's task may carry")
         }
-        if sizes.reduce(0, +) * 9 / 5 + agentPy.count * 2 > WorkLimits.maxRequest {
-            throw ExperimentError(.usage, "a request of \(ids.count) task(s) would carry \(sizes.reduce(0, +)) bytes of their data, over what a node takes (\(WorkLimits.maxRequest) bytes encoded): lower executor.tasks_per_request")
-        }
+        try Self.checkSize(sizes.reduce(0, +), of: "data", tasks: ids.count, agentPy: agentPy)
         r.tool = tool
         r.toolSHA256 = toolSHA256
         return r
+    }
+
+    /// Refuses a request whose tasks' `bytes` (their `what`) and agent.py are over what a node
+    /// takes once encoded (base64 twice, in the body and in the signed envelope: about 1.8
+    /// times the bytes); said without naming a task, which may be held out.
+    static func checkSize(_ bytes: Int, of what: String, tasks: Int, agentPy: [UInt8]) throws {
+        if bytes * 9 / 5 + agentPy.count * 2 > WorkLimits.maxRequest {
+            throw ExperimentError(.usage, "a request of \(tasks) task(s) would carry \(bytes) bytes of their \(what), over what a node takes (\(WorkLimits.maxRequest) bytes encoded): lower executor.tasks_per_request")
+        }
     }
 
     public func sign(_ r: WorkRequest, sealTo node: String? = nil) throws -> [UInt8] { try WorkKey.sign(r, with: key, sealTo: node) }

@@ -225,7 +225,9 @@ extension TerminalBenchKind {
                 adapter.taskNetworkAllow = try LocalKind.agentNetwork(config, allow: upstream.taskNetworkAllow ?? [], key: "task_network_allow")
             }
         }
-        if config.executor.kind == .ray {
+        // Before any run (a gate's error would come after its start is counted); not when
+        // only the record is read.
+        if checkTools && config.executor.kind == .ray {
             do { _ = try adapter.node } catch { throw ExperimentError(.usage, error.message) }
         }
         return adapter
